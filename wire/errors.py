@@ -1,0 +1,110 @@
+"""Kafka protocol error codes, with Kafka's own names.
+
+Cores raise :class:`KafkaError` subclasses carrying one of these codes; the
+request handlers put the code in the response. Only the codes actorlog can
+return are listed; the test suite checks each against kafka-python's table.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ErrorCode(IntEnum):
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    INVALID_FETCH_SIZE = 4
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    BROKER_NOT_AVAILABLE = 8
+    REPLICA_NOT_AVAILABLE = 9
+    MESSAGE_TOO_LARGE = 10
+    STALE_CONTROLLER_EPOCH = 11
+    OFFSET_METADATA_TOO_LARGE = 12
+    NETWORK_EXCEPTION = 13
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    INVALID_TOPIC_EXCEPTION = 17
+    RECORD_LIST_TOO_LARGE = 18
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+    INVALID_REQUIRED_ACKS = 21
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    INVALID_COMMIT_OFFSET_SIZE = 28
+    INVALID_TIMESTAMP = 32
+    UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
+    INVALID_CONFIG = 40
+    NOT_CONTROLLER = 41
+    INVALID_REQUEST = 42
+    UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    POLICY_VIOLATION = 44
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    KAFKA_STORAGE_ERROR = 56
+    UNKNOWN_PRODUCER_ID = 59
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    UNSUPPORTED_COMPRESSION_TYPE = 76
+    OFFSET_NOT_AVAILABLE = 78
+    MEMBER_ID_REQUIRED = 79
+    GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82
+    INVALID_RECORD = 87
+    UNSTABLE_OFFSET_COMMIT = 88
+    PRODUCER_FENCED = 90
+
+
+class KafkaError(Exception):
+    """An error that maps to exactly one Kafka error code."""
+
+    code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
+
+    def __init__(self, message: str, code: ErrorCode | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class CorruptMessageError(KafkaError):
+    code = ErrorCode.CORRUPT_MESSAGE
+
+
+class InvalidRecordError(KafkaError):
+    code = ErrorCode.INVALID_RECORD
+
+
+class MessageTooLargeError(KafkaError):
+    code = ErrorCode.MESSAGE_TOO_LARGE
+
+
+class OffsetOutOfRangeError(KafkaError):
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+class InvalidTimestampError(KafkaError):
+    code = ErrorCode.INVALID_TIMESTAMP
+
+
+class StorageError(KafkaError):
+    code = ErrorCode.KAFKA_STORAGE_ERROR

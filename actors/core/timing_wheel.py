@@ -1,0 +1,256 @@
+"""A hierarchical timing wheel: the pure core of the Timer actor.
+
+Kafka's SystemTimer idea, laid out for CPython speed. Level ``i`` has
+``wheel_size`` buckets of ``tick_ms * wheel_size**i`` milliseconds each; a
+task goes to the lowest level whose span still covers its expiration, and
+higher levels are created on demand. Only *buckets* enter the priority queue
+(one entry per bucket per expiration), never tasks, so adding costs
+O(levels), cancelling O(1), and a cancelled task leaves no trace behind: the
+memory follows the live tasks, not every task ever added.
+
+Layout choices, each for speed or memory: buckets are plain ``dict``\\ s used as
+insertion-ordered sets (C-level insert and delete, deterministic expiry
+order), every level's buckets sit in one flat list indexed by
+``level * wheel_size + slot`` with their expirations in a parallel list, and
+a task carries a reference to the dict it sits in (``_bucket``), which is
+what makes ``cancel`` a single ``del``.
+
+The wheel never reads a clock: time only moves through
+:meth:`TimingWheel.advance_clock`, so the Timer actor reads the clock once per
+message and sleeps until :meth:`TimingWheel.next_expiration_ms`.
+"""
+
+from __future__ import annotations
+
+from heapq import heappop, heappush
+
+__all__ = ["TimerTask", "TimingWheel"]
+
+
+class TimerTask:
+    """Something with a deadline that can sit in at most one bucket of a wheel.
+
+    Subclass it (adding ``__slots__``) to carry a payload: a delayed
+    operation is one, and the Timer actor can wrap an operation id in one.
+    ``expiration_ms`` must not change while the task is scheduled; re-``add``
+    the task to move it.
+    """
+
+    __slots__ = ("expiration_ms", "_bucket")
+
+    def __init__(self, expiration_ms: int) -> None:
+        self.expiration_ms = expiration_ms
+        # The bucket dict this task sits in, or None when not scheduled.
+        self._bucket: dict[TimerTask, None] | None = None
+
+    @property
+    def scheduled(self) -> bool:
+        """True while the task waits in a wheel (not expired, not cancelled)."""
+        return self._bucket is not None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(expiration_ms={self.expiration_ms})"
+
+
+class TimingWheel:
+    """Hierarchical timing wheel driven by handed-in time (see module docstring).
+
+    Single-threaded by design: the owning actor calls every method from its
+    own thread, one message at a time.
+    """
+
+    __slots__ = (
+        "tick_ms",
+        "wheel_size",
+        "_ticks",
+        "_intervals",
+        "_current",
+        "_limits",
+        "_expired_before",
+        "_buckets",
+        "_bucket_exp",
+        "_queue",
+        "_size",
+    )
+
+    def __init__(self, tick_ms: int = 1, wheel_size: int = 20, start_ms: int = 0) -> None:
+        if tick_ms < 1:
+            raise ValueError(f"tick_ms must be >= 1, got {tick_ms}")
+        if wheel_size < 2:
+            raise ValueError(f"wheel_size must be >= 2, got {wheel_size}")
+        self.tick_ms = tick_ms
+        self.wheel_size = wheel_size
+        # Per level: tick, span (tick * wheel_size), current time rounded down
+        # to the tick, and the first expiration the level can no longer hold.
+        self._ticks: list[int] = []
+        self._intervals: list[int] = []
+        self._current: list[int] = []
+        self._limits: list[int] = []
+        self._buckets: list[dict[TimerTask, None]] = []
+        self._bucket_exp: list[int] = []  # -1: the bucket is not in the queue
+        # (bucket expiration, flat bucket index): unique, so buckets are never compared.
+        self._queue: list[tuple[int, int]] = []
+        self._size = 0
+        self._add_level(start_ms - start_ms % tick_ms, tick_ms)
+        self._expired_before = self._current[0] + tick_ms
+
+    # -- queries -------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        """Number of scheduled tasks (added, neither expired nor cancelled)."""
+        return self._size
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def current_time_ms(self) -> int:
+        """The time of the lowest wheel, rounded down to ``tick_ms``."""
+        return self._current[0]
+
+    @property
+    def levels(self) -> int:
+        """Number of wheels created so far (1 + overflow wheels)."""
+        return len(self._ticks)
+
+    def next_expiration_ms(self) -> int | None:
+        """When the next non-empty bucket is due, or None if nothing is scheduled.
+
+        The Timer actor sleeps until this time (or a message). Buckets that
+        cancellations emptied are dropped here so they cause no wake-up.
+        """
+        queue = self._queue
+        bucket_exp = self._bucket_exp
+        buckets = self._buckets
+        while queue:
+            exp, idx = queue[0]
+            if bucket_exp[idx] == exp and buckets[idx]:
+                return exp
+            heappop(queue)
+            if bucket_exp[idx] == exp:
+                bucket_exp[idx] = -1
+        return None
+
+    # -- mutations -----------------------------------------------------------
+
+    def add(self, task: TimerTask) -> bool:
+        """Schedule ``task`` at ``task.expiration_ms``.
+
+        Returns False, without scheduling, when the task is already due
+        (its expiration falls before the end of the current tick): the caller
+        then expires it at once, as Kafka's timer runs such a task directly.
+        Adding a task that is already scheduled moves it.
+        """
+        old = task._bucket
+        if old is not None:
+            del old[task]
+            task._bucket = None
+            self._size -= 1
+        expiration_ms = task.expiration_ms
+        if expiration_ms < self._expired_before:
+            return False
+        level = 0
+        for limit in self._limits:
+            if expiration_ms < limit:
+                break
+            level += 1
+        else:
+            self._grow(expiration_ms)
+            limits = self._limits
+            while expiration_ms >= limits[level]:
+                level += 1
+        tick = self._ticks[level]
+        virtual_id = expiration_ms // tick
+        idx = level * self.wheel_size + virtual_id % self.wheel_size
+        bucket = self._buckets[idx]
+        bucket[task] = None
+        task._bucket = bucket
+        self._size += 1
+        bucket_exp = virtual_id * tick
+        if self._bucket_exp[idx] != bucket_exp:
+            self._bucket_exp[idx] = bucket_exp
+            heappush(self._queue, (bucket_exp, idx))
+        return True
+
+    def cancel(self, task: TimerTask) -> bool:
+        """Remove a scheduled task in O(1); False if it was not scheduled."""
+        bucket = task._bucket
+        if bucket is None:
+            return False
+        del bucket[task]
+        task._bucket = None
+        self._size -= 1
+        return True
+
+    def advance_clock(self, now_ms: int) -> list[TimerTask]:
+        """Move time to ``now_ms`` and return the tasks now due, earliest bucket first.
+
+        Every due bucket is flushed in expiration order: the wheel's time is
+        set to the bucket's expiration and each task in it either expires or
+        is re-inserted into a finer wheel (a task in a 400 ms bucket moves to
+        the 20 ms wheel and then to the 1 ms wheel), so no task is returned
+        before its expiration and none later than the tick that holds it.
+        Time never moves back: an older ``now_ms`` changes nothing.
+        """
+        queue = self._queue
+        if not queue or queue[0][0] > now_ms:
+            if now_ms >= self._expired_before:
+                self._set_time(now_ms)
+            return []
+        expired: list[TimerTask] = []
+        buckets = self._buckets
+        bucket_exp = self._bucket_exp
+        add = self.add
+        while queue and queue[0][0] <= now_ms:
+            exp, idx = heappop(queue)
+            if bucket_exp[idx] != exp:
+                continue
+            bucket_exp[idx] = -1
+            bucket = buckets[idx]
+            if not bucket:
+                continue
+            # A fresh dict frees the flushed one's table; re-inserted tasks
+            # always land in a finer level, never back in this slot.
+            buckets[idx] = {}
+            if exp >= self._expired_before:
+                self._set_time(exp)
+            self._size -= len(bucket)
+            for task in bucket:
+                task._bucket = None
+                if not add(task):
+                    expired.append(task)
+        if now_ms >= self._expired_before:
+            self._set_time(now_ms)
+        return expired
+
+    # -- internals -----------------------------------------------------------
+
+    def _add_level(self, current_ms: int, tick_ms: int) -> None:
+        self._ticks.append(tick_ms)
+        self._intervals.append(tick_ms * self.wheel_size)
+        current = current_ms - current_ms % tick_ms
+        self._current.append(current)
+        self._limits.append(current + tick_ms * self.wheel_size)
+        self._buckets.extend({} for _ in range(self.wheel_size))
+        self._bucket_exp.extend(-1 for _ in range(self.wheel_size))
+
+    def _grow(self, expiration_ms: int) -> None:
+        """Create overflow wheels until the top one covers ``expiration_ms``."""
+        while expiration_ms >= self._limits[-1]:
+            self._add_level(self._current[-1], self._intervals[-1])
+
+    def _set_time(self, time_ms: int) -> None:
+        """Round every level's time down to its tick; stop at the first level that stays."""
+        current = self._current
+        ticks = self._ticks
+        limits = self._limits
+        intervals = self._intervals
+        for level in range(len(ticks)):
+            tick = ticks[level]
+            if time_ms < current[level] + tick:
+                break
+            now = time_ms - time_ms % tick
+            current[level] = now
+            limits[level] = now + intervals[level]
+        self._expired_before = current[0] + ticks[0]

@@ -1,0 +1,470 @@
+"""The actor base: a pykka ThreadingActor whose mailbox is a ZeroMQ socket.
+
+One thread per actor runs one poll loop over everything the actor waits on:
+its ZeroMQ mailbox (PULL, bound at ``inproc://<node>/<name>``), an eventfd
+that wakes it for pykka's own calls (proxies, ``ActorRef.ask``, stop), and any
+file descriptors it owns (the broker's Acceptor and Processors wait on their
+sockets here, with no extra thread hop). Handlers run one message at a time,
+so an actor's state needs no lock.
+
+Sending is batched per turn: every ``tell`` made while handling the frames
+of one poll turn is buffered per receiver and flushed as one frame at the
+end of the turn (or when ``actor.batch.max.messages`` is reached). Order from
+one sender to one receiver is kept because each pair has one socket.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import msgpack
+import pykka
+import zmq
+from loguru import logger
+from pykka import messages as pykka_messages
+
+from actors.runtime.address import Address
+from actors.runtime.tracing import new_id
+from wire import registry
+from wire.envelope import FORMAT_VERSION, BadFrame
+from wire.runtime_messages import Reply
+
+if TYPE_CHECKING:
+    from actors.runtime.node import Node
+
+_time_ns = time.time_ns
+_monotonic_ns = time.monotonic_ns
+_unpackb = msgpack.unpackb
+_packb = msgpack.packb
+_type_ids = registry._BY_TYPE
+_types = registry._BY_ID
+_build = registry.build
+_NOBLOCK = zmq.NOBLOCK
+_Again = zmq.Again
+_POLLIN = zmq.POLLIN
+
+
+class EventFdInbox:
+    """pykka's inbox, woken through an eventfd the actor's poll loop watches."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+
+    def put(self, envelope: Any, /) -> None:
+        self._queue.put(envelope)
+        try:
+            os.eventfd_write(self.fd, 1)
+        except OSError:
+            pass  # closed: the actor is gone and pykka will report it dead
+
+    def get(self) -> Any:
+        return self._queue.get_nowait()
+
+    def empty(self) -> bool:
+        return self._queue.empty()
+
+    def clear_wakeups(self) -> None:
+        try:
+            os.eventfd_read(self.fd)
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+def handles(*message_types: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a method as the handler of one or more message types."""
+
+    def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn.__actorlog_handles__ = message_types  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+class ActorCrashed(RuntimeError):
+    """Raised to an asker when the handler failed."""
+
+
+class Actor(pykka.ThreadingActor):
+    """Base of every actorlog actor.
+
+    Subclasses declare handlers with :func:`handles`, build their state in
+    :meth:`setup` (called at start and again after every crash: state comes
+    back from durable storage, the mailbox is kept), and send with
+    :meth:`tell`.
+    """
+
+    mailbox_size: ClassVar[int] = 1000
+    """Frames the mailbox holds before senders are slowed down (ZeroMQ HWM)."""
+    max_restarts: ClassVar[int] = 10
+    restart_window_s: ClassVar[float] = 60.0
+
+    @staticmethod
+    def _create_actor_inbox() -> EventFdInbox:  # type: ignore[override]
+        return EventFdInbox()
+
+    actor_inbox: EventFdInbox  # type: ignore[assignment]
+
+    def __init__(self, node: Node, name: str, **kwargs: Any) -> None:
+        super().__init__()
+        self.node = node
+        self.name = name
+        self.address = Address(node.name, name)
+        self.log = logger.bind(actor=name, node=node.name)
+        self.current_sender: Address | None = None
+        self.received = 0
+        self.sent_local = 0
+        self.crashes = 0
+        self._init_kwargs = kwargs
+        self._handlers: dict[type, Callable[[Any], Any]] = {}
+        for klass in reversed(type(self).__mro__):
+            for attr, fn in vars(klass).items():
+                for mt in getattr(fn, "__actorlog_handles__", ()):
+                    self._handlers[mt] = getattr(self, attr)
+        self._out: dict[Address, list[Any]] = {}
+        self._out_sockets: dict[Address, Any] = {}
+        self._fd_handlers: dict[int, Callable[[int], None]] = {}
+        self._poller = zmq.Poller()
+        self._mailbox: zmq.Socket[Any] | None = None
+        self._stopping = False
+        self._ready = node._new_ready_event()
+        self._restart_times: list[float] = []
+        self._trace = (0, 0)  # (trace id, span id) of the message being handled
+        self._tracer = node.tracer
+        self._batch_max = node.batch_max_messages
+        self._max_frame = node.max_frame_bytes
+        self._mailbox_size = kwargs.pop("mailbox_size", None) or self.mailbox_size
+
+    # ------------------------------------------------------------------ hooks
+    def setup(self) -> None:
+        """Build the actor's state; runs in the actor thread at start and on restart."""
+
+    def teardown(self) -> None:
+        """Release what setup took; runs at stop and before a restart."""
+
+    def poll_timeout_ms(self) -> int | None:
+        """How long the loop may sleep with nothing to do (None: until woken)."""
+        return None
+
+    def on_turn(self) -> None:
+        """Runs after every poll turn, before buffered sends are flushed."""
+
+    def on_stopping(self) -> None:
+        """The node is shutting down: stop taking new external input."""
+
+    # ----------------------------------------------------------------- sending
+    def tell(self, address: Address, msg: Any) -> None:
+        """Send ``msg`` to ``address``; delivered in order, batched per turn."""
+        tid = self._trace[0]
+        if tid:
+            span = new_id()
+            self._trace_send(address, msg, tid, span, self._trace[1])
+        else:
+            span = 0
+        entry = [_type_ids[type(msg)], tid, span, self._trace[1] if tid else 0, _time_ns(), 0, msg]
+        buf = self._out.get(address)
+        if buf is None:
+            self._out[address] = [entry]
+        else:
+            buf.append(entry)
+            if len(buf) >= self._batch_max:
+                self._flush_one(address)
+
+    def tell_traced(self, address: Address, msg: Any, trace_id: int) -> None:
+        """Send ``msg`` as the first message of a (possibly sampled) new chain."""
+        saved = self._trace
+        self._trace = (trace_id, 0)
+        try:
+            self.tell(address, msg)
+        finally:
+            self._trace = saved
+
+    def reply(self, msg: Any) -> None:
+        """Answer the sender of the message being handled."""
+        assert self.current_sender is not None, "reply() outside a handler"
+        self.tell(self.current_sender, msg)
+
+    def _trace_send(self, address: Address, msg: Any, tid: int, span: int, parent: int) -> None:
+        self._tracer.event(
+            "send", tid, span, parent, self.name, str(address), type(msg).__name__,
+            getattr(msg, "conn_id", -1), getattr(msg, "correlation_id", -1),
+            getattr(msg, "api_key", -1), _payload_size(msg),
+        )
+
+    def flush(self) -> None:
+        for address in list(self._out):
+            self._flush_one(address)
+
+    def _flush_one(self, address: Address) -> None:
+        entries = self._out.pop(address, None)
+        if not entries:
+            return
+        sock = self._out_sockets.get(address)
+        if sock is None:
+            sock = self.node._connect_out(address)
+            if sock is None:
+                self.node.dead_letters.record(
+                    f"no route to actor {address}", len(entries), sender=str(self.address)
+                )
+                return
+            self._out_sockets[address] = sock
+        frame = _packb([FORMAT_VERSION, self.node.name, self.name, address.name, entries])
+        self.node._send_frame(sock, address, frame, waiter=self)
+        if address.node == self.node.name:
+            self.sent_local += len(entries)
+
+    # --------------------------------------------------------------- fd watch
+    def watch_fd(self, fd: int, handler: Callable[[int], None], events: int = zmq.POLLIN) -> None:
+        """Wait on ``fd`` in the actor's poll loop; ``handler(event_mask)`` runs on readiness."""
+        self._fd_handlers[fd] = handler
+        self._poller.register(fd, events)
+
+    def modify_fd(self, fd: int, events: int) -> None:
+        self._poller.modify(fd, events)
+
+    def unwatch_fd(self, fd: int) -> None:
+        self._fd_handlers.pop(fd, None)
+        try:
+            self._poller.unregister(fd)
+        except KeyError:
+            pass
+
+    # ---------------------------------------------------------------- loop
+    def on_start(self) -> None:
+        node = self.node
+        sock = node.context.socket(zmq.PULL)
+        sock.setsockopt(zmq.RCVHWM, self._mailbox_size)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.bind(node.inproc_endpoint(self.name))
+        self._mailbox = sock
+        self._poller.register(sock, _POLLIN)
+        self._poller.register(self.actor_inbox.fd, _POLLIN)
+        try:
+            self.setup()
+        finally:
+            self._ready.set()
+
+    def _actor_loop_running(self) -> None:
+        mailbox = self._mailbox
+        inbox_fd = self.actor_inbox.fd
+        poll = self._poller.poll
+        fd_handlers = self._fd_handlers
+        while not self.actor_stopped.is_set():
+            timeout = 0 if self._stopping else self.poll_timeout_ms()
+            try:
+                events = poll(timeout)
+            except zmq.ZMQError as exc:
+                if exc.errno == zmq.EINTR:
+                    continue
+                raise
+            for sock, mask in events:
+                if sock is mailbox:
+                    self._drain_mailbox(mailbox)
+                elif sock == inbox_fd:
+                    self._drain_pykka_inbox()
+                else:
+                    handler = fd_handlers.get(sock)
+                    if handler is not None:
+                        self._run_guarded(handler, mask)
+            self._run_guarded(self.on_turn)
+            if self._out:
+                self.flush()
+            if self._stopping and not events:
+                self._finish_stop()
+
+    def _drain_mailbox(self, mailbox: Any) -> None:
+        for _ in range(64):
+            try:
+                data = mailbox.recv(_NOBLOCK)
+            except _Again:
+                return
+            if len(data) > self._max_frame:
+                self.node.dead_letters.record(
+                    f"frame of {len(data)} bytes is over the {self._max_frame} byte limit",
+                    1, receiver=self.name,
+                )
+                continue
+            try:
+                frame = _unpackb(data)
+                version, s_node, s_name, _r_name, entries = frame
+                if version != FORMAT_VERSION:
+                    raise BadFrame(f"unsupported envelope format version {version!r}")
+            except Exception as exc:  # garbage of any kind
+                self.node.dead_letters.record(
+                    f"undecodable frame ({type(exc).__name__}: {exc})", 1, receiver=self.name
+                )
+                continue
+            self._dispatch_entries(s_node, s_name, entries)
+
+    def _dispatch_entries(self, s_node: str, s_name: str, entries: Any) -> None:
+        sender = Address(s_node, s_name)
+        self.current_sender = sender
+        handlers = self._handlers
+        tracer = self._tracer
+        if type(entries) is not list:
+            self.node.dead_letters.record("frame entries are not an array", 1, receiver=self.name)
+            return
+        for entry in entries:
+            try:
+                type_id, tid, span, parent, send_ns, ask_id, body = entry
+                cls = _types[type_id]
+                msg = _build(cls, body)
+            except KeyError:
+                self.node.dead_letters.record(
+                    f"unknown message type id {entry[0]!r}", 1, receiver=self.name,
+                    sender=str(sender),
+                )
+                continue
+            except Exception as exc:
+                self.node.dead_letters.record(
+                    f"malformed envelope: {exc}", 1, receiver=self.name, sender=str(sender)
+                )
+                continue
+            self.received += 1
+            handler = handlers.get(cls)
+            if handler is None:
+                self.node.dead_letters.record(
+                    f"{self.name} has no handler for {cls.__name__}", 1, receiver=self.name,
+                    sender=str(sender),
+                )
+                continue
+            if tid:
+                self._trace = (tid, span)
+                tracer.event("recv", tid, span, parent, self.name, str(sender), cls.__name__,
+                             getattr(msg, "conn_id", -1), getattr(msg, "correlation_id", -1),
+                             getattr(msg, "api_key", -1), _payload_size(msg))
+            try:
+                result = handler(msg)
+            except Exception as exc:
+                self._crashed(exc, msg)
+                if ask_id:
+                    self.tell(sender, Reply(ask_id, False, f"{type(exc).__name__}: {exc}"))
+            else:
+                if ask_id:
+                    self.tell(sender, Reply(ask_id, True, result))
+            if tid:
+                tracer.event("done", tid, span, parent, self.name, str(sender), cls.__name__,
+                             getattr(msg, "conn_id", -1), getattr(msg, "correlation_id", -1),
+                             getattr(msg, "api_key", -1), 0)
+                self._trace = (0, 0)
+        self.current_sender = None
+
+    def _run_guarded(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:
+            self._crashed(exc, None)
+
+    def _crashed(self, exc: BaseException, msg: Any) -> None:
+        """Supervision: log and count the crash, then rebuild the actor's state."""
+        self.crashes += 1
+        self.node.metrics.incr("actor_crashes")
+        what = type(msg).__name__ if msg is not None else "its loop"
+        self.log.opt(exception=exc).error(
+            "actor {} crashed handling {}; restarting it (crash #{})", self.name, what, self.crashes
+        )
+        now = time.monotonic()
+        self._restart_times = [t for t in self._restart_times if now - t < self.restart_window_s]
+        self._restart_times.append(now)
+        if len(self._restart_times) > self.max_restarts:
+            self.log.error(
+                "actor {} crashed {} times in {} s; stopping it", self.name,
+                len(self._restart_times), self.restart_window_s,
+            )
+            self.node.metrics.incr("actor_gave_up")
+            self._finish_stop()
+            return
+        try:
+            self.teardown()
+        except Exception:
+            self.log.exception("teardown of {} failed during restart", self.name)
+        try:
+            self.setup()
+            self.node.metrics.incr("actor_restarts")
+        except Exception:
+            self.log.exception("setup of {} failed during restart; stopping it", self.name)
+            self._finish_stop()
+
+    def _drain_pykka_inbox(self) -> None:
+        inbox = self.actor_inbox
+        inbox.clear_wakeups()
+        while True:
+            try:
+                envelope = inbox.get()
+            except queue.Empty:
+                return
+            message = envelope.message
+            if isinstance(message, pykka_messages._ActorStop):
+                self._begin_stop(envelope.reply_to)
+                continue
+            try:
+                response = self._handle_receive(message)
+                if envelope.reply_to is not None:
+                    envelope.reply_to.set(response)
+            except Exception:
+                if envelope.reply_to is not None:
+                    envelope.reply_to.set_exception(sys.exc_info())
+                else:
+                    self._crashed(sys.exc_info()[1] or RuntimeError("?"), message)
+
+    # ------------------------------------------------------------- stopping
+    def _begin_stop(self, reply_to: Any) -> None:
+        """Finish what is in the mailbox, then stop (see Node.shutdown for the order)."""
+        self._stopping = True
+        self._stop_waiters = getattr(self, "_stop_waiters", [])
+        if reply_to is not None:
+            self._stop_waiters.append(reply_to)
+
+    def _finish_stop(self) -> None:
+        if self.actor_stopped.is_set():
+            return
+        if self._out:
+            self.flush()
+        try:
+            self.teardown()
+        except Exception:
+            self.log.exception("teardown of {} failed", self.name)
+        pykka.ActorRegistry.unregister(self.actor_ref)
+        self.actor_stopped.set()
+        for waiter in getattr(self, "_stop_waiters", []):
+            waiter.set(None)
+        self._close_sockets()
+
+    def _close_sockets(self) -> None:
+        for link in self._out_sockets.values():
+            link.sock.close(linger=1000)
+        self._out_sockets.clear()
+        if self._mailbox is not None:
+            self._mailbox.close(linger=0)
+            self._mailbox = None
+        self.node._forget(self)
+        self.actor_inbox.close()
+
+    def _handle_failure(self, exc_type: Any, exc_value: Any, tb: Any) -> None:
+        self.log.opt(exception=(exc_type, exc_value, tb)).error("actor {} failed", self.name)
+        super()._handle_failure(exc_type, exc_value, tb)
+        self._ready.set()
+
+    def mailbox_pending(self) -> bool:
+        """True while frames are waiting in the mailbox (checked from the actor thread)."""
+        return bool(self._mailbox is not None and self._mailbox.poll(0, _POLLIN))
+
+
+def _payload_size(msg: Any) -> int:
+    """Bytes of the record data a message carries (its bytes fields)."""
+    size = 0
+    for value in msg:
+        if type(value) is bytes:
+            size += len(value)
+    return size

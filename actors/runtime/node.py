@@ -1,0 +1,538 @@
+"""A node: one process's actors, their ZeroMQ context, and its gateway.
+
+Addresses are ``(node, name)``. A message to an actor of this node goes
+straight to its ``inproc://`` mailbox. A message to another node goes to that
+node's gateway: over ``ipc://`` when both nodes have the same host address,
+over ``tcp://`` otherwise. The gateway is itself an actor: it receives
+``[receiver name, frame]`` and hands the frame, undecoded, to the local
+mailbox. Sending code is the same in every case: ``tell(address, message)``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import zmq
+from loguru import logger
+
+from actors.runtime.actor import Actor, handles
+from actors.runtime.address import Address
+from actors.runtime.tracing import Tracer
+from wire import registry
+from wire.envelope import DEFAULT_MAX_FRAME_BYTES, FORMAT_VERSION
+from wire.runtime_messages import Reply
+
+
+class NodeError(RuntimeError):
+    pass
+
+
+class AskTimeout(TimeoutError):
+    pass
+
+
+class AskFailed(RuntimeError):
+    """The asked actor's handler raised; the message is its error."""
+
+
+@dataclass(frozen=True)
+class NodeEndpoint:
+    """How other nodes reach a node's gateway."""
+
+    host: str
+    port: int = 0
+    ipc_dir: str = ""
+
+    def tcp(self) -> str:
+        return f"tcp://{self.host}:{self.port}"
+
+    def ipc(self, node: str) -> str:
+        return f"ipc://{self.ipc_dir}/{node}.gw"
+
+
+@dataclass
+class Directory:
+    """Where every node of the cluster listens (static configuration)."""
+
+    nodes: dict[str, NodeEndpoint] = field(default_factory=dict)
+
+    def add(self, name: str, endpoint: NodeEndpoint) -> None:
+        self.nodes[name] = endpoint
+
+
+class DeadLetters:
+    """Undeliverable messages: counted per reason and logged (rate limited).
+
+    Each thread counts into its own Counter, so no lock is shared between
+    actors; readers add them up.
+    """
+
+    LOG_PER_SECOND = 20
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self._local = threading.local()
+        self._counters: list[Counter[str]] = []
+        self._logged_second = 0
+        self._logged_count = 0
+        self.last: list[tuple[str, str, str]] = []
+
+    def _counter(self) -> Counter[str]:
+        c = getattr(self._local, "c", None)
+        if c is None:
+            c = self._local.c = Counter()
+            self._counters.append(c)
+        return c
+
+    def record(self, reason: str, count: int = 1, *, sender: str = "", receiver: str = "") -> None:
+        kind = reason.split(" (")[0].split(":")[0]
+        self._counter()[kind] += count
+        self.last.append((reason, sender, receiver))
+        del self.last[:-100]
+        now = int(time.monotonic())
+        if now != self._logged_second:
+            self._logged_second, self._logged_count = now, 0
+        self._logged_count += 1
+        if self._logged_count <= self.LOG_PER_SECOND:
+            logger.bind(node=self.node).warning(
+                "dead letter x{} on {}: {} (sender={}, receiver={})",
+                count, self.node, reason, sender or "?", receiver or "?",
+            )
+
+    @property
+    def total(self) -> int:
+        return sum(sum(c.values()) for c in list(self._counters))
+
+    def by_reason(self) -> dict[str, int]:
+        out: Counter[str] = Counter()
+        for c in list(self._counters):
+            out.update(c)
+        return dict(out)
+
+
+class Metrics:
+    """Named counters; like DeadLetters, one Counter per thread."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._counters: list[Counter[str]] = []
+
+    def incr(self, name: str, by: int = 1) -> None:
+        c = getattr(self._local, "c", None)
+        if c is None:
+            c = self._local.c = Counter()
+            self._counters.append(c)
+        c[name] += by
+
+    def get(self, name: str) -> int:
+        return sum(c.get(name, 0) for c in list(self._counters))
+
+    def snapshot(self) -> dict[str, int]:
+        out: Counter[str] = Counter()
+        for c in list(self._counters):
+            out.update(c)
+        return dict(out)
+
+
+class _Link:
+    """One sender thread's socket towards one local mailbox or one remote gateway."""
+
+    __slots__ = ("sock", "remote", "node")
+
+    def __init__(self, sock: Any, remote: bool, node: str) -> None:
+        self.sock = sock
+        self.remote = remote
+        self.node = node
+
+
+class Gateway(Actor):
+    """Receives frames from other nodes and hands them to local mailboxes."""
+
+    mailbox_size = 10
+
+    def __init__(self, node: Node, name: str, endpoint: NodeEndpoint | None, **kw: Any) -> None:
+        super().__init__(node, name, **kw)
+        self.endpoint = endpoint
+        self._in: list[Any] = []
+        self._fwd: dict[str, _Link] = {}
+
+    def setup(self) -> None:
+        if self._in or self.endpoint is None:
+            return
+        node = self.node
+        for url in self._bind_urls():
+            sock = node.context.socket(zmq.PULL)
+            sock.setsockopt(zmq.RCVHWM, node.gateway_hwm)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, 4 * node.max_frame_bytes + 1024)
+            sock.bind(url)
+            self._in.append(sock)
+            self.watch_fd(sock, self._on_readable)  # type: ignore[arg-type]
+            self.log.debug("gateway of {} listening on {}", node.name, url)
+
+    def _bind_urls(self) -> list[str]:
+        assert self.endpoint is not None
+        urls = []
+        if self.endpoint.ipc_dir:
+            Path(self.endpoint.ipc_dir).mkdir(parents=True, exist_ok=True)
+            path = Path(self.endpoint.ipc_dir) / f"{self.node.name}.gw"
+            if path.exists():
+                path.unlink()  # a stale socket file from a previous run of this node
+            urls.append(self.endpoint.ipc(self.node.name))
+        if self.endpoint.port:
+            urls.append(self.endpoint.tcp())
+        return urls
+
+    def _on_readable(self, _mask: int) -> None:
+        dl = self.node.dead_letters
+        limit = self.node.max_frame_bytes
+        for sock in self._in:
+            for _ in range(256):
+                try:
+                    parts = sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                if len(parts) != 2:
+                    dl.record(f"gateway frame with {len(parts)} parts", receiver=self.name)
+                    continue
+                target, frame = parts
+                if len(frame) > limit:
+                    dl.record(f"frame of {len(frame)} bytes is over the {limit} byte limit",
+                              receiver=target.decode("utf-8", "replace"))
+                    continue
+                name = target.decode("utf-8", "replace")
+                link = self._fwd.get(name)
+                if link is None:
+                    if name not in self.node.actors:
+                        dl.record(f"no actor named {name!r} on node {self.node.name}",
+                                  receiver=name)
+                        continue
+                    link = self.node._new_link(Address(self.node.name, name))
+                    self._fwd[name] = link
+                self.node._send_frame(link, Address(self.node.name, name), frame, waiter=self)
+
+    def teardown(self) -> None:
+        for sock in self._in:
+            self.unwatch_fd(sock)  # type: ignore[arg-type]
+            sock.close(linger=0)
+        self._in = []
+        for link in self._fwd.values():
+            link.sock.close(linger=1000)
+        self._fwd = {}
+
+
+class AskRouter(Actor):
+    """Receives the Replies to this node's asks and completes their futures."""
+
+    mailbox_size = 100_000
+
+    @handles(Reply)
+    def on_reply(self, msg: Reply) -> None:
+        self.node._complete_ask(msg)
+
+
+class _Pending:
+    __slots__ = ("event", "reply")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.reply: Reply | None = None
+
+
+class Node:
+    """The actors of one node in this process."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        directory: Directory | None = None,
+        endpoint: NodeEndpoint | None = None,
+        data_dir: Path | None = None,
+        trace_sample_ratio: float = 0.0,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        batch_max_messages: int = 256,
+        gateway_hwm: int = 1000,
+        context: zmq.Context[Any] | None = None,
+    ) -> None:
+        if not name or "/" in name or "@" in name:
+            raise NodeError(f"bad node name {name!r}: must be non-empty, without '/' or '@'")
+        self.name = name
+        self.directory = directory or Directory()
+        if endpoint is not None:
+            self.directory.add(name, endpoint)
+        self.endpoint = self.directory.nodes.get(name)
+        self.context = context or zmq.Context()
+        self._own_context = context is None
+        self.max_frame_bytes = max_frame_bytes
+        self.batch_max_messages = batch_max_messages
+        self.gateway_hwm = gateway_hwm
+        self.data_dir = data_dir
+        self.actors: dict[str, Actor] = {}
+        self._order: list[str] = []
+        self.dead_letters = DeadLetters(name)
+        self.metrics = Metrics()
+        self.tracer = Tracer(
+            name, (data_dir / "traces") if data_dir is not None else None, trace_sample_ratio
+        )
+        self._thread_links = threading.local()
+        self._all_external_links: list[_Link] = []
+        self._ask_ids = itertools.count(1)
+        self._pending: dict[int, _Pending] = {}
+        self._external_sent = 0
+        self._ready_events: list[threading.Event] = []
+        self._started = False
+        self._stopped = False
+        self.log = logger.bind(node=name, actor="node")
+
+    # ------------------------------------------------------------ lifecycle
+    def inproc_endpoint(self, actor_name: str) -> str:
+        return f"inproc://{self.name}/{actor_name}"
+
+    def start(self) -> Node:
+        if self._started:
+            return self
+        self._started = True
+        self.tracer.start()
+        self.spawn(AskRouter, "_asks")
+        self.spawn(Gateway, "_gateway", endpoint=self.endpoint)
+        return self
+
+    def spawn(self, actor_cls: type[Actor], name: str, **kwargs: Any) -> Address:
+        """Start an actor on this node and wait until its mailbox is bound."""
+        if name in self.actors:
+            raise NodeError(f"an actor named {name!r} already runs on node {self.name}")
+        if self._stopped:
+            raise NodeError(f"node {self.name} is shut down")
+        ref = actor_cls.start(self, name, **kwargs)
+        actor = ref._actor_weakref()  # the object itself: the node supervises it
+        assert actor is not None
+        actor._ready.wait(timeout=30)
+        if actor.actor_stopped.is_set():
+            raise NodeError(f"actor {name!r} failed to start on node {self.name}")
+        self.actors[name] = actor
+        self._order.append(name)
+        return actor.address
+
+    def _new_ready_event(self) -> threading.Event:
+        return threading.Event()
+
+    def _forget(self, actor: Actor) -> None:
+        pass  # kept in self.actors for post-mortem counters
+
+    def actor(self, name: str) -> Actor:
+        return self.actors[name]
+
+    # -------------------------------------------------------------- routing
+    def _new_link(self, address: Address) -> _Link:
+        sock = self.context.socket(zmq.PUSH)
+        sock.setsockopt(zmq.SNDHWM, 100)
+        sock.setsockopt(zmq.LINGER, 5000)
+        if address.node == self.name:
+            sock.connect(self.inproc_endpoint(address.name))
+            return _Link(sock, False, address.node)
+        endpoint = self.directory.nodes[address.node]
+        me = self.endpoint
+        if me is not None and endpoint.ipc_dir and me.host == endpoint.host:
+            sock.connect(endpoint.ipc(address.node))
+        elif endpoint.port:
+            sock.connect(endpoint.tcp())
+        else:
+            sock.close(linger=0)
+            raise NodeError(f"node {address.node} has no reachable endpoint from {self.name}")
+        return _Link(sock, True, address.node)
+
+    def _connect_out(self, address: Address) -> _Link | None:
+        if address.node == self.name:
+            if address.name not in self.actors or self.actors[address.name].actor_stopped.is_set():
+                return None
+        elif address.node not in self.directory.nodes:
+            return None
+        return self._new_link(address)
+
+    def _send_frame(self, link: _Link, address: Address, frame: bytes, waiter: Any = None) -> None:
+        """Send one frame, waiting (never dropping) while the receiver's mailbox is full."""
+        sock = link.sock
+        parts = [address.name.encode(), frame] if link.remote else None
+        waited = False
+        while True:
+            try:
+                if parts is None:
+                    sock.send(frame, zmq.NOBLOCK)
+                else:
+                    sock.send_multipart(parts, zmq.NOBLOCK)
+                return
+            except zmq.Again:
+                if not waited:
+                    waited = True
+                    self.metrics.incr("mailbox_full_waits")
+                if address.node == self.name:
+                    target = self.actors.get(address.name)
+                    if target is None or target.actor_stopped.is_set():
+                        self.dead_letters.record(
+                            f"actor {address} stopped while a frame waited for it",
+                            receiver=str(address),
+                        )
+                        return
+                sock.poll(100, zmq.POLLOUT)
+
+    # ------------------------------------------------- external (non-actor) API
+    def _external_link(self, address: Address) -> _Link | None:
+        links = getattr(self._thread_links, "links", None)
+        if links is None:
+            links = self._thread_links.links = {}
+        link = links.get(address)
+        if link is None:
+            link = self._connect_out(address)
+            if link is None:
+                return None
+            links[address] = link
+            self._all_external_links.append(link)
+        return link
+
+    def tell(
+        self,
+        address: Address,
+        msg: Any,
+        *,
+        sender: str = "_external",
+        trace_id: int | None = None,
+        ask_id: int = 0,
+    ) -> None:
+        """Send from a thread that is not an actor (CLI, tests, signal handling)."""
+        link = self._external_link(address)
+        if link is None:
+            self.dead_letters.record(f"no route to actor {address}", sender=sender)
+            return
+        tid = self.tracer.sample() if trace_id is None else trace_id
+        span = 0
+        if tid:
+            from actors.runtime.tracing import new_id
+
+            span = new_id()
+            self.tracer.event("send", tid, span, 0, sender, str(address), type(msg).__name__)
+        entry = [registry.type_id_of(type(msg)), tid, span, 0, time.time_ns(), ask_id, msg]
+        frame = msgpack.packb([FORMAT_VERSION, self.name, sender, address.name, [entry]])
+        self._send_frame(link, address, frame)
+        if address.node == self.name:
+            self._external_sent += 1
+
+    def send_raw(self, address: Address, frame: bytes) -> None:
+        """Put arbitrary bytes in a mailbox (for tests of dead-letter handling)."""
+        link = self._external_link(address)
+        if link is None:
+            raise NodeError(f"no route to {address}")
+        self._send_frame(link, address, frame)
+
+    def ask(self, address: Address, msg: Any, timeout: float = 5.0) -> Any:
+        """Send and wait for the handler's return value (control paths and tests)."""
+        ask_id = next(self._ask_ids)
+        pending = _Pending()
+        self._pending[ask_id] = pending
+        try:
+            self.tell(address, msg, sender="_asks", ask_id=ask_id)
+            if not pending.event.wait(timeout):
+                raise AskTimeout(f"no answer from {address} to {type(msg).__name__} in {timeout} s")
+        finally:
+            self._pending.pop(ask_id, None)
+        reply = pending.reply
+        assert reply is not None
+        if not reply.ok:
+            raise AskFailed(f"{address} failed on {type(msg).__name__}: {reply.value}")
+        return reply.value
+
+    def _complete_ask(self, reply: Reply) -> None:
+        pending = self._pending.get(reply.ask_id)
+        if pending is not None:
+            pending.reply = reply
+            pending.event.set()
+
+    # ------------------------------------------------------------- shutdown
+    def quiesce(self, timeout: float = 10.0) -> bool:
+        """Wait until every message sent between this node's actors has been handled."""
+        deadline = time.monotonic() + timeout
+        stable = 0
+        last = None
+        while time.monotonic() < deadline:
+            actors = list(self.actors.values())
+            sent = self._external_sent + sum(a.sent_local for a in actors)
+            received = sum(a.received for a in actors)
+            state = (sent, received)
+            if received >= sent and state == last:
+                stable += 1
+                if stable >= 3:
+                    return True
+            else:
+                stable = 0
+            last = state
+            time.sleep(0.02)
+        return False
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop intake, let in-flight messages finish, then stop actors newest first."""
+        if self._stopped:
+            return
+        self._stopped = True
+        user_actors = [self.actors[n] for n in reversed(self._order) if not n.startswith("_")]
+        for actor in user_actors:
+            if not actor.actor_stopped.is_set():
+                try:
+                    actor.actor_ref.ask(_call("on_stopping"), timeout=timeout)
+                except Exception as exc:
+                    self.log.warning("actor {} did not stop intake cleanly: {}", actor.name, exc)
+        if not self.quiesce(timeout):
+            self.log.warning("node {} did not quiesce within {} s", self.name, timeout)
+        for name in reversed(self._order):
+            actor = self.actors[name]
+            if actor.actor_stopped.is_set():
+                continue
+            try:
+                actor.actor_ref.stop(block=True, timeout=timeout)
+            except Exception as exc:
+                self.log.warning("actor {} did not stop within {} s: {}", name, timeout, exc)
+        for link in self._all_external_links:
+            link.sock.close(linger=1000)
+        self._all_external_links.clear()
+        self.tracer.close()
+        if self._own_context:
+            self.context.term()
+        self.log.info("node {} stopped", self.name)
+
+    def run_until_signal(self) -> int:
+        """Block the main thread until SIGTERM or SIGINT, then shut down cleanly."""
+        stop = threading.Event()
+        received: list[int] = []
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            received.append(signum)
+            stop.set()
+
+        old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            while not stop.wait(0.5):
+                pass
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+        self.log.info("node {} got {}; shutting down", self.name, signal.Signals(received[0]).name)
+        self.shutdown()
+        return 0
+
+
+def _call(method: str) -> Any:
+    from pykka.messages import ProxyCall
+
+    return ProxyCall(attr_path=(method,), args=(), kwargs={})
+
+
+def default_ipc_dir() -> str:
+    return os.environ.get("ACTORLOG_IPC_DIR", f"/tmp/actorlog-ipc-{os.getuid()}")

@@ -1,0 +1,226 @@
+"""Trace events: sampled at the start of a chain, written off the hot path.
+
+Actors append event tuples to a deque (atomic under the GIL, no lock shared
+between actors); one writer thread per node drains it into size-bounded,
+rotated files under ``<data dir>/traces``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from wire import trace_format as tf
+
+_getrandbits = random.getrandbits
+
+
+def new_id() -> int:
+    """A random non-zero 63-bit id (0 means "no trace")."""
+    return _getrandbits(63) or 1
+
+
+class Tracer:
+    """Per-node trace sampling and event sink."""
+
+    def __init__(
+        self,
+        node: str,
+        directory: Path | None,
+        sample_ratio: float = 0.0,
+        file_max_bytes: int = 64 * 1024 * 1024,
+        files_max: int = 16,
+        flush_interval_s: float = 0.2,
+    ) -> None:
+        if not 0.0 <= sample_ratio <= 1.0:
+            raise ValueError(f"trace.sample.ratio must be within [0, 1], got {sample_ratio}")
+        self.node = node
+        self.directory = directory
+        self.sample_ratio = sample_ratio if directory is not None else 0.0
+        self.enabled = self.sample_ratio > 0.0
+        self.file_max_bytes = file_max_bytes
+        self.files_max = files_max
+        self.clock_offset_ns = 0
+        self._events: deque[tuple[Any, ...]] = deque()
+        self._flush_interval_s = flush_interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._file: Any = None
+        self._file_bytes = 0
+        self._seq = 0
+        self.events_written = 0
+
+    # -- sampling ---------------------------------------------------------
+    def sample(self) -> int:
+        """A new trace id if this chain is sampled, else 0."""
+        ratio = self.sample_ratio
+        if ratio >= 1.0:
+            return new_id()
+        if ratio <= 0.0 or random.random() >= ratio:
+            return 0
+        return new_id()
+
+    # -- events -----------------------------------------------------------
+    def event(
+        self,
+        kind: str,
+        trace_id: int,
+        span_id: int,
+        parent_span_id: int,
+        actor: str,
+        peer: str,
+        msg_type: str,
+        conn_id: int = -1,
+        corr_id: int = -1,
+        api_key: int = -1,
+        size: int = 0,
+        mono_ns: int | None = None,
+        wall_ns: int | None = None,
+    ) -> None:
+        self._events.append(
+            (
+                kind,
+                trace_id,
+                span_id,
+                parent_span_id,
+                self.node,
+                actor,
+                peer,
+                msg_type,
+                conn_id,
+                corr_id,
+                api_key,
+                size,
+                time.monotonic_ns() if mono_ns is None else mono_ns,
+                time.time_ns() if wall_ns is None else wall_ns,
+                self.clock_offset_ns,
+            )
+        )
+
+    # -- writer -----------------------------------------------------------
+    def start(self) -> None:
+        if not self.enabled or self._thread is not None:
+            return
+        assert self.directory is not None
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._thread = threading.Thread(target=self._run, name=f"trace-writer-{self.node}", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=10)
+            self._thread = None
+        self._drain()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def flush(self) -> None:
+        """Write out everything queued so far (used by tests and at shutdown)."""
+        self._drain()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._flush_interval_s):
+            self._drain()
+
+    _drain_lock = threading.Lock()  # only the writer thread and close() ever take it
+
+    def _drain(self) -> None:
+        if not self.enabled:
+            return
+        with self._drain_lock:
+            events = self._events
+            if not events:
+                return
+            packer = msgpack.Packer()
+            chunks = []
+            n = 0
+            popleft = events.popleft
+            while events and n < 200_000:
+                chunks.append(packer.pack(popleft()))
+                n += 1
+            data = b"".join(chunks)
+            f = self._current_file(len(data))
+            f.write(data)
+            f.flush()
+            self._file_bytes += len(data)
+            self.events_written += n
+
+    def _current_file(self, incoming: int) -> Any:
+        if self._file is not None and self._file_bytes + incoming <= self.file_max_bytes:
+            return self._file
+        if self._file is not None:
+            self._file.close()
+        assert self.directory is not None
+        self._seq += 1
+        started = time.time_ns()
+        path = self.directory / f"{self.node}-{started}-{os.getpid()}-{self._seq:06d}{tf.FILE_SUFFIX}"
+        self._file = open(path, "ab")
+        header = msgpack.packb(
+            {
+                "format": tf.FORMAT_NAME,
+                "version": tf.FORMAT_VERSION,
+                "fields": list(tf.FIELDS),
+                "node": self.node,
+                "pid": os.getpid(),
+                "started_wall_ns": started,
+            }
+        )
+        self._file.write(header)
+        self._file_bytes = len(header)
+        self._rotate()
+        return self._file
+
+    def _rotate(self) -> None:
+        assert self.directory is not None
+        mine = sorted(self.directory.glob(f"{self.node}-*{tf.FILE_SUFFIX}"))
+        for old in mine[: max(0, len(mine) - self.files_max)]:
+            try:
+                old.unlink()
+            except FileNotFoundError:
+                pass
+
+
+def read_trace_file(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The header and every whole event of one trace file, as dicts."""
+    with open(path, "rb") as f:
+        data = f.read()
+    unpacker = msgpack.Unpacker(raw=False)
+    unpacker.feed(data)
+    header: dict[str, Any] | None = None
+    events: list[dict[str, Any]] = []
+    try:
+        for obj in unpacker:
+            if header is None:
+                if not isinstance(obj, dict) or obj.get("format") != tf.FORMAT_NAME:
+                    raise ValueError(f"{path}: not an actorlog trace file")
+                if obj.get("version") != tf.FORMAT_VERSION:
+                    raise ValueError(f"{path}: trace format version {obj.get('version')} is not supported")
+                header = obj
+                fields = obj["fields"]
+                continue
+            events.append(dict(zip(fields, obj)))
+    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError) as exc:
+        if header is None:
+            raise
+        del exc  # a torn tail after a crash: keep what is whole
+    if header is None:
+        raise ValueError(f"{path}: empty trace file")
+    return header, events
+
+
+def read_trace_dirs(dirs: list[Path]) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    for d in dirs:
+        files = sorted(Path(d).rglob(f"*{tf.FILE_SUFFIX}")) if Path(d).is_dir() else [Path(d)]
+        for path in files:
+            events.extend(read_trace_file(path)[1])
+    return events

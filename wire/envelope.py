@@ -1,0 +1,76 @@
+"""The envelope: how messages travel between mailboxes.
+
+A frame is one msgpack array carrying one or more envelopes that share a
+sender and a receiver (an actor flushes what it sent to one receiver during a
+turn as one frame; the frame, not the message, pays ZeroMQ's per-send cost):
+
+    [FORMAT_VERSION, sender_node, sender_name, receiver_name, entries]
+
+and each entry is one message's envelope:
+
+    [type_id, trace_id, span_id, parent_span_id, send_time_ns, ask_id, body]
+
+``trace_id`` 0 means "not sampled". ``ask_id`` 0 means no reply is expected;
+otherwise the receiver answers the sender with a ``Reply`` carrying that id.
+``send_time_ns`` is wall-clock time (``time.time_ns``) so it compares across
+hosts once the clock offset is known. The receiver node is implied by the
+socket the frame arrived on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import msgpack
+
+FORMAT_VERSION = 1
+DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+
+
+class BadFrame(ValueError):
+    """A frame that cannot be decoded; the reason is the message."""
+
+
+class Frame(NamedTuple):
+    sender_node: str
+    sender_name: str
+    receiver_name: str
+    entries: list[list[Any]]
+
+
+_packb = msgpack.packb
+
+
+def encode_frame(sender_node: str, sender_name: str, receiver_name: str, entries: list[Any]) -> bytes:
+    return _packb([FORMAT_VERSION, sender_node, sender_name, receiver_name, entries])
+
+
+def decode_frame(data: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Frame:
+    if len(data) > max_frame_bytes:
+        raise BadFrame(f"frame of {len(data)} bytes is over the {max_frame_bytes} byte limit")
+    try:
+        obj = msgpack.unpackb(data, raw=False)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise BadFrame(f"undecodable frame: {type(exc).__name__}: {exc}") from None
+    if type(obj) is not list or len(obj) != 5:
+        raise BadFrame("frame is not a 5-element array")
+    version, s_node, s_name, r_name, entries = obj
+    if version != FORMAT_VERSION:
+        raise BadFrame(f"unsupported envelope format version {version!r}")
+    if not (type(s_node) is str and type(s_name) is str and type(r_name) is str):
+        raise BadFrame("frame addresses must be strings")
+    if type(entries) is not list:
+        raise BadFrame("frame entries must be an array")
+    return Frame(s_node, s_name, r_name, entries)
+
+
+def encode_entry(
+    type_id: int,
+    body: Any,
+    trace_id: int = 0,
+    span_id: int = 0,
+    parent_span_id: int = 0,
+    send_time_ns: int = 0,
+    ask_id: int = 0,
+) -> list[Any]:
+    return [type_id, trace_id, span_id, parent_span_id, send_time_ns, ask_id, body]

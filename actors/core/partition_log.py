@@ -1,0 +1,739 @@
+"""The log of one partition: segments, offsets, high watermark, recovery.
+
+A pure core: no threads, no clock (time comes in as ``now_ms``), no logging.
+The PartitionShard actor owns one PartitionLog per partition and calls it
+from a single thread, so nothing here locks.
+
+Offsets: ``log_start_offset <= high_watermark <= log_end_offset``; the
+recovery point is the offset below which everything has been fsynced (a
+restart after a crash scans only what lies above it). Without transactions
+the last stable offset equals the high watermark.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+
+from actors.core.checkpoint import TMP_SUFFIX
+from actors.core.log_epoch_cache import LeaderEpochCache
+from actors.core.log_segment import INDEX_SUFFIX, LOG_SUFFIX, LogSegment
+from actors.core.producer_state import (
+    BatchMetadata,
+    ProducerStateManager,
+    delete_snapshots_after,
+    list_snapshots,
+    load_latest_snapshot,
+    snapshot_path,
+    write_snapshot,
+)
+from actors.core.record_batch import (
+    BatchHeader,
+    check_batches,
+    check_client_batch,
+    iter_record_timestamps,
+    patch_base_offset,
+    patch_log_append_time,
+    patch_partition_leader_epoch,
+)
+from wire.errors import (
+    ErrorCode,
+    InvalidRecordError,
+    KafkaError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+)
+
+NO_LIMIT = 2**63 - 1
+DAY_MS = 24 * 60 * 60 * 1000
+CREATE_TIME = "CreateTime"
+LOG_APPEND_TIME = "LogAppendTime"
+_SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
+_MAX_RELATIVE_OFFSET = 2**31 - 1
+
+
+class RecordListTooLargeError(KafkaError):
+    """A request's records for one partition exceed the segment size."""
+
+    code = ErrorCode.RECORD_LIST_TOO_LARGE
+
+
+class UnexpectedAppendOffsetError(KafkaError):
+    """A follower append that does not continue the log exactly (gap or overlap)."""
+
+    code = ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Per-topic log settings, Kafka's names in snake_case, Kafka's defaults."""
+
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * DAY_MS
+    retention_bytes: int = -1
+    retention_ms: int = 7 * DAY_MS
+    index_interval_bytes: int = 4096
+    flush_messages: int = NO_LIMIT
+    flush_ms: int = NO_LIMIT
+    max_message_bytes: int = 1048588
+    message_timestamp_type: str = CREATE_TIME
+
+    def __post_init__(self) -> None:
+        if self.message_timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
+            raise ValueError(f"message_timestamp_type must be {CREATE_TIME!r} or "
+                             f"{LOG_APPEND_TIME!r}, got {self.message_timestamp_type!r}")
+        if self.segment_bytes < 1:
+            raise ValueError(f"segment_bytes must be positive, got {self.segment_bytes}")
+        if self.index_interval_bytes < 0:
+            raise ValueError(f"index_interval_bytes must be >= 0, got "
+                             f"{self.index_interval_bytes}")
+
+
+@dataclass(frozen=True, slots=True)
+class LogOffsetMetadata:
+    """An offset plus where it sits on disk, so a delayed fetch can count bytes
+    available without reading: the position difference within one segment."""
+
+    message_offset: int
+    segment_base_offset: int
+    relative_position_in_segment: int
+
+    def on_same_segment(self, other: LogOffsetMetadata) -> bool:
+        return self.segment_base_offset == other.segment_base_offset
+
+    def position_diff(self, other: LogOffsetMetadata) -> int:
+        """Bytes from ``other`` up to this; only meaningful on the same segment."""
+        return self.relative_position_in_segment - other.relative_position_in_segment
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """What a Produce response needs about one partition's append."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp_ms: int
+    log_append_time_ms: int  # -1 for CreateTime topics
+    log_start_offset: int
+    num_records: int
+    size_in_bytes: int
+    duplicate: bool = False  # a retried idempotent batch: offsets are the original ones
+
+
+@dataclass(frozen=True, slots=True)
+class ReadInfo:
+    """Whole batches read from one segment, and where the fetch started."""
+
+    records: bytes | memoryview
+    fetch_offset_metadata: LogOffsetMetadata
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+class PartitionLog:
+    """One partition's segments and offsets; see the module docstring."""
+
+    def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig,
+                 now_ms: int) -> None:
+        # Use PartitionLog.open(); this only sets fields.
+        self.dir = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._log_start_offset = 0
+        self._high_watermark = 0
+        self._recovery_point = 0
+        self._hw_metadata: LogOffsetMetadata | None = None
+        self.epoch_cache = LeaderEpochCache(directory)
+        self.producer_state = ProducerStateManager()
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms
+        self.closed = False
+
+    # ------------------------------------------------------------------ open
+
+    @classmethod
+    def open(cls, dir: Path, topic: str, partition: int, config: LogConfig, now_ms: int,
+             *, recovery_point: int = 0, log_start_offset: int = 0,
+             high_watermark: int = 0, clean_shutdown: bool = False) -> PartitionLog:
+        """Open (creating if needed) the log in the partition directory ``dir``.
+
+        ``recovery_point``, ``log_start_offset`` and ``high_watermark`` come from
+        the log dir's checkpoints. Without ``clean_shutdown``, every segment that
+        is not wholly below the recovery point is scanned, its index rebuilt, and
+        the log cut at the first batch whose length, magic, CRC or offset is wrong.
+        """
+        dir.mkdir(parents=True, exist_ok=True)
+        log = cls(dir, topic, partition, config, now_ms)
+        log._load(now_ms, recovery_point, log_start_offset, high_watermark, clean_shutdown)
+        return log
+
+    def _load(self, now_ms: int, recovery_point: int, log_start_offset: int,
+              high_watermark: int, clean_shutdown: bool) -> None:
+        bases = self._clean_directory()
+        interval = self.config.index_interval_bytes
+        recovered = False
+        for i, base in enumerate(bases):
+            segment = LogSegment(self.dir, base, interval, now_ms)
+            trusted = clean_shutdown or (i + 1 < len(bases) and bases[i + 1] <= recovery_point)
+            if trusted and not recovered:
+                recovered = segment.load_clean()
+            else:
+                segment.recover()
+                recovered = True
+            if self.segments and self.segments[-1].next_offset != base:
+                # A cut (or a hole) before this segment: nothing after it is a prefix.
+                for later in [segment] + [LogSegment(self.dir, b, interval, now_ms)
+                                          for b in bases[i + 1:]]:
+                    later.delete()
+                break
+            self.segments.append(segment)
+        if recovered:
+            for segment in self.segments:
+                segment.flush()
+        if not self.segments:
+            self.segments.append(LogSegment(self.dir, log_start_offset, interval, now_ms))
+        self._bases = [s.base_offset for s in self.segments]
+        leo = self.log_end_offset
+        if log_start_offset > leo:
+            # The checkpoint says data up to there was deleted: start there.
+            self._replace_all_segments(log_start_offset, now_ms)
+            leo = log_start_offset
+        self._log_start_offset = max(log_start_offset, self.segments[0].base_offset)
+        self._recovery_point = leo if (clean_shutdown or recovered) else min(recovery_point, leo)
+        self._recovery_point = max(self._recovery_point, self._log_start_offset)
+        self._high_watermark = min(max(high_watermark, self._log_start_offset), leo)
+        self.epoch_cache.truncate_from_end(leo)
+        self.epoch_cache.truncate_from_start(self._log_start_offset)
+        self._rebuild_producer_state()
+        for snap in list_snapshots(self.dir):
+            snapshot_path(self.dir, snap).unlink(missing_ok=True)
+
+    def _clean_directory(self) -> list[int]:
+        """Remove leftovers of interrupted operations; return segment bases, sorted."""
+        bases: list[int] = []
+        names = os.listdir(self.dir)
+        logs = {n[: -len(LOG_SUFFIX)] for n in names if n.endswith(LOG_SUFFIX)}
+        for name in names:
+            path = self.dir / name
+            orphan_index = (name.endswith(INDEX_SUFFIX)
+                            and name[: -len(INDEX_SUFFIX)] not in logs)
+            if name.endswith((TMP_SUFFIX, ".deleted")) or orphan_index:
+                path.unlink(missing_ok=True)
+            else:
+                match = _SEGMENT_RE.match(name)
+                if match:
+                    bases.append(int(match.group(1)))
+        return sorted(bases)
+
+    def _rebuild_producer_state(self) -> None:
+        """Producer state from the newest snapshot at or below the LEO, then the log."""
+        leo = self.log_end_offset
+        snap_offset, state = load_latest_snapshot(self.dir, leo)
+        start = max(snap_offset, self._log_start_offset)
+        first = max(bisect_right(self._bases, start) - 1, 0)
+        for segment in self.segments[first:]:
+            if segment.next_offset <= start:
+                continue
+            for header in segment.iter_headers(0, segment.size):
+                if header.base_offset >= start:
+                    state.update_from_header(header, header.base_offset)
+        state.remove_before(self._log_start_offset)
+        self.producer_state = state
+
+    # ------------------------------------------------------------ properties
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Transactions are not tracked, so every offset below the HW is stable."""
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def active_segment_base_offset(self) -> int:
+        return self.segments[-1].base_offset
+
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._bases)
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._unflushed_messages
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.epoch_cache.latest_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetsForLeaderEpoch; (-1, -1) if unknown."""
+        return self.epoch_cache.end_offset_for(epoch, self.log_end_offset)
+
+    def assign_epoch_start_offset(self, epoch: int, offset: int) -> None:
+        """A new leader epoch starts at ``offset`` (the LEO when this node becomes leader)."""
+        self.epoch_cache.assign(epoch, offset)
+
+    @property
+    def log_end_offset_metadata(self) -> LogOffsetMetadata:
+        active = self.segments[-1]
+        return LogOffsetMetadata(active.next_offset, active.base_offset, active.size)
+
+    @property
+    def high_watermark_metadata(self) -> LogOffsetMetadata:
+        if self._high_watermark == self.log_end_offset:
+            return self.log_end_offset_metadata
+        if self._hw_metadata is None or self._hw_metadata.message_offset != self._high_watermark:
+            self._hw_metadata = self._offset_metadata(self._high_watermark)
+        return self._hw_metadata
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the HW, clamped to [log_start_offset, log_end_offset]; returns it."""
+        offset = min(max(offset, self._log_start_offset), self.log_end_offset)
+        if offset != self._high_watermark:
+            self._high_watermark = offset
+            self._hw_metadata = None
+        return offset
+
+    def _segment_for(self, offset: int) -> LogSegment:
+        slot = bisect_right(self._bases, offset) - 1
+        return self.segments[max(slot, 0)]
+
+    def _offset_metadata(self, offset: int) -> LogOffsetMetadata:
+        segment = self._segment_for(offset)
+        position, _ = segment.find_position(offset)
+        return LogOffsetMetadata(offset, segment.base_offset, position)
+
+    # ---------------------------------------------------------------- append
+
+    def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int,
+                         now_ms: int) -> AppendInfo:
+        """Validate every batch, assign offsets by patching headers, write once.
+
+        Nothing is written unless every batch passes. A retried idempotent batch
+        is answered with its original offsets and not written again.
+        """
+        headers = check_batches(records)
+        if not headers:
+            return self._empty_append_info()
+        max_bytes = self.config.max_message_bytes
+        num_records = 0
+        for header in headers:
+            check_client_batch(header)
+            if header.size > max_bytes:
+                raise MessageTooLargeError(
+                    f"record batch at byte {header.position} is {header.size} bytes, "
+                    f"larger than max.message.bytes {max_bytes}")
+            num_records += header.records_count
+        total = len(records)
+        if total > self.config.segment_bytes:
+            raise RecordListTooLargeError(
+                f"{total} bytes of records exceed segment.bytes {self.config.segment_bytes}")
+        state = self.producer_state
+        for header in headers:
+            if header.producer_id >= 0:
+                duplicate = state.find_duplicate(header)
+                if duplicate is not None:
+                    return self._duplicate_append_info(duplicate)
+        state.check_batches(headers)
+
+        buf = bytearray(records)
+        log_append_time = self.config.message_timestamp_type == LOG_APPEND_TIME
+        first_offset = offset = self.log_end_offset
+        placed: list[tuple[int, int, int, int, int]] = []
+        max_timestamp = -1
+        for header in headers:
+            position = header.position
+            patch_base_offset(buf, position, offset)
+            patch_partition_leader_epoch(buf, position, leader_epoch)
+            batch_max_ts = header.max_timestamp
+            if log_append_time:
+                patch_log_append_time(buf, position, header.size, now_ms)
+                batch_max_ts = now_ms
+            max_timestamp = max(max_timestamp, batch_max_ts)
+            next_offset = offset + header.last_offset_delta + 1
+            placed.append((offset, next_offset, position, header.size, batch_max_ts))
+            offset = next_offset
+        self._write(buf, placed, headers, first_offset, offset - 1, max_timestamp,
+                    num_records, now_ms, [leader_epoch])
+        return AppendInfo(
+            first_offset=first_offset,
+            last_offset=offset - 1,
+            max_timestamp_ms=max_timestamp,
+            log_append_time_ms=now_ms if log_append_time else -1,
+            log_start_offset=self._log_start_offset,
+            num_records=num_records,
+            size_in_bytes=total,
+        )
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview,
+                           now_ms: int) -> AppendInfo:
+        """Append batches that already carry the leader's offsets, unchanged.
+
+        They must continue the log exactly: a gap or an overlap is refused, as is
+        any batch that fails the checks of a leader append's first stage.
+        """
+        headers = check_batches(records)
+        if not headers:
+            return self._empty_append_info()
+        expected = self.log_end_offset
+        placed: list[tuple[int, int, int, int, int]] = []
+        num_records = 0
+        max_timestamp = -1
+        max_bytes = self.config.max_message_bytes
+        epochs: list[int] = []
+        for header in headers:
+            if header.base_offset != expected:
+                raise UnexpectedAppendOffsetError(
+                    f"follower append at offset {header.base_offset} for "
+                    f"{self.topic}-{self.partition}, expected {expected}")
+            if header.last_offset_delta < 0:
+                raise InvalidRecordError(f"record batch at byte {header.position} has "
+                                         f"lastOffsetDelta {header.last_offset_delta}")
+            if header.size > max_bytes:
+                raise MessageTooLargeError(
+                    f"record batch at byte {header.position} is {header.size} bytes, "
+                    f"larger than max.message.bytes {max_bytes}")
+            next_offset = header.next_offset
+            placed.append((header.base_offset, next_offset, header.position, header.size,
+                           header.max_timestamp))
+            num_records += header.records_count
+            max_timestamp = max(max_timestamp, header.max_timestamp)
+            epochs.append(header.partition_leader_epoch)
+            expected = next_offset
+        total = len(records)
+        if total > self.config.segment_bytes:
+            raise RecordListTooLargeError(
+                f"{total} bytes of records exceed segment.bytes {self.config.segment_bytes}")
+        first_offset = headers[0].base_offset
+        self._write(records, placed, headers, first_offset, expected - 1, max_timestamp,
+                    num_records, now_ms, epochs)
+        return AppendInfo(first_offset, expected - 1, max_timestamp, -1,
+                          self._log_start_offset, num_records, total)
+
+    def _write(self, data: bytes | bytearray | memoryview,
+               placed: list[tuple[int, int, int, int, int]], headers: list[BatchHeader],
+               first_offset: int, last_offset: int, max_timestamp: int, num_records: int,
+               now_ms: int, epochs: list[int]) -> None:
+        self._maybe_roll(len(data), first_offset, last_offset, max_timestamp, now_ms)
+        if len(epochs) == 1:
+            self.epoch_cache.assign(epochs[0], first_offset)
+        else:
+            for (base, *_rest), epoch in zip(placed, epochs):
+                self.epoch_cache.assign(epoch, base)
+        self.segments[-1].append(data, placed)
+        state = self.producer_state
+        for header, (base, _next, _pos, _size, max_ts) in zip(headers, placed):
+            if header.producer_id >= 0:
+                state.update(header.producer_id, header.producer_epoch, BatchMetadata(
+                    header.base_sequence, header.last_sequence, base,
+                    base + header.last_offset_delta, max_ts))
+        self._unflushed_messages += num_records
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush(now_ms)
+
+    def _empty_append_info(self) -> AppendInfo:
+        leo = self.log_end_offset
+        return AppendInfo(-1, leo - 1, -1, -1, self._log_start_offset, 0, 0)
+
+    def _duplicate_append_info(self, meta: BatchMetadata) -> AppendInfo:
+        log_append = self.config.message_timestamp_type == LOG_APPEND_TIME
+        return AppendInfo(
+            first_offset=meta.first_offset,
+            last_offset=meta.last_offset,
+            max_timestamp_ms=meta.timestamp_ms,
+            log_append_time_ms=meta.timestamp_ms if log_append else -1,
+            log_start_offset=self._log_start_offset,
+            num_records=meta.last_offset - meta.first_offset + 1,
+            size_in_bytes=0,
+            duplicate=True,
+        )
+
+    # ------------------------------------------------------------------ roll
+
+    def _maybe_roll(self, size: int, first_offset: int, last_offset: int, max_timestamp: int,
+                    now_ms: int) -> None:
+        active = self.segments[-1]
+        if active.size == 0:
+            return
+        config = self.config
+        if active._first_batch_seen and active.rolling_timestamp_ms >= 0:
+            waited_ms = max_timestamp - active.rolling_timestamp_ms
+        else:
+            waited_ms = now_ms - active.rolling_timestamp_ms
+        if (active.size + size > config.segment_bytes
+                or waited_ms > config.segment_ms
+                or last_offset - active.base_offset > _MAX_RELATIVE_OFFSET):
+            self.roll(now_ms)
+
+    def roll(self, now_ms: int) -> int:
+        """Start a new active segment at the LEO (unless the active one is empty).
+
+        The finished segment is fsynced, so the recovery point reaches the roll
+        point and a crash never rescans it. Returns the active segment's base.
+        """
+        active = self.segments[-1]
+        if active.size == 0:
+            return active.base_offset
+        self.flush(now_ms)
+        segment = LogSegment(self.dir, active.next_offset, self.config.index_interval_bytes,
+                             now_ms)
+        self.segments.append(segment)
+        self._bases.append(segment.base_offset)
+        self._hw_metadata = None
+        return segment.base_offset
+
+    # ------------------------------------------------------------------ read
+
+    def read(self, fetch_offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one_batch: bool = True) -> ReadInfo:
+        """Whole batches from the one segment holding ``fetch_offset``.
+
+        Up to ``max_bytes``, but at least one whole batch when ``min_one_batch``
+        (as Kafka does since KIP-74). Batches ending at or after ``max_offset``
+        (the HW, for consumers) are left out. Raises OffsetOutOfRangeError for
+        an offset outside [log_start_offset, log_end_offset].
+        """
+        leo = self.log_end_offset
+        if fetch_offset < self._log_start_offset or fetch_offset > leo:
+            raise OffsetOutOfRangeError(
+                f"offset {fetch_offset} is out of range for {self.topic}-{self.partition}: "
+                f"log start {self._log_start_offset}, log end {leo}")
+        slot = bisect_right(self._bases, fetch_offset) - 1
+        segment = self.segments[slot]
+        while fetch_offset >= segment.next_offset and slot + 1 < len(self.segments):
+            slot += 1
+            segment = self.segments[slot]
+        start, _ = segment.find_position(fetch_offset)
+        metadata = LogOffsetMetadata(fetch_offset, segment.base_offset, start)
+        limit = segment.size
+        if max_offset is not None and max_offset < segment.next_offset:
+            if max_offset == self._high_watermark:
+                hw = self.high_watermark_metadata
+                if hw.segment_base_offset == segment.base_offset:
+                    limit = hw.relative_position_in_segment
+                else:
+                    limit = segment.find_position(max_offset)[0]
+            else:
+                limit = segment.find_position(max_offset)[0]
+        available = limit - start
+        if available <= 0 or max_bytes < 0:
+            return ReadInfo(b"", metadata, self._high_watermark, self._log_start_offset, leo)
+        if available <= max_bytes:
+            # The range ends on a batch boundary (segment end or a batch start).
+            data: bytes | memoryview = segment.read(start, available)
+        else:
+            chunk = segment.read(start, max_bytes)
+            whole = segment.whole_batches_length(chunk, start) if max_bytes > 0 else 0
+            if whole == len(chunk):
+                data = chunk
+            elif whole > 0:
+                data = memoryview(chunk)[:whole]
+            elif min_one_batch:
+                head = segment.read(start, 12)
+                size = int.from_bytes(head[8:12], "big", signed=True) + 12
+                data = segment.read(start, min(size, available))
+            else:
+                data = b""
+        return ReadInfo(data, metadata, self._high_watermark, self._log_start_offset, leo)
+
+    # -------------------------------------------------------------- timestamps
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp_ms``.
+
+        The first batch whose max timestamp reaches the target is found from
+        headers alone; its records are read only if it is uncompressed. For a
+        compressed batch the answer is its base offset and max timestamp.
+        Returns None if no record is that recent.
+        """
+        for segment in self.segments:
+            if segment.max_timestamp_ms < timestamp_ms:
+                continue
+            for header in segment.iter_headers(0, segment.size):
+                if header.max_timestamp < timestamp_ms:
+                    continue
+                if header.next_offset <= self._log_start_offset:
+                    continue
+                if header.compression != 0 or header.is_log_append_time:
+                    offset, ts = header.base_offset, header.max_timestamp
+                else:
+                    raw = segment.read(header.position, header.size)
+                    offset, ts = header.base_offset, header.max_timestamp
+                    for record_offset, record_ts in iter_record_timestamps(raw, header, 0):
+                        if record_ts >= timestamp_ms and record_offset >= self._log_start_offset:
+                            offset, ts = record_offset, record_ts
+                            break
+                return max(offset, self._log_start_offset), ts
+        return None
+
+    # -------------------------------------------------------------- truncation
+
+    def truncate_to(self, offset: int, now_ms: int = 0) -> bool:
+        """Remove every batch holding an offset >= ``offset`` (follower truncation).
+
+        A batch straddling ``offset`` goes entirely. Returns True if anything was
+        removed. Below the log start this becomes truncate_fully_and_start_at.
+        """
+        if offset >= self.log_end_offset:
+            return False
+        if offset < self._log_start_offset:
+            self.truncate_fully_and_start_at(offset, now_ms)
+            return True
+        while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
+            self.segments.pop().delete()
+            self._bases.pop()
+        self.segments[-1].truncate_to(offset)
+        leo = self.log_end_offset
+        self._high_watermark = min(self._high_watermark, leo)
+        self._recovery_point = min(self._recovery_point, leo)
+        self._hw_metadata = None
+        self.epoch_cache.truncate_from_end(leo)
+        delete_snapshots_after(self.dir, leo)
+        self._rebuild_producer_state()
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int, now_ms: int = 0) -> None:
+        """Drop everything; the log restarts empty at ``offset`` (a follower far behind)."""
+        self._replace_all_segments(offset, now_ms)
+        self._log_start_offset = offset
+        self._high_watermark = offset
+        self._recovery_point = offset
+        self._hw_metadata = None
+        self.epoch_cache.clear()
+        self.producer_state.clear()
+        delete_snapshots_after(self.dir, -1)
+
+    def _replace_all_segments(self, offset: int, now_ms: int) -> None:
+        for segment in self.segments:
+            segment.delete()
+        self.segments = [LogSegment(self.dir, offset, self.config.index_interval_bytes,
+                                    now_ms)]
+        self._bases = [offset]
+
+    # --------------------------------------------------------------- retention
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Delete whole old segments past retention.ms / retention.bytes or below the
+        log start; returns how many went.
+
+        Only segments wholly below the high watermark go. If every segment
+        qualifies, the log rolls first so an empty active segment remains.
+        """
+        config = self.config
+        size_excess = (self.size_in_bytes - config.retention_bytes
+                       if config.retention_bytes >= 0 else -1)
+        deletable = 0
+        for i, segment in enumerate(self.segments):
+            is_last = i + 1 == len(self.segments)
+            upper = self.log_end_offset if is_last else self.segments[i + 1].base_offset
+            if is_last and segment.size == 0:
+                break
+            if self._high_watermark < upper:
+                break
+            below_start = not is_last and upper <= self._log_start_offset
+            expired = (config.retention_ms >= 0
+                       and now_ms - segment.max_timestamp_ms > config.retention_ms)
+            too_big = size_excess >= 0 and size_excess - segment.size >= 0
+            if not (below_start or expired or too_big):
+                break
+            if too_big:
+                size_excess -= segment.size
+            deletable += 1
+        if not deletable:
+            return 0
+        if deletable == len(self.segments):
+            self.roll(now_ms)
+        for segment in self.segments[:deletable]:
+            segment.delete()
+        del self.segments[:deletable]
+        del self._bases[:deletable]
+        self._log_start_offset = max(self._log_start_offset, self.segments[0].base_offset)
+        self._recovery_point = max(self._recovery_point, self._log_start_offset)
+        self._high_watermark = max(self._high_watermark, self._log_start_offset)
+        self._hw_metadata = None
+        self.epoch_cache.truncate_from_start(self._log_start_offset)
+        self.producer_state.remove_before(self._log_start_offset)
+        return deletable
+
+    # ------------------------------------------------------------------ flush
+
+    def flush(self, now_ms: int) -> None:
+        """fsync every segment holding offsets at or above the recovery point."""
+        leo = self.log_end_offset
+        if self._recovery_point < leo:
+            first = max(bisect_right(self._bases, self._recovery_point) - 1, 0)
+            for segment in self.segments[first:]:
+                segment.flush()
+        self._recovery_point = leo
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """Flush if flush.ms has passed since the last flush and data is waiting."""
+        if (self._recovery_point < self.log_end_offset
+                and now_ms - self._last_flush_ms >= self.config.flush_ms):
+            self.flush(now_ms)
+            return True
+        return False
+
+    # ------------------------------------------------------------- lifecycle
+
+    def close(self, now_ms: int = 0) -> None:
+        """Flush, snapshot the producer state (spares a scan on open), close files."""
+        if self.closed:
+            return
+        self.flush(now_ms)
+        if self.producer_state.producers:
+            write_snapshot(self.dir, self.log_end_offset, self.producer_state)
+        for segment in self.segments:
+            segment.close()
+        self.closed = True
+
+    def close_without_flush(self) -> None:
+        """Close the files as a crash would leave them (tests and error paths)."""
+        for segment in self.segments:
+            segment.close()
+        self.closed = True
+
+    def delete(self) -> None:
+        """Close and remove the partition's directory (DeleteTopics).
+
+        The directory is first renamed aside, so a crash mid-delete leaves a
+        ``-delete`` directory that the log dir removes instead of a half log.
+        """
+        self.close_without_flush()
+        aside = self.dir.with_name(f"{self.dir.name}.{os.getpid()}-delete")
+        if self.dir.exists():
+            os.replace(self.dir, aside)
+            shutil.rmtree(aside, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return (f"PartitionLog({self.topic}-{self.partition}, log_start={self._log_start_offset}, "
+                f"hw={self._high_watermark}, leo={self.log_end_offset}, "
+                f"segments={len(self.segments)})")

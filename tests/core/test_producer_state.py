@@ -1,0 +1,146 @@
+"""Idempotent producer rules, through the partition log and on their own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from actors.core.partition_log import LogConfig, PartitionLog
+from actors.core.producer_state import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    ProducerStateManager,
+    list_snapshots,
+)
+from actors.core.record_batch import build_batch, check_batches
+from wire.errors import ErrorCode
+
+
+def batch(seq: int, n: int = 1, pid: int = 7, epoch: int = 0, value: bytes = b"v") -> bytes:
+    return build_batch([value] * n, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> PartitionLog:
+    return PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), 0)
+
+
+def test_in_sequence_batches_append(log: PartitionLog) -> None:
+    assert log.append_as_leader(batch(0, 2), 0, 1).first_offset == 0
+    assert log.append_as_leader(batch(2, 3), 0, 1).last_offset == 4
+
+
+def test_retry_of_recent_batch_returns_original_offsets(log: PartitionLog) -> None:
+    infos = [log.append_as_leader(batch(seq * 2, 2), 0, 1) for seq in range(6)]
+    leo = log.log_end_offset
+    retry = log.append_as_leader(batch(4, 2), 0, 1)  # the third batch, still cached
+    assert retry.duplicate
+    assert (retry.first_offset, retry.last_offset) == (infos[2].first_offset,
+                                                       infos[2].last_offset)
+    assert log.log_end_offset == leo
+
+
+def test_retry_older_than_five_batches_is_out_of_order(log: PartitionLog) -> None:
+    for seq in range(6):
+        log.append_as_leader(batch(seq), 0, 1)
+    with pytest.raises(OutOfOrderSequenceError) as info:
+        log.append_as_leader(batch(0), 0, 1)  # evicted from the 5-batch window
+    assert info.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+def test_sequence_gap_is_refused_and_nothing_written(log: PartitionLog) -> None:
+    log.append_as_leader(batch(0), 0, 1)
+    with pytest.raises(OutOfOrderSequenceError, match="sent sequence 2, expected 1"):
+        log.append_as_leader(batch(2), 0, 1)
+    assert log.log_end_offset == 1
+
+
+def test_lower_epoch_is_invalid_producer_epoch(log: PartitionLog) -> None:
+    log.append_as_leader(batch(0, epoch=3), 0, 1)
+    with pytest.raises(InvalidProducerEpochError, match="epoch 2, older than the current "
+                                                        "epoch 3") as info:
+        log.append_as_leader(batch(1, epoch=2), 0, 1)
+    assert info.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+def test_new_epoch_must_start_at_zero(log: PartitionLog) -> None:
+    log.append_as_leader(batch(0, epoch=0), 0, 1)
+    with pytest.raises(OutOfOrderSequenceError, match="a new epoch must start at 0"):
+        log.append_as_leader(batch(5, epoch=1), 0, 1)
+    assert log.append_as_leader(batch(0, epoch=1), 0, 1).first_offset == 1
+
+
+def test_unknown_producer_is_accepted_at_any_sequence(log: PartitionLog) -> None:
+    assert log.append_as_leader(batch(42), 0, 1).first_offset == 0
+    assert log.append_as_leader(batch(43), 0, 1).first_offset == 1
+
+
+def test_batches_in_one_request_are_checked_against_each_other(log: PartitionLog) -> None:
+    log.append_as_leader(batch(0), 0, 1)
+    with pytest.raises(OutOfOrderSequenceError):
+        log.append_as_leader(batch(1) + batch(3), 0, 1)
+    assert log.log_end_offset == 1
+    info = log.append_as_leader(batch(1) + batch(2), 0, 1)
+    assert (info.first_offset, info.last_offset) == (1, 2)
+
+
+def test_sequence_wraps_around(log: PartitionLog) -> None:
+    log.append_as_leader(batch(2**31 - 2, 2), 0, 1)
+    assert log.append_as_leader(batch(0), 0, 1).first_offset == 2
+
+
+def test_non_idempotent_batches_skip_the_checks(log: PartitionLog) -> None:
+    plain = build_batch([b"x"])
+    assert log.append_as_leader(plain, 0, 1).first_offset == 0
+    assert log.append_as_leader(plain, 0, 1).first_offset == 1
+
+
+def test_state_survives_clean_restart_via_snapshot(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), 0)
+    log.append_as_leader(batch(0, 2), 0, 1)
+    log.close()
+    assert list_snapshots(tmp_path / "t-0") == [2]
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), 0, clean_shutdown=True)
+    assert log.append_as_leader(batch(0, 2), 0, 1).duplicate
+    with pytest.raises(OutOfOrderSequenceError):
+        log.append_as_leader(batch(5), 0, 1)
+
+
+def test_state_survives_crash_by_rebuilding_from_log(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(segment_bytes=200), 0)
+    for seq in range(5):
+        log.append_as_leader(batch(seq), 0, 1)
+    log.close_without_flush()
+    assert list_snapshots(tmp_path / "t-0") == []
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(segment_bytes=200), 0)
+    dup = log.append_as_leader(batch(3), 0, 1)
+    assert dup.duplicate and dup.first_offset == 3
+    assert log.append_as_leader(batch(5), 0, 1).first_offset == 5
+
+
+def test_truncation_rolls_producer_state_back(log: PartitionLog) -> None:
+    for seq in range(4):
+        log.append_as_leader(batch(seq), 0, 1)
+    log.truncate_to(2)
+    assert log.append_as_leader(batch(2), 0, 1).first_offset == 2  # not a duplicate now
+
+
+def test_retention_forgets_producers_whose_batches_are_gone(tmp_path: Path) -> None:
+    config = LogConfig(segment_bytes=100, retention_bytes=0)
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, config, 0)
+    log.append_as_leader(batch(0, pid=1), 0, 1)
+    log.append_as_leader(build_batch([b"x"]), 0, 1)
+    log.update_high_watermark(2)
+    assert log.delete_old_segments(10) == 2
+    assert log.log_start_offset == 2
+    assert 1 not in log.producer_state.producers
+    assert log.append_as_leader(batch(7, pid=1), 0, 1).first_offset == 2  # any sequence
+
+
+def test_snapshot_json_round_trip() -> None:
+    state = ProducerStateManager()
+    for header in check_batches(batch(0, 2) + batch(2, 1)):
+        state.update_from_header(header, header.position)
+    copy = ProducerStateManager.from_json(state.to_json())
+    assert copy.producers == state.producers

@@ -48,6 +48,18 @@ class TimerTask:
         """True while the task waits in a wheel (not expired, not cancelled)."""
         return self._bucket is not None
 
+    def cancel(self) -> bool:
+        """Leave the wheel in O(1) without a reference to it (Kafka's ``TimerTask.cancel``).
+
+        Only from the thread that owns the wheel: the bucket is that wheel's state.
+        """
+        bucket = self._bucket
+        if bucket is None:
+            return False
+        del bucket[self]
+        self._bucket = None
+        return True
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(expiration_ms={self.expiration_ms})"
 
@@ -70,7 +82,6 @@ class TimingWheel:
         "_buckets",
         "_bucket_exp",
         "_queue",
-        "_size",
     )
 
     def __init__(self, tick_ms: int = 1, wheel_size: int = 20, start_ms: int = 0) -> None:
@@ -90,7 +101,6 @@ class TimingWheel:
         self._bucket_exp: list[int] = []  # -1: the bucket is not in the queue
         # (bucket expiration, flat bucket index): unique, so buckets are never compared.
         self._queue: list[tuple[int, int]] = []
-        self._size = 0
         self._add_level(start_ms - start_ms % tick_ms, tick_ms)
         self._expired_before = self._current[0] + tick_ms
 
@@ -98,11 +108,16 @@ class TimingWheel:
 
     @property
     def size(self) -> int:
-        """Number of scheduled tasks (added, neither expired nor cancelled)."""
-        return self._size
+        """Number of scheduled tasks (added, neither expired nor cancelled).
+
+        Summed over the buckets (at most ``wheel_size`` per level) rather than
+        counted per operation, so that :meth:`TimerTask.cancel` needs no
+        reference to the wheel and add/cancel stay minimal.
+        """
+        return sum(map(len, self._buckets))
 
     def __len__(self) -> int:
-        return self._size
+        return self.size
 
     @property
     def current_time_ms(self) -> int:
@@ -146,7 +161,6 @@ class TimingWheel:
         if old is not None:
             del old[task]
             task._bucket = None
-            self._size -= 1
         expiration_ms = task.expiration_ms
         if expiration_ms < self._expired_before:
             return False
@@ -166,7 +180,6 @@ class TimingWheel:
         bucket = self._buckets[idx]
         bucket[task] = None
         task._bucket = bucket
-        self._size += 1
         bucket_exp = virtual_id * tick
         if self._bucket_exp[idx] != bucket_exp:
             self._bucket_exp[idx] = bucket_exp
@@ -180,7 +193,6 @@ class TimingWheel:
             return False
         del bucket[task]
         task._bucket = None
-        self._size -= 1
         return True
 
     def advance_clock(self, now_ms: int) -> list[TimerTask]:
@@ -189,9 +201,11 @@ class TimingWheel:
         Every due bucket is flushed in expiration order: the wheel's time is
         set to the bucket's expiration and each task in it either expires or
         is re-inserted into a finer wheel (a task in a 400 ms bucket moves to
-        the 20 ms wheel and then to the 1 ms wheel), so no task is returned
-        before its expiration and none later than the tick that holds it.
-        Time never moves back: an older ``now_ms`` changes nothing.
+        the 20 ms wheel and then to the 1 ms wheel). With ``tick_ms=1`` no
+        task is returned before its expiration and none after the first call
+        with ``now_ms >= expiration_ms``; a coarser tick rounds expirations
+        down to the tick, as Kafka's timer does. Time never moves back: an
+        older ``now_ms`` changes nothing.
         """
         queue = self._queue
         if not queue or queue[0][0] > now_ms:
@@ -215,7 +229,6 @@ class TimingWheel:
             buckets[idx] = {}
             if exp >= self._expired_before:
                 self._set_time(exp)
-            self._size -= len(bucket)
             for task in bucket:
                 task._bucket = None
                 if not add(task):

@@ -1,0 +1,417 @@
+"""The delayed operations the broker needs, each with Kafka's completion rule.
+
+Every operation learns about the world only through ``observe(key,
+status)`` (the purgatory passes the latest status of a watch key) and
+leaves its answer in ``outcome`` when it completes or expires:
+
+- :class:`DelayedProduce` (acks=-1), watch keys: its ``(topic, partition)``
+  pairs, status: :class:`PartitionStatus`; outcome: :class:`ProduceOutcome`.
+- :class:`DelayedFetch`, same keys and status; outcome: :class:`FetchOutcome`
+  (which partitions the shell should read again, and why it completed).
+- :class:`DelayedJoin`, watch key: the group id, status: :class:`GroupStatus`;
+  outcome: :class:`JoinOutcome` (who joined, who is missing).
+- :class:`DelayedHeartbeat`, watch key: ``(group_id, member_id)``, status:
+  :class:`MemberStatus`; outcome: :class:`HeartbeatOutcome`.
+
+The group operations know nothing of a group coordinator's internals: the
+coordinator core (someone else's) publishes a :class:`GroupStatus` /
+:class:`MemberStatus` snapshot when membership or heartbeats change, and may
+give :class:`DelayedJoin` its own predicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from typing import NamedTuple
+
+from actors.core.delayed_operation import DelayedOperation
+from wire.errors import ErrorCode
+
+__all__ = [
+    "DelayedFetch",
+    "DelayedHeartbeat",
+    "DelayedJoin",
+    "DelayedProduce",
+    "FetchOutcome",
+    "FetchPartitionStatus",
+    "GroupStatus",
+    "HeartbeatOutcome",
+    "JoinOutcome",
+    "MemberStatus",
+    "PartitionStatus",
+    "ProduceOutcome",
+    "ProducePartitionResponse",
+    "ProducePartitionStatus",
+    "SegmentPosition",
+    "TopicPartition",
+]
+
+
+class TopicPartition(NamedTuple):
+    """A partition's watch key; equal to (and hashing like) a plain ``(topic, partition)``."""
+
+    topic: str
+    partition: int
+
+
+class SegmentPosition(NamedTuple):
+    """Where an offset sits in the log: Kafka's LogOffsetMetadata without the offset."""
+
+    segment_base_offset: int
+    relative_position: int  # byte position inside that segment's .log file
+
+
+class PartitionStatus(NamedTuple):
+    """The latest state of one partition, as its PartitionShard reports it."""
+
+    topic: str
+    partition: int
+    high_watermark: int
+    log_end_offset: int
+    is_leader: bool
+    leader_epoch: int
+    isr_size: int
+    min_insync_replicas: int
+    high_watermark_position: SegmentPosition
+    log_end_position: SegmentPosition
+
+    @property
+    def key(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+# -- produce ------------------------------------------------------------------
+
+
+class ProducePartitionStatus(NamedTuple):
+    """One partition of a produce request after its local append."""
+
+    required_offset: int  # last appended offset + 1: the HW it waits for
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    # A local append error: the partition is answered with it and not waited on.
+    error_code: ErrorCode = ErrorCode.NONE
+    # The leader epoch at append time; another epoch means the leader moved.
+    leader_epoch: int | None = None
+
+
+class ProducePartitionResponse(NamedTuple):
+    error_code: ErrorCode
+    base_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+
+
+class ProduceOutcome(NamedTuple):
+    responses: dict[TopicPartition, ProducePartitionResponse]
+    timed_out: bool
+
+
+class DelayedProduce(DelayedOperation):
+    """An acks=-1 produce waiting for the ISR.
+
+    Per partition, the first matching rule settles it: the partition is not
+    led here any more, or its leader epoch changed (NOT_LEADER_OR_FOLLOWER);
+    the ISR is smaller than ``min.insync.replicas``
+    (NOT_ENOUGH_REPLICAS_AFTER_APPEND, also when the HW got there, as in
+    Kafka); the high watermark reached the required offset (NONE). The
+    operation completes when every partition is settled; on expiry the
+    unsettled ones answer REQUEST_TIMED_OUT.
+    """
+
+    __slots__ = ("partitions", "_pending", "_settled")
+
+    def __init__(
+        self, deadline_ms: int, partitions: Mapping[tuple[str, int], ProducePartitionStatus]
+    ) -> None:
+        super().__init__(deadline_ms)
+        self.partitions: dict[TopicPartition, ProducePartitionStatus] = {
+            TopicPartition(*tp): status for tp, status in partitions.items()
+        }
+        self._settled: dict[TopicPartition, ErrorCode] = {}
+        self._pending: set[TopicPartition] = set()
+        for tp, status in self.partitions.items():
+            if status.error_code != ErrorCode.NONE:
+                self._settled[tp] = status.error_code
+            else:
+                self._pending.add(tp)
+
+    @property
+    def watch_keys(self) -> tuple[TopicPartition, ...]:
+        """The partitions still waiting (watch the operation under these)."""
+        return tuple(tp for tp in self.partitions if tp in self._pending)
+
+    @property
+    def pending_partitions(self) -> frozenset[TopicPartition]:
+        return frozenset(self._pending)
+
+    def observe(self, key: Hashable, status: PartitionStatus) -> None:
+        if key not in self._pending:
+            return
+        tp: TopicPartition = key  # type: ignore[assignment]
+        wanted = self.partitions[tp]
+        if not status.is_leader or (
+            wanted.leader_epoch is not None and status.leader_epoch != wanted.leader_epoch
+        ):
+            error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        elif status.isr_size < status.min_insync_replicas:
+            error = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        elif status.high_watermark >= wanted.required_offset:
+            error = ErrorCode.NONE
+        else:
+            return
+        self._pending.discard(tp)
+        self._settled[tp] = error
+
+    def try_complete(self) -> bool:
+        return not self._pending and self.force_complete()
+
+    def on_complete(self) -> None:
+        responses: dict[TopicPartition, ProducePartitionResponse] = {}
+        for tp, status in self.partitions.items():
+            error = self._settled.get(tp, ErrorCode.REQUEST_TIMED_OUT)
+            responses[tp] = ProducePartitionResponse(
+                error, status.base_offset, status.log_append_time_ms, status.log_start_offset
+            )
+        self.outcome = ProduceOutcome(responses, self.timed_out)
+
+
+# -- fetch ----------------------------------------------------------------------
+
+
+class FetchPartitionStatus(NamedTuple):
+    """One partition of a fetch that found too little data."""
+
+    fetch_offset: int
+    fetch_position: SegmentPosition  # where fetch_offset sits in the log
+    max_bytes: int  # the partition's fetch size: the most it can add to the total
+    # The epoch the fetcher believes current; another epoch completes the fetch.
+    current_leader_epoch: int | None = None
+
+
+class FetchOutcome(NamedTuple):
+    """What the shell does next: read ``read`` again, answer ``errors`` as they are."""
+
+    read: tuple[TopicPartition, ...]
+    errors: dict[TopicPartition, ErrorCode]
+    reason: str  # "min_bytes", "leader_moved", "segment_changed" or "timed_out"
+    timed_out: bool
+
+
+class DelayedFetch(DelayedOperation):
+    """A fetch waiting for ``min_bytes``, answered with what is there at the latest on expiry.
+
+    The end a fetch may read to is the log end offset for a follower and
+    the high watermark for a consumer. Bytes available per partition are
+    counted as Kafka does: in the same segment, the position difference
+    between the end and the fetch offset (capped at the partition's
+    ``max_bytes``); if the end is in a newer segment (the fetch offset left
+    the active segment, e.g. a roll) or an older one (truncation), the fetch
+    completes at once. It also completes when a partition's leader moved or
+    its leader epoch differs from the one the fetcher sent.
+    """
+
+    __slots__ = ("partitions", "min_bytes", "from_follower", "_available", "_errors", "_reason")
+
+    def __init__(
+        self,
+        deadline_ms: int,
+        partitions: Mapping[tuple[str, int], FetchPartitionStatus],
+        min_bytes: int,
+        from_follower: bool = False,
+    ) -> None:
+        super().__init__(deadline_ms)
+        self.partitions: dict[TopicPartition, FetchPartitionStatus] = {
+            TopicPartition(*tp): status for tp, status in partitions.items()
+        }
+        self.min_bytes = min_bytes
+        self.from_follower = from_follower
+        self._available: dict[TopicPartition, int] = {}
+        self._errors: dict[TopicPartition, ErrorCode] = {}
+        self._reason: str | None = None
+
+    @property
+    def watch_keys(self) -> tuple[TopicPartition, ...]:
+        return tuple(self.partitions)
+
+    @property
+    def accumulated_bytes(self) -> int:
+        return sum(self._available.values())
+
+    def observe(self, key: Hashable, status: PartitionStatus) -> None:
+        wanted = self.partitions.get(key)  # type: ignore[call-overload]
+        if wanted is None:
+            return
+        tp: TopicPartition = key  # type: ignore[assignment]
+        if not status.is_leader:
+            self._errors[tp] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            self._reason = self._reason or "leader_moved"
+            return
+        if (
+            wanted.current_leader_epoch is not None
+            and status.leader_epoch != wanted.current_leader_epoch
+        ):
+            self._errors[tp] = (
+                ErrorCode.FENCED_LEADER_EPOCH
+                if wanted.current_leader_epoch < status.leader_epoch
+                else ErrorCode.UNKNOWN_LEADER_EPOCH
+            )
+            self._reason = self._reason or "leader_moved"
+            return
+        if self.from_follower:
+            end_offset, end_position = status.log_end_offset, status.log_end_position
+        else:
+            end_offset, end_position = status.high_watermark, status.high_watermark_position
+        if end_offset == wanted.fetch_offset:
+            self._available[tp] = 0
+            return
+        fetch_segment = wanted.fetch_position.segment_base_offset
+        if end_position.segment_base_offset != fetch_segment:
+            # Newer segment: the fetch offset left the active one. Older: truncated.
+            self._reason = self._reason or "segment_changed"
+            return
+        if wanted.fetch_offset < end_offset:
+            diff = end_position.relative_position - wanted.fetch_position.relative_position
+            self._available[tp] = max(0, min(diff, wanted.max_bytes))
+        else:
+            self._available[tp] = 0
+
+    def try_complete(self) -> bool:
+        if self._reason is None:
+            if sum(self._available.values()) < self.min_bytes:
+                return False
+            self._reason = "min_bytes"
+        return self.force_complete()
+
+    def on_complete(self) -> None:
+        reason = "timed_out" if self.timed_out else (self._reason or "min_bytes")
+        read = tuple(tp for tp in self.partitions if tp not in self._errors)
+        self.outcome = FetchOutcome(read, dict(self._errors), reason, self.timed_out)
+
+
+# -- consumer groups --------------------------------------------------------------
+
+
+class GroupStatus(NamedTuple):
+    """A snapshot of a group's membership during a rebalance, from the coordinator core."""
+
+    group_id: str
+    generation_id: int
+    member_ids: frozenset[str]  # every member the group knows
+    joined_member_ids: frozenset[str]  # members that sent JoinGroup in this rebalance
+    pending_member_ids: frozenset[str] = frozenset()  # given an id, not yet joined with it
+
+
+class JoinOutcome(NamedTuple):
+    group_id: str
+    generation_id: int  # of the last status seen (-1 if none was)
+    joined: frozenset[str]
+    missing: frozenset[str]  # known members that did not rejoin: remove them on expiry
+    timed_out: bool
+
+
+def all_members_joined(status: GroupStatus) -> bool:
+    """Kafka's rule: every known member rejoined and no member id is pending."""
+    return status.member_ids <= status.joined_member_ids and not status.pending_member_ids
+
+
+class DelayedJoin(DelayedOperation):
+    """A rebalance waiting for every member to join, or for the rebalance timeout.
+
+    Completion rule: ``can_complete(status)`` on the latest :class:`GroupStatus`
+    (default :func:`all_members_joined`). On expiry the coordinator removes
+    ``outcome.missing`` and completes the join with the members that came.
+    """
+
+    __slots__ = ("group_id", "can_complete", "_status")
+
+    def __init__(
+        self,
+        deadline_ms: int,
+        group_id: str,
+        can_complete: Callable[[GroupStatus], bool] = all_members_joined,
+    ) -> None:
+        super().__init__(deadline_ms)
+        self.group_id = group_id
+        self.can_complete = can_complete
+        self._status: GroupStatus | None = None
+
+    @property
+    def watch_keys(self) -> tuple[str]:
+        return (self.group_id,)
+
+    def observe(self, key: Hashable, status: GroupStatus) -> None:
+        if key == self.group_id:
+            self._status = status
+
+    def try_complete(self) -> bool:
+        status = self._status
+        return status is not None and self.can_complete(status) and self.force_complete()
+
+    def on_complete(self) -> None:
+        status = self._status
+        if status is None:
+            self.outcome = JoinOutcome(self.group_id, -1, frozenset(), frozenset(), self.timed_out)
+            return
+        self.outcome = JoinOutcome(
+            self.group_id,
+            status.generation_id,
+            frozenset(status.joined_member_ids),
+            frozenset(status.member_ids - status.joined_member_ids),
+            self.timed_out,
+        )
+
+
+class MemberStatus(NamedTuple):
+    """A member's liveness as the coordinator core sees it."""
+
+    group_id: str
+    member_id: str
+    in_group: bool  # False once the member left or was removed
+    # True once the member heartbeated since this session timer was scheduled;
+    # the coordinator also sets it while the member awaits a join or sync answer.
+    heartbeat_satisfied: bool
+
+
+class HeartbeatOutcome(NamedTuple):
+    group_id: str
+    member_id: str
+    reason: str  # "heartbeat", "left" or "session_timeout" (remove the member)
+    timed_out: bool
+
+
+class DelayedHeartbeat(DelayedOperation):
+    """A member's session timer: completes when it heartbeats or leaves, else expires.
+
+    As in Kafka, each heartbeat completes the current one and the coordinator
+    schedules the next (with ``heartbeat_satisfied`` reset); expiry means the
+    session timed out and the coordinator removes the member.
+    """
+
+    __slots__ = ("group_id", "member_id", "_reason")
+
+    def __init__(self, deadline_ms: int, group_id: str, member_id: str) -> None:
+        super().__init__(deadline_ms)
+        self.group_id = group_id
+        self.member_id = member_id
+        self._reason: str | None = None
+
+    @property
+    def watch_keys(self) -> tuple[tuple[str, str]]:
+        return ((self.group_id, self.member_id),)
+
+    def observe(self, key: Hashable, status: MemberStatus) -> None:
+        if key != (self.group_id, self.member_id):
+            return
+        if not status.in_group:
+            self._reason = "left"
+        elif status.heartbeat_satisfied:
+            self._reason = "heartbeat"
+
+    def try_complete(self) -> bool:
+        return self._reason is not None and self.force_complete()
+
+    def on_complete(self) -> None:
+        reason = "session_timeout" if self.timed_out else (self._reason or "heartbeat")
+        self.outcome = HeartbeatOutcome(self.group_id, self.member_id, reason, self.timed_out)

@@ -1,0 +1,574 @@
+"""Partition log rules and refusals, one test per rule."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from actors.core.checkpoint import CheckpointError, read_offset_checkpoint
+from actors.core.log_dir import CLEAN_SHUTDOWN_FILE, LogDir, parse_partition_dir_name
+from actors.core.partition_log import (
+    LogConfig,
+    LogOffsetMetadata,
+    PartitionLog,
+    RecordListTooLargeError,
+    UnexpectedAppendOffsetError,
+)
+from actors.core.record_batch import BatchHeader, build_batch, check_batches, compute_crc
+from wire.errors import (
+    CorruptMessageError,
+    ErrorCode,
+    InvalidRecordError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+)
+
+
+def open_log(path: Path, now_ms: int = 0, **kwargs: object) -> PartitionLog:
+    options = {k: v for k, v in kwargs.items() if k in LogConfig.__dataclass_fields__}
+    rest = {k: v for k, v in kwargs.items() if k not in options}
+    return PartitionLog.open(path / "topic-0", "topic", 0, LogConfig(**options), now_ms,
+                             **rest)  # type: ignore[arg-type]
+
+
+def batch(n: int = 1, size: int = 10, ts: int = 0) -> bytes:
+    return build_batch([bytes([65 + i % 26]) * size for i in range(n)],
+                       timestamps_ms=[ts + i for i in range(n)])
+
+
+def headers(data: bytes | memoryview) -> list[BatchHeader]:
+    return check_batches(data)
+
+
+def offsets(data: bytes | memoryview) -> list[tuple[int, int]]:
+    return [(h.base_offset, h.last_offset) for h in headers(data)]
+
+
+# -- leader append ---------------------------------------------------------------
+
+
+def test_leader_append_assigns_offsets_by_patching(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    raw = batch(3)
+    info = log.append_as_leader(raw, leader_epoch=4, now_ms=50)
+    assert (info.first_offset, info.last_offset, info.num_records) == (0, 2, 3)
+    assert info.log_append_time_ms == -1 and info.max_timestamp_ms == 2
+    info = log.append_as_leader(raw + batch(2), 4, 50)
+    assert (info.first_offset, info.last_offset, info.size_in_bytes) == (
+        3, 7, len(raw) + len(batch(2)))
+    data = log.read(3, 10_000).records
+    hs = headers(data)
+    assert [(h.base_offset, h.partition_leader_epoch) for h in hs] == [(3, 4), (6, 4)]
+    # Only the base offset and leader epoch changed: the records are the client's bytes.
+    assert bytes(data[17:len(raw)]) == raw[17:]
+    assert log.log_end_offset == 8 and log.latest_epoch == 4
+
+
+def test_log_append_time_patches_max_timestamp(tmp_path: Path) -> None:
+    log = open_log(tmp_path, message_timestamp_type="LogAppendTime")
+    info = log.append_as_leader(batch(2, ts=5), 0, now_ms=12345)
+    assert info.log_append_time_ms == 12345 and info.max_timestamp_ms == 12345
+    (h,) = headers(log.read(0, 1000).records)  # CRC re-checked by check_batches
+    assert h.is_log_append_time and h.max_timestamp == 12345
+
+
+def test_invalid_timestamp_type_config_refused() -> None:
+    with pytest.raises(ValueError, match="message_timestamp_type"):
+        LogConfig(message_timestamp_type="Whenever")
+
+
+def test_corrupt_batch_refused_and_nothing_written(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    bad = bytearray(batch(1))
+    bad[-1] ^= 1
+    with pytest.raises(CorruptMessageError) as info:
+        log.append_as_leader(batch(2) + bytes(bad), 0, 0)
+    assert info.value.code == ErrorCode.CORRUPT_MESSAGE
+    assert log.log_end_offset == 0 and log.size_in_bytes == 0
+
+
+def test_truncated_request_refused(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    raw = batch(2)
+    with pytest.raises(CorruptMessageError, match="truncated"):
+        log.append_as_leader(raw + raw[:-3], 0, 0)
+    assert log.size_in_bytes == 0
+
+
+def test_wrong_magic_refused(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    raw = bytearray(batch(1))
+    raw[16] = 0
+    with pytest.raises(InvalidRecordError, match="magic 0"):
+        log.append_as_leader(bytes(raw), 0, 0)
+    assert log.size_in_bytes == 0
+
+
+def test_inconsistent_count_refused(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    raw = bytearray(batch(2))
+    raw[57:61] = (3).to_bytes(4, "big")
+    raw[17:21] = compute_crc(raw, 0, len(raw)).to_bytes(4, "big")
+    with pytest.raises(InvalidRecordError, match="3 records but an offset range of 2"):
+        log.append_as_leader(bytes(raw), 0, 0)
+
+
+def test_batch_over_max_message_bytes_refused(tmp_path: Path) -> None:
+    raw = batch(1, size=200)
+    log = open_log(tmp_path, max_message_bytes=len(raw) - 1)
+    with pytest.raises(MessageTooLargeError, match="larger than max.message.bytes") as info:
+        log.append_as_leader(batch(1) + raw, 0, 0)
+    assert info.value.code == ErrorCode.MESSAGE_TOO_LARGE
+    assert log.size_in_bytes == 0
+    open_log(tmp_path / "b", max_message_bytes=len(raw)).append_as_leader(raw, 0, 0)
+
+
+def test_request_over_segment_bytes_refused(tmp_path: Path) -> None:
+    raw = batch(1, size=100)
+    log = open_log(tmp_path, segment_bytes=len(raw) * 2 - 1)
+    with pytest.raises(RecordListTooLargeError) as info:
+        log.append_as_leader(raw + raw, 0, 0)
+    assert info.value.code == ErrorCode.RECORD_LIST_TOO_LARGE
+
+
+def test_empty_request_appends_nothing(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(2), 0, 0)
+    info = log.append_as_leader(b"", 0, 0)
+    assert info.num_records == 0 and info.first_offset == -1 and log.log_end_offset == 2
+
+
+# -- follower append ---------------------------------------------------------------
+
+
+def test_follower_append_keeps_offsets(tmp_path: Path) -> None:
+    leader = open_log(tmp_path / "l")
+    for epoch in (1, 1, 2):
+        leader.append_as_leader(batch(2), epoch, 0)
+    follower = open_log(tmp_path / "f")
+    data = leader.read(0, 10_000).records
+    info = follower.append_as_follower(data, 0)
+    assert (info.first_offset, info.last_offset) == (0, 5)
+    assert bytes(follower.read(0, 10_000).records) == bytes(data)
+    assert follower.epoch_cache.entries == [(1, 0), (2, 4)]
+
+
+def test_follower_gap_and_overlap_refused(tmp_path: Path) -> None:
+    leader = open_log(tmp_path / "l")
+    for _ in range(3):
+        leader.append_as_leader(batch(2), 0, 0)
+    hs = headers(leader.read(0, 10_000).records)
+    raw = bytes(leader.read(0, 10_000).records)
+    parts = [raw[h.position:h.position + h.size] for h in hs]
+    follower = open_log(tmp_path / "f")
+    with pytest.raises(UnexpectedAppendOffsetError, match="at offset 2 .* expected 0"):
+        follower.append_as_follower(parts[1], 0)
+    follower.append_as_follower(parts[0], 0)
+    with pytest.raises(UnexpectedAppendOffsetError, match="at offset 0 .* expected 2"):
+        follower.append_as_follower(parts[0], 0)
+    with pytest.raises(UnexpectedAppendOffsetError, match="at offset 4 .* expected 2"):
+        follower.append_as_follower(parts[2], 0)
+    with pytest.raises(UnexpectedAppendOffsetError, match="expected 4"):
+        follower.append_as_follower(parts[1] + parts[1], 0)  # a repeat inside one request
+    assert follower.log_end_offset == 2
+    bad = bytearray(parts[1])
+    bad[-1] ^= 1
+    with pytest.raises(CorruptMessageError):
+        follower.append_as_follower(bytes(bad), 0)
+    assert follower.log_end_offset == 2
+
+
+# -- reads -----------------------------------------------------------------------
+
+
+def test_read_whole_batches_up_to_limit(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    raw = batch(2, size=20)
+    for _ in range(5):
+        log.append_as_leader(raw, 0, 0)
+    size = len(raw)
+    assert offsets(log.read(0, size * 3 - 1).records) == [(0, 1), (2, 3)]
+    assert offsets(log.read(0, size * 3).records) == [(0, 1), (2, 3), (4, 5)]
+    assert offsets(log.read(3, size).records) == [(2, 3)]  # the batch holding offset 3
+    assert offsets(log.read(0, 1).records) == [(0, 1)]  # at least one batch
+    assert bytes(log.read(0, 1, min_one_batch=False).records) == b""
+    assert bytes(log.read(10, 1000).records) == b""  # at the LEO
+
+
+def test_read_capped_at_max_offset(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    for _ in range(4):
+        log.append_as_leader(batch(2), 0, 0)
+    log.update_high_watermark(4)
+    assert offsets(log.read(0, 10_000, log.high_watermark).records) == [(0, 1), (2, 3)]
+    assert offsets(log.read(0, 10_000, 6).records) == [(0, 1), (2, 3), (4, 5)]
+    assert bytes(log.read(4, 10_000, 4).records) == b""
+    assert bytes(log.read(0, 10_000, 0).records) == b""
+
+
+def test_read_out_of_range(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(2), 0, 0)
+    with pytest.raises(OffsetOutOfRangeError, match="offset 3 is out of range") as info:
+        log.read(3, 100)
+    assert info.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(-1, 100)
+    log.truncate_fully_and_start_at(10)
+    with pytest.raises(OffsetOutOfRangeError, match="log start 10, log end 10"):
+        log.read(9, 100)
+
+
+def test_read_stays_in_one_segment_and_moves_on_at_its_end(tmp_path: Path) -> None:
+    raw = batch(1)
+    log = open_log(tmp_path, segment_bytes=len(raw) * 2)
+    for _ in range(5):
+        log.append_as_leader(raw, 0, 0)
+    assert log.segment_base_offsets == [0, 2, 4]
+    assert offsets(log.read(0, 10_000).records) == [(0, 0), (1, 1)]
+    assert offsets(log.read(2, 10_000).records) == [(2, 2), (3, 3)]
+    info = log.read(4, 10_000)
+    assert info.fetch_offset_metadata == LogOffsetMetadata(4, 4, 0)
+
+
+def test_sparse_index_entries_and_lookup(tmp_path: Path) -> None:
+    raw = batch(1, size=50)
+    log = open_log(tmp_path, index_interval_bytes=len(raw) * 4)
+    for _ in range(40):
+        log.append_as_leader(raw, 0, 0)
+    segment = log.segments[-1]
+    assert segment.index_offsets == list(range(0, 40, 4))
+    assert segment.index_positions == [o * len(raw) for o in range(0, 40, 4)]
+    assert os.path.getsize(segment.index_path) == 8 * 10
+    for offset in range(40):
+        info = log.read(offset, 1)
+        assert offsets(info.records) == [(offset, offset)]
+        assert info.fetch_offset_metadata.relative_position_in_segment == offset * len(raw)
+
+
+def test_offset_metadata_for_leo_and_hw(tmp_path: Path) -> None:
+    raw = batch(2)
+    log = open_log(tmp_path, segment_bytes=len(raw) * 3)
+    for _ in range(4):
+        log.append_as_leader(raw, 0, 0)
+    assert log.log_end_offset_metadata == LogOffsetMetadata(8, 6, len(raw))
+    log.update_high_watermark(4)
+    assert log.high_watermark_metadata == LogOffsetMetadata(4, 0, 2 * len(raw))
+    log.update_high_watermark(7)  # mid-batch: the position of the batch holding it
+    assert log.high_watermark_metadata == LogOffsetMetadata(7, 6, 0)
+    log.update_high_watermark(8)
+    assert log.high_watermark_metadata == log.log_end_offset_metadata
+
+
+def test_high_watermark_is_clamped(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(3), 0, 0)
+    assert log.update_high_watermark(10) == 3
+    assert log.update_high_watermark(-5) == 0
+    assert log.last_stable_offset == 0
+
+
+# -- roll -------------------------------------------------------------------------
+
+
+def test_roll_on_segment_bytes_names_and_fsync(tmp_path: Path) -> None:
+    raw = batch(1)
+    log = open_log(tmp_path, segment_bytes=len(raw) * 2)
+    for _ in range(3):
+        log.append_as_leader(raw, 0, 0)
+    names = sorted(os.listdir(tmp_path / "topic-0"))
+    assert "00000000000000000000.log" in names and "00000000000000000002.log" in names
+    assert "00000000000000000002.index" in names
+    assert log.recovery_point == 2  # the finished segment was flushed on roll
+
+
+def test_roll_on_segment_ms(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_ms=100)
+    log.append_as_leader(batch(1, ts=1000), 0, 1000)
+    log.append_as_leader(batch(1, ts=1100), 0, 1100)  # 100 ms later: not yet
+    assert log.segment_base_offsets == [0]
+    log.append_as_leader(batch(1, ts=1101), 0, 1101)
+    assert log.segment_base_offsets == [0, 2]
+
+
+def test_explicit_roll_and_empty_roll(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    assert log.roll(0) == 0  # nothing to roll
+    log.append_as_leader(batch(2), 0, 0)
+    assert log.roll(0) == 2 and log.active_segment_base_offset == 2
+    assert log.roll(0) == 2
+
+
+# -- retention ------------------------------------------------------------------------
+
+
+def test_retention_by_bytes(tmp_path: Path) -> None:
+    raw = batch(1)
+    log = open_log(tmp_path, segment_bytes=len(raw), retention_bytes=len(raw) * 2)
+    for epoch in range(5):
+        log.append_as_leader(raw, epoch, 0)
+    log.update_high_watermark(5)
+    assert log.delete_old_segments(0) == 3
+    assert log.log_start_offset == 3 and log.segment_base_offsets == [3, 4]
+    assert log.epoch_cache.entries == [(3, 3), (4, 4)]
+    assert not (tmp_path / "topic-0" / "00000000000000000000.log").exists()
+
+
+def test_retention_by_time_only_below_high_watermark(tmp_path: Path) -> None:
+    raw_old, raw_new = batch(1, ts=100), batch(1, ts=5000)
+    log = open_log(tmp_path, segment_bytes=len(raw_old), retention_ms=1000)
+    log.append_as_leader(raw_old, 0, 0)
+    log.append_as_leader(raw_old, 0, 0)
+    log.append_as_leader(raw_new, 0, 0)
+    log.update_high_watermark(1)
+    assert log.delete_old_segments(now_ms=5500) == 1  # the second waits for the HW
+    log.update_high_watermark(3)
+    assert log.delete_old_segments(now_ms=5500) == 1
+    assert log.log_start_offset == 2
+    assert log.delete_old_segments(now_ms=6001) == 1  # everything old: roll, keep empty active
+    assert log.log_start_offset == 3 and log.log_end_offset == 3
+    assert log.segment_base_offsets == [3]
+    assert log.delete_old_segments(now_ms=10**9) == 0
+
+
+# -- truncation ------------------------------------------------------------------------
+
+
+def test_truncate_to_mid_log_and_straddling_batch(tmp_path: Path) -> None:
+    raw = batch(2)
+    log = open_log(tmp_path, segment_bytes=len(raw) * 2)
+    for epoch in range(6):
+        log.append_as_leader(raw, epoch, 0)
+    log.update_high_watermark(12)
+    assert log.truncate_to(7)  # offset 7 is inside batch 6..7: the whole batch goes
+    assert log.log_end_offset == 6 and log.high_watermark == 6
+    assert log.segment_base_offsets == [0, 4]
+    assert log.epoch_cache.entries == [(0, 0), (1, 2), (2, 4)]
+    assert not log.truncate_to(6)
+    assert log.truncate_to(4)
+    assert log.segment_base_offsets == [0] and log.log_end_offset == 4
+    log.append_as_leader(raw, 9, 0)
+    assert offsets(log.read(4, 1000).records) == [(4, 5)]
+
+
+def test_truncate_fully_and_start_at(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(3), 1, 0)
+    log.truncate_fully_and_start_at(100)
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (100, 100, 100)
+    assert log.epoch_cache.entries == [] and log.size_in_bytes == 0
+    assert sorted(os.listdir(tmp_path / "topic-0")) == [
+        "00000000000000000100.index", "00000000000000000100.log", "leader-epoch-checkpoint"]
+    assert log.append_as_leader(batch(1), 2, 0).first_offset == 100
+
+
+def test_truncate_below_log_start_restarts_there(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.truncate_fully_and_start_at(10)
+    log.append_as_leader(batch(2), 0, 0)
+    assert log.truncate_to(5)
+    assert (log.log_start_offset, log.log_end_offset) == (5, 5)
+
+
+# -- flush ------------------------------------------------------------------------------
+
+
+def test_flush_messages(tmp_path: Path) -> None:
+    log = open_log(tmp_path, flush_messages=3)
+    log.append_as_leader(batch(2), 0, 0)
+    assert log.recovery_point == 0 and log.unflushed_messages == 2
+    log.append_as_leader(batch(1), 0, 0)
+    assert log.recovery_point == 3 and log.unflushed_messages == 0
+
+
+def test_flush_ms(tmp_path: Path) -> None:
+    log = open_log(tmp_path, now_ms=1000, flush_ms=500)
+    log.append_as_leader(batch(1), 0, 1000)
+    assert not log.maybe_flush(1499)
+    assert log.maybe_flush(1500) and log.recovery_point == 1
+    assert not log.maybe_flush(5000)  # nothing new to flush
+
+
+def test_default_flush_leaves_it_to_the_os(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    for _ in range(100):
+        log.append_as_leader(batch(1), 0, 0)
+    assert not log.maybe_flush(10**12) or log.config.flush_ms < 10**12
+    assert log.recovery_point == 0
+
+
+# -- recovery ---------------------------------------------------------------------------
+
+
+def test_unclean_open_cuts_at_first_bad_batch(tmp_path: Path) -> None:
+    raw = batch(2)
+    log = open_log(tmp_path)
+    for _ in range(4):
+        log.append_as_leader(raw, 0, 0)
+    log.close_without_flush()
+    path = tmp_path / "topic-0" / "00000000000000000000.log"
+    data = bytearray(path.read_bytes())
+    data[len(raw) * 2 + 30] ^= 0xFF  # inside the third batch
+    path.write_bytes(bytes(data))
+    log = open_log(tmp_path)
+    assert log.log_end_offset == 4 and log.size_in_bytes == len(raw) * 2
+    assert log.recovery_point == 4
+    assert log.append_as_leader(raw, 0, 0).first_offset == 4
+
+
+def test_clean_open_trusts_segments_below_recovery_point(tmp_path: Path) -> None:
+    raw = batch(2)
+    log = open_log(tmp_path, segment_bytes=len(raw))
+    for _ in range(3):
+        log.append_as_leader(raw, 0, 0)
+    log.close()
+    first = tmp_path / "topic-0" / "00000000000000000000.log"
+    data = bytearray(first.read_bytes())
+    data[-1] ^= 0xFF  # damage the CRC of a flushed segment: not rescanned
+    first.write_bytes(bytes(data))
+    log = open_log(tmp_path, segment_bytes=len(raw), recovery_point=4)
+    assert log.log_end_offset == 6
+    log.close_without_flush()
+    log = open_log(tmp_path, segment_bytes=len(raw), recovery_point=0)
+    assert log.log_end_offset == 0  # scanned from the start: cut at the damage
+
+
+def test_lost_or_bad_index_is_rebuilt(tmp_path: Path) -> None:
+    raw = batch(1)
+    log = open_log(tmp_path, index_interval_bytes=len(raw))
+    for _ in range(10):
+        log.append_as_leader(raw, 0, 0)
+    expected = list(log.segments[0].index_offsets)
+    log.close()
+    index = tmp_path / "topic-0" / "00000000000000000000.index"
+    index.write_bytes(b"\x00" * 13)
+    log = open_log(tmp_path, index_interval_bytes=len(raw), clean_shutdown=True)
+    assert log.segments[0].index_offsets == expected
+    assert os.path.getsize(index) == 8 * len(expected)
+    assert offsets(log.read(7, 1).records) == [(7, 7)]
+
+
+def test_leftovers_of_interrupted_operations_are_removed(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(1), 0, 0)
+    log.close()
+    d = tmp_path / "topic-0"
+    for name in ["leader-epoch-checkpoint.tmp", "00000000000000000005.index",
+                 "00000000000000000003.log.deleted"]:
+        (d / name).write_bytes(b"x")
+    open_log(tmp_path, clean_shutdown=True)
+    assert sorted(os.listdir(d)) == ["00000000000000000000.index",
+                                     "00000000000000000000.log", "leader-epoch-checkpoint"]
+
+
+def test_checkpointed_offsets_are_applied_on_open(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(5), 0, 0)
+    log.close()
+    log = open_log(tmp_path, clean_shutdown=True, log_start_offset=2, high_watermark=4,
+                   recovery_point=5)
+    assert (log.log_start_offset, log.high_watermark, log.recovery_point) == (2, 4, 5)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(1, 100)
+    log.close()
+    log = open_log(tmp_path, clean_shutdown=True, high_watermark=99, log_start_offset=50)
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (50, 50, 50)
+
+
+# -- timestamps, delete -----------------------------------------------------------------
+
+
+def test_offset_for_timestamp(tmp_path: Path) -> None:
+    raw = build_batch([b"a", b"b", b"c"], timestamps_ms=[100, 300, 200])
+    log = open_log(tmp_path, segment_bytes=len(raw))
+    log.append_as_leader(raw, 0, 0)
+    log.append_as_leader(build_batch([b"d"], timestamps_ms=[400]), 0, 0)
+    assert log.offset_for_timestamp(50) == (0, 100)
+    assert log.offset_for_timestamp(150) == (1, 300)
+    assert log.offset_for_timestamp(301) == (3, 400)
+    assert log.offset_for_timestamp(401) is None
+
+
+def test_offset_for_timestamp_compressed_batch_gives_base_offset(tmp_path: Path) -> None:
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=1, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    for i, ts in enumerate([10, 20, 30]):
+        builder.append(i, timestamp=ts, key=None, value=b"v" * 200, headers=[])
+    raw = bytes(builder.build())
+    assert check_batches(raw)[0].compression == 1
+    log = open_log(tmp_path)
+    log.append_as_leader(raw, 0, 0)
+    assert log.offset_for_timestamp(15) == (0, 30)
+
+
+def test_delete_removes_directory(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(1), 0, 0)
+    log.delete()
+    assert os.listdir(tmp_path) == []
+
+
+# -- log dir ------------------------------------------------------------------------------
+
+
+def test_partition_dir_names() -> None:
+    assert parse_partition_dir_name("my-topic-12") == ("my-topic", 12)
+    assert parse_partition_dir_name("topic") is None
+    assert parse_partition_dir_name("-3") is None
+    assert parse_partition_dir_name("t-x") is None
+
+
+def test_log_dir_checkpoints_and_clean_shutdown(tmp_path: Path) -> None:
+    log_dir = LogDir.open(tmp_path)
+    assert not log_dir.had_clean_shutdown
+    a = log_dir.open_partition("a", 0, LogConfig(), 0)
+    b = log_dir.open_partition("b-x", 3, LogConfig(), 0)
+    a.append_as_leader(batch(4), 0, 0)
+    a.update_high_watermark(3)
+    b.append_as_leader(batch(2), 0, 0)
+    log_dir.checkpoint([a])
+    assert read_offset_checkpoint(tmp_path / "replication-offset-checkpoint") == {("a", 0): 3}
+    log_dir.close([a, b], now_ms=0)
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert read_offset_checkpoint(tmp_path / "recovery-point-offset-checkpoint") == {
+        ("a", 0): 4, ("b-x", 3): 2}
+
+    log_dir = LogDir.open(tmp_path)
+    assert log_dir.had_clean_shutdown and not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert log_dir.partitions() == [("a", 0), ("b-x", 3)]
+    a = log_dir.open_partition("a", 0, LogConfig(), 0)
+    assert (a.high_watermark, a.log_end_offset, a.recovery_point) == (3, 4, 4)
+    log_dir.delete_partition(a)
+    assert log_dir.partitions() == [("b-x", 3)]
+    assert read_offset_checkpoint(tmp_path / "log-start-offset-checkpoint") == {
+        ("b-x", 3): 0}
+
+
+def test_log_dir_bad_checkpoint_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "log-start-offset-checkpoint").write_text("0\n1\nt 0\n")
+    with pytest.raises(CheckpointError, match="log-start-offset-checkpoint: line 3"):
+        LogDir.open(tmp_path)
+
+
+def test_log_dir_no_marker_until_every_partition_recovered(tmp_path: Path) -> None:
+    log_dir = LogDir.open(tmp_path)
+    a = log_dir.open_partition("a", 0, LogConfig(), 0)
+    b = log_dir.open_partition("b", 0, LogConfig(), 0)
+    a.close_without_flush()
+    b.close_without_flush()  # a crash
+    log_dir = LogDir.open(tmp_path)
+    a = log_dir.open_partition("a", 0, LogConfig(), 0)
+    log_dir.close([a], now_ms=0)
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()  # b was never recovered
+
+
+def test_log_dir_removes_half_deleted_partitions(tmp_path: Path) -> None:
+    (tmp_path / "gone-0.123-delete").mkdir()
+    (tmp_path / "gone-0.123-delete" / "00000000000000000000.log").write_bytes(b"x")
+    log_dir = LogDir.open(tmp_path)
+    assert log_dir.partitions() == [] and os.listdir(tmp_path) == []

@@ -219,6 +219,9 @@ def producer_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Cap records per batch (librdkafka batch.num.messages); 1 = one per request."),
         click.option("--max-in-flight", type=click.IntRange(min=1), default=None,
                      help="max.in.flight.requests.per.connection."),
+        click.option("--max-outstanding", type=click.IntRange(min=1), default=None,
+                     help="Closed loop: unacknowledged records per connection "
+                          "(default: 5 requests x partitions x records per batch)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -247,6 +250,7 @@ def _produce_config(kw: dict[str, Any], default_rate: float | None = None) -> Pr
         connections=kw["connections"],
         records_per_request=kw["records_per_request"],
         max_in_flight=kw["max_in_flight"],
+        max_outstanding=kw["max_outstanding"],
         time_limit_s=kw["time_limit"],
         client_config=_client_config(kw["client_config"]),
     )

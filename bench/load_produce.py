@@ -53,6 +53,7 @@ class ProduceConfig:
     connections: int = 1  # producer instances (connections to the broker) per process
     records_per_request: int | None = None  # librdkafka batch.num.messages
     max_in_flight: int | None = None
+    max_outstanding: int | None = None  # closed loop: unacknowledged records per connection
     time_limit_s: float = 300.0  # hard cap on the sending phase, records left or not
     message_timeout_ms: int = 30_000
     client_config: dict[str, str] = field(default_factory=dict)
@@ -62,6 +63,19 @@ class ProduceConfig:
         out = asdict(self)
         out["e2e_run_id"] = None if self.e2e_run_id is None else self.e2e_run_id.hex()
         return out
+
+    def outstanding_window(self) -> int:
+        """Closed loop sends at most this many unacknowledged records per connection.
+
+        Without a window a client faster than the broker queues up to a million records,
+        every latency becomes queueing time, and the final drain takes minutes. The default
+        keeps four full batches per partition in flight.
+        """
+        if self.max_outstanding is not None:
+            return self.max_outstanding
+        per_batch = self.records_per_request or max(1, self.batch_size // max(1, self.record_size))
+        in_flight = self.max_in_flight or 5
+        return max(16, min(200_000, in_flight * max(1, self.partitions) * per_batch))
 
     def producer_config(self) -> dict[str, Any]:
         conf: dict[str, Any] = {
@@ -162,6 +176,7 @@ class _Connection:
         interval_ns = int(1e9 / rate) if rate else 0
         e2e = self.config.e2e_run_id is not None
         value = self.payload
+        window = self.config.outstanding_window()
         sent = 0
         while sent < self.records:
             if not sent & 255:
@@ -179,7 +194,9 @@ class _Connection:
                         # their latencies are taken promptly.
                         poll(min(wait_ns / 1e9, 0.05))
                     else:
-                        # poll() rounds its timeout down to whole ms: it would spin.
+                        # poll() rounds its timeout down to whole ms and would spin: serve
+                        # what is ready, then sleep.
+                        poll(0)
                         time.sleep(wait_ns / 1e9)
                     if time.monotonic_ns() >= end_ns:
                         break
@@ -188,6 +205,12 @@ class _Connection:
                 if e2e:
                     value = self._value(due_ns)
             else:
+                if sent - self.acked - self.failed >= window:
+                    # The window is full: wait in poll(), which returns on the next report.
+                    poll(0.01)
+                    if time.monotonic_ns() >= end_ns or stop.stop_requested():
+                        break
+                    continue
                 callback = self.on_delivery
                 if e2e:
                     value = self._value(time.monotonic_ns())

@@ -133,6 +133,7 @@ class Actor(pykka.ThreadingActor):
                 for mt in getattr(fn, "__actorlog_handles__", ()):
                     self._handlers[mt] = getattr(self, attr)
         self._out: dict[Address, list[Any]] = {}
+        self._to_self: list[Any] = []
         self._out_sockets: dict[Address, Any] = {}
         self._fd_handlers: dict[int, Callable[[int], None]] = {}
         self._poller = zmq.Poller()
@@ -173,6 +174,9 @@ class Actor(pykka.ThreadingActor):
         else:
             span = 0
         entry = [_type_ids[type(msg)], tid, span, self._trace[1] if tid else 0, _time_ns(), 0, msg]
+        if address == self.address:
+            self._to_self.append(entry)  # never wait on our own mailbox
+            return
         buf = self._out.get(address)
         if buf is None:
             self._out[address] = [entry]
@@ -278,6 +282,10 @@ class Actor(pykka.ThreadingActor):
                     if handler is not None:
                         self._run_guarded(handler, mask)
             self._run_guarded(self.on_turn)
+            while self._to_self:
+                entries, self._to_self = self._to_self, []
+                self.sent_local += len(entries)
+                self._dispatch_entries(self.node.name, self.name, entries)
             if self._out:
                 self.flush()
             if self._stopping and not events:

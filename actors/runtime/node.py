@@ -433,13 +433,13 @@ class Node:
             raise NodeError(f"no route to {address}")
         self._send_frame(link, address, frame)
 
-    def ask(self, address: Address, msg: Any, timeout: float = 5.0) -> Any:
+    def ask(self, address: Address, msg: Any, timeout: float = 5.0, trace_id: int | None = None) -> Any:
         """Send and wait for the handler's return value (control paths and tests)."""
         ask_id = next(self._ask_ids)
         pending = _Pending()
         self._pending[ask_id] = pending
         try:
-            self.tell(address, msg, sender="_asks", ask_id=ask_id)
+            self.tell(address, msg, sender="_asks", ask_id=ask_id, trace_id=trace_id)
             if not pending.event.wait(timeout):
                 raise AskTimeout(f"no answer from {address} to {type(msg).__name__} in {timeout} s")
         finally:

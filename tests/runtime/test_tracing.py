@@ -1,0 +1,93 @@
+"""A trace id set on the first message follows every message it causes, across hosts."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import NamedTuple
+
+from click.testing import CliRunner
+
+from actors.cli import cli
+from actors.runtime.actor import Actor, handles
+from actors.runtime.address import Address
+from actors.runtime.node import Directory, Node, NodeEndpoint
+from actors.runtime.tracing import read_trace_dirs
+from tests.runtime.test_runtime import wait_for
+from wire.registry import message
+
+
+@message(9101)
+class Hop(NamedTuple):
+    left: int
+
+
+@message(9102)
+class Count(NamedTuple):
+    pass
+
+
+class Bouncer(Actor):
+    """Passes a Hop back and forth between two nodes until it runs out."""
+
+    def setup(self) -> None:
+        self.seen = 0
+
+    @handles(Hop)
+    def on_hop(self, msg: Hop) -> None:
+        self.seen += 1
+        if msg.left > 0:
+            other = "b" if self.node.name == "a" else "a"
+            self.tell(Address(other, "bouncer"), Hop(msg.left - 1))
+
+    @handles(Count)
+    def count(self, _msg: Count) -> int:
+        return self.seen
+
+
+def _port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def test_trace_follows_a_chain_across_hosts_and_trace_show_prints_it(tmp_path: Path) -> None:
+    directory = Directory({
+        "a": NodeEndpoint("127.0.0.2", _port("127.0.0.2")),
+        "b": NodeEndpoint("127.0.0.3", _port("127.0.0.3")),
+    })
+    a = Node("a", directory=directory, data_dir=tmp_path / "a", trace_sample_ratio=1.0).start()
+    b = Node("b", directory=directory, data_dir=tmp_path / "b", trace_sample_ratio=1.0).start()
+    try:
+        a.spawn(Bouncer, "bouncer")
+        b.spawn(Bouncer, "bouncer")
+        a.tell(Address("a", "bouncer"), Hop(5), trace_id=777)
+        a.tell(Address("a", "bouncer"), Hop(1), trace_id=888)  # a second, separate chain
+        wait_for(lambda: a.ask(Address("a", "bouncer"), Count(), trace_id=0) == 4)
+    finally:
+        a.shutdown()
+        b.shutdown()
+    events = read_trace_dirs([tmp_path / "a", tmp_path / "b"])
+    chain = [e for e in events if e["trace_id"] == 777]
+    # 6 hops: each has send, recv and done; half of them handled on each node.
+    assert sorted(e["kind"] for e in chain) == ["done"] * 6 + ["recv"] * 6 + ["send"] * 6
+    assert {e["node"] for e in chain if e["kind"] == "recv"} == {"a", "b"}
+    spans = {e["span_id"]: e for e in chain if e["kind"] == "send"}
+    roots = [s for s in spans.values() if s["parent_span_id"] == 0]
+    assert len(roots) == 1  # each later hop's parent is the hop that caused it
+    assert all(s["parent_span_id"] in spans for s in spans.values() if s["parent_span_id"])
+
+    result = CliRunner().invoke(
+        cli, ["trace", "show", "777", "--dir", str(tmp_path / "a"), "--dir", str(tmp_path / "b")]
+    )
+    assert result.exit_code == 0, result.output
+    lines = [ln for ln in result.output.splitlines() if "Hop:" in ln]
+    assert len(lines) == 6
+    assert "bouncer@a -> bouncer@b" in lines[1] or "_external" in lines[0]
+    assert all("mailbox" in ln and "handler" in ln for ln in lines)
+    # indentation grows along the chain
+    depths = [len(ln.split("handler")[1]) - len(ln.split("handler")[1].lstrip()) for ln in lines]
+    assert depths == sorted(depths) and depths[0] < depths[-1]
+
+    missing = CliRunner().invoke(cli, ["trace", "show", "12345", "--dir", str(tmp_path / "a")])
+    assert missing.exit_code != 0 and "not found" in missing.output

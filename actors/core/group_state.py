@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from actors.core.group_metadata import (
@@ -386,7 +386,6 @@ def _join_error(member_id: str, code: ErrorCode) -> JoinGroupResponse:
 # --- the core ----------------------------------------------------------------------
 
 
-@dataclass(slots=True)
 class GroupCoordinatorCore:
     """All groups of one coordinator shard and the rules of the classic protocol.
 
@@ -395,13 +394,27 @@ class GroupCoordinatorCore:
     member, else the client id. Tests pass a deterministic one.
     """
 
-    config: GroupConfig = field(default_factory=GroupConfig)
-    member_id_factory: Callable[[str], str] = _default_member_id_factory
-    _groups: dict[str, GroupMetadata] = field(default_factory=dict)
-    _pending_appends: dict[int, _Pending] = field(default_factory=dict)
-    _next_append_id: int = 0
-    skipped_records: int = 0
-    """Records :meth:`load` ignored because their key version is unknown to us."""
+    __slots__ = (
+        "_groups",
+        "_next_append_id",
+        "_pending_appends",
+        "config",
+        "member_id_factory",
+        "skipped_records",
+    )
+
+    def __init__(
+        self,
+        config: GroupConfig | None = None,
+        member_id_factory: Callable[[str], str] = _default_member_id_factory,
+    ) -> None:
+        self.config = config if config is not None else GroupConfig()
+        self.member_id_factory = member_id_factory
+        self._groups: dict[str, GroupMetadata] = {}
+        self._pending_appends: dict[int, _Pending] = {}
+        self._next_append_id = 0
+        self.skipped_records = 0
+        """Records :meth:`load` ignored because their key version is unknown to us."""
 
     # --- read-only access -------------------------------------------------
 

@@ -618,6 +618,22 @@ def test_new_leader_elected_when_leader_does_not_rejoin() -> None:
     assert leader not in g.members
 
 
+def test_early_or_stale_join_timer_does_nothing() -> None:
+    shell = Shell()
+    (a, b), gen = stable_group(shell, 2)
+    ra = shell.join(member_id=a, protocols=[("range", b"x")])
+    g = shell.group()
+    shell.advance(REBALANCE - 1)
+    shell.heartbeat(b, gen)
+    before = shell.core.snapshot()
+    # The timer of an earlier rebalance, or a fire ahead of time: not this deadline.
+    assert shell.fire(join_timer("g")) == []
+    assert shell.core.snapshot() == before
+    assert g.state is GroupState.PREPARING_REBALANCE and ra not in shell.answers
+    shell.advance(1)
+    assert shell.join_answer(ra).generation_id == gen + 1
+
+
 def test_rebalance_completes_early_when_everyone_rejoined() -> None:
     shell = Shell()
     (a, b), _gen = stable_group(shell, 2)

@@ -140,10 +140,10 @@ def run_compare(
             for side, bootstrap in sides:
                 topic = f"bench-{name.replace('_', '-')}-{tag}-r{rnd}-{side}"
                 config = scenario_config(name, bootstrap, topic, settings)
-                results = run_produce(config, allow_hosts=allow_hosts, show_progress=show_progress)
-                entry[side] = results
+                run = run_produce(config, allow_hosts=allow_hosts, show_progress=show_progress)
+                entry[side] = run
                 if on_run is not None:
-                    on_run(name, rnd, side, results)
+                    on_run(name, rnd, side, run)
             scen = SCENARIOS[name]
             entry["figure_a"] = scen.figure_of(entry["a"])
             entry["figure_b"] = scen.figure_of(entry["b"])
@@ -252,8 +252,8 @@ def command(**kw: Any) -> None:
         console.print(f"round {rnd} {name} {label}: {figure:,.3f} {SCENARIOS[name].unit}")
 
     try:
-        with _broker(kw["address_a"], kw["a_cmd"], "a") as (boot_a, proc_a), \
-                _broker(kw["address_b"], kw["peer_cmd"], "b") as (boot_b, proc_b):
+        with _broker(kw["address_a"], kw["a_cmd"], "a") as (boot_a, _proc_a), \
+                _broker(kw["address_b"], kw["peer_cmd"], "b") as (boot_b, _proc_b):
             results, ratios = run_compare(boot_a, boot_b, names, kw["rounds"], settings,
                                           show_progress=not kw["no_progress"],
                                           allow_hosts=kw["allow_hosts"], on_run=on_run)

@@ -161,7 +161,7 @@ def consume_worker(share: ConsumerShare, slot: WorkerSlot) -> dict[str, Any]:
                 consumed_bytes += len(value)
                 if pending:
                     partition = msg.partition()
-                    if partition in pending and msg.offset() + 1 >= ends[partition]:
+                    if partition in pending and (msg.offset() or 0) + 1 >= ends[partition]:
                         pending.discard(partition)
             slot.report(consumed)
     finally:

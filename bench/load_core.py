@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import multiprocessing.context
+import queue
 import signal
 import statistics
 import time
@@ -20,7 +21,7 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from hdrh.histogram import HdrHistogram
 
@@ -168,7 +169,7 @@ def _worker_main(target: WorkerTarget, payload: Any, slot: WorkerSlot, results: 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         result = target(payload, slot)
-    except BaseException as exc:  # reported to the parent, which fails the run loudly
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the run loudly
         result = {"worker_error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
     results.put((slot.index, result))
 
@@ -213,7 +214,7 @@ class WorkerGroup:
         while True:
             try:
                 index, result = self.results_queue.get_nowait()
-            except Exception:  # queue.Empty
+            except queue.Empty:
                 return
             self.results[index] = result
 
@@ -298,7 +299,7 @@ class ProgressView:
             )
             self._task = self._progress.add_task(description, total=total, rate="")
 
-    def __enter__(self) -> ProgressView:
+    def __enter__(self) -> Self:
         if self._progress is not None:
             self._progress.start()
         return self

@@ -15,6 +15,7 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
@@ -201,7 +202,7 @@ class _Connection:
                     if time.monotonic_ns() >= end_ns:
                         break
                     continue
-                callback = partial(self.on_delivery_due, due_ns)
+                callback: Callable[[Any, Any], None] = partial(self.on_delivery_due, due_ns)
                 if e2e:
                     value = self._value(due_ns)
             else:

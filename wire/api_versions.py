@@ -1,0 +1,91 @@
+"""The Kafka API versions actorlog advertises in its ApiVersions response.
+
+Clients pick, per API, the highest version both sides support, so this table
+decides what the request handlers must understand. Every range below lies
+inside what kafka-python 3.x's `kafka.protocol` schemas define (so the codec
+can decode the request and encode the response at each version) and is
+checked both ways by tests/wire/test_kafka_codec.py.
+
+Why these ranges:
+
+- Minimums follow the schemas' `validVersions`: versions Kafka 4.0 removed
+  (KIP-896) are not offered; no current client needs them.
+- Produce and Fetch stop at 12: version 13 replaces topic names by topic ids,
+  which actorlog does not implement.
+- The ranges make kafka-python infer a broker of 3.8 (Produce 11 is in range,
+  Produce 13 is not), so it writes magic 2 record batches (it needs >= 0.11).
+- ApiVersions 0-4: librdkafka retries at v0 after UNSUPPORTED_VERSION, and
+  kafka-python 3.x opens with v4.
+- Versions whose only change is a new field the handlers must fill or honour
+  are noted beside each entry; the handler for that API owns that duty.
+- Not advertised on purpose: GetTelemetrySubscriptions (71) and
+  ConsumerGroupHeartbeat (68), so clients stay on the classic protocols.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kafka.protocol.api_key import ApiKey
+
+
+class ApiVersionRange(NamedTuple):
+    """One entry of the ApiVersions response: an API and its version range."""
+
+    api_key: int
+    min_version: int
+    max_version: int
+
+
+def _entry(api_key: ApiKey, min_version: int, max_version: int) -> ApiVersionRange:
+    return ApiVersionRange(int(api_key), min_version, max_version)
+
+
+ADVERTISED: tuple[ApiVersionRange, ...] = (
+    # v9+ flexible; v10/v11 add CurrentLeader tags (left out when default).
+    _entry(ApiKey.Produce, 3, 12),
+    # v4 is the first with isolation_level; v7 sessions; v12 flexible + tags.
+    _entry(ApiKey.Fetch, 4, 12),
+    # v7 asks for timestamp -3 (max timestamp); v8+ (tiered storage) left out.
+    _entry(ApiKey.ListOffsets, 1, 7),
+    # v9+ flexible (librdkafka >= 2.x uses 12); v12 accepts topic ids.
+    _entry(ApiKey.Metadata, 0, 12),
+    # v10 switches to topic ids, left out.
+    _entry(ApiKey.OffsetCommit, 2, 9),
+    # v8 batches several groups per request; v10 topic ids, left out.
+    _entry(ApiKey.OffsetFetch, 1, 9),
+    # v4 batches coordinator keys; v6 (share groups) left out.
+    _entry(ApiKey.FindCoordinator, 0, 4),
+    _entry(ApiKey.JoinGroup, 0, 9),
+    _entry(ApiKey.Heartbeat, 0, 4),
+    # v3 batches members (group.instance.id).
+    _entry(ApiKey.LeaveGroup, 0, 5),
+    _entry(ApiKey.SyncGroup, 0, 5),
+    # v6 only adds the GROUP_ID_NOT_FOUND error, left out.
+    _entry(ApiKey.DescribeGroups, 0, 5),
+    # v4 states filter, v5 types filter.
+    _entry(ApiKey.ListGroups, 0, 5),
+    _entry(ApiKey.ApiVersions, 0, 4),
+    _entry(ApiKey.CreateTopics, 2, 7),
+    # v6 deletes by topic id, left out.
+    _entry(ApiKey.DeleteTopics, 1, 5),
+    # v3+ carries producer id/epoch for an epoch bump; v6 (2PC) is unstable.
+    _entry(ApiKey.InitProducerId, 0, 5),
+    _entry(ApiKey.DescribeConfigs, 1, 4),
+)
+
+ADVERTISED_BY_KEY: dict[int, ApiVersionRange] = {entry.api_key: entry for entry in ADVERTISED}
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name for an API key, or `Unknown(<key>)`."""
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return f"Unknown({api_key})"
+
+
+def is_advertised(api_key: int, api_version: int) -> bool:
+    """True when actorlog serves this API at this version."""
+    entry = ADVERTISED_BY_KEY.get(api_key)
+    return entry is not None and entry.min_version <= api_version <= entry.max_version

@@ -38,6 +38,28 @@ Heartbeats do not re-arm the timer: the core moves the member's deadline and,
 when an old timer fires early, arms one for the new deadline. So a stale fire
 never expires anyone, and a busy group costs one timer per session timeout
 per member, not one per heartbeat.
+
+A shell, in outline (names on the left are the shell's own)::
+
+    core = GroupCoordinatorCore(GroupConfig.from_kafka_config(broker_config))
+    perform(core.load(read_partition_records(), clock_ms()))
+    ...
+    def perform(effects):
+        for fx in effects:
+            match fx:
+                case Respond(request_id, response): reply(request_id, response)
+                case ScheduleTimer(key, deadline_ms): timer.schedule(key, deadline_ms)
+                case CancelTimer(key): timer.cancel(key)
+                case AppendRecords(append_id, partition, records, topic):
+                    append(topic, partition, records, done=append_id)
+    # on a JoinGroup request:   perform(core.join_group(rid, ..., now_ms=clock_ms()))
+    # on a timer expiry:        perform(core.on_timer(key, clock_ms()))
+    # on an append's answer:    perform(core.on_append_complete(append_id, code, clock_ms()))
+
+Several coordinator shards may each own a core; a group must always reach the
+same shard, and :meth:`GroupCoordinatorCore.partition_for` names the
+``__consumer_offsets`` partition its records go to (FindCoordinator answers
+with that partition's leader).
 """
 
 from __future__ import annotations

@@ -349,6 +349,14 @@ def test_old_clients_join_without_member_id_round_trip() -> None:
     assert ans.error_code is E.NONE and ans.member_id == "c-1" and ans.generation_id == 1
 
 
+def test_join_v0_rebalance_timeout_defaults_to_session_timeout() -> None:
+    shell = Shell()
+    shell.join(require_known=False, rebalance=-1, session=7000)
+    g = shell.group()
+    (member,) = g.members.values()
+    assert member.rebalance_timeout_ms == 7000
+
+
 def test_pending_member_expires_and_stale_fires_do_nothing() -> None:
     shell = Shell()
     mid = shell.join_answer(shell.join()).member_id
@@ -1137,7 +1145,7 @@ def test_static_rejoin_during_preparing_rebalance_fences_parked_join() -> None:
     shell.assert_all_answered()
 
 
-def test_static_member_not_rejoining_is_kept_until_session_expiry() -> None:
+def test_static_member_that_stops_heartbeating_expires() -> None:
     shell = Shell()
     a, b, gen = _static_pair(shell)
     g = shell.group()

@@ -571,7 +571,7 @@ def _swap_records(item: Any, field_struct: Any, version: int, saved: list[Any]) 
     here, children = _records_plan(field_struct, version)
     for field in here:
         value = getattr(item, field.name)
-        if value is not None:
+        if isinstance(value, (bytes, bytearray, memoryview)):
             saved.append((item, field.name, value))
             setattr(item, field.name, _MARKER + _INT32.pack(len(saved) - 1))
     for field in children:

@@ -27,6 +27,7 @@ from kafka.producer.kafka import KafkaProducer
 from kafka.protocol.broker_version_data import infer_broker_version_from_api_versions
 from kafka.protocol.metadata import ApiVersionsResponse
 from kafka.protocol.parser import KafkaProtocol
+from kafka.protocol.schemas.fields import StructField
 from kafka.protocol.schemas.fields.codecs import (
     UUID,
     BitField,
@@ -329,7 +330,6 @@ RESPONSE_EXAMPLES: dict[int, dict[str, Any]] = {
                         "timestamp": -1,
                         "offset": 10,
                         "leader_epoch": 0,
-                        "old_style_offsets": [10],
                     }
                 ],
             }
@@ -768,7 +768,7 @@ def test_unsupported_api_versions_version_gets_a_v0_error_listing_the_table() ->
     assert listed == {tuple(e) for e in ADVERTISED}
 
 
-def test_kafka_python_retries_after_the_v0_error() -> None:
+def test_kafka_python_finds_its_retry_version_in_the_v0_error() -> None:
     # kafka-python reads the error body as v0 and retries at the highest
     # ApiVersions version listed; simulate a client that tried v9.
     protocol = KafkaProtocol(client_id="kp")
@@ -809,14 +809,36 @@ def test_advertised_table_makes_kafka_python_write_magic_2() -> None:
     assert table[18][0] == 0
 
 
-def test_warm_up_compiles_every_advertised_pair() -> None:
+def test_after_warm_up_serving_generates_no_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(4)
+    frames = {pair: client_request(*pair, request_values(*pair, rng))[1] for pair in PAIRS}
+    for cache in (
+        "_header_decoders",
+        "_header_decoders_by_version",
+        "_request_decoders",
+        "_response_encoders",
+        "_tag_plans",
+        "_records_plans",
+        "_api_versions_bodies",
+    ):
+        monkeypatch.setattr(kc, cache, {})
     kc.warm_up()
-    assert set(PAIRS) <= set(kc._request_decoders)
-    assert set(PAIRS) <= set(kc._response_encoders)
-    assert set(PAIRS) <= set(kc._header_decoders_by_version)
+    assert set(PAIRS) <= set(kc._request_decoders) & set(kc._response_encoders)
     for api_key, version in PAIRS:
         request_cls, response_cls = kc._MESSAGE_CLASSES[api_key]
         assert version in request_cls._VERSIONS and version in response_cls._VERSIONS
+
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("codec code generated while serving")
+
+    monkeypatch.setattr(StructField, "compiled_decode_from", generate)
+    monkeypatch.setattr(StructField, "compiled_encode_into", generate)
+    for (api_key, _), frame in frames.items():
+        header = kc.parse_request_header(frame)
+        kc.decode_request(header, frame)
+        if api_key == 18:
+            kc.encode_api_versions_response(header)
+        kc.encode_response(header, RESPONSE_EXAMPLES[api_key])
 
 
 # -- real librdkafka clients ------------------------------------------------------------------

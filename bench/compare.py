@@ -24,7 +24,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from bench.load import run_produce
+from bench.load import make_console, run_produce
 from bench.load_core import min_median_max, write_json
 from bench.load_produce import ProduceConfig
 from bench.peers import BootstrapRefusedError, BrokerProcess, check_bootstrap, start_broker
@@ -185,16 +185,20 @@ def _broker(address: str | None, template: str | None, which: str) -> Iterator[t
 
 
 def print_compare(console: Console, results: dict[str, Any], name_a: str, name_b: str) -> None:
-    table = Table(title=f"compare: {name_a} (A) vs {name_b} (B), min / median / max over rounds")
-    for col in ("scenario", "unit", f"A {name_a}", f"B {name_b}", "ratio (higher = A better)"):
-        table.add_column(col, justify="right")
+    table = Table(title=f"compare: {name_a} (A) vs {name_b} (B) over the rounds")
+    for col in ("scenario", "unit", "over rounds", f"A {name_a}", f"B {name_b}", "ratio"):
+        table.add_column(col, justify="right", no_wrap=True)
 
-    def mmm(x: dict[str, float]) -> str:
-        return " / ".join(f"{x[k]:,.3f}" if x[k] < 100 else f"{x[k]:,.0f}" for k in ("min", "median", "max"))
+    def fmt(x: float) -> str:
+        return f"{x:,.3f}" if x < 100 else f"{x:,.0f}"
 
     for name, block in results.items():
-        table.add_row(name, block["unit"], mmm(block["a"]), mmm(block["b"]), mmm(block["ratio"]))
+        for i, stat in enumerate(("min", "median", "max")):
+            table.add_row(name if i == 0 else "", block["unit"] if i == 0 else "", stat,
+                          fmt(block["a"][stat]), fmt(block["b"][stat]), fmt(block["ratio"][stat]),
+                          end_section=(i == 2))
     console.print(table)
+    console.print("ratio: A/B for throughputs, B/A for p99; higher is better for A, 1.0 is parity")
     for name, block in results.items():
         if block["errors_a"] or block["errors_b"]:
             console.print(f"[yellow]{name}: delivery errors A={block['errors_a']} B={block['errors_b']}")
@@ -244,7 +248,7 @@ def command(**kw: Any) -> None:
         fixed_rate=kw["fixed_rate"],
         small_connections=kw["small_connections"],
     )
-    console = Console()
+    console = make_console()
 
     def on_run(name: str, rnd: int, side: str, results: dict[str, Any]) -> None:
         figure = SCENARIOS[name].figure_of(results)

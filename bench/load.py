@@ -128,6 +128,14 @@ def run_e2e(
 # --------------------------------------------------------------------------- printing
 
 
+def make_console() -> Console:
+    """A console; when output goes to a file or pipe, wide enough that tables keep their headers."""
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    return console
+
+
 def _fmt(value: float) -> str:
     return f"{value:,.3f}" if value < 100 else f"{value:,.0f}"
 
@@ -269,7 +277,7 @@ def _guard(func: Callable[[], None]) -> None:
 def produce_command(**kw: Any) -> None:
     """Produce records and report throughput, latency percentiles and errors by code."""
     config = _produce_config(kw)
-    console = Console()
+    console = make_console()
 
     def go() -> None:
         results = run_produce(config, allow_hosts=kw["allow_hosts"], show_progress=not kw["no_progress"])
@@ -297,7 +305,7 @@ def consume_command(**kw: Any) -> None:
         time_limit_s=kw["time_limit"],
         client_config=_client_config(kw["client_config"]),
     )
-    console = Console()
+    console = make_console()
 
     def go() -> None:
         results = run_consume(config, allow_hosts=kw["allow_hosts"], show_progress=not kw["no_progress"])
@@ -323,7 +331,7 @@ def e2e_command(**kw: Any) -> None:
     """Produce-to-consume latency, from timestamps carried in the records (open loop, 1,000/s
     unless --target-rate; --target-rate 0 sends as fast as possible)."""
     config = _produce_config(kw, default_rate=E2E_DEFAULT_RATE)
-    console = Console()
+    console = make_console()
 
     def go() -> None:
         results = run_e2e(config, kw["consumer_processes"], allow_hosts=kw["allow_hosts"],

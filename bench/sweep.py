@@ -25,7 +25,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from bench.load import run_produce
+from bench.load import make_console, run_produce
 from bench.load_core import write_json
 from bench.load_produce import ProduceConfig
 from bench.peers import ACTORLOG_TEMPLATE, BrokerProcess, start_broker, template_uses
@@ -78,7 +78,7 @@ def run_sweep(
     console: Console | None = None,
 ) -> dict[str, Any]:
     """Run the grid and write the CSV and plots; returns the `results` block."""
-    console = console or Console()
+    console = console or make_console()
     out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     broker: BrokerProcess | None = None
@@ -221,7 +221,7 @@ def print_sweep(console: Console, results: dict[str, Any]) -> None:
 @click.option("--no-progress", is_flag=True)
 def command(**kw: Any) -> None:
     """Run a grid of produce loads against a broker started from --broker-cmd."""
-    console = Console()
+    console = make_console()
     acks = [a.strip() for a in kw["acks"].split(",") if a.strip()]
     bad = [a for a in acks if a not in ("0", "1", "all", "-1")]
     if bad or not acks:

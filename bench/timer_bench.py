@@ -46,7 +46,7 @@ RATIO_KEYS = ("wheel_1m_vs_1k", "memory_vs_heap_steady", "rate_vs_heap_steady")
 class HeapTask:
     """The baseline's task: a deadline and a cancelled mark, like the wheel's task."""
 
-    __slots__ = ("expiration_ms", "cancelled")
+    __slots__ = ("cancelled", "expiration_ms")
 
     def __init__(self, expiration_ms: int) -> None:
         self.expiration_ms = expiration_ms
@@ -139,8 +139,7 @@ def _add_expire(
         for _ in range(min(per_ms, ops - i)):
             deadline = now + 1 + i % 200
             add(task_cls(deadline))
-            if deadline > last:
-                last = deadline
+            last = max(last, deadline)
             i += 1
         now += 1
     while now <= last:
@@ -301,7 +300,9 @@ def run_bench(
             row[impl]["bytes_per_op"] = memory_outstanding(impl, n)
         results["outstanding"][str(n)] = row
     for impl in IMPLS:
-        runs = [run_steady(impl, steady_ops, per_ms, timeout_ms, expire_every) for _ in range(repeat)]
+        runs = [
+            run_steady(impl, steady_ops, per_ms, timeout_ms, expire_every) for _ in range(repeat)
+        ]
         entry: dict[str, Any] = {key: _spread([r[key] for r in runs]) for key in runs[0]}
         entry["peak_bytes"] = memory_steady(impl, steady_ops, per_ms, timeout_ms, expire_every)
         results["steady"][impl] = entry
@@ -312,7 +313,8 @@ def run_bench(
     ratios = {
         "wheel_1m_vs_1k": wheel_w1[large]["wheel"]["rate_per_s"]["median"]
         / wheel_w1[small]["wheel"]["rate_per_s"]["median"],
-        "memory_vs_heap_steady": steady["heap"]["peak_bytes"] / max(1, steady["wheel"]["peak_bytes"]),
+        "memory_vs_heap_steady": steady["heap"]["peak_bytes"]
+        / max(1, steady["wheel"]["peak_bytes"]),
         "rate_vs_heap_steady": steady["wheel"]["rate_per_s"]["median"]
         / steady["heap"]["rate_per_s"]["median"],
     }
@@ -357,19 +359,37 @@ def _print_summary(report: dict[str, Any]) -> None:
 
 
 @click.command(name="timer")
-@click.option("--outstanding", default="1000,100000,1000000", show_default=True,
-              help="comma-separated numbers of outstanding operations (workload 1)")
-@click.option("--ops", default=200_000, show_default=True,
-              help="measured operations per phase in workload 1")
-@click.option("--steady-ops", default=1_000_000, show_default=True,
-              help="operations in the steady-state workload")
+@click.option(
+    "--outstanding",
+    default="1000,100000,1000000",
+    show_default=True,
+    help="comma-separated numbers of outstanding operations (workload 1)",
+)
+@click.option(
+    "--ops", default=200_000, show_default=True, help="measured operations per phase in workload 1"
+)
+@click.option(
+    "--steady-ops",
+    default=1_000_000,
+    show_default=True,
+    help="operations in the steady-state workload",
+)
 @click.option("--arrivals-per-ms", default=100, show_default=True)
 @click.option("--timeout-ms", default=30_000, show_default=True)
-@click.option("--expire-every", default=100, show_default=True,
-              help="one operation in this many is left to expire in the steady state")
+@click.option(
+    "--expire-every",
+    default=100,
+    show_default=True,
+    help="one operation in this many is left to expire in the steady state",
+)
 @click.option("--repeat", default=3, show_default=True, help="timed repetitions (median used)")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="write the report as JSON here")
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="write the report as JSON here",
+)
 def command(
     outstanding: str,
     ops: int,

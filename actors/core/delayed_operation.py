@@ -73,7 +73,7 @@ class DelayedOperation(TimerTask):
     optional hook that runs after ``on_complete`` on expiry only.
     """
 
-    __slots__ = ("_state", "outcome", "_purgatory")
+    __slots__ = ("_purgatory", "_state", "outcome")
 
     def __init__(self, deadline_ms: int) -> None:
         super().__init__(deadline_ms)
@@ -167,22 +167,20 @@ class DelayedOperationPurgatory:
     """
 
     __slots__ = (
+        "_completions",
+        "_estimated_total",
+        "_expirations",
+        "_num_delayed",
+        "_purged_entries",
+        "_purges",
+        "_watchers",
         "name",
         "purge_interval_requests",
-        "_watchers",
-        "_num_delayed",
-        "_estimated_total",
-        "_completions",
-        "_expirations",
-        "_purges",
-        "_purged_entries",
     )
 
     def __init__(self, name: str = "", purge_interval_requests: int = 1000) -> None:
         if purge_interval_requests < 0:
-            raise ValueError(
-                f"purge_interval_requests must be >= 0, got {purge_interval_requests}"
-            )
+            raise ValueError(f"purge_interval_requests must be >= 0, got {purge_interval_requests}")
         self.name = name
         self.purge_interval_requests = purge_interval_requests
         self._watchers: dict[Hashable, list[DelayedOperation]] = {}
@@ -231,7 +229,7 @@ class DelayedOperationPurgatory:
         self,
         op: DelayedOperation,
         keys: Iterable[Hashable],
-        statuses: Mapping[Hashable, Any] | None = None,
+        statuses: Mapping[Any, Any] | None = None,
     ) -> bool:
         """Complete ``op`` now if it can, else watch it under every key.
 

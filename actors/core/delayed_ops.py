@@ -22,7 +22,7 @@ give :class:`DelayedJoin` its own predicate.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from actors.core.delayed_operation import DelayedOperation
 from wire.errors import ErrorCode
@@ -120,11 +120,9 @@ class DelayedProduce(DelayedOperation):
     unsettled ones answer REQUEST_TIMED_OUT.
     """
 
-    __slots__ = ("partitions", "_pending", "_settled")
+    __slots__ = ("_pending", "_settled", "partitions")
 
-    def __init__(
-        self, deadline_ms: int, partitions: Mapping[tuple[str, int], ProducePartitionStatus]
-    ) -> None:
+    def __init__(self, deadline_ms: int, partitions: Mapping[Any, ProducePartitionStatus]) -> None:
         super().__init__(deadline_ms)
         self.partitions: dict[TopicPartition, ProducePartitionStatus] = {
             TopicPartition(*tp): status for tp, status in partitions.items()
@@ -212,12 +210,12 @@ class DelayedFetch(DelayedOperation):
     its leader epoch differs from the one the fetcher sent.
     """
 
-    __slots__ = ("partitions", "min_bytes", "from_follower", "_available", "_errors", "_reason")
+    __slots__ = ("_available", "_errors", "_reason", "from_follower", "min_bytes", "partitions")
 
     def __init__(
         self,
         deadline_ms: int,
-        partitions: Mapping[tuple[str, int], FetchPartitionStatus],
+        partitions: Mapping[Any, FetchPartitionStatus],
         min_bytes: int,
         from_follower: bool = False,
     ) -> None:
@@ -324,7 +322,7 @@ class DelayedJoin(DelayedOperation):
     ``outcome.missing`` and completes the join with the members that came.
     """
 
-    __slots__ = ("group_id", "can_complete", "_status")
+    __slots__ = ("_status", "can_complete", "group_id")
 
     def __init__(
         self,
@@ -389,7 +387,7 @@ class DelayedHeartbeat(DelayedOperation):
     session timed out and the coordinator removes the member.
     """
 
-    __slots__ = ("group_id", "member_id", "_reason")
+    __slots__ = ("_reason", "group_id", "member_id")
 
     def __init__(self, deadline_ms: int, group_id: str, member_id: str) -> None:
         super().__init__(deadline_ms)

@@ -23,6 +23,7 @@ message and sleeps until :meth:`TimingWheel.next_expiration_ms`.
 from __future__ import annotations
 
 from heapq import heappop, heappush
+from typing import Any, Generic, TypeVar
 
 __all__ = ["TimerTask", "TimingWheel"]
 
@@ -36,7 +37,7 @@ class TimerTask:
     the task to move it.
     """
 
-    __slots__ = ("expiration_ms", "_bucket")
+    __slots__ = ("_bucket", "expiration_ms")
 
     def __init__(self, expiration_ms: int) -> None:
         self.expiration_ms = expiration_ms
@@ -64,24 +65,28 @@ class TimerTask:
         return f"{type(self).__name__}(expiration_ms={self.expiration_ms})"
 
 
-class TimingWheel:
+T = TypeVar("T", bound=TimerTask)
+
+
+class TimingWheel(Generic[T]):
     """Hierarchical timing wheel driven by handed-in time (see module docstring).
 
     Single-threaded by design: the owning actor calls every method from its
-    own thread, one message at a time.
+    own thread, one message at a time. Generic in the task type, so
+    ``TimingWheel[DelayedOperation]`` hands back operations from ``advance_clock``.
     """
 
     __slots__ = (
+        "_bucket_exp",
+        "_buckets",
+        "_current",
+        "_expired_before",
+        "_intervals",
+        "_limits",
+        "_queue",
+        "_ticks",
         "tick_ms",
         "wheel_size",
-        "_ticks",
-        "_intervals",
-        "_current",
-        "_limits",
-        "_expired_before",
-        "_buckets",
-        "_bucket_exp",
-        "_queue",
     )
 
     def __init__(self, tick_ms: int = 1, wheel_size: int = 20, start_ms: int = 0) -> None:
@@ -97,7 +102,7 @@ class TimingWheel:
         self._intervals: list[int] = []
         self._current: list[int] = []
         self._limits: list[int] = []
-        self._buckets: list[dict[TimerTask, None]] = []
+        self._buckets: list[dict[Any, None]] = []
         self._bucket_exp: list[int] = []  # -1: the bucket is not in the queue
         # (bucket expiration, flat bucket index): unique, so buckets are never compared.
         self._queue: list[tuple[int, int]] = []
@@ -149,7 +154,7 @@ class TimingWheel:
 
     # -- mutations -----------------------------------------------------------
 
-    def add(self, task: TimerTask) -> bool:
+    def add(self, task: T) -> bool:
         """Schedule ``task`` at ``task.expiration_ms``.
 
         Returns False, without scheduling, when the task is already due
@@ -186,7 +191,7 @@ class TimingWheel:
             heappush(self._queue, (bucket_exp, idx))
         return True
 
-    def cancel(self, task: TimerTask) -> bool:
+    def cancel(self, task: T) -> bool:
         """Remove a scheduled task in O(1); False if it was not scheduled."""
         bucket = task._bucket
         if bucket is None:
@@ -195,7 +200,7 @@ class TimingWheel:
         task._bucket = None
         return True
 
-    def advance_clock(self, now_ms: int) -> list[TimerTask]:
+    def advance_clock(self, now_ms: int) -> list[T]:
         """Move time to ``now_ms`` and return the tasks now due, earliest bucket first.
 
         Every due bucket is flushed in expiration order: the wheel's time is
@@ -212,7 +217,7 @@ class TimingWheel:
             if now_ms >= self._expired_before:
                 self._set_time(now_ms)
             return []
-        expired: list[TimerTask] = []
+        expired: list[T] = []
         buckets = self._buckets
         bucket_exp = self._bucket_exp
         add = self.add

@@ -20,7 +20,7 @@ from actors.core.timing_wheel import TimingWheel
 class WaitFor(DelayedOperation):
     """Completes once any watched key reports a value >= ``target``."""
 
-    __slots__ = ("target", "seen", "completions", "expirations")
+    __slots__ = ("completions", "expirations", "seen", "target")
 
     def __init__(self, deadline_ms: int, target: int = 1) -> None:
         super().__init__(deadline_ms)
@@ -48,7 +48,7 @@ class Shell:
 
     def __init__(self, purge_interval_requests: int = 1000) -> None:
         self.purgatory = DelayedOperationPurgatory("test", purge_interval_requests)
-        self.wheel = TimingWheel(start_ms=0)
+        self.wheel: TimingWheel[DelayedOperation] = TimingWheel(start_ms=0)
         self.now = 0
 
     def watch(self, op: DelayedOperation, keys: tuple[Hashable, ...], **statuses: Any) -> bool:

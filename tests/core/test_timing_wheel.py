@@ -24,7 +24,7 @@ def drive(wheel: TimingWheel, until_ms: int, start_ms: int | None = None) -> dic
 
 
 def test_task_due_within_the_current_tick_is_refused() -> None:
-    wheel = TimingWheel(tick_ms=1, wheel_size=20, start_ms=100)
+    wheel = TimingWheel[TimerTask](tick_ms=1, wheel_size=20, start_ms=100)
     late = TimerTask(99)
     now = TimerTask(100)
     assert wheel.add(late) is False
@@ -35,7 +35,7 @@ def test_task_due_within_the_current_tick_is_refused() -> None:
 
 
 def test_task_in_first_wheel_expires_exactly_at_its_deadline() -> None:
-    wheel = TimingWheel(start_ms=0)
+    wheel = TimingWheel[TimerTask](start_ms=0)
     task = TimerTask(7)
     assert wheel.add(task) is True
     assert wheel.next_expiration_ms() == 7
@@ -48,7 +48,7 @@ def test_task_in_first_wheel_expires_exactly_at_its_deadline() -> None:
 
 
 def test_advance_within_a_tick_changes_nothing() -> None:
-    wheel = TimingWheel(tick_ms=10, wheel_size=20, start_ms=0)
+    wheel = TimingWheel[TimerTask](tick_ms=10, wheel_size=20, start_ms=0)
     task = TimerTask(25)
     assert wheel.add(task)
     assert wheel.advance_clock(5) == []
@@ -60,7 +60,7 @@ def test_advance_within_a_tick_changes_nothing() -> None:
 
 
 def test_tasks_across_wheels_expire_exactly_on_time() -> None:
-    wheel = TimingWheel(tick_ms=1, wheel_size=20, start_ms=0)
+    wheel = TimingWheel[TimerTask](tick_ms=1, wheel_size=20, start_ms=0)
     deadlines = [1, 2, 19, 20, 21, 39, 40, 41, 399, 400, 401, 799, 8000, 8001, 9000, 20_000]
     for deadline in deadlines:
         assert wheel.add(TimerTask(deadline))
@@ -71,7 +71,7 @@ def test_tasks_across_wheels_expire_exactly_on_time() -> None:
 
 
 def test_overflow_wheels_are_created_on_demand() -> None:
-    wheel = TimingWheel(tick_ms=1, wheel_size=20, start_ms=0)
+    wheel = TimingWheel[TimerTask](tick_ms=1, wheel_size=20, start_ms=0)
     assert wheel.levels == 1
     wheel.add(TimerTask(19))
     assert wheel.levels == 1
@@ -87,7 +87,7 @@ def test_overflow_wheels_are_created_on_demand() -> None:
 
 
 def test_reinsert_into_a_finer_wheel_when_the_bucket_is_due() -> None:
-    wheel = TimingWheel(tick_ms=1, wheel_size=20, start_ms=0)
+    wheel = TimingWheel[TimerTask](tick_ms=1, wheel_size=20, start_ms=0)
     task = TimerTask(425)
     wheel.add(task)
     # Level 2 (20 ms x 20 = 400 ms buckets): the bucket [400, 800) is due at 400.
@@ -105,7 +105,7 @@ def test_reinsert_into_a_finer_wheel_when_the_bucket_is_due() -> None:
 
 
 def test_a_jump_expires_everything_due_in_deadline_order() -> None:
-    wheel = TimingWheel(start_ms=0)
+    wheel = TimingWheel[TimerTask](start_ms=0)
     deadlines = [9000, 3, 450, 21, 8001, 19, 20, 400, 777]
     tasks = [TimerTask(deadline) for deadline in deadlines]
     for task in tasks:
@@ -119,7 +119,7 @@ def test_a_jump_expires_everything_due_in_deadline_order() -> None:
 
 
 def test_cancelled_task_never_expires_and_cancel_is_idempotent() -> None:
-    wheel = TimingWheel(start_ms=0)
+    wheel = TimingWheel[TimerTask](start_ms=0)
     keep, drop, drop_far = TimerTask(5), TimerTask(5), TimerTask(5000)
     for task in (keep, drop, drop_far):
         wheel.add(task)
@@ -132,7 +132,7 @@ def test_cancelled_task_never_expires_and_cancel_is_idempotent() -> None:
 
 
 def test_next_expiration_skips_buckets_emptied_by_cancel() -> None:
-    wheel = TimingWheel(start_ms=0)
+    wheel = TimingWheel[TimerTask](start_ms=0)
     early, late = TimerTask(3), TimerTask(9)
     wheel.add(early)
     wheel.add(late)
@@ -147,7 +147,7 @@ def test_next_expiration_skips_buckets_emptied_by_cancel() -> None:
 
 
 def test_adding_a_scheduled_task_moves_it() -> None:
-    wheel = TimingWheel(start_ms=0)
+    wheel = TimingWheel[TimerTask](start_ms=0)
     task = TimerTask(50)
     wheel.add(task)
     task.expiration_ms = 10
@@ -157,7 +157,7 @@ def test_adding_a_scheduled_task_moves_it() -> None:
 
 
 def test_re_adding_a_task_that_is_now_due_unschedules_it() -> None:
-    wheel = TimingWheel(start_ms=0)
+    wheel = TimingWheel[TimerTask](start_ms=0)
     task = TimerTask(50)
     wheel.add(task)
     wheel.advance_clock(30)
@@ -167,7 +167,7 @@ def test_re_adding_a_task_that_is_now_due_unschedules_it() -> None:
 
 
 def test_time_never_moves_back() -> None:
-    wheel = TimingWheel(start_ms=1000)
+    wheel = TimingWheel[TimerTask](start_ms=1000)
     task = TimerTask(1010)
     wheel.add(task)
     assert wheel.advance_clock(500) == []
@@ -177,14 +177,14 @@ def test_time_never_moves_back() -> None:
 
 
 def test_start_is_rounded_down_to_the_tick() -> None:
-    wheel = TimingWheel(tick_ms=10, wheel_size=20, start_ms=1234)
+    wheel = TimingWheel[TimerTask](tick_ms=10, wheel_size=20, start_ms=1234)
     assert wheel.current_time_ms == 1230
     assert wheel.add(TimerTask(1239)) is False
     assert wheel.add(TimerTask(1240)) is True
 
 
 def test_size_follows_live_tasks_only() -> None:
-    wheel = TimingWheel(start_ms=0)
+    wheel = TimingWheel[TimerTask](start_ms=0)
     tasks = [TimerTask(1 + i % 30_000) for i in range(10_000)]
     for task in tasks:
         wheel.add(task)
@@ -217,12 +217,18 @@ def test_bench_timer_writes_well_formed_json(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         command,
         [
-            "--outstanding", "100,1000",
-            "--ops", "2000",
-            "--steady-ops", "5000",
-            "--timeout-ms", "300",
-            "--repeat", "1",
-            "--json", str(out),
+            "--outstanding",
+            "100,1000",
+            "--ops",
+            "2000",
+            "--steady-ops",
+            "5000",
+            "--timeout-ms",
+            "300",
+            "--repeat",
+            "1",
+            "--json",
+            str(out),
         ],
     )
     assert result.exit_code == 0, result.output

@@ -39,7 +39,7 @@ class WheelVersusHeap(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.wheel = TimingWheel(tick_ms=1, wheel_size=20, start_ms=0)
+        self.wheel = TimingWheel[TimerTask](tick_ms=1, wheel_size=20, start_ms=0)
         self.now = 0
         self.heap: list[tuple[int, int, TimerTask]] = []
         self.seq = count()
@@ -48,7 +48,7 @@ class WheelVersusHeap(RuleBasedStateMachine):
 
     @initialize(start=st.integers(min_value=0, max_value=10**9))
     def start(self, start: int) -> None:
-        self.wheel = TimingWheel(tick_ms=1, wheel_size=20, start_ms=start)
+        self.wheel = TimingWheel[TimerTask](tick_ms=1, wheel_size=20, start_ms=start)
         self.now = start
 
     @rule(target=scheduled, delay=DELAYS)

@@ -180,6 +180,7 @@ class PartitionLog:
         bases = self._clean_directory()
         interval = self.config.index_interval_bytes
         recovered = False
+        scanned: list[LogSegment] = []
         for i, base in enumerate(bases):
             segment = LogSegment(self.dir, base, interval, now_ms)
             trusted = clean_shutdown or (i + 1 < len(bases) and bases[i + 1] <= recovery_point)
@@ -188,6 +189,8 @@ class PartitionLog:
             else:
                 segment.recover()
                 recovered = True
+            if recovered:
+                scanned.append(segment)
             if self.segments and self.segments[-1].next_offset != base:
                 # A cut (or a hole) before this segment: nothing after it is a prefix.
                 for later in [segment] + [LogSegment(self.dir, b, interval, now_ms)
@@ -195,9 +198,9 @@ class PartitionLog:
                     later.delete()
                 break
             self.segments.append(segment)
-        if recovered:
-            for segment in self.segments:
-                segment.flush()
+        for segment in scanned:
+            if not segment.closed:
+                segment.flush()  # the recovery point moves to the LEO below
         if not self.segments:
             self.segments.append(LogSegment(self.dir, log_start_offset, interval, now_ms))
         self._bases = [s.base_offset for s in self.segments]
@@ -550,7 +553,7 @@ class PartitionLog:
         else:
             chunk = segment.read(start, max_bytes)
             whole = segment.whole_batches_length(chunk, start) if max_bytes > 0 else 0
-            if whole == len(chunk):
+            if 0 < whole == len(chunk):
                 data = chunk
             elif whole > 0:
                 data = memoryview(chunk)[:whole]

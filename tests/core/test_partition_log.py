@@ -193,6 +193,7 @@ def test_read_whole_batches_up_to_limit(tmp_path: Path) -> None:
     assert offsets(log.read(0, size * 3).records) == [(0, 1), (2, 3), (4, 5)]
     assert offsets(log.read(3, size).records) == [(2, 3)]  # the batch holding offset 3
     assert offsets(log.read(0, 1).records) == [(0, 1)]  # at least one batch
+    assert offsets(log.read(0, 0).records) == [(0, 1)]
     assert bytes(log.read(0, 1, min_one_batch=False).records) == b""
     assert bytes(log.read(10, 1000).records) == b""  # at the LEO
 

@@ -154,8 +154,9 @@ class PartitionLogMachine(RuleBasedStateMachine):
     @rule(clean=st.booleans(), flush=st.booleans())
     def restart(self, clean: bool, flush: bool) -> None:
         log = self.log
-        checkpoint = dict(recovery_point=log.recovery_point, log_start_offset=log.log_start_offset,
-                          high_watermark=log.high_watermark)
+        checkpoint = {"recovery_point": log.recovery_point,
+                      "log_start_offset": log.log_start_offset,
+                      "high_watermark": log.high_watermark}
         if clean:
             log.close(self.now_ms)
             checkpoint["recovery_point"] = log.recovery_point

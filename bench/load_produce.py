@@ -166,6 +166,8 @@ class _Connection:
 
     def run(self, end_ns: int, stop: WorkerSlot) -> None:
         """Send until the count is reached, the end time passes, or the parent asks to stop."""
+        from confluent_kafka import KafkaException
+
         produce = self.producer.produce
         poll = self.producer.poll
         topic = self.config.topic
@@ -217,6 +219,10 @@ class _Connection:
                     value = self._value(time.monotonic_ns())
             try:
                 produce(topic, value, key, on_delivery=callback)
+            except KafkaException as exc:  # refused by the client itself, e.g. MSG_SIZE_TOO_LARGE
+                self._on_error(exc.args[0])
+                sent += 1
+                continue
             except BufferError:
                 poll(0.005)  # the local queue is full: the broker is the bottleneck
                 if time.monotonic_ns() >= end_ns or stop.stop_requested():

@@ -282,3 +282,12 @@ def test_sweep_drops_broker_axes_a_template_cannot_take(tmp_path: Path) -> None:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 1 and "num.io.threads" not in rows[0]
     assert (out_dir / "sweep_record_size.png").exists()
+
+
+def test_errors_are_counted_by_name_and_code(tansu: Any, tmp_path: Path) -> None:
+    out = tmp_path / "p.json"
+    invoke(produce_command, ["--bootstrap", tansu.bootstrap, "--topic", topic(), "--num-records",
+                             "5", "--record-size", "2000000", "--no-progress", "--json", str(out)])
+    res = load_json(out)["results"]
+    assert res["acked"] == 0 and res["failed"] == res["sent"] == 5
+    assert res["errors"] == {"MSG_SIZE_TOO_LARGE": {"code": 10, "count": 5}}

@@ -1,0 +1,88 @@
+"""Acceptor: owns the listening socket, accepts, hands connections out round robin.
+
+Enforces ``max.connections`` and ``max.connections.per.ip``: a connection
+over either limit is closed at once, counted and logged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+from typing import Any
+
+from actors.runtime.actor import Actor, handles
+from actors.runtime.config import Config
+from actors.topology import Topology
+from wire.broker_messages import ConnectionClosed, GetStats, NewConnection
+
+
+class Acceptor(Actor):
+    mailbox_size = 10_000
+
+    def __init__(self, node: Any, name: str, *, topology: Topology, config: Config,
+                 listen_socket: socket.socket, **kw: Any) -> None:
+        super().__init__(node, name, **kw)
+        self.topology = topology
+        self.max_connections = int(config["max.connections"])
+        self.max_per_ip = int(config["max.connections.per.ip"])
+        self.listen_socket = listen_socket
+        self.conn_ids = itertools.count(1)
+        self.next_processor = itertools.cycle(range(topology.num_processors))
+
+    def setup(self) -> None:
+        self.per_ip: dict[str, int] = {}
+        self.open = 0
+        self.refused = 0
+        self.accepted = 0
+        if self.listen_socket.fileno() >= 0:
+            self.listen_socket.setblocking(False)
+            self.watch_fd(self.listen_socket.fileno(), self._on_accept)
+
+    def _on_accept(self, _mask: int) -> None:
+        for _ in range(64):
+            try:
+                sock, addr = self.listen_socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self.log.warning("accept failed: {}", exc)
+                return
+            host, port = addr[0], addr[1]
+            if self.open >= self.max_connections or self.per_ip.get(host, 0) >= self.max_per_ip:
+                self.refused += 1
+                self.node.metrics.incr("connections_refused")
+                which = ("max.connections" if self.open >= self.max_connections
+                         else "max.connections.per.ip")
+                self.log.warning("refused connection from {}:{}: {} reached", host, port, which)
+                sock.close()
+                continue
+            self.open += 1
+            self.accepted += 1
+            self.per_ip[host] = self.per_ip.get(host, 0) + 1
+            sock.setblocking(False)
+            conn_id = next(self.conn_ids)
+            fd = sock.detach()  # the Processor adopts the descriptor
+            self.tell(self.topology.processor(next(self.next_processor)),
+                      NewConnection(conn_id, fd, host, port))
+
+    @handles(ConnectionClosed)
+    def on_closed(self, msg: ConnectionClosed) -> None:
+        self.open = max(0, self.open - 1)
+        left = self.per_ip.get(msg.peer_host, 0) - 1
+        if left > 0:
+            self.per_ip[msg.peer_host] = left
+        else:
+            self.per_ip.pop(msg.peer_host, None)
+
+    def on_stopping(self) -> None:
+        """Stop accepting: close the listening socket."""
+        if self.listen_socket.fileno() >= 0:
+            self.unwatch_fd(self.listen_socket.fileno())
+            self.listen_socket.close()
+
+    def teardown(self) -> None:
+        pass  # the listening socket outlives restarts; on_stopping closes it
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> dict[str, int]:
+        return {"open": self.open, "accepted": self.accepted, "refused": self.refused}

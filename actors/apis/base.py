@@ -1,0 +1,66 @@
+"""What every Kafka API function gets and gives.
+
+An API function is a generator: it yields a list of ``Call`` (messages to
+other actors that answer with a ``*Done``/``*Ready`` carrying the same
+req_id), receives their answers in the same order, and finally returns a
+``Respond``. The RequestHandler actor drives it, so the function reads top
+to bottom while the actor never blocks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from actors.runtime.address import Address
+from actors.runtime.config import Config
+from actors.topology import Topology
+
+
+class Call(NamedTuple):
+    target: Address
+    make: Callable[[int], Any]  # req_id -> message
+
+
+class Respond(NamedTuple):
+    data: Any  # a response dict for the codec, or None when respond is False
+    respond: bool = True
+    close: bool = False
+
+
+ApiGen = Generator[list[Call], list[Any], Respond]
+
+
+@dataclass
+class HandlerContext:
+    """What the API functions may read; owned by one RequestHandler actor."""
+
+    topology: Topology
+    config: Config
+    broker_id: int
+    advertised_host: str
+    advertised_port: int
+    cluster_id: str
+    handler_index: int
+    topics: dict[str, list[Any]] = field(default_factory=dict)  # name -> [partitions, configs]
+    producer_id_counter: int = 0
+
+    def partition_count(self, topic: str) -> int | None:
+        entry = self.topics.get(topic)
+        return None if entry is None else int(entry[0])
+
+    def next_producer_id(self) -> int:
+        """Unique across handlers and restarts: wall ms, handler index, a counter."""
+        self.producer_id_counter += 1
+        now_ms = time.time_ns() // 1_000_000
+        return (now_ms << 12) | ((self.handler_index & 0xF) << 8) | (self.producer_id_counter & 0xFF)
+
+
+def group_by_shard(ctx: HandlerContext, rows: list[list[Any]]) -> dict[Address, list[list[Any]]]:
+    """Rows whose first two fields are topic and partition, grouped by owning shard."""
+    out: dict[Address, list[list[Any]]] = {}
+    for row in rows:
+        out.setdefault(ctx.topology.shard_for(row[0], row[1]), []).append(row)
+    return out

@@ -1,0 +1,175 @@
+"""Metadata, CreateTopics, DeleteTopics, DescribeConfigs, InitProducerId."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.apis.base import ApiGen, Call, HandlerContext, Respond
+from actors.core.topic_config import effective, validate_topic_name
+from wire.broker_messages import CreateTopics, DeleteTopics
+from wire.errors import ErrorCode, KafkaError
+
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+
+
+def _partition_rows(ctx: HandlerContext, name: str) -> list[dict[str, Any]]:
+    count = ctx.partition_count(name) or 0
+    return [
+        {
+            "error_code": 0,
+            "partition_index": p,
+            "leader_id": ctx.broker_id,
+            "leader_epoch": 0,
+            "replica_nodes": [ctx.broker_id],
+            "isr_nodes": [ctx.broker_id],
+            "offline_replicas": [],
+        }
+        for p in range(count)
+    ]
+
+
+def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
+    if req.topics is None or (header.api_version == 0 and not req.topics):
+        names = sorted(ctx.topics)
+    else:
+        names = [t.name for t in req.topics]
+    allow_auto = getattr(req, "allow_auto_topic_creation", True)
+    if allow_auto is None:
+        allow_auto = True
+    errors: dict[str, int] = {}
+    to_create = []
+    for name in names:
+        if name is None or name in ctx.topics:
+            continue
+        try:
+            validate_topic_name(name)
+        except KafkaError as exc:
+            errors[name] = int(exc.code)
+            continue
+        if allow_auto and ctx.config["auto.create.topics.enable"] and not name.startswith("__"):
+            to_create.append([name, -1, -1, {}])
+        else:
+            errors[name] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if to_create:
+        [done] = yield [Call(ctx.topology.controller, lambda rid: CreateTopics(rid, False, to_create))]
+        for name, error, _msg, _n, _rf in done.rows:
+            if error not in (0, int(ErrorCode.TOPIC_ALREADY_EXISTS)):
+                errors[name] = error
+    topics = []
+    for name in names:
+        if name is None:
+            continue
+        error = errors.get(name, 0 if name in ctx.topics else int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+        topics.append({
+            "error_code": error,
+            "name": name,
+            "is_internal": name.startswith("__"),
+            "partitions": _partition_rows(ctx, name) if error == 0 else [],
+        })
+    return Respond({
+        "throttle_time_ms": 0,
+        "brokers": [{"node_id": ctx.broker_id, "host": ctx.advertised_host,
+                     "port": ctx.advertised_port, "rack": None}],
+        "cluster_id": ctx.cluster_id,
+        "controller_id": ctx.broker_id,
+        "topics": topics,
+    })
+
+
+def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
+    rows = []
+    early: dict[str, list[Any]] = {}
+    for t in req.topics:
+        if t.assignments:
+            early[t.name] = [t.name, int(ErrorCode.INVALID_REQUEST),
+                             "manual replica assignment is not supported", -1, -1]
+            continue
+        configs = {c.name: c.value for c in (t.configs or [])}
+        rows.append([t.name, t.num_partitions, t.replication_factor, configs])
+    done_rows: dict[str, list[Any]] = dict(early)
+    if rows:
+        [done] = yield [Call(ctx.topology.controller,
+                             lambda rid: CreateTopics(rid, bool(req.validate_only), rows))]
+        for row in done.rows:
+            done_rows[row[0]] = row
+    out = []
+    for t in req.topics:
+        name, error, message, n, rf = done_rows[t.name]
+        out.append({"name": name, "error_code": error, "error_message": message,
+                    "num_partitions": n, "replication_factor": rf, "configs": None})
+    return Respond({"throttle_time_ms": 0, "topics": out})
+
+
+def handle_delete_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
+    names = list(req.topic_names or [])
+    rows_out: dict[str, list[Any]] = {}
+    if names:
+        [done] = yield [Call(ctx.topology.controller,
+                             lambda rid: DeleteTopics(rid, [[n] for n in names]))]
+        rows_out = {r[0]: r for r in done.rows}
+    return Respond({
+        "throttle_time_ms": 0,
+        "responses": [
+            {"name": n, "error_code": rows_out[n][1], "error_message": rows_out[n][2]}
+            for n in names
+        ],
+    })
+
+
+def handle_describe_configs(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
+    results = []
+    for res in req.resources:
+        if res.resource_type == TOPIC_RESOURCE:
+            entry = ctx.topics.get(res.resource_name)
+            if entry is None:
+                results.append({"error_code": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                                "error_message": f"topic {res.resource_name!r} does not exist",
+                                "resource_type": res.resource_type,
+                                "resource_name": res.resource_name, "configs": []})
+                continue
+            values = effective(ctx.config, dict(entry[1]))
+        elif res.resource_type == BROKER_RESOURCE:
+            values = {k: (str(v), True) for k, v in ctx.config.values.items()
+                      if not isinstance(v, dict)}
+        else:
+            results.append({"error_code": int(ErrorCode.INVALID_REQUEST),
+                            "error_message": f"resource type {res.resource_type} is not supported",
+                            "resource_type": res.resource_type,
+                            "resource_name": res.resource_name, "configs": []})
+            continue
+        wanted = res.configuration_keys
+        configs = []
+        for key, (value, is_default) in sorted(values.items()):
+            if wanted is not None and key not in wanted:
+                continue
+            configs.append({
+                "name": key, "value": value, "read_only": res.resource_type == BROKER_RESOURCE,
+                "is_default": is_default,
+                "config_source": 5 if is_default else 1,  # DEFAULT_CONFIG / TOPIC_CONFIG
+                "is_sensitive": False, "synonyms": [], "config_type": 0,
+                "documentation": None,
+            })
+        results.append({"error_code": 0, "error_message": None,
+                        "resource_type": res.resource_type,
+                        "resource_name": res.resource_name, "configs": configs})
+    return Respond({"throttle_time_ms": 0, "results": results})
+    yield  # noqa: unreachable - makes this a generator like the others
+
+
+def handle_init_producer_id(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
+    if req.transactional_id is not None:
+        return Respond({"throttle_time_ms": 0, "error_code": int(ErrorCode.INVALID_REQUEST),
+                        "producer_id": -1, "producer_epoch": -1})
+    producer_id = getattr(req, "producer_id", -1)
+    epoch = getattr(req, "producer_epoch", -1)
+    if producer_id is not None and producer_id >= 0:
+        # KIP-360: an idempotent producer bumps its epoch to reset its sequences.
+        new_epoch = (epoch or 0) + 1
+        if new_epoch > 32767:
+            producer_id, new_epoch = ctx.next_producer_id(), 0
+        return Respond({"throttle_time_ms": 0, "error_code": 0, "producer_id": producer_id,
+                        "producer_epoch": new_epoch})
+    return Respond({"throttle_time_ms": 0, "error_code": 0,
+                    "producer_id": ctx.next_producer_id(), "producer_epoch": 0})
+    yield  # noqa: unreachable - makes this a generator like the others

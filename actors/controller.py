@@ -1,0 +1,151 @@
+"""Controller: owner of the topic table (single node: kept in a local file).
+
+CreateTopics and DeleteTopics come here from the handlers. The controller
+validates, persists the table, has the partition shards open or drop the
+logs, then sends every handler the new table before it answers, so the
+requesting handler already knows the topic when its answer arrives.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from actors.core.topic_config import validate_topic_configs, validate_topic_name
+from actors.core.topic_store import TopicInfo, TopicStore
+from actors.runtime.actor import Actor, handles
+from actors.runtime.address import Address
+from actors.runtime.config import Config
+from actors.topology import Topology
+from wire.broker_messages import (
+    CreateTopics,
+    CreateTopicsDone,
+    DeleteTopics,
+    DeleteTopicsDone,
+    DropPartitions,
+    GetStats,
+    MetadataUpdate,
+    OpenPartitions,
+    ShardDone,
+)
+from wire.errors import ErrorCode, KafkaError
+
+
+class Controller(Actor):
+    mailbox_size = 10_000
+
+    def __init__(self, node: Any, name: str, *, topology: Topology, config: Config,
+                 store: TopicStore, num_brokers: int = 1, **kw: Any) -> None:
+        super().__init__(node, name, **kw)
+        self.topology = topology
+        self.config = config
+        self.store = store
+        self.num_brokers = num_brokers
+
+    def setup(self) -> None:
+        self.ids = itertools.count(1)
+        # req id -> [shards still to answer, requester, its req id, reply rows, kind]
+        self.pending: dict[int, list[Any]] = {}
+
+    def _broadcast(self) -> None:
+        update = MetadataUpdate(self.store.version, self.store.table())
+        for handler in self.topology.all_handlers():
+            self.tell(handler, update)
+
+    # ----------------------------------------------------------------- create
+    @handles(CreateTopics)
+    def on_create(self, msg: CreateTopics) -> None:
+        assert self.current_sender is not None
+        rows: list[list[Any]] = []
+        created: list[str] = []
+        for name, num_partitions, replication_factor, configs in msg.rows:
+            try:
+                rows.append(self._create_one(str(name), int(num_partitions),  # type: ignore[call-overload]
+                                             int(replication_factor), dict(configs),  # type: ignore[call-overload]
+                                             msg.validate_only, created))
+            except KafkaError as exc:
+                rows.append([name, int(exc.code), str(exc), -1, -1])
+        if not created:
+            self.reply(CreateTopicsDone(msg.req_id, rows))
+            return
+        self.store.save()
+        self.log.info("created topic(s) {}", ", ".join(
+            f"{n} ({self.store.topics[n].num_partitions} partitions)" for n in created))
+        self._fan_out(msg.req_id, "create", rows, OpenPartitions, [
+            [n, p, dict(self.store.topics[n].configs)]
+            for n in created for p in range(self.store.topics[n].num_partitions)
+        ])
+
+    def _create_one(self, name: str, num_partitions: int, replication_factor: int,
+                    configs: dict[str, Any], validate_only: bool, created: list[str]) -> list[Any]:
+        validate_topic_name(name)
+        if name in self.store.topics or name in created:
+            raise KafkaError(f"topic {name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)
+        if num_partitions == -1:
+            num_partitions = int(self.config["num.partitions"])
+        if replication_factor == -1:
+            replication_factor = int(self.config["default.replication.factor"])
+        if num_partitions < 1:
+            raise KafkaError(f"number of partitions must be at least 1, got {num_partitions}",
+                             ErrorCode.INVALID_PARTITIONS)
+        if replication_factor < 1 or replication_factor > self.num_brokers:
+            raise KafkaError(
+                f"replication factor {replication_factor} is invalid: {self.num_brokers} "
+                f"broker(s) available", ErrorCode.INVALID_REPLICATION_FACTOR)
+        clean = validate_topic_configs(configs)
+        if not validate_only:
+            self.store.topics[name] = TopicInfo(num_partitions, replication_factor, clean)
+            created.append(name)
+        return [name, int(ErrorCode.NONE), None, num_partitions, replication_factor]
+
+    # ----------------------------------------------------------------- delete
+    @handles(DeleteTopics)
+    def on_delete(self, msg: DeleteTopics) -> None:
+        rows: list[list[Any]] = []
+        drop: list[list[Any]] = []
+        for (name,) in msg.rows:
+            info = self.store.topics.pop(str(name), None)
+            if info is None:
+                rows.append([name, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                             f"topic {name!r} does not exist"])
+                continue
+            rows.append([name, int(ErrorCode.NONE), None])
+            drop += [[name, p] for p in range(info.num_partitions)]
+        if not drop:
+            self.reply(DeleteTopicsDone(msg.req_id, rows))
+            return
+        self.store.save()
+        self.log.info("deleted topic(s) {}", ", ".join(str(r[0]) for r in rows if r[1] == 0))
+        self._fan_out(msg.req_id, "delete", rows, DropPartitions, drop)
+
+    # ------------------------------------------------------------ fan out/in
+    def _fan_out(self, req_id: int, kind: str, rows: list[list[Any]], msg_type: Any,
+                 partition_rows: list[list[Any]]) -> None:
+        assert self.current_sender is not None
+        by_shard: dict[Address, list[list[Any]]] = {}
+        for row in partition_rows:
+            by_shard.setdefault(self.topology.shard_for(row[0], row[1]), []).append(row)
+        my_id = next(self.ids)
+        self.pending[my_id] = [len(by_shard), self.current_sender, req_id, rows, kind]
+        for shard, shard_rows in by_shard.items():
+            self.tell(shard, msg_type(my_id, shard_rows))
+
+    @handles(ShardDone)
+    def on_shard_done(self, msg: ShardDone) -> None:
+        entry = self.pending.get(msg.req_id)
+        if entry is None:
+            return
+        if msg.error:
+            self.log.error("a shard failed to apply a topic change: {}", msg.error)
+        entry[0] -= 1
+        if entry[0] > 0:
+            return
+        del self.pending[msg.req_id]
+        _n, requester, req_id, rows, kind = entry
+        self._broadcast()  # before the answer: same sender, same receiver, in order
+        done = CreateTopicsDone if kind == "create" else DeleteTopicsDone
+        self.tell(requester, done(req_id, rows))
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> dict[str, Any]:
+        return {"topics": self.store.table(), "version": self.store.version}

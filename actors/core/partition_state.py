@@ -1,0 +1,86 @@
+"""A partition's replica state on the node that hosts it: leader or follower.
+
+The log is the durable part; this adds who leads, the leader epoch, the ISR
+and the followers' log end offsets, and computes the high watermark as the
+minimum log end offset over the ISR. A single node is a leader whose ISR is
+itself; replication adds followers without changing this shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from actors.core.partition_log import PartitionLog
+
+
+@dataclass
+class FollowerState:
+    log_end_offset: int = 0
+    last_caught_up_ms: int = 0
+
+
+@dataclass
+class PartitionState:
+    log: PartitionLog
+    broker_id: int
+    leader_id: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: set[int]
+    min_insync_replicas: int
+    followers: dict[int, FollowerState] = field(default_factory=dict)
+
+    @classmethod
+    def leader_alone(cls, log: PartitionLog, broker_id: int, min_isr: int) -> PartitionState:
+        epoch = max(0, log.latest_epoch)
+        if log.latest_epoch < 0:
+            log.assign_epoch_start_offset(epoch, log.log_end_offset)
+        state = cls(log, broker_id, broker_id, epoch, [broker_id], {broker_id}, min_isr)
+        state.maybe_increment_high_watermark()
+        return state
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.broker_id
+
+    def has_enough_replicas(self) -> bool:
+        return len(self.isr) >= self.min_insync_replicas
+
+    def maybe_increment_high_watermark(self) -> bool:
+        """HW = min LEO over the ISR; it never goes back."""
+        ends = [self.log.log_end_offset]
+        ends += [f.log_end_offset for r, f in self.followers.items() if r in self.isr]
+        new_hw = min(ends)
+        if new_hw > self.log.high_watermark:
+            self.log.update_high_watermark(new_hw)
+            return True
+        return False
+
+    def on_leader_append(self) -> bool:
+        return self.maybe_increment_high_watermark()
+
+    def on_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
+        """A follower's fetch at X acknowledges everything below X."""
+        follower = self.followers.setdefault(replica_id, FollowerState())
+        follower.log_end_offset = fetch_offset
+        if fetch_offset >= self.log.log_end_offset:
+            follower.last_caught_up_ms = now_ms
+        if replica_id not in self.isr and fetch_offset >= self.log.high_watermark:
+            self.isr.add(replica_id)
+        return self.maybe_increment_high_watermark()
+
+    def status(self) -> list[Any]:
+        """PartitionStatus fields (actors.core.delayed_ops) as a wire row."""
+        log = self.log
+        hw = log.high_watermark_metadata
+        leo = log.log_end_offset_metadata
+        return [log.topic, log.partition, log.high_watermark, log.log_end_offset, self.is_leader,
+                self.leader_epoch, len(self.isr), self.min_insync_replicas,
+                [hw.segment_base_offset, hw.relative_position_in_segment],
+                [leo.segment_base_offset, leo.relative_position_in_segment]]
+
+    @staticmethod
+    def gone_status(topic: str, partition: int) -> list[Any]:
+        """The status of a partition this node no longer hosts."""
+        return [topic, partition, -1, -1, False, -1, 0, 0, [0, 0], [0, 0]]

@@ -1,0 +1,72 @@
+"""The single node's topic table, kept in one JSON file written atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STORE_FILE = "__actorlog_topics.json"
+
+
+class TopicStoreError(ValueError):
+    pass
+
+
+@dataclass
+class TopicInfo:
+    num_partitions: int
+    replication_factor: int = 1
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+class TopicStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.topics: dict[str, TopicInfo] = {}
+        self.version = 0
+
+    @classmethod
+    def load(cls, log_dir: Path) -> TopicStore:
+        store = cls(log_dir / STORE_FILE)
+        if store.path.exists():
+            try:
+                doc = json.loads(store.path.read_text())
+                store.version = int(doc["version"])
+                store.topics = {
+                    name: TopicInfo(int(t["partitions"]), int(t["replication_factor"]),
+                                    dict(t["configs"]))
+                    for name, t in doc["topics"].items()
+                }
+            except (ValueError, KeyError, TypeError) as exc:
+                raise TopicStoreError(f"{store.path}: cannot read the topic table: {exc}") from None
+        return store
+
+    def save(self) -> None:
+        self.version += 1
+        doc = {
+            "version": self.version,
+            "topics": {
+                name: {"partitions": t.num_partitions, "replication_factor": t.replication_factor,
+                       "configs": t.configs}
+                for name, t in sorted(self.topics.items())
+            },
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            f.write(json.dumps(doc, indent=1))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def table(self) -> dict[str, list[Any]]:
+        """The wire form of MetadataUpdate.topics."""
+        return {name: [t.num_partitions, dict(t.configs)] for name, t in self.topics.items()}

@@ -1,0 +1,354 @@
+"""PartitionShard: the only owner of its partitions' logs and replica state.
+
+Handlers send it whole record batches to append and offsets to read; it
+answers with offsets and raw log bytes. Purgatory shards that wait on one of
+its partitions register interest, and get a PartitionChanged after every
+change of that partition's log end or high watermark.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from actors.core.log_dir import LogDir
+from actors.core.partition_log import PartitionLog
+from actors.core.partition_state import PartitionState
+from actors.core.topic_config import log_config_for
+from actors.runtime.actor import Actor, handles
+from actors.runtime.address import Address
+from actors.runtime.config import Config
+from actors.topology import Topology
+from wire.broker_messages import (
+    Append,
+    AppendDone,
+    CheckpointOffsets,
+    DropPartitions,
+    Flush,
+    GetStats,
+    ListOffsets,
+    ListOffsetsDone,
+    OpenPartitions,
+    PartitionChanged,
+    Read,
+    ReadDone,
+    ShardDone,
+    WatchPartition,
+    WatchProduce,
+)
+from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
+
+NONE = int(ErrorCode.NONE)
+UNKNOWN_TP = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class PartitionShard(Actor):
+    mailbox_size = 2000
+
+    def __init__(
+        self,
+        node: Any,
+        name: str,
+        *,
+        topology: Topology,
+        config: Config,
+        log_dir: LogDir,
+        topics: dict[str, list[Any]],
+        broker_id: int,
+        **kw: Any,
+    ) -> None:
+        super().__init__(node, name, **kw)
+        self.topology = topology
+        self.config = config
+        self.log_dir = log_dir  # read-only here: checkpoints it read at start
+        self.initial_topics = topics
+        self.broker_id = broker_id
+        self.index = int(name.rsplit("-", 1)[1])
+
+    # ------------------------------------------------------------- lifecycle
+    def setup(self) -> None:
+        self.partitions: dict[tuple[str, int], PartitionState] = {}
+        self.watchers: dict[tuple[str, int], set[Address]] = {}
+        self.errors_logged: set[tuple[str, int, int]] = set()
+        now = wall_ms()
+        for topic, (num_partitions, configs) in self.initial_topics.items():
+            for p in range(int(num_partitions)):
+                if self.topology.shard_for(topic, p) == self.address:
+                    self._open(topic, p, configs, now)
+        self.next_housekeeping_ms = now + 1000
+        self.last_checkpoint_ms = now
+
+    def _open(self, topic: str, partition: int, configs: dict[str, str], now: int) -> None:
+        key = (topic, partition)
+        if key in self.partitions:
+            return
+        log = PartitionLog.open(
+            self.log_dir.partition_path(topic, partition), topic, partition,
+            log_config_for(self.config, configs), now,
+            recovery_point=self.log_dir.recovery_points.get(key, 0),
+            log_start_offset=self.log_dir.log_start_offsets.get(key, 0),
+            high_watermark=self.log_dir.high_watermarks.get(key, 0),
+            clean_shutdown=self.log_dir.had_clean_shutdown,
+        )
+        min_isr = int(configs.get("min.insync.replicas", self.config["min.insync.replicas"]))
+        self.partitions[key] = PartitionState.leader_alone(log, self.broker_id, min_isr)
+        self.log.debug("opened {}-{} at LEO {} HW {}", topic, partition, log.log_end_offset,
+                       log.high_watermark)
+
+    def teardown(self) -> None:
+        now = wall_ms()
+        rows = []
+        for state in self.partitions.values():
+            try:
+                state.log.close(now)
+            except Exception:
+                self.log.exception("closing {}-{} failed", state.log.topic, state.log.partition)
+                continue
+            rows.append(self._offset_row(state))
+        self.tell(self.topology.log_manager, CheckpointOffsets(self.name, True, rows, []))
+        self.partitions = {}
+
+    @staticmethod
+    def _offset_row(state: PartitionState) -> list[Any]:
+        log = state.log
+        return [log.topic, log.partition, log.high_watermark, log.recovery_point,
+                log.log_start_offset]
+
+    # ---------------------------------------------------------- housekeeping
+    def poll_timeout_ms(self) -> int | None:
+        return max(0, self.next_housekeeping_ms - wall_ms())
+
+    def on_turn(self) -> None:
+        now = wall_ms()
+        if now < self.next_housekeeping_ms:
+            return
+        self.next_housekeeping_ms = now + 1000
+        for state in self.partitions.values():
+            state.log.maybe_flush(now)
+        if now - self.last_checkpoint_ms >= min(
+            int(self.config["log.flush.offset.checkpoint.interval.ms"]),
+            int(self.config["log.retention.check.interval.ms"]),
+        ):
+            self.last_checkpoint_ms = now
+            for state in self.partitions.values():
+                deleted = state.log.delete_old_segments(now)
+                if deleted:
+                    self.log.info("retention deleted {} segment(s) of {}-{}", deleted,
+                                  state.log.topic, state.log.partition)
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        rows = [self._offset_row(s) for s in self.partitions.values()]
+        self.tell(self.topology.log_manager, CheckpointOffsets(self.name, False, rows, []))
+
+    @handles(Flush)
+    def on_flush(self, _msg: Flush) -> int:
+        now = wall_ms()
+        for state in self.partitions.values():
+            state.log.flush(now)
+        self._checkpoint()
+        return len(self.partitions)
+
+    # ------------------------------------------------------------ partitions
+    @handles(OpenPartitions)
+    def on_open(self, msg: OpenPartitions) -> None:
+        now = wall_ms()
+        error = ""
+        for topic, partition, configs in msg.rows:
+            try:
+                self._open(topic, partition, configs, now)  # type: ignore[arg-type]
+            except Exception as exc:
+                self.log.exception("cannot open {}-{}", topic, partition)
+                error = f"{topic}-{partition}: {exc}"
+        self.reply(ShardDone(msg.req_id, error))
+
+    @handles(DropPartitions)
+    def on_drop(self, msg: DropPartitions) -> None:
+        dropped = []
+        for topic, partition in msg.rows:
+            state = self.partitions.pop((topic, partition), None)  # type: ignore[arg-type]
+            if state is None:
+                continue
+            self._notify(state, removed=True)
+            self.watchers.pop((topic, partition), None)  # type: ignore[arg-type]
+            state.log.delete()
+            dropped.append([topic, partition])
+        if dropped:
+            self.tell(self.topology.log_manager, CheckpointOffsets(self.name, False, [], dropped))
+        self.reply(ShardDone(msg.req_id, ""))
+
+    # ---------------------------------------------------------------- produce
+    @handles(Append)
+    def on_append(self, msg: Append) -> None:
+        rows: list[list[Any]] = []
+        waiting: list[list[Any]] = []
+        now = wall_ms()
+        try:
+            for topic, partition, records in msg.rows:
+                state = self.partitions.get((topic, partition))  # type: ignore[arg-type]
+                if state is None:
+                    rows.append([topic, partition, UNKNOWN_TP, -1, -1, -1, None])
+                    continue
+                if msg.acks == -1 and not state.has_enough_replicas():
+                    rows.append([topic, partition, int(ErrorCode.NOT_ENOUGH_REPLICAS), -1, -1,
+                                 -1, f"ISR has {len(state.isr)} replicas, "
+                                 f"min.insync.replicas is {state.min_insync_replicas}"])
+                    continue
+                try:
+                    info = state.log.append_as_leader(records, state.leader_epoch, now)  # type: ignore[arg-type]
+                except KafkaError as exc:
+                    self._log_refusal(topic, partition, exc)  # type: ignore[arg-type]
+                    rows.append([topic, partition, int(exc.code), -1, -1,
+                                 state.log.log_start_offset, str(exc)])
+                    continue
+                state.on_leader_append()
+                state.log.maybe_flush(now)
+                row = [topic, partition, NONE, info.first_offset, info.log_append_time_ms,
+                       info.log_start_offset, None]
+                rows.append(row)
+                if msg.acks == -1 and state.log.high_watermark <= info.last_offset:
+                    waiting.append([topic, partition, info.last_offset + 1, info.first_offset,
+                                    info.log_append_time_ms, info.log_start_offset,
+                                    state.leader_epoch, NONE])
+                self._notify(state)
+        except Exception:
+            self.reply(AppendDone(msg.req_id, [
+                [r[0], r[1], int(ErrorCode.UNKNOWN_SERVER_ERROR), -1, -1, -1, "internal error"]
+                for r in msg.rows
+            ]))
+            raise
+        if waiting:
+            self._watch_produce(msg, rows, waiting)
+        else:
+            self.reply(AppendDone(msg.req_id, rows))
+
+    def _watch_produce(self, msg: Append, rows: list[list[Any]], waiting: list[list[Any]]) -> None:
+        """acks=-1 and the ISR is behind: the purgatory answers the handler later."""
+        assert self.current_sender is not None
+        by_key = {(w[0], w[1]): w for w in waiting}
+        wait_rows = []
+        for r in rows:  # rows not waiting are settled already: carried along as they are
+            wait_rows.append(by_key.get((r[0], r[1])) or [r[0], r[1], -1, r[3], r[4], r[5], None, r[2]])
+        first = waiting[0]
+        self.tell(
+            self.topology.purgatory_for(f"{first[0]}-{first[1]}"),
+            WatchProduce(msg.req_id, self.current_sender.name, msg.timeout_ms, wait_rows),
+        )
+
+    def _log_refusal(self, topic: str, partition: int, exc: KafkaError) -> None:
+        key = (topic, partition, int(exc.code))
+        if key not in self.errors_logged:  # once per partition and error
+            self.errors_logged.add(key)
+            self.log.warning("refused a batch for {}-{}: {} ({})", topic, partition,
+                             exc.code.name, exc)
+
+    # ------------------------------------------------------------------ fetch
+    @handles(Read)
+    def on_read(self, msg: Read) -> None:
+        rows: list[list[Any]] = []
+        try:
+            for topic, partition, offset, partition_max in msg.rows:
+                state = self.partitions.get((topic, partition))  # type: ignore[arg-type]
+                if state is None:
+                    rows.append([topic, partition, UNKNOWN_TP, -1, -1, b"", 0, 0, -1])
+                    continue
+                log = state.log
+                if msg.replica_id >= 0:
+                    state.on_follower_fetch(msg.replica_id, offset, wall_ms())  # type: ignore[arg-type]
+                max_offset = log.high_watermark if msg.replica_id < 0 else None
+                try:
+                    info = log.read(offset, partition_max, max_offset, True)  # type: ignore[arg-type]
+                except OffsetOutOfRangeError:
+                    rows.append([topic, partition, int(ErrorCode.OFFSET_OUT_OF_RANGE),
+                                 log.high_watermark, log.log_start_offset, b"", 0, 0,
+                                 log.log_end_offset])
+                    continue
+                meta = info.fetch_offset_metadata
+                rows.append([topic, partition, NONE, info.high_watermark, info.log_start_offset,
+                             bytes(info.records), meta.segment_base_offset,
+                             meta.relative_position_in_segment, info.log_end_offset])
+        except Exception:
+            self.reply(ReadDone(msg.req_id, [
+                [r[0], r[1], int(ErrorCode.UNKNOWN_SERVER_ERROR), -1, -1, b"", 0, 0, -1]
+                for r in msg.rows
+            ]))
+            raise
+        self.reply(ReadDone(msg.req_id, rows))
+
+    @handles(ListOffsets)
+    def on_list_offsets(self, msg: ListOffsets) -> None:
+        rows = []
+        for topic, partition, ts in msg.rows:
+            state = self.partitions.get((topic, partition))  # type: ignore[arg-type]
+            if state is None:
+                rows.append([topic, partition, UNKNOWN_TP, -1, -1, -1])
+                continue
+            log = state.log
+            epoch = state.leader_epoch
+            if ts == -2:
+                rows.append([topic, partition, NONE, -1, log.log_start_offset, epoch])
+            elif ts == -1:
+                rows.append([topic, partition, NONE, -1, log.high_watermark, epoch])
+            elif ts == -3:
+                found = log.max_timestamp_offset() if hasattr(log, "max_timestamp_offset") else None
+                if found is None:
+                    rows.append([topic, partition, NONE, -1, -1, epoch])
+                else:
+                    rows.append([topic, partition, NONE, found[1], found[0], epoch])
+            elif isinstance(ts, int) and ts >= 0:
+                found = log.offset_for_timestamp(ts)
+                if found is None or found[0] >= log.high_watermark:
+                    rows.append([topic, partition, NONE, -1, -1, epoch])
+                else:
+                    rows.append([topic, partition, NONE, found[1], found[0], epoch])
+            else:
+                rows.append([topic, partition, int(ErrorCode.INVALID_REQUEST), -1, -1, -1])
+        self.reply(ListOffsetsDone(msg.req_id, rows))
+
+    # ------------------------------------------------------------- watchers
+    @handles(WatchPartition)
+    def on_watch(self, msg: WatchPartition) -> None:
+        key = (msg.topic, msg.partition)
+        assert self.current_sender is not None
+        if not msg.watch:
+            watchers = self.watchers.get(key)
+            if watchers is not None:
+                watchers.discard(self.current_sender)
+                if not watchers:
+                    del self.watchers[key]
+            return
+        self.watchers.setdefault(key, set()).add(self.current_sender)
+        state = self.partitions.get(key)
+        if state is None:
+            self.reply(PartitionChanged(PartitionState.gone_status(msg.topic, msg.partition)))
+        elif state.log.log_end_offset != msg.seen_log_end_offset or True:
+            # Always answer once: the watcher decides with fresh numbers, so an
+            # append that landed between its read and this watch is not missed.
+            self.reply(PartitionChanged(state.status()))
+
+    def _notify(self, state: PartitionState, removed: bool = False) -> None:
+        key = (state.log.topic, state.log.partition)
+        watchers = self.watchers.get(key)
+        if not watchers:
+            return
+        status = (PartitionState.gone_status(*key) if removed else state.status())
+        for watcher in watchers:
+            self.tell(watcher, PartitionChanged(status))
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> dict[str, Any]:
+        return {
+            "partitions": {f"{t}-{p}": [s.log.log_start_offset, s.log.high_watermark,
+                                        s.log.log_end_offset]
+                           for (t, p), s in self.partitions.items()},
+            "watched": len(self.watchers),
+        }
+
+
+def data_dir_of(config: Config) -> Path:
+    return Path(str(config["log.dirs"]).split(",")[0])

@@ -1,0 +1,208 @@
+"""RequestHandler: decodes Kafka requests and runs the API functions.
+
+All requests of one connection come to the same handler (``conn_id % H``).
+Each API function is a generator (actors/apis/base.py); the handler sends
+the calls it yields, matches the answers by req_id and resumes it, so many
+requests are in progress at once and none blocks the actor.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+from actors.apis.base import ApiGen, HandlerContext, Respond
+from actors.apis.fetch import handle_fetch
+from actors.apis.list_offsets import handle_list_offsets
+from actors.apis.metadata import (
+    handle_create_topics,
+    handle_delete_topics,
+    handle_describe_configs,
+    handle_init_producer_id,
+    handle_metadata,
+)
+from actors.apis.produce import handle_produce
+from actors.runtime.actor import Actor, handles
+from actors.runtime.address import Address
+from wire import kafka_codec as kc
+from wire.broker_messages import (
+    AppendDone,
+    CreateTopicsDone,
+    DeleteTopicsDone,
+    FetchReady,
+    GetStats,
+    KafkaRequest,
+    KafkaResponse,
+    ListOffsetsDone,
+    MetadataUpdate,
+    ProduceReady,
+    ReadDone,
+)
+from wire.errors import KafkaError
+
+API_VERSIONS = 18
+
+API_TABLE: dict[int, Any] = {
+    0: handle_produce,
+    1: handle_fetch,
+    2: handle_list_offsets,
+    3: handle_metadata,
+    19: handle_create_topics,
+    20: handle_delete_topics,
+    22: handle_init_producer_id,
+    32: handle_describe_configs,
+}
+
+
+class _InFlight:
+    """One request being handled: its generator and what it waits for."""
+
+    __slots__ = ("msg", "header", "gen", "start_ns", "local_ns", "wait_start_ns", "remote_ns",
+                 "replies", "waiting")
+
+    def __init__(self, msg: KafkaRequest, header: Any, gen: ApiGen, start_ns: int) -> None:
+        self.msg = msg
+        self.header = header
+        self.gen = gen
+        self.start_ns = start_ns
+        self.local_ns = 0
+        self.wait_start_ns = 0
+        self.remote_ns = 0
+        self.replies: list[Any] = []
+        self.waiting = 0
+
+
+class RequestHandler(Actor):
+    mailbox_size = 10_000
+
+    def __init__(self, node: Any, name: str, *, context: HandlerContext, **kw: Any) -> None:
+        super().__init__(node, name, **kw)
+        self.initial_context = context
+        self.api_table = dict(API_TABLE)
+
+    def register_api(self, api_key: int, fn: Any) -> None:
+        self.api_table[api_key] = fn
+
+    def setup(self) -> None:
+        self.ctx = self.initial_context
+        self.pending: dict[int, tuple[_InFlight, int]] = {}
+        self.req_ids = itertools.count(1)
+        self.closed_for_bad_input = 0
+        self.requests = 0
+
+    # -------------------------------------------------------------- requests
+    @handles(KafkaRequest)
+    def on_request(self, msg: KafkaRequest) -> None:
+        start = time.monotonic_ns()
+        self.requests += 1
+        try:
+            header = kc.parse_request_header(msg.frame)
+        except kc.UnsupportedVersionError as exc:
+            if exc.api_key == API_VERSIONS:
+                hdr = kc.RequestHeader(API_VERSIONS, exc.api_version, msg.correlation_id, None, 0)
+                self._send(msg, kc.encode_api_versions_response(hdr), True, False, start, 0, 0)
+                return
+            self._refuse(msg, exc, start)
+            return
+        except KafkaError as exc:
+            self._refuse(msg, exc, start)
+            return
+        if header.api_key == API_VERSIONS:
+            self._send(msg, kc.encode_api_versions_response(header), True, False, start, 0, 0)
+            return
+        api = self.api_table.get(header.api_key)
+        if api is None:
+            self._refuse(msg, KafkaError(f"API {header.api_key} is not served"), start)
+            return
+        try:
+            request = kc.decode_request(header, msg.frame)
+        except KafkaError as exc:
+            self._refuse(msg, exc, start)
+            return
+        state = _InFlight(msg, header, api(self.ctx, header, request), start)
+        self._advance(state, None)
+
+    def _refuse(self, msg: KafkaRequest, exc: Exception, start: int) -> None:
+        """Kafka closes a connection whose request it cannot parse or does not serve."""
+        self.closed_for_bad_input += 1
+        self.node.metrics.incr("requests_refused")
+        self.log.warning("closing connection {}: request (api {} v{} correlation {}) refused: {}",
+                         msg.conn_id, msg.api_key, msg.api_version, msg.correlation_id, exc)
+        self._send(msg, b"", False, True, start, 0, 0)
+
+    def _advance(self, state: _InFlight, replies: list[Any] | None) -> None:
+        t0 = time.monotonic_ns()
+        if replies is not None:
+            state.remote_ns += t0 - state.wait_start_ns
+        try:
+            calls = state.gen.send(replies) if replies is not None else next(state.gen)
+        except StopIteration as stop:
+            respond: Respond = stop.value
+            state.local_ns += time.monotonic_ns() - t0
+            self._finish(state, respond)
+            return
+        except Exception:
+            self.log.exception("API {} v{} failed on connection {}; closing it",
+                               state.header.api_key, state.header.api_version, state.msg.conn_id)
+            self.node.metrics.incr("requests_failed")
+            self._send(state.msg, b"", False, True, state.start_ns, 0, 0)
+            return
+        now = time.monotonic_ns()
+        state.local_ns += now - t0
+        state.wait_start_ns = now
+        state.replies = [None] * len(calls)
+        state.waiting = len(calls)
+        for i, call in enumerate(calls):
+            rid = next(self.req_ids)
+            self.pending[rid] = (state, i)
+            self.tell(call.target, call.make(rid))
+        if not calls:
+            self._advance(state, [])
+
+    @handles(AppendDone, ReadDone, ListOffsetsDone, CreateTopicsDone, DeleteTopicsDone,
+             FetchReady, ProduceReady)
+    def on_reply(self, msg: Any) -> None:
+        entry = self.pending.pop(msg.req_id, None)
+        if entry is None:
+            self.log.warning("answer {} to unknown request {}", type(msg).__name__, msg.req_id)
+            return
+        state, i = entry
+        state.replies[i] = msg
+        state.waiting -= 1
+        if state.waiting == 0:
+            self._advance(state, state.replies)
+
+    def _finish(self, state: _InFlight, respond: Respond) -> None:
+        frame = b""
+        if respond.respond:
+            try:
+                frame = kc.encode_response(state.header, respond.data)
+            except Exception:
+                self.log.exception("cannot encode the {} v{} response; closing connection {}",
+                                   state.header.api_key, state.header.api_version,
+                                   state.msg.conn_id)
+                self._send(state.msg, b"", False, True, state.start_ns, state.local_ns,
+                           state.remote_ns)
+                return
+        self._send(state.msg, frame, respond.respond, respond.close, state.start_ns,
+                   state.local_ns, state.remote_ns)
+
+    def _send(self, msg: KafkaRequest, frame: bytes, respond: bool, close: bool, start_ns: int,
+              local_ns: int, remote_ns: int) -> None:
+        queue_ns = max(0, start_ns - msg.recv_ns)
+        self.tell(
+            Address(self.node.name, msg.processor),
+            KafkaResponse(msg.conn_id, msg.seq, frame, respond, close, msg.api_key,
+                          msg.correlation_id, msg.recv_ns, [queue_ns, local_ns, remote_ns]),
+        )
+
+    # -------------------------------------------------------------- metadata
+    @handles(MetadataUpdate)
+    def on_metadata(self, msg: MetadataUpdate) -> None:
+        self.ctx.topics = dict(msg.topics)
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> dict[str, Any]:
+        return {"requests": self.requests, "in_flight": len(self.pending),
+                "refused": self.closed_for_bad_input, "topics": sorted(self.ctx.topics)}

@@ -1,0 +1,95 @@
+"""Which actor owns what: names and the sharding functions of one broker node.
+
+Every function here is deterministic across processes (no salted ``hash``),
+so any node computes the same owner for a partition, group or connection.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+from actors.runtime.address import Address
+from actors.runtime.config import Config
+
+
+def stable_hash(text: str) -> int:
+    return zlib.crc32(text.encode())
+
+
+@dataclass(frozen=True)
+class Topology:
+    node: str
+    num_processors: int
+    num_handlers: int
+    num_shards: int
+    num_purgatories: int
+    num_coordinators: int
+
+    @classmethod
+    def from_config(cls, node: str, config: Config) -> Topology:
+        def positive(key: str) -> int:
+            value = int(config[key])
+            if value < 1:
+                raise ValueError(f"{key} must be at least 1, got {value}")
+            return value
+
+        return cls(
+            node,
+            positive("num.network.threads"),
+            positive("num.io.threads"),
+            positive("num.partition.shards"),
+            positive("num.purgatory.shards"),
+            positive("num.group.coordinators"),
+        )
+
+    # names
+    def processor(self, i: int) -> Address:
+        return Address(self.node, f"processor-{i}")
+
+    def handler(self, i: int) -> Address:
+        return Address(self.node, f"handler-{i}")
+
+    def shard(self, i: int) -> Address:
+        return Address(self.node, f"shard-{i}")
+
+    def purgatory(self, i: int) -> Address:
+        return Address(self.node, f"purgatory-{i}")
+
+    def coordinator(self, i: int) -> Address:
+        return Address(self.node, f"coordinator-{i}")
+
+    @property
+    def acceptor(self) -> Address:
+        return Address(self.node, "acceptor")
+
+    @property
+    def controller(self) -> Address:
+        return Address(self.node, "controller")
+
+    @property
+    def timer(self) -> Address:
+        return Address(self.node, "timer")
+
+    @property
+    def log_manager(self) -> Address:
+        return Address(self.node, "log-manager")
+
+    # owners
+    def handler_for_conn(self, conn_id: int) -> Address:
+        return self.handler(conn_id % self.num_handlers)
+
+    def shard_for(self, topic: str, partition: int) -> Address:
+        return self.shard(stable_hash(f"{topic}-{partition}") % self.num_shards)
+
+    def purgatory_for(self, key: str) -> Address:
+        return self.purgatory(stable_hash(key) % self.num_purgatories)
+
+    def coordinator_for(self, group_id: str) -> Address:
+        return self.coordinator(stable_hash(group_id) % self.num_coordinators)
+
+    def all_handlers(self) -> list[Address]:
+        return [self.handler(i) for i in range(self.num_handlers)]
+
+    def all_shards(self) -> list[Address]:
+        return [self.shard(i) for i in range(self.num_shards)]

@@ -212,6 +212,7 @@ _request_decoders: dict[tuple[int, int], _Decoder] = {}
 _response_encoders: dict[tuple[int, int], _Encoder] = {}
 _tag_plans: dict[tuple[int, int], tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
 _api_versions_bodies: dict[tuple[int, int], bytes] = {}
+_defaults_plans: dict[tuple[int, int], tuple[tuple[str, Any, bool], ...]] = {}
 
 
 def _check_served(api_key: int, api_version: int, correlation_id: int | None) -> None:
@@ -366,15 +367,37 @@ def decode_request(header: RequestHeader, frame: bytes | bytearray | memoryview)
     return request
 
 
-def _build(field_struct: Any, data_class: Any, values: dict[str, Any]) -> Any:
-    # Like DataContainer(**values) without its loop over every schema field:
-    # unset fields read as their schema default through
-    # DataContainer.__getattr__, which is all the compiled encoders need.
+def _defaults_plan(field_struct: Any, version: int) -> tuple[tuple[str, Any, bool], ...]:
+    """(name, schema default, default is a list) of the fields in a version."""
+    key = (id(field_struct), version)
+    plan = _defaults_plans.get(key)
+    if plan is None:
+        entries = []
+        for field in field_struct._fields:
+            if not field.for_version_q(version):
+                continue
+            try:
+                default = field.default
+            except NotImplementedError:  # a required struct: the caller must give it
+                continue
+            entries.append((field.name, default, isinstance(default, list)))
+        plan = tuple(entries)
+        _defaults_plans[key] = plan
+    return plan
+
+
+def _build(field_struct: Any, data_class: Any, values: dict[str, Any], version: int) -> Any:
+    # Like DataContainer(**values), but the fields of this version that the
+    # dict leaves out are set to their default from a cached list, so the
+    # encoder never falls back to the slow DataContainer.__getattr__.
     fields = field_struct.fields
     item = object.__new__(data_class)
     item._version = None
     item.tags = None
     item.unknown_tags = None
+    for name, default, is_list in _defaults_plan(field_struct, version):
+        if name not in values:
+            setattr(item, name, [] if is_list else default)
     for name, value in values.items():
         field = fields.get(name)
         if field is None:
@@ -383,11 +406,13 @@ def _build(field_struct: Any, data_class: Any, values: dict[str, Any]) -> Any:
             if field.is_struct_array():
                 inner, inner_class = field.array_of, field.data_class
                 value = [
-                    _build(inner, inner_class, element) if isinstance(element, dict) else element
+                    _build(inner, inner_class, element, version)
+                    if isinstance(element, dict)
+                    else element
                     for element in value
                 ]
             elif field.is_struct() and isinstance(value, dict):
-                value = _build(field, field.data_class, value)
+                value = _build(field, field.data_class, value, version)
         setattr(item, name, value)
     return item
 
@@ -395,7 +420,7 @@ def _build(field_struct: Any, data_class: Any, values: dict[str, Any]) -> Any:
 def build_response(api_key: int, api_version: int, values: dict[str, Any]) -> Any:
     """Turn a (nested) dict into the kafka.protocol response object."""
     primary = response_class(api_key, api_version)[None]  # type: ignore[index]
-    response = _build(primary._struct, primary, values)
+    response = _build(primary._struct, primary, values, api_version)
     response._version = api_version
     response._header = None
     response._min_version = None
@@ -449,7 +474,8 @@ def _drop_default_tags(item: Any, field_struct: Any, version: int) -> None:
         # Setting the default also spares the encoder's tag scan a slow
         # DataContainer.__getattr__ fallback for every unset tagged field.
         if _holds_default(field, getattr(item, field.name), version):
-            setattr(item, field.name, field.default)
+            default = field.default
+            setattr(item, field.name, [] if isinstance(default, list) else default)
     for field in children:
         value = getattr(item, field.name)
         if value is None:
@@ -659,6 +685,17 @@ def encode_api_versions_response(
     return b"".join((frame[:4], _INT32.pack(header.correlation_id), frame[8:]))
 
 
+def _warm_defaults(field_struct: Any, version: int) -> None:
+    _defaults_plan(field_struct, version)
+    for field in field_struct.untagged_fields(version) + list(
+        field_struct.tagged_fields(version)._fields
+    ):
+        if field.is_struct_array():
+            _warm_defaults(field.array_of, version)
+        elif field.is_struct():
+            _warm_defaults(field, version)
+
+
 def warm_up() -> None:
     """Compile every decoder and encoder the advertised versions need."""
     for flexible in (False, True):
@@ -673,6 +710,7 @@ def warm_up() -> None:
             _drop_default_tags(response, response._struct, version)
             _records_plan(response._struct, version)
             _encode_frame(entry.api_key, version, 0, response)
+            _warm_defaults(response._struct, version)
     for version in range(ADVERTISED_BY_KEY[_API_VERSIONS].max_version + 1):
         encode_api_versions_response(RequestHeader(_API_VERSIONS, version, 0, None, 0))
     encode_api_versions_response(RequestHeader(_API_VERSIONS, 32767, 0, None, 0))

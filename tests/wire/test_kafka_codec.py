@@ -818,6 +818,7 @@ def test_after_warm_up_serving_generates_no_code(monkeypatch: pytest.MonkeyPatch
         "_request_decoders",
         "_response_encoders",
         "_tag_plans",
+        "_defaults_plans",
         "_records_plans",
         "_api_versions_bodies",
     ):

@@ -43,6 +43,19 @@ and Fetch::
          "high_watermark": 10, "last_stable_offset": 10, "log_start_offset": 0,
          "records": log_bytes}]}]}
 
+Fetch responses: `encode_response` copies the record bytes once, into the
+returned frame; `encode_response_parts` returns the frame as a list of
+buffers in which each partition's records are the handler's own object, for
+`socket.sendmsg` or a multipart ZeroMQ send. (kafka.protocol's own `encode`
+copies them twice, into a thread-local buffer that then stays as large as the
+largest response ever encoded on that thread, and out again.) The rest of the
+response is encoded by the library with 16-byte placeholders standing in for
+the records, whose length prefixes are then rewritten.
+
+A response object handed to `encode_response` is changed in place (default
+tags reset; records swapped out and back during encoding): build one per
+request, never share one between threads.
+
 ApiVersions: answer with `encode_api_versions_response(header)`; it owns the
 advertised table (wire/api_versions.py) and answers an unsupported version
 the way Kafka does, with a v0 body carrying UNSUPPORTED_VERSION.

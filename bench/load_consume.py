@@ -141,12 +141,25 @@ def consume_worker(share: ConsumerShare, slot: WorkerSlot) -> dict[str, Any]:
             if messages:
                 poll_latency.record_us((now_ns - t0) // 1000)
                 last_record_ns = now_ns
+            # A count is met exactly by one process (several may overshoot by a batch).
+            limit = None if config.num_records is None else config.num_records - slot.group_done()
             for msg in messages:
+                if limit is not None and limit <= 0:
+                    break
                 err = msg.error()
                 if err is not None:
                     slot_err = errors.setdefault(err.name(), {"code": int(err.code()), "count": 0})
                     slot_err["count"] += 1
                     continue
+                if ends:
+                    # 'What is there at start' means offsets below the end seen then.
+                    partition = msg.partition() or 0
+                    offset = msg.offset() or 0
+                    end = ends.get(partition, -1)
+                    if offset + 1 >= end:
+                        pending.discard(partition)
+                    if offset >= end:
+                        continue
                 value = msg.value() or b""
                 if run_id is not None:
                     if len(value) < header_size:
@@ -159,10 +172,8 @@ def consume_worker(share: ConsumerShare, slot: WorkerSlot) -> dict[str, Any]:
                     e2e.record_us((now_ns - due_ns) // 1000)
                 consumed += 1
                 consumed_bytes += len(value)
-                if pending:
-                    partition = msg.partition()
-                    if partition in pending and (msg.offset() or 0) + 1 >= ends[partition]:
-                        pending.discard(partition)
+                if limit is not None:
+                    limit -= 1
             slot.report(consumed)
     finally:
         if consumer is not None:

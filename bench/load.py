@@ -29,6 +29,7 @@ from bench.peers import BootstrapRefusedError, check_bootstrap, ensure_topic
 
 DEFAULT_NUM_RECORDS = 100_000
 E2E_DEFAULT_RATE = 1000.0
+E2E_DEFAULT_NUM_RECORDS = 10_000  # ten seconds at the default rate
 
 
 def _hard_cap_s(time_limit_s: float, message_timeout_ms: int) -> float:
@@ -236,10 +237,11 @@ def producer_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def _produce_config(kw: dict[str, Any], default_rate: float | None = None) -> ProduceConfig:
+def _produce_config(kw: dict[str, Any], default_rate: float | None = None,
+                    default_records: int = DEFAULT_NUM_RECORDS) -> ProduceConfig:
     num_records = kw["num_records"]
     if num_records is None and kw["duration"] is None:
-        num_records = DEFAULT_NUM_RECORDS
+        num_records = default_records
     rate = kw["target_rate"] if kw["target_rate"] is not None else default_rate
     return ProduceConfig(
         bootstrap=kw["bootstrap"],
@@ -328,9 +330,12 @@ def consume_command(**kw: Any) -> None:
 @click.option("--consumer-processes", type=click.IntRange(min=1, max=64), default=1,
               show_default=True)
 def e2e_command(**kw: Any) -> None:
-    """Produce-to-consume latency, from timestamps carried in the records (open loop, 1,000/s
-    unless --target-rate; --target-rate 0 sends as fast as possible)."""
-    config = _produce_config(kw, default_rate=E2E_DEFAULT_RATE)
+    """Produce-to-consume latency, from timestamps carried in the records.
+
+    Open loop at 1,000 records/s unless --target-rate (0: as fast as possible);
+    10,000 records unless --num-records or --duration.
+    """
+    config = _produce_config(kw, default_rate=E2E_DEFAULT_RATE, default_records=E2E_DEFAULT_NUM_RECORDS)
     console = make_console()
 
     def go() -> None:

@@ -575,6 +575,41 @@ def test_response_object_from_response_class_encodes_like_the_dict() -> None:
     assert kc.encode_response(header, obj) == kc.encode_response(header, as_dict)
 
 
+def test_default_tags_set_on_a_response_object_are_left_out() -> None:
+    header = kc.RequestHeader(0, 10, 5, "c", 0)
+    cls = kc.response_class(0, 10)
+    topic_cls = cls.TopicProduceResponse
+    partition_cls = topic_cls.PartitionProduceResponse
+    leader = partition_cls.fields["current_leader"].data_class(leader_id=-1, leader_epoch=-1)
+    partition = partition_cls(index=0, base_offset=7, current_leader=leader)
+    obj = cls(
+        throttle_time_ms=0,
+        responses=[topic_cls(name="t", partition_responses=[partition])],
+        node_endpoints=[],
+    )
+    plain = {
+        "throttle_time_ms": 0,
+        "responses": [{"name": "t", "partition_responses": [{"index": 0, "base_offset": 7}]}],
+    }
+    assert kc.encode_response(header, obj) == kc.encode_response(header, plain)
+    led = dict(
+        plain,
+        responses=[
+            {
+                "name": "t",
+                "partition_responses": [
+                    {
+                        "index": 0,
+                        "base_offset": 7,
+                        "current_leader": {"leader_id": 2, "leader_epoch": 3},
+                    }
+                ],
+            }
+        ],
+    )
+    assert len(kc.encode_response(header, led)) > len(kc.encode_response(header, plain))
+
+
 def test_response_refuses_unknown_fields_and_wrong_types() -> None:
     header = kc.RequestHeader(12, 4, 5, "c", 0)
     with pytest.raises(ValueError, match="HeartbeatResponse has no field 'eror_code'"):

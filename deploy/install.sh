@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Install actorlog into ./.venv on Debian (12+) with Python 3.11+.
+#   deploy/install.sh          runtime only
+#   deploy/install.sh --test   plus everything the test suite needs (kcat, a JDK for
+#                              Spark, the test/bench/spark extras)
+# System packages come from apt-get (as root, or through sudo when it exists).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) want_test=1 ;;
+    *) echo "usage: $0 [--test]" >&2; exit 2 ;;
+  esac
+done
+
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    sudo="sudo"
+  fi
+  echo "installing Debian packages: ${missing[*]}"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+PY="${PYTHON:-python3}"
+"$PY" -c 'import sys; assert sys.version_info >= (3, 11), "actorlog needs Python 3.11+"'
+
+if command -v dpkg-query >/dev/null; then
+  pkgs=()
+  "$PY" -c 'import venv, ensurepip' 2>/dev/null || pkgs+=(python3-venv)
+  if [ "$want_test" -eq 1 ]; then
+    command -v kcat >/dev/null || pkgs+=(kcat)
+    command -v java >/dev/null || pkgs+=(openjdk-17-jre-headless)
+    command -v ip >/dev/null || pkgs+=(iproute2)
+  fi
+  [ ${#pkgs[@]} -eq 0 ] || apt_install "${pkgs[@]}"
+fi
+
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+if [ "$want_test" -eq 1 ]; then
+  .venv/bin/python -m pip install -q -e ".[test,bench,spark]"
+else
+  .venv/bin/python -m pip install -q -e .
+fi
+echo "actorlog installed in $(pwd)/.venv"

@@ -220,7 +220,9 @@ class TimingWheel(Generic[T]):
         expired: list[T] = []
         buckets = self._buckets
         bucket_exp = self._bucket_exp
-        add = self.add
+        limits = self._limits
+        ticks = self._ticks
+        wheel_size = self.wheel_size
         while queue and queue[0][0] <= now_ms:
             exp, idx = heappop(queue)
             if bucket_exp[idx] != exp:
@@ -234,10 +236,33 @@ class TimingWheel(Generic[T]):
             buckets[idx] = {}
             if exp >= self._expired_before:
                 self._set_time(exp)
+            if idx < wheel_size:
+                # The finest wheel's bucket spans one tick: all of it is due.
+                for task in bucket:
+                    task._bucket = None
+                expired.extend(bucket)
+                continue
+            # A coarser bucket: expire what is due, move the rest down (add(), inlined).
+            expired_before = self._expired_before
             for task in bucket:
-                task._bucket = None
-                if not add(task):
+                expiration_ms = task.expiration_ms
+                if expiration_ms < expired_before:
+                    task._bucket = None
                     expired.append(task)
+                    continue
+                level = 0
+                while expiration_ms >= limits[level]:
+                    level += 1
+                tick = ticks[level]
+                virtual_id = expiration_ms // tick
+                slot = level * wheel_size + virtual_id % wheel_size
+                lower = buckets[slot]
+                lower[task] = None
+                task._bucket = lower
+                lower_exp = virtual_id * tick
+                if bucket_exp[slot] != lower_exp:
+                    bucket_exp[slot] = lower_exp
+                    heappush(queue, (lower_exp, slot))
         if now_ms >= self._expired_before:
             self._set_time(now_ms)
         return expired

@@ -16,6 +16,11 @@ BENCH_COMMANDS: dict[str, str] = {
     "actor-hop": "bench.actor_hop:command",
     "timer": "bench.timer_bench:command",
     "log": "bench.log_bench:command",
+    "produce": "bench.load:produce_command",
+    "consume": "bench.load:consume_command",
+    "e2e": "bench.load:e2e_command",
+    "compare": "bench.compare:command",
+    "sweep": "bench.sweep:command",
 }
 TOP_COMMANDS: dict[str, str] = {
     "demo": "actors.demo:command",

@@ -59,7 +59,7 @@ class _InFlight:
     """One request being handled: its generator and what it waits for."""
 
     __slots__ = ("msg", "header", "gen", "start_ns", "local_ns", "wait_start_ns", "remote_ns",
-                 "replies", "waiting")
+                 "replies", "waiting", "req_ids")
 
     def __init__(self, msg: KafkaRequest, header: Any, gen: ApiGen, start_ns: int) -> None:
         self.msg = msg
@@ -71,6 +71,7 @@ class _InFlight:
         self.remote_ns = 0
         self.replies: list[Any] = []
         self.waiting = 0
+        self.req_ids: list[int] = []
 
 
 class RequestHandler(Actor):
@@ -90,6 +91,10 @@ class RequestHandler(Actor):
         self.req_ids = itertools.count(1)
         self.closed_for_bad_input = 0
         self.requests = 0
+        # An internal answer that never comes (its actor crashed mid-request) must
+        # not hang the connection: past this, the request is abandoned.
+        self.abandon_after_ns = 2 * int(self.ctx.config["request.timeout.ms"]) * 1_000_000
+        self.next_sweep_ns = 0
 
     # -------------------------------------------------------------- requests
     @handles(KafkaRequest)
@@ -153,9 +158,11 @@ class RequestHandler(Actor):
         state.wait_start_ns = now
         state.replies = [None] * len(calls)
         state.waiting = len(calls)
+        state.req_ids = []
         for i, call in enumerate(calls):
             rid = next(self.req_ids)
             self.pending[rid] = (state, i)
+            state.req_ids.append(rid)
             self.tell(call.target, call.make(rid))
         if not calls:
             self._advance(state, [])
@@ -196,6 +203,29 @@ class RequestHandler(Actor):
             KafkaResponse(msg.conn_id, msg.seq, frame, respond, close, msg.api_key,
                           msg.correlation_id, msg.recv_ns, [queue_ns, local_ns, remote_ns]),
         )
+
+    def poll_timeout_ms(self) -> int | None:
+        return 1000 if self.pending else None
+
+    def on_turn(self) -> None:
+        if not self.pending:
+            return
+        now = time.monotonic_ns()
+        if now < self.next_sweep_ns:
+            return
+        self.next_sweep_ns = now + 1_000_000_000
+        stale = {id(st): st for st, _i in self.pending.values()
+                 if now - st.wait_start_ns > self.abandon_after_ns}
+        for state in stale.values():
+            for rid in state.req_ids:
+                self.pending.pop(rid, None)
+            self.node.metrics.incr("requests_abandoned")
+            self.log.error("API {} request (correlation {}) on connection {} got no internal "
+                           "answer in {} ms; closing the connection", state.header.api_key,
+                           state.msg.correlation_id, state.msg.conn_id,
+                           self.abandon_after_ns // 1_000_000)
+            self._send(state.msg, b"", False, True, state.start_ns, state.local_ns,
+                       state.remote_ns)
 
     # -------------------------------------------------------------- metadata
     @handles(MetadataUpdate)

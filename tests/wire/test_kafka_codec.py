@@ -19,8 +19,8 @@ import struct
 import subprocess
 import threading
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
 
 import pytest
 from kafka.producer.kafka import KafkaProducer
@@ -882,8 +882,14 @@ def test_after_warm_up_serving_generates_no_code(monkeypatch: pytest.MonkeyPatch
 TOPIC = "codec-test"
 
 
-class MetadataServer:
-    """Answers ApiVersions and Metadata with the codec; closes on anything else."""
+class CodecServer:
+    """A one-partition fake broker built on the codec, for real clients.
+
+    It answers ApiVersions, Metadata, InitProducerId, Produce (acks 1 or -1;
+    batches are kept as received, their base offset patched), ListOffsets,
+    Fetch (the kept bytes, passed through) and FindCoordinator (always
+    COORDINATOR_NOT_AVAILABLE); any other request closes the connection.
+    """
 
     def __init__(self) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -892,6 +898,9 @@ class MetadataServer:
         self._stopping = threading.Event()
         self.seen: list[tuple[int, int]] = []
         self.errors: list[BaseException] = []
+        self.batches: list[bytes] = []  # as stored, base offsets patched
+        self.next_offset = 0
+        self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._conns: list[socket.socket] = []
         self._accept = threading.Thread(target=self._accept_loop, daemon=True)
@@ -922,18 +931,20 @@ class MetadataServer:
 
     def _serve(self, conn: socket.socket) -> None:
         try:
-            while True:
+            while not self._stopping.is_set():
                 (size,) = struct.unpack(">i", self._read(conn, 4))
                 frame = self._read(conn, size)
                 header = kc.parse_request_header(frame)
                 self.seen.append((header.api_key, header.api_version))
                 if header.api_key == 18:
                     conn.sendall(kc.encode_api_versions_response(header))
-                elif header.api_key == 3:
-                    request = kc.decode_request(header, frame)
-                    conn.sendall(kc.encode_response(header, self._metadata(request)))
-                else:
+                    continue
+                handler = self._handlers.get(header.api_key)
+                if handler is None:
                     return
+                answer = handler(self, header, kc.decode_request(header, frame))
+                if answer is not None:
+                    conn.sendall(kc.encode_response(header, answer))
         except (EOFError, OSError):
             pass
         except Exception as exc:  # noqa: BLE001  (the fixture re-raises it in the test)
@@ -941,7 +952,7 @@ class MetadataServer:
         finally:
             conn.close()
 
-    def _metadata(self, request: Any) -> dict:
+    def _metadata(self, header: kc.RequestHeader, request: Any) -> dict:
         partitions = [
             {
                 "error_code": 0,
@@ -969,6 +980,115 @@ class MetadataServer:
             ],
         }
 
+    def _init_producer_id(self, header: kc.RequestHeader, request: Any) -> dict:
+        return {"throttle_time_ms": 0, "error_code": 0, "producer_id": 1000, "producer_epoch": 0}
+
+    def _append(self, records: bytes) -> int:
+        """Store each v2 batch with its base offset set; the first offset given."""
+        with self._lock:
+            first, pos = self.next_offset, 0
+            while pos < len(records):
+                (length,) = struct.unpack_from(">i", records, pos + 8)
+                batch = records[pos : pos + 12 + length]
+                assert batch[16] == 2, "not a magic 2 batch"
+                (last_delta,) = struct.unpack_from(">i", batch, 23)
+                self.batches.append(struct.pack(">q", self.next_offset) + batch[8:])
+                self.next_offset += last_delta + 1
+                pos += len(batch)
+            return first
+
+    def _produce(self, header: kc.RequestHeader, request: Any) -> dict | None:
+        topics = []
+        for topic in request.topic_data:
+            partitions = []
+            for partition in topic.partition_data:
+                assert type(partition.records) is bytes
+                partitions.append(
+                    {
+                        "index": partition.index,
+                        "base_offset": self._append(partition.records),
+                        "log_append_time_ms": -1,
+                        "log_start_offset": 0,
+                    }
+                )
+            topics.append({"name": topic.name, "partition_responses": partitions})
+        if request.acks == 0:
+            return None
+        return {"throttle_time_ms": 0, "responses": topics}
+
+    def _list_offsets(self, header: kc.RequestHeader, request: Any) -> dict:
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for partition in topic.partitions:
+                offset = self.next_offset if partition.timestamp == -1 else 0
+                partitions.append(
+                    {
+                        "partition_index": partition.partition_index,
+                        "error_code": 0,
+                        "timestamp": -1,
+                        "offset": offset,
+                        "leader_epoch": 0,
+                    }
+                )
+            topics.append({"name": topic.name, "partitions": partitions})
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    def _fetch(self, header: kc.RequestHeader, request: Any) -> dict:
+        responses = []
+        waited = False
+        for topic in request.topics:
+            partitions = []
+            for partition in topic.partitions:
+                with self._lock:
+                    chosen = [
+                        b
+                        for b in self.batches
+                        if struct.unpack_from(">q", b)[0] + struct.unpack_from(">i", b, 23)[0]
+                        >= partition.fetch_offset
+                    ]
+                    high_watermark = self.next_offset
+                if not chosen and not waited:  # a short long-poll keeps clients from spinning
+                    waited = True
+                    self._stopping.wait(min(request.max_wait_ms, 100) / 1000)
+                partitions.append(
+                    {
+                        "partition_index": partition.partition,
+                        "error_code": 0,
+                        "high_watermark": high_watermark,
+                        "last_stable_offset": high_watermark,
+                        "log_start_offset": 0,
+                        "aborted_transactions": [],
+                        "records": b"".join(chosen),
+                    }
+                )
+            responses.append({"topic": topic.topic, "partitions": partitions})
+        return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
+
+    def _find_coordinator(self, header: kc.RequestHeader, request: Any) -> dict:
+        unavailable = {
+            "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+            "error_message": None,
+        }
+        keys = request.coordinator_keys if header.api_version >= 4 else [request.key]
+        return {
+            "throttle_time_ms": 0,
+            **unavailable,
+            "coordinators": [{"key": key, **unavailable} for key in keys],
+        }
+
+    _handlers: ClassVar[dict[int, Callable[..., dict | None]]] = {
+        3: _metadata,
+        22: _init_producer_id,
+        0: _produce,
+        2: _list_offsets,
+        1: _fetch,
+        10: _find_coordinator,
+    }
+
     def close(self) -> None:
         self._stopping.set()
         self._accept.join(timeout=5)
@@ -984,9 +1104,9 @@ class MetadataServer:
 
 
 @pytest.fixture
-def server() -> Iterator[MetadataServer]:
+def server() -> Iterator[CodecServer]:
     kc.warm_up()
-    srv = MetadataServer()
+    srv = CodecServer()
     yield srv
     srv.close()
     assert not srv.errors, srv.errors
@@ -1010,7 +1130,7 @@ def _kcat_metadata(port: int) -> dict:
 
 @pytest.mark.clients
 @needs_kcat
-def test_kcat_lists_metadata(server: MetadataServer) -> None:
+def test_kcat_lists_metadata(server: CodecServer) -> None:
     metadata = _kcat_metadata(server.port)
     assert [b["id"] for b in metadata["brokers"]] == [1]
     [topic] = metadata["topics"]
@@ -1022,7 +1142,7 @@ def test_kcat_lists_metadata(server: MetadataServer) -> None:
 @pytest.mark.clients
 @needs_kcat
 def test_kcat_falls_back_to_api_versions_v0(
-    server: MetadataServer, monkeypatch: pytest.MonkeyPatch
+    server: CodecServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A broker that only knows ApiVersions v0-v2 answers librdkafka's v3 with
     # the v0 error body; librdkafka must retry and carry on.
@@ -1037,7 +1157,7 @@ def test_kcat_falls_back_to_api_versions_v0(
 
 
 @pytest.mark.clients
-def test_confluent_admin_client_lists_topics(server: MetadataServer) -> None:
+def test_confluent_admin_client_lists_topics(server: CodecServer) -> None:
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{server.port}"})
@@ -1050,7 +1170,7 @@ def test_confluent_admin_client_lists_topics(server: MetadataServer) -> None:
 
 
 @pytest.mark.clients
-def test_kafka_python_client_reads_metadata(server: MetadataServer) -> None:
+def test_kafka_python_client_reads_metadata(server: CodecServer) -> None:
     from kafka import KafkaConsumer
 
     consumer = KafkaConsumer(
@@ -1062,3 +1182,147 @@ def test_kafka_python_client_reads_metadata(server: MetadataServer) -> None:
     finally:
         consumer.close()
     assert (18, 4) in server.seen
+
+
+def _magic_2_batches_stored(server: CodecServer) -> None:
+    assert server.batches and all(batch[16] == 2 for batch in server.batches)
+
+
+@pytest.mark.clients
+@needs_kcat
+def test_kcat_produces_and_consumes_through_the_codec(server: CodecServer) -> None:
+    broker = f"127.0.0.1:{server.port}"
+    produced = subprocess.run(
+        [KCAT, "-P", "-b", broker, "-t", TOPIC, "-p", "0", "-K", ":"],
+        input="k1:one\nk2:two\nk3:three\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert produced.returncode == 0, produced.stderr
+    assert server.next_offset == 3
+    _magic_2_batches_stored(server)
+    consumed = subprocess.run(
+        [
+            KCAT,
+            "-C",
+            "-b",
+            broker,
+            "-t",
+            TOPIC,
+            "-p",
+            "0",
+            "-o",
+            "beginning",
+            "-e",
+            "-f",
+            "%o %k %s\\n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert consumed.returncode == 0, consumed.stderr
+    assert consumed.stdout.splitlines() == ["0 k1 one", "1 k2 two", "2 k3 three"]
+    assert {k for k, _ in server.seen} >= {0, 1, 2}
+
+
+@pytest.mark.clients
+def test_confluent_kafka_produces_and_consumes_through_the_codec(server: CodecServer) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    broker = f"127.0.0.1:{server.port}"
+    producer = Producer(
+        {
+            "bootstrap.servers": broker,
+            "enable.idempotence": True,
+            "compression.type": "lz4",
+            "linger.ms": 5,
+        }
+    )
+    delivered: list[tuple[Any, Any]] = []
+    for i in range(200):
+        producer.produce(
+            TOPIC,
+            value=f"v{i}".encode(),
+            key=f"k{i}".encode(),
+            partition=0,
+            headers=[("h", str(i).encode())],
+            on_delivery=lambda err, msg: delivered.append((err, msg.offset())),
+        )
+    assert producer.flush(20) == 0
+    assert [err for err, _ in delivered if err is not None] == []
+    assert sorted(offset for _, offset in delivered) == list(range(200))
+    _magic_2_batches_stored(server)
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker,
+            "group.id": "codec-test",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(TOPIC, 0, 0)])
+    got: list[tuple[Any, ...]] = []
+    try:
+        while True:
+            message = consumer.poll(10)
+            assert message is not None, f"stalled after {len(got)} messages"
+            error = message.error()
+            if error is not None:
+                assert error.code() == -191, error  # _PARTITION_EOF
+                if len(got) == 200:
+                    break
+                continue
+            got.append((message.offset(), message.key(), message.value(), message.headers()))
+    finally:
+        consumer.close()
+    assert got == [
+        (i, f"k{i}".encode(), f"v{i}".encode(), [("h", str(i).encode())]) for i in range(200)
+    ]
+    fetch_versions = {v for k, v in server.seen if k == 1}
+    assert max(fetch_versions) == 12  # the flexible Fetch, with its response tags section
+
+
+@pytest.mark.clients
+def test_kafka_python_produces_and_consumes_through_the_codec(server: CodecServer) -> None:
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    broker = f"127.0.0.1:{server.port}"
+    producer = KafkaProducer(bootstrap_servers=broker, compression_type="gzip", linger_ms=5)
+    try:
+        futures = [
+            producer.send(
+                TOPIC,
+                key=f"k{i}".encode(),
+                value=f"v{i}".encode(),
+                partition=0,
+                headers=[("h", str(i).encode())],
+            )
+            for i in range(100)
+        ]
+        offsets = [future.get(timeout=20).offset for future in futures]
+    finally:
+        producer.close(timeout=5)
+    assert offsets == list(range(100))
+    assert 22 in {k for k, _ in server.seen}  # idempotence is on by default: InitProducerId
+    _magic_2_batches_stored(server)
+
+    consumer = KafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False)
+    consumer.assign([TopicPartition(TOPIC, 0)])
+    consumer.seek_to_beginning()
+    got: list[tuple[int, bytes, bytes, list]] = []
+    try:
+        while len(got) < 100:
+            batch = consumer.poll(timeout_ms=10_000)
+            assert batch, f"stalled after {len(got)} records"
+            for records in batch.values():
+                got.extend((r.offset, r.key, r.value, list(r.headers)) for r in records)
+    finally:
+        consumer.close()
+    assert got == [
+        (i, f"k{i}".encode(), f"v{i}".encode(), [("h", str(i).encode())]) for i in range(100)
+    ]

@@ -74,6 +74,7 @@ class LogSegment:
         self.index_offsets: list[int] = []
         self.index_positions: list[int] = []
         self._bytes_since_index_entry = 0
+        self._pending_index = bytearray()
         self._max_timestamp_ms: int | None = -1 if self.size == 0 else None
         self.rolling_timestamp_ms = created_ms
         self._first_batch_seen = False
@@ -150,6 +151,7 @@ class LogSegment:
         the file at the first bad batch. Returns the number of bytes cut.
         """
         self.index_offsets, self.index_positions = [], []
+        self._pending_index = bytearray()
         os.ftruncate(self._index_fd, 0)
         self._bytes_since_index_entry = 0
         self._max_timestamp_ms = -1
@@ -203,34 +205,55 @@ class LogSegment:
         if self._max_timestamp_ms is not None and max_timestamp > self._max_timestamp_ms:
             self._max_timestamp_ms = max_timestamp
 
-    def append(self, data: bytes | bytearray | memoryview,
+    def append(self, pieces: list[bytes | bytearray | memoryview], length: int,
                batches: list[tuple[int, int, int, int, int]]) -> None:
-        """Write ``data`` (whole batches) in one call.
+        """Write ``pieces`` (``length`` bytes of whole batches) with one system call.
 
         ``batches`` holds, per batch, (base offset, next offset, position in
-        data, size, max timestamp), so the index is maintained without
-        parsing again.
+        the appended bytes, size, max timestamp), so the index is maintained
+        without parsing again. Index entries are buffered and written at the
+        next flush, roll or close: a crash loses only entries of data past the
+        recovery point, whose index recovery rebuilds anyway.
         """
         start = self.size
         try:
-            write_all(self._fd, data)
+            if len(pieces) == 1:
+                write_all(self._fd, pieces[0])
+            else:
+                written = os.writev(self._fd, pieces)
+                if written < length:
+                    write_all(self._fd, memoryview(b"".join(pieces))[written:])
         except OSError as exc:
             self._undo_append(start)
             raise StorageError(f"cannot append to {self.log_path}: {exc}") from exc
-        entries = bytearray()
+        interval = self.index_interval_bytes
+        since = self._bytes_since_index_entry
         for base_offset, next_offset, position, size, max_ts in batches:
-            if self._bytes_since_index_entry >= self.index_interval_bytes or (
-                    start + position == 0):
-                entries += INDEX_ENTRY.pack(base_offset - self.base_offset, start + position)
+            if since >= interval or start + position == 0:
+                self._pending_index += INDEX_ENTRY.pack(base_offset - self.base_offset,
+                                                        start + position)
                 self.index_offsets.append(base_offset)
                 self.index_positions.append(start + position)
-                self._bytes_since_index_entry = 0
-            self._bytes_since_index_entry += size
-            self._note_batch(max_ts)
+                since = 0
+            since += size
+            if not self._first_batch_seen:
+                self.rolling_timestamp_ms = max_ts
+                self._first_batch_seen = True
+            if self._max_timestamp_ms is not None and max_ts > self._max_timestamp_ms:
+                self._max_timestamp_ms = max_ts
             self.next_offset = next_offset
-        if entries:
-            write_all(self._index_fd, entries)
-        self.size = start + len(data)
+        self._bytes_since_index_entry = since
+        self.size = start + length
+        if len(self._pending_index) >= 4096:
+            self._write_pending_index()
+
+    def _write_pending_index(self) -> None:
+        if self._pending_index:
+            try:
+                write_all(self._index_fd, self._pending_index)
+            except OSError as exc:
+                raise StorageError(f"cannot write index {self.index_path}: {exc}") from exc
+            self._pending_index = bytearray()
 
     def _undo_append(self, size: int) -> None:
         try:
@@ -243,7 +266,8 @@ class LogSegment:
     def read(self, position: int, length: int) -> bytes:
         return os.pread(self._fd, length, position)
 
-    def iter_headers(self, position: int, end: int) -> Iterator[BatchHeader]:
+    def iter_headers(self, position: int, end: int,
+                     expected_span: int = SCAN_CHUNK) -> Iterator[BatchHeader]:
         """Headers of the whole batches in [position, end).
 
         Small batches are read a chunk at a time; once batches are seen to be
@@ -252,7 +276,9 @@ class LogSegment:
         """
         buf = b""
         buf_start = position
-        read_size = SCAN_CHUNK
+        # The first read covers what the caller expects to walk (an index
+        # interval for a lookup), not a whole chunk.
+        read_size = min(SCAN_CHUNK, expected_span + HEADER_SIZE)
         while position + HEADER_SIZE <= end:
             rel = position - buf_start
             if rel + HEADER_SIZE > len(buf):
@@ -275,9 +301,11 @@ class LogSegment:
         slot = bisect_right(self.index_offsets, offset) - 1
         if slot >= 0:
             position = self.index_positions[slot]
+            if self.index_offsets[slot] == offset:
+                return position, offset  # an indexed batch starts right there
         else:
             position = 0
-        for header in self.iter_headers(position, self.size):
+        for header in self.iter_headers(position, self.size, self.index_interval_bytes):
             if header.next_offset > offset:
                 return header.position, header.base_offset
         return self.size, self.next_offset
@@ -323,6 +351,7 @@ class LogSegment:
         os.ftruncate(self._fd, position)
         self.size = position
         self.next_offset = base
+        self._write_pending_index()
         keep = bisect_right(self.index_positions, position - 1)
         del self.index_offsets[keep:]
         del self.index_positions[keep:]
@@ -335,6 +364,7 @@ class LogSegment:
         return dropped
 
     def flush(self) -> None:
+        self._write_pending_index()
         try:
             os.fsync(self._fd)
             os.fsync(self._index_fd)
@@ -344,7 +374,10 @@ class LogSegment:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            os.close(self._fd)
+            try:
+                self._write_pending_index()
+            finally:
+                os.close(self._fd)
             os.close(self._index_fd)
 
     def delete(self) -> None:

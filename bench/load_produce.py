@@ -164,8 +164,12 @@ class _Connection:
             return self.payload
         return E2E_HEADER.pack(run_id, due_ns) + self.payload[E2E_HEADER.size :]
 
-    def run(self, end_ns: int, stop: WorkerSlot) -> None:
-        """Send until the count is reached, the end time passes, or the parent asks to stop."""
+    def run(self, end_ns: int, stop: WorkerSlot, phase: float = 0.0) -> None:
+        """Send until the count is reached, the end time passes, or the parent asks to stop.
+
+        `phase` (0..1) shifts this connection's open-loop schedule by that fraction of
+        its interval, so connections do not all send at the same instants.
+        """
         from confluent_kafka import KafkaException
 
         produce = self.producer.produce
@@ -174,9 +178,9 @@ class _Connection:
         keys = self.keys
         nkeys = len(keys) if keys else 0
         rate = self.rate
-        start_ns = time.monotonic_ns()
-        self.first_send_ns = start_ns
         interval_ns = int(1e9 / rate) if rate else 0
+        start_ns = time.monotonic_ns() + int(phase * interval_ns)
+        self.first_send_ns = start_ns
         e2e = self.config.e2e_run_id is not None
         value = self.payload
         window = self.config.outstanding_window()
@@ -201,7 +205,7 @@ class _Connection:
                         # what is ready, then sleep.
                         poll(0)
                         time.sleep(wait_ns / 1e9)
-                    if time.monotonic_ns() >= end_ns:
+                    if time.monotonic_ns() >= end_ns or stop.stop_requested():
                         break
                     continue
                 callback: Callable[[Any, Any], None] = partial(self.on_delivery_due, due_ns)
@@ -259,11 +263,16 @@ def produce_worker(share: ProducerShare, slot: WorkerSlot) -> dict[str, Any]:
         end_ns = min(end_ns, start_ns + int(config.duration_s * 1e9))
     drain_s = max(5.0, config.message_timeout_ms / 1000.0 + 2.0)
 
-    def drive(conn: _Connection) -> None:
-        conn.run(end_ns, slot)
+    total_conns = config.processes * len(connections)
+
+    def drive(conn: _Connection, global_index: int) -> None:
+        conn.run(end_ns, slot, phase=global_index / total_conns)
         conn.drain(drain_s)
 
-    threads = [threading.Thread(target=drive, args=(c,), daemon=True) for c in connections]
+    threads = [
+        threading.Thread(target=drive, args=(c, slot.index * len(connections) + i), daemon=True)
+        for i, c in enumerate(connections)
+    ]
     for t in threads:
         t.start()
     while True:

@@ -135,7 +135,7 @@ class LogDir:
         self.forget(log.topic, log.partition)
         self.checkpoint([])
 
-    def close(self, logs: Iterable[PartitionLog], now_ms: int) -> None:
+    def close(self, logs: Iterable[PartitionLog], now_ms: int = 0) -> None:
         """Clean shutdown: flush and close every log, write checkpoints, then the marker.
 
         After an unclean start the marker is written only if every partition

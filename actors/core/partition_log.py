@@ -616,6 +616,10 @@ class PartitionLog:
             self._bases.pop()
         self.segments[-1].truncate_to(offset)
         leo = self.log_end_offset
+        if leo < self._log_start_offset:
+            # The batch holding ``offset`` also held the log start: nothing valid is left.
+            self.truncate_fully_and_start_at(offset, now_ms)
+            return True
         self._high_watermark = min(self._high_watermark, leo)
         self._recovery_point = min(self._recovery_point, leo)
         self._hw_metadata = None

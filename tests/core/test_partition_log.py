@@ -601,3 +601,12 @@ def test_bench_log_writes_well_formed_json(tmp_path: Path) -> None:
     assert spread["min"] <= spread["median"] <= spread["max"]
     assert "append_vs_raw" in result.output
     assert [p.name for p in tmp_path.iterdir()] == ["log.json"]  # temp logs removed
+
+
+def test_truncate_inside_the_batch_holding_the_log_start(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(5), 0, 0)
+    log.close()
+    log = open_log(tmp_path, clean_shutdown=True, log_start_offset=2, recovery_point=5)
+    assert log.truncate_to(3)  # the only batch (0..4) goes, and with it offset 2
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (3, 3, 3)

@@ -18,7 +18,9 @@ from wire.broker_messages import CheckpointOffsets, GetStats
 class LogManager(Actor):
     mailbox_size = 10_000
 
-    def __init__(self, node: Any, name: str, *, log_dir: LogDir, num_shards: int, **kw: Any) -> None:
+    def __init__(
+        self, node: Any, name: str, *, log_dir: LogDir, num_shards: int, **kw: Any
+    ) -> None:
         super().__init__(node, name, **kw)
         self.log_dir = log_dir
         self.num_shards = num_shards

@@ -22,7 +22,7 @@ def render(counters: dict[str, int]) -> str:
 
 def serve_metrics(host: str, port: int, snapshot: Any) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             if self.path not in ("/metrics", "/"):
                 self.send_error(404)
                 return

@@ -58,8 +58,18 @@ API_TABLE: dict[int, Any] = {
 class _InFlight:
     """One request being handled: its generator and what it waits for."""
 
-    __slots__ = ("msg", "header", "gen", "start_ns", "local_ns", "wait_start_ns", "remote_ns",
-                 "replies", "waiting", "req_ids")
+    __slots__ = (
+        "gen",
+        "header",
+        "local_ns",
+        "msg",
+        "remote_ns",
+        "replies",
+        "req_ids",
+        "start_ns",
+        "wait_start_ns",
+        "waiting",
+    )
 
     def __init__(self, msg: KafkaRequest, header: Any, gen: ApiGen, start_ns: int) -> None:
         self.msg = msg

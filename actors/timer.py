@@ -17,7 +17,7 @@ from wire.broker_messages import Cancel, Expired, GetStats, Schedule
 
 
 class _Entry(TimerTask):
-    __slots__ = ("owner", "key")
+    __slots__ = ("key", "owner")
 
     def __init__(self, deadline_ms: int, owner: Address, key: int) -> None:
         super().__init__(deadline_ms)

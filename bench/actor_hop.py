@@ -75,7 +75,7 @@ class HopSource(Actor):
     def poll_timeout_ms(self) -> int | None:
         if self.plan is None:
             return None
-        count, rate, _target, start, sent = self.plan
+        _count, rate, _target, start, sent = self.plan
         next_due_ns = start + sent * 1_000_000_000 // rate
         return max(0, (next_due_ns - time.monotonic_ns()) // 1_000_000)
 
@@ -299,7 +299,8 @@ class _Placement:
             self._raw_ctx = zmq.Context()
             self._raw_push = self._raw_ctx.socket(zmq.PUSH)
             url = (
-                f"tcp://{host_a}:0;{host_b}:{port}" if mode == "raw-tcp" else f"ipc://{ipc_dir}/raw.sock"
+                f"tcp://{host_a}:0;{host_b}:{port}" if mode == "raw-tcp"
+                else f"ipc://{ipc_dir}/raw.sock"
             )
             self._raw_push.connect(url)
             time.sleep(0.2)
@@ -360,7 +361,7 @@ def measure(placements: list[str], count: int, repeats: int, latency_s: float) -
             results[name] = {
                 "actor_rate": _summary(actor_rates),
                 "raw_rate": _summary(raw_rates),
-                "ratio_per_round": [a / r for a, r in zip(actor_rates, raw_rates)],
+                "ratio_per_round": [a / r for a, r in zip(actor_rates, raw_rates, strict=True)],
                 "latency_rate": half,
                 "actor_p50_us": lat_actor[0],
                 "actor_p99_us": lat_actor[1],
@@ -397,11 +398,12 @@ def command(count: int, repeats: int, latency_seconds: float, placements: tuple[
     chosen = list(placements) or list(PLACEMENTS)
     out = measure(chosen, count, repeats, latency_seconds)
     table = Table(title=f"actor hop: {count} messages x {repeats} rounds (min/median/max msg/s)")
-    for col in ("placement", "actor rate", "raw rate", "actor/raw", "p50 us", "p99 us", "raw p99 us", "at rate"):
+    for col in ("placement", "actor rate", "raw rate", "actor/raw", "p50 us", "p99 us",
+                "raw p99 us", "at rate"):
         table.add_column(col)
     for name in chosen:
         r = out["results"][name]
-        fmt = lambda s: f"{s['min']:,.0f} / {s['median']:,.0f} / {s['max']:,.0f}"  # noqa: E731
+        fmt = lambda s: f"{s['min']:,.0f} / {s['median']:,.0f} / {s['max']:,.0f}"
         table.add_row(
             name, fmt(r["actor_rate"]), fmt(r["raw_rate"]), f"{out['ratios'][name + '_rate']:.2f}",
             f"{r['actor_p50_us']:.0f}", f"{r['actor_p99_us']:.0f}", f"{r['raw_p99_us']:.0f}",

@@ -55,7 +55,8 @@ class HandlerContext:
         """Unique across handlers and restarts: wall ms, handler index, a counter."""
         self.producer_id_counter += 1
         now_ms = time.time_ns() // 1_000_000
-        return (now_ms << 12) | ((self.handler_index & 0xF) << 8) | (self.producer_id_counter & 0xFF)
+        index = (self.handler_index & 0xF) << 8
+        return (now_ms << 12) | index | (self.producer_id_counter & 0xFF)
 
 
 def group_by_shard(ctx: HandlerContext, rows: list[list[Any]]) -> dict[Address, list[list[Any]]]:

@@ -325,7 +325,7 @@ class Actor(pykka.ThreadingActor):
             return
         for entry in entries:
             try:
-                type_id, tid, span, parent, send_ns, ask_id, body = entry
+                type_id, tid, span, parent, _send_ns, ask_id, body = entry
                 cls = _types[type_id]
                 msg = _build(cls, body)
             except KeyError:

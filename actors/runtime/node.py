@@ -146,7 +146,7 @@ class Metrics:
 class _Link:
     """One sender thread's socket towards one local mailbox or one remote gateway."""
 
-    __slots__ = ("sock", "remote", "node")
+    __slots__ = ("node", "remote", "sock")
 
     def __init__(self, sock: Any, remote: bool, node: str) -> None:
         self.sock = sock
@@ -433,7 +433,9 @@ class Node:
             raise NodeError(f"no route to {address}")
         self._send_frame(link, address, frame)
 
-    def ask(self, address: Address, msg: Any, timeout: float = 5.0, trace_id: int | None = None) -> Any:
+    def ask(
+        self, address: Address, msg: Any, timeout: float = 5.0, trace_id: int | None = None
+    ) -> Any:
         """Send and wait for the handler's return value (control paths and tests)."""
         ask_id = next(self._ask_ids)
         pending = _Pending()

@@ -23,8 +23,8 @@ from tests.runtime.node_actors import (
     Fragile,
     GetState,
     OrderChecker,
-    SendSeq,
     Sender,
+    SendSeq,
     Seq,
     SlowReceiver,
 )

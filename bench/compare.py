@@ -53,14 +53,18 @@ class Scenario:
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
-        Scenario("throughput_acks1", "records_per_s", "records/s", True,
-                 "acks=1, closed loop"),
-        Scenario("throughput_acksall", "records_per_s", "records/s", True,
-                 "acks=all, closed loop"),
-        Scenario("p99_fixed_rate", "p99_ms", "ms", False,
-                 "p99 at a fixed rate, open loop, acks=all"),
-        Scenario("small_requests", "requests_per_s", "requests/s", True,
-                 "linger 0, one record per request, 8 connections, acks=1"),
+        Scenario("throughput_acks1", "records_per_s", "records/s", True, "acks=1, closed loop"),
+        Scenario("throughput_acksall", "records_per_s", "records/s", True, "acks=all, closed loop"),
+        Scenario(
+            "p99_fixed_rate", "p99_ms", "ms", False, "p99 at a fixed rate, open loop, acks=all"
+        ),
+        Scenario(
+            "small_requests",
+            "requests_per_s",
+            "requests/s",
+            True,
+            "linger 0, one record per request, 8 connections, acks=1",
+        ),
     )
 }
 
@@ -170,9 +174,13 @@ def run_compare(
 
 
 @contextlib.contextmanager
-def _broker(address: str | None, template: str | None, which: str) -> Iterator[tuple[str, BrokerProcess | None]]:
+def _broker(
+    address: str | None, template: str | None, which: str
+) -> Iterator[tuple[str, BrokerProcess | None]]:
     if (address is None) == (template is None):
-        raise click.UsageError(f"give exactly one of --{which} HOST:PORT or the matching command template")
+        raise click.UsageError(
+            f"give exactly one of --{which} HOST:PORT or the matching command template"
+        )
     if address is not None:
         yield address, None
         return
@@ -194,40 +202,75 @@ def print_compare(console: Console, results: dict[str, Any], name_a: str, name_b
 
     for name, block in results.items():
         for i, stat in enumerate(("min", "median", "max")):
-            table.add_row(name if i == 0 else "", block["unit"] if i == 0 else "", stat,
-                          fmt(block["a"][stat]), fmt(block["b"][stat]), fmt(block["ratio"][stat]),
-                          end_section=(i == 2))
+            table.add_row(
+                name if i == 0 else "",
+                block["unit"] if i == 0 else "",
+                stat,
+                fmt(block["a"][stat]),
+                fmt(block["b"][stat]),
+                fmt(block["ratio"][stat]),
+                end_section=(i == 2),
+            )
     console.print(table)
     console.print("ratio: A/B for throughputs, B/A for p99; higher is better for A, 1.0 is parity")
     for name, block in results.items():
         if block["errors_a"] or block["errors_b"]:
-            console.print(f"[yellow]{name}: delivery errors A={block['errors_a']} B={block['errors_b']}")
+            console.print(
+                f"[yellow]{name}: delivery errors A={block['errors_a']} B={block['errors_b']}"
+            )
 
 
 @click.command("compare")
 @click.option("--a", "address_a", default=None, help="HOST:PORT of A (actorlog).")
-@click.option("--a-cmd", default=None,
-              help="Start A from this template ({port}, {data_dir}, {config}, {tansu}; or 'tansu').")
+@click.option(
+    "--a-cmd",
+    default=None,
+    help="Start A from this template ({port}, {data_dir}, {config}, {tansu}; or 'tansu').",
+)
 @click.option("--b", "address_b", default=None, help="HOST:PORT of the peer B.")
-@click.option("--peer-cmd", default=None,
-              help="Start the peer B from this template, e.g. 'tansu' or "
-                   "'{tansu} broker --listener-url tcp://127.0.0.1:{port} ...'.")
+@click.option(
+    "--peer-cmd",
+    default=None,
+    help="Start the peer B from this template, e.g. 'tansu' or "
+    "'{tansu} broker --listener-url tcp://127.0.0.1:{port} ...'.",
+)
 @click.option("--a-name", default="actorlog", show_default=True)
 @click.option("--b-name", default="peer", show_default=True)
-@click.option("--scenarios", default=",".join(SCENARIOS), show_default=True,
-              help="Comma-separated subset of the scenarios.")
+@click.option(
+    "--scenarios",
+    default=",".join(SCENARIOS),
+    show_default=True,
+    help="Comma-separated subset of the scenarios.",
+)
 @click.option("--rounds", type=click.IntRange(min=1, max=100), default=3, show_default=True)
-@click.option("--duration", type=click.FloatRange(min=0.5), default=10.0, show_default=True,
-              help="Seconds per scenario per broker per round.")
-@click.option("--processes", type=click.IntRange(min=1, max=64), default=2, show_default=True,
-              help="Producer processes of the throughput scenarios.")
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0.5),
+    default=10.0,
+    show_default=True,
+    help="Seconds per scenario per broker per round.",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1, max=64),
+    default=2,
+    show_default=True,
+    help="Producer processes of the throughput scenarios.",
+)
 @click.option("--record-size", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--partitions", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--linger-ms", type=click.FloatRange(min=0), default=5.0, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=65536, show_default=True)
-@click.option("--fixed-rate", type=click.FloatRange(min=1), default=5000.0, show_default=True,
-              help="Records/s of the p99_fixed_rate scenario.")
-@click.option("--small-connections", type=click.IntRange(min=1, max=64), default=8, show_default=True)
+@click.option(
+    "--fixed-rate",
+    type=click.FloatRange(min=1),
+    default=5000.0,
+    show_default=True,
+    help="Records/s of the p99_fixed_rate scenario.",
+)
+@click.option(
+    "--small-connections", type=click.IntRange(min=1, max=64), default=8, show_default=True
+)
 @click.option("--allow-host", "allow_hosts", multiple=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 @click.option("--no-progress", is_flag=True)
@@ -236,8 +279,10 @@ def command(**kw: Any) -> None:
     names = [n.strip() for n in kw["scenarios"].split(",") if n.strip()]
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown or not names:
-        raise click.BadParameter(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}",
-                                 param_hint="--scenarios")
+        raise click.BadParameter(
+            f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}",
+            param_hint="--scenarios",
+        )
     settings = CompareSettings(
         duration_s=kw["duration"],
         processes=kw["processes"],
@@ -256,11 +301,20 @@ def command(**kw: Any) -> None:
         console.print(f"round {rnd} {name} {label}: {figure:,.3f} {SCENARIOS[name].unit}")
 
     try:
-        with _broker(kw["address_a"], kw["a_cmd"], "a") as (boot_a, _proc_a), \
-                _broker(kw["address_b"], kw["peer_cmd"], "b") as (boot_b, _proc_b):
-            results, ratios = run_compare(boot_a, boot_b, names, kw["rounds"], settings,
-                                          show_progress=not kw["no_progress"],
-                                          allow_hosts=kw["allow_hosts"], on_run=on_run)
+        with (
+            _broker(kw["address_a"], kw["a_cmd"], "a") as (boot_a, _proc_a),
+            _broker(kw["address_b"], kw["peer_cmd"], "b") as (boot_b, _proc_b),
+        ):
+            results, ratios = run_compare(
+                boot_a,
+                boot_b,
+                names,
+                kw["rounds"],
+                settings,
+                show_progress=not kw["no_progress"],
+                allow_hosts=kw["allow_hosts"],
+                on_run=on_run,
+            )
     except BootstrapRefusedError as exc:
         raise click.UsageError(str(exc)) from exc
     print_compare(console, results, kw["a_name"], kw["b_name"])

@@ -51,8 +51,11 @@ def run_produce(
     producers = producer_group(spawn_context(), config)
     total = config.num_records if config.duration_s is None else None
     view = ProgressView(show_progress, f"produce {config.topic}", total, "rec")
-    run_groups([producers], hard_cap_s=_hard_cap_s(config.time_limit_s, config.message_timeout_ms),
-               progress=view)
+    run_groups(
+        [producers],
+        hard_cap_s=_hard_cap_s(config.time_limit_s, config.message_timeout_ms),
+        progress=view,
+    )
     return summarize_produce(config, producers.ordered_results())
 
 
@@ -149,12 +152,19 @@ def print_produce_summary(console: Console, config: ProduceConfig, results: dict
     table = Table(title=f"produce → {config.bootstrap} {config.topic} (acks={config.acks})")
     for col in ("acked", "records/s", "MB/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms"):
         table.add_column(col, justify="right")
-    table.add_row(f"{results['acked']:,}", _fmt(results["records_per_s"]),
-                  _fmt(results["mb_per_s"]), *latency_row(results["latency"]))
+    table.add_row(
+        f"{results['acked']:,}",
+        _fmt(results["records_per_s"]),
+        _fmt(results["mb_per_s"]),
+        *latency_row(results["latency"]),
+    )
     console.print(table)
     console.print(f"latency measured from: {results['latency_measured_from']}")
-    if "requests_per_s" in results:
-        console.print(f"requests/s: {_fmt(results['requests_per_s'])}")
+    console.print(
+        f"produce requests: {results['produce_requests']:,} "
+        f"({_fmt(results['requests_per_s'])}/s, "
+        f"{results['records_per_request']:,.1f} records per request)"
+    )
     print_errors(console, results["errors"])
 
 
@@ -186,19 +196,46 @@ def _client_config(pairs: tuple[str, ...]) -> dict[str, str]:
 def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--bootstrap", required=True, help="HOST:PORT of the broker (loopback only)."),
-        click.option("--allow-host", "allow_hosts", multiple=True,
-                     help="A non-loopback host this run may target (repeatable)."),
+        click.option(
+            "--allow-host",
+            "allow_hosts",
+            multiple=True,
+            help="A non-loopback host this run may target (repeatable).",
+        ),
         click.option("--topic", default="actorlog-bench", show_default=True),
-        click.option("--num-records", type=click.IntRange(min=1), default=None,
-                     help="Records in total (default 100,000 unless --duration)."),
-        click.option("--duration", type=click.FloatRange(min=0.1), default=None,
-                     help="Seconds to run instead of a count."),
-        click.option("--time-limit", type=click.FloatRange(min=1), default=300.0, show_default=True,
-                     help="Hard cap in seconds on the load, even if records remain."),
-        click.option("-X", "--client-config", "client_config", multiple=True,
-                     help="Extra librdkafka setting KEY=VALUE (repeatable)."),
-        click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-                     help="Write the results as JSON."),
+        click.option(
+            "--num-records",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Records in total (default 100,000 unless --duration).",
+        ),
+        click.option(
+            "--duration",
+            type=click.FloatRange(min=0.1),
+            default=None,
+            help="Seconds to run instead of a count.",
+        ),
+        click.option(
+            "--time-limit",
+            type=click.FloatRange(min=1),
+            default=300.0,
+            show_default=True,
+            help="Hard cap in seconds on the load, even if records remain.",
+        ),
+        click.option(
+            "-X",
+            "--client-config",
+            "client_config",
+            multiple=True,
+            help="Extra librdkafka setting KEY=VALUE (repeatable).",
+        ),
+        click.option(
+            "--json",
+            "json_path",
+            type=click.Path(dir_okay=False),
+            default=None,
+            help="Write the results as JSON.",
+        ),
         click.option("--no-progress", is_flag=True, help="No live progress bar."),
     ]
     for option in reversed(options):
@@ -209,36 +246,77 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def producer_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--record-size", type=click.IntRange(min=1), default=100, show_default=True),
-        click.option("--keys", type=click.IntRange(min=0), default=0, show_default=True,
-                     help="0: no key; N: N distinct keys round robin."),
-        click.option("--partitions", type=click.IntRange(min=1), default=3, show_default=True,
-                     help="Partitions of the topic if it has to be created."),
-        click.option("--acks", type=click.Choice(["0", "1", "all", "-1"]), default="1",
-                     show_default=True),
-        click.option("--compression", type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]),
-                     default="none", show_default=True),
+        click.option(
+            "--keys",
+            type=click.IntRange(min=0),
+            default=0,
+            show_default=True,
+            help="0: no key; N: N distinct keys round robin.",
+        ),
+        click.option(
+            "--partitions",
+            type=click.IntRange(min=1),
+            default=3,
+            show_default=True,
+            help="Partitions of the topic if it has to be created.",
+        ),
+        click.option(
+            "--acks", type=click.Choice(["0", "1", "all", "-1"]), default="1", show_default=True
+        ),
+        click.option(
+            "--compression",
+            type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]),
+            default="none",
+            show_default=True,
+        ),
         click.option("--linger-ms", type=click.FloatRange(min=0), default=5.0, show_default=True),
         click.option("--batch-size", type=click.IntRange(min=1), default=65536, show_default=True),
-        click.option("--target-rate", type=click.FloatRange(min=0), default=None,
-                     help="Records/s over all processes, open loop (latency from the due time)."),
-        click.option("--processes", type=click.IntRange(min=1, max=64), default=1, show_default=True),
-        click.option("--connections", type=click.IntRange(min=1, max=64), default=1,
-                     show_default=True, help="Producer instances (connections) per process."),
-        click.option("--records-per-request", type=click.IntRange(min=1), default=None,
-                     help="Cap records per batch (librdkafka batch.num.messages); 1 = one per request."),
-        click.option("--max-in-flight", type=click.IntRange(min=1), default=None,
-                     help="max.in.flight.requests.per.connection."),
-        click.option("--max-outstanding", type=click.IntRange(min=1), default=None,
-                     help="Closed loop: unacknowledged records per connection "
-                          "(default: 5 requests x partitions x records per batch)."),
+        click.option(
+            "--target-rate",
+            type=click.FloatRange(min=0),
+            default=None,
+            help="Records/s over all processes, open loop (latency from the due time).",
+        ),
+        click.option(
+            "--processes", type=click.IntRange(min=1, max=64), default=1, show_default=True
+        ),
+        click.option(
+            "--connections",
+            type=click.IntRange(min=1, max=64),
+            default=1,
+            show_default=True,
+            help="Producer instances (connections) per process.",
+        ),
+        click.option(
+            "--records-per-request",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Cap records per batch (librdkafka batch.num.messages); 1 = one per request.",
+        ),
+        click.option(
+            "--max-in-flight",
+            type=click.IntRange(min=1),
+            default=None,
+            help="max.in.flight.requests.per.connection.",
+        ),
+        click.option(
+            "--max-outstanding",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Closed loop: unacknowledged records per connection "
+            "(default: 5 requests x partitions x records per batch).",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
     return func
 
 
-def _produce_config(kw: dict[str, Any], default_rate: float | None = None,
-                    default_records: int = DEFAULT_NUM_RECORDS) -> ProduceConfig:
+def _produce_config(
+    kw: dict[str, Any],
+    default_rate: float | None = None,
+    default_records: int = DEFAULT_NUM_RECORDS,
+) -> ProduceConfig:
     num_records = kw["num_records"]
     if num_records is None and kw["duration"] is None:
         num_records = default_records
@@ -282,7 +360,9 @@ def produce_command(**kw: Any) -> None:
     console = make_console()
 
     def go() -> None:
-        results = run_produce(config, allow_hosts=kw["allow_hosts"], show_progress=not kw["no_progress"])
+        results = run_produce(
+            config, allow_hosts=kw["allow_hosts"], show_progress=not kw["no_progress"]
+        )
         print_produce_summary(console, config, results)
         if kw["json_path"]:
             write_json(kw["json_path"], "produce", config.to_json(), results)
@@ -293,8 +373,13 @@ def produce_command(**kw: Any) -> None:
 @click.command("consume")
 @common_options
 @click.option("--processes", type=click.IntRange(min=1, max=64), default=1, show_default=True)
-@click.option("--from", "start", type=click.Choice(["beginning", "end"]), default="beginning",
-              show_default=True)
+@click.option(
+    "--from",
+    "start",
+    type=click.Choice(["beginning", "end"]),
+    default="beginning",
+    show_default=True,
+)
 def consume_command(**kw: Any) -> None:
     """Read records (a count, a duration, or everything there at start) and report throughput."""
     config = ConsumeConfig(
@@ -310,12 +395,18 @@ def consume_command(**kw: Any) -> None:
     console = make_console()
 
     def go() -> None:
-        results = run_consume(config, allow_hosts=kw["allow_hosts"], show_progress=not kw["no_progress"])
+        results = run_consume(
+            config, allow_hosts=kw["allow_hosts"], show_progress=not kw["no_progress"]
+        )
         table = Table(title=f"consume ← {config.bootstrap} {config.topic}")
         for col in ("consumed", "records/s", "MB/s", "call p50 ms", "p90", "p99", "p99.9", "max"):
             table.add_column(col, justify="right")
-        table.add_row(f"{results['consumed']:,}", _fmt(results["records_per_s"]),
-                      _fmt(results["mb_per_s"]), *latency_row(results["consume_call_latency"]))
+        table.add_row(
+            f"{results['consumed']:,}",
+            _fmt(results["records_per_s"]),
+            _fmt(results["mb_per_s"]),
+            *latency_row(results["consume_call_latency"]),
+        )
         console.print(table)
         print_errors(console, results["errors"])
         if kw["json_path"]:
@@ -327,25 +418,35 @@ def consume_command(**kw: Any) -> None:
 @click.command("e2e")
 @common_options
 @producer_options
-@click.option("--consumer-processes", type=click.IntRange(min=1, max=64), default=1,
-              show_default=True)
+@click.option(
+    "--consumer-processes", type=click.IntRange(min=1, max=64), default=1, show_default=True
+)
 def e2e_command(**kw: Any) -> None:
     """Produce-to-consume latency, from timestamps carried in the records.
 
     Open loop at 1,000 records/s unless --target-rate (0: as fast as possible);
     10,000 records unless --num-records or --duration.
     """
-    config = _produce_config(kw, default_rate=E2E_DEFAULT_RATE, default_records=E2E_DEFAULT_NUM_RECORDS)
+    config = _produce_config(
+        kw, default_rate=E2E_DEFAULT_RATE, default_records=E2E_DEFAULT_NUM_RECORDS
+    )
     console = make_console()
 
     def go() -> None:
-        results = run_e2e(config, kw["consumer_processes"], allow_hosts=kw["allow_hosts"],
-                          show_progress=not kw["no_progress"])
+        results = run_e2e(
+            config,
+            kw["consumer_processes"],
+            allow_hosts=kw["allow_hosts"],
+            show_progress=not kw["no_progress"],
+        )
         table = Table(title=f"e2e {config.bootstrap} {config.topic} (acks={config.acks})")
         for col in ("produced", "consumed", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms"):
             table.add_column(col, justify="right")
-        table.add_row(f"{results['produced']:,}", f"{results['consumed']:,}",
-                      *latency_row(results["e2e_latency"]))
+        table.add_row(
+            f"{results['produced']:,}",
+            f"{results['consumed']:,}",
+            *latency_row(results["e2e_latency"]),
+        )
         console.print(table)
         print_errors(console, {**results["produce"]["errors"], **results["consume"]["errors"]})
         if kw["json_path"]:

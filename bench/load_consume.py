@@ -65,7 +65,7 @@ class ConsumerShare:
 
 
 def plan_partitions(config: ConsumeConfig) -> list[tuple[int, int, int]]:
-    """Every partition of the topic with its start offset and, when reading 'what is there', its end."""
+    """Every partition with its start offset and, when reading 'what is there', its end."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(config.consumer_config())
@@ -73,11 +73,17 @@ def plan_partitions(config: ConsumeConfig) -> list[tuple[int, int, int]]:
         metadata = consumer.list_topics(config.topic, timeout=15)
         topic = metadata.topics.get(config.topic)
         if topic is None or topic.error is not None:
-            raise ValueError(f"topic {config.topic!r} not found: {None if topic is None else topic.error}")
+            raise ValueError(
+                f"topic {config.topic!r} not found: {None if topic is None else topic.error}"
+            )
         plan = []
-        bounded = config.num_records is None and config.duration_s is None and config.e2e_run_id is None
+        bounded = (
+            config.num_records is None and config.duration_s is None and config.e2e_run_id is None
+        )
         for partition in sorted(topic.partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(config.topic, partition), timeout=15)
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(config.topic, partition), timeout=15
+            )
             start = high if config.start == "end" else low
             plan.append((partition, start, high if bounded else -1))
         return plan
@@ -103,7 +109,9 @@ def consume_worker(share: ConsumerShare, slot: WorkerSlot) -> dict[str, Any]:
     pending = {p for p, start, end in share.partitions if end >= 0 and start < end}
     consumer = Consumer(config.consumer_config()) if share.partitions else None
     if consumer is not None:
-        consumer.assign([TopicPartition(config.topic, p, start) for p, start, _end in share.partitions])
+        consumer.assign(
+            [TopicPartition(config.topic, p, start) for p, start, _end in share.partitions]
+        )
         consumer.list_topics(config.topic, timeout=15)
     slot.mark_ready()
     if not slot.wait_go(120.0):
@@ -190,8 +198,9 @@ def consume_worker(share: ConsumerShare, slot: WorkerSlot) -> dict[str, Any]:
     }
 
 
-
-def consumer_group(ctx: Any, config: ConsumeConfig, plan: list[tuple[int, int, int]]) -> WorkerGroup:
+def consumer_group(
+    ctx: Any, config: ConsumeConfig, plan: list[tuple[int, int, int]]
+) -> WorkerGroup:
     """Deal partitions round robin over the processes."""
     shares = [
         ConsumerShare(config=config, partitions=plan[i :: config.processes])

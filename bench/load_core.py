@@ -100,7 +100,9 @@ def latency_summary_ms(hist: HdrHistogram) -> dict[str, float | int]:
     return out
 
 
-def merge_errors(per_worker: Iterable[Mapping[str, Mapping[str, int]]]) -> dict[str, dict[str, int]]:
+def merge_errors(
+    per_worker: Iterable[Mapping[str, Mapping[str, int]]],
+) -> dict[str, dict[str, int]]:
     """Errors are `{NAME: {"code": c, "count": n}}`; sum the counts across workers."""
     merged: dict[str, dict[str, int]] = {}
     for errors in per_worker:
@@ -121,10 +123,20 @@ def min_median_max(values: Sequence[float]) -> dict[str, float]:
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
-def write_json(path: str | Path, bench: str, config: Mapping[str, Any], results: Mapping[str, Any],
-               ratios: Mapping[str, float] | None = None) -> None:
+def write_json(
+    path: str | Path,
+    bench: str,
+    config: Mapping[str, Any],
+    results: Mapping[str, Any],
+    ratios: Mapping[str, float] | None = None,
+) -> None:
     """The team's benchmark JSON contract."""
-    doc = {"bench": bench, "config": dict(config), "results": dict(results), "ratios": dict(ratios or {})}
+    doc = {
+        "bench": bench,
+        "config": dict(config),
+        "results": dict(results),
+        "ratios": dict(ratios or {}),
+    }
     Path(path).write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n", encoding="utf-8")
 
 
@@ -170,15 +182,23 @@ def _worker_main(target: WorkerTarget, payload: Any, slot: WorkerSlot, results: 
     try:
         result = target(payload, slot)
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the run loudly
-        result = {"worker_error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        result = {
+            "worker_error": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc(),
+        }
     results.put((slot.index, result))
 
 
 class WorkerGroup:
     """N spawned processes running `target(payload_i, slot_i)`, each returning one dict."""
 
-    def __init__(self, ctx: multiprocessing.context.SpawnContext, target: WorkerTarget,
-                 payloads: Sequence[Any], label: str) -> None:
+    def __init__(
+        self,
+        ctx: multiprocessing.context.SpawnContext,
+        target: WorkerTarget,
+        payloads: Sequence[Any],
+        label: str,
+    ) -> None:
         self.label = label
         n = len(payloads)
         self.progress = ctx.Array("q", n, lock=False)
@@ -191,8 +211,12 @@ class WorkerGroup:
         self.procs = [
             ctx.Process(
                 target=_worker_main,
-                args=(target, payload, WorkerSlot(i, self.progress, self.ready, self.go, self.stop,
-                                                  self.expected), self.results_queue),
+                args=(
+                    target,
+                    payload,
+                    WorkerSlot(i, self.progress, self.ready, self.go, self.stop, self.expected),
+                    self.results_queue,
+                ),
                 name=f"{label}-{i}",
                 daemon=True,
             )
@@ -252,7 +276,11 @@ class WorkerGroup:
         self.results_queue.join_thread()
 
     def failures(self) -> list[str]:
-        out = [r["worker_error"] + "\n" + r.get("traceback", "") for r in self.results.values() if "worker_error" in r]
+        out = [
+            r["worker_error"] + "\n" + r.get("traceback", "")
+            for r in self.results.values()
+            if "worker_error" in r
+        ]
         missing = len(self.procs) - len(self.results)
         if missing:
             codes = [p.exitcode for p in self.procs]
@@ -345,7 +373,9 @@ def run_groups(
             deadline = time.monotonic() + ready_timeout_s
             while not group.all_ready():
                 if time.monotonic() > deadline:
-                    raise LoadRunError(f"{group.label} workers not ready after {ready_timeout_s:.0f} s")
+                    raise LoadRunError(
+                        f"{group.label} workers not ready after {ready_timeout_s:.0f} s"
+                    )
                 time.sleep(0.02)
         for group in groups:
             group.go.set()

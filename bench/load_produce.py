@@ -10,6 +10,7 @@ stalled broker shows up as latency instead of silently lowering the send rate
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import sys
@@ -29,6 +30,9 @@ from bench.load_core import (
     merge_errors,
     split_evenly,
 )
+
+# librdkafka's statistics carry the count of Produce requests each connection sent.
+STATS_INTERVAL_MS = 200
 
 # e2e records start with this: 8-byte run id, then monotonic send (or due) time in ns.
 E2E_HEADER = struct.Struct(">8sq")
@@ -109,13 +113,23 @@ class ProducerShare:
 class _Connection:
     """One producer instance driven by one thread; its counters are read after join()."""
 
-    def __init__(self, config: ProduceConfig, records: int | None, rate: float | None, seed: int) -> None:
+    def __init__(
+        self, config: ProduceConfig, records: int | None, rate: float | None, seed: int
+    ) -> None:
         from confluent_kafka import Producer
 
         self.config = config
         self.records = sys.maxsize if records is None else records
         self.rate = rate
-        self.producer = Producer(config.producer_config())
+        self.produce_requests = 0
+        self._stats_seen = 0
+        self.producer = Producer(
+            {
+                **config.producer_config(),
+                "statistics.interval.ms": STATS_INTERVAL_MS,
+                "stats_cb": self.on_stats,
+            }
+        )
         self.latency = LatencyCounts()
         self.sent = 0
         self.acked = 0
@@ -126,7 +140,9 @@ class _Connection:
         self.last_ack_ns = 0
         rnd = os.urandom(max(config.record_size, E2E_HEADER.size))
         self.payload = rnd[: config.record_size]
-        self.keys = [b"key-%08d" % ((seed * 7919 + i) % config.keys) for i in range(config.keys)] or None
+        self.keys = [
+            b"key-%08d" % ((seed * 7919 + i) % config.keys) for i in range(config.keys)
+        ] or None
 
     def connect(self) -> None:
         """Fetch metadata now so the connection and its setup are outside the measured phase."""
@@ -145,7 +161,9 @@ class _Connection:
         self.acked += 1
         self.acked_bytes += len(msg)
         latency = msg.latency()
-        self.latency.record_us(int(latency * 1_000_000) if latency is not None and latency >= 0 else 0)
+        self.latency.record_us(
+            int(latency * 1_000_000) if latency is not None and latency >= 0 else 0
+        )
         self.last_ack_ns = time.monotonic_ns()
 
     def on_delivery_due(self, due_ns: int, err: Any, msg: Any) -> None:
@@ -235,13 +253,26 @@ class _Connection:
             sent += 1
         self.sent = sent
 
+    def on_stats(self, stats_json: str) -> None:
+        stats = json.loads(stats_json)
+        self.produce_requests = sum(
+            int(b.get("req", {}).get("Produce", 0)) for b in stats.get("brokers", {}).values()
+        )
+        self._stats_seen += 1
+
     def drain(self, timeout_s: float) -> None:
-        """Wait for outstanding acknowledgements; whatever is left is purged and counted as errors."""
+        """Wait for outstanding acknowledgements; whatever is left is purged and counted as errors.
+
+        Then wait for one more statistics report, so the request count covers the whole run.
+        """
         remaining = self.producer.flush(timeout_s)
         if remaining:
             self.producer.purge(in_queue=True, in_flight=True)
             self.producer.flush(5.0)
-        self.producer.poll(0)
+        seen = self._stats_seen
+        deadline = time.monotonic() + 3 * STATS_INTERVAL_MS / 1000
+        while self._stats_seen == seen and time.monotonic() < deadline:
+            self.producer.poll(0.05)
 
 
 def produce_worker(share: ProducerShare, slot: WorkerSlot) -> dict[str, Any]:
@@ -289,9 +320,12 @@ def produce_worker(share: ProducerShare, slot: WorkerSlot) -> dict[str, Any]:
         "acked": sum(c.acked for c in connections),
         "failed": sum(c.failed for c in connections),
         "acked_bytes": sum(c.acked_bytes for c in connections),
+        "produce_requests": sum(c.produce_requests for c in connections),
         "errors": merge_errors(c.errors for c in connections),
         "start_ns": start_ns,
-        "end_ns": max([c.last_ack_ns for c in connections if c.last_ack_ns] or [time.monotonic_ns()]),
+        "end_ns": max(
+            [c.last_ack_ns for c in connections if c.last_ack_ns] or [time.monotonic_ns()]
+        ),
         "hist": latency.encode(),
     }
 
@@ -339,6 +373,10 @@ def summarize_produce(config: ProduceConfig, results: list[dict[str, Any]]) -> d
         "errors": merge_errors(r["errors"] for r in results),
         "workers": len(results),
     }
-    if config.records_per_request:
-        out["requests_per_s"] = records_per_s / config.records_per_request
+    # Counted by librdkafka (retries included); shows whether a broker was sent the
+    # request size a scenario intends.
+    requests = sum(r["produce_requests"] for r in results)
+    out["produce_requests"] = requests
+    out["requests_per_s"] = requests / elapsed_s
+    out["records_per_request"] = acked / requests if requests else 0.0
     return out

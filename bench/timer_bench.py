@@ -21,6 +21,11 @@ taken over the arrival phase (the ratio uses it); the lifecycle rate also
 counts the drain (advancing the clock until every deadline passed). Peak
 memory is tracemalloc's peak over the arrival phase, measured in a separate
 pass from the timing, minus the memory in use when the pass started.
+
+Rates are operations per second of this process's CPU time. Repetitions are
+interleaved (order alternating), and each rate ratio is the median over
+repetitions of the ratio between two runs made close together, which keeps
+a burst of load from other processes on a shared machine out of the ratios.
 """
 
 from __future__ import annotations
@@ -278,6 +283,12 @@ def _spread(values: list[float]) -> dict[str, float]:
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
+def _paired(numerators: list[dict[str, float]], denominators: list[dict[str, float]]) -> float:
+    return statistics.median(
+        n["rate_per_s"] / d["rate_per_s"] for n, d in zip(numerators, denominators, strict=True)
+    )
+
+
 def run_bench(
     outstanding: list[int],
     ops: int,
@@ -293,11 +304,14 @@ def run_bench(
         run_outstanding(impl, 1000, min(ops, 20_000), per_ms)
     w1_runs: dict[tuple[int, str], list[dict[str, float]]] = {}
     steady_runs: dict[str, list[dict[str, float]]] = {}
-    for _ in range(repeat):
-        for n in outstanding:
-            for impl in IMPLS:
+    for rep in range(repeat):
+        # Alternate the order so neither side always runs first.
+        sizes = outstanding if rep % 2 == 0 else outstanding[::-1]
+        impls = list(IMPLS) if rep % 2 == 0 else list(IMPLS)[::-1]
+        for n in sizes:
+            for impl in impls:
                 w1_runs.setdefault((n, impl), []).append(run_outstanding(impl, n, ops, per_ms))
-        for impl in IMPLS:
+        for impl in impls:
             steady_runs.setdefault(impl, []).append(
                 run_steady(impl, steady_ops, per_ms, timeout_ms, expire_every)
             )
@@ -316,18 +330,16 @@ def run_bench(
         entry["peak_bytes"] = memory_steady(impl, steady_ops, per_ms, timeout_ms, expire_every)
         results["steady"][impl] = entry
 
-    # Rates in the ratios are the best run of each configuration (timeit's
-    # convention: the run least disturbed by other processes).
-    small, large = str(min(outstanding)), str(max(outstanding))
-    w1 = results["outstanding"]
+    # Each rate ratio is the median over repetitions of the ratio of two runs
+    # made close together in time, so a burst of load elsewhere on a shared
+    # machine hits both sides of a ratio rather than one.
+    small, large = min(outstanding), max(outstanding)
     steady = results["steady"]
     ratios = {
-        "wheel_1m_vs_1k": w1[large]["wheel"]["rate_per_s"]["max"]
-        / w1[small]["wheel"]["rate_per_s"]["max"],
+        "wheel_1m_vs_1k": _paired(w1_runs[(large, "wheel")], w1_runs[(small, "wheel")]),
         "memory_vs_heap_steady": steady["heap"]["peak_bytes"]
         / max(1, steady["wheel"]["peak_bytes"]),
-        "rate_vs_heap_steady": steady["wheel"]["rate_per_s"]["max"]
-        / steady["heap"]["rate_per_s"]["max"],
+        "rate_vs_heap_steady": _paired(steady_runs["wheel"], steady_runs["heap"]),
     }
     return {"results": results, "ratios": ratios}
 
@@ -338,32 +350,39 @@ def _print_summary(report: dict[str, Any]) -> None:
 
     console = Console(width=110)
     results = report["results"]
-    table = Table(title="workload 1: add+complete / add+expire with N outstanding (best run)")
-    for column in ("N", "timer", "add+complete/s", "add+expire/s", "both/s", "median", "bytes/op"):
+    table = Table(title="workload 1: add+complete / add+expire with N outstanding (median run)")
+    for column in (
+        "N",
+        "timer",
+        "add+complete/s",
+        "add+expire/s",
+        "both/s",
+        "min..max",
+        "bytes/op",
+    ):
         table.add_column(column, justify="right")
     for n, row in results["outstanding"].items():
         for impl, entry in row.items():
             table.add_row(
                 f"{int(n):,}",
                 impl,
-                f"{entry['add_complete_per_s']['max']:,.0f}",
-                f"{entry['add_expire_per_s']['max']:,.0f}",
-                f"{entry['rate_per_s']['max']:,.0f}",
+                f"{entry['add_complete_per_s']['median']:,.0f}",
+                f"{entry['add_expire_per_s']['median']:,.0f}",
                 f"{entry['rate_per_s']['median']:,.0f}",
+                f"{entry['rate_per_s']['min']:,.0f}..{entry['rate_per_s']['max']:,.0f}",
                 f"{entry['bytes_per_op']:.0f}",
             )
     console.print(table)
     table = Table(title="workload 2: steady state (ops/s of CPU time; tracemalloc peak)")
-    for column in ("timer", "best ops/s", "median", "min", "with drain (best)", "peak MB"):
+    for column in ("timer", "arrival ops/s", "min..max", "with drain ops/s", "peak MB"):
         table.add_column(column, justify="right")
     for impl, entry in results["steady"].items():
         rate = entry["rate_per_s"]
         table.add_row(
             impl,
-            f"{rate['max']:,.0f}",
             f"{rate['median']:,.0f}",
-            f"{rate['min']:,.0f}",
-            f"{entry['lifecycle_rate_per_s']['max']:,.0f}",
+            f"{rate['min']:,.0f}..{rate['max']:,.0f}",
+            f"{entry['lifecycle_rate_per_s']['median']:,.0f}",
             f"{entry['peak_bytes'] / 1e6:.2f}",
         )
     console.print(table)
@@ -395,9 +414,7 @@ def _print_summary(report: dict[str, Any]) -> None:
     show_default=True,
     help="one operation in this many is left to expire in the steady state",
 )
-@click.option(
-    "--repeat", default=3, show_default=True, help="timed repetitions (ratios use the best)"
-)
+@click.option("--repeat", default=3, show_default=True, help="timed repetitions (interleaved)")
 @click.option(
     "--json",
     "json_path",
@@ -428,7 +445,8 @@ def command(
         "expire_every": expire_every,
         "repeat": repeat,
         "memory": "tracemalloc (separate pass from the timed runs)",
-        "rate": "operations per second of process CPU time; ratios use the best run",
+        "rate": "operations per second of process CPU time",
+        "rate_ratios": "median over repetitions of per-repetition ratios",
         "tick_ms": 1,
         "wheel_size": 20,
     }

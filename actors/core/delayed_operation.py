@@ -120,7 +120,8 @@ class DelayedOperation(TimerTask):
 
         It does not cancel the operation's timer task: the wheel may belong to
         another actor, so the shell sends the Timer a ``Cancel`` (or calls
-        ``cancel()`` when it owns the wheel itself).
+        ``cancel()`` when it owns the wheel itself). Call it from the actor
+        that owns the watching purgatory: it updates that purgatory's count.
         """
         return self._finish(_COMPLETED)
 

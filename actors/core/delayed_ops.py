@@ -44,6 +44,7 @@ __all__ = [
     "ProducePartitionStatus",
     "SegmentPosition",
     "TopicPartition",
+    "all_members_joined",
 ]
 
 

@@ -181,7 +181,7 @@ def _worker_main(target: WorkerTarget, payload: Any, slot: WorkerSlot, results: 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         result = target(payload, slot)
-    except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the run loudly
+    except Exception as exc:  # reported to the parent, which fails the run loudly
         result = {
             "worker_error": f"{type(exc).__name__}: {exc}",
             "traceback": traceback.format_exc(),

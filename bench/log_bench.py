@@ -201,7 +201,7 @@ def run_bench(total_mb: int, batch_kib: int, fetch_kib: int, segments: int, read
         "append_vs_raw": statistics.median(a["log_mb_s"] / a["raw_mb_s"] for a in appends),
         "read_vs_raw": statistics.median(r["log_mb_s"] / r["raw_mb_s"] for r in readings),
         "random_read_1000_segments_vs_1": statistics.median(
-            o / m for o, m in zip(one, many)),
+            o / m for o, m in zip(one, many, strict=True)),
     }
     config = {"total_mb": total_mb, "batch_kib": batch_kib, "fetch_kib": fetch_kib,
               "segments": segments, "random_reads": reads, "repeat": repeat,

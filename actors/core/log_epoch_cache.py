@@ -51,7 +51,7 @@ class LeaderEpochCache:
         kept = self.entries
         while kept and (kept[-1][0] >= epoch or kept[-1][1] >= start_offset):
             kept = kept[:-1]
-        self.entries = kept + [(epoch, start_offset)]
+        self.entries = [*kept, (epoch, start_offset)]
         self._persist()
         return True
 
@@ -87,7 +87,7 @@ class LeaderEpochCache:
         epoch, offset = self.entries[below - 1]
         if below == 1 and offset == start_offset:
             return
-        self.entries = [(epoch, start_offset)] + self.entries[below:]
+        self.entries = [(epoch, start_offset), *self.entries[below:]]
         self._persist()
 
     def clear(self) -> None:

@@ -33,9 +33,11 @@ from actors.core.producer_state import (
     write_snapshot,
 )
 from actors.core.record_batch import (
+    HEAD_TO_MAGIC,
     BatchHeader,
     check_batches,
     check_client_batch,
+    fast_single_batch,
     iter_record_timestamps,
     leader_header,
 )
@@ -341,14 +343,22 @@ class PartitionLog:
         Nothing is written unless every batch passes. A retried idempotent batch
         is answered with its original offsets and not written again.
         """
+        fields = fast_single_batch(records)
+        if fields is not None:
+            info = self._append_single_as_leader(records, fields, leader_epoch, now_ms)
+            if info is not None:
+                return info
         headers = check_batches(records)
         if not headers:
             return self._empty_append_info()
         max_bytes = self.config.max_message_bytes
         num_records = 0
         for header in headers:
-            check_client_batch(header)
-            if header.size > max_bytes:
+            if not (header.records_count == header.last_offset_delta + 1 > 0
+                    and not header.attributes & 0x30
+                    and (header.producer_id < 0 or header.base_sequence >= 0)):
+                check_client_batch(header)  # raises the exact refusal, if any
+            if header.batch_length + 12 > max_bytes:
                 raise MessageTooLargeError(
                     f"record batch at byte {header.position} is {header.size} bytes, "
                     f"larger than max.message.bytes {max_bytes}")
@@ -358,7 +368,7 @@ class PartitionLog:
             raise RecordListTooLargeError(
                 f"{total} bytes of records exceed segment.bytes {self.config.segment_bytes}")
         state = self.producer_state
-        if state.producers or any(h.producer_id >= 0 for h in headers):
+        if state.producers or headers[0].producer_id >= 0 or len(headers) > 1:
             for header in headers:
                 if header.producer_id >= 0:
                     duplicate = state.find_duplicate(header)
@@ -383,15 +393,54 @@ class PartitionLog:
             offset = next_offset
         self._write(pieces, total, placed, headers, first_offset, offset - 1, max_timestamp,
                     num_records, now_ms, (leader_epoch,))
-        return AppendInfo(
-            first_offset=first_offset,
-            last_offset=offset - 1,
-            max_timestamp_ms=max_timestamp,
-            log_append_time_ms=-1 if append_time is None else now_ms,
-            log_start_offset=self._log_start_offset,
-            num_records=num_records,
-            size_in_bytes=total,
-        )
+        # Positional: keyword construction of a NamedTuple costs twice as much.
+        return AppendInfo(first_offset, offset - 1, max_timestamp,
+                          -1 if append_time is None else now_ms, self._log_start_offset,
+                          num_records, total)
+
+    def _append_single_as_leader(self, records: bytes | bytearray | memoryview,
+                                 fields: tuple[int, ...], leader_epoch: int,
+                                 now_ms: int) -> AppendInfo | None:
+        """The common case, one valid CreateTime batch that needs no roll, no new
+        epoch entry and (if idempotent) is simply the next in sequence, without the
+        general path's lists and loops. None, before any change, for anything else.
+        """
+        size = len(records)
+        config = self.config
+        if (size > config.max_message_bytes or size > config.segment_bytes
+                or config.message_timestamp_type != CREATE_TIME
+                or leader_epoch != self.epoch_cache.latest_epoch):
+            return None
+        (_, batch_length, _, _, _, _, last_offset_delta, _, max_timestamp, producer_id,
+         producer_epoch, base_sequence, records_count) = fields
+        active = self.segments[-1]
+        if active.size and (active.size + size > config.segment_bytes
+                            or not active._first_batch_seen
+                            or max_timestamp - active.rolling_timestamp_ms > config.segment_ms
+                            or active.rolling_timestamp_ms < 0):
+            return None  # a roll may be due: the general path decides
+        first_offset = active.next_offset
+        next_offset = first_offset + last_offset_delta + 1
+        if next_offset - 1 - active.base_offset > _MAX_RELATIVE_OFFSET:
+            return None
+        entry = None
+        if producer_id >= 0:
+            entry = self.producer_state.producers.get(producer_id)
+            if (entry is None or entry.producer_epoch != producer_epoch or not entry.batches
+                    or base_sequence != entry.batches[-1].last_seq + 1):
+                return None  # new producer, new epoch, duplicate or gap: general path
+        head = HEAD_TO_MAGIC.pack(first_offset, batch_length, leader_epoch, 2)
+        active.append_one(head, memoryview(records)[17:], size, first_offset, next_offset,
+                          max_timestamp)
+        if entry is not None:
+            entry.batches.append(BatchMetadata(
+                base_sequence, (base_sequence + last_offset_delta) & 0x7FFFFFFF, first_offset,
+                next_offset - 1, max_timestamp))
+        self._unflushed_messages += records_count
+        if self._unflushed_messages >= config.flush_messages:
+            self.flush(now_ms)
+        return AppendInfo(first_offset, next_offset - 1, max_timestamp, -1,
+                          self._log_start_offset, records_count, size)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview,
                            now_ms: int) -> AppendInfo:
@@ -448,11 +497,11 @@ class PartitionLog:
             if epochs[0] != cache.latest_epoch:
                 cache.assign(epochs[0], first_offset)
         else:
-            for (base, *_rest), epoch in zip(placed, epochs):
+            for (base, *_rest), epoch in zip(placed, epochs, strict=True):
                 if epoch != cache.latest_epoch:
                     cache.assign(epoch, base)
         self.segments[-1].append(pieces, length, placed)
-        for header, (base, _next, _pos, _size, max_ts) in zip(headers, placed):
+        for header, (base, _next, _pos, _size, max_ts) in zip(headers, placed, strict=True):
             if header.producer_id >= 0:
                 self.producer_state.update(header.producer_id, header.producer_epoch,
                                            BatchMetadata(header.base_sequence,

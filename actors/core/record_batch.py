@@ -194,6 +194,27 @@ def check_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
     return headers
 
 
+def fast_single_batch(records: bytes | bytearray | memoryview) -> tuple[int, ...] | None:
+    """Header fields of ``records`` if it is exactly one valid client batch, else None.
+
+    The common Produce case (one batch per partition) decided with one
+    unpack and one CRC call. None means "take the general path", which
+    finds and raises the exact refusal; it never means the batch is bad.
+    """
+    if len(records) < HEADER_SIZE:
+        return None
+    fields = HEADER.unpack_from(records, 0)
+    # (base_offset, batch_length, leader_epoch, magic, crc, attributes, last_offset_delta,
+    #  base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count)
+    if (fields[1] + LOG_OVERHEAD == len(records) and fields[3] == CURRENT_MAGIC
+            and fields[12] == fields[6] + 1 > 0
+            and not fields[5] & (CONTROL_BIT | TRANSACTIONAL_BIT)
+            and (fields[9] < 0 or fields[11] >= 0)
+            and crc32c.crc32c(memoryview(records)[CRC_START:]) == fields[4]):
+        return fields
+    return None
+
+
 def check_client_batch(header: BatchHeader) -> None:
     """The extra rules Kafka applies to batches that come from a producer."""
     attributes = header.attributes
@@ -222,7 +243,8 @@ def check_client_batch(header: BatchHeader) -> None:
         raise InvalidRecordError(f"{where} is transactional but has no producer id")
 
 
-_HEAD_TO_MAGIC = struct.Struct(">qiib")  # the 17 bytes before the CRC
+HEAD_TO_MAGIC = struct.Struct(">qiib")  # the 17 bytes before the CRC
+_HEAD_TO_MAGIC = HEAD_TO_MAGIC
 _AFTER_CRC = struct.Struct(">hiqqqhii")  # the 40 header bytes after the CRC
 
 
@@ -336,7 +358,7 @@ def build_batch(
     base_ts = timestamps_ms[0]
     records = b"".join(
         _encode_record(i, ts - base_ts, k, v)
-        for i, (ts, k, v) in enumerate(zip(timestamps_ms, keys, values))
+        for i, (ts, k, v) in enumerate(zip(timestamps_ms, keys, values, strict=True))
     )
     body_after_crc = struct.pack(
         ">hiqqqhii",
@@ -374,10 +396,7 @@ def iter_record_timestamps(buf: bytes | bytearray | memoryview, header: BatchHea
         pos += 1  # attributes
         ts_delta, pos = _read_varint(view, pos)
         off_delta, pos = _read_varint(view, pos)
-        if header.is_log_append_time:
-            ts = header.max_timestamp
-        else:
-            ts = header.base_timestamp + ts_delta
+        ts = header.max_timestamp if header.is_log_append_time else header.base_timestamp + ts_delta
         out.append((header.base_offset + off_delta, ts))
         pos = record_end
     return out

@@ -118,7 +118,7 @@ def test_inconsistent_count_refused(tmp_path: Path) -> None:
 def test_batch_over_max_message_bytes_refused(tmp_path: Path) -> None:
     raw = batch(1, size=200)
     log = open_log(tmp_path, max_message_bytes=len(raw) - 1)
-    with pytest.raises(MessageTooLargeError, match="larger than max.message.bytes") as info:
+    with pytest.raises(MessageTooLargeError, match=r"larger than max\.message\.bytes") as info:
         log.append_as_leader(batch(1) + raw, 0, 0)
     assert info.value.code == ErrorCode.MESSAGE_TOO_LARGE
     assert log.size_in_bytes == 0
@@ -163,12 +163,12 @@ def test_follower_gap_and_overlap_refused(tmp_path: Path) -> None:
     raw = bytes(leader.read(0, 10_000).records)
     parts = [raw[h.position:h.position + h.size] for h in hs]
     follower = open_log(tmp_path / "f")
-    with pytest.raises(UnexpectedAppendOffsetError, match="at offset 2 .* expected 0"):
+    with pytest.raises(UnexpectedAppendOffsetError, match=r"at offset 2 .* expected 0"):
         follower.append_as_follower(parts[1], 0)
     follower.append_as_follower(parts[0], 0)
-    with pytest.raises(UnexpectedAppendOffsetError, match="at offset 0 .* expected 2"):
+    with pytest.raises(UnexpectedAppendOffsetError, match=r"at offset 0 .* expected 2"):
         follower.append_as_follower(parts[0], 0)
-    with pytest.raises(UnexpectedAppendOffsetError, match="at offset 4 .* expected 2"):
+    with pytest.raises(UnexpectedAppendOffsetError, match=r"at offset 4 .* expected 2"):
         follower.append_as_follower(parts[2], 0)
     with pytest.raises(UnexpectedAppendOffsetError, match="expected 4"):
         follower.append_as_follower(parts[1] + parts[1], 0)  # a repeat inside one request

@@ -99,7 +99,7 @@ class PartitionLogMachine(RuleBasedStateMachine):
         allowed = [b for b in self.batches if b.last_offset >= fetch
                    and (max_offset is None or b.last_offset < max_offset)]
         assert len(hs) <= len(allowed)
-        for h, want in zip(hs, allowed):
+        for h, want in zip(hs, allowed[:len(hs)], strict=True):
             assert (h.base_offset, h.last_offset) == (want.base_offset, want.last_offset)
             assert bytes(got[h.position + 17:h.position + h.size]) == want.tail
         if hs:

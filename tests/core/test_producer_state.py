@@ -144,3 +144,24 @@ def test_snapshot_json_round_trip() -> None:
         state.update_from_header(header, header.position)
     copy = ProducerStateManager.from_json(state.to_json())
     assert copy.producers == state.producers
+
+
+def test_sequence_wraps_inside_a_batch_on_the_single_batch_path(log: PartitionLog) -> None:
+    log.append_as_leader(batch(2**31 - 3), 0, 1)  # new producer: general path
+    log.append_as_leader(batch(2**31 - 2, 3), 0, 1)  # next in sequence: single-batch path
+    assert log.producer_state.producers[7].last_seq == 0
+    assert log.append_as_leader(batch(1), 0, 1).first_offset == 4
+    assert log.append_as_leader(batch(2**31 - 2, 3), 0, 1).duplicate
+
+
+def test_single_and_multi_batch_requests_store_the_same_bytes(tmp_path: Path) -> None:
+    batches = [batch(seq * 2, 2, value=bytes([seq])) for seq in range(8)]
+    one = PartitionLog.open(tmp_path / "a-0", "a", 0, LogConfig(), 0)
+    for raw in batches:
+        one.append_as_leader(raw, 3, 1)
+    two = PartitionLog.open(tmp_path / "b-0", "b", 0, LogConfig(), 0)
+    for i in range(0, 8, 2):
+        two.append_as_leader(batches[i] + batches[i + 1], 3, 1)
+    assert bytes(one.read(0, 1 << 20).records) == bytes(two.read(0, 1 << 20).records)
+    assert one.producer_state.producers == two.producer_state.producers
+    assert one.segments[0].index_offsets == two.segments[0].index_offsets

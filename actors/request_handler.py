@@ -14,6 +14,17 @@ from typing import Any
 
 from actors.apis.base import ApiGen, HandlerContext, Respond
 from actors.apis.fetch import handle_fetch
+from actors.apis.groups import (
+    handle_describe_groups,
+    handle_find_coordinator,
+    handle_heartbeat,
+    handle_join_group,
+    handle_leave_group,
+    handle_list_groups,
+    handle_offset_commit,
+    handle_offset_fetch,
+    handle_sync_group,
+)
 from actors.apis.list_offsets import handle_list_offsets
 from actors.apis.metadata import (
     handle_create_topics,
@@ -40,6 +51,16 @@ from wire.broker_messages import (
     ReadDone,
 )
 from wire.errors import KafkaError
+from wire.group_messages import (
+    DescribeGroupsDone,
+    HeartbeatDone,
+    JoinGroupDone,
+    LeaveGroupDone,
+    ListGroupsDone,
+    OffsetCommitDone,
+    OffsetFetchDone,
+    SyncGroupDone,
+)
 
 API_VERSIONS = 18
 
@@ -48,6 +69,15 @@ API_TABLE: dict[int, Any] = {
     1: handle_fetch,
     2: handle_list_offsets,
     3: handle_metadata,
+    8: handle_offset_commit,
+    9: handle_offset_fetch,
+    10: handle_find_coordinator,
+    11: handle_join_group,
+    12: handle_heartbeat,
+    13: handle_leave_group,
+    14: handle_sync_group,
+    15: handle_describe_groups,
+    16: handle_list_groups,
     19: handle_create_topics,
     20: handle_delete_topics,
     22: handle_init_producer_id,
@@ -178,7 +208,9 @@ class RequestHandler(Actor):
             self._advance(state, [])
 
     @handles(AppendDone, ReadDone, ListOffsetsDone, CreateTopicsDone, DeleteTopicsDone,
-             FetchReady, ProduceReady)
+             FetchReady, ProduceReady, JoinGroupDone, SyncGroupDone, HeartbeatDone,
+             LeaveGroupDone, OffsetCommitDone, OffsetFetchDone, ListGroupsDone,
+             DescribeGroupsDone)
     def on_reply(self, msg: Any) -> None:
         entry = self.pending.pop(msg.req_id, None)
         if entry is None:

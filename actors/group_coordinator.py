@@ -1,0 +1,584 @@
+"""GroupCoordinator: the actor shell around :class:`GroupCoordinatorCore`.
+
+Each coordinator owns the groups with ``topology.coordinator_for(group_id)``
+equal to its address; every change to them happens in its thread, one
+message at a time. Request handlers send it the group requests
+(``wire/group_messages.py``) and get one ``*Done`` back per request, maybe
+much later (JoinGroup waits for the rebalance).
+
+The core returns effects; this shell performs them:
+
+* ``Respond``: the answer goes to the handler that asked (the core's
+  request id is ``(node, handler name, req_id)``).
+* ``ScheduleTimer`` / ``CancelTimer``: the DelayedJoin (rebalance), the
+  DelayedHeartbeat (session) and the pending-member timers run on the Timer
+  actor. Every schedule gets a fresh integer key, so an Expired from a timer
+  that was replaced or cancelled meanwhile is recognised and dropped, and the
+  live one fires exactly once.
+* ``AppendRecords``: the records become one real Kafka v2 batch appended
+  (acks=-1) to their ``__consumer_offsets`` partition on its shard; the
+  shard's AppendDone (or the purgatory's ProduceReady) completes it.
+
+Start-up: once the request handlers exist (so they hear of the new topic),
+the coordinator asks the Controller to create ``__consumer_offsets``
+(``offsets.topic.num.partitions`` partitions; "already exists" is fine), reads
+every partition from offset 0 to its high watermark, keeps the records of
+the groups it owns and hands them to ``core.load``. Until then every group
+request is answered with COORDINATOR_LOAD_IN_PROGRESS, which clients retry.
+
+The core runs on wall-clock milliseconds (they are persisted as commit
+timestamps) derived from the injected monotonic clock plus an offset taken
+once at setup, so a wall-clock jump never fires a session timer early.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+from actors.core.group_state import (
+    AppendRecords,
+    CancelTimer,
+    DescribeGroupsResponse,
+    Effect,
+    GroupConfig,
+    GroupCoordinatorCore,
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    ListGroupsResponse,
+    MemberIdentity,
+    OffsetCommitPartition,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
+    Respond,
+    Response,
+    ScheduleTimer,
+    SyncGroupResponse,
+    TimerKey,
+)
+from actors.core.offsets_codec import (
+    OFFSETS_TOPIC,
+    OffsetsRecordError,
+    decode_key,
+    decode_record,
+)
+from actors.core.record_batch import (
+    COMPRESSION_MASK,
+    CONTROL_BIT,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    build_batch,
+    parse_header,
+)
+from actors.runtime.actor import Actor, handles
+from actors.runtime.address import Address
+from actors.runtime.clock import Clock, SystemClock
+from actors.runtime.config import Config
+from actors.topology import Topology
+from wire.broker_messages import (
+    Append,
+    AppendDone,
+    Cancel,
+    CreateTopics,
+    CreateTopicsDone,
+    Expired,
+    GetStats,
+    ProduceReady,
+    Read,
+    ReadDone,
+    Schedule,
+)
+from wire.errors import CorruptMessageError, ErrorCode
+from wire.group_messages import (
+    DescribeGroups,
+    DescribeGroupsDone,
+    Heartbeat,
+    HeartbeatDone,
+    JoinGroup,
+    JoinGroupDone,
+    LeaveGroup,
+    LeaveGroupDone,
+    ListGroups,
+    ListGroupsDone,
+    OffsetCommit,
+    OffsetCommitDone,
+    OffsetFetch,
+    OffsetFetchDone,
+    SyncGroup,
+    SyncGroupDone,
+)
+
+NONE = int(ErrorCode.NONE)
+LOAD_IN_PROGRESS = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+TOPIC_EXISTS = int(ErrorCode.TOPIC_ALREADY_EXISTS)
+OUT_OF_RANGE = int(ErrorCode.OFFSET_OUT_OF_RANGE)
+
+OFFSETS_TOPIC_CONFIGS = {
+    # Kafka compacts this topic; actorlog's logs only delete, so nothing may
+    # age out (a group's last commit can be old).
+    "retention.ms": "-1",
+    "segment.bytes": str(100 * 1024 * 1024),  # Kafka's offsets.topic.segment.bytes
+}
+READ_PARTITION_MAX_BYTES = 1024 * 1024
+READ_MAX_BYTES = 8 * 1024 * 1024
+APPEND_TIMEOUT_MS = 5000  # Kafka's offsets.commit.timeout.ms
+HANDLER_WAIT_MS = 5000
+RETRY_MS = 500
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# ---------------------------------------------------------------- records
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = 0
+    raw = 0
+    while True:
+        if pos >= len(buf):
+            raise CorruptMessageError("record truncated inside a varint")
+        byte = buf[pos]
+        pos += 1
+        raw |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos
+        shift += 7
+        if shift > 63:
+            raise CorruptMessageError("varint longer than 10 bytes in a record")
+
+
+def _read_field(buf: bytes, pos: int) -> tuple[bytes | None, int]:
+    length, pos = _read_varint(buf, pos)
+    if length < 0:
+        return None, pos
+    if pos + length > len(buf):
+        raise CorruptMessageError("record truncated inside a key or value")
+    return buf[pos : pos + length], pos + length
+
+
+def decode_batches(buf: bytes) -> tuple[list[tuple[int, bytes | None, bytes | None]], int | None]:
+    """(offset, key, value) of every record in the whole uncompressed batches of ``buf``.
+
+    Returns the records and the offset after the last whole batch (None if
+    ``buf`` holds no whole batch: a read can end inside one). Control batches
+    are skipped; a compressed batch raises CorruptMessageError, since only the
+    coordinator writes this topic and it never compresses.
+    """
+    records: list[tuple[int, bytes | None, bytes | None]] = []
+    pos = 0
+    next_offset: int | None = None
+    while len(buf) - pos >= HEADER_SIZE:
+        header = parse_header(buf, pos)
+        end = pos + header.batch_length + LOG_OVERHEAD
+        if end > len(buf):
+            break
+        next_offset = header.base_offset + header.last_offset_delta + 1
+        if header.attributes & CONTROL_BIT:
+            pos = end
+            continue
+        if header.attributes & COMPRESSION_MASK:
+            raise CorruptMessageError(
+                f"compressed batch at offset {header.base_offset} in {OFFSETS_TOPIC}"
+            )
+        rpos = pos + HEADER_SIZE
+        for _ in range(header.records_count):
+            length, rpos = _read_varint(buf, rpos)
+            record_end = rpos + length
+            rpos += 1  # attributes
+            _ts_delta, rpos = _read_varint(buf, rpos)
+            offset_delta, rpos = _read_varint(buf, rpos)
+            key, rpos = _read_field(buf, rpos)
+            value, rpos = _read_field(buf, rpos)
+            records.append((header.base_offset + offset_delta, key, value))
+            rpos = record_end
+        pos = end
+    return records, next_offset
+
+
+def encode_records(records: Any, now_ms: int) -> bytes:
+    """The core's records as one uncompressed v2 batch (null values stay null: tombstones)."""
+    recs = list(records)
+    return build_batch(
+        [r.value for r in recs],
+        keys=[r.key for r in recs],
+        timestamps_ms=[now_ms] * len(recs),
+    )
+
+
+# ------------------------------------------------------------------ answers
+
+
+def answer_for(req_id: int, response: Response) -> Any:
+    """The ``*Done`` message carrying one core response."""
+    if isinstance(response, JoinGroupResponse):
+        return JoinGroupDone(
+            req_id, int(response.error_code), response.generation_id, response.protocol_type,
+            response.protocol_name, response.leader, response.member_id,
+            [[m.member_id, m.group_instance_id, bytes(m.metadata)] for m in response.members],
+        )
+    if isinstance(response, SyncGroupResponse):
+        return SyncGroupDone(req_id, int(response.error_code), response.protocol_type,
+                             response.protocol_name, bytes(response.assignment))
+    if isinstance(response, HeartbeatResponse):
+        return HeartbeatDone(req_id, int(response.error_code))
+    if isinstance(response, LeaveGroupResponse):
+        return LeaveGroupDone(req_id, int(response.error_code), [
+            [m.member_id, m.group_instance_id, int(m.error_code)] for m in response.members
+        ])
+    if isinstance(response, OffsetCommitResponse):
+        return OffsetCommitDone(req_id, [[t, p, int(c)] for t, p, c in response.partitions])
+    if isinstance(response, OffsetFetchResponse):
+        return OffsetFetchDone(req_id, int(response.error_code), [
+            [p.topic, p.partition, p.offset, p.leader_epoch, p.metadata, int(p.error_code)]
+            for p in response.partitions
+        ])
+    if isinstance(response, ListGroupsResponse):
+        return ListGroupsDone(req_id, int(response.error_code), [
+            [g.group_id, g.protocol_type, g.state] for g in response.groups
+        ])
+    if isinstance(response, DescribeGroupsResponse):
+        return DescribeGroupsDone(req_id, [
+            [int(g.error_code), g.group_id, g.state, g.protocol_type, g.protocol_data, [
+                [m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                 bytes(m.metadata), bytes(m.assignment)]
+                for m in g.members
+            ]]
+            for g in response.groups
+        ])
+    raise TypeError(f"no answer message for {type(response).__name__}")
+
+
+def refusal_for(msg: Any, code: int) -> Any:
+    """The answer to a group request the coordinator cannot serve yet (or at all)."""
+    if isinstance(msg, JoinGroup):
+        return JoinGroupDone(msg.req_id, code, -1, None, None, "", msg.member_id, [])
+    if isinstance(msg, SyncGroup):
+        return SyncGroupDone(msg.req_id, code, None, None, b"")
+    if isinstance(msg, Heartbeat):
+        return HeartbeatDone(msg.req_id, code)
+    if isinstance(msg, LeaveGroup):
+        return LeaveGroupDone(msg.req_id, code, [[m[0], m[1], code] for m in msg.members])
+    if isinstance(msg, OffsetCommit):
+        return OffsetCommitDone(msg.req_id, [[r[0], r[1], code] for r in msg.rows])
+    if isinstance(msg, OffsetFetch):
+        return OffsetFetchDone(msg.req_id, code, [])
+    if isinstance(msg, ListGroups):
+        return ListGroupsDone(msg.req_id, code, [])
+    if isinstance(msg, DescribeGroups):
+        return DescribeGroupsDone(msg.req_id, [[code, g, "", "", "", []] for g in msg.group_ids])
+    raise TypeError(f"not a group request: {type(msg).__name__}")
+
+
+# -------------------------------------------------------------------- actor
+
+
+class GroupCoordinator(Actor):
+    mailbox_size = 10_000
+
+    def __init__(self, node: Any, name: str, *, topology: Topology, config: Config,
+                 clock: Clock | None = None, wait_for_handlers: bool = True,
+                 **kw: Any) -> None:
+        super().__init__(node, name, **kw)
+        self.topology = topology
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.wait_for_handlers = wait_for_handlers
+
+    # ------------------------------------------------------------ lifecycle
+    def setup(self) -> None:
+        # Also runs after a crash: the groups come back from the log, parked
+        # requests are lost (their handlers give up on them).
+        self.core = GroupCoordinatorCore(GroupConfig.from_kafka_config(self.config.values))
+        self.num_partitions = self.core.config.offsets_topic_num_partitions
+        self.wall_offset_ms = wall_ms() - self.clock.now_ms()
+        self.req_ids = itertools.count(1)
+        # Fresh timer keys after a restart, so old Expired messages match nothing.
+        self.timer_ids = itertools.count(self.clock.monotonic_ns())
+        self.timer_id_of: dict[TimerKey, int] = {}
+        self.timer_key_of: dict[int, TimerKey] = {}
+        self.appends: dict[int, int] = {}  # Append req_id -> core append_id
+        self.loaded = False
+        self.phase = "waiting"  # -> creating -> loading -> ready
+        self.started_ms = self.clock.now_ms()
+        self.retry_at_ms = self.started_ms
+        self.read_offsets: dict[int, int] = {}
+        self.reads_in_flight: set[int] = set()
+        self.loaded_records: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        self.load_skipped = 0
+        self.load_started_ms = 0
+        self.refused_loading = 0
+
+    def now_ms(self) -> int:
+        return self.clock.now_ms() + self.wall_offset_ms
+
+    def poll_timeout_ms(self) -> int | None:
+        if self.phase == "waiting":
+            return 20
+        if self.phase in ("create-retry", "read-retry"):
+            return max(0, self.retry_at_ms - self.clock.now_ms())
+        return None
+
+    def on_turn(self) -> None:
+        now = self.clock.now_ms()
+        if self.phase == "waiting":
+            if self.wait_for_handlers and now - self.started_ms < HANDLER_WAIT_MS and not all(
+                h.name in self.node.actors for h in self.topology.all_handlers()
+            ):
+                return
+            self._create_topic()
+        elif self.phase == "create-retry" and now >= self.retry_at_ms:
+            self._create_topic()
+        elif self.phase == "read-retry" and now >= self.retry_at_ms:
+            self.phase = "loading"
+            self._send_reads()
+
+    # ---------------------------------------------------------- start-up
+    def _create_topic(self) -> None:
+        self.phase = "creating"
+        self.tell(self.topology.controller, CreateTopics(
+            next(self.req_ids), False,
+            [[OFFSETS_TOPIC, self.num_partitions, 1, dict(OFFSETS_TOPIC_CONFIGS)]]))
+
+    @handles(CreateTopicsDone)
+    def on_topic_created(self, msg: CreateTopicsDone) -> None:
+        if self.phase != "creating":
+            return
+        _name, error, message, _n, _rf = msg.rows[0]
+        if error not in (NONE, TOPIC_EXISTS):
+            self.log.error("cannot create {}: {} ({}); retrying", OFFSETS_TOPIC,
+                           ErrorCode(error).name, message)
+            self.phase = "create-retry"
+            self.retry_at_ms = self.clock.now_ms() + RETRY_MS
+            return
+        self.phase = "loading"
+        self.load_started_ms = self.clock.now_ms()
+        self.read_offsets = {p: 0 for p in range(self.num_partitions)}
+        self.loaded_records = {p: [] for p in range(self.num_partitions)}
+        self._send_reads()
+
+    def _send_reads(self) -> None:
+        by_shard: dict[Address, list[list[Any]]] = {}
+        for p, offset in self.read_offsets.items():
+            by_shard.setdefault(self.topology.shard_for(OFFSETS_TOPIC, p), []).append(
+                [OFFSETS_TOPIC, p, offset, READ_PARTITION_MAX_BYTES])
+        for shard, rows in by_shard.items():
+            rid = next(self.req_ids)
+            self.reads_in_flight.add(rid)
+            self.tell(shard, Read(rid, -1, READ_MAX_BYTES, rows))
+
+    @handles(ReadDone)
+    def on_read(self, msg: ReadDone) -> None:
+        if msg.req_id not in self.reads_in_flight:
+            return
+        self.reads_in_flight.discard(msg.req_id)
+        again: list[list[Any]] = []
+        for _topic, p, error, high_watermark, log_start, records, *_rest in msg.rows:
+            assert isinstance(p, int)
+            if error == OUT_OF_RANGE and log_start > self.read_offsets[p]:  # type: ignore[operator]
+                self.read_offsets[p] = log_start  # type: ignore[assignment]
+                again.append([OFFSETS_TOPIC, p, log_start, READ_PARTITION_MAX_BYTES])
+                continue
+            if error != NONE:
+                self.log.warning("reading {}-{} failed with {}; retrying", OFFSETS_TOPIC, p,
+                                 ErrorCode(error).name)
+                continue
+            self._take_records(p, bytes(records))  # type: ignore[arg-type]
+            if self.read_offsets[p] >= high_watermark:  # type: ignore[operator]
+                del self.read_offsets[p]
+            else:
+                again.append([OFFSETS_TOPIC, p, self.read_offsets[p], READ_PARTITION_MAX_BYTES])
+        if again:
+            rid = next(self.req_ids)
+            self.reads_in_flight.add(rid)
+            self.tell(self.current_sender, Read(rid, -1, READ_MAX_BYTES, again))  # type: ignore[arg-type]
+        if self.reads_in_flight:
+            return
+        if self.read_offsets:  # some partitions failed: read them again a little later
+            self.phase = "read-retry"
+            self.retry_at_ms = self.clock.now_ms() + RETRY_MS
+        else:
+            self._finish_load()
+
+    def _take_records(self, p: int, buf: bytes) -> None:
+        records, next_offset = decode_batches(buf)
+        if next_offset is None:
+            if buf:
+                raise CorruptMessageError(
+                    f"{OFFSETS_TOPIC}-{p} at offset {self.read_offsets[p]}: a read returned "
+                    f"{len(buf)} bytes but no whole batch")
+            return
+        mine = self.loaded_records[p]
+        for offset, key, value in records:
+            if offset < self.read_offsets[p] or key is None:
+                continue
+            try:
+                k, _v = decode_record(key, value)
+            except OffsetsRecordError as exc:
+                if str(exc).startswith("unknown __consumer_offsets key version"):
+                    mine.append((key, value))  # the core counts what it skips
+                else:
+                    self.load_skipped += 1
+                    self.log.warning("skipping a corrupt record at {}-{} offset {}: {}",
+                                     OFFSETS_TOPIC, p, offset, exc)
+                continue
+            if self.topology.coordinator_for(k.group) == self.address:
+                mine.append((key, value))
+        self.read_offsets[p] = next_offset
+
+    def _finish_load(self) -> None:
+        records = [rec for p in sorted(self.loaded_records) for rec in self.loaded_records[p]]
+        self.loaded_records = {}
+        self._perform(self.core.load(records, self.now_ms()))
+        self.loaded = True
+        self.phase = "ready"
+        self.log.info("loaded {} group(s) from {} record(s) of {} in {} ms", len(self.core.group_ids()),
+                      len(records), OFFSETS_TOPIC, self.clock.now_ms() - self.load_started_ms)
+
+    # ---------------------------------------------------------- requests
+    def _rid(self, req_id: int) -> tuple[str, str, int]:
+        sender = self.current_sender
+        assert sender is not None
+        return (sender.node, sender.name, req_id)
+
+    def _serving(self, msg: Any) -> bool:
+        if self.loaded:
+            return True
+        self.refused_loading += 1
+        self.reply(refusal_for(msg, LOAD_IN_PROGRESS))
+        return False
+
+    @handles(JoinGroup)
+    def on_join(self, msg: JoinGroup) -> None:
+        if self._serving(msg):
+            self._perform(self.core.join_group(
+                self._rid(msg.req_id), msg.group_id, msg.member_id, msg.group_instance_id,
+                msg.client_id, msg.client_host, msg.protocol_type,
+                [(str(name), bytes(meta)) for name, meta in msg.protocols],  # type: ignore[call-overload]
+                msg.session_timeout_ms, msg.rebalance_timeout_ms, self.now_ms(),
+                msg.require_known_member_id))
+
+    @handles(SyncGroup)
+    def on_sync(self, msg: SyncGroup) -> None:
+        if self._serving(msg):
+            self._perform(self.core.sync_group(
+                self._rid(msg.req_id), msg.group_id, msg.generation_id, msg.member_id,
+                msg.group_instance_id, {k: bytes(v) for k, v in msg.assignments.items()},
+                self.now_ms(), msg.protocol_type, msg.protocol_name))
+
+    @handles(Heartbeat)
+    def on_heartbeat(self, msg: Heartbeat) -> None:
+        if self._serving(msg):
+            self._perform(self.core.heartbeat(
+                self._rid(msg.req_id), msg.group_id, msg.generation_id, msg.member_id,
+                msg.group_instance_id, self.now_ms()))
+
+    @handles(LeaveGroup)
+    def on_leave(self, msg: LeaveGroup) -> None:
+        if self._serving(msg):
+            members = [MemberIdentity(str(m[0]), m[1]) for m in msg.members]  # type: ignore[arg-type]
+            self._perform(self.core.leave_group(self._rid(msg.req_id), msg.group_id, members,
+                                                self.now_ms()))
+
+    @handles(OffsetCommit)
+    def on_commit(self, msg: OffsetCommit) -> None:
+        if self._serving(msg):
+            parts = [OffsetCommitPartition(t, p, off, epoch, meta)  # type: ignore[arg-type]
+                     for t, p, off, epoch, meta in msg.rows]
+            self._perform(self.core.offset_commit(
+                self._rid(msg.req_id), msg.group_id, msg.generation_id, msg.member_id,
+                msg.group_instance_id, parts, self.now_ms()))
+
+    @handles(OffsetFetch)
+    def on_fetch(self, msg: OffsetFetch) -> None:
+        if self._serving(msg):
+            rows = None if msg.rows is None else [(str(t), int(p)) for t, p in msg.rows]  # type: ignore[call-overload]
+            self._perform(self.core.offset_fetch(self._rid(msg.req_id), msg.group_id, rows))
+
+    @handles(ListGroups)
+    def on_list(self, msg: ListGroups) -> None:
+        if self._serving(msg):
+            self._perform(self.core.list_groups(self._rid(msg.req_id), msg.states))
+
+    @handles(DescribeGroups)
+    def on_describe(self, msg: DescribeGroups) -> None:
+        if self._serving(msg):
+            self._perform(self.core.describe_groups(self._rid(msg.req_id), msg.group_ids))
+
+    # ---------------------------------------------------------- effects
+    def _perform(self, effects: list[Effect]) -> None:
+        for fx in effects:
+            if isinstance(fx, Respond):
+                node, name, req_id = fx.request_id  # type: ignore[misc]
+                self.tell(Address(node, name), answer_for(req_id, fx.response))
+            elif isinstance(fx, ScheduleTimer):
+                self._schedule(fx.key, fx.deadline_ms)
+            elif isinstance(fx, CancelTimer):
+                old = self.timer_id_of.pop(fx.key, None)
+                if old is not None:
+                    del self.timer_key_of[old]
+                    self.tell(self.topology.timer, Cancel(old))
+            elif isinstance(fx, AppendRecords):
+                self._append(fx)
+            else:
+                raise TypeError(f"unknown effect {fx!r}")
+
+    def _schedule(self, key: TimerKey, deadline_ms: int) -> None:
+        old = self.timer_id_of.pop(key, None)
+        if old is not None:
+            del self.timer_key_of[old]
+            self.tell(self.topology.timer, Cancel(old))
+        timer_id = next(self.timer_ids)
+        self.timer_id_of[key] = timer_id
+        self.timer_key_of[timer_id] = key
+        self.tell(self.topology.timer, Schedule(timer_id, deadline_ms - self.wall_offset_ms))
+
+    @handles(Expired)
+    def on_expired(self, msg: Expired) -> None:
+        key = self.timer_key_of.pop(msg.key, None)
+        if key is None:
+            return  # replaced or cancelled after the Timer sent it
+        del self.timer_id_of[key]
+        self._perform(self.core.on_timer(key, self.now_ms()))
+
+    def _append(self, fx: AppendRecords) -> None:
+        rid = next(self.req_ids)
+        self.appends[rid] = fx.append_id
+        batch = encode_records(fx.records, self.now_ms())
+        self.tell(self.topology.shard_for(fx.topic, fx.partition),
+                  Append(rid, -1, APPEND_TIMEOUT_MS, [[fx.topic, fx.partition, batch]]))
+
+    @handles(AppendDone, ProduceReady)
+    def on_appended(self, msg: AppendDone | ProduceReady) -> None:
+        append_id = self.appends.pop(msg.req_id, None)
+        if append_id is None:
+            return
+        code = int(msg.rows[0][2]) if msg.rows else int(ErrorCode.UNKNOWN_SERVER_ERROR)  # type: ignore[call-overload]
+        if code != NONE:
+            self.log.warning("appending to {} failed: {} ({})", OFFSETS_TOPIC,
+                             ErrorCode(code).name, msg.rows[0][-1] if msg.rows else "")
+        self._perform(self.core.on_append_complete(append_id, ErrorCode(code), self.now_ms()))
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> dict[str, Any]:
+        return {
+            "loaded": self.loaded,
+            "phase": self.phase,
+            "groups": {gid: g.state.value for gid in self.core.group_ids()
+                       if (g := self.core.group(gid)) is not None},
+            "timers": len(self.timer_id_of),
+            "appends_in_flight": len(self.appends),
+            "skipped_records": self.core.skipped_records + self.load_skipped,
+            "refused_loading": self.refused_loading,
+        }
+
+
+def spawn_coordinators(node: Any, topology: Topology, config: Config, clock: Any) -> None:
+    """Called by the Broker at start: one GroupCoordinator per ``num.group.coordinators``."""
+    for i in range(topology.num_coordinators):
+        node.spawn(GroupCoordinator, topology.coordinator(i).name, topology=topology,
+                   config=config, clock=clock)
+

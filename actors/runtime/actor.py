@@ -7,10 +7,12 @@ file descriptors it owns (the broker's Acceptor and Processors wait on their
 sockets here, with no extra thread hop). Handlers run one message at a time,
 so an actor's state needs no lock.
 
-Sending is batched per turn: every ``tell`` made while handling the frames
-of one poll turn is buffered per receiver and flushed as one frame at the
-end of the turn (or when ``actor.batch.max.messages`` is reached). Order from
-one sender to one receiver is kept because each pair has one socket.
+Sending is batched: every ``tell`` made while handling one incoming frame
+(or one ready file descriptor) is buffered per receiver and flushed as one
+frame right after it (or when ``actor.batch.max.messages`` is reached), so
+what one frame caused travels together while the next actor never waits for
+the rest of this actor's turn. Order from one sender to one receiver is kept
+because each pair has one socket.
 """
 
 from __future__ import annotations
@@ -281,6 +283,8 @@ class Actor(pykka.ThreadingActor):
                     handler = fd_handlers.get(sock)
                     if handler is not None:
                         self._run_guarded(handler, mask)
+                        if self._out:
+                            self.flush()
             self._run_guarded(self.on_turn)
             while self._to_self:
                 entries, self._to_self = self._to_self, []
@@ -314,6 +318,10 @@ class Actor(pykka.ThreadingActor):
                 )
                 continue
             self._dispatch_entries(s_node, s_name, entries)
+            if self._out:
+                # Flush per incoming frame, not per turn: what one frame caused goes out
+                # together, but the next actor does not wait for the rest of our turn.
+                self.flush()
 
     def _dispatch_entries(self, s_node: str, s_name: str, entries: Any) -> None:
         sender = Address(s_node, s_name)

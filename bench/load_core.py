@@ -259,10 +259,14 @@ class WorkerGroup:
         """Stop and reap every worker: ask, then SIGTERM, then SIGKILL."""
         self.stop.set()
         deadline = time.monotonic() + timeout_s
-        for proc in self.procs:
-            if proc.pid is None:
-                continue
-            proc.join(max(0.0, deadline - time.monotonic()))
+        started = [p for p in self.procs if p.pid is not None]
+        # Keep reading results while waiting: a worker cannot exit before its result
+        # has left through the queue's pipe.
+        alive = [p for p in started if p.is_alive()]
+        while alive and time.monotonic() < deadline:
+            self.collect()
+            alive[0].join(0.05)
+            alive = [p for p in alive if p.is_alive()]
         self.collect()
         for proc in self.procs:
             if proc.pid is not None and proc.is_alive():

@@ -76,7 +76,11 @@ class LogSegment:
         self._bytes_since_index_entry = 0
         self._pending_index = bytearray()
         self._max_timestamp_ms: int | None = -1 if self.size == 0 else None
+        # segment.ms counts from the first batch's max timestamp when it has one
+        # (rolls_on_batch_time), else from when the segment was created, as Kafka does.
+        self.created_ms = created_ms
         self.rolling_timestamp_ms = created_ms
+        self.rolls_on_batch_time = False
         self._first_batch_seen = False
         self.closed = False
 
@@ -143,8 +147,7 @@ class LogSegment:
         if self.size >= HEADER_SIZE:
             head = os.pread(self._fd, HEADER_SIZE, 0)
             if len(head) == HEADER_SIZE:
-                self.rolling_timestamp_ms = parse_header(head).max_timestamp
-                self._first_batch_seen = True
+                self._note_first_batch(parse_header(head).max_timestamp)
 
     def recover(self) -> int:
         """Check every batch (length, magic, CRC, offsets), rebuild the index, cut
@@ -155,7 +158,7 @@ class LogSegment:
         os.ftruncate(self._index_fd, 0)
         self._bytes_since_index_entry = 0
         self._max_timestamp_ms = -1
-        self._first_batch_seen = False
+        self._forget_first_batch()
         position = 0
         expected = self.base_offset
         entries = bytearray()
@@ -198,10 +201,20 @@ class LogSegment:
 
     # -- appending ----------------------------------------------------------
 
+    def _note_first_batch(self, max_timestamp: int) -> None:
+        self._first_batch_seen = True
+        if max_timestamp >= 0:
+            self.rolling_timestamp_ms = max_timestamp
+            self.rolls_on_batch_time = True
+
+    def _forget_first_batch(self) -> None:
+        self._first_batch_seen = False
+        self.rolling_timestamp_ms = self.created_ms
+        self.rolls_on_batch_time = False
+
     def _note_batch(self, max_timestamp: int) -> None:
         if not self._first_batch_seen:
-            self.rolling_timestamp_ms = max_timestamp
-            self._first_batch_seen = True
+            self._note_first_batch(max_timestamp)
         if self._max_timestamp_ms is not None and max_timestamp > self._max_timestamp_ms:
             self._max_timestamp_ms = max_timestamp
 
@@ -237,8 +250,7 @@ class LogSegment:
                 since = 0
             since += size
             if not self._first_batch_seen:
-                self.rolling_timestamp_ms = max_ts
-                self._first_batch_seen = True
+                self._note_first_batch(max_ts)
             if self._max_timestamp_ms is not None and max_ts > self._max_timestamp_ms:
                 self._max_timestamp_ms = max_ts
             self.next_offset = next_offset
@@ -268,8 +280,7 @@ class LogSegment:
         else:
             self._bytes_since_index_entry += size
         if not self._first_batch_seen:
-            self.rolling_timestamp_ms = max_timestamp
-            self._first_batch_seen = True
+            self._note_first_batch(max_timestamp)
         if self._max_timestamp_ms is not None and max_timestamp > self._max_timestamp_ms:
             self._max_timestamp_ms = max_timestamp
         self.next_offset = next_offset
@@ -388,7 +399,7 @@ class LogSegment:
         self._bytes_since_index_entry = position - last
         self._max_timestamp_ms = None if position else -1
         if position == 0:
-            self._first_batch_seen = False
+            self._forget_first_batch()
         return dropped
 
     def flush(self) -> None:

@@ -415,9 +415,8 @@ class PartitionLog:
          producer_epoch, base_sequence, records_count) = fields
         active = self.segments[-1]
         if active.size and (active.size + size > config.segment_bytes
-                            or not active._first_batch_seen
-                            or max_timestamp - active.rolling_timestamp_ms > config.segment_ms
-                            or active.rolling_timestamp_ms < 0):
+                            or not active.rolls_on_batch_time
+                            or max_timestamp - active.rolling_timestamp_ms > config.segment_ms):
             return None  # a roll may be due: the general path decides
         first_offset = active.next_offset
         next_offset = first_offset + last_offset_delta + 1
@@ -537,7 +536,7 @@ class PartitionLog:
         if active.size == 0:
             return
         config = self.config
-        if active._first_batch_seen and active.rolling_timestamp_ms >= 0:
+        if active.rolls_on_batch_time:
             waited_ms = max_timestamp - active.rolling_timestamp_ms
         else:
             waited_ms = now_ms - active.rolling_timestamp_ms

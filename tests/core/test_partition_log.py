@@ -610,3 +610,13 @@ def test_truncate_inside_the_batch_holding_the_log_start(tmp_path: Path) -> None
     log = open_log(tmp_path, clean_shutdown=True, log_start_offset=2, recovery_point=5)
     assert log.truncate_to(3)  # the only batch (0..4) goes, and with it offset 2
     assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (3, 3, 3)
+
+
+def test_segment_ms_counts_from_creation_without_batch_timestamps(tmp_path: Path) -> None:
+    log = open_log(tmp_path, now_ms=1000, segment_ms=100)
+    no_ts = build_batch([b"x"], timestamps_ms=[-1])
+    log.append_as_leader(no_ts, 0, 1000)
+    log.append_as_leader(no_ts, 0, 1100)  # 100 ms after the segment was created: not yet
+    assert log.segment_base_offsets == [0]
+    log.append_as_leader(no_ts, 0, 1101)
+    assert log.segment_base_offsets == [0, 2]

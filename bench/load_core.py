@@ -13,9 +13,11 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import multiprocessing.context
+import os
 import queue
 import signal
 import statistics
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -153,6 +155,7 @@ class WorkerSlot:
     go: Any  # multiprocessing Event: start the measured phase
     stop: Any  # multiprocessing Event: stop early (Ctrl-C, time cap)
     expected: Any  # multiprocessing Value('q'): a count the parent learns late (e2e), -1 unknown
+    parent_pid: int = 0  # a worker whose parent died stops by itself
 
     def report(self, done: int) -> None:
         self.progress[self.index] = done
@@ -164,7 +167,9 @@ class WorkerSlot:
         return bool(self.go.wait(timeout_s))
 
     def stop_requested(self) -> bool:
-        return bool(self.stop.is_set())
+        return bool(self.stop.is_set()) or (
+            self.parent_pid != 0 and os.getppid() != self.parent_pid
+        )
 
     def group_done(self) -> int:
         return int(sum(self.progress[:]))
@@ -214,7 +219,15 @@ class WorkerGroup:
                 args=(
                     target,
                     payload,
-                    WorkerSlot(i, self.progress, self.ready, self.go, self.stop, self.expected),
+                    WorkerSlot(
+                        i,
+                        self.progress,
+                        self.ready,
+                        self.go,
+                        self.stop,
+                        self.expected,
+                        parent_pid=os.getpid(),
+                    ),
                     self.results_queue,
                 ),
                 name=f"{label}-{i}",
@@ -354,6 +367,17 @@ class ProgressView:
             self._progress.stop()
 
 
+def _raise_on_sigterm() -> Any:
+    """Turn SIGTERM into KeyboardInterrupt so the workers are reaped; returns the old handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    return signal.signal(signal.SIGTERM, handler)
+
+
 def run_groups(
     groups: Sequence[WorkerGroup],
     *,
@@ -370,6 +394,7 @@ def run_groups(
     workers are terminated, so a stuck broker cannot hang the tool.
     """
     started: list[WorkerGroup] = []
+    previous_term = _raise_on_sigterm()
     try:
         for group in groups:
             group.start()
@@ -404,6 +429,8 @@ def run_groups(
     finally:
         for g in started:
             g.reap()
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
     problems = [p for g in groups for p in g.failures()]
     if problems:
         raise LoadRunError("\n".join(problems))

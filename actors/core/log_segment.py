@@ -64,12 +64,15 @@ class LogSegment:
         self.index_path = directory / index_file_name(base_offset)
         try:
             self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-            self._index_fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT | os.O_APPEND,
-                                     0o644)
         except OSError as exc:
             raise StorageError(f"cannot open segment {self.log_path}: {exc}") from exc
         self.size = os.fstat(self._fd).st_size
         self.next_offset = base_offset
+        self._index_file: int | None = None  # opened when needed, see _index_fd
+        try:
+            self.index_path.touch(exist_ok=True)  # the pair exists from the start, as in Kafka
+        except OSError as exc:
+            raise StorageError(f"cannot create index {self.index_path}: {exc}") from exc
         # Sparse index: absolute offsets (base offset of a batch) and positions.
         self.index_offsets: list[int] = []
         self.index_positions: list[int] = []
@@ -83,6 +86,25 @@ class LogSegment:
         self.rolls_on_batch_time = False
         self._first_batch_seen = False
         self.closed = False
+
+    @property
+    def _index_fd(self) -> int:
+        """The .index file, opened on demand: lookups use the in-memory lists, so a
+        finished segment only holds its .log open (one fd per segment, not two)."""
+        if self._index_file is None:
+            try:
+                self._index_file = os.open(self.index_path,
+                                           os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            except OSError as exc:
+                raise StorageError(f"cannot open index {self.index_path}: {exc}") from exc
+        return self._index_file
+
+    def release_index_fd(self) -> None:
+        """Write pending entries and close the .index (a finished, flushed segment)."""
+        self._write_pending_index()
+        if self._index_file is not None:
+            os.close(self._index_file)
+            self._index_file = None
 
     # -- loading ------------------------------------------------------------
 
@@ -406,7 +428,8 @@ class LogSegment:
         self._write_pending_index()
         try:
             os.fsync(self._fd)
-            os.fsync(self._index_fd)
+            if self._index_file is not None:
+                os.fsync(self._index_file)
         except OSError as exc:
             raise StorageError(f"cannot fsync {self.log_path}: {exc}") from exc
 
@@ -417,7 +440,9 @@ class LogSegment:
                 self._write_pending_index()
             finally:
                 os.close(self._fd)
-            os.close(self._index_fd)
+                if self._index_file is not None:
+                    os.close(self._index_file)
+                    self._index_file = None
 
     def delete(self) -> None:
         """Close and remove both files; the .log goes first so a crash leaves no log

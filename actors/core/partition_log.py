@@ -203,6 +203,8 @@ class PartitionLog:
         for segment in scanned:
             if not segment.closed:
                 segment.flush()  # the recovery point moves to the LEO below
+        for segment in self.segments[:-1]:
+            segment.release_index_fd()
         if not self.segments:
             self.segments.append(LogSegment(self.dir, log_start_offset, interval, now_ms))
         self._bases = [s.base_offset for s in self.segments]
@@ -555,6 +557,7 @@ class PartitionLog:
         if active.size == 0:
             return active.base_offset
         self.flush(now_ms)
+        active.release_index_fd()
         segment = LogSegment(self.dir, active.next_offset, self.config.index_interval_bytes,
                              now_ms)
         self.segments.append(segment)

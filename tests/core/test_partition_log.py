@@ -620,3 +620,15 @@ def test_segment_ms_counts_from_creation_without_batch_timestamps(tmp_path: Path
     assert log.segment_base_offsets == [0]
     log.append_as_leader(no_ts, 0, 1101)
     assert log.segment_base_offsets == [0, 2]
+
+
+def test_finished_segments_hold_one_file_descriptor(tmp_path: Path) -> None:
+    before = len(os.listdir("/proc/self/fd"))
+    raw = batch(1)
+    log = open_log(tmp_path, segment_bytes=len(raw))
+    for _ in range(20):
+        log.append_as_leader(raw, 0, 0)
+    assert len(log.segments) == 20
+    assert len(os.listdir("/proc/self/fd")) - before <= 21  # the .logs and the active .index
+    log.close()
+    assert len(os.listdir("/proc/self/fd")) == before

@@ -30,7 +30,7 @@ except ModuleNotFoundError:
 
 from bench import compare, sweep
 from bench.load import consume_command, e2e_command, produce_command
-from bench.load_core import LatencyCounts, WorkerGroup, merge_encoded, spawn_context
+from bench.load_core import LatencyCounts, WorkerGroup, WorkerSlot, merge_encoded, spawn_context
 from bench.peers import (
     BootstrapRefusedError,
     BrokerStartError,
@@ -530,3 +530,17 @@ def test_errors_are_counted_by_name_and_code(tansu: Any, tmp_path: Path) -> None
     res = load_json(out)["results"]
     assert res["acked"] == 0 and res["failed"] == res["sent"] == 5
     assert res["errors"] == {"MSG_SIZE_TOO_LARGE": {"code": 10, "count": 5}}
+
+
+class _Unset:
+    def is_set(self) -> bool:
+        return False
+
+
+def test_a_worker_whose_parent_died_is_asked_to_stop() -> None:
+    import os
+
+    alive = WorkerSlot(0, [0], [0], None, _Unset(), None, parent_pid=os.getppid())
+    orphan = WorkerSlot(0, [0], [0], None, _Unset(), None, parent_pid=os.getppid() + 1_000_000)
+    assert not alive.stop_requested()
+    assert orphan.stop_requested()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import socket
 import time
@@ -538,8 +539,6 @@ class _Unset:
 
 
 def test_a_worker_whose_parent_died_is_asked_to_stop() -> None:
-    import os
-
     alive = WorkerSlot(0, [0], [0], None, _Unset(), None, parent_pid=os.getppid())
     orphan = WorkerSlot(0, [0], [0], None, _Unset(), None, parent_pid=os.getppid() + 1_000_000)
     assert not alive.stop_requested()

@@ -356,11 +356,8 @@ class PartitionLog:
         max_bytes = self.config.max_message_bytes
         num_records = 0
         for header in headers:
-            if not (header.records_count == header.last_offset_delta + 1 > 0
-                    and not header.attributes & 0x30
-                    and (header.producer_id < 0 or header.base_sequence >= 0)):
-                check_client_batch(header)  # raises the exact refusal, if any
-            if header.batch_length + 12 > max_bytes:
+            check_client_batch(header)
+            if header.size > max_bytes:
                 raise MessageTooLargeError(
                     f"record batch at byte {header.position} is {header.size} bytes, "
                     f"larger than max.message.bytes {max_bytes}")
@@ -370,7 +367,7 @@ class PartitionLog:
             raise RecordListTooLargeError(
                 f"{total} bytes of records exceed segment.bytes {self.config.segment_bytes}")
         state = self.producer_state
-        if state.producers or headers[0].producer_id >= 0 or len(headers) > 1:
+        if state.producers or any(h.producer_id >= 0 for h in headers):
             for header in headers:
                 if header.producer_id >= 0:
                     duplicate = state.find_duplicate(header)

@@ -98,6 +98,18 @@ class ActorCrashed(RuntimeError):
     """Raised to an asker when the handler failed."""
 
 
+class _AdoptGuest:
+    """pykka control message: a host actor takes a guest into its thread and loop."""
+
+    __slots__ = ("guest",)
+
+    def __init__(self, guest: Actor) -> None:
+        self.guest = guest
+
+
+_MAILBOX, _INBOX, _FD = 0, 1, 2
+
+
 class Actor(pykka.ThreadingActor):
     """Base of every actorlog actor.
 
@@ -105,6 +117,14 @@ class Actor(pykka.ThreadingActor):
     :meth:`setup` (called at start and again after every crash: state comes
     back from durable storage, the mailbox is kept), and send with
     :meth:`tell`.
+
+    Placement: by default an actor has a thread of its own. Spawned with
+    ``host=`` another actor, it runs as a *guest* in the host's thread: the
+    host's poll loop also waits on the guest's mailbox, pykka inbox and file
+    descriptors. The guest keeps its own mailbox, state and supervision;
+    messages between actors of one loop are handed over in memory, in order,
+    without ZeroMQ or a thread switch (they are immutable once told). Where an
+    actor runs is configuration; its code is the same either way.
     """
 
     mailbox_size: ClassVar[int] = 1000
@@ -128,6 +148,7 @@ class Actor(pykka.ThreadingActor):
         self.received = 0
         self.sent_local = 0
         self.crashes = 0
+        host = kwargs.pop("host", None)
         self._init_kwargs = kwargs
         self._handlers: dict[type, Callable[[Any], Any]] = {}
         for klass in reversed(type(self).__mro__):
@@ -136,8 +157,13 @@ class Actor(pykka.ThreadingActor):
                     self._handlers[mt] = getattr(self, attr)
         self._out: dict[Address, list[Any]] = {}
         self._to_self: list[Any] = []
+        # frames handed over in memory by actors of the same loop: (sender name, entries)
+        self._local_in: list[tuple[str, list[Any]]] = []
         self._out_sockets: dict[Address, Any] = {}
-        self._fd_handlers: dict[int, Callable[[int], None]] = {}
+        self._owner: Actor = host if host is not None else self
+        self._members: list[Actor] = [self]  # actors this loop runs (owner only)
+        self._routes: dict[Any, tuple[Actor, int, Any]] = {}  # owner only
+        self._my_routes: list[Any] = []
         self._poller = zmq.Poller()
         self._mailbox: zmq.Socket[Any] | None = None
         self._stopping = False
@@ -168,7 +194,7 @@ class Actor(pykka.ThreadingActor):
 
     # ----------------------------------------------------------------- sending
     def tell(self, address: Address, msg: Any) -> None:
-        """Send ``msg`` to ``address``; delivered in order, batched per turn."""
+        """Send ``msg`` to ``address``; delivered in order, batched per incoming frame."""
         tid = self._trace[0]
         if tid:
             span = new_id()
@@ -216,37 +242,68 @@ class Actor(pykka.ThreadingActor):
         entries = self._out.pop(address, None)
         if not entries:
             return
-        sock = self._out_sockets.get(address)
-        if sock is None:
-            sock = self.node._connect_out(address)
-            if sock is None:
+        link = self._out_sockets.get(address)
+        if link is None:
+            peer = self.node.actors.get(address.name) if address.node == self.node.name else None
+            if peer is not None and peer._owner is self._owner and not peer.actor_stopped.is_set():
+                link = _LOCAL
+            else:
+                link = self.node._connect_out(address)
+                if link is None:
+                    self.node.dead_letters.record(
+                        f"no route to actor {address}", len(entries), sender=str(self.address)
+                    )
+                    return
+            self._out_sockets[address] = link
+        if link is _LOCAL:
+            peer = self.node.actors[address.name]
+            if peer.actor_stopped.is_set():
                 self.node.dead_letters.record(
-                    f"no route to actor {address}", len(entries), sender=str(self.address)
-                )
+                    f"actor {address} stopped", len(entries), sender=str(self.address))
                 return
-            self._out_sockets[address] = sock
+            peer._local_in.append((self.name, entries))
+            self.sent_local += len(entries)
+            return
         frame = _packb([FORMAT_VERSION, self.node.name, self.name, address.name, entries])
-        self.node._send_frame(sock, address, frame, waiter=self)
+        self.node._send_frame(link, address, frame, waiter=self)
         if address.node == self.node.name:
             self.sent_local += len(entries)
 
     # --------------------------------------------------------------- fd watch
-    def watch_fd(self, fd: int, handler: Callable[[int], None], events: int = zmq.POLLIN) -> None:
-        """Wait on ``fd`` in the actor's poll loop; ``handler(event_mask)`` runs on readiness."""
-        self._fd_handlers[fd] = handler
-        self._poller.register(fd, events)
+    def _route(self, key: Any, kind: int, handler: Any, events: int) -> None:
+        owner = self._owner
+        owner._routes[key] = (self, kind, handler)
+        owner._poller.register(key, events)
+        if key not in self._my_routes:
+            self._my_routes.append(key)
 
-    def modify_fd(self, fd: int, events: int) -> None:
-        self._poller.modify(fd, events)
-
-    def unwatch_fd(self, fd: int) -> None:
-        self._fd_handlers.pop(fd, None)
+    def _unroute(self, key: Any) -> None:
+        owner = self._owner
+        owner._routes.pop(key, None)
         try:
-            self._poller.unregister(fd)
+            owner._poller.unregister(key)
         except KeyError:
             pass
+        if key in self._my_routes:
+            self._my_routes.remove(key)
+
+    def watch_fd(self, fd: int, handler: Callable[[int], None], events: int = zmq.POLLIN) -> None:
+        """Wait on ``fd`` in the actor's poll loop; ``handler(event_mask)`` runs on readiness."""
+        self._route(fd, _FD, handler, events)
+
+    def modify_fd(self, fd: int, events: int) -> None:
+        self._owner._poller.modify(fd, events)
+
+    def unwatch_fd(self, fd: int) -> None:
+        self._unroute(fd)
 
     # ---------------------------------------------------------------- loop
+    def _start_actor_loop(self) -> None:
+        if self._owner is self:
+            super()._start_actor_loop()
+        else:  # a guest: its host's thread runs it
+            self._owner.actor_inbox.put(pykka_envelope(_AdoptGuest(self)))
+
     def on_start(self) -> None:
         node = self.node
         sock = node.context.socket(zmq.PULL)
@@ -254,46 +311,82 @@ class Actor(pykka.ThreadingActor):
         sock.setsockopt(zmq.LINGER, 0)
         sock.bind(node.inproc_endpoint(self.name))
         self._mailbox = sock
-        self._poller.register(sock, _POLLIN)
-        self._poller.register(self.actor_inbox.fd, _POLLIN)
+        self._route(sock, _MAILBOX, None, _POLLIN)
+        self._route(self.actor_inbox.fd, _INBOX, None, _POLLIN)
         try:
             self.setup()
         finally:
             self._ready.set()
 
+    def _adopt(self, guest: Actor) -> None:
+        """Host side: start a guest in this thread."""
+        self._members.append(guest)
+        try:
+            guest.on_start()
+        except Exception:
+            guest.log.exception("guest actor {} failed to start", guest.name)
+            guest._finish_stop()
+            guest._ready.set()
+
+    def _next_timeout(self) -> int | None:
+        timeout: int | None = None
+        for m in self._members:
+            if m._stopping or m._local_in or m._to_self:
+                return 0
+            t = m.poll_timeout_ms()
+            if t is not None and (timeout is None or t < timeout):
+                timeout = t
+        return timeout
+
     def _actor_loop_running(self) -> None:
-        mailbox = self._mailbox
-        inbox_fd = self.actor_inbox.fd
         poll = self._poller.poll
-        fd_handlers = self._fd_handlers
+        routes = self._routes
+        members = self._members
         while not self.actor_stopped.is_set():
-            timeout = 0 if self._stopping else self.poll_timeout_ms()
             try:
-                events = poll(timeout)
+                events = poll(self._next_timeout())
             except zmq.ZMQError as exc:
                 if exc.errno == zmq.EINTR:
                     continue
                 raise
             for sock, mask in events:
-                if sock is mailbox:
-                    self._drain_mailbox(mailbox)
-                elif sock == inbox_fd:
-                    self._drain_pykka_inbox()
+                route = routes.get(sock)
+                if route is None:
+                    continue
+                actor, kind, handler = route
+                if kind == _MAILBOX:
+                    actor._drain_mailbox(sock)
+                elif kind == _INBOX:
+                    actor._drain_pykka_inbox()
                 else:
-                    handler = fd_handlers.get(sock)
-                    if handler is not None:
-                        self._run_guarded(handler, mask)
-                        if self._out:
-                            self.flush()
-            self._run_guarded(self.on_turn)
-            while self._to_self:
+                    actor._run_guarded(handler, mask)
+                    if actor._out:
+                        actor.flush()
+            for m in list(members):
+                m._drain_local()
+                m._run_guarded(m.on_turn)
+                m._drain_local()
+                if m._out:
+                    m.flush()
+            for m in list(members):
+                if m._stopping and not m._local_in and not m._to_self and not m.mailbox_pending():
+                    m._finish_stop()
+
+    def _drain_local(self) -> None:
+        """Frames from actors of this loop, and messages this actor told itself."""
+        while self._local_in or self._to_self:
+            if self._local_in:
+                batch, self._local_in = self._local_in, []
+                for sender_name, entries in batch:
+                    self._dispatch_entries(self.node.name, sender_name, entries)
+                    if self._out:
+                        self.flush()
+            if self._to_self:
                 entries, self._to_self = self._to_self, []
                 self.sent_local += len(entries)
                 self._dispatch_entries(self.node.name, self.name, entries)
-            if self._out:
-                self.flush()
-            if self._stopping and not events:
-                self._finish_stop()
+                if self._out:
+                    self.flush()
 
     def _drain_mailbox(self, mailbox: Any) -> None:
         for _ in range(64):
@@ -335,7 +428,8 @@ class Actor(pykka.ThreadingActor):
             try:
                 type_id, tid, span, parent, _send_ns, ask_id, body = entry
                 cls = _types[type_id]
-                msg = _build(cls, body)
+                # In-memory hand-overs carry the message itself; frames carry its fields.
+                msg = body if type(body) is cls else _build(cls, body)
             except KeyError:
                 self.node.dead_letters.record(
                     f"unknown message type id {entry[0]!r}", 1, receiver=self.name,
@@ -421,6 +515,9 @@ class Actor(pykka.ThreadingActor):
             except queue.Empty:
                 return
             message = envelope.message
+            if isinstance(message, _AdoptGuest):
+                self._adopt(message.guest)
+                continue
             if isinstance(message, pykka_messages._ActorStop):
                 self._begin_stop(envelope.reply_to)
                 continue
@@ -445,12 +542,18 @@ class Actor(pykka.ThreadingActor):
     def _finish_stop(self) -> None:
         if self.actor_stopped.is_set():
             return
+        if self._owner is self:
+            for guest in [m for m in self._members if m is not self]:
+                guest._finish_stop()
+        self._drain_local()
         if self._out:
             self.flush()
         try:
             self.teardown()
         except Exception:
             self.log.exception("teardown of {} failed", self.name)
+        if self._out:
+            self.flush()
         pykka.ActorRegistry.unregister(self.actor_ref)
         self.actor_stopped.set()
         for waiter in getattr(self, "_stop_waiters", []):
@@ -458,12 +561,17 @@ class Actor(pykka.ThreadingActor):
         self._close_sockets()
 
     def _close_sockets(self) -> None:
+        for key in list(self._my_routes):
+            self._unroute(key)
         for link in self._out_sockets.values():
-            link.sock.close(linger=1000)
+            if link is not _LOCAL:
+                link.sock.close(linger=1000)
         self._out_sockets.clear()
         if self._mailbox is not None:
             self._mailbox.close(linger=0)
             self._mailbox = None
+        if self._owner is not self and self in self._owner._members:
+            self._owner._members.remove(self)
         self.node._forget(self)
         self.actor_inbox.close()
 
@@ -475,6 +583,15 @@ class Actor(pykka.ThreadingActor):
     def mailbox_pending(self) -> bool:
         """True while frames are waiting in the mailbox (checked from the actor thread)."""
         return bool(self._mailbox is not None and self._mailbox.poll(0, _POLLIN))
+
+
+_LOCAL = object()  # the link to an actor of the same loop: an in-memory hand-over
+
+
+def pykka_envelope(message: Any) -> Any:
+    from pykka._envelope import Envelope
+
+    return Envelope(message)
 
 
 def _payload_size(msg: Any) -> int:

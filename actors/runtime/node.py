@@ -313,6 +313,11 @@ class Node:
             raise NodeError(f"an actor named {name!r} already runs on node {self.name}")
         if self._stopped:
             raise NodeError(f"node {self.name} is shut down")
+        host = kwargs.get("host")
+        if isinstance(host, str):  # run in that actor's thread and poll loop
+            if host not in self.actors:
+                raise NodeError(f"host actor {host!r} does not run on node {self.name}")
+            kwargs["host"] = self.actors[host]
         ref = actor_cls.start(self, name, **kwargs)
         actor = ref._actor_weakref()  # the object itself: the node supervises it
         assert actor is not None

@@ -64,6 +64,7 @@ def test_trace_follows_a_chain_across_hosts_and_trace_show_prints_it(tmp_path: P
         a.tell(Address("a", "bouncer"), Hop(5), trace_id=777)
         a.tell(Address("a", "bouncer"), Hop(1), trace_id=888)  # a second, separate chain
         wait_for(lambda: a.ask(Address("a", "bouncer"), Count(), trace_id=0) == 4)
+        wait_for(lambda: b.ask(Address("b", "bouncer"), Count(), trace_id=0) == 4)
     finally:
         a.shutdown()
         b.shutdown()

@@ -1,0 +1,99 @@
+"""Actors sharing a thread: the same guarantees as actors with threads of their own."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import pytest
+
+from actors.runtime.actor import Actor, handles
+from actors.runtime.address import Address
+from actors.runtime.node import Node
+from tests.runtime.node_actors import Boom, Fragile, GetState, OrderChecker, SendSeq, Sender, Seq
+from tests.runtime.test_runtime import wait_for
+from wire.registry import message
+
+
+@message(9301)
+class Countdown(NamedTuple):
+    left: int
+
+
+@message(9302)
+class WhichThread(NamedTuple):
+    pass
+
+
+class SelfTeller(Actor):
+    """Counts down by telling itself: self-tells must be handled, never dead letters."""
+
+    def setup(self) -> None:
+        self.seen: list[int] = []
+
+    @handles(Countdown)
+    def on_countdown(self, msg: Countdown) -> None:
+        self.seen.append(msg.left)
+        if msg.left:
+            self.tell(self.address, Countdown(msg.left - 1))
+
+    @handles(GetState)
+    def state(self, _msg: GetState) -> list[int]:
+        return self.seen
+
+    @handles(WhichThread)
+    def thread(self, _msg: WhichThread) -> int:
+        return threading.get_ident()
+
+
+@pytest.fixture
+def node() -> Iterator[Node]:
+    n = Node("place").start()
+    yield n
+    n.shutdown(timeout=5)
+
+
+def test_self_tells_are_handled_in_order(node: Node) -> None:
+    actor = node.spawn(SelfTeller, "self")
+    node.tell(actor, Countdown(50))
+    assert wait_for(lambda: node.ask(actor, GetState()) == list(range(50, -1, -1)))
+    assert node.dead_letters.total == 0
+
+
+def test_guests_share_the_host_thread_and_keep_order(node: Node) -> None:
+    host = node.spawn(SelfTeller, "host")
+    checker = node.spawn(OrderChecker, "checker", host=node.actor("host"))
+    senders = [node.spawn(Sender, f"s{i}", host=node.actor("host")) for i in range(3)]
+    outside = node.spawn(Sender, "outside")  # its own thread: reaches the guest over ZeroMQ
+    tid = node.ask(host, WhichThread())
+    assert node.ask(Address("place", "s0"), SendSeq(0, "place", "checker")) == 0
+    for s in [*senders, outside]:
+        node.tell(s, SendSeq(5_000, "place", "checker"))
+    state = wait_for(lambda: (st := node.ask(checker, GetState()))["count"] == 20_000 and st)
+    assert state["out_of_order"] == 0
+    assert state["last"] == {"s0": 4999, "s1": 4999, "s2": 4999, "outside": 4999}
+    assert node.actor("checker")._owner is node.actor("host")
+    assert tid == node.ask(host, WhichThread())
+
+
+def test_a_crashing_guest_is_restarted_without_disturbing_its_host(node: Node) -> None:
+    node.spawn(SelfTeller, "host")
+    fragile = node.spawn(Fragile, "fragile", host=node.actor("host"))
+    node.tell(fragile, Boom("guest down"))
+    node.tell(fragile, Seq("x", 0))
+    assert wait_for(lambda: node.ask(fragile, GetState())["handled"] == 1)
+    assert node.ask(fragile, GetState())["setups"] == 2
+    node.tell(Address("place", "host"), Countdown(2))
+    assert wait_for(lambda: node.ask(Address("place", "host"), GetState()) == [2, 1, 0])
+
+
+def test_stopping_a_guest_leaves_the_host_running(node: Node) -> None:
+    node.spawn(SelfTeller, "host")
+    node.spawn(SelfTeller, "guest", host=node.actor("host"))
+    node.actor("guest").actor_ref.stop(block=True, timeout=5)
+    assert node.actor("guest").actor_stopped.is_set()
+    node.tell(Address("place", "host"), Countdown(1))
+    assert wait_for(lambda: node.ask(Address("place", "host"), GetState()) == [1, 0])
+    node.tell(Address("place", "guest"), Countdown(1))  # now a dead letter, counted
+    assert wait_for(lambda: node.dead_letters.total == 1)

@@ -143,9 +143,9 @@ def _next_offset(data: bytes | memoryview) -> int:
     return base + delta + 1
 
 
-def run_random_reads(directory: Path, batches: list[bytes], count: int, segments: int,
-                     reads: int, seed: int) -> float:
-    """Mean microseconds per read(random offset) over a log of ``segments`` segments."""
+def _build_log(directory: Path, batches: list[bytes], count: int,
+               segments: int) -> PartitionLog:
+    """``count`` batches laid out in about ``segments`` segments."""
     n = len(batches)
     total = sum(len(batches[i % n]) for i in range(count))
     segment_bytes = max(total // segments, len(batches[0])) if segments > 1 else total + 1
@@ -153,19 +153,37 @@ def run_random_reads(directory: Path, batches: list[bytes], count: int, segments
                             LogConfig(segment_bytes=segment_bytes), 0)
     for i in range(count):
         log.append_as_leader(batches[i % n], 0, 0)
-    leo = log.log_end_offset
+    if segments > 1 and len(log.segments) < segments * 0.9:
+        raise click.ClickException(f"wanted {segments} segments, got {len(log.segments)}")
+    return log
+
+
+def run_random_reads(directory: Path, batches: list[bytes], count: int, segments: int,
+                     reads: int, seed: int) -> tuple[float, float]:
+    """Mean microseconds per read(random offset, one batch): 1 segment, ``segments``.
+
+    The same data in both logs, the same offsets, read in alternating blocks.
+    """
+    one = _build_log(directory, batches, count, 1)
+    many = _build_log(directory, batches, count, segments)
     rng = random.Random(seed)
-    offsets = [rng.randrange(leo) for _ in range(reads)]
-    read = log.read
-    start = time.perf_counter()
-    for offset in offsets:
-        read(offset, 1, None)
-    elapsed = time.perf_counter() - start
-    actual_segments = len(log.segments)
-    log.close_without_flush()
-    if segments > 1 and actual_segments < segments * 0.9:
-        raise click.ClickException(f"wanted {segments} segments, got {actual_segments}")
-    return elapsed / reads * 1e6
+    offsets = [rng.randrange(one.log_end_offset) for _ in range(reads)]
+    clock = time.perf_counter
+    one_s = many_s = 0.0
+    for block_start in range(0, reads, BLOCK):
+        block = offsets[block_start:block_start + BLOCK]
+        start = clock()
+        for offset in block:
+            one.read(offset, 1, None)
+        middle = clock()
+        for offset in block:
+            many.read(offset, 1, None)
+        end = clock()
+        one_s += middle - start
+        many_s += end - middle
+    one.close_without_flush()
+    many.close_without_flush()
+    return one_s / reads * 1e6, many_s / reads * 1e6
 
 
 def run_bench(total_mb: int, batch_kib: int, fetch_kib: int, segments: int, reads: int,
@@ -182,8 +200,10 @@ def run_bench(total_mb: int, batch_kib: int, fetch_kib: int, segments: int, read
         try:
             appends.append(run_append(root, batches, count))
             readings.append(run_read(root, fetch_kib * 1024))
-            one.append(run_random_reads(root, batches, random_count, 1, reads, rep))
-            many.append(run_random_reads(root, batches, random_count, segments, reads, rep))
+            one_us, many_us = run_random_reads(root, batches, random_count, segments, reads,
+                                               rep)
+            one.append(one_us)
+            many.append(many_us)
         finally:
             shutil.rmtree(root, ignore_errors=True)
 

@@ -632,3 +632,65 @@ def test_finished_segments_hold_one_file_descriptor(tmp_path: Path) -> None:
     assert len(os.listdir("/proc/self/fd")) - before <= 21  # the .logs and the active .index
     log.close()
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_offset_metadata_helpers_for_the_purgatory(tmp_path: Path) -> None:
+    raw = batch(1)
+    log = open_log(tmp_path, segment_bytes=len(raw) * 2)
+    log.append_as_leader(raw, 0, 0)
+    fetch = log.read(0, 1000).fetch_offset_metadata
+    log.append_as_leader(raw, 0, 0)
+    leo = log.log_end_offset_metadata
+    assert leo.on_same_segment(fetch) and leo.position_diff(fetch) == 2 * len(raw)
+    log.append_as_leader(raw, 0, 0)  # rolls
+    assert not log.log_end_offset_metadata.on_same_segment(fetch)
+
+
+def test_high_watermark_metadata_follows_a_roll(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(1), 0, 0)
+    log.update_high_watermark(1)
+    assert log.high_watermark_metadata == LogOffsetMetadata(1, 0, len(batch(1)))
+    log.roll(0)
+    log.append_as_leader(batch(1), 0, 0)
+    assert log.high_watermark_metadata == LogOffsetMetadata(1, 1, 0)
+
+
+def test_read_capped_inside_a_batch_leaves_that_batch_out(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(2), 0, 0)
+    log.append_as_leader(batch(2), 0, 0)
+    assert offsets(log.read(0, 10_000, 3).records) == [(0, 1)]
+
+
+def test_follower_appends_feed_producer_state(tmp_path: Path) -> None:
+    leader = open_log(tmp_path / "l")
+    idempotent = build_batch([b"x"], producer_id=9, producer_epoch=0, base_sequence=0)
+    leader.append_as_leader(idempotent, 0, 0)
+    follower = open_log(tmp_path / "f")
+    follower.append_as_follower(leader.read(0, 1000).records, 0)
+    # The follower becomes leader: the producer's retry is recognised.
+    retry = follower.append_as_leader(idempotent, 1, 0)
+    assert retry.duplicate and retry.first_offset == 0
+
+
+def test_duplicate_on_a_log_append_time_topic_returns_the_original_time(
+        tmp_path: Path) -> None:
+    log = open_log(tmp_path, message_timestamp_type="LogAppendTime")
+    raw = build_batch([b"x"], producer_id=9, producer_epoch=0, base_sequence=0)
+    first = log.append_as_leader(raw, 0, now_ms=500)
+    retry = log.append_as_leader(raw, 0, now_ms=900)
+    assert retry.duplicate and retry.log_append_time_ms == first.log_append_time_ms == 500
+
+
+def test_retention_removes_segments_below_the_log_start(tmp_path: Path) -> None:
+    raw = batch(1)
+    log = open_log(tmp_path, segment_bytes=len(raw))
+    for _ in range(3):
+        log.append_as_leader(raw, 0, 0)
+    log.close()
+    log = open_log(tmp_path, segment_bytes=len(raw), clean_shutdown=True, log_start_offset=2,
+                   high_watermark=3, recovery_point=3)
+    assert log.segment_base_offsets == [0, 1, 2]
+    assert log.delete_old_segments(0) == 2
+    assert log.segment_base_offsets == [2] and log.log_start_offset == 2

@@ -265,13 +265,15 @@ class DelayedFetch(DelayedOperation):
         if end_offset == wanted.fetch_offset:
             self._available[tp] = 0
             return
-        fetch_segment = wanted.fetch_position.segment_base_offset
-        if end_position.segment_base_offset != fetch_segment:
+        # Positions are indexed, not named: a plain (base, position) pair or a
+        # msgpack-decoded list works as well as a SegmentPosition.
+        fetch_segment, fetch_relative = wanted.fetch_position[0], wanted.fetch_position[1]
+        if end_position[0] != fetch_segment:
             # Newer segment: the fetch offset left the active one. Older: truncated.
             self._reason = self._reason or "segment_changed"
             return
         if wanted.fetch_offset < end_offset:
-            diff = end_position.relative_position - wanted.fetch_position.relative_position
+            diff = end_position[1] - fetch_relative
             self._available[tp] = max(0, min(diff, wanted.max_bytes))
         else:
             self._available[tp] = 0

@@ -203,6 +203,12 @@ def test_fetch_accumulates_bytes_across_partitions_until_min_bytes() -> None:
     assert op.outcome.read == (A, B) and op.outcome.errors == {}
 
 
+def test_fetch_accepts_positions_as_plain_pairs() -> None:
+    op = DelayedFetch(500, {A: FetchPartitionStatus(10, (0, 1000), max_bytes=100)}, min_bytes=50)  # type: ignore[arg-type]
+    op.observe(A, status(A, hw=12)._replace(high_watermark_position=[0, 1060]))  # type: ignore[arg-type]
+    assert op.accumulated_bytes == 60 and op.try_complete()
+
+
 def test_fetch_uses_the_latest_status_not_a_sum_of_updates() -> None:
     op = fetch(min_bytes=100)
     op.observe(A, status(A, hw=11, hw_pos=(0, 1050)))

@@ -1,13 +1,35 @@
-"""`actorlog trace ...`: look at the trace events nodes wrote."""
+"""`actorlog trace ...`: look at the trace events nodes wrote.
+
+show / list / tail / find work on the msgpack segments directly; export
+writes Perfetto or OTLP JSON; analyze runs the PySpark job of
+``actors/trace_analyze.py`` (optional extra ``actorlog[spark]``).
+"""
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
+from typing import Any
 
 import click
 
-from actors.runtime.trace_spans import build_spans, format_tree
+from actors.runtime.trace_spans import (
+    API_KEYS,
+    STAGES,
+    RequestTrace,
+    api_name,
+    build_spans,
+    format_tree,
+    node_anchors,
+    request_from_trace,
+    request_traces,
+)
 from actors.runtime.tracing import read_trace_dirs
+
+_dir_option = click.option("--dir", "dirs", multiple=True, required=True,
+                           type=click.Path(exists=True),
+                           help="a node's data dir or trace dir; repeat for every node")
 
 
 def _parse_trace_id(text: str) -> int:
@@ -17,6 +39,18 @@ def _parse_trace_id(text: str) -> int:
         raise click.BadParameter(f"trace id must be an integer or 0x-hex, got {text!r}") from None
 
 
+def _us(ns: int | None) -> str:
+    return "?" if ns is None else f"{ns / 1000:.0f} us"
+
+
+def stage_line(req: RequestTrace) -> str:
+    """``total X us = request_queue A us + local B us + ...`` (or why it is incomplete)."""
+    if req.stages is None:
+        return f"total {_us(req.total_ns)} (stages unknown: some events are missing)"
+    parts = " + ".join(f"{s} {_us(req.stages[s])}" for s in STAGES)
+    return f"total {_us(req.total_ns)} = {parts}"
+
+
 @click.group("trace")
 def group() -> None:
     """Inspect message traces (one request's path across actors and hosts)."""
@@ -24,30 +58,182 @@ def group() -> None:
 
 @group.command("show")
 @click.argument("trace_id")
-@click.option("--dir", "dirs", multiple=True, required=True, type=click.Path(exists=True),
-              help="a node's data dir or trace dir; repeat for every node")
+@_dir_option
 def show(trace_id: str, dirs: tuple[str, ...]) -> None:
-    """Print one trace as an indented timeline: actor, node, message, mailbox and handler time."""
+    """Print one trace as a tree: actor, node, message, mailbox wait and handling time.
+
+    For a Kafka request the header gives its stages (request queue, local,
+    remote, response queue, send; see actors/runtime/trace_spans.py).
+    """
     tid = _parse_trace_id(trace_id)
-    events = read_trace_dirs([Path(d) for d in dirs])
-    roots = build_spans(events, tid)
-    if not roots:
+    events = [e for e in read_trace_dirs([Path(d) for d in dirs]) if e["trace_id"] == tid]
+    anchors = node_anchors(events)
+    roots = build_spans(events, tid, anchors)
+    req = request_from_trace(tid, events, anchors)
+    if not roots and req is None:
         raise click.ClickException(f"trace {trace_id} not found in {', '.join(dirs)}")
-    click.echo(f"trace {tid} ({sum(1 for e in events if e['trace_id'] == tid)} events)")
-    for line in format_tree(roots):
+    click.echo(f"trace {tid} ({len(events)} events)")
+    t0 = None
+    if req is not None:
+        click.echo(f"request {req.api} (api {req.api_key}) conn {req.conn_id} corr {req.corr_id} "
+                   f"from {req.peer} at {req.processor}@{req.node}"
+                   + (f", handled by {req.handler}" if req.handler else ""))
+        click.echo(stage_line(req))
+        t0 = req.t_in
+        click.echo(f"+{0:9.0f} us  net_in   {req.processor}@{req.node} <- {req.peer}")
+    for line in format_tree(roots, t0):
         click.echo(line)
+    if req is not None:
+        if req.t_out is None:
+            click.echo("           net_out  (no response in the traces)")
+        else:
+            click.echo(f"+{(req.t_out - req.t_in) / 1000:9.0f} us  net_out  "
+                       f"{req.processor}@{req.node} -> {req.peer}"
+                       + (f"  ({req.responses} responses!)" if req.responses > 1 else ""))
 
 
 @group.command("list")
-@click.option("--dir", "dirs", multiple=True, required=True, type=click.Path(exists=True))
+@_dir_option
 @click.option("--limit", default=20, show_default=True)
 def list_traces(dirs: tuple[str, ...], limit: int) -> None:
     """The most recent trace ids with their first message type."""
     events = read_trace_dirs([Path(d) for d in dirs])
-    first: dict[int, dict] = {}
+    first: dict[int, dict[str, Any]] = {}
     for ev in events:
         tid = ev["trace_id"]
         if tid and (tid not in first or ev["wall_ns"] < first[tid]["wall_ns"]):
             first[tid] = ev
     for tid, ev in sorted(first.items(), key=lambda kv: kv[1]["wall_ns"])[-limit:]:
         click.echo(f"{tid}  {ev['msg_type']}  {ev['actor']}@{ev['node']}")
+
+
+def _request_row(req: RequestTrace) -> str:
+    when = time.strftime("%H:%M:%S", time.gmtime(req.t_in / 1e9)) + f".{req.t_in // 1_000_000 % 1000:03d}"
+    return (f"{when}  {req.trace_id:>20}  {req.api:<13} conn {req.conn_id:<5} corr {req.corr_id:<7} "
+            f"{stage_line(req)}")
+
+
+@group.command("find")
+@_dir_option
+@click.option("--slowest", type=click.IntRange(min=1), default=10, show_default=True,
+              help="how many requests to print, slowest first")
+@click.option("--api", default=None, help="only this API (Kafka name, e.g. produce, fetch, or a key)")
+@click.option("--window", "window_s", type=click.FloatRange(min=0), default=None,
+              help="only requests that arrived in the last SECONDS of the traces")
+def find(dirs: tuple[str, ...], slowest: int, api: str | None, window_s: float | None) -> None:
+    """The slowest requests (net_in to net_out), with their stages and trace ids."""
+    reqs = [r for r in request_traces(read_trace_dirs([Path(d) for d in dirs]))
+            if r.total_ns is not None]
+    if api is not None:
+        key = int(api) if api.isdigit() else API_KEYS.get(api.lower())
+        if key is None:
+            raise click.BadParameter(f"unknown API {api!r}; use a Kafka API name or key",
+                                     param_hint="--api")
+        reqs = [r for r in reqs if r.api_key == key]
+    if window_s is not None and reqs:
+        end = max(r.t_in for r in reqs)
+        reqs = [r for r in reqs if r.t_in >= end - window_s * 1e9]
+    if not reqs:
+        raise click.ClickException("no matching answered requests in the traces")
+    reqs.sort(key=lambda r: r.total_ns or 0, reverse=True)
+    click.echo(f"{len(reqs)} matching requests; the {min(slowest, len(reqs))} slowest "
+               f"(trace show TRACE_ID for the tree):")
+    for r in reqs[:slowest]:
+        click.echo(_request_row(r))
+
+
+@group.command("tail")
+@_dir_option
+@click.option("--events", "raw", is_flag=True, help="print every event, not finished requests")
+@click.option("--from-start", is_flag=True, help="begin with what the files already hold")
+@click.option("--seconds", type=click.FloatRange(min=0), default=None,
+              help="stop after this long (default: until interrupted)")
+@click.option("--interval", type=click.FloatRange(min=0.01), default=0.2, show_default=True)
+def tail(dirs: tuple[str, ...], raw: bool, from_start: bool, seconds: float | None,
+         interval: float) -> None:
+    """Follow a running node's trace files: one line per finished request (or per event)."""
+    from actors.trace_store import SegmentFollower
+
+    follower = SegmentFollower([Path(d) for d in dirs], from_end=not from_start)
+    pending: dict[int, list[dict[str, Any]]] = {}
+    anchors: dict[str, int] = {}
+    deadline = None if seconds is None else time.monotonic() + seconds
+    try:
+        while True:
+            new = follower.poll()
+            for node, a in node_anchors(new).items():
+                anchors.setdefault(node, a)
+            for ev in new:
+                if raw:
+                    click.echo(f"{ev['kind']:<7} {ev['trace_id']:>20} {ev['actor']}@{ev['node']} "
+                               f"{ev['msg_type']} peer={ev['peer']} bytes={ev['bytes']}")
+                    continue
+                if not ev["trace_id"]:
+                    continue
+                evs = pending.setdefault(ev["trace_id"], [])
+                evs.append(ev)
+                if ev["kind"] == "net_out":
+                    req = request_from_trace(ev["trace_id"], evs, anchors)
+                    if req is not None:
+                        click.echo(_request_row(req))
+                    del pending[ev["trace_id"]]
+            if len(pending) > 100_000:  # chains that never end in net_out
+                for tid in list(pending)[: len(pending) // 2]:
+                    del pending[tid]
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return
+
+
+@group.command("export")
+@click.option("--format", "fmt", type=click.Choice(["perfetto", "otlp"]), default="perfetto",
+              show_default=True)
+@_dir_option
+@click.option("--trace-id", "trace_ids", multiple=True, help="only these traces (repeatable)")
+@click.argument("out", type=click.Path(dir_okay=False))
+def export(fmt: str, dirs: tuple[str, ...], trace_ids: tuple[str, ...], out: str) -> None:
+    """Write the traces as Perfetto/Chrome JSON (open at ui.perfetto.dev) or OTLP JSON."""
+    from actors.trace_export import to_otlp, to_perfetto
+
+    events = read_trace_dirs([Path(d) for d in dirs])
+    if trace_ids:
+        wanted = {_parse_trace_id(t) for t in trace_ids}
+        events = [e for e in events if e["trace_id"] in wanted]
+    doc = to_perfetto(events) if fmt == "perfetto" else to_otlp(events)
+    with open(out, "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+    click.echo(f"wrote {len(events)} events as {fmt} JSON to {out}")
+
+
+@group.command("analyze")
+@click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False),
+              help="report directory: Parquet tables, report.html, plots")
+@click.option("--master", default="local[*]", show_default=True, help="Spark master URL")
+def analyze(dirs: tuple[str, ...], out: str, master: str) -> None:
+    """PySpark job over every node's traces: stages, actors, throughput, ordering check."""
+    from actors.trace_analyze import MissingExtraError, analyze as run, require_extras
+
+    try:
+        require_extras()
+    except MissingExtraError as exc:
+        raise click.ClickException(str(exc)) from None
+    summary = run([Path(d) for d in dirs], Path(out), master=master)
+    click.echo(f"{summary['events']} events, {summary['requests']} requests "
+               f"({summary['incomplete_requests']} incomplete), "
+               f"{summary['violation_count']} ordering/answer violations")
+    for api, d in sorted(summary["per_api_us"].items()):
+        click.echo(f"  {api:<14} {d['requests']:>8} requests  total p50 {d['total']['p50']:.0f} us "
+                   f"p99 {d['total']['p99']:.0f} us")
+    for v in summary["violations"][:20]:
+        click.echo(f"  VIOLATION {v['violation']}: {v['node']} {v['processor']} conn {v['conn_id']} "
+                   f"corr {v['corr_id']} ({v['api']}): {v['detail']}")
+    t = summary["timings"]
+    click.echo(f"report: {Path(out) / 'report.html'}  (convert {t['convert_s']:.1f} s, "
+               f"spark start {t['spark_start_s']:.1f} s, job {t['job_s']:.1f} s)")
+
+
+def describe_api(key: int) -> str:
+    return api_name(key)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 FORMAT_NAME = "actorlog-trace"
 FORMAT_VERSION = 1
+READABLE_VERSIONS: tuple[int, ...] = (1,)
 FIELDS: tuple[str, ...] = (
     "kind",
     "trace_id",

@@ -15,7 +15,8 @@ next fetch offset in the returned batches is the client's work and is not
 timed.
 
 Random reads: the same data laid out as 1 segment and as ``--segments``
-segments; the mean cost of ``read(random offset, one batch)`` for each.
+segments; the mean cost of ``read(random offset, max_bytes = one batch)``
+for each, over the same offsets in alternating blocks.
 Finding the segment is a bisect over the bases and finding the batch a
 bisect over the sparse index, so the ratio should be near 1.
 """
@@ -168,16 +169,17 @@ def run_random_reads(directory: Path, batches: list[bytes], count: int, segments
     many = _build_log(directory, batches, count, segments)
     rng = random.Random(seed)
     offsets = [rng.randrange(one.log_end_offset) for _ in range(reads)]
+    fetch_bytes = len(batches[0])  # one batch per read, as a fetch sized for it
     clock = time.perf_counter
     one_s = many_s = 0.0
     for block_start in range(0, reads, BLOCK):
         block = offsets[block_start:block_start + BLOCK]
         start = clock()
         for offset in block:
-            one.read(offset, 1, None)
+            one.read(offset, fetch_bytes, None)
         middle = clock()
         for offset in block:
-            many.read(offset, 1, None)
+            many.read(offset, fetch_bytes, None)
         end = clock()
         one_s += middle - start
         many_s += end - middle

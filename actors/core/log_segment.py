@@ -76,6 +76,9 @@ class LogSegment:
         # Sparse index: absolute offsets (base offset of a batch) and positions.
         self.index_offsets: list[int] = []
         self.index_positions: list[int] = []
+        # Memory only: the next offset after each indexed batch (-1 if not known,
+        # after a load), so a lookup inside an indexed batch reads nothing.
+        self.index_next_offsets: list[int] = []
         self._bytes_since_index_entry = 0
         self._pending_index = bytearray()
         self._max_timestamp_ms: int | None = -1 if self.size == 0 else None
@@ -153,6 +156,7 @@ class LogSegment:
             if len(head) < LOG_OVERHEAD or _QI.unpack(head)[0] != offsets[-1]:
                 return False
         self.index_offsets, self.index_positions = offsets, positions
+        self.index_next_offsets = [-1] * len(offsets)
         return True
 
     def _scan_to_end(self, position: int, expected_offset: int) -> tuple[int, int]:
@@ -175,7 +179,7 @@ class LogSegment:
         """Check every batch (length, magic, CRC, offsets), rebuild the index, cut
         the file at the first bad batch. Returns the number of bytes cut.
         """
-        self.index_offsets, self.index_positions = [], []
+        self.index_offsets, self.index_positions, self.index_next_offsets = [], [], []
         self._pending_index = bytearray()
         os.ftruncate(self._index_fd, 0)
         self._bytes_since_index_entry = 0
@@ -208,6 +212,7 @@ class LogSegment:
                 entries += INDEX_ENTRY.pack(header.base_offset - self.base_offset, position)
                 self.index_offsets.append(header.base_offset)
                 self.index_positions.append(position)
+                self.index_next_offsets.append(header.next_offset)
                 self._bytes_since_index_entry = 0
             self._bytes_since_index_entry += header.size
             self._note_batch(header.max_timestamp)
@@ -269,6 +274,7 @@ class LogSegment:
                                                         start + position)
                 self.index_offsets.append(base_offset)
                 self.index_positions.append(start + position)
+                self.index_next_offsets.append(next_offset)
                 since = 0
             since += size
             if not self._first_batch_seen:
@@ -296,6 +302,7 @@ class LogSegment:
             self._pending_index += INDEX_ENTRY.pack(base_offset - self.base_offset, start)
             self.index_offsets.append(base_offset)
             self.index_positions.append(start)
+            self.index_next_offsets.append(next_offset)
             self._bytes_since_index_entry = size
             if len(self._pending_index) >= 4096:
                 self._write_pending_index()
@@ -362,8 +369,8 @@ class LogSegment:
         slot = bisect_right(self.index_offsets, offset) - 1
         if slot >= 0:
             position = self.index_positions[slot]
-            if self.index_offsets[slot] == offset:
-                return position, offset  # an indexed batch starts right there
+            if offset < self.index_next_offsets[slot]:
+                return position, self.index_offsets[slot]  # inside an indexed batch
         else:
             position = 0
         for header in self.iter_headers(position, self.size, self.index_interval_bytes):
@@ -416,6 +423,7 @@ class LogSegment:
         keep = bisect_right(self.index_positions, position - 1)
         del self.index_offsets[keep:]
         del self.index_positions[keep:]
+        del self.index_next_offsets[keep:]
         os.ftruncate(self._index_fd, keep * INDEX_ENTRY.size)
         last = self.index_positions[-1] if self.index_positions else 0
         self._bytes_since_index_entry = position - last

@@ -27,7 +27,6 @@ class Acceptor(Actor):
         self.max_per_ip = int(config["max.connections.per.ip"])
         self.listen_socket = listen_socket
         self.conn_ids = itertools.count(1)
-        self.next_processor = itertools.cycle(range(topology.num_processors))
 
     def setup(self) -> None:
         self.per_ip: dict[str, int] = {}
@@ -62,7 +61,9 @@ class Acceptor(Actor):
             sock.setblocking(False)
             conn_id = next(self.conn_ids)
             fd = sock.detach()  # the Processor adopts the descriptor
-            self.tell(self.topology.processor(next(self.next_processor)),
+            # Round robin by connection id; the handler is chosen the same way
+            # (conn_id % H), so with shared threads Processor and handler share a loop.
+            self.tell(self.topology.processor(conn_id % self.topology.num_processors),
                       NewConnection(conn_id, fd, host, port))
 
     @handles(ConnectionClosed)

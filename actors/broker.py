@@ -1,5 +1,11 @@
 """One broker node: opens the log dir, binds the listener, spawns every actor.
 
+Placement (``actor.threads``): "shared" (the default) runs worker thread i
+as one poll loop for shard-i, purgatory-i, handler-i and processor-i, and
+connection c goes to processor and handler ``c % N``, so a request crosses
+threads only when its partition lives on another worker; "dedicated" gives
+every actor a thread of its own.
+
 Spawn order is the reverse of stop order: the Acceptor is spawned last, so
 at shutdown it stops first (no new connections), then the Processors (no
 new requests; answers still go out), the handlers, the controller, the
@@ -132,12 +138,24 @@ class Broker:
             node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir,
                        num_shards=topo.num_shards)
             node.spawn(Timer, topo.timer.name, clock=clock)
-            for i in range(topo.num_purgatories):
-                node.spawn(PurgatoryShard, topo.purgatory(i).name, topology=topo, clock=clock,
-                           purge_interval_requests=int(cfg["purge.interval.requests"]))
+            if cfg["actor.threads"] not in ("shared", "dedicated"):
+                raise BrokerError(f"actor.threads must be 'shared' or 'dedicated', "
+                                  f"got {cfg['actor.threads']!r}")
+            shared = cfg["actor.threads"] == "shared"
+
+            def place(i: int) -> dict[str, Any]:
+                """Worker thread i (the loop of shard-i) also runs the i-th of the others."""
+                if shared and i < topo.num_shards:
+                    return {"host": topo.shard(i).name}
+                return {}
+
             for i in range(topo.num_shards):
                 node.spawn(PartitionShard, topo.shard(i).name, topology=topo, config=cfg,
                            log_dir=log_dir, topics=topics, broker_id=broker_id)
+            for i in range(topo.num_purgatories):
+                node.spawn(PurgatoryShard, topo.purgatory(i).name, topology=topo, clock=clock,
+                           purge_interval_requests=int(cfg["purge.interval.requests"]),
+                           **place(i))
             node.spawn(Controller, topo.controller.name, topology=topo, config=cfg, store=store)
             self._spawn_extra(node, topo, cfg, clock)
             queued = max(1, int(cfg["queued.max.requests"]) // topo.num_handlers)
@@ -145,20 +163,21 @@ class Broker:
                 ctx = HandlerContext(topo, cfg, broker_id, adv_host, adv_port, cluster_id, i,
                                      dict(topics))
                 node.spawn(RequestHandler, topo.handler(i).name, context=ctx,
-                           mailbox_size=queued)
+                           mailbox_size=queued, **place(i))
             for i in range(topo.num_processors):
-                node.spawn(Processor, topo.processor(i).name, topology=topo, config=cfg)
+                node.spawn(Processor, topo.processor(i).name, topology=topo, config=cfg,
+                           **place(i))
             node.spawn(Acceptor, topo.acceptor.name, topology=topo, config=cfg,
-                       listen_socket=listener)
+                       listen_socket=listener, **place(0))
         except Exception:
             listener.close()
             node.shutdown(timeout=5)
             raise
         logger.bind(node=node_name).info(
             "actorlog broker {} listening on {}:{} (advertised {}:{}), data in {}, "
-            "{} processors, {} handlers, {} shards",
+            "{} processors, {} handlers, {} shards, actor threads {}",
             broker_id, self.host, self.port, adv_host, adv_port, data_dir,
-            topo.num_processors, topo.num_handlers, topo.num_shards)
+            topo.num_processors, topo.num_handlers, topo.num_shards, cfg["actor.threads"])
         return self
 
     def _spawn_extra(self, node: Node, topo: Topology, cfg: Config, clock: Any) -> None:

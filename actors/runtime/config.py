@@ -23,6 +23,8 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "actor.mailbox.size": (1000, int, "frames a mailbox holds before senders wait"),
     "actor.max.frame.bytes": (16 * 1024 * 1024, int, "larger frames go to dead letters"),
     "actor.batch.max.messages": (256, int, "messages an actor batches into one frame"),
+    "actor.threads": ("shared", str, "'shared': worker threads run several actors; "
+                                     "'dedicated': one thread per actor"),
     "cluster.nodes": ({}, dict, "name -> 'host:port' of every node's gateway"),
     "trace.sample.ratio": (0.01, float, "share of request chains traced"),
     "trace.file.max.bytes": (64 * 1024 * 1024, int, "rotate a trace file past this size"),

@@ -149,8 +149,17 @@ class Processor(Actor):
         if not data:
             self._close(conn, "closed by peer")
             return
+        conn.rbuf += data
+        self._take_frames(conn)
+
+    def _take_frames(self, conn: _Conn) -> None:
+        """Dispatch the complete frames in the read buffer, up to the in-flight bound.
+
+        Also runs when answers drain after a pause, on bytes read earlier, so
+        the size check lives here: a bad size prefix is refused wherever it
+        is found, never sliced into a short frame.
+        """
         buf = conn.rbuf
-        buf += data
         pos = 0
         end = len(buf)
         while end - pos >= 4 and conn.in_flight < self.max_in_flight:
@@ -221,23 +230,10 @@ class Processor(Actor):
         if not conn.reading and conn.in_flight < self.max_in_flight and not conn.closing:
             conn.reading = True
             if conn.rbuf:
-                self._read_buffered(conn)
+                self._take_frames(conn)  # frames read while the connection was paused
+                if conn.conn_id not in self.conns:
+                    return
         self._update_mask(conn)
-
-    def _read_buffered(self, conn: _Conn) -> None:
-        """Frames already read while the connection was paused."""
-        buf = conn.rbuf
-        pos = 0
-        while len(buf) - pos >= 4 and conn.in_flight < self.max_in_flight:
-            (size,) = _SIZE.unpack_from(buf, pos)
-            if len(buf) - pos - 4 < size:
-                break
-            self._dispatch(conn, bytes(buf[pos + 4:pos + 4 + size]))
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
-        if conn.in_flight >= self.max_in_flight:
-            conn.reading = False
 
     def _write(self, conn: _Conn) -> None:
         out = conn.out

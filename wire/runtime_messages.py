@@ -36,3 +36,8 @@ class Text(NamedTuple):
     """A free-form note, used by the demo and by tests."""
 
     text: str
+
+
+@message(5)
+class GetClockOffsets(NamedTuple):
+    """Ask a node's gateway for its clock offset estimates: {node: [rtt_ns, offset_ns]}."""

@@ -29,7 +29,7 @@ from actors.runtime.address import Address
 from actors.runtime.tracing import Tracer
 from wire import registry
 from wire.envelope import DEFAULT_MAX_FRAME_BYTES, FORMAT_VERSION
-from wire.runtime_messages import Reply
+from wire.runtime_messages import GetClockOffsets, Ping, Pong, Reply
 
 
 class NodeError(RuntimeError):
@@ -155,15 +155,77 @@ class _Link:
 
 
 class Gateway(Actor):
-    """Receives frames from other nodes and hands them to local mailboxes."""
+    """Receives frames from other nodes and hands them to local mailboxes.
 
-    mailbox_size = 10
+    It also estimates clock offsets: every ``PING_INTERVAL_MS`` it pings the
+    gateway of every other node; from a Pong, offset(remote - local) =
+    pong_wall - (ping_wall + arrival_wall) / 2, and the sample with the
+    smallest round trip in the recent window is kept. The node whose name
+    sorts first is the reference clock; the tracer records this node's offset
+    to it, so trace readers can put every node on one timeline.
+    """
+
+    mailbox_size = 1000
+    PING_INTERVAL_MS = 2000
+    WINDOW = 8
 
     def __init__(self, node: Node, name: str, endpoint: NodeEndpoint | None, **kw: Any) -> None:
         super().__init__(node, name, **kw)
         self.endpoint = endpoint
         self._in: list[Any] = []
         self._fwd: dict[str, _Link] = {}
+        self.samples: dict[str, list[tuple[int, int]]] = {}  # node -> [(rtt ns, offset ns)]
+        self._ping_seq = 0
+        self._next_ping_ns = 0
+
+    def _peers(self) -> list[str]:
+        return sorted(n for n in self.node.directory.nodes if n != self.node.name)
+
+    def poll_timeout_ms(self) -> int | None:
+        if not self._peers():
+            return None
+        return max(0, (self._next_ping_ns - time.monotonic_ns()) // 1_000_000)
+
+    def on_turn(self) -> None:
+        peers = self._peers()
+        if not peers or time.monotonic_ns() < self._next_ping_ns:
+            return
+        self._next_ping_ns = time.monotonic_ns() + self.PING_INTERVAL_MS * 1_000_000
+        self._ping_seq += 1
+        for peer in peers:
+            self.tell(Address(peer, self.name), Ping(self._ping_seq, time.time_ns()))
+
+    @handles(Ping)
+    def on_ping(self, msg: Ping) -> None:
+        self.reply(Pong(msg.seq, msg.sent_wall_ns, time.time_ns()))
+
+    @handles(Pong)
+    def on_pong(self, msg: Pong) -> None:
+        assert self.current_sender is not None
+        arrived = time.time_ns()
+        rtt = arrived - msg.ping_wall_ns
+        offset = msg.pong_wall_ns - (msg.ping_wall_ns + arrived) // 2
+        window = self.samples.setdefault(self.current_sender.node, [])
+        window.append((rtt, offset))
+        del window[: -self.WINDOW]
+        self._update_tracer_offset()
+
+    def offset_to(self, node: str) -> int | None:
+        """Best estimate of (node's wall clock - ours) in ns, or None without samples."""
+        if node == self.node.name:
+            return 0
+        window = self.samples.get(node)
+        return min(window)[1] if window else None
+
+    def _update_tracer_offset(self) -> None:
+        reference = min([self.node.name, *self._peers()])
+        offset = self.offset_to(reference)
+        if offset is not None:
+            self.node.tracer.clock_offset_ns = offset
+
+    @handles(GetClockOffsets)
+    def clock_offsets(self, _msg: GetClockOffsets) -> dict[str, list[int]]:
+        return {node: list(min(window)) for node, window in self.samples.items() if window}
 
     def setup(self) -> None:
         if self._in or self.endpoint is None:

@@ -92,3 +92,30 @@ def test_trace_follows_a_chain_across_hosts_and_trace_show_prints_it(tmp_path: P
 
     missing = CliRunner().invoke(cli, ["trace", "show", "12345", "--dir", str(tmp_path / "a")])
     assert missing.exit_code != 0 and "not found" in missing.output
+
+
+def test_gateways_estimate_clock_offsets_between_hosts() -> None:
+    """Two loopback hosts on one machine share a clock: the estimate is near 0."""
+    from actors.runtime.node import Gateway
+    from wire.runtime_messages import GetClockOffsets
+
+    Gateway.PING_INTERVAL_MS = 100
+    directory = Directory({
+        "a": NodeEndpoint("127.0.0.2", _port("127.0.0.2")),
+        "b": NodeEndpoint("127.0.0.3", _port("127.0.0.3")),
+    })
+    a = Node("a", directory=directory).start()
+    b = Node("b", directory=directory).start()
+    try:
+        offsets = wait_for(lambda: b.ask(Address("b", "_gateway"), GetClockOffsets()))
+        rtt_ns, offset_ns = offsets["a"]
+        assert 0 < rtt_ns < 1_000_000_000
+        assert abs(offset_ns) <= rtt_ns  # the truth (0) lies within the round trip
+        # b's tracer now records its offset to the reference clock (node "a")
+        assert abs(b.tracer.clock_offset_ns) <= rtt_ns
+        assert a.ask(Address("a", "_gateway"), GetClockOffsets())
+        assert a.tracer.clock_offset_ns == 0  # a is the reference
+    finally:
+        Gateway.PING_INTERVAL_MS = 2000
+        a.shutdown()
+        b.shutdown()

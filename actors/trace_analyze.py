@@ -98,52 +98,61 @@ def load_events(spark: Any, parquet_paths: list[Path]) -> Any:
 
 
 def build_tables(ev: Any) -> dict[str, Any]:
+    """The requests, actors, seconds and violations DataFrames.
+
+    Aggregation buffers hold only numbers (Spark hash-aggregates those; a
+    string in a buffer falls back to sort-based aggregation): an actor is
+    carried as ``who`` = xxhash64(node, actor) and named at the end from the
+    small table of distinct (node, actor).
+    """
     from pyspark.sql import functions as F
 
     c, w = F.col, F.when
     kind, mt = c("kind"), c("msg_type")
-    ev = ev.select("trace_id", "span_id", "kind", "node", "actor", "peer", "msg_type", "conn_id",
-                   "corr_id", "api_key", "bytes", "t")
+    ev = ev.select("trace_id", "span_id", "kind", "node", "actor", "msg_type", "conn_id",
+                   "corr_id", "api_key", "bytes", "t").withColumn("who", F.xxhash64("node", "actor"))
+    names = F.broadcast(ev.groupBy("node", "actor").agg(F.max("t").alias("t_last"),
+                                                        F.min("t").alias("t_first"))
+                        .withColumn("who", F.xxhash64("node", "actor")).cache())
     # one row per message: send / recv / done times and the receiver
     spans = (ev.filter(c("span_id") != 0).groupBy("trace_id", "span_id").agg(
         F.min(w(kind == "send", c("t"))).alias("t_send"),
         F.min(w(kind == "recv", c("t"))).alias("t_recv"),
         F.min(w(kind == "done", c("t"))).alias("t_done"),
-        F.first(w(kind == "recv", c("actor")), ignorenulls=True).alias("actor"),
-        F.first(w(kind == "recv", c("node")), ignorenulls=True).alias("node"),
-        F.first(mt).alias("msg_type"),
+        F.max(w(kind == "recv", c("who"))).alias("who"),
     )).cache()
+    is_req_recv = (kind == "recv") & (mt == "KafkaRequest")
     req = (ev.filter(kind.isin("net_in", "net_out") | mt.isin("KafkaRequest", "KafkaResponse"))
            .groupBy("trace_id").agg(
         F.min(w(kind == "net_in", c("t"))).alias("t_in_ns"),
         F.min(w(kind == "net_out", c("t"))).alias("t_out_ns"),
         F.count(w(kind == "net_out", 1)).alias("responses"),
         F.sum(w(kind == "net_out", c("bytes")).otherwise(0)).alias("bytes_out"),
-        F.first(w(kind == "net_in", c("node")), ignorenulls=True).alias("node"),
-        F.first(w(kind == "net_in", c("actor")), ignorenulls=True).alias("processor"),
-        F.first(w(kind == "net_in", c("conn_id")), ignorenulls=True).alias("conn_id"),
-        F.first(w(kind == "net_in", c("corr_id")), ignorenulls=True).alias("corr_id"),
-        F.first(w(kind == "net_in", c("api_key")), ignorenulls=True).alias("api_key"),
-        F.min(w((kind == "recv") & (mt == "KafkaRequest"), c("t"))).alias("t_req_recv"),
-        F.first(w((kind == "recv") & (mt == "KafkaRequest"), c("actor")), ignorenulls=True)
-         .alias("handler"),
-        F.first(w((kind == "recv") & (mt == "KafkaRequest"), c("node")), ignorenulls=True)
-         .alias("handler_node"),
+        F.max(w(kind == "net_in", c("who"))).alias("proc_who"),
+        F.max(w(kind == "net_in", c("conn_id"))).alias("conn_id"),
+        F.max(w(kind == "net_in", c("corr_id"))).alias("corr_id"),
+        F.max(w(kind == "net_in", c("api_key"))).alias("api_key"),
+        F.min(w(is_req_recv, c("t"))).alias("t_req_recv"),
+        F.max(w(is_req_recv, c("who"))).alias("handler_who"),
         F.min(w((kind == "send") & (mt == "KafkaResponse"), c("t"))).alias("t_resp_send"),
         F.min(w((kind == "recv") & (mt == "KafkaResponse"), c("t"))).alias("t_resp_recv"),
     ).filter(c("t_in_ns").isNotNull()))
-    hs = spans.select("trace_id", c("actor").alias("h_actor"), c("node").alias("h_node"),
-                      c("t_recv").alias("h_recv"), c("t_done").alias("h_done"))
-    local = (req.select("trace_id", "handler", "handler_node", "t_req_recv", "t_resp_send")
-             .join(hs, "trace_id")
-             .filter((c("h_actor") == c("handler")) & (c("h_node") == c("handler_node")))
+    hs = spans.select("trace_id", c("who").alias("handler_who"), c("t_recv").alias("h_recv"),
+                      c("t_done").alias("h_done"))
+    local = (req.select("trace_id", "handler_who", "t_req_recv", "t_resp_send")
+             .join(hs, ["trace_id", "handler_who"])
              .groupBy("trace_id").agg(F.sum(F.greatest(
                  F.lit(0), F.least(c("h_done"), c("t_resp_send"))
                  - F.greatest(c("h_recv"), c("t_req_recv")))).alias("local_ns")))
     complete = (c("t_out_ns").isNotNull() & c("t_req_recv").isNotNull()
                 & c("t_resp_send").isNotNull() & c("t_resp_recv").isNotNull())
     api_map = F.create_map(*[x for k, v in API_NAMES.items() for x in (F.lit(k), F.lit(v))])
+    proc_names = names.select(c("who").alias("proc_who"), "node", c("actor").alias("processor"))
+    handler_names = names.select(c("who").alias("handler_who"),
+                                 F.concat_ws("@", "actor", "node").alias("handler"))
     requests = (req.join(local, "trace_id", "left")
+                .join(proc_names, "proc_who", "left")
+                .join(handler_names, "handler_who", "left")
                 .withColumn("api", F.coalesce(api_map[c("api_key")],
                                               F.concat(F.lit("api_"), c("api_key").cast("string"))))
                 .withColumn("total_ns", c("t_out_ns") - c("t_in_ns"))
@@ -156,20 +165,22 @@ def build_tables(ev: Any) -> dict[str, Any]:
                         "t_in_ns", "t_out_ns", "responses", "bytes_out", "total_ns",
                         *[f"{s}_ns" for s in STAGES], "handler")).cache()
 
-    node_span = ev.groupBy("node").agg(((F.max("t") - F.min("t")) / 1e9).alias("span_s"))
-    actors = (spans.filter(c("actor").isNotNull())
+    node_span = names.groupBy("node").agg(
+        ((F.max("t_last") - F.min("t_first")) / 1e9).alias("span_s"))
+    actors = (spans.filter(c("who").isNotNull())
               .withColumn("mailbox_us", (c("t_recv") - c("t_send")) / 1000.0)
               .withColumn("handling_us", (c("t_done") - c("t_recv")) / 1000.0)
-              .groupBy("node", "actor").agg(
+              .groupBy("who").agg(
                   F.count(F.lit(1)).alias("messages"),
                   F.percentile_approx("mailbox_us", 0.5, 1000).alias("mailbox_p50_us"),
                   F.percentile_approx("mailbox_us", 0.99, 1000).alias("mailbox_p99_us"),
                   F.percentile_approx("handling_us", 0.5, 1000).alias("handling_p50_us"),
                   F.percentile_approx("handling_us", 0.99, 1000).alias("handling_p99_us"),
                   (F.sum("handling_us") / 1e6).alias("busy_s"))
+              .join(names.select("who", "node", "actor"), "who")
               .join(F.broadcast(node_span), "node")
               .withColumn("busy_fraction", c("busy_s") / F.greatest(c("span_s"), F.lit(1e-9)))
-              .drop("span_s"))
+              .drop("span_s", "who"))
     seconds = (requests
                .withColumn("second", F.floor(F.coalesce(c("t_out_ns"), c("t_in_ns")) / 1e9)
                            .cast("long"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import msgpack
@@ -191,3 +192,13 @@ def test_torn_tail_is_dropped_and_parquet_segments_are_reused(tmp_path: Path) ->
     bad.write_bytes(msgpack.packb({**header, "version": 99}))
     with pytest.raises(ValueError, match="version 99 is not supported"):
         read_rows(bad)
+
+
+def test_analyze_says_how_to_install_spark_when_it_is_missing(monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    from actors.cli import cli
+
+    monkeypatch.setitem(sys.modules, "pyspark", None)
+    result = CliRunner().invoke(cli, ["trace", "analyze", str(tmp_path), "--out", str(tmp_path / "r")])
+    assert result.exit_code != 0
+    assert "pip install 'actorlog[spark]'" in result.output and "pyspark" in result.output

@@ -61,7 +61,6 @@ from actors.core.group_state import (
 from actors.core.offsets_codec import (
     OFFSETS_TOPIC,
     OffsetsRecordError,
-    decode_key,
     decode_record,
 )
 from actors.core.record_batch import (
@@ -347,7 +346,8 @@ class GroupCoordinator(Actor):
     def on_topic_created(self, msg: CreateTopicsDone) -> None:
         if self.phase != "creating":
             return
-        _name, error, message, _n, _rf = msg.rows[0]
+        row: list[Any] = msg.rows[0]
+        _name, error, message, _n, _rf = row
         if error not in (NONE, TOPIC_EXISTS):
             self.log.error("cannot create {}: {} ({}); retrying", OFFSETS_TOPIC,
                            ErrorCode(error).name, message)
@@ -376,18 +376,18 @@ class GroupCoordinator(Actor):
             return
         self.reads_in_flight.discard(msg.req_id)
         again: list[list[Any]] = []
-        for _topic, p, error, high_watermark, log_start, records, *_rest in msg.rows:
-            assert isinstance(p, int)
-            if error == OUT_OF_RANGE and log_start > self.read_offsets[p]:  # type: ignore[operator]
-                self.read_offsets[p] = log_start  # type: ignore[assignment]
+        rows: list[list[Any]] = msg.rows
+        for _topic, p, error, high_watermark, log_start, records, *_rest in rows:
+            if error == OUT_OF_RANGE and log_start > self.read_offsets[p]:
+                self.read_offsets[p] = log_start
                 again.append([OFFSETS_TOPIC, p, log_start, READ_PARTITION_MAX_BYTES])
                 continue
             if error != NONE:
                 self.log.warning("reading {}-{} failed with {}; retrying", OFFSETS_TOPIC, p,
                                  ErrorCode(error).name)
                 continue
-            self._take_records(p, bytes(records))  # type: ignore[arg-type]
-            if self.read_offsets[p] >= high_watermark:  # type: ignore[operator]
+            self._take_records(p, bytes(records))
+            if self.read_offsets[p] >= high_watermark:
                 del self.read_offsets[p]
             else:
                 again.append([OFFSETS_TOPIC, p, self.read_offsets[p], READ_PARTITION_MAX_BYTES])
@@ -435,8 +435,9 @@ class GroupCoordinator(Actor):
         self._perform(self.core.load(records, self.now_ms()))
         self.loaded = True
         self.phase = "ready"
-        self.log.info("loaded {} group(s) from {} record(s) of {} in {} ms", len(self.core.group_ids()),
-                      len(records), OFFSETS_TOPIC, self.clock.now_ms() - self.load_started_ms)
+        self.log.info("loaded {} group(s) from {} record(s) of {} in {} ms",
+                      len(self.core.group_ids()), len(records), OFFSETS_TOPIC,
+                      self.clock.now_ms() - self.load_started_ms)
 
     # ---------------------------------------------------------- requests
     def _rid(self, req_id: int) -> tuple[str, str, int]:
@@ -512,7 +513,8 @@ class GroupCoordinator(Actor):
     def _perform(self, effects: list[Effect]) -> None:
         for fx in effects:
             if isinstance(fx, Respond):
-                node, name, req_id = fx.request_id  # type: ignore[misc]
+                request_id: tuple[str, str, int] = fx.request_id  # type: ignore[assignment]
+                node, name, req_id = request_id
                 self.tell(Address(node, name), answer_for(req_id, fx.response))
             elif isinstance(fx, ScheduleTimer):
                 self._schedule(fx.key, fx.deadline_ms)
@@ -556,10 +558,11 @@ class GroupCoordinator(Actor):
         append_id = self.appends.pop(msg.req_id, None)
         if append_id is None:
             return
-        code = int(msg.rows[0][2]) if msg.rows else int(ErrorCode.UNKNOWN_SERVER_ERROR)  # type: ignore[call-overload]
+        rows: list[list[Any]] = msg.rows
+        code = int(rows[0][2]) if rows else int(ErrorCode.UNKNOWN_SERVER_ERROR)
         if code != NONE:
             self.log.warning("appending to {} failed: {} ({})", OFFSETS_TOPIC,
-                             ErrorCode(code).name, msg.rows[0][-1] if msg.rows else "")
+                             ErrorCode(code).name, rows[0][-1] if rows else "")
         self._perform(self.core.on_append_complete(append_id, ErrorCode(code), self.now_ms()))
 
     @handles(GetStats)

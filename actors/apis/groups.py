@@ -10,6 +10,7 @@ handler keeps serving other requests meanwhile.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond
@@ -221,20 +222,22 @@ def _fetched_topics(done: Any, version: int) -> list[dict[str, Any]]:
     return [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
 
 
+def _offset_fetch(group_id: str, rows: list[list[Any]] | None) -> Callable[[int], Any]:
+    return lambda rid: OffsetFetch(rid, group_id, rows)
+
+
 def handle_offset_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     version = header.api_version
     if version >= 8:
         groups = [(g.group_id, _wanted(g.topics)) for g in req.groups]
-        replies = yield [
-            Call(_coordinator(ctx, gid), lambda rid, gid=gid, rows=rows: OffsetFetch(rid, gid, rows))
-            for gid, rows in groups
-        ]
+        replies = yield [Call(_coordinator(ctx, gid), _offset_fetch(gid, rows))
+                         for gid, rows in groups]
         return Respond({
             "throttle_time_ms": 0,
             "groups": [
                 {"group_id": gid, "topics": _fetched_topics(done, version),
                  "error_code": done.error_code}
-                for (gid, _rows), done in zip(groups, replies)
+                for (gid, _rows), done in zip(groups, replies, strict=True)
             ],
         })
     rows = _wanted(req.topics)
@@ -270,14 +273,16 @@ def handle_list_groups(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     return Respond({"throttle_time_ms": 0, "error_code": error, "groups": groups})
 
 
+def _describe_groups(group_ids: list[str]) -> Callable[[int], Any]:
+    return lambda rid: DescribeGroups(rid, group_ids)
+
+
 def handle_describe_groups(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     by_coordinator: dict[Any, list[str]] = {}
     for gid in req.groups:
         by_coordinator.setdefault(_coordinator(ctx, gid), []).append(gid)
     targets = list(by_coordinator.items())
-    replies = yield [
-        Call(c, lambda rid, ids=ids: DescribeGroups(rid, ids)) for c, ids in targets
-    ]
+    replies = yield [Call(c, _describe_groups(ids)) for c, ids in targets]
     described: dict[str, list[Any]] = {}
     for reply in replies:
         for g in reply.groups:

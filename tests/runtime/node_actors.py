@@ -43,6 +43,13 @@ class Boom(NamedTuple):
     reason: str
 
 
+@message(9006)
+class Nap(NamedTuple):
+    """Keep the handler busy this long."""
+
+    seconds: float
+
+
 @message(9005)
 class Relay(NamedTuple):
     hops_left: int
@@ -97,6 +104,11 @@ class SlowReceiver(Actor):
     @handles(GetState)
     def state(self, _msg: GetState) -> int:
         return self.count
+
+    @handles(Nap)
+    def nap(self, msg: Nap) -> bool:
+        time.sleep(msg.seconds)
+        return True
 
 
 class Fragile(Actor):

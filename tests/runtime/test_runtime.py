@@ -22,6 +22,7 @@ from tests.runtime.node_actors import (
     Boom,
     Fragile,
     GetState,
+    Nap,
     OrderChecker,
     Sender,
     SendSeq,
@@ -221,8 +222,11 @@ def test_ask_times_out_when_nobody_answers(nodes: list[Node]) -> None:
     node = Node("slowask").start()
     nodes.append(node)
     slow = node.spawn(SlowReceiver, "slow")
-    with pytest.raises(AskTimeout):
-        node.ask(slow, Seq("x", 0), timeout=0.0001)  # handler returns nothing before then
+    started = time.monotonic()
+    with pytest.raises(AskTimeout, match="no answer from slow@slowask to Nap in 0.1 s"):
+        node.ask(slow, Nap(1.0), timeout=0.1)
+    assert time.monotonic() - started < 0.9  # it gave up, it did not wait for the nap
+    assert node.ask(slow, Nap(0.0), timeout=5) is True  # the late answer did not confuse it
 
 
 # -------------------------------------------------------------------- shutdown

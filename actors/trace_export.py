@@ -4,7 +4,7 @@ Perfetto (the Chrome trace event JSON that ui.perfetto.dev opens with no
 server): one process track per node, one thread track per actor, one slice
 per handled message (receive to done), a short ``send`` slice where each
 message was sent, a flow arrow from that send slice to the receiving slice
-(``bind_id`` = the message's span id, ``flow_out`` on the sender,
+(one ``bind_id`` per message, ``flow_out`` on the sender,
 ``flow_in`` on the receiver), and an async ``request`` slice per Kafka
 request from net_in to net_out. Times are the aligned times of
 ``actors/runtime/trace_spans.py`` in microseconds from the first event.
@@ -59,14 +59,14 @@ def to_perfetto(events: list[dict[str, Any]]) -> dict[str, Any]:
         return pid, tid
 
     out: list[dict[str, Any]] = []
-    for (trace_id, span_id), kinds in spans.items():
+    for flow, ((trace_id, span_id), kinds) in enumerate(spans.items(), 1):
         recv, done, send = kinds.get("recv"), kinds.get("done"), kinds.get("send")
-        bind = _hex(span_id)
+        bind = flow  # small integers: exact in every JSON reader (span ids need 63 bits)
         if recv is not None:
             pid, tid = track(recv["node"], recv["actor"])
             start = us(recv)
             dur = max(0.001, us(done) - start) if done is not None else 0.001
-            args: dict[str, Any] = {"trace_id": _hex(trace_id), "span_id": bind,
+            args: dict[str, Any] = {"trace_id": _hex(trace_id), "span_id": _hex(span_id),
                                     "from": recv["peer"], "bytes": recv["bytes"]}
             if send is not None:
                 args["mailbox_us"] = round(start - us(send), 3)
@@ -81,13 +81,13 @@ def to_perfetto(events: list[dict[str, Any]]) -> dict[str, Any]:
             pid, tid = track(send["node"], send["actor"])
             out.append({"ph": "X", "name": f"send {send['msg_type']}", "cat": "send", "pid": pid,
                         "tid": tid, "ts": us(send), "dur": 0.001, "bind_id": bind,
-                        "flow_out": True, "args": {"to": send["peer"], "span_id": bind}})
+                        "flow_out": True, "args": {"to": send["peer"], "span_id": _hex(span_id)}})
     for ev in events:
         if ev["kind"] in ("net_in", "net_out"):
-            pid, _tid = track(ev["node"], ev["actor"])
-            out.append({"ph": "b" if ev["kind"] == "net_in" else "e", "cat": "request",
+            pid, tid = track(ev["node"], ev["actor"])
+            out.append({"ph": "b" if ev["kind"] == "net_in" else "e", "cat": "request", "tid": tid,
                         "name": f"{api_name(ev['api_key'])} conn {ev['conn_id']} corr {ev['corr_id']}",
-                        "id": _hex(ev["trace_id"]), "pid": pid, "ts": us(ev),
+                        "id": "0x" + _hex(ev["trace_id"]), "pid": pid, "ts": us(ev),
                         "args": {"peer": ev["peer"], "bytes": ev["bytes"]}})
     meta = []
     for node, pid in pids.items():

@@ -34,7 +34,7 @@ from kafka.protocol.consumer import (
     OffsetFetchRequest,
     SyncGroupRequest,
 )
-from kafka.protocol.metadata import FindCoordinatorRequest
+from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
 from tests.broker.conftest import ROOT, BrokerProcess
 from wire import kafka_codec as kc
@@ -126,6 +126,22 @@ def test_find_coordinator_names_this_broker_for_every_group(group_broker: Broker
         (k, 0, 1, group_broker.port) for k in "abc"]
     txn = call(group_broker.bootstrap, FindCoordinatorRequest(key="t", key_type=1), 3)
     assert txn.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+def test_offsets_topic_is_created_internal_and_known_to_every_handler(
+    group_broker: BrokerProcess,
+) -> None:
+    def offsets_topic() -> tuple[int, bool, int]:
+        meta = call(group_broker.bootstrap, MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name="__consumer_offsets")],
+            allow_auto_topic_creation=False), 9)
+        [topic] = meta.topics
+        return topic.error_code, topic.is_internal, len(topic.partitions)
+
+    expected = (0, True, GROUP_CONFIG["offsets.topic.num.partitions"])
+    wait_for(lambda: offsets_topic() == expected, "the coordinator to create the topic", 10)
+    for _ in range(4):  # new connections land on every handler
+        assert offsets_topic() == expected
 
 
 def test_join_sync_heartbeat_commit_fetch_and_refusals(group_broker: BrokerProcess) -> None:

@@ -20,6 +20,7 @@ import msgpack
 from wire import trace_format as tf
 
 _getrandbits = random.getrandbits
+_packb = msgpack.Packer(autoreset=True).pack
 
 
 def new_id() -> int:
@@ -188,21 +189,18 @@ class Tracer:
             return
         with self._drain_lock:
             events = self._events
-            if not events:
-                return
-            packer = msgpack.Packer()
-            chunks = []
-            n = 0
             popleft = events.popleft
-            while events and n < 200_000:
-                chunks.append(packer.pack(popleft()))
-                n += 1
-            data = b"".join(chunks)
-            f = self._current_file(len(data))
-            f.write(data)
-            f.flush()
-            self._file_bytes += len(data)
-            self.events_written += n
+            while events:
+                # One msgpack call per batch: pack the batch as an array and drop the
+                # array's header, which leaves exactly the events packed back to back.
+                n = min(len(events), 65_535)
+                batch = [popleft() for _ in range(n)]
+                data = _packb(batch)[1 if n < 16 else 3:]
+                f = self._current_file(len(data))
+                f.write(data)
+                f.flush()
+                self._file_bytes += len(data)
+                self.events_written += n
 
     def _current_file(self, incoming: int) -> Any:
         if self._file is not None and self._file_bytes + incoming <= self.file_max_bytes:

@@ -295,7 +295,7 @@ class PartitionShard(Actor):
             elif ts == -1:
                 rows.append([topic, partition, NONE, -1, log.high_watermark, epoch])
             elif ts == -3:
-                found = log.max_timestamp_offset() if hasattr(log, "max_timestamp_offset") else None
+                found = self._max_timestamp_offset(log)
                 if found is None:
                     rows.append([topic, partition, NONE, -1, -1, epoch])
                 else:
@@ -309,6 +309,23 @@ class PartitionShard(Actor):
             else:
                 rows.append([topic, partition, int(ErrorCode.INVALID_REQUEST), -1, -1, -1])
         self.reply(ListOffsetsDone(msg.req_id, rows))
+
+    @staticmethod
+    def _max_timestamp_offset(log: PartitionLog) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record holding the log's largest timestamp.
+
+        ListOffsets -3 (KIP-734). Segments know their max timestamp from their
+        batch headers; the record is then found like a by-timestamp lookup.
+        Records above the high watermark are not visible to consumers, so a
+        maximum found there is not reported.
+        """
+        max_ts = max((segment.max_timestamp_ms for segment in log.segments), default=-1)
+        if max_ts < 0:
+            return None
+        found = log.offset_for_timestamp(max_ts)
+        if found is None or found[0] >= log.high_watermark:
+            return None
+        return found
 
     # ------------------------------------------------------------- watchers
     @handles(WatchPartition)

@@ -1,0 +1,382 @@
+"""API semantics a client relies on, over a raw kafka.protocol connection.
+
+Metadata auto-creation, CreateTopics and DeleteTopics errors, ListOffsets
+(earliest, latest, by timestamp, max timestamp), DescribeConfigs of a topic,
+acks=0 produce (no response, records stored) and the idempotent producer
+rules (a retried batch answered with its original offsets, sequence gaps and
+stale epochs refused).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.broker.conftest import BrokerProcess
+from tests.broker.rawclient import (
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    DESCRIBE_CONFIGS,
+    INIT_PRODUCER_ID,
+    LIST_OFFSETS,
+    METADATA,
+    PRODUCE,
+    RawClient,
+    produce_values,
+    read_batches,
+    read_records,
+    record_batch,
+)
+from wire.errors import ErrorCode
+
+TOPIC_RESOURCE = 2
+DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5  # DescribeConfigs config_source
+
+
+def name(prefix: str = "api") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def client(broker: BrokerProcess) -> Iterator[RawClient]:
+    with RawClient(broker.port) as c:
+        yield c
+
+
+def metadata(client: RawClient, topics: list[str] | None, auto: bool) -> dict[str, object]:
+    response = client.call(METADATA, 12, {
+        "topics": None if topics is None else [{"topic_id": None, "name": t} for t in topics],
+        "allow_auto_topic_creation": auto, "include_topic_authorized_operations": False,
+    })
+    return {t.name: t for t in response.topics}
+
+
+# ---------------------------------------------------------------- Metadata
+
+
+def test_metadata_auto_creates_a_topic(client: RawClient) -> None:
+    topic = name("auto")
+    first = metadata(client, [topic], auto=True)[topic]
+    # Kafka answers LEADER_NOT_AVAILABLE while the new topic settles; actorlog
+    # answers once it is created. Either way it exists right after.
+    assert first.error_code in (0, ErrorCode.LEADER_NOT_AVAILABLE)  # type: ignore[attr-defined]
+    again = metadata(client, [topic], auto=False)[topic]
+    assert again.error_code == 0  # type: ignore[attr-defined]
+    assert [p.partition_index for p in again.partitions] == [0]  # type: ignore[attr-defined]
+    assert client.produce(topic, 0, record_batch([(None, b"v")])).error_code == 0
+
+
+def test_metadata_without_auto_creation_leaves_unknown_topics_alone(client: RawClient) -> None:
+    topic = name("noauto")
+    got = metadata(client, [topic], auto=False)[topic]
+    assert got.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # type: ignore[attr-defined]
+    assert topic not in metadata(client, None, auto=False)
+
+
+def test_metadata_refuses_invalid_and_internal_names(client: RawClient) -> None:
+    got = metadata(client, ["bad/name", "__not_auto"], auto=True)
+    assert got["bad/name"].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION  # type: ignore[attr-defined]
+    assert got["__not_auto"].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # type: ignore[attr-defined]
+
+
+def test_metadata_lists_brokers_and_partitions(broker: BrokerProcess, client: RawClient) -> None:
+    topic = name()
+    assert client.create_topic(topic, 3) == 0
+    response = client.call(METADATA, 12, {
+        "topics": [{"topic_id": None, "name": topic}], "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False})
+    [b] = response.brokers
+    assert (b.host, b.port) == ("127.0.0.1", broker.port)
+    [t] = response.topics
+    assert sorted(p.partition_index for p in t.partitions) == [0, 1, 2]
+    assert all(p.leader_id == b.node_id for p in t.partitions)
+    assert response.controller_id == b.node_id
+
+
+# ------------------------------------------------------------ CreateTopics
+
+
+def create(client: RawClient, topics: list[tuple[str, int, int]],
+           validate_only: bool = False) -> dict[str, object]:
+    response = client.call(CREATE_TOPICS, 7, {
+        "topics": [{"name": n, "num_partitions": p, "replication_factor": rf,
+                    "assignments": [], "configs": []} for n, p, rf in topics],
+        "timeout_ms": 10_000, "validate_only": validate_only})
+    return {t.name: t for t in response.topics}
+
+
+def test_create_topics_errors(client: RawClient) -> None:
+    exists, ok = name(), name()
+    assert client.create_topic(exists, 1) == 0
+    got = create(client, [
+        (exists, 1, 1),
+        (name(), 0, 1),
+        (name("neg"), -5, 1),
+        (name("rf"), 1, 3),
+        ("bad name!", 1, 1),
+        ("..", 1, 1),
+        ("x" * 250, 1, 1),
+        (ok, 2, 1),
+    ])
+    codes = {n: t.error_code for n, t in got.items()}  # type: ignore[attr-defined]
+    assert codes[exists] == ErrorCode.TOPIC_ALREADY_EXISTS
+    assert sorted(c for n, c in codes.items() if n.startswith("api-") and n not in (exists, ok)) \
+        == [ErrorCode.INVALID_PARTITIONS]
+    assert [c for n, c in codes.items() if n.startswith("neg-")] == [ErrorCode.INVALID_PARTITIONS]
+    assert [c for n, c in codes.items() if n.startswith("rf-")] == \
+        [ErrorCode.INVALID_REPLICATION_FACTOR]
+    for bad in ("bad name!", "..", "x" * 250):
+        assert codes[bad] == ErrorCode.INVALID_TOPIC_EXCEPTION, bad
+    assert codes[ok] == 0
+    assert got[ok].num_partitions == 2  # type: ignore[attr-defined]
+    assert all(got[n].error_message for n in codes if codes[n])  # type: ignore[attr-defined]
+    # Only the valid one exists.
+    listed = metadata(client, None, auto=False)
+    assert ok in listed and not any(n.startswith(("neg-", "rf-")) for n in listed)
+
+
+def test_create_topics_validate_only_creates_nothing(client: RawClient) -> None:
+    topic = name()
+    got = create(client, [(topic, 4, 1)], validate_only=True)[topic]
+    assert (got.error_code, got.num_partitions) == (0, 4)  # type: ignore[attr-defined]
+    assert topic not in metadata(client, None, auto=False)
+
+
+def test_create_topics_defaults_minus_one(client: RawClient) -> None:
+    topic = name()
+    got = create(client, [(topic, -1, -1)])[topic]
+    assert (got.error_code, got.num_partitions, got.replication_factor) == (0, 1, 1)  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------ DeleteTopics
+
+
+def test_delete_topics_removes_topic_and_data(broker: BrokerProcess, client: RawClient) -> None:
+    topic = name("del")
+    assert client.create_topic(topic, 2) == 0
+    for p in range(2):
+        assert client.produce(topic, p, record_batch([(None, b"old")] * 5)).error_code == 0
+    response = client.call(DELETE_TOPICS, 5, {"topic_names": [topic], "timeout_ms": 10_000})
+    assert [(r.name, r.error_code) for r in response.responses] == [(topic, 0)]
+    assert metadata(client, [topic], auto=False)[topic].error_code == \
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # type: ignore[attr-defined]
+    assert client.produce(topic, 0, record_batch([(None, b"x")])).error_code == \
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert client.fetch(topic, 0, 0).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert not (broker.data_dir / f"{topic}-0").exists()
+    # The name is free again and starts empty.
+    assert client.create_topic(topic, 1) == 0
+    assert client.list_offset(topic, 0, -1).offset == 0
+    assert client.fetch(topic, 0, 0).records in (b"", None)
+
+
+def test_delete_unknown_topic(client: RawClient) -> None:
+    topic = name("ghost")
+    response = client.call(DELETE_TOPICS, 5, {"topic_names": [topic], "timeout_ms": 1000})
+    assert response.responses[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+# ------------------------------------------------------------- ListOffsets
+
+
+def test_list_offsets(client: RawClient) -> None:
+    topic = name("lo")
+    assert client.create_topic(topic, 1) == 0
+    for ts in (1000, 2000, 3000):
+        batch = record_batch([(None, b"%d-a" % ts), (None, b"%d-b" % ts)], timestamp_ms=ts)
+        assert client.produce(topic, 0, batch).error_code == 0
+    assert client.list_offset(topic, 0, -2).offset == 0  # earliest
+    assert client.list_offset(topic, 0, -1).offset == 6  # latest
+    for ts, offset, found_ts in ((0, 0, 1000), (1000, 0, 1000), (1500, 2, 2000),
+                                 (3000, 4, 3000), (3001, -1, -1)):
+        got = client.list_offset(topic, 0, ts)
+        assert (got.error_code, got.offset, got.timestamp) == (0, offset, found_ts), ts
+    top = client.list_offset(topic, 0, -3)  # max timestamp
+    assert top.timestamp == 3000 and top.offset in (4, 5)
+
+
+def test_list_offsets_unknown_partition(client: RawClient) -> None:
+    topic = name("lo")
+    assert client.create_topic(topic, 1) == 0
+    response = client.call(LIST_OFFSETS, 7, {
+        "replica_id": -1, "isolation_level": 0,
+        "topics": [{"name": topic, "partitions": [
+            {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1},
+            {"partition_index": 9, "current_leader_epoch": -1, "timestamp": -1}]}]})
+    codes = [p.error_code for p in response.topics[0].partitions]
+    assert codes == [0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+
+
+def test_fetch_out_of_range(client: RawClient) -> None:
+    topic = name("oor")
+    assert client.create_topic(topic, 1) == 0
+    assert client.produce(topic, 0, record_batch([(None, b"a")])).error_code == 0
+    assert client.fetch(topic, 0, 5).error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert client.fetch(topic, 0, 1).error_code == 0  # at the end: empty, no error
+
+
+# --------------------------------------------------------- DescribeConfigs
+
+
+def test_describe_configs_of_a_topic(client: RawClient) -> None:
+    topic = name("cfg")
+    assert client.create_topic(topic, 1, configs={"retention.ms": "123456",
+                                                  "cleanup.policy": "delete"}) == 0
+    response = client.call(DESCRIBE_CONFIGS, 4, {
+        "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": topic,
+                       "configuration_keys": None},
+                      {"resource_type": TOPIC_RESOURCE, "resource_name": name("nope"),
+                       "configuration_keys": None}],
+        "include_synonyms": False, "include_documentation": False})
+    found, missing = response.results
+    assert found.error_code == 0
+    configs = {c.name: c for c in found.configs}
+    assert configs["retention.ms"].value == "123456"
+    assert configs["retention.ms"].config_source == DYNAMIC_TOPIC_CONFIG
+    assert configs["segment.bytes"].config_source == DEFAULT_CONFIG
+    assert int(configs["segment.bytes"].value) > 0
+    assert missing.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    only = client.call(DESCRIBE_CONFIGS, 4, {
+        "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": topic,
+                       "configuration_keys": ["retention.ms"]}],
+        "include_synonyms": False, "include_documentation": False})
+    assert [c.name for c in only.results[0].configs] == ["retention.ms"]
+
+
+# ------------------------------------------------------------------ acks=0
+
+
+def test_acks_0_gets_no_response_and_stores_records(client: RawClient) -> None:
+    topic = name("acks0")
+    assert client.create_topic(topic, 1) == 0
+    for i in range(20):
+        client.send(PRODUCE, 9, produce_values(topic, 0, record_batch([(None, b"%d" % i)]),
+                                               acks=0))
+    # The next answer on the connection is the Metadata one: acks=0 had none.
+    cid = client.send(METADATA, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                     "include_topic_authorized_operations": False})
+    got_cid, _response = client.recv()
+    assert got_cid == cid
+    assert client.list_offset(topic, 0, -1).offset == 20
+    assert [v for _o, _k, v in read_records(client.fetch(topic, 0, 0).records)] == \
+        [b"%d" % i for i in range(20)]
+
+
+def test_failed_acks_0_produce_closes_the_connection(broker: BrokerProcess) -> None:
+    """No response to carry the error: Kafka closes, so the client refreshes metadata."""
+    topic = name("acks0")
+    with RawClient(broker.port) as c:
+        assert c.create_topic(topic, 1) == 0
+        c.send(PRODUCE, 9, produce_values(topic, 7, record_batch([(None, b"x")]), acks=0))
+        assert c.is_closed_by_peer()
+
+
+# -------------------------------------------------------------- idempotence
+
+
+def init_producer(client: RawClient, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
+    response = client.call(INIT_PRODUCER_ID, 4, {
+        "transactional_id": None, "transaction_timeout_ms": 60_000,
+        "producer_id": producer_id, "producer_epoch": epoch})
+    assert response.error_code == 0
+    return response.producer_id, response.producer_epoch
+
+
+def idem_batch(pid: int, epoch: int, seq: int, n: int = 5, tag: bytes = b"") -> bytes:
+    return record_batch([(None, b"%s%d" % (tag, seq + i)) for i in range(n)],
+                        producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+
+def test_idempotent_retry_gets_the_original_offsets(client: RawClient) -> None:
+    topic = name("idem")
+    assert client.create_topic(topic, 1) == 0
+    pid, epoch = init_producer(client)
+    assert pid >= 0 and epoch == 0
+    first = idem_batch(pid, epoch, 0)
+    assert client.produce(topic, 0, first).base_offset == 0
+    assert client.produce(topic, 0, idem_batch(pid, epoch, 5)).base_offset == 5
+    # The first batch again (a retry after a lost response): same offsets, not stored twice.
+    retry = client.produce(topic, 0, first)
+    assert (retry.error_code, retry.base_offset) == (0, 0)
+    # Pipelined duplicate of the latest batch too.
+    c1 = client.send(PRODUCE, 9, produce_values(topic, 0, idem_batch(pid, epoch, 10)))
+    c2 = client.send(PRODUCE, 9, produce_values(topic, 0, idem_batch(pid, epoch, 10)))
+    answers = [client.recv(), client.recv()]
+    assert [cid for cid, _ in answers] == [c1, c2]
+    for _cid, response in answers:
+        part = response.responses[0].partition_responses[0]
+        assert (part.error_code, part.base_offset) == (0, 10)
+    assert client.list_offset(topic, 0, -1).offset == 15
+    values = [v for _o, _k, v in read_records(client.fetch(topic, 0, 0).records)]
+    assert values == [b"%d" % i for i in range(15)]
+    batches = read_batches(client.fetch(topic, 0, 0).records)
+    assert [(b.producer_id, b.base_sequence) for b in batches] == \
+        [(pid, 0), (pid, 5), (pid, 10)]
+
+
+def test_sequence_gap_is_out_of_order(client: RawClient) -> None:
+    topic = name("idem")
+    assert client.create_topic(topic, 1) == 0
+    pid, epoch = init_producer(client)
+    assert client.produce(topic, 0, idem_batch(pid, epoch, 0)).error_code == 0
+    gap = client.produce(topic, 0, idem_batch(pid, epoch, 7))
+    assert gap.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert client.list_offset(topic, 0, -1).offset == 5
+    # The producer goes on from where the broker is.
+    assert client.produce(topic, 0, idem_batch(pid, epoch, 5)).base_offset == 5
+
+
+def test_unknown_producer_may_start_anywhere(client: RawClient) -> None:
+    """Since KIP-360 Kafka accepts any first sequence from a producer it has no state
+    for (its state may have been removed with old segments); then it must go on in order."""
+    topic = name("idem")
+    assert client.create_topic(topic, 1) == 0
+    pid, epoch = init_producer(client)
+    assert client.produce(topic, 0, idem_batch(pid, epoch, 3)).error_code == 0
+    gap = client.produce(topic, 0, idem_batch(pid, epoch, 0))
+    assert gap.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert client.produce(topic, 0, idem_batch(pid, epoch, 8)).base_offset == 5
+
+
+def test_epoch_bump_fences_the_old_epoch(client: RawClient) -> None:
+    topic = name("idem")
+    assert client.create_topic(topic, 1) == 0
+    pid, epoch = init_producer(client)
+    assert client.produce(topic, 0, idem_batch(pid, epoch, 0)).error_code == 0
+    same_pid, new_epoch = init_producer(client, pid, epoch)  # KIP-360 bump
+    assert (same_pid, new_epoch) == (pid, epoch + 1)
+    # A new epoch of a known producer starts its sequences at 0.
+    wrong_start = client.produce(topic, 0, idem_batch(pid, new_epoch, 5, tag=b"n"))
+    assert wrong_start.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert client.produce(topic, 0, idem_batch(pid, new_epoch, 0, tag=b"n")).base_offset == 5
+    stale = client.produce(topic, 0, idem_batch(pid, epoch, 5))
+    assert stale.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert client.list_offset(topic, 0, -1).offset == 10
+
+
+def test_kafka_python_idempotent_producer_defaults(broker: BrokerProcess) -> None:
+    """kafka-python 3.x turns idempotence on by default: its batches carry a producer id."""
+    from kafka import KafkaProducer
+
+    topic = name("kp-idem")
+    with RawClient(broker.port) as c:
+        assert c.create_topic(topic, 1) == 0
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+    try:
+        for i in range(300):
+            producer.send(topic, value=b"%d" % i)
+        producer.flush(20)
+    finally:
+        producer.close(timeout=10)
+    with RawClient(broker.port) as c:
+        batches = read_batches(c.fetch(topic, 0, 0).records)
+    assert batches and all(b.producer_id >= 0 for b in batches)
+    seqs = [(b.base_sequence, len(list(b))) for b in batches]
+    expected = 0
+    for seq, n in seqs:
+        assert seq == expected
+        expected += n
+    assert expected == 300

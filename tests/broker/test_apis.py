@@ -380,3 +380,74 @@ def test_kafka_python_idempotent_producer_defaults(broker: BrokerProcess) -> Non
         assert seq == expected
         expected += n
     assert expected == 300
+
+
+# ------------------------------------------------- every advertised version
+
+
+def _served_versions() -> list[tuple[int, int]]:
+    from wire.api_versions import ADVERTISED_BY_KEY
+
+    keys = (PRODUCE, 1, LIST_OFFSETS, METADATA, CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID,
+            DESCRIBE_CONFIGS)
+    return [(k, v) for k in keys
+            for v in range(ADVERTISED_BY_KEY[k].min_version, ADVERTISED_BY_KEY[k].max_version + 1)]
+
+
+@pytest.mark.parametrize(("api_key", "version"), _served_versions(),
+                         ids=[f"{k}-v{v}" for k, v in _served_versions()])
+def test_every_advertised_version_is_served(broker: BrokerProcess, api_key: int,
+                                            version: int) -> None:
+    """Each advertised (API, version) answers a plain valid request without error."""
+    from tests.broker.rawclient import fetch_values
+
+    topic = f"v-{api_key}-{version}-{uuid.uuid4().hex[:6]}"
+    with RawClient(broker.port) as c:
+        assert c.create_topic(topic, 1) == 0
+        assert c.produce(topic, 0, record_batch([(b"k", b"seed")])).error_code == 0
+        if api_key == PRODUCE:
+            r = c.call(api_key, version, produce_values(topic, 0, record_batch([(b"k", b"v")])))
+            part = r.responses[0].partition_responses[0]
+            assert (part.error_code, part.base_offset) == (0, 1)
+        elif api_key == 1:
+            r = c.call(api_key, version, fetch_values(topic, 0, 0))
+            part = r.responses[0].partitions[0]
+            assert (part.error_code, part.high_watermark) == (0, 1)
+            assert read_records(part.records) == [(0, b"k", b"seed")]
+        elif api_key == LIST_OFFSETS:
+            r = c.call(api_key, version, {
+                "replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+                    {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})
+            part = r.topics[0].partitions[0]
+            assert (part.error_code, part.offset) == (0, 1)
+        elif api_key == METADATA:
+            r = c.call(api_key, version, {
+                "topics": [{"topic_id": None, "name": topic}], "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False,
+                "include_cluster_authorized_operations": False})
+            assert [(t.name, t.error_code, len(t.partitions)) for t in r.topics] == \
+                [(topic, 0, 1)]
+            assert r.brokers[0].port == broker.port
+        elif api_key == CREATE_TOPICS:
+            r = c.call(api_key, version, {
+                "topics": [{"name": topic + "-new", "num_partitions": 2, "replication_factor": 1,
+                            "assignments": [], "configs": []}],
+                "timeout_ms": 5000, "validate_only": False})
+            assert r.topics[0].error_code == 0
+            assert c.list_offset(topic + "-new", 1, -1).error_code == 0
+        elif api_key == DELETE_TOPICS:
+            r = c.call(api_key, version, {"topic_names": [topic], "timeout_ms": 5000})
+            assert r.responses[0].error_code == 0
+            assert c.list_offset(topic, 0, -1).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        elif api_key == INIT_PRODUCER_ID:
+            r = c.call(api_key, version, {"transactional_id": None,
+                                          "transaction_timeout_ms": 1000,
+                                          "producer_id": -1, "producer_epoch": -1})
+            assert (r.error_code, r.producer_epoch) == (0, 0) and r.producer_id >= 0
+        else:
+            r = c.call(api_key, version, {
+                "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": topic,
+                               "configuration_keys": ["retention.ms"]}],
+                "include_synonyms": False, "include_documentation": False})
+            assert r.results[0].error_code == 0
+            assert [cfg.name for cfg in r.results[0].configs] == ["retention.ms"]

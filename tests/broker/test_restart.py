@@ -215,3 +215,38 @@ def test_kill_9_with_a_confluent_producer(fresh_broker: BrokerProcess,
         seqs = [seq_of(v) for _o, _k, v in rows]
         assert seqs == sorted(set(seqs)), f"partition {p}: out of order or duplicated"
 
+
+
+def test_idempotent_retry_after_kill_9_is_still_a_duplicate(
+        fresh_broker: BrokerProcess, restarted: list[BrokerProcess]) -> None:
+    """A producer retrying across a broker crash gets its original offsets, not a copy.
+
+    The producer state is rebuilt from the log at restart, as Kafka does.
+    """
+    from tests.broker.rawclient import INIT_PRODUCER_ID
+
+    topic = "idem-restart"
+    with RawClient(fresh_broker.port) as client:
+        assert client.create_topic(topic, 1) == 0
+        init = client.call(INIT_PRODUCER_ID, 4, {
+            "transactional_id": None, "transaction_timeout_ms": 60_000,
+            "producer_id": -1, "producer_epoch": -1})
+        pid, epoch = init.producer_id, init.producer_epoch
+
+        def batch(seq: int) -> bytes:
+            return record_batch([(None, b"%d" % (seq + i)) for i in range(5)],
+                                producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+        for seq in (0, 5, 10):
+            assert client.produce(topic, 0, batch(seq), acks=1).base_offset == seq
+    fresh_broker.kill()
+
+    b = restart(fresh_broker, restarted, 1)
+    with RawClient(b.port) as client:
+        for seq in (5, 10):  # retries of batches acknowledged before the crash
+            again = client.produce(topic, 0, batch(seq), acks=1)
+            assert (again.error_code, again.base_offset) == (0, seq)
+        assert client.produce(topic, 0, batch(15), acks=1).base_offset == 15
+        gap = client.produce(topic, 0, batch(30), acks=1)
+        assert gap.error_code == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert client.list_offset(topic, 0, -1).offset == 20

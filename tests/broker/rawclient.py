@@ -193,11 +193,11 @@ def fetch_values(topic: str, partition: int, offset: int, *, max_wait_ms: int = 
     }
 
 
-def wait_for_log(broker: Any, text: str, timeout: float = 10.0) -> str:
-    """The broker's log once it holds `text` (the log is written asynchronously)."""
+def wait_for_log(broker: Any, text: str, timeout: float = 10.0, count: int = 1) -> str:
+    """The broker's log once it holds `text` `count` times (it is written asynchronously)."""
     deadline = time.monotonic() + timeout
     while True:
         log = broker.log()
-        if text in log or time.monotonic() > deadline:
+        if log.count(text) >= count or time.monotonic() > deadline:
             return log
         time.sleep(0.05)

@@ -24,7 +24,7 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import Producer as CKProducer
-from kafka import KafkaAdminClient, KafkaConsumer
+from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer
 from kafka.admin import NewTopic
 from kafka.errors import CoordinatorLoadInProgressError
 from kafka.protocol.consumer import (
@@ -215,14 +215,27 @@ class KafkaPythonMember(threading.Thread):
     """One kafka-python group member polling in its own thread, committing after each batch."""
 
     def __init__(self, bootstrap: str, topic: str, group: str, name: str,
-                 pause_s: float = 0.0, max_poll_records: int = 500) -> None:
+                 pause_s: float = 0.0, max_poll_records: int = 500,
+                 group_instance_id: str | None = None) -> None:
         super().__init__(name=name, daemon=True)
         self.consumer = KafkaConsumer(
-            topic, bootstrap_servers=bootstrap, group_id=group, client_id=name,
+            bootstrap_servers=bootstrap, group_id=group, client_id=name,
+            group_instance_id=group_instance_id,
             auto_offset_reset="earliest", enable_auto_commit=False,
             session_timeout_ms=SESSION_MS, heartbeat_interval_ms=1000,
             max_poll_interval_ms=60000, max_poll_records=max_poll_records,
             fetch_max_wait_ms=100)
+        self.rebalances: list[tuple[str, set[int]]] = []  # ("revoked"|"assigned", partitions)
+        member = self
+
+        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+            def on_partitions_revoked(self, revoked: Any) -> None:
+                member.rebalances.append(("revoked", {tp.partition for tp in revoked}))
+
+            def on_partitions_assigned(self, assigned: Any) -> None:
+                member.rebalances.append(("assigned", {tp.partition for tp in assigned}))
+
+        self.consumer.subscribe([topic], listener=Listener())
         self.pause_s = pause_s
         self.stop = threading.Event()
         self.records: list[tuple[int, int, float]] = []  # partition, offset, time
@@ -361,6 +374,45 @@ def test_confluent_three_consumers_share_six_partitions_exactly_once(
     admin.close()
     assert {tp.partition: o.offset for tp, o in offsets.items()} == {
         p: total // 6 for p in range(6)}
+
+
+def test_static_member_restart_keeps_its_partitions_without_a_rebalance(
+    group_broker: BrokerProcess,
+) -> None:
+    """A member with group.instance.id sends no LeaveGroup on close; coming back
+    within its session it takes its old place and the other member never rebalances."""
+    bs, topic, group = group_broker.bootstrap, "static-two", "static-group"
+    create_topic(bs, topic, 2)
+    dynamic = KafkaPythonMember(bs, topic, group, "dyn")
+    static = KafkaPythonMember(bs, topic, group, "static", group_instance_id="instance-1")
+    members = [dynamic, static]
+    for m in members:
+        m.start()
+    try:
+        wait_for(lambda: all(len(m.assignment) == 1 for m in members), "one partition each")
+        before = list(dynamic.rebalances)
+        owned = set(static.assignment)
+        static.stop.set()
+        static.join(timeout=30)
+        again = KafkaPythonMember(bs, topic, group, "static-again",
+                                  group_instance_id="instance-1")
+        members.append(again)
+        again.start()
+        wait_for(lambda: again.assignment == owned, "the static member's partition back")
+        admin = KafkaAdminClient(bootstrap_servers=bs)
+        described = admin.describe_groups([group])[group]
+        admin.close()
+        assert described["group_state"] == "Stable"
+        assert sorted((m["client_id"], m["group_instance_id"]) for m in described["members"]) \
+            == [("dyn", None), ("static-again", "instance-1")]
+        time.sleep(1.5)  # a heartbeat or two: a rebalance would reach the other member now
+        assert dynamic.rebalances == before, "the dynamic member went through a rebalance"
+    finally:
+        for m in members:
+            m.stop.set()
+        for m in members:
+            m.join(timeout=30)
+    assert all(m.error is None for m in members), [m.error for m in members]
 
 
 # ------------------------------------------------------------------ rebalance

@@ -171,3 +171,23 @@ def test_slow_reader_gets_every_response(broker: BrokerProcess) -> None:
             topic, i % PARTITIONS, record_batch([(None, b"z" * 20)]), acks=1)) for i in range(400)]
         time.sleep(0.5)
         assert [client.recv()[0] for _ in cids] == cids
+
+
+def test_fast_answers_wait_behind_a_slow_one(broker: BrokerProcess) -> None:
+    """A waiting fetch, then a produce and a metadata request: answered in that order."""
+    from tests.broker.rawclient import FETCH, METADATA, fetch_values
+
+    topic = spread_topic()
+    with RawClient(broker.port) as client:
+        assert client.create_topic(topic, PARTITIONS) == 0
+        t0 = time.monotonic()
+        slow = client.send(FETCH, 11, fetch_values(topic, 5, 0, max_wait_ms=600, min_bytes=1 << 20))
+        fast = [
+            client.send(PRODUCE, 9, produce_values(topic, 1, record_batch([(None, b"a")]), 1)),
+            client.send(METADATA, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                       "include_topic_authorized_operations": False}),
+        ]
+        got = [client.recv()[0] for _ in range(3)]
+        elapsed = time.monotonic() - t0
+    assert got == [slow, *fast]
+    assert elapsed >= 0.55

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
@@ -17,6 +18,27 @@ def _read_calls(ctx: HandlerContext, replica_id: int, max_bytes: int,
         Call(shard, lambda rid, r=shard_rows: Read(rid, replica_id, max_bytes, r))
         for shard, shard_rows in group_by_shard(ctx, rows).items()
     ]
+
+
+_BATCH_LENGTH = struct.Struct(">i")
+_BATCH_LENGTH_END = 12  # base offset (8 bytes), then the batch length (4)
+
+
+def _whole_batches(records: bytes, budget: int, at_least_one: bool) -> bytes:
+    """The longest run of whole batches from the start of ``records`` within ``budget``.
+
+    With ``at_least_one`` the first batch is kept even when it alone is over.
+    """
+    if len(records) <= budget:
+        return records
+    end = 0
+    while len(records) - end >= _BATCH_LENGTH_END:
+        (length,) = _BATCH_LENGTH.unpack_from(records, end + 8)
+        next_end = end + _BATCH_LENGTH_END + length
+        if next_end > len(records) or (next_end > budget and not (at_least_one and end == 0)):
+            break
+        end = next_end
+    return records[:end]
 
 
 def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
@@ -57,13 +79,22 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             replies = yield _read_calls(ctx, replica_id, req.max_bytes, rows)
             read = {(r[0], r[1]): r for reply in replies for r in reply.rows}
 
+    # max_bytes bounds the whole response (KIP-74): partitions take whole
+    # batches in request order while they fit; only the first partition with
+    # data may exceed it, by its first batch, so a consumer always progresses.
     budget = req.max_bytes
-    for (topic, partition), r in read.items():
-        records = r[5]
-        if records and budget <= 0 and any(v[3] for v in results.values()):
-            records = b""  # over max_bytes: at least the first non-empty one goes out
-        budget -= len(records)
-        results[(topic, partition)] = [r[2], r[3], r[4], records]
+    first = True
+    for name, indexes in order:
+        for index in indexes:
+            r = read.get((name, index))
+            if r is None:
+                continue
+            records = r[5]
+            if records:
+                records = _whole_batches(records, budget, first)
+                first = first and not records
+                budget -= len(records)
+            results[(name, index)] = [r[2], r[3], r[4], records]
 
     return Respond({
         "throttle_time_ms": 0,

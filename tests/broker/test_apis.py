@@ -451,3 +451,53 @@ def test_every_advertised_version_is_served(broker: BrokerProcess, api_key: int,
                 "include_synonyms": False, "include_documentation": False})
             assert r.results[0].error_code == 0
             assert [cfg.name for cfg in r.results[0].configs] == ["retention.ms"]
+
+
+# ------------------------------------------------------------ Fetch limits
+
+
+def test_fetch_max_bytes_bounds_the_whole_response(client: RawClient) -> None:
+    """KIP-74: whole batches in request order up to max_bytes; the first may exceed it."""
+    from tests.broker.rawclient import FETCH, fetch_values
+
+    topic = name("maxb")
+    assert client.create_topic(topic, 4) == 0
+    for p in range(4):
+        for _ in range(3):
+            assert client.produce(topic, p, record_batch([(None, b"x" * 1000)] * 4)).error_code == 0
+    batch_size = len(read_batches(client.fetch(topic, 0, 0).records)[0]._buffer)
+
+    def fetch_all(max_bytes: int, order: list[int]) -> list[tuple[int, int]]:
+        values = fetch_values(topic, 0, 0, max_bytes=max_bytes)
+        template = values["topics"][0]["partitions"][0]
+        values["topics"][0]["partitions"] = [
+            {**template, "partition": p, "partition_max_bytes": 1 << 20} for p in order]
+        response = client.call(FETCH, 11, values)
+        return [(p.partition_index, len(read_batches(p.records or b"")))
+                for p in response.responses[0].partitions]
+
+    # Room for 4 batches: 3 from the first partition asked for, 1 from the next.
+    assert fetch_all(4 * batch_size + 10, [2, 0, 1, 3]) == [(2, 3), (0, 1), (1, 0), (3, 0)]
+    # Room for less than one batch: still the first batch of the first partition.
+    assert fetch_all(100, [3, 1, 0, 2]) == [(3, 1), (1, 0), (0, 0), (2, 0)]
+    # Room for everything.
+    assert fetch_all(1 << 20, [0, 1, 2, 3]) == [(0, 3), (1, 3), (2, 3), (3, 3)]
+
+
+def test_partition_max_bytes_limits_one_partition(client: RawClient) -> None:
+    topic = name("pmaxb")
+    assert client.create_topic(topic, 1) == 0
+    for _ in range(3):
+        assert client.produce(topic, 0, record_batch([(None, b"y" * 1000)] * 4)).error_code == 0
+    part = client.call(1, 11, {**_one_partition_fetch(topic, 5000)}).responses[0].partitions[0]
+    assert len(read_batches(part.records)) == 1
+    part = client.call(1, 11, _one_partition_fetch(topic, 10)).responses[0].partitions[0]
+    assert len(read_batches(part.records)) == 1  # at least one batch, as Kafka does
+
+
+def _one_partition_fetch(topic: str, partition_max_bytes: int) -> dict:
+    from tests.broker.rawclient import fetch_values
+
+    values = fetch_values(topic, 0, 0)
+    values["topics"][0]["partitions"][0]["partition_max_bytes"] = partition_max_bytes
+    return values

@@ -25,7 +25,9 @@ until every deadline passed). Peak memory is tracemalloc's peak over the
 arrivals, in a separate pass from the timing, minus the memory in use
 before the timer was built.
 
-Rates are operations per second of this process's CPU time. Each rate ratio
+Rates are operations per second of this process's CPU time, with the cyclic
+garbage collector on (``--gc paused`` times the data structures alone; see
+``_collector``). Each rate ratio
 is the median of per-round (workload 1) or per-slice (workload 2) ratios of
 runs made back to back, which keeps bursts of load from other processes on a
 shared machine out of the ratios.
@@ -38,7 +40,8 @@ import json
 import statistics
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from heapq import heappop, heappush
 from itertools import count
 from typing import Any, Protocol
@@ -294,6 +297,29 @@ def memory_steady(impl: str, ops: int, per_ms: int, timeout_ms: int, expire_ever
 # -- driver ---------------------------------------------------------------------
 
 
+@contextmanager
+def _collector(gc_mode: str, freeze: bool) -> Iterator[None]:
+    """The cyclic garbage collector while timing.
+
+    ``on``: running, as in a broker; with ``freeze`` the objects built before
+    timing (workload 1's background tasks, alike for both timers) are moved
+    out of its sight, so a full collection started by one timer does not walk
+    the other timers' millions of tasks on its clock. ``paused``: no
+    collection at all (neither timer makes cyclic garbage while timed), which
+    leaves out the cost of walking the heap's dead entries.
+    """
+    gc.collect()
+    if gc_mode == "paused":
+        gc.disable()
+    elif freeze:
+        gc.freeze()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.unfreeze()
+
+
 def _spread(values: list[float]) -> dict[str, float]:
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
@@ -303,19 +329,19 @@ def _rates(ops: float, seconds: list[float]) -> dict[str, float]:
 
 
 def run_outstanding(
-    outstanding: list[int], ops: int, per_ms: int, rounds: int
+    outstanding: list[int], ops: int, per_ms: int, rounds: int, gc_mode: str = "on"
 ) -> tuple[dict[str, Any], float]:
     """Workload 1: every (N, timer) pair timed in turn, ``rounds`` times over."""
     window_ms = rounds * (2 * (ops // per_ms + 1) + 210)
     timers = {(n, impl): Outstanding(impl, n, window_ms) for n in outstanding for impl in IMPLS}
-    gc.collect()
-    for timer in timers.values():  # warm-up on every timer
-        timer.phase(min(ops, 2_000), per_ms)
     times: dict[tuple[int, str], list[tuple[float, float]]] = {key: [] for key in timers}
-    for r in range(rounds):
-        keys = list(timers) if r % 2 == 0 else list(timers)[::-1]  # neither side always first
-        for key in keys:
-            times[key].append(timers[key].phase(ops, per_ms))
+    with _collector(gc_mode, freeze=True):
+        for timer in timers.values():  # warm-up on every timer
+            timer.phase(min(ops, 2_000), per_ms)
+        for r in range(rounds):
+            keys = list(timers) if r % 2 == 0 else list(timers)[::-1]  # neither always first
+            for key in keys:
+                times[key].append(timers[key].phase(ops, per_ms))
     del timers
     results: dict[str, Any] = {}
     for n in outstanding:
@@ -336,25 +362,25 @@ def run_outstanding(
 
 
 def run_steady(
-    ops: int, per_ms: int, timeout_ms: int, expire_every: int, slice_ms: int
+    ops: int, per_ms: int, timeout_ms: int, expire_every: int, slice_ms: int, gc_mode: str = "on"
 ) -> tuple[dict[str, Any], float]:
     """Workload 2: both timers advance through the same arrivals in alternating slices."""
     runs = {impl: Steady(impl, ops, per_ms, timeout_ms, expire_every) for impl in IMPLS}
     seconds: dict[str, list[float]] = {impl: [] for impl in IMPLS}
     slices = 0
-    gc.collect()
-    while not all(run.done for run in runs.values()):
-        order = list(runs) if slices % 2 == 0 else list(runs)[::-1]
-        for impl in order:
-            t0 = time.process_time()
-            runs[impl].arrivals(slice_ms)
-            seconds[impl].append(time.process_time() - t0)
-        slices += 1
     drain_seconds = {}
-    for impl, run in runs.items():
-        t0 = time.process_time()
-        run.drain()
-        drain_seconds[impl] = time.process_time() - t0
+    with _collector(gc_mode, freeze=False):
+        while not all(run.done for run in runs.values()):
+            order = list(runs) if slices % 2 == 0 else list(runs)[::-1]
+            for impl in order:
+                t0 = time.process_time()
+                runs[impl].arrivals(slice_ms)
+                seconds[impl].append(time.process_time() - t0)
+            slices += 1
+        for impl, run in runs.items():
+            t0 = time.process_time()
+            run.drain()
+            drain_seconds[impl] = time.process_time() - t0
     del runs
     results: dict[str, Any] = {}
     for impl in IMPLS:
@@ -381,9 +407,12 @@ def run_bench(
     expire_every: int,
     rounds: int,
     slice_ms: int,
+    gc_mode: str = "on",
 ) -> dict[str, Any]:
-    w1, wheel_1m_vs_1k = run_outstanding(outstanding, ops, per_ms, rounds)
-    steady, rate_vs_heap = run_steady(steady_ops, per_ms, timeout_ms, expire_every, slice_ms)
+    w1, wheel_1m_vs_1k = run_outstanding(outstanding, ops, per_ms, rounds, gc_mode)
+    steady, rate_vs_heap = run_steady(
+        steady_ops, per_ms, timeout_ms, expire_every, slice_ms, gc_mode
+    )
     ratios = {
         "wheel_1m_vs_1k": wheel_1m_vs_1k,
         "memory_vs_heap_steady": steady["heap"]["peak_bytes"]
@@ -470,6 +499,14 @@ def _print_summary(report: dict[str, Any]) -> None:
     help="workload 2: simulated ms each timer runs before the other takes a turn",
 )
 @click.option(
+    "--gc",
+    "gc_mode",
+    type=click.Choice(["on", "paused"]),
+    default="on",
+    show_default=True,
+    help="cyclic garbage collector while timing (paused: data structures alone)",
+)
+@click.option(
     "--json",
     "json_path",
     type=click.Path(dir_okay=False),
@@ -485,6 +522,7 @@ def command(
     expire_every: int,
     rounds: int,
     slice_ms: int,
+    gc_mode: str,
     json_path: str | None,
 ) -> None:
     """Hierarchical timing wheel vs a lazy-deletion heapq timer."""
@@ -502,12 +540,13 @@ def command(
         "slice_ms": slice_ms,
         "memory": "tracemalloc (separate pass from the timed runs)",
         "rate": "operations per second of process CPU time",
+        "gc": gc_mode,
         "rate_ratios": "median of per-round (workload 1) or per-slice (workload 2) ratios",
         "tick_ms": 1,
         "wheel_size": 20,
     }
     report = run_bench(
-        sizes, ops, steady_ops, arrivals_per_ms, timeout_ms, expire_every, rounds, slice_ms
+        sizes, ops, steady_ops, arrivals_per_ms, timeout_ms, expire_every, rounds, slice_ms, gc_mode
     )
     _print_summary(report)
     if json_path:

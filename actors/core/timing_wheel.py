@@ -22,6 +22,7 @@ message and sleeps until :meth:`TimingWheel.next_expiration_ms`.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from heapq import heappop, heappush
 from typing import Any, Generic, TypeVar
 
@@ -169,25 +170,26 @@ class TimingWheel(Generic[T]):
         expiration_ms = task.expiration_ms
         if expiration_ms < self._expired_before:
             return False
-        level = 0
-        for limit in self._limits:
-            if expiration_ms < limit:
-                break
-            level += 1
+        limits = self._limits
+        if expiration_ms < limits[0]:
+            level = 0
         else:
-            self._grow(expiration_ms)
-            limits = self._limits
-            while expiration_ms >= limits[level]:
-                level += 1
+            # The levels' limits increase, so the level is a bisection (in C).
+            level = bisect_right(limits, expiration_ms)
+            if level == len(limits):
+                self._grow(expiration_ms)
+                level = bisect_right(self._limits, expiration_ms)
         tick = self._ticks[level]
         virtual_id = expiration_ms // tick
-        idx = level * self.wheel_size + virtual_id % self.wheel_size
+        wheel_size = self.wheel_size
+        idx = level * wheel_size + virtual_id % wheel_size
         bucket = self._buckets[idx]
         bucket[task] = None
         task._bucket = bucket
         bucket_exp = virtual_id * tick
-        if self._bucket_exp[idx] != bucket_exp:
-            self._bucket_exp[idx] = bucket_exp
+        exps = self._bucket_exp
+        if exps[idx] != bucket_exp:
+            exps[idx] = bucket_exp
             heappush(self._queue, (bucket_exp, idx))
         return True
 
@@ -250,9 +252,7 @@ class TimingWheel(Generic[T]):
                     task._bucket = None
                     expired.append(task)
                     continue
-                level = 0
-                while expiration_ms >= limits[level]:
-                    level += 1
+                level = bisect_right(limits, expiration_ms)
                 tick = ticks[level]
                 virtual_id = expiration_ms // tick
                 slot = level * wheel_size + virtual_id % wheel_size

@@ -210,7 +210,8 @@ def test_invalid_configuration_is_refused(kwargs: dict[str, int], message: str) 
     assert str(info.value) == message
 
 
-def test_bench_timer_writes_well_formed_json(tmp_path: Path) -> None:
+@pytest.mark.parametrize("gc_mode", ["on", "paused"])
+def test_bench_timer_writes_well_formed_json(tmp_path: Path, gc_mode: str) -> None:
     from bench.timer_bench import RATIO_KEYS, command
 
     out = tmp_path / "timer.json"
@@ -229,6 +230,8 @@ def test_bench_timer_writes_well_formed_json(tmp_path: Path) -> None:
             "300",
             "--slice-ms",
             "10",
+            "--gc",
+            gc_mode,
             "--json",
             str(out),
         ],
@@ -242,4 +245,5 @@ def test_bench_timer_writes_well_formed_json(tmp_path: Path) -> None:
         assert isinstance(report["ratios"][key], float) and report["ratios"][key] > 0
     assert set(report["results"]["steady"]) == {"wheel", "heap"}
     assert set(report["results"]["outstanding"]) == {"100", "1000"}
+    assert report["config"]["gc"] == gc_mode
     assert "wheel_1m_vs_1k" in result.output

@@ -250,3 +250,29 @@ def test_idempotent_retry_after_kill_9_is_still_a_duplicate(
         gap = client.produce(topic, 0, batch(30), acks=1)
         assert gap.error_code == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
         assert client.list_offset(topic, 0, -1).offset == 20
+
+
+def test_sigterm_during_a_produce_stream(fresh_broker: BrokerProcess,
+                                         restarted: list[BrokerProcess]) -> None:
+    """A clean stop under load: exit 0, marker written, every acknowledged record kept."""
+    topic = "busy"
+    with RawClient(fresh_broker.port) as client:
+        assert client.create_topic(topic, PARTITIONS) == 0
+    stream = AckedStream(fresh_broker.port, topic).start()
+    deadline = time.monotonic() + 30
+    while len(stream.acked) < 100 and time.monotonic() < deadline and stream.thread.is_alive():
+        time.sleep(0.02)
+    assert fresh_broker.stop(signal.SIGTERM) == 0, fresh_broker.log()[-3000:]
+    stream.join()
+    assert (fresh_broker.data_dir / MARKER).exists()
+    log = fresh_broker.log()
+    assert "Traceback" not in log and "crashed" not in log, log[-4000:]
+
+    b = restart(fresh_broker, restarted, 1)
+    assert UNCLEAN not in b.log()
+    for p in range(PARTITIONS):
+        rows = read_all(b.port, topic, p)
+        assert [seq_of(v) for _o, _k, v in rows] == list(range(len(rows)))
+        for q, base, _first in stream.acked:
+            if q == p:
+                assert len(rows) >= base + PER_BATCH

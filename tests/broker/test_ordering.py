@@ -191,3 +191,50 @@ def test_fast_answers_wait_behind_a_slow_one(broker: BrokerProcess) -> None:
         elapsed = time.monotonic() - t0
     assert got == [slow, *fast]
     assert elapsed >= 0.55
+
+
+def test_many_connections_at_once(broker: BrokerProcess) -> None:
+    """12 pipelining connections on every partition: each sees its own answers in order,
+    and every partition's offsets are handed out once each, densely."""
+    import threading
+
+    topic = spread_topic()
+    with RawClient(broker.port) as client:
+        assert client.create_topic(topic, PARTITIONS) == 0
+    got: dict[int, list[tuple[int, int]]] = {}  # connection -> [(partition, base offset)]
+    errors: list[BaseException] = []
+
+    def run(n: int) -> None:
+        try:
+            with RawClient(broker.port) as c:
+                sent = []
+                for i in range(40):
+                    p = (n + i) % PARTITIONS
+                    batch = record_batch([(None, b"%d-%d" % (n, i))] * 3)
+                    sent.append((c.send(PRODUCE, 9, produce_values(topic, p, batch, 1)), p))
+                rows = []
+                for cid, p in sent:
+                    got_cid, response = c.recv()
+                    assert got_cid == cid
+                    part = response.responses[0].partition_responses[0]
+                    assert (part.index, part.error_code) == (p, 0)
+                    rows.append((p, part.base_offset))
+                got[n] = rows
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors[0]
+    by_partition: dict[int, list[int]] = {}
+    for n, rows in got.items():
+        last: dict[int, int] = {}
+        for p, base in rows:
+            assert base > last.get(p, -1), f"connection {n}: offsets went back on {p}"
+            last[p] = base
+            by_partition.setdefault(p, []).append(base)
+    for p, bases in by_partition.items():
+        assert sorted(bases) == list(range(0, 3 * len(bases), 3)), f"partition {p}"

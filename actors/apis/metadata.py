@@ -54,7 +54,11 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     if to_create:
         [done] = yield [Call(ctx.topology.controller, lambda rid: CreateTopics(rid, False, to_create))]
         for name, error, _msg, _n, _rf in done.rows:
-            if error not in (0, int(ErrorCode.TOPIC_ALREADY_EXISTS)):
+            if error == int(ErrorCode.TOPIC_ALREADY_EXISTS) and name not in ctx.topics:
+                # Another request is creating it and this handler has not had
+                # the new table yet: Kafka's retriable "being created" answer.
+                errors[name] = int(ErrorCode.LEADER_NOT_AVAILABLE)
+            elif error not in (0, int(ErrorCode.TOPIC_ALREADY_EXISTS)):
                 errors[name] = error
     topics = []
     for name in names:

@@ -501,3 +501,29 @@ def _one_partition_fetch(topic: str, partition_max_bytes: int) -> dict:
     values = fetch_values(topic, 0, 0)
     values["topics"][0]["partitions"][0]["partition_max_bytes"] = partition_max_bytes
     return values
+
+
+def test_concurrent_auto_creation_answers_created_or_being_created(
+        broker: BrokerProcess) -> None:
+    """Several connections (on every handler) ask for the same new topic at once.
+
+    Each answer is the topic (0) or Kafka's retriable LEADER_NOT_AVAILABLE while
+    another request creates it, never UNKNOWN_TOPIC_OR_PARTITION.
+    """
+    clients = [RawClient(broker.port) for _ in range(4)]
+    try:
+        codes: list[int] = []
+        topics = [name("race") for _ in range(10)]
+        for topic in topics:
+            for c in clients:
+                c.send(METADATA, 12, {"topics": [{"topic_id": None, "name": topic}],
+                                      "allow_auto_topic_creation": True,
+                                      "include_topic_authorized_operations": False})
+            codes += [c.recv()[1].topics[0].error_code for c in clients]
+        assert set(codes) <= {0, ErrorCode.LEADER_NOT_AVAILABLE}, codes
+        assert 0 in codes
+        listed = metadata(clients[0], None, auto=False)
+        assert all(t in listed for t in topics)
+    finally:
+        for c in clients:
+            c.close()

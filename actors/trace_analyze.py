@@ -37,6 +37,9 @@ INSTALL_HINT = ("trace analyze needs PySpark and pyarrow (and matplotlib for the
                 "(apt-get install openjdk-17-jre-headless)")
 
 
+JAVA_OPTS = os.environ.get("ACTORLOG_SPARK_JAVA_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC")
+
+
 class MissingExtraError(RuntimeError):
     """PySpark, pyarrow or matplotlib is not installed."""
 
@@ -64,7 +67,12 @@ def spark_session(master: str = "local[*]", shuffle_partitions: int | None = Non
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.driver.memory", os.environ.get("ACTORLOG_SPARK_DRIVER_MEMORY", "2g"))
                .config("spark.sql.parquet.enableVectorizedReader", "true")
-               .config("spark.sql.adaptive.enabled", "true"))
+               .config("spark.sql.adaptive.enabled", "true")
+               # A short job: C1 alone compiles far less than C1+C2 and finishes sooner
+               # (measured here on 1M events: 9.5 s vs 13 s for a first query, 0.7 s vs
+               # 2.6 s for a second); the parallel collector suits a batch job.
+               .config("spark.driver.extraJavaOptions", JAVA_OPTS)
+               .config("spark.executor.extraJavaOptions", JAVA_OPTS))
     if shuffle_partitions is None:
         shuffle_partitions = max(2, 2 * (os.cpu_count() or 1))
     builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
@@ -74,68 +82,81 @@ def spark_session(master: str = "local[*]", shuffle_partitions: int | None = Non
 
 
 # ------------------------------------------------------------------ tables
-def node_anchors(parquet_paths: list[Path]) -> dict[str, int]:
-    """Per node, the median of wall + offset - mono (see trace_spans), computed in pyarrow."""
+def scan_nodes(parquet_paths: list[Path]) -> tuple[dict[str, int], list[tuple[str, str, int, int]]]:
+    """Per node its anchor (median of wall + offset - mono, see trace_spans), and every
+    (node, actor) with its first and last aligned time; computed in pyarrow, off Spark."""
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
     table = ds.dataset([str(p) for p in parquet_paths], format="parquet").to_table(
-        columns=["node", "mono_ns", "wall_ns", "clock_offset_ns"])
+        columns=["node", "actor", "mono_ns", "wall_ns", "clock_offset_ns"])
     diff = pc.subtract(pc.add(table["wall_ns"], table["clock_offset_ns"]), table["mono_ns"])
     grouped = table.select(["node"]).append_column("d", diff).group_by("node").aggregate(
         [("d", "approximate_median")])
-    return {row["node"]: int(row["d_approximate_median"]) for row in grouped.to_pylist()}
+    anchors = {row["node"]: int(row["d_approximate_median"]) for row in grouped.to_pylist()}
+    spans = table.select(["node", "actor", "mono_ns"]).group_by(["node", "actor"]).aggregate(
+        [("mono_ns", "min"), ("mono_ns", "max")]).to_pylist()
+    actors = [(r["node"], r["actor"], r["mono_ns_min"] + anchors[r["node"]],
+               r["mono_ns_max"] + anchors[r["node"]]) for r in spans]
+    return anchors, actors
 
 
-def load_events(spark: Any, parquet_paths: list[Path]) -> Any:
-    """Events with ``t``: aligned time in ns (monotonic + the node's anchor)."""
+def load_events(spark: Any, parquet_paths: list[Path]) -> tuple[Any, Any]:
+    """Events with ``t`` (aligned time in ns: monotonic + the node's anchor), and the
+    small (node, actor, t_first, t_last) table."""
     from pyspark.sql import functions as F
 
-    anchors = node_anchors(parquet_paths)
+    anchors, actors = scan_nodes(parquet_paths)
     ev = spark.read.parquet(*[str(p) for p in parquet_paths])
     amap = F.create_map(*[x for node, a in anchors.items() for x in (F.lit(node), F.lit(a))])
-    return ev.withColumn("t", F.col("mono_ns") + amap[F.col("node")])
+    names = spark.createDataFrame(actors, "node string, actor string, t_first long, t_last long")
+    return ev.withColumn("t", F.col("mono_ns") + amap[F.col("node")]), names
 
 
-def build_tables(ev: Any) -> dict[str, Any]:
+def build_tables(ev: Any, names: Any) -> dict[str, Any]:
     """The requests, actors, seconds and violations DataFrames.
 
+    The events are read once: grouped by (trace_id, span_id) they give one
+    row per message (send, recv, done) plus one row per request for its
+    net_in/net_out (span 0); grouping those rows by trace gives the requests.
     Aggregation buffers hold only numbers (Spark hash-aggregates those; a
-    string in a buffer falls back to sort-based aggregation): an actor is
-    carried as ``who`` = xxhash64(node, actor) and named at the end from the
-    small table of distinct (node, actor).
+    string falls back to sort-based aggregation), so an actor is carried as
+    ``who`` = xxhash64(node, actor) and named from ``names`` at the end.
     """
     from pyspark.sql import functions as F
 
     c, w = F.col, F.when
     kind, mt = c("kind"), c("msg_type")
-    ev = ev.select("trace_id", "span_id", "kind", "node", "actor", "msg_type", "conn_id",
-                   "corr_id", "api_key", "bytes", "t").withColumn("who", F.xxhash64("node", "actor"))
-    names = F.broadcast(ev.groupBy("node", "actor").agg(F.max("t").alias("t_last"),
-                                                        F.min("t").alias("t_first"))
-                        .withColumn("who", F.xxhash64("node", "actor")).cache())
-    # one row per message: send / recv / done times and the receiver
-    spans = (ev.filter(c("span_id") != 0).groupBy("trace_id", "span_id").agg(
+    is_net_in = kind == "net_in"
+    is_net_out = kind == "net_out"
+    rows = (ev.withColumn("who", F.xxhash64("node", "actor"))
+            .groupBy("trace_id", "span_id").agg(
         F.min(w(kind == "send", c("t"))).alias("t_send"),
         F.min(w(kind == "recv", c("t"))).alias("t_recv"),
         F.min(w(kind == "done", c("t"))).alias("t_done"),
         F.max(w(kind == "recv", c("who"))).alias("who"),
+        F.max(w(mt == "KafkaRequest", 1)).alias("is_request"),
+        F.max(w(mt == "KafkaResponse", 1)).alias("is_response"),
+        F.min(w(is_net_in, c("t"))).alias("t_in_ns"),
+        F.min(w(is_net_out, c("t"))).alias("t_out_ns"),
+        F.count(w(is_net_out, 1)).alias("responses"),
+        F.sum(w(is_net_out, c("bytes"))).alias("bytes_out"),
+        F.max(w(is_net_in, c("who"))).alias("proc_who"),
+        F.max(w(is_net_in, c("conn_id"))).alias("conn_id"),
+        F.max(w(is_net_in, c("corr_id"))).alias("corr_id"),
+        F.max(w(is_net_in, c("api_key"))).alias("api_key"),
     )).cache()
-    is_req_recv = (kind == "recv") & (mt == "KafkaRequest")
-    req = (ev.filter(kind.isin("net_in", "net_out") | mt.isin("KafkaRequest", "KafkaResponse"))
-           .groupBy("trace_id").agg(
-        F.min(w(kind == "net_in", c("t"))).alias("t_in_ns"),
-        F.min(w(kind == "net_out", c("t"))).alias("t_out_ns"),
-        F.count(w(kind == "net_out", 1)).alias("responses"),
-        F.sum(w(kind == "net_out", c("bytes")).otherwise(0)).alias("bytes_out"),
-        F.max(w(kind == "net_in", c("who"))).alias("proc_who"),
-        F.max(w(kind == "net_in", c("conn_id"))).alias("conn_id"),
-        F.max(w(kind == "net_in", c("corr_id"))).alias("corr_id"),
-        F.max(w(kind == "net_in", c("api_key"))).alias("api_key"),
-        F.min(w(is_req_recv, c("t"))).alias("t_req_recv"),
-        F.max(w(is_req_recv, c("who"))).alias("handler_who"),
-        F.min(w((kind == "send") & (mt == "KafkaResponse"), c("t"))).alias("t_resp_send"),
-        F.min(w((kind == "recv") & (mt == "KafkaResponse"), c("t"))).alias("t_resp_recv"),
+    spans = rows.filter(c("span_id") != 0)
+    is_req, is_resp = c("is_request") == 1, c("is_response") == 1
+    req = (rows.filter(c("trace_id") != 0).groupBy("trace_id").agg(
+        F.min("t_in_ns").alias("t_in_ns"), F.min("t_out_ns").alias("t_out_ns"),
+        F.sum("responses").alias("responses"), F.sum("bytes_out").alias("bytes_out"),
+        F.max("proc_who").alias("proc_who"), F.max("conn_id").alias("conn_id"),
+        F.max("corr_id").alias("corr_id"), F.max("api_key").alias("api_key"),
+        F.min(w(is_req, c("t_recv"))).alias("t_req_recv"),
+        F.max(w(is_req, c("who"))).alias("handler_who"),
+        F.min(w(is_resp, c("t_send"))).alias("t_resp_send"),
+        F.min(w(is_resp, c("t_recv"))).alias("t_resp_recv"),
     ).filter(c("t_in_ns").isNotNull()))
     hs = spans.select("trace_id", c("who").alias("handler_who"), c("t_recv").alias("h_recv"),
                       c("t_done").alias("h_done"))
@@ -147,6 +168,7 @@ def build_tables(ev: Any) -> dict[str, Any]:
     complete = (c("t_out_ns").isNotNull() & c("t_req_recv").isNotNull()
                 & c("t_resp_send").isNotNull() & c("t_resp_recv").isNotNull())
     api_map = F.create_map(*[x for k, v in API_NAMES.items() for x in (F.lit(k), F.lit(v))])
+    names = F.broadcast(names.withColumn("who", F.xxhash64("node", "actor")))
     proc_names = names.select(c("who").alias("proc_who"), "node", c("actor").alias("processor"))
     handler_names = names.select(c("who").alias("handler_who"),
                                  F.concat_ws("@", "actor", "node").alias("handler"))
@@ -155,6 +177,7 @@ def build_tables(ev: Any) -> dict[str, Any]:
                 .join(handler_names, "handler_who", "left")
                 .withColumn("api", F.coalesce(api_map[c("api_key")],
                                               F.concat(F.lit("api_"), c("api_key").cast("string"))))
+                .withColumn("bytes_out", F.coalesce(c("bytes_out"), F.lit(0)))
                 .withColumn("total_ns", c("t_out_ns") - c("t_in_ns"))
                 .withColumn("request_queue_ns", w(complete, c("t_req_recv") - c("t_in_ns")))
                 .withColumn("local_ns", w(complete, F.coalesce(c("local_ns"), F.lit(0))))
@@ -191,7 +214,7 @@ def build_tables(ev: Any) -> dict[str, Any]:
                    F.sum(c("bytes_out")).alias("bytes_out"),
                    F.count(w(c("t_out_ns").isNull(), 1)).alias("errors")))
     return {"requests": requests, "actors": actors, "seconds": seconds,
-            "violations": ordering_check(requests), "_spans": spans}
+            "violations": ordering_check(requests)}
 
 
 def ordering_check(requests: Any) -> Any:
@@ -253,7 +276,7 @@ def analyze(dirs: list[Path], out: Path, master: str = "local[*]", spark: Any = 
     timings["spark_start_s"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     try:
-        tables = build_tables(load_events(spark, paths))
+        tables = build_tables(*load_events(spark, paths))
         for name in ("requests", "actors", "seconds", "violations"):
             tables[name].write.mode("overwrite").parquet(str(out / name))
     finally:

@@ -527,3 +527,19 @@ def test_concurrent_auto_creation_answers_created_or_being_created(
     finally:
         for c in clients:
             c.close()
+
+
+def test_create_topics_refuses_bad_configs(client: RawClient) -> None:
+    for configs in ({"retention.ms": "soon"}, {"no.such.config": "1"}):
+        topic = name("badcfg")
+        assert client.create_topic(topic, 1, configs=configs) == ErrorCode.INVALID_CONFIG, configs
+        assert topic not in metadata(client, None, auto=False)
+
+
+def test_acks_all_needs_min_insync_replicas(client: RawClient) -> None:
+    """min.insync.replicas=2 on one broker: acks=all is refused, acks=1 is not."""
+    topic = name("minisr")
+    assert client.create_topic(topic, 1, configs={"min.insync.replicas": "2"}) == 0
+    refused = client.produce(topic, 0, record_batch([(None, b"a")]), acks=-1)
+    assert refused.error_code == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert client.produce(topic, 0, record_batch([(None, b"b")]), acks=1).base_offset == 0

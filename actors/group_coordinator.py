@@ -306,7 +306,8 @@ class GroupCoordinator(Actor):
         self.retry_at_ms = self.started_ms
         self.read_offsets: dict[int, int] = {}
         self.reads_in_flight: set[int] = set()
-        self.loaded_records: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        # Latest value per record key, in the order of each key's latest write.
+        self.loaded_records: dict[bytes, bytes | None] = {}
         self.load_skipped = 0
         self.load_started_ms = 0
         self.refused_loading = 0
@@ -357,7 +358,7 @@ class GroupCoordinator(Actor):
         self.phase = "loading"
         self.load_started_ms = self.clock.now_ms()
         self.read_offsets = {p: 0 for p in range(self.num_partitions)}
-        self.loaded_records = {p: [] for p in range(self.num_partitions)}
+        self.loaded_records = {}
         self._send_reads()
 
     def _send_reads(self) -> None:
@@ -404,6 +405,13 @@ class GroupCoordinator(Actor):
             self._finish_load()
 
     def _take_records(self, p: int, buf: bytes) -> None:
+        """Keep each key's latest value only, moved to the end on every write.
+
+        Replaying only those in that order gives ``core.load`` the same result
+        as replaying the whole log (later writes win; a group tombstone only
+        clears what was written before it), and without compaction the log
+        holds every commit ever made.
+        """
         records, next_offset = decode_batches(buf)
         if next_offset is None:
             if buf:
@@ -411,10 +419,19 @@ class GroupCoordinator(Actor):
                     f"{OFFSETS_TOPIC}-{p} at offset {self.read_offsets[p]}: a read returned "
                     f"{len(buf)} bytes but no whole batch")
             return
-        mine = self.loaded_records[p]
+        latest = self.loaded_records
+        start = self.read_offsets[p]
         for offset, key, value in records:
-            if offset < self.read_offsets[p] or key is None:
+            if offset < start or key is None:
                 continue
+            latest.pop(key, None)
+            latest[key] = value
+        self.read_offsets[p] = next_offset
+
+    def _owned_records(self) -> list[tuple[bytes, bytes | None]]:
+        """The latest records of the groups this coordinator owns; corrupt ones are skipped."""
+        mine: list[tuple[bytes, bytes | None]] = []
+        for key, value in self.loaded_records.items():
             try:
                 k, _v = decode_record(key, value)
             except OffsetsRecordError as exc:
@@ -422,21 +439,21 @@ class GroupCoordinator(Actor):
                     mine.append((key, value))  # the core counts what it skips
                 else:
                     self.load_skipped += 1
-                    self.log.warning("skipping a corrupt record at {}-{} offset {}: {}",
-                                     OFFSETS_TOPIC, p, offset, exc)
+                    self.log.warning("skipping a corrupt record of {}: {}", OFFSETS_TOPIC, exc)
                 continue
             if self.topology.coordinator_for(k.group) == self.address:
                 mine.append((key, value))
-        self.read_offsets[p] = next_offset
+        return mine
 
     def _finish_load(self) -> None:
-        records = [rec for p in sorted(self.loaded_records) for rec in self.loaded_records[p]]
+        read = len(self.loaded_records)
+        records = self._owned_records()
         self.loaded_records = {}
         self._perform(self.core.load(records, self.now_ms()))
         self.loaded = True
         self.phase = "ready"
-        self.log.info("loaded {} group(s) from {} record(s) of {} in {} ms",
-                      len(self.core.group_ids()), len(records), OFFSETS_TOPIC,
+        self.log.info("loaded {} group(s) from {} latest record(s) ({} owned) of {} in {} ms",
+                      len(self.core.group_ids()), read, len(records), OFFSETS_TOPIC,
                       self.clock.now_ms() - self.load_started_ms)
 
     # ---------------------------------------------------------- requests

@@ -19,6 +19,7 @@ from actors.core.offsets_codec import (
     OFFSETS_TOPIC,
     OffsetCommitValue,
     decode_record,
+    group_tombstone,
     offset_commit_record,
     offset_tombstone,
     partition_for,
@@ -243,6 +244,15 @@ def test_load_rebuilds_each_coordinators_groups_and_refuses_until_done(node: Nod
             ]))
     pb = partition_for(gb, NUM_PARTITIONS)
     logs[pb].append(commit_batch([offset_tombstone(gb, "t", 1)]))
+    # A deleted group loses what was committed before its tombstone, not after.
+    gone = "group-deleted"
+    pg = partition_for(gone, NUM_PARTITIONS)
+    logs.setdefault(pg, []).extend([
+        commit_batch([offset_commit_record(gone, "t", 0, OffsetCommitValue(1, -1, "", 1)),
+                      offset_commit_record(gone, "t", 1, OffsetCommitValue(2, -1, "", 1))]),
+        commit_batch([group_tombstone(gone)]),
+        commit_batch([offset_commit_record(gone, "t", 1, OffsetCommitValue(3, -1, "", 1))]),
+    ])
     # Give every batch its real base offset, as the log would.
     for batches in logs.values():
         base = 0
@@ -262,6 +272,8 @@ def test_load_rebuilds_each_coordinators_groups_and_refuses_until_done(node: Nod
     assert fa[2:] == [0, [["t", 0, 9, -1, "m9", 0], ["t", 1, 109, -1, "", 0]]]  # type: ignore[index]
     fb = cluster.answer(cluster.send(gb, lambda rid: OffsetFetch(rid, gb, None)))
     assert fb[2:] == [0, [["t", 0, 3, -1, "m3", 0]]]  # type: ignore[index]
+    fg = cluster.answer(cluster.send(gone, lambda rid: OffsetFetch(rid, gone, None)))
+    assert fg[2:] == [0, [["t", 1, 3, -1, "", 0]]]  # type: ignore[index]
     # The other coordinator never loaded ga: its records belong to its owner only.
     wrong = topo.coordinator(1 - int(topo.coordinator_for(ga).name.rsplit("-", 1)[1]))
     fw = cluster.answer(cluster.send(ga, lambda rid: OffsetFetch(rid, ga, None), wrong))

@@ -31,10 +31,12 @@ from typing import Any
 from actors.runtime.trace_spans import API_NAMES, STAGES
 from actors.trace_store import to_parquet
 
-INSTALL_HINT = ("trace analyze needs PySpark and pyarrow (and matplotlib for the plots): "
-                "pip install 'actorlog[spark]' matplotlib   (or .venv/bin/pip install "
-                "'pyspark>=3.5,<5' pyarrow matplotlib); Spark also needs Java 17 "
-                "(apt-get install openjdk-17-jre-headless)")
+INSTALL_HINT = (
+    "trace analyze needs PySpark and pyarrow (and matplotlib for the plots): "
+    "pip install 'actorlog[spark]' matplotlib   (or .venv/bin/pip install "
+    "'pyspark>=3.5,<5' pyarrow matplotlib); Spark also needs Java 17 "
+    "(apt-get install openjdk-17-jre-headless)"
+)
 
 
 JAVA_OPTS = os.environ.get("ACTORLOG_SPARK_JAVA_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC")
@@ -61,18 +63,21 @@ def spark_session(master: str = "local[*]", shuffle_partitions: int | None = Non
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = (SparkSession.builder.master(master).appName("actorlog-trace-analyze")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.driver.memory", os.environ.get("ACTORLOG_SPARK_DRIVER_MEMORY", "2g"))
-               .config("spark.sql.parquet.enableVectorizedReader", "true")
-               .config("spark.sql.adaptive.enabled", "true")
-               # A short job: C1 alone compiles far less than C1+C2 and finishes sooner
-               # (measured here on 1M events: 9.5 s vs 13 s for a first query, 0.7 s vs
-               # 2.6 s for a second); the parallel collector suits a batch job.
-               .config("spark.driver.extraJavaOptions", JAVA_OPTS)
-               .config("spark.executor.extraJavaOptions", JAVA_OPTS))
+    builder = (
+        SparkSession.builder.master(master)
+        .appName("actorlog-trace-analyze")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", os.environ.get("ACTORLOG_SPARK_DRIVER_MEMORY", "2g"))
+        .config("spark.sql.parquet.enableVectorizedReader", "true")
+        .config("spark.sql.adaptive.enabled", "true")
+        # A short job: C1 alone compiles far less than C1+C2 and finishes sooner
+        # (measured here on 1M events: 9.5 s vs 13 s for a first query, 0.7 s vs
+        # 2.6 s for a second); the parallel collector suits a batch job.
+        .config("spark.driver.extraJavaOptions", JAVA_OPTS)
+        .config("spark.executor.extraJavaOptions", JAVA_OPTS)
+    )
     if shuffle_partitions is None:
         shuffle_partitions = max(2, 2 * (os.cpu_count() or 1))
     builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
@@ -89,15 +94,31 @@ def scan_nodes(parquet_paths: list[Path]) -> tuple[dict[str, int], list[tuple[st
     import pyarrow.dataset as ds
 
     table = ds.dataset([str(p) for p in parquet_paths], format="parquet").to_table(
-        columns=["node", "actor", "mono_ns", "wall_ns", "clock_offset_ns"])
+        columns=["node", "actor", "mono_ns", "wall_ns", "clock_offset_ns"]
+    )
     diff = pc.subtract(pc.add(table["wall_ns"], table["clock_offset_ns"]), table["mono_ns"])
-    grouped = table.select(["node"]).append_column("d", diff).group_by("node").aggregate(
-        [("d", "approximate_median")])
+    grouped = (
+        table.select(["node"])
+        .append_column("d", diff)
+        .group_by("node")
+        .aggregate([("d", "approximate_median")])
+    )
     anchors = {row["node"]: int(row["d_approximate_median"]) for row in grouped.to_pylist()}
-    spans = table.select(["node", "actor", "mono_ns"]).group_by(["node", "actor"]).aggregate(
-        [("mono_ns", "min"), ("mono_ns", "max")]).to_pylist()
-    actors = [(r["node"], r["actor"], r["mono_ns_min"] + anchors[r["node"]],
-               r["mono_ns_max"] + anchors[r["node"]]) for r in spans]
+    spans = (
+        table.select(["node", "actor", "mono_ns"])
+        .group_by(["node", "actor"])
+        .aggregate([("mono_ns", "min"), ("mono_ns", "max")])
+        .to_pylist()
+    )
+    actors = [
+        (
+            r["node"],
+            r["actor"],
+            r["mono_ns_min"] + anchors[r["node"]],
+            r["mono_ns_max"] + anchors[r["node"]],
+        )
+        for r in spans
+    ]
     return anchors, actors
 
 
@@ -129,92 +150,157 @@ def build_tables(ev: Any, names: Any) -> dict[str, Any]:
     kind, mt = c("kind"), c("msg_type")
     is_net_in = kind == "net_in"
     is_net_out = kind == "net_out"
-    rows = (ev.withColumn("who", F.xxhash64("node", "actor"))
-            .groupBy("trace_id", "span_id").agg(
-        F.min(w(kind == "send", c("t"))).alias("t_send"),
-        F.min(w(kind == "recv", c("t"))).alias("t_recv"),
-        F.min(w(kind == "done", c("t"))).alias("t_done"),
-        F.max(w(kind == "recv", c("who"))).alias("who"),
-        F.max(w(mt == "KafkaRequest", 1)).alias("is_request"),
-        F.max(w(mt == "KafkaResponse", 1)).alias("is_response"),
-        F.min(w(is_net_in, c("t"))).alias("t_in_ns"),
-        F.min(w(is_net_out, c("t"))).alias("t_out_ns"),
-        F.count(w(is_net_out, 1)).alias("responses"),
-        F.sum(w(is_net_out, c("bytes"))).alias("bytes_out"),
-        F.max(w(is_net_in, c("who"))).alias("proc_who"),
-        F.max(w(is_net_in, c("conn_id"))).alias("conn_id"),
-        F.max(w(is_net_in, c("corr_id"))).alias("corr_id"),
-        F.max(w(is_net_in, c("api_key"))).alias("api_key"),
-    )).cache()
+    rows = (
+        ev.withColumn("who", F.xxhash64("node", "actor"))
+        .groupBy("trace_id", "span_id")
+        .agg(
+            F.min(w(kind == "send", c("t"))).alias("t_send"),
+            F.min(w(kind == "recv", c("t"))).alias("t_recv"),
+            F.min(w(kind == "done", c("t"))).alias("t_done"),
+            F.max(w(kind == "recv", c("who"))).alias("who"),
+            F.max(w(mt == "KafkaRequest", 1)).alias("is_request"),
+            F.max(w(mt == "KafkaResponse", 1)).alias("is_response"),
+            F.min(w(is_net_in, c("t"))).alias("t_in_ns"),
+            F.min(w(is_net_out, c("t"))).alias("t_out_ns"),
+            F.count(w(is_net_out, 1)).alias("responses"),
+            F.sum(w(is_net_out, c("bytes"))).alias("bytes_out"),
+            F.max(w(is_net_in, c("who"))).alias("proc_who"),
+            F.max(w(is_net_in, c("conn_id"))).alias("conn_id"),
+            F.max(w(is_net_in, c("corr_id"))).alias("corr_id"),
+            F.max(w(is_net_in, c("api_key"))).alias("api_key"),
+        )
+    ).cache()
     spans = rows.filter(c("span_id") != 0)
     is_req, is_resp = c("is_request") == 1, c("is_response") == 1
-    req = (rows.filter(c("trace_id") != 0).groupBy("trace_id").agg(
-        F.min("t_in_ns").alias("t_in_ns"), F.min("t_out_ns").alias("t_out_ns"),
-        F.sum("responses").alias("responses"), F.sum("bytes_out").alias("bytes_out"),
-        F.max("proc_who").alias("proc_who"), F.max("conn_id").alias("conn_id"),
-        F.max("corr_id").alias("corr_id"), F.max("api_key").alias("api_key"),
-        F.min(w(is_req, c("t_recv"))).alias("t_req_recv"),
-        F.max(w(is_req, c("who"))).alias("handler_who"),
-        F.min(w(is_resp, c("t_send"))).alias("t_resp_send"),
-        F.min(w(is_resp, c("t_recv"))).alias("t_resp_recv"),
-    ).filter(c("t_in_ns").isNotNull()))
-    hs = spans.select("trace_id", c("who").alias("handler_who"), c("t_recv").alias("h_recv"),
-                      c("t_done").alias("h_done"))
-    local = (req.select("trace_id", "handler_who", "t_req_recv", "t_resp_send")
-             .join(hs, ["trace_id", "handler_who"])
-             .groupBy("trace_id").agg(F.sum(F.greatest(
-                 F.lit(0), F.least(c("h_done"), c("t_resp_send"))
-                 - F.greatest(c("h_recv"), c("t_req_recv")))).alias("local_ns")))
-    complete = (c("t_out_ns").isNotNull() & c("t_req_recv").isNotNull()
-                & c("t_resp_send").isNotNull() & c("t_resp_recv").isNotNull())
+    req = (
+        rows.filter(c("trace_id") != 0)
+        .groupBy("trace_id")
+        .agg(
+            F.min("t_in_ns").alias("t_in_ns"),
+            F.min("t_out_ns").alias("t_out_ns"),
+            F.sum("responses").alias("responses"),
+            F.sum("bytes_out").alias("bytes_out"),
+            F.max("proc_who").alias("proc_who"),
+            F.max("conn_id").alias("conn_id"),
+            F.max("corr_id").alias("corr_id"),
+            F.max("api_key").alias("api_key"),
+            F.min(w(is_req, c("t_recv"))).alias("t_req_recv"),
+            F.max(w(is_req, c("who"))).alias("handler_who"),
+            F.min(w(is_resp, c("t_send"))).alias("t_resp_send"),
+            F.min(w(is_resp, c("t_recv"))).alias("t_resp_recv"),
+        )
+        .filter(c("t_in_ns").isNotNull())
+    )
+    hs = spans.select(
+        "trace_id",
+        c("who").alias("handler_who"),
+        c("t_recv").alias("h_recv"),
+        c("t_done").alias("h_done"),
+    )
+    local = (
+        req.select("trace_id", "handler_who", "t_req_recv", "t_resp_send")
+        .join(hs, ["trace_id", "handler_who"])
+        .groupBy("trace_id")
+        .agg(
+            F.sum(
+                F.greatest(
+                    F.lit(0),
+                    F.least(c("h_done"), c("t_resp_send"))
+                    - F.greatest(c("h_recv"), c("t_req_recv")),
+                )
+            ).alias("local_ns")
+        )
+    )
+    complete = (
+        c("t_out_ns").isNotNull()
+        & c("t_req_recv").isNotNull()
+        & c("t_resp_send").isNotNull()
+        & c("t_resp_recv").isNotNull()
+    )
     api_map = F.create_map(*[x for k, v in API_NAMES.items() for x in (F.lit(k), F.lit(v))])
     names = F.broadcast(names.withColumn("who", F.xxhash64("node", "actor")))
     proc_names = names.select(c("who").alias("proc_who"), "node", c("actor").alias("processor"))
-    handler_names = names.select(c("who").alias("handler_who"),
-                                 F.concat_ws("@", "actor", "node").alias("handler"))
-    requests = (req.join(local, "trace_id", "left")
-                .join(proc_names, "proc_who", "left")
-                .join(handler_names, "handler_who", "left")
-                .withColumn("api", F.coalesce(api_map[c("api_key")],
-                                              F.concat(F.lit("api_"), c("api_key").cast("string"))))
-                .withColumn("bytes_out", F.coalesce(c("bytes_out"), F.lit(0)))
-                .withColumn("total_ns", c("t_out_ns") - c("t_in_ns"))
-                .withColumn("request_queue_ns", w(complete, c("t_req_recv") - c("t_in_ns")))
-                .withColumn("local_ns", w(complete, F.coalesce(c("local_ns"), F.lit(0))))
-                .withColumn("remote_ns", w(complete, c("t_resp_send") - c("t_req_recv") - c("local_ns")))
-                .withColumn("response_queue_ns", w(complete, c("t_resp_recv") - c("t_resp_send")))
-                .withColumn("send_ns", w(complete, c("t_out_ns") - c("t_resp_recv")))
-                .select("trace_id", "node", "processor", "conn_id", "corr_id", "api_key", "api",
-                        "t_in_ns", "t_out_ns", "responses", "bytes_out", "total_ns",
-                        *[f"{s}_ns" for s in STAGES], "handler")).cache()
+    handler_names = names.select(
+        c("who").alias("handler_who"), F.concat_ws("@", "actor", "node").alias("handler")
+    )
+    requests = (
+        req.join(local, "trace_id", "left")
+        .join(proc_names, "proc_who", "left")
+        .join(handler_names, "handler_who", "left")
+        .withColumn(
+            "api",
+            F.coalesce(api_map[c("api_key")], F.concat(F.lit("api_"), c("api_key").cast("string"))),
+        )
+        .withColumn("bytes_out", F.coalesce(c("bytes_out"), F.lit(0)))
+        .withColumn("total_ns", c("t_out_ns") - c("t_in_ns"))
+        .withColumn("request_queue_ns", w(complete, c("t_req_recv") - c("t_in_ns")))
+        .withColumn("local_ns", w(complete, F.coalesce(c("local_ns"), F.lit(0))))
+        .withColumn("remote_ns", w(complete, c("t_resp_send") - c("t_req_recv") - c("local_ns")))
+        .withColumn("response_queue_ns", w(complete, c("t_resp_recv") - c("t_resp_send")))
+        .withColumn("send_ns", w(complete, c("t_out_ns") - c("t_resp_recv")))
+        .select(
+            "trace_id",
+            "node",
+            "processor",
+            "conn_id",
+            "corr_id",
+            "api_key",
+            "api",
+            "t_in_ns",
+            "t_out_ns",
+            "responses",
+            "bytes_out",
+            "total_ns",
+            *[f"{s}_ns" for s in STAGES],
+            "handler",
+        )
+    ).cache()
 
     node_span = names.groupBy("node").agg(
-        ((F.max("t_last") - F.min("t_first")) / 1e9).alias("span_s"))
-    actors = (spans.filter(c("who").isNotNull())
-              .withColumn("mailbox_us", (c("t_recv") - c("t_send")) / 1000.0)
-              .withColumn("handling_us", (c("t_done") - c("t_recv")) / 1000.0)
-              .groupBy("who").agg(
-                  F.count(F.lit(1)).alias("messages"),
-                  F.percentile_approx("mailbox_us", [0.5, 0.99], 1000).alias("mailbox"),
-                  F.percentile_approx("handling_us", [0.5, 0.99], 1000).alias("handling"),
-                  (F.sum("handling_us") / 1e6).alias("busy_s"))
-              .select("who", "messages", c("mailbox")[0].alias("mailbox_p50_us"),
-                      c("mailbox")[1].alias("mailbox_p99_us"),
-                      c("handling")[0].alias("handling_p50_us"),
-                      c("handling")[1].alias("handling_p99_us"), "busy_s")
-              .join(names.select("who", "node", "actor"), "who")
-              .join(F.broadcast(node_span), "node")
-              .withColumn("busy_fraction", c("busy_s") / F.greatest(c("span_s"), F.lit(1e-9)))
-              .drop("span_s", "who"))
-    seconds = (requests
-               .withColumn("second", F.floor(F.coalesce(c("t_out_ns"), c("t_in_ns")) / 1e9)
-                           .cast("long"))
-               .groupBy("second", "api").agg(
-                   F.count(c("t_out_ns")).alias("requests"),
-                   F.sum(c("bytes_out")).alias("bytes_out"),
-                   F.count(w(c("t_out_ns").isNull(), 1)).alias("errors")))
-    return {"requests": requests, "actors": actors, "seconds": seconds,
-            "violations": ordering_check(requests)}
+        ((F.max("t_last") - F.min("t_first")) / 1e9).alias("span_s")
+    )
+    actors = (
+        spans.filter(c("who").isNotNull())
+        .withColumn("mailbox_us", (c("t_recv") - c("t_send")) / 1000.0)
+        .withColumn("handling_us", (c("t_done") - c("t_recv")) / 1000.0)
+        .groupBy("who")
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.percentile_approx("mailbox_us", [0.5, 0.99], 1000).alias("mailbox"),
+            F.percentile_approx("handling_us", [0.5, 0.99], 1000).alias("handling"),
+            (F.sum("handling_us") / 1e6).alias("busy_s"),
+        )
+        .select(
+            "who",
+            "messages",
+            c("mailbox")[0].alias("mailbox_p50_us"),
+            c("mailbox")[1].alias("mailbox_p99_us"),
+            c("handling")[0].alias("handling_p50_us"),
+            c("handling")[1].alias("handling_p99_us"),
+            "busy_s",
+        )
+        .join(names.select("who", "node", "actor"), "who")
+        .join(F.broadcast(node_span), "node")
+        .withColumn("busy_fraction", c("busy_s") / F.greatest(c("span_s"), F.lit(1e-9)))
+        .drop("span_s", "who")
+    )
+    seconds = (
+        requests.withColumn(
+            "second", F.floor(F.coalesce(c("t_out_ns"), c("t_in_ns")) / 1e9).cast("long")
+        )
+        .groupBy("second", "api")
+        .agg(
+            F.count(c("t_out_ns")).alias("requests"),
+            F.sum(c("bytes_out")).alias("bytes_out"),
+            F.count(w(c("t_out_ns").isNull(), 1)).alias("errors"),
+        )
+    )
+    return {
+        "requests": requests,
+        "actors": actors,
+        "seconds": seconds,
+        "violations": ordering_check(requests),
+    }
 
 
 def ordering_check(requests: Any) -> Any:
@@ -234,32 +320,50 @@ def ordering_check(requests: Any) -> Any:
     c = F.col
     conn = ["node", "processor", "conn_id"]
     r = requests.select(*conn, "trace_id", "corr_id", "api", "t_in_ns", "t_out_ns", "responses")
-    r = r.withColumn("in_rank", F.row_number().over(
-        Window.partitionBy(*conn).orderBy("t_in_ns", "corr_id")))
+    r = r.withColumn(
+        "in_rank", F.row_number().over(Window.partitionBy(*conn).orderBy("t_in_ns", "corr_id"))
+    )
     answered = r.filter(c("t_out_ns").isNotNull())
-    prev = Window.partitionBy(*conn).orderBy("t_out_ns", "in_rank").rowsBetween(
-        Window.unboundedPreceding, -1)
-    ooo = (answered.withColumn("max_prev_rank", F.max("in_rank").over(prev))
-           .filter(c("max_prev_rank") > c("in_rank"))
-           .withColumn("violation", F.lit("out_of_order"))
-           .withColumn("detail", F.concat(F.lit("response to request #"), c("in_rank").cast("string"),
-                                          F.lit(" left after the response to request #"),
-                                          c("max_prev_rank").cast("string"))))
-    twice = (r.filter(c("responses") > 1).withColumn("violation", F.lit("answered_twice"))
-             .withColumn("detail", F.concat(c("responses").cast("string"), F.lit(" responses"))))
+    prev = (
+        Window.partitionBy(*conn)
+        .orderBy("t_out_ns", "in_rank")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    ooo = (
+        answered.withColumn("max_prev_rank", F.max("in_rank").over(prev))
+        .filter(c("max_prev_rank") > c("in_rank"))
+        .withColumn("violation", F.lit("out_of_order"))
+        .withColumn(
+            "detail",
+            F.concat(
+                F.lit("response to request #"),
+                c("in_rank").cast("string"),
+                F.lit(" left after the response to request #"),
+                c("max_prev_rank").cast("string"),
+            ),
+        )
+    )
+    twice = (
+        r.filter(c("responses") > 1)
+        .withColumn("violation", F.lit("answered_twice"))
+        .withColumn("detail", F.concat(c("responses").cast("string"), F.lit(" responses")))
+    )
     last_answered = answered.groupBy(*conn).agg(F.max("in_rank").alias("last_answered_rank"))
-    unanswered = (r.filter((c("api") == "produce") & c("t_out_ns").isNull())
-                  .join(last_answered, conn)
-                  .filter(c("last_answered_rank") > c("in_rank"))
-                  .withColumn("violation", F.lit("unanswered_produce"))
-                  .withColumn("detail", F.lit("no response, a later request was answered")))
+    unanswered = (
+        r.filter((c("api") == "produce") & c("t_out_ns").isNull())
+        .join(last_answered, conn)
+        .filter(c("last_answered_rank") > c("in_rank"))
+        .withColumn("violation", F.lit("unanswered_produce"))
+        .withColumn("detail", F.lit("no response, a later request was answered"))
+    )
     cols = [*conn, "trace_id", "corr_id", "api", "violation", "detail"]
     return ooo.select(*cols).unionByName(twice.select(*cols)).unionByName(unanswered.select(*cols))
 
 
 # ------------------------------------------------------------------ the job
-def analyze(dirs: list[Path], out: Path, master: str = "local[*]", spark: Any = None,
-            plots: bool = True) -> dict[str, Any]:
+def analyze(
+    dirs: list[Path], out: Path, master: str = "local[*]", spark: Any = None, plots: bool = True
+) -> dict[str, Any]:
     """Run the whole job; returns the summary (also written to ``out/summary.json``)."""
     require_extras()
     out.mkdir(parents=True, exist_ok=True)
@@ -300,8 +404,9 @@ def _read_table(path: Path) -> Any:
     return pq.read_table(str(path))
 
 
-def summarize(out: Path, event_paths: list[Path]) -> tuple[dict[str, Any], list[dict[str, Any]],
-                                                          list[dict[str, Any]], dict[str, Any]]:
+def summarize(
+    out: Path, event_paths: list[Path]
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     """Read the output tables back with pyarrow and numpy: the report needs no Spark."""
     import numpy as np
     import pyarrow.parquet as pq
@@ -323,14 +428,19 @@ def summarize(out: Path, event_paths: list[Path]) -> tuple[dict[str, Any], list[
         hist: dict[str, list[tuple[float, int]]] = {}
         for c in stage_cols:
             us = cols[c][sel].astype("float64") / 1000.0
-            entry[c[:-3]] = {"p50": float(np.percentile(us, 50)), "p99": float(np.percentile(us, 99))}
+            entry[c[:-3]] = {
+                "p50": float(np.percentile(us, 50)),
+                "p99": float(np.percentile(us, 99)),
+            }
             counts, _ = np.histogram(np.clip(us, 0.1, 1e7), bins=edges)
             hist[c[:-3]] = [(float(edges[i]), int(n)) for i, n in enumerate(counts) if n]
         per_api[api] = entry
         hists[api] = hist
     viol = _read_table(out / "violations").to_pylist()
     actors = sorted(_read_table(out / "actors").to_pylist(), key=lambda a: (a["node"], a["actor"]))
-    seconds = sorted(_read_table(out / "seconds").to_pylist(), key=lambda s: (s["second"], s["api"]))
+    seconds = sorted(
+        _read_table(out / "seconds").to_pylist(), key=lambda s: (s["second"], s["api"])
+    )
     summary = {
         "events": events,
         "requests": req.num_rows,
@@ -342,8 +452,13 @@ def summarize(out: Path, event_paths: list[Path]) -> tuple[dict[str, Any], list[
     return summary, actors, seconds, hists
 
 
-def write_report(out: Path, summary: dict[str, Any], actors: list[dict[str, Any]],
-                 seconds: list[dict[str, Any]], hists: dict[str, Any]) -> None:
+def write_report(
+    out: Path,
+    summary: dict[str, Any],
+    actors: list[dict[str, Any]],
+    seconds: list[dict[str, Any]],
+    hists: dict[str, Any],
+) -> None:
     """report.html with PNG plots: latency per API and stage, throughput, mailbox waits."""
     import matplotlib
 
@@ -403,27 +518,54 @@ def write_report(out: Path, summary: dict[str, Any], actors: list[dict[str, Any]
 
     api_rows = []
     for api, d in sorted(summary["per_api_us"].items()):
-        api_rows.append([api, d["requests"]] + [f"{_fmt(d[s]['p50'])} / {_fmt(d[s]['p99'])}"
-                                                 for s in ("total", *STAGES)])
-    actor_rows = [[a["node"], a["actor"], a["messages"], a["mailbox_p50_us"], a["mailbox_p99_us"],
-                   a["handling_p50_us"], a["handling_p99_us"], a["busy_fraction"]] for a in actors]
-    viol_rows = [[v["node"], v["processor"], v["conn_id"], v["corr_id"], v["api"], v["violation"],
-                  v["detail"]] for v in summary["violations"][:200]]
+        api_rows.append(
+            [api, d["requests"]]
+            + [f"{_fmt(d[s]['p50'])} / {_fmt(d[s]['p99'])}" for s in ("total", *STAGES)]
+        )
+    actor_rows = [
+        [
+            a["node"],
+            a["actor"],
+            a["messages"],
+            a["mailbox_p50_us"],
+            a["mailbox_p99_us"],
+            a["handling_p50_us"],
+            a["handling_p99_us"],
+            a["busy_fraction"],
+        ]
+        for a in actors
+    ]
+    viol_rows = [
+        [
+            v["node"],
+            v["processor"],
+            v["conn_id"],
+            v["corr_id"],
+            v["api"],
+            v["violation"],
+            v["detail"],
+        ]
+        for v in summary["violations"][:200]
+    ]
+    viol_head = ["node", "processor", "conn", "corr_id", "api", "violation", "detail"]
+    actor_head = ["node", "actor", "messages", "mailbox p50 us", "mailbox p99 us",
+                  "handling p50 us", "handling p99 us", "busy fraction"]
+    viol_html = table(viol_rows, viol_head) if viol_rows else "<p>No violations.</p>"
     html = f"""<!doctype html><html><head><meta charset="utf-8"><title>actorlog trace report</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin:1em 0}}
 td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}</style></head><body>
 <h1>actorlog trace report</h1>
-<p>{summary['events']} events, {summary['requests']} sampled requests
-({summary['incomplete_requests']} incomplete), {summary['violation_count']} violations.
+<p>{summary["events"]} events, {summary["requests"]} sampled requests
+({summary["incomplete_requests"]} incomplete), {summary["violation_count"]} violations.
 Stage definitions: request_queue = handler receive - net_in; local = handler busy on the request;
-remote = waiting on other actors; response_queue = Processor receive - handler send; send = net_out -
-Processor receive.</p>
+remote = waiting on other actors; response_queue = Processor receive - handler send;
+send = net_out - Processor receive.</p>
 <h2>Latency per API, p50 / p99 (us)</h2>
 {table(api_rows, ["api", "requests", "total", *STAGES])}
 <h2>Ordering and answer checks</h2>
-{"<p>No violations.</p>" if not viol_rows else table(viol_rows, ["node", "processor", "conn", "corr_id", "api", "violation", "detail"])}
+{viol_html}
 <h2>Actors</h2>
-{table(actor_rows, ["node", "actor", "messages", "mailbox p50 us", "mailbox p99 us", "handling p50 us", "handling p99 us", "busy fraction"])}
+{table(actor_rows, actor_head)}
 <h2>Plots</h2>
 {"".join(f'<p><img src="{p}" alt="{p}"></p>' for p in pngs)}
 </body></html>"""

@@ -18,7 +18,6 @@ from actors.runtime.trace_spans import (
     API_KEYS,
     STAGES,
     RequestTrace,
-    api_name,
     build_spans,
     format_tree,
     node_anchors,
@@ -27,9 +26,14 @@ from actors.runtime.trace_spans import (
 )
 from actors.runtime.tracing import read_trace_dirs
 
-_dir_option = click.option("--dir", "dirs", multiple=True, required=True,
-                           type=click.Path(exists=True),
-                           help="a node's data dir or trace dir; repeat for every node")
+_dir_option = click.option(
+    "--dir",
+    "dirs",
+    multiple=True,
+    required=True,
+    type=click.Path(exists=True),
+    help="a node's data dir or trace dir; repeat for every node",
+)
 
 
 def _parse_trace_id(text: str) -> int:
@@ -75,9 +79,11 @@ def show(trace_id: str, dirs: tuple[str, ...]) -> None:
     click.echo(f"trace {tid} ({len(events)} events)")
     t0 = None
     if req is not None:
-        click.echo(f"request {req.api} (api {req.api_key}) conn {req.conn_id} corr {req.corr_id} "
-                   f"from {req.peer} at {req.processor}@{req.node}"
-                   + (f", handled by {req.handler}" if req.handler else ""))
+        click.echo(
+            f"request {req.api} (api {req.api_key}) conn {req.conn_id} corr {req.corr_id} "
+            f"from {req.peer} at {req.processor}@{req.node}"
+            + (f", handled by {req.handler}" if req.handler else "")
+        )
         click.echo(stage_line(req))
         t0 = req.t_in
         click.echo(f"+{0:9.0f} us  net_in   {req.processor}@{req.node} <- {req.peer}")
@@ -87,9 +93,11 @@ def show(trace_id: str, dirs: tuple[str, ...]) -> None:
         if req.t_out is None:
             click.echo("           net_out  (no response in the traces)")
         else:
-            click.echo(f"+{(req.t_out - req.t_in) / 1000:9.0f} us  net_out  "
-                       f"{req.processor}@{req.node} -> {req.peer}"
-                       + (f"  ({req.responses} responses!)" if req.responses > 1 else ""))
+            click.echo(
+                f"+{(req.t_out - req.t_in) / 1000:9.0f} us  net_out  "
+                f"{req.processor}@{req.node} -> {req.peer}"
+                + (f"  ({req.responses} responses!)" if req.responses > 1 else "")
+            )
 
 
 @group.command("list")
@@ -108,27 +116,48 @@ def list_traces(dirs: tuple[str, ...], limit: int) -> None:
 
 
 def _request_row(req: RequestTrace) -> str:
-    when = time.strftime("%H:%M:%S", time.gmtime(req.t_in / 1e9)) + f".{req.t_in // 1_000_000 % 1000:03d}"
-    return (f"{when}  {req.trace_id:>20}  {req.api:<13} conn {req.conn_id:<5} corr {req.corr_id:<7} "
-            f"{stage_line(req)}")
+    when = (
+        time.strftime("%H:%M:%S", time.gmtime(req.t_in / 1e9))
+        + f".{req.t_in // 1_000_000 % 1000:03d}"
+    )
+    return (
+        f"{when}  {req.trace_id:>20}  {req.api:<13} conn {req.conn_id:<5} corr {req.corr_id:<7} "
+        f"{stage_line(req)}"
+    )
 
 
 @group.command("find")
 @_dir_option
-@click.option("--slowest", type=click.IntRange(min=1), default=10, show_default=True,
-              help="how many requests to print, slowest first")
-@click.option("--api", default=None, help="only this API (Kafka name, e.g. produce, fetch, or a key)")
-@click.option("--window", "window_s", type=click.FloatRange(min=0), default=None,
-              help="only requests that arrived in the last SECONDS of the traces")
+@click.option(
+    "--slowest",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="how many requests to print, slowest first",
+)
+@click.option(
+    "--api", default=None, help="only this API (Kafka name, e.g. produce, fetch, or a key)"
+)
+@click.option(
+    "--window",
+    "window_s",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="only requests that arrived in the last SECONDS of the traces",
+)
 def find(dirs: tuple[str, ...], slowest: int, api: str | None, window_s: float | None) -> None:
     """The slowest requests (net_in to net_out), with their stages and trace ids."""
-    reqs = [r for r in request_traces(read_trace_dirs([Path(d) for d in dirs]))
-            if r.total_ns is not None]
+    reqs = [
+        r
+        for r in request_traces(read_trace_dirs([Path(d) for d in dirs]))
+        if r.total_ns is not None
+    ]
     if api is not None:
         key = int(api) if api.isdigit() else API_KEYS.get(api.lower())
         if key is None:
-            raise click.BadParameter(f"unknown API {api!r}; use a Kafka API name or key",
-                                     param_hint="--api")
+            raise click.BadParameter(
+                f"unknown API {api!r}; use a Kafka API name or key", param_hint="--api"
+            )
         reqs = [r for r in reqs if r.api_key == key]
     if window_s is not None and reqs:
         end = max(r.t_in for r in reqs)
@@ -136,8 +165,10 @@ def find(dirs: tuple[str, ...], slowest: int, api: str | None, window_s: float |
     if not reqs:
         raise click.ClickException("no matching answered requests in the traces")
     reqs.sort(key=lambda r: r.total_ns or 0, reverse=True)
-    click.echo(f"{len(reqs)} matching requests; the {min(slowest, len(reqs))} slowest "
-               f"(trace show TRACE_ID for the tree):")
+    click.echo(
+        f"{len(reqs)} matching requests; the {min(slowest, len(reqs))} slowest "
+        f"(trace show TRACE_ID for the tree):"
+    )
     for r in reqs[:slowest]:
         click.echo(_request_row(r))
 
@@ -146,11 +177,16 @@ def find(dirs: tuple[str, ...], slowest: int, api: str | None, window_s: float |
 @_dir_option
 @click.option("--events", "raw", is_flag=True, help="print every event, not finished requests")
 @click.option("--from-start", is_flag=True, help="begin with what the files already hold")
-@click.option("--seconds", type=click.FloatRange(min=0), default=None,
-              help="stop after this long (default: until interrupted)")
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="stop after this long (default: until interrupted)",
+)
 @click.option("--interval", type=click.FloatRange(min=0.01), default=0.2, show_default=True)
-def tail(dirs: tuple[str, ...], raw: bool, from_start: bool, seconds: float | None,
-         interval: float) -> None:
+def tail(
+    dirs: tuple[str, ...], raw: bool, from_start: bool, seconds: float | None, interval: float
+) -> None:
     """Follow a running node's trace files: one line per finished request (or per event)."""
     from actors.trace_store import SegmentFollower
 
@@ -165,8 +201,10 @@ def tail(dirs: tuple[str, ...], raw: bool, from_start: bool, seconds: float | No
                 anchors.setdefault(node, a)
             for ev in new:
                 if raw:
-                    click.echo(f"{ev['kind']:<7} {ev['trace_id']:>20} {ev['actor']}@{ev['node']} "
-                               f"{ev['msg_type']} peer={ev['peer']} bytes={ev['bytes']}")
+                    click.echo(
+                        f"{ev['kind']:<7} {ev['trace_id']:>20} {ev['actor']}@{ev['node']} "
+                        f"{ev['msg_type']} peer={ev['peer']} bytes={ev['bytes']}"
+                    )
                     continue
                 if not ev["trace_id"]:
                     continue
@@ -188,8 +226,13 @@ def tail(dirs: tuple[str, ...], raw: bool, from_start: bool, seconds: float | No
 
 
 @group.command("export")
-@click.option("--format", "fmt", type=click.Choice(["perfetto", "otlp"]), default="perfetto",
-              show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["perfetto", "otlp"]),
+    default="perfetto",
+    show_default=True,
+)
 @_dir_option
 @click.option("--trace-id", "trace_ids", multiple=True, help="only these traces (repeatable)")
 @click.argument("out", type=click.Path(dir_okay=False))
@@ -209,31 +252,41 @@ def export(fmt: str, dirs: tuple[str, ...], trace_ids: tuple[str, ...], out: str
 
 @group.command("analyze")
 @click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False),
-              help="report directory: Parquet tables, report.html, plots")
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="report directory: Parquet tables, report.html, plots",
+)
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL")
 def analyze(dirs: tuple[str, ...], out: str, master: str) -> None:
     """PySpark job over every node's traces: stages, actors, throughput, ordering check."""
-    from actors.trace_analyze import MissingExtraError, analyze as run, require_extras
+    from actors.trace_analyze import MissingExtraError, require_extras
+    from actors.trace_analyze import analyze as run
 
     try:
         require_extras()
     except MissingExtraError as exc:
         raise click.ClickException(str(exc)) from None
     summary = run([Path(d) for d in dirs], Path(out), master=master)
-    click.echo(f"{summary['events']} events, {summary['requests']} requests "
-               f"({summary['incomplete_requests']} incomplete), "
-               f"{summary['violation_count']} ordering/answer violations")
+    click.echo(
+        f"{summary['events']} events, {summary['requests']} requests "
+        f"({summary['incomplete_requests']} incomplete), "
+        f"{summary['violation_count']} ordering/answer violations"
+    )
     for api, d in sorted(summary["per_api_us"].items()):
-        click.echo(f"  {api:<14} {d['requests']:>8} requests  total p50 {d['total']['p50']:.0f} us "
-                   f"p99 {d['total']['p99']:.0f} us")
+        click.echo(
+            f"  {api:<14} {d['requests']:>8} requests  total p50 {d['total']['p50']:.0f} us "
+            f"p99 {d['total']['p99']:.0f} us"
+        )
     for v in summary["violations"][:20]:
-        click.echo(f"  VIOLATION {v['violation']}: {v['node']} {v['processor']} conn {v['conn_id']} "
-                   f"corr {v['corr_id']} ({v['api']}): {v['detail']}")
+        click.echo(
+            f"  VIOLATION {v['violation']}: {v['node']} {v['processor']} conn {v['conn_id']} "
+            f"corr {v['corr_id']} ({v['api']}): {v['detail']}"
+        )
     t = summary["timings"]
-    click.echo(f"report: {Path(out) / 'report.html'}  (convert {t['convert_s']:.1f} s, "
-               f"spark start {t['spark_start_s']:.1f} s, job {t['job_s']:.1f} s)")
-
-
-def describe_api(key: int) -> str:
-    return api_name(key)
+    click.echo(
+        f"report: {Path(out) / 'report.html'}  (convert {t['convert_s']:.1f} s, "
+        f"spark start {t['spark_start_s']:.1f} s, job {t['job_s']:.1f} s)"
+    )

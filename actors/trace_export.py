@@ -27,7 +27,9 @@ def _hex(n: int, width: int = 16) -> str:
     return f"{n & ((1 << (4 * width)) - 1):0{width}x}"
 
 
-def _index(events: list[dict[str, Any]]) -> tuple[dict[str, int], dict[tuple[int, int], dict[str, Any]]]:
+def _index(
+    events: list[dict[str, Any]],
+) -> tuple[dict[str, int], dict[tuple[int, int], dict[str, Any]]]:
     anchors = node_anchors(events)
     spans: dict[tuple[int, int], dict[str, Any]] = defaultdict(dict)
     for ev in events:
@@ -66,35 +68,73 @@ def to_perfetto(events: list[dict[str, Any]]) -> dict[str, Any]:
             pid, tid = track(recv["node"], recv["actor"])
             start = us(recv)
             dur = max(0.001, us(done) - start) if done is not None else 0.001
-            args: dict[str, Any] = {"trace_id": _hex(trace_id), "span_id": _hex(span_id),
-                                    "from": recv["peer"], "bytes": recv["bytes"]}
+            args: dict[str, Any] = {
+                "trace_id": _hex(trace_id),
+                "span_id": _hex(span_id),
+                "from": recv["peer"],
+                "bytes": recv["bytes"],
+            }
             if send is not None:
                 args["mailbox_us"] = round(start - us(send), 3)
             if recv["corr_id"] >= 0:
                 args["corr_id"] = recv["corr_id"]
-            ev = {"ph": "X", "name": recv["msg_type"], "cat": "message", "pid": pid, "tid": tid,
-                  "ts": start, "dur": dur, "args": args}
+            ev = {
+                "ph": "X",
+                "name": recv["msg_type"],
+                "cat": "message",
+                "pid": pid,
+                "tid": tid,
+                "ts": start,
+                "dur": dur,
+                "args": args,
+            }
             if send is not None:
                 ev.update(bind_id=bind, flow_in=True)
             out.append(ev)
         if send is not None:
             pid, tid = track(send["node"], send["actor"])
-            out.append({"ph": "X", "name": f"send {send['msg_type']}", "cat": "send", "pid": pid,
-                        "tid": tid, "ts": us(send), "dur": 0.001, "bind_id": bind,
-                        "flow_out": True, "args": {"to": send["peer"], "span_id": _hex(span_id)}})
+            out.append(
+                {
+                    "ph": "X",
+                    "name": f"send {send['msg_type']}",
+                    "cat": "send",
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": us(send),
+                    "dur": 0.001,
+                    "bind_id": bind,
+                    "flow_out": True,
+                    "args": {"to": send["peer"], "span_id": _hex(span_id)},
+                }
+            )
     for ev in events:
         if ev["kind"] in ("net_in", "net_out"):
             pid, tid = track(ev["node"], ev["actor"])
-            out.append({"ph": "b" if ev["kind"] == "net_in" else "e", "cat": "request", "tid": tid,
-                        "name": f"{api_name(ev['api_key'])} conn {ev['conn_id']} corr {ev['corr_id']}",
-                        "id": "0x" + _hex(ev["trace_id"]), "pid": pid, "ts": us(ev),
-                        "args": {"peer": ev["peer"], "bytes": ev["bytes"]}})
+            out.append(
+                {
+                    "ph": "b" if ev["kind"] == "net_in" else "e",
+                    "cat": "request",
+                    "tid": tid,
+                    "name": f"{api_name(ev['api_key'])} conn {ev['conn_id']} corr {ev['corr_id']}",
+                    "id": "0x" + _hex(ev["trace_id"]),
+                    "pid": pid,
+                    "ts": us(ev),
+                    "args": {"peer": ev["peer"], "bytes": ev["bytes"]},
+                }
+            )
     meta = []
     for node, pid in pids.items():
         meta.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": node}})
     for (node, actor), tid in tids.items():
-        meta.append({"ph": "M", "name": "thread_name", "pid": pids[node], "tid": tid,
-                     "args": {"name": actor}})
+        meta.append(
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": pids[node],
+                "tid": tid,
+                "args": {"name": actor},
+            }
+        )
     out.sort(key=lambda e: e["ts"])
     return {"traceEvents": meta + out, "displayTimeUnit": "ns"}
 
@@ -128,33 +168,59 @@ def to_otlp(events: list[dict[str, Any]]) -> dict[str, Any]:
         end = kinds.get("done") or kinds.get("recv") or first
         where = kinds.get("recv") or first
         parent = first["parent_span_id"]
-        parent_hex = _hex(parent) if parent else (
-            _request_span_id(trace_id) if "net_in" in requests.get(trace_id, {}) else "")
-        per_node[where["node"]].append({
-            "traceId": _hex(trace_id, 32), "spanId": _hex(span_id), "parentSpanId": parent_hex,
-            "name": first["msg_type"], "kind": 1,
-            "startTimeUnixNano": at(first), "endTimeUnixNano": at(end),
-            "attributes": [_attr("actorlog.actor", where["actor"]),
-                           _attr("actorlog.peer", where["peer"]),
-                           _attr("actorlog.bytes", where["bytes"])],
-        })
+        parent_hex = (
+            _hex(parent)
+            if parent
+            else (_request_span_id(trace_id) if "net_in" in requests.get(trace_id, {}) else "")
+        )
+        per_node[where["node"]].append(
+            {
+                "traceId": _hex(trace_id, 32),
+                "spanId": _hex(span_id),
+                "parentSpanId": parent_hex,
+                "name": first["msg_type"],
+                "kind": 1,
+                "startTimeUnixNano": at(first),
+                "endTimeUnixNano": at(end),
+                "attributes": [
+                    _attr("actorlog.actor", where["actor"]),
+                    _attr("actorlog.peer", where["peer"]),
+                    _attr("actorlog.bytes", where["bytes"]),
+                ],
+            }
+        )
     for trace_id, ends in requests.items():
         net_in = ends.get("net_in")
         if net_in is None:
             continue
         net_out = ends.get("net_out", net_in)
-        per_node[net_in["node"]].append({
-            "traceId": _hex(trace_id, 32), "spanId": _request_span_id(trace_id), "parentSpanId": "",
-            "name": f"kafka.{api_name(net_in['api_key'])}", "kind": 2,
-            "startTimeUnixNano": at(net_in), "endTimeUnixNano": at(net_out),
-            "attributes": [_attr("messaging.system", "kafka"),
-                           _attr("kafka.api_key", net_in["api_key"]),
-                           _attr("kafka.correlation_id", net_in["corr_id"]),
-                           _attr("actorlog.conn_id", net_in["conn_id"]),
-                           _attr("net.peer", net_in["peer"]),
-                           _attr("actorlog.answered", "net_out" in ends)],
-        })
-    return {"resourceSpans": [
-        {"resource": {"attributes": [_attr("service.name", "actorlog"), _attr("host.name", node)]},
-         "scopeSpans": [{"scope": {"name": "actorlog.trace"}, "spans": sp}]}
-        for node, sp in sorted(per_node.items())]}
+        per_node[net_in["node"]].append(
+            {
+                "traceId": _hex(trace_id, 32),
+                "spanId": _request_span_id(trace_id),
+                "parentSpanId": "",
+                "name": f"kafka.{api_name(net_in['api_key'])}",
+                "kind": 2,
+                "startTimeUnixNano": at(net_in),
+                "endTimeUnixNano": at(net_out),
+                "attributes": [
+                    _attr("messaging.system", "kafka"),
+                    _attr("kafka.api_key", net_in["api_key"]),
+                    _attr("kafka.correlation_id", net_in["corr_id"]),
+                    _attr("actorlog.conn_id", net_in["conn_id"]),
+                    _attr("net.peer", net_in["peer"]),
+                    _attr("actorlog.answered", "net_out" in ends),
+                ],
+            }
+        )
+    return {
+        "resourceSpans": [
+            {
+                "resource": {
+                    "attributes": [_attr("service.name", "actorlog"), _attr("host.name", node)]
+                },
+                "scopeSpans": [{"scope": {"name": "actorlog.trace"}, "spans": sp}],
+            }
+            for node, sp in sorted(per_node.items())
+        ]
+    }

@@ -103,7 +103,7 @@ class SegmentFollower:
                 if fields is None:
                     fields = check_header(obj, path)
                 elif not skip:
-                    out.append(dict(zip(fields, obj)))
+                    out.append(dict(zip(fields, obj, strict=False)))
         except (msgpack.FormatError, msgpack.StackError, ValueError):
             pass
         self._state[path] = (pos + len(data), unpacker, fields)
@@ -114,8 +114,9 @@ class SegmentFollower:
 def arrow_schema() -> Any:
     import pyarrow as pa
 
-    return pa.schema([(name, pa.string() if name in STRING_FIELDS else pa.int64())
-                      for name in tf.FIELDS])
+    return pa.schema(
+        [(name, pa.string() if name in STRING_FIELDS else pa.int64()) for name in tf.FIELDS]
+    )
 
 
 def segment_to_parquet(path: Path, out: Path) -> int:
@@ -127,8 +128,13 @@ def segment_to_parquet(path: Path, out: Path) -> int:
     schema = arrow_schema()
     if fields != list(tf.FIELDS):  # an older layout: reorder, fill what is missing
         idx = [fields.index(n) if n in fields else None for n in tf.FIELDS]
-        rows = [tuple(r[i] if i is not None else (0 if n not in STRING_FIELDS else "")
-                      for i, n in zip(idx, tf.FIELDS)) for r in rows]
+        rows = [
+            tuple(
+                r[i] if i is not None else (0 if n not in STRING_FIELDS else "")
+                for i, n in zip(idx, tf.FIELDS, strict=False)
+            )
+            for r in rows
+        ]
     arr = pa.array(rows, type=pa.struct(list(schema)))
     table = pa.Table.from_struct_array(arr) if len(rows) else schema.empty_table()
     tmp = out.with_suffix(".tmp")
@@ -141,7 +147,9 @@ def _convert_one(args: tuple[str, str]) -> int:
     return segment_to_parquet(Path(args[0]), Path(args[1]))
 
 
-def to_parquet(dirs: list[Path], staging: Path, workers: int | None = None) -> tuple[list[Path], dict[str, int]]:
+def to_parquet(
+    dirs: list[Path], staging: Path, workers: int | None = None
+) -> tuple[list[Path], dict[str, int]]:
     """Parquet files for every segment under ``dirs``, converting only new or grown ones.
 
     Returns the Parquet paths and counts ``{"segments", "converted", "reused"}``.
@@ -182,4 +190,4 @@ def iter_events(dirs: list[Path]) -> Iterator[dict[str, Any]]:
     for path in segments(dirs):
         fields, rows = read_rows(path)
         for row in rows:
-            yield dict(zip(fields, row))
+            yield dict(zip(fields, row, strict=False))

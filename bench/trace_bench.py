@@ -14,7 +14,6 @@ Parquet (cold), later runs reuse them (warm).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import socket
@@ -46,11 +45,26 @@ class _Broker:
     def __init__(self, base: Path, ratio: float) -> None:
         self.port = _free_port()
         self.data = base / f"data-{ratio}"
-        self.log = open(base / f"broker-{ratio}.log", "ab")
+        self.log = open(base / f"broker-{ratio}.log", "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "actors.cli", "serve", "--listen", f"127.0.0.1:{self.port}",
-             "--data-dir", str(self.data), "--trace-sample", str(ratio), "--log-level", "WARNING"],
-            cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "actors.cli",
+                "serve",
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                "--data-dir",
+                str(self.data),
+                "--trace-sample",
+                str(ratio),
+                "--log-level",
+                "WARNING",
+            ],
+            cwd=ROOT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
 
     @property
     def bootstrap(self) -> str:
@@ -79,8 +93,11 @@ class _Broker:
         self.log.close()
 
     def trace_bytes(self) -> int:
-        return sum(p.stat().st_size for p in (self.data / "traces").glob("*") if p.is_file()) \
-            if (self.data / "traces").is_dir() else 0
+        return (
+            sum(p.stat().st_size for p in (self.data / "traces").glob("*") if p.is_file())
+            if (self.data / "traces").is_dir()
+            else 0
+        )
 
 
 def _mmm(values: list[float]) -> dict[str, float]:
@@ -90,13 +107,24 @@ def _mmm(values: list[float]) -> dict[str, float]:
 @click.command("trace-cost")
 @click.option("--num-records", type=click.IntRange(min=1), default=20_000, show_default=True)
 @click.option("--record-size", type=click.IntRange(min=1), default=100, show_default=True)
-@click.option("--linger-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="0 sends many small requests: the worst case for per-request tracing")
+@click.option(
+    "--linger-ms",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="0 sends many small requests: the worst case for per-request tracing",
+)
 @click.option("--batch-size", type=click.IntRange(min=1), default=16384, show_default=True)
 @click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def cost_command(num_records: int, record_size: int, linger_ms: float, batch_size: int,
-                 repeat: int, json_path: str | None) -> None:
+def cost_command(
+    num_records: int,
+    record_size: int,
+    linger_ms: float,
+    batch_size: int,
+    repeat: int,
+    json_path: str | None,
+) -> None:
     """Produce throughput with tracing off, at 1% and at 100% sampling."""
     from bench.load import run_produce
     from bench.load_produce import ProduceConfig
@@ -109,37 +137,73 @@ def cost_command(num_records: int, record_size: int, linger_ms: float, batch_siz
             b.wait()
         for i in range(repeat):
             for name, _ratio in SETTINGS:
-                cfg = ProduceConfig(bootstrap=brokers[name].bootstrap, topic=f"trace-cost-{i}",
-                                    num_records=num_records, record_size=record_size,
-                                    partitions=3, linger_ms=linger_ms, batch_size=batch_size)
+                cfg = ProduceConfig(
+                    bootstrap=brokers[name].bootstrap,
+                    topic=f"trace-cost-{i}",
+                    num_records=num_records,
+                    record_size=record_size,
+                    partitions=3,
+                    linger_ms=linger_ms,
+                    batch_size=batch_size,
+                )
                 res = run_produce(cfg)
-                runs[name].append({"records_per_s": res["records_per_s"], "acked": res["acked"],
-                                   "failed": res["failed"],
-                                   "p99_ms": res["latency"].get("p99") if isinstance(
-                                       res.get("latency"), dict) else None})
+                runs[name].append(
+                    {
+                        "records_per_s": res["records_per_s"],
+                        "acked": res["acked"],
+                        "failed": res["failed"],
+                        "p99_ms": res["latency"].get("p99")
+                        if isinstance(res.get("latency"), dict)
+                        else None,
+                    }
+                )
         trace_bytes = {name: b.trace_bytes() for name, b in brokers.items()}
     finally:
         for b in brokers.values():
             b.stop()
         shutil.rmtree(base, ignore_errors=True)
     rates = {name: [r["records_per_s"] for r in rs] for name, rs in runs.items()}
-    results: dict[str, Any] = {name: {"records_per_s": _mmm(rates[name]), "runs": runs[name],
-                                      "trace_bytes": trace_bytes[name]} for name in rates}
+    results: dict[str, Any] = {
+        name: {
+            "records_per_s": _mmm(rates[name]),
+            "runs": runs[name],
+            "trace_bytes": trace_bytes[name],
+        }
+        for name in rates
+    }
     off = statistics.median(rates["off"])
-    ratios = {"traced_full_vs_off": statistics.median(rates["full"]) / off,
-              "traced_1pct_vs_off": statistics.median(rates["1pct"]) / off}
+    ratios = {
+        "traced_full_vs_off": statistics.median(rates["full"]) / off,
+        "traced_1pct_vs_off": statistics.median(rates["1pct"]) / off,
+    }
     table = Table(title=f"produce throughput vs trace sampling ({repeat} runs each, records/s)")
     for col in ("setting", "min", "median", "max", "vs off", "trace bytes"):
         table.add_column(col, justify="right")
     for name, _ in SETTINGS:
         m = results[name]["records_per_s"]
-        table.add_row(name, f"{m['min']:.0f}", f"{m['median']:.0f}", f"{m['max']:.0f}",
-                      f"{m['median'] / off:.3f}", str(trace_bytes[name]))
+        table.add_row(
+            name,
+            f"{m['min']:.0f}",
+            f"{m['median']:.0f}",
+            f"{m['max']:.0f}",
+            f"{m['median'] / off:.3f}",
+            str(trace_bytes[name]),
+        )
     Console(width=120).print(table)
     if json_path:
-        write_json(json_path, "trace-cost", {"num_records": num_records, "record_size": record_size,
-                                             "linger_ms": linger_ms, "batch_size": batch_size,
-                                             "repeat": repeat}, results, ratios)
+        write_json(
+            json_path,
+            "trace-cost",
+            {
+                "num_records": num_records,
+                "record_size": record_size,
+                "linger_ms": linger_ms,
+                "batch_size": batch_size,
+                "repeat": repeat,
+            },
+            results,
+            ratios,
+        )
 
 
 def _generated(work: Path, events: int) -> Path:
@@ -156,26 +220,57 @@ def _generated(work: Path, events: int) -> Path:
 
 def _analyze_once(src: Path, out: Path, master: str) -> dict[str, Any]:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "actors.cli", "trace", "analyze", str(src / "nodes"),
-                    "--out", str(out), "--master", master], cwd=ROOT, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "actors.cli",
+            "trace",
+            "analyze",
+            str(src / "nodes"),
+            "--out",
+            str(out),
+            "--master",
+            master,
+        ],
+        cwd=ROOT,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wall = time.perf_counter() - t0
     summary = json.loads((out / "summary.json").read_text())
-    return {"wall_s": wall, **summary["timings"], "events": summary["events"],
-            "requests": summary["requests"], "violations": summary["violation_count"]}
+    return {
+        "wall_s": wall,
+        **summary["timings"],
+        "events": summary["events"],
+        "requests": summary["requests"],
+        "violations": summary["violation_count"],
+    }
 
 
 @click.command("trace-analyze")
-@click.option("--sizes", default="1000000,10000000", show_default=True,
-              help="comma-separated event counts")
-@click.option("--repeat", type=click.IntRange(min=1), default=2, show_default=True,
-              help="runs per size; the first also converts to Parquet (cold)")
-@click.option("--work-dir", type=click.Path(file_okay=False), default=None,
-              help="keep generated traces here between invocations")
+@click.option(
+    "--sizes", default="1000000,10000000", show_default=True, help="comma-separated event counts"
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="runs per size; the first also converts to Parquet (cold)",
+)
+@click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="keep generated traces here between invocations",
+)
 @click.option("--master", default="local[*]", show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def analyze_command(sizes: str, repeat: int, work_dir: str | None, master: str,
-                    json_path: str | None) -> None:
+def analyze_command(
+    sizes: str, repeat: int, work_dir: str | None, master: str, json_path: str | None
+) -> None:
     """`trace analyze` wall time on synthetic traces of each size, and its growth."""
     counts = sorted(int(s) for s in sizes.split(","))
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="actorlog-trace-analyze-"))
@@ -188,8 +283,12 @@ def analyze_command(sizes: str, repeat: int, work_dir: str | None, master: str,
             shutil.rmtree(out, ignore_errors=True)
             runs = [_analyze_once(src, out, master) for _ in range(repeat)]
             warm = runs[1:] or runs
-            results[str(n)] = {"cold": runs[0], "warm_wall_s": _mmm([r["wall_s"] for r in warm]),
-                               "warm_job_s": _mmm([r["job_s"] for r in warm]), "runs": runs}
+            results[str(n)] = {
+                "cold": runs[0],
+                "warm_wall_s": _mmm([r["wall_s"] for r in warm]),
+                "warm_job_s": _mmm([r["job_s"] for r in warm]),
+                "runs": runs,
+            }
     finally:
         if work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -197,24 +296,43 @@ def analyze_command(sizes: str, repeat: int, work_dir: str | None, master: str,
     t_small = results[small]["warm_wall_s"]["median"]
     t_large = results[large]["warm_wall_s"]["median"]
     ratios = {
-        "scaling_vs_linear": (t_small * counts[-1] / counts[0]) / t_large if len(counts) > 1 else 1.0,
+        "scaling_vs_linear": (t_small * counts[-1] / counts[0]) / t_large
+        if len(counts) > 1
+        else 1.0,
         "largest_vs_60s_target": 60.0 / t_large,
     }
     table = Table(title="trace analyze wall time (s), Spark start included")
-    for col in ("events", "cold (convert+job)", "warm min", "warm median", "warm max", "job median"):
+    for col in (
+        "events",
+        "cold (convert+job)",
+        "warm min",
+        "warm median",
+        "warm max",
+        "job median",
+    ):
         table.add_column(col, justify="right")
     for n in counts:
         r = results[str(n)]
-        table.add_row(f"{n:,}", f"{r['cold']['wall_s']:.1f} ({r['cold']['convert_s']:.1f} convert)",
-                      *(f"{r['warm_wall_s'][k]:.1f}" for k in ("min", "median", "max")),
-                      f"{r['warm_job_s']['median']:.1f}")
+        table.add_row(
+            f"{n:,}",
+            f"{r['cold']['wall_s']:.1f} ({r['cold']['convert_s']:.1f} convert)",
+            *(f"{r['warm_wall_s'][k]:.1f}" for k in ("min", "median", "max")),
+            f"{r['warm_job_s']['median']:.1f}",
+        )
     console = Console(width=120)
     console.print(table)
-    console.print(f"growth {counts[0]:,} -> {counts[-1]:,}: x{t_large / t_small:.2f} time for "
-                  f"x{counts[-1] / counts[0]:.0f} events")
+    console.print(
+        f"growth {counts[0]:,} -> {counts[-1]:,}: x{t_large / t_small:.2f} time for "
+        f"x{counts[-1] / counts[0]:.0f} events"
+    )
     if json_path:
-        write_json(json_path, "trace-analyze", {"sizes": counts, "repeat": repeat, "master": master},
-                   results, ratios)
+        write_json(
+            json_path,
+            "trace-analyze",
+            {"sizes": counts, "repeat": repeat, "master": master},
+            results,
+            ratios,
+        )
 
 
 command = cost_command  # the module's default command, by the team's convention

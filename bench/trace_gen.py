@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import random
 from pathlib import Path
+from typing import Any
 
 import msgpack
 
@@ -37,24 +38,26 @@ def generate(
     expo = rng.expovariate
     requests = max(1, events // EVENTS_PER_REQUEST)
     base_wall = 1_790_000_000 * 10**9
-    per_node = []
+    per_node: list[dict[str, Any]] = []
     for n in range(nodes):
         name = f"node-{n + 1}"
         d = out / name / "traces"
         d.mkdir(parents=True, exist_ok=True)
-        per_node.append({
-            "name": name,
-            "dir": d,
-            "mono0": rng.randrange(10**12, 10**13),
-            "offset": 0 if n == 0 else rng.randrange(-2_000_000, 2_000_000),  # ns
-            "conn_next_free": [0] * conns_per_node,
-            "corr": [0] * conns_per_node,
-            "packer": msgpack.Packer(),
-            "buf": [],
-            "in_file": 0,
-            "file": None,
-            "seq": 0,
-        })
+        per_node.append(
+            {
+                "name": name,
+                "dir": d,
+                "mono0": rng.randrange(10**12, 10**13),
+                "offset": 0 if n == 0 else rng.randrange(-2_000_000, 2_000_000),  # ns
+                "conn_next_free": [0] * conns_per_node,
+                "corr": [0] * conns_per_node,
+                "packer": msgpack.Packer(),
+                "buf": [],
+                "in_file": 0,
+                "file": None,
+                "seq": 0,
+            }
+        )
     gap_ns = 1e9 / rate_per_s
     t = 0.0
     written = 0
@@ -98,19 +101,103 @@ def generate(
         sa = f"{shard}@{node}"
         rows = (
             ("net_in", tid, 0, 0, node, proc, peer, "request", c, corr, api_key, size + 4, t0),
-            ("send", tid, s1, 0, node, proc, ha, "KafkaRequest", c, corr, api_key, size, t_send_req),
-            ("recv", tid, s1, 0, node, handler, pa, "KafkaRequest", c, corr, api_key, size, t_recv_req),
+            (
+                "send",
+                tid,
+                s1,
+                0,
+                node,
+                proc,
+                ha,
+                "KafkaRequest",
+                c,
+                corr,
+                api_key,
+                size,
+                t_send_req,
+            ),
+            (
+                "recv",
+                tid,
+                s1,
+                0,
+                node,
+                handler,
+                pa,
+                "KafkaRequest",
+                c,
+                corr,
+                api_key,
+                size,
+                t_recv_req,
+            ),
             ("send", tid, s2, s1, node, handler, sa, req_t, -1, -1, -1, 0, t_send_app),
-            ("done", tid, s1, 0, node, handler, pa, "KafkaRequest", c, corr, api_key, 0, t_done_req),
+            (
+                "done",
+                tid,
+                s1,
+                0,
+                node,
+                handler,
+                pa,
+                "KafkaRequest",
+                c,
+                corr,
+                api_key,
+                0,
+                t_done_req,
+            ),
             ("recv", tid, s2, s1, node, shard, ha, req_t, -1, -1, -1, 0, t_recv_app),
             ("send", tid, s3, s2, node, shard, ha, done_t, -1, -1, -1, 0, t_send_ad),
             ("done", tid, s2, s1, node, shard, ha, req_t, -1, -1, -1, 0, t_done_app),
             ("recv", tid, s3, s2, node, handler, sa, done_t, -1, -1, -1, 0, t_recv_ad),
-            ("send", tid, s4, s3, node, handler, pa, "KafkaResponse", c, corr, api_key, 60, t_send_resp),
+            (
+                "send",
+                tid,
+                s4,
+                s3,
+                node,
+                handler,
+                pa,
+                "KafkaResponse",
+                c,
+                corr,
+                api_key,
+                60,
+                t_send_resp,
+            ),
             ("done", tid, s3, s2, node, handler, sa, done_t, -1, -1, -1, 0, t_done_ad),
-            ("recv", tid, s4, s3, node, proc, ha, "KafkaResponse", c, corr, api_key, 60, t_recv_resp),
+            (
+                "recv",
+                tid,
+                s4,
+                s3,
+                node,
+                proc,
+                ha,
+                "KafkaResponse",
+                c,
+                corr,
+                api_key,
+                60,
+                t_recv_resp,
+            ),
             ("net_out", tid, 0, 0, node, proc, peer, "response", c, corr, api_key, 60, t_out),
-            ("done", tid, s4, s3, node, proc, ha, "KafkaResponse", c, corr, api_key, 0, t_done_resp),
+            (
+                "done",
+                tid,
+                s4,
+                s3,
+                node,
+                proc,
+                ha,
+                "KafkaResponse",
+                c,
+                corr,
+                api_key,
+                0,
+                t_done_resp,
+            ),
         )
         pack = nd["packer"].pack
         buf = nd["buf"]
@@ -126,15 +213,27 @@ def generate(
     return written
 
 
-def _flush(nd: dict, events_per_file: int, final: bool = False) -> None:
+def _flush(nd: dict[str, Any], events_per_file: int, final: bool = False) -> None:
     if nd["file"] is None and nd["buf"]:
         nd["seq"] += 1
-        path = nd["dir"] / f"{nd['name']}-{nd['seq']:06d}-{os.getpid()}-{nd['seq']:06d}{tf.FILE_SUFFIX}"
-        nd["file"] = open(path, "wb")
-        nd["file"].write(msgpack.packb({
-            "format": tf.FORMAT_NAME, "version": tf.FORMAT_VERSION, "fields": list(tf.FIELDS),
-            "node": nd["name"], "pid": os.getpid(), "started_wall_ns": 0, "synthetic": True,
-        }))
+        path = (
+            nd["dir"]
+            / f"{nd['name']}-{nd['seq']:06d}-{os.getpid()}-{nd['seq']:06d}{tf.FILE_SUFFIX}"
+        )
+        f = nd["file"] = open(path, "wb")  # noqa: SIM115 - closed once the segment is full
+        f.write(
+            msgpack.packb(
+                {
+                    "format": tf.FORMAT_NAME,
+                    "version": tf.FORMAT_VERSION,
+                    "fields": list(tf.FIELDS),
+                    "node": nd["name"],
+                    "pid": os.getpid(),
+                    "started_wall_ns": 0,
+                    "synthetic": True,
+                }
+            )
+        )
     if nd["buf"]:
         nd["file"].write(b"".join(nd["buf"]))
         nd["buf"].clear()

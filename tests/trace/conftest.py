@@ -17,7 +17,7 @@ TOPIC = "trace-test"
 
 @pytest.fixture(scope="session")
 def real_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A broker's data dir after kafka-python produced PRODUCED records one by one and fetched them."""
+    """A broker's data dir after kafka-python produced PRODUCED records and fetched them."""
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     base = tmp_path_factory.mktemp("traced")
@@ -27,8 +27,12 @@ def real_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for i in range(PRODUCED):
             producer.send(TOPIC, b"value-%d" % i, partition=0).get(timeout=30)
         producer.close()
-        consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, consumer_timeout_ms=3000,
-                                 auto_offset_reset="earliest", enable_auto_commit=False)
+        consumer = KafkaConsumer(
+            bootstrap_servers=broker.bootstrap,
+            consumer_timeout_ms=3000,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
         tp = TopicPartition(TOPIC, 0)
         consumer.assign([tp])
         consumer.seek_to_beginning(tp)

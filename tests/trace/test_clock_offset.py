@@ -12,8 +12,9 @@ SKEW = 3_000_000  # the reference clock is 3 ms ahead of ours
 def test_symmetric_exchange_recovers_the_offset_exactly() -> None:
     est = ClockOffsetEstimator()
     assert est.offset_ns == 0 and est.error_bound_ns is None
-    est.add_exchange(ping_sent_ns=1_000_000, reference_ns=1_000_000 + 50_000 + SKEW,
-                     pong_recv_ns=1_100_000)
+    est.add_exchange(
+        ping_sent_ns=1_000_000, reference_ns=1_000_000 + 50_000 + SKEW, pong_recv_ns=1_100_000
+    )
     assert est.offset_ns == SKEW
     assert est.error_bound_ns == 50_000
 

@@ -20,8 +20,14 @@ F = tf.FIELD_INDEX
 
 
 def _rewrite(seg: Path, rows: list[list]) -> None:
-    header = {"format": tf.FORMAT_NAME, "version": tf.FORMAT_VERSION, "fields": list(tf.FIELDS),
-              "node": rows[0][F["node"]], "pid": 0, "started_wall_ns": 0}
+    header = {
+        "format": tf.FORMAT_NAME,
+        "version": tf.FORMAT_VERSION,
+        "fields": list(tf.FIELDS),
+        "node": rows[0][F["node"]],
+        "pid": 0,
+        "started_wall_ns": 0,
+    }
     seg.write_bytes(msgpack.packb(header) + b"".join(msgpack.packb(r) for r in rows))
 
 
@@ -44,8 +50,9 @@ def _plant_faults(src: Path, dst: Path) -> tuple[int, int]:
     return first, third
 
 
-def test_stages_add_up_and_tables_are_complete(real_traces: Path, spark: object,
-                                               tmp_path: Path) -> None:
+def test_stages_add_up_and_tables_are_complete(
+    real_traces: Path, spark: object, tmp_path: Path
+) -> None:
     import pyarrow.parquet as pq
 
     from actors.trace_analyze import analyze
@@ -68,7 +75,9 @@ def test_stages_add_up_and_tables_are_complete(real_traces: Path, spark: object,
     assert summary["per_api_us"]["produce"]["requests"] == PRODUCED
 
     actors = {a["actor"]: a for a in pq.read_table(tmp_path / "report" / "actors").to_pylist()}
-    assert {"handler-0", "processor-0"} <= set(actors) or any(a.startswith("handler") for a in actors)
+    assert {"handler-0", "processor-0"} <= set(actors) or any(
+        a.startswith("handler") for a in actors
+    )
     handlers = [a for name, a in actors.items() if name.startswith("handler")]
     assert sum(a["messages"] for a in handlers) >= 3 * PRODUCED  # request, AppendDone, ...
     for a in actors.values():
@@ -77,9 +86,13 @@ def test_stages_add_up_and_tables_are_complete(real_traces: Path, spark: object,
     # percentile_approx against exact percentiles of the same spans, with a tolerance
     events = read_trace_dirs([real_traces])
     recv = {(e["trace_id"], e["span_id"]): e for e in events if e["kind"] == "recv"}
-    handling = sorted((e["mono_ns"] - recv[(e["trace_id"], e["span_id"])]["mono_ns"]) / 1000
-                      for e in events if e["kind"] == "done" and e["actor"] == handlers[0]["actor"]
-                      and (e["trace_id"], e["span_id"]) in recv)
+    handling = sorted(
+        (e["mono_ns"] - recv[(e["trace_id"], e["span_id"])]["mono_ns"]) / 1000
+        for e in events
+        if e["kind"] == "done"
+        and e["actor"] == handlers[0]["actor"]
+        and (e["trace_id"], e["span_id"]) in recv
+    )
     exact = handling[len(handling) // 2]
     assert handlers[0]["handling_p50_us"] == pytest.approx(exact, rel=0.25, abs=50)
 
@@ -91,8 +104,9 @@ def test_stages_add_up_and_tables_are_complete(real_traces: Path, spark: object,
         assert (tmp_path / "report" / png).read_bytes()[:4] == b"\x89PNG"
 
 
-def test_planted_ordering_violation_and_double_answer_are_flagged(real_traces: Path, spark: object,
-                                                                 tmp_path: Path) -> None:
+def test_planted_ordering_violation_and_double_answer_are_flagged(
+    real_traces: Path, spark: object, tmp_path: Path
+) -> None:
     from actors.trace_analyze import analyze
 
     swapped, doubled = _plant_faults(real_traces, tmp_path / "copy")

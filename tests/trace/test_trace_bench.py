@@ -8,16 +8,17 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bench.trace_bench import analyze_command, cost_command
-from bench.trace_gen import EVENTS_PER_REQUEST, generate
 from actors.runtime.trace_spans import request_traces
 from actors.runtime.tracing import read_trace_dirs
+from bench.trace_bench import analyze_command, cost_command
+from bench.trace_gen import EVENTS_PER_REQUEST, generate
 
 
 def test_trace_cost_json_has_every_ratio(tmp_path: Path) -> None:
     out = tmp_path / "cost.json"
-    result = CliRunner().invoke(cost_command, ["--num-records", "300", "--repeat", "1",
-                                               "--json", str(out)])
+    result = CliRunner().invoke(
+        cost_command, ["--num-records", "300", "--repeat", "1", "--json", str(out)]
+    )
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
     assert doc["bench"] == "trace-cost"
@@ -40,8 +41,10 @@ def test_generated_traces_are_whole_causal_requests(tmp_path: Path) -> None:
 def test_trace_analyze_bench_json(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")
     out = tmp_path / "analyze.json"
-    result = CliRunner().invoke(analyze_command, ["--sizes", "1400,2800", "--repeat", "1",
-                                                  "--master", "local[2]", "--json", str(out)])
+    result = CliRunner().invoke(
+        analyze_command,
+        ["--sizes", "1400,2800", "--repeat", "1", "--master", "local[2]", "--json", str(out)],
+    )
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
     assert set(doc["ratios"]) == {"scaling_vs_linear", "largest_vs_60s_target"}

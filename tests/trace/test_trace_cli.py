@@ -28,8 +28,11 @@ def _run(*args: str) -> str:
 
 def _produce_ids(data: Path) -> list[int]:
     events = read_trace_dirs([data])
-    return [e["trace_id"] for e in sorted(events, key=lambda e: e["mono_ns"])
-            if e["kind"] == "net_in" and e["api_key"] == 0]
+    return [
+        e["trace_id"]
+        for e in sorted(events, key=lambda e: e["mono_ns"])
+        if e["kind"] == "net_in" and e["api_key"] == 0
+    ]
 
 
 def test_show_prints_every_stage_and_hop_of_a_produce(real_traces: Path) -> None:
@@ -45,7 +48,11 @@ def test_show_prints_every_stage_and_hop_of_a_produce(real_traces: Path) -> None
     lines = out.splitlines()
     hops = [ln for ln in lines if "mailbox" in ln]
     assert [h.split(" us  ", 3)[-1].split(":")[0].strip() for h in hops] == [
-        "KafkaRequest", "Append", "AppendDone", "KafkaResponse"]
+        "KafkaRequest",
+        "Append",
+        "AppendDone",
+        "KafkaResponse",
+    ]
     assert "net_in" in lines[3] and "net_out" in lines[-1]
     # the tree indents each hop under its cause
     depths = [len(h.split(" us  ", 3)[-1]) - len(h.split(" us  ", 3)[-1].lstrip()) for h in hops]
@@ -62,24 +69,49 @@ def test_request_stages_add_up_for_every_answered_request(real_traces: Path) -> 
 
 def test_stages_from_hand_built_events() -> None:
     def ev(kind: str, t: int, actor: str, msg: str, span: int = 0, parent: int = 0) -> dict:
-        return dict(kind=kind, trace_id=7, span_id=span, parent_span_id=parent, node="n", actor=actor,
-                    peer="x", msg_type=msg, conn_id=1, corr_id=3, api_key=0, bytes=0,
-                    mono_ns=t, wall_ns=t + 1000, clock_offset_ns=0)
+        return dict(
+            kind=kind,
+            trace_id=7,
+            span_id=span,
+            parent_span_id=parent,
+            node="n",
+            actor=actor,
+            peer="x",
+            msg_type=msg,
+            conn_id=1,
+            corr_id=3,
+            api_key=0,
+            bytes=0,
+            mono_ns=t,
+            wall_ns=t + 1000,
+            clock_offset_ns=0,
+        )
 
     events = [
         ev("net_in", 0, "p", "request"),
-        ev("send", 10, "p", "KafkaRequest", 1), ev("recv", 100, "h", "KafkaRequest", 1),
-        ev("send", 130, "h", "Append", 2, 1), ev("done", 150, "h", "KafkaRequest", 1),
-        ev("recv", 200, "s", "Append", 2, 1), ev("send", 260, "s", "AppendDone", 3, 2),
-        ev("done", 270, "s", "Append", 2, 1), ev("recv", 400, "h", "AppendDone", 3, 2),
-        ev("send", 440, "h", "KafkaResponse", 4, 3), ev("done", 460, "h", "AppendDone", 3, 2),
-        ev("recv", 500, "p", "KafkaResponse", 4, 3), ev("net_out", 530, "p", "response"),
+        ev("send", 10, "p", "KafkaRequest", 1),
+        ev("recv", 100, "h", "KafkaRequest", 1),
+        ev("send", 130, "h", "Append", 2, 1),
+        ev("done", 150, "h", "KafkaRequest", 1),
+        ev("recv", 200, "s", "Append", 2, 1),
+        ev("send", 260, "s", "AppendDone", 3, 2),
+        ev("done", 270, "s", "Append", 2, 1),
+        ev("recv", 400, "h", "AppendDone", 3, 2),
+        ev("send", 440, "h", "KafkaResponse", 4, 3),
+        ev("done", 460, "h", "AppendDone", 3, 2),
+        ev("recv", 500, "p", "KafkaResponse", 4, 3),
+        ev("net_out", 530, "p", "response"),
     ]
     req = request_from_trace(7, events, {"n": 1000})
     assert req is not None and req.total_ns == 530
     # local: handler busy 100..150 and 400..440 (clipped at the response send)
-    assert req.stages == {"request_queue": 100, "local": 90, "remote": 250,
-                          "response_queue": 60, "send": 30}
+    assert req.stages == {
+        "request_queue": 100,
+        "local": 90,
+        "remote": 250,
+        "response_queue": 60,
+        "send": 30,
+    }
 
 
 def test_find_lists_the_slowest_produces_first(real_traces: Path) -> None:
@@ -117,8 +149,9 @@ def test_follower_reads_only_what_was_appended_since_the_last_poll(tmp_path: Pat
         tracer.close()
 
 
-def test_perfetto_export_has_a_track_per_actor_and_a_flow_per_message(real_traces: Path,
-                                                                      tmp_path: Path) -> None:
+def test_perfetto_export_has_a_track_per_actor_and_a_flow_per_message(
+    real_traces: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "trace.json"
     _run("export", "--format", "perfetto", "--dir", str(real_traces), str(out))
     doc = json.loads(out.read_text())
@@ -141,15 +174,32 @@ def test_perfetto_export_has_a_track_per_actor_and_a_flow_per_message(real_trace
 
 def test_export_aligns_two_nodes_with_skewed_clocks() -> None:
     """Node b's wall clock is 5 ms behind; its offset estimate puts its events back in line."""
+
     def ev(kind: str, node: str, mono: int, wall: int, off: int, actor: str) -> dict:
-        return dict(kind=kind, trace_id=1, span_id=9, parent_span_id=0, node=node, actor=actor,
-                    peer="?", msg_type="Hop", conn_id=-1, corr_id=-1, api_key=-1, bytes=0,
-                    mono_ns=mono, wall_ns=wall, clock_offset_ns=off)
+        return dict(
+            kind=kind,
+            trace_id=1,
+            span_id=9,
+            parent_span_id=0,
+            node=node,
+            actor=actor,
+            peer="?",
+            msg_type="Hop",
+            conn_id=-1,
+            corr_id=-1,
+            api_key=-1,
+            bytes=0,
+            mono_ns=mono,
+            wall_ns=wall,
+            clock_offset_ns=off,
+        )
 
     skew = 5_000_000
-    events = [ev("send", "a", 100, 1_000_000_000, 0, "x"),
-              ev("recv", "b", 777_000, 1_000_050_000 - skew, skew, "y"),
-              ev("done", "b", 787_000, 1_000_060_000 - skew, skew, "y")]
+    events = [
+        ev("send", "a", 100, 1_000_000_000, 0, "x"),
+        ev("recv", "b", 777_000, 1_000_050_000 - skew, skew, "y"),
+        ev("done", "b", 787_000, 1_000_060_000 - skew, skew, "y"),
+    ]
     doc = to_perfetto(events)
     slices = {e["cat"]: e for e in doc["traceEvents"] if e.get("ph") == "X"}
     assert slices["message"]["ts"] - slices["send"]["ts"] == pytest.approx(50.0)
@@ -178,8 +228,14 @@ def test_torn_tail_is_dropped_and_parquet_segments_are_reused(tmp_path: Path) ->
     d = tmp_path / "traces"
     d.mkdir()
     seg = d / f"n-1-1-000001{tf.FILE_SUFFIX}"
-    header = {"format": tf.FORMAT_NAME, "version": tf.FORMAT_VERSION, "fields": list(tf.FIELDS),
-              "node": "n", "pid": 1, "started_wall_ns": 0}
+    header = {
+        "format": tf.FORMAT_NAME,
+        "version": tf.FORMAT_VERSION,
+        "fields": list(tf.FIELDS),
+        "node": "n",
+        "pid": 1,
+        "started_wall_ns": 0,
+    }
     row = ["send", 1, 2, 0, "n", "a", "b@n", "Hop", -1, -1, -1, 0, 10, 20, 0]
     whole = msgpack.packb(header) + msgpack.packb(row) * 3
     seg.write_bytes(whole + msgpack.packb(row)[:-3])  # a crash mid-event
@@ -194,11 +250,14 @@ def test_torn_tail_is_dropped_and_parquet_segments_are_reused(tmp_path: Path) ->
         read_rows(bad)
 
 
-def test_analyze_says_how_to_install_spark_when_it_is_missing(monkeypatch: pytest.MonkeyPatch,
-                                                              tmp_path: Path) -> None:
+def test_analyze_says_how_to_install_spark_when_it_is_missing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from actors.cli import cli
 
     monkeypatch.setitem(sys.modules, "pyspark", None)
-    result = CliRunner().invoke(cli, ["trace", "analyze", str(tmp_path), "--out", str(tmp_path / "r")])
+    result = CliRunner().invoke(
+        cli, ["trace", "analyze", str(tmp_path), "--out", str(tmp_path / "r")]
+    )
     assert result.exit_code != 0
     assert "pip install 'actorlog[spark]'" in result.output and "pyspark" in result.output

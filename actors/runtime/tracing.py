@@ -28,52 +28,6 @@ def new_id() -> int:
     return _getrandbits(63) or 1
 
 
-class ClockOffsetEstimator:
-    """NTP-style estimate of (reference clock - own wall clock) from Ping/Pong exchanges.
-
-    One exchange: this node sends a Ping at own time ``t0``, the reference
-    node answers with its wall time ``tr`` (``Pong.pong_wall_ns``), the Pong
-    arrives at own time ``t3``. If the two legs take equally long, the
-    reference read ``tr`` at own time ``(t0 + t3) / 2``, so the offset is
-    ``tr - (t0 + t3) / 2`` with an error of at most half the round trip. Of
-    the last ``window`` exchanges the one with the shortest round trip wins
-    (queueing only ever lengthens a leg). One-way messages give a bound:
-    a message sent at reference time ``ts`` and received at own time ``tr``
-    shows ``offset >= ts - tr``; the estimate is raised to any such bound.
-    """
-
-    def __init__(self, window: int = 16) -> None:
-        self.window = window
-        self._samples: deque[tuple[int, int]] = deque(maxlen=window)  # (round trip, offset)
-        self._lower_bound: int | None = None
-
-    def add_exchange(self, ping_sent_ns: int, reference_ns: int, pong_recv_ns: int) -> None:
-        rtt = pong_recv_ns - ping_sent_ns
-        if rtt < 0:
-            raise ValueError(f"pong received before its ping was sent ({rtt} ns)")
-        self._samples.append((rtt, reference_ns - (ping_sent_ns + pong_recv_ns) // 2))
-
-    def add_one_way(self, sent_reference_ns: int, recv_own_ns: int) -> None:
-        bound = sent_reference_ns - recv_own_ns
-        if self._lower_bound is None or bound > self._lower_bound:
-            self._lower_bound = bound
-
-    @property
-    def offset_ns(self) -> int:
-        """The current estimate; 0 before any sample (same clock assumed)."""
-        best = min(self._samples)[1] if self._samples else None
-        if best is None:
-            return self._lower_bound if self._lower_bound is not None and self._lower_bound > 0 else 0
-        if self._lower_bound is not None and best < self._lower_bound:
-            return self._lower_bound
-        return best
-
-    @property
-    def error_bound_ns(self) -> int | None:
-        """Half the best round trip: how far the estimate can be off."""
-        return min(self._samples)[0] // 2 if self._samples else None
-
-
 class Tracer:
     """Per-node trace sampling and event sink."""
 
@@ -103,10 +57,6 @@ class Tracer:
         self._file_bytes = 0
         self._seq = 0
         self.events_written = 0
-
-    def set_clock_offset(self, offset_ns: int) -> None:
-        """Record (reference clock - own wall clock); every later event carries it."""
-        self.clock_offset_ns = int(offset_ns)
 
     # -- sampling ---------------------------------------------------------
     def sample(self) -> int:

@@ -288,3 +288,32 @@ def test_kcat_compressed(broker: BrokerProcess, codec: str) -> None:
         assert client.create_topic(topic, PARTITIONS) == 0
     kcat_round_trip(broker, topic, 1000, codec)
     assert_stored_codec(broker, topic, codec)
+
+
+def test_large_records_round_trip(broker: BrokerProcess) -> None:
+    """Records near message.max.bytes cross many socket reads and partial writes intact."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+    topic = topic_name("large")
+    with RawClient(broker.port) as client:
+        assert client.create_topic(topic, 1) == 0
+    values = [bytes([i]) * 900_000 + uuid.uuid4().bytes for i in range(6)]
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all",
+                         "linger.ms": 0})
+    for v in values:
+        producer.produce(topic, value=v, key=v[-16:])
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{topic}",
+                         "enable.auto.commit": False})
+    got: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + 30
+        while len(got) < len(values) and time.monotonic() < deadline:
+            for msg in consumer.consume(10, 0.5):
+                assert msg.error() is None, msg.error()
+                assert msg.key() == msg.value()[-16:]
+                got.append(msg.value())
+    finally:
+        consumer.close()
+    assert got == values

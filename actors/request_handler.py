@@ -131,6 +131,9 @@ class RequestHandler(Actor):
         self.req_ids = itertools.count(1)
         self.closed_for_bad_input = 0
         self.requests = 0
+        # connections this handler closed; all of a connection's requests come
+        # here in order, so later ones are recognised (bounded, oldest dropped)
+        self.closed_conns: dict[int, None] = {}
         # An internal answer that never comes (its actor crashed mid-request) must
         # not hang the connection: past this, the request is abandoned.
         self.abandon_after_ns = 2 * int(self.ctx.config["request.timeout.ms"]) * 1_000_000
@@ -141,6 +144,11 @@ class RequestHandler(Actor):
     def on_request(self, msg: KafkaRequest) -> None:
         start = time.monotonic_ns()
         self.requests += 1
+        if msg.conn_id in self.closed_conns:
+            # Pipelined behind a request this handler refused: Kafka would have
+            # closed the connection before reading it, so it must not run.
+            self.node.metrics.incr("requests_dropped_after_close")
+            return
         try:
             header = kc.parse_request_header(msg.frame)
         except kc.UnsupportedVersionError as exc:
@@ -239,6 +247,10 @@ class RequestHandler(Actor):
 
     def _send(self, msg: KafkaRequest, frame: bytes, respond: bool, close: bool, start_ns: int,
               local_ns: int, remote_ns: int) -> None:
+        if close:
+            self.closed_conns[msg.conn_id] = None
+            if len(self.closed_conns) > 10_000:
+                del self.closed_conns[next(iter(self.closed_conns))]
         queue_ns = max(0, start_ns - msg.recv_ns)
         self.tell(
             Address(self.node.name, msg.processor),

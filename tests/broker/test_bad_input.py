@@ -256,8 +256,6 @@ def test_bad_crc_is_corrupt_message_for_that_partition(broker: BrokerProcess,
     good.check()
 
 
-@pytest.mark.xfail(strict=True, reason="actors/request_handler.py runs requests pipelined "
-                   "behind one it refused; Kafka closes at the bad request and runs none")
 def test_requests_behind_a_refused_one_are_not_executed(broker: BrokerProcess,
                                                         good: GoodClients) -> None:
     from tests.broker.rawclient import FETCH, fetch_values

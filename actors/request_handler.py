@@ -92,6 +92,7 @@ class _InFlight:
         "gen",
         "header",
         "local_ns",
+        "max_wait_ns",
         "msg",
         "remote_ns",
         "replies",
@@ -112,6 +113,7 @@ class _InFlight:
         self.replies: list[Any] = []
         self.waiting = 0
         self.req_ids: list[int] = []
+        self.max_wait_ns = 0
 
 
 class RequestHandler(Actor):
@@ -207,6 +209,7 @@ class RequestHandler(Actor):
         state.replies = [None] * len(calls)
         state.waiting = len(calls)
         state.req_ids = []
+        state.max_wait_ns = max((c.max_wait_ms for c in calls), default=0) * 1_000_000
         for i, call in enumerate(calls):
             rid = next(self.req_ids)
             self.pending[rid] = (state, i)
@@ -269,7 +272,7 @@ class RequestHandler(Actor):
             return
         self.next_sweep_ns = now + 1_000_000_000
         stale = {id(st): st for st, _i in self.pending.values()
-                 if now - st.wait_start_ns > self.abandon_after_ns}
+                 if now - st.wait_start_ns > self.abandon_after_ns + st.max_wait_ns}
         for state in stale.values():
             for rid in state.req_ids:
                 self.pending.pop(rid, None)

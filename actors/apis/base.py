@@ -22,6 +22,10 @@ from actors.topology import Topology
 class Call(NamedTuple):
     target: Address
     make: Callable[[int], Any]  # req_id -> message
+    # How long the answer may rightly take (a JoinGroup waits for the whole
+    # rebalance); the handler abandons a request only past this plus
+    # request.timeout.ms.
+    max_wait_ms: int = 0
 
 
 class Respond(NamedTuple):

@@ -87,7 +87,8 @@ def handle_join_group(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     [done] = yield [Call(_coordinator(ctx, req.group_id), lambda rid: JoinGroup(
         rid, req.group_id, req.member_id or "", req.group_instance_id, header.client_id or "",
         CLIENT_HOST, req.protocol_type, protocols, req.session_timeout_ms,
-        req.rebalance_timeout_ms if version >= 1 else -1, version >= 4))]
+        req.rebalance_timeout_ms if version >= 1 else -1, version >= 4),
+        max_wait_ms=max(req.session_timeout_ms, req.rebalance_timeout_ms if version >= 1 else 0))]
     protocol_name = done.protocol_name
     if version < 7 and protocol_name is None:
         protocol_name = ""  # not nullable before v7
@@ -116,7 +117,9 @@ def handle_sync_group(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     [done] = yield [Call(_coordinator(ctx, req.group_id), lambda rid: SyncGroup(
         rid, req.group_id, req.generation_id, req.member_id, req.group_instance_id,
         req.protocol_type if version >= 5 else None,
-        req.protocol_name if version >= 5 else None, assignments))]
+        req.protocol_name if version >= 5 else None, assignments),
+        # a follower waits for the leader's assignment, at most a session
+        max_wait_ms=int(ctx.config["group.max.session.timeout.ms"]))]
     return Respond({
         "throttle_time_ms": 0,
         "error_code": done.error_code,

@@ -82,6 +82,8 @@ class TimingWheel(Generic[T]):
         "_buckets",
         "_current",
         "_expired_before",
+        "_hit_bucket",
+        "_hit_exp",
         "_intervals",
         "_limits",
         "_queue",
@@ -107,6 +109,12 @@ class TimingWheel(Generic[T]):
         self._bucket_exp: list[int] = []  # -1: the bucket is not in the queue
         # (bucket expiration, flat bucket index): unique, so buckets are never compared.
         self._queue: list[tuple[int, int]] = []
+        # The bucket the last add chose and its task expiration: requests
+        # arriving in the same millisecond with the same timeout share a
+        # deadline, so most adds skip the bucket arithmetic. Forgotten
+        # whenever time moves or a bucket leaves the queue.
+        self._hit_exp = -1
+        self._hit_bucket: dict[Any, None] | None = None
         self._add_level(start_ms - start_ms % tick_ms, tick_ms)
         self._expired_before = self._current[0] + tick_ms
 
@@ -151,6 +159,7 @@ class TimingWheel(Generic[T]):
             heappop(queue)
             if bucket_exp[idx] == exp:
                 bucket_exp[idx] = -1
+                self._hit_exp = -1
         return None
 
     # -- mutations -----------------------------------------------------------
@@ -168,6 +177,11 @@ class TimingWheel(Generic[T]):
             del old[task]
             task._bucket = None
         expiration_ms = task.expiration_ms
+        if expiration_ms == self._hit_exp:
+            bucket = self._hit_bucket
+            bucket[task] = None  # type: ignore[index]
+            task._bucket = bucket
+            return True
         if expiration_ms < self._expired_before:
             return False
         limits = self._limits
@@ -191,6 +205,8 @@ class TimingWheel(Generic[T]):
         if exps[idx] != bucket_exp:
             exps[idx] = bucket_exp
             heappush(self._queue, (bucket_exp, idx))
+        self._hit_exp = expiration_ms
+        self._hit_bucket = bucket
         return True
 
     def cancel(self, task: T) -> bool:
@@ -220,6 +236,7 @@ class TimingWheel(Generic[T]):
                 self._set_time(now_ms)
             return []
         expired: list[T] = []
+        self._hit_exp = -1
         buckets = self._buckets
         bucket_exp = self._bucket_exp
         limits = self._limits
@@ -285,6 +302,7 @@ class TimingWheel(Generic[T]):
 
     def _set_time(self, time_ms: int) -> None:
         """Round every level's time down to its tick; stop at the first level that stays."""
+        self._hit_exp = -1
         current = self._current
         ticks = self._ticks
         limits = self._limits

@@ -146,6 +146,31 @@ def test_next_expiration_skips_buckets_emptied_by_cancel() -> None:
     assert wheel.advance_clock(3) == [again]
 
 
+def test_same_deadline_after_its_bucket_was_dropped_still_expires() -> None:
+    # Adds with the deadline of the previous add reuse its bucket; that must
+    # stop once next_expiration_ms dropped the bucket emptied by a cancel.
+    wheel = TimingWheel[TimerTask](start_ms=0)
+    first = TimerTask(3)
+    wheel.add(first)
+    wheel.cancel(first)
+    assert wheel.next_expiration_ms() is None
+    second = TimerTask(3)
+    assert wheel.add(second)
+    assert wheel.next_expiration_ms() == 3
+    assert wheel.advance_clock(3) == [second]
+
+
+def test_same_deadline_across_a_tick_lands_in_the_right_bucket() -> None:
+    wheel = TimingWheel[TimerTask](start_ms=0)
+    tasks = [TimerTask(25) for _ in range(3)]
+    wheel.add(tasks[0])  # level 1 at time 0: the [20, 40) bucket
+    wheel.advance_clock(10)
+    wheel.add(tasks[1])  # level 0 at time 10
+    wheel.advance_clock(20)  # flushes [20, 40): tasks[0] moves to level 0
+    wheel.add(tasks[2])
+    assert drive(wheel, 30, start_ms=21) == {25: [25, 25, 25]}
+
+
 def test_adding_a_scheduled_task_moves_it() -> None:
     wheel = TimingWheel[TimerTask](start_ms=0)
     task = TimerTask(50)

@@ -63,6 +63,14 @@ class WheelVersusHeap(RuleBasedStateMachine):
             self.tasks[id(task)] = task
         return task
 
+    @rule(delay=DELAYS)
+    def add_and_cancel(self, delay: int) -> None:
+        """Completion right after scheduling: the bucket may empty at once."""
+        task = TimerTask(self.now + delay)
+        if self.wheel.add(task):
+            assert self.wheel.cancel(task)
+        assert not task.scheduled
+
     @rule(task=consumes(scheduled))
     def cancel(self, task: TimerTask) -> None:
         was_live = id(task) in self.live

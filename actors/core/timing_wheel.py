@@ -13,7 +13,9 @@ insertion-ordered sets (C-level insert and delete, deterministic expiry
 order), every level's buckets sit in one flat list indexed by
 ``level * wheel_size + slot`` with their expirations in a parallel list, and
 a task carries a reference to the dict it sits in (``_bucket``), which is
-what makes ``cancel`` a single ``del``.
+what makes ``cancel`` a single ``del``. Requests that arrive in the same
+millisecond with the same timeout share a deadline, so ``add`` remembers the
+bucket of the previous deadline and skips the arithmetic for the next one.
 
 The wheel never reads a clock: time only moves through
 :meth:`TimingWheel.advance_clock`, so the Timer actor reads the clock once per

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
@@ -9,6 +10,39 @@ from wire.broker_messages import Append
 from wire.errors import ErrorCode
 
 NONE = int(ErrorCode.NONE)
+
+
+_MAGIC_AT = 16  # base offset (8), batch length (4), partition leader epoch (4)
+_ATTRIBUTES = struct.Struct(">h")
+_ATTRIBUTES_AT = 21  # after the magic byte and the CRC (4)
+_BATCH_LENGTH = struct.Struct(">i")
+_ZSTD = 4
+
+
+def _check_records(records: bytes, api_version: int) -> tuple[ErrorCode, str] | None:
+    """Kafka's per-partition Produce checks that need only the first batch header.
+
+    Produce v3+ carries exactly one magic-2 batch per partition, and zstd
+    only from v7 (ProduceRequest.validateRecords in Kafka). The batch itself
+    (CRC, lengths, offsets) is validated where it is appended.
+    """
+    if len(records) <= _ATTRIBUTES_AT + 2:
+        return None  # too short to read: the log refuses it as corrupt
+    magic = records[_MAGIC_AT]
+    if magic != 2:
+        return (ErrorCode.INVALID_RECORD,
+                f"Produce v{api_version} requests may only carry magic 2 record batches, "
+                f"got magic {magic}")
+    (length,) = _BATCH_LENGTH.unpack_from(records, 8)
+    if 12 + length < len(records):
+        return (ErrorCode.INVALID_RECORD,
+                f"Produce v{api_version} requests may carry exactly one record batch per "
+                f"partition")
+    (attributes,) = _ATTRIBUTES.unpack_from(records, _ATTRIBUTES_AT)
+    if attributes & 0x07 == _ZSTD and api_version < 7:
+        return (ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                f"zstd compressed batches need Produce v7 or later, got v{api_version}")
+    return None
 
 
 def handle_produce(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
@@ -34,7 +68,11 @@ def handle_produce(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             elif not pd.records:
                 results[key] = [int(ErrorCode.INVALID_RECORD), -1, -1, -1, "no records"]
             else:
-                rows.append([name, pd.index, bytes(pd.records)])
+                refusal = _check_records(pd.records, header.api_version)
+                if refusal is not None:
+                    results[key] = [int(refusal[0]), -1, -1, -1, refusal[1]]
+                else:
+                    rows.append([name, pd.index, bytes(pd.records)])
         order.append((name, indexes))
 
     if rows:

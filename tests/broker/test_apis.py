@@ -544,3 +544,32 @@ def test_acks_all_needs_min_insync_replicas(client: RawClient) -> None:
     refused = client.produce(topic, 0, record_batch([(None, b"a")]), acks=-1)
     assert refused.error_code == ErrorCode.NOT_ENOUGH_REPLICAS
     assert client.produce(topic, 0, record_batch([(None, b"b")]), acks=1).base_offset == 0
+
+
+# ------------------------------------------------- Produce record checks
+
+
+def test_produce_refuses_what_kafka_refuses_per_partition(client: RawClient) -> None:
+    """Kafka's ProduceRequest rules for v3+: one magic-2 batch; zstd from v7 on."""
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    topic = name("rules")
+    assert client.create_topic(topic, 1) == 0
+    legacy = LegacyRecordBatchBuilder(1, 0, 1 << 20)
+    legacy.append(0, 1000, b"k", b"old format")
+    two = record_batch([(None, b"a")]) + record_batch([(None, b"b")])
+    zstd = record_batch([(None, b"z" * 100)] * 5, compression=4)
+    cases = [
+        (9, bytes(legacy.build()), ErrorCode.INVALID_RECORD),
+        (9, two, ErrorCode.INVALID_RECORD),
+        (6, zstd, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
+    ]
+    for version, records, code in cases:
+        response = client.call(PRODUCE, version, produce_values(topic, 0, records))
+        part = response.responses[0].partition_responses[0]
+        assert part.error_code == code, (version, code)
+        assert part.error_message or version < 8  # error_message is in v8+
+    assert client.list_offset(topic, 0, -1).offset == 0
+    ok = client.call(PRODUCE, 7, produce_values(topic, 0, zstd))
+    assert ok.responses[0].partition_responses[0].error_code == 0
+    assert [v for _o, _k, v in read_records(client.fetch(topic, 0, 0).records)] == [b"z" * 100] * 5

@@ -550,7 +550,9 @@ def test_acks_all_needs_min_insync_replicas(client: RawClient) -> None:
 
 
 def test_produce_refuses_what_kafka_refuses_per_partition(client: RawClient) -> None:
-    """Kafka's ProduceRequest rules for v3+: one magic-2 batch; zstd from v7 on."""
+    """Kafka's ProduceRequest rules for v3+: one magic-2 batch, no control batch,
+    zstd from v7 on."""
+    import crc32c
     from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
     topic = name("rules")
@@ -559,8 +561,12 @@ def test_produce_refuses_what_kafka_refuses_per_partition(client: RawClient) -> 
     legacy.append(0, 1000, b"k", b"old format")
     two = record_batch([(None, b"a")]) + record_batch([(None, b"b")])
     zstd = record_batch([(None, b"z" * 100)] * 5, compression=4)
+    control = bytearray(record_batch([(None, b"fake marker")]))
+    control[22] |= 0x20  # attributes low byte: the control bit, with a CRC to match
+    control[17:21] = crc32c.crc32c(bytes(control[21:])).to_bytes(4, "big")
     cases = [
         (9, bytes(legacy.build()), ErrorCode.INVALID_RECORD),
+        (9, bytes(control), ErrorCode.INVALID_RECORD),
         (9, two, ErrorCode.INVALID_RECORD),
         (6, zstd, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
     ]

@@ -6,6 +6,9 @@ from collections.abc import Hashable
 from typing import Any
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from actors.core.delayed_operation import (
     DelayedOperation,
@@ -215,7 +218,7 @@ def test_purge_fires_on_kafkas_trigger() -> None:
     live = WaitFor(deadline_ms=10**6, target=10**9)
     purgatory.try_complete_else_watch(live, ["x", "y"])
     # Each op completes through "a" and lingers under "b": 1 lingering entry each.
-    for i in range(10):
+    for _ in range(10):
         op = WaitFor(deadline_ms=100)
         purgatory.try_complete_else_watch(op, ["a", "b"])
         assert purgatory.check_and_complete("a", 1) == [op]
@@ -296,3 +299,66 @@ def test_purge_keeps_memory_bounded_while_operations_pass_through(total: int) ->
     assert metrics.watcher_entries <= 2 * interval
     # Bounded by the live operations (a few thousand), not by the number that passed.
     assert max_entries < 20_000
+
+
+class PurgatoryRaces(RuleBasedStateMachine):
+    """Random watches, statuses and expiries: every operation gets exactly one outcome."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.purgatory = DelayedOperationPurgatory(purge_interval_requests=3)
+        self.ops: list[WaitFor] = []
+        self.delivered: dict[int, str] = {}  # id(op) -> how its one outcome was delivered
+
+    @rule(
+        keys=st.lists(st.sampled_from("abcde"), min_size=1, max_size=3, unique=True),
+        target_value=st.integers(min_value=0, max_value=3),
+        seen=st.none() | st.integers(min_value=0, max_value=3),
+    )
+    def watch(self, keys: list[str], target_value: int, seen: int | None) -> None:
+        op = WaitFor(deadline_ms=100, target=target_value)
+        statuses = None if seen is None else {keys[0]: seen}
+        done = self.purgatory.try_complete_else_watch(op, keys, statuses)
+        self.ops.append(op)
+        assert done == op.is_completed
+        if done:
+            self.delivered[id(op)] = "at once"
+
+    @rule(key=st.sampled_from("abcde"), value=st.integers(min_value=0, max_value=3))
+    def status(self, key: str, value: int) -> None:
+        for op in self.purgatory.check_and_complete(key, value):
+            assert isinstance(op, WaitFor) and id(op) not in self.delivered
+            assert op.seen >= op.target and not op.timed_out
+            self.delivered[id(op)] = "completed"
+
+    @rule(data=st.data())
+    def expire(self, data: st.DataObject) -> None:
+        if not self.ops:
+            return
+        op = data.draw(st.sampled_from(self.ops))
+        was_done = op.is_completed
+        assert self.purgatory.expire(op) == (not was_done)
+        if not was_done:
+            assert id(op) not in self.delivered
+            self.delivered[id(op)] = "expired"
+
+    @invariant()
+    def exactly_one_outcome(self) -> None:
+        for op in self.ops:
+            assert op.completions == (1 if op.is_completed else 0)
+            assert op.is_completed == (id(op) in self.delivered)
+            assert op.timed_out == (self.delivered.get(id(op)) == "expired")
+            assert op.expirations == (1 if op.timed_out else 0)
+
+    @invariant()
+    def counts_follow_live_operations(self) -> None:
+        live = sum(not op.is_completed for op in self.ops)
+        assert self.purgatory.num_delayed == live
+        # Lingering completed operations never exceed the purge interval.
+        metrics = self.purgatory.metrics()
+        assert metrics.estimated_total_operations - live <= 3
+        assert metrics.watcher_entries <= 3 * (live + 3)
+
+
+PurgatoryRaces.TestCase.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
+TestPurgatoryRaces = PurgatoryRaces.TestCase

@@ -21,6 +21,7 @@ from wire import trace_format as tf
 
 _getrandbits = random.getrandbits
 _packb = msgpack.Packer(autoreset=True).pack
+_DRAIN_BATCH = 4096  # events per msgpack call in the writer thread (at most 65535)
 
 
 def new_id() -> int:
@@ -143,7 +144,9 @@ class Tracer:
             while events:
                 # One msgpack call per batch: pack the batch as an array and drop the
                 # array's header, which leaves exactly the events packed back to back.
-                n = min(len(events), 65_535)
+                # Batches stay small (a few ms of packing) so the actors of this
+                # process get the GIL back between them.
+                n = min(len(events), _DRAIN_BATCH)
                 batch = [popleft() for _ in range(n)]
                 data = _packb(batch)[1 if n < 16 else 3:]
                 f = self._current_file(len(data))

@@ -16,12 +16,12 @@ from tests.runtime.test_runtime import wait_for
 from wire.registry import message
 
 
-@message(9301)
+@message(9401)
 class Countdown(NamedTuple):
     left: int
 
 
-@message(9302)
+@message(9402)
 class WhichThread(NamedTuple):
     pass
 

@@ -236,7 +236,7 @@ class PartitionShard(Actor):
             wait_rows.append(by_key.get((r[0], r[1])) or [r[0], r[1], -1, r[3], r[4], r[5], None, r[2]])
         first = waiting[0]
         self.tell(
-            self.topology.purgatory_for(f"{first[0]}-{first[1]}"),
+            self.topology.purgatory_for(first[0], first[1]),
             WatchProduce(msg.req_id, self.current_sender.name, msg.timeout_ms, wait_rows),
         )
 

@@ -80,10 +80,13 @@ class Topology:
         return self.handler(conn_id % self.num_handlers)
 
     def shard_for(self, topic: str, partition: int) -> Address:
-        return self.shard(stable_hash(f"{topic}-{partition}") % self.num_shards)
+        """Consecutive partitions of a topic go to consecutive shards, from a start the
+        topic's name picks (hashing "topic-partition" as a whole would not spread them:
+        crc32 is affine, so partitions 0-3 of every topic landed on one shard of two)."""
+        return self.shard((stable_hash(topic) + partition) % self.num_shards)
 
-    def purgatory_for(self, key: str) -> Address:
-        return self.purgatory(stable_hash(key) % self.num_purgatories)
+    def purgatory_for(self, topic: str, partition: int) -> Address:
+        return self.purgatory((stable_hash(topic) + partition) % self.num_purgatories)
 
     def coordinator_for(self, group_id: str) -> Address:
         return self.coordinator(stable_hash(group_id) % self.num_coordinators)

@@ -73,7 +73,7 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                 [t, p, by_key[(t, p)][2], r[6], r[7], by_key[(t, p)][3]]
                 for (t, p), r in read.items()
             ]
-            purgatory = ctx.topology.purgatory_for(f"{rows[0][0]}-{rows[0][1]}")
+            purgatory = ctx.topology.purgatory_for(rows[0][0], rows[0][1])
             yield [Call(purgatory, lambda rid: WatchFetch(rid, req.min_bytes, req.max_wait_ms,
                                                           replica_id >= 0, watch_rows))]
             replies = yield _read_calls(ctx, replica_id, req.max_bytes, rows)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.topology import stable_hash
+from actors.topology import Topology
 from tests.broker.conftest import BrokerProcess
 from tests.broker.rawclient import (
     PRODUCE,
@@ -35,7 +35,8 @@ def spread_topic(partitions: int = PARTITIONS) -> str:
     """A topic name whose partitions land on every shard."""
     for _ in range(1000):
         name = f"order-{uuid.uuid4().hex[:8]}"
-        shards = {stable_hash(f"{name}-{p}") % SHARDS for p in range(partitions)}
+        topology = Topology("node-1", 2, 2, SHARDS, 1, 1)
+        shards = {topology.shard_for(name, p) for p in range(partitions)}
         if len(shards) == SHARDS:
             return name
     raise AssertionError(f"no topic name spreads {partitions} partitions over {SHARDS} shards")

@@ -16,6 +16,7 @@ import socket
 import struct
 import time
 from collections import deque
+from itertools import islice
 from typing import Any
 
 import zmq
@@ -23,18 +24,39 @@ import zmq
 from actors.runtime.actor import Actor, handles
 from actors.runtime.config import Config
 from actors.topology import Topology
-from wire.broker_messages import ConnectionClosed, GetStats, KafkaRequest, KafkaResponse, NewConnection
+from wire.broker_messages import (
+    ConnectionClosed,
+    GetStats,
+    KafkaRequest,
+    KafkaResponse,
+    NewConnection,
+)
 
 _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhi")
 READ_CHUNK = 256 * 1024
+WRITE_GATHER = 64  # responses handed to one sendmsg
 STAGES = ("request_queue", "local", "remote", "response_queue", "send")
 
 
 class _Conn:
-    __slots__ = ("conn_id", "sock", "fd", "peer_host", "peer_port", "rbuf", "out",
-                 "next_seq", "next_release", "ready", "in_flight", "reading", "closing",
-                 "traces", "mask")
+    __slots__ = (
+        "closing",
+        "conn_id",
+        "fd",
+        "in_flight",
+        "mask",
+        "next_release",
+        "next_seq",
+        "out",
+        "peer_host",
+        "peer_port",
+        "rbuf",
+        "reading",
+        "ready",
+        "sock",
+        "traces",
+    )
 
     def __init__(self, conn_id: int, sock: socket.socket, peer_host: str, peer_port: int) -> None:
         self.conn_id = conn_id
@@ -58,7 +80,9 @@ class _Conn:
 class Processor(Actor):
     mailbox_size = 10_000
 
-    def __init__(self, node: Any, name: str, *, topology: Topology, config: Config, **kw: Any) -> None:
+    def __init__(
+        self, node: Any, name: str, *, topology: Topology, config: Config, **kw: Any
+    ) -> None:
         super().__init__(node, name, **kw)
         self.topology = topology
         self.max_request = int(config["socket.request.max.bytes"])
@@ -236,22 +260,27 @@ class Processor(Actor):
         self._update_mask(conn)
 
     def _write(self, conn: _Conn) -> None:
+        """Write queued responses, several per system call (one sendmsg gathers them)."""
         out = conn.out
         sock = conn.sock
         while out:
-            item = out[0]
+            buffers = [item[0] for item in islice(out, WRITE_GATHER)]
             try:
-                n = sock.send(item[0])
+                sent = sock.sendmsg(buffers)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
                 self._close(conn, f"write error: {exc}")
                 return
-            if n < len(item[0]):
-                item[0] = item[0][n:]
-                return
-            out.popleft()
-            self._finished(conn, item[1], item[2])
+            while sent and out:
+                item = out[0]
+                left = len(item[0])
+                if sent < left:  # the socket is full: the rest waits for POLLOUT
+                    item[0] = item[0][sent:]
+                    return
+                sent -= left
+                out.popleft()
+                self._finished(conn, item[1], item[2])
         if conn.closing:
             self._close(conn, "closed after a refused request")
 
@@ -291,4 +320,4 @@ class Processor(Actor):
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:
         return {"connections": len(self.conns), "responses": self.responses,
-                "stage_ns": dict(zip(STAGES, self.stage_ns))}
+                "stage_ns": dict(zip(STAGES, self.stage_ns, strict=True))}

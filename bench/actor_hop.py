@@ -77,7 +77,9 @@ class HopSource(Actor):
             return None
         _count, rate, _target, start, sent = self.plan
         next_due_ns = start + sent * 1_000_000_000 // rate
-        return max(0, (next_due_ns - time.monotonic_ns()) // 1_000_000)
+        # Wake in 1 ms ticks and send what fell due (one frame), rather than spinning
+        # and sending frames of one message; latency still counts from each tell.
+        return max(1, -(-(next_due_ns - time.monotonic_ns()) // 1_000_000))
 
     def on_turn(self) -> None:
         if self.plan is None:

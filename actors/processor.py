@@ -47,6 +47,22 @@ def api_label(api_key: int) -> str:
         return str(api_key)
 
 
+_METRIC_KEYS: dict[int, tuple[str, str, tuple[str, ...]]] = {}
+
+
+def metric_keys(api_key: int) -> tuple[str, str, tuple[str, ...]]:
+    """The counter names of one API, built once (this runs for every response)."""
+    keys = _METRIC_KEYS.get(api_key)
+    if keys is None:
+        api = api_label(api_key)
+        keys = _METRIC_KEYS[api_key] = (
+            f"requests_total|api={api}",
+            f"request_time_ns_total|api={api}",
+            tuple(f"request_stage_time_ns_total|api={api},stage={s}" for s in STAGES),
+        )
+    return keys
+
+
 class _Conn:
     __slots__ = (
         "closing",
@@ -310,12 +326,12 @@ class Processor(Actor):
         for i, value in enumerate(values):
             stages[i] += value
         self.responses += 1
-        metrics = self.node.metrics
-        api = api_label(response.api_key)
-        metrics.incr(f"requests_total|api={api}")
-        metrics.incr(f"request_time_ns_total|api={api}", total)
-        for stage, value in zip(STAGES, values, strict=True):
-            metrics.incr(f"request_stage_time_ns_total|api={api},stage={stage}", value)
+        incr = self.node.metrics.incr
+        count_key, total_key, stage_keys = metric_keys(response.api_key)
+        incr(count_key)
+        incr(total_key, total)
+        for key, value in zip(stage_keys, values, strict=True):
+            incr(key, value)
         tid = conn.traces.pop(response.seq, 0)
         if tid:
             self.node.tracer.event("net_out", tid, 0, 0, self.name,

@@ -21,6 +21,8 @@ BENCH_COMMANDS: dict[str, str] = {
     "e2e": "bench.load:e2e_command",
     "compare": "bench.compare:command",
     "sweep": "bench.sweep:command",
+    "trace-cost": "bench.trace_bench:cost_command",
+    "trace-analyze": "bench.trace_bench:analyze_command",
 }
 TOP_COMMANDS: dict[str, str] = {
     "demo": "actors.demo:command",

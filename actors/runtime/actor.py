@@ -228,11 +228,9 @@ class Actor(pykka.ThreadingActor):
         self.tell(self.current_sender, msg)
 
     def _trace_send(self, address: Address, msg: Any, tid: int, span: int, parent: int) -> None:
-        self._tracer.event(
-            "send", tid, span, parent, self.name, str(address), type(msg).__name__,
-            getattr(msg, "conn_id", -1), getattr(msg, "correlation_id", -1),
-            getattr(msg, "api_key", -1), _payload_size(msg),
-        )
+        conn, corr, api, size = _trace_info(msg)
+        self._tracer.event("send", tid, span, parent, self.name, str(address),
+                           type(msg).__name__, conn, corr, api, size)
 
     def flush(self) -> None:
         for address in list(self._out):
@@ -451,9 +449,9 @@ class Actor(pykka.ThreadingActor):
                 continue
             if tid:
                 self._trace = (tid, span)
+                conn, corr, api, size = _trace_info(msg)
                 tracer.event("recv", tid, span, parent, self.name, str(sender), cls.__name__,
-                             getattr(msg, "conn_id", -1), getattr(msg, "correlation_id", -1),
-                             getattr(msg, "api_key", -1), _payload_size(msg))
+                             conn, corr, api, size)
             try:
                 result = handler(msg)
             except Exception as exc:
@@ -465,8 +463,7 @@ class Actor(pykka.ThreadingActor):
                     self.tell(sender, Reply(ask_id, True, result))
             if tid:
                 tracer.event("done", tid, span, parent, self.name, str(sender), cls.__name__,
-                             getattr(msg, "conn_id", -1), getattr(msg, "correlation_id", -1),
-                             getattr(msg, "api_key", -1), 0)
+                             conn, corr, api, 0)
                 self._trace = (0, 0)
         self.current_sender = None
 
@@ -594,10 +591,33 @@ def pykka_envelope(message: Any) -> Any:
     return Envelope(message)
 
 
-def _payload_size(msg: Any) -> int:
-    """Bytes of the record data a message carries (its bytes fields)."""
+_TRACE_PLANS: dict[type, tuple[int, int, int, tuple[int, ...]]] = {}
+
+
+def _trace_info(msg: Any) -> tuple[int, int, int, int]:
+    """(conn_id, correlation_id, api_key, payload bytes) of a message, for trace events.
+
+    Where those fields sit is worked out once per message type, so a traced hop
+    costs a few index lookups instead of attribute searches and a scan.
+    """
+    cls = type(msg)
+    plan = _TRACE_PLANS.get(cls)
+    if plan is None:
+        fields = cls._fields
+        checks = registry._CHECKS.get(cls, ())
+
+        def index(name: str) -> int:
+            return fields.index(name) if name in fields else -1
+
+        plan = _TRACE_PLANS[cls] = (
+            index("conn_id"), index("correlation_id"), index("api_key"),
+            tuple(i for i, (_f, accepted) in enumerate(checks) if accepted == (bytes,)),
+        )
+    conn, corr, api, byte_fields = plan
     size = 0
-    for value in msg:
-        if type(value) is bytes:
+    for i in byte_fields:
+        value = msg[i]
+        if value is not None:
             size += len(value)
-    return size
+    return (msg[conn] if conn >= 0 else -1, msg[corr] if corr >= 0 else -1,
+            msg[api] if api >= 0 else -1, size)

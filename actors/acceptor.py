@@ -17,7 +17,7 @@ from wire.broker_messages import ConnectionClosed, GetStats, NewConnection
 
 
 class Acceptor(Actor):
-    mailbox_size = 10_000
+    mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
     def __init__(self, node: Any, name: str, *, topology: Topology, config: Config,
                  listen_socket: socket.socket, **kw: Any) -> None:

@@ -17,6 +17,7 @@ clean-shutdown marker.
 from __future__ import annotations
 
 import base64
+import copy
 import os
 import socket
 import uuid
@@ -29,6 +30,7 @@ from actors.acceptor import Acceptor
 from actors.apis.base import HandlerContext
 from actors.controller import Controller
 from actors.core.log_dir import LogDir
+from actors.group_coordinator import spawn_coordinators
 from actors.core.topic_store import TopicStore
 from actors.log_manager import LogManager
 from actors.partition_shard import PartitionShard
@@ -149,21 +151,25 @@ class Broker:
                     return {"host": topo.shard(i).name}
                 return {}
 
+            # The LogManager owns log_dir and updates its maps; shards get a snapshot
+            # of what was checkpointed at start (no state shared between threads).
+            snapshot = copy.copy(log_dir)
+            snapshot.high_watermarks = dict(log_dir.high_watermarks)
+            snapshot.recovery_points = dict(log_dir.recovery_points)
+            snapshot.log_start_offsets = dict(log_dir.log_start_offsets)
             for i in range(topo.num_shards):
                 node.spawn(PartitionShard, topo.shard(i).name, topology=topo, config=cfg,
-                           log_dir=log_dir, topics=topics, broker_id=broker_id)
+                           log_dir=snapshot, topics=topics, broker_id=broker_id)
             for i in range(topo.num_purgatories):
                 node.spawn(PurgatoryShard, topo.purgatory(i).name, topology=topo, clock=clock,
                            purge_interval_requests=int(cfg["purge.interval.requests"]),
                            **place(i))
             node.spawn(Controller, topo.controller.name, topology=topo, config=cfg, store=store)
             self._spawn_extra(node, topo, cfg, clock)
-            queued = max(1, int(cfg["queued.max.requests"]) // topo.num_handlers)
             for i in range(topo.num_handlers):
                 ctx = HandlerContext(topo, cfg, broker_id, adv_host, adv_port, cluster_id, i,
                                      dict(topics))
-                node.spawn(RequestHandler, topo.handler(i).name, context=ctx,
-                           mailbox_size=queued, **place(i))
+                node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **place(i))
             for i in range(topo.num_processors):
                 node.spawn(Processor, topo.processor(i).name, topology=topo, config=cfg,
                            **place(i))
@@ -181,11 +187,7 @@ class Broker:
         return self
 
     def _spawn_extra(self, node: Node, topo: Topology, cfg: Config, clock: Any) -> None:
-        """Hook for actors added by later features (group coordinators)."""
-        try:
-            from actors.group_coordinator import spawn_coordinators
-        except ImportError:
-            return
+        """The consumer-group coordinators."""
         spawn_coordinators(node, topo, cfg, clock)
 
     def stop(self) -> None:

@@ -32,7 +32,7 @@ from wire.errors import ErrorCode, KafkaError
 
 
 class Controller(Actor):
-    mailbox_size = 10_000
+    mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
     def __init__(self, node: Any, name: str, *, topology: Topology, config: Config,
                  store: TopicStore, num_brokers: int = 1, **kw: Any) -> None:

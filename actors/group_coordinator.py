@@ -276,7 +276,7 @@ def refusal_for(msg: Any, code: int) -> Any:
 
 
 class GroupCoordinator(Actor):
-    mailbox_size = 10_000
+    mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
     def __init__(self, node: Any, name: str, *, topology: Topology, config: Config,
                  clock: Clock | None = None, wait_for_handlers: bool = True,

@@ -16,7 +16,7 @@ from wire.broker_messages import CheckpointOffsets, GetStats
 
 
 class LogManager(Actor):
-    mailbox_size = 10_000
+    mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
     def __init__(
         self, node: Any, name: str, *, log_dir: LogDir, num_shards: int, **kw: Any

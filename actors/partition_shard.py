@@ -48,7 +48,7 @@ def wall_ms() -> int:
 
 
 class PartitionShard(Actor):
-    mailbox_size = 2000
+    mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
     def __init__(
         self,
@@ -65,7 +65,7 @@ class PartitionShard(Actor):
         super().__init__(node, name, **kw)
         self.topology = topology
         self.config = config
-        self.log_dir = log_dir  # read-only here: checkpoints it read at start
+        self.log_dir = log_dir  # a snapshot of the checkpoints read at start; read-only
         self.initial_topics = topics
         self.broker_id = broker_id
         self.index = int(name.rsplit("-", 1)[1])
@@ -110,7 +110,10 @@ class PartitionShard(Actor):
                 self.log.exception("closing {}-{} failed", state.log.topic, state.log.partition)
                 continue
             rows.append(self._offset_row(state))
-        self.tell(self.topology.log_manager, CheckpointOffsets(self.name, True, rows, []))
+        # Only a real stop is final: a crash restart runs teardown too, and must not
+        # let the LogManager write the clean-shutdown marker while the node runs.
+        self.tell(self.topology.log_manager,
+                  CheckpointOffsets(self.name, self._stopping, rows, []))
         self.partitions = {}
 
     @staticmethod
@@ -217,9 +220,11 @@ class PartitionShard(Actor):
                                     state.leader_epoch, NONE])
                 self._notify(state)
         except Exception:
-            self.reply(AppendDone(msg.req_id, [
+            # Rows appended before the failure keep their offsets (answering them as
+            # failed would make non-idempotent producers write them twice).
+            self.reply(AppendDone(msg.req_id, rows + [
                 [r[0], r[1], int(ErrorCode.UNKNOWN_SERVER_ERROR), -1, -1, -1, "internal error"]
-                for r in msg.rows
+                for r in msg.rows[len(rows):]
             ]))
             raise
         if waiting:
@@ -259,7 +264,8 @@ class PartitionShard(Actor):
                     continue
                 log = state.log
                 if msg.replica_id >= 0:
-                    state.on_follower_fetch(msg.replica_id, offset, wall_ms())  # type: ignore[arg-type]
+                    if state.on_follower_fetch(msg.replica_id, offset, wall_ms()):  # type: ignore[arg-type]
+                        self._notify(state)  # the high watermark moved
                 max_offset = log.high_watermark if msg.replica_id < 0 else None
                 try:
                     info = log.read(offset, partition_max, max_offset, True)  # type: ignore[arg-type]

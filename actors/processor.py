@@ -102,7 +102,7 @@ class _Conn:
 
 
 class Processor(Actor):
-    mailbox_size = 10_000
+    mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
     def __init__(
         self, node: Any, name: str, *, topology: Topology, config: Config, **kw: Any
@@ -111,6 +111,10 @@ class Processor(Actor):
         self.topology = topology
         self.max_request = int(config["socket.request.max.bytes"])
         self.max_in_flight = max(1, int(config["max.inflight.requests.per.connection"]))
+        # queued.max.requests bounds the request path (Kafka's request queue): this
+        # Processor's requests sent on and not yet answered, over all connections.
+        # Mailboxes themselves are unbounded, so answers never wait on a full queue.
+        self.max_queued = max(1, int(config["queued.max.requests"]) // topology.num_processors)
         self.sndbuf = int(config["socket.send.buffer.bytes"])
         self.rcvbuf = int(config["socket.receive.buffer.bytes"])
 
@@ -124,6 +128,8 @@ class Processor(Actor):
         self.stopping = False
         self.stage_ns = [0] * len(STAGES)
         self.responses = 0
+        self.queued = 0
+        self.paused: dict[int, None] = {}  # connections waiting for queued to drop
 
     # ------------------------------------------------------------ connections
     @handles(NewConnection)
@@ -165,6 +171,9 @@ class Processor(Actor):
             conn.mask = 0
         self.conns.pop(conn.conn_id, None)
         self.by_fd.pop(conn.fd, None)
+        self.paused.pop(conn.conn_id, None)
+        self.queued -= conn.in_flight  # their answers, if any, are dropped on arrival
+        conn.in_flight = 0
         try:
             conn.sock.close()
         except OSError:
@@ -210,7 +219,8 @@ class Processor(Actor):
         buf = conn.rbuf
         pos = 0
         end = len(buf)
-        while end - pos >= 4 and conn.in_flight < self.max_in_flight:
+        while end - pos >= 4 and conn.in_flight < self.max_in_flight \
+                and self.queued < self.max_queued:
             (size,) = _SIZE.unpack_from(buf, pos)
             if size < 8 or size > self.max_request:
                 self.node.metrics.incr("requests_oversized" if size > 0 else "requests_malformed")
@@ -229,12 +239,16 @@ class Processor(Actor):
             del buf[:pos]
         if conn.in_flight >= self.max_in_flight:
             conn.reading = False
+        elif self.queued >= self.max_queued:
+            conn.reading = False
+            self.paused[conn.conn_id] = None
 
     def _dispatch(self, conn: _Conn, frame: bytes) -> None:
         api_key, api_version, correlation_id = _HEADER.unpack_from(frame, 0)
         seq = conn.next_seq
         conn.next_seq += 1
         conn.in_flight += 1
+        self.queued += 1
         now = time.monotonic_ns()
         tracer = self.node.tracer
         tid = tracer.sample() if tracer.enabled else 0
@@ -261,6 +275,7 @@ class Processor(Actor):
             response, arrived_ns = conn.ready.pop(conn.next_release)
             conn.next_release += 1
             conn.in_flight -= 1
+            self.queued -= 1
             if response.respond and response.frame:
                 conn.out.append([memoryview(response.frame), response, arrived_ns])
             else:
@@ -275,8 +290,22 @@ class Processor(Actor):
         if conn.closing and not conn.out:
             self._close(conn, "closed after a refused request")
             return
-        if not conn.reading and conn.in_flight < self.max_in_flight and not conn.closing:
+        self._resume(conn)
+        if self.paused and self.queued < self.max_queued:
+            for conn_id in list(self.paused):
+                if self.queued >= self.max_queued:
+                    break
+                del self.paused[conn_id]
+                other = self.conns.get(conn_id)
+                if other is not None:
+                    self._resume(other)
+
+    def _resume(self, conn: _Conn) -> None:
+        """Read again once the connection is under its bounds."""
+        if (not conn.reading and not conn.closing and conn.in_flight < self.max_in_flight
+                and self.queued < self.max_queued):
             conn.reading = True
+            self.paused.pop(conn.conn_id, None)
             if conn.rbuf:
                 self._take_frames(conn)  # frames read while the connection was paused
                 if conn.conn_id not in self.conns:

@@ -48,7 +48,7 @@ def status_from_row(row: list[Any]) -> PartitionStatus:
 
 
 class PurgatoryShard(Actor):
-    mailbox_size = 10_000
+    mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
     def __init__(self, node: Any, name: str, *, topology: Topology,
                  purge_interval_requests: int = 1000, clock: Clock | None = None,

@@ -117,7 +117,7 @@ class _InFlight:
 
 
 class RequestHandler(Actor):
-    mailbox_size = 10_000
+    mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
     def __init__(self, node: Any, name: str, *, context: HandlerContext, **kw: Any) -> None:
         super().__init__(node, name, **kw)

@@ -26,7 +26,7 @@ class _Entry(TimerTask):
 
 
 class Timer(Actor):
-    mailbox_size = 10_000
+    mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
     def __init__(self, node: Any, name: str, *, clock: Clock | None = None, **kw: Any) -> None:
         super().__init__(node, name, **kw)

@@ -50,17 +50,24 @@ class HandlerContext:
     handler_index: int
     topics: dict[str, list[Any]] = field(default_factory=dict)  # name -> [partitions, configs]
     producer_id_counter: int = 0
+    producer_id_base: int = 0
 
     def partition_count(self, topic: str) -> int | None:
         entry = self.topics.get(topic)
         return None if entry is None else int(entry[0])
 
     def next_producer_id(self) -> int:
-        """Unique across handlers and restarts: wall ms, handler index, a counter."""
+        """Unique across handlers and restarts, without masking anything away.
+
+        (start ms << 20) leaves room for a million ids per handler-set and ms of
+        uptime before the next start's range; within a run, handler i hands out
+        i, i + H, i + 2H, ... so handlers never collide.
+        """
+        if not self.producer_id_base:
+            self.producer_id_base = (time.time_ns() // 1_000_000) << 20
         self.producer_id_counter += 1
-        now_ms = time.time_ns() // 1_000_000
-        index = (self.handler_index & 0xF) << 8
-        return (now_ms << 12) | index | (self.producer_id_counter & 0xFF)
+        return (self.producer_id_base + self.producer_id_counter * self.topology.num_handlers
+                + self.handler_index)
 
 
 def group_by_shard(ctx: HandlerContext, rows: list[list[Any]]) -> dict[Address, list[list[Any]]]:

@@ -61,7 +61,13 @@ class PartitionState:
         return self.maybe_increment_high_watermark()
 
     def on_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
-        """A follower's fetch at X acknowledges everything below X."""
+        """A follower's fetch at X acknowledges everything below X.
+
+        Only an assigned replica counts: a fetch naming any other id must not
+        join the ISR (it would hold the high watermark back for good).
+        """
+        if replica_id not in self.replicas or replica_id == self.broker_id:
+            return False
         follower = self.followers.setdefault(replica_id, FollowerState())
         follower.log_end_offset = fetch_offset
         if fetch_offset >= self.log.log_end_offset:

@@ -128,7 +128,12 @@ class Actor(pykka.ThreadingActor):
     """
 
     mailbox_size: ClassVar[int] = 1000
-    """Frames the mailbox holds before senders are slowed down (ZeroMQ HWM)."""
+    """Frames the mailbox holds before senders are slowed down (ZeroMQ HWM); 0: unbounded.
+
+    Bound a mailbox only where no cycle can run through it: two actors each
+    waiting for room in the other's full mailbox would wait forever. The broker
+    bounds its request path in the Processors and leaves every mailbox unbounded,
+    as Kafka bounds its request queue and not its response queues."""
     max_restarts: ClassVar[int] = 10
     restart_window_s: ClassVar[float] = 60.0
 
@@ -173,7 +178,8 @@ class Actor(pykka.ThreadingActor):
         self._tracer = node.tracer
         self._batch_max = node.batch_max_messages
         self._max_frame = node.max_frame_bytes
-        self._mailbox_size = kwargs.pop("mailbox_size", None) or self.mailbox_size
+        size = kwargs.pop("mailbox_size", None)
+        self._mailbox_size = self.mailbox_size if size is None else size  # 0: unbounded
 
     # ------------------------------------------------------------------ hooks
     def setup(self) -> None:

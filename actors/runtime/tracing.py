@@ -53,6 +53,7 @@ class Tracer:
         self._events: deque[tuple[Any, ...]] = deque()
         self._flush_interval_s = flush_interval_s
         self._stop = threading.Event()
+        self._drain_lock = threading.Lock()  # only the writer thread and close() take it
         self._thread: threading.Thread | None = None
         self._file: Any = None
         self._file_bytes = 0
@@ -133,7 +134,6 @@ class Tracer:
         while not self._stop.wait(self._flush_interval_s):
             self._drain()
 
-    _drain_lock = threading.Lock()  # only the writer thread and close() ever take it
 
     def _drain(self) -> None:
         if not self.enabled:

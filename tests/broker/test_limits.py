@@ -136,3 +136,29 @@ def test_batch_over_message_max_bytes(limited: BrokerProcess) -> None:
         assert parts == {0: ErrorCode.MESSAGE_TOO_LARGE, 1: 0}
         assert client.list_offset("big-batches", 0, -1).offset == 0
         assert client.produce("big-batches", 0, record_batch([(None, b"ok")])).error_code == 0
+
+
+def test_queued_max_requests_pauses_reading_and_loses_nothing(tmp_path: Path) -> None:
+    """With room for 1 queued request per Processor, pipelined clients still get
+    every answer, in order (reading pauses instead of queueing without bound)."""
+    from tests.broker.rawclient import PRODUCE, produce_values
+
+    broker = BrokerProcess(tmp_path / "data", config={"queued.max.requests": 2}).start()
+    try:
+        clients = [RawClient(broker.port) for _ in range(3)]
+        try:
+            assert clients[0].create_topic("q", 2) == 0
+            sent = {i: [c.send(PRODUCE, 9, produce_values("q", i % 2, record_batch(
+                [(None, b"%d" % n)]), 1)) for n in range(40)] for i, c in enumerate(clients)}
+            for i, c in enumerate(clients):
+                for cid in sent[i]:
+                    got, response = c.recv()
+                    assert got == cid
+                    assert response.responses[0].partition_responses[0].error_code == 0
+        finally:
+            for c in clients:
+                c.close()
+        with RawClient(broker.port) as check:
+            assert check.list_offset("q", 0, -1).offset + check.list_offset("q", 1, -1).offset == 120
+    finally:
+        assert broker.stop() == 0

@@ -159,6 +159,7 @@ def test_queued_max_requests_pauses_reading_and_loses_nothing(tmp_path: Path) ->
             for c in clients:
                 c.close()
         with RawClient(broker.port) as check:
-            assert check.list_offset("q", 0, -1).offset + check.list_offset("q", 1, -1).offset == 120
+            ends = [check.list_offset("q", p, -1).offset for p in (0, 1)]
+            assert sum(ends) == 120
     finally:
         assert broker.stop() == 0

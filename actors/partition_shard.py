@@ -238,7 +238,8 @@ class PartitionShard(Actor):
         by_key = {(w[0], w[1]): w for w in waiting}
         wait_rows = []
         for r in rows:  # rows not waiting are settled already: carried along as they are
-            wait_rows.append(by_key.get((r[0], r[1])) or [r[0], r[1], -1, r[3], r[4], r[5], None, r[2]])
+            settled = [r[0], r[1], -1, r[3], r[4], r[5], None, r[2]]
+            wait_rows.append(by_key.get((r[0], r[1])) or settled)
         first = waiting[0]
         self.tell(
             self.topology.purgatory_for(first[0], first[1]),
@@ -256,6 +257,10 @@ class PartitionShard(Actor):
     @handles(Read)
     def on_read(self, msg: Read) -> None:
         rows: list[list[Any]] = []
+        # The request's max_bytes is a budget over its partitions, as in Kafka: only
+        # the first partition with data may go over it (one whole batch at least).
+        budget = msg.max_bytes
+        got_data = False
         try:
             for topic, partition, offset, partition_max in msg.rows:
                 state = self.partitions.get((topic, partition))  # type: ignore[arg-type]
@@ -267,14 +272,18 @@ class PartitionShard(Actor):
                     if state.on_follower_fetch(msg.replica_id, offset, wall_ms()):  # type: ignore[arg-type]
                         self._notify(state)  # the high watermark moved
                 max_offset = log.high_watermark if msg.replica_id < 0 else None
+                limit = min(partition_max, budget) if budget > 0 else -1  # type: ignore[type-var]
                 try:
-                    info = log.read(offset, partition_max, max_offset, True)  # type: ignore[arg-type]
+                    info = log.read(offset, limit, max_offset, not got_data)  # type: ignore[arg-type]
                 except OffsetOutOfRangeError:
                     rows.append([topic, partition, int(ErrorCode.OFFSET_OUT_OF_RANGE),
                                  log.high_watermark, log.log_start_offset, b"", 0, 0,
                                  log.log_end_offset])
                     continue
                 meta = info.fetch_offset_metadata
+                if info.records:
+                    got_data = True
+                    budget -= len(info.records)
                 rows.append([topic, partition, NONE, info.high_watermark, info.log_start_offset,
                              bytes(info.records), meta.segment_base_offset,
                              meta.relative_position_in_segment, info.log_end_offset])
@@ -349,7 +358,7 @@ class PartitionShard(Actor):
         state = self.partitions.get(key)
         if state is None:
             self.reply(PartitionChanged(PartitionState.gone_status(msg.topic, msg.partition)))
-        elif state.log.log_end_offset != msg.seen_log_end_offset or True:
+        else:
             # Always answer once: the watcher decides with fresh numbers, so an
             # append that landed between its read and this watch is not missed.
             self.reply(PartitionChanged(state.status()))

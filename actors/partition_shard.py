@@ -268,9 +268,9 @@ class PartitionShard(Actor):
                     rows.append([topic, partition, UNKNOWN_TP, -1, -1, b"", 0, 0, -1])
                     continue
                 log = state.log
-                if msg.replica_id >= 0:
-                    if state.on_follower_fetch(msg.replica_id, offset, wall_ms()):  # type: ignore[arg-type]
-                        self._notify(state)  # the high watermark moved
+                if msg.replica_id >= 0 and state.on_follower_fetch(
+                        msg.replica_id, offset, wall_ms()):  # type: ignore[arg-type]
+                    self._notify(state)  # the high watermark moved
                 max_offset = log.high_watermark if msg.replica_id < 0 else None
                 limit = min(partition_max, budget) if budget > 0 else -1  # type: ignore[type-var]
                 try:

@@ -13,6 +13,7 @@ import re
 import socket
 import time
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -309,13 +310,24 @@ def test_time_limit_stops_a_run_with_records_left(tansu: Any, tmp_path: Path) ->
     assert res["unacknowledged"] == 0
 
 
-def test_e2e_sees_every_produced_record(tansu: Any, tmp_path: Path) -> None:
+@pytest.fixture
+def actorlog_broker(tmp_path: Path) -> Iterator[Any]:
+    """An actorlog broker: tansu's fetch sometimes holds back the last records of a topic
+    past the tool's idle timeout (an e2e count then falls short through no fault of the tool)."""
+    from tests.broker.conftest import BrokerProcess
+
+    broker = BrokerProcess(tmp_path / "broker-data").start()
+    yield broker
+    broker.stop()
+
+
+def test_e2e_sees_every_produced_record(actorlog_broker: Any, tmp_path: Path) -> None:
     out = tmp_path / "e.json"
     result = invoke(
         e2e_command,
         [
             "--bootstrap",
-            tansu.bootstrap,
+            actorlog_broker.bootstrap,
             "--topic",
             topic(),
             "--num-records",

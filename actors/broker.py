@@ -30,8 +30,8 @@ from actors.acceptor import Acceptor
 from actors.apis.base import HandlerContext
 from actors.controller import Controller
 from actors.core.log_dir import LogDir
-from actors.group_coordinator import spawn_coordinators
 from actors.core.topic_store import TopicStore
+from actors.group_coordinator import spawn_coordinators
 from actors.log_manager import LogManager
 from actors.partition_shard import PartitionShard
 from actors.processor import Processor

@@ -9,7 +9,6 @@ change of that partition's log end or high watermark.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from actors.core.log_dir import LogDir
@@ -380,7 +379,3 @@ class PartitionShard(Actor):
                            for (t, p), s in self.partitions.items()},
             "watched": len(self.watchers),
         }
-
-
-def data_dir_of(config: Config) -> Path:
-    return Path(str(config["log.dirs"]).split(",")[0])

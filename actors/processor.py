@@ -20,11 +20,11 @@ from itertools import islice
 from typing import Any
 
 import zmq
-from kafka.protocol.api_key import ApiKey
 
 from actors.runtime.actor import Actor, handles
 from actors.runtime.config import Config
 from actors.topology import Topology
+from wire.api_versions import api_name
 from wire.broker_messages import (
     ConnectionClosed,
     GetStats,
@@ -40,13 +40,6 @@ WRITE_GATHER = 64  # responses handed to one sendmsg
 STAGES = ("request_queue", "local", "remote", "response_queue", "send")
 
 
-def api_label(api_key: int) -> str:
-    try:
-        return ApiKey(api_key).name
-    except ValueError:
-        return str(api_key)
-
-
 _METRIC_KEYS: dict[int, tuple[str, str, tuple[str, ...]]] = {}
 
 
@@ -54,7 +47,7 @@ def metric_keys(api_key: int) -> tuple[str, str, tuple[str, ...]]:
     """The counter names of one API, built once (this runs for every response)."""
     keys = _METRIC_KEYS.get(api_key)
     if keys is None:
-        api = api_label(api_key)
+        api = api_name(api_key)
         keys = _METRIC_KEYS[api_key] = (
             f"requests_total|api={api}",
             f"request_time_ns_total|api={api}",

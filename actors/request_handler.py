@@ -124,9 +124,6 @@ class RequestHandler(Actor):
         self.initial_context = context
         self.api_table = dict(API_TABLE)
 
-    def register_api(self, api_key: int, fn: Any) -> None:
-        self.api_table[api_key] = fn
-
     def setup(self) -> None:
         self.ctx = self.initial_context
         self.pending: dict[int, tuple[_InFlight, int]] = {}

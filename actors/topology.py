@@ -93,6 +93,3 @@ class Topology:
 
     def all_handlers(self) -> list[Address]:
         return [self.handler(i) for i in range(self.num_handlers)]
-
-    def all_shards(self) -> list[Address]:
-        return [self.shard(i) for i in range(self.num_shards)]

@@ -62,15 +62,3 @@ def decode_frame(data: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) ->
     if type(entries) is not list:
         raise BadFrame("frame entries must be an array")
     return Frame(s_node, s_name, r_name, entries)
-
-
-def encode_entry(
-    type_id: int,
-    body: Any,
-    trace_id: int = 0,
-    span_id: int = 0,
-    parent_span_id: int = 0,
-    send_time_ns: int = 0,
-    ask_id: int = 0,
-) -> list[Any]:
-    return [type_id, trace_id, span_id, parent_span_id, send_time_ns, ask_id, body]

@@ -95,10 +95,6 @@ def type_of(type_id: int) -> type:
         raise UnknownType(f"unknown message type id {type_id}") from None
 
 
-def name_of(type_id: int) -> str:
-    cls = _BY_ID.get(type_id)
-    return cls.__name__ if cls is not None else f"type#{type_id}"
-
 
 def build(cls: type[T], body: Any) -> T:
     """Turn a decoded body into an instance of ``cls``, checking its shape."""

@@ -94,10 +94,6 @@ def handles(*message_types: type) -> Callable[[Callable[..., Any]], Callable[...
     return mark
 
 
-class ActorCrashed(RuntimeError):
-    """Raised to an asker when the handler failed."""
-
-
 class _AdoptGuest:
     """pykka control message: a host actor takes a guest into its thread and loop."""
 

@@ -8,6 +8,7 @@ forms they take in ZooKeeper live in ``actors.metadata.znodes``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import NamedTuple
 
 NO_LEADER = -1
@@ -108,3 +109,24 @@ class TopicRecord:
 
     assignment: TopicAssignment
     configs: dict[str, str] = field(default_factory=dict)
+
+
+class WriteCode(Enum):
+    OK = "ok"
+    BAD_VERSION = "bad_version"      # the znode's version was not the expected one
+    NO_NODE = "no_node"              # it (or its parent) does not exist
+    NODE_EXISTS = "node_exists"      # a create found it already there
+    ERROR = "error"                  # anything else; ``message`` says what
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """The outcome of one conditional metadata write; ``version``: the znode's new version if OK."""
+
+    code: WriteCode
+    version: int = -1
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code is WriteCode.OK

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any, Protocol
 
 from actors.core.cluster_model import (
@@ -39,6 +38,8 @@ from actors.core.cluster_model import (
     TopicAssignment,
     TopicPartition,
 )
+from actors.core.cluster_model import WriteCode as WriteCode  # re-exported: part of this interface
+from actors.core.cluster_model import WriteResult as WriteResult
 
 Sink = Callable[[Any], None]
 """Receives the store's notices (messages of ``wire.cluster_messages``), from any thread."""
@@ -75,27 +76,6 @@ class ControllerFence:
     controller_id: int
     epoch: int
     epoch_version: int
-
-
-class WriteCode(Enum):
-    OK = "ok"
-    BAD_VERSION = "bad_version"      # the znode's version was not the expected one
-    NO_NODE = "no_node"              # it (or its parent) does not exist
-    NODE_EXISTS = "node_exists"      # a create found it already there
-    ERROR = "error"                  # anything else; ``message`` says what
-
-
-@dataclass(frozen=True, slots=True)
-class WriteResult:
-    """The outcome of one conditional write; ``version`` is the znode's new version when OK."""
-
-    code: WriteCode
-    version: int = -1
-    message: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.code is WriteCode.OK
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,9 +65,14 @@ class BecameController:
 
 @dataclass(frozen=True, slots=True)
 class Resigned:
-    """No longer the controller: drop everything, answer what is pending NOT_CONTROLLER."""
+    """No longer the controller: drop everything, answer what is pending NOT_CONTROLLER.
+
+    ``unanswered``: the request whose handling failed, if that is why (it is answered
+    NOT_CONTROLLER too, unless it was pending already).
+    """
 
     reason: str
+    unanswered: Any = None
 
 
 @dataclass(frozen=True, slots=True)

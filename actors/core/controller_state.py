@@ -251,7 +251,7 @@ class ControllerCore:
         if isinstance(event, BecameController):
             self._on_became_controller(event)
         elif isinstance(event, Resigned):
-            self._on_resigned(event.reason)
+            self._on_resigned(event.reason, event.unanswered)
         elif not self.active:
             self._refuse_inactive(event)
         elif isinstance(event, MetadataWritten):
@@ -487,11 +487,14 @@ class ControllerCore:
         if stray:
             self._write(lambda w: RemoveTopicDeletionMarkers(w, tuple(sorted(stray))))
 
-    def _on_resigned(self, reason: str) -> None:
+    def _on_resigned(self, reason: str, unanswered: Any = None) -> None:
         pending = list(self._requests.values())
         self._reset()
         for request in pending:
             self._reply(request.request_id, request.refuse(f"the controller resigned: {reason}"))
+        request_id = getattr(unanswered, "request_id", None)
+        if request_id is not None and request_id not in {r.request_id for r in pending}:
+            self._refuse_inactive(unanswered)
 
     def _topics_request(self, request_id: RequestId, names: list[str],
                         build: Callable[[tuple[TopicResult, ...]], Result]) -> _Request:

@@ -30,6 +30,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from loguru import logger
+
 from actors.core.cluster_model import TopicPartition, TopicRecord
 from actors.core.controller_events import (
     BecameController,
@@ -227,7 +229,7 @@ class ControllerDriver:
 
     def retry_writes(self) -> None:
         """Try again the writes the store could not reach (call on a timer and on reconnect)."""
-        if not self._retry:
+        if not self._retry or self.fence is None:
             return
         pending, self._retry = self._retry, []
         self._run([], pending)
@@ -240,7 +242,27 @@ class ControllerDriver:
                 queue.append(outcome)
         while queue:
             event = queue.popleft()
-            for effect in self.core.handle(event):
+            try:
+                effects = self.core.handle(event)
+            except Exception as exc:
+                # A bug in the core: its state may be half changed. Give the controllership
+                # up, so a controller (maybe this one) starts again from the store.
+                logger.opt(exception=exc).error(
+                    "controller {}: {} failed in the core; resigning", self.broker_id,
+                    type(event).__name__)
+                if isinstance(event, Resigned):
+                    raise
+                fence, self.fence = self.fence, None
+                self._retry.clear()
+                if fence is not None:
+                    try:
+                        self.store.resign(fence)
+                    except MetadataUnavailable:
+                        pass
+                queue.clear()
+                queue.append(Resigned(f"{type(exc).__name__} in the controller core", event))
+                continue
+            for effect in effects:
                 if isinstance(effect, SendToBroker):
                     self._send(effect.broker_id, effect.message)
                 elif isinstance(effect, Reply):

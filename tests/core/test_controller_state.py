@@ -541,3 +541,26 @@ def test_an_unreachable_store_fails_creation_fast_and_retries_internal_writes() 
     [(_, done)] = [(r, res) for r, res in ctl.replies if r == "cs"]
     assert done == ControlledShutdownResult(0, None, ())
     assert c.state("t", 0).leader == 2
+
+
+def test_a_failure_inside_the_core_gives_the_controllership_up_cleanly() -> None:
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    ctl = c.controller
+    standby = c.add_candidate(101)
+
+    def broken(_event: object) -> None:
+        raise RuntimeError("a bug")
+
+    ctl.core._on_elect_leaders = broken  # type: ignore[method-assign]
+    result = c.request(lambda rid: CreateTopics(rid, (NewTopic("u", 1, 1),)))
+    assert codes(result) == [0]
+    ctl.driver.feed(ElectLeaders("boom", None))
+    [answer] = [res for rid, res in ctl.replies if rid == "boom"]
+    assert isinstance(answer, ElectLeadersResult)
+    assert answer.error_code == ErrorCode.NOT_CONTROLLER
+    c.pump()
+    # /controller was given up: a controller (whichever node wins) starts again from the store.
+    assert standby.driver.active or ctl.driver.active
+    assert c.controller.core.epoch == 2 and set(c.controller.core.topics) == {"t", "u"}
+    assert c.controller.core.states == c.states()

@@ -2,16 +2,22 @@
 # Install actorlog into ./.venv on Debian (12+) with Python 3.11+.
 #   deploy/install.sh          runtime only
 #   deploy/install.sh --test   plus everything the test suite needs (kcat, a JDK for
-#                              Spark, the test/bench/spark extras)
+#                              Spark, ZooKeeper, the test/bench/spark extras)
+#   deploy/install.sh --zookeeper
+#                              plus the Debian zookeeper package, for a node of a cluster
+#                              (`zookeeper.connect`) or to run a ZooKeeper with
+#                              `.venv/bin/python -m actors.metadata.zk_server --dir DIR --port 2181`
 # System packages come from apt-get (as root, or through sudo when it exists).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_test=0
+want_zookeeper=0
 for arg in "$@"; do
   case "$arg" in
-    --test) want_test=1 ;;
-    *) echo "usage: $0 [--test]" >&2; exit 2 ;;
+    --test) want_test=1; want_zookeeper=1 ;;
+    --zookeeper) want_zookeeper=1 ;;
+    *) echo "usage: $0 [--test] [--zookeeper]" >&2; exit 2 ;;
   esac
 done
 
@@ -41,6 +47,10 @@ if command -v dpkg-query >/dev/null; then
     command -v kcat >/dev/null || pkgs+=(kcat)
     command -v java >/dev/null || pkgs+=(openjdk-17-jre-headless)
     command -v ip >/dev/null || pkgs+=(iproute2)
+  fi
+  if [ "$want_zookeeper" -eq 1 ]; then
+    # The server (QuorumPeerMain) from /usr/share/java/zookeeper.jar, with a JRE.
+    [ -e /usr/share/java/zookeeper.jar ] || pkgs+=(zookeeper)
   fi
   [ ${#pkgs[@]} -eq 0 ] || apt_install "${pkgs[@]}"
 fi

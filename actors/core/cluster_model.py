@@ -1,0 +1,132 @@
+"""The values a cluster's metadata is made of: brokers, partition states, topic assignments.
+
+Plain immutable data shared by the controller core, the metadata store (ZooKeeper
+or the simulator's model of it) and the nodes. Nothing here does I/O; the JSON
+forms they take in ZooKeeper live in ``actors.metadata.znodes``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import NamedTuple
+
+NO_LEADER = -1
+"""``leader`` of a partition that has none (offline)."""
+
+LEADER_DURING_DELETE = -2
+"""Kafka's marker leader for a partition whose topic is being deleted."""
+
+NO_VERSION = -1
+"""``version`` of a state that was never stored."""
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One advertised listener of a broker, as Kafka's ``PLAINTEXT://host:port``."""
+
+    listener: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+    @property
+    def connection_string(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.listener}://{host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """A live broker as registered under ``/brokers/ids/<id>``.
+
+    ``gateway`` is the node's actor gateway (``tcp://host:port``) that the other
+    nodes' actors send to. ``epoch`` is Kafka's broker epoch: the zxid that
+    created the registration, so a broker that restarts gets a larger one and
+    requests meant for its previous life can be told apart (KIP-380).
+    """
+
+    broker_id: int
+    endpoints: tuple[Endpoint, ...]
+    gateway: str
+    rack: str | None = None
+    epoch: int = -1
+
+    def with_epoch(self, epoch: int) -> BrokerInfo:
+        return replace(self, epoch=epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsr:
+    """A partition's state znode: leader, leader epoch, ISR, the controller epoch that wrote it.
+
+    ``version`` is the znode's version (Kafka's zkVersion, KIP-497's partition
+    epoch): every write of the state is conditional on it.
+    """
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    version: int = NO_VERSION
+
+    def new_leader_and_isr(self, leader: int, isr: tuple[int, ...],
+                           controller_epoch: int) -> LeaderAndIsr:
+        """A controller's change of leader or ISR: the leader epoch goes up by one."""
+        return LeaderAndIsr(leader, self.leader_epoch + 1, tuple(isr), controller_epoch,
+                            self.version)
+
+    def with_version(self, version: int) -> LeaderAndIsr:
+        return replace(self, version=version)
+
+    @property
+    def has_leader(self) -> bool:
+        return self.leader >= 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    """``/brokers/topics/<topic>``: partition -> replicas (the first is the preferred leader)."""
+
+    partitions: dict[int, tuple[int, ...]]
+    version: int = NO_VERSION
+
+    def replicas(self, partition: int) -> tuple[int, ...]:
+        return self.partitions[partition]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRecord:
+    """What the controller knows of one topic when it loads the metadata."""
+
+    assignment: TopicAssignment
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+class WriteCode(Enum):
+    OK = "ok"
+    BAD_VERSION = "bad_version"      # the znode's version was not the expected one
+    NO_NODE = "no_node"              # it (or its parent) does not exist
+    NODE_EXISTS = "node_exists"      # a create found it already there
+    ERROR = "error"                  # anything else; ``message`` says what
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """The outcome of one conditional metadata write; ``version``: the znode's new version if OK."""
+
+    code: WriteCode
+    version: int = -1
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code is WriteCode.OK

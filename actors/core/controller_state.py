@@ -1,0 +1,1277 @@
+"""The cluster controller as a pure core: ``handle(event) -> effects``.
+
+Kafka's ZooKeeper-era KafkaController, its partition and replica state
+machines and its request batching, without ZooKeeper, sockets, threads or a
+clock: events and effects are in ``actors.core.controller_events`` (read its
+docstring for the shell's side of the contract), the randomness of replica
+assignment is handed in.
+
+How a change is made. Every change of a partition's leader or ISR is a rule
+(a pure function of the partition's current state and the brokers) applied
+to the cached state; the result is written to the store conditionally on the
+cached version; only when the write is confirmed does the cache change and
+do LeaderAndIsr (to the partition's live replicas) and UpdateMetadata (to
+every live broker) go out. A write refused because the version moved (a
+leader changed its ISR meanwhile, or an earlier answer was lost) brings the
+current state back: the cache takes it and the rule is applied again to it.
+So the core stays right even if events and write outcomes interleave.
+
+The rules (Kafka's):
+
+* broker change: a partition whose leader is not live gets the first live ISR
+  member in assignment order (leader epoch + 1, the ISR without the dead
+  brokers); none: leader -1 (offline), unless unclean election is enabled for
+  the topic, then the first live replica with an ISR of itself. A live leader
+  keeps leading; dead followers leave its ISR. The ISR never becomes empty:
+  when its last members die together it keeps them (each of them had every
+  acknowledged record). A broker that restarted (new broker epoch) is
+  treated as dead, then live.
+* controlled shutdown: leaderships of the stopping broker move to the first
+  live ISR member not shutting down, and it leaves every ISR.
+* preferred election: the first assigned replica takes over when it is live
+  and in the ISR.
+* new partitions: the first live assigned replica leads, the live replicas
+  form the ISR.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from actors.core.cluster_model import (
+    LEADER_DURING_DELETE,
+    NO_LEADER,
+    BrokerInfo,
+    LeaderAndIsr,
+    TopicAssignment,
+    TopicPartition,
+    TopicRecord,
+    WriteCode,
+    WriteResult,
+)
+from actors.core.controller_events import (
+    AlterPartitionRequest,
+    AlterPartitionResult,
+    AutoLeaderRebalance,
+    BecameController,
+    ControlledShutdownRequest,
+    ControlledShutdownResult,
+    CreatePartitions,
+    CreatePartitionsResult,
+    CreatePartitionStates,
+    CreateTopics,
+    CreateTopicsResult,
+    CreateTopicZnodes,
+    DeleteTopics,
+    DeleteTopicsResult,
+    DeleteTopicZnodes,
+    Effect,
+    ElectionType,
+    ElectLeaders,
+    ElectLeadersResult,
+    Event,
+    IsrChanged,
+    IsrProposal,
+    LiveBrokersChanged,
+    MarkTopicsForDeletion,
+    MetadataWrite,
+    MetadataWriteFailed,
+    MetadataWritten,
+    NewTopic,
+    NewTopicsFound,
+    PartitionResult,
+    RemoveTopicDeletionMarkers,
+    Reply,
+    RequestId,
+    ResignController,
+    Resigned,
+    Result,
+    SendToBroker,
+    SetTopicAssignment,
+    StateChangeFailed,
+    StopReplicaDone,
+    TopicDeletionsRequested,
+    TopicResult,
+    UpdatePartitionStates,
+)
+from actors.core.controller_fsm import (
+    IllegalStateTransition,
+    PartitionState,
+    PartitionStateMachine,
+    ReplicaState,
+    ReplicaStateMachine,
+)
+from actors.core.leader_election import (
+    controlled_shutdown_leader,
+    offline_leader,
+    preferred_leader,
+)
+from actors.core.replica_assignment import (
+    RandomIndex,
+    assign_added_partitions,
+    assign_new_topic,
+    validate_assignment,
+)
+from actors.core.topic_config import validate_topic_configs, validate_topic_name
+from wire.cluster_messages import (
+    BrokerRow,
+    EndpointRow,
+    LeaderAndIsrPartition,
+    LiveLeaderRow,
+    StopReplica,
+    StopReplicaPartition,
+    UpdateMetadata,
+    UpdateMetadataPartition,
+)
+from wire.cluster_messages import (
+    LeaderAndIsr as LeaderAndIsrRequest,
+)
+from wire.errors import ErrorCode, KafkaError
+
+Rule = Callable[[TopicPartition, LeaderAndIsr], LeaderAndIsr | None]
+"""A partition's next state from its current one; None: leave it as it is."""
+
+Outcome = LeaderAndIsr | str | None
+"""Per partition, after a change: the state written, an error message, or None (unchanged)."""
+
+_R = ReplicaState
+_P = PartitionState
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """The broker settings the controller reads (Kafka's names in the comments)."""
+
+    broker_id: int
+    num_partitions: int = 1                         # num.partitions
+    default_replication_factor: int = 1             # default.replication.factor
+    unclean_leader_election_enable: bool = False    # unclean.leader.election.enable
+    delete_topic_enable: bool = True                # delete.topic.enable
+    leader_imbalance_per_broker_percentage: int = 10  # leader.imbalance.per.broker.percentage
+    max_conflict_retries: int = 10                  # rewrites of one partition after conflicts
+
+
+@dataclass
+class _Change:
+    """A partition-state write in flight and what to do with its outcome."""
+
+    rule: Rule | None                  # None: no rewrite after a conflict (AlterPartition)
+    proposals: dict[TopicPartition, LeaderAndIsr]
+    create: bool = False               # CreatePartitionStates (new partitions) vs update
+    notify_replicas: bool = True       # send LeaderAndIsr to the live replicas
+    attempts: int = 1
+    outcomes: dict[TopicPartition, Outcome] = field(default_factory=dict)
+    done: Callable[[dict[TopicPartition, Outcome]], None] | None = None
+    adopted: list[TopicPartition] = field(default_factory=list)  # found written by another
+
+
+@dataclass
+class _TopicWrite:
+    """A topic-level write in flight: what to do with each key's result, or with a failure."""
+
+    on_result: Callable[[Any, WriteResult], None]
+    on_failed: Callable[[str], None]
+
+
+@dataclass
+class _Request:
+    """A request in progress: answered once all its parts are, or refused on resignation."""
+
+    request_id: RequestId
+    refuse: Callable[[str], Result]
+    order: list[Any] = field(default_factory=list)
+    results: dict[Any, Any] = field(default_factory=dict)
+    build: Callable[[list[Any]], Result] | None = None
+
+
+class ControllerCore:
+    """One node's controller logic; active only between BecameController and Resigned."""
+
+    def __init__(self, config: ControllerConfig, random_index: RandomIndex) -> None:
+        self.config = config
+        self._random_index = random_index
+        self._write_ids = itertools.count(1)
+        self._reset()
+
+    # ------------------------------------------------------------------ state
+    def _reset(self) -> None:
+        self.active = False
+        self.epoch = -1
+        self.brokers: dict[int, BrokerInfo] = {}       # registered (live or shutting down)
+        self.shutting_down: set[int] = set()
+        self.topics: dict[str, TopicRecord] = {}
+        self.states: dict[TopicPartition, LeaderAndIsr] = {}
+        self.deleting: set[str] = set()
+        self.partition_fsm = PartitionStateMachine()
+        self.replica_fsm = ReplicaStateMachine()
+        self._changes: dict[int, _Change] = {}
+        self._topic_writes: dict[int, _TopicWrite] = {}
+        self._requests: dict[RequestId, _Request] = {}
+        self._out: list[Effect] = []
+        self._writes: list[MetadataWrite] = []
+        self._lai: dict[int, dict[TopicPartition, tuple[LeaderAndIsr, bool]]] = {}
+        self._um_partitions: dict[TopicPartition, UpdateMetadataPartition] = {}
+        self._um_brokers: set[int] = set()     # brokers to send UpdateMetadata to
+        self._um_full: set[int] = set()        # of which these get every partition
+        self._stop: dict[int, dict[TopicPartition, bool]] = {}
+
+    def eligible(self) -> set[int]:
+        """Brokers that may lead: registered and not shutting down."""
+        return set(self.brokers) - self.shutting_down
+
+    def assignment(self, tp: TopicPartition) -> tuple[int, ...]:
+        return self.topics[tp.topic].assignment.partitions[tp.partition]
+
+    def partitions_of(self, topic: str) -> list[TopicPartition]:
+        return [TopicPartition(topic, p) for p in sorted(self.topics[topic].assignment.partitions)]
+
+    def all_partitions(self) -> list[TopicPartition]:
+        return [tp for topic in sorted(self.topics) for tp in self.partitions_of(topic)]
+
+    def _unclean(self, topic: str) -> bool:
+        record = self.topics.get(topic)
+        value = record.configs.get("unclean.leader.election.enable") if record else None
+        if value is None:
+            return self.config.unclean_leader_election_enable
+        return str(value).lower() == "true"
+
+    # ----------------------------------------------------------------- handle
+    def handle(self, event: Event) -> list[Effect]:
+        """Apply one event; the effects to perform, in order."""
+        try:
+            self._dispatch(event)
+            return self._flush()
+        finally:
+            self._out, self._writes = [], []
+
+    def _dispatch(self, event: Event) -> None:
+        if isinstance(event, BecameController):
+            self._on_became_controller(event)
+        elif isinstance(event, Resigned):
+            self._on_resigned(event.reason, event.unanswered)
+        elif not self.active:
+            self._refuse_inactive(event)
+        elif isinstance(event, MetadataWritten):
+            self._on_written(event)
+        elif isinstance(event, MetadataWriteFailed):
+            self._on_write_failed(event)
+        elif isinstance(event, LiveBrokersChanged):
+            self._on_brokers_changed(event.brokers)
+        elif isinstance(event, NewTopicsFound):
+            self._on_new_topics_found(event.topics)
+        elif isinstance(event, CreateTopics):
+            self._on_create_topics(event)
+        elif isinstance(event, CreatePartitions):
+            self._on_create_partitions(event)
+        elif isinstance(event, DeleteTopics):
+            self._on_delete_topics(event)
+        elif isinstance(event, TopicDeletionsRequested):
+            self._on_deletions_requested(event.topics)
+        elif isinstance(event, StopReplicaDone):
+            self._on_stop_replica_done(event)
+        elif isinstance(event, IsrChanged):
+            self._on_isr_changed(event.states)
+        elif isinstance(event, AlterPartitionRequest):
+            self._on_alter_partition(event)
+        elif isinstance(event, ControlledShutdownRequest):
+            self._on_controlled_shutdown(event)
+        elif isinstance(event, ElectLeaders):
+            self._on_elect_leaders(event)
+        elif isinstance(event, AutoLeaderRebalance):
+            self._on_auto_rebalance()
+        else:
+            raise TypeError(f"not a controller event: {event!r}")
+
+    def _refuse_inactive(self, event: Event) -> None:
+        not_controller = int(ErrorCode.NOT_CONTROLLER)
+        message = f"broker {self.config.broker_id} is not the controller"
+        if isinstance(event, CreateTopics):
+            self._reply(event.request_id, CreateTopicsResult(tuple(
+                TopicResult(t.name, not_controller, message) for t in event.topics)))
+        elif isinstance(event, CreatePartitions):
+            self._reply(event.request_id, CreatePartitionsResult(tuple(
+                TopicResult(t.name, not_controller, message) for t in event.topics)))
+        elif isinstance(event, DeleteTopics):
+            self._reply(event.request_id, DeleteTopicsResult(tuple(
+                TopicResult(t, not_controller, message) for t in event.topics)))
+        elif isinstance(event, ControlledShutdownRequest):
+            self._reply(event.request_id, ControlledShutdownResult(not_controller, message))
+        elif isinstance(event, AlterPartitionRequest):
+            self._reply(event.request_id, AlterPartitionResult(not_controller))
+        elif isinstance(event, ElectLeaders) and event.request_id is not None:
+            self._reply(event.request_id, ElectLeadersResult(not_controller))
+        # Anything else (notices, late write outcomes) means nothing to a standby.
+
+    # ---------------------------------------------------------------- effects
+    def _reply(self, request_id: RequestId, result: Result) -> None:
+        self._out.append(Reply(request_id, result))
+
+    def _log(self, message: str) -> None:
+        self._out.append(StateChangeFailed(message))
+
+    def _write(self, make: Callable[[int], MetadataWrite]) -> int:
+        write_id = next(self._write_ids)
+        self._writes.append(make(write_id))
+        return write_id
+
+    def _flush(self) -> list[Effect]:
+        """Batched node requests first (LeaderAndIsr, UpdateMetadata, StopReplica, as
+        Kafka's ControllerBrokerRequestBatch), then replies and log lines, then writes."""
+        sends: list[Effect] = []
+        if self.active:
+            sends += self._flush_leader_and_isr()
+            sends += self._flush_update_metadata()
+            sends += self._flush_stop_replica()
+        self._lai, self._um_partitions, self._um_brokers = {}, {}, set()
+        self._um_full, self._stop = set(), {}
+        return sends + self._out + list(self._writes)
+
+    def _broker_epoch(self, broker_id: int) -> int:
+        info = self.brokers.get(broker_id)
+        return info.epoch if info else -1
+
+    def _flush_leader_and_isr(self) -> list[Effect]:
+        out: list[Effect] = []
+        for broker_id in sorted(self._lai):
+            if broker_id not in self.brokers:
+                continue
+            rows = []
+            leaders: set[int] = set()
+            for tp, (state, is_new) in sorted(self._lai[broker_id].items()):
+                rows.append(LeaderAndIsrPartition(
+                    tp.topic, tp.partition, state.controller_epoch, state.leader,
+                    state.leader_epoch, list(state.isr), state.version,
+                    list(self.assignment(tp)), is_new))
+                if state.leader in self.brokers:
+                    leaders.add(state.leader)
+            live_leaders = [LiveLeaderRow(b, self.brokers[b].gateway) for b in sorted(leaders)]
+            out.append(SendToBroker(broker_id, LeaderAndIsrRequest(
+                self.config.broker_id, self.epoch, self._broker_epoch(broker_id), rows,
+                live_leaders)))
+        return out
+
+    def _broker_rows(self) -> list[BrokerRow]:
+        return [BrokerRow(b.broker_id, b.epoch, b.gateway, b.rack,
+                          [EndpointRow(e.listener, e.host, e.port, e.security_protocol)
+                           for e in b.endpoints])
+                for b in sorted(self.brokers.values(), key=lambda b: b.broker_id)]
+
+    def _um_row(self, tp: TopicPartition) -> UpdateMetadataPartition:
+        state = self.states[tp]
+        replicas = self.assignment(tp)
+        eligible = self.eligible()
+        leader = LEADER_DURING_DELETE if tp.topic in self.deleting else state.leader
+        return UpdateMetadataPartition(
+            tp.topic, tp.partition, state.controller_epoch, leader, state.leader_epoch,
+            list(state.isr), state.version, list(replicas),
+            [r for r in replicas if r not in eligible])
+
+    def _flush_update_metadata(self) -> list[Effect]:
+        if not self._um_brokers:
+            return []
+        brokers = self._broker_rows()
+        delta = [self._um_partitions[tp] for tp in sorted(self._um_partitions)]
+        full: list[UpdateMetadataPartition] | None = None
+        out: list[Effect] = []
+        for broker_id in sorted(self._um_brokers & set(self.brokers)):
+            if broker_id in self._um_full:
+                if full is None:
+                    full = [self._um_row(tp) for tp in self.all_partitions() if tp in self.states]
+                rows, is_full = full, True
+            else:
+                rows, is_full = delta, False
+            out.append(SendToBroker(broker_id, UpdateMetadata(
+                self.config.broker_id, self.epoch, self._broker_epoch(broker_id), is_full,
+                brokers, rows)))
+        return out
+
+    def _flush_stop_replica(self) -> list[Effect]:
+        out: list[Effect] = []
+        for broker_id in sorted(self._stop):
+            if broker_id not in self.brokers:
+                continue
+            rows = [StopReplicaPartition(tp.topic, tp.partition, -1, delete)
+                    for tp, delete in sorted(self._stop[broker_id].items())]
+            out.append(SendToBroker(broker_id, StopReplica(
+                self.config.broker_id, self.epoch, self._broker_epoch(broker_id), rows)))
+        return out
+
+    def _send_leader_and_isr(self, brokers: Iterable[int], tp: TopicPartition,
+                             is_new: bool = False) -> None:
+        """LeaderAndIsr for ``tp`` to ``brokers`` (the live ones), UpdateMetadata to all."""
+        state = self.states[tp]
+        for broker_id in brokers:
+            if broker_id in self.brokers:
+                self._lai.setdefault(broker_id, {})[tp] = (state, is_new)
+        self._update_metadata([tp])
+
+    def _update_metadata(self, partitions: Iterable[TopicPartition] = (),
+                         brokers: Iterable[int] | None = None, full: bool = False) -> None:
+        targets = set(self.brokers) if brokers is None else set(brokers)
+        self._um_brokers |= targets
+        if full:
+            self._um_full |= targets
+        for tp in partitions:
+            if tp in self.states and tp.topic in self.topics:
+                self._um_partitions[tp] = self._um_row(tp)
+
+    def _stop_replica(self, broker_id: int, tp: TopicPartition, delete: bool) -> None:
+        self._stop.setdefault(broker_id, {})[tp] = delete
+
+    # -------------------------------------------------------- state machines
+    def _move_partition(self, tp: TopicPartition, target: PartitionState) -> bool:
+        try:
+            self.partition_fsm.move(tp, target)
+            return True
+        except IllegalStateTransition as exc:
+            self._log(f"controller {self.config.broker_id} epoch {self.epoch}: {exc}")
+            return False
+
+    def _move_replica(self, tp: TopicPartition, broker_id: int, target: ReplicaState) -> bool:
+        try:
+            self.replica_fsm.move((tp, broker_id), target)
+            return True
+        except IllegalStateTransition as exc:
+            self._log(f"controller {self.config.broker_id} epoch {self.epoch}: {exc}")
+            return False
+
+    def _recipients(self, tp: TopicPartition) -> list[int]:
+        """Who gets a partition's LeaderAndIsr: its live replicas, not those shutting down
+        (they were told StopReplica; a LeaderAndIsr would make them follow again)."""
+        return [r for r in self.assignment(tp) if r in self.brokers
+                and (r not in self.shutting_down or r == self.states[tp].leader)]
+
+    def _partition_state_for(self, state: LeaderAndIsr) -> PartitionState:
+        return _P.ONLINE if state.leader in self.brokers else _P.OFFLINE
+
+    # ------------------------------------------------------- becoming active
+    def _on_became_controller(self, event: BecameController) -> None:
+        self._reset()
+        self.active = True
+        self.epoch = event.epoch
+        self.brokers = {b.broker_id: b for b in event.brokers}
+        self.topics = dict(event.topics)
+        self.deleting = set(event.topics_to_delete) & set(self.topics)
+        newer = [s for s in event.partition_states.values() if s.controller_epoch > self.epoch]
+        if newer:
+            self._resign(f"a partition state was written by controller epoch "
+                         f"{newer[0].controller_epoch}, newer than this controller's {self.epoch}")
+            return
+        for tp in self.all_partitions():
+            state = event.partition_states.get(tp)
+            if state is not None:
+                self.states[tp] = state
+                self.partition_fsm.move(tp, _P.NEW)
+                self.partition_fsm.move(tp, self._partition_state_for(state))
+            else:
+                self.partition_fsm.move(tp, _P.NEW)
+            for replica in self.assignment(tp):
+                self.replica_fsm.move((tp, replica), _R.NEW)
+                live = replica in self.brokers and tp.topic not in self.deleting
+                self.replica_fsm.move((tp, replica), _R.ONLINE if live else _R.OFFLINE)
+        # Brokers learn the live set and every partition before any LeaderAndIsr.
+        self._update_metadata(brokers=self.brokers, full=True)
+        for tp in list(self.states):
+            if tp.topic not in self.deleting:
+                self._send_leader_and_isr(self._recipients(tp), tp)
+        live_partitions = [tp for tp in self.all_partitions() if tp.topic not in self.deleting]
+        self._change_partitions([tp for tp in live_partitions if tp in self.states],
+                                self._broker_change_rule(set()))
+        self._init_new_partitions([tp for tp in live_partitions if tp not in self.states])
+        for topic in sorted(self.deleting):
+            self._start_topic_deletion(topic, restart=True)
+        stray = set(event.topics_to_delete) - set(self.topics)
+        if stray:
+            self._write(lambda w: RemoveTopicDeletionMarkers(w, tuple(sorted(stray))))
+
+    def _on_resigned(self, reason: str, unanswered: Any = None) -> None:
+        pending = list(self._requests.values())
+        self._reset()
+        for request in pending:
+            self._reply(request.request_id, request.refuse(f"the controller resigned: {reason}"))
+        request_id = getattr(unanswered, "request_id", None)
+        if request_id is not None and request_id not in {r.request_id for r in pending}:
+            self._refuse_inactive(unanswered)
+
+    def _topics_request(self, request_id: RequestId, names: list[str],
+                        build: Callable[[tuple[TopicResult, ...]], Result]) -> _Request:
+        """A per-topic request; topics not done when the controller resigns get NOT_CONTROLLER."""
+        request = _Request(request_id, lambda _r: build(()), list(names),
+                           build=lambda parts: build(tuple(parts)))
+        code = int(ErrorCode.NOT_CONTROLLER)
+        request.refuse = lambda reason: build(tuple(
+            request.results.get(n) or TopicResult(n, code, reason) for n in request.order))
+        self._requests[request_id] = request
+        return request
+
+    def _resign(self, reason: str) -> None:
+        self._out.append(ResignController(reason))
+
+    # -------------------------------------------------- partition changes
+    def _change_partitions(self, tps: Iterable[TopicPartition], rule: Rule,
+                           done: Callable[[dict[TopicPartition, Outcome]], None] | None = None,
+                           notify_replicas: bool = True) -> set[TopicPartition]:
+        """Apply ``rule`` to ``tps`` and write what changes; returns the partitions written."""
+        change = _Change(rule, {}, notify_replicas=notify_replicas, done=done)
+        for tp in tps:
+            proposal = rule(tp, self.states[tp])
+            if proposal is None:
+                change.outcomes[tp] = None
+            else:
+                change.proposals[tp] = proposal
+        written = set(change.proposals)
+        self._submit(change)
+        return written
+
+    def _submit(self, change: _Change) -> None:
+        if not change.proposals:
+            if change.done is not None:
+                change.done(change.outcomes)
+            return
+        states = dict(change.proposals)
+        if change.create:
+            write_id = self._write(lambda w: CreatePartitionStates(w, states))
+        else:
+            write_id = self._write(lambda w: UpdatePartitionStates(w, states))
+        self._changes[write_id] = change
+
+    def _on_written(self, event: MetadataWritten) -> None:
+        change = self._changes.pop(event.write_id, None)
+        if change is not None:
+            self._on_partitions_written(change, event)
+            return
+        topic_write = self._topic_writes.pop(event.write_id, None)
+        if topic_write is not None:
+            for key, result in event.results.items():
+                topic_write.on_result(key, result)
+        # Unknown ids: outcomes of writes made before a resignation.
+
+    def _on_write_failed(self, event: MetadataWriteFailed) -> None:
+        change = self._changes.pop(event.write_id, None)
+        if change is not None:
+            for tp in change.proposals:
+                change.outcomes[tp] = f"metadata store unavailable: {event.message}"
+            if change.done is not None:
+                change.done(change.outcomes)
+            return
+        topic_write = self._topic_writes.pop(event.write_id, None)
+        if topic_write is not None:
+            topic_write.on_failed(f"metadata store unavailable: {event.message}")
+
+    def _on_partitions_written(self, change: _Change, event: MetadataWritten) -> None:
+        retry: list[TopicPartition] = []
+        for tp, proposal in change.proposals.items():
+            result = event.results.get(tp)
+            if tp.topic not in self.topics:
+                change.outcomes[tp] = f"partition {tp} was deleted meanwhile"
+                continue
+            if result is not None and result.ok and tp.topic in self.deleting:
+                self.states[tp] = proposal.with_version(result.version)
+                change.outcomes[tp] = f"the topic of {tp} is being deleted"
+                continue
+            if result is not None and result.ok:
+                self._commit_state(tp, proposal.with_version(result.version), change)
+                change.outcomes[tp] = self.states[tp]
+                continue
+            code = result.code if result is not None else WriteCode.ERROR
+            current = event.current.get(tp)
+            if code in (WriteCode.BAD_VERSION, WriteCode.NODE_EXISTS) and current is not None:
+                if current.controller_epoch > self.epoch:
+                    self._resign(f"partition {tp} was written by controller epoch "
+                                 f"{current.controller_epoch}, newer than {self.epoch}")
+                    return
+                self._adopt_state(tp, current)
+                change.adopted.append(tp)
+                if change.rule is not None and change.attempts < self.config.max_conflict_retries:
+                    retry.append(tp)
+                else:
+                    change.outcomes[tp] = (f"partition {tp}: its state changed meanwhile "
+                                           f"({code.value})")
+                continue
+            message = result.message if result is not None else "no result"
+            change.outcomes[tp] = f"writing partition {tp} failed: {code.value} {message}".strip()
+            self._log(f"controller {self.config.broker_id} epoch {self.epoch}: "
+                      f"{change.outcomes[tp]}")
+        next_change = _Change(change.rule, {}, notify_replicas=change.notify_replicas,
+                              attempts=change.attempts + 1, outcomes=change.outcomes,
+                              done=change.done, adopted=change.adopted)
+        for tp in retry:
+            assert change.rule is not None
+            again = change.rule(tp, self.states[tp])
+            if again is None:
+                next_change.outcomes[tp] = None
+            else:
+                next_change.proposals[tp] = again
+        self._submit(next_change)
+
+    def _adopt_state(self, tp: TopicPartition, state: LeaderAndIsr) -> None:
+        """Take the store's state of ``tp`` into the cache (it was newer than ours)."""
+        self.states[tp] = state
+        target = self._partition_state_for(state)
+        if self.partition_fsm.state(tp) is not target:
+            self._move_partition(tp, target)
+
+    def _commit_state(self, tp: TopicPartition, state: LeaderAndIsr, change: _Change) -> None:
+        is_new = change.create
+        self.states[tp] = state
+        self._move_partition(tp, self._partition_state_for(state))
+        if is_new:
+            for replica in self.assignment(tp):
+                self._move_replica(tp, replica,
+                                   _R.ONLINE if replica in self.brokers else _R.OFFLINE)
+        if change.notify_replicas:
+            self._send_leader_and_isr(self._recipients(tp), tp, is_new=is_new)
+        else:
+            self._update_metadata([tp])
+
+    # ----------------------------------------------------------------- rules
+    def _with(self, current: LeaderAndIsr, leader: int, isr: Iterable[int]) -> LeaderAndIsr | None:
+        isr = tuple(isr)
+        if leader == current.leader and isr == current.isr:
+            return None
+        return current.new_leader_and_isr(leader, isr, self.epoch)
+
+    def _reconcile(self, tp: TopicPartition, current: LeaderAndIsr, registered: Collection[int],
+                   eligible: Collection[int]) -> tuple[int, tuple[int, ...]]:
+        """The (leader, ISR) the broker-change rule wants, given who is alive."""
+        alive_isr = tuple(r for r in current.isr if r in registered)
+        if current.leader in registered:
+            return current.leader, alive_isr
+        assignment = self.assignment(tp)
+        leader = offline_leader(assignment, current.isr, eligible, self._unclean(tp.topic))
+        if leader is None:
+            return NO_LEADER, alive_isr or current.isr
+        return leader, (alive_isr if leader in current.isr else (leader,))
+
+    def _broker_change_rule(self, bounced: set[int]) -> Rule:
+        def rule(tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | None:
+            if tp.topic in self.deleting:
+                return None
+            registered, eligible = set(self.brokers), self.eligible()
+            leader, isr = current.leader, current.isr
+            if bounced & ({leader} | set(isr)):
+                # A restarted broker lost its role: as Kafka, it dies, then comes back.
+                interim_leader, interim_isr = self._reconcile(
+                    tp, current, registered - bounced, eligible - bounced)
+                interim = LeaderAndIsr(interim_leader, current.leader_epoch, interim_isr,
+                                       current.controller_epoch)
+                leader, isr = self._reconcile(tp, interim, registered, eligible)
+                if leader == current.leader and isr == current.isr and leader in bounced:
+                    return current.new_leader_and_isr(leader, isr, self.epoch)
+            else:
+                leader, isr = self._reconcile(tp, current, registered, eligible)
+            return self._with(current, leader, isr)
+
+        return rule
+
+    def _controlled_shutdown_rule(self, broker_id: int) -> Rule:
+        def rule(tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | None:
+            if current.leader == broker_id:
+                leader = controlled_shutdown_leader(self.assignment(tp), current.isr,
+                                                    self.eligible(), self.shutting_down)
+                if leader is None:
+                    return None
+                isr = [r for r in current.isr if r not in self.shutting_down]
+                return self._with(current, leader, isr)
+            isr = [r for r in current.isr if r != broker_id]
+            if not isr:
+                return None  # the ISR keeps its last member
+            return self._with(current, current.leader, isr)
+
+        return rule
+
+    def _preferred_rule(self, tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | None:
+        leader = preferred_leader(self.assignment(tp), current.isr, self.eligible())
+        if leader is None or leader == current.leader:
+            return None
+        return self._with(current, leader, current.isr)
+
+    def _unclean_rule(self, tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | None:
+        if current.leader in self.brokers:
+            return None
+        registered = set(self.brokers)
+        leader = offline_leader(self.assignment(tp), current.isr, self.eligible(), unclean=True)
+        if leader is None:
+            return None
+        alive_isr = tuple(r for r in current.isr if r in registered)
+        return self._with(current, leader, alive_isr if leader in current.isr else (leader,))
+
+    # ---------------------------------------------------------- new partitions
+    def _init_new_partitions(
+            self, tps: Iterable[TopicPartition],
+            done: Callable[[dict[TopicPartition, Outcome]], None] | None = None) -> None:
+        """NewPartition -> OnlinePartition: first live replica leads, live replicas are the ISR."""
+        change = _Change(None, {}, create=True, done=done)
+        eligible = self.eligible()
+        for tp in tps:
+            live = [r for r in self.assignment(tp) if r in eligible]
+            if not live:
+                change.outcomes[tp] = (f"no assigned replica of {tp} is alive "
+                                       f"(assigned {list(self.assignment(tp))})")
+                self._log(f"controller {self.config.broker_id} epoch {self.epoch}: partition "
+                          f"{tp} stays {_P.NEW.value}: {change.outcomes[tp]}")
+                continue
+            change.proposals[tp] = LeaderAndIsr(live[0], 0, tuple(live), self.epoch)
+        def after(outcomes: dict[TopicPartition, Outcome]) -> None:
+            # A create that found a state written already (by a previous controller) took
+            # it over; such partitions then go through the broker-change rule like any
+            # loaded partition.
+            adopted = [tp for tp in change.adopted if tp in self.states]
+            for tp in adopted:
+                for replica in self.assignment(tp):
+                    if self.replica_fsm.state((tp, replica)) is _R.NEW:
+                        self._move_replica(tp, replica,
+                                           _R.ONLINE if replica in self.brokers else _R.OFFLINE)
+            if not adopted:
+                if done is not None:
+                    done(outcomes)
+                return
+
+            def merged(more: dict[TopicPartition, Outcome]) -> None:
+                if done is not None:
+                    done({**outcomes, **{tp: more.get(tp) or self.states[tp] for tp in adopted}})
+
+            self._change_partitions(adopted, self._broker_change_rule(set()), merged)
+
+        change.done = after
+        self._submit(change)
+
+    def _add_topic(self, name: str, record: TopicRecord) -> list[TopicPartition]:
+        self.topics[name] = record
+        tps = self.partitions_of(name)
+        for tp in tps:
+            self._new_partition(tp)
+        return tps
+
+    def _new_partition(self, tp: TopicPartition) -> None:
+        self._move_partition(tp, _P.NEW)
+        for replica in self.assignment(tp):
+            self._move_replica(tp, replica, _R.NEW)
+
+    # ---------------------------------------------------------- broker changes
+    def _on_brokers_changed(self, brokers: tuple[BrokerInfo, ...]) -> None:
+        now = {b.broker_id: b for b in brokers}
+        old = self.brokers
+        new = set(now) - set(old)
+        dead = set(old) - set(now)
+        bounced = {b for b in set(now) & set(old) if now[b].epoch > old[b].epoch}
+        changed = {b for b in set(now) & set(old) - bounced if now[b] != old[b]}
+        if not (new or dead or bounced or changed):
+            return
+        self.brokers = now
+        self.shutting_down -= dead | bounced
+        gone = dead | bounced
+        for tp in self.all_partitions():
+            for replica in self.assignment(tp):
+                if replica not in gone:
+                    continue
+                if self.replica_fsm.state((tp, replica)) is _R.DELETION_STARTED:
+                    self._move_replica(tp, replica, _R.DELETION_INELIGIBLE)
+                elif self.replica_fsm.can_move((tp, replica), _R.OFFLINE):
+                    self._move_replica(tp, replica, _R.OFFLINE)
+        arrived = new | bounced
+        self._update_metadata(brokers=set(now) - arrived)
+        self._update_metadata(brokers=arrived, full=True)
+        affected = [tp for tp in self.all_partitions()
+                    if tp in self.states and tp.topic not in self.deleting
+                    and (set(self.assignment(tp)) & (gone | arrived)
+                         or self.partition_fsm.state(tp) is _P.OFFLINE)]
+        written = self._change_partitions(affected, self._broker_change_rule(bounced))
+        for tp in self.all_partitions():
+            if tp.topic in self.deleting:
+                continue
+            on_arrived = [r for r in self.assignment(tp) if r in arrived]
+            for replica in on_arrived:
+                self._move_replica(tp, replica, _R.ONLINE)
+            # Their role in every partition they host; those being rewritten get it with the
+            # new state once it is written.
+            if on_arrived and tp in self.states and tp not in written:
+                self._send_leader_and_isr(on_arrived, tp)
+        self._init_new_partitions([tp for tp in self.all_partitions()
+                                   if tp not in self.states and tp.topic not in self.deleting
+                                   and self.partition_fsm.state(tp) is _P.NEW])
+        if arrived:
+            self._retry_ineligible_deletions(arrived)
+
+    # ------------------------------------------------------------ topic creation
+    def _on_new_topics_found(self, topics: Mapping[str, TopicRecord]) -> None:
+        fresh = {name: rec for name, rec in topics.items() if name not in self.topics}
+        for name in sorted(fresh):
+            self._init_new_partitions(self._add_topic(name, fresh[name]))
+
+    def _on_create_topics(self, event: CreateTopics) -> None:
+        request, dupes = self._unique_topics_request(
+            event.request_id, [t.name for t in event.topics], CreateTopicsResult)
+        for topic in event.topics:
+            if topic.name in dupes:
+                continue
+            try:
+                assignment, configs = self._plan_topic(topic)
+            except KafkaError as exc:
+                self._part_done(request, topic.name,
+                                TopicResult(topic.name, int(exc.code), str(exc)))
+                continue
+            rf = len(assignment[0])
+            ok = TopicResult(topic.name, int(ErrorCode.NONE), None, len(assignment), rf)
+            if event.validate_only:
+                self._part_done(request, topic.name, ok)
+                continue
+            self._create_topic(request, topic.name, assignment, configs, ok)
+
+    def _plan_topic(self, topic: NewTopic) -> tuple[dict[int, tuple[int, ...]], dict[str, str]]:
+        validate_topic_name(topic.name)
+        if topic.name in self.deleting:
+            raise KafkaError(f"topic {topic.name!r} is marked for deletion",
+                             ErrorCode.TOPIC_ALREADY_EXISTS)
+        if topic.name in self.topics:
+            raise KafkaError(f"topic {topic.name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)
+        configs = validate_topic_configs(dict(topic.configs))
+        eligible = self.eligible()
+        if topic.assignment is not None:
+            if topic.num_partitions != -1 or topic.replication_factor != -1:
+                raise KafkaError("both a replica assignment and a partition count or "
+                                 "replication factor were given", ErrorCode.INVALID_REQUEST)
+            return validate_assignment(dict(topic.assignment), set(self.brokers)), configs
+        partitions = (self.config.num_partitions if topic.num_partitions == -1
+                      else topic.num_partitions)
+        rf = (self.config.default_replication_factor if topic.replication_factor == -1
+              else topic.replication_factor)
+        return assign_new_topic(sorted(eligible), partitions, rf, self._random_index), configs
+
+    def _create_topic(self, request: _Request, name: str, assignment: dict[int, tuple[int, ...]],
+                      configs: dict[str, str], ok: TopicResult) -> None:
+        def failed(message: str) -> None:
+            self._part_done(request, name, TopicResult(
+                name, int(ErrorCode.REQUEST_TIMED_OUT), f"creating topic {name!r}: {message}"))
+
+        def on_result(_key: Any, result: WriteResult) -> None:
+            if result.code is WriteCode.NODE_EXISTS:
+                self._part_done(request, name, TopicResult(
+                    name, int(ErrorCode.TOPIC_ALREADY_EXISTS), f"topic {name!r} already exists"))
+            elif not result.ok:
+                failed(result.message or result.code.value)
+            elif name in self.topics:  # found through the topics watch already
+                self._part_done(request, name, ok)
+            else:
+                tps = self._add_topic(name, TopicRecord(
+                    TopicAssignment(assignment, result.version), configs))
+                self._init_new_partitions(tps, lambda _o: self._part_done(request, name, ok))
+
+        write_id = self._write(lambda w: CreateTopicZnodes(
+            w, name, TopicAssignment(assignment), configs))
+        self._topic_writes[write_id] = _TopicWrite(on_result, failed)
+
+    def _unique_topics_request(
+            self, request_id: RequestId, names: list[str],
+            build: Callable[[tuple[TopicResult, ...]], Result]) -> tuple[_Request, set[str]]:
+        """A per-topic request answered once per name; a name listed twice is refused (as
+        Kafka: INVALID_REQUEST for the name, the others go on)."""
+        dupes = {n for n in names if names.count(n) > 1}
+        request = self._topics_request(request_id, list(dict.fromkeys(names)), build)
+        for name in sorted(dupes):
+            self._part_done(request, name, TopicResult(
+                name, int(ErrorCode.INVALID_REQUEST), "duplicate topic in request"))
+        return request, dupes
+
+    def _part_done(self, request: _Request, key: Any, part: Any) -> None:
+        request.results[key] = part
+        if all(k in request.results for k in request.order):
+            self._requests.pop(request.request_id, None)
+            assert request.build is not None, "only per-topic requests have parts"
+            self._reply(request.request_id,
+                        request.build([request.results[k] for k in request.order]))
+
+    def _on_create_partitions(self, event: CreatePartitions) -> None:
+        request, dupes = self._unique_topics_request(
+            event.request_id, [t.name for t in event.topics], CreatePartitionsResult)
+        for spec in event.topics:
+            name = spec.name
+            if name in dupes:
+                continue
+            try:
+                record = self.topics.get(name)
+                if record is None:
+                    raise KafkaError(f"topic {name!r} does not exist",
+                                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                if name in self.deleting:
+                    raise KafkaError(f"topic {name!r} is being deleted",
+                                     ErrorCode.INVALID_TOPIC_EXCEPTION)
+                existing = dict(record.assignment.partitions)
+                if spec.total <= len(existing):
+                    raise KafkaError(
+                        f"topic {name!r} has {len(existing)} partitions; the new count must be "
+                        f"higher, got {spec.total}", ErrorCode.INVALID_PARTITIONS)
+                if spec.assignment is not None:
+                    if len(spec.assignment) != spec.total - len(existing):
+                        raise KafkaError(
+                            f"the assignment lists {len(spec.assignment)} partitions, "
+                            f"{spec.total - len(existing)} are being added",
+                            ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+                    added = validate_assignment(
+                        {len(existing) + i: r for i, r in enumerate(spec.assignment)},
+                        self.eligible(), first_partition=len(existing),
+                        replication_factor=len(existing[0]))
+                else:
+                    added = assign_added_partitions(sorted(self.eligible()), existing, spec.total)
+            except KafkaError as exc:
+                self._part_done(request, name, TopicResult(name, int(exc.code), str(exc)))
+                continue
+            ok = TopicResult(name, int(ErrorCode.NONE), None, spec.total, len(existing[0]))
+            if event.validate_only:
+                self._part_done(request, name, ok)
+                continue
+            self._grow_topic(request, name, record, {**existing, **added}, ok)
+
+    def _grow_topic(self, request: _Request, name: str, record: TopicRecord,
+                    partitions: dict[int, tuple[int, ...]], ok: TopicResult) -> None:
+        old = set(record.assignment.partitions)
+
+        def failed(message: str) -> None:
+            self._part_done(request, name, TopicResult(
+                name, int(ErrorCode.REQUEST_TIMED_OUT),
+                f"adding partitions to {name!r}: {message}"))
+
+        def on_result(_key: Any, result: WriteResult) -> None:
+            if not result.ok:
+                self._part_done(request, name, TopicResult(
+                    name, int(ErrorCode.INVALID_PARTITIONS), f"adding partitions to {name!r}: "
+                    f"the topic changed meanwhile ({result.code.value}); retry"))
+                return
+            version = result.version
+            current = self.topics.get(name)
+            if current is None:
+                self._part_done(request, name, TopicResult(
+                    name, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), "deleted meanwhile"))
+                return
+            self.topics[name] = TopicRecord(TopicAssignment(partitions, version), current.configs)
+            tps = [TopicPartition(name, p) for p in sorted(set(partitions) - old)]
+            for tp in tps:
+                self._new_partition(tp)
+            self._init_new_partitions(tps, lambda _outcomes: self._part_done(request, name, ok))
+
+        assignment = TopicAssignment(partitions, record.assignment.version)
+        write_id = self._write(lambda w: SetTopicAssignment(w, name, assignment))
+        self._topic_writes[write_id] = _TopicWrite(on_result, failed)
+
+    # ------------------------------------------------------------ topic deletion
+    def _on_delete_topics(self, event: DeleteTopics) -> None:
+        request = self._topics_request(event.request_id, list(dict.fromkeys(event.topics)),
+                                       DeleteTopicsResult)
+        to_mark = []
+        for name in request.order:
+            if name not in self.topics:
+                self._part_done(request, name, TopicResult(
+                    name, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                    f"topic {name!r} does not exist"))
+            elif not self.config.delete_topic_enable:
+                self._part_done(request, name, TopicResult(
+                    name, int(ErrorCode.TOPIC_DELETION_DISABLED),
+                    "topic deletion is disabled (delete.topic.enable=false)"))
+            elif name in self.deleting:
+                self._part_done(request, name, TopicResult(name, int(ErrorCode.NONE)))
+            else:
+                to_mark.append(name)
+        if not to_mark:
+            return
+        topics = tuple(to_mark)
+
+        def failed(message: str) -> None:
+            for topic in topics:
+                self._part_done(request, topic, TopicResult(
+                    topic, int(ErrorCode.REQUEST_TIMED_OUT), f"deleting {topic!r}: {message}"))
+
+        def on_result(key: Any, result: WriteResult) -> None:
+            topic = str(key)
+            if result.ok:
+                self._start_topic_deletion(topic)
+                self._part_done(request, topic, TopicResult(topic, int(ErrorCode.NONE)))
+            elif result.code is WriteCode.NO_NODE:
+                self._part_done(request, topic, TopicResult(
+                    topic, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                    f"topic {topic!r} does not exist"))
+            else:
+                self._part_done(request, topic, TopicResult(
+                    topic, int(ErrorCode.REQUEST_TIMED_OUT),
+                    f"deleting {topic!r}: {result.message or result.code.value}"))
+
+        write_id = self._write(lambda w: MarkTopicsForDeletion(w, topics))
+        self._topic_writes[write_id] = _TopicWrite(on_result, failed)
+
+    def _on_deletions_requested(self, topics: frozenset[str]) -> None:
+        unknown = sorted(topics - set(self.topics))
+        if unknown:
+            self._write(lambda w: RemoveTopicDeletionMarkers(w, tuple(unknown)))
+        if not self.config.delete_topic_enable:
+            known = sorted(topics & set(self.topics))
+            if known:
+                self._write(lambda w: RemoveTopicDeletionMarkers(w, tuple(known)))
+            return
+        for topic in sorted(topics & set(self.topics) - self.deleting):
+            self._start_topic_deletion(topic)
+
+    def _start_topic_deletion(self, topic: str, restart: bool = False) -> None:
+        """Tell every node to drop the topic, then have each replica deleted (StopReplica)."""
+        if topic in self.deleting and not restart:
+            return
+        self.deleting.add(topic)
+        tps = self.partitions_of(topic)
+        self._update_metadata([tp for tp in tps if tp in self.states])
+        for tp in tps:
+            if self.partition_fsm.state(tp) is not _P.NON_EXISTENT:
+                if self.partition_fsm.state(tp) is not _P.OFFLINE:
+                    self._move_partition(tp, _P.OFFLINE)
+                self._move_partition(tp, _P.NON_EXISTENT)
+            for replica in self.assignment(tp):
+                key = (tp, replica)
+                if self.replica_fsm.state(key) in (_R.DELETION_STARTED, _R.DELETION_SUCCESSFUL):
+                    continue
+                if self.replica_fsm.can_move(key, _R.OFFLINE):
+                    self._move_replica(tp, replica, _R.OFFLINE)
+                self._start_replica_deletion(tp, replica)
+        self._maybe_finish_deletion(topic)
+
+    def _start_replica_deletion(self, tp: TopicPartition, replica: int) -> None:
+        if replica in self.brokers:
+            if self._move_replica(tp, replica, _R.DELETION_STARTED):
+                self._stop_replica(replica, tp, delete=True)
+        else:
+            self._move_replica(tp, replica, _R.DELETION_INELIGIBLE)
+
+    def _retry_ineligible_deletions(self, brokers: set[int]) -> None:
+        for topic in sorted(self.deleting):
+            for tp in self.partitions_of(topic):
+                for replica in self.assignment(tp):
+                    if (replica in brokers and self.replica_fsm.state((tp, replica))
+                            is _R.DELETION_INELIGIBLE):
+                        self._move_replica(tp, replica, _R.OFFLINE)
+                        self._start_replica_deletion(tp, replica)
+
+    def _on_stop_replica_done(self, event: StopReplicaDone) -> None:
+        touched: set[str] = set()
+        for tp, error in event.partitions.items():
+            if tp.topic not in self.deleting:
+                continue
+            key = (tp, event.broker_id)
+            if self.replica_fsm.state(key) is not _R.DELETION_STARTED:
+                continue
+            failed = event.error_code != 0 or error != 0
+            self._move_replica(tp, event.broker_id,
+                               _R.DELETION_INELIGIBLE if failed else _R.DELETION_SUCCESSFUL)
+            touched.add(tp.topic)
+        for topic in sorted(touched):
+            self._maybe_finish_deletion(topic)
+
+    def _maybe_finish_deletion(self, topic: str) -> None:
+        tps = self.partitions_of(topic)
+        if not all(self.replica_fsm.state((tp, r)) is _R.DELETION_SUCCESSFUL
+                   for tp in tps for r in self.assignment(tp)):
+            return
+
+        def failed(message: str) -> None:
+            self._log(f"controller {self.config.broker_id} epoch {self.epoch}: deleting the "
+                      f"znodes of topic {topic!r} failed: {message}")
+
+        def on_result(_key: Any, result: WriteResult) -> None:
+            if not result.ok:
+                failed(result.message or result.code.value)
+                return
+            for tp in tps:
+                for replica in self.assignment(tp):
+                    self._move_replica(tp, replica, _R.NON_EXISTENT)
+                self.states.pop(tp, None)
+            self.topics.pop(topic, None)
+            self.deleting.discard(topic)
+
+        write_id = self._write(lambda w: DeleteTopicZnodes(w, topic))
+        self._topic_writes[write_id] = _TopicWrite(on_result, failed)
+
+    # ---------------------------------------------------------------- ISR changes
+    def _on_isr_changed(self, states: Mapping[TopicPartition, LeaderAndIsr]) -> None:
+        changed = []
+        for tp, state in states.items():
+            ours = self.states.get(tp)
+            if ours is None or tp.topic in self.deleting or state.version <= ours.version:
+                continue
+            self._adopt_state(tp, state)
+            changed.append(tp)
+        if changed:
+            self._update_metadata(changed)
+
+    def _on_alter_partition(self, event: AlterPartitionRequest) -> None:
+        broker = self.brokers.get(event.broker_id)
+        if broker is None or broker.epoch != event.broker_epoch:
+            self._reply(event.request_id, AlterPartitionResult(int(ErrorCode.STALE_BROKER_EPOCH)))
+            return
+        results: dict[TopicPartition, PartitionResult] = {}
+        change = _Change(None, {}, notify_replicas=False)
+        self._requests[event.request_id] = _Request(
+            event.request_id, lambda _reason: AlterPartitionResult(int(ErrorCode.NOT_CONTROLLER)))
+        for proposal in event.proposals:
+            tp = proposal.partition
+            error = self._check_isr_proposal(event.broker_id, proposal)
+            if error is not None:
+                results[tp] = PartitionResult(tp, int(error[0]), error[1], self.states.get(tp))
+                continue
+            current = self.states[tp]
+            if tuple(proposal.new_isr) == current.isr:
+                results[tp] = PartitionResult(tp, int(ErrorCode.NONE), None, current)
+                continue
+            change.proposals[tp] = LeaderAndIsr(current.leader, current.leader_epoch,
+                                                tuple(proposal.new_isr), self.epoch,
+                                                current.version)
+        order = [p.partition for p in event.proposals]
+
+        def done(outcomes: dict[TopicPartition, Outcome]) -> None:
+            for tp, outcome in outcomes.items():
+                if isinstance(outcome, LeaderAndIsr):
+                    results[tp] = PartitionResult(tp, int(ErrorCode.NONE), None, outcome)
+                else:
+                    results[tp] = PartitionResult(
+                        tp, int(ErrorCode.INVALID_UPDATE_VERSION),
+                        outcome or "not written", self.states.get(tp))
+            self._requests.pop(event.request_id, None)
+            self._reply(event.request_id, AlterPartitionResult(
+                int(ErrorCode.NONE), tuple(results[tp] for tp in dict.fromkeys(order))))
+
+        change.done = done
+        self._submit(change)
+
+    def _check_isr_proposal(self, broker_id: int,
+                            proposal: IsrProposal) -> tuple[ErrorCode, str] | None:
+        tp = proposal.partition
+        current = self.states.get(tp)
+        if current is None or tp.topic not in self.topics or tp.topic in self.deleting:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {tp} does not exist"
+        if current.leader != broker_id:
+            return (ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    f"broker {broker_id} is not the leader of {tp} (leader {current.leader})")
+        if proposal.leader_epoch != current.leader_epoch:
+            return (ErrorCode.FENCED_LEADER_EPOCH,
+                    f"leader epoch {proposal.leader_epoch} of {tp} is not the current "
+                    f"{current.leader_epoch}")
+        if proposal.partition_epoch != current.version:
+            return (ErrorCode.INVALID_UPDATE_VERSION,
+                    f"partition epoch {proposal.partition_epoch} of {tp} is not the current "
+                    f"{current.version}")
+        isr = tuple(proposal.new_isr)
+        assignment = self.assignment(tp)
+        if (broker_id not in isr or len(set(isr)) != len(isr)
+                or any(r not in assignment for r in isr)):
+            return (ErrorCode.INVALID_REQUEST,
+                    f"ISR {list(isr)} of {tp} must hold the leader and assigned replicas only")
+        ineligible = [r for r in isr if r not in self.eligible() and r != broker_id]
+        if ineligible and set(ineligible) - set(current.isr):
+            return (ErrorCode.INELIGIBLE_REPLICA,
+                    f"replicas {ineligible} of {tp} are not live brokers and cannot join the ISR")
+        return None
+
+    # ----------------------------------------------------------- controlled shutdown
+    def _on_controlled_shutdown(self, event: ControlledShutdownRequest) -> None:
+        broker_id = event.broker_id
+        broker = self.brokers.get(broker_id)
+        if broker is None:
+            self._reply(event.request_id, ControlledShutdownResult(
+                int(ErrorCode.BROKER_NOT_AVAILABLE), f"broker {broker_id} is not registered"))
+            return
+        if event.broker_epoch < broker.epoch:
+            self._reply(event.request_id, ControlledShutdownResult(
+                int(ErrorCode.STALE_BROKER_EPOCH),
+                f"broker epoch {event.broker_epoch} is older than {broker.epoch}"))
+            return
+        self.shutting_down.add(broker_id)
+        acting = [tp for tp in self.all_partitions()
+                  if tp in self.states and tp.topic not in self.deleting
+                  and broker_id in self.assignment(tp) and len(self.assignment(tp)) > 1]
+        followed = [tp for tp in acting if self.states[tp].leader != broker_id]
+        for tp in followed:
+            self._stop_replica(broker_id, tp, delete=False)
+            if self.replica_fsm.can_move((tp, broker_id), _R.OFFLINE):
+                self._move_replica(tp, broker_id, _R.OFFLINE)
+        self._requests[event.request_id] = _Request(
+            event.request_id, lambda reason: ControlledShutdownResult(
+                int(ErrorCode.NOT_CONTROLLER), reason))
+
+        def done(_outcomes: dict[TopicPartition, Outcome]) -> None:
+            self._requests.pop(event.request_id, None)
+            remaining = tuple(tp for tp in self.all_partitions()
+                              if tp in self.states and tp.topic not in self.deleting
+                              and self.states[tp].leader == broker_id
+                              and len(self.assignment(tp)) > 1)
+            self._reply(event.request_id, ControlledShutdownResult(
+                int(ErrorCode.NONE), None, remaining))
+
+        self._change_partitions(acting, self._controlled_shutdown_rule(broker_id), done)
+
+    # ---------------------------------------------------------------- elections
+    def _on_elect_leaders(self, event: ElectLeaders) -> None:
+        requested = (list(dict.fromkeys(event.partitions)) if event.partitions is not None
+                     else [tp for tp in self.all_partitions() if tp in self.states])
+        results: dict[TopicPartition, PartitionResult] = {}
+        electable = []
+        for tp in requested:
+            state = self.states.get(tp)
+            if tp.topic not in self.topics or state is None:
+                results[tp] = PartitionResult(tp, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                                              "the partition does not exist")
+            elif tp.topic in self.deleting:
+                results[tp] = PartitionResult(tp, int(ErrorCode.INVALID_TOPIC_EXCEPTION),
+                                              "the topic is being deleted")
+            elif (event.election is ElectionType.PREFERRED
+                  and state.leader == self.assignment(tp)[0]) or (
+                    event.election is ElectionType.UNCLEAN and state.leader in self.brokers):
+                results[tp] = PartitionResult(tp, int(ErrorCode.ELECTION_NOT_NEEDED), None, state)
+            else:
+                electable.append(tp)
+        rule = (self._preferred_rule if event.election is ElectionType.PREFERRED
+                else self._unclean_rule)
+        not_available = (ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+                         if event.election is ElectionType.PREFERRED
+                         else ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE)
+        if event.request_id is not None:
+            self._requests[event.request_id] = _Request(
+                event.request_id, lambda _reason: ElectLeadersResult(int(ErrorCode.NOT_CONTROLLER)))
+
+        def done(outcomes: dict[TopicPartition, Outcome]) -> None:
+            for tp, outcome in outcomes.items():
+                if isinstance(outcome, LeaderAndIsr):
+                    results[tp] = PartitionResult(tp, int(ErrorCode.NONE), None, outcome)
+                else:
+                    results[tp] = PartitionResult(
+                        tp, int(not_available), outcome or f"no eligible leader for {tp}",
+                        self.states.get(tp))
+            if event.request_id is not None:
+                self._requests.pop(event.request_id, None)
+                self._reply(event.request_id, ElectLeadersResult(
+                    int(ErrorCode.NONE), tuple(results[tp] for tp in requested)))
+
+        self._change_partitions(electable, rule, done)
+
+    def _on_auto_rebalance(self) -> None:
+        """Preferred election on the brokers whose share of lost leaderships is too high."""
+        by_preferred: dict[int, list[TopicPartition]] = {}
+        for tp in self.all_partitions():
+            if tp in self.states and tp.topic not in self.deleting:
+                by_preferred.setdefault(self.assignment(tp)[0], []).append(tp)
+        candidates = []
+        limit = self.config.leader_imbalance_per_broker_percentage / 100
+        for broker_id, tps in sorted(by_preferred.items()):
+            lost = [tp for tp in tps if self.states[tp].leader != broker_id]
+            if tps and len(lost) / len(tps) > limit:
+                candidates += [tp for tp in lost if self._preferred_rule(tp, self.states[tp])]
+        self._change_partitions(candidates, self._preferred_rule)
+
+    # ---------------------------------------------------------------- inspection
+    def snapshot(self) -> dict[str, Any]:
+        """The core's view, for tests and the controller's debug endpoint."""
+        return {
+            "active": self.active, "epoch": self.epoch,
+            "brokers": sorted(self.brokers), "shutting_down": sorted(self.shutting_down),
+            "topics": sorted(self.topics), "deleting": sorted(self.deleting),
+            "states": dict(self.states),
+            "partition_states": self.partition_fsm.snapshot(),
+            "replica_states": self.replica_fsm.snapshot(),
+            "pending_writes": len(self._changes) + len(self._topic_writes),
+        }

@@ -1,0 +1,1 @@
+"""Cluster metadata: the store the Controller and the nodes share (ZooKeeper, or a model of it)."""

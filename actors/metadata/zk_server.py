@@ -1,0 +1,283 @@
+"""A real ZooKeeper server (the Debian ``zookeeper`` package) run as a child process.
+
+Tests start one standalone server, or a three-server ensemble whose members
+they stop and start one by one; a user without a ZooKeeper of their own can
+run one in the foreground with ``python -m actors.metadata.zk_server``.
+Nothing here is simulated: it is the JVM server from /usr/share/java, with a
+config file written into the server's own directory.
+
+The server is tuned to start fast and small (serial GC, C1 only, 128 MB heap,
+no admin HTTP server, no JMX) and its ticks are short (``tick_time_ms``), so
+the smallest session timeout it grants is ``2 * tick_time_ms``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+CONF_DIR = Path("/etc/zookeeper/conf")
+# The jar's manifest names its own dependencies; slf4j-simple gives the server a log.
+LOG_BINDING_JAR = Path("/usr/share/java/slf4j-simple.jar")
+MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+JVM_FLAGS = (
+    "-Xms32m", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+    "-XX:-UsePerfData", "-Xshare:auto", "-Djava.net.preferIPv4Stack=true",
+    "-Dzookeeper.admin.enableServer=false", "-Dzookeeper.jmx.log4j.disable=true",
+    "-Dorg.slf4j.simpleLogger.showDateTime=true",
+)
+
+
+class ZooKeeperNotInstalled(RuntimeError):
+    """The Debian zookeeper package (or java) is missing."""
+
+
+class ZooKeeperStartError(RuntimeError):
+    """The server exited or did not serve in time; the message ends with its log tail."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def four_letter_word(host: str, port: int, word: str, timeout_s: float = 1.0) -> str:
+    """Send a four-letter command (ruok, srvr, mntr, ...); '' if the server does not answer."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(word.encode("ascii"))
+            sock.shutdown(socket.SHUT_WR)
+            chunks = []
+            while True:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    except OSError:
+        return ""
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def check_installed() -> None:
+    if not ZOOKEEPER_JAR.exists():
+        raise ZooKeeperNotInstalled(
+            f"{ZOOKEEPER_JAR} is missing: install the Debian zookeeper package "
+            "(bash deploy/install.sh --zookeeper)")
+    if not any((Path(d) / "java").exists() for d in os.environ.get("PATH", "").split(os.pathsep)):
+        raise ZooKeeperNotInstalled("java is not on PATH: install a JRE (default-jre-headless)")
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One member of an ensemble: its id and the three ports it listens on."""
+
+    server_id: int
+    host: str
+    client_port: int
+    quorum_port: int
+    election_port: int
+
+
+@dataclass
+class ZooKeeperServer:
+    """One server process. ``peers`` empty: standalone; else this is member ``server_id``."""
+
+    directory: Path
+    client_port: int
+    host: str = "127.0.0.1"
+    server_id: int = 0
+    peers: Sequence[Peer] = ()
+    tick_time_ms: int = 500
+    max_session_timeout_ms: int = 60_000
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def data_dir(self) -> Path:
+        return self.directory / "data"
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / "zoo.cfg"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "zookeeper.log"
+
+    @property
+    def connect_string(self) -> str:
+        return f"{self.host}:{self.client_port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def write_config(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        lines = [
+            f"tickTime={self.tick_time_ms}",
+            "initLimit=20",
+            "syncLimit=10",
+            f"dataDir={self.data_dir}",
+            f"clientPort={self.client_port}",
+            f"clientPortAddress={self.host}",
+            f"minSessionTimeout={2 * self.tick_time_ms}",
+            f"maxSessionTimeout={self.max_session_timeout_ms}",
+            "admin.enableServer=false",
+            "4lw.commands.whitelist=ruok,srvr,stat,mntr,conf,cons",
+            "autopurge.purgeInterval=0",
+            "maxClientCnxns=0",
+        ]
+        if self.peers:
+            lines.append("reconfigEnabled=false")
+            lines.append("standaloneEnabled=false")
+            lines += [f"server.{p.server_id}={p.host}:{p.quorum_port}:{p.election_port}"
+                      for p in self.peers]
+            (self.data_dir / "myid").write_text(f"{self.server_id}\n")
+        self.config_path.write_text("\n".join(lines) + "\n")
+
+    def start(self) -> None:
+        """Start the process (not waiting for it to serve; see :meth:`wait_serving`)."""
+        if self.running():
+            return
+        check_installed()
+        self.write_config()
+        classpath = [str(CONF_DIR), str(ZOOKEEPER_JAR)]
+        if LOG_BINDING_JAR.exists():
+            classpath.append(str(LOG_BINDING_JAR))
+        cmd = ["java", *JVM_FLAGS, "-cp", ":".join(classpath), MAIN_CLASS, str(self.config_path)]
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                cwd=self.directory, start_new_session=True)
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def mode(self) -> str:
+        """'standalone', 'leader', 'follower' or '' (not serving)."""
+        for line in four_letter_word(self.host, self.client_port, "srvr").splitlines():
+            if line.startswith("Mode:"):
+                return line.split(":", 1)[1].strip()
+        return ""
+
+    def wait_serving(self, timeout_s: float = 30.0) -> None:
+        """Until the server answers ``srvr`` with a mode (in an ensemble: it joined a quorum)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.process is None or self.process.poll() is not None:
+                code = None if self.process is None else self.process.returncode
+                raise ZooKeeperStartError(
+                    f"ZooKeeper on {self.connect_string} exited (code {code})\n{self.log_tail()}")
+            if self.mode():
+                return
+            if time.monotonic() > deadline:
+                raise ZooKeeperStartError(
+                    f"ZooKeeper on {self.connect_string} did not serve within {timeout_s} s\n"
+                    f"{self.log_tail()}")
+            time.sleep(0.02)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout_s``; only this server's own pid."""
+        proc = self.process
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL: the server dies without a word to its clients or peers."""
+        proc = self.process
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class ZooKeeperEnsemble:
+    """``size`` servers on one host, each with its own directory and ports."""
+
+    def __init__(self, directory: Path, size: int = 3, host: str = "127.0.0.1",
+                 tick_time_ms: int = 500) -> None:
+        self.directory = directory
+        peers = [Peer(i, host, free_port(host), free_port(host), free_port(host))
+                 for i in range(1, size + 1)]
+        self.servers = [
+            ZooKeeperServer(directory / f"zk{p.server_id}", p.client_port, host=host,
+                            server_id=p.server_id, peers=peers, tick_time_ms=tick_time_ms)
+            for p in peers
+        ]
+
+    @property
+    def connect_string(self) -> str:
+        return ",".join(s.connect_string for s in self.servers)
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        for server in self.servers:
+            server.start()
+        for server in self.servers:
+            server.wait_serving(timeout_s)
+
+    def leader(self) -> ZooKeeperServer | None:
+        return next((s for s in self.servers if s.running() and s.mode() == "leader"), None)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m actors.metadata.zk_server",
+        description="Run one standalone ZooKeeper server (Debian package) in the foreground.")
+    parser.add_argument("--dir", required=True, type=Path, help="config, data and log directory")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=2181)
+    args = parser.parse_args(argv)
+    server = ZooKeeperServer(args.dir.resolve(), args.port, host=args.host, tick_time_ms=2000)
+    args.dir.mkdir(parents=True, exist_ok=True)
+    try:
+        server.start()
+        server.wait_serving()
+    except (ZooKeeperNotInstalled, ZooKeeperStartError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        server.stop()
+        return 1
+    print(f"ZooKeeper serving on {server.connect_string} (pid {server.pid}); log: "
+          f"{server.log_path}; Ctrl-C stops it", flush=True)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        assert server.process is not None
+        server.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""Kafka's ZooKeeper layout: znode paths and their JSON, encoded and decoded.
+
+The formats are Kafka's own (``kafka.zk.ZkData`` of the 2.x line), so Kafka's
+tools can read an actorlog cluster's ZooKeeper and the other way round. The
+one addition is ``actorlog_gateway`` in a broker's registration: the address
+of the node's actor gateway, which Kafka brokers do not have.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from actors.core.cluster_model import (
+    BrokerInfo,
+    Endpoint,
+    LeaderAndIsr,
+    TopicAssignment,
+    TopicPartition,
+)
+
+BROKERS = "/brokers"
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+CONFIG = "/config"
+CONFIG_TOPICS = "/config/topics"
+ADMIN = "/admin"
+DELETE_TOPICS = "/admin/delete_topics"
+ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+ISR_CHANGE_PREFIX = "isr_change_"
+CLUSTER = "/cluster"
+CLUSTER_ID = "/cluster/id"
+
+PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, ISR_CHANGE_NOTIFICATION,
+                    CLUSTER)
+"""Created at start by every node (Kafka's top-level paths), so watches have something to watch."""
+
+BROKER_REGISTRATION_VERSION = 5
+TOPIC_ASSIGNMENT_VERSION = 2
+
+
+class BadZnode(ValueError):
+    """A znode whose content is not the JSON Kafka writes there."""
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def topic_partitions_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}/partitions"
+
+
+def partition_path(tp: TopicPartition) -> str:
+    return f"{TOPICS}/{tp.topic}/partitions/{tp.partition}"
+
+
+def partition_state_path(tp: TopicPartition) -> str:
+    return f"{partition_path(tp)}/state"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{topic}"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
+
+
+def _dump(doc: Any) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _load(path: str, data: bytes | None) -> Any:
+    try:
+        return json.loads(data or b"")
+    except ValueError:
+        raise BadZnode(f"{path}: not JSON: {(data or b'')[:80]!r}") from None
+
+
+def _field(path: str, doc: Any, key: str, kind: type) -> Any:
+    if not isinstance(doc, dict) or key not in doc:
+        raise BadZnode(f"{path}: no {key!r} in {doc!r:.120}")
+    value = doc[key]
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise BadZnode(f"{path}: {key!r} must be an integer, got {value!r:.40}")
+    if kind is not int and not isinstance(value, kind):
+        raise BadZnode(f"{path}: {key!r} must be {kind.__name__}, got {value!r:.40}")
+    return value
+
+
+# ------------------------------------------------------------------- brokers
+def encode_broker(broker: BrokerInfo, timestamp_ms: int) -> bytes:
+    plaintext = next((e for e in broker.endpoints if e.security_protocol == "PLAINTEXT"), None)
+    doc: dict[str, Any] = {
+        "features": {},
+        "listener_security_protocol_map": {e.listener: e.security_protocol
+                                           for e in broker.endpoints},
+        "endpoints": [e.connection_string for e in broker.endpoints],
+        "jmx_port": -1,
+        "host": plaintext.host if plaintext else None,
+        "timestamp": str(timestamp_ms),
+        "port": plaintext.port if plaintext else -1,
+        "version": BROKER_REGISTRATION_VERSION,
+        "actorlog_gateway": broker.gateway,
+    }
+    if broker.rack is not None:
+        doc["rack"] = broker.rack
+    return _dump(doc)
+
+
+def _parse_endpoint(path: str, text: str, protocols: dict[str, str]) -> Endpoint:
+    listener, sep, rest = text.partition("://")
+    host, colon, port = rest.rpartition(":")
+    if not sep or not colon or not port.isdigit():
+        raise BadZnode(f"{path}: bad endpoint {text!r}")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return Endpoint(listener, host, int(port), protocols.get(listener, listener))
+
+
+def decode_broker(broker_id: int, data: bytes | None, epoch: int = -1) -> BrokerInfo:
+    path = broker_path(broker_id)
+    doc = _load(path, data)
+    listed = _field(path, doc, "endpoints", list)
+    protocols = doc.get("listener_security_protocol_map") or {}
+    endpoints = tuple(_parse_endpoint(path, str(e), protocols) for e in listed)
+    rack = doc.get("rack")
+    return BrokerInfo(broker_id, endpoints, str(doc.get("actorlog_gateway") or ""),
+                      None if rack is None else str(rack), epoch)
+
+
+# ---------------------------------------------------------------- controller
+def encode_controller(broker_id: int, timestamp_ms: int) -> bytes:
+    return _dump({"version": 1, "brokerid": broker_id, "timestamp": str(timestamp_ms)})
+
+
+def decode_controller(data: bytes | None) -> int:
+    return int(_field(CONTROLLER, _load(CONTROLLER, data), "brokerid", int))
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(epoch).encode()
+
+
+def decode_controller_epoch(data: bytes | None) -> int:
+    text = (data or b"").decode("ascii", "replace").strip()
+    if not text.lstrip("-").isdigit():
+        raise BadZnode(f"{CONTROLLER_EPOCH}: not an integer: {text[:40]!r}")
+    return int(text)
+
+
+# -------------------------------------------------------------------- topics
+def encode_topic_assignment(assignment: TopicAssignment) -> bytes:
+    return _dump({
+        "version": TOPIC_ASSIGNMENT_VERSION,
+        "partitions": {str(p): list(r) for p, r in sorted(assignment.partitions.items())},
+        "adding_replicas": {},
+        "removing_replicas": {},
+    })
+
+
+def decode_topic_assignment(topic: str, data: bytes | None, version: int = -1) -> TopicAssignment:
+    path = topic_path(topic)
+    partitions = _field(path, _load(path, data), "partitions", dict)
+    out: dict[int, tuple[int, ...]] = {}
+    for key, replicas in partitions.items():
+        if not str(key).isdigit() or not isinstance(replicas, list) or not all(
+                isinstance(r, int) and not isinstance(r, bool) for r in replicas):
+            raise BadZnode(f"{path}: bad partition entry {key!r}: {replicas!r:.60}")
+        out[int(key)] = tuple(replicas)
+    return TopicAssignment(out, version)
+
+
+def encode_topic_config(configs: dict[str, str]) -> bytes:
+    return _dump({"version": 1, "config": {k: str(v) for k, v in sorted(configs.items())}})
+
+
+def decode_topic_config(topic: str, data: bytes | None) -> dict[str, str]:
+    path = topic_config_path(topic)
+    config = _field(path, _load(path, data), "config", dict)
+    return {str(k): str(v) for k, v in config.items()}
+
+
+# ---------------------------------------------------------- partition states
+def encode_partition_state(state: LeaderAndIsr) -> bytes:
+    return _dump({
+        "controller_epoch": state.controller_epoch,
+        "leader": state.leader,
+        "version": 1,
+        "leader_epoch": state.leader_epoch,
+        "isr": list(state.isr),
+    })
+
+
+def decode_partition_state(tp: TopicPartition, data: bytes | None, version: int) -> LeaderAndIsr:
+    path = partition_state_path(tp)
+    doc = _load(path, data)
+    isr = _field(path, doc, "isr", list)
+    if not all(isinstance(r, int) and not isinstance(r, bool) for r in isr):
+        raise BadZnode(f"{path}: 'isr' must be a list of integers, got {isr!r:.60}")
+    return LeaderAndIsr(
+        leader=_field(path, doc, "leader", int),
+        leader_epoch=_field(path, doc, "leader_epoch", int),
+        isr=tuple(isr),
+        controller_epoch=_field(path, doc, "controller_epoch", int),
+        version=version,
+    )
+
+
+# --------------------------------------------------------------- cluster id
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dump({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes | None) -> str:
+    return str(_field(CLUSTER_ID, _load(CLUSTER_ID, data), "id", str))
+
+
+# ------------------------------------------------------ ISR change notices
+def encode_isr_change(partitions: list[TopicPartition]) -> bytes:
+    return _dump({"version": 1, "partitions": [{"topic": tp.topic, "partition": tp.partition}
+                                               for tp in partitions]})
+
+
+def decode_isr_change(name: str, data: bytes | None) -> tuple[TopicPartition, ...]:
+    path = f"{ISR_CHANGE_NOTIFICATION}/{name}"
+    entries = _field(path, _load(path, data), "partitions", list)
+    return tuple(TopicPartition(str(_field(path, e, "topic", str)),
+                                int(_field(path, e, "partition", int))) for e in entries)

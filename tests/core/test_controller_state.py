@@ -1,0 +1,566 @@
+"""The controller core, driven as the Controller actor will drive it, on the in-memory store."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from actors.core.cluster_model import (
+    LEADER_DURING_DELETE,
+    NO_LEADER,
+    LeaderAndIsr,
+    TopicAssignment,
+    TopicPartition,
+)
+from actors.core.controller_events import (
+    AlterPartitionRequest,
+    AlterPartitionResult,
+    AutoLeaderRebalance,
+    ControlledShutdownRequest,
+    ControlledShutdownResult,
+    CreatePartitions,
+    CreatePartitionsResult,
+    CreateTopics,
+    CreateTopicsResult,
+    DeleteTopics,
+    DeleteTopicsResult,
+    ElectionType,
+    ElectLeaders,
+    ElectLeadersResult,
+    IsrProposal,
+    NewPartitions,
+    NewTopic,
+    StopReplicaDone,
+)
+from actors.core.controller_fsm import PartitionState, ReplicaState
+from wire.cluster_messages import LeaderAndIsr as LeaderAndIsrRequest
+from wire.errors import ErrorCode
+
+from .controller_harness import (
+    Cluster,
+    leader_and_isr_rows,
+    sent_of,
+    stop_replica_rows,
+    update_metadata,
+)
+
+TP = TopicPartition
+
+
+def cluster(brokers: tuple[int, ...] = (1, 2, 3), **config: object) -> Cluster:
+    c = Cluster(seed=7, **config)
+    for b in brokers:
+        c.start_broker(b)
+    c.add_candidate(100)
+    return c
+
+
+def create(c: Cluster, name: str, partitions: int = 1, rf: int = 3,
+           assignment: dict[int, tuple[int, ...]] | None = None,
+           configs: dict[str, str] | None = None) -> CreateTopicsResult:
+    topic = (NewTopic(name, assignment=assignment, configs=configs or {}) if assignment
+             else NewTopic(name, partitions, rf, configs=configs or {}))
+    result = c.request(lambda rid: CreateTopics(rid, (topic,)))
+    assert isinstance(result, CreateTopicsResult)
+    return result
+
+
+def codes(result: Any) -> list[int]:
+    parts = result.topics if hasattr(result, "topics") else result.partitions
+    return [p.error_code for p in parts]
+
+
+# ------------------------------------------------------------------- standby
+def test_a_standby_refuses_requests_with_not_controller() -> None:
+    c = Cluster()
+    c.start_broker(1)
+    c.add_candidate(100)
+    standby = c.add_candidate(101)
+    assert not standby.driver.active
+    standby.driver.feed(CreateTopics("r", (NewTopic("t", 1, 1),)))
+    standby.driver.feed(ControlledShutdownRequest("s", 1, c.epoch_of(1)))
+    [(_, topics), (_, shutdown)] = standby.replies
+    assert isinstance(topics, CreateTopicsResult)
+    assert topics.topics[0].error_code == ErrorCode.NOT_CONTROLLER
+    assert topics.topics[0].message == "broker 101 is not the controller"
+    assert isinstance(shutdown, ControlledShutdownResult)
+    assert shutdown.error_code == ErrorCode.NOT_CONTROLLER
+    assert c.reader.get_topics() == set()
+
+
+# ------------------------------------------------------------------ creation
+def test_becoming_controller_tells_every_broker_everything() -> None:
+    c = cluster()
+    ctl = c.controller
+    assert ctl.core.epoch == 1
+    first = update_metadata(ctl)
+    assert sorted(b for b, _ in first) == [1, 2, 3]
+    for _, msg in first:
+        assert msg.full and msg.controller_id == 100 and msg.controller_epoch == 1
+        assert [row.broker_id for row in msg.brokers] == [1, 2, 3]
+        assert msg.brokers[0].gateway == "tcp://127.0.0.1:19001"
+    assert {b: m.broker_epoch for b, m in first} == {b: c.epoch_of(b) for b in (1, 2, 3)}
+
+
+def test_create_topics_spreads_leaders_and_tells_the_replicas() -> None:
+    c = cluster()
+    ctl = c.controller
+    mark = len(ctl.sent)
+    result = create(c, "orders", partitions=6, rf=3)
+    assert result.topics[0].error_code == 0
+    assert (result.topics[0].num_partitions, result.topics[0].replication_factor) == (6, 3)
+    states = c.states()
+    assert Counter(s.leader for s in states.values()) == {1: 2, 2: 2, 3: 2}
+    for tp, state in states.items():
+        replicas = c.assignment("orders")[tp.partition]
+        assert state == LeaderAndIsr(replicas[0], 0, replicas, 1, 0)
+    rows = leader_and_isr_rows(ctl, mark)
+    assert sorted(b for b, _ in rows) == [1] * 6 + [2] * 6 + [3] * 6
+    assert all(row.is_new and row.controller_epoch == 1 and row.partition_epoch == 0
+               for _, row in rows)
+    for _, msg in sent_of(ctl, LeaderAndIsrRequest, mark):
+        assert msg.controller_epoch == 1
+        assert {(lr.broker_id, lr.gateway) for lr in msg.live_leaders} <= {
+            (b, f"tcp://127.0.0.1:{19000 + b}") for b in (1, 2, 3)}
+    deltas = [m for _, m in update_metadata(ctl, mark)]
+    assert deltas and all(not m.full and len(m.partitions) == 6 for m in deltas)
+    assert all(ctl.core.partition_fsm.state(tp) is PartitionState.ONLINE for tp in states)
+    assert all(ctl.core.replica_fsm.state((tp, r)) is ReplicaState.ONLINE
+               for tp in states for r in c.assignment("orders")[tp.partition])
+
+
+@pytest.mark.parametrize(
+    ("topic", "code", "message"),
+    [
+        (NewTopic("big", 1, 4), ErrorCode.INVALID_REPLICATION_FACTOR,
+         "replication factor: 4 larger than available brokers: 3"),
+        (NewTopic("bad/name", 1, 1), ErrorCode.INVALID_TOPIC_EXCEPTION,
+         "topic name 'bad/name' is illegal: only ASCII letters, digits, '.', '_' and '-'"),
+        (NewTopic("zero", 0, 1), ErrorCode.INVALID_PARTITIONS,
+         "number of partitions must be larger than 0"),
+        (NewTopic("conf", 1, 1, configs={"nope": "1"}), ErrorCode.INVALID_CONFIG,
+         "unknown topic config 'nope'"),
+        (NewTopic("manual", assignment={0: (1, 7)}), ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+         "unknown broker(s) in replica assignment: [7]"),
+    ],
+)
+def test_create_topics_refuses_with_kafkas_codes(topic: NewTopic, code: ErrorCode,
+                                                 message: str) -> None:
+    c = cluster()
+    result = c.request(lambda rid: CreateTopics(rid, (topic,)))
+    assert isinstance(result, CreateTopicsResult)
+    assert (result.topics[0].error_code, result.topics[0].message) == (code, message)
+    assert c.reader.get_topics() == set()
+
+
+def test_existing_topics_validate_only_and_defaults() -> None:
+    c = cluster(num_partitions=4, default_replication_factor=2)
+    assert codes(create(c, "t", 1, 1)) == [0]
+    again = create(c, "t", 1, 1)
+    assert again.topics[0].error_code == ErrorCode.TOPIC_ALREADY_EXISTS
+    checked = c.request(lambda rid: CreateTopics(rid, (NewTopic("v", -1, -1),), True))
+    assert isinstance(checked, CreateTopicsResult)
+    assert (checked.topics[0].num_partitions, checked.topics[0].replication_factor) == (4, 2)
+    assert c.reader.get_topics() == {"t"}
+    twice = c.request(lambda rid: CreateTopics(rid, (
+        NewTopic("w"), NewTopic("u", -1, -1), NewTopic("w"))))
+    assert isinstance(twice, CreateTopicsResult)
+    assert [(t.name, t.error_code) for t in twice.topics] == [
+        ("w", ErrorCode.INVALID_REQUEST), ("u", 0)]
+    assert len(c.assignment("u")) == 4 and all(len(r) == 2 for r in c.assignment("u").values())
+    assert c.reader.get_topics() == {"t", "u"}
+
+
+# -------------------------------------------------------------- broker loss
+def test_a_dead_brokers_leaderships_move_to_the_first_live_isr_member() -> None:
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3), 1: (2, 1, 3), 2: (3, 2, 1)})
+    ctl = c.controller
+    mark = len(ctl.sent)
+    c.stop_broker(1)
+    c.pump()
+    assert c.state("t", 0) == LeaderAndIsr(2, 1, (2, 3), 1, 1)
+    assert c.state("t", 1) == LeaderAndIsr(2, 1, (2, 3), 1, 1)  # a follower died: ISR shrinks
+    assert c.state("t", 2) == LeaderAndIsr(3, 1, (3, 2), 1, 1)
+    rows = leader_and_isr_rows(ctl, mark)
+    assert {(b, r.partition) for b, r in rows} == {(2, 0), (3, 0), (2, 1), (3, 1), (2, 2),
+                                                   (3, 2)}
+    assert all(r.leader_epoch == 1 and r.partition_epoch == 1 for _, r in rows)
+    first = update_metadata(ctl, mark)[0][1]
+    assert [b.broker_id for b in first.brokers] == [2, 3]
+    last = update_metadata(ctl, mark)[-1][1]
+    assert {(p.partition, tuple(p.offline_replicas)) for p in last.partitions} == {
+        (0, (1,)), (1, (1,)), (2, (1,))}
+    assert ctl.core.replica_fsm.state((TP("t", 0), 1)) is ReplicaState.OFFLINE
+
+
+def test_no_live_isr_member_leaves_the_partition_offline_until_one_returns() -> None:
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2)})
+    c.stop_broker(2)
+    c.pump()
+    assert c.state("t", 0) == LeaderAndIsr(1, 1, (1,), 1, 1)
+    c.stop_broker(1)
+    c.pump()
+    # Broker 2 is back but was not in sync: without unclean election nobody leads.
+    c.start_broker(2)
+    c.pump()
+    assert c.state("t", 0) == LeaderAndIsr(NO_LEADER, 2, (1,), 1, 2)
+    assert c.controller.core.partition_fsm.state(TP("t", 0)) is PartitionState.OFFLINE
+    c.start_broker(1)
+    c.pump()
+    assert c.state("t", 0) == LeaderAndIsr(1, 3, (1,), 1, 3)
+    assert c.controller.core.partition_fsm.state(TP("t", 0)) is PartitionState.ONLINE
+
+
+def test_brokers_dying_together_keep_the_isr() -> None:
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    c.stop_broker(1)
+    c.stop_broker(2)
+    c.stop_broker(3)
+    c.pump()
+    assert c.state("t", 0).leader == NO_LEADER
+    assert c.state("t", 0).isr  # never empty
+    c.start_broker(2)
+    c.pump()
+    assert c.state("t", 0).leader == 2  # it was in sync when it died
+
+
+def test_an_unclean_elect_leaders_picks_a_replica_outside_the_isr() -> None:
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2)})
+    c.stop_broker(2)
+    c.pump()
+    c.stop_broker(1)
+    c.pump()
+    c.start_broker(2)
+    c.pump()
+    assert c.state("t", 0).leader == NO_LEADER
+    result = c.request(lambda rid: ElectLeaders(rid, (TP("t", 0),), ElectionType.UNCLEAN))
+    assert isinstance(result, ElectLeadersResult)
+    assert result.partitions[0].error_code == 0
+    assert c.state("t", 0) == LeaderAndIsr(2, 3, (2,), 1, 3)
+
+
+def test_a_topic_created_elsewhere_with_unclean_election_enabled() -> None:
+    """Any node may write a topic to the store (Kafka's admin path); the controller finds it
+    through its watch, elects its leaders, and honours its unclean.leader.election.enable."""
+    c = cluster()
+    c.brokers[3].create_topic("x", TopicAssignment({0: (1, 2)}),
+                              {"unclean.leader.election.enable": "true"})
+    c.pump()
+    assert c.state("x", 0) == LeaderAndIsr(1, 0, (1, 2), 1, 0)
+    c.stop_broker(2)
+    c.pump()
+    c.stop_broker(1)
+    c.pump()
+    c.start_broker(2)
+    c.pump()
+    assert c.state("x", 0) == LeaderAndIsr(2, 3, (2,), 1, 3)
+
+
+def test_unclean_election_enabled_by_config() -> None:
+    c = cluster(unclean_leader_election_enable=True)
+    create(c, "t", assignment={0: (1, 2)})
+    c.stop_broker(2)
+    c.pump()
+    c.stop_broker(1)
+    c.pump()
+    c.start_broker(2)
+    c.pump()
+    assert c.state("t", 0) == LeaderAndIsr(2, 3, (2,), 1, 3)
+
+
+def test_a_restarted_leader_loses_its_place_and_is_told_its_new_role() -> None:
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    create(c, "solo", assignment={0: (1,)})
+    ctl = c.controller
+    old_epoch = c.epoch_of(1)
+    mark = len(ctl.sent)
+    new_epoch = c.bounce_broker(1)
+    c.pump()
+    assert new_epoch > old_epoch
+    assert c.state("t", 0) == LeaderAndIsr(2, 1, (2, 3), 1, 1)
+    # Its sole replica: it leads again, at a new leader epoch.
+    assert c.state("solo", 0) == LeaderAndIsr(1, 1, (1,), 1, 1)
+    to_one = [m for b, m in sent_of(ctl, LeaderAndIsrRequest, mark) if b == 1]
+    assert to_one and all(m.broker_epoch == new_epoch for m in to_one)
+    rows = {r.topic: r for b, r in leader_and_isr_rows(ctl, mark) if b == 1}
+    assert rows["t"].leader == 2 and rows["solo"].leader == 1 and rows["solo"].leader_epoch == 1
+    full = [m for b, m in update_metadata(ctl, mark) if b == 1 and m.full]
+    assert full, "a restarted broker gets the whole metadata"
+
+
+# ---------------------------------------------------- returning, preferred
+def test_a_returning_broker_follows_and_preferred_election_restores_it() -> None:
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    ctl = c.controller
+    c.stop_broker(1)
+    c.pump()
+    mark = len(ctl.sent)
+    c.start_broker(1)
+    c.pump()
+    assert c.state("t", 0).leader == 2
+    [row] = [r for b, r in leader_and_isr_rows(ctl, mark) if b == 1]
+    assert row.leader == 2 and not row.is_new
+    # Not in the ISR yet: the preferred replica cannot take over.
+    result = c.request(lambda rid: ElectLeaders(rid, (TP("t", 0),)))
+    assert isinstance(result, ElectLeadersResult)
+    assert result.partitions[0].error_code == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    # The leader lets it back in (KIP-497); now it can.
+    state = c.state("t", 0)
+    alter = c.request(lambda rid: AlterPartitionRequest(rid, 2, c.epoch_of(2), (
+        IsrProposal(TP("t", 0), state.leader_epoch, (2, 3, 1), state.version),)))
+    assert codes(alter) == [0]
+    result = c.request(lambda rid: ElectLeaders(rid, None))
+    assert isinstance(result, ElectLeadersResult)
+    assert [(p.partition, p.error_code) for p in result.partitions] == [(TP("t", 0), 0)]
+    assert c.state("t", 0).leader == 1
+    again = c.request(lambda rid: ElectLeaders(rid, (TP("t", 0), TP("nope", 0))))
+    assert codes(again) == [ErrorCode.ELECTION_NOT_NEEDED, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+
+
+def test_auto_rebalance_moves_leaderships_back_past_the_imbalance_limit() -> None:
+    c = cluster(leader_imbalance_per_broker_percentage=10)
+    create(c, "t", assignment={p: (1, 2) for p in range(4)})
+    c.stop_broker(1)
+    c.pump()
+    c.start_broker(1)
+    c.pump()
+    for p in range(4):  # the leader takes 1 back into each ISR
+        s = c.state("t", p)
+        c.request(lambda rid, s=s, p=p: AlterPartitionRequest(
+            rid, 2, c.epoch_of(2), (IsrProposal(TP("t", p), s.leader_epoch, (2, 1), s.version),)))
+    assert {c.state("t", p).leader for p in range(4)} == {2}
+    c.feed(AutoLeaderRebalance())
+    assert {c.state("t", p).leader for p in range(4)} == {1}
+
+
+# ------------------------------------------------------- controlled shutdown
+def test_controlled_shutdown_moves_leaderships_and_drops_the_broker_from_isrs() -> None:
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3), 1: (2, 1, 3)})
+    create(c, "solo", assignment={0: (1,)})
+    ctl = c.controller
+    mark = len(ctl.sent)
+    result = c.request(lambda rid: ControlledShutdownRequest(rid, 1, c.epoch_of(1)))
+    assert result == ControlledShutdownResult(0, None, ())  # one replica: nothing to move to
+    assert c.state("t", 0) == LeaderAndIsr(2, 1, (2, 3), 1, 1)
+    assert c.state("t", 1) == LeaderAndIsr(2, 1, (2, 3), 1, 1)
+    assert c.state("solo", 0) == LeaderAndIsr(1, 0, (1,), 1, 0)
+    assert [(b, r.partition, r.delete) for b, r in stop_replica_rows(ctl, mark)] == [(1, 1, False)]
+    # The stopping broker is not told to follow again; the others learn the new leaders.
+    assert {b for b, _ in leader_and_isr_rows(ctl, mark)} == {2, 3}
+    # It may not be elected while it shuts down.
+    c.stop_broker(2)
+    c.pump()
+    assert c.state("t", 0).leader == 3
+
+
+def test_controlled_shutdown_reports_what_it_could_not_move() -> None:
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2)})
+    c.stop_broker(2)
+    c.pump()
+    result = c.request(lambda rid: ControlledShutdownRequest(rid, 1, c.epoch_of(1)))
+    assert result == ControlledShutdownResult(0, None, (TP("t", 0),))
+    stale = c.request(lambda rid: ControlledShutdownRequest(rid, 1, c.epoch_of(1) - 1))
+    assert isinstance(stale, ControlledShutdownResult)
+    assert stale.error_code == ErrorCode.STALE_BROKER_EPOCH
+    gone = c.request(lambda rid: ControlledShutdownRequest(rid, 2, 0))
+    assert isinstance(gone, ControlledShutdownResult)
+    assert gone.error_code == ErrorCode.BROKER_NOT_AVAILABLE
+
+
+# ---------------------------------------------------------------- ISR changes
+def test_alter_partition_checks_and_writes_a_leaders_isr() -> None:
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    tp = TP("t", 0)
+    ctl = c.controller
+    mark = len(ctl.sent)
+    shrink = c.request(lambda rid: AlterPartitionRequest(rid, 1, c.epoch_of(1), (
+        IsrProposal(tp, 0, (1, 2), 0),)))
+    assert isinstance(shrink, AlterPartitionResult)
+    assert shrink.partitions[0].state == LeaderAndIsr(1, 0, (1, 2), 1, 1)  # same leader epoch
+    assert c.state("t", 0) == LeaderAndIsr(1, 0, (1, 2), 1, 1)
+    assert not leader_and_isr_rows(ctl, mark)  # only metadata changes
+    assert {b for b, _ in update_metadata(ctl, mark)} == {1, 2, 3}
+
+    def ask(broker: int, proposal: IsrProposal, broker_epoch: int | None = None) -> object:
+        epoch = c.epoch_of(broker) if broker_epoch is None else broker_epoch
+        return c.request(lambda rid: AlterPartitionRequest(rid, broker, epoch, (proposal,)))
+
+    assert codes(ask(1, IsrProposal(tp, 0, (1,), 0))) == [ErrorCode.INVALID_UPDATE_VERSION]
+    assert codes(ask(1, IsrProposal(tp, 5, (1,), 1))) == [ErrorCode.FENCED_LEADER_EPOCH]
+    assert codes(ask(2, IsrProposal(tp, 0, (2,), 1))) == [ErrorCode.NOT_LEADER_OR_FOLLOWER]
+    assert codes(ask(1, IsrProposal(tp, 0, (2,), 1))) == [ErrorCode.INVALID_REQUEST]
+    assert codes(ask(1, IsrProposal(TP("x", 0), 0, (1,), 0))) == [
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    stale = ask(1, IsrProposal(tp, 0, (1,), 1), broker_epoch=1)
+    assert isinstance(stale, AlterPartitionResult)
+    assert stale.error_code == ErrorCode.STALE_BROKER_EPOCH
+    c.stop_broker(3)
+    c.pump()
+    state = c.state("t", 0)
+    assert codes(ask(1, IsrProposal(tp, state.leader_epoch, (1, 2, 3), state.version))) == [
+        ErrorCode.INELIGIBLE_REPLICA]
+
+
+def test_a_leaders_own_isr_write_is_taken_over_when_the_controller_writes_next() -> None:
+    """The leader wrote the state behind the controller's back (pre-KIP-497 path, no notice):
+    the controller's next write is refused, it reads the state and applies its rule again."""
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    state = c.state("t", 0)
+    leaders_write = LeaderAndIsr(1, 0, (1, 3), state.controller_epoch, state.version)
+    assert c.brokers[1].update_partition_states({TP("t", 0): leaders_write}, None)[
+        TP("t", 0)].ok
+    c.stop_broker(1)
+    c.pump()
+    assert c.state("t", 0) == LeaderAndIsr(3, 1, (3,), 1, 2)  # 2 had left the ISR
+
+
+# ------------------------------------------------------------- deletion, growth
+def test_delete_topics_stops_and_deletes_every_replica_then_the_znodes() -> None:
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2), 1: (2, 3)})
+    ctl = c.controller
+    c.stop_broker(3)
+    c.pump()
+    mark = len(ctl.sent)
+    result = c.request(lambda rid: DeleteTopics(rid, ("t", "nope")))
+    assert isinstance(result, DeleteTopicsResult)
+    assert codes(result) == [0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    umd = update_metadata(ctl, mark)
+    assert umd and {p.leader for _, m in umd for p in m.partitions} == {LEADER_DURING_DELETE}
+    assert sorted((b, r.partition, r.delete) for b, r in stop_replica_rows(ctl, mark)) == [
+        (1, 0, True), (2, 0, True), (2, 1, True)]
+    assert c.reader.get_topic_deletions() == {"t"}
+    c.feed(StopReplicaDone(1, 0, {TP("t", 0): 0}))
+    c.feed(StopReplicaDone(2, 0, {TP("t", 0): 0, TP("t", 1): 0}))
+    assert c.reader.get_topics() == {"t"}  # broker 3 still holds a replica
+    assert ctl.core.replica_fsm.state((TP("t", 1), 3)) is ReplicaState.DELETION_INELIGIBLE
+    again = create(c, "t", 1, 1)
+    assert again.topics[0].error_code == ErrorCode.TOPIC_ALREADY_EXISTS
+    mark = len(ctl.sent)
+    c.start_broker(3)
+    c.pump()
+    assert [(b, r.partition, r.delete) for b, r in stop_replica_rows(ctl, mark)] == [
+        (3, 1, True)]
+    c.feed(StopReplicaDone(3, 0, {TP("t", 1): 0}))
+    assert c.reader.get_topics() == set()
+    assert c.reader.get_topic_deletions() == set()
+    assert "t" not in ctl.core.topics and not ctl.core.replica_fsm.snapshot()
+    assert codes(create(c, "t", 1, 1)) == [0]
+
+
+def test_create_partitions_continues_the_assignment() -> None:
+    c = cluster()
+    create(c, "t", partitions=3, rf=2)
+    before = c.assignment("t")
+    result = c.request(lambda rid: CreatePartitions(rid, (NewPartitions("t", 6),)))
+    assert isinstance(result, CreatePartitionsResult)
+    assert codes(result) == [0]
+    after = c.assignment("t")
+    assert {p: after[p] for p in before} == before and len(after) == 6
+    for p in range(3, 6):
+        assert c.state("t", p) == LeaderAndIsr(after[p][0], 0, after[p], 1, 0)
+    create(c, "u", partitions=1, rf=2)
+    bad = c.request(lambda rid: CreatePartitions(rid, (
+        NewPartitions("t", 5), NewPartitions("nope", 2), NewPartitions("u", 3, ((1, 2),)))))
+    assert codes(bad) == [ErrorCode.INVALID_PARTITIONS, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                          ErrorCode.INVALID_REPLICA_ASSIGNMENT]
+    manual = c.request(lambda rid: CreatePartitions(rid, (NewPartitions("t", 7, ((3, 1),)),)))
+    assert codes(manual) == [0] and c.assignment("t")[6] == (3, 1)
+
+
+# ------------------------------------------------------------------- failover
+def test_failover_the_new_controller_loads_and_fences_the_old_one() -> None:
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    old = c.controller
+    new = c.add_candidate(101)
+    assert not new.driver.active
+    # The old controller's session expires; the standby takes over with epoch 2.
+    c.zk.expire(old.store.session_id or 0)
+    c.pump()
+    assert new.driver.active and new.core.epoch == 2 and not old.driver.active
+    full = update_metadata(new)
+    assert sorted(b for b, m in full if m.full) == [1, 2, 3]
+    assert {r.partition for _, r in leader_and_isr_rows(new)} == {0}
+    c.stop_broker(1)
+    c.pump()
+    assert c.state("t", 0) == LeaderAndIsr(2, 1, (2, 3), 2, 1)
+    assert all(m.controller_epoch == 2 for _, m in new.sent)
+
+
+def test_a_deposed_controller_is_fenced_and_answers_pending_requests() -> None:
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    old = c.controller
+    fence = old.driver.fence
+    assert fence is not None
+    # A new controller is elected while the old one still thinks it leads (a long GC pause):
+    # its session survived, but /controller and the epoch moved on.
+    c.zk.nodes.pop("/controller")
+    new = c.add_candidate(101)
+    assert new.driver.active and new.core.epoch == 2
+    old.notices.clear()  # the old one has not noticed yet
+    old.driver.feed(CreateTopics("late", (NewTopic("u", 1, 1),)))
+    assert not old.driver.active
+    [result] = [res for r, res in old.replies if r == "late"]
+    assert isinstance(result, CreateTopicsResult)
+    assert result.topics[0].error_code == ErrorCode.NOT_CONTROLLER
+    assert c.reader.get_topics() == {"t"}
+
+
+def test_an_unreachable_store_fails_creation_fast_and_retries_internal_writes() -> None:
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    ctl = c.controller
+    c.zk.available = False
+    result = c.request(lambda rid: CreateTopics(rid, (NewTopic("u", 1, 1),)))
+    assert isinstance(result, CreateTopicsResult)
+    assert result.topics[0].error_code == ErrorCode.REQUEST_TIMED_OUT
+    assert "metadata store unavailable" in (result.topics[0].message or "")
+    c.zk.available = True
+    assert c.reader.get_topics() == {"t"}
+    # An election whose write cannot get through waits and is retried.
+    epoch = c.epoch_of(1)
+    c.zk.available = False
+    ctl.driver.feed(ControlledShutdownRequest("cs", 1, epoch))
+    assert ctl.driver.pending_retries == 1 and not [r for r, _ in ctl.replies if r == "cs"]
+    c.zk.available = True
+    ctl.driver.retry_writes()
+    [(_, done)] = [(r, res) for r, res in ctl.replies if r == "cs"]
+    assert done == ControlledShutdownResult(0, None, ())
+    assert c.state("t", 0).leader == 2
+
+
+def test_a_failure_inside_the_core_gives_the_controllership_up_cleanly() -> None:
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    ctl = c.controller
+    standby = c.add_candidate(101)
+
+    def broken(_event: object) -> None:
+        raise RuntimeError("a bug")
+
+    ctl.core._on_elect_leaders = broken  # type: ignore[method-assign]
+    result = c.request(lambda rid: CreateTopics(rid, (NewTopic("u", 1, 1),)))
+    assert codes(result) == [0]
+    ctl.driver.feed(ElectLeaders("boom", None))
+    [answer] = [res for rid, res in ctl.replies if rid == "boom"]
+    assert isinstance(answer, ElectLeadersResult)
+    assert answer.error_code == ErrorCode.NOT_CONTROLLER
+    c.pump()
+    # /controller was given up: a controller (whichever node wins) starts again from the store.
+    assert standby.driver.active or ctl.driver.active
+    assert c.controller.core.epoch == 2 and set(c.controller.core.topics) == {"t", "u"}
+    assert c.controller.core.states == c.states()

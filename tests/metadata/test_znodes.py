@@ -1,0 +1,94 @@
+"""Znode JSON: Kafka's formats both ways, and a clear error for anything else."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from actors.core.cluster_model import (
+    BrokerInfo,
+    Endpoint,
+    LeaderAndIsr,
+    TopicAssignment,
+    TopicPartition,
+)
+from actors.metadata import znodes
+from actors.metadata.znodes import BadZnode
+
+# As a Kafka 2.8 broker writes it (two listeners, a rack), without our gateway field.
+KAFKA_BROKER = (
+    b'{"features":{},"listener_security_protocol_map":{"CLIENT":"PLAINTEXT","REPL":"SSL"},'
+    b'"endpoints":["CLIENT://10.0.0.5:9092","REPL://10.0.0.5:9093"],"jmx_port":-1,'
+    b'"host":null,"timestamp":"1700000000000","port":-1,"version":5,"rack":"rack-a"}'
+)
+
+
+def test_a_kafka_broker_registration_decodes() -> None:
+    info = znodes.decode_broker(3, KAFKA_BROKER, epoch=77)
+    assert info == BrokerInfo(3, (Endpoint("CLIENT", "10.0.0.5", 9092, "PLAINTEXT"),
+                                  Endpoint("REPL", "10.0.0.5", 9093, "SSL")), "", "rack-a", 77)
+
+
+def test_broker_registration_round_trips_with_ipv6_and_no_rack() -> None:
+    info = BrokerInfo(1, (Endpoint("PLAINTEXT", "::1", 9092),), "tcp://[::1]:19092", None, 5)
+    data = znodes.encode_broker(info, timestamp_ms=123)
+    assert json.loads(data)["endpoints"] == ["PLAINTEXT://[::1]:9092"]
+    assert "rack" not in json.loads(data)
+    assert znodes.decode_broker(1, data, epoch=5) == info
+
+
+def test_partition_state_and_topic_round_trip_in_kafkas_json() -> None:
+    tp = TopicPartition("orders", 4)
+    state = LeaderAndIsr(2, 7, (2, 3, 1), 12, 5)
+    data = znodes.encode_partition_state(state)
+    assert data == b'{"controller_epoch":12,"leader":2,"version":1,"leader_epoch":7,"isr":[2,3,1]}'
+    assert znodes.decode_partition_state(tp, data, 5) == state
+    assignment = TopicAssignment({1: (2, 3), 0: (1, 2)}, 3)
+    data = znodes.encode_topic_assignment(assignment)
+    assert data == (b'{"version":2,"partitions":{"0":[1,2],"1":[2,3]},'
+                    b'"adding_replicas":{},"removing_replicas":{}}')
+    assert znodes.decode_topic_assignment("orders", data, 3) == assignment
+    # Kafka 1.x/2.x version 1 (no adding/removing replicas) still reads.
+    assert znodes.decode_topic_assignment("orders", b'{"version":1,"partitions":{"0":[4]}}') == \
+        TopicAssignment({0: (4,)})
+
+
+def test_the_small_znodes() -> None:
+    assert znodes.encode_controller_epoch(41) == b"41"
+    assert znodes.decode_controller_epoch(b"41") == 41
+    assert znodes.decode_controller(znodes.encode_controller(3, 99)) == 3
+    assert json.loads(znodes.encode_controller(3, 99)) == {
+        "version": 1, "brokerid": 3, "timestamp": "99"}
+    assert znodes.decode_cluster_id(znodes.encode_cluster_id("abc")) == "abc"
+    assert znodes.decode_topic_config("t", znodes.encode_topic_config({"a": "1"})) == {"a": "1"}
+    change = [TopicPartition("t", 0), TopicPartition("u", 2)]
+    assert znodes.decode_isr_change("isr_change_0000000001",
+                                    znodes.encode_isr_change(change)) == tuple(change)
+    assert znodes.partition_state_path(TopicPartition("t", 3)) == \
+        "/brokers/topics/t/partitions/3/state"
+
+
+@pytest.mark.parametrize(
+    ("decode", "error"),
+    [
+        (lambda: znodes.decode_partition_state(TopicPartition("t", 0), b"{", 0),
+         "/brokers/topics/t/partitions/0/state: not JSON: b'{'"),
+        (lambda: znodes.decode_partition_state(TopicPartition("t", 0), b'{"leader":1}', 0),
+         "/brokers/topics/t/partitions/0/state: no 'isr' in {'leader': 1}"),
+        (lambda: znodes.decode_partition_state(
+            TopicPartition("t", 0),
+            b'{"leader":"1","leader_epoch":0,"isr":[1],"controller_epoch":1}', 0),
+         "/brokers/topics/t/partitions/0/state: 'leader' must be an integer, got '1'"),
+        (lambda: znodes.decode_topic_assignment("t", b'{"partitions":{"x":[1]}}'),
+         "/brokers/topics/t: bad partition entry 'x': [1]"),
+        (lambda: znodes.decode_broker(1, b'{"endpoints":["nonsense"]}'),
+         "/brokers/ids/1: bad endpoint 'nonsense'"),
+        (lambda: znodes.decode_controller_epoch(b"x1"),
+         "/controller_epoch: not an integer: 'x1'"),
+    ],
+)
+def test_bad_znodes_are_refused_with_the_path(decode: object, error: str) -> None:
+    with pytest.raises(BadZnode) as info:
+        decode()  # type: ignore[operator]
+    assert str(info.value) == error

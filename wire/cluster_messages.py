@@ -1,0 +1,292 @@
+"""Messages of the cluster's control plane (type ids 400-499).
+
+The elected Controller sends LeaderAndIsr, UpdateMetadata and StopReplica to
+the nodes (Kafka's controller requests, as actor messages over the gateways);
+each carries the controller's epoch, and a node refuses one older than the
+newest it has seen (STALE_CONTROLLER_EPOCH), and the epoch of the broker it
+is meant for (a restarted node refuses what was meant for its previous life,
+STALE_BROKER_EPOCH). Nodes send the controller ControlledShutdown and
+AlterPartition (KIP-497: a leader's ISR change). The metadata store's
+notices to the actor that owns it are here too (480-489).
+
+Rows are NamedTuples declared next to the message that carries them.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from wire.registry import message
+
+# ------------------------------------------------------------------- rows
+
+
+class EndpointRow(NamedTuple):
+    """An advertised listener: ``listener://host:port`` with its security protocol."""
+
+    listener: str
+    host: str
+    port: int
+    security_protocol: str
+
+
+class BrokerRow(NamedTuple):
+    """A live broker: its id, epoch, actor gateway (``tcp://host:port``), rack, listeners."""
+
+    broker_id: int
+    broker_epoch: int
+    gateway: str
+    rack: str | None
+    endpoints: list[EndpointRow]
+
+
+class PartitionErrorRow(NamedTuple):
+    topic: str
+    partition: int
+    error_code: int
+
+
+class TopicPartitionRow(NamedTuple):
+    topic: str
+    partition: int
+
+
+# ------------------------------------------------------- controller -> node
+
+
+class LeaderAndIsrPartition(NamedTuple):
+    """One partition's state: be its leader when ``leader`` is you, else follow ``leader``.
+
+    ``partition_epoch`` is the version of the partition's state znode (KIP-497's
+    partition epoch); a leader's AlterPartition must name it. ``is_new``: the
+    partition was just created, no log exists yet anywhere.
+    """
+
+    topic: str
+    partition: int
+    controller_epoch: int
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    partition_epoch: int
+    replicas: list[int]
+    is_new: bool
+
+
+class LiveLeaderRow(NamedTuple):
+    """Where a leader named in a LeaderAndIsr lives (its actor gateway)."""
+
+    broker_id: int
+    gateway: str
+
+
+@message(400)
+class LeaderAndIsr(NamedTuple):
+    """Controller -> node: become leader or follower of these partitions (Kafka's LeaderAndIsr).
+
+    A node applies a partition's row only if ``leader_epoch`` is newer than the
+    one it has (an equal or older epoch is answered STALE_CONTROLLER_EPOCH /
+    FENCED_LEADER_EPOCH per partition, as Kafka).
+    """
+
+    controller_id: int
+    controller_epoch: int
+    broker_epoch: int
+    partitions: list[LeaderAndIsrPartition]
+    live_leaders: list[LiveLeaderRow]
+
+
+@message(401)
+class LeaderAndIsrResponse(NamedTuple):
+    """Node -> controller: ``error_code`` for the whole request, then per partition."""
+
+    broker_id: int
+    error_code: int
+    partitions: list[PartitionErrorRow]
+
+
+class UpdateMetadataPartition(NamedTuple):
+    """A partition as the nodes' metadata caches hold it.
+
+    ``leader`` -2 (Kafka's LeaderDuringDelete) means the topic is being
+    deleted: drop the partition from the cache.
+    """
+
+    topic: str
+    partition: int
+    controller_epoch: int
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    partition_epoch: int
+    replicas: list[int]
+    offline_replicas: list[int]
+
+
+@message(402)
+class UpdateMetadata(NamedTuple):
+    """Controller -> every node: the live brokers and the partition states for the handlers' caches.
+
+    ``brokers`` is always the whole live set (it replaces the cache's).
+    ``full`` True: ``partitions`` is every partition of the cluster and the
+    cache drops what is not listed; False: upsert the listed ones.
+    """
+
+    controller_id: int
+    controller_epoch: int
+    broker_epoch: int
+    full: bool
+    brokers: list[BrokerRow]
+    partitions: list[UpdateMetadataPartition]
+
+
+@message(403)
+class UpdateMetadataResponse(NamedTuple):
+    broker_id: int
+    error_code: int
+
+
+class StopReplicaPartition(NamedTuple):
+    """Stop fetching/leading this replica; ``delete``: remove its log too (topic deletion).
+
+    ``leader_epoch`` -1 means "whatever epoch you have" (Kafka's sentinel);
+    otherwise a replica with a newer epoch ignores the request (KIP-570).
+    """
+
+    topic: str
+    partition: int
+    leader_epoch: int
+    delete: bool
+
+
+@message(404)
+class StopReplica(NamedTuple):
+    controller_id: int
+    controller_epoch: int
+    broker_epoch: int
+    partitions: list[StopReplicaPartition]
+
+
+@message(405)
+class StopReplicaResponse(NamedTuple):
+    broker_id: int
+    error_code: int
+    partitions: list[PartitionErrorRow]
+
+
+# ------------------------------------------------------- node -> controller
+
+
+@message(406)
+class ControlledShutdown(NamedTuple):
+    """Node -> controller: move my leaderships away and drop me from the ISRs, I am stopping."""
+
+    req_id: int
+    broker_id: int
+    broker_epoch: int
+
+
+@message(407)
+class ControlledShutdownResponse(NamedTuple):
+    """``remaining``: partitions the node still leads (it retries until none, or gives up)."""
+
+    req_id: int
+    error_code: int
+    remaining: list[TopicPartitionRow]
+
+
+class AlterPartitionItem(NamedTuple):
+    """A leader's proposed ISR, valid only at its ``leader_epoch`` and ``partition_epoch``."""
+
+    topic: str
+    partition: int
+    leader_epoch: int
+    new_isr: list[int]
+    partition_epoch: int
+
+
+@message(408)
+class AlterPartition(NamedTuple):
+    """Leader node -> controller: change these partitions' ISR (KIP-497 AlterIsr)."""
+
+    req_id: int
+    broker_id: int
+    broker_epoch: int
+    partitions: list[AlterPartitionItem]
+
+
+class AlterPartitionResult(NamedTuple):
+    """The partition's state after the request (or ``error_code`` and the rest -1/empty)."""
+
+    topic: str
+    partition: int
+    error_code: int
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    partition_epoch: int
+
+
+@message(409)
+class AlterPartitionResponse(NamedTuple):
+    """``error_code`` of the whole request (NOT_CONTROLLER, STALE_BROKER_EPOCH), then each row's."""
+
+    req_id: int
+    error_code: int
+    partitions: list[AlterPartitionResult]
+
+
+# -------------------------------------------- metadata store -> its owner
+
+
+@message(480)
+class BrokersChanged(NamedTuple):
+    """The children of ``/brokers/ids`` changed (a watch fired once; read again to re-arm)."""
+
+    session_id: int
+
+
+@message(481)
+class TopicsChanged(NamedTuple):
+    """The children of ``/brokers/topics`` changed."""
+
+    session_id: int
+
+
+@message(482)
+class TopicDeletionsChanged(NamedTuple):
+    """The children of ``/admin/delete_topics`` changed."""
+
+    session_id: int
+
+
+@message(483)
+class IsrChangesNotified(NamedTuple):
+    """A leader added an ``/isr_change_notification`` znode."""
+
+    session_id: int
+
+
+@message(484)
+class ControllerChanged(NamedTuple):
+    """``/controller`` was created, changed or deleted."""
+
+    session_id: int
+
+
+SESSION_CONNECTED = "connected"
+SESSION_SUSPENDED = "suspended"
+SESSION_EXPIRED = "expired"
+SESSION_CLOSED = "closed"
+
+
+@message(485)
+class SessionStateChanged(NamedTuple):
+    """The store's session: ``connected`` (``session_id`` is the live session, maybe a new one),
+    ``suspended`` (connection lost, the session may still live; writes fail meanwhile),
+    ``expired`` (the session is gone with its ephemeral znodes and watches: a controller
+    stops acting at once, a node must register again), ``closed`` (by :meth:`close`).
+    """
+
+    state: str
+    session_id: int

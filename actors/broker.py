@@ -172,7 +172,7 @@ class Broker:
                 node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **place(i))
             for i in range(topo.num_processors):
                 node.spawn(Processor, topo.processor(i).name, topology=topo, config=cfg,
-                           **place(i))
+                           clock=clock, **place(i))
             node.spawn(Acceptor, topo.acceptor.name, topology=topo, config=cfg,
                        listen_socket=listener, clock=clock, **place(0))
         except Exception:

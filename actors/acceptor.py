@@ -11,6 +11,7 @@ import socket
 from typing import Any
 
 from actors.runtime.actor import Actor, handles
+from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.topology import Topology
 from wire.broker_messages import ConnectionClosed, GetStats, NewConnection
@@ -20,8 +21,9 @@ class Acceptor(Actor):
     mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
     def __init__(self, node: Any, name: str, *, topology: Topology, config: Config,
-                 listen_socket: socket.socket, **kw: Any) -> None:
+                 listen_socket: socket.socket, clock: Clock, **kw: Any) -> None:
         super().__init__(node, name, **kw)
+        self.clock = clock  # nothing here reads time yet; held so one clock drives the node
         self.topology = topology
         self.max_connections = int(config["max.connections"])
         self.max_per_ip = int(config["max.connections.per.ip"])

@@ -138,7 +138,7 @@ class Broker:
         try:
             node.start()
             node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir,
-                       num_shards=topo.num_shards)
+                       num_shards=topo.num_shards, clock=clock)
             node.spawn(Timer, topo.timer.name, clock=clock)
             if cfg["actor.threads"] not in ("shared", "dedicated"):
                 raise BrokerError(f"actor.threads must be 'shared' or 'dedicated', "
@@ -159,7 +159,7 @@ class Broker:
             snapshot.log_start_offsets = dict(log_dir.log_start_offsets)
             for i in range(topo.num_shards):
                 node.spawn(PartitionShard, topo.shard(i).name, topology=topo, config=cfg,
-                           log_dir=snapshot, topics=topics, broker_id=broker_id)
+                           log_dir=snapshot, topics=topics, broker_id=broker_id, clock=clock)
             for i in range(topo.num_purgatories):
                 node.spawn(PurgatoryShard, topo.purgatory(i).name, topology=topo, clock=clock,
                            purge_interval_requests=int(cfg["purge.interval.requests"]),
@@ -168,13 +168,13 @@ class Broker:
             self._spawn_extra(node, topo, cfg, clock)
             for i in range(topo.num_handlers):
                 ctx = HandlerContext(topo, cfg, broker_id, adv_host, adv_port, cluster_id, i,
-                                     dict(topics))
+                                     dict(topics), clock=clock)
                 node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **place(i))
             for i in range(topo.num_processors):
                 node.spawn(Processor, topo.processor(i).name, topology=topo, config=cfg,
-                           **place(i))
+                           clock=clock, **place(i))
             node.spawn(Acceptor, topo.acceptor.name, topology=topo, config=cfg,
-                       listen_socket=listener, **place(0))
+                       listen_socket=listener, clock=clock, **place(0))
         except Exception:
             listener.close()
             node.shutdown(timeout=5)

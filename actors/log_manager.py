@@ -12,6 +12,7 @@ from typing import Any
 from actors.core.checkpoint import write_atomically
 from actors.core.log_dir import CLEAN_SHUTDOWN_FILE, LogDir
 from actors.runtime.actor import Actor, handles
+from actors.runtime.clock import Clock
 from wire.broker_messages import CheckpointOffsets, GetStats
 
 
@@ -19,9 +20,10 @@ class LogManager(Actor):
     mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
     def __init__(
-        self, node: Any, name: str, *, log_dir: LogDir, num_shards: int, **kw: Any
+        self, node: Any, name: str, *, log_dir: LogDir, num_shards: int, clock: Clock, **kw: Any
     ) -> None:
         super().__init__(node, name, **kw)
+        self.clock = clock  # nothing here reads time yet; held so one clock drives the node
         self.log_dir = log_dir
         self.num_shards = num_shards
 

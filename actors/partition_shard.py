@@ -8,7 +8,6 @@ change of that partition's log end or high watermark.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from actors.core.log_dir import LogDir
@@ -17,6 +16,7 @@ from actors.core.partition_state import PartitionState
 from actors.core.topic_config import log_config_for
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
+from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.topology import Topology
 from wire.broker_messages import (
@@ -42,10 +42,6 @@ NONE = int(ErrorCode.NONE)
 UNKNOWN_TP = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
 
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class PartitionShard(Actor):
     mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
@@ -59,9 +55,11 @@ class PartitionShard(Actor):
         log_dir: LogDir,
         topics: dict[str, list[Any]],
         broker_id: int,
+        clock: Clock,
         **kw: Any,
     ) -> None:
         super().__init__(node, name, **kw)
+        self.clock = clock  # wall time: record timestamps, retention, flush and roll
         self.topology = topology
         self.config = config
         self.log_dir = log_dir  # a snapshot of the checkpoints read at start; read-only
@@ -74,7 +72,7 @@ class PartitionShard(Actor):
         self.partitions: dict[tuple[str, int], PartitionState] = {}
         self.watchers: dict[tuple[str, int], set[Address]] = {}
         self.errors_logged: set[tuple[str, int, int]] = set()
-        now = wall_ms()
+        now = self.clock.wall_ms()
         for topic, (num_partitions, configs) in self.initial_topics.items():
             for p in range(int(num_partitions)):
                 if self.topology.shard_for(topic, p) == self.address:
@@ -100,7 +98,7 @@ class PartitionShard(Actor):
                        log.high_watermark)
 
     def teardown(self) -> None:
-        now = wall_ms()
+        now = self.clock.wall_ms()
         rows = []
         for state in self.partitions.values():
             try:
@@ -123,10 +121,10 @@ class PartitionShard(Actor):
 
     # ---------------------------------------------------------- housekeeping
     def poll_timeout_ms(self) -> int | None:
-        return max(0, self.next_housekeeping_ms - wall_ms())
+        return max(0, self.next_housekeeping_ms - self.clock.wall_ms())
 
     def on_turn(self) -> None:
-        now = wall_ms()
+        now = self.clock.wall_ms()
         if now < self.next_housekeeping_ms:
             return
         self.next_housekeeping_ms = now + 1000
@@ -150,7 +148,7 @@ class PartitionShard(Actor):
 
     @handles(Flush)
     def on_flush(self, _msg: Flush) -> int:
-        now = wall_ms()
+        now = self.clock.wall_ms()
         for state in self.partitions.values():
             state.log.flush(now)
         self._checkpoint()
@@ -159,7 +157,7 @@ class PartitionShard(Actor):
     # ------------------------------------------------------------ partitions
     @handles(OpenPartitions)
     def on_open(self, msg: OpenPartitions) -> None:
-        now = wall_ms()
+        now = self.clock.wall_ms()
         error = ""
         for topic, partition, configs in msg.rows:
             try:
@@ -189,7 +187,7 @@ class PartitionShard(Actor):
     def on_append(self, msg: Append) -> None:
         rows: list[list[Any]] = []
         waiting: list[list[Any]] = []
-        now = wall_ms()
+        now = self.clock.wall_ms()
         try:
             for topic, partition, records in msg.rows:
                 state = self.partitions.get((topic, partition))  # type: ignore[arg-type]
@@ -268,7 +266,7 @@ class PartitionShard(Actor):
                     continue
                 log = state.log
                 if msg.replica_id >= 0 and state.on_follower_fetch(
-                        msg.replica_id, offset, wall_ms()):  # type: ignore[arg-type]
+                        msg.replica_id, offset, self.clock.wall_ms()):  # type: ignore[arg-type]
                     self._notify(state)  # the high watermark moved
                 max_offset = log.high_watermark if msg.replica_id < 0 else None
                 limit = min(partition_max, budget) if budget > 0 else -1  # type: ignore[type-var]

@@ -3,25 +3,32 @@
 Its poll loop waits on its mailbox and on every socket it owns. Each turn:
 adopt new connections, queue the responses that arrived, read what sockets
 have, hand completed requests on, write, clean up closed connections (the
-order of Kafka's Processor.run). Requests of a connection are numbered; a
-response is written only after every earlier one, so a client may pipeline
-up to ``max.inflight.requests.per.connection`` requests and still sees its
-answers in request order. At that bound the connection is not read until
-answers drain.
+order of Kafka's Processor.run). The protocol of each connection (framing,
+the size check, sequence numbers, the in-flight bound, in-order release)
+is a socket-free core, actors/core/kafka_connection.py; this shell owns the
+sockets, the poller, the writing and the processor-wide request bound
+(queued.max.requests), and turns the core's events into messages.
 """
 
 from __future__ import annotations
 
 import socket
-import struct
-import time
 from collections import deque
 from itertools import islice
 from typing import Any
 
 import zmq
 
+from actors.core.kafka_connection import (
+    CLOSING,
+    OPEN,
+    ConnectionProtocolError,
+    FrameRefused,
+    KafkaConnection,
+    Request,
+)
 from actors.runtime.actor import Actor, handles
+from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.topology import Topology
 from wire.api_versions import api_name
@@ -33,8 +40,6 @@ from wire.broker_messages import (
     NewConnection,
 )
 
-_SIZE = struct.Struct(">i")
-_HEADER = struct.Struct(">hhi")
 READ_CHUNK = 256 * 1024
 WRITE_GATHER = 64  # responses handed to one sendmsg
 STAGES = ("request_queue", "local", "remote", "response_queue", "send")
@@ -57,39 +62,34 @@ def metric_keys(api_key: int) -> tuple[str, str, tuple[str, ...]]:
 
 
 class _Conn:
+    """A socket and what the shell keeps about it; the protocol state is ``core``."""
+
     __slots__ = (
-        "closing",
         "conn_id",
+        "core",
         "fd",
-        "in_flight",
         "mask",
-        "next_release",
-        "next_seq",
         "out",
         "peer_host",
         "peer_port",
-        "rbuf",
         "reading",
-        "ready",
         "sock",
         "traces",
     )
 
-    def __init__(self, conn_id: int, sock: socket.socket, peer_host: str, peer_port: int) -> None:
+    def __init__(self, conn_id: int, sock: socket.socket, peer_host: str, peer_port: int,
+                 core: KafkaConnection[tuple[KafkaResponse, int]]) -> None:
         self.conn_id = conn_id
         self.sock = sock
         self.fd = sock.fileno()
         self.peer_host = peer_host
         self.peer_port = peer_port
-        self.rbuf = bytearray()
+        # answers carry the ns they reached this Processor (the "send" stage starts there)
+        self.core = core
         # queued responses: [memoryview of what is left, response message, handed-over ns]
         self.out: deque[list[Any]] = deque()
-        self.next_seq = 0
-        self.next_release = 0
-        self.ready: dict[int, tuple[KafkaResponse, int]] = {}
-        self.in_flight = 0
+        # POLLIN wanted: False at the in-flight bound or while queued.max.requests is full
         self.reading = True
-        self.closing = False
         self.traces: dict[int, int] = {}
         self.mask = 0
 
@@ -98,10 +98,13 @@ class Processor(Actor):
     mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
     def __init__(
-        self, node: Any, name: str, *, topology: Topology, config: Config, **kw: Any
+        self, node: Any, name: str, *, topology: Topology, config: Config, clock: Clock,
+        **kw: Any,
     ) -> None:
         super().__init__(node, name, **kw)
         self.topology = topology
+        self.clock = clock
+        self._monotonic_ns = clock.monotonic_ns  # read a few times per request
         self.max_request = int(config["socket.request.max.bytes"])
         self.max_in_flight = max(1, int(config["max.inflight.requests.per.connection"]))
         # queued.max.requests bounds the request path (Kafka's request queue): this
@@ -134,7 +137,8 @@ class Processor(Actor):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.sndbuf)
         if self.rcvbuf > 0:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
-        conn = _Conn(msg.conn_id, sock, msg.peer_host, msg.peer_port)
+        conn = _Conn(msg.conn_id, sock, msg.peer_host, msg.peer_port,
+                     KafkaConnection(self.max_request, self.max_in_flight))
         if self.stopping:
             self._close(conn, "broker is shutting down")
             return
@@ -144,7 +148,7 @@ class Processor(Actor):
 
     def _update_mask(self, conn: _Conn) -> None:
         mask = 0
-        if conn.reading and not conn.closing and not self.stopping:
+        if conn.reading and conn.core.state is OPEN and not self.stopping:
             mask |= zmq.POLLIN
         if conn.out:
             mask |= zmq.POLLOUT
@@ -165,8 +169,7 @@ class Processor(Actor):
         self.conns.pop(conn.conn_id, None)
         self.by_fd.pop(conn.fd, None)
         self.paused.pop(conn.conn_id, None)
-        self.queued -= conn.in_flight  # their answers, if any, are dropped on arrival
-        conn.in_flight = 0
+        self.queued -= conn.core.close()  # their answers, if any, are dropped on arrival
         try:
             conn.sock.close()
         except OSError:
@@ -180,7 +183,8 @@ class Processor(Actor):
         if conn is None:
             self.unwatch_fd(fd)
             return
-        if mask & zmq.POLLIN:
+        # POLLIN may be from before this turn's answers made the connection CLOSING
+        if mask & zmq.POLLIN and conn.core.state is OPEN:
             self._read(conn)
         if conn.conn_id in self.conns and mask & zmq.POLLOUT:
             self._write(conn)
@@ -199,61 +203,52 @@ class Processor(Actor):
         if not data:
             self._close(conn, "closed by peer")
             return
-        conn.rbuf += data
+        conn.core.receive_data(data)
         self._take_frames(conn)
 
     def _take_frames(self, conn: _Conn) -> None:
-        """Dispatch the complete frames in the read buffer, up to the in-flight bound.
+        """Dispatch the complete frames the core has, within both bounds.
 
-        Also runs when answers drain after a pause, on bytes read earlier, so
-        the size check lives here: a bad size prefix is refused wherever it
-        is found, never sliced into a short frame.
+        Also runs when answers drain after a pause, on bytes read earlier; the
+        core refuses a bad size prefix wherever it is found.
         """
-        buf = conn.rbuf
-        pos = 0
-        end = len(buf)
-        while end - pos >= 4 and conn.in_flight < self.max_in_flight \
-                and self.queued < self.max_queued:
-            (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 8 or size > self.max_request:
-                self.node.metrics.incr("requests_oversized" if size > 0 else "requests_malformed")
+        core = conn.core
+        while self.queued < self.max_queued:
+            event = core.next_event()
+            if type(event) is Request:
+                self._dispatch(conn, event)
+            elif type(event) is FrameRefused:
+                self.node.metrics.incr("requests_oversized" if event.size > 0
+                                       else "requests_malformed")
                 self.log.warning(
                     "closing connection {} from {}: request size {} outside [8, {}] "
-                    "(socket.request.max.bytes)", conn.conn_id, conn.peer_host, size,
-                    self.max_request)
+                    "(socket.request.max.bytes)", conn.conn_id, conn.peer_host, event.size,
+                    event.max_request_bytes)
                 self._close(conn, "bad request size")
                 return
-            if end - pos - 4 < size:
+            else:  # NEED_DATA, or PAUSED at the in-flight bound
                 break
-            frame = bytes(buf[pos + 4:pos + 4 + size])
-            pos += 4 + size
-            self._dispatch(conn, frame)
-        if pos:
-            del buf[:pos]
-        if conn.in_flight >= self.max_in_flight:
+        if not core.reading:
             conn.reading = False
         elif self.queued >= self.max_queued:
             conn.reading = False
             self.paused[conn.conn_id] = None
 
-    def _dispatch(self, conn: _Conn, frame: bytes) -> None:
-        api_key, api_version, correlation_id = _HEADER.unpack_from(frame, 0)
-        seq = conn.next_seq
-        conn.next_seq += 1
-        conn.in_flight += 1
+    def _dispatch(self, conn: _Conn, request: Request) -> None:
+        seq = request.seq
         self.queued += 1
-        now = time.monotonic_ns()
+        now = self._monotonic_ns()
         tracer = self.node.tracer
         tid = tracer.sample() if tracer.enabled else 0
         if tid:
             conn.traces[seq] = tid
             tracer.event("net_in", tid, 0, 0, self.name, f"{conn.peer_host}:{conn.peer_port}",
-                         "request", conn.conn_id, correlation_id, api_key, len(frame) + 4,
-                         mono_ns=now)
+                         "request", conn.conn_id, request.correlation_id, request.api_key,
+                         len(request.frame) + 4, mono_ns=now)
         self.tell_traced(
             self.topology.handler_for_conn(conn.conn_id),
-            KafkaRequest(conn.conn_id, seq, self.name, api_key, api_version, correlation_id,
-                         frame, now),
+            KafkaRequest(conn.conn_id, seq, self.name, request.api_key, request.api_version,
+                         request.correlation_id, request.frame, now),
             tid,
         )
 
@@ -263,24 +258,26 @@ class Processor(Actor):
         conn = self.conns.get(msg.conn_id)
         if conn is None:
             return  # the client went away; nothing to write to
-        conn.ready[msg.seq] = (msg, time.monotonic_ns())
-        while conn.next_release in conn.ready:
-            response, arrived_ns = conn.ready.pop(conn.next_release)
-            conn.next_release += 1
-            conn.in_flight -= 1
-            self.queued -= 1
-            if response.respond and response.frame:
-                conn.out.append([memoryview(response.frame), response, arrived_ns])
-            else:
-                self._finished(conn, response, arrived_ns)
-            if response.close:
-                conn.closing = True
-                break
+        try:
+            ready = conn.core.receive_response(msg.seq, (msg, self._monotonic_ns()), msg.close)
+        except ConnectionProtocolError as exc:
+            self.log.error("connection {} from {}: {}; closing it", conn.conn_id,
+                           conn.peer_host, exc)
+            self._close(conn, str(exc))
+            return
+        released = ready.responses
+        if released:
+            self.queued -= len(released)
+            for response, arrived_ns in released:
+                if response.respond and response.frame:
+                    conn.out.append([memoryview(response.frame), response, arrived_ns])
+                else:
+                    self._finished(conn, response, arrived_ns)
         if conn.out:
             self._write(conn)
         if conn.conn_id not in self.conns:
             return
-        if conn.closing and not conn.out:
+        if conn.core.state is CLOSING and not conn.out:
             self._close(conn, "closed after a refused request")
             return
         self._resume(conn)
@@ -295,11 +292,10 @@ class Processor(Actor):
 
     def _resume(self, conn: _Conn) -> None:
         """Read again once the connection is under its bounds."""
-        if (not conn.reading and not conn.closing and conn.in_flight < self.max_in_flight
-                and self.queued < self.max_queued):
+        if not conn.reading and conn.core.reading and self.queued < self.max_queued:
             conn.reading = True
             self.paused.pop(conn.conn_id, None)
-            if conn.rbuf:
+            if conn.core.buffered_bytes:
                 self._take_frames(conn)  # frames read while the connection was paused
                 if conn.conn_id not in self.conns:
                     return
@@ -327,7 +323,7 @@ class Processor(Actor):
                 sent -= left
                 out.popleft()
                 self._finished(conn, item[1], item[2])
-        if conn.closing:
+        if conn.core.state is CLOSING:
             self._close(conn, "closed after a refused request")
 
     def _finished(self, conn: _Conn, response: KafkaResponse, arrived_ns: int) -> None:
@@ -338,7 +334,7 @@ class Processor(Actor):
         response_queue: handler to Processor; send: waiting behind earlier
         answers of the connection, then writing. They add up to the total.
         """
-        now = time.monotonic_ns()
+        now = self._monotonic_ns()
         q, local, remote = response.stages_ns
         total = now - response.recv_ns
         send = now - arrived_ns
@@ -366,7 +362,7 @@ class Processor(Actor):
         """Shutdown: read no new requests; answers to those in flight still go out."""
         self.stopping = True
         for conn in list(self.conns.values()):
-            if conn.in_flight == 0 and not conn.out:
+            if conn.core.in_flight == 0 and not conn.out:
                 self._close(conn, "broker is shutting down")
             else:
                 self._update_mask(conn)

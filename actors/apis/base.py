@@ -9,12 +9,12 @@ to bottom while the actor never blocks.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from actors.runtime.address import Address
+from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.topology import Topology
 
@@ -51,6 +51,8 @@ class HandlerContext:
     topics: dict[str, list[Any]] = field(default_factory=dict)  # name -> [partitions, configs]
     producer_id_counter: int = 0
     producer_id_base: int = 0
+    # the handler's clock: wall time for producer-id bases, monotonic for request timings
+    clock: Clock = field(kw_only=True)
 
     def partition_count(self, topic: str) -> int | None:
         entry = self.topics.get(topic)
@@ -64,7 +66,7 @@ class HandlerContext:
         i, i + H, i + 2H, ... so handlers never collide.
         """
         if not self.producer_id_base:
-            self.producer_id_base = (time.time_ns() // 1_000_000) << 20
+            self.producer_id_base = self.clock.wall_ms() << 20
         self.producer_id_counter += 1
         return (self.producer_id_base + self.producer_id_counter * self.topology.num_handlers
                 + self.handler_index)

@@ -25,6 +25,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 
 from actors.apis import groups
 from actors.apis.base import HandlerContext
+from actors.runtime.clock import ManualClock
 from actors.runtime.config import Config
 from actors.topology import Topology
 from wire import kafka_codec as kc
@@ -46,7 +47,7 @@ TOPOLOGY = Topology("n", 1, 1, 1, 1, 3)
 
 def context() -> HandlerContext:
     return HandlerContext(TOPOLOGY, Config(), 1, "127.0.0.1", 9092, "cluster", 0,
-                          {"t": [2, {}]})
+                          {"t": [2, {}]}, clock=ManualClock())
 
 
 def versions(api_key: int) -> list[int]:

@@ -1,0 +1,84 @@
+"""A PartitionShard on a ManualClock: its wall-clock work moves only with that clock.
+
+Retention compares record timestamps with the shard's wall reading, so a
+jump of the injected wall clock (the monotonic reading left where it is)
+is what expires a segment; the real time the test takes plays no part.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.core.log_dir import LogDir
+from actors.core.partition_log import PartitionLog
+from actors.core.record_batch import build_batch
+from actors.core.topic_config import log_config_for
+from actors.log_manager import LogManager
+from actors.partition_shard import PartitionShard
+from actors.runtime.clock import ManualClock
+from actors.runtime.config import Config
+from actors.runtime.node import Node
+from actors.topology import Topology
+from wire.broker_messages import GetStats
+
+WALL_MS = 1_700_000_000_000
+TOPIC_CONFIGS = {"retention.ms": "60000"}
+
+
+@pytest.fixture
+def node() -> Iterator[Node]:
+    n = Node("shard-clock").start()
+    yield n
+    n.shutdown(timeout=5)
+
+
+def wait_for(fn: Any, timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.01)
+    raise AssertionError("timed out")
+
+
+def a_log_of_two_records(data_dir: Path, config: Config) -> LogDir:
+    """One partition holding two records stamped WALL_MS, all committed."""
+    log_dir = LogDir.open(data_dir)
+    log = PartitionLog.open(log_dir.partition_path("t", 0), "t", 0,
+                            log_config_for(config, TOPIC_CONFIGS), WALL_MS)
+    log.append_as_leader(build_batch([b"a", b"b"], timestamps_ms=[WALL_MS, WALL_MS]), 0,
+                         WALL_MS)
+    log.close(WALL_MS)
+    log_dir.high_watermarks[("t", 0)] = 2
+    log_dir.recovery_points[("t", 0)] = 2
+    return log_dir
+
+
+def test_retention_runs_on_the_injected_wall_clock(node: Node, tmp_path: Path) -> None:
+    config = Config()
+    clock = ManualClock(start_ms=0, wall_start_ms=WALL_MS)
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    log_dir = a_log_of_two_records(tmp_path, config)
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1, clock=clock)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=config,
+                       log_dir=log_dir, topics={"t": [1, TOPIC_CONFIGS]}, broker_id=1,
+                       clock=clock)
+
+    def offsets() -> list[int]:
+        stats: dict[str, Any] = node.ask(shard, GetStats())
+        return list(stats["partitions"]["t-0"])
+
+    assert offsets() == [0, 2, 2]  # [log start, high watermark, log end]
+    clock.advance(30_000)  # half of retention.ms, and under the checkpoint interval
+    offsets()  # a turn of the shard's loop on the new time: housekeeping runs after it
+    assert offsets() == [0, 2, 2]
+    # Ten minutes later on the wall only: past retention.ms and the check interval.
+    clock.set_wall_ms(WALL_MS + 600_000)
+    assert wait_for(lambda: offsets() == [2, 2, 2])
+    assert clock.now_ms() == 30_000  # the monotonic reading never moved

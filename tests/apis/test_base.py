@@ -1,0 +1,30 @@
+"""What the API functions share: the handler context reads its injected clock."""
+
+from __future__ import annotations
+
+from actors.apis.base import HandlerContext
+from actors.runtime.clock import ManualClock
+from actors.runtime.config import Config
+from actors.topology import Topology
+
+
+def context(clock: ManualClock, handler_index: int) -> HandlerContext:
+    return HandlerContext(Topology("n", 1, 3, 1, 1, 1), Config(), 1, "127.0.0.1", 9092,
+                          "cluster", handler_index, clock=clock)
+
+
+def test_producer_ids_start_from_the_wall_clock_at_the_first_id() -> None:
+    clock = ManualClock(start_ms=0, wall_start_ms=1_000)
+    ctx = context(clock, handler_index=2)
+    clock.advance(5)  # the base is taken at the first id, not at construction
+    first = ctx.next_producer_id()
+    assert first == (1_005 << 20) + 1 * 3 + 2
+    clock.set_wall_ms(9_999)  # later readings do not move the base
+    assert ctx.next_producer_id() == (1_005 << 20) + 2 * 3 + 2
+
+
+def test_handlers_with_one_clock_never_hand_out_the_same_id() -> None:
+    clock = ManualClock(wall_start_ms=1_000)
+    contexts = [context(clock, i) for i in range(3)]
+    ids = [ctx.next_producer_id() for _ in range(50) for ctx in contexts]
+    assert len(set(ids)) == len(ids)

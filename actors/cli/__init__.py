@@ -1,34 +1,35 @@
-"""The `actorlog` command line.
+"""The `actorlog` command line: one module per command group.
 
-Subcommands that pull in heavy modules (benchmarks, Spark) are imported only
-when they are invoked, so `actorlog serve` starts fast.
+``serve`` (one broker), ``topics`` and ``groups`` (admin through the Kafka
+APIs), ``bench`` (benchmarks, optional extras) and ``trace`` (trace tools).
+Each group's module is imported only when it is invoked, so `actorlog serve`
+starts fast and `actorlog --help` works without the optional extras.
+
+A user's mistake ends in one line on stderr (``Error: ...``) and exit code 2
+for a bad argument or setting, 1 for a condition at run time; never a
+traceback.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 import click
 
 # name -> "module:attribute" of a click.Command; resolved on first use.
-BENCH_COMMANDS: dict[str, str] = {
-    "actor-hop": "bench.actor_hop:command",
-    "timer": "bench.timer_bench:command",
-    "log": "bench.log_bench:command",
-    "produce": "bench.load:produce_command",
-    "consume": "bench.load:consume_command",
-    "e2e": "bench.load:e2e_command",
-    "compare": "bench.compare:command",
-    "sweep": "bench.sweep:command",
-    "trace-cost": "bench.trace_bench:cost_command",
-    "trace-analyze": "bench.trace_bench:analyze_command",
-}
 TOP_COMMANDS: dict[str, str] = {
-    "demo": "actors.demo:command",
-    "serve": "actors.serve:command",
-    "trace": "actors.trace_cli:group",
+    "serve": "actors.cli.serve:command",
+    "bench": "actors.cli.bench:group",
+    "trace": "actors.cli.trace:group",
 }
+
+
+class UserError(click.ClickException):
+    """A mistake in the command line or the settings: one line, exit code 2."""
+
+    exit_code = 2
 
 
 class LazyGroup(click.Group):
@@ -44,16 +45,7 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self._lazy:
             module_name, attr = self._lazy[cmd_name].split(":")
-            try:
-                module = importlib.import_module(module_name)
-            except ModuleNotFoundError as exc:
-                if exc.name == module_name:
-                    return None  # not built yet in this checkout
-                raise click.ClickException(
-                    f"`{cmd_name}` needs {exc.name!r}, which is not installed; "
-                    f"install the extra that provides it (see README.md)"
-                ) from exc
-            return getattr(module, attr)  # type: ignore[no-any-return]
+            return getattr(importlib.import_module(module_name), attr)  # type: ignore[no-any-return]
         return super().get_command(ctx, cmd_name)
 
 
@@ -63,13 +55,21 @@ def cli() -> None:
     """actorlog: a Kafka-compatible log broker built as an actor system."""
 
 
-@cli.group(cls=LazyGroup, lazy=BENCH_COMMANDS)
-def bench() -> None:
-    """Benchmarks; each prints a summary and writes --json FILE."""
-
-
-def main() -> None:
-    cli()
+def main(argv: list[str] | None = None) -> None:
+    """The console script: click's usage errors shortened to one line."""
+    try:
+        code = cli.main(args=argv, prog_name="actorlog", standalone_mode=False)
+    except click.UsageError as exc:
+        where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+        click.echo(f"Error: {exc.format_message()}{where}", err=True)
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

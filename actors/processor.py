@@ -21,6 +21,7 @@ from typing import Any
 
 import zmq
 
+from actors.core.idle_expiry import IdleExpiry
 from actors.runtime.actor import Actor, handles
 from actors.runtime.config import Config
 from actors.topology import Topology
@@ -110,6 +111,7 @@ class Processor(Actor):
         self.max_queued = max(1, int(config["queued.max.requests"]) // topology.num_processors)
         self.sndbuf = int(config["socket.send.buffer.bytes"])
         self.rcvbuf = int(config["socket.receive.buffer.bytes"])
+        self.max_idle_ms = int(config["connections.max.idle.ms"])
 
     def setup(self) -> None:
         # A restart loses the connections (their sockets belong to the crashed
@@ -123,6 +125,7 @@ class Processor(Actor):
         self.responses = 0
         self.queued = 0
         self.paused: dict[int, None] = {}  # connections waiting for queued to drop
+        self.idle = IdleExpiry(self.max_idle_ms)
 
     # ------------------------------------------------------------ connections
     @handles(NewConnection)
@@ -140,6 +143,7 @@ class Processor(Actor):
             return
         self.conns[conn.conn_id] = conn
         self.by_fd[conn.fd] = conn
+        self.idle.update(conn.conn_id, time.monotonic_ns() // 1_000_000)
         self._update_mask(conn)
 
     def _update_mask(self, conn: _Conn) -> None:
@@ -165,6 +169,7 @@ class Processor(Actor):
         self.conns.pop(conn.conn_id, None)
         self.by_fd.pop(conn.fd, None)
         self.paused.pop(conn.conn_id, None)
+        self.idle.remove(conn.conn_id)
         self.queued -= conn.in_flight  # their answers, if any, are dropped on arrival
         conn.in_flight = 0
         try:
@@ -180,6 +185,7 @@ class Processor(Actor):
         if conn is None:
             self.unwatch_fd(fd)
             return
+        self.idle.update(conn.conn_id, time.monotonic_ns() // 1_000_000)
         if mask & zmq.POLLIN:
             self._read(conn)
         if conn.conn_id in self.conns and mask & zmq.POLLOUT:
@@ -264,6 +270,7 @@ class Processor(Actor):
         if conn is None:
             return  # the client went away; nothing to write to
         conn.ready[msg.seq] = (msg, time.monotonic_ns())
+        self.idle.update(conn.conn_id, conn.ready[msg.seq][1] // 1_000_000)
         while conn.next_release in conn.ready:
             response, arrived_ns = conn.ready.pop(conn.next_release)
             conn.next_release += 1
@@ -360,6 +367,20 @@ class Processor(Actor):
                                    f"{conn.peer_host}:{conn.peer_port}", "response",
                                    conn.conn_id, response.correlation_id, response.api_key,
                                    len(response.frame), mono_ns=now)
+
+    # ------------------------------------------------------- idle connections
+    def poll_timeout_ms(self) -> int | None:
+        expiry_ms = self.idle.next_expiry_ms()
+        return None if expiry_ms is None else max(0, expiry_ms - time.monotonic_ns() // 1_000_000)
+
+    def on_turn(self) -> None:
+        """Close connections quiet for connections.max.idle.ms (busy ones are not idle)."""
+        now_ms = time.monotonic_ns() // 1_000_000
+        for conn in [self.conns[c] for c in self.idle.expired(now_ms) if c in self.conns]:
+            if conn.in_flight or conn.out or not conn.reading:
+                self.idle.update(conn.conn_id, now_ms)
+            else:
+                self._close(conn, f"idle for {self.max_idle_ms} ms (connections.max.idle.ms)")
 
     # --------------------------------------------------------------- control
     def on_stopping(self) -> None:

@@ -34,7 +34,8 @@ def test_removed_connections_never_expire_and_negative_max_turns_expiry_off() ->
 
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 50)), max_size=60),
        st.integers(1, 40))
-def test_expired_matches_a_model_of_last_activity(steps: list[tuple[int, int]], max_idle: int) -> None:
+def test_expired_matches_a_model_of_last_activity(steps: list[tuple[int, int]],
+                                                  max_idle: int) -> None:
     idle = IdleExpiry(max_idle)
     last: dict[int, int] = {}
     now = 0

@@ -43,6 +43,7 @@ def test_an_ipv6_listener_serves_real_clients(tmp_path: Path) -> None:
 
 
 def test_advertised_listeners_is_what_metadata_tells_clients(tmp_path: Path) -> None:
+    """--advertised-listeners sets advertised.listeners: the address in Metadata."""
     broker = BrokerProcess(tmp_path / "data")
     broker.extra_args = ("--advertised-listeners", f"localhost:{broker.port}")
     broker.start()

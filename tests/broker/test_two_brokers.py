@@ -10,6 +10,7 @@ can it take over a broker's socket.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -111,6 +112,7 @@ def test_two_brokers_side_by_side_serve_their_own_clients_through_their_own_gate
     finally:
         if probe is not None:
             probe.shutdown(timeout=5)
+            shutil.rmtree(own_ipc, ignore_errors=True)
         codes = (a.stop(), b.stop())
     assert codes == (0, 0), a.log()[-2000:] + b.log()[-2000:]
     for name in ("a", "b"):  # a clean stop removes the gateway's socket and directory

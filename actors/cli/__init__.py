@@ -21,6 +21,7 @@ import click
 # name -> "module:attribute" of a click.Command; resolved on first use.
 TOP_COMMANDS: dict[str, str] = {
     "serve": "actors.cli.serve:command",
+    "config": "actors.cli.config:group",
     "bench": "actors.cli.bench:group",
     "trace": "actors.cli.trace:group",
 }

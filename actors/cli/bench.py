@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from typing import Any
 
 import click
 
 from actors.cli import UserError
 
-# Which extra of pyproject.toml provides a module the benchmarks import.
-EXTRA_OF: dict[str, str] = {
-    "confluent_kafka": "bench",
-    "hdrh": "bench",
-    "matplotlib": "bench",
-    "pyspark": "spark",
-    "pyarrow": "spark",
+# module the benchmarks import -> (its package, the extra of pyproject.toml that has it)
+PACKAGE_OF: dict[str, tuple[str, str]] = {
+    "confluent_kafka": ("confluent-kafka", "bench"),
+    "hdrh": ("hdrhistogram", "bench"),
+    "matplotlib": ("matplotlib", "bench"),
+    "pyspark": ("pyspark", "spark"),
+    "pyarrow": ("pyarrow", "spark"),
 }
 
 # name -> ("module:attribute" of the click.Command, modules it needs beyond the runtime).
@@ -45,8 +46,17 @@ def missing_modules(needs: tuple[str, ...]) -> list[str]:
 
 
 def install_line(modules: list[str]) -> str:
-    extras = sorted({EXTRA_OF[m] for m in modules})
-    return f"pip install -e '.[{','.join(extras)}]'"
+    """The pip command, for this interpreter, that installs the extras with ``modules``."""
+    extras = sorted({PACKAGE_OF[m][1] for m in modules})
+    return f"{sys.executable} -m pip install -e '.[{','.join(extras)}]'"
+
+
+def extras_of(modules: list[str]) -> str:
+    return "+".join(sorted({PACKAGE_OF[m][1] for m in modules}))
+
+
+def packages(modules: list[str]) -> str:
+    return ", ".join(PACKAGE_OF[m][0] for m in modules)
 
 
 class _Unavailable(click.Command):
@@ -57,14 +67,14 @@ class _Unavailable(click.Command):
         super().__init__(
             name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
             add_help_option=False,
-            short_help=f"(needs {', '.join(missing)}: {install_line(missing)})",
+            short_help=f"(needs the {extras_of(missing)} extra: {packages(missing)})",
         )
 
     def invoke(self, ctx: click.Context) -> Any:
+        one = len(self.missing) == 1
         raise UserError(
-            f"`actorlog bench {self.name}` needs {', '.join(self.missing)}, which "
-            f"{'is' if len(self.missing) == 1 else 'are'} not installed; add "
-            f"{'it' if len(self.missing) == 1 else 'them'} in the actorlog checkout with: "
+            f"`actorlog bench {self.name}` needs {packages(self.missing)}, which "
+            f"{'is' if one else 'are'} not installed; in the actorlog checkout run: "
             f"{install_line(self.missing)}")
 
 
@@ -88,6 +98,7 @@ class BenchGroup(click.Group):
 def group() -> None:
     """Benchmarks; each prints a summary and writes --json FILE.
 
-    produce, consume, e2e, compare, sweep and trace-cost need the bench extra
-    (pip install -e '.[bench]'); trace-analyze the spark extra too.
+    actor-hop, timer and log run on the plain install; produce, consume, e2e,
+    compare, sweep and trace-cost need the bench extra (pip install -e '.[bench]'
+    in the actorlog checkout), trace-analyze the spark extra too.
     """

@@ -11,18 +11,23 @@ upcoming issue will use are listed in ``RESERVED``.
 from __future__ import annotations
 
 import difflib
+import json
+import textwrap
 import tomllib
 from pathlib import Path
 from typing import Any
 
-# key -> (default, type, help). Types: int, float, bool, str, dict.
+# key -> (default, type, help). Types: int, float, bool, str. The example config
+# (deploy/actorlog.example.toml, `actorlog config example`) is generated from it.
 SPEC: dict[str, tuple[Any, type, str]] = {
     # --- node and actor runtime (actorlog's own keys) ---
     "node.name": ("node-1", str, "this node's name in actor addresses"),
     "node.id": (1, int, "the Kafka broker id this node advertises"),
     "actor.gateway.host": ("127.0.0.1", str, "address of this node's gateway socket"),
     "actor.gateway.port": (0, int, "tcp port of the gateway (0: ipc only)"),
-    "actor.ipc.dir": ("", str, "directory for ipc:// sockets (empty: /tmp/actorlog-ipc-UID)"),
+    "actor.ipc.dir": ("", str, "base directory of the gateway's ipc:// socket, which is "
+                               "<dir>/<hash of the data dir>/<node.name>.gw (empty: "
+                               "$ACTORLOG_IPC_DIR or /tmp/actorlog-ipc-UID)"),
     "actor.max.frame.bytes": (16 * 1024 * 1024, int, "larger frames go to dead letters"),
     "actor.batch.max.messages": (256, int, "messages an actor batches into one frame"),
     "actor.threads": ("shared", str, "'shared': worker threads run several actors; "
@@ -35,7 +40,8 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     # --- Kafka broker keys ---
     "listeners": ("127.0.0.1:9092", str, "HOST:PORT the Kafka listener binds"),
     "advertised.listeners": ("", str, "HOST:PORT told to clients (default: listeners)"),
-    "log.dirs": ("./actorlog-data", str, "data directory"),
+    "log.dirs": ("./actorlog-data", str, "data directories, comma separated, each locked "
+                                         "(.lock) while a broker runs; the first holds the logs"),
     "num.network.threads": (2, int, "Processor actors"),
     "num.io.threads": (2, int, "RequestHandler actors"),
     "num.partition.shards": (2, int, "PartitionShard actors"),
@@ -65,18 +71,22 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "log.flush.interval.messages": (2**63 - 1, int, "fsync after this many messages"),
     "log.flush.interval.ms": (2**63 - 1, int, "fsync after this long"),
     "log.message.timestamp.type": ("CreateTime", str, "CreateTime or LogAppendTime"),
-    "log.retention.check.interval.ms": (300000, int, "how often retention runs"),
-    "log.flush.offset.checkpoint.interval.ms": (60000, int, "how often checkpoints are written"),
+    "log.retention.check.interval.ms": (300000, int, "how often old segments are checked "
+                                                    "against retention"),
+    "log.flush.offset.checkpoint.interval.ms": (60000, int, "how often the offset checkpoint "
+                                                            "files are written"),
     "replica.lag.time.max.ms": (30000, int, "ISR shrink threshold (reserved: replication, "
                                             "issue 15)"),
     "replica.fetch.backoff.ms": (1000, int, "back-off of a partition in error (reserved: "
                                           "replication, issue 15)"),
-    "request.timeout.ms": (30000, int, "internal ask timeout"),
+    "request.timeout.ms": (30000, int, "how long shutdown waits for each actor; a request "
+                                      "waiting on another actor twice this long is abandoned"),
     "group.initial.rebalance.delay.ms": (3000, int, "wait for more members of a new group"),
     "group.min.session.timeout.ms": (6000, int, "smallest session timeout allowed"),
     "group.max.session.timeout.ms": (1800000, int, "largest session timeout allowed"),
     "offsets.topic.num.partitions": (50, int, "partitions of __consumer_offsets"),
-    "purge.interval.requests": (1000, int, "purgatory purge trigger"),
+    "purge.interval.requests": (1000, int, "the purgatory purges completed operations from "
+                                         "its watch lists once about this many are there"),
 }
 
 
@@ -262,3 +272,44 @@ class Config:
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string
+    return repr(value)
+
+
+def _allowed(key: str) -> str:
+    if key in CHOICES:
+        return "one of " + ", ".join(CHOICES[key])
+    if key in RANGES:
+        low, high = RANGES[key]
+        return f"at least {low}" if high >= _MAX_INT else f"{low} to {high}"
+    return ""
+
+
+def example_toml() -> str:
+    """deploy/actorlog.example.toml: every key with its default and meaning."""
+    lines = [
+        "# actorlog configuration: every key, set to its default, with its meaning.",
+        "# Generated from actors/runtime/config.py (SPEC) by `actorlog config example`;",
+        "# a test checks that this file matches. Use it with `actorlog serve --config FILE`;",
+        "# --listen, --data-dir and the other flags of `serve` override the file.",
+    ]
+    section = ""
+    for key, (default, _kind, meaning) in SPEC.items():
+        own = key.split(".")[0] in ("node", "actor", "trace", "metrics")
+        title = ("actorlog's own keys: the node, its actors, traces and metrics" if own
+                 else "Kafka's broker keys (Kafka's names and defaults)")
+        if title != section:
+            section = title
+            lines += ["", f"# ---- {title} ----"]
+        allowed = _allowed(key)
+        text = meaning + (f" [{allowed}]" if allowed else "")
+        lines.append("")
+        lines += textwrap.wrap(text, 88, initial_indent="# ", subsequent_indent="# ")
+        lines.append(f"{json.dumps(key)} = {_toml_value(default)}")
+    return "\n".join(lines) + "\n"

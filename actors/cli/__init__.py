@@ -22,6 +22,8 @@ import click
 TOP_COMMANDS: dict[str, str] = {
     "serve": "actors.cli.serve:command",
     "config": "actors.cli.config:group",
+    "topics": "actors.cli.topics:group",
+    "groups": "actors.cli.groups:group",
     "bench": "actors.cli.bench:group",
     "trace": "actors.cli.trace:group",
 }

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import base64
 import copy
+import errno
+import hashlib
 import os
+import shutil
 import socket
 import uuid
 from pathlib import Path
@@ -29,6 +32,7 @@ from loguru import logger
 from actors.acceptor import Acceptor
 from actors.apis.base import HandlerContext
 from actors.controller import Controller
+from actors.core.dir_lock import DirLock, DirLockedError
 from actors.core.log_dir import LogDir
 from actors.core.topic_store import TopicStore
 from actors.group_coordinator import spawn_coordinators
@@ -39,24 +43,120 @@ from actors.purgatory import PurgatoryShard
 from actors.request_handler import RequestHandler
 from actors.runtime.clock import SystemClock
 from actors.runtime.config import Config
-from actors.runtime.node import Directory, Node, NodeEndpoint, default_ipc_dir
+from actors.runtime.node import Directory, Node, NodeEndpoint, NodeError, default_ipc_dir
 from actors.timer import Timer
 from actors.topology import Topology
 from wire import kafka_codec
 
 
 class BrokerError(RuntimeError):
-    pass
+    """The broker cannot start for a reason found at run time (a port in use, a locked dir)."""
 
 
-def parse_host_port(text: str, what: str = "listener") -> tuple[str, int]:
+class BrokerConfigError(BrokerError):
+    """The settings themselves are wrong; the message names the key and the fix."""
+
+
+NON_ROUTABLE_HOSTS = ("0.0.0.0", "::", "")
+UNIX_SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
+
+
+def parse_host_port(text: str, what: str = "listeners") -> tuple[str, int]:
+    """``HOST:PORT``, ``[IPV6]:PORT`` or ``PLAINTEXT://HOST:PORT`` into (host, port)."""
     text = text.strip()
     if "://" in text:
         text = text.split("://", 1)[1]
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
-        raise BrokerError(f"{what} must be HOST:PORT, got {text!r}")
-    return host or "0.0.0.0", int(port)
+        raise BrokerConfigError(
+            f"{what} must be HOST:PORT (IPv6: [::1]:9092), got {text!r}; "
+            f"for example 127.0.0.1:9092")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise BrokerConfigError(
+            f"{what}: put an IPv6 address in brackets, as [{host}]:{port}, got {text!r}")
+    number = int(port)
+    if number > 65535:
+        raise BrokerConfigError(
+            f"{what}: port {number} in {text!r} is out of range; use a port from 0 to 65535, "
+            f"for example {host or '127.0.0.1'}:9092")
+    return host, number
+
+
+def format_host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def log_dirs_of(cfg: Config) -> list[Path]:
+    """The log dirs of ``log.dirs`` (comma separated), resolved; each must not be a file."""
+    dirs = [Path(d.strip()).resolve() for d in str(cfg["log.dirs"]).split(",") if d.strip()]
+    if not dirs:
+        raise BrokerConfigError("log.dirs is empty; give a data directory with --data-dir DIR")
+    for d in dirs:
+        if d.exists() and not d.is_dir():
+            raise BrokerConfigError(
+                f"data dir {d} is a file, not a directory; point --data-dir (log.dirs) at a "
+                f"directory (it is created if missing)")
+    return dirs
+
+
+def gateway_ipc_dir(base: str, data_dir: Path, node_name: str) -> str:
+    """The ipc directory of this broker's gateway: unique per data dir.
+
+    Every broker on a host used to bind ``<actor.ipc.dir>/<node.name>.gw``, and
+    ``node.name`` defaults to node-1 for all of them, so a second broker (or a
+    test's node) took over the first one's gateway. The data dir is locked by
+    one broker at a time, so a directory named after it is this broker's alone.
+    """
+    digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:16]
+    ipc_dir = f"{base.rstrip('/')}/{digest}"
+    path = f"{ipc_dir}/{node_name}.gw"
+    if len(path.encode()) > UNIX_SOCKET_PATH_MAX:
+        raise BrokerConfigError(
+            f"the gateway socket path {path} is {len(path.encode())} bytes, over the "
+            f"{UNIX_SOCKET_PATH_MAX}-byte limit of Unix sockets; set actor.ipc.dir (or "
+            f"ACTORLOG_IPC_DIR) to a shorter directory")
+    return ipc_dir
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    """The Kafka listener's socket, bound and listening (IPv4 or IPv6 by the host)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    where = format_host_port(host or "0.0.0.0", port)
+    try:
+        listener.bind((host, port))
+        listener.listen(1024)
+    except socket.gaierror as exc:
+        listener.close()
+        raise BrokerConfigError(f"cannot listen on {where}: {exc.strerror}; give an IP address "
+                                f"or a name this host resolves") from None
+    except OSError as exc:
+        listener.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise BrokerError(f"cannot listen on {where}: the port is in use by another "
+                              f"process; stop it or choose another port (--listen)") from None
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise BrokerConfigError(f"cannot listen on {where}: no interface of this host "
+                                    f"has that address; use one it has, e.g. 127.0.0.1:{port}"
+                                    ) from None
+        if exc.errno == errno.EACCES:
+            raise BrokerError(f"cannot listen on {where}: permission denied (ports below 1024 "
+                              f"need privileges); choose a port from 1024 up") from None
+        raise BrokerError(f"cannot listen on {where}: {exc.strerror}") from None
+    return listener
+
+
+def lock_log_dir(path: Path) -> DirLock:
+    try:
+        return DirLock.acquire(path)
+    except DirLockedError as exc:
+        raise BrokerError(exc.strerror) from None
+    except OSError as exc:
+        raise BrokerError(f"cannot use data dir {path}: {exc.strerror}; give a directory this "
+                          f"user may write (--data-dir / log.dirs)") from None
 
 
 def read_or_create_meta(data_dir: Path, broker_id: int) -> str:
@@ -85,11 +185,60 @@ class Broker:
         self.port = 0
         self.host = ""
         self.topology: Topology | None = None
+        self.locks: list[DirLock] = []
 
     def start(self) -> Broker:
+        """Check the settings, bind the listener, lock the log dirs, then spawn the actors.
+
+        Nothing is created on disk before the listener is bound; a start that
+        fails removes the log dirs it created itself, so a mistake leaves no
+        empty data dir behind.
+        """
         cfg = self.config
-        data_dir = Path(str(cfg["log.dirs"]).split(",")[0]).resolve()
-        data_dir.mkdir(parents=True, exist_ok=True)
+        dirs = log_dirs_of(cfg)
+        data_dir = dirs[0]
+        host, port = parse_host_port(str(cfg["listeners"]))
+        adv_host, adv_port = self._advertised(host, port)
+        ipc_dir = gateway_ipc_dir(str(cfg["actor.ipc.dir"]) or default_ipc_dir(), data_dir,
+                                  str(cfg["node.name"]))
+        listener = bind_listener(host, port)
+        self.host, self.port = listener.getsockname()[:2]
+        if adv_port == 0:
+            adv_port = self.port
+        created = [d for d in dirs if not d.exists()]
+        try:
+            for d in dirs:
+                self.locks.append(lock_log_dir(d))
+            self._start_locked(cfg, data_dir, listener, adv_host, adv_port, ipc_dir)
+        except BaseException:
+            listener.close()
+            for d in created:
+                if any(lock.path == d for lock in self.locks):  # never another broker's dir
+                    shutil.rmtree(d, ignore_errors=True)
+            self._release_locks()
+            raise
+        return self
+
+    def _advertised(self, host: str, port: int) -> tuple[str, int]:
+        """The address told to clients; never a wildcard address, as in Kafka."""
+        text = str(self.config["advertised.listeners"])
+        if not text:
+            if host in NON_ROUTABLE_HOSTS:
+                raise BrokerConfigError(
+                    f"listeners {format_host_port(host or '0.0.0.0', port)} binds every "
+                    f"address, which clients cannot connect to; also set advertised.listeners "
+                    f"to the address clients should use (--advertised-listeners HOST:{port})")
+            return host, port
+        adv_host, adv_port = parse_host_port(text, "advertised.listeners")
+        if adv_host in NON_ROUTABLE_HOSTS:
+            raise BrokerConfigError(
+                f"advertised.listeners {text} is not an address clients can connect to; "
+                f"give this host's name or IP address, e.g. --advertised-listeners "
+                f"myhost.example.com:{adv_port or port}")
+        return adv_host, adv_port
+
+    def _start_locked(self, cfg: Config, data_dir: Path, listener: socket.socket,
+                      adv_host: str, adv_port: int, ipc_dir: str) -> None:
         broker_id = int(cfg["node.id"])
         node_name = str(cfg["node.name"])
         cluster_id = read_or_create_meta(data_dir, broker_id)
@@ -99,24 +248,6 @@ class Broker:
                            "will be scanned", data_dir)
         store = TopicStore.load(data_dir)
 
-        host, port = parse_host_port(str(cfg["listeners"]))
-        listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            listener.bind((host, port))
-        except OSError as exc:
-            listener.close()
-            raise BrokerError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-        listener.listen(1024)
-        self.host, self.port = listener.getsockname()[:2]
-        adv = str(cfg["advertised.listeners"]) or f"{host}:{self.port}"
-        adv_host, adv_port = parse_host_port(adv, "advertised.listeners")
-        if adv_host in ("0.0.0.0", "::"):
-            adv_host = "127.0.0.1"
-        if adv_port == 0:
-            adv_port = self.port
-
-        ipc_dir = str(cfg["actor.ipc.dir"]) or default_ipc_dir()
         endpoint = NodeEndpoint(str(cfg["actor.gateway.host"]), int(cfg["actor.gateway.port"]),
                                 ipc_dir)
         node = Node(
@@ -129,6 +260,8 @@ class Broker:
                                 int(cfg["socket.request.max.bytes"]) + 1024 * 1024),
             batch_max_messages=int(cfg["actor.batch.max.messages"]),
         )
+        node.tracer.file_max_bytes = int(cfg["trace.file.max.bytes"])
+        node.tracer.files_max = int(cfg["trace.files.max"])
         self.node = node
         topo = Topology.from_config(node_name, cfg)
         self.topology = topo
@@ -136,13 +269,13 @@ class Broker:
         clock = SystemClock()
         topics = store.table()
         try:
-            node.start()
+            try:
+                node.start()
+            except NodeError as exc:
+                raise BrokerError(str(exc)) from None
             node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir,
                        num_shards=topo.num_shards, clock=clock)
             node.spawn(Timer, topo.timer.name, clock=clock)
-            if cfg["actor.threads"] not in ("shared", "dedicated"):
-                raise BrokerError(f"actor.threads must be 'shared' or 'dedicated', "
-                                  f"got {cfg['actor.threads']!r}")
             shared = cfg["actor.threads"] == "shared"
 
             def place(i: int) -> dict[str, Any]:
@@ -175,16 +308,18 @@ class Broker:
                            clock=clock, **place(i))
             node.spawn(Acceptor, topo.acceptor.name, topology=topo, config=cfg,
                        listen_socket=listener, clock=clock, **place(0))
-        except Exception:
-            listener.close()
+        except BaseException:
             node.shutdown(timeout=5)
+            if "_gateway" in node.actors:  # ours; never a socket another process serves
+                self._remove_gateway_socket(node)
+            self.node = None
             raise
         logger.bind(node=node_name).info(
-            "actorlog broker {} listening on {}:{} (advertised {}:{}), data in {}, "
+            "actorlog broker {} listening on {} (advertised {}), data in {}, "
             "{} processors, {} handlers, {} shards, actor threads {}",
-            broker_id, self.host, self.port, adv_host, adv_port, data_dir,
+            broker_id, format_host_port(self.host, self.port),
+            format_host_port(adv_host, adv_port), data_dir,
             topo.num_processors, topo.num_handlers, topo.num_shards, cfg["actor.threads"])
-        return self
 
     def _spawn_extra(self, node: Node, topo: Topology, cfg: Config, clock: Any) -> None:
         """The consumer-group coordinators."""
@@ -192,5 +327,24 @@ class Broker:
 
     def stop(self) -> None:
         if self.node is not None:
-            self.node.shutdown(timeout=float(self.config["request.timeout.ms"]) / 1000)
-            self.node = None
+            node, self.node = self.node, None
+            node.shutdown(timeout=float(self.config["request.timeout.ms"]) / 1000)
+            self._remove_gateway_socket(node)
+        self._release_locks()
+
+    @staticmethod
+    def _remove_gateway_socket(node: Node) -> None:
+        """The gateway's socket file and its directory (this data dir's alone)."""
+        if node.endpoint is None or not node.endpoint.ipc_dir:
+            return
+        ipc_dir = Path(node.endpoint.ipc_dir)
+        try:
+            (ipc_dir / f"{node.name}.gw").unlink(missing_ok=True)
+            ipc_dir.rmdir()
+        except OSError:
+            pass
+
+    def _release_locks(self) -> None:
+        for lock in self.locks:
+            lock.release()
+        self.locks = []

@@ -19,6 +19,7 @@ from typing import Any
 
 import zmq
 
+from actors.core.idle_expiry import IdleExpiry
 from actors.core.kafka_connection import (
     CLOSING,
     OPEN,
@@ -113,6 +114,7 @@ class Processor(Actor):
         self.max_queued = max(1, int(config["queued.max.requests"]) // topology.num_processors)
         self.sndbuf = int(config["socket.send.buffer.bytes"])
         self.rcvbuf = int(config["socket.receive.buffer.bytes"])
+        self.max_idle_ms = int(config["connections.max.idle.ms"])
 
     def setup(self) -> None:
         # A restart loses the connections (their sockets belong to the crashed
@@ -126,6 +128,7 @@ class Processor(Actor):
         self.responses = 0
         self.queued = 0
         self.paused: dict[int, None] = {}  # connections waiting for queued to drop
+        self.idle = IdleExpiry(self.max_idle_ms)
 
     # ------------------------------------------------------------ connections
     @handles(NewConnection)
@@ -144,6 +147,7 @@ class Processor(Actor):
             return
         self.conns[conn.conn_id] = conn
         self.by_fd[conn.fd] = conn
+        self.idle.update(conn.conn_id, self._monotonic_ns() // 1_000_000)
         self._update_mask(conn)
 
     def _update_mask(self, conn: _Conn) -> None:
@@ -169,6 +173,7 @@ class Processor(Actor):
         self.conns.pop(conn.conn_id, None)
         self.by_fd.pop(conn.fd, None)
         self.paused.pop(conn.conn_id, None)
+        self.idle.remove(conn.conn_id)
         self.queued -= conn.core.close()  # their answers, if any, are dropped on arrival
         try:
             conn.sock.close()
@@ -183,6 +188,7 @@ class Processor(Actor):
         if conn is None:
             self.unwatch_fd(fd)
             return
+        self.idle.update(conn.conn_id, self._monotonic_ns() // 1_000_000)
         # POLLIN may be from before this turn's answers made the connection CLOSING
         if mask & zmq.POLLIN and conn.core.state is OPEN:
             self._read(conn)
@@ -258,8 +264,10 @@ class Processor(Actor):
         conn = self.conns.get(msg.conn_id)
         if conn is None:
             return  # the client went away; nothing to write to
+        now = self._monotonic_ns()
+        self.idle.update(conn.conn_id, now // 1_000_000)
         try:
-            ready = conn.core.receive_response(msg.seq, (msg, self._monotonic_ns()), msg.close)
+            ready = conn.core.receive_response(msg.seq, (msg, now), msg.close)
         except ConnectionProtocolError as exc:
             self.log.error("connection {} from {}: {}; closing it", conn.conn_id,
                            conn.peer_host, exc)
@@ -356,6 +364,20 @@ class Processor(Actor):
                                    f"{conn.peer_host}:{conn.peer_port}", "response",
                                    conn.conn_id, response.correlation_id, response.api_key,
                                    len(response.frame), mono_ns=now)
+
+    # ------------------------------------------------------- idle connections
+    def poll_timeout_ms(self) -> int | None:
+        expiry_ms = self.idle.next_expiry_ms()
+        return None if expiry_ms is None else max(0, expiry_ms - self._monotonic_ns() // 1_000_000)
+
+    def on_turn(self) -> None:
+        """Close connections quiet for connections.max.idle.ms (busy ones are not idle)."""
+        now_ms = self._monotonic_ns() // 1_000_000
+        for conn in [self.conns[c] for c in self.idle.expired(now_ms) if c in self.conns]:
+            if conn.core.in_flight or conn.out or not conn.reading:
+                self.idle.update(conn.conn_id, now_ms)
+            else:
+                self._close(conn, f"idle for {self.max_idle_ms} ms (connections.max.idle.ms)")
 
     # --------------------------------------------------------------- control
     def on_stopping(self) -> None:

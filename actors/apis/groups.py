@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond
+from actors.apis.transactions import find_transaction_coordinator
 from wire.errors import ErrorCode
 from wire.group_messages import (
     DescribeGroups,
@@ -40,13 +41,13 @@ def _coordinator(ctx: HandlerContext, group_id: str) -> Any:
 
 
 def handle_find_coordinator(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
-    """This single node coordinates every group; transactions are not served."""
+    """This single node coordinates every group; transactions: actors/apis/transactions.py."""
     version = header.api_version
     key_type = req.key_type if version >= 1 else GROUP_KEY
 
     def one(key: str) -> tuple[int, str | None]:
         if key_type == TRANSACTION_KEY:
-            return int(ErrorCode.COORDINATOR_NOT_AVAILABLE), "transactions are not supported"
+            return find_transaction_coordinator(key)
         if key_type != GROUP_KEY:
             return int(ErrorCode.INVALID_REQUEST), f"unknown coordinator key type {key_type}"
         return NONE, None

@@ -2,44 +2,53 @@
 
 Keys may be written flat and quoted (``"num.io.threads" = 4``) or as nested
 tables (``[num.io] threads = 4``); both flatten to the dotted name. Unknown
-keys are refused with the file and key named, so a typo never silently
-leaves a default in place.
+keys are refused with the file and key named (and the nearest known key
+suggested), so a typo never silently leaves a default in place; values out
+of their range are refused the same way. Every key does something; those an
+upcoming issue will use are listed in ``RESERVED``.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
+import textwrap
 import tomllib
 from pathlib import Path
 from typing import Any
 
-# key -> (default, type, help). Types: int, float, bool, str, dict.
+# key -> (default, type, help). Types: int, float, bool, str. The example config
+# (deploy/actorlog.example.toml, `actorlog config example`) is generated from it.
 SPEC: dict[str, tuple[Any, type, str]] = {
     # --- node and actor runtime (actorlog's own keys) ---
     "node.name": ("node-1", str, "this node's name in actor addresses"),
     "node.id": (1, int, "the Kafka broker id this node advertises"),
     "actor.gateway.host": ("127.0.0.1", str, "address of this node's gateway socket"),
     "actor.gateway.port": (0, int, "tcp port of the gateway (0: ipc only)"),
-    "actor.ipc.dir": ("", str, "directory for ipc:// sockets (empty: /tmp/actorlog-ipc-UID)"),
-    "actor.mailbox.size": (1000, int, "frames a mailbox holds before senders wait"),
+    "actor.ipc.dir": ("", str, "base directory of the gateway's ipc:// socket, which is "
+                               "<dir>/<hash of the data dir>/<node.name>.gw (empty: "
+                               "$ACTORLOG_IPC_DIR or /tmp/actorlog-ipc-UID)"),
     "actor.max.frame.bytes": (16 * 1024 * 1024, int, "larger frames go to dead letters"),
     "actor.batch.max.messages": (256, int, "messages an actor batches into one frame"),
     "actor.threads": ("shared", str, "'shared': worker threads run several actors; "
                                      "'dedicated': one thread per actor"),
-    "cluster.nodes": ({}, dict, "name -> 'host:port' of every node's gateway"),
     "trace.sample.ratio": (0.01, float, "share of request chains traced"),
-    "trace.file.max.bytes": (64 * 1024 * 1024, int, "rotate a trace file past this size"),
-    "trace.files.max": (16, int, "trace files kept per node"),
+    "trace.file.max.bytes": (64 * 1024 * 1024, int, "a trace file is closed and a new one "
+                                                  "started before it grows past this size"),
+    "trace.files.max": (16, int, "trace files kept per node; the oldest are deleted"),
     "metrics.port": (0, int, "Prometheus metrics port (0: off)"),
     # --- Kafka broker keys ---
     "listeners": ("127.0.0.1:9092", str, "HOST:PORT the Kafka listener binds"),
     "advertised.listeners": ("", str, "HOST:PORT told to clients (default: listeners)"),
-    "log.dirs": ("./actorlog-data", str, "data directory"),
+    "log.dirs": ("./actorlog-data", str, "data directories, comma separated, each locked "
+                                         "(.lock) while a broker runs; the first holds the logs"),
     "num.network.threads": (2, int, "Processor actors"),
     "num.io.threads": (2, int, "RequestHandler actors"),
     "num.partition.shards": (2, int, "PartitionShard actors"),
     "num.purgatory.shards": (1, int, "PurgatoryShard actors"),
     "num.group.coordinators": (1, int, "GroupCoordinator actors"),
-    "num.replica.fetchers": (1, int, "ReplicaFetcher actors per source node"),
+    "num.replica.fetchers": (1, int, "ReplicaFetcher actors per source node (reserved: "
+                                     "replication, issue 15)"),
     "queued.max.requests": (500, int, "requests queued towards the handlers before reads pause"),
     "max.inflight.requests.per.connection": (64, int, "pipelined requests per connection"),
     "socket.request.max.bytes": (104857600, int, "largest request frame accepted"),
@@ -47,7 +56,8 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "socket.receive.buffer.bytes": (102400, int, "SO_RCVBUF of client sockets (-1: OS default)"),
     "max.connections": (2147483647, int, "connections accepted in all"),
     "max.connections.per.ip": (2147483647, int, "connections accepted per client address"),
-    "connections.max.idle.ms": (600000, int, "idle connections are closed after this"),
+    "connections.max.idle.ms": (600000, int, "a connection with nothing in flight and no "
+                                           "bytes in or out for this long is closed (-1: never)"),
     "auto.create.topics.enable": (True, bool, "create unknown topics on Metadata/Produce"),
     "num.partitions": (1, int, "partitions of auto-created topics"),
     "default.replication.factor": (1, int, "replicas of auto-created topics"),
@@ -61,17 +71,89 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "log.flush.interval.messages": (2**63 - 1, int, "fsync after this many messages"),
     "log.flush.interval.ms": (2**63 - 1, int, "fsync after this long"),
     "log.message.timestamp.type": ("CreateTime", str, "CreateTime or LogAppendTime"),
-    "log.retention.check.interval.ms": (300000, int, "how often retention runs"),
-    "log.flush.offset.checkpoint.interval.ms": (60000, int, "how often checkpoints are written"),
-    "replica.lag.time.max.ms": (30000, int, "ISR shrink threshold"),
-    "replica.fetch.backoff.ms": (1000, int, "back-off of a partition in error"),
-    "request.timeout.ms": (30000, int, "internal ask timeout"),
+    "log.retention.check.interval.ms": (300000, int, "how often old segments are checked "
+                                                    "against retention"),
+    "log.flush.offset.checkpoint.interval.ms": (60000, int, "how often the offset checkpoint "
+                                                            "files are written"),
+    "replica.lag.time.max.ms": (30000, int, "ISR shrink threshold (reserved: replication, "
+                                            "issue 15)"),
+    "replica.fetch.backoff.ms": (1000, int, "back-off of a partition in error (reserved: "
+                                          "replication, issue 15)"),
+    "request.timeout.ms": (30000, int, "how long shutdown waits for each actor; a request "
+                                      "waiting on another actor twice this long is abandoned"),
     "group.initial.rebalance.delay.ms": (3000, int, "wait for more members of a new group"),
     "group.min.session.timeout.ms": (6000, int, "smallest session timeout allowed"),
     "group.max.session.timeout.ms": (1800000, int, "largest session timeout allowed"),
     "offsets.topic.num.partitions": (50, int, "partitions of __consumer_offsets"),
-    "purge.interval.requests": (1000, int, "purgatory purge trigger"),
+    "purge.interval.requests": (1000, int, "the purgatory purges completed operations from "
+                                         "its watch lists once about this many are there"),
 }
+
+
+# Keys read by nothing yet: the issue that will use each. They are accepted
+# (a config file written for that issue's release keeps working).
+RESERVED: dict[str, str] = {
+    "num.replica.fetchers": "issue 15 (replication)",
+    "replica.lag.time.max.ms": "issue 15 (replication)",
+    "replica.fetch.backoff.ms": "issue 15 (replication)",
+}
+
+_MAX_INT = 2**63 - 1
+_COUNT = (1, 1_000_000)
+_BYTES = (1, 2**31 - 1)
+_MS = (1, _MAX_INT)
+# Allowed ranges (inclusive) of numeric keys; keys not listed take any value of their type.
+RANGES: dict[str, tuple[float, float]] = {
+    "node.id": (0, 2**31 - 1),
+    "actor.gateway.port": (0, 65535),
+    "metrics.port": (0, 65535),
+    "actor.max.frame.bytes": (1024, _MAX_INT),
+    "actor.batch.max.messages": _COUNT,
+    "trace.sample.ratio": (0.0, 1.0),
+    "trace.file.max.bytes": (1024, _MAX_INT),
+    "trace.files.max": _COUNT,
+    "num.network.threads": _COUNT,
+    "num.io.threads": _COUNT,
+    "num.partition.shards": _COUNT,
+    "num.purgatory.shards": _COUNT,
+    "num.group.coordinators": _COUNT,
+    "num.replica.fetchers": _COUNT,
+    "queued.max.requests": _COUNT,
+    "max.inflight.requests.per.connection": _COUNT,
+    "socket.request.max.bytes": _BYTES,
+    "socket.send.buffer.bytes": (-1, 2**31 - 1),
+    "socket.receive.buffer.bytes": (-1, 2**31 - 1),
+    "max.connections": (0, 2**31 - 1),
+    "max.connections.per.ip": (0, 2**31 - 1),
+    "connections.max.idle.ms": (-1, _MAX_INT),
+    "num.partitions": _COUNT,
+    "default.replication.factor": (1, 32767),
+    "min.insync.replicas": (1, 32767),
+    "message.max.bytes": (0, 2**31 - 1),
+    "log.segment.bytes": (14, 2**31 - 1),
+    "log.roll.ms": _MS,
+    "log.retention.bytes": (-1, _MAX_INT),
+    "log.retention.ms": (-1, _MAX_INT),
+    "log.index.interval.bytes": (0, 2**31 - 1),
+    "log.flush.interval.messages": (1, _MAX_INT),
+    "log.flush.interval.ms": (0, _MAX_INT),
+    "log.retention.check.interval.ms": _MS,
+    "log.flush.offset.checkpoint.interval.ms": (0, 2**31 - 1),
+    "replica.lag.time.max.ms": _MS,
+    "replica.fetch.backoff.ms": (0, 2**31 - 1),
+    "request.timeout.ms": _MS,
+    "group.initial.rebalance.delay.ms": (0, 2**31 - 1),
+    "group.min.session.timeout.ms": (0, 2**31 - 1),
+    "group.max.session.timeout.ms": (0, 2**31 - 1),
+    "offsets.topic.num.partitions": _COUNT,
+    "purge.interval.requests": _COUNT,
+}
+# The values a string key may take.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "actor.threads": ("shared", "dedicated"),
+    "log.message.timestamp.type": ("CreateTime", "LogAppendTime"),
+}
+_TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
 
 class ConfigError(ValueError):
@@ -89,6 +171,30 @@ def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _unknown(key: str, source: str) -> ConfigError:
+    near = difflib.get_close_matches(key, SPEC, n=1, cutoff=0.6)
+    hint = (f"did you mean {near[0]!r}?" if near
+            else "the known keys are listed in deploy/actorlog.example.toml")
+    return ConfigError(f"{source}: unknown config key {key!r}; {hint}")
+
+
+def _check(key: str, value: Any, source: str) -> Any:
+    bounds = RANGES.get(key)
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        low, high = bounds
+        allowed = (f"at least {low}" if high >= _MAX_INT else f"from {low} to {high}")
+        raise ConfigError(f"{source}: {key} = {value!r} is out of range; use a value {allowed} "
+                          f"(default {SPEC[key][0]!r})")
+    choices = CHOICES.get(key)
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{source}: {key} = {value!r} is not one of "
+                          f"{', '.join(map(repr, choices))}")
+    if key == "node.name" and (not value or "/" in value or "@" in value):
+        raise ConfigError(f"{source}: node.name = {value!r}: give a non-empty name "
+                          f"without '/' or '@'")
+    return value
+
+
 def _coerce(key: str, value: Any, source: str) -> Any:
     kind = SPEC[key][1]
     if kind is bool:
@@ -98,24 +204,21 @@ def _coerce(key: str, value: Any, source: str) -> Any:
             return value.lower() == "true"
     elif kind is int:
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lstrip("-").isdigit():
-            return int(value)
+            return _check(key, value, source)
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return _check(key, int(value), source)
     elif kind is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            return _check(key, float(value), source)
         if isinstance(value, str):
             try:
-                return float(value)
+                return _check(key, float(value), source)
             except ValueError:
                 pass
-    elif kind is str:
-        if isinstance(value, str):
-            return value
-    elif kind is dict:
-        if isinstance(value, dict):
-            return dict(value)
-    raise ConfigError(f"{source}: {key} must be {kind.__name__}, got {value!r}")
+    elif kind is str and isinstance(value, str):
+        return _check(key, value, source)
+    raise ConfigError(f"{source}: {key} must be {_TYPE_NAMES.get(kind, kind.__name__)}, "
+                      f"got {value!r} (default {SPEC[key][0]!r})")
 
 
 class Config:
@@ -130,7 +233,7 @@ class Config:
     def update(self, values: dict[str, Any], source: str = "<overrides>") -> Config:
         for key, value in _flatten(values).items():
             if key not in SPEC:
-                raise ConfigError(f"{source}: unknown config key {key!r}")
+                raise _unknown(key, source)
             self.values[key] = _coerce(key, value, source)
         return self
 
@@ -140,11 +243,24 @@ class Config:
         if path is not None:
             p = Path(path)
             try:
-                data = tomllib.loads(p.read_text())
+                data = tomllib.loads(p.read_text(encoding="utf-8"))
             except FileNotFoundError:
-                raise ConfigError(f"config file {p} does not exist") from None
+                raise ConfigError(f"config file {p} does not exist; give the path of a TOML "
+                                  f"file (see deploy/actorlog.example.toml)") from None
+            except IsADirectoryError:
+                raise ConfigError(f"config file {p} is a directory; give the path of a TOML "
+                                  f"file (see deploy/actorlog.example.toml)") from None
+            except PermissionError:
+                raise ConfigError(f"cannot read config file {p}: permission denied; make it "
+                                  f"readable by this user (chmod o+r FILE)") from None
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{p}: not valid TOML: not UTF-8 text ({exc.reason} at byte "
+                                  f"{exc.start})") from None
+            except OSError as exc:
+                raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
             except tomllib.TOMLDecodeError as exc:
-                raise ConfigError(f"{p}: not valid TOML: {exc}") from None
+                raise ConfigError(f"{p}: not valid TOML: {exc}; see "
+                                  f"deploy/actorlog.example.toml for the format") from None
             cfg.update(data, str(p))
             cfg.source = str(p)
         if overrides:
@@ -156,3 +272,44 @@ class Config:
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string
+    return repr(value)
+
+
+def _allowed(key: str) -> str:
+    if key in CHOICES:
+        return "one of " + ", ".join(CHOICES[key])
+    if key in RANGES:
+        low, high = RANGES[key]
+        return f"at least {low}" if high >= _MAX_INT else f"{low} to {high}"
+    return ""
+
+
+def example_toml() -> str:
+    """deploy/actorlog.example.toml: every key with its default and meaning."""
+    lines = [
+        "# actorlog configuration: every key, set to its default, with its meaning.",
+        "# Generated from actors/runtime/config.py (SPEC) by `actorlog config example`;",
+        "# a test checks that this file matches. Use it with `actorlog serve --config FILE`;",
+        "# --listen, --data-dir and the other flags of `serve` override the file.",
+    ]
+    section = ""
+    for key, (default, _kind, meaning) in SPEC.items():
+        own = key.split(".")[0] in ("node", "actor", "trace", "metrics")
+        title = ("actorlog's own keys: the node, its actors, traces and metrics" if own
+                 else "Kafka's broker keys (Kafka's names and defaults)")
+        if title != section:
+            section = title
+            lines += ["", f"# ---- {title} ----"]
+        allowed = _allowed(key)
+        text = meaning + (f" [{allowed}]" if allowed else "")
+        lines.append("")
+        lines += textwrap.wrap(text, 88, initial_indent="# ", subsequent_indent="# ")
+        lines.append(f"{json.dumps(key)} = {_toml_value(default)}")
+    return "\n".join(lines) + "\n"

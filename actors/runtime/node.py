@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import socket
 import threading
 import time
 from collections import Counter
@@ -363,6 +364,8 @@ class Node:
     def start(self) -> Node:
         if self._started:
             return self
+        if self.endpoint is not None and self.endpoint.ipc_dir:
+            refuse_ipc_in_use(Path(self.endpoint.ipc_dir) / f"{self.name}.gw")
         self._started = True
         self.tracer.start()
         self.spawn(AskRouter, "_asks")
@@ -601,6 +604,25 @@ def _call(method: str) -> Any:
     from pykka.messages import ProxyCall
 
     return ProxyCall(attr_path=(method,), args=(), kwargs={})
+
+
+def refuse_ipc_in_use(path: Path) -> None:
+    """Raise NodeError if a live process listens on the gateway socket ``path``.
+
+    The gateway replaces a stale socket file of an earlier run; it must never
+    take over one that another node (another broker, a test) still serves.
+    """
+    if not path.exists():
+        return
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return  # nobody listens: a stale file, replaced at bind
+    finally:
+        probe.close()
+    raise NodeError(f"the gateway socket {path} is in use by another process; give this node "
+                    f"another name (node.name) or ipc dir (actor.ipc.dir)")
 
 
 def default_ipc_dir() -> str:

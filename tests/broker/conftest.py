@@ -16,9 +16,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
@@ -26,20 +26,24 @@ class BrokerProcess:
     """`actorlog serve` in a child process, on a free loopback port."""
 
     def __init__(self, data_dir: Path, port: int | None = None, config: dict | None = None,
-                 log_name: str = "broker.log") -> None:
+                 log_name: str = "broker.log", host: str = "127.0.0.1",
+                 extra_args: tuple[str, ...] = (), listen: str | None = None) -> None:
         self.data_dir = data_dir
-        self.port = port or free_port()
+        self.host = host
+        self.extra_args = extra_args
+        self.port = port or free_port(host)
+        self.listen = listen or self.bootstrap
         self.config = config or {}
         self.log_path = data_dir.parent / log_name
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
-        args = [sys.executable, "-m", "actors.cli", "serve", "--listen", self.bootstrap,
-                "--data-dir", str(self.data_dir), "--log-level", "DEBUG"]
+        args = [sys.executable, "-m", "actors.cli", "serve", "--listen", self.listen,
+                "--data-dir", str(self.data_dir), "--log-level", "DEBUG", *self.extra_args]
         if self.config:
             cfg = self.data_dir.parent / f"config-{self.port}.toml"
             cfg.write_text("".join(f'"{k}" = {v!r}\n'.replace("'", '"') if isinstance(v, str)
@@ -54,7 +58,7 @@ class BrokerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                with socket.create_connection((self.host, self.port), timeout=0.2):
                     return self
             except OSError:
                 time.sleep(0.05)

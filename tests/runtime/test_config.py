@@ -28,8 +28,8 @@ def test_flat_and_nested_keys_and_overrides(tmp_path: Path) -> None:
     ("text", "message"),
     [
         ('"num.io.thread" = 4\n', "unknown config key 'num.io.thread'"),
-        ('"num.io.threads" = "four"\n', "num.io.threads must be int, got 'four'"),
-        ('"auto.create.topics.enable" = 1\n', "auto.create.topics.enable must be bool"),
+        ('"num.io.threads" = "four"\n', "num.io.threads must be an integer, got 'four'"),
+        ('"auto.create.topics.enable" = 1\n', "auto.create.topics.enable must be true or false"),
         ("this is = not toml\n", "not valid TOML"),
     ],
 )

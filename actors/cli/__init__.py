@@ -1,0 +1,79 @@
+"""The `actorlog` command line: one module per command group.
+
+``serve`` (one broker), ``topics`` and ``groups`` (admin through the Kafka
+APIs), ``bench`` (benchmarks, optional extras) and ``trace`` (trace tools).
+Each group's module is imported only when it is invoked, so `actorlog serve`
+starts fast and `actorlog --help` works without the optional extras.
+
+A user's mistake ends in one line on stderr (``Error: ...``) and exit code 2
+for a bad argument or setting, 1 for a condition at run time; never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+# name -> "module:attribute" of a click.Command; resolved on first use.
+TOP_COMMANDS: dict[str, str] = {
+    "serve": "actors.cli.serve:command",
+    "config": "actors.cli.config:group",
+    "topics": "actors.cli.topics:group",
+    "groups": "actors.cli.groups:group",
+    "bench": "actors.cli.bench:group",
+    "trace": "actors.cli.trace:group",
+}
+
+
+class UserError(click.ClickException):
+    """A mistake in the command line or the settings: one line, exit code 2."""
+
+    exit_code = 2
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands live in modules imported on demand."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(self._lazy))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self._lazy:
+            module_name, attr = self._lazy[cmd_name].split(":")
+            return getattr(importlib.import_module(module_name), attr)  # type: ignore[no-any-return]
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, lazy=TOP_COMMANDS)
+@click.version_option(package_name="actorlog")
+def cli() -> None:
+    """actorlog: a Kafka-compatible log broker built as an actor system."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The console script: click's usage errors shortened to one line."""
+    try:
+        code = cli.main(args=argv, prog_name="actorlog", standalone_mode=False)
+    except click.UsageError as exc:
+        where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+        click.echo(f"Error: {exc.format_message()}{where}", err=True)
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""`actorlog serve`: one broker node in the foreground, no ZooKeeper."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from loguru import logger
+
+from actors.cli import UserError
+from actors.runtime.config import Config, ConfigError
+
+LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL")
+
+
+def configure_logging(level: str) -> None:
+    if level.upper() not in LOG_LEVELS:
+        raise UserError(f"--log-level {level} is not a log level; use one of "
+                        f"{', '.join(LOG_LEVELS)}")
+    logger.remove()
+    logger.add(sys.stderr, level=level.upper(), backtrace=False, diagnose=False,
+               format="{time:YYYY-MM-DD HH:mm:ss.SSS} {level: <7} [{extra[node]}/{extra[actor]}] "
+                      "{message}")
+    logger.configure(extra={"node": "-", "actor": "-"})
+
+
+@click.command("serve")
+@click.option("--listen", help="HOST:PORT of the Kafka listener, [::1]:PORT for IPv6 "
+                               "[listeners: 127.0.0.1:9092]")
+@click.option("--advertised-listeners", "advertised",
+              help="HOST:PORT told to clients; needed when --listen binds 0.0.0.0 "
+                   "[advertised.listeners]")
+@click.option("--data-dir", help="data directory [log.dirs]")
+@click.option("--config", "config_file", help="TOML config file (deploy/actorlog.example.toml "
+                                              "lists every key)")
+@click.option("--trace-sample", type=float, help="share of requests traced [trace.sample.ratio]")
+@click.option("--metrics-port", type=int, help="Prometheus metrics port (0: off)")
+@click.option("--log-level", default="INFO", show_default=True,
+              help=f"one of {', '.join(LOG_LEVELS)}")
+def command(listen: str | None, advertised: str | None, data_dir: str | None,
+            config_file: str | None, trace_sample: float | None, metrics_port: int | None,
+            log_level: str) -> None:
+    """Run a single broker node in the foreground until SIGTERM or SIGINT."""
+    from actors.broker import Broker, BrokerConfigError, BrokerError
+
+    configure_logging(log_level)
+    try:
+        config = Config.load(config_file, {
+            "listeners": listen, "advertised.listeners": advertised, "log.dirs": data_dir,
+            "trace.sample.ratio": trace_sample, "metrics.port": metrics_port,
+        })
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    broker = Broker(config)
+    try:
+        broker.start()
+    except BrokerConfigError as exc:
+        raise UserError(str(exc)) from None
+    except BrokerError as exc:
+        raise click.ClickException(str(exc)) from None
+    assert broker.node is not None
+    if int(config["metrics.port"]):
+        from actors.metrics_http import serve_metrics
+
+        try:
+            serve_metrics(broker.host, int(config["metrics.port"]), broker.node.metrics.snapshot)
+        except OSError as exc:
+            broker.stop()
+            raise click.ClickException(
+                f"cannot serve metrics on port {config['metrics.port']}: {exc.strerror}; "
+                f"choose another --metrics-port (0: off)") from None
+        logger.info("metrics on http://{}:{}/metrics", broker.host, config["metrics.port"])
+    print(f"actorlog listening on {broker.host}:{broker.port}", flush=True)
+    broker.node.run_until_signal()
+    broker.stop()
+    sys.exit(0)

@@ -1,0 +1,571 @@
+"""Every key of the config SPEC does something.
+
+``test_every_key_has_an_effect_test_or_is_reserved`` walks the SPEC: each key
+names a test that sets it to a value other than its default and observes
+the difference (on the wire, on disk, in the actors or threads it creates),
+or is listed in ``RESERVED`` with the issue that will use it. The effect
+tests not found elsewhere are here, on brokers started in this process with
+settings far from the defaults:
+
+- ``tuned``: the runtime and network keys (names, counts, threads, gateway,
+  frames, socket buffers, traces, partitions of new topics).
+- ``logs``: the log keys, isolated per topic by topic-level overrides so that
+  each broker default is the only one that can cause what is observed.
+- ``strict``: the keys that refuse things (auto-creation, replication factor,
+  min.insync.replicas, max.connections, session timeouts, rebalance delay).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+
+from actors.broker import Broker
+from actors.core.checkpoint import read_offset_checkpoint
+from actors.runtime.config import RESERVED, SPEC, Config
+from actors.runtime.node import default_ipc_dir
+from tests.broker.rawclient import (
+    CREATE_TOPICS,
+    DESCRIBE_CONFIGS,
+    METADATA,
+    RawClient,
+    read_batches,
+    record_batch,
+)
+from tests.broker.test_groups import join
+from wire.errors import ErrorCode
+
+pytestmark = [pytest.mark.clients]
+ROOT = Path(__file__).resolve().parents[2]
+HERE = "tests/broker/test_config_keys.py"
+
+# key -> the tests that show its effect ("path::function").
+EFFECTS: dict[str, list[str]] = {
+    "node.name": [f"{HERE}::test_node_name_names_the_node_and_its_gateway_socket"],
+    "node.id": [f"{HERE}::test_node_id_is_the_broker_id_clients_see"],
+    "actor.gateway.host": [f"{HERE}::test_gateway_tcp_endpoint_takes_frames_up_to_the_limit"],
+    "actor.gateway.port": [f"{HERE}::test_gateway_tcp_endpoint_takes_frames_up_to_the_limit"],
+    "actor.ipc.dir": [f"{HERE}::test_node_name_names_the_node_and_its_gateway_socket"],
+    "actor.max.frame.bytes": [f"{HERE}::test_gateway_tcp_endpoint_takes_frames_up_to_the_limit"],
+    "actor.batch.max.messages": [f"{HERE}::test_runtime_tuning_reaches_the_actors"],
+    "actor.threads": [f"{HERE}::test_actor_threads_dedicated_gives_every_actor_a_thread"],
+    "trace.sample.ratio": [f"{HERE}::test_trace_files_rotate_and_only_the_newest_are_kept"],
+    "trace.file.max.bytes": [f"{HERE}::test_trace_files_rotate_and_only_the_newest_are_kept"],
+    "trace.files.max": [f"{HERE}::test_trace_files_rotate_and_only_the_newest_are_kept"],
+    "metrics.port": ["tests/broker/test_metrics.py::test_request_stages_are_exported_and_add_up"],
+    "listeners": ["tests/broker/test_listeners.py::test_an_ipv6_listener_serves_real_clients"],
+    "advertised.listeners": ["tests/broker/test_listeners.py::"
+                             "test_advertised_listeners_is_what_metadata_tells_clients"],
+    "log.dirs": [f"{HERE}::test_log_dirs_hold_the_partitions"],
+    "num.network.threads": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],
+    "num.io.threads": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],
+    "num.partition.shards": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],
+    "num.purgatory.shards": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],
+    "num.group.coordinators": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],
+    "queued.max.requests": ["tests/broker/test_limits.py::"
+                            "test_queued_max_requests_pauses_reading_and_loses_nothing"],
+    "max.inflight.requests.per.connection": ["tests/broker/test_ordering.py::"
+                                             "test_pipeline_beyond_the_in_flight_bound"],
+    "socket.request.max.bytes": ["tests/broker/test_limits.py::"
+                                 "test_request_over_socket_request_max_bytes"],
+    "socket.send.buffer.bytes": [f"{HERE}::test_socket_buffer_sizes_are_set_on_client_sockets"],
+    "socket.receive.buffer.bytes": [
+        f"{HERE}::test_socket_buffer_sizes_are_set_on_client_sockets"],
+    "max.connections": [f"{HERE}::test_max_connections_closes_connections_over_the_limit"],
+    "max.connections.per.ip": ["tests/broker/test_limits.py::"
+                               "test_connections_over_the_per_ip_limit_are_closed"],
+    "connections.max.idle.ms": ["tests/broker/test_idle_connections.py::"
+                                "test_a_quiet_connection_is_closed"],
+    "auto.create.topics.enable": [f"{HERE}::test_auto_create_off_answers_unknown_topic"],
+    "num.partitions": [f"{HERE}::test_num_partitions_of_auto_created_topics"],
+    "default.replication.factor": [f"{HERE}::test_default_replication_factor_of_new_topics"],
+    "min.insync.replicas": [f"{HERE}::test_min_insync_replicas_refuses_acks_all"],
+    "message.max.bytes": ["tests/broker/test_limits.py::test_batch_over_message_max_bytes"],
+    "log.segment.bytes": [f"{HERE}::test_segments_roll_by_size_and_by_time"],
+    "log.roll.ms": [f"{HERE}::test_segments_roll_by_size_and_by_time"],
+    "log.retention.bytes": [f"{HERE}::test_retention_by_size_and_by_time"],
+    "log.retention.ms": [f"{HERE}::test_retention_by_size_and_by_time"],
+    "log.retention.check.interval.ms": [f"{HERE}::test_retention_by_size_and_by_time"],
+    "log.index.interval.bytes": [f"{HERE}::test_log_index_interval_is_the_topics_default"],
+    "log.flush.interval.messages": [f"{HERE}::test_flush_by_messages_and_by_time"],
+    "log.flush.interval.ms": [f"{HERE}::test_flush_by_messages_and_by_time"],
+    "log.message.timestamp.type": [f"{HERE}::test_log_append_time_stamps_the_batches"],
+    "log.flush.offset.checkpoint.interval.ms": [
+        f"{HERE}::test_checkpoints_are_written_while_running"],
+    "request.timeout.ms": [f"{HERE}::test_runtime_tuning_reaches_the_actors"],
+    "group.initial.rebalance.delay.ms": [f"{HERE}::test_initial_rebalance_delay_holds_a_new_group"],
+    "group.min.session.timeout.ms": [f"{HERE}::test_session_timeout_bounds_refuse_joins"],
+    "group.max.session.timeout.ms": [f"{HERE}::test_session_timeout_bounds_refuse_joins"],
+    "offsets.topic.num.partitions": [f"{HERE}::test_num_partitions_of_auto_created_topics"],
+    "purge.interval.requests": [f"{HERE}::test_runtime_tuning_reaches_the_actors"],
+}
+
+
+def _functions(path: Path) -> dict[str, str]:
+    tree = ast.parse(path.read_text())
+    return {n.name: ast.get_source_segment(path.read_text(), n) or ""
+            for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+
+def test_every_key_has_an_effect_test_or_is_reserved() -> None:
+    keys, covered = set(SPEC), set(EFFECTS) | set(RESERVED)
+    assert covered == keys, (f"keys without an effect test or reservation: "
+                             f"{sorted(keys - covered)}; stale entries: {sorted(covered - keys)}")
+    assert not set(EFFECTS) & set(RESERVED)
+    for key, reason in RESERVED.items():
+        assert re.search(r"issue \d+", reason), (key, reason)
+        assert "reserved" in SPEC[key][2], key  # the help text says so too
+    for key, tests in EFFECTS.items():
+        for target in tests:
+            path, _, name = target.partition("::")
+            module = ROOT / path
+            assert module.exists(), (key, target)
+            functions = _functions(module)
+            assert name in functions, (key, target)
+            # The key is set (or named) in that test or in the fixtures of its module.
+            assert key in module.read_text(), (key, target)
+
+
+# ----------------------------------------------------------------- brokers
+
+
+def _free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class Running:
+    """An in-process broker, and the Python threads its start created."""
+
+    def __init__(self, data_dir: Path, values: dict[str, Any]) -> None:
+        self.data_dir = data_dir
+        self.config = Config({"listeners": "127.0.0.1:0", "log.dirs": str(data_dir), **values})
+        before = {t.ident for t in threading.enumerate()}
+        self.broker = Broker(self.config).start()
+        self.new_threads = [t for t in threading.enumerate() if t.ident not in before]
+
+    @property
+    def port(self) -> int:
+        return int(self.broker.port)
+
+    @property
+    def node(self) -> Any:
+        assert self.broker.node is not None
+        return self.broker.node
+
+    def client(self) -> RawClient:
+        return RawClient(self.port)
+
+
+@pytest.fixture(scope="module")
+def ipc_base() -> Iterator[str]:
+    base = Path(default_ipc_dir())
+    base.mkdir(parents=True, exist_ok=True)
+    path = tempfile.mkdtemp(prefix="keys-", dir=base)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+TUNED: dict[str, Any] = {
+    "node.name": "zeta",
+    "node.id": 7,
+    "actor.gateway.host": "127.0.0.2",
+    "actor.max.frame.bytes": 8 * 1024 * 1024,
+    "socket.request.max.bytes": 1024 * 1024,
+    "actor.batch.max.messages": 7,
+    "actor.threads": "dedicated",
+    "trace.sample.ratio": 1.0,
+    "trace.file.max.bytes": 4096,
+    "trace.files.max": 3,
+    "num.network.threads": 3,
+    "num.io.threads": 3,
+    "num.partition.shards": 3,
+    "num.purgatory.shards": 2,
+    "num.group.coordinators": 2,
+    "socket.send.buffer.bytes": 65536,
+    "socket.receive.buffer.bytes": 32768,
+    "num.partitions": 3,
+    "offsets.topic.num.partitions": 4,
+    "request.timeout.ms": 12345,
+    "purge.interval.requests": 77,
+}
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory, ipc_base: str) -> Iterator[Running]:
+    values = {**TUNED, "actor.ipc.dir": f"{ipc_base}/tuned",
+              "actor.gateway.port": _free_port("127.0.0.2")}
+    running = Running(tmp_path_factory.mktemp("tuned") / "data", values)
+    yield running
+    running.broker.stop()
+
+
+LOGS: dict[str, Any] = {
+    "log.segment.bytes": 1024,
+    "log.roll.ms": 60_000,
+    "log.retention.bytes": 4096,
+    "log.retention.ms": 3_600_000,
+    "log.retention.check.interval.ms": 500,
+    "log.index.interval.bytes": 64,
+    "log.flush.interval.messages": 1,
+    "log.flush.interval.ms": 200,
+    "log.message.timestamp.type": "LogAppendTime",
+}
+NEVER = str(2**63 - 1)
+CREATE_TIME = {"message.timestamp.type": "CreateTime"}  # the batches' own stamps count
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    running = Running(tmp_path_factory.mktemp("logs") / "data", LOGS)
+    yield running
+    running.broker.stop()
+
+
+STRICT: dict[str, Any] = {
+    "auto.create.topics.enable": False,
+    "default.replication.factor": 2,
+    "min.insync.replicas": 2,
+    "max.connections": 3,
+    "log.flush.offset.checkpoint.interval.ms": 500,
+    "group.min.session.timeout.ms": 7000,
+    "group.max.session.timeout.ms": 8000,
+    "group.initial.rebalance.delay.ms": 600_000,
+}
+
+
+@pytest.fixture(scope="module")
+def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    running = Running(tmp_path_factory.mktemp("strict") / "data", STRICT)
+    yield running
+    running.broker.stop()
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def metadata(client: RawClient, topics: list[str] | None, auto_create: bool = True) -> Any:
+    return client.call(METADATA, 9, {
+        "topics": None if topics is None else [{"name": t} for t in topics],
+        "allow_auto_topic_creation": auto_create,
+        "include_cluster_authorized_operations": False,
+        "include_topic_authorized_operations": False})
+
+
+def create(client: RawClient, topic: str, partitions: int = 1, rf: int = 1,
+           configs: dict[str, str] | None = None) -> Any:
+    response = client.call(CREATE_TOPICS, 7, {
+        "topics": [{"name": topic, "num_partitions": partitions, "replication_factor": rf,
+                    "assignments": [],
+                    "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
+        "timeout_ms": 10_000, "validate_only": False})
+    return response.topics[0]
+
+
+def produce_batches(client: RawClient, topic: str, count: int, size: int = 300,
+                    timestamp_ms: Callable[[int], int] | None = None, acks: int = 1) -> None:
+    for i in range(count):
+        ts = timestamp_ms(i) if timestamp_ms is not None else None
+        batch = record_batch([(b"k", bytes([65 + i % 26]) * size)], timestamp_ms=ts)
+        part = client.produce(topic, 0, batch, acks=acks)
+        assert part.error_code == 0, part
+
+
+def segment_count(running: Running, topic: str) -> int:
+    return len(list((running.data_dir / f"{topic}-0").glob("*.log")))
+
+
+# -------------------------------------------------------------- the tuned broker
+
+
+def test_node_name_names_the_node_and_its_gateway_socket(tuned: Running) -> None:
+    assert tuned.node.name == "zeta"
+    sockets = list(Path(str(tuned.config["actor.ipc.dir"])).glob("*/zeta.gw"))
+    assert len(sockets) == 1 and sockets[0].is_socket()
+
+
+def test_node_id_is_the_broker_id_clients_see(tuned: Running) -> None:
+    with tuned.client() as client:
+        response = metadata(client, None)
+    assert [b.node_id for b in response.brokers] == [7]
+    assert response.controller_id == 7
+
+
+def test_gateway_tcp_endpoint_takes_frames_up_to_the_limit(tuned: Running) -> None:
+    """The gateway listens on actor.gateway.host:port; frames over the limit are dead letters."""
+    host, port = tuned.config["actor.gateway.host"], tuned.config["actor.gateway.port"]
+    with pytest.raises(OSError):  # only the configured host listens
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    limit = int(tuned.config["actor.max.frame.bytes"])
+    dead = tuned.node.dead_letters
+    name = f"nobody-{uuid.uuid4().hex}"
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUSH)
+    sock.setsockopt(zmq.LINGER, 2000)
+    try:
+        sock.connect(f"tcp://{host}:{port}")
+        sock.send_multipart([name.encode(), b"x"])  # reaches the gateway: no such actor
+        sock.send_multipart([b"_asks", b"y" * (limit + 1)])  # over actor.max.frame.bytes
+    finally:
+        sock.close()
+        ctx.term()
+    wait_until(lambda: any(name in reason for reason, _s, _r in dead.last), "the small frame")
+    wait_until(lambda: any(f"over the {limit} byte limit" in reason
+                           for reason, _s, _r in dead.last), "the big frame refused")
+
+
+def test_runtime_tuning_reaches_the_actors(tuned: Running) -> None:
+    """Tuning without an outside view reaches the live actors that use it.
+
+    What each value does there is tested on those actors directly: frames of at
+    most batch_max_messages (tests/runtime/test_runtime.py), the purge trigger
+    (tests/core/test_delayed_operation.py), a request abandoned after twice
+    request.timeout.ms (the RequestHandler).
+    """
+    node = tuned.node
+    assert node.batch_max_messages == 7
+    assert node.max_frame_bytes == 8 * 1024 * 1024
+    assert node.actors["handler-0"].abandon_after_ns == 2 * 12345 * 1_000_000
+    assert node.actors["purgatory-0"].purgatory.purge_interval_requests == 77
+
+
+def test_actor_counts_follow_the_thread_keys(tuned: Running) -> None:
+    names = set(tuned.node.actors)
+    for prefix, count in (("processor-", 3), ("handler-", 3), ("shard-", 3),
+                          ("purgatory-", 2), ("coordinator-", 2)):
+        assert {n for n in names if n.startswith(prefix)} == {f"{prefix}{i}" for i in range(count)}
+    with tuned.client() as client:  # and they serve: a produce crosses all of them
+        assert create(client, "counted", 6).error_code == 0
+        for p in range(6):
+            part = client.produce("counted", p, record_batch([(b"k", b"v")]), acks=-1)
+            assert part.error_code == 0, part
+
+
+def test_actor_threads_dedicated_gives_every_actor_a_thread(tuned: Running,
+                                                             strict: Running) -> None:
+    # dedicated (tuned): a thread per actor; shared (strict, the default): the
+    # i-th handler, processor and purgatory run in shard i's thread.
+    assert len(tuned.new_threads) >= len(tuned.node.actors)
+    assert len(strict.new_threads) < len(strict.node.actors)
+
+
+def test_socket_buffer_sizes_are_set_on_client_sockets(tuned: Running) -> None:
+    with tuned.client() as client:
+        assert client.call(18, 0, {}).error_code == 0  # ApiVersions: the Processor adopted it
+        sizes = set()
+        for i in range(3):
+            processor = tuned.node.actors[f"processor-{i}"]
+            for conn in list(processor.conns.values()):
+                sizes.add((conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+                           conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)))
+    assert sizes == {(2 * 65536, 2 * 32768)}  # Linux doubles what is set, for its bookkeeping
+
+
+def test_trace_files_rotate_and_only_the_newest_are_kept(tuned: Running) -> None:
+    traces = tuned.data_dir / "traces"
+    with tuned.client() as client:
+        assert create(client, "traced", 1).error_code == 0
+        for _ in range(20):
+            produce_batches(client, "traced", 10, size=50)
+            tuned.node.tracer.flush()
+    files = sorted(traces.glob("zeta-*"))
+    # Files are named <node>-<start ns>-<pid>-<sequence>: the writer rotated past
+    # trace.file.max.bytes many times, and trace.files.max kept the newest three.
+    sequences = [int(f.name.split(".")[0].rsplit("-", 1)[1]) for f in files]
+    assert 1 <= len(files) <= 3
+    assert max(sequences) > 3
+
+
+def test_num_partitions_of_auto_created_topics(tuned: Running) -> None:
+    with tuned.client() as client:
+        topic = f"auto-{uuid.uuid4().hex[:8]}"
+        wait_until(lambda: metadata(client, [topic]).topics[0].error_code == 0, "auto-creation")
+        assert len(metadata(client, [topic]).topics[0].partitions) == 3
+        offsets = metadata(client, ["__consumer_offsets"], auto_create=False).topics[0]
+        assert len(offsets.partitions) == 4  # offsets.topic.num.partitions
+
+
+def test_log_dirs_hold_the_partitions(tuned: Running) -> None:
+    with tuned.client() as client:
+        assert create(client, "placed", 2).error_code == 0
+    assert (tuned.data_dir / "placed-0").is_dir() and (tuned.data_dir / "placed-1").is_dir()
+    assert (tuned.data_dir / "meta.properties").exists()
+
+
+# --------------------------------------------------------------- the log broker
+
+
+def test_segments_roll_by_size_and_by_time(logs: Running) -> None:
+    with logs.client() as client:
+        # log.segment.bytes = 1024: three batches of ~370 bytes make more than one segment.
+        assert create(client, "by-size", configs={"segment.ms": NEVER, "retention.bytes": "-1",
+                                                  "retention.ms": "-1"}).error_code == 0
+        produce_batches(client, "by-size", 6)
+        # log.roll.ms = 60 s: batches stamped two minutes apart roll the segment.
+        assert create(client, "by-time", configs={"segment.bytes": str(2**30),
+                                                  "retention.bytes": "-1", "retention.ms": "-1",
+                                                  **CREATE_TIME}).error_code == 0
+        now = int(time.time() * 1000)
+        produce_batches(client, "by-time", 3, size=10,
+                        timestamp_ms=lambda i: now - 600_000 + i * 120_000)
+    assert segment_count(logs, "by-size") >= 3
+    assert segment_count(logs, "by-time") == 3
+
+
+def test_retention_by_size_and_by_time(logs: Running) -> None:
+    with logs.client() as client:
+        # log.retention.bytes = 4096 (retention by time off for this topic)
+        assert create(client, "keep-size", configs={"retention.ms": "-1"}).error_code == 0
+        produce_batches(client, "keep-size", 30)
+        # log.retention.ms = 1 h: records stamped two hours ago go (by size: off)
+        assert create(client, "keep-time", configs={"retention.bytes": "-1",
+                                                    **CREATE_TIME}).error_code == 0
+        old = int(time.time() * 1000) - 2 * 3_600_000
+        produce_batches(client, "keep-time", 8, timestamp_ms=lambda i: old + i)
+        # log.retention.check.interval.ms = 500: both happen while we watch
+        wait_until(lambda: client.list_offset("keep-size", 0, -2).offset > 0, "size retention")
+        wait_until(lambda: client.list_offset("keep-time", 0, -2).offset == 8, "time retention")
+        size = sum(p.stat().st_size for p in (logs.data_dir / "keep-size-0").glob("*.log"))
+        assert size <= 4096 + 1024
+
+
+def test_flush_by_messages_and_by_time(logs: Running) -> None:
+    with logs.client() as client:
+        topics = {"flush-count": {"flush.ms": NEVER},  # only log.flush.interval.messages = 1
+                  "flush-time": {"flush.messages": NEVER},  # only log.flush.interval.ms = 200
+                  "flush-none": {"flush.messages": NEVER, "flush.ms": NEVER}}
+        for topic, configs in topics.items():
+            assert create(client, topic, configs={**configs, "retention.ms": "-1",
+                                                  "retention.bytes": "-1"}).error_code == 0
+            produce_batches(client, topic, 2, size=10)
+    path = logs.data_dir / "recovery-point-offset-checkpoint"
+
+    def recovery(topic: str) -> int:
+        return read_offset_checkpoint(path).get((topic, 0), -1) if path.exists() else -1
+
+    wait_until(lambda: recovery("flush-count") == 2 and recovery("flush-time") == 2,
+               "recovery points at the log end")
+    assert recovery("flush-none") == 0  # with neither key it was never flushed
+
+
+def test_log_append_time_stamps_the_batches(logs: Running) -> None:
+    with logs.client() as client:
+        assert create(client, "stamped", configs={"retention.ms": "-1"}).error_code == 0
+        produce_batches(client, "stamped", 1, size=10, timestamp_ms=lambda _i: 1000)
+        part = client.fetch("stamped", 0, 0)
+    [batch] = read_batches(part.records)
+    assert batch.timestamp_type == 1  # LogAppendTime
+    assert batch.max_timestamp > 1000
+
+
+def test_log_index_interval_is_the_topics_default(logs: Running) -> None:
+    with logs.client() as client:
+        assert create(client, "indexed", configs={"retention.ms": "-1"}).error_code == 0
+        response = client.call(DESCRIBE_CONFIGS, 4, {
+            "resources": [{"resource_type": 2, "resource_name": "indexed",
+                           "configuration_keys": ["index.interval.bytes", "segment.bytes"]}],
+            "include_synonyms": False, "include_documentation": False})
+    values = {c.name: c.value for c in response.results[0].configs}
+    assert values == {"index.interval.bytes": "64", "segment.bytes": "1024"}
+
+
+# ------------------------------------------------------------- the strict broker
+
+
+def test_auto_create_off_answers_unknown_topic(strict: Running) -> None:
+    with strict.client() as client:
+        topic = f"never-{uuid.uuid4().hex[:8]}"
+        for _ in range(3):
+            answer = metadata(client, [topic]).topics[0]
+            assert answer.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert not (strict.data_dir / f"{topic}-0").exists()
+
+
+def test_default_replication_factor_of_new_topics(strict: Running) -> None:
+    with strict.client() as client:
+        # default.replication.factor = 2 on one broker: a topic without a factor is refused
+        assert create(client, "rf-default", rf=-1).error_code == (
+            ErrorCode.INVALID_REPLICATION_FACTOR)
+        assert create(client, "rf-one", rf=1).error_code == 0
+
+
+def test_min_insync_replicas_refuses_acks_all(strict: Running) -> None:
+    with strict.client() as client:
+        assert create(client, "isr", rf=1).error_code == 0
+        batch = record_batch([(b"k", b"v")])
+        assert client.produce("isr", 0, batch, acks=-1).error_code == (
+            ErrorCode.NOT_ENOUGH_REPLICAS)
+        assert client.produce("isr", 0, batch, acks=1).error_code == 0
+
+
+def test_checkpoints_are_written_while_running(strict: Running) -> None:
+    with strict.client() as client:
+        assert create(client, "checked", rf=1).error_code == 0
+        for _ in range(3):
+            assert client.produce("checked", 0, record_batch([(b"k", b"v")]),
+                                  acks=1).error_code == 0
+    path = strict.data_dir / "replication-offset-checkpoint"
+    wait_until(lambda: path.exists() and read_offset_checkpoint(path).get(("checked", 0)) == 3,
+               "the high watermark checkpointed (log.flush.offset.checkpoint.interval.ms)")
+
+
+def test_max_connections_closes_connections_over_the_limit(strict: Running) -> None:
+    clients = [strict.client() for _ in range(3)]
+    try:
+        for c in clients:
+            assert c.call(18, 0, {}).error_code == 0
+        with strict.client() as extra:
+            assert extra.is_closed_by_peer(timeout=10)
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_session_timeout_bounds_refuse_joins(strict: Running) -> None:
+    bootstrap = f"127.0.0.1:{strict.port}"
+    for session_ms, code in ((6999, ErrorCode.INVALID_SESSION_TIMEOUT),
+                             (8001, ErrorCode.INVALID_SESSION_TIMEOUT),
+                             (7500, ErrorCode.MEMBER_ID_REQUIRED)):
+        assert join(bootstrap, "bounded", session_ms=session_ms).error_code == code
+
+
+def test_initial_rebalance_delay_holds_a_new_group(strict: Running) -> None:
+    """group.initial.rebalance.delay.ms = 10 min: the first join of a new group waits.
+
+    With the default (3 s) the join below would be answered within the window.
+    """
+    bootstrap = f"127.0.0.1:{strict.port}"
+    first = join(bootstrap, "delayed", session_ms=7500)
+    assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED
+    host, port = bootstrap.rsplit(":", 1)
+    from kafka.protocol.consumer import JoinGroupRequest
+
+    request = JoinGroupRequest(
+        group_id="delayed", session_timeout_ms=7500, rebalance_timeout_ms=600_000,
+        member_id=first.member_id, group_instance_id=None, protocol_type="consumer",
+        protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"m")])
+    request.with_header(correlation_id=9, client_id="delay-test")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(bytes(request.encode(version=5, header=True, framed=True)))
+        sock.settimeout(6.0)
+        with pytest.raises(TimeoutError):
+            sock.recv(4)

@@ -1,0 +1,69 @@
+"""`actorlog bench` right after the README's plain install (`pip install -e .`, no extras).
+
+A fresh venv gets the runtime install only; there `actorlog bench --help`
+lists every benchmark, a benchmark whose libraries are missing says in one
+line which pip command adds them, and the runtime-only benchmarks run.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from actors.cli.bench import BENCH_COMMANDS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    env = tmp_path_factory.mktemp("plain") / "venv"
+    venv.create(env, with_pip=True)
+    subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", "-e", str(ROOT)],
+                   check=True, capture_output=True, timeout=600)
+    probe = subprocess.run([str(env / "bin" / "python"), "-c", "import confluent_kafka"],
+                           capture_output=True)
+    assert probe.returncode != 0  # the plain install has no bench extra
+    return env / "bin"
+
+
+def run(bin_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(bin_dir / "actorlog"), *args], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+
+
+def test_bench_help_lists_every_benchmark_without_the_extras(plain: Path) -> None:
+    proc = run(plain, "bench", "--help")
+    assert proc.returncode == 0, proc.stderr
+    for name in BENCH_COMMANDS:
+        assert f"  {name} " in proc.stdout, name
+    assert "needs the bench extra" in proc.stdout
+
+
+def test_a_benchmark_without_its_libraries_names_the_pip_line(plain: Path) -> None:
+    proc = run(plain, "bench", "produce", "--bootstrap", "127.0.0.1:9")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "confluent-kafka" in lines[0]
+    assert f"{plain / 'python'} -m pip install -e '.[bench]'" in lines[0]
+
+
+def test_runtime_benchmarks_run_on_the_plain_install(plain: Path, tmp_path: Path) -> None:
+    out = tmp_path / "log.json"
+    proc = run(plain, "bench", "log", "--total-mb", "1", "--segments", "5", "--random-reads",
+               "10", "--repeat", "1", "--dir", str(tmp_path), "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert out.exists() and '"ratios"' in out.read_text()
+
+
+def test_the_dev_install_has_every_benchmark() -> None:
+    proc = subprocess.run([sys.executable, "-m", "actors.cli", "bench", "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "needs the" not in proc.stdout, proc.stdout

@@ -1,0 +1,158 @@
+"""Every user mistake with `actorlog serve` ends in one line that names the problem and the fix.
+
+Each case runs the real command in a subprocess and checks: the exit code
+(2 for a bad argument or setting, 1 for a condition found at run time), one
+line on stderr starting with ``Error:``, no traceback, the words that name
+the problem and the fix, and no data dir left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Case:
+    args: list[str]
+    code: int
+    words: list[str]
+    setup: Callable[[Path], None] = field(default=lambda _p: None)
+    as_nobody: bool = False  # root reads any file: the unreadable case runs as nobody
+
+
+def _write(name: str, text: str | bytes, mode: int | None = None) -> Callable[[Path], None]:
+    def setup(base: Path) -> None:
+        path = base / name
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text)
+        if mode is not None:
+            path.chmod(mode)
+    return setup
+
+
+CASES: dict[str, Case] = {
+    "port out of range": Case(
+        ["--listen", "127.0.0.1:99999"], 2, ["port 99999", "out of range", "0 to 65535"]),
+    "listen without a port": Case(
+        ["--listen", "localhost"], 2, ["HOST:PORT", "127.0.0.1:9092"]),
+    "IPv6 without brackets": Case(
+        ["--listen", "::1:9092"], 2, ["brackets", "[::1]:9092"]),
+    "address of no interface": Case(
+        ["--listen", "192.0.2.1:0"], 2, ["no interface", "192.0.2.1", "127.0.0.1"]),
+    "log level": Case(
+        ["--log-level", "LOUD"], 2, ["LOUD", "not a log level", "INFO", "DEBUG"]),
+    "data dir is a file": Case(
+        ["--data-dir", "{base}/a-file"], 2, ["a-file", "is a file", "--data-dir"],
+        setup=_write("a-file", "x")),
+    "wildcard listener without advertised.listeners": Case(
+        ["--listen", "0.0.0.0:0"], 2, ["0.0.0.0", "advertised.listeners", "--advertised"]),
+    "wildcard advertised.listeners": Case(
+        ["--listen", "127.0.0.1:0", "--advertised-listeners", "0.0.0.0:9092"], 2,
+        ["advertised.listeners", "0.0.0.0", "host's name or IP"]),
+    "trace sample out of range": Case(
+        ["--trace-sample", "3"], 2, ["trace.sample.ratio", "out of range", "0.0 to 1.0"]),
+    "metrics port not a number": Case(
+        ["--metrics-port", "x"], 2, ["--metrics-port", "'x'", "actorlog serve --help"]),
+    "unknown config key": Case(
+        ["--config", "{base}/c.toml"], 2, ["num.io.thread'", "did you mean 'num.io.threads'"],
+        setup=_write("c.toml", '"num.io.thread" = 3\n')),
+    "config value of the wrong type": Case(
+        ["--config", "{base}/c.toml"], 2, ["num.io.threads", "an integer", "'four'", "default 2"],
+        setup=_write("c.toml", '"num.io.threads" = "four"\n')),
+    "config value out of range": Case(
+        ["--config", "{base}/c.toml"], 2, ["num.io.threads = 0", "out of range", "from 1"],
+        setup=_write("c.toml", '"num.io.threads" = 0\n')),
+    "config choice": Case(
+        ["--config", "{base}/c.toml"], 2, ["actor.threads", "'many'", "'shared', 'dedicated'"],
+        setup=_write("c.toml", '"actor.threads" = "many"\n')),
+    "config not TOML": Case(
+        ["--config", "{base}/c.toml"], 2, ["not valid TOML", "actorlog.example.toml"],
+        setup=_write("c.toml", "this is = not toml\n")),
+    "config not UTF-8": Case(
+        ["--config", "{base}/c.toml"], 2, ["not valid TOML", "UTF-8"],
+        setup=_write("c.toml", b'"node.name" = "\xff"\n')),
+    "config missing": Case(
+        ["--config", "{base}/none.toml"], 2, ["none.toml", "does not exist", "TOML file"]),
+    "config is a directory": Case(
+        ["--config", "{base}"], 2, ["is a directory", "TOML file"]),
+    "config unreadable": Case(
+        ["--config", "{base}/c.toml"], 2, ["cannot read", "permission denied", "chmod"],
+        setup=_write("c.toml", '"num.io.threads" = 2\n', 0o000), as_nobody=True),
+}
+
+
+def run_serve(args: list[str], as_nobody: bool = False) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "actors.cli", "serve", *args]
+    if as_nobody and os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: cannot make a file unreadable")
+        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def check_one_line(proc: subprocess.CompletedProcess[str], code: int, words: list[str]) -> str:
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    line = lines[0]
+    assert line.startswith("Error: "), line
+    for word in words:
+        assert word in line, (word, line)
+    assert proc.returncode == code, (proc.returncode, line)
+    return line
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_user_mistake_gets_one_line(name: str, tmp_path: Path) -> None:
+    case = CASES[name]
+    base = tmp_path / "case"
+    base.mkdir()
+    base.chmod(0o755)
+    tmp_path.chmod(0o755)
+    case.setup(base)
+    data_dir = base / "data"
+    args = [a.replace("{base}", str(base)) for a in case.args]
+    if "--data-dir" not in args:
+        args += ["--data-dir", str(data_dir)]
+    if "--listen" not in args:
+        args += ["--listen", "127.0.0.1:0"]
+    proc = run_serve(args, case.as_nobody)
+    check_one_line(proc, case.code, case.words)
+    assert not data_dir.exists()
+
+
+def test_a_port_in_use_gets_one_line_and_leaves_no_data_dir(tmp_path: Path) -> None:
+    data_dir = tmp_path / "new-data"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = run_serve(["--listen", f"127.0.0.1:{port}", "--data-dir", str(data_dir)])
+    check_one_line(proc, 1, [f"127.0.0.1:{port}", "in use", "--listen"])
+    assert not data_dir.exists()
+
+
+def test_a_port_in_use_keeps_an_existing_data_dir_as_it_was(tmp_path: Path) -> None:
+    data_dir = tmp_path / "old-data"
+    data_dir.mkdir()
+    (data_dir / "keep").write_text("x")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        proc = run_serve(["--listen", f"127.0.0.1:{taken.getsockname()[1]}",
+                          "--data-dir", str(data_dir)])
+    check_one_line(proc, 1, ["in use"])
+    assert sorted(p.name for p in data_dir.iterdir()) == ["keep"]

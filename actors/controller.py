@@ -9,6 +9,7 @@ requesting handler already knows the topic when its answer arrives.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import Any
 
 from actors.core.topic_config import validate_topic_configs, validate_topic_name
@@ -35,6 +36,15 @@ from wire.broker_messages import (
 from wire.errors import ErrorCode, KafkaError
 
 
+@dataclass
+class _Pending:
+    """A topic change waiting for the shards to open or drop its partitions."""
+
+    shards_left: int
+    requester: Address
+    answer: CreateTopicsDone | DeleteTopicsDone  # sent once every shard is done
+
+
 class Controller(Actor):
     mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
@@ -48,8 +58,7 @@ class Controller(Actor):
 
     def setup(self) -> None:
         self.ids = itertools.count(1)
-        # req id -> [shards still to answer, requester, its req id, reply rows, kind]
-        self.pending: dict[int, list[Any]] = {}
+        self.pending: dict[int, _Pending] = {}
 
     def _broadcast(self) -> None:
         update = MetadataUpdate(self.store.version, self.store.table())
@@ -75,7 +84,7 @@ class Controller(Actor):
         self.store.save()
         self.log.info("created topic(s) {}", ", ".join(
             f"{n} ({self.store.topics[n].num_partitions} partitions)" for n in created))
-        self._fan_out(msg.req_id, "create", rows, OpenPartitions, [
+        self._fan_out(CreateTopicsDone(msg.req_id, rows), OpenPartitions, [
             OpenPartitionRow(n, p, dict(self.store.topics[n].configs))
             for n in created for p in range(self.store.topics[n].num_partitions)
         ])
@@ -124,18 +133,17 @@ class Controller(Actor):
         self.store.save()
         self.log.info("deleted topic(s) {}", ", ".join(
             r.name for r in rows if r.error_code == ErrorCode.NONE))
-        self._fan_out(msg.req_id, "delete", rows, DropPartitions, drop)
+        self._fan_out(DeleteTopicsDone(msg.req_id, rows), DropPartitions, drop)
 
     # ------------------------------------------------------------ fan out/in
-    def _fan_out(self, req_id: int, kind: str,
-                 rows: list[CreateTopicDoneRow] | list[DeleteTopicDoneRow], msg_type: Any,
+    def _fan_out(self, answer: CreateTopicsDone | DeleteTopicsDone, msg_type: Any,
                  partition_rows: list[OpenPartitionRow] | list[TopicPartition]) -> None:
         assert self.current_sender is not None
         by_shard: dict[Address, list[Any]] = {}
         for row in partition_rows:
             by_shard.setdefault(self.topology.shard_for(row.topic, row.partition), []).append(row)
         my_id = next(self.ids)
-        self.pending[my_id] = [len(by_shard), self.current_sender, req_id, rows, kind]
+        self.pending[my_id] = _Pending(len(by_shard), self.current_sender, answer)
         for shard, shard_rows in by_shard.items():
             self.tell(shard, msg_type(my_id, shard_rows))
 
@@ -146,14 +154,12 @@ class Controller(Actor):
             return
         if msg.error:
             self.log.error("a shard failed to apply a topic change: {}", msg.error)
-        entry[0] -= 1
-        if entry[0] > 0:
+        entry.shards_left -= 1
+        if entry.shards_left > 0:
             return
         del self.pending[msg.req_id]
-        _n, requester, req_id, rows, kind = entry
         self._broadcast()  # before the answer: same sender, same receiver, in order
-        done = CreateTopicsDone if kind == "create" else DeleteTopicsDone
-        self.tell(requester, done(req_id, rows))
+        self.tell(entry.requester, entry.answer)
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:

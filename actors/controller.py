@@ -9,6 +9,7 @@ requesting handler already knows the topic when its answer arrives.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import Any
 
 from actors.core.topic_config import validate_topic_configs, validate_topic_name
@@ -18,17 +19,30 @@ from actors.runtime.address import Address
 from actors.runtime.config import Config
 from actors.topology import Topology
 from wire.broker_messages import (
+    CreateTopicDoneRow,
     CreateTopics,
     CreateTopicsDone,
+    DeleteTopicDoneRow,
     DeleteTopics,
     DeleteTopicsDone,
     DropPartitions,
     GetStats,
     MetadataUpdate,
+    OpenPartitionRow,
     OpenPartitions,
     ShardDone,
+    TopicPartition,
 )
 from wire.errors import ErrorCode, KafkaError
+
+
+@dataclass
+class _Pending:
+    """A topic change waiting for the shards to open or drop its partitions."""
+
+    shards_left: int
+    requester: Address
+    answer: CreateTopicsDone | DeleteTopicsDone  # sent once every shard is done
 
 
 class Controller(Actor):
@@ -44,8 +58,7 @@ class Controller(Actor):
 
     def setup(self) -> None:
         self.ids = itertools.count(1)
-        # req id -> [shards still to answer, requester, its req id, reply rows, kind]
-        self.pending: dict[int, list[Any]] = {}
+        self.pending: dict[int, _Pending] = {}
 
     def _broadcast(self) -> None:
         update = MetadataUpdate(self.store.version, self.store.table())
@@ -56,28 +69,29 @@ class Controller(Actor):
     @handles(CreateTopics)
     def on_create(self, msg: CreateTopics) -> None:
         assert self.current_sender is not None
-        rows: list[list[Any]] = []
+        rows: list[CreateTopicDoneRow] = []
         created: list[str] = []
-        for name, num_partitions, replication_factor, configs in msg.rows:
+        for row in msg.rows:
             try:
-                rows.append(self._create_one(str(name), int(num_partitions),  # type: ignore[call-overload]
-                                             int(replication_factor), dict(configs),  # type: ignore[call-overload]
+                rows.append(self._create_one(row.name, row.num_partitions,
+                                             row.replication_factor, dict(row.configs),
                                              msg.validate_only, created))
             except KafkaError as exc:
-                rows.append([name, int(exc.code), str(exc), -1, -1])
+                rows.append(CreateTopicDoneRow(row.name, int(exc.code), str(exc), -1, -1))
         if not created:
             self.reply(CreateTopicsDone(msg.req_id, rows))
             return
         self.store.save()
         self.log.info("created topic(s) {}", ", ".join(
             f"{n} ({self.store.topics[n].num_partitions} partitions)" for n in created))
-        self._fan_out(msg.req_id, "create", rows, OpenPartitions, [
-            [n, p, dict(self.store.topics[n].configs)]
+        self._fan_out(CreateTopicsDone(msg.req_id, rows), OpenPartitions, [
+            OpenPartitionRow(n, p, dict(self.store.topics[n].configs))
             for n in created for p in range(self.store.topics[n].num_partitions)
         ])
 
     def _create_one(self, name: str, num_partitions: int, replication_factor: int,
-                    configs: dict[str, Any], validate_only: bool, created: list[str]) -> list[Any]:
+                    configs: dict[str, Any], validate_only: bool,
+                    created: list[str]) -> CreateTopicDoneRow:
         validate_topic_name(name)
         if name in self.store.topics or name in created:
             raise KafkaError(f"topic {name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)
@@ -96,37 +110,40 @@ class Controller(Actor):
         if not validate_only:
             self.store.topics[name] = TopicInfo(num_partitions, replication_factor, clean)
             created.append(name)
-        return [name, int(ErrorCode.NONE), None, num_partitions, replication_factor]
+        return CreateTopicDoneRow(name, int(ErrorCode.NONE), None, num_partitions,
+                                  replication_factor)
 
     # ----------------------------------------------------------------- delete
     @handles(DeleteTopics)
     def on_delete(self, msg: DeleteTopics) -> None:
-        rows: list[list[Any]] = []
-        drop: list[list[Any]] = []
-        for (name,) in msg.rows:
-            info = self.store.topics.pop(str(name), None)
+        rows: list[DeleteTopicDoneRow] = []
+        drop: list[TopicPartition] = []
+        for row in msg.rows:
+            name = row.name
+            info = self.store.topics.pop(name, None)
             if info is None:
-                rows.append([name, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                             f"topic {name!r} does not exist"])
+                rows.append(DeleteTopicDoneRow(name, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                                               f"topic {name!r} does not exist"))
                 continue
-            rows.append([name, int(ErrorCode.NONE), None])
-            drop += [[name, p] for p in range(info.num_partitions)]
+            rows.append(DeleteTopicDoneRow(name, int(ErrorCode.NONE), None))
+            drop += [TopicPartition(name, p) for p in range(info.num_partitions)]
         if not drop:
             self.reply(DeleteTopicsDone(msg.req_id, rows))
             return
         self.store.save()
-        self.log.info("deleted topic(s) {}", ", ".join(str(r[0]) for r in rows if r[1] == 0))
-        self._fan_out(msg.req_id, "delete", rows, DropPartitions, drop)
+        self.log.info("deleted topic(s) {}", ", ".join(
+            r.name for r in rows if r.error_code == ErrorCode.NONE))
+        self._fan_out(DeleteTopicsDone(msg.req_id, rows), DropPartitions, drop)
 
     # ------------------------------------------------------------ fan out/in
-    def _fan_out(self, req_id: int, kind: str, rows: list[list[Any]], msg_type: Any,
-                 partition_rows: list[list[Any]]) -> None:
+    def _fan_out(self, answer: CreateTopicsDone | DeleteTopicsDone, msg_type: Any,
+                 partition_rows: list[OpenPartitionRow] | list[TopicPartition]) -> None:
         assert self.current_sender is not None
-        by_shard: dict[Address, list[list[Any]]] = {}
+        by_shard: dict[Address, list[Any]] = {}
         for row in partition_rows:
-            by_shard.setdefault(self.topology.shard_for(row[0], row[1]), []).append(row)
+            by_shard.setdefault(self.topology.shard_for(row.topic, row.partition), []).append(row)
         my_id = next(self.ids)
-        self.pending[my_id] = [len(by_shard), self.current_sender, req_id, rows, kind]
+        self.pending[my_id] = _Pending(len(by_shard), self.current_sender, answer)
         for shard, shard_rows in by_shard.items():
             self.tell(shard, msg_type(my_id, shard_rows))
 
@@ -137,14 +154,12 @@ class Controller(Actor):
             return
         if msg.error:
             self.log.error("a shard failed to apply a topic change: {}", msg.error)
-        entry[0] -= 1
-        if entry[0] > 0:
+        entry.shards_left -= 1
+        if entry.shards_left > 0:
             return
         del self.pending[msg.req_id]
-        _n, requester, req_id, rows, kind = entry
         self._broadcast()  # before the answer: same sender, same receiver, in order
-        done = CreateTopicsDone if kind == "create" else DeleteTopicsDone
-        self.tell(requester, done(req_id, rows))
+        self.tell(entry.requester, entry.answer)
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:

@@ -79,7 +79,9 @@ from actors.topology import Topology
 from wire.broker_messages import (
     Append,
     AppendDone,
+    AppendRow,
     Cancel,
+    CreateTopicRow,
     CreateTopics,
     CreateTopicsDone,
     Expired,
@@ -87,24 +89,32 @@ from wire.broker_messages import (
     ProduceReady,
     Read,
     ReadDone,
+    ReadRow,
     Schedule,
 )
 from wire.errors import CorruptMessageError, ErrorCode
 from wire.group_messages import (
+    DescribeGroupRow,
     DescribeGroups,
     DescribeGroupsDone,
+    DescribeMemberRow,
     Heartbeat,
     HeartbeatDone,
     JoinGroup,
     JoinGroupDone,
+    JoinGroupMemberRow,
     LeaveGroup,
     LeaveGroupDone,
+    LeaveGroupMemberRow,
     ListGroups,
     ListGroupsDone,
+    ListGroupsRow,
     OffsetCommit,
     OffsetCommitDone,
+    OffsetCommitDoneRow,
     OffsetFetch,
     OffsetFetchDone,
+    OffsetFetchDoneRow,
     SyncGroup,
     SyncGroupDone,
 )
@@ -217,7 +227,8 @@ def answer_for(req_id: int, response: Response) -> Any:
         return JoinGroupDone(
             req_id, int(response.error_code), response.generation_id, response.protocol_type,
             response.protocol_name, response.leader, response.member_id,
-            [[m.member_id, m.group_instance_id, bytes(m.metadata)] for m in response.members],
+            [JoinGroupMemberRow(m.member_id, m.group_instance_id, bytes(m.metadata))
+             for m in response.members],
         )
     if isinstance(response, SyncGroupResponse):
         return SyncGroupDone(req_id, int(response.error_code), response.protocol_type,
@@ -226,26 +237,30 @@ def answer_for(req_id: int, response: Response) -> Any:
         return HeartbeatDone(req_id, int(response.error_code))
     if isinstance(response, LeaveGroupResponse):
         return LeaveGroupDone(req_id, int(response.error_code), [
-            [m.member_id, m.group_instance_id, int(m.error_code)] for m in response.members
+            LeaveGroupMemberRow(m.member_id, m.group_instance_id, int(m.error_code))
+            for m in response.members
         ])
     if isinstance(response, OffsetCommitResponse):
-        return OffsetCommitDone(req_id, [[t, p, int(c)] for t, p, c in response.partitions])
+        return OffsetCommitDone(req_id, [
+            OffsetCommitDoneRow(t, p, int(c)) for t, p, c in response.partitions])
     if isinstance(response, OffsetFetchResponse):
         return OffsetFetchDone(req_id, int(response.error_code), [
-            [p.topic, p.partition, p.offset, p.leader_epoch, p.metadata, int(p.error_code)]
+            OffsetFetchDoneRow(p.topic, p.partition, p.offset, p.leader_epoch, p.metadata,
+                               int(p.error_code))
             for p in response.partitions
         ])
     if isinstance(response, ListGroupsResponse):
         return ListGroupsDone(req_id, int(response.error_code), [
-            [g.group_id, g.protocol_type, g.state] for g in response.groups
+            ListGroupsRow(g.group_id, g.protocol_type, g.state) for g in response.groups
         ])
     if isinstance(response, DescribeGroupsResponse):
         return DescribeGroupsDone(req_id, [
-            [int(g.error_code), g.group_id, g.state, g.protocol_type, g.protocol_data, [
-                [m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                 bytes(m.metadata), bytes(m.assignment)]
+            DescribeGroupRow(int(g.error_code), g.group_id, g.state, g.protocol_type,
+                             g.protocol_data, [
+                DescribeMemberRow(m.member_id, m.group_instance_id, m.client_id,
+                                  m.client_host, bytes(m.metadata), bytes(m.assignment))
                 for m in g.members
-            ]]
+            ])
             for g in response.groups
         ])
     raise TypeError(f"no answer message for {type(response).__name__}")
@@ -260,15 +275,18 @@ def refusal_for(msg: Any, code: int) -> Any:
     if isinstance(msg, Heartbeat):
         return HeartbeatDone(msg.req_id, code)
     if isinstance(msg, LeaveGroup):
-        return LeaveGroupDone(msg.req_id, code, [[m[0], m[1], code] for m in msg.members])
+        return LeaveGroupDone(msg.req_id, code, [
+            LeaveGroupMemberRow(m.member_id, m.group_instance_id, code) for m in msg.members])
     if isinstance(msg, OffsetCommit):
-        return OffsetCommitDone(msg.req_id, [[r[0], r[1], code] for r in msg.rows])
+        return OffsetCommitDone(msg.req_id, [
+            OffsetCommitDoneRow(r.topic, r.partition, code) for r in msg.rows])
     if isinstance(msg, OffsetFetch):
         return OffsetFetchDone(msg.req_id, code, [])
     if isinstance(msg, ListGroups):
         return ListGroupsDone(msg.req_id, code, [])
     if isinstance(msg, DescribeGroups):
-        return DescribeGroupsDone(msg.req_id, [[code, g, "", "", "", []] for g in msg.group_ids])
+        return DescribeGroupsDone(msg.req_id, [
+            DescribeGroupRow(code, g, "", "", "", []) for g in msg.group_ids])
     raise TypeError(f"not a group request: {type(msg).__name__}")
 
 
@@ -341,17 +359,17 @@ class GroupCoordinator(Actor):
         self.phase = "creating"
         self.tell(self.topology.controller, CreateTopics(
             next(self.req_ids), False,
-            [[OFFSETS_TOPIC, self.num_partitions, 1, dict(OFFSETS_TOPIC_CONFIGS)]]))
+            [CreateTopicRow(OFFSETS_TOPIC, self.num_partitions, 1,
+                            dict(OFFSETS_TOPIC_CONFIGS))]))
 
     @handles(CreateTopicsDone)
     def on_topic_created(self, msg: CreateTopicsDone) -> None:
         if self.phase != "creating":
             return
-        row: list[Any] = msg.rows[0]
-        _name, error, message, _n, _rf = row
-        if error not in (NONE, TOPIC_EXISTS):
+        row = msg.rows[0]
+        if row.error_code not in (NONE, TOPIC_EXISTS):
             self.log.error("cannot create {}: {} ({}); retrying", OFFSETS_TOPIC,
-                           ErrorCode(error).name, message)
+                           ErrorCode(row.error_code).name, row.error_message)
             self.phase = "create-retry"
             self.retry_at_ms = self.clock.now_ms() + RETRY_MS
             return
@@ -362,10 +380,10 @@ class GroupCoordinator(Actor):
         self._send_reads()
 
     def _send_reads(self) -> None:
-        by_shard: dict[Address, list[list[Any]]] = {}
+        by_shard: dict[Address, list[ReadRow]] = {}
         for p, offset in self.read_offsets.items():
             by_shard.setdefault(self.topology.shard_for(OFFSETS_TOPIC, p), []).append(
-                [OFFSETS_TOPIC, p, offset, READ_PARTITION_MAX_BYTES])
+                ReadRow(OFFSETS_TOPIC, p, offset, READ_PARTITION_MAX_BYTES))
         for shard, rows in by_shard.items():
             rid = next(self.req_ids)
             self.reads_in_flight.add(rid)
@@ -376,26 +394,29 @@ class GroupCoordinator(Actor):
         if msg.req_id not in self.reads_in_flight:
             return
         self.reads_in_flight.discard(msg.req_id)
-        again: list[list[Any]] = []
-        rows: list[list[Any]] = msg.rows
-        for _topic, p, error, high_watermark, log_start, records, *_rest in rows:
-            if error == OUT_OF_RANGE and log_start > self.read_offsets[p]:
-                self.read_offsets[p] = log_start
-                again.append([OFFSETS_TOPIC, p, log_start, READ_PARTITION_MAX_BYTES])
+        again: list[ReadRow] = []
+        for row in msg.rows:
+            p = row.partition
+            if row.error_code == OUT_OF_RANGE and row.log_start_offset > self.read_offsets[p]:
+                self.read_offsets[p] = row.log_start_offset
+                again.append(ReadRow(OFFSETS_TOPIC, p, row.log_start_offset,
+                                     READ_PARTITION_MAX_BYTES))
                 continue
-            if error != NONE:
+            if row.error_code != NONE:
                 self.log.warning("reading {}-{} failed with {}; retrying", OFFSETS_TOPIC, p,
-                                 ErrorCode(error).name)
+                                 ErrorCode(row.error_code).name)
                 continue
-            self._take_records(p, bytes(records))
-            if self.read_offsets[p] >= high_watermark:
+            self._take_records(p, bytes(row.records))
+            if self.read_offsets[p] >= row.high_watermark:
                 del self.read_offsets[p]
             else:
-                again.append([OFFSETS_TOPIC, p, self.read_offsets[p], READ_PARTITION_MAX_BYTES])
+                again.append(ReadRow(OFFSETS_TOPIC, p, self.read_offsets[p],
+                                     READ_PARTITION_MAX_BYTES))
         if again:
             rid = next(self.req_ids)
             self.reads_in_flight.add(rid)
-            self.tell(self.current_sender, Read(rid, -1, READ_MAX_BYTES, again))  # type: ignore[arg-type]
+            assert self.current_sender is not None
+            self.tell(self.current_sender, Read(rid, -1, READ_MAX_BYTES, again))
         if self.reads_in_flight:
             return
         if self.read_offsets:  # some partitions failed: read them again a little later
@@ -475,7 +496,7 @@ class GroupCoordinator(Actor):
             self._perform(self.core.join_group(
                 self._rid(msg.req_id), msg.group_id, msg.member_id, msg.group_instance_id,
                 msg.client_id, msg.client_host, msg.protocol_type,
-                [(str(name), bytes(meta)) for name, meta in msg.protocols],  # type: ignore[call-overload]
+                [(p.name, p.metadata) for p in msg.protocols],
                 msg.session_timeout_ms, msg.rebalance_timeout_ms, self.now_ms(),
                 msg.require_known_member_id))
 
@@ -497,15 +518,16 @@ class GroupCoordinator(Actor):
     @handles(LeaveGroup)
     def on_leave(self, msg: LeaveGroup) -> None:
         if self._serving(msg):
-            members = [MemberIdentity(str(m[0]), m[1]) for m in msg.members]  # type: ignore[arg-type]
+            members = [MemberIdentity(m.member_id, m.group_instance_id) for m in msg.members]
             self._perform(self.core.leave_group(self._rid(msg.req_id), msg.group_id, members,
                                                 self.now_ms()))
 
     @handles(OffsetCommit)
     def on_commit(self, msg: OffsetCommit) -> None:
         if self._serving(msg):
-            parts = [OffsetCommitPartition(t, p, off, epoch, meta)  # type: ignore[arg-type]
-                     for t, p, off, epoch, meta in msg.rows]
+            parts = [OffsetCommitPartition(r.topic, r.partition, r.offset, r.leader_epoch,
+                                           r.metadata)
+                     for r in msg.rows]
             self._perform(self.core.offset_commit(
                 self._rid(msg.req_id), msg.group_id, msg.generation_id, msg.member_id,
                 msg.group_instance_id, parts, self.now_ms()))
@@ -513,7 +535,7 @@ class GroupCoordinator(Actor):
     @handles(OffsetFetch)
     def on_fetch(self, msg: OffsetFetch) -> None:
         if self._serving(msg):
-            rows = None if msg.rows is None else [(str(t), int(p)) for t, p in msg.rows]  # type: ignore[call-overload]
+            rows = None if msg.rows is None else [(r.topic, r.partition) for r in msg.rows]
             self._perform(self.core.offset_fetch(self._rid(msg.req_id), msg.group_id, rows))
 
     @handles(ListGroups)
@@ -568,18 +590,18 @@ class GroupCoordinator(Actor):
         self.appends[rid] = fx.append_id
         batch = encode_records(fx.records, self.now_ms())
         self.tell(self.topology.shard_for(fx.topic, fx.partition),
-                  Append(rid, -1, APPEND_TIMEOUT_MS, [[fx.topic, fx.partition, batch]]))
+                  Append(rid, -1, APPEND_TIMEOUT_MS, [AppendRow(fx.topic, fx.partition, batch)]))
 
     @handles(AppendDone, ProduceReady)
     def on_appended(self, msg: AppendDone | ProduceReady) -> None:
         append_id = self.appends.pop(msg.req_id, None)
         if append_id is None:
             return
-        rows: list[list[Any]] = msg.rows
-        code = int(rows[0][2]) if rows else int(ErrorCode.UNKNOWN_SERVER_ERROR)
+        rows = msg.rows
+        code = rows[0].error_code if rows else int(ErrorCode.UNKNOWN_SERVER_ERROR)
         if code != NONE:
             self.log.warning("appending to {} failed: {} ({})", OFFSETS_TOPIC,
-                             ErrorCode(code).name, rows[0][-1] if rows else "")
+                             ErrorCode(code).name, rows[0].error_message if rows else "")
         self._perform(self.core.on_append_complete(append_id, ErrorCode(code), self.now_ms()))
 
     @handles(GetStats)

@@ -34,13 +34,13 @@ class LogManager(Actor):
     @handles(CheckpointOffsets)
     def on_offsets(self, msg: CheckpointOffsets) -> None:
         d = self.log_dir
-        for topic, partition, hw, recovery_point, log_start in msg.rows:
-            key = (topic, partition)
-            d.high_watermarks[key] = hw  # type: ignore[index]
-            d.recovery_points[key] = recovery_point  # type: ignore[index]
-            d.log_start_offsets[key] = log_start  # type: ignore[index]
-        for topic, partition in msg.dropped:
-            d.forget(topic, partition)  # type: ignore[arg-type]
+        for row in msg.rows:
+            key = (row.topic, row.partition)
+            d.high_watermarks[key] = row.high_watermark
+            d.recovery_points[key] = row.recovery_point
+            d.log_start_offsets[key] = row.log_start_offset
+        for tp in msg.dropped:
+            d.forget(tp.topic, tp.partition)
         d.checkpoint([])
         self.writes += 1
         if msg.final:

@@ -22,19 +22,26 @@ from actors.topology import Topology
 from wire.broker_messages import (
     Append,
     AppendDone,
+    AppendDoneRow,
     CheckpointOffsets,
+    CheckpointRow,
     DropPartitions,
     Flush,
     GetStats,
     ListOffsets,
     ListOffsetsDone,
+    ListOffsetsDoneRow,
     OpenPartitions,
     PartitionChanged,
     Read,
     ReadDone,
+    ReadDoneRow,
     ShardDone,
+    TopicEntry,
+    TopicPartition,
     WatchPartition,
     WatchProduce,
+    WatchProduceRow,
 )
 from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
 
@@ -53,7 +60,7 @@ class PartitionShard(Actor):
         topology: Topology,
         config: Config,
         log_dir: LogDir,
-        topics: dict[str, list[Any]],
+        topics: dict[str, TopicEntry],
         broker_id: int,
         clock: Clock,
         **kw: Any,
@@ -73,10 +80,10 @@ class PartitionShard(Actor):
         self.watchers: dict[tuple[str, int], set[Address]] = {}
         self.errors_logged: set[tuple[str, int, int]] = set()
         now = self.clock.wall_ms()
-        for topic, (num_partitions, configs) in self.initial_topics.items():
-            for p in range(int(num_partitions)):
+        for topic, entry in self.initial_topics.items():
+            for p in range(entry.num_partitions):
                 if self.topology.shard_for(topic, p) == self.address:
-                    self._open(topic, p, configs, now)
+                    self._open(topic, p, entry.configs, now)
         self.next_housekeeping_ms = now + 1000
         self.last_checkpoint_ms = now
 
@@ -114,10 +121,10 @@ class PartitionShard(Actor):
         self.partitions = {}
 
     @staticmethod
-    def _offset_row(state: PartitionState) -> list[Any]:
+    def _offset_row(state: PartitionState) -> CheckpointRow:
         log = state.log
-        return [log.topic, log.partition, log.high_watermark, log.recovery_point,
-                log.log_start_offset]
+        return CheckpointRow(log.topic, log.partition, log.high_watermark, log.recovery_point,
+                             log.log_start_offset)
 
     # ---------------------------------------------------------- housekeeping
     def poll_timeout_ms(self) -> int | None:
@@ -159,25 +166,26 @@ class PartitionShard(Actor):
     def on_open(self, msg: OpenPartitions) -> None:
         now = self.clock.wall_ms()
         error = ""
-        for topic, partition, configs in msg.rows:
+        for row in msg.rows:
             try:
-                self._open(topic, partition, configs, now)  # type: ignore[arg-type]
+                self._open(row.topic, row.partition, row.configs, now)
             except Exception as exc:
-                self.log.exception("cannot open {}-{}", topic, partition)
-                error = f"{topic}-{partition}: {exc}"
+                self.log.exception("cannot open {}-{}", row.topic, row.partition)
+                error = f"{row.topic}-{row.partition}: {exc}"
         self.reply(ShardDone(msg.req_id, error))
 
     @handles(DropPartitions)
     def on_drop(self, msg: DropPartitions) -> None:
-        dropped = []
-        for topic, partition in msg.rows:
-            state = self.partitions.pop((topic, partition), None)  # type: ignore[arg-type]
+        dropped: list[TopicPartition] = []
+        for tp in msg.rows:
+            key = (tp.topic, tp.partition)
+            state = self.partitions.pop(key, None)
             if state is None:
                 continue
             self._notify(state, removed=True)
-            self.watchers.pop((topic, partition), None)  # type: ignore[arg-type]
+            self.watchers.pop(key, None)
             state.log.delete()
-            dropped.append([topic, partition])
+            dropped.append(TopicPartition(tp.topic, tp.partition))
         if dropped:
             self.tell(self.topology.log_manager, CheckpointOffsets(self.name, False, [], dropped))
         self.reply(ShardDone(msg.req_id, ""))
@@ -185,42 +193,44 @@ class PartitionShard(Actor):
     # ---------------------------------------------------------------- produce
     @handles(Append)
     def on_append(self, msg: Append) -> None:
-        rows: list[list[Any]] = []
-        waiting: list[list[Any]] = []
+        rows: list[AppendDoneRow] = []
+        waiting: list[WatchProduceRow] = []
         now = self.clock.wall_ms()
         try:
-            for topic, partition, records in msg.rows:
-                state = self.partitions.get((topic, partition))  # type: ignore[arg-type]
+            for req in msg.rows:
+                topic, partition = req.topic, req.partition
+                state = self.partitions.get((topic, partition))
                 if state is None:
-                    rows.append([topic, partition, UNKNOWN_TP, -1, -1, -1, None])
+                    rows.append(AppendDoneRow(topic, partition, UNKNOWN_TP, -1, -1, -1, None))
                     continue
                 if msg.acks == -1 and not state.has_enough_replicas():
-                    rows.append([topic, partition, int(ErrorCode.NOT_ENOUGH_REPLICAS), -1, -1,
-                                 -1, f"ISR has {len(state.isr)} replicas, "
-                                 f"min.insync.replicas is {state.min_insync_replicas}"])
+                    rows.append(AppendDoneRow(
+                        topic, partition, int(ErrorCode.NOT_ENOUGH_REPLICAS), -1, -1, -1,
+                        f"ISR has {len(state.isr)} replicas, "
+                        f"min.insync.replicas is {state.min_insync_replicas}"))
                     continue
                 try:
-                    info = state.log.append_as_leader(records, state.leader_epoch, now)  # type: ignore[arg-type]
+                    info = state.log.append_as_leader(req.records, state.leader_epoch, now)
                 except KafkaError as exc:
-                    self._log_refusal(topic, partition, exc)  # type: ignore[arg-type]
-                    rows.append([topic, partition, int(exc.code), -1, -1,
-                                 state.log.log_start_offset, str(exc)])
+                    self._log_refusal(topic, partition, exc)
+                    rows.append(AppendDoneRow(topic, partition, int(exc.code), -1, -1,
+                                              state.log.log_start_offset, str(exc)))
                     continue
                 state.on_leader_append()
                 state.log.maybe_flush(now)
-                row = [topic, partition, NONE, info.first_offset, info.log_append_time_ms,
-                       info.log_start_offset, None]
-                rows.append(row)
+                rows.append(AppendDoneRow(topic, partition, NONE, info.first_offset,
+                                          info.log_append_time_ms, info.log_start_offset, None))
                 if msg.acks == -1 and state.log.high_watermark <= info.last_offset:
-                    waiting.append([topic, partition, info.last_offset + 1, info.first_offset,
-                                    info.log_append_time_ms, info.log_start_offset,
-                                    state.leader_epoch, NONE])
+                    waiting.append(WatchProduceRow(
+                        topic, partition, info.last_offset + 1, info.first_offset,
+                        info.log_append_time_ms, info.log_start_offset, state.leader_epoch, NONE))
                 self._notify(state)
         except Exception:
             # Rows appended before the failure keep their offsets (answering them as
             # failed would make non-idempotent producers write them twice).
             self.reply(AppendDone(msg.req_id, rows + [
-                [r[0], r[1], int(ErrorCode.UNKNOWN_SERVER_ERROR), -1, -1, -1, "internal error"]
+                AppendDoneRow(r.topic, r.partition, int(ErrorCode.UNKNOWN_SERVER_ERROR), -1, -1,
+                              -1, "internal error")
                 for r in msg.rows[len(rows):]
             ]))
             raise
@@ -229,17 +239,20 @@ class PartitionShard(Actor):
         else:
             self.reply(AppendDone(msg.req_id, rows))
 
-    def _watch_produce(self, msg: Append, rows: list[list[Any]], waiting: list[list[Any]]) -> None:
+    def _watch_produce(self, msg: Append, rows: list[AppendDoneRow],
+                       waiting: list[WatchProduceRow]) -> None:
         """acks=-1 and the ISR is behind: the purgatory answers the handler later."""
         assert self.current_sender is not None
-        by_key = {(w[0], w[1]): w for w in waiting}
+        by_key = {(w.topic, w.partition): w for w in waiting}
         wait_rows = []
         for r in rows:  # rows not waiting are settled already: carried along as they are
-            settled = [r[0], r[1], -1, r[3], r[4], r[5], None, r[2]]
-            wait_rows.append(by_key.get((r[0], r[1])) or settled)
+            waits = by_key.get((r.topic, r.partition))
+            wait_rows.append(waits or WatchProduceRow(
+                r.topic, r.partition, -1, r.base_offset, r.log_append_time_ms,
+                r.log_start_offset, None, r.error_code))
         first = waiting[0]
         self.tell(
-            self.topology.purgatory_for(first[0], first[1]),
+            self.topology.purgatory_for(first.topic, first.partition),
             WatchProduce(msg.req_id, self.current_sender.name, msg.timeout_ms, wait_rows),
         )
 
@@ -253,40 +266,43 @@ class PartitionShard(Actor):
     # ------------------------------------------------------------------ fetch
     @handles(Read)
     def on_read(self, msg: Read) -> None:
-        rows: list[list[Any]] = []
+        rows: list[ReadDoneRow] = []
         # The request's max_bytes is a budget over its partitions, as in Kafka: only
         # the first partition with data may go over it (one whole batch at least).
         budget = msg.max_bytes
         got_data = False
         try:
-            for topic, partition, offset, partition_max in msg.rows:
-                state = self.partitions.get((topic, partition))  # type: ignore[arg-type]
+            for req in msg.rows:
+                topic, partition, offset = req.topic, req.partition, req.fetch_offset
+                state = self.partitions.get((topic, partition))
                 if state is None:
-                    rows.append([topic, partition, UNKNOWN_TP, -1, -1, b"", 0, 0, -1])
+                    rows.append(ReadDoneRow(topic, partition, UNKNOWN_TP, -1, -1, b"", 0, 0, -1))
                     continue
                 log = state.log
                 if msg.replica_id >= 0 and state.on_follower_fetch(
-                        msg.replica_id, offset, self.clock.wall_ms()):  # type: ignore[arg-type]
+                        msg.replica_id, offset, self.clock.wall_ms()):
                     self._notify(state)  # the high watermark moved
                 max_offset = log.high_watermark if msg.replica_id < 0 else None
-                limit = min(partition_max, budget) if budget > 0 else -1  # type: ignore[type-var]
+                limit = min(req.partition_max_bytes, budget) if budget > 0 else -1
                 try:
-                    info = log.read(offset, limit, max_offset, not got_data)  # type: ignore[arg-type]
+                    info = log.read(offset, limit, max_offset, not got_data)
                 except OffsetOutOfRangeError:
-                    rows.append([topic, partition, int(ErrorCode.OFFSET_OUT_OF_RANGE),
-                                 log.high_watermark, log.log_start_offset, b"", 0, 0,
-                                 log.log_end_offset])
+                    rows.append(ReadDoneRow(topic, partition, int(ErrorCode.OFFSET_OUT_OF_RANGE),
+                                            log.high_watermark, log.log_start_offset, b"", 0, 0,
+                                            log.log_end_offset))
                     continue
                 meta = info.fetch_offset_metadata
                 if info.records:
                     got_data = True
                     budget -= len(info.records)
-                rows.append([topic, partition, NONE, info.high_watermark, info.log_start_offset,
-                             bytes(info.records), meta.segment_base_offset,
-                             meta.relative_position_in_segment, info.log_end_offset])
+                rows.append(ReadDoneRow(topic, partition, NONE, info.high_watermark,
+                                        info.log_start_offset, bytes(info.records),
+                                        meta.segment_base_offset,
+                                        meta.relative_position_in_segment, info.log_end_offset))
         except Exception:
             self.reply(ReadDone(msg.req_id, [
-                [r[0], r[1], int(ErrorCode.UNKNOWN_SERVER_ERROR), -1, -1, b"", 0, 0, -1]
+                ReadDoneRow(r.topic, r.partition, int(ErrorCode.UNKNOWN_SERVER_ERROR), -1, -1,
+                            b"", 0, 0, -1)
                 for r in msg.rows
             ]))
             raise
@@ -294,32 +310,38 @@ class PartitionShard(Actor):
 
     @handles(ListOffsets)
     def on_list_offsets(self, msg: ListOffsets) -> None:
-        rows = []
-        for topic, partition, ts in msg.rows:
-            state = self.partitions.get((topic, partition))  # type: ignore[arg-type]
+        rows: list[ListOffsetsDoneRow] = []
+        for req in msg.rows:
+            topic, partition, ts = req.topic, req.partition, req.timestamp
+            state = self.partitions.get((topic, partition))
             if state is None:
-                rows.append([topic, partition, UNKNOWN_TP, -1, -1, -1])
+                rows.append(ListOffsetsDoneRow(topic, partition, UNKNOWN_TP, -1, -1, -1))
                 continue
             log = state.log
             epoch = state.leader_epoch
             if ts == -2:
-                rows.append([topic, partition, NONE, -1, log.log_start_offset, epoch])
+                rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, log.log_start_offset,
+                                               epoch))
             elif ts == -1:
-                rows.append([topic, partition, NONE, -1, log.high_watermark, epoch])
+                rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, log.high_watermark,
+                                               epoch))
             elif ts == -3:
                 found = self._max_timestamp_offset(log)
                 if found is None:
-                    rows.append([topic, partition, NONE, -1, -1, epoch])
+                    rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, -1, epoch))
                 else:
-                    rows.append([topic, partition, NONE, found[1], found[0], epoch])
+                    rows.append(ListOffsetsDoneRow(topic, partition, NONE, found[1], found[0],
+                                                   epoch))
             elif isinstance(ts, int) and ts >= 0:
                 found = log.offset_for_timestamp(ts)
                 if found is None or found[0] >= log.high_watermark:
-                    rows.append([topic, partition, NONE, -1, -1, epoch])
+                    rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, -1, epoch))
                 else:
-                    rows.append([topic, partition, NONE, found[1], found[0], epoch])
+                    rows.append(ListOffsetsDoneRow(topic, partition, NONE, found[1], found[0],
+                                                   epoch))
             else:
-                rows.append([topic, partition, int(ErrorCode.INVALID_REQUEST), -1, -1, -1])
+                rows.append(ListOffsetsDoneRow(topic, partition, int(ErrorCode.INVALID_REQUEST),
+                                               -1, -1, -1))
         self.reply(ListOffsetsDone(msg.req_id, rows))
 
     @staticmethod

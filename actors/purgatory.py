@@ -17,7 +17,6 @@ from actors.core.delayed_ops import (
     DelayedFetch,
     DelayedProduce,
     FetchPartitionStatus,
-    PartitionStatus,
     ProducePartitionStatus,
     SegmentPosition,
     TopicPartition,
@@ -27,6 +26,7 @@ from actors.runtime.address import Address
 from actors.runtime.clock import Clock, SystemClock
 from actors.topology import Topology
 from wire.broker_messages import (
+    AppendDoneRow,
     Cancel,
     Expired,
     FetchReady,
@@ -39,12 +39,6 @@ from wire.broker_messages import (
     WatchProduce,
 )
 from wire.errors import ErrorCode
-
-
-def status_from_row(row: list[Any]) -> PartitionStatus:
-    (topic, partition, hw, leo, is_leader, epoch, isr_size, min_isr, hw_pos, leo_pos) = row
-    return PartitionStatus(topic, partition, hw, leo, is_leader, epoch, isr_size, min_isr,
-                           SegmentPosition(*hw_pos), SegmentPosition(*leo_pos))
 
 
 class PurgatoryShard(Actor):
@@ -74,19 +68,24 @@ class PurgatoryShard(Actor):
     def on_watch_fetch(self, msg: WatchFetch) -> None:
         assert self.current_sender is not None
         parts = {
-            (t, p): FetchPartitionStatus(off, SegmentPosition(seg, rel), mb)
-            for t, p, off, seg, rel, mb in msg.rows
+            (r.topic, r.partition): FetchPartitionStatus(
+                r.fetch_offset, SegmentPosition(r.segment_base_offset, r.relative_position),
+                r.max_bytes)
+            for r in msg.rows
         }
         deadline = self.clock.now_ms() + max(0, msg.max_wait_ms)
         op = DelayedFetch(deadline, parts, msg.min_bytes, msg.from_follower)
         self._watch(op, self.current_sender, msg.req_id, op.watch_keys,
-                    {tp: off for (tp, off) in ((k, v.fetch_offset) for k, v in op.partitions.items())})
+                    {tp: status.fetch_offset for tp, status in op.partitions.items()})
 
     @handles(WatchProduce)
     def on_watch_produce(self, msg: WatchProduce) -> None:
-        parts = {}
-        for t, p, required, base, lat, lso, epoch, error in msg.rows:
-            parts[(t, p)] = ProducePartitionStatus(required, base, lat, lso, ErrorCode(error), epoch)
+        parts = {
+            (r.topic, r.partition): ProducePartitionStatus(
+                r.required_offset, r.base_offset, r.log_append_time_ms, r.log_start_offset,
+                ErrorCode(r.error_code), r.leader_epoch)
+            for r in msg.rows
+        }
         deadline = self.clock.now_ms() + max(0, msg.timeout_ms)
         op = DelayedProduce(deadline, parts)
         keys = op.watch_keys
@@ -115,7 +114,7 @@ class PurgatoryShard(Actor):
     # ----------------------------------------------------------- completions
     @handles(PartitionChanged)
     def on_changed(self, msg: PartitionChanged) -> None:
-        status = status_from_row(msg.status)
+        status = msg.status
         for op in self.purgatory.check_and_complete(status.key, status):
             op_id = self.id_of.pop(op, None)
             if op_id is None or op_id not in self.ops:
@@ -153,8 +152,8 @@ class PurgatoryShard(Actor):
             self.tell(owner, FetchReady(req_id, outcome.reason, outcome.timed_out))
         else:
             rows = [
-                [tp.topic, tp.partition, int(r.error_code), r.base_offset, r.log_append_time_ms,
-                 r.log_start_offset, None]
+                AppendDoneRow(tp.topic, tp.partition, int(r.error_code), r.base_offset,
+                              r.log_append_time_ms, r.log_start_offset, None)
                 for tp, r in outcome.responses.items()
             ]
             self.tell(owner, ProduceReady(req_id, rows))

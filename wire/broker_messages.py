@@ -1,8 +1,10 @@
 """Messages between the broker's actors (type ids 200-299).
 
 Record data always travels as whole batches (``bytes``), never as single
-records. Per-partition rows inside a message are plain arrays, documented
-field by field on the type that carries them.
+records. Per-partition rows inside a message are ``NamedTuple`` rows declared
+just above the message that carries them, field by field; on the wire a row
+is an array like the message itself, and the registry checks and rebuilds it
+on arrival (wire/registry.py).
 """
 
 from __future__ import annotations
@@ -10,6 +12,16 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from wire.registry import message
+
+
+class TopicPartition(NamedTuple):
+    """One partition, by name: a row of DropPartitions, CheckpointOffsets.dropped and
+    OffsetFetch, and the purgatory's watch key (equal to, and hashing like, a plain
+    ``(topic, partition)`` tuple)."""
+
+    topic: str
+    partition: int
+
 
 # ----------------------------------------------------------------- network
 
@@ -74,91 +86,148 @@ class KafkaResponse(NamedTuple):
 # ---------------------------------------------------------- partition shards
 
 
+class AppendRow(NamedTuple):
+    """One partition of an Append: its batches, appended as they are."""
+
+    topic: str
+    partition: int
+    records: bytes
+
+
 @message(210)
 class Append(NamedTuple):
-    """Handler -> PartitionShard: append each row's batches as leader.
-
-    rows: [topic, partition, records bytes]
-    """
+    """Handler -> PartitionShard: append each row's batches as leader."""
 
     req_id: int
     acks: int
     timeout_ms: int
-    rows: list[list[object]]
+    rows: list[AppendRow]
+
+
+class AppendDoneRow(NamedTuple):
+    """One partition's answer to an Append (also a settled delayed produce's)."""
+
+    topic: str
+    partition: int
+    error_code: int
+    base_offset: int  # -1 on error
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    error_message: str | None
 
 
 @message(211)
 class AppendDone(NamedTuple):
-    """PartitionShard -> Handler.
-
-    rows: [topic, partition, error_code, base_offset, log_append_time_ms,
-           log_start_offset, error_message or None]
-    """
+    """PartitionShard -> Handler: one row per row of the Append, in its order."""
 
     req_id: int
-    rows: list[list[object]]
+    rows: list[AppendDoneRow]
+
+
+class ReadRow(NamedTuple):
+    """One partition of a Read."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int
 
 
 @message(212)
 class Read(NamedTuple):
     """Handler -> PartitionShard.
 
-    rows: [topic, partition, fetch_offset, partition_max_bytes]
-    ``isolation`` 0: read to the high watermark; -1: to the log end (followers).
+    ``replica_id`` -1 (a consumer) reads to the high watermark; a follower's
+    id reads to the log end and counts as that follower's fetch.
     """
 
     req_id: int
     replica_id: int
     max_bytes: int
-    rows: list[list[object]]
+    rows: list[ReadRow]
+
+
+class ReadDoneRow(NamedTuple):
+    """One partition's answer to a Read.
+
+    ``fetch_segment_base`` and ``fetch_relative_position`` locate the fetch
+    offset in the log, so a waiting fetch can count the bytes that arrive
+    after it without reading them.
+    """
+
+    topic: str
+    partition: int
+    error_code: int
+    high_watermark: int
+    log_start_offset: int
+    records: bytes  # whole batches; empty when there is nothing (or an error)
+    fetch_segment_base: int
+    fetch_relative_position: int
+    log_end_offset: int
 
 
 @message(213)
 class ReadDone(NamedTuple):
-    """PartitionShard -> Handler.
-
-    rows: [topic, partition, error_code, high_watermark, log_start_offset,
-           records bytes, fetch_segment_base, fetch_relative_position, log_end_offset]
-    """
+    """PartitionShard -> Handler."""
 
     req_id: int
-    rows: list[list[object]]
+    rows: list[ReadDoneRow]
+
+
+class ListOffsetsRow(NamedTuple):
+    """One partition of a ListOffsets."""
+
+    topic: str
+    partition: int
+    timestamp: int  # -1 latest, -2 earliest, -3 max timestamp, else a time in ms
 
 
 @message(214)
 class ListOffsets(NamedTuple):
-    """rows: [topic, partition, timestamp (-1 latest, -2 earliest, -3 max timestamp)]"""
-
     req_id: int
     isolation_level: int
-    rows: list[list[object]]
+    rows: list[ListOffsetsRow]
+
+
+class ListOffsetsDoneRow(NamedTuple):
+    """One partition's answer to a ListOffsets (-1 where there is none)."""
+
+    topic: str
+    partition: int
+    error_code: int
+    timestamp: int
+    offset: int
+    leader_epoch: int
 
 
 @message(215)
 class ListOffsetsDone(NamedTuple):
-    """rows: [topic, partition, error_code, timestamp, offset, leader_epoch]"""
-
     req_id: int
-    rows: list[list[object]]
+    rows: list[ListOffsetsDoneRow]
+
+
+class OpenPartitionRow(NamedTuple):
+    """One partition to host, with its topic's config overrides."""
+
+    topic: str
+    partition: int
+    configs: dict[str, str]
 
 
 @message(216)
 class OpenPartitions(NamedTuple):
-    """Controller -> PartitionShard: host these partitions (create or load their logs).
-
-    rows: [topic, partition, topic configs dict]
-    """
+    """Controller -> PartitionShard: host these partitions (create or load their logs)."""
 
     req_id: int
-    rows: list[list[object]]
+    rows: list[OpenPartitionRow]
 
 
 @message(217)
 class DropPartitions(NamedTuple):
-    """Controller -> PartitionShard: delete these partitions' logs. rows: [topic, partition]"""
+    """Controller -> PartitionShard: delete these partitions' logs."""
 
     req_id: int
-    rows: list[list[object]]
+    rows: list[TopicPartition]
 
 
 @message(218)
@@ -184,32 +253,65 @@ class WatchPartition(NamedTuple):
     watch: bool
 
 
-@message(220)
-class PartitionChanged(NamedTuple):
-    """PartitionShard -> PurgatoryShard: the latest state of a watched partition.
+class SegmentPosition(NamedTuple):
+    """Where an offset sits in the log: Kafka's LogOffsetMetadata without the offset."""
 
-    ``status`` is the fields of actors.core.delayed_ops.PartitionStatus in
-    order, positions as [segment_base_offset, relative_position].
+    segment_base_offset: int
+    relative_position: int  # byte position inside that segment's .log file
+
+
+class PartitionStatus(NamedTuple):
+    """The latest state of one partition, as its PartitionShard reports it.
+
+    A partition the node no longer hosts has ``is_leader`` False and -1 offsets.
     """
 
-    status: list[object]
+    topic: str
+    partition: int
+    high_watermark: int
+    log_end_offset: int
+    is_leader: bool
+    leader_epoch: int
+    isr_size: int
+    min_insync_replicas: int
+    high_watermark_position: SegmentPosition
+    log_end_position: SegmentPosition
+
+    @property
+    def key(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@message(220)
+class PartitionChanged(NamedTuple):
+    """PartitionShard -> PurgatoryShard: the latest state of a watched partition."""
+
+    status: PartitionStatus
 
 
 # ----------------------------------------------------------------- purgatory
 
 
+class WatchFetchRow(NamedTuple):
+    """One partition of a waiting fetch: where its read ended, and how much it may take."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    segment_base_offset: int
+    relative_position: int
+    max_bytes: int
+
+
 @message(230)
 class WatchFetch(NamedTuple):
-    """Handler -> PurgatoryShard: wake me (FetchReady) once the fetch can complete.
-
-    rows: [topic, partition, fetch_offset, segment_base, relative_position, max_bytes]
-    """
+    """Handler -> PurgatoryShard: wake me (FetchReady) once the fetch can complete."""
 
     req_id: int
     min_bytes: int
     max_wait_ms: int
     from_follower: bool
-    rows: list[list[object]]
+    rows: list[WatchFetchRow]
 
 
 @message(231)
@@ -221,30 +323,39 @@ class FetchReady(NamedTuple):
     timed_out: bool
 
 
+class WatchProduceRow(NamedTuple):
+    """One partition of an acks=-1 append after the local write.
+
+    A row that does not wait (settled at append) has ``required_offset`` -1,
+    ``leader_epoch`` None and its error code.
+    """
+
+    topic: str
+    partition: int
+    required_offset: int  # last appended offset + 1: the high watermark it waits for
+    base_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+    leader_epoch: int | None  # at append time; another epoch means the leader moved
+    error_code: int
+
+
 @message(232)
 class WatchProduce(NamedTuple):
-    """PartitionShard -> PurgatoryShard: an acks=-1 append waits for the ISR.
-
-    rows: [topic, partition, required_offset, base_offset, log_append_time_ms,
-           log_start_offset, leader_epoch, error_code]; a row that does not wait
-           (settled at append) has required_offset -1 and its error code.
-    """
+    """PartitionShard -> PurgatoryShard: an acks=-1 append waits for the ISR."""
 
     req_id: int
     handler: str
     timeout_ms: int
-    rows: list[list[object]]
+    rows: list[WatchProduceRow]
 
 
 @message(233)
 class ProduceReady(NamedTuple):
-    """PurgatoryShard -> Handler: the rows of a delayed produce, settled.
-
-    rows: as AppendDone rows.
-    """
+    """PurgatoryShard -> Handler: the rows of a delayed produce, settled."""
 
     req_id: int
-    rows: list[list[object]]
+    rows: list[AppendDoneRow]
 
 
 # --------------------------------------------------------------------- timer
@@ -271,51 +382,75 @@ class Expired(NamedTuple):
 # ------------------------------------------------------------- metadata/admin
 
 
+class CreateTopicRow(NamedTuple):
+    """One topic to create; -1 partitions or replication factor: the broker's default."""
+
+    name: str
+    num_partitions: int
+    replication_factor: int
+    configs: dict[str, str | None]
+
+
 @message(250)
 class CreateTopics(NamedTuple):
-    """Handler -> Controller. rows: [name, num_partitions, replication_factor, configs dict]
-
-    ``validate_only`` checks without creating.
-    """
+    """Handler -> Controller. ``validate_only`` checks without creating."""
 
     req_id: int
     validate_only: bool
-    rows: list[list[object]]
+    rows: list[CreateTopicRow]
+
+
+class CreateTopicDoneRow(NamedTuple):
+    """One topic's answer to a CreateTopics (-1 counts on error)."""
+
+    name: str
+    error_code: int
+    error_message: str | None
+    num_partitions: int
+    replication_factor: int
 
 
 @message(251)
 class CreateTopicsDone(NamedTuple):
-    """rows: [name, error_code, error_message or None, num_partitions, replication_factor]"""
-
     req_id: int
-    rows: list[list[object]]
+    rows: list[CreateTopicDoneRow]
+
+
+class DeleteTopicRow(NamedTuple):
+    name: str
 
 
 @message(252)
 class DeleteTopics(NamedTuple):
-    """rows: [name]"""
-
     req_id: int
-    rows: list[list[object]]
+    rows: list[DeleteTopicRow]
+
+
+class DeleteTopicDoneRow(NamedTuple):
+    name: str
+    error_code: int
+    error_message: str | None
 
 
 @message(253)
 class DeleteTopicsDone(NamedTuple):
-    """rows: [name, error_code, error_message or None]"""
-
     req_id: int
-    rows: list[list[object]]
+    rows: list[DeleteTopicDoneRow]
+
+
+class TopicEntry(NamedTuple):
+    """One topic of the table the handlers and shards know."""
+
+    num_partitions: int
+    configs: dict[str, str]
 
 
 @message(254)
 class MetadataUpdate(NamedTuple):
-    """Controller -> every handler: the full topic table.
-
-    topics: {name: [num_partitions, configs dict]}
-    """
+    """Controller -> every handler: the full topic table, by topic name."""
 
     version: int
-    topics: dict[str, list[object]]
+    topics: dict[str, TopicEntry]
 
 
 @message(255)
@@ -328,16 +463,25 @@ class Flush(NamedTuple):
     """Ask a PartitionShard to write checkpoints (and fsync) now."""
 
 
+class CheckpointRow(NamedTuple):
+    """One partition's offsets for Kafka's three checkpoint files."""
+
+    topic: str
+    partition: int
+    high_watermark: int
+    recovery_point: int
+    log_start_offset: int
+
+
 @message(257)
 class CheckpointOffsets(NamedTuple):
     """PartitionShard -> LogManager: offsets to checkpoint.
 
-    rows: [topic, partition, high_watermark, recovery_point, log_start_offset]
     ``final`` is sent once, when the shard closed its logs cleanly; ``dropped``
-    lists [topic, partition] rows to remove from the checkpoints.
+    lists the partitions to remove from the checkpoints.
     """
 
     shard: str
     final: bool
-    rows: list[list[object]]
-    dropped: list[list[object]]
+    rows: list[CheckpointRow]
+    dropped: list[TopicPartition]

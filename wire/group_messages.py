@@ -8,21 +8,30 @@ when the leader's assignment is written, an OffsetCommit when its records are
 in ``__consumer_offsets``.
 
 Error codes are ``wire.errors.ErrorCode`` values as plain ints. Per-member and
-per-partition data travel as arrays, documented field by field below.
+per-partition data travel as ``NamedTuple`` rows, declared field by field just
+above the message that carries them (on the wire, arrays; see wire/registry.py).
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from wire.broker_messages import TopicPartition
 from wire.registry import message
 
 # ------------------------------------------------------------------ requests
 
 
+class JoinProtocolRow(NamedTuple):
+    """One protocol a joining member supports (JoinGroupRequestProtocol)."""
+
+    name: str
+    metadata: bytes
+
+
 @message(300)
 class JoinGroup(NamedTuple):
-    """Handler -> coordinator. protocols: [[name, metadata bytes]] in the member's order.
+    """Handler -> coordinator. ``protocols`` in the member's order of preference.
 
     ``rebalance_timeout_ms`` is -1 for JoinGroup v0 (the session timeout is
     used); ``require_known_member_id`` is True from v4 (MEMBER_ID_REQUIRED).
@@ -35,7 +44,7 @@ class JoinGroup(NamedTuple):
     client_id: str
     client_host: str
     protocol_type: str
-    protocols: list[list[object]]
+    protocols: list[JoinProtocolRow]
     session_timeout_ms: int
     rebalance_timeout_ms: int
     require_known_member_id: bool
@@ -64,37 +73,51 @@ class Heartbeat(NamedTuple):
     group_instance_id: str | None
 
 
+class LeaveMemberRow(NamedTuple):
+    """One member leaving (MemberIdentity)."""
+
+    member_id: str
+    group_instance_id: str | None
+
+
 @message(303)
 class LeaveGroup(NamedTuple):
-    """members: [[member_id, group_instance_id or None]] (v0-2 send one)."""
+    """``members``: v0-2 send one."""
 
     req_id: int
     group_id: str
-    members: list[list[object]]
+    members: list[LeaveMemberRow]
+
+
+class OffsetCommitRow(NamedTuple):
+    """One partition's offset to commit."""
+
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int  # -1: unknown
+    metadata: str | None
 
 
 @message(304)
 class OffsetCommit(NamedTuple):
-    """rows: [topic, partition, offset, leader_epoch, metadata or None].
-
-    generation -1 with an empty member id is a "simple" commit (assign() users).
-    """
+    """Generation -1 with an empty member id is a "simple" commit (assign() users)."""
 
     req_id: int
     group_id: str
     generation_id: int
     member_id: str
     group_instance_id: str | None
-    rows: list[list[object]]
+    rows: list[OffsetCommitRow]
 
 
 @message(305)
 class OffsetFetch(NamedTuple):
-    """rows: [topic, partition]; ``rows`` None asks for every committed offset of the group."""
+    """``rows`` None asks for every committed offset of the group."""
 
     req_id: int
     group_id: str
-    rows: list[list[object]] | None
+    rows: list[TopicPartition] | None
 
 
 @message(306)
@@ -114,9 +137,17 @@ class DescribeGroups(NamedTuple):
 # ------------------------------------------------------------------- answers
 
 
+class JoinGroupMemberRow(NamedTuple):
+    """One member of the new generation, as its leader needs it to assign."""
+
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes  # the member's metadata for the chosen protocol
+
+
 @message(320)
 class JoinGroupDone(NamedTuple):
-    """members: [[member_id, group_instance_id or None, metadata bytes]], for the leader only."""
+    """``members`` is filled for the leader only."""
 
     req_id: int
     error_code: int
@@ -125,7 +156,7 @@ class JoinGroupDone(NamedTuple):
     protocol_name: str | None
     leader: str
     member_id: str
-    members: list[list[object]]
+    members: list[JoinGroupMemberRow]
 
 
 @message(321)
@@ -143,46 +174,93 @@ class HeartbeatDone(NamedTuple):
     error_code: int
 
 
+class LeaveGroupMemberRow(NamedTuple):
+    """One leaving member's answer."""
+
+    member_id: str
+    group_instance_id: str | None
+    error_code: int
+
+
 @message(323)
 class LeaveGroupDone(NamedTuple):
-    """members: [[member_id, group_instance_id or None, error_code]] in request order."""
+    """``members`` in request order."""
 
     req_id: int
     error_code: int
-    members: list[list[object]]
+    members: list[LeaveGroupMemberRow]
+
+
+class OffsetCommitDoneRow(NamedTuple):
+    topic: str
+    partition: int
+    error_code: int
 
 
 @message(324)
 class OffsetCommitDone(NamedTuple):
-    """rows: [topic, partition, error_code] in request order."""
+    """``rows`` in request order."""
 
     req_id: int
-    rows: list[list[object]]
+    rows: list[OffsetCommitDoneRow]
+
+
+class OffsetFetchDoneRow(NamedTuple):
+    """One partition's committed offset."""
+
+    topic: str
+    partition: int
+    offset: int  # -1: nothing committed
+    leader_epoch: int
+    metadata: str
+    error_code: int
 
 
 @message(325)
 class OffsetFetchDone(NamedTuple):
-    """rows: [topic, partition, offset (-1: none), leader_epoch, metadata, error_code]."""
-
     req_id: int
     error_code: int
-    rows: list[list[object]]
+    rows: list[OffsetFetchDoneRow]
+
+
+class ListGroupsRow(NamedTuple):
+    group_id: str
+    protocol_type: str
+    state: str  # the state's name, as ListGroups v4+ reports it
 
 
 @message(326)
 class ListGroupsDone(NamedTuple):
-    """rows: [group_id, protocol_type, state name]."""
-
     req_id: int
     error_code: int
-    rows: list[list[object]]
+    rows: list[ListGroupsRow]
+
+
+class DescribeMemberRow(NamedTuple):
+    """One member of a described group."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+class DescribeGroupRow(NamedTuple):
+    """One described group."""
+
+    error_code: int
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol_data: str
+    members: list[DescribeMemberRow]
 
 
 @message(327)
 class DescribeGroupsDone(NamedTuple):
-    """groups: [error_code, group_id, state, protocol_type, protocol_data, members] where
-    members: [[member_id, group_instance_id or None, client_id, client_host,
-    metadata bytes, assignment bytes]], in request order."""
+    """``groups`` in request order."""
 
     req_id: int
-    groups: list[list[object]]
+    groups: list[DescribeGroupRow]

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.topology import Topology
+from wire.broker_messages import TopicEntry
 
 
 class Call(NamedTuple):
@@ -48,7 +49,7 @@ class HandlerContext:
     advertised_port: int
     cluster_id: str
     handler_index: int
-    topics: dict[str, list[Any]] = field(default_factory=dict)  # name -> [partitions, configs]
+    topics: dict[str, TopicEntry] = field(default_factory=dict)
     producer_id_counter: int = 0
     producer_id_base: int = 0
     # the handler's clock: wall time for producer-id bases, monotonic for request timings
@@ -56,7 +57,7 @@ class HandlerContext:
 
     def partition_count(self, topic: str) -> int | None:
         entry = self.topics.get(topic)
-        return None if entry is None else int(entry[0])
+        return None if entry is None else entry.num_partitions
 
     def next_producer_id(self) -> int:
         """Unique across handlers and restarts, without masking anything away.
@@ -72,9 +73,22 @@ class HandlerContext:
                 + self.handler_index)
 
 
-def group_by_shard(ctx: HandlerContext, rows: list[list[Any]]) -> dict[Address, list[list[Any]]]:
-    """Rows whose first two fields are topic and partition, grouped by owning shard."""
-    out: dict[Address, list[list[Any]]] = {}
+class PartitionRow(Protocol):
+    """Any row that names a partition."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+
+R = TypeVar("R", bound=PartitionRow)
+
+
+def group_by_shard(ctx: HandlerContext, rows: list[R]) -> dict[Address, list[R]]:
+    """Rows grouped by the shard that owns their partition, in their order."""
+    out: dict[Address, list[R]] = {}
     for row in rows:
-        out.setdefault(ctx.topology.shard_for(row[0], row[1]), []).append(row)
+        out.setdefault(ctx.topology.shard_for(row.topic, row.partition), []).append(row)
     return out

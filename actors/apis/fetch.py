@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
-from wire.broker_messages import Read, WatchFetch
+from wire.broker_messages import Read, ReadDone, ReadDoneRow, ReadRow, WatchFetch, WatchFetchRow
 from wire.errors import ErrorCode
 
 NONE = int(ErrorCode.NONE)
 
 
+def _read(replica_id: int, max_bytes: int, rows: list[ReadRow]) -> Callable[[int], Read]:
+    return lambda rid: Read(rid, replica_id, max_bytes, rows)
+
+
 def _read_calls(ctx: HandlerContext, replica_id: int, max_bytes: int,
-                rows: list[list[Any]]) -> list[Call]:
+                rows: list[ReadRow]) -> list[Call]:
     return [
-        Call(shard, lambda rid, r=shard_rows: Read(rid, replica_id, max_bytes, r))
+        Call(shard, _read(replica_id, max_bytes, shard_rows))
         for shard, shard_rows in group_by_shard(ctx, rows).items()
     ]
 
@@ -41,13 +46,26 @@ def _whole_batches(records: bytes, budget: int, at_least_one: bool) -> bytes:
     return records[:end]
 
 
+def _partition_response(index: int, r: ReadDoneRow) -> dict[str, Any]:
+    return {
+        "partition_index": index,
+        "error_code": r.error_code,
+        "high_watermark": r.high_watermark,
+        "last_stable_offset": r.high_watermark,
+        "log_start_offset": r.log_start_offset,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": r.records or b"",
+    }
+
+
 def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     replica_id = getattr(req, "replica_id", -1)
     if replica_id is None:
         replica_id = -1
     order: list[tuple[str, list[int]]] = []
-    results: dict[tuple[str, int], list[Any]] = {}
-    rows: list[list[Any]] = []
+    results: dict[tuple[str, int], ReadDoneRow] = {}
+    rows: list[ReadRow] = []
     for t in req.topics:
         name = t.topic
         count = ctx.partition_count(name)
@@ -55,29 +73,31 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         for p in t.partitions:
             indexes.append(p.partition)
             if count is None or not 0 <= p.partition < count:
-                results[(name, p.partition)] = [int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), -1, -1,
-                                                None]
+                results[(name, p.partition)] = ReadDoneRow(
+                    name, p.partition, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), -1, -1, b"",
+                    0, 0, -1)
             else:
-                rows.append([name, p.partition, p.fetch_offset, p.partition_max_bytes])
+                rows.append(ReadRow(name, p.partition, p.fetch_offset, p.partition_max_bytes))
         order.append((name, indexes))
 
-    read = {}
+    read: dict[tuple[str, int], ReadDoneRow] = {}
     if rows:
-        replies = yield _read_calls(ctx, replica_id, req.max_bytes, rows)
-        read = {(r[0], r[1]): r for reply in replies for r in reply.rows}
-        total = sum(len(r[5]) for r in read.values())
-        errors = any(r[2] != NONE for r in read.values())
+        replies: list[ReadDone] = yield _read_calls(ctx, replica_id, req.max_bytes, rows)
+        read = {(r.topic, r.partition): r for reply in replies for r in reply.rows}
+        total = sum(len(r.records) for r in read.values())
+        errors = any(r.error_code != NONE for r in read.values())
         if total < req.min_bytes and req.max_wait_ms > 0 and not errors:
-            by_key = {(r[0], r[1]): r for r in rows}
+            by_key = {(r.topic, r.partition): r for r in rows}
             watch_rows = [
-                [t, p, by_key[(t, p)][2], r[6], r[7], by_key[(t, p)][3]]
+                WatchFetchRow(t, p, by_key[(t, p)].fetch_offset, r.fetch_segment_base,
+                              r.fetch_relative_position, by_key[(t, p)].partition_max_bytes)
                 for (t, p), r in read.items()
             ]
-            purgatory = ctx.topology.purgatory_for(rows[0][0], rows[0][1])
+            purgatory = ctx.topology.purgatory_for(rows[0].topic, rows[0].partition)
             yield [Call(purgatory, lambda rid: WatchFetch(rid, req.min_bytes, req.max_wait_ms,
                                                           replica_id >= 0, watch_rows))]
             replies = yield _read_calls(ctx, replica_id, req.max_bytes, rows)
-            read = {(r[0], r[1]): r for reply in replies for r in reply.rows}
+            read = {(r.topic, r.partition): r for reply in replies for r in reply.rows}
 
     # max_bytes bounds the whole response (KIP-74): partitions take whole
     # batches in request order while they fit; only the first partition with
@@ -89,12 +109,13 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             r = read.get((name, index))
             if r is None:
                 continue
-            records = r[5]
+            records = r.records
             if records:
                 records = _whole_batches(records, budget, first)
                 first = first and not records
                 budget -= len(records)
-            results[(name, index)] = [r[2], r[3], r[4], records]
+                r = r._replace(records=records)
+            results[(name, index)] = r
 
     return Respond({
         "throttle_time_ms": 0,
@@ -104,17 +125,7 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             {
                 "topic": name,
                 "partitions": [
-                    {
-                        "partition_index": index,
-                        "error_code": results[(name, index)][0],
-                        "high_watermark": results[(name, index)][1],
-                        "last_stable_offset": results[(name, index)][1],
-                        "log_start_offset": results[(name, index)][2],
-                        "aborted_transactions": None,
-                        "preferred_read_replica": -1,
-                        "records": results[(name, index)][3] or b"",
-                    }
-                    for index in indexes
+                    _partition_response(index, results[(name, index)]) for index in indexes
                 ],
             }
             for name, indexes in order

@@ -15,16 +15,29 @@ from typing import Any
 
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond
 from actors.apis.transactions import find_transaction_coordinator
+from wire.broker_messages import TopicPartition
 from wire.errors import ErrorCode
 from wire.group_messages import (
+    DescribeGroupRow,
     DescribeGroups,
+    DescribeGroupsDone,
     Heartbeat,
+    HeartbeatDone,
     JoinGroup,
+    JoinGroupDone,
+    JoinProtocolRow,
     LeaveGroup,
+    LeaveGroupDone,
+    LeaveMemberRow,
     ListGroups,
+    ListGroupsDone,
     OffsetCommit,
+    OffsetCommitDone,
+    OffsetCommitRow,
     OffsetFetch,
+    OffsetFetchDone,
     SyncGroup,
+    SyncGroupDone,
 )
 
 NONE = int(ErrorCode.NONE)
@@ -84,7 +97,8 @@ def handle_find_coordinator(ctx: HandlerContext, header: Any, req: Any) -> ApiGe
 
 def handle_join_group(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     version = header.api_version
-    protocols = [[p.name, bytes(p.metadata)] for p in req.protocols]
+    protocols = [JoinProtocolRow(p.name, bytes(p.metadata)) for p in req.protocols]
+    done: JoinGroupDone
     [done] = yield [Call(_coordinator(ctx, req.group_id), lambda rid: JoinGroup(
         rid, req.group_id, req.member_id or "", req.group_instance_id, header.client_id or "",
         CLIENT_HOST, req.protocol_type, protocols, req.session_timeout_ms,
@@ -103,8 +117,9 @@ def handle_join_group(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         "skip_assignment": False,
         "member_id": done.member_id,
         "members": [
-            {"member_id": m, "group_instance_id": instance, "metadata": meta}
-            for m, instance, meta in done.members
+            {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+             "metadata": m.metadata}
+            for m in done.members
         ],
     })
 
@@ -115,6 +130,7 @@ def handle_join_group(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
 def handle_sync_group(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     version = header.api_version
     assignments = {a.member_id: bytes(a.assignment) for a in req.assignments}
+    done: SyncGroupDone
     [done] = yield [Call(_coordinator(ctx, req.group_id), lambda rid: SyncGroup(
         rid, req.group_id, req.generation_id, req.member_id, req.group_instance_id,
         req.protocol_type if version >= 5 else None,
@@ -134,6 +150,7 @@ def handle_sync_group(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
 
 
 def handle_heartbeat(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
+    done: HeartbeatDone
     [done] = yield [Call(_coordinator(ctx, req.group_id), lambda rid: Heartbeat(
         rid, req.group_id, req.generation_id, req.member_id, req.group_instance_id))]
     return Respond({"throttle_time_ms": 0, "error_code": done.error_code})
@@ -145,14 +162,15 @@ def handle_heartbeat(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
 def handle_leave_group(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     version = header.api_version
     if version >= 3:
-        members = [[m.member_id, m.group_instance_id] for m in req.members]
+        members = [LeaveMemberRow(m.member_id, m.group_instance_id) for m in req.members]
     else:
-        members = [[req.member_id, None]]
+        members = [LeaveMemberRow(req.member_id, None)]
+    done: LeaveGroupDone
     [done] = yield [Call(_coordinator(ctx, req.group_id),
                          lambda rid: LeaveGroup(rid, req.group_id, members))]
     if version < 3:
         # One member: its own code is the answer (the request-level one if none).
-        code = done.members[0][2] if done.members else done.error_code
+        code = done.members[0].error_code if done.members else done.error_code
         if done.error_code != NONE:
             code = done.error_code
         return Respond({"throttle_time_ms": 0, "error_code": code})
@@ -160,8 +178,9 @@ def handle_leave_group(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         "throttle_time_ms": 0,
         "error_code": done.error_code,
         "members": [
-            {"member_id": m, "group_instance_id": instance, "error_code": code}
-            for m, instance, code in done.members
+            {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+             "error_code": m.error_code}
+            for m in done.members
         ],
     })
 
@@ -172,7 +191,7 @@ def handle_leave_group(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
 def handle_offset_commit(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     version = header.api_version
     codes: dict[tuple[str, int], int] = {}
-    rows: list[list[Any]] = []
+    rows: list[OffsetCommitRow] = []
     order: list[tuple[str, list[int]]] = []
     for t in req.topics:
         count = ctx.partition_count(t.name)
@@ -183,16 +202,18 @@ def handle_offset_commit(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                 codes[(t.name, p.partition_index)] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             else:
                 epoch = p.committed_leader_epoch if version >= 6 else -1
-                rows.append([t.name, p.partition_index, p.committed_offset,
-                             -1 if epoch is None else epoch, p.committed_metadata])
+                rows.append(OffsetCommitRow(t.name, p.partition_index, p.committed_offset,
+                                            -1 if epoch is None else epoch,
+                                            p.committed_metadata))
         order.append((t.name, indexes))
     if rows:
         instance = req.group_instance_id if version >= 7 else None
+        done: OffsetCommitDone
         [done] = yield [Call(_coordinator(ctx, req.group_id), lambda rid: OffsetCommit(
             rid, req.group_id, req.generation_id_or_member_epoch, req.member_id or "",
             instance, rows))]
-        for topic, partition, code in done.rows:
-            codes[(topic, partition)] = code
+        for row in done.rows:
+            codes[(row.topic, row.partition)] = row.error_code
     return Respond({
         "throttle_time_ms": 0,
         "topics": [
@@ -207,26 +228,26 @@ def handle_offset_commit(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
 # ------------------------------------------------------------------ OffsetFetch
 
 
-def _wanted(topics: Any) -> list[list[Any]] | None:
+def _wanted(topics: Any) -> list[TopicPartition] | None:
     if topics is None:
         return None
-    return [[t.name, i] for t in topics for i in t.partition_indexes]
+    return [TopicPartition(t.name, i) for t in topics for i in t.partition_indexes]
 
 
-def _fetched_topics(done: Any, version: int) -> list[dict[str, Any]]:
+def _fetched_topics(done: OffsetFetchDone, version: int) -> list[dict[str, Any]]:
     by_topic: dict[str, list[dict[str, Any]]] = {}
-    for topic, partition, offset, epoch, metadata, code in done.rows:
-        by_topic.setdefault(topic, []).append({
-            "partition_index": partition,
-            "committed_offset": offset,
-            "committed_leader_epoch": epoch,
-            "metadata": metadata,
-            "error_code": code,
+    for row in done.rows:
+        by_topic.setdefault(row.topic, []).append({
+            "partition_index": row.partition,
+            "committed_offset": row.offset,
+            "committed_leader_epoch": row.leader_epoch,
+            "metadata": row.metadata,
+            "error_code": row.error_code,
         })
     return [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
 
 
-def _offset_fetch(group_id: str, rows: list[list[Any]] | None) -> Callable[[int], Any]:
+def _offset_fetch(group_id: str, rows: list[TopicPartition] | None) -> Callable[[int], Any]:
     return lambda rid: OffsetFetch(rid, group_id, rows)
 
 
@@ -234,8 +255,8 @@ def handle_offset_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     version = header.api_version
     if version >= 8:
         groups = [(g.group_id, _wanted(g.topics)) for g in req.groups]
-        replies = yield [Call(_coordinator(ctx, gid), _offset_fetch(gid, rows))
-                         for gid, rows in groups]
+        replies: list[OffsetFetchDone] = yield [
+            Call(_coordinator(ctx, gid), _offset_fetch(gid, rows)) for gid, rows in groups]
         return Respond({
             "throttle_time_ms": 0,
             "groups": [
@@ -245,15 +266,16 @@ def handle_offset_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             ],
         })
     rows = _wanted(req.topics)
+    done: OffsetFetchDone
     [done] = yield [Call(_coordinator(ctx, req.group_id),
                          lambda rid: OffsetFetch(rid, req.group_id, rows))]
     topics = _fetched_topics(done, version)
     if version < 2 and done.error_code != NONE:
         # v0-1 have no top-level error: every asked partition carries it.
         topics = [{"name": t, "partitions": [
-            {"partition_index": p, "committed_offset": -1, "metadata": "",
-             "error_code": done.error_code} for tt, p in (rows or []) if tt == t]}
-            for t in dict.fromkeys(r[0] for r in rows or [])]
+            {"partition_index": tp.partition, "committed_offset": -1, "metadata": "",
+             "error_code": done.error_code} for tp in (rows or []) if tp.topic == t]}
+            for t in dict.fromkeys(tp.topic for tp in rows or [])]
     return Respond({"throttle_time_ms": 0, "error_code": done.error_code, "topics": topics})
 
 
@@ -265,14 +287,15 @@ def handle_list_groups(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     states = list(req.states_filter) if version >= 4 and req.states_filter else None
     types = [t.lower() for t in req.types_filter] if version >= 5 and req.types_filter else None
     coordinators = [ctx.topology.coordinator(i) for i in range(ctx.topology.num_coordinators)]
-    replies = yield [Call(c, lambda rid: ListGroups(rid, states)) for c in coordinators]
+    replies: list[ListGroupsDone] = yield [
+        Call(c, lambda rid: ListGroups(rid, states)) for c in coordinators]
     error = next((r.error_code for r in replies if r.error_code != NONE), NONE)
     groups = []
     if types is None or "classic" in types:
         groups = [
-            {"group_id": gid, "protocol_type": ptype, "group_state": state,
+            {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,
              "group_type": "classic"}
-            for r in replies for gid, ptype, state in r.rows
+            for r in replies for g in r.rows
         ]
     return Respond({"throttle_time_ms": 0, "error_code": error, "groups": groups})
 
@@ -286,24 +309,26 @@ def handle_describe_groups(ctx: HandlerContext, header: Any, req: Any) -> ApiGen
     for gid in req.groups:
         by_coordinator.setdefault(_coordinator(ctx, gid), []).append(gid)
     targets = list(by_coordinator.items())
-    replies = yield [Call(c, _describe_groups(ids)) for c, ids in targets]
-    described: dict[str, list[Any]] = {}
+    replies: list[DescribeGroupsDone] = yield [
+        Call(c, _describe_groups(ids)) for c, ids in targets]
+    described: dict[str, DescribeGroupRow] = {}
     for reply in replies:
         for g in reply.groups:
-            described[g[1]] = g
+            described[g.group_id] = g
     groups = []
     for gid in req.groups:
-        code, _gid, state, ptype, pdata, members = described[gid]
+        g = described[gid]
         groups.append({
-            "error_code": code,
+            "error_code": g.error_code,
             "group_id": gid,
-            "group_state": state,
-            "protocol_type": ptype,
-            "protocol_data": pdata,
+            "group_state": g.state,
+            "protocol_type": g.protocol_type,
+            "protocol_data": g.protocol_data,
             "members": [
-                {"member_id": m, "group_instance_id": instance, "client_id": client,
-                 "client_host": host, "member_metadata": meta, "member_assignment": assignment}
-                for m, instance, client, host, meta, assignment in members
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                 "client_id": m.client_id, "client_host": m.client_host,
+                 "member_metadata": m.metadata, "member_assignment": m.assignment}
+                for m in g.members
             ],
         })
     return Respond({"throttle_time_ms": 0, "groups": groups})

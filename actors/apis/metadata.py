@@ -6,7 +6,16 @@ from typing import Any
 
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond
 from actors.core.topic_config import effective, validate_topic_name
-from wire.broker_messages import CreateTopics, DeleteTopics
+from wire.broker_messages import (
+    CreateTopicDoneRow,
+    CreateTopicRow,
+    CreateTopics,
+    CreateTopicsDone,
+    DeleteTopicDoneRow,
+    DeleteTopicRow,
+    DeleteTopics,
+    DeleteTopicsDone,
+)
 from wire.errors import ErrorCode, KafkaError
 
 TOPIC_RESOURCE = 2
@@ -38,7 +47,7 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     if allow_auto is None:
         allow_auto = True
     errors: dict[str, int] = {}
-    to_create = []
+    to_create: list[CreateTopicRow] = []
     for name in names:
         if name is None or name in ctx.topics:
             continue
@@ -48,12 +57,15 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             errors[name] = int(exc.code)
             continue
         if allow_auto and ctx.config["auto.create.topics.enable"] and not name.startswith("__"):
-            to_create.append([name, -1, -1, {}])
+            to_create.append(CreateTopicRow(name, -1, -1, {}))
         else:
             errors[name] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     if to_create:
-        [done] = yield [Call(ctx.topology.controller, lambda rid: CreateTopics(rid, False, to_create))]
-        for name, error, _msg, _n, _rf in done.rows:
+        done: CreateTopicsDone
+        [done] = yield [Call(ctx.topology.controller,
+                             lambda rid: CreateTopics(rid, False, to_create))]
+        for row in done.rows:
+            name, error = row.name, row.error_code
             if error == int(ErrorCode.TOPIC_ALREADY_EXISTS) and name not in ctx.topics:
                 # Another request is creating it and this handler has not had
                 # the new table yet: Kafka's retriable "being created" answer.
@@ -64,7 +76,8 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     for name in names:
         if name is None:
             continue
-        error = errors.get(name, 0 if name in ctx.topics else int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+        unknown = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        error = errors.get(name, 0 if name in ctx.topics else unknown)
         topics.append({
             "error_code": error,
             "name": name,
@@ -82,40 +95,44 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
 
 
 def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
-    rows = []
-    early: dict[str, list[Any]] = {}
+    rows: list[CreateTopicRow] = []
+    done_rows: dict[str, CreateTopicDoneRow] = {}
     for t in req.topics:
         if t.assignments:
-            early[t.name] = [t.name, int(ErrorCode.INVALID_REQUEST),
-                             "manual replica assignment is not supported", -1, -1]
+            done_rows[t.name] = CreateTopicDoneRow(
+                t.name, int(ErrorCode.INVALID_REQUEST),
+                "manual replica assignment is not supported", -1, -1)
             continue
         configs = {c.name: c.value for c in (t.configs or [])}
-        rows.append([t.name, t.num_partitions, t.replication_factor, configs])
-    done_rows: dict[str, list[Any]] = dict(early)
+        rows.append(CreateTopicRow(t.name, t.num_partitions, t.replication_factor, configs))
     if rows:
+        done: CreateTopicsDone
         [done] = yield [Call(ctx.topology.controller,
                              lambda rid: CreateTopics(rid, bool(req.validate_only), rows))]
         for row in done.rows:
-            done_rows[row[0]] = row
+            done_rows[row.name] = row
     out = []
     for t in req.topics:
-        name, error, message, n, rf = done_rows[t.name]
-        out.append({"name": name, "error_code": error, "error_message": message,
-                    "num_partitions": n, "replication_factor": rf, "configs": None})
+        r = done_rows[t.name]
+        out.append({"name": r.name, "error_code": r.error_code, "error_message": r.error_message,
+                    "num_partitions": r.num_partitions,
+                    "replication_factor": r.replication_factor, "configs": None})
     return Respond({"throttle_time_ms": 0, "topics": out})
 
 
 def handle_delete_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     names = list(req.topic_names or [])
-    rows_out: dict[str, list[Any]] = {}
+    rows_out: dict[str, DeleteTopicDoneRow] = {}
     if names:
+        done: DeleteTopicsDone
         [done] = yield [Call(ctx.topology.controller,
-                             lambda rid: DeleteTopics(rid, [[n] for n in names]))]
-        rows_out = {r[0]: r for r in done.rows}
+                             lambda rid: DeleteTopics(rid, [DeleteTopicRow(n) for n in names]))]
+        rows_out = {r.name: r for r in done.rows}
     return Respond({
         "throttle_time_ms": 0,
         "responses": [
-            {"name": n, "error_code": rows_out[n][1], "error_message": rows_out[n][2]}
+            {"name": n, "error_code": rows_out[n].error_code,
+             "error_message": rows_out[n].error_message}
             for n in names
         ],
     })
@@ -132,7 +149,7 @@ def handle_describe_configs(ctx: HandlerContext, header: Any, req: Any) -> ApiGe
                                 "resource_type": res.resource_type,
                                 "resource_name": res.resource_name, "configs": []})
                 continue
-            values = effective(ctx.config, dict(entry[1]))
+            values = effective(ctx.config, dict(entry.configs))
         elif res.resource_type == BROKER_RESOURCE:
             values = {k: (str(v), True) for k, v in ctx.config.values.items()
                       if not isinstance(v, dict)}

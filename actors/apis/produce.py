@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
-from wire.broker_messages import Append
+from wire.broker_messages import Append, AppendDone, AppendDoneRow, AppendRow, ProduceReady
 from wire.errors import ErrorCode
 
 NONE = int(ErrorCode.NONE)
@@ -45,48 +46,65 @@ def _check_records(records: bytes, api_version: int) -> tuple[ErrorCode, str] | 
     return None
 
 
+def _append(acks: int, timeout_ms: int, rows: list[AppendRow]) -> Callable[[int], Append]:
+    return lambda rid: Append(rid, acks, timeout_ms, rows)
+
+
+def _partition_response(index: int, r: AppendDoneRow) -> dict[str, Any]:
+    return {
+        "index": index,
+        "error_code": r.error_code,
+        "base_offset": r.base_offset,
+        "log_append_time_ms": r.log_append_time_ms,
+        "log_start_offset": r.log_start_offset,
+        "error_message": r.error_message,
+    }
+
+
 def handle_produce(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     acks = req.acks
-    results: dict[tuple[str, int], list[Any]] = {}
-    rows: list[list[Any]] = []
+    results: dict[tuple[str, int], AppendDoneRow] = {}
+    rows: list[AppendRow] = []
     order: list[tuple[str, list[int]]] = []
+
+    def refuse(name: str, index: int, code: ErrorCode, message: str | None) -> None:
+        results[(name, index)] = AppendDoneRow(name, index, int(code), -1, -1, -1, message)
+
     for topic_data in req.topic_data:
         name = topic_data.name
         indexes = []
         count = ctx.partition_count(name)
         for pd in topic_data.partition_data:
             indexes.append(pd.index)
-            key = (name, pd.index)
             if acks not in (-1, 0, 1):
-                results[key] = [int(ErrorCode.INVALID_REQUIRED_ACKS), -1, -1, -1,
-                                f"acks must be -1, 0 or 1, got {acks}"]
+                refuse(name, pd.index, ErrorCode.INVALID_REQUIRED_ACKS,
+                       f"acks must be -1, 0 or 1, got {acks}")
             elif req.transactional_id is not None:
-                results[key] = [int(ErrorCode.INVALID_REQUEST), -1, -1, -1,
-                                "transactions are not supported"]
+                refuse(name, pd.index, ErrorCode.INVALID_REQUEST, "transactions are not supported")
             elif count is None or not 0 <= pd.index < count:
-                results[key] = [int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), -1, -1, -1, None]
+                refuse(name, pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
             elif not pd.records:
-                results[key] = [int(ErrorCode.INVALID_RECORD), -1, -1, -1, "no records"]
+                refuse(name, pd.index, ErrorCode.INVALID_RECORD, "no records")
             else:
                 refusal = _check_records(pd.records, header.api_version)
                 if refusal is not None:
-                    results[key] = [int(refusal[0]), -1, -1, -1, refusal[1]]
+                    refuse(name, pd.index, refusal[0], refusal[1])
                 else:
-                    rows.append([name, pd.index, bytes(pd.records)])
+                    rows.append(AppendRow(name, pd.index, bytes(pd.records)))
         order.append((name, indexes))
 
     if rows:
         calls = [
-            Call(shard, lambda rid, r=shard_rows: Append(rid, acks, req.timeout_ms, r))
+            Call(shard, _append(acks, req.timeout_ms, shard_rows))
             for shard, shard_rows in group_by_shard(ctx, rows).items()
         ]
-        replies = yield calls
+        replies: list[AppendDone | ProduceReady] = yield calls
         for reply in replies:  # AppendDone, or ProduceReady after an acks=-1 wait
-            for topic, partition, error, base, lat, lso, message in reply.rows:
-                results[(topic, partition)] = [error, base, lat, lso, message]
+            for row in reply.rows:
+                results[(row.topic, row.partition)] = row
 
     if acks == 0:
-        failed = any(r[0] != NONE for r in results.values())
+        failed = any(r.error_code != NONE for r in results.values())
         # Kafka closes the connection after a failed acks=0 produce, so the
         # client refreshes its metadata; otherwise nothing is sent.
         return Respond(None, respond=False, close=failed)
@@ -97,15 +115,7 @@ def handle_produce(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             {
                 "name": name,
                 "partition_responses": [
-                    {
-                        "index": index,
-                        "error_code": results[(name, index)][0],
-                        "base_offset": results[(name, index)][1],
-                        "log_append_time_ms": results[(name, index)][2],
-                        "log_start_offset": results[(name, index)][3],
-                        "error_message": results[(name, index)][4],
-                    }
-                    for index in indexes
+                    _partition_response(index, results[(name, index)]) for index in indexes
                 ],
             }
             for name, indexes in order

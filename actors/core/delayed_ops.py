@@ -25,6 +25,7 @@ from collections.abc import Callable, Hashable, Mapping
 from typing import Any, NamedTuple
 
 from actors.core.delayed_operation import DelayedOperation
+from wire.broker_messages import PartitionStatus, SegmentPosition, TopicPartition  # wire rows
 from wire.errors import ErrorCode
 
 __all__ = [
@@ -46,39 +47,6 @@ __all__ = [
     "TopicPartition",
     "all_members_joined",
 ]
-
-
-class TopicPartition(NamedTuple):
-    """A partition's watch key; equal to (and hashing like) a plain ``(topic, partition)``."""
-
-    topic: str
-    partition: int
-
-
-class SegmentPosition(NamedTuple):
-    """Where an offset sits in the log: Kafka's LogOffsetMetadata without the offset."""
-
-    segment_base_offset: int
-    relative_position: int  # byte position inside that segment's .log file
-
-
-class PartitionStatus(NamedTuple):
-    """The latest state of one partition, as its PartitionShard reports it."""
-
-    topic: str
-    partition: int
-    high_watermark: int
-    log_end_offset: int
-    is_leader: bool
-    leader_epoch: int
-    isr_size: int
-    min_insync_replicas: int
-    high_watermark_position: SegmentPosition
-    log_end_position: SegmentPosition
-
-    @property
-    def key(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
 
 
 # -- produce ------------------------------------------------------------------

@@ -9,9 +9,9 @@ itself; replication adds followers without changing this shape.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from actors.core.partition_log import PartitionLog
+from wire.broker_messages import PartitionStatus, SegmentPosition
 
 
 @dataclass
@@ -76,17 +76,19 @@ class PartitionState:
             self.isr.add(replica_id)
         return self.maybe_increment_high_watermark()
 
-    def status(self) -> list[Any]:
-        """PartitionStatus fields (actors.core.delayed_ops) as a wire row."""
+    def status(self) -> PartitionStatus:
+        """What a waiting produce or fetch needs to know (PartitionChanged carries it)."""
         log = self.log
         hw = log.high_watermark_metadata
         leo = log.log_end_offset_metadata
-        return [log.topic, log.partition, log.high_watermark, log.log_end_offset, self.is_leader,
-                self.leader_epoch, len(self.isr), self.min_insync_replicas,
-                [hw.segment_base_offset, hw.relative_position_in_segment],
-                [leo.segment_base_offset, leo.relative_position_in_segment]]
+        return PartitionStatus(
+            log.topic, log.partition, log.high_watermark, log.log_end_offset, self.is_leader,
+            self.leader_epoch, len(self.isr), self.min_insync_replicas,
+            SegmentPosition(hw.segment_base_offset, hw.relative_position_in_segment),
+            SegmentPosition(leo.segment_base_offset, leo.relative_position_in_segment))
 
     @staticmethod
-    def gone_status(topic: str, partition: int) -> list[Any]:
+    def gone_status(topic: str, partition: int) -> PartitionStatus:
         """The status of a partition this node no longer hosts."""
-        return [topic, partition, -1, -1, False, -1, 0, 0, [0, 0], [0, 0]]
+        return PartitionStatus(topic, partition, -1, -1, False, -1, 0, 0,
+                               SegmentPosition(0, 0), SegmentPosition(0, 0))

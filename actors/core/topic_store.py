@@ -6,7 +6,8 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from wire.broker_messages import TopicEntry
 
 STORE_FILE = "__actorlog_topics.json"
 
@@ -67,6 +68,7 @@ class TopicStore:
         finally:
             os.close(dir_fd)
 
-    def table(self) -> dict[str, list[Any]]:
+    def table(self) -> dict[str, TopicEntry]:
         """The wire form of MetadataUpdate.topics."""
-        return {name: [t.num_partitions, dict(t.configs)] for name, t in self.topics.items()}
+        return {name: TopicEntry(t.num_partitions, dict(t.configs))
+                for name, t in self.topics.items()}

@@ -24,7 +24,7 @@ from actors.runtime.clock import ManualClock
 from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
-from wire.broker_messages import GetStats
+from wire.broker_messages import GetStats, TopicEntry
 
 WALL_MS = 1_700_000_000_000
 TOPIC_CONFIGS = {"retention.ms": "60000"}
@@ -67,7 +67,7 @@ def test_retention_runs_on_the_injected_wall_clock(node: Node, tmp_path: Path) -
     log_dir = a_log_of_two_records(tmp_path, config)
     node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1, clock=clock)
     shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=config,
-                       log_dir=log_dir, topics={"t": [1, TOPIC_CONFIGS]}, broker_id=1,
+                       log_dir=log_dir, topics={"t": TopicEntry(1, TOPIC_CONFIGS)}, broker_id=1,
                        clock=clock)
 
     def offsets() -> list[int]:

@@ -20,8 +20,10 @@ from wire.broker_messages import (
     Expired,
     FetchReady,
     PartitionChanged,
+    PartitionStatus,
     ProduceReady,
     Schedule,
+    SegmentPosition,
     WatchFetch,
     WatchPartition,
     WatchProduce,
@@ -84,9 +86,10 @@ class FakeShard(Actor):
         self.status: dict[tuple[str, int], list[Any]] = {}
         self.watchers: set[Address] = set()
 
-    def _row(self, topic: str, partition: int) -> list[Any]:
+    def _row(self, topic: str, partition: int) -> PartitionStatus:
         hw, leo, leader = self.status.get((topic, partition), [0, 0, True])
-        return [topic, partition, hw, leo, leader, 0, 1, 1, [0, hw * 10], [0, leo * 10]]
+        return PartitionStatus(topic, partition, hw, leo, leader, 0, 1, 1,
+                               SegmentPosition(0, hw * 10), SegmentPosition(0, leo * 10))
 
     @handles(WatchPartition)
     def on_watch(self, msg: WatchPartition) -> None:

@@ -30,15 +30,26 @@ from actors.runtime.config import Config
 from actors.topology import Topology
 from wire import kafka_codec as kc
 from wire.api_versions import ADVERTISED_BY_KEY
+from wire.broker_messages import TopicEntry, TopicPartition
 from wire.errors import ErrorCode
 from wire.group_messages import (
+    DescribeGroupRow,
     DescribeGroupsDone,
+    DescribeMemberRow,
     HeartbeatDone,
     JoinGroupDone,
+    JoinGroupMemberRow,
+    JoinProtocolRow,
     LeaveGroupDone,
+    LeaveGroupMemberRow,
+    LeaveMemberRow,
     ListGroupsDone,
+    ListGroupsRow,
     OffsetCommitDone,
+    OffsetCommitDoneRow,
+    OffsetCommitRow,
     OffsetFetchDone,
+    OffsetFetchDoneRow,
     SyncGroupDone,
 )
 
@@ -47,7 +58,7 @@ TOPOLOGY = Topology("n", 1, 1, 1, 1, 3)
 
 def context() -> HandlerContext:
     return HandlerContext(TOPOLOGY, Config(), 1, "127.0.0.1", 9092, "cluster", 0,
-                          {"t": [2, {}]}, clock=ManualClock())
+                          {"t": TopicEntry(2, {})}, clock=ManualClock())
 
 
 def versions(api_key: int) -> list[int]:
@@ -105,12 +116,12 @@ def test_join_group(version: int) -> None:
 
     def answer(_target: Any, m: Any) -> JoinGroupDone:
         return JoinGroupDone(m.req_id, 0, 3, "consumer", "range", "m-1", "m-1",
-                             [["m-1", m.group_instance_id, b"sub"]])
+                             [JoinGroupMemberRow("m-1", m.group_instance_id, b"sub")])
 
     resp, [(target, msg)] = run(req, version, answer)
     assert target == TOPOLOGY.coordinator_for("g")
     assert (msg.client_id, msg.protocols, msg.session_timeout_ms) == (
-        "client-a", [["range", b"sub"]], 6000)
+        "client-a", [JoinProtocolRow("range", b"sub")], 6000)
     assert msg.rebalance_timeout_ms == (9000 if version >= 1 else -1)
     assert msg.require_known_member_id == (version >= 4)
     assert msg.group_instance_id == ("i-1" if version >= 5 else None)
@@ -162,13 +173,15 @@ def test_leave_group(version: int) -> None:
         LeaveGroupRequest.MemberIdentity(member_id="m-2", group_instance_id="i-2")])
     unknown = int(ErrorCode.UNKNOWN_MEMBER_ID)
     resp, [(_t, msg)] = run(req, version, lambda _t, m: LeaveGroupDone(
-        m.req_id, 0, [[mid, inst, unknown if mid == "m-2" else 0] for mid, inst in m.members]))
+        m.req_id, 0, [LeaveGroupMemberRow(r.member_id, r.group_instance_id,
+                                          unknown if r.member_id == "m-2" else 0)
+                      for r in m.members]))
     if version >= 3:
-        assert msg.members == [["m-1", None], ["m-2", "i-2"]]
+        assert msg.members == [LeaveMemberRow("m-1", None), LeaveMemberRow("m-2", "i-2")]
         assert [(m.member_id, m.error_code) for m in resp.members] == [
             ("m-1", 0), ("m-2", unknown)]
     else:
-        assert msg.members == [["m-1", None]]
+        assert msg.members == [LeaveMemberRow("m-1", None)]
         assert resp.error_code == 0
 
 
@@ -187,8 +200,8 @@ def test_offset_commit(version: int) -> None:
                 part(partition_index=0, committed_offset=1, committed_leader_epoch=-1,
                      committed_metadata="")])])
     resp, [(_t, msg)] = run(req, version, lambda _t, m: OffsetCommitDone(
-        m.req_id, [[t, p, 0] for t, p, *_ in m.rows]))
-    assert msg.rows == [["t", 0, 10, 2 if version >= 6 else -1, "x"]]
+        m.req_id, [OffsetCommitDoneRow(r.topic, r.partition, 0) for r in m.rows]))
+    assert msg.rows == [OffsetCommitRow("t", 0, 10, 2 if version >= 6 else -1, "x")]
     unknown = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     assert [(t.name, p.partition_index, p.error_code) for t in resp.topics
             for p in t.partitions] == [("t", 0, 0), ("t", 5, unknown), ("nope", 0, unknown)]
@@ -205,16 +218,18 @@ def test_offset_fetch(version: int) -> None:
 
     def answer(target: Any, m: Any) -> OffsetFetchDone:
         assert target == TOPOLOGY.coordinator_for(m.group_id)
-        return OffsetFetchDone(m.req_id, 0, [["t", 0, 42, -1, "meta", 0], ["t", 1, -1, -1, "", 0]])
+        return OffsetFetchDone(m.req_id, 0, [OffsetFetchDoneRow("t", 0, 42, -1, "meta", 0),
+                                             OffsetFetchDoneRow("t", 1, -1, -1, "", 0)])
 
     resp, sent = run(req, version, answer)
     if version >= 8:
-        assert [m.rows for _t, m in sent] == [[["t", 0], ["t", 1]], None]
+        assert [m.rows for _t, m in sent] == [[TopicPartition("t", 0), TopicPartition("t", 1)],
+                                              None]
         fetched = [(g.group_id, [(p.partition_index, p.committed_offset)
                                  for t in g.topics for p in t.partitions]) for g in resp.groups]
         assert fetched == [("g", [(0, 42), (1, -1)]), ("h", [(0, 42), (1, -1)])]
     else:
-        assert [m.rows for _t, m in sent] == [[["t", 0], ["t", 1]]]
+        assert [m.rows for _t, m in sent] == [[TopicPartition("t", 0), TopicPartition("t", 1)]]
         assert [(p.partition_index, p.committed_offset, p.metadata)
                 for t in resp.topics for p in t.partitions] == [(0, 42, "meta"), (1, -1, "")]
 
@@ -232,7 +247,7 @@ def test_offset_fetch_v1_puts_a_group_error_on_every_partition() -> None:
 def test_list_groups_asks_every_coordinator(version: int) -> None:
     req = ListGroupsRequest(states_filter=["Stable"], types_filter=["classic"])
     resp, sent = run(req, version, lambda target, m: ListGroupsDone(
-        m.req_id, 0, [[f"g-{target.name}", "consumer", "Stable"]]))
+        m.req_id, 0, [ListGroupsRow(f"g-{target.name}", "consumer", "Stable")]))
     assert sorted(t.name for t, _m in sent) == ["coordinator-0", "coordinator-1", "coordinator-2"]
     assert all(m.states == (["Stable"] if version >= 4 else None) for _t, m in sent)
     assert sorted(g.group_id for g in resp.groups) == [
@@ -247,8 +262,9 @@ def test_describe_groups_keeps_request_order(version: int) -> None:
     def answer(target: Any, m: Any) -> DescribeGroupsDone:
         assert all(TOPOLOGY.coordinator_for(g) == target for g in m.group_ids)
         return DescribeGroupsDone(m.req_id, [
-            [0, g, "Stable", "consumer", "range",
-             [["m", None, "client", "/10.0.0.1", b"meta", b"assign"]]] for g in m.group_ids])
+            DescribeGroupRow(0, g, "Stable", "consumer", "range", [
+                DescribeMemberRow("m", None, "client", "/10.0.0.1", b"meta", b"assign")])
+            for g in m.group_ids])
 
     resp, sent = run(req, version, answer)
     assert len(sent) == len({TOPOLOGY.coordinator_for(g) for g in ids}) > 1

@@ -34,14 +34,24 @@ from actors.topology import Topology
 from wire.broker_messages import (
     Append,
     AppendDone,
+    AppendDoneRow,
+    CreateTopicDoneRow,
     CreateTopics,
     CreateTopicsDone,
     GetStats,
     Read,
     ReadDone,
+    ReadDoneRow,
+    TopicPartition,
 )
 from wire.errors import CorruptMessageError, ErrorCode
-from wire.group_messages import OffsetCommit, OffsetCommitDone, OffsetFetch, OffsetFetchDone
+from wire.group_messages import (
+    OffsetCommit,
+    OffsetCommitDone,
+    OffsetCommitRow,
+    OffsetFetch,
+    OffsetFetchDone,
+)
 from wire.registry import message
 
 NUM_PARTITIONS = 4
@@ -64,7 +74,8 @@ class FakeController(Actor):
     def on_create(self, msg: CreateTopics) -> None:
         self.requests.append(list(msg.rows))
         self.reply(CreateTopicsDone(msg.req_id, [
-            [r[0], int(ErrorCode.TOPIC_ALREADY_EXISTS), "exists", -1, -1] for r in msg.rows]))
+            CreateTopicDoneRow(r.name, int(ErrorCode.TOPIC_ALREADY_EXISTS), "exists", -1, -1)
+            for r in msg.rows]))
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> Any:
@@ -98,11 +109,12 @@ class FakeShard(Actor):
         self.tell(self.current_sender, self._read(msg))
 
     def _read(self, msg: Read) -> ReadDone:
-        rows: list[list[Any]] = []
-        wanted: list[list[Any]] = msg.rows
-        for topic, p, offset, _max in wanted:
-            data = b"".join(b for b in self.logs.get(p, []) if decode_batches(b)[1] > offset)
-            rows.append([topic, p, 0, self._end(p), 0, data, 0, 0, self._end(p)])
+        rows: list[ReadDoneRow] = []
+        for r in msg.rows:
+            p = r.partition
+            data = b"".join(b for b in self.logs.get(p, [])
+                            if (decode_batches(b)[1] or 0) > r.fetch_offset)
+            rows.append(ReadDoneRow(r.topic, p, 0, self._end(p), 0, data, 0, 0, self._end(p)))
         return ReadDone(msg.req_id, rows)
 
     @handles(Append)
@@ -114,18 +126,18 @@ class FakeShard(Actor):
         self.tell(self.current_sender, self._append(msg))
 
     def _append(self, msg: Append) -> AppendDone:
-        rows: list[list[Any]] = []
-        appends: list[list[Any]] = msg.rows
-        for topic, p, batch in appends:
+        rows: list[AppendDoneRow] = []
+        for r in msg.rows:
+            topic, p = r.topic, r.partition
             assert topic == OFFSETS_TOPIC
             if self.append_error:
-                rows.append([topic, p, self.append_error, -1, -1, -1, "refused"])
+                rows.append(AppendDoneRow(topic, p, self.append_error, -1, -1, -1, "refused"))
                 continue
             base = self._end(p)
-            stored = base.to_bytes(8, "big") + bytes(batch)[8:]
+            stored = base.to_bytes(8, "big") + bytes(r.records)[8:]
             self.logs.setdefault(p, []).append(stored)
             self.appended.append((p, stored))
-            rows.append([topic, p, 0, base, -1, 0, None])
+            rows.append(AppendDoneRow(topic, p, 0, base, -1, 0, None))
         return AppendDone(msg.req_id, rows)
 
     @handles(Release)
@@ -285,7 +297,7 @@ def test_commit_is_a_real_batch_answered_after_the_append(node: Node) -> None:
     cluster.release(reads=True)
     wait_for(cluster.loaded)
     cluster.release(appends=False)  # hold the appends
-    rows = [["t", 0, 17, 3, "meta"], ["t", 2, 4, -1, None]]
+    rows = [OffsetCommitRow("t", 0, 17, 3, "meta"), OffsetCommitRow("t", 2, 4, -1, None)]
     rid = cluster.send("g", lambda r: OffsetCommit(r, "g", -1, "", None, rows))
     time.sleep(0.2)  # the coordinator has appended and waits for the shard
     assert cluster.answer(rid, wait=False) is None
@@ -302,9 +314,10 @@ def test_commit_is_a_real_batch_answered_after_the_append(node: Node) -> None:
     # A refused append refuses the commit with the coordinator's code for it.
     cluster.release(appends=True, error=int(ErrorCode.NOT_LEADER_OR_FOLLOWER))
     refused = cluster.send(
-        "g", lambda r: OffsetCommit(r, "g", -1, "", None, [["t", 0, 99, -1, ""]]))
+        "g", lambda r: OffsetCommit(r, "g", -1, "", None, [OffsetCommitRow("t", 0, 99, -1, "")]))
     assert cluster.answer(refused)[2] == [["t", 0, int(ErrorCode.NOT_COORDINATOR)]]  # type: ignore[index]
-    fetched = cluster.answer(cluster.send("g", lambda r: OffsetFetch(r, "g", [["t", 0]])))
+    fetched = cluster.answer(
+        cluster.send("g", lambda r: OffsetFetch(r, "g", [TopicPartition("t", 0)])))
     assert fetched[3] == [["t", 0, 17, 3, "meta", 0]]  # type: ignore[index]
 
 

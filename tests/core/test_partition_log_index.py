@@ -464,3 +464,32 @@ def test_a_full_disk_refuses_the_append_instead_of_killing_the_process(tmp_path:
     assert outcome["unchanged"]  # nothing of the refused batch was written
     assert outcome["after_space_freed"] == outcome["reopened_leo"]
     assert outcome["last_read"]
+
+
+# -- memory -------------------------------------------------------------------------
+
+MEMORY_PROBE = Path(__file__).with_name("partition_log_memory_probe.py")
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize(("min_kib", "max_kib"), [
+    (100, 1024),  # large batches: few index entries per GB
+    (2, 8),  # small batches: an index entry per 4 KiB, where the old int lists grew 14 MB/GB
+])
+def test_anonymous_memory_stays_flat_as_gigabytes_are_retained(
+        tmp_path: Path, min_kib: int, max_kib: int) -> None:
+    """Issue 13's target: RssAnon grows by at most 3 MB per GB retained. 3 GB appended
+    in a fresh process (bounded to 240 s; at least 1 GB must make it)."""
+    directory = tmp_path / "logs"
+    try:
+        result = subprocess.run(
+            [sys.executable, str(MEMORY_PROBE), str(directory), "--total-mb", "3072",
+             "--min-kib", str(min_kib), "--max-kib", str(max_kib), "--seconds", "240"],
+            capture_output=True, text=True, timeout=400)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    assert result.returncode == 0, result.stderr
+    probe = json.loads(result.stdout.strip().splitlines()[-1])
+    assert probe["retained_bytes"] >= 2**30, probe
+    assert probe["growth_mib_per_gib"] <= 3.0, probe

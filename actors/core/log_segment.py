@@ -119,8 +119,13 @@ class LogSegment:
         the segment's largest timestamp (Kafka's last entry, in the slot kept for
         it), and both indexes are flushed and trimmed to their entries."""
         if self.time_index.writable:
-            self.time_index.maybe_append(self._max_timestamp_ms, self._offset_of_max_timestamp,
-                                         roll=True)
+            try:
+                self.time_index.maybe_append(self._max_timestamp_ms,
+                                             self._offset_of_max_timestamp, roll=True)
+            except StorageError:
+                # No disk block for it (a full disk): the index is right without it,
+                # loading reads the batches after the last offset entry anyway.
+                pass
         self.offset_index.seal()
         self.time_index.seal()
 
@@ -136,7 +141,8 @@ class LogSegment:
     @property
     def index_full(self) -> bool:
         """Either index is full: the segment must roll before the next append, as Kafka's."""
-        return self.offset_index.is_full or self.time_index.is_full
+        index, times = self.offset_index, self.time_index
+        return index.entries >= index.max_entries or times.entries >= times.max_entries - 1
 
     def index_entries(self) -> list[tuple[int, int]]:
         """(offset, position) of every offset index entry (tests, tools)."""

@@ -20,10 +20,10 @@ preallocated to ``log.index.size.max.bytes`` (sparse) and mapped read-write;
 disk blocks are reserved with ``posix_fallocate`` before entries are written
 into them, so a full disk is an error on the append instead of a SIGBUS. On
 roll or close the files are trimmed to their entries. A finished segment's
-index is mapped read-only on first use only (one of up to a page is just
-read each time), and unmapped when the partition log says so (it keeps a
-few mapped), so an idle broker with thousands of segments holds no mappings
-for them.
+index is mapped read-only on first use only (one of up to a kilobyte is
+read into memory instead), and unmapped when the partition log says so (it
+keeps a few open), so an idle broker with thousands of segments holds no
+mappings for them.
 
 Searches start next to the previous hit (consumers and followers read
 forward, so the next lookup lands one or two entries later) and fall back to
@@ -49,7 +49,7 @@ TIME_INDEX_SUFFIX = ".timeindex"
 DEFAULT_MAX_INDEX_BYTES = 10 * 1024 * 1024  # log.index.size.max.bytes, Kafka's default
 NO_TIMESTAMP = -1
 ALLOCATE_CHUNK = 64 * 1024  # disk reserved ahead of the entries being written
-SMALL_INDEX_BYTES = 4096  # a finished index this small is read, not mapped, when used
+SMALL_INDEX_BYTES = 1024  # a finished index this small is read and kept, not mapped
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -141,8 +141,11 @@ class _MappedIndex:
         self.entries = 0
         self.writable = False
         self._map: mmap.mmap | None = None
+        self._copy: bytes | None = None  # a small finished index, read whole
         self._length = 0  # bytes mapped (writable: the preallocated size)
-        self._allocated = 0  # bytes known to have disk blocks (writable)
+        # Entries whose bytes are known to have disk blocks (writable): appends up to
+        # here need no reservation.
+        self.reserved_entries = 0
         self._hint = 0
 
     # -- files and mappings --------------------------------------------------
@@ -168,8 +171,11 @@ class _MappedIndex:
         return buf
 
     def _buffer(self) -> mmap.mmap | bytes:
-        """The entries of an index that is not mapped: a small one is read whole (one
-        ``pread`` costs less than mapping and unmapping it), a larger one mapped."""
+        """The entries of an index that is not mapped: a small one is read whole and
+        kept (one ``pread`` costs less than mapping and unmapping it), a larger one
+        mapped. Either is held until release()."""
+        if self._copy is not None:
+            return self._copy
         size = self.entries * self.entry.size
         if size > self.read_whole_up_to:
             return self._mapped()
@@ -183,11 +189,13 @@ class _MappedIndex:
         if len(raw) < size:
             raise StorageError(f"{self.kind} {self.path} is shorter than its "
                                f"{self.entries} entries")
+        self._copy = raw
         return raw
 
     @property
-    def is_mapped(self) -> bool:
-        return self._map is not None
+    def is_open(self) -> bool:
+        """Mapped, or (a small finished one) held in memory."""
+        return self._map is not None or self._copy is not None
 
     def open_writable(self) -> None:
         """Become the active segment's index: preallocate and map read-write.
@@ -211,7 +219,7 @@ class _MappedIndex:
             os.close(fd)
         self.writable = True
         self._length = length
-        self._allocated = used
+        self.reserved_entries = self.entries
 
     def reset(self) -> None:
         """Drop every entry and become writable (the segment is being rebuilt)."""
@@ -229,17 +237,19 @@ class _MappedIndex:
         with SIGBUS; reserving first turns that into a StorageError before the
         log itself is written.
         """
-        need = (self.entries + count) * self.entry.size
-        if need > self._allocated and self._allocated < self._length:
-            end = min(self._length, max(need, self._allocated + ALLOCATE_CHUNK))
+        size = self.entry.size
+        need = (self.entries + count) * size
+        done = self.reserved_entries * size
+        if need > done and done < self._length:
+            end = min(self._length, max(need, done + ALLOCATE_CHUNK))
             fd = self._open(os.O_RDWR)
             try:
-                os.posix_fallocate(fd, self._allocated, end - self._allocated)
+                os.posix_fallocate(fd, done, end - done)
             except OSError as exc:
                 raise StorageError(f"cannot grow {self.kind} {self.path}: {exc}") from exc
             finally:
                 os.close(fd)
-            self._allocated = end
+            self.reserved_entries = end // size
 
     def flush(self) -> None:
         if self.writable and self._map is not None:
@@ -268,14 +278,16 @@ class _MappedIndex:
             raise StorageError(f"cannot trim {self.kind} {self.path}: {exc}") from exc
         finally:
             os.close(fd)
-        self._length = self._allocated = used
+        self._length = used
+        self.reserved_entries = self.entries
 
     def release(self) -> None:
-        """Unmap a finished segment's index (mapped again on its next use)."""
+        """Unmap (or drop the copy of) a finished segment's index, until its next use."""
         if not self.writable:
             self._close_map()
 
     def _close_map(self) -> None:
+        self._copy = None
         if self._map is not None:
             self._map.close()
             self._map = None
@@ -389,7 +401,7 @@ class OffsetIndex(_MappedIndex):
         buf = self._map
         if n >= self.max_entries or buf is None:
             return
-        if (n + 1) * 8 > self._allocated:
+        if n >= self.reserved_entries:
             self.reserve(1)
         self.entry.pack_into(buf, n * 8, offset - self.base_offset, position)
         self.entries = n + 1
@@ -507,7 +519,7 @@ class TimeIndex(_MappedIndex):
         buf = self._map
         if n >= self.max_entries - (0 if roll else 1) or buf is None:
             return
-        if (n + 1) * 12 > self._allocated:
+        if n >= self.reserved_entries:
             self.reserve(1)
         self.entry.pack_into(buf, n * 12, timestamp, offset - self.base_offset)
         if n == 0:

@@ -96,6 +96,7 @@ class LogSegment:
         self.offset_index = OffsetIndex(self.index_path, base_offset, max(max_index_bytes, 8))
         self.time_index = TimeIndex(self.time_index_path, base_offset, max(max_index_bytes, 24))
         self._bytes_since_index_entry = 0
+        self.index_full = False  # either index is full: roll before the next append
         # Largest batch max timestamp, and the last offset of the first batch holding it.
         self._max_timestamp_ms = NO_TIMESTAMP
         self._offset_of_max_timestamp = base_offset
@@ -135,14 +136,15 @@ class LogSegment:
         self.time_index.release()
 
     @property
-    def indexes_mapped(self) -> bool:
-        return self.offset_index.is_mapped or self.time_index.is_mapped
+    def indexes_open(self) -> bool:
+        return self.offset_index.is_open or self.time_index.is_open
 
-    @property
-    def index_full(self) -> bool:
-        """Either index is full: the segment must roll before the next append, as Kafka's."""
+    def _check_full(self) -> None:
+        """index_full, after entries came or went: the segment must roll before the next
+        append once either index is full, as Kafka's."""
         index, times = self.offset_index, self.time_index
-        return index.entries >= index.max_entries or times.entries >= times.max_entries - 1
+        self.index_full = (index.entries >= index.max_entries
+                           or times.entries >= times.max_entries - 1)
 
     def index_entries(self) -> list[tuple[int, int]]:
         """(offset, position) of every offset index entry (tests, tools)."""
@@ -207,6 +209,7 @@ class LogSegment:
         if tail_max_ts > self._max_timestamp_ms:
             self._max_timestamp_ms, self._offset_of_max_timestamp = tail_max_ts, tail_max_offset
         self._note_first_batch(first.max_timestamp)
+        self._check_full()
         return True
 
     def _scan_to_end(self, position: int, expected_offset: int) -> tuple[int, int, int, int]:
@@ -278,6 +281,7 @@ class LogSegment:
             os.ftruncate(self._fd, position)
             self.size = position
         self.next_offset = expected
+        self._check_full()
         return cut
 
     # -- appending ----------------------------------------------------------
@@ -306,8 +310,11 @@ class LogSegment:
         start = self.size
         # Disk room for the index entries first: a full disk then fails here,
         # before the log is written.
-        self.offset_index.reserve(len(batches))
-        self.time_index.reserve(len(batches))
+        index, times = self.offset_index, self.time_index
+        if index.entries + len(batches) > index.reserved_entries:
+            index.reserve(len(batches))
+        if times.entries + len(batches) > times.reserved_entries:
+            times.reserve(len(batches))
         try:
             if len(pieces) == 1:
                 write_all(self._fd, pieces[0])
@@ -327,14 +334,14 @@ class LogSegment:
                 self._max_timestamp_ms = max_ts
                 self._offset_of_max_timestamp = next_offset - 1
             if since >= interval or start + position == 0:
-                self.offset_index.append(base_offset, start + position)
-                self.time_index.maybe_append(self._max_timestamp_ms,
-                                             self._offset_of_max_timestamp)
+                index.append(base_offset, start + position)
+                times.maybe_append(self._max_timestamp_ms, self._offset_of_max_timestamp)
                 since = 0
             since += size
             self.next_offset = next_offset
         self._bytes_since_index_entry = since
         self.size = start + length
+        self._check_full()
 
     def append_one(self, head: bytes, rest: memoryview, size: int, base_offset: int,
                    next_offset: int, max_timestamp: int) -> None:
@@ -342,8 +349,11 @@ class LogSegment:
         start = self.size
         indexed = self._bytes_since_index_entry >= self.index_interval_bytes or start == 0
         if indexed:
-            self.offset_index.reserve(1)
-            self.time_index.reserve(1)
+            index, times = self.offset_index, self.time_index
+            if index.entries >= index.reserved_entries:
+                index.reserve(1)
+            if times.entries >= times.reserved_entries:
+                times.reserve(1)
         try:
             written = os.writev(self._fd, (head, rest))
             if written < size:
@@ -357,8 +367,11 @@ class LogSegment:
             self._max_timestamp_ms = max_timestamp
             self._offset_of_max_timestamp = next_offset - 1
         if indexed:
-            self.offset_index.append(base_offset, start)
-            self.time_index.maybe_append(self._max_timestamp_ms, self._offset_of_max_timestamp)
+            index.append(base_offset, start)
+            if self._max_timestamp_ms > times.last_timestamp:
+                times.maybe_append(self._max_timestamp_ms, self._offset_of_max_timestamp)
+            self.index_full = (index.entries >= index.max_entries
+                               or times.entries >= times.max_entries - 1)
             self._bytes_since_index_entry = size
         else:
             self._bytes_since_index_entry += size
@@ -483,6 +496,7 @@ class LogSegment:
                 self._offset_of_max_timestamp = header.last_offset
         if position == 0:
             self._forget_first_batch()
+        self._check_full()
         return dropped
 
     def flush(self) -> None:

@@ -57,10 +57,10 @@ LOG_APPEND_TIME = "LogAppendTime"
 _SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 _MAX_RELATIVE_OFFSET = 2**31 - 1
 _MAX_SEGMENT_BYTES = 2**31 - 1  # positions in the offset index are int32, as Kafka's
-# Finished segments whose indexes stay mapped after use, per partition (least
-# recently used first out): readers of old data keep theirs, and an idle log
-# holds mappings for its active segment only.
-MAPPED_SEGMENTS_PER_LOG = 16
+# Finished segments whose indexes stay open (mapped, or small ones read into
+# memory) after use, per partition, least recently used first out: readers of
+# old data keep theirs, and an idle log holds its active segment's only.
+OPEN_INDEXES_PER_LOG = 16
 
 
 class RecordListTooLargeError(KafkaError):
@@ -159,8 +159,8 @@ class PartitionLog:
         self.config = config
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
-        # Finished segments with mapped indexes, least recently used first.
-        self._mapped: dict[LogSegment, None] = {}
+        # Finished segments with open indexes, least recently used first.
+        self._open_indexes: dict[LogSegment, None] = {}
         self._log_start_offset = 0
         self._high_watermark = 0
         self._recovery_point = 0
@@ -357,24 +357,23 @@ class PartitionLog:
         return LogOffsetMetadata(offset, segment.base_offset, position)
 
     def _used_indexes(self, segment: LogSegment) -> None:
-        """A finished segment's indexes were used: if that mapped them, keep them
-        among the mapped ones, unmapping the least recently used past
-        MAPPED_SEGMENTS_PER_LOG."""
-        if not segment.indexes_mapped:
+        """A finished segment's indexes were used (which opened them): count them among
+        the open ones, closing the least recently used past OPEN_INDEXES_PER_LOG."""
+        if not segment.indexes_open:
             return
-        mapped = self._mapped
-        if mapped.pop(segment, 0) is None:
-            mapped[segment] = None
+        recent = self._open_indexes
+        if recent.pop(segment, 0) is None:
+            recent[segment] = None
             return
-        mapped[segment] = None
-        if len(mapped) > MAPPED_SEGMENTS_PER_LOG:
-            oldest = next(iter(mapped))
-            del mapped[oldest]
+        recent[segment] = None
+        if len(recent) > OPEN_INDEXES_PER_LOG:
+            oldest = next(iter(recent))
+            del recent[oldest]
             oldest.release_indexes()
 
     def _forget_indexes(self, segment: LogSegment) -> None:
         """The segment goes (deleted) or becomes the active one: not counted any more."""
-        self._mapped.pop(segment, None)
+        self._open_indexes.pop(segment, None)
 
     # ---------------------------------------------------------------- append
 
@@ -742,7 +741,7 @@ class PartitionLog:
     def _replace_all_segments(self, offset: int, now_ms: int) -> None:
         for segment in self.segments:
             segment.delete()
-        self._mapped.clear()
+        self._open_indexes.clear()
         segment = self._segment_object(offset, now_ms)
         segment.activate()
         self.segments = [segment]

@@ -136,7 +136,7 @@ class IndexMachine(RuleBasedStateMachine):
         self.times = TimeIndex(self.tmp / "0.timeindex", BASE, self.max_bytes)
         self.index.read_whole_up_to = self.times.read_whole_up_to = self.read_whole_up_to
         assert self.index.load() and self.times.load()
-        assert not self.index.is_mapped and not self.times.is_mapped
+        assert not self.index.is_open and not self.times.is_open
 
     @rule()
     def release(self) -> None:

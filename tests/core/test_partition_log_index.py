@@ -19,7 +19,7 @@ import pytest
 
 from actors.core.log_index import OffsetIndex, TimeIndex
 from actors.core.log_segment import LogSegment
-from actors.core.partition_log import MAPPED_SEGMENTS_PER_LOG, LogConfig, PartitionLog
+from actors.core.partition_log import OPEN_INDEXES_PER_LOG, LogConfig, PartitionLog
 from actors.core.record_batch import build_batch, check_batches
 from actors.core.topic_config import log_config_for
 from actors.runtime.config import Config
@@ -319,11 +319,12 @@ def open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-@pytest.mark.parametrize("read_whole_up_to", [4096, 0])
-def test_finished_segments_map_their_indexes_only_when_used(
+@pytest.mark.parametrize("read_whole_up_to", [1024, 0])
+def test_finished_segments_open_their_indexes_only_when_used(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_whole_up_to: int) -> None:
-    """Indexes of up to a page are read, not mapped; others (all of them, with 0 here)
-    are mapped on use, at most MAPPED_SEGMENTS_PER_LOG finished segments at a time."""
+    """Indexes of up to a kilobyte are read into memory, others (all of them, with 0
+    here) mapped, on use only and for at most OPEN_INDEXES_PER_LOG finished segments
+    at a time; only mappings hold descriptors."""
     monkeypatch.setattr(OffsetIndex, "read_whole_up_to", read_whole_up_to)
     monkeypatch.setattr(TimeIndex, "read_whole_up_to", read_whole_up_to)
     directory = tmp_path / "t-0"
@@ -331,23 +332,24 @@ def test_finished_segments_map_their_indexes_only_when_used(
     log = open_log(directory, config)
     fill(log, 400, seed=8)
     segments = len(log.segments)
-    assert segments > 2 * MAPPED_SEGMENTS_PER_LOG
+    assert segments > 2 * OPEN_INDEXES_PER_LOG
     log.close()
     before = open_descriptors()
     log = open_log(directory, config, clean_shutdown=True)
     # One descriptor per .log, and the active segment's two mappings.
     assert open_descriptors() - before == segments + 2
-    assert not any(s.indexes_mapped for s in log.segments[:-1])
+    assert not any(s.indexes_open for s in log.segments[:-1])
+    mapping_fds = 2 * OPEN_INDEXES_PER_LOG if read_whole_up_to == 0 else 0
     for segment in log.segments:  # a consumer reading everything, and by time
         for offset in range(segment.base_offset, segment.next_offset):
             log.read(offset, 1)
         log.offset_for_timestamp(segment.max_timestamp_ms)
-        mapped = sum(s.indexes_mapped for s in log.segments[:-1])
-        assert mapped <= (MAPPED_SEGMENTS_PER_LOG if read_whole_up_to == 0 else 0)
-    assert open_descriptors() - before <= segments + 2 + 2 * MAPPED_SEGMENTS_PER_LOG
+        assert sum(s.indexes_open for s in log.segments[:-1]) <= OPEN_INDEXES_PER_LOG
+        assert open_descriptors() - before <= segments + 2 + mapping_fds
+    assert sum(s.indexes_open for s in log.segments[:-1]) == OPEN_INDEXES_PER_LOG
     log.update_high_watermark(log.log_end_offset)
-    assert log.delete_old_segments(10**15) == segments  # retention unmaps what it deletes
-    assert not log._mapped
+    assert log.delete_old_segments(10**15) == segments  # retention closes what it deletes
+    assert not log._open_indexes
     log.close()
     assert open_descriptors() == before
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from actors.core.log_index import SMALL_INDEX_BYTES, OffsetIndex, TimeIndex
-from actors.core.partition_log import MAPPED_SEGMENTS_PER_LOG, LogConfig, PartitionLog
+from actors.core.partition_log import OPEN_INDEXES_PER_LOG, LogConfig, PartitionLog
 from actors.core.record_batch import build_batch, check_batches, patch_base_offset
 
 
@@ -60,7 +60,7 @@ class PartitionLogMachine(RuleBasedStateMachine):
     def open_log(self, segment_bytes: int, index_interval_bytes: int, segment_index_bytes: int,
                  map_all: bool, retention_bytes: int, retention_ms: int) -> None:
         # Finished indexes this small are read whole, not mapped: map them too, sometimes
-        # (the partition log keeps at most MAPPED_SEGMENTS_PER_LOG mapped).
+        # (the partition log keeps at most OPEN_INDEXES_PER_LOG mapped).
         if map_all:
             OffsetIndex.read_whole_up_to = TimeIndex.read_whole_up_to = 0
         self.config = LogConfig(segment_bytes=segment_bytes,
@@ -207,8 +207,8 @@ class PartitionLogMachine(RuleBasedStateMachine):
         the largest timestamp up to the batch it names, the first batch to reach it;
         only the active segment's indexes are writable, finished ones are trimmed."""
         finished = self.log.segments[:-1]
-        was_mapped = [s.indexes_mapped for s in finished]
-        assert sum(was_mapped) <= MAPPED_SEGMENTS_PER_LOG
+        was_mapped = [s.indexes_open for s in finished]
+        assert sum(was_mapped) <= OPEN_INDEXES_PER_LOG
         for i, segment in enumerate(self.log.segments):
             headers = list(segment.iter_headers(0, segment.size))
             starts = {h.position: h.base_offset for h in headers}

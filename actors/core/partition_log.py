@@ -210,12 +210,14 @@ class PartitionLog:
                                           for b in bases[i + 1:]]:
                     later.delete()
                 break
+            if self.segments:
+                # Not the last: indexes rebuilt by recovery are trimmed and closed now,
+                # so recovering many segments never holds many mappings.
+                self.segments[-1].seal()
             self.segments.append(segment)
         for segment in scanned:
             if not segment.closed:
                 segment.flush()  # the recovery point moves to the LEO below
-        for segment in self.segments[:-1]:
-            segment.seal()  # rebuilt indexes of finished segments: trimmed, read-only
         if not self.segments:
             self.segments.append(self._segment_object(log_start_offset, now_ms))
         self.segments[-1].activate()
@@ -248,8 +250,8 @@ class PartitionLog:
         for name in names:
             path = self.dir / name
             stem, dot, suffix = name.rpartition(".")
-            orphan_index = f"{dot}{suffix}" in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and \
-                stem not in logs
+            orphan_index = (dot + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+                            and stem not in logs)
             if name.endswith((TMP_SUFFIX, ".deleted")) or orphan_index:
                 path.unlink(missing_ok=True)
             else:

@@ -18,7 +18,10 @@ Random reads: the same data laid out as 1 segment and as ``--segments``
 segments; the mean cost of ``read(random offset, max_bytes = one batch)``
 for each, over the same offsets in alternating blocks.
 Finding the segment is a bisect over the bases and finding the batch a
-bisect over the sparse index, so the ratio should be near 1.
+search of the segment's memory-mapped offset index. A finished segment's
+index is not held open: it is mapped on use (one of up to a page is read
+whole instead), and a log keeps at most a few mapped, so reads spread over
+many segments pay for opening indexes; the ratio says what that costs.
 """
 
 from __future__ import annotations

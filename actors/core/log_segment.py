@@ -1,11 +1,11 @@
-"""One segment of a partition log: ``<base>.log`` and its sparse ``.index``.
+"""One segment of a partition log: ``<base>.log``, its ``.index`` and ``.timeindex``.
 
 The ``.log`` file holds v2 batches back to back, exactly as appended. The
-``.index`` file holds 8-byte entries (offset relative to the base, int32;
-byte position, int32), one every ``index.interval.bytes`` of log, so finding
-an offset reads at most one interval of headers instead of the segment. The
-index is kept in memory as two lists searched with ``bisect``; the file only
-spares the scan when the segment is opened again.
+indexes (see log_index.py) are Kafka's files, searched through memory maps:
+an offset index entry every ``index.interval.bytes`` of log, so finding an
+offset reads at most one interval of headers instead of the segment, and a
+time index beside it. Only the active segment writes its indexes; a finished
+segment's are trimmed, and mapped read-only when first needed.
 
 Reads use ``os.pread`` of the exact byte range, never the whole segment.
 """
@@ -14,10 +14,17 @@ from __future__ import annotations
 
 import os
 import struct
-from bisect import bisect_right
 from collections.abc import Iterator
 from pathlib import Path
 
+from actors.core.log_index import (
+    DEFAULT_MAX_INDEX_BYTES,
+    NO_TIMESTAMP,
+    OFFSET_INDEX_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    OffsetIndex,
+    TimeIndex,
+)
 from actors.core.record_batch import (
     HEADER,
     HEADER_SIZE,
@@ -29,11 +36,13 @@ from actors.core.record_batch import (
 from wire.errors import KafkaError, StorageError
 
 LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-INDEX_ENTRY = struct.Struct(">ii")
+INDEX_SUFFIX = OFFSET_INDEX_SUFFIX
 SCAN_CHUNK = 64 * 1024
 RECOVERY_CHUNK = 1024 * 1024
+_Q = struct.Struct(">q")
 _QI = struct.Struct(">qi")
+# base offset, batch length, (leader epoch, magic, CRC, attributes), last offset delta
+_SPAN = struct.Struct(">qi11xi")
 
 
 def log_file_name(base_offset: int) -> str:
@@ -41,7 +50,11 @@ def log_file_name(base_offset: int) -> str:
 
 
 def index_file_name(base_offset: int) -> str:
-    return f"{base_offset:020d}{INDEX_SUFFIX}"
+    return f"{base_offset:020d}{OFFSET_INDEX_SUFFIX}"
+
+
+def time_index_file_name(base_offset: int) -> str:
+    return f"{base_offset:020d}{TIME_INDEX_SUFFIX}"
 
 
 def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
@@ -53,35 +66,40 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
 
 
 class LogSegment:
-    """A segment's files, size, next offset and in-memory sparse index."""
+    """A segment's files, size, next offset and indexes."""
 
     def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int,
-                 created_ms: int) -> None:
+                 created_ms: int, max_index_bytes: int = DEFAULT_MAX_INDEX_BYTES) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.log_path = directory / log_file_name(base_offset)
         self.index_path = directory / index_file_name(base_offset)
+        self.time_index_path = directory / time_index_file_name(base_offset)
         try:
             self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as exc:
             raise StorageError(f"cannot open segment {self.log_path}: {exc}") from exc
         self.size = os.fstat(self._fd).st_size
         self.next_offset = base_offset
-        self._index_file: int | None = None  # opened when needed, see _index_fd
+        # Whether both index files were there before this object existed: an index
+        # created now says nothing about the log (loading rebuilds it).
+        self.had_index_files = self.index_path.exists() and self.time_index_path.exists()
         try:
-            self.index_path.touch(exist_ok=True)  # the pair exists from the start, as in Kafka
+            # The files exist from the start, as in Kafka.
+            self.index_path.touch(exist_ok=True)
+            self.time_index_path.touch(exist_ok=True)
         except OSError as exc:
             raise StorageError(f"cannot create index {self.index_path}: {exc}") from exc
-        # Sparse index: absolute offsets (base offset of a batch) and positions.
-        self.index_offsets: list[int] = []
-        self.index_positions: list[int] = []
-        # Memory only: the next offset after each indexed batch (-1 if not known,
-        # after a load), so a lookup inside an indexed batch reads nothing.
-        self.index_next_offsets: list[int] = []
+        # Both hold at least what one roll needs: an entry, and the time index's
+        # entry plus the one reserved for the roll.
+        self.offset_index = OffsetIndex(self.index_path, base_offset, max(max_index_bytes, 8))
+        self.time_index = TimeIndex(self.time_index_path, base_offset, max(max_index_bytes, 24))
         self._bytes_since_index_entry = 0
-        self._pending_index = bytearray()
-        self._max_timestamp_ms: int | None = -1 if self.size == 0 else None
+        self.index_full = False  # either index is full: roll before the next append
+        # Largest batch max timestamp, and the last offset of the first batch holding it.
+        self._max_timestamp_ms = NO_TIMESTAMP
+        self._offset_of_max_timestamp = base_offset
         # segment.ms counts from the first batch's max timestamp when it has one
         # (rolls_on_batch_time), else from when the segment was created, as Kafka does.
         self.created_ms = created_ms
@@ -90,104 +108,140 @@ class LogSegment:
         self._first_batch_seen = False
         self.closed = False
 
-    @property
-    def _index_fd(self) -> int:
-        """The .index file, opened on demand: lookups use the in-memory lists, so a
-        finished segment only holds its .log open (one fd per segment, not two)."""
-        if self._index_file is None:
-            try:
-                self._index_file = os.open(self.index_path,
-                                           os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-            except OSError as exc:
-                raise StorageError(f"cannot open index {self.index_path}: {exc}") from exc
-        return self._index_file
+    # -- index lifecycle ------------------------------------------------------
 
-    def release_index_fd(self) -> None:
-        """Write pending entries and close the .index (a finished, flushed segment)."""
-        self._write_pending_index()
-        if self._index_file is not None:
-            os.close(self._index_file)
-            self._index_file = None
+    def activate(self) -> None:
+        """Become the active segment: indexes preallocated and mapped read-write."""
+        self.offset_index.open_writable()
+        self.time_index.open_writable()
+
+    def seal(self) -> None:
+        """Stop being the active segment (roll, clean close): the time index gets
+        the segment's largest timestamp (Kafka's last entry, in the slot kept for
+        it), and both indexes are flushed and trimmed to their entries."""
+        if self.time_index.writable:
+            try:
+                self.time_index.maybe_append(self._max_timestamp_ms,
+                                             self._offset_of_max_timestamp, roll=True)
+            except StorageError:
+                # No disk block for it (a full disk): the index is right without it,
+                # loading reads the batches after the last offset entry anyway.
+                pass
+        self.offset_index.seal()
+        self.time_index.seal()
+
+    def release_indexes(self) -> None:
+        """Unmap a finished segment's indexes; the next lookup maps them again."""
+        self.offset_index.release()
+        self.time_index.release()
+
+    @property
+    def indexes_open(self) -> bool:
+        return self.offset_index.is_open or self.time_index.is_open
+
+    def _check_full(self) -> None:
+        """index_full, after entries came or went: the segment must roll before the next
+        append once either index is full, as Kafka's."""
+        index, times = self.offset_index, self.time_index
+        self.index_full = (index.entries >= index.max_entries
+                           or times.entries >= times.max_entries - 1)
+
+    def index_entries(self) -> list[tuple[int, int]]:
+        """(offset, position) of every offset index entry (tests, tools)."""
+        return self.offset_index.all_entries()
+
+    def time_index_entries(self) -> list[tuple[int, int]]:
+        """(timestamp, offset) of every time index entry (tests, tools)."""
+        return self.time_index.all_entries()
 
     # -- loading ------------------------------------------------------------
 
     def load_clean(self) -> bool:
-        """Open a segment known to be flushed: trust the index if it is sane.
+        """Open a segment known to be flushed: trust its indexes if they are sane.
 
-        Returns True if the segment had to be recovered after all (bad index or
-        torn tail).
+        Returns True if the segment had to be recovered after all (missing or
+        bad index, torn tail).
         """
-        if not self._load_index_file():
+        if not self._load_indexes():
             self.recover()
             return True
-        start = self.index_positions[-1] if self.index_positions else 0
-        start_offset = self.index_offsets[-1] if self.index_offsets else self.base_offset
-        position, next_offset = self._scan_to_end(start, start_offset)
-        if position != self.size:
-            # A clean segment with a torn tail is not clean: treat it as unclean.
-            self.recover()
-            return True
-        self.next_offset = next_offset
-        self._bytes_since_index_entry = self.size - start
-        self._read_rolling_timestamp()
         return False
 
-    def _load_index_file(self) -> bool:
-        try:
-            raw = os.pread(self._index_fd, os.fstat(self._index_fd).st_size, 0)
-        except OSError as exc:
-            raise StorageError(f"cannot read index {self.index_path}: {exc}") from exc
-        if len(raw) % INDEX_ENTRY.size:
+    def _load_indexes(self) -> bool:
+        """Check both index files against the log with a few reads, not a scan.
+
+        Each file must be whole increasing entries (log_index checks that); the
+        first offset entry names the first batch, the last one a batch start
+        inside the log, with whole batches from there to the end; the time
+        index stays below the next offset and starts with the first batch's
+        timestamp if it has one. The segment's state is then taken from the
+        last entries plus the batches after the last offset entry.
+        """
+        index, times = self.offset_index, self.time_index
+        if not (self.had_index_files and index.load() and times.load()):
             return False
-        offsets: list[int] = []
-        positions: list[int] = []
-        last_offset, last_position = -1, -1
-        for relative, position in INDEX_ENTRY.iter_unpack(raw):
-            offset = self.base_offset + relative
-            if offset <= last_offset or position <= last_position or position >= self.size:
+        if self.size == 0:
+            return index.entries == 0 and times.entries == 0
+        if index.entries == 0 or index.last_position >= self.size:
+            return False
+        head = os.pread(self._fd, LOG_OVERHEAD, index.last_position)
+        if len(head) < LOG_OVERHEAD or _Q.unpack_from(head)[0] != index.last_offset:
+            return False
+        end, next_offset, tail_max_ts, tail_max_offset = self._scan_to_end(
+            index.last_position, index.last_offset)
+        if end != self.size:
+            return False  # a clean segment with a torn tail is not clean
+        first = parse_header(os.pread(self._fd, HEADER_SIZE, 0))
+        if times.entries and times.last_offset >= next_offset:
+            return False
+        # The first batch was indexed: the time index starts with its timestamp, or,
+        # if it has none, with a later batch (this also tells a preallocated file's
+        # zeros, read as the entry (0, base offset), from a real entry).
+        if first.max_timestamp > NO_TIMESTAMP:
+            if times.first_entry != (first.max_timestamp, first.last_offset):
                 return False
-            offsets.append(offset)
-            positions.append(position)
-            last_offset, last_position = offset, position
-        # The last entry must point at the start of a batch with that base offset
-        # (checking each would read the whole segment's headers on every open).
-        if offsets:
-            head = os.pread(self._fd, LOG_OVERHEAD, positions[-1])
-            if len(head) < LOG_OVERHEAD or _QI.unpack(head)[0] != offsets[-1]:
-                return False
-        self.index_offsets, self.index_positions = offsets, positions
-        self.index_next_offsets = [-1] * len(offsets)
+        elif times.first_entry is not None and times.first_entry[1] <= first.last_offset:
+            return False
+        self.next_offset = next_offset
+        self._bytes_since_index_entry = self.size - index.last_position
+        self._max_timestamp_ms = times.last_timestamp
+        self._offset_of_max_timestamp = times.last_offset
+        if tail_max_ts > self._max_timestamp_ms:
+            self._max_timestamp_ms, self._offset_of_max_timestamp = tail_max_ts, tail_max_offset
+        self._note_first_batch(first.max_timestamp)
+        self._check_full()
         return True
 
-    def _scan_to_end(self, position: int, expected_offset: int) -> tuple[int, int]:
-        """Walk headers from a known batch start; return (end position, next offset)."""
+    def _scan_to_end(self, position: int, expected_offset: int) -> tuple[int, int, int, int]:
+        """Walk headers from a known batch start: (end position, next offset, largest
+        max timestamp, last offset of the first batch holding it)."""
         next_offset = expected_offset
+        max_ts, max_ts_offset = NO_TIMESTAMP, self.base_offset
         for header in self.iter_headers(position, self.size):
             if header.base_offset != next_offset:
                 break
             next_offset = header.next_offset
             position = header.position + header.size
-        return position, next_offset
-
-    def _read_rolling_timestamp(self) -> None:
-        if self.size >= HEADER_SIZE:
-            head = os.pread(self._fd, HEADER_SIZE, 0)
-            if len(head) == HEADER_SIZE:
-                self._note_first_batch(parse_header(head).max_timestamp)
+            if header.max_timestamp > max_ts:
+                max_ts, max_ts_offset = header.max_timestamp, next_offset - 1
+        return position, next_offset, max_ts, max_ts_offset
 
     def recover(self) -> int:
-        """Check every batch (length, magic, CRC, offsets), rebuild the index, cut
+        """Check every batch (length, magic, CRC, offsets), rebuild both indexes, cut
         the file at the first bad batch. Returns the number of bytes cut.
+
+        The indexes are rebuilt writable; the partition log seals those of
+        segments that are not the last.
         """
-        self.index_offsets, self.index_positions, self.index_next_offsets = [], [], []
-        self._pending_index = bytearray()
-        os.ftruncate(self._index_fd, 0)
+        self.offset_index.reset()
+        self.time_index.reset()
         self._bytes_since_index_entry = 0
-        self._max_timestamp_ms = -1
+        self._max_timestamp_ms = NO_TIMESTAMP
+        self._offset_of_max_timestamp = self.base_offset
         self._forget_first_batch()
+        interval = self.index_interval_bytes
         position = 0
         expected = self.base_offset
-        entries = bytearray()
         buf = b""
         buf_start = 0
         while position < self.size:
@@ -208,22 +262,26 @@ class LogSegment:
                 break
             if header.base_offset != expected or header.last_offset_delta < 0:
                 break
-            if self._bytes_since_index_entry >= self.index_interval_bytes or position == 0:
-                entries += INDEX_ENTRY.pack(header.base_offset - self.base_offset, position)
-                self.index_offsets.append(header.base_offset)
-                self.index_positions.append(position)
-                self.index_next_offsets.append(header.next_offset)
+            next_offset = header.next_offset
+            if not self._first_batch_seen:
+                self._note_first_batch(header.max_timestamp)
+            if header.max_timestamp > self._max_timestamp_ms:
+                self._max_timestamp_ms = header.max_timestamp
+                self._offset_of_max_timestamp = next_offset - 1
+            if self._bytes_since_index_entry >= interval or position == 0:
+                self.offset_index.append(header.base_offset, position)
+                self.time_index.maybe_append(self._max_timestamp_ms,
+                                             self._offset_of_max_timestamp)
                 self._bytes_since_index_entry = 0
             self._bytes_since_index_entry += header.size
-            self._note_batch(header.max_timestamp)
-            expected = header.next_offset
+            expected = next_offset
             position += header.size
         cut = self.size - position
         if cut:
             os.ftruncate(self._fd, position)
             self.size = position
-        write_all(self._index_fd, entries)
         self.next_offset = expected
+        self._check_full()
         return cut
 
     # -- appending ----------------------------------------------------------
@@ -239,23 +297,24 @@ class LogSegment:
         self.rolling_timestamp_ms = self.created_ms
         self.rolls_on_batch_time = False
 
-    def _note_batch(self, max_timestamp: int) -> None:
-        if not self._first_batch_seen:
-            self._note_first_batch(max_timestamp)
-        if self._max_timestamp_ms is not None and max_timestamp > self._max_timestamp_ms:
-            self._max_timestamp_ms = max_timestamp
-
     def append(self, pieces: list[bytes | bytearray | memoryview], length: int,
                batches: list[tuple[int, int, int, int, int]]) -> None:
         """Write ``pieces`` (``length`` bytes of whole batches) with one system call.
 
         ``batches`` holds, per batch, (base offset, next offset, position in
-        the appended bytes, size, max timestamp), so the index is maintained
-        without parsing again. Index entries are buffered and written at the
-        next flush, roll or close: a crash loses only entries of data past the
-        recovery point, whose index recovery rebuilds anyway.
+        the appended bytes, size, max timestamp), so the indexes are maintained
+        without parsing again. Index entries go straight into the mapped files:
+        a crash loses only entries of data past the recovery point, whose
+        indexes recovery rebuilds anyway.
         """
         start = self.size
+        # Disk room for the index entries first: a full disk then fails here,
+        # before the log is written.
+        index, times = self.offset_index, self.time_index
+        if index.entries + len(batches) > index.reserved_entries:
+            index.reserve(len(batches))
+        if times.entries + len(batches) > times.reserved_entries:
+            times.reserve(len(batches))
         try:
             if len(pieces) == 1:
                 write_all(self._fd, pieces[0])
@@ -269,28 +328,32 @@ class LogSegment:
         interval = self.index_interval_bytes
         since = self._bytes_since_index_entry
         for base_offset, next_offset, position, size, max_ts in batches:
-            if since >= interval or start + position == 0:
-                self._pending_index += INDEX_ENTRY.pack(base_offset - self.base_offset,
-                                                        start + position)
-                self.index_offsets.append(base_offset)
-                self.index_positions.append(start + position)
-                self.index_next_offsets.append(next_offset)
-                since = 0
-            since += size
             if not self._first_batch_seen:
                 self._note_first_batch(max_ts)
-            if self._max_timestamp_ms is not None and max_ts > self._max_timestamp_ms:
+            if max_ts > self._max_timestamp_ms:
                 self._max_timestamp_ms = max_ts
+                self._offset_of_max_timestamp = next_offset - 1
+            if since >= interval or start + position == 0:
+                index.append(base_offset, start + position)
+                times.maybe_append(self._max_timestamp_ms, self._offset_of_max_timestamp)
+                since = 0
+            since += size
             self.next_offset = next_offset
         self._bytes_since_index_entry = since
         self.size = start + length
-        if len(self._pending_index) >= 4096:
-            self._write_pending_index()
+        self._check_full()
 
     def append_one(self, head: bytes, rest: memoryview, size: int, base_offset: int,
                    next_offset: int, max_timestamp: int) -> None:
         """append() for a single batch given as (patched head, client bytes): the hot path."""
         start = self.size
+        indexed = self._bytes_since_index_entry >= self.index_interval_bytes or start == 0
+        if indexed:
+            index, times = self.offset_index, self.time_index
+            if index.entries >= index.reserved_entries:
+                index.reserve(1)
+            if times.entries >= times.reserved_entries:
+                times.reserve(1)
         try:
             written = os.writev(self._fd, (head, rest))
             if written < size:
@@ -298,30 +361,22 @@ class LogSegment:
         except OSError as exc:
             self._undo_append(start)
             raise StorageError(f"cannot append to {self.log_path}: {exc}") from exc
-        if self._bytes_since_index_entry >= self.index_interval_bytes or start == 0:
-            self._pending_index += INDEX_ENTRY.pack(base_offset - self.base_offset, start)
-            self.index_offsets.append(base_offset)
-            self.index_positions.append(start)
-            self.index_next_offsets.append(next_offset)
-            self._bytes_since_index_entry = size
-            if len(self._pending_index) >= 4096:
-                self._write_pending_index()
-        else:
-            self._bytes_since_index_entry += size
         if not self._first_batch_seen:
             self._note_first_batch(max_timestamp)
-        if self._max_timestamp_ms is not None and max_timestamp > self._max_timestamp_ms:
+        if max_timestamp > self._max_timestamp_ms:
             self._max_timestamp_ms = max_timestamp
+            self._offset_of_max_timestamp = next_offset - 1
+        if indexed:
+            index.append(base_offset, start)
+            if self._max_timestamp_ms > times.last_timestamp:
+                times.maybe_append(self._max_timestamp_ms, self._offset_of_max_timestamp)
+            self.index_full = (index.entries >= index.max_entries
+                               or times.entries >= times.max_entries - 1)
+            self._bytes_since_index_entry = size
+        else:
+            self._bytes_since_index_entry += size
         self.next_offset = next_offset
         self.size = start + size
-
-    def _write_pending_index(self) -> None:
-        if self._pending_index:
-            try:
-                write_all(self._index_fd, self._pending_index)
-            except OSError as exc:
-                raise StorageError(f"cannot write index {self.index_path}: {exc}") from exc
-            self._pending_index = bytearray()
 
     def _undo_append(self, size: int) -> None:
         try:
@@ -366,17 +421,30 @@ class LogSegment:
         """(position, base offset) of the batch holding ``offset``, or (size, next_offset)."""
         if offset >= self.next_offset:
             return self.size, self.next_offset
-        slot = bisect_right(self.index_offsets, offset) - 1
-        if slot >= 0:
-            position = self.index_positions[slot]
-            if offset < self.index_next_offsets[slot]:
-                return position, self.index_offsets[slot]  # inside an indexed batch
-        else:
-            position = 0
-        for header in self.iter_headers(position, self.size, self.index_interval_bytes):
+        entry_offset, position = self.offset_index.lookup(offset)
+        if entry_offset == offset:
+            return position, offset  # entries name batch starts (base offsets)
+        # Walk the batches after the entry: base offset, length and last offset
+        # delta of each, from one read of about an index interval.
+        size = self.size
+        buf = os.pread(self._fd, min(SCAN_CHUNK, self.index_interval_bytes + HEADER_SIZE,
+                                     size - position), position)
+        rel = 0
+        end = len(buf)
+        while rel + _SPAN.size <= end:
+            base, length, delta = _SPAN.unpack_from(buf, rel)
+            if base + delta >= offset:
+                return position + rel, base
+            rel += length + LOG_OVERHEAD
+        for header in self.iter_headers(position + rel, size, self.index_interval_bytes):
             if header.next_offset > offset:
                 return header.position, header.base_offset
-        return self.size, self.next_offset
+        return size, self.next_offset
+
+    def position_for_timestamp(self, timestamp_ms: int) -> int:
+        """A batch start at or before the first batch whose max timestamp reaches
+        ``timestamp_ms`` (the time index names an offset, the offset index its place)."""
+        return self.offset_index.lookup(self.time_index.lookup(timestamp_ms))[1]
 
     def whole_batches_length(self, data: bytes, start: int) -> int:
         """Length of the longest prefix of ``data`` (read at ``start``) made of whole batches.
@@ -384,12 +452,8 @@ class LogSegment:
         Jumps to the last index entry inside the data, so at most one index
         interval of headers is walked, in memory.
         """
-        limit = start + len(data)
-        slot = bisect_right(self.index_positions, limit) - 1
-        position = start
-        if slot >= 0 and self.index_positions[slot] > start:
-            position = self.index_positions[slot]
-        rel = position - start
+        position = self.offset_index.position_at_most(start + len(data))
+        rel = position - start if position > start else 0
         end = len(data)
         while rel + LOG_OVERHEAD <= end:
             size = _QI.unpack_from(data, rel)[1] + LOG_OVERHEAD
@@ -400,18 +464,17 @@ class LogSegment:
 
     @property
     def max_timestamp_ms(self) -> int:
-        """Largest batch max timestamp in the segment (-1 if empty); scanned once if unknown."""
-        if self._max_timestamp_ms is None:
-            best = -1
-            for header in self.iter_headers(0, self.size):
-                best = max(best, header.max_timestamp)
-            self._max_timestamp_ms = best
+        """Largest batch max timestamp in the segment (-1 if none has one)."""
         return self._max_timestamp_ms
 
     # -- truncation, flush, close --------------------------------------------
 
     def truncate_to(self, offset: int) -> int:
-        """Drop every batch holding an offset >= ``offset``; returns bytes dropped."""
+        """Drop every batch holding an offset >= ``offset``; returns bytes dropped.
+
+        Only the active segment is cut, so this one becomes it if it was not.
+        """
+        self.activate()
         position, base = self.find_position(offset)
         if position >= self.size:
             return 0
@@ -419,45 +482,51 @@ class LogSegment:
         os.ftruncate(self._fd, position)
         self.size = position
         self.next_offset = base
-        self._write_pending_index()
-        keep = bisect_right(self.index_positions, position - 1)
-        del self.index_offsets[keep:]
-        del self.index_positions[keep:]
-        del self.index_next_offsets[keep:]
-        os.ftruncate(self._index_fd, keep * INDEX_ENTRY.size)
-        last = self.index_positions[-1] if self.index_positions else 0
+        self.offset_index.truncate_to_position(position)
+        self.time_index.truncate_to_offset(base)
+        last = self.offset_index.last_position if self.offset_index.entries else 0
         self._bytes_since_index_entry = position - last
-        self._max_timestamp_ms = None if position else -1
+        # The time index's last entry covers every batch up to the last offset
+        # entry; the batches after it are read.
+        self._max_timestamp_ms = self.time_index.last_timestamp
+        self._offset_of_max_timestamp = self.time_index.last_offset
+        for header in self.iter_headers(last, position):
+            if header.max_timestamp > self._max_timestamp_ms:
+                self._max_timestamp_ms = header.max_timestamp
+                self._offset_of_max_timestamp = header.last_offset
         if position == 0:
             self._forget_first_batch()
+        self._check_full()
         return dropped
 
     def flush(self) -> None:
-        self._write_pending_index()
+        self.offset_index.flush()
+        self.time_index.flush()
         try:
             os.fsync(self._fd)
-            if self._index_file is not None:
-                os.fsync(self._index_file)
         except OSError as exc:
             raise StorageError(f"cannot fsync {self.log_path}: {exc}") from exc
 
-    def close(self) -> None:
+    def close(self, trim: bool = True) -> None:
+        """Close the files; ``trim`` (a clean close) seals the indexes first, without
+        it they are left as a crash leaves them."""
         if not self.closed:
             self.closed = True
             try:
-                self._write_pending_index()
+                if trim:
+                    self.seal()
             finally:
                 os.close(self._fd)
-                if self._index_file is not None:
-                    os.close(self._index_file)
-                    self._index_file = None
+                self.offset_index.close(trim=False)
+                self.time_index.close(trim=False)
 
     def delete(self) -> None:
-        """Close and remove both files; the .log goes first so a crash leaves no log
+        """Close and remove the files; the .log goes first so a crash leaves no log
         without its predecessor's data."""
-        self.close()
+        self.close(trim=False)
         self.log_path.unlink(missing_ok=True)
         self.index_path.unlink(missing_ok=True)
+        self.time_index_path.unlink(missing_ok=True)
 
     def __repr__(self) -> str:
         return (f"LogSegment(base_offset={self.base_offset}, size={self.size}, "

@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 from actors.core.checkpoint import TMP_SUFFIX
 from actors.core.log_epoch_cache import LeaderEpochCache
+from actors.core.log_index import DEFAULT_MAX_INDEX_BYTES, TIME_INDEX_SUFFIX
 from actors.core.log_segment import INDEX_SUFFIX, LOG_SUFFIX, LogSegment
 from actors.core.producer_state import (
     BatchMetadata,
@@ -55,6 +56,11 @@ CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
 _SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 _MAX_RELATIVE_OFFSET = 2**31 - 1
+_MAX_SEGMENT_BYTES = 2**31 - 1  # positions in the offset index are int32, as Kafka's
+# Finished segments whose indexes stay open (mapped, or small ones read into
+# memory) after use, per partition, least recently used first out: readers of
+# old data keep theirs, and an idle log holds its active segment's only.
+OPEN_INDEXES_PER_LOG = 16
 
 
 class RecordListTooLargeError(KafkaError):
@@ -78,6 +84,7 @@ class LogConfig:
     retention_bytes: int = -1
     retention_ms: int = 7 * DAY_MS
     index_interval_bytes: int = 4096
+    segment_index_bytes: int = DEFAULT_MAX_INDEX_BYTES
     flush_messages: int = NO_LIMIT
     flush_ms: int = NO_LIMIT
     max_message_bytes: int = 1048588
@@ -87,8 +94,11 @@ class LogConfig:
         if self.message_timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
             raise ValueError(f"message_timestamp_type must be {CREATE_TIME!r} or "
                              f"{LOG_APPEND_TIME!r}, got {self.message_timestamp_type!r}")
-        if self.segment_bytes < 1:
-            raise ValueError(f"segment_bytes must be positive, got {self.segment_bytes}")
+        if not 1 <= self.segment_bytes <= _MAX_SEGMENT_BYTES:
+            raise ValueError(f"segment_bytes must be within [1, {_MAX_SEGMENT_BYTES}], got "
+                             f"{self.segment_bytes}")
+        if self.segment_index_bytes < 4:
+            raise ValueError(f"segment_index_bytes must be >= 4, got {self.segment_index_bytes}")
         if self.index_interval_bytes < 0:
             raise ValueError(f"index_interval_bytes must be >= 0, got "
                              f"{self.index_interval_bytes}")
@@ -149,6 +159,8 @@ class PartitionLog:
         self.config = config
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
+        # Finished segments with open indexes, least recently used first.
+        self._open_indexes: dict[LogSegment, None] = {}
         self._log_start_offset = 0
         self._high_watermark = 0
         self._recovery_point = 0
@@ -180,11 +192,10 @@ class PartitionLog:
     def _load(self, now_ms: int, recovery_point: int, log_start_offset: int,
               high_watermark: int, clean_shutdown: bool) -> None:
         bases = self._clean_directory()
-        interval = self.config.index_interval_bytes
         recovered = False
         scanned: list[LogSegment] = []
         for i, base in enumerate(bases):
-            segment = LogSegment(self.dir, base, interval, now_ms)
+            segment = self._segment_object(base, now_ms)
             trusted = clean_shutdown or (i + 1 < len(bases) and bases[i + 1] <= recovery_point)
             if trusted and not recovered:
                 recovered = segment.load_clean()
@@ -195,18 +206,21 @@ class PartitionLog:
                 scanned.append(segment)
             if self.segments and self.segments[-1].next_offset != base:
                 # A cut (or a hole) before this segment: nothing after it is a prefix.
-                for later in [segment] + [LogSegment(self.dir, b, interval, now_ms)
+                for later in [segment] + [self._segment_object(b, now_ms)
                                           for b in bases[i + 1:]]:
                     later.delete()
                 break
+            if self.segments:
+                # Not the last: indexes rebuilt by recovery are trimmed and closed now,
+                # so recovering many segments never holds many mappings.
+                self.segments[-1].seal()
             self.segments.append(segment)
         for segment in scanned:
             if not segment.closed:
                 segment.flush()  # the recovery point moves to the LEO below
-        for segment in self.segments[:-1]:
-            segment.release_index_fd()
         if not self.segments:
-            self.segments.append(LogSegment(self.dir, log_start_offset, interval, now_ms))
+            self.segments.append(self._segment_object(log_start_offset, now_ms))
+        self.segments[-1].activate()
         self._bases = [s.base_offset for s in self.segments]
         leo = self.log_end_offset
         if log_start_offset > leo:
@@ -223,6 +237,11 @@ class PartitionLog:
         for snap in list_snapshots(self.dir):
             snapshot_path(self.dir, snap).unlink(missing_ok=True)
 
+    def _segment_object(self, base_offset: int, now_ms: int) -> LogSegment:
+        config = self.config
+        return LogSegment(self.dir, base_offset, config.index_interval_bytes, now_ms,
+                          config.segment_index_bytes)
+
     def _clean_directory(self) -> list[int]:
         """Remove leftovers of interrupted operations; return segment bases, sorted."""
         bases: list[int] = []
@@ -230,8 +249,9 @@ class PartitionLog:
         logs = {n[: -len(LOG_SUFFIX)] for n in names if n.endswith(LOG_SUFFIX)}
         for name in names:
             path = self.dir / name
-            orphan_index = (name.endswith(INDEX_SUFFIX)
-                            and name[: -len(INDEX_SUFFIX)] not in logs)
+            stem, dot, suffix = name.rpartition(".")
+            orphan_index = (dot + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+                            and stem not in logs)
             if name.endswith((TMP_SUFFIX, ".deleted")) or orphan_index:
                 path.unlink(missing_ok=True)
             else:
@@ -334,7 +354,28 @@ class PartitionLog:
     def _offset_metadata(self, offset: int) -> LogOffsetMetadata:
         segment = self._segment_for(offset)
         position, _ = segment.find_position(offset)
+        if segment is not self.segments[-1]:
+            self._used_indexes(segment)
         return LogOffsetMetadata(offset, segment.base_offset, position)
+
+    def _used_indexes(self, segment: LogSegment) -> None:
+        """A finished segment's indexes were used (which opened them): count them among
+        the open ones, closing the least recently used past OPEN_INDEXES_PER_LOG."""
+        if not segment.indexes_open:
+            return
+        recent = self._open_indexes
+        if recent.pop(segment, 0) is None:
+            recent[segment] = None
+            return
+        recent[segment] = None
+        if len(recent) > OPEN_INDEXES_PER_LOG:
+            oldest = next(iter(recent))
+            del recent[oldest]
+            oldest.release_indexes()
+
+    def _forget_indexes(self, segment: LogSegment) -> None:
+        """The segment goes (deleted) or becomes the active one: not counted any more."""
+        self._open_indexes.pop(segment, None)
 
     # ---------------------------------------------------------------- append
 
@@ -415,7 +456,8 @@ class PartitionLog:
         active = self.segments[-1]
         if active.size and (active.size + size > config.segment_bytes
                             or not active.rolls_on_batch_time
-                            or max_timestamp - active.rolling_timestamp_ms > config.segment_ms):
+                            or max_timestamp - active.rolling_timestamp_ms > config.segment_ms
+                            or active.index_full):
             return None  # a roll may be due: the general path decides
         first_offset = active.next_offset
         next_offset = first_offset + last_offset_delta + 1
@@ -541,22 +583,24 @@ class PartitionLog:
             waited_ms = now_ms - active.rolling_timestamp_ms
         if (active.size + size > config.segment_bytes
                 or waited_ms > config.segment_ms
-                or last_offset - active.base_offset > _MAX_RELATIVE_OFFSET):
+                or last_offset - active.base_offset > _MAX_RELATIVE_OFFSET
+                or active.index_full):
             self.roll(now_ms)
 
     def roll(self, now_ms: int) -> int:
         """Start a new active segment at the LEO (unless the active one is empty).
 
-        The finished segment is fsynced, so the recovery point reaches the roll
-        point and a crash never rescans it. Returns the active segment's base.
+        The finished segment is fsynced and its indexes trimmed, so the recovery
+        point reaches the roll point and a crash never rescans it. Returns the
+        active segment's base.
         """
         active = self.segments[-1]
         if active.size == 0:
             return active.base_offset
         self.flush(now_ms)
-        active.release_index_fd()
-        segment = LogSegment(self.dir, active.next_offset, self.config.index_interval_bytes,
-                             now_ms)
+        active.seal()
+        segment = self._segment_object(active.next_offset, now_ms)
+        segment.activate()
         self.segments.append(segment)
         self._bases.append(segment.base_offset)
         self._hw_metadata = None
@@ -584,6 +628,8 @@ class PartitionLog:
             slot += 1
             segment = self.segments[slot]
         start, _ = segment.find_position(fetch_offset)
+        if slot + 1 < len(self.segments):
+            self._used_indexes(segment)
         metadata = LogOffsetMetadata(fetch_offset, segment.base_offset, start)
         limit = segment.size
         if max_offset is not None and max_offset < segment.next_offset:
@@ -621,15 +667,19 @@ class PartitionLog:
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp_ms``.
 
-        The first batch whose max timestamp reaches the target is found from
-        headers alone; its records are read only if it is uncompressed. For a
+        The time index leads to the batch where the search starts; the first
+        batch whose max timestamp reaches the target is found from headers
+        alone; its records are read only if it is uncompressed. For a
         compressed batch the answer is its base offset and max timestamp.
         Returns None if no record is that recent.
         """
         for segment in self.segments:
             if segment.max_timestamp_ms < timestamp_ms:
                 continue
-            for header in segment.iter_headers(0, segment.size):
+            start = segment.position_for_timestamp(timestamp_ms)
+            if segment is not self.segments[-1]:
+                self._used_indexes(segment)
+            for header in segment.iter_headers(start, segment.size):
                 if header.max_timestamp < timestamp_ms:
                     continue
                 if header.next_offset <= self._log_start_offset:
@@ -660,9 +710,12 @@ class PartitionLog:
             self.truncate_fully_and_start_at(offset, now_ms)
             return True
         while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
-            self.segments.pop().delete()
+            gone = self.segments.pop()
+            self._forget_indexes(gone)
+            gone.delete()
             self._bases.pop()
-        self.segments[-1].truncate_to(offset)
+        self._forget_indexes(self.segments[-1])
+        self.segments[-1].truncate_to(offset)  # the active segment from now on
         leo = self.log_end_offset
         if leo < self._log_start_offset:
             # The batch holding ``offset`` also held the log start: nothing valid is left.
@@ -690,8 +743,10 @@ class PartitionLog:
     def _replace_all_segments(self, offset: int, now_ms: int) -> None:
         for segment in self.segments:
             segment.delete()
-        self.segments = [LogSegment(self.dir, offset, self.config.index_interval_bytes,
-                                    now_ms)]
+        self._open_indexes.clear()
+        segment = self._segment_object(offset, now_ms)
+        segment.activate()
+        self.segments = [segment]
         self._bases = [offset]
 
     # --------------------------------------------------------------- retention
@@ -728,6 +783,7 @@ class PartitionLog:
         if deletable == len(self.segments):
             self.roll(now_ms)
         for segment in self.segments[:deletable]:
+            self._forget_indexes(segment)
             segment.delete()
         del self.segments[:deletable]
         del self._bases[:deletable]
@@ -763,7 +819,8 @@ class PartitionLog:
     # ------------------------------------------------------------- lifecycle
 
     def close(self, now_ms: int = 0) -> None:
-        """Flush, snapshot the producer state (spares a scan on open), close files."""
+        """Flush, snapshot the producer state (spares a scan on open), close files
+        (the active segment's indexes trimmed, as Kafka's)."""
         if self.closed:
             return
         self.flush(now_ms)
@@ -774,9 +831,10 @@ class PartitionLog:
         self.closed = True
 
     def close_without_flush(self) -> None:
-        """Close the files as a crash would leave them (tests and error paths)."""
+        """Close the files as a crash would leave them (tests and error paths): the
+        active segment's indexes stay preallocated."""
         for segment in self.segments:
-            segment.close()
+            segment.close(trim=False)
         self.closed = True
 
     def delete(self) -> None:

@@ -68,6 +68,8 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "log.retention.bytes": (-1, int, "delete old segments past this size (-1: never)"),
     "log.retention.ms": (604800000, int, "delete segments older than this"),
     "log.index.interval.bytes": (4096, int, "bytes between sparse index entries"),
+    "log.index.size.max.bytes": (10485760, int, "offset/time index file size; a segment "
+                                                "whose index is full rolls"),
     "log.flush.interval.messages": (2**63 - 1, int, "fsync after this many messages"),
     "log.flush.interval.ms": (2**63 - 1, int, "fsync after this long"),
     "log.message.timestamp.type": ("CreateTime", str, "CreateTime or LogAppendTime"),

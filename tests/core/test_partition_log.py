@@ -240,11 +240,13 @@ def test_sparse_index_entries_and_lookup(tmp_path: Path) -> None:
     for _ in range(40):
         log.append_as_leader(raw, 0, 0)
     segment = log.segments[-1]
-    assert segment.index_offsets == list(range(0, 40, 4))
-    assert segment.index_positions == [o * len(raw) for o in range(0, 40, 4)]
-    assert os.path.getsize(segment.index_path) == 0  # entries are buffered until a flush
-    log.flush(0)
+    assert segment.index_entries() == [(o, o * len(raw)) for o in range(0, 40, 4)]
+    # The active segment's index is preallocated (Kafka's log.index.size.max.bytes) ...
+    assert os.path.getsize(segment.index_path) == 10 * 1024 * 1024
+    log.close()
+    # ... and trimmed to its entries on close.
     assert os.path.getsize(segment.index_path) == 8 * 10
+    log = open_log(tmp_path, index_interval_bytes=len(raw) * 4, clean_shutdown=True)
     for offset in range(40):
         info = log.read(offset, 1)
         assert offsets(info.records) == [(offset, offset)]
@@ -284,6 +286,7 @@ def test_roll_on_segment_bytes_names_and_fsync(tmp_path: Path) -> None:
     names = sorted(os.listdir(tmp_path / "topic-0"))
     assert "00000000000000000000.log" in names and "00000000000000000002.log" in names
     assert "00000000000000000002.index" in names
+    assert "00000000000000000002.timeindex" in names
     assert log.recovery_point == 2  # the finished segment was flushed on roll
 
 
@@ -363,7 +366,8 @@ def test_truncate_fully_and_start_at(tmp_path: Path) -> None:
     assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (100, 100, 100)
     assert log.epoch_cache.entries == [] and log.size_in_bytes == 0
     assert sorted(os.listdir(tmp_path / "topic-0")) == [
-        "00000000000000000100.index", "00000000000000000100.log", "leader-epoch-checkpoint"]
+        "00000000000000000100.index", "00000000000000000100.log",
+        "00000000000000000100.timeindex", "leader-epoch-checkpoint"]
     assert log.append_as_leader(batch(1), 2, 0).first_offset == 100
 
 
@@ -443,14 +447,15 @@ def test_lost_or_bad_index_is_rebuilt(tmp_path: Path) -> None:
     log = open_log(tmp_path, index_interval_bytes=len(raw))
     for _ in range(10):
         log.append_as_leader(raw, 0, 0)
-    expected = list(log.segments[0].index_offsets)
+    expected = log.segments[0].index_entries()
     log.close()
     index = tmp_path / "topic-0" / "00000000000000000000.index"
     index.write_bytes(b"\x00" * 13)
     log = open_log(tmp_path, index_interval_bytes=len(raw), clean_shutdown=True)
-    assert log.segments[0].index_offsets == expected
-    assert os.path.getsize(index) == 8 * len(expected)
+    assert log.segments[0].index_entries() == expected
     assert offsets(log.read(7, 1).records) == [(7, 7)]
+    log.close()
+    assert os.path.getsize(index) == 8 * len(expected)
 
 
 def test_leftovers_of_interrupted_operations_are_removed(tmp_path: Path) -> None:
@@ -459,11 +464,13 @@ def test_leftovers_of_interrupted_operations_are_removed(tmp_path: Path) -> None
     log.close()
     d = tmp_path / "topic-0"
     for name in ["leader-epoch-checkpoint.tmp", "00000000000000000005.index",
-                 "00000000000000000003.log.deleted"]:
+                 "00000000000000000005.timeindex", "00000000000000000003.log.deleted"]:
         (d / name).write_bytes(b"x")
     open_log(tmp_path, clean_shutdown=True)
     assert sorted(os.listdir(d)) == ["00000000000000000000.index",
-                                     "00000000000000000000.log", "leader-epoch-checkpoint"]
+                                     "00000000000000000000.log",
+                                     "00000000000000000000.timeindex",
+                                     "leader-epoch-checkpoint"]
 
 
 def test_checkpointed_offsets_are_applied_on_open(tmp_path: Path) -> None:
@@ -629,7 +636,9 @@ def test_finished_segments_hold_one_file_descriptor(tmp_path: Path) -> None:
     for _ in range(20):
         log.append_as_leader(raw, 0, 0)
     assert len(log.segments) == 20
-    assert len(os.listdir("/proc/self/fd")) - before <= 21  # the .logs and the active .index
+    # The .logs, and the mappings of the active .index and .timeindex (Python's mmap
+    # keeps a descriptor); finished segments map theirs only when used.
+    assert len(os.listdir("/proc/self/fd")) - before <= 22
     log.close()
     assert len(os.listdir("/proc/self/fd")) == before
 

@@ -1,8 +1,9 @@
 """Property test: the partition log against an in-memory list of batches.
 
-Random sequences of appends (leader and follower), reads, high watermark
-moves, truncations, rolls, retention and clean or unclean restarts must keep
-every read equal to what the model says.
+Random sequences of appends (leader and follower), reads, lookups by
+timestamp, high watermark moves, truncations, rolls, retention and clean or
+unclean restarts must keep every read equal to what the model says, and every
+segment's offset and time index true to its batches.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from actors.core.partition_log import LogConfig, PartitionLog
+from actors.core.log_index import SMALL_INDEX_BYTES, OffsetIndex, TimeIndex
+from actors.core.partition_log import OPEN_INDEXES_PER_LOG, LogConfig, PartitionLog
 from actors.core.record_batch import build_batch, check_batches, patch_base_offset
 
 
@@ -26,6 +28,7 @@ class ModelBatch:
     last_offset: int
     tail: bytes  # bytes from the CRC on: leader append must not change them
     size: int
+    max_timestamp: int
 
 
 class PartitionLogMachine(RuleBasedStateMachine):
@@ -44,47 +47,58 @@ class PartitionLogMachine(RuleBasedStateMachine):
         if hasattr(self, "log"):
             self.log.close_without_flush()
         shutil.rmtree(self.tmp, ignore_errors=True)
+        OffsetIndex.read_whole_up_to = TimeIndex.read_whole_up_to = SMALL_INDEX_BYTES
 
     @initialize(
         segment_bytes=st.integers(460, 1200),
         index_interval_bytes=st.sampled_from([0, 64, 200, 4096]),
+        segment_index_bytes=st.sampled_from([24, 40, 10 * 1024 * 1024]),
+        map_all=st.booleans(),
         retention_bytes=st.sampled_from([-1, 600, 2000]),
         retention_ms=st.sampled_from([-1, 50, 10_000]),
     )
-    def open_log(self, segment_bytes: int, index_interval_bytes: int, retention_bytes: int,
-                 retention_ms: int) -> None:
+    def open_log(self, segment_bytes: int, index_interval_bytes: int, segment_index_bytes: int,
+                 map_all: bool, retention_bytes: int, retention_ms: int) -> None:
+        # Finished indexes this small are read whole, not mapped: map them too, sometimes
+        # (the partition log keeps at most OPEN_INDEXES_PER_LOG mapped).
+        if map_all:
+            OffsetIndex.read_whole_up_to = TimeIndex.read_whole_up_to = 0
         self.config = LogConfig(segment_bytes=segment_bytes,
                                 index_interval_bytes=index_interval_bytes,
+                                segment_index_bytes=segment_index_bytes,
                                 retention_bytes=retention_bytes, retention_ms=retention_ms)
         self.log = PartitionLog.open(self.dir, "t", 0, self.config, self.now_ms)
 
-    def _new_batch(self, n: int, value_size: int) -> bytes:
+    def _new_batch(self, n: int, value_size: int, age: int = 0) -> bytes:
+        """Records stamped ``age`` ms before now (timestamps do not always grow)."""
         self.counter += 1
         values = [self.counter.to_bytes(4, "big") + bytes([i]) * value_size for i in range(n)]
-        return build_batch(values, timestamps_ms=[self.now_ms] * n)
+        return build_batch(values, timestamps_ms=[max(self.now_ms - age, 0)] * n)
 
     def _remember(self, raw: bytes, first_offset: int) -> None:
         offset = first_offset
         for h in check_batches(raw):
             last = offset + h.last_offset_delta
             self.batches.append(ModelBatch(offset, last, raw[h.position + 17:h.position + h.size],
-                                           h.size))
+                                           h.size, h.max_timestamp))
             offset = last + 1
         self.leo = offset
 
-    @rule(sizes=st.lists(st.tuples(st.integers(1, 3), st.integers(0, 20)), min_size=1,
-                         max_size=3), epoch=st.integers(0, 3), advance=st.integers(0, 30))
-    def append_as_leader(self, sizes: list[tuple[int, int]], epoch: int, advance: int) -> None:
+    @rule(sizes=st.lists(st.tuples(st.integers(1, 3), st.integers(0, 20), st.integers(0, 40)),
+                         min_size=1, max_size=3),
+          epoch=st.integers(0, 3), advance=st.integers(0, 30))
+    def append_as_leader(self, sizes: list[tuple[int, int, int]], epoch: int,
+                         advance: int) -> None:
         self.now_ms += advance
-        raw = b"".join(self._new_batch(n, size) for n, size in sizes)
+        raw = b"".join(self._new_batch(n, size, age) for n, size, age in sizes)
         info = self.log.append_as_leader(raw, epoch, self.now_ms)
         assert info.first_offset == self.leo
         self._remember(raw, self.leo)
         assert info.last_offset == self.leo - 1
 
-    @rule(n=st.integers(1, 3), size=st.integers(0, 20))
-    def append_as_follower(self, n: int, size: int) -> None:
-        raw = bytearray(self._new_batch(n, size))
+    @rule(n=st.integers(1, 3), size=st.integers(0, 20), age=st.integers(0, 40))
+    def append_as_follower(self, n: int, size: int, age: int) -> None:
+        raw = bytearray(self._new_batch(n, size, age))
         patch_base_offset(raw, 0, self.leo)
         self.log.append_as_follower(bytes(raw), self.now_ms)
         self._remember(bytes(raw), self.leo)
@@ -108,6 +122,14 @@ class PartitionLogMachine(RuleBasedStateMachine):
         elif allowed:
             # Nothing returned although batches exist: only when none fits.
             assert not min_one and allowed[0].size > max_bytes
+
+    @rule(data=st.data())
+    def offset_for_timestamp(self, data: st.DataObject) -> None:
+        """The first record at or after a time; records of a batch share its timestamp."""
+        target = data.draw(st.integers(0, self.now_ms + 5))
+        want = next(((max(b.base_offset, self.log_start), b.max_timestamp)
+                     for b in self.batches if b.max_timestamp >= target), None)
+        assert self.log.offset_for_timestamp(target) == want
 
     @rule(data=st.data())
     def update_high_watermark(self, data: st.DataObject) -> None:
@@ -177,6 +199,42 @@ class PartitionLogMachine(RuleBasedStateMachine):
             self.log_start, self.hw, self.leo)
         assert log.log_start_offset <= log.recovery_point <= log.log_end_offset or \
             log.recovery_point == log.log_start_offset
+
+    @precondition(lambda self: hasattr(self, "log"))
+    @invariant()
+    def indexes_match_batches(self) -> None:
+        """Offset entries name batch starts, from (base, 0) on; each time entry holds
+        the largest timestamp up to the batch it names, the first batch to reach it;
+        only the active segment's indexes are writable, finished ones are trimmed."""
+        finished = self.log.segments[:-1]
+        was_mapped = [s.indexes_open for s in finished]
+        assert sum(was_mapped) <= OPEN_INDEXES_PER_LOG
+        for i, segment in enumerate(self.log.segments):
+            headers = list(segment.iter_headers(0, segment.size))
+            starts = {h.position: h.base_offset for h in headers}
+            entries = segment.index_entries()
+            assert all(starts.get(p) == o for o, p in entries), (entries, starts)
+            assert entries == sorted(set(entries))
+            assert not headers or entries[0] == (segment.base_offset, 0)
+            running, best = -1, []
+            for h in headers:
+                if h.max_timestamp > running:
+                    running = h.max_timestamp
+                best.append((running, h))
+            for ts, offset in segment.time_index_entries():
+                upto = [(r, h) for r, h in best if h.base_offset <= offset]
+                assert upto and upto[-1][1].last_offset >= offset and upto[-1][0] == ts
+                first = next(h for r, h in best if r == ts)
+                assert first.last_offset == offset
+            assert segment.max_timestamp_ms == running
+            active = i + 1 == len(self.log.segments)
+            assert segment.offset_index.writable == active == segment.time_index.writable
+            if not active:
+                size = segment.index_path.stat().st_size
+                assert size == 8 * len(entries)
+        for segment, mapped in zip(finished, was_mapped, strict=True):
+            if not mapped:
+                segment.release_indexes()  # as the log left them
 
     @precondition(lambda self: hasattr(self, "log"))
     @invariant()

@@ -164,4 +164,4 @@ def test_single_and_multi_batch_requests_store_the_same_bytes(tmp_path: Path) ->
         two.append_as_leader(batches[i] + batches[i + 1], 3, 1)
     assert bytes(one.read(0, 1 << 20).records) == bytes(two.read(0, 1 << 20).records)
     assert one.producer_state.producers == two.producer_state.producers
-    assert one.segments[0].index_offsets == two.segments[0].index_offsets
+    assert one.segments[0].index_entries() == two.segments[0].index_entries()

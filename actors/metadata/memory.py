@@ -30,6 +30,7 @@ from actors.core.cluster_model import (
 from actors.metadata import znodes
 from actors.metadata.store import (
     BrokerIdInUse,
+    ChangeNotification,
     ControllerFence,
     ControllerMoved,
     IsrChangeNotification,
@@ -39,6 +40,7 @@ from actors.metadata.store import (
     TopicExists,
     UnknownTopic,
 )
+from actors.security.acl import AclEntry, PatternType, ResourcePattern, ResourceType
 from wire.cluster_messages import (
     SESSION_CLOSED,
     SESSION_CONNECTED,
@@ -50,6 +52,7 @@ from wire.cluster_messages import (
     TopicDeletionsChanged,
     TopicsChanged,
 )
+from wire.security_messages import ChangesNotified
 
 
 class ZkError(Exception):
@@ -69,6 +72,7 @@ class Znode:
     czxid: int
     owner: int = 0                 # session id of an ephemeral znode's owner
     sequence: int = 0              # next sequential child number
+    ctime_ms: int = 0              # wall time of creation (the store's clock)
 
 
 @dataclass
@@ -81,6 +85,7 @@ class Op:
     version: int = -1
     ephemeral: bool = False
     sequential: bool = False
+    ctime_ms: int = 0
 
 
 @dataclass
@@ -184,12 +189,13 @@ class MemoryZooKeeper:
                     path = f"{op.path}{parent.sequence:010d}"
                     pending[_parent(op.path)] = Znode(parent.data, parent.version, parent.czxid,
                                                       parent.owner, parent.sequence + 1)
-                pending[path] = Znode(op.data, 0, zxid, session_id if op.ephemeral else 0)
+                pending[path] = Znode(op.data, 0, zxid, session_id if op.ephemeral else 0,
+                                      ctime_ms=op.ctime_ms)
                 results.append((path, pending[path]))
             elif op.kind == "set":
                 node = pending.get(path) or self.nodes[path]
                 pending[path] = Znode(op.data, node.version + 1, node.czxid, node.owner,
-                                      node.sequence)
+                                      node.sequence, node.ctime_ms)
                 results.append(pending[path])
             elif op.kind == "delete":
                 pending[path] = None
@@ -495,6 +501,96 @@ class MemoryMetadataStore:
         for name in names:
             try:
                 self._commit([Op("delete", f"{znodes.ISR_CHANGE_NOTIFICATION}/{name}")], fence)
+            except ZkError:
+                pass
+
+    # ------------------------------------------------------ users and ACLs
+    def _conditional_write(self, path: str, data: bytes | None, version: int,
+                           change_root: str, change: bytes) -> bool:
+        self._sid()
+        if version == -1 and data is None:  # "absent" stays absent: true unless it exists
+            return self.zk.get(path) is None
+        if version == -1:
+            self._ensure(path.rsplit("/", 1)[0])
+        self._ensure(change_root)
+        prefix = (znodes.CONFIG_CHANGE_PREFIX if change_root == znodes.CONFIG_CHANGES
+                  else znodes.ACL_CHANGE_PREFIX)
+        ops = [Op("create", path, data or b"", ctime_ms=self._wall_ms()) if version == -1
+               else Op("delete", path, version=version) if data is None
+               else Op("set", path, data, version=version),
+               Op("create", f"{change_root}/{prefix}", change, sequential=True,
+                  ctime_ms=self._wall_ms())]
+        try:
+            self._commit(ops, None)
+        except ZkError:
+            return False
+        return True
+
+    def get_users(self) -> set[str]:
+        self._sid()
+        return {znodes.desanitize(c) for c in self.zk.children(znodes.CONFIG_USERS)}
+
+    def get_user_configs(self, user: str) -> tuple[dict[str, str], int]:
+        self._sid()
+        node = self.zk.get(znodes.user_config_path(user))
+        if node is None:
+            return {}, -1
+        return znodes.decode_user_config(user, node.data), node.version
+
+    def set_user_configs(self, user: str, configs: dict[str, str], version: int) -> bool:
+        return self._conditional_write(
+            znodes.user_config_path(user), znodes.encode_user_config(configs) if configs else None,
+            version, znodes.CONFIG_CHANGES, znodes.encode_user_change(user))
+
+    def get_acls(self, pattern: ResourcePattern) -> tuple[frozenset[AclEntry], int]:
+        self._sid()
+        path = znodes.acl_path(pattern)
+        node = self.zk.get(path)
+        if node is None:
+            return frozenset(), -1
+        return znodes.decode_acls(path, node.data), node.version
+
+    def set_acls(self, pattern: ResourcePattern, entries: frozenset[AclEntry],
+                 version: int) -> bool:
+        return self._conditional_write(
+            znodes.acl_path(pattern), znodes.encode_acls(entries) if entries else None, version,
+            znodes.acl_change_root(pattern), znodes.encode_acl_change(pattern))
+
+    def get_all_acls(self) -> dict[ResourcePattern, frozenset[AclEntry]]:
+        self._sid()
+        out = {}
+        for pattern_type in (PatternType.LITERAL, PatternType.PREFIXED):
+            for type_name in self.zk.children(znodes.ACL_ROOTS[pattern_type]):
+                try:
+                    resource_type = ResourceType.parse(type_name)
+                except ValueError:
+                    continue
+                for name in self.zk.children(znodes.acl_type_path(resource_type, pattern_type)):
+                    pattern = ResourcePattern(resource_type, name, pattern_type)
+                    node = self.zk.get(znodes.acl_path(pattern))
+                    if node is not None:
+                        entries = znodes.decode_acls(znodes.acl_path(pattern), node.data)
+                        if entries:
+                            out[pattern] = entries
+        return out
+
+    # ---------------------------------------------- change notifications
+    def get_change_notifications(self, root: str, watch: bool = False
+                                 ) -> list[ChangeNotification]:
+        self._sid()
+        if watch:
+            self._watch(root, "child", lambda session: ChangesNotified(session, root))
+        out = []
+        for name in self.zk.children(root):
+            node = self.zk.get(f"{root}/{name}")
+            if node is not None:
+                out.append(ChangeNotification(f"{root}/{name}", node.data, node.ctime_ms))
+        return out
+
+    def delete_change_notifications(self, paths: Iterable[str]) -> None:
+        for path in paths:
+            try:
+                self._commit([Op("delete", path)], None)
             except ZkError:
                 pass
 

@@ -40,6 +40,7 @@ from actors.core.cluster_model import (
 )
 from actors.core.cluster_model import WriteCode as WriteCode  # re-exported: part of this interface
 from actors.core.cluster_model import WriteResult as WriteResult
+from actors.security.acl import AclEntry, ResourcePattern
 
 Sink = Callable[[Any], None]
 """Receives the store's notices (messages of ``wire.cluster_messages``), from any thread."""
@@ -86,7 +87,46 @@ class IsrChangeNotification:
     partitions: tuple[TopicPartition, ...]
 
 
-class MetadataStore(Protocol):
+@dataclass(frozen=True, slots=True)
+class ChangeNotification:
+    """A sequential znode under a change root (``/config/changes``, the ACL change roots)."""
+
+    path: str
+    data: bytes
+    ctime_ms: int
+
+
+class SecurityMetadata(Protocol):
+    """Users' SCRAM credentials and the ACLs, in Kafka's layout; what a single node keeps in a
+    file instead (``actors.security.local_store``).
+
+    Writes are conditional on the version read (-1: the entry does not exist):
+    they return False, writing nothing, when someone else changed it meanwhile;
+    read again and retry. In ZooKeeper each write also adds Kafka's change
+    notification, so every node (and Kafka's own tools) learns of it.
+    """
+
+    def get_users(self) -> set[str]:
+        """Names with an entity config under ``/config/users``."""
+
+    def get_user_configs(self, user: str) -> tuple[dict[str, str], int]:
+        """``/config/users/<user>``'s config (``SCRAM-SHA-256`` -> credential text) and version."""
+
+    def set_user_configs(self, user: str, configs: dict[str, str], version: int) -> bool:
+        """Replace the user's config if its version is still ``version``; empty removes it."""
+
+    def get_acls(self, pattern: ResourcePattern) -> tuple[frozenset[AclEntry], int]:
+        """The ACL entries of one pattern and the version of their znode (-1: none)."""
+
+    def set_acls(self, pattern: ResourcePattern, entries: frozenset[AclEntry],
+                 version: int) -> bool:
+        """Replace one pattern's entries if the version is still ``version``; empty removes it."""
+
+    def get_all_acls(self) -> dict[ResourcePattern, frozenset[AclEntry]]:
+        """Every stored pattern with its entries (what an authorizer loads at start)."""
+
+
+class MetadataStore(SecurityMetadata, Protocol):
     """Kafka's ZooKeeper-era metadata, as the controller and the nodes use it."""
 
     # ------------------------------------------------------------- session
@@ -193,3 +233,11 @@ class MetadataStore(Protocol):
     def delete_isr_change_notifications(self, names: Iterable[str],
                                         fence: ControllerFence) -> None:
         """Remove handled notices."""
+
+    # --------------------------------------------- change notifications
+    def get_change_notifications(self, root: str, watch: bool = False
+                                 ) -> list[ChangeNotification]:
+        """The notifications under ``root``, oldest first; ``watch``: :class:`ChangesNotified`."""
+
+    def delete_change_notifications(self, paths: Iterable[str]) -> None:
+        """Remove processed notifications (Kafka purges those older than 15 minutes)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient, KazooState, TransactionRequest
@@ -38,6 +39,7 @@ from actors.core.cluster_model import BrokerInfo, LeaderAndIsr, TopicAssignment,
 from actors.metadata import znodes
 from actors.metadata.store import (
     BrokerIdInUse,
+    ChangeNotification,
     ControllerFence,
     ControllerMoved,
     IsrChangeNotification,
@@ -49,6 +51,7 @@ from actors.metadata.store import (
     WriteCode,
     WriteResult,
 )
+from actors.security.acl import AclEntry, PatternType, ResourcePattern, ResourceType
 from wire.cluster_messages import (
     SESSION_CLOSED,
     SESSION_CONNECTED,
@@ -61,12 +64,17 @@ from wire.cluster_messages import (
     TopicDeletionsChanged,
     TopicsChanged,
 )
+from wire.security_messages import ChangesNotified
 
 _UNAVAILABLE = (ConnectionLoss, SessionExpiredError, ConnectionClosedError)
 
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _change_notice(session_id: int, root: str) -> ChangesNotified:
+    return ChangesNotified(session_id, root)
 
 
 def _write_code(exc: BaseException) -> WriteCode:
@@ -112,6 +120,8 @@ class ZkMetadataStore:
         self._on_deletions = self._notice(TopicDeletionsChanged)
         self._on_isr_changes = self._notice(IsrChangesNotified)
         self._on_controller = self._notice(ControllerChanged)
+        self._on_changes = {root: self._notice(partial(_change_notice, root=root))
+                            for root in znodes.CHANGE_ROOTS}
 
     # ------------------------------------------------------------ callbacks
     # These run on kazoo's threads: they build a message and hand it over, nothing else.
@@ -516,6 +526,102 @@ class ZkMetadataStore:
             tx.delete(f"{znodes.ISR_CHANGE_NOTIFICATION}/{name}")
             txs.append(tx)
         self._commit_all(txs, fence)
+
+    # ------------------------------------------------ users and ACLs
+    def _conditional_write(self, path: str, data: bytes | None, version: int,
+                           change_root: str, change: bytes) -> bool:
+        """Create (version -1), replace or delete (data None) ``path`` with a change notice."""
+        self._require_connected()
+        if version == -1 and data is None:  # "absent" stays absent: true unless it exists
+            return self._wait(self._client.exists_async(path)) is None
+        if version == -1:
+            parent = path.rsplit("/", 1)[0]
+            self._wait(self._client.ensure_path_async(parent))
+        self._wait(self._client.ensure_path_async(change_root))
+        tx = self._client.transaction()
+        if version == -1:
+            tx.create(path, data)
+        elif data is None:
+            tx.delete(path, version)
+        else:
+            tx.set_data(path, data, version)
+        prefix = (znodes.CONFIG_CHANGE_PREFIX if change_root == znodes.CONFIG_CHANGES
+                  else znodes.ACL_CHANGE_PREFIX)
+        tx.create(f"{change_root}/{prefix}", change, sequence=True)
+        (ops,) = self._commit_all([tx], None)
+        failed = self._first_error(ops)
+        if failed is None:
+            return True
+        if isinstance(failed, (BadVersionError, NodeExistsError, NoNodeError)):
+            return False
+        raise MetadataError(f"writing {path} failed: {type(failed).__name__}")
+
+    def get_users(self) -> set[str]:
+        return {znodes.desanitize(c) for c in self._children(znodes.CONFIG_USERS, None)}
+
+    def get_user_configs(self, user: str) -> tuple[dict[str, str], int]:
+        self._require_connected()
+        found = self._get(znodes.user_config_path(user))
+        if found is None:
+            return {}, -1
+        return znodes.decode_user_config(user, found[0]), int(found[1].version)
+
+    def set_user_configs(self, user: str, configs: dict[str, str], version: int) -> bool:
+        return self._conditional_write(
+            znodes.user_config_path(user), znodes.encode_user_config(configs) if configs else None,
+            version, znodes.CONFIG_CHANGES, znodes.encode_user_change(user))
+
+    def get_acls(self, pattern: ResourcePattern) -> tuple[frozenset[AclEntry], int]:
+        self._require_connected()
+        path = znodes.acl_path(pattern)
+        found = self._get(path)
+        if found is None:
+            return frozenset(), -1
+        return znodes.decode_acls(path, found[0]), int(found[1].version)
+
+    def set_acls(self, pattern: ResourcePattern, entries: frozenset[AclEntry],
+                 version: int) -> bool:
+        return self._conditional_write(
+            znodes.acl_path(pattern), znodes.encode_acls(entries) if entries else None, version,
+            znodes.acl_change_root(pattern), znodes.encode_acl_change(pattern))
+
+    def get_all_acls(self) -> dict[ResourcePattern, frozenset[AclEntry]]:
+        patterns: list[ResourcePattern] = []
+        for pattern_type in (PatternType.LITERAL, PatternType.PREFIXED):
+            for type_name in self._children(znodes.ACL_ROOTS[pattern_type], None):
+                try:
+                    resource_type = ResourceType.parse(type_name)
+                except ValueError:
+                    continue  # a resource type this broker does not know (DelegationToken)
+                path = znodes.acl_type_path(resource_type, pattern_type)
+                patterns += [ResourcePattern(resource_type, name, pattern_type)
+                             for name in self._children(path, None)]
+        found = self._get_many([znodes.acl_path(p) for p in patterns])
+        out = {}
+        for pattern, f in zip(patterns, found, strict=True):
+            if f is not None:
+                entries = znodes.decode_acls(znodes.acl_path(pattern), f[0])
+                if entries:
+                    out[pattern] = entries
+        return out
+
+    # ------------------------------------------- change notifications
+    def get_change_notifications(self, root: str, watch: bool = False
+                                 ) -> list[ChangeNotification]:
+        names = sorted(self._children(root, self._on_changes[root] if watch else None))
+        paths = [f"{root}/{n}" for n in names]
+        found = self._get_many(paths)
+        return [ChangeNotification(p, bytes(f[0] or b""), int(f[1].ctime))
+                for p, f in zip(paths, found, strict=True) if f is not None]
+
+    def delete_change_notifications(self, paths: Iterable[str]) -> None:
+        self._require_connected()
+        pending = [self._client.delete_async(p) for p in paths]
+        for result in pending:
+            try:
+                self._wait(result)
+            except NoNodeError:
+                pass
 
 
 if TYPE_CHECKING:

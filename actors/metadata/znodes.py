@@ -9,6 +9,7 @@ of the node's actor gateway, which Kafka brokers do not have.
 from __future__ import annotations
 
 import json
+import urllib.parse
 from typing import Any
 
 from actors.core.cluster_model import (
@@ -17,6 +18,16 @@ from actors.core.cluster_model import (
     LeaderAndIsr,
     TopicAssignment,
     TopicPartition,
+)
+from actors.security.acl import (
+    STORED_RESOURCE_TYPES,
+    AclEntry,
+    AclError,
+    Operation,
+    PatternType,
+    Permission,
+    ResourcePattern,
+    ResourceType,
 )
 
 BROKERS = "/brokers"
@@ -33,8 +44,19 @@ ISR_CHANGE_PREFIX = "isr_change_"
 CLUSTER = "/cluster"
 CLUSTER_ID = "/cluster/id"
 
+CONFIG_USERS = "/config/users"
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
+ACL_ROOTS = {PatternType.LITERAL: "/kafka-acl",
+             PatternType.PREFIXED: "/kafka-acl-extended/prefixed"}
+ACL_CHANGES = "/kafka-acl-changes"
+ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
+CHANGE_ROOTS = (CONFIG_CHANGES, ACL_CHANGES, ACL_EXTENDED_CHANGES)
+SECURITY_PATHS = (CONFIG_USERS, *ACL_ROOTS.values(), *CHANGE_ROOTS)
+
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, ISR_CHANGE_NOTIFICATION,
-                    CLUSTER)
+                    CLUSTER, *SECURITY_PATHS)
 """Created at start by every node (Kafka's top-level paths), so watches have something to watch."""
 
 BROKER_REGISTRATION_VERSION = 5
@@ -233,3 +255,104 @@ def decode_isr_change(name: str, data: bytes | None) -> tuple[TopicPartition, ..
     entries = _field(path, _load(path, data), "partitions", list)
     return tuple(TopicPartition(str(_field(path, e, "topic", str)),
                                 int(_field(path, e, "partition", int))) for e in entries)
+
+
+# --------------------------------------------------------- users (SCRAM)
+def sanitize(name: str) -> str:
+    """Kafka's ``Sanitizer``: a user name as a znode name (URL-encoding; '*' too)."""
+    return urllib.parse.quote(name, safe="")
+
+
+def desanitize(text: str) -> str:
+    return urllib.parse.unquote(text)
+
+
+def user_config_path(user: str) -> str:
+    return f"{CONFIG_USERS}/{sanitize(user)}"
+
+
+def encode_user_config(configs: dict[str, str]) -> bytes:
+    return encode_topic_config(configs)
+
+
+def decode_user_config(user: str, data: bytes | None) -> dict[str, str]:
+    path = user_config_path(user)
+    config = _field(path, _load(path, data), "config", dict)
+    return {str(k): str(v) for k, v in config.items()}
+
+
+def encode_user_change(user: str) -> bytes:
+    """A ``/config/changes/config_change_<seq>`` body telling nodes a user's config changed."""
+    return _dump({"version": 2, "entity_path": f"users/{sanitize(user)}"})
+
+
+def decode_config_change(data: bytes | None) -> tuple[str, str]:
+    """(entity type, entity name): ("users", "alice")."""
+    path = CONFIG_CHANGES
+    entity = str(_field(path, _load(path, data), "entity_path", str))
+    kind, sep, name = entity.partition("/")
+    if not sep:
+        raise BadZnode(f"{path}: bad entity_path {entity!r}")
+    return kind, desanitize(name)
+
+
+# ----------------------------------------------------------------- ACLs
+def acl_type_path(resource_type: ResourceType, pattern_type: PatternType) -> str:
+    return f"{ACL_ROOTS[pattern_type]}/{resource_type.zk_name}"
+
+
+def acl_path(pattern: ResourcePattern) -> str:
+    if pattern.pattern_type not in ACL_ROOTS:
+        raise AclError(f"pattern type {pattern.pattern_type.name} cannot be stored")
+    if pattern.resource_type not in STORED_RESOURCE_TYPES:
+        raise AclError(f"resource type {pattern.resource_type.name} cannot have ACLs here")
+    if "/" in pattern.name or pattern.name in ("", ".", ".."):
+        raise AclError(f"resource name {pattern.name!r} cannot be a znode name")
+    return f"{acl_type_path(pattern.resource_type, pattern.pattern_type)}/{pattern.name}"
+
+
+def encode_acls(entries: frozenset[AclEntry]) -> bytes:
+    return _dump({"version": 1, "acls": [
+        {"principal": e.principal, "permissionType": e.permission.acl_name,
+         "operation": e.operation.acl_name, "host": e.host} for e in sorted(entries)]})
+
+
+def decode_acls(path: str, data: bytes | None) -> frozenset[AclEntry]:
+    out = set()
+    for item in _field(path, _load(path, data), "acls", list):
+        try:
+            out.add(AclEntry(str(_field(path, item, "principal", str)),
+                             str(_field(path, item, "host", str)),
+                             Operation.parse(str(_field(path, item, "operation", str))),
+                             Permission.parse(str(_field(path, item, "permissionType", str)))))
+        except AclError as exc:
+            raise BadZnode(f"{path}: {exc}") from None
+    return frozenset(out)
+
+
+def acl_change_root(pattern: ResourcePattern) -> str:
+    return ACL_CHANGES if pattern.pattern_type is PatternType.LITERAL else ACL_EXTENDED_CHANGES
+
+
+def encode_acl_change(pattern: ResourcePattern) -> bytes:
+    """Kafka's change events: ``TOPIC:name`` (literal) or JSON (extended)."""
+    if pattern.pattern_type is PatternType.LITERAL:
+        return f"{pattern.resource_type.name}:{pattern.name}".encode()
+    return _dump({"version": 1, "resourceType": pattern.resource_type.name,
+                  "name": pattern.name, "patternType": pattern.pattern_type.name})
+
+
+def decode_acl_change(root: str, data: bytes | None) -> ResourcePattern:
+    raw = data or b""
+    try:
+        if root == ACL_CHANGES:
+            kind, sep, name = raw.decode().partition(":")
+            if not sep:
+                raise BadZnode(f"{root}: bad change event {raw[:80]!r}")
+            return ResourcePattern(ResourceType.parse(kind), name, PatternType.LITERAL)
+        doc = _load(root, raw)
+        return ResourcePattern(ResourceType.parse(str(_field(root, doc, "resourceType", str))),
+                               str(_field(root, doc, "name", str)),
+                               PatternType.parse(str(_field(root, doc, "patternType", str))))
+    except (AclError, UnicodeDecodeError) as exc:
+        raise BadZnode(f"{root}: bad change event {raw[:80]!r}: {exc}") from None

@@ -1,0 +1,140 @@
+"""CURVE keys between nodes: key pairs, key files, and the node's settings.
+
+Every node has a key pair; every node knows the public keys of all the
+cluster's nodes. ``actor.curve.secret.key.file`` is this node's key file
+(public and secret key), ``actor.curve.public.keys.dir`` a directory of
+``<node name>.key`` files, one per node of the cluster (this node's too).
+The files are ZeroMQ's certificate format (ZPL, as ``zmq.auth`` and CZMQ
+write them), so ``curve_keygen``-made keys work as well.
+
+A gateway's server socket admits a peer only if its public key is in the
+directory (the ZAP handler, ``actors.security.zap``); a client socket finds
+the server's public key there by the node's name.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import zmq
+import zmq.auth
+from zmq.utils import z85
+
+PUBLIC_SUFFIX = ".key"
+SECRET_SUFFIX = ".key_secret"
+
+
+class CurveError(ValueError):
+    """Keys or key settings that cannot be used; one-line message naming the file or key."""
+
+
+@dataclass(frozen=True, slots=True)
+class CurveKeys:
+    """A key pair, both halves Z85 text (as ZeroMQ's socket options take them)."""
+
+    public: bytes
+    secret: bytes
+
+    def __repr__(self) -> str:  # the secret stays out of logs
+        return f"CurveKeys(public={self.public.decode()})"
+
+
+def new_keypair() -> CurveKeys:
+    public, secret = zmq.curve_keypair()
+    return CurveKeys(public, secret)
+
+
+def write_keys(directory: Path | str, name: str) -> tuple[Path, Path]:
+    """Make a key pair as ``<dir>/<name>.key`` (public) and ``<name>.key_secret`` (mode 600)."""
+    if not name or "/" in name or name.startswith("."):
+        raise CurveError(f"key name {name!r} must be a plain file name (a node name)")
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    public, secret = (Path(p) for p in zmq.auth.create_certificates(out, name))
+    os.chmod(secret, 0o600)
+    return public, secret
+
+
+def _check_key(path: Path, key: bytes | None, which: str) -> bytes:
+    if key is None:
+        raise CurveError(f"{path}: no {which} key in it (give the {which}-key file that "
+                         f"`actorlog keys new` or zmq.auth made)")
+    if len(key) != 40:
+        raise CurveError(f"{path}: the {which} key is not 40 Z85 characters")
+    try:
+        z85.decode(key)
+    except (ValueError, KeyError):
+        raise CurveError(f"{path}: the {which} key is not Z85 text") from None
+    return key
+
+
+def read_key_file(path: Path | str, secret: bool = True) -> CurveKeys:
+    """A certificate file; with ``secret`` it must hold the secret key too."""
+    p = Path(path)
+    if not p.is_file():
+        raise CurveError(f"{p} does not exist; make keys with `actorlog keys new --out DIR`")
+    try:
+        public, secret_key = zmq.auth.load_certificate(p)
+    except (OSError, ValueError) as exc:
+        raise CurveError(f"{p}: not a ZeroMQ certificate file ({exc})") from None
+    public = _check_key(p, public, "public")
+    if not secret:
+        return CurveKeys(public, b"")
+    return CurveKeys(public, _check_key(p, secret_key, "secret"))
+
+
+def read_public_keys(directory: Path | str) -> dict[str, bytes]:
+    """node name -> Z85 public key, from every ``*.key`` file of the directory."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise CurveError(f"actor.curve.public.keys.dir {d} is not a directory")
+    out: dict[str, bytes] = {}
+    for path in sorted(d.glob(f"*{PUBLIC_SUFFIX}")):
+        out[path.name[:-len(PUBLIC_SUFFIX)]] = read_key_file(path, secret=False).public
+    if not out:
+        raise CurveError(f"actor.curve.public.keys.dir {d} has no *{PUBLIC_SUFFIX} files")
+    return out
+
+
+def raw_key(z85_key: bytes) -> bytes:
+    """The 32 raw bytes of a Z85 key (what ZAP requests carry)."""
+    return bytes(z85.decode(z85_key))
+
+
+def z85_key(raw: bytes) -> str:
+    return bytes(z85.encode(raw)).decode()
+
+
+@dataclass(frozen=True, slots=True)
+class CurveSettings:
+    secret_key_file: str = ""
+    public_keys_dir: str = ""
+
+    @classmethod
+    def from_config(cls, values: Mapping[str, Any]) -> CurveSettings:
+        return cls(str(values.get("actor.curve.secret.key.file") or "").strip(),
+                   str(values.get("actor.curve.public.keys.dir") or "").strip())
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.secret_key_file or self.public_keys_dir)
+
+    def load(self, node_name: str) -> tuple[CurveKeys, dict[str, bytes]]:
+        """This node's keys and every node's public key; :class:`CurveError` when unusable."""
+        if not (self.secret_key_file and self.public_keys_dir):
+            missing = ("actor.curve.secret.key.file" if not self.secret_key_file
+                       else "actor.curve.public.keys.dir")
+            raise CurveError(f"CURVE needs both actor.curve.secret.key.file and "
+                             f"actor.curve.public.keys.dir; {missing} is not set")
+        keys = read_key_file(self.secret_key_file)
+        known = read_public_keys(self.public_keys_dir)
+        if known.get(node_name) != keys.public:
+            raise CurveError(
+                f"actor.curve.public.keys.dir {self.public_keys_dir} has no {node_name}"
+                f"{PUBLIC_SUFFIX} matching this node's key {self.secret_key_file}; the "
+                f"cluster's key directory must hold every node's public key")
+        return keys, known

@@ -1,0 +1,182 @@
+"""SCRAM credentials in Kafka's form, and the server side of one SCRAM exchange (RFC 5802/7677).
+
+The cryptography is ``scramp``'s: credentials are made by its
+``make_auth_info`` (SASLprep, PBKDF2, the two HMACs) and the exchange runs
+its ``ScramServer``. What is here is Kafka's framing around it:
+
+* A credential is the salt, the iteration count, the stored key and the
+  server key; never the password. Kafka writes it as
+  ``salt=<b64>,stored_key=<b64>,server_key=<b64>,iterations=<n>``
+  (:meth:`ScramCredential.to_kafka`), the value of a mechanism's key in the
+  user's entity config (``/config/users/<name>``).
+* Iterations from 4096 to 16384, Kafka's bounds for SCRAM-SHA-256/512.
+* A failed exchange answers the client with Kafka's generic message (it
+  never tells whether the user exists) and gives the log the real reason.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from scramp import ScramException, ScramMechanism
+
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+MIN_ITERATIONS = 4096
+MAX_ITERATIONS = 16384
+DEFAULT_ITERATIONS = 4096
+
+
+class CredentialError(ValueError):
+    """A credential (or a request to make one) that is not acceptable; one-line message."""
+
+
+class AuthenticationFailed(Exception):
+    """An exchange failed: ``client_message`` goes to the client, ``reason`` to the log."""
+
+    def __init__(self, client_message: str, reason: str) -> None:
+        super().__init__(reason)
+        self.client_message = client_message
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredential:
+    """What the server keeps of a SCRAM password."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+    def to_kafka(self) -> str:
+        b64 = base64.b64encode
+        return (f"salt={b64(self.salt).decode()},stored_key={b64(self.stored_key).decode()},"
+                f"server_key={b64(self.server_key).decode()},iterations={self.iterations}")
+
+    @classmethod
+    def from_kafka(cls, text: str) -> ScramCredential:
+        fields: dict[str, str] = {}
+        for part in text.split(","):
+            key, sep, value = part.partition("=")
+            if not sep:
+                raise CredentialError(f"SCRAM credential field {part[:40]!r} is not key=value")
+            fields[key.strip()] = value.strip()
+        missing = [k for k in ("salt", "stored_key", "server_key", "iterations")
+                   if k not in fields]
+        if missing:
+            raise CredentialError(f"SCRAM credential has no {', '.join(missing)}")
+        try:
+            salt, stored, server = (base64.b64decode(fields[k], validate=True)
+                                    for k in ("salt", "stored_key", "server_key"))
+        except (binascii.Error, ValueError):
+            raise CredentialError("SCRAM credential has a field that is not base64") from None
+        if not fields["iterations"].isdigit():
+            raise CredentialError(f"SCRAM credential iterations {fields['iterations'][:20]!r} "
+                                  f"is not a number")
+        return cls(salt, stored, server, int(fields["iterations"]))
+
+    def __repr__(self) -> str:  # keys stay out of logs
+        return f"ScramCredential(iterations={self.iterations}, salt={len(self.salt)} bytes)"
+
+
+def _mechanism(name: str) -> ScramMechanism:
+    if name not in SCRAM_MECHANISMS:
+        raise CredentialError(f"unknown SCRAM mechanism {name!r}; use "
+                              f"{' or '.join(SCRAM_MECHANISMS)}")
+    return ScramMechanism(name)
+
+
+def check_iterations(iterations: int) -> None:
+    if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+        raise CredentialError(f"iterations {iterations} is out of range; use "
+                              f"{MIN_ITERATIONS} to {MAX_ITERATIONS}")
+
+
+def make_credential(mechanism: str, password: str, iterations: int = DEFAULT_ITERATIONS,
+                    salt: bytes | None = None) -> ScramCredential:
+    """A new credential for ``password`` (a fresh random salt unless one is given)."""
+    check_iterations(iterations)
+    if not password:
+        raise CredentialError("the password is empty")
+    try:
+        salt_out, stored, server, count = _mechanism(mechanism).make_auth_info(
+            password, iteration_count=iterations, salt=salt)
+    except ScramException as exc:
+        raise CredentialError(f"cannot make a {mechanism} credential: {exc}") from None
+    return ScramCredential(bytes(salt_out), bytes(stored), bytes(server), int(count))
+
+
+def verify_password(mechanism: str, credential: ScramCredential, password: str) -> bool:
+    """Whether ``password`` is the one ``credential`` was made from (PLAIN's check)."""
+    try:
+        again = make_credential(mechanism, password, credential.iterations, credential.salt)
+    except CredentialError:
+        return False
+    return hmac.compare_digest(again.stored_key, credential.stored_key)
+
+
+CredentialLookup = Callable[[str, str], "ScramCredential | None"]
+"""(user, mechanism) -> that user's credential for the mechanism, None when there is none."""
+
+
+class ScramServerExchange:
+    """The server's half of one SCRAM authentication: two tokens in, two tokens out."""
+
+    def __init__(self, mechanism: str, lookup: CredentialLookup,
+                 server_nonce: str | None = None, phase: str = "authentication") -> None:
+        self.mechanism = mechanism
+        self.phase = phase  # "re-authentication" changes the client's message, as in Kafka
+        self._lookup = lookup
+        self._server = _mechanism(mechanism).make_server(self._auth_info, s_nonce=server_nonce)
+        self._step = 0
+        self.username: str | None = None
+        self.complete = False
+        self._unknown_user = False
+
+    @property
+    def generic_failure(self) -> str:
+        return (f"Authentication failed during {self.phase} due to invalid credentials with "
+                f"SASL mechanism {self.mechanism}")
+
+    def _auth_info(self, username: str) -> tuple[bytes, bytes, bytes, int]:
+        self.username = username
+        credential = self._lookup(username, self.mechanism)
+        if credential is None:
+            self._unknown_user = True
+            raise ScramException(f"unknown user {username!r}")
+        return credential.salt, credential.stored_key, credential.server_key, credential.iterations
+
+    def evaluate(self, token: bytes) -> bytes:
+        """The answer to the client's next token; raises :class:`AuthenticationFailed`."""
+        try:
+            text = token.decode("utf-8")
+        except UnicodeDecodeError:
+            raise AuthenticationFailed(self.generic_failure,
+                                       f"{self.mechanism}: the client's message is not "
+                                       f"UTF-8") from None
+        try:
+            if self._step == 0:
+                self._step = 1
+                self._server.set_client_first(text)
+                return self._server.get_server_first().encode()
+            if self._step == 1:
+                self._step = 2
+                self._server.set_client_final(text)
+                answer = self._server.get_server_final().encode()
+                self.complete = True
+                return answer
+        except ScramException as exc:
+            who = f"user {self.username!r}" if self.username is not None else "a client"
+            if self._unknown_user:
+                reason = f"{self.mechanism}: unknown user {self.username!r}"
+            elif self._step == 2:
+                reason = f"{self.mechanism}: wrong password for {who} ({exc})"
+            else:
+                reason = f"{self.mechanism}: bad message from {who}: {exc}"
+            raise AuthenticationFailed(self.generic_failure, reason) from None
+        raise AuthenticationFailed(self.generic_failure,
+                                   f"{self.mechanism}: a token after the exchange ended")

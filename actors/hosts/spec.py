@@ -231,10 +231,12 @@ class _Checker:
         data_dir = self.string("[cluster]", cluster, "data_dir")
         local_data = str(self.local_path(data_dir) if data_dir else state_dir / "data")
 
-        hosts = self.hosts(self.table("[hosts]", data.get("hosts")), name, local_data)
-        zookeeper = self.zookeeper(self.table("[zookeeper]", data.get("zookeeper")), hosts)
+        host_table = self.table("[hosts]", data.get("hosts"))
+        hosts = self.hosts(host_table, name, local_data)
+        declared = list(host_table)  # a host with mistakes of its own is still a host
+        zookeeper = self.zookeeper(self.table("[zookeeper]", data.get("zookeeper")), declared)
         shared = self.kafka_config("[config]", self.table("[config]", data.get("config")))
-        nodes = self.nodes(self.table("[nodes]", data.get("nodes")), hosts)
+        nodes = self.nodes(self.table("[nodes]", data.get("nodes")), declared)
         if not self.problems:
             spec = ClusterSpec(self.path, name, state_dir, hosts, zookeeper, nodes, shared)
             self.cross_checks(spec)
@@ -326,7 +328,7 @@ class _Checker:
         else:
             seen[address] = name
 
-    def zookeeper(self, table: dict[str, Any], hosts: dict[str, HostSpec]) -> ZooKeeperSpec:
+    def zookeeper(self, table: dict[str, Any], hosts: list[str]) -> ZooKeeperSpec:
         where = "[zookeeper]"
         self.unknown_keys(where, table, ZOOKEEPER_KEYS)
         connect = self.string(where, table, "connect")
@@ -382,7 +384,7 @@ class _Checker:
                     flat[key] = value
         return flat
 
-    def nodes(self, table: dict[str, Any], hosts: dict[str, HostSpec]) -> dict[int, NodeSpec]:
+    def nodes(self, table: dict[str, Any], hosts: list[str]) -> dict[int, NodeSpec]:
         if not table:
             self.problem("", "has no [nodes.N] table: name at least one node")
         nodes: dict[int, NodeSpec] = {}

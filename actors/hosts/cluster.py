@@ -207,7 +207,9 @@ class Cluster:
                 self.wait_answering(node_id, timeout_s)
             if cluster_mode_available():
                 self.wait_registered(timeout_s)
-        except (HostError, NetnsError, StartError, ClusterError) as exc:
+        except (HostError, NetnsError, StartError, ClusterError, KeyboardInterrupt) as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                exc = ClusterError("interrupted")
             self.say(f"FAILED: {exc}")
             if keep:
                 self.say("--keep: leaving what was started and made for inspection; "

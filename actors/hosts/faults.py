@@ -94,13 +94,14 @@ def apply_netem(runner: Runner, netem: Netem) -> str:
             f"host {runner.host.name}: this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM), "
             "so a delay cannot be applied; --loss alone works (through nftables)")
     drop_below = round(netem.loss_pct * 100)  # of 10000
+    drop = "drop" if drop_below >= 10000 else f"numgen random mod 10000 < {drop_below} drop"
     # "table; delete table; table {...}" replaces the table in one transaction.
     rules = (f"table netdev {NFT_TABLE}\n"
              f"delete table netdev {NFT_TABLE}\n"
              f"table netdev {NFT_TABLE} {{\n"
              f"  chain egress {{\n"
              f"    type filter hook egress device \"{INNER_IFACE}\" priority 0; policy accept;\n"
-             f"    numgen random mod 10000 < {drop_below} drop\n"
+             f"    {drop}\n"
              f"  }}\n"
              f"}}\n")
     try:
@@ -138,5 +139,5 @@ def current_netem(runner: Runner) -> str:
     except HostError:
         return "; ".join(shown)
     if nft.returncode == 0:
-        shown += [line.strip() for line in nft.stdout.splitlines() if "numgen" in line]
+        shown += [line.strip() for line in nft.stdout.splitlines() if "drop" in line]
     return "; ".join(shown)

@@ -62,6 +62,9 @@ def cluster_of(spec_path: str, **kwargs: Any) -> Iterator[Cluster]:
 
 spec_option = click.option("--spec", "spec_path", required=True, metavar="FILE",
                            help="the cluster spec (TOML)")
+stop_timeout_option = click.option(
+    "--stop-timeout", "stop_timeout_s", type=float, default=30.0, show_default=True,
+    help="seconds a process has after SIGTERM before it gets SIGKILL")
 node_argument = click.argument("node", type=int, metavar="NODE")
 
 
@@ -102,9 +105,10 @@ def up(spec_path: str, keep: bool, timeout_s: float) -> None:
 
 @group.command()
 @spec_option
-def down(spec_path: str) -> None:
+@stop_timeout_option
+def down(spec_path: str, stop_timeout_s: float) -> None:
     """Stop every node, then ZooKeeper; remove the hosts `up` made."""
-    with cluster_of(spec_path) as cluster:
+    with cluster_of(spec_path, stop_timeout_s=stop_timeout_s) as cluster:
         cluster.down()
 
 
@@ -155,11 +159,15 @@ def format_status(found: dict[str, Any]) -> list[str]:
 @group.command()
 @spec_option
 @click.option("--rolling", is_flag=True, help="one node at a time, each answering before the next")
+@stop_timeout_option
+@click.option("--timeout", "timeout_s", type=float, default=90.0, show_default=True,
+              help="seconds each node may take to answer again")
 @click.argument("nodes", type=int, nargs=-1, metavar="[NODE]...")
-def restart(spec_path: str, rolling: bool, nodes: tuple[int, ...]) -> None:
+def restart(spec_path: str, rolling: bool, stop_timeout_s: float, timeout_s: float,
+            nodes: tuple[int, ...]) -> None:
     """Restart the given nodes (default: all)."""
-    with cluster_of(spec_path) as cluster:
-        cluster.restart(list(nodes), rolling)
+    with cluster_of(spec_path, stop_timeout_s=stop_timeout_s) as cluster:
+        cluster.restart(list(nodes), rolling, timeout_s)
 
 
 def _fault(name: str, doc: str, action: Callable[[Cluster, int], None]) -> None:

@@ -171,6 +171,47 @@ config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3
         cluster.wait_registered(timeout_s=0.5)  # the registrations went with their session
 
 
+def test_up_status_down_on_this_machine(spec_file: Path, zk_connect: str) -> None:
+    """via = "local": no root needed; nodes are processes here, on loopback ports."""
+    ports = [free_port() for _ in range(4)]
+    spec_file.write_text(f"""
+[hosts.here]
+via = "local"
+[zookeeper]
+connect = "{zk_connect}"
+[nodes.1]
+host = "here"
+config = {{"listeners" = "127.0.0.1:{ports[0]}", "actor.gateway.port" = {ports[1]}}}
+[nodes.2]
+host = "here"
+config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3]}}}
+""")
+    up = cli("up", "--spec", str(spec_file))
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "made network namespace" not in up.stdout and "ZooKeeper on" not in up.stdout
+    servers = f"127.0.0.1:{ports[0]},127.0.0.1:{ports[2]}"
+    assert up.stdout.rstrip().endswith(f"bootstrap servers: {servers}")
+    found = status_json(spec_file)
+    assert [(n["alive"], n["answers"], n["paused"]) for n in found["nodes"]] == \
+        [(True, True, False)] * 2
+    assert found["zookeeper"]["error"] is None  # read through the metadata store
+    text = cli("status", "--spec", str(spec_file))
+    assert text.returncode == 0
+    assert f"1     here      127.0.0.1:{ports[0]}" in text.stdout
+    data = spec_file.parent / "test.cluster" / "data"
+    pid = int((data / "node-2" / "serve.pid").read_text())
+    assert (data / "node-2" / "node.toml").exists() and (data / "node-2" / "serve.log").exists()
+    got = produce_and_consume(f"127.0.0.1:{ports[2]}", "local-topic", count=10)
+    assert len(got) == 10
+    down = cli("down", "--spec", str(spec_file))
+    assert down.returncode == 0, down.stderr
+    assert "node 1 on here: stopped" in down.stdout and "node 2 on here: stopped" in down.stdout
+    assert not pid_alive(pid)
+    assert (data / "node-2" / ".kafka_cleanshutdown").exists()  # it stopped cleanly
+    again = cli("down", "--spec", str(spec_file))
+    assert again.returncode == 0 and "node 1 on here: not running" in again.stdout
+
+
 def test_network_faults_need_a_netns_host(spec_file: Path) -> None:
     spec_file.write_text('[hosts.h1]\nvia = "local"\n[zookeeper]\nconnect = "127.0.0.1:1"\n'
                          '[nodes.1]\nhost = "h1"\n')

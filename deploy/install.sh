@@ -2,7 +2,8 @@
 # Install actorlog into ./.venv on Debian (12+) with Python 3.11+.
 #   deploy/install.sh          runtime only
 #   deploy/install.sh --test   plus everything the test suite needs (kcat, a JDK for
-#                              Spark, ZooKeeper, the test/bench/spark extras)
+#                              Spark, ZooKeeper, iproute2, nftables, openssh, the
+#                              test/bench/spark extras)
 #   deploy/install.sh --zookeeper
 #                              plus the Debian zookeeper package, for a node of a cluster
 #                              (`zookeeper.connect`) or to run a ZooKeeper with
@@ -46,7 +47,14 @@ if command -v dpkg-query >/dev/null; then
   if [ "$want_test" -eq 1 ]; then
     command -v kcat >/dev/null || pkgs+=(kcat)
     command -v java >/dev/null || pkgs+=(openjdk-17-jre-headless)
+    # Test hosts (network namespaces, `cluster` fault injection): ip and tc, nft;
+    # the ssh path: a real sshd started by the tests inside a test host. (Debian's
+    # openssh-server package also enables the ssh service where systemd runs.)
     command -v ip >/dev/null || pkgs+=(iproute2)
+    command -v tc >/dev/null || pkgs+=(iproute2)
+    command -v nft >/dev/null || pkgs+=(nftables)
+    command -v ssh >/dev/null || pkgs+=(openssh-client)
+    [ -x /usr/sbin/sshd ] || pkgs+=(openssh-server)
   fi
   if [ "$want_zookeeper" -eq 1 ]; then
     # The server (QuorumPeerMain) from /usr/share/java/zookeeper.jar, with a JRE.

@@ -1,0 +1,219 @@
+"""`actorlog cluster ...`: a spec's ZooKeeper and nodes on their hosts, health, faults, units.
+
+Every command reads the spec first and refuses a wrong one before anything
+starts (one line per mistake, exit status 2); a failure on a host is a few
+lines naming the host and the command (exit status 1), never a traceback.
+The work is in ``actors.hosts``; this module only parses arguments and prints.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from actors.hosts.cluster import Cluster, ClusterError
+from actors.hosts.faults import FaultError, Netem, parse_delay_ms, parse_loss_pct
+from actors.hosts.launch import StartError
+from actors.hosts.netns import NetnsError
+from actors.hosts.runner import HostError
+from actors.hosts.spec import ClusterSpec, SpecError, load_spec
+
+RUN_TIME_ERRORS = (ClusterError, HostError, NetnsError, FaultError, StartError)
+
+
+class SpecRefused(click.ClickException):
+    """The spec (or an argument) is wrong: exit status 2, nothing was started."""
+
+    exit_code = 2
+
+
+def say(line: str) -> None:
+    click.echo(line)
+    sys.stdout.flush()
+
+
+def read_spec(path: str) -> ClusterSpec:
+    try:
+        return load_spec(path)
+    except SpecError as exc:
+        raise SpecRefused(str(exc)) from None
+
+
+@contextmanager
+def cluster_of(spec_path: str, **kwargs: Any) -> Iterator[Cluster]:
+    spec = read_spec(spec_path)
+    cluster = Cluster(spec, say=say, **kwargs)
+    try:
+        yield cluster
+    except SpecError as exc:
+        raise SpecRefused(str(exc)) from None
+    except RUN_TIME_ERRORS as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        cluster.close()
+
+
+spec_option = click.option("--spec", "spec_path", required=True, metavar="FILE",
+                           help="the cluster spec (TOML)")
+stop_timeout_option = click.option(
+    "--stop-timeout", "stop_timeout_s", type=float, default=30.0, show_default=True,
+    help="seconds a process has after SIGTERM before it gets SIGKILL")
+node_argument = click.argument("node", type=int, metavar="NODE")
+
+
+@click.group("cluster")
+def group() -> None:
+    """ZooKeeper and nodes on a spec's hosts: up, down, status, faults, systemd units."""
+    # kazoo logs every failed connection attempt; status reports the outcome in one line.
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+
+
+@group.command()
+@spec_option
+def check(spec_path: str) -> None:
+    """Read the spec and say what it describes; contacts no host."""
+    spec = read_spec(spec_path)
+    cluster = Cluster(spec, say=say)
+    for host in spec.hosts.values():
+        say(f"host {host.name}: via {host.via}, {host.address}"
+            + (f", namespace {host.netns}" if host.netns else ""))
+    say("ZooKeeper: " + (f"on {', '.join(spec.zookeeper.hosts)}, port {spec.zookeeper.port}"
+                         if spec.zookeeper.hosts else f"connect {spec.zookeeper.connect}"))
+    for node_id, plan in cluster.plans.items():
+        say(f"node {node_id}: host {plan.host.name}, listener {plan.client_address}, "
+            f"data dir {plan.data_dir}")
+    say(f"state dir: {spec.state_dir}")
+
+
+@group.command()
+@spec_option
+@click.option("--keep", is_flag=True, help="on failure, leave what was started for inspection")
+@click.option("--timeout", "timeout_s", type=float, default=90.0, show_default=True,
+              help="seconds each process may take to become ready")
+def up(spec_path: str, keep: bool, timeout_s: float) -> None:
+    """Start ZooKeeper, then every node; print the bootstrap servers."""
+    with cluster_of(spec_path) as cluster:
+        cluster.up(keep=keep, timeout_s=timeout_s)
+
+
+@group.command()
+@spec_option
+@stop_timeout_option
+def down(spec_path: str, stop_timeout_s: float) -> None:
+    """Stop every node, then ZooKeeper; remove the hosts `up` made."""
+    with cluster_of(spec_path, stop_timeout_s=stop_timeout_s) as cluster:
+        cluster.down()
+
+
+@group.command()
+@spec_option
+@click.option("--json", "as_json", is_flag=True, help="print the status as JSON")
+def status(spec_path: str, as_json: bool) -> None:
+    """Nodes (process, listener), ZooKeeper, controller, partitions, faults."""
+    with cluster_of(spec_path) as cluster:
+        found = cluster.status()
+    if as_json:
+        click.echo(json.dumps(found, indent=2, sort_keys=True))
+        return
+    for line in format_status(found):
+        click.echo(line)
+
+
+def format_status(found: dict[str, Any]) -> list[str]:
+    zk = found["zookeeper"]
+    lines = [f"cluster {found['cluster']}: bootstrap servers {found['bootstrap_servers']}"]
+    for server in zk["servers"]:
+        lines.append(f"ZooKeeper on {server['host']} ({server['address']}): "
+                     + (f"serving ({server['mode']})" if server["serving"] else "NOT serving"))
+    if zk["error"]:
+        lines.append(f"ZooKeeper at {zk['connect']}: not readable ({zk['error']})")
+    else:
+        lines.append(f"ZooKeeper at {zk['connect']}: registered nodes {zk['registered']}, "
+                     f"controller {found['controller']}")
+    if not found["joins_cluster"]:
+        lines.append("nodes do not join a cluster yet: each is an independent broker")
+    lines.append(f"{'node':<6}{'host':<10}{'listener':<24}{'pid':<9}{'process':<10}"
+                 f"{'uptime':<9}kafka")
+    for node in found["nodes"]:
+        process = "paused" if node["paused"] else "running" if node["alive"] else "down"
+        uptime = f"{node['uptime_s']}s" if node["uptime_s"] is not None else "-"
+        kafka = "answers" if node["answers"] else f"no answer ({node['error']})"
+        lines.append(f"{node['id']:<6}{node['host']:<10}{node['listener']:<24}"
+                     f"{node['pid'] or '-'!s:<9}{process:<10}{uptime:<9}{kafka}")
+    lines.append(f"partitions: {found['partitions']} (from {found['partitions_source']}), "
+                 f"under-replicated {found['under_replicated_partitions']}, "
+                 f"offline {found['offline_partitions']}")
+    faults = found["faults"]
+    if faults["isolated"] or faults["netem"]:
+        lines.append(f"faults: isolated {faults['isolated']}, netem {faults['netem']}")
+    return lines
+
+
+@group.command()
+@spec_option
+@click.option("--rolling", is_flag=True, help="one node at a time, each answering before the next")
+@stop_timeout_option
+@click.option("--timeout", "timeout_s", type=float, default=90.0, show_default=True,
+              help="seconds each node may take to answer again")
+@click.argument("nodes", type=int, nargs=-1, metavar="[NODE]...")
+def restart(spec_path: str, rolling: bool, stop_timeout_s: float, timeout_s: float,
+            nodes: tuple[int, ...]) -> None:
+    """Restart the given nodes (default: all)."""
+    with cluster_of(spec_path, stop_timeout_s=stop_timeout_s) as cluster:
+        cluster.restart(list(nodes), rolling, timeout_s)
+
+
+def _fault(name: str, doc: str, action: Callable[[Cluster, int], None]) -> None:
+    @group.command(name, help=doc)
+    @spec_option
+    @node_argument
+    def command(spec_path: str, node: int) -> None:
+        with cluster_of(spec_path) as cluster:
+            action(cluster, node)
+
+
+_fault("kill", "SIGKILL the node's process.", Cluster.kill)
+_fault("pause", "SIGSTOP the node's process.", Cluster.pause)
+_fault("resume", "SIGCONT the node's process.", Cluster.resume)
+_fault("isolate", "Cut the link of the node's (netns) host.", Cluster.isolate)
+_fault("heal", "Restore the link of the node's (netns) host and remove netem.", Cluster.heal)
+
+
+@group.command()
+@spec_option
+@node_argument
+@click.option("--delay", default="0ms", show_default=True, help="added delay, e.g. 50ms")
+@click.option("--loss", default="0%", show_default=True, help="share of packets lost, e.g. 5%")
+@click.option("--clear", is_flag=True, help="remove any netem from the host")
+def netem(spec_path: str, node: int, delay: str, loss: str, clear: bool) -> None:
+    """Delay or drop what the node's (netns) host sends (tc netem, or nftables for loss)."""
+    try:
+        shape = Netem() if clear else Netem(parse_delay_ms(delay), parse_loss_pct(loss))
+    except FaultError as exc:
+        raise SpecRefused(str(exc)) from None
+    with cluster_of(spec_path) as cluster:
+        cluster.netem(node, shape)
+
+
+@group.command()
+@spec_option
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="directory for the units and node configs (one subdirectory per host)")
+def units(spec_path: str, out_dir: str) -> None:
+    """systemd units for the spec's nodes: actorlog@.service, an environment file, configs."""
+    from actors.hosts.units import write_units
+
+    spec = read_spec(spec_path)
+    for line in write_units(spec, Path(out_dir)):
+        say(line)
+
+
+if __name__ == "__main__":
+    group(prog_name="actorlog cluster")

@@ -1,0 +1,560 @@
+"""`actorlog cluster`: bring a spec's ZooKeeper and nodes up on their hosts, and down again.
+
+``up`` checks every host first (root for test hosts, ssh and the same
+actorlog version, ZooKeeper installed), makes the netns hosts that do not
+exist yet, starts ZooKeeper and waits until it serves, writes each node's
+config and starts it, waits until every node answers Kafka requests (and,
+once nodes join clusters, until they are registered and a controller is
+elected), then prints the bootstrap servers. A failed step names the host,
+the command and the tail of its log, and everything this ``up`` started or
+made is stopped and removed again unless ``keep``.
+
+What ``up`` made (namespaces, the bridge) and the network faults applied are
+recorded in ``<state dir>/state.json``, so ``down`` removes exactly that;
+processes are found through their pid files, whose places follow from the
+spec.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from actors.core.cluster_model import TopicPartition
+from actors.hosts import netns
+from actors.hosts.faults import FaultError, Netem, apply_netem, clear_netem, current_netem
+from actors.hosts.launch import (
+    ManagedProcess,
+    StartError,
+    ZooKeeperProcess,
+    node_process,
+    write_node_config,
+    zookeeper_process,
+)
+from actors.hosts.netns import NetnsError, TestHost
+from actors.hosts.node_config import NodePlan, cluster_mode_available
+from actors.hosts.probe import ProbeError, api_versions, metadata
+from actors.hosts.runner import (
+    HostError,
+    LocalRunner,
+    NetnsRunner,
+    Runner,
+    check_version,
+    runner_for,
+)
+from actors.hosts.spec import ClusterSpec, HostSpec
+from actors.metadata.zk_server import ZOOKEEPER_JAR, four_letter_word
+
+STATE_FILE = "state.json"
+Say = Callable[[str], None]
+
+
+@contextmanager
+def open_store(connect: str) -> Iterator[Any]:
+    """A short ZooKeeper session through actors.metadata's store (read what nodes wrote)."""
+    from actors.metadata.zk import ZkMetadataStore
+
+    store = ZkMetadataStore(connect, lambda _notice: None, session_timeout_ms=6000,
+                            connection_timeout_ms=3000)
+    store.start()
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+class ClusterError(RuntimeError):
+    """A cluster command failed; the message is for the user (one or a few lines)."""
+
+
+@dataclass
+class ClusterState:
+    """What `up` made and which network faults are on, kept across commands."""
+
+    bridge_created: bool = False
+    hosts: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> netns, address
+    isolated: list[str] = field(default_factory=list)
+    netem: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> ClusterState:
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            return cls()
+        except (OSError, ValueError) as exc:
+            raise ClusterError(f"{path} cannot be read ({exc}); remove it once the hosts "
+                               "it lists are gone") from None
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+
+    def empty(self) -> bool:
+        return not (self.bridge_created or self.hosts or self.isolated or self.netem)
+
+
+class Cluster:
+    """The commands of `actorlog cluster` on one spec; ``say`` prints a progress line."""
+
+    def __init__(self, spec: ClusterSpec, say: Say = print, probe_timeout_s: float = 2.0,
+                 stop_timeout_s: float = 30.0) -> None:
+        self.spec = spec
+        self.say = say
+        self.probe_timeout_s = probe_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.state_path = spec.state_dir / STATE_FILE
+        self.runners: dict[str, Runner] = {
+            name: runner_for(host, spec.state_dir) for name, host in spec.hosts.items()}
+        self.plans = {i: NodePlan.of(spec, i) for i in sorted(spec.nodes)}
+
+    def close(self) -> None:
+        for runner in self.runners.values():
+            runner.close()
+
+    # ------------------------------------------------------------ pieces
+    def node(self, node_id: int) -> ManagedProcess:
+        plan = self.plans[node_id]
+        return node_process(self.runners[plan.host.name], plan)
+
+    def zookeepers(self) -> list[ZooKeeperProcess]:
+        return [zookeeper_process(self.runners[h], self.spec.zookeeper.port)
+                for h in self.spec.zookeeper.hosts]
+
+    def test_host(self, host: HostSpec) -> TestHost:
+        return TestHost(host.netns, host.address)
+
+    def bootstrap_servers(self) -> str:
+        return ",".join(self.plans[i].client_address for i in self.plans)
+
+    def netns_host_of(self, node_id: int, action: str) -> HostSpec:
+        host = self.spec.host_of(node_id)
+        if host.via != "netns":
+            raise FaultError(f"{action} works on netns test hosts; node {node_id}'s host "
+                             f"{host.name} is via = \"{host.via}\"")
+        if host.netns not in netns.namespaces():
+            raise FaultError(f"host {host.name} (network namespace {host.netns}) does not "
+                             "exist: run `cluster up` first")
+        return host
+
+    # ----------------------------------------------------------------- up
+    def preflight(self) -> None:
+        """Everything that can be checked before anything is made or started."""
+        problems: list[str] = []
+        wanted = {n.host for n in self.spec.nodes.values()} | set(self.spec.zookeeper.hosts)
+        test_hosts = [h for h in self.spec.hosts.values() if h.via == "netns"]
+        if test_hosts:
+            reason = netns.unavailable_reason()
+            if reason:
+                raise ClusterError(f"netns hosts ({', '.join(h.name for h in test_hosts)}) "
+                                   f"cannot be made: {reason}")
+            existing = netns.namespaces()
+            for host in test_hosts:
+                holder = netns.address_holder(host.address)
+                if host.netns in existing and holder != host.netns:
+                    problems.append(f"host {host.name}: network namespace {host.netns} exists "
+                                    f"but does not hold {host.address}")
+                elif host.netns not in existing and holder is not None:
+                    problems.append(f"host {host.name}: address {host.address} is already "
+                                    f"used (namespace {holder or 'root'})")
+        for name in sorted(wanted):
+            host = self.spec.hosts[name]
+            # netns hosts share this machine's files: check there before they exist
+            runner = self.runners[name] if host.via == "ssh" else LocalRunner(host)
+            try:
+                check_version(runner)
+                if name in self.spec.zookeeper.hosts:
+                    found = runner.run(["test", "-e", str(ZOOKEEPER_JAR)], check=False)
+                    if found.returncode != 0:
+                        problems.append(f"host {name}: {ZOOKEEPER_JAR} is missing: install the "
+                                        "Debian zookeeper package there (deploy/install.sh "
+                                        "--zookeeper)")
+            except HostError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise ClusterError("\n".join(problems))
+
+    def up(self, keep: bool = False, timeout_s: float = 90.0) -> str:
+        """Start everything; the bootstrap servers. See the module docstring."""
+        spec = self.spec
+        self.say(f"cluster {spec.name}: {len(spec.hosts)} host(s), "
+                 f"{len(spec.nodes)} node(s), ZooKeeper "
+                 + (f"on {', '.join(spec.zookeeper.hosts)}" if spec.zookeeper.hosts
+                    else f"at {spec.zookeeper.connect}"))
+        state = ClusterState.load(self.state_path)
+        started: list[ManagedProcess] = []
+        made: list[str] = []
+        try:
+            self.preflight()
+            self.make_hosts(state, made)
+            for zk in self.zookeepers():
+                self.start_zookeeper(zk, started, timeout_s)
+            if not cluster_mode_available():
+                self.say("note: this actorlog's nodes do not join a cluster yet "
+                         "(no zookeeper.connect): each node runs as an independent broker")
+            for node_id in self.plans:
+                self.start_node(node_id, started)
+            for node_id in self.plans:
+                self.wait_answering(node_id, timeout_s)
+            if cluster_mode_available():
+                self.wait_registered(timeout_s)
+        except (HostError, NetnsError, StartError, ClusterError, KeyboardInterrupt) as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                exc = ClusterError("interrupted")
+            self.say(f"FAILED: {exc}")
+            if keep:
+                self.say("--keep: leaving what was started and made for inspection; "
+                         "`cluster down` removes it")
+            else:
+                self.roll_back(state, started, made)
+            raise ClusterError(f"cluster up failed: {str(exc).splitlines()[0]}") from None
+        servers = self.bootstrap_servers()
+        self.say(f"bootstrap servers: {servers}")
+        return servers
+
+    def make_hosts(self, state: ClusterState, made: list[str]) -> None:
+        for host in self.spec.hosts.values():
+            if host.via != "netns" or host.netns in netns.namespaces():
+                continue
+            if netns.ensure_bridge():
+                state.bridge_created = True
+                state.save(self.state_path)
+                self.say(f"made bridge {netns.BRIDGE} ({netns.BRIDGE_ADDRESS}/24)")
+            netns.create_host(host.netns, host.address)
+            made.append(host.name)
+            state.hosts[host.name] = {"netns": host.netns, "address": host.address}
+            state.save(self.state_path)
+            self.say(f"host {host.name}: made network namespace {host.netns} "
+                     f"({host.address}, link {netns.veth_name(host.address)})")
+
+    def start_zookeeper(self, zk: ZooKeeperProcess, started: list[ManagedProcess],
+                        timeout_s: float) -> None:
+        where = f"ZooKeeper on {zk.host.name} ({zk.host.address}:{zk.port})"
+        running = zk.info()
+        if running is not None:
+            self.say(f"{where}: already running, pid {running.pid}")
+        else:
+            zk.runner.makedirs(zk.directory)
+            pid = zk.start()
+            started.append(zk)
+            self.say(f"{where}: started, pid {pid}")
+        deadline = time.monotonic() + timeout_s
+        while "Mode:" not in four_letter_word(zk.host.address, zk.port, "srvr"):
+            if zk.info() is None:
+                raise zk.start_error("exited before it served")
+            if time.monotonic() > deadline:
+                raise zk.start_error(f"did not serve within {timeout_s:g} s")
+            time.sleep(0.2)
+        self.say(f"{where}: serving")
+
+    def start_node(self, node_id: int, started: list[ManagedProcess]) -> None:
+        plan = self.plans[node_id]
+        proc = self.node(node_id)
+        where = f"node {node_id} on {plan.host.name}"
+        running = proc.info()
+        if running is not None:
+            self.say(f"{where}: already running, pid {running.pid}")
+            return
+        write_node_config(proc.runner, plan)
+        pid = proc.start()
+        started.append(proc)
+        self.say(f"{where}: started, pid {pid} (config {plan.config_path})")
+
+    def wait_answering(self, node_id: int, timeout_s: float) -> None:
+        plan = self.plans[node_id]
+        proc = self.node(node_id)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                api_versions(plan.client_address, self.probe_timeout_s)
+                break
+            except ProbeError as exc:
+                last = str(exc)
+            if proc.info() is None:
+                raise proc.start_error("exited before it answered")
+            if time.monotonic() > deadline:
+                raise proc.start_error(f"does not answer on {plan.client_address} within "
+                                       f"{timeout_s:g} s ({last})")
+            time.sleep(0.2)
+        self.say(f"node {node_id} on {plan.host.name}: answering on {plan.client_address}")
+
+    def wait_registered(self, timeout_s: float) -> None:
+        """Until every node is under /brokers/ids and a controller is elected."""
+        want = set(self.plans)
+        deadline = time.monotonic() + timeout_s
+        with self.store() as store:
+            while True:
+                registered = set(store.get_brokers())
+                controller = store.get_controller()
+                if want <= registered and controller is not None:
+                    self.say(f"registered in ZooKeeper: {sorted(registered)}; controller: "
+                             f"node {controller}")
+                    return
+                if time.monotonic() > deadline:
+                    raise ClusterError(
+                        f"within {timeout_s:g} s not every node registered in ZooKeeper "
+                        f"(missing: {sorted(want - registered)}, controller: {controller})")
+                time.sleep(0.2)
+
+    def roll_back(self, state: ClusterState, started: list[ManagedProcess],
+                  made: list[str]) -> None:
+        for proc in reversed(started):
+            try:
+                outcome = proc.stop(self.stop_timeout_s)
+                self.say(f"rolled back: {proc.label} on {proc.host.name} {outcome}")
+            except HostError as exc:
+                self.say(f"rolling back: {exc}")
+        for name in reversed(made):
+            entry = state.hosts.pop(name)
+            netns.remove_host(TestHost(entry["netns"], entry["address"]))
+            state.save(self.state_path)
+            self.say(f"rolled back: removed host {name} ({entry['netns']})")
+        if state.bridge_created and not state.hosts and netns.remove_bridge_if_unused():
+            state.bridge_created = False
+            self.say(f"rolled back: removed bridge {netns.BRIDGE}")
+        self.finish_state(state)
+
+    def finish_state(self, state: ClusterState) -> None:
+        if state.empty():
+            self.state_path.unlink(missing_ok=True)
+        else:
+            state.save(self.state_path)
+
+    # --------------------------------------------------------------- down
+    def down(self) -> None:
+        """Stop every node, then ZooKeeper; remove what `up` made; undo network faults."""
+        problems: list[str] = []
+        for node_id in self.plans:
+            proc = self.node(node_id)
+            try:
+                outcome = proc.stop(self.stop_timeout_s)
+                self.say(f"node {node_id} on {proc.host.name}: {outcome}")
+            except HostError as exc:
+                problems.append(str(exc))
+        for zk in self.zookeepers():
+            try:
+                self.say(f"ZooKeeper on {zk.host.name}: {zk.stop(self.stop_timeout_s)}")
+            except HostError as exc:
+                problems.append(str(exc))
+        state = ClusterState.load(self.state_path)
+        for name in list(state.isolated) + list(state.netem):
+            host = self.spec.hosts.get(name)
+            if host is not None and name not in state.hosts and \
+                    host.netns in netns.namespaces():
+                self.heal_host(host, state)  # a namespace `up` did not make: leave it healed
+        state.isolated.clear()
+        state.netem.clear()
+        for name, entry in list(state.hosts.items()):
+            leftovers = netns.namespace_pids(entry["netns"]) \
+                if entry["netns"] in netns.namespaces() else []
+            if leftovers:
+                problems.append(f"host {name}: processes {leftovers} still run in "
+                                f"{entry['netns']}; left in place")
+                continue
+            netns.remove_host(TestHost(entry["netns"], entry["address"]))
+            del state.hosts[name]
+            state.save(self.state_path)
+            self.say(f"host {name}: removed network namespace {entry['netns']}")
+        if state.bridge_created and not state.hosts:
+            if netns.remove_bridge_if_unused():
+                self.say(f"removed bridge {netns.BRIDGE}")
+            state.bridge_created = False
+        self.finish_state(state)
+        if problems:
+            raise ClusterError("\n".join(problems))
+
+    # ------------------------------------------------------------- status
+    def store(self) -> AbstractContextManager[Any]:
+        return open_store(self.spec.connect_string())
+
+    def status(self) -> dict[str, Any]:
+        """The cluster as far as it can be reached from here (see `cluster status --json`)."""
+        nodes = []
+        partitions: dict[tuple[str, int], Any] = {}
+        for node_id, plan in self.plans.items():
+            entry: dict[str, Any] = {"id": node_id, "host": plan.host.name,
+                                     "listener": plan.client_address, "alive": False,
+                                     "pid": None, "paused": False, "uptime_s": None,
+                                     "answers": False, "error": None}
+            try:
+                info = self.node(node_id).info()
+            except HostError as exc:
+                info = None
+                entry["error"] = str(exc)
+            if info is not None:
+                entry.update(alive=True, pid=info.pid, paused=info.paused,
+                             uptime_s=info.elapsed_s)
+            try:
+                found = metadata(plan.client_address, self.probe_timeout_s)
+                entry["answers"] = True
+                for p in found.partitions:
+                    # a partition as its leader reports it
+                    if p.leader == node_id or (p.topic, p.partition) not in partitions:
+                        partitions[(p.topic, p.partition)] = p
+            except ProbeError as exc:
+                entry["error"] = entry["error"] or str(exc)
+            nodes.append(entry)
+        zk = self.zookeeper_status()
+        if zk.get("partitions") is not None:
+            under, offline, count = zk.pop("partitions")
+            source = "zookeeper"
+        else:
+            zk.pop("partitions", None)
+            under = sum(p.under_replicated for p in partitions.values())
+            offline = sum(p.offline for p in partitions.values())
+            count, source = len(partitions), "metadata"
+        state = ClusterState.load(self.state_path)
+        return {
+            "cluster": self.spec.name,
+            "controller": zk.get("controller"),
+            "nodes": nodes,
+            "under_replicated_partitions": under,
+            "offline_partitions": offline,
+            "partitions": count,
+            "partitions_source": source,
+            "joins_cluster": cluster_mode_available(),
+            "zookeeper": zk,
+            "faults": {"isolated": sorted(state.isolated), "netem": state.netem},
+            "bootstrap_servers": self.bootstrap_servers(),
+        }
+
+    def zookeeper_status(self) -> dict[str, Any]:
+        servers = []
+        for zk in self.zookeepers():
+            srvr = four_letter_word(zk.host.address, zk.port, "srvr", timeout_s=1.0)
+            mode = next((line.split(":", 1)[1].strip() for line in srvr.splitlines()
+                         if line.startswith("Mode:")), "")
+            servers.append({"host": zk.host.name, "address": f"{zk.host.address}:{zk.port}",
+                            "serving": bool(mode), "mode": mode or None})
+        out: dict[str, Any] = {"connect": self.spec.connect_string(), "servers": servers,
+                               "registered": None, "controller": None, "error": None,
+                               "partitions": None}
+        try:
+            with self.store() as store:
+                out["registered"] = sorted(store.get_brokers())
+                out["controller"] = store.get_controller()
+                topics = store.get_topics()
+                if topics:
+                    assignments = store.get_topic_assignments(topics)
+                    tps = [TopicPartition(t, p) for t, a in assignments.items()
+                           for p in a.partitions]
+                    states = store.get_partition_states(tps)
+                    under = offline = 0
+                    for tp, st in states.items():
+                        replicas = assignments[tp.topic].partitions[tp.partition]
+                        if st is None or st.leader < 0:
+                            offline += 1
+                        if st is None or len(st.isr) < len(replicas):
+                            under += 1
+                    out["partitions"] = (under, offline, len(tps))
+        except Exception as exc:  # any failure of the store is reported, not raised
+            out["error"] = f"{type(exc).__name__}: {exc}"
+        return out
+
+    # ------------------------------------------------------------ restart
+    def restart(self, node_ids: list[int], rolling: bool, timeout_s: float = 90.0) -> None:
+        """Stop and start nodes; rolling: one at a time, each answering before the next."""
+        ids = self.spec.node_ids(node_ids)
+        if rolling:
+            for node_id in ids:
+                self.stop_node(node_id)
+                self.start_node(node_id, [])
+                self.wait_answering(node_id, timeout_s)
+                self.wait_in_sync(timeout_s)
+        else:
+            for node_id in ids:
+                self.stop_node(node_id)
+            for node_id in ids:
+                self.start_node(node_id, [])
+            for node_id in ids:
+                self.wait_answering(node_id, timeout_s)
+
+    def stop_node(self, node_id: int) -> None:
+        proc = self.node(node_id)
+        self.say(f"node {node_id} on {proc.host.name}: {proc.stop(self.stop_timeout_s)}")
+
+    def wait_in_sync(self, timeout_s: float) -> None:
+        """Once nodes replicate: until no partition is under-replicated (ZooKeeper's states)."""
+        if not cluster_mode_available():
+            return
+        deadline = time.monotonic() + timeout_s
+        while True:
+            parts = self.zookeeper_status().get("partitions")
+            if parts is None or parts[0] == 0:
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError(f"{parts[0]} partition(s) still under-replicated after "
+                                   f"{timeout_s:g} s")
+            time.sleep(0.5)
+
+    # -------------------------------------------------------------- faults
+    def signal_node(self, node_id: int, signame: str, what: str) -> None:
+        self.spec.node_ids([node_id])
+        proc = self.node(node_id)
+        pid = proc.send(signame)
+        self.say(f"node {node_id} on {proc.host.name}: {what} (SIG{signame} to pid {pid})")
+
+    def kill(self, node_id: int) -> None:
+        self.signal_node(node_id, "KILL", "killed")
+
+    def pause(self, node_id: int) -> None:
+        self.signal_node(node_id, "STOP", "paused")
+
+    def resume(self, node_id: int) -> None:
+        self.signal_node(node_id, "CONT", "resumed")
+
+    def others_on(self, host: HostSpec, node_id: int) -> str:
+        others = [i for i, n in self.spec.nodes.items() if n.host == host.name and i != node_id]
+        return f" (also nodes {others} on it)" if others else ""
+
+    def isolate(self, node_id: int) -> None:
+        self.spec.node_ids([node_id])
+        host = self.netns_host_of(node_id, "isolate")
+        netns.set_link(self.test_host(host), up=False)
+        state = ClusterState.load(self.state_path)
+        if host.name not in state.isolated:
+            state.isolated.append(host.name)
+        state.save(self.state_path)
+        self.say(f"host {host.name} of node {node_id} isolated: link "
+                 f"{netns.veth_name(host.address)} down{self.others_on(host, node_id)}")
+
+    def heal(self, node_id: int) -> None:
+        self.spec.node_ids([node_id])
+        host = self.netns_host_of(node_id, "heal")
+        state = ClusterState.load(self.state_path)
+        self.heal_host(host, state)
+        self.finish_state(state)
+        self.say(f"host {host.name} of node {node_id} healed: link up, no netem"
+                 f"{self.others_on(host, node_id)}")
+
+    def heal_host(self, host: HostSpec, state: ClusterState) -> None:
+        netns.set_link(self.test_host(host), up=True)
+        clear_netem(NetnsRunner(host))
+        if host.name in state.isolated:
+            state.isolated.remove(host.name)
+        state.netem.pop(host.name, None)
+
+    def netem(self, node_id: int, shape: Netem) -> None:
+        self.spec.node_ids([node_id])
+        host = self.netns_host_of(node_id, "netem")
+        runner = NetnsRunner(host)
+        method = apply_netem(runner, shape)
+        state = ClusterState.load(self.state_path)
+        if method == "none":
+            state.netem.pop(host.name, None)
+        else:
+            state.netem[host.name] = {"delay_ms": shape.delay_ms, "loss_pct": shape.loss_pct,
+                                      "method": method}
+        self.finish_state(state)
+        shown = current_netem(runner) or "nothing"
+        self.say(f"host {host.name} of node {node_id}: netem {shape.describe()} on what it "
+                 f"sends ({method}: {shown}){self.others_on(host, node_id)}")

@@ -1,0 +1,154 @@
+"""What one node of a spec gets: its config file, its directories, its addresses.
+
+A node listens on its host's address, port 9092, unless its config sets
+``listeners``; its data dir (``log.dirs``) defaults to ``node-<id>`` under the
+host's ``data_dir``; its gateway for the other nodes (``actor.gateway.*``) is
+on the host's address, on the listener's port + 1 unless set. The node's
+config file, its log and its pid file live in its data dir, so one directory
+per node holds everything `cluster up` made for it.
+
+Keys that exist only once the node can join a cluster (``zookeeper.connect``)
+are written only when this actorlog's config knows them: until then the
+nodes run as independent brokers, and :attr:`NodePlan.joins_cluster` says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from actors.hosts.spec import DEFAULT_LISTENER_PORT, ClusterSpec, HostSpec
+from actors.runtime.config import SPEC as CONFIG_SPEC
+
+CONFIG_FILE = "node.toml"
+LOG_FILE = "serve.log"
+PID_FILE = "serve.pid"
+CLUSTER_KEY = "zookeeper.connect"
+
+
+def cluster_mode_available() -> bool:
+    """True once `actorlog serve` knows ``zookeeper.connect`` (nodes join a cluster)."""
+    return CLUSTER_KEY in CONFIG_SPEC
+
+
+def parse_listener(value: str) -> tuple[str, int]:
+    """(host, port) of the first entry of ``listeners``: ``host:port`` or ``NAME://host:port``."""
+    first = value.split(",")[0].strip()
+    if "://" in first:
+        first = first.split("://", 1)[1]
+    if first.startswith("["):
+        host, sep, rest = first[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, sep, port = first.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"listeners {value!r} is not host:port")
+    return host, int(port)
+
+
+def format_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """Everything about one node that follows from the spec (no I/O)."""
+
+    node_id: int
+    host: HostSpec
+    config: dict[str, Any]
+    listen_port: int
+    client_address: str
+    gateway_port: int
+    data_dir: str
+    joins_cluster: bool
+
+    @classmethod
+    def of(cls, spec: ClusterSpec, node_id: int) -> NodePlan:
+        node = spec.nodes[node_id]
+        host = spec.hosts[node.host]
+        merged: dict[str, Any] = {**spec.config, **node.config}
+        values: dict[str, Any] = {
+            "node.id": node_id,
+            "node.name": f"node-{node_id}",
+        }
+        listeners = str(merged.get("listeners", format_address(host.address,
+                                                               DEFAULT_LISTENER_PORT)))
+        listen_host, listen_port = parse_listener(listeners)
+        advertised = str(merged.get("advertised.listeners", ""))
+        if advertised:
+            adv_host, adv_port = parse_listener(advertised)
+        else:
+            adv_host, adv_port = listen_host, listen_port
+            if listen_host in ("0.0.0.0", "::", ""):
+                adv_host = host.address
+                values["advertised.listeners"] = format_address(adv_host, adv_port)
+        values["listeners"] = listeners
+        gateway_port = int(merged.get("actor.gateway.port",
+                                      listen_port + 1 if listen_port else 0))
+        values["actor.gateway.host"] = host.address
+        values["actor.gateway.port"] = gateway_port
+        data_dir = str(merged.get("log.dirs", "")).split(",")[0].strip()
+        if not data_dir:
+            data_dir = str(PurePosixPath(host.data_dir) / f"node-{node_id}")
+            values["log.dirs"] = data_dir
+        joins = cluster_mode_available()
+        if joins:
+            values[CLUSTER_KEY] = spec.connect_string()
+        values.update(merged)
+        return cls(node_id, host, values, listen_port, format_address(adv_host, adv_port),
+                   gateway_port, data_dir, joins)
+
+    @property
+    def config_path(self) -> str:
+        return str(PurePosixPath(self.data_dir) / CONFIG_FILE)
+
+    @property
+    def log_path(self) -> str:
+        return str(PurePosixPath(self.data_dir) / LOG_FILE)
+
+    @property
+    def pid_path(self) -> str:
+        return str(PurePosixPath(self.data_dir) / PID_FILE)
+
+    def config_text(self) -> str:
+        header = (f"# node {self.node_id} on host {self.host.name}, written by "
+                  f"`actorlog cluster` from the spec; edits are overwritten by `cluster up`.\n")
+        if not self.joins_cluster:
+            header += ("# zookeeper.connect is not written: this actorlog's nodes do not join "
+                       "a cluster yet (independent brokers).\n")
+        return header + render_toml(self.config)
+
+
+def render_toml(values: dict[str, Any]) -> str:
+    """Flat quoted keys, one per line, sorted; tomllib reads it back to the same values."""
+    return "".join(f"{_toml_string(k)} = {_toml_value(v)}\n" for k, v in sorted(values.items()))
+
+
+def _toml_string(text: str) -> str:
+    # JSON's escapes are TOML's, except that TOML wants DEL escaped too.
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, dict):
+        inner = ", ".join(f"{_toml_string(str(k))} = {_toml_value(v)}" for k, v in value.items())
+        return "{" + inner + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")

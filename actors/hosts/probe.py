@@ -1,0 +1,89 @@
+"""Asking a node, through the Kafka protocol, whether it answers and what it knows.
+
+One short TCP connection per question: ApiVersions (does the listener answer
+Kafka requests at all) and Metadata v1 (brokers, controller, partitions with
+their leader, replicas and ISR). The requests are kafka-python's own protocol
+classes, the same bytes a Kafka client sends.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+from kafka.protocol.parser import KafkaProtocol
+
+from actors.hosts.node_config import parse_listener
+
+
+class ProbeError(RuntimeError):
+    """The node did not answer (refused, timed out, closed, or an error code)."""
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    topic: str
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+    @property
+    def offline(self) -> bool:
+        return self.leader < 0
+
+    @property
+    def under_replicated(self) -> bool:
+        return len(self.isr) < len(self.replicas)
+
+
+@dataclass(frozen=True)
+class MetadataInfo:
+    brokers: dict[int, str]  # id -> host:port
+    controller_id: int
+    cluster_id: str | None
+    partitions: tuple[PartitionInfo, ...]
+
+
+def _call(address: str, request: Any, timeout_s: float) -> Any:
+    host, port = parse_listener(address)
+    protocol = KafkaProtocol(client_id="actorlog-cluster-status")
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            protocol.send_request(request)
+            sock.sendall(bytes(protocol.send_bytes()))
+            while True:
+                data = sock.recv(1 << 20)
+                if not data:
+                    raise ProbeError(f"{address} closed the connection")
+                responses = protocol.receive_bytes(data)
+                if responses:
+                    return responses[0][1]
+    except TimeoutError:
+        raise ProbeError(f"{address} did not answer within {timeout_s:g} s") from None
+    except OSError as exc:
+        raise ProbeError(f"{address}: {exc.strerror or exc}") from None
+
+
+def api_versions(address: str, timeout_s: float = 2.0) -> int:
+    """The number of APIs the node serves; ProbeError if it does not answer Kafka requests."""
+    response = _call(address, ApiVersionsRequest[0](), timeout_s)
+    if response.error_code != 0:
+        raise ProbeError(f"{address}: ApiVersions error code {response.error_code}")
+    return len(response.api_keys)
+
+
+def metadata(address: str, timeout_s: float = 2.0) -> MetadataInfo:
+    """Metadata v1 for every topic (without creating any)."""
+    response = _call(address, MetadataRequest[1](topics=None), timeout_s)
+    brokers = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
+    partitions = tuple(
+        PartitionInfo(t.name, p.partition_index, p.leader_id, tuple(p.replica_nodes),
+                      tuple(p.isr_nodes))
+        for t in response.topics if t.error_code == 0
+        for p in t.partitions
+    )
+    return MetadataInfo(brokers, response.controller_id, response.cluster_id, partitions)

@@ -1,0 +1,436 @@
+"""`actorlog cluster` end to end: test hosts, a real ZooKeeper, nodes over netns and ssh.
+
+The commands run as a user runs them (a separate process, `python -m
+actors.cluster_cli`, the module `actorlog cluster` is); clients in the root
+namespace produce and consume through each node's advertised address.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from kafka import KafkaConsumer, KafkaProducer
+
+from actors.core.cluster_model import BrokerInfo, Endpoint, LeaderAndIsr, TopicAssignment
+from actors.core.cluster_model import TopicPartition as TP
+from actors.hosts import netns
+from actors.hosts.cluster import Cluster, ClusterError, open_store
+from actors.hosts.faults import FaultError, Netem
+from actors.hosts.node_config import cluster_mode_available
+from actors.hosts.spec import load_spec
+from actors.metadata.zk_server import free_port
+from tests.fixtures.netns import free_test_address, skip_unless_namespaces
+from tests.fixtures.sshd import SshServer
+from tests.hosts.helpers import ACTORLOG
+
+pytestmark = pytest.mark.multiprocess
+ROOT = Path(__file__).parents[2]
+
+
+def cli(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "actors.cluster_cli", *args],
+                          capture_output=True, text=True, timeout=timeout_s, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def status_json(spec: Path) -> dict[str, Any]:
+    result = cli("status", "--spec", str(spec), "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def node_status(spec: Path, node_id: int) -> dict[str, Any]:
+    return next(n for n in status_json(spec)["nodes"] if n["id"] == node_id)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.fixture
+def spec_file(tmp_path: Path) -> Iterator[Path]:
+    """Where a test writes its spec; `cluster down` runs after the test if it left a state."""
+    path = tmp_path / "spec" / "test.toml"
+    path.parent.mkdir()
+    yield path
+    if (path.parent / "test.cluster" / "state.json").exists() or path.exists():
+        cli("down", "--spec", str(path))
+
+
+# ------------------------------------------------------- refused at once
+@pytest.mark.parametrize(("mistake", "line"), [
+    (("via = \"netns\"\naddress", "via = \"netns\"\nadres = 1\naddress"),
+     "[hosts.h1] unknown key 'adres' (did you mean 'address'?)"),
+    (('[nodes.2]\nhost = "h1"', '[nodes.2]\nhost = "h7"'),
+     "[nodes.2] host 'h7' is not a host of this spec"),
+    (('[nodes.2]\nhost = "h1"', '[nodes.1]\nhost = "h1"'),
+     "node id 1 is declared twice"),
+])
+def test_a_spec_error_is_refused_before_anything_starts(
+        spec_file: Path, mistake: tuple[str, str], line: str) -> None:
+    good = ('[hosts.h1]\nvia = "netns"\naddress = "198.18.0.251"\n[zookeeper]\nhosts = ["h1"]\n'
+            '[nodes.1]\nhost = "h1"\n[nodes.2]\nhost = "h1"\n'
+            '[nodes.2.config]\n"listeners" = "198.18.0.251:9192"\n')
+    spec_file.write_text(good)
+    load_spec(spec_file)  # the spec without the mistake is accepted
+    spec_file.write_text(good.replace(*mistake))
+    result = cli("up", "--spec", str(spec_file))
+    assert result.returncode == 2
+    assert line in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    assert not (spec_file.parent / "test.cluster").exists()
+    assert "alog-test-h1" not in (netns.namespaces() if os.geteuid() == 0 else set())
+
+
+def test_every_host_is_checked_before_anything_is_made(spec_file: Path) -> None:
+    skip_unless_namespaces()
+    a1, nobody = free_test_address(), free_test_address()
+    spec_file.write_text(f"""
+[hosts.h1]
+via = "netns"
+address = "{a1}"
+[hosts.h2]
+via = "ssh"
+address = "{nobody}"
+user = "root"
+actorlog = "{ACTORLOG}"
+[zookeeper]
+hosts = ["h1"]
+[nodes.1]
+host = "h1"
+[nodes.2]
+host = "h2"
+""")
+    result = cli("up", "--spec", str(spec_file), timeout_s=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"host h2 (root@{nobody}, port 22): ssh failed:" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "alog-test-h1" not in netns.namespaces()
+    assert netns.address_holder(a1) is None
+    assert not (spec_file.parent / "test.cluster" / "state.json").exists()
+
+
+# ------------------------------------------------- ZooKeeper's view (real)
+def test_registration_controller_and_partition_health_come_from_zookeeper(
+        spec_file: Path, zk_connect: str) -> None:
+    ports = [free_port() for _ in range(4)]
+    spec_file.write_text(f"""
+[hosts.h1]
+via = "local"
+[zookeeper]
+connect = "{zk_connect}"
+[nodes.1]
+host = "h1"
+config = {{"listeners" = "127.0.0.1:{ports[0]}", "actor.gateway.port" = {ports[1]}}}
+[nodes.2]
+host = "h1"
+config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3]}}}
+""")
+    said: list[str] = []
+    cluster = Cluster(load_spec(spec_file), say=said.append, probe_timeout_s=0.5)
+    with open_store(zk_connect) as store:
+        for node_id in (1, 2):
+            store.register_broker(BrokerInfo(node_id, (Endpoint("PLAINTEXT", "127.0.0.1",
+                                                                ports[2 * node_id - 2]),),
+                                             f"tcp://127.0.0.1:{ports[2 * node_id - 1]}"))
+        with pytest.raises(ClusterError, match=r"not every node registered in ZooKeeper "
+                                               r"\(missing: \[\], controller: None\)"):
+            cluster.wait_registered(timeout_s=0.5)
+        fence = store.try_elect(1)
+        assert fence is not None
+        cluster.wait_registered(timeout_s=10)
+        assert said[-1] == "registered in ZooKeeper: [1, 2]; controller: node 1"
+        store.create_topic("t", TopicAssignment({0: (1, 2), 1: (1, 2), 2: (2, 1)}), {}, fence)
+        store.create_partition_states({
+            TP("t", 0): LeaderAndIsr(1, 0, (1, 2), fence.epoch),
+            TP("t", 1): LeaderAndIsr(1, 0, (1,), fence.epoch),     # under-replicated
+            TP("t", 2): LeaderAndIsr(-1, 1, (2,), fence.epoch),    # offline, under-replicated
+        }, fence)
+        found = cluster.status()
+    assert found["controller"] == 1
+    assert found["zookeeper"]["registered"] == [1, 2]
+    assert (found["partitions"], found["partitions_source"]) == (3, "zookeeper")
+    assert found["under_replicated_partitions"] == 2 and found["offline_partitions"] == 1
+    # nothing runs on the nodes' ports: the status says so rather than failing
+    assert [(n["alive"], n["answers"]) for n in found["nodes"]] == [(False, False)] * 2
+    with pytest.raises(ClusterError, match=r"missing: \[1, 2\]"):
+        cluster.wait_registered(timeout_s=0.5)  # the registrations went with their session
+
+
+def test_up_status_down_on_this_machine(spec_file: Path, zk_connect: str) -> None:
+    """via = "local": no root needed; nodes are processes here, on loopback ports."""
+    ports = [free_port() for _ in range(4)]
+    spec_file.write_text(f"""
+[hosts.here]
+via = "local"
+[zookeeper]
+connect = "{zk_connect}"
+[nodes.1]
+host = "here"
+config = {{"listeners" = "127.0.0.1:{ports[0]}", "actor.gateway.port" = {ports[1]}}}
+[nodes.2]
+host = "here"
+config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3]}}}
+""")
+    up = cli("up", "--spec", str(spec_file))
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "made network namespace" not in up.stdout and "ZooKeeper on" not in up.stdout
+    servers = f"127.0.0.1:{ports[0]},127.0.0.1:{ports[2]}"
+    assert up.stdout.rstrip().endswith(f"bootstrap servers: {servers}")
+    found = status_json(spec_file)
+    assert [(n["alive"], n["answers"], n["paused"]) for n in found["nodes"]] == \
+        [(True, True, False)] * 2
+    assert found["zookeeper"]["error"] is None  # read through the metadata store
+    text = cli("status", "--spec", str(spec_file))
+    assert text.returncode == 0
+    assert f"1     here      127.0.0.1:{ports[0]}" in text.stdout
+    data = spec_file.parent / "test.cluster" / "data"
+    pid = int((data / "node-2" / "serve.pid").read_text())
+    assert (data / "node-2" / "node.toml").exists() and (data / "node-2" / "serve.log").exists()
+    got = produce_and_consume(f"127.0.0.1:{ports[2]}", "local-topic", count=10)
+    assert len(got) == 10
+    down = cli("down", "--spec", str(spec_file))
+    assert down.returncode == 0, down.stderr
+    assert "node 1 on here: stopped" in down.stdout and "node 2 on here: stopped" in down.stdout
+    assert not pid_alive(pid)
+    assert (data / "node-2" / ".kafka_cleanshutdown").exists()  # it stopped cleanly
+    again = cli("down", "--spec", str(spec_file))
+    assert again.returncode == 0 and "node 1 on here: not running" in again.stdout
+
+
+def test_network_faults_need_a_netns_host(spec_file: Path) -> None:
+    spec_file.write_text('[hosts.h1]\nvia = "local"\n[zookeeper]\nconnect = "127.0.0.1:1"\n'
+                         '[nodes.1]\nhost = "h1"\n')
+    result = cli("isolate", "--spec", str(spec_file), "1")
+    assert result.returncode == 1
+    assert result.stderr.strip() == ('Error: isolate works on netns test hosts; node 1\'s host '
+                                     'h1 is via = "local"')
+    result = cli("kill", "--spec", str(spec_file), "1")
+    assert result.returncode == 1 and result.stderr.strip() == \
+        "Error: node 1 on host h1 is not running"
+    result = cli("pause", "--spec", str(spec_file), "9")
+    assert result.returncode == 2 and "no node 9 in this spec (nodes: 1)" in result.stderr
+    with pytest.raises(FaultError, match="netem works on netns test hosts"):
+        Cluster(load_spec(spec_file)).netem(1, Netem(loss_pct=5))
+
+
+# ----------------------------------------------------------- end to end
+def produce_and_consume(address: str, topic: str, count: int = 50) -> list[bytes]:
+    """Acked records through confluent-kafka, read back with kafka-python; their values."""
+    producer = Producer({"bootstrap.servers": address, "acks": "all",
+                         "enable.idempotence": True, "message.timeout.ms": 20000})
+    failed: list[Any] = []
+    for i in range(count):
+        producer.produce(topic, f"{topic}-{i}".encode(),
+                         on_delivery=lambda err, _msg: failed.append(err) if err else None)
+    assert producer.flush(30) == 0 and not failed, failed
+    return consume(address, topic, count)
+
+
+def consume(address: str, topic: str, count: int) -> list[bytes]:
+    consumer = KafkaConsumer(topic, bootstrap_servers=address, auto_offset_reset="earliest",
+                             enable_auto_commit=False, consumer_timeout_ms=15000,
+                             group_id=None)
+    try:
+        got = [m.value for m in consumer][:count]
+    finally:
+        consumer.close()
+    return got
+
+
+def wait_status(spec: Path, node_id: int, timeout_s: float = 60, **want: Any) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        entry = node_status(spec, node_id)
+        if all(entry[k] == v for k, v in want.items()):
+            return entry
+        if time.monotonic() > deadline:
+            raise AssertionError(f"node {node_id} never reached {want}: {entry}")
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_up_three_nodes_one_over_ssh_clients_faults_and_down(
+        ssh_host: SshServer, spec_file: Path, tmp_path: Path) -> None:
+    a1, a3 = free_test_address(), free_test_address()
+    a2 = ssh_host.host.address
+    spec_file.write_text(f"""
+[cluster]
+name = "e2e"
+[hosts.h1]
+via = "netns"
+address = "{a1}"
+[hosts.h2]
+via = "ssh"
+address = "{a2}"
+user = "root"
+identity_file = "{ssh_host.identity_file}"
+actorlog = "{ACTORLOG}"
+data_dir = "{tmp_path / 'remote'}"
+[hosts.h3]
+via = "netns"
+address = "{a3}"
+[zookeeper]
+hosts = ["h1"]
+[nodes.1]
+host = "h1"
+[nodes.2]
+host = "h2"
+[nodes.3]
+host = "h3"
+[config]
+"num.partitions" = 2
+""")
+    spec = str(spec_file)
+    up = cli("up", "--spec", spec)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert f"host h1: made network namespace alog-e2e-h1 ({a1}" in up.stdout
+    assert f"ZooKeeper on h1 ({a1}:2181): serving" in up.stdout
+    assert f"node 2 on h2: answering on {a2}:9092" in up.stdout
+    assert up.stdout.rstrip().endswith(f"bootstrap servers: {a1}:9092,{a2}:9092,{a3}:9092")
+
+    found = status_json(spec_file)
+    assert [(n["id"], n["host"], n["listener"], n["alive"], n["answers"])
+            for n in found["nodes"]] == [(1, "h1", f"{a1}:9092", True, True),
+                                         (2, "h2", f"{a2}:9092", True, True),
+                                         (3, "h3", f"{a3}:9092", True, True)]
+    assert found["zookeeper"]["servers"][0]["serving"] is True
+    assert found["under_replicated_partitions"] == 0 and found["offline_partitions"] == 0
+    if not cluster_mode_available():
+        assert found["controller"] is None and found["zookeeper"]["registered"] == []
+    pids = {n["id"]: n["pid"] for n in found["nodes"]}
+    zk_pid = int((Path(load_spec(spec_file).hosts["h1"].data_dir) / "zookeeper" /
+                  "zk_server.pid").read_text())
+    # each node runs in its own host's network stack; node 2 was started over ssh
+    for node_id, ns in ((1, "alog-e2e-h1"), (2, ssh_host.host.netns), (3, "alog-e2e-h3")):
+        assert subprocess.run(["ip", "netns", "identify", str(pids[node_id])],
+                              capture_output=True, text=True).stdout.strip() == ns
+    assert "Accepted publickey for root" in ssh_host.log_path.read_text()
+    again = cli("up", "--spec", spec)  # up again: what runs is left running
+    assert again.returncode == 0, again.stderr
+    for node_id, host in ((1, "h1"), (2, "h2"), (3, "h3")):
+        assert f"node {node_id} on {host}: already running, pid {pids[node_id]}" in again.stdout
+    assert "made network namespace" not in again.stdout
+
+    topics = {i: f"t{i}-{uuid.uuid4().hex[:6]}" for i in (1, 2, 3)}
+    addresses = {1: f"{a1}:9092", 2: f"{a2}:9092", 3: f"{a3}:9092"}
+    for node_id, topic in topics.items():
+        got = produce_and_consume(addresses[node_id], topic)
+        assert sorted(got) == sorted(f"{topic}-{i}".encode() for i in range(50))
+
+    # kill: the process is gone, status says so; a restart brings the acked records back
+    assert cli("kill", "--spec", spec, "3").returncode == 0
+    wait_status(spec_file, 3, alive=False, answers=False)
+    restarted = cli("restart", "--spec", spec, "3")
+    assert restarted.returncode == 0, restarted.stderr
+    assert f"node 3 on h3: answering on {a3}:9092" in restarted.stdout
+    assert len(consume(addresses[3], topics[3], 50)) == 50
+
+    # pause / resume the node on the ssh host
+    assert cli("pause", "--spec", spec, "2").returncode == 0
+    wait_status(spec_file, 2, paused=True, answers=False)
+    assert cli("resume", "--spec", spec, "2").returncode == 0
+    wait_status(spec_file, 2, paused=False, answers=True)
+
+    # isolate / heal a netns host
+    isolated = cli("isolate", "--spec", spec, "1")
+    assert isolated.returncode == 0 and "host h1 of node 1 isolated" in isolated.stdout
+    entry = wait_status(spec_file, 1, alive=True, answers=False)
+    assert "did not answer" in entry["error"]
+    assert status_json(spec_file)["faults"]["isolated"] == ["h1"]
+    assert cli("heal", "--spec", spec, "1").returncode == 0
+    wait_status(spec_file, 1, answers=True)
+    producer = KafkaProducer(bootstrap_servers=addresses[1], acks="all")
+    producer.send(topics[1], b"after heal").get(timeout=30)
+    producer.close()
+
+    # netem: everything the host sends lost, then cleared
+    shaped = cli("netem", "--spec", spec, "3", "--loss", "100%")
+    assert shaped.returncode == 0, shaped.stderr
+    wait_status(spec_file, 3, answers=False)
+    assert status_json(spec_file)["faults"]["netem"]["h3"]["loss_pct"] == 100.0
+    assert cli("netem", "--spec", spec, "3", "--clear").returncode == 0
+    wait_status(spec_file, 3, answers=True)
+    delayed = cli("netem", "--spec", spec, "3", "--delay", "20ms")
+    assert delayed.returncode == 0 or "has no netem qdisc" in delayed.stderr, delayed.stderr
+
+    # rolling restart: every node a new process, each answering before the next stops
+    rolled = cli("restart", "--spec", spec, "--rolling")
+    assert rolled.returncode == 0, rolled.stderr
+    lines = rolled.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines if "answering" in line or "stopped" in line] \
+        == ["node 1 on h1", "node 1 on h1", "node 2 on h2", "node 2 on h2", "node 3 on h3",
+            "node 3 on h3"]
+    after = {n["id"]: n["pid"] for n in status_json(spec_file)["nodes"]}
+    assert all(after[i] != pids[i] and after[i] is not None for i in pids)
+    assert len(consume(addresses[2], topics[2], 50)) == 50
+
+    down = cli("down", "--spec", spec)
+    assert down.returncode == 0, down.stdout + down.stderr
+    for pid in [*after.values(), *pids.values(), zk_pid]:
+        assert not pid_alive(pid), pid
+    assert not {"alog-e2e-h1", "alog-e2e-h3"} & netns.namespaces()
+    assert not netns.link_exists(netns.veth_name(a1)) and not netns.link_exists(
+        netns.veth_name(a3))
+    assert not (spec_file.parent / "test.cluster" / "state.json").exists()
+    assert ssh_host.host.netns in netns.namespaces()  # the fixture's host stays for it to remove
+
+
+@pytest.mark.slow
+def test_a_failed_start_names_host_command_and_log_then_rolls_back(spec_file: Path) -> None:
+    skip_unless_namespaces()
+    address = free_test_address()
+    spec_file.write_text(f"""
+[hosts.h1]
+via = "netns"
+address = "{address}"
+[zookeeper]
+hosts = ["h1"]
+[nodes.1]
+host = "h1"
+[nodes.2]
+host = "h1"
+config = {{"listeners" = "198.18.0.254:9192"}}
+""")
+    bridge_before = netns.link_exists(netns.BRIDGE)
+    failed = cli("up", "--spec", str(spec_file), "--timeout", "60")
+    assert failed.returncode == 1
+    out = failed.stdout
+    assert "FAILED: node 2 on host h1: exited before it answered" in out, out
+    assert f"command: ip netns exec alog-test-h1 {ACTORLOG} serve --config " in out
+    assert "cannot listen on 198.18.0.254:9192" in out  # from the tail of its log
+    assert "rolled back: node 1 on h1 stopped" in out
+    assert "rolled back: ZooKeeper on h1 stopped" in out
+    assert "rolled back: removed host h1 (alog-test-h1)" in out
+    assert failed.stderr.strip() == ("Error: cluster up failed: node 2 on host h1: exited "
+                                     "before it answered")
+    assert "alog-test-h1" not in netns.namespaces()
+    assert netns.link_exists(netns.BRIDGE) == bridge_before
+    assert not (spec_file.parent / "test.cluster" / "state.json").exists()
+    data = spec_file.parent / "test.cluster" / "data"
+    for pid_file in (data / "node-1" / "serve.pid", data / "zookeeper" / "zk_server.pid"):
+        assert not pid_alive(int(pid_file.read_text()))
+
+    kept = cli("up", "--spec", str(spec_file), "--timeout", "60", "--keep")
+    assert kept.returncode == 1 and "--keep: leaving what was started" in kept.stdout
+    assert "alog-test-h1" in netns.namespaces()
+    node1 = int((data / "node-1" / "serve.pid").read_text())
+    assert pid_alive(node1)
+    down = cli("down", "--spec", str(spec_file))
+    assert down.returncode == 0, down.stderr
+    assert not pid_alive(node1)
+    assert "alog-test-h1" not in netns.namespaces()

@@ -1,0 +1,257 @@
+"""The cluster spec: what is accepted, and one clear line for each mistake."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from actors.hosts.node_config import (
+    NodePlan,
+    cluster_mode_available,
+    parse_listener,
+    render_toml,
+)
+from actors.hosts.spec import ClusterSpec, SpecError, parse_spec
+
+GOOD = """
+[hosts.h1]
+via = "netns"
+address = "198.18.0.11"
+[hosts.h2]
+via = "ssh"
+address = "198.18.0.12"
+user = "root"
+identity_file = "keys/id"
+[hosts.h3]
+via = "netns"
+address = "198.18.0.13"
+[zookeeper]
+hosts = ["h1"]
+[nodes.1]
+host = "h1"
+[nodes.2]
+host = "h2"
+[nodes.3]
+host = "h3"
+[nodes.3.config]
+"num.io.threads" = 4
+[config]
+"num.partitions" = 3
+"""
+
+PATH = Path("/specs/demo.toml")
+
+
+def parse(text: str) -> ClusterSpec:
+    return parse_spec(text, PATH)
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(SpecError) as info:
+        parse(text)
+    return info.value.problems
+
+
+def test_the_issue_example_parses_with_its_defaults() -> None:
+    spec = parse(GOOD)
+    assert spec.name == "demo"
+    assert spec.state_dir == Path("/specs/demo.cluster")
+    assert [h.via for h in spec.hosts.values()] == ["netns", "ssh", "netns"]
+    h1, h2 = spec.hosts["h1"], spec.hosts["h2"]
+    assert h1.netns == "alog-demo-h1" and h1.data_dir == "/specs/demo.cluster/data"
+    assert h2.ssh_target == "root@198.18.0.12" and h2.port == 22
+    assert h2.identity_file == "/specs/keys/id"  # relative to the spec file
+    assert h2.data_dir == "/var/lib/actorlog/demo" and h2.actorlog == "actorlog"
+    assert spec.connect_string() == "198.18.0.11:2181"
+    assert sorted(spec.nodes) == [1, 2, 3]
+    assert spec.nodes[3].config == {"num.io.threads": 4}
+    assert spec.config == {"num.partitions": 3}
+
+
+def test_node_plan_listens_on_the_host_address_and_keeps_its_files_in_its_data_dir() -> None:
+    spec = parse(GOOD)
+    plan = NodePlan.of(spec, 3)
+    assert plan.config["listeners"] == "198.18.0.13:9092"
+    assert plan.client_address == "198.18.0.13:9092"
+    assert plan.config["actor.gateway.host"] == "198.18.0.13"
+    assert plan.config["actor.gateway.port"] == 9093
+    assert plan.config["node.id"] == 3 and plan.config["node.name"] == "node-3"
+    assert plan.config["log.dirs"] == "/specs/demo.cluster/data/node-3"
+    assert plan.config["num.io.threads"] == 4 and plan.config["num.partitions"] == 3
+    assert plan.config_path == "/specs/demo.cluster/data/node-3/node.toml"
+    assert plan.pid_path.endswith("node-3/serve.pid")
+    assert plan.log_path.endswith("node-3/serve.log")
+    remote = NodePlan.of(spec, 2)
+    assert remote.data_dir == "/var/lib/actorlog/demo/node-2"
+
+
+def test_zookeeper_connect_is_written_only_when_nodes_can_join_a_cluster() -> None:
+    plan = NodePlan.of(parse(GOOD), 1)
+    assert plan.joins_cluster == cluster_mode_available()
+    assert ("zookeeper.connect" in plan.config) == cluster_mode_available()
+    if not cluster_mode_available():
+        assert "do not join a cluster yet" in plan.config_text()
+
+
+def test_the_written_config_is_what_serve_reads() -> None:
+    from actors.runtime.config import Config
+
+    plan = NodePlan.of(parse(GOOD), 3)
+    data = tomllib.loads(plan.config_text())
+    cfg = Config(data, "node.toml")
+    for key, value in plan.config.items():
+        assert cfg[key] == value
+
+
+def test_a_wildcard_listener_is_advertised_on_the_host_address() -> None:
+    spec = parse(GOOD + '\n[nodes.1.config]\n"listeners" = "0.0.0.0:19092"\n')
+    plan = NodePlan.of(spec, 1)
+    assert plan.config["listeners"] == "0.0.0.0:19092"
+    assert plan.config["advertised.listeners"] == "198.18.0.11:19092"
+    assert plan.client_address == "198.18.0.11:19092"
+    assert plan.config["actor.gateway.port"] == 19093
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("127.0.0.1:9092", ("127.0.0.1", 9092)),
+    ("PLAINTEXT://10.0.0.1:9093,SSL://10.0.0.1:9094", ("10.0.0.1", 9093)),
+    ("[::1]:9092", ("::1", 9092)),
+    ("PLAINTEXT://[fd00::2]:19092", ("fd00::2", 19092)),
+])
+def test_parse_listener(text: str, expected: tuple[str, int]) -> None:
+    assert parse_listener(text) == expected
+
+
+def test_connect_instead_of_servers() -> None:
+    text = GOOD.replace('hosts = ["h1"]', 'connect = "10.1.1.1:2181,10.1.1.2:2181/actorlog"')
+    assert parse(text).connect_string() == "10.1.1.1:2181,10.1.1.2:2181/actorlog"
+
+
+# --------------------------------------------------------------- refusals
+@pytest.mark.parametrize(("edit", "line"), [
+    (('[hosts.h1]\nvia = "netns"', '[hosts.h1]\nvia = "netns"\nadress = "x"'),
+     "[hosts.h1] unknown key 'adress' (did you mean 'address'?)"),
+    (("[zookeeper]", "[zookeper]\nhosts = []\n[zookeeper]"),
+     "unknown key 'zookeper' (did you mean 'zookeeper'?)"),
+    (('"num.partitions" = 3', '"num.partition" = 3'),
+     "[config] unknown config key 'num.partition' (did you mean 'num.partitions'?)"),
+    (('"num.io.threads" = 4', '"num.io.thread" = 4'),
+     "[nodes.3.config] unknown config key 'num.io.thread' (did you mean 'num.io.threads'?)"),
+    (('[nodes.3]\nhost = "h3"', '[nodes.3]\nhost = "hh3"'),
+     "[nodes.3] host 'hh3' is not a host of this spec (did you mean 'h3'?) "
+     "(hosts: h1, h2, h3)"),
+    (('hosts = ["h1"]', 'hosts = ["hx"]'),
+     "[zookeeper] host 'hx' is not a host of this spec"),
+    (('address = "198.18.0.13"', 'address = "10.0.0.13"'),
+     "[hosts.h3] address 10.0.0.13 is not in 198.18.0.0/24, the range test hosts live in"),
+    (('address = "198.18.0.13"', 'address = "198.18.0.1"'),
+     "[hosts.h3] address 198.18.0.1 is reserved"),
+    (('address = "198.18.0.13"', 'address = "198.18.0.11"'),
+     "[hosts.h3] address 198.18.0.11 is also the address of [hosts.h1]"),
+    (('address = "198.18.0.13"', 'address = "host3"'),
+     "[hosts.h3] address 'host3' is not an IP address"),
+    (('[hosts.h3]\nvia = "netns"', '[hosts.h3]\nvia = "nets"'),
+     "[hosts.h3] via is 'nets'; it must be one of 'local', 'netns', 'ssh' "
+     "(did you mean 'netns'?)"),
+    (('[hosts.h3]\nvia = "netns"', '[hosts.h3]\nvia = "netns"\nuser = "me"'),
+     "[hosts.h3] user applies to via = \"ssh\" hosts only"),
+    (('"num.partitions" = 3', '"num.partitions" = "three"'),
+     "[config]: num.partitions must be int, got 'three'"),
+    (('"num.partitions" = 3', '"node.id" = 7'),
+     "[config] 'node.id' cannot be set here: it comes from the table name [nodes.N]"),
+    (('"num.partitions" = 3', '"zookeeper.connect" = "x:1"'),
+     "[config] 'zookeeper.connect' cannot be set here: it comes from [zookeeper]"),
+    (('hosts = ["h1"]', 'hosts = ["h1"]\nconnect = "a:1"'),
+     "[zookeeper] give hosts (servers `cluster up` starts) or connect"),
+    (('hosts = ["h1"]', ''),
+     "[zookeeper] needs hosts = [\"HOST\"]"),
+    (('hosts = ["h1"]', 'hosts = ["h1", "h3"]'),
+     "`cluster up` starts one standalone server"),
+    (('hosts = ["h1"]', 'connect = "zk1,zk2:2181"'),
+     "[zookeeper] connect 'zk1,zk2:2181': 'zk1' is not host:port"),
+    (('[nodes.3]', '[nodes.three]'),
+     "[nodes.three] node ids are integers"),
+    (('[nodes.3]\nhost = "h3"', '[nodes.03]\nhost = "h3"\n[nodes.3]\nhost = "h3"'),
+     "[nodes.3] node id 3 is declared twice"),
+    (('[nodes.3]\nhost = "h3"', '[nodes.2]\nhost = "h3"'),
+     "node id 2 is declared twice"),
+    (('[nodes.1]\nhost = "h1"',
+      '[nodes.1]\nhost = "h1"\nconfig = {"listeners" = "198.18.0.11:2181"}'),
+     "[nodes.1] listener port 2181 on host h1 is also used by ZooKeeper"),
+])
+def test_each_mistake_is_one_clear_line(edit: tuple[str, str], line: str) -> None:
+    old, new = edit
+    assert old in GOOD
+    found = problems(GOOD.replace(old, new, 1))
+    assert any(line in p for p in found), found
+    assert all(p.startswith(str(PATH)) for p in found)
+    assert all("\n" not in p for p in found)
+
+
+def test_two_nodes_on_one_host_need_their_own_ports_and_dirs() -> None:
+    text = GOOD.replace('[nodes.3]\nhost = "h3"', '[nodes.3]\nhost = "h1"')
+    found = problems(text)
+    assert any("[nodes.3] listener port 9092 on host h1 is also used by node 1's listener"
+               in p for p in found), found
+    assert any("[nodes.3] actor gateway port 9093 on host h1" in p for p in found), found
+    # with its own port and the default data dir, node 3 may share the host
+    ok = text.replace('"num.io.threads" = 4', '"listeners" = "198.18.0.11:9192"')
+    plan = NodePlan.of(parse(ok), 3)
+    assert plan.listen_port == 9192 and plan.gateway_port == 9193
+    shared_dir = ok.replace('"num.partitions" = 3', '"log.dirs" = "/data/kafka"')
+    assert any("log.dirs /data/kafka on host h1 is also node 1's" in p
+               for p in problems(shared_dir))
+
+
+def test_zookeeper_on_loopback_cannot_serve_nodes_on_other_hosts() -> None:
+    text = GOOD.replace('hosts = ["h1"]', 'hosts = ["h0"]') + '[hosts.h0]\nvia = "local"\n'
+    found = problems(text)
+    assert any("[zookeeper] the server on h0 (127.0.0.1, a loopback address) cannot be "
+               "reached from host(s) h1, h2, h3" in p for p in found), found
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    text = GOOD.replace('address = "198.18.0.13"', 'address = "10.0.0.13"').replace(
+        '[nodes.2]\nhost = "h2"', '[nodes.2]\nhost = "h9"').replace("[config]", "[confg]")
+    found = problems(text)
+    assert len(found) == 3, found
+
+
+def test_empty_and_broken_files() -> None:
+    found = problems("")
+    assert any("has no [hosts.NAME] table" in p for p in found)
+    assert any("has no [nodes.N] table" in p for p in found)
+    assert problems("[hosts\n")[0].startswith(f"{PATH}: not valid TOML:")
+
+
+def test_ssh_data_dir_must_be_absolute() -> None:
+    text = GOOD.replace('user = "root"', 'user = "root"\ndata_dir = "rel/dir"')
+    assert any("data_dir 'rel/dir' must be an absolute path on the remote host" in p
+               for p in problems(text))
+
+
+def test_unknown_node_id_in_a_command() -> None:
+    spec = parse(GOOD)
+    assert spec.node_ids() == [1, 2, 3]
+    assert spec.node_ids([2]) == [2]
+    with pytest.raises(SpecError, match="no node 7 in this spec"):
+        spec.node_ids([7])
+
+
+_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
+toml_scalars = st.one_of(
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False),
+    _text,
+)
+
+
+@given(st.dictionaries(_text.filter(bool), st.one_of(
+    toml_scalars, st.dictionaries(_text.filter(bool), toml_scalars, max_size=3)), max_size=6))
+def test_render_toml_reads_back_to_the_same_values(values: dict[str, object]) -> None:
+    assert tomllib.loads(render_toml(values)) == values

@@ -26,6 +26,7 @@ TOP_COMMANDS: dict[str, str] = {
     "groups": "actors.cli.groups:group",
     "bench": "actors.cli.bench:group",
     "trace": "actors.cli.trace:group",
+    "cluster": "actors.cluster_cli:group",
 }
 
 

@@ -27,7 +27,7 @@ BENCH_COMMANDS: dict[str, str] = {
 TOP_COMMANDS: dict[str, str] = {
     "demo": "actors.demo:command",
     "serve": "actors.serve:command",
-    "trace": "actors.trace_cli:group",
+    "trace": "actors.trace.cli:group",
 }
 
 

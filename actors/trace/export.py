@@ -7,7 +7,7 @@ message was sent, a flow arrow from that send slice to the receiving slice
 (one ``bind_id`` per message, ``flow_out`` on the sender,
 ``flow_in`` on the receiver), and an async ``request`` slice per Kafka
 request from net_in to net_out. Times are the aligned times of
-``actors/runtime/trace_spans.py`` in microseconds from the first event.
+``actors/trace/spans.py`` in microseconds from the first event.
 
 OTLP: the OpenTelemetry JSON encoding of ``ExportTraceServiceRequest``: one
 resource per node, one span per message (send to done, on the receiving
@@ -20,7 +20,7 @@ import hashlib
 from collections import defaultdict
 from typing import Any
 
-from actors.runtime.trace_spans import api_name, node_anchors
+from actors.trace.spans import api_name, node_anchors
 
 
 def _hex(n: int, width: int = 16) -> str:

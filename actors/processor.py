@@ -24,7 +24,7 @@ import zmq
 from actors.runtime.actor import Actor, handles
 from actors.runtime.config import Config
 from actors.topology import Topology
-from wire.api_versions import api_name
+from wire.api_versions import STAGES, api_name
 from wire.broker_messages import (
     ConnectionClosed,
     GetStats,
@@ -37,7 +37,6 @@ _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhi")
 READ_CHUNK = 256 * 1024
 WRITE_GATHER = 64  # responses handed to one sendmsg
-STAGES = ("request_queue", "local", "remote", "response_queue", "send")
 
 
 _METRIC_KEYS: dict[int, tuple[str, str, tuple[str, ...]]] = {}

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from actors.trace.spans import API_NAMES, STAGES
 from actors.trace.store import to_parquet
+from wire.api_versions import API_SNAKE_NAMES, STAGES
 
 INSTALL_HINT = (
     "trace analyze needs PySpark and pyarrow (and matplotlib for the plots): "
@@ -217,7 +217,7 @@ def build_tables(ev: Any, names: Any) -> dict[str, Any]:
         & c("t_resp_send").isNotNull()
         & c("t_resp_recv").isNotNull()
     )
-    api_map = F.create_map(*[x for k, v in API_NAMES.items() for x in (F.lit(k), F.lit(v))])
+    api_map = F.create_map(*[x for k, v in API_SNAKE_NAMES.items() for x in (F.lit(k), F.lit(v))])
     names = F.broadcast(names.withColumn("who", F.xxhash64("node", "actor")))
     proc_names = names.select(c("who").alias("proc_who"), "node", c("actor").alias("processor"))
     handler_names = names.select(

@@ -15,7 +15,6 @@ from typing import Any
 import click
 
 from actors.trace.spans import (
-    API_KEYS,
     STAGES,
     RequestTrace,
     build_spans,
@@ -25,6 +24,7 @@ from actors.trace.spans import (
     request_traces,
 )
 from actors.trace.store import read_trace_dirs
+from wire.api_versions import API_KEYS_BY_SNAKE_NAME
 
 _dir_option = click.option(
     "--dir",
@@ -153,7 +153,7 @@ def find(dirs: tuple[str, ...], slowest: int, api: str | None, window_s: float |
         if r.total_ns is not None
     ]
     if api is not None:
-        key = int(api) if api.isdigit() else API_KEYS.get(api.lower())
+        key = int(api) if api.isdigit() else API_KEYS_BY_SNAKE_NAME.get(api.lower())
         if key is None:
             raise click.BadParameter(
                 f"unknown API {api!r}; use a Kafka API name or key", param_hint="--api"

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import zmq
 from loguru import logger
 
@@ -28,7 +27,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.tracing import Tracer
 from wire import registry
-from wire.envelope import DEFAULT_MAX_FRAME_BYTES, FORMAT_VERSION
+from wire.envelope import DEFAULT_MAX_FRAME_BYTES, encode_frame, new_entry
 from wire.runtime_messages import GetClockOffsets, Ping, Pong, Reply
 
 
@@ -487,8 +486,8 @@ class Node:
 
             span = new_id()
             self.tracer.event("send", tid, span, 0, sender, str(address), type(msg).__name__)
-        entry = [registry.type_id_of(type(msg)), tid, span, 0, time.time_ns(), ask_id, msg]
-        frame = msgpack.packb([FORMAT_VERSION, self.name, sender, address.name, [entry]])
+        entry = new_entry(registry.type_id_of(type(msg)), tid, span, 0, time.time_ns(), ask_id, msg)
+        frame = encode_frame(self.name, sender, address.name, [entry])
         self._send_frame(link, address, frame)
         if address.node == self.name:
             self._external_sent += 1

@@ -26,6 +26,7 @@ from actors.runtime.counters import Counters, DeadLetters
 from actors.runtime.directory import Directory, NodeEndpoint, default_ipc_dir
 from actors.runtime.errors import AskFailed, AskTimeout, NodeError
 from actors.runtime.gateway import Gateway
+from actors.runtime.pykka_compat import actor_of, call_message
 from actors.runtime.tracing import Tracer, new_id
 from wire import registry
 from wire.envelope import DEFAULT_MAX_FRAME_BYTES, encode_frame, new_entry
@@ -145,7 +146,7 @@ class Node:
                 raise NodeError(f"host actor {host!r} does not run on node {self.name}")
             kwargs["host"] = self.actors[host]
         ref = actor_cls.start(self, name, **kwargs)
-        actor = ref._actor_weakref()  # the object itself: the node supervises it
+        actor = actor_of(ref)  # the object itself: the node supervises it
         assert actor is not None
         actor._ready.wait(timeout=30)
         if actor.actor_stopped.is_set():
@@ -317,7 +318,7 @@ class Node:
         for actor in user_actors:
             if not actor.actor_stopped.is_set():
                 try:
-                    actor.actor_ref.ask(_call("on_stopping"), timeout=timeout)
+                    actor.actor_ref.ask(call_message("on_stopping"), timeout=timeout)
                 except Exception as exc:
                     self.log.warning("actor {} did not stop intake cleanly: {}", actor.name, exc)
         if not self.quiesce(timeout):
@@ -357,9 +358,3 @@ class Node:
         self.log.info("node {} got {}; shutting down", self.name, signal.Signals(received[0]).name)
         self.shutdown()
         return 0
-
-
-def _call(method: str) -> Any:
-    from pykka.messages import ProxyCall
-
-    return ProxyCall(attr_path=(method,), args=(), kwargs={})

@@ -17,6 +17,7 @@ from typing import Any
 
 import msgpack
 
+from wire import registry
 from wire import trace_format as tf
 
 _getrandbits = random.getrandbits
@@ -188,3 +189,36 @@ class Tracer:
                 old.unlink()
             except FileNotFoundError:
                 pass
+
+
+# --------------------------------------------------------------- what an event says
+_TRACE_PLANS: dict[type, tuple[int, int, int, tuple[int, ...]]] = {}
+
+
+def trace_fields(msg: Any) -> tuple[int, int, int, int]:
+    """(conn_id, correlation_id, api_key, payload bytes) of a message, for trace events.
+
+    Where those fields sit is worked out once per message type, so a traced hop
+    costs a few index lookups instead of attribute searches and a scan.
+    """
+    cls = type(msg)
+    plan = _TRACE_PLANS.get(cls)
+    if plan is None:
+        fields = cls._fields
+        checks = registry._CHECKS.get(cls, ())
+
+        def index(name: str) -> int:
+            return fields.index(name) if name in fields else -1
+
+        plan = _TRACE_PLANS[cls] = (
+            index("conn_id"), index("correlation_id"), index("api_key"),
+            tuple(i for i, (_f, accepted) in enumerate(checks) if accepted == (bytes,)),
+        )
+    conn, corr, api, byte_fields = plan
+    size = 0
+    for i in byte_fields:
+        value = msg[i]
+        if value is not None:
+            size += len(value)
+    return (msg[conn] if conn >= 0 else -1, msg[corr] if corr >= 0 else -1,
+            msg[api] if api >= 0 else -1, size)

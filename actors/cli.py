@@ -25,7 +25,6 @@ BENCH_COMMANDS: dict[str, str] = {
     "trace-analyze": "bench.trace_bench:analyze_command",
 }
 TOP_COMMANDS: dict[str, str] = {
-    "demo": "actors.demo:command",
     "serve": "actors.serve:command",
     "trace": "actors.trace.cli:group",
 }

@@ -50,7 +50,6 @@ _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
 _U = struct.Struct(">I")
 _H = struct.Struct(">h")
-_QI = struct.Struct(">qi")
 
 
 class BatchHeader(NamedTuple):
@@ -295,11 +294,6 @@ def patch_log_append_time(buf: bytearray, position: int, size: int, now_ms: int)
     _H.pack_into(buf, position + ATTRIBUTES_POS, attributes | TIMESTAMP_TYPE_BIT)
     _Q.pack_into(buf, position + MAX_TIMESTAMP_POS, now_ms)
     _U.pack_into(buf, position + CRC_POS, compute_crc(buf, position, size))
-
-
-def read_offset_and_length(buf: bytes | bytearray | memoryview, position: int) -> tuple[int, int]:
-    """Base offset and batch length at ``position`` (the 12-byte log overhead)."""
-    return _QI.unpack_from(buf, position)  # type: ignore[return-value]
 
 
 # ----------------------------------------------------------------------------

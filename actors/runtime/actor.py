@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from actors.runtime.node import Node
 
 _time_ns = time.time_ns
-_monotonic_ns = time.monotonic_ns
 _encode_frame = encode_frame
 _decode_frame = decode_frame
 _type_ids = registry._BY_TYPE

@@ -55,12 +55,16 @@ class DeadLetters:
     def __init__(self, node: str) -> None:
         self.node = node
         self.counts = Counters()
+        self.last: list[tuple[str, str, str]] = []
+        """The latest 100 (reason, sender, receiver), oldest first, for tests and debugging."""
         self._logged_second = 0
         self._logged_count = 0
 
     def record(self, reason: str, count: int = 1, *, sender: str = "", receiver: str = "") -> None:
         kind = reason.split(" (")[0].split(":")[0]
         self.counts.incr(kind, count)
+        self.last.append((reason, sender, receiver))
+        del self.last[:-100]
         now = int(time.monotonic())
         if now != self._logged_second:
             self._logged_second, self._logged_count = now, 0

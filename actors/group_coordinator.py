@@ -70,6 +70,7 @@ from actors.core.record_batch import (
     LOG_OVERHEAD,
     build_batch,
     parse_header,
+    read_records,
 )
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
@@ -144,31 +145,6 @@ def wall_ms() -> int:
 # ---------------------------------------------------------------- records
 
 
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = 0
-    raw = 0
-    while True:
-        if pos >= len(buf):
-            raise CorruptMessageError("record truncated inside a varint")
-        byte = buf[pos]
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CorruptMessageError("varint longer than 10 bytes in a record")
-
-
-def _read_field(buf: bytes, pos: int) -> tuple[bytes | None, int]:
-    length, pos = _read_varint(buf, pos)
-    if length < 0:
-        return None, pos
-    if pos + length > len(buf):
-        raise CorruptMessageError("record truncated inside a key or value")
-    return buf[pos : pos + length], pos + length
-
-
 def decode_batches(buf: bytes) -> tuple[list[tuple[int, bytes | None, bytes | None]], int | None]:
     """(offset, key, value) of every record in the whole uncompressed batches of ``buf``.
 
@@ -193,17 +169,7 @@ def decode_batches(buf: bytes) -> tuple[list[tuple[int, bytes | None, bytes | No
             raise CorruptMessageError(
                 f"compressed batch at offset {header.base_offset} in {OFFSETS_TOPIC}"
             )
-        rpos = pos + HEADER_SIZE
-        for _ in range(header.records_count):
-            length, rpos = _read_varint(buf, rpos)
-            record_end = rpos + length
-            rpos += 1  # attributes
-            _ts_delta, rpos = _read_varint(buf, rpos)
-            offset_delta, rpos = _read_varint(buf, rpos)
-            key, rpos = _read_field(buf, rpos)
-            value, rpos = _read_field(buf, rpos)
-            records.append((header.base_offset + offset_delta, key, value))
-            rpos = record_end
+        records.extend((r.offset, r.key, r.value) for r in read_records(buf, header, pos))
         pos = end
     return records, next_offset
 

@@ -32,7 +32,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.topology import Topology
-from wire.api_versions import api_name
+from wire.api_versions import STAGES, api_name
 from wire.broker_messages import (
     ConnectionClosed,
     GetStats,
@@ -43,7 +43,6 @@ from wire.broker_messages import (
 
 READ_CHUNK = 256 * 1024
 WRITE_GATHER = 64  # responses handed to one sendmsg
-STAGES = ("request_queue", "local", "remote", "response_queue", "send")
 
 
 _METRIC_KEYS: dict[int, tuple[str, str, tuple[str, ...]]] = {}

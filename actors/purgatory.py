@@ -13,7 +13,7 @@ import itertools
 from typing import Any
 
 from actors.core.delayed_operation import DelayedOperation, DelayedOperationPurgatory
-from actors.core.delayed_ops import (
+from actors.core.delayed_produce_fetch import (
     DelayedFetch,
     DelayedProduce,
     FetchPartitionStatus,

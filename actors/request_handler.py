@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from kafka.protocol.api_key import ApiKey
+
 from actors.apis.base import ApiGen, HandlerContext, Respond
 from actors.apis.fetch import handle_fetch
 from actors.apis.groups import (
@@ -61,26 +63,26 @@ from wire.group_messages import (
     SyncGroupDone,
 )
 
-API_VERSIONS = 18
+API_VERSIONS = int(ApiKey.ApiVersions)
 
 API_TABLE: dict[int, Any] = {
-    0: handle_produce,
-    1: handle_fetch,
-    2: handle_list_offsets,
-    3: handle_metadata,
-    8: handle_offset_commit,
-    9: handle_offset_fetch,
-    10: handle_find_coordinator,
-    11: handle_join_group,
-    12: handle_heartbeat,
-    13: handle_leave_group,
-    14: handle_sync_group,
-    15: handle_describe_groups,
-    16: handle_list_groups,
-    19: handle_create_topics,
-    20: handle_delete_topics,
-    22: handle_init_producer_id,
-    32: handle_describe_configs,
+    ApiKey.Produce: handle_produce,
+    ApiKey.Fetch: handle_fetch,
+    ApiKey.ListOffsets: handle_list_offsets,
+    ApiKey.Metadata: handle_metadata,
+    ApiKey.OffsetCommit: handle_offset_commit,
+    ApiKey.OffsetFetch: handle_offset_fetch,
+    ApiKey.FindCoordinator: handle_find_coordinator,
+    ApiKey.JoinGroup: handle_join_group,
+    ApiKey.Heartbeat: handle_heartbeat,
+    ApiKey.LeaveGroup: handle_leave_group,
+    ApiKey.SyncGroup: handle_sync_group,
+    ApiKey.DescribeGroups: handle_describe_groups,
+    ApiKey.ListGroups: handle_list_groups,
+    ApiKey.CreateTopics: handle_create_topics,
+    ApiKey.DeleteTopics: handle_delete_topics,
+    ApiKey.InitProducerId: handle_init_producer_id,
+    ApiKey.DescribeConfigs: handle_describe_configs,
 }
 
 

@@ -77,12 +77,37 @@ ADVERTISED: tuple[ApiVersionRange, ...] = (
 ADVERTISED_BY_KEY: dict[int, ApiVersionRange] = {entry.api_key: entry for entry in ADVERTISED}
 
 
+# --- names -------------------------------------------------------------------
+# The one table of API names: kafka-python's ApiKey enum, generated from
+# Kafka's schemas. Metrics use Kafka's own names ("ListOffsets"), traces the
+# snake_case form ("list_offsets").
+
+
+def _snake_case(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(name))
+
+
+API_SNAKE_NAMES: dict[int, str] = {int(key): _snake_case(key.name) for key in ApiKey}
+API_KEYS_BY_SNAKE_NAME: dict[str, int] = {name: key for key, name in API_SNAKE_NAMES.items()}
+
+
 def api_name(api_key: int) -> str:
     """Kafka's name for an API key, or `Unknown(<key>)`."""
     try:
         return ApiKey(api_key).name
     except ValueError:
         return f"Unknown({api_key})"
+
+
+def api_snake_name(api_key: int) -> str:
+    """The snake_case name traces use ("list_offsets"), or `api_<key>`."""
+    return API_SNAKE_NAMES.get(api_key, f"api_{api_key}")
+
+
+STAGES: tuple[str, ...] = ("request_queue", "local", "remote", "response_queue", "send")
+"""Kafka's split of a request's time (RequestQueueTime, LocalTime, RemoteTime,
+ResponseQueueTime, ResponseSendTime); they add up to the total. The Processor
+counts them per API and the trace tools rebuild them per sampled request."""
 
 
 def is_advertised(api_key: int, api_version: int) -> bool:

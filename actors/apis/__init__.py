@@ -1,0 +1,56 @@
+"""The Kafka APIs, one module per family, each a generator driven by a RequestHandler.
+
+An API function gets the handler's context, the request header and the
+decoded request; it yields the calls it needs answered (``Call``: a message to
+a partition shard, the controller, a group coordinator) and finally returns a
+``Respond`` (see ``base``). The handler owns the waiting, so none blocks.
+"""
+
+from __future__ import annotations
+
+from actors.apis.base import ApiGen, Call, HandlerContext, Respond
+from actors.apis.fetch import handle_fetch
+from actors.apis.groups import (
+    handle_describe_groups,
+    handle_find_coordinator,
+    handle_heartbeat,
+    handle_join_group,
+    handle_leave_group,
+    handle_list_groups,
+    handle_offset_commit,
+    handle_offset_fetch,
+    handle_sync_group,
+)
+from actors.apis.list_offsets import handle_list_offsets
+from actors.apis.metadata import (
+    handle_create_topics,
+    handle_delete_topics,
+    handle_describe_configs,
+    handle_init_producer_id,
+    handle_metadata,
+)
+from actors.apis.produce import handle_produce
+
+__all__ = [
+    "ApiGen",
+    "Call",
+    "HandlerContext",
+    "Respond",
+    "handle_create_topics",
+    "handle_delete_topics",
+    "handle_describe_configs",
+    "handle_describe_groups",
+    "handle_fetch",
+    "handle_find_coordinator",
+    "handle_heartbeat",
+    "handle_init_producer_id",
+    "handle_join_group",
+    "handle_leave_group",
+    "handle_list_groups",
+    "handle_list_offsets",
+    "handle_metadata",
+    "handle_offset_commit",
+    "handle_offset_fetch",
+    "handle_produce",
+    "handle_sync_group",
+]

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-try:  # the trace modules' package (issue 11 moves them to actors/trace/)
-    from actors.trace.cli import group
-except ModuleNotFoundError as exc:
-    if exc.name not in ("actors.trace", "actors.trace.cli"):
-        raise
-    from actors.trace_cli import group
+from actors.trace.cli import group
 
 __all__ = ["group"]

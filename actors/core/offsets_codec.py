@@ -248,12 +248,6 @@ def encode_group_metadata_key(key: GroupMetadataKey) -> bytes:
     return w.getvalue()
 
 
-def encode_key(key: RecordKey) -> bytes:
-    if isinstance(key, OffsetCommitKey):
-        return encode_offset_commit_key(key)
-    return encode_group_metadata_key(key)
-
-
 def decode_key(data: bytes) -> RecordKey:
     """Decode a key; raises :class:`OffsetsRecordError` for versions other than 0, 1, 2."""
     r = _Reader(data, "__consumer_offsets key")

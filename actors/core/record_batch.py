@@ -10,6 +10,7 @@ end), computed with the C ``crc32c`` package.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import crc32c
@@ -49,7 +50,6 @@ _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
 _U = struct.Struct(">I")
 _H = struct.Struct(">h")
-_QI = struct.Struct(">qi")
 
 
 class BatchHeader(NamedTuple):
@@ -296,11 +296,6 @@ def patch_log_append_time(buf: bytearray, position: int, size: int, now_ms: int)
     _U.pack_into(buf, position + CRC_POS, compute_crc(buf, position, size))
 
 
-def read_offset_and_length(buf: bytes | bytearray | memoryview, position: int) -> tuple[int, int]:
-    """Base offset and batch length at ``position`` (the 12-byte log overhead)."""
-    return _QI.unpack_from(buf, position)  # type: ignore[return-value]
-
-
 # ----------------------------------------------------------------------------
 # Building batches (tests, benchmarks and the broker's own writes).
 
@@ -380,6 +375,35 @@ def build_batch(
     )
 
 
+class BatchRecord(NamedTuple):
+    """One record of an uncompressed batch, as :func:`read_records` returns it."""
+
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+
+
+def read_records(buf: bytes | bytearray | memoryview, header: BatchHeader,
+                 start: int) -> list[BatchRecord]:
+    """Every record of the uncompressed batch at ``start`` (null keys and values stay None).
+
+    For the broker's own topics (``__consumer_offsets``) and tests: the
+    request path never decodes records. Raises CorruptMessageError when a
+    record runs past the end of the batch.
+    """
+    view = memoryview(buf)
+    end = start + header.batch_length + LOG_OVERHEAD
+    log_append_time = header.is_log_append_time
+    out: list[BatchRecord] = []
+    for off_delta, ts_delta, pos, _record_end in _walk(view, header, start, end):
+        key, pos = _read_bytes(view, pos, end)
+        value, pos = _read_bytes(view, pos, end)
+        ts = header.max_timestamp if log_append_time else header.base_timestamp + ts_delta
+        out.append(BatchRecord(header.base_offset + off_delta, ts, key, value))
+    return out
+
+
 def iter_record_timestamps(buf: bytes | bytearray | memoryview, header: BatchHeader,
                            start: int) -> list[tuple[int, int]]:
     """(offset, timestamp) of each record of an uncompressed batch at ``start``.
@@ -387,31 +411,54 @@ def iter_record_timestamps(buf: bytes | bytearray | memoryview, header: BatchHea
     Needed only by ListOffsets-by-time, on one batch; compressed batches are
     not decoded (the caller falls back to the batch's base offset).
     """
-    view = memoryview(buf)
+    end = start + header.batch_length + LOG_OVERHEAD
+    base_offset = header.base_offset
+    if header.is_log_append_time:
+        return [(base_offset + off_delta, header.max_timestamp)
+                for off_delta, _ts, _pos, _end in _walk(memoryview(buf), header, start, end)]
+    base_ts = header.base_timestamp
+    return [(base_offset + off_delta, base_ts + ts_delta)
+            for off_delta, ts_delta, _pos, _end in _walk(memoryview(buf), header, start, end)]
+
+
+def _walk(view: memoryview, header: BatchHeader, start: int,
+          end: int) -> Iterator[tuple[int, int, int, int]]:
+    """Per record: (offset delta, timestamp delta, position of its key, end of the record)."""
     pos = start + HEADER_SIZE
-    out: list[tuple[int, int]] = []
     for _ in range(header.records_count):
-        length, pos = _read_varint(view, pos)
+        length, pos = _read_varint(view, pos, end)
         record_end = pos + length
+        if record_end > end:
+            raise CorruptMessageError("record runs past the end of its batch")
         pos += 1  # attributes
-        ts_delta, pos = _read_varint(view, pos)
-        off_delta, pos = _read_varint(view, pos)
-        ts = header.max_timestamp if header.is_log_append_time else header.base_timestamp + ts_delta
-        out.append((header.base_offset + off_delta, ts))
+        ts_delta, pos = _read_varint(view, pos, end)
+        off_delta, pos = _read_varint(view, pos, end)
+        yield off_delta, ts_delta, pos, record_end
         pos = record_end
-    return out
 
 
-def _read_varint(view: memoryview, pos: int) -> tuple[int, int]:
+def _read_bytes(view: memoryview, pos: int, end: int) -> tuple[bytes | None, int]:
+    """A key or value: a zigzag varint length (-1: null), then that many bytes."""
+    length, pos = _read_varint(view, pos, end)
+    if length < 0:
+        return None, pos
+    if pos + length > end:
+        raise CorruptMessageError("record truncated inside a key or value")
+    return bytes(view[pos:pos + length]), pos + length
+
+
+def _read_varint(view: memoryview, pos: int, end: int) -> tuple[int, int]:
+    """A zigzag varint (Kafka's record fields) at ``pos``, not reading at or past ``end``."""
     shift = 0
     raw = 0
     while True:
+        if pos >= end:
+            raise CorruptMessageError("record truncated inside a varint")
         byte = view[pos]
         pos += 1
         raw |= (byte & 0x7F) << shift
         if not byte & 0x80:
-            break
+            return (raw >> 1) ^ -(raw & 1), pos
         shift += 7
         if shift > 63:
             raise CorruptMessageError("varint longer than 10 bytes in a record")
-    return (raw >> 1) ^ -(raw & 1), pos

@@ -17,71 +17,37 @@ because each pair has one socket.
 
 from __future__ import annotations
 
-import os
 import queue
 import sys
 import time
 from collections.abc import Callable
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import msgpack
 import pykka
 import zmq
 from loguru import logger
-from pykka import messages as pykka_messages
 
 from actors.runtime.address import Address
-from actors.runtime.tracing import new_id
+from actors.runtime.pykka_compat import PykkaActor, envelope, is_stop
+from actors.runtime.supervision import RestartWindow, restart_after_crash
+from actors.runtime.tracing import new_id, trace_fields
 from wire import registry
-from wire.envelope import FORMAT_VERSION, BadFrame
+from wire.envelope import BadFrame, decode_frame, encode_frame
 from wire.runtime_messages import Reply
 
 if TYPE_CHECKING:
     from actors.runtime.node import Node
 
 _time_ns = time.time_ns
-_monotonic_ns = time.monotonic_ns
-_unpackb = msgpack.unpackb
-_packb = msgpack.packb
+_encode_frame = encode_frame
+_decode_frame = decode_frame
 _type_ids = registry._BY_TYPE
 _types = registry._BY_ID
 _build = registry.build
 _NOBLOCK = zmq.NOBLOCK
 _Again = zmq.Again
 _POLLIN = zmq.POLLIN
-
-
-class EventFdInbox:
-    """pykka's inbox, woken through an eventfd the actor's poll loop watches."""
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-
-    def put(self, envelope: Any, /) -> None:
-        self._queue.put(envelope)
-        try:
-            os.eventfd_write(self.fd, 1)
-        except OSError:
-            pass  # closed: the actor is gone and pykka will report it dead
-
-    def get(self) -> Any:
-        return self._queue.get_nowait()
-
-    def empty(self) -> bool:
-        return self._queue.empty()
-
-    def clear_wakeups(self) -> None:
-        try:
-            os.eventfd_read(self.fd)
-        except BlockingIOError:
-            pass
-
-    def close(self) -> None:
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
 
 
 def handles(*message_types: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -106,7 +72,7 @@ class _AdoptGuest:
 _MAILBOX, _INBOX, _FD = 0, 1, 2
 
 
-class Actor(pykka.ThreadingActor):
+class Actor(PykkaActor):
     """Base of every actorlog actor.
 
     Subclasses declare handlers with :func:`handles`, build their state in
@@ -132,12 +98,6 @@ class Actor(pykka.ThreadingActor):
     as Kafka bounds its request queue and not its response queues."""
     max_restarts: ClassVar[int] = 10
     restart_window_s: ClassVar[float] = 60.0
-
-    @staticmethod
-    def _create_actor_inbox() -> EventFdInbox:  # type: ignore[override]
-        return EventFdInbox()
-
-    actor_inbox: EventFdInbox  # type: ignore[assignment]
 
     def __init__(self, node: Node, name: str, **kwargs: Any) -> None:
         super().__init__()
@@ -169,7 +129,7 @@ class Actor(pykka.ThreadingActor):
         self._mailbox: zmq.Socket[Any] | None = None
         self._stopping = False
         self._ready = node._new_ready_event()
-        self._restart_times: list[float] = []
+        self.restarts = RestartWindow(self.max_restarts, self.restart_window_s)
         self._trace = (0, 0)  # (trace id, span id) of the message being handled
         self._tracer = node.tracer
         self._batch_max = node.batch_max_messages
@@ -203,6 +163,7 @@ class Actor(pykka.ThreadingActor):
             self._trace_send(address, msg, tid, span, self._trace[1])
         else:
             span = 0
+        # wire.envelope.new_entry's layout, inline: this runs for every message sent.
         entry = [_type_ids[type(msg)], tid, span, self._trace[1] if tid else 0, _time_ns(), 0, msg]
         if address == self.address:
             self._to_self.append(entry)  # never wait on our own mailbox
@@ -230,7 +191,7 @@ class Actor(pykka.ThreadingActor):
         self.tell(self.current_sender, msg)
 
     def _trace_send(self, address: Address, msg: Any, tid: int, span: int, parent: int) -> None:
-        conn, corr, api, size = _trace_info(msg)
+        conn, corr, api, size = trace_fields(msg)
         self._tracer.event("send", tid, span, parent, self.name, str(address),
                            type(msg).__name__, conn, corr, api, size)
 
@@ -264,7 +225,7 @@ class Actor(pykka.ThreadingActor):
             peer._local_in.append((self.name, entries))
             self.sent_local += len(entries)
             return
-        frame = _packb([FORMAT_VERSION, self.node.name, self.name, address.name, entries])
+        frame = _encode_frame(self.node.name, self.name, address.name, entries)
         self.node._send_frame(link, address, frame, waiter=self)
         if address.node == self.node.name:
             self.sent_local += len(entries)
@@ -298,11 +259,11 @@ class Actor(pykka.ThreadingActor):
         self._unroute(fd)
 
     # ---------------------------------------------------------------- loop
-    def _start_actor_loop(self) -> None:
+    def _start_thread(self) -> None:
         if self._owner is self:
-            super()._start_actor_loop()
+            super()._start_thread()
         else:  # a guest: its host's thread runs it
-            self._owner.actor_inbox.put(pykka_envelope(_AdoptGuest(self)))
+            self._owner.actor_inbox.put(envelope(_AdoptGuest(self)))
 
     def on_start(self) -> None:
         node = self.node
@@ -338,7 +299,7 @@ class Actor(pykka.ThreadingActor):
                 timeout = t
         return timeout
 
-    def _actor_loop_running(self) -> None:
+    def _run_loop(self) -> None:
         poll = self._poller.poll
         routes = self._routes
         members = self._members
@@ -394,21 +355,10 @@ class Actor(pykka.ThreadingActor):
                 data = mailbox.recv(_NOBLOCK)
             except _Again:
                 return
-            if len(data) > self._max_frame:
-                self.node.dead_letters.record(
-                    f"frame of {len(data)} bytes is over the {self._max_frame} byte limit",
-                    1, receiver=self.name,
-                )
-                continue
             try:
-                frame = _unpackb(data)
-                version, s_node, s_name, _r_name, entries = frame
-                if version != FORMAT_VERSION:
-                    raise BadFrame(f"unsupported envelope format version {version!r}")
-            except Exception as exc:  # garbage of any kind
-                self.node.dead_letters.record(
-                    f"undecodable frame ({type(exc).__name__}: {exc})", 1, receiver=self.name
-                )
+                s_node, s_name, _r_name, entries = _decode_frame(data, self._max_frame)
+            except BadFrame as exc:  # garbage of any kind
+                self.node.dead_letters.record(str(exc), 1, receiver=self.name)
                 continue
             self._dispatch_entries(s_node, s_name, entries)
             if self._out:
@@ -416,14 +366,11 @@ class Actor(pykka.ThreadingActor):
                 # together, but the next actor does not wait for the rest of our turn.
                 self.flush()
 
-    def _dispatch_entries(self, s_node: str, s_name: str, entries: Any) -> None:
+    def _dispatch_entries(self, s_node: str, s_name: str, entries: list[Any]) -> None:
         sender = Address(s_node, s_name)
         self.current_sender = sender
         handlers = self._handlers
         tracer = self._tracer
-        if type(entries) is not list:
-            self.node.dead_letters.record("frame entries are not an array", 1, receiver=self.name)
-            return
         for entry in entries:
             try:
                 type_id, tid, span, parent, _send_ns, ask_id, body = entry
@@ -451,7 +398,7 @@ class Actor(pykka.ThreadingActor):
                 continue
             if tid:
                 self._trace = (tid, span)
-                conn, corr, api, size = _trace_info(msg)
+                conn, corr, api, size = trace_fields(msg)
                 tracer.event("recv", tid, span, parent, self.name, str(sender), cls.__name__,
                              conn, corr, api, size)
             try:
@@ -477,33 +424,7 @@ class Actor(pykka.ThreadingActor):
 
     def _crashed(self, exc: BaseException, msg: Any) -> None:
         """Supervision: log and count the crash, then rebuild the actor's state."""
-        self.crashes += 1
-        self.node.metrics.incr("actor_crashes")
-        what = type(msg).__name__ if msg is not None else "its loop"
-        self.log.opt(exception=exc).error(
-            "actor {} crashed handling {}; restarting it (crash #{})", self.name, what, self.crashes
-        )
-        now = time.monotonic()
-        self._restart_times = [t for t in self._restart_times if now - t < self.restart_window_s]
-        self._restart_times.append(now)
-        if len(self._restart_times) > self.max_restarts:
-            self.log.error(
-                "actor {} crashed {} times in {} s; stopping it", self.name,
-                len(self._restart_times), self.restart_window_s,
-            )
-            self.node.metrics.incr("actor_gave_up")
-            self._finish_stop()
-            return
-        try:
-            self.teardown()
-        except Exception:
-            self.log.exception("teardown of {} failed during restart", self.name)
-        try:
-            self.setup()
-            self.node.metrics.incr("actor_restarts")
-        except Exception:
-            self.log.exception("setup of {} failed during restart; stopping it", self.name)
-            self._finish_stop()
+        restart_after_crash(self, exc, msg)
 
     def _drain_pykka_inbox(self) -> None:
         inbox = self.actor_inbox
@@ -517,11 +438,11 @@ class Actor(pykka.ThreadingActor):
             if isinstance(message, _AdoptGuest):
                 self._adopt(message.guest)
                 continue
-            if isinstance(message, pykka_messages._ActorStop):
+            if is_stop(message):
                 self._begin_stop(envelope.reply_to)
                 continue
             try:
-                response = self._handle_receive(message)
+                response = self._handle_pykka_message(message)
                 if envelope.reply_to is not None:
                     envelope.reply_to.set(response)
             except Exception:
@@ -574,9 +495,10 @@ class Actor(pykka.ThreadingActor):
         self.node._forget(self)
         self.actor_inbox.close()
 
-    def _handle_failure(self, exc_type: Any, exc_value: Any, tb: Any) -> None:
+    def _on_loop_failure(self, exc_type: type[BaseException] | None,
+                         exc_value: BaseException | None, tb: TracebackType | None) -> None:
         self.log.opt(exception=(exc_type, exc_value, tb)).error("actor {} failed", self.name)
-        super()._handle_failure(exc_type, exc_value, tb)
+        super()._on_loop_failure(exc_type, exc_value, tb)
         self._ready.set()
 
     def mailbox_pending(self) -> bool:
@@ -585,41 +507,3 @@ class Actor(pykka.ThreadingActor):
 
 
 _LOCAL = object()  # the link to an actor of the same loop: an in-memory hand-over
-
-
-def pykka_envelope(message: Any) -> Any:
-    from pykka._envelope import Envelope
-
-    return Envelope(message)
-
-
-_TRACE_PLANS: dict[type, tuple[int, int, int, tuple[int, ...]]] = {}
-
-
-def _trace_info(msg: Any) -> tuple[int, int, int, int]:
-    """(conn_id, correlation_id, api_key, payload bytes) of a message, for trace events.
-
-    Where those fields sit is worked out once per message type, so a traced hop
-    costs a few index lookups instead of attribute searches and a scan.
-    """
-    cls = type(msg)
-    plan = _TRACE_PLANS.get(cls)
-    if plan is None:
-        fields = cls._fields
-        checks = registry._CHECKS.get(cls, ())
-
-        def index(name: str) -> int:
-            return fields.index(name) if name in fields else -1
-
-        plan = _TRACE_PLANS[cls] = (
-            index("conn_id"), index("correlation_id"), index("api_key"),
-            tuple(i for i, (_f, accepted) in enumerate(checks) if accepted == (bytes,)),
-        )
-    conn, corr, api, byte_fields = plan
-    size = 0
-    for i in byte_fields:
-        value = msg[i]
-        if value is not None:
-            size += len(value)
-    return (msg[conn] if conn >= 0 else -1, msg[corr] if corr >= 0 else -1,
-            msg[api] if api >= 0 else -1, size)

@@ -11,140 +11,43 @@ mailbox. Sending code is the same in every case: ``tell(address, message)``.
 from __future__ import annotations
 
 import itertools
-import os
 import signal
 import socket
 import threading
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import zmq
 from loguru import logger
 
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
-from actors.runtime.tracing import Tracer
+from actors.runtime.counters import Counters, DeadLetters
+from actors.runtime.directory import Directory, NodeEndpoint, default_ipc_dir
+from actors.runtime.errors import AskFailed, AskTimeout, NodeError
+from actors.runtime.gateway import Gateway
+from actors.runtime.pykka_compat import actor_of, call_message
+from actors.runtime.tracing import Tracer, new_id
 from wire import registry
-from wire.envelope import DEFAULT_MAX_FRAME_BYTES, FORMAT_VERSION
-from wire.runtime_messages import GetClockOffsets, Ping, Pong, Reply
+from wire.envelope import DEFAULT_MAX_FRAME_BYTES, encode_frame, new_entry
+from wire.runtime_messages import Reply
+
+# Re-exported: callers import these from here.
+__all__ = [
+    "AskFailed",
+    "AskTimeout",
+    "Directory",
+    "Gateway",
+    "Link",
+    "Node",
+    "NodeEndpoint",
+    "NodeError",
+    "default_ipc_dir",
+]
 
 
-class NodeError(RuntimeError):
-    pass
-
-
-class AskTimeout(TimeoutError):
-    pass
-
-
-class AskFailed(RuntimeError):
-    """The asked actor's handler raised; the message is its error."""
-
-
-@dataclass(frozen=True)
-class NodeEndpoint:
-    """How other nodes reach a node's gateway."""
-
-    host: str
-    port: int = 0
-    ipc_dir: str = ""
-
-    def tcp(self) -> str:
-        return f"tcp://{self.host}:{self.port}"
-
-    def ipc(self, node: str) -> str:
-        return f"ipc://{self.ipc_dir}/{node}.gw"
-
-
-@dataclass
-class Directory:
-    """Where every node of the cluster listens (static configuration)."""
-
-    nodes: dict[str, NodeEndpoint] = field(default_factory=dict)
-
-    def add(self, name: str, endpoint: NodeEndpoint) -> None:
-        self.nodes[name] = endpoint
-
-
-class DeadLetters:
-    """Undeliverable messages: counted per reason and logged (rate limited).
-
-    Each thread counts into its own Counter, so no lock is shared between
-    actors; readers add them up.
-    """
-
-    LOG_PER_SECOND = 20
-
-    def __init__(self, node: str) -> None:
-        self.node = node
-        self._local = threading.local()
-        self._counters: list[Counter[str]] = []
-        self._logged_second = 0
-        self._logged_count = 0
-        self.last: list[tuple[str, str, str]] = []
-
-    def _counter(self) -> Counter[str]:
-        c = getattr(self._local, "c", None)
-        if c is None:
-            c = self._local.c = Counter()
-            self._counters.append(c)
-        return c
-
-    def record(self, reason: str, count: int = 1, *, sender: str = "", receiver: str = "") -> None:
-        kind = reason.split(" (")[0].split(":")[0]
-        self._counter()[kind] += count
-        self.last.append((reason, sender, receiver))
-        del self.last[:-100]
-        now = int(time.monotonic())
-        if now != self._logged_second:
-            self._logged_second, self._logged_count = now, 0
-        self._logged_count += 1
-        if self._logged_count <= self.LOG_PER_SECOND:
-            logger.bind(node=self.node).warning(
-                "dead letter x{} on {}: {} (sender={}, receiver={})",
-                count, self.node, reason, sender or "?", receiver or "?",
-            )
-
-    @property
-    def total(self) -> int:
-        return sum(sum(c.values()) for c in list(self._counters))
-
-    def by_reason(self) -> dict[str, int]:
-        out: Counter[str] = Counter()
-        for c in list(self._counters):
-            out.update(c)
-        return dict(out)
-
-
-class Metrics:
-    """Named counters; like DeadLetters, one Counter per thread."""
-
-    def __init__(self) -> None:
-        self._local = threading.local()
-        self._counters: list[Counter[str]] = []
-
-    def incr(self, name: str, by: int = 1) -> None:
-        c = getattr(self._local, "c", None)
-        if c is None:
-            c = self._local.c = Counter()
-            self._counters.append(c)
-        c[name] += by
-
-    def get(self, name: str) -> int:
-        return sum(c.get(name, 0) for c in list(self._counters))
-
-    def snapshot(self) -> dict[str, int]:
-        out: Counter[str] = Counter()
-        for c in list(self._counters):
-            out.update(c)
-        return dict(out)
-
-
-class _Link:
+class Link:
     """One sender thread's socket towards one local mailbox or one remote gateway."""
 
     __slots__ = ("node", "remote", "sock")
@@ -153,144 +56,6 @@ class _Link:
         self.sock = sock
         self.remote = remote
         self.node = node
-
-
-class Gateway(Actor):
-    """Receives frames from other nodes and hands them to local mailboxes.
-
-    It also estimates clock offsets: every ``PING_INTERVAL_MS`` it pings the
-    gateway of every other node; from a Pong, offset(remote - local) =
-    pong_wall - (ping_wall + arrival_wall) / 2, and the sample with the
-    smallest round trip in the recent window is kept. The node whose name
-    sorts first is the reference clock; the tracer records this node's offset
-    to it, so trace readers can put every node on one timeline.
-    """
-
-    mailbox_size = 1000
-    PING_INTERVAL_MS = 2000
-    WINDOW = 8
-
-    def __init__(self, node: Node, name: str, endpoint: NodeEndpoint | None, **kw: Any) -> None:
-        super().__init__(node, name, **kw)
-        self.endpoint = endpoint
-        self._in: list[Any] = []
-        self._fwd: dict[str, _Link] = {}
-        self.samples: dict[str, list[tuple[int, int]]] = {}  # node -> [(rtt ns, offset ns)]
-        self._ping_seq = 0
-        self._next_ping_ns = 0
-
-    def _peers(self) -> list[str]:
-        return sorted(n for n in self.node.directory.nodes if n != self.node.name)
-
-    def poll_timeout_ms(self) -> int | None:
-        if not self._peers():
-            return None
-        return max(0, (self._next_ping_ns - time.monotonic_ns()) // 1_000_000)
-
-    def on_turn(self) -> None:
-        peers = self._peers()
-        if not peers or time.monotonic_ns() < self._next_ping_ns:
-            return
-        self._next_ping_ns = time.monotonic_ns() + self.PING_INTERVAL_MS * 1_000_000
-        self._ping_seq += 1
-        for peer in peers:
-            self.tell(Address(peer, self.name), Ping(self._ping_seq, time.time_ns()))
-
-    @handles(Ping)
-    def on_ping(self, msg: Ping) -> None:
-        self.reply(Pong(msg.seq, msg.sent_wall_ns, time.time_ns()))
-
-    @handles(Pong)
-    def on_pong(self, msg: Pong) -> None:
-        assert self.current_sender is not None
-        arrived = time.time_ns()
-        rtt = arrived - msg.ping_wall_ns
-        offset = msg.pong_wall_ns - (msg.ping_wall_ns + arrived) // 2
-        window = self.samples.setdefault(self.current_sender.node, [])
-        window.append((rtt, offset))
-        del window[: -self.WINDOW]
-        self._update_tracer_offset()
-
-    def offset_to(self, node: str) -> int | None:
-        """Best estimate of (node's wall clock - ours) in ns, or None without samples."""
-        if node == self.node.name:
-            return 0
-        window = self.samples.get(node)
-        return min(window)[1] if window else None
-
-    def _update_tracer_offset(self) -> None:
-        reference = min([self.node.name, *self._peers()])
-        offset = self.offset_to(reference)
-        if offset is not None:
-            self.node.tracer.clock_offset_ns = offset
-
-    @handles(GetClockOffsets)
-    def clock_offsets(self, _msg: GetClockOffsets) -> dict[str, list[int]]:
-        return {node: list(min(window)) for node, window in self.samples.items() if window}
-
-    def setup(self) -> None:
-        if self._in or self.endpoint is None:
-            return
-        node = self.node
-        for url in self._bind_urls():
-            sock = node.context.socket(zmq.PULL)
-            sock.setsockopt(zmq.RCVHWM, node.gateway_hwm)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.MAXMSGSIZE, 4 * node.max_frame_bytes + 1024)
-            sock.bind(url)
-            self._in.append(sock)
-            self.watch_fd(sock, self._on_readable)  # type: ignore[arg-type]
-            self.log.debug("gateway of {} listening on {}", node.name, url)
-
-    def _bind_urls(self) -> list[str]:
-        assert self.endpoint is not None
-        urls = []
-        if self.endpoint.ipc_dir:
-            Path(self.endpoint.ipc_dir).mkdir(parents=True, exist_ok=True)
-            path = Path(self.endpoint.ipc_dir) / f"{self.node.name}.gw"
-            if path.exists():
-                path.unlink()  # a stale socket file from a previous run of this node
-            urls.append(self.endpoint.ipc(self.node.name))
-        if self.endpoint.port:
-            urls.append(self.endpoint.tcp())
-        return urls
-
-    def _on_readable(self, _mask: int) -> None:
-        dl = self.node.dead_letters
-        limit = self.node.max_frame_bytes
-        for sock in self._in:
-            for _ in range(256):
-                try:
-                    parts = sock.recv_multipart(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                if len(parts) != 2:
-                    dl.record(f"gateway frame with {len(parts)} parts", receiver=self.name)
-                    continue
-                target, frame = parts
-                if len(frame) > limit:
-                    dl.record(f"frame of {len(frame)} bytes is over the {limit} byte limit",
-                              receiver=target.decode("utf-8", "replace"))
-                    continue
-                name = target.decode("utf-8", "replace")
-                link = self._fwd.get(name)
-                if link is None:
-                    if name not in self.node.actors:
-                        dl.record(f"no actor named {name!r} on node {self.node.name}",
-                                  receiver=name)
-                        continue
-                    link = self.node._new_link(Address(self.node.name, name))
-                    self._fwd[name] = link
-                self.node._send_frame(link, Address(self.node.name, name), frame, waiter=self)
-
-    def teardown(self) -> None:
-        for sock in self._in:
-            self.unwatch_fd(sock)  # type: ignore[arg-type]
-            sock.close(linger=0)
-        self._in = []
-        for link in self._fwd.values():
-            link.sock.close(linger=1000)
-        self._fwd = {}
 
 
 class AskRouter(Actor):
@@ -343,12 +108,12 @@ class Node:
         self.actors: dict[str, Actor] = {}
         self._order: list[str] = []
         self.dead_letters = DeadLetters(name)
-        self.metrics = Metrics()
+        self.metrics = Counters()
         self.tracer = Tracer(
             name, (data_dir / "traces") if data_dir is not None else None, trace_sample_ratio
         )
         self._thread_links = threading.local()
-        self._all_external_links: list[_Link] = []
+        self._all_external_links: list[Link] = []
         self._ask_ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._external_sent = 0
@@ -384,7 +149,7 @@ class Node:
                 raise NodeError(f"host actor {host!r} does not run on node {self.name}")
             kwargs["host"] = self.actors[host]
         ref = actor_cls.start(self, name, **kwargs)
-        actor = ref._actor_weakref()  # the object itself: the node supervises it
+        actor = actor_of(ref)  # the object itself: the node supervises it
         assert actor is not None
         actor._ready.wait(timeout=30)
         if actor.actor_stopped.is_set():
@@ -403,13 +168,13 @@ class Node:
         return self.actors[name]
 
     # -------------------------------------------------------------- routing
-    def _new_link(self, address: Address) -> _Link:
+    def _new_link(self, address: Address) -> Link:
         sock = self.context.socket(zmq.PUSH)
         sock.setsockopt(zmq.SNDHWM, 100)
         sock.setsockopt(zmq.LINGER, 5000)
         if address.node == self.name:
             sock.connect(self.inproc_endpoint(address.name))
-            return _Link(sock, False, address.node)
+            return Link(sock, False, address.node)
         endpoint = self.directory.nodes[address.node]
         me = self.endpoint
         if me is not None and endpoint.ipc_dir and me.host == endpoint.host:
@@ -419,9 +184,9 @@ class Node:
         else:
             sock.close(linger=0)
             raise NodeError(f"node {address.node} has no reachable endpoint from {self.name}")
-        return _Link(sock, True, address.node)
+        return Link(sock, True, address.node)
 
-    def _connect_out(self, address: Address) -> _Link | None:
+    def _connect_out(self, address: Address) -> Link | None:
         if address.node == self.name:
             if address.name not in self.actors or self.actors[address.name].actor_stopped.is_set():
                 return None
@@ -429,7 +194,7 @@ class Node:
             return None
         return self._new_link(address)
 
-    def _send_frame(self, link: _Link, address: Address, frame: bytes, waiter: Any = None) -> None:
+    def _send_frame(self, link: Link, address: Address, frame: bytes, waiter: Any = None) -> None:
         """Send one frame, waiting (never dropping) while the receiver's mailbox is full."""
         sock = link.sock
         parts = [address.name.encode(), frame] if link.remote else None
@@ -456,7 +221,7 @@ class Node:
                 sock.poll(100, zmq.POLLOUT)
 
     # ------------------------------------------------- external (non-actor) API
-    def _external_link(self, address: Address) -> _Link | None:
+    def _external_link(self, address: Address) -> Link | None:
         links = getattr(self._thread_links, "links", None)
         if links is None:
             links = self._thread_links.links = {}
@@ -486,12 +251,10 @@ class Node:
         tid = self.tracer.sample() if trace_id is None else trace_id
         span = 0
         if tid:
-            from actors.runtime.tracing import new_id
-
             span = new_id()
             self.tracer.event("send", tid, span, 0, sender, str(address), type(msg).__name__)
-        entry = [registry.type_id_of(type(msg)), tid, span, 0, time.time_ns(), ask_id, msg]
-        frame = msgpack.packb([FORMAT_VERSION, self.name, sender, address.name, [entry]])
+        entry = new_entry(registry.type_id_of(type(msg)), tid, span, 0, time.time_ns(), ask_id, msg)
+        frame = encode_frame(self.name, sender, address.name, [entry])
         self._send_frame(link, address, frame)
         if address.node == self.name:
             self._external_sent += 1
@@ -558,7 +321,7 @@ class Node:
         for actor in user_actors:
             if not actor.actor_stopped.is_set():
                 try:
-                    actor.actor_ref.ask(_call("on_stopping"), timeout=timeout)
+                    actor.actor_ref.ask(call_message("on_stopping"), timeout=timeout)
                 except Exception as exc:
                     self.log.warning("actor {} did not stop intake cleanly: {}", actor.name, exc)
         if not self.quiesce(timeout):
@@ -600,12 +363,6 @@ class Node:
         return 0
 
 
-def _call(method: str) -> Any:
-    from pykka.messages import ProxyCall
-
-    return ProxyCall(attr_path=(method,), args=(), kwargs={})
-
-
 def refuse_ipc_in_use(path: Path) -> None:
     """Raise NodeError if a live process listens on the gateway socket ``path``.
 
@@ -623,7 +380,3 @@ def refuse_ipc_in_use(path: Path) -> None:
         probe.close()
     raise NodeError(f"the gateway socket {path} is in use by another process; give this node "
                     f"another name (node.name) or ipc dir (actor.ipc.dir)")
-
-
-def default_ipc_dir() -> str:
-    return os.environ.get("ACTORLOG_IPC_DIR", f"/tmp/actorlog-ipc-{os.getuid()}")

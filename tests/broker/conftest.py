@@ -51,17 +51,18 @@ class BrokerProcess:
                                    for k, v in self.config.items()))
             args += ["--config", str(cfg)]
         log = open(self.log_path, "ab")
+        start_at = log.tell()
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                with socket.create_connection((self.host, self.port), timeout=0.2):
+            # The port is bound before the logs are opened: ready is the broker's own line.
+            if "listening on" in self.log()[start_at:]:
+                with socket.create_connection((self.host, self.port), timeout=5):
                     return self
-            except OSError:
-                time.sleep(0.05)
+            time.sleep(0.05)
         raise RuntimeError(f"broker did not listen within {timeout} s:\n{self.log()}")
 
     def log(self) -> str:

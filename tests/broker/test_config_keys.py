@@ -99,6 +99,7 @@ EFFECTS: dict[str, list[str]] = {
     "log.retention.ms": [f"{HERE}::test_retention_by_size_and_by_time"],
     "log.retention.check.interval.ms": [f"{HERE}::test_retention_by_size_and_by_time"],
     "log.index.interval.bytes": [f"{HERE}::test_log_index_interval_is_the_topics_default"],
+    "log.index.size.max.bytes": [f"{HERE}::test_segments_roll_when_their_index_is_full"],
     "log.flush.interval.messages": [f"{HERE}::test_flush_by_messages_and_by_time"],
     "log.flush.interval.ms": [f"{HERE}::test_flush_by_messages_and_by_time"],
     "log.message.timestamp.type": [f"{HERE}::test_log_append_time_stamps_the_batches"],
@@ -220,6 +221,7 @@ LOGS: dict[str, Any] = {
     "log.retention.ms": 3_600_000,
     "log.retention.check.interval.ms": 500,
     "log.index.interval.bytes": 64,
+    "log.index.size.max.bytes": 96,
     "log.flush.interval.messages": 1,
     "log.flush.interval.ms": 200,
     "log.message.timestamp.type": "LogAppendTime",
@@ -429,6 +431,19 @@ def test_segments_roll_by_size_and_by_time(logs: Running) -> None:
                         timestamp_ms=lambda i: now - 600_000 + i * 120_000)
     assert segment_count(logs, "by-size") >= 3
     assert segment_count(logs, "by-time") == 3
+
+
+def test_segments_roll_when_their_index_is_full(logs: Running) -> None:
+    # log.index.size.max.bytes = 96: 12 offset entries, 7 time entries (one slot is kept for
+    # the roll entry); every batch is over log.index.interval.bytes, so each adds an entry.
+    with logs.client() as client:
+        assert create(client, "by-index", configs={
+            "segment.bytes": str(2**30), "segment.ms": NEVER, "retention.bytes": "-1",
+            "retention.ms": "-1"}).error_code == 0
+        produce_batches(client, "by-index", 20)
+    assert segment_count(logs, "by-index") >= 2
+    for index in (logs.data_dir / "by-index-0").glob("*index"):
+        assert index.stat().st_size <= 96, index
 
 
 def test_retention_by_size_and_by_time(logs: Running) -> None:

@@ -12,6 +12,7 @@ from actors.core.record_batch import (
     HEADER_SIZE,
     MAX_TIMESTAMP_POS,
     BatchHeader,
+    BatchRecord,
     build_batch,
     check_batch,
     check_batches,
@@ -22,6 +23,7 @@ from actors.core.record_batch import (
     patch_base_offset,
     patch_log_append_time,
     patch_partition_leader_epoch,
+    read_records,
 )
 from wire.errors import CorruptMessageError, ErrorCode, InvalidRecordError
 
@@ -155,3 +157,41 @@ def test_sequence_wraps() -> None:
 def test_record_timestamps_of_uncompressed_batch() -> None:
     raw = build_batch([b"a", b"b", b"c"], base_offset=10, timestamps_ms=[5, 3, 9])
     assert iter_record_timestamps(raw, _header(raw), 0) == [(10, 5), (11, 3), (12, 9)]
+
+
+def test_read_records_gives_offsets_timestamps_keys_values_and_nulls() -> None:
+    raw = b"pad" + build_batch([b"v1", None, b""], base_offset=20, timestamps_ms=[7, 9, 8],
+                               keys=[b"k1", b"k2", None])
+    assert read_records(raw, parse_header(raw, 3), 3) == [
+        BatchRecord(20, 7, b"k1", b"v1"),
+        BatchRecord(21, 9, b"k2", None),
+        BatchRecord(22, 8, None, b""),
+    ]
+
+
+def test_read_records_of_a_log_append_time_batch_carry_its_max_timestamp() -> None:
+    buf = bytearray(build_batch([b"a", b"b"], timestamps_ms=[1, 2]))
+    patch_log_append_time(buf, 0, len(buf), 999)
+    assert [r.timestamp_ms for r in read_records(buf, parse_header(buf), 0)] == [999, 999]
+    assert iter_record_timestamps(buf, parse_header(buf), 0) == [(0, 999), (1, 999)]
+
+
+@pytest.mark.parametrize("cut", [1, 3, 6])
+def test_a_record_cut_short_inside_its_batch_is_corrupt(cut: int) -> None:
+    raw = build_batch([b"value-one", b"value-two"], keys=[b"key", b"key"])
+    header = parse_header(raw)
+    # Claim a shorter batch: its last record now runs past the batch's end.
+    short = header._replace(batch_length=header.batch_length - cut)
+    with pytest.raises(CorruptMessageError, match=r"^record runs past the end of its batch$"):
+        read_records(raw, short, 0)
+    with pytest.raises(CorruptMessageError, match=r"^record runs past the end of its batch$"):
+        iter_record_timestamps(raw, short, 0)
+
+
+def test_a_varint_cut_short_is_corrupt() -> None:
+    raw = build_batch([b"x" * 200])  # the record's length takes two varint bytes
+    header = parse_header(raw)
+    # Claim a batch that ends inside the first record's length varint.
+    short = header._replace(batch_length=HEADER_SIZE - 12 + 1)
+    with pytest.raises(CorruptMessageError, match=r"^record truncated inside a varint$"):
+        read_records(raw, short, 0)

@@ -160,7 +160,7 @@ def test_connect_instead_of_servers() -> None:
     (('[hosts.h3]\nvia = "netns"', '[hosts.h3]\nvia = "netns"\nuser = "me"'),
      "[hosts.h3] user applies to via = \"ssh\" hosts only"),
     (('"num.partitions" = 3', '"num.partitions" = "three"'),
-     "[config]: num.partitions must be int, got 'three'"),
+     "[config]: num.partitions must be an integer, got 'three'"),
     (('"num.partitions" = 3', '"node.id" = 7'),
      "[config] 'node.id' cannot be set here: it comes from the table name [nodes.N]"),
     (('"num.partitions" = 3', '"zookeeper.connect" = "x:1"'),

@@ -12,7 +12,7 @@ from actors.cli import cli
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.node import Directory, Node, NodeEndpoint
-from actors.runtime.tracing import read_trace_dirs
+from actors.trace.store import read_trace_dirs
 from tests.runtime.test_runtime import wait_for
 from wire.registry import message
 

@@ -53,7 +53,7 @@ def real_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def spark() -> Iterator[object]:
     pytest.importorskip("pyspark")
     pytest.importorskip("pyarrow")
-    from actors.trace_analyze import spark_session
+    from actors.trace.analyze import spark_session
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     session = spark_session("local[2]", shuffle_partitions=2)

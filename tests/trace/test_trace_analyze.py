@@ -8,9 +8,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from actors.runtime.trace_spans import STAGES, request_traces
-from actors.runtime.tracing import read_trace_dirs
-from actors.trace_store import read_rows, segments
+from actors.trace.spans import STAGES, request_traces
+from actors.trace.store import read_rows, read_trace_dirs, segments
 from tests.trace.conftest import PRODUCED
 from wire import trace_format as tf
 
@@ -55,7 +54,7 @@ def test_stages_add_up_and_tables_are_complete(
 ) -> None:
     import pyarrow.parquet as pq
 
-    from actors.trace_analyze import analyze
+    from actors.trace.analyze import analyze
 
     summary = analyze([real_traces], tmp_path / "report", spark=spark)
     req = pq.read_table(tmp_path / "report" / "requests").to_pylist()
@@ -107,7 +106,7 @@ def test_stages_add_up_and_tables_are_complete(
 def test_planted_ordering_violation_and_double_answer_are_flagged(
     real_traces: Path, spark: object, tmp_path: Path
 ) -> None:
-    from actors.trace_analyze import analyze
+    from actors.trace.analyze import analyze
 
     swapped, doubled = _plant_faults(real_traces, tmp_path / "copy")
     summary = analyze([tmp_path / "copy"], tmp_path / "report", spark=spark, plots=False)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from actors.runtime.trace_spans import request_traces
-from actors.runtime.tracing import read_trace_dirs
+from actors.trace.spans import request_traces
+from actors.trace.store import read_trace_dirs
 from bench.trace_bench import analyze_command, cost_command
 from bench.trace_gen import EVENTS_PER_REQUEST, generate
 

@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from actors.cli import cli
-from actors.runtime.trace_spans import STAGES, request_from_trace, request_traces
-from actors.runtime.tracing import Tracer, read_trace_dirs
-from actors.trace_export import to_otlp, to_perfetto
-from actors.trace_store import SegmentFollower, read_rows, to_parquet
+from actors.runtime.tracing import Tracer
+from actors.trace.export import to_otlp, to_perfetto
+from actors.trace.spans import STAGES, request_from_trace, request_traces
+from actors.trace.store import SegmentFollower, read_rows, read_trace_dirs, to_parquet
 from tests.trace.conftest import PRODUCED
 from wire import trace_format as tf
 

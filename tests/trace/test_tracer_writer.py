@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.runtime.tracing import Tracer, read_trace_dirs
+from actors.runtime.tracing import Tracer
+from actors.trace.store import read_trace_dirs
 
 
 @pytest.mark.parametrize("batch", [1, 15, 16, 17, 65_535, 65_536, 70_000])

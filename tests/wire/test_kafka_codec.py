@@ -45,6 +45,11 @@ from kafka.protocol.schemas.fields.codecs import (
 from wire import kafka_codec as kc
 from wire.api_versions import ADVERTISED, ADVERTISED_BY_KEY, ApiVersionRange
 from wire.errors import ErrorCode, KafkaError
+from wire.kafka_codec import api_versions_response as kc_api_versions
+from wire.kafka_codec import encoding as kc_encoding
+from wire.kafka_codec import messages as kc_messages
+from wire.kafka_codec import parts as kc_parts
+from wire.kafka_codec import requests as kc_requests
 
 PAIRS = [(e.api_key, v) for e in ADVERTISED for v in range(e.min_version, e.max_version + 1)]
 PAIR_IDS = [f"{kc.api_name(k)}-v{v}" for k, v in PAIRS]
@@ -847,21 +852,21 @@ def test_advertised_table_makes_kafka_python_write_magic_2() -> None:
 def test_after_warm_up_serving_generates_no_code(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(4)
     frames = {pair: client_request(*pair, request_values(*pair, rng))[1] for pair in PAIRS}
-    for cache in (
-        "_header_decoders",
-        "_header_decoders_by_version",
-        "_request_decoders",
-        "_response_encoders",
-        "_tag_plans",
-        "_defaults_plans",
-        "_records_plans",
-        "_api_versions_bodies",
+    for module, cache in (
+        (kc_requests, "_header_decoders"),
+        (kc_requests, "_header_decoders_by_version"),
+        (kc_requests, "_request_decoders"),
+        (kc_encoding, "_response_encoders"),
+        (kc_encoding, "_tag_plans"),
+        (kc_encoding, "_defaults_plans"),
+        (kc_parts, "_records_plans"),
+        (kc_api_versions, "_api_versions_bodies"),
     ):
-        monkeypatch.setattr(kc, cache, {})
+        monkeypatch.setattr(module, cache, {})
     kc.warm_up()
-    assert set(PAIRS) <= set(kc._request_decoders) & set(kc._response_encoders)
+    assert set(PAIRS) <= set(kc_requests._request_decoders) & set(kc_encoding._response_encoders)
     for api_key, version in PAIRS:
-        request_cls, response_cls = kc._MESSAGE_CLASSES[api_key]
+        request_cls, response_cls = kc_messages._MESSAGE_CLASSES[api_key]
         assert version in request_cls._VERSIONS and version in response_cls._VERSIONS
 
     def generate(*args: Any, **kwargs: Any) -> Any:
@@ -1147,9 +1152,9 @@ def test_kcat_falls_back_to_api_versions_v0(
     # A broker that only knows ApiVersions v0-v2 answers librdkafka's v3 with
     # the v0 error body; librdkafka must retry and carry on.
     narrowed = tuple(e if e.api_key != 18 else ApiVersionRange(18, 0, 2) for e in ADVERTISED)
-    monkeypatch.setattr(kc, "ADVERTISED", narrowed)
+    monkeypatch.setattr(kc_api_versions, "ADVERTISED", narrowed)
     monkeypatch.setitem(ADVERTISED_BY_KEY, 18, ApiVersionRange(18, 0, 2))
-    monkeypatch.setattr(kc, "_api_versions_bodies", {})
+    monkeypatch.setattr(kc_api_versions, "_api_versions_bodies", {})
     metadata = _kcat_metadata(server.port)
     assert metadata["topics"][0]["topic"] == TOPIC
     versions = [v for k, v in server.seen if k == 18]

@@ -7,7 +7,7 @@ message was sent, a flow arrow from that send slice to the receiving slice
 (one ``bind_id`` per message, ``flow_out`` on the sender,
 ``flow_in`` on the receiver), and an async ``request`` slice per Kafka
 request from net_in to net_out. Times are the aligned times of
-``actors/runtime/trace_spans.py`` in microseconds from the first event.
+``actors/trace/spans.py`` in microseconds from the first event.
 
 OTLP: the OpenTelemetry JSON encoding of ``ExportTraceServiceRequest``: one
 resource per node, one span per message (send to done, on the receiving
@@ -20,7 +20,8 @@ import hashlib
 from collections import defaultdict
 from typing import Any
 
-from actors.runtime.trace_spans import api_name, node_anchors
+from actors.trace.spans import node_anchors
+from wire.api_versions import api_snake_name
 
 
 def _hex(n: int, width: int = 16) -> str:
@@ -115,7 +116,8 @@ def to_perfetto(events: list[dict[str, Any]]) -> dict[str, Any]:
                     "ph": "b" if ev["kind"] == "net_in" else "e",
                     "cat": "request",
                     "tid": tid,
-                    "name": f"{api_name(ev['api_key'])} conn {ev['conn_id']} corr {ev['corr_id']}",
+                    "name": f"{api_snake_name(ev['api_key'])} conn {ev['conn_id']} "
+                            f"corr {ev['corr_id']}",
                     "id": "0x" + _hex(ev["trace_id"]),
                     "pid": pid,
                     "ts": us(ev),
@@ -199,7 +201,7 @@ def to_otlp(events: list[dict[str, Any]]) -> dict[str, Any]:
                 "traceId": _hex(trace_id, 32),
                 "spanId": _request_span_id(trace_id),
                 "parentSpanId": "",
-                "name": f"kafka.{api_name(net_in['api_key'])}",
+                "name": f"kafka.{api_snake_name(net_in['api_key'])}",
                 "kind": 2,
                 "startTimeUnixNano": at(net_in),
                 "endTimeUnixNano": at(net_out),

@@ -1,12 +1,12 @@
 """`actorlog trace analyze`: a PySpark job over every node's trace events.
 
 Input: trace segments (msgpack, ``wire/trace_format.py``), rolled to Parquet
-by ``actors.trace_store`` into ``REPORT_DIR/events`` (reused across runs).
+by ``actors.trace.store`` into ``REPORT_DIR/events`` (reused across runs).
 Output, under REPORT_DIR:
 
   requests/   one row per sampled request: trace_id, node, processor,
               conn_id, corr_id, api_key, api, t_in_ns, t_out_ns, responses,
-              total_ns and the stages (``actors/runtime/trace_spans.py``
+              total_ns and the stages (``actors/trace/spans.py``
               defines them: request_queue_ns, local_ns, remote_ns,
               response_queue_ns, send_ns; they add up to total_ns)
   actors/     per (node, actor): messages, mailbox wait p50/p99, handling
@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from actors.runtime.trace_spans import API_NAMES, STAGES
-from actors.trace_store import to_parquet
+from actors.trace.store import to_parquet
+from wire.api_versions import API_SNAKE_NAMES, STAGES
 
 INSTALL_HINT = (
     "trace analyze needs PySpark and pyarrow (and matplotlib for the plots): "
@@ -88,7 +88,7 @@ def spark_session(master: str = "local[*]", shuffle_partitions: int | None = Non
 
 # ------------------------------------------------------------------ tables
 def scan_nodes(parquet_paths: list[Path]) -> tuple[dict[str, int], list[tuple[str, str, int, int]]]:
-    """Per node its anchor (median of wall + offset - mono, see trace_spans), and every
+    """Per node its anchor (median of wall + offset - mono, see actors/trace/spans.py), and every
     (node, actor) with its first and last aligned time; computed in pyarrow, off Spark."""
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
@@ -217,7 +217,7 @@ def build_tables(ev: Any, names: Any) -> dict[str, Any]:
         & c("t_resp_send").isNotNull()
         & c("t_resp_recv").isNotNull()
     )
-    api_map = F.create_map(*[x for k, v in API_NAMES.items() for x in (F.lit(k), F.lit(v))])
+    api_map = F.create_map(*[x for k, v in API_SNAKE_NAMES.items() for x in (F.lit(k), F.lit(v))])
     names = F.broadcast(names.withColumn("who", F.xxhash64("node", "actor")))
     proc_names = names.select(c("who").alias("proc_who"), "node", c("actor").alias("processor"))
     handler_names = names.select(

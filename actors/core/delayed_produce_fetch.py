@@ -1,27 +1,24 @@
-"""The delayed operations the broker needs, each with Kafka's completion rule.
+"""The two delayed operations of the request path, each with Kafka's completion rule.
 
-Every operation learns about the world only through ``observe(key,
-status)`` (the purgatory passes the latest status of a watch key) and
-leaves its answer in ``outcome`` when it completes or expires:
+``delayed_operation.py`` is the mechanism (the operation base class and the
+purgatory that watches and expires operations); this module holds the
+operations themselves, Kafka's DelayedProduce and DelayedFetch. Each learns
+about the world only through ``observe(key, status)`` (the purgatory passes
+the latest status of a watch key) and leaves its answer in ``outcome`` when it
+completes or expires:
 
 - :class:`DelayedProduce` (acks=-1), watch keys: its ``(topic, partition)``
   pairs, status: :class:`PartitionStatus`; outcome: :class:`ProduceOutcome`.
 - :class:`DelayedFetch`, same keys and status; outcome: :class:`FetchOutcome`
   (which partitions the shell should read again, and why it completed).
-- :class:`DelayedJoin`, watch key: the group id, status: :class:`GroupStatus`;
-  outcome: :class:`JoinOutcome` (who joined, who is missing).
-- :class:`DelayedHeartbeat`, watch key: ``(group_id, member_id)``, status:
-  :class:`MemberStatus`; outcome: :class:`HeartbeatOutcome`.
 
-The group operations know nothing of a group coordinator's internals: the
-coordinator core (someone else's) publishes a :class:`GroupStatus` /
-:class:`MemberStatus` snapshot when membership or heartbeats change, and may
-give :class:`DelayedJoin` its own predicate.
+Group rebalances and sessions are not purgatory operations here: the group
+coordinator core owns its groups and their timers (``group_membership.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any, NamedTuple
 
 from actors.core.delayed_operation import DelayedOperation
@@ -30,22 +27,15 @@ from wire.errors import ErrorCode
 
 __all__ = [
     "DelayedFetch",
-    "DelayedHeartbeat",
-    "DelayedJoin",
     "DelayedProduce",
     "FetchOutcome",
     "FetchPartitionStatus",
-    "GroupStatus",
-    "HeartbeatOutcome",
-    "JoinOutcome",
-    "MemberStatus",
     "PartitionStatus",
     "ProduceOutcome",
     "ProducePartitionResponse",
     "ProducePartitionStatus",
     "SegmentPosition",
     "TopicPartition",
-    "all_members_joined",
 ]
 
 
@@ -257,130 +247,3 @@ class DelayedFetch(DelayedOperation):
         reason = "timed_out" if self.timed_out else (self._reason or "min_bytes")
         read = tuple(tp for tp in self.partitions if tp not in self._errors)
         self.outcome = FetchOutcome(read, dict(self._errors), reason, self.timed_out)
-
-
-# -- consumer groups --------------------------------------------------------------
-
-
-class GroupStatus(NamedTuple):
-    """A snapshot of a group's membership during a rebalance, from the coordinator core."""
-
-    group_id: str
-    generation_id: int
-    member_ids: frozenset[str]  # every member the group knows
-    joined_member_ids: frozenset[str]  # members that sent JoinGroup in this rebalance
-    pending_member_ids: frozenset[str] = frozenset()  # given an id, not yet joined with it
-
-
-class JoinOutcome(NamedTuple):
-    group_id: str
-    generation_id: int  # of the last status seen (-1 if none was)
-    joined: frozenset[str]
-    missing: frozenset[str]  # known members that did not rejoin: remove them on expiry
-    timed_out: bool
-
-
-def all_members_joined(status: GroupStatus) -> bool:
-    """Kafka's rule: every known member rejoined and no member id is pending."""
-    return status.member_ids <= status.joined_member_ids and not status.pending_member_ids
-
-
-class DelayedJoin(DelayedOperation):
-    """A rebalance waiting for every member to join, or for the rebalance timeout.
-
-    Completion rule: ``can_complete(status)`` on the latest :class:`GroupStatus`
-    (default :func:`all_members_joined`). On expiry the coordinator removes
-    ``outcome.missing`` and completes the join with the members that came.
-    """
-
-    __slots__ = ("_status", "can_complete", "group_id")
-
-    def __init__(
-        self,
-        deadline_ms: int,
-        group_id: str,
-        can_complete: Callable[[GroupStatus], bool] = all_members_joined,
-    ) -> None:
-        super().__init__(deadline_ms)
-        self.group_id = group_id
-        self.can_complete = can_complete
-        self._status: GroupStatus | None = None
-
-    @property
-    def watch_keys(self) -> tuple[str]:
-        return (self.group_id,)
-
-    def observe(self, key: Hashable, status: GroupStatus) -> None:
-        if key == self.group_id:
-            self._status = status
-
-    def try_complete(self) -> bool:
-        status = self._status
-        return status is not None and self.can_complete(status) and self.force_complete()
-
-    def on_complete(self) -> None:
-        status = self._status
-        if status is None:
-            self.outcome = JoinOutcome(self.group_id, -1, frozenset(), frozenset(), self.timed_out)
-            return
-        self.outcome = JoinOutcome(
-            self.group_id,
-            status.generation_id,
-            frozenset(status.joined_member_ids),
-            frozenset(status.member_ids - status.joined_member_ids),
-            self.timed_out,
-        )
-
-
-class MemberStatus(NamedTuple):
-    """A member's liveness as the coordinator core sees it."""
-
-    group_id: str
-    member_id: str
-    in_group: bool  # False once the member left or was removed
-    # True once the member heartbeated since this session timer was scheduled;
-    # the coordinator also sets it while the member awaits a join or sync answer.
-    heartbeat_satisfied: bool
-
-
-class HeartbeatOutcome(NamedTuple):
-    group_id: str
-    member_id: str
-    reason: str  # "heartbeat", "left" or "session_timeout" (remove the member)
-    timed_out: bool
-
-
-class DelayedHeartbeat(DelayedOperation):
-    """A member's session timer: completes when it heartbeats or leaves, else expires.
-
-    As in Kafka, each heartbeat completes the current one and the coordinator
-    schedules the next (with ``heartbeat_satisfied`` reset); expiry means the
-    session timed out and the coordinator removes the member.
-    """
-
-    __slots__ = ("_reason", "group_id", "member_id")
-
-    def __init__(self, deadline_ms: int, group_id: str, member_id: str) -> None:
-        super().__init__(deadline_ms)
-        self.group_id = group_id
-        self.member_id = member_id
-        self._reason: str | None = None
-
-    @property
-    def watch_keys(self) -> tuple[tuple[str, str]]:
-        return ((self.group_id, self.member_id),)
-
-    def observe(self, key: Hashable, status: MemberStatus) -> None:
-        if key != (self.group_id, self.member_id):
-            return
-        if not status.in_group:
-            self._reason = "left"
-        elif status.heartbeat_satisfied:
-            self._reason = "heartbeat"
-
-    def try_complete(self) -> bool:
-        return self._reason is not None and self.force_complete()
-
-    def on_complete(self) -> None:
-        reason = "session_timeout" if self.timed_out else (self._reason or "heartbeat")
-        self.outcome = HeartbeatOutcome(self.group_id, self.member_id, reason, self.timed_out)

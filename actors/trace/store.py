@@ -1,4 +1,4 @@
-"""Trace segments on disk: find them, follow them, and roll them into Parquet.
+"""Trace segments on disk: find them, read them, follow them, and roll them into Parquet.
 
 Nodes append msgpack (format in ``wire/trace_format.py``): about a
 microsecond and a half per event in the node's writer thread, and a crash
@@ -191,3 +191,42 @@ def iter_events(dirs: list[Path]) -> Iterator[dict[str, Any]]:
         fields, rows = read_rows(path)
         for row in rows:
             yield dict(zip(fields, row, strict=False))
+
+
+def read_trace_file(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The header and every whole event of one trace file (any readable version), as dicts."""
+    with open(path, "rb") as f:
+        data = f.read()
+    unpacker = msgpack.Unpacker(raw=False)
+    unpacker.feed(data)
+    header: dict[str, Any] | None = None
+    events: list[dict[str, Any]] = []
+    try:
+        for obj in unpacker:
+            if header is None:
+                if not isinstance(obj, dict) or obj.get("format") != tf.FORMAT_NAME:
+                    raise ValueError(f"{path}: not an actorlog trace file")
+                if obj.get("version") not in tf.READABLE_VERSIONS:
+                    raise ValueError(
+                        f"{path}: trace format version {obj.get('version')} is not supported")
+                header = obj
+                fields = obj["fields"]
+                continue
+            events.append(dict(zip(fields, obj)))
+    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError) as exc:
+        if header is None:
+            raise
+        del exc  # a torn tail after a crash: keep what is whole
+    if header is None:
+        raise ValueError(f"{path}: empty trace file")
+    return header, events
+
+
+def read_trace_dirs(dirs: list[Path]) -> list[dict[str, Any]]:
+    """Every whole event of every trace file under ``dirs`` (data dirs, trace dirs or files)."""
+    events: list[dict[str, Any]] = []
+    for d in dirs:
+        files = sorted(Path(d).rglob(f"*{tf.FILE_SUFFIX}")) if Path(d).is_dir() else [Path(d)]
+        for path in files:
+            events.extend(read_trace_file(path)[1])
+    return events

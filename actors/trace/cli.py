@@ -2,7 +2,7 @@
 
 show / list / tail / find work on the msgpack segments directly; export
 writes Perfetto or OTLP JSON; analyze runs the PySpark job of
-``actors/trace_analyze.py`` (optional extra ``actorlog[spark]``).
+``actors/trace/analyze.py`` (optional extra ``actorlog[spark]``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from typing import Any
 
 import click
 
-from actors.runtime.trace_spans import (
-    API_KEYS,
+from actors.trace.spans import (
     STAGES,
     RequestTrace,
     build_spans,
@@ -24,7 +23,8 @@ from actors.runtime.trace_spans import (
     request_from_trace,
     request_traces,
 )
-from actors.runtime.tracing import read_trace_dirs
+from actors.trace.store import read_trace_dirs
+from wire.api_versions import API_KEYS_BY_SNAKE_NAME
 
 _dir_option = click.option(
     "--dir",
@@ -67,7 +67,7 @@ def show(trace_id: str, dirs: tuple[str, ...]) -> None:
     """Print one trace as a tree: actor, node, message, mailbox wait and handling time.
 
     For a Kafka request the header gives its stages (request queue, local,
-    remote, response queue, send; see actors/runtime/trace_spans.py).
+    remote, response queue, send; see actors/trace/spans.py).
     """
     tid = _parse_trace_id(trace_id)
     events = [e for e in read_trace_dirs([Path(d) for d in dirs]) if e["trace_id"] == tid]
@@ -153,7 +153,7 @@ def find(dirs: tuple[str, ...], slowest: int, api: str | None, window_s: float |
         if r.total_ns is not None
     ]
     if api is not None:
-        key = int(api) if api.isdigit() else API_KEYS.get(api.lower())
+        key = int(api) if api.isdigit() else API_KEYS_BY_SNAKE_NAME.get(api.lower())
         if key is None:
             raise click.BadParameter(
                 f"unknown API {api!r}; use a Kafka API name or key", param_hint="--api"
@@ -188,7 +188,7 @@ def tail(
     dirs: tuple[str, ...], raw: bool, from_start: bool, seconds: float | None, interval: float
 ) -> None:
     """Follow a running node's trace files: one line per finished request (or per event)."""
-    from actors.trace_store import SegmentFollower
+    from actors.trace.store import SegmentFollower
 
     follower = SegmentFollower([Path(d) for d in dirs], from_end=not from_start)
     pending: dict[int, list[dict[str, Any]]] = {}
@@ -238,7 +238,7 @@ def tail(
 @click.argument("out", type=click.Path(dir_okay=False))
 def export(fmt: str, dirs: tuple[str, ...], trace_ids: tuple[str, ...], out: str) -> None:
     """Write the traces as Perfetto/Chrome JSON (open at ui.perfetto.dev) or OTLP JSON."""
-    from actors.trace_export import to_otlp, to_perfetto
+    from actors.trace.export import to_otlp, to_perfetto
 
     events = read_trace_dirs([Path(d) for d in dirs])
     if trace_ids:
@@ -262,8 +262,8 @@ def export(fmt: str, dirs: tuple[str, ...], trace_ids: tuple[str, ...], out: str
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL")
 def analyze(dirs: tuple[str, ...], out: str, master: str) -> None:
     """PySpark job over every node's traces: stages, actors, throughput, ordering check."""
-    from actors.trace_analyze import MissingExtraError, require_extras
-    from actors.trace_analyze import analyze as run
+    from actors.trace.analyze import MissingExtraError, require_extras
+    from actors.trace.analyze import analyze as run
 
     try:
         require_extras()

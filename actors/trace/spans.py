@@ -34,23 +34,18 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-STAGES: tuple[str, ...] = ("request_queue", "local", "remote", "response_queue", "send")
+from wire.api_versions import STAGES, api_snake_name
 
-# Kafka's API names (snake_case) for the keys a broker commonly sees.
-API_NAMES: dict[int, str] = {
-    0: "produce", 1: "fetch", 2: "list_offsets", 3: "metadata", 8: "offset_commit",
-    9: "offset_fetch", 10: "find_coordinator", 11: "join_group", 12: "heartbeat",
-    13: "leave_group", 14: "sync_group", 15: "describe_groups", 16: "list_groups",
-    17: "sasl_handshake", 18: "api_versions", 19: "create_topics", 20: "delete_topics",
-    22: "init_producer_id", 32: "describe_configs", 36: "sasl_authenticate",
-    60: "describe_cluster",
-}
-API_KEYS: dict[str, int] = {name: key for key, name in API_NAMES.items()}
-
-
-def api_name(api_key: int) -> str:
-    return API_NAMES.get(api_key, f"api_{api_key}")
-
+__all__ = [
+    "STAGES",
+    "RequestTrace",
+    "Span",
+    "build_spans",
+    "format_tree",
+    "node_anchors",
+    "request_from_trace",
+    "request_traces",
+]
 
 def node_anchors(events: list[dict[str, Any]]) -> dict[str, int]:
     """Per node: reference wall time minus monotonic time (the median over its events)."""
@@ -196,7 +191,7 @@ class RequestTrace:
 
     @property
     def api(self) -> str:
-        return api_name(self.api_key)
+        return api_snake_name(self.api_key)
 
 
 def request_traces(events: list[dict[str, Any]],

@@ -1,16 +1,12 @@
-"""The broker's delayed operations: each completion rule, expiry, and through a purgatory."""
+"""DelayedProduce and DelayedFetch: each completion rule, expiry, and through a purgatory."""
 
 from __future__ import annotations
 
 from actors.core.delayed_operation import DelayedOperationPurgatory
-from actors.core.delayed_ops import (
+from actors.core.delayed_produce_fetch import (
     DelayedFetch,
-    DelayedHeartbeat,
-    DelayedJoin,
     DelayedProduce,
     FetchPartitionStatus,
-    GroupStatus,
-    MemberStatus,
     PartitionStatus,
     ProduceOutcome,
     ProducePartitionResponse,
@@ -273,88 +269,3 @@ def test_fetch_expiry_answers_with_what_is_there() -> None:
     assert purgatory.expire(op)
     assert op.outcome.timed_out and op.outcome.reason == "timed_out"
     assert op.outcome.read == (A, B)
-
-
-# -- DelayedJoin -------------------------------------------------------------------
-
-
-def group(
-    members: set[str], joined: set[str], pending: frozenset[str] | set[str] = frozenset()
-) -> GroupStatus:
-    return GroupStatus("g", 7, frozenset(members), frozenset(joined), frozenset(pending))
-
-
-def test_join_completes_when_all_known_members_joined() -> None:
-    purgatory = DelayedOperationPurgatory()
-    op = DelayedJoin(5000, "g")
-    assert op.watch_keys == ("g",)
-    assert not purgatory.try_complete_else_watch(
-        op, op.watch_keys, {"g": group({"m1", "m2"}, {"m1"})}
-    )
-    assert purgatory.check_and_complete("g", group({"m1", "m2"}, {"m1", "m2"}, {"new"})) == []
-    assert purgatory.check_and_complete("g", group({"m1", "m2"}, {"m1", "m2"})) == [op]
-    assert op.outcome.joined == {"m1", "m2"} and op.outcome.missing == frozenset()
-    assert op.outcome.generation_id == 7 and not op.outcome.timed_out
-
-
-def test_join_expiry_reports_the_members_to_remove() -> None:
-    purgatory = DelayedOperationPurgatory()
-    op = DelayedJoin(5000, "g")
-    purgatory.try_complete_else_watch(op, ["g"], {"g": group({"m1", "m2", "m3"}, {"m2"})})
-    assert purgatory.expire(op)
-    assert op.outcome.timed_out
-    assert op.outcome.joined == {"m2"} and op.outcome.missing == {"m1", "m3"}
-
-
-def test_join_with_a_custom_predicate() -> None:
-    op = DelayedJoin(5000, "g", can_complete=lambda s: len(s.joined_member_ids) >= 2)
-    op.observe("g", group({"m1", "m2", "m3"}, {"m1", "m2"}))
-    assert op.try_complete()
-    assert op.outcome.missing == {"m3"}
-
-
-def test_join_ignores_other_groups_and_expires_without_status() -> None:
-    op = DelayedJoin(5000, "g")
-    op.observe("other", group({"m1"}, {"m1"}))
-    assert op.try_complete() is False
-    assert op.expire()
-    assert op.outcome.generation_id == -1 and op.outcome.missing == frozenset()
-
-
-# -- DelayedHeartbeat ----------------------------------------------------------------
-
-
-def member(in_group: bool = True, satisfied: bool = False, member_id: str = "m1") -> MemberStatus:
-    return MemberStatus("g", member_id, in_group, satisfied)
-
-
-def test_heartbeat_completes_the_session_timer() -> None:
-    purgatory = DelayedOperationPurgatory()
-    op = DelayedHeartbeat(10_000, "g", "m1")
-    key = op.watch_keys[0]
-    assert key == ("g", "m1")
-    assert not purgatory.try_complete_else_watch(op, [key], {key: member()})
-    assert purgatory.check_and_complete(key, member(satisfied=True)) == [op]
-    assert op.outcome.reason == "heartbeat" and not op.outcome.timed_out
-
-
-def test_leaving_completes_the_session_timer() -> None:
-    op = DelayedHeartbeat(10_000, "g", "m1")
-    op.observe(("g", "m1"), member(in_group=False))
-    assert op.try_complete() and op.outcome.reason == "left"
-
-
-def test_session_timeout_expires_the_member() -> None:
-    purgatory = DelayedOperationPurgatory()
-    op = DelayedHeartbeat(10_000, "g", "m1")
-    purgatory.try_complete_else_watch(op, op.watch_keys)
-    assert purgatory.check_and_complete(("g", "m1"), member()) == []
-    assert purgatory.expire(op)
-    assert op.outcome.reason == "session_timeout" and op.outcome.timed_out
-    assert op.outcome.member_id == "m1"
-
-
-def test_heartbeat_of_another_member_is_ignored() -> None:
-    op = DelayedHeartbeat(10_000, "g", "m1")
-    op.observe(("g", "m2"), member(satisfied=True, member_id="m2"))
-    assert op.try_complete() is False

@@ -1,0 +1,156 @@
+"""OffsetCommit and OffsetFetch: committed offsets, written to ``__consumer_offsets`` first."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from actors.core.group_base import _OFFSET_STORE_ERRORS, GroupCoreBase, _PendingCommit
+from actors.core.group_metadata import (
+    GroupMetadata,
+    GroupState,
+    OffsetAndMetadata,
+    RequestId,
+    TopicPartition,
+)
+from actors.core.group_types import (
+    Effect,
+    OffsetCommitPartition,
+    OffsetCommitResponse,
+    OffsetFetchPartition,
+    OffsetFetchResponse,
+    Respond,
+)
+from actors.core.offsets_codec import OffsetCommitValue, Record, offset_commit_record
+from wire.errors import ErrorCode
+
+
+class GroupOffsets(GroupCoreBase):
+    """The offsets part of the group core (a part of GroupCoordinatorCore)."""
+
+    __slots__ = ()
+
+    def offset_commit(
+        self,
+        request_id: RequestId,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        partitions: Sequence[OffsetCommitPartition],
+        now_ms: int,
+    ) -> list[Effect]:
+        """An OffsetCommit. Generation -1 with an empty member id is a "simple" commit.
+
+        Simple commits are accepted only while the group is Empty or unknown
+        (a consumer using ``assign()`` and Kafka only for offset storage).
+        """
+        fx: list[Effect] = []
+
+        def refuse(code: ErrorCode) -> list[Effect]:
+            return self._respond(
+                fx,
+                request_id,
+                OffsetCommitResponse(tuple((p.topic, p.partition, code) for p in partitions)),
+            )
+
+        group = self._groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                # A member of a generation we do not know: this group is not ours (any more).
+                return refuse(ErrorCode.ILLEGAL_GENERATION)
+            group = GroupMetadata(group_id)
+            return self._store_offsets(request_id, group, partitions, now_ms, fx, new_group=True)
+        if group.is_state(GroupState.DEAD):
+            return refuse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if group.is_static_member_fenced(member_id, group_instance_id):
+            return refuse(ErrorCode.FENCED_INSTANCE_ID)
+        if generation_id < 0 and group.is_state(GroupState.EMPTY):
+            return self._store_offsets(request_id, group, partitions, now_ms, fx)
+        if not group.has(member_id):
+            return refuse(ErrorCode.UNKNOWN_MEMBER_ID)
+        if generation_id != group.generation_id:
+            return refuse(ErrorCode.ILLEGAL_GENERATION)
+        if group.is_state(GroupState.COMPLETING_REBALANCE):
+            # The member has its new generation but no assignment yet.
+            return refuse(ErrorCode.REBALANCE_IN_PROGRESS)
+        # Stable, or PreparingRebalance: commits are still allowed; the
+        # heartbeat tells the member to rejoin.
+        member = group.members[member_id]
+        self._reset_heartbeat(group, member, now_ms, member.session_timeout_ms, fx)
+        return self._store_offsets(request_id, group, partitions, now_ms, fx)
+
+    def _store_offsets(
+        self,
+        request_id: RequestId,
+        group: GroupMetadata,
+        partitions: Sequence[OffsetCommitPartition],
+        now_ms: int,
+        fx: list[Effect],
+        new_group: bool = False,
+    ) -> list[Effect]:
+        order: list[tuple[str, int, ErrorCode]] = []
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        records: list[Record] = []
+        for p in partitions:
+            metadata = p.metadata or ""
+            if len(metadata.encode("utf-8")) > self.config.offset_metadata_max_bytes:
+                order.append((p.topic, p.partition, ErrorCode.OFFSET_METADATA_TOO_LARGE))
+                continue
+            order.append((p.topic, p.partition, ErrorCode.NONE))
+            value = OffsetAndMetadata(p.offset, p.leader_epoch, metadata, now_ms)
+            offsets[(p.topic, p.partition)] = value
+            records.append(
+                offset_commit_record(
+                    group.group_id,
+                    p.topic,
+                    p.partition,
+                    OffsetCommitValue(p.offset, p.leader_epoch, metadata, now_ms),
+                )
+            )
+        if not records:
+            return self._respond(fx, request_id, OffsetCommitResponse(tuple(order)))
+        if new_group:
+            self._groups[group.group_id] = group
+        append_id = self._append(group, tuple(records), fx)
+        self._pending_appends[append_id] = _PendingCommit(request_id, group, order, offsets)
+        return fx
+
+    def offset_fetch(
+        self,
+        request_id: RequestId,
+        group_id: str,
+        partitions: Sequence[TopicPartition] | None,
+    ) -> list[Effect]:
+        """An OffsetFetch; ``partitions=None`` asks for every committed offset of the group.
+
+        Answered whatever the group's state (it may use Kafka for offsets only).
+        A partition with no commit gets offset -1 and no error.
+        """
+        group = self._groups.get(group_id)
+        offsets = group.offsets if group is not None else {}
+        wanted = sorted(offsets) if partitions is None else list(partitions)
+        result = []
+        for topic, partition in wanted:
+            o = offsets.get((topic, partition))
+            if o is None:
+                result.append(OffsetFetchPartition(topic, partition, -1, -1, ""))
+            else:
+                result.append(
+                    OffsetFetchPartition(topic, partition, o.offset, o.leader_epoch, o.metadata)
+                )
+        return [Respond(request_id, OffsetFetchResponse(ErrorCode.NONE, tuple(result)))]
+
+    def _on_commit_appended(
+        self, pending: _PendingCommit, error_code: ErrorCode, fx: list[Effect]
+    ) -> None:
+        if error_code is ErrorCode.NONE:
+            if not pending.group.is_state(GroupState.DEAD):
+                pending.group.offsets.update(pending.offsets)
+            code = ErrorCode.NONE
+        else:
+            code = _OFFSET_STORE_ERRORS.get(error_code, error_code)
+        result = tuple(
+            (topic, partition, code if (topic, partition) in pending.offsets else err)
+            for topic, partition, err in pending.order
+        )
+        self._respond(fx, pending.request_id, OffsetCommitResponse(result))

@@ -1,0 +1,155 @@
+"""The gateway: a node's one door for frames from other nodes."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import zmq
+
+from actors.runtime.actor import Actor, handles
+from actors.runtime.address import Address
+from actors.runtime.directory import NodeEndpoint
+from wire.runtime_messages import GetClockOffsets, Ping, Pong
+
+if TYPE_CHECKING:
+    from actors.runtime.node import Link, Node
+
+
+class Gateway(Actor):
+    """Receives frames from other nodes and hands them to local mailboxes.
+
+    It also estimates clock offsets: every ``PING_INTERVAL_MS`` it pings the
+    gateway of every other node; from a Pong, offset(remote - local) =
+    pong_wall - (ping_wall + arrival_wall) / 2, and the sample with the
+    smallest round trip in the recent window is kept. The node whose name
+    sorts first is the reference clock; the tracer records this node's offset
+    to it, so trace readers can put every node on one timeline.
+    """
+
+    mailbox_size = 1000
+    PING_INTERVAL_MS = 2000
+    WINDOW = 8
+
+    def __init__(self, node: Node, name: str, endpoint: NodeEndpoint | None, **kw: Any) -> None:
+        super().__init__(node, name, **kw)
+        self.endpoint = endpoint
+        self._in: list[Any] = []
+        self._fwd: dict[str, Link] = {}
+        self.samples: dict[str, list[tuple[int, int]]] = {}  # node -> [(rtt ns, offset ns)]
+        self._ping_seq = 0
+        self._next_ping_ns = 0
+
+    def _peers(self) -> list[str]:
+        return sorted(n for n in self.node.directory.nodes if n != self.node.name)
+
+    def poll_timeout_ms(self) -> int | None:
+        if not self._peers():
+            return None
+        return max(0, (self._next_ping_ns - time.monotonic_ns()) // 1_000_000)
+
+    def on_turn(self) -> None:
+        peers = self._peers()
+        if not peers or time.monotonic_ns() < self._next_ping_ns:
+            return
+        self._next_ping_ns = time.monotonic_ns() + self.PING_INTERVAL_MS * 1_000_000
+        self._ping_seq += 1
+        for peer in peers:
+            self.tell(Address(peer, self.name), Ping(self._ping_seq, time.time_ns()))
+
+    @handles(Ping)
+    def on_ping(self, msg: Ping) -> None:
+        self.reply(Pong(msg.seq, msg.sent_wall_ns, time.time_ns()))
+
+    @handles(Pong)
+    def on_pong(self, msg: Pong) -> None:
+        assert self.current_sender is not None
+        arrived = time.time_ns()
+        rtt = arrived - msg.ping_wall_ns
+        offset = msg.pong_wall_ns - (msg.ping_wall_ns + arrived) // 2
+        window = self.samples.setdefault(self.current_sender.node, [])
+        window.append((rtt, offset))
+        del window[: -self.WINDOW]
+        self._update_tracer_offset()
+
+    def offset_to(self, node: str) -> int | None:
+        """Best estimate of (node's wall clock - ours) in ns, or None without samples."""
+        if node == self.node.name:
+            return 0
+        window = self.samples.get(node)
+        return min(window)[1] if window else None
+
+    def _update_tracer_offset(self) -> None:
+        reference = min([self.node.name, *self._peers()])
+        offset = self.offset_to(reference)
+        if offset is not None:
+            self.node.tracer.clock_offset_ns = offset
+
+    @handles(GetClockOffsets)
+    def clock_offsets(self, _msg: GetClockOffsets) -> dict[str, list[int]]:
+        return {node: list(min(window)) for node, window in self.samples.items() if window}
+
+    def setup(self) -> None:
+        if self._in or self.endpoint is None:
+            return
+        node = self.node
+        for url in self._bind_urls():
+            sock = node.context.socket(zmq.PULL)
+            sock.setsockopt(zmq.RCVHWM, node.gateway_hwm)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, 4 * node.max_frame_bytes + 1024)
+            sock.bind(url)
+            self._in.append(sock)
+            self.watch_fd(sock, self._on_readable)  # type: ignore[arg-type]
+            self.log.debug("gateway of {} listening on {}", node.name, url)
+
+    def _bind_urls(self) -> list[str]:
+        assert self.endpoint is not None
+        urls = []
+        if self.endpoint.ipc_dir:
+            Path(self.endpoint.ipc_dir).mkdir(parents=True, exist_ok=True)
+            path = Path(self.endpoint.ipc_dir) / f"{self.node.name}.gw"
+            if path.exists():
+                path.unlink()  # a stale socket file from a previous run of this node
+            urls.append(self.endpoint.ipc(self.node.name))
+        if self.endpoint.port:
+            urls.append(self.endpoint.tcp())
+        return urls
+
+    def _on_readable(self, _mask: int) -> None:
+        dl = self.node.dead_letters
+        limit = self.node.max_frame_bytes
+        for sock in self._in:
+            for _ in range(256):
+                try:
+                    parts = sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                if len(parts) != 2:
+                    dl.record(f"gateway frame with {len(parts)} parts", receiver=self.name)
+                    continue
+                target, frame = parts
+                if len(frame) > limit:
+                    dl.record(f"frame of {len(frame)} bytes is over the {limit} byte limit",
+                              receiver=target.decode("utf-8", "replace"))
+                    continue
+                name = target.decode("utf-8", "replace")
+                link = self._fwd.get(name)
+                if link is None:
+                    if name not in self.node.actors:
+                        dl.record(f"no actor named {name!r} on node {self.node.name}",
+                                  receiver=name)
+                        continue
+                    link = self.node._new_link(Address(self.node.name, name))
+                    self._fwd[name] = link
+                self.node._send_frame(link, Address(self.node.name, name), frame, waiter=self)
+
+    def teardown(self) -> None:
+        for sock in self._in:
+            self.unwatch_fd(sock)  # type: ignore[arg-type]
+            sock.close(linger=0)
+        self._in = []
+        for link in self._fwd.values():
+            link.sock.close(linger=1000)
+        self._fwd = {}

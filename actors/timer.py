@@ -12,7 +12,7 @@ from typing import Any
 from actors.core.timing_wheel import TimerTask, TimingWheel
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
-from actors.runtime.clock import Clock, SystemClock
+from actors.runtime.clock import Clock
 from wire.broker_messages import Cancel, Expired, GetStats, Schedule
 
 
@@ -30,7 +30,8 @@ class Timer(Actor):
 
     def __init__(self, node: Any, name: str, *, clock: Clock | None = None, **kw: Any) -> None:
         super().__init__(node, name, **kw)
-        self.clock = clock or SystemClock()
+        if clock is not None:
+            self.clock = clock
 
     def setup(self) -> None:
         self.wheel = TimingWheel(tick_ms=1, wheel_size=20, start_ms=self.clock.now_ms())

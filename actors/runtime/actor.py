@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import queue
 import sys
-import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -29,6 +28,7 @@ import zmq
 from loguru import logger
 
 from actors.runtime.address import Address
+from actors.runtime.clock import Clock
 from actors.runtime.pykka_compat import PykkaActor, envelope, is_stop
 from actors.runtime.supervision import RestartWindow, restart_after_crash
 from actors.runtime.tracing import new_id, trace_fields
@@ -39,7 +39,6 @@ from wire.runtime_messages import Reply
 if TYPE_CHECKING:
     from actors.runtime.node import Node
 
-_time_ns = time.time_ns
 _encode_frame = encode_frame
 _decode_frame = decode_frame
 _type_ids = registry._BY_TYPE
@@ -105,6 +104,8 @@ class Actor(PykkaActor):
         self.name = name
         self.address = Address(node.name, name)
         self.log = logger.bind(actor=name, node=node.name)
+        # The node's clock unless a subclass is given its own: one clock drives the node.
+        self.clock: Clock = node.clock
         self.current_sender: Address | None = None
         self.received = 0
         self.sent_local = 0
@@ -154,6 +155,14 @@ class Actor(PykkaActor):
     def on_stopping(self) -> None:
         """The node is shutting down: stop taking new external input."""
 
+    def take_turn(self) -> None:
+        """One turn outside the poll loop (``Node.run_turns``), as the loop ends each of its own."""
+        self._drain_local()
+        self._run_guarded(self.on_turn)
+        self._drain_local()
+        if self._out:
+            self.flush()
+
     # ----------------------------------------------------------------- sending
     def tell(self, address: Address, msg: Any) -> None:
         """Send ``msg`` to ``address``; delivered in order, batched per incoming frame."""
@@ -164,7 +173,8 @@ class Actor(PykkaActor):
         else:
             span = 0
         # wire.envelope.new_entry's layout, inline: this runs for every message sent.
-        entry = [_type_ids[type(msg)], tid, span, self._trace[1] if tid else 0, _time_ns(), 0, msg]
+        entry = [_type_ids[type(msg)], tid, span, self._trace[1] if tid else 0,
+                 self.clock.wall_ns(), 0, msg]
         if address == self.address:
             self._to_self.append(entry)  # never wait on our own mailbox
             return

@@ -17,6 +17,7 @@ because each pair has one socket.
 
 from __future__ import annotations
 
+import errno
 import queue
 import sys
 from collections.abc import Callable
@@ -37,7 +38,7 @@ from wire.envelope import BadFrame, decode_frame, encode_frame
 from wire.runtime_messages import Reply
 
 if TYPE_CHECKING:
-    from actors.runtime.node import Node
+    from actors.runtime.node import Link, Node
 
 _encode_frame = encode_frame
 _decode_frame = decode_frame
@@ -121,7 +122,7 @@ class Actor(PykkaActor):
         self._to_self: list[Any] = []
         # frames handed over in memory by actors of the same loop: (sender name, entries)
         self._local_in: list[tuple[str, list[Any]]] = []
-        self._out_sockets: dict[Address, Any] = {}
+        self._out_sockets: dict[Address, Link | _LocalLink] = {}
         self._owner: Actor = host if host is not None else self
         self._members: list[Actor] = [self]  # actors this loop runs (owner only)
         self._routes: dict[Any, tuple[Actor, int, Any]] = {}  # owner only
@@ -213,7 +214,7 @@ class Actor(PykkaActor):
         entries = self._out.pop(address, None)
         if not entries:
             return
-        link = self._out_sockets.get(address)
+        link: Link | _LocalLink | None = self._out_sockets.get(address)
         if link is None:
             peer = self.node.actors.get(address.name) if address.node == self.node.name else None
             if peer is not None and peer._owner is self._owner and not peer.actor_stopped.is_set():
@@ -226,7 +227,7 @@ class Actor(PykkaActor):
                     )
                     return
             self._out_sockets[address] = link
-        if link is _LOCAL:
+        if isinstance(link, _LocalLink):
             peer = self.node.actors[address.name]
             if peer.actor_stopped.is_set():
                 self.node.dead_letters.record(
@@ -317,7 +318,7 @@ class Actor(PykkaActor):
             try:
                 events = poll(self._next_timeout())
             except zmq.ZMQError as exc:
-                if exc.errno == zmq.EINTR:
+                if exc.errno == errno.EINTR:
                     continue
                 raise
             for sock, mask in events:
@@ -361,6 +362,8 @@ class Actor(PykkaActor):
 
     def _drain_mailbox(self, mailbox: Any) -> None:
         for _ in range(64):
+            if self._mailbox is None:  # stopped by a handler's crash (supervision gave up)
+                return
             try:
                 data = mailbox.recv(_NOBLOCK)
             except _Again:
@@ -381,7 +384,11 @@ class Actor(PykkaActor):
         self.current_sender = sender
         handlers = self._handlers
         tracer = self._tracer
-        for entry in entries:
+        for i, entry in enumerate(entries):
+            if self.actor_stopped.is_set():  # supervision gave up on a crash just now
+                self.node.dead_letters.record(f"actor {self.address} stopped", len(entries) - i,
+                                              sender=str(sender), receiver=self.name)
+                break
             try:
                 type_id, tid, span, parent, _send_ns, ask_id, body = entry
                 cls = _types[type_id]
@@ -494,7 +501,7 @@ class Actor(PykkaActor):
         for key in list(self._my_routes):
             self._unroute(key)
         for link in self._out_sockets.values():
-            if link is not _LOCAL:
+            if not isinstance(link, _LocalLink):
                 link.sock.close(linger=1000)
         self._out_sockets.clear()
         if self._mailbox is not None:
@@ -516,4 +523,10 @@ class Actor(PykkaActor):
         return bool(self._mailbox is not None and self._mailbox.poll(0, _POLLIN))
 
 
-_LOCAL = object()  # the link to an actor of the same loop: an in-memory hand-over
+class _LocalLink:
+    """The link to an actor of the same loop: an in-memory hand-over, no socket."""
+
+    __slots__ = ()
+
+
+_LOCAL = _LocalLink()

@@ -34,7 +34,8 @@ class Timer(Actor):
             self.clock = clock
 
     def setup(self) -> None:
-        self.wheel = TimingWheel(tick_ms=1, wheel_size=20, start_ms=self.clock.now_ms())
+        self.wheel: TimingWheel[_Entry] = TimingWheel(tick_ms=1, wheel_size=20,
+                                                     start_ms=self.clock.now_ms())
         self.entries: dict[tuple[Address, int], _Entry] = {}
         self.expired_count = 0
 
@@ -69,8 +70,7 @@ class Timer(Actor):
         return max(0, nxt - self.clock.now_ms())
 
     def on_turn(self) -> None:
-        for task in self.wheel.advance_clock(self.clock.now_ms()):
-            entry: _Entry = task  # type: ignore[assignment]
+        for entry in self.wheel.advance_clock(self.clock.now_ms()):
             if self.entries.get((entry.owner, entry.key)) is entry:
                 del self.entries[(entry.owner, entry.key)]
                 self._expire(entry)

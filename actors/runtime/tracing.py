@@ -118,7 +118,8 @@ class Tracer:
             return
         assert self.directory is not None
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._thread = threading.Thread(target=self._run, name=f"trace-writer-{self.node}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"trace-writer-{self.node}",
+                                        daemon=True)
         self._thread.start()
 
     def close(self) -> None:
@@ -168,8 +169,9 @@ class Tracer:
         assert self.directory is not None
         self._seq += 1
         started = self._wall_ns()
-        path = self.directory / f"{self.node}-{started}-{os.getpid()}-{self._seq:06d}{tf.FILE_SUFFIX}"
-        self._file = open(path, "ab")
+        name = f"{self.node}-{started}-{os.getpid()}-{self._seq:06d}{tf.FILE_SUFFIX}"
+        # Open across many drains until the next rotation or close(): no `with` block fits.
+        self._file = open(self.directory / name, "ab")  # noqa: SIM115
         header = msgpack.packb(
             {
                 "format": tf.FORMAT_NAME,

@@ -17,7 +17,8 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -36,7 +37,8 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
-from tests.broker.conftest import ROOT, BrokerProcess
+from tests.fixtures import waiting
+from tests.fixtures.broker import ROOT, BrokerProcess
 from wire import kafka_codec as kc
 from wire.errors import ErrorCode
 
@@ -46,6 +48,7 @@ GROUP_CONFIG = {
 }
 SESSION_MS = 6000
 WAIT_S = 60
+wait_for = partial(waiting.wait_for, timeout=WAIT_S, interval=0.05)
 
 
 @pytest.fixture(scope="module")
@@ -55,15 +58,6 @@ def group_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPro
     yield b
     code = b.stop()
     assert code == 0, b.log()[-3000:]
-
-
-def wait_for(check: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
@@ -145,7 +139,7 @@ def test_offsets_topic_is_created_internal_and_known_to_every_handler(
         return topic.error_code, topic.is_internal, len(topic.partitions)
 
     expected = (0, True, GROUP_CONFIG["offsets.topic.num.partitions"])
-    wait_for(lambda: offsets_topic() == expected, "the coordinator to create the topic", 10)
+    wait_for(lambda: offsets_topic() == expected, "the coordinator to create the topic", timeout=10)
     for _ in range(4):  # new connections land on every handler
         assert offsets_topic() == expected
 

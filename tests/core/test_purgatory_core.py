@@ -145,14 +145,15 @@ def test_a_produce_waits_for_the_high_watermark_and_settles_each_partition() -> 
 
 def test_a_negative_wait_counts_as_zero() -> None:
     core = PurgatoryCore()
-    assert core.handle(ProduceWaits("h", 5, -7, producing(A)), now_ms=40)[0] == ScheduleExpiry(1, 40)
+    effects = core.handle(ProduceWaits("h", 5, -7, producing(A)), now_ms=40)
+    assert effects[0] == ScheduleExpiry(1, 40)
 
 
 def test_an_unknown_event_raises_and_changes_nothing() -> None:
     core = PurgatoryCore()
     core.handle(FetchWaits("h", 1, 10, 100, False, fetching(A)), now_ms=0)
     before = (core.stats(), core.watch_counts())
-    with pytest.raises(UnknownPurgatoryEvent, match="^not a purgatory event: tuple$"):
+    with pytest.raises(UnknownPurgatoryEvent, match=r"^not a purgatory event: tuple$"):
         core.handle(("ExpiryDue", 1), now_ms=1)  # type: ignore[arg-type]
     assert (core.stats(), core.watch_counts()) == before
     # and the machine goes on as if the call had not been made

@@ -13,7 +13,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.node import Directory, Node, NodeEndpoint
 from actors.trace.store import read_trace_dirs
-from tests.runtime.test_runtime import wait_for
+from tests.fixtures.waiting import wait_for
 from wire.registry import message
 
 

@@ -412,14 +412,27 @@ def test_static_member_restart_keeps_its_partitions_without_a_rebalance(
 
 # ------------------------------------------------------------------ rebalance
 
+# It commits exactly the offsets after what it consumed, and reports exactly those: a
+# partition it was assigned but never read from has no commit of its own to report.
 KILLED_MEMBER = r"""
 import json, sys, time
-from kafka import KafkaConsumer
+from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+from kafka.structs import OffsetAndMetadata
 bootstrap, topic, group = sys.argv[1:4]
-c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, client_id="doomed",
+consumed = {}  # partition -> offset after the last record consumed since the assignment
+
+class Forget(ConsumerRebalanceListener):
+    def on_partitions_revoked(self, revoked):
+        consumed.clear()
+
+    def on_partitions_assigned(self, assigned):
+        pass
+
+c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, client_id="doomed",
                   auto_offset_reset="earliest", enable_auto_commit=False,
                   session_timeout_ms=6000, heartbeat_interval_ms=1000,
                   max_poll_interval_ms=60000, max_poll_records=20, fetch_max_wait_ms=100)
+c.subscribe([topic], listener=Forget())
 while True:
     batches = c.poll(timeout_ms=100)
     assigned = sorted(tp.partition for tp in c.assignment())
@@ -428,11 +441,14 @@ while True:
         print(json.dumps({"assigned": assigned}), flush=True)
         continue
     print(json.dumps({"assigned": assigned, "consumed": batch}), flush=True)
+    for p, o in batch:
+        consumed[p] = o + 1
+    offsets = {TopicPartition(topic, p): OffsetAndMetadata(o, "", -1) for p, o in consumed.items()}
     try:
-        c.commit()
+        c.commit(offsets)
     except Exception:
         continue
-    print(json.dumps({"committed": {str(tp.partition): c.position(tp) for tp in c.assignment()}}),
+    print(json.dumps({"committed": {str(tp.partition): om.offset for tp, om in offsets.items()}}),
           flush=True)
     time.sleep(0.3)
 """

@@ -41,7 +41,7 @@ from actors.partition_shard import PartitionShard
 from actors.processor import Processor
 from actors.purgatory import PurgatoryShard
 from actors.request_handler import RequestHandler
-from actors.runtime.clock import SystemClock
+from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.config import Config
 from actors.runtime.node import Directory, Node, NodeEndpoint, NodeError, default_ipc_dir
 from actors.timer import Timer
@@ -179,8 +179,9 @@ def read_or_create_meta(data_dir: Path, broker_id: int) -> str:
 
 
 class Broker:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, clock: Clock | None = None) -> None:
         self.config = config
+        self.clock: Clock = clock or SystemClock()  # the node's, read by every actor
         self.node: Node | None = None
         self.port = 0
         self.host = ""
@@ -259,6 +260,7 @@ class Broker:
             max_frame_bytes=max(int(cfg["actor.max.frame.bytes"]),
                                 int(cfg["socket.request.max.bytes"]) + 1024 * 1024),
             batch_max_messages=int(cfg["actor.batch.max.messages"]),
+            clock=self.clock,
         )
         node.tracer.file_max_bytes = int(cfg["trace.file.max.bytes"])
         node.tracer.files_max = int(cfg["trace.files.max"])
@@ -266,7 +268,7 @@ class Broker:
         topo = Topology.from_config(node_name, cfg)
         self.topology = topo
         kafka_codec.warm_up()
-        clock = SystemClock()
+        clock = node.clock
         topics = store.table()
         try:
             try:

@@ -34,7 +34,6 @@ once at setup, so a wall-clock jump never fires a session timer early.
 from __future__ import annotations
 
 import itertools
-import time
 from typing import Any
 
 from actors.core.group_state import (
@@ -74,7 +73,7 @@ from actors.core.record_batch import (
 )
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
-from actors.runtime.clock import Clock, SystemClock
+from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.topology import Topology
 from wire.broker_messages import (
@@ -136,10 +135,6 @@ READ_MAX_BYTES = 8 * 1024 * 1024
 APPEND_TIMEOUT_MS = 5000  # Kafka's offsets.commit.timeout.ms
 HANDLER_WAIT_MS = 5000
 RETRY_MS = 500
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # ---------------------------------------------------------------- records
@@ -268,7 +263,8 @@ class GroupCoordinator(Actor):
         super().__init__(node, name, **kw)
         self.topology = topology
         self.config = config
-        self.clock = clock or SystemClock()
+        if clock is not None:
+            self.clock = clock
         self.wait_for_handlers = wait_for_handlers
 
     # ------------------------------------------------------------ lifecycle
@@ -277,7 +273,7 @@ class GroupCoordinator(Actor):
         # requests are lost (their handlers give up on them).
         self.core = GroupCoordinatorCore(GroupConfig.from_kafka_config(self.config.values))
         self.num_partitions = self.core.config.offsets_topic_num_partitions
-        self.wall_offset_ms = wall_ms() - self.clock.now_ms()
+        self.wall_offset_ms = self.clock.wall_ms() - self.clock.now_ms()
         self.req_ids = itertools.count(1)
         # Fresh timer keys after a restart, so old Expired messages match nothing.
         self.timer_ids = itertools.count(self.clock.monotonic_ns())

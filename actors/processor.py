@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import socket
 from collections import deque
+from functools import partial
 from itertools import islice
 from typing import Any
 
@@ -158,7 +159,7 @@ class Processor(Actor):
         if mask == conn.mask:
             return
         if conn.mask == 0:
-            self.watch_fd(conn.fd, lambda m, fd=conn.fd: self._on_fd(fd, m), mask)
+            self.watch_fd(conn.fd, partial(self._on_fd, conn.fd), mask)
         elif mask == 0:
             self.unwatch_fd(conn.fd)
         else:

@@ -175,7 +175,7 @@ def handle_describe_configs(ctx: HandlerContext, header: Any, req: Any) -> ApiGe
                         "resource_type": res.resource_type,
                         "resource_name": res.resource_name, "configs": configs})
     return Respond({"throttle_time_ms": 0, "results": results})
-    yield  # noqa: unreachable - makes this a generator like the others
+    yield  # unreachable: makes this a generator like the others
 
 
 def handle_init_producer_id(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
@@ -193,4 +193,4 @@ def handle_init_producer_id(ctx: HandlerContext, header: Any, req: Any) -> ApiGe
                         "producer_epoch": new_epoch})
     return Respond({"throttle_time_ms": 0, "error_code": 0,
                     "producer_id": ctx.next_producer_id(), "producer_epoch": 0})
-    yield  # noqa: unreachable - makes this a generator like the others
+    yield  # unreachable: makes this a generator like the others

@@ -17,9 +17,9 @@ because each pair has one socket.
 
 from __future__ import annotations
 
+import errno
 import queue
 import sys
-import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -29,6 +29,7 @@ import zmq
 from loguru import logger
 
 from actors.runtime.address import Address
+from actors.runtime.clock import Clock
 from actors.runtime.pykka_compat import PykkaActor, envelope, is_stop
 from actors.runtime.supervision import RestartWindow, restart_after_crash
 from actors.runtime.tracing import new_id, trace_fields
@@ -37,9 +38,8 @@ from wire.envelope import BadFrame, decode_frame, encode_frame
 from wire.runtime_messages import Reply
 
 if TYPE_CHECKING:
-    from actors.runtime.node import Node
+    from actors.runtime.node import Link, Node
 
-_time_ns = time.time_ns
 _encode_frame = encode_frame
 _decode_frame = decode_frame
 _type_ids = registry._BY_TYPE
@@ -105,6 +105,8 @@ class Actor(PykkaActor):
         self.name = name
         self.address = Address(node.name, name)
         self.log = logger.bind(actor=name, node=node.name)
+        # The node's clock unless a subclass is given its own: one clock drives the node.
+        self.clock: Clock = node.clock
         self.current_sender: Address | None = None
         self.received = 0
         self.sent_local = 0
@@ -120,7 +122,7 @@ class Actor(PykkaActor):
         self._to_self: list[Any] = []
         # frames handed over in memory by actors of the same loop: (sender name, entries)
         self._local_in: list[tuple[str, list[Any]]] = []
-        self._out_sockets: dict[Address, Any] = {}
+        self._out_sockets: dict[Address, Link | _LocalLink] = {}
         self._owner: Actor = host if host is not None else self
         self._members: list[Actor] = [self]  # actors this loop runs (owner only)
         self._routes: dict[Any, tuple[Actor, int, Any]] = {}  # owner only
@@ -154,6 +156,14 @@ class Actor(PykkaActor):
     def on_stopping(self) -> None:
         """The node is shutting down: stop taking new external input."""
 
+    def take_turn(self) -> None:
+        """One turn outside the poll loop (``Node.run_turns``), as the loop ends each of its own."""
+        self._drain_local()
+        self._run_guarded(self.on_turn)
+        self._drain_local()
+        if self._out:
+            self.flush()
+
     # ----------------------------------------------------------------- sending
     def tell(self, address: Address, msg: Any) -> None:
         """Send ``msg`` to ``address``; delivered in order, batched per incoming frame."""
@@ -164,7 +174,8 @@ class Actor(PykkaActor):
         else:
             span = 0
         # wire.envelope.new_entry's layout, inline: this runs for every message sent.
-        entry = [_type_ids[type(msg)], tid, span, self._trace[1] if tid else 0, _time_ns(), 0, msg]
+        entry = [_type_ids[type(msg)], tid, span, self._trace[1] if tid else 0,
+                 self.clock.wall_ns(), 0, msg]
         if address == self.address:
             self._to_self.append(entry)  # never wait on our own mailbox
             return
@@ -203,7 +214,7 @@ class Actor(PykkaActor):
         entries = self._out.pop(address, None)
         if not entries:
             return
-        link = self._out_sockets.get(address)
+        link: Link | _LocalLink | None = self._out_sockets.get(address)
         if link is None:
             peer = self.node.actors.get(address.name) if address.node == self.node.name else None
             if peer is not None and peer._owner is self._owner and not peer.actor_stopped.is_set():
@@ -216,7 +227,7 @@ class Actor(PykkaActor):
                     )
                     return
             self._out_sockets[address] = link
-        if link is _LOCAL:
+        if isinstance(link, _LocalLink):
             peer = self.node.actors[address.name]
             if peer.actor_stopped.is_set():
                 self.node.dead_letters.record(
@@ -307,7 +318,7 @@ class Actor(PykkaActor):
             try:
                 events = poll(self._next_timeout())
             except zmq.ZMQError as exc:
-                if exc.errno == zmq.EINTR:
+                if exc.errno == errno.EINTR:
                     continue
                 raise
             for sock, mask in events:
@@ -351,6 +362,8 @@ class Actor(PykkaActor):
 
     def _drain_mailbox(self, mailbox: Any) -> None:
         for _ in range(64):
+            if self._mailbox is None:  # stopped by a handler's crash (supervision gave up)
+                return
             try:
                 data = mailbox.recv(_NOBLOCK)
             except _Again:
@@ -371,7 +384,11 @@ class Actor(PykkaActor):
         self.current_sender = sender
         handlers = self._handlers
         tracer = self._tracer
-        for entry in entries:
+        for i, entry in enumerate(entries):
+            if self.actor_stopped.is_set():  # supervision gave up on a crash just now
+                self.node.dead_letters.record(f"actor {self.address} stopped", len(entries) - i,
+                                              sender=str(sender), receiver=self.name)
+                break
             try:
                 type_id, tid, span, parent, _send_ns, ask_id, body = entry
                 cls = _types[type_id]
@@ -484,7 +501,7 @@ class Actor(PykkaActor):
         for key in list(self._my_routes):
             self._unroute(key)
         for link in self._out_sockets.values():
-            if link is not _LOCAL:
+            if not isinstance(link, _LocalLink):
                 link.sock.close(linger=1000)
         self._out_sockets.clear()
         if self._mailbox is not None:
@@ -506,4 +523,10 @@ class Actor(PykkaActor):
         return bool(self._mailbox is not None and self._mailbox.poll(0, _POLLIN))
 
 
-_LOCAL = object()  # the link to an actor of the same loop: an in-memory hand-over
+class _LocalLink:
+    """The link to an actor of the same loop: an in-memory hand-over, no socket."""
+
+    __slots__ = ()
+
+
+_LOCAL = _LocalLink()

@@ -14,15 +14,16 @@ import itertools
 import signal
 import socket
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
+import pykka
 import zmq
 from loguru import logger
 
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
+from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.counters import Counters, DeadLetters
 from actors.runtime.directory import Directory, NodeEndpoint, default_ipc_dir
 from actors.runtime.errors import AskFailed, AskTimeout, NodeError
@@ -91,10 +92,13 @@ class Node:
         batch_max_messages: int = 256,
         gateway_hwm: int = 1000,
         context: zmq.Context[Any] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if not name or "/" in name or "@" in name:
             raise NodeError(f"bad node name {name!r}: must be non-empty, without '/' or '@'")
         self.name = name
+        # The clock every actor of this node reads (unless spawned with its own).
+        self.clock: Clock = clock or SystemClock()
         self.directory = directory or Directory()
         if endpoint is not None:
             self.directory.add(name, endpoint)
@@ -107,10 +111,11 @@ class Node:
         self.data_dir = data_dir
         self.actors: dict[str, Actor] = {}
         self._order: list[str] = []
-        self.dead_letters = DeadLetters(name)
+        self.dead_letters = DeadLetters(name, self.clock)
         self.metrics = Counters()
         self.tracer = Tracer(
-            name, (data_dir / "traces") if data_dir is not None else None, trace_sample_ratio
+            name, (data_dir / "traces") if data_dir is not None else None, trace_sample_ratio,
+            clock=self.clock,
         )
         self._thread_links = threading.local()
         self._all_external_links: list[Link] = []
@@ -253,7 +258,8 @@ class Node:
         if tid:
             span = new_id()
             self.tracer.event("send", tid, span, 0, sender, str(address), type(msg).__name__)
-        entry = new_entry(registry.type_id_of(type(msg)), tid, span, 0, time.time_ns(), ask_id, msg)
+        entry = new_entry(registry.type_id_of(type(msg)), tid, span, 0, self.clock.wall_ns(),
+                          ask_id, msg)
         frame = encode_frame(self.name, sender, address.name, [entry])
         self._send_frame(link, address, frame)
         if address.node == self.name:
@@ -293,11 +299,17 @@ class Node:
 
     # ------------------------------------------------------------- shutdown
     def quiesce(self, timeout: float = 10.0) -> bool:
-        """Wait until every message sent between this node's actors has been handled."""
-        deadline = time.monotonic() + timeout
+        """Wait until every message sent between this node's actors has been handled.
+
+        The caller's thread waits on the actors' threads, so ``timeout`` is real
+        time whatever clock the actors run on (a ManualClock does not move here).
+        """
+        real = SystemClock()
+        deadline_ms = real.now_ms() + int(timeout * 1000)
+        pause = threading.Event()  # never set: a 20 ms wait between looks
         stable = 0
         last = None
-        while time.monotonic() < deadline:
+        while real.now_ms() < deadline_ms:
             actors = list(self.actors.values())
             sent = self._external_sent + sum(a.sent_local for a in actors)
             received = sum(a.received for a in actors)
@@ -309,8 +321,35 @@ class Node:
             else:
                 stable = 0
             last = state
-            time.sleep(0.02)
+            pause.wait(0.02)
         return False
+
+    def run_turns(self, timeout: float = 10.0) -> None:
+        """Have every running actor take a turn now, and wait until each has.
+
+        Actors act on time in their turns (the Timer fires what is due, a shard
+        runs its housekeeping). After a ManualClock is moved by hand, this makes
+        every actor see the new time at once instead of at its loop's next wake-up;
+        ``quiesce`` then waits for the messages those turns sent.
+        """
+        for name in list(self._order):
+            actor = self.actors[name]
+            if actor.actor_stopped.is_set():
+                continue
+            try:
+                actor.actor_ref.ask(call_message("take_turn"), timeout=timeout)
+            except pykka.ActorDeadError:
+                pass  # stopped meanwhile
+
+    def advance_clock(self, ms: int, timeout: float = 10.0) -> None:
+        """Move this node's ManualClock by ``ms``, let every actor act on it, then settle."""
+        advance = getattr(self.clock, "advance", None)
+        if advance is None:
+            raise NodeError(f"node {self.name} runs on {type(self.clock).__name__}, "
+                            f"which cannot be moved by hand")
+        advance(ms)
+        self.run_turns(timeout)
+        self.quiesce(timeout)
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop intake, let in-flight messages finish, then stop actors newest first."""

@@ -584,32 +584,6 @@ def test_log_dir_removes_half_deleted_partitions(tmp_path: Path) -> None:
     assert log_dir.partitions() == [] and os.listdir(tmp_path) == []
 
 
-# -- bench ------------------------------------------------------------------------------
-
-
-def test_bench_log_writes_well_formed_json(tmp_path: Path) -> None:
-    import json
-
-    from click.testing import CliRunner
-
-    from bench.log_bench import RATIO_KEYS, command
-
-    out = tmp_path / "log.json"
-    result = CliRunner().invoke(command, [
-        "--total-mb", "1", "--batch-kib", "4", "--fetch-kib", "64", "--segments", "20",
-        "--random-reads", "50", "--repeat", "2", "--dir", str(tmp_path), "--json", str(out)])
-    assert result.exit_code == 0, result.output
-    report = json.loads(out.read_text())
-    assert set(report) == {"bench", "config", "results", "ratios"}
-    assert report["bench"] == "log"
-    assert set(report["ratios"]) == set(RATIO_KEYS)
-    assert all(isinstance(v, float) and v > 0 for v in report["ratios"].values())
-    spread = report["results"]["append_log_mb_s"]
-    assert spread["min"] <= spread["median"] <= spread["max"]
-    assert "append_vs_raw" in result.output
-    assert [p.name for p in tmp_path.iterdir()] == ["log.json"]  # temp logs removed
-
-
 def test_truncate_inside_the_batch_holding_the_log_start(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     log.append_as_leader(batch(5), 0, 0)

@@ -51,7 +51,7 @@ def encode_frame(
 class Oversized(NamedTuple):
     """An entry whose frame alone would pass the limit: the sender must refuse it."""
 
-    index: int  # its place in the entries given
+    entry: int  # its place in the entries given
     frame_bytes: int  # the size of a frame carrying it alone
 
 

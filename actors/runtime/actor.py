@@ -253,9 +253,9 @@ class Actor(PykkaActor):
         if address.node == self.node.name:
             self.sent_local += len(entries) - len(refused)
         for oversized in refused:
-            self._refuse(address, entries[oversized.index][6], oversized.frame_bytes)
+            self._refuse_oversized(address, entries[oversized.entry][6], oversized.frame_bytes)
 
-    def _refuse(self, address: Address, msg: Any, frame_bytes: int) -> None:
+    def _refuse_oversized(self, address: Address, msg: Any, frame_bytes: int) -> None:
         self.node.metrics.incr("messages_refused_oversized")
         self.node.dead_letters.record(
             f"message over the frame limit: {type(msg).__name__} of {frame_bytes} bytes, "

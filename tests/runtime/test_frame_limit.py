@@ -186,10 +186,10 @@ def test_split_frames_are_valid_in_order_and_under_the_limit(sizes: list[int],
         assert (s_node, s_name, r_name) == ("node-a", "sender", "receiver")
         assert got or not entries  # no empty frame
         decoded.extend(got)
-    left_out = {r.index for r in refused}
+    left_out = {r.entry for r in refused}
     assert decoded == [e for i, e in enumerate(entries) if i not in left_out]
     for r in refused:  # refused only what cannot fit alone, with its true size
-        alone = len(encode_frame("node-a", "sender", "receiver", [entries[r.index]]))
+        alone = len(encode_frame("node-a", "sender", "receiver", [entries[r.entry]]))
         assert r.frame_bytes == alone > limit
     for i, e in enumerate(entries):
         if i not in left_out:

@@ -17,6 +17,7 @@ Every load loop here is bounded in count and in time.
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import threading
@@ -54,6 +55,17 @@ def rss_kib(pid: int, field: str = "VmRSS") -> int:
         if line.startswith(f"{field}:"):
             return int(line.split()[1])
     raise AssertionError(f"no {field} for pid {pid}")
+
+
+def fds_on(pid: int, path: Path) -> int:
+    """Descriptors of process ``pid`` open on ``path``."""
+    count = 0
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            count += os.readlink(f"/proc/{pid}/fd/{name}") == str(path)
+        except OSError:
+            pass
+    return count
 
 
 def fill(broker: BrokerProcess, topic: str = TOPIC) -> None:
@@ -181,6 +193,12 @@ def test_a_client_that_never_reads_8_pipelined_100_mb_fetches_cannot_balloon_the
             assert 50 * MB < size <= FETCH_MAX_BYTES + 4096
     finally:
         silent.close()
+    # Each response's region was closed once sent: the segment is open once (its log's).
+    segment = loaded.data_dir / f"{TOPIC}-0" / "00000000000000000000.log"
+    deadline = time.monotonic() + 10
+    while fds_on(pid, segment) > 1 and time.monotonic() < deadline:  # bounded: 10 s
+        time.sleep(0.05)
+    assert fds_on(pid, segment) == 1
 
 
 def metric(port: int, name: str) -> int:

@@ -475,7 +475,6 @@ class Processor(Actor):
     def _write(self, conn: _Conn) -> None:
         """Write the send queue: bytes gathered into one sendmsg, regions with sendfile."""
         out = conn.out
-        sock = conn.sock
         while out:
             head = out[0]
             kind = type(head)
@@ -495,7 +494,7 @@ class Processor(Actor):
                 elif kind is _Region:
                     break
             try:
-                sent = sock.sendmsg(buffers)
+                sent = self._send_buffers(conn, buffers)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
@@ -520,6 +519,16 @@ class Processor(Actor):
                 out.popleft()
         if conn.core.state is CLOSING:
             self._close(conn, "closed after a refused request")
+
+    @staticmethod
+    def _send_buffers(conn: _Conn, buffers: list[memoryview]) -> int:
+        """Write bytes; how many the socket took (raises BlockingIOError when none).
+
+        The one place bytes meet the socket: a TLS connection (can_sendfile False,
+        so file regions reach it as chunks of bytes too) encrypts them here
+        (actors/security/tls_connection.py: ``send``, then ``data_to_send``).
+        """
+        return conn.sock.sendmsg(buffers)
 
     def _send_region(self, conn: _Conn, region: _Region) -> bool:
         """Send (part of) the region at the head of the queue; False: stop writing now."""

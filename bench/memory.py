@@ -435,7 +435,8 @@ def ratios_of(candidate: dict[str, Any], baseline: dict[str, Any] | None) -> dic
             TARGET_PIPELINED_GROWTH_MB / max(pipelined, 1.0))
     if baseline is None:
         return ratios
-    for name, floor in (("rss_anon_mb_per_gb", 0.1), ("pipelined_rss_growth_mb", 1.0),
+    # Floors: below 1 MB (per GB) a figure is measurement noise, not memory held.
+    for name, floor in (("rss_anon_mb_per_gb", 1.0), ("pipelined_rss_growth_mb", 1.0),
                         ("slow_rss_growth_mb", 1.0)):
         mine, theirs = median(candidate, name), median(baseline, name)
         if mine is not None and theirs is not None:

@@ -21,6 +21,7 @@ import copy
 import errno
 import hashlib
 import os
+import resource
 import shutil
 import socket
 import uuid
@@ -159,6 +160,23 @@ def lock_log_dir(path: Path) -> DirLock:
                           f"user may write (--data-dir / log.dirs)") from None
 
 
+def raise_open_files_limit() -> int:
+    """Raise this process's soft limit of open files to its hard limit; the new soft limit.
+
+    Every Fetch response in flight holds a descriptor per partition it sends from
+    a segment file (until sent), on top of the segments' own: Kafka's operators
+    raise the limit for the same reason. Reads fall back to bytes if it runs out.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            return soft
+        return hard
+    return soft
+
+
 def read_or_create_meta(data_dir: Path, broker_id: int) -> str:
     """Kafka's meta.properties: the cluster id this log dir belongs to."""
     path = data_dir / "meta.properties"
@@ -207,6 +225,7 @@ class Broker:
         if adv_port == 0:
             adv_port = self.port
         created = [d for d in dirs if not d.exists()]
+        raise_open_files_limit()
         try:
             for d in dirs:
                 self.locks.append(lock_log_dir(d))

@@ -1,7 +1,8 @@
 """PartitionShard: the only owner of its partitions' logs and replica state.
 
 Handlers send it whole record batches to append and offsets to read; it
-answers with offsets and raw log bytes. Purgatory shards that wait on one of
+answers with offsets and raw log bytes, or file regions of the segments for
+the Processors to send without reading them (Read.regions). Purgatory shards that wait on one of
 its partitions register interest, and get a PartitionChanged after every
 change of that partition's log end or high watermark.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from actors.core.file_regions import close_regions
 from actors.core.log_dir import LogDir
 from actors.core.partition_log import PartitionLog
 from actors.core.partition_state import PartitionState
@@ -47,6 +49,13 @@ from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
 
 NONE = int(ErrorCode.NONE)
 UNKNOWN_TP = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+# Reads asking for regions: a partition's data of at least REGION_MIN_BYTES comes
+# as a file region; smaller amounts are read, while this answer holds less than
+# INLINE_MAX_BYTES of them (past that, everything is a region).
+REGION_MIN_BYTES = 32 * 1024
+INLINE_MAX_BYTES = 1024 * 1024
+# Room left in a frame for the envelope and the rows around the records.
+FRAME_SLACK_BYTES = 64 * 1024
 
 
 class PartitionShard(Actor):
@@ -270,6 +279,9 @@ class PartitionShard(Actor):
         # The request's max_bytes is a budget over its partitions, as in Kafka: only
         # the first partition with data may go over it (one whole batch at least).
         budget = msg.max_bytes
+        if not msg.regions:  # bytes travel in the answer: keep it within one frame
+            budget = min(budget, max(self._max_frame - FRAME_SLACK_BYTES, 1))
+        inline = 0  # bytes read into this answer (regions: small amounts only)
         got_data = False
         try:
             for req in msg.rows:
@@ -284,22 +296,31 @@ class PartitionShard(Actor):
                     self._notify(state)  # the high watermark moved
                 max_offset = log.high_watermark if msg.replica_id < 0 else None
                 limit = min(req.partition_max_bytes, budget) if budget > 0 else -1
+                region_min = None
+                if msg.regions:
+                    region_min = REGION_MIN_BYTES if inline < INLINE_MAX_BYTES else 1
                 try:
-                    info = log.read(offset, limit, max_offset, not got_data)
+                    info = log.read(offset, limit, max_offset, not got_data,
+                                    region_min_bytes=region_min)
                 except OffsetOutOfRangeError:
                     rows.append(ReadDoneRow(topic, partition, int(ErrorCode.OFFSET_OUT_OF_RANGE),
                                             log.high_watermark, log.log_start_offset, b"", 0, 0,
                                             log.log_end_offset))
                     continue
                 meta = info.fetch_offset_metadata
-                if info.records:
+                size = len(info.records) if info.region is None else info.region.length
+                if size:
                     got_data = True
-                    budget -= len(info.records)
+                    budget -= size
+                    if info.region is None:
+                        inline += size
                 rows.append(ReadDoneRow(topic, partition, NONE, info.high_watermark,
                                         info.log_start_offset, bytes(info.records),
                                         meta.segment_base_offset,
-                                        meta.relative_position_in_segment, info.log_end_offset))
+                                        meta.relative_position_in_segment, info.log_end_offset,
+                                        info.region))
         except Exception:
+            close_regions(rows)
             self.reply(ReadDone(msg.req_id, [
                 ReadDoneRow(r.topic, r.partition, int(ErrorCode.UNKNOWN_SERVER_ERROR), -1, -1,
                             b"", 0, 0, -1)
@@ -307,6 +328,17 @@ class PartitionShard(Actor):
             ]))
             raise
         self.reply(ReadDone(msg.req_id, rows))
+
+    def on_refused(self, address: Address, msg: Any, frame_bytes: int) -> None:
+        """A ReadDone too large for a frame still answers its Read: with an error per row."""
+        if type(msg) is ReadDone:
+            close_regions(msg.rows)
+            self.tell(address, ReadDone(msg.req_id, [
+                ReadDoneRow(r.topic, r.partition, int(ErrorCode.UNKNOWN_SERVER_ERROR), -1, -1,
+                            b"", 0, 0, -1)
+                for r in msg.rows]))
+        else:
+            super().on_refused(address, msg, frame_bytes)
 
     @handles(ListOffsets)
     def on_list_offsets(self, msg: ListOffsets) -> None:

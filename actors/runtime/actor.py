@@ -13,6 +13,13 @@ frame right after it (or when ``actor.batch.max.messages`` is reached), so
 what one frame caused travels together while the next actor never waits for
 the rest of this actor's turn. Order from one sender to one receiver is kept
 because each pair has one socket.
+
+A frame never passes ``actor.max.frame.bytes`` (its receiver would refuse it
+unread): what one turn sent to one receiver is cut into as many frames as the
+limit needs, in order. A single message too large for any frame is refused
+to its sender: :meth:`Actor.on_refused` runs in the sender's thread (an ask's
+oversized Reply becomes an error Reply, so the asker gets an answer), and the
+refusal is counted and logged once with sender, receiver, type and size.
 """
 
 from __future__ import annotations
@@ -34,13 +41,13 @@ from actors.runtime.pykka_compat import PykkaActor, envelope, is_stop
 from actors.runtime.supervision import RestartWindow, restart_after_crash
 from actors.runtime.tracing import new_id, trace_fields
 from wire import registry
-from wire.envelope import BadFrame, decode_frame, encode_frame
+from wire.envelope import BadFrame, decode_frame, encode_frames
 from wire.runtime_messages import Reply
 
 if TYPE_CHECKING:
     from actors.runtime.node import Link, Node
 
-_encode_frame = encode_frame
+_encode_frames = encode_frames
 _decode_frame = decode_frame
 _type_ids = registry._BY_TYPE
 _types = registry._BY_ID
@@ -164,6 +171,19 @@ class Actor(PykkaActor):
         if self._out:
             self.flush()
 
+    def on_refused(self, address: Address, msg: Any, frame_bytes: int) -> None:
+        """``msg`` to ``address`` is too large for a frame and was not sent.
+
+        Runs in this actor's thread right after the refusal was counted and
+        logged. The default answers an oversized Reply with an error Reply, so
+        an ask gets an answer; actors whose messages may grow with client data
+        override this to answer the request the message belonged to.
+        """
+        if type(msg) is Reply:
+            self.tell(address, Reply(msg.ask_id, False, (
+                f"the reply of {frame_bytes} bytes is over the {self._max_frame} byte frame "
+                f"limit (actor.max.frame.bytes)")))
+
     # ----------------------------------------------------------------- sending
     def tell(self, address: Address, msg: Any) -> None:
         """Send ``msg`` to ``address``; delivered in order, batched per incoming frame."""
@@ -207,8 +227,9 @@ class Actor(PykkaActor):
                            type(msg).__name__, conn, corr, api, size)
 
     def flush(self) -> None:
-        for address in list(self._out):
-            self._flush_one(address)
+        while self._out:  # on_refused may tell again
+            for address in list(self._out):
+                self._flush_one(address)
 
     def _flush_one(self, address: Address) -> None:
         entries = self._out.pop(address, None)
@@ -236,10 +257,22 @@ class Actor(PykkaActor):
             peer._local_in.append((self.name, entries))
             self.sent_local += len(entries)
             return
-        frame = _encode_frame(self.node.name, self.name, address.name, entries)
-        self.node._send_frame(link, address, frame, waiter=self)
+        frames, refused = _encode_frames(self.node.name, self.name, address.name, entries,
+                                         self._max_frame)
+        for frame in frames:
+            self.node._send_frame(link, address, frame, waiter=self)
         if address.node == self.node.name:
-            self.sent_local += len(entries)
+            self.sent_local += len(entries) - len(refused)
+        for oversized in refused:
+            self._refuse_oversized(address, entries[oversized.entry][6], oversized.frame_bytes)
+
+    def _refuse_oversized(self, address: Address, msg: Any, frame_bytes: int) -> None:
+        self.node.metrics.incr("messages_refused_oversized")
+        self.node.dead_letters.record(
+            f"message over the frame limit: {type(msg).__name__} of {frame_bytes} bytes, "
+            f"limit {self._max_frame} (actor.max.frame.bytes); refused to its sender",
+            sender=str(self.address), receiver=str(address))
+        self._run_guarded(self.on_refused, address, msg, frame_bytes)
 
     # --------------------------------------------------------------- fd watch
     def _route(self, key: Any, kind: int, handler: Any, events: int) -> None:

@@ -50,8 +50,19 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "num.replica.fetchers": (1, int, "ReplicaFetcher actors per source node (reserved: "
                                      "replication, issue 15)"),
     "queued.max.requests": (500, int, "requests queued towards the handlers before reads pause"),
+    "queued.max.request.bytes": (268435456, int, "bytes of requests read and not yet answered "
+                                                 "before the Processors stop reading (each "
+                                                 "Processor its share; a request begun is "
+                                                 "read to its end); -1: no bound (Kafka's "
+                                                 "default)"),
     "max.inflight.requests.per.connection": (64, int, "pipelined requests per connection"),
+    "max.unsent.response.bytes.per.connection": (104857600, int, "a connection whose answers "
+                                                                 "waiting to be written pass "
+                                                                 "this many bytes is not read "
+                                                                 "until they drain"),
     "socket.request.max.bytes": (104857600, int, "largest request frame accepted"),
+    "fetch.max.bytes": (57671680, int, "largest Fetch response (whole batches; the first "
+                                       "batch of the first partition with data always goes)"),
     "socket.send.buffer.bytes": (102400, int, "SO_SNDBUF of client sockets (-1: OS default)"),
     "socket.receive.buffer.bytes": (102400, int, "SO_RCVBUF of client sockets (-1: OS default)"),
     "max.connections": (2147483647, int, "connections accepted in all"),
@@ -121,8 +132,11 @@ RANGES: dict[str, tuple[float, float]] = {
     "num.group.coordinators": _COUNT,
     "num.replica.fetchers": _COUNT,
     "queued.max.requests": _COUNT,
+    "queued.max.request.bytes": (-1, _MAX_INT),
     "max.inflight.requests.per.connection": _COUNT,
+    "max.unsent.response.bytes.per.connection": (1, _MAX_INT),
     "socket.request.max.bytes": _BYTES,
+    "fetch.max.bytes": (0, 2**31 - 1),
     "socket.send.buffer.bytes": (-1, 2**31 - 1),
     "socket.receive.buffer.bytes": (-1, 2**31 - 1),
     "max.connections": (0, 2**31 - 1),
@@ -191,6 +205,9 @@ def _check(key: str, value: Any, source: str) -> Any:
     if choices is not None and value not in choices:
         raise ConfigError(f"{source}: {key} = {value!r} is not one of "
                           f"{', '.join(map(repr, choices))}")
+    if key == "queued.max.request.bytes" and value == 0:
+        raise ConfigError(f"{source}: queued.max.request.bytes = 0 would read no request; use "
+                          f"-1 for no bound, or a number of bytes (default {SPEC[key][0]!r})")
     if key == "node.name" and (not value or "/" in value or "@" in value):
         raise ConfigError(f"{source}: node.name = {value!r}: give a non-empty name "
                           f"without '/' or '@'")

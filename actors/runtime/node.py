@@ -26,12 +26,12 @@ from actors.runtime.address import Address
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.counters import Counters, DeadLetters
 from actors.runtime.directory import Directory, NodeEndpoint, default_ipc_dir
-from actors.runtime.errors import AskFailed, AskTimeout, NodeError
+from actors.runtime.errors import AskFailed, AskTimeout, MessageTooLarge, NodeError
 from actors.runtime.gateway import Gateway
 from actors.runtime.pykka_compat import actor_of, call_message
 from actors.runtime.tracing import Tracer, new_id
 from wire import registry
-from wire.envelope import DEFAULT_MAX_FRAME_BYTES, encode_frame, new_entry
+from wire.envelope import DEFAULT_MAX_FRAME_BYTES, encode_frames, new_entry
 from wire.runtime_messages import Reply
 
 # Re-exported: callers import these from here.
@@ -41,6 +41,7 @@ __all__ = [
     "Directory",
     "Gateway",
     "Link",
+    "MessageTooLarge",
     "Node",
     "NodeEndpoint",
     "NodeError",
@@ -248,7 +249,10 @@ class Node:
         trace_id: int | None = None,
         ask_id: int = 0,
     ) -> None:
-        """Send from a thread that is not an actor (CLI, tests, signal handling)."""
+        """Send from a thread that is not an actor (CLI, tests, signal handling).
+
+        Raises MessageTooLarge, sending nothing, for a message no frame can carry.
+        """
         link = self._external_link(address)
         if link is None:
             self.dead_letters.record(f"no route to actor {address}", sender=sender)
@@ -260,8 +264,16 @@ class Node:
             self.tracer.event("send", tid, span, 0, sender, str(address), type(msg).__name__)
         entry = new_entry(registry.type_id_of(type(msg)), tid, span, 0, self.clock.wall_ns(),
                           ask_id, msg)
-        frame = encode_frame(self.name, sender, address.name, [entry])
-        self._send_frame(link, address, frame)
+        frames, refused = encode_frames(self.name, sender, address.name, [entry],
+                                        self.max_frame_bytes)
+        if refused:
+            self.metrics.incr("messages_refused_oversized")
+            reason = (f"{type(msg).__name__} of {refused[0].frame_bytes} bytes from {sender} to "
+                      f"{address} is over the {self.max_frame_bytes} byte frame limit "
+                      f"(actor.max.frame.bytes); not sent")
+            self.log.warning("{}", reason)
+            raise MessageTooLarge(reason)
+        self._send_frame(link, address, frames[0])
         if address.node == self.name:
             self._external_sent += 1
 

@@ -78,8 +78,19 @@ EFFECTS: dict[str, list[str]] = {
     "num.group.coordinators": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],
     "queued.max.requests": ["tests/broker/test_limits.py::"
                             "test_queued_max_requests_pauses_reading_and_loses_nothing"],
+    "queued.max.request.bytes": ["tests/actors/test_processor_bounds.py::"
+                                 "test_queued_max_request_bytes_stops_reading_until_requests_"
+                                 "are_answered",
+                                 "tests/broker/test_big_fetches.py::"
+                                 "test_clients_that_never_read_cannot_queue_more_request_bytes_"
+                                 "than_the_bound"],
     "max.inflight.requests.per.connection": ["tests/broker/test_ordering.py::"
                                              "test_pipeline_beyond_the_in_flight_bound"],
+    "max.unsent.response.bytes.per.connection": [
+        "tests/actors/test_processor_bounds.py::"
+        "test_a_client_that_does_not_read_is_not_read_past_max_unsent_response_bytes"],
+    "fetch.max.bytes": ["tests/broker/test_memory_bounds.py::"
+                        "test_fetch_max_bytes_caps_a_response_at_whole_batches"],
     "socket.request.max.bytes": ["tests/broker/test_limits.py::"
                                  "test_request_over_socket_request_max_bytes"],
     "socket.send.buffer.bytes": [f"{HERE}::test_socket_buffer_sizes_are_set_on_client_sockets"],
@@ -540,6 +551,17 @@ def test_max_connections_closes_connections_over_the_limit(strict: Running) -> N
     finally:
         for c in clients:
             c.close()
+    # The broker frees a slot once it has read the close: the next test gets one.
+    deadline = time.monotonic() + 15
+    while True:
+        with strict.client() as probe:
+            try:
+                if probe.call(18, 0, {}).error_code == 0:
+                    break
+            except OSError:
+                pass
+        assert time.monotonic() < deadline, "the closed connections' slots never came back"
+        time.sleep(0.1)
 
 
 def test_session_timeout_bounds_refuse_joins(strict: Running) -> None:

@@ -17,6 +17,7 @@ import shutil
 import struct
 import subprocess
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,6 +44,7 @@ from tests.fixtures.codec_server import TOPIC, CodecServer
 from wire import kafka_codec as kc
 from wire.api_versions import ADVERTISED, ADVERTISED_BY_KEY, ApiVersionRange
 from wire.errors import ErrorCode, KafkaError
+from wire.file_region import FileRegion
 from wire.kafka_codec import api_versions_response as kc_api_versions
 from wire.kafka_codec import encoding as kc_encoding
 from wire.kafka_codec import messages as kc_messages
@@ -677,6 +679,45 @@ def test_fetch_records_pass_through_uncopied_in_parts(version: int) -> None:
     assert got[1].records == b"" and got[2].records is None
     # the handler's object is left as it was given
     assert answer["responses"][0]["partitions"][0]["records"] is log_bytes
+
+
+@pytest.mark.parametrize("version", [4, 11, 12])
+def test_fetch_records_as_file_regions_are_spliced_in_at_their_offsets(
+        version: int, tmp_path: Path) -> None:
+    data = os.urandom(200_000)
+    path = tmp_path / "segment.log"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        first, second = FileRegion(fd, 1000, 150_000), FileRegion(fd, 7, 20_000)
+        answer: dict[str, Any] = {"responses": [{"topic": "orders", "partitions": [
+            {"partition_index": 0, "high_watermark": 5, "records": first},
+            {"partition_index": 1, "high_watermark": 0, "records": b"inline"},
+            {"partition_index": 2, "high_watermark": 9, "records": second}]}]}
+        protocol, frame = client_request(1, version, request_values(1, version,
+                                                                    random.Random(1)))
+        header = kc.parse_request_header(frame)
+        parts = kc.encode_response_parts(header, answer)
+        assert kc.has_regions(parts)
+        with pytest.raises(TypeError, match="use encode_response_parts"):
+            kc.encode_response(header, answer)
+        head, regions = kc.join_parts(parts)
+        assert [(r.position, r.length) for r in regions] == [(1000, 150_000), (7, 20_000)]
+        # What the Processor sends: the bytes with each region's file bytes put in.
+        sent = b""
+        at = 0
+        for region in regions:
+            sent += head[at:region.at] + os.pread(region.fd, region.length, region.position)
+            at = region.at
+        sent += head[at:]
+        assert struct.unpack_from(">i", sent)[0] == len(sent) - 4
+        [(_, response)] = protocol.receive_bytes(sent)
+        got = response.responses[0].partitions
+        assert got[0].records == data[1000:151_000]
+        assert got[1].records == b"inline"
+        assert got[2].records == data[7:20_007]
+    finally:
+        os.close(fd)
 
 
 # -- header refusals -------------------------------------------------------------------------

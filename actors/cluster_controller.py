@@ -182,7 +182,7 @@ class ClusterController(Actor):
 
     # ------------------------------------------------------------ start
     @handles(cm.StartController)
-    def on_start(self, msg: cm.StartController) -> None:
+    def on_start_controller(self, msg: cm.StartController) -> None:
         self.started = True
         self.broker_epoch = msg.broker_epoch
         self.registered_session = self.store.session_id

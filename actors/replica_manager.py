@@ -141,7 +141,7 @@ class ReplicaManager(Actor):
         if key not in self.refusals_logged:
             self.refusals_logged.add(key)
             self.log.warning("refused {} from controller {} epoch {}: {} ({})", kind,
-                             controller_id, controller_epoch, reason, code)
+                             controller_id, controller_epoch, reason, ErrorCode(code).name)
 
     # ------------------------------------------------------------ LeaderAndIsr
     @handles(LeaderAndIsr)

@@ -45,6 +45,7 @@ from wire.broker_messages import (
     WatchProduce,
     WatchProduceRow,
 )
+from wire.cluster_messages import BecameLeaderOrFollower, BecomeLeaderOrFollower, PartitionErrorRow
 from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
 
 NONE = int(ErrorCode.NONE)
@@ -56,6 +57,7 @@ REGION_MIN_BYTES = 32 * 1024
 INLINE_MAX_BYTES = 1024 * 1024
 # Room left in a frame for the envelope and the rows around the records.
 FRAME_SLACK_BYTES = 64 * 1024
+NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
 
 class PartitionShard(Actor):
@@ -96,7 +98,10 @@ class PartitionShard(Actor):
         self.next_housekeeping_ms = now + 1000
         self.last_checkpoint_ms = now
 
-    def _open(self, topic: str, partition: int, configs: dict[str, str], now: int) -> None:
+    def _open(self, topic: str, partition: int, configs: dict[str, str], now: int,
+              leader_alone: bool = True) -> None:
+        """Open (or create) the partition's log; a single node leads it alone, a cluster's
+        node waits for the controller to say its role (``leader_alone`` False)."""
         key = (topic, partition)
         if key in self.partitions:
             return
@@ -109,7 +114,9 @@ class PartitionShard(Actor):
             clean_shutdown=self.log_dir.had_clean_shutdown,
         )
         min_isr = int(configs.get("min.insync.replicas", self.config["min.insync.replicas"]))
-        self.partitions[key] = PartitionState.leader_alone(log, self.broker_id, min_isr)
+        self.partitions[key] = (PartitionState.leader_alone(log, self.broker_id, min_isr)
+                                if leader_alone else
+                                PartitionState.hosted(log, self.broker_id, min_isr))
         self.log.debug("opened {}-{} at LEO {} HW {}", topic, partition, log.log_end_offset,
                        log.high_watermark)
 
@@ -212,6 +219,9 @@ class PartitionShard(Actor):
                 if state is None:
                     rows.append(AppendDoneRow(topic, partition, UNKNOWN_TP, -1, -1, -1, None))
                     continue
+                if not state.is_leader:
+                    rows.append(AppendDoneRow(topic, partition, NOT_LEADER, -1, -1, -1, None))
+                    continue
                 if msg.acks == -1 and not state.has_enough_replicas():
                     rows.append(AppendDoneRow(
                         topic, partition, int(ErrorCode.NOT_ENOUGH_REPLICAS), -1, -1, -1,
@@ -290,6 +300,9 @@ class PartitionShard(Actor):
                 if state is None:
                     rows.append(ReadDoneRow(topic, partition, UNKNOWN_TP, -1, -1, b"", 0, 0, -1))
                     continue
+                if not state.is_leader:
+                    rows.append(ReadDoneRow(topic, partition, NOT_LEADER, -1, -1, b"", 0, 0, -1))
+                    continue
                 log = state.log
                 if msg.replica_id >= 0 and state.on_follower_fetch(
                         msg.replica_id, offset, self.clock.wall_ms()):
@@ -348,6 +361,9 @@ class PartitionShard(Actor):
             state = self.partitions.get((topic, partition))
             if state is None:
                 rows.append(ListOffsetsDoneRow(topic, partition, UNKNOWN_TP, -1, -1, -1))
+                continue
+            if not state.is_leader:
+                rows.append(ListOffsetsDoneRow(topic, partition, NOT_LEADER, -1, -1, -1))
                 continue
             log = state.log
             epoch = state.leader_epoch
@@ -423,11 +439,45 @@ class PartitionShard(Actor):
         for watcher in watchers:
             self.tell(watcher, PartitionChanged(status))
 
+    # ------------------------------------------------------------- cluster
+    @handles(BecomeLeaderOrFollower)
+    def on_become_leader_or_follower(self, msg: BecomeLeaderOrFollower) -> None:
+        """The roles a LeaderAndIsr gave (the ReplicaManager fenced it already).
+
+        A log not hosted yet is opened or created. Waiting produces and fetches
+        of a partition that stopped leading are answered NOT_LEADER_OR_FOLLOWER
+        through the watchers.
+        """
+        now = self.clock.wall_ms()
+        rows: list[PartitionErrorRow] = []
+        for row in msg.rows:
+            key = (row.topic, row.partition)
+            try:
+                self._open(row.topic, row.partition, dict(row.configs), now, leader_alone=False)
+            except Exception:
+                self.log.exception("cannot open {}-{}", row.topic, row.partition)
+                rows.append(PartitionErrorRow(row.topic, row.partition,
+                                              int(ErrorCode.KAFKA_STORAGE_ERROR)))
+                continue
+            state = self.partitions[key]
+            was_leader = state.is_leader
+            if row.leader == self.broker_id:
+                state.become_leader(row.leader_epoch, list(row.isr), list(row.replicas))
+            else:
+                state.become_follower(row.leader, row.leader_epoch, list(row.isr),
+                                      list(row.replicas))
+            if was_leader or state.is_leader:
+                self._notify(state)
+            rows.append(PartitionErrorRow(row.topic, row.partition, NONE))
+        self.reply(BecameLeaderOrFollower(msg.req_id, rows))
+
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:
         return {
             "partitions": {f"{t}-{p}": [s.log.log_start_offset, s.log.high_watermark,
                                         s.log.log_end_offset]
                            for (t, p), s in self.partitions.items()},
+            "leaders": sorted(f"{t}-{p}" for (t, p), s in self.partitions.items()
+                              if s.is_leader),
             "watched": len(self.watchers),
         }

@@ -14,6 +14,7 @@ from typing import Any
 from kafka.protocol.api_key import ApiKey
 
 from actors.apis.base import ApiGen, HandlerContext, Respond
+from actors.apis.cluster import handle_describe_cluster
 from actors.apis.fetch import handle_fetch
 from actors.apis.groups import (
     handle_describe_groups,
@@ -52,6 +53,7 @@ from wire.broker_messages import (
     ProduceReady,
     ReadDone,
 )
+from wire.cluster_messages import TopicsAwaited, UpdateMetadata
 from wire.errors import KafkaError
 from wire.file_region import FileRegion, RegionAt
 from wire.group_messages import (
@@ -86,6 +88,7 @@ API_TABLE: dict[int, Any] = {
     ApiKey.DeleteTopics: handle_delete_topics,
     ApiKey.InitProducerId: handle_init_producer_id,
     ApiKey.DescribeConfigs: handle_describe_configs,
+    ApiKey.DescribeCluster: handle_describe_cluster,
 }
 
 
@@ -225,7 +228,7 @@ class RequestHandler(Actor):
     @handles(AppendDone, ReadDone, ListOffsetsDone, CreateTopicsDone, DeleteTopicsDone,
              FetchReady, ProduceReady, JoinGroupDone, SyncGroupDone, HeartbeatDone,
              LeaveGroupDone, OffsetCommitDone, OffsetFetchDone, ListGroupsDone,
-             DescribeGroupsDone)
+             DescribeGroupsDone, TopicsAwaited)
     def on_reply(self, msg: Any) -> None:
         entry = self.pending.pop(msg.req_id, None)
         if entry is None:
@@ -317,6 +320,13 @@ class RequestHandler(Actor):
     @handles(MetadataUpdate)
     def on_metadata(self, msg: MetadataUpdate) -> None:
         self.ctx.topics = dict(msg.topics)
+
+    @handles(UpdateMetadata)
+    def on_cluster_metadata(self, msg: UpdateMetadata) -> None:
+        """Cluster mode: the controller's UpdateMetadata, fenced and forwarded by the
+        ReplicaManager."""
+        if self.ctx.cluster is not None:
+            self.ctx.apply_metadata(msg)
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:

@@ -119,6 +119,10 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                 results[(name, p.partition)] = ReadDoneRow(
                     name, p.partition, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), -1, -1, b"",
                     0, 0, -1)
+            elif ctx.not_leader(name, p.partition):
+                results[(name, p.partition)] = ReadDoneRow(
+                    name, p.partition, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), -1, -1, b"",
+                    0, 0, -1)
             else:
                 rows.append(ReadRow(name, p.partition, p.fetch_offset, p.partition_max_bytes))
         order.append((name, indexes))

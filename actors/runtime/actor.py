@@ -236,6 +236,11 @@ class Actor(PykkaActor):
         if not entries:
             return
         link: Link | _LocalLink | None = self._out_sockets.get(address)
+        if (link is not None and not isinstance(link, _LocalLink)
+                and link.stale(self.node.directory)):
+            link.sock.close(linger=0)  # the node left or moved: what it did not take is lost
+            del self._out_sockets[address]
+            link = None
         if link is None:
             peer = self.node.actors.get(address.name) if address.node == self.node.name else None
             if peer is not None and peer._owner is self._owner and not peer.actor_stopped.is_set():

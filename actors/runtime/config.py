@@ -100,6 +100,32 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "offsets.topic.num.partitions": (50, int, "partitions of __consumer_offsets"),
     "purge.interval.requests": (1000, int, "the purgatory purges completed operations from "
                                          "its watch lists once about this many are there"),
+    # --- a cluster (ZooKeeper); without zookeeper.connect the node is a single broker ---
+    "zookeeper.connect": ("", str, "host:port[,host:port...][/chroot] of the cluster's "
+                                   "ZooKeeper; empty: a single node with its metadata in its "
+                                   "data dir, no ZooKeeper"),
+    "zookeeper.session.timeout.ms": (18000, int, "ZooKeeper session timeout: a node that stops "
+                                                 "answering is taken for dead after this"),
+    "zookeeper.connection.timeout.ms": (0, int, "how long a node waits for ZooKeeper at start "
+                                              "(0: zookeeper.session.timeout.ms)"),
+    "broker.rack": ("", str, "this node's rack, registered and told to clients (empty: none)"),
+    "offsets.topic.replication.factor": (3, int, "replicas of __consumer_offsets (when created "
+                                                 "automatically: at most the live brokers)"),
+    "unclean.leader.election.enable": (False, bool, "let a replica outside the ISR lead when no "
+                                                    "ISR member is alive (may lose records)"),
+    "delete.topic.enable": (True, bool, "DeleteTopics deletes; false refuses it"),
+    "controlled.shutdown.enable": (True, bool, "on SIGTERM, move this node's leaderships away "
+                                               "before it stops"),
+    "controlled.shutdown.max.retries": (3, int, "attempts at a controlled shutdown before the "
+                                                "node stops anyway"),
+    "controlled.shutdown.retry.backoff.ms": (5000, int, "wait between those attempts"),
+    "auto.leader.rebalance.enable": (True, bool, "move leaderships back to preferred replicas "
+                                                 "when a broker leads too few of its own"),
+    "leader.imbalance.per.broker.percentage": (10, int, "share of a broker's preferred "
+                                                        "leaderships it may lose before they "
+                                                        "are moved back"),
+    "leader.imbalance.check.interval.seconds": (300, int, "how often the controller checks "
+                                                          "the leader imbalance"),
 }
 
 
@@ -163,6 +189,13 @@ RANGES: dict[str, tuple[float, float]] = {
     "group.max.session.timeout.ms": (0, 2**31 - 1),
     "offsets.topic.num.partitions": _COUNT,
     "purge.interval.requests": _COUNT,
+    "zookeeper.session.timeout.ms": (1, 2**31 - 1),
+    "zookeeper.connection.timeout.ms": (0, 2**31 - 1),
+    "offsets.topic.replication.factor": (1, 32767),
+    "controlled.shutdown.max.retries": (0, 2**31 - 1),
+    "controlled.shutdown.retry.backoff.ms": (0, 2**31 - 1),
+    "leader.imbalance.per.broker.percentage": (0, 100),
+    "leader.imbalance.check.interval.seconds": (1, 2**31 - 1),
 }
 # The values a string key may take.
 CHOICES: dict[str, tuple[str, ...]] = {

@@ -14,6 +14,7 @@ import itertools
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,14 +51,23 @@ __all__ = [
 
 
 class Link:
-    """One sender thread's socket towards one local mailbox or one remote gateway."""
+    """One sender thread's socket towards one local mailbox or one remote gateway.
 
-    __slots__ = ("node", "remote", "sock")
+    ``endpoint`` is the directory entry a remote link was made from: once the
+    directory holds another object for that node (or none), the link is stale.
+    """
 
-    def __init__(self, sock: Any, remote: bool, node: str) -> None:
+    __slots__ = ("endpoint", "node", "remote", "sock")
+
+    def __init__(self, sock: Any, remote: bool, node: str,
+                 endpoint: NodeEndpoint | None = None) -> None:
         self.sock = sock
         self.remote = remote
         self.node = node
+        self.endpoint = endpoint
+
+    def stale(self, directory: Directory) -> bool:
+        return self.remote and directory.nodes.get(self.node) is not self.endpoint
 
 
 class AskRouter(Actor):
@@ -190,7 +200,7 @@ class Node:
         else:
             sock.close(linger=0)
             raise NodeError(f"node {address.node} has no reachable endpoint from {self.name}")
-        return Link(sock, True, address.node)
+        return Link(sock, True, address.node, endpoint)
 
     def _connect_out(self, address: Address) -> Link | None:
         if address.node == self.name:
@@ -232,6 +242,10 @@ class Node:
         if links is None:
             links = self._thread_links.links = {}
         link = links.get(address)
+        if link is not None and link.stale(self.directory):
+            link.sock.close(linger=0)
+            del links[address]
+            link = None
         if link is None:
             link = self._connect_out(address)
             if link is None:
@@ -393,8 +407,12 @@ class Node:
             self.context.term()
         self.log.info("node {} stopped", self.name)
 
-    def run_until_signal(self) -> int:
-        """Block the main thread until SIGTERM or SIGINT, then shut down cleanly."""
+    def run_until_signal(self, before_shutdown: Callable[[], None] | None = None) -> int:
+        """Block the main thread until SIGTERM or SIGINT, then shut down cleanly.
+
+        ``before_shutdown`` runs first, with every actor still up (a cluster node's
+        controlled shutdown).
+        """
         stop = threading.Event()
         received: list[int] = []
 
@@ -410,6 +428,8 @@ class Node:
             for s, h in old.items():
                 signal.signal(s, h)
         self.log.info("node {} got {}; shutting down", self.name, signal.Signals(received[0]).name)
+        if before_shutdown is not None:
+            before_shutdown()
         self.shutdown()
         return 0
 

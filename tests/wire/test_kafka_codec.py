@@ -539,6 +539,15 @@ RESPONSE_EXAMPLES: dict[int, dict[str, Any]] = {
             }
         ],
     },
+    60: {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "error_message": None,
+        "cluster_id": "Q1b0oL3WQxWd0r2m2Q3z7w",
+        "controller_id": 2,
+        "brokers": [{"broker_id": 1, "host": "127.0.0.1", "port": 9092, "rack": None},
+                    {"broker_id": 2, "host": "127.0.0.2", "port": 9092, "rack": "r2"}],
+    },
 }
 
 

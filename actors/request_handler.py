@@ -177,7 +177,10 @@ class RequestHandler(Actor):
             self._refuse(msg, KafkaError(f"API {header.api_key} is not served"), start)
             return
         try:
-            request = kc.decode_request(header, msg.frame)
+            # Produce and Fetch field by field; the other APIs through kafka.protocol
+            request = kc.decode_hot_request(header, msg.frame)
+            if request is None:
+                request = kc.decode_request(header, msg.frame)
         except KafkaError as exc:
             self._refuse(msg, exc, start)
             return
@@ -246,7 +249,10 @@ class RequestHandler(Actor):
         regions: list[RegionAt] = []
         if respond.respond:
             try:
-                if state.header.api_key == FETCH:  # records as file regions, sent from files
+                hot = kc.encode_hot_response(state.header, respond.data)
+                if hot is not None:  # Produce and Fetch; Fetch records as file regions
+                    frame, regions = hot
+                elif state.header.api_key == FETCH:  # records as file regions, sent from files
                     frame, regions = kc.join_parts(
                         kc.encode_response_parts(state.header, respond.data))
                 else:

@@ -32,6 +32,7 @@ BENCH_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "timer": ("bench.timer_bench:command", ()),
     "log": ("bench.log_bench:command", ()),
     "codec": ("bench.codec_bench:command", ()),
+    "request-cost": ("bench.request_cost:command", ()),
     "memory": ("bench.memory:command", ()),  # its consume figure needs the bench extra
     "produce": ("bench.load:produce_command", ("confluent_kafka", "hdrh")),
     "consume": ("bench.load:consume_command", ("confluent_kafka", "hdrh")),
@@ -100,7 +101,7 @@ class BenchGroup(click.Group):
 def group() -> None:
     """Benchmarks; each prints a summary and writes --json FILE.
 
-    actor-hop, timer, log, codec and memory run on the plain install (memory's consume
+    actor-hop, timer, log, codec, request-cost and memory run on the plain install (memory's consume
     figure wants the bench extra); produce, consume, e2e,
     compare, sweep and trace-cost need the bench extra (pip install -e '.[bench]'
     in the actorlog checkout), trace-analyze the spark extra too.

@@ -19,7 +19,6 @@ first on the path: ``PYTHONPATH=OLD_TREE python bench/request_cost.py``.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import sys
@@ -182,11 +181,6 @@ def run_bench(requests: int, warmup: int) -> dict[str, Any]:
               help="write the report as JSON here")
 def command(requests: int, warmup: int, top: int, json_path: str | None) -> None:
     """Python calls and actor hops of one one-record Produce (acks=1) inside the broker."""
-    os.environ.setdefault("ACTORLOG_LOG_LEVEL", "WARNING")
-    from loguru import logger
-
-    logger.remove()
-    logger.add(sys.stderr, level="WARNING")
     report = run_bench(requests, warmup)
     r = report["results"]
     click.echo(f"tree {report['config']['tree']}")

@@ -101,8 +101,8 @@ class BenchGroup(click.Group):
 def group() -> None:
     """Benchmarks; each prints a summary and writes --json FILE.
 
-    actor-hop, timer, log, codec, request-cost and memory run on the plain install (memory's consume
-    figure wants the bench extra); produce, consume, e2e,
+    actor-hop, timer, log, codec, request-cost and memory run on the plain install
+    (memory's consume figure uses the bench extra); produce, consume, e2e,
     compare, sweep and trace-cost need the bench extra (pip install -e '.[bench]'
     in the actorlog checkout), trace-analyze the spark extra too.
     """

@@ -326,7 +326,8 @@ class PartitionShard(Actor):
         first = waiting[0]
         self.tell(
             self.topology.purgatory_for(first.topic, first.partition),
-            WatchProduce(msg.req_id, sender.name, msg.timeout_ms, wait_rows),
+            WatchProduce(msg.req_id, sender.name, msg.timeout_ms, wait_rows,
+                         "" if sender.node == self.node.name else sender.node),
         )
 
     def _log_refusal(self, topic: str, partition: int, exc: KafkaError) -> None:

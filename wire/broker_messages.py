@@ -367,6 +367,8 @@ class WatchProduce(NamedTuple):
     handler: str
     timeout_ms: int
     rows: list[WatchProduceRow]
+    # the handler's node when it is not the shard's (num.processes > 1); "": the same
+    handler_node: str = ""
 
 
 @message(233)

@@ -27,14 +27,15 @@ from wire.errors import ErrorCode
 NONE = int(ErrorCode.NONE)
 
 
-def _read(replica_id: int, max_bytes: int, rows: list[ReadRow]) -> Callable[[int], Read]:
-    return lambda rid: Read(rid, replica_id, max_bytes, rows, True)
+def _read(replica_id: int, max_bytes: int, rows: list[ReadRow],
+          regions: bool = True) -> Callable[[int], Read]:
+    return lambda rid: Read(rid, replica_id, max_bytes, rows, regions)
 
 
 def _read_calls(ctx: HandlerContext, replica_id: int, max_bytes: int,
                 rows: list[ReadRow]) -> list[Call]:
     return [
-        Call(shard, _read(replica_id, max_bytes, shard_rows))
+        Call(shard, _read(replica_id, max_bytes, shard_rows, ctx.regions))
         for shard, shard_rows in group_by_shard(ctx, rows).items()
     ]
 

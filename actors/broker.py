@@ -26,6 +26,7 @@ import resource
 import shutil
 import signal
 import socket
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -263,7 +264,8 @@ def read_or_create_meta(data_dir: Path, broker_id: int, cluster_id: str | None =
 
 
 class Broker:
-    def __init__(self, config: Config, clock: Clock | None = None) -> None:
+    def __init__(self, config: Config, clock: Clock | None = None,
+                 catch_signals: bool = False) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()  # the node's, read by every actor
         self.node: Node | None = None
@@ -276,6 +278,9 @@ class Broker:
         self.metadata: ZkMetadataStore | None = None
         self.broker_info: BrokerInfo | None = None
         self.supervisor: ProcessSupervisor | None = None  # num.processes > 1
+        # `actorlog serve`: SIGTERM/SIGINT noted from before the broker says it listens
+        self.catch_signals = catch_signals
+        self.early_signals: list[int] = []
 
     def start(self) -> Broker:
         """Check the settings, bind the listener, lock the log dirs, then spawn the actors.
@@ -437,6 +442,7 @@ class Broker:
             self.node = None
             self._close_metadata()
             raise
+        self._catch_signals()
         logger.bind(node=node_name).info(
             "actorlog broker {} listening on {} (advertised {}), data in {}, "
             "{} processors, {} handlers, {} shards, actor threads {}",
@@ -573,6 +579,22 @@ class Broker:
                         "gave up" if state == "failed" else "timed out",
                         status.get("attempts"), status.get("message") or "no answer")
 
+    def _catch_signals(self) -> None:
+        """From before the broker says it listens, SIGTERM/SIGINT are noted, not fatal.
+
+        Whoever starts a broker may stop it as soon as it says it listens; the
+        signal must then stop it cleanly (run_until_signal sees it), not kill it.
+        """
+        if not self.catch_signals or threading.current_thread() is not threading.main_thread():
+            return
+        caught = self.early_signals
+
+        def note(signum: int, _frame: Any) -> None:
+            caught.append(signum)
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, note)
+
     def run_until_signal(self) -> int:
         """Serve until SIGTERM/SIGINT; in a cluster, a controlled shutdown comes first."""
         assert self.node is not None
@@ -581,7 +603,8 @@ class Broker:
             self._stop_processes()  # their requests finish while this process still serves
             self.controlled_shutdown()
 
-        return self.node.run_until_signal(before_shutdown=before_shutdown)
+        return self.node.run_until_signal(before_shutdown=before_shutdown,
+                                          received=self.early_signals)
 
     def _stop_processes(self) -> None:
         supervisor, self.supervisor = self.supervisor, None

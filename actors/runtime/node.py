@@ -407,13 +407,16 @@ class Node:
             self.context.term()
         self.log.info("node {} stopped", self.name)
 
-    def run_until_signal(self, before_shutdown: Callable[[], None] | None = None) -> int:
+    def run_until_signal(self, before_shutdown: Callable[[], None] | None = None,
+                         received: list[int] | None = None) -> int:
         """Block the main thread until SIGTERM or SIGINT, then shut down cleanly.
 
         ``before_shutdown`` runs first, with every actor still up (a cluster node's
-        controlled shutdown).
+        controlled shutdown). ``received``: signals a handler installed earlier
+        already caught (the broker's, from before it said it listens).
         """
-        received: list[int] = []
+        if received is None:
+            received = []
 
         def on_signal(signum: int, _frame: Any) -> None:
             # Only a list append: a handler that set a threading.Event could run while

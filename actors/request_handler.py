@@ -49,6 +49,7 @@ from wire.broker_messages import (
     KafkaRequest,
     KafkaResponse,
     ListOffsetsDone,
+    MetadataApplied,
     MetadataUpdate,
     ProduceReady,
     ReadDone,
@@ -326,6 +327,8 @@ class RequestHandler(Actor):
     @handles(MetadataUpdate)
     def on_metadata(self, msg: MetadataUpdate) -> None:
         self.ctx.topics = dict(msg.topics)
+        if msg.ack_id:
+            self.reply(MetadataApplied(msg.ack_id))
 
     @handles(UpdateMetadata)
     def on_cluster_metadata(self, msg: UpdateMetadata) -> None:

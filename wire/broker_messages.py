@@ -472,6 +472,16 @@ class MetadataUpdate(NamedTuple):
 
     version: int
     topics: dict[str, TopicEntry]
+    # num.processes > 1: non-zero asks the handler to answer MetadataApplied(ack_id),
+    # so a topic change is answered once every process's handlers know it
+    ack_id: int = 0
+
+
+@message(298)
+class MetadataApplied(NamedTuple):
+    """Handler -> Controller: the MetadataUpdate carrying ``ack_id`` is applied."""
+
+    ack_id: int
 
 
 @message(255)

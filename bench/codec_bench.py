@@ -20,6 +20,7 @@ from typing import Any
 import click
 from kafka.protocol.parser import KafkaProtocol
 
+from bench.contract import min_median_max as _spread
 from wire import kafka_codec as kc
 
 BENCH_NAME = "codec"
@@ -127,10 +128,6 @@ def run_bench(count: int, repeat: int) -> dict[str, Any]:
             r / h for r, h in zip(ref_us, hot_us, strict=True))
     return {"bench": BENCH_NAME, "config": {"count": count, "repeat": repeat},
             "results": results, "ratios": ratios}
-
-
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
 @click.command(name=BENCH_NAME)

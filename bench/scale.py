@@ -21,14 +21,11 @@ from typing import Any
 import click
 
 from bench.compare import CompareSettings, scenario_config
+from bench.contract import min_median_max as _spread
 from bench.load import run_produce
 from bench.peers import ACTORLOG_TEMPLATE, start_broker
 
 BENCH_NAME = "scale"
-
-
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
 def run_scale(counts: list[int], rounds: int, settings: CompareSettings, template: str,

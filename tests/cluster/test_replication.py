@@ -132,3 +132,107 @@ def test_followers_hold_the_leaders_log_and_acks_all_is_acknowledged(
         for n in cluster.live()), timeout_s=30)
     for node in cluster.live():
         assert epoch_checkpoint(node, TOPIC, 0)[0][1] == 0
+
+
+def test_a_paused_follower_leaves_the_isr_and_rejoins(cluster_factory: Any) -> None:
+    """SIGSTOP past replica.lag.time.max.ms (but within the ZooKeeper session): the leader
+    shrinks the ISR through the controller (AlterPartition: same leader epoch), acks=all goes
+    on with two; with the second follower paused too, acks=all is refused with
+    NOT_ENOUGH_REPLICAS; SIGCONT: both rejoin and every acknowledged record is there."""
+    cluster = cluster_factory(config={**FAST, "zookeeper.session.timeout.ms": 15000})
+    leaders = create_topic(cluster, partitions=3)
+    # The partition the controller leads: ISR changes go through the controller, and a
+    # paused controller makes none.
+    p = [q for q, b in leaders.items() if b == cluster.controller()][0]
+    leader = leaders[p]
+    epoch = cluster.view().partitions[(TOPIC, p)].leader_epoch
+    first, second = [n for n in cluster.nodes.values() if n.broker_id != leader]
+    acked, errors = produce_acks_all(cluster, [b"before-%d" % i for i in range(50)], p)
+    assert errors == [] and len(acked) == 50
+
+    first.pause()
+    try:
+        isr = wait_for("the paused follower out of the ISR",
+                       lambda: (lambda isr: isr if first.broker_id not in isr else None)(
+                           isr_of(cluster, p, via=leader)), timeout_s=30)
+        assert isr == tuple(sorted({leader, second.broker_id}))
+        assert cluster.view(leader).partitions[(TOPIC, p)].leader_epoch == epoch
+        more, errors = produce_acks_all(cluster, [b"isr2-%d" % i for i in range(50)], p)
+        assert errors == [] and len(more) == 50
+        acked += more
+
+        second.pause()
+        try:
+            wait_for("the leader alone in the ISR",
+                     lambda: isr_of(cluster, p, via=leader) == (leader,), timeout_s=30)
+            refused = produce_to(cluster.nodes[leader], TOPIC, p, [b"refused"])
+            assert refused.error_code == int(ErrorCode.NOT_ENOUGH_REPLICAS)
+            one = produce_to(cluster.nodes[leader], TOPIC, p, [b"acks1"], acks=1)
+            assert one.error_code == 0
+        finally:
+            second.resume()
+    finally:
+        first.resume()
+    wait_for("both followers back in the ISR",
+             lambda: isr_of(cluster, p, via=leader) == (1, 2, 3), timeout_s=60)
+    last, errors = produce_acks_all(cluster, [b"after-%d" % i for i in range(20)], p)
+    assert errors == [] and len(last) == 20
+    acked += last
+    records = wait_for("three identical replicas", lambda: same_logs(cluster, p), timeout_s=30)
+    values = values_of(records)
+    assert b"refused" not in values
+    assert [v for v in values if v != b"acks1"] == acked
+    assert consume_all(cluster.bootstrap, p, expect=len(values)) == values
+    log = cluster.nodes[leader].log()
+    assert "proposing ISR" in log and "ISR is now" in log
+
+
+def test_a_leader_that_appended_past_the_high_watermark_truncates_when_back(
+        cluster_factory: Any) -> None:
+    """Divergent logs: the leader appends with acks=1 while its followers are stopped, dies
+    (kill -9); a follower leads at a new epoch and takes new records; the old leader comes
+    back as a follower and cuts its log at the new epoch's start (record by record equal)."""
+    cluster = cluster_factory(config={**FAST, "replica.lag.time.max.ms": 30000})
+    leaders = create_topic(cluster, partitions=3)
+    # A partition a non-controller leads: the controller elects its next leader.
+    p = [q for q, b in leaders.items() if b != cluster.controller()][0]
+    old = cluster.nodes[leaders[p]]
+    followers = [n for n in cluster.nodes.values() if n is not old]
+    acked, errors = produce_acks_all(cluster, [b"common-%d" % i for i in range(30)], p)
+    assert errors == [] and len(acked) == 30
+    wait_for("the followers caught up", lambda: same_logs(cluster, p), timeout_s=30)
+
+    for node in followers:
+        node.pause()
+    try:
+        # Fetches the followers sent before they stopped wait on the leader at most
+        # replica.fetch.wait.max.ms (500): let them be answered (empty) first, so nothing
+        # appended from now on reaches a follower.
+        time.sleep(1.5)
+        for i in range(5):
+            answer = produce_to(old, TOPIC, p, [b"lost-%d-%d" % (i, j) for j in range(3)],
+                                acks=1)
+            assert answer.error_code == 0
+        assert len(disk_records(old, TOPIC, p)) == 45
+        old.kill()
+    finally:
+        for node in followers:
+            node.resume()
+
+    def new_leader() -> int | None:
+        leader = cluster.view(followers[0].broker_id).partitions[(TOPIC, p)].leader
+        return leader if leader in {n.broker_id for n in followers} else None
+
+    wait_for("a new leader", new_leader, timeout_s=60)
+    new_epoch = cluster.view(followers[0].broker_id).partitions[(TOPIC, p)].leader_epoch
+    more, errors = produce_acks_all(cluster, [b"new-%d" % i for i in range(20)], p)
+    assert errors == [] and len(more) == 20
+
+    old.start()
+    records = wait_for("the old leader holding the new leader's log",
+                       lambda: same_logs(cluster, p), timeout_s=60)
+    assert values_of(records) == acked + more
+    assert not any((r.value or b"").startswith(b"lost-") for r in disk_records(old, TOPIC, p))
+    assert {r.leader_epoch for r in records[30:]} == {new_epoch}
+    assert (new_epoch, 30) in epoch_checkpoint(old, TOPIC, p)
+    assert "truncating from 45 to 30" in old.log()

@@ -10,14 +10,18 @@ leaders killed with kill -9.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.protocol.metadata import FindCoordinatorRequest
 
-from tests.fixtures.cluster import Cluster, wait_for
+from tests.broker.rawclient import build, record_batch
+from tests.broker.test_groups import call
+from tests.fixtures.cluster import Cluster, kafka_call, wait_for
 from tests.fixtures.cluster_tools import produce_to
 from tests.fixtures.replication import (
     disk_records,
@@ -51,7 +55,9 @@ def create_topic(cluster: Cluster, partitions: int = 1, rf: int = 3,
 
 
 def isr_of(cluster: Cluster, partition: int = 0, via: int | None = None) -> tuple[int, ...]:
-    return tuple(sorted(cluster.view(via).partitions[(TOPIC, partition)].isr))
+    """The ISR a node serves (empty while it does not know the partition yet)."""
+    found = cluster.view(via).partitions.get((TOPIC, partition))
+    return tuple(sorted(found.isr)) if found is not None else ()
 
 
 def produce_acks_all(cluster: Cluster, values: list[bytes], partition: int = 0,
@@ -143,7 +149,7 @@ def test_a_paused_follower_leaves_the_isr_and_rejoins(cluster_factory: Any) -> N
     leaders = create_topic(cluster, partitions=3)
     # The partition the controller leads: ISR changes go through the controller, and a
     # paused controller makes none.
-    p = [q for q, b in leaders.items() if b == cluster.controller()][0]
+    p = next(q for q, b in leaders.items() if b == cluster.controller())
     leader = leaders[p]
     epoch = cluster.view().partitions[(TOPIC, p)].leader_epoch
     first, second = [n for n in cluster.nodes.values() if n.broker_id != leader]
@@ -195,7 +201,7 @@ def test_a_leader_that_appended_past_the_high_watermark_truncates_when_back(
     cluster = cluster_factory(config={**FAST, "replica.lag.time.max.ms": 30000})
     leaders = create_topic(cluster, partitions=3)
     # A partition a non-controller leads: the controller elects its next leader.
-    p = [q for q, b in leaders.items() if b != cluster.controller()][0]
+    p = next(q for q, b in leaders.items() if b != cluster.controller())
     old = cluster.nodes[leaders[p]]
     followers = [n for n in cluster.nodes.values() if n is not old]
     acked, errors = produce_acks_all(cluster, [b"common-%d" % i for i in range(30)], p)
@@ -236,3 +242,239 @@ def test_a_leader_that_appended_past_the_high_watermark_truncates_when_back(
     assert {r.leader_epoch for r in records[30:]} == {new_epoch}
     assert (new_epoch, 30) in epoch_checkpoint(old, TOPIC, p)
     assert "truncating from 45 to 30" in old.log()
+
+
+class KeyedProducer:
+    """An acks=all idempotent confluent-kafka producer sending keyed sequence numbers to
+    ``partitions`` from a thread, bounded in count; what was reported delivered, in order."""
+
+    def __init__(self, bootstrap: str, partitions: int, limit: int = 200_000) -> None:
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                                  "enable.idempotence": True, "linger.ms": 5,
+                                  "compression.type": "none", "message.timeout.ms": 180_000})
+        self.partitions = partitions
+        self.limit = limit
+        self.sent = 0
+        self.delivered: dict[int, list[int]] = {p: [] for p in range(partitions)}
+        self.failed: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.delivered[msg.partition()].append(int(msg.value()))
+        else:
+            self.failed.append(err.name())
+
+    def _run(self) -> None:
+        while not self.stop.is_set() and self.sent < self.limit:
+            p = self.sent % self.partitions
+            try:
+                self.producer.produce(TOPIC, str(self.sent).encode(), key=b"k%d" % p,
+                                      partition=p, on_delivery=self._on_delivery)
+                self.sent += 1
+            except BufferError:
+                self.producer.poll(0.05)
+                continue
+            self.producer.poll(0)
+            if self.sent % 50 == 0:
+                time.sleep(0.01)  # a steady stream, not a flood
+        self.producer.flush(180)
+
+    def start(self) -> KeyedProducer:
+        self.thread.start()
+        return self
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.thread.join(200)
+        assert not self.thread.is_alive(), "the producer did not flush in time"
+
+    def count(self) -> int:
+        return sum(len(v) for v in self.delivered.values())
+
+
+def kill_leader_loop(cluster: Cluster, kills: int, partitions: int) -> None:
+    """Kill -9 the leader of partition 0 ``kills`` times under load, each restarted and
+    back in the ISR before the next; then every delivered record is read back exactly once,
+    in send order per partition, and every replica holds the same log."""
+    producer = KeyedProducer(cluster.bootstrap, partitions).start()
+    try:
+        wait_for("records flowing", lambda: producer.count() > 100, timeout_s=60)
+        for _ in range(kills):
+            leader = cluster.view().partitions[(TOPIC, 0)].leader
+            victim = cluster.nodes[leader]
+            before = producer.count()
+            victim.kill()
+            survivors = [n for n in cluster.live()]
+
+            def moved() -> bool:
+                return all(n.metadata().partitions[(TOPIC, 0)].leader not in (-1, leader)
+                           for n in survivors)
+
+            wait_for(f"partition 0's leadership to leave broker {leader}", moved, timeout_s=60)
+            victim.start()
+            wait_for(f"broker {leader} back in every ISR", lambda: all(
+                len(isr_of(cluster, q, via=n.broker_id)) == 3
+                for q in range(partitions) for n in survivors), timeout_s=120)
+            wait_for("acknowledgements after the failover",
+                     lambda: producer.count() > before + 50, timeout_s=120)
+    finally:
+        producer.finish()
+    assert producer.failed == []
+    for q in range(partitions):
+        records = wait_for(f"identical replicas of partition {q}",
+                           lambda q=q: same_logs(cluster, q), timeout_s=60)
+        values = [int(v) for v in values_of(records)]
+        assert len(values) == len(set(values)), "a record was written twice"
+        assert values == sorted(values), "records out of send order"
+        delivered = producer.delivered[q]
+        assert set(delivered) <= set(values), "an acknowledged record is missing"
+        consumed = [int(v) for v in consume_all(cluster.bootstrap, q, expect=len(values))]
+        assert consumed == values
+
+
+def test_a_leader_killed_twice_under_acks_all_loses_nothing(cluster_factory: Any) -> None:
+    cluster = cluster_factory(config=FAST)
+    create_topic(cluster, partitions=2)
+    kill_leader_loop(cluster, kills=2, partitions=2)
+
+
+@pytest.mark.slow
+def test_a_leader_killed_twenty_times_under_acks_all_loses_nothing(
+        cluster_factory: Any) -> None:
+    cluster = cluster_factory(config=FAST)
+    create_topic(cluster, partitions=2)
+    kill_leader_loop(cluster, kills=20, partitions=2)
+
+
+def produce_raw(node: Any, partition: int, values: list[bytes], acks: int = -1,
+                timeout_ms: int = 10_000) -> Any:
+    """One Produce v9 of one batch to ``node``, waiting as long as the request may take."""
+    request = build(0, 9, {
+        "transactional_id": None, "acks": acks, "timeout_ms": timeout_ms,
+        "topic_data": [{"name": TOPIC, "partition_data": [
+            {"index": partition, "records": record_batch([(None, v) for v in values])}]}]})
+    response = kafka_call(node.host, node.port, request, timeout_s=timeout_ms / 1000 + 10)
+    return response.responses[0].partition_responses[0]
+
+
+def test_a_zombie_leader_acknowledges_nothing_the_new_leader_lacks(
+        cluster_factory: Any) -> None:
+    """A leader paused longer than its ZooKeeper session: another is elected; resumed, the
+    old one must not acknowledge an acks=all produce (it has no follower at its epoch, its
+    ISR change is refused as fenced, the controller makes it a follower) and it truncates
+    to the new leader's log."""
+    cluster = cluster_factory(config=FAST)
+    leaders = create_topic(cluster, partitions=3)
+    p = next(q for q, b in leaders.items() if b != cluster.controller())
+    old = cluster.nodes[leaders[p]]
+    others = [n for n in cluster.nodes.values() if n is not old]
+    acked, errors = produce_acks_all(cluster, [b"first-%d" % i for i in range(30)], p)
+    assert errors == [] and len(acked) == 30
+
+    old.pause()
+    try:
+        def elected() -> int | None:
+            leader = others[0].metadata().partitions[(TOPIC, p)].leader
+            return leader if leader in {n.broker_id for n in others} else None
+
+        new = cluster.nodes[wait_for("a new leader while the old one sleeps", elected,
+                                     timeout_s=60)]
+        for i in range(3):
+            assert produce_raw(new, p, [b"new-%d" % i]).error_code == 0
+    finally:
+        old.resume()
+    zombie = produce_raw(old, p, [b"zombie"])
+    assert zombie.error_code != 0, "the old leader acknowledged what the new one lacks"
+    records = wait_for("the old leader holding the new leader's log",
+                       lambda: same_logs(cluster, p), timeout_s=60)
+    values = values_of(records)
+    assert b"zombie" not in values
+    assert values == acked + [b"new-0", b"new-1", b"new-2"]
+
+
+class GroupMember:
+    """One member of a consumer group, in a thread: consumes, commits synchronously after
+    every batch; what it read (partition, offset, after the kill?) and its commits."""
+
+    def __init__(self, bootstrap: str, group: str, shared: dict[str, Any]) -> None:
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                  "session.timeout.ms": 10000,
+                                  "heartbeat.interval.ms": 1000})
+        self.shared = shared
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        self.consumer.subscribe([TOPIC])
+        shared = self.shared
+        deadline = time.monotonic() + 240
+        try:
+            while not shared["done"].is_set() and time.monotonic() < deadline:
+                batch = self.consumer.consume(num_messages=20, timeout=0.5)
+                got = [m for m in batch if m.error() is None]
+                if not got:
+                    continue
+                killed = shared["killed"].is_set()
+                with shared["lock"]:
+                    shared["read"].extend((m.partition(), m.offset(), killed) for m in got)
+                try:
+                    committed = self.consumer.commit(asynchronous=False)
+                except Exception:  # the coordinator moved: the next batch commits again
+                    continue
+                with shared["lock"]:
+                    if not shared["killed"].is_set():
+                        for tp in committed or []:
+                            if tp.error is None and tp.offset >= 0:
+                                shared["acked"][tp.partition] = max(
+                                    shared["acked"].get(tp.partition, 0), tp.offset)
+                time.sleep(0.05)  # a consumer that takes its time, so the kill lands mid-way
+        finally:
+            self.consumer.close()
+
+
+def test_a_consumer_group_keeps_its_offsets_through_its_coordinators_kill(
+        cluster_factory: Any) -> None:
+    """Three members consume and commit; the coordinator's node is killed (kill -9): the
+    group carries on with the coordinator moved to another node (``__consumer_offsets`` has
+    RF 3), and no member reads again below an offset committed before the kill."""
+    cluster = cluster_factory(config=FAST)
+    create_topic(cluster, partitions=3)
+    total = 0
+    for p in range(3):
+        acked, errors = produce_acks_all(cluster, [b"%d" % i for i in range(1500)], p)
+        assert errors == [] and len(acked) == 1500
+        total += 1500
+    group = "ledger-readers"
+    shared: dict[str, Any] = {"lock": threading.Lock(), "read": [], "acked": {},
+                              "killed": threading.Event(), "done": threading.Event()}
+    members = [GroupMember(cluster.bootstrap, group, shared) for _ in range(3)]
+    for member in members:
+        member.thread.start()
+    try:
+        wait_for("a third of the records read", lambda: len(shared["read"]) > total // 3,
+                 timeout_s=120)
+        found = call(cluster.nodes[1].bootstrap, FindCoordinatorRequest(key=group,
+                                                                         key_type=0), 1)
+        assert found.error_code == 0
+        with shared["lock"]:
+            shared["killed"].set()
+            committed_before = dict(shared["acked"])
+        cluster.nodes[found.node_id].kill()
+        assert committed_before, "nothing was committed before the kill"
+
+        def everything_read() -> bool:
+            with shared["lock"]:
+                return len({(p, o) for p, o, _k in shared["read"]}) == total
+
+        wait_for("every record read by the group", everything_read, timeout_s=180)
+    finally:
+        shared["done"].set()
+        for member in members:
+            member.thread.join(60)
+    moved = call(cluster.live()[0].bootstrap, FindCoordinatorRequest(key=group, key_type=0), 1)
+    assert moved.error_code == 0 and moved.node_id != found.node_id
+    again = [(p, o) for p, o, after in shared["read"]
+             if after and o < committed_before.get(p, 0)]
+    assert again == [], f"read again below offsets committed before the kill: {again[:5]}"

@@ -10,6 +10,7 @@ leaders killed with kill -9.
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from typing import Any
@@ -19,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.protocol.metadata import FindCoordinatorRequest
 
+from actors.topology import stable_hash
 from tests.broker.rawclient import build, record_batch
 from tests.broker.test_groups import call
 from tests.fixtures.cluster import Cluster, kafka_call, wait_for
@@ -27,6 +29,7 @@ from tests.fixtures.replication import (
     disk_records,
     epoch_checkpoint,
     offset_checkpoint,
+    partition_dir,
     values_of,
 )
 from wire.errors import ErrorCode
@@ -248,7 +251,7 @@ class KeyedProducer:
     """An acks=all idempotent confluent-kafka producer sending keyed sequence numbers to
     ``partitions`` from a thread, bounded in count; what was reported delivered, in order."""
 
-    def __init__(self, bootstrap: str, partitions: int, limit: int = 200_000) -> None:
+    def __init__(self, bootstrap: str, partitions: int, limit: int = 400_000) -> None:
         self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
                                   "enable.idempotence": True, "linger.ms": 5,
                                   "compression.type": "none", "message.timeout.ms": 180_000})
@@ -277,8 +280,8 @@ class KeyedProducer:
                 self.producer.poll(0.05)
                 continue
             self.producer.poll(0)
-            if self.sent % 50 == 0:
-                time.sleep(0.01)  # a steady stream, not a flood
+            if self.sent % 10 == 0:
+                time.sleep(0.02)  # a steady stream (some 500 a second), not a flood
         self.producer.flush(180)
 
     def start(self) -> KeyedProducer:
@@ -294,6 +297,26 @@ class KeyedProducer:
         return sum(len(v) for v in self.delivered.values())
 
 
+def kill_leader_once(cluster: Cluster, producer: KeyedProducer, partitions: int) -> None:
+    leader = cluster.view().partitions[(TOPIC, 0)].leader
+    victim = cluster.nodes[leader]
+    before = producer.count()
+    victim.kill()
+    survivors = cluster.live()
+
+    def moved() -> bool:
+        return all(n.metadata().partitions[(TOPIC, 0)].leader not in (-1, leader)
+                   for n in survivors)
+
+    wait_for(f"partition 0's leadership to leave broker {leader}", moved, timeout_s=60)
+    victim.start()
+    wait_for(f"broker {leader} back in every ISR", lambda: all(
+        len(isr_of(cluster, q, via=n.broker_id)) == 3
+        for q in range(partitions) for n in survivors), timeout_s=120)
+    wait_for("acknowledgements after the failover",
+             lambda: producer.count() > before + 50, timeout_s=120)
+
+
 def kill_leader_loop(cluster: Cluster, kills: int, partitions: int) -> None:
     """Kill -9 the leader of partition 0 ``kills`` times under load, each restarted and
     back in the ISR before the next; then every delivered record is read back exactly once,
@@ -302,23 +325,7 @@ def kill_leader_loop(cluster: Cluster, kills: int, partitions: int) -> None:
     try:
         wait_for("records flowing", lambda: producer.count() > 100, timeout_s=60)
         for _ in range(kills):
-            leader = cluster.view().partitions[(TOPIC, 0)].leader
-            victim = cluster.nodes[leader]
-            before = producer.count()
-            victim.kill()
-            survivors = [n for n in cluster.live()]
-
-            def moved() -> bool:
-                return all(n.metadata().partitions[(TOPIC, 0)].leader not in (-1, leader)
-                           for n in survivors)
-
-            wait_for(f"partition 0's leadership to leave broker {leader}", moved, timeout_s=60)
-            victim.start()
-            wait_for(f"broker {leader} back in every ISR", lambda: all(
-                len(isr_of(cluster, q, via=n.broker_id)) == 3
-                for q in range(partitions) for n in survivors), timeout_s=120)
-            wait_for("acknowledgements after the failover",
-                     lambda: producer.count() > before + 50, timeout_s=120)
+            kill_leader_once(cluster, producer, partitions)
     finally:
         producer.finish()
     assert producer.failed == []
@@ -391,7 +398,7 @@ def test_a_zombie_leader_acknowledges_nothing_the_new_leader_lacks(
                        lambda: same_logs(cluster, p), timeout_s=60)
     values = values_of(records)
     assert b"zombie" not in values
-    assert values == acked + [b"new-0", b"new-1", b"new-2"]
+    assert values == [*acked, b"new-0", b"new-1", b"new-2"]
 
 
 class GroupMember:
@@ -478,3 +485,54 @@ def test_a_consumer_group_keeps_its_offsets_through_its_coordinators_kill(
     again = [(p, o) for p, o, after in shared["read"]
              if after and o < committed_before.get(p, 0)]
     assert again == [], f"read again below offsets committed before the kill: {again[:5]}"
+
+
+def test_partitions_spread_over_the_fetchers_and_small_fetches_replicate_everything(
+        cluster_factory: Any) -> None:
+    """num.replica.fetchers=2: each follower runs the fetchers hash(topic, partition) % 2
+    names for each leader; fetches bounded by replica.fetch.max.bytes (a batch at least)
+    and replica.fetch.response.max.bytes, waiting replica.fetch.wait.max.ms for
+    replica.fetch.min.bytes, still bring every record."""
+    cluster = cluster_factory(config={**FAST, "num.replica.fetchers": 2,
+                                      "replica.fetch.max.bytes": 1024,
+                                      "replica.fetch.response.max.bytes": 4096,
+                                      "replica.fetch.min.bytes": 1,
+                                      "replica.fetch.wait.max.ms": 100})
+    leaders = create_topic(cluster, partitions=6)
+    for p in range(6):
+        acked, errors = produce_acks_all(cluster, [b"%d-%d" % (p, i) * 40 for i in range(100)],
+                                         p)
+        assert errors == [] and len(acked) == 100
+    for p in range(6):
+        records = wait_for(f"identical replicas of {p}", lambda p=p: same_logs(cluster, p),
+                           timeout_s=60)
+        assert len(records) == 100
+    for node in cluster.live():
+        expected = {f"replica-fetcher-{leader}-{stable_hash(f'{TOPIC}-{p}') % 2}"
+                    for p, leader in leaders.items() if leader != node.broker_id}
+        started = {line.split("started replica fetcher ")[1].split()[0]
+                   for line in node.log().splitlines() if "started replica fetcher" in line}
+        assert expected <= started
+
+
+def test_a_follower_with_an_empty_log_catches_up(cluster_factory: Any) -> None:
+    """A follower's data dir wiped: it comes back empty, fetches the whole log (several
+    segments) and rejoins the ISR; its replica is the leader's, record by record."""
+    cluster = cluster_factory(config={**FAST, "log.segment.bytes": 1 << 20})
+    leaders = create_topic(cluster, partitions=3)
+    p = next(q for q, b in leaders.items() if b == cluster.controller())
+    follower = next(n for n in cluster.nodes.values() if n.broker_id != leaders[p])
+    payload = bytes(range(256)) * 16  # 4 KiB
+    for round_ in range(4):
+        acked, errors = produce_acks_all(cluster, [b"%d-%d-" % (round_, i) + payload
+                                                   for i in range(1000)], p, timeout_s=120)
+        assert errors == [] and len(acked) == 1000
+    follower.stop()
+    shutil.rmtree(follower.data_dir)
+    follower.data_dir.mkdir()
+    follower.start()
+    wait_for("the emptied follower back in the ISR",
+             lambda: len(isr_of(cluster, p, via=leaders[p])) == 3, timeout_s=180)
+    records = wait_for("identical replicas", lambda: same_logs(cluster, p), timeout_s=120)
+    assert len(records) == 4000
+    assert len(list(partition_dir(follower, TOPIC, p).glob("*.log"))) > 4

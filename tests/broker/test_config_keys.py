@@ -52,6 +52,7 @@ from wire.errors import ErrorCode
 pytestmark = [pytest.mark.clients]
 ROOT = Path(__file__).resolve().parents[2]
 HERE = "tests/broker/test_config_keys.py"
+REPL = "tests/cluster/test_replication.py"
 
 # key -> the tests that show its effect ("path::function").
 EFFECTS: dict[str, list[str]] = {
@@ -124,6 +125,24 @@ EFFECTS: dict[str, list[str]] = {
     "group.max.session.timeout.ms": [f"{HERE}::test_session_timeout_bounds_refuse_joins"],
     "offsets.topic.num.partitions": [f"{HERE}::test_num_partitions_of_auto_created_topics"],
     "purge.interval.requests": [f"{HERE}::test_runtime_tuning_reaches_the_actors"],
+    # replication (issue 15)
+    "num.replica.fetchers": [f"{REPL}::test_partitions_spread_over_the_fetchers_and_small_"
+                             "fetches_replicate_everything"],
+    "replica.fetch.max.bytes": [f"{REPL}::test_partitions_spread_over_the_fetchers_and_small_"
+                                "fetches_replicate_everything"],
+    "replica.fetch.min.bytes": [f"{REPL}::test_partitions_spread_over_the_fetchers_and_small_"
+                                "fetches_replicate_everything"],
+    "replica.fetch.response.max.bytes": [f"{REPL}::test_partitions_spread_over_the_fetchers_"
+                                         "and_small_fetches_replicate_everything"],
+    "replica.fetch.wait.max.ms": [f"{REPL}::test_partitions_spread_over_the_fetchers_and_small_"
+                                  "fetches_replicate_everything"],
+    "replica.lag.time.max.ms": [f"{REPL}::test_a_paused_follower_leaves_the_isr_and_rejoins"],
+    "replica.high.watermark.checkpoint.interval.ms": [
+        f"{REPL}::test_followers_hold_the_leaders_log_and_acks_all_is_acknowledged"],
+    "replica.fetch.backoff.ms": [f"{REPL}::test_a_leader_killed_twice_under_acks_all_loses_"
+                                 "nothing"],
+    "replica.socket.timeout.ms": [f"{REPL}::test_a_leader_killed_twice_under_acks_all_loses_"
+                                  "nothing"],
 }
 
 

@@ -21,10 +21,10 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.protocol.metadata import FindCoordinatorRequest
 
 from actors.topology import stable_hash
-from tests.broker.rawclient import build, record_batch
+from tests.broker.rawclient import build, read_records, record_batch
 from tests.broker.test_groups import call
 from tests.fixtures.cluster import Cluster, kafka_call, wait_for
-from tests.fixtures.cluster_tools import produce_to
+from tests.fixtures.cluster_tools import fetch_from, produce_to
 from tests.fixtures.replication import (
     disk_records,
     epoch_checkpoint,
@@ -223,6 +223,10 @@ def test_a_leader_that_appended_past_the_high_watermark_truncates_when_back(
                                 acks=1)
             assert answer.error_code == 0
         assert len(disk_records(old, TOPIC, p)) == 45
+        # Consumers read up to the high watermark only: nothing of what no follower has.
+        seen = fetch_from(old, TOPIC, p, 0)
+        assert seen.high_watermark == 30
+        assert len(read_records(bytes(seen.records or b""))) == 30
         old.kill()
     finally:
         for node in followers:

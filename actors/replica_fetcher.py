@@ -85,7 +85,7 @@ class ReplicaFetcher(Actor):
             by_shard.setdefault(self.topology.shard_for(row.topic, row.partition), []).append(row)
         for shard, shard_rows in by_shard.items():
             req_id = next(self.req_ids)
-            self.core.sent_to_shard(req_id, shard_rows)
+            self.core.sent_to_shard(req_id, shard_rows, self.clock.now_ms())
             self.tell(shard, FollowerApply(req_id, shard_rows))
 
     def _pump(self) -> None:

@@ -73,6 +73,7 @@ class FetcherCore:
     partitions: dict[TP, FetchPartition] = field(default_factory=dict)
     in_flight: _InFlight | None = None
     applying: dict[int, dict[TP, int]] = field(default_factory=dict)  # req -> tp -> generation
+    applying_since: dict[int, int] = field(default_factory=dict)      # req -> sent at (ms)
     generations: int = 0
     fetches: int = 0
     bytes_fetched: int = 0
@@ -114,13 +115,15 @@ class FetcherCore:
                                              -1, -1, -1, -1))
         return rows
 
-    def sent_to_shard(self, req_id: int, rows: list[FollowerApplyRow]) -> None:
+    def sent_to_shard(self, req_id: int, rows: list[FollowerApplyRow], now_ms: int = 0) -> None:
+        self.applying_since[req_id] = now_ms
         self.applying[req_id] = {(r.topic, r.partition): self.partitions[(r.topic,
                                                                             r.partition)].generation
                                  for r in rows if (r.topic, r.partition) in self.partitions}
 
     def on_applied(self, req_id: int, rows: list[FollowerStateRow], now_ms: int) -> None:
         generations = self.applying.pop(req_id, None)
+        self.applying_since.pop(req_id, None)
         if generations is None:
             return
         answered = set()
@@ -160,7 +163,8 @@ class FetcherCore:
     # ------------------------------------------------------------ fetching
     def next_fetch(self, req_id: int, now_ms: int) -> list[ReplicaFetchRow]:
         """The rows of the next fetch (empty: nothing to send now)."""
-        if self.in_flight is not None or self.applying:
+        if (self.in_flight is not None or self.applying
+                or any(p.state == APPLYING for p in self.partitions.values())):
             return []
         ready = [p for p in self.partitions.values() if p.state == READY]
         if not ready:
@@ -207,7 +211,11 @@ class FetcherCore:
         return apply
 
     def check_timeout(self, now_ms: int) -> bool:
-        """Give up a fetch unanswered for ``request_timeout_ms`` (its node may have died)."""
+        """Give up a fetch unanswered for ``request_timeout_ms`` (its node may have died), and
+        shard answers that never came (their partitions are asked again after a back-off)."""
+        for req_id, sent in list(self.applying_since.items()):
+            if now_ms - sent >= self.config.request_timeout_ms:
+                self.on_applied(req_id, [], now_ms)
         flight = self.in_flight
         if flight is not None and now_ms - flight.sent_ms >= self.config.request_timeout_ms:
             self.in_flight = None
@@ -218,6 +226,8 @@ class FetcherCore:
         deadlines = [p.delayed_until_ms for p in self.partitions.values() if p.state == DELAYED]
         if self.in_flight is not None:
             deadlines.append(self.in_flight.sent_ms + self.config.request_timeout_ms)
+        deadlines += [sent + self.config.request_timeout_ms
+                      for sent in self.applying_since.values()]
         return min(deadlines) if deadlines else None
 
     def stats(self) -> dict[str, object]:

@@ -11,7 +11,10 @@ nodes in one cluster, then measures, over ``--rounds`` alternating rounds:
   same at acks=1 RF=1 as its baseline;
 * the time from a leader's kill -9 to the first acks=all produce acknowledged
   after it (``--kills`` times: the killed node is restarted and back in the
-  ISR before the next), which the ZooKeeper session timeout dominates.
+  ISR before the next), which the ZooKeeper session timeout dominates;
+* the replica fetch rate of a follower catching up from an empty log on a
+  log of ``--catch-up-mb`` (its data dir wiped; from its restart until it is
+  back in the ISR).
 
 Summary on stdout; ``--json FILE`` writes DESIGN.md's contract:
 ``{"bench", "config", "results", "ratios"}``, every figure as min/median/max.
@@ -286,16 +289,46 @@ def kill_to_first_ack_s(cluster: BenchCluster, topic: str) -> float:
     return elapsed
 
 
+def catch_up_mb_per_s(cluster: BenchCluster, topic: str, megabytes: int) -> float:
+    """Fill one partition with ``megabytes`` (acks=1), wipe a follower's data dir, restart it
+    and time it from its start to its return to the ISR."""
+    from confluent_kafka import Producer
+    leader = partition_state(cluster.bootstrap, topic)[0][0]
+    follower = next(n for n in cluster.nodes if n.broker_id != leader)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "1",
+                         "linger.ms": 20, "batch.size": 1 << 20,
+                         "compression.type": "none", "message.timeout.ms": 300_000})
+    payload = b"c" * 16384
+    for _ in range(megabytes * 64):
+        while True:
+            try:
+                producer.produce(topic, payload, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    if producer.flush(300):
+        raise click.ClickException("the catch-up log was not written")
+    wait_isr(cluster.bootstrap, topic, 1, 3, timeout_s=600)
+    follower.stop()
+    shutil.rmtree(follower.dir / "data", ignore_errors=True)
+    started = time.perf_counter()
+    follower.start()
+    wait_isr(cluster.bootstrap, topic, 1, 3, timeout_s=3600)
+    return megabytes / (time.perf_counter() - started)
+
+
 def run_bench(template: str, rounds: int, records: int, size: int, partitions: int,
               rate: int, seconds: float, kills: int, session_timeout_ms: int,
-              directory: str | None) -> dict[str, Any]:
+              directory: str | None, catch_up_mb: int = 0) -> dict[str, Any]:
     base = Path(directory or tempfile.mkdtemp(prefix="actorlog-bench-repl-"))
     base.mkdir(parents=True, exist_ok=True)
     cluster = BenchCluster(base, template, session_timeout_ms)
     results: dict[str, list[float]] = {"acks_all_rf3_records_per_s": [],
                                        "acks_1_rf1_records_per_s": [],
                                        "acks_all_rf3_p99_ms": [], "acks_1_rf1_p99_ms": [],
-                                       "leader_kill_to_first_ack_s": []}
+                                       "leader_kill_to_first_ack_s": [],
+                                       "catch_up_mb_per_s": []}
     try:
         cluster.start()
         create_topic(cluster.bootstrap, "bench-rf3", partitions, 3)
@@ -313,6 +346,10 @@ def run_bench(template: str, rounds: int, records: int, size: int, partitions: i
         for _ in range(kills):
             results["leader_kill_to_first_ack_s"].append(
                 kill_to_first_ack_s(cluster, "bench-failover"))
+        if catch_up_mb:
+            create_topic(cluster.bootstrap, "bench-catch-up", 1, 3)
+            results["catch_up_mb_per_s"].append(
+                catch_up_mb_per_s(cluster, "bench-catch-up", catch_up_mb))
     finally:
         cluster.stop()
         if directory is None:
@@ -332,6 +369,7 @@ def run_bench(template: str, rounds: int, records: int, size: int, partitions: i
         "bench": BENCH_NAME,
         "config": {"rounds": rounds, "records": records, "record_bytes": size,
                    "partitions": partitions, "rate": rate, "seconds": seconds, "kills": kills,
+                   "catch_up_mb": catch_up_mb,
                    "zookeeper.session.timeout.ms": session_timeout_ms, "nodes": 3,
                    "host": socket.gethostname(), "kafka_2014_ratio": KAFKA_2014_RATIO},
         "results": summary,
@@ -369,15 +407,17 @@ def print_summary(report: dict[str, Any]) -> None:
 @click.option("--kills", type=click.IntRange(min=0, max=50), default=10, show_default=True)
 @click.option("--session-timeout-ms", type=click.IntRange(min=1000), default=6000,
               show_default=True, help="the nodes' zookeeper.session.timeout.ms")
+@click.option("--catch-up-mb", type=click.IntRange(min=0), default=1024, show_default=True,
+              help="log size a follower catches up from empty (0: skip)")
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
               help="keep the cluster's files here (default: a temporary directory)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def command(template: str, rounds: int, records: int, size: int, partitions: int, rate: int,
-            seconds: float, kills: int, session_timeout_ms: int, directory: str | None,
-            json_path: str | None) -> None:
+            seconds: float, kills: int, session_timeout_ms: int, catch_up_mb: int,
+            directory: str | None, json_path: str | None) -> None:
     """Replication cost: acks=all RF=3 over acks=1 RF=1, p99 at a fixed rate, failover."""
     report = run_bench(template, rounds, records, size, partitions, rate, seconds, kills,
-                       session_timeout_ms, directory)
+                       session_timeout_ms, directory, catch_up_mb)
     print_summary(report)
     if json_path:
         Path(json_path).write_text(json.dumps(report, indent=2) + "\n")

@@ -536,7 +536,7 @@ class PartitionShard(Actor):
                 continue
             if state.on_follower_fetch(msg.replica_id, offset, now):
                 self._notify(state)  # the high watermark moved: waiting produces complete
-            proposal = state.isr_expansion(msg.replica_id)
+            proposal = state.isr_expansion(msg.replica_id, now)
             if proposal is not None:
                 self._propose(state, proposal, "expand")
             limit = min(req.partition_max_bytes, budget) if budget > 0 else -1
@@ -584,7 +584,8 @@ class PartitionShard(Actor):
                 continue
             outcome = state.on_isr_result(row.proposed_leader_epoch,
                                           row.proposed_partition_epoch, row.error_code,
-                                          list(row.isr), row.partition_epoch)
+                                          list(row.isr), row.partition_epoch,
+                                          self.clock.wall_ms())
             if outcome == "applied":
                 self.log.info("{}-{}: ISR is now {} (partition epoch {})", row.topic,
                               row.partition, sorted(state.isr), state.partition_epoch)

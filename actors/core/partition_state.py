@@ -30,6 +30,9 @@ from wire.broker_messages import PartitionStatus, SegmentPosition
 from wire.errors import ErrorCode
 
 UNKNOWN_OFFSET = -1
+# After a proposal that was not written (no controller, timed out), wait this long before
+# proposing again: expansions are checked on every follower fetch.
+PROPOSAL_RETRY_MS = 1000
 
 # Answers to an ISR proposal that mean this node must not go on leading at this epoch.
 FENCING_ERRORS = frozenset({
@@ -74,6 +77,7 @@ class PartitionState:
     pending: IsrProposal | None = None
     fenced: bool = False
     epoch_start_offset: int = 0
+    proposals_held_until_ms: int = 0
 
     @classmethod
     def leader_alone(cls, log: PartitionLog, broker_id: int, min_isr: int) -> PartitionState:
@@ -106,6 +110,7 @@ class PartitionState:
         self.partition_epoch = partition_epoch
         self.pending = None
         self.fenced = False
+        self.proposals_held_until_ms = 0
         self.followers = {r: FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
                           for r in replicas if r != self.broker_id}
         if leader_epoch > self.log.latest_epoch:
@@ -211,13 +216,15 @@ class PartitionState:
         return None
 
     # ------------------------------------------------------------ ISR changes
-    def _may_propose(self) -> bool:
-        return self.is_leader and self.pending is None and self.partition_epoch >= 0
+    def _may_propose(self, now_ms: int) -> bool:
+        return (self.is_leader and self.pending is None and self.partition_epoch >= 0
+                and now_ms >= self.proposals_held_until_ms)
 
-    def isr_expansion(self, replica_id: int) -> IsrProposal | None:
+    def isr_expansion(self, replica_id: int, now_ms: int = 0) -> IsrProposal | None:
         """The ISR with ``replica_id`` back in, if it has caught up (Kafka's isFollowerInSync):
         its log end reached the high watermark and the start of this leader epoch."""
-        if not self._may_propose() or replica_id in self.isr or replica_id not in self.replicas:
+        if (not self._may_propose(now_ms) or replica_id in self.isr
+                or replica_id not in self.replicas):
             return None
         follower = self.followers.get(replica_id)
         if follower is None:
@@ -242,7 +249,7 @@ class PartitionState:
 
     def isr_shrink(self, now_ms: int) -> IsrProposal | None:
         """The ISR without its lagging followers (never without the leader)."""
-        if not self._may_propose():
+        if not self._may_propose(now_ms):
             return None
         out = self.out_of_sync(now_ms)
         if not out:
@@ -254,7 +261,8 @@ class PartitionState:
         self.pending = proposal
 
     def on_isr_result(self, proposed_leader_epoch: int, proposed_partition_epoch: int,
-                      error_code: int, isr: list[int], partition_epoch: int) -> str:
+                      error_code: int, isr: list[int], partition_epoch: int,
+                      now_ms: int = 0) -> str:
         """Apply the controller's answer to the pending proposal.
 
         Returns what happened: "stale" (not the pending proposal: ignored),
@@ -275,6 +283,7 @@ class PartitionState:
         if error_code in FENCING_ERRORS:
             self.fenced = True
             return "fenced"
+        self.proposals_held_until_ms = now_ms + PROPOSAL_RETRY_MS
         return "retry"
 
     # ------------------------------------------------------------ status

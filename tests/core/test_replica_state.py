@@ -107,8 +107,11 @@ def test_a_refused_change_fences_the_leader_and_a_stale_answer_is_ignored(
     state.propose(IsrProposal(0, (LEADER, F1), 0))
     assert state.on_isr_result(0, 5, 0, [LEADER], 6) == "stale"
     assert state.pending is not None
-    assert state.on_isr_result(0, 0, int(ErrorCode.NOT_CONTROLLER), [], -1) == "retry"
+    assert state.on_isr_result(0, 0, int(ErrorCode.NOT_CONTROLLER), [], -1, 50) == "retry"
     assert state.pending is None and state.is_leader
+    state.followers[F2].last_caught_up_ms = -10_000
+    assert state.isr_shrink(1049) is None  # held for PROPOSAL_RETRY_MS after a retry
+    assert state.isr_shrink(1050) is not None
     state.propose(IsrProposal(0, (LEADER, F1), 0))
     assert state.on_isr_result(0, 0, int(ErrorCode.FENCED_LEADER_EPOCH), [], -1) == "fenced"
     assert not state.is_leader

@@ -207,3 +207,22 @@ ReplicaMachine.TestCase.settings = settings(
     max_examples=250, stateful_step_count=30, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestReplicaMachine = ReplicaMachine.TestCase
+
+
+def test_a_follower_rebuilds_producer_state_so_as_leader_it_refuses_duplicates(
+        tmp_path: Path) -> None:
+    """appendAsFollower keeps offsets, epochs and producer ids; the producer state it builds
+    makes a retried idempotent batch a duplicate once the follower leads."""
+    leader = new_log(tmp_path / "a" / "t-0")
+    follower = new_log(tmp_path / "b" / "t-0")
+    client_batch = build_batch([b"once", b"twice?"], producer_id=7, producer_epoch=0,
+                               base_sequence=0)
+    leader.append_as_leader(build_batch([b"plain"]), 3, 0)
+    leader.append_as_leader(client_batch, 3, 0)
+    replicated = bytes(leader.read(0, 1 << 20, None, True).records)
+    follower.append_as_follower(replicated, 0)
+    assert bytes(follower.read(0, 1 << 20, None, True).records) == replicated
+    assert follower.latest_epoch == 3 and follower.log_end_offset == 3
+    again = follower.append_as_leader(client_batch, 4, 0)
+    assert (again.first_offset, again.last_offset) == (1, 2)
+    assert follower.log_end_offset == 3

@@ -357,6 +357,7 @@ def test_a_leader_killed_twice_under_acks_all_loses_nothing(cluster_factory: Any
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_a_leader_killed_twenty_times_under_acks_all_loses_nothing(
         cluster_factory: Any) -> None:
     cluster = cluster_factory(config=FAST)

@@ -546,3 +546,35 @@ def test_a_follower_with_an_empty_log_catches_up(cluster_factory: Any) -> None:
     records = wait_for("identical replicas", lambda: same_logs(cluster, p), timeout_s=120)
     assert len(records) == 4000
     assert len(list(partition_dir(follower, TOPIC, p).glob("*.log"))) > 4
+
+
+def test_a_preferred_leader_back_in_the_isr_leads_again(cluster_factory: Any) -> None:
+    """auto.leader.rebalance.enable: a leader killed and restarted rejoins the ISR (it fetched
+    up to the high watermark), then the controller's check every
+    leader.imbalance.check.interval.seconds, past leader.imbalance.per.broker.percentage,
+    gives it its preferred leadership back (a new leader epoch)."""
+    cluster = cluster_factory(config={**FAST, "auto.leader.rebalance.enable": True,
+                                      "leader.imbalance.check.interval.seconds": 1,
+                                      "leader.imbalance.per.broker.percentage": 0})
+    leaders = create_topic(cluster, partitions=3)
+    p = next(q for q, b in leaders.items() if b != cluster.controller())
+    preferred = cluster.nodes[leaders[p]]
+    acked, errors = produce_acks_all(cluster, [b"a-%d" % i for i in range(20)], p)
+    assert errors == [] and len(acked) == 20
+    epoch = cluster.view().partitions[(TOPIC, p)].leader_epoch
+    preferred.kill()
+    others = [n for n in cluster.nodes.values() if n is not preferred]
+    wait_for("another leader", lambda: others[0].metadata().partitions[(TOPIC, p)].leader
+             in {n.broker_id for n in others}, timeout_s=60)
+    more, errors = produce_acks_all(cluster, [b"b-%d" % i for i in range(20)], p)
+    assert errors == [] and len(more) == 20
+    preferred.start()
+    view = wait_for("the preferred replica leading again", lambda: (lambda v: v if v.partitions[
+        (TOPIC, p)].leader == preferred.broker_id else None)(others[0].metadata()),
+        timeout_s=90)
+    assert view.partitions[(TOPIC, p)].leader_epoch >= epoch + 2
+    assert len(view.partitions[(TOPIC, p)].isr) == 3
+    last, errors = produce_acks_all(cluster, [b"c-%d" % i for i in range(20)], p)
+    assert errors == [] and len(last) == 20
+    records = wait_for("identical replicas", lambda: same_logs(cluster, p), timeout_s=60)
+    assert values_of(records) == acked + more + last

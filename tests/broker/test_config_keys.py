@@ -143,6 +143,39 @@ EFFECTS: dict[str, list[str]] = {
                                  "nothing"],
     "replica.socket.timeout.ms": [f"{REPL}::test_a_leader_killed_twice_under_acks_all_loses_"
                                   "nothing"],
+    # The cluster's keys, on real nodes over a real ZooKeeper (tests/cluster).
+    "zookeeper.connect": ["tests/cluster/test_cluster.py::"
+                          "test_no_zookeeper_within_the_connection_timeout_is_one_line"],
+    "zookeeper.connection.timeout.ms": [
+        "tests/cluster/test_cluster.py::"
+        "test_no_zookeeper_within_the_connection_timeout_is_one_line"],
+    "zookeeper.session.timeout.ms": [
+        "tests/cluster/test_failover.py::"
+        "test_controller_kill_9_another_node_takes_over_and_the_old_epoch_is_refused"],
+    "broker.rack": ["tests/cluster/test_cluster.py::"
+                    "test_nodes_on_three_addresses_register_and_each_answers_for_the_whole_cluster"],
+    "delete.topic.enable": ["tests/cluster/test_cluster.py::"
+                            "test_delete_topic_enable_false_refuses_deletion"],
+    "offsets.topic.replication.factor": [
+        "tests/cluster/test_cluster.py::"
+        "test_offsets_topic_replication_factor_is_capped_to_the_live_brokers"],
+    "unclean.leader.election.enable": ["tests/core/test_controller_state.py::"
+                                       "test_unclean_election_enabled_by_config"],
+    "controlled.shutdown.enable": [
+        "tests/cluster/test_controlled_shutdown.py::"
+        "test_controlled_shutdown_retries_what_it_cannot_move_and_can_be_turned_off"],
+    "controlled.shutdown.max.retries": [
+        "tests/cluster/test_controlled_shutdown.py::"
+        "test_controlled_shutdown_retries_what_it_cannot_move_and_can_be_turned_off"],
+    "controlled.shutdown.retry.backoff.ms": [
+        "tests/cluster/test_controlled_shutdown.py::"
+        "test_controlled_shutdown_retries_what_it_cannot_move_and_can_be_turned_off"],
+    "auto.leader.rebalance.enable": [f"{REPL}::test_a_preferred_leader_back_in_the_isr_leads_"
+                                     "again"],
+    "leader.imbalance.per.broker.percentage": [f"{REPL}::test_a_preferred_leader_back_in_the_"
+                                               "isr_leads_again"],
+    "leader.imbalance.check.interval.seconds": [f"{REPL}::test_a_preferred_leader_back_in_the_"
+                                                "isr_leads_again"],
 }
 
 

@@ -89,6 +89,20 @@ class LogConfig:
     flush_ms: int = NO_LIMIT
     max_message_bytes: int = 1048588
     message_timestamp_type: str = CREATE_TIME
+    # Kafka's log cleaner settings: "delete" drops old segments (retention),
+    # "compact" keeps each key's latest record (actors/core/log_cleaner.py).
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    delete_retention_ms: int = DAY_MS
+    min_compaction_lag_ms: int = 0
+    min_cleanable_dirty_ratio: float = 0.5
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
 
     def __post_init__(self) -> None:
         if self.message_timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
@@ -751,16 +765,19 @@ class PartitionLog:
 
     # --------------------------------------------------------------- retention
 
-    def delete_old_segments(self, now_ms: int) -> int:
+    def delete_old_segments(self, now_ms: int, retention: bool = True) -> int:
         """Delete whole old segments past retention.ms / retention.bytes or below the
         log start; returns how many went.
 
         Only segments wholly below the high watermark go. If every segment
         qualifies, the log rolls first so an empty active segment remains.
+        Retention applies only with cleanup.policy "delete" (and ``retention``);
+        segments below the log start always go.
         """
         config = self.config
+        retention = retention and config.delete
         size_excess = (self.size_in_bytes - config.retention_bytes
-                       if config.retention_bytes >= 0 else -1)
+                       if retention and config.retention_bytes >= 0 else -1)
         deletable = 0
         for i, segment in enumerate(self.segments):
             is_last = i + 1 == len(self.segments)
@@ -770,7 +787,7 @@ class PartitionLog:
             if self._high_watermark < upper:
                 break
             below_start = not is_last and upper <= self._log_start_offset
-            expired = (config.retention_ms >= 0
+            expired = (retention and config.retention_ms >= 0
                        and now_ms - segment.max_timestamp_ms > config.retention_ms)
             too_big = size_excess >= 0 and size_excess - segment.size >= 0
             if not (below_start or expired or too_big):
@@ -794,6 +811,30 @@ class PartitionLog:
         self.epoch_cache.truncate_from_start(self._log_start_offset)
         self.producer_state.remove_before(self._log_start_offset)
         return deletable
+
+    def increment_log_start_offset(self, offset: int) -> bool:
+        """DeleteRecords: records below ``offset`` are gone for readers (the segments
+        wholly below it are deleted by the caller's next delete_old_segments).
+
+        Raises OffsetOutOfRangeError past the high watermark, as Kafka; an offset at
+        or below the current log start changes nothing (returns False).
+        """
+        if offset > self._high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot move the log start of {self.topic}-{self.partition} to {offset}: "
+                f"the high watermark is {self._high_watermark}")
+        if offset <= self._log_start_offset:
+            return False
+        self._log_start_offset = offset
+        self._recovery_point = max(self._recovery_point, offset)
+        self.epoch_cache.truncate_from_start(offset)
+        self.producer_state.remove_before(offset)
+        return True
+
+    def update_config(self, config: LogConfig) -> None:
+        """New topic settings take effect at once: the next append checks the new
+        segment size, the next retention pass the new limits and policy."""
+        self.config = config
 
     # ------------------------------------------------------------------ flush
 

@@ -77,6 +77,9 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                                     "against retention"),
     "log.flush.offset.checkpoint.interval.ms": (60000, int, "how often the offset checkpoint "
                                                             "files are written"),
+    "log.cleanup.policy": ("delete", str, "default cleanup.policy of topics: 'delete' drops "
+                                          "old segments, 'compact' keeps each key's latest "
+                                          "record, 'compact,delete' both"),
     "replica.lag.time.max.ms": (30000, int, "ISR shrink threshold (reserved: replication, "
                                             "issue 15)"),
     "replica.fetch.backoff.ms": (1000, int, "back-off of a partition in error (reserved: "
@@ -154,6 +157,7 @@ RANGES: dict[str, tuple[float, float]] = {
 CHOICES: dict[str, tuple[str, ...]] = {
     "actor.threads": ("shared", "dedicated"),
     "log.message.timestamp.type": ("CreateTime", "LogAppendTime"),
+    "log.cleanup.policy": ("delete", "compact", "compact,delete", "delete,compact"),
 }
 _TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
@@ -229,6 +233,8 @@ class Config:
     def __init__(self, values: dict[str, Any] | None = None, source: str = "<defaults>") -> None:
         self.values: dict[str, Any] = {k: v[0] for k, v in SPEC.items()}
         self.source = source
+        self.set_keys: set[str] = set()
+        """Keys a file, a flag or the caller set (the rest hold their defaults)."""
         if values:
             self.update(values, source)
 
@@ -237,6 +243,7 @@ class Config:
             if key not in SPEC:
                 raise _unknown(key, source)
             self.values[key] = _coerce(key, value, source)
+            self.set_keys.add(key)
         return self
 
     @classmethod

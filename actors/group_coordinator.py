@@ -40,6 +40,7 @@ from typing import Any
 from actors.core.group_state import (
     AppendRecords,
     CancelTimer,
+    DeleteGroupsResponse,
     DescribeGroupsResponse,
     Effect,
     GroupConfig,
@@ -51,6 +52,7 @@ from actors.core.group_state import (
     MemberIdentity,
     OffsetCommitPartition,
     OffsetCommitResponse,
+    OffsetDeleteResponse,
     OffsetFetchResponse,
     Respond,
     Response,
@@ -77,6 +79,14 @@ from actors.runtime.address import Address
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.config import Config
 from actors.topology import Topology
+from wire.admin_messages import (
+    DeleteGroups,
+    DeleteGroupsDone,
+    GroupResultRow,
+    OffsetDelete,
+    OffsetDeleteDone,
+    OffsetDeleteDoneRow,
+)
 from wire.broker_messages import (
     Append,
     AppendDone,
@@ -229,6 +239,11 @@ def answer_for(req_id: int, response: Response) -> Any:
             ])
             for g in response.groups
         ])
+    if isinstance(response, DeleteGroupsResponse):
+        return DeleteGroupsDone(req_id, [GroupResultRow(g, int(c)) for g, c in response.results])
+    if isinstance(response, OffsetDeleteResponse):
+        return OffsetDeleteDone(req_id, int(response.error_code), [
+            OffsetDeleteDoneRow(t, p, int(c)) for t, p, c in response.partitions])
     raise TypeError(f"no answer message for {type(response).__name__}")
 
 
@@ -253,6 +268,10 @@ def refusal_for(msg: Any, code: int) -> Any:
     if isinstance(msg, DescribeGroups):
         return DescribeGroupsDone(msg.req_id, [
             DescribeGroupRow(code, g, "", "", "", []) for g in msg.group_ids])
+    if isinstance(msg, DeleteGroups):
+        return DeleteGroupsDone(msg.req_id, [GroupResultRow(g, code) for g in msg.group_ids])
+    if isinstance(msg, OffsetDelete):
+        return OffsetDeleteDone(msg.req_id, code, [])
     raise TypeError(f"not a group request: {type(msg).__name__}")
 
 
@@ -513,6 +532,18 @@ class GroupCoordinator(Actor):
     def on_describe(self, msg: DescribeGroups) -> None:
         if self._serving(msg):
             self._perform(self.core.describe_groups(self._rid(msg.req_id), msg.group_ids))
+
+    @handles(DeleteGroups)
+    def on_delete_groups(self, msg: DeleteGroups) -> None:
+        if self._serving(msg):
+            self._perform(self.core.delete_groups(self._rid(msg.req_id), msg.group_ids,
+                                                  self.now_ms()))
+
+    @handles(OffsetDelete)
+    def on_offset_delete(self, msg: OffsetDelete) -> None:
+        if self._serving(msg):
+            self._perform(self.core.offset_delete(
+                self._rid(msg.req_id), msg.group_id, [(r.topic, r.partition) for r in msg.rows]))
 
     # ---------------------------------------------------------- effects
     def _perform(self, effects: list[Effect]) -> None:

@@ -8,6 +8,7 @@ change of that partition's log end or high watermark.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from actors.core.log_dir import LogDir
@@ -19,6 +20,15 @@ from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.topology import Topology
+from wire.admin_messages import (
+    DeleteRecords,
+    DeleteRecordsDone,
+    DeleteRecordsDoneRow,
+    DescribeLogDir,
+    DescribeLogDirDone,
+    LogDirPartitionRow,
+    UpdatePartitionConfigs,
+)
 from wire.broker_messages import (
     Append,
     AppendDone,
@@ -189,6 +199,79 @@ class PartitionShard(Actor):
         if dropped:
             self.tell(self.topology.log_manager, CheckpointOffsets(self.name, False, [], dropped))
         self.reply(ShardDone(msg.req_id, ""))
+
+    @handles(UpdatePartitionConfigs)
+    def on_update_configs(self, msg: UpdatePartitionConfigs) -> None:
+        """A topic's overrides changed: its logs take the new settings now."""
+        error = ""
+        for row in msg.rows:
+            state = self.partitions.get((row.topic, row.partition))
+            if state is None:
+                continue
+            try:
+                state.log.update_config(log_config_for(self.config, row.configs))
+                state.min_insync_replicas = int(row.configs.get(
+                    "min.insync.replicas", self.config["min.insync.replicas"]))
+            except Exception as exc:
+                self.log.exception("cannot apply new configs to {}-{}", row.topic,
+                                   row.partition)
+                error = f"{row.topic}-{row.partition}: {exc}"
+        self.reply(ShardDone(msg.req_id, error))
+
+    # ------------------------------------------------------------ admin
+    @handles(DeleteRecords)
+    def on_delete_records(self, msg: DeleteRecords) -> None:
+        """Kafka's DeleteRecords on a leader: the log start moves up to the offset (-1: the
+        high watermark); segments wholly below it are deleted now."""
+        rows: list[DeleteRecordsDoneRow] = []
+        moved: list[PartitionState] = []
+        now = self.clock.wall_ms()
+        for req in msg.rows:
+            state = self.partitions.get((req.topic, req.partition))
+            if state is None:
+                rows.append(DeleteRecordsDoneRow(req.topic, req.partition, -1, UNKNOWN_TP,
+                                                 "this broker does not host the partition"))
+                continue
+            log = state.log
+            offset = log.high_watermark if req.offset == -1 else req.offset
+            try:
+                if not log.config.delete:
+                    raise KafkaError(f"records of {req.topic}-{req.partition} cannot be "
+                                     f"deleted: its cleanup.policy is "
+                                     f"{','.join(log.config.cleanup_policy)}",
+                                     ErrorCode.POLICY_VIOLATION)
+                if offset < 0:
+                    raise OffsetOutOfRangeError(f"offset {offset} is negative")
+                if log.increment_log_start_offset(offset):
+                    moved.append(state)
+                    deleted = log.delete_old_segments(now, retention=False)
+                    self.log.info("DeleteRecords moved the log start of {}-{} to {} "
+                                  "({} segment(s) deleted)", req.topic, req.partition,
+                                  log.log_start_offset, deleted)
+            except KafkaError as exc:
+                rows.append(DeleteRecordsDoneRow(req.topic, req.partition, -1, int(exc.code),
+                                                 str(exc)))
+                continue
+            rows.append(DeleteRecordsDoneRow(req.topic, req.partition, log.log_start_offset,
+                                             NONE, None))
+        if moved:
+            self.tell(self.topology.log_manager, CheckpointOffsets(
+                self.name, False, [self._offset_row(s) for s in moved], []))
+        self.reply(DeleteRecordsDone(msg.req_id, rows))
+
+    @handles(DescribeLogDir)
+    def on_describe_log_dir(self, msg: DescribeLogDir) -> None:
+        wanted = None if msg.rows is None else {(r.topic, r.partition) for r in msg.rows}
+        rows = [LogDirPartitionRow(t, p, state.log.size_in_bytes,
+                                   max(0, state.log.high_watermark - state.log.log_end_offset))
+                for (t, p), state in sorted(self.partitions.items())
+                if wanted is None or (t, p) in wanted]
+        try:
+            fs = os.statvfs(self.log_dir.path)
+            total, usable = fs.f_blocks * fs.f_frsize, fs.f_bavail * fs.f_frsize
+        except OSError:
+            total = usable = -1
+        self.reply(DescribeLogDirDone(msg.req_id, str(self.log_dir.path), total, usable, rows))
 
     # ---------------------------------------------------------------- produce
     @handles(Append)

@@ -13,7 +13,20 @@ from typing import Any
 
 from kafka.protocol.api_key import ApiKey
 
+from actors.apis.admin import (
+    handle_create_partitions,
+    handle_delete_groups,
+    handle_delete_records,
+    handle_describe_log_dirs,
+    handle_describe_topic_partitions,
+    handle_offset_delete,
+)
 from actors.apis.base import ApiGen, HandlerContext, Respond
+from actors.apis.configs import (
+    handle_alter_configs,
+    handle_describe_configs,
+    handle_incremental_alter_configs,
+)
 from actors.apis.fetch import handle_fetch
 from actors.apis.groups import (
     handle_describe_groups,
@@ -30,7 +43,6 @@ from actors.apis.list_offsets import handle_list_offsets
 from actors.apis.metadata import (
     handle_create_topics,
     handle_delete_topics,
-    handle_describe_configs,
     handle_init_producer_id,
     handle_metadata,
 )
@@ -38,6 +50,14 @@ from actors.apis.produce import handle_produce
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from wire import kafka_codec as kc
+from wire.admin_messages import (
+    AlterTopicConfigsDone,
+    CreatePartitionsDone,
+    DeleteGroupsDone,
+    DeleteRecordsDone,
+    DescribeLogDirDone,
+    OffsetDeleteDone,
+)
 from wire.broker_messages import (
     AppendDone,
     CreateTopicsDone,
@@ -83,6 +103,14 @@ API_TABLE: dict[int, Any] = {
     ApiKey.DeleteTopics: handle_delete_topics,
     ApiKey.InitProducerId: handle_init_producer_id,
     ApiKey.DescribeConfigs: handle_describe_configs,
+    ApiKey.DeleteRecords: handle_delete_records,
+    ApiKey.AlterConfigs: handle_alter_configs,
+    ApiKey.DescribeLogDirs: handle_describe_log_dirs,
+    ApiKey.CreatePartitions: handle_create_partitions,
+    ApiKey.DeleteGroups: handle_delete_groups,
+    ApiKey.IncrementalAlterConfigs: handle_incremental_alter_configs,
+    ApiKey.OffsetDelete: handle_offset_delete,
+    ApiKey.DescribeTopicPartitions: handle_describe_topic_partitions,
 }
 
 
@@ -221,7 +249,8 @@ class RequestHandler(Actor):
     @handles(AppendDone, ReadDone, ListOffsetsDone, CreateTopicsDone, DeleteTopicsDone,
              FetchReady, ProduceReady, JoinGroupDone, SyncGroupDone, HeartbeatDone,
              LeaveGroupDone, OffsetCommitDone, OffsetFetchDone, ListGroupsDone,
-             DescribeGroupsDone)
+             DescribeGroupsDone, CreatePartitionsDone, AlterTopicConfigsDone, DeleteRecordsDone,
+             DescribeLogDirDone, DeleteGroupsDone, OffsetDeleteDone)
     def on_reply(self, msg: Any) -> None:
         entry = self.pending.pop(msg.req_id, None)
         if entry is None:

@@ -36,6 +36,7 @@ from actors.core.dir_lock import DirLock, DirLockedError
 from actors.core.log_dir import LogDir
 from actors.core.topic_store import TopicStore
 from actors.group_coordinator import spawn_coordinators
+from actors.log_cleaner import LogCleaner
 from actors.log_manager import LogManager
 from actors.partition_shard import PartitionShard
 from actors.processor import Processor
@@ -298,6 +299,9 @@ class Broker:
                            purge_interval_requests=int(cfg["purge.interval.requests"]),
                            **place(i))
             node.spawn(Controller, topo.controller.name, topology=topo, config=cfg, store=store)
+            if cfg["log.cleaner.enable"]:  # its own thread: a pass must not slow a worker
+                node.spawn(LogCleaner, topo.log_cleaner.name, topology=topo, config=cfg,
+                           log_dir=data_dir, clock=clock)
             self._spawn_extra(node, topo, cfg, clock)
             for i in range(topo.num_handlers):
                 ctx = HandlerContext(topo, cfg, broker_id, adv_host, adv_port, cluster_id, i,

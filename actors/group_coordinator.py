@@ -80,6 +80,10 @@ from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.config import Config
 from actors.topology import Topology
 from wire.admin_messages import (
+    AlterTopicConfigs,
+    AlterTopicConfigsDone,
+    AlterTopicConfigsRow,
+    ConfigOpRow,
     DeleteGroups,
     DeleteGroupsDone,
     GroupResultRow,
@@ -136,8 +140,9 @@ TOPIC_EXISTS = int(ErrorCode.TOPIC_ALREADY_EXISTS)
 OUT_OF_RANGE = int(ErrorCode.OFFSET_OUT_OF_RANGE)
 
 OFFSETS_TOPIC_CONFIGS = {
-    # Kafka compacts this topic; actorlog's logs only delete, so nothing may
-    # age out (a group's last commit can be old).
+    # As Kafka's: compacted (the LogCleaner keeps each key's latest record), never
+    # trimmed by age (a group's last commit can be old).
+    "cleanup.policy": "compact",
     "retention.ms": "-1",
     "segment.bytes": str(100 * 1024 * 1024),  # Kafka's offsets.topic.segment.bytes
 }
@@ -358,6 +363,11 @@ class GroupCoordinator(Actor):
             self.phase = "create-retry"
             self.retry_at_ms = self.clock.now_ms() + RETRY_MS
             return
+        if row.error_code == TOPIC_EXISTS:
+            # Made before it was compacted: make it so (no change if it is already).
+            self.tell(self.topology.controller, AlterTopicConfigs(
+                next(self.req_ids), False, True, [AlterTopicConfigsRow(
+                    OFFSETS_TOPIC, [ConfigOpRow("cleanup.policy", 0, "compact")])]))
         self.phase = "loading"
         self.load_started_ms = self.clock.now_ms()
         self.read_offsets = {p: 0 for p in range(self.num_partitions)}
@@ -373,6 +383,13 @@ class GroupCoordinator(Actor):
             rid = next(self.req_ids)
             self.reads_in_flight.add(rid)
             self.tell(shard, Read(rid, -1, READ_MAX_BYTES, rows))
+
+    @handles(AlterTopicConfigsDone)
+    def on_offsets_topic_altered(self, msg: AlterTopicConfigsDone) -> None:
+        for row in msg.rows:
+            if row.error_code != NONE:
+                self.log.error("cannot make {} compacted: {} ({})", OFFSETS_TOPIC,
+                               ErrorCode(row.error_code).name, row.error_message)
 
     @handles(ReadDone)
     def on_read(self, msg: ReadDone) -> None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from actors.core.log_cleaner import describe_cleanable
 from actors.core.log_dir import LogDir
-from actors.core.partition_log import PartitionLog
+from actors.core.partition_log import PartitionLog, SwapRefusedError
 from actors.core.partition_state import PartitionState
+from actors.core.segment_swap import discard_staging
 from actors.core.topic_config import log_config_for
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
@@ -21,12 +23,18 @@ from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.topology import Topology
 from wire.admin_messages import (
+    CleanableLogRow,
+    CleanableLogs,
+    CleanableLogsDone,
     DeleteRecords,
     DeleteRecordsDone,
     DeleteRecordsDoneRow,
     DescribeLogDir,
     DescribeLogDirDone,
     LogDirPartitionRow,
+    SegmentRow,
+    SwapCleanedSegments,
+    SwapCleanedSegmentsDone,
     UpdatePartitionConfigs,
 )
 from wire.broker_messages import (
@@ -272,6 +280,50 @@ class PartitionShard(Actor):
         except OSError:
             total = usable = -1
         self.reply(DescribeLogDirDone(msg.req_id, str(self.log_dir.path), total, usable, rows))
+
+    # ------------------------------------------------------------ cleaning
+    @handles(CleanableLogs)
+    def on_cleanable_logs(self, msg: CleanableLogs) -> None:
+        """The LogCleaner asks: every compacted log, its closed segments and settings."""
+        rows = []
+        for state in self.partitions.values():
+            if not state.log.config.compact:
+                continue
+            c = describe_cleanable(state.log)
+            rows.append(CleanableLogRow(
+                c.topic, c.partition, str(c.directory), [SegmentRow(*s) for s in c.segments],
+                c.active_base_offset, c.log_start_offset, c.high_watermark, c.generation,
+                c.min_cleanable_dirty_ratio, c.delete_retention_ms, c.min_compaction_lag_ms,
+                c.segment_bytes, c.index_interval_bytes, c.segment_index_bytes,
+                [[pid, last] for pid, last in c.producer_last_offsets.items()]))
+        self.reply(CleanableLogsDone(msg.req_id, rows))
+
+    @handles(SwapCleanedSegments)
+    def on_swap_cleaned(self, msg: SwapCleanedSegments) -> None:
+        """Swap in the cleaned copies, in this thread, unless the log moved on."""
+        state = self.partitions.get((msg.topic, msg.partition))
+        if state is None:
+            self.reply(SwapCleanedSegmentsDone(msg.req_id, msg.topic, msg.partition, False,
+                                               "the partition is gone"))
+            return
+        log = state.log
+        try:
+            log.replace_cleaned_segments(
+                msg.staging, [(s.base_offset, s.size_bytes) for s in msg.old_segments],
+                list(msg.new_bases), msg.generation, self.clock.wall_ms())
+        except SwapRefusedError as exc:
+            discard_staging(log.dir, msg.staging)
+            self.reply(SwapCleanedSegmentsDone(msg.req_id, msg.topic, msg.partition, False,
+                                               str(exc)))
+            return
+        except Exception as exc:
+            # Past the commit the log is completed from its manifest when reopened:
+            # the restart (supervision) does that.
+            self.reply(SwapCleanedSegmentsDone(msg.req_id, msg.topic, msg.partition, False,
+                                               f"swap failed: {exc!r}"))
+            raise
+        self.node.metrics.incr("log_cleaner_swaps")
+        self.reply(SwapCleanedSegmentsDone(msg.req_id, msg.topic, msg.partition, True, ""))
 
     # ---------------------------------------------------------------- produce
     @handles(Append)

@@ -75,6 +75,10 @@ class Topology:
     def log_manager(self) -> Address:
         return Address(self.node, "log-manager")
 
+    @property
+    def log_cleaner(self) -> Address:
+        return Address(self.node, "log-cleaner")
+
     # owners
     def handler_for_conn(self, conn_id: int) -> Address:
         return self.handler(conn_id % self.num_handlers)

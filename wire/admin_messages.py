@@ -194,3 +194,73 @@ class OffsetDeleteDone(NamedTuple):
     req_id: int
     error_code: int
     rows: list[OffsetDeleteDoneRow]
+
+
+# ------------------------------------------------------------ the log cleaner
+
+
+class SegmentRow(NamedTuple):
+    """A closed segment: what the cleaner may read."""
+
+    base_offset: int
+    size_bytes: int
+    next_offset: int
+    max_timestamp_ms: int
+
+
+class CleanableLogRow(NamedTuple):
+    """A compacted log as its shard reports it to the LogCleaner of its log dir."""
+
+    topic: str
+    partition: int
+    directory: str
+    segments: list[SegmentRow]  # every segment but the active one, in order
+    active_base_offset: int
+    log_start_offset: int
+    high_watermark: int
+    generation: int
+    min_cleanable_dirty_ratio: float
+    delete_retention_ms: int
+    min_compaction_lag_ms: int
+    segment_bytes: int
+    index_interval_bytes: int
+    segment_index_bytes: int
+    producer_last_offsets: list[list[int]]  # [producer id, last offset of its last batch]
+
+
+@message(930)
+class CleanableLogs(NamedTuple):
+    """LogCleaner -> PartitionShard: report your compacted logs."""
+
+    req_id: int
+
+
+@message(931)
+class CleanableLogsDone(NamedTuple):
+    req_id: int
+    rows: list[CleanableLogRow]
+
+
+@message(932)
+class SwapCleanedSegments(NamedTuple):
+    """LogCleaner -> PartitionShard: the cleaned copies of ``old_segments`` are ready in
+    ``staging`` (inside the partition directory); swap them in, unless the log changed."""
+
+    req_id: int
+    topic: str
+    partition: int
+    generation: int
+    staging: str
+    old_segments: list[SegmentRow]
+    new_bases: list[int]
+
+
+@message(933)
+class SwapCleanedSegmentsDone(NamedTuple):
+    """``swapped`` False: refused (``reason`` says why; the staging was discarded)."""
+
+    req_id: int
+    topic: str
+    partition: int
+    swapped: bool
+    reason: str

@@ -57,6 +57,9 @@ TOPIC_CONFIGS: dict[str, tuple[str, type]] = {
     "message.timestamp.type": ("log.message.timestamp.type", str),
     "min.insync.replicas": ("min.insync.replicas", int),
     "cleanup.policy": ("log.cleanup.policy", list),
+    "delete.retention.ms": ("log.cleaner.delete.retention.ms", int),
+    "min.compaction.lag.ms": ("log.cleaner.min.compaction.lag.ms", int),
+    "min.cleanable.dirty.ratio": ("log.cleaner.min.cleanable.ratio", float),
 }
 _INT32 = 2**31 - 1
 _INT64 = 2**63 - 1
@@ -74,6 +77,9 @@ TOPIC_CONFIG_TYPES: dict[str, ConfigType] = {
     "message.timestamp.type": ConfigType.STRING,
     "min.insync.replicas": ConfigType.INT,
     "cleanup.policy": ConfigType.LIST,
+    "delete.retention.ms": ConfigType.LONG,
+    "min.compaction.lag.ms": ConfigType.LONG,
+    "min.cleanable.dirty.ratio": ConfigType.DOUBLE,
 }
 TOPIC_CONFIG_RANGES: dict[str, tuple[float, float]] = {
     "segment.bytes": (14, _INT32),
@@ -86,6 +92,9 @@ TOPIC_CONFIG_RANGES: dict[str, tuple[float, float]] = {
     "flush.ms": (0, _INT64),
     "max.message.bytes": (0, _INT32),
     "min.insync.replicas": (1, _INT32),
+    "delete.retention.ms": (0, _INT64),
+    "min.compaction.lag.ms": (0, _INT64),
+    "min.cleanable.dirty.ratio": (0.0, 1.0),
 }
 CLEANUP_POLICIES = ("delete", "compact")
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -228,4 +237,7 @@ def log_config_for(broker: Any, topic_configs: dict[str, str]) -> LogConfig:
         max_message_bytes=int(values["max.message.bytes"]),
         message_timestamp_type=values["message.timestamp.type"],
         cleanup_policy=tuple(cleanup_policies(values["cleanup.policy"])),
+        delete_retention_ms=int(values["delete.retention.ms"]),
+        min_compaction_lag_ms=int(values["min.compaction.lag.ms"]),
+        min_cleanable_dirty_ratio=float(values["min.cleanable.dirty.ratio"]),
     )

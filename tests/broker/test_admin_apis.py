@@ -53,14 +53,19 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     assert b.stop() == 0, b.log()[-3000:]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def kadmin(broker: BrokerProcess) -> Iterator[KafkaAdminClient]:
-    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=20_000)
+    """A client per test: a test that restarts the broker leaves the next one a fresh client."""
+    client = new_kadmin(broker)
     yield client
     client.close()
 
 
-@pytest.fixture(scope="module")
+def new_kadmin(broker: BrokerProcess) -> KafkaAdminClient:
+    return KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=20_000)
+
+
+@pytest.fixture
 def cadmin(broker: BrokerProcess) -> AdminClient:
     return AdminClient({"bootstrap.servers": broker.bootstrap})
 
@@ -196,7 +201,7 @@ def test_describe_configs_gives_each_value_its_true_source_and_type(
     assert topic["segment.bytes"]["config_source"] == "DEFAULT_CONFIG"
     types = {name: v["config_type"] for name, v in topic.items()}
     assert types["segment.bytes"] == "INT" and types["retention.ms"] == "LONG"
-    assert types["cleanup.policy"] == "LIST"
+    assert types["cleanup.policy"] == "LIST" and types["min.cleanable.dirty.ratio"] == "DOUBLE"
     assert types["message.timestamp.type"] == "STRING"
     assert set(kadmin.describe_configs([KConfigResource(ConfigResourceType.TOPIC, "sources")])
                ["topic"]["sources"]) == {"retention.ms"}  # the default filter: modified only
@@ -210,6 +215,7 @@ def test_describe_configs_gives_each_value_its_true_source_and_type(
     assert brokers["log.retention.ms"]["config_type"] == "LONG"
     assert brokers["num.io.threads"]["config_type"] == "INT"
     assert brokers["log.cleanup.policy"]["config_type"] == "LIST"
+    assert brokers["log.cleaner.min.cleanable.ratio"]["config_type"] == "DOUBLE"
 
 
 def test_incremental_alter_configs_with_both_clients(broker: BrokerProcess,
@@ -303,7 +309,9 @@ def test_config_changes_take_effect_on_the_live_logs(broker: BrokerProcess,
     # the new overrides survive a restart (the topic table is persisted)
     broker.stop()
     broker.start()
-    again = kadmin.describe_configs([KConfigResource(ConfigResourceType.TOPIC, "live")])
+    fresh = new_kadmin(broker)
+    again = fresh.describe_configs([KConfigResource(ConfigResourceType.TOPIC, "live")])
+    fresh.close()
     assert again["topic"]["live"]["cleanup.policy"]["value"] == "compact"
 
 
@@ -392,14 +400,17 @@ def test_delete_groups_refuses_a_group_with_members_and_deletes_an_empty_one(
     # the tombstones are in __consumer_offsets: a restart does not bring the groups back
     broker.stop()
     broker.start()
+    fresh = new_kadmin(broker)
+
     def loaded() -> bool:
         try:
-            return "busy" in group_names(kadmin)
+            return "busy" in group_names(fresh)
         except kerr.CoordinatorLoadInProgressError:
             return False
 
     wait_until(loaded, "the coordinator to load")
-    assert {"idle-k", "idle-c"}.isdisjoint(group_names(kadmin))
+    assert {"idle-k", "idle-c"}.isdisjoint(group_names(fresh))
+    fresh.close()
 
 
 def test_offset_delete_spares_the_topics_a_live_group_reads(broker: BrokerProcess,

@@ -95,6 +95,8 @@ def test_alter_configs_replaces_all_overrides() -> None:
     ([ConfigChange("segment.bytes", SET, "13")], True, E.INVALID_CONFIG),
     ([ConfigChange("segment.bytes", SET, str(2**31))], True, E.INVALID_CONFIG),
     ([ConfigChange("retention.ms", SET, "-2")], True, E.INVALID_CONFIG),
+    ([ConfigChange("min.cleanable.dirty.ratio", SET, "1.5")], True, E.INVALID_CONFIG),
+    ([ConfigChange("delete.retention.ms", SET, "-1")], True, E.INVALID_CONFIG),
     ([ConfigChange("cleanup.policy", SET, "shred")], True, E.INVALID_CONFIG),
     ([ConfigChange("cleanup.policy", SUBTRACT, "delete")], True, E.INVALID_CONFIG),  # empty
     ([ConfigChange("message.timestamp.type", SET, "Whenever")], False, E.INVALID_CONFIG),
@@ -125,6 +127,17 @@ def test_described_sources_follow_precedence() -> None:
                                             ConfigSource.DEFAULT_CONFIG]
     assert described["cleanup.policy"].config_type is ConfigType.LIST
     assert Config().set_keys == set()
+
+
+def test_log_config_carries_the_cleaner_settings() -> None:
+    cfg = log_config_for(Config(), {"cleanup.policy": "compact", "delete.retention.ms": "7",
+                                    "min.compaction.lag.ms": "8",
+                                    "min.cleanable.dirty.ratio": "0.1"})
+    assert cfg.compact and not cfg.delete
+    assert (cfg.delete_retention_ms, cfg.min_compaction_lag_ms,
+            cfg.min_cleanable_dirty_ratio) == (7, 8, 0.1)
+    default = log_config_for(Config({"log.cleaner.min.cleanable.ratio": 0.25}), {})
+    assert default.delete and not default.compact and default.min_cleanable_dirty_ratio == 0.25
 
 
 # --------------------------------------------------- the log: DeleteRecords, configs

@@ -82,6 +82,8 @@ ADVERTISED: tuple[ApiVersionRange, ...] = (
     _entry(ApiKey.IncrementalAlterConfigs, 0, 1),
     _entry(ApiKey.OffsetDelete, 0, 0),
     _entry(ApiKey.DescribeTopicPartitions, 0, 0),
+    # v1 adds EndpointType (1 = brokers, the only type served); v2 (fenced brokers) left out.
+    _entry(ApiKey.DescribeCluster, 0, 1),
 )
 
 ADVERTISED_BY_KEY: dict[int, ApiVersionRange] = {entry.api_key: entry for entry in ADVERTISED}

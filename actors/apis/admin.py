@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
+from actors.apis.configs import CLUSTER_MODE_REFUSAL
 from actors.apis.metadata import _partition_rows
 from actors.runtime.address import Address
 from wire.admin_messages import (
@@ -50,6 +51,10 @@ def handle_create_partitions(ctx: HandlerContext, header: Any, req: Any) -> ApiG
                                 else [list(a.broker_ids) for a in t.assignments])
             for t in req.topics]
     results = []
+    if rows and ctx.cluster is not None:
+        return Respond({"throttle_time_ms": 0, "results": [
+            {"name": r.name, "error_code": int(ErrorCode.INVALID_REQUEST),
+             "error_message": CLUSTER_MODE_REFUSAL} for r in rows]})
     if rows:
         done: CreatePartitionsDone
         [done] = yield [Call(ctx.topology.controller,

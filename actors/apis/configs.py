@@ -33,6 +33,10 @@ from wire.errors import ErrorCode
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
+# The cluster controller (zookeeper.connect) does not write partition counts or topic
+# configs yet: those changes are refused with this rather than left unanswered.
+CLUSTER_MODE_REFUSAL = ("not served in cluster mode (zookeeper.connect) yet: the cluster "
+                        "controller does not change topics after their creation")
 _INT32_MAX = 2**31 - 1
 # Broker keys whose Kafka type the Python type does not tell.
 _BROKER_TYPES = {"log.cleanup.policy": ConfigType.LIST}
@@ -134,7 +138,9 @@ def _alter(ctx: HandlerContext, req: Any, incremental: bool) -> ApiGen:
     answers: dict[int, tuple[int, str | None]] = {}
     topic_rows: list[tuple[int, AlterTopicConfigsRow]] = []
     for i, res in enumerate(req.resources):
-        if res.resource_type == TOPIC_RESOURCE:
+        if res.resource_type == TOPIC_RESOURCE and ctx.cluster is not None:
+            answers[i] = (int(ErrorCode.INVALID_REQUEST), CLUSTER_MODE_REFUSAL)
+        elif res.resource_type == TOPIC_RESOURCE:
             ops = [ConfigOpRow(c.name, int(c.config_operation) if incremental
                                else int(AlterConfigOp.SET), c.value)
                    for c in res.configs]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,25 +46,26 @@ class Gateway(Actor):
     def poll_timeout_ms(self) -> int | None:
         if not self._peers():
             return None
-        return max(0, (self._next_ping_ns - time.monotonic_ns()) // 1_000_000)
+        return max(0, (self._next_ping_ns - self.clock.monotonic_ns()) // 1_000_000)
 
     def on_turn(self) -> None:
         peers = self._peers()
-        if not peers or time.monotonic_ns() < self._next_ping_ns:
+        now_ns = self.clock.monotonic_ns()
+        if not peers or now_ns < self._next_ping_ns:
             return
-        self._next_ping_ns = time.monotonic_ns() + self.PING_INTERVAL_MS * 1_000_000
+        self._next_ping_ns = now_ns + self.PING_INTERVAL_MS * 1_000_000
         self._ping_seq += 1
         for peer in peers:
-            self.tell(Address(peer, self.name), Ping(self._ping_seq, time.time_ns()))
+            self.tell(Address(peer, self.name), Ping(self._ping_seq, self.clock.wall_ns()))
 
     @handles(Ping)
     def on_ping(self, msg: Ping) -> None:
-        self.reply(Pong(msg.seq, msg.sent_wall_ns, time.time_ns()))
+        self.reply(Pong(msg.seq, msg.sent_wall_ns, self.clock.wall_ns()))
 
     @handles(Pong)
     def on_pong(self, msg: Pong) -> None:
         assert self.current_sender is not None
-        arrived = time.time_ns()
+        arrived = self.clock.wall_ns()
         rtt = arrived - msg.ping_wall_ns
         offset = msg.pong_wall_ns - (msg.ping_wall_ns + arrived) // 2
         window = self.samples.setdefault(self.current_sender.node, [])

@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 import random
 import threading
-import time
 from collections import deque
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
+from actors.runtime.clock import Clock, SystemClock
 from wire import registry
 from wire import trace_format as tf
 
@@ -41,6 +41,7 @@ class Tracer:
         file_max_bytes: int = 64 * 1024 * 1024,
         files_max: int = 16,
         flush_interval_s: float = 0.2,
+        clock: Clock | None = None,
     ) -> None:
         if not 0.0 <= sample_ratio <= 1.0:
             raise ValueError(f"trace.sample.ratio must be within [0, 1], got {sample_ratio}")
@@ -51,6 +52,9 @@ class Tracer:
         self.file_max_bytes = file_max_bytes
         self.files_max = files_max
         self.clock_offset_ns = 0
+        clock = clock or SystemClock()
+        self._monotonic_ns = clock.monotonic_ns
+        self._wall_ns = clock.wall_ns
         self._events: deque[tuple[Any, ...]] = deque()
         self._flush_interval_s = flush_interval_s
         self._stop = threading.Event()
@@ -102,8 +106,8 @@ class Tracer:
                 corr_id,
                 api_key,
                 size,
-                time.monotonic_ns() if mono_ns is None else mono_ns,
-                time.time_ns() if wall_ns is None else wall_ns,
+                self._monotonic_ns() if mono_ns is None else mono_ns,
+                self._wall_ns() if wall_ns is None else wall_ns,
                 self.clock_offset_ns,
             )
         )
@@ -114,7 +118,8 @@ class Tracer:
             return
         assert self.directory is not None
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._thread = threading.Thread(target=self._run, name=f"trace-writer-{self.node}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"trace-writer-{self.node}",
+                                        daemon=True)
         self._thread.start()
 
     def close(self) -> None:
@@ -163,9 +168,10 @@ class Tracer:
             self._file.close()
         assert self.directory is not None
         self._seq += 1
-        started = time.time_ns()
-        path = self.directory / f"{self.node}-{started}-{os.getpid()}-{self._seq:06d}{tf.FILE_SUFFIX}"
-        self._file = open(path, "ab")
+        started = self._wall_ns()
+        name = f"{self.node}-{started}-{os.getpid()}-{self._seq:06d}{tf.FILE_SUFFIX}"
+        # Open across many drains until the next rotation or close(): no `with` block fits.
+        self._file = open(self.directory / name, "ab")  # noqa: SIM115
         header = msgpack.packb(
             {
                 "format": tf.FORMAT_NAME,

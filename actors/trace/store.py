@@ -212,7 +212,7 @@ def read_trace_file(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                 header = obj
                 fields = obj["fields"]
                 continue
-            events.append(dict(zip(fields, obj)))
+            events.append(dict(zip(fields, obj, strict=False)))  # as the file's header names
     except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError) as exc:
         if header is None:
             raise

@@ -46,16 +46,16 @@ BROKER_CONFIG = {
 }
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path_factory.mktemp("admin") / "data", config=BROKER_CONFIG).start()
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker per test: several restart it, and each process must end within its test."""
+    b = BrokerProcess(tmp_path / "data", config=BROKER_CONFIG).start()
     yield b
     assert b.stop() == 0, b.log()[-3000:]
 
 
 @pytest.fixture
 def kadmin(broker: BrokerProcess) -> Iterator[KafkaAdminClient]:
-    """A client per test: a test that restarts the broker leaves the next one a fresh client."""
     client = new_kadmin(broker)
     yield client
     client.close()

@@ -124,14 +124,16 @@ def test_a_compacted_topic_keeps_each_keys_latest_record(cleaning: Running,
                          "group.id": "compacted-reader", "auto.offset.reset": "earliest",
                          "enable.auto.commit": False})
     consumer.subscribe(["compacted"])
-    seen = []
+    seen: list[tuple[int, bytes | None, bytes | None]] = []
     deadline = time.monotonic() + 30
-    while len(seen) < len(got) and time.monotonic() < deadline:
+    while (not seen or seen[-1][0] < got[-1][0]) and time.monotonic() < deadline:
         msg = consumer.poll(0.5)
         if msg is not None and not msg.error():
             seen.append((msg.offset(), msg.key(), msg.value()))
     consumer.close()
-    assert seen == got
+    # the cleaner may have gone further meanwhile: it only ever takes records away
+    assert set(seen) <= set(got) and seen == sorted(seen)
+    assert {(k, v) for _o, k, v in seen} >= {(k, v) for k, (_o, v) in latest.items()}
     stats = cleaner_stats(cleaning)
     assert stats["steps"] * 2 * 1024 >= stats["bytes_read"] > 0  # log.cleaner.io.buffer.size
     assert cleaning.node.actors["log-cleaner"].backoff_ms == 100  # log.cleaner.backoff.ms
@@ -238,10 +240,10 @@ def test_consumer_offsets_is_compacted_and_a_restart_keeps_the_latest_commits(
         def size() -> int:
             return sum(f.stat().st_size for f in offsets_dir.glob("*.log"))
 
-        grown = size()
-        wait_until(lambda: cleaned_up_to(running, "__consumer_offsets") > 0,
-                   "__consumer_offsets cleaned")
-        assert size() < grown / 3
+        # 300 commit records of over 100 bytes each were written (the cleaner may start
+        # while they are): the cleaned log keeps one per key plus the active segment
+        wait_until(lambda: size() < 300 * 100 / 3, "__consumer_offsets cleaned")
+        assert cleaned_up_to(running, "__consumer_offsets") > 0
         assert admin.list_group_offsets("committer")["committer"][tp].offset == 299 % 6
         admin.close()
     finally:

@@ -10,7 +10,7 @@ import pytest
 
 from actors.trace.spans import STAGES, request_traces
 from actors.trace.store import read_rows, read_trace_dirs, segments
-from tests.trace.conftest import PRODUCED
+from tests.fixtures.traces import PRODUCED
 from wire import trace_format as tf
 
 pytestmark = pytest.mark.slow  # Spark's start alone takes 10-40 s on a busy 2-core machine

@@ -16,7 +16,7 @@ from actors.runtime.tracing import Tracer
 from actors.trace.export import to_otlp, to_perfetto
 from actors.trace.spans import STAGES, request_from_trace, request_traces
 from actors.trace.store import SegmentFollower, read_rows, read_trace_dirs, to_parquet
-from tests.trace.conftest import PRODUCED
+from tests.fixtures.traces import PRODUCED
 from wire import trace_format as tf
 
 

@@ -31,6 +31,7 @@ from kafka.protocol.admin import (
     ListGroupsRequest,
     ListGroupsResponse,
 )
+from kafka.protocol.admin.cluster import DescribeClusterRequest, DescribeClusterResponse
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import (
@@ -139,6 +140,7 @@ _MESSAGE_CLASSES: dict[int, tuple[type[ApiMessage], type[ApiMessage]]] = {
     ApiKey.OffsetDelete: (OffsetDeleteRequest, OffsetDeleteResponse),
     ApiKey.DescribeTopicPartitions: (DescribeTopicPartitionsRequest,
                                      DescribeTopicPartitionsResponse),
+    ApiKey.DescribeCluster: (DescribeClusterRequest, DescribeClusterResponse),
 }
 
 _API_VERSIONS = int(ApiKey.ApiVersions)

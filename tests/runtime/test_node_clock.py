@@ -28,7 +28,7 @@ from wire.registry import message
 from wire.runtime_messages import GetClockOffsets
 
 
-@message(9701)
+@message(9711)  # 9701 is test_processor_bounds.py's
 class WhichClock(NamedTuple):
     pass
 

@@ -718,6 +718,10 @@ class GroupCoordinator(Actor):
             "appends_in_flight": len(self.appends),
             "skipped_records": self.core.skipped_records + self.load_skipped,
             "refused_loading": self.refused_loading,
+            # group, topic, partition, committed offset: the lag metric's other half
+            "committed": [[gid, tp[0], tp[1], o.offset] for gid in self.core.group_ids()
+                          if (g := self.core.group(gid)) is not None
+                          for tp, o in g.offsets.items()],
         }
 
 

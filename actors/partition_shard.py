@@ -108,6 +108,7 @@ class PartitionShard(Actor):
         self.partitions: dict[tuple[str, int], PartitionState] = {}
         self.watchers: dict[tuple[str, int], set[Address]] = {}
         self.errors_logged: set[tuple[str, int, int]] = set()
+        self._topic_keys: dict[tuple[str, str], tuple[str, str]] = {}
         now = self.clock.wall_ms()
         for topic, entry in self.initial_topics.items():
             for p in range(entry.num_partitions):
@@ -376,6 +377,8 @@ class PartitionShard(Actor):
                     continue
                 state.on_leader_append()
                 state.log.maybe_flush(now)
+                self._count(topic, "in", len(req.records),
+                            info.last_offset - info.first_offset + 1)
                 rows.append(AppendDoneRow(topic, partition, NONE, info.first_offset,
                                           info.log_append_time_ms, info.log_start_offset, None))
                 if msg.acks == -1 and state.log.high_watermark <= info.last_offset:
@@ -413,6 +416,17 @@ class PartitionShard(Actor):
             self.topology.purgatory_for(first.topic, first.partition),
             WatchProduce(msg.req_id, self.current_sender.name, msg.timeout_ms, wait_rows),
         )
+
+    def _count(self, topic: str, direction: str, size: int, records: int) -> None:
+        """Bytes and records in or out of a topic (metrics)."""
+        keys = self._topic_keys.get((topic, direction))
+        if keys is None:
+            keys = self._topic_keys[(topic, direction)] = (
+                f"topic_bytes_{direction}_total|topic={topic}",
+                f"topic_records_{direction}_total|topic={topic}")
+        incr = self.node.metrics.incr
+        incr(keys[0], size)
+        incr(keys[1], max(0, records))
 
     def _log_refusal(self, topic: str, partition: int, exc: KafkaError) -> None:
         key = (topic, partition, int(exc.code))
@@ -462,6 +476,7 @@ class PartitionShard(Actor):
                 meta = info.fetch_offset_metadata
                 size = len(info.records) if info.region is None else info.region.length
                 if size:
+                    self._count(topic, "out", size, log.offset_after(meta, size) - offset)
                     got_data = True
                     budget -= size
                     if info.region is None:
@@ -619,4 +634,9 @@ class PartitionShard(Actor):
             "leaders": sorted(f"{t}-{p}" for (t, p), s in self.partitions.items()
                               if s.is_leader),
             "watched": len(self.watchers),
+            # topic, partition, size, log start, log end, HW, leads, under-replicated, offline
+            "metrics": [[t, p, s.log.size_in_bytes, s.log.log_start_offset,
+                         s.log.log_end_offset, s.log.high_watermark, s.is_leader,
+                         s.is_leader and len(s.isr) < len(s.replicas), s.leader_id < 0]
+                        for (t, p), s in self.partitions.items()],
         }

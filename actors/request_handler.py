@@ -49,6 +49,7 @@ from actors.apis.metadata import (
 )
 from actors.apis.produce import handle_produce
 from actors.core.file_regions import close_region, close_regions
+from actors.metrics import error_codes
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from wire import kafka_codec as kc
@@ -60,6 +61,7 @@ from wire.admin_messages import (
     DescribeLogDirDone,
     OffsetDeleteDone,
 )
+from wire.api_versions import api_name
 from wire.broker_messages import (
     AppendDone,
     CreateTopicsDone,
@@ -74,7 +76,7 @@ from wire.broker_messages import (
     ReadDone,
 )
 from wire.cluster_messages import TopicsAwaited, UpdateMetadata
-from wire.errors import KafkaError
+from wire.errors import ErrorCode, KafkaError
 from wire.file_region import FileRegion, RegionAt
 from wire.group_messages import (
     DescribeGroupsDone,
@@ -275,6 +277,7 @@ class RequestHandler(Actor):
         frame = b""
         regions: list[RegionAt] = []
         if respond.respond:
+            self._count_errors(state.header.api_key, respond.data)
             try:
                 if state.header.api_key == FETCH:  # records as file regions, sent from files
                     frame, regions = kc.join_parts(
@@ -291,6 +294,19 @@ class RequestHandler(Actor):
                 return
         self._send(state.msg, frame, respond.respond, respond.close, state.start_ns,
                    state.local_ns, state.remote_ns, regions)
+
+    def _count_errors(self, api_key: int, data: Any) -> None:
+        """Kafka's ErrorsPerSec: each error code in the response, by API and error name."""
+        codes = error_codes(data)
+        if not codes:
+            return
+        api = api_name(api_key)
+        for code in codes:
+            try:
+                error = ErrorCode(code).name
+            except ValueError:
+                error = str(code)
+            self.node.metrics.incr(f"errors_total|api={api},error={error}")
 
     def on_refused(self, address: Address, msg: Any, frame_bytes: int) -> None:
         """A response too large for a frame: the request is not left unanswered.

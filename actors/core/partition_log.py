@@ -717,6 +717,20 @@ class PartitionLog:
                 data = b""
         return ReadInfo(data, metadata, self._high_watermark, self._log_start_offset, leo)
 
+    def offset_after(self, start: LogOffsetMetadata, length: int) -> int:
+        """The offset that follows ``length`` bytes of whole batches read at ``start``: the
+        next batch's base offset, or the segment's next offset at its end (for counting
+        the records a read handed out without reading them)."""
+        slot = bisect_right(self._bases, start.segment_base_offset) - 1
+        if slot < 0 or self.segments[slot].base_offset != start.segment_base_offset:
+            return start.message_offset
+        segment = self.segments[slot]
+        end = start.relative_position_in_segment + length
+        if end >= segment.size:
+            return segment.next_offset
+        head = segment.read(end, 8)
+        return int.from_bytes(head[:8], "big") if len(head) == 8 else segment.next_offset
+
     def _read_region(self, segment: LogSegment, start: int, available: int, max_bytes: int,
                      min_one_batch: bool, region_min_bytes: int, metadata: LogOffsetMetadata,
                      leo: int) -> ReadInfo:

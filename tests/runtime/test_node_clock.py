@@ -28,7 +28,7 @@ from wire.registry import message
 from wire.runtime_messages import GetClockOffsets
 
 
-@message(9711)  # 9701 is test_processor_bounds.py's
+@message(9711)
 class WhichClock(NamedTuple):
     pass
 

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from actors.core.file_regions import close_regions
+from actors.core.follower_truncation import reset_offset, truncation_offset
 from actors.core.log_cleaner import describe_cleanable
 from actors.core.log_dir import LogDir
 from actors.core.partition_log import PartitionLog, SwapRefusedError
@@ -65,6 +66,18 @@ from wire.broker_messages import (
 )
 from wire.cluster_messages import BecameLeaderOrFollower, BecomeLeaderOrFollower, PartitionErrorRow
 from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
+from wire.replication_messages import (
+    FollowerApplied,
+    FollowerApply,
+    FollowerApplyRow,
+    FollowerStateRow,
+    IsrProposalRow,
+    IsrUpdated,
+    ProposeIsr,
+    ReplicaRead,
+    ReplicaReadDone,
+    ReplicaReadDoneRow,
+)
 
 NONE = int(ErrorCode.NONE)
 UNKNOWN_TP = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -110,12 +123,20 @@ class PartitionShard(Actor):
         self.errors_logged: set[tuple[str, int, int]] = set()
         self._topic_keys: dict[tuple[str, str], tuple[str, str]] = {}
         now = self.clock.wall_ms()
+        self.lag_time_max_ms = int(self.config["replica.lag.time.max.ms"])
+        # Kafka checks the ISR every replica.lag.time.max.ms / 2.
+        self.isr_check_ms = max(1, self.lag_time_max_ms // 2)
+        self.next_isr_check_ms = now + self.isr_check_ms
+        self.replication = {"isr_shrinks": 0, "isr_expands": 0, "fenced": 0, "truncations": 0,
+                            "follower_appends": 0}
         for topic, entry in self.initial_topics.items():
             for p in range(entry.num_partitions):
                 if self.topology.shard_for(topic, p) == self.address:
                     self._open(topic, p, entry.configs, now)
         self.next_housekeeping_ms = now + 1000
         self.last_checkpoint_ms = now
+        self.last_hw_checkpoint_ms = now
+        self.hw_checkpoint_ms = int(self.config["replica.high.watermark.checkpoint.interval.ms"])
 
     def _open(self, topic: str, partition: int, configs: dict[str, str], now: int,
               leader_alone: bool = True) -> None:
@@ -135,7 +156,8 @@ class PartitionShard(Actor):
         min_isr = int(configs.get("min.insync.replicas", self.config["min.insync.replicas"]))
         self.partitions[key] = (PartitionState.leader_alone(log, self.broker_id, min_isr)
                                 if leader_alone else
-                                PartitionState.hosted(log, self.broker_id, min_isr))
+                                PartitionState.hosted(log, self.broker_id, min_isr,
+                                                      self.lag_time_max_ms))
         self.log.debug("opened {}-{} at LEO {} HW {}", topic, partition, log.log_end_offset,
                        log.high_watermark)
 
@@ -163,10 +185,14 @@ class PartitionShard(Actor):
 
     # ---------------------------------------------------------- housekeeping
     def poll_timeout_ms(self) -> int | None:
-        return max(0, self.next_housekeeping_ms - self.clock.wall_ms())
+        return max(0, min(self.next_housekeeping_ms, self.next_isr_check_ms)
+                   - self.clock.wall_ms())
 
     def on_turn(self) -> None:
         now = self.clock.wall_ms()
+        if now >= self.next_isr_check_ms:
+            self.next_isr_check_ms = now + self.isr_check_ms
+            self._maybe_shrink_isr(now)
         if now < self.next_housekeeping_ms:
             return
         self.next_housekeeping_ms = now + 1000
@@ -182,6 +208,10 @@ class PartitionShard(Actor):
                 if deleted:
                     self.log.info("retention deleted {} segment(s) of {}-{}", deleted,
                                   state.log.topic, state.log.partition)
+            self._checkpoint()
+        elif now - self.last_hw_checkpoint_ms >= self.hw_checkpoint_ms:
+            # replica.high.watermark.checkpoint.interval.ms: replication-offset-checkpoint.
+            self.last_hw_checkpoint_ms = now
             self._checkpoint()
 
     def _checkpoint(self) -> None:
@@ -616,14 +646,181 @@ class PartitionShard(Actor):
             state = self.partitions[key]
             was_leader = state.is_leader
             if row.leader == self.broker_id:
-                state.become_leader(row.leader_epoch, list(row.isr), list(row.replicas))
+                state.become_leader(row.leader_epoch, list(row.isr), list(row.replicas),
+                                    row.partition_epoch, now)
             else:
                 state.become_follower(row.leader, row.leader_epoch, list(row.isr),
-                                      list(row.replicas))
+                                      list(row.replicas), row.partition_epoch)
             if was_leader or state.is_leader:
                 self._notify(state)
             rows.append(PartitionErrorRow(row.topic, row.partition, NONE))
         self.reply(BecameLeaderOrFollower(msg.req_id, rows))
+
+    # ------------------------------------------------------------- replication
+    @handles(ReplicaRead)
+    def on_replica_read(self, msg: ReplicaRead) -> None:
+        """A follower's fetch on the leader: check its epochs, count its offset, read to
+        the log end (KIP-320: a divergence is answered instead of data)."""
+        rows: list[ReplicaReadDoneRow] = []
+        budget = min(msg.max_bytes, max(self._max_frame - FRAME_SLACK_BYTES, 1))
+        got_data = False
+        now = self.clock.wall_ms()
+        for req in msg.rows:
+            topic, partition, offset = req.topic, req.partition, req.fetch_offset
+            state = self.partitions.get((topic, partition))
+            if state is None:
+                rows.append(_replica_error(topic, partition, UNKNOWN_TP))
+                continue
+            error = state.check_fetch_epoch(req.current_leader_epoch)
+            if error != NONE:
+                rows.append(_replica_error(topic, partition, error))
+                continue
+            log = state.log
+            diverging = state.diverging_epoch(req.last_fetched_epoch, offset)
+            if diverging is not None:
+                rows.append(ReplicaReadDoneRow(topic, partition, NONE, log.high_watermark,
+                                               log.log_start_offset, log.log_end_offset,
+                                               diverging[0], diverging[1], b"", 0, 0))
+                continue
+            if offset > log.log_end_offset or offset < log.log_start_offset:
+                rows.append(ReplicaReadDoneRow(topic, partition,
+                                               int(ErrorCode.OFFSET_OUT_OF_RANGE),
+                                               log.high_watermark, log.log_start_offset,
+                                               log.log_end_offset, -1, -1, b"", 0, 0))
+                continue
+            if state.on_follower_fetch(msg.replica_id, offset, now):
+                self._notify(state)  # the high watermark moved: waiting produces complete
+            proposal = state.isr_expansion(msg.replica_id, now)
+            if proposal is not None:
+                self._propose(state, proposal, "expand")
+            limit = min(req.partition_max_bytes, budget) if budget > 0 else -1
+            try:
+                info = log.read(offset, limit, None, not got_data)
+            except OffsetOutOfRangeError:
+                rows.append(ReplicaReadDoneRow(topic, partition,
+                                               int(ErrorCode.OFFSET_OUT_OF_RANGE),
+                                               log.high_watermark, log.log_start_offset,
+                                               log.log_end_offset, -1, -1, b"", 0, 0))
+                continue
+            records = bytes(info.records)
+            if records:
+                got_data = True
+                budget -= len(records)
+            meta = info.fetch_offset_metadata
+            rows.append(ReplicaReadDoneRow(topic, partition, NONE, log.high_watermark,
+                                           log.log_start_offset, log.log_end_offset, -1, -1,
+                                           records, meta.segment_base_offset,
+                                           meta.relative_position_in_segment))
+        self.reply(ReplicaReadDone(msg.req_id, rows))
+
+    def _propose(self, state: PartitionState, proposal: Any, kind: str) -> None:
+        state.propose(proposal)
+        log = state.log
+        self.log.info("{}-{}: proposing ISR {} (was {}, {}) at leader epoch {}, partition "
+                      "epoch {}", log.topic, log.partition, list(proposal.new_isr),
+                      sorted(state.isr), kind, proposal.leader_epoch, proposal.partition_epoch)
+        self.tell(self.topology.replica_manager, ProposeIsr([IsrProposalRow(
+            log.topic, log.partition, proposal.leader_epoch, list(proposal.new_isr),
+            proposal.partition_epoch)]))
+
+    def _maybe_shrink_isr(self, now: int) -> None:
+        for state in self.partitions.values():
+            proposal = state.isr_shrink(now)
+            if proposal is not None:
+                self._propose(state, proposal, "shrink: lagging "
+                              + str(sorted(state.out_of_sync(now))))
+
+    @handles(IsrUpdated)
+    def on_isr_updated(self, msg: IsrUpdated) -> None:
+        for row in msg.rows:
+            state = self.partitions.get((row.topic, row.partition))
+            if state is None:
+                continue
+            outcome = state.on_isr_result(row.proposed_leader_epoch,
+                                          row.proposed_partition_epoch, row.error_code,
+                                          list(row.isr), row.partition_epoch,
+                                          self.clock.wall_ms())
+            if outcome == "applied":
+                self.log.info("{}-{}: ISR is now {} (partition epoch {})", row.topic,
+                              row.partition, sorted(state.isr), state.partition_epoch)
+                self.replication["isr_changes"] = self.replication.get("isr_changes", 0) + 1
+                self._notify(state)
+            elif outcome == "fenced":
+                self.replication["fenced"] += 1
+                self.log.warning("{}-{}: the controller refused the ISR change ({}): no longer "
+                                 "acting as leader at epoch {} until the next LeaderAndIsr",
+                                 row.topic, row.partition, ErrorCode(row.error_code).name,
+                                 state.leader_epoch)
+                self._notify(state)  # waiting produces and fetches: NOT_LEADER_OR_FOLLOWER
+            elif outcome == "retry":
+                self.log.info("{}-{}: ISR change not made ({}); proposed again later",
+                              row.topic, row.partition, ErrorCode(row.error_code).name)
+
+    @handles(FollowerApply)
+    def on_follower_apply(self, msg: FollowerApply) -> None:
+        """The fetcher's answer from the leader, applied to this follower's log (Kafka's
+        processPartitionData / truncate / appendAsFollower)."""
+        now = self.clock.wall_ms()
+        rows = [self._apply_one(row, now) for row in msg.rows]
+        self.reply(FollowerApplied(msg.req_id, rows))
+
+    def _apply_one(self, row: FollowerApplyRow, now: int) -> FollowerStateRow:
+        topic, partition = row.topic, row.partition
+        state = self.partitions.get((topic, partition))
+        if state is None:
+            return FollowerStateRow(topic, partition, UNKNOWN_TP, -1, -1, -1, False)
+        log = state.log
+        if state.leader_id == self.broker_id or row.leader_epoch != state.leader_epoch:
+            code = NOT_LEADER if state.leader_id == self.broker_id else int(
+                ErrorCode.FENCED_LEADER_EPOCH)
+            return FollowerStateRow(topic, partition, code, log.log_end_offset,
+                                    log.latest_epoch, log.high_watermark, False)
+        truncated = False
+        try:
+            if row.reset_offset >= 0:
+                truncated = self._reset(state, row, now)
+            elif row.diverging_end_offset >= 0 or row.diverging_epoch >= 0:
+                cut = truncation_offset(row.diverging_epoch, row.diverging_end_offset,
+                                        log.end_offset_for_epoch(row.diverging_epoch),
+                                        log.log_end_offset, log.high_watermark)
+                self.log.info("{}-{}: diverges from leader {} at epoch {} (leader's end {}); "
+                              "truncating from {} to {}", topic, partition, state.leader_id,
+                              row.diverging_epoch, row.diverging_end_offset,
+                              log.log_end_offset, cut.offset)
+                truncated = log.truncate_to(cut.offset, now)
+                if truncated:
+                    self.replication["truncations"] += 1
+            elif row.records:
+                log.append_as_follower(row.records, now)
+                self.replication["follower_appends"] += 1
+                log.maybe_flush(now)
+            if row.leader_high_watermark >= 0:
+                # Follower HW = min(leader HW, own LEO) (update clamps to the LEO).
+                target = min(row.leader_high_watermark, log.log_end_offset)
+                if target > log.high_watermark:
+                    log.update_high_watermark(target)
+        except KafkaError as exc:
+            self._log_refusal(topic, partition, exc)
+            return FollowerStateRow(topic, partition, int(exc.code), log.log_end_offset,
+                                    log.latest_epoch, log.high_watermark, truncated)
+        if truncated:
+            self._notify(state)
+        return FollowerStateRow(topic, partition, NONE, log.log_end_offset, log.latest_epoch,
+                                log.high_watermark, truncated)
+
+    def _reset(self, state: PartitionState, row: FollowerApplyRow, now: int) -> bool:
+        """OFFSET_OUT_OF_RANGE from the leader (Kafka's handleOutOfRangeError)."""
+        log = state.log
+        how, offset = reset_offset(row.reset_offset, row.leader_log_start_offset,
+                                   row.leader_log_end_offset)
+        self.log.warning("{}-{}: fetch offset {} out of range on leader {} (log {}..{}); {} "
+                         "at {}", log.topic, log.partition, row.reset_offset, state.leader_id,
+                         row.leader_log_start_offset, row.leader_log_end_offset, how, offset)
+        self.replication["truncations"] += 1
+        if how == "truncate":
+            return log.truncate_to(offset, now)
+        log.truncate_fully_and_start_at(offset, now)
+        return True
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:
@@ -634,9 +831,18 @@ class PartitionShard(Actor):
             "leaders": sorted(f"{t}-{p}" for (t, p), s in self.partitions.items()
                               if s.is_leader),
             "watched": len(self.watchers),
+            "replication": dict(self.replication),
+            "isr": {f"{t}-{p}": sorted(s.isr) for (t, p), s in self.partitions.items()
+                    if s.is_leader},
+            "epochs": {f"{t}-{p}": s.log.epoch_cache.entries
+                       for (t, p), s in self.partitions.items()},
             # topic, partition, size, log start, log end, HW, leads, under-replicated, offline
             "metrics": [[t, p, s.log.size_in_bytes, s.log.log_start_offset,
                          s.log.log_end_offset, s.log.high_watermark, s.is_leader,
                          s.is_leader and len(s.isr) < len(s.replicas), s.leader_id < 0]
                         for (t, p), s in self.partitions.items()],
         }
+
+
+def _replica_error(topic: str, partition: int, code: int) -> ReplicaReadDoneRow:
+    return ReplicaReadDoneRow(topic, partition, code, -1, -1, -1, -1, -1, b"", 0, 0)

@@ -48,6 +48,7 @@ from actors.apis.metadata import (
     handle_metadata,
 )
 from actors.apis.produce import handle_produce
+from actors.apis.replica_fetch import handle_replica_fetch
 from actors.core.file_regions import close_region, close_regions
 from actors.metrics import error_codes
 from actors.runtime.actor import Actor, handles
@@ -88,6 +89,7 @@ from wire.group_messages import (
     OffsetFetchDone,
     SyncGroupDone,
 )
+from wire.replication_messages import ReplicaFetch, ReplicaReadDone
 
 API_VERSIONS = int(ApiKey.ApiVersions)
 FETCH = int(ApiKey.Fetch)
@@ -133,14 +135,17 @@ class _InFlight:
         "msg",
         "remote_ns",
         "replies",
+        "reply_to",
         "req_ids",
         "start_ns",
         "wait_start_ns",
         "waiting",
     )
 
-    def __init__(self, msg: KafkaRequest, header: Any, gen: ApiGen, start_ns: int) -> None:
+    def __init__(self, msg: Any, header: Any, gen: ApiGen, start_ns: int,
+                 reply_to: Address | None = None) -> None:
         self.msg = msg
+        self.reply_to = reply_to  # an internal request (a replica fetch): answer this actor
         self.header = header
         self.gen = gen
         self.start_ns = start_ns
@@ -214,6 +219,14 @@ class RequestHandler(Actor):
         state = _InFlight(msg, header, api(self.ctx, header, request), start)
         self._advance(state, None)
 
+    @handles(ReplicaFetch)
+    def on_replica_fetch(self, msg: ReplicaFetch) -> None:
+        """A follower node's fetch: run like an API, answered to its fetcher."""
+        assert self.current_sender is not None
+        state = _InFlight(msg, None, handle_replica_fetch(self.ctx, msg), self._monotonic_ns(),
+                          self.current_sender)
+        self._advance(state, None)
+
     def _refuse(self, msg: KafkaRequest, exc: Exception, start: int) -> None:
         """Kafka closes a connection whose request it cannot parse or does not serve."""
         self.closed_for_bad_input += 1
@@ -234,6 +247,10 @@ class RequestHandler(Actor):
             self._finish(state, respond)
             return
         except Exception:
+            if state.reply_to is not None:
+                self.log.exception("{} from {} failed", type(state.msg).__name__, state.reply_to)
+                _close_reply_regions(replies)
+                return
             self.log.exception("API {} v{} failed on connection {}; closing it",
                                state.header.api_key, state.header.api_version, state.msg.conn_id)
             self.node.metrics.incr("requests_failed")
@@ -260,7 +277,7 @@ class RequestHandler(Actor):
              LeaveGroupDone, OffsetCommitDone, OffsetFetchDone, ListGroupsDone,
              DescribeGroupsDone, TopicsAwaited, CreatePartitionsDone,
              AlterTopicConfigsDone, DeleteRecordsDone, DescribeLogDirDone, DeleteGroupsDone,
-             OffsetDeleteDone)
+             OffsetDeleteDone, ReplicaReadDone)
     def on_reply(self, msg: Any) -> None:
         entry = self.pending.pop(msg.req_id, None)
         if entry is None:
@@ -274,6 +291,9 @@ class RequestHandler(Actor):
             self._advance(state, state.replies)
 
     def _finish(self, state: _InFlight, respond: Respond) -> None:
+        if state.reply_to is not None:
+            self.tell(state.reply_to, respond.data)
+            return
         frame = b""
         regions: list[RegionAt] = []
         if respond.respond:
@@ -355,6 +375,10 @@ class RequestHandler(Actor):
                 self.pending.pop(rid, None)
             _close_reply_regions(state.replies)
             self.node.metrics.incr("requests_abandoned")
+            if state.reply_to is not None:  # the fetcher gives up and fetches again itself
+                self.log.error("{} from {} got no internal answer; dropped",
+                               type(state.msg).__name__, state.reply_to)
+                continue
             self.log.error("API {} request (correlation {}) on connection {} got no internal "
                            "answer in {} ms; closing the connection", state.header.api_key,
                            state.msg.correlation_id, state.msg.conn_id,

@@ -796,6 +796,9 @@ class PartitionLog:
         removed. Below the log start this becomes truncate_fully_and_start_at.
         """
         if offset >= self.log_end_offset:
+            # As Kafka: an epoch this node started as leader without appending to it
+            # (entry at the log end) would make it look diverged forever; drop it.
+            self.epoch_cache.truncate_from_end(self.log_end_offset)
             return False
         if offset < self._log_start_offset:
             self.truncate_fully_and_start_at(offset, now_ms)

@@ -40,6 +40,7 @@ BENCH_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "e2e": ("bench.load:e2e_command", ("confluent_kafka", "hdrh")),
     "compare": ("bench.compare:command", ("confluent_kafka", "hdrh")),
     "scale": ("bench.scale:command", ("confluent_kafka", "hdrh")),
+    "replication": ("bench.replication:command", ("confluent_kafka",)),
     "sweep": ("bench.sweep:command", ("confluent_kafka", "hdrh", "matplotlib")),
     "trace-cost": ("bench.trace_bench:cost_command", ("confluent_kafka", "hdrh")),
     "trace-analyze": ("bench.trace_bench:analyze_command", ("hdrh", "pyspark", "pyarrow")),

@@ -51,8 +51,8 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "num.partition.shards": (2, int, "PartitionShard actors"),
     "num.purgatory.shards": (1, int, "PurgatoryShard actors"),
     "num.group.coordinators": (1, int, "GroupCoordinator actors"),
-    "num.replica.fetchers": (1, int, "ReplicaFetcher actors per source node (reserved: "
-                                     "replication, issue 15)"),
+    "num.replica.fetchers": (1, int, "ReplicaFetcher actors per source node; a partition "
+                                     "goes to fetcher hash(topic, partition) % this"),
     "queued.max.requests": (500, int, "requests queued towards the handlers before reads pause"),
     "queued.max.request.bytes": (268435456, int, "bytes of requests read and not yet answered "
                                                  "before the Processors stop reading (each "
@@ -92,10 +92,42 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                                     "against retention"),
     "log.flush.offset.checkpoint.interval.ms": (60000, int, "how often the offset checkpoint "
                                                             "files are written"),
-    "replica.lag.time.max.ms": (30000, int, "ISR shrink threshold (reserved: replication, "
-                                            "issue 15)"),
-    "replica.fetch.backoff.ms": (1000, int, "back-off of a partition in error (reserved: "
-                                          "replication, issue 15)"),
+    "log.cleanup.policy": ("delete", str, "default cleanup.policy of topics: 'delete' drops "
+                                          "old segments, 'compact' keeps each key's latest "
+                                          "record, 'compact,delete' both"),
+    "log.cleaner.enable": (True, bool, "run the log cleaner (one per log dir) for compacted "
+                                       "topics and __consumer_offsets"),
+    "log.cleaner.backoff.ms": (15000, int, "how long the cleaner waits when no log needs "
+                                          "cleaning"),
+    "log.cleaner.min.cleanable.ratio": (0.5, float, "default min.cleanable.dirty.ratio: a log "
+                                                    "is cleaned once its uncleaned share of "
+                                                    "bytes reaches this"),
+    "log.cleaner.delete.retention.ms": (86400000, int, "default delete.retention.ms: a "
+                                                       "tombstone goes once its segment's newest "
+                                                       "record is older than this"),
+    "log.cleaner.min.compaction.lag.ms": (0, int, "default min.compaction.lag.ms: segments "
+                                                  "with records younger than this are not "
+                                                  "compacted"),
+    "log.cleaner.dedupe.buffer.size": (134217728, int, "the cleaner's key map holds this / 24 "
+                                                       "keys (Kafka's accounting; Python's dict "
+                                                       "takes several times that); a pass "
+                                                       "cleans as far as the map reaches"),
+    "log.cleaner.io.buffer.size": (524288, int, "bytes the cleaner reads per step; between "
+                                                "steps it answers its messages"),
+    "replica.lag.time.max.ms": (30000, int, "a follower not caught up to the leader's log "
+                                            "end for this long leaves the ISR"),
+    "replica.fetch.backoff.ms": (1000, int, "back-off of a partition in error"),
+    "replica.fetch.wait.max.ms": (500, int, "longest a replica fetch waits on the leader for "
+                                            "replica.fetch.min.bytes"),
+    "replica.fetch.min.bytes": (1, int, "bytes a replica fetch waits for"),
+    "replica.fetch.max.bytes": (1048576, int, "bytes a replica fetch asks per partition (at "
+                                              "least one batch)"),
+    "replica.fetch.response.max.bytes": (10485760, int, "bytes a replica fetch asks in all"),
+    "replica.socket.timeout.ms": (30000, int, "a replica fetch unanswered this long is "
+                                              "given up and sent again"),
+    "replica.high.watermark.checkpoint.interval.ms": (5000, int, "how often the high "
+                                                                 "watermarks are written to "
+                                                                 "replication-offset-checkpoint"),
     "request.timeout.ms": (30000, int, "how long shutdown waits for each actor; a request "
                                       "waiting on another actor twice this long is abandoned"),
     "group.initial.rebalance.delay.ms": (3000, int, "wait for more members of a new group"),
@@ -124,32 +156,18 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                                 "node stops anyway"),
     "controlled.shutdown.retry.backoff.ms": (5000, int, "wait between those attempts"),
     "auto.leader.rebalance.enable": (True, bool, "move leaderships back to preferred replicas "
-                                                 "when a broker leads too few of its own "
-                                                 "(reserved: a preferred replica back in "
-                                                 "the ISR needs replication, issue 15)"),
+                                                 "when a broker leads too few of its own"),
     "leader.imbalance.per.broker.percentage": (10, int, "share of a broker's preferred "
                                                         "leaderships it may lose before they "
-                                                        "are moved back (reserved with "
-                                                        "auto.leader.rebalance.enable)"),
+                                                        "are moved back"),
     "leader.imbalance.check.interval.seconds": (300, int, "how often the controller checks "
-                                                          "the leader imbalance (reserved with "
-                                                          "auto.leader.rebalance.enable)"),
+                                                          "the leader imbalance"),
 }
 
 
 # Keys read by nothing yet: the issue that will use each. They are accepted
 # (a config file written for that issue's release keeps working).
-RESERVED: dict[str, str] = {
-    "num.replica.fetchers": "issue 15 (replication)",
-    "replica.lag.time.max.ms": "issue 15 (replication)",
-    "replica.fetch.backoff.ms": "issue 15 (replication)",
-    # The controller runs the rebalance (unit-tested in tests/core/test_controller_state.py),
-    # but until replication lands a replica that left the ISR never rejoins it, so a
-    # preferred replica is never an ISR member that does not lead: nothing to move back.
-    "auto.leader.rebalance.enable": "issue 15 (replication: replicas rejoin the ISR)",
-    "leader.imbalance.per.broker.percentage": "issue 15 (with auto.leader.rebalance.enable)",
-    "leader.imbalance.check.interval.seconds": "issue 15 (with auto.leader.rebalance.enable)",
-}
+RESERVED: dict[str, str] = {}
 
 _MAX_INT = 2**63 - 1
 _COUNT = (1, 1_000_000)
@@ -196,8 +214,20 @@ RANGES: dict[str, tuple[float, float]] = {
     "log.flush.interval.ms": (0, _MAX_INT),
     "log.retention.check.interval.ms": _MS,
     "log.flush.offset.checkpoint.interval.ms": (0, 2**31 - 1),
+    "log.cleaner.backoff.ms": (0, _MAX_INT),
+    "log.cleaner.min.cleanable.ratio": (0.0, 1.0),
+    "log.cleaner.delete.retention.ms": (0, _MAX_INT),
+    "log.cleaner.min.compaction.lag.ms": (0, _MAX_INT),
+    "log.cleaner.dedupe.buffer.size": (1024, _MAX_INT),
+    "log.cleaner.io.buffer.size": (1024, 2**31 - 1),
     "replica.lag.time.max.ms": _MS,
     "replica.fetch.backoff.ms": (0, 2**31 - 1),
+    "replica.fetch.wait.max.ms": (0, 2**31 - 1),
+    "replica.fetch.min.bytes": (1, 2**31 - 1),
+    "replica.fetch.max.bytes": _BYTES,
+    "replica.fetch.response.max.bytes": _BYTES,
+    "replica.socket.timeout.ms": _MS,
+    "replica.high.watermark.checkpoint.interval.ms": _MS,
     "request.timeout.ms": _MS,
     "group.initial.rebalance.delay.ms": (0, 2**31 - 1),
     "group.min.session.timeout.ms": (0, 2**31 - 1),
@@ -216,6 +246,7 @@ RANGES: dict[str, tuple[float, float]] = {
 CHOICES: dict[str, tuple[str, ...]] = {
     "actor.threads": ("shared", "dedicated"),
     "log.message.timestamp.type": ("CreateTime", "LogAppendTime"),
+    "log.cleanup.policy": ("delete", "compact", "compact,delete", "delete,compact"),
 }
 _TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
@@ -294,6 +325,8 @@ class Config:
     def __init__(self, values: dict[str, Any] | None = None, source: str = "<defaults>") -> None:
         self.values: dict[str, Any] = {k: v[0] for k, v in SPEC.items()}
         self.source = source
+        self.set_keys: set[str] = set()
+        """Keys a file, a flag or the caller set (the rest hold their defaults)."""
         if values:
             self.update(values, source)
 
@@ -302,6 +335,7 @@ class Config:
             if key not in SPEC:
                 raise _unknown(key, source)
             self.values[key] = _coerce(key, value, source)
+            self.set_keys.add(key)
         return self
 
     @classmethod

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ from actors.hosts import netns
 from actors.hosts.cluster import Cluster, ClusterError, open_store
 from actors.hosts.faults import FaultError, Netem
 from actors.hosts.node_config import cluster_mode_available
+from actors.hosts.runner import local_version
 from actors.hosts.spec import load_spec
 from actors.metadata.zk_server import free_port
 from tests.fixtures.netns import free_test_address, skip_unless_namespaces
@@ -126,7 +128,7 @@ host = "h2"
 
 # ------------------------------------------------- ZooKeeper's view (real)
 def test_registration_controller_and_partition_health_come_from_zookeeper(
-        spec_file: Path, zk_connect: str) -> None:
+        spec_file: Path, zk_connect: str, monkeypatch: pytest.MonkeyPatch) -> None:
     ports = [free_port() for _ in range(4)]
     spec_file.write_text(f"""
 [hosts.h1]
@@ -160,6 +162,44 @@ config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3
             TP("t", 1): LeaderAndIsr(1, 0, (1,), fence.epoch),     # under-replicated
             TP("t", 2): LeaderAndIsr(-1, 1, (2,), fence.epoch),    # offline, under-replicated
         }, fence)
+        found = cluster.status(topics=True)
+        assert found["controller_epoch"] == fence.epoch
+        assert found["topics"][1] == {"topic": "t", "partition": 1, "leader": 1,
+                                      "leader_epoch": 0, "isr": [1], "replicas": [1, 2]}
+        assert [n["leaderships"] for n in found["nodes"]] == [2, 0]
+        assert found["healthy"] is False
+
+        # a rolling restart waits for every ISR to be full (once nodes replicate) ...
+        monkeypatch.setattr("actors.hosts.cluster.replication_available", lambda: True)
+        with pytest.raises(ClusterError, match=re.escape(
+                "within 0.5 s the partitions did not all get a full ISR (2 under-replicated, "
+                "1 offline, e.g. t-1: leader 1, isr [1], replicas [1, 2])")):
+            cluster.wait_in_sync(timeout_s=0.5)
+        # ... and, where they do not replicate yet, for every partition to have a leader
+        monkeypatch.setattr("actors.hosts.cluster.replication_available", lambda: False)
+        with pytest.raises(ClusterError, match="1 offline"):
+            cluster.wait_in_sync(timeout_s=0.5)
+        states = store.get_partition_states([TP("t", 1), TP("t", 2)])
+        store.update_partition_states(
+            {TP("t", 2): states[TP("t", 2)].new_leader_and_isr(2, (2,), fence.epoch)}, fence)
+        cluster.wait_in_sync(timeout_s=10)
+        assert said[-1] == ("2 partition(s) under-replicated; these nodes do not replicate, so "
+                            "their ISR cannot grow back: not waiting for it")
+        monkeypatch.setattr("actors.hosts.cluster.replication_available", lambda: True)
+        with pytest.raises(ClusterError, match="2 under-replicated, 0 offline"):
+            cluster.wait_in_sync(timeout_s=0.5)
+        states = store.get_partition_states([TP("t", 1), TP("t", 2)])
+        store.update_partition_states({
+            TP("t", 1): states[TP("t", 1)].new_leader_and_isr(1, (1, 2), fence.epoch),
+            TP("t", 2): states[TP("t", 2)].new_leader_and_isr(2, (2, 1), fence.epoch)}, fence)
+        cluster.wait_in_sync(timeout_s=10)
+        assert said[-1] == "all 3 partition(s) have a leader and a full ISR"
+        # the state written before the two updates: what the status below checks
+        store.update_partition_states({
+            TP("t", 1): store.get_partition_states([TP("t", 1)])[TP("t", 1)]
+            .new_leader_and_isr(1, (1,), fence.epoch),
+            TP("t", 2): store.get_partition_states([TP("t", 2)])[TP("t", 2)]
+            .new_leader_and_isr(-1, (2,), fence.epoch)}, fence)
         found = cluster.status()
     assert found["controller"] == 1
     assert found["zookeeper"]["registered"] == [1, 2]
@@ -191,18 +231,45 @@ config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3
     assert "made network namespace" not in up.stdout and "ZooKeeper on" not in up.stdout
     servers = f"127.0.0.1:{ports[0]},127.0.0.1:{ports[2]}"
     assert up.stdout.rstrip().endswith(f"bootstrap servers: {servers}")
+    assert "registered in ZooKeeper: [1, 2]; controller: node " in up.stdout
     found = status_json(spec_file)
-    assert [(n["alive"], n["answers"], n["paused"]) for n in found["nodes"]] == \
-        [(True, True, False)] * 2
+    assert [(n["alive"], n["answers"], n["paused"], n["registered"]) for n in found["nodes"]] \
+        == [(True, True, False, True)] * 2
     assert found["zookeeper"]["error"] is None  # read through the metadata store
+    assert found["controller"] in (1, 2) and found["controller_epoch"] >= 1
+    assert found["live_nodes"] == [1, 2] and found["healthy"] is True
+    assert found["nodes"][0]["version"] == local_version()
+    assert found["groups"] == [] and found["groups_error"] is None
     text = cli("status", "--spec", str(spec_file))
     assert text.returncode == 0
     assert f"1     here      127.0.0.1:{ports[0]}" in text.stdout
+    assert text.stdout.rstrip().endswith("healthy")
     data = spec_file.parent / "test.cluster" / "data"
     pid = int((data / "node-2" / "serve.pid").read_text())
     assert (data / "node-2" / "node.toml").exists() and (data / "node-2" / "serve.log").exists()
     got = produce_and_consume(f"127.0.0.1:{ports[2]}", "local-topic", count=10)
     assert len(got) == 10
+    # a group that committed 4 of the 10 records: status shows it with lag 6
+    consumer = KafkaConsumer("local-topic", bootstrap_servers=f"127.0.0.1:{ports[0]}",
+                             group_id="status-group", auto_offset_reset="earliest",
+                             enable_auto_commit=False, consumer_timeout_ms=15000,
+                             max_poll_records=4)
+    try:
+        batch = consumer.poll(timeout_ms=15000, max_records=4)
+        assert sum(len(b) for b in batch.values()) == 4
+        consumer.commit()
+    finally:
+        consumer.close()
+    found = status_json(spec_file)
+    assert [(g["group"], g["lag"]) for g in found["groups"]] == [("status-group", 6)]
+    topics = cli("status", "--spec", str(spec_file), "--topics", "--json")
+    assert topics.returncode == 0, topics.stderr
+    parts = [p for p in json.loads(topics.stdout)["topics"] if p["topic"] == "local-topic"]
+    assert len(parts) == 1 and parts[0]["leader"] in (1, 2)
+    assert parts[0]["isr"] == parts[0]["replicas"]
+    text = cli("status", "--spec", str(spec_file), "--topics")
+    assert f"local-topic-0: leader {parts[0]['leader']}, isr" in text.stdout
+    assert "group status-group: Empty, 0 member(s), lag 6 over 1 partition(s)" in text.stdout
     down = cli("down", "--spec", str(spec_file))
     assert down.returncode == 0, down.stderr
     assert "node 1 on here: stopped" in down.stdout and "node 2 on here: stopped" in down.stdout
@@ -434,3 +501,85 @@ config = {{"listeners" = "198.18.0.254:9192"}}
     assert down.returncode == 0, down.stderr
     assert not pid_alive(node1)
     assert "alog-test-h1" not in netns.namespaces()
+
+
+# ------------------------------------------------------ ZooKeeper ensemble
+@pytest.mark.slow
+def test_an_ensemble_the_command_starts_and_one_given_by_connect(
+        spec_file: Path, tmp_path: Path) -> None:
+    """Three ZooKeeper servers on three loopback addresses (no root needed), ids 1..3 in
+    the order of [zookeeper] hosts; a second spec's node joins that ensemble by connect."""
+    zk_ports = [free_port() for _ in range(3)]
+    ports = [free_port() for _ in range(4)]
+    hosts = "".join(f'[hosts.z{i}]\nvia = "local"\naddress = "127.0.0.{i}"\n' for i in (1, 2, 3))
+    spec_file.write_text(f"""{hosts}
+[zookeeper]
+hosts = ["z1", "z2", "z3"]
+port = {zk_ports[0]}
+quorum_port = {zk_ports[1]}
+election_port = {zk_ports[2]}
+[nodes.1]
+host = "z1"
+config = {{"listeners" = "127.0.0.1:{ports[0]}", "actor.gateway.port" = {ports[1]}}}
+""")
+    spec = str(spec_file)
+    up = cli("up", "--spec", spec)
+    assert up.returncode == 0, up.stdout + up.stderr
+    for i in (1, 2, 3):
+        assert re.search(rf"ZooKeeper {i} on z{i} \(127\.0\.0\.{i}:{zk_ports[0]}\): serving "
+                         r"\((leader|follower)\)", up.stdout), up.stdout
+    data = spec_file.parent / "test.cluster" / "data"
+    assert (data / "zookeeper-2" / "data" / "myid").read_text().strip() == "2"
+    cfg = (data / "zookeeper-3" / "zoo.cfg").read_text()
+    for i in (1, 2, 3):
+        assert f"server.{i}=127.0.0.{i}:{zk_ports[1]}:{zk_ports[2]}" in cfg
+    connect = ",".join(f"127.0.0.{i}:{zk_ports[0]}" for i in (1, 2, 3))
+    assert f"zookeeper.connect\" = \"{connect}\"" in (data / "node-1" / "node.toml").read_text()
+    found = status_json(spec_file)
+    modes = sorted(s["mode"] for s in found["zookeeper"]["servers"])
+    assert modes == ["follower", "follower", "leader"]
+    assert found["controller"] == 1 and found["healthy"] is True
+    zk_pids = [int((data / f"zookeeper-{i}" / "zk_server.pid").read_text()) for i in (1, 2, 3)]
+
+    other = tmp_path / "other" / "other.toml"
+    other.parent.mkdir()
+    other.write_text(f"""
+[hosts.here]
+via = "local"
+[zookeeper]
+connect = "{connect}/other"
+[nodes.7]
+host = "here"
+config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3]}}}
+""")
+    try:
+        joined = cli("up", "--spec", str(other))
+        assert joined.returncode == 0, joined.stdout + joined.stderr
+        assert "registered in ZooKeeper: [7]; controller: node 7" in joined.stdout
+        assert "ZooKeeper on" not in joined.stdout and "ZooKeeper 1 on" not in joined.stdout
+        assert len(produce_and_consume(f"127.0.0.1:{ports[2]}", "via-connect", 5)) == 5
+    finally:
+        down_other = cli("down", "--spec", str(other))
+    assert down_other.returncode == 0, down_other.stderr
+    assert all(pid_alive(p) for p in zk_pids)  # a given ensemble is not ours to stop
+
+    down = cli("down", "--spec", spec)
+    assert down.returncode == 0, down.stdout + down.stderr
+    for i in (1, 2, 3):
+        assert f"ZooKeeper {i} on z{i}: stopped" in down.stdout
+    assert not any(pid_alive(p) for p in zk_pids)
+    assert not processes_with(str(data / "zookeeper-"))  # the JVMs went with their wrappers
+
+
+def processes_with(text: str) -> list[int]:
+    """Pids whose command line holds ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if text in args and pid_alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found

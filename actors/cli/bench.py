@@ -37,6 +37,7 @@ BENCH_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "e2e": ("bench.load:e2e_command", ("confluent_kafka", "hdrh")),
     "compare": ("bench.compare:command", ("confluent_kafka", "hdrh")),
     "sweep": ("bench.sweep:command", ("confluent_kafka", "hdrh", "matplotlib")),
+    "chaos": ("bench.chaos:command", ("confluent_kafka",)),
     "trace-cost": ("bench.trace_bench:cost_command", ("confluent_kafka", "hdrh")),
     "trace-analyze": ("bench.trace_bench:analyze_command", ("hdrh", "pyspark", "pyarrow")),
 }
@@ -100,7 +101,7 @@ def group() -> None:
     """Benchmarks; each prints a summary and writes --json FILE.
 
     actor-hop, timer, log and memory run on the plain install (memory's consume
-    figure needs the bench extra); produce, consume, e2e,
-    compare, sweep and trace-cost need the bench extra (pip install -e '.[bench]'
-    in the actorlog checkout), trace-analyze the spark extra too.
+    figure uses the bench extra); produce, consume, e2e, compare, sweep, chaos
+    and trace-cost need the bench extra (pip install -e '.[bench]' in the
+    actorlog checkout), trace-analyze the spark extra too.
     """

@@ -364,15 +364,26 @@ class ChaosRun:
     def create_topic(self) -> None:
         from kafka import KafkaAdminClient
         from kafka.admin import NewTopic
+        from kafka.errors import KafkaError, TopicAlreadyExistsError
 
         rf = min(self.s.replication, len(self.cluster.plans))
-        admin = KafkaAdminClient(bootstrap_servers=self.cluster.bootstrap_servers(),
-                                 client_id="actorlog-chaos", request_timeout_ms=30000)
-        try:
-            admin.create_topics([NewTopic(self.s.topic, self.s.partitions, rf)])
-        finally:
-            admin.close()
         deadline = time.monotonic() + 60
+        while True:  # a node that just started may not know every broker yet: try again
+            try:
+                admin = KafkaAdminClient(bootstrap_servers=self.cluster.bootstrap_servers(),
+                                         client_id="actorlog-chaos", request_timeout_ms=15000)
+                try:
+                    admin.create_topics([NewTopic(self.s.topic, self.s.partitions, rf)])
+                finally:
+                    admin.close()
+                break
+            except TopicAlreadyExistsError:
+                break
+            except KafkaError as exc:
+                if time.monotonic() > deadline:
+                    raise click.ClickException(f"topic {self.s.topic} could not be created "
+                                               f"within 60 s: {exc!r}") from None
+                time.sleep(1.0)
         while True:
             led = self.leaders()
             if len(led) == self.s.partitions and min(led.values()) >= 0:
@@ -419,6 +430,9 @@ class ChaosRun:
                 self.cluster.netem(planned.node, shape)
             self.netem_shape = shape
             fault.detail = shape.describe()
+        # from when the fault is in effect: a record sent while the command still ran may
+        # have been acknowledged by the node before it went
+        fault.at_ms = now_ms()
         self.injected.append(fault)
         return fault
 

@@ -426,6 +426,11 @@ class Cluster:
                                      "pid": None, "paused": False, "uptime_s": None,
                                      "version": None, "answers": False, "registered": False,
                                      "leaderships": 0, "error": None}
+            missing = self.missing_host(plan.host)
+            if missing:  # nothing to ask, and its address leads nowhere it should
+                entry["error"] = missing
+                nodes.append(entry)
+                continue
             proc = self.node(node_id)
             try:
                 info = proc.info()
@@ -532,16 +537,30 @@ class Cluster:
             return None
         return text or None
 
+    def missing_host(self, host: HostSpec) -> str | None:
+        """Why a netns host cannot be asked anything (its namespace does not exist), or None."""
+        if host.via == "netns" and host.netns not in self.namespaces():
+            return f"host {host.name} (network namespace {host.netns}) does not exist"
+        return None
+
+    def namespaces(self) -> set[str]:
+        return netns.namespaces() if netns.unavailable_reason() is None else set()
+
     def zookeeper_status(self) -> dict[str, Any]:
         servers = []
+        missing = [m for m in (self.missing_host(self.spec.hosts[h])
+                               for h in self.spec.zookeeper.hosts) if m]
         for zk in self.zookeepers():
-            mode = zookeeper_mode(zk)
+            mode = "" if missing else zookeeper_mode(zk)
             servers.append({"host": zk.host.name, "address": f"{zk.host.address}:{zk.port}",
                             "serving": bool(mode), "mode": mode or None})
         out: dict[str, Any] = {"connect": self.spec.connect_string(), "servers": servers,
                                "registered": None, "controller": None,
                                "controller_epoch": None, "error": None,
                                "partition_states": None}
+        if missing:
+            out["error"] = "; ".join(missing)
+            return out
         try:
             with self.store() as store:
                 out["registered"] = sorted(store.get_brokers())

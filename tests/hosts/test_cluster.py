@@ -668,3 +668,42 @@ def processes_with(text: str) -> list[int]:
             if text in args and pid_alive(int(entry.name)):
                 found.append(int(entry.name))
     return found
+
+
+def test_status_asks_nothing_of_netns_hosts_that_do_not_exist(spec_file: Path) -> None:
+    """Their addresses lead nowhere they should: status says the host is missing instead."""
+    spec_file.write_text('[hosts.h1]\nvia = "netns"\naddress = "198.18.0.252"\n'
+                         '[zookeeper]\nhosts = ["h1"]\n[nodes.1]\nhost = "h1"\n')
+    found = status_json(spec_file)
+    missing = "host h1 (network namespace alog-test-h1) does not exist"
+    assert found["nodes"][0]["error"] == missing and found["nodes"][0]["answers"] is False
+    assert found["zookeeper"]["error"] == missing
+    assert found["zookeeper"]["servers"][0]["serving"] is False
+    assert found["healthy"] is False and found["groups_error"] == "no node answers"
+
+
+def test_a_listener_that_is_not_kafka_is_one_probe_error() -> None:
+    """Something else on the port (an HTTP server's answer): a ProbeError, not a traceback."""
+    import socket
+    import threading
+
+    from actors.hosts.probe import ProbeError, api_versions
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer_http() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(1024)
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    thread = threading.Thread(target=answer_http, daemon=True)
+    thread.start()
+    try:
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        with pytest.raises(ProbeError, match=re.escape(
+                f"{address} does not speak the Kafka protocol (")):
+            api_versions(address, timeout_s=5)
+    finally:
+        thread.join(5)
+        listener.close()

@@ -478,7 +478,7 @@ class ChaosRun:
             for planned in plan:
                 self._sleep_until(start + planned.at_s)
                 active = self.inject(planned)
-                self.say(f"{planned.at_s:7.1f}s {planned.kind} node {planned.node}"
+                self.say(f"{time.monotonic() - start:7.1f}s {planned.kind} node {planned.node}"
                          + (f" ({active.detail})" if active.detail else "")
                          + f"; it led partitions {list(active.led)}")
                 self._sleep_until(start + planned.at_s + planned.hold_s)

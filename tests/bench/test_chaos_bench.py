@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from actors.hosts import netns
 from actors.metadata.zk_server import free_port
 from bench.chaos import plan_faults
+from tests.fixtures.netns import free_test_address, skip_unless_namespaces
 
 ROOT = Path(__file__).parents[2]
 
@@ -75,9 +77,48 @@ connect = "{zk_connect}"
     assert 0 < r["availability"] <= 1
     assert set(r["failover_ms"]) == {"min", "median", "max", "count"}
     assert r["faults_injected"] and r["faults_injected"][0]["kind"] in ("kill", "pause")
-    assert f"seed 3" in result.stdout and "availability" in result.stdout
+    assert "seed 3" in result.stdout and "availability" in result.stdout
     assert "taking cluster chaos down" in result.stdout
     for i in (1, 2, 3):  # down stopped every node the bench brought up
         pid_file = tmp_path / "chaos.cluster" / "data" / f"node-{i}" / "serve.pid"
         pid = int(pid_file.read_text())
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_network_faults_on_netns_hosts(tmp_path: Path) -> None:
+    """isolate and netem (loss through nftables where the kernel has no netem qdisc)."""
+    skip_unless_namespaces()
+    addresses = [free_test_address() for _ in range(4)]
+    hosts = "".join(f'[hosts.h{i}]\nvia = "netns"\naddress = "{a}"\n'
+                    for i, a in enumerate(addresses))  # h0: ZooKeeper's own
+    nodes = "".join(f'[nodes.{i}]\nhost = "h{i}"\n' for i in (1, 2, 3))
+    spec = tmp_path / "netchaos.toml"
+    spec.write_text(f"""
+{hosts}
+[zookeeper]
+hosts = ["h0"]
+{nodes}
+[config]
+"default.replication.factor" = 3
+"offsets.topic.num.partitions" = 3
+"zookeeper.session.timeout.ms" = 4000
+"trace.sample.ratio" = 0.0
+""")
+    out = tmp_path / "netchaos.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "actors.cli", "bench", "chaos", "--spec", str(spec),
+         "--duration", "30", "--faults", "isolate,netem", "--seed", "1", "--rate", "50",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    r = json.loads(out.read_text())["results"]
+    kinds = {f["kind"] for f in r["faults_injected"]}
+    assert kinds == {"isolate", "netem"}, r["faults_injected"]
+    assert r["acked"] > 0 and r["seed"] == 1
+    for key in ("lost", "duplicated", "reordered", "moved", "skipped"):
+        assert isinstance(r[key], int) and r[key] >= 0, key
+    assert "removed network namespace alog-netchaos-h1" in result.stdout
+    assert not {f"alog-netchaos-h{i}" for i in (0, 1, 2, 3)} & netns.namespaces()

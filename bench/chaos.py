@@ -551,7 +551,8 @@ def summary_lines(result: CheckResult, seed: int) -> list[str]:
         f"moved {result.moved}, skipped by commits {result.skipped}",
         f"availability {result.availability:.1%} of seconds with an acknowledged produce",
         f"failover ms: min {fo['min']}, median {fo['median']}, max {fo['max']} over "
-        f"{fo['count']} fault(s) that hit a leader; {result.unrecovered_faults} unrecovered",
+        f"{fo['count']} kill/pause/isolate fault(s) of a leader; "
+        f"{result.unrecovered_faults} unrecovered",
         ("OK: every acknowledged record is there once, in order" if result.ok else
          "NOT OK: " + "; ".join(f"{k}: {v[0]}" for k, v in result.examples.items()
                                 if k != "unrecovered")),

@@ -19,9 +19,10 @@ manner of Jepsen's queue checkers:
   never delivered (a commit went past an unread record);
 * availability: the share of whole seconds of the run with at least one
   acknowledgement;
-* failover: per fault that hit a leader, the time from the fault to the
-  first acknowledgement, on the partitions that node led, of a record sent
-  after the fault (None when none came before the run ended).
+* failover: per fault that took a leader out (kill, pause, isolate; not
+  netem, which only slows it down), the time from the fault to the first
+  acknowledgement, on the partitions that node led, of a record sent after
+  the fault; a fault after which none came is counted as unrecovered.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Partition = int
+FAILOVER_KINDS = ("kill", "pause", "isolate")
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,7 @@ def check(sent: Sequence[Sent], final: Iterable[Stored], delivered: Iterable[Sto
     failover: list[int] = []
     unrecovered = 0
     for fault in faults:
-        if not fault.led:
+        if not fault.led or fault.kind not in FAILOVER_KINDS:
             continue
         led = set(fault.led)
         worst = 0

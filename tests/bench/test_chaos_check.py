@@ -87,6 +87,7 @@ def test_failover_is_the_first_ack_after_the_fault_on_the_partitions_it_led() ->
     # come from +1000 on (seq 10 is sent at +1000, acked 10 ms later)
     faults = [Fault("kill", 3, START + 1000, START + 3000, (0,)),
               Fault("pause", 2, START + 1500, START + 2000, ()),         # led nothing
+              Fault("netem", 1, START + 1600, START + 2000, (0, 1)),     # slows, no failover
               Fault("isolate", 1, START + 9000, START + 9500, (0, 1))]  # nothing after it
     result = check(sent, stored, stored, {}, faults, START, START + 10_000)
     assert result.failover_ms == [10]

@@ -84,8 +84,15 @@ def check(spec_path: str) -> None:
     for host in spec.hosts.values():
         say(f"host {host.name}: via {host.via}, {host.address}"
             + (f", namespace {host.netns}" if host.netns else ""))
-    say("ZooKeeper: " + (f"on {', '.join(spec.zookeeper.hosts)}, port {spec.zookeeper.port}"
-                         if spec.zookeeper.hosts else f"connect {spec.zookeeper.connect}"))
+    zk = spec.zookeeper
+    if zk.ensemble:
+        say(f"ZooKeeper: ensemble of {len(zk.hosts)} on {', '.join(zk.hosts)} (ids 1-"
+            f"{len(zk.hosts)} in that order), ports {zk.port}/{zk.quorum_port}/"
+            f"{zk.election_port} (client/quorum/election)")
+    else:
+        say("ZooKeeper: " + (f"on {', '.join(zk.hosts)}, port {zk.port}" if zk.hosts
+                             else f"connect {zk.connect}"))
+    say(f"zookeeper.connect of the nodes: {spec.connect_string()}")
     for node_id, plan in cluster.plans.items():
         say(f"node {node_id}: host {plan.host.name}, listener {plan.client_address}, "
             f"data dir {plan.data_dir}")

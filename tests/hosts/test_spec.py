@@ -278,3 +278,20 @@ toml_scalars = st.one_of(
     toml_scalars, st.dictionaries(_text.filter(bool), toml_scalars, max_size=3)), max_size=6))
 def test_render_toml_reads_back_to_the_same_values(values: dict[str, object]) -> None:
     assert tomllib.loads(render_toml(values)) == values
+
+
+def test_check_says_what_the_spec_describes(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from actors.cluster_cli import group
+
+    spec = tmp_path / "demo.toml"
+    spec.write_text(GOOD.replace('hosts = ["h1"]', 'hosts = ["h1", "h2", "h3"]')
+                    .replace('identity_file = "keys/id"\n', ""))
+    result = CliRunner().invoke(group, ["check", "--spec", str(spec)])
+    assert result.exit_code == 0, result.output
+    assert ("ZooKeeper: ensemble of 3 on h1, h2, h3 (ids 1-3 in that order), ports "
+            "2181/2888/3888 (client/quorum/election)") in result.output
+    assert ("zookeeper.connect of the nodes: 198.18.0.11:2181,198.18.0.12:2181,"
+            "198.18.0.13:2181") in result.output
+    assert "node 2: host h2, listener 198.18.0.12:9092" in result.output

@@ -94,7 +94,8 @@ def test_network_faults_on_netns_hosts(tmp_path: Path) -> None:
     hosts = "".join(f'[hosts.h{i}]\nvia = "netns"\naddress = "{a}"\n'
                     for i, a in enumerate(addresses))  # h0: ZooKeeper's own
     nodes = "".join(f'[nodes.{i}]\nhost = "h{i}"\n' for i in (1, 2, 3))
-    spec = tmp_path / "netchaos.toml"
+    name = f"nc{os.getpid()}"  # names its namespaces: unique against other checkouts' runs
+    spec = tmp_path / f"{name}.toml"
     spec.write_text(f"""
 {hosts}
 [zookeeper]
@@ -120,5 +121,5 @@ hosts = ["h0"]
     assert r["acked"] > 0 and r["seed"] == 1
     for key in ("lost", "duplicated", "reordered", "moved", "skipped"):
         assert isinstance(r[key], int) and r[key] >= 0, key
-    assert "removed network namespace alog-netchaos-h1" in result.stdout
-    assert not {f"alog-netchaos-h{i}" for i in (0, 1, 2, 3)} & netns.namespaces()
+    assert f"removed network namespace alog-{name}-h1" in result.stdout
+    assert not {f"alog-{name}-h{i}" for i in (0, 1, 2, 3)} & netns.namespaces()

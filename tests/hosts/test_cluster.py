@@ -36,6 +36,9 @@ from tests.fixtures.sshd import SshServer
 from tests.hosts.helpers import ACTORLOG
 
 pytestmark = pytest.mark.multiprocess
+# Specs are named after this process: their namespaces (alog-<name>-<host>) must not meet
+# those of a test run in another checkout at the same time.
+NAME = f"t{os.getpid()}"
 ROOT = Path(__file__).parents[2]
 
 
@@ -66,10 +69,10 @@ def pid_alive(pid: int) -> bool:
 @pytest.fixture
 def spec_file(tmp_path: Path) -> Iterator[Path]:
     """Where a test writes its spec; `cluster down` runs after the test if it left a state."""
-    path = tmp_path / "spec" / "test.toml"
+    path = tmp_path / "spec" / f"{NAME}.toml"
     path.parent.mkdir()
     yield path
-    if (path.parent / "test.cluster" / "state.json").exists() or path.exists():
+    if (path.parent / f"{NAME}.cluster" / "state.json").exists() or path.exists():
         cli("down", "--spec", str(path))
 
 
@@ -94,8 +97,8 @@ def test_a_spec_error_is_refused_before_anything_starts(
     assert result.returncode == 2
     assert line in result.stderr
     assert "Traceback" not in result.stderr and result.stdout == ""
-    assert not (spec_file.parent / "test.cluster").exists()
-    assert "alog-test-h1" not in (netns.namespaces() if os.geteuid() == 0 else set())
+    assert not (spec_file.parent / f"{NAME}.cluster").exists()
+    assert f"alog-{NAME}-h1" not in (netns.namespaces() if os.geteuid() == 0 else set())
 
 
 def test_every_host_is_checked_before_anything_is_made(spec_file: Path) -> None:
@@ -121,9 +124,9 @@ host = "h2"
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"host h2 (root@{nobody}, port 22): ssh failed:" in result.stderr
     assert "Traceback" not in result.stderr
-    assert "alog-test-h1" not in netns.namespaces()
+    assert f"alog-{NAME}-h1" not in netns.namespaces()
     assert netns.address_holder(a1) is None
-    assert not (spec_file.parent / "test.cluster" / "state.json").exists()
+    assert not (spec_file.parent / f"{NAME}.cluster" / "state.json").exists()
 
 
 # ------------------------------------------------- ZooKeeper's view (real)
@@ -244,7 +247,7 @@ config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3
     assert text.returncode == 0
     assert f"1     here      127.0.0.1:{ports[0]}" in text.stdout
     assert text.stdout.rstrip().endswith("healthy")
-    data = spec_file.parent / "test.cluster" / "data"
+    data = spec_file.parent / f"{NAME}.cluster" / "data"
     pid = int((data / "node-2" / "serve.pid").read_text())
     assert (data / "node-2" / "node.toml").exists() and (data / "node-2" / "serve.log").exists()
     got = produce_and_consume(f"127.0.0.1:{ports[2]}", "local-topic", count=10)
@@ -380,7 +383,7 @@ def test_up_three_nodes_one_over_ssh_clients_faults_and_down(
     a2 = ssh_host.host.address
     spec_file.write_text(f"""
 [cluster]
-name = "e2e"
+name = "e2e{NAME}"
 [hosts.h1]
 via = "netns"
 address = "{a1}"
@@ -418,7 +421,7 @@ host = "h3"
     spec = str(spec_file)
     up = cli("up", "--spec", spec)
     assert up.returncode == 0, up.stdout + up.stderr
-    assert f"host h1: made network namespace alog-e2e-h1 ({a1}" in up.stdout
+    assert f"host h1: made network namespace alog-e2e{NAME}-h1 ({a1}" in up.stdout
     assert f"ZooKeeper on h1 ({a1}:2181): serving" in up.stdout
     assert f"node 2 on h2: answering on {a2}:9092" in up.stdout
     assert "registered in ZooKeeper: [1, 2, 3]; controller: node " in up.stdout
@@ -437,7 +440,8 @@ host = "h3"
     zk_pid = int((Path(load_spec(spec_file).hosts["h1"].data_dir) / "zookeeper" /
                   "zk_server.pid").read_text())
     # each node runs in its own host's network stack; node 2 was started over ssh
-    for node_id, ns in ((1, "alog-e2e-h1"), (2, ssh_host.host.netns), (3, "alog-e2e-h3")):
+    for node_id, ns in ((1, f"alog-e2e{NAME}-h1"), (2, ssh_host.host.netns),
+                        (3, f"alog-e2e{NAME}-h3")):
         assert subprocess.run(["ip", "netns", "identify", str(pids[node_id])],
                               capture_output=True, text=True).stdout.strip() == ns
     assert "Accepted publickey for root" in ssh_host.log_path.read_text()
@@ -527,11 +531,11 @@ host = "h3"
     assert down.returncode == 0, down.stdout + down.stderr
     for pid in [*after.values(), *pids.values(), *before.values(), zk_pid]:
         assert not pid_alive(pid), pid
-    assert not {"alog-e2e-h1", "alog-e2e-h3"} & netns.namespaces()
+    assert not {f"alog-e2e{NAME}-h1", f"alog-e2e{NAME}-h3"} & netns.namespaces()
     assert not netns.link_exists(netns.veth_name(a1)) and not netns.link_exists(
         netns.veth_name(a3))
-    assert not (spec_file.parent / "test.cluster" / "state.json").exists()
-    assert not processes_with(str(spec_file.parent / "test.cluster"))
+    assert not (spec_file.parent / f"{NAME}.cluster" / "state.json").exists()
+    assert not processes_with(str(spec_file.parent / f"{NAME}.cluster"))
     assert not processes_with(str(tmp_path / "remote"))
     assert ssh_host.host.netns in netns.namespaces()  # the fixture's host stays for it to remove
 
@@ -563,29 +567,29 @@ config = {{"listeners" = "198.18.0.254:9192"}}
     assert failed.returncode == 1
     out = failed.stdout
     assert "FAILED: node 2 on host h1: exited before it answered" in out, out
-    assert f"command: ip netns exec alog-test-h1 {ACTORLOG} serve --config " in out
+    assert f"command: ip netns exec alog-{NAME}-h1 {ACTORLOG} serve --config " in out
     assert "cannot listen on 198.18.0.254:9192" in out  # from the tail of its log
     assert "rolled back: node 1 on h1 stopped" in out
     assert "rolled back: ZooKeeper on h1 stopped" in out
-    assert "rolled back: removed host h1 (alog-test-h1)" in out
+    assert f"rolled back: removed host h1 (alog-{NAME}-h1)" in out
     assert failed.stderr.strip() == ("Error: cluster up failed: node 2 on host h1: exited "
                                      "before it answered")
-    assert "alog-test-h1" not in netns.namespaces()
+    assert f"alog-{NAME}-h1" not in netns.namespaces()
     assert netns.link_exists(netns.BRIDGE) == bridge_before
-    assert not (spec_file.parent / "test.cluster" / "state.json").exists()
-    data = spec_file.parent / "test.cluster" / "data"
+    assert not (spec_file.parent / f"{NAME}.cluster" / "state.json").exists()
+    data = spec_file.parent / f"{NAME}.cluster" / "data"
     for pid_file in (data / "node-1" / "serve.pid", data / "zookeeper" / "zk_server.pid"):
         assert not pid_alive(int(pid_file.read_text()))
 
     kept = cli("up", "--spec", str(spec_file), "--timeout", "60", "--keep")
     assert kept.returncode == 1 and "--keep: leaving what was started" in kept.stdout
-    assert "alog-test-h1" in netns.namespaces()
+    assert f"alog-{NAME}-h1" in netns.namespaces()
     node1 = int((data / "node-1" / "serve.pid").read_text())
     assert pid_alive(node1)
     down = cli("down", "--spec", str(spec_file))
     assert down.returncode == 0, down.stderr
     assert not pid_alive(node1)
-    assert "alog-test-h1" not in netns.namespaces()
+    assert f"alog-{NAME}-h1" not in netns.namespaces()
 
 
 # ------------------------------------------------------ ZooKeeper ensemble
@@ -613,7 +617,7 @@ config = {{"listeners" = "127.0.0.1:{ports[0]}", "actor.gateway.port" = {ports[1
     for i in (1, 2, 3):
         assert re.search(rf"ZooKeeper {i} on z{i} \(127\.0\.0\.{i}:{zk_ports[0]}\): serving "
                          r"\((leader|follower)\)", up.stdout), up.stdout
-    data = spec_file.parent / "test.cluster" / "data"
+    data = spec_file.parent / f"{NAME}.cluster" / "data"
     assert (data / "zookeeper-2" / "data" / "myid").read_text().strip() == "2"
     cfg = (data / "zookeeper-3" / "zoo.cfg").read_text()
     for i in (1, 2, 3):
@@ -675,7 +679,7 @@ def test_status_asks_nothing_of_netns_hosts_that_do_not_exist(spec_file: Path) -
     spec_file.write_text('[hosts.h1]\nvia = "netns"\naddress = "198.18.0.252"\n'
                          '[zookeeper]\nhosts = ["h1"]\n[nodes.1]\nhost = "h1"\n')
     found = status_json(spec_file)
-    missing = "host h1 (network namespace alog-test-h1) does not exist"
+    missing = f"host h1 (network namespace alog-{NAME}-h1) does not exist"
     assert found["nodes"][0]["error"] == missing and found["nodes"][0]["answers"] is False
     assert found["zookeeper"]["error"] == missing
     assert found["zookeeper"]["servers"][0]["serving"] is False

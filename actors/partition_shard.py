@@ -22,6 +22,7 @@ from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.topology import Topology
 from wire.broker_messages import (
+    AbortedTxnRow,
     Append,
     AppendDone,
     AppendDoneRow,
@@ -47,6 +48,7 @@ from wire.broker_messages import (
 )
 from wire.cluster_messages import BecameLeaderOrFollower, BecomeLeaderOrFollower, PartitionErrorRow
 from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
+from wire.transaction_messages import TxnMarkerDoneRow, WriteTxnMarkers, WriteTxnMarkersDone
 
 NONE = int(ErrorCode.NONE)
 UNKNOWN_TP = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -229,7 +231,8 @@ class PartitionShard(Actor):
                         f"min.insync.replicas is {state.min_insync_replicas}"))
                     continue
                 try:
-                    info = state.log.append_as_leader(req.records, state.leader_epoch, now)
+                    info = state.log.append_as_leader(req.records, state.leader_epoch, now,
+                                                      msg.coordinator)
                 except KafkaError as exc:
                     self._log_refusal(topic, partition, exc)
                     rows.append(AppendDoneRow(topic, partition, int(exc.code), -1, -1,
@@ -257,6 +260,29 @@ class PartitionShard(Actor):
             self._watch_produce(msg, rows, waiting)
         else:
             self.reply(AppendDone(msg.req_id, rows))
+
+    @handles(WriteTxnMarkers)
+    def on_write_txn_markers(self, msg: WriteTxnMarkers) -> None:
+        """Commit/abort markers from a transaction coordinator, as control batches."""
+        rows: list[TxnMarkerDoneRow] = []
+        now = self.clock.wall_ms()
+        for req in msg.rows:
+            state = self.partitions.get((req.topic, req.partition))
+            if state is None or not state.is_leader:
+                rows.append(TxnMarkerDoneRow(req.topic, req.partition,
+                                             UNKNOWN_TP if state is None else NOT_LEADER))
+                continue
+            try:
+                state.log.append_control(req.producer_id, req.producer_epoch, req.commit,
+                                         req.coordinator_epoch, state.leader_epoch, now)
+            except KafkaError as exc:
+                self._log_refusal(req.topic, req.partition, exc)
+                rows.append(TxnMarkerDoneRow(req.topic, req.partition, int(exc.code)))
+                continue
+            state.on_leader_append()
+            self._notify(state)
+            rows.append(TxnMarkerDoneRow(req.topic, req.partition, NONE))
+        self.reply(WriteTxnMarkersDone(msg.req_id, rows))
 
     def _watch_produce(self, msg: Append, rows: list[AppendDoneRow],
                        waiting: list[WatchProduceRow]) -> None:
@@ -307,7 +333,9 @@ class PartitionShard(Actor):
                 if msg.replica_id >= 0 and state.on_follower_fetch(
                         msg.replica_id, offset, self.clock.wall_ms()):
                     self._notify(state)  # the high watermark moved
-                max_offset = log.high_watermark if msg.replica_id < 0 else None
+                committed = msg.isolation_level == 1 and msg.replica_id < 0
+                max_offset = ((log.last_stable_offset if committed else log.high_watermark)
+                              if msg.replica_id < 0 else None)
                 limit = min(req.partition_max_bytes, budget) if budget > 0 else -1
                 region_min = None
                 if msg.regions:
@@ -327,11 +355,15 @@ class PartitionShard(Actor):
                     budget -= size
                     if info.region is None:
                         inline += size
+                aborted = None
+                if committed:
+                    aborted = [AbortedTxnRow(a.producer_id, a.first_offset)
+                               for a in log.aborted_transactions(offset, max_offset or 0)]
                 rows.append(ReadDoneRow(topic, partition, NONE, info.high_watermark,
                                         info.log_start_offset, bytes(info.records),
                                         meta.segment_base_offset,
                                         meta.relative_position_in_segment, info.log_end_offset,
-                                        info.region))
+                                        info.region, log.last_stable_offset, aborted))
         except Exception:
             close_regions(rows)
             self.reply(ReadDone(msg.req_id, [
@@ -371,8 +403,8 @@ class PartitionShard(Actor):
                 rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, log.log_start_offset,
                                                epoch))
             elif ts == -1:
-                rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, log.high_watermark,
-                                               epoch))
+                latest = log.last_stable_offset if msg.isolation_level == 1 else log.high_watermark
+                rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, latest, epoch))
             elif ts == -3:
                 found = self._max_timestamp_offset(log)
                 if found is None:

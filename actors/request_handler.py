@@ -36,6 +36,14 @@ from actors.apis.metadata import (
     handle_metadata,
 )
 from actors.apis.produce import handle_produce
+from actors.apis.transactions import (
+    handle_add_offsets_to_txn,
+    handle_add_partitions_to_txn,
+    handle_describe_transactions,
+    handle_end_txn,
+    handle_list_transactions,
+    handle_txn_offset_commit,
+)
 from actors.core.file_regions import close_region, close_regions
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
@@ -66,6 +74,7 @@ from wire.group_messages import (
     OffsetFetchDone,
     SyncGroupDone,
 )
+from wire.transaction_messages import DescribeTxnsDone, InitTxnProducerDone, ListTxnsDone, TxnDone
 
 API_VERSIONS = int(ApiKey.ApiVersions)
 FETCH = int(ApiKey.Fetch)
@@ -89,6 +98,12 @@ API_TABLE: dict[int, Any] = {
     ApiKey.InitProducerId: handle_init_producer_id,
     ApiKey.DescribeConfigs: handle_describe_configs,
     ApiKey.DescribeCluster: handle_describe_cluster,
+    ApiKey.AddPartitionsToTxn: handle_add_partitions_to_txn,
+    ApiKey.AddOffsetsToTxn: handle_add_offsets_to_txn,
+    ApiKey.EndTxn: handle_end_txn,
+    ApiKey.TxnOffsetCommit: handle_txn_offset_commit,
+    ApiKey.DescribeTransactions: handle_describe_transactions,
+    ApiKey.ListTransactions: handle_list_transactions,
 }
 
 
@@ -228,7 +243,8 @@ class RequestHandler(Actor):
     @handles(AppendDone, ReadDone, ListOffsetsDone, CreateTopicsDone, DeleteTopicsDone,
              FetchReady, ProduceReady, JoinGroupDone, SyncGroupDone, HeartbeatDone,
              LeaveGroupDone, OffsetCommitDone, OffsetFetchDone, ListGroupsDone,
-             DescribeGroupsDone, TopicsAwaited)
+             DescribeGroupsDone, TopicsAwaited, InitTxnProducerDone, TxnDone,
+             DescribeTxnsDone, ListTxnsDone)
     def on_reply(self, msg: Any) -> None:
         entry = self.pending.pop(msg.req_id, None)
         if entry is None:

@@ -564,7 +564,8 @@ class GroupCoordinator(Actor):
     def on_fetch(self, msg: OffsetFetch) -> None:
         if self._serving(msg):
             rows = None if msg.rows is None else [(r.topic, r.partition) for r in msg.rows]
-            self._perform(self.core.offset_fetch(self._rid(msg.req_id), msg.group_id, rows))
+            self._perform(self.core.offset_fetch(self._rid(msg.req_id), msg.group_id, rows,
+                                                 msg.require_stable))
 
     @handles(ListGroups)
     def on_list(self, msg: ListGroups) -> None:

@@ -32,11 +32,13 @@ from actors.core.cluster_model import TopicPartition
 from actors.core.metadata_cache import MetadataCache
 from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.replica_fencing import NONE, ReplicaFencing
+from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.topology import Topology
+from actors.transaction_coordinator import all_txn_coordinators
 from wire.broker_messages import DropPartitions, GetStats, ShardDone
 from wire.broker_messages import TopicPartition as TopicPartitionRow
 from wire.cluster_messages import (
@@ -57,6 +59,7 @@ from wire.cluster_messages import (
     UpdateMetadataResponse,
 )
 from wire.errors import ErrorCode
+from wire.transaction_messages import TxnCoordinatorPartitions, TxnPartitionRow
 
 
 @dataclass
@@ -182,6 +185,8 @@ class ReplicaManager(Actor):
         applied = [r for r in entry.became if entry.rows.get((r.topic, r.partition)) == NONE]
         elected: list[CoordinatorPartitionRow] = []
         resigned: list[int] = []
+        txn_elected: list[TxnPartitionRow] = []
+        txn_resigned: list[int] = []
         follow: list[ReplicaStateRow] = []
         lead: list[TopicPartition] = []
         for row in applied:
@@ -197,7 +202,13 @@ class ReplicaManager(Actor):
                     elected.append(CoordinatorPartitionRow(row.partition, row.leader_epoch))
                 elif was_leader:
                     resigned.append(row.partition)
+            elif row.topic == TRANSACTION_STATE_TOPIC:
+                if row.leader == self.broker_id:
+                    txn_elected.append(TxnPartitionRow(row.partition, row.leader_epoch))
+                elif was_leader:
+                    txn_resigned.append(row.partition)
         self._coordinators(elected, resigned)
+        self._txn_coordinators(txn_elected, txn_resigned)
         self._fetchers(follow, lead)
 
     # ------------------------------------------------------------ StopReplica
@@ -235,11 +246,15 @@ class ReplicaManager(Actor):
 
     def _after_stop_replica(self, entry: _Pending) -> None:
         resigned = []
+        txn_resigned = []
         for tp in entry.stopped:
             leader, _epoch = self.roles.pop(tp, (-1, -1))
             if tp.topic == OFFSETS_TOPIC and leader == self.broker_id:
                 resigned.append(tp.partition)
+            elif tp.topic == TRANSACTION_STATE_TOPIC and leader == self.broker_id:
+                txn_resigned.append(tp.partition)
         self._coordinators([], resigned)
+        self._txn_coordinators([], txn_resigned)
         self._fetchers([], [], stopped=entry.stopped)
 
     # ------------------------------------------------------------ fan out / in
@@ -287,6 +302,8 @@ class ReplicaManager(Actor):
         self.cache.apply(msg)
         for handler in self.topology.all_handlers():
             self.tell(handler, msg)
+        for txn_coordinator in all_txn_coordinators(self.topology):  # markers: who leads
+            self.tell(txn_coordinator, msg)
         self.reply(UpdateMetadataResponse(self.broker_id, NONE))
         self._demote_from_metadata(msg)
         self._check_waiters(self.clock.now_ms())
@@ -361,6 +378,11 @@ class ReplicaManager(Actor):
             return
         for i in range(self.topology.num_coordinators):
             self.tell(self.topology.coordinator(i), CoordinatorPartitions(elected, resigned))
+
+    def _txn_coordinators(self, elected: list[TxnPartitionRow], resigned: list[int]) -> None:
+        if elected or resigned:
+            for address in all_txn_coordinators(self.topology):
+                self.tell(address, TxnCoordinatorPartitions(elected, resigned))
 
     def _fetchers(self, follow: list[ReplicaStateRow], lead: list[TopicPartition],
                   stopped: list[TopicPartition] | None = None) -> None:

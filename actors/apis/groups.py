@@ -270,8 +270,9 @@ def _fetched_topics(done: OffsetFetchDone, version: int) -> list[dict[str, Any]]
     return [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
 
 
-def _offset_fetch(group_id: str, rows: list[TopicPartition] | None) -> Callable[[int], Any]:
-    return lambda rid: OffsetFetch(rid, group_id, rows)
+def _offset_fetch(group_id: str, rows: list[TopicPartition] | None,
+                  require_stable: bool = False) -> Callable[[int], Any]:
+    return lambda rid: OffsetFetch(rid, group_id, rows, require_stable)
 
 
 def handle_offset_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
@@ -279,7 +280,8 @@ def handle_offset_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     if version >= 8:
         groups = [(g.group_id, _wanted(g.topics)) for g in req.groups]
         replies: list[OffsetFetchDone] = yield [
-            Call(_coordinator(ctx, gid), _offset_fetch(gid, rows)) for gid, rows in groups]
+            Call(_coordinator(ctx, gid), _offset_fetch(gid, rows, bool(req.require_stable)))
+            for gid, rows in groups]
         return Respond({
             "throttle_time_ms": 0,
             "groups": [
@@ -291,7 +293,8 @@ def handle_offset_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     rows = _wanted(req.topics)
     done: OffsetFetchDone
     [done] = yield [Call(_coordinator(ctx, req.group_id),
-                         lambda rid: OffsetFetch(rid, req.group_id, rows))]
+                         _offset_fetch(req.group_id, rows,
+                                       version >= 7 and bool(req.require_stable)))]
     topics = _fetched_topics(done, version)
     if version < 2 and done.error_code != NONE:
         # v0-1 have no top-level error: every asked partition carries it.

@@ -132,6 +132,7 @@ class GroupOffsets(GroupCoreBase):
         request_id: RequestId,
         group_id: str,
         partitions: Sequence[TopicPartition] | None,
+        require_stable: bool = False,
     ) -> list[Effect]:
         """An OffsetFetch; ``partitions=None`` asks for every committed offset of the group.
 
@@ -142,9 +143,16 @@ class GroupOffsets(GroupCoreBase):
         offsets = group.offsets if group is not None else {}
         wanted = sorted(offsets) if partitions is None else list(partitions)
         result = []
+        unstable: set[TopicPartition] = set()
+        if require_stable:
+            for groups in self._txn_offsets.values():
+                unstable.update(groups.get(group_id, {}))
         for topic, partition in wanted:
             o = offsets.get((topic, partition))
-            if o is None:
+            if (topic, partition) in unstable:
+                result.append(OffsetFetchPartition(topic, partition, -1, -1, "",
+                                                   ErrorCode.UNSTABLE_OFFSET_COMMIT))
+            elif o is None:
                 result.append(OffsetFetchPartition(topic, partition, -1, -1, ""))
             else:
                 result.append(

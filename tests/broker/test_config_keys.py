@@ -52,6 +52,7 @@ from wire.errors import ErrorCode
 pytestmark = [pytest.mark.clients]
 ROOT = Path(__file__).resolve().parents[2]
 HERE = "tests/broker/test_config_keys.py"
+TXN = "tests/broker/test_transactions.py"
 
 # key -> the tests that show its effect ("path::function").
 EFFECTS: dict[str, list[str]] = {
@@ -124,6 +125,13 @@ EFFECTS: dict[str, list[str]] = {
     "group.max.session.timeout.ms": [f"{HERE}::test_session_timeout_bounds_refuse_joins"],
     "offsets.topic.num.partitions": [f"{HERE}::test_num_partitions_of_auto_created_topics"],
     "purge.interval.requests": [f"{HERE}::test_runtime_tuning_reaches_the_actors"],
+    "transaction.state.log.num.partitions": [f"{TXN}::test_describe_and_list_transactions"],
+    "transaction.state.log.replication.factor": [
+        f"{TXN}::test_describe_and_list_transactions"],
+    "transaction.state.log.min.isr": [f"{TXN}::test_describe_and_list_transactions"],
+    "transaction.max.timeout.ms": [f"{TXN}::test_a_transaction_past_its_timeout_is_aborted"],
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": [
+        f"{TXN}::test_a_transaction_past_its_timeout_is_aborted"],
 }
 
 

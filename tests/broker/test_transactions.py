@@ -269,8 +269,8 @@ def test_describe_and_list_transactions(txn_broker: BrokerProcess) -> None:
 def _start_worker(bs: str, total: int, log: Path) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-m", "tests.broker.txn_worker", bs, "ctp-in", "ctp-out",
             "ctp-group", "ctp-worker", str(total), "20"]
-    return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=open(log, "ab"))  # noqa: SIM115 - the child owns it
+    with open(log, "ab") as err:  # the child writes to its own copy of the fd
+        return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=err)
 
 
 def test_consume_transform_produce_killed_mid_transaction_outputs_exactly_once(
@@ -304,7 +304,7 @@ def test_consume_transform_produce_killed_mid_transaction_outputs_exactly_once(
     assert len(read_all(bs, "ctp-out", "read_uncommitted", 2)) > len(
         read_all(bs, "ctp-out", "read_committed", 2))
     again = _start_worker(bs, total, tmp_path / "worker.log")
-    out, _ = again.communicate(timeout=150)
+    again.communicate(timeout=150)
     assert again.returncode == 0, (tmp_path / "worker.log").read_text()[-3000:]
     output = read_all(bs, "ctp-out", "read_committed", 2)
     counts = collections.Counter(output)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import time
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer
 
 
 def main() -> int:

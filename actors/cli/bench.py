@@ -36,6 +36,7 @@ BENCH_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "consume": ("bench.load:consume_command", ("confluent_kafka", "hdrh")),
     "e2e": ("bench.load:e2e_command", ("confluent_kafka", "hdrh")),
     "compare": ("bench.compare:command", ("confluent_kafka", "hdrh")),
+    "txn": ("bench.txn_bench:command", ("confluent_kafka",)),
     "sweep": ("bench.sweep:command", ("confluent_kafka", "hdrh", "matplotlib")),
     "trace-cost": ("bench.trace_bench:cost_command", ("confluent_kafka", "hdrh")),
     "trace-analyze": ("bench.trace_bench:analyze_command", ("hdrh", "pyspark", "pyarrow")),
@@ -101,6 +102,6 @@ def group() -> None:
 
     actor-hop, timer, log and memory run on the plain install (memory's consume
     figure needs the bench extra); produce, consume, e2e,
-    compare, sweep and trace-cost need the bench extra (pip install -e '.[bench]'
+    compare, sweep, txn and trace-cost need the bench extra (pip install -e '.[bench]'
     in the actorlog checkout), trace-analyze the spark extra too.
     """

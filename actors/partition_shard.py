@@ -356,14 +356,23 @@ class PartitionShard(Actor):
                     if info.region is None:
                         inline += size
                 aborted = None
+                fetch_position = (meta.segment_base_offset, meta.relative_position_in_segment)
                 if committed:
                     aborted = [AbortedTxnRow(a.producer_id, a.first_offset)
                                for a in log.aborted_transactions(offset, max_offset or 0)]
+                    if not size and log.high_watermark > offset:
+                        # Stopped by an open transaction: a waiting fetch counts what is
+                        # appended after the high watermark (the marker among it), not the
+                        # open transaction's bytes, or it would wake at once, read nothing
+                        # and spin (Kafka's DelayedFetch waits on the LSO).
+                        hw = log.high_watermark_metadata
+                        fetch_position = (hw.segment_base_offset,
+                                          hw.relative_position_in_segment)
                 rows.append(ReadDoneRow(topic, partition, NONE, info.high_watermark,
                                         info.log_start_offset, bytes(info.records),
-                                        meta.segment_base_offset,
-                                        meta.relative_position_in_segment, info.log_end_offset,
-                                        info.region, log.last_stable_offset, aborted))
+                                        fetch_position[0], fetch_position[1],
+                                        info.log_end_offset, info.region,
+                                        log.last_stable_offset, aborted))
         except Exception:
             close_regions(rows)
             self.reply(ReadDone(msg.req_id, [

@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.broker.rawclient import RawClient
+from tests.broker.rawclient import FETCH, RawClient, fetch_values, read_batches
 from tests.fixtures.broker import ROOT, BrokerProcess
 
 pytestmark = [pytest.mark.clients]
@@ -261,6 +261,43 @@ def test_describe_and_list_transactions(txn_broker: BrokerProcess) -> None:
             (s.transactional_id, s.producer_id, s.transaction_state)
             for s in listed.transaction_states]
     p.commit_transaction(30)
+
+
+def test_a_read_committed_fetch_waits_for_the_marker_and_names_aborted_transactions(
+        txn_broker: BrokerProcess) -> None:
+    """Fetch isolation_level=1 at the LSO with max_wait: it is answered with the records
+    once the transaction commits (a fetch that woke on the open transaction's own bytes
+    would answer empty at once); the aborted transaction before it is listed."""
+    bs = txn_broker.bootstrap
+    create_topic(bs, "t-wait")
+    p = producer(bs, "waiter")
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce("t-wait", b"aborted")
+    p.flush(30)
+    p.abort_transaction(30)          # offsets 0 (record) and 1 (marker)
+    p.begin_transaction()
+    p.produce("t-wait", b"committed")
+    p.flush(30)                      # offset 2, open: the LSO is 2
+    with RawClient(txn_broker.port) as raw:
+        values_ = fetch_values("t-wait", 0, 0, max_wait_ms=30_000, min_bytes=1)
+        values_["isolation_level"] = 1
+        first = raw.call(FETCH, 11, values_).responses[0].partitions[0]
+        assert (first.high_watermark, first.last_stable_offset) == (3, 2)
+        assert [(a.producer_id, a.first_offset) for a in first.aborted_transactions] == [
+            (first.aborted_transactions[0].producer_id, 0)]
+        batches = read_batches(first.records)  # the aborted record, then its marker
+        assert [b.is_control_batch for b in batches] == [False, True]
+        assert [r.value for r in batches[0]] == [b"aborted"]
+        values_ = fetch_values("t-wait", 0, 2, max_wait_ms=30_000, min_bytes=1)
+        values_["isolation_level"] = 1
+        raw.send(FETCH, 11, values_)  # waits: nothing stable after 2 yet
+        p.commit_transaction(30)
+        _correlation, waited = raw.recv()
+        part = waited.responses[0].partitions[0]
+        assert part.last_stable_offset == 4 and part.aborted_transactions == []
+        assert [[r.value for r in b] for b in read_batches(part.records)
+                if not b.is_control_batch] == [[b"committed"]]
 
 
 # ------------------------------------------------------------- crashes and restarts

@@ -36,6 +36,7 @@ from actors.core.producer_state import (
 )
 from actors.core.record_batch import (
     HEAD_TO_MAGIC,
+    TRANSACTIONAL_BIT,
     BatchHeader,
     check_batches,
     check_client_batch,
@@ -422,7 +423,7 @@ class PartitionLog:
         coordinator writes with the producer's id) has its epoch checked, not
         its sequence, as Kafka's coordinator-origin appends.
         """
-        fields = fast_single_batch(records)
+        fields = None if coordinator else fast_single_batch(records)
         if fields is not None:
             info = self._append_single_as_leader(records, fields, leader_epoch, now_ms)
             if info is not None:
@@ -494,8 +495,10 @@ class PartitionLog:
                 or config.message_timestamp_type != CREATE_TIME
                 or leader_epoch != self.epoch_cache.latest_epoch):
             return None
-        (_, batch_length, _, _, _, _, last_offset_delta, _, max_timestamp, producer_id,
+        (_, batch_length, _, _, _, attributes, last_offset_delta, _, max_timestamp, producer_id,
          producer_epoch, base_sequence, records_count) = fields
+        if attributes & TRANSACTIONAL_BIT and producer_id not in self.txn_index.ongoing:
+            return None  # a transaction's first batch here: the general path opens it
         active = self.segments[-1]
         if active.size and (active.size + size > config.segment_bytes
                             or not active.rolls_on_batch_time

@@ -408,14 +408,15 @@ class PartitionShard(Actor):
                 continue
             log = state.log
             epoch = state.leader_epoch
+            # read_committed sees up to the last stable offset (Kafka's lastFetchableOffset)
+            visible = log.last_stable_offset if msg.isolation_level == 1 else log.high_watermark
             if ts == -2:
                 rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, log.log_start_offset,
                                                epoch))
             elif ts == -1:
-                latest = log.last_stable_offset if msg.isolation_level == 1 else log.high_watermark
-                rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, latest, epoch))
+                rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, visible, epoch))
             elif ts == -3:
-                found = self._max_timestamp_offset(log)
+                found = self._max_timestamp_offset(log, visible)
                 if found is None:
                     rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, -1, epoch))
                 else:
@@ -423,7 +424,7 @@ class PartitionShard(Actor):
                                                    epoch))
             elif isinstance(ts, int) and ts >= 0:
                 found = log.offset_for_timestamp(ts)
-                if found is None or found[0] >= log.high_watermark:
+                if found is None or found[0] >= visible:
                     rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, -1, epoch))
                 else:
                     rows.append(ListOffsetsDoneRow(topic, partition, NONE, found[1], found[0],
@@ -434,7 +435,7 @@ class PartitionShard(Actor):
         self.reply(ListOffsetsDone(msg.req_id, rows))
 
     @staticmethod
-    def _max_timestamp_offset(log: PartitionLog) -> tuple[int, int] | None:
+    def _max_timestamp_offset(log: PartitionLog, visible: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record holding the log's largest timestamp.
 
         ListOffsets -3 (KIP-734). Segments know their max timestamp from their
@@ -446,7 +447,7 @@ class PartitionShard(Actor):
         if max_ts < 0:
             return None
         found = log.offset_for_timestamp(max_ts)
-        if found is None or found[0] >= log.high_watermark:
+        if found is None or found[0] >= visible:
             return None
         return found
 

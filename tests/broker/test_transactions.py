@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.broker.rawclient import FETCH, RawClient, fetch_values, read_batches
+from tests.broker.rawclient import FETCH, LIST_OFFSETS, RawClient, fetch_values, read_batches
 from tests.fixtures.broker import ROOT, BrokerProcess
 
 pytestmark = [pytest.mark.clients]
@@ -298,6 +298,36 @@ def test_a_read_committed_fetch_waits_for_the_marker_and_names_aborted_transacti
         assert part.last_stable_offset == 4 and part.aborted_transactions == []
         assert [[r.value for r in b] for b in read_batches(part.records)
                 if not b.is_control_batch] == [[b"committed"]]
+
+
+def test_list_offsets_by_isolation_level(txn_broker: BrokerProcess) -> None:
+    """Latest, max timestamp and by-timestamp lookups stop at the LSO for read_committed."""
+    bs = txn_broker.bootstrap
+    create_topic(bs, "t-list")
+    p = producer(bs, "lister")
+    p.init_transactions(30)
+    now_ms = int(time.time() * 1000)
+    later_ms = now_ms + 3_600_000          # after the commit marker's (wall clock) stamp
+    p.begin_transaction()
+    p.produce("t-list", b"done", timestamp=now_ms)
+    p.commit_transaction(30)                # 0 record, 1 marker
+    p.begin_transaction()
+    p.produce("t-list", b"open", timestamp=later_ms)
+    p.flush(30)                             # 2, open
+
+    def lookup(raw: RawClient, level: int, timestamp: int) -> int:
+        reply = raw.call(LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": level,
+                                            "topics": [{"name": "t-list", "partitions": [
+                                                {"partition_index": 0,
+                                                 "current_leader_epoch": -1,
+                                                 "timestamp": timestamp}]}]})
+        return int(reply.topics[0].partitions[0].offset)
+
+    with RawClient(txn_broker.port) as raw:
+        assert [lookup(raw, 0, ts) for ts in (-1, -3, later_ms - 1)] == [3, 2, 2]
+        assert [lookup(raw, 1, ts) for ts in (-1, -3, later_ms - 1)] == [2, -1, -1]
+        assert lookup(raw, 1, now_ms) == 0
+    p.commit_transaction(30)
 
 
 # ------------------------------------------------------------- crashes and restarts

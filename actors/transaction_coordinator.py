@@ -421,7 +421,8 @@ class TransactionCoordinator(Actor):
 
     @handles(ListTxns)
     def on_list(self, msg: ListTxns) -> None:
-        found = self.core.list_transactions(set(msg.states), set(msg.producer_ids))
+        found = self.core.list_transactions(set(msg.states), set(msg.producer_ids),
+                                            self.now_ms(), msg.min_duration_ms)
         self.reply(ListTxnsDone(msg.req_id, [
             TxnListRow(m.transactional_id, m.producer_id, m.state.kafka_name)
             for m in found if m.producer_epoch >= 0]))

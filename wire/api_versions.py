@@ -82,8 +82,8 @@ ADVERTISED: tuple[ApiVersionRange, ...] = (
     # v3 carries KIP-447's group metadata (generation, member id, instance id).
     _entry(ApiKey.TxnOffsetCommit, 0, 3),
     _entry(ApiKey.DescribeTransactions, 0, 0),
-    # v1's duration filter and v2's id pattern are not served.
-    _entry(ApiKey.ListTransactions, 0, 0),
+    # v1 filters by duration; v2's transactional id pattern is not served.
+    _entry(ApiKey.ListTransactions, 0, 1),
 )
 
 ADVERTISED_BY_KEY: dict[int, ApiVersionRange] = {entry.api_key: entry for entry in ADVERTISED}

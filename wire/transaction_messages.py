@@ -156,6 +156,7 @@ class ListTxns(NamedTuple):
     req_id: int
     states: list[str]
     producer_ids: list[int]
+    min_duration_ms: int = -1  # v1: only transactions open at least this long (-1: any)
 
 
 class TxnListRow(NamedTuple):

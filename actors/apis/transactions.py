@@ -237,14 +237,13 @@ def handle_list_transactions(ctx: HandlerContext, header: Any, req: Any) -> ApiG
     unknown = [s for s in filters if s not in STATUS_BY_NAME]
     states = [s for s in filters if s in STATUS_BY_NAME]
     producer_ids = list(req.producer_id_filters or [])
-    duration_ms = getattr(req, "duration_filter", -1) if header.api_version >= 1 else -1
+    duration_ms = int(req.duration_filter) if header.api_version >= 1 else -1
     replies: list[ListTxnsDone] = yield [
-        Call(address, lambda rid: ListTxns(rid, states, producer_ids))
+        Call(address, lambda rid: ListTxns(rid, states, producer_ids, duration_ms))
         for address in all_txn_coordinators(ctx.topology)]
     rows = [r for reply in replies for r in reply.rows]
     if filters and not states:
         rows = []  # only unknown states asked for: none match
-    del duration_ms  # the coordinators do not keep how long a transaction has run yet
     return Respond({"throttle_time_ms": 0, "error_code": NONE, "unknown_state_filters": unknown,
                     "transaction_states": [
                         {"transactional_id": r.transactional_id, "producer_id": r.producer_id,

@@ -409,7 +409,12 @@ class TransactionCoordinatorCore:
         meta = self.txns.get(transactional_id)
         return None if meta is None else replace(meta, partitions=set(meta.partitions))
 
-    def list_transactions(self, states: set[str], producer_ids: set[int]) -> list[TxnMetadata]:
+    def list_transactions(self, states: set[str], producer_ids: set[int], now_ms: int = 0,
+                          min_duration_ms: int = -1) -> list[TxnMetadata]:
+        """ListTransactions' filters; ``min_duration_ms`` >= 0 keeps only transactions
+        started at least that long ago (Kafka's DurationFilter)."""
         return [m for m in self.txns.values()
                 if (not states or m.state.kafka_name in states)
-                and (not producer_ids or m.producer_id in producer_ids)]
+                and (not producer_ids or m.producer_id in producer_ids)
+                and (min_duration_ms < 0
+                     or (m.start_ms >= 0 and now_ms - m.start_ms >= min_duration_ms))]

@@ -260,6 +260,11 @@ def test_describe_and_list_transactions(txn_broker: BrokerProcess) -> None:
         assert ("described", mine.producer_id, "Ongoing") in [
             (s.transactional_id, s.producer_id, s.transaction_state)
             for s in listed.transaction_states]
+        mine_only = {"state_filters": [], "producer_id_filters": [mine.producer_id]}
+        recent = raw.call(LIST_TXNS, 1, {**mine_only, "duration_filter": 0})
+        assert [s.transactional_id for s in recent.transaction_states] == ["described"]
+        old = raw.call(LIST_TXNS, 1, {**mine_only, "duration_filter": 3_600_000})
+        assert list(old.transaction_states) == []
     p.commit_transaction(30)
 
 

@@ -147,8 +147,7 @@ class TransactionMachine(RuleBasedStateMachine):
             self.pending_kind = getattr(self, "pending_kind", {})
             self.pending_kind[txn] = "init" if want == E.NONE else "fence"
             if was_ongoing:
-                m.commit = False
-                m.epoch += 1  # fenced: the old producer's epoch is stale now
+                m.commit = False  # fenced once PrepareEpochFence is written
 
     @rule(txn=st.sampled_from(IDS), parts=st.sets(st.sampled_from(PARTS), min_size=1),
           stale=st.booleans())
@@ -208,7 +207,6 @@ class TransactionMachine(RuleBasedStateMachine):
             m = self.model[txn]
             m.busy = True
             m.commit = False
-            m.epoch += 1
             self.pending_kind = getattr(self, "pending_kind", {})
             self.pending_kind[txn] = "fence"
 
@@ -245,7 +243,7 @@ class TransactionMachine(RuleBasedStateMachine):
         elif status == S.ONGOING:
             m.state, m.parts, m.busy = "ongoing", set(value.partitions), False
         elif status == S.PREPARE_EPOCH_FENCE:
-            pass  # still busy: PrepareAbort follows
+            m.epoch += 1  # the old producer's epoch is stale from now; still busy
         elif status in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
             m.state, m.busy = "preparing", False
             self.pending_kind[txn] = "markers"

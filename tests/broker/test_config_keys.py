@@ -53,6 +53,7 @@ pytestmark = [pytest.mark.clients]
 ROOT = Path(__file__).resolve().parents[2]
 HERE = "tests/broker/test_config_keys.py"
 TXN = "tests/broker/test_transactions.py"
+TXN_CLUSTER = "tests/cluster/test_transactions_cluster.py"
 
 # key -> the tests that show its effect ("path::function").
 EFFECTS: dict[str, list[str]] = {
@@ -125,10 +126,38 @@ EFFECTS: dict[str, list[str]] = {
     "group.max.session.timeout.ms": [f"{HERE}::test_session_timeout_bounds_refuse_joins"],
     "offsets.topic.num.partitions": [f"{HERE}::test_num_partitions_of_auto_created_topics"],
     "purge.interval.requests": [f"{HERE}::test_runtime_tuning_reaches_the_actors"],
-    "transaction.state.log.num.partitions": [f"{TXN}::test_describe_and_list_transactions"],
+    # The cluster's keys, on real nodes over a real ZooKeeper (tests/cluster).
+    "zookeeper.connect": ["tests/cluster/test_cluster.py::"
+                          "test_no_zookeeper_within_the_connection_timeout_is_one_line"],
+    "zookeeper.connection.timeout.ms": [
+        "tests/cluster/test_cluster.py::"
+        "test_no_zookeeper_within_the_connection_timeout_is_one_line"],
+    "zookeeper.session.timeout.ms": [
+        "tests/cluster/test_failover.py::"
+        "test_controller_kill_9_another_node_takes_over_and_the_old_epoch_is_refused"],
+    "broker.rack": ["tests/cluster/test_cluster.py::"
+                    "test_nodes_on_three_addresses_register_and_each_answers_for_the_whole_cluster"],
+    "delete.topic.enable": ["tests/cluster/test_cluster.py::"
+                            "test_delete_topic_enable_false_refuses_deletion"],
+    "offsets.topic.replication.factor": [
+        "tests/cluster/test_cluster.py::"
+        "test_offsets_topic_replication_factor_is_capped_to_the_live_brokers"],
+    "unclean.leader.election.enable": ["tests/core/test_controller_state.py::"
+                                       "test_unclean_election_enabled_by_config"],
+    "controlled.shutdown.enable": [
+        "tests/cluster/test_controlled_shutdown.py::"
+        "test_controlled_shutdown_retries_what_it_cannot_move_and_can_be_turned_off"],
+    "controlled.shutdown.max.retries": [
+        "tests/cluster/test_controlled_shutdown.py::"
+        "test_controlled_shutdown_retries_what_it_cannot_move_and_can_be_turned_off"],
+    "controlled.shutdown.retry.backoff.ms": [
+        "tests/cluster/test_controlled_shutdown.py::"
+        "test_controlled_shutdown_retries_what_it_cannot_move_and_can_be_turned_off"],
+    # Transactions: the topic's keys on a 3-node cluster, the coordinator's on one node.
+    "transaction.state.log.num.partitions": [f"{TXN_CLUSTER}::test_transactions_across_nodes"],
     "transaction.state.log.replication.factor": [
-        f"{TXN}::test_describe_and_list_transactions"],
-    "transaction.state.log.min.isr": [f"{TXN}::test_describe_and_list_transactions"],
+        f"{TXN_CLUSTER}::test_transactions_across_nodes"],
+    "transaction.state.log.min.isr": [f"{TXN_CLUSTER}::test_transactions_across_nodes"],
     "transaction.max.timeout.ms": [f"{TXN}::test_a_transaction_past_its_timeout_is_aborted"],
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": [
         f"{TXN}::test_a_transaction_past_its_timeout_is_aborted"],

@@ -21,9 +21,7 @@ rates.
 
 from __future__ import annotations
 
-import json
 import shutil
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +29,7 @@ from typing import Any
 
 import click
 
+from bench.contract import min_median_max, write_json
 from bench.peers import TEMPLATE_ALIASES, BrokerProcess, ensure_topic, start_broker
 
 BENCH_NAME = "txn"
@@ -102,10 +101,6 @@ def run_transactional(bootstrap: str, topic: str, records: int, txn_size: int,
     return records / elapsed
 
 
-def spread(values: list[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
-
-
 def measure(bootstrap: str, label: str, records: int, sizes: tuple[int, ...],
             record_size: int, rounds: int, log: Any) -> dict[str, dict[str, float]]:
     ensure_topic(bootstrap, f"bench-txn-{label}", 1, timeout_s=30)
@@ -124,7 +119,7 @@ def measure(bootstrap: str, label: str, records: int, sizes: tuple[int, ...],
                                          f"bench-{label}-{n}-{r}")
             rates[name].append(rate)
             log(f"{label} round {r + 1}: {name} {rate:,.0f} records/s")
-    return {name: spread(values) for name, values in rates.items()}
+    return {name: min_median_max(values) for name, values in rates.items()}
 
 
 def _start(template: str, base: Path, label: str) -> BrokerProcess:
@@ -179,13 +174,9 @@ def command(bootstrap: str | None, broker_cmd: str, peer_cmd: str | None, record
         for n in sizes:
             ratios[f"txn_{n}_vs_peer"] = (mine[f"txn_{n}"]["median"]
                                           / results["peer"][f"txn_{n}"]["median"])
-    report = {"bench": BENCH_NAME,
-              "config": {"records": records, "record_size": record_size,
-                         "txn_sizes": list(sizes), "rounds": rounds,
-                         "broker_cmd": broker_cmd if started else None,
-                         "bootstrap": bootstrap if not started else None,
-                         "peer_cmd": peer_cmd},
-              "results": results, "ratios": ratios}
+    config = {"records": records, "record_size": record_size, "txn_sizes": list(sizes),
+              "rounds": rounds, "broker_cmd": broker_cmd if started else None,
+              "bootstrap": bootstrap if not started else None, "peer_cmd": peer_cmd}
     click.echo("")
     for side, figures in results.items():
         for name, s in figures.items():
@@ -194,4 +185,4 @@ def command(bootstrap: str | None, broker_cmd: str, peer_cmd: str | None, record
     for name, value in ratios.items():
         click.echo(f"{name}: {value:.3f}")
     if json_path:
-        Path(json_path).write_text(json.dumps(report, indent=2))
+        write_json(json_path, BENCH_NAME, config, results, ratios)

@@ -840,7 +840,7 @@ def test_bad_headers_are_invalid_requests(frame: bytes, message: str) -> None:
         (1, 13, r"Fetch v13 is not supported \(supported: v4-v12\)"),
         (3, 13, r"Metadata v13 is not supported"),
         (21, 3, r"DeleteRecords v3 is not supported \(supported: v0-v2\)"),
-        (24, 0, r"API AddPartitionsToTxn \(24\) is not supported"),
+        (24, 4, r"AddPartitionsToTxn v4 is not supported \(supported: v0-v3\)"),
         (68, 0, r"API ConsumerGroupHeartbeat \(68\) is not supported"),
         (71, 0, r"API GetTelemetrySubscriptions \(71\) is not supported"),
         (18, -1, r"ApiVersions v-1 is not a valid version"),

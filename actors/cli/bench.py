@@ -38,6 +38,7 @@ BENCH_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "e2e": ("bench.load:e2e_command", ("confluent_kafka", "hdrh")),
     "compare": ("bench.compare:command", ("confluent_kafka", "hdrh")),
     "replication": ("bench.replication:command", ("confluent_kafka",)),
+    "txn": ("bench.txn_bench:command", ("confluent_kafka",)),
     "sweep": ("bench.sweep:command", ("confluent_kafka", "hdrh", "matplotlib")),
     "trace-cost": ("bench.trace_bench:cost_command", ("confluent_kafka", "hdrh")),
     "trace-analyze": ("bench.trace_bench:analyze_command", ("hdrh", "pyspark", "pyarrow")),
@@ -103,6 +104,6 @@ def group() -> None:
 
     actor-hop, timer, log, memory and failover run on the plain install (memory's consume
     figure uses the bench extra); produce, consume, e2e,
-    compare, sweep and trace-cost need the bench extra (pip install -e '.[bench]'
+    compare, sweep, txn and trace-cost need the bench extra (pip install -e '.[bench]'
     in the actorlog checkout), trace-analyze the spark extra too.
     """

@@ -9,19 +9,39 @@ change of that partition's log end or high watermark.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from actors.core.file_regions import close_regions
+from actors.core.follower_truncation import reset_offset, truncation_offset
+from actors.core.log_cleaner import describe_cleanable
 from actors.core.log_dir import LogDir
-from actors.core.partition_log import PartitionLog
+from actors.core.partition_log import PartitionLog, SwapRefusedError
 from actors.core.partition_state import PartitionState
+from actors.core.segment_swap import discard_staging
 from actors.core.topic_config import log_config_for
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.topology import Topology
+from wire.admin_messages import (
+    CleanableLogRow,
+    CleanableLogs,
+    CleanableLogsDone,
+    DeleteRecords,
+    DeleteRecordsDone,
+    DeleteRecordsDoneRow,
+    DescribeLogDir,
+    DescribeLogDirDone,
+    LogDirPartitionRow,
+    SegmentRow,
+    SwapCleanedSegments,
+    SwapCleanedSegmentsDone,
+    UpdatePartitionConfigs,
+)
 from wire.broker_messages import (
+    AbortedTxnRow,
     Append,
     AppendDone,
     AppendDoneRow,
@@ -47,6 +67,19 @@ from wire.broker_messages import (
 )
 from wire.cluster_messages import BecameLeaderOrFollower, BecomeLeaderOrFollower, PartitionErrorRow
 from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
+from wire.replication_messages import (
+    FollowerApplied,
+    FollowerApply,
+    FollowerApplyRow,
+    FollowerStateRow,
+    IsrProposalRow,
+    IsrUpdated,
+    ProposeIsr,
+    ReplicaRead,
+    ReplicaReadDone,
+    ReplicaReadDoneRow,
+)
+from wire.transaction_messages import TxnMarkerDoneRow, WriteTxnMarkers, WriteTxnMarkersDone
 
 NONE = int(ErrorCode.NONE)
 UNKNOWN_TP = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -90,13 +123,22 @@ class PartitionShard(Actor):
         self.partitions: dict[tuple[str, int], PartitionState] = {}
         self.watchers: dict[tuple[str, int], set[Address]] = {}
         self.errors_logged: set[tuple[str, int, int]] = set()
+        self._topic_keys: dict[tuple[str, str], tuple[str, str]] = {}
         now = self.clock.wall_ms()
+        self.lag_time_max_ms = int(self.config["replica.lag.time.max.ms"])
+        # Kafka checks the ISR every replica.lag.time.max.ms / 2.
+        self.isr_check_ms = max(1, self.lag_time_max_ms // 2)
+        self.next_isr_check_ms = now + self.isr_check_ms
+        self.replication = {"isr_shrinks": 0, "isr_expands": 0, "fenced": 0, "truncations": 0,
+                            "follower_appends": 0}
         for topic, entry in self.initial_topics.items():
             for p in range(entry.num_partitions):
                 if self.topology.shard_for(topic, p) == self.address:
                     self._open(topic, p, entry.configs, now)
         self.next_housekeeping_ms = now + 1000
         self.last_checkpoint_ms = now
+        self.last_hw_checkpoint_ms = now
+        self.hw_checkpoint_ms = int(self.config["replica.high.watermark.checkpoint.interval.ms"])
 
     def _open(self, topic: str, partition: int, configs: dict[str, str], now: int,
               leader_alone: bool = True) -> None:
@@ -116,7 +158,8 @@ class PartitionShard(Actor):
         min_isr = int(configs.get("min.insync.replicas", self.config["min.insync.replicas"]))
         self.partitions[key] = (PartitionState.leader_alone(log, self.broker_id, min_isr)
                                 if leader_alone else
-                                PartitionState.hosted(log, self.broker_id, min_isr))
+                                PartitionState.hosted(log, self.broker_id, min_isr,
+                                                      self.lag_time_max_ms))
         self.log.debug("opened {}-{} at LEO {} HW {}", topic, partition, log.log_end_offset,
                        log.high_watermark)
 
@@ -144,10 +187,14 @@ class PartitionShard(Actor):
 
     # ---------------------------------------------------------- housekeeping
     def poll_timeout_ms(self) -> int | None:
-        return max(0, self.next_housekeeping_ms - self.clock.wall_ms())
+        return max(0, min(self.next_housekeeping_ms, self.next_isr_check_ms)
+                   - self.clock.wall_ms())
 
     def on_turn(self) -> None:
         now = self.clock.wall_ms()
+        if now >= self.next_isr_check_ms:
+            self.next_isr_check_ms = now + self.isr_check_ms
+            self._maybe_shrink_isr(now)
         if now < self.next_housekeeping_ms:
             return
         self.next_housekeeping_ms = now + 1000
@@ -163,6 +210,10 @@ class PartitionShard(Actor):
                 if deleted:
                     self.log.info("retention deleted {} segment(s) of {}-{}", deleted,
                                   state.log.topic, state.log.partition)
+            self._checkpoint()
+        elif now - self.last_hw_checkpoint_ms >= self.hw_checkpoint_ms:
+            # replica.high.watermark.checkpoint.interval.ms: replication-offset-checkpoint.
+            self.last_hw_checkpoint_ms = now
             self._checkpoint()
 
     def _checkpoint(self) -> None:
@@ -206,6 +257,127 @@ class PartitionShard(Actor):
             self.tell(self.topology.log_manager, CheckpointOffsets(self.name, False, [], dropped))
         self.reply(ShardDone(msg.req_id, ""))
 
+    @handles(UpdatePartitionConfigs)
+    def on_update_configs(self, msg: UpdatePartitionConfigs) -> None:
+        """A topic's overrides changed: its logs take the new settings now."""
+        error = ""
+        for row in msg.rows:
+            state = self.partitions.get((row.topic, row.partition))
+            if state is None:
+                continue
+            try:
+                state.log.update_config(log_config_for(self.config, row.configs))
+                state.min_insync_replicas = int(row.configs.get(
+                    "min.insync.replicas", self.config["min.insync.replicas"]))
+            except Exception as exc:
+                self.log.exception("cannot apply new configs to {}-{}", row.topic,
+                                   row.partition)
+                error = f"{row.topic}-{row.partition}: {exc}"
+        self.reply(ShardDone(msg.req_id, error))
+
+    # ------------------------------------------------------------ admin
+    @handles(DeleteRecords)
+    def on_delete_records(self, msg: DeleteRecords) -> None:
+        """Kafka's DeleteRecords on a leader: the log start moves up to the offset (-1: the
+        high watermark); segments wholly below it are deleted now."""
+        rows: list[DeleteRecordsDoneRow] = []
+        moved: list[PartitionState] = []
+        now = self.clock.wall_ms()
+        for req in msg.rows:
+            state = self.partitions.get((req.topic, req.partition))
+            if state is None:
+                rows.append(DeleteRecordsDoneRow(req.topic, req.partition, -1, UNKNOWN_TP,
+                                                 "this broker does not host the partition"))
+                continue
+            if not state.is_leader:
+                rows.append(DeleteRecordsDoneRow(req.topic, req.partition, -1, NOT_LEADER,
+                                                 "this broker does not lead the partition"))
+                continue
+            log = state.log
+            offset = log.high_watermark if req.offset == -1 else req.offset
+            try:
+                if not log.config.delete:
+                    raise KafkaError(f"records of {req.topic}-{req.partition} cannot be "
+                                     f"deleted: its cleanup.policy is "
+                                     f"{','.join(log.config.cleanup_policy)}",
+                                     ErrorCode.POLICY_VIOLATION)
+                if offset < 0:
+                    raise OffsetOutOfRangeError(f"offset {offset} is negative")
+                if log.increment_log_start_offset(offset):
+                    moved.append(state)
+                    deleted = log.delete_old_segments(now, retention=False)
+                    self.log.info("DeleteRecords moved the log start of {}-{} to {} "
+                                  "({} segment(s) deleted)", req.topic, req.partition,
+                                  log.log_start_offset, deleted)
+            except KafkaError as exc:
+                rows.append(DeleteRecordsDoneRow(req.topic, req.partition, -1, int(exc.code),
+                                                 str(exc)))
+                continue
+            rows.append(DeleteRecordsDoneRow(req.topic, req.partition, log.log_start_offset,
+                                             NONE, None))
+        if moved:
+            self.tell(self.topology.log_manager, CheckpointOffsets(
+                self.name, False, [self._offset_row(s) for s in moved], []))
+        self.reply(DeleteRecordsDone(msg.req_id, rows))
+
+    @handles(DescribeLogDir)
+    def on_describe_log_dir(self, msg: DescribeLogDir) -> None:
+        wanted = None if msg.rows is None else {(r.topic, r.partition) for r in msg.rows}
+        rows = [LogDirPartitionRow(t, p, state.log.size_in_bytes,
+                                   max(0, state.log.high_watermark - state.log.log_end_offset))
+                for (t, p), state in sorted(self.partitions.items())
+                if wanted is None or (t, p) in wanted]
+        try:
+            fs = os.statvfs(self.log_dir.path)
+            total, usable = fs.f_blocks * fs.f_frsize, fs.f_bavail * fs.f_frsize
+        except OSError:
+            total = usable = -1
+        self.reply(DescribeLogDirDone(msg.req_id, str(self.log_dir.path), total, usable, rows))
+
+    # ------------------------------------------------------------ cleaning
+    @handles(CleanableLogs)
+    def on_cleanable_logs(self, msg: CleanableLogs) -> None:
+        """The LogCleaner asks: every compacted log, its closed segments and settings."""
+        rows = []
+        for state in self.partitions.values():
+            if not state.log.config.compact:
+                continue
+            c = describe_cleanable(state.log)
+            rows.append(CleanableLogRow(
+                c.topic, c.partition, str(c.directory), [SegmentRow(*s) for s in c.segments],
+                c.active_base_offset, c.log_start_offset, c.high_watermark, c.generation,
+                c.min_cleanable_dirty_ratio, c.delete_retention_ms, c.min_compaction_lag_ms,
+                c.segment_bytes, c.index_interval_bytes, c.segment_index_bytes,
+                [[pid, last] for pid, last in c.producer_last_offsets.items()]))
+        self.reply(CleanableLogsDone(msg.req_id, rows))
+
+    @handles(SwapCleanedSegments)
+    def on_swap_cleaned(self, msg: SwapCleanedSegments) -> None:
+        """Swap in the cleaned copies, in this thread, unless the log moved on."""
+        state = self.partitions.get((msg.topic, msg.partition))
+        if state is None:
+            self.reply(SwapCleanedSegmentsDone(msg.req_id, msg.topic, msg.partition, False,
+                                               "the partition is gone"))
+            return
+        log = state.log
+        try:
+            log.replace_cleaned_segments(
+                msg.staging, [(s.base_offset, s.size_bytes) for s in msg.old_segments],
+                list(msg.new_bases), msg.generation, self.clock.wall_ms())
+        except SwapRefusedError as exc:
+            discard_staging(log.dir, msg.staging)
+            self.reply(SwapCleanedSegmentsDone(msg.req_id, msg.topic, msg.partition, False,
+                                               str(exc)))
+            return
+        except Exception as exc:
+            # Past the commit the log is completed from its manifest when reopened:
+            # the restart (supervision) does that.
+            self.reply(SwapCleanedSegmentsDone(msg.req_id, msg.topic, msg.partition, False,
+                                               f"swap failed: {exc!r}"))
+            raise
+        self.node.metrics.incr("log_cleaner_swaps")
+        self.reply(SwapCleanedSegmentsDone(msg.req_id, msg.topic, msg.partition, True, ""))
+
     # ---------------------------------------------------------------- produce
     @handles(Append)
     def on_append(self, msg: Append) -> None:
@@ -229,7 +401,8 @@ class PartitionShard(Actor):
                         f"min.insync.replicas is {state.min_insync_replicas}"))
                     continue
                 try:
-                    info = state.log.append_as_leader(req.records, state.leader_epoch, now)
+                    info = state.log.append_as_leader(req.records, state.leader_epoch, now,
+                                                      msg.coordinator)
                 except KafkaError as exc:
                     self._log_refusal(topic, partition, exc)
                     rows.append(AppendDoneRow(topic, partition, int(exc.code), -1, -1,
@@ -237,6 +410,8 @@ class PartitionShard(Actor):
                     continue
                 state.on_leader_append()
                 state.log.maybe_flush(now)
+                self._count(topic, "in", len(req.records),
+                            info.last_offset - info.first_offset + 1)
                 rows.append(AppendDoneRow(topic, partition, NONE, info.first_offset,
                                           info.log_append_time_ms, info.log_start_offset, None))
                 if msg.acks == -1 and state.log.high_watermark <= info.last_offset:
@@ -258,6 +433,29 @@ class PartitionShard(Actor):
         else:
             self.reply(AppendDone(msg.req_id, rows))
 
+    @handles(WriteTxnMarkers)
+    def on_write_txn_markers(self, msg: WriteTxnMarkers) -> None:
+        """Commit/abort markers from a transaction coordinator, as control batches."""
+        rows: list[TxnMarkerDoneRow] = []
+        now = self.clock.wall_ms()
+        for req in msg.rows:
+            state = self.partitions.get((req.topic, req.partition))
+            if state is None or not state.is_leader:
+                rows.append(TxnMarkerDoneRow(req.topic, req.partition,
+                                             UNKNOWN_TP if state is None else NOT_LEADER))
+                continue
+            try:
+                state.log.append_control(req.producer_id, req.producer_epoch, req.commit,
+                                         req.coordinator_epoch, state.leader_epoch, now)
+            except KafkaError as exc:
+                self._log_refusal(req.topic, req.partition, exc)
+                rows.append(TxnMarkerDoneRow(req.topic, req.partition, int(exc.code)))
+                continue
+            state.on_leader_append()
+            self._notify(state)
+            rows.append(TxnMarkerDoneRow(req.topic, req.partition, NONE))
+        self.reply(WriteTxnMarkersDone(msg.req_id, rows))
+
     def _watch_produce(self, msg: Append, rows: list[AppendDoneRow],
                        waiting: list[WatchProduceRow]) -> None:
         """acks=-1 and the ISR is behind: the purgatory answers the handler later."""
@@ -274,6 +472,17 @@ class PartitionShard(Actor):
             self.topology.purgatory_for(first.topic, first.partition),
             WatchProduce(msg.req_id, self.current_sender.name, msg.timeout_ms, wait_rows),
         )
+
+    def _count(self, topic: str, direction: str, size: int, records: int) -> None:
+        """Bytes and records in or out of a topic (metrics)."""
+        keys = self._topic_keys.get((topic, direction))
+        if keys is None:
+            keys = self._topic_keys[(topic, direction)] = (
+                f"topic_bytes_{direction}_total|topic={topic}",
+                f"topic_records_{direction}_total|topic={topic}")
+        incr = self.node.metrics.incr
+        incr(keys[0], size)
+        incr(keys[1], max(0, records))
 
     def _log_refusal(self, topic: str, partition: int, exc: KafkaError) -> None:
         key = (topic, partition, int(exc.code))
@@ -307,7 +516,9 @@ class PartitionShard(Actor):
                 if msg.replica_id >= 0 and state.on_follower_fetch(
                         msg.replica_id, offset, self.clock.wall_ms()):
                     self._notify(state)  # the high watermark moved
-                max_offset = log.high_watermark if msg.replica_id < 0 else None
+                committed = msg.isolation_level == 1 and msg.replica_id < 0
+                max_offset = ((log.last_stable_offset if committed else log.high_watermark)
+                              if msg.replica_id < 0 else None)
                 limit = min(req.partition_max_bytes, budget) if budget > 0 else -1
                 region_min = None
                 if msg.regions:
@@ -323,15 +534,29 @@ class PartitionShard(Actor):
                 meta = info.fetch_offset_metadata
                 size = len(info.records) if info.region is None else info.region.length
                 if size:
+                    self._count(topic, "out", size, log.offset_after(meta, size) - offset)
                     got_data = True
                     budget -= size
                     if info.region is None:
                         inline += size
+                aborted = None
+                fetch_position = (meta.segment_base_offset, meta.relative_position_in_segment)
+                if committed:
+                    aborted = [AbortedTxnRow(a.producer_id, a.first_offset)
+                               for a in log.aborted_transactions(offset, max_offset or 0)]
+                    if not size and log.high_watermark > offset:
+                        # Stopped by an open transaction: a waiting fetch counts what is
+                        # appended after the high watermark (the marker among it), not the
+                        # open transaction's bytes, or it would wake at once, read nothing
+                        # and spin (Kafka's DelayedFetch waits on the LSO).
+                        hw = log.high_watermark_metadata
+                        fetch_position = (hw.segment_base_offset,
+                                          hw.relative_position_in_segment)
                 rows.append(ReadDoneRow(topic, partition, NONE, info.high_watermark,
                                         info.log_start_offset, bytes(info.records),
-                                        meta.segment_base_offset,
-                                        meta.relative_position_in_segment, info.log_end_offset,
-                                        info.region))
+                                        fetch_position[0], fetch_position[1],
+                                        info.log_end_offset, info.region,
+                                        log.last_stable_offset, aborted))
         except Exception:
             close_regions(rows)
             self.reply(ReadDone(msg.req_id, [
@@ -367,14 +592,15 @@ class PartitionShard(Actor):
                 continue
             log = state.log
             epoch = state.leader_epoch
+            # read_committed sees up to the last stable offset (Kafka's lastFetchableOffset)
+            visible = log.last_stable_offset if msg.isolation_level == 1 else log.high_watermark
             if ts == -2:
                 rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, log.log_start_offset,
                                                epoch))
             elif ts == -1:
-                rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, log.high_watermark,
-                                               epoch))
+                rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, visible, epoch))
             elif ts == -3:
-                found = self._max_timestamp_offset(log)
+                found = self._max_timestamp_offset(log, visible)
                 if found is None:
                     rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, -1, epoch))
                 else:
@@ -382,7 +608,7 @@ class PartitionShard(Actor):
                                                    epoch))
             elif isinstance(ts, int) and ts >= 0:
                 found = log.offset_for_timestamp(ts)
-                if found is None or found[0] >= log.high_watermark:
+                if found is None or found[0] >= visible:
                     rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, -1, epoch))
                 else:
                     rows.append(ListOffsetsDoneRow(topic, partition, NONE, found[1], found[0],
@@ -393,7 +619,7 @@ class PartitionShard(Actor):
         self.reply(ListOffsetsDone(msg.req_id, rows))
 
     @staticmethod
-    def _max_timestamp_offset(log: PartitionLog) -> tuple[int, int] | None:
+    def _max_timestamp_offset(log: PartitionLog, visible: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record holding the log's largest timestamp.
 
         ListOffsets -3 (KIP-734). Segments know their max timestamp from their
@@ -405,7 +631,7 @@ class PartitionShard(Actor):
         if max_ts < 0:
             return None
         found = log.offset_for_timestamp(max_ts)
-        if found is None or found[0] >= log.high_watermark:
+        if found is None or found[0] >= visible:
             return None
         return found
 
@@ -462,14 +688,181 @@ class PartitionShard(Actor):
             state = self.partitions[key]
             was_leader = state.is_leader
             if row.leader == self.broker_id:
-                state.become_leader(row.leader_epoch, list(row.isr), list(row.replicas))
+                state.become_leader(row.leader_epoch, list(row.isr), list(row.replicas),
+                                    row.partition_epoch, now)
             else:
                 state.become_follower(row.leader, row.leader_epoch, list(row.isr),
-                                      list(row.replicas))
+                                      list(row.replicas), row.partition_epoch)
             if was_leader or state.is_leader:
                 self._notify(state)
             rows.append(PartitionErrorRow(row.topic, row.partition, NONE))
         self.reply(BecameLeaderOrFollower(msg.req_id, rows))
+
+    # ------------------------------------------------------------- replication
+    @handles(ReplicaRead)
+    def on_replica_read(self, msg: ReplicaRead) -> None:
+        """A follower's fetch on the leader: check its epochs, count its offset, read to
+        the log end (KIP-320: a divergence is answered instead of data)."""
+        rows: list[ReplicaReadDoneRow] = []
+        budget = min(msg.max_bytes, max(self._max_frame - FRAME_SLACK_BYTES, 1))
+        got_data = False
+        now = self.clock.wall_ms()
+        for req in msg.rows:
+            topic, partition, offset = req.topic, req.partition, req.fetch_offset
+            state = self.partitions.get((topic, partition))
+            if state is None:
+                rows.append(_replica_error(topic, partition, UNKNOWN_TP))
+                continue
+            error = state.check_fetch_epoch(req.current_leader_epoch)
+            if error != NONE:
+                rows.append(_replica_error(topic, partition, error))
+                continue
+            log = state.log
+            diverging = state.diverging_epoch(req.last_fetched_epoch, offset)
+            if diverging is not None:
+                rows.append(ReplicaReadDoneRow(topic, partition, NONE, log.high_watermark,
+                                               log.log_start_offset, log.log_end_offset,
+                                               diverging[0], diverging[1], b"", 0, 0))
+                continue
+            if offset > log.log_end_offset or offset < log.log_start_offset:
+                rows.append(ReplicaReadDoneRow(topic, partition,
+                                               int(ErrorCode.OFFSET_OUT_OF_RANGE),
+                                               log.high_watermark, log.log_start_offset,
+                                               log.log_end_offset, -1, -1, b"", 0, 0))
+                continue
+            if state.on_follower_fetch(msg.replica_id, offset, now):
+                self._notify(state)  # the high watermark moved: waiting produces complete
+            proposal = state.isr_expansion(msg.replica_id, now)
+            if proposal is not None:
+                self._propose(state, proposal, "expand")
+            limit = min(req.partition_max_bytes, budget) if budget > 0 else -1
+            try:
+                info = log.read(offset, limit, None, not got_data)
+            except OffsetOutOfRangeError:
+                rows.append(ReplicaReadDoneRow(topic, partition,
+                                               int(ErrorCode.OFFSET_OUT_OF_RANGE),
+                                               log.high_watermark, log.log_start_offset,
+                                               log.log_end_offset, -1, -1, b"", 0, 0))
+                continue
+            records = bytes(info.records)
+            if records:
+                got_data = True
+                budget -= len(records)
+            meta = info.fetch_offset_metadata
+            rows.append(ReplicaReadDoneRow(topic, partition, NONE, log.high_watermark,
+                                           log.log_start_offset, log.log_end_offset, -1, -1,
+                                           records, meta.segment_base_offset,
+                                           meta.relative_position_in_segment))
+        self.reply(ReplicaReadDone(msg.req_id, rows))
+
+    def _propose(self, state: PartitionState, proposal: Any, kind: str) -> None:
+        state.propose(proposal)
+        log = state.log
+        self.log.info("{}-{}: proposing ISR {} (was {}, {}) at leader epoch {}, partition "
+                      "epoch {}", log.topic, log.partition, list(proposal.new_isr),
+                      sorted(state.isr), kind, proposal.leader_epoch, proposal.partition_epoch)
+        self.tell(self.topology.replica_manager, ProposeIsr([IsrProposalRow(
+            log.topic, log.partition, proposal.leader_epoch, list(proposal.new_isr),
+            proposal.partition_epoch)]))
+
+    def _maybe_shrink_isr(self, now: int) -> None:
+        for state in self.partitions.values():
+            proposal = state.isr_shrink(now)
+            if proposal is not None:
+                self._propose(state, proposal, "shrink: lagging "
+                              + str(sorted(state.out_of_sync(now))))
+
+    @handles(IsrUpdated)
+    def on_isr_updated(self, msg: IsrUpdated) -> None:
+        for row in msg.rows:
+            state = self.partitions.get((row.topic, row.partition))
+            if state is None:
+                continue
+            outcome = state.on_isr_result(row.proposed_leader_epoch,
+                                          row.proposed_partition_epoch, row.error_code,
+                                          list(row.isr), row.partition_epoch,
+                                          self.clock.wall_ms())
+            if outcome == "applied":
+                self.log.info("{}-{}: ISR is now {} (partition epoch {})", row.topic,
+                              row.partition, sorted(state.isr), state.partition_epoch)
+                self.replication["isr_changes"] = self.replication.get("isr_changes", 0) + 1
+                self._notify(state)
+            elif outcome == "fenced":
+                self.replication["fenced"] += 1
+                self.log.warning("{}-{}: the controller refused the ISR change ({}): no longer "
+                                 "acting as leader at epoch {} until the next LeaderAndIsr",
+                                 row.topic, row.partition, ErrorCode(row.error_code).name,
+                                 state.leader_epoch)
+                self._notify(state)  # waiting produces and fetches: NOT_LEADER_OR_FOLLOWER
+            elif outcome == "retry":
+                self.log.info("{}-{}: ISR change not made ({}); proposed again later",
+                              row.topic, row.partition, ErrorCode(row.error_code).name)
+
+    @handles(FollowerApply)
+    def on_follower_apply(self, msg: FollowerApply) -> None:
+        """The fetcher's answer from the leader, applied to this follower's log (Kafka's
+        processPartitionData / truncate / appendAsFollower)."""
+        now = self.clock.wall_ms()
+        rows = [self._apply_one(row, now) for row in msg.rows]
+        self.reply(FollowerApplied(msg.req_id, rows))
+
+    def _apply_one(self, row: FollowerApplyRow, now: int) -> FollowerStateRow:
+        topic, partition = row.topic, row.partition
+        state = self.partitions.get((topic, partition))
+        if state is None:
+            return FollowerStateRow(topic, partition, UNKNOWN_TP, -1, -1, -1, False)
+        log = state.log
+        if state.leader_id == self.broker_id or row.leader_epoch != state.leader_epoch:
+            code = NOT_LEADER if state.leader_id == self.broker_id else int(
+                ErrorCode.FENCED_LEADER_EPOCH)
+            return FollowerStateRow(topic, partition, code, log.log_end_offset,
+                                    log.latest_epoch, log.high_watermark, False)
+        truncated = False
+        try:
+            if row.reset_offset >= 0:
+                truncated = self._reset(state, row, now)
+            elif row.diverging_end_offset >= 0 or row.diverging_epoch >= 0:
+                cut = truncation_offset(row.diverging_epoch, row.diverging_end_offset,
+                                        log.end_offset_for_epoch(row.diverging_epoch),
+                                        log.log_end_offset, log.high_watermark)
+                self.log.info("{}-{}: diverges from leader {} at epoch {} (leader's end {}); "
+                              "truncating from {} to {}", topic, partition, state.leader_id,
+                              row.diverging_epoch, row.diverging_end_offset,
+                              log.log_end_offset, cut.offset)
+                truncated = log.truncate_to(cut.offset, now)
+                if truncated:
+                    self.replication["truncations"] += 1
+            elif row.records:
+                log.append_as_follower(row.records, now)
+                self.replication["follower_appends"] += 1
+                log.maybe_flush(now)
+            if row.leader_high_watermark >= 0:
+                # Follower HW = min(leader HW, own LEO) (update clamps to the LEO).
+                target = min(row.leader_high_watermark, log.log_end_offset)
+                if target > log.high_watermark:
+                    log.update_high_watermark(target)
+        except KafkaError as exc:
+            self._log_refusal(topic, partition, exc)
+            return FollowerStateRow(topic, partition, int(exc.code), log.log_end_offset,
+                                    log.latest_epoch, log.high_watermark, truncated)
+        if truncated:
+            self._notify(state)
+        return FollowerStateRow(topic, partition, NONE, log.log_end_offset, log.latest_epoch,
+                                log.high_watermark, truncated)
+
+    def _reset(self, state: PartitionState, row: FollowerApplyRow, now: int) -> bool:
+        """OFFSET_OUT_OF_RANGE from the leader (Kafka's handleOutOfRangeError)."""
+        log = state.log
+        how, offset = reset_offset(row.reset_offset, row.leader_log_start_offset,
+                                   row.leader_log_end_offset)
+        self.log.warning("{}-{}: fetch offset {} out of range on leader {} (log {}..{}); {} "
+                         "at {}", log.topic, log.partition, row.reset_offset, state.leader_id,
+                         row.leader_log_start_offset, row.leader_log_end_offset, how, offset)
+        self.replication["truncations"] += 1
+        if how == "truncate":
+            return log.truncate_to(offset, now)
+        log.truncate_fully_and_start_at(offset, now)
+        return True
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:
@@ -480,4 +873,18 @@ class PartitionShard(Actor):
             "leaders": sorted(f"{t}-{p}" for (t, p), s in self.partitions.items()
                               if s.is_leader),
             "watched": len(self.watchers),
+            "replication": dict(self.replication),
+            "isr": {f"{t}-{p}": sorted(s.isr) for (t, p), s in self.partitions.items()
+                    if s.is_leader},
+            "epochs": {f"{t}-{p}": s.log.epoch_cache.entries
+                       for (t, p), s in self.partitions.items()},
+            # topic, partition, size, log start, log end, HW, leads, under-replicated, offline
+            "metrics": [[t, p, s.log.size_in_bytes, s.log.log_start_offset,
+                         s.log.log_end_offset, s.log.high_watermark, s.is_leader,
+                         s.is_leader and len(s.isr) < len(s.replicas), s.leader_id < 0]
+                        for (t, p), s in self.partitions.items()],
         }
+
+
+def _replica_error(topic: str, partition: int, code: int) -> ReplicaReadDoneRow:
+    return ReplicaReadDoneRow(topic, partition, code, -1, -1, -1, -1, -1, b"", 0, 0)

@@ -13,8 +13,21 @@ from typing import Any
 
 from kafka.protocol.api_key import ApiKey
 
+from actors.apis.admin import (
+    handle_create_partitions,
+    handle_delete_groups,
+    handle_delete_records,
+    handle_describe_log_dirs,
+    handle_describe_topic_partitions,
+    handle_offset_delete,
+)
 from actors.apis.base import ApiGen, HandlerContext, Respond
 from actors.apis.cluster import handle_describe_cluster
+from actors.apis.configs import (
+    handle_alter_configs,
+    handle_describe_configs,
+    handle_incremental_alter_configs,
+)
 from actors.apis.fetch import handle_fetch
 from actors.apis.groups import (
     handle_describe_groups,
@@ -31,15 +44,33 @@ from actors.apis.list_offsets import handle_list_offsets
 from actors.apis.metadata import (
     handle_create_topics,
     handle_delete_topics,
-    handle_describe_configs,
     handle_init_producer_id,
     handle_metadata,
 )
 from actors.apis.produce import handle_produce
+from actors.apis.replica_fetch import handle_replica_fetch
+from actors.apis.transactions import (
+    handle_add_offsets_to_txn,
+    handle_add_partitions_to_txn,
+    handle_describe_transactions,
+    handle_end_txn,
+    handle_list_transactions,
+    handle_txn_offset_commit,
+)
 from actors.core.file_regions import close_region, close_regions
+from actors.metrics import error_codes
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from wire import kafka_codec as kc
+from wire.admin_messages import (
+    AlterTopicConfigsDone,
+    CreatePartitionsDone,
+    DeleteGroupsDone,
+    DeleteRecordsDone,
+    DescribeLogDirDone,
+    OffsetDeleteDone,
+)
+from wire.api_versions import api_name
 from wire.broker_messages import (
     AppendDone,
     CreateTopicsDone,
@@ -54,7 +85,7 @@ from wire.broker_messages import (
     ReadDone,
 )
 from wire.cluster_messages import TopicsAwaited, UpdateMetadata
-from wire.errors import KafkaError
+from wire.errors import ErrorCode, KafkaError
 from wire.file_region import FileRegion, RegionAt
 from wire.group_messages import (
     DescribeGroupsDone,
@@ -66,6 +97,8 @@ from wire.group_messages import (
     OffsetFetchDone,
     SyncGroupDone,
 )
+from wire.replication_messages import ReplicaFetch, ReplicaReadDone
+from wire.transaction_messages import DescribeTxnsDone, InitTxnProducerDone, ListTxnsDone, TxnDone
 
 API_VERSIONS = int(ApiKey.ApiVersions)
 FETCH = int(ApiKey.Fetch)
@@ -88,7 +121,21 @@ API_TABLE: dict[int, Any] = {
     ApiKey.DeleteTopics: handle_delete_topics,
     ApiKey.InitProducerId: handle_init_producer_id,
     ApiKey.DescribeConfigs: handle_describe_configs,
+    ApiKey.DeleteRecords: handle_delete_records,
+    ApiKey.AlterConfigs: handle_alter_configs,
+    ApiKey.DescribeLogDirs: handle_describe_log_dirs,
+    ApiKey.CreatePartitions: handle_create_partitions,
+    ApiKey.DeleteGroups: handle_delete_groups,
+    ApiKey.IncrementalAlterConfigs: handle_incremental_alter_configs,
+    ApiKey.OffsetDelete: handle_offset_delete,
+    ApiKey.DescribeTopicPartitions: handle_describe_topic_partitions,
     ApiKey.DescribeCluster: handle_describe_cluster,
+    ApiKey.AddPartitionsToTxn: handle_add_partitions_to_txn,
+    ApiKey.AddOffsetsToTxn: handle_add_offsets_to_txn,
+    ApiKey.EndTxn: handle_end_txn,
+    ApiKey.TxnOffsetCommit: handle_txn_offset_commit,
+    ApiKey.DescribeTransactions: handle_describe_transactions,
+    ApiKey.ListTransactions: handle_list_transactions,
 }
 
 
@@ -103,14 +150,17 @@ class _InFlight:
         "msg",
         "remote_ns",
         "replies",
+        "reply_to",
         "req_ids",
         "start_ns",
         "wait_start_ns",
         "waiting",
     )
 
-    def __init__(self, msg: KafkaRequest, header: Any, gen: ApiGen, start_ns: int) -> None:
+    def __init__(self, msg: Any, header: Any, gen: ApiGen, start_ns: int,
+                 reply_to: Address | None = None) -> None:
         self.msg = msg
+        self.reply_to = reply_to  # an internal request (a replica fetch): answer this actor
         self.header = header
         self.gen = gen
         self.start_ns = start_ns
@@ -184,6 +234,14 @@ class RequestHandler(Actor):
         state = _InFlight(msg, header, api(self.ctx, header, request), start)
         self._advance(state, None)
 
+    @handles(ReplicaFetch)
+    def on_replica_fetch(self, msg: ReplicaFetch) -> None:
+        """A follower node's fetch: run like an API, answered to its fetcher."""
+        assert self.current_sender is not None
+        state = _InFlight(msg, None, handle_replica_fetch(self.ctx, msg), self._monotonic_ns(),
+                          self.current_sender)
+        self._advance(state, None)
+
     def _refuse(self, msg: KafkaRequest, exc: Exception, start: int) -> None:
         """Kafka closes a connection whose request it cannot parse or does not serve."""
         self.closed_for_bad_input += 1
@@ -204,6 +262,10 @@ class RequestHandler(Actor):
             self._finish(state, respond)
             return
         except Exception:
+            if state.reply_to is not None:
+                self.log.exception("{} from {} failed", type(state.msg).__name__, state.reply_to)
+                _close_reply_regions(replies)
+                return
             self.log.exception("API {} v{} failed on connection {}; closing it",
                                state.header.api_key, state.header.api_version, state.msg.conn_id)
             self.node.metrics.incr("requests_failed")
@@ -228,7 +290,10 @@ class RequestHandler(Actor):
     @handles(AppendDone, ReadDone, ListOffsetsDone, CreateTopicsDone, DeleteTopicsDone,
              FetchReady, ProduceReady, JoinGroupDone, SyncGroupDone, HeartbeatDone,
              LeaveGroupDone, OffsetCommitDone, OffsetFetchDone, ListGroupsDone,
-             DescribeGroupsDone, TopicsAwaited)
+             DescribeGroupsDone, TopicsAwaited, CreatePartitionsDone,
+             AlterTopicConfigsDone, DeleteRecordsDone, DescribeLogDirDone, DeleteGroupsDone,
+             OffsetDeleteDone, ReplicaReadDone, InitTxnProducerDone, TxnDone,
+             DescribeTxnsDone, ListTxnsDone)
     def on_reply(self, msg: Any) -> None:
         entry = self.pending.pop(msg.req_id, None)
         if entry is None:
@@ -242,9 +307,13 @@ class RequestHandler(Actor):
             self._advance(state, state.replies)
 
     def _finish(self, state: _InFlight, respond: Respond) -> None:
+        if state.reply_to is not None:
+            self.tell(state.reply_to, respond.data)
+            return
         frame = b""
         regions: list[RegionAt] = []
         if respond.respond:
+            self._count_errors(state.header.api_key, respond.data)
             try:
                 if state.header.api_key == FETCH:  # records as file regions, sent from files
                     frame, regions = kc.join_parts(
@@ -261,6 +330,19 @@ class RequestHandler(Actor):
                 return
         self._send(state.msg, frame, respond.respond, respond.close, state.start_ns,
                    state.local_ns, state.remote_ns, regions)
+
+    def _count_errors(self, api_key: int, data: Any) -> None:
+        """Kafka's ErrorsPerSec: each error code in the response, by API and error name."""
+        codes = error_codes(data)
+        if not codes:
+            return
+        api = api_name(api_key)
+        for code in codes:
+            try:
+                error = ErrorCode(code).name
+            except ValueError:
+                error = str(code)
+            self.node.metrics.incr(f"errors_total|api={api},error={error}")
 
     def on_refused(self, address: Address, msg: Any, frame_bytes: int) -> None:
         """A response too large for a frame: the request is not left unanswered.
@@ -309,6 +391,10 @@ class RequestHandler(Actor):
                 self.pending.pop(rid, None)
             _close_reply_regions(state.replies)
             self.node.metrics.incr("requests_abandoned")
+            if state.reply_to is not None:  # the fetcher gives up and fetches again itself
+                self.log.error("{} from {} got no internal answer; dropped",
+                               type(state.msg).__name__, state.reply_to)
+                continue
             self.log.error("API {} request (correlation {}) on connection {} got no internal "
                            "answer in {} ms; closing the connection", state.header.api_key,
                            state.msg.correlation_id, state.msg.conn_id,

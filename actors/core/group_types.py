@@ -211,6 +211,14 @@ class DeleteGroupsResponse:
     results: tuple[tuple[str, ErrorCode], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteResponse:
+    """The group's error (with one, ``partitions`` is empty) or one code per partition."""
+
+    error_code: ErrorCode
+    partitions: tuple[tuple[str, int, ErrorCode], ...] = ()
+
+
 Response = (
     JoinGroupResponse
     | SyncGroupResponse
@@ -221,6 +229,7 @@ Response = (
     | ListGroupsResponse
     | DescribeGroupsResponse
     | DeleteGroupsResponse
+    | OffsetDeleteResponse
 )
 
 
@@ -258,6 +267,9 @@ class AppendRecords:
     partition: int
     records: tuple[Record, ...]
     topic: str = OFFSETS_TOPIC
+    # >= 0: a transactional offset commit, written as the producer's transactional batch
+    producer_id: int = -1
+    producer_epoch: int = -1
 
 
 Effect = Respond | ScheduleTimer | CancelTimer | AppendRecords

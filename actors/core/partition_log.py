@@ -6,8 +6,9 @@ from a single thread, so nothing here locks.
 
 Offsets: ``log_start_offset <= high_watermark <= log_end_offset``; the
 recovery point is the offset below which everything has been fsynced (a
-restart after a crash scans only what lies above it). Without transactions
-the last stable offset equals the high watermark.
+restart after a crash scans only what lies above it). The last stable offset
+is the high watermark, or the first offset of the oldest open transaction
+below it (actors/core/txn_index.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import re
 import shutil
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -35,13 +37,23 @@ from actors.core.producer_state import (
 )
 from actors.core.record_batch import (
     HEAD_TO_MAGIC,
+    TRANSACTIONAL_BIT,
     BatchHeader,
     check_batches,
     check_client_batch,
     fast_single_batch,
     iter_record_timestamps,
     leader_header,
+    read_records,
 )
+from actors.core.segment_swap import (
+    SwapManifest,
+    commit_swap,
+    missing_staging_files,
+    recover_swaps,
+)
+from actors.core.transaction_log import CONTROL_COMMIT, control_batch, control_type
+from actors.core.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex
 from wire.errors import (
     ErrorCode,
     InvalidRecordError,
@@ -90,6 +102,20 @@ class LogConfig:
     flush_ms: int = NO_LIMIT
     max_message_bytes: int = 1048588
     message_timestamp_type: str = CREATE_TIME
+    # Kafka's log cleaner settings: "delete" drops old segments (retention),
+    # "compact" keeps each key's latest record (actors/core/log_cleaner.py).
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    delete_retention_ms: int = DAY_MS
+    min_compaction_lag_ms: int = 0
+    min_cleanable_dirty_ratio: float = 0.5
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
 
     def __post_init__(self) -> None:
         if self.message_timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
@@ -103,6 +129,22 @@ class LogConfig:
         if self.index_interval_bytes < 0:
             raise ValueError(f"index_interval_bytes must be >= 0, got "
                              f"{self.index_interval_bytes}")
+
+
+def _continues(previous_next_offset: int, base: int, recovery_point: int) -> bool:
+    """May a segment at ``base`` follow one that ends at ``previous_next_offset``?
+
+    Appends leave no gap; the log cleaner does (it drops records, not offsets), but
+    only below the checkpointed recovery point (it cleans no further). A gap above
+    it is data a crash lost: nothing after it belongs to the log.
+    """
+    if previous_next_offset == base:
+        return True
+    return previous_next_offset < base <= recovery_point
+
+
+class SwapRefusedError(Exception):
+    """A cleaning no longer fits the log (segments went or changed meanwhile)."""
 
 
 class LogOffsetMetadata(NamedTuple):
@@ -170,9 +212,14 @@ class PartitionLog:
         self._hw_metadata: LogOffsetMetadata | None = None
         self.epoch_cache = LeaderEpochCache(directory)
         self.producer_state = ProducerStateManager()
+        self.txn_index = TransactionIndex(directory)
+        self.txn_index.ongoing = self.producer_state.ongoing_txns
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
         self.closed = False
+        # Bumped whenever segments are cut or replaced other than by appends and
+        # retention: a cleaning planned before such a change is refused.
+        self.generation = 0
 
     # ------------------------------------------------------------------ open
 
@@ -201,13 +248,14 @@ class PartitionLog:
             segment = self._segment_object(base, now_ms)
             trusted = clean_shutdown or (i + 1 < len(bases) and bases[i + 1] <= recovery_point)
             if trusted and not recovered:
-                recovered = segment.load_clean()
+                recovered = segment.load_clean(recovery_point)
             else:
-                segment.recover()
+                segment.recover(recovery_point)
                 recovered = True
             if recovered:
                 scanned.append(segment)
-            if self.segments and self.segments[-1].next_offset != base:
+            if self.segments and not _continues(self.segments[-1].next_offset, base,
+                                                recovery_point):
                 # A cut (or a hole) before this segment: nothing after it is a prefix.
                 for later in [segment] + [self._segment_object(b, now_ms)
                                           for b in bases[i + 1:]]:
@@ -246,14 +294,16 @@ class PartitionLog:
                           config.segment_index_bytes)
 
     def _clean_directory(self) -> list[int]:
-        """Remove leftovers of interrupted operations; return segment bases, sorted."""
+        """Remove leftovers of interrupted operations (finishing a committed cleaner swap);
+        return segment bases, sorted."""
+        recover_swaps(self.dir)
         bases: list[int] = []
         names = os.listdir(self.dir)
         logs = {n[: -len(LOG_SUFFIX)] for n in names if n.endswith(LOG_SUFFIX)}
         for name in names:
             path = self.dir / name
             stem, dot, suffix = name.rpartition(".")
-            orphan_index = (dot + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+            orphan_index = (dot + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
                             and stem not in logs)
             if name.endswith((TMP_SUFFIX, ".deleted")) or orphan_index:
                 path.unlink(missing_ok=True)
@@ -269,14 +319,34 @@ class PartitionLog:
         snap_offset, state = load_latest_snapshot(self.dir, leo)
         start = max(snap_offset, self._log_start_offset)
         first = max(bisect_right(self._bases, start) - 1, 0)
+        txns = self.txn_index
+        txns.ongoing = state.ongoing_txns
+        txns.load(self._bases, start)
         for segment in self.segments[first:]:
             if segment.next_offset <= start:
                 continue
             for header in segment.iter_headers(0, segment.size):
                 if header.base_offset >= start:
                     state.update_from_header(header, header.base_offset)
+                    if header.is_transactional:
+                        self._track_transaction(segment.read(header.position, header.size)
+                                                if header.is_control else b"",
+                                                header, 0, header.base_offset,
+                                                segment.base_offset)
         state.remove_before(self._log_start_offset)
         self.producer_state = state
+
+    def _track_transaction(self, buf: bytes | bytearray | memoryview, header: BatchHeader,
+                           position: int, base_offset: int, segment_base: int) -> None:
+        """A transactional batch opens its producer's transaction; a marker ends it."""
+        if not header.is_control:
+            self.txn_index.on_transactional_batch(header.producer_id, base_offset)
+            return
+        commit = False
+        for record in read_records(buf, header, position):
+            commit = control_type(record.key) == CONTROL_COMMIT
+            break
+        self.txn_index.on_marker(header.producer_id, commit, base_offset, segment_base)
 
     # ------------------------------------------------------------ properties
 
@@ -294,8 +364,12 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        """Transactions are not tracked, so every offset below the HW is stable."""
-        return self._high_watermark
+        """The HW, or the first offset of the oldest transaction still open below it."""
+        return self.txn_index.last_stable_offset(self._high_watermark)
+
+    def aborted_transactions(self, fetch_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [fetch_offset, upper_offset) (read_committed)."""
+        return self.txn_index.collect_aborted(fetch_offset, upper_offset)
 
     @property
     def recovery_point(self) -> int:
@@ -383,13 +457,16 @@ class PartitionLog:
     # ---------------------------------------------------------------- append
 
     def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int,
-                         now_ms: int) -> AppendInfo:
+                         now_ms: int, coordinator: bool = False) -> AppendInfo:
         """Validate every batch, assign offsets by patching headers, write once.
 
         Nothing is written unless every batch passes. A retried idempotent batch
-        is answered with its original offsets and not written again.
+        is answered with its original offsets and not written again. A
+        ``coordinator`` append (a transactional offset commit the group
+        coordinator writes with the producer's id) has its epoch checked, not
+        its sequence, as Kafka's coordinator-origin appends.
         """
-        fields = fast_single_batch(records)
+        fields = None if coordinator else fast_single_batch(records)
         if fields is not None:
             info = self._append_single_as_leader(records, fields, leader_epoch, now_ms)
             if info is not None:
@@ -411,7 +488,10 @@ class PartitionLog:
             raise RecordListTooLargeError(
                 f"{total} bytes of records exceed segment.bytes {self.config.segment_bytes}")
         state = self.producer_state
-        if state.producers or any(h.producer_id >= 0 for h in headers):
+        if coordinator:
+            for header in headers:
+                state.check_marker_epoch(header.producer_id, header.producer_epoch)
+        elif state.producers or any(h.producer_id >= 0 for h in headers):
             for header in headers:
                 if header.producer_id >= 0:
                     duplicate = state.find_duplicate(header)
@@ -436,6 +516,10 @@ class PartitionLog:
             offset = next_offset
         self._write(pieces, total, placed, headers, first_offset, offset - 1, max_timestamp,
                     num_records, now_ms, (leader_epoch,))
+        for header, (base, *_rest) in zip(headers, placed, strict=True):
+            if header.is_transactional:
+                self._track_transaction(records, header, header.position, base,
+                                        self.segments[-1].base_offset)
         # Positional: keyword construction of a NamedTuple costs twice as much.
         return AppendInfo(first_offset, offset - 1, max_timestamp,
                           -1 if append_time is None else now_ms, self._log_start_offset,
@@ -454,8 +538,10 @@ class PartitionLog:
                 or config.message_timestamp_type != CREATE_TIME
                 or leader_epoch != self.epoch_cache.latest_epoch):
             return None
-        (_, batch_length, _, _, _, _, last_offset_delta, _, max_timestamp, producer_id,
+        (_, batch_length, _, _, _, attributes, last_offset_delta, _, max_timestamp, producer_id,
          producer_epoch, base_sequence, records_count) = fields
+        if attributes & TRANSACTIONAL_BIT and producer_id not in self.txn_index.ongoing:
+            return None  # a transaction's first batch here: the general path opens it
         active = self.segments[-1]
         if active.size and (active.size + size > config.segment_bytes
                             or not active.rolls_on_batch_time
@@ -502,10 +588,10 @@ class PartitionLog:
         max_bytes = self.config.max_message_bytes
         epochs: list[int] = []
         for header in headers:
-            if header.base_offset != expected:
+            if header.base_offset < expected:  # a compacted leader's log skips offsets
                 raise UnexpectedAppendOffsetError(
                     f"follower append at offset {header.base_offset} for "
-                    f"{self.topic}-{self.partition}, expected {expected}")
+                    f"{self.topic}-{self.partition}, expected {expected} or later")
             if header.last_offset_delta < 0:
                 raise InvalidRecordError(f"record batch at byte {header.position} has "
                                          f"lastOffsetDelta {header.last_offset_delta}")
@@ -527,6 +613,10 @@ class PartitionLog:
         first_offset = headers[0].base_offset
         self._write([records], total, placed, headers, first_offset, expected - 1,
                     max_timestamp, num_records, now_ms, epochs)
+        for header in headers:
+            if header.is_transactional:
+                self._track_transaction(records, header, header.position, header.base_offset,
+                                        self.segments[-1].base_offset)
         return AppendInfo(first_offset, expected - 1, max_timestamp, -1,
                           self._log_start_offset, num_records, total)
 
@@ -545,7 +635,9 @@ class PartitionLog:
                     cache.assign(epoch, base)
         self.segments[-1].append(pieces, length, placed)
         for header, (base, _next, _pos, _size, max_ts) in zip(headers, placed, strict=True):
-            if header.producer_id >= 0:
+            if header.producer_id >= 0 and header.is_control:
+                self.producer_state.update_marker(header.producer_id, header.producer_epoch)
+            elif header.producer_id >= 0:
                 self.producer_state.update(header.producer_id, header.producer_epoch,
                                            BatchMetadata(header.base_sequence,
                                                          header.last_sequence, base,
@@ -554,6 +646,28 @@ class PartitionLog:
         self._unflushed_messages += num_records
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush(now_ms)
+
+    def append_control(self, producer_id: int, producer_epoch: int, commit: bool,
+                       coordinator_epoch: int, leader_epoch: int, now_ms: int) -> AppendInfo:
+        """Write a commit or abort marker (WriteTxnMarkers) for one producer.
+
+        A marker older than the producer's epoch is refused (INVALID_PRODUCER_EPOCH);
+        a marker for a producer with no open transaction here is written all the
+        same (a retried marker) and changes nothing.
+        """
+        self.producer_state.check_marker_epoch(producer_id, producer_epoch)
+        offset = self.log_end_offset
+        batch = bytearray(control_batch(producer_id, producer_epoch, commit, coordinator_epoch,
+                                        now_ms))
+        [header] = check_batches(batch)
+        head, rest = leader_header(memoryview(batch), header, offset, leader_epoch, None)
+        size = len(batch)
+        placed = [(offset, offset + 1, 0, size, header.max_timestamp)]
+        self._write([head, rest], size, placed, [header], offset, offset, header.max_timestamp,
+                    1, now_ms, (leader_epoch,))
+        self._track_transaction(batch, header, 0, offset, self.segments[-1].base_offset)
+        return AppendInfo(offset, offset, header.max_timestamp, -1, self._log_start_offset, 1,
+                          size)
 
     def _empty_append_info(self) -> AppendInfo:
         leo = self.log_end_offset
@@ -632,7 +746,8 @@ class PartitionLog:
                 f"log start {self._log_start_offset}, log end {leo}")
         slot = bisect_right(self._bases, fetch_offset) - 1
         segment = self.segments[slot]
-        while fetch_offset >= segment.next_offset and slot + 1 < len(self.segments):
+        while ((fetch_offset >= segment.next_offset or not segment.size)  # gaps: cleaning
+               and slot + 1 < len(self.segments)):
             slot += 1
             segment = self.segments[slot]
         start, _ = segment.find_position(fetch_offset)
@@ -672,6 +787,20 @@ class PartitionLog:
             else:
                 data = b""
         return ReadInfo(data, metadata, self._high_watermark, self._log_start_offset, leo)
+
+    def offset_after(self, start: LogOffsetMetadata, length: int) -> int:
+        """The offset that follows ``length`` bytes of whole batches read at ``start``: the
+        next batch's base offset, or the segment's next offset at its end (for counting
+        the records a read handed out without reading them)."""
+        slot = bisect_right(self._bases, start.segment_base_offset) - 1
+        if slot < 0 or self.segments[slot].base_offset != start.segment_base_offset:
+            return start.message_offset
+        segment = self.segments[slot]
+        end = start.relative_position_in_segment + length
+        if end >= segment.size:
+            return segment.next_offset
+        head = segment.read(end, 8)
+        return int.from_bytes(head[:8], "big") if len(head) == 8 else segment.next_offset
 
     def _read_region(self, segment: LogSegment, start: int, available: int, max_bytes: int,
                      min_one_batch: bool, region_min_bytes: int, metadata: LogOffsetMetadata,
@@ -738,6 +867,9 @@ class PartitionLog:
         removed. Below the log start this becomes truncate_fully_and_start_at.
         """
         if offset >= self.log_end_offset:
+            # As Kafka: an epoch this node started as leader without appending to it
+            # (entry at the log end) would make it look diverged forever; drop it.
+            self.epoch_cache.truncate_from_end(self.log_end_offset)
             return False
         if offset < self._log_start_offset:
             self.truncate_fully_and_start_at(offset, now_ms)
@@ -746,6 +878,7 @@ class PartitionLog:
             gone = self.segments.pop()
             self._forget_indexes(gone)
             gone.delete()
+            self.txn_index.drop_segment(gone.base_offset)
             self._bases.pop()
         self._forget_indexes(self.segments[-1])
         self.segments[-1].truncate_to(offset)  # the active segment from now on
@@ -757,6 +890,7 @@ class PartitionLog:
         self._high_watermark = min(self._high_watermark, leo)
         self._recovery_point = min(self._recovery_point, leo)
         self._hw_metadata = None
+        self.generation += 1
         self.epoch_cache.truncate_from_end(leo)
         delete_snapshots_after(self.dir, leo)
         self._rebuild_producer_state()
@@ -771,9 +905,11 @@ class PartitionLog:
         self._hw_metadata = None
         self.epoch_cache.clear()
         self.producer_state.clear()
+        self.txn_index.clear()
         delete_snapshots_after(self.dir, -1)
 
     def _replace_all_segments(self, offset: int, now_ms: int) -> None:
+        self.generation += 1
         for segment in self.segments:
             segment.delete()
         self._open_indexes.clear()
@@ -784,16 +920,19 @@ class PartitionLog:
 
     # --------------------------------------------------------------- retention
 
-    def delete_old_segments(self, now_ms: int) -> int:
+    def delete_old_segments(self, now_ms: int, retention: bool = True) -> int:
         """Delete whole old segments past retention.ms / retention.bytes or below the
         log start; returns how many went.
 
         Only segments wholly below the high watermark go. If every segment
         qualifies, the log rolls first so an empty active segment remains.
+        Retention applies only with cleanup.policy "delete" (and ``retention``);
+        segments below the log start always go.
         """
         config = self.config
+        retention = retention and config.delete
         size_excess = (self.size_in_bytes - config.retention_bytes
-                       if config.retention_bytes >= 0 else -1)
+                       if retention and config.retention_bytes >= 0 else -1)
         deletable = 0
         for i, segment in enumerate(self.segments):
             is_last = i + 1 == len(self.segments)
@@ -803,7 +942,7 @@ class PartitionLog:
             if self._high_watermark < upper:
                 break
             below_start = not is_last and upper <= self._log_start_offset
-            expired = (config.retention_ms >= 0
+            expired = (retention and config.retention_ms >= 0
                        and now_ms - segment.max_timestamp_ms > config.retention_ms)
             too_big = size_excess >= 0 and size_excess - segment.size >= 0
             if not (below_start or expired or too_big):
@@ -818,6 +957,7 @@ class PartitionLog:
         for segment in self.segments[:deletable]:
             self._forget_indexes(segment)
             segment.delete()
+            self.txn_index.drop_segment(segment.base_offset)
         del self.segments[:deletable]
         del self._bases[:deletable]
         self._log_start_offset = max(self._log_start_offset, self.segments[0].base_offset)
@@ -827,6 +967,75 @@ class PartitionLog:
         self.epoch_cache.truncate_from_start(self._log_start_offset)
         self.producer_state.remove_before(self._log_start_offset)
         return deletable
+
+    def increment_log_start_offset(self, offset: int) -> bool:
+        """DeleteRecords: records below ``offset`` are gone for readers (the segments
+        wholly below it are deleted by the caller's next delete_old_segments).
+
+        Raises OffsetOutOfRangeError past the high watermark, as Kafka; an offset at
+        or below the current log start changes nothing (returns False).
+        """
+        if offset > self._high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot move the log start of {self.topic}-{self.partition} to {offset}: "
+                f"the high watermark is {self._high_watermark}")
+        if offset <= self._log_start_offset:
+            return False
+        self._log_start_offset = offset
+        self._recovery_point = max(self._recovery_point, offset)
+        self.epoch_cache.truncate_from_start(offset)
+        self.producer_state.remove_before(offset)
+        return True
+
+    # ---------------------------------------------------------------- cleaning
+
+    def cleanable_segments(self) -> list[tuple[int, int, int, int]]:
+        """(base offset, size, next offset, max timestamp) of every segment but the
+        active one: what the log cleaner may read (they no longer change)."""
+        return [(s.base_offset, s.size, s.next_offset, s.max_timestamp_ms)
+                for s in self.segments[:-1]]
+
+    def replace_cleaned_segments(self, staging: str, old: list[tuple[int, int]],
+                                 new_bases: list[int], generation: int, now_ms: int,
+                                 after_step: Callable[[str], None] | None = None) -> None:
+        """Swap the segments ``old`` ((base, size), consecutive, not the active one) for
+        the cleaned ones in the staging directory (see segment_swap).
+
+        Raises SwapRefusedError, changing nothing, if the log moved on meanwhile
+        (a truncation, retention or DeleteRecords took or changed a segment).
+        Runs in the owner's thread: a few renames and fsyncs, then the new
+        segments are opened (their indexes checked, not rebuilt).
+        """
+        if generation != self.generation:
+            raise SwapRefusedError("the log was truncated since the cleaning started")
+        bases = [b for b, _size in old]
+        first = bisect_right(self._bases, bases[0]) - 1 if bases else -1
+        current = self.segments[first:first + len(old)] if first >= 0 else []
+        if (len(current) != len(old) or first + len(old) >= len(self.segments)
+                or [(s.base_offset, s.size) for s in current] != list(old)):
+            raise SwapRefusedError("the cleaned segments changed or went meanwhile")
+        manifest = SwapManifest(staging, tuple(bases), tuple(new_bases))
+        missing = missing_staging_files(self.dir, manifest)
+        if missing:
+            raise SwapRefusedError(f"cleaned file {missing[0]} is missing")
+        for segment in current:
+            self._forget_indexes(segment)
+            segment.close(trim=False)
+        commit_swap(self.dir, manifest, after_step)
+        fresh = []
+        for base in new_bases:
+            segment = self._segment_object(base, now_ms)
+            segment.load_clean(self._recovery_point)
+            segment.seal()  # indexes rebuilt by a failed check are trimmed, as on load
+            fresh.append(segment)
+        self.segments[first:first + len(old)] = fresh
+        self._bases = [s.base_offset for s in self.segments]
+        self._hw_metadata = None
+
+    def update_config(self, config: LogConfig) -> None:
+        """New topic settings take effect at once: the next append checks the new
+        segment size, the next retention pass the new limits and policy."""
+        self.config = config
 
     # ------------------------------------------------------------------ flush
 

@@ -47,8 +47,8 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "num.partition.shards": (2, int, "PartitionShard actors"),
     "num.purgatory.shards": (1, int, "PurgatoryShard actors"),
     "num.group.coordinators": (1, int, "GroupCoordinator actors"),
-    "num.replica.fetchers": (1, int, "ReplicaFetcher actors per source node (reserved: "
-                                     "replication, issue 15)"),
+    "num.replica.fetchers": (1, int, "ReplicaFetcher actors per source node; a partition "
+                                     "goes to fetcher hash(topic, partition) % this"),
     "queued.max.requests": (500, int, "requests queued towards the handlers before reads pause"),
     "queued.max.request.bytes": (268435456, int, "bytes of requests read and not yet answered "
                                                  "before the Processors stop reading (each "
@@ -88,16 +88,58 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                                     "against retention"),
     "log.flush.offset.checkpoint.interval.ms": (60000, int, "how often the offset checkpoint "
                                                             "files are written"),
-    "replica.lag.time.max.ms": (30000, int, "ISR shrink threshold (reserved: replication, "
-                                            "issue 15)"),
-    "replica.fetch.backoff.ms": (1000, int, "back-off of a partition in error (reserved: "
-                                          "replication, issue 15)"),
+    "log.cleanup.policy": ("delete", str, "default cleanup.policy of topics: 'delete' drops "
+                                          "old segments, 'compact' keeps each key's latest "
+                                          "record, 'compact,delete' both"),
+    "log.cleaner.enable": (True, bool, "run the log cleaner (one per log dir) for compacted "
+                                       "topics and __consumer_offsets"),
+    "log.cleaner.backoff.ms": (15000, int, "how long the cleaner waits when no log needs "
+                                          "cleaning"),
+    "log.cleaner.min.cleanable.ratio": (0.5, float, "default min.cleanable.dirty.ratio: a log "
+                                                    "is cleaned once its uncleaned share of "
+                                                    "bytes reaches this"),
+    "log.cleaner.delete.retention.ms": (86400000, int, "default delete.retention.ms: a "
+                                                       "tombstone goes once its segment's newest "
+                                                       "record is older than this"),
+    "log.cleaner.min.compaction.lag.ms": (0, int, "default min.compaction.lag.ms: segments "
+                                                  "with records younger than this are not "
+                                                  "compacted"),
+    "log.cleaner.dedupe.buffer.size": (134217728, int, "the cleaner's key map holds this / 24 "
+                                                       "keys (Kafka's accounting; Python's dict "
+                                                       "takes several times that); a pass "
+                                                       "cleans as far as the map reaches"),
+    "log.cleaner.io.buffer.size": (524288, int, "bytes the cleaner reads per step; between "
+                                                "steps it answers its messages"),
+    "replica.lag.time.max.ms": (30000, int, "a follower not caught up to the leader's log "
+                                            "end for this long leaves the ISR"),
+    "replica.fetch.backoff.ms": (1000, int, "back-off of a partition in error"),
+    "replica.fetch.wait.max.ms": (500, int, "longest a replica fetch waits on the leader for "
+                                            "replica.fetch.min.bytes"),
+    "replica.fetch.min.bytes": (1, int, "bytes a replica fetch waits for"),
+    "replica.fetch.max.bytes": (1048576, int, "bytes a replica fetch asks per partition (at "
+                                              "least one batch)"),
+    "replica.fetch.response.max.bytes": (10485760, int, "bytes a replica fetch asks in all"),
+    "replica.socket.timeout.ms": (30000, int, "a replica fetch unanswered this long is "
+                                              "given up and sent again"),
+    "replica.high.watermark.checkpoint.interval.ms": (5000, int, "how often the high "
+                                                                 "watermarks are written to "
+                                                                 "replication-offset-checkpoint"),
     "request.timeout.ms": (30000, int, "how long shutdown waits for each actor; a request "
                                       "waiting on another actor twice this long is abandoned"),
     "group.initial.rebalance.delay.ms": (3000, int, "wait for more members of a new group"),
     "group.min.session.timeout.ms": (6000, int, "smallest session timeout allowed"),
     "group.max.session.timeout.ms": (1800000, int, "largest session timeout allowed"),
     "offsets.topic.num.partitions": (50, int, "partitions of __consumer_offsets"),
+    "transaction.state.log.num.partitions": (50, int, "partitions of __transaction_state"),
+    "transaction.state.log.replication.factor": (3, int, "replicas of __transaction_state "
+                                                         "(at most the live brokers)"),
+    "transaction.state.log.min.isr": (2, int, "min.insync.replicas of __transaction_state "
+                                              "(at most its replication factor)"),
+    "transaction.max.timeout.ms": (900000, int, "largest transaction.timeout.ms a producer may "
+                                                "ask for (INVALID_TRANSACTION_TIMEOUT above)"),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        10000, int, "how often the transaction coordinators abort transactions past their "
+                    "timeout"),
     "purge.interval.requests": (1000, int, "the purgatory purges completed operations from "
                                          "its watch lists once about this many are there"),
     # --- a cluster (ZooKeeper); without zookeeper.connect the node is a single broker ---
@@ -131,11 +173,7 @@ SPEC: dict[str, tuple[Any, type, str]] = {
 
 # Keys read by nothing yet: the issue that will use each. They are accepted
 # (a config file written for that issue's release keeps working).
-RESERVED: dict[str, str] = {
-    "num.replica.fetchers": "issue 15 (replication)",
-    "replica.lag.time.max.ms": "issue 15 (replication)",
-    "replica.fetch.backoff.ms": "issue 15 (replication)",
-}
+RESERVED: dict[str, str] = {}
 
 _MAX_INT = 2**63 - 1
 _COUNT = (1, 1_000_000)
@@ -181,13 +219,30 @@ RANGES: dict[str, tuple[float, float]] = {
     "log.flush.interval.ms": (0, _MAX_INT),
     "log.retention.check.interval.ms": _MS,
     "log.flush.offset.checkpoint.interval.ms": (0, 2**31 - 1),
+    "log.cleaner.backoff.ms": (0, _MAX_INT),
+    "log.cleaner.min.cleanable.ratio": (0.0, 1.0),
+    "log.cleaner.delete.retention.ms": (0, _MAX_INT),
+    "log.cleaner.min.compaction.lag.ms": (0, _MAX_INT),
+    "log.cleaner.dedupe.buffer.size": (1024, _MAX_INT),
+    "log.cleaner.io.buffer.size": (1024, 2**31 - 1),
     "replica.lag.time.max.ms": _MS,
     "replica.fetch.backoff.ms": (0, 2**31 - 1),
+    "replica.fetch.wait.max.ms": (0, 2**31 - 1),
+    "replica.fetch.min.bytes": (1, 2**31 - 1),
+    "replica.fetch.max.bytes": _BYTES,
+    "replica.fetch.response.max.bytes": _BYTES,
+    "replica.socket.timeout.ms": _MS,
+    "replica.high.watermark.checkpoint.interval.ms": _MS,
     "request.timeout.ms": _MS,
     "group.initial.rebalance.delay.ms": (0, 2**31 - 1),
     "group.min.session.timeout.ms": (0, 2**31 - 1),
     "group.max.session.timeout.ms": (0, 2**31 - 1),
     "offsets.topic.num.partitions": _COUNT,
+    "transaction.state.log.num.partitions": _COUNT,
+    "transaction.state.log.replication.factor": (1, 32767),
+    "transaction.state.log.min.isr": (1, 32767),
+    "transaction.max.timeout.ms": (1, 2**31 - 1),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (1, 2**31 - 1),
     "purge.interval.requests": _COUNT,
     "zookeeper.session.timeout.ms": (1, 2**31 - 1),
     "zookeeper.connection.timeout.ms": (0, 2**31 - 1),
@@ -201,6 +256,7 @@ RANGES: dict[str, tuple[float, float]] = {
 CHOICES: dict[str, tuple[str, ...]] = {
     "actor.threads": ("shared", "dedicated"),
     "log.message.timestamp.type": ("CreateTime", "LogAppendTime"),
+    "log.cleanup.policy": ("delete", "compact", "compact,delete", "delete,compact"),
 }
 _TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
@@ -279,6 +335,8 @@ class Config:
     def __init__(self, values: dict[str, Any] | None = None, source: str = "<defaults>") -> None:
         self.values: dict[str, Any] = {k: v[0] for k, v in SPEC.items()}
         self.source = source
+        self.set_keys: set[str] = set()
+        """Keys a file, a flag or the caller set (the rest hold their defaults)."""
         if values:
             self.update(values, source)
 
@@ -287,6 +345,7 @@ class Config:
             if key not in SPEC:
                 raise _unknown(key, source)
             self.values[key] = _coerce(key, value, source)
+            self.set_keys.add(key)
         return self
 
     @classmethod

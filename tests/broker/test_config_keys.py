@@ -52,6 +52,10 @@ from wire.errors import ErrorCode
 pytestmark = [pytest.mark.clients]
 ROOT = Path(__file__).resolve().parents[2]
 HERE = "tests/broker/test_config_keys.py"
+REPL = "tests/cluster/test_replication.py"
+TXN = "tests/broker/test_transactions.py"
+TXN_CLUSTER = "tests/cluster/test_transactions_cluster.py"
+CLEANER = "tests/broker/test_log_cleaner.py"
 
 # key -> the tests that show its effect ("path::function").
 EFFECTS: dict[str, list[str]] = {
@@ -118,12 +122,84 @@ EFFECTS: dict[str, list[str]] = {
     "log.message.timestamp.type": [f"{HERE}::test_log_append_time_stamps_the_batches"],
     "log.flush.offset.checkpoint.interval.ms": [
         f"{HERE}::test_checkpoints_are_written_while_running"],
+    "log.cleanup.policy": [f"{HERE}::test_log_cleanup_policy_is_the_topics_default"],
+    "log.cleaner.enable": [f"{HERE}::test_log_cleaner_enable_false_runs_no_cleaner"],
+    "log.cleaner.backoff.ms": [f"{CLEANER}::test_a_compacted_topic_keeps_each_keys_latest_record"],
+    "log.cleaner.io.buffer.size": [
+        f"{CLEANER}::test_a_compacted_topic_keeps_each_keys_latest_record"],
+    "log.cleaner.min.cleanable.ratio": [
+        f"{CLEANER}::test_the_brokers_compaction_lag_and_dirty_ratio_are_the_topics_defaults"],
+    "log.cleaner.min.compaction.lag.ms": [
+        f"{CLEANER}::test_the_brokers_compaction_lag_and_dirty_ratio_are_the_topics_defaults"],
+    "log.cleaner.delete.retention.ms": [
+        f"{CLEANER}::test_tombstones_go_after_the_brokers_delete_retention"],
+    "log.cleaner.dedupe.buffer.size": [
+        f"{CLEANER}::test_a_small_key_map_cleans_in_several_passes"],
     "request.timeout.ms": [f"{HERE}::test_runtime_tuning_reaches_the_actors"],
     "group.initial.rebalance.delay.ms": [f"{HERE}::test_initial_rebalance_delay_holds_a_new_group"],
     "group.min.session.timeout.ms": [f"{HERE}::test_session_timeout_bounds_refuse_joins"],
     "group.max.session.timeout.ms": [f"{HERE}::test_session_timeout_bounds_refuse_joins"],
     "offsets.topic.num.partitions": [f"{HERE}::test_num_partitions_of_auto_created_topics"],
     "purge.interval.requests": [f"{HERE}::test_runtime_tuning_reaches_the_actors"],
+    # replication (issue 15)
+    "num.replica.fetchers": [f"{REPL}::test_partitions_spread_over_the_fetchers_and_small_"
+                             "fetches_replicate_everything"],
+    "replica.fetch.max.bytes": [f"{REPL}::test_partitions_spread_over_the_fetchers_and_small_"
+                                "fetches_replicate_everything"],
+    "replica.fetch.min.bytes": [f"{REPL}::test_partitions_spread_over_the_fetchers_and_small_"
+                                "fetches_replicate_everything"],
+    "replica.fetch.response.max.bytes": [f"{REPL}::test_partitions_spread_over_the_fetchers_"
+                                         "and_small_fetches_replicate_everything"],
+    "replica.fetch.wait.max.ms": [f"{REPL}::test_partitions_spread_over_the_fetchers_and_small_"
+                                  "fetches_replicate_everything"],
+    "replica.lag.time.max.ms": [f"{REPL}::test_a_paused_follower_leaves_the_isr_and_rejoins"],
+    "replica.high.watermark.checkpoint.interval.ms": [
+        f"{REPL}::test_followers_hold_the_leaders_log_and_acks_all_is_acknowledged"],
+    "replica.fetch.backoff.ms": [f"{REPL}::test_a_leader_killed_twice_under_acks_all_loses_"
+                                 "nothing"],
+    "replica.socket.timeout.ms": [f"{REPL}::test_a_leader_killed_twice_under_acks_all_loses_"
+                                  "nothing"],
+    # The cluster's keys, on real nodes over a real ZooKeeper (tests/cluster).
+    "zookeeper.connect": ["tests/cluster/test_cluster.py::"
+                          "test_no_zookeeper_within_the_connection_timeout_is_one_line"],
+    "zookeeper.connection.timeout.ms": [
+        "tests/cluster/test_cluster.py::"
+        "test_no_zookeeper_within_the_connection_timeout_is_one_line"],
+    "zookeeper.session.timeout.ms": [
+        "tests/cluster/test_failover.py::"
+        "test_controller_kill_9_another_node_takes_over_and_the_old_epoch_is_refused"],
+    "broker.rack": ["tests/cluster/test_cluster.py::"
+                    "test_nodes_on_three_addresses_register_and_each_answers_for_the_whole_cluster"],
+    "delete.topic.enable": ["tests/cluster/test_cluster.py::"
+                            "test_delete_topic_enable_false_refuses_deletion"],
+    "offsets.topic.replication.factor": [
+        "tests/cluster/test_cluster.py::"
+        "test_offsets_topic_replication_factor_is_capped_to_the_live_brokers"],
+    "unclean.leader.election.enable": ["tests/core/test_controller_state.py::"
+                                       "test_unclean_election_enabled_by_config"],
+    "controlled.shutdown.enable": [
+        "tests/cluster/test_controlled_shutdown.py::"
+        "test_controlled_shutdown_retries_what_it_cannot_move_and_can_be_turned_off"],
+    "controlled.shutdown.max.retries": [
+        "tests/cluster/test_controlled_shutdown.py::"
+        "test_controlled_shutdown_retries_what_it_cannot_move_and_can_be_turned_off"],
+    "controlled.shutdown.retry.backoff.ms": [
+        "tests/cluster/test_controlled_shutdown.py::"
+        "test_controlled_shutdown_retries_what_it_cannot_move_and_can_be_turned_off"],
+    "auto.leader.rebalance.enable": [f"{REPL}::test_a_preferred_leader_back_in_the_isr_leads_"
+                                     "again"],
+    "leader.imbalance.per.broker.percentage": [f"{REPL}::test_a_preferred_leader_back_in_the_"
+                                               "isr_leads_again"],
+    "leader.imbalance.check.interval.seconds": [f"{REPL}::test_a_preferred_leader_back_in_the_"
+                                                "isr_leads_again"],
+    # Transactions: the topic's keys on a 3-node cluster, the coordinator's on one node.
+    "transaction.state.log.num.partitions": [f"{TXN_CLUSTER}::test_transactions_across_nodes"],
+    "transaction.state.log.replication.factor": [
+        f"{TXN_CLUSTER}::test_transactions_across_nodes"],
+    "transaction.state.log.min.isr": [f"{TXN_CLUSTER}::test_transactions_across_nodes"],
+    "transaction.max.timeout.ms": [f"{TXN}::test_a_transaction_past_its_timeout_is_aborted"],
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": [
+        f"{TXN}::test_a_transaction_past_its_timeout_is_aborted"],
 }
 
 
@@ -253,6 +329,8 @@ STRICT: dict[str, Any] = {
     "group.min.session.timeout.ms": 7000,
     "group.max.session.timeout.ms": 8000,
     "group.initial.rebalance.delay.ms": 600_000,
+    "log.cleanup.policy": "compact",
+    "log.cleaner.enable": False,
 }
 
 
@@ -528,6 +606,37 @@ def test_min_insync_replicas_refuses_acks_all(strict: Running) -> None:
         assert client.produce("isr", 0, batch, acks=-1).error_code == (
             ErrorCode.NOT_ENOUGH_REPLICAS)
         assert client.produce("isr", 0, batch, acks=1).error_code == 0
+
+
+def test_log_cleanup_policy_is_the_topics_default(strict: Running) -> None:
+    """Topics without their own cleanup.policy take the broker's (from the file: STATIC);
+    a compacted one refuses DeleteRecords as Kafka does."""
+    with strict.client() as client:
+        assert create(client, "policy", rf=1).error_code == 0
+        assert create(client, "policy-delete", rf=1,
+                      configs={"cleanup.policy": "delete"}).error_code == 0
+        described = client.call(DESCRIBE_CONFIGS, 4, {
+            "resources": [{"resource_type": 2, "resource_name": "policy",
+                           "configuration_keys": ["cleanup.policy"]}],
+            "include_synonyms": False, "include_documentation": False})
+        [entry] = described.results[0].configs
+        assert (entry.value, entry.config_source) == ("compact", 4)  # STATIC_BROKER_CONFIG
+        for topic, code in (("policy", ErrorCode.POLICY_VIOLATION), ("policy-delete", 0)):
+            assert client.produce(topic, 0, record_batch([(b"k", b"v")]),
+                                  acks=1).error_code == 0
+            response = client.call(21, 2, {"topics": [{"name": topic, "partitions": [
+                {"partition_index": 0, "offset": 1}]}], "timeout_ms": 5000})
+            assert response.topics[0].partitions[0].error_code == code, topic
+
+
+def test_log_cleaner_enable_false_runs_no_cleaner(strict: Running) -> None:
+    """No LogCleaner actor: compacted topics (the default here) keep every record."""
+    assert "log-cleaner" not in strict.node.actors
+    with strict.client() as client:
+        assert create(client, "uncleaned", rf=1, configs={"segment.bytes": "1024"}).error_code == 0
+        produce_batches(client, "uncleaned", 12)  # one key: all superseded but the last
+    assert not (strict.data_dir / "cleaner-offset-checkpoint").exists()
+    assert segment_count(strict, "uncleaned") > 3
 
 
 def test_checkpoints_are_written_while_running(strict: Running) -> None:

@@ -6,18 +6,38 @@ import struct
 from typing import NamedTuple
 
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+    DescribeTopicPartitionsRequest,
+    DescribeTopicPartitionsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
 )
 from kafka.protocol.admin.cluster import DescribeClusterRequest, DescribeClusterResponse
+from kafka.protocol.admin.transactions import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import (
@@ -33,6 +53,8 @@ from kafka.protocol.consumer import (
     ListOffsetsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
     SyncGroupRequest,
@@ -47,10 +69,18 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     ProduceRequest,
     ProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 
 from wire.api_versions import ADVERTISED_BY_KEY, api_name, is_advertised
@@ -114,7 +144,23 @@ _MESSAGE_CLASSES: dict[int, tuple[type[ApiMessage], type[ApiMessage]]] = {
     ApiKey.DeleteTopics: (DeleteTopicsRequest, DeleteTopicsResponse),
     ApiKey.InitProducerId: (InitProducerIdRequest, InitProducerIdResponse),
     ApiKey.DescribeConfigs: (DescribeConfigsRequest, DescribeConfigsResponse),
+    ApiKey.DeleteRecords: (DeleteRecordsRequest, DeleteRecordsResponse),
+    ApiKey.AlterConfigs: (AlterConfigsRequest, AlterConfigsResponse),
+    ApiKey.DescribeLogDirs: (DescribeLogDirsRequest, DescribeLogDirsResponse),
+    ApiKey.CreatePartitions: (CreatePartitionsRequest, CreatePartitionsResponse),
+    ApiKey.DeleteGroups: (DeleteGroupsRequest, DeleteGroupsResponse),
+    ApiKey.IncrementalAlterConfigs: (IncrementalAlterConfigsRequest,
+                                     IncrementalAlterConfigsResponse),
+    ApiKey.OffsetDelete: (OffsetDeleteRequest, OffsetDeleteResponse),
+    ApiKey.DescribeTopicPartitions: (DescribeTopicPartitionsRequest,
+                                     DescribeTopicPartitionsResponse),
     ApiKey.DescribeCluster: (DescribeClusterRequest, DescribeClusterResponse),
+    ApiKey.AddPartitionsToTxn: (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
+    ApiKey.AddOffsetsToTxn: (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
+    ApiKey.EndTxn: (EndTxnRequest, EndTxnResponse),
+    ApiKey.TxnOffsetCommit: (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
+    ApiKey.DescribeTransactions: (DescribeTransactionsRequest, DescribeTransactionsResponse),
+    ApiKey.ListTransactions: (ListTransactionsRequest, ListTransactionsResponse),
 }
 
 _API_VERSIONS = int(ApiKey.ApiVersions)

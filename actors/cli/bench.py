@@ -40,6 +40,7 @@ BENCH_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "replication": ("bench.replication:command", ("confluent_kafka",)),
     "txn": ("bench.txn_bench:command", ("confluent_kafka",)),
     "sweep": ("bench.sweep:command", ("confluent_kafka", "hdrh", "matplotlib")),
+    "chaos": ("bench.chaos:command", ("confluent_kafka",)),
     "trace-cost": ("bench.trace_bench:cost_command", ("confluent_kafka", "hdrh")),
     "trace-analyze": ("bench.trace_bench:analyze_command", ("hdrh", "pyspark", "pyarrow")),
 }
@@ -103,7 +104,7 @@ def group() -> None:
     """Benchmarks; each prints a summary and writes --json FILE.
 
     actor-hop, timer, log, memory and failover run on the plain install (memory's consume
-    figure uses the bench extra); produce, consume, e2e,
-    compare, sweep, txn and trace-cost need the bench extra (pip install -e '.[bench]'
-    in the actorlog checkout), trace-analyze the spark extra too.
+    figure uses the bench extra); produce, consume, e2e, compare, sweep, txn, chaos
+    and trace-cost need the bench extra (pip install -e '.[bench]' in the actorlog
+    checkout), trace-analyze the spark extra too.
     """

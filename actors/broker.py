@@ -43,6 +43,7 @@ from actors.core.dir_lock import DirLock, DirLockedError
 from actors.core.log_dir import LogDir
 from actors.core.metadata_cache import MetadataCache
 from actors.core.topic_store import TopicStore
+from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
 from actors.group_coordinator import spawn_coordinators
 from actors.log_cleaner import LogCleaner
 from actors.log_manager import LogManager
@@ -67,6 +68,7 @@ from actors.runtime.node import (
 )
 from actors.timer import Timer
 from actors.topology import Topology, broker_node_name
+from actors.transaction_coordinator import spawn_txn_coordinators
 from wire import kafka_codec
 from wire.cluster_messages import ControlledShutdownStep, StartController
 
@@ -420,7 +422,7 @@ class Broker:
             if cfg["log.cleaner.enable"]:  # its own thread: a pass must not slow a worker
                 node.spawn(LogCleaner, topo.log_cleaner.name, topology=topo, config=cfg,
                            log_dir=data_dir, clock=clock)
-            self._spawn_extra(node, topo, cfg, clock)
+            self._spawn_extra(node, topo, cfg, clock, topics)
             for i in range(topo.num_handlers):
                 ctx = HandlerContext(topo, cfg, broker_id, adv_host, adv_port, cluster_id, i,
                                      dict(topics), clock=clock,
@@ -472,9 +474,12 @@ class Broker:
         except (OSError, RuntimeError) as exc:
             raise BrokerError(str(exc)) from None
 
-    def _spawn_extra(self, node: Node, topo: Topology, cfg: Config, clock: Any) -> None:
-        """The consumer-group coordinators."""
+    def _spawn_extra(self, node: Node, topo: Topology, cfg: Config, clock: Any,
+                     topics: dict[str, Any] | None = None) -> None:
+        """The consumer-group and transaction coordinators."""
         spawn_coordinators(node, topo, cfg, clock, cluster=self.cluster)
+        spawn_txn_coordinators(node, topo, cfg, clock, cluster=self.cluster,
+                               topic_exists=TRANSACTION_STATE_TOPIC in (topics or {}))
 
     # ------------------------------------------------------------------ cluster mode
     def _join(self, cfg: Config, data_dir: Path, broker_id: int) -> str:

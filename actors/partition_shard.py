@@ -41,6 +41,7 @@ from wire.admin_messages import (
     UpdatePartitionConfigs,
 )
 from wire.broker_messages import (
+    AbortedTxnRow,
     Append,
     AppendDone,
     AppendDoneRow,
@@ -78,6 +79,7 @@ from wire.replication_messages import (
     ReplicaReadDone,
     ReplicaReadDoneRow,
 )
+from wire.transaction_messages import TxnMarkerDoneRow, WriteTxnMarkers, WriteTxnMarkersDone
 
 NONE = int(ErrorCode.NONE)
 UNKNOWN_TP = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -416,7 +418,8 @@ class PartitionShard(Actor):
                         f"min.insync.replicas is {state.min_insync_replicas}"))
                     continue
                 try:
-                    info = state.log.append_as_leader(req.records, state.leader_epoch, now, True)
+                    info = state.log.append_as_leader(req.records, state.leader_epoch, now,
+                                                      msg.coordinator, defer=True)
                 except KafkaError as exc:
                     self._log_refusal(topic, partition, exc)
                     rows.append(AppendDoneRow(topic, partition, int(exc.code), -1, -1,
@@ -485,6 +488,29 @@ class PartitionShard(Actor):
         else:
             self.tell(sender, AppendDone(msg.req_id, rows))
 
+    @handles(WriteTxnMarkers)
+    def on_write_txn_markers(self, msg: WriteTxnMarkers) -> None:
+        """Commit/abort markers from a transaction coordinator, as control batches."""
+        rows: list[TxnMarkerDoneRow] = []
+        now = self.clock.wall_ms()
+        for req in msg.rows:
+            state = self.partitions.get((req.topic, req.partition))
+            if state is None or not state.is_leader:
+                rows.append(TxnMarkerDoneRow(req.topic, req.partition,
+                                             UNKNOWN_TP if state is None else NOT_LEADER))
+                continue
+            try:
+                state.log.append_control(req.producer_id, req.producer_epoch, req.commit,
+                                         req.coordinator_epoch, state.leader_epoch, now)
+            except KafkaError as exc:
+                self._log_refusal(req.topic, req.partition, exc)
+                rows.append(TxnMarkerDoneRow(req.topic, req.partition, int(exc.code)))
+                continue
+            state.on_leader_append()
+            self._notify(state)
+            rows.append(TxnMarkerDoneRow(req.topic, req.partition, NONE))
+        self.reply(WriteTxnMarkersDone(msg.req_id, rows))
+
     def _watch_produce(self, sender: Address, msg: Append, rows: list[AppendDoneRow],
                        waiting: list[WatchProduceRow]) -> None:
         """acks=-1 and the ISR is behind: the purgatory answers the handler later."""
@@ -545,7 +571,9 @@ class PartitionShard(Actor):
                 if msg.replica_id >= 0 and state.on_follower_fetch(
                         msg.replica_id, offset, self.clock.wall_ms()):
                     self._notify(state)  # the high watermark moved
-                max_offset = log.high_watermark if msg.replica_id < 0 else None
+                committed = msg.isolation_level == 1 and msg.replica_id < 0
+                max_offset = ((log.last_stable_offset if committed else log.high_watermark)
+                              if msg.replica_id < 0 else None)
                 limit = min(req.partition_max_bytes, budget) if budget > 0 else -1
                 region_min = None
                 if msg.regions:
@@ -566,11 +594,24 @@ class PartitionShard(Actor):
                     budget -= size
                     if info.region is None:
                         inline += size
+                aborted = None
+                fetch_position = (meta.segment_base_offset, meta.relative_position_in_segment)
+                if committed:
+                    aborted = [AbortedTxnRow(a.producer_id, a.first_offset)
+                               for a in log.aborted_transactions(offset, max_offset or 0)]
+                    if not size and log.high_watermark > offset:
+                        # Stopped by an open transaction: a waiting fetch counts what is
+                        # appended after the high watermark (the marker among it), not the
+                        # open transaction's bytes, or it would wake at once, read nothing
+                        # and spin (Kafka's DelayedFetch waits on the LSO).
+                        hw = log.high_watermark_metadata
+                        fetch_position = (hw.segment_base_offset,
+                                          hw.relative_position_in_segment)
                 rows.append(ReadDoneRow(topic, partition, NONE, info.high_watermark,
                                         info.log_start_offset, bytes(info.records),
-                                        meta.segment_base_offset,
-                                        meta.relative_position_in_segment, info.log_end_offset,
-                                        info.region))
+                                        fetch_position[0], fetch_position[1],
+                                        info.log_end_offset, info.region,
+                                        log.last_stable_offset, aborted))
         except Exception:
             close_regions(rows)
             self.reply(ReadDone(msg.req_id, [
@@ -606,14 +647,15 @@ class PartitionShard(Actor):
                 continue
             log = state.log
             epoch = state.leader_epoch
+            # read_committed sees up to the last stable offset (Kafka's lastFetchableOffset)
+            visible = log.last_stable_offset if msg.isolation_level == 1 else log.high_watermark
             if ts == -2:
                 rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, log.log_start_offset,
                                                epoch))
             elif ts == -1:
-                rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, log.high_watermark,
-                                               epoch))
+                rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, visible, epoch))
             elif ts == -3:
-                found = self._max_timestamp_offset(log)
+                found = self._max_timestamp_offset(log, visible)
                 if found is None:
                     rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, -1, epoch))
                 else:
@@ -621,7 +663,7 @@ class PartitionShard(Actor):
                                                    epoch))
             elif isinstance(ts, int) and ts >= 0:
                 found = log.offset_for_timestamp(ts)
-                if found is None or found[0] >= log.high_watermark:
+                if found is None or found[0] >= visible:
                     rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, -1, epoch))
                 else:
                     rows.append(ListOffsetsDoneRow(topic, partition, NONE, found[1], found[0],
@@ -632,7 +674,7 @@ class PartitionShard(Actor):
         self.reply(ListOffsetsDone(msg.req_id, rows))
 
     @staticmethod
-    def _max_timestamp_offset(log: PartitionLog) -> tuple[int, int] | None:
+    def _max_timestamp_offset(log: PartitionLog, visible: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record holding the log's largest timestamp.
 
         ListOffsets -3 (KIP-734). Segments know their max timestamp from their
@@ -644,7 +686,7 @@ class PartitionShard(Actor):
         if max_ts < 0:
             return None
         found = log.offset_for_timestamp(max_ts)
-        if found is None or found[0] >= log.high_watermark:
+        if found is None or found[0] >= visible:
             return None
         return found
 

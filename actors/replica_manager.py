@@ -33,6 +33,7 @@ from actors.core.fetcher_state import FetcherConfig
 from actors.core.metadata_cache import MetadataCache
 from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.replica_fencing import NONE, ReplicaFencing
+from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
 from actors.replica_fetcher import ReplicaFetcher, fetcher_name
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
@@ -40,6 +41,7 @@ from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.runtime.errors import NodeError
 from actors.topology import Topology, broker_node_name, stable_hash
+from actors.transaction_coordinator import all_txn_coordinators
 from wire.broker_messages import DropPartitions, GetStats, ShardDone
 from wire.broker_messages import TopicPartition as TopicPartitionRow
 from wire.cluster_messages import (
@@ -73,6 +75,7 @@ from wire.replication_messages import (
     ProposeIsr,
     RemoveFetcherPartitions,
 )
+from wire.transaction_messages import TxnCoordinatorPartitions, TxnPartitionRow
 
 ALTER_PARTITION_TIMEOUT_MS = 5000  # an AlterPartition unanswered this long is proposed again
 
@@ -211,6 +214,8 @@ class ReplicaManager(Actor):
         applied = [r for r in entry.became if entry.rows.get((r.topic, r.partition)) == NONE]
         elected: list[CoordinatorPartitionRow] = []
         resigned: list[int] = []
+        txn_elected: list[TxnPartitionRow] = []
+        txn_resigned: list[int] = []
         follow: list[ReplicaStateRow] = []
         lead: list[TopicPartition] = []
         for row in applied:
@@ -226,7 +231,13 @@ class ReplicaManager(Actor):
                     elected.append(CoordinatorPartitionRow(row.partition, row.leader_epoch))
                 elif was_leader:
                     resigned.append(row.partition)
+            elif row.topic == TRANSACTION_STATE_TOPIC:
+                if row.leader == self.broker_id:
+                    txn_elected.append(TxnPartitionRow(row.partition, row.leader_epoch))
+                elif was_leader:
+                    txn_resigned.append(row.partition)
         self._coordinators(elected, resigned)
+        self._txn_coordinators(txn_elected, txn_resigned)
         self._fetchers(follow, lead)
 
     # ------------------------------------------------------------ StopReplica
@@ -264,11 +275,15 @@ class ReplicaManager(Actor):
 
     def _after_stop_replica(self, entry: _Pending) -> None:
         resigned = []
+        txn_resigned = []
         for tp in entry.stopped:
             leader, _epoch = self.roles.pop(tp, (-1, -1))
             if tp.topic == OFFSETS_TOPIC and leader == self.broker_id:
                 resigned.append(tp.partition)
+            elif tp.topic == TRANSACTION_STATE_TOPIC and leader == self.broker_id:
+                txn_resigned.append(tp.partition)
         self._coordinators([], resigned)
+        self._txn_coordinators([], txn_resigned)
         self._fetchers([], [], stopped=entry.stopped)
 
     # ------------------------------------------------------------ fan out / in
@@ -316,6 +331,8 @@ class ReplicaManager(Actor):
         self.cache.apply(msg)
         for handler in self.topology.all_handlers():
             self.tell(handler, msg)
+        for txn_coordinator in all_txn_coordinators(self.topology):  # markers: who leads
+            self.tell(txn_coordinator, msg)
         self.reply(UpdateMetadataResponse(self.broker_id, NONE))
         self._demote_from_metadata(msg)
         self._check_waiters(self.clock.now_ms())
@@ -394,6 +411,11 @@ class ReplicaManager(Actor):
             return
         for i in range(self.topology.num_coordinators):
             self.tell(self.topology.coordinator(i), CoordinatorPartitions(elected, resigned))
+
+    def _txn_coordinators(self, elected: list[TxnPartitionRow], resigned: list[int]) -> None:
+        if elected or resigned:
+            for address in all_txn_coordinators(self.topology):
+                self.tell(address, TxnCoordinatorPartitions(elected, resigned))
 
     def _fetchers(self, follow: list[ReplicaStateRow], lead: list[TopicPartition],
                   stopped: list[TopicPartition] | None = None) -> None:

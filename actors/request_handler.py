@@ -49,6 +49,14 @@ from actors.apis.metadata import (
 )
 from actors.apis.produce import handle_produce
 from actors.apis.replica_fetch import handle_replica_fetch
+from actors.apis.transactions import (
+    handle_add_offsets_to_txn,
+    handle_add_partitions_to_txn,
+    handle_describe_transactions,
+    handle_end_txn,
+    handle_list_transactions,
+    handle_txn_offset_commit,
+)
 from actors.core.file_regions import close_region, close_regions
 from actors.metrics import error_codes
 from actors.runtime.actor import Actor, handles
@@ -91,6 +99,7 @@ from wire.group_messages import (
     SyncGroupDone,
 )
 from wire.replication_messages import ReplicaFetch, ReplicaReadDone
+from wire.transaction_messages import DescribeTxnsDone, InitTxnProducerDone, ListTxnsDone, TxnDone
 
 API_VERSIONS = int(ApiKey.ApiVersions)
 FETCH = int(ApiKey.Fetch)
@@ -122,6 +131,12 @@ API_TABLE: dict[int, Any] = {
     ApiKey.OffsetDelete: handle_offset_delete,
     ApiKey.DescribeTopicPartitions: handle_describe_topic_partitions,
     ApiKey.DescribeCluster: handle_describe_cluster,
+    ApiKey.AddPartitionsToTxn: handle_add_partitions_to_txn,
+    ApiKey.AddOffsetsToTxn: handle_add_offsets_to_txn,
+    ApiKey.EndTxn: handle_end_txn,
+    ApiKey.TxnOffsetCommit: handle_txn_offset_commit,
+    ApiKey.DescribeTransactions: handle_describe_transactions,
+    ApiKey.ListTransactions: handle_list_transactions,
 }
 
 
@@ -281,7 +296,8 @@ class RequestHandler(Actor):
              LeaveGroupDone, OffsetCommitDone, OffsetFetchDone, ListGroupsDone,
              DescribeGroupsDone, TopicsAwaited, CreatePartitionsDone,
              AlterTopicConfigsDone, DeleteRecordsDone, DescribeLogDirDone, DeleteGroupsDone,
-             OffsetDeleteDone, ReplicaReadDone)
+             OffsetDeleteDone, ReplicaReadDone, InitTxnProducerDone, TxnDone,
+             DescribeTxnsDone, ListTxnsDone)
     def on_reply(self, msg: Any) -> None:
         entry = self.pending.pop(msg.req_id, None)
         if entry is None:

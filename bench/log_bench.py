@@ -96,7 +96,7 @@ def run_append(directory: Path, batches: list[bytes], count: int,
                 append(batches[i % n], 0, 0)
         else:
             for i in block:
-                append(batches[i % n], 0, 0, True)
+                append(batches[i % n], 0, 0, defer=True)
                 if (i + 1) % group == 0:
                     commit()
             commit()

@@ -41,7 +41,9 @@ BENCH_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "compare": ("bench.compare:command", ("confluent_kafka", "hdrh")),
     "scale": ("bench.scale:command", ("confluent_kafka", "hdrh")),
     "replication": ("bench.replication:command", ("confluent_kafka",)),
+    "txn": ("bench.txn_bench:command", ("confluent_kafka",)),
     "sweep": ("bench.sweep:command", ("confluent_kafka", "hdrh", "matplotlib")),
+    "chaos": ("bench.chaos:command", ("confluent_kafka",)),
     "trace-cost": ("bench.trace_bench:cost_command", ("confluent_kafka", "hdrh")),
     "trace-analyze": ("bench.trace_bench:analyze_command", ("hdrh", "pyspark", "pyarrow")),
 }
@@ -106,6 +108,6 @@ def group() -> None:
 
     actor-hop, timer, log, codec, request-cost, memory and failover run on the plain
     install (memory's consume figure uses the bench extra); produce, consume, e2e,
-    compare, scale, sweep and trace-cost need the bench extra (pip install -e '.[bench]'
-    in the actorlog checkout), trace-analyze the spark extra too.
+    compare, scale, sweep, txn, chaos and trace-cost need the bench extra (pip install
+    -e '.[bench]' in the actorlog checkout), trace-analyze the spark extra too.
     """

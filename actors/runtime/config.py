@@ -134,6 +134,16 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "group.min.session.timeout.ms": (6000, int, "smallest session timeout allowed"),
     "group.max.session.timeout.ms": (1800000, int, "largest session timeout allowed"),
     "offsets.topic.num.partitions": (50, int, "partitions of __consumer_offsets"),
+    "transaction.state.log.num.partitions": (50, int, "partitions of __transaction_state"),
+    "transaction.state.log.replication.factor": (3, int, "replicas of __transaction_state "
+                                                         "(at most the live brokers)"),
+    "transaction.state.log.min.isr": (2, int, "min.insync.replicas of __transaction_state "
+                                              "(at most its replication factor)"),
+    "transaction.max.timeout.ms": (900000, int, "largest transaction.timeout.ms a producer may "
+                                                "ask for (INVALID_TRANSACTION_TIMEOUT above)"),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        10000, int, "how often the transaction coordinators abort transactions past their "
+                    "timeout"),
     "purge.interval.requests": (1000, int, "the purgatory purges completed operations from "
                                          "its watch lists once about this many are there"),
     # --- a cluster (ZooKeeper); without zookeeper.connect the node is a single broker ---
@@ -233,6 +243,11 @@ RANGES: dict[str, tuple[float, float]] = {
     "group.min.session.timeout.ms": (0, 2**31 - 1),
     "group.max.session.timeout.ms": (0, 2**31 - 1),
     "offsets.topic.num.partitions": _COUNT,
+    "transaction.state.log.num.partitions": _COUNT,
+    "transaction.state.log.replication.factor": (1, 32767),
+    "transaction.state.log.min.isr": (1, 32767),
+    "transaction.max.timeout.ms": (1, 2**31 - 1),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (1, 2**31 - 1),
     "purge.interval.requests": _COUNT,
     "zookeeper.session.timeout.ms": (1, 2**31 - 1),
     "zookeeper.connection.timeout.ms": (0, 2**31 - 1),

@@ -53,6 +53,8 @@ pytestmark = [pytest.mark.clients]
 ROOT = Path(__file__).resolve().parents[2]
 HERE = "tests/broker/test_config_keys.py"
 REPL = "tests/cluster/test_replication.py"
+TXN = "tests/broker/test_transactions.py"
+TXN_CLUSTER = "tests/cluster/test_transactions_cluster.py"
 CLEANER = "tests/broker/test_log_cleaner.py"
 
 # key -> the tests that show its effect ("path::function").
@@ -193,6 +195,14 @@ EFFECTS: dict[str, list[str]] = {
                                                "isr_leads_again"],
     "leader.imbalance.check.interval.seconds": [f"{REPL}::test_a_preferred_leader_back_in_the_"
                                                 "isr_leads_again"],
+    # Transactions: the topic's keys on a 3-node cluster, the coordinator's on one node.
+    "transaction.state.log.num.partitions": [f"{TXN_CLUSTER}::test_transactions_across_nodes"],
+    "transaction.state.log.replication.factor": [
+        f"{TXN_CLUSTER}::test_transactions_across_nodes"],
+    "transaction.state.log.min.isr": [f"{TXN_CLUSTER}::test_transactions_across_nodes"],
+    "transaction.max.timeout.ms": [f"{TXN}::test_a_transaction_past_its_timeout_is_aborted"],
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": [
+        f"{TXN}::test_a_transaction_past_its_timeout_is_aborted"],
 }
 
 

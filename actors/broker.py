@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import errno
 import hashlib
 import os
 import resource
 import shutil
+import signal
 import socket
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -47,6 +50,7 @@ from actors.log_manager import LogManager
 from actors.metadata.store import BrokerIdInUse, MetadataError
 from actors.metadata.zk import ZkMetadataStore
 from actors.partition_shard import PartitionShard
+from actors.processes import ProcessSupervisor, process_node_name
 from actors.processor import Processor
 from actors.purgatory import PurgatoryShard
 from actors.replica_manager import ReplicaManager
@@ -140,11 +144,17 @@ def gateway_ipc_dir(base: str, data_dir: Path, node_name: str) -> str:
     return ipc_dir
 
 
-def bind_listener(host: str, port: int) -> socket.socket:
-    """The Kafka listener's socket, bound and listening (IPv4 or IPv6 by the host)."""
+def bind_listener(host: str, port: int, reuse_port: bool = False) -> socket.socket:
+    """The Kafka listener's socket, bound and listening (IPv4 or IPv6 by the host).
+
+    ``reuse_port`` (num.processes > 1): every process of the broker binds the
+    port, and the kernel spreads new connections over them.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     where = format_host_port(host or "0.0.0.0", port)
     try:
         listener.bind((host, port))
@@ -257,7 +267,8 @@ def read_or_create_meta(data_dir: Path, broker_id: int, cluster_id: str | None =
 
 
 class Broker:
-    def __init__(self, config: Config, clock: Clock | None = None) -> None:
+    def __init__(self, config: Config, clock: Clock | None = None,
+                 catch_signals: bool = False) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()  # the node's, read by every actor
         self.node: Node | None = None
@@ -269,6 +280,10 @@ class Broker:
         self.node_name = str(config["node.name"])
         self.metadata: ZkMetadataStore | None = None
         self.broker_info: BrokerInfo | None = None
+        self.supervisor: ProcessSupervisor | None = None  # num.processes > 1
+        # `actorlog serve`: SIGTERM/SIGINT noted from before the broker says it listens
+        self.catch_signals = catch_signals
+        self.early_signals: list[int] = []
 
     def start(self) -> Broker:
         """Check the settings, bind the listener, lock the log dirs, then spawn the actors.
@@ -286,7 +301,11 @@ class Broker:
         self.node_name = cluster_node_name(cfg) if self.cluster else str(cfg["node.name"])
         ipc_dir = gateway_ipc_dir(str(cfg["actor.ipc.dir"]) or default_ipc_dir(), data_dir,
                                   self.node_name)
-        listener = bind_listener(host, port)
+        processes = int(cfg["num.processes"])
+        if processes > 1 and self.cluster:
+            raise BrokerConfigError("num.processes > 1 is not supported with zookeeper.connect "
+                                    "yet; set num.processes = 1 for a cluster node")
+        listener = bind_listener(host, port, reuse_port=processes > 1)
         self.host, self.port = listener.getsockname()[:2]
         if adv_port == 0:
             adv_port = self.port
@@ -342,9 +361,11 @@ class Broker:
         store = None if self.cluster else TopicStore.load(data_dir)
 
         endpoint = NodeEndpoint(str(cfg["actor.gateway.host"]), gateway_port, ipc_dir)
+        processes = int(cfg["num.processes"])
+        process_nodes = tuple(process_node_name(node_name, k) for k in range(processes))
         node = Node(
             node_name,
-            directory=Directory({node_name: endpoint}),
+            directory=Directory({name: endpoint for name in process_nodes}),
             endpoint=endpoint,
             data_dir=data_dir,
             trace_sample_ratio=float(cfg["trace.sample.ratio"]),
@@ -357,6 +378,8 @@ class Broker:
         node.tracer.files_max = int(cfg["trace.files.max"])
         self.node = node
         topo = Topology.from_config(node_name, cfg)
+        if processes > 1:
+            topo = dataclasses.replace(topo, home=node_name, process_nodes=process_nodes)
         self.topology = topo
         kafka_codec.warm_up()
         clock = node.clock
@@ -412,19 +435,44 @@ class Broker:
                        listen_socket=listener, clock=clock, **place(0))
             if self.cluster:
                 self._register(cfg, node, topo, broker_id)
+            if processes > 1:
+                self._start_processes(cfg, data_dir, ipc_dir, node_name, broker_id, adv_host,
+                                      adv_port, cluster_id, processes)
         except BaseException:
+            if self.supervisor is not None:
+                self.supervisor.stop()
+                self.supervisor = None
             node.shutdown(timeout=5)
             if "_gateway" in node.actors:  # ours; never a socket another process serves
                 self._remove_gateway_socket(node)
             self.node = None
             self._close_metadata()
             raise
+        self._catch_signals()
         logger.bind(node=node_name).info(
             "actorlog broker {} listening on {} (advertised {}), data in {}, "
             "{} processors, {} handlers, {} shards, actor threads {}",
             broker_id, format_host_port(self.host, self.port),
             format_host_port(adv_host, adv_port), data_dir,
             topo.num_processors, topo.num_handlers, topo.num_shards, cfg["actor.threads"])
+
+    def _start_processes(self, cfg: Config, data_dir: Path, ipc_dir: str, node_name: str,
+                         broker_id: int, adv_host: str, adv_port: int, cluster_id: str,
+                         processes: int) -> None:
+        """num.processes > 1: processes 1..N-1 serve connections on the same port."""
+        spec = {"config": {k: cfg[k] for k in SPEC}, "main": node_name, "host": self.host,
+                "port": self.port, "adv_host": adv_host, "adv_port": adv_port,
+                "cluster_id": cluster_id, "broker_id": broker_id, "ipc_dir": ipc_dir,
+                "gateway_host": str(cfg["actor.gateway.host"]), "data_dir": str(data_dir)}
+
+        def give_up(reason: str) -> None:
+            logger.bind(node=node_name).error(reason)
+            os.kill(os.getpid(), signal.SIGTERM)  # run_until_signal stops the broker
+
+        try:
+            self.supervisor = ProcessSupervisor(spec, processes, give_up).start()
+        except (OSError, RuntimeError) as exc:
+            raise BrokerError(str(exc)) from None
 
     def _spawn_extra(self, node: Node, topo: Topology, cfg: Config, clock: Any,
                      topics: dict[str, Any] | None = None) -> None:
@@ -540,10 +588,37 @@ class Broker:
                         "gave up" if state == "failed" else "timed out",
                         status.get("attempts"), status.get("message") or "no answer")
 
+    def _catch_signals(self) -> None:
+        """From before the broker says it listens, SIGTERM/SIGINT are noted, not fatal.
+
+        Whoever starts a broker may stop it as soon as it says it listens; the
+        signal must then stop it cleanly (run_until_signal sees it), not kill it.
+        """
+        if not self.catch_signals or threading.current_thread() is not threading.main_thread():
+            return
+        caught = self.early_signals
+
+        def note(signum: int, _frame: Any) -> None:
+            caught.append(signum)
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, note)
+
     def run_until_signal(self) -> int:
         """Serve until SIGTERM/SIGINT; in a cluster, a controlled shutdown comes first."""
         assert self.node is not None
-        return self.node.run_until_signal(before_shutdown=self.controlled_shutdown)
+
+        def before_shutdown() -> None:
+            self._stop_processes()  # their requests finish while this process still serves
+            self.controlled_shutdown()
+
+        return self.node.run_until_signal(before_shutdown=before_shutdown,
+                                          received=self.early_signals)
+
+    def _stop_processes(self) -> None:
+        supervisor, self.supervisor = self.supervisor, None
+        if supervisor is not None:
+            supervisor.stop(timeout=float(self.config["request.timeout.ms"]) / 1000)
 
     def _close_metadata(self) -> None:
         metadata, self.metadata = self.metadata, None
@@ -554,6 +629,7 @@ class Broker:
                 pass
 
     def stop(self) -> None:
+        self._stop_processes()
         if self.node is not None:
             node, self.node = self.node, None
             node.shutdown(timeout=float(self.config["request.timeout.ms"]) / 1000)

@@ -66,7 +66,7 @@ from wire.broker_messages import (
     WatchProduceRow,
 )
 from wire.cluster_messages import BecameLeaderOrFollower, BecomeLeaderOrFollower, PartitionErrorRow
-from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
+from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError, StorageError
 from wire.replication_messages import (
     FollowerApplied,
     FollowerApply,
@@ -120,6 +120,13 @@ class PartitionShard(Actor):
 
     # ------------------------------------------------------------- lifecycle
     def setup(self) -> None:
+        # Group commit: logs with batches staged this turn, and the Append answers
+        # that wait for them (sender, message, rows, acks=-1 waits), sent at turn end.
+        self.staged: dict[tuple[str, int], PartitionState] = {}
+        self.unanswered: list[tuple[Address, Append, list[AppendDoneRow],
+                                    list[WatchProduceRow]]] = []
+        self.group_commits = 0
+        self.group_committed_appends = 0
         self.partitions: dict[tuple[str, int], PartitionState] = {}
         self.watchers: dict[tuple[str, int], set[Address]] = {}
         self.errors_logged: set[tuple[str, int, int]] = set()
@@ -164,6 +171,7 @@ class PartitionShard(Actor):
                        log.high_watermark)
 
     def teardown(self) -> None:
+        self._commit_and_answer()
         now = self.clock.wall_ms()
         rows = []
         for state in self.partitions.values():
@@ -191,6 +199,8 @@ class PartitionShard(Actor):
                    - self.clock.wall_ms())
 
     def on_turn(self) -> None:
+        if self.unanswered or self.staged:
+            self._commit_and_answer()
         now = self.clock.wall_ms()
         if now >= self.next_isr_check_ms:
             self.next_isr_check_ms = now + self.isr_check_ms
@@ -381,9 +391,16 @@ class PartitionShard(Actor):
     # ---------------------------------------------------------------- produce
     @handles(Append)
     def on_append(self, msg: Append) -> None:
+        """Append each partition's batch; the answer waits for the turn's group commit.
+
+        Batches on the log's common path are staged, not written: at the end of
+        the turn (on_turn) every staged log is written with one writev, and then
+        the answers go out, so nothing is acknowledged before it is written.
+        """
         rows: list[AppendDoneRow] = []
         waiting: list[WatchProduceRow] = []
         now = self.clock.wall_ms()
+        staged = self.staged
         try:
             for req in msg.rows:
                 topic, partition = req.topic, req.partition
@@ -402,12 +419,14 @@ class PartitionShard(Actor):
                     continue
                 try:
                     info = state.log.append_as_leader(req.records, state.leader_epoch, now,
-                                                      msg.coordinator)
+                                                      msg.coordinator, defer=True)
                 except KafkaError as exc:
                     self._log_refusal(topic, partition, exc)
                     rows.append(AppendDoneRow(topic, partition, int(exc.code), -1, -1,
                                               state.log.log_start_offset, str(exc)))
                     continue
+                if state.log.staged_bytes:
+                    staged[(topic, partition)] = state
                 state.on_leader_append()
                 state.log.maybe_flush(now)
                 self._count(topic, "in", len(req.records),
@@ -422,16 +441,52 @@ class PartitionShard(Actor):
         except Exception:
             # Rows appended before the failure keep their offsets (answering them as
             # failed would make non-idempotent producers write them twice).
+            self._commit_and_answer()
             self.reply(AppendDone(msg.req_id, rows + [
                 AppendDoneRow(r.topic, r.partition, int(ErrorCode.UNKNOWN_SERVER_ERROR), -1, -1,
                               -1, "internal error")
                 for r in msg.rows[len(rows):]
             ]))
             raise
-        if waiting:
-            self._watch_produce(msg, rows, waiting)
+        assert self.current_sender is not None
+        if staged or self.unanswered:
+            self.unanswered.append((self.current_sender, msg, rows, waiting))
         else:
-            self.reply(AppendDone(msg.req_id, rows))
+            self._answer(self.current_sender, msg, rows, waiting)
+
+    def _commit_and_answer(self) -> None:
+        """Write every staged log (one writev each), then send the answers that waited.
+
+        A log whose write failed was put back as it was before the staged
+        batches: their rows are answered KAFKA_STORAGE_ERROR.
+        """
+        failed: dict[tuple[str, int], StorageError] = {}
+        if self.staged:
+            self.group_commits += 1
+            for key, state in self.staged.items():
+                error = state.log.commit()
+                if error is not None:
+                    failed[key] = error
+                    self.log.error("lost the staged appends of {}-{}: {}", key[0], key[1],
+                                   error)
+            self.staged = {}
+        answers, self.unanswered = self.unanswered, []
+        self.group_committed_appends += len(answers)
+        for sender, msg, rows, waiting in answers:
+            if failed:
+                rows = [AppendDoneRow(r.topic, r.partition, int(ErrorCode.KAFKA_STORAGE_ERROR),
+                                      -1, -1, -1, str(failed[(r.topic, r.partition)]))
+                        if r.error_code == NONE and (r.topic, r.partition) in failed else r
+                        for r in rows]
+                waiting = [w for w in waiting if (w.topic, w.partition) not in failed]
+            self._answer(sender, msg, rows, waiting)
+
+    def _answer(self, sender: Address, msg: Append, rows: list[AppendDoneRow],
+                waiting: list[WatchProduceRow]) -> None:
+        if waiting:
+            self._watch_produce(sender, msg, rows, waiting)
+        else:
+            self.tell(sender, AppendDone(msg.req_id, rows))
 
     @handles(WriteTxnMarkers)
     def on_write_txn_markers(self, msg: WriteTxnMarkers) -> None:
@@ -456,10 +511,9 @@ class PartitionShard(Actor):
             rows.append(TxnMarkerDoneRow(req.topic, req.partition, NONE))
         self.reply(WriteTxnMarkersDone(msg.req_id, rows))
 
-    def _watch_produce(self, msg: Append, rows: list[AppendDoneRow],
+    def _watch_produce(self, sender: Address, msg: Append, rows: list[AppendDoneRow],
                        waiting: list[WatchProduceRow]) -> None:
         """acks=-1 and the ISR is behind: the purgatory answers the handler later."""
-        assert self.current_sender is not None
         by_key = {(w.topic, w.partition): w for w in waiting}
         wait_rows = []
         for r in rows:  # rows not waiting are settled already: carried along as they are
@@ -470,7 +524,8 @@ class PartitionShard(Actor):
         first = waiting[0]
         self.tell(
             self.topology.purgatory_for(first.topic, first.partition),
-            WatchProduce(msg.req_id, self.current_sender.name, msg.timeout_ms, wait_rows),
+            WatchProduce(msg.req_id, sender.name, msg.timeout_ms, wait_rows,
+                         "" if sender.node == self.node.name else sender.node),
         )
 
     def _count(self, topic: str, direction: str, size: int, records: int) -> None:
@@ -873,6 +928,8 @@ class PartitionShard(Actor):
             "leaders": sorted(f"{t}-{p}" for (t, p), s in self.partitions.items()
                               if s.is_leader),
             "watched": len(self.watchers),
+            "group_commits": self.group_commits,
+            "group_committed_appends": self.group_committed_appends,
             "replication": dict(self.replication),
             "isr": {f"{t}-{p}": sorted(s.isr) for (t, p), s in self.partitions.items()
                     if s.is_leader},

@@ -88,6 +88,10 @@ def metric_keys(api_key: int) -> tuple[str, str, tuple[str, ...]]:
     return keys
 
 
+# Poll flags as plain ints: zmq's IntFlag members build an enum on every | and &.
+_POLLIN = int(zmq.POLLIN)
+_POLLOUT = int(zmq.POLLOUT)
+
 class _Region:
     """A file region being sent: what is left of it. Owns its descriptor."""
 
@@ -221,9 +225,9 @@ class Processor(Actor):
     def _update_mask(self, conn: _Conn) -> None:
         mask = 0
         if conn.reading and conn.core.state is OPEN and not self.stopping:
-            mask |= zmq.POLLIN
+            mask |= _POLLIN
         if conn.out:
-            mask |= zmq.POLLOUT
+            mask |= _POLLOUT
         if mask == conn.mask:
             return
         if conn.mask == 0:
@@ -272,9 +276,9 @@ class Processor(Actor):
         self.idle.update(conn.conn_id, self._monotonic_ns() // 1_000_000)
         # POLLIN may be from before this turn's answers made the connection CLOSING
         # or put it over a bound
-        if mask & zmq.POLLIN and conn.reading and conn.core.state is OPEN:
+        if mask & _POLLIN and conn.reading and conn.core.state is OPEN:
             self._read(conn)
-        if conn.conn_id in self.conns and mask & zmq.POLLOUT:
+        if conn.conn_id in self.conns and mask & _POLLOUT:
             self._write(conn)
         self._refresh(conn)
 

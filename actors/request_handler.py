@@ -80,6 +80,7 @@ from wire.broker_messages import (
     KafkaRequest,
     KafkaResponse,
     ListOffsetsDone,
+    MetadataApplied,
     MetadataUpdate,
     ProduceReady,
     ReadDone,
@@ -227,7 +228,10 @@ class RequestHandler(Actor):
             self._refuse(msg, KafkaError(f"API {header.api_key} is not served"), start)
             return
         try:
-            request = kc.decode_request(header, msg.frame)
+            # Produce and Fetch field by field; the other APIs through kafka.protocol
+            request = kc.decode_hot_request(header, msg.frame)
+            if request is None:
+                request = kc.decode_request(header, msg.frame)
         except KafkaError as exc:
             self._refuse(msg, exc, start)
             return
@@ -315,7 +319,10 @@ class RequestHandler(Actor):
         if respond.respond:
             self._count_errors(state.header.api_key, respond.data)
             try:
-                if state.header.api_key == FETCH:  # records as file regions, sent from files
+                hot = kc.encode_hot_response(state.header, respond.data)
+                if hot is not None:  # Produce and Fetch; Fetch records as file regions
+                    frame, regions = hot
+                elif state.header.api_key == FETCH:  # records as file regions, sent from files
                     frame, regions = kc.join_parts(
                         kc.encode_response_parts(state.header, respond.data))
                 else:
@@ -406,6 +413,8 @@ class RequestHandler(Actor):
     @handles(MetadataUpdate)
     def on_metadata(self, msg: MetadataUpdate) -> None:
         self.ctx.topics = dict(msg.topics)
+        if msg.ack_id:
+            self.reply(MetadataApplied(msg.ack_id))
 
     @handles(UpdateMetadata)
     def on_cluster_metadata(self, msg: UpdateMetadata) -> None:

@@ -382,6 +382,8 @@ class WatchProduce(NamedTuple):
     handler: str
     timeout_ms: int
     rows: list[WatchProduceRow]
+    # the handler's node when it is not the shard's (num.processes > 1); "": the same
+    handler_node: str = ""
 
 
 @message(233)
@@ -485,6 +487,16 @@ class MetadataUpdate(NamedTuple):
 
     version: int
     topics: dict[str, TopicEntry]
+    # num.processes > 1: non-zero asks the handler to answer MetadataApplied(ack_id),
+    # so a topic change is answered once every process's handlers know it
+    ack_id: int = 0
+
+
+@message(298)
+class MetadataApplied(NamedTuple):
+    """Handler -> Controller: the MetadataUpdate carrying ``ack_id`` is applied."""
+
+    ack_id: int
 
 
 @message(255)

@@ -59,6 +59,9 @@ class HandlerContext:
     # cluster mode (zookeeper.connect): this handler's copy of the cluster metadata, kept by
     # the UpdateMetadata requests the ReplicaManager forwards; None on a single node
     cluster: MetadataCache | None = field(default=None, kw_only=True)
+    # whether the shards may answer reads with file regions: only when they run in
+    # this handler's process (a descriptor means nothing in another process)
+    regions: bool = field(default=True, kw_only=True)
 
     def partition_count(self, topic: str) -> int | None:
         entry = self.topics.get(topic)

@@ -28,14 +28,14 @@ NONE = int(ErrorCode.NONE)
 
 
 def _read(replica_id: int, max_bytes: int, rows: list[ReadRow],
-          isolation: int) -> Callable[[int], Read]:
-    return lambda rid: Read(rid, replica_id, max_bytes, rows, True, isolation)
+          isolation: int, regions: bool = True) -> Callable[[int], Read]:
+    return lambda rid: Read(rid, replica_id, max_bytes, rows, regions, isolation)
 
 
 def _read_calls(ctx: HandlerContext, replica_id: int, max_bytes: int,
                 rows: list[ReadRow], isolation: int = 0) -> list[Call]:
     return [
-        Call(shard, _read(replica_id, max_bytes, shard_rows, isolation))
+        Call(shard, _read(replica_id, max_bytes, shard_rows, isolation, ctx.regions))
         for shard, shard_rows in group_by_shard(ctx, rows).items()
     ]
 

@@ -28,6 +28,7 @@ from actors.core.log_index import DEFAULT_MAX_INDEX_BYTES, TIME_INDEX_SUFFIX
 from actors.core.log_segment import INDEX_SUFFIX, LOG_SUFFIX, LogSegment
 from actors.core.producer_state import (
     BatchMetadata,
+    ProducerStateEntry,
     ProducerStateManager,
     delete_snapshots_after,
     list_snapshots,
@@ -60,6 +61,7 @@ from wire.errors import (
     KafkaError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
+    StorageError,
 )
 from wire.file_region import FileRegion
 
@@ -217,6 +219,10 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
         self.closed = False
+        # Group commit: producer entries that got a batch appended with defer=True
+        # (taken back if the staged write fails), and that failure, for commit().
+        self._staged_entries: list[ProducerStateEntry] = []
+        self._commit_error: StorageError | None = None
         # Bumped whenever segments are cut or replaced other than by appends and
         # retention: a cleaning planned before such a change is refused.
         self.generation = 0
@@ -457,7 +463,8 @@ class PartitionLog:
     # ---------------------------------------------------------------- append
 
     def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int,
-                         now_ms: int, coordinator: bool = False) -> AppendInfo:
+                         now_ms: int, coordinator: bool = False,
+                         defer: bool = False) -> AppendInfo:
         """Validate every batch, assign offsets by patching headers, write once.
 
         Nothing is written unless every batch passes. A retried idempotent batch
@@ -465,10 +472,15 @@ class PartitionLog:
         ``coordinator`` append (a transactional offset commit the group
         coordinator writes with the producer's id) has its epoch checked, not
         its sequence, as Kafka's coordinator-origin appends.
+
+        ``defer`` (group commit): a single batch on the common path is only
+        staged, and written with the others by ``commit()``, which must run
+        before the append is acknowledged. Anything that reads the log writes
+        staged batches first, so the log reads the same either way.
         """
         fields = None if coordinator else fast_single_batch(records)
         if fields is not None:
-            info = self._append_single_as_leader(records, fields, leader_epoch, now_ms)
+            info = self._append_single_as_leader(records, fields, leader_epoch, now_ms, defer)
             if info is not None:
                 return info
         headers = check_batches(records)
@@ -527,7 +539,7 @@ class PartitionLog:
 
     def _append_single_as_leader(self, records: bytes | bytearray | memoryview,
                                  fields: tuple[int, ...], leader_epoch: int,
-                                 now_ms: int) -> AppendInfo | None:
+                                 now_ms: int, defer: bool = False) -> AppendInfo | None:
         """The common case, one valid CreateTime batch that needs no roll, no new
         epoch entry and (if idempotent) is simply the next in sequence, without the
         general path's lists and loops. None, before any change, for anything else.
@@ -559,17 +571,53 @@ class PartitionLog:
                     or base_sequence != entry.batches[-1].last_seq + 1):
                 return None  # new producer, new epoch, duplicate or gap: general path
         head = HEAD_TO_MAGIC.pack(first_offset, batch_length, leader_epoch, 2)
+        if defer and active.on_staged_written is None:
+            active.on_staged_written = self._staged_written
         active.append_one(head, memoryview(records)[17:], size, first_offset, next_offset,
-                          max_timestamp)
+                          max_timestamp, defer)
         if entry is not None:
             entry.batches.append(BatchMetadata(
                 base_sequence, (base_sequence + last_offset_delta) & 0x7FFFFFFF, first_offset,
                 next_offset - 1, max_timestamp))
+            if defer:
+                self._staged_entries.append(entry)
         self._unflushed_messages += records_count
         if self._unflushed_messages >= config.flush_messages:
             self.flush(now_ms)
         return AppendInfo(first_offset, next_offset - 1, max_timestamp, -1,
                           self._log_start_offset, records_count, size)
+
+    def commit(self) -> StorageError | None:
+        """Write the batches staged by ``append_as_leader(defer=True)`` (one writev).
+
+        Returns the StorageError that lost them, here or in an earlier implicit
+        write (a read, a roll, a flush), after the log was put back as it was
+        before them: those appends must be answered as failed.
+        """
+        active = self.segments[-1] if self.segments else None
+        if active is not None and active.staged_bytes:
+            try:
+                active.write_staged()
+            except StorageError:
+                pass  # recorded by _staged_written
+        error, self._commit_error = self._commit_error, None
+        return error
+
+    @property
+    def staged_bytes(self) -> int:
+        return self.segments[-1].staged_bytes if self.segments else 0
+
+    def _staged_written(self, error: StorageError | None) -> None:
+        entries, self._staged_entries = self._staged_entries, []
+        if error is None:
+            return
+        for entry in reversed(entries):  # the staged batches' sequences were never written
+            if entry.batches:
+                entry.batches.pop()
+        if self._high_watermark > self.log_end_offset:
+            self._high_watermark = self.log_end_offset
+        self._hw_metadata = None
+        self._commit_error = error
 
     def append_as_follower(self, records: bytes | bytearray | memoryview,
                            now_ms: int) -> AppendInfo:

@@ -42,6 +42,10 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "advertised.listeners": ("", str, "HOST:PORT told to clients (default: listeners)"),
     "log.dirs": ("./actorlog-data", str, "data directories, comma separated, each locked "
                                          "(.lock) while a broker runs; the first holds the logs"),
+    "num.processes": (1, int, "OS processes of one broker: process 0 owns the partitions, "
+                      "purgatories, groups and controller; every process serves connections "
+                      "on the one listener (SO_REUSEPORT) with Processors and handlers of its "
+                      "own"),
     "num.network.threads": (2, int, "Processor actors"),
     "num.io.threads": (2, int, "RequestHandler actors"),
     "num.partition.shards": (2, int, "PartitionShard actors"),
@@ -189,6 +193,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "trace.sample.ratio": (0.0, 1.0),
     "trace.file.max.bytes": (1024, _MAX_INT),
     "trace.files.max": _COUNT,
+    "num.processes": (1, 256),
     "num.network.threads": _COUNT,
     "num.io.threads": _COUNT,
     "num.partition.shards": _COUNT,

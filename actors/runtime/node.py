@@ -407,23 +407,27 @@ class Node:
             self.context.term()
         self.log.info("node {} stopped", self.name)
 
-    def run_until_signal(self, before_shutdown: Callable[[], None] | None = None) -> int:
+    def run_until_signal(self, before_shutdown: Callable[[], None] | None = None,
+                         received: list[int] | None = None) -> int:
         """Block the main thread until SIGTERM or SIGINT, then shut down cleanly.
 
         ``before_shutdown`` runs first, with every actor still up (a cluster node's
-        controlled shutdown).
+        controlled shutdown). ``received``: signals a handler installed earlier
+        already caught (the broker's, from before it said it listens).
         """
-        stop = threading.Event()
-        received: list[int] = []
+        if received is None:
+            received = []
 
         def on_signal(signum: int, _frame: Any) -> None:
+            # Only a list append: a handler that set a threading.Event could run while
+            # the main thread holds that Event's lock inside wait(), and hang for good.
             received.append(signum)
-            stop.set()
 
         old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        pause = threading.Event()  # never set: its wait() is only a sleep
         try:
-            while not stop.wait(0.5):
-                pass
+            while not received:
+                pause.wait(0.2)
         finally:
             for s, h in old.items():
                 signal.signal(s, h)

@@ -75,6 +75,9 @@ EFFECTS: dict[str, list[str]] = {
     "advertised.listeners": ["tests/broker/test_listeners.py::"
                              "test_advertised_listeners_is_what_metadata_tells_clients"],
     "log.dirs": [f"{HERE}::test_log_dirs_hold_the_partitions"],
+    "num.processes": ["tests/broker/test_processes.py::"
+                      "test_both_processes_serve_clients_of_one_broker",
+                      "tests/broker/test_processes.py::test_one_process_starts_no_other"],
     "num.network.threads": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],
     "num.io.threads": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],
     "num.partition.shards": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],

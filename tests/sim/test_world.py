@@ -79,7 +79,7 @@ def test_actors_on_two_nodes_exchange_frames_in_order_on_simulated_time() -> Non
 
 
 def test_a_partition_loses_frames_and_heal_restores_the_link() -> None:
-    world, pinger, ponger = two_nodes(3)
+    world, _pinger, ponger = two_nodes(3)
     world.run_for_ms(100)
     world.net.partition({"a"}, {"b"})
     world.run_for_ms(100)
@@ -92,7 +92,7 @@ def test_a_partition_loses_frames_and_heal_restores_the_link() -> None:
 
 
 def test_pause_holds_delivery_until_resume_and_crash_drops_it() -> None:
-    world, pinger, ponger = two_nodes(5)
+    world, _pinger, ponger = two_nodes(5)
     world.run_for_ms(50)
     world.pause("b")
     world.run_for_ms(100)

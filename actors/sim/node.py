@@ -109,9 +109,11 @@ class SimNode(Node):
         self.crashed = True
         self._stopped = True
         for actor in self.actors.values():
-            actor.actor_inbox.close()
-            actor.actor_stopped.set()
+            if not actor.actor_stopped.is_set():  # a stopped actor closed its inbox already
+                actor.actor_inbox.close()
+                actor.actor_stopped.set()
         self.held.clear()
+        self.tracer.close()  # what it traced so far is on its disk
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """A clean stop: intake stops, then actors stop newest first, with their teardown."""

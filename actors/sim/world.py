@@ -21,11 +21,13 @@ import zlib
 from collections import deque
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from actors.runtime.actor import Actor
 from actors.runtime.address import Address
 from actors.runtime.directory import Directory, NodeEndpoint
+from actors.runtime.tracing import Tracer
 from actors.sim.kernel import NS_PER_MS, Kernel, SimClock
 from actors.sim.network import NetConfig, SimNetwork
 from actors.sim.node import SimNode
@@ -37,8 +39,9 @@ Observer = Callable[[SimNode, Actor, str, str, list[Any]], None]
 
 class SimWorld:
     def __init__(self, seed: int, net: NetConfig | None = None, keep_trace: bool = True,
-                 trace_tail: int = 200) -> None:
+                 trace_tail: int = 200, trace_dir: Path | None = None) -> None:
         self.seed = seed
+        self.trace_dir = trace_dir  # every chain traced, in the trace format, per node life
         self.kernel = Kernel(seed)
         self.net = SimNetwork(self.kernel, net or NetConfig())
         self.nodes: dict[str, SimNode] = {}
@@ -64,6 +67,9 @@ class SimWorld:
         self.incarnations[name] = incarnation
         node = SimNode(name, self, clock=clock, directory=directory, endpoint=endpoint,
                        incarnation=incarnation)
+        if self.trace_dir is not None:
+            # Written when the node's life ends (close), not by a writer thread.
+            node.tracer = Tracer(name, self.trace_dir, 1.0, clock=clock)
         self.nodes[name] = node
         node.start()
         return node

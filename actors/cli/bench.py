@@ -31,6 +31,7 @@ BENCH_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "actor-hop": ("bench.actor_hop:command", ()),
     "timer": ("bench.timer_bench:command", ()),
     "log": ("bench.log_bench:command", ()),
+    "sim": ("bench.sim_bench:command", ()),
     "memory": ("bench.memory:command", ()),  # its consume figure needs the bench extra
     "produce": ("bench.load:produce_command", ("confluent_kafka", "hdrh")),
     "consume": ("bench.load:consume_command", ("confluent_kafka", "hdrh")),

@@ -54,7 +54,7 @@ def test_ephemeral_registration_goes_with_an_expired_session_and_the_watch_fires
 
 
 def test_a_client_cut_off_is_suspended_then_expired_then_gets_a_new_session() -> None:
-    world, zk, notices, a, _b = setup_two()
+    world, _zk, notices, a, _b = setup_two()
     first = a.session_id
     world.net.partition({"a"}, {ZK})
     world.run_for_ms(300)

@@ -15,6 +15,7 @@ import json
 import statistics
 import sys
 import time
+from typing import Any
 
 import click
 from loguru import logger
@@ -61,22 +62,24 @@ def command(seeds: int, rounds: int, start: int, nodes: int, steps: int,
         speed.append(sim_ms / 1000 / wall)
         per_minute.append(seeds * 60 / wall)
         events_per_s.append(events / wall)
+    results: dict[str, Any] = {
+        "sim_s_per_wall_s": _spread(speed), "seeds_per_minute": _spread(per_minute),
+        "events_per_wall_s": _spread(events_per_s), "records_acknowledged": acks}
+    ratios = {"sim_vs_real_time": round(statistics.median(speed), 3)}
     report = {
         "bench": BENCH_NAME,
         "config": {"seeds": seeds, "rounds": rounds, "start": start, "nodes": nodes,
                    "steps": steps},
-        "results": {"sim_s_per_wall_s": _spread(speed), "seeds_per_minute": _spread(per_minute),
-                    "events_per_wall_s": _spread(events_per_s),
-                    "records_acknowledged": acks},
-        "ratios": {"sim_vs_real_time": round(statistics.median(speed), 3)},
+        "results": results,
+        "ratios": ratios,
     }
-    res = report["results"]
+    res = results
     click.echo(f"simulated s per wall s: min {res['sim_s_per_wall_s']['min']} median "
                f"{res['sim_s_per_wall_s']['median']} max {res['sim_s_per_wall_s']['max']}")
     click.echo(f"seeds per minute: min {res['seeds_per_minute']['min']} median "
                f"{res['seeds_per_minute']['median']} max {res['seeds_per_minute']['max']} "
                f"({nodes} nodes, {steps} faults per seed, {seeds} seeds x {rounds} rounds)")
-    click.echo(f"sim_vs_real_time: {report['ratios']['sim_vs_real_time']}")
+    click.echo(f"sim_vs_real_time: {ratios['sim_vs_real_time']}")
     if json_out:
         with open(json_out, "w") as out:
             json.dump(report, out, indent=2)

@@ -97,7 +97,7 @@ def command(seeds: int | None, start: int, seed: int | None, nodes: int, steps: 
     _same_hashing()
     _quiet_logs(log_file)
     options = SimOptions(nodes=nodes, steps=steps, faults=chosen, plant=plant,
-                         keep_trace=trace_dir is not None)
+                         keep_trace=trace_dir is not None, logs=log_file is not None)
     if seed is not None:
         code = _one(seed, options, trace_dir, json_out)
     else:
@@ -185,8 +185,13 @@ def _print_result(result: Any) -> None:
                    f"{len(result.faults)} faults, trace digest {result.digest})")
         return
     click.echo(f"seed {result.seed}: VIOLATION of '{result.invariant}' at "
-               f"{result.sim_ms} simulated ms: {result.detail}", err=True)
+               f"{result.sim_ms} simulated ms, after fault {result.step}: {result.detail}",
+               err=True)
     click.echo("faults: " + ("; ".join(result.faults) or "none"), err=True)
+    if result.involved:
+        click.echo("last messages of the nodes involved:", err=True)
+        for line in result.involved[-30:]:
+            click.echo(f"  {line}", err=True)
     click.echo("last lines of the trace:", err=True)
-    for line in result.tail[-30:]:
+    for line in result.tail[-20:]:
         click.echo(f"  {line}", err=True)

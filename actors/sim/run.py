@@ -17,6 +17,7 @@ its trace (one line per delivery and per fault) is the proof.
 from __future__ import annotations
 
 import random
+import re
 import shutil
 import tempfile
 import time
@@ -24,6 +25,8 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from loguru import logger
 
 from actors.runtime.directory import Directory, NodeEndpoint
 from actors.sim.clients import CLIENT_NODE, History, SimAdmin, SimConsumer, SimProducer
@@ -53,6 +56,7 @@ class SimOptions:
     check_every_ms: int = 200
     producers: int = 2
     max_events: int = 2_000_000
+    logs: bool = False   # the actors' own log lines (thousands per run); off unless asked
 
 
 @dataclass
@@ -67,8 +71,10 @@ class SeedResult:
     digest: str
     acks: int
     consumed: int
+    step: int = 0               # faults struck when the run ended
     faults: list[str] = field(default_factory=list)
     tail: list[str] = field(default_factory=list)
+    involved: list[str] = field(default_factory=list)  # last trace lines of the nodes named
     stats: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self, with_tail: bool = False) -> dict[str, Any]:
@@ -223,6 +229,7 @@ class _Run:
     # ------------------------------------------------------------------ end
     def close(self) -> None:
         """Free what the nodes hold (descriptors of the logs, inboxes), as crashes do."""
+        self.world.closed = True
         for broker_id in sorted(self.cluster.brokers):
             self.cluster.crash(broker_id)
         for node in list(self.world.nodes.values()):
@@ -245,6 +252,8 @@ def run_seed(seed: int, options: SimOptions | None = None,
     root = Path(tempfile.mkdtemp(prefix=f"actorlog-sim-{seed}-"))
     violation: Violation | None = None
     run: _Run | None = None
+    if not options.logs:
+        logger.disable("actors")
     try:
         with planted(options.plant), SimDisk(root, random.Random(seed ^ 0x5EED)) as disk:
             run = _Run(seed, options, root, disk, trace_dir)
@@ -269,6 +278,8 @@ def run_seed(seed: int, options: SimOptions | None = None,
                 run.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        if not options.logs:
+            logger.enable("actors")
     assert run is not None
     world = run.world
     history = run.history
@@ -282,8 +293,10 @@ def run_seed(seed: int, options: SimOptions | None = None,
         digest=f"{world.digest:08x}",
         acks=sum(len(a.values) for a in history.acks),
         consumed=sum(len(v) for v in history.consumed.values()),
+        step=len(run.faults),
         faults=run.faults,
         tail=world.tail(),
+        involved=_involved(world, violation.detail) if violation else [],
         stats={"net": asdict(world.net.stats), "disk": asdict(disk.stats),
                "zk_sessions_expired": run.cluster.zk.expired,
                "produce_errors": dict(sorted(history.produce_errors.items())),
@@ -291,6 +304,19 @@ def run_seed(seed: int, options: SimOptions | None = None,
                "delayed_operations": len(run.checker.parked)},
     )
     return result, world
+
+
+def _involved(world: SimWorld, detail: str, lines: int = 40) -> list[str]:
+    """The last trace lines about the nodes a violation names (brokers by id or name)."""
+    names = set(re.findall(r"node-\d+", detail))
+    names |= {broker_node_name(int(b)) for b in re.findall(r"broker (\d+)", detail)}
+    for first, second in re.findall(r"brokers (\d+) and (\d+)", detail):
+        names |= {broker_node_name(int(first)), broker_node_name(int(second))}
+    if not names:
+        return []
+    found = [line for line in world.tail(len(world.trace))
+             if any(f"@{n} " in line or line.endswith(f"@{n}") or f" {n}" in line for n in names)]
+    return found[-lines:]
 
 
 def trace_bytes(world: SimWorld) -> bytes:

@@ -39,7 +39,7 @@ Observer = Callable[[SimNode, Actor, str, str, list[Any]], None]
 
 class SimWorld:
     def __init__(self, seed: int, net: NetConfig | None = None, keep_trace: bool = True,
-                 trace_tail: int = 200, trace_dir: Path | None = None) -> None:
+                 trace_tail: int = 2000, trace_dir: Path | None = None) -> None:
         self.seed = seed
         self.trace_dir = trace_dir  # every chain traced, in the trace format, per node life
         self.kernel = Kernel(seed)
@@ -54,7 +54,8 @@ class SimWorld:
         self.trace_tail = trace_tail
         self.digest = 0
         self.lost_to_dead = 0
-        self.failures: list[str] = []   # exceptions that escaped an actor's own supervision
+        self.failures: list[str] = []
+        self.closed = False   # exceptions that escaped an actor's own supervision
 
     # ------------------------------------------------------------------ nodes
     def add_node(self, name: str, directory: Directory | None = None,
@@ -178,6 +179,8 @@ class SimWorld:
 
     # ------------------------------------------------------------------ trace
     def _line(self, text: str) -> None:
+        if self.closed:
+            return  # the run is over: freeing the nodes is no part of it
         line = f"{self.kernel.now_ns} {text}"
         self.digest = zlib.crc32(line.encode(), self.digest)
         self.trace.append(line)

@@ -67,7 +67,7 @@ DEFAULT_OVERRIDES: dict[str, Any] = {
     "log.segment.bytes": 64 * 1024,
     "log.flush.interval.messages": 20,
     "auto.leader.rebalance.enable": True,
-    "leader.imbalance.check.interval.seconds": 30,
+    "leader.imbalance.check.interval.seconds": 5,
     "group.initial.rebalance.delay.ms": 0,
 }
 

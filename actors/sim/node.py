@@ -74,6 +74,7 @@ class SimNode(Node):
         self.paused = False
         self.held: list[tuple[Any, ...]] = []   # events that arrived while paused, in order
         self.wake_gen: dict[str, int] = {}
+        self.stalled: dict[str, list[tuple[Any, ...]]] = {}  # actor -> deliveries held
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> SimNode:
@@ -113,6 +114,7 @@ class SimNode(Node):
                 actor.actor_inbox.close()
                 actor.actor_stopped.set()
         self.held.clear()
+        self.stalled.clear()
         self.tracer.close()  # what it traced so far is on its disk
 
     def shutdown(self, timeout: float = 10.0) -> None:

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from actors.core.producer_state import ProducerStateManager
 from actors.core.purgatory_core import CancelExpiry, Effect, PurgatoryCore, _answer
 
 
@@ -62,9 +63,26 @@ def _double_complete() -> list[tuple[Any, str, Any]]:
             (PurgatoryCore, "_expired", _expired_answers_anyway)]
 
 
+# ------------------------------------------------------------- no-idempotence
+def _no_duplicate(self: ProducerStateManager, header: Any) -> None:
+    """As ProducerStateManager.find_duplicate, forgetting every batch already written."""
+    return None
+
+
+def _no_sequence_check(self: ProducerStateManager, headers: list[Any]) -> None:
+    """As ProducerStateManager.check_batches, with no epoch or sequence checked."""
+
+
+def _no_idempotence() -> list[tuple[Any, str, Any]]:
+    return [(ProducerStateManager, "find_duplicate", _no_duplicate),
+            (ProducerStateManager, "check_batches", _no_sequence_check)]
+
+
 PLANTS: dict[str, Plant] = {p.name: p for p in [
     Plant("double-complete", "a delayed operation completed by a partition change keeps its "
           "expiry, which answers it again", _double_complete),
+    Plant("no-idempotence", "a retried idempotent batch is written again (no duplicate or "
+          "sequence check)", _no_idempotence),
     Plant("hw-ignores-isr", "the high watermark follows the leader's log end alone", None,
           needs="replication (issue 15)"),
     Plant("no-epoch-fence", "a follower accepts data from a stale leader epoch", None,

@@ -5,7 +5,8 @@ nodes (SimCluster), an admin that creates the topics, idempotent producers
 and a consumer (actors/sim/clients.py), then runs ``steps`` rounds: each
 waits a seeded while and strikes one seeded fault (a node crash and its
 restart, a pause, a partition and its heal, a ZooKeeper session expiry, a
-step of a node's wall clock, a link reset, a gateway dropping frames). Then
+step of a node's wall clock, a link reset, a gateway dropping frames, a slow
+disk stalling a node's partition shards). Then
 every fault is healed, the producers stop, the run settles, and the final
 invariants are checked (actors/sim/invariants.py). The control-plane
 invariants are checked every ``check_every_ms`` of simulated time on the way.
@@ -38,7 +39,7 @@ from actors.sim.plants import planted
 from actors.sim.world import SimWorld
 from actors.topology import broker_node_name
 
-FAULTS = ("crash", "pause", "partition", "expire", "clock", "link", "gateway")
+FAULTS = ("crash", "pause", "partition", "expire", "clock", "link", "gateway", "disk")
 TOPICS = {"events": (3, 3), "audit": (2, 2)}   # name -> (partitions, replication factor)
 
 
@@ -187,6 +188,10 @@ class _Run:
             world.net.reset_link(name, peer)
             world.net.reset_link(peer, name)
             what = f"reset the links {name} <-> {peer}"
+        elif kind == "disk":
+            stall_ms = rng.uniform(50, 3_000)
+            world.stall(name, "shard-", stall_ms)
+            what = f"{name}'s disk stalls its partition shards for {stall_ms:.0f} ms"
         else:
             ratio = rng.choice([0.1, 0.3, 0.6])
             world.net.drop_at_gateway(name, ratio)

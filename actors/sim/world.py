@@ -96,6 +96,26 @@ class SimWorld:
         for actor in list(node.actors.values()):
             self.after_turn(node, actor)
 
+    def stall(self, name: str, actor_prefix: str, ms: float) -> None:
+        """The actors of node ``name`` whose names start with ``actor_prefix`` take nothing
+        from their mailboxes for ``ms`` (a write or fsync stuck on a slow disk)."""
+        node = self.nodes[name]
+        stalled = [a for a in node.actors if a.startswith(actor_prefix)
+                   and a not in node.stalled]
+        for actor_name in stalled:
+            node.stalled[actor_name] = []
+        self._line(f"stall {actor_prefix}* of {name} for {ms:.0f} ms")
+        self.kernel.after_ms(ms, self._unstall, node, stalled)
+
+    def _unstall(self, node: SimNode, actor_names: list[str]) -> None:
+        for actor_name in actor_names:
+            held = node.stalled.pop(actor_name, [])
+            for event in held:
+                event[0](*event[1:])
+            actor = node.actors.get(actor_name)
+            if actor is not None and not node.crashed:
+                self.after_turn(node, actor)
+
     def jump_wall_clock(self, name: str, ms: int) -> None:
         self.clocks[name].jump_wall_ms(ms)
         self._line(f"clock {name} wall {ms:+d} ms")
@@ -122,6 +142,10 @@ class SimWorld:
         if actor is None or actor.actor_stopped.is_set():
             node.dead_letters.record(f"no actor named {actor_name!r} on node {dst}",
                                      receiver=actor_name)
+            return
+        stalled = node.stalled.get(actor_name)
+        if stalled is not None:  # its thread is stuck (a slow disk): wait behind it, in order
+            stalled.append((self._deliver, dst, incarnation, actor_name, frame))
             return
         try:
             s_node, s_name, _receiver, entries = decode_frame(frame, node.max_frame_bytes)
@@ -172,6 +196,8 @@ class SimWorld:
     def _wake(self, node: SimNode, actor: Actor, gen: int) -> None:
         if node.crashed or node.wake_gen.get(actor.name) != gen or actor.actor_stopped.is_set():
             return
+        if actor.name in node.stalled:
+            return  # its turn comes when the stall ends
         if node.paused:
             node.held.append((self._wake, node, actor, gen))
             return

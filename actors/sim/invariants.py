@@ -6,8 +6,9 @@ Control plane (checked every few hundred simulated milliseconds):
   ``/controller_epoch`` never goes back;
 - a partition's leader epoch in ZooKeeper never goes back, and one leader
   epoch names one leader;
-- on every node, a partition's leader epoch never goes back within one life
-  of the node, and no two nodes lead one partition in the same leader epoch.
+- on every node, a partition's leader epoch and high watermark never go back
+  within one life of the node, and no two nodes lead one partition in the same
+  leader epoch.
 
 Purgatory (checked on every delivery): a delayed produce or fetch that a
 handler parked (WatchProduce, WatchFetch) is answered (ProduceReady,
@@ -66,6 +67,7 @@ class Checker:
     zk_controller_epoch: int = 0
     zk_leader_epochs: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
     node_leader_epochs: dict[tuple[int, int, str, int], int] = field(default_factory=dict)
+    node_high_watermarks: dict[tuple[int, int, str, int], int] = field(default_factory=dict)
     parked: dict[tuple[str, int, str, int], int] = field(default_factory=dict)
     checks: int = 0
 
@@ -151,6 +153,13 @@ class Checker:
                                         f"{topic}-{p} on broker {broker_id} went from leader "
                                         f"epoch {before_epoch} to {state.leader_epoch}")
                     self.node_leader_epochs[key] = state.leader_epoch
+                    hw = state.log.high_watermark
+                    before_hw = self.node_high_watermarks.get(key, -1)
+                    if hw < before_hw:
+                        raise Violation("the high watermark never goes back",
+                                        f"{topic}-{p} on broker {broker_id} went from high "
+                                        f"watermark {before_hw} to {hw}")
+                    self.node_high_watermarks[key] = hw
                     if state.leader_id == broker_id and state.leader_epoch >= 0:
                         other = leaders.setdefault((topic, p, state.leader_epoch), broker_id)
                         if other != broker_id:
@@ -172,7 +181,12 @@ class Checker:
 
     # ------------------------------------------------------------------- final
     def check_final(self) -> None:
+        """Everything, once the run settled."""
         self.check()
+        self.check_settled_purgatory()
+        self.check_data()
+
+    def check_settled_purgatory(self) -> None:
         cluster = self.cluster
         for key, answers in sorted(self.parked.items()):
             node_name, incarnation, what, req_id = key
@@ -181,6 +195,9 @@ class Checker:
                     and not node.crashed:
                 raise Violation("purgatory answers exactly once",
                                 f"delayed {what} {req_id} on {node_name} never answered")
+
+    def check_data(self) -> None:
+        cluster = self.cluster
         logs = self._logs()
         for ack in self.history.acks:
             broker = cluster.brokers[ack.broker_id]

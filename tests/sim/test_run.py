@@ -7,8 +7,10 @@ import pytest
 from actors.sim.plants import PLANTS, PlantUnavailable, planted
 from actors.sim.run import SimOptions, run_seed, trace_bytes
 
-# Seeds that once failed, kept so the bug stays fixed (seed, steps): none yet.
-REGRESSION_SEEDS: list[tuple[int, int]] = []
+# Seeds that once failed, kept so the bug stays fixed: (seed, steps).
+REGRESSION_SEEDS: list[tuple[int, int]] = [
+    (3039, 16),  # two nodes' first InitProducerId in one millisecond: one producer id twice
+]
 CI_SEEDS = range(1000, 1100)   # a fixed set, run every time (about a minute alone)
 
 

@@ -21,7 +21,6 @@ from actors.topology import Topology
 from wire.broker_messages import TopicEntry
 from wire.cluster_messages import UpdateMetadata
 
-
 PRODUCER_ID_NODE_SLOTS = 1024  # cluster nodes whose broker ids differ modulo this never collide
 
 

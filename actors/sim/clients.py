@@ -106,7 +106,9 @@ class History:
     """What the clients were told, for the invariants."""
 
     acks: list[Ack] = field(default_factory=list)
-    consumed: dict[tuple[str, int], list[tuple[int, bytes | None]]] = field(default_factory=dict)
+    # (topic, partition) -> (offset, value, broker read from, that broker's life)
+    consumed: dict[tuple[str, int], list[tuple[int, bytes | None, int, int]]] = field(
+        default_factory=dict)
     producer_ids: dict[int, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     topics_created: set[str] = field(default_factory=set)
@@ -447,9 +449,9 @@ class SimConsumer(MetadataClient):
                 "session_id": 0, "session_epoch": -1,
                 "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
                 "forgotten_topics_data": [], "rack_id": ""},
-                partial(self._on_fetch, leader))
+                partial(self._on_fetch, leader, self.lives(leader)))
 
-    def _on_fetch(self, leader: int, response: Any) -> None:
+    def _on_fetch(self, leader: int, life: int, response: Any) -> None:
         self.fetching.discard(leader)
         if response is None:
             self.meta.stale = True
@@ -468,5 +470,5 @@ class SimConsumer(MetadataClient):
                 seen = self.history.consumed.setdefault(tp, [])
                 for offset, _pid, _seq, value in records:
                     if offset >= self.positions[tp]:
-                        seen.append((offset, value))
+                        seen.append((offset, value, leader, life))
                         self.positions[tp] = offset + 1

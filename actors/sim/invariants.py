@@ -17,8 +17,10 @@ node died.
 
 Data (at the end, on the logs themselves): a record acknowledged (acks=1)
 by a leader that has not crashed since is in that leader's log at the offset
-it was acknowledged at; no log holds one producer's sequence twice; one
-producer's sequences grow with the offsets of a log.
+it was acknowledged at; a record the consumer fetched from a broker that has
+not crashed since is that broker's record at that offset; no log holds one
+producer's sequence twice; one producer's sequences grow with the offsets of
+a log.
 
 Liveness (at the end, after every fault was healed and the run settled): a
 controller is active and every partition of the run's topics has a live leader.
@@ -214,6 +216,18 @@ class Checker:
                         f"{ack.topic}-{ack.partition} offset {ack.base_offset + i} on broker "
                         f"{ack.broker_id} holds {found[2] if found else None!r}, acknowledged "
                         f"as {value!r}")
+        for (topic, p), consumed in sorted(self.history.consumed.items()):
+            for offset, fetched, broker_id, life in consumed:
+                broker = cluster.brokers[broker_id]
+                records = logs.get((broker_id, topic, p))
+                if broker.lives != life or broker.state != "up" or records is None:
+                    continue
+                found = records.get(offset)
+                if found is None or found[2] != fetched:
+                    raise Violation(
+                        "fetched records are the log's",
+                        f"{topic}-{p} offset {offset} fetched from broker {broker_id} as "
+                        f"{fetched!r}; its log holds {found[2] if found else None!r}")
         for (broker_id, topic, p), records in sorted(logs.items()):
             seen: set[tuple[int, int]] = set()
             last_seq: dict[int, int] = {}

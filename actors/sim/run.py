@@ -56,6 +56,10 @@ class SimOptions:
     produce_after_heal_ms: int = 5_000
     check_every_ms: int = 200
     producers: int = 2
+    # acks=all producers (off by default): without replication the shard's high watermark
+    # is its own log end, so they add no delayed produce yet; with replication (issue 15)
+    # their appends wait in purgatory for the ISR and are checked like the others
+    acks_all_producers: int = 0
     max_events: int = 2_000_000
     logs: bool = False   # the actors' own log lines (thousands per run); off unless asked
 
@@ -125,6 +129,10 @@ class _Run:
         for i in range(self.options.producers):
             actor = clients.spawn(SimProducer, f"producer-{i}", topics=self.topic_partitions,
                                   **common())
+            self.producers.append(clients.actors[actor.name])  # type: ignore[arg-type]
+        for i in range(self.options.acks_all_producers):
+            actor = clients.spawn(SimProducer, f"producer-all-{i}", acks=-1, max_batches=40,
+                                  topics=self.topic_partitions, **common())
             self.producers.append(clients.actors[actor.name])  # type: ignore[arg-type]
         consumer = clients.spawn(SimConsumer, "consumer", topics=self.topic_partitions,
                                  **common())

@@ -125,7 +125,8 @@ class _Run:
                     "history": self.history,
                     "lives": lambda b: cluster.brokers[b].lives}
 
-        clients.spawn(SimAdmin, "admin", topics=TOPICS, **common())
+        topics = {t: (n, min(rf, self.options.nodes)) for t, (n, rf) in TOPICS.items()}
+        clients.spawn(SimAdmin, "admin", topics=topics, **common())
         for i in range(self.options.producers):
             actor = clients.spawn(SimProducer, f"producer-{i}", topics=self.topic_partitions,
                                   **common())

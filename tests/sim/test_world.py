@@ -114,3 +114,13 @@ def test_same_seed_same_trace_other_seed_other_trace() -> None:
         runs.append("\n".join(world.trace))
     assert runs[0] == runs[1]
     assert runs[0] != runs[2]
+
+
+def test_frames_go_through_the_registry_a_wrong_shape_is_a_dead_letter() -> None:
+    world, pinger, ponger = two_nodes(9)
+    pinger.tell(Address("b", "ponger"), SimPing("not an int", b""))  # type: ignore[arg-type]
+    pinger.flush()
+    world.run_for_ms(5)
+    node_b = world.nodes["b"]
+    assert "not an int" not in ponger.seen  # never handled: decoding refused the body
+    assert any("malformed envelope" in reason for reason, _s, _r in node_b.dead_letters.last)

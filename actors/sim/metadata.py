@@ -8,6 +8,8 @@ transactions) given what a real ensemble adds on a network:
   hears each client that is up, not paused and not cut off from it, and
   expires a session not heard from for its timeout (its ephemeral znodes go,
   firing watches), as a ZooKeeper leader expires sessions;
+- while the whole ensemble is down no client reaches it and no session
+  expires; when it is back every session starts a fresh timeout;
 - a client cut off from the server gets ``suspended`` from its own client
   library at once, ``connected`` again when the link is back within the
   session timeout, or ``expired`` and then a new session (``connected`` with
@@ -71,14 +73,28 @@ class SimZooKeeper(MemoryZooKeeper):
 
     def reachable(self, node: str) -> bool:
         found = self.world.nodes.get(node)
-        return (found is not None and not found.crashed and not found.paused
-                and self.world.net.connected(node, ZK))
+        return (self.available and found is not None and not found.crashed
+                and not found.paused and self.world.net.connected(node, ZK))
+
+    def outage(self, ms: float) -> None:
+        """The whole ensemble is down for ``ms``: no client reaches it, and no session
+        expires meanwhile (a new leader gives every session a fresh timeout)."""
+        self.available = False
+        self.world.note(f"zookeeper down for {ms:.0f} ms")
+        self.world.kernel.after_ms(ms, self._back)
+
+    def _back(self) -> None:
+        self.available = True
+        now = self.world.kernel.now_ns
+        for session_id in self.last_heard_ns:
+            self.last_heard_ns[session_id] = now
+        self.world.note("zookeeper back")
 
     def _tick(self) -> None:
         now = self.world.kernel.now_ns
         for store in list(self.clients):
             store._tick(now)
-        for session_id in list(self.sessions):
+        for session_id in list(self.sessions) if self.available else []:
             client = self._stores.get(session_id)
             if client is None:
                 continue

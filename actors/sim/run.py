@@ -6,7 +6,7 @@ and a consumer (actors/sim/clients.py), then runs ``steps`` rounds: each
 waits a seeded while and strikes one seeded fault (a node crash and its
 restart, a pause, a partition and its heal, a ZooKeeper session expiry, a
 step of a node's wall clock, a link reset, a gateway dropping frames, a slow
-disk stalling a node's partition shards). Then
+disk stalling a node's partition shards, ZooKeeper down). Then
 every fault is healed, the producers stop, the run settles, and the final
 invariants are checked (actors/sim/invariants.py). The control-plane
 invariants are checked every ``check_every_ms`` of simulated time on the way.
@@ -39,7 +39,8 @@ from actors.sim.plants import planted
 from actors.sim.world import SimWorld
 from actors.topology import broker_node_name
 
-FAULTS = ("crash", "pause", "partition", "expire", "clock", "link", "gateway", "disk")
+FAULTS = ("crash", "pause", "partition", "expire", "clock", "link", "gateway", "disk",
+          "zookeeper")
 TOPICS = {"events": (3, 3), "audit": (2, 2)}   # name -> (partitions, replication factor)
 
 
@@ -197,6 +198,12 @@ class _Run:
             world.net.reset_link(name, peer)
             world.net.reset_link(peer, name)
             what = f"reset the links {name} <-> {peer}"
+        elif kind == "zookeeper":
+            if not cluster.zk.available:
+                return
+            down_ms = rng.uniform(200, 10_000)
+            cluster.zk.outage(down_ms)
+            what = f"ZooKeeper down for {down_ms:.0f} ms"
         elif kind == "disk":
             stall_ms = rng.uniform(50, 3_000)
             world.stall(name, "shard-", stall_ms)
@@ -226,6 +233,8 @@ class _Run:
     def heal_all(self) -> None:
         world = self.world
         world.net.heal()
+        if not self.cluster.zk.available:
+            self.cluster.zk._back()
         for broker_id in sorted(self.cluster.brokers):
             world.net.drop_at_gateway(broker_node_name(broker_id), 0.0)
         for broker_id in sorted(self.paused):

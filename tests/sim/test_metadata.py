@@ -100,3 +100,18 @@ def test_conditional_writes_and_controller_election() -> None:
     assert node is not None and node.data == b"2" and node.version == 1
     a.resign(fence)
     assert b.try_elect(2) is not None
+
+
+def test_no_session_expires_while_zookeeper_is_down() -> None:
+    world, zk, notices, a, b = setup_two()
+    a.register_broker(broker(1))
+    sessions = (a.session_id, b.session_id)
+    zk.outage(5_000)  # longer than the 2 s session timeout
+    world.run_for_ms(300)
+    with pytest.raises(MetadataUnavailable):
+        b.get_brokers()
+    world.run_for_ms(5_000)
+    assert (a.session_id, b.session_id) == sessions
+    assert sorted(b.get_brokers()) == [1]
+    states = [n.state for n in notices["a"] if isinstance(n, SessionStateChanged)]
+    assert states[-2:] == ["suspended", "connected"]

@@ -34,7 +34,8 @@ def test_seeds_pass_and_the_json_has_each_result_and_a_summary(tmp_path: Path) -
     assert report["summary"]["seeds"] == 2 and report["summary"]["sim_s_per_wall_s"] > 1
 
 
-def test_a_seed_replays_byte_for_byte_in_another_process(tmp_path: Path) -> None:
+def test_a_seed_replays_byte_for_byte_in_another_process_and_trace_reads_it(
+        tmp_path: Path) -> None:
     traces = []
     for run in ("a", "b"):
         where = tmp_path / run
@@ -44,6 +45,17 @@ def test_a_seed_replays_byte_for_byte_in_another_process(tmp_path: Path) -> None
         traces.append((where / "sim-9.trace").read_bytes())
         assert list((where / "nodes").glob("*.trace.msgpack"))
     assert traces[0] == traces[1] and len(traces[0]) > 10_000
+    listed = subprocess.run([sys.executable, "-m", "actors.cli", "trace", "list", "--dir",
+                             str(tmp_path / "a" / "nodes"), "--limit", "500"],
+                            capture_output=True, text=True, timeout=300)
+    assert listed.returncode == 0, listed.stderr
+    produce = next(line.split()[0] for line in listed.stdout.splitlines()
+                   if "sim-processor@" in line)
+    shown = subprocess.run([sys.executable, "-m", "actors.cli", "trace", "show", produce,
+                            "--dir", str(tmp_path / "a" / "nodes")],
+                           capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr
+    assert "net_in" in shown.stdout and "KafkaRequest" in shown.stdout
 
 
 def test_the_double_complete_plant_is_found_and_its_seed_told() -> None:

@@ -59,7 +59,8 @@ def _quiet_logs(log_file: str | None) -> None:
 @click.option("--steps", type=click.IntRange(min=0), default=12, show_default=True,
               help="faults struck per run, a seeded 0.5-3 s apart")
 @click.option("--faults", default=None,
-              help="comma-separated subset of crash,pause,partition,expire,clock,link,gateway,disk,zookeeper")
+              help="comma-separated subset of crash,pause,partition,expire,clock,link,gateway,"
+                   "disk,zookeeper")
 @click.option("--plant", default=None, help="switch a known bug on; the run must find it")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
               help="write every seed's result and a summary here")

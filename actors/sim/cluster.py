@@ -185,7 +185,6 @@ class SimCluster:
                                  cluster_id, i, {}, clock=clock, cluster=MetadataCache())
             node.spawn(RequestHandler, topo.handler(i).name, context=ctx)
         node.spawn(SimProcessor, PROCESSOR, topology=topo, config=cfg)
-        self.info = info
 
     def _register(self, broker_id: int, life: int) -> None:
         broker = self.brokers[broker_id]

@@ -101,7 +101,7 @@ def group() -> None:
     """Benchmarks; each prints a summary and writes --json FILE.
 
     actor-hop, timer, log and memory run on the plain install (memory's consume
-    figure needs the bench extra); produce, consume, e2e,
+    figure uses the bench extra); produce, consume, e2e,
     compare, sweep and trace-cost need the bench extra (pip install -e '.[bench]'
     in the actorlog checkout), trace-analyze the spark extra too.
     """

@@ -14,6 +14,7 @@ run's :class:`History`, which the invariants read.
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,13 @@ from wire.errors import ErrorCode
 from wire.sim_messages import ClientDisconnected, ClientRequest, ClientResponse
 
 PRODUCE, FETCH, METADATA, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 1, 3, 19, 22
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, SYNC_GROUP = (
+    8, 9, 10, 11, 12, 14)
+MEMBER_ID_REQUIRED = int(ErrorCode.MEMBER_ID_REQUIRED)
+UNKNOWN_MEMBER_ID = int(ErrorCode.UNKNOWN_MEMBER_ID)
+REBALANCE_IN_PROGRESS = int(ErrorCode.REBALANCE_IN_PROGRESS)
+COORDINATOR_ERRORS = {int(ErrorCode.NOT_COORDINATOR), int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                      int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)}
 NONE = int(ErrorCode.NONE)
 DUPLICATE_SEQUENCE = int(ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
 OUT_OF_ORDER_SEQUENCE = int(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
@@ -110,9 +118,14 @@ class History:
     consumed: dict[tuple[str, int], list[tuple[int, bytes | None, int, int]]] = field(
         default_factory=dict)
     producer_ids: dict[int, str] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (invariant, what broke)
     topics_created: set[str] = field(default_factory=set)
     produce_errors: dict[int, int] = field(default_factory=dict)
+    # consumer group: every offset a member committed, per partition; every generation a
+    # member joined, per (member, coordinator, coordinator's life)
+    committed: dict[tuple[str, int], set[int]] = field(default_factory=dict)
+    generations: dict[tuple[str, int, int, int], list[int]] = field(default_factory=dict)
+    group_rebalances: int = 0
 
 
 @dataclass
@@ -368,8 +381,9 @@ class SimProducer(MetadataClient):
         pid = response.producer_id
         owner = self.history.producer_ids.get(pid)
         if owner is not None:
-            self.history.problems.append(
-                f"producer id {pid} handed out twice: to {owner} and to {self.name}")
+            self.history.problems.append((
+                "producer ids are unique",
+                f"producer id {pid} handed out twice: to {owner} and to {self.name}"))
         self.history.producer_ids[pid] = self.name
         self.producer_id, self.producer_epoch = pid, response.producer_epoch
         self.sequences.clear()  # a new producer id starts every partition at 0
@@ -428,8 +442,14 @@ class SimConsumer(MetadataClient):
             self.refresh_metadata(sorted({t for t, _p in self.topic_partitions}))
             if not self.meta.leaders:
                 return
+        self.fetch_from_leaders()
+
+    def fetching_partitions(self) -> list[tuple[str, int]]:
+        return self.topic_partitions
+
+    def fetch_from_leaders(self) -> None:
         by_leader: dict[int, list[tuple[str, int]]] = {}
-        for tp in self.topic_partitions:
+        for tp in self.fetching_partitions():
             leader = self.meta.leaders.get(tp)
             if leader is not None:
                 by_leader.setdefault(leader, []).append(tp)
@@ -472,3 +492,207 @@ class SimConsumer(MetadataClient):
                     if offset >= self.positions[tp]:
                         seen.append((offset, value, leader, life))
                         self.positions[tp] = offset + 1
+
+
+class SimGroupMember(SimConsumer):
+    """A member of consumer group ``group``: finds the coordinator, joins (the leader
+    assigns partitions round-robin, in an assignment format of its own: the broker keeps
+    it opaque), syncs, heartbeats, fetches its partitions from the committed offsets and
+    commits what it read. Invariants fed: the generations a member joins only grow while
+    one coordinator serves the group without a break (one life of the broker, one leader
+    epoch of the group's __consumer_offsets partition: without replication a coordinator
+    that lost the partition and got it back reloads only its own log); an offset fetched
+    as committed is one that a member committed (or none)."""
+
+    heartbeat_ms = 1000
+    commit_ms = 1500
+
+    def __init__(self, node: Any, name: str, *, group: str,
+                 load_epoch: Callable[[int], int], **kw: Any) -> None:
+        super().__init__(node, name, **kw)
+        self.group = group
+        # (the harness's) leader epoch of the group's __consumer_offsets partition on a
+        # broker: one value per continuous load of the group by that coordinator
+        self.load_epoch = load_epoch
+
+    def setup(self) -> None:
+        super().setup()
+        self.coordinator: int | None = None
+        self.coordinator_life = 0
+        self.member_id = ""
+        self.generation = -1
+        self.phase = "find"
+        self.busy = False
+        self.assigned: list[tuple[str, int]] = []
+        self.next_heartbeat_ms = 0
+        self.next_commit_ms = 0
+
+    def fetching_partitions(self) -> list[tuple[str, int]]:
+        return self.assigned if self.phase == "stable" else []
+
+    def step(self) -> None:
+        if not {t for t, _p in self.topic_partitions} <= self.history.topics_created:
+            return
+        if self.meta.stale:
+            self.refresh_metadata(sorted({t for t, _p in self.topic_partitions}))
+        if self.busy:
+            return
+        now = self.clock.now_ms()
+        if self.phase == "find":
+            self._call(self.any_broker(), FIND_COORDINATOR, 3, {"key": self.group,
+                                                               "key_type": 0}, self._found)
+        elif self.phase == "join":
+            self._call(self.coordinator, JOIN_GROUP, 5, {
+                "group_id": self.group, "session_timeout_ms": 10_000,
+                "rebalance_timeout_ms": 10_000, "member_id": self.member_id,
+                "group_instance_id": None, "protocol_type": "sim",
+                "protocols": [{"name": "round-robin", "metadata": b""}]}, self._joined)
+        elif self.phase == "stable":
+            if now >= self.next_commit_ms and self.assigned:
+                self.next_commit_ms = now + self.commit_ms
+                self._commit()
+            elif now >= self.next_heartbeat_ms:
+                self.next_heartbeat_ms = now + self.heartbeat_ms
+                self._call(self.coordinator, HEARTBEAT, 3, {
+                    "group_id": self.group, "generation_id": self.generation,
+                    "member_id": self.member_id, "group_instance_id": None}, self._beat)
+            if not self.meta.stale:
+                self.fetch_from_leaders()
+
+    def _call(self, broker: int | None, api: int, version: int, values: dict[str, Any],
+              then: Callable[[Any], None]) -> None:
+        if broker is None:
+            self.phase = "find"
+            return
+        self.busy = True
+        self.send_request(broker, api, version, values, partial(self._answered, then))
+
+    def _answered(self, then: Callable[[Any], None], response: Any) -> None:
+        self.busy = False
+        if response is None:  # the connection failed: find the coordinator again
+            self.coordinator, self.phase = None, "find"
+            return
+        then(response)
+
+    def _coordinator_error(self, code: int) -> bool:
+        if code in COORDINATOR_ERRORS:
+            self.coordinator, self.phase = None, "find"
+            return True
+        return False
+
+    def _found(self, response: Any) -> None:
+        if response.error_code == NONE and response.node_id >= 0:
+            self.coordinator = response.node_id
+            self.coordinator_life = self.lives(response.node_id)
+            self.phase = "join"
+
+    def _joined(self, response: Any) -> None:
+        code = response.error_code
+        if code == MEMBER_ID_REQUIRED:
+            self.member_id = response.member_id
+            return
+        if code == UNKNOWN_MEMBER_ID:
+            self.member_id = ""
+            return
+        if self._coordinator_error(code) or code != NONE:
+            return
+        assert self.coordinator is not None
+        epoch = self.load_epoch(self.coordinator)
+        key = (self.name, self.coordinator, self.coordinator_life, epoch)
+        seen = self.history.generations.setdefault(key, [])
+        # A follower that joins again with nothing changed gets the current generation
+        # back (Kafka's coordinator answers it without a rebalance): equal is fine.
+        if seen and response.generation_id < seen[-1]:
+            self.history.problems.append((
+                "group generations only grow",
+                f"{self.name} joined generation {response.generation_id} of group "
+                f"{self.group} after generation {seen[-1]} while broker {self.coordinator} "
+                f"coordinated it without a break (offsets partition leader epoch {epoch})"))
+        seen.append(response.generation_id)
+        self.history.group_rebalances += 1
+        self.member_id = response.member_id
+        self.generation = response.generation_id
+        assignments = []
+        if response.leader == self.member_id:
+            members = sorted(m.member_id for m in response.members)
+            plan: dict[str, list[list[Any]]] = {m: [] for m in members}
+            for i, tp in enumerate(self.topic_partitions):
+                plan[members[i % len(members)]].append(list(tp))
+            assignments = [{"member_id": m, "assignment": json.dumps(plan[m]).encode()}
+                           for m in members]
+        self.phase = "sync"
+        self._call(self.coordinator, SYNC_GROUP, 3, {
+            "group_id": self.group, "generation_id": self.generation,
+            "member_id": self.member_id, "group_instance_id": None,
+            "assignments": assignments}, self._synced)
+
+    def _synced(self, response: Any) -> None:
+        code = response.error_code
+        if self._coordinator_error(code):
+            return
+        if code != NONE:
+            self.phase = "join"
+            return
+        self.assigned = [(t, p) for t, p in json.loads(response.assignment or b"[]")]
+        topics: dict[str, list[int]] = {}
+        for t, p in self.assigned:
+            topics.setdefault(t, []).append(p)
+        self.phase = "offsets"
+        self._call(self.coordinator, OFFSET_FETCH, 5, {
+            "group_id": self.group,
+            "topics": [{"name": t, "partition_indexes": ps} for t, ps in sorted(topics.items())]},
+            self._offsets)
+
+    def _offsets(self, response: Any) -> None:
+        if self._coordinator_error(response.error_code):
+            return
+        if response.error_code != NONE:
+            self.phase = "join"
+            return
+        for topic in response.topics:
+            for part in topic.partitions:
+                tp = (topic.name, part.partition_index)
+                offset = part.committed_offset
+                if part.error_code != NONE:
+                    self.phase = "join"
+                    return
+                if offset >= 0 and offset not in self.history.committed.get(tp, set()):
+                    self.history.problems.append((
+                        "committed offsets are the group's",
+                        f"group {self.group} fetched committed offset {offset} of "
+                        f"{tp[0]}-{tp[1]}, which no member committed"))
+                self.positions[tp] = max(offset, 0)
+        self.phase = "stable"
+        now = self.clock.now_ms()
+        self.next_heartbeat_ms = now + self.heartbeat_ms
+        self.next_commit_ms = now + self.commit_ms
+
+    def _beat(self, response: Any) -> None:
+        code = response.error_code
+        if self._coordinator_error(code):
+            return
+        if code == UNKNOWN_MEMBER_ID:
+            self.member_id, self.phase = "", "join"
+        elif code != NONE:
+            self.phase = "join"
+
+    def _commit(self) -> None:
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for t, p in self.assigned:
+            offset = self.positions.get((t, p), 0)
+            topics.setdefault(t, []).append({
+                "partition_index": p, "committed_offset": offset, "committed_leader_epoch": -1,
+                "committed_metadata": ""})
+            self.history.committed.setdefault((t, p), set()).add(offset)
+        self._call(self.coordinator, OFFSET_COMMIT, 7, {
+            "group_id": self.group, "generation_id_or_member_epoch": self.generation,
+            "member_id": self.member_id, "group_instance_id": None,
+            "topics": [{"name": t, "partitions": ps} for t, ps in sorted(topics.items())]},
+            self._beat_like_commit)
+
+    def _beat_like_commit(self, response: Any) -> None:
+        for topic in response.topics:
+            for part in topic.partitions:
+                if part.error_code != NONE:
+                    self._beat(part)
+                    return

@@ -25,6 +25,10 @@ a log.
 Liveness (at the end, after every fault was healed and the run settled): a
 controller is active and every partition of the run's topics has a live leader.
 
+Clients (as they go): a producer id is handed out once; a group member's
+generations only grow while one coordinator serves the group without a break;
+an offset fetched as committed is one a member committed.
+
 Also a violation: an actor that crashed (its supervision restarted it) or an
 exception that escaped an actor.
 """
@@ -179,7 +183,7 @@ class Checker:
                 raise Violation("no actor crashes",
                                 f"an actor of {node.name} crashed (see the log for its traceback)")
         if self.history.problems:
-            raise Violation("producer ids are unique", self.history.problems[0])
+            raise Violation(*self.history.problems[0])
 
     # ------------------------------------------------------------------- final
     def check_final(self) -> None:

@@ -29,8 +29,16 @@ from typing import Any
 
 from loguru import logger
 
+from actors.core.offsets_codec import OFFSETS_TOPIC, partition_for
 from actors.runtime.directory import Directory, NodeEndpoint
-from actors.sim.clients import CLIENT_NODE, History, SimAdmin, SimConsumer, SimProducer
+from actors.sim.clients import (
+    CLIENT_NODE,
+    History,
+    SimAdmin,
+    SimConsumer,
+    SimGroupMember,
+    SimProducer,
+)
 from actors.sim.cluster import GATEWAY_PORT, SimCluster
 from actors.sim.disk import SimDisk
 from actors.sim.invariants import Checker, Violation
@@ -42,6 +50,7 @@ from actors.topology import broker_node_name
 FAULTS = ("crash", "pause", "partition", "expire", "clock", "link", "gateway", "disk",
           "zookeeper")
 TOPICS = {"events": (3, 3), "audit": (2, 2)}   # name -> (partitions, replication factor)
+GROUP = "sim-group"
 
 
 @dataclass
@@ -61,6 +70,7 @@ class SimOptions:
     # is its own log end, so they add no delayed produce yet; with replication (issue 15)
     # their appends wait in purgatory for the ISR and are checked like the others
     acks_all_producers: int = 0
+    group_members: int = 2   # members of one consumer group (besides the plain consumer)
     max_events: int = 2_000_000
     logs: bool = False   # the actors' own log lines (thousands per run); off unless asked
 
@@ -107,6 +117,7 @@ class _Run:
         self.paused: set[int] = set()
         self.producers: list[SimProducer] = []
         self.consumer: SimConsumer | None = None
+        self.members: list[SimGroupMember] = []
 
     # --------------------------------------------------------------- set up
     def start(self) -> None:
@@ -139,7 +150,23 @@ class _Run:
         consumer = clients.spawn(SimConsumer, "consumer", topics=self.topic_partitions,
                                  **common())
         self.consumer = clients.actors[consumer.name]  # type: ignore[assignment]
+        for i in range(self.options.group_members):
+            member = clients.spawn(SimGroupMember, f"member-{i}", group=GROUP,
+                                   load_epoch=self._group_load_epoch,
+                                   topics=self.topic_partitions, **common())
+            self.members.append(clients.actors[member.name])  # type: ignore[arg-type]
         world.kernel.after_ms(self.options.check_every_ms, self._check)
+
+    def _group_load_epoch(self, broker_id: int) -> int:
+        """The leader epoch of the group's __consumer_offsets partition that ``broker_id``
+        leads now (-1 when it does not lead it)."""
+        broker = self.cluster.brokers[broker_id]
+        p = partition_for(GROUP, int(broker.config["offsets.topic.num.partitions"]))
+        for shard in broker.shards():
+            state = shard.partitions.get((OFFSETS_TOPIC, p))
+            if state is not None and state.leader_id == broker_id:
+                return int(state.leader_epoch)
+        return -1
 
     def _check(self) -> None:
         self.checker.check()
@@ -248,6 +275,8 @@ class _Run:
             producer.stopped = True
         if self.consumer is not None:
             self.consumer.stopped = True
+        for member in self.members:
+            member.stopped = True
 
     # ------------------------------------------------------------------ end
     def close(self) -> None:
@@ -323,6 +352,8 @@ def run_seed(seed: int, options: SimOptions | None = None,
         stats={"net": asdict(world.net.stats), "disk": asdict(disk.stats),
                "zk_sessions_expired": run.cluster.zk.expired,
                "produce_errors": dict(sorted(history.produce_errors.items())),
+               "group_joins": history.group_rebalances,
+               "group_commits": sum(len(v) for v in history.committed.values()),
                "checks": run.checker.checks,
                "delayed_operations": len(run.checker.parked)},
     )

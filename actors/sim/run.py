@@ -22,7 +22,10 @@ import re
 import shutil
 import tempfile
 import time
+import uuid
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -307,7 +310,8 @@ def run_seed(seed: int, options: SimOptions | None = None,
     if not options.logs:
         logger.disable("actors")
     try:
-        with planted(options.plant), SimDisk(root, random.Random(seed ^ 0x5EED)) as disk:
+        with planted(options.plant), seeded_uuid4(seed), \
+                SimDisk(root, random.Random(seed ^ 0x5EED)) as disk:
             run = _Run(seed, options, root, disk, trace_dir)
             world = run.world
             try:
@@ -358,6 +362,24 @@ def run_seed(seed: int, options: SimOptions | None = None,
                "delayed_operations": len(run.checker.parked)},
     )
     return result, world
+
+
+@contextmanager
+def seeded_uuid4(seed: int) -> Iterator[None]:
+    """uuid.uuid4 drawn from the seed for the run: the entropy the code under test takes
+    (a group member's id is its client id and a uuid, as Kafka's) is part of the OS
+    boundary the simulation replaces."""
+    rng = random.Random(seed ^ 0x0001D)
+    real = uuid.uuid4
+
+    def uuid4() -> uuid.UUID:
+        return uuid.UUID(int=rng.getrandbits(128), version=4)
+
+    uuid.uuid4 = uuid4
+    try:
+        yield
+    finally:
+        uuid.uuid4 = real
 
 
 def _involved(world: SimWorld, detail: str, lines: int = 40) -> list[str]:

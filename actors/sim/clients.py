@@ -1,4 +1,4 @@
-"""Simulated Kafka clients: an admin, an idempotent producer, a consumer.
+"""Simulated Kafka clients: an admin, an idempotent producer, a consumer, a group member.
 
 They are actors on the simulation's client node and speak Kafka to the
 brokers' SimProcessors (ClientRequest / ClientResponse): requests encoded

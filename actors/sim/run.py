@@ -1,13 +1,13 @@
 """One seed, one run: a cluster, its clients, a fault schedule, the invariants.
 
 :func:`run_seed` builds a :class:`SimWorld` from the seed, starts the broker
-nodes (SimCluster), an admin that creates the topics, idempotent producers
-and a consumer (actors/sim/clients.py), then runs ``steps`` rounds: each
-waits a seeded while and strikes one seeded fault (a node crash and its
-restart, a pause, a partition and its heal, a ZooKeeper session expiry, a
-step of a node's wall clock, a link reset, a gateway dropping frames, a slow
-disk stalling a node's partition shards, ZooKeeper down). Then
-every fault is healed, the producers stop, the run settles, and the final
+nodes (SimCluster), an admin that creates the topics, idempotent producers, a
+consumer and a consumer group (actors/sim/clients.py), then runs ``steps``
+rounds: each waits a seeded while and strikes one seeded fault (a node crash
+and its restart, a pause, a partition and its heal, a ZooKeeper session
+expiry, a step of a node's wall clock, a link reset, a gateway dropping
+frames, a slow disk stalling a node's partition shards, ZooKeeper down). Then
+every fault is healed, the clients stop, the run settles, and the final
 invariants are checked (actors/sim/invariants.py). The control-plane
 invariants are checked every ``check_every_ms`` of simulated time on the way.
 

@@ -7,10 +7,11 @@ import pytest
 from actors.sim.plants import PLANTS, PlantUnavailable, planted
 from actors.sim.run import SimOptions, run_seed, trace_bytes
 
-# Seeds that once failed, kept so the bug stays fixed: (seed, steps).
-REGRESSION_SEEDS: list[tuple[int, int]] = [
-    (3039, 16),  # two nodes' first InitProducerId in one millisecond: one producer id twice
-]
+# Seeds that once failed, kept so the bug stays fixed: (seed, steps). A seed replays its
+# bug only while the workload draws the same numbers; when the workload changes, the bug
+# moves to a fixed scenario in test_regressions.py (as seed 3039's did: two nodes' first
+# InitProducerId in one millisecond handed out one producer id twice).
+REGRESSION_SEEDS: list[tuple[int, int]] = []
 CI_SEEDS = range(1000, 1100)   # a fixed set, run every time (about a minute alone)
 
 

@@ -94,7 +94,7 @@ class HandlerContext:
             return self.producer_id_base + local
         # In a cluster every node takes its base from its own clock: two nodes whose first
         # InitProducerId falls in the same millisecond had the same base and handed out the
-        # same ids (found by the simulator, `actorlog sim --seed 3039 --steps 16`). The
+        # same ids (found by the simulator; tests/sim/test_regressions.py replays it). The
         # broker id in the low bits keeps nodes apart (ids distinct modulo 1024).
         return self.producer_id_base + local * PRODUCER_ID_NODE_SLOTS + (
             self.broker_id % PRODUCER_ID_NODE_SLOTS)

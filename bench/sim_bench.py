@@ -11,7 +11,6 @@ pass; a violation ends the benchmark with its seed.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import time
@@ -20,13 +19,14 @@ from typing import Any
 import click
 from loguru import logger
 
+from bench.contract import min_median_max, write_json
+
 BENCH_NAME = "sim"
 RATIO_KEYS = ("sim_vs_real_time",)
 
 
 def _spread(values: list[float]) -> dict[str, float]:
-    return {"min": round(min(values), 3), "median": round(statistics.median(values), 3),
-            "max": round(max(values), 3)}
+    return {k: round(v, 3) for k, v in min_median_max(values).items()}
 
 
 @click.command(name="sim")
@@ -66,13 +66,7 @@ def command(seeds: int, rounds: int, start: int, nodes: int, steps: int,
         "sim_s_per_wall_s": _spread(speed), "seeds_per_minute": _spread(per_minute),
         "events_per_wall_s": _spread(events_per_s), "records_acknowledged": acks}
     ratios = {"sim_vs_real_time": round(statistics.median(speed), 3)}
-    report = {
-        "bench": BENCH_NAME,
-        "config": {"seeds": seeds, "rounds": rounds, "start": start, "nodes": nodes,
-                   "steps": steps},
-        "results": results,
-        "ratios": ratios,
-    }
+    config = {"seeds": seeds, "rounds": rounds, "start": start, "nodes": nodes, "steps": steps}
     res = results
     click.echo(f"simulated s per wall s: min {res['sim_s_per_wall_s']['min']} median "
                f"{res['sim_s_per_wall_s']['median']} max {res['sim_s_per_wall_s']['max']}")
@@ -81,5 +75,4 @@ def command(seeds: int, rounds: int, start: int, nodes: int, steps: int,
                f"({nodes} nodes, {steps} faults per seed, {seeds} seeds x {rounds} rounds)")
     click.echo(f"sim_vs_real_time: {ratios['sim_vs_real_time']}")
     if json_out:
-        with open(json_out, "w") as out:
-            json.dump(report, out, indent=2)
+        write_json(json_out, BENCH_NAME, config, results, ratios)

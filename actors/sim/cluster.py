@@ -2,7 +2,7 @@
 
 Each node gets the actors ``Broker._start_locked`` spawns in cluster mode
 (LogManager, Timer, PartitionShards, PurgatoryShards, ReplicaManager,
-ClusterController, GroupCoordinators, RequestHandlers), built from the same
+ClusterController, LogCleaner, GroupCoordinators, RequestHandlers), built from the same
 Config keys, on a SimNode; a SimProcessor stands where the Acceptor and the
 Processors would be. The node's ZooKeeper client is a SimMetadataStore on
 the run's SimZooKeeper, and its log dir is a directory of the run on the
@@ -27,6 +27,7 @@ from actors.core.cluster_model import BrokerInfo, Endpoint
 from actors.core.log_dir import LogDir
 from actors.core.metadata_cache import MetadataCache
 from actors.group_coordinator import spawn_coordinators
+from actors.log_cleaner import LogCleaner
 from actors.log_manager import LogManager
 from actors.metadata.store import BrokerIdInUse, MetadataError
 from actors.partition_shard import PartitionShard
@@ -179,6 +180,9 @@ class SimCluster:
         node.spawn(ClusterController, topo.controller.name, topology=topo, config=cfg,
                    store=store, broker=info, clock=clock,
                    rng=random.Random(self.world.kernel.rng.getrandbits(64)))
+        if cfg["log.cleaner.enable"]:
+            node.spawn(LogCleaner, topo.log_cleaner.name, topology=topo, config=cfg,
+                       log_dir=broker.data_dir, clock=clock)
         spawn_coordinators(node, topo, cfg, clock, cluster=True)
         for i in range(topo.num_handlers):
             ctx = HandlerContext(topo, cfg, broker_id, f"{broker.name}.sim", KAFKA_PORT,

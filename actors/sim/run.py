@@ -17,6 +17,7 @@ its trace (one line per delivery and per fault) is the proof.
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import shutil
@@ -304,7 +305,7 @@ def run_seed(seed: int, options: SimOptions | None = None,
         trace_dir.mkdir(parents=True, exist_ok=True)
         random.seed(seed)
     started = time.perf_counter()
-    root = Path(tempfile.mkdtemp(prefix=f"actorlog-sim-{seed}-"))
+    root = _run_root(seed)
     violation: Violation | None = None
     run: _Run | None = None
     if not options.logs:
@@ -362,6 +363,23 @@ def run_seed(seed: int, options: SimOptions | None = None,
                "delayed_operations": len(run.checker.parked)},
     )
     return result, world
+
+
+def _run_root(seed: int) -> Path:
+    """The run's own directory, at a path that depends on the seed alone (paths travel
+    in messages, so a random name would change the trace): the first free
+    ``<tmp>/actorlog-sim-<uid>/seed-<seed>-<n>``; two runs of one seed at once differ."""
+    base = Path(tempfile.gettempdir()) / f"actorlog-sim-{os.getuid()}"
+    base.mkdir(exist_ok=True)
+    n = 0
+    while True:
+        root = base / f"seed-{seed}-{n}"
+        try:
+            root.mkdir()
+        except FileExistsError:
+            n += 1
+            continue
+        return root
 
 
 @contextmanager

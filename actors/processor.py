@@ -32,7 +32,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.topology import Topology
-from wire.api_versions import STAGES, api_name
+from wire.api_versions import STAGES, api_name, api_snake_name
 from wire.broker_messages import (
     ConnectionClosed,
     GetStats,
@@ -90,7 +90,7 @@ class _Conn:
         self.out: deque[list[Any]] = deque()
         # POLLIN wanted: False at the in-flight bound or while queued.max.requests is full
         self.reading = True
-        self.traces: dict[int, int] = {}
+        self.traces: dict[int, tuple[int, int, int]] = {}  # seq -> (trace id, in ns, bytes)
         self.mask = 0
 
 
@@ -245,11 +245,8 @@ class Processor(Actor):
         now = self._monotonic_ns()
         tracer = self.node.tracer
         tid = tracer.sample() if tracer.enabled else 0
-        if tid:
-            conn.traces[seq] = tid
-            tracer.event("net_in", tid, 0, 0, self.name, f"{conn.peer_host}:{conn.peer_port}",
-                         "request", conn.conn_id, request.correlation_id, request.api_key,
-                         len(request.frame) + 4, mono_ns=now)
+        if tid:  # the request record (client leg) is written when the request is finished
+            conn.traces[seq] = (tid, tracer.wall_ns(), len(request.frame) + 4)
         self.tell_traced(
             self.topology.handler_for_conn(conn.conn_id),
             KafkaRequest(conn.conn_id, seq, self.name, request.api_key, request.api_version,
@@ -357,12 +354,15 @@ class Processor(Actor):
         incr(total_key, total)
         for key, value in zip(stage_keys, values, strict=True):
             incr(key, value)
-        tid = conn.traces.pop(response.seq, 0)
-        if tid:
-            self.node.tracer.event("net_out", tid, 0, 0, self.name,
-                                   f"{conn.peer_host}:{conn.peer_port}", "response",
-                                   conn.conn_id, response.correlation_id, response.api_key,
-                                   len(response.frame), mono_ns=now)
+        traced = conn.traces.pop(response.seq, None)
+        if traced is not None:
+            tid, in_ns, size = traced
+            tracer = self.node.tracer
+            tracer.record(
+                "request", tid, 0, 0, self.name, f"{conn.peer_host}:{conn.peer_port}",
+                api_snake_name(response.api_key), conn.conn_id, response.correlation_id,
+                response.api_key, size, len(response.frame or b"") if response.respond else 0,
+                sent_ns=in_ns, recv_ns=in_ns, done_ns=tracer.wall_ns())
 
     # ------------------------------------------------------- idle connections
     def poll_timeout_ms(self) -> int | None:

@@ -31,7 +31,7 @@ from loguru import logger
 from actors.runtime.address import Address
 from actors.runtime.pykka_compat import PykkaActor, envelope, is_stop
 from actors.runtime.supervision import RestartWindow, restart_after_crash
-from actors.runtime.tracing import new_id, trace_fields
+from actors.runtime.tracing import net_legs, new_id, trace_fields
 from wire import registry
 from wire.envelope import BadFrame, decode_frame, encode_frame
 from wire.runtime_messages import Reply
@@ -158,11 +158,7 @@ class Actor(PykkaActor):
     def tell(self, address: Address, msg: Any) -> None:
         """Send ``msg`` to ``address``; delivered in order, batched per incoming frame."""
         tid = self._trace[0]
-        if tid:
-            span = new_id()
-            self._trace_send(address, msg, tid, span, self._trace[1])
-        else:
-            span = 0
+        span = new_id() if tid else 0  # the sender records nothing: the receiver writes the hop
         # wire.envelope.new_entry's layout, inline: this runs for every message sent.
         entry = [_type_ids[type(msg)], tid, span, self._trace[1] if tid else 0, _time_ns(), 0, msg]
         if address == self.address:
@@ -189,11 +185,6 @@ class Actor(PykkaActor):
         """Answer the sender of the message being handled."""
         assert self.current_sender is not None, "reply() outside a handler"
         self.tell(self.current_sender, msg)
-
-    def _trace_send(self, address: Address, msg: Any, tid: int, span: int, parent: int) -> None:
-        conn, corr, api, size = trace_fields(msg)
-        self._tracer.event("send", tid, span, parent, self.name, str(address),
-                           type(msg).__name__, conn, corr, api, size)
 
     def flush(self) -> None:
         for address in list(self._out):
@@ -226,7 +217,11 @@ class Actor(PykkaActor):
             self.sent_local += len(entries)
             return
         frame = _encode_frame(self.node.name, self.name, address.name, entries)
-        self.node._send_frame(link, address, frame, waiter=self)
+        # A traced message leaving the node: its gateway there writes the network leg.
+        legs = None
+        if self._tracer.enabled and getattr(link, "remote", False):
+            legs = net_legs(self.node.name, self.name, entries)
+        self.node._send_frame(link, address, frame, waiter=self, net_legs=legs)
         if address.node == self.node.name:
             self.sent_local += len(entries)
 
@@ -370,10 +365,9 @@ class Actor(PykkaActor):
         sender = Address(s_node, s_name)
         self.current_sender = sender
         handlers = self._handlers
-        tracer = self._tracer
         for entry in entries:
             try:
-                type_id, tid, span, parent, _send_ns, ask_id, body = entry
+                type_id, tid, span, parent, send_ns, ask_id, body = entry
                 cls = _types[type_id]
                 # In-memory hand-overs carry the message itself; frames carry its fields.
                 msg = body if type(body) is cls else _build(cls, body)
@@ -398,9 +392,7 @@ class Actor(PykkaActor):
                 continue
             if tid:
                 self._trace = (tid, span)
-                conn, corr, api, size = trace_fields(msg)
-                tracer.event("recv", tid, span, parent, self.name, str(sender), cls.__name__,
-                             conn, corr, api, size)
+                recv_ns = _time_ns()
             try:
                 result = handler(msg)
             except Exception as exc:
@@ -411,8 +403,12 @@ class Actor(PykkaActor):
                 if ask_id:
                     self.tell(sender, Reply(ask_id, True, result))
             if tid:
-                tracer.event("done", tid, span, parent, self.name, str(sender), cls.__name__,
-                             conn, corr, api, 0)
+                # One record per hop, written by the receiver once it has handled it
+                # (Tracer.hop's tuple, inline: this runs for every traced message).
+                conn, corr, api, size = trace_fields(msg)
+                self._tracer.hops.append((tid, span, parent, self.name, sender, cls, conn, corr,
+                                          api, size, send_ns, recv_ns, _time_ns(),
+                                          self._tracer.clock_offset_ns))
                 self._trace = (0, 0)
         self.current_sender = None
 

@@ -1,8 +1,11 @@
-"""Trace events: sampled at the start of a chain, written off the hot path.
+"""Trace records: sampled at the start of a chain, one per hop, written off the hot path.
 
-Actors append event tuples to a deque (atomic under the GIL, no lock shared
-between actors); one writer thread per node drains it into size-bounded,
-rotated files under ``<data dir>/traces``.
+An actor that has handled a traced message appends one short tuple (``HOP_FIELDS``)
+to the tracer's ``hops`` deque (atomic under the GIL, no lock shared between
+actors); Processors and gateways append whole records of the other kinds. One
+writer thread per node drains both into row groups of size-bounded, rotated
+Parquet files under ``<data dir>/traces`` (format: ``wire/trace_format.py``,
+codec: ``wire/trace_parquet.py``).
 """
 
 from __future__ import annotations
@@ -19,10 +22,24 @@ import msgpack
 
 from wire import registry
 from wire import trace_format as tf
+from wire.trace_parquet import Repeat, SegmentWriter
 
 _getrandbits = random.getrandbits
-_packb = msgpack.Packer(autoreset=True).pack
-_DRAIN_BATCH = 4096  # events per msgpack call in the writer thread (at most 65535)
+_time_ns = time.time_ns
+_packb = msgpack.packb
+_unpackb = msgpack.unpackb
+
+HOP_FIELDS: tuple[str, ...] = (
+    "trace_id", "span_id", "parent_span_id", "actor", "sender", "msg_type",
+    "conn_id", "corr_id", "api_key", "bytes", "sent_ns", "recv_ns", "done_ns",
+    "clock_offset_ns",
+)
+"""What an actor appends per handled hop; the other fields of a hop record are
+the same for every hop (``kind`` "hop", the node, no link, offset or detail)."""
+_HOP_INDEX = {name: i for i, name in enumerate(HOP_FIELDS)}
+ROW_GROUP_ROWS = 16_384
+"""Rows per row group at most: the writer holds the GIL while it encodes one
+(about a microsecond a row), so the actors get it back between row groups."""
 
 
 def new_id() -> int:
@@ -31,7 +48,10 @@ def new_id() -> int:
 
 
 class Tracer:
-    """Per-node trace sampling and event sink."""
+    """Per-node trace sampling, record sinks and the writer thread."""
+
+    wall_ns = staticmethod(time.time_ns)
+    """The clock of trace records (wall time, ns); actors stamp envelopes with the same."""
 
     def __init__(
         self,
@@ -40,7 +60,7 @@ class Tracer:
         sample_ratio: float = 0.0,
         file_max_bytes: int = 64 * 1024 * 1024,
         files_max: int = 16,
-        flush_interval_s: float = 0.2,
+        flush_interval_s: float = 0.5,
     ) -> None:
         if not 0.0 <= sample_ratio <= 1.0:
             raise ValueError(f"trace.sample.ratio must be within [0, 1], got {sample_ratio}")
@@ -51,15 +71,18 @@ class Tracer:
         self.file_max_bytes = file_max_bytes
         self.files_max = files_max
         self.clock_offset_ns = 0
-        self._events: deque[tuple[Any, ...]] = deque()
+        self.hops: deque[tuple[Any, ...]] = deque()
+        self.records: deque[tuple[Any, ...]] = deque()
         self._flush_interval_s = flush_interval_s
         self._stop = threading.Event()
-        self._drain_lock = threading.Lock()  # only the writer thread and close() take it
+        self._drain_lock = threading.Lock()  # only the writer thread and flush/close take it
         self._thread: threading.Thread | None = None
         self._file: Any = None
-        self._file_bytes = 0
+        self._writer: SegmentWriter | None = None
+        self._path: Path | None = None
         self._seq = 0
-        self.events_written = 0
+        self._last_write = time.monotonic()
+        self.records_written = 0
 
     # -- sampling ---------------------------------------------------------
     def sample(self) -> int:
@@ -71,42 +94,42 @@ class Tracer:
             return 0
         return new_id()
 
-    # -- events -----------------------------------------------------------
-    def event(
+    # -- records ----------------------------------------------------------
+    def hop(self, trace_id: int, span_id: int, parent_span_id: int, actor: str, sender: Any,
+            msg_type: Any, conn_id: int, corr_id: int, api_key: int, size: int,
+            sent_ns: int, recv_ns: int, done_ns: int) -> None:
+        """One handled message (``Actor`` appends the same tuple inline)."""
+        self.hops.append((trace_id, span_id, parent_span_id, actor, sender, msg_type, conn_id,
+                          corr_id, api_key, size, sent_ns, recv_ns, done_ns,
+                          self.clock_offset_ns))
+
+    def record(
         self,
         kind: str,
         trace_id: int,
         span_id: int,
         parent_span_id: int,
         actor: str,
-        peer: str,
-        msg_type: str,
+        sender: Any,
+        msg_type: Any,
         conn_id: int = -1,
         corr_id: int = -1,
         api_key: int = -1,
         size: int = 0,
-        mono_ns: int | None = None,
-        wall_ns: int | None = None,
+        bytes_out: int = 0,
+        sent_ns: int = 0,
+        recv_ns: int = 0,
+        done_ns: int = 0,
+        link_trace_id: int = 0,
+        link_span_id: int = 0,
+        offset: int = -1,
+        detail: str = "",
     ) -> None:
-        self._events.append(
-            (
-                kind,
-                trace_id,
-                span_id,
-                parent_span_id,
-                self.node,
-                actor,
-                peer,
-                msg_type,
-                conn_id,
-                corr_id,
-                api_key,
-                size,
-                time.monotonic_ns() if mono_ns is None else mono_ns,
-                time.time_ns() if wall_ns is None else wall_ns,
-                self.clock_offset_ns,
-            )
-        )
+        """A record of any kind (``wire/trace_format.py`` says what each field means)."""
+        self.records.append((kind, trace_id, span_id, parent_span_id, self.node, actor, sender,
+                             msg_type, conn_id, corr_id, api_key, size, bytes_out, sent_ns,
+                             recv_ns, done_ns, self.clock_offset_ns, link_trace_id,
+                             link_span_id, offset, detail))
 
     # -- writer -----------------------------------------------------------
     def start(self) -> None:
@@ -114,7 +137,8 @@ class Tracer:
             return
         assert self.directory is not None
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._thread = threading.Thread(target=self._run, name=f"trace-writer-{self.node}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"trace-writer-{self.node}",
+                                        daemon=True)
         self._thread.start()
 
     def close(self) -> None:
@@ -122,64 +146,86 @@ class Tracer:
             self._stop.set()
             self._thread.join(timeout=10)
             self._thread = None
-        self._drain()
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._drain(everything=True)
+        with self._drain_lock:
+            self._close_file()
 
     def flush(self) -> None:
-        """Write out everything queued so far (used by tests and at shutdown)."""
-        self._drain()
+        """Write out everything queued so far (tests, shutdown)."""
+        self._drain(everything=True)
 
     def _run(self) -> None:
-        while not self._stop.wait(self._flush_interval_s):
-            self._drain()
+        # Wake often, write when a row group is full or the oldest queued record has
+        # waited flush_interval_s: big row groups under load, little delay when quiet.
+        tick = min(0.1, self._flush_interval_s)
+        while not self._stop.wait(tick):
+            if len(self.hops) + len(self.records) >= ROW_GROUP_ROWS or (
+                time.monotonic() - self._last_write >= self._flush_interval_s
+            ):
+                self._drain()
 
-
-    def _drain(self) -> None:
+    def _drain(self, everything: bool = False) -> None:
         if not self.enabled:
             return
         with self._drain_lock:
-            events = self._events
-            popleft = events.popleft
-            while events:
-                # One msgpack call per batch: pack the batch as an array and drop the
-                # array's header, which leaves exactly the events packed back to back.
-                # Batches stay small (a few ms of packing) so the actors of this
-                # process get the GIL back between them.
-                n = min(len(events), _DRAIN_BATCH)
-                batch = [popleft() for _ in range(n)]
-                data = _packb(batch)[1 if n < 16 else 3:]
-                f = self._current_file(len(data))
-                f.write(data)
-                f.flush()
-                self._file_bytes += len(data)
-                self.events_written += n
+            hops, records = self.hops, self.records
+            while hops or records:
+                nh = min(len(hops), ROW_GROUP_ROWS)
+                nr = min(len(records), ROW_GROUP_ROWS - nh)
+                self._write_row_group([hops.popleft() for _ in range(nh)],
+                                      [records.popleft() for _ in range(nr)])
+                if not everything and len(hops) + len(records) < ROW_GROUP_ROWS:
+                    break  # the rest waits for the next turn: the actors get the GIL back
+            self._last_write = time.monotonic()
 
-    def _current_file(self, incoming: int) -> Any:
-        if self._file is not None and self._file_bytes + incoming <= self.file_max_bytes:
-            return self._file
-        if self._file is not None:
-            self._file.close()
+    def _write_row_group(self, hops: list[tuple[Any, ...]], records: list[tuple[Any, ...]]) -> None:
+        nh, nr = len(hops), len(records)
+        hop_cols = list(zip(*hops, strict=True)) if nh else []
+        rec_cols = list(zip(*records, strict=True)) if nr else []
+        columns: list[list[Any]] = []
+        for i, name in enumerate(tf.FIELDS):
+            parts: list[Any] = []
+            if nh:
+                j = _HOP_INDEX.get(name)
+                parts.append(hop_cols[j] if j is not None
+                             else Repeat(_hop_constant(name, self.node), nh))
+            if nr:
+                parts.append(rec_cols[i])
+            columns.append(parts)
+        n = nh + nr
+        writer = self._current_writer(n)
+        writer.write_columns(columns, n)
+        self._file.flush()
+        self.records_written += n
+
+    def _current_writer(self, rows: int) -> SegmentWriter:
+        w = self._writer
+        if w is not None:
+            per_row = (w.pos / w.num_rows) if w.num_rows else 128
+            if (w.pos + rows * per_row <= self.file_max_bytes or w.num_rows == 0) and \
+                    w.row_groups < tf.MAX_ROW_GROUPS:
+                return w
+            self._close_file()
         assert self.directory is not None
         self._seq += 1
         started = time.time_ns()
-        path = self.directory / f"{self.node}-{started}-{os.getpid()}-{self._seq:06d}{tf.FILE_SUFFIX}"
-        self._file = open(path, "ab")
-        header = msgpack.packb(
-            {
-                "format": tf.FORMAT_NAME,
-                "version": tf.FORMAT_VERSION,
-                "fields": list(tf.FIELDS),
-                "node": self.node,
-                "pid": os.getpid(),
-                "started_wall_ns": started,
-            }
-        )
-        self._file.write(header)
-        self._file_bytes = len(header)
+        name = f"{self.node}-{started}-{os.getpid()}-{self._seq:06d}{tf.FILE_SUFFIX}"
+        path = self.directory / name
+        self._file = open(path, "wb")  # noqa: SIM115 - closed at rotation and in close()
+        self._path = path
+        self._writer = SegmentWriter(self._file, {"node": self.node, "pid": os.getpid(),
+                                                  "started_wall_ns": started})
         self._rotate()
-        return self._file
+        return self._writer
+
+    def _close_file(self) -> None:
+        if self._file is None:
+            return
+        assert self._writer is not None
+        self._writer.close()
+        self._file.close()
+        self._file = None
+        self._writer = None
 
     def _rotate(self) -> None:
         assert self.directory is not None
@@ -191,12 +237,51 @@ class Tracer:
                 pass
 
 
-# --------------------------------------------------------------- what an event says
+def _hop_constant(name: str, node: str) -> Any:
+    return {"kind": "hop", "node": node, "bytes_out": 0, "link_trace_id": 0,
+            "link_span_id": 0, "offset": -1, "detail": ""}[name]
+
+
+# --------------------------------------------------------------- network legs
+def net_legs(sender_node: str, sender_name: str, entries: list[Any]) -> bytes | None:
+    """What the receiving gateway needs to record the network leg of the traced
+    messages in a frame that leaves the node (None when none is traced).
+
+    It travels as a third ZeroMQ part beside the frame, so the gateway, which
+    forwards frames without decoding them, reads only this small array:
+    ``[sender node, sender name, [[type id, trace id, span id, parent span id,
+    send time ns, conn id, correlation id, api key, bytes], ...]]``.
+    """
+    legs = []
+    for entry in entries:
+        if entry[1]:
+            conn, corr, api, size = trace_fields(entry[6])
+            legs.append([entry[0], entry[1], entry[2], entry[3], entry[4], conn, corr, api, size])
+    return _packb([sender_node, sender_name, legs]) if legs else None
+
+
+def record_net_legs(tracer: Tracer, gateway: str, data: bytes, recv_ns: int,
+                    done_ns: int) -> int:
+    """The gateway's side of :func:`net_legs`: one ``net`` record per leg; returns how many."""
+    try:
+        s_node, s_name, legs = _unpackb(data)
+        sender = f"{s_name}@{s_node}"
+        for type_id, tid, span, parent, sent_ns, conn, corr, api, size in legs:
+            cls = registry._BY_ID.get(type_id)
+            tracer.record("net", tid, span, parent, gateway, sender,
+                          cls if cls is not None else f"type_{type_id}", conn, corr, api, size,
+                          sent_ns=sent_ns, recv_ns=recv_ns, done_ns=done_ns)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return 0
+    return len(legs)
+
+
+# --------------------------------------------------------------- what a record says
 _TRACE_PLANS: dict[type, tuple[int, int, int, tuple[int, ...]]] = {}
 
 
 def trace_fields(msg: Any) -> tuple[int, int, int, int]:
-    """(conn_id, correlation_id, api_key, payload bytes) of a message, for trace events.
+    """(conn_id, correlation_id, api_key, payload bytes) of a message, for trace records.
 
     Where those fields sit is worked out once per message type, so a traced hop
     costs a few index lookups instead of attribute searches and a scan.

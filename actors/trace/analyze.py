@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from actors.trace.store import to_parquet
+from actors.trace.store import parquet_inputs
 from wire.api_versions import API_SNAKE_NAMES, STAGES
 
 INSTALL_HINT = (

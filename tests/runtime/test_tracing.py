@@ -68,15 +68,26 @@ def test_trace_follows_a_chain_across_hosts_and_trace_show_prints_it(tmp_path: P
     finally:
         a.shutdown()
         b.shutdown()
-    events = read_trace_dirs([tmp_path / "a", tmp_path / "b"])
-    chain = [e for e in events if e["trace_id"] == 777]
-    # 6 hops: each has send, recv and done; half of them handled on each node.
-    assert sorted(e["kind"] for e in chain) == ["done"] * 6 + ["recv"] * 6 + ["send"] * 6
-    assert {e["node"] for e in chain if e["kind"] == "recv"} == {"a", "b"}
-    spans = {e["span_id"]: e for e in chain if e["kind"] == "send"}
+    records = read_trace_dirs([tmp_path / "a", tmp_path / "b"])
+    chain = [r for r in records if r["trace_id"] == 777]
+    hops = [r for r in chain if r["kind"] == "hop"]
+    # 6 hops, one record each, written by the receiver: half of them on each node
+    assert len(hops) == 6
+    assert sorted(r["node"] for r in hops) == ["a"] * 3 + ["b"] * 3
+    spans = {r["span_id"]: r for r in hops}
     roots = [s for s in spans.values() if s["parent_span_id"] == 0]
     assert len(roots) == 1  # each later hop's parent is the hop that caused it
     assert all(s["parent_span_id"] in spans for s in spans.values() if s["parent_span_id"])
+    # the 5 hops between the nodes each have a network leg, recorded by the receiving gateway
+    nets = [r for r in chain if r["kind"] == "net"]
+    assert sorted(r["span_id"] for r in nets) == sorted(
+        r["span_id"] for r in hops if r["sender"].rpartition("@")[2] != r["node"])
+    assert len(nets) == 5 and {r["actor"] for r in nets} == {"_gateway"}
+    for net in nets:
+        hop = spans[net["span_id"]]
+        assert (net["sender"], net["msg_type"], net["sent_ns"]) == (
+            hop["sender"], "Hop", hop["sent_ns"])
+        assert net["recv_ns"] <= net["done_ns"] <= hop["recv_ns"]
 
     result = CliRunner().invoke(
         cli, ["trace", "show", "777", "--dir", str(tmp_path / "a"), "--dir", str(tmp_path / "b")]
@@ -84,7 +95,8 @@ def test_trace_follows_a_chain_across_hosts_and_trace_show_prints_it(tmp_path: P
     assert result.exit_code == 0, result.output
     lines = [ln for ln in result.output.splitlines() if "Hop:" in ln]
     assert len(lines) == 6
-    assert "bouncer@a -> bouncer@b" in lines[1] or "_external" in lines[0]
+    assert "bouncer@a -> bouncer@b" in lines[1] and "_external" in lines[0]
+    assert "(network" in lines[1] and "(network" not in lines[0]
     assert all("mailbox" in ln and "handler" in ln for ln in lines)
     # indentation grows along the chain
     depths = [len(ln.split("handler")[1]) - len(ln.split("handler")[1].lstrip()) for ln in lines]

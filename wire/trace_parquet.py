@@ -19,7 +19,7 @@ import json
 import struct
 import sys
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, NamedTuple
 
@@ -288,12 +288,14 @@ class SegmentWriter:
             return 0
         return self.write_columns([[col] for col in zip(*rows, strict=True)], len(rows))
 
-    def write_columns(self, columns: Sequence[Sequence[Any]], n: int) -> int:
+    def write_columns(self, columns: Sequence[Sequence[Any]], n: int,
+                      pause: Callable[[], None] | None = None) -> int:
         """Append one row group of ``n`` rows; returns its bytes.
 
         ``columns`` has one entry per field: a list of parts whose lengths add up
         to ``n``, each part a sequence of values or a :class:`Repeat` (one value
-        ``count`` times, encoded without a per-row step).
+        ``times`` times, encoded without a per-row step). ``pause`` runs between
+        columns (the node's writer lets the actors have the GIL there).
         """
         assert not self.closed
         start = self.pos
@@ -303,14 +305,18 @@ class SegmentWriter:
         for i, ((name, ftype), col) in enumerate(zip(self.field_types, columns, strict=True)):
             names = self._names[i]
             chunk_start = pos
+            if pause is not None and i:
+                pause()
             if names is None:
                 code = _ARRAY_CODE[ftype]
                 arr = array(code)
                 for part in col:
                     if type(part) is Repeat:
                         arr.extend(array(code, [part.value]) * part.times)
+                    elif len(col) == 1:
+                        arr = array(code, part)
                     else:
-                        arr.extend(part if type(part) is array else array(code, part))
+                        arr.extend(array(code, part))
                 if len(arr) != n:
                     raise ValueError(f"column {name}: {len(arr)} values in a row group of {n}")
                 if not _LITTLE:

@@ -272,9 +272,16 @@ def export(fmt: str, dirs: tuple[str, ...], trace_ids: tuple[str, ...], out: str
     type=click.Path(file_okay=False),
     help="report directory: Parquet tables, report.html, plots",
 )
-@click.option("--master", default="local[*]", show_default=True, help="Spark master URL")
-def analyze(dirs: tuple[str, ...], out: str, master: str) -> None:
-    """PySpark job over every node's traces: stages, actors, throughput, ordering check."""
+@click.option("--master", default="local[*]", show_default=True,
+              help="Spark master URL: local[N], or spark://HOST:PORT of a standalone cluster")
+@click.option("--profile", type=click.Choice(["small", "big"]), default=None,
+              help="Spark settings: small (one machine) or big (a cluster); "
+                   "default: small for local[...], big otherwise")
+def analyze(dirs: tuple[str, ...], out: str, master: str, profile: str | None) -> None:
+    """PySpark job over every node's traces: stages, actors, throughput, ordering check.
+
+    Spark reads the nodes' trace files where they lie (a cluster's executors
+    must see the same paths)."""
     from actors.trace.analyze import MissingExtraError, require_extras
     from actors.trace.analyze import analyze as run
 
@@ -282,9 +289,9 @@ def analyze(dirs: tuple[str, ...], out: str, master: str) -> None:
         require_extras()
     except MissingExtraError as exc:
         raise click.ClickException(str(exc)) from None
-    summary = run([Path(d) for d in dirs], Path(out), master=master)
+    summary = run([Path(d) for d in dirs], Path(out), master=master, profile=profile)
     click.echo(
-        f"{summary['events']} events, {summary['requests']} requests "
+        f"{summary['records']} records, {summary['requests']} requests "
         f"({summary['incomplete_requests']} incomplete), "
         f"{summary['violation_count']} ordering/answer violations"
     )
@@ -300,6 +307,6 @@ def analyze(dirs: tuple[str, ...], out: str, master: str) -> None:
         )
     t = summary["timings"]
     click.echo(
-        f"report: {Path(out) / 'report.html'}  (convert {t['convert_s']:.1f} s, "
+        f"report: {Path(out) / 'report.html'}  (prepare {t['prepare_s']:.1f} s, "
         f"spark start {t['spark_start_s']:.1f} s, job {t['job_s']:.1f} s)"
     )

@@ -358,11 +358,11 @@ class Processor(Actor):
         if traced is not None:
             tid, in_ns, size = traced
             tracer = self.node.tracer
-            tracer.record(
-                "request", tid, 0, 0, self.name, f"{conn.peer_host}:{conn.peer_port}",
-                api_snake_name(response.api_key), conn.conn_id, response.correlation_id,
-                response.api_key, size, len(response.frame or b"") if response.respond else 0,
-                sent_ns=in_ns, recv_ns=in_ns, done_ns=tracer.wall_ns())
+            tracer.request(tid, self.name, f"{conn.peer_host}:{conn.peer_port}",
+                           api_snake_name(response.api_key), conn.conn_id,
+                           response.correlation_id, response.api_key, size,
+                           len(response.frame or b"") if response.respond else 0, in_ns,
+                           tracer.wall_ns())
 
     # ------------------------------------------------------- idle connections
     def poll_timeout_ms(self) -> int | None:

@@ -365,6 +365,7 @@ class Actor(PykkaActor):
         sender = Address(s_node, s_name)
         self.current_sender = sender
         handlers = self._handlers
+        sender_text = ""  # for trace records, formatted at the first traced entry
         for entry in entries:
             try:
                 type_id, tid, span, parent, send_ns, ask_id, body = entry
@@ -405,9 +406,13 @@ class Actor(PykkaActor):
             if tid:
                 # One record per hop, written by the receiver once it has handled it
                 # (Tracer.hop's tuple, inline: this runs for every traced message).
+                # Only numbers and strings, so the garbage collector stops tracking the
+                # tuple while it waits for the writer.
                 conn, corr, api, size = trace_fields(msg)
-                self._tracer.hops.append((tid, span, parent, self.name, sender, cls, conn, corr,
-                                          api, size, send_ns, recv_ns, _time_ns(),
+                if not sender_text:
+                    sender_text = f"{s_name}@{s_node}"
+                self._tracer.hops.append((tid, span, parent, self.name, sender_text, cls.__name__,
+                                          conn, corr, api, size, send_ns, recv_ns, _time_ns(),
                                           self._tracer.clock_offset_ns))
                 self._trace = (0, 0)
         self.current_sender = None

@@ -36,7 +36,27 @@ HOP_FIELDS: tuple[str, ...] = (
 )
 """What an actor appends per handled hop; the other fields of a hop record are
 the same for every hop (``kind`` "hop", the node, no link, offset or detail)."""
-_HOP_INDEX = {name: i for i, name in enumerate(HOP_FIELDS)}
+REQUEST_FIELDS: tuple[str, ...] = (
+    "trace_id", "actor", "sender", "msg_type", "conn_id", "corr_id", "api_key", "bytes",
+    "bytes_out", "recv_ns", "done_ns", "clock_offset_ns",
+)
+"""What a Processor appends per finished request (``kind`` "request", sent_ns = recv_ns)."""
+
+
+def _layout(fields: tuple[str, ...], kind: str, **alias: str) -> dict[str, Any]:
+    """Where each record field comes from: a tuple index, or a constant."""
+    constants = {"kind": kind, "node": None, "span_id": 0, "parent_span_id": 0, "bytes_out": 0,
+                 "link_trace_id": 0, "link_span_id": 0, "offset": -1, "detail": ""}
+    out: dict[str, Any] = {}
+    for name in tf.FIELDS:
+        source = alias.get(name, name)
+        out[name] = fields.index(source) if source in fields else Repeat(constants[name], 0)
+    return out
+
+
+_HOP_LAYOUT = _layout(HOP_FIELDS, "hop")
+_REQUEST_LAYOUT = _layout(REQUEST_FIELDS, "request", sent_ns="recv_ns")
+_RECORD_LAYOUT = {name: i for i, name in enumerate(tf.FIELDS)}
 ROW_GROUP_ROWS = 16_384
 """Rows per row group at most: the writer holds the GIL while it encodes one
 (about a microsecond a row), so the actors get it back between row groups."""
@@ -72,6 +92,7 @@ class Tracer:
         self.files_max = files_max
         self.clock_offset_ns = 0
         self.hops: deque[tuple[Any, ...]] = deque()
+        self.requests: deque[tuple[Any, ...]] = deque()
         self.records: deque[tuple[Any, ...]] = deque()
         self._flush_interval_s = flush_interval_s
         self._stop = threading.Event()
@@ -95,13 +116,20 @@ class Tracer:
         return new_id()
 
     # -- records ----------------------------------------------------------
-    def hop(self, trace_id: int, span_id: int, parent_span_id: int, actor: str, sender: Any,
-            msg_type: Any, conn_id: int, corr_id: int, api_key: int, size: int,
+    def hop(self, trace_id: int, span_id: int, parent_span_id: int, actor: str, sender: str,
+            msg_type: str, conn_id: int, corr_id: int, api_key: int, size: int,
             sent_ns: int, recv_ns: int, done_ns: int) -> None:
         """One handled message (``Actor`` appends the same tuple inline)."""
         self.hops.append((trace_id, span_id, parent_span_id, actor, sender, msg_type, conn_id,
                           corr_id, api_key, size, sent_ns, recv_ns, done_ns,
                           self.clock_offset_ns))
+
+    def request(self, trace_id: int, processor: str, peer: str, api: str, conn_id: int,
+                corr_id: int, api_key: int, size: int, bytes_out: int, in_ns: int,
+                out_ns: int) -> None:
+        """A finished Kafka request: the client leg, from net in to net out."""
+        self.requests.append((trace_id, processor, peer, api, conn_id, corr_id, api_key, size,
+                              bytes_out, in_ns, out_ns, self.clock_offset_ns))
 
     def record(
         self,
@@ -168,31 +196,37 @@ class Tracer:
         if not self.enabled:
             return
         with self._drain_lock:
-            hops, records = self.hops, self.records
-            while hops or records:
-                nh = min(len(hops), ROW_GROUP_ROWS)
-                nr = min(len(records), ROW_GROUP_ROWS - nh)
-                self._write_row_group([hops.popleft() for _ in range(nh)],
-                                      [records.popleft() for _ in range(nr)])
-                if not everything and len(hops) + len(records) < ROW_GROUP_ROWS:
+            queues = ((self.hops, _HOP_LAYOUT), (self.requests, _REQUEST_LAYOUT),
+                      (self.records, _RECORD_LAYOUT))
+            while any(q for q, _layout in queues):
+                room = ROW_GROUP_ROWS
+                batches = []
+                for q, layout in queues:
+                    n = min(len(q), room)
+                    room -= n
+                    if n:
+                        popleft = q.popleft
+                        batches.append(([popleft() for _ in range(n)], layout))
+                self._write_row_group(batches)
+                if not everything and sum(len(q) for q, _layout in queues) < ROW_GROUP_ROWS:
                     break  # the rest waits for the next turn: the actors get the GIL back
             self._last_write = time.monotonic()
 
-    def _write_row_group(self, hops: list[tuple[Any, ...]], records: list[tuple[Any, ...]]) -> None:
-        nh, nr = len(hops), len(records)
-        hop_cols = list(zip(*hops, strict=True)) if nh else []
-        rec_cols = list(zip(*records, strict=True)) if nr else []
+    def _write_row_group(self, batches: list[tuple[list[tuple[Any, ...]], dict[str, Any]]]
+                         ) -> None:
+        transposed = [(list(zip(*rows, strict=True)), len(rows), layout)
+                      for rows, layout in batches]
         columns: list[list[Any]] = []
-        for i, name in enumerate(tf.FIELDS):
+        for name in tf.FIELDS:
             parts: list[Any] = []
-            if nh:
-                j = _HOP_INDEX.get(name)
-                parts.append(hop_cols[j] if j is not None
-                             else Repeat(_hop_constant(name, self.node), nh))
-            if nr:
-                parts.append(rec_cols[i])
+            for cols, n, layout in transposed:
+                source = layout[name]
+                if type(source) is Repeat:
+                    parts.append(Repeat(self.node if name == "node" else source.value, n))
+                else:
+                    parts.append(cols[source])
             columns.append(parts)
-        n = nh + nr
+        n = sum(n for _cols, n, _layout in transposed)
         writer = self._current_writer(n)
         writer.write_columns(columns, n, pause=_let_others_run)
         self._file.flush()
@@ -244,11 +278,6 @@ def _let_others_run() -> None:
     time.sleep(0)
 
 
-def _hop_constant(name: str, node: str) -> Any:
-    return {"kind": "hop", "node": node, "bytes_out": 0, "link_trace_id": 0,
-            "link_span_id": 0, "offset": -1, "detail": ""}[name]
-
-
 # --------------------------------------------------------------- network legs
 def net_legs(sender_node: str, sender_name: str, entries: list[Any]) -> bytes | None:
     """What the receiving gateway needs to record the network leg of the traced
@@ -284,33 +313,30 @@ def record_net_legs(tracer: Tracer, gateway: str, data: bytes, recv_ns: int,
 
 
 # --------------------------------------------------------------- what a record says
-_TRACE_PLANS: dict[type, tuple[int, int, int, tuple[int, ...]]] = {}
+_TRACE_PLANS: dict[type, Any] = {}
 
 
 def trace_fields(msg: Any) -> tuple[int, int, int, int]:
     """(conn_id, correlation_id, api_key, payload bytes) of a message, for trace records.
 
-    Where those fields sit is worked out once per message type, so a traced hop
-    costs a few index lookups instead of attribute searches and a scan.
+    Where those fields sit is worked out once per message type and compiled into
+    a small function, so a traced hop costs one call and a few index lookups.
     """
-    cls = type(msg)
-    plan = _TRACE_PLANS.get(cls)
+    plan = _TRACE_PLANS.get(type(msg))
     if plan is None:
-        fields = cls._fields
-        checks = registry._CHECKS.get(cls, ())
+        plan = _TRACE_PLANS[type(msg)] = _plan(type(msg))
+    return plan(msg)  # type: ignore[no-any-return]
 
-        def index(name: str) -> int:
-            return fields.index(name) if name in fields else -1
 
-        plan = _TRACE_PLANS[cls] = (
-            index("conn_id"), index("correlation_id"), index("api_key"),
-            tuple(i for i, (_f, accepted) in enumerate(checks) if accepted == (bytes,)),
-        )
-    conn, corr, api, byte_fields = plan
-    size = 0
-    for i in byte_fields:
-        value = msg[i]
-        if value is not None:
-            size += len(value)
-    return (msg[conn] if conn >= 0 else -1, msg[corr] if corr >= 0 else -1,
-            msg[api] if api >= 0 else -1, size)
+def _plan(cls: type) -> Any:
+    fields = getattr(cls, "_fields", ())
+    checks = registry._CHECKS.get(cls, ())
+
+    def at(name: str) -> str:
+        return f"m[{fields.index(name)}]" if name in fields else "-1"
+
+    sizes = [f"(len(m[{i}]) if m[{i}] is not None else 0)"
+             for i, (_f, accepted) in enumerate(checks) if accepted == (bytes,)]
+    source = (f"lambda m: ({at('conn_id')}, {at('correlation_id')}, {at('api_key')}, "
+              f"{' + '.join(sizes) or '0'})")
+    return eval(source, {})

@@ -21,6 +21,7 @@ import sys
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, BinaryIO, NamedTuple
 
 from wire import trace_format as tf
@@ -226,6 +227,14 @@ class Repeat(NamedTuple):
     times: int
 
 
+class Pick(NamedTuple):
+    """Field ``index`` of every row of ``rows`` (a column part): read in place, with no
+    transposed copy and no per-row object for the garbage collector to count."""
+
+    rows: Sequence[Sequence[Any]]
+    index: int
+
+
 @dataclass
 class _Chunk:
     name: str
@@ -293,8 +302,9 @@ class SegmentWriter:
         """Append one row group of ``n`` rows; returns its bytes.
 
         ``columns`` has one entry per field: a list of parts whose lengths add up
-        to ``n``, each part a sequence of values or a :class:`Repeat` (one value
-        ``times`` times, encoded without a per-row step). ``pause`` runs between
+        to ``n``, each part a sequence of values, a :class:`Pick` (one field of
+        some rows) or a :class:`Repeat` (one value ``times`` times, encoded
+        without a per-row step). ``pause`` runs between
         columns (the node's writer lets the actors have the GIL there).
         """
         assert not self.closed
@@ -313,6 +323,8 @@ class SegmentWriter:
                 for part in col:
                     if type(part) is Repeat:
                         arr.extend(array(code, [part.value]) * part.times)
+                    elif type(part) is Pick:
+                        arr.extend(array(code, map(itemgetter(part.index), part.rows)))
                     elif len(col) == 1:
                         arr = array(code, part)
                     else:
@@ -335,6 +347,8 @@ class SegmentWriter:
                 for part in col:
                     if type(part) is Repeat:
                         idx.extend([names[part.value]] * part.times)
+                    elif type(part) is Pick:
+                        idx.extend(map(names.__getitem__, map(itemgetter(part.index), part.rows)))
                     else:
                         idx.extend(map(names.__getitem__, part))
                 if len(idx) != n:

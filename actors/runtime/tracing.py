@@ -22,7 +22,7 @@ import msgpack
 
 from wire import registry
 from wire import trace_format as tf
-from wire.trace_parquet import Repeat, SegmentWriter
+from wire.trace_parquet import Pick, Repeat, SegmentWriter
 
 _getrandbits = random.getrandbits
 _time_ns = time.time_ns
@@ -214,19 +214,17 @@ class Tracer:
 
     def _write_row_group(self, batches: list[tuple[list[tuple[Any, ...]], dict[str, Any]]]
                          ) -> None:
-        transposed = [(list(zip(*rows, strict=True)), len(rows), layout)
-                      for rows, layout in batches]
         columns: list[list[Any]] = []
         for name in tf.FIELDS:
             parts: list[Any] = []
-            for cols, n, layout in transposed:
+            for rows, layout in batches:
                 source = layout[name]
                 if type(source) is Repeat:
-                    parts.append(Repeat(self.node if name == "node" else source.value, n))
+                    parts.append(Repeat(self.node if name == "node" else source.value, len(rows)))
                 else:
-                    parts.append(cols[source])
+                    parts.append(Pick(rows, source))
             columns.append(parts)
-        n = sum(n for _cols, n, _layout in transposed)
+        n = sum(len(rows) for rows, _layout in batches)
         writer = self._current_writer(n)
         writer.write_columns(columns, n, pause=_let_others_run)
         self._file.flush()

@@ -21,8 +21,10 @@ import copy
 import errno
 import hashlib
 import os
+import resource
 import shutil
 import socket
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -31,22 +33,37 @@ from loguru import logger
 
 from actors.acceptor import Acceptor
 from actors.apis.base import HandlerContext
+from actors.cluster_controller import ClusterController
 from actors.controller import Controller
+from actors.core.cluster_model import BrokerInfo, Endpoint
 from actors.core.dir_lock import DirLock, DirLockedError
 from actors.core.log_dir import LogDir
+from actors.core.metadata_cache import MetadataCache
 from actors.core.topic_store import TopicStore
 from actors.group_coordinator import spawn_coordinators
 from actors.log_manager import LogManager
+from actors.metadata.store import BrokerIdInUse, MetadataError
+from actors.metadata.zk import ZkMetadataStore
 from actors.partition_shard import PartitionShard
 from actors.processor import Processor
 from actors.purgatory import PurgatoryShard
+from actors.replica_manager import ReplicaManager
 from actors.request_handler import RequestHandler
-from actors.runtime.clock import SystemClock
-from actors.runtime.config import Config
-from actors.runtime.node import Directory, Node, NodeEndpoint, NodeError, default_ipc_dir
+from actors.runtime.clock import Clock, SystemClock
+from actors.runtime.config import SPEC, Config
+from actors.runtime.node import (
+    AskFailed,
+    AskTimeout,
+    Directory,
+    Node,
+    NodeEndpoint,
+    NodeError,
+    default_ipc_dir,
+)
 from actors.timer import Timer
-from actors.topology import Topology
+from actors.topology import Topology, broker_node_name
 from wire import kafka_codec
+from wire.cluster_messages import ControlledShutdownStep, StartController
 
 
 class BrokerError(RuntimeError):
@@ -149,6 +166,34 @@ def bind_listener(host: str, port: int) -> socket.socket:
     return listener
 
 
+def cluster_node_name(cfg: Config) -> str:
+    """A cluster node is named after its broker id, so every node can address every other."""
+    broker_id = int(cfg["node.id"])
+    name = broker_node_name(broker_id)
+    given = str(cfg["node.name"])
+    if given not in (name, SPEC["node.name"][0]):
+        raise BrokerConfigError(
+            f"node.name = {given!r}: in a cluster (zookeeper.connect) a node is named after its "
+            f"node.id, here {name!r}; remove node.name or set it to {name!r}")
+    host = str(cfg["actor.gateway.host"])
+    if host in NON_ROUTABLE_HOSTS:
+        raise BrokerConfigError(
+            f"actor.gateway.host = {host!r}: the other nodes of the cluster connect to this "
+            f"address; give this host's name or IP address")
+    return name
+
+
+def free_tcp_port(host: str) -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
+        try:
+            probe.bind((host, 0))
+        except OSError as exc:
+            raise BrokerConfigError(f"actor.gateway.host {host!r}: cannot bind there "
+                                    f"({exc.strerror}); give an address of this host") from None
+        return int(probe.getsockname()[1])
+
+
 def lock_log_dir(path: Path) -> DirLock:
     try:
         return DirLock.acquire(path)
@@ -159,19 +204,49 @@ def lock_log_dir(path: Path) -> DirLock:
                           f"user may write (--data-dir / log.dirs)") from None
 
 
-def read_or_create_meta(data_dir: Path, broker_id: int) -> str:
-    """Kafka's meta.properties: the cluster id this log dir belongs to."""
+def raise_open_files_limit() -> int:
+    """Raise this process's soft limit of open files to its hard limit; the new soft limit.
+
+    Every Fetch response in flight holds a descriptor per partition it sends from
+    a segment file (until sent), on top of the segments' own: Kafka's operators
+    raise the limit for the same reason. Reads fall back to bytes if it runs out.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            return soft
+        return hard
+    return soft
+
+
+def new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def read_meta(data_dir: Path, broker_id: int) -> str | None:
+    """The cluster id in the log dir's meta.properties (None when there is none yet)."""
     path = data_dir / "meta.properties"
-    if path.exists():
-        props = dict(
-            line.split("=", 1) for line in path.read_text().splitlines()
-            if "=" in line and not line.startswith("#")
-        )
-        stored = int(props.get("broker.id", broker_id))
-        if stored != broker_id:
-            raise BrokerError(f"{path} belongs to broker {stored}, this is broker {broker_id}")
-        return props["cluster.id"]
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    if not path.exists():
+        return None
+    props = dict(
+        line.split("=", 1) for line in path.read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
+    stored = int(props.get("broker.id", broker_id))
+    if stored != broker_id:
+        raise BrokerError(f"{path} belongs to broker {stored}, this is broker {broker_id}")
+    return props["cluster.id"]
+
+
+def read_or_create_meta(data_dir: Path, broker_id: int, cluster_id: str | None = None) -> str:
+    """Kafka's meta.properties: the cluster id this log dir belongs to."""
+    found = read_meta(data_dir, broker_id)
+    if found is not None:
+        return found
+    path = data_dir / "meta.properties"
+    cluster_id = cluster_id or new_cluster_id()
     tmp = path.with_suffix(".tmp")
     tmp.write_text(f"version=0\nbroker.id={broker_id}\ncluster.id={cluster_id}\n")
     os.replace(tmp, path)
@@ -179,13 +254,18 @@ def read_or_create_meta(data_dir: Path, broker_id: int) -> str:
 
 
 class Broker:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, clock: Clock | None = None) -> None:
         self.config = config
+        self.clock: Clock = clock or SystemClock()  # the node's, read by every actor
         self.node: Node | None = None
         self.port = 0
         self.host = ""
         self.topology: Topology | None = None
         self.locks: list[DirLock] = []
+        self.cluster = False
+        self.node_name = str(config["node.name"])
+        self.metadata: ZkMetadataStore | None = None
+        self.broker_info: BrokerInfo | None = None
 
     def start(self) -> Broker:
         """Check the settings, bind the listener, lock the log dirs, then spawn the actors.
@@ -199,13 +279,16 @@ class Broker:
         data_dir = dirs[0]
         host, port = parse_host_port(str(cfg["listeners"]))
         adv_host, adv_port = self._advertised(host, port)
+        self.cluster = bool(str(cfg["zookeeper.connect"]).strip())
+        self.node_name = cluster_node_name(cfg) if self.cluster else str(cfg["node.name"])
         ipc_dir = gateway_ipc_dir(str(cfg["actor.ipc.dir"]) or default_ipc_dir(), data_dir,
-                                  str(cfg["node.name"]))
+                                  self.node_name)
         listener = bind_listener(host, port)
         self.host, self.port = listener.getsockname()[:2]
         if adv_port == 0:
             adv_port = self.port
         created = [d for d in dirs if not d.exists()]
+        raise_open_files_limit()
         try:
             for d in dirs:
                 self.locks.append(lock_log_dir(d))
@@ -240,16 +323,22 @@ class Broker:
     def _start_locked(self, cfg: Config, data_dir: Path, listener: socket.socket,
                       adv_host: str, adv_port: int, ipc_dir: str) -> None:
         broker_id = int(cfg["node.id"])
-        node_name = str(cfg["node.name"])
-        cluster_id = read_or_create_meta(data_dir, broker_id)
+        node_name = self.node_name
+        gateway_port = int(cfg["actor.gateway.port"])
+        if self.cluster:
+            if gateway_port == 0:  # the other nodes need a tcp gateway: any free port
+                gateway_port = free_tcp_port(str(cfg["actor.gateway.host"]))
+            cluster_id = self._join(cfg, data_dir, broker_id)
+        else:
+            cluster_id = read_or_create_meta(data_dir, broker_id)
         log_dir = LogDir.open(data_dir)
         if not log_dir.had_clean_shutdown and log_dir.partitions():
             logger.warning("no clean-shutdown marker in {}: logs past their recovery point "
                            "will be scanned", data_dir)
-        store = TopicStore.load(data_dir)
+        # A cluster's topics are in ZooKeeper: the controller tells this node its partitions.
+        store = None if self.cluster else TopicStore.load(data_dir)
 
-        endpoint = NodeEndpoint(str(cfg["actor.gateway.host"]), int(cfg["actor.gateway.port"]),
-                                ipc_dir)
+        endpoint = NodeEndpoint(str(cfg["actor.gateway.host"]), gateway_port, ipc_dir)
         node = Node(
             node_name,
             directory=Directory({node_name: endpoint}),
@@ -259,6 +348,7 @@ class Broker:
             max_frame_bytes=max(int(cfg["actor.max.frame.bytes"]),
                                 int(cfg["socket.request.max.bytes"]) + 1024 * 1024),
             batch_max_messages=int(cfg["actor.batch.max.messages"]),
+            clock=self.clock,
         )
         node.tracer.file_max_bytes = int(cfg["trace.file.max.bytes"])
         node.tracer.files_max = int(cfg["trace.files.max"])
@@ -266,8 +356,8 @@ class Broker:
         topo = Topology.from_config(node_name, cfg)
         self.topology = topo
         kafka_codec.warm_up()
-        clock = SystemClock()
-        topics = store.table()
+        clock = node.clock
+        topics = store.table() if store is not None else {}
         try:
             try:
                 node.start()
@@ -297,22 +387,31 @@ class Broker:
                 node.spawn(PurgatoryShard, topo.purgatory(i).name, topology=topo, clock=clock,
                            purge_interval_requests=int(cfg["purge.interval.requests"]),
                            **place(i))
-            node.spawn(Controller, topo.controller.name, topology=topo, config=cfg, store=store)
+            if store is not None:
+                node.spawn(Controller, topo.controller.name, topology=topo, config=cfg,
+                           store=store)
+            else:
+                self._spawn_cluster_actors(node, topo, cfg, clock, broker_id, adv_host,
+                                           adv_port, endpoint)
             self._spawn_extra(node, topo, cfg, clock)
             for i in range(topo.num_handlers):
                 ctx = HandlerContext(topo, cfg, broker_id, adv_host, adv_port, cluster_id, i,
-                                     dict(topics), clock=clock)
+                                     dict(topics), clock=clock,
+                                     cluster=MetadataCache() if self.cluster else None)
                 node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **place(i))
             for i in range(topo.num_processors):
                 node.spawn(Processor, topo.processor(i).name, topology=topo, config=cfg,
                            clock=clock, **place(i))
             node.spawn(Acceptor, topo.acceptor.name, topology=topo, config=cfg,
                        listen_socket=listener, clock=clock, **place(0))
+            if self.cluster:
+                self._register(cfg, node, topo, broker_id)
         except BaseException:
             node.shutdown(timeout=5)
             if "_gateway" in node.actors:  # ours; never a socket another process serves
                 self._remove_gateway_socket(node)
             self.node = None
+            self._close_metadata()
             raise
         logger.bind(node=node_name).info(
             "actorlog broker {} listening on {} (advertised {}), data in {}, "
@@ -323,13 +422,134 @@ class Broker:
 
     def _spawn_extra(self, node: Node, topo: Topology, cfg: Config, clock: Any) -> None:
         """The consumer-group coordinators."""
-        spawn_coordinators(node, topo, cfg, clock)
+        spawn_coordinators(node, topo, cfg, clock, cluster=self.cluster)
+
+    # ------------------------------------------------------------------ cluster mode
+    def _join(self, cfg: Config, data_dir: Path, broker_id: int) -> str:
+        """Connect to ZooKeeper; the cluster id, agreed between ZooKeeper and the data dir."""
+        session_ms = int(cfg["zookeeper.session.timeout.ms"])
+        connection_ms = int(cfg["zookeeper.connection.timeout.ms"]) or session_ms
+        connect = str(cfg["zookeeper.connect"]).strip()
+        metadata = ZkMetadataStore(connect, self._notice, session_timeout_ms=session_ms,
+                                   connection_timeout_ms=connection_ms)
+        try:
+            metadata.start()
+        except MetadataError as exc:
+            raise BrokerError(f"{exc}; start ZooKeeper or fix zookeeper.connect") from None
+        except Exception as exc:  # kazoo refuses a malformed connect string
+            raise BrokerConfigError(
+                f"zookeeper.connect {connect!r} is not usable ({exc}); give "
+                f"host:port[,host:port...][/chroot]") from None
+        self.metadata = metadata
+        try:
+            stored = read_meta(data_dir, broker_id)
+            cluster_id = metadata.get_or_create_cluster_id(stored or new_cluster_id())
+        except MetadataError as exc:
+            raise BrokerError(f"reading the cluster id from ZooKeeper failed: {exc}") from None
+        if stored is not None and stored != cluster_id:
+            raise BrokerConfigError(
+                f"data dir {data_dir} belongs to cluster {stored}, but ZooKeeper at {connect} "
+                f"holds cluster {cluster_id}; use this node's own ZooKeeper (chroot) or an "
+                f"empty data dir")
+        read_or_create_meta(data_dir, broker_id, cluster_id)
+        logger.bind(node=self.node_name).info("joined cluster {} through ZooKeeper at {}",
+                                              cluster_id, connect)
+        return cluster_id
+
+    def _notice(self, notice: Any) -> None:
+        """The metadata store's sink (its own threads): hand the notice to the controller."""
+        node, topo = self.node, self.topology
+        if node is None or topo is None or topo.controller.name not in node.actors:
+            return  # before the controller exists: it reads everything when it starts
+        try:
+            node.tell(topo.controller, notice)
+        except Exception as exc:  # the node is shutting down
+            logger.debug("store notice {} dropped: {}", type(notice).__name__, exc)
+
+    def _spawn_cluster_actors(self, node: Node, topo: Topology, cfg: Config, clock: Any,
+                              broker_id: int, adv_host: str, adv_port: int,
+                              endpoint: NodeEndpoint) -> None:
+        node.spawn(ReplicaManager, topo.replica_manager.name, topology=topo, config=cfg,
+                   broker_id=broker_id, clock=clock)
+        self.broker_info = BrokerInfo(
+            broker_id, (Endpoint("PLAINTEXT", adv_host, adv_port),),
+            f"tcp://{format_host_port(endpoint.host, endpoint.port)}",
+            str(cfg["broker.rack"]) or None)
+        node.spawn(ClusterController, topo.controller.name, topology=topo, config=cfg,
+                   store=self.metadata, broker=self.broker_info, clock=clock)
+
+    def _register(self, cfg: Config, node: Node, topo: Topology, broker_id: int) -> None:
+        """Register in ``/brokers/ids`` once every actor runs, then let the controller start.
+
+        A registration left by this node's previous life (killed, its session not
+        yet expired) is waited out for up to the session timeout; a live node
+        holding the same node.id is refused.
+        """
+        session_ms = int(cfg["zookeeper.session.timeout.ms"])
+        assert self.metadata is not None and self.broker_info is not None
+        try:
+            epoch = self.metadata.register_broker(self.broker_info, wait_for_stale_ms=session_ms)
+        except BrokerIdInUse as exc:
+            raise BrokerConfigError(str(exc)) from None
+        except MetadataError as exc:
+            raise BrokerError(f"registering broker {broker_id} in ZooKeeper failed: {exc}"
+                              ) from None
+        node.tell(topo.controller, StartController(epoch))
+        logger.bind(node=node.name).info("registered broker {} (epoch {}), gateway {}",
+                                         broker_id, epoch, self.broker_info.gateway)
+
+    def controlled_shutdown(self) -> None:
+        """SIGTERM in a cluster: have the controller move this node's leaderships first.
+
+        Waits while the controller actor tries, at most
+        ``controlled.shutdown.max.retries`` + 1 attempts of ``request.timeout.ms``
+        each with ``controlled.shutdown.retry.backoff.ms`` between them; then the
+        node stops whatever the outcome.
+        """
+        node, topo = self.node, self.topology
+        if not self.cluster or node is None or topo is None:
+            return
+        cfg = self.config
+        log = logger.bind(node=node.name)
+        attempts = int(cfg["controlled.shutdown.max.retries"]) + 1
+        bound_s = attempts * (int(cfg["request.timeout.ms"])
+                              + int(cfg["controlled.shutdown.retry.backoff.ms"])) / 1000
+        deadline = time.monotonic() + bound_s
+        try:
+            status = node.ask(topo.controller, ControlledShutdownStep(True), timeout=10)
+            while status.get("state") == "running" and time.monotonic() < deadline:
+                time.sleep(0.05)
+                status = node.ask(topo.controller, ControlledShutdownStep(False), timeout=10)
+        except (AskFailed, AskTimeout) as exc:
+            log.warning("controlled shutdown not done: {}", exc)
+            return
+        state = status.get("state")
+        if state == "skipped":
+            log.info("controlled shutdown is off (controlled.shutdown.enable=false)")
+        elif state != "done":
+            log.warning("controlled shutdown {} after {} attempt(s): {}; stopping anyway",
+                        "gave up" if state == "failed" else "timed out",
+                        status.get("attempts"), status.get("message") or "no answer")
+
+    def run_until_signal(self) -> int:
+        """Serve until SIGTERM/SIGINT; in a cluster, a controlled shutdown comes first."""
+        assert self.node is not None
+        return self.node.run_until_signal(before_shutdown=self.controlled_shutdown)
+
+    def _close_metadata(self) -> None:
+        metadata, self.metadata = self.metadata, None
+        if metadata is not None:
+            try:
+                metadata.close()
+            except Exception:
+                pass
 
     def stop(self) -> None:
         if self.node is not None:
             node, self.node = self.node, None
             node.shutdown(timeout=float(self.config["request.timeout.ms"]) / 1000)
             self._remove_gateway_socket(node)
+        self._close_metadata()  # the controller actor closed it already; a failed start not
         self._release_locks()
 
     @staticmethod

@@ -34,7 +34,6 @@ once at setup, so a wall-clock jump never fires a session timer early.
 from __future__ import annotations
 
 import itertools
-import time
 from typing import Any
 
 from actors.core.group_state import (
@@ -74,7 +73,7 @@ from actors.core.record_batch import (
 )
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
-from actors.runtime.clock import Clock, SystemClock
+from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.topology import Topology
 from wire.broker_messages import (
@@ -93,6 +92,7 @@ from wire.broker_messages import (
     ReadRow,
     Schedule,
 )
+from wire.cluster_messages import CoordinatorPartitions
 from wire.errors import CorruptMessageError, ErrorCode
 from wire.group_messages import (
     DescribeGroupRow,
@@ -122,6 +122,7 @@ from wire.group_messages import (
 
 NONE = int(ErrorCode.NONE)
 LOAD_IN_PROGRESS = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+NOT_COORDINATOR = int(ErrorCode.NOT_COORDINATOR)
 TOPIC_EXISTS = int(ErrorCode.TOPIC_ALREADY_EXISTS)
 OUT_OF_RANGE = int(ErrorCode.OFFSET_OUT_OF_RANGE)
 
@@ -136,10 +137,6 @@ READ_MAX_BYTES = 8 * 1024 * 1024
 APPEND_TIMEOUT_MS = 5000  # Kafka's offsets.commit.timeout.ms
 HANDLER_WAIT_MS = 5000
 RETRY_MS = 500
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # ---------------------------------------------------------------- records
@@ -264,12 +261,16 @@ class GroupCoordinator(Actor):
 
     def __init__(self, node: Any, name: str, *, topology: Topology, config: Config,
                  clock: Clock | None = None, wait_for_handlers: bool = True,
-                 **kw: Any) -> None:
+                 cluster: bool = False, **kw: Any) -> None:
         super().__init__(node, name, **kw)
         self.topology = topology
         self.config = config
-        self.clock = clock or SystemClock()
+        if clock is not None:
+            self.clock = clock
         self.wait_for_handlers = wait_for_handlers
+        # Cluster mode: coordinate only the groups whose __consumer_offsets partition this
+        # node leads (the ReplicaManager says which: CoordinatorPartitions).
+        self.cluster = cluster
 
     # ------------------------------------------------------------ lifecycle
     def setup(self) -> None:
@@ -277,7 +278,7 @@ class GroupCoordinator(Actor):
         # requests are lost (their handlers give up on them).
         self.core = GroupCoordinatorCore(GroupConfig.from_kafka_config(self.config.values))
         self.num_partitions = self.core.config.offsets_topic_num_partitions
-        self.wall_offset_ms = wall_ms() - self.clock.now_ms()
+        self.wall_offset_ms = self.clock.wall_ms() - self.clock.now_ms()
         self.req_ids = itertools.count(1)
         # Fresh timer keys after a restart, so old Expired messages match nothing.
         self.timer_ids = itertools.count(self.clock.monotonic_ns())
@@ -295,6 +296,12 @@ class GroupCoordinator(Actor):
         self.load_skipped = 0
         self.load_started_ms = 0
         self.refused_loading = 0
+        self.led: dict[int, int] = {}       # cluster: partition -> leader epoch, led here
+        self.loaded_parts: set[int] = set()  # cluster: partitions whose groups are loaded
+        self.to_load: set[int] = set()
+        self.refused_not_coordinator = 0
+        if self.cluster:
+            self.phase = "cluster"
 
     def now_ms(self) -> int:
         return self.clock.now_ms() + self.wall_offset_ms
@@ -318,6 +325,11 @@ class GroupCoordinator(Actor):
             self._create_topic()
         elif self.phase == "read-retry" and now >= self.retry_at_ms:
             self.phase = "loading"
+            if self.cluster:  # partitions lost meanwhile are not read again
+                self.read_offsets = {p: o for p, o in self.read_offsets.items() if p in self.led}
+                if not self.read_offsets:
+                    self._finish_load()
+                    return
             self._send_reads()
 
     # ---------------------------------------------------------- start-up
@@ -433,6 +445,9 @@ class GroupCoordinator(Actor):
         return mine
 
     def _finish_load(self) -> None:
+        if self.cluster:
+            self._finish_partition_load()
+            return
         read = len(self.loaded_records)
         records = self._owned_records()
         self.loaded_records = {}
@@ -450,6 +465,8 @@ class GroupCoordinator(Actor):
         return (sender.node, sender.name, req_id)
 
     def _serving(self, msg: Any) -> bool:
+        if self.cluster:
+            return self._serving_in_cluster(msg)
         if self.loaded:
             return True
         self.refused_loading += 1
@@ -570,9 +587,81 @@ class GroupCoordinator(Actor):
                              ErrorCode(code).name, rows[0].error_message if rows else "")
         self._perform(self.core.on_append_complete(append_id, ErrorCode(code), self.now_ms()))
 
+    # ---------------------------------------------------------- cluster mode
+    @handles(CoordinatorPartitions)
+    def on_coordinator_partitions(self, msg: CoordinatorPartitions) -> None:
+        """Load the groups of partitions this node now leads; unload those it lost."""
+        resigned = {p for p in msg.resigned if p in self.led}
+        for p in resigned:
+            del self.led[p]
+            self.to_load.discard(p)
+        unloading = resigned & self.loaded_parts
+        if unloading:
+            self.loaded_parts -= unloading
+            self._perform(self.core.unload(unloading))
+            self.log.info("unloaded the groups of {}-{}", OFFSETS_TOPIC, sorted(unloading))
+        for row in msg.elected:
+            if row.partition not in self.led:
+                self.to_load.add(row.partition)
+            self.led[row.partition] = row.leader_epoch
+        self._maybe_load_partitions()
+
+    def _maybe_load_partitions(self) -> None:
+        if self.phase != "cluster" or not self.to_load:
+            return
+        batch, self.to_load = sorted(self.to_load), set()
+        self.phase = "loading"
+        self.load_started_ms = self.clock.now_ms()
+        self.read_offsets = {p: 0 for p in batch}
+        self.loading_parts = set(batch)
+        self.loaded_records = {}
+        self._send_reads()
+
+    def _finish_partition_load(self) -> None:
+        batch = {p for p in self.loading_parts if p in self.led}
+        records = [(k, v) for k, v in self._owned_records()
+                   if self.core.partition_for(self._group_of(k)) in batch]
+        self.loaded_records = {}
+        self._perform(self.core.load(records, self.now_ms()))
+        self.loaded_parts |= batch
+        self.phase = "cluster"
+        self.log.info("loaded {} group record(s) of {}-{} in {} ms", len(records), OFFSETS_TOPIC,
+                      sorted(batch), self.clock.now_ms() - self.load_started_ms)
+        self._maybe_load_partitions()
+
+    @staticmethod
+    def _group_of(key: bytes) -> str:
+        try:
+            return decode_record(key, None)[0].group
+        except OffsetsRecordError:
+            return ""
+
+    def _serving_in_cluster(self, msg: Any) -> bool:
+        groups = list(msg.group_ids) if isinstance(msg, DescribeGroups) else (
+            [] if isinstance(msg, ListGroups) else [msg.group_id])
+        code = NONE
+        for group_id in groups:
+            p = self.core.partition_for(group_id)
+            if p not in self.led:
+                code = NOT_COORDINATOR
+                break
+            if p not in self.loaded_parts:
+                code = LOAD_IN_PROGRESS
+        if code == NONE:
+            return True
+        if code == NOT_COORDINATOR:
+            self.refused_not_coordinator += 1
+        else:
+            self.refused_loading += 1
+        self.reply(refusal_for(msg, code))
+        return False
+
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:
         return {
+            "led_partitions": sorted(self.led),
+            "loaded_partitions": sorted(self.loaded_parts),
+            "refused_not_coordinator": self.refused_not_coordinator,
             "loaded": self.loaded,
             "phase": self.phase,
             "groups": {gid: g.state.value for gid in self.core.group_ids()
@@ -584,9 +673,10 @@ class GroupCoordinator(Actor):
         }
 
 
-def spawn_coordinators(node: Any, topology: Topology, config: Config, clock: Any) -> None:
+def spawn_coordinators(node: Any, topology: Topology, config: Config, clock: Any,
+                       cluster: bool = False) -> None:
     """Called by the Broker at start: one GroupCoordinator per ``num.group.coordinators``."""
     for i in range(topology.num_coordinators):
         node.spawn(GroupCoordinator, topology.coordinator(i).name, topology=topology,
-                   config=config, clock=clock)
+                   config=config, clock=clock, cluster=cluster)
 

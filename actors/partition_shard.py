@@ -1,7 +1,8 @@
 """PartitionShard: the only owner of its partitions' logs and replica state.
 
 Handlers send it whole record batches to append and offsets to read; it
-answers with offsets and raw log bytes. Purgatory shards that wait on one of
+answers with offsets and raw log bytes, or file regions of the segments for
+the Processors to send without reading them (Read.regions). Purgatory shards that wait on one of
 its partitions register interest, and get a PartitionChanged after every
 change of that partition's log end or high watermark.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from actors.core.file_regions import close_regions
 from actors.core.log_dir import LogDir
 from actors.core.partition_log import PartitionLog
 from actors.core.partition_state import PartitionState
@@ -43,10 +45,19 @@ from wire.broker_messages import (
     WatchProduce,
     WatchProduceRow,
 )
+from wire.cluster_messages import BecameLeaderOrFollower, BecomeLeaderOrFollower, PartitionErrorRow
 from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
 
 NONE = int(ErrorCode.NONE)
 UNKNOWN_TP = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+# Reads asking for regions: a partition's data of at least REGION_MIN_BYTES comes
+# as a file region; smaller amounts are read, while this answer holds less than
+# INLINE_MAX_BYTES of them (past that, everything is a region).
+REGION_MIN_BYTES = 32 * 1024
+INLINE_MAX_BYTES = 1024 * 1024
+# Room left in a frame for the envelope and the rows around the records.
+FRAME_SLACK_BYTES = 64 * 1024
+NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
 
 class PartitionShard(Actor):
@@ -87,7 +98,10 @@ class PartitionShard(Actor):
         self.next_housekeeping_ms = now + 1000
         self.last_checkpoint_ms = now
 
-    def _open(self, topic: str, partition: int, configs: dict[str, str], now: int) -> None:
+    def _open(self, topic: str, partition: int, configs: dict[str, str], now: int,
+              leader_alone: bool = True) -> None:
+        """Open (or create) the partition's log; a single node leads it alone, a cluster's
+        node waits for the controller to say its role (``leader_alone`` False)."""
         key = (topic, partition)
         if key in self.partitions:
             return
@@ -100,7 +114,9 @@ class PartitionShard(Actor):
             clean_shutdown=self.log_dir.had_clean_shutdown,
         )
         min_isr = int(configs.get("min.insync.replicas", self.config["min.insync.replicas"]))
-        self.partitions[key] = PartitionState.leader_alone(log, self.broker_id, min_isr)
+        self.partitions[key] = (PartitionState.leader_alone(log, self.broker_id, min_isr)
+                                if leader_alone else
+                                PartitionState.hosted(log, self.broker_id, min_isr))
         self.log.debug("opened {}-{} at LEO {} HW {}", topic, partition, log.log_end_offset,
                        log.high_watermark)
 
@@ -203,6 +219,9 @@ class PartitionShard(Actor):
                 if state is None:
                     rows.append(AppendDoneRow(topic, partition, UNKNOWN_TP, -1, -1, -1, None))
                     continue
+                if not state.is_leader:
+                    rows.append(AppendDoneRow(topic, partition, NOT_LEADER, -1, -1, -1, None))
+                    continue
                 if msg.acks == -1 and not state.has_enough_replicas():
                     rows.append(AppendDoneRow(
                         topic, partition, int(ErrorCode.NOT_ENOUGH_REPLICAS), -1, -1, -1,
@@ -270,6 +289,9 @@ class PartitionShard(Actor):
         # The request's max_bytes is a budget over its partitions, as in Kafka: only
         # the first partition with data may go over it (one whole batch at least).
         budget = msg.max_bytes
+        if not msg.regions:  # bytes travel in the answer: keep it within one frame
+            budget = min(budget, max(self._max_frame - FRAME_SLACK_BYTES, 1))
+        inline = 0  # bytes read into this answer (regions: small amounts only)
         got_data = False
         try:
             for req in msg.rows:
@@ -278,28 +300,40 @@ class PartitionShard(Actor):
                 if state is None:
                     rows.append(ReadDoneRow(topic, partition, UNKNOWN_TP, -1, -1, b"", 0, 0, -1))
                     continue
+                if not state.is_leader:
+                    rows.append(ReadDoneRow(topic, partition, NOT_LEADER, -1, -1, b"", 0, 0, -1))
+                    continue
                 log = state.log
                 if msg.replica_id >= 0 and state.on_follower_fetch(
                         msg.replica_id, offset, self.clock.wall_ms()):
                     self._notify(state)  # the high watermark moved
                 max_offset = log.high_watermark if msg.replica_id < 0 else None
                 limit = min(req.partition_max_bytes, budget) if budget > 0 else -1
+                region_min = None
+                if msg.regions:
+                    region_min = REGION_MIN_BYTES if inline < INLINE_MAX_BYTES else 1
                 try:
-                    info = log.read(offset, limit, max_offset, not got_data)
+                    info = log.read(offset, limit, max_offset, not got_data,
+                                    region_min_bytes=region_min)
                 except OffsetOutOfRangeError:
                     rows.append(ReadDoneRow(topic, partition, int(ErrorCode.OFFSET_OUT_OF_RANGE),
                                             log.high_watermark, log.log_start_offset, b"", 0, 0,
                                             log.log_end_offset))
                     continue
                 meta = info.fetch_offset_metadata
-                if info.records:
+                size = len(info.records) if info.region is None else info.region.length
+                if size:
                     got_data = True
-                    budget -= len(info.records)
+                    budget -= size
+                    if info.region is None:
+                        inline += size
                 rows.append(ReadDoneRow(topic, partition, NONE, info.high_watermark,
                                         info.log_start_offset, bytes(info.records),
                                         meta.segment_base_offset,
-                                        meta.relative_position_in_segment, info.log_end_offset))
+                                        meta.relative_position_in_segment, info.log_end_offset,
+                                        info.region))
         except Exception:
+            close_regions(rows)
             self.reply(ReadDone(msg.req_id, [
                 ReadDoneRow(r.topic, r.partition, int(ErrorCode.UNKNOWN_SERVER_ERROR), -1, -1,
                             b"", 0, 0, -1)
@@ -307,6 +341,17 @@ class PartitionShard(Actor):
             ]))
             raise
         self.reply(ReadDone(msg.req_id, rows))
+
+    def on_refused(self, address: Address, msg: Any, frame_bytes: int) -> None:
+        """A ReadDone too large for a frame still answers its Read: with an error per row."""
+        if type(msg) is ReadDone:
+            close_regions(msg.rows)
+            self.tell(address, ReadDone(msg.req_id, [
+                ReadDoneRow(r.topic, r.partition, int(ErrorCode.UNKNOWN_SERVER_ERROR), -1, -1,
+                            b"", 0, 0, -1)
+                for r in msg.rows]))
+        else:
+            super().on_refused(address, msg, frame_bytes)
 
     @handles(ListOffsets)
     def on_list_offsets(self, msg: ListOffsets) -> None:
@@ -316,6 +361,9 @@ class PartitionShard(Actor):
             state = self.partitions.get((topic, partition))
             if state is None:
                 rows.append(ListOffsetsDoneRow(topic, partition, UNKNOWN_TP, -1, -1, -1))
+                continue
+            if not state.is_leader:
+                rows.append(ListOffsetsDoneRow(topic, partition, NOT_LEADER, -1, -1, -1))
                 continue
             log = state.log
             epoch = state.leader_epoch
@@ -391,11 +439,45 @@ class PartitionShard(Actor):
         for watcher in watchers:
             self.tell(watcher, PartitionChanged(status))
 
+    # ------------------------------------------------------------- cluster
+    @handles(BecomeLeaderOrFollower)
+    def on_become_leader_or_follower(self, msg: BecomeLeaderOrFollower) -> None:
+        """The roles a LeaderAndIsr gave (the ReplicaManager fenced it already).
+
+        A log not hosted yet is opened or created. Waiting produces and fetches
+        of a partition that stopped leading are answered NOT_LEADER_OR_FOLLOWER
+        through the watchers.
+        """
+        now = self.clock.wall_ms()
+        rows: list[PartitionErrorRow] = []
+        for row in msg.rows:
+            key = (row.topic, row.partition)
+            try:
+                self._open(row.topic, row.partition, dict(row.configs), now, leader_alone=False)
+            except Exception:
+                self.log.exception("cannot open {}-{}", row.topic, row.partition)
+                rows.append(PartitionErrorRow(row.topic, row.partition,
+                                              int(ErrorCode.KAFKA_STORAGE_ERROR)))
+                continue
+            state = self.partitions[key]
+            was_leader = state.is_leader
+            if row.leader == self.broker_id:
+                state.become_leader(row.leader_epoch, list(row.isr), list(row.replicas))
+            else:
+                state.become_follower(row.leader, row.leader_epoch, list(row.isr),
+                                      list(row.replicas))
+            if was_leader or state.is_leader:
+                self._notify(state)
+            rows.append(PartitionErrorRow(row.topic, row.partition, NONE))
+        self.reply(BecameLeaderOrFollower(msg.req_id, rows))
+
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:
         return {
             "partitions": {f"{t}-{p}": [s.log.log_start_offset, s.log.high_watermark,
                                         s.log.log_end_offset]
                            for (t, p), s in self.partitions.items()},
+            "leaders": sorted(f"{t}-{p}" for (t, p), s in self.partitions.items()
+                              if s.is_leader),
             "watched": len(self.watchers),
         }

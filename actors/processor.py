@@ -6,19 +6,44 @@ have, hand completed requests on, write, clean up closed connections (the
 order of Kafka's Processor.run). The protocol of each connection (framing,
 the size check, sequence numbers, the in-flight bound, in-order release)
 is a socket-free core, actors/core/kafka_connection.py; this shell owns the
-sockets, the poller, the writing and the processor-wide request bound
-(queued.max.requests), and turns the core's events into messages.
+sockets, the poller, the writing and the bounds, and turns the core's events
+into messages.
+
+Writing: a response is a list of pieces, bytes and file regions (a Fetch's
+records, sent from their segment file). Bytes of consecutive pieces, over
+several responses, go out in one ``sendmsg``; a region goes out with
+``os.sendfile`` and its descriptor is closed once it is sent (or when the
+connection goes). A connection that cannot use sendfile (TLS, once it is
+wired in: the bytes must pass through the encryption) reads a region a chunk
+at a time into memory and writes the chunk as bytes, one chunk per
+connection at a time. Partial writes leave the rest for the next POLLOUT.
+
+Bounds (a connection is read only while under all of them):
+
+- ``max.inflight.requests.per.connection``: requests read and not answered
+  (the core's in-flight bound);
+- ``queued.max.requests`` and ``queued.max.request.bytes``: requests, and
+  their bytes, read and not answered over all of this Processor's
+  connections (its share of each). A request's bytes are counted from its
+  size prefix on, and a request begun is read to its end, as Kafka's memory
+  pool allocates a request whole;
+- ``max.unsent.response.bytes.per.connection``: answers queued for a
+  connection and not yet written. A client that does not read stops being
+  read until its answers drain, so it cannot make the broker hold more.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 from collections import deque
+from functools import partial
 from itertools import islice
 from typing import Any
 
 import zmq
 
+from actors.core.file_regions import close_region
 from actors.core.idle_expiry import IdleExpiry
 from actors.core.kafka_connection import (
     CLOSING,
@@ -42,7 +67,8 @@ from wire.broker_messages import (
 )
 
 READ_CHUNK = 256 * 1024
-WRITE_GATHER = 64  # responses handed to one sendmsg
+WRITE_GATHER = 64  # byte pieces handed to one sendmsg
+REGION_CHUNK = 256 * 1024  # a region read into memory at a time (no sendfile)
 
 
 _METRIC_KEYS: dict[int, tuple[str, str, tuple[str, ...]]] = {}
@@ -61,10 +87,33 @@ def metric_keys(api_key: int) -> tuple[str, str, tuple[str, ...]]:
     return keys
 
 
+class _Region:
+    """A file region being sent: what is left of it. Owns its descriptor."""
+
+    __slots__ = ("fd", "left", "position")
+
+    def __init__(self, fd: int, position: int, length: int) -> None:
+        self.fd = fd
+        self.position = position
+        self.left = length
+
+
+class _Done:
+    """The end of one response in the send queue: written up to here, it is finished."""
+
+    __slots__ = ("arrived_ns", "response")
+
+    def __init__(self, response: KafkaResponse, arrived_ns: int) -> None:
+        self.response = response
+        self.arrived_ns = arrived_ns
+
+
 class _Conn:
     """A socket and what the shell keeps about it; the protocol state is ``core``."""
 
     __slots__ = (
+        "buffer_charge",
+        "can_sendfile",
         "conn_id",
         "core",
         "fd",
@@ -73,12 +122,14 @@ class _Conn:
         "peer_host",
         "peer_port",
         "reading",
+        "request_sizes",
         "sock",
         "traces",
+        "unsent",
     )
 
     def __init__(self, conn_id: int, sock: socket.socket, peer_host: str, peer_port: int,
-                 core: KafkaConnection[tuple[KafkaResponse, int]]) -> None:
+                 core: KafkaConnection[tuple[KafkaResponse, int]], can_sendfile: bool) -> None:
         self.conn_id = conn_id
         self.sock = sock
         self.fd = sock.fileno()
@@ -86,11 +137,18 @@ class _Conn:
         self.peer_port = peer_port
         # answers carry the ns they reached this Processor (the "send" stage starts there)
         self.core = core
-        # queued responses: [memoryview of what is left, response message, handed-over ns]
-        self.out: deque[list[Any]] = deque()
-        # POLLIN wanted: False at the in-flight bound or while queued.max.requests is full
+        # the send queue: bytes (memoryview), file regions (_Region), response ends (_Done)
+        self.out: deque[Any] = deque()
+        self.unsent = 0  # bytes in ``out``
+        # plaintext sockets send regions with sendfile; a TLS connection would not
+        self.can_sendfile = can_sendfile
+        # POLLIN wanted: False while the connection is over any bound
         self.reading = True
         self.traces: dict[int, tuple[int, int, int]] = {}  # seq -> (trace id, in ns, bytes)
+        # queued.max.request.bytes: bytes this connection holds, read into the core
+        # (a begun frame counted whole) and handed on unanswered (in request order)
+        self.buffer_charge = 0
+        self.request_sizes: deque[int] = deque()
         self.mask = 0
 
 
@@ -99,7 +157,7 @@ class Processor(Actor):
 
     def __init__(
         self, node: Any, name: str, *, topology: Topology, config: Config, clock: Clock,
-        **kw: Any,
+        sendfile: bool = True, **kw: Any,
     ) -> None:
         super().__init__(node, name, **kw)
         self.topology = topology
@@ -111,9 +169,17 @@ class Processor(Actor):
         # Processor's requests sent on and not yet answered, over all connections.
         # Mailboxes themselves are unbounded, so answers never wait on a full queue.
         self.max_queued = max(1, int(config["queued.max.requests"]) // topology.num_processors)
+        # queued.max.request.bytes likewise bounds their bytes (-1: no bound)
+        max_bytes = int(config["queued.max.request.bytes"])
+        self.max_request_bytes = (max(1, max_bytes // topology.num_processors) if max_bytes > 0
+                                  else None)
+        self.max_unsent = int(config["max.unsent.response.bytes.per.connection"])
         self.sndbuf = int(config["socket.send.buffer.bytes"])
         self.rcvbuf = int(config["socket.receive.buffer.bytes"])
         self.max_idle_ms = int(config["connections.max.idle.ms"])
+        # Plaintext connections send file regions with sendfile; False makes every
+        # connection take the chunked path a TLS connection needs.
+        self.sendfile = sendfile
 
     def setup(self) -> None:
         # A restart loses the connections (their sockets belong to the crashed
@@ -126,7 +192,9 @@ class Processor(Actor):
         self.stage_ns = [0] * len(STAGES)
         self.responses = 0
         self.queued = 0
-        self.paused: dict[int, None] = {}  # connections waiting for queued to drop
+        self.request_bytes = 0  # queued.max.request.bytes: held over all connections
+        self.peak_request_bytes = 0
+        self.paused: dict[int, None] = {}  # connections waiting for processor-wide room
         self.idle = IdleExpiry(self.max_idle_ms)
 
     # ------------------------------------------------------------ connections
@@ -140,14 +208,14 @@ class Processor(Actor):
         if self.rcvbuf > 0:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
         conn = _Conn(msg.conn_id, sock, msg.peer_host, msg.peer_port,
-                     KafkaConnection(self.max_request, self.max_in_flight))
+                     KafkaConnection(self.max_request, self.max_in_flight), self.sendfile)
         if self.stopping:
             self._close(conn, "broker is shutting down")
             return
         self.conns[conn.conn_id] = conn
         self.by_fd[conn.fd] = conn
         self.idle.update(conn.conn_id, self._monotonic_ns() // 1_000_000)
-        self._update_mask(conn)
+        self._refresh(conn)
 
     def _update_mask(self, conn: _Conn) -> None:
         mask = 0
@@ -158,7 +226,7 @@ class Processor(Actor):
         if mask == conn.mask:
             return
         if conn.mask == 0:
-            self.watch_fd(conn.fd, lambda m, fd=conn.fd: self._on_fd(fd, m), mask)
+            self.watch_fd(conn.fd, partial(self._on_fd, conn.fd), mask)
         elif mask == 0:
             self.unwatch_fd(conn.fd)
         else:
@@ -173,7 +241,18 @@ class Processor(Actor):
         self.by_fd.pop(conn.fd, None)
         self.paused.pop(conn.conn_id, None)
         self.idle.remove(conn.conn_id)
+        for response, _arrived in conn.core.unreleased:  # answers never to be written
+            for region in response.regions:
+                close_region(region)
         self.queued -= conn.core.close()  # their answers, if any, are dropped on arrival
+        self.request_bytes -= conn.buffer_charge + sum(conn.request_sizes)
+        conn.buffer_charge = 0
+        conn.request_sizes.clear()
+        for piece in conn.out:
+            if type(piece) is _Region:
+                close_region(piece)  # type: ignore[arg-type]
+        conn.out.clear()
+        conn.unsent = 0
         try:
             conn.sock.close()
         except OSError:
@@ -181,6 +260,8 @@ class Processor(Actor):
         self.log.debug("connection {} from {}:{} closed: {}", conn.conn_id, conn.peer_host,
                        conn.peer_port, why)
         self.tell(self.topology.acceptor, ConnectionClosed(conn.conn_id, conn.peer_host))
+        if self.paused:
+            self._resume_paused()
 
     def _on_fd(self, fd: int, mask: int) -> None:
         conn = self.by_fd.get(fd)
@@ -189,17 +270,89 @@ class Processor(Actor):
             return
         self.idle.update(conn.conn_id, self._monotonic_ns() // 1_000_000)
         # POLLIN may be from before this turn's answers made the connection CLOSING
-        if mask & zmq.POLLIN and conn.core.state is OPEN:
+        # or put it over a bound
+        if mask & zmq.POLLIN and conn.reading and conn.core.state is OPEN:
             self._read(conn)
         if conn.conn_id in self.conns and mask & zmq.POLLOUT:
             self._write(conn)
-        if conn.conn_id in self.conns:
-            self._update_mask(conn)
+        self._refresh(conn)
+
+    # ----------------------------------------------------------------- bounds
+    def _refresh(self, conn: _Conn) -> None:
+        """Decide again whether ``conn`` is read (taking frames read while it was not),
+        then its poll mask."""
+        if conn.conn_id not in self.conns:
+            return
+        was_reading = conn.reading
+        self._decide_reading(conn)
+        if conn.reading and not was_reading and conn.core.buffered_bytes:
+            self._take_frames(conn)  # frames read while the connection was stopped
+            if conn.conn_id not in self.conns:
+                return
+        self._update_mask(conn)
+
+    def _decide_reading(self, conn: _Conn) -> None:
+        """Read ``conn`` only while it is under every bound (see the module docstring).
+
+        A connection stopped by its own state (in flight, unsent answers) is
+        decided again on its own events; one stopped by a bound of the whole
+        Processor waits in ``paused`` for room. Stops for the byte bounds are
+        counted (metrics) when they begin.
+        """
+        core = conn.core
+        was_reading = conn.reading
+        if not core.reading or conn.unsent > self.max_unsent or self.stopping:
+            conn.reading = False
+            self.paused.pop(conn.conn_id, None)
+            if was_reading and conn.unsent > self.max_unsent:
+                self.node.metrics.incr("connections_stopped_unsent_response_bytes")
+            return
+        over_bytes = (self.max_request_bytes is not None
+                      and self.request_bytes >= self.max_request_bytes
+                      and not core.pending_frame_bytes)
+        if self.queued >= self.max_queued or over_bytes:
+            conn.reading = False
+            self.paused[conn.conn_id] = None
+            if was_reading and over_bytes:
+                self.node.metrics.incr("connections_paused_queued_request_bytes")
+            return
+        conn.reading = True
+        self.paused.pop(conn.conn_id, None)
+
+    def _resume_paused(self) -> None:
+        """Room came free: connections waiting for it are decided again, oldest first."""
+        for conn_id in list(self.paused):
+            if self.queued >= self.max_queued or (
+                    self.max_request_bytes is not None
+                    and self.request_bytes >= self.max_request_bytes):
+                break
+            other = self.conns.get(conn_id)
+            if other is None:
+                self.paused.pop(conn_id, None)
+            else:
+                self._refresh(other)
+
+    def _charge_buffer(self, conn: _Conn) -> None:
+        """Count what the core holds against queued.max.request.bytes: its bytes, and a
+        begun frame whole."""
+        core = conn.core
+        charge = max(core.buffered_bytes, core.pending_frame_bytes)
+        self.request_bytes += charge - conn.buffer_charge
+        conn.buffer_charge = charge
+        if self.request_bytes > self.peak_request_bytes:
+            self.peak_request_bytes = self.request_bytes
 
     # ------------------------------------------------------------------ read
     def _read(self, conn: _Conn) -> None:
+        size = READ_CHUNK
+        if self.max_request_bytes is not None and self.request_bytes >= self.max_request_bytes:
+            # Over queued.max.request.bytes: only the rest of the frame begun, never
+            # the start of the next one (Kafka reads a request into its own buffer).
+            size = min(size, conn.core.pending_frame_bytes - conn.core.buffered_bytes)
+            if size <= 0:
+                return
         try:
-            data = conn.sock.recv(READ_CHUNK)
+            data = conn.sock.recv(size)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -212,10 +365,10 @@ class Processor(Actor):
         self._take_frames(conn)
 
     def _take_frames(self, conn: _Conn) -> None:
-        """Dispatch the complete frames the core has, within both bounds.
+        """Dispatch the complete frames the core has, within the request-count bounds.
 
-        Also runs when answers drain after a pause, on bytes read earlier; the
-        core refuses a bad size prefix wherever it is found.
+        Also runs when a stopped connection may read again, on bytes read
+        earlier; the core refuses a bad size prefix wherever it is found.
         """
         core = conn.core
         while self.queued < self.max_queued:
@@ -233,20 +386,20 @@ class Processor(Actor):
                 return
             else:  # NEED_DATA, or PAUSED at the in-flight bound
                 break
-        if not core.reading:
-            conn.reading = False
-        elif self.queued >= self.max_queued:
-            conn.reading = False
-            self.paused[conn.conn_id] = None
+        self._charge_buffer(conn)
+        self._decide_reading(conn)
 
     def _dispatch(self, conn: _Conn, request: Request) -> None:
         seq = request.seq
         self.queued += 1
+        size = len(request.frame) + 4
+        conn.request_sizes.append(size)
+        self.request_bytes += size  # moves from the buffer's charge (recounted after)
         now = self._monotonic_ns()
         tracer = self.node.tracer
         tid = tracer.sample() if tracer.enabled else 0
         if tid:  # the request record (client leg) is written when the request is finished
-            conn.traces[seq] = (tid, tracer.wall_ns(), len(request.frame) + 4)
+            conn.traces[seq] = (tid, self.clock.wall_ns(), size)
         self.tell_traced(
             self.topology.handler_for_conn(conn.conn_id),
             KafkaRequest(conn.conn_id, seq, self.name, request.api_key, request.api_version,
@@ -259,12 +412,16 @@ class Processor(Actor):
     def on_response(self, msg: KafkaResponse) -> None:
         conn = self.conns.get(msg.conn_id)
         if conn is None:
-            return  # the client went away; nothing to write to
+            for region in msg.regions:  # the client went away; nothing to write to
+                close_region(region)
+            return
         now = self._monotonic_ns()
         self.idle.update(conn.conn_id, now // 1_000_000)
         try:
             ready = conn.core.receive_response(msg.seq, (msg, now), msg.close)
         except ConnectionProtocolError as exc:
+            for region in msg.regions:
+                close_region(region)
             self.log.error("connection {} from {}: {}; closing it", conn.conn_id,
                            conn.peer_host, exc)
             self._close(conn, str(exc))
@@ -272,10 +429,15 @@ class Processor(Actor):
         released = ready.responses
         if released:
             self.queued -= len(released)
+            sizes = conn.request_sizes
             for response, arrived_ns in released:
+                if sizes:
+                    self.request_bytes -= sizes.popleft()
                 if response.respond and response.frame:
-                    conn.out.append([memoryview(response.frame), response, arrived_ns])
+                    self._queue(conn, response, arrived_ns)
                 else:
+                    for region in response.regions:
+                        close_region(region)
                     self._finished(conn, response, arrived_ns)
         if conn.out:
             self._write(conn)
@@ -284,51 +446,134 @@ class Processor(Actor):
         if conn.core.state is CLOSING and not conn.out:
             self._close(conn, "closed after a refused request")
             return
-        self._resume(conn)
-        if self.paused and self.queued < self.max_queued:
-            for conn_id in list(self.paused):
-                if self.queued >= self.max_queued:
-                    break
-                del self.paused[conn_id]
-                other = self.conns.get(conn_id)
-                if other is not None:
-                    self._resume(other)
+        self._refresh(conn)
+        if self.paused:
+            self._resume_paused()
 
-    def _resume(self, conn: _Conn) -> None:
-        """Read again once the connection is under its bounds."""
-        if not conn.reading and conn.core.reading and self.queued < self.max_queued:
-            conn.reading = True
-            self.paused.pop(conn.conn_id, None)
-            if conn.core.buffered_bytes:
-                self._take_frames(conn)  # frames read while the connection was paused
-                if conn.conn_id not in self.conns:
-                    return
-        self._update_mask(conn)
+    def _queue(self, conn: _Conn, response: KafkaResponse, arrived_ns: int) -> None:
+        """Put a response in the send queue: its bytes cut where its regions go."""
+        out = conn.out
+        frame = memoryview(response.frame)
+        size = len(frame)
+        start = 0
+        for region in response.regions:
+            if region.at > start:
+                out.append(frame[start:region.at])
+                start = region.at
+            if region.length > 0:
+                out.append(_Region(region.fd, region.position, region.length))
+                size += region.length
+            else:
+                close_region(region)
+        if start < len(frame):
+            out.append(frame[start:] if start else frame)
+        out.append(_Done(response, arrived_ns))
+        conn.unsent += size
 
     def _write(self, conn: _Conn) -> None:
-        """Write queued responses, several per system call (one sendmsg gathers them)."""
+        """Write the send queue: bytes gathered into one sendmsg, regions with sendfile."""
         out = conn.out
-        sock = conn.sock
         while out:
-            buffers = [item[0] for item in islice(out, WRITE_GATHER)]
+            head = out[0]
+            kind = type(head)
+            if kind is _Done:
+                out.popleft()
+                self._finished(conn, head.response, head.arrived_ns)
+                continue
+            if kind is _Region:
+                if not self._send_region(conn, head):
+                    return
+                continue
+            buffers = []
+            for piece in islice(out, WRITE_GATHER):
+                kind = type(piece)
+                if kind is memoryview:
+                    buffers.append(piece)
+                elif kind is _Region:
+                    break
             try:
-                sent = sock.sendmsg(buffers)
+                sent = self._send_buffers(conn, buffers)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
                 self._close(conn, f"write error: {exc}")
                 return
-            while sent and out:
-                item = out[0]
-                left = len(item[0])
+            conn.unsent -= sent
+            while out:
+                head = out[0]
+                kind = type(head)
+                if kind is _Done:
+                    out.popleft()
+                    self._finished(conn, head.response, head.arrived_ns)
+                    continue
+                if kind is not memoryview:
+                    break
+                left = len(head)
                 if sent < left:  # the socket is full: the rest waits for POLLOUT
-                    item[0] = item[0][sent:]
+                    if sent:
+                        out[0] = head[sent:]
                     return
                 sent -= left
                 out.popleft()
-                self._finished(conn, item[1], item[2])
         if conn.core.state is CLOSING:
             self._close(conn, "closed after a refused request")
+
+    @staticmethod
+    def _send_buffers(conn: _Conn, buffers: list[memoryview]) -> int:
+        """Write bytes; how many the socket took (raises BlockingIOError when none).
+
+        The one place bytes meet the socket: a TLS connection (can_sendfile False,
+        so file regions reach it as chunks of bytes too) encrypts them here
+        (actors/security/tls_connection.py: ``send``, then ``data_to_send``).
+        """
+        return conn.sock.sendmsg(buffers)
+
+    def _send_region(self, conn: _Conn, region: _Region) -> bool:
+        """Send (part of) the region at the head of the queue; False: stop writing now."""
+        if conn.can_sendfile:
+            try:
+                sent = os.sendfile(conn.fd, region.fd, region.position, region.left)
+            except (BlockingIOError, InterruptedError):
+                return False
+            except OSError as exc:
+                self._close(conn, f"write error: {exc}")
+                return False
+            if sent == 0:  # the file ends before the region: cut under it
+                self._region_truncated(conn, region)
+                return False
+            region.position += sent
+            region.left -= sent
+            conn.unsent -= sent
+            if region.left:
+                return False  # the socket is full: the rest waits for POLLOUT
+            conn.out.popleft()
+            close_region(region)  # type: ignore[arg-type]
+            return True
+        # No sendfile (TLS): one chunk of the region in memory, sent as bytes.
+        try:
+            chunk = os.pread(region.fd, min(REGION_CHUNK, region.left), region.position)
+        except OSError as exc:
+            self._close(conn, f"read error on a file region: {exc}")
+            return False
+        if not chunk:
+            self._region_truncated(conn, region)
+            return False
+        region.position += len(chunk)
+        region.left -= len(chunk)
+        if not region.left:
+            conn.out.popleft()
+            close_region(region)  # type: ignore[arg-type]
+        conn.out.appendleft(memoryview(chunk))
+        return True
+
+    def _region_truncated(self, conn: _Conn, region: _Region) -> None:
+        """The log was cut below what a response promised: the client must not get a
+        response shorter than its size prefix. Kafka closes the connection too."""
+        self.node.metrics.incr("responses_cut_by_truncation")
+        self.log.warning("connection {} from {}: a response's log data was truncated while it "
+                         "was sent ({} bytes missing at position {}); closing the connection",
+                         conn.conn_id, conn.peer_host, region.left, region.position)
+        self._close(conn, "log truncated under a response")
 
     def _finished(self, conn: _Conn, response: KafkaResponse, arrived_ns: int) -> None:
         """Account a request that is done: Kafka's request-time split, per API.
@@ -357,12 +602,12 @@ class Processor(Actor):
         traced = conn.traces.pop(response.seq, None)
         if traced is not None:
             tid, in_ns, size = traced
-            tracer = self.node.tracer
-            tracer.request(tid, self.name, f"{conn.peer_host}:{conn.peer_port}",
-                           api_snake_name(response.api_key), conn.conn_id,
-                           response.correlation_id, response.api_key, size,
-                           len(response.frame or b"") if response.respond else 0, in_ns,
-                           tracer.wall_ns())
+            out_bytes = (len(response.frame) + sum(r.length for r in response.regions)
+                         if response.respond else 0)
+            self.node.tracer.request(tid, self.name, f"{conn.peer_host}:{conn.peer_port}",
+                                     api_snake_name(response.api_key), conn.conn_id,
+                                     response.correlation_id, response.api_key, size, out_bytes,
+                                     in_ns, self.clock.wall_ns())
 
     # ------------------------------------------------------- idle connections
     def poll_timeout_ms(self) -> int | None:
@@ -370,10 +615,15 @@ class Processor(Actor):
         return None if expiry_ms is None else max(0, expiry_ms - self._monotonic_ns() // 1_000_000)
 
     def on_turn(self) -> None:
-        """Close connections quiet for connections.max.idle.ms (busy ones are not idle)."""
+        """Close connections quiet for connections.max.idle.ms.
+
+        A connection waiting for the broker (requests in flight, or stopped for
+        room of the whole Processor) is not idle; one whose client reads none
+        of its answers is, as in Kafka: nothing moved in or out.
+        """
         now_ms = self._monotonic_ns() // 1_000_000
         for conn in [self.conns[c] for c in self.idle.expired(now_ms) if c in self.conns]:
-            if conn.core.in_flight or conn.out or not conn.reading:
+            if conn.core.in_flight or conn.conn_id in self.paused:
                 self.idle.update(conn.conn_id, now_ms)
             else:
                 self._close(conn, f"idle for {self.max_idle_ms} ms (connections.max.idle.ms)")
@@ -395,4 +645,10 @@ class Processor(Actor):
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:
         return {"connections": len(self.conns), "responses": self.responses,
-                "stage_ns": dict(zip(STAGES, self.stage_ns, strict=True))}
+                "stage_ns": dict(zip(STAGES, self.stage_ns, strict=True)),
+                "queued": self.queued, "request_bytes": self.request_bytes,
+                "peak_request_bytes": self.peak_request_bytes,
+                "unsent_bytes": sum(c.unsent for c in self.conns.values()),
+                "paused": len(self.paused),
+                "stopped_unsent": sum(1 for c in self.conns.values()
+                                      if c.unsent > self.max_unsent)}

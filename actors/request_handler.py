@@ -14,6 +14,7 @@ from typing import Any
 from kafka.protocol.api_key import ApiKey
 
 from actors.apis.base import ApiGen, HandlerContext, Respond
+from actors.apis.cluster import handle_describe_cluster
 from actors.apis.fetch import handle_fetch
 from actors.apis.groups import (
     handle_describe_groups,
@@ -35,6 +36,7 @@ from actors.apis.metadata import (
     handle_metadata,
 )
 from actors.apis.produce import handle_produce
+from actors.core.file_regions import close_region, close_regions
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from wire import kafka_codec as kc
@@ -51,7 +53,9 @@ from wire.broker_messages import (
     ProduceReady,
     ReadDone,
 )
+from wire.cluster_messages import TopicsAwaited, UpdateMetadata
 from wire.errors import KafkaError
+from wire.file_region import FileRegion, RegionAt
 from wire.group_messages import (
     DescribeGroupsDone,
     HeartbeatDone,
@@ -64,6 +68,7 @@ from wire.group_messages import (
 )
 
 API_VERSIONS = int(ApiKey.ApiVersions)
+FETCH = int(ApiKey.Fetch)
 
 API_TABLE: dict[int, Any] = {
     ApiKey.Produce: handle_produce,
@@ -83,6 +88,7 @@ API_TABLE: dict[int, Any] = {
     ApiKey.DeleteTopics: handle_delete_topics,
     ApiKey.InitProducerId: handle_init_producer_id,
     ApiKey.DescribeConfigs: handle_describe_configs,
+    ApiKey.DescribeCluster: handle_describe_cluster,
 }
 
 
@@ -201,6 +207,7 @@ class RequestHandler(Actor):
             self.log.exception("API {} v{} failed on connection {}; closing it",
                                state.header.api_key, state.header.api_version, state.msg.conn_id)
             self.node.metrics.incr("requests_failed")
+            _close_reply_regions(replies)
             self._send(state.msg, b"", False, True, state.start_ns, 0, 0)
             return
         now = self._monotonic_ns()
@@ -221,11 +228,12 @@ class RequestHandler(Actor):
     @handles(AppendDone, ReadDone, ListOffsetsDone, CreateTopicsDone, DeleteTopicsDone,
              FetchReady, ProduceReady, JoinGroupDone, SyncGroupDone, HeartbeatDone,
              LeaveGroupDone, OffsetCommitDone, OffsetFetchDone, ListGroupsDone,
-             DescribeGroupsDone)
+             DescribeGroupsDone, TopicsAwaited)
     def on_reply(self, msg: Any) -> None:
         entry = self.pending.pop(msg.req_id, None)
         if entry is None:
             self.log.warning("answer {} to unknown request {}", type(msg).__name__, msg.req_id)
+            _close_reply_regions([msg])
             return
         state, i = entry
         state.replies[i] = msg
@@ -235,21 +243,43 @@ class RequestHandler(Actor):
 
     def _finish(self, state: _InFlight, respond: Respond) -> None:
         frame = b""
+        regions: list[RegionAt] = []
         if respond.respond:
             try:
-                frame = kc.encode_response(state.header, respond.data)
+                if state.header.api_key == FETCH:  # records as file regions, sent from files
+                    frame, regions = kc.join_parts(
+                        kc.encode_response_parts(state.header, respond.data))
+                else:
+                    frame = kc.encode_response(state.header, respond.data)
             except Exception:
                 self.log.exception("cannot encode the {} v{} response; closing connection {}",
                                    state.header.api_key, state.header.api_version,
                                    state.msg.conn_id)
+                _close_response_regions(respond.data)
                 self._send(state.msg, b"", False, True, state.start_ns, state.local_ns,
                            state.remote_ns)
                 return
         self._send(state.msg, frame, respond.respond, respond.close, state.start_ns,
-                   state.local_ns, state.remote_ns)
+                   state.local_ns, state.remote_ns, regions)
+
+    def on_refused(self, address: Address, msg: Any, frame_bytes: int) -> None:
+        """A response too large for a frame: the request is not left unanswered.
+
+        The connection is closed after the answers before it (the client sees
+        the error and retries; nothing it could parse was sent wrong).
+        """
+        if type(msg) is KafkaResponse:
+            for region in msg.regions:
+                close_region(region)
+            self.log.error("the API {} response to correlation {} on connection {} is {} bytes, "
+                           "over the frame limit; closing the connection", msg.api_key,
+                           msg.correlation_id, msg.conn_id, frame_bytes)
+            self.tell(address, msg._replace(frame=b"", respond=False, close=True, regions=[]))
+        else:
+            super().on_refused(address, msg, frame_bytes)
 
     def _send(self, msg: KafkaRequest, frame: bytes, respond: bool, close: bool, start_ns: int,
-              local_ns: int, remote_ns: int) -> None:
+              local_ns: int, remote_ns: int, regions: list[RegionAt] | None = None) -> None:
         if close:
             self.closed_conns[msg.conn_id] = None
             if len(self.closed_conns) > 10_000:
@@ -258,7 +288,8 @@ class RequestHandler(Actor):
         self.tell(
             Address(self.node.name, msg.processor),
             KafkaResponse(msg.conn_id, msg.seq, frame, respond, close, msg.api_key,
-                          msg.correlation_id, msg.recv_ns, [queue_ns, local_ns, remote_ns]),
+                          msg.correlation_id, msg.recv_ns, [queue_ns, local_ns, remote_ns],
+                          regions or []),
         )
 
     def poll_timeout_ms(self) -> int | None:
@@ -276,6 +307,7 @@ class RequestHandler(Actor):
         for state in stale.values():
             for rid in state.req_ids:
                 self.pending.pop(rid, None)
+            _close_reply_regions(state.replies)
             self.node.metrics.incr("requests_abandoned")
             self.log.error("API {} request (correlation {}) on connection {} got no internal "
                            "answer in {} ms; closing the connection", state.header.api_key,
@@ -289,7 +321,33 @@ class RequestHandler(Actor):
     def on_metadata(self, msg: MetadataUpdate) -> None:
         self.ctx.topics = dict(msg.topics)
 
+    @handles(UpdateMetadata)
+    def on_cluster_metadata(self, msg: UpdateMetadata) -> None:
+        """Cluster mode: the controller's UpdateMetadata, fenced and forwarded by the
+        ReplicaManager."""
+        if self.ctx.cluster is not None:
+            self.ctx.apply_metadata(msg)
+
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:
         return {"requests": self.requests, "in_flight": len(self.pending),
                 "refused": self.closed_for_bad_input, "topics": sorted(self.ctx.topics)}
+
+
+def _close_reply_regions(replies: list[Any] | None) -> None:
+    """Close the file regions of internal answers that will not be used (ReadDone rows)."""
+    for reply in replies or ():
+        if type(reply) is ReadDone:
+            close_regions(reply.rows)
+
+
+def _close_response_regions(data: Any) -> None:
+    """Close the regions in a response dict that could not be encoded (Fetch records)."""
+    if isinstance(data, dict):
+        for value in data.values():
+            _close_response_regions(value)
+    elif isinstance(data, list):
+        for value in data:
+            _close_response_regions(value)
+    elif type(data) is FileRegion:
+        close_region(data)

@@ -12,7 +12,7 @@ from typing import Any
 from actors.core.timing_wheel import TimerTask, TimingWheel
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
-from actors.runtime.clock import Clock, SystemClock
+from actors.runtime.clock import Clock
 from wire.broker_messages import Cancel, Expired, GetStats, Schedule
 
 
@@ -30,10 +30,12 @@ class Timer(Actor):
 
     def __init__(self, node: Any, name: str, *, clock: Clock | None = None, **kw: Any) -> None:
         super().__init__(node, name, **kw)
-        self.clock = clock or SystemClock()
+        if clock is not None:
+            self.clock = clock
 
     def setup(self) -> None:
-        self.wheel = TimingWheel(tick_ms=1, wheel_size=20, start_ms=self.clock.now_ms())
+        self.wheel: TimingWheel[_Entry] = TimingWheel(tick_ms=1, wheel_size=20,
+                                                     start_ms=self.clock.now_ms())
         self.entries: dict[tuple[Address, int], _Entry] = {}
         self.expired_count = 0
 
@@ -68,8 +70,7 @@ class Timer(Actor):
         return max(0, nxt - self.clock.now_ms())
 
     def on_turn(self) -> None:
-        for task in self.wheel.advance_clock(self.clock.now_ms()):
-            entry: _Entry = task  # type: ignore[assignment]
+        for entry in self.wheel.advance_clock(self.clock.now_ms()):
             if self.entries.get((entry.owner, entry.key)) is entry:
                 del self.entries[(entry.owner, entry.key)]
                 self._expire(entry)

@@ -17,6 +17,11 @@ def stable_hash(text: str) -> int:
     return zlib.crc32(text.encode())
 
 
+def broker_node_name(broker_id: int) -> str:
+    """The node name of broker ``broker_id`` in a cluster: every node can name every other."""
+    return f"node-{broker_id}"
+
+
 @dataclass(frozen=True)
 class Topology:
     node: str
@@ -74,6 +79,11 @@ class Topology:
     @property
     def log_manager(self) -> Address:
         return Address(self.node, "log-manager")
+
+    @property
+    def replica_manager(self) -> Address:
+        """Cluster mode only: where the controller's requests to this node go."""
+        return Address(self.node, "replica-manager")
 
     # owners
     def handler_for_conn(self, conn_id: int) -> Address:

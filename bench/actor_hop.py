@@ -39,9 +39,9 @@ class Hop(NamedTuple):
 
 @message(101)
 class HopGo(NamedTuple):
-    """Send ``count`` Hops to ``node``/``name``; ``rate`` 0 means as fast as possible."""
+    """Send ``hops`` Hops to ``node``/``name``; ``rate`` 0 means as fast as possible."""
 
-    count: int
+    hops: int
     rate: int
     node: str
     name: str
@@ -67,10 +67,10 @@ class HopSource(Actor):
         if msg.rate <= 0:
             tell = self.tell
             mono = time.monotonic_ns
-            for i in range(msg.count):
+            for i in range(msg.hops):
                 tell(target, Hop(i, mono()))
             return
-        self.plan = (msg.count, msg.rate, target, time.monotonic_ns(), 0)
+        self.plan = (msg.hops, msg.rate, target, time.monotonic_ns(), 0)
 
     def poll_timeout_ms(self) -> int | None:
         if self.plan is None:
@@ -126,7 +126,8 @@ class HopSink(Actor):
     @handles(HopStats)
     def on_stats(self, _msg: HopStats) -> list[Any]:
         done = self.count >= self.expect  # sorting is costly: only once the run is over
-        return [self.count, self.first_ns, self.last_ns, _percentiles(self.lat) if done else [0.0, 0.0]]
+        return [self.count, self.first_ns, self.last_ns,
+                _percentiles(self.lat) if done else [0.0, 0.0]]
 
 
 def _percentiles(lat: list[int]) -> list[float]:
@@ -403,9 +404,12 @@ def command(count: int, repeats: int, latency_seconds: float, placements: tuple[
     for col in ("placement", "actor rate", "raw rate", "actor/raw", "p50 us", "p99 us",
                 "raw p99 us", "at rate"):
         table.add_column(col)
+
+    def fmt(s: dict[str, float]) -> str:
+        return f"{s['min']:,.0f} / {s['median']:,.0f} / {s['max']:,.0f}"
+
     for name in chosen:
         r = out["results"][name]
-        fmt = lambda s: f"{s['min']:,.0f} / {s['median']:,.0f} / {s['max']:,.0f}"
         table.add_row(
             name, fmt(r["actor_rate"]), fmt(r["raw_rate"]), f"{out['ratios'][name + '_rate']:.2f}",
             f"{r['actor_p50_us']:.0f}", f"{r['actor_p99_us']:.0f}", f"{r['raw_p99_us']:.0f}",

@@ -1,10 +1,92 @@
-"""Test-wide notes.
+"""The suite's one conftest: every shared fixture, and the leak check every test passes.
+
+Fixtures are written in tests/fixtures/ (one module per kind of thing) and
+declared here once, so a session-scoped one (the ZooKeeper server, Spark)
+starts once per run whichever packages use it. Plain helpers are imported
+from their modules: ``from tests.fixtures.waiting import wait_for``,
+``from tests.fixtures.broker import BrokerProcess``.
+
+After every test, ``no_leftovers`` stops the actors the test left running
+and fails the test if any actor, thread or child process it started is
+still there (fixtures of a wider scope started theirs before the test).
 
 Message type ids used by test modules (each module registers its own test
 messages; ids must not collide across the suite, which imports them all):
   9001-9099 tests/runtime/node_actors.py      9101-9199 tests/runtime/test_tracing.py
   9201-9299 tests/actors/test_timer_purgatory.py
-  9301-9399 tests/core/test_group_coordinator_shell.py
+  9301-9399 tests/actors/test_group_coordinator_shell.py
   9401-9499 tests/runtime/test_placement.py   9501-9599 tests/runtime/test_typed_rows.py
+  9601-9699 tests/runtime/test_frame_limit.py  9701-9799 tests/actors/test_processor_bounds.py
+  9801-9899 tests/actors/test_partition_shard_reads.py
   9901-9999 tests/wire/test_registry.py
 """
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from actors.runtime.clock import ManualClock
+from actors.runtime.node import Node
+from tests.fixtures import leaks
+from tests.fixtures.broker import broker, fresh_broker
+from tests.fixtures.codec_server import codec_server
+from tests.fixtures.netns import make_test_hosts
+from tests.fixtures.spark_cluster import spark_cluster
+from tests.fixtures.sshd import ssh_host
+from tests.fixtures.traces import real_traces, spark
+from tests.fixtures.zookeeper import zk_connect, zk_ensemble, zookeeper_server
+
+__all__ = [
+    "broker",
+    "codec_server",
+    "fresh_broker",
+    "make_test_hosts",
+    "manual_clock",
+    "manual_node",
+    "no_leftovers",
+    "node",
+    "real_traces",
+    "spark",
+    "spark_cluster",
+    "ssh_host",
+    "zk_connect",
+    "zk_ensemble",
+    "zookeeper_server",
+]
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers() -> Iterator[None]:
+    before = leaks.Snapshot.take()
+    yield
+    problems = leaks.check(before)
+    if problems:
+        pytest.fail("the test left things running:\n  " + "\n  ".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def node() -> Iterator[Node]:
+    """A started node named "t" on the system clock, shut down after the test."""
+    n = Node("t").start()
+    yield n
+    n.shutdown(timeout=5)
+
+
+@pytest.fixture
+def manual_clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def manual_node(manual_clock: ManualClock) -> Iterator[Node]:
+    """A started node named "t" whose actors all read ``manual_clock``.
+
+    Time moves only when the test says so: ``manual_node.advance_clock(ms)``
+    moves the clock, has every actor take a turn on the new time and waits
+    until the messages that caused have been handled.
+    """
+    n = Node("t", clock=manual_clock).start()
+    yield n
+    n.shutdown(timeout=5)

@@ -72,6 +72,8 @@ ADVERTISED: tuple[ApiVersionRange, ...] = (
     # v3+ carries producer id/epoch for an epoch bump; v6 (2PC) is unstable.
     _entry(ApiKey.InitProducerId, 0, 5),
     _entry(ApiKey.DescribeConfigs, 1, 4),
+    # v1 adds EndpointType (1 = brokers, the only type served); v2 (fenced brokers) left out.
+    _entry(ApiKey.DescribeCluster, 0, 1),
 )
 
 ADVERTISED_BY_KEY: dict[int, ApiVersionRange] = {entry.api_key: entry for entry in ADVERTISED}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from wire.file_region import FileRegion, RegionAt
 from wire.registry import message
 
 
@@ -70,6 +71,10 @@ class KafkaResponse(NamedTuple):
     ``respond`` False (acks=0 produce) advances the sequence without writing;
     ``close`` closes the connection once everything before it was written.
     ``stages_ns`` = [request queue, local, remote] durations, for metrics.
+    ``regions`` (Fetch) are file regions sent from their files into ``frame``
+    at their ``at`` offsets, in order; ``frame``'s size prefix counts them.
+    Their descriptors belong to the message: the Processor closes each once
+    sent, or when the connection goes.
     """
 
     conn_id: int
@@ -81,6 +86,7 @@ class KafkaResponse(NamedTuple):
     correlation_id: int
     recv_ns: int
     stages_ns: list[int]
+    regions: list[RegionAt] = []  # shared default, never mutated
 
 
 # ---------------------------------------------------------- partition shards
@@ -139,12 +145,17 @@ class Read(NamedTuple):
 
     ``replica_id`` -1 (a consumer) reads to the high watermark; a follower's
     id reads to the log end and counts as that follower's fetch.
+    ``regions`` True: a partition's data comes back as a file region of the
+    segment (ReadDoneRow.region) for the Processor to send without reading it,
+    save small amounts, which come as bytes; False: as bytes (readers in
+    another process, replica fetches carried in messages).
     """
 
     req_id: int
     replica_id: int
     max_bytes: int
     rows: list[ReadRow]
+    regions: bool = False
 
 
 class ReadDoneRow(NamedTuple):
@@ -152,7 +163,9 @@ class ReadDoneRow(NamedTuple):
 
     ``fetch_segment_base`` and ``fetch_relative_position`` locate the fetch
     offset in the log, so a waiting fetch can count the bytes that arrive
-    after it without reading them.
+    after it without reading them. With ``region`` set (a Read asking for
+    regions) the whole batches are there, in the file, and ``records`` is
+    empty; the region's descriptor belongs to the message.
     """
 
     topic: str
@@ -164,6 +177,12 @@ class ReadDoneRow(NamedTuple):
     fetch_segment_base: int
     fetch_relative_position: int
     log_end_offset: int
+    region: FileRegion | None = None
+
+    @property
+    def size(self) -> int:
+        """Bytes of records, wherever they are."""
+        return self.region.length if self.region is not None else len(self.records)
 
 
 @message(213)

@@ -94,6 +94,7 @@ class LeaderAndIsr(NamedTuple):
     broker_epoch: int
     partitions: list[LeaderAndIsrPartition]
     live_leaders: list[LiveLeaderRow]
+    topic_configs: dict[str, dict[str, str]]  # the configs of the topics named above
 
 
 @message(401)
@@ -138,6 +139,7 @@ class UpdateMetadata(NamedTuple):
     full: bool
     brokers: list[BrokerRow]
     partitions: list[UpdateMetadataPartition]
+    topic_configs: dict[str, dict[str, str]]  # the configs of the topics listed
 
 
 @message(403)
@@ -234,6 +236,103 @@ class AlterPartitionResponse(NamedTuple):
     req_id: int
     error_code: int
     partitions: list[AlterPartitionResult]
+
+
+# ------------------------------------------- inside one node (cluster mode)
+
+
+@message(410)
+class BrokerRegistered(NamedTuple):
+    """Controller actor -> its node's ReplicaManager: the node registered at ``broker_epoch``.
+
+    Controller requests wait until the first one; from then on those meant
+    for an older epoch (a previous registration) are refused.
+    """
+
+    broker_id: int
+    broker_epoch: int
+
+
+class ReplicaStateRow(NamedTuple):
+    """One partition's role on this node, from a LeaderAndIsr the ReplicaManager accepted."""
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    replicas: list[int]
+    partition_epoch: int
+    is_new: bool
+    configs: dict[str, str]
+
+
+@message(411)
+class BecomeLeaderOrFollower(NamedTuple):
+    """ReplicaManager -> PartitionShard: host these partitions (open the log) in these roles."""
+
+    req_id: int
+    rows: list[ReplicaStateRow]
+
+
+@message(412)
+class BecameLeaderOrFollower(NamedTuple):
+    """PartitionShard -> ReplicaManager: each partition's outcome (0, or why it failed)."""
+
+    req_id: int
+    rows: list[PartitionErrorRow]
+
+
+class CoordinatorPartitionRow(NamedTuple):
+    partition: int
+    leader_epoch: int
+
+
+@message(413)
+class CoordinatorPartitions(NamedTuple):
+    """ReplicaManager -> every GroupCoordinator: ``__consumer_offsets`` partitions this node now
+    leads (load their groups) and those it no longer leads (unload them)."""
+
+    elected: list[CoordinatorPartitionRow]
+    resigned: list[int]
+
+
+@message(414)
+class AwaitTopics(NamedTuple):
+    """Handler -> ReplicaManager: answer once the metadata has every topic (``present``: with a
+    leader for each partition) or has none of them (not ``present``), or after the timeout.
+
+    The ReplicaManager forwards every UpdateMetadata to the handlers before it
+    answers, so the asking handler's cache already shows what was awaited.
+    """
+
+    req_id: int
+    topics: list[str]
+    present: bool
+    timeout_ms: int
+
+
+@message(415)
+class TopicsAwaited(NamedTuple):
+    """ReplicaManager -> handler: ``missing``: the topics still not as awaited (timed out)."""
+
+    req_id: int
+    missing: list[str]
+
+
+@message(416)
+class StartController(NamedTuple):
+    """Broker -> its controller actor: the node registered at ``broker_epoch``; take part."""
+
+    broker_epoch: int
+
+
+@message(417)
+class ControlledShutdownStep(NamedTuple):
+    """Broker (ask) -> its controller actor: ``start`` the controlled shutdown, or only
+    report how it goes (a dict: state, attempts, remaining partitions, message)."""
+
+    start: bool
 
 
 # -------------------------------------------- metadata store -> its owner

@@ -15,11 +15,16 @@ otherwise the receiver answers the sender with a ``Reply`` carrying that id.
 ``send_time_ns`` is wall-clock time (``time.time_ns``) so it compares across
 hosts once the clock offset is known. The receiver node is implied by the
 socket the frame arrived on.
+
+A receiver refuses a frame over its byte limit (``actor.max.frame.bytes``)
+unread, so a sender never builds one: :func:`encode_frames` cuts what one
+turn sent to one receiver into as many frames as the limit needs, in order,
+and names the messages that could not fit even alone.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -41,6 +46,66 @@ def encode_frame(
 ) -> bytes:
     """One frame carrying ``entries`` (each built by :func:`new_entry`)."""
     return _packb([FORMAT_VERSION, sender_node, sender_name, receiver_name, entries])
+
+
+class Oversized(NamedTuple):
+    """An entry whose frame alone would pass the limit: the sender must refuse it."""
+
+    entry: int  # its place in the entries given
+    frame_bytes: int  # the size of a frame carrying it alone
+
+
+def _array_header(count: int) -> bytes:
+    if count < 16:
+        return bytes((0x90 | count,))
+    if count < 1 << 16:
+        return b"\xdc" + count.to_bytes(2, "big")
+    return b"\xdd" + count.to_bytes(4, "big")
+
+
+def encode_frames(
+    sender_node: str, sender_name: str, receiver_name: str, entries: list[Any],
+    max_frame_bytes: int,
+) -> tuple[list[bytes], list[Oversized]]:
+    """Frames carrying ``entries`` in order, none over ``max_frame_bytes``.
+
+    The usual case is one frame, encoded once. Only when that frame would pass
+    the limit are the entries encoded one by one and packed greedily into
+    frames (each a valid frame of :func:`encode_frame`'s format: the entries'
+    bytes are put together, not encoded again). An entry that passes the limit
+    even alone is left out and returned as :class:`Oversized`; the others keep
+    their order.
+    """
+    frame = _packb([FORMAT_VERSION, sender_node, sender_name, receiver_name, entries])
+    if len(frame) <= max_frame_bytes:
+        return [frame], []
+    del frame
+    head = (bytes((0x95,)) + _packb(FORMAT_VERSION) + _packb(sender_node)
+            + _packb(sender_name) + _packb(receiver_name))
+    frames: list[bytes] = []
+    refused: list[Oversized] = []
+    batch: list[bytes] = []
+    batch_bytes = 0
+
+    def close_batch() -> None:
+        nonlocal batch, batch_bytes
+        if batch:
+            frames.append(b"".join([head, _array_header(len(batch)), *batch]))
+            batch, batch_bytes = [], 0
+
+    for index, entry in enumerate(entries):
+        packed = _packb(entry)
+        alone = len(head) + len(_array_header(1)) + len(packed)
+        if alone > max_frame_bytes:
+            refused.append(Oversized(index, alone))
+            continue
+        # the array header grows from 1 to 5 bytes with the count: count it at its largest
+        if len(head) + 5 + batch_bytes + len(packed) > max_frame_bytes:
+            close_batch()
+        batch.append(packed)
+        batch_bytes += len(packed)
+    close_batch()
+    return frames, refused
 
 
 def new_entry(type_id: int, trace_id: int, span_id: int, parent_span_id: int,

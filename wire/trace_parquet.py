@@ -228,11 +228,11 @@ class Repeat(NamedTuple):
 
 
 class Pick(NamedTuple):
-    """Field ``index`` of every row of ``rows`` (a column part): read in place, with no
+    """Field number ``field`` of every row of ``rows`` (a column part): read in place, with no
     transposed copy and no per-row object for the garbage collector to count."""
 
     rows: Sequence[Sequence[Any]]
-    index: int
+    field: int
 
 
 @dataclass
@@ -324,7 +324,7 @@ class SegmentWriter:
                     if type(part) is Repeat:
                         arr.extend(array(code, [part.value]) * part.times)
                     elif type(part) is Pick:
-                        arr.extend(array(code, map(itemgetter(part.index), part.rows)))
+                        arr.extend(array(code, map(itemgetter(part.field), part.rows)))
                     elif len(col) == 1:
                         arr = array(code, part)
                     else:
@@ -348,7 +348,7 @@ class SegmentWriter:
                     if type(part) is Repeat:
                         idx.extend([names[part.value]] * part.times)
                     elif type(part) is Pick:
-                        idx.extend(map(names.__getitem__, map(itemgetter(part.index), part.rows)))
+                        idx.extend(map(names.__getitem__, map(itemgetter(part.field), part.rows)))
                     else:
                         idx.extend(map(names.__getitem__, part))
                 if len(idx) != n:

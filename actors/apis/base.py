@@ -13,11 +13,13 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar
 
+from actors.core.metadata_cache import MetadataCache
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.topology import Topology
 from wire.broker_messages import TopicEntry
+from wire.cluster_messages import UpdateMetadata
 
 
 class Call(NamedTuple):
@@ -54,10 +56,26 @@ class HandlerContext:
     producer_id_base: int = 0
     # the handler's clock: wall time for producer-id bases, monotonic for request timings
     clock: Clock = field(kw_only=True)
+    # cluster mode (zookeeper.connect): this handler's copy of the cluster metadata, kept by
+    # the UpdateMetadata requests the ReplicaManager forwards; None on a single node
+    cluster: MetadataCache | None = field(default=None, kw_only=True)
 
     def partition_count(self, topic: str) -> int | None:
         entry = self.topics.get(topic)
         return None if entry is None else entry.num_partitions
+
+    def not_leader(self, topic: str, partition: int) -> bool:
+        """In a cluster: the metadata names another leader (or none) for this partition."""
+        return self.cluster is not None and self.cluster.leader(topic, partition) != self.broker_id
+
+    def apply_metadata(self, update: UpdateMetadata) -> None:
+        """An UpdateMetadata the ReplicaManager accepted: the cache, then the topic table."""
+        assert self.cluster is not None
+        self.cluster.apply(update)
+        self.topics = {
+            t: TopicEntry(self.cluster.partition_count(t) or 0, self.cluster.configs(t))
+            for t in self.cluster.topics()
+        }
 
     def next_producer_id(self) -> int:
         """Unique across handlers and restarts, without masking anything away.

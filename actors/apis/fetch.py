@@ -1,4 +1,12 @@
-"""Fetch: read whole batches from the shards; wait in the purgatory for min_bytes."""
+"""Fetch: read whole batches from the shards; wait in the purgatory for min_bytes.
+
+The shards hand back file regions of their segments (save small amounts,
+read as bytes); the response carries the regions to the Processor, which
+sends them from the files. A response is capped by the broker's
+``fetch.max.bytes`` as well as by the request's max_bytes, as in Kafka.
+Regions this function drops (a read redone after waiting, a partition cut by
+the byte budget) are closed here.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +15,12 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
+from actors.core.file_regions import (
+    close_region,
+    close_regions,
+    first_batch_length,
+    whole_batches_length,
+)
 from wire.broker_messages import Read, ReadDone, ReadDoneRow, ReadRow, WatchFetch, WatchFetchRow
 from wire.errors import ErrorCode
 
@@ -14,7 +28,7 @@ NONE = int(ErrorCode.NONE)
 
 
 def _read(replica_id: int, max_bytes: int, rows: list[ReadRow]) -> Callable[[int], Read]:
-    return lambda rid: Read(rid, replica_id, max_bytes, rows)
+    return lambda rid: Read(rid, replica_id, max_bytes, rows, True)
 
 
 def _read_calls(ctx: HandlerContext, replica_id: int, max_bytes: int,
@@ -46,6 +60,35 @@ def _whole_batches(records: bytes, budget: int, at_least_one: bool) -> bytes:
     return records[:end]
 
 
+def _within_budget(r: ReadDoneRow, budget: int, at_least_one: bool) -> ReadDoneRow:
+    """``r`` with only the whole batches that fit in ``budget`` (or its first batch)."""
+    region = r.region
+    if region is None:
+        records = _whole_batches(r.records, budget, at_least_one)
+        return r if len(records) == len(r.records) else r._replace(records=records)
+    keep = whole_batches_length(region, budget)
+    if keep == 0 and at_least_one:
+        keep = first_batch_length(region)
+    if keep == region.length:
+        return r
+    if keep == 0:
+        close_region(region)
+        return r._replace(region=None)
+    return r._replace(region=region._replace(length=keep))
+
+
+def _by_partition(replies: list[ReadDone]) -> dict[tuple[str, int], ReadDoneRow]:
+    """The shards' rows by partition; a partition read twice keeps its last row."""
+    read: dict[tuple[str, int], ReadDoneRow] = {}
+    for reply in replies:
+        for r in reply.rows:
+            earlier = read.get((r.topic, r.partition))
+            if earlier is not None:
+                close_region(earlier.region)
+            read[(r.topic, r.partition)] = r
+    return read
+
+
 def _partition_response(index: int, r: ReadDoneRow) -> dict[str, Any]:
     return {
         "partition_index": index,
@@ -55,7 +98,7 @@ def _partition_response(index: int, r: ReadDoneRow) -> dict[str, Any]:
         "log_start_offset": r.log_start_offset,
         "aborted_transactions": None,
         "preferred_read_replica": -1,
-        "records": r.records or b"",
+        "records": r.region if r.region is not None else (r.records or b""),
     }
 
 
@@ -76,17 +119,25 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                 results[(name, p.partition)] = ReadDoneRow(
                     name, p.partition, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), -1, -1, b"",
                     0, 0, -1)
+            elif ctx.not_leader(name, p.partition):
+                results[(name, p.partition)] = ReadDoneRow(
+                    name, p.partition, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), -1, -1, b"",
+                    0, 0, -1)
             else:
                 rows.append(ReadRow(name, p.partition, p.fetch_offset, p.partition_max_bytes))
         order.append((name, indexes))
 
+    # Kafka: min(the request's max_bytes, fetch.max.bytes); min_bytes no larger.
+    max_bytes = min(req.max_bytes, int(ctx.config["fetch.max.bytes"]))
+    min_bytes = min(req.min_bytes, max_bytes)
     read: dict[tuple[str, int], ReadDoneRow] = {}
     if rows:
-        replies: list[ReadDone] = yield _read_calls(ctx, replica_id, req.max_bytes, rows)
-        read = {(r.topic, r.partition): r for reply in replies for r in reply.rows}
-        total = sum(len(r.records) for r in read.values())
+        replies: list[ReadDone] = yield _read_calls(ctx, replica_id, max_bytes, rows)
+        read = _by_partition(replies)
+        total = sum(r.size for r in read.values())
         errors = any(r.error_code != NONE for r in read.values())
-        if total < req.min_bytes and req.max_wait_ms > 0 and not errors:
+        if total < min_bytes and req.max_wait_ms > 0 and not errors:
+            close_regions(read.values())  # read again once there is enough
             by_key = {(r.topic, r.partition): r for r in rows}
             watch_rows = [
                 WatchFetchRow(t, p, by_key[(t, p)].fetch_offset, r.fetch_segment_base,
@@ -94,28 +145,36 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                 for (t, p), r in read.items()
             ]
             purgatory = ctx.topology.purgatory_for(rows[0].topic, rows[0].partition)
-            yield [Call(purgatory, lambda rid: WatchFetch(rid, req.min_bytes, req.max_wait_ms,
+            yield [Call(purgatory, lambda rid: WatchFetch(rid, min_bytes, req.max_wait_ms,
                                                           replica_id >= 0, watch_rows))]
-            replies = yield _read_calls(ctx, replica_id, req.max_bytes, rows)
-            read = {(r.topic, r.partition): r for reply in replies for r in reply.rows}
+            replies = yield _read_calls(ctx, replica_id, max_bytes, rows)
+            read = _by_partition(replies)
 
     # max_bytes bounds the whole response (KIP-74): partitions take whole
     # batches in request order while they fit; only the first partition with
     # data may exceed it, by its first batch, so a consumer always progresses.
-    budget = req.max_bytes
+    budget = max_bytes
     first = True
     for name, indexes in order:
         for index in indexes:
-            r = read.get((name, index))
+            r = read.pop((name, index), None)
             if r is None:
                 continue
-            records = r.records
-            if records:
-                records = _whole_batches(records, budget, first)
-                first = first and not records
-                budget -= len(records)
-                r = r._replace(records=records)
+            if r.size:
+                r = _within_budget(r, budget, first)
+                first = first and not r.size
+                budget -= r.size
             results[(name, index)] = r
+
+    seen: set[tuple[str, int]] = set()
+
+    def answer(name: str, index: int) -> dict[str, Any]:
+        """A partition named twice gets its records once (a region is sent once)."""
+        r = results[(name, index)]
+        if (name, index) in seen:
+            r = r._replace(records=b"", region=None)
+        seen.add((name, index))
+        return _partition_response(index, r)
 
     return Respond({
         "throttle_time_ms": 0,
@@ -124,9 +183,7 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         "responses": [
             {
                 "topic": name,
-                "partitions": [
-                    _partition_response(index, results[(name, index)]) for index in indexes
-                ],
+                "partitions": [answer(name, index) for index in indexes],
             }
             for name, indexes in order
         ],

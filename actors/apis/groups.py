@@ -13,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from actors.apis import cluster
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond
 from actors.apis.transactions import find_transaction_coordinator
+from actors.core.offsets_codec import OFFSETS_TOPIC
 from wire.broker_messages import TopicPartition
 from wire.errors import ErrorCode
 from wire.group_messages import (
@@ -54,42 +56,58 @@ def _coordinator(ctx: HandlerContext, group_id: str) -> Any:
 
 
 def handle_find_coordinator(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
-    """This single node coordinates every group; transactions: actors/apis/transactions.py."""
+    """A single node coordinates every group; in a cluster the leader of the group's
+    ``__consumer_offsets`` partition does. Transactions: actors/apis/transactions.py."""
     version = header.api_version
     key_type = req.key_type if version >= 1 else GROUP_KEY
+    where: dict[str, tuple[int, str, int]] = {}  # cluster mode: group -> its coordinator
+    if ctx.cluster is not None and key_type == GROUP_KEY:
+        missing = yield from cluster.ensure_offsets_topic(ctx)
+        keys = req.coordinator_keys if version >= 4 else [req.key]
+        for key in keys:
+            error, node_id, host, port = cluster.group_coordinator(ctx, key)
+            if not missing and error == NONE:
+                where[key] = (node_id, host, port)
 
     def one(key: str) -> tuple[int, str | None]:
         if key_type == TRANSACTION_KEY:
             return find_transaction_coordinator(key)
         if key_type != GROUP_KEY:
             return int(ErrorCode.INVALID_REQUEST), f"unknown coordinator key type {key_type}"
+        if ctx.cluster is not None and key not in where:
+            return (int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                    f"the {OFFSETS_TOPIC} partition of group {key!r} has no leader yet")
         return NONE, None
+
+    def node_of(key: str) -> tuple[int, str, int]:
+        return where.get(key, (ctx.broker_id, ctx.advertised_host, ctx.advertised_port))
 
     if version >= 4:
         coordinators = []
         for key in req.coordinator_keys:
             error, message = one(key)
             ok = error == NONE
+            node_id, host, port = node_of(key)
             coordinators.append({
                 "key": key,
-                "node_id": ctx.broker_id if ok else -1,
-                "host": ctx.advertised_host if ok else "",
-                "port": ctx.advertised_port if ok else -1,
+                "node_id": node_id if ok else -1,
+                "host": host if ok else "",
+                "port": port if ok else -1,
                 "error_code": error,
                 "error_message": message,
             })
         return Respond({"throttle_time_ms": 0, "coordinators": coordinators})
     error, message = one(req.key)
     ok = error == NONE
+    node_id, host, port = node_of(req.key)
     return Respond({
         "throttle_time_ms": 0,
         "error_code": error,
         "error_message": message if version >= 1 else None,
-        "node_id": ctx.broker_id if ok else -1,
-        "host": ctx.advertised_host if ok else "",
-        "port": ctx.advertised_port if ok else -1,
+        "node_id": node_id if ok else -1,
+        "host": host if ok else "",
+        "port": port if ok else -1,
     })
-    yield  # a generator like every API function
 
 
 # -------------------------------------------------------------------- JoinGroup

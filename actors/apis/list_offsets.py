@@ -38,6 +38,9 @@ def handle_list_offsets(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                 results[(t.name, p.partition_index)] = ListOffsetsDoneRow(
                     t.name, p.partition_index, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
                     -1, -1, -1)
+            elif ctx.not_leader(t.name, p.partition_index):
+                results[(t.name, p.partition_index)] = ListOffsetsDoneRow(
+                    t.name, p.partition_index, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), -1, -1, -1)
             else:
                 rows.append(ListOffsetsRow(t.name, p.partition_index, p.timestamp))
         order.append((t.name, indexes))

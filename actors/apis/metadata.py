@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from actors.apis import cluster
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond
 from actors.core.topic_config import effective, validate_topic_name
 from wire.broker_messages import (
@@ -23,19 +24,7 @@ BROKER_RESOURCE = 4
 
 
 def _partition_rows(ctx: HandlerContext, name: str) -> list[dict[str, Any]]:
-    count = ctx.partition_count(name) or 0
-    return [
-        {
-            "error_code": 0,
-            "partition_index": p,
-            "leader_id": ctx.broker_id,
-            "leader_epoch": 0,
-            "replica_nodes": [ctx.broker_id],
-            "isr_nodes": [ctx.broker_id],
-            "offline_replicas": [],
-        }
-        for p in range(count)
-    ]
+    return cluster.partition_rows(ctx, name)
 
 
 def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
@@ -64,6 +53,9 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         done: CreateTopicsDone
         [done] = yield [Call(ctx.topology.controller,
                              lambda rid: CreateTopics(rid, False, to_create))]
+        made = [r.name for r in done.rows
+                if r.error_code in (0, int(ErrorCode.TOPIC_ALREADY_EXISTS))]
+        yield from cluster.await_topics(ctx, made, True, cluster.METADATA_WAIT_MS)
         for row in done.rows:
             name, error = row.name, row.error_code
             if error == int(ErrorCode.TOPIC_ALREADY_EXISTS) and name not in ctx.topics:
@@ -86,10 +78,9 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         })
     return Respond({
         "throttle_time_ms": 0,
-        "brokers": [{"node_id": ctx.broker_id, "host": ctx.advertised_host,
-                     "port": ctx.advertised_port, "rack": None}],
+        "brokers": cluster.broker_rows(ctx),
         "cluster_id": ctx.cluster_id,
-        "controller_id": ctx.broker_id,
+        "controller_id": cluster.controller_id(ctx),
         "topics": topics,
     })
 
@@ -111,6 +102,14 @@ def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                              lambda rid: CreateTopics(rid, bool(req.validate_only), rows))]
         for row in done.rows:
             done_rows[row.name] = row
+        made = [r.name for r in done.rows if r.error_code == 0]
+        if made and not req.validate_only:
+            late = yield from cluster.await_topics(ctx, made, True, int(req.timeout_ms))
+            for name in late:  # Kafka's answer when the leaders are not elected in time
+                done_rows[name] = done_rows[name]._replace(
+                    error_code=int(ErrorCode.REQUEST_TIMED_OUT),
+                    error_message=f"topic {name!r} was created but its partitions have no "
+                                  f"leader after {req.timeout_ms} ms")
     out = []
     for t in req.topics:
         r = done_rows[t.name]
@@ -128,6 +127,8 @@ def handle_delete_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         [done] = yield [Call(ctx.topology.controller,
                              lambda rid: DeleteTopics(rid, [DeleteTopicRow(n) for n in names]))]
         rows_out = {r.name: r for r in done.rows}
+        gone = [r.name for r in done.rows if r.error_code == 0]
+        yield from cluster.await_topics(ctx, gone, False, int(req.timeout_ms))
     return Respond({
         "throttle_time_ms": 0,
         "responses": [
@@ -175,7 +176,7 @@ def handle_describe_configs(ctx: HandlerContext, header: Any, req: Any) -> ApiGe
                         "resource_type": res.resource_type,
                         "resource_name": res.resource_name, "configs": configs})
     return Respond({"throttle_time_ms": 0, "results": results})
-    yield  # noqa: unreachable - makes this a generator like the others
+    yield  # unreachable: makes this a generator like the others
 
 
 def handle_init_producer_id(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
@@ -193,4 +194,4 @@ def handle_init_producer_id(ctx: HandlerContext, header: Any, req: Any) -> ApiGe
                         "producer_epoch": new_epoch})
     return Respond({"throttle_time_ms": 0, "error_code": 0,
                     "producer_id": ctx.next_producer_id(), "producer_epoch": 0})
-    yield  # noqa: unreachable - makes this a generator like the others
+    yield  # unreachable: makes this a generator like the others

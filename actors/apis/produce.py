@@ -83,6 +83,8 @@ def handle_produce(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                 refuse(name, pd.index, ErrorCode.INVALID_REQUEST, "transactions are not supported")
             elif count is None or not 0 <= pd.index < count:
                 refuse(name, pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+            elif ctx.not_leader(name, pd.index):
+                refuse(name, pd.index, ErrorCode.NOT_LEADER_OR_FOLLOWER, None)
             elif not pd.records:
                 refuse(name, pd.index, ErrorCode.INVALID_RECORD, "no records")
             else:

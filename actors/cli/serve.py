@@ -1,4 +1,4 @@
-"""`actorlog serve`: one broker node in the foreground, no ZooKeeper."""
+"""`actorlog serve`: one broker node in the foreground (`zookeeper.connect`: a cluster's)."""
 
 from __future__ import annotations
 
@@ -71,6 +71,6 @@ def command(listen: str | None, advertised: str | None, data_dir: str | None,
                 f"choose another --metrics-port (0: off)") from None
         logger.info("metrics on http://{}:{}/metrics", broker.host, config["metrics.port"])
     print(f"actorlog listening on {broker.host}:{broker.port}", flush=True)
-    broker.node.run_until_signal()
+    broker.run_until_signal()
     broker.stop()
     sys.exit(0)

@@ -350,8 +350,13 @@ class ControllerCore:
             live_leaders = [LiveLeaderRow(b, self.brokers[b].gateway) for b in sorted(leaders)]
             out.append(SendToBroker(broker_id, LeaderAndIsrRequest(
                 self.config.broker_id, self.epoch, self._broker_epoch(broker_id), rows,
-                live_leaders)))
+                live_leaders, self._configs_of(r.topic for r in rows))))
         return out
+
+    def _configs_of(self, topics: Iterable[str]) -> dict[str, dict[str, str]]:
+        """The configs of these topics, for the nodes (they open logs and answer DescribeConfigs
+        from them, without reading the store)."""
+        return {t: dict(self.topics[t].configs) for t in sorted(set(topics)) if t in self.topics}
 
     def _broker_rows(self) -> list[BrokerRow]:
         return [BrokerRow(b.broker_id, b.epoch, b.gateway, b.rack,
@@ -385,7 +390,7 @@ class ControllerCore:
                 rows, is_full = delta, False
             out.append(SendToBroker(broker_id, UpdateMetadata(
                 self.config.broker_id, self.epoch, self._broker_epoch(broker_id), is_full,
-                brokers, rows)))
+                brokers, rows, self._configs_of(r.topic for r in rows))))
         return out
 
     def _flush_stop_replica(self) -> list[Effect]:

@@ -212,6 +212,11 @@ class DelayedOperationPurgatory:
         """All (operation, key) entries held; what purging keeps bounded."""
         return sum(map(len, self._watchers.values()))
 
+    def lingering(self) -> int:
+        """Completed operations still held in some watcher list: what purging bounds."""
+        return len({id(op) for ops in self._watchers.values() for op in ops
+                    if op._state != _PENDING})
+
     def metrics(self) -> PurgatoryMetrics:
         return PurgatoryMetrics(
             delayed_operations=self._num_delayed,

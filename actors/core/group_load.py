@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from actors.core.group_base import GroupCoreBase
 from actors.core.group_metadata import (
@@ -13,8 +13,12 @@ from actors.core.group_metadata import (
     TopicPartition,
 )
 from actors.core.group_types import (
+    NO_GENERATION,
     CancelTimer,
     Effect,
+    JoinGroupResponse,
+    Respond,
+    SyncGroupResponse,
     heartbeat_timer,
     join_timer,
     pending_member_timer,
@@ -28,6 +32,7 @@ from actors.core.offsets_codec import (
     Record,
     decode_record,
 )
+from wire.errors import ErrorCode
 
 
 class GroupLoad(GroupCoreBase):
@@ -118,6 +123,24 @@ class GroupLoad(GroupCoreBase):
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
         for m in group.members.values():
             self._reset_heartbeat(group, m, now_ms, m.session_timeout_ms, fx)
+
+    def unload(self, partitions: Collection[int]) -> list[Effect]:
+        """Forget the groups of these ``__consumer_offsets`` partitions (Kafka's
+        removeGroupsForPartition): another node leads them now. Members parked in a
+        JoinGroup or SyncGroup are answered NOT_COORDINATOR, so they find the new one."""
+        fx: list[Effect] = []
+        for gid in [g for g in self._groups if self.partition_for(g) in partitions]:
+            group = self._groups.pop(gid)
+            self._forget_timers(group, fx)
+            for member in group.members.values():
+                if member.join_request_id is not None:
+                    fx.append(Respond(member.join_request_id, JoinGroupResponse(
+                        ErrorCode.NOT_COORDINATOR, NO_GENERATION, None, None, "",
+                        member.member_id)))
+                if member.sync_request_id is not None:
+                    fx.append(Respond(member.sync_request_id,
+                                      SyncGroupResponse(ErrorCode.NOT_COORDINATOR)))
+        return fx
 
     def _forget_timers(self, group: GroupMetadata, fx: list[Effect]) -> None:
         if group.join_deadline_ms is not None:

@@ -52,7 +52,7 @@ _VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
 
 
 class IllegalGroupTransitionError(KafkaError):
-    """A transition outside Kafka's state graph: a bug in the caller, the state is left unchanged."""
+    """A transition outside Kafka's state graph: a bug in the caller; the state is unchanged."""
 
     code = ErrorCode.UNKNOWN_SERVER_ERROR
 

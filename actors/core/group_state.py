@@ -7,16 +7,16 @@ It never reads a clock, never blocks and never does I/O; the actor shell
    seq)``) and ``now_ms`` read once per message;
 2. performs the returned effects **in order**:
 
-   * :class:`Respond` – send ``response`` as the answer to ``request_id``.
+   * :class:`Respond`: send ``response`` as the answer to ``request_id``.
      JoinGroup and SyncGroup answers may come much later, from another call
      (that is the DelayedJoin / the wait for the leader's SyncGroup); every
      request gets exactly one :class:`Respond`, eventually.
-   * :class:`ScheduleTimer` – arm the timer ``key`` to fire at ``deadline_ms``
+   * :class:`ScheduleTimer`: arm the timer ``key`` to fire at ``deadline_ms``
      (a new ScheduleTimer for a key replaces the old one: at most one live
      timer per key), then call :meth:`GroupCoordinatorCore.on_timer`.
-   * :class:`CancelTimer` – drop the timer ``key`` (an optimisation only: a
+   * :class:`CancelTimer`: drop the timer ``key`` (an optimisation only: a
      timer that fires anyway is harmless, the core checks its own deadlines).
-   * :class:`AppendRecords` – append the records to ``__consumer_offsets``
+   * :class:`AppendRecords`: append the records to ``__consumer_offsets``
      partition ``partition``, then call
      :meth:`GroupCoordinatorCore.on_append_complete` with ``append_id`` and the
      append's error code (offset commits and the leader's SyncGroup are

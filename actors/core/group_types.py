@@ -237,7 +237,7 @@ class Respond:
 
 @dataclass(frozen=True, slots=True)
 class ScheduleTimer:
-    """Arm (or re-arm) timer ``key`` for ``deadline_ms``; on expiry call ``on_timer(key, now_ms)``."""
+    """Arm (or re-arm) timer ``key`` for ``deadline_ms``; at it, call ``on_timer(key, now_ms)``."""
 
     key: TimerKey
     deadline_ms: int
@@ -252,7 +252,7 @@ class CancelTimer:
 
 @dataclass(frozen=True, slots=True)
 class AppendRecords:
-    """Append ``records`` to ``topic``-``partition``; report with ``on_append_complete(append_id, ...)``."""
+    """Append ``records`` to ``topic``-``partition``, then call ``on_append_complete``."""
 
     append_id: int
     partition: int

@@ -180,6 +180,26 @@ class KafkaConnection(Generic[R]):
         return len(self._buf) - self._pos
 
     @property
+    def pending_frame_bytes(self) -> int:
+        """The whole size (prefix included) of a frame begun but not complete at the
+        head of the buffer, from its size prefix; 0 if none is begun or the prefix
+        is incomplete or refused. A shell bounding request memory charges a frame
+        this much as soon as it begins, as Kafka's memory pool allocates on the
+        size, and lets a begun frame finish."""
+        available = len(self._buf) - self._pos
+        if available < 4 or self._state is not OPEN:
+            return 0
+        (size,) = _SIZE.unpack_from(self._buf, self._pos)
+        if size < MIN_REQUEST_BYTES or size > self._max_request_bytes or available >= size + 4:
+            return 0
+        return size + 4
+
+    @property
+    def unreleased(self) -> tuple[R, ...]:
+        """Answers received and held back (behind an earlier one, or while CLOSING)."""
+        return tuple(response for response, _close in self._ready.values())
+
+    @property
     def reading(self) -> bool:
         """Whether more requests may be read now (the shell polls for input only then)."""
         return self._state is OPEN and self._in_flight < self._max_in_flight

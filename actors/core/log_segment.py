@@ -7,7 +7,9 @@ offset reads at most one interval of headers instead of the segment, and a
 time index beside it. Only the active segment writes its indexes; a finished
 segment's are trimmed, and mapped read-only when first needed.
 
-Reads use ``os.pread`` of the exact byte range, never the whole segment.
+Reads use ``os.pread`` of the exact byte range, never the whole segment;
+a fetch that is sent from the file instead takes a :class:`FileRegion` of it
+(a descriptor of its own, valid after the segment is deleted).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from actors.core.record_batch import (
     parse_header,
 )
 from wire.errors import KafkaError, StorageError
+from wire.file_region import FileRegion
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = OFFSET_INDEX_SUFFIX
@@ -388,6 +391,34 @@ class LogSegment:
 
     def read(self, position: int, length: int) -> bytes:
         return os.pread(self._fd, length, position)
+
+    def region(self, position: int, length: int) -> FileRegion:
+        """``length`` bytes at ``position`` as a region with a descriptor of its own.
+
+        The caller owns the descriptor. Deleting the segment leaves it valid (an
+        unlinked file lives while it is open); truncating it does not, and a
+        sender finds the region shorter than it says. Raises OSError when no
+        descriptor is left (EMFILE): the caller reads the bytes instead.
+        """
+        return FileRegion(os.dup(self._fd), position, length)
+
+    def batch_size_at(self, position: int) -> int:
+        """Size of the whole batch starting at ``position`` (its 12-byte log overhead read)."""
+        head = os.pread(self._fd, LOG_OVERHEAD, position)
+        if len(head) < LOG_OVERHEAD:
+            return 0
+        return _QI.unpack(head)[1] + LOG_OVERHEAD
+
+    def whole_batches_end(self, start: int, end: int) -> int:
+        """The last batch boundary in [start, end]: ``start`` if the batch there passes ``end``.
+
+        Reads no record: jumps to the last index entry at or below ``end`` and
+        walks the batch headers from there (about one index interval).
+        """
+        position = max(start, self.offset_index.position_at_most(end))
+        for header in self.iter_headers(position, end, self.index_interval_bytes):
+            position = header.position + header.size
+        return position
 
     def iter_headers(self, position: int, end: int,
                      expected_span: int = SCAN_CHUNK) -> Iterator[BatchHeader]:

@@ -49,6 +49,7 @@ from wire.errors import (
     MessageTooLargeError,
     OffsetOutOfRangeError,
 )
+from wire.file_region import FileRegion
 
 NO_LIMIT = 2**63 - 1
 DAY_MS = 24 * 60 * 60 * 1000
@@ -138,13 +139,15 @@ class AppendInfo(NamedTuple):
 
 
 class ReadInfo(NamedTuple):
-    """Whole batches read from one segment, and where the fetch started."""
+    """Whole batches from one segment (read, or as a file region), and where the fetch
+    started."""
 
     records: bytes | memoryview
     fetch_offset_metadata: LogOffsetMetadata
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+    region: FileRegion | None = None  # the batches in their file; ``records`` is empty
 
 
 class PartitionLog:
@@ -609,13 +612,18 @@ class PartitionLog:
     # ------------------------------------------------------------------ read
 
     def read(self, fetch_offset: int, max_bytes: int, max_offset: int | None = None,
-             min_one_batch: bool = True) -> ReadInfo:
+             min_one_batch: bool = True, *, region_min_bytes: int | None = None) -> ReadInfo:
         """Whole batches from the one segment holding ``fetch_offset``.
 
         Up to ``max_bytes``, but at least one whole batch when ``min_one_batch``
         (as Kafka does since KIP-74). Batches ending at or after ``max_offset``
         (the HW, for consumers) are left out. Raises OffsetOutOfRangeError for
         an offset outside [log_start_offset, log_end_offset].
+
+        With ``region_min_bytes`` set, a range of at least that many bytes comes
+        back as ``ReadInfo.region`` (a descriptor the caller owns; the records
+        are not read) and ``records`` is empty; smaller ranges are read. Where
+        the batches end is found from the index and batch headers alone.
         """
         leo = self.log_end_offset
         if fetch_offset < self._log_start_offset or fetch_offset > leo:
@@ -644,6 +652,9 @@ class PartitionLog:
         available = limit - start
         if available <= 0 or max_bytes < 0:
             return ReadInfo(b"", metadata, self._high_watermark, self._log_start_offset, leo)
+        if region_min_bytes is not None:
+            return self._read_region(segment, start, available, max_bytes, min_one_batch,
+                                     region_min_bytes, metadata, leo)
         if available <= max_bytes:
             # The range ends on a batch boundary (segment end or a batch start).
             data: bytes | memoryview = segment.read(start, available)
@@ -661,6 +672,28 @@ class PartitionLog:
             else:
                 data = b""
         return ReadInfo(data, metadata, self._high_watermark, self._log_start_offset, leo)
+
+    def _read_region(self, segment: LogSegment, start: int, available: int, max_bytes: int,
+                     min_one_batch: bool, region_min_bytes: int, metadata: LogOffsetMetadata,
+                     leo: int) -> ReadInfo:
+        if available <= max_bytes:
+            length = available  # ends on a batch boundary (segment end or a batch start)
+        else:
+            length = segment.whole_batches_end(start, start + max_bytes) - start
+            if length == 0 and min_one_batch:
+                length = min(segment.batch_size_at(start), available)
+        if length <= 0:
+            return ReadInfo(b"", metadata, self._high_watermark, self._log_start_offset, leo)
+        if length >= region_min_bytes:
+            try:
+                region = segment.region(start, length)
+            except OSError:
+                pass  # no descriptor left: the bytes themselves, below
+            else:
+                return ReadInfo(b"", metadata, self._high_watermark, self._log_start_offset,
+                                leo, region)
+        return ReadInfo(segment.read(start, length), metadata, self._high_watermark,
+                        self._log_start_offset, leo)
 
     # -------------------------------------------------------------- timestamps
 

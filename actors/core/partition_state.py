@@ -40,6 +40,39 @@ class PartitionState:
         state.maybe_increment_high_watermark()
         return state
 
+    @classmethod
+    def hosted(cls, log: PartitionLog, broker_id: int, min_isr: int) -> PartitionState:
+        """A replica the controller has not given a role yet (cluster mode): it leads nothing."""
+        return cls(log, broker_id, -1, -1, [], set(), min_isr)
+
+    def become_leader(self, leader_epoch: int, isr: list[int], replicas: list[int]) -> None:
+        """LeaderAndIsr made this node the leader at ``leader_epoch`` (Kafka's makeLeader).
+
+        The new epoch starts at the log end; followers' positions are forgotten
+        (they report them again with their next fetch).
+        """
+        self.leader_id = self.broker_id
+        self.leader_epoch = leader_epoch
+        self.isr = set(isr)
+        self.replicas = list(replicas)
+        self.followers = {}
+        if leader_epoch > self.log.latest_epoch:
+            self.log.assign_epoch_start_offset(leader_epoch, self.log.log_end_offset)
+        self.maybe_increment_high_watermark()
+
+    def become_follower(self, leader: int, leader_epoch: int, isr: list[int],
+                        replicas: list[int]) -> None:
+        """LeaderAndIsr made ``leader`` (maybe none, -1) the leader: this node only holds its log.
+
+        Truncation by leader epoch and fetching from the leader are the
+        replication's (issue 15), started by the ReplicaManager's fetcher hook.
+        """
+        self.leader_id = leader
+        self.leader_epoch = leader_epoch
+        self.isr = set(isr)
+        self.replicas = list(replicas)
+        self.followers = {}
+
     @property
     def is_leader(self) -> bool:
         return self.leader_id == self.broker_id

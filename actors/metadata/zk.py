@@ -15,6 +15,7 @@ with, so a controller that lost its place can no longer change anything.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -34,6 +35,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.retry import KazooRetry
+from loguru import logger
 
 from actors.core.cluster_model import BrokerInfo, LeaderAndIsr, TopicAssignment, TopicPartition
 from actors.metadata import znodes
@@ -67,6 +69,20 @@ from wire.cluster_messages import (
 from wire.security_messages import ChangesNotified
 
 _UNAVAILABLE = (ConnectionLoss, SessionExpiredError, ConnectionClosedError)
+
+
+class _KazooToLoguru(logging.Handler):
+    """kazoo logs through ``logging``; its lines (a retry per refused connection while
+    ZooKeeper is away) go to the node's log at DEBUG: the session notices say what matters."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logger.bind(node="-", actor="zookeeper").debug("kazoo: {}", record.getMessage())
+
+
+_kazoo_log = logging.getLogger("kazoo")
+if not any(isinstance(h, _KazooToLoguru) for h in _kazoo_log.handlers):
+    _kazoo_log.addHandler(_KazooToLoguru())
+    _kazoo_log.propagate = False
 
 
 def _wall_ms() -> int:

@@ -17,7 +17,7 @@ from actors.runtime.clock import Clock, ManualClock, SystemClock
 from actors.runtime.config import Config, ConfigError
 from actors.runtime.counters import Counters, DeadLetters
 from actors.runtime.directory import Directory, NodeEndpoint, default_ipc_dir
-from actors.runtime.errors import AskFailed, AskTimeout, NodeError
+from actors.runtime.errors import AskFailed, AskTimeout, MessageTooLarge, NodeError
 from actors.runtime.gateway import Gateway
 from actors.runtime.node import Node
 from actors.runtime.supervision import RestartWindow
@@ -36,6 +36,7 @@ __all__ = [
     "Directory",
     "Gateway",
     "ManualClock",
+    "MessageTooLarge",
     "Node",
     "NodeEndpoint",
     "NodeError",

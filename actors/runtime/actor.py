@@ -13,13 +13,20 @@ frame right after it (or when ``actor.batch.max.messages`` is reached), so
 what one frame caused travels together while the next actor never waits for
 the rest of this actor's turn. Order from one sender to one receiver is kept
 because each pair has one socket.
+
+A frame never passes ``actor.max.frame.bytes`` (its receiver would refuse it
+unread): what one turn sent to one receiver is cut into as many frames as the
+limit needs, in order. A single message too large for any frame is refused
+to its sender: :meth:`Actor.on_refused` runs in the sender's thread (an ask's
+oversized Reply becomes an error Reply, so the asker gets an answer), and the
+refusal is counted and logged once with sender, receiver, type and size.
 """
 
 from __future__ import annotations
 
+import errno
 import queue
 import sys
-import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -29,18 +36,18 @@ import zmq
 from loguru import logger
 
 from actors.runtime.address import Address
+from actors.runtime.clock import Clock
 from actors.runtime.pykka_compat import PykkaActor, envelope, is_stop
 from actors.runtime.supervision import RestartWindow, restart_after_crash
 from actors.runtime.tracing import net_legs, new_id, trace_fields
 from wire import registry
-from wire.envelope import BadFrame, decode_frame, encode_frame
+from wire.envelope import BadFrame, decode_frame, encode_frames
 from wire.runtime_messages import Reply
 
 if TYPE_CHECKING:
-    from actors.runtime.node import Node
+    from actors.runtime.node import Link, Node
 
-_time_ns = time.time_ns
-_encode_frame = encode_frame
+_encode_frames = encode_frames
 _decode_frame = decode_frame
 _type_ids = registry._BY_TYPE
 _types = registry._BY_ID
@@ -105,6 +112,8 @@ class Actor(PykkaActor):
         self.name = name
         self.address = Address(node.name, name)
         self.log = logger.bind(actor=name, node=node.name)
+        # The node's clock unless a subclass is given its own: one clock drives the node.
+        self.clock: Clock = node.clock
         self.current_sender: Address | None = None
         self.received = 0
         self.sent_local = 0
@@ -120,7 +129,7 @@ class Actor(PykkaActor):
         self._to_self: list[Any] = []
         # frames handed over in memory by actors of the same loop: (sender name, entries)
         self._local_in: list[tuple[str, list[Any]]] = []
-        self._out_sockets: dict[Address, Any] = {}
+        self._out_sockets: dict[Address, Link | _LocalLink] = {}
         self._owner: Actor = host if host is not None else self
         self._members: list[Actor] = [self]  # actors this loop runs (owner only)
         self._routes: dict[Any, tuple[Actor, int, Any]] = {}  # owner only
@@ -154,13 +163,35 @@ class Actor(PykkaActor):
     def on_stopping(self) -> None:
         """The node is shutting down: stop taking new external input."""
 
+    def take_turn(self) -> None:
+        """One turn outside the poll loop (``Node.run_turns``), as the loop ends each of its own."""
+        self._drain_local()
+        self._run_guarded(self.on_turn)
+        self._drain_local()
+        if self._out:
+            self.flush()
+
+    def on_refused(self, address: Address, msg: Any, frame_bytes: int) -> None:
+        """``msg`` to ``address`` is too large for a frame and was not sent.
+
+        Runs in this actor's thread right after the refusal was counted and
+        logged. The default answers an oversized Reply with an error Reply, so
+        an ask gets an answer; actors whose messages may grow with client data
+        override this to answer the request the message belonged to.
+        """
+        if type(msg) is Reply:
+            self.tell(address, Reply(msg.ask_id, False, (
+                f"the reply of {frame_bytes} bytes is over the {self._max_frame} byte frame "
+                f"limit (actor.max.frame.bytes)")))
+
     # ----------------------------------------------------------------- sending
     def tell(self, address: Address, msg: Any) -> None:
         """Send ``msg`` to ``address``; delivered in order, batched per incoming frame."""
         tid = self._trace[0]
         span = new_id() if tid else 0  # the sender records nothing: the receiver writes the hop
         # wire.envelope.new_entry's layout, inline: this runs for every message sent.
-        entry = [_type_ids[type(msg)], tid, span, self._trace[1] if tid else 0, _time_ns(), 0, msg]
+        entry = [_type_ids[type(msg)], tid, span, self._trace[1] if tid else 0,
+                 self.clock.wall_ns(), 0, msg]
         if address == self.address:
             self._to_self.append(entry)  # never wait on our own mailbox
             return
@@ -187,14 +218,20 @@ class Actor(PykkaActor):
         self.tell(self.current_sender, msg)
 
     def flush(self) -> None:
-        for address in list(self._out):
-            self._flush_one(address)
+        while self._out:  # on_refused may tell again
+            for address in list(self._out):
+                self._flush_one(address)
 
     def _flush_one(self, address: Address) -> None:
         entries = self._out.pop(address, None)
         if not entries:
             return
-        link = self._out_sockets.get(address)
+        link: Link | _LocalLink | None = self._out_sockets.get(address)
+        if (link is not None and not isinstance(link, _LocalLink)
+                and link.stale(self.node.directory)):
+            link.sock.close(linger=0)  # the node left or moved: what it did not take is lost
+            del self._out_sockets[address]
+            link = None
         if link is None:
             peer = self.node.actors.get(address.name) if address.node == self.node.name else None
             if peer is not None and peer._owner is self._owner and not peer.actor_stopped.is_set():
@@ -207,7 +244,7 @@ class Actor(PykkaActor):
                     )
                     return
             self._out_sockets[address] = link
-        if link is _LOCAL:
+        if isinstance(link, _LocalLink):
             peer = self.node.actors[address.name]
             if peer.actor_stopped.is_set():
                 self.node.dead_letters.record(
@@ -216,14 +253,33 @@ class Actor(PykkaActor):
             peer._local_in.append((self.name, entries))
             self.sent_local += len(entries)
             return
-        frame = _encode_frame(self.node.name, self.name, address.name, entries)
+        frames, refused = _encode_frames(self.node.name, self.name, address.name, entries,
+                                         self._max_frame)
         # A traced message leaving the node: its gateway there writes the network leg.
+        # The legs ride with the last frame (split frames are rare: very large turns).
         legs = None
-        if self._tracer.enabled and getattr(link, "remote", False):
-            legs = net_legs(self.node.name, self.name, entries)
-        self.node._send_frame(link, address, frame, waiter=self, net_legs=legs)
+        if frames and self._tracer.enabled and getattr(link, "remote", False):
+            sent = entries
+            if refused:
+                gone = {oversized.entry for oversized in refused}
+                sent = [e for i, e in enumerate(entries) if i not in gone]
+            legs = net_legs(self.node.name, self.name, sent)
+        last = len(frames) - 1
+        for i, frame in enumerate(frames):
+            self.node._send_frame(link, address, frame, waiter=self,
+                                  net_legs=legs if i == last else None)
         if address.node == self.node.name:
-            self.sent_local += len(entries)
+            self.sent_local += len(entries) - len(refused)
+        for oversized in refused:
+            self._refuse_oversized(address, entries[oversized.entry][6], oversized.frame_bytes)
+
+    def _refuse_oversized(self, address: Address, msg: Any, frame_bytes: int) -> None:
+        self.node.metrics.incr("messages_refused_oversized")
+        self.node.dead_letters.record(
+            f"message over the frame limit: {type(msg).__name__} of {frame_bytes} bytes, "
+            f"limit {self._max_frame} (actor.max.frame.bytes); refused to its sender",
+            sender=str(self.address), receiver=str(address))
+        self._run_guarded(self.on_refused, address, msg, frame_bytes)
 
     # --------------------------------------------------------------- fd watch
     def _route(self, key: Any, kind: int, handler: Any, events: int) -> None:
@@ -302,7 +358,7 @@ class Actor(PykkaActor):
             try:
                 events = poll(self._next_timeout())
             except zmq.ZMQError as exc:
-                if exc.errno == zmq.EINTR:
+                if exc.errno == errno.EINTR:
                     continue
                 raise
             for sock, mask in events:
@@ -346,6 +402,8 @@ class Actor(PykkaActor):
 
     def _drain_mailbox(self, mailbox: Any) -> None:
         for _ in range(64):
+            if self._mailbox is None:  # stopped by a handler's crash (supervision gave up)
+                return
             try:
                 data = mailbox.recv(_NOBLOCK)
             except _Again:
@@ -366,7 +424,12 @@ class Actor(PykkaActor):
         self.current_sender = sender
         handlers = self._handlers
         sender_text = ""  # for trace records, formatted at the first traced entry
-        for entry in entries:
+        wall_ns = self.clock.wall_ns
+        for i, entry in enumerate(entries):
+            if self.actor_stopped.is_set():  # supervision gave up on a crash just now
+                self.node.dead_letters.record(f"actor {self.address} stopped", len(entries) - i,
+                                              sender=str(sender), receiver=self.name)
+                break
             try:
                 type_id, tid, span, parent, send_ns, ask_id, body = entry
                 cls = _types[type_id]
@@ -393,7 +456,7 @@ class Actor(PykkaActor):
                 continue
             if tid:
                 self._trace = (tid, span)
-                recv_ns = _time_ns()
+                recv_ns = wall_ns()
             try:
                 result = handler(msg)
             except Exception as exc:
@@ -412,7 +475,7 @@ class Actor(PykkaActor):
                 if not sender_text:
                     sender_text = f"{s_name}@{s_node}"
                 self._tracer.hops.append((tid, span, parent, self.name, sender_text, cls.__name__,
-                                          conn, corr, api, size, send_ns, recv_ns, _time_ns(),
+                                          conn, corr, api, size, send_ns, recv_ns, wall_ns(),
                                           self._tracer.clock_offset_ns))
                 self._trace = (0, 0)
         self.current_sender = None
@@ -485,7 +548,7 @@ class Actor(PykkaActor):
         for key in list(self._my_routes):
             self._unroute(key)
         for link in self._out_sockets.values():
-            if link is not _LOCAL:
+            if not isinstance(link, _LocalLink):
                 link.sock.close(linger=1000)
         self._out_sockets.clear()
         if self._mailbox is not None:
@@ -507,4 +570,10 @@ class Actor(PykkaActor):
         return bool(self._mailbox is not None and self._mailbox.poll(0, _POLLIN))
 
 
-_LOCAL = object()  # the link to an actor of the same loop: an in-memory hand-over
+class _LocalLink:
+    """The link to an actor of the same loop: an in-memory hand-over, no socket."""
+
+    __slots__ = ()
+
+
+_LOCAL = _LocalLink()

@@ -9,8 +9,9 @@ A Clock gives two readings, and they answer different questions:
   or compared with other hosts: record timestamps, log retention, segment
   roll times, producer-id bases. It may jump (NTP, an operator).
 
-Only this module reads the system's clocks for the actors that take a Clock;
-a simulated clock can therefore drive a whole node.
+Only this module reads the system's clocks: a Node takes a Clock (a
+SystemClock unless told otherwise) and every actor reads the Node's clock or
+the one it was given, so a simulated clock can drive a whole node.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ class Clock(Protocol):
 
     def wall_ms(self) -> int: ...
 
+    def wall_ns(self) -> int: ...
+
 
 class SystemClock:
     """The host's clocks: monotonic for timers, wall time for what is stored."""
@@ -38,6 +41,9 @@ class SystemClock:
 
     def wall_ms(self) -> int:
         return time.time_ns() // 1_000_000
+
+    # the builtin itself: every message sent carries a wall-clock send time
+    wall_ns = staticmethod(time.time_ns)
 
 
 # 2024-01-01T00:00:00Z: a plausible wall time for a ManualClock, the same in every run.
@@ -64,6 +70,9 @@ class ManualClock:
 
     def wall_ms(self) -> int:
         return self._wall_ns // 1_000_000
+
+    def wall_ns(self) -> int:
+        return self._wall_ns
 
     def advance(self, ms: int) -> None:
         if ms < 0:

@@ -50,8 +50,19 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "num.replica.fetchers": (1, int, "ReplicaFetcher actors per source node (reserved: "
                                      "replication, issue 15)"),
     "queued.max.requests": (500, int, "requests queued towards the handlers before reads pause"),
+    "queued.max.request.bytes": (268435456, int, "bytes of requests read and not yet answered "
+                                                 "before the Processors stop reading (each "
+                                                 "Processor its share; a request begun is "
+                                                 "read to its end); -1: no bound (Kafka's "
+                                                 "default)"),
     "max.inflight.requests.per.connection": (64, int, "pipelined requests per connection"),
+    "max.unsent.response.bytes.per.connection": (104857600, int, "a connection whose answers "
+                                                                 "waiting to be written pass "
+                                                                 "this many bytes is not read "
+                                                                 "until they drain"),
     "socket.request.max.bytes": (104857600, int, "largest request frame accepted"),
+    "fetch.max.bytes": (57671680, int, "largest Fetch response (whole batches; the first "
+                                       "batch of the first partition with data always goes)"),
     "socket.send.buffer.bytes": (102400, int, "SO_SNDBUF of client sockets (-1: OS default)"),
     "socket.receive.buffer.bytes": (102400, int, "SO_RCVBUF of client sockets (-1: OS default)"),
     "max.connections": (2147483647, int, "connections accepted in all"),
@@ -89,6 +100,32 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "offsets.topic.num.partitions": (50, int, "partitions of __consumer_offsets"),
     "purge.interval.requests": (1000, int, "the purgatory purges completed operations from "
                                          "its watch lists once about this many are there"),
+    # --- a cluster (ZooKeeper); without zookeeper.connect the node is a single broker ---
+    "zookeeper.connect": ("", str, "host:port[,host:port...][/chroot] of the cluster's "
+                                   "ZooKeeper; empty: a single node with its metadata in its "
+                                   "data dir, no ZooKeeper"),
+    "zookeeper.session.timeout.ms": (18000, int, "ZooKeeper session timeout: a node that stops "
+                                                 "answering is taken for dead after this"),
+    "zookeeper.connection.timeout.ms": (0, int, "how long a node waits for ZooKeeper at start "
+                                              "(0: zookeeper.session.timeout.ms)"),
+    "broker.rack": ("", str, "this node's rack, registered and told to clients (empty: none)"),
+    "offsets.topic.replication.factor": (3, int, "replicas of __consumer_offsets (when created "
+                                                 "automatically: at most the live brokers)"),
+    "unclean.leader.election.enable": (False, bool, "let a replica outside the ISR lead when no "
+                                                    "ISR member is alive (may lose records)"),
+    "delete.topic.enable": (True, bool, "DeleteTopics deletes; false refuses it"),
+    "controlled.shutdown.enable": (True, bool, "on SIGTERM, move this node's leaderships away "
+                                               "before it stops"),
+    "controlled.shutdown.max.retries": (3, int, "attempts at a controlled shutdown before the "
+                                                "node stops anyway"),
+    "controlled.shutdown.retry.backoff.ms": (5000, int, "wait between those attempts"),
+    "auto.leader.rebalance.enable": (True, bool, "move leaderships back to preferred replicas "
+                                                 "when a broker leads too few of its own"),
+    "leader.imbalance.per.broker.percentage": (10, int, "share of a broker's preferred "
+                                                        "leaderships it may lose before they "
+                                                        "are moved back"),
+    "leader.imbalance.check.interval.seconds": (300, int, "how often the controller checks "
+                                                          "the leader imbalance"),
 }
 
 
@@ -121,8 +158,11 @@ RANGES: dict[str, tuple[float, float]] = {
     "num.group.coordinators": _COUNT,
     "num.replica.fetchers": _COUNT,
     "queued.max.requests": _COUNT,
+    "queued.max.request.bytes": (-1, _MAX_INT),
     "max.inflight.requests.per.connection": _COUNT,
+    "max.unsent.response.bytes.per.connection": (1, _MAX_INT),
     "socket.request.max.bytes": _BYTES,
+    "fetch.max.bytes": (0, 2**31 - 1),
     "socket.send.buffer.bytes": (-1, 2**31 - 1),
     "socket.receive.buffer.bytes": (-1, 2**31 - 1),
     "max.connections": (0, 2**31 - 1),
@@ -149,6 +189,13 @@ RANGES: dict[str, tuple[float, float]] = {
     "group.max.session.timeout.ms": (0, 2**31 - 1),
     "offsets.topic.num.partitions": _COUNT,
     "purge.interval.requests": _COUNT,
+    "zookeeper.session.timeout.ms": (1, 2**31 - 1),
+    "zookeeper.connection.timeout.ms": (0, 2**31 - 1),
+    "offsets.topic.replication.factor": (1, 32767),
+    "controlled.shutdown.max.retries": (0, 2**31 - 1),
+    "controlled.shutdown.retry.backoff.ms": (0, 2**31 - 1),
+    "leader.imbalance.per.broker.percentage": (0, 100),
+    "leader.imbalance.check.interval.seconds": (1, 2**31 - 1),
 }
 # The values a string key may take.
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -191,6 +238,9 @@ def _check(key: str, value: Any, source: str) -> Any:
     if choices is not None and value not in choices:
         raise ConfigError(f"{source}: {key} = {value!r} is not one of "
                           f"{', '.join(map(repr, choices))}")
+    if key == "queued.max.request.bytes" and value == 0:
+        raise ConfigError(f"{source}: queued.max.request.bytes = 0 would read no request; use "
+                          f"-1 for no bound, or a number of bytes (default {SPEC[key][0]!r})")
     if key == "node.name" and (not value or "/" in value or "@" in value):
         raise ConfigError(f"{source}: node.name = {value!r}: give a non-empty name "
                           f"without '/' or '@'")

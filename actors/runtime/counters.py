@@ -9,10 +9,11 @@ logged).
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 
 from loguru import logger
+
+from actors.runtime.clock import Clock, SystemClock
 
 
 class Counters:
@@ -52,8 +53,9 @@ class DeadLetters:
 
     LOG_PER_SECOND = 20
 
-    def __init__(self, node: str) -> None:
+    def __init__(self, node: str, clock: Clock | None = None) -> None:
         self.node = node
+        self.clock = clock or SystemClock()
         self.counts = Counters()
         self.last: list[tuple[str, str, str]] = []
         """The latest 100 (reason, sender, receiver), oldest first, for tests and debugging."""
@@ -65,7 +67,7 @@ class DeadLetters:
         self.counts.incr(kind, count)
         self.last.append((reason, sender, receiver))
         del self.last[:-100]
-        now = int(time.monotonic())
+        now = self.clock.now_ms() // 1000
         if now != self._logged_second:
             self._logged_second, self._logged_count = now, 0
         self._logged_count += 1

@@ -23,12 +23,31 @@ class NodeEndpoint:
 
 @dataclass
 class Directory:
-    """Where every node of the cluster listens (static configuration)."""
+    """Where every node of the cluster listens.
+
+    Static for a single node; in a cluster the node's Controller actor keeps it
+    up to date from the brokers' registrations (:meth:`learn`, :meth:`forget`),
+    and every other thread only reads it. A changed or forgotten entry is a new
+    object or none at all, and senders compare their link's endpoint with the
+    entry by identity, so a link to a node that left or moved is closed and
+    made again (or the message goes to dead letters) instead of being used.
+    """
 
     nodes: dict[str, NodeEndpoint] = field(default_factory=dict)
 
     def add(self, name: str, endpoint: NodeEndpoint) -> None:
         self.nodes[name] = endpoint
+
+    def learn(self, name: str, endpoint: NodeEndpoint) -> bool:
+        """Add or replace ``name``'s entry; False (entry kept as is) when it is the same."""
+        if self.nodes.get(name) == endpoint:
+            return False
+        self.nodes[name] = endpoint
+        return True
+
+    def forget(self, name: str) -> bool:
+        """Drop ``name``'s entry (the node left); False when there was none."""
+        return self.nodes.pop(name, None) is not None
 
 
 def default_ipc_dir() -> str:

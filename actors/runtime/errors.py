@@ -13,3 +13,7 @@ class AskTimeout(TimeoutError):
 
 class AskFailed(RuntimeError):
     """The asked actor's handler raised; the message is its error."""
+
+
+class MessageTooLarge(NodeError):
+    """A message that no frame can carry (over ``actor.max.frame.bytes``); nothing was sent."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,25 +47,26 @@ class Gateway(Actor):
     def poll_timeout_ms(self) -> int | None:
         if not self._peers():
             return None
-        return max(0, (self._next_ping_ns - time.monotonic_ns()) // 1_000_000)
+        return max(0, (self._next_ping_ns - self.clock.monotonic_ns()) // 1_000_000)
 
     def on_turn(self) -> None:
         peers = self._peers()
-        if not peers or time.monotonic_ns() < self._next_ping_ns:
+        now_ns = self.clock.monotonic_ns()
+        if not peers or now_ns < self._next_ping_ns:
             return
-        self._next_ping_ns = time.monotonic_ns() + self.PING_INTERVAL_MS * 1_000_000
+        self._next_ping_ns = now_ns + self.PING_INTERVAL_MS * 1_000_000
         self._ping_seq += 1
         for peer in peers:
-            self.tell(Address(peer, self.name), Ping(self._ping_seq, time.time_ns()))
+            self.tell(Address(peer, self.name), Ping(self._ping_seq, self.clock.wall_ns()))
 
     @handles(Ping)
     def on_ping(self, msg: Ping) -> None:
-        self.reply(Pong(msg.seq, msg.sent_wall_ns, time.time_ns()))
+        self.reply(Pong(msg.seq, msg.sent_wall_ns, self.clock.wall_ns()))
 
     @handles(Pong)
     def on_pong(self, msg: Pong) -> None:
         assert self.current_sender is not None
-        arrived = time.time_ns()
+        arrived = self.clock.wall_ns()
         rtt = arrived - msg.ping_wall_ns
         offset = msg.pong_wall_ns - (msg.ping_wall_ns + arrived) // 2
         window = self.samples.setdefault(self.current_sender.node, [])
@@ -133,7 +133,7 @@ class Gateway(Actor):
                 except zmq.Again:
                     break
                 if len(parts) == 3 and tracer.enabled:  # traced messages: the network leg
-                    legs_ns = time.time_ns()
+                    legs_ns = self.clock.wall_ns()
                     target, frame, legs = parts
                 elif len(parts) in (2, 3):
                     target, frame = parts[0], parts[1]
@@ -156,7 +156,7 @@ class Gateway(Actor):
                     self._fwd[name] = link
                 self.node._send_frame(link, Address(self.node.name, name), frame, waiter=self)
                 if legs is not None:
-                    record_net_legs(tracer, self.name, legs, legs_ns, time.time_ns())
+                    record_net_legs(tracer, self.name, legs, legs_ns, self.clock.wall_ns())
 
     def teardown(self) -> None:
         for sock in self._in:

@@ -14,23 +14,25 @@ import itertools
 import signal
 import socket
 import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pykka
 import zmq
 from loguru import logger
 
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
+from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.counters import Counters, DeadLetters
 from actors.runtime.directory import Directory, NodeEndpoint, default_ipc_dir
-from actors.runtime.errors import AskFailed, AskTimeout, NodeError
+from actors.runtime.errors import AskFailed, AskTimeout, MessageTooLarge, NodeError
 from actors.runtime.gateway import Gateway
 from actors.runtime.pykka_compat import actor_of, call_message
 from actors.runtime.tracing import Tracer, net_legs, new_id
 from wire import registry
-from wire.envelope import DEFAULT_MAX_FRAME_BYTES, encode_frame, new_entry
+from wire.envelope import DEFAULT_MAX_FRAME_BYTES, encode_frames, new_entry
 from wire.runtime_messages import Reply
 
 # Re-exported: callers import these from here.
@@ -40,6 +42,7 @@ __all__ = [
     "Directory",
     "Gateway",
     "Link",
+    "MessageTooLarge",
     "Node",
     "NodeEndpoint",
     "NodeError",
@@ -48,14 +51,23 @@ __all__ = [
 
 
 class Link:
-    """One sender thread's socket towards one local mailbox or one remote gateway."""
+    """One sender thread's socket towards one local mailbox or one remote gateway.
 
-    __slots__ = ("node", "remote", "sock")
+    ``endpoint`` is the directory entry a remote link was made from: once the
+    directory holds another object for that node (or none), the link is stale.
+    """
 
-    def __init__(self, sock: Any, remote: bool, node: str) -> None:
+    __slots__ = ("endpoint", "node", "remote", "sock")
+
+    def __init__(self, sock: Any, remote: bool, node: str,
+                 endpoint: NodeEndpoint | None = None) -> None:
         self.sock = sock
         self.remote = remote
         self.node = node
+        self.endpoint = endpoint
+
+    def stale(self, directory: Directory) -> bool:
+        return self.remote and directory.nodes.get(self.node) is not self.endpoint
 
 
 class AskRouter(Actor):
@@ -91,10 +103,13 @@ class Node:
         batch_max_messages: int = 256,
         gateway_hwm: int = 1000,
         context: zmq.Context[Any] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if not name or "/" in name or "@" in name:
             raise NodeError(f"bad node name {name!r}: must be non-empty, without '/' or '@'")
         self.name = name
+        # The clock every actor of this node reads (unless spawned with its own).
+        self.clock: Clock = clock or SystemClock()
         self.directory = directory or Directory()
         if endpoint is not None:
             self.directory.add(name, endpoint)
@@ -107,10 +122,11 @@ class Node:
         self.data_dir = data_dir
         self.actors: dict[str, Actor] = {}
         self._order: list[str] = []
-        self.dead_letters = DeadLetters(name)
+        self.dead_letters = DeadLetters(name, self.clock)
         self.metrics = Counters()
         self.tracer = Tracer(
-            name, (data_dir / "traces") if data_dir is not None else None, trace_sample_ratio
+            name, (data_dir / "traces") if data_dir is not None else None, trace_sample_ratio,
+            clock=self.clock,
         )
         self._thread_links = threading.local()
         self._all_external_links: list[Link] = []
@@ -184,7 +200,7 @@ class Node:
         else:
             sock.close(linger=0)
             raise NodeError(f"node {address.node} has no reachable endpoint from {self.name}")
-        return Link(sock, True, address.node)
+        return Link(sock, True, address.node, endpoint)
 
     def _connect_out(self, address: Address) -> Link | None:
         if address.node == self.name:
@@ -233,6 +249,10 @@ class Node:
         if links is None:
             links = self._thread_links.links = {}
         link = links.get(address)
+        if link is not None and link.stale(self.directory):
+            link.sock.close(linger=0)
+            del links[address]
+            link = None
         if link is None:
             link = self._connect_out(address)
             if link is None:
@@ -250,17 +270,29 @@ class Node:
         trace_id: int | None = None,
         ask_id: int = 0,
     ) -> None:
-        """Send from a thread that is not an actor (CLI, tests, signal handling)."""
+        """Send from a thread that is not an actor (CLI, tests, signal handling).
+
+        Raises MessageTooLarge, sending nothing, for a message no frame can carry.
+        """
         link = self._external_link(address)
         if link is None:
             self.dead_letters.record(f"no route to actor {address}", sender=sender)
             return
         tid = self.tracer.sample() if trace_id is None else trace_id
         span = new_id() if tid else 0  # the receiver writes the hop's record
-        entry = new_entry(registry.type_id_of(type(msg)), tid, span, 0, time.time_ns(), ask_id, msg)
-        frame = encode_frame(self.name, sender, address.name, [entry])
+        entry = new_entry(registry.type_id_of(type(msg)), tid, span, 0, self.clock.wall_ns(),
+                          ask_id, msg)
+        frames, refused = encode_frames(self.name, sender, address.name, [entry],
+                                        self.max_frame_bytes)
+        if refused:
+            self.metrics.incr("messages_refused_oversized")
+            reason = (f"{type(msg).__name__} of {refused[0].frame_bytes} bytes from {sender} to "
+                      f"{address} is over the {self.max_frame_bytes} byte frame limit "
+                      f"(actor.max.frame.bytes); not sent")
+            self.log.warning("{}", reason)
+            raise MessageTooLarge(reason)
         legs = net_legs(self.name, sender, [entry]) if tid and link.remote else None
-        self._send_frame(link, address, frame, net_legs=legs)
+        self._send_frame(link, address, frames[0], net_legs=legs)
         if address.node == self.name:
             self._external_sent += 1
 
@@ -298,11 +330,17 @@ class Node:
 
     # ------------------------------------------------------------- shutdown
     def quiesce(self, timeout: float = 10.0) -> bool:
-        """Wait until every message sent between this node's actors has been handled."""
-        deadline = time.monotonic() + timeout
+        """Wait until every message sent between this node's actors has been handled.
+
+        The caller's thread waits on the actors' threads, so ``timeout`` is real
+        time whatever clock the actors run on (a ManualClock does not move here).
+        """
+        real = SystemClock()
+        deadline_ms = real.now_ms() + int(timeout * 1000)
+        pause = threading.Event()  # never set: a 20 ms wait between looks
         stable = 0
         last = None
-        while time.monotonic() < deadline:
+        while real.now_ms() < deadline_ms:
             actors = list(self.actors.values())
             sent = self._external_sent + sum(a.sent_local for a in actors)
             received = sum(a.received for a in actors)
@@ -314,8 +352,35 @@ class Node:
             else:
                 stable = 0
             last = state
-            time.sleep(0.02)
+            pause.wait(0.02)
         return False
+
+    def run_turns(self, timeout: float = 10.0) -> None:
+        """Have every running actor take a turn now, and wait until each has.
+
+        Actors act on time in their turns (the Timer fires what is due, a shard
+        runs its housekeeping). After a ManualClock is moved by hand, this makes
+        every actor see the new time at once instead of at its loop's next wake-up;
+        ``quiesce`` then waits for the messages those turns sent.
+        """
+        for name in list(self._order):
+            actor = self.actors[name]
+            if actor.actor_stopped.is_set():
+                continue
+            try:
+                actor.actor_ref.ask(call_message("take_turn"), timeout=timeout)
+            except pykka.ActorDeadError:
+                pass  # stopped meanwhile
+
+    def advance_clock(self, ms: int, timeout: float = 10.0) -> None:
+        """Move this node's ManualClock by ``ms``, let every actor act on it, then settle."""
+        advance = getattr(self.clock, "advance", None)
+        if advance is None:
+            raise NodeError(f"node {self.name} runs on {type(self.clock).__name__}, "
+                            f"which cannot be moved by hand")
+        advance(ms)
+        self.run_turns(timeout)
+        self.quiesce(timeout)
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop intake, let in-flight messages finish, then stop actors newest first."""
@@ -347,8 +412,12 @@ class Node:
             self.context.term()
         self.log.info("node {} stopped", self.name)
 
-    def run_until_signal(self) -> int:
-        """Block the main thread until SIGTERM or SIGINT, then shut down cleanly."""
+    def run_until_signal(self, before_shutdown: Callable[[], None] | None = None) -> int:
+        """Block the main thread until SIGTERM or SIGINT, then shut down cleanly.
+
+        ``before_shutdown`` runs first, with every actor still up (a cluster node's
+        controlled shutdown).
+        """
         stop = threading.Event()
         received: list[int] = []
 
@@ -364,6 +433,8 @@ class Node:
             for s, h in old.items():
                 signal.signal(s, h)
         self.log.info("node {} got {}; shutting down", self.name, signal.Signals(received[0]).name)
+        if before_shutdown is not None:
+            before_shutdown()
         self.shutdown()
         return 0
 

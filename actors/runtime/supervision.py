@@ -8,7 +8,6 @@ handled by a fresh instance. Like Erlang's restart intensity, more than
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -47,7 +46,7 @@ def restart_after_crash(actor: Actor, exc: BaseException, msg: Any) -> None:
         "actor {} crashed handling {}; restarting it (crash #{})", actor.name, what, actor.crashes
     )
     window = actor.restarts
-    if not window.crash(time.monotonic()):
+    if not window.crash(actor.clock.now_ms() / 1000):
         actor.log.error(
             "actor {} crashed {} times in {} s; stopping it", actor.name,
             window.recent, window.window_s,

@@ -20,12 +20,12 @@ from typing import Any
 
 import msgpack
 
+from actors.runtime.clock import Clock, SystemClock
 from wire import registry
 from wire import trace_format as tf
 from wire.trace_parquet import Pick, Repeat, SegmentWriter
 
 _getrandbits = random.getrandbits
-_time_ns = time.time_ns
 _packb = msgpack.packb
 _unpackb = msgpack.unpackb
 
@@ -70,9 +70,6 @@ def new_id() -> int:
 class Tracer:
     """Per-node trace sampling, record sinks and the writer thread."""
 
-    wall_ns = staticmethod(time.time_ns)
-    """The clock of trace records (wall time, ns); actors stamp envelopes with the same."""
-
     def __init__(
         self,
         node: str,
@@ -81,6 +78,7 @@ class Tracer:
         file_max_bytes: int = 64 * 1024 * 1024,
         files_max: int = 16,
         flush_interval_s: float = 0.5,
+        clock: Clock | None = None,
     ) -> None:
         if not 0.0 <= sample_ratio <= 1.0:
             raise ValueError(f"trace.sample.ratio must be within [0, 1], got {sample_ratio}")
@@ -91,6 +89,9 @@ class Tracer:
         self.file_max_bytes = file_max_bytes
         self.files_max = files_max
         self.clock_offset_ns = 0
+        clock = clock or SystemClock()
+        self.wall_ns = clock.wall_ns
+        """The clock of trace records (wall time, ns): the node's, as the envelopes' send times."""
         self.hops: deque[tuple[Any, ...]] = deque()
         self.requests: deque[tuple[Any, ...]] = deque()
         self.records: deque[tuple[Any, ...]] = deque()
@@ -240,7 +241,7 @@ class Tracer:
             self._close_file()
         assert self.directory is not None
         self._seq += 1
-        started = time.time_ns()
+        started = self.wall_ns()
         name = f"{self.node}-{started}-{os.getpid()}-{self._seq:06d}{tf.FILE_SUFFIX}"
         path = self.directory / name
         self._file = open(path, "wb")  # noqa: SIM115 - closed at rotation and in close()

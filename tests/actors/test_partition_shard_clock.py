@@ -7,8 +7,6 @@ is what expires a segment; the real time the test takes plays no part.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,20 +29,9 @@ TOPIC_CONFIGS = {"retention.ms": "60000"}
 
 
 @pytest.fixture
-def node() -> Iterator[Node]:
-    n = Node("shard-clock").start()
-    yield n
-    n.shutdown(timeout=5)
-
-
-def wait_for(fn: Any, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError("timed out")
+def manual_clock() -> ManualClock:
+    """The suite's manual clock, its wall reading where the records were written."""
+    return ManualClock(start_ms=0, wall_start_ms=WALL_MS)
 
 
 def a_log_of_two_records(data_dir: Path, config: Config) -> LogDir:
@@ -60,9 +47,10 @@ def a_log_of_two_records(data_dir: Path, config: Config) -> LogDir:
     return log_dir
 
 
-def test_retention_runs_on_the_injected_wall_clock(node: Node, tmp_path: Path) -> None:
+def test_retention_runs_on_the_injected_wall_clock(manual_node: Node, manual_clock: ManualClock,
+                                                   tmp_path: Path) -> None:
+    node, clock = manual_node, manual_clock
     config = Config()
-    clock = ManualClock(start_ms=0, wall_start_ms=WALL_MS)
     topo = Topology(node.name, 1, 1, 1, 1, 1)
     log_dir = a_log_of_two_records(tmp_path, config)
     node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1, clock=clock)
@@ -75,10 +63,11 @@ def test_retention_runs_on_the_injected_wall_clock(node: Node, tmp_path: Path) -
         return list(stats["partitions"]["t-0"])
 
     assert offsets() == [0, 2, 2]  # [log start, high watermark, log end]
-    clock.advance(30_000)  # half of retention.ms, and under the checkpoint interval
-    offsets()  # a turn of the shard's loop on the new time: housekeeping runs after it
+    node.advance_clock(30_000)  # half of retention.ms, and under the checkpoint interval
     assert offsets() == [0, 2, 2]
     # Ten minutes later on the wall only: past retention.ms and the check interval.
     clock.set_wall_ms(WALL_MS + 600_000)
-    assert wait_for(lambda: offsets() == [2, 2, 2])
+    node.run_turns()  # the shard's housekeeping turn on the new time
+    node.quiesce()
+    assert offsets() == [2, 2, 2]
     assert clock.now_ms() == 30_000  # the monotonic reading never moved

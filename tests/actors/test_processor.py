@@ -9,11 +9,6 @@ from __future__ import annotations
 
 import socket
 import struct
-import time
-from collections.abc import Iterator
-from typing import Any
-
-import pytest
 
 from actors.processor import Processor
 from actors.runtime.actor import Actor, handles
@@ -22,6 +17,7 @@ from actors.runtime.clock import ManualClock
 from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
+from tests.fixtures.waiting import wait_for
 from wire.broker_messages import (
     ConnectionClosed,
     GetStats,
@@ -37,9 +33,7 @@ DUPLICATED = 666  # correlation id the fake handler answers twice
 class FakeHandler(Actor):
     """Answers every request after 10 ms of manual time: queue 2, local 3, remote 4 ms."""
 
-    def __init__(self, node: Any, name: str, *, clock: ManualClock, **kw: Any) -> None:
-        super().__init__(node, name, **kw)
-        self.clock = clock
+    clock: ManualClock
 
     @handles(KafkaRequest)
     def on_request(self, msg: KafkaRequest) -> None:
@@ -65,23 +59,6 @@ class FakeAcceptor(Actor):
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> list[int]:
         return self.closed
-
-
-@pytest.fixture
-def node() -> Iterator[Node]:
-    n = Node("processor-test").start()
-    yield n
-    n.shutdown(timeout=5)
-
-
-def wait_for(fn: Any, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError("timed out")
 
 
 def connect(node: Node, processor: Address, conn_id: int) -> socket.socket:
@@ -112,17 +89,19 @@ def read_frame(sock: socket.socket) -> bytes:
     return exactly(size)
 
 
-def spawn(node: Node, clock: ManualClock) -> Address:
+def spawn(node: Node) -> Address:
     topo = Topology(node.name, 1, 1, 1, 1, 1)
     node.spawn(FakeAcceptor, topo.acceptor.name)
-    node.spawn(FakeHandler, topo.handler(0).name, clock=clock)
+    node.spawn(FakeHandler, topo.handler(0).name)
     return node.spawn(Processor, topo.processor(0).name, topology=topo, config=Config(),
-                      clock=clock)
+                      clock=node.clock)
 
 
-def test_the_request_time_split_is_read_from_the_injected_clock(node: Node) -> None:
-    clock = ManualClock(start_ms=1_000)
-    processor = spawn(node, clock)
+def test_the_request_time_split_is_read_from_the_injected_clock(
+        manual_node: Node, manual_clock: ManualClock) -> None:
+    node, clock = manual_node, manual_clock
+    clock.advance(1_000)
+    processor = spawn(node)
     client = connect(node, processor, 1)
     with client:
         # one at a time: the clock then moves only between a read and its answer
@@ -138,9 +117,9 @@ def test_the_request_time_split_is_read_from_the_injected_clock(node: Node) -> N
     assert clock.now_ms() == 1_020
 
 
-def test_a_second_answer_to_one_request_closes_that_connection_only(node: Node) -> None:
-    clock = ManualClock()
-    processor = spawn(node, clock)
+def test_a_second_answer_to_one_request_closes_that_connection_only(manual_node: Node) -> None:
+    node = manual_node
+    processor = spawn(node)
     acceptor = Address(node.name, "acceptor")
     bad = connect(node, processor, 1)
     good = connect(node, processor, 2)

@@ -1,17 +1,17 @@
-"""Timer and PurgatoryShard actors on the real clock, with real actors around them."""
+"""Timer and PurgatoryShard actors on a manual clock, with real actors around them.
+
+Every actor of the node reads one ManualClock; ``Node.advance_clock`` moves
+it and waits until the actors have acted on the new time, so each test says
+exactly when an answer is due and checks the millisecond before it too.
+"""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
 from typing import Any, NamedTuple
-
-import pytest
 
 from actors.purgatory import PurgatoryShard
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
-from actors.runtime.clock import SystemClock
 from actors.runtime.node import Node
 from actors.timer import Timer
 from actors.topology import Topology
@@ -19,14 +19,17 @@ from wire.broker_messages import (
     Cancel,
     Expired,
     FetchReady,
+    GetStats,
     PartitionChanged,
     PartitionStatus,
     ProduceReady,
     Schedule,
     SegmentPosition,
     WatchFetch,
+    WatchFetchRow,
     WatchPartition,
     WatchProduce,
+    WatchProduceRow,
 )
 from wire.errors import ErrorCode
 from wire.registry import message
@@ -60,7 +63,6 @@ class SetStatus(NamedTuple):
 class TimerUser(Actor):
     def setup(self) -> None:
         self.fired: list[tuple[int, int]] = []
-        self.clock = SystemClock()
 
     @handles(Plan)
     def on_plan(self, msg: Plan) -> None:
@@ -84,7 +86,7 @@ class FakeShard(Actor):
 
     def setup(self) -> None:
         self.status: dict[tuple[str, int], list[Any]] = {}
-        self.watchers: set[Address] = set()
+        self.watchers: dict[tuple[str, int], set[Address]] = {}
 
     def _row(self, topic: str, partition: int) -> PartitionStatus:
         hw, leo, leader = self.status.get((topic, partition), [0, 0, True])
@@ -94,20 +96,28 @@ class FakeShard(Actor):
     @handles(WatchPartition)
     def on_watch(self, msg: WatchPartition) -> None:
         assert self.current_sender is not None
+        key = (msg.topic, msg.partition)
         if msg.watch:
-            self.watchers.add(self.current_sender)
+            self.watchers.setdefault(key, set()).add(self.current_sender)
             self.reply(PartitionChanged(self._row(msg.topic, msg.partition)))
+        else:
+            self.watchers.get(key, set()).discard(self.current_sender)
 
     @handles(SetStatus)
     def on_set(self, msg: SetStatus) -> None:
         self.status[(msg.topic, msg.partition)] = [msg.hw, msg.leo, msg.is_leader]
         if msg.notify:
-            for w in self.watchers:
+            for w in self.watchers.get((msg.topic, msg.partition), ()):
                 self.tell(w, PartitionChanged(self._row(msg.topic, msg.partition)))
+
+    @handles(Report)
+    def report(self, _msg: Report) -> list[list[Any]]:
+        """The partitions someone watches, as [topic, partition]."""
+        return sorted([list(k) for k, ws in self.watchers.items() if ws])
 
 
 class Requester(Actor):
-    """Plays the handler: sends watches, records the answers with their arrival time."""
+    """Plays the handler: sends watches, records each answer with the clock's time."""
 
     def setup(self) -> None:
         self.answers: list[list[Any]] = []
@@ -118,81 +128,88 @@ class Requester(Actor):
 
     @handles(FetchReady, ProduceReady)
     def on_answer(self, msg: Any) -> None:
-        self.answers.append([type(msg).__name__, time.monotonic(), list(msg)])
+        self.answers.append([type(msg).__name__, self.clock.now_ms(), list(msg)])
 
     @handles(Report)
     def report(self, _msg: Report) -> list[Any]:
         return self.answers
 
 
-@pytest.fixture
-def node() -> Iterator[Node]:
-    n = Node("t").start()
-    yield n
-    n.shutdown(timeout=5)
-
-
-def wait_for(fn, timeout: float = 10.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError("timed out")
-
-
-def test_timer_fires_in_deadline_order_never_early_and_not_cancelled(node: Node) -> None:
+def test_timer_fires_at_each_deadline_never_early_and_not_when_cancelled(
+        manual_node: Node) -> None:
+    node = manual_node
     node.spawn(Timer, "timer")
     user = node.spawn(TimerUser, "user")
-    start_ms = SystemClock().now_ms()
     node.tell(user, Plan([[1, 120], [2, 30], [3, 60], [4, 90]], [3]))
-    fired = wait_for(lambda: (f := node.ask(user, Report())) and len(f) == 3 and f)
-    time.sleep(0.1)
-    fired = node.ask(user, Report())
-    assert [k for k, _ in fired] == [2, 4, 1]  # 3 was cancelled
-    delays = {k: t - start_ms for k, t in fired}
-    assert delays[2] >= 30 and delays[4] >= 90 and delays[1] >= 120
+    node.quiesce()
+    fired: list[Any] = []
+    for step_ms, expected in ((29, []), (1, [[2, 30]]), (59, [[2, 30]]),
+                              (1, [[2, 30], [4, 90]]), (29, [[2, 30], [4, 90]]),
+                              (1, [[2, 30], [4, 90], [1, 120]]),
+                              (10_000, [[2, 30], [4, 90], [1, 120]])):  # 3 was cancelled
+        node.advance_clock(step_ms)
+        fired = node.ask(user, Report())
+        assert fired == expected, f"at {node.clock.now_ms()} ms"
+    assert node.ask(Address(node.name, "timer"), GetStats()) == {"scheduled": 0, "expired": 3}
 
 
 def _topology() -> Topology:
     return Topology("t", 1, 1, 1, 1, 1)
 
 
-def test_delayed_fetch_completes_on_append_or_on_timeout(node: Node) -> None:
+def spawn_purgatory(node: Node) -> Address:
     node.spawn(Timer, "timer")
     node.spawn(FakeShard, "shard-0")
     node.spawn(PurgatoryShard, "purgatory-0", topology=_topology())
-    req = node.spawn(Requester, "handler-0")
-    # 1: nothing arrives: answered once, at max_wait (timed out)
-    t0 = time.monotonic()
-    node.tell(req, WatchFetch(1, 100, 150, False, [["t", 0, 0, 0, 0, 1000]]))
-    answers = wait_for(lambda: node.ask(req, Report()))
-    assert answers[0][0] == "FetchReady" and answers[0][2] == [1, "timed_out", True]
-    assert answers[0][1] - t0 >= 0.14
-    # 2: an append brings enough bytes: answered early (min_bytes)
-    t1 = time.monotonic()
-    node.tell(req, WatchFetch(2, 100, 5000, False, [["t", 0, 0, 0, 0, 1000]]))
-    time.sleep(0.05)
-    node.tell(Address("t", "shard-0"), SetStatus("t", 0, 20, 20, True, True))
-    answers = wait_for(lambda: (a := node.ask(req, Report())) and len(a) == 2 and a)
-    assert answers[1][2] == [2, "min_bytes", False]
-    assert answers[1][1] - t1 < 2.0
-    time.sleep(0.3)
-    assert len(node.ask(req, Report())) == 2  # exactly one answer each
+    return node.spawn(Requester, "handler-0")
 
 
-def test_delayed_produce_leader_moved_and_timeout(node: Node) -> None:
-    node.spawn(Timer, "timer")
-    node.spawn(FakeShard, "shard-0")
-    node.spawn(PurgatoryShard, "purgatory-0", topology=_topology())
-    req = node.spawn(Requester, "handler-0")
-    node.tell(Address("t", "shard-0"), SetStatus("p", 0, 5, 10, True, False))
-    node.tell(req, WatchProduce(7, "handler-0", 100, [["p", 0, 10, 5, -1, 0, 0, 0]]))
-    answers = wait_for(lambda: node.ask(req, Report()))
-    assert answers[0][2] == [7, [["p", 0, int(ErrorCode.REQUEST_TIMED_OUT), 5, -1, 0, None]]]
-    node.tell(req, WatchProduce(8, "handler-0", 5000, [["p", 1, 10, 5, -1, 0, 0, 0]]))
-    time.sleep(0.05)
-    node.tell(Address("t", "shard-0"), SetStatus("p", 1, 5, 10, False, True))
-    answers = wait_for(lambda: (a := node.ask(req, Report())) and len(a) == 2 and a)
-    assert answers[1][2] == [8, [["p", 1, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), 5, -1, 0, None]]]
+def test_delayed_fetch_completes_on_append_or_on_timeout(manual_node: Node) -> None:
+    node = manual_node
+    req = spawn_purgatory(node)
+    shard = Address(node.name, "shard-0")
+    # 1: nothing arrives: answered once, at max_wait (timed out), not a millisecond before
+    node.tell(req, WatchFetch(1, 100, 150, False, [WatchFetchRow("t", 0, 0, 0, 0, 1000)]))
+    node.quiesce()
+    assert node.ask(shard, Report()) == [["t", 0]]
+    node.advance_clock(149)
+    assert node.ask(req, Report()) == []
+    node.advance_clock(1)
+    assert node.ask(req, Report()) == [["FetchReady", 150, [1, "timed_out", True]]]
+    assert node.ask(shard, Report()) == []  # unwatched with its last waiting fetch
+    # 2: an append brings enough bytes: answered then (min_bytes), with no time passing
+    node.tell(req, WatchFetch(2, 100, 5000, False, [WatchFetchRow("t", 0, 0, 0, 0, 1000)]))
+    node.quiesce()
+    node.tell(shard, SetStatus("t", 0, 20, 20, True, True))
+    node.quiesce()
+    assert node.ask(req, Report())[1:] == [["FetchReady", 150, [2, "min_bytes", False]]]
+    # its deadline passing later changes nothing: exactly one answer each
+    node.advance_clock(10_000)
+    assert len(node.ask(req, Report())) == 2
+    assert node.ask(Address(node.name, "purgatory-0"), GetStats())["expirations"] == 1
+
+
+def test_delayed_produce_leader_moved_and_timeout(manual_node: Node) -> None:
+    node = manual_node
+    req = spawn_purgatory(node)
+    shard = Address(node.name, "shard-0")
+    node.tell(shard, SetStatus("p", 0, 5, 10, True, False))
+    node.tell(req, WatchProduce(7, "handler-0", 100,
+                                [WatchProduceRow("p", 0, 10, 5, -1, 0, 0, 0)]))
+    node.quiesce()
+    node.advance_clock(99)
+    assert node.ask(req, Report()) == []  # the high watermark (5) is short of 10
+    node.advance_clock(1)
+    assert node.ask(req, Report()) == [
+        ["ProduceReady", 100, [7, [["p", 0, int(ErrorCode.REQUEST_TIMED_OUT), 5, -1, 0, None]]]]]
+    node.tell(req, WatchProduce(8, "handler-0", 5000,
+                                [WatchProduceRow("p", 1, 10, 5, -1, 0, 0, 0)]))
+    node.quiesce()
+    node.tell(shard, SetStatus("p", 1, 5, 10, False, True))
+    node.quiesce()
+    assert node.ask(req, Report())[1:] == [
+        ["ProduceReady", 100,
+         [8, [["p", 1, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), 5, -1, 0, None]]]]]
+    node.advance_clock(10_000)
+    assert len(node.ask(req, Report())) == 2
+    assert node.ask(shard, Report()) == []

@@ -314,7 +314,7 @@ def test_time_limit_stops_a_run_with_records_left(tansu: Any, tmp_path: Path) ->
 def actorlog_broker(tmp_path: Path) -> Iterator[Any]:
     """An actorlog broker: tansu's fetch sometimes holds back the last records of a topic
     past the tool's idle timeout (an e2e count then falls short through no fault of the tool)."""
-    from tests.broker.conftest import BrokerProcess
+    from tests.fixtures.broker import BrokerProcess
 
     broker = BrokerProcess(tmp_path / "broker-data").start()
     yield broker

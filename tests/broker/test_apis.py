@@ -14,7 +14,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.broker.conftest import BrokerProcess
 from tests.broker.rawclient import (
     CREATE_TOPICS,
     DELETE_TOPICS,
@@ -29,6 +28,7 @@ from tests.broker.rawclient import (
     read_records,
     record_batch,
 )
+from tests.fixtures.broker import BrokerProcess
 from wire.errors import ErrorCode
 
 TOPIC_RESOURCE = 2

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.broker.conftest import BrokerProcess
 from tests.broker.rawclient import (
     API_VERSIONS,
     METADATA,
@@ -30,6 +29,7 @@ from tests.broker.rawclient import (
     record_batch,
     wait_for_log,
 )
+from tests.fixtures.broker import BrokerProcess
 
 CORRUPT_MESSAGE = 2
 UNSUPPORTED_VERSION = 35

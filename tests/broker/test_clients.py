@@ -18,8 +18,8 @@ from collections.abc import Iterable
 
 import pytest
 
-from tests.broker.conftest import BrokerProcess
 from tests.broker.rawclient import RawClient, read_batches
+from tests.fixtures.broker import BrokerProcess
 
 pytestmark = pytest.mark.clients
 

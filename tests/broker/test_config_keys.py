@@ -45,6 +45,8 @@ from tests.broker.rawclient import (
     record_batch,
 )
 from tests.broker.test_groups import join
+from tests.fixtures.broker import free_port
+from tests.fixtures.waiting import wait_for
 from wire.errors import ErrorCode
 
 pytestmark = [pytest.mark.clients]
@@ -76,8 +78,19 @@ EFFECTS: dict[str, list[str]] = {
     "num.group.coordinators": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],
     "queued.max.requests": ["tests/broker/test_limits.py::"
                             "test_queued_max_requests_pauses_reading_and_loses_nothing"],
+    "queued.max.request.bytes": ["tests/actors/test_processor_bounds.py::"
+                                 "test_queued_max_request_bytes_stops_reading_until_requests_"
+                                 "are_answered",
+                                 "tests/broker/test_big_fetches.py::"
+                                 "test_clients_that_never_read_cannot_queue_more_request_bytes_"
+                                 "than_the_bound"],
     "max.inflight.requests.per.connection": ["tests/broker/test_ordering.py::"
                                              "test_pipeline_beyond_the_in_flight_bound"],
+    "max.unsent.response.bytes.per.connection": [
+        "tests/actors/test_processor_bounds.py::"
+        "test_a_client_that_does_not_read_is_not_read_past_max_unsent_response_bytes"],
+    "fetch.max.bytes": ["tests/broker/test_memory_bounds.py::"
+                        "test_fetch_max_bytes_caps_a_response_at_whole_batches"],
     "socket.request.max.bytes": ["tests/broker/test_limits.py::"
                                  "test_request_over_socket_request_max_bytes"],
     "socket.send.buffer.bytes": [f"{HERE}::test_socket_buffer_sizes_are_set_on_client_sockets"],
@@ -142,12 +155,6 @@ def test_every_key_has_an_effect_test_or_is_reserved() -> None:
 # ----------------------------------------------------------------- brokers
 
 
-def _free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 class Running:
     """An in-process broker, and the Python threads its start created."""
 
@@ -208,7 +215,7 @@ TUNED: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory: pytest.TempPathFactory, ipc_base: str) -> Iterator[Running]:
     values = {**TUNED, "actor.ipc.dir": f"{ipc_base}/tuned",
-              "actor.gateway.port": _free_port("127.0.0.2")}
+              "actor.gateway.port": free_port("127.0.0.2")}
     running = Running(tmp_path_factory.mktemp("tuned") / "data", values)
     yield running
     running.broker.stop()
@@ -254,15 +261,6 @@ def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     running = Running(tmp_path_factory.mktemp("strict") / "data", STRICT)
     yield running
     running.broker.stop()
-
-
-def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def metadata(client: RawClient, topics: list[str] | None, auto_create: bool = True) -> Any:
@@ -330,8 +328,8 @@ def test_gateway_tcp_endpoint_takes_frames_up_to_the_limit(tuned: Running) -> No
     finally:
         sock.close()
         ctx.term()
-    wait_until(lambda: any(name in reason for reason, _s, _r in dead.last), "the small frame")
-    wait_until(lambda: any(f"over the {limit} byte limit" in reason
+    wait_for(lambda: any(name in reason for reason, _s, _r in dead.last), "the small frame")
+    wait_for(lambda: any(f"over the {limit} byte limit" in reason
                            for reason, _s, _r in dead.last), "the big frame refused")
 
 
@@ -347,7 +345,7 @@ def test_runtime_tuning_reaches_the_actors(tuned: Running) -> None:
     assert node.batch_max_messages == 7
     assert node.max_frame_bytes == 8 * 1024 * 1024
     assert node.actors["handler-0"].abandon_after_ns == 2 * 12345 * 1_000_000
-    assert node.actors["purgatory-0"].purgatory.purge_interval_requests == 77
+    assert node.actors["purgatory-0"].core.purgatory.purge_interval_requests == 77
 
 
 def test_actor_counts_follow_the_thread_keys(tuned: Running) -> None:
@@ -400,7 +398,7 @@ def test_trace_files_rotate_and_only_the_newest_are_kept(tuned: Running) -> None
 def test_num_partitions_of_auto_created_topics(tuned: Running) -> None:
     with tuned.client() as client:
         topic = f"auto-{uuid.uuid4().hex[:8]}"
-        wait_until(lambda: metadata(client, [topic]).topics[0].error_code == 0, "auto-creation")
+        wait_for(lambda: metadata(client, [topic]).topics[0].error_code == 0, "auto-creation")
         assert len(metadata(client, [topic]).topics[0].partitions) == 3
         offsets = metadata(client, ["__consumer_offsets"], auto_create=False).topics[0]
         assert len(offsets.partitions) == 4  # offsets.topic.num.partitions
@@ -457,8 +455,8 @@ def test_retention_by_size_and_by_time(logs: Running) -> None:
         old = int(time.time() * 1000) - 2 * 3_600_000
         produce_batches(client, "keep-time", 8, timestamp_ms=lambda i: old + i)
         # log.retention.check.interval.ms = 500: both happen while we watch
-        wait_until(lambda: client.list_offset("keep-size", 0, -2).offset > 0, "size retention")
-        wait_until(lambda: client.list_offset("keep-time", 0, -2).offset == 8, "time retention")
+        wait_for(lambda: client.list_offset("keep-size", 0, -2).offset > 0, "size retention")
+        wait_for(lambda: client.list_offset("keep-time", 0, -2).offset == 8, "time retention")
         size = sum(p.stat().st_size for p in (logs.data_dir / "keep-size-0").glob("*.log"))
         assert size <= 4096 + 1024
 
@@ -477,7 +475,7 @@ def test_flush_by_messages_and_by_time(logs: Running) -> None:
     def recovery(topic: str) -> int:
         return read_offset_checkpoint(path).get((topic, 0), -1) if path.exists() else -1
 
-    wait_until(lambda: recovery("flush-count") == 2 and recovery("flush-time") == 2,
+    wait_for(lambda: recovery("flush-count") == 2 and recovery("flush-time") == 2,
                "recovery points at the log end")
     assert recovery("flush-none") == 0  # with neither key it was never flushed
 
@@ -539,7 +537,7 @@ def test_checkpoints_are_written_while_running(strict: Running) -> None:
             assert client.produce("checked", 0, record_batch([(b"k", b"v")]),
                                   acks=1).error_code == 0
     path = strict.data_dir / "replication-offset-checkpoint"
-    wait_until(lambda: path.exists() and read_offset_checkpoint(path).get(("checked", 0)) == 3,
+    wait_for(lambda: path.exists() and read_offset_checkpoint(path).get(("checked", 0)) == 3,
                "the high watermark checkpointed (log.flush.offset.checkpoint.interval.ms)")
 
 
@@ -553,6 +551,17 @@ def test_max_connections_closes_connections_over_the_limit(strict: Running) -> N
     finally:
         for c in clients:
             c.close()
+    # The broker frees a slot once it has read the close: the next test gets one.
+    deadline = time.monotonic() + 15
+    while True:
+        with strict.client() as probe:
+            try:
+                if probe.call(18, 0, {}).error_code == 0:
+                    break
+            except OSError:
+                pass
+        assert time.monotonic() < deadline, "the closed connections' slots never came back"
+        time.sleep(0.1)
 
 
 def test_session_timeout_bounds_refuse_joins(strict: Running) -> None:

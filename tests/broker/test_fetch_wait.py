@@ -11,8 +11,8 @@ import threading
 import time
 import uuid
 
-from tests.broker.conftest import BrokerProcess
 from tests.broker.rawclient import FETCH, RawClient, fetch_values, read_records, record_batch
+from tests.fixtures.broker import BrokerProcess
 
 SLACK_S = 0.05
 

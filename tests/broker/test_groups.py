@@ -17,7 +17,8 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -36,7 +37,8 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
-from tests.broker.conftest import ROOT, BrokerProcess
+from tests.fixtures import waiting
+from tests.fixtures.broker import ROOT, BrokerProcess
 from wire import kafka_codec as kc
 from wire.errors import ErrorCode
 
@@ -46,6 +48,7 @@ GROUP_CONFIG = {
 }
 SESSION_MS = 6000
 WAIT_S = 60
+wait_for = partial(waiting.wait_for, timeout=WAIT_S, interval=0.05)
 
 
 @pytest.fixture(scope="module")
@@ -55,15 +58,6 @@ def group_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPro
     yield b
     code = b.stop()
     assert code == 0, b.log()[-3000:]
-
-
-def wait_for(check: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
@@ -145,7 +139,7 @@ def test_offsets_topic_is_created_internal_and_known_to_every_handler(
         return topic.error_code, topic.is_internal, len(topic.partitions)
 
     expected = (0, True, GROUP_CONFIG["offsets.topic.num.partitions"])
-    wait_for(lambda: offsets_topic() == expected, "the coordinator to create the topic", 10)
+    wait_for(lambda: offsets_topic() == expected, "the coordinator to create the topic", timeout=10)
     for _ in range(4):  # new connections land on every handler
         assert offsets_topic() == expected
 
@@ -418,14 +412,27 @@ def test_static_member_restart_keeps_its_partitions_without_a_rebalance(
 
 # ------------------------------------------------------------------ rebalance
 
+# It commits exactly the offsets after what it consumed, and reports exactly those: a
+# partition it was assigned but never read from has no commit of its own to report.
 KILLED_MEMBER = r"""
 import json, sys, time
-from kafka import KafkaConsumer
+from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+from kafka.structs import OffsetAndMetadata
 bootstrap, topic, group = sys.argv[1:4]
-c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, client_id="doomed",
+consumed = {}  # partition -> offset after the last record consumed since the assignment
+
+class Forget(ConsumerRebalanceListener):
+    def on_partitions_revoked(self, revoked):
+        consumed.clear()
+
+    def on_partitions_assigned(self, assigned):
+        pass
+
+c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, client_id="doomed",
                   auto_offset_reset="earliest", enable_auto_commit=False,
                   session_timeout_ms=6000, heartbeat_interval_ms=1000,
                   max_poll_interval_ms=60000, max_poll_records=20, fetch_max_wait_ms=100)
+c.subscribe([topic], listener=Forget())
 while True:
     batches = c.poll(timeout_ms=100)
     assigned = sorted(tp.partition for tp in c.assignment())
@@ -434,11 +441,14 @@ while True:
         print(json.dumps({"assigned": assigned}), flush=True)
         continue
     print(json.dumps({"assigned": assigned, "consumed": batch}), flush=True)
+    for p, o in batch:
+        consumed[p] = o + 1
+    offsets = {TopicPartition(topic, p): OffsetAndMetadata(o, "", -1) for p, o in consumed.items()}
     try:
-        c.commit()
+        c.commit(offsets)
     except Exception:
         continue
-    print(json.dumps({"committed": {str(tp.partition): c.position(tp) for tp in c.assignment()}}),
+    print(json.dumps({"committed": {str(tp.partition): om.offset for tp, om in offsets.items()}}),
           flush=True)
     time.sleep(0.3)
 """

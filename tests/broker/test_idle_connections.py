@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.conftest import BrokerProcess
 from tests.broker.rawclient import API_VERSIONS, FETCH, RawClient, fetch_values, wait_for_log
+from tests.fixtures.broker import BrokerProcess
 
 IDLE_MS = 400
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.conftest import BrokerProcess
 from tests.broker.rawclient import (
     METADATA,
     PRODUCE,
@@ -24,6 +23,7 @@ from tests.broker.rawclient import (
     record_batch,
     wait_for_log,
 )
+from tests.fixtures.broker import BrokerProcess
 from wire.errors import ErrorCode
 
 PER_IP = 3

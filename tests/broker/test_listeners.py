@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from kafka import KafkaAdminClient
 
-from tests.broker.conftest import BrokerProcess
 from tests.broker.simple_clients import consume_all, produce
+from tests.fixtures.broker import BrokerProcess
 
 pytestmark = [pytest.mark.clients]
 

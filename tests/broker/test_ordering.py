@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from actors.topology import Topology
-from tests.broker.conftest import BrokerProcess
 from tests.broker.rawclient import (
     PRODUCE,
     RawClient,
@@ -26,6 +25,7 @@ from tests.broker.rawclient import (
     record_batch,
     wait_for_log,
 )
+from tests.fixtures.broker import BrokerProcess
 
 SHARDS = 2  # num.partition.shards default
 PARTITIONS = 8  # crc32 is affine: with 2 shards, partitions 0-3 share a shard, 4-7 the other

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.broker.conftest import BrokerProcess
 from tests.broker.rawclient import (
     PRODUCE,
     RawClient,
@@ -23,6 +22,7 @@ from tests.broker.rawclient import (
     read_records,
     record_batch,
 )
+from tests.fixtures.broker import BrokerProcess
 
 PARTITIONS = 3
 PER_BATCH = 20

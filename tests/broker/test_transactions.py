@@ -13,7 +13,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from kafka import KafkaProducer
 from kafka.errors import TransactionalIdAuthorizationFailedError
 
-from tests.broker.conftest import BrokerProcess
+from tests.fixtures.broker import BrokerProcess
 
 pytestmark = [pytest.mark.clients]
 

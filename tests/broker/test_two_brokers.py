@@ -23,8 +23,8 @@ import pytest
 from actors.broker import gateway_ipc_dir
 from actors.runtime.address import Address
 from actors.runtime.node import Directory, Node, NodeEndpoint, NodeError, default_ipc_dir
-from tests.broker.conftest import ROOT, BrokerProcess, free_port
 from tests.broker.simple_clients import consume_all, produce
+from tests.fixtures.broker import ROOT, BrokerProcess, free_port
 from wire.runtime_messages import Ping
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from tests.broker.conftest import BrokerProcess
+from tests.fixtures.broker import BrokerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.clients, pytest.mark.multiprocess]

@@ -1534,7 +1534,7 @@ def test_group_config_from_kafka_names() -> None:
 def test_illegal_transition_raises_and_leaves_state() -> None:
     g = GroupMetadata("g")
     with pytest.raises(
-        IllegalGroupTransitionError, match="^group g cannot go from Empty to Stable$"
+        IllegalGroupTransitionError, match=r"^group g cannot go from Empty to Stable$"
     ):
         g.transition_to(GroupState.STABLE, 5)
     assert g.state is GroupState.EMPTY and g.current_state_timestamp_ms == -1

@@ -92,6 +92,32 @@ def test_an_empty_read_changes_nothing() -> None:
     assert snapshot(conn) == (OPEN, 0, 0, 0, 0, True)
 
 
+def test_a_begun_frame_is_charged_whole_from_its_size_prefix() -> None:
+    conn: KafkaConnection[str] = KafkaConnection(1024, 5)
+    data = frame(7, b"x" * 100)
+    assert conn.pending_frame_bytes == 0
+    conn.receive_data(data[:3])  # the prefix itself is not all there
+    assert conn.pending_frame_bytes == 0
+    conn.receive_data(data[3:20])
+    assert conn.pending_frame_bytes == len(data)
+    conn.receive_data(data[20:])  # complete: nothing is begun any more
+    assert conn.pending_frame_bytes == 0
+    assert conn.next_event() == Request(0, 0, 9, 7, data[4:])
+    conn.receive_data(struct.pack(">i", 5000))  # a size the core refuses is never charged
+    assert conn.pending_frame_bytes == 0
+
+
+def test_answers_held_back_are_there_to_see() -> None:
+    conn: KafkaConnection[str] = KafkaConnection(1024, 5)
+    conn.receive_data(frame(1) + frame(2) + frame(3))
+    drain(conn)
+    assert conn.receive_response(2, "c") == NOTHING_READY
+    assert conn.receive_response(1, "b") == NOTHING_READY
+    assert sorted(conn.unreleased) == ["b", "c"]
+    assert conn.receive_response(0, "a") == ResponsesReady(("a", "b", "c"), False)
+    assert conn.unreleased == ()
+
+
 # --------------------------------------------------------------- size check
 @pytest.mark.parametrize("size", [8, 100])
 def test_sizes_from_eight_to_the_limit_are_read(size: int) -> None:

@@ -584,32 +584,6 @@ def test_log_dir_removes_half_deleted_partitions(tmp_path: Path) -> None:
     assert log_dir.partitions() == [] and os.listdir(tmp_path) == []
 
 
-# -- bench ------------------------------------------------------------------------------
-
-
-def test_bench_log_writes_well_formed_json(tmp_path: Path) -> None:
-    import json
-
-    from click.testing import CliRunner
-
-    from bench.log_bench import RATIO_KEYS, command
-
-    out = tmp_path / "log.json"
-    result = CliRunner().invoke(command, [
-        "--total-mb", "1", "--batch-kib", "4", "--fetch-kib", "64", "--segments", "20",
-        "--random-reads", "50", "--repeat", "2", "--dir", str(tmp_path), "--json", str(out)])
-    assert result.exit_code == 0, result.output
-    report = json.loads(out.read_text())
-    assert set(report) == {"bench", "config", "results", "ratios"}
-    assert report["bench"] == "log"
-    assert set(report["ratios"]) == set(RATIO_KEYS)
-    assert all(isinstance(v, float) and v > 0 for v in report["ratios"].values())
-    spread = report["results"]["append_log_mb_s"]
-    assert spread["min"] <= spread["median"] <= spread["max"]
-    assert "append_vs_raw" in result.output
-    assert [p.name for p in tmp_path.iterdir()] == ["log.json"]  # temp logs removed
-
-
 def test_truncate_inside_the_batch_holding_the_log_start(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     log.append_as_leader(batch(5), 0, 0)
@@ -703,3 +677,66 @@ def test_retention_removes_segments_below_the_log_start(tmp_path: Path) -> None:
     assert log.segment_base_offsets == [0, 1, 2]
     assert log.delete_old_segments(0) == 2
     assert log.segment_base_offsets == [2] and log.log_start_offset == 2
+
+
+# -- reads as file regions ---------------------------------------------------------
+
+
+def test_read_as_a_region_holds_the_same_whole_batches_without_reading_them(
+        tmp_path: Path) -> None:
+    log = open_log(tmp_path, index_interval_bytes=100)
+    raw = batch(2, size=40)
+    for _ in range(20):
+        log.append_as_leader(raw, 0, 0)
+    for fetch, max_bytes in ((0, 10_000), (3, len(raw) * 3 - 1), (5, 1), (0, 0)):
+        want = bytes(log.read(fetch, max_bytes).records)
+        info = log.read(fetch, max_bytes, region_min_bytes=1)
+        assert info.region is not None and info.records == b""
+        assert info.region.length == len(want)
+        assert os.pread(info.region.fd, info.region.length, info.region.position) == want
+        os.close(info.region.fd)
+    small = log.read(0, len(raw), region_min_bytes=len(raw) + 1)  # under the threshold: bytes
+    assert small.region is None and offsets(small.records) == [(0, 1)]
+    assert log.read(0, 1, min_one_batch=False, region_min_bytes=1).region is None
+    assert log.read(40, 100, region_min_bytes=1).region is None  # at the log end
+
+
+def test_a_region_outlives_the_deletion_of_its_segment(tmp_path: Path) -> None:
+    raw = batch(1, size=100)
+    log = open_log(tmp_path, segment_bytes=len(raw), retention_bytes=len(raw))
+    for _ in range(3):
+        log.append_as_leader(raw, 0, 0)
+    log.update_high_watermark(3)
+    want = bytes(log.read(0, 10_000).records)
+    info = log.read(0, 10_000, region_min_bytes=1)
+    region = info.region
+    assert region is not None
+    try:
+        assert log.delete_old_segments(0) == 2  # retention removes the region's segment
+        assert not (tmp_path / "topic-0" / "00000000000000000000.log").exists()
+        assert os.pread(region.fd, region.length, region.position) == want
+    finally:
+        os.close(region.fd)
+
+
+def test_without_descriptors_left_a_region_read_falls_back_to_bytes(tmp_path: Path) -> None:
+    import resource
+
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(2, size=40), 0, 0)
+    want = bytes(log.read(0, 10_000).records)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held = []
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        try:
+            while True:  # bounded by the limit just set
+                held.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError:
+            pass
+        info = log.read(0, 10_000, region_min_bytes=1)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert info.region is None and bytes(info.records) == want

@@ -8,6 +8,7 @@ segment's offset and time index true to its batches.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -122,6 +123,28 @@ class PartitionLogMachine(RuleBasedStateMachine):
         elif allowed:
             # Nothing returned although batches exist: only when none fits.
             assert not min_one and allowed[0].size > max_bytes
+
+    @rule(data=st.data(), max_bytes=st.integers(0, 1500), capped=st.booleans(),
+          min_one=st.booleans(), region_min_bytes=st.sampled_from([0, 1, 200]))
+    def read_region(self, data: st.DataObject, max_bytes: int, capped: bool, min_one: bool,
+                    region_min_bytes: int) -> None:
+        """A read as a file region holds exactly the bytes the same read returns."""
+        fetch = data.draw(st.integers(self.log_start, self.leo))
+        max_offset = self.hw if capped else None
+        want = bytes(self.log.read(fetch, max_bytes, max_offset, min_one).records)
+        info = self.log.read(fetch, max_bytes, max_offset, min_one,
+                             region_min_bytes=region_min_bytes)
+        if info.region is None:
+            assert bytes(info.records) == want
+            assert len(want) < max(region_min_bytes, 1)
+            return
+        region = info.region
+        try:
+            assert info.records == b""
+            assert region.length >= region_min_bytes and region.length > 0
+            assert os.pread(region.fd, region.length, region.position) == want
+        finally:
+            os.close(region.fd)
 
     @rule(data=st.data())
     def offset_for_timestamp(self, data: st.DataObject) -> None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import socket
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 from actors.hosts.netns import TestHost
 from actors.hosts.spec import HostSpec
+from tests.fixtures.waiting import wait_for
 
 ACTORLOG = str(Path(sys.executable).parent / "actorlog")
 
@@ -27,12 +28,10 @@ def answers(address: str, port: int, timeout_s: float = 1.0) -> bool:
         return False
 
 
-def wait_until(predicate, timeout_s: float = 30.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout_s} s")
-        time.sleep(0.05)
+def wait_until(predicate: Callable[[], object], timeout_s: float = 30.0,
+               what: str = "condition") -> None:
+    """tests.fixtures.waiting.wait_for, with the host tests' argument names."""
+    wait_for(predicate, what, timeout_s, interval=0.05)
 
 
 def http_get(address: str, port: int, timeout_s: float = 5.0) -> bytes:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -48,6 +49,16 @@ class Nap(NamedTuple):
     """Keep the handler busy this long."""
 
     seconds: float
+
+
+@message(9007)
+class Hold(NamedTuple):
+    """Keep the handler busy until the test sets GATE (in-process tests only)."""
+
+    timeout_s: float
+
+
+GATE = threading.Event()
 
 
 @message(9005)
@@ -109,6 +120,10 @@ class SlowReceiver(Actor):
     def nap(self, msg: Nap) -> bool:
         time.sleep(msg.seconds)
         return True
+
+    @handles(Hold)
+    def hold(self, msg: Hold) -> bool:
+        return GATE.wait(msg.timeout_s)
 
 
 class Fragile(Actor):

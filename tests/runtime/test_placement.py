@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import NamedTuple
-
-import pytest
 
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.node import Node
-from tests.runtime.node_actors import Boom, Fragile, GetState, OrderChecker, SendSeq, Sender, Seq
-from tests.runtime.test_runtime import wait_for
+from tests.fixtures.waiting import wait_for
+from tests.runtime.node_actors import Boom, Fragile, GetState, OrderChecker, Sender, SendSeq, Seq
 from wire.registry import message
 
 
@@ -47,13 +44,6 @@ class SelfTeller(Actor):
         return threading.get_ident()
 
 
-@pytest.fixture
-def node() -> Iterator[Node]:
-    n = Node("place").start()
-    yield n
-    n.shutdown(timeout=5)
-
-
 def test_self_tells_are_handled_in_order(node: Node) -> None:
     actor = node.spawn(SelfTeller, "self")
     node.tell(actor, Countdown(50))
@@ -67,9 +57,9 @@ def test_guests_share_the_host_thread_and_keep_order(node: Node) -> None:
     senders = [node.spawn(Sender, f"s{i}", host=node.actor("host")) for i in range(3)]
     outside = node.spawn(Sender, "outside")  # its own thread: reaches the guest over ZeroMQ
     tid = node.ask(host, WhichThread())
-    assert node.ask(Address("place", "s0"), SendSeq(0, "place", "checker")) == 0
+    assert node.ask(Address(node.name, "s0"), SendSeq(0, node.name, "checker")) == 0
     for s in [*senders, outside]:
-        node.tell(s, SendSeq(5_000, "place", "checker"))
+        node.tell(s, SendSeq(5_000, node.name, "checker"))
     state = wait_for(lambda: (st := node.ask(checker, GetState()))["count"] == 20_000 and st)
     assert state["out_of_order"] == 0
     assert state["last"] == {"s0": 4999, "s1": 4999, "s2": 4999, "outside": 4999}
@@ -84,8 +74,8 @@ def test_a_crashing_guest_is_restarted_without_disturbing_its_host(node: Node) -
     node.tell(fragile, Seq("x", 0))
     assert wait_for(lambda: node.ask(fragile, GetState())["handled"] == 1)
     assert node.ask(fragile, GetState())["setups"] == 2
-    node.tell(Address("place", "host"), Countdown(2))
-    assert wait_for(lambda: node.ask(Address("place", "host"), GetState()) == [2, 1, 0])
+    node.tell(Address(node.name, "host"), Countdown(2))
+    assert wait_for(lambda: node.ask(Address(node.name, "host"), GetState()) == [2, 1, 0])
 
 
 def test_stopping_a_guest_leaves_the_host_running(node: Node) -> None:
@@ -93,7 +83,7 @@ def test_stopping_a_guest_leaves_the_host_running(node: Node) -> None:
     node.spawn(SelfTeller, "guest", host=node.actor("host"))
     node.actor("guest").actor_ref.stop(block=True, timeout=5)
     assert node.actor("guest").actor_stopped.is_set()
-    node.tell(Address("place", "host"), Countdown(1))
-    assert wait_for(lambda: node.ask(Address("place", "host"), GetState()) == [1, 0])
-    node.tell(Address("place", "guest"), Countdown(1))  # now a dead letter, counted
+    node.tell(Address(node.name, "host"), Countdown(1))
+    assert wait_for(lambda: node.ask(Address(node.name, "host"), GetState()) == [1, 0])
+    node.tell(Address(node.name, "guest"), Countdown(1))  # now a dead letter, counted
     assert wait_for(lambda: node.dead_letters.total == 1)

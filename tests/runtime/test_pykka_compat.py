@@ -19,7 +19,7 @@ from pykka import messages
 from actors.runtime import pykka_compat
 from actors.runtime.inbox import EventFdInbox
 from actors.runtime.pykka_compat import PykkaActor, actor_of, call_message, envelope, is_stop
-from tests.runtime.test_runtime import wait_for
+from tests.fixtures.waiting import wait_for
 
 
 def params(fn: Any) -> list[str]:

@@ -18,10 +18,14 @@ from loguru import logger
 
 from actors.runtime.address import Address
 from actors.runtime.node import AskFailed, AskTimeout, Directory, Node, NodeEndpoint
+from tests.fixtures.broker import free_port
+from tests.fixtures.waiting import wait_for
 from tests.runtime.node_actors import (
+    GATE,
     Boom,
     Fragile,
     GetState,
+    Hold,
     Nap,
     OrderChecker,
     Sender,
@@ -33,12 +37,6 @@ from wire.envelope import FORMAT_VERSION
 from wire.runtime_messages import Text
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -56,16 +54,6 @@ def log_lines() -> Iterator[list[str]]:
     sink_id = logger.add(lambda m: lines.append(str(m)), level="DEBUG")
     yield lines
     logger.remove(sink_id)
-
-
-def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not met in time")
 
 
 class NodeProcess:
@@ -114,7 +102,8 @@ def test_order_per_sender_in_one_process(nodes: list[Node]) -> None:
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("placement", ["two_process", "two_host"])
-def test_order_across_processes_and_hosts(nodes: list[Node], tmp_path: Path, placement: str) -> None:
+def test_order_across_processes_and_hosts(nodes: list[Node], tmp_path: Path,
+                                          placement: str) -> None:
     """Many senders in another process (same host: ipc; other loopback host: tcp)."""
     host_a, host_b = ("127.0.0.1", "127.0.0.1") if placement == "two_process" else (
         "127.0.0.2", "127.0.0.3")
@@ -131,7 +120,8 @@ def test_order_across_processes_and_hosts(nodes: list[Node], tmp_path: Path, pla
         for i in range(4):
             node.tell(Address("b", f"sender-{i}"), SendSeq(25_000, "a", "checker"))
         state = wait_for(
-            lambda: (st := node.ask(Address("a", "checker"), GetState()))["count"] == 100_000 and st,
+            lambda: (st := node.ask(Address("a", "checker"), GetState()))["count"] == 100_000
+            and st,
             timeout=60,
         )
         assert state["out_of_order"] == 0
@@ -191,7 +181,8 @@ def test_dead_letters_are_counted_and_the_node_keeps_serving(
         assert expected in joined, (expected, reasons)
     assert sum(reasons.values()) == 8
     # Logged with the reason, and the actor still serves.
-    assert any("dead letter" in line and "unknown message type id 424242" in line for line in log_lines)
+    assert any("dead letter" in line and "unknown message type id 424242" in line
+               for line in log_lines)
     node.tell(checker, Seq("after", 0))
     assert wait_for(lambda: node.ask(checker, GetState())["count"] == 1)
 
@@ -218,21 +209,22 @@ def test_crashing_handler_is_restarted_and_handles_the_next_message(
     assert node.ask(fragile, GetState())["setups"] == 3
 
 
-def test_ask_times_out_when_nobody_answers(nodes: list[Node]) -> None:
-    node = Node("slowask").start()
-    nodes.append(node)
+def test_ask_times_out_when_nobody_answers(node: Node) -> None:
+    GATE.clear()
     slow = node.spawn(SlowReceiver, "slow")
-    started = time.monotonic()
-    with pytest.raises(AskTimeout, match="no answer from slow@slowask to Nap in 0.1 s"):
-        node.ask(slow, Nap(1.0), timeout=0.1)
-    assert time.monotonic() - started < 0.9  # it gave up, it did not wait for the nap
+    # The handler holds until the gate opens, and only this test opens it, after
+    # the ask: the ask can only raise if it gave up without the answer.
+    with pytest.raises(AskTimeout, match=r"^no answer from slow@t to Hold in 0.1 s$"):
+        node.ask(slow, Hold(30.0), timeout=0.1)
+    GATE.set()
     assert node.ask(slow, Nap(0.0), timeout=5) is True  # the late answer did not confuse it
 
 
 # -------------------------------------------------------------------- shutdown
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_stops_node_cleanly_without_losing_in_flight_messages(tmp_path: Path, sig: int) -> None:
+def test_signal_stops_node_cleanly_without_losing_in_flight_messages(tmp_path: Path,
+                                                                    sig: int) -> None:
     port = free_port("127.0.0.1")
     spec = f"p=127.0.0.1:{port};"
     result = str(tmp_path / "result")

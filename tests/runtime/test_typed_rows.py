@@ -3,7 +3,6 @@ socket, refused to dead letters when malformed, handed over untouched in memory.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import msgpack
@@ -66,17 +65,14 @@ class BatchSender(Actor):
         self.tell(Address(self.node.name, msg.name), batch)
 
 
-@pytest.fixture
-def node() -> Iterator[Node]:
+@pytest.fixture(autouse=True)
+def nothing_sent() -> None:
     SENT.clear()
-    n = Node("rows").start()
-    yield n
-    n.shutdown(timeout=5)
 
 
 def _frame(body: Any) -> bytes:
     entry = [type_id_of(Batch), 0, 0, 0, 0, 0, body]
-    return msgpack.packb([FORMAT_VERSION, "rows", "test", "keeper", [entry]])
+    return msgpack.packb([FORMAT_VERSION, "t", "test", "keeper", [entry]])
 
 
 def test_malformed_rows_from_the_network_are_dead_letters_and_good_ones_arrive_typed(
@@ -103,8 +99,8 @@ def test_rows_between_actors_of_one_loop_are_the_senders_objects(node: Node) -> 
     host = node.spawn(Keeper, "keeper")
     node.spawn(BatchSender, "near", host=node.actor("keeper"))  # same loop: in memory
     node.spawn(BatchSender, "far")  # a thread of its own: over ZeroMQ and msgpack
-    node.tell(Address("rows", "near"), SendBatch("keeper"))
-    node.tell(Address("rows", "far"), SendBatch("keeper"))
+    node.tell(Address(node.name, "near"), SendBatch("keeper"))
+    node.tell(Address(node.name, "far"), SendBatch("keeper"))
     got = wait_for(lambda: (g := node.ask(host, GetState())) and len(g) == 2 and g)
     near = next(g for g in got if g["rows"][0][1] == "near")
     far = next(g for g in got if g["rows"][0][1] == "far")

@@ -9,7 +9,7 @@ import pytest
 
 from actors.trace.spans import STAGES, request_traces
 from actors.trace.store import read_file, read_trace_dirs, segments, write_records
-from tests.trace.conftest import PRODUCED
+from tests.fixtures.traces import PRODUCED
 
 pytestmark = pytest.mark.slow  # Spark's start alone takes 10-40 s on a busy 2-core machine
 

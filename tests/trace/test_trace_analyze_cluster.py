@@ -12,15 +12,15 @@ import pytest
 
 from actors.trace.spans import STAGES, request_traces
 from actors.trace.store import read_trace_dirs
-from tests.fixtures.spark_cluster import SparkCluster, spark_cluster  # noqa: F401 - fixture
-from tests.trace.conftest import PRODUCED
+from tests.fixtures.spark_cluster import SparkCluster
+from tests.fixtures.traces import PRODUCED
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_analyze_runs_unchanged_on_a_standalone_master(
-    real_traces: Path, spark_cluster: SparkCluster, tmp_path: Path  # noqa: F811
+    real_traces: Path, spark_cluster: SparkCluster, tmp_path: Path
 ) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
     out = tmp_path / "report"

@@ -23,7 +23,7 @@ from actors.trace.spans import (
     request_traces,
 )
 from actors.trace.store import SegmentFollower, parquet_inputs, read_trace_dirs, segments
-from tests.trace.conftest import PRODUCED
+from tests.fixtures.traces import PRODUCED
 from wire import trace_format as tf
 from wire import trace_parquet as tp
 

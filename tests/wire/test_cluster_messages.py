@@ -15,7 +15,8 @@ SAMPLES: list[Any] = [
     cm.LeaderAndIsr(1, 7, 4294967299, [
         cm.LeaderAndIsrPartition("orders", 0, 7, 2, 12, [2, 3], 31, [2, 3, 1], False),
         cm.LeaderAndIsrPartition("orders", 1, 7, 3, 0, [3, 1, 2], 0, [3, 1, 2], True),
-    ], [cm.LiveLeaderRow(2, "tcp://10.0.0.2:7001"), cm.LiveLeaderRow(3, "tcp://[::1]:7001")]),
+    ], [cm.LiveLeaderRow(2, "tcp://10.0.0.2:7001"), cm.LiveLeaderRow(3, "tcp://[::1]:7001")],
+        {"orders": {"retention.ms": "1000"}}),
     cm.LeaderAndIsrResponse(2, 0, [cm.PartitionErrorRow("orders", 0, 0),
                                    cm.PartitionErrorRow("orders", 1, 11)]),
     cm.UpdateMetadata(1, 7, 4294967300, True, [
@@ -24,7 +25,8 @@ SAMPLES: list[Any] = [
                       cm.EndpointRow("REPL", "10.0.0.2", 9093, "SSL")]),
         cm.BrokerRow(3, 4294967301, "tcp://10.0.0.3:7001", None, []),
     ], [cm.UpdateMetadataPartition("orders", 0, 7, 2, 12, [2, 3], 31, [2, 3, 1], [1]),
-        cm.UpdateMetadataPartition("gone", 0, 7, -2, 3, [1], 4, [1], [])]),
+        cm.UpdateMetadataPartition("gone", 0, 7, -2, 3, [1], 4, [1], [])],
+        {"orders": {}, "gone": {"segment.bytes": "1024"}}),
     cm.UpdateMetadataResponse(3, 0),
     cm.StopReplica(1, 7, 4294967301, [cm.StopReplicaPartition("gone", 0, -1, True),
                                       cm.StopReplicaPartition("orders", 1, 12, False)]),
@@ -34,6 +36,15 @@ SAMPLES: list[Any] = [
     cm.AlterPartition(18, 2, 4294967300, [cm.AlterPartitionItem("orders", 0, 12, [2], 31)]),
     cm.AlterPartitionResponse(18, 0, [cm.AlterPartitionResult("orders", 0, 0, 2, 12, [2], 32),
                                       cm.AlterPartitionResult("orders", 1, 95, -1, -1, [], -1)]),
+    cm.BrokerRegistered(2, 4294967300),
+    cm.BecomeLeaderOrFollower(5, [cm.ReplicaStateRow("orders", 0, 2, 12, [2, 3], [2, 3, 1], 31,
+                                                     False, {"retention.ms": "1000"})]),
+    cm.BecameLeaderOrFollower(5, [cm.PartitionErrorRow("orders", 0, 0)]),
+    cm.CoordinatorPartitions([cm.CoordinatorPartitionRow(3, 7)], [4, 9]),
+    cm.AwaitTopics(6, ["orders", "more"], True, 30000),
+    cm.TopicsAwaited(6, ["more"]),
+    cm.StartController(4294967300),
+    cm.ControlledShutdownStep(True),
     cm.BrokersChanged(72057659430535168),
     cm.TopicsChanged(1),
     cm.TopicDeletionsChanged(1),
@@ -101,8 +112,8 @@ def test_every_row_field_is_typed_for_the_registry() -> None:
 @pytest.mark.parametrize(
     ("body", "error"),
     [
-        ([1, 7, 0, True, []], "UpdateMetadata needs 6 fields, got 5"),
-        ([1, 7, 0, "yes", [], []], "UpdateMetadata.full must be bool, got str"),
+        ([1, 7, 0, True, [], []], "UpdateMetadata needs 7 fields, got 6"),
+        ([1, 7, 0, "yes", [], [], {}], "UpdateMetadata.full must be bool, got str"),
     ],
 )
 def test_wrong_shapes_are_refused(body: list[Any], error: str) -> None:

@@ -14,13 +14,11 @@ import os
 import random
 import re
 import shutil
-import socket
 import struct
 import subprocess
-import threading
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka.producer.kafka import KafkaProducer
@@ -42,9 +40,11 @@ from kafka.protocol.schemas.fields.codecs import (
     UnsignedInt16,
 )
 
+from tests.fixtures.codec_server import TOPIC, CodecServer
 from wire import kafka_codec as kc
 from wire.api_versions import ADVERTISED, ADVERTISED_BY_KEY, ApiVersionRange
 from wire.errors import ErrorCode, KafkaError
+from wire.file_region import FileRegion
 from wire.kafka_codec import api_versions_response as kc_api_versions
 from wire.kafka_codec import encoding as kc_encoding
 from wire.kafka_codec import messages as kc_messages
@@ -182,7 +182,7 @@ def assert_same(
         want, got, where = expected[field.name], getattr(actual, field.name), f"{path}.{field.name}"
         if field.is_struct_array() and want is not None:
             assert got is not None and len(got) == len(want), where
-            for i, (w, g) in enumerate(zip(want, got)):
+            for i, (w, g) in enumerate(zip(want, got, strict=True)):
                 assert_same(field.array_of, version, w, g, f"{where}[{i}]", tags and not tagged)
         elif field.is_struct() and want is not None:
             assert_same(field, version, want, got, where, tags and not tagged)
@@ -539,6 +539,15 @@ RESPONSE_EXAMPLES: dict[int, dict[str, Any]] = {
             }
         ],
     },
+    60: {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "error_message": None,
+        "cluster_id": "Q1b0oL3WQxWd0r2m2Q3z7w",
+        "controller_id": 2,
+        "brokers": [{"broker_id": 1, "host": "127.0.0.1", "port": 9092, "rack": None},
+                    {"broker_id": 2, "host": "127.0.0.2", "port": 9092, "rack": "r2"}],
+    },
 }
 
 
@@ -679,6 +688,45 @@ def test_fetch_records_pass_through_uncopied_in_parts(version: int) -> None:
     assert got[1].records == b"" and got[2].records is None
     # the handler's object is left as it was given
     assert answer["responses"][0]["partitions"][0]["records"] is log_bytes
+
+
+@pytest.mark.parametrize("version", [4, 11, 12])
+def test_fetch_records_as_file_regions_are_spliced_in_at_their_offsets(
+        version: int, tmp_path: Path) -> None:
+    data = os.urandom(200_000)
+    path = tmp_path / "segment.log"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        first, second = FileRegion(fd, 1000, 150_000), FileRegion(fd, 7, 20_000)
+        answer: dict[str, Any] = {"responses": [{"topic": "orders", "partitions": [
+            {"partition_index": 0, "high_watermark": 5, "records": first},
+            {"partition_index": 1, "high_watermark": 0, "records": b"inline"},
+            {"partition_index": 2, "high_watermark": 9, "records": second}]}]}
+        protocol, frame = client_request(1, version, request_values(1, version,
+                                                                    random.Random(1)))
+        header = kc.parse_request_header(frame)
+        parts = kc.encode_response_parts(header, answer)
+        assert kc.has_regions(parts)
+        with pytest.raises(TypeError, match="use encode_response_parts"):
+            kc.encode_response(header, answer)
+        head, regions = kc.join_parts(parts)
+        assert [(r.position, r.length) for r in regions] == [(1000, 150_000), (7, 20_000)]
+        # What the Processor sends: the bytes with each region's file bytes put in.
+        sent = b""
+        at = 0
+        for region in regions:
+            sent += head[at:region.at] + os.pread(region.fd, region.length, region.position)
+            at = region.at
+        sent += head[at:]
+        assert struct.unpack_from(">i", sent)[0] == len(sent) - 4
+        [(_, response)] = protocol.receive_bytes(sent)
+        got = response.responses[0].partitions
+        assert got[0].records == data[1000:151_000]
+        assert got[1].records == b"inline"
+        assert got[2].records == data[7:20_007]
+    finally:
+        os.close(fd)
 
 
 # -- header refusals -------------------------------------------------------------------------
@@ -884,239 +932,6 @@ def test_after_warm_up_serving_generates_no_code(monkeypatch: pytest.MonkeyPatch
 
 # -- real librdkafka clients ------------------------------------------------------------------
 
-TOPIC = "codec-test"
-
-
-class CodecServer:
-    """A one-partition fake broker built on the codec, for real clients.
-
-    It answers ApiVersions, Metadata, InitProducerId, Produce (acks 1 or -1;
-    batches are kept as received, their base offset patched), ListOffsets,
-    Fetch (the kept bytes, passed through) and FindCoordinator (always
-    COORDINATOR_NOT_AVAILABLE); any other request closes the connection.
-    """
-
-    def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.listener.settimeout(0.05)
-        self.port = self.listener.getsockname()[1]
-        self._stopping = threading.Event()
-        self.seen: list[tuple[int, int]] = []
-        self.errors: list[BaseException] = []
-        self.batches: list[bytes] = []  # as stored, base offsets patched
-        self.next_offset = 0
-        self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
-        self._conns: list[socket.socket] = []
-        self._accept = threading.Thread(target=self._accept_loop, daemon=True)
-        self._accept.start()
-
-    def _accept_loop(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                conn, _ = self.listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            conn.settimeout(None)
-            self._conns.append(conn)
-            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
-            self._threads.append(thread)
-            thread.start()
-
-    def _read(self, conn: socket.socket, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = conn.recv(n - len(data))
-            if not chunk:
-                raise EOFError
-            data += chunk
-        return data
-
-    def _serve(self, conn: socket.socket) -> None:
-        try:
-            while not self._stopping.is_set():
-                (size,) = struct.unpack(">i", self._read(conn, 4))
-                frame = self._read(conn, size)
-                header = kc.parse_request_header(frame)
-                self.seen.append((header.api_key, header.api_version))
-                if header.api_key == 18:
-                    conn.sendall(kc.encode_api_versions_response(header))
-                    continue
-                handler = self._handlers.get(header.api_key)
-                if handler is None:
-                    return
-                answer = handler(self, header, kc.decode_request(header, frame))
-                if answer is not None:
-                    conn.sendall(kc.encode_response(header, answer))
-        except (EOFError, OSError):
-            pass
-        except Exception as exc:  # noqa: BLE001  (the fixture re-raises it in the test)
-            self.errors.append(exc)
-        finally:
-            conn.close()
-
-    def _metadata(self, header: kc.RequestHeader, request: Any) -> dict:
-        partitions = [
-            {
-                "error_code": 0,
-                "partition_index": 0,
-                "leader_id": 1,
-                "leader_epoch": 0,
-                "replica_nodes": [1],
-                "isr_nodes": [1],
-                "offline_replicas": [],
-            }
-        ]
-        return {
-            "throttle_time_ms": 0,
-            "cluster_id": "codec-cluster",
-            "controller_id": 1,
-            "brokers": [{"node_id": 1, "host": "127.0.0.1", "port": self.port, "rack": None}],
-            "topics": [
-                {
-                    "error_code": 0,
-                    "name": TOPIC,
-                    "topic_id": uuid.UUID(int=7),
-                    "is_internal": False,
-                    "partitions": partitions,
-                }
-            ],
-        }
-
-    def _init_producer_id(self, header: kc.RequestHeader, request: Any) -> dict:
-        return {"throttle_time_ms": 0, "error_code": 0, "producer_id": 1000, "producer_epoch": 0}
-
-    def _append(self, records: bytes) -> int:
-        """Store each v2 batch with its base offset set; the first offset given."""
-        with self._lock:
-            first, pos = self.next_offset, 0
-            while pos < len(records):
-                (length,) = struct.unpack_from(">i", records, pos + 8)
-                batch = records[pos : pos + 12 + length]
-                assert batch[16] == 2, "not a magic 2 batch"
-                (last_delta,) = struct.unpack_from(">i", batch, 23)
-                self.batches.append(struct.pack(">q", self.next_offset) + batch[8:])
-                self.next_offset += last_delta + 1
-                pos += len(batch)
-            return first
-
-    def _produce(self, header: kc.RequestHeader, request: Any) -> dict | None:
-        topics = []
-        for topic in request.topic_data:
-            partitions = []
-            for partition in topic.partition_data:
-                assert type(partition.records) is bytes
-                partitions.append(
-                    {
-                        "index": partition.index,
-                        "base_offset": self._append(partition.records),
-                        "log_append_time_ms": -1,
-                        "log_start_offset": 0,
-                    }
-                )
-            topics.append({"name": topic.name, "partition_responses": partitions})
-        if request.acks == 0:
-            return None
-        return {"throttle_time_ms": 0, "responses": topics}
-
-    def _list_offsets(self, header: kc.RequestHeader, request: Any) -> dict:
-        topics = []
-        for topic in request.topics:
-            partitions = []
-            for partition in topic.partitions:
-                offset = self.next_offset if partition.timestamp == -1 else 0
-                partitions.append(
-                    {
-                        "partition_index": partition.partition_index,
-                        "error_code": 0,
-                        "timestamp": -1,
-                        "offset": offset,
-                        "leader_epoch": 0,
-                    }
-                )
-            topics.append({"name": topic.name, "partitions": partitions})
-        return {"throttle_time_ms": 0, "topics": topics}
-
-    def _fetch(self, header: kc.RequestHeader, request: Any) -> dict:
-        responses = []
-        waited = False
-        for topic in request.topics:
-            partitions = []
-            for partition in topic.partitions:
-                with self._lock:
-                    chosen = [
-                        b
-                        for b in self.batches
-                        if struct.unpack_from(">q", b)[0] + struct.unpack_from(">i", b, 23)[0]
-                        >= partition.fetch_offset
-                    ]
-                    high_watermark = self.next_offset
-                if not chosen and not waited:  # a short long-poll keeps clients from spinning
-                    waited = True
-                    self._stopping.wait(min(request.max_wait_ms, 100) / 1000)
-                partitions.append(
-                    {
-                        "partition_index": partition.partition,
-                        "error_code": 0,
-                        "high_watermark": high_watermark,
-                        "last_stable_offset": high_watermark,
-                        "log_start_offset": 0,
-                        "aborted_transactions": [],
-                        "records": b"".join(chosen),
-                    }
-                )
-            responses.append({"topic": topic.topic, "partitions": partitions})
-        return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
-
-    def _find_coordinator(self, header: kc.RequestHeader, request: Any) -> dict:
-        unavailable = {
-            "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
-            "node_id": -1,
-            "host": "",
-            "port": -1,
-            "error_message": None,
-        }
-        keys = request.coordinator_keys if header.api_version >= 4 else [request.key]
-        return {
-            "throttle_time_ms": 0,
-            **unavailable,
-            "coordinators": [{"key": key, **unavailable} for key in keys],
-        }
-
-    _handlers: ClassVar[dict[int, Callable[..., dict | None]]] = {
-        3: _metadata,
-        22: _init_producer_id,
-        0: _produce,
-        2: _list_offsets,
-        1: _fetch,
-        10: _find_coordinator,
-    }
-
-    def close(self) -> None:
-        self._stopping.set()
-        self._accept.join(timeout=5)
-        self.listener.close()
-        for conn in list(self._conns):
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            conn.close()
-        for thread in self._threads:
-            thread.join(timeout=5)
-
-
-@pytest.fixture
-def server() -> Iterator[CodecServer]:
-    kc.warm_up()
-    srv = CodecServer()
-    yield srv
-    srv.close()
-    assert not srv.errors, srv.errors
-
-
 KCAT = shutil.which("kcat") or "/usr/bin/kcat"
 needs_kcat = pytest.mark.skipif(not os.path.exists(KCAT), reason="kcat is not installed")
 
@@ -1135,19 +950,19 @@ def _kcat_metadata(port: int) -> dict:
 
 @pytest.mark.clients
 @needs_kcat
-def test_kcat_lists_metadata(server: CodecServer) -> None:
-    metadata = _kcat_metadata(server.port)
+def test_kcat_lists_metadata(codec_server: CodecServer) -> None:
+    metadata = _kcat_metadata(codec_server.port)
     assert [b["id"] for b in metadata["brokers"]] == [1]
     [topic] = metadata["topics"]
     assert topic["topic"] == TOPIC
     assert [p["partition"] for p in topic["partitions"]] == [0]
-    assert (18, 3) in server.seen  # librdkafka 2.0 asks with the flexible v3 body
+    assert (18, 3) in codec_server.seen  # librdkafka 2.0 asks with the flexible v3 body
 
 
 @pytest.mark.clients
 @needs_kcat
 def test_kcat_falls_back_to_api_versions_v0(
-    server: CodecServer, monkeypatch: pytest.MonkeyPatch
+    codec_server: CodecServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A broker that only knows ApiVersions v0-v2 answers librdkafka's v3 with
     # the v0 error body; librdkafka must retry and carry on.
@@ -1155,48 +970,48 @@ def test_kcat_falls_back_to_api_versions_v0(
     monkeypatch.setattr(kc_api_versions, "ADVERTISED", narrowed)
     monkeypatch.setitem(ADVERTISED_BY_KEY, 18, ApiVersionRange(18, 0, 2))
     monkeypatch.setattr(kc_api_versions, "_api_versions_bodies", {})
-    metadata = _kcat_metadata(server.port)
+    metadata = _kcat_metadata(codec_server.port)
     assert metadata["topics"][0]["topic"] == TOPIC
-    versions = [v for k, v in server.seen if k == 18]
+    versions = [v for k, v in codec_server.seen if k == 18]
     assert versions[0] == 3 and 0 in versions[1:]
 
 
 @pytest.mark.clients
-def test_confluent_admin_client_lists_topics(server: CodecServer) -> None:
+def test_confluent_admin_client_lists_topics(codec_server: CodecServer) -> None:
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{server.port}"})
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{codec_server.port}"})
     metadata = admin.list_topics(timeout=15)
     assert list(metadata.brokers) == [1]
     assert metadata.cluster_id == "codec-cluster"
     assert list(metadata.topics[TOPIC].partitions) == [0]
-    metadata_versions = {v for k, v in server.seen if k == 3}
+    metadata_versions = {v for k, v in codec_server.seen if k == 3}
     assert max(metadata_versions) >= 9  # a flexible Metadata version was used
 
 
 @pytest.mark.clients
-def test_kafka_python_client_reads_metadata(server: CodecServer) -> None:
+def test_kafka_python_client_reads_metadata(codec_server: CodecServer) -> None:
     from kafka import KafkaConsumer
 
     consumer = KafkaConsumer(
-        bootstrap_servers=f"127.0.0.1:{server.port}", request_timeout_ms=10_000
+        bootstrap_servers=f"127.0.0.1:{codec_server.port}", request_timeout_ms=10_000
     )
     try:
         assert TOPIC in consumer.topics()
         assert consumer.config["api_version"] >= (2, 0)
     finally:
         consumer.close()
-    assert (18, 4) in server.seen
+    assert (18, 4) in codec_server.seen
 
 
-def _magic_2_batches_stored(server: CodecServer) -> None:
-    assert server.batches and all(batch[16] == 2 for batch in server.batches)
+def _magic_2_batches_stored(codec_server: CodecServer) -> None:
+    assert codec_server.batches and all(batch[16] == 2 for batch in codec_server.batches)
 
 
 @pytest.mark.clients
 @needs_kcat
-def test_kcat_produces_and_consumes_through_the_codec(server: CodecServer) -> None:
-    broker = f"127.0.0.1:{server.port}"
+def test_kcat_produces_and_consumes_through_the_codec(codec_server: CodecServer) -> None:
+    broker = f"127.0.0.1:{codec_server.port}"
     produced = subprocess.run(
         [KCAT, "-P", "-b", broker, "-t", TOPIC, "-p", "0", "-K", ":"],
         input="k1:one\nk2:two\nk3:three\n",
@@ -1206,8 +1021,8 @@ def test_kcat_produces_and_consumes_through_the_codec(server: CodecServer) -> No
         check=False,
     )
     assert produced.returncode == 0, produced.stderr
-    assert server.next_offset == 3
-    _magic_2_batches_stored(server)
+    assert codec_server.next_offset == 3
+    _magic_2_batches_stored(codec_server)
     consumed = subprocess.run(
         [
             KCAT,
@@ -1231,14 +1046,14 @@ def test_kcat_produces_and_consumes_through_the_codec(server: CodecServer) -> No
     )
     assert consumed.returncode == 0, consumed.stderr
     assert consumed.stdout.splitlines() == ["0 k1 one", "1 k2 two", "2 k3 three"]
-    assert {k for k, _ in server.seen} >= {0, 1, 2}
+    assert {k for k, _ in codec_server.seen} >= {0, 1, 2}
 
 
 @pytest.mark.clients
-def test_confluent_kafka_produces_and_consumes_through_the_codec(server: CodecServer) -> None:
+def test_confluent_kafka_produces_and_consumes_through_the_codec(codec_server: CodecServer) -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    broker = f"127.0.0.1:{server.port}"
+    broker = f"127.0.0.1:{codec_server.port}"
     producer = Producer(
         {
             "bootstrap.servers": broker,
@@ -1260,7 +1075,7 @@ def test_confluent_kafka_produces_and_consumes_through_the_codec(server: CodecSe
     assert producer.flush(20) == 0
     assert [err for err, _ in delivered if err is not None] == []
     assert sorted(offset for _, offset in delivered) == list(range(200))
-    _magic_2_batches_stored(server)
+    _magic_2_batches_stored(codec_server)
 
     consumer = Consumer(
         {
@@ -1288,15 +1103,15 @@ def test_confluent_kafka_produces_and_consumes_through_the_codec(server: CodecSe
     assert got == [
         (i, f"k{i}".encode(), f"v{i}".encode(), [("h", str(i).encode())]) for i in range(200)
     ]
-    fetch_versions = {v for k, v in server.seen if k == 1}
+    fetch_versions = {v for k, v in codec_server.seen if k == 1}
     assert max(fetch_versions) == 12  # the flexible Fetch, with its response tags section
 
 
 @pytest.mark.clients
-def test_kafka_python_produces_and_consumes_through_the_codec(server: CodecServer) -> None:
+def test_kafka_python_produces_and_consumes_through_the_codec(codec_server: CodecServer) -> None:
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    broker = f"127.0.0.1:{server.port}"
+    broker = f"127.0.0.1:{codec_server.port}"
     producer = KafkaProducer(bootstrap_servers=broker, compression_type="gzip", linger_ms=5)
     try:
         futures = [
@@ -1313,8 +1128,8 @@ def test_kafka_python_produces_and_consumes_through_the_codec(server: CodecServe
     finally:
         producer.close(timeout=5)
     assert offsets == list(range(100))
-    assert 22 in {k for k, _ in server.seen}  # idempotence is on by default: InitProducerId
-    _magic_2_batches_stored(server)
+    assert 22 in {k for k, _ in codec_server.seen}  # idempotence is on by default: InitProducerId
+    _magic_2_batches_stored(codec_server)
 
     consumer = KafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False)
     consumer.assign([TopicPartition(TOPIC, 0)])

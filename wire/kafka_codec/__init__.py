@@ -46,7 +46,11 @@ and Fetch::
 Fetch responses: `encode_response` copies the record bytes once, into the
 returned frame; `encode_response_parts` returns the frame as a list of
 buffers in which each partition's records are the handler's own object, for
-`socket.sendmsg` or a multipart ZeroMQ send. (kafka.protocol's own `encode`
+`socket.sendmsg` or a multipart ZeroMQ send. Records may also be given as a
+`wire.file_region.FileRegion` (the batches in their segment file): the parts
+then mix bytes and regions, and `join_parts` gives the bytes in one piece
+plus each region's offset in the frame (a KafkaResponse's `frame` and
+`regions`), for the Processor to send with `os.sendfile`. (kafka.protocol's own `encode`
 copies them twice, into a thread-local buffer that then stays as large as the
 largest response ever encoded on that thread, and out again.) The rest of the
 response is encoded by the library with 16-byte placeholders standing in for
@@ -96,7 +100,7 @@ from wire.kafka_codec.messages import (
     request_class,
     response_class,
 )
-from wire.kafka_codec.parts import _records_plan
+from wire.kafka_codec.parts import Part, _records_plan, has_regions, join_parts
 from wire.kafka_codec.requests import (
     _header_decoder,
     _header_decoder_for,
@@ -108,6 +112,7 @@ from wire.kafka_codec.responses import encode_response, encode_response_parts
 
 __all__ = [
     "InvalidRequestError",
+    "Part",
     "RequestHeader",
     "UnsupportedVersionError",
     "api_name",
@@ -116,6 +121,8 @@ __all__ = [
     "encode_api_versions_response",
     "encode_response",
     "encode_response_parts",
+    "has_regions",
+    "join_parts",
     "parse_request_header",
     "request_class",
     "response_class",

@@ -122,7 +122,7 @@ def _holds_default(field: Any, value: Any, version: int) -> bool:
         if value is None:
             return True
         if isinstance(value, tuple):
-            pairs = zip(field.untagged_fields(version), value)
+            pairs = zip(field.untagged_fields(version), value, strict=False)  # untagged ones only
             return all(_holds_default(f, v, version) for f, v in pairs)
         members = list(field.untagged_fields(version)) + list(field.tagged_fields(version)._fields)
         return all(_holds_default(f, getattr(value, f.name), version) for f in members)

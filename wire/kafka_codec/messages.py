@@ -17,6 +17,7 @@ from kafka.protocol.admin import (
     ListGroupsRequest,
     ListGroupsResponse,
 )
+from kafka.protocol.admin.cluster import DescribeClusterRequest, DescribeClusterResponse
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import (
@@ -113,6 +114,7 @@ _MESSAGE_CLASSES: dict[int, tuple[type[ApiMessage], type[ApiMessage]]] = {
     ApiKey.DeleteTopics: (DeleteTopicsRequest, DeleteTopicsResponse),
     ApiKey.InitProducerId: (InitProducerIdRequest, InitProducerIdResponse),
     ApiKey.DescribeConfigs: (DescribeConfigsRequest, DescribeConfigsResponse),
+    ApiKey.DescribeCluster: (DescribeClusterRequest, DescribeClusterResponse),
 }
 
 _API_VERSIONS = int(ApiKey.ApiVersions)

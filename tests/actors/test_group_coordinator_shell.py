@@ -9,8 +9,6 @@ The batch codec (``decode_batches``/``encode_records``) is tested on bytes.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import pytest
@@ -31,6 +29,7 @@ from actors.runtime.address import Address
 from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
+from tests.fixtures.waiting import wait_for
 from wire.broker_messages import (
     Append,
     AppendDone,
@@ -178,23 +177,6 @@ def commit_batch(records: list[Any]) -> bytes:
     return encode_records(records, 1_000)
 
 
-@pytest.fixture
-def node() -> Iterator[Node]:
-    n = Node("gc-test").start()
-    yield n
-    n.shutdown(timeout=5)
-
-
-def wait_for(predicate: Any, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError("condition not met in time")
-
-
 class Cluster:
     """Two coordinators over fake Controller and shard on one node, plus a probe."""
 
@@ -243,8 +225,9 @@ def groups_on_both_coordinators(topo: Topology) -> tuple[str, str]:
     return first, other
 
 
-def test_load_rebuilds_each_coordinators_groups_and_refuses_until_done(node: Node) -> None:
-    topo = Topology("gc-test", 1, 1, 1, 1, 2)
+def test_load_rebuilds_each_coordinators_groups_and_refuses_until_done(manual_node: Node) -> None:
+    node = manual_node
+    topo = Topology(node.name, 1, 1, 1, 1, 2)
     ga, gb = groups_on_both_coordinators(topo)
     logs: dict[int, list[bytes]] = {}
     for g, offsets in ((ga, (5, 9)), (gb, (3,))):
@@ -292,14 +275,16 @@ def test_load_rebuilds_each_coordinators_groups_and_refuses_until_done(node: Nod
     assert fw[2:] == [0, []]  # type: ignore[index]
 
 
-def test_commit_is_a_real_batch_answered_after_the_append(node: Node) -> None:
+def test_commit_is_a_real_batch_answered_after_the_append(manual_node: Node) -> None:
+    node = manual_node
     cluster = Cluster(node, {})
     cluster.release(reads=True)
     wait_for(cluster.loaded)
     cluster.release(appends=False)  # hold the appends
     rows = [OffsetCommitRow("t", 0, 17, 3, "meta"), OffsetCommitRow("t", 2, 4, -1, None)]
     rid = cluster.send("g", lambda r: OffsetCommit(r, "g", -1, "", None, rows))
-    time.sleep(0.2)  # the coordinator has appended and waits for the shard
+    node.quiesce()  # the coordinator has appended and the shard holds the append
+    assert node.ask(cluster.topo.shard(0), GetStats()) == []  # nothing appended yet
     assert cluster.answer(rid, wait=False) is None
     cluster.release(appends=True)
     assert cluster.answer(rid)[2] == [["t", 0, 0], ["t", 2, 0]]  # type: ignore[index]

@@ -1,0 +1,142 @@
+"""What the APIs answer from the cluster's metadata: brokers, partitions, coordinators.
+
+In cluster mode every handler keeps a MetadataCache (``ctx.cluster``) fed by
+the controller's UpdateMetadata requests. The functions here turn it into
+the parts of Metadata, DescribeCluster and FindCoordinator responses; on a
+single node (``ctx.cluster`` None) they describe the node itself, as before.
+DescribeCluster itself is here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from actors.apis.base import ApiGen, Call, HandlerContext, Respond
+from actors.core.cluster_model import NO_LEADER
+from actors.core.offsets_codec import OFFSETS_TOPIC, partition_for
+from wire.broker_messages import CreateTopicRow, CreateTopics, CreateTopicsDone
+from wire.cluster_messages import AwaitTopics, TopicsAwaited
+from wire.errors import ErrorCode
+
+NONE = int(ErrorCode.NONE)
+METADATA_WAIT_MS = 5000  # how long a Metadata request waits for a topic it auto-created
+# __consumer_offsets as the group coordinators make it (the single node's coordinator
+# creates it itself at start; in a cluster the first FindCoordinator does, as in Kafka)
+OFFSETS_TOPIC_CONFIGS = {"retention.ms": "-1", "segment.bytes": str(100 * 1024 * 1024)}
+
+Waiting = Generator[list[Call], list[Any], list[str]]
+
+
+def broker_rows(ctx: HandlerContext) -> list[dict[str, Any]]:
+    """Every live broker (Metadata's ``brokers``); this node alone before the first update."""
+    cache = ctx.cluster
+    if cache is not None and cache.brokers:
+        rows = []
+        for broker_id in cache.broker_ids():
+            found = cache.endpoint(broker_id)
+            if found is None:
+                continue
+            rows.append({"node_id": broker_id, "host": found[0], "port": found[1],
+                         "rack": cache.brokers[broker_id].rack})
+        return rows
+    rack = str(ctx.config["broker.rack"]) or None
+    return [{"node_id": ctx.broker_id, "host": ctx.advertised_host,
+             "port": ctx.advertised_port, "rack": rack}]
+
+
+def controller_id(ctx: HandlerContext) -> int:
+    return ctx.broker_id if ctx.cluster is None else ctx.cluster.controller_id
+
+
+def partition_rows(ctx: HandlerContext, name: str) -> list[dict[str, Any]]:
+    """Metadata's partitions of ``name``: leader, epoch, replicas, ISR, offline replicas."""
+    cache = ctx.cluster
+    if cache is None:
+        count = ctx.partition_count(name) or 0
+        return [{"error_code": 0, "partition_index": p, "leader_id": ctx.broker_id,
+                 "leader_epoch": 0, "replica_nodes": [ctx.broker_id],
+                 "isr_nodes": [ctx.broker_id], "offline_replicas": []}
+                for p in range(count)]
+    rows = []
+    for index, p in sorted(cache.partitions.get(name, {}).items()):
+        led = p.leader != NO_LEADER and p.leader in cache.brokers
+        rows.append({
+            "error_code": NONE if led else int(ErrorCode.LEADER_NOT_AVAILABLE),
+            "partition_index": index,
+            "leader_id": p.leader if led else NO_LEADER,
+            "leader_epoch": p.leader_epoch,
+            "replica_nodes": list(p.replicas),
+            "isr_nodes": list(p.isr),
+            "offline_replicas": list(p.offline_replicas),
+        })
+    return rows
+
+
+def await_topics(ctx: HandlerContext, names: list[str], present: bool,
+                 timeout_ms: int) -> Waiting:
+    """Wait (cluster mode) until this handler's metadata shows ``names`` with leaders
+    (``present``) or without them; returns those still not so after ``timeout_ms``."""
+    if ctx.cluster is None or not names or timeout_ms <= 0:
+        return []
+    done: TopicsAwaited
+    [done] = yield [Call(ctx.topology.replica_manager,
+                         lambda rid: AwaitTopics(rid, list(names), present, timeout_ms),
+                         max_wait_ms=timeout_ms)]
+    return list(done.missing)
+
+
+def ensure_offsets_topic(ctx: HandlerContext) -> Waiting:
+    """Create ``__consumer_offsets`` if the cluster has none; returns [] once it has leaders.
+
+    Its replication factor is ``offsets.topic.replication.factor``, at most the
+    live brokers (Kafka's rule for the automatic creation).
+    """
+    cache = ctx.cluster
+    assert cache is not None
+    if cache.has_leaders(OFFSETS_TOPIC):
+        return []
+    if not cache.has_topic(OFFSETS_TOPIC):
+        live = max(1, len(cache.brokers))
+        rf = min(int(ctx.config["offsets.topic.replication.factor"]), live)
+        row = CreateTopicRow(OFFSETS_TOPIC, int(ctx.config["offsets.topic.num.partitions"]), rf,
+                             dict(OFFSETS_TOPIC_CONFIGS))
+        created: CreateTopicsDone
+        [created] = yield [Call(ctx.topology.controller,
+                                lambda rid: CreateTopics(rid, False, [row]))]
+        code = created.rows[0].error_code if created.rows else NONE
+        if code not in (NONE, int(ErrorCode.TOPIC_ALREADY_EXISTS)):
+            return [OFFSETS_TOPIC]
+    return (yield from await_topics(ctx, [OFFSETS_TOPIC], True, METADATA_WAIT_MS))
+
+
+def group_coordinator(ctx: HandlerContext, group_id: str) -> tuple[int, int, str, int]:
+    """(error, node id, host, port) of the group's coordinator: the leader of its
+    ``__consumer_offsets`` partition (Kafka's partitionFor)."""
+    cache = ctx.cluster
+    assert cache is not None
+    partition = partition_for(group_id, int(ctx.config["offsets.topic.num.partitions"]))
+    leader = cache.leader(OFFSETS_TOPIC, partition)
+    found = cache.endpoint(leader) if leader != NO_LEADER else None
+    if found is None:
+        return int(ErrorCode.COORDINATOR_NOT_AVAILABLE), -1, "", -1
+    return NONE, leader, found[0], found[1]
+
+
+def handle_describe_cluster(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
+    endpoint_type = getattr(req, "endpoint_type", 1)
+    if endpoint_type not in (None, 1):
+        return Respond({"throttle_time_ms": 0, "error_code": int(ErrorCode.INVALID_REQUEST),
+                        "error_message": f"endpoint type {endpoint_type} is not served "
+                                         f"(brokers only, 1)",
+                        "cluster_id": ctx.cluster_id, "controller_id": -1, "brokers": []})
+    return Respond({
+        "throttle_time_ms": 0,
+        "error_code": NONE,
+        "error_message": None,
+        "cluster_id": ctx.cluster_id,
+        "controller_id": controller_id(ctx),
+        "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"],
+                     "rack": b["rack"]} for b in broker_rows(ctx)],
+    })
+    yield  # a generator like every API function

@@ -1,0 +1,589 @@
+"""The Controller of a cluster node: ZooKeeper, election, the controller core, its requests.
+
+Every node of a cluster runs one, at the address the single node's
+Controller has (``controller@node-<id>``), so the handlers send topic admin
+to it the same way. It owns the node's ZooKeeper session (a
+``MetadataStore``; the store's threads only send it notices) and:
+
+* keeps the runtime's Directory in step with ``/brokers/ids``: every live
+  node's gateway is learned from its registration (``actorlog_gateway``) and
+  forgotten when the node leaves;
+* registers the node again after each new ZooKeeper session (the Broker made
+  the first registration before telling it ``StartController``) and tells
+  the node's ReplicaManager the broker epoch;
+* runs the ControllerDriver (election, the pure controller core, its
+  metadata writes): the node whose driver won ``/controller`` is the active
+  controller; it sends LeaderAndIsr, UpdateMetadata and StopReplica to the
+  nodes' ReplicaManagers through a ControllerChannel (in order, one in
+  flight per node, resent until answered or the node leaves) and answers
+  CreateTopics, DeleteTopics, ControlledShutdown and AlterPartition;
+* forwards the topic admin of its own node's handlers to the active
+  controller when it is not that one itself (retrying when the controller
+  moved, NOT_CONTROLLER), and runs this node's controlled shutdown;
+* ticks ``retry_writes`` (writes the store could not reach) and the
+  automatic preferred-leader election from the injected clock.
+
+Every call to the store blocks this actor only; when ZooKeeper is away the
+calls fail at once (MetadataUnavailable) and are tried again later.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from actors.core.cluster_model import BrokerInfo, TopicPartition
+from actors.core.controller_channel import ControllerChannel
+from actors.core.controller_events import (
+    AlterPartitionRequest,
+    AlterPartitionResult,
+    AutoLeaderRebalance,
+    ControlledShutdownRequest,
+    ControlledShutdownResult,
+    CreatePartitionsResult,
+    CreateTopics,
+    CreateTopicsResult,
+    DeleteTopics,
+    DeleteTopicsResult,
+    ElectLeadersResult,
+    IsrProposal,
+    NewTopic,
+    Result,
+    StopReplicaDone,
+)
+from actors.core.controller_state import ControllerConfig, ControllerCore
+from actors.metadata.controller_driver import ControllerDriver
+from actors.metadata.store import BrokerIdInUse, MetadataError, MetadataStore, MetadataUnavailable
+from actors.runtime.actor import Actor, handles
+from actors.runtime.address import Address
+from actors.runtime.clock import Clock
+from actors.runtime.config import Config
+from actors.runtime.directory import NodeEndpoint
+from actors.topology import Topology, broker_node_name
+from wire import broker_messages as bm
+from wire import cluster_messages as cm
+from wire.errors import ErrorCode
+
+NOT_CONTROLLER = int(ErrorCode.NOT_CONTROLLER)
+NONE = int(ErrorCode.NONE)
+CHANNEL_RETRY_MS = 3000     # a node's request unanswered this long is sent again
+RETRY_WRITES_MS = 1000      # writes the store could not reach are tried again this often
+FORWARD_RETRY_MS = 200      # no controller known, or it moved: ask again after this
+REGISTER_RETRY_MS = 1000    # a registration that failed (ZooKeeper away) is tried again
+
+
+def gateway_endpoint(gateway: str) -> NodeEndpoint | None:
+    """``tcp://host:port`` (as registered) into a directory entry; None if unusable."""
+    text = gateway.strip()
+    if not text.startswith("tcp://"):
+        return None
+    host, sep, port = text[len("tcp://"):].rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return None
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return NodeEndpoint(host, int(port))
+
+
+@dataclass
+class _Forward:
+    """A topic admin request of this node's handlers, on its way to the active controller."""
+
+    origin: Address
+    origin_req_id: int
+    request: bm.CreateTopics | bm.DeleteTopics
+    deadline_ms: int
+    next_try_ms: int = 0
+    sent_to: int | None = None
+
+
+@dataclass
+class _Shutdown:
+    """This node's controlled shutdown: attempts made, partitions it still leads."""
+
+    state: str = "running"          # running, done, failed, skipped
+    attempts: int = 0
+    req_id: int = 0
+    sent_ms: int = 0
+    next_try_ms: int = 0
+    remaining: int = -1
+    message: str = ""
+
+
+def controller_config(broker_id: int, config: Config) -> ControllerConfig:
+    return ControllerConfig(
+        broker_id=broker_id,
+        num_partitions=int(config["num.partitions"]),
+        default_replication_factor=int(config["default.replication.factor"]),
+        unclean_leader_election_enable=bool(config["unclean.leader.election.enable"]),
+        delete_topic_enable=bool(config["delete.topic.enable"]),
+        leader_imbalance_per_broker_percentage=int(
+            config["leader.imbalance.per.broker.percentage"]),
+    )
+
+
+class ClusterController(Actor):
+    mailbox_size = 0  # unbounded: notices and node requests must never wait
+
+    def __init__(self, node: Any, name: str, *, topology: Topology, config: Config,
+                 store: MetadataStore, broker: BrokerInfo, clock: Clock,
+                 rng: random.Random | None = None, **kw: Any) -> None:
+        super().__init__(node, name, **kw)
+        self.topology = topology
+        self.config = config
+        self.store = store
+        self.broker = broker
+        self.clock = clock
+        self.rng = rng or random.Random()
+
+    # ------------------------------------------------------------ lifecycle
+    def setup(self) -> None:
+        broker_id = self.broker.broker_id
+        self.core = ControllerCore(controller_config(broker_id, self.config), self.rng.randrange)
+        self.driver = ControllerDriver(self.store, self.core, send=self._send_to_broker,
+                                       reply=self._reply, log=self._state_change)
+        self.channel = ControllerChannel(CHANNEL_RETRY_MS)
+        self.req_ids = itertools.count(1)
+        self.started = getattr(self, "started", False)
+        self.broker_epoch: int = getattr(self, "broker_epoch", -1)
+        self.registered_session: int | None = getattr(self, "registered_session", None)
+        self.register_retry_ms: int | None = None
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.forwards: dict[int, _Forward] = {}
+        self.shutdown: _Shutdown | None = None
+        self.was_active = False
+        self.elections = 0
+        now = self.clock.now_ms()
+        self.next_retry_writes_ms = now + RETRY_WRITES_MS
+        self.rebalance_ms = int(self.config["leader.imbalance.check.interval.seconds"]) * 1000
+        self.next_rebalance_ms = now + self.rebalance_ms
+        self.request_timeout_ms = int(self.config["request.timeout.ms"])
+        if self.started:  # restarted after a crash: take part again at once
+            self._refresh_brokers()
+            self._call_driver(self.driver.elect)
+
+    def teardown(self) -> None:
+        if not self._stopping:
+            # A crash: give the controllership up (a driver starts again from the store),
+            # but keep the session, which holds this node's registration.
+            if self.driver.active:
+                self.driver.resign("the controller actor restarts", give_up_znode=True)
+            return
+        try:
+            self.store.close()  # its ephemeral znodes go: others see this node leave now
+        except Exception:
+            self.log.exception("closing the ZooKeeper session failed")
+
+    def _state_change(self, line: str) -> None:
+        self.log.info("{}", line)
+
+    # ------------------------------------------------------------ start
+    @handles(cm.StartController)
+    def on_start_controller(self, msg: cm.StartController) -> None:
+        self.started = True
+        self.broker_epoch = msg.broker_epoch
+        self.registered_session = self.store.session_id
+        self.tell(self._replica_manager(), cm.BrokerRegistered(self.broker.broker_id,
+                                                               msg.broker_epoch))
+        self._refresh_brokers()
+        self._call_driver(self.driver.elect)
+
+    def _replica_manager(self, broker_id: int | None = None) -> Address:
+        node = (self.node.name if broker_id is None or broker_id == self.broker.broker_id
+                else broker_node_name(broker_id))
+        return Address(node, "replica-manager")
+
+    def _controller_of(self, broker_id: int) -> Address:
+        return Address(self.node.name if broker_id == self.broker.broker_id
+                       else broker_node_name(broker_id), self.name)
+
+    # ------------------------------------------------------------ driver calls
+    def _call_driver(self, fn: Any, *args: Any) -> None:
+        """Call the driver, then act on a change of controllership it made."""
+        fn(*args)
+        active = self.driver.active
+        if active and not self.was_active:
+            self.elections += 1
+            fence = self.driver.fence
+            self.log.info("this node (broker {}) is the active controller, epoch {}",
+                          self.broker.broker_id, fence.epoch if fence else "?")
+            self.next_rebalance_ms = self.clock.now_ms() + self.rebalance_ms
+        elif self.was_active and not active:
+            dropped = self.channel.pending()
+            self.channel.clear()
+            self.log.info("this node is no longer the controller ({} request(s) to nodes "
+                          "dropped)", dropped)
+        self.was_active = active
+
+    # ------------------------------------------------------------ store notices
+    @handles(cm.SessionStateChanged)
+    def on_session(self, msg: cm.SessionStateChanged) -> None:
+        if not self.started:
+            return
+        if msg.state == cm.SESSION_CONNECTED:
+            self.log.info("ZooKeeper session {:#x} connected", msg.session_id)
+            self._ensure_registered()
+            self._refresh_brokers()
+        elif msg.state == cm.SESSION_SUSPENDED:
+            self.log.warning("ZooKeeper connection lost; session {:#x} may still live",
+                             msg.session_id)
+        elif msg.state == cm.SESSION_EXPIRED:
+            self.log.warning("ZooKeeper session expired: this node's registration is gone")
+        self._call_driver(self.driver.on_notice, msg)
+
+    @handles(cm.BrokersChanged)
+    def on_brokers_changed(self, msg: cm.BrokersChanged) -> None:
+        if not self.started:
+            return
+        self._refresh_brokers()
+        self._call_driver(self.driver.on_notice, msg)
+
+    @handles(cm.ControllerChanged, cm.TopicsChanged, cm.TopicDeletionsChanged,
+             cm.IsrChangesNotified)
+    def on_notice(self, msg: Any) -> None:
+        if self.started:
+            self._call_driver(self.driver.on_notice, msg)
+
+    def _ensure_registered(self) -> None:
+        """After a new session, register this node again (a new broker epoch)."""
+        session = self.store.session_id
+        if session is None or session == self.registered_session:
+            return
+        try:
+            epoch = self.store.register_broker(self.broker, wait_for_stale_ms=0)
+        except BrokerIdInUse as exc:
+            self.log.error("cannot register again: {}", exc)
+            self.register_retry_ms = self.clock.now_ms() + REGISTER_RETRY_MS
+            return
+        except MetadataError as exc:
+            self.log.warning("registering again failed ({}); retrying", exc)
+            self.register_retry_ms = self.clock.now_ms() + REGISTER_RETRY_MS
+            return
+        self.register_retry_ms = None
+        self.registered_session = session
+        self.broker_epoch = epoch
+        self.log.info("registered again as broker {} at epoch {}", self.broker.broker_id, epoch)
+        self.tell(self._replica_manager(), cm.BrokerRegistered(self.broker.broker_id, epoch))
+
+    def _refresh_brokers(self) -> None:
+        """The Directory follows ``/brokers/ids``: learn gateways, forget departed nodes."""
+        try:
+            now = self.store.get_brokers(watch=True)
+        except MetadataUnavailable as exc:
+            self.log.debug("brokers not read: {}", exc)
+            return
+        directory = self.node.directory
+        me = self.broker.broker_id
+        for broker_id, info in now.items():
+            if broker_id == me:
+                continue
+            name = broker_node_name(broker_id)
+            old = self.brokers.get(broker_id)
+            endpoint = gateway_endpoint(info.gateway)
+            if endpoint is None:
+                self.log.warning("broker {} registered no usable gateway ({!r}); it cannot be "
+                                 "reached", broker_id, info.gateway)
+                continue
+            if old is not None and old.epoch != info.epoch:
+                directory.forget(name)  # a new life: links to the old one are dropped
+                self.channel.remove_broker(broker_id)
+            if directory.learn(name, endpoint):
+                self.log.info("broker {} at {} (gateway {})", broker_id,
+                              ", ".join(e.connection_string for e in info.endpoints),
+                              info.gateway)
+        for broker_id in set(self.brokers) - set(now):
+            if broker_id != me:
+                directory.forget(broker_node_name(broker_id))
+                dropped = self.channel.remove_broker(broker_id)
+                self.log.info("broker {} left the cluster ({} request(s) to it dropped)",
+                              broker_id, dropped)
+        self.brokers = now
+
+    # ------------------------------------------------------------ to the nodes
+    def _send_to_broker(self, broker_id: int, message: Any) -> None:
+        for target, request in self.channel.enqueue(broker_id, message, self.clock.now_ms()):
+            self.tell(self._replica_manager(target), request)
+
+    def _acknowledge(self, broker_id: int, request_type: type) -> Any:
+        answered, nxt = self.channel.acknowledge(broker_id, request_type, self.clock.now_ms())
+        for target, request in nxt:
+            self.tell(self._replica_manager(target), request)
+        return answered
+
+    @handles(cm.LeaderAndIsrResponse)
+    def on_leader_and_isr_response(self, msg: cm.LeaderAndIsrResponse) -> None:
+        if self._acknowledge(msg.broker_id, cm.LeaderAndIsr) is not None and msg.error_code:
+            self.log.warning("broker {} refused LeaderAndIsr: {}", msg.broker_id,
+                             ErrorCode(msg.error_code).name)
+
+    @handles(cm.UpdateMetadataResponse)
+    def on_update_metadata_response(self, msg: cm.UpdateMetadataResponse) -> None:
+        if self._acknowledge(msg.broker_id, cm.UpdateMetadata) is not None and msg.error_code:
+            self.log.warning("broker {} refused UpdateMetadata: {}", msg.broker_id,
+                             ErrorCode(msg.error_code).name)
+
+    @handles(cm.StopReplicaResponse)
+    def on_stop_replica_response(self, msg: cm.StopReplicaResponse) -> None:
+        if self._acknowledge(msg.broker_id, cm.StopReplica) is None:
+            return
+        if self.driver.active:
+            self._call_driver(self.driver.feed, StopReplicaDone(
+                msg.broker_id, msg.error_code,
+                {TopicPartition(r.topic, r.partition): r.error_code for r in msg.partitions}))
+
+    # ------------------------------------------------------------ replies
+    def _reply(self, request_id: Hashable, result: Result) -> None:
+        kind: str
+        to: Address
+        req_id: int
+        kind, to, req_id = request_id  # type: ignore[misc]
+        if isinstance(result, CreateTopicsResult):
+            self.tell(to, bm.CreateTopicsDone(req_id, [
+                bm.CreateTopicDoneRow(t.name, t.error_code, t.message, t.num_partitions,
+                                      t.replication_factor) for t in result.topics]))
+        elif isinstance(result, DeleteTopicsResult):
+            self.tell(to, bm.DeleteTopicsDone(req_id, [
+                bm.DeleteTopicDoneRow(t.name, t.error_code, t.message) for t in result.topics]))
+        elif isinstance(result, ControlledShutdownResult):
+            self.tell(to, cm.ControlledShutdownResponse(req_id, result.error_code, [
+                cm.TopicPartitionRow(tp.topic, tp.partition) for tp in result.remaining]))
+        elif isinstance(result, AlterPartitionResult):
+            rows = []
+            for part in result.partitions:
+                state = part.state
+                rows.append(cm.AlterPartitionResult(
+                    part.partition.topic, part.partition.partition, part.error_code,
+                    state.leader if state else -1, state.leader_epoch if state else -1,
+                    list(state.isr) if state else [], state.version if state else -1))
+            self.tell(to, cm.AlterPartitionResponse(req_id, result.error_code, rows))
+        elif isinstance(result, (CreatePartitionsResult, ElectLeadersResult)):
+            self.log.debug("{} for {} ({}): no wire answer yet", type(result).__name__, to, kind)
+
+    # ------------------------------------------------------------ topic admin
+    @handles(bm.CreateTopics)
+    def on_create_topics(self, msg: bm.CreateTopics) -> None:
+        assert self.current_sender is not None
+        if self.driver.active:
+            self._call_driver(self.driver.feed, CreateTopics(
+                ("create", self.current_sender, msg.req_id),
+                tuple(NewTopic(r.name, r.num_partitions, r.replication_factor, None,
+                               {k: str(v) for k, v in r.configs.items()}) for r in msg.rows),
+                msg.validate_only))
+        elif self.current_sender.node == self.node.name:
+            self._forward(msg)
+        else:
+            self.reply(bm.CreateTopicsDone(msg.req_id, [
+                bm.CreateTopicDoneRow(r.name, NOT_CONTROLLER, self._not_controller(), -1, -1)
+                for r in msg.rows]))
+
+    @handles(bm.DeleteTopics)
+    def on_delete_topics(self, msg: bm.DeleteTopics) -> None:
+        assert self.current_sender is not None
+        if self.driver.active:
+            self._call_driver(self.driver.feed, DeleteTopics(
+                ("delete", self.current_sender, msg.req_id), tuple(r.name for r in msg.rows)))
+        elif self.current_sender.node == self.node.name:
+            self._forward(msg)
+        else:
+            self.reply(bm.DeleteTopicsDone(msg.req_id, [
+                bm.DeleteTopicDoneRow(r.name, NOT_CONTROLLER, self._not_controller())
+                for r in msg.rows]))
+
+    def _not_controller(self) -> str:
+        known = self.driver.controller_id
+        return (f"broker {self.broker.broker_id} is not the controller (the controller is "
+                f"{known if known is not None else 'unknown'})")
+
+    def _forward(self, msg: bm.CreateTopics | bm.DeleteTopics) -> None:
+        assert self.current_sender is not None
+        now = self.clock.now_ms()
+        fwd = _Forward(self.current_sender, msg.req_id, msg, now + self.request_timeout_ms)
+        req_id = next(self.req_ids)
+        self.forwards[req_id] = fwd
+        self._try_forward(req_id, fwd, now)
+
+    def _try_forward(self, req_id: int, fwd: _Forward, now: int) -> None:
+        controller = self.driver.controller_id
+        if controller is None or controller == self.broker.broker_id:
+            fwd.next_try_ms = now + FORWARD_RETRY_MS  # none known, or it is us but not yet
+            return
+        fwd.sent_to = controller
+        fwd.next_try_ms = now + self.request_timeout_ms
+        self.tell(self._controller_of(controller), fwd.request._replace(req_id=req_id))
+
+    @handles(bm.CreateTopicsDone, bm.DeleteTopicsDone)
+    def on_forwarded_answer(self, msg: bm.CreateTopicsDone | bm.DeleteTopicsDone) -> None:
+        fwd = self.forwards.get(msg.req_id)
+        if fwd is None:
+            return  # answered already (timed out)
+        now = self.clock.now_ms()
+        if msg.rows and all(r.error_code == NOT_CONTROLLER for r in msg.rows) \
+                and now < fwd.deadline_ms:
+            fwd.sent_to = None
+            fwd.next_try_ms = now + FORWARD_RETRY_MS  # the controller moved: find it again
+            return
+        del self.forwards[msg.req_id]
+        self.tell(fwd.origin, msg._replace(req_id=fwd.origin_req_id))
+
+    def _expire_forward(self, fwd: _Forward) -> None:
+        text = (f"no controller answered within {self.request_timeout_ms} ms "
+                f"(request.timeout.ms): {self._not_controller()}")
+        request = fwd.request
+        if isinstance(request, bm.CreateTopics):
+            self.tell(fwd.origin, bm.CreateTopicsDone(fwd.origin_req_id, [
+                bm.CreateTopicDoneRow(r.name, int(ErrorCode.REQUEST_TIMED_OUT), text, -1, -1)
+                for r in request.rows]))
+        else:
+            self.tell(fwd.origin, bm.DeleteTopicsDone(fwd.origin_req_id, [
+                bm.DeleteTopicDoneRow(r.name, int(ErrorCode.REQUEST_TIMED_OUT), text)
+                for r in request.rows]))
+
+    # ------------------------------------------------------------ node -> controller
+    @handles(cm.ControlledShutdown)
+    def on_controlled_shutdown(self, msg: cm.ControlledShutdown) -> None:
+        assert self.current_sender is not None
+        if not self.driver.active:
+            self.reply(cm.ControlledShutdownResponse(msg.req_id, NOT_CONTROLLER, []))
+            return
+        self.log.info("broker {} asks for a controlled shutdown", msg.broker_id)
+        self._call_driver(self.driver.feed, ControlledShutdownRequest(
+            ("shutdown", self.current_sender, msg.req_id), msg.broker_id, msg.broker_epoch))
+
+    @handles(cm.AlterPartition)
+    def on_alter_partition(self, msg: cm.AlterPartition) -> None:
+        """A leader's ISR change (KIP-497): the path replication (issue 15) takes."""
+        assert self.current_sender is not None
+        if not self.driver.active:
+            self.reply(cm.AlterPartitionResponse(msg.req_id, NOT_CONTROLLER, []))
+            return
+        self._call_driver(self.driver.feed, AlterPartitionRequest(
+            ("alter", self.current_sender, msg.req_id), msg.broker_id, msg.broker_epoch,
+            tuple(IsrProposal(TopicPartition(p.topic, p.partition), p.leader_epoch,
+                              tuple(p.new_isr), p.partition_epoch) for p in msg.partitions)))
+
+    # ------------------------------------------------------------ controlled shutdown
+    @handles(cm.ControlledShutdownStep)
+    def on_shutdown_step(self, msg: cm.ControlledShutdownStep) -> dict[str, Any]:
+        if msg.start and self.shutdown is None:
+            if not self.started or not bool(self.config["controlled.shutdown.enable"]):
+                self.shutdown = _Shutdown("skipped")
+            else:
+                self.shutdown = _Shutdown()
+                self.log.info("controlled shutdown: asking the controller to move this "
+                              "node's leaderships")
+                self._try_shutdown(self.clock.now_ms())
+        found = self.shutdown
+        if found is None:
+            return {"state": "idle"}
+        return {"state": found.state, "attempts": found.attempts, "remaining": found.remaining,
+                "message": found.message}
+
+    def _try_shutdown(self, now: int) -> None:
+        found = self.shutdown
+        assert found is not None
+        controller = self.driver.controller_id
+        if controller is None:
+            found.next_try_ms = now + FORWARD_RETRY_MS
+            return
+        found.attempts += 1
+        found.req_id = next(self.req_ids)
+        found.sent_ms = now
+        found.next_try_ms = now + self.request_timeout_ms
+        self.tell(self._controller_of(controller), cm.ControlledShutdown(
+            found.req_id, self.broker.broker_id, self.broker_epoch))
+
+    @handles(cm.ControlledShutdownResponse)
+    def on_shutdown_response(self, msg: cm.ControlledShutdownResponse) -> None:
+        found = self.shutdown
+        if found is None or found.state != "running" or msg.req_id != found.req_id:
+            return
+        found.remaining = len(msg.remaining)
+        now = self.clock.now_ms()
+        if msg.error_code == NONE and not msg.remaining:
+            found.state = "done"
+            self.log.info("controlled shutdown done after {} attempt(s): this node leads "
+                          "nothing the others could take", found.attempts)
+            return
+        reason = (ErrorCode(msg.error_code).name if msg.error_code
+                  else f"{len(msg.remaining)} partition(s) still led here")
+        found.message = reason
+        if found.attempts > int(self.config["controlled.shutdown.max.retries"]):
+            found.state = "failed"
+            self.log.warning("controlled shutdown gave up after {} attempt(s): {}",
+                             found.attempts, reason)
+            return
+        self.log.info("controlled shutdown attempt {} not complete ({}); retrying",
+                      found.attempts, reason)
+        found.next_try_ms = now + int(self.config["controlled.shutdown.retry.backoff.ms"])
+
+    # ------------------------------------------------------------ timers
+    def poll_timeout_ms(self) -> int | None:
+        if not self.started:
+            return None
+        now = self.clock.now_ms()
+        deadlines = [self.next_retry_writes_ms]
+        channel = self.channel.next_deadline_ms()
+        if channel is not None:
+            deadlines.append(channel)
+        if self.driver.active and bool(self.config["auto.leader.rebalance.enable"]):
+            deadlines.append(self.next_rebalance_ms)
+        deadlines += [min(f.next_try_ms, f.deadline_ms) for f in self.forwards.values()]
+        if self.shutdown is not None and self.shutdown.state == "running":
+            deadlines.append(self.shutdown.next_try_ms)
+        if self.register_retry_ms is not None:
+            deadlines.append(self.register_retry_ms)
+        return max(0, min(deadlines) - now)
+
+    def on_turn(self) -> None:
+        if not self.started:
+            return
+        now = self.clock.now_ms()
+        for target, request in self.channel.due(now):
+            self.tell(self._replica_manager(target), request)
+        if now >= self.next_retry_writes_ms:
+            self.next_retry_writes_ms = now + RETRY_WRITES_MS
+            if self.driver.pending_retries:
+                self._call_driver(self.driver.retry_writes)
+        if self.register_retry_ms is not None and now >= self.register_retry_ms:
+            self.register_retry_ms = None
+            self._ensure_registered()
+        if now >= self.next_rebalance_ms:
+            self.next_rebalance_ms = now + self.rebalance_ms
+            if self.driver.active and bool(self.config["auto.leader.rebalance.enable"]):
+                self._call_driver(self.driver.feed, AutoLeaderRebalance())
+        for req_id, fwd in list(self.forwards.items()):
+            if now >= fwd.deadline_ms:
+                del self.forwards[req_id]
+                self._expire_forward(fwd)
+            elif now >= fwd.next_try_ms:
+                self._try_forward(req_id, fwd, now)
+        found = self.shutdown
+        if found is not None and found.state == "running" and now >= found.next_try_ms:
+            if found.attempts > int(self.config["controlled.shutdown.max.retries"]):
+                found.state = "failed"
+                found.message = found.message or "no answer from the controller"
+            else:
+                self._try_shutdown(now)
+
+    # ------------------------------------------------------------ inspection
+    @handles(bm.GetStats)
+    def stats(self, _msg: bm.GetStats) -> dict[str, Any]:
+        fence = self.driver.fence
+        return {
+            "broker_id": self.broker.broker_id,
+            "broker_epoch": self.broker_epoch,
+            "active": self.driver.active,
+            "controller_id": self.driver.controller_id,
+            "epoch": fence.epoch if fence else -1,
+            "elections": self.elections,
+            "brokers": sorted(self.brokers),
+            "directory": sorted(self.node.directory.nodes),
+            "pending_to_nodes": self.channel.pending(),
+            "resent_to_nodes": self.channel.resent,
+            "pending_writes": self.driver.pending_retries,
+            "forwards": len(self.forwards),
+            "topics": sorted(self.core.topics) if self.driver.active else [],
+        }

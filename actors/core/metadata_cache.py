@@ -1,0 +1,136 @@
+"""A node's view of the cluster, as the controller's UpdateMetadata requests describe it.
+
+Kafka's MetadataCache: the live brokers with their listeners, the controller,
+and every partition's leader, leader epoch, replicas, ISR and offline
+replicas. Each RequestHandler holds its own copy (no state shared between
+actors); the ReplicaManager holds one too and forwards every UpdateMetadata
+it accepted to the handlers, so all copies go through the same updates in
+the same order. Pure data: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from actors.core.cluster_model import LEADER_DURING_DELETE, NO_LEADER
+from wire.cluster_messages import BrokerRow, UpdateMetadata, UpdateMetadataPartition
+
+NO_CONTROLLER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class CachedPartition:
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    offline_replicas: tuple[int, ...]
+    partition_epoch: int
+    controller_epoch: int
+
+    @classmethod
+    def of(cls, row: UpdateMetadataPartition) -> CachedPartition:
+        return cls(row.leader, row.leader_epoch, tuple(row.isr), tuple(row.replicas),
+                   tuple(row.offline_replicas), row.partition_epoch, row.controller_epoch)
+
+
+@dataclass
+class MetadataCache:
+    """What one node knows of the cluster; changed only by :meth:`apply`."""
+
+    controller_id: int = NO_CONTROLLER
+    controller_epoch: int = -1
+    brokers: dict[int, BrokerRow] = field(default_factory=dict)
+    partitions: dict[str, dict[int, CachedPartition]] = field(default_factory=dict)
+    topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    updates: int = 0
+
+    def apply(self, update: UpdateMetadata) -> set[str]:
+        """Take one UpdateMetadata (already fenced by the caller); returns the topics it touched.
+
+        ``brokers`` replaces the live set; a full update replaces every
+        partition, a delta upserts the ones listed; leader -2 (the topic is
+        being deleted) removes the partition, and a topic without partitions
+        is gone.
+        """
+        self.updates += 1
+        self.controller_id = update.controller_id
+        self.controller_epoch = update.controller_epoch
+        self.brokers = {b.broker_id: b for b in update.brokers}
+        touched: set[str] = set()
+        if update.full:
+            touched = set(self.partitions)
+            self.partitions = {}
+        for row in update.partitions:
+            touched.add(row.topic)
+            if row.leader == LEADER_DURING_DELETE:
+                parts = self.partitions.get(row.topic)
+                if parts is not None:
+                    parts.pop(row.partition, None)
+                    if not parts:
+                        del self.partitions[row.topic]
+                continue
+            self.partitions.setdefault(row.topic, {})[row.partition] = CachedPartition.of(row)
+        for topic, configs in update.topic_configs.items():
+            if topic in self.partitions:
+                self.topic_configs[topic] = dict(configs)
+        for topic in list(self.topic_configs):
+            if topic not in self.partitions:
+                del self.topic_configs[topic]
+        return touched
+
+    # ------------------------------------------------------------------ reads
+    def topics(self) -> list[str]:
+        return sorted(self.partitions)
+
+    def has_topic(self, topic: str) -> bool:
+        return topic in self.partitions
+
+    def partition_count(self, topic: str) -> int | None:
+        """Partitions 0..n-1 of ``topic`` (None when unknown); a gap counts as the end."""
+        parts = self.partitions.get(topic)
+        if parts is None:
+            return None
+        n = 0
+        while n in parts:
+            n += 1
+        return n
+
+    def partition(self, topic: str, partition: int) -> CachedPartition | None:
+        parts = self.partitions.get(topic)
+        return None if parts is None else parts.get(partition)
+
+    def leader(self, topic: str, partition: int) -> int:
+        """The partition's leader, NO_LEADER (-1) when it has none or is unknown."""
+        found = self.partition(topic, partition)
+        return NO_LEADER if found is None else found.leader
+
+    def has_leaders(self, topic: str) -> bool:
+        """The topic exists and every partition has a live leader."""
+        parts = self.partitions.get(topic)
+        if not parts:
+            return False
+        return all(p.leader in self.brokers for p in parts.values())
+
+    def configs(self, topic: str) -> dict[str, str]:
+        return dict(self.topic_configs.get(topic, {}))
+
+    def broker_ids(self) -> list[int]:
+        return sorted(self.brokers)
+
+    def endpoint(self, broker_id: int, listener: str | None = None) -> tuple[str, int] | None:
+        """(host, port) of the broker's listener (the first one when not named)."""
+        broker = self.brokers.get(broker_id)
+        if broker is None or not broker.endpoints:
+            return None
+        for endpoint in broker.endpoints:
+            if listener is None or endpoint.listener == listener:
+                return endpoint.host, endpoint.port
+        return None
+
+    def missing(self, topics: Iterable[str], present: bool) -> list[str]:
+        """Topics not yet as awaited: without leaders (``present``) or still there (not)."""
+        if present:
+            return [t for t in topics if not self.has_leaders(t)]
+        return [t for t in topics if t in self.partitions]

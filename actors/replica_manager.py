@@ -1,0 +1,393 @@
+"""ReplicaManager: a cluster node's end of the controller's requests.
+
+Only in cluster mode (``zookeeper.connect``). The elected controller, on this
+node or another, sends it LeaderAndIsr, UpdateMetadata and StopReplica; it
+fences each on the controller epoch and this node's broker epoch
+(``actors.core.replica_fencing``), then:
+
+* LeaderAndIsr: hands each accepted partition's role to its PartitionShard
+  (``BecomeLeaderOrFollower``: the shard opens or creates the log and leads or
+  follows), answers the controller once every shard is done, then tells the
+  GroupCoordinators which ``__consumer_offsets`` partitions this node leads
+  now, and the replica fetchers what to fetch (the hook for replication).
+* UpdateMetadata: updates its MetadataCache and forwards the request to
+  every RequestHandler, which keeps its own copy for Metadata,
+  DescribeCluster, FindCoordinator and the NOT_LEADER_OR_FOLLOWER answers;
+  then answers the handlers waiting for topics to appear or go (AwaitTopics),
+  after the update, so they see what they waited for.
+* StopReplica: deletes the logs of a deleted topic (``DropPartitions``), or
+  only stops following (controlled shutdown of a follower).
+
+Requests that arrive before this node's registration is known are held and
+applied once it is (``BrokerRegistered`` from the node's controller actor).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from actors.core.cluster_model import TopicPartition
+from actors.core.metadata_cache import MetadataCache
+from actors.core.offsets_codec import OFFSETS_TOPIC
+from actors.core.replica_fencing import NONE, ReplicaFencing
+from actors.runtime.actor import Actor, handles
+from actors.runtime.address import Address
+from actors.runtime.clock import Clock
+from actors.runtime.config import Config
+from actors.topology import Topology
+from wire.broker_messages import DropPartitions, GetStats, ShardDone
+from wire.broker_messages import TopicPartition as TopicPartitionRow
+from wire.cluster_messages import (
+    AwaitTopics,
+    BecameLeaderOrFollower,
+    BecomeLeaderOrFollower,
+    BrokerRegistered,
+    CoordinatorPartitionRow,
+    CoordinatorPartitions,
+    LeaderAndIsr,
+    LeaderAndIsrResponse,
+    PartitionErrorRow,
+    ReplicaStateRow,
+    StopReplica,
+    StopReplicaResponse,
+    TopicsAwaited,
+    UpdateMetadata,
+    UpdateMetadataResponse,
+)
+from wire.errors import ErrorCode
+
+
+@dataclass
+class _Pending:
+    """A controller request waiting for shards: who asked, and what to answer."""
+
+    controller: Address
+    kind: str                                     # "lai" or "stop"
+    rows: dict[tuple[str, int], int]              # partition -> error code
+    shards_left: int
+    error_code: int = NONE
+    became: list[ReplicaStateRow] = field(default_factory=list)
+    stopped: list[TopicPartition] = field(default_factory=list)
+
+
+@dataclass
+class _Waiter:
+    handler: Address
+    req_id: int
+    topics: list[str]
+    present: bool
+    deadline_ms: int
+
+
+class ReplicaManager(Actor):
+    mailbox_size = 0  # unbounded: the controller sends one request at a time
+
+    def __init__(self, node: Any, name: str, *, topology: Topology, config: Config,
+                 broker_id: int, clock: Clock, **kw: Any) -> None:
+        super().__init__(node, name, **kw)
+        self.topology = topology
+        self.config = config
+        self.broker_id = broker_id
+        self.clock = clock
+
+    def setup(self) -> None:
+        # After a crash everything here is rebuilt from the controller's next requests
+        # (it resends state to a node it sees again); the shards keep their logs.
+        self.fencing = ReplicaFencing(self.broker_id)
+        self.cache = MetadataCache()
+        self.held: list[tuple[Address, Any]] = []
+        self.req_ids = itertools.count(1)
+        self.pending: dict[int, _Pending] = {}
+        self.waiters: list[_Waiter] = []
+        self.roles: dict[TopicPartition, tuple[int, int]] = {}  # -> (leader, leader epoch)
+        self.leader_gateways: dict[int, str] = {}
+        self.refusals_logged: set[tuple[str, int, int]] = set()
+        self.refused = 0
+        self.applied = {"lai": 0, "um": 0, "stop": 0}
+
+    # ------------------------------------------------------------ registration
+    @handles(BrokerRegistered)
+    def on_registered(self, msg: BrokerRegistered) -> None:
+        self.fencing.register(msg.broker_epoch)
+        self.log.info("registered as broker {} at epoch {}", msg.broker_id, msg.broker_epoch)
+        held, self.held = self.held, []
+        for sender, request in held:
+            self.current_sender = sender
+            self._dispatch(request)
+
+    def _hold(self, request: Any) -> bool:
+        """Keep a request that came before the registration; True when held."""
+        if self.fencing.registered:
+            return False
+        assert self.current_sender is not None
+        self.held.append((self.current_sender, request))
+        return True
+
+    def _dispatch(self, request: Any) -> None:
+        if isinstance(request, LeaderAndIsr):
+            self.on_leader_and_isr(request)
+        elif isinstance(request, UpdateMetadata):
+            self.on_update_metadata(request)
+        else:
+            self.on_stop_replica(request)
+
+    def _refusal(self, kind: str, controller_id: int, controller_epoch: int, code: int,
+                 reason: str) -> None:
+        """Count every refused request; log one line per controller epoch and kind."""
+        self.refused += 1
+        key = (kind, controller_id, controller_epoch)
+        if key not in self.refusals_logged:
+            self.refusals_logged.add(key)
+            self.log.warning("refused {} from controller {} epoch {}: {} ({})", kind,
+                             controller_id, controller_epoch, reason, ErrorCode(code).name)
+
+    # ------------------------------------------------------------ LeaderAndIsr
+    @handles(LeaderAndIsr)
+    def on_leader_and_isr(self, msg: LeaderAndIsr) -> None:
+        if self._hold(msg):
+            return
+        assert self.current_sender is not None
+        decision = self.fencing.leader_and_isr(msg)
+        if decision.error_code != NONE:
+            self._refusal("LeaderAndIsr", msg.controller_id, msg.controller_epoch,
+                          decision.error_code, decision.reason)
+            self.reply(LeaderAndIsrResponse(self.broker_id, decision.error_code, decision.rows))
+            return
+        if decision.reason:
+            self.log.info("LeaderAndIsr from controller {} epoch {}: {}", msg.controller_id,
+                          msg.controller_epoch, decision.reason)
+        self.applied["lai"] += 1
+        for leader in msg.live_leaders:
+            self.leader_gateways[leader.broker_id] = leader.gateway
+        rows = {(r.topic, r.partition): r.error_code for r in decision.rows}
+        pending = _Pending(self.current_sender, "lai", rows, 0, became=decision.accepted)
+        by_shard: dict[Address, list[ReplicaStateRow]] = {}
+        for row in decision.accepted:
+            by_shard.setdefault(self.topology.shard_for(row.topic, row.partition), []).append(row)
+        self._fan_out(pending, by_shard, BecomeLeaderOrFollower)
+
+    @handles(BecameLeaderOrFollower)
+    def on_became(self, msg: BecameLeaderOrFollower) -> None:
+        entry = self.pending.get(msg.req_id)
+        if entry is None:
+            return
+        for row in msg.rows:
+            if row.error_code != NONE:
+                entry.rows[(row.topic, row.partition)] = row.error_code
+        self._shard_done(msg.req_id, entry)
+
+    def _after_leader_and_isr(self, entry: _Pending) -> None:
+        applied = [r for r in entry.became if entry.rows.get((r.topic, r.partition)) == NONE]
+        elected: list[CoordinatorPartitionRow] = []
+        resigned: list[int] = []
+        follow: list[ReplicaStateRow] = []
+        lead: list[TopicPartition] = []
+        for row in applied:
+            tp = TopicPartition(row.topic, row.partition)
+            was_leader = self.roles.get(tp, (-1, -1))[0] == self.broker_id
+            self.roles[tp] = (row.leader, row.leader_epoch)
+            if row.leader == self.broker_id:
+                lead.append(tp)
+            else:
+                follow.append(row)
+            if row.topic == OFFSETS_TOPIC:
+                if row.leader == self.broker_id:
+                    elected.append(CoordinatorPartitionRow(row.partition, row.leader_epoch))
+                elif was_leader:
+                    resigned.append(row.partition)
+        self._coordinators(elected, resigned)
+        self._fetchers(follow, lead)
+
+    # ------------------------------------------------------------ StopReplica
+    @handles(StopReplica)
+    def on_stop_replica(self, msg: StopReplica) -> None:
+        if self._hold(msg):
+            return
+        assert self.current_sender is not None
+        decision = self.fencing.stop_replica(msg)
+        if decision.error_code != NONE:
+            self._refusal("StopReplica", msg.controller_id, msg.controller_epoch,
+                          decision.error_code, decision.reason)
+            self.reply(StopReplicaResponse(self.broker_id, decision.error_code, decision.rows))
+            return
+        self.applied["stop"] += 1
+        rows = {(r.topic, r.partition): r.error_code for r in decision.rows}
+        stopped = [TopicPartition(p.topic, p.partition) for p in decision.accepted]
+        pending = _Pending(self.current_sender, "stop", rows, 0, stopped=stopped)
+        by_shard: dict[Address, list[TopicPartitionRow]] = {}
+        for p in decision.accepted:
+            if p.delete:
+                by_shard.setdefault(self.topology.shard_for(p.topic, p.partition), []).append(
+                    TopicPartitionRow(p.topic, p.partition))
+        self._fan_out(pending, by_shard, DropPartitions)
+
+    @handles(ShardDone)
+    def on_shard_done(self, msg: ShardDone) -> None:
+        entry = self.pending.get(msg.req_id)
+        if entry is None:
+            return
+        if msg.error:
+            self.log.error("a shard failed to delete partitions: {}", msg.error)
+            entry.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+        self._shard_done(msg.req_id, entry)
+
+    def _after_stop_replica(self, entry: _Pending) -> None:
+        resigned = []
+        for tp in entry.stopped:
+            leader, _epoch = self.roles.pop(tp, (-1, -1))
+            if tp.topic == OFFSETS_TOPIC and leader == self.broker_id:
+                resigned.append(tp.partition)
+        self._coordinators([], resigned)
+        self._fetchers([], [], stopped=entry.stopped)
+
+    # ------------------------------------------------------------ fan out / in
+    def _fan_out(self, entry: _Pending, by_shard: dict[Address, list[Any]], msg_type: Any) -> None:
+        if not by_shard:
+            self._answer(entry)
+            return
+        req_id = next(self.req_ids)
+        entry.shards_left = len(by_shard)
+        self.pending[req_id] = entry
+        for shard, rows in by_shard.items():
+            self.tell(shard, msg_type(req_id, rows))
+
+    def _shard_done(self, req_id: int, entry: _Pending) -> None:
+        entry.shards_left -= 1
+        if entry.shards_left > 0:
+            return
+        del self.pending[req_id]
+        self._answer(entry)
+
+    def _answer(self, entry: _Pending) -> None:
+        rows = [PartitionErrorRow(t, p, code) for (t, p), code in entry.rows.items()]
+        if entry.kind == "lai":
+            self.tell(entry.controller, LeaderAndIsrResponse(self.broker_id, entry.error_code,
+                                                             rows))
+            self._after_leader_and_isr(entry)
+        else:
+            self.tell(entry.controller, StopReplicaResponse(self.broker_id, entry.error_code,
+                                                            rows))
+            self._after_stop_replica(entry)
+
+    # ------------------------------------------------------------ UpdateMetadata
+    @handles(UpdateMetadata)
+    def on_update_metadata(self, msg: UpdateMetadata) -> None:
+        if self._hold(msg):
+            return
+        code, reason = self.fencing.check(msg.controller_id, msg.controller_epoch,
+                                          msg.broker_epoch)
+        if code != NONE:
+            self._refusal("UpdateMetadata", msg.controller_id, msg.controller_epoch, code,
+                          reason)
+            self.reply(UpdateMetadataResponse(self.broker_id, code))
+            return
+        self.applied["um"] += 1
+        self.cache.apply(msg)
+        for handler in self.topology.all_handlers():
+            self.tell(handler, msg)
+        self.reply(UpdateMetadataResponse(self.broker_id, NONE))
+        self._demote_from_metadata(msg)
+        self._check_waiters(self.clock.now_ms())
+
+    def _demote_from_metadata(self, msg: UpdateMetadata) -> None:
+        """Partitions this node leads that the metadata gives to another leader at a newer
+        epoch. A controlled shutdown moves leaderships without a LeaderAndIsr to the node
+        that stops (as Kafka); its shards and coordinators learn it here, so the node does
+        not go on acknowledging writes nobody will read."""
+        rows = []
+        for p in msg.partitions:
+            tp = TopicPartition(p.topic, p.partition)
+            role = self.roles.get(tp)
+            known_epoch = self.fencing.leader_epochs.get(tp, -1)
+            if (role is None or role[0] != self.broker_id or p.leader == self.broker_id
+                    or p.leader < -1 or p.leader_epoch <= known_epoch):
+                continue
+            self.fencing.leader_epochs[tp] = p.leader_epoch
+            rows.append(ReplicaStateRow(p.topic, p.partition, p.leader, p.leader_epoch,
+                                        list(p.isr), list(p.replicas), p.partition_epoch, False,
+                                        dict(msg.topic_configs.get(p.topic, {}))))
+        if not rows:
+            return
+        self.log.info("no longer leading {} (moved by controller {} epoch {})",
+                      ", ".join(f"{r.topic}-{r.partition}" for r in rows), msg.controller_id,
+                      msg.controller_epoch)
+        by_shard: dict[Address, list[ReplicaStateRow]] = {}
+        for row in rows:
+            by_shard.setdefault(self.topology.shard_for(row.topic, row.partition), []).append(row)
+        req_id = next(self.req_ids)  # not pending: nobody waits for the shards' answers
+        for shard, shard_rows in by_shard.items():
+            self.tell(shard, BecomeLeaderOrFollower(req_id, shard_rows))
+        self._after_leader_and_isr(_Pending(self.address, "lai",
+                                            {(r.topic, r.partition): NONE for r in rows}, 0,
+                                            became=rows))
+
+    # ------------------------------------------------------------ waiting for topics
+    @handles(AwaitTopics)
+    def on_await(self, msg: AwaitTopics) -> None:
+        assert self.current_sender is not None
+        waiter = _Waiter(self.current_sender, msg.req_id, list(msg.topics), msg.present,
+                         self.clock.now_ms() + msg.timeout_ms)
+        if not self.cache.missing(waiter.topics, waiter.present):
+            self.reply(TopicsAwaited(msg.req_id, []))
+            return
+        self.waiters.append(waiter)
+
+    def _check_waiters(self, now_ms: int) -> None:
+        if not self.waiters:
+            return
+        keep = []
+        for waiter in self.waiters:
+            missing = self.cache.missing(waiter.topics, waiter.present)
+            if missing and now_ms < waiter.deadline_ms:
+                keep.append(waiter)
+            else:
+                self.tell(waiter.handler, TopicsAwaited(waiter.req_id, missing))
+        self.waiters = keep
+
+    def poll_timeout_ms(self) -> int | None:
+        if not self.waiters:
+            return None
+        return max(0, min(w.deadline_ms for w in self.waiters) - self.clock.now_ms())
+
+    def on_turn(self) -> None:
+        if self.waiters:
+            self._check_waiters(self.clock.now_ms())
+
+    # ------------------------------------------------------------ the others
+    def _coordinators(self, elected: list[CoordinatorPartitionRow], resigned: list[int]) -> None:
+        if not elected and not resigned:
+            return
+        for i in range(self.topology.num_coordinators):
+            self.tell(self.topology.coordinator(i), CoordinatorPartitions(elected, resigned))
+
+    def _fetchers(self, follow: list[ReplicaStateRow], lead: list[TopicPartition],
+                  stopped: list[TopicPartition] | None = None) -> None:
+        """Where replication plugs in (issue 15): the ReplicaFetcherManager is told here.
+
+        ``follow``: partitions this node now follows at ``leader_epoch``: truncate
+        by leader epoch, then fetch from ``leader`` (its gateway is in
+        ``self.leader_gateways``; no leader, -1: wait for the next LeaderAndIsr).
+        ``lead``: partitions it now leads, and ``stopped`` those it no longer
+        hosts or follows (StopReplica): remove their fetchers. Until replication
+        exists, a follower only holds the log it has.
+        """
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> dict[str, Any]:
+        return {
+            "broker_epoch": self.fencing.broker_epoch,
+            "controller_epoch": self.fencing.controller_epoch,
+            "controller_id": self.fencing.controller_id,
+            "applied": dict(self.applied),
+            "refused": self.refused,
+            "held": len(self.held),
+            "leading": sorted(str(tp) for tp, (leader, _e) in self.roles.items()
+                              if leader == self.broker_id),
+            "following": sorted(str(tp) for tp, (leader, _e) in self.roles.items()
+                                if leader != self.broker_id),
+            "brokers": self.cache.broker_ids(),
+            "topics": self.cache.topics(),
+            "waiters": len(self.waiters),
+        }

@@ -111,3 +111,59 @@ def test_a_file_still_being_written_is_analysed_too(
     assert summary["inputs"]["salvaged"] == 1
     assert summary["records"] == len(read_trace_dirs([real_traces]))
     assert summary["per_api_us"]["produce"]["requests"] == PRODUCED
+
+
+def _rec(kind: str, node: str, offset: int, sent: int, recv: int, done: int, actor: str,
+         sender: str, msg: str, span: int = 0, parent: int = 0) -> dict[str, object]:
+    return dict(kind=kind, trace_id=7, span_id=span, parent_span_id=parent, node=node,
+                actor=actor, sender=sender, msg_type=msg, conn_id=1, corr_id=3, api_key=0,
+                bytes=10, bytes_out=0, sent_ns=sent, recv_ns=recv, done_ns=done,
+                clock_offset_ns=offset, link_trace_id=0, link_span_id=0, offset=-1, detail="")
+
+
+def test_analyze_lines_up_the_dirs_of_nodes_whose_clocks_differ(
+    spark: object, tmp_path: Path
+) -> None:
+    """A produce handled on node a whose Append went to a shard on node b, whose wall
+    clock is 5 s ahead (its gateway measured the offset: clock_offset_ns -5 s). Each
+    node's records in its own dir; analyze puts them on a's clock, so the stages and
+    b's mailbox wait are what they were, not 5 s off."""
+    import pyarrow.parquet as pq
+
+    from actors.trace.analyze import analyze
+    from actors.trace.spans import request_from_trace
+    from wire import trace_format as tf
+
+    ahead = 5_000_000_000
+    p, h, s = "processor-0", "handler-0", "shard-0"
+    on_a = [
+        _rec("request", "a", 0, 0, 0, 530, p, "10.0.0.1:5", "produce"),
+        _rec("hop", "a", 0, 10, 100, 150, h, f"{p}@a", "KafkaRequest", 1),
+        _rec("hop", "a", 0, 260 + ahead, 400, 460, h, f"{s}@b", "AppendDone", 3, 2),
+        _rec("hop", "a", 0, 440, 500, 510, p, f"{h}@a", "KafkaResponse", 4, 3),
+    ]
+    on_b = [
+        _rec("net", "b", -ahead, 130, 180 + ahead, 190 + ahead, "_gateway", f"{h}@a",
+             "Append", 2, 1),
+        _rec("hop", "b", -ahead, 130, 200 + ahead, 270 + ahead, s, f"{h}@a", "Append", 2, 1),
+    ]
+    for node, records in (("a", on_a), ("b", on_b)):
+        (tmp_path / node).mkdir()
+        write_records(tmp_path / node / f"{node}-1-1-000001{tf.FILE_SUFFIX}", records,
+                      {"node": node})
+    expected = {"request_queue": 100, "local": 90, "remote": 250, "response_queue": 60,
+                "send": 30}
+    python_side = request_from_trace(7, on_a + on_b, {"a": 0, "b": -ahead})
+    assert python_side is not None and python_side.stages == expected
+
+    summary = analyze([tmp_path / "a", tmp_path / "b"], tmp_path / "report", spark=spark,
+                      plots=False)
+    assert summary["anchors_ns"] == {"a": 0, "b": -ahead}
+    (req,) = pq.read_table(tmp_path / "report" / "requests").to_pylist()
+    assert {st: req[f"{st}_ns"] for st in STAGES} == expected and req["total_ns"] == 530
+    actors = {(a["node"], a["actor"]): a
+              for a in pq.read_table(tmp_path / "report" / "actors").to_pylist()}
+    # b's shard waited 70 ns for the Append (sent on a's clock, received on b's)
+    assert actors[("b", s)]["mailbox_p50_us"] == pytest.approx(0.07)
+    assert actors[("a", h)]["mailbox_p50_us"] == pytest.approx(0.09, abs=0.06)
+    assert summary["violation_count"] == 0

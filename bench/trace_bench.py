@@ -244,28 +244,47 @@ def _generated(work: Path, events: int) -> Path:
     return d
 
 
-def _become_subreaper() -> bool:
-    """Adopt orphaned descendants (Linux prctl PR_SET_CHILD_SUBREAPER): Spark's JVM
-    outlives the analyze process that started it, and its CPU time is only counted
-    once someone reaps it."""
+def _subreaper(on: bool) -> bool:
+    """Adopt (or stop adopting) orphaned descendants: Linux prctl PR_SET_CHILD_SUBREAPER.
+    Spark's JVM outlives the analyze process that started it, and its CPU time is
+    only counted (RUSAGE_CHILDREN) once someone reaps it."""
     try:
         import ctypes
 
-        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+        return bool(ctypes.CDLL(None, use_errno=True).prctl(36, int(on), 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
 
 
-def _reap_children(timeout_s: float = 60.0) -> None:
-    """Wait for every child (and adopted orphan) to exit, for at most ``timeout_s``."""
+def _children() -> set[int]:
+    """The pids whose parent is this process (from /proc)."""
+    me, out = os.getpid(), set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rpartition(")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == me:
+                out.add(int(entry))
+    return out
+
+
+def _reap(others: set[int], timeout_s: float = 60.0) -> None:
+    """Wait for the children that are not ``others`` (the run's leftovers, adopted) to
+    exit, for at most ``timeout_s``; children this process had before are left alone."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            pid, _status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
+        mine = _children() - others
+        if not mine:
             return
-        if pid == 0:
-            time.sleep(0.1)
+        for pid in mine:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        time.sleep(0.1)
 
 
 def _children_cpu_s() -> float:
@@ -274,6 +293,8 @@ def _children_cpu_s() -> float:
 
 
 def _analyze_once(src: Path, out: Path, master: str) -> dict[str, Any]:
+    before = _children()
+    adopting = _subreaper(True)
     cpu0 = _children_cpu_s()
     t0 = time.perf_counter()
     subprocess.run(
@@ -295,11 +316,14 @@ def _analyze_once(src: Path, out: Path, master: str) -> dict[str, Any]:
         stderr=subprocess.DEVNULL,
     )
     wall = time.perf_counter() - t0
-    _reap_children()
+    if adopting:
+        _reap(before)
+        _subreaper(False)
     cpu = _children_cpu_s() - cpu0
     summary = json.loads((out / "summary.json").read_text())
     return {
         "wall_s": wall,
+        "cpu_counts_spark_jvm": adopting,
         # CPU seconds of the whole job (Python, Spark's JVM, its workers): on a shared
         # machine, cpu_s / cores is what the wall time would be at best on an idle one
         "cpu_s": cpu,
@@ -337,7 +361,6 @@ def analyze_command(
 ) -> None:
     """`trace analyze` wall time on synthetic traces of each size, and its growth."""
     counts = sorted(int(s) for s in sizes.split(","))
-    subreaper = _become_subreaper()
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="actorlog-trace-analyze-"))
     work.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
@@ -394,8 +417,7 @@ def analyze_command(
         write_json(
             json_path,
             "trace-analyze",
-            {"sizes": counts, "repeat": repeat, "master": master,
-             "cpu_counts_spark_jvm": subreaper},
+            {"sizes": counts, "repeat": repeat, "master": master},
             results,
             ratios,
         )

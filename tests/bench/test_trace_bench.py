@@ -44,6 +44,7 @@ def test_generated_traces_are_whole_causal_requests(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # two Spark starts in a row: minutes each on a busy 2-core machine
 def test_trace_analyze_bench_json(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")
     out = tmp_path / "analyze.json"

@@ -120,12 +120,16 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                                 "node stops anyway"),
     "controlled.shutdown.retry.backoff.ms": (5000, int, "wait between those attempts"),
     "auto.leader.rebalance.enable": (True, bool, "move leaderships back to preferred replicas "
-                                                 "when a broker leads too few of its own"),
+                                                 "when a broker leads too few of its own "
+                                                 "(reserved: a preferred replica back in "
+                                                 "the ISR needs replication, issue 15)"),
     "leader.imbalance.per.broker.percentage": (10, int, "share of a broker's preferred "
                                                         "leaderships it may lose before they "
-                                                        "are moved back"),
+                                                        "are moved back (reserved with "
+                                                        "auto.leader.rebalance.enable)"),
     "leader.imbalance.check.interval.seconds": (300, int, "how often the controller checks "
-                                                          "the leader imbalance"),
+                                                          "the leader imbalance (reserved with "
+                                                          "auto.leader.rebalance.enable)"),
 }
 
 
@@ -135,6 +139,12 @@ RESERVED: dict[str, str] = {
     "num.replica.fetchers": "issue 15 (replication)",
     "replica.lag.time.max.ms": "issue 15 (replication)",
     "replica.fetch.backoff.ms": "issue 15 (replication)",
+    # The controller runs the rebalance (unit-tested in tests/core/test_controller_state.py),
+    # but until replication lands a replica that left the ISR never rejoins it, so a
+    # preferred replica is never an ISR member that does not lead: nothing to move back.
+    "auto.leader.rebalance.enable": "issue 15 (replication: replicas rejoin the ISR)",
+    "leader.imbalance.per.broker.percentage": "issue 15 (with auto.leader.rebalance.enable)",
+    "leader.imbalance.check.interval.seconds": "issue 15 (with auto.leader.rebalance.enable)",
 }
 
 _MAX_INT = 2**63 - 1

@@ -58,7 +58,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.topology import Topology
-from wire.api_versions import STAGES, api_name
+from wire.api_versions import STAGES, api_name, api_snake_name
 from wire.broker_messages import (
     ConnectionClosed,
     GetStats,
@@ -149,11 +149,11 @@ class _Conn:
         self.can_sendfile = can_sendfile
         # POLLIN wanted: False while the connection is over any bound
         self.reading = True
+        self.traces: dict[int, tuple[int, int, int]] = {}  # seq -> (trace id, in ns, bytes)
         # queued.max.request.bytes: bytes this connection holds, read into the core
         # (a begun frame counted whole) and handed on unanswered (in request order)
         self.buffer_charge = 0
         self.request_sizes: deque[int] = deque()
-        self.traces: dict[int, int] = {}
         self.mask = 0
 
 
@@ -403,11 +403,8 @@ class Processor(Actor):
         now = self._monotonic_ns()
         tracer = self.node.tracer
         tid = tracer.sample() if tracer.enabled else 0
-        if tid:
-            conn.traces[seq] = tid
-            tracer.event("net_in", tid, 0, 0, self.name, f"{conn.peer_host}:{conn.peer_port}",
-                         "request", conn.conn_id, request.correlation_id, request.api_key,
-                         size, mono_ns=now)
+        if tid:  # the request record (client leg) is written when the request is finished
+            conn.traces[seq] = (tid, self.clock.wall_ns(), size)
         self.tell_traced(
             self.topology.handler_for_conn(conn.conn_id),
             KafkaRequest(conn.conn_id, seq, self.name, request.api_key, request.api_version,
@@ -608,13 +605,15 @@ class Processor(Actor):
         incr(latency_key(api_name(response.api_key), total))
         for key, value in zip(stage_keys, values, strict=True):
             incr(key, value)
-        tid = conn.traces.pop(response.seq, 0)
-        if tid:
-            self.node.tracer.event("net_out", tid, 0, 0, self.name,
-                                   f"{conn.peer_host}:{conn.peer_port}", "response",
-                                   conn.conn_id, response.correlation_id, response.api_key,
-                                   len(response.frame) + sum(r.length for r in response.regions),
-                                   mono_ns=now)
+        traced = conn.traces.pop(response.seq, None)
+        if traced is not None:
+            tid, in_ns, size = traced
+            out_bytes = (len(response.frame) + sum(r.length for r in response.regions)
+                         if response.respond else 0)
+            self.node.tracer.request(tid, self.name, f"{conn.peer_host}:{conn.peer_port}",
+                                     api_snake_name(response.api_key), conn.conn_id,
+                                     response.correlation_id, response.api_key, size, out_bytes,
+                                     in_ns, self.clock.wall_ns())
 
     # ------------------------------------------------------- idle connections
     def poll_timeout_ms(self) -> int | None:

@@ -35,6 +35,7 @@ from tests.fixtures.broker import broker, fresh_broker, num_processes_params
 from tests.fixtures.cluster import cluster_factory
 from tests.fixtures.codec_server import codec_server
 from tests.fixtures.netns import make_test_hosts
+from tests.fixtures.spark_cluster import spark_cluster
 from tests.fixtures.sshd import ssh_host
 from tests.fixtures.traces import real_traces, spark
 from tests.fixtures.zookeeper import zk_connect, zk_ensemble, zookeeper_server
@@ -51,6 +52,7 @@ __all__ = [
     "node",
     "real_traces",
     "spark",
+    "spark_cluster",
     "ssh_host",
     "zk_connect",
     "zk_ensemble",

@@ -9,7 +9,8 @@
 - ``kafka_codec``: Kafka request frames in, response frames out;
   ``api_versions``: the advertised API versions, the API names, the request stages.
 - ``errors``: Kafka's error codes and the exceptions that carry them.
-- ``trace_format``: the trace file format.
+- ``trace_format``: the trace file format; ``trace_parquet``: its codec (the small part
+  of Parquet trace files use, in pure Python).
 
 Data only: no sockets, no threads. The names below are imported on first use
 (``kafka_codec`` loads kafka-python's protocol classes).

@@ -30,7 +30,7 @@ from actors.runtime.directory import Directory, NodeEndpoint, default_ipc_dir
 from actors.runtime.errors import AskFailed, AskTimeout, MessageTooLarge, NodeError
 from actors.runtime.gateway import Gateway
 from actors.runtime.pykka_compat import actor_of, call_message
-from actors.runtime.tracing import Tracer, new_id
+from actors.runtime.tracing import Tracer, net_legs, new_id
 from wire import registry
 from wire.envelope import DEFAULT_MAX_FRAME_BYTES, encode_frames, new_entry
 from wire.runtime_messages import Reply
@@ -210,10 +210,17 @@ class Node:
             return None
         return self._new_link(address)
 
-    def _send_frame(self, link: Link, address: Address, frame: bytes, waiter: Any = None) -> None:
-        """Send one frame, waiting (never dropping) while the receiver's mailbox is full."""
+    def _send_frame(self, link: Link, address: Address, frame: bytes, waiter: Any = None,
+                    net_legs: bytes | None = None) -> None:
+        """Send one frame, waiting (never dropping) while the receiver's mailbox is full.
+
+        ``net_legs`` (``actors.runtime.tracing.net_legs``) rides along to a remote
+        gateway when the frame carries traced messages."""
         sock = link.sock
-        parts = [address.name.encode(), frame] if link.remote else None
+        parts = None
+        if link.remote:
+            parts = [address.name.encode(), frame] if net_legs is None \
+                else [address.name.encode(), frame, net_legs]
         waited = False
         while True:
             try:
@@ -272,10 +279,7 @@ class Node:
             self.dead_letters.record(f"no route to actor {address}", sender=sender)
             return
         tid = self.tracer.sample() if trace_id is None else trace_id
-        span = 0
-        if tid:
-            span = new_id()
-            self.tracer.event("send", tid, span, 0, sender, str(address), type(msg).__name__)
+        span = new_id() if tid else 0  # the receiver writes the hop's record
         entry = new_entry(registry.type_id_of(type(msg)), tid, span, 0, self.clock.wall_ns(),
                           ask_id, msg)
         frames, refused = encode_frames(self.name, sender, address.name, [entry],
@@ -287,7 +291,8 @@ class Node:
                       f"(actor.max.frame.bytes); not sent")
             self.log.warning("{}", reason)
             raise MessageTooLarge(reason)
-        self._send_frame(link, address, frames[0])
+        legs = net_legs(self.name, sender, [entry]) if tid and link.remote else None
+        self._send_frame(link, address, frames[0], net_legs=legs)
         if address.node == self.name:
             self._external_sent += 1
 

@@ -142,7 +142,8 @@ class SimNode(Node):
         endpoint = self.directory.nodes[address.node]
         return SimLink(True, address.node, endpoint)
 
-    def _send_frame(self, link: Link, address: Address, frame: bytes, waiter: Any = None) -> None:
+    def _send_frame(self, link: Link, address: Address, frame: bytes, waiter: Any = None,
+                    net_legs: bytes | None = None) -> None:
         if self.crashed:
             return
         self.world.send_frame(self.name, address, frame)

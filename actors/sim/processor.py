@@ -21,6 +21,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.config import Config
 from actors.topology import Topology
+from wire.api_versions import api_snake_name
 from wire.broker_messages import KafkaRequest, KafkaResponse
 from wire.sim_messages import ClientDisconnected, ClientRequest, ClientResponse
 
@@ -40,7 +41,8 @@ class SimProcessor(Actor):
     def setup(self) -> None:
         self.conns: dict[int, tuple[KafkaConnection[KafkaResponse], Address]] = {}
         self.requests = 0
-        self.traces: dict[tuple[int, int], int] = {}  # (conn, seq) -> trace id
+        # (conn, seq) -> (trace id, wall ns at arrival, request bytes)
+        self.traces: dict[tuple[int, int], tuple[int, int, int]] = {}
 
     @handles(ClientRequest)
     def on_client_request(self, msg: ClientRequest) -> None:
@@ -59,11 +61,9 @@ class SimProcessor(Actor):
                 now = self.clock.monotonic_ns()
                 tracer = self.node.tracer
                 tid = tracer.sample() if tracer.enabled else 0
-                if tid:
-                    self.traces[(msg.conn_id, event.seq)] = tid
-                    tracer.event("net_in", tid, 0, 0, self.name, str(client), "request",
-                                 msg.conn_id, event.correlation_id, event.api_key,
-                                 len(event.frame) + 4, mono_ns=now)
+                if tid:  # the request record (client leg) is written when it is answered
+                    self.traces[(msg.conn_id, event.seq)] = (tid, self.clock.wall_ns(),
+                                                             len(event.frame) + 4)
                 self.tell_traced(self.topology.handler_for_conn(msg.conn_id),
                                  KafkaRequest(msg.conn_id, event.seq, self.name, event.api_key,
                                               event.api_version, event.correlation_id,
@@ -88,11 +88,13 @@ class SimProcessor(Actor):
             data = _with_regions(response)
             if response.respond and data:
                 self.tell(client, ClientResponse(msg.conn_id, data))
-            tid = self.traces.pop((msg.conn_id, response.seq), 0)
-            if tid:
-                self.node.tracer.event("net_out", tid, 0, 0, self.name, str(client), "response",
-                                       msg.conn_id, response.correlation_id, response.api_key,
-                                       len(data), mono_ns=self.clock.monotonic_ns())
+            traced = self.traces.pop((msg.conn_id, response.seq), None)
+            if traced is not None:
+                tid, in_ns, size = traced
+                self.node.tracer.request(tid, self.name, str(client),
+                                         api_snake_name(response.api_key), msg.conn_id,
+                                         response.correlation_id, response.api_key, size,
+                                         len(data), in_ns, self.clock.wall_ns())
         if ready.close:
             del self.conns[msg.conn_id]
             self.tell(client, ClientDisconnected(msg.conn_id))

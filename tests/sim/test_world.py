@@ -11,13 +11,13 @@ from actors.sim import SimWorld
 from wire.registry import message
 
 
-@message(9850)
+@message(9860)
 class SimPing(NamedTuple):
     seq: int
     payload: bytes
 
 
-@message(9851)
+@message(9861)
 class SimPong(NamedTuple):
     seq: int
 

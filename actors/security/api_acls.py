@@ -138,6 +138,8 @@ API_CHECKS: dict[int, tuple[Check, ...]] = {
     ApiKey.AlterUserScramCredentials: (_cluster(Op.ALTER),),
     ApiKey.DescribeCluster: (_cluster(Op.DESCRIBE),),
     ApiKey.DescribeLogDirs: (_cluster(Op.DESCRIBE),),
+    # Kafka hides the topics a principal may not describe, as Metadata does.
+    ApiKey.DescribeTopicPartitions: (_topic(Op.DESCRIBE, denied=HIDE),),
     ApiKey.AlterReplicaLogDirs: (_cluster(Op.ALTER),),
     ApiKey.ElectLeaders: (_cluster(Op.ALTER),),
     ApiKey.LeaderAndIsr: (_cluster(Op.CLUSTER_ACTION),),

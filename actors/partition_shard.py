@@ -124,7 +124,7 @@ class PartitionShard(Actor):
         # that wait for them (sender, message, rows, acks=-1 waits), sent at turn end.
         self.staged: dict[tuple[str, int], PartitionState] = {}
         self.unanswered: list[tuple[Address, Append, list[AppendDoneRow],
-                                    list[WatchProduceRow]]] = []
+                                    list[WatchProduceRow], tuple[int, int]]] = []
         self.group_commits = 0
         self.group_committed_appends = 0
         self.partitions: dict[tuple[str, int], PartitionState] = {}
@@ -450,7 +450,8 @@ class PartitionShard(Actor):
             raise
         assert self.current_sender is not None
         if staged or self.unanswered:
-            self.unanswered.append((self.current_sender, msg, rows, waiting))
+            # The answer leaves at the end of the turn: it keeps this Append's trace.
+            self.unanswered.append((self.current_sender, msg, rows, waiting, self._trace))
         else:
             self._answer(self.current_sender, msg, rows, waiting)
 
@@ -472,7 +473,9 @@ class PartitionShard(Actor):
             self.staged = {}
         answers, self.unanswered = self.unanswered, []
         self.group_committed_appends += len(answers)
-        for sender, msg, rows, waiting in answers:
+        saved = self._trace
+        for sender, msg, rows, waiting, trace in answers:
+            self._trace = trace
             if failed:
                 rows = [AppendDoneRow(r.topic, r.partition, int(ErrorCode.KAFKA_STORAGE_ERROR),
                                       -1, -1, -1, str(failed[(r.topic, r.partition)]))
@@ -480,6 +483,7 @@ class PartitionShard(Actor):
                         for r in rows]
                 waiting = [w for w in waiting if (w.topic, w.partition) not in failed]
             self._answer(sender, msg, rows, waiting)
+        self._trace = saved
 
     def _answer(self, sender: Address, msg: Append, rows: list[AppendDoneRow],
                 waiting: list[WatchProduceRow]) -> None:

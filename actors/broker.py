@@ -460,7 +460,7 @@ class Broker:
                          broker_id: int, adv_host: str, adv_port: int, cluster_id: str,
                          processes: int) -> None:
         """num.processes > 1: processes 1..N-1 serve connections on the same port."""
-        spec = {"config": {k: cfg[k] for k in SPEC}, "main": node_name, "host": self.host,
+        spec = {"config": {k: cfg[k] for k in cfg.set_keys}, "main": node_name, "host": self.host,
                 "port": self.port, "adv_host": adv_host, "adv_port": adv_port,
                 "cluster_id": cluster_id, "broker_id": broker_id, "ipc_dir": ipc_dir,
                 "gateway_host": str(cfg["actor.gateway.host"]), "data_dir": str(data_dir)}

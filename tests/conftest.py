@@ -19,6 +19,7 @@ messages; ids must not collide across the suite, which imports them all):
   9601-9699 tests/runtime/test_frame_limit.py  9701-9799 tests/actors/test_processor_bounds.py
   9801-9849 tests/actors/test_partition_shard_reads.py
   9850-9859 tests/actors/test_partition_shard_group_commit.py
+  9711 tests/runtime/test_node_clock.py           9860-9869 tests/sim/test_world.py
   9901-9999 tests/wire/test_registry.py
 """
 

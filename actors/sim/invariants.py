@@ -13,7 +13,10 @@ Control plane (checked every few hundred simulated milliseconds):
 Purgatory (checked on every delivery): a delayed produce or fetch that a
 handler parked (WatchProduce, WatchFetch) is answered (ProduceReady,
 FetchReady) at most once, and, once the run settled, exactly once unless its
-node died.
+node died or its wait has not run out yet: replica fetchers long-poll until
+the very end, so the last fetches of each follower are still parked then,
+rightly; an operation must be answered once its deadline (max_wait_ms or
+timeout_ms after it was parked) is EXPIRY_GRACE_MS behind the end.
 
 Data (at the end, on the logs themselves): a record acknowledged (acks=1)
 by a leader that has not crashed since is in that leader's log at the offset
@@ -55,6 +58,9 @@ _FETCH_READY = registry.type_id_of(FetchReady)
 _PRODUCE_READY = registry.type_id_of(ProduceReady)
 
 
+EXPIRY_GRACE_MS = 1_000  # timer tick + in-node deliveries, far above either in the simulator
+
+
 class Violation(Exception):
     """An invariant does not hold; the message says which and where."""
 
@@ -75,6 +81,7 @@ class Checker:
     node_leader_epochs: dict[tuple[int, int, str, int], int] = field(default_factory=dict)
     node_high_watermarks: dict[tuple[int, int, str, int], int] = field(default_factory=dict)
     parked: dict[tuple[str, int, str, int], int] = field(default_factory=dict)
+    deadlines_ms: dict[tuple[str, int, str, int], float] = field(default_factory=dict)
     checks: int = 0
 
     # --------------------------------------------------------------- purgatory
@@ -83,10 +90,10 @@ class Checker:
         for entry in entries:
             type_id = entry[0]
             if type_id == _WATCH_FETCH:
-                self._park(node, s_name, entry[6][0], "fetch")
+                self._park(node, s_name, entry[6][0], "fetch", entry[6][2])
             elif type_id == _WATCH_PRODUCE:
                 body = entry[6]
-                self._park(node, body[1], body[0], "produce")
+                self._park(node, body[1], body[0], "produce", body[2])
             elif type_id in (_FETCH_READY, _PRODUCE_READY):
                 kind = "fetch" if type_id == _FETCH_READY else "produce"
                 key = (node.name, node.incarnation, f"{actor.name}/{kind}", entry[6][0])
@@ -100,8 +107,13 @@ class Checker:
                         f"twice (from {s_name}@{s_node})")
                 self.parked[key] = answers + 1
 
-    def _park(self, node: SimNode, handler: str, req_id: int, kind: str) -> None:
-        self.parked[(node.name, node.incarnation, f"{handler}/{kind}", req_id)] = 0
+    def _park(self, node: SimNode, handler: str, req_id: int, kind: str, wait_ms: int) -> None:
+        key = (node.name, node.incarnation, f"{handler}/{kind}", req_id)
+        self.parked[key] = 0
+        self.deadlines_ms[key] = self._now_ms() + max(0, wait_ms)
+
+    def _now_ms(self) -> float:
+        return self.cluster.world.kernel.now_ns / 1_000_000
 
     # ----------------------------------------------------------- control plane
     def check(self) -> None:
@@ -194,10 +206,12 @@ class Checker:
 
     def check_settled_purgatory(self) -> None:
         cluster = self.cluster
+        now_ms = self._now_ms()
         for key, answers in sorted(self.parked.items()):
             node_name, incarnation, what, req_id = key
             node = cluster.world.nodes.get(node_name)
-            if answers == 0 and node is not None and node.incarnation == incarnation \
+            due = self.deadlines_ms.get(key, 0) + EXPIRY_GRACE_MS <= now_ms
+            if answers == 0 and due and node is not None and node.incarnation == incarnation \
                     and not node.crashed:
                 raise Violation("purgatory answers exactly once",
                                 f"delayed {what} {req_id} on {node_name} never answered")

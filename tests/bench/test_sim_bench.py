@@ -5,14 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from bench.sim_bench import RATIO_KEYS, command
 
 
-@pytest.mark.xfail(strict=False, reason="the simulator's finding since replication merged: "
-                   "see tests/sim/test_run.py SIM_FOUND")
 def test_bench_sim_writes_well_formed_json(tmp_path: Path) -> None:
     out = tmp_path / "sim.json"
     result = CliRunner().invoke(command, ["--seeds", "2", "--rounds", "2", "--steps", "2",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from actors.sim.disk import SimDisk
-from actors.sim.invariants import Violation
+from actors.sim.invariants import EXPIRY_GRACE_MS, Violation
 from actors.sim.run import SimOptions, _Run
 
 
@@ -81,3 +81,18 @@ def test_an_actor_crash_is_caught(run: _Run) -> None:
     node.metrics.incr("actor_crashes")
     with pytest.raises(Violation, match="no actor crashes"):
         run.checker.check()
+
+
+def test_a_parked_operation_is_owed_an_answer_only_once_its_wait_ran_out(run: _Run) -> None:
+    # seed 5000's finding: replica fetches long-poll to the very end of a run, so each
+    # follower's last fetch is rightly still parked (max_wait_ms 500) when the run stops
+    run.checker.check_settled_purgatory()  # the fetches parked right now are not due
+    node = run.world.nodes["node-1"]
+    now_ms = run.world.kernel.now_ns / 1_000_000
+    waiting = (node.name, node.incarnation, "handler-0/fetch", 10**9)
+    run.checker.parked[waiting] = 0
+    run.checker.deadlines_ms[waiting] = now_ms + 500
+    run.checker.check_settled_purgatory()
+    run.checker.deadlines_ms[waiting] = now_ms - 500 - EXPIRY_GRACE_MS
+    with pytest.raises(Violation, match="never answered"):
+        run.checker.check_settled_purgatory()

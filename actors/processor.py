@@ -18,6 +18,18 @@ wired in: the bytes must pass through the encryption) reads a region a chunk
 at a time into memory and writes the chunk as bytes, one chunk per
 connection at a time. Partial writes leave the rest for the next POLLOUT.
 
+TLS (a connection of an SSL or SASL_SSL listener, known from its id:
+actors/acceptor.py ``listener_of``): a socket-free
+:class:`~actors.security.tls_connection.TlsConnection` per connection. What
+the socket reads goes into it; the handshake advances as far as those bytes
+allow, never blocking the loop; once it is done, the decrypted bytes go to
+the protocol core as a plaintext connection's would. Bytes to write are
+encrypted in ``_send_buffers`` into ``tls_out``, which is written before
+anything else is encrypted (so a client that does not read holds at most
+one gather of encrypted bytes beyond its unsent answers). A handshake that
+fails is logged once with the peer and the reason, its alert flushed, and
+the connection closed.
+
 Bounds (a connection is read only while under all of them):
 
 - ``max.inflight.requests.per.connection``: requests read and not answered
@@ -36,6 +48,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 from collections import deque
 from functools import partial
 from itertools import islice
@@ -43,6 +56,7 @@ from typing import Any
 
 import zmq
 
+from actors.acceptor import listener_of
 from actors.core.file_regions import close_region
 from actors.core.idle_expiry import IdleExpiry
 from actors.core.kafka_connection import (
@@ -56,6 +70,8 @@ from actors.core.kafka_connection import (
 from actors.runtime.actor import Actor, handles
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
+from actors.security.tls import ANONYMOUS
+from actors.security.tls_connection import TlsConnection, TlsError, TlsState
 from actors.topology import Topology
 from wire.api_versions import STAGES, api_name
 from wire.broker_messages import (
@@ -117,13 +133,17 @@ class _Conn:
         "conn_id",
         "core",
         "fd",
+        "listener",
         "mask",
         "out",
         "peer_host",
         "peer_port",
+        "principal",
         "reading",
         "request_sizes",
         "sock",
+        "tls",
+        "tls_out",
         "traces",
         "unsent",
     )
@@ -150,6 +170,11 @@ class _Conn:
         self.request_sizes: deque[int] = deque()
         self.traces: dict[int, int] = {}
         self.mask = 0
+        self.listener = listener_of(conn_id)
+        # TLS listeners: the session, and encrypted bytes not yet written
+        self.tls: TlsConnection | None = None
+        self.tls_out = bytearray()
+        self.principal = ANONYMOUS  # User:<certificate subject> with mutual TLS
 
 
 class Processor(Actor):
@@ -157,7 +182,8 @@ class Processor(Actor):
 
     def __init__(
         self, node: Any, name: str, *, topology: Topology, config: Config, clock: Clock,
-        sendfile: bool = True, **kw: Any,
+        sendfile: bool = True, listener_protocols: tuple[str, ...] = ("PLAINTEXT",),
+        tls_context: ssl.SSLContext | None = None, **kw: Any,
     ) -> None:
         super().__init__(node, name, **kw)
         self.topology = topology
@@ -180,6 +206,9 @@ class Processor(Actor):
         # Plaintext connections send file regions with sendfile; False makes every
         # connection take the chunked path a TLS connection needs.
         self.sendfile = sendfile
+        # per listener index: its security protocol; the TLS context of SSL listeners
+        self.listener_protocols = listener_protocols
+        self.tls_context = tls_context
 
     def setup(self) -> None:
         # A restart loses the connections (their sockets belong to the crashed
@@ -207,8 +236,16 @@ class Processor(Actor):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.sndbuf)
         if self.rcvbuf > 0:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
+        protocol = self._protocol_of(msg.conn_id)
+        uses_tls = protocol in ("SSL", "SASL_SSL")
         conn = _Conn(msg.conn_id, sock, msg.peer_host, msg.peer_port,
-                     KafkaConnection(self.max_request, self.max_in_flight), self.sendfile)
+                     KafkaConnection(self.max_request, self.max_in_flight),
+                     self.sendfile and not uses_tls)
+        if uses_tls:
+            if self.tls_context is None:  # the broker makes one for any TLS listener
+                raise RuntimeError(f"listener {conn.listener} is {protocol} without a TLS "
+                                   f"context")
+            conn.tls = TlsConnection(self.tls_context, f"{msg.peer_host}:{msg.peer_port}")
         if self.stopping:
             self._close(conn, "broker is shutting down")
             return
@@ -217,11 +254,16 @@ class Processor(Actor):
         self.idle.update(conn.conn_id, self._monotonic_ns() // 1_000_000)
         self._refresh(conn)
 
+    def _protocol_of(self, conn_id: int) -> str:
+        index = listener_of(conn_id)
+        protocols = self.listener_protocols
+        return protocols[index] if index < len(protocols) else "PLAINTEXT"
+
     def _update_mask(self, conn: _Conn) -> None:
         mask = 0
         if conn.reading and conn.core.state is OPEN and not self.stopping:
             mask |= zmq.POLLIN
-        if conn.out:
+        if conn.out or conn.tls_out:
             mask |= zmq.POLLOUT
         if mask == conn.mask:
             return
@@ -253,13 +295,23 @@ class Processor(Actor):
                 close_region(piece)  # type: ignore[arg-type]
         conn.out.clear()
         conn.unsent = 0
+        if conn.tls is not None:
+            conn.tls.close()  # a close_notify (or the alert of a failed handshake)
+            conn.tls_out += conn.tls.data_to_send()
+            if conn.tls_out:
+                try:  # best effort: the client learns why, if its socket has room
+                    conn.sock.send(conn.tls_out)
+                except OSError:
+                    pass
+                conn.tls_out.clear()
         try:
             conn.sock.close()
         except OSError:
             pass
         self.log.debug("connection {} from {}:{} closed: {}", conn.conn_id, conn.peer_host,
                        conn.peer_port, why)
-        self.tell(self.topology.acceptor, ConnectionClosed(conn.conn_id, conn.peer_host))
+        self.tell(self.topology.listener_acceptor(conn.listener),
+                  ConnectionClosed(conn.conn_id, conn.peer_host))
         if self.paused:
             self._resume_paused()
 
@@ -361,8 +413,68 @@ class Processor(Actor):
         if not data:
             self._close(conn, "closed by peer")
             return
+        if conn.tls is not None:
+            data = self._decrypt(conn, data)
+            if conn.conn_id not in self.conns or not data:
+                return
         conn.core.receive_data(data)
         self._take_frames(conn)
+
+    def _decrypt(self, conn: _Conn, data: bytes) -> bytes:
+        """Feed TLS bytes to the session; the application bytes they complete (or b"")."""
+        tls = conn.tls
+        assert tls is not None
+        was_handshaking = tls.state is TlsState.HANDSHAKING
+        try:
+            tls.receive_data(data)
+        except TlsError as exc:
+            self.node.metrics.incr("tls_handshakes_failed")
+            self.log.warning("connection {} on listener {}: {}", conn.conn_id, conn.listener,
+                             exc)
+            self._close(conn, "TLS handshake failed")
+            return b""
+        conn.tls_out += tls.data_to_send()
+        if was_handshaking and tls.handshake_complete:
+            conn.principal = tls.principal
+            self.node.metrics.incr("tls_handshakes")
+            self.log.debug("connection {} from {}:{}: TLS established ({}, {}), principal {}",
+                           conn.conn_id, conn.peer_host, conn.peer_port, tls.version,
+                           tls.cipher, conn.principal)
+        if conn.tls_out:
+            self._flush_tls(conn)
+            if conn.conn_id not in self.conns:
+                return b""
+        if not tls.handshake_complete:
+            return b""
+        plain = bytearray()
+        buffer = memoryview(bytearray(READ_CHUNK))
+        while True:
+            try:
+                size = tls.read_into(buffer)
+            except TlsError as exc:
+                self.log.warning("connection {} from {}: {}; closing it", conn.conn_id,
+                                 conn.peer_host, exc)
+                self._close(conn, "TLS error")
+                return b""
+            if not size:
+                break
+            plain += buffer[:size]
+        if tls.state is TlsState.CLOSED and not plain:
+            self._close(conn, "closed by peer (TLS)")
+            return b""
+        return bytes(plain)
+
+    def _flush_tls(self, conn: _Conn) -> bool:
+        """Write encrypted bytes waiting; True when none are left."""
+        try:
+            sent = conn.sock.send(conn.tls_out)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError as exc:
+            self._close(conn, f"write error: {exc}")
+            return False
+        del conn.tls_out[:sent]
+        return not conn.tls_out
 
     def _take_frames(self, conn: _Conn) -> None:
         """Dispatch the complete frames the core has, within the request-count bounds.
@@ -475,6 +587,8 @@ class Processor(Actor):
 
     def _write(self, conn: _Conn) -> None:
         """Write the send queue: bytes gathered into one sendmsg, regions with sendfile."""
+        if conn.tls_out and not self._flush_tls(conn):
+            return  # encrypted bytes first; a closed connection is out of the table
         out = conn.out
         while out:
             head = out[0]
@@ -526,10 +640,32 @@ class Processor(Actor):
         """Write bytes; how many the socket took (raises BlockingIOError when none).
 
         The one place bytes meet the socket: a TLS connection (can_sendfile False,
-        so file regions reach it as chunks of bytes too) encrypts them here
-        (actors/security/tls_connection.py: ``send``, then ``data_to_send``).
+        so file regions reach it as chunks of bytes too) encrypts them here into
+        ``tls_out``, taking them all, but only once the last gather's encrypted
+        bytes are written.
         """
-        return conn.sock.sendmsg(buffers)
+        tls = conn.tls
+        if tls is None:
+            return conn.sock.sendmsg(buffers)
+        if conn.tls_out:
+            sent = conn.sock.send(conn.tls_out)
+            del conn.tls_out[:sent]
+            if conn.tls_out:
+                raise BlockingIOError
+        taken = 0
+        try:
+            for buffer in buffers:
+                tls.send(buffer)
+                taken += len(buffer)
+        except TlsError as exc:
+            raise OSError(str(exc)) from None
+        conn.tls_out += tls.data_to_send()
+        try:
+            sent = conn.sock.send(conn.tls_out)
+            del conn.tls_out[:sent]
+        except (BlockingIOError, InterruptedError):
+            pass  # POLLOUT writes the rest
+        return taken
 
     def _send_region(self, conn: _Conn, region: _Region) -> bool:
         """Send (part of) the region at the head of the queue; False: stop writing now."""

@@ -63,6 +63,8 @@ from actors.runtime.node import (
     default_ipc_dir,
 )
 from actors.security.config import SecurityConfigError, SecuritySettings
+from actors.security.credentials import CredentialCache
+from actors.security.local_store import LocalSecurityStore, LocalStoreError
 from actors.security.tls import TlsConfigError, server_context
 from actors.timer import Timer
 from actors.topology import Topology, broker_node_name
@@ -431,10 +433,15 @@ class Broker:
                                      cluster=MetadataCache() if self.cluster else None)
                 node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **place(i))
             protocols = tuple(b.security_protocol for b in self.bound)
+            credentials = self._credentials(data_dir)
+            assert self.security is not None
             for i in range(topo.num_processors):
                 node.spawn(Processor, topo.processor(i).name, topology=topo, config=cfg,
                            clock=clock, listener_protocols=protocols,
-                           tls_context=tls_context, **place(i))
+                           tls_context=tls_context,
+                           sasl_mechanisms=self.security.sasl_mechanisms,
+                           credentials=credentials.lookup if credentials else None,
+                           **place(i))
             for index, sock in enumerate(sockets):  # one Acceptor per listener
                 node.spawn(Acceptor, topo.listener_acceptor(index).name, topology=topo,
                            config=cfg, listen_socket=sock, clock=clock, listener_index=index,
@@ -454,6 +461,27 @@ class Broker:
             broker_id, ",".join(b.connection_string for b in self.bound),
             ",".join(a.connection_string for a in self.advertised), data_dir,
             topo.num_processors, topo.num_handlers, topo.num_shards, cfg["actor.threads"])
+
+    def _credentials(self, data_dir: Path) -> CredentialCache | None:
+        """SASL listeners: the SCRAM credentials, from ZooKeeper (cluster) or the data dir.
+
+        Read once at start; users added while the node runs count from its next start.
+        """
+        assert self.security is not None
+        if not self.security.sasl_mechanisms:
+            return None
+        store: Any = self.metadata if self.cluster else LocalSecurityStore.in_data_dir(data_dir)
+        cache = CredentialCache()
+        try:
+            problems = cache.load(store)
+        except (MetadataError, LocalStoreError, OSError) as exc:
+            raise BrokerError(f"reading the SCRAM credentials failed: {exc}") from None
+        for problem in problems:
+            logger.bind(node=self.node_name).warning("SCRAM credentials skipped: {}", problem)
+        logger.bind(node=self.node_name).info(
+            "SASL mechanisms {} with {} users", ",".join(self.security.sasl_mechanisms),
+            len(cache.users()))
+        return cache
 
     def _spawn_extra(self, node: Node, topo: Topology, cfg: Config, clock: Any) -> None:
         """The consumer-group coordinators."""

@@ -30,6 +30,15 @@ one gather of encrypted bytes beyond its unsent answers). A handshake that
 fails is logged once with the peer and the reason, its alert flushed, and
 the connection closed.
 
+SASL (SASL_PLAINTEXT, SASL_SSL): a
+:class:`~actors.security.sasl.SaslConnection` per connection decides every
+request before it goes on. Before authentication only ApiVersions and the
+SASL APIs pass; SaslHandshake and SaslAuthenticate are answered here (the
+state is the connection's), through the same in-order release as the
+handlers' answers. A failed authentication is answered
+SASL_AUTHENTICATION_FAILED with a message, logged once with the peer, and
+the connection closed once the answer is written.
+
 Bounds (a connection is read only while under all of them):
 
 - ``max.inflight.requests.per.connection``: requests read and not answered
@@ -70,9 +79,17 @@ from actors.core.kafka_connection import (
 from actors.runtime.actor import Actor, handles
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
+from actors.security.sasl import (
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    Action,
+    SaslConnection,
+)
+from actors.security.scram import CredentialLookup
 from actors.security.tls import ANONYMOUS
 from actors.security.tls_connection import TlsConnection, TlsError, TlsState
 from actors.topology import Topology
+from wire import kafka_codec as kc
 from wire.api_versions import STAGES, api_name
 from wire.broker_messages import (
     ConnectionClosed,
@@ -141,6 +158,7 @@ class _Conn:
         "principal",
         "reading",
         "request_sizes",
+        "sasl",
         "sock",
         "tls",
         "tls_out",
@@ -175,6 +193,7 @@ class _Conn:
         self.tls: TlsConnection | None = None
         self.tls_out = bytearray()
         self.principal = ANONYMOUS  # User:<certificate subject> with mutual TLS
+        self.sasl: SaslConnection | None = None  # SASL listeners: the exchange's state
 
 
 class Processor(Actor):
@@ -183,7 +202,9 @@ class Processor(Actor):
     def __init__(
         self, node: Any, name: str, *, topology: Topology, config: Config, clock: Clock,
         sendfile: bool = True, listener_protocols: tuple[str, ...] = ("PLAINTEXT",),
-        tls_context: ssl.SSLContext | None = None, **kw: Any,
+        tls_context: ssl.SSLContext | None = None,
+        sasl_mechanisms: tuple[str, ...] = (), credentials: CredentialLookup | None = None,
+        **kw: Any,
     ) -> None:
         super().__init__(node, name, **kw)
         self.topology = topology
@@ -209,6 +230,9 @@ class Processor(Actor):
         # per listener index: its security protocol; the TLS context of SSL listeners
         self.listener_protocols = listener_protocols
         self.tls_context = tls_context
+        self.sasl_mechanisms = sasl_mechanisms
+        self.credentials = credentials
+        self.reauth_ms = int(config["connections.max.reauth.ms"])
 
     def setup(self) -> None:
         # A restart loses the connections (their sockets belong to the crashed
@@ -246,6 +270,10 @@ class Processor(Actor):
                 raise RuntimeError(f"listener {conn.listener} is {protocol} without a TLS "
                                    f"context")
             conn.tls = TlsConnection(self.tls_context, f"{msg.peer_host}:{msg.peer_port}")
+        if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+            lookup = self.credentials or (lambda _user, _mechanism: None)
+            conn.sasl = SaslConnection(self.sasl_mechanisms, lookup, self.reauth_ms,
+                                       f"{msg.peer_host}:{msg.peer_port}")
         if self.stopping:
             self._close(conn, "broker is shutting down")
             return
@@ -487,6 +515,8 @@ class Processor(Actor):
             event = core.next_event()
             if type(event) is Request:
                 self._dispatch(conn, event)
+                if conn.conn_id not in self.conns:  # SASL closed it, answering here
+                    return
             elif type(event) is FrameRefused:
                 self.node.metrics.incr("requests_oversized" if event.size > 0
                                        else "requests_malformed")
@@ -508,6 +538,8 @@ class Processor(Actor):
         conn.request_sizes.append(size)
         self.request_bytes += size  # moves from the buffer's charge (recounted after)
         now = self._monotonic_ns()
+        if conn.sasl is not None and self._sasl_gate(conn, request, now):
+            return
         tracer = self.node.tracer
         tid = tracer.sample() if tracer.enabled else 0
         if tid:
@@ -521,6 +553,71 @@ class Processor(Actor):
                          request.correlation_id, request.frame, now),
             tid,
         )
+
+    # ------------------------------------------------------------------ SASL
+    def _sasl_gate(self, conn: _Conn, request: Request, now_ns: int) -> bool:
+        """SASL's say on a request; True when it was answered (or refused) here."""
+        sasl = conn.sasl
+        assert sasl is not None
+        now_ms = self.clock.wall_ms()
+        verdict = sasl.on_request(request.api_key, now_ms)
+        if verdict.action is Action.PASS:
+            if sasl.authenticated:
+                conn.principal = sasl.principal or conn.principal
+            return False
+        frame = b""
+        close = verdict.close
+        respond = verdict.respond
+        try:
+            header = kc.parse_request_header(request.frame)
+            if verdict.action is Action.SASL:
+                body = kc.decode_request(header, request.frame)
+                if request.api_key == SASL_HANDSHAKE:
+                    shake = sasl.handshake(header.api_version, str(body.mechanism), now_ms)
+                    data: dict[str, Any] = {"error_code": shake.error_code,
+                                            "mechanisms": list(shake.mechanisms)}
+                    close = shake.close
+                    if close:
+                        self.log.warning("connection {} from {}: {}", conn.conn_id,
+                                         conn.peer_host, sasl.failure_reason)
+                else:
+                    result = sasl.authenticate(header.api_version, bytes(body.auth_bytes),
+                                               now_ms)
+                    data = {"error_code": result.error_code,
+                            "error_message": result.error_message,
+                            "auth_bytes": result.auth_bytes,
+                            "session_lifetime_ms": result.session_lifetime_ms}
+                    close = result.close
+                    if close:
+                        self.node.metrics.incr("sasl_authentication_failed")
+                        self.log.warning("connection {} on listener {}: {}", conn.conn_id,
+                                         conn.listener, sasl.failure_reason)
+                    elif sasl.authenticated:
+                        conn.principal = sasl.principal or conn.principal
+                        self.log.debug("connection {} from {}:{} authenticated as {} ({})",
+                                       conn.conn_id, conn.peer_host, conn.peer_port,
+                                       conn.principal, sasl.mechanism)
+                frame = kc.encode_response(header, data)
+            else:  # refused
+                self.log.warning("connection {} from {}: {}; closing it", conn.conn_id,
+                                 conn.peer_host, sasl.failure_reason or verdict.message)
+                if respond and request.api_key == SASL_HANDSHAKE:
+                    frame = kc.encode_response(header, {"error_code": verdict.error_code,
+                                                        "mechanisms": list(sasl.mechanisms)})
+                elif respond and request.api_key == SASL_AUTHENTICATE:
+                    frame = kc.encode_response(header, {
+                        "error_code": verdict.error_code, "error_message": verdict.message,
+                        "auth_bytes": b"", "session_lifetime_ms": 0})
+                else:
+                    respond = False
+        except Exception as exc:  # a malformed SASL request: Kafka closes the connection
+            self.log.warning("connection {} from {}: bad SASL request ({}); closing it",
+                             conn.conn_id, conn.peer_host, exc)
+            frame, respond, close = b"", False, True
+        self.on_response(KafkaResponse(conn.conn_id, request.seq, frame, respond and bool(frame),
+                                       close, request.api_key, request.correlation_id, now_ns,
+                                       [0, 0, 0]))
+        return True
 
     # ----------------------------------------------------------------- write
     @handles(KafkaResponse)

@@ -142,8 +142,6 @@ RESERVED: dict[str, str] = {
     "num.replica.fetchers": "issue 15 (replication)",
     "replica.lag.time.max.ms": "issue 15 (replication)",
     "replica.fetch.backoff.ms": "issue 15 (replication)",
-    "sasl.enabled.mechanisms": "issue 17 (SASL on the listeners)",
-    "connections.max.reauth.ms": "issue 17 (SASL on the listeners)",
     "authorizer.class.name": "issue 17 (ACL checks in the APIs)",
     "super.users": "issue 17 (ACL checks in the APIs)",
     "allow.everyone.if.no.acl.found": "issue 17 (ACL checks in the APIs)",

@@ -53,6 +53,7 @@ pytestmark = [pytest.mark.clients]
 ROOT = Path(__file__).resolve().parents[2]
 HERE = "tests/broker/test_config_keys.py"
 TLS = "tests/security/test_tls_broker.py"
+SASL = "tests/security/test_sasl_broker.py"
 
 # key -> the tests that show its effect ("path::function").
 EFFECTS: dict[str, list[str]] = {
@@ -86,6 +87,9 @@ EFFECTS: dict[str, list[str]] = {
                         f"{TLS}::test_required_client_auth_protocols_and_suites"],
     "ssl.enabled.protocols": [f"{TLS}::test_required_client_auth_protocols_and_suites"],
     "ssl.cipher.suites": [f"{TLS}::test_required_client_auth_protocols_and_suites"],
+    "sasl.enabled.mechanisms": [f"{SASL}::test_a_mechanism_not_enabled_is_refused"],
+    "connections.max.reauth.ms": [f"{SASL}::"
+                                  "test_clients_reauthenticate_before_their_session_ends"],
     "log.dirs": [f"{HERE}::test_log_dirs_hold_the_partitions"],
     "num.network.threads": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],
     "num.io.threads": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],

@@ -52,6 +52,12 @@ from kafka.protocol.producer import (
     ProduceRequest,
     ProduceResponse,
 )
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 from wire.api_versions import ADVERTISED_BY_KEY, api_name, is_advertised
 from wire.errors import ErrorCode, KafkaError
@@ -115,6 +121,8 @@ _MESSAGE_CLASSES: dict[int, tuple[type[ApiMessage], type[ApiMessage]]] = {
     ApiKey.InitProducerId: (InitProducerIdRequest, InitProducerIdResponse),
     ApiKey.DescribeConfigs: (DescribeConfigsRequest, DescribeConfigsResponse),
     ApiKey.DescribeCluster: (DescribeClusterRequest, DescribeClusterResponse),
+    ApiKey.SaslHandshake: (SaslHandshakeRequest, SaslHandshakeResponse),
+    ApiKey.SaslAuthenticate: (SaslAuthenticateRequest, SaslAuthenticateResponse),
 }
 
 _API_VERSIONS = int(ApiKey.ApiVersions)

@@ -80,6 +80,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.security.sasl import (
+    MAX_RECEIVE_BYTES,
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
     Action,
@@ -274,6 +275,8 @@ class Processor(Actor):
             lookup = self.credentials or (lambda _user, _mechanism: None)
             conn.sasl = SaslConnection(self.sasl_mechanisms, lookup, self.reauth_ms,
                                        f"{msg.peer_host}:{msg.peer_port}")
+            # Kafka's sasl.server.max.receive.size until the client has authenticated
+            conn.core.set_max_request_bytes(min(self.max_request, MAX_RECEIVE_BYTES))
         if self.stopping:
             self._close(conn, "broker is shutting down")
             return
@@ -594,6 +597,7 @@ class Processor(Actor):
                                          conn.listener, sasl.failure_reason)
                     elif sasl.authenticated:
                         conn.principal = sasl.principal or conn.principal
+                        conn.core.set_max_request_bytes(self.max_request)
                         self.log.debug("connection {} from {}:{} authenticated as {} ({})",
                                        conn.conn_id, conn.peer_host, conn.peer_port,
                                        conn.principal, sasl.mechanism)

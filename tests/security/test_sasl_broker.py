@@ -222,3 +222,12 @@ def test_clients_reauthenticate_before_their_session_ends(sasl_ssl: BrokerProces
                            sasl_ssl.log()):
         counts[conn] = counts.get(conn, 0) + 1
     assert counts and max(counts.values()) >= 2, counts  # the same connection, again
+
+
+def test_frames_before_authentication_are_held_to_the_sasl_limit(
+        sasl_plain: BrokerProcess) -> None:
+    """Kafka's sasl.server.max.receive.size (524288) until the client has authenticated."""
+    with socket.create_connection(("127.0.0.1", sasl_plain.port), timeout=10) as sock:
+        sock.sendall(struct.pack(">i", 600_000) + b"\0" * 64)
+        assert sock.recv(100) == b""
+    assert wait_for(lambda: "request size 600000 outside [8, 524288]" in sasl_plain.log(), 10)

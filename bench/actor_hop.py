@@ -28,6 +28,7 @@ import zmq
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.node import Directory, Node, NodeEndpoint
+from bench.contract import min_median_max as _summary
 from wire.registry import message
 
 
@@ -376,8 +377,6 @@ def measure(placements: list[str], count: int, repeats: int, latency_s: float) -
     return {"results": results, "ratios": ratios}
 
 
-def _summary(values: list[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
 @click.command("actor-hop")

@@ -24,8 +24,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from bench.contract import min_median_max, write_json
 from bench.load import make_console, run_produce
-from bench.load_core import min_median_max, write_json
 from bench.load_produce import ProduceConfig
 from bench.peers import BootstrapRefusedError, BrokerProcess, check_bootstrap, start_broker
 

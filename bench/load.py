@@ -17,13 +17,14 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from bench.contract import write_json
 from bench.load_consume import (
     ConsumeConfig,
     consumer_group,
     plan_partitions,
     summarize_consume,
 )
-from bench.load_core import ProgressView, run_groups, spawn_context, write_json
+from bench.load_core import ProgressView, run_groups, spawn_context
 from bench.load_produce import ProduceConfig, producer_group, summarize_produce
 from bench.peers import BootstrapRefusedError, check_bootstrap, ensure_topic
 

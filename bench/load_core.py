@@ -10,19 +10,16 @@ Every worker is started, stopped and reaped by the parent, also on Ctrl-C.
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import multiprocessing.context
 import os
 import queue
 import signal
-import statistics
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Self
 
 from hdrh.histogram import HdrHistogram
@@ -117,29 +114,6 @@ def merge_errors(
 def split_evenly(total: int, parts: int) -> list[int]:
     base, extra = divmod(total, parts)
     return [base + (1 if i < extra else 0) for i in range(parts)]
-
-
-def min_median_max(values: Sequence[float]) -> dict[str, float]:
-    if not values:
-        return {"min": 0.0, "median": 0.0, "max": 0.0}
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
-
-
-def write_json(
-    path: str | Path,
-    bench: str,
-    config: Mapping[str, Any],
-    results: Mapping[str, Any],
-    ratios: Mapping[str, float] | None = None,
-) -> None:
-    """The team's benchmark JSON contract."""
-    doc = {
-        "bench": bench,
-        "config": dict(config),
-        "results": dict(results),
-        "ratios": dict(ratios or {}),
-    }
-    Path(path).write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n", encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- workers

@@ -40,6 +40,7 @@ import click
 
 from actors.core.partition_log import LogConfig, PartitionLog
 from actors.core.record_batch import build_batch
+from bench.contract import min_median_max as _spread
 
 BENCH_NAME = "log"
 RATIO_KEYS = ("append_vs_raw", "read_vs_raw", "random_read_1000_segments_vs_1")
@@ -55,8 +56,6 @@ def make_batches(batch_kib: int, distinct: int, seed: int = 7) -> list[bytes]:
             for _ in range(distinct)]
 
 
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
 BLOCK = 64  # operations per timed block; log and raw blocks alternate

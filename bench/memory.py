@@ -33,7 +33,6 @@ import json
 import os
 import shutil
 import socket
-import statistics
 import tempfile
 import threading
 import time
@@ -45,6 +44,7 @@ import click
 from kafka.protocol.parser import KafkaProtocol
 
 from actors.core.record_batch import build_batch
+from bench.contract import min_median_max
 from bench.peers import ACTORLOG_TEMPLATE, BrokerProcess, start_broker
 from wire import kafka_codec as kc
 
@@ -226,8 +226,6 @@ def drop_page_cache(directory: Path) -> int:
     return count
 
 
-def min_median_max(values: list[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
 # --------------------------------------------------------------- the phases

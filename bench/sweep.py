@@ -25,8 +25,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from bench.contract import write_json
 from bench.load import make_console, run_produce
-from bench.load_core import write_json
 from bench.load_produce import ProduceConfig
 from bench.peers import ACTORLOG_TEMPLATE, BrokerProcess, start_broker, template_uses
 

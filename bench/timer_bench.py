@@ -49,6 +49,7 @@ from typing import Any, Protocol
 import click
 
 from actors.core.timing_wheel import TimerTask, TimingWheel
+from bench.contract import min_median_max as _spread
 
 BENCH_NAME = "timer"
 RATIO_KEYS = ("wheel_1m_vs_1k", "memory_vs_heap_steady", "rate_vs_heap_steady")
@@ -320,8 +321,6 @@ def _collector(gc_mode: str, freeze: bool) -> Iterator[None]:
         gc.unfreeze()
 
 
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
 def _rates(ops: float, seconds: list[float]) -> dict[str, float]:

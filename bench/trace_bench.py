@@ -29,7 +29,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from bench.load_core import write_json
+from bench.contract import write_json
 
 SETTINGS = (("off", 0.0), ("1pct", 0.01), ("full", 1.0))
 ROOT = Path(__file__).resolve().parents[1]

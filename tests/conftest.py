@@ -31,6 +31,7 @@ from actors.runtime.clock import ManualClock
 from actors.runtime.node import Node
 from tests.fixtures import leaks
 from tests.fixtures.broker import broker, fresh_broker
+from tests.fixtures.cluster import cluster_factory
 from tests.fixtures.codec_server import codec_server
 from tests.fixtures.netns import make_test_hosts
 from tests.fixtures.sshd import ssh_host
@@ -39,6 +40,7 @@ from tests.fixtures.zookeeper import zk_connect, zk_ensemble, zookeeper_server
 
 __all__ = [
     "broker",
+    "cluster_factory",
     "codec_server",
     "fresh_broker",
     "make_test_hosts",

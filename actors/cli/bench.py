@@ -32,6 +32,7 @@ BENCH_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "timer": ("bench.timer_bench:command", ()),
     "log": ("bench.log_bench:command", ()),
     "memory": ("bench.memory:command", ()),  # its consume figure needs the bench extra
+    "failover": ("bench.failover:command", ()),
     "produce": ("bench.load:produce_command", ("confluent_kafka", "hdrh")),
     "consume": ("bench.load:consume_command", ("confluent_kafka", "hdrh")),
     "e2e": ("bench.load:e2e_command", ("confluent_kafka", "hdrh")),
@@ -99,8 +100,8 @@ class BenchGroup(click.Group):
 def group() -> None:
     """Benchmarks; each prints a summary and writes --json FILE.
 
-    actor-hop, timer, log and memory run on the plain install (memory's consume
-    figure needs the bench extra); produce, consume, e2e,
+    actor-hop, timer, log, memory and failover run on the plain install (memory's consume
+    figure uses the bench extra); produce, consume, e2e,
     compare, sweep and trace-cost need the bench extra (pip install -e '.[bench]'
     in the actorlog checkout), trace-analyze the spark extra too.
     """

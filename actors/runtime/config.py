@@ -125,12 +125,16 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                                 "node stops anyway"),
     "controlled.shutdown.retry.backoff.ms": (5000, int, "wait between those attempts"),
     "auto.leader.rebalance.enable": (True, bool, "move leaderships back to preferred replicas "
-                                                 "when a broker leads too few of its own"),
+                                                 "when a broker leads too few of its own "
+                                                 "(reserved: a preferred replica back in "
+                                                 "the ISR needs replication, issue 15)"),
     "leader.imbalance.per.broker.percentage": (10, int, "share of a broker's preferred "
                                                         "leaderships it may lose before they "
-                                                        "are moved back"),
+                                                        "are moved back (reserved with "
+                                                        "auto.leader.rebalance.enable)"),
     "leader.imbalance.check.interval.seconds": (300, int, "how often the controller checks "
-                                                          "the leader imbalance"),
+                                                          "the leader imbalance (reserved with "
+                                                          "auto.leader.rebalance.enable)"),
 }
 
 
@@ -147,6 +151,12 @@ RESERVED: dict[str, str] = {
     "allow.everyone.if.no.acl.found": "issue 17 (ACL checks in the APIs)",
     "actor.curve.secret.key.file": "issue 17 (CURVE between nodes)",
     "actor.curve.public.keys.dir": "issue 17 (CURVE between nodes)",
+    # The controller runs the rebalance (unit-tested in tests/core/test_controller_state.py),
+    # but until replication lands a replica that left the ISR never rejoins it, so a
+    # preferred replica is never an ISR member that does not lead: nothing to move back.
+    "auto.leader.rebalance.enable": "issue 15 (replication: replicas rejoin the ISR)",
+    "leader.imbalance.per.broker.percentage": "issue 15 (with auto.leader.rebalance.enable)",
+    "leader.imbalance.check.interval.seconds": "issue 15 (with auto.leader.rebalance.enable)",
 }
 for _key, _issue in RESERVED.items():  # the help text says so too
     if "reserved" not in SPEC[_key][2]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes], timeout_s: float = 30.0) -> None:
@@ -24,11 +24,19 @@ def produce(bootstrap: str, topic: str, values: list[bytes], timeout_s: float = 
         raise KafkaException(f"{left} unacknowledged, errors: {errors[:3]}")
 
 
-def consume_all(bootstrap: str, topic: str, count: int, timeout_s: float = 30.0) -> list[bytes]:
-    """The first ``count`` values of partition 0 of ``topic``, read from the start."""
+def consume_all(bootstrap: str, topic: str, count: int, timeout_s: float = 30.0,
+                assign: bool = False) -> list[bytes]:
+    """The first ``count`` values of partition 0 of ``topic``, read from the start.
+
+    Through a consumer group, or with ``assign`` straight from partition 0 (no group
+    coordinator, so no __consumer_offsets is needed).
+    """
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.time_ns()}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
+    if assign:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+    else:
+        consumer.subscribe([topic])
     got: list[bytes] = []
     deadline = time.monotonic() + timeout_s
     try:

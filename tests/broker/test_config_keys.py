@@ -144,6 +144,33 @@ EFFECTS: dict[str, list[str]] = {
     "group.max.session.timeout.ms": [f"{HERE}::test_session_timeout_bounds_refuse_joins"],
     "offsets.topic.num.partitions": [f"{HERE}::test_num_partitions_of_auto_created_topics"],
     "purge.interval.requests": [f"{HERE}::test_runtime_tuning_reaches_the_actors"],
+    # The cluster's keys, on real nodes over a real ZooKeeper (tests/cluster).
+    "zookeeper.connect": ["tests/cluster/test_cluster.py::"
+                          "test_no_zookeeper_within_the_connection_timeout_is_one_line"],
+    "zookeeper.connection.timeout.ms": [
+        "tests/cluster/test_cluster.py::"
+        "test_no_zookeeper_within_the_connection_timeout_is_one_line"],
+    "zookeeper.session.timeout.ms": [
+        "tests/cluster/test_failover.py::"
+        "test_controller_kill_9_another_node_takes_over_and_the_old_epoch_is_refused"],
+    "broker.rack": ["tests/cluster/test_cluster.py::"
+                    "test_nodes_on_three_addresses_register_and_each_answers_for_the_whole_cluster"],
+    "delete.topic.enable": ["tests/cluster/test_cluster.py::"
+                            "test_delete_topic_enable_false_refuses_deletion"],
+    "offsets.topic.replication.factor": [
+        "tests/cluster/test_cluster.py::"
+        "test_offsets_topic_replication_factor_is_capped_to_the_live_brokers"],
+    "unclean.leader.election.enable": ["tests/core/test_controller_state.py::"
+                                       "test_unclean_election_enabled_by_config"],
+    "controlled.shutdown.enable": [
+        "tests/cluster/test_controlled_shutdown.py::"
+        "test_controlled_shutdown_retries_what_it_cannot_move_and_can_be_turned_off"],
+    "controlled.shutdown.max.retries": [
+        "tests/cluster/test_controlled_shutdown.py::"
+        "test_controlled_shutdown_retries_what_it_cannot_move_and_can_be_turned_off"],
+    "controlled.shutdown.retry.backoff.ms": [
+        "tests/cluster/test_controlled_shutdown.py::"
+        "test_controlled_shutdown_retries_what_it_cannot_move_and_can_be_turned_off"],
 }
 
 

@@ -28,7 +28,7 @@ from wire.registry import message
 from wire.runtime_messages import GetClockOffsets
 
 
-@message(9701)
+@message(9711)
 class WhichClock(NamedTuple):
     pass
 

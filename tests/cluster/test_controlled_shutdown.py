@@ -1,0 +1,67 @@
+"""SIGTERM in a cluster: the controlled shutdown and the keys that shape it.
+
+A node stopping with ``controlled.shutdown.enable`` (the default) asks the
+controller to move its leaderships first; a partition it cannot hand over
+(its only other replica is dead) makes the attempt incomplete, and the node
+tries again ``controlled.shutdown.max.retries`` times with
+``controlled.shutdown.retry.backoff.ms`` between attempts, then stops
+anyway. With the key off, the node says so and stops at once.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+import pytest
+from kafka.admin import KafkaAdminClient, NewTopic
+
+from tests.fixtures.cluster import wait_for
+from tests.fixtures.cluster_tools import log_lines
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]
+
+BACKOFF_MS = 1500
+
+
+def _stamp(line: str) -> datetime:
+    found = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3})", line)
+    assert found, line
+    return datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S.%f")
+
+
+def test_controlled_shutdown_retries_what_it_cannot_move_and_can_be_turned_off(
+        cluster_factory: Any) -> None:
+    cluster = cluster_factory(3, config={"controlled.shutdown.max.retries": 1,
+                                         "controlled.shutdown.retry.backoff.ms": BACKOFF_MS},
+                              node_config={3: {"controlled.shutdown.enable": False}})
+    # Off: node 3 stops without asking the controller for anything.
+    assert cluster.nodes[3].stop() == 0
+    assert log_lines(cluster.nodes[3], "controlled shutdown is off (controlled.shutdown.enable"
+                                       "=false)")
+    assert not log_lines(cluster.nodes[3], "asking the controller to move")
+
+    # A partition on nodes 1 and 2 only (3 is down); its other replica then dies, so
+    # its leader has no live replica to hand it to.
+    admin = KafkaAdminClient(bootstrap_servers=cluster.nodes[1].bootstrap,
+                             request_timeout_ms=30_000)
+    try:
+        admin.create_topics([NewTopic("pinned", 1, 2)])
+    finally:
+        admin.close()
+    leader = cluster.wait_topic("pinned", 1).leaders("pinned")[0]
+    other = 3 - leader
+    cluster.nodes[other].kill()
+    wait_for(f"node {other} to leave the cluster",
+             lambda: set(cluster.nodes[leader].metadata().brokers) == {leader}, timeout_s=60)
+    node = cluster.nodes[leader]
+    assert node.stop() == 0
+    attempts = log_lines(node, "controlled shutdown attempt 1 not complete")
+    assert attempts and "1 partition(s) still led here" in attempts[0], node.log()[-3000:]
+    gave_up = log_lines(node, "controlled shutdown gave up after 2 attempt(s)")
+    assert gave_up, node.log()[-3000:]  # max.retries = 1: one attempt and one retry
+    assert not log_lines(node, "attempt 2 not complete")
+    # The retry waited out the backoff (a lower bound: a loaded machine only adds to it).
+    gap_ms = (_stamp(gave_up[0]) - _stamp(attempts[0])).total_seconds() * 1000
+    assert gap_ms >= BACKOFF_MS - 20, gap_ms

@@ -85,8 +85,9 @@ from actors.security.sasl import (
     SASL_HANDSHAKE,
     Action,
     SaslConnection,
+    SaslState,
 )
-from actors.security.scram import CredentialLookup
+from actors.security.scram import AuthenticationFailed, CredentialLookup
 from actors.security.tls import ANONYMOUS
 from actors.security.tls_connection import TlsConnection, TlsError, TlsState
 from actors.topology import Topology
@@ -563,6 +564,9 @@ class Processor(Actor):
         sasl = conn.sasl
         assert sasl is not None
         now_ms = self.clock.wall_ms()
+        if sasl.expects_raw_tokens and sasl.state is SaslState.AUTHENTICATE:
+            self._sasl_raw_token(conn, request, now_ns, now_ms)
+            return True
         verdict = sasl.on_request(request.api_key, now_ms)
         if verdict.action is Action.PASS:
             if sasl.authenticated:
@@ -622,6 +626,29 @@ class Processor(Actor):
                                        close, request.api_key, request.correlation_id, now_ns,
                                        [0, 0, 0]))
         return True
+
+    def _sasl_raw_token(self, conn: _Conn, request: Request, now_ns: int, now_ms: int) -> None:
+        """After a SaslHandshake v0 the client sends bare size-prefixed tokens, not requests;
+        the answer goes back the same way (a failure closes without one, as Kafka)."""
+        sasl = conn.sasl
+        assert sasl is not None
+        frame, close = b"", False
+        try:
+            answer = sasl.raw_token(bytes(request.frame), now_ms)
+            frame = len(answer).to_bytes(4, "big") + answer
+        except AuthenticationFailed:
+            close = True
+            self.node.metrics.incr("sasl_authentication_failed")
+            self.log.warning("connection {} on listener {}: {}", conn.conn_id, conn.listener,
+                             sasl.failure_reason)
+        if sasl.authenticated:
+            conn.principal = sasl.principal or conn.principal
+            conn.core.set_max_request_bytes(self.max_request)
+            self.log.debug("connection {} from {}:{} authenticated as {} ({})", conn.conn_id,
+                           conn.peer_host, conn.peer_port, conn.principal, sasl.mechanism)
+        self.on_response(KafkaResponse(conn.conn_id, request.seq, frame, bool(frame), close,
+                                       SASL_AUTHENTICATE, request.correlation_id, now_ns,
+                                       [0, 0, 0]))
 
     # ----------------------------------------------------------------- write
     @handles(KafkaResponse)

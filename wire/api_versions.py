@@ -74,9 +74,9 @@ ADVERTISED: tuple[ApiVersionRange, ...] = (
     _entry(ApiKey.DescribeConfigs, 1, 4),
     # v1 adds EndpointType (1 = brokers, the only type served); v2 (fenced brokers) left out.
     _entry(ApiKey.DescribeCluster, 0, 1),
-    # Answered by the Processor on SASL listeners (actors/processor.py). Handshake v0 (bare
-    # tokens after it, not Kafka requests) is left out: clients since Kafka 1.0 use v1.
-    _entry(ApiKey.SaslHandshake, 1, 1),
+    # Answered by the Processor on SASL listeners (actors/processor.py); after a v0
+    # handshake the tokens come bare, size-prefixed (librdkafka requires v0 advertised).
+    _entry(ApiKey.SaslHandshake, 0, 1),
     _entry(ApiKey.SaslAuthenticate, 0, 2),
 )
 

@@ -43,6 +43,7 @@ from actors.core.log_dir import LogDir
 from actors.core.metadata_cache import MetadataCache
 from actors.core.topic_store import TopicStore
 from actors.group_coordinator import spawn_coordinators
+from actors.log_cleaner import LogCleaner
 from actors.log_manager import LogManager
 from actors.metadata.store import BrokerIdInUse, MetadataError
 from actors.metadata.zk import ZkMetadataStore
@@ -426,6 +427,9 @@ class Broker:
             else:
                 self._spawn_cluster_actors(node, topo, cfg, clock, broker_id, adv_host,
                                            adv_port, endpoint)
+            if cfg["log.cleaner.enable"]:  # its own thread: a pass must not slow a worker
+                node.spawn(LogCleaner, topo.log_cleaner.name, topology=topo, config=cfg,
+                           log_dir=data_dir, clock=clock)
             self._spawn_extra(node, topo, cfg, clock)
             for i in range(topo.num_handlers):
                 ctx = HandlerContext(topo, cfg, broker_id, adv_host, adv_port, cluster_id, i,

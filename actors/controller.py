@@ -1,9 +1,11 @@
 """Controller: owner of the topic table (single node: kept in a local file).
 
-CreateTopics and DeleteTopics come here from the handlers. The controller
-validates, persists the table, has the partition shards open or drop the
+CreateTopics, DeleteTopics, CreatePartitions and topic config changes
+(AlterConfigs, IncrementalAlterConfigs) come here from the handlers. The
+controller validates (the per-topic rules are actors/core/topic_admin.py's),
+persists the table, has the partition shards open, drop or reconfigure the
 logs, then sends every handler the new table before it answers, so the
-requesting handler already knows the topic when its answer arrives.
+requesting handler already knows the change when its answer arrives.
 """
 
 from __future__ import annotations
@@ -12,12 +14,30 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from actors.core.topic_config import validate_topic_configs, validate_topic_name
+from actors.core.replica_assignment import validate_assignment
+from actors.core.topic_admin import (
+    ConfigChange,
+    altered_topic_configs,
+    check_partition_increase,
+)
+from actors.core.topic_config import (
+    effective,
+    validate_topic_configs,
+    validate_topic_name,
+)
 from actors.core.topic_store import TopicInfo, TopicStore
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.config import Config
 from actors.topology import Topology
+from wire.admin_messages import (
+    AlterTopicConfigs,
+    AlterTopicConfigsDone,
+    CreatePartitions,
+    CreatePartitionsDone,
+    TopicResultRow,
+    UpdatePartitionConfigs,
+)
 from wire.broker_messages import (
     CreateTopicDoneRow,
     CreateTopics,
@@ -42,7 +62,7 @@ class _Pending:
 
     shards_left: int
     requester: Address
-    answer: CreateTopicsDone | DeleteTopicsDone  # sent once every shard is done
+    answer: Any  # a *Done, sent once every shard is done
 
 
 class Controller(Actor):
@@ -55,6 +75,7 @@ class Controller(Actor):
         self.config = config
         self.store = store
         self.num_brokers = num_brokers
+        self.broker_id = int(config["node.id"])
 
     def setup(self) -> None:
         self.ids = itertools.count(1)
@@ -135,8 +156,82 @@ class Controller(Actor):
             r.name for r in rows if r.error_code == ErrorCode.NONE))
         self._fan_out(DeleteTopicsDone(msg.req_id, rows), DropPartitions, drop)
 
+    # ----------------------------------------------------- add partitions
+    @handles(CreatePartitions)
+    def on_create_partitions(self, msg: CreatePartitions) -> None:
+        rows: list[TopicResultRow] = []
+        opened: list[OpenPartitionRow] = []
+        names = [r.name for r in msg.rows]
+        for row in msg.rows:
+            try:
+                if names.count(row.name) > 1:
+                    raise KafkaError(f"topic {row.name!r} is named twice",
+                                     ErrorCode.INVALID_REQUEST)
+                info = self.store.topics.get(row.name)
+                if info is None:
+                    raise KafkaError(f"topic {row.name!r} does not exist",
+                                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                current = info.num_partitions
+                check_partition_increase(row.name, current, row.new_total, row.assignments)
+                if row.assignments is not None:
+                    validate_assignment({current + i: a for i, a in enumerate(row.assignments)},
+                                        {self.broker_id},
+                                        first_partition=current,
+                                        replication_factor=info.replication_factor)
+            except KafkaError as exc:
+                rows.append(TopicResultRow(row.name, int(exc.code), str(exc)))
+                continue
+            rows.append(TopicResultRow(row.name, int(ErrorCode.NONE), None))
+            if not msg.validate_only:
+                info.num_partitions = row.new_total
+                opened += [OpenPartitionRow(row.name, p, dict(info.configs))
+                           for p in range(current, row.new_total)]
+        if not opened:
+            self.reply(CreatePartitionsDone(msg.req_id, rows))
+            return
+        self.store.save()
+        self.log.info("added partitions: {}", ", ".join(
+            f"{r.name} now {self.store.topics[r.name].num_partitions}" for r in msg.rows
+            if r.name in self.store.topics and any(o.topic == r.name for o in opened)))
+        self._fan_out(CreatePartitionsDone(msg.req_id, rows), OpenPartitions, opened)
+
+    # ------------------------------------------------------ topic configs
+    @handles(AlterTopicConfigs)
+    def on_alter_configs(self, msg: AlterTopicConfigs) -> None:
+        rows: list[TopicResultRow] = []
+        updates: list[OpenPartitionRow] = []
+        names = [r.name for r in msg.rows]
+        for row in msg.rows:
+            try:
+                if names.count(row.name) > 1:
+                    raise KafkaError(f"topic {row.name!r} is named twice",
+                                     ErrorCode.INVALID_REQUEST)
+                info = self.store.topics.get(row.name)
+                if info is None:
+                    raise KafkaError(f"topic {row.name!r} does not exist",
+                                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                configs = altered_topic_configs(
+                    info.configs, [ConfigChange(c.name, c.op, c.value) for c in row.ops],
+                    msg.incremental, lambda key: effective(self.config, {})[key][0])
+            except KafkaError as exc:
+                rows.append(TopicResultRow(row.name, int(exc.code), str(exc)))
+                continue
+            rows.append(TopicResultRow(row.name, int(ErrorCode.NONE), None))
+            if not msg.validate_only and configs != info.configs:
+                info.configs = configs
+                updates += [OpenPartitionRow(row.name, p, dict(configs))
+                            for p in range(info.num_partitions)]
+        if not updates:
+            self.reply(AlterTopicConfigsDone(msg.req_id, rows))
+            return
+        self.store.save()
+        changed = sorted({u.topic for u in updates})
+        self.log.info("topic configs changed: {}", "; ".join(
+            f"{t} {self.store.topics[t].configs}" for t in changed))
+        self._fan_out(AlterTopicConfigsDone(msg.req_id, rows), UpdatePartitionConfigs, updates)
+
     # ------------------------------------------------------------ fan out/in
-    def _fan_out(self, answer: CreateTopicsDone | DeleteTopicsDone, msg_type: Any,
+    def _fan_out(self, answer: Any, msg_type: Any,
                  partition_rows: list[OpenPartitionRow] | list[TopicPartition]) -> None:
         assert self.current_sender is not None
         by_shard: dict[Address, list[Any]] = {}

@@ -39,6 +39,7 @@ from typing import Any
 from actors.core.group_state import (
     AppendRecords,
     CancelTimer,
+    DeleteGroupsResponse,
     DescribeGroupsResponse,
     Effect,
     GroupConfig,
@@ -50,6 +51,7 @@ from actors.core.group_state import (
     MemberIdentity,
     OffsetCommitPartition,
     OffsetCommitResponse,
+    OffsetDeleteResponse,
     OffsetFetchResponse,
     Respond,
     Response,
@@ -76,6 +78,18 @@ from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.topology import Topology
+from wire.admin_messages import (
+    AlterTopicConfigs,
+    AlterTopicConfigsDone,
+    AlterTopicConfigsRow,
+    ConfigOpRow,
+    DeleteGroups,
+    DeleteGroupsDone,
+    GroupResultRow,
+    OffsetDelete,
+    OffsetDeleteDone,
+    OffsetDeleteDoneRow,
+)
 from wire.broker_messages import (
     Append,
     AppendDone,
@@ -127,8 +141,9 @@ TOPIC_EXISTS = int(ErrorCode.TOPIC_ALREADY_EXISTS)
 OUT_OF_RANGE = int(ErrorCode.OFFSET_OUT_OF_RANGE)
 
 OFFSETS_TOPIC_CONFIGS = {
-    # Kafka compacts this topic; actorlog's logs only delete, so nothing may
-    # age out (a group's last commit can be old).
+    # As Kafka's: compacted (the LogCleaner keeps each key's latest record), never
+    # trimmed by age (a group's last commit can be old).
+    "cleanup.policy": "compact",
     "retention.ms": "-1",
     "segment.bytes": str(100 * 1024 * 1024),  # Kafka's offsets.topic.segment.bytes
 }
@@ -226,6 +241,11 @@ def answer_for(req_id: int, response: Response) -> Any:
             ])
             for g in response.groups
         ])
+    if isinstance(response, DeleteGroupsResponse):
+        return DeleteGroupsDone(req_id, [GroupResultRow(g, int(c)) for g, c in response.results])
+    if isinstance(response, OffsetDeleteResponse):
+        return OffsetDeleteDone(req_id, int(response.error_code), [
+            OffsetDeleteDoneRow(t, p, int(c)) for t, p, c in response.partitions])
     raise TypeError(f"no answer message for {type(response).__name__}")
 
 
@@ -250,6 +270,10 @@ def refusal_for(msg: Any, code: int) -> Any:
     if isinstance(msg, DescribeGroups):
         return DescribeGroupsDone(msg.req_id, [
             DescribeGroupRow(code, g, "", "", "", []) for g in msg.group_ids])
+    if isinstance(msg, DeleteGroups):
+        return DeleteGroupsDone(msg.req_id, [GroupResultRow(g, code) for g in msg.group_ids])
+    if isinstance(msg, OffsetDelete):
+        return OffsetDeleteDone(msg.req_id, code, [])
     raise TypeError(f"not a group request: {type(msg).__name__}")
 
 
@@ -351,6 +375,11 @@ class GroupCoordinator(Actor):
             self.phase = "create-retry"
             self.retry_at_ms = self.clock.now_ms() + RETRY_MS
             return
+        if row.error_code == TOPIC_EXISTS:
+            # Made before it was compacted: make it so (no change if it is already).
+            self.tell(self.topology.controller, AlterTopicConfigs(
+                next(self.req_ids), False, True, [AlterTopicConfigsRow(
+                    OFFSETS_TOPIC, [ConfigOpRow("cleanup.policy", 0, "compact")])]))
         self.phase = "loading"
         self.load_started_ms = self.clock.now_ms()
         self.read_offsets = {p: 0 for p in range(self.num_partitions)}
@@ -366,6 +395,13 @@ class GroupCoordinator(Actor):
             rid = next(self.req_ids)
             self.reads_in_flight.add(rid)
             self.tell(shard, Read(rid, -1, READ_MAX_BYTES, rows))
+
+    @handles(AlterTopicConfigsDone)
+    def on_offsets_topic_altered(self, msg: AlterTopicConfigsDone) -> None:
+        for row in msg.rows:
+            if row.error_code != NONE:
+                self.log.error("cannot make {} compacted: {} ({})", OFFSETS_TOPIC,
+                               ErrorCode(row.error_code).name, row.error_message)
 
     @handles(ReadDone)
     def on_read(self, msg: ReadDone) -> None:
@@ -531,6 +567,18 @@ class GroupCoordinator(Actor):
         if self._serving(msg):
             self._perform(self.core.describe_groups(self._rid(msg.req_id), msg.group_ids))
 
+    @handles(DeleteGroups)
+    def on_delete_groups(self, msg: DeleteGroups) -> None:
+        if self._serving(msg):
+            self._perform(self.core.delete_groups(self._rid(msg.req_id), msg.group_ids,
+                                                  self.now_ms()))
+
+    @handles(OffsetDelete)
+    def on_offset_delete(self, msg: OffsetDelete) -> None:
+        if self._serving(msg):
+            self._perform(self.core.offset_delete(
+                self._rid(msg.req_id), msg.group_id, [(r.topic, r.partition) for r in msg.rows]))
+
     # ---------------------------------------------------------- effects
     def _perform(self, effects: list[Effect]) -> None:
         for fx in effects:
@@ -670,6 +718,10 @@ class GroupCoordinator(Actor):
             "appends_in_flight": len(self.appends),
             "skipped_records": self.core.skipped_records + self.load_skipped,
             "refused_loading": self.refused_loading,
+            # group, topic, partition, committed offset: the lag metric's other half
+            "committed": [[gid, tp[0], tp[1], o.offset] for gid in self.core.group_ids()
+                          if (g := self.core.group(gid)) is not None
+                          for tp, o in g.offsets.items()],
         }
 
 

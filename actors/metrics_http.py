@@ -1,32 +1,129 @@
-"""A Prometheus text endpoint for a node's counters (``--metrics-port``)."""
+"""The Prometheus endpoint of a broker (``--metrics-port``): ``GET /metrics``.
+
+A scrape adds the node's counters to gauges asked from the actors that own
+the state (actors/metrics.py lists every family). An actor that does not
+answer within a second leaves its gauges out of that scrape (logged), it does
+not fail it.
+"""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from loguru import logger
 
-def render(counters: dict[str, int]) -> str:
-    """``name|label=value`` counters as Prometheus text, all prefixed ``actorlog_``."""
-    lines = []
-    for key in sorted(counters):
-        name, _, labels = key.partition("|")
-        label_text = ""
-        if labels:
-            pairs = [kv.split("=", 1) for kv in labels.split(",")]
-            label_text = "{" + ",".join(f'{k}="{v}"' for k, v in pairs) + "}"
-        lines.append(f"actorlog_{name}{label_text} {counters[key]}")
-    return "\n".join(lines) + "\n"
+from actors.metrics import Sample, render
+from actors.runtime.address import Address
+from wire.broker_messages import GetStats
+
+ASK_TIMEOUT_S = 1.0
 
 
-def serve_metrics(host: str, port: int, snapshot: Any) -> ThreadingHTTPServer:
+def _ask(node: Any, address: Address) -> dict[str, Any] | None:
+    try:
+        answer: dict[str, Any] = node.ask(address, GetStats(), timeout=ASK_TIMEOUT_S)
+    except Exception as exc:  # a busy or stopped actor: its gauges wait for the next scrape
+        logger.debug("metrics: no stats from {}: {}", address, exc)
+        return None
+    return answer
+
+
+def gauges(broker: Any) -> list[Sample]:
+    """Every gauge of a running broker, asked from the actors that own the numbers."""
+    node, topo = broker.node, broker.topology
+    out: list[Sample] = []
+
+    def add(name: str, value: float, **labels: Any) -> None:
+        out.append((name, [(k, str(v)) for k, v in labels.items()], value))
+
+    # partitions (the shards)
+    high_watermarks: dict[tuple[str, int], int] = {}
+    hosted = leaders = under = offline = 0
+    for i in range(topo.num_shards):
+        stats = _ask(node, topo.shard(i))
+        for row in (stats or {}).get("metrics", []):
+            topic, partition, size, start, end, hw, leads, short, no_leader = row
+            high_watermarks[(topic, partition)] = hw
+            hosted += 1
+            leaders += bool(leads)
+            under += bool(short)
+            offline += bool(no_leader)
+            add("log_size_bytes", size, topic=topic, partition=partition)
+            add("log_start_offset", start, topic=topic, partition=partition)
+            add("log_end_offset", end, topic=topic, partition=partition)
+            add("high_watermark", hw, topic=topic, partition=partition)
+    add("partitions", hosted)
+    add("leader_partitions", leaders)
+    add("under_replicated_partitions", under)
+    add("offline_partitions", offline)
+    # consumer groups: committed offsets from the coordinators, against the HW
+    groups: set[str] = set()
+    for i in range(topo.num_coordinators):
+        stats = _ask(node, topo.coordinator(i))
+        for group, topic, partition, committed in (stats or {}).get("committed", []):
+            groups.add(group)
+            hw = high_watermarks.get((topic, partition))
+            if hw is not None and committed >= 0:
+                add("consumer_group_lag", max(0, hw - committed), group=group, topic=topic,
+                    partition=partition)
+    add("consumer_groups", len(groups))
+    # connections
+    listener = f"{broker.host}:{broker.port}"
+    acceptor = _ask(node, topo.acceptor)
+    if acceptor is not None:
+        add("connections", acceptor.get("open", 0), listener=listener)
+        add("connections_accepted_total", acceptor.get("accepted", 0), listener=listener)
+    # purgatory
+    kinds = {"produce": 0, "fetch": 0}
+    expirations = 0
+    for i in range(topo.num_purgatories):
+        stats = _ask(node, topo.purgatory(i)) or {}
+        for kind, count in stats.get("by_kind", {}).items():
+            kinds[kind] = kinds.get(kind, 0) + count
+        expirations += stats.get("expirations", 0)
+    for kind, count in kinds.items():
+        add("purgatory_size", count, kind=kind)
+    add("purgatory_expirations_total", expirations)
+    # the log cleaner
+    if "log-cleaner" in node.actors:
+        stats = _ask(node, topo.log_cleaner) or {}
+        add("log_cleaner_passes_total", stats.get("passes", 0))
+        add("log_cleaner_bytes_read_total", stats.get("bytes_read", 0))
+        add("log_cleaner_bytes_written_total", stats.get("bytes_written", 0))
+        add("log_cleaner_max_dirty_ratio", stats.get("last_dirty_ratio", 0.0))
+    # actors: read from their fields (each written by its own thread only)
+    counters = node.metrics.snapshot()
+    for name, actor in sorted(node.actors.items()):
+        enqueued = counters.get(f"actor_messages_enqueued_total|actor={name}", 0)
+        add("actor_mailbox_depth", max(0, enqueued - actor.messages_dequeued), actor=name)
+        add("actor_messages_handled_total", actor.messages_handled, actor=name)
+        add("actor_handle_seconds_sum", actor.handler_ns / 1e9, actor=name)
+        add("actor_handle_seconds_count", actor.messages_handled, actor=name)
+    add("dead_letters_total", node.dead_letters.total)
+    return out
+
+
+def scrape(broker: Any) -> str:
+    """The text of one scrape of ``broker``."""
+    samples = gauges(broker)
+    return render(broker.node.metrics.snapshot(), samples)
+
+
+def serve_metrics(host: str, port: int, text: Callable[[], str]) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path not in ("/metrics", "/"):
                 self.send_error(404)
                 return
-            body = render(snapshot()).encode()
+            try:
+                body = text().encode()
+            except Exception:
+                logger.exception("metrics: the scrape failed")
+                self.send_error(500)
+                return
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body)))

@@ -9,18 +9,36 @@ change of that partition's log end or high watermark.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from actors.core.file_regions import close_regions
+from actors.core.log_cleaner import describe_cleanable
 from actors.core.log_dir import LogDir
-from actors.core.partition_log import PartitionLog
+from actors.core.partition_log import PartitionLog, SwapRefusedError
 from actors.core.partition_state import PartitionState
+from actors.core.segment_swap import discard_staging
 from actors.core.topic_config import log_config_for
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.topology import Topology
+from wire.admin_messages import (
+    CleanableLogRow,
+    CleanableLogs,
+    CleanableLogsDone,
+    DeleteRecords,
+    DeleteRecordsDone,
+    DeleteRecordsDoneRow,
+    DescribeLogDir,
+    DescribeLogDirDone,
+    LogDirPartitionRow,
+    SegmentRow,
+    SwapCleanedSegments,
+    SwapCleanedSegmentsDone,
+    UpdatePartitionConfigs,
+)
 from wire.broker_messages import (
     Append,
     AppendDone,
@@ -90,6 +108,7 @@ class PartitionShard(Actor):
         self.partitions: dict[tuple[str, int], PartitionState] = {}
         self.watchers: dict[tuple[str, int], set[Address]] = {}
         self.errors_logged: set[tuple[str, int, int]] = set()
+        self._topic_keys: dict[tuple[str, str], tuple[str, str]] = {}
         now = self.clock.wall_ms()
         for topic, entry in self.initial_topics.items():
             for p in range(entry.num_partitions):
@@ -206,6 +225,127 @@ class PartitionShard(Actor):
             self.tell(self.topology.log_manager, CheckpointOffsets(self.name, False, [], dropped))
         self.reply(ShardDone(msg.req_id, ""))
 
+    @handles(UpdatePartitionConfigs)
+    def on_update_configs(self, msg: UpdatePartitionConfigs) -> None:
+        """A topic's overrides changed: its logs take the new settings now."""
+        error = ""
+        for row in msg.rows:
+            state = self.partitions.get((row.topic, row.partition))
+            if state is None:
+                continue
+            try:
+                state.log.update_config(log_config_for(self.config, row.configs))
+                state.min_insync_replicas = int(row.configs.get(
+                    "min.insync.replicas", self.config["min.insync.replicas"]))
+            except Exception as exc:
+                self.log.exception("cannot apply new configs to {}-{}", row.topic,
+                                   row.partition)
+                error = f"{row.topic}-{row.partition}: {exc}"
+        self.reply(ShardDone(msg.req_id, error))
+
+    # ------------------------------------------------------------ admin
+    @handles(DeleteRecords)
+    def on_delete_records(self, msg: DeleteRecords) -> None:
+        """Kafka's DeleteRecords on a leader: the log start moves up to the offset (-1: the
+        high watermark); segments wholly below it are deleted now."""
+        rows: list[DeleteRecordsDoneRow] = []
+        moved: list[PartitionState] = []
+        now = self.clock.wall_ms()
+        for req in msg.rows:
+            state = self.partitions.get((req.topic, req.partition))
+            if state is None:
+                rows.append(DeleteRecordsDoneRow(req.topic, req.partition, -1, UNKNOWN_TP,
+                                                 "this broker does not host the partition"))
+                continue
+            if not state.is_leader:
+                rows.append(DeleteRecordsDoneRow(req.topic, req.partition, -1, NOT_LEADER,
+                                                 "this broker does not lead the partition"))
+                continue
+            log = state.log
+            offset = log.high_watermark if req.offset == -1 else req.offset
+            try:
+                if not log.config.delete:
+                    raise KafkaError(f"records of {req.topic}-{req.partition} cannot be "
+                                     f"deleted: its cleanup.policy is "
+                                     f"{','.join(log.config.cleanup_policy)}",
+                                     ErrorCode.POLICY_VIOLATION)
+                if offset < 0:
+                    raise OffsetOutOfRangeError(f"offset {offset} is negative")
+                if log.increment_log_start_offset(offset):
+                    moved.append(state)
+                    deleted = log.delete_old_segments(now, retention=False)
+                    self.log.info("DeleteRecords moved the log start of {}-{} to {} "
+                                  "({} segment(s) deleted)", req.topic, req.partition,
+                                  log.log_start_offset, deleted)
+            except KafkaError as exc:
+                rows.append(DeleteRecordsDoneRow(req.topic, req.partition, -1, int(exc.code),
+                                                 str(exc)))
+                continue
+            rows.append(DeleteRecordsDoneRow(req.topic, req.partition, log.log_start_offset,
+                                             NONE, None))
+        if moved:
+            self.tell(self.topology.log_manager, CheckpointOffsets(
+                self.name, False, [self._offset_row(s) for s in moved], []))
+        self.reply(DeleteRecordsDone(msg.req_id, rows))
+
+    @handles(DescribeLogDir)
+    def on_describe_log_dir(self, msg: DescribeLogDir) -> None:
+        wanted = None if msg.rows is None else {(r.topic, r.partition) for r in msg.rows}
+        rows = [LogDirPartitionRow(t, p, state.log.size_in_bytes,
+                                   max(0, state.log.high_watermark - state.log.log_end_offset))
+                for (t, p), state in sorted(self.partitions.items())
+                if wanted is None or (t, p) in wanted]
+        try:
+            fs = os.statvfs(self.log_dir.path)
+            total, usable = fs.f_blocks * fs.f_frsize, fs.f_bavail * fs.f_frsize
+        except OSError:
+            total = usable = -1
+        self.reply(DescribeLogDirDone(msg.req_id, str(self.log_dir.path), total, usable, rows))
+
+    # ------------------------------------------------------------ cleaning
+    @handles(CleanableLogs)
+    def on_cleanable_logs(self, msg: CleanableLogs) -> None:
+        """The LogCleaner asks: every compacted log, its closed segments and settings."""
+        rows = []
+        for state in self.partitions.values():
+            if not state.log.config.compact:
+                continue
+            c = describe_cleanable(state.log)
+            rows.append(CleanableLogRow(
+                c.topic, c.partition, str(c.directory), [SegmentRow(*s) for s in c.segments],
+                c.active_base_offset, c.log_start_offset, c.high_watermark, c.generation,
+                c.min_cleanable_dirty_ratio, c.delete_retention_ms, c.min_compaction_lag_ms,
+                c.segment_bytes, c.index_interval_bytes, c.segment_index_bytes,
+                [[pid, last] for pid, last in c.producer_last_offsets.items()]))
+        self.reply(CleanableLogsDone(msg.req_id, rows))
+
+    @handles(SwapCleanedSegments)
+    def on_swap_cleaned(self, msg: SwapCleanedSegments) -> None:
+        """Swap in the cleaned copies, in this thread, unless the log moved on."""
+        state = self.partitions.get((msg.topic, msg.partition))
+        if state is None:
+            self.reply(SwapCleanedSegmentsDone(msg.req_id, msg.topic, msg.partition, False,
+                                               "the partition is gone"))
+            return
+        log = state.log
+        try:
+            log.replace_cleaned_segments(
+                msg.staging, [(s.base_offset, s.size_bytes) for s in msg.old_segments],
+                list(msg.new_bases), msg.generation, self.clock.wall_ms())
+        except SwapRefusedError as exc:
+            discard_staging(log.dir, msg.staging)
+            self.reply(SwapCleanedSegmentsDone(msg.req_id, msg.topic, msg.partition, False,
+                                               str(exc)))
+            return
+        except Exception as exc:
+            # Past the commit the log is completed from its manifest when reopened:
+            # the restart (supervision) does that.
+            self.reply(SwapCleanedSegmentsDone(msg.req_id, msg.topic, msg.partition, False,
+                                               f"swap failed: {exc!r}"))
+            raise
+        self.node.metrics.incr("log_cleaner_swaps")
+        self.reply(SwapCleanedSegmentsDone(msg.req_id, msg.topic, msg.partition, True, ""))
+
     # ---------------------------------------------------------------- produce
     @handles(Append)
     def on_append(self, msg: Append) -> None:
@@ -237,6 +377,8 @@ class PartitionShard(Actor):
                     continue
                 state.on_leader_append()
                 state.log.maybe_flush(now)
+                self._count(topic, "in", len(req.records),
+                            info.last_offset - info.first_offset + 1)
                 rows.append(AppendDoneRow(topic, partition, NONE, info.first_offset,
                                           info.log_append_time_ms, info.log_start_offset, None))
                 if msg.acks == -1 and state.log.high_watermark <= info.last_offset:
@@ -274,6 +416,17 @@ class PartitionShard(Actor):
             self.topology.purgatory_for(first.topic, first.partition),
             WatchProduce(msg.req_id, self.current_sender.name, msg.timeout_ms, wait_rows),
         )
+
+    def _count(self, topic: str, direction: str, size: int, records: int) -> None:
+        """Bytes and records in or out of a topic (metrics)."""
+        keys = self._topic_keys.get((topic, direction))
+        if keys is None:
+            keys = self._topic_keys[(topic, direction)] = (
+                f"topic_bytes_{direction}_total|topic={topic}",
+                f"topic_records_{direction}_total|topic={topic}")
+        incr = self.node.metrics.incr
+        incr(keys[0], size)
+        incr(keys[1], max(0, records))
 
     def _log_refusal(self, topic: str, partition: int, exc: KafkaError) -> None:
         key = (topic, partition, int(exc.code))
@@ -323,6 +476,7 @@ class PartitionShard(Actor):
                 meta = info.fetch_offset_metadata
                 size = len(info.records) if info.region is None else info.region.length
                 if size:
+                    self._count(topic, "out", size, log.offset_after(meta, size) - offset)
                     got_data = True
                     budget -= size
                     if info.region is None:
@@ -480,4 +634,9 @@ class PartitionShard(Actor):
             "leaders": sorted(f"{t}-{p}" for (t, p), s in self.partitions.items()
                               if s.is_leader),
             "watched": len(self.watchers),
+            # topic, partition, size, log start, log end, HW, leads, under-replicated, offline
+            "metrics": [[t, p, s.log.size_in_bytes, s.log.log_start_offset,
+                         s.log.log_end_offset, s.log.high_watermark, s.is_leader,
+                         s.is_leader and len(s.isr) < len(s.replicas), s.leader_id < 0]
+                        for (t, p), s in self.partitions.items()],
         }

@@ -76,6 +76,7 @@ from actors.core.kafka_connection import (
     KafkaConnection,
     Request,
 )
+from actors.metrics import latency_key
 from actors.runtime.actor import Actor, handles
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
@@ -864,6 +865,7 @@ class Processor(Actor):
         count_key, total_key, stage_keys = metric_keys(response.api_key)
         incr(count_key)
         incr(total_key, total)
+        incr(latency_key(api_name(response.api_key), total))
         for key, value in zip(stage_keys, values, strict=True):
             incr(key, value)
         tid = conn.traces.pop(response.seq, 0)

@@ -132,4 +132,5 @@ class PurgatoryShard(Actor):
         s = self.core.stats()
         return {"delayed": s.waiting, "watched_keys": s.watched_keys,
                 "expirations": s.expirations, "live": s.waiting,
-                "watched_partitions": s.watched_partitions}
+                "watched_partitions": s.watched_partitions,
+                "by_kind": self.core.waiting_by_kind()}

@@ -13,8 +13,21 @@ from typing import Any
 
 from kafka.protocol.api_key import ApiKey
 
+from actors.apis.admin import (
+    handle_create_partitions,
+    handle_delete_groups,
+    handle_delete_records,
+    handle_describe_log_dirs,
+    handle_describe_topic_partitions,
+    handle_offset_delete,
+)
 from actors.apis.base import ApiGen, HandlerContext, Respond
 from actors.apis.cluster import handle_describe_cluster
+from actors.apis.configs import (
+    handle_alter_configs,
+    handle_describe_configs,
+    handle_incremental_alter_configs,
+)
 from actors.apis.fetch import handle_fetch
 from actors.apis.groups import (
     handle_describe_groups,
@@ -31,15 +44,24 @@ from actors.apis.list_offsets import handle_list_offsets
 from actors.apis.metadata import (
     handle_create_topics,
     handle_delete_topics,
-    handle_describe_configs,
     handle_init_producer_id,
     handle_metadata,
 )
 from actors.apis.produce import handle_produce
 from actors.core.file_regions import close_region, close_regions
+from actors.metrics import error_codes
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from wire import kafka_codec as kc
+from wire.admin_messages import (
+    AlterTopicConfigsDone,
+    CreatePartitionsDone,
+    DeleteGroupsDone,
+    DeleteRecordsDone,
+    DescribeLogDirDone,
+    OffsetDeleteDone,
+)
+from wire.api_versions import api_name
 from wire.broker_messages import (
     AppendDone,
     CreateTopicsDone,
@@ -54,7 +76,7 @@ from wire.broker_messages import (
     ReadDone,
 )
 from wire.cluster_messages import TopicsAwaited, UpdateMetadata
-from wire.errors import KafkaError
+from wire.errors import ErrorCode, KafkaError
 from wire.file_region import FileRegion, RegionAt
 from wire.group_messages import (
     DescribeGroupsDone,
@@ -88,6 +110,14 @@ API_TABLE: dict[int, Any] = {
     ApiKey.DeleteTopics: handle_delete_topics,
     ApiKey.InitProducerId: handle_init_producer_id,
     ApiKey.DescribeConfigs: handle_describe_configs,
+    ApiKey.DeleteRecords: handle_delete_records,
+    ApiKey.AlterConfigs: handle_alter_configs,
+    ApiKey.DescribeLogDirs: handle_describe_log_dirs,
+    ApiKey.CreatePartitions: handle_create_partitions,
+    ApiKey.DeleteGroups: handle_delete_groups,
+    ApiKey.IncrementalAlterConfigs: handle_incremental_alter_configs,
+    ApiKey.OffsetDelete: handle_offset_delete,
+    ApiKey.DescribeTopicPartitions: handle_describe_topic_partitions,
     ApiKey.DescribeCluster: handle_describe_cluster,
 }
 
@@ -228,7 +258,9 @@ class RequestHandler(Actor):
     @handles(AppendDone, ReadDone, ListOffsetsDone, CreateTopicsDone, DeleteTopicsDone,
              FetchReady, ProduceReady, JoinGroupDone, SyncGroupDone, HeartbeatDone,
              LeaveGroupDone, OffsetCommitDone, OffsetFetchDone, ListGroupsDone,
-             DescribeGroupsDone, TopicsAwaited)
+             DescribeGroupsDone, TopicsAwaited, CreatePartitionsDone,
+             AlterTopicConfigsDone, DeleteRecordsDone, DescribeLogDirDone, DeleteGroupsDone,
+             OffsetDeleteDone)
     def on_reply(self, msg: Any) -> None:
         entry = self.pending.pop(msg.req_id, None)
         if entry is None:
@@ -245,6 +277,7 @@ class RequestHandler(Actor):
         frame = b""
         regions: list[RegionAt] = []
         if respond.respond:
+            self._count_errors(state.header.api_key, respond.data)
             try:
                 if state.header.api_key == FETCH:  # records as file regions, sent from files
                     frame, regions = kc.join_parts(
@@ -261,6 +294,19 @@ class RequestHandler(Actor):
                 return
         self._send(state.msg, frame, respond.respond, respond.close, state.start_ns,
                    state.local_ns, state.remote_ns, regions)
+
+    def _count_errors(self, api_key: int, data: Any) -> None:
+        """Kafka's ErrorsPerSec: each error code in the response, by API and error name."""
+        codes = error_codes(data)
+        if not codes:
+            return
+        api = api_name(api_key)
+        for code in codes:
+            try:
+                error = ErrorCode(code).name
+            except ValueError:
+                error = str(code)
+            self.node.metrics.incr(f"errors_total|api={api},error={error}")
 
     def on_refused(self, address: Address, msg: Any, frame_bytes: int) -> None:
         """A response too large for a frame: the request is not left unanswered.

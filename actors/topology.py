@@ -86,6 +86,10 @@ class Topology:
         return Address(self.node, "log-manager")
 
     @property
+    def log_cleaner(self) -> Address:
+        return Address(self.node, "log-cleaner")
+
+    @property
     def replica_manager(self) -> Address:
         """Cluster mode only: where the controller's requests to this node go."""
         return Address(self.node, "replica-manager")

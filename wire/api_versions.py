@@ -72,6 +72,16 @@ ADVERTISED: tuple[ApiVersionRange, ...] = (
     # v3+ carries producer id/epoch for an epoch bump; v6 (2PC) is unstable.
     _entry(ApiKey.InitProducerId, 0, 5),
     _entry(ApiKey.DescribeConfigs, 1, 4),
+    # The admin APIs (issue 12): every version kafka-python's schemas define, but
+    # DescribeLogDirs v5 (only adds IsCordoned): kafka-python would infer a 4.3 broker.
+    _entry(ApiKey.DeleteRecords, 0, 2),
+    _entry(ApiKey.AlterConfigs, 0, 2),
+    _entry(ApiKey.DescribeLogDirs, 1, 4),
+    _entry(ApiKey.CreatePartitions, 0, 3),
+    _entry(ApiKey.DeleteGroups, 0, 2),
+    _entry(ApiKey.IncrementalAlterConfigs, 0, 1),
+    _entry(ApiKey.OffsetDelete, 0, 0),
+    _entry(ApiKey.DescribeTopicPartitions, 0, 0),
     # v1 adds EndpointType (1 = brokers, the only type served); v2 (fenced brokers) left out.
     _entry(ApiKey.DescribeCluster, 0, 1),
     # Answered by the Processor on SASL listeners (actors/processor.py); after a v0

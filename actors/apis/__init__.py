@@ -1,5 +1,11 @@
 """The Kafka APIs, one module per family, each a generator driven by a RequestHandler.
 
+Families: ``produce``, ``fetch``, ``list_offsets``, ``metadata`` (Metadata, topic
+creation and deletion, InitProducerId), ``groups``, ``transactions``, ``configs``
+(DescribeConfigs, AlterConfigs, IncrementalAlterConfigs) and ``admin``
+(CreatePartitions, DeleteRecords, DescribeLogDirs, DescribeTopicPartitions,
+DeleteGroups, OffsetDelete).
+
 An API function gets the handler's context, the request header and the
 decoded request; it yields the calls it needs answered (``Call``: a message to
 a partition shard, the controller, a group coordinator) and finally returns a
@@ -8,7 +14,20 @@ a partition shard, the controller, a group coordinator) and finally returns a
 
 from __future__ import annotations
 
+from actors.apis.admin import (
+    handle_create_partitions,
+    handle_delete_groups,
+    handle_delete_records,
+    handle_describe_log_dirs,
+    handle_describe_topic_partitions,
+    handle_offset_delete,
+)
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond
+from actors.apis.configs import (
+    handle_alter_configs,
+    handle_describe_configs,
+    handle_incremental_alter_configs,
+)
 from actors.apis.fetch import handle_fetch
 from actors.apis.groups import (
     handle_describe_groups,
@@ -25,7 +44,6 @@ from actors.apis.list_offsets import handle_list_offsets
 from actors.apis.metadata import (
     handle_create_topics,
     handle_delete_topics,
-    handle_describe_configs,
     handle_init_producer_id,
     handle_metadata,
 )
@@ -36,13 +54,20 @@ __all__ = [
     "Call",
     "HandlerContext",
     "Respond",
+    "handle_alter_configs",
+    "handle_create_partitions",
     "handle_create_topics",
+    "handle_delete_groups",
+    "handle_delete_records",
     "handle_delete_topics",
     "handle_describe_configs",
     "handle_describe_groups",
+    "handle_describe_log_dirs",
+    "handle_describe_topic_partitions",
     "handle_fetch",
     "handle_find_coordinator",
     "handle_heartbeat",
+    "handle_incremental_alter_configs",
     "handle_init_producer_id",
     "handle_join_group",
     "handle_leave_group",
@@ -50,6 +75,7 @@ __all__ = [
     "handle_list_offsets",
     "handle_metadata",
     "handle_offset_commit",
+    "handle_offset_delete",
     "handle_offset_fetch",
     "handle_produce",
     "handle_sync_group",

@@ -15,6 +15,7 @@ from typing import Any
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond
 from actors.core.cluster_model import NO_LEADER
 from actors.core.offsets_codec import OFFSETS_TOPIC, partition_for
+from actors.group_coordinator import OFFSETS_TOPIC_CONFIGS
 from wire.broker_messages import CreateTopicRow, CreateTopics, CreateTopicsDone
 from wire.cluster_messages import AwaitTopics, TopicsAwaited
 from wire.errors import ErrorCode
@@ -22,8 +23,8 @@ from wire.errors import ErrorCode
 NONE = int(ErrorCode.NONE)
 METADATA_WAIT_MS = 5000  # how long a Metadata request waits for a topic it auto-created
 # __consumer_offsets as the group coordinators make it (the single node's coordinator
-# creates it itself at start; in a cluster the first FindCoordinator does, as in Kafka)
-OFFSETS_TOPIC_CONFIGS = {"retention.ms": "-1", "segment.bytes": str(100 * 1024 * 1024)}
+# creates it itself at start; in a cluster the first FindCoordinator does, as in Kafka):
+# one definition, compacted by the LogCleaner.
 
 Waiting = Generator[list[Call], list[Any], list[str]]
 

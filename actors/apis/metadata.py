@@ -1,4 +1,4 @@
-"""Metadata, CreateTopics, DeleteTopics, DescribeConfigs, InitProducerId."""
+"""Metadata, CreateTopics, DeleteTopics, InitProducerId (DescribeConfigs: ``configs``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from typing import Any
 
 from actors.apis import cluster
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond
-from actors.core.topic_config import effective, validate_topic_name
+from actors.apis.configs import handle_describe_configs  # re-exported: it used to live here
+from actors.core.topic_config import validate_topic_name
 from wire.broker_messages import (
     CreateTopicDoneRow,
     CreateTopicRow,
@@ -19,9 +20,13 @@ from wire.broker_messages import (
 )
 from wire.errors import ErrorCode, KafkaError
 
-TOPIC_RESOURCE = 2
-BROKER_RESOURCE = 4
-
+__all__ = [
+    "handle_create_topics",
+    "handle_delete_topics",
+    "handle_describe_configs",
+    "handle_init_producer_id",
+    "handle_metadata",
+]
 
 def _partition_rows(ctx: HandlerContext, name: str) -> list[dict[str, Any]]:
     return cluster.partition_rows(ctx, name)
@@ -137,46 +142,6 @@ def handle_delete_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             for n in names
         ],
     })
-
-
-def handle_describe_configs(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
-    results = []
-    for res in req.resources:
-        if res.resource_type == TOPIC_RESOURCE:
-            entry = ctx.topics.get(res.resource_name)
-            if entry is None:
-                results.append({"error_code": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                                "error_message": f"topic {res.resource_name!r} does not exist",
-                                "resource_type": res.resource_type,
-                                "resource_name": res.resource_name, "configs": []})
-                continue
-            values = effective(ctx.config, dict(entry.configs))
-        elif res.resource_type == BROKER_RESOURCE:
-            values = {k: (str(v), True) for k, v in ctx.config.values.items()
-                      if not isinstance(v, dict)}
-        else:
-            results.append({"error_code": int(ErrorCode.INVALID_REQUEST),
-                            "error_message": f"resource type {res.resource_type} is not supported",
-                            "resource_type": res.resource_type,
-                            "resource_name": res.resource_name, "configs": []})
-            continue
-        wanted = res.configuration_keys
-        configs = []
-        for key, (value, is_default) in sorted(values.items()):
-            if wanted is not None and key not in wanted:
-                continue
-            configs.append({
-                "name": key, "value": value, "read_only": res.resource_type == BROKER_RESOURCE,
-                "is_default": is_default,
-                "config_source": 5 if is_default else 1,  # DEFAULT_CONFIG / TOPIC_CONFIG
-                "is_sensitive": False, "synonyms": [], "config_type": 0,
-                "documentation": None,
-            })
-        results.append({"error_code": 0, "error_message": None,
-                        "resource_type": res.resource_type,
-                        "resource_name": res.resource_name, "configs": configs})
-    return Respond({"throttle_time_ms": 0, "results": results})
-    yield  # unreachable: makes this a generator like the others
 
 
 def handle_init_producer_id(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:

@@ -253,11 +253,11 @@ def reset_offsets(group_id: str, topics: tuple[str, ...], all_topics: bool, to: 
 def delete(groups: tuple[str, ...], bootstrap: str, timeout_ms: int, as_json: bool) -> None:
     """Delete GROUPS and their committed offsets (only groups without members)."""
     with admin_client(bootstrap, timeout_ms, needs="`actorlog groups delete`") as admin:
-        answer = admin.delete_groups(list(groups))
-    out = [{"group": g, "deleted": getattr(err, "__name__", "NoError") == "NoError",
-            "error": None if getattr(err, "__name__", "NoError") == "NoError"
-            else str(getattr(err, "__name__", err)).removesuffix("Error")}
-           for g, err in answer]
+        answer = admin.delete_groups(list(groups))  # {group: "OK" or the error's name}
+    out = [{"group": g, "deleted": answer.get(g) == "OK",
+            "error": None if answer.get(g) == "OK"
+            else str(answer.get(g, "no answer")).removesuffix("Error")}
+           for g in dict.fromkeys(groups)]
     def human() -> None:
         for g in out:
             click.echo(f"{g['group']}: " + ("deleted" if g["deleted"] else g["error"]))

@@ -60,10 +60,10 @@ def command(listen: str | None, advertised: str | None, data_dir: str | None,
         raise click.ClickException(str(exc)) from None
     assert broker.node is not None
     if int(config["metrics.port"]):
-        from actors.metrics_http import serve_metrics
+        from actors.metrics_http import scrape, serve_metrics
 
         try:
-            serve_metrics(broker.host, int(config["metrics.port"]), broker.node.metrics.snapshot)
+            serve_metrics(broker.host, int(config["metrics.port"]), lambda: scrape(broker))
         except OSError as exc:
             broker.stop()
             raise click.ClickException(

@@ -1,8 +1,8 @@
 """`actorlog topics list|describe|create|delete|alter` through the Kafka admin APIs.
 
 ``alter`` needs CreatePartitions (``--partitions``) and IncrementalAlterConfigs
-(``--config``, ``--delete-config``), which actorlog serves from issue 12's
-admin-API step on; against a broker without them it says so in one line.
+(``--config``, ``--delete-config``); against a broker without them it says so
+in one line.
 """
 
 from __future__ import annotations

@@ -16,12 +16,40 @@ from actors.core.group_types import (
     Effect,
     OffsetCommitPartition,
     OffsetCommitResponse,
+    OffsetDeleteResponse,
     OffsetFetchPartition,
     OffsetFetchResponse,
     Respond,
 )
-from actors.core.offsets_codec import OffsetCommitValue, Record, offset_commit_record
+from actors.core.offsets_codec import (
+    OffsetCommitValue,
+    Record,
+    offset_commit_record,
+    offset_tombstone,
+)
 from wire.errors import ErrorCode
+
+CONSUMER_PROTOCOL_TYPE = "consumer"
+
+
+def subscribed_topics(subscription: bytes) -> set[str] | None:
+    """The topics of a consumer protocol Subscription (any version: the topic array comes
+    right after the version), or None if the bytes are not one."""
+    data = bytes(subscription)
+    try:
+        count = int.from_bytes(data[2:6], "big", signed=True)
+        if count < 0 or len(data) < 6:
+            return None
+        pos, topics = 6, set()
+        for _ in range(count):
+            size = int.from_bytes(data[pos:pos + 2], "big", signed=True)
+            if size < 0 or pos + 2 + size > len(data):
+                return None
+            topics.add(data[pos + 2:pos + 2 + size].decode("utf-8"))
+            pos += 2 + size
+        return topics
+    except UnicodeDecodeError:
+        return None
 
 
 class GroupOffsets(GroupCoreBase):
@@ -154,3 +182,44 @@ class GroupOffsets(GroupCoreBase):
             for topic, partition, err in pending.order
         )
         self._respond(fx, pending.request_id, OffsetCommitResponse(result))
+
+    def offset_delete(
+        self,
+        request_id: RequestId,
+        group_id: str,
+        partitions: Sequence[TopicPartition],
+    ) -> list[Effect]:
+        """OffsetDelete, with Kafka's rules: an Empty group loses the offsets asked for; a
+        consumer group with members keeps those of topics it subscribes to
+        (GROUP_SUBSCRIBED_TO_TOPIC) and loses the others; any other group with members
+        refuses (NON_EMPTY_GROUP). The offsets get tombstones in ``__consumer_offsets``.
+        """
+        fx: list[Effect] = []
+        group = self._groups.get(group_id)
+        if group is None or group.is_state(GroupState.DEAD):
+            return self._respond(fx, request_id,
+                                 OffsetDeleteResponse(ErrorCode.GROUP_ID_NOT_FOUND))
+        subscribed: set[str] = set()
+        if not group.is_state(GroupState.EMPTY):
+            if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+                return self._respond(fx, request_id,
+                                     OffsetDeleteResponse(ErrorCode.NON_EMPTY_GROUP))
+            for member in group.members.values():
+                names = ([group.protocol_name] if group.protocol_name
+                         else [name for name, _ in member.protocols])
+                for name in names:
+                    topics = subscribed_topics(member.metadata(name))
+                    subscribed |= topics or set()
+        results = []
+        gone = []
+        for topic, partition in partitions:
+            if topic in subscribed:
+                results.append((topic, partition, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC))
+                continue
+            results.append((topic, partition, ErrorCode.NONE))
+            if group.offsets.pop((topic, partition), None) is not None:
+                gone.append(offset_tombstone(group_id, topic, partition))
+        if gone:
+            self._append(group, tuple(gone), fx)
+        return self._respond(fx, request_id,
+                             OffsetDeleteResponse(ErrorCode.NONE, tuple(results)))

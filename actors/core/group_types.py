@@ -211,6 +211,14 @@ class DeleteGroupsResponse:
     results: tuple[tuple[str, ErrorCode], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteResponse:
+    """The group's error (with one, ``partitions`` is empty) or one code per partition."""
+
+    error_code: ErrorCode
+    partitions: tuple[tuple[str, int, ErrorCode], ...] = ()
+
+
 Response = (
     JoinGroupResponse
     | SyncGroupResponse
@@ -221,6 +229,7 @@ Response = (
     | ListGroupsResponse
     | DescribeGroupsResponse
     | DeleteGroupsResponse
+    | OffsetDeleteResponse
 )
 
 

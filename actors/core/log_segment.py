@@ -159,14 +159,14 @@ class LogSegment:
 
     # -- loading ------------------------------------------------------------
 
-    def load_clean(self) -> bool:
+    def load_clean(self, gaps_up_to: int = -1) -> bool:
         """Open a segment known to be flushed: trust its indexes if they are sane.
 
         Returns True if the segment had to be recovered after all (missing or
-        bad index, torn tail).
+        bad index, torn tail); ``gaps_up_to`` is then passed to ``recover``.
         """
         if not self._load_indexes():
-            self.recover()
+            self.recover(gaps_up_to)
             return True
         return False
 
@@ -221,7 +221,7 @@ class LogSegment:
         next_offset = expected_offset
         max_ts, max_ts_offset = NO_TIMESTAMP, self.base_offset
         for header in self.iter_headers(position, self.size):
-            if header.base_offset != next_offset:
+            if header.base_offset < next_offset:  # offsets rise; cleaning leaves gaps
                 break
             next_offset = header.next_offset
             position = header.position + header.size
@@ -229,9 +229,14 @@ class LogSegment:
                 max_ts, max_ts_offset = header.max_timestamp, next_offset - 1
         return position, next_offset, max_ts, max_ts_offset
 
-    def recover(self) -> int:
+    def recover(self, gaps_up_to: int = -1) -> int:
         """Check every batch (length, magic, CRC, offsets), rebuild both indexes, cut
         the file at the first bad batch. Returns the number of bytes cut.
+
+        Offsets must follow on from batch to batch, except that a batch starting
+        at or below ``gaps_up_to`` (the checkpointed recovery point) may leave a
+        gap before it: the log cleaner drops batches there, and cleans no further.
+        Above it a gap is a damaged base offset (the CRC does not cover it).
 
         The indexes are rebuilt writable; the partition log seals those of
         segments that are not the last.
@@ -263,7 +268,9 @@ class LogSegment:
                 header = check_batch(buf, offset_in_buf, len(buf))
             except KafkaError:
                 break
-            if header.base_offset != expected or header.last_offset_delta < 0:
+            if header.last_offset_delta < 0 or not (
+                    header.base_offset == expected
+                    or expected < header.base_offset <= gaps_up_to):
                 break
             next_offset = header.next_offset
             if not self._first_batch_seen:

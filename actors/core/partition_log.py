@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -41,6 +42,12 @@ from actors.core.record_batch import (
     fast_single_batch,
     iter_record_timestamps,
     leader_header,
+)
+from actors.core.segment_swap import (
+    SwapManifest,
+    commit_swap,
+    missing_staging_files,
+    recover_swaps,
 )
 from wire.errors import (
     ErrorCode,
@@ -90,6 +97,20 @@ class LogConfig:
     flush_ms: int = NO_LIMIT
     max_message_bytes: int = 1048588
     message_timestamp_type: str = CREATE_TIME
+    # Kafka's log cleaner settings: "delete" drops old segments (retention),
+    # "compact" keeps each key's latest record (actors/core/log_cleaner.py).
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    delete_retention_ms: int = DAY_MS
+    min_compaction_lag_ms: int = 0
+    min_cleanable_dirty_ratio: float = 0.5
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
 
     def __post_init__(self) -> None:
         if self.message_timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
@@ -103,6 +124,22 @@ class LogConfig:
         if self.index_interval_bytes < 0:
             raise ValueError(f"index_interval_bytes must be >= 0, got "
                              f"{self.index_interval_bytes}")
+
+
+def _continues(previous_next_offset: int, base: int, recovery_point: int) -> bool:
+    """May a segment at ``base`` follow one that ends at ``previous_next_offset``?
+
+    Appends leave no gap; the log cleaner does (it drops records, not offsets), but
+    only below the checkpointed recovery point (it cleans no further). A gap above
+    it is data a crash lost: nothing after it belongs to the log.
+    """
+    if previous_next_offset == base:
+        return True
+    return previous_next_offset < base <= recovery_point
+
+
+class SwapRefusedError(Exception):
+    """A cleaning no longer fits the log (segments went or changed meanwhile)."""
 
 
 class LogOffsetMetadata(NamedTuple):
@@ -173,6 +210,9 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
         self.closed = False
+        # Bumped whenever segments are cut or replaced other than by appends and
+        # retention: a cleaning planned before such a change is refused.
+        self.generation = 0
 
     # ------------------------------------------------------------------ open
 
@@ -201,13 +241,14 @@ class PartitionLog:
             segment = self._segment_object(base, now_ms)
             trusted = clean_shutdown or (i + 1 < len(bases) and bases[i + 1] <= recovery_point)
             if trusted and not recovered:
-                recovered = segment.load_clean()
+                recovered = segment.load_clean(recovery_point)
             else:
-                segment.recover()
+                segment.recover(recovery_point)
                 recovered = True
             if recovered:
                 scanned.append(segment)
-            if self.segments and self.segments[-1].next_offset != base:
+            if self.segments and not _continues(self.segments[-1].next_offset, base,
+                                                recovery_point):
                 # A cut (or a hole) before this segment: nothing after it is a prefix.
                 for later in [segment] + [self._segment_object(b, now_ms)
                                           for b in bases[i + 1:]]:
@@ -246,7 +287,9 @@ class PartitionLog:
                           config.segment_index_bytes)
 
     def _clean_directory(self) -> list[int]:
-        """Remove leftovers of interrupted operations; return segment bases, sorted."""
+        """Remove leftovers of interrupted operations (finishing a committed cleaner swap);
+        return segment bases, sorted."""
+        recover_swaps(self.dir)
         bases: list[int] = []
         names = os.listdir(self.dir)
         logs = {n[: -len(LOG_SUFFIX)] for n in names if n.endswith(LOG_SUFFIX)}
@@ -502,10 +545,10 @@ class PartitionLog:
         max_bytes = self.config.max_message_bytes
         epochs: list[int] = []
         for header in headers:
-            if header.base_offset != expected:
+            if header.base_offset < expected:  # a compacted leader's log skips offsets
                 raise UnexpectedAppendOffsetError(
                     f"follower append at offset {header.base_offset} for "
-                    f"{self.topic}-{self.partition}, expected {expected}")
+                    f"{self.topic}-{self.partition}, expected {expected} or later")
             if header.last_offset_delta < 0:
                 raise InvalidRecordError(f"record batch at byte {header.position} has "
                                          f"lastOffsetDelta {header.last_offset_delta}")
@@ -632,7 +675,8 @@ class PartitionLog:
                 f"log start {self._log_start_offset}, log end {leo}")
         slot = bisect_right(self._bases, fetch_offset) - 1
         segment = self.segments[slot]
-        while fetch_offset >= segment.next_offset and slot + 1 < len(self.segments):
+        while ((fetch_offset >= segment.next_offset or not segment.size)  # gaps: cleaning
+               and slot + 1 < len(self.segments)):
             slot += 1
             segment = self.segments[slot]
         start, _ = segment.find_position(fetch_offset)
@@ -672,6 +716,20 @@ class PartitionLog:
             else:
                 data = b""
         return ReadInfo(data, metadata, self._high_watermark, self._log_start_offset, leo)
+
+    def offset_after(self, start: LogOffsetMetadata, length: int) -> int:
+        """The offset that follows ``length`` bytes of whole batches read at ``start``: the
+        next batch's base offset, or the segment's next offset at its end (for counting
+        the records a read handed out without reading them)."""
+        slot = bisect_right(self._bases, start.segment_base_offset) - 1
+        if slot < 0 or self.segments[slot].base_offset != start.segment_base_offset:
+            return start.message_offset
+        segment = self.segments[slot]
+        end = start.relative_position_in_segment + length
+        if end >= segment.size:
+            return segment.next_offset
+        head = segment.read(end, 8)
+        return int.from_bytes(head[:8], "big") if len(head) == 8 else segment.next_offset
 
     def _read_region(self, segment: LogSegment, start: int, available: int, max_bytes: int,
                      min_one_batch: bool, region_min_bytes: int, metadata: LogOffsetMetadata,
@@ -757,6 +815,7 @@ class PartitionLog:
         self._high_watermark = min(self._high_watermark, leo)
         self._recovery_point = min(self._recovery_point, leo)
         self._hw_metadata = None
+        self.generation += 1
         self.epoch_cache.truncate_from_end(leo)
         delete_snapshots_after(self.dir, leo)
         self._rebuild_producer_state()
@@ -774,6 +833,7 @@ class PartitionLog:
         delete_snapshots_after(self.dir, -1)
 
     def _replace_all_segments(self, offset: int, now_ms: int) -> None:
+        self.generation += 1
         for segment in self.segments:
             segment.delete()
         self._open_indexes.clear()
@@ -784,16 +844,19 @@ class PartitionLog:
 
     # --------------------------------------------------------------- retention
 
-    def delete_old_segments(self, now_ms: int) -> int:
+    def delete_old_segments(self, now_ms: int, retention: bool = True) -> int:
         """Delete whole old segments past retention.ms / retention.bytes or below the
         log start; returns how many went.
 
         Only segments wholly below the high watermark go. If every segment
         qualifies, the log rolls first so an empty active segment remains.
+        Retention applies only with cleanup.policy "delete" (and ``retention``);
+        segments below the log start always go.
         """
         config = self.config
+        retention = retention and config.delete
         size_excess = (self.size_in_bytes - config.retention_bytes
-                       if config.retention_bytes >= 0 else -1)
+                       if retention and config.retention_bytes >= 0 else -1)
         deletable = 0
         for i, segment in enumerate(self.segments):
             is_last = i + 1 == len(self.segments)
@@ -803,7 +866,7 @@ class PartitionLog:
             if self._high_watermark < upper:
                 break
             below_start = not is_last and upper <= self._log_start_offset
-            expired = (config.retention_ms >= 0
+            expired = (retention and config.retention_ms >= 0
                        and now_ms - segment.max_timestamp_ms > config.retention_ms)
             too_big = size_excess >= 0 and size_excess - segment.size >= 0
             if not (below_start or expired or too_big):
@@ -827,6 +890,75 @@ class PartitionLog:
         self.epoch_cache.truncate_from_start(self._log_start_offset)
         self.producer_state.remove_before(self._log_start_offset)
         return deletable
+
+    def increment_log_start_offset(self, offset: int) -> bool:
+        """DeleteRecords: records below ``offset`` are gone for readers (the segments
+        wholly below it are deleted by the caller's next delete_old_segments).
+
+        Raises OffsetOutOfRangeError past the high watermark, as Kafka; an offset at
+        or below the current log start changes nothing (returns False).
+        """
+        if offset > self._high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot move the log start of {self.topic}-{self.partition} to {offset}: "
+                f"the high watermark is {self._high_watermark}")
+        if offset <= self._log_start_offset:
+            return False
+        self._log_start_offset = offset
+        self._recovery_point = max(self._recovery_point, offset)
+        self.epoch_cache.truncate_from_start(offset)
+        self.producer_state.remove_before(offset)
+        return True
+
+    # ---------------------------------------------------------------- cleaning
+
+    def cleanable_segments(self) -> list[tuple[int, int, int, int]]:
+        """(base offset, size, next offset, max timestamp) of every segment but the
+        active one: what the log cleaner may read (they no longer change)."""
+        return [(s.base_offset, s.size, s.next_offset, s.max_timestamp_ms)
+                for s in self.segments[:-1]]
+
+    def replace_cleaned_segments(self, staging: str, old: list[tuple[int, int]],
+                                 new_bases: list[int], generation: int, now_ms: int,
+                                 after_step: Callable[[str], None] | None = None) -> None:
+        """Swap the segments ``old`` ((base, size), consecutive, not the active one) for
+        the cleaned ones in the staging directory (see segment_swap).
+
+        Raises SwapRefusedError, changing nothing, if the log moved on meanwhile
+        (a truncation, retention or DeleteRecords took or changed a segment).
+        Runs in the owner's thread: a few renames and fsyncs, then the new
+        segments are opened (their indexes checked, not rebuilt).
+        """
+        if generation != self.generation:
+            raise SwapRefusedError("the log was truncated since the cleaning started")
+        bases = [b for b, _size in old]
+        first = bisect_right(self._bases, bases[0]) - 1 if bases else -1
+        current = self.segments[first:first + len(old)] if first >= 0 else []
+        if (len(current) != len(old) or first + len(old) >= len(self.segments)
+                or [(s.base_offset, s.size) for s in current] != list(old)):
+            raise SwapRefusedError("the cleaned segments changed or went meanwhile")
+        manifest = SwapManifest(staging, tuple(bases), tuple(new_bases))
+        missing = missing_staging_files(self.dir, manifest)
+        if missing:
+            raise SwapRefusedError(f"cleaned file {missing[0]} is missing")
+        for segment in current:
+            self._forget_indexes(segment)
+            segment.close(trim=False)
+        commit_swap(self.dir, manifest, after_step)
+        fresh = []
+        for base in new_bases:
+            segment = self._segment_object(base, now_ms)
+            segment.load_clean(self._recovery_point)
+            segment.seal()  # indexes rebuilt by a failed check are trimmed, as on load
+            fresh.append(segment)
+        self.segments[first:first + len(old)] = fresh
+        self._bases = [s.base_offset for s in self.segments]
+        self._hw_metadata = None
+
+    def update_config(self, config: LogConfig) -> None:
+        """New topic settings take effect at once: the next append checks the new
+        segment size, the next retention pass the new limits and policy."""
+        self.config = config
 
     # ------------------------------------------------------------------ flush
 

@@ -191,6 +191,13 @@ class PurgatoryCore:
         """Waiting operations per partition (every partition here is watched)."""
         return dict(self._watch_count)
 
+    def waiting_by_kind(self) -> dict[str, int]:
+        """Operations waiting, by kind: ``produce`` and ``fetch`` (Kafka's purgatory size)."""
+        kinds = {"produce": 0, "fetch": 0}
+        for waiting in self._waiting.values():
+            kinds["fetch" if isinstance(waiting.op, DelayedFetch) else "produce"] += 1
+        return kinds
+
     def stats(self) -> PurgatoryStats:
         return PurgatoryStats(len(self._waiting), len(self._watch_count),
                               self.purgatory.watched_keys, self.expirations)

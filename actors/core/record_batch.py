@@ -462,3 +462,38 @@ def _read_varint(view: memoryview, pos: int, end: int) -> tuple[int, int]:
         shift += 7
         if shift > 63:
             raise CorruptMessageError("varint longer than 10 bytes in a record")
+
+
+class RecordSpan(NamedTuple):
+    """One record inside a (decompressed) records section: its bytes and what the log
+    cleaner needs to decide on it."""
+
+    start: int
+    end: int
+    offset_delta: int
+    timestamp_delta: int
+    key: bytes | None
+    value_is_null: bool
+
+
+def record_spans(records: bytes | bytearray | memoryview, count: int) -> list[RecordSpan]:
+    """The ``count`` records of a records section (a batch's bytes after its header,
+    decompressed), each with its byte span, so a record can be copied unchanged."""
+    view = memoryview(records)
+    end = len(view)
+    out: list[RecordSpan] = []
+    pos = 0
+    for _ in range(count):
+        start = pos
+        length, pos = _read_varint(view, pos, end)
+        record_end = pos + length
+        if length < 0 or record_end > end:
+            raise CorruptMessageError("record runs past the end of its batch")
+        pos += 1  # attributes
+        ts_delta, pos = _read_varint(view, pos, record_end)
+        off_delta, pos = _read_varint(view, pos, record_end)
+        key, pos = _read_bytes(view, pos, record_end)
+        value_len, pos = _read_varint(view, pos, record_end)
+        out.append(RecordSpan(start, record_end, off_delta, ts_delta, key, value_len < 0))
+        pos = record_end
+    return out

@@ -1,12 +1,47 @@
-"""Topic-level configs: Kafka's names, validated, mapped onto the log's settings."""
+"""Topic-level configs: Kafka's names, types, ranges and sources, mapped onto the log's settings.
+
+A topic config's value comes, in order, from the topic's own override
+(DYNAMIC_TOPIC_CONFIG), the broker key the config file or a flag set
+(STATIC_BROKER_CONFIG), or the broker key's default (DEFAULT_CONFIG);
+DescribeConfigs reports which, with the others as synonyms.
+"""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Collection, Mapping
+from enum import IntEnum
+from typing import Any, NamedTuple
 
 from actors.core.partition_log import LogConfig
 from wire.errors import ErrorCode, KafkaError
+
+
+class ConfigType(IntEnum):
+    """Kafka's ConfigType (DescribeConfigs v3+ ``config_type``)."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class ConfigSource(IntEnum):
+    """Kafka's ConfigSource (DescribeConfigs v1+ ``config_source``)."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
 
 # topic config -> (broker default key, type)
 TOPIC_CONFIGS: dict[str, tuple[str, type]] = {
@@ -21,8 +56,47 @@ TOPIC_CONFIGS: dict[str, tuple[str, type]] = {
     "max.message.bytes": ("message.max.bytes", int),
     "message.timestamp.type": ("log.message.timestamp.type", str),
     "min.insync.replicas": ("min.insync.replicas", int),
-    "cleanup.policy": ("", str),
+    "cleanup.policy": ("log.cleanup.policy", list),
+    "delete.retention.ms": ("log.cleaner.delete.retention.ms", int),
+    "min.compaction.lag.ms": ("log.cleaner.min.compaction.lag.ms", int),
+    "min.cleanable.dirty.ratio": ("log.cleaner.min.cleanable.ratio", float),
 }
+_INT32 = 2**31 - 1
+_INT64 = 2**63 - 1
+# Kafka's type and allowed range of each topic config.
+TOPIC_CONFIG_TYPES: dict[str, ConfigType] = {
+    "segment.bytes": ConfigType.INT,
+    "segment.ms": ConfigType.LONG,
+    "retention.bytes": ConfigType.LONG,
+    "retention.ms": ConfigType.LONG,
+    "index.interval.bytes": ConfigType.INT,
+    "segment.index.bytes": ConfigType.INT,
+    "flush.messages": ConfigType.LONG,
+    "flush.ms": ConfigType.LONG,
+    "max.message.bytes": ConfigType.INT,
+    "message.timestamp.type": ConfigType.STRING,
+    "min.insync.replicas": ConfigType.INT,
+    "cleanup.policy": ConfigType.LIST,
+    "delete.retention.ms": ConfigType.LONG,
+    "min.compaction.lag.ms": ConfigType.LONG,
+    "min.cleanable.dirty.ratio": ConfigType.DOUBLE,
+}
+TOPIC_CONFIG_RANGES: dict[str, tuple[float, float]] = {
+    "segment.bytes": (14, _INT32),
+    "segment.ms": (1, _INT64),
+    "retention.bytes": (-1, _INT64),
+    "retention.ms": (-1, _INT64),
+    "index.interval.bytes": (0, _INT32),
+    "segment.index.bytes": (4, _INT32),
+    "flush.messages": (1, _INT64),
+    "flush.ms": (0, _INT64),
+    "max.message.bytes": (0, _INT32),
+    "min.insync.replicas": (1, _INT32),
+    "delete.retention.ms": (0, _INT64),
+    "min.compaction.lag.ms": (0, _INT64),
+    "min.cleanable.dirty.ratio": (0.0, 1.0),
+}
+CLEANUP_POLICIES = ("delete", "compact")
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
@@ -45,26 +119,96 @@ def validate_topic_name(name: str) -> None:
         )
 
 
-def validate_topic_configs(configs: dict[str, Any]) -> dict[str, str]:
-    """Configs as strings (Kafka's wire form), or InvalidConfigError naming the key."""
+def validate_topic_configs(configs: Mapping[str, Any]) -> dict[str, str]:
+    """Configs as strings (Kafka's wire form), or InvalidConfigError naming the key.
+
+    Each value must have its config's type and lie in its range; a None value
+    is left out (not set).
+    """
     out: dict[str, str] = {}
     for key, value in configs.items():
         if key not in TOPIC_CONFIGS:
             raise InvalidConfigError(f"unknown topic config {key!r}")
         if value is None:
             continue
-        kind = TOPIC_CONFIGS[key][1]
-        text = str(value)
-        if kind is int:
-            try:
-                int(text)
-            except ValueError:
-                raise InvalidConfigError(f"{key} must be an integer, got {text!r}") from None
-        if key == "message.timestamp.type" and text not in ("CreateTime", "LogAppendTime"):
-            raise InvalidConfigError(f"{key} must be CreateTime or LogAppendTime, got {text!r}")
-        if key == "cleanup.policy" and text != "delete":
-            raise InvalidConfigError(f"cleanup.policy {text!r} is not supported (only 'delete')")
-        out[key] = text
+        out[key] = _checked(key, str(value).strip())
+    return out
+
+
+def _checked(key: str, text: str) -> str:
+    kind = TOPIC_CONFIGS[key][1]
+    number: float | None = None
+    if kind is int:
+        try:
+            number = int(text)
+        except ValueError:
+            raise InvalidConfigError(f"{key} must be an integer, got {text!r}") from None
+    elif kind is float:
+        try:
+            number = float(text)
+        except ValueError:
+            raise InvalidConfigError(f"{key} must be a number, got {text!r}") from None
+    bounds = TOPIC_CONFIG_RANGES.get(key)
+    if number is not None and bounds is not None and not bounds[0] <= number <= bounds[1]:
+        raise InvalidConfigError(f"{key} = {text} is out of range: it must be from "
+                                 f"{bounds[0]} to {bounds[1]}")
+    if key == "message.timestamp.type" and text not in ("CreateTime", "LogAppendTime"):
+        raise InvalidConfigError(f"{key} must be CreateTime or LogAppendTime, got {text!r}")
+    if key == "cleanup.policy":
+        policies = cleanup_policies(text)
+        unknown = [p for p in policies if p not in CLEANUP_POLICIES]
+        if unknown or not policies:
+            raise InvalidConfigError(
+                f"cleanup.policy {text!r} is not a list of {' and '.join(CLEANUP_POLICIES)} "
+                f"(e.g. 'compact' or 'compact,delete')")
+        return ",".join(policies)
+    return text
+
+
+def cleanup_policies(text: str) -> list[str]:
+    """``compact, delete`` -> ['compact', 'delete'] (a LIST config, comma separated)."""
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def list_config(key: str) -> bool:
+    return TOPIC_CONFIG_TYPES.get(key) is ConfigType.LIST
+
+
+class DescribedConfig(NamedTuple):
+    """One config as DescribeConfigs reports it; ``synonyms`` are (name, value, source) in
+    order of precedence, the first being where ``value`` comes from."""
+
+    name: str
+    value: str
+    source: ConfigSource
+    config_type: ConfigType
+    synonyms: tuple[tuple[str, str, ConfigSource], ...]
+
+
+def broker_value_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def describe_topic_configs(broker: Mapping[str, Any], broker_set: Collection[str],
+                           topic_configs: Mapping[str, str]) -> list[DescribedConfig]:
+    """Every topic config with its value, true source and synonyms.
+
+    ``broker`` holds the broker keys' values, ``broker_set`` the keys the
+    config file or command line set (the rest are defaults).
+    """
+    out = []
+    for key, (broker_key, _kind) in TOPIC_CONFIGS.items():
+        synonyms: list[tuple[str, str, ConfigSource]] = []
+        if key in topic_configs:
+            synonyms.append((key, topic_configs[key], ConfigSource.DYNAMIC_TOPIC_CONFIG))
+        text = broker_value_text(broker[broker_key])
+        if broker_key in broker_set:
+            synonyms.append((broker_key, text, ConfigSource.STATIC_BROKER_CONFIG))
+        synonyms.append((broker_key, text, ConfigSource.DEFAULT_CONFIG))
+        _name, value, source = synonyms[0]
+        out.append(DescribedConfig(key, value, source, TOPIC_CONFIG_TYPES[key], tuple(synonyms)))
     return out
 
 
@@ -74,10 +218,8 @@ def effective(broker: Any, topic_configs: dict[str, str]) -> dict[str, tuple[str
     for key, (broker_key, _kind) in TOPIC_CONFIGS.items():
         if key in topic_configs:
             out[key] = (topic_configs[key], False)
-        elif broker_key:
-            out[key] = (str(broker[broker_key]), True)
         else:
-            out[key] = ("delete", True)
+            out[key] = (broker_value_text(broker[broker_key]), True)
     return out
 
 
@@ -94,4 +236,8 @@ def log_config_for(broker: Any, topic_configs: dict[str, str]) -> LogConfig:
         flush_ms=int(values["flush.ms"]),
         max_message_bytes=int(values["max.message.bytes"]),
         message_timestamp_type=values["message.timestamp.type"],
+        cleanup_policy=tuple(cleanup_policies(values["cleanup.policy"])),
+        delete_retention_ms=int(values["delete.retention.ms"]),
+        min_compaction_lag_ms=int(values["min.compaction.lag.ms"]),
+        min_cleanable_dirty_ratio=float(values["min.cleanable.dirty.ratio"]),
     )

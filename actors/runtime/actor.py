@@ -136,6 +136,13 @@ class Actor(PykkaActor):
         self._my_routes: list[Any] = []
         self._poller = zmq.Poller()
         self._mailbox: zmq.Socket[Any] | None = None
+        # Metrics (written by this actor's thread only; a scrape reads them as they are):
+        # messages handled, time in handlers, and messages taken from actors of this node
+        # (the mailbox depth is what they sent, counted on their side, minus this).
+        self.messages_handled = 0
+        self.handler_ns = 0
+        self.messages_dequeued = 0
+        self._enqueue_keys: dict[str, str] = {}
         self._stopping = False
         self._ready = node._new_ready_event()
         self.restarts = RestartWindow(self.max_restarts, self.restart_window_s)
@@ -261,6 +268,7 @@ class Actor(PykkaActor):
                 return
             peer._local_in.append((self.name, entries))
             self.sent_local += len(entries)
+            self._count_enqueued(address.name, len(entries))
             return
         frames, refused = _encode_frames(self.node.name, self.name, address.name, entries,
                                          self._max_frame)
@@ -268,8 +276,15 @@ class Actor(PykkaActor):
             self.node._send_frame(link, address, frame, waiter=self)
         if address.node == self.node.name:
             self.sent_local += len(entries) - len(refused)
+            self._count_enqueued(address.name, len(entries) - len(refused))
         for oversized in refused:
             self._refuse_oversized(address, entries[oversized.entry][6], oversized.frame_bytes)
+
+    def _count_enqueued(self, receiver: str, count: int) -> None:
+        key = self._enqueue_keys.get(receiver)
+        if key is None:
+            key = self._enqueue_keys[receiver] = f"actor_messages_enqueued_total|actor={receiver}"
+        self.node.metrics.incr(key, count)
 
     def _refuse_oversized(self, address: Address, msg: Any, frame_bytes: int) -> None:
         self.node.metrics.incr("messages_refused_oversized")
@@ -420,7 +435,10 @@ class Actor(PykkaActor):
     def _dispatch_entries(self, s_node: str, s_name: str, entries: list[Any]) -> None:
         sender = Address(s_node, s_name)
         self.current_sender = sender
+        if s_node == self.node.name and s_name != self.name and s_name in self.node.actors:
+            self.messages_dequeued += len(entries)
         handlers = self._handlers
+        clock = self.clock
         tracer = self._tracer
         for i, entry in enumerate(entries):
             if self.actor_stopped.is_set():  # supervision gave up on a crash just now
@@ -456,6 +474,7 @@ class Actor(PykkaActor):
                 conn, corr, api, size = trace_fields(msg)
                 tracer.event("recv", tid, span, parent, self.name, str(sender), cls.__name__,
                              conn, corr, api, size)
+            started_ns = clock.monotonic_ns()
             try:
                 result = handler(msg)
             except Exception as exc:
@@ -465,6 +484,8 @@ class Actor(PykkaActor):
             else:
                 if ask_id:
                     self.tell(sender, Reply(ask_id, True, result))
+            self.handler_ns += clock.monotonic_ns() - started_ns
+            self.messages_handled += 1
             if tid:
                 tracer.event("done", tid, span, parent, self.name, str(sender), cls.__name__,
                              conn, corr, api, 0)

@@ -93,6 +93,28 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                                     "against retention"),
     "log.flush.offset.checkpoint.interval.ms": (60000, int, "how often the offset checkpoint "
                                                             "files are written"),
+    "log.cleanup.policy": ("delete", str, "default cleanup.policy of topics: 'delete' drops "
+                                          "old segments, 'compact' keeps each key's latest "
+                                          "record, 'compact,delete' both"),
+    "log.cleaner.enable": (True, bool, "run the log cleaner (one per log dir) for compacted "
+                                       "topics and __consumer_offsets"),
+    "log.cleaner.backoff.ms": (15000, int, "how long the cleaner waits when no log needs "
+                                          "cleaning"),
+    "log.cleaner.min.cleanable.ratio": (0.5, float, "default min.cleanable.dirty.ratio: a log "
+                                                    "is cleaned once its uncleaned share of "
+                                                    "bytes reaches this"),
+    "log.cleaner.delete.retention.ms": (86400000, int, "default delete.retention.ms: a "
+                                                       "tombstone goes once its segment's newest "
+                                                       "record is older than this"),
+    "log.cleaner.min.compaction.lag.ms": (0, int, "default min.compaction.lag.ms: segments "
+                                                  "with records younger than this are not "
+                                                  "compacted"),
+    "log.cleaner.dedupe.buffer.size": (134217728, int, "the cleaner's key map holds this / 24 "
+                                                       "keys (Kafka's accounting; Python's dict "
+                                                       "takes several times that); a pass "
+                                                       "cleans as far as the map reaches"),
+    "log.cleaner.io.buffer.size": (524288, int, "bytes the cleaner reads per step; between "
+                                                "steps it answers its messages"),
     "replica.lag.time.max.ms": (30000, int, "ISR shrink threshold (reserved: replication, "
                                             "issue 15)"),
     "replica.fetch.backoff.ms": (1000, int, "back-off of a partition in error (reserved: "
@@ -206,6 +228,12 @@ RANGES: dict[str, tuple[float, float]] = {
     "log.flush.interval.ms": (0, _MAX_INT),
     "log.retention.check.interval.ms": _MS,
     "log.flush.offset.checkpoint.interval.ms": (0, 2**31 - 1),
+    "log.cleaner.backoff.ms": (0, _MAX_INT),
+    "log.cleaner.min.cleanable.ratio": (0.0, 1.0),
+    "log.cleaner.delete.retention.ms": (0, _MAX_INT),
+    "log.cleaner.min.compaction.lag.ms": (0, _MAX_INT),
+    "log.cleaner.dedupe.buffer.size": (1024, _MAX_INT),
+    "log.cleaner.io.buffer.size": (1024, 2**31 - 1),
     "replica.lag.time.max.ms": _MS,
     "replica.fetch.backoff.ms": (0, 2**31 - 1),
     "request.timeout.ms": _MS,
@@ -226,6 +254,7 @@ RANGES: dict[str, tuple[float, float]] = {
 CHOICES: dict[str, tuple[str, ...]] = {
     "actor.threads": ("shared", "dedicated"),
     "log.message.timestamp.type": ("CreateTime", "LogAppendTime"),
+    "log.cleanup.policy": ("delete", "compact", "compact,delete", "delete,compact"),
 }
 RANGES.update(SECURITY_RANGES)
 CHOICES.update(SECURITY_CHOICES)
@@ -306,6 +335,8 @@ class Config:
     def __init__(self, values: dict[str, Any] | None = None, source: str = "<defaults>") -> None:
         self.values: dict[str, Any] = {k: v[0] for k, v in SPEC.items()}
         self.source = source
+        self.set_keys: set[str] = set()
+        """Keys a file, a flag or the caller set (the rest hold their defaults)."""
         if values:
             self.update(values, source)
 
@@ -314,6 +345,7 @@ class Config:
             if key not in SPEC:
                 raise _unknown(key, source)
             self.values[key] = _coerce(key, value, source)
+            self.set_keys.add(key)
         return self
 
     @classmethod

@@ -26,14 +26,35 @@ from actors.trace.spans import (
 from actors.trace.store import read_trace_dirs
 from wire.api_versions import API_KEYS_BY_SNAKE_NAME
 
-_dir_option = click.option(
-    "--dir",
-    "dirs",
-    multiple=True,
-    required=True,
-    type=click.Path(exists=True),
-    help="a node's data dir or trace dir; repeat for every node",
-)
+
+class _DirsOption(click.Option):
+    """``--dir A B C`` as well as ``--dir A --dir B``: the option takes every following
+    word up to the next option (a click option otherwise takes exactly one)."""
+
+    def add_to_parser(self, parser: Any, ctx: click.Context) -> None:
+        super().add_to_parser(parser, ctx)
+        for name in self.opts:
+            option = parser._long_opt.get(name) or parser._short_opt.get(name)
+            take_one = option.process
+
+            def take_all(value: Any, state: Any, take_one: Any = take_one) -> None:
+                take_one(value, state)
+                while state.rargs and not state.rargs[0].startswith("-"):
+                    take_one(state.rargs.pop(0), state)
+
+            option.process = take_all
+
+
+def _dir_option(required: bool = True, exists: bool = True) -> Any:
+    return click.option(
+        "--dir",
+        "dirs",
+        cls=_DirsOption,
+        multiple=True,
+        required=required,
+        type=click.Path(exists=exists),
+        help="a node's data dir or trace dir: --dir A B, or --dir A --dir B",
+    )
 
 
 def _parse_trace_id(text: str) -> int:
@@ -60,9 +81,26 @@ def group() -> None:
     """Inspect message traces (one request's path across actors and hosts)."""
 
 
+def _dirs_then_out(dirs: tuple[str, ...], out: str | None) -> tuple[tuple[str, ...], str]:
+    """``--dir A B out.json``: the greedy --dir took OUT too; the last word is OUT."""
+    if out is None:
+        if len(dirs) < 2:
+            raise click.UsageError("give the dirs and the output file: --dir DIR [DIR...] OUT")
+        dirs, out = dirs[:-1], dirs[-1]
+        if Path(out).is_dir():
+            raise click.UsageError(f"the last word {out!r} is a directory; give the output "
+                                   f"file last: --dir DIR [DIR...] OUT")
+    if not dirs:
+        raise click.UsageError("give the nodes' data dirs: --dir DIR [DIR...] OUT")
+    for d in dirs:
+        if not Path(d).exists():
+            raise click.BadParameter(f"path {d!r} does not exist", param_hint="--dir")
+    return dirs, out
+
+
 @group.command("show")
 @click.argument("trace_id")
-@_dir_option
+@_dir_option()
 def show(trace_id: str, dirs: tuple[str, ...]) -> None:
     """Print one trace as a tree: actor, node, message, mailbox wait and handling time.
 
@@ -101,7 +139,7 @@ def show(trace_id: str, dirs: tuple[str, ...]) -> None:
 
 
 @group.command("list")
-@_dir_option
+@_dir_option()
 @click.option("--limit", default=20, show_default=True)
 def list_traces(dirs: tuple[str, ...], limit: int) -> None:
     """The most recent trace ids with their first message type."""
@@ -127,7 +165,7 @@ def _request_row(req: RequestTrace) -> str:
 
 
 @group.command("find")
-@_dir_option
+@_dir_option()
 @click.option(
     "--slowest",
     type=click.IntRange(min=1),
@@ -174,7 +212,7 @@ def find(dirs: tuple[str, ...], slowest: int, api: str | None, window_s: float |
 
 
 @group.command("tail")
-@_dir_option
+@_dir_option()
 @click.option("--events", "raw", is_flag=True, help="print every event, not finished requests")
 @click.option("--from-start", is_flag=True, help="begin with what the files already hold")
 @click.option(
@@ -233,13 +271,17 @@ def tail(
     default="perfetto",
     show_default=True,
 )
-@_dir_option
+@_dir_option(required=False, exists=False)  # the last word may be OUT
 @click.option("--trace-id", "trace_ids", multiple=True, help="only these traces (repeatable)")
-@click.argument("out", type=click.Path(dir_okay=False))
-def export(fmt: str, dirs: tuple[str, ...], trace_ids: tuple[str, ...], out: str) -> None:
-    """Write the traces as Perfetto/Chrome JSON (open at ui.perfetto.dev) or OTLP JSON."""
+@click.argument("out", required=False, type=click.Path(dir_okay=False))
+def export(fmt: str, dirs: tuple[str, ...], trace_ids: tuple[str, ...], out: str | None) -> None:
+    """Write the traces as Perfetto/Chrome JSON (open at ui.perfetto.dev) or OTLP JSON.
+
+    OUT is the last word: ``export --dir A B out.json`` reads A and B.
+    """
     from actors.trace.export import to_otlp, to_perfetto
 
+    dirs, out = _dirs_then_out(dirs, out)
     events = read_trace_dirs([Path(d) for d in dirs])
     if trace_ids:
         wanted = {_parse_trace_id(t) for t in trace_ids}
@@ -251,7 +293,8 @@ def export(fmt: str, dirs: tuple[str, ...], trace_ids: tuple[str, ...], out: str
 
 
 @group.command("analyze")
-@click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True))
+@_dir_option(required=False)
+@click.argument("more_dirs", nargs=-1, type=click.Path(exists=True))
 @click.option(
     "--out",
     "out",
@@ -260,8 +303,14 @@ def export(fmt: str, dirs: tuple[str, ...], trace_ids: tuple[str, ...], out: str
     help="report directory: Parquet tables, report.html, plots",
 )
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL")
-def analyze(dirs: tuple[str, ...], out: str, master: str) -> None:
-    """PySpark job over every node's traces: stages, actors, throughput, ordering check."""
+def analyze(dirs: tuple[str, ...], more_dirs: tuple[str, ...], out: str, master: str) -> None:
+    """PySpark job over every node's traces: stages, actors, throughput, ordering check.
+
+    The dirs as for the other trace commands (``--dir A B``); bare dirs are read too.
+    """
+    dirs = dirs + more_dirs
+    if not dirs:
+        raise click.UsageError("give the nodes' data dirs: --dir DIR [DIR...]")
     from actors.trace.analyze import MissingExtraError, require_extras
     from actors.trace.analyze import analyze as run
 

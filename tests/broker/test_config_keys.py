@@ -54,6 +54,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = "tests/broker/test_config_keys.py"
 TLS = "tests/security/test_tls_broker.py"
 SASL = "tests/security/test_sasl_broker.py"
+CLEANER = "tests/broker/test_log_cleaner.py"
 
 # key -> the tests that show its effect ("path::function").
 EFFECTS: dict[str, list[str]] = {
@@ -138,6 +139,19 @@ EFFECTS: dict[str, list[str]] = {
     "log.message.timestamp.type": [f"{HERE}::test_log_append_time_stamps_the_batches"],
     "log.flush.offset.checkpoint.interval.ms": [
         f"{HERE}::test_checkpoints_are_written_while_running"],
+    "log.cleanup.policy": [f"{HERE}::test_log_cleanup_policy_is_the_topics_default"],
+    "log.cleaner.enable": [f"{HERE}::test_log_cleaner_enable_false_runs_no_cleaner"],
+    "log.cleaner.backoff.ms": [f"{CLEANER}::test_a_compacted_topic_keeps_each_keys_latest_record"],
+    "log.cleaner.io.buffer.size": [
+        f"{CLEANER}::test_a_compacted_topic_keeps_each_keys_latest_record"],
+    "log.cleaner.min.cleanable.ratio": [
+        f"{CLEANER}::test_the_brokers_compaction_lag_and_dirty_ratio_are_the_topics_defaults"],
+    "log.cleaner.min.compaction.lag.ms": [
+        f"{CLEANER}::test_the_brokers_compaction_lag_and_dirty_ratio_are_the_topics_defaults"],
+    "log.cleaner.delete.retention.ms": [
+        f"{CLEANER}::test_tombstones_go_after_the_brokers_delete_retention"],
+    "log.cleaner.dedupe.buffer.size": [
+        f"{CLEANER}::test_a_small_key_map_cleans_in_several_passes"],
     "request.timeout.ms": [f"{HERE}::test_runtime_tuning_reaches_the_actors"],
     "group.initial.rebalance.delay.ms": [f"{HERE}::test_initial_rebalance_delay_holds_a_new_group"],
     "group.min.session.timeout.ms": [f"{HERE}::test_session_timeout_bounds_refuse_joins"],
@@ -300,6 +314,8 @@ STRICT: dict[str, Any] = {
     "group.min.session.timeout.ms": 7000,
     "group.max.session.timeout.ms": 8000,
     "group.initial.rebalance.delay.ms": 600_000,
+    "log.cleanup.policy": "compact",
+    "log.cleaner.enable": False,
 }
 
 
@@ -575,6 +591,37 @@ def test_min_insync_replicas_refuses_acks_all(strict: Running) -> None:
         assert client.produce("isr", 0, batch, acks=-1).error_code == (
             ErrorCode.NOT_ENOUGH_REPLICAS)
         assert client.produce("isr", 0, batch, acks=1).error_code == 0
+
+
+def test_log_cleanup_policy_is_the_topics_default(strict: Running) -> None:
+    """Topics without their own cleanup.policy take the broker's (from the file: STATIC);
+    a compacted one refuses DeleteRecords as Kafka does."""
+    with strict.client() as client:
+        assert create(client, "policy", rf=1).error_code == 0
+        assert create(client, "policy-delete", rf=1,
+                      configs={"cleanup.policy": "delete"}).error_code == 0
+        described = client.call(DESCRIBE_CONFIGS, 4, {
+            "resources": [{"resource_type": 2, "resource_name": "policy",
+                           "configuration_keys": ["cleanup.policy"]}],
+            "include_synonyms": False, "include_documentation": False})
+        [entry] = described.results[0].configs
+        assert (entry.value, entry.config_source) == ("compact", 4)  # STATIC_BROKER_CONFIG
+        for topic, code in (("policy", ErrorCode.POLICY_VIOLATION), ("policy-delete", 0)):
+            assert client.produce(topic, 0, record_batch([(b"k", b"v")]),
+                                  acks=1).error_code == 0
+            response = client.call(21, 2, {"topics": [{"name": topic, "partitions": [
+                {"partition_index": 0, "offset": 1}]}], "timeout_ms": 5000})
+            assert response.topics[0].partitions[0].error_code == code, topic
+
+
+def test_log_cleaner_enable_false_runs_no_cleaner(strict: Running) -> None:
+    """No LogCleaner actor: compacted topics (the default here) keep every record."""
+    assert "log-cleaner" not in strict.node.actors
+    with strict.client() as client:
+        assert create(client, "uncleaned", rf=1, configs={"segment.bytes": "1024"}).error_code == 0
+        produce_batches(client, "uncleaned", 12)  # one key: all superseded but the last
+    assert not (strict.data_dir / "cleaner-offset-checkpoint").exists()
+    assert segment_count(strict, "uncleaned") > 3
 
 
 def test_checkpoints_are_written_while_running(strict: Running) -> None:

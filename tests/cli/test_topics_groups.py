@@ -1,9 +1,7 @@
 """`actorlog topics ...` and `actorlog groups ...` against a real broker, as real processes.
 
-The commands use only the Kafka APIs. ``topics alter`` and ``groups delete``
-need CreatePartitions, IncrementalAlterConfigs and DeleteGroups, which the
-admin-API step of issue 12 adds to actorlog: their tests are strict xfails
-that turn into passes (and then must lose the mark) when those APIs land.
+The commands use only the Kafka APIs; ``topics alter`` and ``groups delete``
+use CreatePartitions, IncrementalAlterConfigs and DeleteGroups.
 """
 
 from __future__ import annotations
@@ -23,8 +21,6 @@ from tests.fixtures.broker import BrokerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.clients, pytest.mark.multiprocess]
-NEEDS_ADMIN_APIS = "needs the admin APIs of issue 12's next step (CreatePartitions, " \
-                   "IncrementalAlterConfigs, DeleteGroups)"
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +101,6 @@ def test_topic_command_mistakes_get_one_line(admin_broker: BrokerProcess) -> Non
                    "--bootstrap")
 
 
-@pytest.mark.xfail(strict=True, reason=NEEDS_ADMIN_APIS)
 def test_topics_alter_adds_partitions(admin_broker: BrokerProcess) -> None:
     as_json(admin_broker, "topics", "create", "growing", "--partitions", "1")
     altered = as_json(admin_broker, "topics", "alter", "growing", "--partitions", "3")
@@ -114,7 +109,6 @@ def test_topics_alter_adds_partitions(admin_broker: BrokerProcess) -> None:
     assert len(growing["partitions"]) == 3
 
 
-@pytest.mark.xfail(strict=True, reason=NEEDS_ADMIN_APIS)
 def test_topics_alter_sets_and_deletes_configs(admin_broker: BrokerProcess) -> None:
     as_json(admin_broker, "topics", "create", "tuned", "--config", "retention.ms=1000000")
     as_json(admin_broker, "topics", "alter", "tuned", "--config", "segment.bytes=1048576",
@@ -123,16 +117,6 @@ def test_topics_alter_sets_and_deletes_configs(admin_broker: BrokerProcess) -> N
     assert tuned["configs"]["segment.bytes"] == {"value": "1048576",
                                                  "source": "DYNAMIC_TOPIC_CONFIG"}
     assert tuned["configs"]["retention.ms"]["source"] != "DYNAMIC_TOPIC_CONFIG"
-
-
-def test_topics_alter_against_a_broker_without_the_apis_says_so(
-        admin_broker: BrokerProcess) -> None:
-    """Until the APIs land: one line naming the API (an xpass of the tests above ends this)."""
-    as_json(admin_broker, "topics", "create", "fixed", "--if-not-exists")
-    proc = actorlog(admin_broker, "topics", "alter", "fixed", "--partitions", "2")
-    if proc.returncode == 0:
-        pytest.skip("the broker serves CreatePartitions now")
-    one_line_error(proc, 1, "CreatePartitions", "topics alter")
 
 
 # ------------------------------------------------------------------ groups
@@ -219,7 +203,6 @@ def test_group_command_mistakes_get_one_line(admin_broker: BrokerProcess) -> Non
                             "--to-datetime", "yesterday"), 2, "ISO 8601")
 
 
-@pytest.mark.xfail(strict=True, reason=NEEDS_ADMIN_APIS)
 def test_groups_delete_removes_an_empty_group(admin_broker: BrokerProcess) -> None:
     as_json(admin_broker, "topics", "create", "short", "--if-not-exists")
     _produce(admin_broker, "short", {0: 1})

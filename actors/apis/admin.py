@@ -1,0 +1,227 @@
+"""The admin APIs: CreatePartitions, DeleteRecords, DescribeLogDirs,
+DescribeTopicPartitions, DeleteGroups, OffsetDelete.
+
+CreatePartitions goes to the controller (it owns the topic table),
+DeleteRecords and DescribeLogDirs to the partition shards (they own the
+logs), DeleteGroups and OffsetDelete to the groups' coordinators;
+DescribeTopicPartitions is answered from the handler's topic table, like
+Metadata. (The config APIs are in ``configs``.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
+from actors.apis.configs import CLUSTER_MODE_REFUSAL
+from actors.apis.metadata import _partition_rows
+from actors.runtime.address import Address
+from wire.admin_messages import (
+    CreatePartitions,
+    CreatePartitionsDone,
+    CreatePartitionsRow,
+    DeleteGroups,
+    DeleteGroupsDone,
+    DeleteRecords,
+    DeleteRecordsDone,
+    DeleteRecordsDoneRow,
+    DeleteRecordsRow,
+    DescribeLogDir,
+    DescribeLogDirDone,
+    OffsetDelete,
+    OffsetDeleteDone,
+)
+from wire.broker_messages import TopicPartition
+from wire.errors import ErrorCode
+
+NONE = int(ErrorCode.NONE)
+UNKNOWN_TP = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+# DescribeTopicPartitions answers at most this many partitions (Kafka's
+# max.request.partition.size.limit default); the rest come with the cursor.
+MAX_PARTITIONS_PER_RESPONSE = 2000
+
+
+# ------------------------------------------------------------- CreatePartitions
+
+
+def handle_create_partitions(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
+    rows = [CreatePartitionsRow(t.name, t.count,
+                                None if t.assignments is None
+                                else [list(a.broker_ids) for a in t.assignments])
+            for t in req.topics]
+    results = []
+    if rows and ctx.cluster is not None:
+        return Respond({"throttle_time_ms": 0, "results": [
+            {"name": r.name, "error_code": int(ErrorCode.INVALID_REQUEST),
+             "error_message": CLUSTER_MODE_REFUSAL} for r in rows]})
+    if rows:
+        done: CreatePartitionsDone
+        [done] = yield [Call(ctx.topology.controller,
+                             lambda rid: CreatePartitions(rid, bool(req.validate_only), rows))]
+        results = [{"name": r.name, "error_code": r.error_code, "error_message": r.error_message}
+                   for r in done.rows]
+    return Respond({"throttle_time_ms": 0, "results": results})
+
+
+# ---------------------------------------------------------------- DeleteRecords
+
+
+def handle_delete_records(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
+    """Each partition's log start moves to the offset; the answer is its low watermark."""
+    rows: list[DeleteRecordsRow] = []
+    answers: dict[tuple[str, int], DeleteRecordsDoneRow] = {}
+    for topic in req.topics:
+        count = ctx.partition_count(topic.name)
+        for p in topic.partitions:
+            if count is None or not 0 <= p.partition_index < count:
+                answers[(topic.name, p.partition_index)] = DeleteRecordsDoneRow(
+                    topic.name, p.partition_index, -1, UNKNOWN_TP, None)
+            else:
+                rows.append(DeleteRecordsRow(topic.name, p.partition_index, p.offset))
+    if rows:
+        by_shard = group_by_shard(ctx, rows)
+        replies: list[DeleteRecordsDone] = yield [
+            Call(shard, _delete_records(shard_rows)) for shard, shard_rows in by_shard.items()]
+        for reply in replies:
+            for r in reply.rows:
+                answers[(r.topic, r.partition)] = r
+    return Respond({"throttle_time_ms": 0, "topics": [
+        {"name": topic.name, "partitions": [
+            {"partition_index": p.partition_index,
+             "low_watermark": answers[(topic.name, p.partition_index)].low_watermark,
+             "error_code": answers[(topic.name, p.partition_index)].error_code}
+            for p in topic.partitions]}
+        for topic in req.topics]})
+
+
+def _delete_records(rows: list[DeleteRecordsRow]) -> Callable[[int], DeleteRecords]:
+    return lambda rid: DeleteRecords(rid, rows)
+
+
+# ------------------------------------------------------------- DescribeLogDirs
+
+
+def handle_describe_log_dirs(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
+    """The log dir with the size of every partition it holds (or of those asked for)."""
+    wanted = (None if req.topics is None else
+              [TopicPartition(t.topic, p) for t in req.topics for p in t.partitions])
+    shards = [ctx.topology.shard(i) for i in range(ctx.topology.num_shards)]
+    replies: list[DescribeLogDirDone] = yield [
+        Call(shard, lambda rid: DescribeLogDir(rid, wanted)) for shard in shards]
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for reply in replies:
+        for r in reply.rows:
+            by_topic.setdefault(r.topic, []).append({
+                "partition_index": r.partition, "partition_size": r.size_bytes,
+                "offset_lag": r.offset_lag, "is_future_key": False})
+    first = replies[0]
+    return Respond({"throttle_time_ms": 0, "error_code": 0, "results": [{
+        "error_code": 0, "log_dir": first.log_dir,
+        "topics": [{"name": name, "partitions": sorted(parts, key=lambda r: r["partition_index"])}
+                   for name, parts in sorted(by_topic.items())],
+        "total_bytes": first.total_bytes, "usable_bytes": first.usable_bytes,
+    }]})
+
+
+# ----------------------------------------------------- DescribeTopicPartitions
+
+
+def handle_describe_topic_partitions(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
+    """Metadata's partition view, topic by topic in name order, at most
+    ``response_partition_limit`` partitions per answer; ``next_cursor`` says where the
+    next request starts."""
+    names = sorted({t.name for t in req.topics}) if req.topics else sorted(ctx.topics)
+    limit = max(1, min(int(req.response_partition_limit or MAX_PARTITIONS_PER_RESPONSE),
+                       MAX_PARTITIONS_PER_RESPONSE))
+    cursor = req.cursor
+    if cursor is not None:
+        names = [n for n in names if n >= cursor.topic_name]
+    topics: list[dict[str, Any]] = []
+    next_cursor = None
+    left = limit
+    for name in names:
+        if name not in ctx.topics:
+            topics.append({"error_code": UNKNOWN_TP, "name": name,
+                           "is_internal": False, "partitions": []})
+            continue
+        start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+        rows = _partition_rows(ctx, name)[max(0, start):]
+        if left <= 0:
+            next_cursor = {"topic_name": name, "partition_index": max(0, start)}
+            break
+        taken = rows[:left]
+        left -= len(taken)
+        topics.append({
+            "error_code": NONE, "name": name, "is_internal": name.startswith("__"),
+            "partitions": [{
+                "error_code": r["error_code"], "partition_index": r["partition_index"],
+                "leader_id": r["leader_id"], "leader_epoch": r["leader_epoch"],
+                "replica_nodes": r["replica_nodes"], "isr_nodes": r["isr_nodes"],
+                "eligible_leader_replicas": None, "last_known_elr": None,
+                "offline_replicas": r["offline_replicas"]} for r in taken],
+        })
+        if len(taken) < len(rows):
+            next_cursor = {"topic_name": name, "partition_index": taken[-1]["partition_index"] + 1
+                           if taken else max(0, start)}
+            break
+    return Respond({"throttle_time_ms": 0, "topics": topics, "next_cursor": next_cursor})
+    yield  # unreachable: makes this a generator like the others
+
+
+# ------------------------------------------------------- DeleteGroups, OffsetDelete
+
+
+def handle_delete_groups(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
+    """Each group goes to its coordinator; only Empty groups are deleted (NON_EMPTY_GROUP)."""
+    results: dict[str, int] = {}
+    by_coordinator: dict[Address, list[str]] = {}
+    for gid in req.groups_names:
+        if not gid:
+            results[gid] = int(ErrorCode.INVALID_GROUP_ID)
+        else:
+            by_coordinator.setdefault(ctx.topology.coordinator_for(gid), []).append(gid)
+    targets = list(by_coordinator.items())
+    if targets:
+        replies: list[DeleteGroupsDone] = yield [
+            Call(c, _delete_groups(ids)) for c, ids in targets]
+        for reply in replies:
+            for row in reply.rows:
+                results[row.group_id] = row.error_code
+    return Respond({"throttle_time_ms": 0, "results": [
+        {"group_id": gid, "error_code": results[gid]} for gid in dict.fromkeys(req.groups_names)]})
+
+
+def _delete_groups(ids: list[str]) -> Callable[[int], DeleteGroups]:
+    return lambda rid: DeleteGroups(rid, ids)
+
+
+def handle_offset_delete(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
+    """A group's committed offsets, deleted; partitions of unknown topics are refused here
+    (UNKNOWN_TOPIC_OR_PARTITION), the rest decided by the coordinator."""
+    codes: dict[tuple[str, int], int] = {}
+    asked: list[TopicPartition] = []
+    for topic in req.topics:
+        count = ctx.partition_count(topic.name)
+        for p in topic.partitions:
+            if count is None or not 0 <= p.partition_index < count:
+                codes[(topic.name, p.partition_index)] = UNKNOWN_TP
+            else:
+                asked.append(TopicPartition(topic.name, p.partition_index))
+    if not req.group_id:
+        group_error = int(ErrorCode.INVALID_GROUP_ID)
+    else:
+        done: OffsetDeleteDone
+        [done] = yield [Call(ctx.topology.coordinator_for(req.group_id),
+                             lambda rid: OffsetDelete(rid, req.group_id, asked))]
+        group_error = done.error_code
+        for row in done.rows:
+            codes[(row.topic, row.partition)] = row.error_code
+    if group_error != NONE:
+        return Respond({"error_code": group_error, "throttle_time_ms": 0, "topics": []})
+    return Respond({"error_code": NONE, "throttle_time_ms": 0, "topics": [
+        {"name": topic.name, "partitions": [
+            {"partition_index": p.partition_index,
+             "error_code": codes[(topic.name, p.partition_index)]}
+            for p in topic.partitions]}
+        for topic in req.topics]})

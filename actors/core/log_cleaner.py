@@ -1,0 +1,517 @@
+"""Kafka's log cleaner (compaction), as a core the LogCleaner actor drives step by step.
+
+For a log with ``cleanup.policy`` compact, the cleaner keeps the latest record
+of each key and drops the older ones, as Kafka's does:
+
+* **Which log.** Every segment but the active one is cleanable up to the
+  *first uncleanable offset*: the active segment's base, the high watermark,
+  the checkpointed recovery point (so every gap the cleaner leaves between
+  segments lies below it: on load, a gap above it means lost data), and the
+  first segment holding records younger than ``min.compaction.lag.ms``. The
+  part above the last cleaning (``cleaner-offset-checkpoint``, Kafka's file)
+  is *dirty*; the log whose dirty share of bytes is highest, and at least
+  ``min.cleanable.dirty.ratio``, is cleaned next.
+* **The key map.** The dirty segments are read, segment by segment, into a
+  map from key (a 16-byte hash, as Kafka's MD5) to its latest offset, up to
+  ``log.cleaner.dedupe.buffer.size`` / 24 keys; a segment that would not fit
+  ends the pass there (the rest stays dirty for the next one).
+* **The copy.** Every segment from the log start to the end of the map is
+  rewritten, in groups no larger than a segment, into a staging directory:
+  a record stays if it has a key, no later offset of its key is in the map,
+  and, for a tombstone (null value), its segment's newest record is younger
+  than ``delete.retention.ms``. Batches keep their base offset, last offset
+  delta and producer fields (offsets are never reused, a producer's sequence
+  numbers stay right); a batch whose records all stay is copied unchanged,
+  one that loses some is rebuilt from the kept records' bytes (recompressed
+  with its codec), one that loses all is dropped. The last batch of every
+  producer id the log knows stays whole, so its idempotent state comes back
+  from the log after a restart. Control batches stay whole.
+* **The swap** is the owner's (actors/core/segment_swap.py,
+  ``PartitionLog.replace_cleaned_segments``): the cleaner never touches the
+  live segments, it only reads closed ones, which no longer change.
+
+Nothing here reads a clock or takes a lock: ``now_ms`` comes in, and each
+``CleaningPass.step`` does a bounded amount of work (``log.cleaner.io.buffer.size``
+bytes read), so the actor can answer messages between steps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import crc32c
+
+from actors.core.checkpoint import fsync_dir, read_offset_checkpoint, write_offset_checkpoint
+from actors.core.log_segment import LogSegment, log_file_name
+from actors.core.partition_log import PartitionLog
+from actors.core.record_batch import (
+    COMPRESSION_MASK,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    check_batch,
+    record_spans,
+)
+from actors.core.segment_swap import discard_staging, staging_name
+
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+DEDUPE_ENTRY_BYTES = 24  # Kafka's accounting: a 16-byte hash and an 8-byte offset
+_MAX_RELATIVE_OFFSET = 2**31 - 1
+_AFTER_CRC = struct.Struct(">hiqqqhii")
+_HEAD = struct.Struct(">qiibI")
+
+
+class SegmentInfo(NamedTuple):
+    """A closed segment as its owner reports it."""
+
+    base_offset: int
+    size: int
+    next_offset: int
+    max_timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class CleanableLog:
+    """What the cleaner needs of one compacted log, reported by the log's owner."""
+
+    topic: str
+    partition: int
+    directory: Path
+    segments: tuple[SegmentInfo, ...]  # every segment but the active one, in order
+    active_base_offset: int
+    log_start_offset: int
+    high_watermark: int
+    generation: int  # PartitionLog.generation: a truncation since then refuses the swap
+    min_cleanable_dirty_ratio: float
+    delete_retention_ms: int
+    min_compaction_lag_ms: int
+    segment_bytes: int
+    index_interval_bytes: int
+    segment_index_bytes: int
+    producer_last_offsets: Mapping[int, int] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+
+class CleanRange(NamedTuple):
+    """A planned cleaning: the map covers [first_dirty, end); segments below ``end`` are
+    rewritten."""
+
+    log: CleanableLog
+    first_dirty: int
+    end: int
+    dirty_ratio: float
+
+
+class CleanerError(Exception):
+    """A log cannot be cleaned (its key map would not hold one segment)."""
+
+
+def describe_cleanable(log: PartitionLog) -> CleanableLog:
+    """The report a compacted log's owner gives the cleaner."""
+    cfg = log.config
+    return CleanableLog(
+        log.topic, log.partition, log.dir,
+        tuple(SegmentInfo(*s) for s in log.cleanable_segments()),
+        log.active_segment_base_offset, log.log_start_offset, log.high_watermark,
+        log.generation, cfg.min_cleanable_dirty_ratio, cfg.delete_retention_ms,
+        cfg.min_compaction_lag_ms, cfg.segment_bytes, cfg.index_interval_bytes,
+        cfg.segment_index_bytes,
+        {pid: e.last_offset for pid, e in log.producer_state.producers.items()})
+
+
+# ------------------------------------------------------------------- choosing
+
+
+def _next_bases(log: CleanableLog) -> list[int]:
+    """Where each closed segment's range ends: the next segment's base."""
+    if not log.segments:
+        return []
+    return [*(s.base_offset for s in log.segments[1:]), log.active_base_offset]
+
+
+def plan(log: CleanableLog, checkpointed_dirty: int | None, recovery_point: int,
+         now_ms: int) -> CleanRange | None:
+    """The range to clean in ``log`` now, or None when nothing is dirty."""
+    first_dirty = log.log_start_offset
+    if checkpointed_dirty is not None and log.log_start_offset <= checkpointed_dirty \
+            <= log.active_base_offset:
+        first_dirty = checkpointed_dirty
+    uncleanable = min(log.active_base_offset, log.high_watermark, recovery_point)
+    lag_horizon = now_ms - log.min_compaction_lag_ms
+    end = log.segments[0].base_offset if log.segments else log.active_base_offset
+    clean_bytes = dirty_bytes = 0
+    for segment, upper in zip(log.segments, _next_bases(log), strict=True):
+        if upper > uncleanable or (log.min_compaction_lag_ms > 0
+                                   and segment.max_timestamp_ms > lag_horizon):
+            break
+        end = upper
+        if upper <= first_dirty:
+            clean_bytes += segment.size
+        else:
+            dirty_bytes += segment.size
+    if end <= first_dirty or dirty_bytes == 0:
+        return None
+    return CleanRange(log, first_dirty, end, dirty_bytes / (clean_bytes + dirty_bytes))
+
+
+def choose_filthiest(logs: Iterable[CleanableLog], checkpoints: Mapping[tuple[str, int], int],
+                     recovery_points: Mapping[tuple[str, int], int], now_ms: int,
+                     skip: Iterable[tuple[str, int]] = ()) -> CleanRange | None:
+    """The dirtiest log at or over its ``min.cleanable.dirty.ratio`` (Kafka's choice)."""
+    best: CleanRange | None = None
+    skipped = set(skip)
+    for log in logs:
+        if log.key in skipped:
+            continue
+        found = plan(log, checkpoints.get(log.key), recovery_points.get(log.key, 0), now_ms)
+        if found is None or found.dirty_ratio < log.min_cleanable_dirty_ratio:
+            continue
+        if best is None or found.dirty_ratio > best.dirty_ratio:
+            best = found
+    return best
+
+
+# --------------------------------------------------------------- checkpoint
+
+
+def read_cleaner_checkpoint(log_dir: Path) -> dict[tuple[str, int], int]:
+    return read_offset_checkpoint(log_dir / CLEANER_CHECKPOINT)
+
+
+def write_cleaner_checkpoint(log_dir: Path, offsets: Mapping[tuple[str, int], int]) -> None:
+    write_offset_checkpoint(log_dir / CLEANER_CHECKPOINT, offsets)
+
+
+# --------------------------------------------------------------- records
+
+
+def _codecs() -> dict[int, tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]]:
+    """Kafka's codecs by attribute value: (decode, encode), where the library is there."""
+    from kafka import codec
+
+    out: dict[int, tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]] = {}
+    if codec.has_gzip():
+        out[1] = (codec.gzip_decode, codec.gzip_encode)
+    if codec.has_snappy():
+        out[2] = (codec.snappy_decode, codec.snappy_encode)
+    if codec.has_lz4():
+        out[3] = (codec.lz4_decode, codec.lz4_encode)
+    if codec.has_zstd():
+        out[4] = (codec.zstd_decode, codec.zstd_encode)
+    return out
+
+
+def key_hash(key: bytes) -> bytes:
+    return hashlib.blake2b(key, digest_size=16).digest()
+
+
+def rebuilt_batch(header: BatchHeader, raw: bytes, kept: list[Any],
+                  encode: Callable[[bytes], bytes] | None) -> bytes:
+    """The batch with only the ``kept`` records (spans into ``raw``, the decompressed
+    records section): same base offset, last offset delta, base timestamp, producer
+    fields and attributes; new count, max timestamp and CRC."""
+    records = b"".join(raw[span.start:span.end] for span in kept)
+    attributes = header.attributes
+    if not kept:  # an empty batch, as Kafka writes one: no records, so no codec
+        attributes &= ~COMPRESSION_MASK
+    elif encode is not None:
+        records = encode(records)
+    if header.is_log_append_time or not kept:
+        max_ts = header.max_timestamp
+    else:
+        max_ts = max(header.base_timestamp + span.timestamp_delta for span in kept)
+    after_crc = _AFTER_CRC.pack(attributes, header.last_offset_delta,
+                                header.base_timestamp, max_ts, header.producer_id,
+                                header.producer_epoch, header.base_sequence, len(kept)) + records
+    return _HEAD.pack(header.base_offset, 9 + len(after_crc), header.partition_leader_epoch,
+                      header.magic, crc32c.crc32c(after_crc)) + after_crc
+
+
+class _SegmentReader:
+    """Whole batches of one closed segment, read with pread a chunk at a time."""
+
+    def __init__(self, path: Path, size: int, chunk: int) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+        self.size = size
+        self.chunk = chunk
+        self.position = 0
+
+    def next_batches(self, budget: int) -> list[tuple[BatchHeader, bytes]]:
+        out: list[tuple[BatchHeader, bytes]] = []
+        taken = 0
+        while self.position < self.size and taken < budget:
+            want = min(max(self.chunk, HEADER_SIZE), self.size - self.position)
+            buf = os.pread(self.fd, want, self.position)
+            if len(buf) < HEADER_SIZE:
+                raise CleanerError(f"segment ends inside a batch at {self.position}")
+            length = HEADER.unpack_from(buf, 0)[1] + LOG_OVERHEAD
+            if length > len(buf):
+                buf = os.pread(self.fd, length, self.position)
+            rel = 0
+            while rel + HEADER_SIZE <= len(buf):
+                size = HEADER.unpack_from(buf, rel)[1] + LOG_OVERHEAD
+                if rel + size > len(buf):
+                    break
+                header = check_batch(buf, rel, rel + size)
+                out.append((header._replace(position=self.position + rel),
+                            buf[rel:rel + size]))
+                rel += size
+            if rel == 0:
+                raise CleanerError(f"no whole batch at {self.position}")
+            self.position += rel
+            taken += rel
+        return out
+
+    @property
+    def done(self) -> bool:
+        return self.position >= self.size
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+# ------------------------------------------------------------------- a pass
+
+
+@dataclass
+class PassStats:
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_kept: int = 0
+    tombstones_dropped: int = 0
+    keyless_dropped: int = 0
+    batches_kept_whole: int = 0
+
+
+class SwapPlan(NamedTuple):
+    """What the owner swaps once a pass is done."""
+
+    staging: str
+    old_segments: list[tuple[int, int]]  # (base, size), consecutive
+    new_bases: list[int]
+    end_offset: int  # the cleaned range's end: the next first dirty offset
+
+
+class CleaningPass:
+    """One cleaning of one log, done in steps of about ``io_bytes`` read each.
+
+    ``step()`` returns True once the cleaned segments are complete (fsynced)
+    in the staging directory; ``plan`` then says what to swap. ``abort()``
+    removes the staging directory.
+    """
+
+    def __init__(self, rng: CleanRange, now_ms: int, map_capacity: int, io_bytes: int,
+                 pass_id: int) -> None:
+        self.log = rng.log
+        self.first_dirty = rng.first_dirty
+        self.end = rng.end
+        self.now_ms = now_ms
+        self.map_capacity = map_capacity
+        self.io_bytes = io_bytes
+        self.staging = staging_name(pass_id)
+        self.stats = PassStats()
+        self.offset_map: dict[bytes, int] = {}
+        self._segment_map: dict[bytes, int] = {}
+        self._codecs = _codecs()
+        infos = self.log.segments
+        self._upper = dict(zip([s.base_offset for s in infos], _next_bases(self.log),
+                               strict=True))
+        self._dirty = [s for s in infos if self._upper[s.base_offset] > self.first_dirty
+                       and self._upper[s.base_offset] <= self.end]
+        self._phase = "map"
+        self._index = 0
+        self._reader: _SegmentReader | None = None
+        self._to_clean: list[SegmentInfo] = []
+        self._out: LogSegment | None = None
+        self._new_bases: list[int] = []
+        self.plan: SwapPlan | None = None
+
+    # -- the steps ---------------------------------------------------------------
+
+    def step(self) -> bool:
+        if self._phase == "map":
+            self._map_step()
+            return False
+        if self._phase == "write":
+            self._write_step()
+            return self._phase == "done"
+        return True
+
+    def _open(self, segment: SegmentInfo) -> _SegmentReader:
+        return _SegmentReader(self.log.directory / log_file_name(segment.base_offset),
+                              segment.size, self.io_bytes)
+
+    def _records(self, header: BatchHeader, raw: bytes) -> tuple[bytes, list[Any]] | None:
+        """The decompressed records section and its record spans; None if the codec is
+        missing here (the batch is then kept whole)."""
+        body = raw[HEADER_SIZE:]
+        codec = header.compression
+        if codec:
+            pair = self._codecs.get(codec)
+            if pair is None:
+                return None
+            body = pair[0](bytes(body))
+        return body, record_spans(body, header.records_count)
+
+    def _map_step(self) -> None:
+        if self._index >= len(self._dirty):
+            self._start_writing()
+            return
+        segment = self._dirty[self._index]
+        if self._reader is None:
+            self._reader = self._open(segment)
+            self._segment_map = {}
+        for header, raw in self._reader.next_batches(self.io_bytes):
+            self.stats.bytes_read += len(raw)
+            if header.is_control:
+                continue
+            decoded = self._records(header, raw)
+            if decoded is None:
+                continue
+            for span in decoded[1]:
+                if span.key is not None:
+                    self._segment_map[key_hash(span.key)] = header.base_offset + span.offset_delta
+        if not self._reader.done:
+            return
+        self._reader.close()
+        self._reader = None
+        new_keys = sum(1 for k in self._segment_map if k not in self.offset_map)
+        if len(self.offset_map) + new_keys > self.map_capacity:
+            if self._index == 0:
+                raise CleanerError(
+                    f"{self.log.topic}-{self.log.partition}: the segment at "
+                    f"{segment.base_offset} has more keys than log.cleaner.dedupe.buffer.size "
+                    f"holds ({self.map_capacity} keys at {DEDUPE_ENTRY_BYTES} bytes each)")
+            self.end = segment.base_offset  # the rest stays dirty for the next pass
+            self._start_writing()
+            return
+        self.offset_map.update(self._segment_map)
+        self._segment_map = {}
+        self._index += 1
+
+    def _start_writing(self) -> None:
+        self._segment_map = {}
+        self._to_clean = [s for s in self.log.segments if self._upper[s.base_offset] <= self.end]
+        self.old_segments = [(s.base_offset, s.size) for s in self._to_clean]
+        staging = self.log.directory / self.staging
+        discard_staging(self.log.directory, self.staging)
+        staging.mkdir()
+        self._phase = "write"
+        self._index = 0
+        if self._to_clean:
+            self._out = self._new_output(self._to_clean[0].base_offset)
+
+    def _new_output(self, base: int) -> LogSegment:
+        out = LogSegment(self.log.directory / self.staging, base, self.log.index_interval_bytes,
+                         self.now_ms, self.log.segment_index_bytes)
+        out.activate()
+        self._new_bases.append(base)
+        return out
+
+    def _finish_output(self) -> None:
+        if self._out is not None:
+            self._out.seal()
+            self._out.flush()
+            self._out.close(trim=False)
+            self.stats.bytes_written += self._out.size
+            self._out = None
+
+    def _write_step(self) -> None:
+        """Copy the next stretch of the segments to clean into the output segments: one
+        after another, a new one started only when the next batch would not fit."""
+        if self._index >= len(self._to_clean):
+            self._finish_output()
+            fsync_dir(self.log.directory / self.staging)
+            self.plan = SwapPlan(self.staging, self.old_segments, self._new_bases, self.end)
+            self._phase = "done"
+            return
+        segment = self._to_clean[self._index]
+        if self._reader is None:
+            self._reader = self._open(segment)
+        retain_deletes = segment.max_timestamp_ms > self.now_ms - self.log.delete_retention_ms
+        for header, raw in self._reader.next_batches(self.io_bytes):
+            self.stats.bytes_read += len(raw)
+            kept = self._filter(header, raw, retain_deletes)
+            if kept is not None:
+                self._write(header, kept)
+        if self._reader.done:
+            self._reader.close()
+            self._reader = None
+            self._index += 1
+
+    def _filter(self, header: BatchHeader, raw: bytes, retain_deletes: bool) -> bytes | None:
+        """The batch to write in place of ``raw``: itself, a rebuilt one, or None.
+
+        A producer's last batch is never dropped: emptied, it stays as a header
+        (as Kafka's), so the producer's sequence state comes back from the log.
+        """
+        if header.is_control:
+            self.stats.batches_kept_whole += 1
+            return raw
+        last = self.log.producer_last_offsets.get(header.producer_id)
+        producers_last = header.producer_id >= 0 and last == header.last_offset
+        decoded = self._records(header, raw)
+        if decoded is None:
+            self.stats.batches_kept_whole += 1
+            return raw
+        body, spans = decoded
+        self.stats.records_read += len(spans)
+        kept = []
+        for span in spans:
+            offset = header.base_offset + span.offset_delta
+            if span.key is None:
+                self.stats.keyless_dropped += 1
+                continue
+            latest = self.offset_map.get(key_hash(span.key))
+            if latest is not None and latest > offset:
+                continue
+            if span.value_is_null and not retain_deletes:
+                self.stats.tombstones_dropped += 1
+                continue
+            kept.append(span)
+        self.stats.records_kept += len(kept)
+        if len(kept) == len(spans):
+            return raw
+        if not kept and not producers_last:
+            return None
+        encode = self._codecs[header.compression][1] if header.compression else None
+        return rebuilt_batch(header, body, kept, encode)
+
+    def _write(self, header: BatchHeader, batch: bytes) -> None:
+        out = self._out
+        assert out is not None
+        if out.size and (out.index_full or out.size + len(batch) > self.log.segment_bytes
+                         or header.last_offset - out.base_offset > _MAX_RELATIVE_OFFSET):
+            self._finish_output()
+            out = self._out = self._new_output(header.base_offset)
+        max_ts = HEADER.unpack_from(batch, 0)[8]  # a rebuilt batch has its own
+        out.append([batch], len(batch), [(header.base_offset, header.next_offset, 0,
+                                          len(batch), max_ts)])
+
+    def abort(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        if self._out is not None:
+            self._out.close(trim=False)
+            self._out = None
+        discard_staging(self.log.directory, self.staging)
+
+
+def map_capacity(dedupe_buffer_bytes: int) -> int:
+    """Keys one pass may map: Kafka's 24 bytes per entry."""
+    return max(1, dedupe_buffer_bytes // DEDUPE_ENTRY_BYTES)
+

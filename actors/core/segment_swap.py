@@ -1,0 +1,141 @@
+"""Replacing a partition's segments by cleaned copies, so that a crash at any point
+leaves a readable, correct log.
+
+The cleaner writes the new segments (log and both indexes, fsynced) into a
+staging directory inside the partition directory. The swap then:
+
+1. writes the swap manifest (``cleaner-swap.json``: which old segments go,
+   which new ones come from which staging directory) atomically; this is the
+   commit point;
+2. moves each new segment's files into the partition directory (indexes
+   first, the log last; a new segment may take an old one's name);
+3. deletes the old segments that no new one replaced;
+4. removes the manifest and the staging directory.
+
+Opening a partition completes a swap whose manifest is there (every step is
+idempotent: a file already moved is not in staging any more, a file already
+deleted is gone) and removes staging directories without a manifest, which
+are cleanings that never committed: the old segments are all still there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+from actors.core.checkpoint import fsync_dir, write_atomically
+from actors.core.log_index import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
+
+MANIFEST = "cleaner-swap.json"
+STAGING_PREFIX = "cleaner-staging-"
+_LOG = ".log"
+
+
+class SwapManifest(NamedTuple):
+    staging: str  # the staging directory's name, inside the partition directory
+    old_bases: tuple[int, ...]  # the segments that go
+    new_bases: tuple[int, ...]  # the segments that come (from staging)
+
+
+class SwapError(RuntimeError):
+    """A manifest that cannot be read or names files that are not there."""
+
+
+def staging_name(pass_id: int) -> str:
+    return f"{STAGING_PREFIX}{pass_id}"
+
+
+def segment_files(base: int) -> tuple[str, str, str]:
+    """The names of one segment's files, in the order they are moved (the log last)."""
+    stem = f"{base:020d}"
+    return (stem + OFFSET_INDEX_SUFFIX, stem + TIME_INDEX_SUFFIX, stem + _LOG)
+
+
+def write_manifest(partition_dir: Path, manifest: SwapManifest) -> None:
+    data = {"version": 1, "staging": manifest.staging, "old": list(manifest.old_bases),
+            "new": list(manifest.new_bases)}
+    write_atomically(partition_dir / MANIFEST, json.dumps(data).encode())
+
+
+def read_manifest(partition_dir: Path) -> SwapManifest | None:
+    path = partition_dir / MANIFEST
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise SwapError(f"{path}: cannot read the swap manifest: {exc}") from None
+    try:
+        return SwapManifest(str(data["staging"]), tuple(int(b) for b in data["old"]),
+                            tuple(int(b) for b in data["new"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SwapError(f"{path}: malformed swap manifest: {exc!r}") from None
+
+
+def missing_staging_files(partition_dir: Path, manifest: SwapManifest) -> list[Path]:
+    staging = partition_dir / manifest.staging
+    return [staging / name for base in manifest.new_bases for name in segment_files(base)
+            if not (staging / name).exists()]
+
+
+def commit_swap(partition_dir: Path, manifest: SwapManifest,
+                after_step: Callable[[str], None] | None = None) -> None:
+    """Commit and carry out a swap (the live path); ``after_step`` is a test hook called
+    after each step by name, where a test process may crash."""
+    missing = missing_staging_files(partition_dir, manifest)
+    if missing:
+        raise SwapError(f"staging file {missing[0]} is missing")
+    write_manifest(partition_dir, manifest)
+    _step(after_step, "manifest")
+    complete_swap(partition_dir, manifest, after_step)
+
+
+def complete_swap(partition_dir: Path, manifest: SwapManifest,
+                  after_step: Callable[[str], None] | None = None) -> None:
+    """Steps 2-4 above; safe to run again after a crash at any point of a previous run."""
+    staging = partition_dir / manifest.staging
+    for base in manifest.new_bases:
+        for name in segment_files(base):
+            source = staging / name
+            if source.exists():
+                os.replace(source, partition_dir / name)
+                _step(after_step, f"move {name}")
+    fsync_dir(partition_dir)
+    replaced = set(manifest.new_bases)
+    for base in manifest.old_bases:
+        if base in replaced:
+            continue
+        for name in reversed(segment_files(base)):  # the log first: no log without its data
+            (partition_dir / name).unlink(missing_ok=True)
+        _step(after_step, f"delete {base}")
+    fsync_dir(partition_dir)
+    (partition_dir / MANIFEST).unlink(missing_ok=True)
+    _step(after_step, "manifest removed")
+    shutil.rmtree(staging, ignore_errors=True)
+    fsync_dir(partition_dir)
+
+
+def recover_swaps(partition_dir: Path) -> bool:
+    """At open: finish a committed swap, drop uncommitted staging. True if a swap was
+    finished (its new segments' indexes are checked like any others on load)."""
+    manifest = read_manifest(partition_dir)
+    if manifest is not None:
+        complete_swap(partition_dir, manifest)
+    for name in os.listdir(partition_dir):
+        if name.startswith(STAGING_PREFIX):
+            shutil.rmtree(partition_dir / name, ignore_errors=True)
+    return manifest is not None
+
+
+def discard_staging(partition_dir: Path, staging: str) -> None:
+    shutil.rmtree(partition_dir / staging, ignore_errors=True)
+
+
+def _step(after_step: Callable[[str], None] | None, name: str) -> None:
+    if after_step is not None:
+        after_step(name)
+

@@ -1,0 +1,227 @@
+"""LogCleaner: Kafka's log cleaner for one log dir (``cleanup.policy`` compact).
+
+Every ``log.cleaner.backoff.ms`` (at once after a cleaning) it asks each
+partition shard for its compacted logs (``CleanableLogs``), reads the
+recovery-point checkpoint (it cleans no further) and its own
+``cleaner-offset-checkpoint``, and picks the dirtiest log
+(actors/core/log_cleaner.py). A pass then runs in steps from this actor's
+own thread, one ``log.cleaner.io.buffer.size`` read at a time, answering its
+mailbox between steps.
+
+Reading: the shards own the logs, but the segments the cleaner reads are
+closed ones, which nothing changes any more; the cleaner opens their files
+read-only by path and writes its copies into a staging directory. Nothing it
+does touches the files a shard uses.
+
+Swapping: the shard does it, in its own thread (``SwapCleanedSegments``):
+it checks the log still has those segments unchanged (retention, DeleteRecords
+or a truncation may have taken them meanwhile: then the copy is discarded),
+commits the swap manifest, moves the new files in, deletes the old ones and
+opens the new segments; a few renames and fsyncs, so its appends wait for
+milliseconds, not for the cleaning. A crash at any point leaves the old
+segments or the new ones, never a mix (actors/core/segment_swap.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+from actors.core.checkpoint import RECOVERY_POINT_OFFSET_CHECKPOINT, read_offset_checkpoint
+from actors.core.log_cleaner import (
+    CleanableLog,
+    CleanerError,
+    CleaningPass,
+    SegmentInfo,
+    choose_filthiest,
+    map_capacity,
+    read_cleaner_checkpoint,
+    write_cleaner_checkpoint,
+)
+from actors.runtime.actor import Actor, handles
+from actors.runtime.clock import Clock
+from actors.runtime.config import Config
+from actors.topology import Topology
+from wire.admin_messages import (
+    CleanableLogRow,
+    CleanableLogs,
+    CleanableLogsDone,
+    SegmentRow,
+    SwapCleanedSegments,
+    SwapCleanedSegmentsDone,
+)
+from wire.broker_messages import GetStats
+
+
+def cleanable_from_row(row: CleanableLogRow) -> CleanableLog:
+    return CleanableLog(
+        row.topic, row.partition, Path(row.directory),
+        tuple(SegmentInfo(*s) for s in row.segments), row.active_base_offset,
+        row.log_start_offset, row.high_watermark, row.generation,
+        row.min_cleanable_dirty_ratio, row.delete_retention_ms, row.min_compaction_lag_ms,
+        row.segment_bytes, row.index_interval_bytes, row.segment_index_bytes,
+        {pid: last for pid, last in row.producer_last_offsets})
+
+
+class LogCleaner(Actor):
+    mailbox_size = 0  # unbounded: only shards answer it, once per question
+
+    def __init__(self, node: Any, name: str, *, topology: Topology, config: Config,
+                 log_dir: Path, clock: Clock, **kw: Any) -> None:
+        super().__init__(node, name, **kw)
+        self.topology = topology
+        self.config = config
+        self.log_dir = log_dir
+        self.clock = clock  # wall time: tombstone and compaction-lag ages, the backoff
+
+    def setup(self) -> None:
+        self.backoff_ms = int(self.config["log.cleaner.backoff.ms"])
+        self.capacity = map_capacity(int(self.config["log.cleaner.dedupe.buffer.size"]))
+        self.io_bytes = int(self.config["log.cleaner.io.buffer.size"])
+        self.checkpoints = read_cleaner_checkpoint(self.log_dir)
+        self.ids = itertools.count(1)
+        self.scan_id = 0
+        self.waiting: set[str] = set()
+        self.reports: list[CleanableLog] = []
+        self.next_scan_ms = self.clock.wall_ms() + self.backoff_ms
+        self.current: CleaningPass | None = None
+        self.swapping: tuple[int, CleaningPass] | None = None
+        self.failed: dict[tuple[str, int], int] = {}  # log -> generation it failed at
+        self.passes = 0
+        self.scans = 0
+        self.steps = 0
+        self.refused = 0
+        self.bytes_read = 0
+        self.bytes_written = 0
+        self.last_ratio = 0.0
+
+    def teardown(self) -> None:
+        if self.current is not None:
+            self.current.abort()
+            self.current = None
+
+    # ------------------------------------------------------------- scanning
+    def poll_timeout_ms(self) -> int | None:
+        if self.current is not None:
+            return 0
+        if self.waiting or self.swapping is not None:
+            return None
+        return max(0, self.next_scan_ms - self.clock.wall_ms())
+
+    def on_turn(self) -> None:
+        if self.current is not None:
+            self._step()
+        elif not self.waiting and self.swapping is None \
+                and self.clock.wall_ms() >= self.next_scan_ms:
+            self._scan()
+
+    def _scan(self) -> None:
+        self.scans += 1
+        self.scan_id = next(self.ids)
+        self.reports = []
+        self.waiting = {self.topology.shard(i).name for i in range(self.topology.num_shards)}
+        for i in range(self.topology.num_shards):
+            self.tell(self.topology.shard(i), CleanableLogs(self.scan_id))
+
+    @handles(CleanableLogsDone)
+    def on_report(self, msg: CleanableLogsDone) -> None:
+        if msg.req_id != self.scan_id or self.current_sender is None:
+            return
+        self.waiting.discard(self.current_sender.name)
+        self.reports += [cleanable_from_row(row) for row in msg.rows]
+        if self.waiting:
+            return
+        now = self.clock.wall_ms()
+        self.next_scan_ms = now + self.backoff_ms
+        recovery_points = read_offset_checkpoint(self.log_dir / RECOVERY_POINT_OFFSET_CHECKPOINT)
+        skip = [log.key for log in self.reports if self.failed.get(log.key) == log.generation]
+        chosen = choose_filthiest(self.reports, self.checkpoints, recovery_points, now, skip)
+        if chosen is None:
+            return
+        self.last_ratio = chosen.dirty_ratio
+        self.log.debug("cleaning {}-{}: offsets {} to {} dirty ({:.0%} of its bytes)",
+                       chosen.log.topic, chosen.log.partition, chosen.first_dirty, chosen.end,
+                       chosen.dirty_ratio)
+        self.current = CleaningPass(chosen, now, self.capacity, self.io_bytes, next(self.ids))
+
+    # -------------------------------------------------------------- a pass
+    def _step(self) -> None:
+        cleaning = self.current
+        assert cleaning is not None
+        self.steps += 1
+        try:
+            done = cleaning.step()
+        except FileNotFoundError as exc:
+            # Retention or DeleteRecords took a segment meanwhile: plan again next scan.
+            self.current = None
+            cleaning.abort()
+            self.log.info("cleaning of {}-{} abandoned: {}", cleaning.log.topic,
+                          cleaning.log.partition, exc)
+            return
+        except (CleanerError, OSError) as exc:
+            self._give_up(cleaning, str(exc))
+            return
+        except Exception as exc:
+            self.log.exception("cleaning {}-{} failed", cleaning.log.topic, cleaning.log.partition)
+            self._give_up(cleaning, repr(exc))
+            return
+        if not done:
+            return
+        self.current = None
+        plan = cleaning.plan
+        assert plan is not None
+        req_id = next(self.ids)
+        self.swapping = (req_id, cleaning)
+        log = cleaning.log
+        by_base = {s.base_offset: s for s in log.segments}
+        self.tell(self.topology.shard_for(log.topic, log.partition), SwapCleanedSegments(
+            req_id, log.topic, log.partition, log.generation, plan.staging,
+            [SegmentRow(*by_base[base]) for base, _size in plan.old_segments],
+            list(plan.new_bases)))
+
+    def _give_up(self, cleaning: CleaningPass, reason: str) -> None:
+        """A log that cannot be cleaned is left alone until it changes (a truncation)."""
+        self.current = None
+        cleaning.abort()
+        log = cleaning.log
+        self.failed[log.key] = log.generation
+        self.log.error("cannot clean {}-{}: {}; it stays as it is", log.topic, log.partition,
+                       reason)
+
+    @handles(SwapCleanedSegmentsDone)
+    def on_swapped(self, msg: SwapCleanedSegmentsDone) -> None:
+        if self.swapping is None or self.swapping[0] != msg.req_id:
+            return
+        _req, cleaning = self.swapping
+        self.swapping = None
+        stats = cleaning.stats
+        self.bytes_read += stats.bytes_read
+        if not msg.swapped:
+            self.refused += 1
+            self.log.info("cleaning of {}-{} discarded: {}", msg.topic, msg.partition, msg.reason)
+            return
+        assert cleaning.plan is not None
+        self.passes += 1
+        self.bytes_written += stats.bytes_written
+        key = (msg.topic, msg.partition)
+        self.checkpoints[key] = cleaning.plan.end_offset
+        reported = {log.key for log in self.reports}
+        self.checkpoints = {k: v for k, v in self.checkpoints.items() if k in reported}
+        write_cleaner_checkpoint(self.log_dir, self.checkpoints)
+        self.log.info(
+            "cleaned {}-{} up to offset {}: {} of {} records kept, {} tombstones dropped, "
+            "{} -> {} bytes", msg.topic, msg.partition, cleaning.plan.end_offset,
+            stats.records_kept, stats.records_read, stats.tombstones_dropped,
+            sum(size for _b, size in cleaning.plan.old_segments), stats.bytes_written)
+        self.next_scan_ms = self.clock.wall_ms()  # maybe more to do
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> dict[str, Any]:
+        return {"passes": self.passes, "scans": self.scans, "steps": self.steps,
+                "refused": self.refused, "bytes_read": self.bytes_read,
+                "bytes_written": self.bytes_written, "last_dirty_ratio": self.last_ratio,
+                "cleaning": None if self.current is None else
+                f"{self.current.log.topic}-{self.current.log.partition}",
+                "checkpoints": {f"{t}-{p}": o for (t, p), o in self.checkpoints.items()},
+                "failed": sorted(f"{t}-{p}" for t, p in self.failed)}

@@ -1,0 +1,483 @@
+"""The admin APIs against a real broker, through the Kafka admin clients users run.
+
+Each API is driven by kafka-python's KafkaAdminClient and, where its Python
+binding offers the call, confluent-kafka's AdminClient (it has none for
+OffsetDelete, DescribeLogDirs or DescribeTopicPartitions): CreatePartitions,
+AlterConfigs, IncrementalAlterConfigs, DescribeConfigs (types and sources),
+DeleteRecords, DeleteGroups, OffsetDelete, DescribeLogDirs,
+DescribeTopicPartitions. Kafka's error codes are checked for the refusals, and
+config changes are checked on the live logs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import kafka.errors as kerr
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import TopicPartition as CTopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    ResourceType,
+)
+from confluent_kafka.admin import NewTopic as CNewTopic
+from kafka import KafkaConsumer, TopicPartition
+from kafka.admin import ConfigResource as KConfigResource
+from kafka.admin import ConfigResourceType, KafkaAdminClient, NewTopic
+
+from tests.broker.conftest import BrokerProcess
+
+pytestmark = [pytest.mark.clients, pytest.mark.multiprocess]
+
+BROKER_CONFIG = {
+    "group.initial.rebalance.delay.ms": 0,
+    "offsets.topic.num.partitions": 4,
+    "log.retention.check.interval.ms": 200,
+    "log.roll.ms": 3_600_000,  # set in the file: STATIC_BROKER_CONFIG
+}
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker per test: several restart it, and each process must end within its test."""
+    b = BrokerProcess(tmp_path / "data", config=BROKER_CONFIG).start()
+    yield b
+    assert b.stop() == 0, b.log()[-3000:]
+
+
+@pytest.fixture
+def kadmin(broker: BrokerProcess) -> Iterator[KafkaAdminClient]:
+    client = new_kadmin(broker)
+    yield client
+    client.close()
+
+
+def new_kadmin(broker: BrokerProcess) -> KafkaAdminClient:
+    return KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=20_000)
+
+
+@pytest.fixture
+def cadmin(broker: BrokerProcess) -> AdminClient:
+    return AdminClient({"bootstrap.servers": broker.bootstrap})
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def result(futures: dict[Any, Any]) -> dict[Any, Any]:
+    return {k: f.result(timeout=30) for k, f in futures.items()}
+
+
+def error_of(future: Any) -> Any:
+    with pytest.raises(KafkaException) as caught:
+        future.result(timeout=30)
+    return caught.value.args[0]
+
+
+def produce(broker: BrokerProcess, topic: str, per_partition: dict[int, int],
+            key: Callable[[int], bytes | None] = lambda i: None, size: int = 10) -> None:
+    """One record per batch (small segments roll between them), every delivery checked."""
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0,
+                         "batch.num.messages": 1})
+    errors: list[Any] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
+    for partition, count in per_partition.items():
+        for i in range(count):
+            producer.produce(topic, b"v" * size, key=key(i), partition=partition,
+                             on_delivery=delivered)
+            producer.poll(0)
+    assert producer.flush(30) == 0
+    assert not errors, errors[:3]
+
+
+def create(kadmin: KafkaAdminClient, name: str, partitions: int = 1,
+           configs: dict[str, str] | None = None) -> None:
+    kadmin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs or {})])
+
+
+def partition_count(kadmin: KafkaAdminClient, name: str) -> int:
+    [topic] = kadmin.describe_topics([name])
+    return len(topic["partitions"])
+
+
+def segments(broker: BrokerProcess, topic: str, partition: int = 0) -> list[Path]:
+    return sorted((broker.data_dir / f"{topic}-{partition}").glob("*.log"))
+
+
+# ------------------------------------------------------------- CreatePartitions
+
+
+def test_create_partitions_with_kafka_python(broker: BrokerProcess,
+                                             kadmin: KafkaAdminClient) -> None:
+    create(kadmin, "grow-k", 1)
+    kadmin.create_partitions({"grow-k": 3})
+    assert partition_count(kadmin, "grow-k") == 3
+    # the new partitions are real logs: write to and read from the last one
+    produce(broker, "grow-k", {2: 5})
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, consumer_timeout_ms=5000)
+    consumer.assign([TopicPartition("grow-k", 2)])
+    consumer.seek_to_beginning()
+    assert len([r for r, _ in zip(consumer, range(5), strict=False)]) == 5
+    consumer.close()
+    assert len(segments(broker, "grow-k", 2)) == 1
+
+    refusals = {
+        2: kerr.InvalidPartitionsError,  # fewer
+        3: kerr.InvalidPartitionsError,  # the same
+    }
+    for count, error in refusals.items():
+        with pytest.raises(error):
+            kadmin.create_partitions({"grow-k": count})
+    with pytest.raises(kerr.UnknownTopicOrPartitionError):
+        kadmin.create_partitions({"no-such-topic": 2})
+    # an assignment must name the new partitions only, on brokers that exist
+    with pytest.raises(kerr.InvalidReplicationAssignmentError):
+        kadmin.create_partitions({"grow-k": {"count": 5, "assignments": [[1]]}})
+    with pytest.raises(kerr.InvalidReplicationAssignmentError):
+        kadmin.create_partitions({"grow-k": {"count": 4, "assignments": [[2]]}})
+    kadmin.create_partitions({"grow-k": {"count": 4, "assignments": [[1]]}})
+    kadmin.create_partitions({"grow-k": 6}, validate_only=True)
+    assert partition_count(kadmin, "grow-k") == 4
+
+
+def test_create_partitions_with_confluent_kafka(broker: BrokerProcess,
+                                                cadmin: AdminClient) -> None:
+    result(cadmin.create_topics([CNewTopic("grow-c", 2, 1)]))
+    assert result(cadmin.create_partitions([NewPartitions("grow-c", 5)])) == {"grow-c": None}
+    wait_until(lambda: len(cadmin.list_topics("grow-c", timeout=10)
+                           .topics["grow-c"].partitions) == 5, "5 partitions in Metadata")
+    err = error_of(cadmin.create_partitions([NewPartitions("grow-c", 4)])["grow-c"])
+    assert err.code() == 37 and "cannot be removed" in err.str()  # INVALID_PARTITIONS
+    produce(broker, "grow-c", {4: 3})
+
+
+# ----------------------------------------------------- configs: alter, describe
+
+
+def describe(cadmin: AdminClient, topic: str) -> dict[str, Any]:
+    [entries] = result(cadmin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)]))\
+        .values()
+    return dict(entries)
+
+
+def test_describe_configs_gives_each_value_its_true_source_and_type(
+        broker: BrokerProcess, kadmin: KafkaAdminClient, cadmin: AdminClient) -> None:
+    create(kadmin, "sources", 1, {"retention.ms": "86400000"})
+    entries = describe(cadmin, "sources")
+    assert entries["retention.ms"].value == "86400000"
+    assert entries["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    # segment.ms falls back to log.roll.ms, which the broker's config file sets
+    assert entries["segment.ms"].value == "3600000"
+    assert entries["segment.ms"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    assert [(s.name, s.source) for s in entries["segment.ms"].synonyms.values()] == [
+        ("log.roll.ms", ConfigSource.DEFAULT_CONFIG.value)]  # the dict keeps one per name
+    assert entries["segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+    assert not entries["retention.ms"].is_read_only
+
+    described = kadmin.describe_configs(
+        [KConfigResource(ConfigResourceType.TOPIC, "sources")], config_filter="all")
+    topic = described["topic"]["sources"]
+    assert topic["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
+    assert topic["segment.ms"]["config_source"] == "STATIC_BROKER_CONFIG"
+    assert topic["segment.bytes"]["config_source"] == "DEFAULT_CONFIG"
+    types = {name: v["config_type"] for name, v in topic.items()}
+    assert types["segment.bytes"] == "INT" and types["retention.ms"] == "LONG"
+    assert types["cleanup.policy"] == "LIST" and types["min.cleanable.dirty.ratio"] == "DOUBLE"
+    assert types["message.timestamp.type"] == "STRING"
+    assert set(kadmin.describe_configs([KConfigResource(ConfigResourceType.TOPIC, "sources")])
+               ["topic"]["sources"]) == {"retention.ms"}  # the default filter: modified only
+
+    brokers = kadmin.describe_configs([KConfigResource(ConfigResourceType.BROKER, "1")],
+                                      config_filter="all")["broker"]["1"]
+    assert brokers["log.roll.ms"]["config_source"] == "STATIC_BROKER_CONFIG"
+    assert brokers["log.segment.bytes"]["config_source"] == "DEFAULT_CONFIG"
+    assert brokers["log.roll.ms"]["read_only"] is True
+    assert brokers["auto.create.topics.enable"]["config_type"] == "BOOLEAN"
+    assert brokers["log.retention.ms"]["config_type"] == "LONG"
+    assert brokers["num.io.threads"]["config_type"] == "INT"
+    assert brokers["log.cleanup.policy"]["config_type"] == "LIST"
+    assert brokers["log.cleaner.min.cleanable.ratio"]["config_type"] == "DOUBLE"
+
+
+def test_incremental_alter_configs_with_both_clients(broker: BrokerProcess,
+                                                     kadmin: KafkaAdminClient,
+                                                     cadmin: AdminClient) -> None:
+    create(kadmin, "tune", 1, {"retention.ms": "86400000", "flush.ms": "1000"})
+    res = ConfigResource(ResourceType.TOPIC, "tune", incremental_configs=[
+        ConfigEntry("segment.bytes", "4096", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("flush.ms", None, incremental_operation=AlterConfigOpType.DELETE),
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND),
+    ])
+    assert list(result(cadmin.incremental_alter_configs([res])).values()) == [None]
+    entries = describe(cadmin, "tune")
+    assert entries["segment.bytes"].value == "4096"
+    assert entries["flush.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+    assert entries["retention.ms"].value == "86400000"  # untouched
+    assert entries["cleanup.policy"].value == "delete,compact"  # appended to the default
+    assert kadmin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "tune", {
+        "cleanup.policy": ("SUBTRACT", "compact")})]) == {"topic": {"tune": "OK"}}
+    assert describe(cadmin, "tune")["cleanup.policy"].value == "delete"
+
+    # refusals: Kafka's codes, nothing changed
+    bad = {
+        "segment.bytes": ("APPEND", "1"),  # not a list config
+    }
+    out = kadmin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "tune", bad)],
+                               raise_on_unknown=False)
+    assert out["topic"]["tune"].startswith("[Error 40] InvalidConfigurationError")
+    out = kadmin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "tune",
+                                                {"segment.bytes": "12"})])  # under 14
+    assert "InvalidConfigurationError" in out["topic"]["tune"] and "out of range" in \
+        out["topic"]["tune"]
+    out = kadmin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "tune",
+                                                {"no.such.config": "1"})],
+                               raise_on_unknown=False)
+    assert "InvalidConfigurationError" in out["topic"]["tune"]
+    out = kadmin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "missing",
+                                                {"retention.ms": "1"})],
+                               raise_on_unknown=False)
+    assert "UnknownTopicOrPartitionError" in out["topic"]["missing"]
+    out = kadmin.alter_configs([KConfigResource(ConfigResourceType.BROKER, "1",
+                                                {"log.retention.ms": "1"})],
+                               raise_on_unknown=False)
+    assert "InvalidRequestError" in out["broker"]["1"] and "static" in out["broker"]["1"]
+    out = kadmin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "tune",
+                                                {"segment.bytes": "8192"})], validate_only=True)
+    assert out == {"topic": {"tune": "OK"}}
+    assert describe(cadmin, "tune")["segment.bytes"].value == "4096"
+
+
+def test_alter_configs_replaces_every_override(broker: BrokerProcess, kadmin: KafkaAdminClient,
+                                               cadmin: AdminClient) -> None:
+    """AlterConfigs (not incremental): the configs sent are the topic's new overrides."""
+    create(kadmin, "replace", 1, {"retention.ms": "86400000", "flush.ms": "1000"})
+    res = ConfigResource(ResourceType.TOPIC, "replace", set_config={"segment.ms": "7200000"})
+    assert list(result(cadmin.alter_configs([res])).values()) == [None]
+    entries = describe(cadmin, "replace")
+    assert entries["segment.ms"].value == "7200000"
+    assert entries["segment.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert entries["retention.ms"].source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert entries["flush.ms"].source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    # kafka-python's non-incremental path describes the modified configs first and sends
+    # them along, so that only what it names changes
+    kadmin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "replace",
+                                          {"retention.bytes": "100000"})], incremental=False)
+    entries = describe(cadmin, "replace")
+    assert entries["retention.bytes"].value == "100000"
+    assert entries["segment.ms"].value == "7200000"
+
+
+def test_config_changes_take_effect_on_the_live_logs(broker: BrokerProcess,
+                                                     kadmin: KafkaAdminClient) -> None:
+    create(kadmin, "live", 1)
+    produce(broker, "live", {0: 20}, size=100)
+    assert len(segments(broker, "live")) == 1
+    # a small segment.bytes: the next appends roll segments
+    kadmin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "live",
+                                          {"segment.bytes": "1024"})])
+    produce(broker, "live", {0: 40}, size=100)
+    assert len(segments(broker, "live")) > 3
+    # retention.ms of 1 ms: the next retention pass deletes the finished segments
+    before = len(segments(broker, "live"))
+    kadmin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "live",
+                                          {"segment.bytes": "1024", "retention.ms": "1"})])
+    wait_until(lambda: len(segments(broker, "live")) < before, "retention to delete segments")
+    # cleanup.policy compact: retention stops and DeleteRecords is refused (POLICY_VIOLATION)
+    kadmin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "live",
+                                          {"cleanup.policy": "compact"})])
+    with pytest.raises(kerr.PolicyViolationError):
+        kadmin.delete_records({TopicPartition("live", 0): 1})
+    # the new overrides survive a restart (the topic table is persisted)
+    broker.stop()
+    broker.start()
+    fresh = new_kadmin(broker)
+    again = fresh.describe_configs([KConfigResource(ConfigResourceType.TOPIC, "live")])
+    fresh.close()
+    assert again["topic"]["live"]["cleanup.policy"]["value"] == "compact"
+
+
+# ---------------------------------------------------------------- DeleteRecords
+
+
+def test_delete_records_moves_the_log_start_with_both_clients(
+        broker: BrokerProcess, kadmin: KafkaAdminClient, cadmin: AdminClient) -> None:
+    create(kadmin, "trim", 2, {"segment.bytes": "1024"})
+    produce(broker, "trim", {0: 50, 1: 10}, size=100)
+    many = len(segments(broker, "trim"))
+    out = kadmin.delete_records({TopicPartition("trim", 0): 30})
+    assert out[TopicPartition("trim", 0)]["low_watermark"] == 30
+    assert len(segments(broker, "trim")) < many  # segments wholly below 30 are gone
+    [deleted] = result(cadmin.delete_records([CTopicPartition("trim", 0, 40)])).values()
+    assert deleted.low_watermark == 40
+    # -1 is the high watermark; past it, OFFSET_OUT_OF_RANGE
+    assert kadmin.delete_records({TopicPartition("trim", 1): -1})[
+        TopicPartition("trim", 1)]["low_watermark"] == 10
+    with pytest.raises(kerr.OffsetOutOfRangeError):
+        kadmin.delete_records({TopicPartition("trim", 1): 11})
+    [future] = cadmin.delete_records([CTopicPartition("trim", 0, 51)]).values()
+    err = error_of(future)
+    assert err.code() == 1  # OFFSET_OUT_OF_RANGE
+    # readers start at the new log start, and ListOffsets says so
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, consumer_timeout_ms=5000)
+    tp = TopicPartition("trim", 0)
+    consumer.assign([tp])
+    assert consumer.beginning_offsets([tp]) == {tp: 40}
+    consumer.seek_to_beginning(tp)
+    offsets = [r.offset for r in consumer]
+    consumer.close()
+    assert offsets == list(range(40, 50))
+    # and so it stays after a restart
+    broker.stop()
+    broker.start()
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap)
+    assert consumer.beginning_offsets([tp]) == {tp: 40}
+    consumer.close()
+
+
+# ---------------------------------------------------------- DeleteGroups, OffsetDelete
+
+
+def consume_and_commit(broker: BrokerProcess, group: str, topic: str, count: int,
+                       close: bool = True) -> Consumer:
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got = 0
+    deadline = time.monotonic() + 60
+    while got < count and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and not msg.error():
+            got += 1
+    assert got == count
+    consumer.commit(asynchronous=False)
+    if close:
+        consumer.close()
+    return consumer
+
+
+def group_names(kadmin: KafkaAdminClient) -> set[str]:
+    return {g["group_id"] for g in kadmin.list_groups()}
+
+
+def test_delete_groups_refuses_a_group_with_members_and_deletes_an_empty_one(
+        broker: BrokerProcess, kadmin: KafkaAdminClient, cadmin: AdminClient) -> None:
+    create(kadmin, "groups-t", 1)
+    produce(broker, "groups-t", {0: 3})
+    busy = consume_and_commit(broker, "busy", "groups-t", 3, close=False)
+    try:
+        assert kadmin.delete_groups(["busy"]) == {"busy": "NonEmptyGroupError"}
+        err = error_of(cadmin.delete_consumer_groups(["busy"])["busy"])
+        assert err.code() == 68  # NON_EMPTY_GROUP
+    finally:
+        busy.close()
+    assert kadmin.delete_groups(["never-was"]) == {"never-was": "GroupIdNotFoundError"}
+
+    consume_and_commit(broker, "idle-k", "groups-t", 3)
+    consume_and_commit(broker, "idle-c", "groups-t", 3)
+    assert kadmin.delete_groups(["idle-k"]) == {"idle-k": "OK"}
+    assert result(cadmin.delete_consumer_groups(["idle-c"])) == {"idle-c": None}
+    assert {"idle-k", "idle-c"}.isdisjoint(group_names(kadmin))
+    assert kadmin.list_group_offsets("idle-k")["idle-k"] == {}
+    # the tombstones are in __consumer_offsets: a restart does not bring the groups back
+    broker.stop()
+    broker.start()
+    fresh = new_kadmin(broker)
+
+    def loaded() -> bool:
+        try:
+            return "busy" in group_names(fresh)
+        except kerr.CoordinatorLoadInProgressError:
+            return False
+
+    wait_until(loaded, "the coordinator to load")
+    assert {"idle-k", "idle-c"}.isdisjoint(group_names(fresh))
+    fresh.close()
+
+
+def test_offset_delete_spares_the_topics_a_live_group_reads(broker: BrokerProcess,
+                                                            kadmin: KafkaAdminClient) -> None:
+    create(kadmin, "read-now", 1)
+    create(kadmin, "read-before", 2)
+    produce(broker, "read-now", {0: 2})
+    produce(broker, "read-before", {0: 2, 1: 2})
+    consume_and_commit(broker, "shifting", "read-before", 4)
+    live = consume_and_commit(broker, "shifting", "read-now", 2, close=False)
+    try:
+        out = kadmin.delete_group_offsets("shifting", [
+            TopicPartition("read-now", 0), TopicPartition("read-before", 0),
+            TopicPartition("gone-topic", 0)])
+        assert out == {TopicPartition("read-now", 0): kerr.GroupSubscribedToTopicError,
+                       TopicPartition("read-before", 0): kerr.NoError,
+                       TopicPartition("gone-topic", 0): kerr.UnknownTopicOrPartitionError}
+        committed = kadmin.list_group_offsets("shifting")["shifting"]
+        assert TopicPartition("read-before", 0) not in committed
+        assert committed[TopicPartition("read-before", 1)].offset == 2
+        assert committed[TopicPartition("read-now", 0)].offset == 2
+    finally:
+        live.close()
+    # once the group is empty, every offset may go
+    out = kadmin.delete_group_offsets("shifting", [TopicPartition("read-now", 0)])
+    assert out == {TopicPartition("read-now", 0): kerr.NoError}
+    with pytest.raises(kerr.GroupIdNotFoundError):
+        kadmin.delete_group_offsets("nobody", [TopicPartition("read-now", 0)])
+
+
+# ------------------------------------------------ DescribeLogDirs, DescribeTopicPartitions
+
+
+def test_describe_log_dirs_reports_partition_sizes(broker: BrokerProcess,
+                                                   kadmin: KafkaAdminClient) -> None:
+    create(kadmin, "sized", 2)
+    produce(broker, "sized", {0: 10}, size=1000)
+    [entry] = kadmin.describe_log_dirs()
+    [log_dir] = entry["log_dirs"]
+    assert log_dir["error_code"] == 0 and log_dir["log_dir"] == str(broker.data_dir)
+    assert 0 < log_dir["usable_bytes"] <= log_dir["total_bytes"]
+    sizes = {(t["name"], p["partition_index"]): p["partition_size"]
+             for t in log_dir["topics"] for p in t["partitions"]}
+    on_disk = sum(f.stat().st_size for f in segments(broker, "sized", 0))
+    assert sizes[("sized", 0)] == on_disk >= 10_000
+    assert sizes[("sized", 1)] == 0
+    assert ("__consumer_offsets", 0) in sizes
+    [only] = kadmin.describe_log_dirs(topic_partitions={"sized": [1]})
+    assert [(t["name"], [p["partition_index"] for p in t["partitions"]])
+            for t in only["log_dirs"][0]["topics"]] == [("sized", [1])]
+
+
+def test_describe_topic_partitions_pages_with_a_cursor(broker: BrokerProcess,
+                                                       kadmin: KafkaAdminClient) -> None:
+    create(kadmin, "paged-a", 3)
+    create(kadmin, "paged-b", 2)
+    first = kadmin.describe_topic_partitions(["paged-b", "paged-a", "paged-none"],
+                                             response_partition_limit=2)
+    assert [(t["name"], [p["partition_index"] for p in t["partitions"]])
+            for t in first["topics"]] == [("paged-a", [0, 1])]
+    assert first["next_cursor"] == {"topic_name": "paged-a", "partition_index": 2}
+    rest = kadmin.describe_topic_partitions(["paged-b", "paged-a", "paged-none"],
+                                            response_partition_limit=10,
+                                            cursor=first["next_cursor"])
+    assert [(t["name"], t["error_code"], [p["partition_index"] for p in t["partitions"]])
+            for t in rest["topics"]] == [("paged-a", 0, [2]), ("paged-b", 0, [0, 1]),
+                                         ("paged-none", 3, [])]
+    assert rest["next_cursor"] is None
+    [part] = rest["topics"][1]["partitions"][:1]
+    assert part["leader_id"] == 1 and part["replica_nodes"] == [1] and part["isr_nodes"] == [1]

@@ -1,0 +1,315 @@
+"""The log cleaner's core: choosing a log, passes (whole, partial, lagging), batches
+rebuilt as clients read them, the swap refused when the log moved on, gaps on load,
+and crashes: at every step of a swap, in-process, and by killing a writer process
+that appends and cleans."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from actors.core.checkpoint import read_offset_checkpoint
+from actors.core.log_cleaner import (
+    CleanerError,
+    CleaningPass,
+    CleanRange,
+    choose_filthiest,
+    describe_cleanable,
+    map_capacity,
+    plan,
+)
+from actors.core.log_dir import LogDir
+from actors.core.partition_log import LogConfig, PartitionLog, SwapRefusedError
+from actors.core.record_batch import build_batch
+from actors.core.segment_swap import MANIFEST, STAGING_PREFIX
+from tests.core.log_cleaner_crash_writer import CRASH_CONFIG, KEYS, stream_record
+from tests.core.log_cleaner_harness import clean_once, read_batch_spans, read_log
+from tests.core.test_log_cleaner_props import gzip_batch
+
+WRITER = Path(__file__).with_name("log_cleaner_crash_writer.py")
+COMPACT = LogConfig(segment_bytes=400, index_interval_bytes=100, cleanup_policy=("compact",),
+                    min_cleanable_dirty_ratio=0.0, delete_retention_ms=1_000)
+
+
+def keyed_log(directory: Path, count: int, keys: int = 4, config: LogConfig = COMPACT,
+              tombstone_every: int = 0, ts: int = 1_000) -> PartitionLog:
+    log = PartitionLog.open(directory, directory.name.rsplit("-", 1)[0], 0, config, 0)
+    for i in range(count):
+        dead = tombstone_every and i % tombstone_every == tombstone_every - 1
+        value = None if dead else b"v%d" % i
+        log.append_as_leader(build_batch([value], keys=[b"k%d" % (i % keys)],
+                                         timestamps_ms=[ts + i]), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    return log
+
+
+def pairs(log: PartitionLog) -> list[tuple[int, bytes | None, bytes | None]]:
+    return [(r.offset, r.key, r.value) for r, _base, _pid in read_log(log)]
+
+
+def test_the_filthiest_log_over_its_ratio_is_chosen(tmp_path: Path) -> None:
+    cleaned = keyed_log(tmp_path / "a-0", 40)
+    assert clean_once(cleaned, {}, cleaned.recovery_point, 10_000) is not None
+    dirty = keyed_log(tmp_path / "b-0", 40)
+    reports = [describe_cleanable(cleaned), describe_cleanable(dirty)]
+    rps = {r.key: 10**9 for r in reports}
+    checkpoints = {reports[0].key: reports[0].active_base_offset}
+    chosen = choose_filthiest(reports, checkpoints, rps, 10_000)
+    assert chosen is not None and chosen.log is reports[1] and chosen.dirty_ratio == 1.0
+    # nothing dirty in the first; the second is skipped when asked to
+    assert choose_filthiest(reports, checkpoints, rps, 10_000, skip=[reports[1].key]) is None
+    # under its min.cleanable.dirty.ratio a log waits
+    picky = keyed_log(tmp_path / "c-0", 40, config=replace(COMPACT, min_cleanable_dirty_ratio=0.9))
+    checkpoints = {}
+    assert clean_once(picky, checkpoints, picky.recovery_point, 10_000) is not None
+    for i in range(6):
+        picky.append_as_leader(build_batch([b"x" * 50], keys=[b"new%d" % i]), 0, 0)
+    picky.update_high_watermark(picky.log_end_offset)
+    picky.roll(0)
+    report = describe_cleanable(picky)
+    found = plan(report, checkpoints[report.key], 10**9, 10_000)
+    assert found is not None and 0 < found.dirty_ratio < 0.9
+    assert choose_filthiest([report], checkpoints, {report.key: 10**9}, 10_000) is None
+    for log in (cleaned, dirty, picky):
+        log.close()
+
+
+def test_cleaning_stops_at_the_recovery_point_and_at_young_segments(tmp_path: Path) -> None:
+    log = keyed_log(tmp_path / "t-0", 40)
+    report = describe_cleanable(log)
+    bases = [s.base_offset for s in report.segments]
+    assert len(bases) > 3
+    found = plan(report, None, bases[2], 10_000)  # checkpointed recovery point
+    assert found is not None and found.end == bases[2]
+    lagging = replace(describe_cleanable(log), min_compaction_lag_ms=5_000)
+    # records are stamped 1000..1039: at 6020 the last ones are younger than the lag
+    found = plan(lagging, None, 10**9, 6_020)
+    assert found is not None and found.end < report.active_base_offset
+    young = next(s for s in report.segments if s.max_timestamp_ms > 6_020 - 5_000)
+    assert found.end == young.base_offset
+    assert plan(lagging, None, 10**9, 1_000) is None
+    log.close()
+
+
+def test_a_full_key_map_ends_the_pass_at_a_segment_and_the_next_goes_on(tmp_path: Path) -> None:
+    log = keyed_log(tmp_path / "t-0", 80, keys=40)
+    checkpoints: dict[tuple[str, int], int] = {}
+    first = clean_once(log, checkpoints, log.recovery_point, 10_000, dedupe_bytes=24 * 12)
+    assert first is not None and first.end_offset < log.active_segment_base_offset
+    second = clean_once(log, checkpoints, log.recovery_point, 10_000, dedupe_bytes=24 * 12)
+    assert second is not None and second.end_offset > first.end_offset
+    while clean_once(log, checkpoints, log.recovery_point, 10_000, dedupe_bytes=24 * 12):
+        pass
+    assert checkpoints[("t", 0)] == log.active_segment_base_offset
+    assert [o for o, _k, _v in pairs(log)] == list(range(40, 80))  # each key's latest
+    with pytest.raises(CleanerError, match=r"dedupe\.buffer\.size"):
+        clean_once(keyed_log(tmp_path / "u-0", 40, keys=40), {}, 10**9, 10_000,
+                   dedupe_bytes=24 * 2)
+    log.close()
+
+
+def test_tombstones_go_after_delete_retention(tmp_path: Path) -> None:
+    log = keyed_log(tmp_path / "t-0", 30, keys=3, tombstone_every=3)  # k2 is always dead
+    checkpoints: dict[tuple[str, int], int] = {}
+    clean_once(log, checkpoints, log.recovery_point, 1_500)  # young: tombstone stays
+    assert (29, b"k2", None) in pairs(log)
+    log.append_as_leader(build_batch([b"new"], keys=[b"k0"], timestamps_ms=[9_000]), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    clean_once(log, checkpoints, log.recovery_point, 9_500)  # now older than 1000 ms
+    assert pairs(log) == [(28, b"k1", b"v28"), (30, b"k0", b"new")]
+    log.close()
+
+
+def test_rebuilt_batches_keep_codec_offsets_and_producer_fields(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, COMPACT, 0)
+    batch = build_batch([b"a1", b"b1", b"a2"], keys=[b"a", b"b", b"a"], timestamps_ms=[5, 6, 7])
+    log.append_as_leader(gzip_batch(batch), 0, 0)
+    producer = build_batch([b"b2", b"b3"], keys=[b"b", b"b"], producer_id=42, producer_epoch=3,
+                           base_sequence=0, timestamps_ms=[8, 9])
+    log.append_as_leader(producer, 0, 0)
+    newer = build_batch([b"b4"], keys=[b"b"], timestamps_ms=[10])
+    log.append_as_leader(newer, 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    clean_once(log, {}, log.recovery_point, 100)
+    spans = read_batch_spans(log)
+    # the gzip batch lost b1 and a1 but kept its offsets 0..2; the producer's last batch
+    # lost both records and stays as an empty batch 3..4; b4 stays
+    assert spans == [(0, 2, -1), (3, 4, 42), (5, 5, -1)]
+    assert pairs(log) == [(2, b"a", b"a2"), (5, b"b", b"b4")]
+    raw = log.read(0, 1 << 20).records
+    assert raw[21 + 1] & 0x07 == 1  # attributes: still gzip
+    log.close()
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, COMPACT, 0, recovery_point=10**9)
+    entry = log.producer_state.producers[42]
+    assert (entry.producer_epoch, entry.last_seq, entry.last_offset) == (3, 1, 4)
+    assert log.append_as_leader(producer, 0, 0).duplicate
+    log.close()
+
+
+def test_the_swap_is_refused_when_the_log_moved_on(tmp_path: Path) -> None:
+    log = keyed_log(tmp_path / "t-0", 40)
+    report = describe_cleanable(log)
+    rng = plan(report, None, 10**9, 10_000)
+    assert rng is not None
+    cleaning = CleaningPass(rng, 10_000, map_capacity(1 << 20), 10**6, 1)
+    while not cleaning.step():
+        pass
+    swap = cleaning.plan
+    assert swap is not None
+    before = pairs(log)
+    log.increment_log_start_offset(report.segments[1].base_offset)
+    log.delete_old_segments(0, retention=False)  # DeleteRecords took the first segment
+    with pytest.raises(SwapRefusedError):
+        log.replace_cleaned_segments(swap.staging, swap.old_segments, swap.new_bases,
+                                     report.generation, 0)
+    log.truncate_to(report.segments[-1].base_offset)
+    with pytest.raises(SwapRefusedError, match="truncated"):
+        log.replace_cleaned_segments(swap.staging, swap.old_segments, swap.new_bases,
+                                     report.generation, 0)
+    assert pairs(log) == [p for p in before if report.segments[1].base_offset <= p[0]
+                          < report.segments[-1].base_offset]
+    log.close()
+
+
+def test_a_gap_is_trusted_below_the_recovery_point_only(tmp_path: Path) -> None:
+    log = keyed_log(tmp_path / "t-0", 40, tombstone_every=4)  # k3 is dead, the last one too
+    clean_once(log, {}, log.recovery_point, 10_000)
+    after = pairs(log)
+    spans = read_batch_spans(log)
+    assert spans[0][0] > 0  # the cleaned segment at 0 starts with a later batch
+    leo = log.log_end_offset
+    assert spans[-1][1] == leo - 2 and log.segments[-1].base_offset == leo  # a gap at 39
+    log.close_without_flush()
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, COMPACT, 0, recovery_point=leo,
+                            high_watermark=leo)
+    assert pairs(log) == after and log.log_end_offset == leo
+    log.close_without_flush()
+    # a cleaned segment whose index is lost is scanned again: its gaps lie below the
+    # recovery point, so the scan keeps every batch
+    (tmp_path / "t-0" / f"{0:020d}.index").unlink()
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, COMPACT, 0, recovery_point=leo,
+                            high_watermark=leo)
+    assert pairs(log) == after and log.log_end_offset == leo
+    log.close_without_flush()
+    # below a recovery point of 0, the gap after the cleaned segment reads as lost data
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, COMPACT, 0, recovery_point=0)
+    assert log.log_end_offset < leo
+    log.close()
+
+
+# ------------------------------------------------------------------- crashes
+
+
+def test_a_crash_at_every_step_of_a_swap_leaves_the_old_or_the_new_log(tmp_path: Path) -> None:
+    """Snapshot the partition directory after each step (what a crash there leaves), then
+    open every snapshot as after an unclean stop."""
+    log = keyed_log(tmp_path / "t-0", 60, keys=5)
+    old = pairs(log)
+    rp = log.recovery_point
+    snapshots: list[tuple[str, Path]] = []
+
+    def snapshot(step: str) -> None:
+        target = tmp_path / f"snap{len(snapshots)}" / "t-0"
+        shutil.copytree(log.dir, target)
+        snapshots.append((step, target))
+
+    report = describe_cleanable(log)
+    rng = choose_filthiest([report], {}, {report.key: rp}, 10_000)
+    assert isinstance(rng, CleanRange)
+    cleaning = CleaningPass(rng, 10_000, map_capacity(1 << 20), 300, 1)
+    while not cleaning.step():
+        snapshot("writing the staging copy")
+    swap = cleaning.plan
+    assert swap is not None
+    snapshot("staging complete, not committed")
+    log.replace_cleaned_segments(swap.staging, swap.old_segments, swap.new_bases,
+                                 report.generation, 0, after_step=snapshot)
+    new = pairs(log)
+    assert new != old and len(snapshots) > 8
+    steps = [s for s, _p in snapshots]
+    assert "manifest" in steps and any(s.startswith("move") for s in steps)
+    assert any(s.startswith("delete") for s in steps) and "manifest removed" in steps
+    for step, directory in snapshots:
+        reopened = PartitionLog.open(directory, "t", 0, COMPACT, 0, recovery_point=rp,
+                                     high_watermark=rp)
+        got = pairs(reopened)
+        committed = step not in ("writing the staging copy", "staging complete, not committed")
+        assert got == (new if committed else old), step
+        assert not (directory / MANIFEST).exists(), step
+        assert not [n for n in directory.iterdir() if n.name.startswith(STAGING_PREFIX)], step
+        reopened.append_as_leader(build_batch([b"after"], keys=[b"k0"]), 0, 0)
+        reopened.close()
+    log.close()
+
+
+def _expected(leo: int) -> dict[int, tuple[bytes, bytes | None]]:
+    return {i: stream_record(i) for i in range(leo)}
+
+
+def _check_compacted_prefix(log: PartitionLog, at_least: int) -> int:
+    """The log is the stream's prefix up to its end, compacted: every record is the stream's
+    at its offset, offsets rise, and every key's latest record of the prefix is there."""
+    leo = log.log_end_offset
+    assert leo >= at_least, (leo, at_least)
+    stream = _expected(leo)
+    offsets = []
+    for record, _base, _pid in read_log(log):
+        assert (record.key, record.value) == stream[record.offset], record
+        offsets.append(record.offset)
+    assert offsets == sorted(set(offsets))
+    latest = {stream[i][0]: i for i in range(leo)}
+    assert set(latest.values()) <= set(offsets), sorted(set(latest.values()) - set(offsets))
+    return leo
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("step", ["manifest", "move", "delete", "manifest removed", None])
+def test_killing_a_writer_that_cleans_leaves_a_compacted_prefix(tmp_path: Path,
+                                                                 step: str | None) -> None:
+    """A writer appends and cleans; it dies right after a swap step (``step``) or at a
+    random moment (``None``, several times), and every restart finds a correct log."""
+    rng = random.Random(str(step))
+    log_dir_path = tmp_path / "logs"
+    kept = 0
+    for round_ in range(4 if step is None else 2):
+        args = [sys.executable, str(WRITER), str(log_dir_path)]
+        if step is not None and round_ == 0:
+            args.append(step)
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            assert line == b"ready\n", proc.stderr.read() if proc.stderr else line
+            if step is not None and round_ == 0:
+                assert proc.wait(timeout=60) == 9, proc.stderr.read() if proc.stderr else ""
+            else:
+                time.sleep(rng.uniform(0.2, 0.8))  # a random crash point, not a timing check
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        checkpoint = read_offset_checkpoint(log_dir_path / "recovery-point-offset-checkpoint")
+        log_dir = LogDir.open(log_dir_path)
+        log = log_dir.open_partition("t", 0, CRASH_CONFIG, 0)
+        try:
+            kept = _check_compacted_prefix(log, max(kept, checkpoint.get(("t", 0), 0)))
+            assert not (log.dir / MANIFEST).exists()
+        except AssertionError as exc:
+            raise AssertionError(f"step {step}, round {round_}: {exc}") from exc
+        finally:
+            log.close_without_flush()
+    assert kept > 50 and kept > KEYS  # the writer really appended and cleaned

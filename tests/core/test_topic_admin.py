@@ -1,0 +1,233 @@
+"""The per-topic rules of the admin APIs, DescribeConfigs' sources, the log's side of
+DeleteRecords and config changes, and OffsetDelete in the group core."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from actors.core.group_state import OffsetDeleteResponse
+from actors.core.group_types import DeleteGroupsResponse
+from actors.core.offsets_codec import OffsetCommitKey, decode_record
+from actors.core.partition_log import LogConfig, PartitionLog
+from actors.core.record_batch import build_batch
+from actors.core.topic_admin import (
+    AlterConfigOp,
+    ConfigChange,
+    altered_topic_configs,
+    check_partition_increase,
+)
+from actors.core.topic_config import (
+    TOPIC_CONFIG_TYPES,
+    TOPIC_CONFIGS,
+    ConfigSource,
+    ConfigType,
+    describe_topic_configs,
+    log_config_for,
+    validate_topic_configs,
+)
+from actors.runtime.config import Config
+from tests.core.test_group_state import Shell, stable_group
+from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
+
+E = ErrorCode
+SET, DELETE, APPEND, SUBTRACT = (int(op) for op in AlterConfigOp)
+
+
+def code_of(call: object, *args: object) -> ErrorCode:
+    with pytest.raises(KafkaError) as caught:
+        call(*args)  # type: ignore[operator]
+    return caught.value.code
+
+
+# ------------------------------------------------------------ partitions
+
+
+def test_partition_counts_only_grow() -> None:
+    assert check_partition_increase("t", 3, 5, None) == 2
+    assert check_partition_increase("t", 3, 5, [[1], [1]]) == 2
+    assert code_of(check_partition_increase, "t", 3, 3, None) is E.INVALID_PARTITIONS
+    assert code_of(check_partition_increase, "t", 3, 2, None) is E.INVALID_PARTITIONS
+    assert code_of(check_partition_increase, "t", 3, 5, [[1]]) is E.INVALID_REPLICA_ASSIGNMENT
+
+
+# ---------------------------------------------------------------- configs
+
+
+def default_of(key: str) -> str:
+    return {"cleanup.policy": "delete"}.get(key, "0")
+
+
+def test_incremental_changes_key_by_key() -> None:
+    current = {"retention.ms": "1000", "flush.ms": "5"}
+    out = altered_topic_configs(current, [
+        ConfigChange("segment.bytes", SET, "4096"),
+        ConfigChange("flush.ms", DELETE, None),
+        ConfigChange("cleanup.policy", APPEND, "compact"),
+    ], True, default_of)
+    assert out == {"retention.ms": "1000", "segment.bytes": "4096",
+                   "cleanup.policy": "delete,compact"}
+    out = altered_topic_configs(out, [ConfigChange("cleanup.policy", SUBTRACT, "delete")],
+                                True, default_of)
+    assert out["cleanup.policy"] == "compact"
+    # appending what is there already changes nothing; deleting what is not set neither
+    assert altered_topic_configs(out, [ConfigChange("cleanup.policy", APPEND, "compact"),
+                                       ConfigChange("max.message.bytes", DELETE, None)],
+                                 True, default_of) == out
+
+
+def test_alter_configs_replaces_all_overrides() -> None:
+    out = altered_topic_configs({"retention.ms": "1000"},
+                                [ConfigChange("segment.ms", SET, "60000")], False, default_of)
+    assert out == {"segment.ms": "60000"}
+
+
+@pytest.mark.parametrize(("changes", "incremental", "code"), [
+    ([ConfigChange("retention.ms", SET, "1"), ConfigChange("retention.ms", SET, "2")], True,
+     E.INVALID_REQUEST),
+    ([ConfigChange("retention.ms", 9, "1")], True, E.INVALID_REQUEST),
+    ([ConfigChange("retention.ms", SET, None)], True, E.INVALID_REQUEST),
+    ([ConfigChange("retention.ms", DELETE, None)], False, E.INVALID_REQUEST),
+    ([ConfigChange("no.such", SET, "1")], True, E.INVALID_CONFIG),
+    ([ConfigChange("segment.bytes", APPEND, "1")], True, E.INVALID_CONFIG),
+    ([ConfigChange("segment.bytes", SET, "13")], True, E.INVALID_CONFIG),
+    ([ConfigChange("segment.bytes", SET, str(2**31))], True, E.INVALID_CONFIG),
+    ([ConfigChange("retention.ms", SET, "-2")], True, E.INVALID_CONFIG),
+    ([ConfigChange("min.cleanable.dirty.ratio", SET, "1.5")], True, E.INVALID_CONFIG),
+    ([ConfigChange("delete.retention.ms", SET, "-1")], True, E.INVALID_CONFIG),
+    ([ConfigChange("cleanup.policy", SET, "shred")], True, E.INVALID_CONFIG),
+    ([ConfigChange("cleanup.policy", SUBTRACT, "delete")], True, E.INVALID_CONFIG),  # empty
+    ([ConfigChange("message.timestamp.type", SET, "Whenever")], False, E.INVALID_CONFIG),
+])
+def test_bad_changes_get_kafkas_codes(changes: list[ConfigChange], incremental: bool,
+                                      code: ErrorCode) -> None:
+    assert code_of(altered_topic_configs, {}, changes, incremental, default_of) is code
+
+
+def test_every_topic_config_has_a_type_and_values_keep_their_text() -> None:
+    assert set(TOPIC_CONFIG_TYPES) == set(TOPIC_CONFIGS)
+    assert validate_topic_configs({"cleanup.policy": " compact , delete ",
+                                   "retention.ms": " 25"}) == {
+        "cleanup.policy": "compact,delete", "retention.ms": "25"}
+
+
+def test_described_sources_follow_precedence() -> None:
+    broker = Config({"log.retention.ms": 5000})
+    described = {c.name: c for c in describe_topic_configs(
+        broker.values, broker.set_keys, {"segment.bytes": "2048"})}
+    seg = described["segment.bytes"]
+    assert (seg.value, seg.source) == ("2048", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    assert seg.synonyms == (("segment.bytes", "2048", ConfigSource.DYNAMIC_TOPIC_CONFIG),
+                            ("log.segment.bytes", "1073741824", ConfigSource.DEFAULT_CONFIG))
+    ret = described["retention.ms"]
+    assert (ret.value, ret.source) == ("5000", ConfigSource.STATIC_BROKER_CONFIG)
+    assert [s[2] for s in ret.synonyms] == [ConfigSource.STATIC_BROKER_CONFIG,
+                                            ConfigSource.DEFAULT_CONFIG]
+    assert described["cleanup.policy"].config_type is ConfigType.LIST
+    assert Config().set_keys == set()
+
+
+def test_log_config_carries_the_cleaner_settings() -> None:
+    cfg = log_config_for(Config(), {"cleanup.policy": "compact", "delete.retention.ms": "7",
+                                    "min.compaction.lag.ms": "8",
+                                    "min.cleanable.dirty.ratio": "0.1"})
+    assert cfg.compact and not cfg.delete
+    assert (cfg.delete_retention_ms, cfg.min_compaction_lag_ms,
+            cfg.min_cleanable_dirty_ratio) == (7, 8, 0.1)
+    default = log_config_for(Config({"log.cleaner.min.cleanable.ratio": 0.25}), {})
+    assert default.delete and not default.compact and default.min_cleanable_dirty_ratio == 0.25
+
+
+# --------------------------------------------------- the log: DeleteRecords, configs
+
+
+def _log(tmp_path: Path, **config: object) -> PartitionLog:
+    return PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(**config), 0)  # type: ignore[arg-type]
+
+
+def _fill(log: PartitionLog, count: int) -> None:
+    for i in range(count):
+        log.append_as_leader(build_batch([b"x" * 100], timestamps_ms=[i]), 0, i)
+    log.update_high_watermark(log.log_end_offset)
+
+
+def test_log_start_moves_up_to_the_high_watermark_only(tmp_path: Path) -> None:
+    log = _log(tmp_path, segment_bytes=400)
+    _fill(log, 10)
+    assert len(log.segments) > 3
+    assert log.increment_log_start_offset(5)
+    assert not log.increment_log_start_offset(3)  # never back
+    assert log.log_start_offset == 5
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(4, 1000)
+    assert log.read(5, 1000).records
+    deleted = log.delete_old_segments(10**12, retention=False)  # only what is below 5
+    assert deleted > 0 and log.segments[0].base_offset <= 5 < log.segments[0].next_offset
+    log.update_high_watermark(8)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.increment_log_start_offset(log.log_end_offset + 1)
+    log.close(100)
+
+
+def test_a_compact_only_log_is_not_trimmed_by_retention(tmp_path: Path) -> None:
+    log = _log(tmp_path, segment_bytes=400, retention_ms=1, cleanup_policy=("compact",))
+    _fill(log, 10)
+    count = len(log.segments)
+    assert log.delete_old_segments(10**12) == 0 and len(log.segments) == count
+    log.update_config(LogConfig(segment_bytes=400, retention_ms=1))  # back to delete
+    assert log.delete_old_segments(10**12) == count  # all, after a roll
+    assert log.log_start_offset == log.log_end_offset == 10
+    log.close(100)
+
+
+# ------------------------------------------------------------- OffsetDelete
+
+
+def _subscription(*topics: str) -> bytes:
+    """A consumer protocol Subscription v1 (topics, no user data, no owned partitions)."""
+    out = struct.pack(">hi", 1, len(topics))
+    for t in topics:
+        out += struct.pack(">h", len(t)) + t.encode()
+    return out + struct.pack(">i", -1) + struct.pack(">i", 0)
+
+
+def _offset_delete(shell: Shell, group: str, parts: list[tuple[str, int]]) -> object:
+    r = shell.rid()
+    shell.run(shell.core.offset_delete(r, group, parts))
+    return shell.answers[r]
+
+
+def test_offset_delete_follows_kafkas_rules() -> None:
+    shell = Shell()
+    shell.commit({("old", 0): 5, ("old", 1): 6, ("now", 0): 7}, group="g")
+    # a consumer group with a live member subscribed to "now"
+    shell.join(group="g", client="c", require_known=False,
+               protocols=[("range", _subscription("now"))])
+    g = shell.group("g")
+    [member] = list(g.members)
+    shell.sync(member, g.generation_id, {member: b""})
+    answer = _offset_delete(shell, "g", [("now", 0), ("old", 0), ("never", 3)])
+    assert answer == OffsetDeleteResponse(E.NONE, (
+        ("now", 0, E.GROUP_SUBSCRIBED_TO_TOPIC), ("old", 0, E.NONE), ("never", 3, E.NONE)))
+    assert shell.fetch(group="g") == {("old", 1): 6, ("now", 0): 7}
+    assert decode_record(shell.log[-1].key, shell.log[-1].value) == (
+        OffsetCommitKey("g", "old", 0), None)  # a tombstone
+    assert _offset_delete(shell, "nobody", [("old", 1)]) == OffsetDeleteResponse(
+        E.GROUP_ID_NOT_FOUND)
+
+    # a group with members that is not a consumer group: NON_EMPTY_GROUP
+    other = Shell()
+    stable_group(other, 1, group="connect")
+    other.group("connect").protocol_type = "connect"
+    assert _offset_delete(other, "connect", [("x", 0)]) == OffsetDeleteResponse(
+        E.NON_EMPTY_GROUP)
+
+
+def test_delete_groups_answers_per_group() -> None:
+    shell = Shell()
+    stable_group(shell, 1)
+    r = shell.rid()
+    shell.run(shell.core.delete_groups(r, ["g"], shell.now))
+    assert shell.answers[r] == DeleteGroupsResponse((("g", E.NON_EMPTY_GROUP),))

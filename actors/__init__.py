@@ -3,7 +3,8 @@
 Read from the top down: ``cli`` (the ``actorlog`` command) -> ``broker`` (wires
 one node's actors) -> one module per actor shell (``acceptor``, ``processor``,
 ``request_handler``, ``partition_shard``, ``purgatory``, ``timer``,
-``controller``, ``group_coordinator``, ``log_manager``) -> ``runtime`` (actor
+``controller``, ``group_coordinator``, ``log_manager``; in a cluster
+``cluster_controller``, ``replica_manager``, ``replica_fetcher``) -> ``runtime`` (actor
 base, node, supervision, tracing, clock) and ``apis`` (one module per Kafka API
 family) -> ``core`` (pure state machines) and the ``wire`` package (messages,
 envelope, Kafka codec, error codes). ``trace`` reads what nodes traced.

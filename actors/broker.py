@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import errno
 import hashlib
 import os
 import resource
 import shutil
+import signal
 import socket
 import ssl
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -42,12 +45,14 @@ from actors.core.dir_lock import DirLock, DirLockedError
 from actors.core.log_dir import LogDir
 from actors.core.metadata_cache import MetadataCache
 from actors.core.topic_store import TopicStore
+from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
 from actors.group_coordinator import spawn_coordinators
 from actors.log_cleaner import LogCleaner
 from actors.log_manager import LogManager
 from actors.metadata.store import BrokerIdInUse, MetadataError
 from actors.metadata.zk import ZkMetadataStore
 from actors.partition_shard import PartitionShard
+from actors.processes import ProcessSupervisor, process_node_name
 from actors.processor import Processor
 from actors.purgatory import PurgatoryShard
 from actors.replica_manager import ReplicaManager
@@ -69,6 +74,7 @@ from actors.security.local_store import LocalSecurityStore, LocalStoreError
 from actors.security.tls import TlsConfigError, server_context
 from actors.timer import Timer
 from actors.topology import Topology, broker_node_name
+from actors.transaction_coordinator import spawn_txn_coordinators
 from wire import kafka_codec
 from wire.cluster_messages import ControlledShutdownStep, StartController
 
@@ -158,11 +164,17 @@ def gateway_ipc_dir(base: str, data_dir: Path, node_name: str) -> str:
     return ipc_dir
 
 
-def bind_listener(host: str, port: int) -> socket.socket:
-    """The Kafka listener's socket, bound and listening (IPv4 or IPv6 by the host)."""
+def bind_listener(host: str, port: int, reuse_port: bool = False) -> socket.socket:
+    """The Kafka listener's socket, bound and listening (IPv4 or IPv6 by the host).
+
+    ``reuse_port`` (num.processes > 1): every process of the broker binds the
+    port, and the kernel spreads new connections over them.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     where = format_host_port(host or "0.0.0.0", port)
     try:
         listener.bind((host, port))
@@ -275,7 +287,8 @@ def read_or_create_meta(data_dir: Path, broker_id: int, cluster_id: str | None =
 
 
 class Broker:
-    def __init__(self, config: Config, clock: Clock | None = None) -> None:
+    def __init__(self, config: Config, clock: Clock | None = None,
+                 catch_signals: bool = False) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()  # the node's, read by every actor
         self.node: Node | None = None
@@ -290,6 +303,10 @@ class Broker:
         self.security: SecuritySettings | None = None
         self.bound: tuple[ListenerEndpoint, ...] = ()  # the listeners, with their real ports
         self.advertised: tuple[ListenerEndpoint, ...] = ()
+        self.supervisor: ProcessSupervisor | None = None  # num.processes > 1
+        # `actorlog serve`: SIGTERM/SIGINT noted from before the broker says it listens
+        self.catch_signals = catch_signals
+        self.early_signals: list[int] = []
 
     def start(self) -> Broker:
         """Check the settings, bind the listener, lock the log dirs, then spawn the actors.
@@ -316,10 +333,15 @@ class Broker:
         self.node_name = cluster_node_name(cfg) if self.cluster else str(cfg["node.name"])
         ipc_dir = gateway_ipc_dir(str(cfg["actor.ipc.dir"]) or default_ipc_dir(), data_dir,
                                   self.node_name)
+        processes = int(cfg["num.processes"])
+        if processes > 1 and self.cluster:
+            raise BrokerConfigError("num.processes > 1 is not supported with zookeeper.connect "
+                                    "yet; set num.processes = 1 for a cluster node")
         sockets: list[socket.socket] = []
         try:
-            for listener in listeners:
-                sockets.append(bind_listener(listener.host, listener.port))
+            for listener in listeners:  # num.processes > 1: every process binds each port
+                sockets.append(bind_listener(listener.host, listener.port,
+                                             reuse_port=processes > 1))
         except BaseException:
             for sock in sockets:
                 sock.close()
@@ -373,9 +395,11 @@ class Broker:
         store = None if self.cluster else TopicStore.load(data_dir)
 
         endpoint = NodeEndpoint(str(cfg["actor.gateway.host"]), gateway_port, ipc_dir)
+        processes = int(cfg["num.processes"])
+        process_nodes = tuple(process_node_name(node_name, k) for k in range(processes))
         node = Node(
             node_name,
-            directory=Directory({node_name: endpoint}),
+            directory=Directory({name: endpoint for name in process_nodes}),
             endpoint=endpoint,
             data_dir=data_dir,
             trace_sample_ratio=float(cfg["trace.sample.ratio"]),
@@ -388,6 +412,8 @@ class Broker:
         node.tracer.files_max = int(cfg["trace.files.max"])
         self.node = node
         topo = Topology.from_config(node_name, cfg)
+        if processes > 1:
+            topo = dataclasses.replace(topo, home=node_name, process_nodes=process_nodes)
         self.topology = topo
         kafka_codec.warm_up()
         clock = node.clock
@@ -430,7 +456,7 @@ class Broker:
             if cfg["log.cleaner.enable"]:  # its own thread: a pass must not slow a worker
                 node.spawn(LogCleaner, topo.log_cleaner.name, topology=topo, config=cfg,
                            log_dir=data_dir, clock=clock)
-            self._spawn_extra(node, topo, cfg, clock)
+            self._spawn_extra(node, topo, cfg, clock, topics)
             for i in range(topo.num_handlers):
                 ctx = HandlerContext(topo, cfg, broker_id, adv_host, adv_port, cluster_id, i,
                                      dict(topics), clock=clock,
@@ -452,13 +478,20 @@ class Broker:
                            listener_name=self.bound[index].name, **place(0))
             if self.cluster:
                 self._register(cfg, node, topo, broker_id)
+            if processes > 1:
+                self._start_processes(cfg, data_dir, ipc_dir, node_name, broker_id, adv_host,
+                                      adv_port, cluster_id, processes)
         except BaseException:
+            if self.supervisor is not None:
+                self.supervisor.stop()
+                self.supervisor = None
             node.shutdown(timeout=5)
             if "_gateway" in node.actors:  # ours; never a socket another process serves
                 self._remove_gateway_socket(node)
             self.node = None
             self._close_metadata()
             raise
+        self._catch_signals()
         logger.bind(node=node_name).info(
             "actorlog broker {} listening on {} (advertised {}), data in {}, "
             "{} processors, {} handlers, {} shards, actor threads {}",
@@ -487,9 +520,32 @@ class Broker:
             len(cache.users()))
         return cache
 
-    def _spawn_extra(self, node: Node, topo: Topology, cfg: Config, clock: Any) -> None:
-        """The consumer-group coordinators."""
+    def _start_processes(self, cfg: Config, data_dir: Path, ipc_dir: str, node_name: str,
+                         broker_id: int, adv_host: str, adv_port: int, cluster_id: str,
+                         processes: int) -> None:
+        """num.processes > 1: processes 1..N-1 serve connections on the same port."""
+        spec = {"config": {k: cfg[k] for k in cfg.set_keys}, "main": node_name, "host": self.host,
+                "port": self.port, "adv_host": adv_host, "adv_port": adv_port,
+                "cluster_id": cluster_id, "broker_id": broker_id, "ipc_dir": ipc_dir,
+                "gateway_host": str(cfg["actor.gateway.host"]), "data_dir": str(data_dir),
+                # every listener, bound to the ports process 0 got (port 0 in the config)
+                "listeners": [[b.host, b.port] for b in self.bound]}
+
+        def give_up(reason: str) -> None:
+            logger.bind(node=node_name).error(reason)
+            os.kill(os.getpid(), signal.SIGTERM)  # run_until_signal stops the broker
+
+        try:
+            self.supervisor = ProcessSupervisor(spec, processes, give_up).start()
+        except (OSError, RuntimeError) as exc:
+            raise BrokerError(str(exc)) from None
+
+    def _spawn_extra(self, node: Node, topo: Topology, cfg: Config, clock: Any,
+                     topics: dict[str, Any] | None = None) -> None:
+        """The consumer-group and transaction coordinators."""
         spawn_coordinators(node, topo, cfg, clock, cluster=self.cluster)
+        spawn_txn_coordinators(node, topo, cfg, clock, cluster=self.cluster,
+                               topic_exists=TRANSACTION_STATE_TOPIC in (topics or {}))
 
     # ------------------------------------------------------------------ cluster mode
     def _join(self, cfg: Config, data_dir: Path, broker_id: int) -> str:
@@ -599,10 +655,37 @@ class Broker:
                         "gave up" if state == "failed" else "timed out",
                         status.get("attempts"), status.get("message") or "no answer")
 
+    def _catch_signals(self) -> None:
+        """From before the broker says it listens, SIGTERM/SIGINT are noted, not fatal.
+
+        Whoever starts a broker may stop it as soon as it says it listens; the
+        signal must then stop it cleanly (run_until_signal sees it), not kill it.
+        """
+        if not self.catch_signals or threading.current_thread() is not threading.main_thread():
+            return
+        caught = self.early_signals
+
+        def note(signum: int, _frame: Any) -> None:
+            caught.append(signum)
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, note)
+
     def run_until_signal(self) -> int:
         """Serve until SIGTERM/SIGINT; in a cluster, a controlled shutdown comes first."""
         assert self.node is not None
-        return self.node.run_until_signal(before_shutdown=self.controlled_shutdown)
+
+        def before_shutdown() -> None:
+            self._stop_processes()  # their requests finish while this process still serves
+            self.controlled_shutdown()
+
+        return self.node.run_until_signal(before_shutdown=before_shutdown,
+                                          received=self.early_signals)
+
+    def _stop_processes(self) -> None:
+        supervisor, self.supervisor = self.supervisor, None
+        if supervisor is not None:
+            supervisor.stop(timeout=float(self.config["request.timeout.ms"]) / 1000)
 
     def _close_metadata(self) -> None:
         metadata, self.metadata = self.metadata, None
@@ -613,6 +696,7 @@ class Broker:
                 pass
 
     def stop(self) -> None:
+        self._stop_processes()
         if self.node is not None:
             node, self.node = self.node, None
             node.shutdown(timeout=float(self.config["request.timeout.ms"]) / 1000)

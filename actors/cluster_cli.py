@@ -84,8 +84,15 @@ def check(spec_path: str) -> None:
     for host in spec.hosts.values():
         say(f"host {host.name}: via {host.via}, {host.address}"
             + (f", namespace {host.netns}" if host.netns else ""))
-    say("ZooKeeper: " + (f"on {', '.join(spec.zookeeper.hosts)}, port {spec.zookeeper.port}"
-                         if spec.zookeeper.hosts else f"connect {spec.zookeeper.connect}"))
+    zk = spec.zookeeper
+    if zk.ensemble:
+        say(f"ZooKeeper: ensemble of {len(zk.hosts)} on {', '.join(zk.hosts)} (ids 1-"
+            f"{len(zk.hosts)} in that order), ports {zk.port}/{zk.quorum_port}/"
+            f"{zk.election_port} (client/quorum/election)")
+    else:
+        say("ZooKeeper: " + (f"on {', '.join(zk.hosts)}, port {zk.port}" if zk.hosts
+                             else f"connect {zk.connect}"))
+    say(f"zookeeper.connect of the nodes: {spec.connect_string()}")
     for node_id, plan in cluster.plans.items():
         say(f"node {node_id}: host {plan.host.name}, listener {plan.client_address}, "
             f"data dir {plan.data_dir}")
@@ -115,10 +122,15 @@ def down(spec_path: str, stop_timeout_s: float) -> None:
 @group.command()
 @spec_option
 @click.option("--json", "as_json", is_flag=True, help="print the status as JSON")
-def status(spec_path: str, as_json: bool) -> None:
-    """Nodes (process, listener), ZooKeeper, controller, partitions, faults."""
+@click.option("--topics", is_flag=True, help="also every partition's leader, ISR and replicas")
+@click.option("--no-groups", is_flag=True, help="skip the consumer groups and their lag")
+def status(spec_path: str, as_json: bool, topics: bool, no_groups: bool) -> None:
+    """Nodes, ZooKeeper, the controller and its epoch, partitions, groups with lag, faults.
+
+    Exit status 0 whether healthy or not; the JSON's "healthy" says which.
+    """
     with cluster_of(spec_path) as cluster:
-        found = cluster.status()
+        found = cluster.status(topics=topics, groups=not no_groups)
     if as_json:
         click.echo(json.dumps(found, indent=2, sort_keys=True))
         return
@@ -136,20 +148,35 @@ def format_status(found: dict[str, Any]) -> list[str]:
         lines.append(f"ZooKeeper at {zk['connect']}: not readable ({zk['error']})")
     else:
         lines.append(f"ZooKeeper at {zk['connect']}: registered nodes {zk['registered']}, "
-                     f"controller {found['controller']}")
+                     f"controller {found['controller']} (epoch {found['controller_epoch']})")
     if not found["joins_cluster"]:
         lines.append("nodes do not join a cluster yet: each is an independent broker")
     lines.append(f"{'node':<6}{'host':<10}{'listener':<24}{'pid':<9}{'process':<10}"
-                 f"{'uptime':<9}kafka")
+                 f"{'uptime':<9}{'version':<10}{'zk':<6}{'leads':<7}kafka")
     for node in found["nodes"]:
         process = "paused" if node["paused"] else "running" if node["alive"] else "down"
         uptime = f"{node['uptime_s']}s" if node["uptime_s"] is not None else "-"
         kafka = "answers" if node["answers"] else f"no answer ({node['error']})"
         lines.append(f"{node['id']:<6}{node['host']:<10}{node['listener']:<24}"
-                     f"{node['pid'] or '-'!s:<9}{process:<10}{uptime:<9}{kafka}")
+                     f"{node['pid'] or '-'!s:<9}{process:<10}{uptime:<9}"
+                     f"{node['version'] or '-':<10}{'yes' if node['registered'] else 'no':<6}"
+                     f"{node['leaderships']:<7}{kafka}")
     lines.append(f"partitions: {found['partitions']} (from {found['partitions_source']}), "
                  f"under-replicated {found['under_replicated_partitions']}, "
                  f"offline {found['offline_partitions']}")
+    for p in found.get("topics", []):
+        lines.append(f"  {p['topic']}-{p['partition']}: leader {p['leader']}, isr {p['isr']}, "
+                     f"replicas {p['replicas']}"
+                     + ("  UNDER-REPLICATED" if len(set(p["isr"]) & set(p["replicas"]))
+                        < len(p["replicas"]) else "")
+                     + ("  OFFLINE" if p["leader"] < 0 else ""))
+    if found.get("groups_error"):
+        lines.append(f"groups: not readable ({found['groups_error']})")
+    for g in found.get("groups", []):
+        lines.append(f"group {g['group']}: {g['state']}, {g['members']} member(s), "
+                     f"lag {g['lag'] if g['lag'] is not None else '-'} over "
+                     f"{g['partitions']} partition(s)")
+    lines.append("healthy" if found["healthy"] else "NOT healthy")
     faults = found["faults"]
     if faults["isolated"] or faults["netem"]:
         lines.append(f"faults: isolated {faults['isolated']}, netem {faults['netem']}")
@@ -158,7 +185,9 @@ def format_status(found: dict[str, Any]) -> list[str]:
 
 @group.command()
 @spec_option
-@click.option("--rolling", is_flag=True, help="one node at a time, each answering before the next")
+@click.option("--rolling", is_flag=True,
+              help="one node at a time: each registered again, and every ISR full, before "
+                   "the next stops")
 @stop_timeout_option
 @click.option("--timeout", "timeout_s", type=float, default=90.0, show_default=True,
               help="seconds each node may take to answer again")

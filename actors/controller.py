@@ -47,6 +47,7 @@ from wire.broker_messages import (
     DeleteTopicsDone,
     DropPartitions,
     GetStats,
+    MetadataApplied,
     MetadataUpdate,
     OpenPartitionRow,
     OpenPartitions,
@@ -54,6 +55,8 @@ from wire.broker_messages import (
     TopicPartition,
 )
 from wire.errors import ErrorCode, KafkaError
+
+ACK_WAIT_NS = 2_000_000_000  # how long a topic change waits for other processes' handlers
 
 
 @dataclass
@@ -80,11 +83,26 @@ class Controller(Actor):
     def setup(self) -> None:
         self.ids = itertools.count(1)
         self.pending: dict[int, _Pending] = {}
+        # topic changes answered once other processes' handlers applied them:
+        # ack id -> [acks left, requester, answer, give-up time (monotonic ns)]
+        self.awaiting: dict[int, list[Any]] = {}
 
-    def _broadcast(self) -> None:
+    def _broadcast(self, ack_id: int = 0) -> int:
+        """The topic table to every handler; returns how many will acknowledge it.
+
+        Handlers in other processes of the broker (num.processes > 1) get the
+        table with ``ack_id`` when one is given: their update travels by another
+        path than the answer, so the answer waits for their MetadataApplied.
+        """
         update = MetadataUpdate(self.store.version, self.store.table())
+        remote = 0
         for handler in self.topology.all_handlers():
-            self.tell(handler, update)
+            if ack_id and handler.node != self.node.name:
+                self.tell(handler, update._replace(ack_id=ack_id))
+                remote += 1
+            else:
+                self.tell(handler, update)
+        return remote
 
     # ----------------------------------------------------------------- create
     @handles(CreateTopics)
@@ -253,8 +271,39 @@ class Controller(Actor):
         if entry.shards_left > 0:
             return
         del self.pending[msg.req_id]
-        self._broadcast()  # before the answer: same sender, same receiver, in order
+        # before the answer: same sender, same receiver, in order
+        ack_id = next(self.ids)
+        remote = self._broadcast(ack_id)
+        if remote:
+            self.awaiting[ack_id] = [remote, entry.requester, entry.answer,
+                                     self.clock.monotonic_ns() + ACK_WAIT_NS]
+            return
         self.tell(entry.requester, entry.answer)
+
+    @handles(MetadataApplied)
+    def on_metadata_applied(self, msg: MetadataApplied) -> None:
+        waiting = self.awaiting.get(msg.ack_id)
+        if waiting is None:
+            return
+        waiting[0] -= 1
+        if waiting[0] <= 0:
+            del self.awaiting[msg.ack_id]
+            self.tell(waiting[1], waiting[2])
+
+    def poll_timeout_ms(self) -> int | None:
+        return 200 if self.awaiting else None
+
+    def on_turn(self) -> None:
+        """A process that does not acknowledge (it is restarting) delays no answer long."""
+        if not self.awaiting:
+            return
+        now = self.clock.monotonic_ns()
+        for ack_id, waiting in list(self.awaiting.items()):
+            if now >= waiting[3]:
+                del self.awaiting[ack_id]
+                self.log.warning("{} handler(s) of other processes did not acknowledge the "
+                                 "topic table; answering anyway", waiting[0])
+                self.tell(waiting[1], waiting[2])
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:

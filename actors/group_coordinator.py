@@ -69,10 +69,12 @@ from actors.core.record_batch import (
     CONTROL_BIT,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    TRANSACTIONAL_BIT,
     build_batch,
     parse_header,
     read_records,
 )
+from actors.core.transaction_log import CONTROL_COMMIT, control_type
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
@@ -133,6 +135,7 @@ from wire.group_messages import (
     SyncGroup,
     SyncGroupDone,
 )
+from wire.transaction_messages import CompleteTxnOffsets, TxnOffsetCommit
 
 NONE = int(ErrorCode.NONE)
 LOAD_IN_PROGRESS = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
@@ -157,13 +160,18 @@ RETRY_MS = 500
 # ---------------------------------------------------------------- records
 
 
-def decode_batches(buf: bytes) -> tuple[list[tuple[int, bytes | None, bytes | None]], int | None]:
+def decode_batches(
+    buf: bytes, pending: dict[int, list[tuple[int, bytes | None, bytes | None]]] | None = None,
+) -> tuple[list[tuple[int, bytes | None, bytes | None]], int | None]:
     """(offset, key, value) of every record in the whole uncompressed batches of ``buf``.
 
     Returns the records and the offset after the last whole batch (None if
-    ``buf`` holds no whole batch: a read can end inside one). Control batches
-    are skipped; a compressed batch raises CorruptMessageError, since only the
-    coordinator writes this topic and it never compresses.
+    ``buf`` holds no whole batch: a read can end inside one). A compressed batch
+    raises CorruptMessageError, since only the coordinator writes this topic and
+    it never compresses. With ``pending`` (the reader's, kept across reads), the
+    records of transactional batches wait there per producer until its marker:
+    a commit releases them at the marker's offset, an abort drops them; control
+    batches are skipped otherwise.
     """
     records: list[tuple[int, bytes | None, bytes | None]] = []
     pos = 0
@@ -175,6 +183,19 @@ def decode_batches(buf: bytes) -> tuple[list[tuple[int, bytes | None, bytes | No
             break
         next_offset = header.base_offset + header.last_offset_delta + 1
         if header.attributes & CONTROL_BIT:
+            if pending is not None and header.producer_id in pending:
+                held = pending.pop(header.producer_id)
+                marker = next(iter(read_records(buf, header, pos)), None)
+                if marker is not None and control_type(marker.key) == CONTROL_COMMIT:
+                    records.extend((header.base_offset, k, v) for _o, k, v in held)
+            pos = end
+            continue
+        if pending is not None and header.attributes & TRANSACTIONAL_BIT:
+            if header.attributes & COMPRESSION_MASK:
+                raise CorruptMessageError(
+                    f"compressed batch at offset {header.base_offset} in {OFFSETS_TOPIC}")
+            pending.setdefault(header.producer_id, []).extend(
+                (r.offset, r.key, r.value) for r in read_records(buf, header, pos))
             pos = end
             continue
         if header.attributes & COMPRESSION_MASK:
@@ -186,9 +207,16 @@ def decode_batches(buf: bytes) -> tuple[list[tuple[int, bytes | None, bytes | No
     return records, next_offset
 
 
-def encode_records(records: Any, now_ms: int) -> bytes:
-    """The core's records as one uncompressed v2 batch (null values stay null: tombstones)."""
+def encode_records(records: Any, now_ms: int, producer_id: int = -1,
+                   producer_epoch: int = -1) -> bytes:
+    """The core's records as one uncompressed v2 batch (null values stay null: tombstones);
+    with a producer id, that producer's transactional batch (a TxnOffsetCommit)."""
     recs = list(records)
+    if producer_id >= 0:
+        return build_batch([r.value for r in recs], keys=[r.key for r in recs],
+                           timestamps_ms=[now_ms] * len(recs), producer_id=producer_id,
+                           producer_epoch=producer_epoch, base_sequence=0,
+                           attributes=TRANSACTIONAL_BIT)
     return build_batch(
         [r.value for r in recs],
         keys=[r.key for r in recs],
@@ -260,7 +288,7 @@ def refusal_for(msg: Any, code: int) -> Any:
     if isinstance(msg, LeaveGroup):
         return LeaveGroupDone(msg.req_id, code, [
             LeaveGroupMemberRow(m.member_id, m.group_instance_id, code) for m in msg.members])
-    if isinstance(msg, OffsetCommit):
+    if isinstance(msg, OffsetCommit | TxnOffsetCommit):
         return OffsetCommitDone(msg.req_id, [
             OffsetCommitDoneRow(r.topic, r.partition, code) for r in msg.rows])
     if isinstance(msg, OffsetFetch):
@@ -317,6 +345,8 @@ class GroupCoordinator(Actor):
         self.reads_in_flight: set[int] = set()
         # Latest value per record key, in the order of each key's latest write.
         self.loaded_records: dict[bytes, bytes | None] = {}
+        # per partition: records of transactions whose marker the load has not met yet
+        self.txn_pending: dict[int, dict[int, list[tuple[int, bytes | None, bytes | None]]]] = {}
         self.load_skipped = 0
         self.load_started_ms = 0
         self.refused_loading = 0
@@ -447,7 +477,7 @@ class GroupCoordinator(Actor):
         clears what was written before it), and without compaction the log
         holds every commit ever made.
         """
-        records, next_offset = decode_batches(buf)
+        records, next_offset = decode_batches(buf, self.txn_pending.setdefault(p, {}))
         if next_offset is None:
             if buf:
                 raise CorruptMessageError(
@@ -488,6 +518,7 @@ class GroupCoordinator(Actor):
         records = self._owned_records()
         self.loaded_records = {}
         self._perform(self.core.load(records, self.now_ms()))
+        self._load_open_transactions(set(self.txn_pending))
         self.loaded = True
         self.phase = "ready"
         self.log.info("loaded {} group(s) from {} latest record(s) ({} owned) of {} in {} ms",
@@ -551,11 +582,26 @@ class GroupCoordinator(Actor):
                 self._rid(msg.req_id), msg.group_id, msg.generation_id, msg.member_id,
                 msg.group_instance_id, parts, self.now_ms()))
 
+    @handles(TxnOffsetCommit)
+    def on_txn_commit(self, msg: TxnOffsetCommit) -> None:
+        if self._serving(msg):
+            parts = [OffsetCommitPartition(r.topic, r.partition, r.offset, r.leader_epoch,
+                                           r.metadata)
+                     for r in msg.rows]
+            self._perform(self.core.txn_offset_commit(
+                self._rid(msg.req_id), msg.group_id, msg.producer_id, msg.producer_epoch,
+                msg.generation_id, msg.member_id, msg.group_instance_id, parts, self.now_ms()))
+
+    @handles(CompleteTxnOffsets)
+    def on_txn_complete(self, msg: CompleteTxnOffsets) -> None:
+        self._perform(self.core.complete_txn(msg.producer_id, msg.partition, msg.commit))
+
     @handles(OffsetFetch)
     def on_fetch(self, msg: OffsetFetch) -> None:
         if self._serving(msg):
             rows = None if msg.rows is None else [(r.topic, r.partition) for r in msg.rows]
-            self._perform(self.core.offset_fetch(self._rid(msg.req_id), msg.group_id, rows))
+            self._perform(self.core.offset_fetch(self._rid(msg.req_id), msg.group_id, rows,
+                                                 msg.require_stable))
 
     @handles(ListGroups)
     def on_list(self, msg: ListGroups) -> None:
@@ -619,9 +665,10 @@ class GroupCoordinator(Actor):
     def _append(self, fx: AppendRecords) -> None:
         rid = next(self.req_ids)
         self.appends[rid] = fx.append_id
-        batch = encode_records(fx.records, self.now_ms())
+        batch = encode_records(fx.records, self.now_ms(), fx.producer_id, fx.producer_epoch)
         self.tell(self.topology.shard_for(fx.topic, fx.partition),
-                  Append(rid, -1, APPEND_TIMEOUT_MS, [AppendRow(fx.topic, fx.partition, batch)]))
+                  Append(rid, -1, APPEND_TIMEOUT_MS, [AppendRow(fx.topic, fx.partition, batch)],
+                         fx.producer_id >= 0))
 
     @handles(AppendDone, ProduceReady)
     def on_appended(self, msg: AppendDone | ProduceReady) -> None:
@@ -671,11 +718,21 @@ class GroupCoordinator(Actor):
                    if self.core.partition_for(self._group_of(k)) in batch]
         self.loaded_records = {}
         self._perform(self.core.load(records, self.now_ms()))
+        self._load_open_transactions(batch)
         self.loaded_parts |= batch
         self.phase = "cluster"
         self.log.info("loaded {} group record(s) of {}-{} in {} ms", len(records), OFFSETS_TOPIC,
                       sorted(batch), self.clock.now_ms() - self.load_started_ms)
         self._maybe_load_partitions()
+
+    def _load_open_transactions(self, partitions: set[int]) -> None:
+        """Offsets of transactions still open at the end of the load stay pending."""
+        for p in partitions:
+            for pid, held in self.txn_pending.pop(p, {}).items():
+                mine = [(k, v) for _o, k, v in held if k is not None
+                        and self.topology.coordinator_for(self._group_of(k)) == self.address]
+                if mine:
+                    self.core.load_txn_offsets(pid, mine)
 
     @staticmethod
     def _group_of(key: bytes) -> str:

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from actors.core.file_regions import close_regions
+from actors.core.follower_truncation import reset_offset, truncation_offset
 from actors.core.log_cleaner import describe_cleanable
 from actors.core.log_dir import LogDir
 from actors.core.partition_log import PartitionLog, SwapRefusedError
@@ -40,6 +41,7 @@ from wire.admin_messages import (
     UpdatePartitionConfigs,
 )
 from wire.broker_messages import (
+    AbortedTxnRow,
     Append,
     AppendDone,
     AppendDoneRow,
@@ -64,7 +66,20 @@ from wire.broker_messages import (
     WatchProduceRow,
 )
 from wire.cluster_messages import BecameLeaderOrFollower, BecomeLeaderOrFollower, PartitionErrorRow
-from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
+from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError, StorageError
+from wire.replication_messages import (
+    FollowerApplied,
+    FollowerApply,
+    FollowerApplyRow,
+    FollowerStateRow,
+    IsrProposalRow,
+    IsrUpdated,
+    ProposeIsr,
+    ReplicaRead,
+    ReplicaReadDone,
+    ReplicaReadDoneRow,
+)
+from wire.transaction_messages import TxnMarkerDoneRow, WriteTxnMarkers, WriteTxnMarkersDone
 
 NONE = int(ErrorCode.NONE)
 UNKNOWN_TP = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -105,17 +120,32 @@ class PartitionShard(Actor):
 
     # ------------------------------------------------------------- lifecycle
     def setup(self) -> None:
+        # Group commit: logs with batches staged this turn, and the Append answers
+        # that wait for them (sender, message, rows, acks=-1 waits), sent at turn end.
+        self.staged: dict[tuple[str, int], PartitionState] = {}
+        self.unanswered: list[tuple[Address, Append, list[AppendDoneRow],
+                                    list[WatchProduceRow], tuple[int, int]]] = []
+        self.group_commits = 0
+        self.group_committed_appends = 0
         self.partitions: dict[tuple[str, int], PartitionState] = {}
         self.watchers: dict[tuple[str, int], set[Address]] = {}
         self.errors_logged: set[tuple[str, int, int]] = set()
         self._topic_keys: dict[tuple[str, str], tuple[str, str]] = {}
         now = self.clock.wall_ms()
+        self.lag_time_max_ms = int(self.config["replica.lag.time.max.ms"])
+        # Kafka checks the ISR every replica.lag.time.max.ms / 2.
+        self.isr_check_ms = max(1, self.lag_time_max_ms // 2)
+        self.next_isr_check_ms = now + self.isr_check_ms
+        self.replication = {"isr_shrinks": 0, "isr_expands": 0, "fenced": 0, "truncations": 0,
+                            "follower_appends": 0}
         for topic, entry in self.initial_topics.items():
             for p in range(entry.num_partitions):
                 if self.topology.shard_for(topic, p) == self.address:
                     self._open(topic, p, entry.configs, now)
         self.next_housekeeping_ms = now + 1000
         self.last_checkpoint_ms = now
+        self.last_hw_checkpoint_ms = now
+        self.hw_checkpoint_ms = int(self.config["replica.high.watermark.checkpoint.interval.ms"])
 
     def _open(self, topic: str, partition: int, configs: dict[str, str], now: int,
               leader_alone: bool = True) -> None:
@@ -135,11 +165,13 @@ class PartitionShard(Actor):
         min_isr = int(configs.get("min.insync.replicas", self.config["min.insync.replicas"]))
         self.partitions[key] = (PartitionState.leader_alone(log, self.broker_id, min_isr)
                                 if leader_alone else
-                                PartitionState.hosted(log, self.broker_id, min_isr))
+                                PartitionState.hosted(log, self.broker_id, min_isr,
+                                                      self.lag_time_max_ms))
         self.log.debug("opened {}-{} at LEO {} HW {}", topic, partition, log.log_end_offset,
                        log.high_watermark)
 
     def teardown(self) -> None:
+        self._commit_and_answer()
         now = self.clock.wall_ms()
         rows = []
         for state in self.partitions.values():
@@ -163,10 +195,16 @@ class PartitionShard(Actor):
 
     # ---------------------------------------------------------- housekeeping
     def poll_timeout_ms(self) -> int | None:
-        return max(0, self.next_housekeeping_ms - self.clock.wall_ms())
+        return max(0, min(self.next_housekeeping_ms, self.next_isr_check_ms)
+                   - self.clock.wall_ms())
 
     def on_turn(self) -> None:
+        if self.unanswered or self.staged:
+            self._commit_and_answer()
         now = self.clock.wall_ms()
+        if now >= self.next_isr_check_ms:
+            self.next_isr_check_ms = now + self.isr_check_ms
+            self._maybe_shrink_isr(now)
         if now < self.next_housekeeping_ms:
             return
         self.next_housekeeping_ms = now + 1000
@@ -182,6 +220,10 @@ class PartitionShard(Actor):
                 if deleted:
                     self.log.info("retention deleted {} segment(s) of {}-{}", deleted,
                                   state.log.topic, state.log.partition)
+            self._checkpoint()
+        elif now - self.last_hw_checkpoint_ms >= self.hw_checkpoint_ms:
+            # replica.high.watermark.checkpoint.interval.ms: replication-offset-checkpoint.
+            self.last_hw_checkpoint_ms = now
             self._checkpoint()
 
     def _checkpoint(self) -> None:
@@ -349,9 +391,16 @@ class PartitionShard(Actor):
     # ---------------------------------------------------------------- produce
     @handles(Append)
     def on_append(self, msg: Append) -> None:
+        """Append each partition's batch; the answer waits for the turn's group commit.
+
+        Batches on the log's common path are staged, not written: at the end of
+        the turn (on_turn) every staged log is written with one writev, and then
+        the answers go out, so nothing is acknowledged before it is written.
+        """
         rows: list[AppendDoneRow] = []
         waiting: list[WatchProduceRow] = []
         now = self.clock.wall_ms()
+        staged = self.staged
         try:
             for req in msg.rows:
                 topic, partition = req.topic, req.partition
@@ -369,12 +418,15 @@ class PartitionShard(Actor):
                         f"min.insync.replicas is {state.min_insync_replicas}"))
                     continue
                 try:
-                    info = state.log.append_as_leader(req.records, state.leader_epoch, now)
+                    info = state.log.append_as_leader(req.records, state.leader_epoch, now,
+                                                      msg.coordinator, defer=True)
                 except KafkaError as exc:
                     self._log_refusal(topic, partition, exc)
                     rows.append(AppendDoneRow(topic, partition, int(exc.code), -1, -1,
                                               state.log.log_start_offset, str(exc)))
                     continue
+                if state.log.staged_bytes:
+                    staged[(topic, partition)] = state
                 state.on_leader_append()
                 state.log.maybe_flush(now)
                 self._count(topic, "in", len(req.records),
@@ -389,21 +441,83 @@ class PartitionShard(Actor):
         except Exception:
             # Rows appended before the failure keep their offsets (answering them as
             # failed would make non-idempotent producers write them twice).
+            self._commit_and_answer()
             self.reply(AppendDone(msg.req_id, rows + [
                 AppendDoneRow(r.topic, r.partition, int(ErrorCode.UNKNOWN_SERVER_ERROR), -1, -1,
                               -1, "internal error")
                 for r in msg.rows[len(rows):]
             ]))
             raise
-        if waiting:
-            self._watch_produce(msg, rows, waiting)
+        assert self.current_sender is not None
+        if staged or self.unanswered:
+            # The answer leaves at the end of the turn: it keeps this Append's trace.
+            self.unanswered.append((self.current_sender, msg, rows, waiting, self._trace))
         else:
-            self.reply(AppendDone(msg.req_id, rows))
+            self._answer(self.current_sender, msg, rows, waiting)
 
-    def _watch_produce(self, msg: Append, rows: list[AppendDoneRow],
+    def _commit_and_answer(self) -> None:
+        """Write every staged log (one writev each), then send the answers that waited.
+
+        A log whose write failed was put back as it was before the staged
+        batches: their rows are answered KAFKA_STORAGE_ERROR.
+        """
+        failed: dict[tuple[str, int], StorageError] = {}
+        if self.staged:
+            self.group_commits += 1
+            for key, state in self.staged.items():
+                error = state.log.commit()
+                if error is not None:
+                    failed[key] = error
+                    self.log.error("lost the staged appends of {}-{}: {}", key[0], key[1],
+                                   error)
+            self.staged = {}
+        answers, self.unanswered = self.unanswered, []
+        self.group_committed_appends += len(answers)
+        saved = self._trace
+        for sender, msg, rows, waiting, trace in answers:
+            self._trace = trace
+            if failed:
+                rows = [AppendDoneRow(r.topic, r.partition, int(ErrorCode.KAFKA_STORAGE_ERROR),
+                                      -1, -1, -1, str(failed[(r.topic, r.partition)]))
+                        if r.error_code == NONE and (r.topic, r.partition) in failed else r
+                        for r in rows]
+                waiting = [w for w in waiting if (w.topic, w.partition) not in failed]
+            self._answer(sender, msg, rows, waiting)
+        self._trace = saved
+
+    def _answer(self, sender: Address, msg: Append, rows: list[AppendDoneRow],
+                waiting: list[WatchProduceRow]) -> None:
+        if waiting:
+            self._watch_produce(sender, msg, rows, waiting)
+        else:
+            self.tell(sender, AppendDone(msg.req_id, rows))
+
+    @handles(WriteTxnMarkers)
+    def on_write_txn_markers(self, msg: WriteTxnMarkers) -> None:
+        """Commit/abort markers from a transaction coordinator, as control batches."""
+        rows: list[TxnMarkerDoneRow] = []
+        now = self.clock.wall_ms()
+        for req in msg.rows:
+            state = self.partitions.get((req.topic, req.partition))
+            if state is None or not state.is_leader:
+                rows.append(TxnMarkerDoneRow(req.topic, req.partition,
+                                             UNKNOWN_TP if state is None else NOT_LEADER))
+                continue
+            try:
+                state.log.append_control(req.producer_id, req.producer_epoch, req.commit,
+                                         req.coordinator_epoch, state.leader_epoch, now)
+            except KafkaError as exc:
+                self._log_refusal(req.topic, req.partition, exc)
+                rows.append(TxnMarkerDoneRow(req.topic, req.partition, int(exc.code)))
+                continue
+            state.on_leader_append()
+            self._notify(state)
+            rows.append(TxnMarkerDoneRow(req.topic, req.partition, NONE))
+        self.reply(WriteTxnMarkersDone(msg.req_id, rows))
+
+    def _watch_produce(self, sender: Address, msg: Append, rows: list[AppendDoneRow],
                        waiting: list[WatchProduceRow]) -> None:
         """acks=-1 and the ISR is behind: the purgatory answers the handler later."""
-        assert self.current_sender is not None
         by_key = {(w.topic, w.partition): w for w in waiting}
         wait_rows = []
         for r in rows:  # rows not waiting are settled already: carried along as they are
@@ -414,7 +528,8 @@ class PartitionShard(Actor):
         first = waiting[0]
         self.tell(
             self.topology.purgatory_for(first.topic, first.partition),
-            WatchProduce(msg.req_id, self.current_sender.name, msg.timeout_ms, wait_rows),
+            WatchProduce(msg.req_id, sender.name, msg.timeout_ms, wait_rows,
+                         "" if sender.node == self.node.name else sender.node),
         )
 
     def _count(self, topic: str, direction: str, size: int, records: int) -> None:
@@ -460,7 +575,9 @@ class PartitionShard(Actor):
                 if msg.replica_id >= 0 and state.on_follower_fetch(
                         msg.replica_id, offset, self.clock.wall_ms()):
                     self._notify(state)  # the high watermark moved
-                max_offset = log.high_watermark if msg.replica_id < 0 else None
+                committed = msg.isolation_level == 1 and msg.replica_id < 0
+                max_offset = ((log.last_stable_offset if committed else log.high_watermark)
+                              if msg.replica_id < 0 else None)
                 limit = min(req.partition_max_bytes, budget) if budget > 0 else -1
                 region_min = None
                 if msg.regions:
@@ -481,11 +598,24 @@ class PartitionShard(Actor):
                     budget -= size
                     if info.region is None:
                         inline += size
+                aborted = None
+                fetch_position = (meta.segment_base_offset, meta.relative_position_in_segment)
+                if committed:
+                    aborted = [AbortedTxnRow(a.producer_id, a.first_offset)
+                               for a in log.aborted_transactions(offset, max_offset or 0)]
+                    if not size and log.high_watermark > offset:
+                        # Stopped by an open transaction: a waiting fetch counts what is
+                        # appended after the high watermark (the marker among it), not the
+                        # open transaction's bytes, or it would wake at once, read nothing
+                        # and spin (Kafka's DelayedFetch waits on the LSO).
+                        hw = log.high_watermark_metadata
+                        fetch_position = (hw.segment_base_offset,
+                                          hw.relative_position_in_segment)
                 rows.append(ReadDoneRow(topic, partition, NONE, info.high_watermark,
                                         info.log_start_offset, bytes(info.records),
-                                        meta.segment_base_offset,
-                                        meta.relative_position_in_segment, info.log_end_offset,
-                                        info.region))
+                                        fetch_position[0], fetch_position[1],
+                                        info.log_end_offset, info.region,
+                                        log.last_stable_offset, aborted))
         except Exception:
             close_regions(rows)
             self.reply(ReadDone(msg.req_id, [
@@ -521,14 +651,15 @@ class PartitionShard(Actor):
                 continue
             log = state.log
             epoch = state.leader_epoch
+            # read_committed sees up to the last stable offset (Kafka's lastFetchableOffset)
+            visible = log.last_stable_offset if msg.isolation_level == 1 else log.high_watermark
             if ts == -2:
                 rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, log.log_start_offset,
                                                epoch))
             elif ts == -1:
-                rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, log.high_watermark,
-                                               epoch))
+                rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, visible, epoch))
             elif ts == -3:
-                found = self._max_timestamp_offset(log)
+                found = self._max_timestamp_offset(log, visible)
                 if found is None:
                     rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, -1, epoch))
                 else:
@@ -536,7 +667,7 @@ class PartitionShard(Actor):
                                                    epoch))
             elif isinstance(ts, int) and ts >= 0:
                 found = log.offset_for_timestamp(ts)
-                if found is None or found[0] >= log.high_watermark:
+                if found is None or found[0] >= visible:
                     rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, -1, epoch))
                 else:
                     rows.append(ListOffsetsDoneRow(topic, partition, NONE, found[1], found[0],
@@ -547,7 +678,7 @@ class PartitionShard(Actor):
         self.reply(ListOffsetsDone(msg.req_id, rows))
 
     @staticmethod
-    def _max_timestamp_offset(log: PartitionLog) -> tuple[int, int] | None:
+    def _max_timestamp_offset(log: PartitionLog, visible: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record holding the log's largest timestamp.
 
         ListOffsets -3 (KIP-734). Segments know their max timestamp from their
@@ -559,7 +690,7 @@ class PartitionShard(Actor):
         if max_ts < 0:
             return None
         found = log.offset_for_timestamp(max_ts)
-        if found is None or found[0] >= log.high_watermark:
+        if found is None or found[0] >= visible:
             return None
         return found
 
@@ -616,14 +747,181 @@ class PartitionShard(Actor):
             state = self.partitions[key]
             was_leader = state.is_leader
             if row.leader == self.broker_id:
-                state.become_leader(row.leader_epoch, list(row.isr), list(row.replicas))
+                state.become_leader(row.leader_epoch, list(row.isr), list(row.replicas),
+                                    row.partition_epoch, now)
             else:
                 state.become_follower(row.leader, row.leader_epoch, list(row.isr),
-                                      list(row.replicas))
+                                      list(row.replicas), row.partition_epoch)
             if was_leader or state.is_leader:
                 self._notify(state)
             rows.append(PartitionErrorRow(row.topic, row.partition, NONE))
         self.reply(BecameLeaderOrFollower(msg.req_id, rows))
+
+    # ------------------------------------------------------------- replication
+    @handles(ReplicaRead)
+    def on_replica_read(self, msg: ReplicaRead) -> None:
+        """A follower's fetch on the leader: check its epochs, count its offset, read to
+        the log end (KIP-320: a divergence is answered instead of data)."""
+        rows: list[ReplicaReadDoneRow] = []
+        budget = min(msg.max_bytes, max(self._max_frame - FRAME_SLACK_BYTES, 1))
+        got_data = False
+        now = self.clock.wall_ms()
+        for req in msg.rows:
+            topic, partition, offset = req.topic, req.partition, req.fetch_offset
+            state = self.partitions.get((topic, partition))
+            if state is None:
+                rows.append(_replica_error(topic, partition, UNKNOWN_TP))
+                continue
+            error = state.check_fetch_epoch(req.current_leader_epoch)
+            if error != NONE:
+                rows.append(_replica_error(topic, partition, error))
+                continue
+            log = state.log
+            diverging = state.diverging_epoch(req.last_fetched_epoch, offset)
+            if diverging is not None:
+                rows.append(ReplicaReadDoneRow(topic, partition, NONE, log.high_watermark,
+                                               log.log_start_offset, log.log_end_offset,
+                                               diverging[0], diverging[1], b"", 0, 0))
+                continue
+            if offset > log.log_end_offset or offset < log.log_start_offset:
+                rows.append(ReplicaReadDoneRow(topic, partition,
+                                               int(ErrorCode.OFFSET_OUT_OF_RANGE),
+                                               log.high_watermark, log.log_start_offset,
+                                               log.log_end_offset, -1, -1, b"", 0, 0))
+                continue
+            if state.on_follower_fetch(msg.replica_id, offset, now):
+                self._notify(state)  # the high watermark moved: waiting produces complete
+            proposal = state.isr_expansion(msg.replica_id, now)
+            if proposal is not None:
+                self._propose(state, proposal, "expand")
+            limit = min(req.partition_max_bytes, budget) if budget > 0 else -1
+            try:
+                info = log.read(offset, limit, None, not got_data)
+            except OffsetOutOfRangeError:
+                rows.append(ReplicaReadDoneRow(topic, partition,
+                                               int(ErrorCode.OFFSET_OUT_OF_RANGE),
+                                               log.high_watermark, log.log_start_offset,
+                                               log.log_end_offset, -1, -1, b"", 0, 0))
+                continue
+            records = bytes(info.records)
+            if records:
+                got_data = True
+                budget -= len(records)
+            meta = info.fetch_offset_metadata
+            rows.append(ReplicaReadDoneRow(topic, partition, NONE, log.high_watermark,
+                                           log.log_start_offset, log.log_end_offset, -1, -1,
+                                           records, meta.segment_base_offset,
+                                           meta.relative_position_in_segment))
+        self.reply(ReplicaReadDone(msg.req_id, rows))
+
+    def _propose(self, state: PartitionState, proposal: Any, kind: str) -> None:
+        state.propose(proposal)
+        log = state.log
+        self.log.info("{}-{}: proposing ISR {} (was {}, {}) at leader epoch {}, partition "
+                      "epoch {}", log.topic, log.partition, list(proposal.new_isr),
+                      sorted(state.isr), kind, proposal.leader_epoch, proposal.partition_epoch)
+        self.tell(self.topology.replica_manager, ProposeIsr([IsrProposalRow(
+            log.topic, log.partition, proposal.leader_epoch, list(proposal.new_isr),
+            proposal.partition_epoch)]))
+
+    def _maybe_shrink_isr(self, now: int) -> None:
+        for state in self.partitions.values():
+            proposal = state.isr_shrink(now)
+            if proposal is not None:
+                self._propose(state, proposal, "shrink: lagging "
+                              + str(sorted(state.out_of_sync(now))))
+
+    @handles(IsrUpdated)
+    def on_isr_updated(self, msg: IsrUpdated) -> None:
+        for row in msg.rows:
+            state = self.partitions.get((row.topic, row.partition))
+            if state is None:
+                continue
+            outcome = state.on_isr_result(row.proposed_leader_epoch,
+                                          row.proposed_partition_epoch, row.error_code,
+                                          list(row.isr), row.partition_epoch,
+                                          self.clock.wall_ms())
+            if outcome == "applied":
+                self.log.info("{}-{}: ISR is now {} (partition epoch {})", row.topic,
+                              row.partition, sorted(state.isr), state.partition_epoch)
+                self.replication["isr_changes"] = self.replication.get("isr_changes", 0) + 1
+                self._notify(state)
+            elif outcome == "fenced":
+                self.replication["fenced"] += 1
+                self.log.warning("{}-{}: the controller refused the ISR change ({}): no longer "
+                                 "acting as leader at epoch {} until the next LeaderAndIsr",
+                                 row.topic, row.partition, ErrorCode(row.error_code).name,
+                                 state.leader_epoch)
+                self._notify(state)  # waiting produces and fetches: NOT_LEADER_OR_FOLLOWER
+            elif outcome == "retry":
+                self.log.info("{}-{}: ISR change not made ({}); proposed again later",
+                              row.topic, row.partition, ErrorCode(row.error_code).name)
+
+    @handles(FollowerApply)
+    def on_follower_apply(self, msg: FollowerApply) -> None:
+        """The fetcher's answer from the leader, applied to this follower's log (Kafka's
+        processPartitionData / truncate / appendAsFollower)."""
+        now = self.clock.wall_ms()
+        rows = [self._apply_one(row, now) for row in msg.rows]
+        self.reply(FollowerApplied(msg.req_id, rows))
+
+    def _apply_one(self, row: FollowerApplyRow, now: int) -> FollowerStateRow:
+        topic, partition = row.topic, row.partition
+        state = self.partitions.get((topic, partition))
+        if state is None:
+            return FollowerStateRow(topic, partition, UNKNOWN_TP, -1, -1, -1, False)
+        log = state.log
+        if state.leader_id == self.broker_id or row.leader_epoch != state.leader_epoch:
+            code = NOT_LEADER if state.leader_id == self.broker_id else int(
+                ErrorCode.FENCED_LEADER_EPOCH)
+            return FollowerStateRow(topic, partition, code, log.log_end_offset,
+                                    log.latest_epoch, log.high_watermark, False)
+        truncated = False
+        try:
+            if row.reset_offset >= 0:
+                truncated = self._reset(state, row, now)
+            elif row.diverging_end_offset >= 0 or row.diverging_epoch >= 0:
+                cut = truncation_offset(row.diverging_epoch, row.diverging_end_offset,
+                                        log.end_offset_for_epoch(row.diverging_epoch),
+                                        log.log_end_offset, log.high_watermark)
+                self.log.info("{}-{}: diverges from leader {} at epoch {} (leader's end {}); "
+                              "truncating from {} to {}", topic, partition, state.leader_id,
+                              row.diverging_epoch, row.diverging_end_offset,
+                              log.log_end_offset, cut.offset)
+                truncated = log.truncate_to(cut.offset, now)
+                if truncated:
+                    self.replication["truncations"] += 1
+            elif row.records:
+                log.append_as_follower(row.records, now)
+                self.replication["follower_appends"] += 1
+                log.maybe_flush(now)
+            if row.leader_high_watermark >= 0:
+                # Follower HW = min(leader HW, own LEO) (update clamps to the LEO).
+                target = min(row.leader_high_watermark, log.log_end_offset)
+                if target > log.high_watermark:
+                    log.update_high_watermark(target)
+        except KafkaError as exc:
+            self._log_refusal(topic, partition, exc)
+            return FollowerStateRow(topic, partition, int(exc.code), log.log_end_offset,
+                                    log.latest_epoch, log.high_watermark, truncated)
+        if truncated:
+            self._notify(state)
+        return FollowerStateRow(topic, partition, NONE, log.log_end_offset, log.latest_epoch,
+                                log.high_watermark, truncated)
+
+    def _reset(self, state: PartitionState, row: FollowerApplyRow, now: int) -> bool:
+        """OFFSET_OUT_OF_RANGE from the leader (Kafka's handleOutOfRangeError)."""
+        log = state.log
+        how, offset = reset_offset(row.reset_offset, row.leader_log_start_offset,
+                                   row.leader_log_end_offset)
+        self.log.warning("{}-{}: fetch offset {} out of range on leader {} (log {}..{}); {} "
+                         "at {}", log.topic, log.partition, row.reset_offset, state.leader_id,
+                         row.leader_log_start_offset, row.leader_log_end_offset, how, offset)
+        self.replication["truncations"] += 1
+        if how == "truncate":
+            return log.truncate_to(offset, now)
+        log.truncate_fully_and_start_at(offset, now)
+        return True
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:
@@ -634,9 +932,20 @@ class PartitionShard(Actor):
             "leaders": sorted(f"{t}-{p}" for (t, p), s in self.partitions.items()
                               if s.is_leader),
             "watched": len(self.watchers),
+            "group_commits": self.group_commits,
+            "group_committed_appends": self.group_committed_appends,
+            "replication": dict(self.replication),
+            "isr": {f"{t}-{p}": sorted(s.isr) for (t, p), s in self.partitions.items()
+                    if s.is_leader},
+            "epochs": {f"{t}-{p}": s.log.epoch_cache.entries
+                       for (t, p), s in self.partitions.items()},
             # topic, partition, size, log start, log end, HW, leads, under-replicated, offline
             "metrics": [[t, p, s.log.size_in_bytes, s.log.log_start_offset,
                          s.log.log_end_offset, s.log.high_watermark, s.is_leader,
                          s.is_leader and len(s.isr) < len(s.replicas), s.leader_id < 0]
                         for (t, p), s in self.partitions.items()],
         }
+
+
+def _replica_error(topic: str, partition: int, code: int) -> ReplicaReadDoneRow:
+    return ReplicaReadDoneRow(topic, partition, code, -1, -1, -1, -1, -1, b"", 0, 0)

@@ -93,7 +93,7 @@ from actors.security.tls import ANONYMOUS
 from actors.security.tls_connection import TlsConnection, TlsError, TlsState
 from actors.topology import Topology
 from wire import kafka_codec as kc
-from wire.api_versions import STAGES, api_name
+from wire.api_versions import STAGES, api_name, api_snake_name
 from wire.broker_messages import (
     ConnectionClosed,
     GetStats,
@@ -122,6 +122,10 @@ def metric_keys(api_key: int) -> tuple[str, str, tuple[str, ...]]:
         )
     return keys
 
+
+# Poll flags as plain ints: zmq's IntFlag members build an enum on every | and &.
+_POLLIN = int(zmq.POLLIN)
+_POLLOUT = int(zmq.POLLOUT)
 
 class _Region:
     """A file region being sent: what is left of it. Owns its descriptor."""
@@ -185,11 +189,11 @@ class _Conn:
         self.can_sendfile = can_sendfile
         # POLLIN wanted: False while the connection is over any bound
         self.reading = True
+        self.traces: dict[int, tuple[int, int, int]] = {}  # seq -> (trace id, in ns, bytes)
         # queued.max.request.bytes: bytes this connection holds, read into the core
         # (a begun frame counted whole) and handed on unanswered (in request order)
         self.buffer_charge = 0
         self.request_sizes: deque[int] = deque()
-        self.traces: dict[int, int] = {}
         self.mask = 0
         self.listener = listener_of(conn_id)
         # TLS listeners: the session, and encrypted bytes not yet written
@@ -295,9 +299,9 @@ class Processor(Actor):
     def _update_mask(self, conn: _Conn) -> None:
         mask = 0
         if conn.reading and conn.core.state is OPEN and not self.stopping:
-            mask |= zmq.POLLIN
+            mask |= _POLLIN
         if conn.out or conn.tls_out:
-            mask |= zmq.POLLOUT
+            mask |= _POLLOUT
         if mask == conn.mask:
             return
         if conn.mask == 0:
@@ -356,9 +360,9 @@ class Processor(Actor):
         self.idle.update(conn.conn_id, self._monotonic_ns() // 1_000_000)
         # POLLIN may be from before this turn's answers made the connection CLOSING
         # or put it over a bound
-        if mask & zmq.POLLIN and conn.reading and conn.core.state is OPEN:
+        if mask & _POLLIN and conn.reading and conn.core.state is OPEN:
             self._read(conn)
-        if conn.conn_id in self.conns and mask & zmq.POLLOUT:
+        if conn.conn_id in self.conns and mask & _POLLOUT:
             self._write(conn)
         self._refresh(conn)
 
@@ -547,11 +551,8 @@ class Processor(Actor):
             return
         tracer = self.node.tracer
         tid = tracer.sample() if tracer.enabled else 0
-        if tid:
-            conn.traces[seq] = tid
-            tracer.event("net_in", tid, 0, 0, self.name, f"{conn.peer_host}:{conn.peer_port}",
-                         "request", conn.conn_id, request.correlation_id, request.api_key,
-                         size, mono_ns=now)
+        if tid:  # the request record (client leg) is written when the request is finished
+            conn.traces[seq] = (tid, self.clock.wall_ns(), size)
         self.tell_traced(
             self.topology.handler_for_conn(conn.conn_id),
             KafkaRequest(conn.conn_id, seq, self.name, request.api_key, request.api_version,
@@ -868,13 +869,15 @@ class Processor(Actor):
         incr(latency_key(api_name(response.api_key), total))
         for key, value in zip(stage_keys, values, strict=True):
             incr(key, value)
-        tid = conn.traces.pop(response.seq, 0)
-        if tid:
-            self.node.tracer.event("net_out", tid, 0, 0, self.name,
-                                   f"{conn.peer_host}:{conn.peer_port}", "response",
-                                   conn.conn_id, response.correlation_id, response.api_key,
-                                   len(response.frame) + sum(r.length for r in response.regions),
-                                   mono_ns=now)
+        traced = conn.traces.pop(response.seq, None)
+        if traced is not None:
+            tid, in_ns, size = traced
+            out_bytes = (len(response.frame) + sum(r.length for r in response.regions)
+                         if response.respond else 0)
+            self.node.tracer.request(tid, self.name, f"{conn.peer_host}:{conn.peer_port}",
+                                     api_snake_name(response.api_key), conn.conn_id,
+                                     response.correlation_id, response.api_key, size, out_bytes,
+                                     in_ns, self.clock.wall_ns())
 
     # ------------------------------------------------------- idle connections
     def poll_timeout_ms(self) -> int | None:

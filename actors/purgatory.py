@@ -89,8 +89,8 @@ class PurgatoryShard(Actor):
                 ErrorCode(r.error_code), r.leader_epoch)
             for r in msg.rows
         }
-        self._run(ProduceWaits(Address(self.node.name, msg.handler), msg.req_id, msg.timeout_ms,
-                               parts))
+        handler = Address(msg.handler_node or self.node.name, msg.handler)
+        self._run(ProduceWaits(handler, msg.req_id, msg.timeout_ms, parts))
 
     @handles(PartitionChanged)
     def on_changed(self, msg: PartitionChanged) -> None:

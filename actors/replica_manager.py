@@ -29,17 +29,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.core.cluster_model import TopicPartition
+from actors.core.fetcher_state import FetcherConfig
 from actors.core.metadata_cache import MetadataCache
 from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.replica_fencing import NONE, ReplicaFencing
+from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
+from actors.replica_fetcher import ReplicaFetcher, fetcher_name
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
-from actors.topology import Topology
+from actors.runtime.errors import NodeError
+from actors.topology import Topology, broker_node_name, stable_hash
+from actors.transaction_coordinator import all_txn_coordinators
 from wire.broker_messages import DropPartitions, GetStats, ShardDone
 from wire.broker_messages import TopicPartition as TopicPartitionRow
 from wire.cluster_messages import (
+    AlterPartition,
+    AlterPartitionItem,
+    AlterPartitionResponse,
     AwaitTopics,
     BecameLeaderOrFollower,
     BecomeLeaderOrFollower,
@@ -57,6 +65,19 @@ from wire.cluster_messages import (
     UpdateMetadataResponse,
 )
 from wire.errors import ErrorCode
+from wire.replication_messages import (
+    AddFetcherPartitions,
+    FetcherPartitionRow,
+    FetcherRemoveRow,
+    IsrProposalRow,
+    IsrUpdated,
+    IsrUpdateRow,
+    ProposeIsr,
+    RemoveFetcherPartitions,
+)
+from wire.transaction_messages import TxnCoordinatorPartitions, TxnPartitionRow
+
+ALTER_PARTITION_TIMEOUT_MS = 5000  # an AlterPartition unanswered this long is proposed again
 
 
 @dataclass
@@ -106,6 +127,17 @@ class ReplicaManager(Actor):
         self.refusals_logged: set[tuple[str, int, int]] = set()
         self.refused = 0
         self.applied = {"lai": 0, "um": 0, "stop": 0}
+        self.fetched_by: dict[TopicPartition, str] = {}
+        self.isr_pending: dict[int, tuple[list[IsrProposalRow], int]] = {}
+        self.num_fetchers = int(self.config["num.replica.fetchers"])
+        self.fetcher_config = FetcherConfig(
+            replica_id=self.broker_id,
+            max_wait_ms=int(self.config["replica.fetch.wait.max.ms"]),
+            min_bytes=int(self.config["replica.fetch.min.bytes"]),
+            max_bytes=int(self.config["replica.fetch.response.max.bytes"]),
+            partition_max_bytes=int(self.config["replica.fetch.max.bytes"]),
+            backoff_ms=int(self.config["replica.fetch.backoff.ms"]),
+            request_timeout_ms=int(self.config["replica.socket.timeout.ms"]))
 
     # ------------------------------------------------------------ registration
     @handles(BrokerRegistered)
@@ -182,6 +214,8 @@ class ReplicaManager(Actor):
         applied = [r for r in entry.became if entry.rows.get((r.topic, r.partition)) == NONE]
         elected: list[CoordinatorPartitionRow] = []
         resigned: list[int] = []
+        txn_elected: list[TxnPartitionRow] = []
+        txn_resigned: list[int] = []
         follow: list[ReplicaStateRow] = []
         lead: list[TopicPartition] = []
         for row in applied:
@@ -197,7 +231,13 @@ class ReplicaManager(Actor):
                     elected.append(CoordinatorPartitionRow(row.partition, row.leader_epoch))
                 elif was_leader:
                     resigned.append(row.partition)
+            elif row.topic == TRANSACTION_STATE_TOPIC:
+                if row.leader == self.broker_id:
+                    txn_elected.append(TxnPartitionRow(row.partition, row.leader_epoch))
+                elif was_leader:
+                    txn_resigned.append(row.partition)
         self._coordinators(elected, resigned)
+        self._txn_coordinators(txn_elected, txn_resigned)
         self._fetchers(follow, lead)
 
     # ------------------------------------------------------------ StopReplica
@@ -235,11 +275,15 @@ class ReplicaManager(Actor):
 
     def _after_stop_replica(self, entry: _Pending) -> None:
         resigned = []
+        txn_resigned = []
         for tp in entry.stopped:
             leader, _epoch = self.roles.pop(tp, (-1, -1))
             if tp.topic == OFFSETS_TOPIC and leader == self.broker_id:
                 resigned.append(tp.partition)
+            elif tp.topic == TRANSACTION_STATE_TOPIC and leader == self.broker_id:
+                txn_resigned.append(tp.partition)
         self._coordinators([], resigned)
+        self._txn_coordinators([], txn_resigned)
         self._fetchers([], [], stopped=entry.stopped)
 
     # ------------------------------------------------------------ fan out / in
@@ -287,6 +331,8 @@ class ReplicaManager(Actor):
         self.cache.apply(msg)
         for handler in self.topology.all_handlers():
             self.tell(handler, msg)
+        for txn_coordinator in all_txn_coordinators(self.topology):  # markers: who leads
+            self.tell(txn_coordinator, msg)
         self.reply(UpdateMetadataResponse(self.broker_id, NONE))
         self._demote_from_metadata(msg)
         self._check_waiters(self.clock.now_ms())
@@ -347,13 +393,17 @@ class ReplicaManager(Actor):
         self.waiters = keep
 
     def poll_timeout_ms(self) -> int | None:
-        if not self.waiters:
+        deadlines = [w.deadline_ms for w in self.waiters]
+        deadlines += [deadline for _rows, deadline in self.isr_pending.values()]
+        if not deadlines:
             return None
-        return max(0, min(w.deadline_ms for w in self.waiters) - self.clock.now_ms())
+        return max(0, min(deadlines) - self.clock.now_ms())
 
     def on_turn(self) -> None:
         if self.waiters:
             self._check_waiters(self.clock.now_ms())
+        if self.isr_pending:
+            self._expire_isr_proposals(self.clock.now_ms())
 
     # ------------------------------------------------------------ the others
     def _coordinators(self, elected: list[CoordinatorPartitionRow], resigned: list[int]) -> None:
@@ -362,17 +412,119 @@ class ReplicaManager(Actor):
         for i in range(self.topology.num_coordinators):
             self.tell(self.topology.coordinator(i), CoordinatorPartitions(elected, resigned))
 
+    def _txn_coordinators(self, elected: list[TxnPartitionRow], resigned: list[int]) -> None:
+        if elected or resigned:
+            for address in all_txn_coordinators(self.topology):
+                self.tell(address, TxnCoordinatorPartitions(elected, resigned))
+
     def _fetchers(self, follow: list[ReplicaStateRow], lead: list[TopicPartition],
                   stopped: list[TopicPartition] | None = None) -> None:
-        """Where replication plugs in (issue 15): the ReplicaFetcherManager is told here.
+        """Kafka's ReplicaFetcherManager: which fetcher fetches which partition.
 
-        ``follow``: partitions this node now follows at ``leader_epoch``: truncate
-        by leader epoch, then fetch from ``leader`` (its gateway is in
-        ``self.leader_gateways``; no leader, -1: wait for the next LeaderAndIsr).
-        ``lead``: partitions it now leads, and ``stopped`` those it no longer
-        hosts or follows (StopReplica): remove their fetchers. Until replication
-        exists, a follower only holds the log it has.
+        ``follow``: partitions this node now follows at ``leader_epoch``; each goes to
+        fetcher ``hash(topic, partition) % num.replica.fetchers`` of its leader's node
+        (spawned the first time it is needed), and leaves the fetcher it had if its
+        leader changed. No leader (-1): fetched by none until the next LeaderAndIsr.
+        ``lead`` and ``stopped``: partitions no fetcher fetches any more.
         """
+        adds: dict[str, list[FetcherPartitionRow]] = {}
+        removes: dict[str, list[FetcherRemoveRow]] = {}
+        for row in follow:
+            tp = TopicPartition(row.topic, row.partition)
+            name = None
+            if row.leader >= 0 and row.leader != self.broker_id:
+                fetcher_id = stable_hash(f"{row.topic}-{row.partition}") % self.num_fetchers
+                name = self._fetcher(row.leader, fetcher_id)
+            old = self.fetched_by.get(tp)
+            if old is not None and old != name:
+                removes.setdefault(old, []).append(FetcherRemoveRow(tp.topic, tp.partition))
+            if name is None:
+                self.fetched_by.pop(tp, None)
+                continue
+            self.fetched_by[tp] = name
+            adds.setdefault(name, []).append(FetcherPartitionRow(row.topic, row.partition,
+                                                                 row.leader, row.leader_epoch))
+        for tp in [*lead, *(stopped or [])]:
+            old = self.fetched_by.pop(tp, None)
+            if old is not None:
+                removes.setdefault(old, []).append(FetcherRemoveRow(tp.topic, tp.partition))
+        for name, remove_rows in removes.items():
+            self.tell(Address(self.node.name, name), RemoveFetcherPartitions(remove_rows))
+        for name, add_rows in adds.items():
+            self.tell(Address(self.node.name, name), AddFetcherPartitions(add_rows))
+
+    def _fetcher(self, leader: int, fetcher_id: int) -> str | None:
+        """The name of the fetcher of (leader, id), spawned on first use."""
+        name = fetcher_name(leader, fetcher_id)
+        if name not in self.node.actors:
+            try:
+                self.node.spawn(ReplicaFetcher, name, topology=self.topology,
+                                config=self.fetcher_config, leader=leader,
+                                fetcher_id=fetcher_id, clock=self.clock)
+            except NodeError as exc:  # the node is stopping
+                self.log.warning("no replica fetcher for broker {}: {}", leader, exc)
+                return None
+            self.log.info("started replica fetcher {} for broker {}", name, leader)
+        return name
+
+    # ------------------------------------------------------------ ISR changes (KIP-497)
+    @handles(ProposeIsr)
+    def on_propose_isr(self, msg: ProposeIsr) -> None:
+        """A leader shard's ISR change, sent to the controller as AlterPartition."""
+        controller = self.fencing.controller_id
+        now = self.clock.now_ms()
+        if controller is None or controller < 0 or not self.fencing.registered:
+            self._isr_answer(msg.rows, int(ErrorCode.NOT_CONTROLLER))
+            return
+        req_id = next(self.req_ids)
+        self.isr_pending[req_id] = (list(msg.rows), now + ALTER_PARTITION_TIMEOUT_MS)
+        self.tell(self._controller_address(controller), AlterPartition(
+            req_id, self.broker_id, self.fencing.broker_epoch,
+            [AlterPartitionItem(r.topic, r.partition, r.leader_epoch, list(r.new_isr),
+                                r.partition_epoch) for r in msg.rows]))
+
+    def _controller_address(self, controller: int) -> Address:
+        node = self.node.name if controller == self.broker_id else broker_node_name(controller)
+        return Address(node, self.topology.controller.name)
+
+    @handles(AlterPartitionResponse)
+    def on_alter_partition_response(self, msg: AlterPartitionResponse) -> None:
+        entry = self.isr_pending.pop(msg.req_id, None)
+        if entry is None:
+            return
+        proposals, _deadline = entry
+        if msg.error_code != NONE:
+            self.log.info("AlterPartition refused as a whole: {}",
+                          ErrorCode(msg.error_code).name)
+            self._isr_answer(proposals, msg.error_code)
+            return
+        results = {(r.topic, r.partition): r for r in msg.partitions}
+        by_shard: dict[Address, list[IsrUpdateRow]] = {}
+        for p in proposals:
+            r = results.get((p.topic, p.partition))
+            row = (IsrUpdateRow(p.topic, p.partition, p.leader_epoch, p.partition_epoch,
+                                r.error_code, r.leader_epoch, list(r.isr), r.partition_epoch)
+                   if r is not None else
+                   IsrUpdateRow(p.topic, p.partition, p.leader_epoch, p.partition_epoch,
+                                int(ErrorCode.UNKNOWN_SERVER_ERROR), -1, [], -1))
+            by_shard.setdefault(self.topology.shard_for(p.topic, p.partition), []).append(row)
+        for shard, rows in by_shard.items():
+            self.tell(shard, IsrUpdated(rows))
+
+    def _isr_answer(self, proposals: list[IsrProposalRow], error_code: int) -> None:
+        by_shard: dict[Address, list[IsrUpdateRow]] = {}
+        for p in proposals:
+            by_shard.setdefault(self.topology.shard_for(p.topic, p.partition), []).append(
+                IsrUpdateRow(p.topic, p.partition, p.leader_epoch, p.partition_epoch,
+                             error_code, -1, [], -1))
+        for shard, rows in by_shard.items():
+            self.tell(shard, IsrUpdated(rows))
+
+    def _expire_isr_proposals(self, now_ms: int) -> None:
+        for req_id, (proposals, deadline) in list(self.isr_pending.items()):
+            if now_ms >= deadline:
+                del self.isr_pending[req_id]
+                self._isr_answer(proposals, int(ErrorCode.REQUEST_TIMED_OUT))
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:
@@ -390,4 +542,6 @@ class ReplicaManager(Actor):
             "brokers": self.cache.broker_ids(),
             "topics": self.cache.topics(),
             "waiters": len(self.waiters),
+            "fetched_by": {str(tp): name for tp, name in self.fetched_by.items()},
+            "isr_pending": len(self.isr_pending),
         }

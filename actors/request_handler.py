@@ -48,6 +48,15 @@ from actors.apis.metadata import (
     handle_metadata,
 )
 from actors.apis.produce import handle_produce
+from actors.apis.replica_fetch import handle_replica_fetch
+from actors.apis.transactions import (
+    handle_add_offsets_to_txn,
+    handle_add_partitions_to_txn,
+    handle_describe_transactions,
+    handle_end_txn,
+    handle_list_transactions,
+    handle_txn_offset_commit,
+)
 from actors.core.file_regions import close_region, close_regions
 from actors.metrics import error_codes
 from actors.runtime.actor import Actor, handles
@@ -71,6 +80,7 @@ from wire.broker_messages import (
     KafkaRequest,
     KafkaResponse,
     ListOffsetsDone,
+    MetadataApplied,
     MetadataUpdate,
     ProduceReady,
     ReadDone,
@@ -88,6 +98,8 @@ from wire.group_messages import (
     OffsetFetchDone,
     SyncGroupDone,
 )
+from wire.replication_messages import ReplicaFetch, ReplicaReadDone
+from wire.transaction_messages import DescribeTxnsDone, InitTxnProducerDone, ListTxnsDone, TxnDone
 
 API_VERSIONS = int(ApiKey.ApiVersions)
 FETCH = int(ApiKey.Fetch)
@@ -119,6 +131,12 @@ API_TABLE: dict[int, Any] = {
     ApiKey.OffsetDelete: handle_offset_delete,
     ApiKey.DescribeTopicPartitions: handle_describe_topic_partitions,
     ApiKey.DescribeCluster: handle_describe_cluster,
+    ApiKey.AddPartitionsToTxn: handle_add_partitions_to_txn,
+    ApiKey.AddOffsetsToTxn: handle_add_offsets_to_txn,
+    ApiKey.EndTxn: handle_end_txn,
+    ApiKey.TxnOffsetCommit: handle_txn_offset_commit,
+    ApiKey.DescribeTransactions: handle_describe_transactions,
+    ApiKey.ListTransactions: handle_list_transactions,
 }
 
 
@@ -133,14 +151,17 @@ class _InFlight:
         "msg",
         "remote_ns",
         "replies",
+        "reply_to",
         "req_ids",
         "start_ns",
         "wait_start_ns",
         "waiting",
     )
 
-    def __init__(self, msg: KafkaRequest, header: Any, gen: ApiGen, start_ns: int) -> None:
+    def __init__(self, msg: Any, header: Any, gen: ApiGen, start_ns: int,
+                 reply_to: Address | None = None) -> None:
         self.msg = msg
+        self.reply_to = reply_to  # an internal request (a replica fetch): answer this actor
         self.header = header
         self.gen = gen
         self.start_ns = start_ns
@@ -207,11 +228,22 @@ class RequestHandler(Actor):
             self._refuse(msg, KafkaError(f"API {header.api_key} is not served"), start)
             return
         try:
-            request = kc.decode_request(header, msg.frame)
+            # Produce and Fetch field by field; the other APIs through kafka.protocol
+            request = kc.decode_hot_request(header, msg.frame)
+            if request is None:
+                request = kc.decode_request(header, msg.frame)
         except KafkaError as exc:
             self._refuse(msg, exc, start)
             return
         state = _InFlight(msg, header, api(self.ctx, header, request), start)
+        self._advance(state, None)
+
+    @handles(ReplicaFetch)
+    def on_replica_fetch(self, msg: ReplicaFetch) -> None:
+        """A follower node's fetch: run like an API, answered to its fetcher."""
+        assert self.current_sender is not None
+        state = _InFlight(msg, None, handle_replica_fetch(self.ctx, msg), self._monotonic_ns(),
+                          self.current_sender)
         self._advance(state, None)
 
     def _refuse(self, msg: KafkaRequest, exc: Exception, start: int) -> None:
@@ -234,6 +266,10 @@ class RequestHandler(Actor):
             self._finish(state, respond)
             return
         except Exception:
+            if state.reply_to is not None:
+                self.log.exception("{} from {} failed", type(state.msg).__name__, state.reply_to)
+                _close_reply_regions(replies)
+                return
             self.log.exception("API {} v{} failed on connection {}; closing it",
                                state.header.api_key, state.header.api_version, state.msg.conn_id)
             self.node.metrics.incr("requests_failed")
@@ -260,7 +296,8 @@ class RequestHandler(Actor):
              LeaveGroupDone, OffsetCommitDone, OffsetFetchDone, ListGroupsDone,
              DescribeGroupsDone, TopicsAwaited, CreatePartitionsDone,
              AlterTopicConfigsDone, DeleteRecordsDone, DescribeLogDirDone, DeleteGroupsDone,
-             OffsetDeleteDone)
+             OffsetDeleteDone, ReplicaReadDone, InitTxnProducerDone, TxnDone,
+             DescribeTxnsDone, ListTxnsDone)
     def on_reply(self, msg: Any) -> None:
         entry = self.pending.pop(msg.req_id, None)
         if entry is None:
@@ -274,12 +311,18 @@ class RequestHandler(Actor):
             self._advance(state, state.replies)
 
     def _finish(self, state: _InFlight, respond: Respond) -> None:
+        if state.reply_to is not None:
+            self.tell(state.reply_to, respond.data)
+            return
         frame = b""
         regions: list[RegionAt] = []
         if respond.respond:
             self._count_errors(state.header.api_key, respond.data)
             try:
-                if state.header.api_key == FETCH:  # records as file regions, sent from files
+                hot = kc.encode_hot_response(state.header, respond.data)
+                if hot is not None:  # Produce and Fetch; Fetch records as file regions
+                    frame, regions = hot
+                elif state.header.api_key == FETCH:  # records as file regions, sent from files
                     frame, regions = kc.join_parts(
                         kc.encode_response_parts(state.header, respond.data))
                 else:
@@ -355,6 +398,10 @@ class RequestHandler(Actor):
                 self.pending.pop(rid, None)
             _close_reply_regions(state.replies)
             self.node.metrics.incr("requests_abandoned")
+            if state.reply_to is not None:  # the fetcher gives up and fetches again itself
+                self.log.error("{} from {} got no internal answer; dropped",
+                               type(state.msg).__name__, state.reply_to)
+                continue
             self.log.error("API {} request (correlation {}) on connection {} got no internal "
                            "answer in {} ms; closing the connection", state.header.api_key,
                            state.msg.correlation_id, state.msg.conn_id,
@@ -366,6 +413,8 @@ class RequestHandler(Actor):
     @handles(MetadataUpdate)
     def on_metadata(self, msg: MetadataUpdate) -> None:
         self.ctx.topics = dict(msg.topics)
+        if msg.ack_id:
+            self.reply(MetadataApplied(msg.ack_id))
 
     @handles(UpdateMetadata)
     def on_cluster_metadata(self, msg: UpdateMetadata) -> None:

@@ -30,6 +30,12 @@ class Topology:
     num_shards: int
     num_purgatories: int
     num_coordinators: int
+    # num.processes > 1: the node of the process that owns the shards, purgatories,
+    # coordinators, controller, timer and log manager ("" : this node), and the nodes
+    # of every process that serves connections (each runs an Acceptor, Processors
+    # and RequestHandlers of its own).
+    home: str = ""
+    process_nodes: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, node: str, config: Config) -> Topology:
@@ -56,13 +62,13 @@ class Topology:
         return Address(self.node, f"handler-{i}")
 
     def shard(self, i: int) -> Address:
-        return Address(self.node, f"shard-{i}")
+        return Address(self.home or self.node, f"shard-{i}")
 
     def purgatory(self, i: int) -> Address:
-        return Address(self.node, f"purgatory-{i}")
+        return Address(self.home or self.node, f"purgatory-{i}")
 
     def coordinator(self, i: int) -> Address:
-        return Address(self.node, f"coordinator-{i}")
+        return Address(self.home or self.node, f"coordinator-{i}")
 
     @property
     def acceptor(self) -> Address:
@@ -75,15 +81,15 @@ class Topology:
 
     @property
     def controller(self) -> Address:
-        return Address(self.node, "controller")
+        return Address(self.home or self.node, "controller")
 
     @property
     def timer(self) -> Address:
-        return Address(self.node, "timer")
+        return Address(self.home or self.node, "timer")
 
     @property
     def log_manager(self) -> Address:
-        return Address(self.node, "log-manager")
+        return Address(self.home or self.node, "log-manager")
 
     @property
     def log_cleaner(self) -> Address:
@@ -92,7 +98,7 @@ class Topology:
     @property
     def replica_manager(self) -> Address:
         """Cluster mode only: where the controller's requests to this node go."""
-        return Address(self.node, "replica-manager")
+        return Address(self.home or self.node, "replica-manager")
 
     # owners
     def handler_for_conn(self, conn_id: int) -> Address:
@@ -111,4 +117,6 @@ class Topology:
         return self.coordinator(stable_hash(group_id) % self.num_coordinators)
 
     def all_handlers(self) -> list[Address]:
-        return [self.handler(i) for i in range(self.num_handlers)]
+        """The handlers of every process of this broker (metadata goes to each)."""
+        return [Address(node, f"handler-{i}") for node in (self.process_nodes or (self.node,))
+                for i in range(self.num_handlers)]

@@ -8,6 +8,10 @@ the timed loop (the log's default flush policy leaves it to the OS), so both
 measure the path to the page cache: the ratio is the log's own overhead
 (header checks, CRC-32C, patching, index, producer state).
 
+Group append: the same, with the log appending as a partition shard does
+under load (``--group`` appends staged, then one commit: one writev for all
+of them); the raw side still writes each batch with one ``os.write``.
+
 Read: the whole log read front to back with ``read(offset, --fetch-kib)``
 (whole batches, as a Fetch would), against ``os.pread`` of the same file in
 chunks of the same size. Both are served from the page cache. Finding the
@@ -43,7 +47,8 @@ from actors.core.record_batch import build_batch
 from bench.contract import min_median_max as _spread
 
 BENCH_NAME = "log"
-RATIO_KEYS = ("append_vs_raw", "read_vs_raw", "random_read_1000_segments_vs_1")
+RATIO_KEYS = ("append_vs_raw", "group_append_vs_raw", "read_vs_raw",
+              "random_read_1000_segments_vs_1")
 
 
 def make_batches(batch_kib: int, distinct: int, seed: int = 7) -> list[bytes]:
@@ -61,26 +66,40 @@ def make_batches(batch_kib: int, distinct: int, seed: int = 7) -> list[bytes]:
 BLOCK = 64  # operations per timed block; log and raw blocks alternate
 
 
-def run_append(directory: Path, batches: list[bytes], count: int) -> dict[str, float]:
+def run_append(directory: Path, batches: list[bytes], count: int,
+               group: int = 1) -> dict[str, float]:
     """Log appends and raw writes of the same batches, in alternating timed blocks.
 
     Alternating keeps both sides under the same machine load (other work on
     a shared box shifts both, not one), so the ratio is steadier than the
-    absolute rates.
+    absolute rates. With ``group`` > 1 the log side is a partition shard's
+    group commit: ``group`` appends staged, then one commit (one writev); the
+    raw side still writes each batch with its own os.write.
     """
-    log = PartitionLog.open(directory / "log" / "bench-0", "bench", 0, LogConfig(), 0)
-    fd = os.open(directory / "raw.bin", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    name = "log" if group == 1 else f"log-group-{group}"
+    log = PartitionLog.open(directory / name / "bench-0", "bench", 0, LogConfig(), 0)
+    raw_path = directory / ("raw.bin" if group == 1 else f"raw-group-{group}.bin")
+    fd = os.open(raw_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     n = len(batches)
     total = sum(len(batches[i % n]) for i in range(count))
     append = log.append_as_leader
+    commit = log.commit
     write = os.write
     clock = time.perf_counter
     log_s = raw_s = 0.0
-    for block_start in range(0, count, BLOCK):
-        block = range(block_start, min(block_start + BLOCK, count))
+    block_size = BLOCK if group == 1 else max(group, BLOCK // group * group)
+    for block_start in range(0, count, block_size):
+        block = range(block_start, min(block_start + block_size, count))
         start = clock()
-        for i in block:
-            append(batches[i % n], 0, 0)
+        if group == 1:
+            for i in block:
+                append(batches[i % n], 0, 0)
+        else:
+            for i in block:
+                append(batches[i % n], 0, 0, defer=True)
+                if (i + 1) % group == 0:
+                    commit()
+            commit()
         middle = clock()
         for i in block:
             write(fd, batches[i % n])
@@ -191,11 +210,12 @@ def run_random_reads(directory: Path, batches: list[bytes], count: int, segments
 
 
 def run_bench(total_mb: int, batch_kib: int, fetch_kib: int, segments: int, reads: int,
-              repeat: int, directory: str | None) -> dict[str, Any]:
+              repeat: int, directory: str | None, group: int = 16) -> dict[str, Any]:
     batches = make_batches(batch_kib, distinct=64)
     count = max(1, total_mb * 1_000_000 // len(batches[0]))
     random_count = max(segments * 2, min(count, 8_000))
     appends: list[dict[str, float]] = []
+    groups: list[dict[str, float]] = []
     readings: list[dict[str, float]] = []
     one: list[float] = []
     many: list[float] = []
@@ -203,6 +223,7 @@ def run_bench(total_mb: int, batch_kib: int, fetch_kib: int, segments: int, read
         root = Path(tempfile.mkdtemp(prefix="log-bench-", dir=directory))
         try:
             appends.append(run_append(root, batches, count))
+            groups.append(run_append(root, batches, count, group))
             readings.append(run_read(root, fetch_kib * 1024))
             one_us, many_us = run_random_reads(root, batches, random_count, segments, reads,
                                                rep)
@@ -219,6 +240,8 @@ def run_bench(total_mb: int, batch_kib: int, fetch_kib: int, segments: int, read
         "append_raw_mb_s": field(appends, "raw_mb_s"),
         "append_log_batches_s": field(appends, "log_batches_s"),
         "append_raw_batches_s": field(appends, "raw_batches_s"),
+        "group_append_log_mb_s": field(groups, "log_mb_s"),
+        "group_append_raw_mb_s": field(groups, "raw_mb_s"),
         "read_log_mb_s": field(readings, "log_mb_s"),
         "read_raw_mb_s": field(readings, "raw_mb_s"),
         "random_read_us_1_segment": _spread(one),
@@ -229,11 +252,13 @@ def run_bench(total_mb: int, batch_kib: int, fetch_kib: int, segments: int, read
     }
     ratios = {
         "append_vs_raw": statistics.median(a["log_mb_s"] / a["raw_mb_s"] for a in appends),
+        "group_append_vs_raw": statistics.median(g["log_mb_s"] / g["raw_mb_s"] for g in groups),
         "read_vs_raw": statistics.median(r["log_mb_s"] / r["raw_mb_s"] for r in readings),
         "random_read_1000_segments_vs_1": statistics.median(
             o / m for o, m in zip(one, many, strict=True)),
     }
     config = {"total_mb": total_mb, "batch_kib": batch_kib, "fetch_kib": fetch_kib,
+              "group": group,
               "segments": segments, "random_reads": reads, "repeat": repeat,
               "directory": directory or tempfile.gettempdir()}
     return {"bench": BENCH_NAME, "config": config, "results": results, "ratios": ratios}
@@ -257,6 +282,8 @@ def _print_summary(report: dict[str, Any]) -> None:
                   fmt(results["append_raw_mb_s"]))
     table.add_row("append batches/s", fmt(results["append_log_batches_s"]),
                   fmt(results["append_raw_batches_s"]))
+    table.add_row(f"append MB/s, commit per {report['config']['group']}",
+                  fmt(results["group_append_log_mb_s"]), fmt(results["group_append_raw_mb_s"]))
     table.add_row("read MB/s", fmt(results["read_log_mb_s"]), fmt(results["read_raw_mb_s"]))
     table.add_row("random read µs, 1 segment", fmt(results["random_read_us_1_segment"], 1), "")
     table.add_row(f"random read µs, {report['config']['segments']} segments",
@@ -275,15 +302,19 @@ def _print_summary(report: dict[str, Any]) -> None:
               help="segments of the many-segment log for random reads")
 @click.option("--random-reads", default=5000, show_default=True)
 @click.option("--repeat", default=3, show_default=True, help="timed repetitions")
+@click.option("--group", default=16, show_default=True,
+              help="appends per group commit (one writev) in the group append figure")
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
               help="where the logs go (default: the temp dir)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="write the report as JSON here")
 def command(total_mb: int, batch_kib: int, fetch_kib: int, segments: int, random_reads: int,
-            repeat: int, directory: str | None, json_path: str | None) -> None:
+            repeat: int, group: int, directory: str | None, json_path: str | None) -> None:
     """Partition log append and read throughput against raw file I/O."""
+    if group < 2:
+        raise click.BadParameter("must be at least 2", param_hint="--group")
     report = run_bench(total_mb, batch_kib, fetch_kib, segments, random_reads, repeat,
-                       directory)
+                       directory, group)
     _print_summary(report)
     if json_path:
         Path(json_path).write_text(json.dumps(report, indent=2) + "\n")

@@ -1,19 +1,25 @@
 """`actorlog bench trace-cost` and `actorlog bench trace-analyze`.
 
 trace-cost: produce throughput against three brokers started side by side
-with ``--trace-sample`` 0, 0.01 and 1.0; runs are interleaved (off, 1%, full,
-off, ...) so a burst of load from elsewhere on a shared machine hits every
-setting alike. Ratios: median traced throughput / median untraced.
+with ``--trace-sample`` 0, 0.01 and 1.0. Each round runs every setting once,
+in an order that rotates from round to round, so a burst of load from
+elsewhere on a shared machine hits every setting alike. Ratios: the median
+over rounds of (traced throughput / untraced throughput of the same round);
+the per-round ratios' min/median/max and the medians of the raw throughputs
+are in the results too.
 
 trace-analyze: `trace analyze` (a fresh Python process each run, so Spark's
 start is included) on synthetic traces of each size from
-``bench/trace_gen.py``; the first run of a size also rolls its segments into
-Parquet (cold), later runs reuse them (warm).
+``bench/trace_gen.py``, read where they lie (no conversion). The first run of a
+size is "cold" (page cache and nothing else warm), the later ones "warm".
+Both print the machine's load average: the machine is shared.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import resource
 import shutil
 import signal
 import socket
@@ -132,11 +138,14 @@ def cost_command(
     base = Path(tempfile.mkdtemp(prefix="actorlog-trace-cost-"))
     brokers = {name: _Broker(base, ratio) for name, ratio in SETTINGS}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in SETTINGS}
+    load: list[float] = []
     try:
         for b in brokers.values():
             b.wait()
+        names = [name for name, _ in SETTINGS]
         for i in range(repeat):
-            for name, _ratio in SETTINGS:
+            load.append(os.getloadavg()[0])
+            for name in names[i % 3:] + names[:i % 3]:  # the order rotates each round
                 cfg = ProduceConfig(
                     bootstrap=brokers[name].bootstrap,
                     topic=f"trace-cost-{i}",
@@ -157,12 +166,17 @@ def cost_command(
                         else None,
                     }
                 )
+        load.append(os.getloadavg()[0])
         trace_bytes = {name: b.trace_bytes() for name, b in brokers.items()}
     finally:
         for b in brokers.values():
             b.stop()
         shutil.rmtree(base, ignore_errors=True)
     rates = {name: [r["records_per_s"] for r in rs] for name, rs in runs.items()}
+    paired = {
+        name: [t / o for t, o in zip(rates[name], rates["off"], strict=True)]
+        for name in ("full", "1pct")
+    }
     results: dict[str, Any] = {
         name: {
             "records_per_s": _mmm(rates[name]),
@@ -172,24 +186,36 @@ def cost_command(
         for name in rates
     }
     off = statistics.median(rates["off"])
-    ratios = {
-        "traced_full_vs_off": statistics.median(rates["full"]) / off,
-        "traced_1pct_vs_off": statistics.median(rates["1pct"]) / off,
+    results["paired_ratios"] = {name: {**_mmm(v), "rounds": v} for name, v in paired.items()}
+    results["median_throughput_ratios"] = {
+        "full": statistics.median(rates["full"]) / off,
+        "1pct": statistics.median(rates["1pct"]) / off,
     }
-    table = Table(title=f"produce throughput vs trace sampling ({repeat} runs each, records/s)")
-    for col in ("setting", "min", "median", "max", "vs off", "trace bytes"):
+    results["load_average"] = _mmm(load)
+    ratios = {
+        "traced_full_vs_off": statistics.median(paired["full"]),
+        "traced_1pct_vs_off": statistics.median(paired["1pct"]),
+    }
+    table = Table(title=f"produce throughput vs trace sampling ({repeat} rounds, records/s)")
+    for col in ("setting", "min", "median", "max", "vs off, per round: min / median / max",
+                "trace bytes"):
         table.add_column(col, justify="right")
     for name, _ in SETTINGS:
         m = results[name]["records_per_s"]
+        p = results["paired_ratios"].get(name)
         table.add_row(
             name,
             f"{m['min']:.0f}",
             f"{m['median']:.0f}",
             f"{m['max']:.0f}",
-            f"{m['median'] / off:.3f}",
+            f"{p['min']:.3f} / {p['median']:.3f} / {p['max']:.3f}" if p else "1",
             str(trace_bytes[name]),
         )
-    Console(width=120).print(table)
+    console = Console(width=120)
+    console.print(table)
+    la = results["load_average"]
+    console.print(f"load average (1 min) during the run: min {la['min']:.2f} median "
+                  f"{la['median']:.2f} max {la['max']:.2f} on {os.cpu_count()} cores")
     if json_path:
         write_json(
             json_path,
@@ -209,7 +235,7 @@ def cost_command(
 def _generated(work: Path, events: int) -> Path:
     from bench.trace_gen import generate
 
-    d = work / f"gen-{events}"
+    d = work / f"gen-v2-{events}"
     marker = d / "DONE"
     if not marker.exists():
         shutil.rmtree(d, ignore_errors=True)
@@ -218,7 +244,58 @@ def _generated(work: Path, events: int) -> Path:
     return d
 
 
+def _subreaper(on: bool) -> bool:
+    """Adopt (or stop adopting) orphaned descendants: Linux prctl PR_SET_CHILD_SUBREAPER.
+    Spark's JVM outlives the analyze process that started it, and its CPU time is
+    only counted (RUSAGE_CHILDREN) once someone reaps it."""
+    try:
+        import ctypes
+
+        return bool(ctypes.CDLL(None, use_errno=True).prctl(36, int(on), 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def _children() -> set[int]:
+    """The pids whose parent is this process (from /proc)."""
+    me, out = os.getpid(), set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rpartition(")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == me:
+                out.add(int(entry))
+    return out
+
+
+def _reap(others: set[int], timeout_s: float = 60.0) -> None:
+    """Wait for the children that are not ``others`` (the run's leftovers, adopted) to
+    exit, for at most ``timeout_s``; children this process had before are left alone."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        mine = _children() - others
+        if not mine:
+            return
+        for pid in mine:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        time.sleep(0.1)
+
+
+def _children_cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def _analyze_once(src: Path, out: Path, master: str) -> dict[str, Any]:
+    before = _children()
+    adopting = _subreaper(True)
+    cpu0 = _children_cpu_s()
     t0 = time.perf_counter()
     subprocess.run(
         [
@@ -239,26 +316,37 @@ def _analyze_once(src: Path, out: Path, master: str) -> dict[str, Any]:
         stderr=subprocess.DEVNULL,
     )
     wall = time.perf_counter() - t0
+    if adopting:
+        _reap(before)
+        _subreaper(False)
+    cpu = _children_cpu_s() - cpu0
     summary = json.loads((out / "summary.json").read_text())
     return {
         "wall_s": wall,
+        "cpu_counts_spark_jvm": adopting,
+        # CPU seconds of the whole job (Python, Spark's JVM, its workers): on a shared
+        # machine, cpu_s / cores is what the wall time would be at best on an idle one
+        "cpu_s": cpu,
+        "cpu_s_per_core": cpu / (os.cpu_count() or 1),
         **summary["timings"],
-        "events": summary["events"],
+        "records": summary["records"],
         "requests": summary["requests"],
         "violations": summary["violation_count"],
+        "load_average": os.getloadavg()[0],
     }
 
 
 @click.command("trace-analyze")
 @click.option(
-    "--sizes", default="1000000,10000000", show_default=True, help="comma-separated event counts"
+    "--sizes", default="1000000,10000000", show_default=True,
+    help="comma-separated record counts (one record per hop)"
 )
 @click.option(
     "--repeat",
     type=click.IntRange(min=1),
     default=2,
     show_default=True,
-    help="runs per size; the first also converts to Parquet (cold)",
+    help="runs per size; the first is cold, the others warm",
 )
 @click.option(
     "--work-dir",
@@ -300,30 +388,30 @@ def analyze_command(
         if len(counts) > 1
         else 1.0,
         "largest_vs_60s_target": 60.0 / t_large,
+        # the same against the job's CPU seconds per core: what an idle machine would allow
+        "largest_cpu_per_core_vs_60s_target": 60.0 / statistics.median(
+            r["cpu_s_per_core"] for r in results[large]["runs"]),
     }
     table = Table(title="trace analyze wall time (s), Spark start included")
-    for col in (
-        "events",
-        "cold (convert+job)",
-        "warm min",
-        "warm median",
-        "warm max",
-        "job median",
-    ):
+    for col in ("records", "cold", "warm min", "warm median", "warm max", "job median",
+                "CPU s / core (median)", "load avg"):
         table.add_column(col, justify="right")
     for n in counts:
         r = results[str(n)]
+        loads = [x["load_average"] for x in r["runs"]]
         table.add_row(
             f"{n:,}",
-            f"{r['cold']['wall_s']:.1f} ({r['cold']['convert_s']:.1f} convert)",
+            f"{r['cold']['wall_s']:.1f}",
             *(f"{r['warm_wall_s'][k]:.1f}" for k in ("min", "median", "max")),
             f"{r['warm_job_s']['median']:.1f}",
+            f"{statistics.median(x['cpu_s_per_core'] for x in r['runs']):.1f}",
+            f"{min(loads):.1f}-{max(loads):.1f}",
         )
     console = Console(width=120)
     console.print(table)
     console.print(
         f"growth {counts[0]:,} -> {counts[-1]:,}: x{t_large / t_small:.2f} time for "
-        f"x{counts[-1] / counts[0]:.0f} events"
+        f"x{counts[-1] / counts[0]:.0f} records"
     )
     if json_path:
         write_json(

@@ -17,7 +17,9 @@ messages; ids must not collide across the suite, which imports them all):
   9301-9399 tests/actors/test_group_coordinator_shell.py
   9401-9499 tests/runtime/test_placement.py   9501-9599 tests/runtime/test_typed_rows.py
   9601-9699 tests/runtime/test_frame_limit.py  9701-9799 tests/actors/test_processor_bounds.py
-  9801-9899 tests/actors/test_partition_shard_reads.py
+  9801-9849 tests/actors/test_partition_shard_reads.py
+  9850-9859 tests/actors/test_partition_shard_group_commit.py
+  9711 tests/runtime/test_node_clock.py           9860-9869 tests/sim/test_world.py
   9901-9999 tests/wire/test_registry.py
 """
 
@@ -30,10 +32,11 @@ import pytest
 from actors.runtime.clock import ManualClock
 from actors.runtime.node import Node
 from tests.fixtures import leaks
-from tests.fixtures.broker import broker, fresh_broker
+from tests.fixtures.broker import broker, fresh_broker, num_processes_params
 from tests.fixtures.cluster import cluster_factory
 from tests.fixtures.codec_server import codec_server
 from tests.fixtures.netns import make_test_hosts
+from tests.fixtures.spark_cluster import spark_cluster
 from tests.fixtures.sshd import ssh_host
 from tests.fixtures.traces import real_traces, spark
 from tests.fixtures.zookeeper import zk_connect, zk_ensemble, zookeeper_server
@@ -50,11 +53,16 @@ __all__ = [
     "node",
     "real_traces",
     "spark",
+    "spark_cluster",
     "ssh_host",
     "zk_connect",
     "zk_ensemble",
     "zookeeper_server",
 ]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    num_processes_params(metafunc)
 
 
 @pytest.fixture(autouse=True)

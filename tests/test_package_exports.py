@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-PACKAGES = ["actors", "actors.apis", "actors.core", "actors.runtime", "actors.trace", "wire",
-            "wire.kafka_codec"]
+PACKAGES = ["actors", "actors.apis", "actors.core", "actors.runtime", "actors.sim",
+            "actors.trace", "wire", "wire.kafka_codec"]
 LAZY = ["actors", "wire"]  # imported by everything below them: their names load on first use
 
 

@@ -2,13 +2,15 @@
 
 - ``registry``: the ``@message(type_id)`` registry that turns NamedTuples into
   msgpack arrays and back, with shape checks; ``runtime_messages``,
-  ``broker_messages``, ``group_messages``: the messages themselves (type id
-  ranges: runtime 1-99, broker 200-299, groups 300-399, ...).
+  ``broker_messages``, ``group_messages``, ``cluster_messages``,
+  ``replication_messages``: the messages themselves (type id ranges: runtime
+  1-99, broker 200-299, groups 300-399, cluster 400-499, replication 500-599, ...).
 - ``envelope``: the actor frame format (the only writer and reader of it).
 - ``kafka_codec``: Kafka request frames in, response frames out;
   ``api_versions``: the advertised API versions, the API names, the request stages.
 - ``errors``: Kafka's error codes and the exceptions that carry them.
-- ``trace_format``: the trace file format.
+- ``trace_format``: the trace file format; ``trace_parquet``: its codec (the small part
+  of Parquet trace files use, in pure Python).
 
 Data only: no sockets, no threads. The names below are imported on first use
 (``kafka_codec`` loads kafka-python's protocol classes).

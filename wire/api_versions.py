@@ -88,6 +88,16 @@ ADVERTISED: tuple[ApiVersionRange, ...] = (
     # handshake the tokens come bare, size-prefixed (librdkafka requires v0 advertised).
     _entry(ApiKey.SaslHandshake, 0, 1),
     _entry(ApiKey.SaslAuthenticate, 0, 2),
+    # Transactions (KIP-98). v4+ of AddPartitionsToTxn batches transactions for brokers
+    # (KIP-890) and v4+/v5 of the others are KIP-890's transaction version 2: left out.
+    _entry(ApiKey.AddPartitionsToTxn, 0, 3),
+    _entry(ApiKey.AddOffsetsToTxn, 0, 3),
+    _entry(ApiKey.EndTxn, 0, 3),
+    # v3 carries KIP-447's group metadata (generation, member id, instance id).
+    _entry(ApiKey.TxnOffsetCommit, 0, 3),
+    _entry(ApiKey.DescribeTransactions, 0, 0),
+    # v1 filters by duration; v2's transactional id pattern is not served.
+    _entry(ApiKey.ListTransactions, 0, 1),
 )
 
 ADVERTISED_BY_KEY: dict[int, ApiVersionRange] = {entry.api_key: entry for entry in ADVERTISED}

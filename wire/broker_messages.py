@@ -108,6 +108,9 @@ class Append(NamedTuple):
     acks: int
     timeout_ms: int
     rows: list[AppendRow]
+    # a coordinator's append (transactional offset commits): the producer's epoch is
+    # checked, not its sequence
+    coordinator: bool = False
 
 
 class AppendDoneRow(NamedTuple):
@@ -156,6 +159,16 @@ class Read(NamedTuple):
     max_bytes: int
     rows: list[ReadRow]
     regions: bool = False
+    # 1 (read_committed): a consumer reads up to the last stable offset, and the
+    # rows carry the aborted transactions of the range
+    isolation_level: int = 0
+
+
+class AbortedTxnRow(NamedTuple):
+    """An aborted transaction a read_committed Fetch answers (Kafka's AbortedTransaction)."""
+
+    producer_id: int
+    first_offset: int
 
 
 class ReadDoneRow(NamedTuple):
@@ -178,6 +191,8 @@ class ReadDoneRow(NamedTuple):
     fetch_relative_position: int
     log_end_offset: int
     region: FileRegion | None = None
+    last_stable_offset: int = -1  # -1: the high watermark (no transaction open)
+    aborted: list[AbortedTxnRow] | None = None  # read_committed reads only
 
     @property
     def size(self) -> int:
@@ -367,6 +382,8 @@ class WatchProduce(NamedTuple):
     handler: str
     timeout_ms: int
     rows: list[WatchProduceRow]
+    # the handler's node when it is not the shard's (num.processes > 1); "": the same
+    handler_node: str = ""
 
 
 @message(233)
@@ -470,6 +487,16 @@ class MetadataUpdate(NamedTuple):
 
     version: int
     topics: dict[str, TopicEntry]
+    # num.processes > 1: non-zero asks the handler to answer MetadataApplied(ack_id),
+    # so a topic change is answered once every process's handlers know it
+    ack_id: int = 0
+
+
+@message(298)
+class MetadataApplied(NamedTuple):
+    """Handler -> Controller: the MetadataUpdate carrying ``ack_id`` is applied."""
+
+    ack_id: int
 
 
 @message(255)

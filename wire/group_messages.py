@@ -118,6 +118,9 @@ class OffsetFetch(NamedTuple):
     req_id: int
     group_id: str
     rows: list[TopicPartition] | None
+    # v7+ (KIP-447): a partition with transactional offsets not yet decided answers
+    # UNSTABLE_OFFSET_COMMIT (the client asks again) instead of the older offset
+    require_stable: bool = False
 
 
 @message(306)

@@ -21,6 +21,8 @@ from actors.topology import Topology
 from wire.broker_messages import TopicEntry
 from wire.cluster_messages import UpdateMetadata
 
+PRODUCER_ID_NODE_SLOTS = 1024  # cluster nodes whose broker ids differ modulo this never collide
+
 
 class Call(NamedTuple):
     target: Address
@@ -59,6 +61,9 @@ class HandlerContext:
     # cluster mode (zookeeper.connect): this handler's copy of the cluster metadata, kept by
     # the UpdateMetadata requests the ReplicaManager forwards; None on a single node
     cluster: MetadataCache | None = field(default=None, kw_only=True)
+    # whether the shards may answer reads with file regions: only when they run in
+    # this handler's process (a descriptor means nothing in another process)
+    regions: bool = field(default=True, kw_only=True)
 
     def partition_count(self, topic: str) -> int | None:
         entry = self.topics.get(topic)
@@ -87,8 +92,15 @@ class HandlerContext:
         if not self.producer_id_base:
             self.producer_id_base = self.clock.wall_ms() << 20
         self.producer_id_counter += 1
-        return (self.producer_id_base + self.producer_id_counter * self.topology.num_handlers
-                + self.handler_index)
+        local = self.producer_id_counter * self.topology.num_handlers + self.handler_index
+        if self.cluster is None:
+            return self.producer_id_base + local
+        # In a cluster every node takes its base from its own clock: two nodes whose first
+        # InitProducerId falls in the same millisecond had the same base and handed out the
+        # same ids (found by the simulator; tests/sim/test_regressions.py replays it). The
+        # broker id in the low bits keeps nodes apart (ids distinct modulo 1024).
+        return self.producer_id_base + local * PRODUCER_ID_NODE_SLOTS + (
+            self.broker_id % PRODUCER_ID_NODE_SLOTS)
 
 
 class PartitionRow(Protocol):

@@ -27,14 +27,15 @@ from wire.errors import ErrorCode
 NONE = int(ErrorCode.NONE)
 
 
-def _read(replica_id: int, max_bytes: int, rows: list[ReadRow]) -> Callable[[int], Read]:
-    return lambda rid: Read(rid, replica_id, max_bytes, rows, True)
+def _read(replica_id: int, max_bytes: int, rows: list[ReadRow],
+          isolation: int, regions: bool = True) -> Callable[[int], Read]:
+    return lambda rid: Read(rid, replica_id, max_bytes, rows, regions, isolation)
 
 
 def _read_calls(ctx: HandlerContext, replica_id: int, max_bytes: int,
-                rows: list[ReadRow]) -> list[Call]:
+                rows: list[ReadRow], isolation: int = 0) -> list[Call]:
     return [
-        Call(shard, _read(replica_id, max_bytes, shard_rows))
+        Call(shard, _read(replica_id, max_bytes, shard_rows, isolation, ctx.regions))
         for shard, shard_rows in group_by_shard(ctx, rows).items()
     ]
 
@@ -94,9 +95,11 @@ def _partition_response(index: int, r: ReadDoneRow) -> dict[str, Any]:
         "partition_index": index,
         "error_code": r.error_code,
         "high_watermark": r.high_watermark,
-        "last_stable_offset": r.high_watermark,
+        "last_stable_offset": (r.last_stable_offset if r.last_stable_offset >= 0
+                               else r.high_watermark),
         "log_start_offset": r.log_start_offset,
-        "aborted_transactions": None,
+        "aborted_transactions": None if r.aborted is None else [
+            {"producer_id": a.producer_id, "first_offset": a.first_offset} for a in r.aborted],
         "preferred_read_replica": -1,
         "records": r.region if r.region is not None else (r.records or b""),
     }
@@ -106,6 +109,7 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     replica_id = getattr(req, "replica_id", -1)
     if replica_id is None:
         replica_id = -1
+    isolation = getattr(req, "isolation_level", 0) or 0
     order: list[tuple[str, list[int]]] = []
     results: dict[tuple[str, int], ReadDoneRow] = {}
     rows: list[ReadRow] = []
@@ -132,7 +136,7 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     min_bytes = min(req.min_bytes, max_bytes)
     read: dict[tuple[str, int], ReadDoneRow] = {}
     if rows:
-        replies: list[ReadDone] = yield _read_calls(ctx, replica_id, max_bytes, rows)
+        replies: list[ReadDone] = yield _read_calls(ctx, replica_id, max_bytes, rows, isolation)
         read = _by_partition(replies)
         total = sum(r.size for r in read.values())
         errors = any(r.error_code != NONE for r in read.values())
@@ -147,7 +151,7 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             purgatory = ctx.topology.purgatory_for(rows[0].topic, rows[0].partition)
             yield [Call(purgatory, lambda rid: WatchFetch(rid, min_bytes, req.max_wait_ms,
                                                           replica_id >= 0, watch_rows))]
-            replies = yield _read_calls(ctx, replica_id, max_bytes, rows)
+            replies = yield _read_calls(ctx, replica_id, max_bytes, rows, isolation)
             read = _by_partition(replies)
 
     # max_bytes bounds the whole response (KIP-74): partitions take whole

@@ -15,7 +15,7 @@ from typing import Any
 
 from actors.apis import cluster
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond
-from actors.apis.transactions import find_transaction_coordinator
+from actors.apis.transactions import ensure_transaction_topic, transaction_coordinator
 from actors.core.offsets_codec import OFFSETS_TOPIC
 from wire.broker_messages import TopicPartition
 from wire.errors import ErrorCode
@@ -56,27 +56,32 @@ def _coordinator(ctx: HandlerContext, group_id: str) -> Any:
 
 
 def handle_find_coordinator(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
-    """A single node coordinates every group; in a cluster the leader of the group's
-    ``__consumer_offsets`` partition does. Transactions: actors/apis/transactions.py."""
+    """A single node coordinates every group and transactional id; in a cluster the
+    leader of the key's ``__consumer_offsets`` (groups) or ``__transaction_state``
+    (key type 1, transactional ids) partition does."""
     version = header.api_version
     key_type = req.key_type if version >= 1 else GROUP_KEY
-    where: dict[str, tuple[int, str, int]] = {}  # cluster mode: group -> its coordinator
-    if ctx.cluster is not None and key_type == GROUP_KEY:
-        missing = yield from cluster.ensure_offsets_topic(ctx)
+    where: dict[str, tuple[int, str, int]] = {}  # cluster mode: key -> its coordinator
+    if ctx.cluster is not None and key_type in (GROUP_KEY, TRANSACTION_KEY):
+        if key_type == GROUP_KEY:
+            missing = yield from cluster.ensure_offsets_topic(ctx)
+        else:
+            missing = yield from ensure_transaction_topic(ctx)
         keys = req.coordinator_keys if version >= 4 else [req.key]
         for key in keys:
-            error, node_id, host, port = cluster.group_coordinator(ctx, key)
+            error, node_id, host, port = (cluster.group_coordinator(ctx, key)
+                                          if key_type == GROUP_KEY
+                                          else transaction_coordinator(ctx, key))
             if not missing and error == NONE:
                 where[key] = (node_id, host, port)
 
     def one(key: str) -> tuple[int, str | None]:
-        if key_type == TRANSACTION_KEY:
-            return find_transaction_coordinator(key)
-        if key_type != GROUP_KEY:
+        if key_type not in (GROUP_KEY, TRANSACTION_KEY):
             return int(ErrorCode.INVALID_REQUEST), f"unknown coordinator key type {key_type}"
         if ctx.cluster is not None and key not in where:
+            topic = OFFSETS_TOPIC if key_type == GROUP_KEY else "__transaction_state"
             return (int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                    f"the {OFFSETS_TOPIC} partition of group {key!r} has no leader yet")
+                    f"the {topic} partition of {key!r} has no leader yet")
         return NONE, None
 
     def node_of(key: str) -> tuple[int, str, int]:
@@ -265,8 +270,9 @@ def _fetched_topics(done: OffsetFetchDone, version: int) -> list[dict[str, Any]]
     return [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
 
 
-def _offset_fetch(group_id: str, rows: list[TopicPartition] | None) -> Callable[[int], Any]:
-    return lambda rid: OffsetFetch(rid, group_id, rows)
+def _offset_fetch(group_id: str, rows: list[TopicPartition] | None,
+                  require_stable: bool = False) -> Callable[[int], Any]:
+    return lambda rid: OffsetFetch(rid, group_id, rows, require_stable)
 
 
 def handle_offset_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
@@ -274,7 +280,8 @@ def handle_offset_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     if version >= 8:
         groups = [(g.group_id, _wanted(g.topics)) for g in req.groups]
         replies: list[OffsetFetchDone] = yield [
-            Call(_coordinator(ctx, gid), _offset_fetch(gid, rows)) for gid, rows in groups]
+            Call(_coordinator(ctx, gid), _offset_fetch(gid, rows, bool(req.require_stable)))
+            for gid, rows in groups]
         return Respond({
             "throttle_time_ms": 0,
             "groups": [
@@ -286,7 +293,8 @@ def handle_offset_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     rows = _wanted(req.topics)
     done: OffsetFetchDone
     [done] = yield [Call(_coordinator(ctx, req.group_id),
-                         lambda rid: OffsetFetch(rid, req.group_id, rows))]
+                         _offset_fetch(req.group_id, rows,
+                                       version >= 7 and bool(req.require_stable)))]
     topics = _fetched_topics(done, version)
     if version < 2 and done.error_code != NONE:
         # v0-1 have no top-level error: every asked partition carries it.

@@ -7,6 +7,7 @@ from typing import Any
 from actors.apis import cluster
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond
 from actors.apis.configs import handle_describe_configs  # re-exported: it used to live here
+from actors.apis.transactions import handle_init_transactional_producer
 from actors.core.topic_config import validate_topic_name
 from wire.broker_messages import (
     CreateTopicDoneRow,
@@ -146,8 +147,7 @@ def handle_delete_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
 
 def handle_init_producer_id(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     if req.transactional_id is not None:
-        return Respond({"throttle_time_ms": 0, "error_code": int(ErrorCode.INVALID_REQUEST),
-                        "producer_id": -1, "producer_epoch": -1})
+        return (yield from handle_init_transactional_producer(ctx, header, req))
     producer_id = getattr(req, "producer_id", -1)
     epoch = getattr(req, "producer_epoch", -1)
     if producer_id is not None and producer_id >= 0:
@@ -159,4 +159,3 @@ def handle_init_producer_id(ctx: HandlerContext, header: Any, req: Any) -> ApiGe
                         "producer_epoch": new_epoch})
     return Respond({"throttle_time_ms": 0, "error_code": 0,
                     "producer_id": ctx.next_producer_id(), "producer_epoch": 0})
-    yield  # unreachable: makes this a generator like the others

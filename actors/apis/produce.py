@@ -79,8 +79,6 @@ def handle_produce(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             if acks not in (-1, 0, 1):
                 refuse(name, pd.index, ErrorCode.INVALID_REQUIRED_ACKS,
                        f"acks must be -1, 0 or 1, got {acks}")
-            elif req.transactional_id is not None:
-                refuse(name, pd.index, ErrorCode.INVALID_REQUEST, "transactions are not supported")
             elif count is None or not 0 <= pd.index < count:
                 refuse(name, pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
             elif ctx.not_leader(name, pd.index):

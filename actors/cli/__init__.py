@@ -1,7 +1,8 @@
 """The `actorlog` command line: one module per command group.
 
 ``serve`` (one broker), ``topics`` and ``groups`` (admin through the Kafka
-APIs), ``bench`` (benchmarks, optional extras) and ``trace`` (trace tools).
+APIs), ``bench`` (benchmarks, optional extras), ``trace`` (trace tools) and
+``sim`` (the deterministic simulation).
 Each group's module is imported only when it is invoked, so `actorlog serve`
 starts fast and `actorlog --help` works without the optional extras.
 
@@ -28,6 +29,7 @@ TOP_COMMANDS: dict[str, str] = {
     "trace": "actors.cli.trace:group",
     "cluster": "actors.cluster_cli:group",
     "users": "actors.cli.users:group",
+    "sim": "actors.cli.sim:command",
 }
 
 

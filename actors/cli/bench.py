@@ -31,13 +31,20 @@ BENCH_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "actor-hop": ("bench.actor_hop:command", ()),
     "timer": ("bench.timer_bench:command", ()),
     "log": ("bench.log_bench:command", ()),
+    "codec": ("bench.codec_bench:command", ()),
+    "request-cost": ("bench.request_cost:command", ()),
+    "sim": ("bench.sim_bench:command", ()),
     "memory": ("bench.memory:command", ()),  # its consume figure needs the bench extra
     "failover": ("bench.failover:command", ()),
     "produce": ("bench.load:produce_command", ("confluent_kafka", "hdrh")),
     "consume": ("bench.load:consume_command", ("confluent_kafka", "hdrh")),
     "e2e": ("bench.load:e2e_command", ("confluent_kafka", "hdrh")),
     "compare": ("bench.compare:command", ("confluent_kafka", "hdrh")),
+    "scale": ("bench.scale:command", ("confluent_kafka", "hdrh")),
+    "replication": ("bench.replication:command", ("confluent_kafka",)),
+    "txn": ("bench.txn_bench:command", ("confluent_kafka",)),
     "sweep": ("bench.sweep:command", ("confluent_kafka", "hdrh", "matplotlib")),
+    "chaos": ("bench.chaos:command", ("confluent_kafka",)),
     "trace-cost": ("bench.trace_bench:cost_command", ("confluent_kafka", "hdrh")),
     "trace-analyze": ("bench.trace_bench:analyze_command", ("hdrh", "pyspark", "pyarrow")),
 }
@@ -100,8 +107,8 @@ class BenchGroup(click.Group):
 def group() -> None:
     """Benchmarks; each prints a summary and writes --json FILE.
 
-    actor-hop, timer, log, memory and failover run on the plain install (memory's consume
-    figure uses the bench extra); produce, consume, e2e,
-    compare, sweep and trace-cost need the bench extra (pip install -e '.[bench]'
-    in the actorlog checkout), trace-analyze the spark extra too.
+    actor-hop, timer, log, codec, request-cost, memory and failover run on the plain
+    install (memory's consume figure uses the bench extra); produce, consume, e2e,
+    compare, scale, sweep, txn, chaos and trace-cost need the bench extra (pip install
+    -e '.[bench]' in the actorlog checkout), trace-analyze the spark extra too.
     """

@@ -51,7 +51,7 @@ def command(listen: str | None, advertised: str | None, data_dir: str | None,
         })
     except ConfigError as exc:
         raise UserError(str(exc)) from None
-    broker = Broker(config)
+    broker = Broker(config, catch_signals=True)
     try:
         broker.start()
     except BrokerConfigError as exc:

@@ -6,7 +6,10 @@ is one concept; the names below are each module's entry points.
 
 - Logs: ``record_batch`` (Kafka v2 batches), ``log_segment``, ``partition_log``,
   ``log_dir``, ``log_epoch_cache``, ``producer_state``, ``checkpoint``.
-- Partitions and topics: ``partition_state``, ``topic_config``, ``topic_store``.
+- Partitions and topics: ``partition_state`` (roles, ISR and high watermark),
+  ``topic_config``, ``topic_store``.
+- Replication: ``fetcher_state`` (a ReplicaFetcher's partitions and fetches),
+  ``follower_truncation`` (where a diverged follower cuts its log).
 - Waiting: ``timing_wheel`` (Kafka's hierarchical timer), ``delayed_operation``
   (the operation base and the purgatory), ``delayed_produce_fetch``.
 - Consumer groups: ``group_state`` (the coordinator core, built from
@@ -25,6 +28,8 @@ from actors.core.checkpoint import (
 )
 from actors.core.delayed_operation import DelayedOperation, DelayedOperationPurgatory
 from actors.core.delayed_produce_fetch import DelayedFetch, DelayedProduce
+from actors.core.fetcher_state import FetcherConfig, FetcherCore
+from actors.core.follower_truncation import reset_offset, truncation_offset
 from actors.core.group_metadata import GroupMetadata, GroupState, MemberMetadata
 from actors.core.group_state import GroupConfig, GroupCoordinatorCore
 from actors.core.log_dir import LogDir
@@ -55,6 +60,8 @@ __all__ = [
     "DelayedOperation",
     "DelayedOperationPurgatory",
     "DelayedProduce",
+    "FetcherConfig",
+    "FetcherCore",
     "GroupConfig",
     "GroupCoordinatorCore",
     "GroupMetadata",
@@ -78,6 +85,8 @@ __all__ = [
     "read_epoch_checkpoint",
     "read_offset_checkpoint",
     "read_records",
+    "reset_offset",
+    "truncation_offset",
     "validate_topic_configs",
     "validate_topic_name",
     "write_epoch_checkpoint",

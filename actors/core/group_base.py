@@ -37,6 +37,15 @@ class _PendingCommit:
 
 
 @dataclass(slots=True)
+class _PendingTxnCommit:
+    request_id: RequestId
+    group: GroupMetadata
+    producer_id: int
+    order: list[tuple[str, int, ErrorCode]]
+    offsets: dict[TopicPartition, OffsetAndMetadata]
+
+
+@dataclass(slots=True)
 class _PendingSync:
     group: GroupMetadata
     generation_id: int
@@ -57,7 +66,7 @@ class _NoWaiter:
     """A write nobody waits for (empty-group metadata, tombstones)."""
 
 
-_Pending = _PendingCommit | _PendingSync | _PendingStaticRejoin | _NoWaiter
+_Pending = _PendingCommit | _PendingTxnCommit | _PendingSync | _PendingStaticRejoin | _NoWaiter
 
 _GROUP_STORE_ERRORS = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -96,6 +105,7 @@ class GroupCoreBase:
         "_groups",
         "_next_append_id",
         "_pending_appends",
+        "_txn_offsets",
         "config",
         "member_id_factory",
         "skipped_records",
@@ -110,6 +120,8 @@ class GroupCoreBase:
         self.member_id_factory = member_id_factory
         self._groups: dict[str, GroupMetadata] = {}
         self._pending_appends: dict[int, _Pending] = {}
+        # producer id -> group -> offsets written in its open transaction (visible at commit)
+        self._txn_offsets: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
         self._next_append_id = 0
         self.skipped_records = 0
         """Records :meth:`load` ignored because their key version is unknown to us."""
@@ -136,11 +148,13 @@ class GroupCoreBase:
 
     # --- helpers ----------------------------------------------------------
 
-    def _append(self, group: GroupMetadata, records: tuple[Record, ...], fx: list[Effect]) -> int:
+    def _append(self, group: GroupMetadata, records: tuple[Record, ...], fx: list[Effect],
+                producer: tuple[int, int] = (-1, -1)) -> int:
         append_id = self._next_append_id
         self._next_append_id += 1
         self._pending_appends[append_id] = _NoWaiter()
-        fx.append(AppendRecords(append_id, self.partition_for(group.group_id), records))
+        fx.append(AppendRecords(append_id, self.partition_for(group.group_id), records,
+                                producer_id=producer[0], producer_epoch=producer[1]))
         return append_id
 
     @staticmethod

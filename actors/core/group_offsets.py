@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from actors.core.group_base import _OFFSET_STORE_ERRORS, GroupCoreBase, _PendingCommit
+from actors.core.group_base import (
+    _OFFSET_STORE_ERRORS,
+    GroupCoreBase,
+    _PendingCommit,
+    _PendingTxnCommit,
+)
 from actors.core.group_metadata import (
     GroupMetadata,
     GroupState,
@@ -22,8 +27,11 @@ from actors.core.group_types import (
     Respond,
 )
 from actors.core.offsets_codec import (
+    OffsetCommitKey,
     OffsetCommitValue,
+    OffsetsRecordError,
     Record,
+    decode_record,
     offset_commit_record,
     offset_tombstone,
 )
@@ -148,6 +156,7 @@ class GroupOffsets(GroupCoreBase):
         request_id: RequestId,
         group_id: str,
         partitions: Sequence[TopicPartition] | None,
+        require_stable: bool = False,
     ) -> list[Effect]:
         """An OffsetFetch; ``partitions=None`` asks for every committed offset of the group.
 
@@ -158,9 +167,16 @@ class GroupOffsets(GroupCoreBase):
         offsets = group.offsets if group is not None else {}
         wanted = sorted(offsets) if partitions is None else list(partitions)
         result = []
+        unstable: set[TopicPartition] = set()
+        if require_stable:
+            for groups in self._txn_offsets.values():
+                unstable.update(groups.get(group_id, {}))
         for topic, partition in wanted:
             o = offsets.get((topic, partition))
-            if o is None:
+            if (topic, partition) in unstable:
+                result.append(OffsetFetchPartition(topic, partition, -1, -1, "",
+                                                   ErrorCode.UNSTABLE_OFFSET_COMMIT))
+            elif o is None:
                 result.append(OffsetFetchPartition(topic, partition, -1, -1, ""))
             else:
                 result.append(
@@ -223,3 +239,116 @@ class GroupOffsets(GroupCoreBase):
             self._append(group, tuple(gone), fx)
         return self._respond(fx, request_id,
                              OffsetDeleteResponse(ErrorCode.NONE, tuple(results)))
+
+    # --- transactional offsets (KIP-98, KIP-447) --------------------------------------
+
+    def txn_offset_commit(
+        self,
+        request_id: RequestId,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        partitions: Sequence[OffsetCommitPartition],
+        now_ms: int,
+    ) -> list[Effect]:
+        """A TxnOffsetCommit: written now as the producer's transactional batch, visible
+        to OffsetFetch only once its transaction commits (:meth:`complete_txn`).
+
+        With KIP-447's group metadata (generation >= 0) the member is checked as for
+        an OffsetCommit; without it (older clients) any producer may commit.
+        """
+        fx: list[Effect] = []
+
+        def refuse(code: ErrorCode) -> list[Effect]:
+            return self._respond(fx, request_id, OffsetCommitResponse(
+                tuple((p.topic, p.partition, code) for p in partitions)))
+
+        group = self._groups.get(group_id)
+        new_group = group is None
+        if group is None:
+            group = GroupMetadata(group_id)
+        elif group.is_state(GroupState.DEAD):
+            return refuse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        elif generation_id >= 0 or member_id:
+            if group.is_static_member_fenced(member_id, group_instance_id):
+                return refuse(ErrorCode.FENCED_INSTANCE_ID)
+            if member_id and not group.has(member_id):
+                return refuse(ErrorCode.UNKNOWN_MEMBER_ID)
+            if generation_id >= 0 and generation_id != group.generation_id:
+                return refuse(ErrorCode.ILLEGAL_GENERATION)
+        order: list[tuple[str, int, ErrorCode]] = []
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        records: list[Record] = []
+        for p in partitions:
+            metadata = p.metadata or ""
+            if len(metadata.encode("utf-8")) > self.config.offset_metadata_max_bytes:
+                order.append((p.topic, p.partition, ErrorCode.OFFSET_METADATA_TOO_LARGE))
+                continue
+            order.append((p.topic, p.partition, ErrorCode.NONE))
+            offsets[(p.topic, p.partition)] = OffsetAndMetadata(p.offset, p.leader_epoch,
+                                                                metadata, now_ms)
+            records.append(offset_commit_record(
+                group_id, p.topic, p.partition,
+                OffsetCommitValue(p.offset, p.leader_epoch, metadata, now_ms)))
+        if not records:
+            return self._respond(fx, request_id, OffsetCommitResponse(tuple(order)))
+        if new_group:
+            self._groups[group_id] = group
+        append_id = self._append(group, tuple(records), fx, (producer_id, producer_epoch))
+        self._pending_appends[append_id] = _PendingTxnCommit(request_id, group, producer_id,
+                                                             order, offsets)
+        return fx
+
+    def _on_txn_commit_appended(self, pending: _PendingTxnCommit, error_code: ErrorCode,
+                                fx: list[Effect]) -> None:
+        if error_code is ErrorCode.NONE:
+            by_group = self._txn_offsets.setdefault(pending.producer_id, {})
+            by_group.setdefault(pending.group.group_id, {}).update(pending.offsets)
+            code = ErrorCode.NONE
+        elif error_code is ErrorCode.INVALID_PRODUCER_EPOCH:
+            code = ErrorCode.PRODUCER_FENCED
+        else:
+            code = _OFFSET_STORE_ERRORS.get(error_code, error_code)
+        result = tuple(
+            (topic, partition, code if (topic, partition) in pending.offsets else err)
+            for topic, partition, err in pending.order)
+        self._respond(fx, pending.request_id, OffsetCommitResponse(result))
+
+    def complete_txn(self, producer_id: int, partition: int, commit: bool) -> list[Effect]:
+        """The marker of ``producer_id``'s transaction is in ``partition`` of
+        ``__consumer_offsets``: its offsets for the groups stored there become the
+        committed ones (commit) or are dropped (abort)."""
+        by_group = self._txn_offsets.get(producer_id)
+        if not by_group:
+            return []
+        for group_id in [g for g in by_group if self.partition_for(g) == partition]:
+            offsets = by_group.pop(group_id)
+            group = self._groups.get(group_id)
+            if commit and group is not None and not group.is_state(GroupState.DEAD):
+                group.offsets.update(offsets)
+        if not by_group:
+            del self._txn_offsets[producer_id]
+        return []
+
+    def has_pending_txn_offsets(self, group_id: str) -> bool:
+        return any(group_id in groups for groups in self._txn_offsets.values())
+
+    def load_txn_offsets(self, producer_id: int,
+                         records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        """Offsets of a transaction still open when its partition was loaded: pending."""
+        for key_bytes, value_bytes in records:
+            try:
+                key, value = decode_record(key_bytes, value_bytes)
+            except OffsetsRecordError:
+                self.skipped_records += 1
+                continue
+            if not isinstance(key, OffsetCommitKey) or not isinstance(value, OffsetCommitValue):
+                continue
+            if key.group not in self._groups:
+                self._groups[key.group] = GroupMetadata(key.group)
+            self._txn_offsets.setdefault(producer_id, {}).setdefault(key.group, {})[
+                (key.topic, key.partition)] = OffsetAndMetadata(
+                    value.offset, value.leader_epoch, value.metadata, value.commit_timestamp_ms)

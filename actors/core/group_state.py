@@ -71,6 +71,7 @@ from actors.core.group_base import (
     _PendingCommit,
     _PendingStaticRejoin,
     _PendingSync,
+    _PendingTxnCommit,
 )
 from actors.core.group_load import GroupLoad
 from actors.core.group_membership import GroupMembership
@@ -175,6 +176,8 @@ class GroupCoordinatorCore(GroupMembership, GroupOffsets, GroupLoad, GroupCoreBa
         error_code = ErrorCode(error_code)
         if isinstance(pending, _PendingCommit):
             self._on_commit_appended(pending, error_code, fx)
+        elif isinstance(pending, _PendingTxnCommit):
+            self._on_txn_commit_appended(pending, error_code, fx)
         elif isinstance(pending, _PendingSync):
             self._on_sync_appended(pending, error_code, now_ms, fx)
         elif isinstance(pending, _PendingStaticRejoin):

@@ -267,6 +267,9 @@ class AppendRecords:
     partition: int
     records: tuple[Record, ...]
     topic: str = OFFSETS_TOPIC
+    # >= 0: a transactional offset commit, written as the producer's transactional batch
+    producer_id: int = -1
+    producer_epoch: int = -1
 
 
 Effect = Respond | ScheduleTimer | CancelTimer | AppendRecords

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from actors.core.log_index import (
@@ -46,6 +46,8 @@ _Q = struct.Struct(">q")
 _QI = struct.Struct(">qi")
 # base offset, batch length, (leader epoch, magic, CRC, attributes), last offset delta
 _SPAN = struct.Struct(">qi11xi")
+# Pieces per writev (Linux's IOV_MAX).
+_IOV_MAX = 1024
 
 
 def log_file_name(base_offset: int) -> str:
@@ -110,6 +112,18 @@ class LogSegment:
         self.rolls_on_batch_time = False
         self._first_batch_seen = False
         self.closed = False
+        # Group commit: batches appended with defer=True wait here (patched head,
+        # client bytes, ...) until write_staged() writes them with one writev. The
+        # segment's size, offsets and index entries already count them, so every
+        # method that reads the file writes them first. _undo holds the state from
+        # before the first of them, for a write that fails.
+        self._staged: list[bytes | bytearray | memoryview] = []
+        self._staged_bytes = 0
+        self._undo: tuple[int, ...] | None = None
+        # Called after write_staged: with None once the staged batches are written,
+        # with the StorageError after a failed write rolled the segment back (the
+        # owner then rolls back what it counted for those batches).
+        self.on_staged_written: Callable[[StorageError | None], None] | None = None
 
     # -- index lifecycle ------------------------------------------------------
 
@@ -317,6 +331,8 @@ class LogSegment:
         a crash loses only entries of data past the recovery point, whose
         indexes recovery rebuilds anyway.
         """
+        if self._staged:
+            self.write_staged()
         start = self.size
         # Disk room for the index entries first: a full disk then fails here,
         # before the log is written.
@@ -354,8 +370,12 @@ class LogSegment:
         self._check_full()
 
     def append_one(self, head: bytes, rest: memoryview, size: int, base_offset: int,
-                   next_offset: int, max_timestamp: int) -> None:
-        """append() for a single batch given as (patched head, client bytes): the hot path."""
+                   next_offset: int, max_timestamp: int, defer: bool = False) -> None:
+        """append() for a single batch given as (patched head, client bytes): the hot path.
+
+        With ``defer`` the bytes are only staged: write_staged() writes every
+        staged batch with one writev (group commit).
+        """
         start = self.size
         indexed = self._bytes_since_index_entry >= self.index_interval_bytes or start == 0
         if indexed:
@@ -364,13 +384,23 @@ class LogSegment:
                 index.reserve(1)
             if times.entries >= times.reserved_entries:
                 times.reserve(1)
-        try:
-            written = os.writev(self._fd, (head, rest))
-            if written < size:
-                write_all(self._fd, memoryview(head + bytes(rest))[written:])
-        except OSError as exc:
-            self._undo_append(start)
-            raise StorageError(f"cannot append to {self.log_path}: {exc}") from exc
+        if defer:
+            if self._undo is None:
+                self._undo = self._state()
+            staged = self._staged
+            staged.append(head)
+            staged.append(rest)
+            self._staged_bytes += size
+        else:
+            if self._staged:
+                self.write_staged()
+            try:
+                written = os.writev(self._fd, (head, rest))
+                if written < size:
+                    write_all(self._fd, memoryview(head + bytes(rest))[written:])
+            except OSError as exc:
+                self._undo_append(start)
+                raise StorageError(f"cannot append to {self.log_path}: {exc}") from exc
         if not self._first_batch_seen:
             self._note_first_batch(max_timestamp)
         if max_timestamp > self._max_timestamp_ms:
@@ -388,6 +418,67 @@ class LogSegment:
         self.next_offset = next_offset
         self.size = start + size
 
+    @property
+    def staged_bytes(self) -> int:
+        """Bytes appended with defer=True and not written yet."""
+        return self._staged_bytes
+
+    def _state(self) -> tuple[int, ...]:
+        return (self.size, self.next_offset, self._bytes_since_index_entry,
+                self._max_timestamp_ms, self._offset_of_max_timestamp,
+                int(self._first_batch_seen), self.rolling_timestamp_ms,
+                int(self.rolls_on_batch_time), self.offset_index.entries,
+                self.time_index.entries, int(self.index_full))
+
+    def write_staged(self) -> None:
+        """Write the staged batches, in order, with one writev (IOV_MAX pieces at a time).
+
+        On failure the segment is put back as it was before the first staged
+        batch (file, offsets, indexes), ``on_staged_lost`` is told, and
+        StorageError is raised.
+        """
+        pieces = self._staged
+        if not pieces:
+            return
+        total = self._staged_bytes
+        self._staged = []
+        self._staged_bytes = 0
+        undo = self._undo
+        self._undo = None
+        try:
+            if len(pieces) <= _IOV_MAX:
+                written = os.writev(self._fd, pieces)
+                if written < total:
+                    write_all(self._fd, memoryview(b"".join(pieces))[written:])
+            else:
+                for at in range(0, len(pieces), _IOV_MAX):
+                    chunk = pieces[at:at + _IOV_MAX]
+                    written = os.writev(self._fd, chunk)
+                    expected = sum(len(p) for p in chunk)
+                    if written < expected:
+                        write_all(self._fd, memoryview(b"".join(chunk))[written:])
+        except OSError as exc:
+            assert undo is not None
+            self._roll_back(undo)
+            error = StorageError(f"cannot append to {self.log_path}: {exc}")
+            if self.on_staged_written is not None:
+                self.on_staged_written(error)
+            raise error from exc
+        if self.on_staged_written is not None:
+            self.on_staged_written(None)
+
+    def _roll_back(self, undo: tuple[int, ...]) -> None:
+        (size, self.next_offset, self._bytes_since_index_entry, self._max_timestamp_ms,
+         self._offset_of_max_timestamp, first_seen, self.rolling_timestamp_ms, on_batch_time,
+         index_entries, time_entries, index_full) = undo
+        self._undo_append(size)
+        self.size = size
+        self._first_batch_seen = bool(first_seen)
+        self.rolls_on_batch_time = bool(on_batch_time)
+        self.offset_index.truncate_to_entries(index_entries)
+        self.time_index.truncate_to_entries(time_entries)
+        self.index_full = bool(index_full)
+
     def _undo_append(self, size: int) -> None:
         try:
             os.ftruncate(self._fd, size)
@@ -397,6 +488,8 @@ class LogSegment:
     # -- reading ------------------------------------------------------------
 
     def read(self, position: int, length: int) -> bytes:
+        if self._staged:
+            self.write_staged()
         return os.pread(self._fd, length, position)
 
     def region(self, position: int, length: int) -> FileRegion:
@@ -407,10 +500,14 @@ class LogSegment:
         sender finds the region shorter than it says. Raises OSError when no
         descriptor is left (EMFILE): the caller reads the bytes instead.
         """
+        if self._staged:
+            self.write_staged()
         return FileRegion(os.dup(self._fd), position, length)
 
     def batch_size_at(self, position: int) -> int:
         """Size of the whole batch starting at ``position`` (its 12-byte log overhead read)."""
+        if self._staged:
+            self.write_staged()
         head = os.pread(self._fd, LOG_OVERHEAD, position)
         if len(head) < LOG_OVERHEAD:
             return 0
@@ -435,6 +532,8 @@ class LogSegment:
         large, only their 61-byte headers are read, so a scan does not pull
         the whole segment in. Stops at a batch that runs past ``end``.
         """
+        if self._staged:
+            self.write_staged()
         buf = b""
         buf_start = position
         # The first read covers what the caller expects to walk (an index
@@ -464,6 +563,8 @@ class LogSegment:
             return position, offset  # entries name batch starts (base offsets)
         # Walk the batches after the entry: base offset, length and last offset
         # delta of each, from one read of about an index interval.
+        if self._staged:
+            self.write_staged()
         size = self.size
         buf = os.pread(self._fd, min(SCAN_CHUNK, self.index_interval_bytes + HEADER_SIZE,
                                      size - position), position)
@@ -512,6 +613,8 @@ class LogSegment:
 
         Only the active segment is cut, so this one becomes it if it was not.
         """
+        if self._staged:
+            self.write_staged()
         self.activate()
         position, base = self.find_position(offset)
         if position >= self.size:
@@ -538,6 +641,8 @@ class LogSegment:
         return dropped
 
     def flush(self) -> None:
+        if self._staged:
+            self.write_staged()
         self.offset_index.flush()
         self.time_index.flush()
         try:
@@ -551,6 +656,8 @@ class LogSegment:
         if not self.closed:
             self.closed = True
             try:
+                if self._staged:
+                    self.write_staged()
                 if trim:
                     self.seal()
             finally:
@@ -561,6 +668,9 @@ class LogSegment:
     def delete(self) -> None:
         """Close and remove the files; the .log goes first so a crash leaves no log
         without its predecessor's data."""
+        self._staged = []  # never written: the files go
+        self._staged_bytes = 0
+        self._undo = None
         self.close(trim=False)
         self.log_path.unlink(missing_ok=True)
         self.index_path.unlink(missing_ok=True)

@@ -6,8 +6,9 @@ from a single thread, so nothing here locks.
 
 Offsets: ``log_start_offset <= high_watermark <= log_end_offset``; the
 recovery point is the offset below which everything has been fsynced (a
-restart after a crash scans only what lies above it). Without transactions
-the last stable offset equals the high watermark.
+restart after a crash scans only what lies above it). The last stable offset
+is the high watermark, or the first offset of the oldest open transaction
+below it (actors/core/txn_index.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from actors.core.log_index import DEFAULT_MAX_INDEX_BYTES, TIME_INDEX_SUFFIX
 from actors.core.log_segment import INDEX_SUFFIX, LOG_SUFFIX, LogSegment
 from actors.core.producer_state import (
     BatchMetadata,
+    ProducerStateEntry,
     ProducerStateManager,
     delete_snapshots_after,
     list_snapshots,
@@ -36,12 +38,14 @@ from actors.core.producer_state import (
 )
 from actors.core.record_batch import (
     HEAD_TO_MAGIC,
+    TRANSACTIONAL_BIT,
     BatchHeader,
     check_batches,
     check_client_batch,
     fast_single_batch,
     iter_record_timestamps,
     leader_header,
+    read_records,
 )
 from actors.core.segment_swap import (
     SwapManifest,
@@ -49,12 +53,15 @@ from actors.core.segment_swap import (
     missing_staging_files,
     recover_swaps,
 )
+from actors.core.transaction_log import CONTROL_COMMIT, control_batch, control_type
+from actors.core.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex
 from wire.errors import (
     ErrorCode,
     InvalidRecordError,
     KafkaError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
+    StorageError,
 )
 from wire.file_region import FileRegion
 
@@ -207,9 +214,15 @@ class PartitionLog:
         self._hw_metadata: LogOffsetMetadata | None = None
         self.epoch_cache = LeaderEpochCache(directory)
         self.producer_state = ProducerStateManager()
+        self.txn_index = TransactionIndex(directory)
+        self.txn_index.ongoing = self.producer_state.ongoing_txns
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
         self.closed = False
+        # Group commit: producer entries that got a batch appended with defer=True
+        # (taken back if the staged write fails), and that failure, for commit().
+        self._staged_entries: list[ProducerStateEntry] = []
+        self._commit_error: StorageError | None = None
         # Bumped whenever segments are cut or replaced other than by appends and
         # retention: a cleaning planned before such a change is refused.
         self.generation = 0
@@ -296,7 +309,7 @@ class PartitionLog:
         for name in names:
             path = self.dir / name
             stem, dot, suffix = name.rpartition(".")
-            orphan_index = (dot + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+            orphan_index = (dot + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
                             and stem not in logs)
             if name.endswith((TMP_SUFFIX, ".deleted")) or orphan_index:
                 path.unlink(missing_ok=True)
@@ -312,14 +325,34 @@ class PartitionLog:
         snap_offset, state = load_latest_snapshot(self.dir, leo)
         start = max(snap_offset, self._log_start_offset)
         first = max(bisect_right(self._bases, start) - 1, 0)
+        txns = self.txn_index
+        txns.ongoing = state.ongoing_txns
+        txns.load(self._bases, start)
         for segment in self.segments[first:]:
             if segment.next_offset <= start:
                 continue
             for header in segment.iter_headers(0, segment.size):
                 if header.base_offset >= start:
                     state.update_from_header(header, header.base_offset)
+                    if header.is_transactional:
+                        self._track_transaction(segment.read(header.position, header.size)
+                                                if header.is_control else b"",
+                                                header, 0, header.base_offset,
+                                                segment.base_offset)
         state.remove_before(self._log_start_offset)
         self.producer_state = state
+
+    def _track_transaction(self, buf: bytes | bytearray | memoryview, header: BatchHeader,
+                           position: int, base_offset: int, segment_base: int) -> None:
+        """A transactional batch opens its producer's transaction; a marker ends it."""
+        if not header.is_control:
+            self.txn_index.on_transactional_batch(header.producer_id, base_offset)
+            return
+        commit = False
+        for record in read_records(buf, header, position):
+            commit = control_type(record.key) == CONTROL_COMMIT
+            break
+        self.txn_index.on_marker(header.producer_id, commit, base_offset, segment_base)
 
     # ------------------------------------------------------------ properties
 
@@ -337,8 +370,12 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        """Transactions are not tracked, so every offset below the HW is stable."""
-        return self._high_watermark
+        """The HW, or the first offset of the oldest transaction still open below it."""
+        return self.txn_index.last_stable_offset(self._high_watermark)
+
+    def aborted_transactions(self, fetch_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [fetch_offset, upper_offset) (read_committed)."""
+        return self.txn_index.collect_aborted(fetch_offset, upper_offset)
 
     @property
     def recovery_point(self) -> int:
@@ -426,15 +463,24 @@ class PartitionLog:
     # ---------------------------------------------------------------- append
 
     def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int,
-                         now_ms: int) -> AppendInfo:
+                         now_ms: int, coordinator: bool = False,
+                         defer: bool = False) -> AppendInfo:
         """Validate every batch, assign offsets by patching headers, write once.
 
         Nothing is written unless every batch passes. A retried idempotent batch
-        is answered with its original offsets and not written again.
+        is answered with its original offsets and not written again. A
+        ``coordinator`` append (a transactional offset commit the group
+        coordinator writes with the producer's id) has its epoch checked, not
+        its sequence, as Kafka's coordinator-origin appends.
+
+        ``defer`` (group commit): a single batch on the common path is only
+        staged, and written with the others by ``commit()``, which must run
+        before the append is acknowledged. Anything that reads the log writes
+        staged batches first, so the log reads the same either way.
         """
-        fields = fast_single_batch(records)
+        fields = None if coordinator else fast_single_batch(records)
         if fields is not None:
-            info = self._append_single_as_leader(records, fields, leader_epoch, now_ms)
+            info = self._append_single_as_leader(records, fields, leader_epoch, now_ms, defer)
             if info is not None:
                 return info
         headers = check_batches(records)
@@ -454,7 +500,10 @@ class PartitionLog:
             raise RecordListTooLargeError(
                 f"{total} bytes of records exceed segment.bytes {self.config.segment_bytes}")
         state = self.producer_state
-        if state.producers or any(h.producer_id >= 0 for h in headers):
+        if coordinator:
+            for header in headers:
+                state.check_marker_epoch(header.producer_id, header.producer_epoch)
+        elif state.producers or any(h.producer_id >= 0 for h in headers):
             for header in headers:
                 if header.producer_id >= 0:
                     duplicate = state.find_duplicate(header)
@@ -479,6 +528,10 @@ class PartitionLog:
             offset = next_offset
         self._write(pieces, total, placed, headers, first_offset, offset - 1, max_timestamp,
                     num_records, now_ms, (leader_epoch,))
+        for header, (base, *_rest) in zip(headers, placed, strict=True):
+            if header.is_transactional:
+                self._track_transaction(records, header, header.position, base,
+                                        self.segments[-1].base_offset)
         # Positional: keyword construction of a NamedTuple costs twice as much.
         return AppendInfo(first_offset, offset - 1, max_timestamp,
                           -1 if append_time is None else now_ms, self._log_start_offset,
@@ -486,7 +539,7 @@ class PartitionLog:
 
     def _append_single_as_leader(self, records: bytes | bytearray | memoryview,
                                  fields: tuple[int, ...], leader_epoch: int,
-                                 now_ms: int) -> AppendInfo | None:
+                                 now_ms: int, defer: bool = False) -> AppendInfo | None:
         """The common case, one valid CreateTime batch that needs no roll, no new
         epoch entry and (if idempotent) is simply the next in sequence, without the
         general path's lists and loops. None, before any change, for anything else.
@@ -497,8 +550,10 @@ class PartitionLog:
                 or config.message_timestamp_type != CREATE_TIME
                 or leader_epoch != self.epoch_cache.latest_epoch):
             return None
-        (_, batch_length, _, _, _, _, last_offset_delta, _, max_timestamp, producer_id,
+        (_, batch_length, _, _, _, attributes, last_offset_delta, _, max_timestamp, producer_id,
          producer_epoch, base_sequence, records_count) = fields
+        if attributes & TRANSACTIONAL_BIT and producer_id not in self.txn_index.ongoing:
+            return None  # a transaction's first batch here: the general path opens it
         active = self.segments[-1]
         if active.size and (active.size + size > config.segment_bytes
                             or not active.rolls_on_batch_time
@@ -516,17 +571,53 @@ class PartitionLog:
                     or base_sequence != entry.batches[-1].last_seq + 1):
                 return None  # new producer, new epoch, duplicate or gap: general path
         head = HEAD_TO_MAGIC.pack(first_offset, batch_length, leader_epoch, 2)
+        if defer and active.on_staged_written is None:
+            active.on_staged_written = self._staged_written
         active.append_one(head, memoryview(records)[17:], size, first_offset, next_offset,
-                          max_timestamp)
+                          max_timestamp, defer)
         if entry is not None:
             entry.batches.append(BatchMetadata(
                 base_sequence, (base_sequence + last_offset_delta) & 0x7FFFFFFF, first_offset,
                 next_offset - 1, max_timestamp))
+            if defer:
+                self._staged_entries.append(entry)
         self._unflushed_messages += records_count
         if self._unflushed_messages >= config.flush_messages:
             self.flush(now_ms)
         return AppendInfo(first_offset, next_offset - 1, max_timestamp, -1,
                           self._log_start_offset, records_count, size)
+
+    def commit(self) -> StorageError | None:
+        """Write the batches staged by ``append_as_leader(defer=True)`` (one writev).
+
+        Returns the StorageError that lost them, here or in an earlier implicit
+        write (a read, a roll, a flush), after the log was put back as it was
+        before them: those appends must be answered as failed.
+        """
+        active = self.segments[-1] if self.segments else None
+        if active is not None and active.staged_bytes:
+            try:
+                active.write_staged()
+            except StorageError:
+                pass  # recorded by _staged_written
+        error, self._commit_error = self._commit_error, None
+        return error
+
+    @property
+    def staged_bytes(self) -> int:
+        return self.segments[-1].staged_bytes if self.segments else 0
+
+    def _staged_written(self, error: StorageError | None) -> None:
+        entries, self._staged_entries = self._staged_entries, []
+        if error is None:
+            return
+        for entry in reversed(entries):  # the staged batches' sequences were never written
+            if entry.batches:
+                entry.batches.pop()
+        if self._high_watermark > self.log_end_offset:
+            self._high_watermark = self.log_end_offset
+        self._hw_metadata = None
+        self._commit_error = error
 
     def append_as_follower(self, records: bytes | bytearray | memoryview,
                            now_ms: int) -> AppendInfo:
@@ -570,6 +661,10 @@ class PartitionLog:
         first_offset = headers[0].base_offset
         self._write([records], total, placed, headers, first_offset, expected - 1,
                     max_timestamp, num_records, now_ms, epochs)
+        for header in headers:
+            if header.is_transactional:
+                self._track_transaction(records, header, header.position, header.base_offset,
+                                        self.segments[-1].base_offset)
         return AppendInfo(first_offset, expected - 1, max_timestamp, -1,
                           self._log_start_offset, num_records, total)
 
@@ -588,7 +683,9 @@ class PartitionLog:
                     cache.assign(epoch, base)
         self.segments[-1].append(pieces, length, placed)
         for header, (base, _next, _pos, _size, max_ts) in zip(headers, placed, strict=True):
-            if header.producer_id >= 0:
+            if header.producer_id >= 0 and header.is_control:
+                self.producer_state.update_marker(header.producer_id, header.producer_epoch)
+            elif header.producer_id >= 0:
                 self.producer_state.update(header.producer_id, header.producer_epoch,
                                            BatchMetadata(header.base_sequence,
                                                          header.last_sequence, base,
@@ -597,6 +694,28 @@ class PartitionLog:
         self._unflushed_messages += num_records
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush(now_ms)
+
+    def append_control(self, producer_id: int, producer_epoch: int, commit: bool,
+                       coordinator_epoch: int, leader_epoch: int, now_ms: int) -> AppendInfo:
+        """Write a commit or abort marker (WriteTxnMarkers) for one producer.
+
+        A marker older than the producer's epoch is refused (INVALID_PRODUCER_EPOCH);
+        a marker for a producer with no open transaction here is written all the
+        same (a retried marker) and changes nothing.
+        """
+        self.producer_state.check_marker_epoch(producer_id, producer_epoch)
+        offset = self.log_end_offset
+        batch = bytearray(control_batch(producer_id, producer_epoch, commit, coordinator_epoch,
+                                        now_ms))
+        [header] = check_batches(batch)
+        head, rest = leader_header(memoryview(batch), header, offset, leader_epoch, None)
+        size = len(batch)
+        placed = [(offset, offset + 1, 0, size, header.max_timestamp)]
+        self._write([head, rest], size, placed, [header], offset, offset, header.max_timestamp,
+                    1, now_ms, (leader_epoch,))
+        self._track_transaction(batch, header, 0, offset, self.segments[-1].base_offset)
+        return AppendInfo(offset, offset, header.max_timestamp, -1, self._log_start_offset, 1,
+                          size)
 
     def _empty_append_info(self) -> AppendInfo:
         leo = self.log_end_offset
@@ -796,6 +915,9 @@ class PartitionLog:
         removed. Below the log start this becomes truncate_fully_and_start_at.
         """
         if offset >= self.log_end_offset:
+            # As Kafka: an epoch this node started as leader without appending to it
+            # (entry at the log end) would make it look diverged forever; drop it.
+            self.epoch_cache.truncate_from_end(self.log_end_offset)
             return False
         if offset < self._log_start_offset:
             self.truncate_fully_and_start_at(offset, now_ms)
@@ -804,6 +926,7 @@ class PartitionLog:
             gone = self.segments.pop()
             self._forget_indexes(gone)
             gone.delete()
+            self.txn_index.drop_segment(gone.base_offset)
             self._bases.pop()
         self._forget_indexes(self.segments[-1])
         self.segments[-1].truncate_to(offset)  # the active segment from now on
@@ -830,6 +953,7 @@ class PartitionLog:
         self._hw_metadata = None
         self.epoch_cache.clear()
         self.producer_state.clear()
+        self.txn_index.clear()
         delete_snapshots_after(self.dir, -1)
 
     def _replace_all_segments(self, offset: int, now_ms: int) -> None:
@@ -881,6 +1005,7 @@ class PartitionLog:
         for segment in self.segments[:deletable]:
             self._forget_indexes(segment)
             segment.delete()
+            self.txn_index.drop_segment(segment.base_offset)
         del self.segments[:deletable]
         del self._bases[:deletable]
         self._log_start_offset = max(self._log_start_offset, self.segments[0].base_offset)

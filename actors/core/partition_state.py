@@ -1,9 +1,24 @@
 """A partition's replica state on the node that hosts it: leader or follower.
 
 The log is the durable part; this adds who leads, the leader epoch, the ISR
-and the followers' log end offsets, and computes the high watermark as the
-minimum log end offset over the ISR. A single node is a leader whose ISR is
-itself; replication adds followers without changing this shape.
+and, on the leader, the followers' log end offsets (Kafka's Partition and
+its replica states):
+
+* the high watermark is the minimum log end offset over the ISR and never
+  goes back; a follower whose position is not known yet (no fetch at this
+  epoch) holds it where it is;
+* ISR changes are proposed, not made: while one is pending (KIP-497's
+  AlterPartition on its way to the controller) the high watermark is taken
+  over the larger of the two sets, so a shrink never acknowledges what a
+  dropped follower may not have; the committed ISR (what ``min.insync.replicas``
+  is checked against) changes only when the controller's answer comes;
+* a follower leaves the ISR when it has not caught up to the leader's log
+  end within ``replica.lag.time.max.ms``, and is proposed back once it reaches
+  the high watermark and the start of the current leader epoch;
+* a leader whose ISR write is refused as stale (leader epoch, partition
+  epoch) is fenced: it stops acting as leader until the next LeaderAndIsr.
+
+A single node is a leader whose ISR is itself. Time comes in as ``now_ms``.
 """
 
 from __future__ import annotations
@@ -12,12 +27,39 @@ from dataclasses import dataclass, field
 
 from actors.core.partition_log import PartitionLog
 from wire.broker_messages import PartitionStatus, SegmentPosition
+from wire.errors import ErrorCode
+
+UNKNOWN_OFFSET = -1
+# After a proposal that was not written (no controller, timed out), wait this long before
+# proposing again: expansions are checked on every follower fetch.
+PROPOSAL_RETRY_MS = 1000
+
+# Answers to an ISR proposal that mean this node must not go on leading at this epoch.
+FENCING_ERRORS = frozenset({
+    int(ErrorCode.FENCED_LEADER_EPOCH),
+    int(ErrorCode.INVALID_UPDATE_VERSION),
+    int(ErrorCode.NOT_LEADER_OR_FOLLOWER),
+    int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+})
 
 
 @dataclass
 class FollowerState:
-    log_end_offset: int = 0
+    """The leader's view of one follower (Kafka's ReplicaState)."""
+
+    log_end_offset: int = UNKNOWN_OFFSET
     last_caught_up_ms: int = 0
+    last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
+    last_fetch_ms: int = 0
+
+
+@dataclass(frozen=True)
+class IsrProposal:
+    """An ISR change the leader asks the controller for."""
+
+    leader_epoch: int
+    new_isr: tuple[int, ...]
+    partition_epoch: int
 
 
 @dataclass
@@ -30,6 +72,12 @@ class PartitionState:
     isr: set[int]
     min_insync_replicas: int
     followers: dict[int, FollowerState] = field(default_factory=dict)
+    partition_epoch: int = -1
+    lag_time_max_ms: int = 30000
+    pending: IsrProposal | None = None
+    fenced: bool = False
+    epoch_start_offset: int = 0
+    proposals_held_until_ms: int = 0
 
     @classmethod
     def leader_alone(cls, log: PartitionLog, broker_id: int, min_isr: int) -> PartitionState:
@@ -41,50 +89,82 @@ class PartitionState:
         return state
 
     @classmethod
-    def hosted(cls, log: PartitionLog, broker_id: int, min_isr: int) -> PartitionState:
+    def hosted(cls, log: PartitionLog, broker_id: int, min_isr: int,
+               lag_time_max_ms: int = 30000) -> PartitionState:
         """A replica the controller has not given a role yet (cluster mode): it leads nothing."""
-        return cls(log, broker_id, -1, -1, [], set(), min_isr)
+        return cls(log, broker_id, -1, -1, [], set(), min_isr, lag_time_max_ms=lag_time_max_ms)
 
-    def become_leader(self, leader_epoch: int, isr: list[int], replicas: list[int]) -> None:
+    # ------------------------------------------------------------ roles
+    def become_leader(self, leader_epoch: int, isr: list[int], replicas: list[int],
+                      partition_epoch: int = -1, now_ms: int = 0) -> None:
         """LeaderAndIsr made this node the leader at ``leader_epoch`` (Kafka's makeLeader).
 
-        The new epoch starts at the log end; followers' positions are forgotten
-        (they report them again with their next fetch).
+        The new epoch starts at the log end. Followers' positions are unknown
+        until they fetch at this epoch; the ISR members count as caught up now,
+        so none is dropped before it had ``replica.lag.time.max.ms`` to fetch.
         """
         self.leader_id = self.broker_id
         self.leader_epoch = leader_epoch
         self.isr = set(isr)
         self.replicas = list(replicas)
-        self.followers = {}
+        self.partition_epoch = partition_epoch
+        self.pending = None
+        self.fenced = False
+        self.proposals_held_until_ms = 0
+        self.followers = {r: FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
+                          for r in replicas if r != self.broker_id}
         if leader_epoch > self.log.latest_epoch:
             self.log.assign_epoch_start_offset(leader_epoch, self.log.log_end_offset)
+        self.epoch_start_offset = self._start_of(leader_epoch)
         self.maybe_increment_high_watermark()
 
-    def become_follower(self, leader: int, leader_epoch: int, isr: list[int],
-                        replicas: list[int]) -> None:
-        """LeaderAndIsr made ``leader`` (maybe none, -1) the leader: this node only holds its log.
+    def _start_of(self, epoch: int) -> int:
+        for entry_epoch, start in self.log.epoch_cache.entries:
+            if entry_epoch == epoch:
+                return start
+        return self.log.log_end_offset
 
-        Truncation by leader epoch and fetching from the leader are the
-        replication's (issue 15), started by the ReplicaManager's fetcher hook.
+    def become_follower(self, leader: int, leader_epoch: int, isr: list[int],
+                        replicas: list[int], partition_epoch: int = -1) -> None:
+        """LeaderAndIsr made ``leader`` (maybe none, -1) the leader.
+
+        The log is not touched here: the ReplicaFetcher's first fetch finds
+        any divergence from the new leader (KIP-320) and the shard truncates
+        then, never below the high watermark without it.
         """
         self.leader_id = leader
         self.leader_epoch = leader_epoch
         self.isr = set(isr)
         self.replicas = list(replicas)
+        self.partition_epoch = partition_epoch
         self.followers = {}
+        self.pending = None
+        self.fenced = False
 
     @property
     def is_leader(self) -> bool:
-        return self.leader_id == self.broker_id
+        return self.leader_id == self.broker_id and not self.fenced
 
     def has_enough_replicas(self) -> bool:
         return len(self.isr) >= self.min_insync_replicas
 
+    @property
+    def maximal_isr(self) -> set[int]:
+        """The ISR the high watermark is computed over: the larger one while a change is
+        pending (KIP-497)."""
+        if self.pending is None:
+            return self.isr
+        return self.isr | set(self.pending.new_isr)
+
+    # ------------------------------------------------------------ high watermark
     def maybe_increment_high_watermark(self) -> bool:
-        """HW = min LEO over the ISR; it never goes back."""
-        ends = [self.log.log_end_offset]
-        ends += [f.log_end_offset for r, f in self.followers.items() if r in self.isr]
-        new_hw = min(ends)
+        """HW = min LEO over the (maximal) ISR; it never goes back."""
+        new_hw = self.log.log_end_offset
+        for replica in self.maximal_isr:
+            if replica == self.broker_id:
+                continue
+            follower = self.followers.get(replica)
+            new_hw = min(new_hw, follower.log_end_offset if follower else UNKNOWN_OFFSET)
         if new_hw > self.log.high_watermark:
             self.log.update_high_watermark(new_hw)
             return True
@@ -94,21 +174,119 @@ class PartitionState:
         return self.maybe_increment_high_watermark()
 
     def on_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
-        """A follower's fetch at X acknowledges everything below X.
+        """A follower's fetch at X acknowledges everything below X (Kafka's
+        updateFollowerFetchState); True if the high watermark moved.
 
         Only an assigned replica counts: a fetch naming any other id must not
-        join the ISR (it would hold the high watermark back for good).
+        hold the high watermark or join the ISR.
         """
         if replica_id not in self.replicas or replica_id == self.broker_id:
             return False
         follower = self.followers.setdefault(replica_id, FollowerState())
+        leader_end = self.log.log_end_offset
+        if fetch_offset >= leader_end:
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, now_ms)
+        elif fetch_offset >= follower.last_fetch_leader_log_end_offset >= 0:
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, follower.last_fetch_ms)
+        follower.last_fetch_leader_log_end_offset = leader_end
+        follower.last_fetch_ms = now_ms
         follower.log_end_offset = fetch_offset
-        if fetch_offset >= self.log.log_end_offset:
-            follower.last_caught_up_ms = now_ms
-        if replica_id not in self.isr and fetch_offset >= self.log.high_watermark:
-            self.isr.add(replica_id)
         return self.maybe_increment_high_watermark()
 
+    # ------------------------------------------------------------ fetch checks
+    def check_fetch_epoch(self, current_leader_epoch: int) -> int:
+        """The error a fetch at ``current_leader_epoch`` gets (0: none); -1 is not checked."""
+        if not self.is_leader:
+            return int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
+            return int(ErrorCode.NONE)
+        if current_leader_epoch < self.leader_epoch:
+            return int(ErrorCode.FENCED_LEADER_EPOCH)
+        return int(ErrorCode.UNKNOWN_LEADER_EPOCH)
+
+    def diverging_epoch(self, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
+        """(epoch, end offset) when the follower's log diverges from this one (KIP-320):
+        the leader's end of the follower's last epoch is below the fetch offset, or the
+        leader never had that epoch. None when the fetch continues this log."""
+        if last_fetched_epoch < 0:
+            return None
+        epoch, end = self.log.end_offset_for_epoch(last_fetched_epoch)
+        if end < fetch_offset or epoch < last_fetched_epoch:
+            return epoch, end
+        return None
+
+    # ------------------------------------------------------------ ISR changes
+    def _may_propose(self, now_ms: int) -> bool:
+        return (self.is_leader and self.pending is None and self.partition_epoch >= 0
+                and now_ms >= self.proposals_held_until_ms)
+
+    def isr_expansion(self, replica_id: int, now_ms: int = 0) -> IsrProposal | None:
+        """The ISR with ``replica_id`` back in, if it has caught up (Kafka's isFollowerInSync):
+        its log end reached the high watermark and the start of this leader epoch."""
+        if (not self._may_propose(now_ms) or replica_id in self.isr
+                or replica_id not in self.replicas):
+            return None
+        follower = self.followers.get(replica_id)
+        if follower is None:
+            return None
+        end = follower.log_end_offset
+        if end < self.log.high_watermark or end < self.epoch_start_offset:
+            return None
+        return IsrProposal(self.leader_epoch, tuple(sorted(self.isr | {replica_id})),
+                           self.partition_epoch)
+
+    def out_of_sync(self, now_ms: int) -> set[int]:
+        """ISR followers that have not caught up within ``replica.lag.time.max.ms``."""
+        out = set()
+        for replica in self.isr:
+            if replica == self.broker_id:
+                continue
+            follower = self.followers.get(replica)
+            caught_up = follower.last_caught_up_ms if follower else 0
+            if now_ms - caught_up > self.lag_time_max_ms:
+                out.add(replica)
+        return out
+
+    def isr_shrink(self, now_ms: int) -> IsrProposal | None:
+        """The ISR without its lagging followers (never without the leader)."""
+        if not self._may_propose(now_ms):
+            return None
+        out = self.out_of_sync(now_ms)
+        if not out:
+            return None
+        return IsrProposal(self.leader_epoch, tuple(sorted(self.isr - out)), self.partition_epoch)
+
+    def propose(self, proposal: IsrProposal) -> None:
+        """The proposal is on its way: the high watermark counts the larger set meanwhile."""
+        self.pending = proposal
+
+    def on_isr_result(self, proposed_leader_epoch: int, proposed_partition_epoch: int,
+                      error_code: int, isr: list[int], partition_epoch: int,
+                      now_ms: int = 0) -> str:
+        """Apply the controller's answer to the pending proposal.
+
+        Returns what happened: "stale" (not the pending proposal: ignored),
+        "applied", "fenced" (refused as stale: stop leading until the next
+        LeaderAndIsr) or "retry" (not written, e.g. no controller: proposed
+        again at the next check).
+        """
+        pending = self.pending
+        if (pending is None or pending.leader_epoch != proposed_leader_epoch
+                or pending.partition_epoch != proposed_partition_epoch):
+            return "stale"
+        self.pending = None
+        if error_code == int(ErrorCode.NONE):
+            self.isr = set(isr)
+            self.partition_epoch = partition_epoch
+            self.maybe_increment_high_watermark()
+            return "applied"
+        if error_code in FENCING_ERRORS:
+            self.fenced = True
+            return "fenced"
+        self.proposals_held_until_ms = now_ms + PROPOSAL_RETRY_MS
+        return "retry"
+
+    # ------------------------------------------------------------ status
     def status(self) -> PartitionStatus:
         """What a waiting produce or fetch needs to know (PartitionChanged carries it)."""
         log = self.log

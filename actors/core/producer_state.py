@@ -90,6 +90,9 @@ class ProducerStateManager:
 
     def __init__(self) -> None:
         self.producers: dict[int, ProducerStateEntry] = {}
+        # producer id -> first offset of its open transaction (the partition's
+        # TransactionIndex shares this dict; snapshots carry it)
+        self.ongoing_txns: dict[int, int] = {}
 
     def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
         entry = self.producers.get(header.producer_id)
@@ -141,8 +144,24 @@ class ProducerStateManager:
             self.producers[producer_id] = entry
         entry.batches.append(meta)
 
+    def update_marker(self, producer_id: int, producer_epoch: int) -> None:
+        """A commit/abort marker: it may carry a newer epoch (a fenced producer), never a
+        sequence, so the cached batches stay for retries of the same epoch."""
+        entry = self.producers.get(producer_id)
+        if entry is None or entry.producer_epoch < producer_epoch:
+            self.producers[producer_id] = ProducerStateEntry(producer_id, producer_epoch)
+
+    def check_marker_epoch(self, producer_id: int, producer_epoch: int) -> None:
+        entry = self.producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"marker for producer {producer_id} has epoch {producer_epoch}, older than the "
+                f"current epoch {entry.producer_epoch}")
+
     def update_from_header(self, header: BatchHeader, first_offset: int) -> None:
-        if header.has_producer_id:
+        if header.has_producer_id and header.is_control:
+            self.update_marker(header.producer_id, header.producer_epoch)
+        elif header.has_producer_id:
             self.update(header.producer_id, header.producer_epoch, BatchMetadata(
                 header.base_sequence, header.last_sequence, first_offset,
                 first_offset + header.last_offset_delta, header.max_timestamp))
@@ -154,11 +173,12 @@ class ProducerStateManager:
 
     def clear(self) -> None:
         self.producers.clear()
+        self.ongoing_txns.clear()
 
     # -- snapshots --------------------------------------------------------
 
     def to_json(self) -> bytes:
-        data = {
+        data: dict[str, dict[str, object]] = {
             str(pid): {
                 "epoch": e.producer_epoch,
                 "batches": [[m.first_seq, m.last_seq, m.first_offset, m.last_offset,
@@ -166,6 +186,8 @@ class ProducerStateManager:
             }
             for pid, e in self.producers.items()
         }
+        for pid, first in self.ongoing_txns.items():
+            data.setdefault(str(pid), {"epoch": -1, "batches": []})["txn"] = first
         return json.dumps(data, separators=(",", ":")).encode()
 
     @classmethod
@@ -173,6 +195,10 @@ class ProducerStateManager:
         manager = cls()
         for pid_text, value in json.loads(raw).items():
             pid = int(pid_text)
+            if "txn" in value:
+                manager.ongoing_txns[pid] = int(value["txn"])
+            if not value["batches"] and int(value["epoch"]) >= 0:
+                manager.update_marker(pid, int(value["epoch"]))
             for first_seq, last_seq, first_offset, last_offset, ts in value["batches"]:
                 manager.update(pid, int(value["epoch"]),
                                BatchMetadata(first_seq, last_seq, first_offset, last_offset, ts))

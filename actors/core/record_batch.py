@@ -208,8 +208,9 @@ def fast_single_batch(records: bytes | bytearray | memoryview) -> tuple[int, ...
     #  base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count)
     if (fields[1] + LOG_OVERHEAD == len(records) and fields[3] == CURRENT_MAGIC
             and fields[12] == fields[6] + 1 > 0
-            and not fields[5] & (CONTROL_BIT | TRANSACTIONAL_BIT)
+            and not fields[5] & CONTROL_BIT
             and (fields[9] < 0 or fields[11] >= 0)
+            and (fields[9] >= 0 or not fields[5] & TRANSACTIONAL_BIT)
             and crc32c.crc32c(memoryview(records)[CRC_START:]) == fields[4]):
         return fields
     return None

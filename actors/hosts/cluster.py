@@ -38,7 +38,7 @@ from actors.hosts.launch import (
     zookeeper_process,
 )
 from actors.hosts.netns import NetnsError, TestHost
-from actors.hosts.node_config import NodePlan, cluster_mode_available
+from actors.hosts.node_config import NodePlan, cluster_mode_available, replication_available
 from actors.hosts.probe import ProbeError, api_versions, metadata
 from actors.hosts.runner import (
     HostError,
@@ -49,7 +49,7 @@ from actors.hosts.runner import (
     runner_for,
 )
 from actors.hosts.spec import ClusterSpec, HostSpec
-from actors.metadata.zk_server import ZOOKEEPER_JAR, four_letter_word
+from actors.metadata.zk_server import ZOOKEEPER_JAR, Peer, four_letter_word
 
 STATE_FILE = "state.json"
 Say = Callable[[str], None]
@@ -67,6 +67,23 @@ def open_store(connect: str) -> Iterator[Any]:
         yield store
     finally:
         store.close()
+
+
+def zookeeper_mode(zk: ZooKeeperProcess) -> str:
+    """'standalone', 'leader', 'follower', or '' when the server does not serve."""
+    srvr = four_letter_word(zk.host.address, zk.port, "srvr", timeout_s=1.0)
+    return next((line.split(":", 1)[1].strip() for line in srvr.splitlines()
+                 if line.startswith("Mode:")), "")
+
+
+def partition_under_replicated(state: dict[str, Any]) -> bool:
+    """Fewer in-sync replicas than replicas (a status partition entry)."""
+    return len(set(state["isr"]) & set(state["replicas"])) < len(state["replicas"])
+
+
+def describe_partition(state: dict[str, Any]) -> str:
+    return (f"{state['topic']}-{state['partition']}: leader {state['leader']}, "
+            f"isr {state['isr']}, replicas {state['replicas']}")
 
 
 class ClusterError(RuntimeError):
@@ -116,6 +133,7 @@ class Cluster:
         self.runners: dict[str, Runner] = {
             name: runner_for(host, spec.state_dir) for name, host in spec.hosts.items()}
         self.plans = {i: NodePlan.of(spec, i) for i in sorted(spec.nodes)}
+        self.versions: dict[str, str] = {}  # host -> the actorlog version it runs
 
     def close(self) -> None:
         for runner in self.runners.values():
@@ -127,8 +145,14 @@ class Cluster:
         return node_process(self.runners[plan.host.name], plan)
 
     def zookeepers(self) -> list[ZooKeeperProcess]:
-        return [zookeeper_process(self.runners[h], self.spec.zookeeper.port)
-                for h in self.spec.zookeeper.hosts]
+        """The servers `up` starts: one standalone, or the members of an ensemble (ids 1..n)."""
+        zk = self.spec.zookeeper
+        if not zk.ensemble:
+            return [zookeeper_process(self.runners[h], zk.port) for h in zk.hosts]
+        peers = [Peer(i, self.spec.hosts[h].address, zk.port, zk.quorum_port, zk.election_port)
+                 for i, h in enumerate(zk.hosts, start=1)]
+        return [zookeeper_process(self.runners[h], zk.port, i, peers)
+                for i, h in enumerate(zk.hosts, start=1)]
 
     def test_host(self, host: HostSpec) -> TestHost:
         return TestHost(host.netns, host.address)
@@ -171,7 +195,7 @@ class Cluster:
             # netns hosts share this machine's files: check there before they exist
             runner = self.runners[name] if host.via == "ssh" else LocalRunner(host)
             try:
-                check_version(runner)
+                self.versions[name] = check_version(runner)
                 if name in self.spec.zookeeper.hosts:
                     found = runner.run(["test", "-e", str(ZOOKEEPER_JAR)], check=False)
                     if found.returncode != 0:
@@ -196,8 +220,11 @@ class Cluster:
         try:
             self.preflight()
             self.make_hosts(state, made)
-            for zk in self.zookeepers():
-                self.start_zookeeper(zk, started, timeout_s)
+            zookeepers = self.zookeepers()
+            for zk in zookeepers:  # all first: a member of an ensemble serves with a quorum
+                self.start_zookeeper(zk, started)
+            for zk in zookeepers:
+                self.wait_zookeeper(zk, timeout_s)
             if not cluster_mode_available():
                 self.say("note: this actorlog's nodes do not join a cluster yet "
                          "(no zookeeper.connect): each node runs as an independent broker")
@@ -236,9 +263,8 @@ class Cluster:
             self.say(f"host {host.name}: made network namespace {host.netns} "
                      f"({host.address}, link {netns.veth_name(host.address)})")
 
-    def start_zookeeper(self, zk: ZooKeeperProcess, started: list[ManagedProcess],
-                        timeout_s: float) -> None:
-        where = f"ZooKeeper on {zk.host.name} ({zk.host.address}:{zk.port})"
+    def start_zookeeper(self, zk: ZooKeeperProcess, started: list[ManagedProcess]) -> None:
+        where = f"{zk.label} on {zk.host.name} ({zk.host.address}:{zk.port})"
         running = zk.info()
         if running is not None:
             self.say(f"{where}: already running, pid {running.pid}")
@@ -247,6 +273,9 @@ class Cluster:
             pid = zk.start()
             started.append(zk)
             self.say(f"{where}: started, pid {pid}")
+
+    def wait_zookeeper(self, zk: ZooKeeperProcess, timeout_s: float) -> None:
+        where = f"{zk.label} on {zk.host.name} ({zk.host.address}:{zk.port})"
         deadline = time.monotonic() + timeout_s
         while "Mode:" not in four_letter_word(zk.host.address, zk.port, "srvr"):
             if zk.info() is None:
@@ -254,7 +283,8 @@ class Cluster:
             if time.monotonic() > deadline:
                 raise zk.start_error(f"did not serve within {timeout_s:g} s")
             time.sleep(0.2)
-        self.say(f"{where}: serving")
+        mode = zookeeper_mode(zk)
+        self.say(f"{where}: serving" + (f" ({mode})" if self.spec.zookeeper.ensemble else ""))
 
     def start_node(self, node_id: int, started: list[ManagedProcess]) -> None:
         plan = self.plans[node_id]
@@ -265,6 +295,10 @@ class Cluster:
             self.say(f"{where}: already running, pid {running.pid}")
             return
         write_node_config(proc.runner, plan)
+        version = self.versions.get(plan.host.name)
+        if version is None:
+            version = self.versions[plan.host.name] = check_version(proc.runner)
+        proc.runner.write_file(plan.version_path, version + "\n")
         pid = proc.start()
         started.append(proc)
         self.say(f"{where}: started, pid {pid} (config {plan.config_path})")
@@ -342,7 +376,7 @@ class Cluster:
                 problems.append(str(exc))
         for zk in self.zookeepers():
             try:
-                self.say(f"ZooKeeper on {zk.host.name}: {zk.stop(self.stop_timeout_s)}")
+                self.say(f"{zk.label} on {zk.host.name}: {zk.stop(self.stop_timeout_s)}")
             except HostError as exc:
                 problems.append(str(exc))
         state = ClusterState.load(self.state_path)
@@ -376,26 +410,40 @@ class Cluster:
     def store(self) -> AbstractContextManager[Any]:
         return open_store(self.spec.connect_string())
 
-    def status(self) -> dict[str, Any]:
-        """The cluster as far as it can be reached from here (see `cluster status --json`)."""
+    def status(self, topics: bool = False, groups: bool = True) -> dict[str, Any]:
+        """The cluster as far as it can be reached from here (see `cluster status --json`).
+
+        Registration, the controller, its epoch and every partition's leader and
+        ISR come from ZooKeeper (what the controller wrote); when ZooKeeper cannot
+        be read, partitions come from the nodes' Metadata answers instead.
+        """
         nodes = []
         partitions: dict[tuple[str, int], Any] = {}
+        answering: list[str] = []
         for node_id, plan in self.plans.items():
             entry: dict[str, Any] = {"id": node_id, "host": plan.host.name,
                                      "listener": plan.client_address, "alive": False,
                                      "pid": None, "paused": False, "uptime_s": None,
-                                     "answers": False, "error": None}
+                                     "version": None, "answers": False, "registered": False,
+                                     "leaderships": 0, "error": None}
+            missing = self.missing_host(plan.host)
+            if missing:  # nothing to ask, and its address leads nowhere it should
+                entry["error"] = missing
+                nodes.append(entry)
+                continue
+            proc = self.node(node_id)
             try:
-                info = self.node(node_id).info()
+                info = proc.info()
             except HostError as exc:
                 info = None
                 entry["error"] = str(exc)
             if info is not None:
                 entry.update(alive=True, pid=info.pid, paused=info.paused,
-                             uptime_s=info.elapsed_s)
+                             uptime_s=info.elapsed_s, version=self.started_version(node_id))
             try:
                 found = metadata(plan.client_address, self.probe_timeout_s)
                 entry["answers"] = True
+                answering.append(plan.client_address)
                 for p in found.partitions:
                     # a partition as its leader reports it
                     if p.leader == node_id or (p.topic, p.partition) not in partitions:
@@ -404,72 +452,158 @@ class Cluster:
                 entry["error"] = entry["error"] or str(exc)
             nodes.append(entry)
         zk = self.zookeeper_status()
-        if zk.get("partitions") is not None:
-            under, offline, count = zk.pop("partitions")
+        states = zk.pop("partition_states")
+        if states is not None:
             source = "zookeeper"
         else:
-            zk.pop("partitions", None)
-            under = sum(p.under_replicated for p in partitions.values())
-            offline = sum(p.offline for p in partitions.values())
-            count, source = len(partitions), "metadata"
+            source = "metadata"
+            states = [{"topic": p.topic, "partition": p.partition, "leader": p.leader,
+                       "leader_epoch": None, "isr": list(p.isr), "replicas": list(p.replicas)}
+                      for p in sorted(partitions.values(),
+                                      key=lambda p: (p.topic, p.partition))]
+        registered = set(zk.get("registered") or [])
+        leads: dict[int, int] = {}
+        for st in states:
+            leads[st["leader"]] = leads.get(st["leader"], 0) + 1
+        for entry in nodes:
+            entry["registered"] = entry["id"] in registered
+            entry["leaderships"] = leads.get(entry["id"], 0)
+        under = sum(1 for st in states if partition_under_replicated(st))
+        offline = sum(1 for st in states if st["leader"] < 0)
         state = ClusterState.load(self.state_path)
-        return {
+        out: dict[str, Any] = {
             "cluster": self.spec.name,
             "controller": zk.get("controller"),
+            "controller_epoch": zk.get("controller_epoch"),
+            "live_nodes": sorted(registered),
             "nodes": nodes,
             "under_replicated_partitions": under,
             "offline_partitions": offline,
-            "partitions": count,
+            "partitions": len(states),
             "partitions_source": source,
             "joins_cluster": cluster_mode_available(),
             "zookeeper": zk,
             "faults": {"isolated": sorted(state.isolated), "netem": state.netem},
             "bootstrap_servers": self.bootstrap_servers(),
         }
+        out["healthy"] = (
+            all(n["alive"] and not n["paused"] and n["answers"] for n in nodes)
+            and under == 0 and offline == 0 and zk["error"] is None
+            and (not cluster_mode_available()
+                 or (out["controller"] is not None and registered >= set(self.plans))))
+        if topics:
+            out["topics"] = states
+        if groups:
+            out["groups"], out["groups_error"] = self.groups_status(answering)
+        return out
+
+    def groups_status(self, bootstrap: list[str]) -> tuple[list[dict[str, Any]], str | None]:
+        """Consumer groups with their state, members and total lag, through the Kafka API."""
+        if not bootstrap:
+            return [], "no node answers"
+        from kafka import KafkaAdminClient
+
+        from actors.cli.groups import describe_group
+
+        timeout_ms = max(1000, int(self.probe_timeout_s * 2500))
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=",".join(bootstrap),
+                                     client_id="actorlog-cluster-status",
+                                     request_timeout_ms=timeout_ms,
+                                     bootstrap_timeout_ms=timeout_ms)
+        except Exception as exc:  # the status reports it, whatever the client raised
+            return [], f"{type(exc).__name__}: {exc}"
+        try:
+            found = []
+            for listed in sorted(admin.list_groups(), key=lambda g: g["group_id"]):
+                group = describe_group(admin, listed["group_id"])
+                lags = [o["lag"] for o in group["offsets"] if o["lag"] is not None]
+                found.append({"group": group["group"], "state": group["state"],
+                              "members": len(group["members"]),
+                              "lag": sum(lags) if lags else None,
+                              "partitions": len(group["offsets"])})
+            return found, None
+        except Exception as exc:  # the status reports it, whatever the client raised
+            return [], f"{type(exc).__name__}: {exc}"
+        finally:
+            admin.close()
+
+    def started_version(self, node_id: int) -> str | None:
+        """The actorlog version `cluster up` found on the node's host when it started it."""
+        plan = self.plans[node_id]
+        try:
+            text = self.runners[plan.host.name].read_tail(plan.version_path, 1).strip()
+        except HostError:
+            return None
+        return text or None
+
+    def missing_host(self, host: HostSpec) -> str | None:
+        """Why a netns host cannot be asked anything (its namespace does not exist), or None."""
+        if host.via == "netns" and host.netns not in self.namespaces():
+            return f"host {host.name} (network namespace {host.netns}) does not exist"
+        return None
+
+    def namespaces(self) -> set[str]:
+        return netns.namespaces() if netns.unavailable_reason() is None else set()
 
     def zookeeper_status(self) -> dict[str, Any]:
         servers = []
+        missing = [m for m in (self.missing_host(self.spec.hosts[h])
+                               for h in self.spec.zookeeper.hosts) if m]
         for zk in self.zookeepers():
-            srvr = four_letter_word(zk.host.address, zk.port, "srvr", timeout_s=1.0)
-            mode = next((line.split(":", 1)[1].strip() for line in srvr.splitlines()
-                         if line.startswith("Mode:")), "")
+            mode = "" if missing else zookeeper_mode(zk)
             servers.append({"host": zk.host.name, "address": f"{zk.host.address}:{zk.port}",
                             "serving": bool(mode), "mode": mode or None})
         out: dict[str, Any] = {"connect": self.spec.connect_string(), "servers": servers,
-                               "registered": None, "controller": None, "error": None,
-                               "partitions": None}
+                               "registered": None, "controller": None,
+                               "controller_epoch": None, "error": None,
+                               "partition_states": None}
+        if missing:
+            out["error"] = "; ".join(missing)
+            return out
         try:
             with self.store() as store:
                 out["registered"] = sorted(store.get_brokers())
                 out["controller"] = store.get_controller()
+                out["controller_epoch"] = store.get_controller_epoch()
+                states: list[dict[str, Any]] = []
                 topics = store.get_topics()
                 if topics:
                     assignments = store.get_topic_assignments(topics)
                     tps = [TopicPartition(t, p) for t, a in assignments.items()
                            for p in a.partitions]
-                    states = store.get_partition_states(tps)
-                    under = offline = 0
-                    for tp, st in states.items():
-                        replicas = assignments[tp.topic].partitions[tp.partition]
-                        if st is None or st.leader < 0:
-                            offline += 1
-                        if st is None or len(st.isr) < len(replicas):
-                            under += 1
-                    out["partitions"] = (under, offline, len(tps))
+                    found = store.get_partition_states(tps)
+                    for tp in sorted(tps, key=lambda tp: (tp.topic, tp.partition)):
+                        st = found.get(tp)
+                        states.append({
+                            "topic": tp.topic, "partition": tp.partition,
+                            "leader": st.leader if st is not None else -1,
+                            "leader_epoch": st.leader_epoch if st is not None else None,
+                            "isr": list(st.isr) if st is not None else [],
+                            "replicas": list(assignments[tp.topic].partitions[tp.partition]),
+                        })
+                out["partition_states"] = states
         except Exception as exc:  # any failure of the store is reported, not raised
             out["error"] = f"{type(exc).__name__}: {exc}"
         return out
 
     # ------------------------------------------------------------ restart
     def restart(self, node_ids: list[int], rolling: bool, timeout_s: float = 90.0) -> None:
-        """Stop and start nodes; rolling: one at a time, each answering before the next."""
+        """Stop and start nodes.
+
+        Rolling: one at a time; before a node stops, every partition must have
+        its full ISR (so stopping it takes no partition's last in-sync copy), and
+        the node must answer and be registered again before the next one goes.
+        """
         ids = self.spec.node_ids(node_ids)
         if rolling:
             for node_id in ids:
+                self.wait_in_sync(timeout_s)
                 self.stop_node(node_id)
                 self.start_node(node_id, [])
                 self.wait_answering(node_id, timeout_s)
-                self.wait_in_sync(timeout_s)
+                self.wait_rejoined(node_id, timeout_s)
+            self.wait_in_sync(timeout_s)
         else:
             for node_id in ids:
                 self.stop_node(node_id)
@@ -477,23 +611,61 @@ class Cluster:
                 self.start_node(node_id, [])
             for node_id in ids:
                 self.wait_answering(node_id, timeout_s)
+            for node_id in ids:
+                self.wait_rejoined(node_id, timeout_s)
 
     def stop_node(self, node_id: int) -> None:
         proc = self.node(node_id)
         self.say(f"node {node_id} on {proc.host.name}: {proc.stop(self.stop_timeout_s)}")
 
-    def wait_in_sync(self, timeout_s: float) -> None:
-        """Once nodes replicate: until no partition is under-replicated (ZooKeeper's states)."""
+    def wait_rejoined(self, node_id: int, timeout_s: float) -> None:
+        """Until the node is registered in ZooKeeper again and a controller is elected."""
         if not cluster_mode_available():
             return
         deadline = time.monotonic() + timeout_s
+        with self.store() as store:
+            while True:
+                registered = node_id in store.get_brokers()
+                controller = store.get_controller()
+                if registered and controller is not None:
+                    self.say(f"node {node_id}: registered again; controller: node {controller}")
+                    return
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"node {node_id} did not register in ZooKeeper again "
+                                       f"within {timeout_s:g} s (controller: {controller})")
+                time.sleep(0.2)
+
+    def wait_in_sync(self, timeout_s: float) -> None:
+        """Until no partition is offline or under-replicated (ZooKeeper's states).
+
+        Nodes that do not replicate (before issue 15) never add a restarted
+        replica back to an ISR; then this waits only for every partition to
+        have a leader, and says how many stay under-replicated.
+        """
+        if not cluster_mode_available():
+            return
+        replicates = replication_available()
+        deadline = time.monotonic() + timeout_s
         while True:
-            parts = self.zookeeper_status().get("partitions")
-            if parts is None or parts[0] == 0:
-                return
+            zk = self.zookeeper_status()
+            states = zk["partition_states"]
+            if states is not None:
+                under = [st for st in states if partition_under_replicated(st)]
+                offline = [st for st in states if st["leader"] < 0]
+                if not offline and (not under or not replicates):
+                    if under:
+                        self.say(f"{len(under)} partition(s) under-replicated; these nodes do "
+                                 "not replicate, so their ISR cannot grow back: not waiting "
+                                 "for it")
+                    else:
+                        self.say(f"all {len(states)} partition(s) have a leader and a full ISR")
+                    return
             if time.monotonic() > deadline:
-                raise ClusterError(f"{parts[0]} partition(s) still under-replicated after "
-                                   f"{timeout_s:g} s")
+                raise ClusterError(
+                    f"within {timeout_s:g} s the partitions did not all get a full ISR"
+                    + (f" (ZooKeeper: {zk['error']})" if states is None else
+                       f" ({len(under)} under-replicated, {len(offline)} offline, e.g. "
+                       f"{describe_partition((under + offline)[0])})"))
             time.sleep(0.5)
 
     # -------------------------------------------------------------- faults

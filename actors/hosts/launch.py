@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from actors.hosts.node_config import NodePlan
 from actors.hosts.runner import HostError, ProcessInfo, Runner, actorlog_command, python_command
 from actors.hosts.spec import HostSpec
+from actors.metadata.zk_server import Peer
 
 STOP_TIMEOUT_S = 30.0
 ZOOKEEPER_DIR = "zookeeper"
@@ -137,8 +139,9 @@ class ZooKeeperProcess(ManagedProcess):
         return self.cwd
 
     def server_pid(self) -> int | None:
-        """The JVM's pid, as the wrapper logged it ("ZooKeeper serving on ... (pid N)")."""
-        found = re.findall(r"ZooKeeper serving on \S+ \(pid (\d+)\)", self.log_tail(200))
+        """The JVM's pid, as the wrapper logged it ("ZooKeeper started (pid N)")."""
+        found = re.findall(r"ZooKeeper (?:started|serving on \S+) \(pid (\d+)\)",
+                           self.log_tail(200))
         return int(found[-1]) if found else None
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> str:
@@ -153,12 +156,22 @@ class ZooKeeperProcess(ManagedProcess):
         return outcome
 
 
-def zookeeper_process(runner: Runner, port: int) -> ZooKeeperProcess:
+def zookeeper_process(runner: Runner, port: int, server_id: int = 0,
+                      peers: Sequence[Peer] = (), serve_timeout_s: float = 120.0
+                      ) -> ZooKeeperProcess:
+    """The wrapper for a standalone server, or for member ``server_id`` of ``peers``."""
     host = runner.host
-    directory = str(PurePosixPath(host.data_dir) / ZOOKEEPER_DIR)
+    name = f"{ZOOKEEPER_DIR}-{server_id}" if peers else ZOOKEEPER_DIR
+    directory = str(PurePosixPath(host.data_dir) / name)
     command = [python_command(host), "-m", "actors.metadata.zk_server", "--dir", directory,
                "--host", host.address, "--port", str(port)]
-    return ZooKeeperProcess(runner, "ZooKeeper", command, directory,
+    if peers:
+        command += ["--server-id", str(server_id), "--serve-timeout", f"{serve_timeout_s:g}"]
+        for p in peers:
+            command += ["--peer", f"{p.server_id}={p.host}:{p.client_port}:{p.quorum_port}:"
+                                  f"{p.election_port}"]
+    label = f"ZooKeeper {server_id}" if peers else "ZooKeeper"
+    return ZooKeeperProcess(runner, label, command, directory,
                             str(PurePosixPath(directory) / "zk_server.out"),
                             str(PurePosixPath(directory) / "zk_server.pid"),
                             f"--dir {directory}", port)

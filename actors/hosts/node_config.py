@@ -26,12 +26,21 @@ from actors.runtime.config import SPEC as CONFIG_SPEC
 CONFIG_FILE = "node.toml"
 LOG_FILE = "serve.log"
 PID_FILE = "serve.pid"
+VERSION_FILE = "serve.version"
 CLUSTER_KEY = "zookeeper.connect"
 
 
 def cluster_mode_available() -> bool:
     """True once `actorlog serve` knows ``zookeeper.connect`` (nodes join a cluster)."""
     return CLUSTER_KEY in CONFIG_SPEC
+
+
+def replication_available() -> bool:
+    """True once nodes replicate (issue 15): a restarted replica can rejoin an ISR."""
+    from actors.runtime import config
+
+    return ("replica.lag.time.max.ms" in CONFIG_SPEC
+            and "replica.lag.time.max.ms" not in getattr(config, "RESERVED", {}))
 
 
 def parse_listener(value: str) -> tuple[str, int]:
@@ -109,6 +118,10 @@ class NodePlan:
     @property
     def log_path(self) -> str:
         return str(PurePosixPath(self.data_dir) / LOG_FILE)
+
+    @property
+    def version_path(self) -> str:
+        return str(PurePosixPath(self.data_dir) / VERSION_FILE)
 
     @property
     def pid_path(self) -> str:

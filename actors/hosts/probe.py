@@ -12,6 +12,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
+from kafka.errors import KafkaError
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.parser import KafkaProtocol
 
@@ -59,7 +60,11 @@ def _call(address: str, request: Any, timeout_s: float) -> Any:
                 data = sock.recv(1 << 20)
                 if not data:
                     raise ProbeError(f"{address} closed the connection")
-                responses = protocol.receive_bytes(data)
+                try:
+                    responses = protocol.receive_bytes(data)
+                except KafkaError as exc:  # something else listens there (HTTP, say)
+                    raise ProbeError(f"{address} does not speak the Kafka protocol "
+                                     f"({type(exc).__name__})") from None
                 if responses:
                     return responses[0][1]
     except TimeoutError:

@@ -12,7 +12,8 @@
     address = "10.0.0.12"
     user = "root"             # ssh: user, port, identity_file, known_hosts, control_master
     [zookeeper]
-    hosts = ["h1"]            # the server `cluster up` starts; or connect = "host:port,..."
+    hosts = ["h1"]            # servers `cluster up` starts (several: an ensemble, ids 1..n
+                              # in this order); or connect = "host:port,..." of a running one
     [nodes.1]
     host = "h1"
     [nodes.1.config]          # Kafka keys for this node
@@ -46,6 +47,8 @@ TEST_NETWORK = ipaddress.ip_network("198.18.0.0/24")
 BRIDGE_ADDRESS = ipaddress.ip_address("198.18.0.1")
 DEFAULT_LISTENER_PORT = 9092
 DEFAULT_ZOOKEEPER_PORT = 2181
+DEFAULT_QUORUM_PORT = 2888
+DEFAULT_ELECTION_PORT = 3888
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 NETNS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -55,7 +58,7 @@ CLUSTER_KEYS = ("name", "state_dir", "data_dir")
 HOST_KEYS = ("via", "address", "user", "port", "identity_file", "known_hosts",
              "control_master", "netns", "data_dir", "actorlog", "python")
 SSH_ONLY_KEYS = ("user", "port", "identity_file", "known_hosts", "control_master")
-ZOOKEEPER_KEYS = ("hosts", "connect", "port")
+ZOOKEEPER_KEYS = ("hosts", "connect", "port", "quorum_port", "election_port")
 NODE_KEYS = ("host", "config")
 # Keys a node's config gets from the spec itself, never from [config].
 SPEC_OWNED_KEYS = {
@@ -102,11 +105,21 @@ class HostSpec:
 
 @dataclass(frozen=True)
 class ZooKeeperSpec:
-    """Either servers `cluster up` starts (``hosts``, on ``port``) or an ensemble to use."""
+    """Either servers `cluster up` starts (``hosts``, on ``port``) or an ensemble to use.
+
+    More than one host makes an ensemble: server ids 1..n in the order of
+    ``hosts``, talking to each other on ``quorum_port`` and ``election_port``.
+    """
 
     hosts: tuple[str, ...] = ()
     port: int = DEFAULT_ZOOKEEPER_PORT
     connect: str | None = None
+    quorum_port: int = DEFAULT_QUORUM_PORT
+    election_port: int = DEFAULT_ELECTION_PORT
+
+    @property
+    def ensemble(self) -> bool:
+        return len(self.hosts) > 1
 
 
 @dataclass(frozen=True)
@@ -345,9 +358,19 @@ class _Checker:
                          "connect = \"host:port[,host:port...][/chroot]\"")
         if connect:
             self.connect_string(where, connect)
-        if len(names) > 1:
-            self.problem(where, f"hosts names {len(names)} servers; `cluster up` starts one "
-                         "standalone server (give one host, or connect to an ensemble)")
+        twice = sorted({h for h in names if names.count(h) > 1})
+        if twice:
+            self.problem(where, f"hosts names {', '.join(twice)} more than once (one server "
+                         "per host)")
+        quorum = self.port(where, table, "quorum_port", DEFAULT_QUORUM_PORT)
+        election = self.port(where, table, "election_port", DEFAULT_ELECTION_PORT)
+        for key in ("quorum_port", "election_port"):
+            if key in table and len(names) < 2:
+                self.problem(where, f"{key} applies to an ensemble (two or more hosts) that "
+                             "`cluster up` starts")
+        if len({port, quorum, election}) < 3:
+            self.problem(where, f"port {port}, quorum_port {quorum} and election_port "
+                         f"{election} must differ")
         for h in names:
             if h not in hosts:
                 self.problem(where, f"host {h!r} is not a host of this spec"
@@ -355,7 +378,7 @@ class _Checker:
         if "port" in table and connect:
             self.problem(where, "port applies to the server `cluster up` starts (hosts), "
                          "not to connect")
-        return ZooKeeperSpec(tuple(names), port, connect)
+        return ZooKeeperSpec(tuple(names), port, connect, quorum, election)
 
     def connect_string(self, where: str, connect: str) -> None:
         servers, _, chroot = connect.partition("/")
@@ -419,8 +442,17 @@ class _Checker:
 
         taken: dict[tuple[str, int], str] = {}
         dirs: dict[tuple[str, str], int] = {}
-        for h in spec.zookeeper.hosts:
-            taken[(h, spec.zookeeper.port)] = "ZooKeeper"
+        zk = spec.zookeeper
+        addresses = [spec.hosts[h].address for h in zk.hosts]
+        for address in sorted({a for a in addresses if addresses.count(a) > 1}):
+            sharing = ", ".join(h for h in zk.hosts if spec.hosts[h].address == address)
+            self.problem("[zookeeper]", f"hosts {sharing} share the address {address}: each "
+                         "server of an ensemble needs its own")
+        for h in zk.hosts:
+            taken[(h, zk.port)] = "ZooKeeper"
+            if zk.ensemble:
+                taken[(h, zk.quorum_port)] = "ZooKeeper's quorum port"
+                taken[(h, zk.election_port)] = "ZooKeeper's election port"
         for node_id in sorted(spec.nodes):
             try:
                 plan = NodePlan.of(spec, node_id)

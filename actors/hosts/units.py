@@ -108,8 +108,24 @@ def write_units(spec: ClusterSpec, out: Path) -> list[str]:
         lines.append(f"host {host_name}: {directory}/ ({UNIT_NAME}, {ENV_NAME}, "
                      + ", ".join(f"node-{p.node_id}.toml" for p in plans)
                      + f"); on the host: systemctl enable --now {' '.join(instances)}")
-    if spec.zookeeper.hosts:
-        lines.append(f"ZooKeeper on {', '.join(spec.zookeeper.hosts)}: use the Debian "
+    zk = spec.zookeeper
+    if zk.ensemble:
+        servers = "".join(f"server.{i}={spec.hosts[h].address}:{zk.quorum_port}:"
+                          f"{zk.election_port}\n" for i, h in enumerate(zk.hosts, start=1))
+        for i, h in enumerate(zk.hosts, start=1):
+            directory = out / h
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / "zoo.cfg.servers").write_text(
+                f"# ZooKeeper server {i} of {len(zk.hosts)}: add these lines to "
+                f"/etc/zookeeper/conf/zoo.cfg\n# and write {i} into "
+                f"/etc/zookeeper/conf/myid (the Debian zookeeperd service).\n"
+                f"clientPort={zk.port}\n{servers}")
+            (directory / "myid").write_text(f"{i}\n")
+        lines.append(f"ZooKeeper ensemble on {', '.join(zk.hosts)}: use the Debian zookeeperd "
+                     "service on each, with the server lines of <host>/zoo.cfg.servers in its "
+                     "zoo.cfg and <host>/myid as its myid")
+    elif zk.hosts:
+        lines.append(f"ZooKeeper on {', '.join(zk.hosts)}: use the Debian "
                      "zookeeperd service there (clientPort "
-                     f"{spec.zookeeper.port}), or give [zookeeper] connect")
+                     f"{zk.port}), or give [zookeeper] connect")
     return lines

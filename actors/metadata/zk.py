@@ -336,6 +336,12 @@ class ZkMetadataStore:
         found = self._get(znodes.CONTROLLER)
         return None if found is None else znodes.decode_controller(found[0])
 
+    def get_controller_epoch(self) -> int | None:
+        """The controller epoch as ZooKeeper holds it (read only; None before any election)."""
+        self._require_connected()
+        found = self._get(znodes.CONTROLLER_EPOCH)
+        return None if found is None else znodes.decode_controller_epoch(found[0])
+
     def _controller_epoch(self) -> tuple[int, int]:
         found = self._get(znodes.CONTROLLER_EPOCH)
         if found is not None:

@@ -245,26 +245,55 @@ class ZooKeeperEnsemble:
             server.stop()
 
 
+def parse_peer(text: str) -> Peer:
+    """``ID=HOST:CLIENT_PORT:QUORUM_PORT:ELECTION_PORT``, one member of an ensemble."""
+    sid, sep, rest = text.partition("=")
+    host, _, ports = rest.rpartition(":")  # the election port
+    host, _, quorum = host.rpartition(":")
+    host, _, client = host.rpartition(":")
+    if not sep or not host or not all(x.isdigit() for x in (sid, client, quorum, ports)):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not ID=HOST:CLIENT_PORT:QUORUM_PORT:ELECTION_PORT")
+    return Peer(int(sid), host, int(client), int(quorum), int(ports))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m actors.metadata.zk_server",
-        description="Run one standalone ZooKeeper server (Debian package) in the foreground.")
+        description="Run one ZooKeeper server (Debian package) in the foreground: standalone, "
+                    "or member --server-id of the ensemble the --peer options name.")
     parser.add_argument("--dir", required=True, type=Path, help="config, data and log directory")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=2181)
+    parser.add_argument("--server-id", type=int, default=0,
+                        help="this server's id (myid) in the ensemble")
+    parser.add_argument("--peer", type=parse_peer, action="append", default=[],
+                        metavar="ID=HOST:CLIENT:QUORUM:ELECTION",
+                        help="a member of the ensemble (every member, this one included)")
+    parser.add_argument("--serve-timeout", type=float, default=30.0,
+                        help="seconds to wait for the server to serve (an ensemble member: "
+                             "for a quorum to form)")
     args = parser.parse_args(argv)
-    server = ZooKeeperServer(args.dir.resolve(), args.port, host=args.host, tick_time_ms=2000)
+    if args.peer and args.server_id not in {p.server_id for p in args.peer}:
+        parser.error(f"--server-id {args.server_id} is not one of the --peer ids")
+    server = ZooKeeperServer(args.dir.resolve(), args.port, host=args.host, tick_time_ms=2000,
+                             server_id=args.server_id, peers=args.peer)
     args.dir.mkdir(parents=True, exist_ok=True)
+    # SIGTERM stops the JVM too, also while this still waits for it to serve
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         server.start()
-        server.wait_serving()
+        print(f"ZooKeeper started (pid {server.pid})", flush=True)
+        server.wait_serving(args.serve_timeout)
     except (ZooKeeperNotInstalled, ZooKeeperStartError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         server.stop()
         return 1
+    except KeyboardInterrupt:
+        server.stop()
+        return 0
     print(f"ZooKeeper serving on {server.connect_string} (pid {server.pid}); log: "
           f"{server.log_path}; Ctrl-C stops it", flush=True)
-    signal.signal(signal.SIGTERM, _interrupt)
     try:
         assert server.process is not None
         server.process.wait()

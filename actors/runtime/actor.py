@@ -39,7 +39,7 @@ from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.pykka_compat import PykkaActor, envelope, is_stop
 from actors.runtime.supervision import RestartWindow, restart_after_crash
-from actors.runtime.tracing import new_id, trace_fields
+from actors.runtime.tracing import net_legs, new_id, trace_fields
 from wire import registry
 from wire.envelope import BadFrame, decode_frame, encode_frames
 from wire.runtime_messages import Reply
@@ -150,6 +150,9 @@ class Actor(PykkaActor):
         self._tracer = node.tracer
         self._batch_max = node.batch_max_messages
         self._max_frame = node.max_frame_bytes
+        # Whether on_turn does anything: the loop skips the call for actors that keep
+        # the base class's (a call per actor per turn is a share of a small request).
+        self._has_turn = type(self).on_turn is not Actor.on_turn
         size = kwargs.pop("mailbox_size", None)
         self._mailbox_size = self.mailbox_size if size is None else size  # 0: unbounded
 
@@ -195,11 +198,7 @@ class Actor(PykkaActor):
     def tell(self, address: Address, msg: Any) -> None:
         """Send ``msg`` to ``address``; delivered in order, batched per incoming frame."""
         tid = self._trace[0]
-        if tid:
-            span = new_id()
-            self._trace_send(address, msg, tid, span, self._trace[1])
-        else:
-            span = 0
+        span = new_id() if tid else 0  # the sender records nothing: the receiver writes the hop
         # wire.envelope.new_entry's layout, inline: this runs for every message sent.
         entry = [_type_ids[type(msg)], tid, span, self._trace[1] if tid else 0,
                  self.clock.wall_ns(), 0, msg]
@@ -227,11 +226,6 @@ class Actor(PykkaActor):
         """Answer the sender of the message being handled."""
         assert self.current_sender is not None, "reply() outside a handler"
         self.tell(self.current_sender, msg)
-
-    def _trace_send(self, address: Address, msg: Any, tid: int, span: int, parent: int) -> None:
-        conn, corr, api, size = trace_fields(msg)
-        self._tracer.event("send", tid, span, parent, self.name, str(address),
-                           type(msg).__name__, conn, corr, api, size)
 
     def flush(self) -> None:
         while self._out:  # on_refused may tell again
@@ -272,8 +266,19 @@ class Actor(PykkaActor):
             return
         frames, refused = _encode_frames(self.node.name, self.name, address.name, entries,
                                          self._max_frame)
-        for frame in frames:
-            self.node._send_frame(link, address, frame, waiter=self)
+        # A traced message leaving the node: its gateway there writes the network leg.
+        # The legs ride with the last frame (split frames are rare: very large turns).
+        legs = None
+        if frames and self._tracer.enabled and getattr(link, "remote", False):
+            sent = entries
+            if refused:
+                gone = {oversized.entry for oversized in refused}
+                sent = [e for i, e in enumerate(entries) if i not in gone]
+            legs = net_legs(self.node.name, self.name, sent)
+        last = len(frames) - 1
+        for i, frame in enumerate(frames):
+            self.node._send_frame(link, address, frame, waiter=self,
+                                  net_legs=legs if i == last else None)
         if address.node == self.node.name:
             self.sent_local += len(entries) - len(refused)
             self._count_enqueued(address.name, len(entries) - len(refused))
@@ -388,9 +393,12 @@ class Actor(PykkaActor):
                     if actor._out:
                         actor.flush()
             for m in list(members):
-                m._drain_local()
-                m._run_guarded(m.on_turn)
-                m._drain_local()
+                if m._local_in or m._to_self:
+                    m._drain_local()
+                if m._has_turn:
+                    m._run_guarded(m.on_turn)
+                if m._local_in or m._to_self:
+                    m._drain_local()
                 if m._out:
                     m.flush()
             for m in list(members):
@@ -439,14 +447,15 @@ class Actor(PykkaActor):
             self.messages_dequeued += len(entries)
         handlers = self._handlers
         clock = self.clock
-        tracer = self._tracer
+        sender_text = ""  # for trace records, formatted at the first traced entry
+        wall_ns = self.clock.wall_ns
         for i, entry in enumerate(entries):
             if self.actor_stopped.is_set():  # supervision gave up on a crash just now
                 self.node.dead_letters.record(f"actor {self.address} stopped", len(entries) - i,
                                               sender=str(sender), receiver=self.name)
                 break
             try:
-                type_id, tid, span, parent, _send_ns, ask_id, body = entry
+                type_id, tid, span, parent, send_ns, ask_id, body = entry
                 cls = _types[type_id]
                 # In-memory hand-overs carry the message itself; frames carry its fields.
                 msg = body if type(body) is cls else _build(cls, body)
@@ -471,9 +480,7 @@ class Actor(PykkaActor):
                 continue
             if tid:
                 self._trace = (tid, span)
-                conn, corr, api, size = trace_fields(msg)
-                tracer.event("recv", tid, span, parent, self.name, str(sender), cls.__name__,
-                             conn, corr, api, size)
+                recv_ns = wall_ns()
             started_ns = clock.monotonic_ns()
             try:
                 result = handler(msg)
@@ -487,8 +494,16 @@ class Actor(PykkaActor):
             self.handler_ns += clock.monotonic_ns() - started_ns
             self.messages_handled += 1
             if tid:
-                tracer.event("done", tid, span, parent, self.name, str(sender), cls.__name__,
-                             conn, corr, api, 0)
+                # One record per hop, written by the receiver once it has handled it
+                # (Tracer.hop's tuple, inline: this runs for every traced message).
+                # Only numbers and strings, so the garbage collector stops tracking the
+                # tuple while it waits for the writer.
+                conn, corr, api, size = trace_fields(msg)
+                if not sender_text:
+                    sender_text = f"{s_name}@{s_node}"
+                self._tracer.hops.append((tid, span, parent, self.name, sender_text, cls.__name__,
+                                          conn, corr, api, size, send_ns, recv_ns, wall_ns(),
+                                          self._tracer.clock_offset_ns))
                 self._trace = (0, 0)
         self.current_sender = None
 

@@ -47,13 +47,17 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                       "listeners)"),
     "log.dirs": ("./actorlog-data", str, "data directories, comma separated, each locked "
                                          "(.lock) while a broker runs; the first holds the logs"),
+    "num.processes": (1, int, "OS processes of one broker: process 0 owns the partitions, "
+                      "purgatories, groups and controller; every process serves connections "
+                      "on every listener (SO_REUSEPORT) with Processors and handlers of its "
+                      "own"),
     "num.network.threads": (2, int, "Processor actors"),
     "num.io.threads": (2, int, "RequestHandler actors"),
     "num.partition.shards": (2, int, "PartitionShard actors"),
     "num.purgatory.shards": (1, int, "PurgatoryShard actors"),
     "num.group.coordinators": (1, int, "GroupCoordinator actors"),
-    "num.replica.fetchers": (1, int, "ReplicaFetcher actors per source node (reserved: "
-                                     "replication, issue 15)"),
+    "num.replica.fetchers": (1, int, "ReplicaFetcher actors per source node; a partition "
+                                     "goes to fetcher hash(topic, partition) % this"),
     "queued.max.requests": (500, int, "requests queued towards the handlers before reads pause"),
     "queued.max.request.bytes": (268435456, int, "bytes of requests read and not yet answered "
                                                  "before the Processors stop reading (each "
@@ -115,16 +119,36 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                                        "cleans as far as the map reaches"),
     "log.cleaner.io.buffer.size": (524288, int, "bytes the cleaner reads per step; between "
                                                 "steps it answers its messages"),
-    "replica.lag.time.max.ms": (30000, int, "ISR shrink threshold (reserved: replication, "
-                                            "issue 15)"),
-    "replica.fetch.backoff.ms": (1000, int, "back-off of a partition in error (reserved: "
-                                          "replication, issue 15)"),
+    "replica.lag.time.max.ms": (30000, int, "a follower not caught up to the leader's log "
+                                            "end for this long leaves the ISR"),
+    "replica.fetch.backoff.ms": (1000, int, "back-off of a partition in error"),
+    "replica.fetch.wait.max.ms": (500, int, "longest a replica fetch waits on the leader for "
+                                            "replica.fetch.min.bytes"),
+    "replica.fetch.min.bytes": (1, int, "bytes a replica fetch waits for"),
+    "replica.fetch.max.bytes": (1048576, int, "bytes a replica fetch asks per partition (at "
+                                              "least one batch)"),
+    "replica.fetch.response.max.bytes": (10485760, int, "bytes a replica fetch asks in all"),
+    "replica.socket.timeout.ms": (30000, int, "a replica fetch unanswered this long is "
+                                              "given up and sent again"),
+    "replica.high.watermark.checkpoint.interval.ms": (5000, int, "how often the high "
+                                                                 "watermarks are written to "
+                                                                 "replication-offset-checkpoint"),
     "request.timeout.ms": (30000, int, "how long shutdown waits for each actor; a request "
                                       "waiting on another actor twice this long is abandoned"),
     "group.initial.rebalance.delay.ms": (3000, int, "wait for more members of a new group"),
     "group.min.session.timeout.ms": (6000, int, "smallest session timeout allowed"),
     "group.max.session.timeout.ms": (1800000, int, "largest session timeout allowed"),
     "offsets.topic.num.partitions": (50, int, "partitions of __consumer_offsets"),
+    "transaction.state.log.num.partitions": (50, int, "partitions of __transaction_state"),
+    "transaction.state.log.replication.factor": (3, int, "replicas of __transaction_state "
+                                                         "(at most the live brokers)"),
+    "transaction.state.log.min.isr": (2, int, "min.insync.replicas of __transaction_state "
+                                              "(at most its replication factor)"),
+    "transaction.max.timeout.ms": (900000, int, "largest transaction.timeout.ms a producer may "
+                                                "ask for (INVALID_TRANSACTION_TIMEOUT above)"),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        10000, int, "how often the transaction coordinators abort transactions past their "
+                    "timeout"),
     "purge.interval.requests": (1000, int, "the purgatory purges completed operations from "
                                          "its watch lists once about this many are there"),
     # --- a cluster (ZooKeeper); without zookeeper.connect the node is a single broker ---
@@ -147,16 +171,12 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                                 "node stops anyway"),
     "controlled.shutdown.retry.backoff.ms": (5000, int, "wait between those attempts"),
     "auto.leader.rebalance.enable": (True, bool, "move leaderships back to preferred replicas "
-                                                 "when a broker leads too few of its own "
-                                                 "(reserved: a preferred replica back in "
-                                                 "the ISR needs replication, issue 15)"),
+                                                 "when a broker leads too few of its own"),
     "leader.imbalance.per.broker.percentage": (10, int, "share of a broker's preferred "
                                                         "leaderships it may lose before they "
-                                                        "are moved back (reserved with "
-                                                        "auto.leader.rebalance.enable)"),
+                                                        "are moved back"),
     "leader.imbalance.check.interval.seconds": (300, int, "how often the controller checks "
-                                                          "the leader imbalance (reserved with "
-                                                          "auto.leader.rebalance.enable)"),
+                                                          "the leader imbalance"),
 }
 
 
@@ -165,20 +185,11 @@ SPEC.update(SECURITY_SPEC)
 # Keys read by nothing yet: the issue that will use each. They are accepted
 # (a config file written for that issue's release keeps working).
 RESERVED: dict[str, str] = {
-    "num.replica.fetchers": "issue 15 (replication)",
-    "replica.lag.time.max.ms": "issue 15 (replication)",
-    "replica.fetch.backoff.ms": "issue 15 (replication)",
     "authorizer.class.name": "issue 17 (ACL checks in the APIs)",
     "super.users": "issue 17 (ACL checks in the APIs)",
     "allow.everyone.if.no.acl.found": "issue 17 (ACL checks in the APIs)",
     "actor.curve.secret.key.file": "issue 17 (CURVE between nodes)",
     "actor.curve.public.keys.dir": "issue 17 (CURVE between nodes)",
-    # The controller runs the rebalance (unit-tested in tests/core/test_controller_state.py),
-    # but until replication lands a replica that left the ISR never rejoins it, so a
-    # preferred replica is never an ISR member that does not lead: nothing to move back.
-    "auto.leader.rebalance.enable": "issue 15 (replication: replicas rejoin the ISR)",
-    "leader.imbalance.per.broker.percentage": "issue 15 (with auto.leader.rebalance.enable)",
-    "leader.imbalance.check.interval.seconds": "issue 15 (with auto.leader.rebalance.enable)",
 }
 for _key, _issue in RESERVED.items():  # the help text says so too
     if "reserved" not in SPEC[_key][2]:
@@ -198,6 +209,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "trace.sample.ratio": (0.0, 1.0),
     "trace.file.max.bytes": (1024, _MAX_INT),
     "trace.files.max": _COUNT,
+    "num.processes": (1, 256),
     "num.network.threads": _COUNT,
     "num.io.threads": _COUNT,
     "num.partition.shards": _COUNT,
@@ -236,11 +248,22 @@ RANGES: dict[str, tuple[float, float]] = {
     "log.cleaner.io.buffer.size": (1024, 2**31 - 1),
     "replica.lag.time.max.ms": _MS,
     "replica.fetch.backoff.ms": (0, 2**31 - 1),
+    "replica.fetch.wait.max.ms": (0, 2**31 - 1),
+    "replica.fetch.min.bytes": (1, 2**31 - 1),
+    "replica.fetch.max.bytes": _BYTES,
+    "replica.fetch.response.max.bytes": _BYTES,
+    "replica.socket.timeout.ms": _MS,
+    "replica.high.watermark.checkpoint.interval.ms": _MS,
     "request.timeout.ms": _MS,
     "group.initial.rebalance.delay.ms": (0, 2**31 - 1),
     "group.min.session.timeout.ms": (0, 2**31 - 1),
     "group.max.session.timeout.ms": (0, 2**31 - 1),
     "offsets.topic.num.partitions": _COUNT,
+    "transaction.state.log.num.partitions": _COUNT,
+    "transaction.state.log.replication.factor": (1, 32767),
+    "transaction.state.log.min.isr": (1, 32767),
+    "transaction.max.timeout.ms": (1, 2**31 - 1),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (1, 2**31 - 1),
     "purge.interval.requests": _COUNT,
     "zookeeper.session.timeout.ms": (1, 2**31 - 1),
     "zookeeper.connection.timeout.ms": (0, 2**31 - 1),

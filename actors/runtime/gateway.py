@@ -10,6 +10,7 @@ import zmq
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.directory import NodeEndpoint
+from actors.runtime.tracing import record_net_legs
 from wire.runtime_messages import GetClockOffsets, Ping, Pong
 
 if TYPE_CHECKING:
@@ -72,6 +73,10 @@ class Gateway(Actor):
         window.append((rtt, offset))
         del window[: -self.WINDOW]
         self._update_tracer_offset()
+        tracer = self.node.tracer
+        if tracer.enabled:  # the raw sample, so readers can redo the estimate over time
+            tracer.record("clock", 0, 0, 0, self.name, self.current_sender.node, "clock",
+                          sent_ns=msg.ping_wall_ns, recv_ns=msg.pong_wall_ns, done_ns=arrived)
 
     def offset_to(self, node: str) -> int | None:
         """Best estimate of (node's wall clock - ours) in ns, or None without samples."""
@@ -120,16 +125,22 @@ class Gateway(Actor):
     def _on_readable(self, _mask: int) -> None:
         dl = self.node.dead_letters
         limit = self.node.max_frame_bytes
+        tracer = self.node.tracer
         for sock in self._in:
             for _ in range(256):
                 try:
                     parts = sock.recv_multipart(zmq.NOBLOCK)
                 except zmq.Again:
                     break
-                if len(parts) != 2:
+                if len(parts) == 3 and tracer.enabled:  # traced messages: the network leg
+                    legs_ns = self.clock.wall_ns()
+                    target, frame, legs = parts
+                elif len(parts) in (2, 3):
+                    target, frame = parts[0], parts[1]
+                    legs = None
+                else:
                     dl.record(f"gateway frame with {len(parts)} parts", receiver=self.name)
                     continue
-                target, frame = parts
                 if len(frame) > limit:
                     dl.record(f"frame of {len(frame)} bytes is over the {limit} byte limit",
                               receiver=target.decode("utf-8", "replace"))
@@ -144,6 +155,8 @@ class Gateway(Actor):
                     link = self.node._new_link(Address(self.node.name, name))
                     self._fwd[name] = link
                 self.node._send_frame(link, Address(self.node.name, name), frame, waiter=self)
+                if legs is not None:
+                    record_net_legs(tracer, self.name, legs, legs_ns, self.clock.wall_ns())
 
     def teardown(self) -> None:
         for sock in self._in:

@@ -30,7 +30,7 @@ from actors.runtime.directory import Directory, NodeEndpoint, default_ipc_dir
 from actors.runtime.errors import AskFailed, AskTimeout, MessageTooLarge, NodeError
 from actors.runtime.gateway import Gateway
 from actors.runtime.pykka_compat import actor_of, call_message
-from actors.runtime.tracing import Tracer, new_id
+from actors.runtime.tracing import Tracer, net_legs, new_id
 from wire import registry
 from wire.envelope import DEFAULT_MAX_FRAME_BYTES, encode_frames, new_entry
 from wire.runtime_messages import Reply
@@ -210,10 +210,17 @@ class Node:
             return None
         return self._new_link(address)
 
-    def _send_frame(self, link: Link, address: Address, frame: bytes, waiter: Any = None) -> None:
-        """Send one frame, waiting (never dropping) while the receiver's mailbox is full."""
+    def _send_frame(self, link: Link, address: Address, frame: bytes, waiter: Any = None,
+                    net_legs: bytes | None = None) -> None:
+        """Send one frame, waiting (never dropping) while the receiver's mailbox is full.
+
+        ``net_legs`` (``actors.runtime.tracing.net_legs``) rides along to a remote
+        gateway when the frame carries traced messages."""
         sock = link.sock
-        parts = [address.name.encode(), frame] if link.remote else None
+        parts = None
+        if link.remote:
+            parts = [address.name.encode(), frame] if net_legs is None \
+                else [address.name.encode(), frame, net_legs]
         waited = False
         while True:
             try:
@@ -272,10 +279,7 @@ class Node:
             self.dead_letters.record(f"no route to actor {address}", sender=sender)
             return
         tid = self.tracer.sample() if trace_id is None else trace_id
-        span = 0
-        if tid:
-            span = new_id()
-            self.tracer.event("send", tid, span, 0, sender, str(address), type(msg).__name__)
+        span = new_id() if tid else 0  # the receiver writes the hop's record
         entry = new_entry(registry.type_id_of(type(msg)), tid, span, 0, self.clock.wall_ns(),
                           ask_id, msg)
         frames, refused = encode_frames(self.name, sender, address.name, [entry],
@@ -287,7 +291,8 @@ class Node:
                       f"(actor.max.frame.bytes); not sent")
             self.log.warning("{}", reason)
             raise MessageTooLarge(reason)
-        self._send_frame(link, address, frames[0])
+        legs = net_legs(self.name, sender, [entry]) if tid and link.remote else None
+        self._send_frame(link, address, frames[0], net_legs=legs)
         if address.node == self.name:
             self._external_sent += 1
 
@@ -407,23 +412,27 @@ class Node:
             self.context.term()
         self.log.info("node {} stopped", self.name)
 
-    def run_until_signal(self, before_shutdown: Callable[[], None] | None = None) -> int:
+    def run_until_signal(self, before_shutdown: Callable[[], None] | None = None,
+                         received: list[int] | None = None) -> int:
         """Block the main thread until SIGTERM or SIGINT, then shut down cleanly.
 
         ``before_shutdown`` runs first, with every actor still up (a cluster node's
-        controlled shutdown).
+        controlled shutdown). ``received``: signals a handler installed earlier
+        already caught (the broker's, from before it said it listens).
         """
-        stop = threading.Event()
-        received: list[int] = []
+        if received is None:
+            received = []
 
         def on_signal(signum: int, _frame: Any) -> None:
+            # Only a list append: a handler that set a threading.Event could run while
+            # the main thread holds that Event's lock inside wait(), and hang for good.
             received.append(signum)
-            stop.set()
 
         old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        pause = threading.Event()  # never set: its wait() is only a sleep
         try:
-            while not stop.wait(0.5):
-                pass
+            while not received:
+                pause.wait(0.2)
         finally:
             for s, h in old.items():
                 signal.signal(s, h)

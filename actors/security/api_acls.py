@@ -128,6 +128,9 @@ API_CHECKS: dict[int, tuple[Check, ...]] = {
     ApiKey.AddOffsetsToTxn: (_txn(Op.WRITE), _group(Op.READ)),
     ApiKey.EndTxn: (_txn(Op.WRITE),),
     ApiKey.TxnOffsetCommit: (_txn(Op.WRITE), _group(Op.READ), _topic(Op.READ)),
+    # Kafka: Describe on each transactional id; ListTransactions leaves out the others
+    ApiKey.DescribeTransactions: (_txn(Op.DESCRIBE),),
+    ApiKey.ListTransactions: (_txn(Op.DESCRIBE, denied=HIDE),),
     ApiKey.DescribeAcls: (_cluster(Op.DESCRIBE),),
     ApiKey.CreateAcls: (_cluster(Op.ALTER),),
     ApiKey.DeleteAcls: (_cluster(Op.ALTER),),
@@ -135,6 +138,8 @@ API_CHECKS: dict[int, tuple[Check, ...]] = {
     ApiKey.AlterUserScramCredentials: (_cluster(Op.ALTER),),
     ApiKey.DescribeCluster: (_cluster(Op.DESCRIBE),),
     ApiKey.DescribeLogDirs: (_cluster(Op.DESCRIBE),),
+    # Kafka hides the topics a principal may not describe, as Metadata does.
+    ApiKey.DescribeTopicPartitions: (_topic(Op.DESCRIBE, denied=HIDE),),
     ApiKey.AlterReplicaLogDirs: (_cluster(Op.ALTER),),
     ApiKey.ElectLeaders: (_cluster(Op.ALTER),),
     ApiKey.LeaderAndIsr: (_cluster(Op.CLUSTER_ACTION),),

@@ -1,4 +1,4 @@
-"""Reading what the nodes traced: spans, request stages, segments, exports.
+"""Reading what the nodes traced: spans, request stages, trace files, exports.
 
 The node's side (sampling and the writer thread) is ``actors.runtime.tracing``;
 everything here runs after the fact, on the files it wrote. ``actors.trace.cli``
@@ -21,12 +21,12 @@ from actors.trace.spans import (
 )
 from actors.trace.store import (
     SegmentFollower,
-    iter_events,
-    read_rows,
+    iter_records,
+    parquet_inputs,
+    read_file,
     read_trace_dirs,
-    read_trace_file,
+    records_from_v1,
     segments,
-    to_parquet,
 )
 
 __all__ = [
@@ -36,15 +36,15 @@ __all__ = [
     "Span",
     "build_spans",
     "format_tree",
-    "iter_events",
+    "iter_records",
     "node_anchors",
-    "read_rows",
+    "parquet_inputs",
+    "read_file",
     "read_trace_dirs",
-    "read_trace_file",
+    "records_from_v1",
     "request_from_trace",
     "request_traces",
     "segments",
     "to_otlp",
-    "to_parquet",
     "to_perfetto",
 ]

@@ -1,22 +1,29 @@
-"""`actorlog trace analyze`: a PySpark job over every node's trace events.
+"""`actorlog trace analyze`: a PySpark job over every node's trace records.
 
-Input: trace segments (msgpack, ``wire/trace_format.py``), rolled to Parquet
-by ``actors.trace.store`` into ``REPORT_DIR/events`` (reused across runs).
+Input: the nodes' trace files (``wire/trace_format.py``), read by Spark where
+they lie: they are Parquet, one record per hop. Only a file still being
+written (copied with a footer) and version 1 msgpack files (converted once)
+go through ``REPORT_DIR/staging`` (``actors.trace.store.parquet_inputs``).
 Output, under REPORT_DIR:
 
   requests/   one row per sampled request: trace_id, node, processor,
               conn_id, corr_id, api_key, api, t_in_ns, t_out_ns, responses,
-              total_ns and the stages (``actors/trace/spans.py``
+              bytes_out, total_ns and the stages (``actors/trace/spans.py``
               defines them: request_queue_ns, local_ns, remote_ns,
-              response_queue_ns, send_ns; they add up to total_ns)
-  actors/     per (node, actor): messages, mailbox wait p50/p99, handling
-              p50/p99 (us), busy_fraction = handling time of sampled
+              response_queue_ns, send_ns; they add up to total_ns), handler
+  actors/     per (node, actor): messages handled, mailbox wait p50/p99,
+              handling p50/p99 (us), busy_fraction = handling time of sampled
               messages / the node's traced time span
   seconds/    per (second, api): requests answered, bytes out, errors
-              (requests with no response in the traces: events carry no
+              (requests with no response in the traces: records carry no
               Kafka error codes)
   violations/ ordering and answer-count violations (see ``ordering_check``)
   summary.json, report.html and the PNG plots it shows.
+
+Spark settings (``spark_settings``): ``small`` for one machine (few shuffle
+partitions, the C2 JIT, adaptive execution, broadcast joins of the small
+tables); ``big`` for a cluster (``--master spark://HOST:PORT``): shuffle
+partitions from the cluster's cores, bigger broadcasts. The job is the same.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from actors.trace.store import to_parquet
+from actors.trace.store import parquet_inputs
 from wire.api_versions import API_SNAKE_NAMES, STAGES
 
 INSTALL_HINT = (
@@ -38,8 +45,7 @@ INSTALL_HINT = (
     "(apt-get install openjdk-17-jre-headless)"
 )
 
-
-JAVA_OPTS = os.environ.get("ACTORLOG_SPARK_JAVA_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC")
+PROFILES = ("small", "big")
 
 
 class MissingExtraError(RuntimeError):
@@ -57,233 +63,261 @@ def require_extras() -> None:
         raise MissingExtraError(f"missing {', '.join(missing)}. {INSTALL_HINT}")
 
 
-def spark_session(master: str = "local[*]", shuffle_partitions: int | None = None) -> Any:
+def spark_settings(profile: str, cores: int | None = None) -> dict[str, str]:
+    """Spark configuration for a small machine or a big cluster.
+
+    small: this 2-core box. Shuffle partitions = 2 per core (the default 200
+    would make 200 tiny tasks of a few thousand rows); the C2 JIT (measured
+    here on 10M records: 17 s vs 29 s for C1 alone, whose quick start only pays
+    on jobs of a few seconds); adaptive execution to coalesce what is left.
+    big: a cluster. Shuffle partitions = 3 per core of the cluster (``cores``;
+    at least 64), adaptive execution with skew handling, broadcasts of tables
+    up to 64 MB (the name and connection tables always are).
+    """
+    cores = cores or os.cpu_count() or 1
+    common = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.adaptive.coalescePartitions.enabled": "true",
+        "spark.sql.parquet.enableVectorizedReader": "true",
+        "spark.driver.extraJavaOptions": os.environ.get("ACTORLOG_SPARK_JAVA_OPTS",
+                                                        "-XX:+UseParallelGC"),
+        "spark.executor.extraJavaOptions": os.environ.get("ACTORLOG_SPARK_JAVA_OPTS",
+                                                          "-XX:+UseParallelGC"),
+    }
+    if profile == "small":
+        return {
+            **common,
+            "spark.driver.memory": os.environ.get("ACTORLOG_SPARK_DRIVER_MEMORY", "3g"),
+            "spark.sql.shuffle.partitions": str(max(2, 2 * cores)),
+            "spark.sql.autoBroadcastJoinThreshold": str(32 << 20),
+            "spark.sql.files.maxPartitionBytes": str(128 << 20),
+        }
+    if profile == "big":
+        return {
+            **common,
+            "spark.driver.memory": os.environ.get("ACTORLOG_SPARK_DRIVER_MEMORY", "4g"),
+            "spark.sql.shuffle.partitions": str(max(64, 3 * cores)),
+            "spark.sql.adaptive.skewJoin.enabled": "true",
+            "spark.sql.autoBroadcastJoinThreshold": str(64 << 20),
+            "spark.sql.files.maxPartitionBytes": str(256 << 20),
+        }
+    raise ValueError(f"unknown Spark profile {profile!r}; use one of {', '.join(PROFILES)}")
+
+
+def default_profile(master: str) -> str:
+    return "small" if master.startswith("local") else "big"
+
+
+def spark_session(master: str = "local[*]", profile: str | None = None,
+                  shuffle_partitions: int | None = None, cores: int | None = None) -> Any:
     """A Spark session whose Python workers run this interpreter (so they import the project)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = (
-        SparkSession.builder.master(master)
-        .appName("actorlog-trace-analyze")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", os.environ.get("ACTORLOG_SPARK_DRIVER_MEMORY", "2g"))
-        .config("spark.sql.parquet.enableVectorizedReader", "true")
-        .config("spark.sql.adaptive.enabled", "true")
-        # A short job: C1 alone compiles far less than C1+C2 and finishes sooner
-        # (measured here on 1M events: 9.5 s vs 13 s for a first query, 0.7 s vs
-        # 2.6 s for a second); the parallel collector suits a batch job.
-        .config("spark.driver.extraJavaOptions", JAVA_OPTS)
-        .config("spark.executor.extraJavaOptions", JAVA_OPTS)
-    )
-    if shuffle_partitions is None:
-        shuffle_partitions = max(2, 2 * (os.cpu_count() or 1))
-    builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    settings = spark_settings(profile or default_profile(master), cores)
+    if shuffle_partitions is not None:
+        settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
+    builder = SparkSession.builder.master(master).appName("actorlog-trace-analyze")
+    for key, value in settings.items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
 # ------------------------------------------------------------------ tables
-def scan_nodes(parquet_paths: list[Path]) -> tuple[dict[str, int], list[tuple[str, str, int, int]]]:
-    """Per node its anchor (median of wall + offset - mono, see actors/trace/spans.py), and every
-    (node, actor) with its first and last aligned time; computed in pyarrow, off Spark."""
-    import pyarrow.compute as pc
+def node_anchors(paths: list[Path]) -> dict[str, int]:
+    """Per node its anchor, the median of its records' clock_offset_ns (see
+    actors/trace/spans.py); computed with pyarrow over two columns, off Spark."""
     import pyarrow.dataset as ds
 
-    table = ds.dataset([str(p) for p in parquet_paths], format="parquet").to_table(
-        columns=["node", "actor", "mono_ns", "wall_ns", "clock_offset_ns"]
-    )
-    diff = pc.subtract(pc.add(table["wall_ns"], table["clock_offset_ns"]), table["mono_ns"])
-    grouped = (
-        table.select(["node"])
-        .append_column("d", diff)
-        .group_by("node")
-        .aggregate([("d", "approximate_median")])
-    )
-    anchors = {row["node"]: int(row["d_approximate_median"]) for row in grouped.to_pylist()}
-    spans = (
-        table.select(["node", "actor", "mono_ns"])
-        .group_by(["node", "actor"])
-        .aggregate([("mono_ns", "min"), ("mono_ns", "max")])
-        .to_pylist()
-    )
-    actors = [
-        (
-            r["node"],
-            r["actor"],
-            r["mono_ns_min"] + anchors[r["node"]],
-            r["mono_ns_max"] + anchors[r["node"]],
-        )
-        for r in spans
-    ]
-    return anchors, actors
+    table = ds.dataset([str(p) for p in paths], format="parquet").to_table(
+        columns=["node", "clock_offset_ns"])
+    grouped = table.group_by("node").aggregate([("clock_offset_ns", "approximate_median")])
+    return {row["node"]: int(row["clock_offset_ns_approximate_median"])
+            for row in grouped.to_pylist()}
 
 
-def load_events(spark: Any, parquet_paths: list[Path]) -> tuple[Any, Any]:
-    """Events with ``t`` (aligned time in ns: monotonic + the node's anchor), and the
-    small (node, actor, t_first, t_last) table."""
+def load_records(spark: Any, paths: list[Path], anchors: dict[str, int]) -> Any:
+    """The records with their times on the reference clock: ``t_sent`` (the sender's
+    node), ``t_recv`` and ``t_done`` (the writing node)."""
     from pyspark.sql import functions as F
 
-    anchors, actors = scan_nodes(parquet_paths)
-    ev = spark.read.parquet(*[str(p) for p in parquet_paths])
-    amap = F.create_map(*[x for node, a in anchors.items() for x in (F.lit(node), F.lit(a))])
-    names = spark.createDataFrame(actors, "node string, actor string, t_first long, t_last long")
-    return ev.withColumn("t", F.col("mono_ns") + amap[F.col("node")]), names
+    from wire.trace_format import FIELD_TYPES
+
+    types = {"str": "string", "int": "long", "int32": "int"}
+    schema = ", ".join(f"`{name}` {types[t]}" for name, t in FIELD_TYPES)
+    ev = spark.read.schema(schema).parquet(*[str(p) for p in paths])
+    c = F.col
+    if len(set(anchors.values())) <= 1:  # one node, or clocks that agree: one constant
+        a = F.lit(next(iter(anchors.values()), 0))
+        return (ev.withColumn("t_sent", c("sent_ns") + a).withColumn("t_recv", c("recv_ns") + a)
+                .withColumn("t_done", c("done_ns") + a))
+    amap = F.create_map(*[x for node, off in anchors.items() for x in (F.lit(node), F.lit(off))])
+    mine = amap[c("node")]
+    theirs = F.coalesce(amap[F.substring_index(c("sender"), "@", -1)], mine)
+    sent_a = F.when(c("kind").isin("hop", "net"), theirs).otherwise(mine)
+    return (ev.withColumn("t_sent", c("sent_ns") + sent_a)
+            .withColumn("t_recv", c("recv_ns") + mine).withColumn("t_done", c("done_ns") + mine))
 
 
-def build_tables(ev: Any, names: Any) -> dict[str, Any]:
+def _actor_stats(hops: Any) -> Any:
+    """Per (node, actor): messages, mailbox and handling p50/p99 (us), busy time and
+    fraction, first and last times; a small DataFrame, computed once."""
+    from pyspark.sql import functions as F
+
+    c = F.col
+    stats = (
+        hops.groupBy("node", "actor")
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.percentile_approx((c("t_recv") - c("t_sent")) / 1000.0, [0.5, 0.99], 1000)
+            .alias("mailbox"),
+            F.percentile_approx((c("t_done") - c("t_recv")) / 1000.0, [0.5, 0.99], 1000)
+            .alias("handling"),
+            F.sum(c("t_done") - c("t_recv")).alias("busy_ns"),
+            F.min("t_recv").alias("t_first"),
+            F.max("t_done").alias("t_last"),
+        )
+        .collect()
+    )
+    span: dict[str, tuple[int, int]] = {}
+    for r in stats:
+        lo, hi = span.get(r["node"], (r["t_first"], r["t_last"]))
+        span[r["node"]] = (min(lo, r["t_first"]), max(hi, r["t_last"]))
+    rows = [
+        (r["node"], r["actor"], r["messages"], r["mailbox"][0], r["mailbox"][1],
+         r["handling"][0], r["handling"][1], r["busy_ns"] / 1e9,
+         r["busy_ns"] / max(span[r["node"]][1] - span[r["node"]][0], 1), r["t_first"],
+         r["t_last"])
+        for r in sorted(stats, key=lambda r: (r["node"], r["actor"]))
+    ]
+    return hops.sparkSession.createDataFrame(
+        rows, "node string, actor string, messages long, mailbox_p50_us double, "
+              "mailbox_p99_us double, handling_p50_us double, handling_p99_us double, "
+              "busy_s double, busy_fraction double, t_first long, t_last long")
+
+
+HANDLER_PREFIX = "handler-"
+"""The broker names its request handlers ``handler-<i>`` (``Topology.handler_for_conn``)."""
+
+
+def build_tables(ev: Any) -> dict[str, Any]:
     """The requests, actors, seconds and violations DataFrames.
 
-    The events are read once: grouped by (trace_id, span_id) they give one
-    row per message (send, recv, done) plus one row per request for its
-    net_in/net_out (span 0); grouping those rows by trace gives the requests.
-    Aggregation buffers hold only numbers (Spark hash-aggregates those; a
-    string falls back to sort-based aggregation), so an actor is carried as
-    ``who`` = xxhash64(node, actor) and named from ``names`` at the end.
+    One pass groups the records by trace, and Spark combines each trace's
+    records where they are read (a trace's records sit together in one file),
+    so little crosses the shuffle. A request's times and identity come from its
+    request record and its KafkaRequest and KafkaResponse hops. ``local`` is the
+    handler's time on the trace's hops clipped to [recv(KafkaRequest),
+    send(KafkaResponse)] (``actors/trace/spans.py``); one pass gets it exactly
+    from sums over the handler's hops, because an actor handles one message at
+    a time: the hops before the one that sent the response count whole, that
+    one counts up to the send (``S - (D - T)``). Traces where that does not hold
+    (more than one handler, or hops at the handler after the response) get no
+    stages rather than wrong ones. Aggregation buffers hold numbers only (Spark
+    hash-aggregates those), so an actor is carried as ``who`` = xxhash64(node,
+    actor) and named at the end from the small actors table.
     """
     from pyspark.sql import functions as F
 
     c, w = F.col, F.when
     kind, mt = c("kind"), c("msg_type")
-    is_net_in = kind == "net_in"
-    is_net_out = kind == "net_out"
-    rows = (
-        ev.withColumn("who", F.xxhash64("node", "actor"))
-        .groupBy("trace_id", "span_id")
-        .agg(
-            F.min(w(kind == "send", c("t"))).alias("t_send"),
-            F.min(w(kind == "recv", c("t"))).alias("t_recv"),
-            F.min(w(kind == "done", c("t"))).alias("t_done"),
-            F.max(w(kind == "recv", c("who"))).alias("who"),
-            F.max(w(mt == "KafkaRequest", 1)).alias("is_request"),
-            F.max(w(mt == "KafkaResponse", 1)).alias("is_response"),
-            F.min(w(is_net_in, c("t"))).alias("t_in_ns"),
-            F.min(w(is_net_out, c("t"))).alias("t_out_ns"),
-            F.count(w(is_net_out, 1)).alias("responses"),
-            F.sum(w(is_net_out, c("bytes"))).alias("bytes_out"),
-            F.max(w(is_net_in, c("who"))).alias("proc_who"),
-            F.max(w(is_net_in, c("conn_id"))).alias("conn_id"),
-            F.max(w(is_net_in, c("corr_id"))).alias("corr_id"),
-            F.max(w(is_net_in, c("api_key"))).alias("api_key"),
-        )
-    ).cache()
-    spans = rows.filter(c("span_id") != 0)
-    is_req, is_resp = c("is_request") == 1, c("is_response") == 1
-    req = (
-        rows.filter(c("trace_id") != 0)
+    hop = kind == "hop"
+    # each record's role once, as small ints the aggregates below only compare
+    ev = (
+        ev.filter(kind.isin("hop", "request"))
+        .withColumn("who", F.xxhash64("node", "actor"))
+        .withColumn("role", w(kind == "request", 1)
+                    .when(hop & (mt == "KafkaRequest"), 2)
+                    .when(hop & (mt == "KafkaResponse"), 3).otherwise(0))
+        .withColumn("at_handler", hop & c("actor").startswith(HANDLER_PREFIX))
+    )
+    is_rq, is_kreq, is_kresp = c("role") == 1, c("role") == 2, c("role") == 3
+    is_hop, at_handler = c("kind") == "hop", c("at_handler")
+    per_trace = (
+        ev.filter(c("trace_id") != 0)
         .groupBy("trace_id")
         .agg(
-            F.min("t_in_ns").alias("t_in_ns"),
-            F.min("t_out_ns").alias("t_out_ns"),
-            F.sum("responses").alias("responses"),
-            F.sum("bytes_out").alias("bytes_out"),
-            F.max("proc_who").alias("proc_who"),
-            F.max("conn_id").alias("conn_id"),
-            F.max("corr_id").alias("corr_id"),
-            F.max("api_key").alias("api_key"),
-            F.min(w(is_req, c("t_recv"))).alias("t_req_recv"),
-            F.max(w(is_req, c("who"))).alias("handler_who"),
-            F.min(w(is_resp, c("t_send"))).alias("t_resp_send"),
-            F.min(w(is_resp, c("t_recv"))).alias("t_resp_recv"),
+            F.min(w(is_rq, c("t_recv"))).alias("t_in_ns"),
+            F.min(w(is_rq, c("t_done"))).alias("t_out_ns"),
+            F.count(w(is_rq, 1)).alias("responses"),
+            F.sum(w(is_rq, c("bytes_out"))).alias("bytes_out"),
+            F.max(w(is_rq, c("who"))).alias("proc_who"),
+            F.max(w(is_rq | is_kreq, c("conn_id"))).alias("conn_id"),
+            F.max(w(is_rq | is_kreq, c("corr_id"))).alias("corr_id"),
+            F.max(w(is_rq | is_kreq, c("api_key"))).alias("api_key"),
+            F.min(w(is_kreq, c("t_sent"))).alias("t_req_sent"),
+            F.min(w(is_kreq, c("t_recv"))).alias("t_req_recv"),
+            F.max(w(is_kreq, c("who"))).alias("handler_who"),
+            F.max(w(is_kreq, F.xxhash64(F.substring_index(c("sender"), "@", -1),
+                                        F.substring_index(c("sender"), "@", 1)))
+                  ).alias("kreq_proc_who"),
+            F.min(w(is_kresp, c("t_sent"))).alias("t_resp_send"),
+            F.min(w(is_kresp, c("t_recv"))).alias("t_resp_recv"),
+            F.max(w(is_kresp, c("parent_span_id"))).alias("resp_parent"),
+            F.min(w(at_handler, c("who"))).alias("h_who_min"),
+            F.max(w(at_handler, c("who"))).alias("h_who_max"),
+            F.sum(w(at_handler, c("t_done") - c("t_recv"))).alias("h_busy"),
+            F.min(w(at_handler, c("t_recv"))).alias("h_first"),
+            F.max(w(at_handler, c("t_done"))).alias("h_last_done"),
+            F.max_by(w(at_handler, c("span_id")), w(at_handler, c("t_recv"))).alias("h_last"),
         )
-        .filter(c("t_in_ns").isNotNull())
+        .filter(c("t_in_ns").isNotNull() | c("t_req_sent").isNotNull())
     )
-    hs = spans.select(
-        "trace_id",
-        c("who").alias("handler_who"),
-        c("t_recv").alias("h_recv"),
-        c("t_done").alias("h_done"),
+    t1, t2 = c("t_req_recv"), c("t_resp_send")
+    exact = (
+        (c("h_who_min") == c("handler_who")) & (c("h_who_max") == c("handler_who"))
+        & (c("h_first") == t1) & (c("h_last") == c("resp_parent")) & (c("h_last_done") >= t2)
     )
-    local = (
-        req.select("trace_id", "handler_who", "t_req_recv", "t_resp_send")
-        .join(hs, ["trace_id", "handler_who"])
-        .groupBy("trace_id")
-        .agg(
-            F.sum(
-                F.greatest(
-                    F.lit(0),
-                    F.least(c("h_done"), c("t_resp_send"))
-                    - F.greatest(c("h_recv"), c("t_req_recv")),
-                )
-            ).alias("local_ns")
-        )
-    )
+    local = c("h_busy") - (c("h_last_done") - t2)
     complete = (
-        c("t_out_ns").isNotNull()
-        & c("t_req_recv").isNotNull()
-        & c("t_resp_send").isNotNull()
-        & c("t_resp_recv").isNotNull()
+        c("t_out_ns").isNotNull() & t1.isNotNull() & t2.isNotNull()
+        & c("t_resp_recv").isNotNull() & exact
     )
     api_map = F.create_map(*[x for k, v in API_SNAKE_NAMES.items() for x in (F.lit(k), F.lit(v))])
-    names = F.broadcast(names.withColumn("who", F.xxhash64("node", "actor")))
-    proc_names = names.select(c("who").alias("proc_who"), "node", c("actor").alias("processor"))
-    handler_names = names.select(
-        c("who").alias("handler_who"), F.concat_ws("@", "actor", "node").alias("handler")
+    finished = c("t_in_ns").isNotNull()
+    req = per_trace.select(
+        "trace_id",
+        F.coalesce(c("t_in_ns"), c("t_req_sent")).alias("t_in_ns"),
+        "t_out_ns",
+        "responses",
+        F.coalesce(c("bytes_out"), F.lit(0)).alias("bytes_out"),
+        w(finished, c("proc_who")).otherwise(c("kreq_proc_who")).alias("proc_who"),
+        "conn_id",
+        "corr_id",
+        "api_key",
+        "handler_who",
+        w(complete, t1 - c("t_in_ns")).alias("request_queue_ns"),
+        w(complete, local).alias("local_ns"),
+        w(complete, t2 - t1 - local).alias("remote_ns"),
+        w(complete, c("t_resp_recv") - t2).alias("response_queue_ns"),
+        w(complete, c("t_out_ns") - c("t_resp_recv")).alias("send_ns"),
     )
+    # every actor that handled a hop: the actors table, and the names of ``who``
+    actor_stats = _actor_stats(ev.filter(is_hop)).withColumn("who", F.xxhash64("node", "actor"))
+    names = actor_stats.select("who", "node", "actor")
+    proc_names = F.broadcast(names.select(c("who").alias("proc_who"), "node",
+                                          c("actor").alias("processor")))
+    handler_names = F.broadcast(names.select(
+        c("who").alias("handler_who"), F.concat_ws("@", "actor", "node").alias("handler")))
     requests = (
-        req.join(local, "trace_id", "left")
-        .join(proc_names, "proc_who", "left")
+        req.join(proc_names, "proc_who", "left")
         .join(handler_names, "handler_who", "left")
-        .withColumn(
-            "api",
-            F.coalesce(api_map[c("api_key")], F.concat(F.lit("api_"), c("api_key").cast("string"))),
-        )
-        .withColumn("bytes_out", F.coalesce(c("bytes_out"), F.lit(0)))
+        .withColumn("api", F.coalesce(api_map[c("api_key")],
+                                      F.concat(F.lit("api_"), c("api_key").cast("string"))))
         .withColumn("total_ns", c("t_out_ns") - c("t_in_ns"))
-        .withColumn("request_queue_ns", w(complete, c("t_req_recv") - c("t_in_ns")))
-        .withColumn("local_ns", w(complete, F.coalesce(c("local_ns"), F.lit(0))))
-        .withColumn("remote_ns", w(complete, c("t_resp_send") - c("t_req_recv") - c("local_ns")))
-        .withColumn("response_queue_ns", w(complete, c("t_resp_recv") - c("t_resp_send")))
-        .withColumn("send_ns", w(complete, c("t_out_ns") - c("t_resp_recv")))
         .select(
-            "trace_id",
-            "node",
-            "processor",
-            "conn_id",
-            "corr_id",
-            "api_key",
-            "api",
-            "t_in_ns",
-            "t_out_ns",
-            "responses",
-            "bytes_out",
-            "total_ns",
-            *[f"{s}_ns" for s in STAGES],
-            "handler",
+            "trace_id", "node", "processor", "conn_id", "corr_id", "api_key", "api",
+            "t_in_ns", "t_out_ns", "responses", "bytes_out", "total_ns",
+            *[f"{s}_ns" for s in STAGES], "handler",
         )
     ).cache()
-
-    node_span = names.groupBy("node").agg(
-        ((F.max("t_last") - F.min("t_first")) / 1e9).alias("span_s")
-    )
-    actors = (
-        spans.filter(c("who").isNotNull())
-        .withColumn("mailbox_us", (c("t_recv") - c("t_send")) / 1000.0)
-        .withColumn("handling_us", (c("t_done") - c("t_recv")) / 1000.0)
-        .groupBy("who")
-        .agg(
-            F.count(F.lit(1)).alias("messages"),
-            F.percentile_approx("mailbox_us", [0.5, 0.99], 1000).alias("mailbox"),
-            F.percentile_approx("handling_us", [0.5, 0.99], 1000).alias("handling"),
-            (F.sum("handling_us") / 1e6).alias("busy_s"),
-        )
-        .select(
-            "who",
-            "messages",
-            c("mailbox")[0].alias("mailbox_p50_us"),
-            c("mailbox")[1].alias("mailbox_p99_us"),
-            c("handling")[0].alias("handling_p50_us"),
-            c("handling")[1].alias("handling_p99_us"),
-            "busy_s",
-        )
-        .join(names.select("who", "node", "actor"), "who")
-        .join(F.broadcast(node_span), "node")
-        .withColumn("busy_fraction", c("busy_s") / F.greatest(c("span_s"), F.lit(1e-9)))
-        .drop("span_s", "who")
-    )
+    actors = actor_stats.drop("who", "t_first", "t_last")
     seconds = (
         requests.withColumn(
             "second", F.floor(F.coalesce(c("t_out_ns"), c("t_in_ns")) / 1e9).cast("long")
@@ -307,89 +341,93 @@ def ordering_check(requests: Any) -> Any:
     """Violations: responses that left a connection out of request order, and bad answer counts.
 
     A connection is (node, processor, conn_id); its requests are ordered by
-    net_in time (the Processor numbers them in that order). ``out_of_order``:
+    net in time (the Processor numbers them in that order). ``out_of_order``:
     a response written after the response of a later request (compared by
-    net_out time). ``answered_twice``: a request with more than one net_out.
-    ``unanswered_produce``: a produce with no net_out although a later request
+    net out time). ``answered_twice``: a request with more than one response.
+    ``unanswered_produce``: a produce with no response although a later request
     of its connection was answered (so it was not merely still in flight when
-    the trace ended).
+    the trace ended). One window over each connection's requests in arrival
+    order finds them all (one sort).
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    c = F.col
+    c, w = F.col, F.when
     conn = ["node", "processor", "conn_id"]
-    r = requests.select(*conn, "trace_id", "corr_id", "api", "t_in_ns", "t_out_ns", "responses")
-    r = r.withColumn(
-        "in_rank", F.row_number().over(Window.partitionBy(*conn).orderBy("t_in_ns", "corr_id"))
+    # Newest first, so "every later request" is a frame that only grows (Spark adds each
+    # row once; a frame that shrinks, "from here to the end", is recomputed per row).
+    newest_first = Window.partitionBy(*conn).orderBy(c("t_in_ns").desc(), c("corr_id").desc())
+    later = newest_first.rowsBetween(Window.unboundedPreceding, -1)
+    whole = newest_first.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    r = (
+        requests.select(*conn, "trace_id", "corr_id", "api", "t_in_ns", "t_out_ns",
+                        "responses")
+        .withColumn("rank_desc", F.row_number().over(newest_first))
+        .withColumn("n", F.count(F.lit(1)).over(whole))
+        .withColumn("first_later_out", F.min("t_out_ns").over(later))
+        .withColumn("first_later_rank_desc", F.min_by("rank_desc", "t_out_ns").over(later))
+        .withColumn("later_answered", F.max(w(c("t_out_ns").isNotNull(), 1)).over(later))
+        .withColumn("in_rank", c("n") - c("rank_desc") + 1)
+        .withColumn("first_later_rank", c("n") - c("first_later_rank_desc") + 1)
     )
-    answered = r.filter(c("t_out_ns").isNotNull())
-    prev = (
-        Window.partitionBy(*conn)
-        .orderBy("t_out_ns", "in_rank")
-        .rowsBetween(Window.unboundedPreceding, -1)
+    detail = F.concat(
+        F.lit("response to request #"), c("in_rank").cast("string"),
+        F.lit(" left after the response to request #"), c("first_later_rank").cast("string"))
+    violations = r.select(
+        *conn, "trace_id", "corr_id", "api",
+        F.array_compact(F.array(
+            w(c("t_out_ns") > c("first_later_out"),
+              F.struct(F.lit("out_of_order").alias("violation"), detail.alias("detail"))),
+            w(c("responses") > 1,
+              F.struct(F.lit("answered_twice").alias("violation"),
+                       F.concat(c("responses").cast("string"), F.lit(" responses"))
+                       .alias("detail"))),
+            w((c("api") == "produce") & c("t_out_ns").isNull() & (c("later_answered") == 1),
+              F.struct(F.lit("unanswered_produce").alias("violation"),
+                       F.lit("no response, a later request was answered").alias("detail"))),
+        )).alias("found"),
     )
-    ooo = (
-        answered.withColumn("max_prev_rank", F.max("in_rank").over(prev))
-        .filter(c("max_prev_rank") > c("in_rank"))
-        .withColumn("violation", F.lit("out_of_order"))
-        .withColumn(
-            "detail",
-            F.concat(
-                F.lit("response to request #"),
-                c("in_rank").cast("string"),
-                F.lit(" left after the response to request #"),
-                c("max_prev_rank").cast("string"),
-            ),
-        )
-    )
-    twice = (
-        r.filter(c("responses") > 1)
-        .withColumn("violation", F.lit("answered_twice"))
-        .withColumn("detail", F.concat(c("responses").cast("string"), F.lit(" responses")))
-    )
-    last_answered = answered.groupBy(*conn).agg(F.max("in_rank").alias("last_answered_rank"))
-    unanswered = (
-        r.filter((c("api") == "produce") & c("t_out_ns").isNull())
-        .join(last_answered, conn)
-        .filter(c("last_answered_rank") > c("in_rank"))
-        .withColumn("violation", F.lit("unanswered_produce"))
-        .withColumn("detail", F.lit("no response, a later request was answered"))
-    )
-    cols = [*conn, "trace_id", "corr_id", "api", "violation", "detail"]
-    return ooo.select(*cols).unionByName(twice.select(*cols)).unionByName(unanswered.select(*cols))
+    return (violations.select(*conn, "trace_id", "corr_id", "api", F.explode("found").alias("v"))
+            .select(*conn, "trace_id", "corr_id", "api", "v.violation", "v.detail"))
 
 
 # ------------------------------------------------------------------ the job
 def analyze(
-    dirs: list[Path], out: Path, master: str = "local[*]", spark: Any = None, plots: bool = True
+    dirs: list[Path], out: Path, master: str = "local[*]", spark: Any = None, plots: bool = True,
+    profile: str | None = None,
 ) -> dict[str, Any]:
     """Run the whole job; returns the summary (also written to ``out/summary.json``)."""
     require_extras()
     out.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    paths, conv = to_parquet(dirs, out / "events")
-    timings["convert_s"] = time.perf_counter() - t0
+    paths, inputs = parquet_inputs(dirs, out / "staging")
     if not paths:
-        raise FileNotFoundError(f"no trace segments under {', '.join(map(str, dirs))}")
+        raise FileNotFoundError(f"no trace files under {', '.join(map(str, dirs))}")
+    anchors = node_anchors(paths)
+    timings["prepare_s"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     own = spark is None
     if own:
-        spark = spark_session(master)
+        spark = spark_session(master, profile)
     timings["spark_start_s"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     try:
-        tables = build_tables(*load_events(spark, paths))
+        tables = build_tables(load_records(spark, paths, anchors))
+        timings["actors_s"] = time.perf_counter() - t2  # build_tables collects them
         for name in ("requests", "actors", "seconds", "violations"):
+            t = time.perf_counter()
             tables[name].write.mode("overwrite").parquet(str(out / name))
+            timings[f"{name}_s" if name != "actors" else "actors_write_s"] = \
+                time.perf_counter() - t
     finally:
         if own:
             spark.stop()
     timings["job_s"] = time.perf_counter() - t2
     t3 = time.perf_counter()
     summary, actors, seconds, hists = summarize(out, paths)
-    summary["segments"] = conv
+    summary["inputs"] = inputs
+    summary["anchors_ns"] = anchors
     if plots:
         write_report(out, summary, actors, seconds, hists)
     timings["report_s"] = time.perf_counter() - t3
@@ -411,7 +449,7 @@ def summarize(
     import numpy as np
     import pyarrow.parquet as pq
 
-    events = sum(pq.ParquetFile(str(p)).metadata.num_rows for p in event_paths)
+    records = sum(pq.ParquetFile(str(p)).metadata.num_rows for p in event_paths)
     req = _read_table(out / "requests")
     stage_cols = ["total_ns", *[f"{s}_ns" for s in STAGES]]
     cols = {c: req.column(c).to_numpy(zero_copy_only=False) for c in ["api", *stage_cols]}
@@ -442,7 +480,7 @@ def summarize(
         _read_table(out / "seconds").to_pylist(), key=lambda s: (s["second"], s["api"])
     )
     summary = {
-        "events": events,
+        "records": records,
         "requests": req.num_rows,
         "incomplete_requests": int((~complete).sum()),
         "per_api_us": per_api,
@@ -555,7 +593,7 @@ def write_report(
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin:1em 0}}
 td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}</style></head><body>
 <h1>actorlog trace report</h1>
-<p>{summary["events"]} events, {summary["requests"]} sampled requests
+<p>{summary["records"]} records, {summary["requests"]} sampled requests
 ({summary["incomplete_requests"]} incomplete), {summary["violation_count"]} violations.
 Stage definitions: request_queue = handler receive - net_in; local = handler busy on the request;
 remote = waiting on other actors; response_queue = Processor receive - handler send;

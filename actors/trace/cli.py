@@ -1,8 +1,9 @@
-"""`actorlog trace ...`: look at the trace events nodes wrote.
+"""`actorlog trace ...`: look at the trace records nodes wrote.
 
-show / list / tail / find work on the msgpack segments directly; export
-writes Perfetto or OTLP JSON; analyze runs the PySpark job of
-``actors/trace/analyze.py`` (optional extra ``actorlog[spark]``).
+show / list / tail / find / export read the trace files directly (Parquet, or
+msgpack from before version 2) with no extra installed; export writes Perfetto
+or OTLP JSON; analyze runs the PySpark job of ``actors/trace/analyze.py``
+(optional extra ``actorlog[spark]``).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def _us(ns: int | None) -> str:
 def stage_line(req: RequestTrace) -> str:
     """``total X us = request_queue A us + local B us + ...`` (or why it is incomplete)."""
     if req.stages is None:
-        return f"total {_us(req.total_ns)} (stages unknown: some events are missing)"
+        return f"total {_us(req.total_ns)} (stages unknown: some records are missing)"
     parts = " + ".join(f"{s} {_us(req.stages[s])}" for s in STAGES)
     return f"total {_us(req.total_ns)} = {parts}"
 
@@ -108,13 +109,13 @@ def show(trace_id: str, dirs: tuple[str, ...]) -> None:
     remote, response queue, send; see actors/trace/spans.py).
     """
     tid = _parse_trace_id(trace_id)
-    events = [e for e in read_trace_dirs([Path(d) for d in dirs]) if e["trace_id"] == tid]
-    anchors = node_anchors(events)
-    roots = build_spans(events, tid, anchors)
-    req = request_from_trace(tid, events, anchors)
+    records = [r for r in read_trace_dirs([Path(d) for d in dirs]) if r["trace_id"] == tid]
+    anchors = node_anchors(records)
+    roots = build_spans(records, tid, anchors)
+    req = request_from_trace(tid, records, anchors)
     if not roots and req is None:
         raise click.ClickException(f"trace {trace_id} not found in {', '.join(dirs)}")
-    click.echo(f"trace {tid} ({len(events)} events)")
+    click.echo(f"trace {tid} ({len(records)} records)")
     t0 = None
     if req is not None:
         click.echo(
@@ -143,14 +144,14 @@ def show(trace_id: str, dirs: tuple[str, ...]) -> None:
 @click.option("--limit", default=20, show_default=True)
 def list_traces(dirs: tuple[str, ...], limit: int) -> None:
     """The most recent trace ids with their first message type."""
-    events = read_trace_dirs([Path(d) for d in dirs])
+    records = read_trace_dirs([Path(d) for d in dirs])
     first: dict[int, dict[str, Any]] = {}
-    for ev in events:
-        tid = ev["trace_id"]
-        if tid and (tid not in first or ev["wall_ns"] < first[tid]["wall_ns"]):
-            first[tid] = ev
-    for tid, ev in sorted(first.items(), key=lambda kv: kv[1]["wall_ns"])[-limit:]:
-        click.echo(f"{tid}  {ev['msg_type']}  {ev['actor']}@{ev['node']}")
+    for rec in records:
+        tid = rec["trace_id"]
+        if tid and (tid not in first or rec["sent_ns"] < first[tid]["sent_ns"]):
+            first[tid] = rec
+    for tid, rec in sorted(first.items(), key=lambda kv: kv[1]["sent_ns"])[-limit:]:
+        click.echo(f"{tid}  {rec['msg_type']}  {rec['actor']}@{rec['node']}")
 
 
 def _request_row(req: RequestTrace) -> str:
@@ -213,7 +214,8 @@ def find(dirs: tuple[str, ...], slowest: int, api: str | None, window_s: float |
 
 @group.command("tail")
 @_dir_option()
-@click.option("--events", "raw", is_flag=True, help="print every event, not finished requests")
+@click.option("--events", "raw", is_flag=True,
+              help="print every record as it comes, not finished requests")
 @click.option("--from-start", is_flag=True, help="begin with what the files already hold")
 @click.option(
     "--seconds",
@@ -230,6 +232,7 @@ def tail(
 
     follower = SegmentFollower([Path(d) for d in dirs], from_end=not from_start)
     pending: dict[int, list[dict[str, Any]]] = {}
+    finished: dict[int, int] = {}  # trace id -> polls it has waited for its last hops
     anchors: dict[str, int] = {}
     deadline = None if seconds is None else time.monotonic() + seconds
     try:
@@ -237,26 +240,36 @@ def tail(
             new = follower.poll()
             for node, a in node_anchors(new).items():
                 anchors.setdefault(node, a)
-            for ev in new:
+            for rec in new:
                 if raw:
                     click.echo(
-                        f"{ev['kind']:<7} {ev['trace_id']:>20} {ev['actor']}@{ev['node']} "
-                        f"{ev['msg_type']} peer={ev['peer']} bytes={ev['bytes']}"
+                        f"{rec['kind']:<7} {rec['trace_id']:>20} {rec['actor']}@{rec['node']} "
+                        f"{rec['msg_type']} from={rec['sender']} bytes={rec['bytes']}"
                     )
                     continue
-                if not ev["trace_id"]:
+                if not rec["trace_id"]:
                     continue
-                evs = pending.setdefault(ev["trace_id"], [])
-                evs.append(ev)
-                if ev["kind"] == "net_out":
-                    req = request_from_trace(ev["trace_id"], evs, anchors)
-                    if req is not None:
-                        click.echo(_request_row(req))
-                    del pending[ev["trace_id"]]
-            if len(pending) > 100_000:  # chains that never end in net_out
-                for tid in list(pending)[: len(pending) // 2]:
+                pending.setdefault(rec["trace_id"], []).append(rec)
+                if rec["kind"] == "request":
+                    finished.setdefault(rec["trace_id"], 0)
+            # A request's last hop record may land a moment after its request record:
+            # print it once its stages are whole, or after one more poll regardless.
+            for tid in list(finished):
+                req = request_from_trace(tid, pending[tid], anchors)
+                if req is not None and req.stages is None and finished[tid] == 0:
+                    finished[tid] = 1
+                    continue
+                if req is not None:
+                    click.echo(_request_row(req))
+                del finished[tid], pending[tid]
+            if len(pending) > 100_000:  # chains that never end in a request record
+                for tid in [t for t in list(pending)[: len(pending) // 2] if t not in finished]:
                     del pending[tid]
             if deadline is not None and time.monotonic() >= deadline:
+                for tid in list(finished):  # what is left, stages or not
+                    req = request_from_trace(tid, pending[tid], anchors)
+                    if req is not None:
+                        click.echo(_request_row(req))
                 return
             time.sleep(interval)
     except KeyboardInterrupt:
@@ -282,14 +295,14 @@ def export(fmt: str, dirs: tuple[str, ...], trace_ids: tuple[str, ...], out: str
     from actors.trace.export import to_otlp, to_perfetto
 
     dirs, out = _dirs_then_out(dirs, out)
-    events = read_trace_dirs([Path(d) for d in dirs])
+    records = read_trace_dirs([Path(d) for d in dirs])
     if trace_ids:
         wanted = {_parse_trace_id(t) for t in trace_ids}
-        events = [e for e in events if e["trace_id"] in wanted]
-    doc = to_perfetto(events) if fmt == "perfetto" else to_otlp(events)
+        records = [r for r in records if r["trace_id"] in wanted]
+    doc = to_perfetto(records) if fmt == "perfetto" else to_otlp(records)
     with open(out, "w") as f:
         json.dump(doc, f, separators=(",", ":"))
-    click.echo(f"wrote {len(events)} events as {fmt} JSON to {out}")
+    click.echo(f"wrote {len(records)} records as {fmt} JSON to {out}")
 
 
 @group.command("analyze")
@@ -302,11 +315,18 @@ def export(fmt: str, dirs: tuple[str, ...], trace_ids: tuple[str, ...], out: str
     type=click.Path(file_okay=False),
     help="report directory: Parquet tables, report.html, plots",
 )
-@click.option("--master", default="local[*]", show_default=True, help="Spark master URL")
-def analyze(dirs: tuple[str, ...], more_dirs: tuple[str, ...], out: str, master: str) -> None:
+@click.option("--master", default="local[*]", show_default=True,
+              help="Spark master URL: local[N], or spark://HOST:PORT of a standalone cluster")
+@click.option("--profile", type=click.Choice(["small", "big"]), default=None,
+              help="Spark settings: small (one machine) or big (a cluster); "
+                   "default: small for local[...], big otherwise")
+def analyze(dirs: tuple[str, ...], more_dirs: tuple[str, ...], out: str, master: str,
+            profile: str | None) -> None:
     """PySpark job over every node's traces: stages, actors, throughput, ordering check.
 
     The dirs as for the other trace commands (``--dir A B``); bare dirs are read too.
+    Spark reads the nodes' trace files where they lie (a cluster's executors
+    must see the same paths).
     """
     dirs = dirs + more_dirs
     if not dirs:
@@ -318,9 +338,9 @@ def analyze(dirs: tuple[str, ...], more_dirs: tuple[str, ...], out: str, master:
         require_extras()
     except MissingExtraError as exc:
         raise click.ClickException(str(exc)) from None
-    summary = run([Path(d) for d in dirs], Path(out), master=master)
+    summary = run([Path(d) for d in dirs], Path(out), master=master, profile=profile)
     click.echo(
-        f"{summary['events']} events, {summary['requests']} requests "
+        f"{summary['records']} records, {summary['requests']} requests "
         f"({summary['incomplete_requests']} incomplete), "
         f"{summary['violation_count']} ordering/answer violations"
     )
@@ -336,6 +356,6 @@ def analyze(dirs: tuple[str, ...], more_dirs: tuple[str, ...], out: str, master:
         )
     t = summary["timings"]
     click.echo(
-        f"report: {Path(out) / 'report.html'}  (convert {t['convert_s']:.1f} s, "
+        f"report: {Path(out) / 'report.html'}  (prepare {t['prepare_s']:.1f} s, "
         f"spark start {t['spark_start_s']:.1f} s, job {t['job_s']:.1f} s)"
     )

@@ -1,17 +1,18 @@
-"""`actorlog trace export`: trace events to Perfetto/Chrome JSON or OpenTelemetry JSON.
+"""`actorlog trace export`: trace records to Perfetto/Chrome JSON or OpenTelemetry JSON.
 
 Perfetto (the Chrome trace event JSON that ui.perfetto.dev opens with no
 server): one process track per node, one thread track per actor, one slice
-per handled message (receive to done), a short ``send`` slice where each
-message was sent, a flow arrow from that send slice to the receiving slice
-(one ``bind_id`` per message, ``flow_out`` on the sender,
-``flow_in`` on the receiver), and an async ``request`` slice per Kafka
-request from net_in to net_out. Times are the aligned times of
-``actors/trace/spans.py`` in microseconds from the first event.
+per handled message (receive to done) on the receiver's track, a short
+``send`` slice on the sender's track where it was sent, a flow arrow from that
+send slice to the receiving slice (one ``bind_id`` per message, ``flow_out``
+on the sender, ``flow_in`` on the receiver), a ``net`` slice on the receiving
+gateway's track for a message that crossed nodes, and an async ``request``
+slice per Kafka request from net in to net out. Times are the aligned times of
+``actors/trace/spans.py`` in microseconds from the first record.
 
 OTLP: the OpenTelemetry JSON encoding of ``ExportTraceServiceRequest``: one
 resource per node, one span per message (send to done, on the receiving
-node) and one server span per Kafka request, parent links from the events.
+node) and one server span per Kafka request, parent links from the records.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import hashlib
 from collections import defaultdict
 from typing import Any
 
-from actors.trace.spans import node_anchors
+from actors.trace.spans import aligned, node_anchors, sender_node
 from wire.api_versions import api_snake_name
 
 
@@ -28,30 +29,20 @@ def _hex(n: int, width: int = 16) -> str:
     return f"{n & ((1 << (4 * width)) - 1):0{width}x}"
 
 
-def _index(
-    events: list[dict[str, Any]],
-) -> tuple[dict[str, int], dict[tuple[int, int], dict[str, Any]]]:
-    anchors = node_anchors(events)
-    spans: dict[tuple[int, int], dict[str, Any]] = defaultdict(dict)
-    for ev in events:
-        if ev["kind"] in ("send", "recv", "done") and ev["trace_id"]:
-            spans[(ev["trace_id"], ev["span_id"])][ev["kind"]] = ev
-    return anchors, spans
-
-
-def to_perfetto(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """The Chrome trace event JSON object for these events."""
-    if not events:
+def to_perfetto(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Chrome trace event JSON object for these records."""
+    records = [r for r in records if r["kind"] in ("hop", "net", "request")]
+    if not records:
         return {"traceEvents": [], "displayTimeUnit": "ns"}
-    anchors, spans = _index(events)
+    anchors = node_anchors(records)
 
-    def at(ev: dict[str, Any]) -> int:
-        return int(ev["mono_ns"] + anchors[ev["node"]])
+    def at(rec: dict[str, Any], name: str) -> int:
+        return aligned(anchors, rec, name)
 
-    t0 = min(at(ev) for ev in events)
+    t0 = min(at(r, "sent_ns") for r in records)
 
-    def us(ev: dict[str, Any]) -> float:
-        return (at(ev) - t0) / 1000.0
+    def us(rec: dict[str, Any], name: str) -> float:
+        return (at(rec, name) - t0) / 1000.0
 
     pids: dict[str, int] = {}
     tids: dict[tuple[str, str], int] = {}
@@ -62,81 +53,54 @@ def to_perfetto(events: list[dict[str, Any]]) -> dict[str, Any]:
         return pid, tid
 
     out: list[dict[str, Any]] = []
-    for flow, ((trace_id, span_id), kinds) in enumerate(spans.items(), 1):
-        recv, done, send = kinds.get("recv"), kinds.get("done"), kinds.get("send")
-        bind = flow  # small integers: exact in every JSON reader (span ids need 63 bits)
-        if recv is not None:
-            pid, tid = track(recv["node"], recv["actor"])
-            start = us(recv)
-            dur = max(0.001, us(done) - start) if done is not None else 0.001
-            args: dict[str, Any] = {
-                "trace_id": _hex(trace_id),
-                "span_id": _hex(span_id),
-                "from": recv["peer"],
-                "bytes": recv["bytes"],
-            }
-            if send is not None:
-                args["mailbox_us"] = round(start - us(send), 3)
-            if recv["corr_id"] >= 0:
-                args["corr_id"] = recv["corr_id"]
-            ev = {
-                "ph": "X",
-                "name": recv["msg_type"],
-                "cat": "message",
-                "pid": pid,
-                "tid": tid,
-                "ts": start,
-                "dur": dur,
-                "args": args,
-            }
-            if send is not None:
-                ev.update(bind_id=bind, flow_in=True)
-            out.append(ev)
-        if send is not None:
-            pid, tid = track(send["node"], send["actor"])
-            out.append(
-                {
-                    "ph": "X",
-                    "name": f"send {send['msg_type']}",
-                    "cat": "send",
-                    "pid": pid,
-                    "tid": tid,
-                    "ts": us(send),
-                    "dur": 0.001,
-                    "bind_id": bind,
-                    "flow_out": True,
-                    "args": {"to": send["peer"], "span_id": _hex(span_id)},
-                }
-            )
-    for ev in events:
-        if ev["kind"] in ("net_in", "net_out"):
-            pid, tid = track(ev["node"], ev["actor"])
-            out.append(
-                {
-                    "ph": "b" if ev["kind"] == "net_in" else "e",
-                    "cat": "request",
-                    "tid": tid,
-                    "name": f"{api_snake_name(ev['api_key'])} conn {ev['conn_id']} "
-                            f"corr {ev['corr_id']}",
-                    "id": "0x" + _hex(ev["trace_id"]),
-                    "pid": pid,
-                    "ts": us(ev),
-                    "args": {"peer": ev["peer"], "bytes": ev["bytes"]},
-                }
-            )
+    flow = 0
+    for rec in records:
+        kind = rec["kind"]
+        if kind == "request":
+            pid, tid = track(rec["node"], rec["actor"])
+            name = f"{api_snake_name(rec['api_key'])} conn {rec['conn_id']} corr {rec['corr_id']}"
+            common = {"cat": "request", "pid": pid, "tid": tid, "name": name,
+                      "id": "0x" + _hex(rec["trace_id"])}
+            out.append({**common, "ph": "b", "ts": us(rec, "recv_ns"),
+                        "args": {"peer": rec["sender"], "bytes": rec["bytes"]}})
+            out.append({**common, "ph": "e", "ts": us(rec, "done_ns"),
+                        "args": {"bytes_out": rec["bytes_out"]}})
+            continue
+        if kind == "net":
+            pid, tid = track(rec["node"], rec["actor"])
+            start = us(rec, "recv_ns")
+            out.append({"ph": "X", "name": f"net {rec['msg_type']}", "cat": "net", "pid": pid,
+                        "tid": tid, "ts": start, "dur": max(0.001, us(rec, "done_ns") - start),
+                        "args": {"from": rec["sender"], "span_id": _hex(rec["span_id"]),
+                                 "network_us": round(start - us(rec, "sent_ns"), 3)}})
+            continue
+        flow += 1  # small integers: exact in every JSON reader (span ids need 63 bits)
+        pid, tid = track(rec["node"], rec["actor"])
+        start = us(rec, "recv_ns")
+        args: dict[str, Any] = {
+            "trace_id": _hex(rec["trace_id"]),
+            "span_id": _hex(rec["span_id"]),
+            "from": rec["sender"],
+            "bytes": rec["bytes"],
+            "mailbox_us": round(start - us(rec, "sent_ns"), 3),
+        }
+        if rec["corr_id"] >= 0:
+            args["corr_id"] = rec["corr_id"]
+        out.append({"ph": "X", "name": rec["msg_type"], "cat": "message", "pid": pid, "tid": tid,
+                    "ts": start, "dur": max(0.001, us(rec, "done_ns") - start), "args": args,
+                    "bind_id": flow, "flow_in": True})
+        s_name = rec["sender"].rpartition("@")[0] or rec["sender"]
+        spid, stid = track(sender_node(rec), s_name)
+        out.append({"ph": "X", "name": f"send {rec['msg_type']}", "cat": "send", "pid": spid,
+                    "tid": stid, "ts": us(rec, "sent_ns"), "dur": 0.001, "bind_id": flow,
+                    "flow_out": True, "args": {"to": f"{rec['actor']}@{rec['node']}",
+                                               "span_id": _hex(rec["span_id"])}})
     meta = []
     for node, pid in pids.items():
         meta.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": node}})
     for (node, actor), tid in tids.items():
-        meta.append(
-            {
-                "ph": "M",
-                "name": "thread_name",
-                "pid": pids[node],
-                "tid": tid,
-                "args": {"name": actor},
-            }
-        )
+        meta.append({"ph": "M", "name": "thread_name", "pid": pids[node], "tid": tid,
+                     "args": {"name": actor}})
     out.sort(key=lambda e: e["ts"])
     return {"traceEvents": meta + out, "displayTimeUnit": "ns"}
 
@@ -153,65 +117,59 @@ def _request_span_id(trace_id: int) -> str:
     return hashlib.blake2b(trace_id.to_bytes(8, "big"), digest_size=8).hexdigest()
 
 
-def to_otlp(events: list[dict[str, Any]]) -> dict[str, Any]:
+def to_otlp(records: list[dict[str, Any]]) -> dict[str, Any]:
     """OpenTelemetry ``ExportTraceServiceRequest`` in its JSON encoding."""
-    anchors, spans = _index(events)
+    anchors = node_anchors(records)
 
-    def at(ev: dict[str, Any]) -> str:
-        return str(int(ev["mono_ns"] + anchors[ev["node"]]))
+    def at(rec: dict[str, Any], name: str) -> str:
+        return str(aligned(anchors, rec, name))
 
-    requests: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
-    for ev in events:
-        if ev["kind"] in ("net_in", "net_out") and ev["trace_id"]:
-            requests[ev["trace_id"]].setdefault(ev["kind"], ev)
+    requests: dict[int, dict[str, Any]] = {}
+    for rec in records:
+        if rec["kind"] == "request" and rec["trace_id"]:
+            requests.setdefault(rec["trace_id"], rec)
     per_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for (trace_id, span_id), kinds in spans.items():
-        first = kinds.get("send") or kinds.get("recv") or kinds["done"]
-        end = kinds.get("done") or kinds.get("recv") or first
-        where = kinds.get("recv") or first
-        parent = first["parent_span_id"]
+    for rec in records:
+        if rec["kind"] != "hop" or not rec["trace_id"]:
+            continue
+        trace_id, parent = rec["trace_id"], rec["parent_span_id"]
         parent_hex = (
-            _hex(parent)
-            if parent
-            else (_request_span_id(trace_id) if "net_in" in requests.get(trace_id, {}) else "")
+            _hex(parent) if parent
+            else (_request_span_id(trace_id) if trace_id in requests else "")
         )
-        per_node[where["node"]].append(
+        per_node[rec["node"]].append(
             {
                 "traceId": _hex(trace_id, 32),
-                "spanId": _hex(span_id),
+                "spanId": _hex(rec["span_id"]),
                 "parentSpanId": parent_hex,
-                "name": first["msg_type"],
+                "name": rec["msg_type"],
                 "kind": 1,
-                "startTimeUnixNano": at(first),
-                "endTimeUnixNano": at(end),
+                "startTimeUnixNano": at(rec, "sent_ns"),
+                "endTimeUnixNano": at(rec, "done_ns"),
                 "attributes": [
-                    _attr("actorlog.actor", where["actor"]),
-                    _attr("actorlog.peer", where["peer"]),
-                    _attr("actorlog.bytes", where["bytes"]),
+                    _attr("actorlog.actor", rec["actor"]),
+                    _attr("actorlog.peer", rec["sender"]),
+                    _attr("actorlog.bytes", rec["bytes"]),
                 ],
             }
         )
-    for trace_id, ends in requests.items():
-        net_in = ends.get("net_in")
-        if net_in is None:
-            continue
-        net_out = ends.get("net_out", net_in)
-        per_node[net_in["node"]].append(
+    for trace_id, req in requests.items():
+        per_node[req["node"]].append(
             {
                 "traceId": _hex(trace_id, 32),
                 "spanId": _request_span_id(trace_id),
                 "parentSpanId": "",
-                "name": f"kafka.{api_snake_name(net_in['api_key'])}",
+                "name": f"kafka.{api_snake_name(req['api_key'])}",
                 "kind": 2,
-                "startTimeUnixNano": at(net_in),
-                "endTimeUnixNano": at(net_out),
+                "startTimeUnixNano": at(req, "recv_ns"),
+                "endTimeUnixNano": at(req, "done_ns"),
                 "attributes": [
                     _attr("messaging.system", "kafka"),
-                    _attr("kafka.api_key", net_in["api_key"]),
-                    _attr("kafka.correlation_id", net_in["corr_id"]),
-                    _attr("actorlog.conn_id", net_in["conn_id"]),
-                    _attr("net.peer", net_in["peer"]),
-                    _attr("actorlog.answered", "net_out" in ends),
+                    _attr("kafka.api_key", req["api_key"]),
+                    _attr("kafka.correlation_id", req["corr_id"]),
+                    _attr("actorlog.conn_id", req["conn_id"]),
+                    _attr("net.peer", req["sender"]),
+                    _attr("actorlog.answered", req["bytes_out"] > 0),
                 ],
             }
         )

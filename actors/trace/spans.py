@@ -1,31 +1,33 @@
-"""Rebuild spans and Kafka request stages from trace events.
+"""Rebuild spans and Kafka request stages from trace records (one record per hop).
 
-A span is one message: sent by one actor, received and handled by another.
-Its mailbox wait is receive time minus send time, its handling time done
-minus receive.
+A span is one message: sent by one actor, received and handled by another,
+recorded once by the receiver (``kind`` "hop"). Its mailbox wait is receive
+time minus send time, its handling time done minus receive; when it crossed
+nodes, the receiving gateway's ``net`` record splits the wait into the network
+leg (send to gateway) and the local queue (gateway to handler).
 
-Time base. Within one node every difference uses the monotonic clock
-(``mono_ns``), which is exact and comparable between the processes of one
-host. To put several nodes on one timeline each node gets an *anchor*: the
-median of ``wall_ns + clock_offset_ns - mono_ns`` over its events, so that
-``aligned = mono_ns + anchor`` is the node's monotonic time expressed on the
-reference wall clock (the clock the offsets were estimated against). Two
-events on one node differ by exactly their monotonic difference; events on
-two nodes differ by their corrected wall clocks.
+Time base. Record times are wall clock. Within one node every difference is
+exact. To put several nodes on one timeline each node gets an *anchor*: the
+median of its records' ``clock_offset_ns`` (its estimate of the reference
+clock minus its own), so ``aligned = t + anchor(node)``. The receive and done
+times of a record are on the node that wrote it; the send time is on the
+sender's node (the node part of ``sender``).
 
-Kafka request stages (times are the aligned times of one sampled request,
-whose trace the Processor starts when a whole request frame has been read):
+Kafka request stages (aligned times of one sampled request, whose trace the
+Processor starts when a whole request frame has been read):
 
-  request_queue   recv(KafkaRequest) at the handler - net_in
+  request_queue   recv of the KafkaRequest hop at the handler - net in
   local           time the handler spent handling this request's messages
                   (the KafkaRequest and every reply it got), clipped to
                   [recv(KafkaRequest), send(KafkaResponse)]
   remote          send(KafkaResponse) - recv(KafkaRequest) - local: waiting
                   on shards, purgatory, the controller, the coordinator
-  response_queue  recv(KafkaResponse) at the Processor - send(KafkaResponse)
-  send            net_out - recv(KafkaResponse): waiting for earlier
+  response_queue  recv of the KafkaResponse hop at the Processor - its send
+  send            net out - recv(KafkaResponse): waiting for earlier
                   responses of the connection, then writing to the socket
-  total           net_out - net_in = the sum of the five
+  total           net out - net in = the sum of the five
+
+net in and net out are the request record's ``recv_ns`` and ``done_ns``.
 """
 
 from __future__ import annotations
@@ -45,99 +47,116 @@ __all__ = [
     "node_anchors",
     "request_from_trace",
     "request_traces",
+    "sender_node",
 ]
 
-def node_anchors(events: list[dict[str, Any]]) -> dict[str, int]:
-    """Per node: reference wall time minus monotonic time (the median over its events)."""
-    diffs: dict[str, list[int]] = defaultdict(list)
-    for ev in events:
-        diffs[ev["node"]].append(ev["wall_ns"] + ev["clock_offset_ns"] - ev["mono_ns"])
+
+def node_anchors(records: list[dict[str, Any]]) -> dict[str, int]:
+    """Per node: its records' median clock offset to the reference clock."""
+    offsets: dict[str, list[int]] = defaultdict(list)
+    for rec in records:
+        offsets[rec["node"]].append(rec["clock_offset_ns"])
     anchors = {}
-    for node, d in diffs.items():
+    for node, d in offsets.items():
         d.sort()
         anchors[node] = d[len(d) // 2]
     return anchors
 
 
+def sender_node(rec: dict[str, Any]) -> str:
+    """The node a hop or net record's message was sent from (its own node for others)."""
+    if rec["kind"] in ("hop", "net"):
+        node = rec["sender"].rpartition("@")[2]
+        if node:
+            return str(node)
+    return str(rec["node"])
+
+
+def aligned(anchors: dict[str, int], rec: dict[str, Any], name: str) -> int:
+    """A record's time ``name`` on the reference clock."""
+    node = sender_node(rec) if name == "sent_ns" else rec["node"]
+    anchor = anchors.get(node)
+    if anchor is None:  # a sender node we have no records of: assume the receiver's clock
+        anchor = anchors.get(rec["node"], rec["clock_offset_ns"])
+    return int(rec[name] + anchor)
+
+
 @dataclass
 class Span:
-    span_id: int
-    parent_span_id: int
-    trace_id: int
-    msg_type: str = "?"
-    sender: str = "?"
-    receiver: str = "?"
-    send: dict[str, Any] | None = None
-    recv: dict[str, Any] | None = None
-    done: dict[str, Any] | None = None
-    children: list[Span] = field(default_factory=list)
+    """One message, from its hop record (and its network leg, if it crossed nodes)."""
+
+    rec: dict[str, Any]
     anchors: dict[str, int] = field(default_factory=dict, repr=False)
+    net: dict[str, Any] | None = None
+    children: list[Span] = field(default_factory=list)
 
-    def at(self, ev: dict[str, Any] | None) -> int | None:
-        """An event's aligned time (see the module docstring)."""
-        if ev is None:
+    @property
+    def span_id(self) -> int:
+        return int(self.rec["span_id"])
+
+    @property
+    def parent_span_id(self) -> int:
+        return int(self.rec["parent_span_id"])
+
+    @property
+    def msg_type(self) -> str:
+        return str(self.rec["msg_type"])
+
+    @property
+    def sender(self) -> str:
+        return str(self.rec["sender"])
+
+    @property
+    def receiver(self) -> str:
+        return f"{self.rec['actor']}@{self.rec['node']}"
+
+    def at(self, name: str) -> int:
+        return aligned(self.anchors, self.rec, name)
+
+    @property
+    def mailbox_ns(self) -> int:
+        rec = self.rec
+        if sender_node(rec) == rec["node"]:
+            return int(rec["recv_ns"] - rec["sent_ns"])
+        return self.at("recv_ns") - self.at("sent_ns")
+
+    @property
+    def network_ns(self) -> int | None:
+        """Send to the receiving gateway (a message that crossed nodes and was traced there)."""
+        if self.net is None:
             return None
-        anchor = self.anchors.get(ev["node"])
-        if anchor is None:
-            return int(ev["wall_ns"] + ev["clock_offset_ns"])
-        return int(ev["mono_ns"] + anchor)
-
-    def _delta_ns(self, a: dict[str, Any] | None, b: dict[str, Any] | None) -> int | None:
-        if a is None or b is None:
-            return None
-        if a["node"] == b["node"]:
-            return int(b["mono_ns"] - a["mono_ns"])
-        ta, tb = self.at(a), self.at(b)
-        assert ta is not None and tb is not None
-        return tb - ta
+        return aligned(self.anchors, self.net, "recv_ns") - self.at("sent_ns")
 
     @property
-    def mailbox_ns(self) -> int | None:
-        return self._delta_ns(self.send, self.recv)
+    def handling_ns(self) -> int:
+        return int(self.rec["done_ns"] - self.rec["recv_ns"])
 
     @property
-    def handling_ns(self) -> int | None:
-        return self._delta_ns(self.recv, self.done)
-
-    @property
-    def start_wall_ns(self) -> int:
-        t = self.at(self.send or self.recv or self.done)
-        assert t is not None
-        return t
+    def start_ns(self) -> int:
+        return self.at("sent_ns")
 
 
-def build_spans(events: list[dict[str, Any]], trace_id: int,
+def build_spans(records: list[dict[str, Any]], trace_id: int,
                 anchors: dict[str, int] | None = None) -> list[Span]:
-    """The root spans of one trace, children ordered by start time."""
-    mine = [ev for ev in events if ev["trace_id"] == trace_id]
+    """The root spans of one trace, children ordered by send time."""
+    mine = [r for r in records if r["trace_id"] == trace_id]
     if anchors is None:
         anchors = node_anchors(mine)
     spans: dict[int, Span] = {}
-    for ev in mine:
-        if ev["kind"] not in ("send", "recv", "done"):
-            continue
-        span = spans.get(ev["span_id"])
-        if span is None:
-            span = spans[ev["span_id"]] = Span(ev["span_id"], ev["parent_span_id"], trace_id,
-                                               anchors=anchors)
-        span.msg_type = ev["msg_type"]
-        if ev["kind"] == "send":
-            span.send = ev
-            span.sender = f"{ev['actor']}@{ev['node']}"
-            span.receiver = ev["peer"]
-        elif ev["kind"] == "recv":
-            span.recv = ev
-            span.receiver = f"{ev['actor']}@{ev['node']}"
-            span.sender = ev["peer"]
-        else:
-            span.done = ev
+    nets: dict[int, dict[str, Any]] = {}
+    for rec in mine:
+        if rec["kind"] == "hop":
+            spans[rec["span_id"]] = Span(rec, anchors)
+        elif rec["kind"] == "net":
+            nets[rec["span_id"]] = rec
     roots: list[Span] = []
     for span in spans.values():
+        span.net = nets.get(span.span_id)
         parent = spans.get(span.parent_span_id) if span.parent_span_id else None
         (parent.children if parent is not None else roots).append(span)
     for span in spans.values():
-        span.children.sort(key=lambda s: s.start_wall_ns)
-    roots.sort(key=lambda s: s.start_wall_ns)
+        span.children.sort(key=lambda s: s.start_ns)
+    roots.sort(key=lambda s: s.start_ns)
     return roots
 
 
@@ -150,14 +169,16 @@ def format_tree(roots: list[Span], t0: int | None = None) -> list[str]:
     if not roots:
         return []
     if t0 is None:
-        t0 = min(r.start_wall_ns for r in roots)
+        t0 = min(r.start_ns for r in roots)
     lines: list[str] = []
 
     def walk(span: Span, depth: int) -> None:
+        net = span.network_ns
         lines.append(
-            f"+{(span.start_wall_ns - t0) / 1000:9.0f} us  "
+            f"+{(span.start_ns - t0) / 1000:9.0f} us  "
             f"mailbox {_us(span.mailbox_ns)} us  handler {_us(span.handling_ns)} us  "
             f"{'  ' * depth}{span.msg_type}: {span.sender} -> {span.receiver}"
+            + (f"  (network {net / 1000:.0f} us)" if net is not None else "")
         )
         for child in span.children:
             walk(child, depth + 1)
@@ -194,61 +215,54 @@ class RequestTrace:
         return api_snake_name(self.api_key)
 
 
-def request_traces(events: list[dict[str, Any]],
+def request_traces(records: list[dict[str, Any]],
                    anchors: dict[str, int] | None = None) -> list[RequestTrace]:
-    """Every request (a trace with a net_in) in the events, with its stages when complete."""
+    """Every request in the records (a request record, or a KafkaRequest hop whose
+    request was never finished), with its stages when the trace is complete."""
     if anchors is None:
-        anchors = node_anchors(events)
+        anchors = node_anchors(records)
     by_trace: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for ev in events:
-        if ev["trace_id"]:
-            by_trace[ev["trace_id"]].append(ev)
+    for rec in records:
+        if rec["trace_id"]:
+            by_trace[rec["trace_id"]].append(rec)
     out = []
-    for tid, evs in by_trace.items():
-        req = request_from_trace(tid, evs, anchors)
+    for tid, recs in by_trace.items():
+        req = request_from_trace(tid, recs, anchors)
         if req is not None:
             out.append(req)
     out.sort(key=lambda r: r.t_in)
     return out
 
 
-def request_from_trace(trace_id: int, evs: list[dict[str, Any]],
+def request_from_trace(trace_id: int, recs: list[dict[str, Any]],
                        anchors: dict[str, int]) -> RequestTrace | None:
-    def at(ev: dict[str, Any]) -> int:
-        return int(ev["mono_ns"] + anchors.get(ev["node"], ev["wall_ns"] + ev["clock_offset_ns"]
-                                               - ev["mono_ns"]))
+    def at(rec: dict[str, Any], name: str) -> int:
+        return aligned(anchors, rec, name)
 
-    net_in = [e for e in evs if e["kind"] == "net_in"]
-    if not net_in:
+    finished = sorted((r for r in recs if r["kind"] == "request"), key=lambda r: r["done_ns"])
+    hops = [r for r in recs if r["kind"] == "hop"]
+    recv_req = next((r for r in hops if r["msg_type"] == "KafkaRequest"), None)
+    if finished:
+        first = finished[0]
+        req = RequestTrace(trace_id, first["node"], first["actor"], first["sender"],
+                           first["conn_id"], first["corr_id"], first["api_key"],
+                           at(first, "recv_ns"), at(first, "done_ns"), len(finished))
+    elif recv_req is not None:
+        # never finished: the handler's record of the request says when it came in
+        proc, _sep, node = recv_req["sender"].rpartition("@")
+        req = RequestTrace(trace_id, node, proc, "?", recv_req["conn_id"], recv_req["corr_id"],
+                           recv_req["api_key"], at(recv_req, "sent_ns"), None, 0)
+    else:
         return None
-    first = net_in[0]
-    outs = sorted(at(e) for e in evs if e["kind"] == "net_out")
-    req = RequestTrace(trace_id, first["node"], first["actor"], first["peer"], first["conn_id"],
-                       first["corr_id"], first["api_key"], at(first), outs[0] if outs else None,
-                       len(outs))
-    recv_req = next((e for e in evs if e["kind"] == "recv" and e["msg_type"] == "KafkaRequest"),
-                    None)
-    send_resp = next((e for e in evs if e["kind"] == "send" and e["msg_type"] == "KafkaResponse"),
-                     None)
-    recv_resp = next((e for e in evs if e["kind"] == "recv" and e["msg_type"] == "KafkaResponse"),
-                     None)
-    if recv_req is None or send_resp is None or recv_resp is None or req.t_out is None:
+    resp = next((r for r in hops if r["msg_type"] == "KafkaResponse"), None)
+    if recv_req is None or resp is None or req.t_out is None:
         return req
     req.handler = f"{recv_req['actor']}@{recv_req['node']}"
-    t1, t2, t3 = at(recv_req), at(send_resp), at(recv_resp)
-    recvs: dict[int, dict[str, Any]] = {}
-    dones: dict[int, dict[str, Any]] = {}
-    for e in evs:
-        if e["actor"] == recv_req["actor"] and e["node"] == recv_req["node"]:
-            if e["kind"] == "recv":
-                recvs[e["span_id"]] = e
-            elif e["kind"] == "done":
-                dones[e["span_id"]] = e
+    t1, t2, t3 = at(recv_req, "recv_ns"), at(resp, "sent_ns"), at(resp, "recv_ns")
     local = 0
-    for span_id, r in recvs.items():
-        d = dones.get(span_id)
-        if d is not None:
-            local += max(0, min(at(d), t2) - max(at(r), t1))
+    for r in hops:
+        if r["actor"] == recv_req["actor"] and r["node"] == recv_req["node"]:
+            local += max(0, min(at(r, "done_ns"), t2) - max(at(r, "recv_ns"), t1))
     req.stages = {
         "request_queue": t1 - req.t_in,
         "local": local,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from actors.apis.base import HandlerContext
+from actors.core.metadata_cache import MetadataCache
 from actors.runtime.clock import ManualClock
 from actors.runtime.config import Config
 from actors.topology import Topology
@@ -28,3 +29,15 @@ def test_handlers_with_one_clock_never_hand_out_the_same_id() -> None:
     contexts = [context(clock, i) for i in range(3)]
     ids = [ctx.next_producer_id() for _ in range(50) for ctx in contexts]
     assert len(set(ids)) == len(ids)
+
+
+def test_cluster_nodes_starting_in_one_millisecond_never_hand_out_the_same_id() -> None:
+    """Each node's base comes from its own clock; the simulator found two nodes whose first
+    InitProducerId fell in the same millisecond handing out one id twice."""
+    clock = ManualClock(wall_start_ms=1_000)
+    contexts = [HandlerContext(Topology(f"node-{b}", 1, 2, 1, 1, 1), Config(), b, "127.0.0.1",
+                               9092, "cluster", i, clock=clock, cluster=MetadataCache())
+                for b in (1, 2, 3) for i in range(2)]
+    ids = [ctx.next_producer_id() for _ in range(200) for ctx in contexts]
+    assert len(set(ids)) == len(ids)
+    assert all(0 < pid < 2**63 for pid in ids)

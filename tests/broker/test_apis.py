@@ -31,6 +31,8 @@ from tests.broker.rawclient import (
 from tests.fixtures.broker import BrokerProcess
 from wire.errors import ErrorCode
 
+pytestmark = pytest.mark.num_processes(1, 2)
+
 TOPIC_RESOURCE = 2
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5  # DescribeConfigs config_source
 

@@ -31,6 +31,8 @@ from tests.broker.rawclient import (
 )
 from tests.fixtures.broker import BrokerProcess
 
+pytestmark = pytest.mark.num_processes(1, 2)
+
 CORRUPT_MESSAGE = 2
 UNSUPPORTED_VERSION = 35
 PROCESSORS = 2  # num.network.threads default

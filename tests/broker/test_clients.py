@@ -21,7 +21,7 @@ import pytest
 from tests.broker.rawclient import RawClient, read_batches
 from tests.fixtures.broker import BrokerProcess
 
-pytestmark = pytest.mark.clients
+pytestmark = [pytest.mark.clients, pytest.mark.num_processes(1, 2)]
 
 COUNT = 10_000
 PARTITIONS = 3

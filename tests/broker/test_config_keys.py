@@ -54,6 +54,9 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = "tests/broker/test_config_keys.py"
 TLS = "tests/security/test_tls_broker.py"
 SASL = "tests/security/test_sasl_broker.py"
+REPL = "tests/cluster/test_replication.py"
+TXN = "tests/broker/test_transactions.py"
+TXN_CLUSTER = "tests/cluster/test_transactions_cluster.py"
 CLEANER = "tests/broker/test_log_cleaner.py"
 
 # key -> the tests that show its effect ("path::function").
@@ -92,6 +95,9 @@ EFFECTS: dict[str, list[str]] = {
     "connections.max.reauth.ms": [f"{SASL}::"
                                   "test_clients_reauthenticate_before_their_session_ends"],
     "log.dirs": [f"{HERE}::test_log_dirs_hold_the_partitions"],
+    "num.processes": ["tests/broker/test_processes.py::"
+                      "test_both_processes_serve_clients_of_one_broker",
+                      "tests/broker/test_processes.py::test_one_process_starts_no_other"],
     "num.network.threads": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],
     "num.io.threads": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],
     "num.partition.shards": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],
@@ -158,6 +164,24 @@ EFFECTS: dict[str, list[str]] = {
     "group.max.session.timeout.ms": [f"{HERE}::test_session_timeout_bounds_refuse_joins"],
     "offsets.topic.num.partitions": [f"{HERE}::test_num_partitions_of_auto_created_topics"],
     "purge.interval.requests": [f"{HERE}::test_runtime_tuning_reaches_the_actors"],
+    # replication (issue 15)
+    "num.replica.fetchers": [f"{REPL}::test_partitions_spread_over_the_fetchers_and_small_"
+                             "fetches_replicate_everything"],
+    "replica.fetch.max.bytes": [f"{REPL}::test_partitions_spread_over_the_fetchers_and_small_"
+                                "fetches_replicate_everything"],
+    "replica.fetch.min.bytes": [f"{REPL}::test_partitions_spread_over_the_fetchers_and_small_"
+                                "fetches_replicate_everything"],
+    "replica.fetch.response.max.bytes": [f"{REPL}::test_partitions_spread_over_the_fetchers_"
+                                         "and_small_fetches_replicate_everything"],
+    "replica.fetch.wait.max.ms": [f"{REPL}::test_partitions_spread_over_the_fetchers_and_small_"
+                                  "fetches_replicate_everything"],
+    "replica.lag.time.max.ms": [f"{REPL}::test_a_paused_follower_leaves_the_isr_and_rejoins"],
+    "replica.high.watermark.checkpoint.interval.ms": [
+        f"{REPL}::test_followers_hold_the_leaders_log_and_acks_all_is_acknowledged"],
+    "replica.fetch.backoff.ms": [f"{REPL}::test_a_leader_killed_twice_under_acks_all_loses_"
+                                 "nothing"],
+    "replica.socket.timeout.ms": [f"{REPL}::test_a_leader_killed_twice_under_acks_all_loses_"
+                                  "nothing"],
     # The cluster's keys, on real nodes over a real ZooKeeper (tests/cluster).
     "zookeeper.connect": ["tests/cluster/test_cluster.py::"
                           "test_no_zookeeper_within_the_connection_timeout_is_one_line"],
@@ -185,6 +209,20 @@ EFFECTS: dict[str, list[str]] = {
     "controlled.shutdown.retry.backoff.ms": [
         "tests/cluster/test_controlled_shutdown.py::"
         "test_controlled_shutdown_retries_what_it_cannot_move_and_can_be_turned_off"],
+    "auto.leader.rebalance.enable": [f"{REPL}::test_a_preferred_leader_back_in_the_isr_leads_"
+                                     "again"],
+    "leader.imbalance.per.broker.percentage": [f"{REPL}::test_a_preferred_leader_back_in_the_"
+                                               "isr_leads_again"],
+    "leader.imbalance.check.interval.seconds": [f"{REPL}::test_a_preferred_leader_back_in_the_"
+                                                "isr_leads_again"],
+    # Transactions: the topic's keys on a 3-node cluster, the coordinator's on one node.
+    "transaction.state.log.num.partitions": [f"{TXN_CLUSTER}::test_transactions_across_nodes"],
+    "transaction.state.log.replication.factor": [
+        f"{TXN_CLUSTER}::test_transactions_across_nodes"],
+    "transaction.state.log.min.isr": [f"{TXN_CLUSTER}::test_transactions_across_nodes"],
+    "transaction.max.timeout.ms": [f"{TXN}::test_a_transaction_past_its_timeout_is_aborted"],
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": [
+        f"{TXN}::test_a_transaction_past_its_timeout_is_aborted"],
 }
 
 

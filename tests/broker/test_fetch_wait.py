@@ -11,10 +11,15 @@ import threading
 import time
 import uuid
 
+import pytest
+
 from tests.broker.rawclient import FETCH, RawClient, fetch_values, read_records, record_batch
 from tests.fixtures.broker import BrokerProcess
 
 SLACK_S = 0.05
+
+
+pytestmark = pytest.mark.num_processes(1, 2)
 
 
 def new_topic(broker: BrokerProcess, partitions: int = 1) -> str:

@@ -124,8 +124,9 @@ def test_find_coordinator_names_this_broker_for_every_group(group_broker: Broker
     assert [(c.key, c.error_code, c.node_id, c.port) for c in batched.coordinators] == [
         (k, 0, 1, group_broker.port) for k in "abc"]
     txn = call(group_broker.bootstrap, FindCoordinatorRequest(key="t", key_type=1), 3)
-    assert txn.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    assert "not supported" in txn.error_message
+    assert (txn.error_code, txn.node_id, txn.port) == (0, 1, group_broker.port)
+    other = call(group_broker.bootstrap, FindCoordinatorRequest(key="t", key_type=2), 3)
+    assert other.error_code == ErrorCode.INVALID_REQUEST
 
 
 def test_offsets_topic_is_created_internal_and_known_to_every_handler(

@@ -27,6 +27,8 @@ from tests.broker.rawclient import (
 )
 from tests.fixtures.broker import BrokerProcess
 
+pytestmark = pytest.mark.num_processes(1, 2)
+
 SHARDS = 2  # num.partition.shards default
 PARTITIONS = 8  # crc32 is affine: with 2 shards, partitions 0-3 share a shard, 4-7 the other
 

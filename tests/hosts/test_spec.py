@@ -169,8 +169,14 @@ def test_connect_instead_of_servers() -> None:
      "[zookeeper] give hosts (servers `cluster up` starts) or connect"),
     (('hosts = ["h1"]', ''),
      "[zookeeper] needs hosts = [\"HOST\"]"),
-    (('hosts = ["h1"]', 'hosts = ["h1", "h3"]'),
-     "`cluster up` starts one standalone server"),
+    (('hosts = ["h1"]', 'hosts = ["h1", "h3", "h1"]'),
+     "[zookeeper] hosts names h1 more than once (one server per host)"),
+    (('hosts = ["h1"]', 'hosts = ["h1"]\nquorum_port = 2999'),
+     "[zookeeper] quorum_port applies to an ensemble (two or more hosts)"),
+    (('hosts = ["h1"]', 'hosts = ["h1", "h3"]\nelection_port = 2181'),
+     "[zookeeper] port 2181, quorum_port 2888 and election_port 2181 must differ"),
+    (('hosts = ["h1"]', 'hosts = ["h1", "h3"]\nquorum_port = 9092'),
+     "[nodes.1] listener port 9092 on host h1 is also used by ZooKeeper's quorum port"),
     (('hosts = ["h1"]', 'connect = "zk1,zk2:2181"'),
      "[zookeeper] connect 'zk1,zk2:2181': 'zk1' is not host:port"),
     (('[nodes.3]', '[nodes.three]'),
@@ -190,6 +196,23 @@ def test_each_mistake_is_one_clear_line(edit: tuple[str, str], line: str) -> Non
     assert any(line in p for p in found), found
     assert all(p.startswith(str(PATH)) for p in found)
     assert all("\n" not in p for p in found)
+
+
+def test_an_ensemble_of_servers_the_command_starts() -> None:
+    spec = parse(GOOD.replace('hosts = ["h1"]', 'hosts = ["h1", "h2", "h3"]\n'
+                              'quorum_port = 2889'))
+    assert spec.zookeeper.ensemble and spec.zookeeper.hosts == ("h1", "h2", "h3")
+    assert (spec.zookeeper.quorum_port, spec.zookeeper.election_port) == (2889, 3888)
+    assert spec.connect_string() == "198.18.0.11:2181,198.18.0.12:2181,198.18.0.13:2181"
+    assert NodePlan.of(spec, 2).config["zookeeper.connect"] == spec.connect_string()
+    assert not parse(GOOD).zookeeper.ensemble
+
+
+def test_servers_of_an_ensemble_need_their_own_addresses() -> None:
+    text = GOOD.replace('hosts = ["h1"]', 'hosts = ["h1", "h4"]') + (
+        '[hosts.h4]\nvia = "local"\naddress = "198.18.0.11"\n')
+    assert any("[zookeeper] hosts h1, h4 share the address 198.18.0.11: each server of an "
+               "ensemble needs its own" in p for p in problems(text))
 
 
 def test_two_nodes_on_one_host_need_their_own_ports_and_dirs() -> None:
@@ -255,3 +278,20 @@ toml_scalars = st.one_of(
     toml_scalars, st.dictionaries(_text.filter(bool), toml_scalars, max_size=3)), max_size=6))
 def test_render_toml_reads_back_to_the_same_values(values: dict[str, object]) -> None:
     assert tomllib.loads(render_toml(values)) == values
+
+
+def test_check_says_what_the_spec_describes(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from actors.cluster_cli import group
+
+    spec = tmp_path / "demo.toml"
+    spec.write_text(GOOD.replace('hosts = ["h1"]', 'hosts = ["h1", "h2", "h3"]')
+                    .replace('identity_file = "keys/id"\n', ""))
+    result = CliRunner().invoke(group, ["check", "--spec", str(spec)])
+    assert result.exit_code == 0, result.output
+    assert ("ZooKeeper: ensemble of 3 on h1, h2, h3 (ids 1-3 in that order), ports "
+            "2181/2888/3888 (client/quorum/election)") in result.output
+    assert ("zookeeper.connect of the nodes: 198.18.0.11:2181,198.18.0.12:2181,"
+            "198.18.0.13:2181") in result.output
+    assert "node 2: host h2, listener 198.18.0.12:9092" in result.output

@@ -72,6 +72,22 @@ def test_units_per_host_with_its_nodes_configs(tmp_path: Path) -> None:
     assert "systemctl enable --now actorlog@node-1 actorlog@node-3" in result.output
 
 
+def test_an_ensemble_gets_its_server_lines_and_myid_per_host(tmp_path: Path) -> None:
+    spec_path = write_spec(tmp_path)
+    spec_path.write_text(spec_path.read_text().replace('hosts = ["a"]', 'hosts = ["a", "b"]'))
+    out = tmp_path / "units"
+    result = CliRunner().invoke(group, ["units", "--spec", str(spec_path), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    servers = "server.1=10.0.0.1:2888:3888\nserver.2=10.0.0.2:2888:3888\n"
+    for host, myid in (("a", 1), ("b", 2)):
+        assert (out / host / "myid").read_text() == f"{myid}\n"
+        text = (out / host / "zoo.cfg.servers").read_text()
+        assert text.endswith(f"clientPort=2181\n{servers}")
+        assert f"write {myid} into /etc/zookeeper/conf/myid" in text
+    assert "ZooKeeper ensemble on a, b: use the Debian zookeeperd service on each" in \
+        result.output
+
+
 def test_systemd_analyze_verify_accepts_the_units(tmp_path: Path) -> None:
     if shutil.which("systemd-analyze") is None:
         pytest.skip("systemd-analyze is not installed (Debian package systemd)")

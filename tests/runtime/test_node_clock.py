@@ -6,7 +6,8 @@ actors decide; ``Node.advance_clock`` moves it and lets every actor act on it.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from loguru import logger
@@ -21,6 +22,7 @@ from actors.runtime.node import Node
 from actors.runtime.tracing import Tracer
 from actors.timer import Timer
 from actors.topology import Topology
+from actors.trace.store import read_trace_dirs
 from tests.fixtures.broker import free_port
 from tests.fixtures.waiting import wait_for
 from tests.runtime.node_actors import Boom, GetState
@@ -98,12 +100,23 @@ def test_dead_letters_are_logged_at_most_20_per_second_of_the_node_clock(
     assert manual_node.dead_letters.total == 26
 
 
-def test_trace_events_carry_the_node_clock_readings(manual_clock: ManualClock) -> None:
+def test_trace_records_carry_the_node_clock_readings(tmp_path: Path,
+                                                     manual_clock: ManualClock) -> None:
+    """A hop's send, receive and handled times, and the request record's, are the node clock's."""
+    node = Node("n", data_dir=tmp_path, trace_sample_ratio=1.0, clock=manual_clock).start()
+    try:
+        manual_clock.advance(5)
+        fragile = node.spawn(Fragile, "fragile")
+        node.tell(fragile, WhichClock(), trace_id=77)
+        node.quiesce()
+    finally:
+        node.shutdown(timeout=5)
+    hops = [r for r in read_trace_dirs([tmp_path]) if r["trace_id"] == 77]
+    wall = manual_clock.wall_ns()
+    assert [(r["kind"], r["sent_ns"], r["recv_ns"], r["done_ns"]) for r in hops] == [
+        ("hop", wall, wall, wall)]
     tracer = Tracer("n", None, clock=manual_clock)
-    manual_clock.advance(5)
-    tracer.event("recv", 1, 2, 0, "a", "b", "Hop")
-    event: Any = tracer._events[0]
-    assert event[12:14] == (manual_clock.monotonic_ns(), manual_clock.wall_ns())
+    assert tracer.wall_ns() == wall
 
 
 def test_only_a_manual_clock_can_be_moved_by_hand(node: Node) -> None:

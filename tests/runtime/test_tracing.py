@@ -69,15 +69,28 @@ def test_trace_follows_a_chain_across_hosts_and_trace_show_prints_it(tmp_path: P
     finally:
         a.shutdown()
         b.shutdown()
-    events = read_trace_dirs([tmp_path / "a", tmp_path / "b"])
-    chain = [e for e in events if e["trace_id"] == 777]
-    # 6 hops: each has send, recv and done; half of them handled on each node.
-    assert sorted(e["kind"] for e in chain) == ["done"] * 6 + ["recv"] * 6 + ["send"] * 6
-    assert {e["node"] for e in chain if e["kind"] == "recv"} == {"a", "b"}
-    spans = {e["span_id"]: e for e in chain if e["kind"] == "send"}
+    records = read_trace_dirs([tmp_path / "a", tmp_path / "b"])
+    chain = [r for r in records if r["trace_id"] == 777]
+    hops = [r for r in chain if r["kind"] == "hop"]
+    # 6 hops, one record each, written by the receiver: half of them on each node
+    assert len(hops) == 6
+    assert sorted(r["node"] for r in hops) == ["a"] * 3 + ["b"] * 3
+    spans = {r["span_id"]: r for r in hops}
     roots = [s for s in spans.values() if s["parent_span_id"] == 0]
     assert len(roots) == 1  # each later hop's parent is the hop that caused it
     assert all(s["parent_span_id"] in spans for s in spans.values() if s["parent_span_id"])
+    # the 5 hops between the nodes each have a network leg, recorded by the receiving gateway
+    nets = [r for r in chain if r["kind"] == "net"]
+    assert sorted(r["span_id"] for r in nets) == sorted(
+        r["span_id"] for r in hops if r["sender"].rpartition("@")[2] != r["node"])
+    assert len(nets) == 5 and {r["actor"] for r in nets} == {"_gateway"}
+    for net in nets:
+        hop = spans[net["span_id"]]
+        assert (net["sender"], net["msg_type"], net["sent_ns"]) == (
+            hop["sender"], "Hop", hop["sent_ns"])
+        # at the gateway before the actor took it (the actor may start before the gateway
+        # has read the clock again after handing the frame over: done is not ordered)
+        assert net["recv_ns"] <= net["done_ns"] and net["recv_ns"] <= hop["recv_ns"]
 
     result = CliRunner().invoke(
         cli, ["trace", "show", "777", "--dir", str(tmp_path / "a"), "--dir", str(tmp_path / "b")]
@@ -86,6 +99,8 @@ def test_trace_follows_a_chain_across_hosts_and_trace_show_prints_it(tmp_path: P
     lines = [ln for ln in result.output.splitlines() if "Hop:" in ln]
     assert len(lines) == 6
     assert "_external@a -> bouncer@a" in lines[0] and "bouncer@a -> bouncer@b" in lines[1]
+    # the first hop stays on node a; the second crossed the network (its leg is shown)
+    assert "(network" in lines[1] and "(network" not in lines[0]
     assert all("mailbox" in ln and "handler" in ln for ln in lines)
     # One level deeper per hop: the tree is the chain of causes, whatever the clocks say.
     # (The indent is the space between "us" and the message; the padding of the
@@ -97,7 +112,7 @@ def test_trace_follows_a_chain_across_hosts_and_trace_show_prints_it(tmp_path: P
     assert missing.exit_code != 0 and "not found" in missing.output
 
 
-def test_gateways_estimate_clock_offsets_between_hosts() -> None:
+def test_gateways_estimate_clock_offsets_between_hosts(tmp_path: Path) -> None:
     """Two loopback hosts on one machine share a clock: the estimate is near 0."""
     from actors.runtime.node import Gateway
     from wire.runtime_messages import GetClockOffsets
@@ -108,7 +123,7 @@ def test_gateways_estimate_clock_offsets_between_hosts() -> None:
         "b": NodeEndpoint("127.0.0.3", _port("127.0.0.3")),
     })
     a = Node("a", directory=directory).start()
-    b = Node("b", directory=directory).start()
+    b = Node("b", directory=directory, data_dir=tmp_path / "b", trace_sample_ratio=0.01).start()
     try:
         offsets = wait_for(lambda: b.ask(Address("b", "_gateway"), GetClockOffsets()))
         rtt_ns, offset_ns = offsets["a"]
@@ -122,3 +137,10 @@ def test_gateways_estimate_clock_offsets_between_hosts() -> None:
         Gateway.PING_INTERVAL_MS = 2000
         a.shutdown()
         b.shutdown()
+    # b traced: every Pong it got is a clock record with the raw Ping/Pong times
+    clocks = [r for r in read_trace_dirs([tmp_path / "b"]) if r["kind"] == "clock"]
+    assert clocks and {r["sender"] for r in clocks} == {"a"}
+    for r in clocks:
+        assert r["node"] == "b" and r["actor"] == "_gateway"
+        assert r["sent_ns"] <= r["done_ns"]  # Ping left, Pong came back (b's clock)
+        assert abs(r["recv_ns"] - (r["sent_ns"] + r["done_ns"]) // 2) <= r["done_ns"] - r["sent_ns"]

@@ -1,4 +1,4 @@
-"""trace show / find / tail / export on a real broker's traces, and the pieces underneath."""
+"""trace show / list / find / tail / export on a real broker's traces, and the pieces underneath."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -14,10 +15,17 @@ from click.testing import CliRunner
 from actors.cli import cli
 from actors.runtime.tracing import Tracer
 from actors.trace.export import to_otlp, to_perfetto
-from actors.trace.spans import STAGES, request_from_trace, request_traces
-from actors.trace.store import SegmentFollower, read_rows, read_trace_dirs, to_parquet
+from actors.trace.spans import (
+    STAGES,
+    build_spans,
+    format_tree,
+    request_from_trace,
+    request_traces,
+)
+from actors.trace.store import SegmentFollower, parquet_inputs, read_trace_dirs, segments
 from tests.fixtures.traces import PRODUCED
 from wire import trace_format as tf
+from wire import trace_parquet as tp
 
 
 def _run(*args: str) -> str:
@@ -27,12 +35,45 @@ def _run(*args: str) -> str:
 
 
 def _produce_ids(data: Path) -> list[int]:
-    events = read_trace_dirs([data])
+    records = read_trace_dirs([data])
     return [
-        e["trace_id"]
-        for e in sorted(events, key=lambda e: e["mono_ns"])
-        if e["kind"] == "net_in" and e["api_key"] == 0
+        r["trace_id"]
+        for r in sorted(records, key=lambda r: r["recv_ns"])
+        if r["kind"] == "request" and r["api_key"] == 0
     ]
+
+
+def rec(kind: str, sent: int, recv: int, done: int, actor: str, sender: str, msg: str,
+        span: int = 0, parent: int = 0, node: str = "n", offset: int = 0,
+        trace_id: int = 7) -> dict[str, Any]:
+    return dict(kind=kind, trace_id=trace_id, span_id=span, parent_span_id=parent, node=node,
+                actor=actor, sender=sender, msg_type=msg, conn_id=1, corr_id=3, api_key=0,
+                bytes=0, bytes_out=0, sent_ns=sent, recv_ns=recv, done_ns=done,
+                clock_offset_ns=offset, link_trace_id=0, link_span_id=0, offset=-1, detail="")
+
+
+def test_a_produce_writes_one_record_per_hop(real_traces: Path) -> None:
+    records = read_trace_dirs([real_traces])
+    for tid in _produce_ids(real_traces):
+        mine = [r for r in records if r["trace_id"] == tid]
+        assert sorted((r["kind"], r["msg_type"]) for r in mine) == [
+            ("hop", "Append"), ("hop", "AppendDone"), ("hop", "KafkaRequest"),
+            ("hop", "KafkaResponse"), ("request", "produce")]
+        for r in mine:
+            assert r["sent_ns"] <= r["recv_ns"] <= r["done_ns"]
+    assert {r["node"] for r in records} == {"1"} or len({r["node"] for r in records}) == 1
+
+
+def test_the_node_files_are_parquet_that_pyarrow_reads(real_traces: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    files = segments([real_traces])
+    assert files and all(f.name.endswith(tf.FILE_SUFFIX) for f in files)
+    table = pq.read_table(files[0])
+    assert table.column_names == list(tf.FIELDS)
+    ours = tp.scan(files[0].read_bytes())
+    assert ours.footer_start is not None  # the broker closed it at shutdown
+    rows = [row for rg in ours.row_groups for row in tp.iter_rows(rg)]
+    assert [tuple(r.values()) for r in table.to_pylist()] == rows
 
 
 def test_show_prints_every_stage_and_hop_of_a_produce(real_traces: Path) -> None:
@@ -40,6 +81,7 @@ def test_show_prints_every_stage_and_hop_of_a_produce(real_traces: Path) -> None
     assert len(ids) == PRODUCED
     out = _run("show", str(ids[-1]), "--dir", str(real_traces))
     assert "request produce (api 0)" in out
+    assert f"trace {ids[-1]} (5 records)" in out
     stages = re.search(r"total (\d+) us = " + r" \+ ".join(rf"{s} (-?\d+) us" for s in STAGES), out)
     assert stages, out
     total, parts = int(stages.group(1)), [int(x) for x in stages.groups()[1:]]
@@ -59,6 +101,14 @@ def test_show_prints_every_stage_and_hop_of_a_produce(real_traces: Path) -> None
     assert depths == sorted(depths) and depths[0] < depths[-1]
 
 
+def test_list_names_recent_traces(real_traces: Path) -> None:
+    out = _run("list", "--dir", str(real_traces), "--limit", "5")
+    rows = out.splitlines()
+    assert len(rows) == 5
+    ids = {r["trace_id"] for r in read_trace_dirs([real_traces])}
+    assert all(int(row.split()[0]) in ids for row in rows)
+
+
 def test_request_stages_add_up_for_every_answered_request(real_traces: Path) -> None:
     reqs = [r for r in request_traces(read_trace_dirs([real_traces])) if r.stages is not None]
     assert {r.api for r in reqs} >= {"produce", "fetch", "metadata"}
@@ -67,42 +117,15 @@ def test_request_stages_add_up_for_every_answered_request(real_traces: Path) -> 
         assert min(r.stages.values()) >= 0  # type: ignore[union-attr]
 
 
-def test_stages_from_hand_built_events() -> None:
-    def ev(kind: str, t: int, actor: str, msg: str, span: int = 0, parent: int = 0) -> dict:
-        return dict(
-            kind=kind,
-            trace_id=7,
-            span_id=span,
-            parent_span_id=parent,
-            node="n",
-            actor=actor,
-            peer="x",
-            msg_type=msg,
-            conn_id=1,
-            corr_id=3,
-            api_key=0,
-            bytes=0,
-            mono_ns=t,
-            wall_ns=t + 1000,
-            clock_offset_ns=0,
-        )
-
-    events = [
-        ev("net_in", 0, "p", "request"),
-        ev("send", 10, "p", "KafkaRequest", 1),
-        ev("recv", 100, "h", "KafkaRequest", 1),
-        ev("send", 130, "h", "Append", 2, 1),
-        ev("done", 150, "h", "KafkaRequest", 1),
-        ev("recv", 200, "s", "Append", 2, 1),
-        ev("send", 260, "s", "AppendDone", 3, 2),
-        ev("done", 270, "s", "Append", 2, 1),
-        ev("recv", 400, "h", "AppendDone", 3, 2),
-        ev("send", 440, "h", "KafkaResponse", 4, 3),
-        ev("done", 460, "h", "AppendDone", 3, 2),
-        ev("recv", 500, "p", "KafkaResponse", 4, 3),
-        ev("net_out", 530, "p", "response"),
+def test_stages_from_hand_built_records() -> None:
+    records = [
+        rec("request", 0, 0, 530, "p", "10.0.0.1:5", "produce"),
+        rec("hop", 10, 100, 150, "h", "p@n", "KafkaRequest", 1),
+        rec("hop", 130, 200, 270, "s", "h@n", "Append", 2, 1),
+        rec("hop", 260, 400, 460, "h", "s@n", "AppendDone", 3, 2),
+        rec("hop", 440, 500, 510, "p", "h@n", "KafkaResponse", 4, 3),
     ]
-    req = request_from_trace(7, events, {"n": 1000})
+    req = request_from_trace(7, records, {"n": 1000})
     assert req is not None and req.total_ns == 530
     # local: handler busy 100..150 and 400..440 (clipped at the response send)
     assert req.stages == {
@@ -112,6 +135,9 @@ def test_stages_from_hand_built_events() -> None:
         "response_queue": 60,
         "send": 30,
     }
+    # an unfinished request still shows up, from the handler's record of it
+    unfinished = request_from_trace(7, records[1:3], {"n": 0})
+    assert unfinished is not None and unfinished.t_out is None and unfinished.t_in == 10
 
 
 def test_find_lists_the_slowest_produces_first(real_traces: Path) -> None:
@@ -126,27 +152,33 @@ def test_find_lists_the_slowest_produces_first(real_traces: Path) -> None:
 
 def test_tail_prints_finished_requests(real_traces: Path) -> None:
     out = _run("tail", "--dir", str(real_traces), "--from-start", "--seconds", "0")
-    assert sum(" produce " in ln for ln in out.splitlines()) == PRODUCED
+    rows = [ln for ln in out.splitlines() if " produce " in ln]
+    assert len(rows) == PRODUCED
+    assert all(" = request_queue " in ln for ln in rows)  # stages whole for every one
 
 
-def test_follower_reads_only_what_was_appended_since_the_last_poll(tmp_path: Path) -> None:
+def test_follower_reads_a_file_while_it_is_written(tmp_path: Path) -> None:
     tracer = Tracer("n1", tmp_path / "traces", sample_ratio=1.0)
     tracer.start()
     try:
         follower = SegmentFollower([tmp_path])
         assert follower.poll() == []
-        tracer.event("send", 5, 6, 0, "a", "b@n1", "Ping")
+        tracer.hop(5, 6, 0, "b", "a@n1", "Ping", -1, -1, -1, 0, 1, 2, 3)
         tracer.flush()
-        assert [e["kind"] for e in follower.poll()] == ["send"]
-        tracer.event("recv", 5, 6, 0, "b", "a@n1", "Ping")
-        tracer.event("done", 5, 6, 0, "b", "a@n1", "Ping")
+        (path,) = segments([tmp_path])
+        assert tp.footer_start(path.read_bytes()) is None  # still open: no footer yet
+        assert [(r["kind"], r["msg_type"]) for r in follower.poll()] == [("hop", "Ping")]
+        tracer.hop(5, 7, 6, "a", "b@n1", "Pong", -1, -1, -1, 0, 4, 5, 6)
+        tracer.record("request", 5, 0, 0, "p", "127.0.0.1:1", "produce", 1, 2, 0, 10, 20,
+                      sent_ns=0, recv_ns=0, done_ns=7)
         tracer.flush()
-        assert [e["kind"] for e in follower.poll()] == ["recv", "done"]
+        assert [r["msg_type"] for r in follower.poll()] == ["Pong", "produce"]
         assert follower.poll() == []
         late = SegmentFollower([tmp_path], from_end=True)  # `tail` without --from-start
         assert late.poll() == []
     finally:
         tracer.close()
+    assert tp.footer_start(path.read_bytes()) is not None  # closed: a complete Parquet file
 
 
 def test_perfetto_export_has_a_track_per_actor_and_a_flow_per_message(
@@ -156,57 +188,49 @@ def test_perfetto_export_has_a_track_per_actor_and_a_flow_per_message(
     _run("export", "--format", "perfetto", "--dir", str(real_traces), str(out))
     doc = json.loads(out.read_text())
     evs = doc["traceEvents"]
-    events = read_trace_dirs([real_traces])
+    records = read_trace_dirs([real_traces])
+    hops = [r for r in records if r["kind"] == "hop"]
     procs = {e["args"]["name"]: e["pid"] for e in evs if e.get("name") == "process_name"}
     threads = {(e["pid"], e["args"]["name"]) for e in evs if e.get("name") == "thread_name"}
-    actors = {(procs[e["node"]], e["actor"]) for e in events}
-    assert threads == actors
-    assert len({t for t in threads}) == len([e for e in evs if e.get("name") == "thread_name"])
+    receivers = {(procs[r["node"]], r["actor"]) for r in hops}
+    senders = {(procs[r["sender"].rpartition("@")[2]], r["sender"].rpartition("@")[0])
+               for r in hops}
+    assert threads == receivers | senders | {(procs[r["node"]], r["actor"]) for r in records
+                                             if r["kind"] == "request"}
     outs = {e["bind_id"]: e for e in evs if e.get("flow_out")}
     ins = {e["bind_id"]: e for e in evs if e.get("flow_in")}
-    sends = [e for e in events if e["kind"] == "send" and e["trace_id"]]
-    assert len(outs) == len(sends) == len({(e["trace_id"], e["span_id"]) for e in sends})
-    assert set(ins) == set(outs)  # every traced message was received
+    assert len(outs) == len(ins) == len(hops)  # one arrow per traced message
     assert all(ins[b]["ts"] >= outs[b]["ts"] for b in outs)  # arrows point forward
-    handled = [e for e in evs if e.get("ph") == "X" and e["cat"] == "message"]
-    assert len(handled) == sum(1 for e in events if e["kind"] == "recv")
+    requests = [e for e in evs if e.get("cat") == "request"]
+    assert sum(e["ph"] == "b" for e in requests) == sum(r["kind"] == "request" for r in records)
 
 
 def test_export_aligns_two_nodes_with_skewed_clocks() -> None:
-    """Node b's wall clock is 5 ms behind; its offset estimate puts its events back in line."""
-
-    def ev(kind: str, node: str, mono: int, wall: int, off: int, actor: str) -> dict:
-        return dict(
-            kind=kind,
-            trace_id=1,
-            span_id=9,
-            parent_span_id=0,
-            node=node,
-            actor=actor,
-            peer="?",
-            msg_type="Hop",
-            conn_id=-1,
-            corr_id=-1,
-            api_key=-1,
-            bytes=0,
-            mono_ns=mono,
-            wall_ns=wall,
-            clock_offset_ns=off,
-        )
-
+    """Node b's wall clock is 5 ms behind; its offset estimate puts its records back in line."""
     skew = 5_000_000
-    events = [
-        ev("send", "a", 100, 1_000_000_000, 0, "x"),
-        ev("recv", "b", 777_000, 1_000_050_000 - skew, skew, "y"),
-        ev("done", "b", 787_000, 1_000_060_000 - skew, skew, "y"),
+    t = 1_000_000_000
+    records = [
+        rec("hop", t - 40_000, t - 30_000, t - 20_000, "x", "y@b", "Hop", 8, node="a"),
+        rec("hop", t, t + 50_000 - skew, t + 60_000 - skew, "y", "x@a", "Hop", 9, 8, node="b",
+            offset=skew),
+        rec("net", t, t + 20_000 - skew, t + 21_000 - skew, "_gateway", "x@a", "Hop", 9, 8,
+            node="b", offset=skew),
     ]
-    doc = to_perfetto(events)
-    slices = {e["cat"]: e for e in doc["traceEvents"] if e.get("ph") == "X"}
-    assert slices["message"]["ts"] - slices["send"]["ts"] == pytest.approx(50.0)
-    assert slices["message"]["dur"] == pytest.approx(10.0)
-    otlp = to_otlp(events)
-    (span,) = [s for r in otlp["resourceSpans"] for sc in r["scopeSpans"] for s in sc["spans"]]
+    doc = to_perfetto(records)
+    msg = next(e for e in doc["traceEvents"] if e.get("cat") == "message" and e["pid"] == 2)
+    send = next(e for e in doc["traceEvents"]
+                if e.get("cat") == "send" and e["bind_id"] == msg["bind_id"])
+    assert msg["ts"] - send["ts"] == pytest.approx(50.0)
+    assert msg["dur"] == pytest.approx(10.0)
+    net = next(e for e in doc["traceEvents"] if e.get("cat") == "net")
+    assert net["args"]["network_us"] == pytest.approx(20.0)
+    otlp = to_otlp(records)
+    spans = {s["spanId"]: s for r in otlp["resourceSpans"] for sc in r["scopeSpans"]
+             for s in sc["spans"]}
+    span = spans[f"{9:016x}"]
     assert int(span["endTimeUnixNano"]) - int(span["startTimeUnixNano"]) == 60_000
+    lines = format_tree(build_spans(records, 7))  # the network leg of the crossing hop
+    assert "(network 20 us)" in lines[1] and "mailbox      50 us" in lines[1]
 
 
 def test_otlp_export_parents_resolve(real_traces: Path, tmp_path: Path) -> None:
@@ -221,40 +245,82 @@ def test_otlp_export_parents_resolve(real_traces: Path, tmp_path: Path) -> None:
     assert all(int(s["endTimeUnixNano"]) >= int(s["startTimeUnixNano"]) for s in spans)
 
 
-def test_torn_tail_is_dropped_and_parquet_segments_are_reused(tmp_path: Path) -> None:
-    pytest.importorskip("pyarrow")
-    import pyarrow.parquet as pq
+def _write_file(path: Path, rows: list[tuple[Any, ...]], close: bool) -> None:
+    with open(path, "wb") as f:
+        w = tp.SegmentWriter(f, {"node": "n", "pid": 1, "started_wall_ns": 0})
+        for row in rows:
+            w.write_rows([row])
+        if close:
+            w.close()
 
+
+def test_torn_tail_is_skipped_and_open_files_are_salvaged_for_spark(tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
     d = tmp_path / "traces"
     d.mkdir()
-    seg = d / f"n-1-1-000001{tf.FILE_SUFFIX}"
-    header = {
-        "format": tf.FORMAT_NAME,
-        "version": tf.FORMAT_VERSION,
-        "fields": list(tf.FIELDS),
-        "node": "n",
-        "pid": 1,
-        "started_wall_ns": 0,
-    }
-    row = ["send", 1, 2, 0, "n", "a", "b@n", "Hop", -1, -1, -1, 0, 10, 20, 0]
-    whole = msgpack.packb(header) + msgpack.packb(row) * 3
-    seg.write_bytes(whole + msgpack.packb(row)[:-3])  # a crash mid-event
-    assert len(read_rows(seg)[1]) == 3
-    paths, counts = to_parquet([tmp_path], tmp_path / "staging", workers=1)
-    assert counts == {"segments": 1, "converted": 1, "reused": 0}
-    assert pq.read_table(paths[0]).num_rows == 3
-    assert to_parquet([tmp_path], tmp_path / "staging")[1]["reused"] == 1
-    bad = d / f"n-1-1-000002{tf.FILE_SUFFIX}"
-    bad.write_bytes(msgpack.packb({**header, "version": 99}))
-    with pytest.raises(ValueError, match="version 99 is not supported"):
-        read_rows(bad)
+    rows = [tuple(rec("hop", i, i + 1, i + 2, "a", "b@n", "Hop", i + 1).values())
+            for i in range(5)]
+    closed, open_, torn = (d / f"n-{k}-1-000001{tf.FILE_SUFFIX}" for k in (1, 2, 3))
+    _write_file(closed, rows, close=True)
+    _write_file(open_, rows, close=False)
+    _write_file(torn, rows, close=False)
+    data = torn.read_bytes()
+    torn.write_bytes(data[:-7])  # a crash in the middle of the last row group
+    by_file = {p.name: len(tp.scan(p.read_bytes()).row_groups) for p in (closed, open_, torn)}
+    assert by_file == {closed.name: 5, open_.name: 5, torn.name: 4}
+    assert len(read_trace_dirs([tmp_path])) == 14
+    paths, counts = parquet_inputs([tmp_path], tmp_path / "staging")
+    assert counts == {"files": 3, "direct": 1, "salvaged": 2, "converted": 0, "reused": 0}
+    assert paths[0] == closed  # read where it lies
+    assert [pq.read_table(p).num_rows for p in paths] == [5, 5, 4]
+    bad = d / f"n-4-1-000001{tf.FILE_SUFFIX}"
+    bad.write_bytes(tp.MAGIC + tf.HEADER_MAGIC + b"\x02\x00\x00\x00{}")
+    with pytest.raises(ValueError, match="not an actorlog trace file"):
+        read_trace_dirs([bad])
+
+
+def test_version_1_files_are_still_read(tmp_path: Path) -> None:
+    """A msgpack file from before one-record-per-hop reads as hops and requests."""
+    d = tmp_path / "traces"
+    d.mkdir()
+    header = {"format": tf.FORMAT_NAME, "version": 1, "fields": list(tf.V1_FIELDS),
+              "node": "n", "pid": 1, "started_wall_ns": 0}
+
+    def ev(kind: str, span: int, parent: int, actor: str, peer: str, msg: str, t: int) -> list:
+        return [kind, 7, span, parent, "n", actor, peer, msg, 1, 3, 0, 10, t, t + 100, 0]
+
+    events = [
+        ev("net_in", 0, 0, "p", "1.2.3.4:5", "request", 0),
+        ev("send", 1, 0, "p", "h@n", "KafkaRequest", 10),
+        ev("recv", 1, 0, "h", "p@n", "KafkaRequest", 100),
+        ev("send", 4, 1, "h", "p@n", "KafkaResponse", 130),
+        ev("done", 1, 0, "h", "p@n", "KafkaRequest", 150),
+        ev("recv", 4, 1, "p", "h@n", "KafkaResponse", 200),
+        ev("net_out", 0, 0, "p", "1.2.3.4:5", "response", 230),
+        ev("done", 4, 1, "p", "h@n", "KafkaResponse", 240),
+    ]
+    path = d / f"n-1-1-000001{tf.V1_FILE_SUFFIX}"
+    path.write_bytes(msgpack.packb(header) + b"".join(msgpack.packb(e) for e in events)
+                     + msgpack.packb(events[0])[:-2])  # and a torn tail
+    records = read_trace_dirs([tmp_path])
+    assert sorted((r["kind"], r["msg_type"]) for r in records) == [
+        ("hop", "KafkaRequest"), ("hop", "KafkaResponse"), ("request", "produce")]
+    (req,) = request_traces(records)
+    assert req.stages == {"request_queue": 100, "local": 30, "remote": 0,
+                          "response_queue": 70, "send": 30}
+    out = _run("show", "7", "--dir", str(tmp_path))
+    assert "request produce (api 0)" in out
+    tail = _run("tail", "--dir", str(tmp_path), "--from-start", "--seconds", "0")
+    assert " produce " in tail
+    pq = pytest.importorskip("pyarrow.parquet")
+    paths, counts = parquet_inputs([tmp_path], tmp_path / "staging")
+    assert counts["converted"] == 1 and pq.read_table(paths[0]).num_rows == 3
+    assert parquet_inputs([tmp_path], tmp_path / "staging")[1]["reused"] == 1
 
 
 def test_analyze_says_how_to_install_spark_when_it_is_missing(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from actors.cli import cli
-
     monkeypatch.setitem(sys.modules, "pyspark", None)
     result = CliRunner().invoke(
         cli, ["trace", "analyze", str(tmp_path), "--out", str(tmp_path / "r")]

@@ -27,7 +27,7 @@ def two_nodes(real_traces: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
 
 
 def _events_written(output: str) -> int:
-    return int(output.split("wrote ", 1)[1].split(" events", 1)[0])
+    return int(output.split("wrote ", 1)[1].split(" records", 1)[0])
 
 
 def test_export_reads_every_dir_after_one_dir_option(two_nodes: tuple[Path, Path],

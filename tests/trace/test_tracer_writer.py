@@ -1,4 +1,4 @@
-"""The node's trace writer: batches of any size come out whole and in order."""
+"""The node's trace writer: row groups of any size come out whole and in order, files rotate."""
 
 from __future__ import annotations
 
@@ -6,39 +6,50 @@ from pathlib import Path
 
 import pytest
 
-from actors.runtime.tracing import Tracer
-from actors.trace.store import read_trace_dirs
+from actors.runtime.tracing import ROW_GROUP_ROWS, Tracer
+from actors.trace.store import read_trace_dirs, segments
+from wire import trace_parquet as tp
 
 
-@pytest.mark.parametrize("batch", [1, 15, 16, 17, 65_535, 65_536, 70_000])
+@pytest.mark.parametrize("batch", [1, 7, 8, 9, 255, 256, 257, ROW_GROUP_ROWS, ROW_GROUP_ROWS + 1])
 def test_every_batch_size_is_written_whole_and_in_order(tmp_path: Path, batch: int) -> None:
     tracer = Tracer("n", tmp_path / "traces", sample_ratio=1.0)
     (tmp_path / "traces").mkdir()
     try:
         for i in range(batch):
-            tracer.event("send", 1, i + 1, 0, "a", "b@n", "Hop", -1, -1, -1, i)
+            # more distinct senders than 8 bits of dictionary index can name
+            tracer.hop(1, i + 1, 0, "b", f"a{i % 300}@n", "Hop", -1, -1, -1, i, i, i, i)
+        tracer.record("clock", 0, 0, 0, "_gateway", "m", "clock", sent_ns=1, recv_ns=2,
+                      done_ns=3)
         tracer.flush()
-        tracer.event("recv", 1, 1, 0, "b", "a@n", "Hop")
+        tracer.hop(1, 0, 0, "b", "a@n", "Last", -1, -1, -1, 0, 0, 0, 0)
         tracer.flush()
     finally:
         tracer.close()
-    events = read_trace_dirs([tmp_path])
-    assert [e["bytes"] for e in events[:batch]] == list(range(batch))
-    assert [e["kind"] for e in events[batch:]] == ["recv"]
-    assert tracer.events_written == batch + 1
+    records = read_trace_dirs([tmp_path])
+    hops = [r for r in records if r["msg_type"] == "Hop"]
+    assert [r["bytes"] for r in hops] == list(range(batch))
+    assert [r["sender"] for r in hops] == [f"a{i % 300}@n" for i in range(batch)]
+    assert {r["kind"] for r in hops} == {"hop"} and {r["node"] for r in records} == {"n"}
+    assert [r["kind"] for r in records if r["msg_type"] != "Hop"] == ["clock", "hop"]
+    assert tracer.records_written == batch + 2
 
 
-def test_segments_rotate_past_the_size_limit_and_old_ones_go(tmp_path: Path) -> None:
-    tracer = Tracer("n", tmp_path / "traces", sample_ratio=1.0, file_max_bytes=4096, files_max=3)
+def test_files_rotate_past_the_size_limit_and_old_ones_go(tmp_path: Path) -> None:
+    tracer = Tracer("n", tmp_path / "traces", sample_ratio=1.0, file_max_bytes=8192, files_max=3)
     (tmp_path / "traces").mkdir()
     try:
         for round_ in range(10):
             for i in range(40):
-                tracer.event("send", 1, round_ * 100 + i + 1, 0, "a", "b@n", "Hop")
+                tracer.hop(1, round_ * 100 + i + 1, 0, "b", "a@n", "Hop", -1, -1, -1, 0, 0, 0, 0)
             tracer.flush()
     finally:
         tracer.close()
-    files = sorted((tmp_path / "traces").iterdir())
+    files = segments([tmp_path])
     assert len(files) == 3
-    events = read_trace_dirs([tmp_path])
-    assert events[-1]["span_id"] == 9 * 100 + 40  # the newest survive
+    for f in files:  # every file closed, a complete Parquet file within the bound
+        data = f.read_bytes()
+        assert tp.footer_start(data) is not None
+        assert len(data) <= 8192 + 4096  # one row group past the estimate at most, and a footer
+    records = read_trace_dirs([tmp_path])
+    assert records[-1]["span_id"] == 9 * 100 + 40  # the newest survive

@@ -539,6 +539,22 @@ RESPONSE_EXAMPLES: dict[int, dict[str, Any]] = {
             }
         ],
     },
+    24: {"throttle_time_ms": 0, "results_by_topic_v3_and_below": [
+        {"name": "orders", "results_by_partition": [
+            {"partition_index": 0, "partition_error_code": 0},
+            {"partition_index": 1, "partition_error_code": 51}]}]},
+    25: {"throttle_time_ms": 0, "error_code": 0},
+    26: {"throttle_time_ms": 0, "error_code": 48},
+    28: {"throttle_time_ms": 0, "topics": [
+        {"name": "orders", "partitions": [{"partition_index": 2, "error_code": 0}]}]},
+    65: {"throttle_time_ms": 0, "transaction_states": [
+        {"error_code": 0, "transactional_id": "app-1", "transaction_state": "Ongoing",
+         "transaction_timeout_ms": 60000, "transaction_start_time_ms": 1700000000000,
+         "producer_id": 4000, "producer_epoch": 3,
+         "topics": [{"topic": "orders", "partitions": [0, 2]}]}]},
+    66: {"throttle_time_ms": 0, "error_code": 0, "unknown_state_filters": ["Bogus"],
+         "transaction_states": [{"transactional_id": "app-1", "producer_id": 4000,
+                                 "transaction_state": "Ongoing"}]},
     21: {
         "throttle_time_ms": 0,
         "topics": [{"name": "orders", "partitions": [
@@ -827,7 +843,7 @@ def test_bad_headers_are_invalid_requests(frame: bytes, message: str) -> None:
         (1, 13, r"Fetch v13 is not supported \(supported: v4-v12\)"),
         (3, 13, r"Metadata v13 is not supported"),
         (21, 3, r"DeleteRecords v3 is not supported \(supported: v0-v2\)"),
-        (24, 0, r"API AddPartitionsToTxn \(24\) is not supported"),
+        (24, 4, r"AddPartitionsToTxn v4 is not supported \(supported: v0-v3\)"),
         (68, 0, r"API ConsumerGroupHeartbeat \(68\) is not supported"),
         (71, 0, r"API GetTelemetrySubscriptions \(71\) is not supported"),
         (18, -1, r"ApiVersions v-1 is not a valid version"),

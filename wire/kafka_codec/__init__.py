@@ -78,7 +78,11 @@ The package, one module per concern, everything public re-exported here:
 `messages` (which kafka.protocol classes serve which API, the header, the
 errors), `requests` (header and body decoding), `encoding` (response objects
 built from dicts, default tags, the frame), `parts` (the zero-copy split),
-`api_versions_response` and `responses` (the two public encoders).
+`api_versions_response` and `responses` (the two public encoders), and `hot`
+(Produce and Fetch read and written field by field with ``struct``, no
+kafka.protocol object per field: the request handlers' path for the two
+APIs that carry nearly every request; the functions above stay the
+reference it is tested against).
 """
 
 from __future__ import annotations
@@ -91,6 +95,7 @@ from wire.kafka_codec.encoding import (
     _warm_defaults,
     build_response,
 )
+from wire.kafka_codec.hot import decode_hot_request, encode_hot_response
 from wire.kafka_codec.messages import (
     _API_VERSIONS,
     _MESSAGE_CLASSES,
@@ -117,8 +122,10 @@ __all__ = [
     "UnsupportedVersionError",
     "api_name",
     "build_response",
+    "decode_hot_request",
     "decode_request",
     "encode_api_versions_response",
+    "encode_hot_response",
     "encode_response",
     "encode_response_parts",
     "has_regions",

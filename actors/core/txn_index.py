@@ -1,0 +1,127 @@
+"""A partition's transactions: the ongoing ones, the last stable offset, the aborted index.
+
+Pure (files, no clock, no logging), owned by one PartitionLog.
+
+* Ongoing: per producer id, the first offset of its open transaction (set by
+  its first transactional batch, cleared by its commit or abort marker). The
+  last stable offset (LSO) is the smallest of them, or the high watermark.
+* Aborted: one entry per aborted transaction (producer id, first offset,
+  the marker's offset, the LSO after it), in Kafka's ``.txnindex`` layout:
+  per segment (the one holding the marker), 34-byte entries of version int16
+  (0), producer id int64, first offset int64, last offset int64, last stable
+  offset int64. A read_committed Fetch answers the entries that overlap the
+  range it reads, so the client can drop the aborted records.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from bisect import bisect_left
+from pathlib import Path
+from typing import NamedTuple
+
+TXN_INDEX_SUFFIX = ".txnindex"
+_ENTRY = struct.Struct(">hqqqq")
+
+
+class AbortedTxn(NamedTuple):
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
+def txn_index_path(directory: Path, segment_base: int) -> Path:
+    return directory / f"{segment_base:020d}{TXN_INDEX_SUFFIX}"
+
+
+def read_txn_index(path: Path) -> list[AbortedTxn]:
+    """Entries of one file; a torn last entry (a crash mid-write) is left out."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    whole = len(data) - len(data) % _ENTRY.size
+    return [AbortedTxn(*fields[1:]) for fields in _ENTRY.iter_unpack(data[:whole])
+            if fields[0] == 0]
+
+
+class TransactionIndex:
+    """The ongoing transactions and aborted entries of one partition."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.ongoing: dict[int, int] = {}  # producer id -> first offset of its transaction
+        self.aborted: list[AbortedTxn] = []  # ascending last offset
+        self.segment_of: list[int] = []  # the segment base holding each aborted entry
+
+    # --- state ------------------------------------------------------------
+
+    def first_unstable_offset(self) -> int | None:
+        return min(self.ongoing.values()) if self.ongoing else None
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        first = self.first_unstable_offset()
+        return high_watermark if first is None else min(first, high_watermark)
+
+    def on_transactional_batch(self, producer_id: int, base_offset: int) -> None:
+        self.ongoing.setdefault(producer_id, base_offset)
+
+    def on_marker(self, producer_id: int, commit: bool, marker_offset: int,
+                  segment_base: int, persist: bool = True) -> AbortedTxn | None:
+        """A commit or abort marker at ``marker_offset``; an abort is indexed."""
+        first = self.ongoing.pop(producer_id, None)
+        if commit or first is None:
+            return None
+        unstable = self.first_unstable_offset()
+        entry = AbortedTxn(producer_id, first, marker_offset,
+                           marker_offset + 1 if unstable is None else unstable)
+        self.aborted.append(entry)
+        self.segment_of.append(segment_base)
+        if persist:
+            with open(txn_index_path(self.dir, segment_base), "ab") as f:
+                f.write(_ENTRY.pack(0, *entry))
+        return entry
+
+    def collect_aborted(self, fetch_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_offset)."""
+        start = bisect_left([a.last_offset for a in self.aborted], fetch_offset)
+        return [a for a in self.aborted[start:] if a.first_offset < upper_offset]
+
+    # --- load, truncation, retention -----------------------------------------
+
+    def load(self, segment_bases: list[int], keep_below: int) -> None:
+        """Entries from the segments' files whose marker lies below ``keep_below``; the
+        rest is rebuilt by the caller's scan (on_marker) from there on (after a crash,
+        a truncation, or without a snapshot)."""
+        self.aborted, self.segment_of = [], []
+        for base in segment_bases:
+            entries = read_txn_index(txn_index_path(self.dir, base))
+            kept = [e for e in entries if e.last_offset < keep_below]
+            if len(kept) != len(entries):
+                self._rewrite(base, kept)
+            self.aborted.extend(kept)
+            self.segment_of.extend([base] * len(kept))
+
+    def drop_segment(self, segment_base: int) -> None:
+        """The segment was deleted: its file and entries go."""
+        txn_index_path(self.dir, segment_base).unlink(missing_ok=True)
+        keep = [i for i, b in enumerate(self.segment_of) if b != segment_base]
+        self.aborted = [self.aborted[i] for i in keep]
+        self.segment_of = [self.segment_of[i] for i in keep]
+
+    def clear(self) -> None:
+        for base in set(self.segment_of):
+            txn_index_path(self.dir, base).unlink(missing_ok=True)
+        self.ongoing.clear()
+        self.aborted, self.segment_of = [], []
+
+    def _rewrite(self, base: int, entries: list[AbortedTxn]) -> None:
+        path = txn_index_path(self.dir, base)
+        if not entries:
+            path.unlink(missing_ok=True)
+            return
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(b"".join(_ENTRY.pack(0, *e) for e in entries))
+        os.replace(tmp, path)

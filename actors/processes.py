@@ -1,0 +1,238 @@
+"""num.processes: one broker's actors over several OS processes of one host.
+
+Process 0 (the ``actorlog serve`` process) runs every actor as with one
+process. Each further process k is a runtime node of its own (``<node>-p<k>``)
+running Acceptors, Processors and RequestHandlers only; each of its listeners is
+bound to the port of the same listener of process 0 with SO_REUSEPORT (same TLS
+context, same SCRAM credentials from the data dir), so the kernel spreads new
+connections over the processes, and clients see one broker (one node id, one
+address). Its handlers send Append/Read/... to the shards, purgatories,
+coordinators and controller of process 0 through the nodes' ipc gateways
+(one hop each way, as between threads), and ask for reads as bytes (a file
+region's descriptor means nothing in another process).
+
+Process 0's ProcessSupervisor starts the others, restarts one that dies
+(``RESTARTS_MAX`` within ``RESTART_WINDOW_S``; past that it stops the broker
+with one clear line), and stops them first at shutdown. A process whose
+parent dies gets SIGTERM (PR_SET_PDEATHSIG), so none outlives the broker.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+RESTARTS_MAX = 5
+RESTART_WINDOW_S = 60.0
+READY_TIMEOUT_S = 60.0
+READY_LINE = "actorlog process ready"
+_PR_SET_PDEATHSIG = 1
+
+
+def process_node_name(main: str, index: int) -> str:
+    """The runtime node name of process ``index`` (0 is the main process itself)."""
+    return main if index == 0 else f"{main}-p{index}"
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+class ProcessSupervisor:
+    """Starts, watches, restarts and stops processes 1..N-1 of one broker."""
+
+    def __init__(self, spec: dict[str, Any], processes: int,
+                 on_give_up: Callable[[str], None]) -> None:
+        self.spec = spec
+        self.processes = processes
+        self.on_give_up = on_give_up
+        self.procs: dict[int, subprocess.Popen[str]] = {}
+        self.restarts: dict[int, list[float]] = {k: [] for k in range(1, processes)}
+        self.stopping = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.log = logger.bind(node=spec["main"])
+        self.restarted = 0
+
+    def start(self) -> ProcessSupervisor:
+        for k in range(1, self.processes):
+            self.procs[k] = self._spawn(k)
+        for k in range(1, self.processes):
+            self._wait_ready(k, self.procs[k])
+        self.thread = threading.Thread(target=self._watch, name="process-supervisor",
+                                       daemon=True)
+        self.thread.start()
+        return self
+
+    def _spawn(self, index: int) -> subprocess.Popen[str]:
+        spec = dict(self.spec, index=index)
+        return subprocess.Popen(
+            [sys.executable, "-m", "actors.processes", json.dumps(spec)],
+            stdout=subprocess.PIPE, text=True, preexec_fn=_die_with_parent,
+            cwd=str(Path(__file__).resolve().parents[1]))
+
+    def _wait_ready(self, index: int, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+            if ready:
+                line = proc.stdout.readline()
+                if line.strip() == READY_LINE:
+                    self.log.info("process {} (pid {}) serves connections", index, proc.pid)
+                    return
+                if not line:
+                    break
+            elif proc.poll() is not None:
+                break
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"broker process {index} did not start (exit code "
+                           f"{proc.returncode}); see its lines above in the broker log")
+
+    def _watch(self) -> None:
+        while not self.stopping.wait(0.2):
+            for k, proc in list(self.procs.items()):
+                if proc.poll() is None or self.stopping.is_set():
+                    continue
+                now = time.monotonic()
+                window = [t for t in self.restarts[k] if now - t < RESTART_WINDOW_S]
+                self.log.error("broker process {} (pid {}) exited with {}; restarting it",
+                               k, proc.pid, proc.returncode)
+                if len(window) >= RESTARTS_MAX:
+                    self.on_give_up(
+                        f"broker process {k} died {len(window) + 1} times within "
+                        f"{RESTART_WINDOW_S:.0f} s; stopping the broker")
+                    return
+                window.append(now)
+                self.restarts[k] = window
+                try:
+                    fresh = self._spawn(k)
+                    self._wait_ready(k, fresh)
+                except (OSError, RuntimeError) as exc:
+                    self.on_give_up(f"broker process {k} cannot restart: {exc}")
+                    return
+                self.procs[k] = fresh
+                self.restarted += 1
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM every process (each stops accepting, finishes its requests), then wait."""
+        self.stopping.set()
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join(timeout=5)
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for k, proc in self.procs.items():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.log.error("broker process {} did not stop in {:.0f} s; killing it", k,
+                               timeout)
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        self.procs = {}
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs.values()]
+
+
+def run_process(spec: dict[str, Any]) -> int:
+    """Process ``spec["index"]`` of a broker: a node serving connections until SIGTERM."""
+    from actors.acceptor import Acceptor
+    from actors.apis.base import HandlerContext
+    from actors.broker import bind_listener
+    from actors.core.topic_store import TopicStore
+    from actors.processor import Processor
+    from actors.request_handler import RequestHandler
+    from actors.runtime.config import Config
+    from actors.runtime.node import Directory, Node, NodeEndpoint
+    from actors.security.config import SecuritySettings
+    from actors.security.credentials import CredentialCache
+    from actors.security.local_store import LocalSecurityStore
+    from actors.security.tls import server_context
+    from actors.topology import Topology
+    from wire import kafka_codec
+
+    cfg = Config(spec["config"], source="<broker process>")
+    main = spec["main"]
+    index = int(spec["index"])
+    processes = int(cfg["num.processes"])
+    names = tuple(process_node_name(main, k) for k in range(processes))
+    name = names[index]
+    endpoint = NodeEndpoint(spec["gateway_host"], 0, spec["ipc_dir"])
+    data_dir = Path(spec["data_dir"])
+    node = Node(name, directory=Directory({n: endpoint for n in names}), endpoint=endpoint,
+                data_dir=data_dir, trace_sample_ratio=float(cfg["trace.sample.ratio"]),
+                max_frame_bytes=max(int(cfg["actor.max.frame.bytes"]),
+                                    int(cfg["socket.request.max.bytes"]) + 1024 * 1024),
+                batch_max_messages=int(cfg["actor.batch.max.messages"]))
+    topo = Topology.from_config(name, cfg)
+    topo = Topology(name, topo.num_processors, topo.num_handlers, topo.num_shards,
+                    topo.num_purgatories, topo.num_coordinators, home=main, process_nodes=names)
+    kafka_codec.warm_up()
+    # The same listeners as process 0 (its ports), TLS context and SCRAM credentials
+    security = SecuritySettings.from_config(cfg.values)
+    tls_context = server_context(security.tls) if security.tls is not None else None
+    credentials = None
+    if security.sasl_mechanisms:
+        credentials = CredentialCache()
+        for problem in credentials.load(LocalSecurityStore.in_data_dir(data_dir)):
+            logger.warning("SCRAM credentials skipped: {}", problem)
+    sockets = [bind_listener(host, int(port), reuse_port=True)
+               for host, port in spec.get("listeners") or [[spec["host"], spec["port"]]]]
+    topics = TopicStore.load(data_dir).table()
+    node.start()
+    clock = node.clock
+    shared = cfg["actor.threads"] == "shared"
+    for i in range(topo.num_handlers):
+        ctx = HandlerContext(topo, cfg, int(spec["broker_id"]), spec["adv_host"],
+                             int(spec["adv_port"]), spec["cluster_id"], i, dict(topics),
+                             clock=clock, regions=False)
+        node.spawn(RequestHandler, topo.handler(i).name, context=ctx)
+    for i in range(topo.num_processors):
+        node.spawn(Processor, topo.processor(i).name, topology=topo, config=cfg, clock=clock,
+                   listener_protocols=tuple(b.security_protocol.value
+                                           for b in security.listeners),
+                   tls_context=tls_context, sasl_mechanisms=security.sasl_mechanisms,
+                   credentials=credentials.lookup if credentials else None,
+                   **({"host": topo.handler(i % topo.num_handlers).name} if shared else {}))
+    for index, sock in enumerate(sockets):  # one Acceptor per listener, as in process 0
+        node.spawn(Acceptor, topo.listener_acceptor(index).name, topology=topo, config=cfg,
+                   listen_socket=sock, clock=clock, listener_index=index,
+                   listener_name=security.listeners[index].name,
+                   **({"host": topo.handler(0).name} if shared else {}))
+    print(READY_LINE, flush=True)
+    code = node.run_until_signal()
+    for sock in sockets:
+        sock.close()
+    try:
+        (Path(spec["ipc_dir"]) / f"{name}.gw").unlink(missing_ok=True)
+    except OSError:
+        pass
+    return code
+
+
+if __name__ == "__main__":
+    _spec = json.loads(sys.argv[1])
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    logger.remove()
+    logger.add(sys.stderr, level=str(_spec.get("log_level", "INFO")))
+    sys.exit(run_process(_spec))

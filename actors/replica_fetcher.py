@@ -1,0 +1,121 @@
+"""ReplicaFetcher: a follower node's fetcher of one leader node (Kafka's ReplicaFetcherThread).
+
+One actor per (leader broker, fetcher id), named
+``replica-fetcher-<leader>-<id>``; the ReplicaManager gives it partitions
+(``hash(topic, partition) % num.replica.fetchers``) and takes them away as
+leadership changes. A thin shell over ``FetcherCore``: it asks each new
+partition's shard where its log ends, sends one ReplicaFetch at a time to a
+RequestHandler of the leader's node (over the gateways; batches come back as
+bytes), and hands each partition's answer to its shard (FollowerApply), the
+only writer of the log. The next fetch leaves once every answer is applied.
+A fetcher left without partitions sends nothing until it is given some.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from actors.core.fetcher_state import FetcherConfig, FetcherCore
+from actors.runtime.actor import Actor, handles
+from actors.runtime.address import Address
+from actors.runtime.clock import Clock
+from actors.topology import Topology, broker_node_name
+from wire.broker_messages import GetStats
+from wire.replication_messages import (
+    AddFetcherPartitions,
+    FollowerApplied,
+    FollowerApply,
+    FollowerApplyRow,
+    RemoveFetcherPartitions,
+    ReplicaFetch,
+    ReplicaFetchResponse,
+)
+
+
+def fetcher_name(leader: int, fetcher_id: int) -> str:
+    return f"replica-fetcher-{leader}-{fetcher_id}"
+
+
+class ReplicaFetcher(Actor):
+    mailbox_size = 0  # unbounded: answers from the leader and the shards must never wait
+
+    def __init__(self, node: Any, name: str, *, topology: Topology, config: FetcherConfig,
+                 leader: int, fetcher_id: int, clock: Clock, **kw: Any) -> None:
+        super().__init__(node, name, **kw)
+        self.topology = topology
+        self.fetcher_config = config
+        self.leader = leader
+        self.fetcher_id = fetcher_id
+        self.clock = clock
+        # The leader node's handler this fetcher talks to (one, so its fetches stay in order).
+        self.target = Address(broker_node_name(leader),
+                              topology.handler((config.replica_id + fetcher_id)
+                                               % topology.num_handlers).name)
+
+    def setup(self) -> None:
+        self.core = FetcherCore(self.fetcher_config)
+        self.req_ids = itertools.count(1)
+        self.timeouts = 0
+
+    @handles(AddFetcherPartitions)
+    def on_add(self, msg: AddFetcherPartitions) -> None:
+        self.core.add(list(msg.rows))
+        self._pump()
+
+    @handles(RemoveFetcherPartitions)
+    def on_remove(self, msg: RemoveFetcherPartitions) -> None:
+        self.core.remove([(r.topic, r.partition) for r in msg.rows])
+        self._pump()
+
+    @handles(ReplicaFetchResponse)
+    def on_fetch_response(self, msg: ReplicaFetchResponse) -> None:
+        apply = self.core.on_fetch_response(msg.req_id, list(msg.rows), self.clock.now_ms())
+        self._to_shards(apply)
+        self._pump()
+
+    @handles(FollowerApplied)
+    def on_applied(self, msg: FollowerApplied) -> None:
+        self.core.on_applied(msg.req_id, list(msg.rows), self.clock.now_ms())
+        self._pump()
+
+    def _to_shards(self, rows: list[FollowerApplyRow]) -> None:
+        by_shard: dict[Address, list[FollowerApplyRow]] = {}
+        for row in rows:
+            by_shard.setdefault(self.topology.shard_for(row.topic, row.partition), []).append(row)
+        for shard, shard_rows in by_shard.items():
+            req_id = next(self.req_ids)
+            self.core.sent_to_shard(req_id, shard_rows, self.clock.now_ms())
+            self.tell(shard, FollowerApply(req_id, shard_rows))
+
+    def _pump(self) -> None:
+        """Ask new partitions' shards for their state, and fetch when nothing is pending."""
+        now = self.clock.now_ms()
+        self.core.wake(now)
+        init = self.core.to_initialise()
+        if init:
+            self._to_shards(init)
+        req_id = next(self.req_ids)
+        rows = self.core.next_fetch(req_id, now)
+        if rows:
+            cfg = self.fetcher_config
+            self.tell(self.target, ReplicaFetch(req_id, cfg.replica_id, cfg.max_wait_ms,
+                                                cfg.min_bytes, cfg.max_bytes, rows))
+
+    def poll_timeout_ms(self) -> int | None:
+        deadline = self.core.next_deadline_ms()
+        if deadline is None:
+            return None
+        return max(0, deadline - self.clock.now_ms())
+
+    def on_turn(self) -> None:
+        now = self.clock.now_ms()
+        if self.core.check_timeout(now):
+            self.timeouts += 1
+            self.log.warning("fetch to broker {} unanswered for {} ms; fetching again",
+                             self.leader, self.fetcher_config.request_timeout_ms)
+        self._pump()
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> dict[str, Any]:
+        return {**self.core.stats(), "leader": self.leader, "timeouts": self.timeouts}

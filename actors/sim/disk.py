@@ -1,0 +1,101 @@
+"""The simulated disk of the partition logs: what a crash keeps is what was fsynced.
+
+The logs run on real files, in a directory of the run's own; only the
+durability of their bytes is simulated, at the one call the log code makes
+to make them durable, ``os.fsync``. While a :class:`SimDisk` is active,
+``os.fsync`` of a file under its root records the file's size as durable
+(by inode, so a checkpoint's temp file keeps its record when renamed) and
+returns without a real flush; every other fsync is the real one.
+
+At a node's crash the node's partition files keep their durable bytes and
+lose the rest, except that some keep a torn tail: a seeded prefix of the
+bytes written after the last fsync (a write the disk had partly done),
+possibly cut in the middle of a record batch. The logs' open files are
+closed as a dying process's would be, without a flush.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+PARTITION_DIR = re.compile(r".+-\d+$")
+
+
+@dataclass
+class DiskStats:
+    fsyncs: int = 0
+    crashes: int = 0
+    bytes_lost: int = 0
+    torn_tails: int = 0
+
+
+class SimDisk:
+    def __init__(self, root: Path, rng: random.Random, torn_ratio: float = 0.5) -> None:
+        self.root = str(root.resolve())
+        self.rng = rng
+        self.torn_ratio = torn_ratio
+        self.durable: dict[tuple[int, int], int] = {}
+        self.stats = DiskStats()
+        self._real_fsync: Any = None
+
+    # ---------------------------------------------------------------- fsync
+    def __enter__(self) -> SimDisk:
+        self._real_fsync = os.fsync
+        os.fsync = self._fsync
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        os.fsync = self._real_fsync
+
+    def _fsync(self, fd: Any) -> None:
+        fileno = fd if isinstance(fd, int) else fd.fileno()
+        try:
+            path = os.readlink(f"/proc/self/fd/{fileno}")
+        except OSError:
+            path = ""
+        if not path.startswith(self.root):
+            self._real_fsync(fd)
+            return
+        st = os.fstat(fileno)
+        if stat.S_ISREG(st.st_mode):
+            self.stats.fsyncs += 1
+            self.durable[(st.st_dev, st.st_ino)] = st.st_size
+
+    # ---------------------------------------------------------------- crash
+    def crash(self, data_dir: Path, shards: list[Any]) -> None:
+        """The node owning ``data_dir`` died: close its logs unflushed, then lose what
+        was not durable in its partition directories."""
+        self.stats.crashes += 1
+        for shard in shards:
+            for state in getattr(shard, "partitions", {}).values():
+                try:
+                    state.log.close_without_flush()
+                except Exception:
+                    pass
+        for part_dir in sorted(Path(data_dir).iterdir()):
+            if not part_dir.is_dir() or not PARTITION_DIR.match(part_dir.name):
+                continue
+            for path in sorted(part_dir.iterdir()):
+                if path.is_file():
+                    self._lose(path)
+
+    def _lose(self, path: Path) -> None:
+        st = path.stat()
+        durable = min(self.durable.get((st.st_dev, st.st_ino), 0), st.st_size)
+        unsynced = st.st_size - durable
+        if unsynced <= 0:
+            return
+        keep = durable
+        if self.rng.random() < self.torn_ratio:
+            keep += self.rng.randint(0, unsynced)
+            self.stats.torn_tails += 1
+        self.stats.bytes_lost += st.st_size - keep
+        os.truncate(path, keep)

@@ -1,0 +1,571 @@
+"""TransactionCoordinator: the actor shell around :class:`TransactionCoordinatorCore`.
+
+A node runs ``num.group.coordinators`` of them; coordinator ``i`` owns the
+``__transaction_state`` partitions ``p`` with ``p % count == i`` (of those this
+node leads, in a cluster), and with them every transactional id whose
+``partitionFor`` is such a ``p``. Handlers send it the transactional requests
+(wire/transaction_messages.py) and get one answer each.
+
+The core returns effects; this shell performs them:
+
+* ``WriteLog``: one record appended (acks=-1) to its ``__transaction_state``
+  partition on the local shard; the AppendDone (or the purgatory's
+  ProduceReady) completes it.
+* ``WriteMarkers``: commit/abort control batches to every partition of the
+  transaction, through the shards of the partitions' leaders (other nodes'
+  shards in a cluster); partitions that fail are sent again every
+  RETRY_MS until all are written. A marker on ``__consumer_offsets`` also
+  tells that node's GroupCoordinators the fate of the producer's offsets.
+* ``Reply``: the answer to the handler that asked.
+
+Start-up: a single node creates ``__transaction_state`` on the first request
+(or at start if it exists: prepared transactions must be finished and open
+ones may time out), reads its partitions to their high watermark and loads
+them; until then requests are answered COORDINATOR_LOAD_IN_PROGRESS. In a
+cluster, the ReplicaManager's TxnCoordinatorPartitions say which partitions
+to load and unload. A Timer tick every
+``transaction.abort.timed.out.transaction.cleanup.interval.ms`` aborts the
+transactions past their timeout and finishes those whose completion write
+failed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from actors.core.cluster_model import NO_LEADER
+from actors.core.metadata_cache import MetadataCache
+from actors.core.offsets_codec import OFFSETS_TOPIC
+from actors.core.record_batch import build_batch
+from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
+from actors.core.transaction_state import (
+    CoordinatorConfig,
+    Effect,
+    Reply,
+    TransactionCoordinatorCore,
+    WriteLog,
+    WriteMarkers,
+)
+from actors.group_coordinator import decode_batches
+from actors.runtime.actor import Actor, handles
+from actors.runtime.address import Address
+from actors.runtime.clock import Clock
+from actors.runtime.config import Config
+from actors.topology import Topology, broker_node_name
+from wire.broker_messages import (
+    Append,
+    AppendDone,
+    AppendRow,
+    CreateTopicRow,
+    CreateTopics,
+    CreateTopicsDone,
+    Expired,
+    GetStats,
+    ProduceReady,
+    Read,
+    ReadDone,
+    ReadRow,
+    Schedule,
+)
+from wire.cluster_messages import UpdateMetadata
+from wire.errors import ErrorCode
+from wire.transaction_messages import (
+    AddPartitionsToTxn,
+    CompleteTxnOffsets,
+    DescribeTxns,
+    DescribeTxnsDone,
+    EndTxn,
+    InitTxnProducer,
+    InitTxnProducerDone,
+    ListTxns,
+    ListTxnsDone,
+    TxnCoordinatorPartitions,
+    TxnDone,
+    TxnListRow,
+    TxnMarkerRow,
+    TxnStateRow,
+    TxnTopicPartition,
+    WriteTxnMarkers,
+    WriteTxnMarkersDone,
+)
+
+NONE = int(ErrorCode.NONE)
+TOPIC_EXISTS = int(ErrorCode.TOPIC_ALREADY_EXISTS)
+OUT_OF_RANGE = int(ErrorCode.OFFSET_OUT_OF_RANGE)
+LOAD_IN_PROGRESS = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+NOT_COORDINATOR = int(ErrorCode.NOT_COORDINATOR)
+TRANSACTION_STATE_CONFIGS = {
+    # Kafka compacts this topic; actorlog's logs only delete, so nothing may age out.
+    "retention.ms": "-1",
+    "segment.bytes": str(100 * 1024 * 1024),  # transaction.state.log.segment.bytes
+}
+READ_PARTITION_MAX_BYTES = 1024 * 1024
+READ_MAX_BYTES = 8 * 1024 * 1024
+APPEND_TIMEOUT_MS = 5000
+RETRY_MS = 500
+PRODUCER_ID_SPACE = 1 << 62  # coordinator-made ids never meet the handlers' ones
+
+
+def txn_coordinator_name(i: int) -> str:
+    return f"txn-coordinator-{i}"
+
+
+def txn_coordinator_for(topology: Topology, config: Config, transactional_id: str) -> Address:
+    """The coordinator actor (on this node) owning ``transactional_id``'s partition."""
+    from actors.core.transaction_log import partition_for
+
+    p = partition_for(transactional_id, int(config["transaction.state.log.num.partitions"]))
+    return Address(topology.node, txn_coordinator_name(p % topology.num_coordinators))
+
+
+def all_txn_coordinators(topology: Topology) -> list[Address]:
+    return [Address(topology.node, txn_coordinator_name(i))
+            for i in range(topology.num_coordinators)]
+
+
+class _MarkerJob:
+    __slots__ = ("fx", "in_flight", "remaining", "retry_at_ms")
+
+    def __init__(self, fx: WriteMarkers) -> None:
+        self.fx = fx
+        self.remaining = set(fx.partitions)
+        self.in_flight: set[int] = set()
+        self.retry_at_ms = 0
+
+
+class TransactionCoordinator(Actor):
+    mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
+
+    def __init__(self, node: Any, name: str, *, topology: Topology, config: Config,
+                 index: int, clock: Clock | None = None, cluster: bool = False,
+                 topic_exists: bool = False, **kw: Any) -> None:
+        super().__init__(node, name, **kw)
+        self.topology = topology
+        self.config = config
+        self.index = index
+        if clock is not None:
+            self.clock = clock
+        self.cluster = cluster
+        self.topic_exists = topic_exists
+
+    # ------------------------------------------------------------ lifecycle
+    def setup(self) -> None:
+        self.num_partitions = int(self.config["transaction.state.log.num.partitions"])
+        self.count = self.topology.num_coordinators
+        self.pid_base = PRODUCER_ID_SPACE + (self.clock.wall_ms() << 20)
+        self.pid_counter = itertools.count(1)
+        self.core = TransactionCoordinatorCore(
+            CoordinatorConfig(self.num_partitions, int(self.config["transaction.max.timeout.ms"])),
+            self._new_producer_id)
+        self.wall_offset_ms = self.clock.wall_ms() - self.clock.now_ms()
+        self.req_ids = itertools.count(1)
+        self.timer_ids = itertools.count(self.clock.monotonic_ns())
+        self.timer_id = 0
+        self.tick_ms = int(self.config[
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms"])
+        self.writes: dict[int, int] = {}  # Append req_id -> core write id
+        self.marker_jobs: dict[str, _MarkerJob] = {}
+        self.marker_reqs: dict[int, tuple[str, list[tuple[str, int]]]] = {}
+        self.phase = "idle"  # -> creating -> loading -> ready (single node)
+        self.retry_at_ms = 0
+        self.led: dict[int, int] = {}  # partition -> leader epoch (cluster: led here)
+        self.loaded: set[int] = set()
+        self.to_load: set[int] = set()
+        self.read_offsets: dict[int, int] = {}
+        self.reads_in_flight: set[int] = set()
+        self.records: dict[int, dict[bytes, bytes | None]] = {}
+        self.metadata = MetadataCache() if self.cluster else None
+        self.refused_loading = 0
+        if self.cluster:
+            self.phase = "cluster"
+        elif self.topic_exists:
+            self._create_topic()
+        self._schedule_tick()
+
+    def now_ms(self) -> int:
+        return self.clock.now_ms() + self.wall_offset_ms
+
+    def _new_producer_id(self) -> int:
+        return self.pid_base + next(self.pid_counter) * self.count + self.index
+
+    def _owned(self, partition: int) -> bool:
+        return partition % self.count == self.index
+
+    # ---------------------------------------------------------- single node
+    def _create_topic(self) -> None:
+        self.phase = "creating"
+        self.tell(self.topology.controller, CreateTopics(
+            next(self.req_ids), False,
+            [CreateTopicRow(TRANSACTION_STATE_TOPIC, self.num_partitions, 1,
+                            dict(TRANSACTION_STATE_CONFIGS))]))
+
+    @handles(CreateTopicsDone)
+    def on_topic_created(self, msg: CreateTopicsDone) -> None:
+        if self.phase != "creating":
+            return
+        row = msg.rows[0]
+        if row.error_code not in (NONE, TOPIC_EXISTS):
+            self.log.error("cannot create {}: {} ({}); retrying", TRANSACTION_STATE_TOPIC,
+                           ErrorCode(row.error_code).name, row.error_message)
+            self.phase = "create-retry"
+            self.retry_at_ms = self.clock.now_ms() + RETRY_MS
+            return
+        for p in range(self.num_partitions):
+            if self._owned(p):
+                self.led[p] = 0
+        self.to_load = set(self.led)
+        self.phase = "ready"
+        self._maybe_load()
+
+    def poll_timeout_ms(self) -> int | None:
+        waits = [job.retry_at_ms for job in self.marker_jobs.values()
+                 if job.remaining and not job.in_flight]
+        if self.phase in ("create-retry", "read-retry"):
+            waits.append(self.retry_at_ms)
+        if not waits:
+            return None
+        return max(0, min(waits) - self.clock.now_ms())
+
+    def on_turn(self) -> None:
+        now = self.clock.now_ms()
+        if self.phase == "create-retry" and now >= self.retry_at_ms:
+            self._create_topic()
+        elif self.phase == "read-retry" and now >= self.retry_at_ms:
+            self.phase = "loading"
+            self.read_offsets = {p: o for p, o in self.read_offsets.items() if p in self.led}
+            self._send_reads()
+        for txn_id, job in list(self.marker_jobs.items()):
+            if job.remaining and not job.in_flight and now >= job.retry_at_ms:
+                self._send_markers(txn_id, job)
+
+    # ---------------------------------------------------------- loading
+    def _maybe_load(self) -> None:
+        if self.phase not in ("ready", "cluster") or not self.to_load:
+            return
+        batch, self.to_load = sorted(self.to_load), set()
+        self.resume_phase = self.phase
+        self.phase = "loading"
+        self.read_offsets = {p: 0 for p in batch}
+        self.records = {p: {} for p in batch}
+        self.load_started_ms = self.clock.now_ms()
+        self._send_reads()
+
+    def _send_reads(self) -> None:
+        if not self.read_offsets:
+            self._finish_load()
+            return
+        by_shard: dict[Address, list[ReadRow]] = {}
+        for p, offset in self.read_offsets.items():
+            by_shard.setdefault(self.topology.shard_for(TRANSACTION_STATE_TOPIC, p), []).append(
+                ReadRow(TRANSACTION_STATE_TOPIC, p, offset, READ_PARTITION_MAX_BYTES))
+        for shard, rows in by_shard.items():
+            rid = next(self.req_ids)
+            self.reads_in_flight.add(rid)
+            self.tell(shard, Read(rid, -1, READ_MAX_BYTES, rows))
+
+    @handles(ReadDone)
+    def on_read(self, msg: ReadDone) -> None:
+        if msg.req_id not in self.reads_in_flight:
+            return
+        self.reads_in_flight.discard(msg.req_id)
+        again: list[ReadRow] = []
+        for row in msg.rows:
+            p = row.partition
+            if p not in self.read_offsets:
+                continue
+            if row.error_code == OUT_OF_RANGE and row.log_start_offset > self.read_offsets[p]:
+                self.read_offsets[p] = row.log_start_offset
+                again.append(ReadRow(TRANSACTION_STATE_TOPIC, p, row.log_start_offset,
+                                     READ_PARTITION_MAX_BYTES))
+                continue
+            if row.error_code != NONE:
+                self.log.warning("reading {}-{} failed with {}; retrying",
+                                 TRANSACTION_STATE_TOPIC, p, ErrorCode(row.error_code).name)
+                continue
+            records, next_offset = decode_batches(bytes(row.records))
+            latest = self.records.setdefault(p, {})
+            for offset, key, value in records:
+                if offset >= self.read_offsets[p] and key is not None:
+                    latest.pop(key, None)
+                    latest[key] = value
+            if next_offset is not None:
+                self.read_offsets[p] = next_offset
+            if self.read_offsets[p] >= row.high_watermark:
+                del self.read_offsets[p]
+            else:
+                again.append(ReadRow(TRANSACTION_STATE_TOPIC, p, self.read_offsets[p],
+                                     READ_PARTITION_MAX_BYTES))
+        if again:
+            rid = next(self.req_ids)
+            self.reads_in_flight.add(rid)
+            assert self.current_sender is not None
+            self.tell(self.current_sender, Read(rid, -1, READ_MAX_BYTES, again))
+        if self.reads_in_flight:
+            return
+        if self.read_offsets:
+            self.phase = "read-retry"
+            self.retry_at_ms = self.clock.now_ms() + RETRY_MS
+        else:
+            self._finish_load()
+
+    def _finish_load(self) -> None:
+        now = self.now_ms()
+        count = 0
+        for p, latest in sorted(self.records.items()):
+            if p not in self.led:
+                continue
+            count += len(latest)
+            self._perform(self.core.load_partition(p, self.led[p], list(latest.items()), now))
+            self.loaded.add(p)
+        loaded = sorted(self.records)
+        self.records = {}
+        self.phase = self.resume_phase
+        self.log.info("loaded {} transactional id record(s) of {} partitions {} in {} ms",
+                      count, TRANSACTION_STATE_TOPIC, loaded,
+                      self.clock.now_ms() - self.load_started_ms)
+        self._maybe_load()
+
+    # ---------------------------------------------------------- cluster
+    @handles(TxnCoordinatorPartitions)
+    def on_partitions(self, msg: TxnCoordinatorPartitions) -> None:
+        resigned = {p for p in msg.resigned if p in self.led}
+        for p in resigned:
+            del self.led[p]
+            self.to_load.discard(p)
+        if resigned:
+            self.loaded -= resigned
+            for txn_id in [t for t in self.marker_jobs
+                           if self.core.partition_for(t) in resigned]:
+                del self.marker_jobs[txn_id]
+            self._perform(self.core.unload_partitions(resigned))
+            self.log.info("unloaded {}-{}", TRANSACTION_STATE_TOPIC, sorted(resigned))
+        for row in msg.elected:
+            if not self._owned(row.partition):
+                continue
+            if self.led.get(row.partition) != row.leader_epoch:
+                self.to_load.add(row.partition)
+                self.loaded.discard(row.partition)
+            self.led[row.partition] = row.leader_epoch
+        self._maybe_load()
+
+    @handles(UpdateMetadata)
+    def on_metadata(self, msg: UpdateMetadata) -> None:
+        if self.metadata is not None:
+            self.metadata.apply(msg)
+
+    # ---------------------------------------------------------- requests
+    def _serving(self, transactional_id: str) -> int:
+        """NONE, or why this coordinator cannot answer for ``transactional_id`` now."""
+        p = self.core.partition_for(transactional_id)
+        if not self.cluster and self.phase == "idle":
+            self._create_topic()
+        if self.cluster and p not in self.led:
+            return NOT_COORDINATOR
+        if p not in self.loaded:
+            self.refused_loading += 1
+            return LOAD_IN_PROGRESS
+        return NONE
+
+    def _rid(self, req_id: int, kind: str) -> tuple[str, str, int, str]:
+        sender = self.current_sender
+        assert sender is not None
+        return (sender.node, sender.name, req_id, kind)
+
+    @handles(InitTxnProducer)
+    def on_init(self, msg: InitTxnProducer) -> None:
+        code = self._serving(msg.transactional_id)
+        if code != NONE:
+            self.reply(InitTxnProducerDone(msg.req_id, code, -1, -1))
+            return
+        self._perform(self.core.init_producer_id(
+            self._rid(msg.req_id, "init"), msg.transactional_id, msg.timeout_ms,
+            msg.producer_id, msg.producer_epoch, self.now_ms()))
+
+    @handles(AddPartitionsToTxn)
+    def on_add(self, msg: AddPartitionsToTxn) -> None:
+        code = self._serving(msg.transactional_id)
+        if code != NONE:
+            self.reply(TxnDone(msg.req_id, code))
+            return
+        self._perform(self.core.add_partitions(
+            self._rid(msg.req_id, "txn"), msg.transactional_id, msg.producer_id,
+            msg.producer_epoch, [(tp.topic, tp.partition) for tp in msg.partitions],
+            self.now_ms()))
+
+    @handles(EndTxn)
+    def on_end(self, msg: EndTxn) -> None:
+        code = self._serving(msg.transactional_id)
+        if code != NONE:
+            self.reply(TxnDone(msg.req_id, code))
+            return
+        self._perform(self.core.end_txn(
+            self._rid(msg.req_id, "txn"), msg.transactional_id, msg.producer_id,
+            msg.producer_epoch, msg.commit, self.now_ms()))
+
+    @handles(DescribeTxns)
+    def on_describe(self, msg: DescribeTxns) -> None:
+        rows = []
+        for txn_id in msg.transactional_ids:
+            code = self._serving(txn_id)
+            meta = self.core.describe(txn_id) if code == NONE else None
+            if meta is None or meta.producer_epoch < 0:
+                rows.append(TxnStateRow(
+                    code if code != NONE else int(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND),
+                    txn_id, "", 0, -1, -1, -1, []))
+                continue
+            rows.append(TxnStateRow(NONE, txn_id, meta.state.kafka_name, meta.timeout_ms,
+                                    meta.start_ms, meta.producer_id, meta.producer_epoch,
+                                    [TxnTopicPartition(t, p) for t, p in sorted(meta.partitions)]))
+        self.reply(DescribeTxnsDone(msg.req_id, rows))
+
+    @handles(ListTxns)
+    def on_list(self, msg: ListTxns) -> None:
+        found = self.core.list_transactions(set(msg.states), set(msg.producer_ids),
+                                            self.now_ms(), msg.min_duration_ms)
+        self.reply(ListTxnsDone(msg.req_id, [
+            TxnListRow(m.transactional_id, m.producer_id, m.state.kafka_name)
+            for m in found if m.producer_epoch >= 0]))
+
+    # ---------------------------------------------------------- effects
+    def _perform(self, effects: list[Effect]) -> None:
+        for fx in effects:
+            if isinstance(fx, Reply):
+                node, name, req_id, kind = fx.request_id
+                if kind == "init":
+                    answer: Any = InitTxnProducerDone(req_id, int(fx.error), fx.producer_id,
+                                                      fx.producer_epoch)
+                else:
+                    answer = TxnDone(req_id, int(fx.error))
+                self.tell(Address(node, name), answer)
+            elif isinstance(fx, WriteLog):
+                self._write_log(fx)
+            elif isinstance(fx, WriteMarkers):
+                job = _MarkerJob(fx)
+                self.marker_jobs[fx.transactional_id] = job
+                self._send_markers(fx.transactional_id, job)
+            else:
+                raise TypeError(f"unknown effect {fx!r}")
+
+    def _write_log(self, fx: WriteLog) -> None:
+        rid = next(self.req_ids)
+        self.writes[rid] = fx.write_id
+        batch = build_batch([fx.value], keys=[fx.key], timestamps_ms=[self.now_ms()])
+        self.tell(self.topology.shard_for(TRANSACTION_STATE_TOPIC, fx.partition),
+                  Append(rid, -1, APPEND_TIMEOUT_MS,
+                         [AppendRow(TRANSACTION_STATE_TOPIC, fx.partition, batch)]))
+
+    @handles(AppendDone, ProduceReady)
+    def on_appended(self, msg: AppendDone | ProduceReady) -> None:
+        write_id = self.writes.pop(msg.req_id, None)
+        if write_id is None:
+            return
+        rows = msg.rows
+        code = rows[0].error_code if rows else int(ErrorCode.UNKNOWN_SERVER_ERROR)
+        if code != NONE:
+            self.log.warning("writing to {} failed: {} ({})", TRANSACTION_STATE_TOPIC,
+                             ErrorCode(code).name, rows[0].error_message if rows else "")
+        self._perform(self.core.on_log_written(write_id, ErrorCode(code), self.now_ms()))
+
+    def _leader_shard(self, topic: str, partition: int) -> Address | None:
+        shard = self.topology.shard_for(topic, partition)
+        if self.metadata is None:
+            return shard
+        leader = self.metadata.leader(topic, partition)
+        if leader == NO_LEADER:
+            return None
+        return Address(broker_node_name(leader), shard.name)
+
+    def _send_markers(self, txn_id: str, job: _MarkerJob) -> None:
+        fx = job.fx
+        by_shard: dict[Address, list[TxnMarkerRow]] = {}
+        for topic, partition in sorted(job.remaining):
+            shard = self._leader_shard(topic, partition)
+            if shard is None:
+                continue  # no leader now: the next retry
+            by_shard.setdefault(shard, []).append(TxnMarkerRow(
+                topic, partition, fx.producer_id, fx.producer_epoch, fx.commit,
+                fx.coordinator_epoch))
+        for shard, rows in by_shard.items():
+            rid = next(self.req_ids)
+            job.in_flight.add(rid)
+            self.marker_reqs[rid] = (txn_id, [(r.topic, r.partition) for r in rows])
+            self.tell(shard, WriteTxnMarkers(rid, rows))
+        if not job.in_flight:
+            job.retry_at_ms = self.clock.now_ms() + RETRY_MS
+        if not job.remaining:
+            self._markers_done(txn_id, job)
+
+    @handles(WriteTxnMarkersDone)
+    def on_markers(self, msg: WriteTxnMarkersDone) -> None:
+        entry = self.marker_reqs.pop(msg.req_id, None)
+        if entry is None:
+            return
+        txn_id, _parts = entry
+        job = self.marker_jobs.get(txn_id)
+        if job is None or msg.req_id not in job.in_flight:
+            return
+        job.in_flight.discard(msg.req_id)
+        assert self.current_sender is not None
+        for row in msg.rows:
+            tp = (row.topic, row.partition)
+            if row.error_code in (NONE, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)):
+                # a deleted partition needs no marker any more (Kafka's rule too)
+                job.remaining.discard(tp)
+                if row.topic == OFFSETS_TOPIC and row.error_code == NONE:
+                    for i in range(self.topology.num_coordinators):
+                        self.tell(Address(self.current_sender.node, f"coordinator-{i}"),
+                                  CompleteTxnOffsets(job.fx.producer_id, row.partition,
+                                                     job.fx.commit))
+            else:
+                self.log.warning("marker for {} on {}-{} failed: {}; retrying", txn_id,
+                                 row.topic, row.partition, ErrorCode(row.error_code).name)
+        if job.in_flight:
+            return
+        if job.remaining:
+            job.retry_at_ms = self.clock.now_ms() + RETRY_MS
+            return
+        self._markers_done(txn_id, job)
+
+    def _markers_done(self, txn_id: str, job: _MarkerJob) -> None:
+        if self.marker_jobs.get(txn_id) is job:
+            del self.marker_jobs[txn_id]
+        self._perform(self.core.on_markers_written(txn_id, job.fx.producer_epoch,
+                                                   self.now_ms()))
+
+    # ---------------------------------------------------------- timeouts
+    def _schedule_tick(self) -> None:
+        self.timer_id = next(self.timer_ids)
+        self.tell(self.topology.timer, Schedule(self.timer_id, self.clock.now_ms() + self.tick_ms))
+
+    @handles(Expired)
+    def on_expired(self, msg: Expired) -> None:
+        if msg.key != self.timer_id:
+            return
+        now = self.now_ms()
+        self._perform(self.core.abort_timed_out(now))
+        stuck = [fx for fx in self.core.retry_stuck(now)
+                 if isinstance(fx, WriteMarkers) and fx.transactional_id not in self.marker_jobs]
+        self._perform(list(stuck))
+        self._schedule_tick()
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> dict[str, Any]:
+        return {
+            "phase": self.phase,
+            "led_partitions": sorted(self.led),
+            "loaded_partitions": sorted(self.loaded),
+            "transactions": {t: m.state.kafka_name for t, m in self.core.txns.items()},
+            "marker_jobs": len(self.marker_jobs),
+            "writes_in_flight": len(self.writes),
+            "refused_loading": self.refused_loading,
+        }
+
+
+def spawn_txn_coordinators(node: Any, topology: Topology, config: Config, clock: Any,
+                           cluster: bool = False, topic_exists: bool = False) -> None:
+    """Called by the Broker at start: as many TransactionCoordinators as group coordinators."""
+    for i in range(topology.num_coordinators):
+        node.spawn(TransactionCoordinator, txn_coordinator_name(i), topology=topology,
+                   config=config, index=i, clock=clock, cluster=cluster,
+                   topic_exists=topic_exists)

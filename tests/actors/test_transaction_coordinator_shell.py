@@ -1,0 +1,149 @@
+"""The TransactionCoordinator shell on real actors and a manual clock: lazy creation and
+load of ``__transaction_state``, requests refused while loading, every transition
+appended before it is answered, markers written through the shard, and a transaction
+past its timeout aborted on the Timer's tick once the clock is moved (no sleeping).
+
+A fake Controller and a fake PartitionShard stand in for the broker's; the Timer is
+the real one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.core.transaction_log import TRANSACTION_STATE_TOPIC, decode_value
+from actors.group_coordinator import decode_batches
+from actors.runtime.actor import Actor, handles
+from actors.runtime.address import Address
+from actors.runtime.config import Config
+from actors.runtime.node import Node
+from actors.timer import Timer
+from actors.topology import Topology
+from actors.transaction_coordinator import TransactionCoordinator, txn_coordinator_for
+from tests.fixtures.waiting import wait_for
+from wire.broker_messages import (
+    Append,
+    AppendDone,
+    AppendDoneRow,
+    CreateTopicDoneRow,
+    CreateTopics,
+    CreateTopicsDone,
+    GetStats,
+    Read,
+    ReadDone,
+    ReadDoneRow,
+)
+from wire.errors import ErrorCode
+from wire.transaction_messages import (
+    AddPartitionsToTxn,
+    InitTxnProducer,
+    InitTxnProducerDone,
+    TxnDone,
+    TxnMarkerDoneRow,
+    TxnTopicPartition,
+    WriteTxnMarkers,
+    WriteTxnMarkersDone,
+)
+
+TICK_MS = 1000
+
+
+class FakeController(Actor):
+    @handles(CreateTopics)
+    def on_create(self, msg: CreateTopics) -> None:
+        self.reply(CreateTopicsDone(msg.req_id, [
+            CreateTopicDoneRow(r.name, 0, None, r.num_partitions, 1) for r in msg.rows]))
+
+
+class FakeShard(Actor):
+    """An empty __transaction_state that keeps what is appended; markers always land."""
+
+    def setup(self) -> None:
+        self.values: list[Any] = []
+        self.markers: list[Any] = []
+
+    @handles(Read)
+    def on_read(self, msg: Read) -> None:
+        self.reply(ReadDone(msg.req_id, [ReadDoneRow(r.topic, r.partition, 0, 0, 0, b"", 0, 0, 0)
+                                         for r in msg.rows]))
+
+    @handles(Append)
+    def on_append(self, msg: Append) -> None:
+        for r in msg.rows:
+            assert r.topic == TRANSACTION_STATE_TOPIC and msg.acks == -1
+            [(_o, _k, value)], _next = decode_batches(bytes(r.records))
+            self.values.append(decode_value(value).status.kafka_name)
+        self.reply(AppendDone(msg.req_id, [AppendDoneRow(r.topic, r.partition, 0, 0, -1, 0,
+                                                         None) for r in msg.rows]))
+
+    @handles(WriteTxnMarkers)
+    def on_markers(self, msg: WriteTxnMarkers) -> None:
+        self.markers.extend((r.topic, r.partition, r.producer_epoch, r.commit) for r in msg.rows)
+        self.reply(WriteTxnMarkersDone(msg.req_id, [
+            TxnMarkerDoneRow(r.topic, r.partition, 0) for r in msg.rows]))
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> Any:
+        return {"values": list(self.values), "markers": list(self.markers)}
+
+
+class Probe(Actor):
+    def setup(self) -> None:
+        self.answers: list[Any] = []
+
+    @handles(InitTxnProducerDone, TxnDone)
+    def on_answer(self, msg: Any) -> None:
+        self.answers.append(msg)
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> Any:
+        return [list(a) for a in self.answers]  # (req_id, error_code, ...) as lists
+
+
+def test_a_timed_out_transaction_is_aborted_on_the_timer_tick(manual_node: Node) -> None:
+    node = manual_node
+    config = Config({"transaction.state.log.num.partitions": 4, "num.group.coordinators": 1,
+                     "num.partition.shards": 1,
+                     "transaction.abort.timed.out.transaction.cleanup.interval.ms": TICK_MS})
+    topo = Topology.from_config(node.name, config)
+    node.spawn(Timer, topo.timer.name)
+    node.spawn(FakeController, topo.controller.name)
+    node.spawn(FakeShard, topo.shard(0).name)
+    node.spawn(Probe, "probe")
+    node.spawn(TransactionCoordinator, "txn-coordinator-0", topology=topo, config=config,
+               index=0)
+    coordinator = txn_coordinator_for(topo, config, "app")
+
+    def answers() -> list[Any]:
+        result: list[Any] = node.ask(Address(node.name, "probe"), GetStats())
+        return result
+
+    node.tell(coordinator, InitTxnProducer(1, "app", 5000, -1, -1), sender="probe")
+    node.quiesce()
+    # the first request creates and loads the topic: refused meanwhile, retried by clients
+    assert answers()[0] == [1, int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS), -1, -1]
+    wait_for(lambda: node.ask(coordinator, GetStats())["phase"] == "ready", "the load",
+             timeout=10)
+    node.tell(coordinator, InitTxnProducer(2, "app", 5000, -1, -1), sender="probe")
+    node.quiesce()
+    _rid, error, producer_id, epoch = answers()[1]
+    assert (error, epoch) == (0, 0)
+    node.tell(coordinator, AddPartitionsToTxn(3, "app", producer_id, 0,
+                                              [TxnTopicPartition("t", 0)]), sender="probe")
+    node.quiesce()
+    assert answers()[2] == [3, 0]
+    shard = topo.shard(0)
+    assert node.ask(shard, GetStats())["values"] == ["Empty", "Ongoing"]
+    node.advance_clock(4 * TICK_MS)  # within the 5 s timeout: ticks find nothing to abort
+    assert node.ask(shard, GetStats())["markers"] == []
+    node.advance_clock(2 * TICK_MS)  # past it: fenced (epoch 1) and aborted
+    node.advance_clock(TICK_MS)
+    stats = node.ask(shard, GetStats())
+    assert stats["values"] == ["Empty", "Ongoing", "PrepareEpochFence", "PrepareAbort",
+                               "CompleteAbort"]
+    assert stats["markers"] == [["t", 0, 1, False]]
+    # the fenced producer's next request is refused
+    node.tell(coordinator, AddPartitionsToTxn(4, "app", producer_id, 0,
+                                              [TxnTopicPartition("t", 1)]), sender="probe")
+    node.quiesce()
+    assert answers()[3] == [4, int(ErrorCode.PRODUCER_FENCED)]

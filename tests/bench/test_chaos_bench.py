@@ -1,0 +1,125 @@
+"""`actorlog bench chaos`: the fault schedule, and a short real run whose counts are computed.
+
+The run uses a spec of three nodes on this machine (via = "local", loopback
+ports, the test ZooKeeper), so it needs no root; kill and pause are the
+faults that work there. The checker itself is proven able to fail by
+tests/bench/test_chaos_check.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from actors.hosts import netns
+from actors.metadata.zk_server import free_port
+from bench.chaos import plan_faults
+from tests.fixtures.netns import free_test_address, skip_unless_namespaces
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_the_schedule_is_seeded_bounded_and_healed_before_the_end() -> None:
+    nodes = {"kill": [1, 2, 3], "pause": [1, 2, 3], "isolate": [2, 3], "netem": [2, 3]}
+    plan = plan_faults(11, list(nodes), nodes, duration_s=600)
+    assert plan == plan_faults(11, list(nodes), nodes, duration_s=600)
+    assert plan != plan_faults(12, list(nodes), nodes, duration_s=600)
+    assert 600 / 18 <= len(plan) <= 600 / 7
+    assert {p.kind for p in plan} == set(nodes)
+    assert all(p.node in (2, 3) for p in plan if p.kind in ("isolate", "netem"))
+    ends = [p.at_s + p.hold_s for p in plan]
+    assert all(end < 600 - 1 for end in ends)
+    assert all(nxt.at_s > end for nxt, end in zip(plan[1:], ends, strict=False))  # one at a time
+    assert plan_faults(1, ["isolate"], {"isolate": []}, duration_s=600) == []
+    assert plan_faults(1, ["kill"], {"kill": [1]}, duration_s=5) == []
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_short_chaos_run_reports_every_count(tmp_path: Path, zk_connect: str) -> None:
+    ports = [free_port() for _ in range(6)]
+    nodes = "".join(
+        f'[nodes.{i}]\nhost = "here"\nconfig = {{"listeners" = "127.0.0.1:{ports[2 * i - 2]}", '
+        f'"actor.gateway.port" = {ports[2 * i - 1]}}}\n' for i in (1, 2, 3))
+    spec = tmp_path / "chaos.toml"
+    spec.write_text(f"""
+[hosts.here]
+via = "local"
+[zookeeper]
+connect = "{zk_connect}"
+{nodes}
+[config]
+"default.replication.factor" = 3
+"offsets.topic.num.partitions" = 3
+"zookeeper.session.timeout.ms" = 4000
+"controlled.shutdown.retry.backoff.ms" = 500
+"trace.sample.ratio" = 0.0
+""")
+    out = tmp_path / "chaos.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "actors.cli", "bench", "chaos", "--spec", str(spec),
+         "--duration", "20", "--faults", "kill,pause", "--seed", "3", "--rate", "50",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    doc = json.loads(out.read_text())
+    assert doc["bench"] == "chaos" and doc["config"]["faults"] == ["kill", "pause"]
+    r = doc["results"]
+    assert r["seed"] == 3 and r["acked"] > 0 and r["read"] > 0
+    for key in ("lost", "duplicated", "reordered", "moved", "skipped"):
+        assert isinstance(r[key], int) and r[key] >= 0, key
+    assert 0 < r["availability"] <= 1
+    assert set(r["failover_ms"]) == {"min", "median", "max", "count"}
+    assert r["faults_injected"] and r["faults_injected"][0]["kind"] in ("kill", "pause")
+    assert "seed 3" in result.stdout and "availability" in result.stdout
+    assert "taking cluster chaos down" in result.stdout
+    for i in (1, 2, 3):  # down stopped every node the bench brought up
+        pid_file = tmp_path / "chaos.cluster" / "data" / f"node-{i}" / "serve.pid"
+        pid = int(pid_file.read_text())
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_network_faults_on_netns_hosts(tmp_path: Path) -> None:
+    """isolate and netem (loss through nftables where the kernel has no netem qdisc)."""
+    skip_unless_namespaces()
+    addresses = [free_test_address() for _ in range(4)]
+    hosts = "".join(f'[hosts.h{i}]\nvia = "netns"\naddress = "{a}"\n'
+                    for i, a in enumerate(addresses))  # h0: ZooKeeper's own
+    nodes = "".join(f'[nodes.{i}]\nhost = "h{i}"\n' for i in (1, 2, 3))
+    name = f"nc{os.getpid()}"  # names its namespaces: unique against other checkouts' runs
+    spec = tmp_path / f"{name}.toml"
+    spec.write_text(f"""
+{hosts}
+[zookeeper]
+hosts = ["h0"]
+{nodes}
+[config]
+"default.replication.factor" = 3
+"offsets.topic.num.partitions" = 3
+"zookeeper.session.timeout.ms" = 4000
+"trace.sample.ratio" = 0.0
+""")
+    out = tmp_path / "netchaos.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "actors.cli", "bench", "chaos", "--spec", str(spec),
+         "--duration", "30", "--faults", "isolate,netem", "--seed", "1", "--rate", "50",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    r = json.loads(out.read_text())["results"]
+    kinds = {f["kind"] for f in r["faults_injected"]}
+    assert kinds == {"isolate", "netem"}, r["faults_injected"]
+    assert r["acked"] > 0 and r["seed"] == 1
+    for key in ("lost", "duplicated", "reordered", "moved", "skipped"):
+        assert isinstance(r[key], int) and r[key] >= 0, key
+    assert f"removed network namespace alog-{name}-h1" in result.stdout
+    assert not {f"alog-{name}-h{i}" for i in (0, 1, 2, 3)} & netns.namespaces()

@@ -1,0 +1,147 @@
+"""Group commit in the partition log: staged appends read and land exactly as written ones.
+
+Two logs get the same random operations: one appends every batch at once,
+the other stages them (``append_as_leader(defer=True)``) and commits at
+random points, with reads, flushes, rolls, idempotent producers and
+truncation in between. After every operation both answer the same, and at
+the end their segment files hold the same bytes. A commit that fails on a
+real full disk is in partition_log_group_commit_full_disk.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from actors.core.partition_log import LogConfig, PartitionLog
+from actors.core.record_batch import build_batch
+
+NOW_MS = 1_700_000_000_000
+
+
+def random_batch(rng: random.Random, producers: dict[int, int]) -> bytes:
+    values = [rng.randbytes(rng.randrange(1, 300)) for _ in range(rng.randrange(1, 4))]
+    if producers and rng.random() < 0.5:
+        pid = rng.choice(sorted(producers))
+        seq = producers[pid]
+        producers[pid] = seq + len(values)
+        return build_batch(values, timestamps_ms=[NOW_MS] * len(values), producer_id=pid,
+                           producer_epoch=0, base_sequence=seq)
+    return build_batch(values, timestamps_ms=[NOW_MS + rng.randrange(1000)] * len(values))
+
+
+def segment_bytes(log: PartitionLog) -> list[tuple[str, bytes]]:
+    return [(p.name, p.read_bytes()) for p in sorted(log.dir.glob("*.log"))]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_staged_appends_read_and_land_as_written_ones(seed: int, tmp_path: Path) -> None:
+    rng = random.Random(seed)
+    config = LogConfig(segment_bytes=rng.choice([2_000, 20_000, 1 << 30]),
+                       index_interval_bytes=rng.choice([0, 512, 4096]))
+    written = PartitionLog.open(tmp_path / "a" / "t-0", "t", 0, config, NOW_MS)
+    staged = PartitionLog.open(tmp_path / "b" / "t-0", "t", 0, config, NOW_MS)
+    producers = {pid: 0 for pid in range(rng.randrange(0, 3))}
+    for _ in range(300):
+        op = rng.random()
+        if op < 0.6:
+            batch = random_batch(rng, producers)
+            a = written.append_as_leader(batch, 0, NOW_MS)
+            b = staged.append_as_leader(batch, 0, NOW_MS, defer=True)
+            assert a == b
+            for log in (written, staged):
+                log.update_high_watermark(log.log_end_offset)
+        elif op < 0.7:
+            assert staged.commit() is None
+            assert staged.staged_bytes == 0
+        elif op < 0.85:
+            offset = rng.randrange(max(1, written.log_end_offset))
+            max_bytes = rng.choice([100, 1000, 100_000])
+            a_read = written.read(offset, max_bytes)
+            # a read of the active segment writes its staged batches first
+            b_read = staged.read(offset, max_bytes)
+            assert bytes(a_read.records) == bytes(b_read.records)
+        elif op < 0.9:
+            written.flush(NOW_MS)
+            staged.flush(NOW_MS)
+        elif op < 0.95 and written.log_end_offset > 2:
+            to = rng.randrange(written.log_end_offset)
+            written.truncate_to(to)
+            staged.truncate_to(to)
+            for pid in producers:  # the sequences after the cut are gone on both
+                producers[pid] = 0
+            written.producer_state.producers.clear()
+            staged.producer_state.producers.clear()
+        else:
+            written.roll(NOW_MS)
+            staged.roll(NOW_MS)
+        assert (written.log_end_offset, written.high_watermark) == (
+            staged.log_end_offset, staged.high_watermark)
+        assert written.segment_base_offsets == staged.segment_base_offsets
+    assert staged.commit() is None
+    assert segment_bytes(written) == segment_bytes(staged)
+    written.close(NOW_MS)
+    staged.close(NOW_MS)
+    reopened = PartitionLog.open(tmp_path / "b" / "t-0", "t", 0, config, NOW_MS,
+                                 clean_shutdown=True)
+    assert reopened.log_end_offset == written.log_end_offset
+    reopened.close(NOW_MS)
+
+
+def test_a_retried_idempotent_batch_is_a_duplicate_once_staged(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), NOW_MS)
+    first = build_batch([b"a"], producer_id=7, producer_epoch=0, base_sequence=0)
+    log.append_as_leader(first, 0, NOW_MS, defer=True)
+    again = log.append_as_leader(first, 0, NOW_MS, defer=True)
+    assert again.duplicate and again.first_offset == 0
+    assert log.commit() is None
+    assert log.log_end_offset == 1
+
+
+def test_closing_a_log_writes_what_is_staged(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), NOW_MS)
+    for value in (b"a", b"b", b"c"):
+        log.append_as_leader(build_batch([value]), 0, NOW_MS, defer=True)
+    assert log.staged_bytes > 0
+    log.close(NOW_MS)
+    reopened = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), NOW_MS,
+                                 clean_shutdown=True)
+    assert reopened.log_end_offset == 3
+    reopened.close(NOW_MS)
+
+
+FULL_DISK = Path(__file__).with_name("partition_log_group_commit_full_disk.py")
+
+
+@pytest.mark.multiprocess
+def test_a_commit_on_a_full_disk_puts_the_log_back(tmp_path: Path) -> None:
+    """The staged batches' write fails on a real full disk (a 1 MiB tmpfs in a private
+    mount namespace): the log is as before them, producer sequences included, and the
+    same batches append again once there is room."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare to mount a small tmpfs")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    script = (f"mount -t tmpfs -o size=1m tmpfs {shlex.quote(str(disk))} && "
+              f"exec {shlex.quote(sys.executable)} {shlex.quote(str(FULL_DISK))} "
+              f"{shlex.quote(str(disk))}")
+    result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                             script], capture_output=True, text=True, timeout=120)
+    if result.returncode != 0 and "mount" in result.stderr and "permission" in result.stderr:
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
+    assert result.returncode == 0, (result.returncode, result.stderr)
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    assert outcome["commit"].startswith("StorageError: cannot append to")
+    assert outcome["back_to"] == outcome["before"]  # LEO, HW, segment size
+    assert outcome["file_size"] == outcome["before"][2]  # nothing of the staged bytes left
+    assert outcome["reappended"] == "appended"  # the sequences were taken back
+    assert outcome["reopened_leo"] == outcome["before"][0] + outcome["staged"]
+    assert outcome["last_read"]

@@ -1,0 +1,228 @@
+"""The leader's replica state: high watermark over the ISR, ISR shrink/expand, KIP-497.
+
+A state machine (hypothesis) drives one leader and two followers on a real
+PartitionLog and a manual clock: appends, followers copying part of the
+leader's log, their fetches (the leader's only view of them), time passing,
+ISR checks whose proposals the controller accepts or refuses. Whatever the
+order: the high watermark never goes back, and every replica of the ISR the
+high watermark is computed over (committed or pending) holds every record
+below it, so a shrunk ISR never acknowledges what a dropped follower lacks.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from actors.core.partition_log import LogConfig, PartitionLog
+from actors.core.partition_state import IsrProposal, PartitionState
+from actors.core.record_batch import build_batch
+from wire.errors import ErrorCode
+
+LEADER, F1, F2 = 1, 2, 3
+LAG_MS = 1000
+
+
+def new_log(directory: Path) -> PartitionLog:
+    return PartitionLog.open(directory, "t", 0, LogConfig(), 0)
+
+
+def leader_state(log: PartitionLog, now_ms: int = 0) -> PartitionState:
+    state = PartitionState.hosted(log, LEADER, 2, LAG_MS)
+    state.become_leader(0, [LEADER, F1, F2], [LEADER, F1, F2], partition_epoch=0,
+                        now_ms=now_ms)
+    return state
+
+
+def append(state: PartitionState, n: int) -> None:
+    state.log.append_as_leader(build_batch([b"x"] * n), state.leader_epoch, 0)
+    state.on_leader_append()
+
+
+def test_followers_unknown_after_becoming_leader_hold_the_high_watermark(tmp_path: Path) -> None:
+    state = leader_state(new_log(tmp_path / "t-0"))
+    append(state, 5)
+    assert state.log.high_watermark == 0
+    assert not state.on_follower_fetch(F1, 5, 10)
+    assert state.log.high_watermark == 0  # F2 has not fetched: its position is unknown
+    assert state.on_follower_fetch(F2, 3, 10)
+    assert state.log.high_watermark == 3
+    assert not state.on_follower_fetch(F2, 2, 11)  # never back
+    assert state.log.high_watermark == 3
+
+
+def test_a_fetch_from_a_replica_not_assigned_counts_for_nothing(tmp_path: Path) -> None:
+    state = leader_state(new_log(tmp_path / "t-0"))
+    append(state, 5)
+    assert not state.on_follower_fetch(99, 5, 10)
+    assert 99 not in state.followers and state.isr_expansion(99) is None
+
+
+def test_shrink_waits_for_the_lag_and_the_pending_isr_is_the_larger(tmp_path: Path) -> None:
+    state = leader_state(new_log(tmp_path / "t-0"), now_ms=0)
+    append(state, 10)
+    state.on_follower_fetch(F1, 10, 100)
+    state.on_follower_fetch(F2, 4, 100)
+    assert state.isr_shrink(LAG_MS) is None  # F2 was caught up at 0 (became leader)
+    proposal = state.isr_shrink(LAG_MS + 1)
+    assert proposal == IsrProposal(0, (LEADER, F1), 0)
+    state.propose(proposal)
+    assert state.isr_shrink(LAG_MS + 2) is None  # one change at a time
+    append(state, 5)
+    state.on_follower_fetch(F1, 15, LAG_MS + 3)
+    assert state.log.high_watermark == 4  # pending: F2 still counts
+    assert state.has_enough_replicas()
+    assert state.on_isr_result(0, 0, 0, [LEADER, F1], 1) == "applied"
+    assert state.isr == {LEADER, F1} and state.partition_epoch == 1
+    assert state.log.high_watermark == 15
+
+
+def test_expand_needs_the_high_watermark_and_the_epoch_start(tmp_path: Path) -> None:
+    log = new_log(tmp_path / "t-0")
+    log.append_as_leader(build_batch([b"old"] * 4), 0, 0)
+    state = PartitionState.hosted(log, LEADER, 1, LAG_MS)
+    state.become_leader(3, [LEADER, F1], [LEADER, F1, F2], partition_epoch=7, now_ms=0)
+    assert state.epoch_start_offset == 4
+    append(state, 2)
+    state.on_follower_fetch(F1, 6, 1)
+    assert state.log.high_watermark == 6
+    state.on_follower_fetch(F2, 5, 2)
+    assert state.isr_expansion(F2) is None  # below the high watermark
+    state.on_follower_fetch(F2, 6, 3)
+    proposal = state.isr_expansion(F2)
+    assert proposal == IsrProposal(3, (LEADER, F1, F2), 7)
+    state.propose(proposal)
+    assert state.maximal_isr == {LEADER, F1, F2}
+    assert not state.has_enough_replicas() or len(state.isr) == 2
+
+
+def test_a_refused_change_fences_the_leader_and_a_stale_answer_is_ignored(
+        tmp_path: Path) -> None:
+    state = leader_state(new_log(tmp_path / "t-0"))
+    state.propose(IsrProposal(0, (LEADER, F1), 0))
+    assert state.on_isr_result(0, 5, 0, [LEADER], 6) == "stale"
+    assert state.pending is not None
+    assert state.on_isr_result(0, 0, int(ErrorCode.NOT_CONTROLLER), [], -1, 50) == "retry"
+    assert state.pending is None and state.is_leader
+    state.followers[F2].last_caught_up_ms = -10_000
+    assert state.isr_shrink(1049) is None  # held for PROPOSAL_RETRY_MS after a retry
+    assert state.isr_shrink(1050) is not None
+    state.propose(IsrProposal(0, (LEADER, F1), 0))
+    assert state.on_isr_result(0, 0, int(ErrorCode.FENCED_LEADER_EPOCH), [], -1) == "fenced"
+    assert not state.is_leader
+    assert state.check_fetch_epoch(0) == int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    state.become_leader(1, [LEADER, F1, F2], [LEADER, F1, F2], partition_epoch=3)
+    assert state.is_leader
+
+
+def test_fetch_epoch_checks(tmp_path: Path) -> None:
+    state = leader_state(new_log(tmp_path / "t-0"))
+    state.become_leader(4, [LEADER], [LEADER, F1], partition_epoch=1)
+    assert state.check_fetch_epoch(4) == 0
+    assert state.check_fetch_epoch(-1) == 0
+    assert state.check_fetch_epoch(3) == int(ErrorCode.FENCED_LEADER_EPOCH)
+    assert state.check_fetch_epoch(5) == int(ErrorCode.UNKNOWN_LEADER_EPOCH)
+
+
+class ReplicaMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = Path(tempfile.mkdtemp(prefix="replica-state-"))
+        self.now = 0
+        self.true_leo = {F1: 0, F2: 0}
+        self.last_hw = 0
+
+    def teardown(self) -> None:
+        self.state.log.close_without_flush()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    @initialize()
+    def start(self) -> None:
+        self.state = leader_state(new_log(self.tmp / "t-0"))
+
+    @rule(n=st.integers(1, 5))
+    def leader_appends(self, n: int) -> None:
+        append(self.state, n)
+
+    @rule(follower=st.sampled_from([F1, F2]), share=st.sampled_from([0.0, 0.4, 1.0]))
+    def follower_copies(self, follower: int, share: float) -> None:
+        leo = self.state.log.log_end_offset
+        have = self.true_leo[follower]
+        self.true_leo[follower] = have + int((leo - have) * share)
+
+    @rule(follower=st.sampled_from([F1, F2]))
+    def follower_fetches(self, follower: int) -> None:
+        self.state.on_follower_fetch(follower, self.true_leo[follower], self.now)
+        proposal = self.state.isr_expansion(follower)
+        if proposal is not None:
+            self.state.propose(proposal)
+
+    @rule(ms=st.integers(1, 2 * LAG_MS))
+    def time_passes(self, ms: int) -> None:
+        self.now += ms
+        proposal = self.state.isr_shrink(self.now)
+        if proposal is not None:
+            self.state.propose(proposal)
+
+    @rule(accept=st.booleans())
+    def controller_answers(self, accept: bool) -> None:
+        pending = self.state.pending
+        if pending is None:
+            return
+        if accept:
+            outcome = self.state.on_isr_result(pending.leader_epoch, pending.partition_epoch, 0,
+                                               list(pending.new_isr),
+                                               pending.partition_epoch + 1)
+            assert outcome == "applied"
+        else:
+            outcome = self.state.on_isr_result(pending.leader_epoch, pending.partition_epoch,
+                                               int(ErrorCode.REQUEST_TIMED_OUT), [], -1)
+            assert outcome == "retry"
+
+    @invariant()
+    def high_watermark_never_goes_back(self) -> None:
+        hw = self.state.log.high_watermark
+        assert hw >= self.last_hw
+        self.last_hw = hw
+
+    @invariant()
+    def every_replica_counted_holds_what_is_below_the_high_watermark(self) -> None:
+        hw = self.state.log.high_watermark
+        assert hw <= self.state.log.log_end_offset
+        for replica in self.state.maximal_isr | self.state.isr:
+            if replica != LEADER:
+                assert self.true_leo[replica] >= hw, (replica, self.true_leo, hw)
+
+    @invariant()
+    def the_leader_never_leaves_the_isr(self) -> None:
+        assert LEADER in self.state.isr
+
+
+ReplicaMachine.TestCase.settings = settings(
+    max_examples=250, stateful_step_count=30, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow])
+TestReplicaMachine = ReplicaMachine.TestCase
+
+
+def test_a_follower_rebuilds_producer_state_so_as_leader_it_refuses_duplicates(
+        tmp_path: Path) -> None:
+    """appendAsFollower keeps offsets, epochs and producer ids; the producer state it builds
+    makes a retried idempotent batch a duplicate once the follower leads."""
+    leader = new_log(tmp_path / "a" / "t-0")
+    follower = new_log(tmp_path / "b" / "t-0")
+    client_batch = build_batch([b"once", b"twice?"], producer_id=7, producer_epoch=0,
+                               base_sequence=0)
+    leader.append_as_leader(build_batch([b"plain"]), 3, 0)
+    leader.append_as_leader(client_batch, 3, 0)
+    replicated = bytes(leader.read(0, 1 << 20, None, True).records)
+    follower.append_as_follower(replicated, 0)
+    assert bytes(follower.read(0, 1 << 20, None, True).records) == replicated
+    assert follower.latest_epoch == 3 and follower.log_end_offset == 3
+    again = follower.append_as_leader(client_batch, 4, 0)
+    assert (again.first_offset, again.last_offset) == (1, 2)
+    assert follower.log_end_offset == 3

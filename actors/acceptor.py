@@ -1,4 +1,8 @@
-"""Acceptor: owns the listening socket, accepts, hands connections out round robin.
+"""Acceptor: owns one listener's socket, accepts, hands connections out round robin.
+
+There is one Acceptor per listener (``listeners``). Its connection ids carry
+the listener's index in their high bits (:func:`listener_of`), so the
+Processor knows each connection's security protocol without another message.
 
 Enforces ``max.connections`` and ``max.connections.per.ip``: a connection
 over either limit is closed at once, counted and logged.
@@ -16,19 +20,29 @@ from actors.runtime.config import Config
 from actors.topology import Topology
 from wire.broker_messages import ConnectionClosed, GetStats, NewConnection
 
+LISTENER_SHIFT = 40  # conn_id = listener index << 40 | a count of that listener's accepts
+
+
+def listener_of(conn_id: int) -> int:
+    """The index (in ``listeners``) of the listener a connection came in on."""
+    return conn_id >> LISTENER_SHIFT
+
 
 class Acceptor(Actor):
     mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
     def __init__(self, node: Any, name: str, *, topology: Topology, config: Config,
-                 listen_socket: socket.socket, clock: Clock, **kw: Any) -> None:
+                 listen_socket: socket.socket, clock: Clock, listener_index: int = 0,
+                 listener_name: str = "PLAINTEXT", **kw: Any) -> None:
         super().__init__(node, name, **kw)
         self.clock = clock  # nothing here reads time yet; held so one clock drives the node
         self.topology = topology
         self.max_connections = int(config["max.connections"])
         self.max_per_ip = int(config["max.connections.per.ip"])
         self.listen_socket = listen_socket
-        self.conn_ids = itertools.count(1)
+        self.listener_index = listener_index
+        self.listener_name = listener_name
+        self.conn_ids = itertools.count((listener_index << LISTENER_SHIFT) + 1)
 
     def setup(self) -> None:
         self.per_ip: dict[str, int] = {}
@@ -54,7 +68,8 @@ class Acceptor(Actor):
                 self.node.metrics.incr("connections_refused")
                 which = ("max.connections" if self.open >= self.max_connections
                          else "max.connections.per.ip")
-                self.log.warning("refused connection from {}:{}: {} reached", host, port, which)
+                self.log.warning("refused connection from {}:{} on listener {}: {} reached",
+                                 host, port, self.listener_name, which)
                 sock.close()
                 continue
             self.open += 1

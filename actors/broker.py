@@ -26,9 +26,11 @@ import resource
 import shutil
 import signal
 import socket
+import ssl
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,11 +68,29 @@ from actors.runtime.node import (
     NodeError,
     default_ipc_dir,
 )
+from actors.security.config import SecurityConfigError, SecuritySettings
+from actors.security.credentials import CredentialCache
+from actors.security.local_store import LocalSecurityStore, LocalStoreError
+from actors.security.tls import TlsConfigError, server_context
 from actors.timer import Timer
 from actors.topology import Topology, broker_node_name
 from actors.transaction_coordinator import spawn_txn_coordinators
 from wire import kafka_codec
 from wire.cluster_messages import ControlledShutdownStep, StartController
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerEndpoint:
+    """A listener as bound (or advertised): its name, protocol, host and real port."""
+
+    name: str
+    security_protocol: str
+    host: str
+    port: int
+
+    @property
+    def connection_string(self) -> str:
+        return f"{self.name}://{format_host_port(self.host, self.port)}"
 
 
 class BrokerError(RuntimeError):
@@ -280,6 +300,9 @@ class Broker:
         self.node_name = str(config["node.name"])
         self.metadata: ZkMetadataStore | None = None
         self.broker_info: BrokerInfo | None = None
+        self.security: SecuritySettings | None = None
+        self.bound: tuple[ListenerEndpoint, ...] = ()  # the listeners, with their real ports
+        self.advertised: tuple[ListenerEndpoint, ...] = ()
         self.supervisor: ProcessSupervisor | None = None  # num.processes > 1
         # `actorlog serve`: SIGTERM/SIGINT noted from before the broker says it listens
         self.catch_signals = catch_signals
@@ -295,8 +318,17 @@ class Broker:
         cfg = self.config
         dirs = log_dirs_of(cfg)
         data_dir = dirs[0]
-        host, port = parse_host_port(str(cfg["listeners"]))
-        adv_host, adv_port = self._advertised(host, port)
+        try:
+            self.security = SecuritySettings.from_config(cfg.values)
+        except SecurityConfigError as exc:
+            raise BrokerConfigError(str(exc)) from None
+        listeners = self.security.listeners
+        tls_context = None
+        if self.security.tls is not None:
+            try:
+                tls_context = server_context(self.security.tls)
+            except TlsConfigError as exc:
+                raise BrokerConfigError(str(exc)) from None
         self.cluster = bool(str(cfg["zookeeper.connect"]).strip())
         self.node_name = cluster_node_name(cfg) if self.cluster else str(cfg["node.name"])
         ipc_dir = gateway_ipc_dir(str(cfg["actor.ipc.dir"]) or default_ipc_dir(), data_dir,
@@ -305,18 +337,37 @@ class Broker:
         if processes > 1 and self.cluster:
             raise BrokerConfigError("num.processes > 1 is not supported with zookeeper.connect "
                                     "yet; set num.processes = 1 for a cluster node")
-        listener = bind_listener(host, port, reuse_port=processes > 1)
-        self.host, self.port = listener.getsockname()[:2]
-        if adv_port == 0:
-            adv_port = self.port
+        sockets: list[socket.socket] = []
+        try:
+            for listener in listeners:  # num.processes > 1: every process binds each port
+                sockets.append(bind_listener(listener.host, listener.port,
+                                             reuse_port=processes > 1))
+        except BaseException:
+            for sock in sockets:
+                sock.close()
+            raise
+        self.bound = tuple(
+            ListenerEndpoint(listener.name, listener.security_protocol.value,
+                             *sock.getsockname()[:2])
+            for listener, sock in zip(listeners, sockets, strict=True))
+        self.host, self.port = self.bound[0].host, self.bound[0].port
+        by_name = {b.name: b for b in self.bound}
+        # What clients are told: advertised.listeners (port 0 there: the bound port)
+        self.advertised = tuple(
+            ListenerEndpoint(a.name, a.security_protocol.value, a.host,
+                             a.port or by_name[a.name].port)
+            for a in self.security.advertised)
+        adv_host, adv_port = self.advertised[0].host, self.advertised[0].port
         created = [d for d in dirs if not d.exists()]
         raise_open_files_limit()
         try:
             for d in dirs:
                 self.locks.append(lock_log_dir(d))
-            self._start_locked(cfg, data_dir, listener, adv_host, adv_port, ipc_dir)
+            self._start_locked(cfg, data_dir, sockets, tls_context, adv_host, adv_port,
+                               ipc_dir)
         except BaseException:
-            listener.close()
+            for sock in sockets:
+                sock.close()
             for d in created:
                 if any(lock.path == d for lock in self.locks):  # never another broker's dir
                     shutil.rmtree(d, ignore_errors=True)
@@ -324,26 +375,9 @@ class Broker:
             raise
         return self
 
-    def _advertised(self, host: str, port: int) -> tuple[str, int]:
-        """The address told to clients; never a wildcard address, as in Kafka."""
-        text = str(self.config["advertised.listeners"])
-        if not text:
-            if host in NON_ROUTABLE_HOSTS:
-                raise BrokerConfigError(
-                    f"listeners {format_host_port(host or '0.0.0.0', port)} binds every "
-                    f"address, which clients cannot connect to; also set advertised.listeners "
-                    f"to the address clients should use (--advertised-listeners HOST:{port})")
-            return host, port
-        adv_host, adv_port = parse_host_port(text, "advertised.listeners")
-        if adv_host in NON_ROUTABLE_HOSTS:
-            raise BrokerConfigError(
-                f"advertised.listeners {text} is not an address clients can connect to; "
-                f"give this host's name or IP address, e.g. --advertised-listeners "
-                f"myhost.example.com:{adv_port or port}")
-        return adv_host, adv_port
-
-    def _start_locked(self, cfg: Config, data_dir: Path, listener: socket.socket,
-                      adv_host: str, adv_port: int, ipc_dir: str) -> None:
+    def _start_locked(self, cfg: Config, data_dir: Path, sockets: list[socket.socket],
+                      tls_context: ssl.SSLContext | None, adv_host: str, adv_port: int,
+                      ipc_dir: str) -> None:
         broker_id = int(cfg["node.id"])
         node_name = self.node_name
         gateway_port = int(cfg["actor.gateway.port"])
@@ -428,11 +462,20 @@ class Broker:
                                      dict(topics), clock=clock,
                                      cluster=MetadataCache() if self.cluster else None)
                 node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **place(i))
+            protocols = tuple(b.security_protocol for b in self.bound)
+            credentials = self._credentials(data_dir)
+            assert self.security is not None
             for i in range(topo.num_processors):
                 node.spawn(Processor, topo.processor(i).name, topology=topo, config=cfg,
-                           clock=clock, **place(i))
-            node.spawn(Acceptor, topo.acceptor.name, topology=topo, config=cfg,
-                       listen_socket=listener, clock=clock, **place(0))
+                           clock=clock, listener_protocols=protocols,
+                           tls_context=tls_context,
+                           sasl_mechanisms=self.security.sasl_mechanisms,
+                           credentials=credentials.lookup if credentials else None,
+                           **place(i))
+            for index, sock in enumerate(sockets):  # one Acceptor per listener
+                node.spawn(Acceptor, topo.listener_acceptor(index).name, topology=topo,
+                           config=cfg, listen_socket=sock, clock=clock, listener_index=index,
+                           listener_name=self.bound[index].name, **place(0))
             if self.cluster:
                 self._register(cfg, node, topo, broker_id)
             if processes > 1:
@@ -452,9 +495,30 @@ class Broker:
         logger.bind(node=node_name).info(
             "actorlog broker {} listening on {} (advertised {}), data in {}, "
             "{} processors, {} handlers, {} shards, actor threads {}",
-            broker_id, format_host_port(self.host, self.port),
-            format_host_port(adv_host, adv_port), data_dir,
+            broker_id, ",".join(b.connection_string for b in self.bound),
+            ",".join(a.connection_string for a in self.advertised), data_dir,
             topo.num_processors, topo.num_handlers, topo.num_shards, cfg["actor.threads"])
+
+    def _credentials(self, data_dir: Path) -> CredentialCache | None:
+        """SASL listeners: the SCRAM credentials, from ZooKeeper (cluster) or the data dir.
+
+        Read once at start; users added while the node runs count from its next start.
+        """
+        assert self.security is not None
+        if not self.security.sasl_mechanisms:
+            return None
+        store: Any = self.metadata if self.cluster else LocalSecurityStore.in_data_dir(data_dir)
+        cache = CredentialCache()
+        try:
+            problems = cache.load(store)
+        except (MetadataError, LocalStoreError, OSError) as exc:
+            raise BrokerError(f"reading the SCRAM credentials failed: {exc}") from None
+        for problem in problems:
+            logger.bind(node=self.node_name).warning("SCRAM credentials skipped: {}", problem)
+        logger.bind(node=self.node_name).info(
+            "SASL mechanisms {} with {} users", ",".join(self.security.sasl_mechanisms),
+            len(cache.users()))
+        return cache
 
     def _start_processes(self, cfg: Config, data_dir: Path, ipc_dir: str, node_name: str,
                          broker_id: int, adv_host: str, adv_port: int, cluster_id: str,
@@ -463,7 +527,9 @@ class Broker:
         spec = {"config": {k: cfg[k] for k in cfg.set_keys}, "main": node_name, "host": self.host,
                 "port": self.port, "adv_host": adv_host, "adv_port": adv_port,
                 "cluster_id": cluster_id, "broker_id": broker_id, "ipc_dir": ipc_dir,
-                "gateway_host": str(cfg["actor.gateway.host"]), "data_dir": str(data_dir)}
+                "gateway_host": str(cfg["actor.gateway.host"]), "data_dir": str(data_dir),
+                # every listener, bound to the ports process 0 got (port 0 in the config)
+                "listeners": [[b.host, b.port] for b in self.bound]}
 
         def give_up(reason: str) -> None:
             logger.bind(node=node_name).error(reason)
@@ -529,7 +595,8 @@ class Broker:
         node.spawn(ReplicaManager, topo.replica_manager.name, topology=topo, config=cfg,
                    broker_id=broker_id, clock=clock)
         self.broker_info = BrokerInfo(
-            broker_id, (Endpoint("PLAINTEXT", adv_host, adv_port),),
+            broker_id, tuple(Endpoint(a.name, a.host, a.port, a.security_protocol)
+                             for a in self.advertised),
             f"tcp://{format_host_port(endpoint.host, endpoint.port)}",
             str(cfg["broker.rack"]) or None)
         node.spawn(ClusterController, topo.controller.name, topology=topo, config=cfg,

@@ -2,8 +2,9 @@
 
 Process 0 (the ``actorlog serve`` process) runs every actor as with one
 process. Each further process k is a runtime node of its own (``<node>-p<k>``)
-running an Acceptor, Processors and RequestHandlers only; its listener is
-bound to the broker's port with SO_REUSEPORT, so the kernel spreads new
+running Acceptors, Processors and RequestHandlers only; each of its listeners is
+bound to the port of the same listener of process 0 with SO_REUSEPORT (same TLS
+context, same SCRAM credentials from the data dir), so the kernel spreads new
 connections over the processes, and clients see one broker (one node id, one
 address). Its handlers send Append/Read/... to the shards, purgatories,
 coordinators and controller of process 0 through the nodes' ipc gateways
@@ -163,6 +164,10 @@ def run_process(spec: dict[str, Any]) -> int:
     from actors.request_handler import RequestHandler
     from actors.runtime.config import Config
     from actors.runtime.node import Directory, Node, NodeEndpoint
+    from actors.security.config import SecuritySettings
+    from actors.security.credentials import CredentialCache
+    from actors.security.local_store import LocalSecurityStore
+    from actors.security.tls import server_context
     from actors.topology import Topology
     from wire import kafka_codec
 
@@ -183,7 +188,16 @@ def run_process(spec: dict[str, Any]) -> int:
     topo = Topology(name, topo.num_processors, topo.num_handlers, topo.num_shards,
                     topo.num_purgatories, topo.num_coordinators, home=main, process_nodes=names)
     kafka_codec.warm_up()
-    listener = bind_listener(spec["host"], int(spec["port"]), reuse_port=True)
+    # The same listeners as process 0 (its ports), TLS context and SCRAM credentials
+    security = SecuritySettings.from_config(cfg.values)
+    tls_context = server_context(security.tls) if security.tls is not None else None
+    credentials = None
+    if security.sasl_mechanisms:
+        credentials = CredentialCache()
+        for problem in credentials.load(LocalSecurityStore.in_data_dir(data_dir)):
+            logger.warning("SCRAM credentials skipped: {}", problem)
+    sockets = [bind_listener(host, int(port), reuse_port=True)
+               for host, port in spec.get("listeners") or [[spec["host"], spec["port"]]]]
     topics = TopicStore.load(data_dir).table()
     node.start()
     clock = node.clock
@@ -195,12 +209,20 @@ def run_process(spec: dict[str, Any]) -> int:
         node.spawn(RequestHandler, topo.handler(i).name, context=ctx)
     for i in range(topo.num_processors):
         node.spawn(Processor, topo.processor(i).name, topology=topo, config=cfg, clock=clock,
+                   listener_protocols=tuple(b.security_protocol.value
+                                           for b in security.listeners),
+                   tls_context=tls_context, sasl_mechanisms=security.sasl_mechanisms,
+                   credentials=credentials.lookup if credentials else None,
                    **({"host": topo.handler(i % topo.num_handlers).name} if shared else {}))
-    node.spawn(Acceptor, topo.acceptor.name, topology=topo, config=cfg, listen_socket=listener,
-               clock=clock, **({"host": topo.handler(0).name} if shared else {}))
+    for index, sock in enumerate(sockets):  # one Acceptor per listener, as in process 0
+        node.spawn(Acceptor, topo.listener_acceptor(index).name, topology=topo, config=cfg,
+                   listen_socket=sock, clock=clock, listener_index=index,
+                   listener_name=security.listeners[index].name,
+                   **({"host": topo.handler(0).name} if shared else {}))
     print(READY_LINE, flush=True)
     code = node.run_until_signal()
-    listener.close()
+    for sock in sockets:
+        sock.close()
     try:
         (Path(spec["ipc_dir"]) / f"{name}.gw").unlink(missing_ok=True)
     except OSError:

@@ -18,6 +18,27 @@ wired in: the bytes must pass through the encryption) reads a region a chunk
 at a time into memory and writes the chunk as bytes, one chunk per
 connection at a time. Partial writes leave the rest for the next POLLOUT.
 
+TLS (a connection of an SSL or SASL_SSL listener, known from its id:
+actors/acceptor.py ``listener_of``): a socket-free
+:class:`~actors.security.tls_connection.TlsConnection` per connection. What
+the socket reads goes into it; the handshake advances as far as those bytes
+allow, never blocking the loop; once it is done, the decrypted bytes go to
+the protocol core as a plaintext connection's would. Bytes to write are
+encrypted in ``_send_buffers`` into ``tls_out``, which is written before
+anything else is encrypted (so a client that does not read holds at most
+one gather of encrypted bytes beyond its unsent answers). A handshake that
+fails is logged once with the peer and the reason, its alert flushed, and
+the connection closed.
+
+SASL (SASL_PLAINTEXT, SASL_SSL): a
+:class:`~actors.security.sasl.SaslConnection` per connection decides every
+request before it goes on. Before authentication only ApiVersions and the
+SASL APIs pass; SaslHandshake and SaslAuthenticate are answered here (the
+state is the connection's), through the same in-order release as the
+handlers' answers. A failed authentication is answered
+SASL_AUTHENTICATION_FAILED with a message, logged once with the peer, and
+the connection closed once the answer is written.
+
 Bounds (a connection is read only while under all of them):
 
 - ``max.inflight.requests.per.connection``: requests read and not answered
@@ -36,6 +57,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 from collections import deque
 from functools import partial
 from itertools import islice
@@ -43,6 +65,7 @@ from typing import Any
 
 import zmq
 
+from actors.acceptor import listener_of
 from actors.core.file_regions import close_region
 from actors.core.idle_expiry import IdleExpiry
 from actors.core.kafka_connection import (
@@ -57,7 +80,19 @@ from actors.metrics import latency_key
 from actors.runtime.actor import Actor, handles
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
+from actors.security.sasl import (
+    MAX_RECEIVE_BYTES,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    Action,
+    SaslConnection,
+    SaslState,
+)
+from actors.security.scram import AuthenticationFailed, CredentialLookup
+from actors.security.tls import ANONYMOUS
+from actors.security.tls_connection import TlsConnection, TlsError, TlsState
 from actors.topology import Topology
+from wire import kafka_codec as kc
 from wire.api_versions import STAGES, api_name, api_snake_name
 from wire.broker_messages import (
     ConnectionClosed,
@@ -122,13 +157,18 @@ class _Conn:
         "conn_id",
         "core",
         "fd",
+        "listener",
         "mask",
         "out",
         "peer_host",
         "peer_port",
+        "principal",
         "reading",
         "request_sizes",
+        "sasl",
         "sock",
+        "tls",
+        "tls_out",
         "traces",
         "unsent",
     )
@@ -155,6 +195,12 @@ class _Conn:
         self.buffer_charge = 0
         self.request_sizes: deque[int] = deque()
         self.mask = 0
+        self.listener = listener_of(conn_id)
+        # TLS listeners: the session, and encrypted bytes not yet written
+        self.tls: TlsConnection | None = None
+        self.tls_out = bytearray()
+        self.principal = ANONYMOUS  # User:<certificate subject> with mutual TLS
+        self.sasl: SaslConnection | None = None  # SASL listeners: the exchange's state
 
 
 class Processor(Actor):
@@ -162,7 +208,10 @@ class Processor(Actor):
 
     def __init__(
         self, node: Any, name: str, *, topology: Topology, config: Config, clock: Clock,
-        sendfile: bool = True, **kw: Any,
+        sendfile: bool = True, listener_protocols: tuple[str, ...] = ("PLAINTEXT",),
+        tls_context: ssl.SSLContext | None = None,
+        sasl_mechanisms: tuple[str, ...] = (), credentials: CredentialLookup | None = None,
+        **kw: Any,
     ) -> None:
         super().__init__(node, name, **kw)
         self.topology = topology
@@ -185,6 +234,12 @@ class Processor(Actor):
         # Plaintext connections send file regions with sendfile; False makes every
         # connection take the chunked path a TLS connection needs.
         self.sendfile = sendfile
+        # per listener index: its security protocol; the TLS context of SSL listeners
+        self.listener_protocols = listener_protocols
+        self.tls_context = tls_context
+        self.sasl_mechanisms = sasl_mechanisms
+        self.credentials = credentials
+        self.reauth_ms = int(config["connections.max.reauth.ms"])
 
     def setup(self) -> None:
         # A restart loses the connections (their sockets belong to the crashed
@@ -212,8 +267,22 @@ class Processor(Actor):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.sndbuf)
         if self.rcvbuf > 0:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
+        protocol = self._protocol_of(msg.conn_id)
+        uses_tls = protocol in ("SSL", "SASL_SSL")
         conn = _Conn(msg.conn_id, sock, msg.peer_host, msg.peer_port,
-                     KafkaConnection(self.max_request, self.max_in_flight), self.sendfile)
+                     KafkaConnection(self.max_request, self.max_in_flight),
+                     self.sendfile and not uses_tls)
+        if uses_tls:
+            if self.tls_context is None:  # the broker makes one for any TLS listener
+                raise RuntimeError(f"listener {conn.listener} is {protocol} without a TLS "
+                                   f"context")
+            conn.tls = TlsConnection(self.tls_context, f"{msg.peer_host}:{msg.peer_port}")
+        if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+            lookup = self.credentials or (lambda _user, _mechanism: None)
+            conn.sasl = SaslConnection(self.sasl_mechanisms, lookup, self.reauth_ms,
+                                       f"{msg.peer_host}:{msg.peer_port}")
+            # Kafka's sasl.server.max.receive.size until the client has authenticated
+            conn.core.set_max_request_bytes(min(self.max_request, MAX_RECEIVE_BYTES))
         if self.stopping:
             self._close(conn, "broker is shutting down")
             return
@@ -222,11 +291,16 @@ class Processor(Actor):
         self.idle.update(conn.conn_id, self._monotonic_ns() // 1_000_000)
         self._refresh(conn)
 
+    def _protocol_of(self, conn_id: int) -> str:
+        index = listener_of(conn_id)
+        protocols = self.listener_protocols
+        return protocols[index] if index < len(protocols) else "PLAINTEXT"
+
     def _update_mask(self, conn: _Conn) -> None:
         mask = 0
         if conn.reading and conn.core.state is OPEN and not self.stopping:
             mask |= _POLLIN
-        if conn.out:
+        if conn.out or conn.tls_out:
             mask |= _POLLOUT
         if mask == conn.mask:
             return
@@ -258,13 +332,23 @@ class Processor(Actor):
                 close_region(piece)  # type: ignore[arg-type]
         conn.out.clear()
         conn.unsent = 0
+        if conn.tls is not None:
+            conn.tls.close()  # a close_notify (or the alert of a failed handshake)
+            conn.tls_out += conn.tls.data_to_send()
+            if conn.tls_out:
+                try:  # best effort: the client learns why, if its socket has room
+                    conn.sock.send(conn.tls_out)
+                except OSError:
+                    pass
+                conn.tls_out.clear()
         try:
             conn.sock.close()
         except OSError:
             pass
         self.log.debug("connection {} from {}:{} closed: {}", conn.conn_id, conn.peer_host,
                        conn.peer_port, why)
-        self.tell(self.topology.acceptor, ConnectionClosed(conn.conn_id, conn.peer_host))
+        self.tell(self.topology.listener_acceptor(conn.listener),
+                  ConnectionClosed(conn.conn_id, conn.peer_host))
         if self.paused:
             self._resume_paused()
 
@@ -366,8 +450,68 @@ class Processor(Actor):
         if not data:
             self._close(conn, "closed by peer")
             return
+        if conn.tls is not None:
+            data = self._decrypt(conn, data)
+            if conn.conn_id not in self.conns or not data:
+                return
         conn.core.receive_data(data)
         self._take_frames(conn)
+
+    def _decrypt(self, conn: _Conn, data: bytes) -> bytes:
+        """Feed TLS bytes to the session; the application bytes they complete (or b"")."""
+        tls = conn.tls
+        assert tls is not None
+        was_handshaking = tls.state is TlsState.HANDSHAKING
+        try:
+            tls.receive_data(data)
+        except TlsError as exc:
+            self.node.metrics.incr("tls_handshakes_failed")
+            self.log.warning("connection {} on listener {}: {}", conn.conn_id, conn.listener,
+                             exc)
+            self._close(conn, "TLS handshake failed")
+            return b""
+        conn.tls_out += tls.data_to_send()
+        if was_handshaking and tls.handshake_complete:
+            conn.principal = tls.principal
+            self.node.metrics.incr("tls_handshakes")
+            self.log.debug("connection {} from {}:{}: TLS established ({}, {}), principal {}",
+                           conn.conn_id, conn.peer_host, conn.peer_port, tls.version,
+                           tls.cipher, conn.principal)
+        if conn.tls_out:
+            self._flush_tls(conn)
+            if conn.conn_id not in self.conns:
+                return b""
+        if not tls.handshake_complete:
+            return b""
+        plain = bytearray()
+        buffer = memoryview(bytearray(READ_CHUNK))
+        while True:
+            try:
+                size = tls.read_into(buffer)
+            except TlsError as exc:
+                self.log.warning("connection {} from {}: {}; closing it", conn.conn_id,
+                                 conn.peer_host, exc)
+                self._close(conn, "TLS error")
+                return b""
+            if not size:
+                break
+            plain += buffer[:size]
+        if tls.state is TlsState.CLOSED and not plain:
+            self._close(conn, "closed by peer (TLS)")
+            return b""
+        return bytes(plain)
+
+    def _flush_tls(self, conn: _Conn) -> bool:
+        """Write encrypted bytes waiting; True when none are left."""
+        try:
+            sent = conn.sock.send(conn.tls_out)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError as exc:
+            self._close(conn, f"write error: {exc}")
+            return False
+        del conn.tls_out[:sent]
+        return not conn.tls_out
 
     def _take_frames(self, conn: _Conn) -> None:
         """Dispatch the complete frames the core has, within the request-count bounds.
@@ -380,6 +524,8 @@ class Processor(Actor):
             event = core.next_event()
             if type(event) is Request:
                 self._dispatch(conn, event)
+                if conn.conn_id not in self.conns:  # SASL closed it, answering here
+                    return
             elif type(event) is FrameRefused:
                 self.node.metrics.incr("requests_oversized" if event.size > 0
                                        else "requests_malformed")
@@ -401,6 +547,8 @@ class Processor(Actor):
         conn.request_sizes.append(size)
         self.request_bytes += size  # moves from the buffer's charge (recounted after)
         now = self._monotonic_ns()
+        if conn.sasl is not None and self._sasl_gate(conn, request, now):
+            return
         tracer = self.node.tracer
         tid = tracer.sample() if tracer.enabled else 0
         if tid:  # the request record (client leg) is written when the request is finished
@@ -411,6 +559,98 @@ class Processor(Actor):
                          request.correlation_id, request.frame, now),
             tid,
         )
+
+    # ------------------------------------------------------------------ SASL
+    def _sasl_gate(self, conn: _Conn, request: Request, now_ns: int) -> bool:
+        """SASL's say on a request; True when it was answered (or refused) here."""
+        sasl = conn.sasl
+        assert sasl is not None
+        now_ms = self.clock.wall_ms()
+        if sasl.expects_raw_tokens and sasl.state is SaslState.AUTHENTICATE:
+            self._sasl_raw_token(conn, request, now_ns, now_ms)
+            return True
+        verdict = sasl.on_request(request.api_key, now_ms)
+        if verdict.action is Action.PASS:
+            if sasl.authenticated:
+                conn.principal = sasl.principal or conn.principal
+            return False
+        frame = b""
+        close = verdict.close
+        respond = verdict.respond
+        try:
+            header = kc.parse_request_header(request.frame)
+            if verdict.action is Action.SASL:
+                body = kc.decode_request(header, request.frame)
+                if request.api_key == SASL_HANDSHAKE:
+                    shake = sasl.handshake(header.api_version, str(body.mechanism), now_ms)
+                    data: dict[str, Any] = {"error_code": shake.error_code,
+                                            "mechanisms": list(shake.mechanisms)}
+                    close = shake.close
+                    if close:
+                        self.log.warning("connection {} from {}: {}", conn.conn_id,
+                                         conn.peer_host, sasl.failure_reason)
+                else:
+                    result = sasl.authenticate(header.api_version, bytes(body.auth_bytes),
+                                               now_ms)
+                    data = {"error_code": result.error_code,
+                            "error_message": result.error_message,
+                            "auth_bytes": result.auth_bytes,
+                            "session_lifetime_ms": result.session_lifetime_ms}
+                    close = result.close
+                    if close:
+                        self.node.metrics.incr("sasl_authentication_failed")
+                        self.log.warning("connection {} on listener {}: {}", conn.conn_id,
+                                         conn.listener, sasl.failure_reason)
+                    elif sasl.authenticated:
+                        conn.principal = sasl.principal or conn.principal
+                        conn.core.set_max_request_bytes(self.max_request)
+                        self.log.debug("connection {} from {}:{} authenticated as {} ({})",
+                                       conn.conn_id, conn.peer_host, conn.peer_port,
+                                       conn.principal, sasl.mechanism)
+                frame = kc.encode_response(header, data)
+            else:  # refused
+                self.log.warning("connection {} from {}: {}; closing it", conn.conn_id,
+                                 conn.peer_host, sasl.failure_reason or verdict.message)
+                if respond and request.api_key == SASL_HANDSHAKE:
+                    frame = kc.encode_response(header, {"error_code": verdict.error_code,
+                                                        "mechanisms": list(sasl.mechanisms)})
+                elif respond and request.api_key == SASL_AUTHENTICATE:
+                    frame = kc.encode_response(header, {
+                        "error_code": verdict.error_code, "error_message": verdict.message,
+                        "auth_bytes": b"", "session_lifetime_ms": 0})
+                else:
+                    respond = False
+        except Exception as exc:  # a malformed SASL request: Kafka closes the connection
+            self.log.warning("connection {} from {}: bad SASL request ({}); closing it",
+                             conn.conn_id, conn.peer_host, exc)
+            frame, respond, close = b"", False, True
+        self.on_response(KafkaResponse(conn.conn_id, request.seq, frame, respond and bool(frame),
+                                       close, request.api_key, request.correlation_id, now_ns,
+                                       [0, 0, 0]))
+        return True
+
+    def _sasl_raw_token(self, conn: _Conn, request: Request, now_ns: int, now_ms: int) -> None:
+        """After a SaslHandshake v0 the client sends bare size-prefixed tokens, not requests;
+        the answer goes back the same way (a failure closes without one, as Kafka)."""
+        sasl = conn.sasl
+        assert sasl is not None
+        frame, close = b"", False
+        try:
+            answer = sasl.raw_token(bytes(request.frame), now_ms)
+            frame = len(answer).to_bytes(4, "big") + answer
+        except AuthenticationFailed:
+            close = True
+            self.node.metrics.incr("sasl_authentication_failed")
+            self.log.warning("connection {} on listener {}: {}", conn.conn_id, conn.listener,
+                             sasl.failure_reason)
+        if sasl.authenticated:
+            conn.principal = sasl.principal or conn.principal
+            conn.core.set_max_request_bytes(self.max_request)
+            self.log.debug("connection {} from {}:{} authenticated as {} ({})", conn.conn_id,
+                           conn.peer_host, conn.peer_port, conn.principal, sasl.mechanism)
+        self.on_response(KafkaResponse(conn.conn_id, request.seq, frame, bool(frame), close,
+                                       SASL_AUTHENTICATE, request.correlation_id, now_ns,
+                                       [0, 0, 0]))
 
     # ----------------------------------------------------------------- write
     @handles(KafkaResponse)
@@ -477,6 +717,8 @@ class Processor(Actor):
 
     def _write(self, conn: _Conn) -> None:
         """Write the send queue: bytes gathered into one sendmsg, regions with sendfile."""
+        if conn.tls_out and not self._flush_tls(conn):
+            return  # encrypted bytes first; a closed connection is out of the table
         out = conn.out
         while out:
             head = out[0]
@@ -528,10 +770,32 @@ class Processor(Actor):
         """Write bytes; how many the socket took (raises BlockingIOError when none).
 
         The one place bytes meet the socket: a TLS connection (can_sendfile False,
-        so file regions reach it as chunks of bytes too) encrypts them here
-        (actors/security/tls_connection.py: ``send``, then ``data_to_send``).
+        so file regions reach it as chunks of bytes too) encrypts them here into
+        ``tls_out``, taking them all, but only once the last gather's encrypted
+        bytes are written.
         """
-        return conn.sock.sendmsg(buffers)
+        tls = conn.tls
+        if tls is None:
+            return conn.sock.sendmsg(buffers)
+        if conn.tls_out:
+            sent = conn.sock.send(conn.tls_out)
+            del conn.tls_out[:sent]
+            if conn.tls_out:
+                raise BlockingIOError
+        taken = 0
+        try:
+            for buffer in buffers:
+                tls.send(buffer)
+                taken += len(buffer)
+        except TlsError as exc:
+            raise OSError(str(exc)) from None
+        conn.tls_out += tls.data_to_send()
+        try:
+            sent = conn.sock.send(conn.tls_out)
+            del conn.tls_out[:sent]
+        except (BlockingIOError, InterruptedError):
+            pass  # POLLOUT writes the rest
+        return taken
 
     def _send_region(self, conn: _Conn, region: _Region) -> bool:
         """Send (part of) the region at the head of the queue; False: stop writing now."""

@@ -72,7 +72,12 @@ class Topology:
 
     @property
     def acceptor(self) -> Address:
+        """The first listener's Acceptor."""
         return Address(self.node, "acceptor")
+
+    def listener_acceptor(self, index: int) -> Address:
+        """The Acceptor of listener ``index`` (in ``listeners`` order)."""
+        return self.acceptor if index == 0 else Address(self.node, f"acceptor-{index}")
 
     @property
     def controller(self) -> Address:

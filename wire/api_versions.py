@@ -84,6 +84,10 @@ ADVERTISED: tuple[ApiVersionRange, ...] = (
     _entry(ApiKey.DescribeTopicPartitions, 0, 0),
     # v1 adds EndpointType (1 = brokers, the only type served); v2 (fenced brokers) left out.
     _entry(ApiKey.DescribeCluster, 0, 1),
+    # Answered by the Processor on SASL listeners (actors/processor.py); after a v0
+    # handshake the tokens come bare, size-prefixed (librdkafka requires v0 advertised).
+    _entry(ApiKey.SaslHandshake, 0, 1),
+    _entry(ApiKey.SaslAuthenticate, 0, 2),
     # Transactions (KIP-98). v4+ of AddPartitionsToTxn batches transactions for brokers
     # (KIP-890) and v4+/v5 of the others are KIP-890's transaction version 2: left out.
     _entry(ApiKey.AddPartitionsToTxn, 0, 3),

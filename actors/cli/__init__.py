@@ -28,6 +28,7 @@ TOP_COMMANDS: dict[str, str] = {
     "bench": "actors.cli.bench:group",
     "trace": "actors.cli.trace:group",
     "cluster": "actors.cluster_cli:group",
+    "users": "actors.cli.users:group",
     "sim": "actors.cli.sim:command",
 }
 

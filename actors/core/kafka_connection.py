@@ -154,6 +154,11 @@ class KafkaConnection(Generic[R]):
         self._ready: dict[int, tuple[R, bool]] = {}  # answers waiting for earlier ones
         self._closing_after = -1
 
+    def set_max_request_bytes(self, max_request_bytes: int) -> None:
+        """A new frame size limit from the next size prefix on (SASL lifts its own limit
+        once the client has authenticated)."""
+        self._max_request_bytes = max_request_bytes
+
     # ------------------------------------------------------------ read-outs
     @property
     def state(self) -> ConnectionState:

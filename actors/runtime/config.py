@@ -17,6 +17,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from actors.security.config import SECURITY_CHOICES, SECURITY_RANGES, SECURITY_SPEC
+
 # key -> (default, type, help). Types: int, float, bool, str. The example config
 # (deploy/actorlog.example.toml, `actorlog config example`) is generated from it.
 SPEC: dict[str, tuple[Any, type, str]] = {
@@ -38,13 +40,16 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "trace.files.max": (16, int, "trace files kept per node; the oldest are deleted"),
     "metrics.port": (0, int, "Prometheus metrics port (0: off)"),
     # --- Kafka broker keys ---
-    "listeners": ("127.0.0.1:9092", str, "HOST:PORT the Kafka listener binds"),
-    "advertised.listeners": ("", str, "HOST:PORT told to clients (default: listeners)"),
+    "listeners": ("127.0.0.1:9092", str, "PROTOCOL://HOST:PORT,... the Kafka listeners bind "
+                                         "(PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL; a bare "
+                                         "HOST:PORT is PLAINTEXT), one Acceptor each"),
+    "advertised.listeners": ("", str, "PROTOCOL://HOST:PORT,... told to clients (default: "
+                                      "listeners)"),
     "log.dirs": ("./actorlog-data", str, "data directories, comma separated, each locked "
                                          "(.lock) while a broker runs; the first holds the logs"),
     "num.processes": (1, int, "OS processes of one broker: process 0 owns the partitions, "
                       "purgatories, groups and controller; every process serves connections "
-                      "on the one listener (SO_REUSEPORT) with Processors and handlers of its "
+                      "on every listener (SO_REUSEPORT) with Processors and handlers of its "
                       "own"),
     "num.network.threads": (2, int, "Processor actors"),
     "num.io.threads": (2, int, "RequestHandler actors"),
@@ -175,9 +180,20 @@ SPEC: dict[str, tuple[Any, type, str]] = {
 }
 
 
+SPEC.update(SECURITY_SPEC)
+
 # Keys read by nothing yet: the issue that will use each. They are accepted
 # (a config file written for that issue's release keeps working).
-RESERVED: dict[str, str] = {}
+RESERVED: dict[str, str] = {
+    "authorizer.class.name": "issue 17 (ACL checks in the APIs)",
+    "super.users": "issue 17 (ACL checks in the APIs)",
+    "allow.everyone.if.no.acl.found": "issue 17 (ACL checks in the APIs)",
+    "actor.curve.secret.key.file": "issue 17 (CURVE between nodes)",
+    "actor.curve.public.keys.dir": "issue 17 (CURVE between nodes)",
+}
+for _key, _issue in RESERVED.items():  # the help text says so too
+    if "reserved" not in SPEC[_key][2]:
+        SPEC[_key] = (*SPEC[_key][:2], f"{SPEC[_key][2]} (reserved: {_issue})")
 
 _MAX_INT = 2**63 - 1
 _COUNT = (1, 1_000_000)
@@ -263,6 +279,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "log.message.timestamp.type": ("CreateTime", "LogAppendTime"),
     "log.cleanup.policy": ("delete", "compact", "compact,delete", "delete,compact"),
 }
+RANGES.update(SECURITY_RANGES)
+CHOICES.update(SECURITY_CHOICES)
 _TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
 

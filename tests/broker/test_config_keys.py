@@ -52,6 +52,8 @@ from wire.errors import ErrorCode
 pytestmark = [pytest.mark.clients]
 ROOT = Path(__file__).resolve().parents[2]
 HERE = "tests/broker/test_config_keys.py"
+TLS = "tests/security/test_tls_broker.py"
+SASL = "tests/security/test_sasl_broker.py"
 REPL = "tests/cluster/test_replication.py"
 TXN = "tests/broker/test_transactions.py"
 TXN_CLUSTER = "tests/cluster/test_transactions_cluster.py"
@@ -71,9 +73,27 @@ EFFECTS: dict[str, list[str]] = {
     "trace.file.max.bytes": [f"{HERE}::test_trace_files_rotate_and_only_the_newest_are_kept"],
     "trace.files.max": [f"{HERE}::test_trace_files_rotate_and_only_the_newest_are_kept"],
     "metrics.port": ["tests/broker/test_metrics.py::test_request_stages_are_exported_and_add_up"],
-    "listeners": ["tests/broker/test_listeners.py::test_an_ipv6_listener_serves_real_clients"],
+    "listeners": ["tests/broker/test_listeners.py::test_an_ipv6_listener_serves_real_clients",
+                  "tests/security/test_tls_broker.py::"
+                  "test_each_listener_has_its_acceptor_and_protocol"],
     "advertised.listeners": ["tests/broker/test_listeners.py::"
                              "test_advertised_listeners_is_what_metadata_tells_clients"],
+    "listener.security.protocol.map": [f"{TLS}::test_required_client_auth_protocols_and_suites"],
+    "ssl.keystore.type": [f"{TLS}::test_tls_keys_refuse_values_they_cannot_use"],
+    "ssl.keystore.location": [f"{TLS}::"
+                              "test_ssl_listener_serves_confluent_kafka_kafka_python_and_kcat",
+                              f"{TLS}::test_a_tls_listener_without_a_keystore_does_not_start"],
+    "ssl.key.password": [f"{TLS}::test_a_tls_listener_without_a_keystore_does_not_start"],
+    "ssl.truststore.type": [f"{TLS}::test_tls_keys_refuse_values_they_cannot_use"],
+    "ssl.truststore.location": ["tests/security/test_tls_broker.py::"
+                                "test_expired_or_foreign_certificates_are_refused_and_logged"],
+    "ssl.client.auth": [f"{TLS}::test_mutual_tls_gives_the_certificate_subject_as_principal",
+                        f"{TLS}::test_required_client_auth_protocols_and_suites"],
+    "ssl.enabled.protocols": [f"{TLS}::test_required_client_auth_protocols_and_suites"],
+    "ssl.cipher.suites": [f"{TLS}::test_required_client_auth_protocols_and_suites"],
+    "sasl.enabled.mechanisms": [f"{SASL}::test_a_mechanism_not_enabled_is_refused"],
+    "connections.max.reauth.ms": [f"{SASL}::"
+                                  "test_clients_reauthenticate_before_their_session_ends"],
     "log.dirs": [f"{HERE}::test_log_dirs_hold_the_partitions"],
     "num.processes": ["tests/broker/test_processes.py::"
                       "test_both_processes_serve_clients_of_one_broker",

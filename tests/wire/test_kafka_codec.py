@@ -608,6 +608,9 @@ RESPONSE_EXAMPLES: dict[int, dict[str, Any]] = {
         "brokers": [{"broker_id": 1, "host": "127.0.0.1", "port": 9092, "rack": None},
                     {"broker_id": 2, "host": "127.0.0.2", "port": 9092, "rack": "r2"}],
     },
+    17: {"error_code": 0, "mechanisms": ["PLAIN", "SCRAM-SHA-256"]},
+    36: {"error_code": 58, "error_message": "Authentication failed", "auth_bytes": b"r=abc",
+         "session_lifetime_ms": 3000},
 }
 
 

@@ -82,6 +82,12 @@ from kafka.protocol.producer import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 from wire.api_versions import ADVERTISED_BY_KEY, api_name, is_advertised
 from wire.errors import ErrorCode, KafkaError
@@ -155,6 +161,8 @@ _MESSAGE_CLASSES: dict[int, tuple[type[ApiMessage], type[ApiMessage]]] = {
     ApiKey.DescribeTopicPartitions: (DescribeTopicPartitionsRequest,
                                      DescribeTopicPartitionsResponse),
     ApiKey.DescribeCluster: (DescribeClusterRequest, DescribeClusterResponse),
+    ApiKey.SaslHandshake: (SaslHandshakeRequest, SaslHandshakeResponse),
+    ApiKey.SaslAuthenticate: (SaslAuthenticateRequest, SaslAuthenticateResponse),
     ApiKey.AddPartitionsToTxn: (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
     ApiKey.AddOffsetsToTxn: (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
     ApiKey.EndTxn: (EndTxnRequest, EndTxnResponse),

@@ -1,0 +1,233 @@
+"""SASL listeners of a running broker with real clients: SASL_SSL and SASL_PLAINTEXT with
+PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512; users made with `actorlog users add` before the
+node starts; wrong passwords, unknown users, requests before authentication, mechanisms
+not enabled, and re-authentication (connections.max.reauth.ms)."""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from kafka import KafkaConsumer, KafkaProducer
+
+from tests.fixtures.broker import ROOT, BrokerProcess, free_port
+from tests.fixtures.waiting import wait_for
+from tests.security.certs import Pki, make_pki
+
+pytestmark = [pytest.mark.clients]
+
+PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret"}
+
+
+def _add_users(data_dir: Path, mechanisms: tuple[str, ...]) -> None:
+    """`actorlog users add`, as a user would before the node starts."""
+    for user, password in PASSWORDS.items():
+        secret = data_dir.parent / f"{user}.password"
+        secret.write_text(password + "\n")
+        for mechanism in mechanisms:
+            out = subprocess.run(
+                [sys.executable, "-m", "actors.cli", "users", "add", user, "--mechanism",
+                 mechanism, "--password-file", str(secret), "--data-dir", str(data_dir)],
+                cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+            assert out.returncode == 0, out.stderr
+            assert f"user {user}: {mechanism} credential" in out.stdout
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def sasl_ssl(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    base = tmp_path_factory.mktemp("sasl-ssl")
+    _add_users(base / "data", ("SCRAM-SHA-256", "SCRAM-SHA-512"))
+    port = free_port()
+    broker = BrokerProcess(base / "data", port=port, listen=f"SASL_SSL://127.0.0.1:{port}",
+                           config={"ssl.keystore.location": str(pki.server),
+                                   "sasl.enabled.mechanisms":
+                                       "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                                   "connections.max.reauth.ms": 3000}).start()
+    try:
+        yield broker
+    finally:
+        assert broker.stop() == 0, broker.log()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def sasl_plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    base = tmp_path_factory.mktemp("sasl-plain")
+    _add_users(base / "data", ("SCRAM-SHA-256",))
+    port = free_port()
+    broker = BrokerProcess(base / "data", port=port,
+                           listen=f"SASL_PLAINTEXT://127.0.0.1:{port}",
+                           config={"sasl.enabled.mechanisms": "SCRAM-SHA-256,PLAIN"}).start()
+    try:
+        yield broker
+    finally:
+        assert broker.stop() == 0, broker.log()[-3000:]
+
+
+def _conf(protocol: str, mechanism: str, user: str, password: str,
+          pki: Pki | None = None) -> dict[str, Any]:
+    conf = {"security.protocol": protocol, "sasl.mechanism": mechanism,
+            "sasl.username": user, "sasl.password": password}
+    if pki is not None:
+        conf["ssl.ca.location"] = str(pki.ca)
+    return conf
+
+
+def _round_trip(bootstrap: str, topic: str, extra: dict[str, Any]) -> list[bytes]:
+    errors: list[str] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "message.timeout.ms": 20000, **extra})
+    producer.produce(topic, b"v-" + topic.encode(),
+                     on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
+    if producer.flush(25) or errors:
+        raise KafkaException(f"not acknowledged: {errors[:3]}")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{time.time_ns()}",
+                         "auto.offset.reset": "earliest", **extra})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while not got and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(bytes(msg.value()))
+    finally:
+        consumer.close()
+    return got
+
+
+def _auth_errors(bootstrap: str, extra: dict[str, Any]) -> list[KafkaError]:
+    """Connect a producer that should not get in; the errors librdkafka reports."""
+    errors: list[KafkaError] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "error_cb": errors.append,
+                         "message.timeout.ms": 5000, **extra})
+    producer.produce("nope", b"x")
+    deadline = time.monotonic() + 15
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.2)
+    producer.purge()
+    producer.flush(1)
+    return errors
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"])
+def test_sasl_ssl_serves_confluent_kafka(sasl_ssl: BrokerProcess, pki: Pki,
+                                         mechanism: str) -> None:
+    topic = f"s-{mechanism.lower()}"
+    conf = _conf("SASL_SSL", mechanism, "alice", PASSWORDS["alice"], pki)
+    assert _round_trip(sasl_ssl.bootstrap, topic, conf) == [b"v-" + topic.encode()]
+    assert wait_for(lambda: f"authenticated as User:alice ({mechanism})" in sasl_ssl.log(), 10)
+
+
+def test_sasl_ssl_serves_kafka_python_scram_512(sasl_ssl: BrokerProcess, pki: Pki) -> None:
+    common: dict[str, Any] = {
+        "bootstrap_servers": sasl_ssl.bootstrap, "security_protocol": "SASL_SSL",
+        "ssl_cafile": str(pki.ca), "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "bob", "sasl_plain_password": PASSWORDS["bob"]}
+    producer = KafkaProducer(acks="all", **common)
+    try:
+        producer.send("kp-512", b"from-bob").get(timeout=20)
+    finally:
+        producer.close()
+    consumer = KafkaConsumer("kp-512", auto_offset_reset="earliest", consumer_timeout_ms=15000,
+                             **common)
+    try:
+        assert [m.value for _, m in zip(range(1), consumer, strict=False)] == [b"from-bob"]
+    finally:
+        consumer.close()
+
+
+def test_sasl_plaintext_with_scram_and_plain(sasl_plain: BrokerProcess) -> None:
+    conf = _conf("SASL_PLAINTEXT", "SCRAM-SHA-256", "bob", PASSWORDS["bob"])
+    assert _round_trip(sasl_plain.bootstrap, "p-scram", conf) == [b"v-p-scram"]
+    producer = KafkaProducer(bootstrap_servers=sasl_plain.bootstrap, acks="all",
+                             security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                             sasl_plain_username="alice",
+                             sasl_plain_password=PASSWORDS["alice"])
+    try:
+        producer.send("p-plain", b"plain").get(timeout=20)
+    finally:
+        producer.close()
+
+
+@pytest.mark.parametrize("user, password, reason", [
+    ("alice", "wrong", "SCRAM-SHA-256: wrong password for user 'alice'"),
+    ("mallory", "whatever", "SCRAM-SHA-256: unknown user 'mallory'"),
+])
+def test_wrong_password_and_unknown_user_fail_with_one_log_line(
+        sasl_plain: BrokerProcess, user: str, password: str, reason: str) -> None:
+    errors = _auth_errors(sasl_plain.bootstrap,
+                          _conf("SASL_PLAINTEXT", "SCRAM-SHA-256", user, password))
+    assert errors and errors[0].code() == KafkaError._AUTHENTICATION, errors
+    assert "Authentication failed" in errors[0].str()
+    assert wait_for(lambda: reason in sasl_plain.log(), 10)
+    line = next(ln for ln in sasl_plain.log().splitlines() if reason in ln)
+    conn = re.search(r"connection (\d+)", line)
+    assert conn is not None
+    # one warning per failed connection: the failure, nothing more about it
+    same = [ln for ln in sasl_plain.log().splitlines()
+            if f"connection {conn.group(1)} " in ln and "WARNING" in ln]
+    assert len(same) == 1, same
+
+
+def test_a_mechanism_not_enabled_is_refused(sasl_plain: BrokerProcess) -> None:
+    errors = _auth_errors(sasl_plain.bootstrap,
+                          _conf("SASL_PLAINTEXT", "SCRAM-SHA-512", "alice",
+                                PASSWORDS["alice"]))
+    assert errors, "SCRAM-SHA-512 was accepted though sasl.enabled.mechanisms lacks it"
+    assert wait_for(lambda: "'SCRAM-SHA-512' requested by the client is not enabled"
+                    in sasl_plain.log(), 10)
+
+
+def test_only_api_versions_and_sasl_before_authentication(sasl_plain: BrokerProcess) -> None:
+    with socket.create_connection(("127.0.0.1", sasl_plain.port), timeout=10) as sock:
+        body = struct.pack(">hhih", 3, 1, 5, 1) + b"t" + struct.pack(">i", -1)  # Metadata v1
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        assert sock.recv(100) == b""  # closed without an answer
+    assert wait_for(lambda: "Unexpected Kafka request of type Metadata during SASL handshake"
+                    in sasl_plain.log(), 10)
+
+
+def test_clients_reauthenticate_before_their_session_ends(sasl_ssl: BrokerProcess,
+                                                          pki: Pki) -> None:
+    """connections.max.reauth.ms = 3000: librdkafka re-authenticates on the same connection."""
+    producer = Producer({"bootstrap.servers": sasl_ssl.bootstrap, "acks": "all",
+                         **_conf("SASL_SSL", "SCRAM-SHA-256", "bob", PASSWORDS["bob"], pki)})
+    errors: list[str] = []
+    try:
+        deadline = time.monotonic() + 9
+        while time.monotonic() < deadline:
+            producer.produce("reauth", b"r", on_delivery=lambda err, _m: errors.append(
+                str(err)) if err else None)
+            producer.flush(10)
+            time.sleep(0.5)
+    finally:
+        producer.flush(10)
+    assert not errors, errors
+    counts: dict[str, int] = {}
+    for conn in re.findall(r"connection (\d+) from \S+ authenticated as User:bob",
+                           sasl_ssl.log()):
+        counts[conn] = counts.get(conn, 0) + 1
+    assert counts and max(counts.values()) >= 2, counts  # the same connection, again
+
+
+def test_frames_before_authentication_are_held_to_the_sasl_limit(
+        sasl_plain: BrokerProcess) -> None:
+    """Kafka's sasl.server.max.receive.size (524288) until the client has authenticated."""
+    with socket.create_connection(("127.0.0.1", sasl_plain.port), timeout=10) as sock:
+        sock.sendall(struct.pack(">i", 600_000) + b"\0" * 64)
+        assert sock.recv(100) == b""
+    assert wait_for(lambda: "request size 600000 outside [8, 524288]" in sasl_plain.log(), 10)

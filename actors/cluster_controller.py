@@ -43,13 +43,17 @@ from actors.core.controller_events import (
     AutoLeaderRebalance,
     ControlledShutdownRequest,
     ControlledShutdownResult,
+    CreatePartitions,
     CreatePartitionsResult,
     CreateTopics,
     CreateTopicsResult,
     DeleteTopics,
     DeleteTopicsResult,
+    ElectionType,
+    ElectLeaders,
     ElectLeadersResult,
     IsrProposal,
+    NewPartitions,
     NewTopic,
     Result,
     StopReplicaDone,
@@ -63,6 +67,7 @@ from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.runtime.directory import NodeEndpoint
 from actors.topology import Topology, broker_node_name
+from wire import admin_messages as am
 from wire import broker_messages as bm
 from wire import cluster_messages as cm
 from wire.errors import ErrorCode
@@ -88,13 +93,18 @@ def gateway_endpoint(gateway: str) -> NodeEndpoint | None:
     return NodeEndpoint(host, int(port))
 
 
+ForwardedRequest = bm.CreateTopics | bm.DeleteTopics | am.CreatePartitions | am.ElectLeadersAsk
+ForwardedAnswer = (bm.CreateTopicsDone | bm.DeleteTopicsDone | am.CreatePartitionsDone
+                   | am.ElectLeadersDone)
+
+
 @dataclass
 class _Forward:
     """A topic admin request of this node's handlers, on its way to the active controller."""
 
     origin: Address
     origin_req_id: int
-    request: bm.CreateTopics | bm.DeleteTopics
+    request: ForwardedRequest
     deadline_ms: int
     next_try_ms: int = 0
     sent_to: int | None = None
@@ -359,8 +369,13 @@ class ClusterController(Actor):
                     state.leader if state else -1, state.leader_epoch if state else -1,
                     list(state.isr) if state else [], state.version if state else -1))
             self.tell(to, cm.AlterPartitionResponse(req_id, result.error_code, rows))
-        elif isinstance(result, (CreatePartitionsResult, ElectLeadersResult)):
-            self.log.debug("{} for {} ({}): no wire answer yet", type(result).__name__, to, kind)
+        elif isinstance(result, CreatePartitionsResult):
+            self.tell(to, am.CreatePartitionsDone(req_id, [
+                am.TopicResultRow(t.name, t.error_code, t.message) for t in result.topics]))
+        elif isinstance(result, ElectLeadersResult):
+            self.tell(to, am.ElectLeadersDone(req_id, result.error_code, [
+                am.ElectLeadersRow(p.partition.topic, p.partition.partition, p.error_code,
+                                   p.message) for p in result.partitions]))
 
     # ------------------------------------------------------------ topic admin
     @handles(bm.CreateTopics)
@@ -392,12 +407,44 @@ class ClusterController(Actor):
                 bm.DeleteTopicDoneRow(r.name, NOT_CONTROLLER, self._not_controller())
                 for r in msg.rows]))
 
+    @handles(am.CreatePartitions)
+    def on_create_partitions(self, msg: am.CreatePartitions) -> None:
+        assert self.current_sender is not None
+        if self.driver.active:
+            self._call_driver(self.driver.feed, CreatePartitions(
+                ("partitions", self.current_sender, msg.req_id),
+                tuple(NewPartitions(r.name, r.new_total,
+                                    None if r.assignments is None
+                                    else tuple(tuple(a) for a in r.assignments))
+                      for r in msg.rows),
+                msg.validate_only))
+        elif self.current_sender.node == self.node.name:
+            self._forward(msg)
+        else:
+            self.reply(am.CreatePartitionsDone(msg.req_id, [
+                am.TopicResultRow(r.name, NOT_CONTROLLER, self._not_controller())
+                for r in msg.rows]))
+
+    @handles(am.ElectLeadersAsk)
+    def on_elect_leaders(self, msg: am.ElectLeadersAsk) -> None:
+        assert self.current_sender is not None
+        if self.driver.active:
+            partitions = (None if msg.partitions is None else
+                          tuple(TopicPartition(t, p) for t, p in msg.partitions))
+            self._call_driver(self.driver.feed, ElectLeaders(
+                ("elect", self.current_sender, msg.req_id), partitions,
+                ElectionType(msg.election)))
+        elif self.current_sender.node == self.node.name:
+            self._forward(msg)
+        else:
+            self.reply(am.ElectLeadersDone(msg.req_id, NOT_CONTROLLER, []))
+
     def _not_controller(self) -> str:
         known = self.driver.controller_id
         return (f"broker {self.broker.broker_id} is not the controller (the controller is "
                 f"{known if known is not None else 'unknown'})")
 
-    def _forward(self, msg: bm.CreateTopics | bm.DeleteTopics) -> None:
+    def _forward(self, msg: ForwardedRequest) -> None:
         assert self.current_sender is not None
         now = self.clock.now_ms()
         fwd = _Forward(self.current_sender, msg.req_id, msg, now + self.request_timeout_ms)
@@ -414,14 +461,16 @@ class ClusterController(Actor):
         fwd.next_try_ms = now + self.request_timeout_ms
         self.tell(self._controller_of(controller), fwd.request._replace(req_id=req_id))
 
-    @handles(bm.CreateTopicsDone, bm.DeleteTopicsDone)
-    def on_forwarded_answer(self, msg: bm.CreateTopicsDone | bm.DeleteTopicsDone) -> None:
+    @handles(bm.CreateTopicsDone, bm.DeleteTopicsDone, am.CreatePartitionsDone,
+             am.ElectLeadersDone)
+    def on_forwarded_answer(self, msg: ForwardedAnswer) -> None:
         fwd = self.forwards.get(msg.req_id)
         if fwd is None:
             return  # answered already (timed out)
         now = self.clock.now_ms()
-        if msg.rows and all(r.error_code == NOT_CONTROLLER for r in msg.rows) \
-                and now < fwd.deadline_ms:
+        moved = (msg.error_code == NOT_CONTROLLER if isinstance(msg, am.ElectLeadersDone)
+                 else bool(msg.rows) and all(r.error_code == NOT_CONTROLLER for r in msg.rows))
+        if moved and now < fwd.deadline_ms:
             fwd.sent_to = None
             fwd.next_try_ms = now + FORWARD_RETRY_MS  # the controller moved: find it again
             return
@@ -432,7 +481,13 @@ class ClusterController(Actor):
         text = (f"no controller answered within {self.request_timeout_ms} ms "
                 f"(request.timeout.ms): {self._not_controller()}")
         request = fwd.request
-        if isinstance(request, bm.CreateTopics):
+        timed_out = int(ErrorCode.REQUEST_TIMED_OUT)
+        if isinstance(request, am.CreatePartitions):
+            self.tell(fwd.origin, am.CreatePartitionsDone(fwd.origin_req_id, [
+                am.TopicResultRow(r.name, timed_out, text) for r in request.rows]))
+        elif isinstance(request, am.ElectLeadersAsk):
+            self.tell(fwd.origin, am.ElectLeadersDone(fwd.origin_req_id, timed_out, []))
+        elif isinstance(request, bm.CreateTopics):
             self.tell(fwd.origin, bm.CreateTopicsDone(fwd.origin_req_id, [
                 bm.CreateTopicDoneRow(r.name, int(ErrorCode.REQUEST_TIMED_OUT), text, -1, -1)
                 for r in request.rows]))

@@ -84,6 +84,8 @@ ADVERTISED: tuple[ApiVersionRange, ...] = (
     _entry(ApiKey.DescribeTopicPartitions, 0, 0),
     # v1 adds EndpointType (1 = brokers, the only type served); v2 (fenced brokers) left out.
     _entry(ApiKey.DescribeCluster, 0, 1),
+    # Decided by the cluster's controller (preferred and unclean elections).
+    _entry(ApiKey.ElectLeaders, 0, 2),
     # Transactions (KIP-98). v4+ of AddPartitionsToTxn batches transactions for brokers
     # (KIP-890) and v4+/v5 of the others are KIP-890's transaction version 2: left out.
     _entry(ApiKey.AddPartitionsToTxn, 0, 3),

@@ -67,6 +67,7 @@ from wire.admin_messages import (
     AlterTopicConfigsDone,
     CreatePartitionsDone,
     DeleteGroupsDone,
+    ElectLeadersDone,
     DeleteRecordsDone,
     DescribeLogDirDone,
     OffsetDeleteDone,
@@ -299,7 +300,7 @@ class RequestHandler(Actor):
              DescribeGroupsDone, TopicsAwaited, CreatePartitionsDone,
              AlterTopicConfigsDone, DeleteRecordsDone, DescribeLogDirDone, DeleteGroupsDone,
              OffsetDeleteDone, ReplicaReadDone, InitTxnProducerDone, TxnDone,
-             DescribeTxnsDone, ListTxnsDone)
+             DescribeTxnsDone, ListTxnsDone, ElectLeadersDone)
     def on_reply(self, msg: Any) -> None:
         entry = self.pending.pop(msg.req_id, None)
         if entry is None:

@@ -57,8 +57,12 @@ from actors.core.controller_events import (
     NewTopic,
     Result,
     StopReplicaDone,
+    TopicConfigsChanged,
 )
 from actors.core.controller_state import ControllerConfig, ControllerCore
+from actors.core.topic_admin import ConfigChange, altered_topic_configs
+from actors.core.topic_config import effective
+from actors.metadata import znodes
 from actors.metadata.controller_driver import ControllerDriver
 from actors.metadata.store import BrokerIdInUse, MetadataError, MetadataStore, MetadataUnavailable
 from actors.runtime.actor import Actor, handles
@@ -70,7 +74,8 @@ from actors.topology import Topology, broker_node_name
 from wire import admin_messages as am
 from wire import broker_messages as bm
 from wire import cluster_messages as cm
-from wire.errors import ErrorCode
+from wire.errors import ErrorCode, KafkaError
+from wire.security_messages import ChangesNotified
 
 NOT_CONTROLLER = int(ErrorCode.NOT_CONTROLLER)
 NONE = int(ErrorCode.NONE)
@@ -93,9 +98,12 @@ def gateway_endpoint(gateway: str) -> NodeEndpoint | None:
     return NodeEndpoint(host, int(port))
 
 
-ForwardedRequest = bm.CreateTopics | bm.DeleteTopics | am.CreatePartitions | am.ElectLeadersAsk
+ForwardedRequest = (bm.CreateTopics | bm.DeleteTopics | am.CreatePartitions
+                    | am.AlterTopicConfigs | am.ElectLeadersAsk)
 ForwardedAnswer = (bm.CreateTopicsDone | bm.DeleteTopicsDone | am.CreatePartitionsDone
-                   | am.ElectLeadersDone)
+                   | am.AlterTopicConfigsDone | am.ElectLeadersDone)
+# Config change notifications older than this are deleted by the controller (Kafka's 15 min).
+CONFIG_CHANGE_EXPIRY_MS = 15 * 60 * 1000
 
 
 @dataclass
@@ -164,6 +172,7 @@ class ClusterController(Actor):
         self.brokers: dict[int, BrokerInfo] = {}
         self.forwards: dict[int, _Forward] = {}
         self.shutdown: _Shutdown | None = None
+        self.last_config_change: str | None = getattr(self, "last_config_change", None)
         self.was_active = False
         self.elections = 0
         now = self.clock.now_ms()
@@ -200,6 +209,7 @@ class ClusterController(Actor):
                                                                msg.broker_epoch))
         self._refresh_brokers()
         self._call_driver(self.driver.elect)
+        self._read_config_changes()
 
     def _replica_manager(self, broker_id: int | None = None) -> Address:
         node = (self.node.name if broker_id is None or broker_id == self.broker.broker_id
@@ -237,6 +247,7 @@ class ClusterController(Actor):
             self.log.info("ZooKeeper session {:#x} connected", msg.session_id)
             self._ensure_registered()
             self._refresh_brokers()
+            self._read_config_changes()  # the watch is gone after a reconnect
         elif msg.state == cm.SESSION_SUSPENDED:
             self.log.warning("ZooKeeper connection lost; session {:#x} may still live",
                              msg.session_id)
@@ -439,6 +450,120 @@ class ClusterController(Actor):
         else:
             self.reply(am.ElectLeadersDone(msg.req_id, NOT_CONTROLLER, []))
 
+    @handles(am.AlterTopicConfigs)
+    def on_alter_topic_configs(self, msg: am.AlterTopicConfigs) -> None:
+        """AlterConfigs / IncrementalAlterConfigs of topics: the active controller checks
+        them, writes ``/config/topics/<t>`` with a ``/config/changes`` notification (every
+        node applies it to its replicas) and has the nodes' metadata carry them."""
+        assert self.current_sender is not None
+        if not self.driver.active:
+            if self.current_sender.node == self.node.name:
+                self._forward(msg)
+            else:
+                self.reply(am.AlterTopicConfigsDone(msg.req_id, [
+                    am.TopicResultRow(r.name, NOT_CONTROLLER, self._not_controller())
+                    for r in msg.rows]))
+            return
+        rows: list[am.TopicResultRow] = []
+        changed: dict[str, dict[str, str]] = {}
+        names = [r.name for r in msg.rows]
+        for row in msg.rows:
+            try:
+                record = self.core.topics.get(row.name)
+                if names.count(row.name) > 1:
+                    raise KafkaError(f"topic {row.name!r} is named twice",
+                                     ErrorCode.INVALID_REQUEST)
+                if record is None or row.name in self.core.deleting:
+                    raise KafkaError(f"topic {row.name!r} does not exist",
+                                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                configs = altered_topic_configs(
+                    record.configs, [ConfigChange(c.name, c.op, c.value) for c in row.ops],
+                    msg.incremental, lambda key: effective(self.config, {})[key][0])
+                if not msg.validate_only and configs != record.configs:
+                    if not self.store.set_topic_configs(row.name, configs):
+                        raise KafkaError(f"topic {row.name!r} was deleted meanwhile",
+                                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    changed[row.name] = configs
+            except KafkaError as exc:
+                rows.append(am.TopicResultRow(row.name, int(exc.code), str(exc)))
+                continue
+            except MetadataError as exc:
+                rows.append(am.TopicResultRow(row.name, int(ErrorCode.REQUEST_TIMED_OUT),
+                                              f"writing the config of {row.name!r}: {exc}"))
+                continue
+            rows.append(am.TopicResultRow(row.name, NONE, None))
+        if changed:
+            self.log.info("topic configs changed: {}", "; ".join(
+                f"{t} {c}" for t, c in sorted(changed.items())))
+            self._call_driver(self.driver.feed, TopicConfigsChanged(changed))
+        self.reply(am.AlterTopicConfigsDone(msg.req_id, rows))
+
+    # ------------------------------------------------------------ config changes
+    def _read_config_changes(self) -> None:
+        """Apply the topic config changes notified under ``/config/changes`` since the
+        last one seen (the watch is armed again by the read)."""
+        try:
+            notes = self.store.get_change_notifications(znodes.CONFIG_CHANGES, watch=True)
+        except MetadataError as exc:
+            self.log.debug("config changes not read: {}", exc)
+            return
+        if self.last_config_change is None:  # first read: the logs opened with current configs
+            self.last_config_change = notes[-1].path if notes else ""
+            notes = []
+        fresh = [n for n in notes if n.path > self.last_config_change]
+        topics: set[str] = set()
+        for note in fresh:
+            try:
+                kind, name = znodes.decode_config_change(note.data)
+            except znodes.BadZnode as exc:
+                self.log.warning("ignoring a config change notification: {}", exc)
+                continue
+            if kind == "topics":
+                topics.add(name)
+        if fresh:
+            self.last_config_change = fresh[-1].path
+        for topic in sorted(topics):
+            self._apply_topic_configs(topic)
+        if self.driver.active:
+            cutoff = self.clock.wall_ms() - CONFIG_CHANGE_EXPIRY_MS
+            old = [n.path for n in notes if n.ctime_ms < cutoff]
+            if old:
+                try:
+                    self.store.delete_change_notifications(old)
+                except MetadataError as exc:
+                    self.log.debug("old config changes not deleted: {}", exc)
+
+    def _apply_topic_configs(self, topic: str) -> None:
+        """This node's replicas of ``topic`` take its configs from ZooKeeper at once."""
+        try:
+            configs = self.store.get_topic_configs(topic)
+            assignment = self.store.get_topic_assignments([topic]).get(topic)
+        except MetadataError as exc:
+            self.log.warning("the new config of topic {} was not read: {}", topic, exc)
+            return
+        if assignment is None:
+            return
+        me = self.broker.broker_id
+        by_shard: dict[Address, list[bm.OpenPartitionRow]] = {}
+        for partition, replicas in sorted(assignment.partitions.items()):
+            if me in replicas:
+                by_shard.setdefault(self.topology.shard_for(topic, partition), []).append(
+                    bm.OpenPartitionRow(topic, partition, dict(configs)))
+        for shard, rows in by_shard.items():
+            self.tell(shard, am.UpdatePartitionConfigs(next(self.req_ids), rows))
+        if by_shard:
+            self.log.info("topic {}: this node's replicas take the config {}", topic, configs)
+
+    @handles(ChangesNotified)
+    def on_changes_notified(self, msg: ChangesNotified) -> None:
+        if self.started and msg.root == znodes.CONFIG_CHANGES:
+            self._read_config_changes()
+
+    @handles(bm.ShardDone)
+    def on_shard_done(self, msg: bm.ShardDone) -> None:
+        if msg.error:
+            self.log.error("a partition shard failed to take a topic config: {}", msg.error)
+
     def _not_controller(self) -> str:
         known = self.driver.controller_id
         return (f"broker {self.broker.broker_id} is not the controller (the controller is "
@@ -462,7 +587,7 @@ class ClusterController(Actor):
         self.tell(self._controller_of(controller), fwd.request._replace(req_id=req_id))
 
     @handles(bm.CreateTopicsDone, bm.DeleteTopicsDone, am.CreatePartitionsDone,
-             am.ElectLeadersDone)
+             am.AlterTopicConfigsDone, am.ElectLeadersDone)
     def on_forwarded_answer(self, msg: ForwardedAnswer) -> None:
         fwd = self.forwards.get(msg.req_id)
         if fwd is None:
@@ -484,6 +609,9 @@ class ClusterController(Actor):
         timed_out = int(ErrorCode.REQUEST_TIMED_OUT)
         if isinstance(request, am.CreatePartitions):
             self.tell(fwd.origin, am.CreatePartitionsDone(fwd.origin_req_id, [
+                am.TopicResultRow(r.name, timed_out, text) for r in request.rows]))
+        elif isinstance(request, am.AlterTopicConfigs):
+            self.tell(fwd.origin, am.AlterTopicConfigsDone(fwd.origin_req_id, [
                 am.TopicResultRow(r.name, timed_out, text) for r in request.rows]))
         elif isinstance(request, am.ElectLeadersAsk):
             self.tell(fwd.origin, am.ElectLeadersDone(fwd.origin_req_id, timed_out, []))

@@ -1,5 +1,5 @@
-"""Topic admin that changes a live cluster goes through its controller: CreatePartitions
-and ElectLeaders on three `actorlog serve` processes and a real ZooKeeper, with
+"""Topic admin that changes a live cluster goes through its controller: CreatePartitions,
+topic config changes and ElectLeaders on three `actorlog serve` processes and a real ZooKeeper, with
 confluent-kafka's AdminClient and kafka-python's KafkaAdminClient.
 """
 
@@ -10,7 +10,17 @@ from typing import Any
 
 import pytest
 from confluent_kafka import ElectionType, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    ResourceType,
+)
+from kafka.admin import ConfigResource as KpConfigResource
+from kafka.admin import ConfigResourceType as KpResourceType
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewPartitions as KpNewPartitions
 from kafka.errors import InvalidPartitionsError, UnknownTopicOrPartitionError
@@ -133,3 +143,88 @@ def test_elect_leaders_preferred_and_unclean_through_the_controller(
     assert errors[moved] is None
     wait_for("the preferred replica leads again", lambda: (
         cluster.view(other).leaders("elect")[moved] == target) or None)
+
+
+def _produce_codes(cluster: Cluster, topic: str) -> dict[int, int]:
+    """Each partition's Produce (acks=all) error code, sent to its leader."""
+    leaders = cluster.view().leaders(topic)
+    return {p: produce_to(cluster.nodes[leader], topic, p, [b"x"], acks=-1).error_code
+            for p, leader in sorted(leaders.items())}
+
+
+def test_topic_config_changes_go_to_zookeeper_and_every_node_applies_them(
+        cluster_factory: Any, zk_connect: str) -> None:
+    cluster: Cluster = cluster_factory(3)
+    create(cluster, "conf", 3, 3)
+    view = cluster.wait_topic("conf", 3)
+    assert set(view.leaders("conf").values()) == {1, 2, 3}  # each node leads one
+    via = next(i for i in cluster.nodes if i != cluster.controller())
+    client = AdminClient({"bootstrap.servers": cluster.nodes[via].bootstrap})
+    topic = ConfigResource(ResourceType.TOPIC, "conf")
+
+    # Bad input: Kafka's codes, nothing written.
+    bad = [ConfigResource(ResourceType.TOPIC, "conf", set_config={"retention.ms": "soon"}),
+           ConfigResource(ResourceType.TOPIC, "absent", set_config={"retention.ms": "1000"})]
+    futures = client.alter_configs(bad)
+    codes = {}
+    for res, fut in futures.items():
+        with pytest.raises(KafkaException) as err:
+            fut.result(30)
+        codes[res.name] = _code(err.value)
+    assert codes == {"conf": int(ErrorCode.INVALID_CONFIG),
+                     "absent": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)}
+    client.alter_configs([ConfigResource(ResourceType.TOPIC, "conf",
+                                         set_config={"min.insync.replicas": "4"})],
+                         validate_only=True)[topic].result(30)
+    assert _produce_codes(cluster, "conf") == {0: 0, 1: 0, 2: 0}
+
+    # min.insync.replicas above the replicas: every node's leader refuses acks=all now.
+    client.alter_configs([ConfigResource(ResourceType.TOPIC, "conf", set_config={
+        "min.insync.replicas": "4", "retention.ms": "3600000"})])[topic].result(30)
+    zk = ZooKeeperReader(zk_connect)
+    try:
+        stored = json.loads(zk.get(znodes.topic_config_path("conf")) or b"{}")["config"]
+        changes = [json.loads(zk.get(f"{znodes.CONFIG_CHANGES}/{c}") or b"{}")
+                   for c in zk.children(znodes.CONFIG_CHANGES)]
+    finally:
+        zk.close()
+    assert stored == {"min.insync.replicas": "4", "retention.ms": "3600000"}
+    assert {"version": 2, "entity_path": "topics/conf"} in changes
+    not_enough = int(ErrorCode.NOT_ENOUGH_REPLICAS)
+    wait_for("every leader refuses acks=all", lambda: _produce_codes(cluster, "conf") == {
+        0: not_enough, 1: not_enough, 2: not_enough} or None)
+    for i, node in cluster.nodes.items():  # every node describes the override
+        node_client = AdminClient({"bootstrap.servers": node.bootstrap})
+        described = wait_for(f"node {i} describes the new config", lambda c=node_client: (
+            lambda d: d if d["retention.ms"].value == "3600000" else None)(
+                c.describe_configs([topic])[topic].result(30)))
+        assert described["min.insync.replicas"].value == "4"
+        assert described["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+
+    # Incremental: DELETE restores the default (acks=all works again), APPEND a list config.
+    inc = ConfigResource(ResourceType.TOPIC, "conf", incremental_configs=[
+        ConfigEntry("min.insync.replicas", None,
+                    incremental_operation=AlterConfigOpType.DELETE),
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND)])
+    client.incremental_alter_configs([inc])[inc].result(30)
+    wait_for("acks=all accepted again", lambda: _produce_codes(cluster, "conf") == {
+        0: 0, 1: 0, 2: 0} or None)
+    kp = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30_000)
+    try:
+        kp.alter_configs([KpConfigResource(KpResourceType.TOPIC, "conf",
+                                           configs={"segment.ms": "600000"})])
+    finally:
+        kp.close()
+    described = wait_for("kafka-python's change is described", lambda: (
+        lambda d: d if d["segment.ms"].value == "600000" else None)(
+            client.describe_configs([topic])[topic].result(30)))
+    assert described["retention.ms"].value == "3600000"
+    assert described["cleanup.policy"].value == "delete,compact"
+    # AlterConfigs (not incremental) replaces the overrides: the others revert.
+    client.alter_configs([ConfigResource(ResourceType.TOPIC, "conf",
+                                         set_config={"segment.ms": "700000"})])[topic].result(30)
+    described = wait_for("the overrides replaced", lambda: (
+        lambda d: d if d["segment.ms"].value == "700000" else None)(
+            client.describe_configs([topic])[topic].result(30)))
+    assert described["retention.ms"].source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert described["cleanup.policy"].value == "delete"

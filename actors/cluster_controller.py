@@ -357,10 +357,9 @@ class ClusterController(Actor):
 
     # ------------------------------------------------------------ replies
     def _reply(self, request_id: Hashable, result: Result) -> None:
-        kind: str
         to: Address
         req_id: int
-        kind, to, req_id = request_id  # type: ignore[misc]
+        _kind, to, req_id = request_id  # type: ignore[misc]
         if isinstance(result, CreateTopicsResult):
             self.tell(to, bm.CreateTopicsDone(req_id, [
                 bm.CreateTopicDoneRow(t.name, t.error_code, t.message, t.num_partitions,

@@ -67,9 +67,9 @@ from wire.admin_messages import (
     AlterTopicConfigsDone,
     CreatePartitionsDone,
     DeleteGroupsDone,
-    ElectLeadersDone,
     DeleteRecordsDone,
     DescribeLogDirDone,
+    ElectLeadersDone,
     OffsetDeleteDone,
 )
 from wire.api_versions import api_name

@@ -608,6 +608,13 @@ RESPONSE_EXAMPLES: dict[int, dict[str, Any]] = {
         "brokers": [{"broker_id": 1, "host": "127.0.0.1", "port": 9092, "rack": None},
                     {"broker_id": 2, "host": "127.0.0.2", "port": 9092, "rack": "r2"}],
     },
+    43: {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "replica_election_results": [{"topic": "orders", "partition_result": [
+            {"partition_id": 0, "error_code": 0, "error_message": None},
+            {"partition_id": 1, "error_code": 84, "error_message": None}]}],
+    },
 }
 
 

@@ -43,18 +43,26 @@ from actors.core.controller_events import (
     AutoLeaderRebalance,
     ControlledShutdownRequest,
     ControlledShutdownResult,
+    CreatePartitions,
     CreatePartitionsResult,
     CreateTopics,
     CreateTopicsResult,
     DeleteTopics,
     DeleteTopicsResult,
+    ElectionType,
+    ElectLeaders,
     ElectLeadersResult,
     IsrProposal,
+    NewPartitions,
     NewTopic,
     Result,
     StopReplicaDone,
+    TopicConfigsChanged,
 )
 from actors.core.controller_state import ControllerConfig, ControllerCore
+from actors.core.topic_admin import ConfigChange, altered_topic_configs
+from actors.core.topic_config import effective
+from actors.metadata import znodes
 from actors.metadata.controller_driver import ControllerDriver
 from actors.metadata.store import BrokerIdInUse, MetadataError, MetadataStore, MetadataUnavailable
 from actors.runtime.actor import Actor, handles
@@ -63,9 +71,11 @@ from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.runtime.directory import NodeEndpoint
 from actors.topology import Topology, broker_node_name
+from wire import admin_messages as am
 from wire import broker_messages as bm
 from wire import cluster_messages as cm
-from wire.errors import ErrorCode
+from wire.errors import ErrorCode, KafkaError
+from wire.security_messages import ChangesNotified
 
 NOT_CONTROLLER = int(ErrorCode.NOT_CONTROLLER)
 NONE = int(ErrorCode.NONE)
@@ -88,13 +98,21 @@ def gateway_endpoint(gateway: str) -> NodeEndpoint | None:
     return NodeEndpoint(host, int(port))
 
 
+ForwardedRequest = (bm.CreateTopics | bm.DeleteTopics | am.CreatePartitions
+                    | am.AlterTopicConfigs | am.ElectLeadersAsk)
+ForwardedAnswer = (bm.CreateTopicsDone | bm.DeleteTopicsDone | am.CreatePartitionsDone
+                   | am.AlterTopicConfigsDone | am.ElectLeadersDone)
+# Config change notifications older than this are deleted by the controller (Kafka's 15 min).
+CONFIG_CHANGE_EXPIRY_MS = 15 * 60 * 1000
+
+
 @dataclass
 class _Forward:
     """A topic admin request of this node's handlers, on its way to the active controller."""
 
     origin: Address
     origin_req_id: int
-    request: bm.CreateTopics | bm.DeleteTopics
+    request: ForwardedRequest
     deadline_ms: int
     next_try_ms: int = 0
     sent_to: int | None = None
@@ -154,6 +172,7 @@ class ClusterController(Actor):
         self.brokers: dict[int, BrokerInfo] = {}
         self.forwards: dict[int, _Forward] = {}
         self.shutdown: _Shutdown | None = None
+        self.last_config_change: str | None = getattr(self, "last_config_change", None)
         self.was_active = False
         self.elections = 0
         now = self.clock.now_ms()
@@ -190,6 +209,7 @@ class ClusterController(Actor):
                                                                msg.broker_epoch))
         self._refresh_brokers()
         self._call_driver(self.driver.elect)
+        self._read_config_changes()
 
     def _replica_manager(self, broker_id: int | None = None) -> Address:
         node = (self.node.name if broker_id is None or broker_id == self.broker.broker_id
@@ -227,6 +247,7 @@ class ClusterController(Actor):
             self.log.info("ZooKeeper session {:#x} connected", msg.session_id)
             self._ensure_registered()
             self._refresh_brokers()
+            self._read_config_changes()  # the watch is gone after a reconnect
         elif msg.state == cm.SESSION_SUSPENDED:
             self.log.warning("ZooKeeper connection lost; session {:#x} may still live",
                              msg.session_id)
@@ -336,10 +357,9 @@ class ClusterController(Actor):
 
     # ------------------------------------------------------------ replies
     def _reply(self, request_id: Hashable, result: Result) -> None:
-        kind: str
         to: Address
         req_id: int
-        kind, to, req_id = request_id  # type: ignore[misc]
+        _kind, to, req_id = request_id  # type: ignore[misc]
         if isinstance(result, CreateTopicsResult):
             self.tell(to, bm.CreateTopicsDone(req_id, [
                 bm.CreateTopicDoneRow(t.name, t.error_code, t.message, t.num_partitions,
@@ -359,8 +379,13 @@ class ClusterController(Actor):
                     state.leader if state else -1, state.leader_epoch if state else -1,
                     list(state.isr) if state else [], state.version if state else -1))
             self.tell(to, cm.AlterPartitionResponse(req_id, result.error_code, rows))
-        elif isinstance(result, (CreatePartitionsResult, ElectLeadersResult)):
-            self.log.debug("{} for {} ({}): no wire answer yet", type(result).__name__, to, kind)
+        elif isinstance(result, CreatePartitionsResult):
+            self.tell(to, am.CreatePartitionsDone(req_id, [
+                am.TopicResultRow(t.name, t.error_code, t.message) for t in result.topics]))
+        elif isinstance(result, ElectLeadersResult):
+            self.tell(to, am.ElectLeadersDone(req_id, result.error_code, [
+                am.ElectLeadersRow(p.partition.topic, p.partition.partition, p.error_code,
+                                   p.message) for p in result.partitions]))
 
     # ------------------------------------------------------------ topic admin
     @handles(bm.CreateTopics)
@@ -392,12 +417,158 @@ class ClusterController(Actor):
                 bm.DeleteTopicDoneRow(r.name, NOT_CONTROLLER, self._not_controller())
                 for r in msg.rows]))
 
+    @handles(am.CreatePartitions)
+    def on_create_partitions(self, msg: am.CreatePartitions) -> None:
+        assert self.current_sender is not None
+        if self.driver.active:
+            self._call_driver(self.driver.feed, CreatePartitions(
+                ("partitions", self.current_sender, msg.req_id),
+                tuple(NewPartitions(r.name, r.new_total,
+                                    None if r.assignments is None
+                                    else tuple(tuple(a) for a in r.assignments))
+                      for r in msg.rows),
+                msg.validate_only))
+        elif self.current_sender.node == self.node.name:
+            self._forward(msg)
+        else:
+            self.reply(am.CreatePartitionsDone(msg.req_id, [
+                am.TopicResultRow(r.name, NOT_CONTROLLER, self._not_controller())
+                for r in msg.rows]))
+
+    @handles(am.ElectLeadersAsk)
+    def on_elect_leaders(self, msg: am.ElectLeadersAsk) -> None:
+        assert self.current_sender is not None
+        if self.driver.active:
+            partitions = (None if msg.partitions is None else
+                          tuple(TopicPartition(t, p) for t, p in msg.partitions))
+            self._call_driver(self.driver.feed, ElectLeaders(
+                ("elect", self.current_sender, msg.req_id), partitions,
+                ElectionType(msg.election)))
+        elif self.current_sender.node == self.node.name:
+            self._forward(msg)
+        else:
+            self.reply(am.ElectLeadersDone(msg.req_id, NOT_CONTROLLER, []))
+
+    @handles(am.AlterTopicConfigs)
+    def on_alter_topic_configs(self, msg: am.AlterTopicConfigs) -> None:
+        """AlterConfigs / IncrementalAlterConfigs of topics: the active controller checks
+        them, writes ``/config/topics/<t>`` with a ``/config/changes`` notification (every
+        node applies it to its replicas) and has the nodes' metadata carry them."""
+        assert self.current_sender is not None
+        if not self.driver.active:
+            if self.current_sender.node == self.node.name:
+                self._forward(msg)
+            else:
+                self.reply(am.AlterTopicConfigsDone(msg.req_id, [
+                    am.TopicResultRow(r.name, NOT_CONTROLLER, self._not_controller())
+                    for r in msg.rows]))
+            return
+        rows: list[am.TopicResultRow] = []
+        changed: dict[str, dict[str, str]] = {}
+        names = [r.name for r in msg.rows]
+        for row in msg.rows:
+            try:
+                record = self.core.topics.get(row.name)
+                if names.count(row.name) > 1:
+                    raise KafkaError(f"topic {row.name!r} is named twice",
+                                     ErrorCode.INVALID_REQUEST)
+                if record is None or row.name in self.core.deleting:
+                    raise KafkaError(f"topic {row.name!r} does not exist",
+                                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                configs = altered_topic_configs(
+                    record.configs, [ConfigChange(c.name, c.op, c.value) for c in row.ops],
+                    msg.incremental, lambda key: effective(self.config, {})[key][0])
+                if not msg.validate_only and configs != record.configs:
+                    if not self.store.set_topic_configs(row.name, configs):
+                        raise KafkaError(f"topic {row.name!r} was deleted meanwhile",
+                                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    changed[row.name] = configs
+            except KafkaError as exc:
+                rows.append(am.TopicResultRow(row.name, int(exc.code), str(exc)))
+                continue
+            except MetadataError as exc:
+                rows.append(am.TopicResultRow(row.name, int(ErrorCode.REQUEST_TIMED_OUT),
+                                              f"writing the config of {row.name!r}: {exc}"))
+                continue
+            rows.append(am.TopicResultRow(row.name, NONE, None))
+        if changed:
+            self.log.info("topic configs changed: {}", "; ".join(
+                f"{t} {c}" for t, c in sorted(changed.items())))
+            self._call_driver(self.driver.feed, TopicConfigsChanged(changed))
+        self.reply(am.AlterTopicConfigsDone(msg.req_id, rows))
+
+    # ------------------------------------------------------------ config changes
+    def _read_config_changes(self) -> None:
+        """Apply the topic config changes notified under ``/config/changes`` since the
+        last one seen (the watch is armed again by the read)."""
+        try:
+            notes = self.store.get_change_notifications(znodes.CONFIG_CHANGES, watch=True)
+        except MetadataError as exc:
+            self.log.debug("config changes not read: {}", exc)
+            return
+        if self.last_config_change is None:  # first read: the logs opened with current configs
+            self.last_config_change = notes[-1].path if notes else ""
+            notes = []
+        fresh = [n for n in notes if n.path > self.last_config_change]
+        topics: set[str] = set()
+        for note in fresh:
+            try:
+                kind, name = znodes.decode_config_change(note.data)
+            except znodes.BadZnode as exc:
+                self.log.warning("ignoring a config change notification: {}", exc)
+                continue
+            if kind == "topics":
+                topics.add(name)
+        if fresh:
+            self.last_config_change = fresh[-1].path
+        for topic in sorted(topics):
+            self._apply_topic_configs(topic)
+        if self.driver.active:
+            cutoff = self.clock.wall_ms() - CONFIG_CHANGE_EXPIRY_MS
+            old = [n.path for n in notes if n.ctime_ms < cutoff]
+            if old:
+                try:
+                    self.store.delete_change_notifications(old)
+                except MetadataError as exc:
+                    self.log.debug("old config changes not deleted: {}", exc)
+
+    def _apply_topic_configs(self, topic: str) -> None:
+        """This node's replicas of ``topic`` take its configs from ZooKeeper at once."""
+        try:
+            configs = self.store.get_topic_configs(topic)
+            assignment = self.store.get_topic_assignments([topic]).get(topic)
+        except MetadataError as exc:
+            self.log.warning("the new config of topic {} was not read: {}", topic, exc)
+            return
+        if assignment is None:
+            return
+        me = self.broker.broker_id
+        by_shard: dict[Address, list[bm.OpenPartitionRow]] = {}
+        for partition, replicas in sorted(assignment.partitions.items()):
+            if me in replicas:
+                by_shard.setdefault(self.topology.shard_for(topic, partition), []).append(
+                    bm.OpenPartitionRow(topic, partition, dict(configs)))
+        for shard, rows in by_shard.items():
+            self.tell(shard, am.UpdatePartitionConfigs(next(self.req_ids), rows))
+        if by_shard:
+            self.log.info("topic {}: this node's replicas take the config {}", topic, configs)
+
+    @handles(ChangesNotified)
+    def on_changes_notified(self, msg: ChangesNotified) -> None:
+        if self.started and msg.root == znodes.CONFIG_CHANGES:
+            self._read_config_changes()
+
+    @handles(bm.ShardDone)
+    def on_shard_done(self, msg: bm.ShardDone) -> None:
+        if msg.error:
+            self.log.error("a partition shard failed to take a topic config: {}", msg.error)
+
     def _not_controller(self) -> str:
         known = self.driver.controller_id
         return (f"broker {self.broker.broker_id} is not the controller (the controller is "
                 f"{known if known is not None else 'unknown'})")
 
-    def _forward(self, msg: bm.CreateTopics | bm.DeleteTopics) -> None:
+    def _forward(self, msg: ForwardedRequest) -> None:
         assert self.current_sender is not None
         now = self.clock.now_ms()
         fwd = _Forward(self.current_sender, msg.req_id, msg, now + self.request_timeout_ms)
@@ -414,14 +585,16 @@ class ClusterController(Actor):
         fwd.next_try_ms = now + self.request_timeout_ms
         self.tell(self._controller_of(controller), fwd.request._replace(req_id=req_id))
 
-    @handles(bm.CreateTopicsDone, bm.DeleteTopicsDone)
-    def on_forwarded_answer(self, msg: bm.CreateTopicsDone | bm.DeleteTopicsDone) -> None:
+    @handles(bm.CreateTopicsDone, bm.DeleteTopicsDone, am.CreatePartitionsDone,
+             am.AlterTopicConfigsDone, am.ElectLeadersDone)
+    def on_forwarded_answer(self, msg: ForwardedAnswer) -> None:
         fwd = self.forwards.get(msg.req_id)
         if fwd is None:
             return  # answered already (timed out)
         now = self.clock.now_ms()
-        if msg.rows and all(r.error_code == NOT_CONTROLLER for r in msg.rows) \
-                and now < fwd.deadline_ms:
+        moved = (msg.error_code == NOT_CONTROLLER if isinstance(msg, am.ElectLeadersDone)
+                 else bool(msg.rows) and all(r.error_code == NOT_CONTROLLER for r in msg.rows))
+        if moved and now < fwd.deadline_ms:
             fwd.sent_to = None
             fwd.next_try_ms = now + FORWARD_RETRY_MS  # the controller moved: find it again
             return
@@ -432,7 +605,16 @@ class ClusterController(Actor):
         text = (f"no controller answered within {self.request_timeout_ms} ms "
                 f"(request.timeout.ms): {self._not_controller()}")
         request = fwd.request
-        if isinstance(request, bm.CreateTopics):
+        timed_out = int(ErrorCode.REQUEST_TIMED_OUT)
+        if isinstance(request, am.CreatePartitions):
+            self.tell(fwd.origin, am.CreatePartitionsDone(fwd.origin_req_id, [
+                am.TopicResultRow(r.name, timed_out, text) for r in request.rows]))
+        elif isinstance(request, am.AlterTopicConfigs):
+            self.tell(fwd.origin, am.AlterTopicConfigsDone(fwd.origin_req_id, [
+                am.TopicResultRow(r.name, timed_out, text) for r in request.rows]))
+        elif isinstance(request, am.ElectLeadersAsk):
+            self.tell(fwd.origin, am.ElectLeadersDone(fwd.origin_req_id, timed_out, []))
+        elif isinstance(request, bm.CreateTopics):
             self.tell(fwd.origin, bm.CreateTopicsDone(fwd.origin_req_id, [
                 bm.CreateTopicDoneRow(r.name, int(ErrorCode.REQUEST_TIMED_OUT), text, -1, -1)
                 for r in request.rows]))

@@ -19,6 +19,7 @@ from actors.apis.admin import (
     handle_delete_records,
     handle_describe_log_dirs,
     handle_describe_topic_partitions,
+    handle_elect_leaders,
     handle_offset_delete,
 )
 from actors.apis.base import ApiGen, HandlerContext, Respond
@@ -68,6 +69,7 @@ from wire.admin_messages import (
     DeleteGroupsDone,
     DeleteRecordsDone,
     DescribeLogDirDone,
+    ElectLeadersDone,
     OffsetDeleteDone,
 )
 from wire.api_versions import api_name
@@ -131,6 +133,7 @@ API_TABLE: dict[int, Any] = {
     ApiKey.OffsetDelete: handle_offset_delete,
     ApiKey.DescribeTopicPartitions: handle_describe_topic_partitions,
     ApiKey.DescribeCluster: handle_describe_cluster,
+    ApiKey.ElectLeaders: handle_elect_leaders,
     ApiKey.AddPartitionsToTxn: handle_add_partitions_to_txn,
     ApiKey.AddOffsetsToTxn: handle_add_offsets_to_txn,
     ApiKey.EndTxn: handle_end_txn,
@@ -297,7 +300,7 @@ class RequestHandler(Actor):
              DescribeGroupsDone, TopicsAwaited, CreatePartitionsDone,
              AlterTopicConfigsDone, DeleteRecordsDone, DescribeLogDirDone, DeleteGroupsDone,
              OffsetDeleteDone, ReplicaReadDone, InitTxnProducerDone, TxnDone,
-             DescribeTxnsDone, ListTxnsDone)
+             DescribeTxnsDone, ListTxnsDone, ElectLeadersDone)
     def on_reply(self, msg: Any) -> None:
         entry = self.pending.pop(msg.req_id, None)
         if entry is None:

@@ -264,3 +264,35 @@ class SwapCleanedSegmentsDone(NamedTuple):
     partition: int
     swapped: bool
     reason: str
+
+
+# ------------------------------------------------------------ leader elections (admin 950-979)
+
+
+class ElectLeadersRow(NamedTuple):
+    """One partition's election outcome (error code 0: elected)."""
+
+    topic: str
+    partition: int
+    error_code: int
+    error_message: str | None
+
+
+@message(950)
+class ElectLeadersAsk(NamedTuple):
+    """Handler -> cluster Controller: ElectLeaders (``election`` 0 preferred, 1 unclean)
+    for ``partitions`` (None: every partition)."""
+
+    req_id: int
+    election: int
+    partitions: list[TopicPartition] | None
+
+
+@message(951)
+class ElectLeadersDone(NamedTuple):
+    """Controller -> handler: a top-level error (NOT_CONTROLLER, REQUEST_TIMED_OUT) or one
+    row per partition asked for."""
+
+    req_id: int
+    error_code: int
+    rows: list[ElectLeadersRow]

@@ -88,6 +88,8 @@ ADVERTISED: tuple[ApiVersionRange, ...] = (
     # handshake the tokens come bare, size-prefixed (librdkafka requires v0 advertised).
     _entry(ApiKey.SaslHandshake, 0, 1),
     _entry(ApiKey.SaslAuthenticate, 0, 2),
+    # Decided by the cluster's controller (preferred and unclean elections).
+    _entry(ApiKey.ElectLeaders, 0, 2),
     # Transactions (KIP-98). v4+ of AddPartitionsToTxn batches transactions for brokers
     # (KIP-890) and v4+/v5 of the others are KIP-890's transaction version 2: left out.
     _entry(ApiKey.AddPartitionsToTxn, 0, 3),

@@ -1,4 +1,4 @@
-"""The admin APIs: CreatePartitions, DeleteRecords, DescribeLogDirs,
+"""The admin APIs: CreatePartitions, ElectLeaders, DeleteRecords, DescribeLogDirs,
 DescribeTopicPartitions, DeleteGroups, OffsetDelete.
 
 CreatePartitions goes to the controller (it owns the topic table),
@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
-from actors.apis.configs import CLUSTER_MODE_REFUSAL
 from actors.apis.metadata import _partition_rows
 from actors.runtime.address import Address
 from wire.admin_messages import (
@@ -29,6 +28,8 @@ from wire.admin_messages import (
     DeleteRecordsRow,
     DescribeLogDir,
     DescribeLogDirDone,
+    ElectLeadersAsk,
+    ElectLeadersDone,
     OffsetDelete,
     OffsetDeleteDone,
 )
@@ -51,10 +52,6 @@ def handle_create_partitions(ctx: HandlerContext, header: Any, req: Any) -> ApiG
                                 else [list(a.broker_ids) for a in t.assignments])
             for t in req.topics]
     results = []
-    if rows and ctx.cluster is not None:
-        return Respond({"throttle_time_ms": 0, "results": [
-            {"name": r.name, "error_code": int(ErrorCode.INVALID_REQUEST),
-             "error_message": CLUSTER_MODE_REFUSAL} for r in rows]})
     if rows:
         done: CreatePartitionsDone
         [done] = yield [Call(ctx.topology.controller,
@@ -62,6 +59,50 @@ def handle_create_partitions(ctx: HandlerContext, header: Any, req: Any) -> ApiG
         results = [{"name": r.name, "error_code": r.error_code, "error_message": r.error_message}
                    for r in done.rows]
     return Respond({"throttle_time_ms": 0, "results": results})
+
+
+# ----------------------------------------------------------------- ElectLeaders
+
+
+def handle_elect_leaders(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
+    """Preferred (0) or unclean (1) leader election, decided by the cluster's controller;
+    per partition NONE, ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE,
+    ELIGIBLE_LEADERS_NOT_AVAILABLE or UNKNOWN_TOPIC_OR_PARTITION. A single node leads
+    every partition it has: nothing to elect."""
+    election = int(getattr(req, "election_type", 0) or 0)
+    asked = (None if req.topic_partitions is None else
+             [TopicPartition(t.topic, p) for t in req.topic_partitions for p in t.partitions])
+    if election not in (0, 1):
+        return Respond({"throttle_time_ms": 0, "error_code": int(ErrorCode.INVALID_REQUEST),
+                        "replica_election_results": []})
+    rows: list[tuple[str, int, int, str | None]] = []
+    top = NONE
+    if ctx.cluster is None:
+        wanted = asked if asked is not None else [
+            TopicPartition(name, p) for name in sorted(ctx.topics)
+            for p in range(ctx.partition_count(name) or 0)]
+        for tp in wanted:
+            count = ctx.partition_count(tp.topic)
+            ok = count is not None and 0 <= tp.partition < count
+            rows.append((tp.topic, tp.partition,
+                         int(ErrorCode.ELECTION_NOT_NEEDED) if ok else UNKNOWN_TP,
+                         None if ok else "the partition does not exist"))
+    else:
+        done: ElectLeadersDone
+        [done] = yield [Call(ctx.topology.controller,
+                             lambda rid: ElectLeadersAsk(rid, election, asked),
+                             max_wait_ms=max(1000, int(req.timeout_ms)))]
+        top = done.error_code
+        rows = [(r.topic, r.partition, r.error_code, r.error_message) for r in done.rows]
+    if header.api_version == 0 and top != NONE:
+        # v0 has no top-level error: every partition carries it
+        rows = [(tp.topic, tp.partition, top, None) for tp in asked or []]
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for topic, partition, code, message in rows:
+        by_topic.setdefault(topic, []).append(
+            {"partition_id": partition, "error_code": code, "error_message": message})
+    return Respond({"throttle_time_ms": 0, "error_code": top, "replica_election_results": [
+        {"topic": topic, "partition_result": parts} for topic, parts in by_topic.items()]})
 
 
 # ---------------------------------------------------------------- DeleteRecords

@@ -3,7 +3,9 @@
 Topic configs: each value with its true source (the topic's override, the
 broker key the config file or a flag set, or a default), its Kafka type and,
 when asked, its synonyms and documentation. Changes go to the controller,
-which persists them and has the partitions' logs take them at once. Broker
+which persists them and has the partitions' logs take them at once (in a
+cluster: ``/config/topics`` and a ``/config/changes`` notification every node
+applies). Broker
 configs are static on actorlog (the config file and flags): described, not
 altered.
 """
@@ -33,10 +35,6 @@ from wire.errors import ErrorCode
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
-# The cluster controller (zookeeper.connect) does not write partition counts or topic
-# configs yet: those changes are refused with this rather than left unanswered.
-CLUSTER_MODE_REFUSAL = ("not served in cluster mode (zookeeper.connect) yet: the cluster "
-                        "controller does not change topics after their creation")
 _INT32_MAX = 2**31 - 1
 # Broker keys whose Kafka type the Python type does not tell.
 _BROKER_TYPES = {"log.cleanup.policy": ConfigType.LIST}
@@ -138,9 +136,7 @@ def _alter(ctx: HandlerContext, req: Any, incremental: bool) -> ApiGen:
     answers: dict[int, tuple[int, str | None]] = {}
     topic_rows: list[tuple[int, AlterTopicConfigsRow]] = []
     for i, res in enumerate(req.resources):
-        if res.resource_type == TOPIC_RESOURCE and ctx.cluster is not None:
-            answers[i] = (int(ErrorCode.INVALID_REQUEST), CLUSTER_MODE_REFUSAL)
-        elif res.resource_type == TOPIC_RESOURCE:
+        if res.resource_type == TOPIC_RESOURCE:
             ops = [ConfigOpRow(c.name, int(c.config_operation) if incremental
                                else int(AlterConfigOp.SET), c.value)
                    for c in res.configs]

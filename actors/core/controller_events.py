@@ -187,6 +187,14 @@ class ElectLeaders:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicConfigsChanged:
+    """Topics' configs, as ``/config/topics`` holds them now (a config change was written):
+    the controller keeps them for its LeaderAndIsr and tells every node's metadata."""
+
+    configs: Mapping[str, Mapping[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
 class AutoLeaderRebalance:
     """The shell's ``leader.imbalance.check.interval.seconds`` tick (``auto.leader.rebalance``)."""
 
@@ -213,7 +221,7 @@ Event = (
     BecameController | Resigned | LiveBrokersChanged | NewTopicsFound | CreateTopics
     | CreatePartitions | DeleteTopics | TopicDeletionsRequested | StopReplicaDone | IsrChanged
     | AlterPartitionRequest | ControlledShutdownRequest | ElectLeaders | AutoLeaderRebalance
-    | MetadataWritten | MetadataWriteFailed
+    | TopicConfigsChanged | MetadataWritten | MetadataWriteFailed
 )
 
 

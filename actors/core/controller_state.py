@@ -93,6 +93,7 @@ from actors.core.controller_events import (
     SetTopicAssignment,
     StateChangeFailed,
     StopReplicaDone,
+    TopicConfigsChanged,
     TopicDeletionsRequested,
     TopicResult,
     UpdatePartitionStates,
@@ -282,6 +283,8 @@ class ControllerCore:
             self._on_elect_leaders(event)
         elif isinstance(event, AutoLeaderRebalance):
             self._on_auto_rebalance()
+        elif isinstance(event, TopicConfigsChanged):
+            self._on_topic_configs_changed(event.configs)
         else:
             raise TypeError(f"not a controller event: {event!r}")
 
@@ -1253,6 +1256,14 @@ class ControllerCore:
                     int(ErrorCode.NONE), tuple(results[tp] for tp in requested)))
 
         self._change_partitions(electable, rule, done)
+
+    def _on_topic_configs_changed(self, configs: Mapping[str, Mapping[str, str]]) -> None:
+        for name, values in configs.items():
+            record = self.topics.get(name)
+            if record is None or name in self.deleting or dict(values) == record.configs:
+                continue
+            self.topics[name] = TopicRecord(record.assignment, dict(values))
+            self._update_metadata(self.partitions_of(name))
 
     def _on_auto_rebalance(self) -> None:
         """Preferred election on the brokers whose share of lost leaderships is too high."""

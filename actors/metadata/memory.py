@@ -396,6 +396,15 @@ class MemoryMetadataStore:
         node = self.zk.get(znodes.topic_config_path(topic))
         return {} if node is None else znodes.decode_topic_config(topic, node.data)
 
+    def set_topic_configs(self, topic: str, configs: dict[str, str]) -> bool:
+        self._sid()
+        path = znodes.topic_config_path(topic)
+        node = self.zk.get(path)
+        if node is None:
+            return False
+        return self._conditional_write(path, znodes.encode_topic_config(configs), node.version,
+                                       znodes.CONFIG_CHANGES, znodes.encode_topic_change(topic))
+
     def create_topic(self, topic: str, assignment: TopicAssignment, configs: dict[str, str],
                      fence: ControllerFence | None = None) -> int:
         config_path = znodes.topic_config_path(topic)

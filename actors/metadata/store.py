@@ -180,6 +180,10 @@ class MetadataStore(SecurityMetadata, Protocol):
     def get_topic_configs(self, topic: str) -> dict[str, str]:
         """``/config/topics/<topic>`` (empty when absent)."""
 
+    def set_topic_configs(self, topic: str, configs: dict[str, str]) -> bool:
+        """Replace ``/config/topics/<topic>`` (it must exist) and add a ``/config/changes``
+        notification in one transaction; False if the topic's config is gone."""
+
     def create_topic(self, topic: str, assignment: TopicAssignment, configs: dict[str, str],
                      fence: ControllerFence | None = None) -> int:
         """Write the topic's config and assignment in one transaction; returns its version.

@@ -395,6 +395,15 @@ class ZkMetadataStore:
         found = self._get(znodes.topic_config_path(topic))
         return {} if found is None else znodes.decode_topic_config(topic, found[0])
 
+    def set_topic_configs(self, topic: str, configs: dict[str, str]) -> bool:
+        self._require_connected()
+        path = znodes.topic_config_path(topic)
+        stat = self._wait(self._client.exists_async(path))
+        if stat is None:
+            return False
+        return self._conditional_write(path, znodes.encode_topic_config(configs), stat.version,
+                                       znodes.CONFIG_CHANGES, znodes.encode_topic_change(topic))
+
     def create_topic(self, topic: str, assignment: TopicAssignment, configs: dict[str, str],
                      fence: ControllerFence | None = None) -> int:
         self._require_connected()

@@ -286,6 +286,11 @@ def encode_user_change(user: str) -> bytes:
     return _dump({"version": 2, "entity_path": f"users/{sanitize(user)}"})
 
 
+def encode_topic_change(topic: str) -> bytes:
+    """A ``/config/changes/config_change_<seq>`` body telling nodes a topic's config changed."""
+    return _dump({"version": 2, "entity_path": f"topics/{topic}"})
+
+
 def decode_config_change(data: bytes | None) -> tuple[str, str]:
     """(entity type, entity name): ("users", "alice")."""
     path = CONFIG_CHANGES

@@ -33,6 +33,7 @@ from actors.core.controller_events import (
     NewPartitions,
     NewTopic,
     StopReplicaDone,
+    TopicConfigsChanged,
 )
 from actors.core.controller_fsm import PartitionState, ReplicaState
 from wire.cluster_messages import LeaderAndIsr as LeaderAndIsrRequest
@@ -478,6 +479,27 @@ def test_create_partitions_continues_the_assignment() -> None:
                           ErrorCode.INVALID_REPLICA_ASSIGNMENT]
     manual = c.request(lambda rid: CreatePartitions(rid, (NewPartitions("t", 7, ((3, 1),)),)))
     assert codes(manual) == [0] and c.assignment("t")[6] == (3, 1)
+
+
+def test_changed_topic_configs_reach_every_nodes_metadata_and_later_leader_and_isr() -> None:
+    c = cluster()
+    create(c, "t", partitions=2, rf=2)
+    create(c, "u", partitions=1, rf=2)
+    controller = c.controller
+    since = len(controller.sent)
+    c.feed(TopicConfigsChanged({"t": {"retention.ms": "1000"}, "gone": {"retention.ms": "5"}}))
+    updates = update_metadata(controller, since)
+    assert {b for b, _m in updates} == {1, 2, 3}
+    for _b, message in updates:
+        assert {(r.topic, r.partition) for r in message.partitions} == {("t", 0), ("t", 1)}
+        assert message.topic_configs["t"] == {"retention.ms": "1000"}
+    since = len(controller.sent)
+    c.feed(TopicConfigsChanged({"t": {"retention.ms": "1000"}}))  # nothing new: nothing sent
+    assert update_metadata(controller, since) == []
+    c.bounce_broker(c.state("t", 0).leader)
+    c.pump()
+    assert any(m.topic_configs.get("t") == {"retention.ms": "1000"}
+               for _b, m in sent_of(controller, LeaderAndIsrRequest, since))
 
 
 # ------------------------------------------------------------------- failover

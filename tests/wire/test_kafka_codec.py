@@ -611,6 +611,13 @@ RESPONSE_EXAMPLES: dict[int, dict[str, Any]] = {
     17: {"error_code": 0, "mechanisms": ["PLAIN", "SCRAM-SHA-256"]},
     36: {"error_code": 58, "error_message": "Authentication failed", "auth_bytes": b"r=abc",
          "session_lifetime_ms": 3000},
+    43: {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "replica_election_results": [{"topic": "orders", "partition_result": [
+            {"partition_id": 0, "error_code": 0, "error_message": None},
+            {"partition_id": 1, "error_code": 84, "error_message": None}]}],
+    },
 }
 
 

@@ -1,0 +1,230 @@
+"""Topic admin that changes a live cluster goes through its controller: CreatePartitions,
+topic config changes and ElectLeaders on three `actorlog serve` processes and a real ZooKeeper, with
+confluent-kafka's AdminClient and kafka-python's KafkaAdminClient.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from confluent_kafka import ElectionType, KafkaException, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    ResourceType,
+)
+from kafka.admin import ConfigResource as KpConfigResource
+from kafka.admin import ConfigResourceType as KpResourceType
+from kafka.admin import KafkaAdminClient
+from kafka.admin import NewPartitions as KpNewPartitions
+from kafka.errors import InvalidPartitionsError, UnknownTopicOrPartitionError
+
+from actors.metadata import znodes
+from tests.cluster.test_cluster import create
+from tests.fixtures.cluster import Cluster, wait_for
+from tests.fixtures.cluster_tools import ZooKeeperReader, produce_to
+from wire.errors import ErrorCode
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]
+
+
+def _code(exc: BaseException) -> int:
+    assert isinstance(exc, KafkaException), exc
+    return int(exc.args[0].code())
+
+
+def _assignment(zk_connect: str, topic: str) -> dict[int, list[int]]:
+    zk = ZooKeeperReader(zk_connect)
+    try:
+        doc = json.loads(zk.get(znodes.topic_path(topic)) or b"{}")
+    finally:
+        zk.close()
+    return {int(p): list(r) for p, r in doc.get("partitions", {}).items()}
+
+
+def test_create_partitions_goes_through_the_controller_and_reaches_every_node(
+        cluster_factory: Any, zk_connect: str) -> None:
+    cluster: Cluster = cluster_factory(3)
+    create(cluster, "grow", 2, 2)
+    cluster.wait_topic("grow", 2)
+    # A node that is not the controller takes the request: it is forwarded.
+    via = next(i for i in cluster.nodes if i != cluster.controller())
+    client = AdminClient({"bootstrap.servers": cluster.nodes[via].bootstrap})
+
+    # Kafka's errors for bad input, and validate_only changes nothing.
+    futures = client.create_partitions([NewPartitions("grow", 1), NewPartitions("nope", 4)])
+    with pytest.raises(KafkaException) as smaller:
+        futures["grow"].result(30)
+    assert _code(smaller.value) == int(ErrorCode.INVALID_PARTITIONS)
+    with pytest.raises(KafkaException) as unknown:
+        futures["nope"].result(30)
+    assert _code(unknown.value) == int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    bad = client.create_partitions([NewPartitions("grow", 5, [[1, 1], [2, 3], [3, 1]])])
+    with pytest.raises(KafkaException) as duplicate:
+        bad["grow"].result(30)
+    assert _code(duplicate.value) == int(ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+    client.create_partitions([NewPartitions("grow", 6)], validate_only=True)["grow"].result(30)
+    assert len(_assignment(zk_connect, "grow")) == 2
+
+    # Grow to 4 with an explicit assignment, then to 6 by the controller's round robin.
+    client.create_partitions([NewPartitions("grow", 4, [[3, 1], [1, 2]])])["grow"].result(30)
+    kp = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30_000)
+    try:
+        kp.create_partitions({"grow": KpNewPartitions(6)})
+        with pytest.raises(InvalidPartitionsError):
+            kp.create_partitions({"grow": KpNewPartitions(6)})
+        with pytest.raises(UnknownTopicOrPartitionError):
+            kp.create_partitions({"absent": KpNewPartitions(3)})
+    finally:
+        kp.close()
+    stored = _assignment(zk_connect, "grow")
+    assert sorted(stored) == list(range(6))
+    assert stored[2] == [3, 1] and stored[3] == [1, 2]
+    assert all(len(r) == 2 and len(set(r)) == 2 for r in stored.values())
+    for i in cluster.nodes:  # every node's metadata has the six partitions with leaders
+        found = wait_for(f"node {i} sees grow's 6 partitions with leaders", lambda i=i: (
+            lambda v: v if len(v.leaders("grow")) == 6
+            and all(leader > 0 for leader in v.leaders("grow").values()) else None)(
+                cluster.nodes[i].metadata(["grow"])))
+        assert found.partitions[("grow", 2)].replicas == (3, 1)
+    # The new partitions take records at their leader, replicated to the follower.
+    leaders = cluster.view().leaders("grow")
+    for partition in (2, 5):
+        node = cluster.nodes[leaders[partition]]
+        answer = produce_to(node, "grow", partition, [b"a", b"b"], acks=-1)
+        assert answer.error_code == 0 and answer.base_offset == 0
+
+
+def test_elect_leaders_preferred_and_unclean_through_the_controller(
+        cluster_factory: Any) -> None:
+    cluster: Cluster = cluster_factory(3)
+    create(cluster, "elect", 3, 2)
+    view = cluster.wait_topic("elect", 3)
+    preferred = {p: part.replicas[0] for (t, p), part in view.partitions.items() if t == "elect"}
+    client = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    tps = [TopicPartition("elect", p) for p in range(3)]
+
+    # Every leader is its preferred replica already: nothing to elect.
+    answer = client.elect_leaders(ElectionType.PREFERRED, tps).result(30)
+    assert {tp.partition: _code(KafkaException(e)) for tp, e in answer.items()} == \
+        {p: int(ErrorCode.ELECTION_NOT_NEEDED) for p in range(3)}
+    answer = client.elect_leaders(ElectionType.UNCLEAN, tps[:1]).result(30)
+    assert _code(KafkaException(answer[tps[0]])) == int(ErrorCode.ELECTION_NOT_NEEDED)
+    absent = TopicPartition("elect", 7)
+    answer = client.elect_leaders(ElectionType.PREFERRED, [absent]).result(30)
+    assert _code(KafkaException(answer[absent])) == int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+    # A preferred leader stopped (controlled shutdown moves its leaderships), then back as a
+    # follower: the election moves leadership back once it is in the ISR.
+    moved = next(p for p, b in preferred.items())
+    target = preferred[moved]
+    cluster.nodes[target].stop()
+    wait_for("leadership moved off the stopped node", lambda: (
+        lambda v: v if v.leaders("elect").get(moved, target) not in (target, -1) else None)(
+            cluster.view(next(i for i in cluster.nodes if i != target))))
+    other = next(i for i in cluster.nodes if i != target)
+    down = AdminClient({"bootstrap.servers": cluster.nodes[other].bootstrap})
+    answer = down.elect_leaders(ElectionType.PREFERRED, [TopicPartition("elect", moved)]) \
+        .result(30)
+    assert _code(KafkaException(answer[TopicPartition("elect", moved)])) == \
+        int(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE)
+    cluster.nodes[target].start()
+    wait_for("the preferred replica back in the ISR", lambda: (
+        lambda part: part if target in part.isr else None)(
+            cluster.view(other).partitions[("elect", moved)]))
+    answer = down.elect_leaders(ElectionType.PREFERRED, None).result(30)
+    errors = {tp.partition: e for tp, e in answer.items() if tp.topic == "elect"}
+    assert errors[moved] is None
+    wait_for("the preferred replica leads again", lambda: (
+        cluster.view(other).leaders("elect")[moved] == target) or None)
+
+
+def _produce_codes(cluster: Cluster, topic: str) -> dict[int, int]:
+    """Each partition's Produce (acks=all) error code, sent to its leader."""
+    leaders = cluster.view().leaders(topic)
+    return {p: produce_to(cluster.nodes[leader], topic, p, [b"x"], acks=-1).error_code
+            for p, leader in sorted(leaders.items())}
+
+
+def test_topic_config_changes_go_to_zookeeper_and_every_node_applies_them(
+        cluster_factory: Any, zk_connect: str) -> None:
+    cluster: Cluster = cluster_factory(3)
+    create(cluster, "conf", 3, 3)
+    view = cluster.wait_topic("conf", 3)
+    assert set(view.leaders("conf").values()) == {1, 2, 3}  # each node leads one
+    via = next(i for i in cluster.nodes if i != cluster.controller())
+    client = AdminClient({"bootstrap.servers": cluster.nodes[via].bootstrap})
+    topic = ConfigResource(ResourceType.TOPIC, "conf")
+
+    # Bad input: Kafka's codes, nothing written.
+    bad = [ConfigResource(ResourceType.TOPIC, "conf", set_config={"retention.ms": "soon"}),
+           ConfigResource(ResourceType.TOPIC, "absent", set_config={"retention.ms": "1000"})]
+    futures = client.alter_configs(bad)
+    codes = {}
+    for res, fut in futures.items():
+        with pytest.raises(KafkaException) as err:
+            fut.result(30)
+        codes[res.name] = _code(err.value)
+    assert codes == {"conf": int(ErrorCode.INVALID_CONFIG),
+                     "absent": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)}
+    client.alter_configs([ConfigResource(ResourceType.TOPIC, "conf",
+                                         set_config={"min.insync.replicas": "4"})],
+                         validate_only=True)[topic].result(30)
+    assert _produce_codes(cluster, "conf") == {0: 0, 1: 0, 2: 0}
+
+    # min.insync.replicas above the replicas: every node's leader refuses acks=all now.
+    client.alter_configs([ConfigResource(ResourceType.TOPIC, "conf", set_config={
+        "min.insync.replicas": "4", "retention.ms": "3600000"})])[topic].result(30)
+    zk = ZooKeeperReader(zk_connect)
+    try:
+        stored = json.loads(zk.get(znodes.topic_config_path("conf")) or b"{}")["config"]
+        changes = [json.loads(zk.get(f"{znodes.CONFIG_CHANGES}/{c}") or b"{}")
+                   for c in zk.children(znodes.CONFIG_CHANGES)]
+    finally:
+        zk.close()
+    assert stored == {"min.insync.replicas": "4", "retention.ms": "3600000"}
+    assert {"version": 2, "entity_path": "topics/conf"} in changes
+    not_enough = int(ErrorCode.NOT_ENOUGH_REPLICAS)
+    wait_for("every leader refuses acks=all", lambda: _produce_codes(cluster, "conf") == {
+        0: not_enough, 1: not_enough, 2: not_enough} or None)
+    for i, node in cluster.nodes.items():  # every node describes the override
+        node_client = AdminClient({"bootstrap.servers": node.bootstrap})
+        described = wait_for(f"node {i} describes the new config", lambda c=node_client: (
+            lambda d: d if d["retention.ms"].value == "3600000" else None)(
+                c.describe_configs([topic])[topic].result(30)))
+        assert described["min.insync.replicas"].value == "4"
+        assert described["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+
+    # Incremental: DELETE restores the default (acks=all works again), APPEND a list config.
+    inc = ConfigResource(ResourceType.TOPIC, "conf", incremental_configs=[
+        ConfigEntry("min.insync.replicas", None,
+                    incremental_operation=AlterConfigOpType.DELETE),
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND)])
+    client.incremental_alter_configs([inc])[inc].result(30)
+    wait_for("acks=all accepted again", lambda: _produce_codes(cluster, "conf") == {
+        0: 0, 1: 0, 2: 0} or None)
+    kp = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30_000)
+    try:
+        kp.alter_configs([KpConfigResource(KpResourceType.TOPIC, "conf",
+                                           configs={"segment.ms": "600000"})])
+    finally:
+        kp.close()
+    described = wait_for("kafka-python's change is described", lambda: (
+        lambda d: d if d["segment.ms"].value == "600000" else None)(
+            client.describe_configs([topic])[topic].result(30)))
+    assert described["retention.ms"].value == "3600000"
+    assert described["cleanup.policy"].value == "delete,compact"
+    # AlterConfigs (not incremental) replaces the overrides: the others revert.
+    client.alter_configs([ConfigResource(ResourceType.TOPIC, "conf",
+                                         set_config={"segment.ms": "700000"})])[topic].result(30)
+    described = wait_for("the overrides replaced", lambda: (
+        lambda d: d if d["segment.ms"].value == "700000" else None)(
+            client.describe_configs([topic])[topic].result(30)))
+    assert described["retention.ms"].source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert described["cleanup.policy"].value == "delete"

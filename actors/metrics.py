@@ -91,6 +91,9 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "actor_handle_seconds": ("summary", "Time an actor spent in its handlers"),
     "actor_messages_enqueued_total": ("counter", "Messages actors of this node sent to an "
                                                  "actor"),
+    "actors_running": ("gauge", "Actors of this node that run (stopped ones, such as idle "
+                                "replica fetchers, not counted)"),
+    "actor_running": ("gauge", "1 while an actor runs, 0 once stopped (its counters stay)"),
     "actor_crashes": ("counter", "Handler exceptions"),
     "actor_restarts": ("counter", "Actors restarted by supervision"),
     "actor_gave_up": ("counter", "Actors supervision stopped restarting"),

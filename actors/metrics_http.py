@@ -100,8 +100,11 @@ def gauges(broker: Any) -> list[Sample]:
         enqueued = counters.get(f"actor_messages_enqueued_total|actor={name}", 0)
         add("actor_mailbox_depth", max(0, enqueued - actor.messages_dequeued), actor=name)
         add("actor_messages_handled_total", actor.messages_handled, actor=name)
+        add("actor_running", 0 if actor.actor_stopped.is_set() else 1, actor=name)
         add("actor_handle_seconds_sum", actor.handler_ns / 1e9, actor=name)
         add("actor_handle_seconds_count", actor.messages_handled, actor=name)
+    add("actors_running", sum(1 for a in list(node.actors.values())
+                              if not a.actor_stopped.is_set()))
     add("dead_letters_total", node.dead_letters.total)
     return out
 

@@ -471,7 +471,8 @@ class ReplicaManager(Actor):
     def _fetcher(self, leader: int, fetcher_id: int) -> str | None:
         """The name of the fetcher of (leader, id), spawned on first use."""
         name = fetcher_name(leader, fetcher_id)
-        if name not in self.node.actors:
+        running = self.node.actors.get(name)
+        if running is None or running.actor_stopped.is_set():  # never started, or idle
             try:
                 self.node.spawn(ReplicaFetcher, name, topology=self.topology,
                                 config=self.fetcher_config, leader=leader,

@@ -32,8 +32,8 @@ def fetchers_running(port: int) -> dict[str, float]:
     """Handled-message counts of the replica fetchers a node runs now."""
     m = scrape(port)
     names = [key.split('actor="')[1].split('"')[0] for key, value in m.items()
-             if key.startswith('actor_running{actor="replica-fetcher-') and value == 1]
-    return {name: m[f'actor_messages_handled_total{{actor="{name}"}}'] for name in names}
+             if key.startswith('actorlog_actor_running{actor="replica-fetcher-') and value == 1]
+    return {name: m[f'actorlog_actor_messages_handled_total{{actor="{name}"}}'] for name in names}
 
 
 def test_an_idle_fetcher_stops_and_a_new_partition_starts_it_again(
@@ -43,7 +43,7 @@ def test_an_idle_fetcher_stops_and_a_new_partition_starts_it_again(
     longer move: no fetch traffic), and a new topic of the same leaders starts them
     again, reached by the senders that knew the old ones."""
     cluster, ports = metrics_cluster(cluster_factory)
-    before = {i: scrape(p)["actors_running"] for i, p in ports.items()}
+    before = {i: scrape(p)["actorlog_actors_running"] for i, p in ports.items()}
     leaders = create_topic(cluster, partitions=3)
     acked, errors = produce_acks_all(cluster, [b"a-%d" % i for i in range(50)])
     assert errors == [] and len(acked) == 50
@@ -52,25 +52,30 @@ def test_an_idle_fetcher_stops_and_a_new_partition_starts_it_again(
     for i in ports:
         expected = {f"replica-fetcher-{leader}-0" for leader in leaders.values() if leader != i}
         assert set(running[i]) == expected
-        assert scrape(ports[i])["actors_running"] == before[i] + len(expected)
+        assert scrape(ports[i])["actorlog_actors_running"] == before[i] + len(expected)
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30_000)
     try:
         admin.delete_topics([TOPIC])
     finally:
         admin.close()
     wait_for("every fetcher stopped", lambda: all(
-        fetchers_running(p) == {} and scrape(p)["actors_running"] == before[i]
+        fetchers_running(p) == {} and scrape(p)["actorlog_actors_running"] == before[i]
         for i, p in ports.items()), timeout_s=60)
     for i in ports:
         assert "stopped idle replica fetcher" in cluster.nodes[i].log()
     # No traffic after: nothing reaches a stopped fetcher (its counters stay).
-    handled = {i: scrape(p).get('actor_messages_handled_total{actor="replica-fetcher-%d-0"}'
-                                % next(iter(set(leaders.values()) - {i})))
-               for i, p in ports.items()}
+    def handled_by_stopped() -> dict[str, float]:
+        out = {}
+        for i, p in ports.items():
+            for key, value in scrape(p).items():
+                if key.startswith('actorlog_actor_messages_handled_total{actor="replica-fetch'):
+                    out[f"{i}/{key}"] = value
+        return out
+
+    handled = handled_by_stopped()
+    assert len(handled) == sum(len(r) for r in running.values())
     time.sleep(1.5)
-    assert handled == {i: scrape(p).get(
-        'actor_messages_handled_total{actor="replica-fetcher-%d-0"}'
-        % next(iter(set(leaders.values()) - {i}))) for i, p in ports.items()}
+    assert handled_by_stopped() == handled
     # The same names start again with a new topic, and replicate.
     wait_for("the topic gone", lambda: TOPIC not in cluster.view().topics(), timeout_s=30)
     create_topic(cluster, partitions=3)

@@ -11,12 +11,22 @@ import time
 from typing import Any
 
 import pytest
-from kafka.admin import KafkaAdminClient
+from confluent_kafka import Producer
+from kafka import TopicPartition as KTopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
 
 from tests.broker.test_metrics import scrape
-from tests.cluster.test_replication import FAST, TOPIC, create_topic, produce_acks_all, same_logs
+from tests.cluster.test_replication import (
+    FAST,
+    TOPIC,
+    create_topic,
+    isr_of,
+    produce_acks_all,
+    same_logs,
+)
 from tests.fixtures.broker import free_port
 from tests.fixtures.cluster import Cluster, wait_for
+from tests.fixtures.replication import DiskRecord, disk_records, offset_checkpoint, values_of
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]
 
@@ -85,3 +95,89 @@ def test_an_idle_fetcher_stops_and_a_new_partition_starts_it_again(
     assert [r.value for r in records] == more
     wait_for("fetchers running again", lambda: all(fetchers_running(p) for p in ports.values()),
              timeout_s=30)
+
+
+def log_starts(cluster: Cluster, topic: str, partition: int) -> dict[int, int]:
+    """Each live node's checkpointed log start of the partition (-1: none yet)."""
+    return {n.broker_id: offset_checkpoint(n, "log-start-offset-checkpoint").get(
+        (topic, partition), -1) for n in cluster.live()}
+
+
+def first_offsets(cluster: Cluster, topic: str, partition: int) -> dict[int, int]:
+    return {n.broker_id: (disk_records(n, topic, partition) or [DiskRecord(-1, -1, -1, None,
+                                                                           None)])[0].offset
+            for n in cluster.live()}
+
+
+def same_logs_from(cluster: Cluster, start: int) -> list[Any] | None:
+    """The records from ``start`` on when every live replica holds the same ones (their
+    head segments may start at different offsets below the log start)."""
+    logs = [[(r.offset, r.leader_epoch, r.value) for r in disk_records(n, TOPIC, 0)
+             if r.offset >= start] for n in cluster.live()]
+    if logs[0] and all(log == logs[0] for log in logs[1:]):
+        return [r for r in disk_records(cluster.live()[0], TOPIC, 0) if r.offset >= start]
+    return None
+
+
+def produce_small_batches(cluster: Cluster, prefix: bytes, count: int) -> list[bytes]:
+    """acks=all, ten records (about 1 KB) a flush: batches fit 2 KB segments."""
+    acked: list[bytes] = []
+    for start in range(0, count, 10):
+        got, errors = produce_acks_all(cluster, [prefix + b"-%03d-" % i + b"x" * 80
+                                                 for i in range(start, start + 10)])
+        assert errors == [] and len(got) == 10
+        acked += got
+    return acked
+
+
+def test_followers_follow_the_leaders_log_start(cluster_factory: Any) -> None:
+    """DeleteRecords on the leader moves every follower's log start (checkpointed, the
+    segments below it deleted); a follower that was down while the leader's log start
+    passed its log end gets OFFSET_OUT_OF_RANGE and restarts its log at the leader's
+    log start, then rejoins the ISR; retention.bytes on the leader: all log starts agree."""
+    cluster = cluster_factory(config={**FAST, "log.retention.check.interval.ms": 300})
+    leaders = create_topic(cluster, configs={"segment.bytes": "2048"})
+    leader = cluster.nodes[leaders[0]]
+    produce_small_batches(cluster, b"a", 100)
+    wait_for("identical replicas", lambda: same_logs(cluster, 0), timeout_s=60)
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30_000)
+    try:
+        out = admin.delete_records({KTopicPartition(TOPIC, 0): 40})
+        assert out[KTopicPartition(TOPIC, 0)]["low_watermark"] == 40
+        wait_for("every log start at 40", lambda: set(log_starts(cluster, TOPIC, 0).values())
+                 == {40}, timeout_s=30)
+        heads = first_offsets(cluster, TOPIC, 0)
+        assert all(0 < head <= 40 for head in heads.values()), heads  # head segments gone
+        # A follower down while the leader's log start passes its log end.
+        follower = next(n for n in cluster.nodes.values() if n is not leader)
+        follower.stop()
+        more = produce_small_batches(cluster, b"b", 100)
+        admin.delete_records({KTopicPartition(TOPIC, 0): 150})
+        follower.start()
+        wait_for("the follower back in the ISR", lambda: len(isr_of(cluster, 0, via=leader.
+                                                                     broker_id)) == 3,
+                 timeout_s=60)
+        records = wait_for("identical replicas from 150", lambda: same_logs_from(cluster, 150),
+                           timeout_s=60)
+        assert [r.offset for r in records] == list(range(150, 200))
+        assert values_of(records) == more[50:]
+        assert first_offsets(cluster, TOPIC, 0)[follower.broker_id] <= 150
+        assert "out of range on leader" in follower.log()
+        wait_for("every log start at 150", lambda: set(log_starts(cluster, TOPIC, 0).values())
+                 == {150}, timeout_s=30)
+        # Retention on the leader: a second topic whose old segments go by size.
+        admin.create_topics([NewTopic("kept", 1, 3, topic_configs={
+            "segment.bytes": "2048", "retention.bytes": "4096"})])
+    finally:
+        admin.close()
+    cluster.wait_topic("kept", 1)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                         "batch.size": 1000, "linger.ms": 0})
+    for i in range(100):
+        producer.produce("kept", b"k-%03d-" % i + b"z" * 80, partition=0)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    starts = wait_for("retention moved every log start alike", lambda: (
+        lambda s: s if len(set(s.values())) == 1 and min(s.values()) > 0 else None)(
+        log_starts(cluster, "kept", 0)), timeout_s=30)
+    assert len(starts) == 3

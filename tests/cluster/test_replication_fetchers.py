@@ -7,7 +7,9 @@ each node's Prometheus endpoint shows which actors run.
 
 from __future__ import annotations
 
+import hashlib
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,8 +27,14 @@ from tests.cluster.test_replication import (
     same_logs,
 )
 from tests.fixtures.broker import free_port
-from tests.fixtures.cluster import Cluster, wait_for
-from tests.fixtures.replication import DiskRecord, disk_records, offset_checkpoint, values_of
+from tests.fixtures.cluster import Cluster, ClusterNode, wait_for
+from tests.fixtures.replication import (
+    DiskRecord,
+    disk_records,
+    offset_checkpoint,
+    partition_dir,
+    values_of,
+)
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]
 
@@ -181,3 +189,76 @@ def test_followers_follow_the_leaders_log_start(cluster_factory: Any) -> None:
         lambda s: s if len(set(s.values())) == 1 and min(s.values()) > 0 else None)(
         log_starts(cluster, "kept", 0)), timeout_s=30)
     assert len(starts) == 3
+
+
+def peak_rss_mb(pid: int | None) -> float:
+    """Peak RSS (VmHWM) of the process and its children (num.processes > 1), in MB."""
+    total = 0.0
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        for line in Path(f"/proc/{current}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                total += int(line.split()[1]) / 1024
+        for task in Path(f"/proc/{current}/task").iterdir():
+            todo += [int(c) for c in (task / "children").read_text().split()]
+    if total == 0:
+        raise AssertionError(f"no VmHWM for pid {pid}")
+    return total
+
+
+def log_bytes(node: ClusterNode, topic: str, partition: int) -> int:
+    return sum(f.stat().st_size for f in partition_dir(node, topic, partition).glob("*.log"))
+
+
+CATCH_UP_MB = 256
+
+
+def log_digest(node: ClusterNode) -> str:
+    digest = hashlib.sha256()
+    for segment in sorted(partition_dir(node, TOPIC, 0).glob("*.log")):
+        with segment.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+@pytest.mark.slow
+def test_a_follower_down_while_the_leader_took_256_mb_catches_up_in_bounded_memory(
+        cluster_factory: Any) -> None:
+    """Slow (about 15 s alone, but 512 MB of disk writes: 256 MB written, then fetched): a follower stopped
+    while its leader takes 256 MB comes back, fetches it all in fetches of at most
+    replica.fetch.response.max.bytes (4 MB here), rejoins the ISR, and its peak RSS stays
+    far below the log it fetched. (`actorlog bench replication --catch-up-mb 1024` gives
+    the rate on 1 GB.)"""
+    cluster = cluster_factory(config={**FAST, "replica.fetch.max.bytes": 1 << 20,
+                                      "replica.fetch.response.max.bytes": 4 << 20})
+    leaders = create_topic(cluster)
+    leader = cluster.nodes[leaders[0]]
+    follower = next(n for n in cluster.nodes.values() if n is not leader)
+    follower.stop()
+    wait_for("ISR without the follower", lambda: len(isr_of(cluster, 0, via=leader.broker_id))
+             == 2, timeout_s=30)
+    producer = Producer({"bootstrap.servers": leader.bootstrap, "acks": "1", "linger.ms": 20,
+                         "batch.size": 1 << 20, "compression.type": "none",
+                         "message.timeout.ms": 120_000})
+    payload = b"c" * 16384
+    for _ in range(CATCH_UP_MB * 64):  # bounded: 16 KiB records up to CATCH_UP_MB
+        while True:
+            try:
+                producer.produce(TOPIC, payload, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    assert producer.flush(120) == 0
+    leader_end = log_bytes(leader, TOPIC, 0)
+    assert leader_end >= CATCH_UP_MB << 20
+    follower.start()
+    wait_for("the follower back in the ISR", lambda: len(isr_of(cluster, 0, via=leader.
+                                                                 broker_id)) == 3,
+             timeout_s=240)
+    assert log_bytes(follower, TOPIC, 0) == leader_end
+    peak = peak_rss_mb(follower.pid)
+    assert peak < CATCH_UP_MB * 0.75, f"follower peak RSS {peak:.0f} MB"
+    assert log_digest(follower) == log_digest(leader)  # byte for byte: offsets, epochs

@@ -298,14 +298,21 @@ def kill_to_first_ack_s(cluster: BenchCluster, topic: str) -> float:
 
 
 def peak_rss_mb(pid: int | None) -> float:
-    """The process's peak resident set (VmHWM), in MB; 0 when it cannot be read."""
+    """Peak resident set (VmHWM) of the process and its children (num.processes > 1), in
+    MB; 0 when it cannot be read."""
+    total = 0.0
+    todo = [pid]
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
+        while todo:
+            current = todo.pop()
+            for line in Path(f"/proc/{current}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1]) / 1024
+            for task in Path(f"/proc/{current}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
     except (OSError, ValueError):
         pass
-    return 0.0
+    return total
 
 
 def fill_catch_up_log(cluster: BenchCluster, topic: str, megabytes: int) -> None:

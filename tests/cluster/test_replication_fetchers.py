@@ -226,8 +226,9 @@ def log_digest(node: ClusterNode) -> str:
 @pytest.mark.slow
 def test_a_follower_down_while_the_leader_took_256_mb_catches_up_in_bounded_memory(
         cluster_factory: Any) -> None:
-    """Slow (about 15 s alone, but 512 MB of disk writes: 256 MB written, then fetched): a follower stopped
-    while its leader takes 256 MB comes back, fetches it all in fetches of at most
+    """Slow (about 15 s alone, but 512 MB of disk writes: 256 MB written, then fetched): a
+    follower stopped while its leader takes 256 MB comes back, fetches it all in fetches of
+    at most
     replica.fetch.response.max.bytes (4 MB here), rejoins the ISR, and its peak RSS stays
     far below the log it fetched. (`actorlog bench replication --catch-up-mb 1024` gives
     the rate on 1 GB.)"""

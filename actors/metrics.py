@@ -197,10 +197,14 @@ def render(counters: Mapping[str, int], gauges: Iterable[Sample] = ()) -> str:
     out: list[str] = []
     for family in [*FAMILIES, *sorted(set(samples) - set(FAMILIES))]:
         kind, text = FAMILIES.get(family, ("untyped", "(no description)"))
-        out.append(f"# HELP {PREFIX}{family} {text}")
-        out.append(f"# TYPE {PREFIX}{family} {kind}")
+        # Prometheus names every counter ..._total; the counter keys the actors add to keep
+        # their short names, the exported family gets the suffix.
+        shown = family + "_total" if kind == "counter" and not family.endswith("_total") else family
+        out.append(f"# HELP {PREFIX}{shown} {text}")
+        out.append(f"# TYPE {PREFIX}{shown} {kind}")
         for name, pairs, amount in sorted(samples.get(family, ()),
                                           key=lambda s: (s[0], _order(s[1]))):
+            name = shown if name == family else name
             out.append(f"{PREFIX}{name}{_labels(pairs)} {_number(amount)}")
     return "\n".join(out) + "\n"
 

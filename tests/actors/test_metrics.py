@@ -29,8 +29,12 @@ def test_every_family_has_help_then_type_and_labels_are_escaped() -> None:
                   [("consumer_group_lag", [("group", 'we"ird\\g'), ("topic", "a")], 2)])
     lines = text.splitlines()
     for name, (kind, _help) in FAMILIES.items():
+        if kind == "counter" and not name.endswith("_total"):  # exported with the suffix
+            name += "_total"
         i = lines.index(f"# TYPE actorlog_{name} {kind}")
         assert lines[i - 1].startswith(f"# HELP actorlog_{name} ")
+    assert 'actorlog_requests_refused_total 0' not in lines  # no sample made up for it
+    assert 'actorlog_actor_restarts_total 2' in render({"actor_restarts": 2}).splitlines()
     assert 'actorlog_topic_bytes_in_total{topic="a"} 3' in lines
     assert 'actorlog_consumer_group_lag{group="we\\"ird\\\\g",topic="a"} 2' in lines
     # a counter nobody described still shows, typed untyped

@@ -130,6 +130,7 @@ def test_every_family_has_help_and_type_and_samples_belong_to_one(
     text = scrape_text(worked[1])
     types = families(text)
     assert "untyped" not in types.values(), [n for n, k in types.items() if k == "untyped"]
+    assert [n for n, k in types.items() if k == "counter" and not n.endswith("_total")] == []
     for line in text.splitlines():
         if line.startswith("#"):
             continue

@@ -77,7 +77,7 @@ def test_create_and_remove_exactly_one_host() -> None:
     skip_unless_namespaces()
     bridge_made = netns.ensure_bridge()
     address = free_test_address()
-    name = "alog-test-create"
+    name, other = f"alog-t{os.getpid()}-create", f"alog-t{os.getpid()}-other"
     try:
         host = netns.create_host(name, address)
         assert netns.address_holder(address) == name
@@ -85,14 +85,14 @@ def test_create_and_remove_exactly_one_host() -> None:
             netns.create_host(name, free_test_address())
         with pytest.raises(NetnsError, match=f"address {address} is already in use "
                                              f"\\(namespace {name}\\)"):
-            netns.create_host("alog-test-other", address)
-        assert "alog-test-other" not in netns.namespaces()  # nothing left of the refusal
+            netns.create_host(other, address)
+        assert other not in netns.namespaces()  # nothing left of the refusal
         netns.remove_host(host)
         assert name not in netns.namespaces()
         assert not netns.link_exists(host.veth)
         assert netns.address_holder(address) is None
     finally:
-        for ns in (name, "alog-test-other"):
+        for ns in (name, other):
             if ns in netns.namespaces():
                 netns.remove_host(TestHost(ns, address))
         if bridge_made:

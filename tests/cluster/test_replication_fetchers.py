@@ -138,8 +138,9 @@ def produce_small_batches(cluster: Cluster, prefix: bytes, count: int) -> list[b
     return acked
 
 
+@pytest.mark.slow
 def test_followers_follow_the_leaders_log_start(cluster_factory: Any) -> None:
-    """DeleteRecords on the leader moves every follower's log start (checkpointed, the
+    """Slow (about 20 s: two follower restarts, twenty acks=all producers). DeleteRecords on the leader moves every follower's log start (checkpointed, the
     segments below it deleted); a follower that was down while the leader's log start
     passed its log end gets OFFSET_OUT_OF_RANGE and restarts its log at the leader's
     log start, then rejoins the ISR; retention.bytes on the leader: all log starts agree."""

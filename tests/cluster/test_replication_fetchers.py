@@ -140,8 +140,9 @@ def produce_small_batches(cluster: Cluster, prefix: bytes, count: int) -> list[b
 
 @pytest.mark.slow
 def test_followers_follow_the_leaders_log_start(cluster_factory: Any) -> None:
-    """Slow (about 20 s: two follower restarts, twenty acks=all producers). DeleteRecords on the leader moves every follower's log start (checkpointed, the
-    segments below it deleted); a follower that was down while the leader's log start
+    """Slow (about 20 s: a follower restart, twenty acks=all producers). DeleteRecords on
+    the leader moves every follower's log start (checkpointed, the segments below it
+    deleted); a follower that was down while the leader's log start
     passed its log end gets OFFSET_OUT_OF_RANGE and restarts its log at the leader's
     log start, then rejoins the ISR; retention.bytes on the leader: all log starts agree."""
     cluster = cluster_factory(config={**FAST, "log.retention.check.interval.ms": 300})

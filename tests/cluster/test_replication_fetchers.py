@@ -59,7 +59,8 @@ def test_an_idle_fetcher_stops_and_a_new_partition_starts_it_again(
     """Deleting the only replicated topic leaves every follower's fetchers without
     partitions: they stop (actors_running goes back down, their handled counts no
     longer move: no fetch traffic), and a new topic of the same leaders starts them
-    again, reached by the senders that knew the old ones."""
+    again, reached by the senders that knew the old ones; a leader's controlled shutdown
+    stops the others' fetchers of it."""
     cluster, ports = metrics_cluster(cluster_factory)
     before = {i: scrape(p)["actorlog_actors_running"] for i, p in ports.items()}
     leaders = create_topic(cluster, partitions=3)
@@ -96,13 +97,25 @@ def test_an_idle_fetcher_stops_and_a_new_partition_starts_it_again(
     assert handled_by_stopped() == handled
     # The same names start again with a new topic, and replicate.
     wait_for("the topic gone", lambda: TOPIC not in cluster.view().topics(), timeout_s=30)
-    create_topic(cluster, partitions=3)
+    leaders = create_topic(cluster, partitions=3)
     more, errors = produce_acks_all(cluster, [b"b-%d" % i for i in range(50)])
     assert errors == [] and len(more) == 50
     records = wait_for("identical replicas again", lambda: same_logs(cluster, 0), timeout_s=60)
     assert [r.value for r in records] == more
     wait_for("fetchers running again", lambda: all(fetchers_running(p) for p in ports.values()),
              timeout_s=30)
+    # A leader goes (controlled shutdown): the others' fetchers of it stop, whether their
+    # partition now leads here (became leader) or follows another node.
+    gone = cluster.nodes[leaders[0]]
+    gone.stop()
+    survivors = {i: p for i, p in ports.items() if i != gone.broker_id}
+    wait_for("no fetcher of the stopped leader", lambda: all(
+        f"replica-fetcher-{gone.broker_id}-0" not in fetchers_running(p)
+        for p in survivors.values()), timeout_s=60)
+    last, errors = produce_acks_all(cluster, [b"c-%d" % i for i in range(20)])
+    assert errors == [] and len(last) == 20
+    records = wait_for("identical survivors", lambda: same_logs(cluster, 0), timeout_s=60)
+    assert [r.value for r in records] == more + last
 
 
 def log_starts(cluster: Cluster, topic: str, partition: int) -> dict[int, int]:

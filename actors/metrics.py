@@ -99,6 +99,10 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "actor_gave_up": ("counter", "Actors supervision stopped restarting"),
     "mailbox_full_waits": ("counter", "Sends that waited for room in a full mailbox"),
     "messages_refused_oversized": ("counter", "Messages over actor.max.frame.bytes"),
+    "replica_fetcher_bytes_total": ("counter", "Record bytes a replica fetcher fetched"),
+    "replica_fetcher_largest_response_bytes": ("gauge", "Record bytes of a replica fetcher's "
+                                                        "largest answer (bounded by "
+                                                        "replica.fetch.response.max.bytes)"),
     "dead_letters_total": ("counter", "Messages that could not be delivered"),
 }
 

@@ -87,6 +87,13 @@ def gauges(broker: Any) -> list[Sample]:
     for kind, count in kinds.items():
         add("purgatory_size", count, kind=kind)
     add("purgatory_expirations_total", expirations)
+    # replica fetchers (the running ones): bytes fetched, the largest answer
+    for name, actor in sorted(node.actors.items()):
+        if name.startswith("replica-fetcher-") and not actor.actor_stopped.is_set():
+            stats = _ask(node, Address(node.name, name)) or {}
+            add("replica_fetcher_bytes_total", stats.get("bytes_fetched", 0), fetcher=name)
+            add("replica_fetcher_largest_response_bytes",
+                stats.get("largest_response_bytes", 0), fetcher=name)
     # the log cleaner
     if "log-cleaner" in node.actors:
         stats = _ask(node, topo.log_cleaner) or {}

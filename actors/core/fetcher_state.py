@@ -78,6 +78,7 @@ class FetcherCore:
     generations: int = 0
     fetches: int = 0
     bytes_fetched: int = 0
+    largest_response_bytes: int = 0
     errors: dict[int, int] = field(default_factory=dict)
 
     # ------------------------------------------------------------ membership
@@ -187,6 +188,8 @@ class FetcherCore:
         if flight is None or flight.req_id != req_id:
             return []
         self.in_flight = None
+        self.largest_response_bytes = max(self.largest_response_bytes,
+                                          sum(len(row.records) for row in rows))
         apply: list[FollowerApplyRow] = []
         for row in rows:
             key = (row.topic, row.partition)
@@ -243,6 +246,7 @@ class FetcherCore:
                            for (t, p), fp in self.partitions.items()},
             "fetches": self.fetches,
             "bytes_fetched": self.bytes_fetched,
+            "largest_response_bytes": self.largest_response_bytes,
             "errors": {ErrorCode(code).name: n for code, n in self.errors.items()},
             "in_flight": self.in_flight is not None,
         }

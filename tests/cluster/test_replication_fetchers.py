@@ -247,8 +247,8 @@ def test_a_follower_down_while_the_leader_took_256_mb_catches_up_in_bounded_memo
     replica.fetch.response.max.bytes (4 MB here), rejoins the ISR, and its peak RSS stays
     far below the log it fetched. (`actorlog bench replication --catch-up-mb 1024` gives
     the rate on 1 GB.)"""
-    cluster = cluster_factory(config={**FAST, "replica.fetch.max.bytes": 1 << 20,
-                                      "replica.fetch.response.max.bytes": 4 << 20})
+    cluster, ports = metrics_cluster(cluster_factory, **{
+        "replica.fetch.max.bytes": 1 << 20, "replica.fetch.response.max.bytes": 4 << 20})
     leaders = create_topic(cluster)
     leader = cluster.nodes[leaders[0]]
     follower = next(n for n in cluster.nodes.values() if n is not leader)
@@ -275,6 +275,10 @@ def test_a_follower_down_while_the_leader_took_256_mb_catches_up_in_bounded_memo
                                                                  broker_id)) == 3,
              timeout_s=240)
     assert log_bytes(follower, TOPIC, 0) == leader_end
+    m = scrape(ports[follower.broker_id])
+    label = f'{{fetcher="replica-fetcher-{leader.broker_id}-0"}}'
+    assert m["actorlog_replica_fetcher_bytes_total" + label] >= CATCH_UP_MB << 20
+    assert 0 < m["actorlog_replica_fetcher_largest_response_bytes" + label] <= 4 << 20
     peak = peak_rss_mb(follower.pid)
     assert peak < CATCH_UP_MB * 0.75, f"follower peak RSS {peak:.0f} MB"
     assert log_digest(follower) == log_digest(leader)  # byte for byte: offsets, epochs

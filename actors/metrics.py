@@ -91,11 +91,18 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "actor_handle_seconds": ("summary", "Time an actor spent in its handlers"),
     "actor_messages_enqueued_total": ("counter", "Messages actors of this node sent to an "
                                                  "actor"),
+    "actors_running": ("gauge", "Actors of this node that run (stopped ones, such as idle "
+                                "replica fetchers, not counted)"),
+    "actor_running": ("gauge", "1 while an actor runs, 0 once stopped (its counters stay)"),
     "actor_crashes": ("counter", "Handler exceptions"),
     "actor_restarts": ("counter", "Actors restarted by supervision"),
     "actor_gave_up": ("counter", "Actors supervision stopped restarting"),
     "mailbox_full_waits": ("counter", "Sends that waited for room in a full mailbox"),
     "messages_refused_oversized": ("counter", "Messages over actor.max.frame.bytes"),
+    "replica_fetcher_bytes_total": ("counter", "Record bytes a replica fetcher fetched"),
+    "replica_fetcher_largest_response_bytes": ("gauge", "Record bytes of a replica fetcher's "
+                                                        "largest answer (bounded by "
+                                                        "replica.fetch.response.max.bytes)"),
     "dead_letters_total": ("counter", "Messages that could not be delivered"),
 }
 

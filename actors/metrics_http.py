@@ -87,6 +87,13 @@ def gauges(broker: Any) -> list[Sample]:
     for kind, count in kinds.items():
         add("purgatory_size", count, kind=kind)
     add("purgatory_expirations_total", expirations)
+    # replica fetchers (the running ones): bytes fetched, the largest answer
+    for name, actor in sorted(node.actors.items()):
+        if name.startswith("replica-fetcher-") and not actor.actor_stopped.is_set():
+            stats = _ask(node, Address(node.name, name)) or {}
+            add("replica_fetcher_bytes_total", stats.get("bytes_fetched", 0), fetcher=name)
+            add("replica_fetcher_largest_response_bytes",
+                stats.get("largest_response_bytes", 0), fetcher=name)
     # the log cleaner
     if "log-cleaner" in node.actors:
         stats = _ask(node, topo.log_cleaner) or {}
@@ -100,8 +107,11 @@ def gauges(broker: Any) -> list[Sample]:
         enqueued = counters.get(f"actor_messages_enqueued_total|actor={name}", 0)
         add("actor_mailbox_depth", max(0, enqueued - actor.messages_dequeued), actor=name)
         add("actor_messages_handled_total", actor.messages_handled, actor=name)
+        add("actor_running", 0 if actor.actor_stopped.is_set() else 1, actor=name)
         add("actor_handle_seconds_sum", actor.handler_ns / 1e9, actor=name)
         add("actor_handle_seconds_count", actor.messages_handled, actor=name)
+    add("actors_running", sum(1 for a in list(node.actors.values())
+                              if not a.actor_stopped.is_set()))
     add("dead_letters_total", node.dead_letters.total)
     return out
 

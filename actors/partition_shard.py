@@ -789,7 +789,7 @@ class PartitionShard(Actor):
                                                log.high_watermark, log.log_start_offset,
                                                log.log_end_offset, -1, -1, b"", 0, 0))
                 continue
-            if state.on_follower_fetch(msg.replica_id, offset, now):
+            if state.on_follower_fetch(msg.replica_id, offset, now, req.log_start_offset):
                 self._notify(state)  # the high watermark moved: waiting produces complete
             proposal = state.isr_expansion(msg.replica_id, now)
             if proposal is not None:
@@ -875,7 +875,8 @@ class PartitionShard(Actor):
             code = NOT_LEADER if state.leader_id == self.broker_id else int(
                 ErrorCode.FENCED_LEADER_EPOCH)
             return FollowerStateRow(topic, partition, code, log.log_end_offset,
-                                    log.latest_epoch, log.high_watermark, False)
+                                    log.latest_epoch, log.high_watermark, False,
+                                    log.log_start_offset)
         truncated = False
         try:
             if row.reset_offset >= 0:
@@ -900,14 +901,34 @@ class PartitionShard(Actor):
                 target = min(row.leader_high_watermark, log.log_end_offset)
                 if target > log.high_watermark:
                     log.update_high_watermark(target)
+            if row.leader_log_start_offset > log.log_start_offset:
+                self._follow_log_start(state, row.leader_log_start_offset, now)
         except KafkaError as exc:
             self._log_refusal(topic, partition, exc)
             return FollowerStateRow(topic, partition, int(exc.code), log.log_end_offset,
-                                    log.latest_epoch, log.high_watermark, truncated)
+                                    log.latest_epoch, log.high_watermark, truncated,
+                                    log.log_start_offset)
         if truncated:
             self._notify(state)
         return FollowerStateRow(topic, partition, NONE, log.log_end_offset, log.latest_epoch,
-                                log.high_watermark, truncated)
+                                log.high_watermark, truncated, log.log_start_offset)
+
+    def _follow_log_start(self, state: PartitionState, leader_log_start: int,
+                          now: int) -> None:
+        """The leader's log start moved (DeleteRecords, retention): the follower's follows
+        (Kafka's maybeIncrementLogStartOffset with LeaderOffsetIncremented), never past
+        its own high watermark, and the segments wholly below it go."""
+        log = state.log
+        offset = min(leader_log_start, log.high_watermark)
+        if log.increment_log_start_offset(offset):
+            deleted = log.delete_old_segments(now, retention=False)
+            self.replication["log_start_follows"] = self.replication.get(
+                "log_start_follows", 0) + 1
+            self.log.info("{}-{}: log start follows leader {} to {} ({} segment(s) deleted)",
+                          log.topic, log.partition, state.leader_id, log.log_start_offset,
+                          deleted)
+            self.tell(self.topology.log_manager, CheckpointOffsets(
+                self.name, False, [self._offset_row(state)], []))
 
     def _reset(self, state: PartitionState, row: FollowerApplyRow, now: int) -> bool:
         """OFFSET_OUT_OF_RANGE from the leader (Kafka's handleOutOfRangeError)."""

@@ -128,6 +128,7 @@ class ReplicaManager(Actor):
         self.refused = 0
         self.applied = {"lai": 0, "um": 0, "stop": 0}
         self.fetched_by: dict[TopicPartition, str] = {}
+        self.fetchers_stopped = 0
         self.isr_pending: dict[int, tuple[list[IsrProposalRow], int]] = {}
         self.num_fetchers = int(self.config["num.replica.fetchers"])
         self.fetcher_config = FetcherConfig(
@@ -448,15 +449,30 @@ class ReplicaManager(Actor):
             old = self.fetched_by.pop(tp, None)
             if old is not None:
                 removes.setdefault(old, []).append(FetcherRemoveRow(tp.topic, tp.partition))
+        busy = set(self.fetched_by.values())
         for name, remove_rows in removes.items():
-            self.tell(Address(self.node.name, name), RemoveFetcherPartitions(remove_rows))
+            if name in busy:
+                self.tell(Address(self.node.name, name), RemoveFetcherPartitions(remove_rows))
+            else:
+                self._stop_idle_fetcher(name)
         for name, add_rows in adds.items():
             self.tell(Address(self.node.name, name), AddFetcherPartitions(add_rows))
+
+    def _stop_idle_fetcher(self, name: str) -> None:
+        """Kafka's shutdownIdleFetcherThreads: a fetcher left with no partition stops (a
+        later partition of that leader spawns it again). Answers still on their way to
+        it (a fetch, a shard's apply) become dead letters; the shards own the logs."""
+        if self.node.stop_actor(name, timeout=10.0):
+            self.log.info("stopped idle replica fetcher {}", name)
+            self.fetchers_stopped += 1
+        else:
+            self.log.warning("idle replica fetcher {} did not stop", name)
 
     def _fetcher(self, leader: int, fetcher_id: int) -> str | None:
         """The name of the fetcher of (leader, id), spawned on first use."""
         name = fetcher_name(leader, fetcher_id)
-        if name not in self.node.actors:
+        running = self.node.actors.get(name)
+        if running is None or running.actor_stopped.is_set():  # never started, or idle
             try:
                 self.node.spawn(ReplicaFetcher, name, topology=self.topology,
                                 config=self.fetcher_config, leader=leader,
@@ -543,5 +559,7 @@ class ReplicaManager(Actor):
             "topics": self.cache.topics(),
             "waiters": len(self.waiters),
             "fetched_by": {str(tp): name for tp, name in self.fetched_by.items()},
+            "fetchers": sorted(set(self.fetched_by.values())),
+            "fetchers_stopped": self.fetchers_stopped,
             "isr_pending": len(self.isr_pending),
         }

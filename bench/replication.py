@@ -14,7 +14,9 @@ nodes in one cluster, then measures, over ``--rounds`` alternating rounds:
   ISR before the next), which the ZooKeeper session timeout dominates;
 * the replica fetch rate of a follower catching up from an empty log on a
   log of ``--catch-up-mb`` (its data dir wiped; from its restart until it is
-  back in the ISR).
+  back in the ISR), ``--catch-up-runs`` times (the followers in turn), with
+  the follower's peak RSS (VmHWM) in each: bounded by replica.fetch.max.bytes
+  and replica.fetch.response.max.bytes, not by the log size.
 
 Summary on stdout; ``--json FILE`` writes DESIGN.md's contract:
 ``{"bench", "config", "results", "ratios"}``, every figure as min/median/max.
@@ -295,12 +297,27 @@ def kill_to_first_ack_s(cluster: BenchCluster, topic: str) -> float:
     return elapsed
 
 
-def catch_up_mb_per_s(cluster: BenchCluster, topic: str, megabytes: int) -> float:
-    """Fill one partition with ``megabytes`` (acks=1), wipe a follower's data dir, restart it
-    and time it from its start to its return to the ISR."""
+def peak_rss_mb(pid: int | None) -> float:
+    """Peak resident set (VmHWM) of the process and its children (num.processes > 1), in
+    MB; 0 when it cannot be read."""
+    total = 0.0
+    todo = [pid]
+    try:
+        while todo:
+            current = todo.pop()
+            for line in Path(f"/proc/{current}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1]) / 1024
+            for task in Path(f"/proc/{current}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+    except (OSError, ValueError):
+        pass
+    return total
+
+
+def fill_catch_up_log(cluster: BenchCluster, topic: str, megabytes: int) -> None:
+    """Write ``megabytes`` of 16 KiB records to partition 0 (acks=1), all replicas in sync."""
     from confluent_kafka import Producer
-    leader = partition_state(cluster.bootstrap, topic)[0][0]
-    follower = next(n for n in cluster.nodes if n.broker_id != leader)
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "1",
                          "linger.ms": 20, "batch.size": 1 << 20,
                          "compression.type": "none", "message.timeout.ms": 300_000})
@@ -316,17 +333,29 @@ def catch_up_mb_per_s(cluster: BenchCluster, topic: str, megabytes: int) -> floa
     if producer.flush(300):
         raise click.ClickException("the catch-up log was not written")
     wait_isr(cluster.bootstrap, topic, 1, 3, timeout_s=600)
+
+
+def catch_up_once(cluster: BenchCluster, topic: str, megabytes: int,
+                  run: int) -> tuple[float, float]:
+    """Wipe a follower's data dir (the followers in turn), restart it and time it from its
+    start to its return to the ISR: (MB/s, the follower's peak RSS in MB)."""
+    leader = partition_state(cluster.bootstrap, topic)[0][0]
+    followers = [n for n in cluster.nodes if n.broker_id != leader]
+    follower = followers[run % len(followers)]
     follower.stop()
     shutil.rmtree(follower.dir / "data", ignore_errors=True)
     started = time.perf_counter()
     follower.start()
     wait_isr(cluster.bootstrap, topic, 1, 3, timeout_s=3600)
-    return megabytes / (time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    assert follower.broker is not None
+    return megabytes / elapsed, peak_rss_mb(follower.broker.pid)
 
 
 def run_bench(template: str, rounds: int, records: int, size: int, partitions: int,
               rate: int, seconds: float, kills: int, session_timeout_ms: int,
-              directory: str | None, catch_up_mb: int = 0) -> dict[str, Any]:
+              directory: str | None, catch_up_mb: int = 0,
+              catch_up_runs: int = 1) -> dict[str, Any]:
     base = Path(directory or tempfile.mkdtemp(prefix="actorlog-bench-repl-"))
     base.mkdir(parents=True, exist_ok=True)
     cluster = BenchCluster(base, template, session_timeout_ms)
@@ -334,7 +363,8 @@ def run_bench(template: str, rounds: int, records: int, size: int, partitions: i
                                        "acks_1_rf1_records_per_s": [],
                                        "acks_all_rf3_p99_ms": [], "acks_1_rf1_p99_ms": [],
                                        "leader_kill_to_first_ack_s": [],
-                                       "catch_up_mb_per_s": []}
+                                       "catch_up_mb_per_s": [],
+                                       "catch_up_follower_peak_rss_mb": []}
     try:
         cluster.start()
         create_topic(cluster.bootstrap, "bench-rf3", partitions, 3)
@@ -354,8 +384,11 @@ def run_bench(template: str, rounds: int, records: int, size: int, partitions: i
                 kill_to_first_ack_s(cluster, "bench-failover"))
         if catch_up_mb:
             create_topic(cluster.bootstrap, "bench-catch-up", 1, 3)
-            results["catch_up_mb_per_s"].append(
-                catch_up_mb_per_s(cluster, "bench-catch-up", catch_up_mb))
+            fill_catch_up_log(cluster, "bench-catch-up", catch_up_mb)
+            for run in range(catch_up_runs):
+                rate_mb_s, rss_mb = catch_up_once(cluster, "bench-catch-up", catch_up_mb, run)
+                results["catch_up_mb_per_s"].append(rate_mb_s)
+                results["catch_up_follower_peak_rss_mb"].append(rss_mb)
     finally:
         cluster.stop()
         if directory is None:
@@ -375,7 +408,7 @@ def run_bench(template: str, rounds: int, records: int, size: int, partitions: i
         "bench": BENCH_NAME,
         "config": {"rounds": rounds, "records": records, "record_bytes": size,
                    "partitions": partitions, "rate": rate, "seconds": seconds, "kills": kills,
-                   "catch_up_mb": catch_up_mb,
+                   "catch_up_mb": catch_up_mb, "catch_up_runs": catch_up_runs,
                    "zookeeper.session.timeout.ms": session_timeout_ms, "nodes": 3,
                    "host": socket.gethostname(), "kafka_2014_ratio": KAFKA_2014_RATIO},
         "results": summary,
@@ -400,7 +433,8 @@ def print_summary(report: dict[str, Any]) -> None:
 @click.command(name=BENCH_NAME)
 @click.option("--broker-cmd", "template", default=ACTORLOG_TEMPLATE, show_default=True,
               help="command template of a node ({port}, {data_dir}, {config})")
-@click.option("--rounds", type=click.IntRange(min=1, max=20), default=3, show_default=True)
+@click.option("--rounds", type=click.IntRange(min=0, max=20), default=3, show_default=True,
+              help="throughput and latency rounds (0: skip them)")
 @click.option("--records", type=click.IntRange(min=100), default=50_000, show_default=True,
               help="records per throughput round")
 @click.option("--record-bytes", "size", type=click.IntRange(min=1), default=100,
@@ -415,15 +449,17 @@ def print_summary(report: dict[str, Any]) -> None:
               show_default=True, help="the nodes' zookeeper.session.timeout.ms")
 @click.option("--catch-up-mb", type=click.IntRange(min=0), default=1024, show_default=True,
               help="log size a follower catches up from empty (0: skip)")
+@click.option("--catch-up-runs", type=click.IntRange(min=1, max=20), default=3,
+              show_default=True, help="catch-ups from empty on that log (followers in turn)")
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
               help="keep the cluster's files here (default: a temporary directory)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def command(template: str, rounds: int, records: int, size: int, partitions: int, rate: int,
             seconds: float, kills: int, session_timeout_ms: int, catch_up_mb: int,
-            directory: str | None, json_path: str | None) -> None:
+            catch_up_runs: int, directory: str | None, json_path: str | None) -> None:
     """Replication cost: acks=all RF=3 over acks=1 RF=1, p99 at a fixed rate, failover."""
     report = run_bench(template, rounds, records, size, partitions, rate, seconds, kills,
-                       session_timeout_ms, directory, catch_up_mb)
+                       session_timeout_ms, directory, catch_up_mb, catch_up_runs)
     print_summary(report)
     if json_path:
         Path(json_path).write_text(json.dumps(report, indent=2) + "\n")

@@ -38,6 +38,7 @@ class ReplicaFetchRow(NamedTuple):
     current_leader_epoch: int   # the epoch the follower follows; another one is refused
     last_fetched_epoch: int     # epoch of the follower's last batch (-1: empty log)
     partition_max_bytes: int
+    log_start_offset: int = -1  # the follower's own log start (Kafka's fetch field)
 
 
 @message(500)
@@ -86,6 +87,7 @@ class ReplicaReadRow(NamedTuple):
     current_leader_epoch: int
     last_fetched_epoch: int
     partition_max_bytes: int
+    log_start_offset: int = -1  # the follower's
 
 
 @message(502)
@@ -163,6 +165,7 @@ class FollowerStateRow(NamedTuple):
     last_fetched_epoch: int
     high_watermark: int
     truncated: bool  # the log was cut (by divergence or a reset)
+    log_start_offset: int = -1
 
 
 @message(505)

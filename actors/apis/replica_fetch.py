@@ -46,7 +46,8 @@ def _collect(replies: list[ReplicaReadDone]) -> dict[tuple[str, int], ReplicaRea
 
 def handle_replica_fetch(ctx: HandlerContext, msg: ReplicaFetch) -> ApiGen:
     rows = [ReplicaReadRow(r.topic, r.partition, r.fetch_offset, r.current_leader_epoch,
-                           r.last_fetched_epoch, r.partition_max_bytes) for r in msg.rows]
+                           r.last_fetched_epoch, r.partition_max_bytes, r.log_start_offset)
+            for r in msg.rows]
     read: dict[tuple[str, int], ReplicaReadDoneRow] = {}
     if rows:
         replies: list[ReplicaReadDone] = yield _calls(ctx, msg, rows)

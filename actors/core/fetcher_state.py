@@ -44,6 +44,7 @@ class FetchPartition:
     fetch_offset: int = -1
     last_fetched_epoch: int = -1
     high_watermark: int = -1
+    log_start_offset: int = -1
     state: str = INIT
     delayed_until_ms: int = 0
     generation: int = 0   # bumped by every (re)add: answers for an older one are dropped
@@ -77,6 +78,7 @@ class FetcherCore:
     generations: int = 0
     fetches: int = 0
     bytes_fetched: int = 0
+    largest_response_bytes: int = 0
     errors: dict[int, int] = field(default_factory=dict)
 
     # ------------------------------------------------------------ membership
@@ -139,6 +141,7 @@ class FetcherCore:
             p.fetch_offset = row.log_end_offset
             p.last_fetched_epoch = row.last_fetched_epoch
             p.high_watermark = row.high_watermark
+            p.log_start_offset = row.log_start_offset
             p.state = READY
         for key, generation in generations.items():
             p = self.partitions.get(key)
@@ -173,7 +176,8 @@ class FetcherCore:
                                    {(p.topic, p.partition): p.generation for p in ready})
         self.fetches += 1
         return [ReplicaFetchRow(p.topic, p.partition, p.fetch_offset, p.leader_epoch,
-                                p.last_fetched_epoch, self.config.partition_max_bytes)
+                                p.last_fetched_epoch, self.config.partition_max_bytes,
+                                p.log_start_offset)
                 for p in ready]
 
     def on_fetch_response(self, req_id: int, rows: list[ReplicaFetchPartition],
@@ -184,6 +188,8 @@ class FetcherCore:
         if flight is None or flight.req_id != req_id:
             return []
         self.in_flight = None
+        self.largest_response_bytes = max(self.largest_response_bytes,
+                                          sum(len(row.records) for row in rows))
         apply: list[FollowerApplyRow] = []
         for row in rows:
             key = (row.topic, row.partition)
@@ -201,7 +207,10 @@ class FetcherCore:
                 continue
             self.bytes_fetched += len(row.records)
             diverging = row.diverging_end_offset >= 0 or row.diverging_epoch >= 0
-            if row.records or diverging or row.high_watermark > p.high_watermark:
+            # Applied also when only the leader's high watermark or log start moved
+            # (DeleteRecords, retention): the follower's log start follows it.
+            if (row.records or diverging or row.high_watermark > p.high_watermark
+                    or row.log_start_offset > p.log_start_offset):
                 p.state = APPLYING
                 apply.append(FollowerApplyRow(
                     p.topic, p.partition, p.leader_epoch, b"" if diverging else row.records,
@@ -237,6 +246,7 @@ class FetcherCore:
                            for (t, p), fp in self.partitions.items()},
             "fetches": self.fetches,
             "bytes_fetched": self.bytes_fetched,
+            "largest_response_bytes": self.largest_response_bytes,
             "errors": {ErrorCode(code).name: n for code, n in self.errors.items()},
             "in_flight": self.in_flight is not None,
         }

@@ -51,6 +51,7 @@ class FollowerState:
     last_caught_up_ms: int = 0
     last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
     last_fetch_ms: int = 0
+    log_start_offset: int = UNKNOWN_OFFSET  # as the follower's last fetch said
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,8 @@ class PartitionState:
     def on_leader_append(self) -> bool:
         return self.maybe_increment_high_watermark()
 
-    def on_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
+    def on_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int,
+                          log_start_offset: int = UNKNOWN_OFFSET) -> bool:
         """A follower's fetch at X acknowledges everything below X (Kafka's
         updateFollowerFetchState); True if the high watermark moved.
 
@@ -191,6 +193,7 @@ class PartitionState:
         follower.last_fetch_leader_log_end_offset = leader_end
         follower.last_fetch_ms = now_ms
         follower.log_end_offset = fetch_offset
+        follower.log_start_offset = log_start_offset
         return self.maybe_increment_high_watermark()
 
     # ------------------------------------------------------------ fetch checks

@@ -60,6 +60,8 @@ TOPIC_CONFIGS: dict[str, tuple[str, type]] = {
     "delete.retention.ms": ("log.cleaner.delete.retention.ms", int),
     "min.compaction.lag.ms": ("log.cleaner.min.compaction.lag.ms", int),
     "min.cleanable.dirty.ratio": ("log.cleaner.min.cleanable.ratio", float),
+    # read by the controller when a partition has no live ISR member
+    "unclean.leader.election.enable": ("unclean.leader.election.enable", bool),
 }
 _INT32 = 2**31 - 1
 _INT64 = 2**63 - 1
@@ -80,6 +82,7 @@ TOPIC_CONFIG_TYPES: dict[str, ConfigType] = {
     "delete.retention.ms": ConfigType.LONG,
     "min.compaction.lag.ms": ConfigType.LONG,
     "min.cleanable.dirty.ratio": ConfigType.DOUBLE,
+    "unclean.leader.election.enable": ConfigType.BOOLEAN,
 }
 TOPIC_CONFIG_RANGES: dict[str, tuple[float, float]] = {
     "segment.bytes": (14, _INT32),
@@ -148,6 +151,10 @@ def _checked(key: str, text: str) -> str:
             number = float(text)
         except ValueError:
             raise InvalidConfigError(f"{key} must be a number, got {text!r}") from None
+    elif kind is bool:
+        if text.strip().lower() not in ("true", "false"):
+            raise InvalidConfigError(f"{key} must be true or false, got {text!r}")
+        return text.strip().lower()
     bounds = TOPIC_CONFIG_RANGES.get(key)
     if number is not None and bounds is not None and not bounds[0] <= number <= bounds[1]:
         raise InvalidConfigError(f"{key} = {text} is out of range: it must be from "

@@ -238,8 +238,10 @@ class Actor(PykkaActor):
             return
         link: Link | _LocalLink | None = self._out_sockets.get(address)
         if (link is not None and not isinstance(link, _LocalLink)
-                and link.stale(self.node.directory)):
-            link.sock.close(linger=0)  # the node left or moved: what it did not take is lost
+                and link.stale(self.node.directory, self.node.actors)):
+            # The node left or moved, or the actor was started again: what the old
+            # socket did not take is lost.
+            link.sock.close(linger=0)
             del self._out_sockets[address]
             link = None
         if link is None:

@@ -147,6 +147,9 @@ class Gateway(Actor):
                     continue
                 name = target.decode("utf-8", "replace")
                 link = self._fwd.get(name)
+                if link is not None and link.stale(self.node.directory, self.node.actors):
+                    link.sock.close(linger=0)  # that actor was started again
+                    link = None
                 if link is None:
                     if name not in self.node.actors:
                         dl.record(f"no actor named {name!r} on node {self.node.name}",

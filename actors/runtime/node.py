@@ -57,17 +57,25 @@ class Link:
     directory holds another object for that node (or none), the link is stale.
     """
 
-    __slots__ = ("endpoint", "node", "remote", "sock")
+    __slots__ = ("endpoint", "node", "remote", "sock", "target")
 
     def __init__(self, sock: Any, remote: bool, node: str,
-                 endpoint: NodeEndpoint | None = None) -> None:
+                 endpoint: NodeEndpoint | None = None, target: Actor | None = None) -> None:
         self.sock = sock
         self.remote = remote
         self.node = node
         self.endpoint = endpoint
+        # A local link: the actor whose mailbox it reaches. An inproc socket never
+        # reconnects, so once that actor stopped and another of its name was spawned
+        # (an idle replica fetcher started again), the link is stale.
+        self.target = target
 
-    def stale(self, directory: Directory) -> bool:
-        return self.remote and directory.nodes.get(self.node) is not self.endpoint
+    def stale(self, directory: Directory, actors: dict[str, Actor] | None = None) -> bool:
+        if self.remote:
+            return directory.nodes.get(self.node) is not self.endpoint
+        target = self.target
+        return (target is not None and actors is not None and target.actor_stopped.is_set()
+                and actors.get(target.name) is not target)
 
 
 class AskRouter(Actor):
@@ -155,7 +163,8 @@ class Node:
 
     def spawn(self, actor_cls: type[Actor], name: str, **kwargs: Any) -> Address:
         """Start an actor on this node and wait until its mailbox is bound."""
-        if name in self.actors:
+        previous = self.actors.get(name)
+        if previous is not None and not previous.actor_stopped.is_set():
             raise NodeError(f"an actor named {name!r} already runs on node {self.name}")
         if self._stopped:
             raise NodeError(f"node {self.name} is shut down")
@@ -171,8 +180,22 @@ class Node:
         if actor.actor_stopped.is_set():
             raise NodeError(f"actor {name!r} failed to start on node {self.name}")
         self.actors[name] = actor
-        self._order.append(name)
+        if previous is None:
+            self._order.append(name)
         return actor.address
+
+    def stop_actor(self, name: str, timeout: float = 10.0) -> bool:
+        """Stop one actor (it finishes its mailbox first); an actor of that name may be
+        spawned again afterwards. False when it did not stop within ``timeout``."""
+        actor = self.actors.get(name)
+        if actor is None or actor.actor_stopped.is_set():
+            return True
+        try:
+            actor.actor_ref.stop(block=True, timeout=timeout)
+        except Exception as exc:
+            self.log.warning("actor {} did not stop within {} s: {}", name, timeout, exc)
+            return False
+        return True
 
     def _new_ready_event(self) -> threading.Event:
         return threading.Event()
@@ -190,7 +213,7 @@ class Node:
         sock.setsockopt(zmq.LINGER, 5000)
         if address.node == self.name:
             sock.connect(self.inproc_endpoint(address.name))
-            return Link(sock, False, address.node)
+            return Link(sock, False, address.node, target=self.actors.get(address.name))
         endpoint = self.directory.nodes[address.node]
         me = self.endpoint
         if me is not None and endpoint.ipc_dir and me.host == endpoint.host:
@@ -249,7 +272,7 @@ class Node:
         if links is None:
             links = self._thread_links.links = {}
         link = links.get(address)
-        if link is not None and link.stale(self.directory):
+        if link is not None and link.stale(self.directory, self.actors):
             link.sock.close(linger=0)
             del links[address]
             link = None

@@ -25,14 +25,15 @@ def ready(c: FetcherCore, *parts: tuple[str, int, int, int], now: int = 0) -> No
     assert {(r.topic, r.partition) for r in rows} == {(t, p) for t, p, _l, _e in parts}
     assert all(r.records == b"" and r.leader_epoch == 5 for r in rows)
     c.sent_to_shard(100, rows)
-    c.on_applied(100, [FollowerStateRow(t, p, NONE, leo, e, 0, False) for t, p, leo, e in parts],
-                 now)
+    c.on_applied(100, [FollowerStateRow(t, p, NONE, leo, e, 0, False, 0)
+                       for t, p, leo, e in parts], now)
 
 
 def answer(topic: str, partition: int, error: int = NONE, records: bytes = b"",
-           hw: int = 0, diverging: tuple[int, int] = (-1, -1)) -> ReplicaFetchPartition:
-    return ReplicaFetchPartition(topic, partition, error, hw, 0, 10, diverging[0], diverging[1],
-                                 records)
+           hw: int = 0, diverging: tuple[int, int] = (-1, -1),
+           log_start: int = 0) -> ReplicaFetchPartition:
+    return ReplicaFetchPartition(topic, partition, error, hw, log_start, 10, diverging[0],
+                                 diverging[1], records)
 
 
 def test_a_fetch_starts_at_the_shards_log_end_with_its_last_epoch() -> None:
@@ -140,3 +141,17 @@ def test_a_shard_answer_that_never_comes_is_given_up() -> None:
     assert c.partitions[("t", 0)].state == DELAYED
     c.wake(1100)
     assert [r.partition for r in c.to_initialise()] == [0]
+
+
+def test_a_moved_leader_log_start_is_applied_and_the_next_fetch_reports_the_followers() -> None:
+    """DeleteRecords or retention on the leader: an answer without records but with a higher
+    log start goes to the shard; the follower's own log start rides in its next fetches."""
+    c = core()
+    ready(c, ("t", 0, 10, 5))
+    assert [r.log_start_offset for r in c.next_fetch(1, 0)] == [0]
+    apply = c.on_fetch_response(1, [answer("t", 0, log_start=6)], 1)
+    assert [(r.records, r.leader_log_start_offset) for r in apply] == [(b"", 6)]
+    c.sent_to_shard(2, apply)
+    c.on_applied(2, [FollowerStateRow("t", 0, NONE, 10, 5, 10, False, 6)], 2)
+    assert [r.log_start_offset for r in c.next_fetch(3, 2)] == [6]
+    assert c.on_fetch_response(3, [answer("t", 0, log_start=6)], 3) == []  # nothing new

@@ -243,3 +243,25 @@ def test_env_has_loopback_aliases() -> None:
         with socket.socket() as s:
             s.bind((host, 0))
     assert os.name == "posix"
+
+
+def test_an_actor_stopped_and_spawned_again_gets_what_is_sent_to_its_name(
+        nodes: list[Node]) -> None:
+    """Node.stop_actor (an idle replica fetcher): the name can be spawned again, and the
+    senders that had a socket to the old mailbox (an actor, the node's own tell) reach
+    the new one (an inproc socket never reconnects: the stale link is replaced)."""
+    node = Node("again").start()
+    nodes.append(node)
+    sender = node.spawn(Sender, "s")
+    checker = node.spawn(OrderChecker, "checker")
+    node.ask(sender, SendSeq(100, "again", "checker"))
+    node.tell(checker, Seq("outside", 0))
+    wait_for(lambda: node.ask(checker, GetState())["count"] == 101)
+    assert node.stop_actor("checker")
+    assert node.actors["checker"].actor_stopped.is_set()
+    assert node.stop_actor("checker")  # already stopped: nothing to do
+    node.spawn(OrderChecker, "checker")
+    node.ask(sender, SendSeq(50, "again", "checker"))
+    node.tell(checker, Seq("outside", 0))
+    state = wait_for(lambda: (st := node.ask(checker, GetState()))["count"] == 51 and st)
+    assert state["last"] == {"s": 49, "outside": 0}

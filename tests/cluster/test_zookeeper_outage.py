@@ -40,7 +40,9 @@ def create_topic(cluster: Cluster, via: int, name: str) -> tuple[int, str | None
 
 
 def test_one_zookeeper_server_killed_then_all_stopped_then_back(
-        cluster_factory: Any, zk_ensemble: ZooKeeperEnsemble) -> None:
+        zk_ensemble: ZooKeeperEnsemble, cluster_factory: Any) -> None:
+    # zk_ensemble first: fixtures end in reverse order, so the ensemble outlives the nodes
+    # (stopping nodes whose ensemble is gone waits out their ZooKeeper timeouts: 3 min).
     cluster = cluster_factory(3, connect=zk_ensemble.connect_string)
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30_000)
     admin.create_topics([NewTopic("steady", 1, 3)])

@@ -448,12 +448,19 @@ def test_describe_log_dirs_reports_partition_sizes(broker: BrokerProcess,
                                                    kadmin: KafkaAdminClient) -> None:
     create(kadmin, "sized", 2)
     produce(broker, "sized", {0: 10}, size=1000)
-    [entry] = kadmin.describe_log_dirs()
-    [log_dir] = entry["log_dirs"]
+    # the group coordinator creates __consumer_offsets once the broker is up, not
+    # before it answers: ask again until it is there
+    deadline = time.monotonic() + 20
+    while True:
+        [entry] = kadmin.describe_log_dirs()
+        [log_dir] = entry["log_dirs"]
+        sizes = {(t["name"], p["partition_index"]): p["partition_size"]
+                 for t in log_dir["topics"] for p in t["partitions"]}
+        if ("__consumer_offsets", 0) in sizes or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert log_dir["error_code"] == 0 and log_dir["log_dir"] == str(broker.data_dir)
     assert 0 < log_dir["usable_bytes"] <= log_dir["total_bytes"]
-    sizes = {(t["name"], p["partition_index"]): p["partition_size"]
-             for t in log_dir["topics"] for p in t["partitions"]}
     on_disk = sum(f.stat().st_size for f in segments(broker, "sized", 0))
     assert sizes[("sized", 0)] == on_disk >= 10_000
     assert sizes[("sized", 1)] == 0

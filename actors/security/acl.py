@@ -307,6 +307,12 @@ class Authorizer:
         for pattern, entries in acls.items():
             self.set_acls(pattern, entries)
 
+    def replace(self, acls: Mapping[ResourcePattern, Iterable[AclEntry]]) -> None:
+        """Like :meth:`load`, but readers on other threads never see a half-built cache."""
+        fresh = Authorizer()
+        fresh.load(acls)
+        self._acls, self._by_name = fresh._acls, fresh._by_name
+
     def set_acls(self, pattern: ResourcePattern, entries: Iterable[AclEntry]) -> None:
         """The ACLs of one pattern as the store now has them (empty: none left)."""
         frozen = frozenset(entries)

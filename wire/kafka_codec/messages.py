@@ -6,6 +6,12 @@ import struct
 from typing import NamedTuple
 
 from kafka.protocol.admin import (
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
     CreatePartitionsRequest,
@@ -163,6 +169,9 @@ _MESSAGE_CLASSES: dict[int, tuple[type[ApiMessage], type[ApiMessage]]] = {
     ApiKey.DescribeTopicPartitions: (DescribeTopicPartitionsRequest,
                                      DescribeTopicPartitionsResponse),
     ApiKey.DescribeCluster: (DescribeClusterRequest, DescribeClusterResponse),
+    ApiKey.DescribeAcls: (DescribeAclsRequest, DescribeAclsResponse),
+    ApiKey.CreateAcls: (CreateAclsRequest, CreateAclsResponse),
+    ApiKey.DeleteAcls: (DeleteAclsRequest, DeleteAclsResponse),
     ApiKey.SaslHandshake: (SaslHandshakeRequest, SaslHandshakeResponse),
     ApiKey.SaslAuthenticate: (SaslAuthenticateRequest, SaslAuthenticateResponse),
     ApiKey.ElectLeaders: (ElectLeadersRequest, ElectLeadersResponse),

@@ -194,3 +194,31 @@ def test_acls_cli_adds_lists_and_removes(tmp_path: Path) -> None:
     assert removed.returncode == 0, removed.stderr
     assert "User:bob" in removed.stdout
     assert "User:bob" not in _cli("acls", "list", "--data-dir", str(data)).stdout
+
+
+def test_allow_everyone_if_no_acl_found_opens_only_resources_no_acl_names(
+        tmp_path: Path) -> None:
+    """PLAINTEXT (User:ANONYMOUS): topics no ACL names are open; a named one is not."""
+    broker = BrokerProcess(tmp_path / "data",
+                           config={"authorizer.class.name": "acl",
+                                   "allow.everyone.if.no.acl.found": True}).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for future in admin.create_topics([NewTopic("open", 1, 1),
+                                           NewTopic("closed", 1, 1)]).values():
+            future.result(timeout=15)
+        for future in admin.create_acls([_allow("closed", AclOperation.READ,
+                                                principal="User:alice")]).values():
+            future.result(timeout=15)
+        listed = admin.list_topics(timeout=10).topics
+        assert "open" in listed and "closed" not in listed
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, max_block_ms=5000,
+                                 api_version=(2, 5))
+        try:
+            producer.send("open", b"ok").get(timeout=15)
+            with pytest.raises(TopicAuthorizationFailedError):
+                producer.send("closed", b"no").get(timeout=10)
+        finally:
+            producer.close(timeout=5)
+    finally:
+        assert broker.stop() == 0, broker.log()[-3000:]

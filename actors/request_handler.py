@@ -23,7 +23,7 @@ from actors.apis.admin import (
     handle_elect_leaders,
     handle_offset_delete,
 )
-from actors.apis.authorize import denial
+from actors.apis.authorize import answer_per_item, denial
 from actors.apis.base import Access, ApiGen, HandlerContext, Respond
 from actors.apis.cluster import handle_describe_cluster
 from actors.apis.configs import (
@@ -254,7 +254,12 @@ class RequestHandler(Actor):
         access = Access(msg.principal, msg.client_host, api_name(header.api_key))
         self.ctx.access = access
         refusal = denial(self.ctx, header.api_key, header.api_version, request)
-        gen = _answer(refusal) if refusal is not None else api(self.ctx, header, request)
+        if refusal is not None:
+            gen = _answer(refusal)
+        else:
+            gen = (answer_per_item(self.ctx, header.api_key, request,
+                                   lambda req: api(self.ctx, header, req))
+                   or api(self.ctx, header, request))
         state = _InFlight(msg, header, gen, start, access=access)
         self._advance(state, None)
 

@@ -222,3 +222,36 @@ def test_allow_everyone_if_no_acl_found_opens_only_resources_no_acl_names(
             producer.close(timeout=5)
     finally:
         assert broker.stop() == 0, broker.log()[-3000:]
+
+
+def test_admin_requests_without_acls_get_kafka_codes(node: tuple[BrokerProcess, str]) -> None:
+    """alice has no ACL on these: each item is refused with its code, the super user's
+    same requests are served (the per-item split leaves allowed items alone)."""
+    from confluent_kafka.admin import ConfigResource
+
+    broker, _ = node
+    admin, alice = _admin(broker), _admin(broker, "alice")
+    topic = f"cfg-{time.time_ns()}"
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(timeout=15)
+
+    def code(future: Any) -> int:
+        with pytest.raises(KafkaException) as refused:
+            future.result(timeout=15)
+        return int(refused.value.args[0].code())
+
+    [created] = alice.create_topics([NewTopic(f"{topic}-x", 1, 1)]).values()
+    assert code(created) == 29
+    [deleted] = alice.delete_topics([topic]).values()
+    assert code(deleted) == 29
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    [described] = alice.describe_configs([resource]).values()
+    assert code(described) == 29
+    [ok] = admin.describe_configs([resource]).values()
+    assert "cleanup.policy" in ok.result(timeout=15)
+    [group] = alice.describe_consumer_groups(["nobody-may"]).values()
+    assert code(group) == 30
+    [dropped] = alice.delete_consumer_groups(["nobody-may"]).values()
+    assert code(dropped) == 30
+    assert topic in admin.list_topics(timeout=10).topics
+    assert topic not in alice.list_topics(timeout=10).topics

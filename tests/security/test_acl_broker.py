@@ -255,3 +255,14 @@ def test_admin_requests_without_acls_get_kafka_codes(node: tuple[BrokerProcess, 
     assert code(dropped) == 30
     assert topic in admin.list_topics(timeout=10).topics
     assert topic not in alice.list_topics(timeout=10).topics
+
+
+def test_a_transactional_producer_without_acls_gets_53(node: tuple[BrokerProcess, str]) -> None:
+    from confluent_kafka import Producer
+
+    broker, _ = node
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-alice",
+                         **_sasl("alice")})
+    with pytest.raises(KafkaException) as refused:
+        producer.init_transactions(15)
+    assert refused.value.args[0].code() == 53

@@ -65,8 +65,7 @@ def _filter_problem(f: AclBindingFilter) -> str | None:
 
 
 def _refresh(ctx: HandlerContext) -> None:
-    assert ctx.authorizer is not None and ctx.acl_store is not None
-    ctx.authorizer.replace(ctx.acl_store.get_all_acls())
+    ctx.refresh_acls(force=True)
 
 
 def handle_describe_acls(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:

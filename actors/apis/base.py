@@ -13,6 +13,8 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar
 
+from loguru import logger
+
 from actors.core.metadata_cache import MetadataCache
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
@@ -24,6 +26,7 @@ from wire.broker_messages import TopicEntry
 from wire.cluster_messages import UpdateMetadata
 
 ANONYMOUS_PRINCIPAL = "User:ANONYMOUS"
+ACL_REFRESH_MS = 1000  # how stale a process's ACLs may be after a change made elsewhere
 
 
 class Access(NamedTuple):
@@ -95,12 +98,32 @@ class HandlerContext:
         """
         if self.authorizer is None:
             return True
+        self.refresh_acls()
         access = self.access
         decision = self.authorizer.authorize(access.principal, access.host, operation,
                                              resource_type, name)
         if log:
             log_decision(decision, access.api, self.topology.node)
         return decision.allowed
+
+    def refresh_acls(self, force: bool = False) -> None:
+        """Read the store's ACLs again when the last read is ACL_REFRESH_MS old (or ``force``):
+        changes made through another node or process reach this one within that time."""
+        authorizer, store = self.authorizer, self.acl_store
+        if authorizer is None or store is None:
+            return
+        now = self.clock.now_ms()
+        if not force and now - authorizer.read_ms < ACL_REFRESH_MS:
+            return
+        authorizer.read_ms = now  # shared by the process's handlers: one read a period
+        generation = authorizer.generation
+        try:
+            acls = store.get_all_acls()
+        except Exception as exc:  # the store is down: keep deciding on what was read last
+            logger.bind(actor="authorizer").warning("reading the ACLs failed: {}", exc)
+            return
+        if force or authorizer.generation == generation:
+            authorizer.replace(acls)
 
     def allowed_any(self, operation: Operation, resource_type: ResourceType) -> bool:
         """The principal may do ``operation`` on some resource of the type (KIP-679)."""

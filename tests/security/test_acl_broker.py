@@ -255,6 +255,14 @@ def test_admin_requests_without_acls_get_kafka_codes(node: tuple[BrokerProcess, 
     assert code(dropped) == 30
     assert topic in admin.list_topics(timeout=10).topics
     assert topic not in alice.list_topics(timeout=10).topics
+    # `actorlog acls add` on the running node's data dir: read again within ACL_REFRESH_MS
+    out = _cli("acls", "add", "--data-dir", str(broker.data_dir), "--allow-principal",
+               "User:alice", "--operation", "Describe", "--topic", topic)
+    assert out.returncode == 0, out.stderr
+    deadline = time.monotonic() + 15
+    while topic not in alice.list_topics(timeout=10).topics and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert topic in alice.list_topics(timeout=10).topics
 
 
 def test_a_transactional_producer_without_acls_gets_53(node: tuple[BrokerProcess, str]) -> None:

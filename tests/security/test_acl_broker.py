@@ -1,7 +1,9 @@
 """ACLs on a running broker with real clients (authorizer.class.name = "acl").
 
 One node with a SASL_PLAINTEXT listener (PLAIN, users made with `actorlog users
-add`) and a PLAINTEXT listener (User:ANONYMOUS); `super.users = User:admin`.
+add`) and a PLAINTEXT one; `super.users = User:admin`. User:ANONYMOUS (PLAINTEXT)
+is tested on a node of its own (Metadata advertises the first listener only, so a
+PLAINTEXT client of the two-listener node would be sent to the SASL port).
 confluent-kafka's AdminClient creates, describes and deletes ACLs; kafka-python
 as alice is denied with Kafka's exact codes (29, 30) and then allowed.
 """
@@ -122,7 +124,7 @@ def test_admin_client_creates_describes_and_deletes_acls(
 
 def test_a_user_denied_then_allowed_to_produce_and_consume(
         node: tuple[BrokerProcess, str]) -> None:
-    broker, anonymous = node
+    broker, _ = node
     admin = _admin(broker)
     topic, group = f"acl-{time.time_ns()}", "alice-group"
     for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
@@ -170,10 +172,6 @@ def test_a_user_denied_then_allowed_to_produce_and_consume(
         assert got == [b"yes"]
     finally:
         consumer.close()
-    # User:ANONYMOUS on the PLAINTEXT listener: no ACL names it, the topic is hidden
-    plain = AdminClient({"bootstrap.servers": anonymous})
-    listed = plain.list_topics(timeout=10)
-    assert topic not in listed.topics
     assert broker.log().count("ACL added") >= 3
 
 

@@ -68,6 +68,7 @@ from actors.runtime.node import (
     NodeError,
     default_ipc_dir,
 )
+from actors.security.acl import Authorizer
 from actors.security.config import SecurityConfigError, SecuritySettings
 from actors.security.credentials import CredentialCache
 from actors.security.local_store import LocalSecurityStore, LocalStoreError
@@ -457,10 +458,12 @@ class Broker:
                 node.spawn(LogCleaner, topo.log_cleaner.name, topology=topo, config=cfg,
                            log_dir=data_dir, clock=clock)
             self._spawn_extra(node, topo, cfg, clock, topics)
+            authorizer, acl_store = self._authorizer(data_dir)
             for i in range(topo.num_handlers):
                 ctx = HandlerContext(topo, cfg, broker_id, adv_host, adv_port, cluster_id, i,
                                      dict(topics), clock=clock,
-                                     cluster=MetadataCache() if self.cluster else None)
+                                     cluster=MetadataCache() if self.cluster else None,
+                                     authorizer=authorizer, acl_store=acl_store)
                 node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **place(i))
             protocols = tuple(b.security_protocol for b in self.bound)
             credentials = self._credentials(data_dir)
@@ -498,6 +501,27 @@ class Broker:
             broker_id, ",".join(b.connection_string for b in self.bound),
             ",".join(a.connection_string for a in self.advertised), data_dir,
             topo.num_processors, topo.num_handlers, topo.num_shards, cfg["actor.threads"])
+
+    def _authorizer(self, data_dir: Path) -> tuple[Authorizer | None, Any]:
+        """authorizer.class.name = acl: the ACLs (ZooKeeper's /kafka-acl or the data dir).
+
+        One Authorizer shared by the handlers of this process; CreateAcls/DeleteAcls
+        and DescribeAcls refresh it from the store.
+        """
+        assert self.security is not None
+        if not self.security.acl_enabled:
+            return None, None
+        store: Any = self.metadata if self.cluster else LocalSecurityStore.in_data_dir(data_dir)
+        authorizer = Authorizer(self.security.super_users,
+                                self.security.allow_everyone_if_no_acl_found)
+        try:
+            authorizer.load(store.get_all_acls())
+        except (MetadataError, LocalStoreError, OSError) as exc:
+            raise BrokerError(f"reading the ACLs failed: {exc}") from None
+        logger.bind(node=self.node_name).info(
+            "ACL authorizer on: {} ACLs, super users {}", len(authorizer.bindings()),
+            ",".join(sorted(self.security.super_users)) or "none")
+        return authorizer, store
 
     def _credentials(self, data_dir: Path) -> CredentialCache | None:
         """SASL listeners: the SCRAM credentials, from ZooKeeper (cluster) or the data dir.

@@ -164,6 +164,7 @@ def run_process(spec: dict[str, Any]) -> int:
     from actors.request_handler import RequestHandler
     from actors.runtime.config import Config
     from actors.runtime.node import Directory, Node, NodeEndpoint
+    from actors.security.acl import Authorizer
     from actors.security.config import SecuritySettings
     from actors.security.credentials import CredentialCache
     from actors.security.local_store import LocalSecurityStore
@@ -198,6 +199,11 @@ def run_process(spec: dict[str, Any]) -> int:
             logger.warning("SCRAM credentials skipped: {}", problem)
     sockets = [bind_listener(host, int(port), reuse_port=True)
                for host, port in spec.get("listeners") or [[spec["host"], spec["port"]]]]
+    authorizer = acl_store = None
+    if security.acl_enabled:
+        acl_store = LocalSecurityStore.in_data_dir(data_dir)
+        authorizer = Authorizer(security.super_users, security.allow_everyone_if_no_acl_found)
+        authorizer.load(acl_store.get_all_acls())
     topics = TopicStore.load(data_dir).table()
     node.start()
     clock = node.clock
@@ -205,7 +211,8 @@ def run_process(spec: dict[str, Any]) -> int:
     for i in range(topo.num_handlers):
         ctx = HandlerContext(topo, cfg, int(spec["broker_id"]), spec["adv_host"],
                              int(spec["adv_port"]), spec["cluster_id"], i, dict(topics),
-                             clock=clock, regions=False)
+                             clock=clock, regions=False, authorizer=authorizer,
+                             acl_store=acl_store)
         node.spawn(RequestHandler, topo.handler(i).name, context=ctx)
     for i in range(topo.num_processors):
         node.spawn(Processor, topo.processor(i).name, topology=topo, config=cfg, clock=clock,

@@ -556,7 +556,8 @@ class Processor(Actor):
         self.tell_traced(
             self.topology.handler_for_conn(conn.conn_id),
             KafkaRequest(conn.conn_id, seq, self.name, request.api_key, request.api_version,
-                         request.correlation_id, request.frame, now),
+                         request.correlation_id, request.frame, now, conn.principal,
+                         conn.peer_host),
             tid,
         )
 

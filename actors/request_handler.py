@@ -13,6 +13,7 @@ from typing import Any
 
 from kafka.protocol.api_key import ApiKey
 
+from actors.apis.acls import handle_create_acls, handle_delete_acls, handle_describe_acls
 from actors.apis.admin import (
     handle_create_partitions,
     handle_delete_groups,
@@ -22,7 +23,8 @@ from actors.apis.admin import (
     handle_elect_leaders,
     handle_offset_delete,
 )
-from actors.apis.base import ApiGen, HandlerContext, Respond
+from actors.apis.authorize import answer_per_item, denial
+from actors.apis.base import Access, ApiGen, HandlerContext, Respond
 from actors.apis.cluster import handle_describe_cluster
 from actors.apis.configs import (
     handle_alter_configs,
@@ -140,13 +142,23 @@ API_TABLE: dict[int, Any] = {
     ApiKey.TxnOffsetCommit: handle_txn_offset_commit,
     ApiKey.DescribeTransactions: handle_describe_transactions,
     ApiKey.ListTransactions: handle_list_transactions,
+    ApiKey.DescribeAcls: handle_describe_acls,
+    ApiKey.CreateAcls: handle_create_acls,
+    ApiKey.DeleteAcls: handle_delete_acls,
 }
+
+
+def _answer(data: dict[str, Any]) -> ApiGen:
+    """An API generator that answers at once (a request the ACLs refuse as a whole)."""
+    return Respond(data)
+    yield
 
 
 class _InFlight:
     """One request being handled: its generator and what it waits for."""
 
     __slots__ = (
+        "access",
         "gen",
         "header",
         "local_ns",
@@ -162,7 +174,7 @@ class _InFlight:
     )
 
     def __init__(self, msg: Any, header: Any, gen: ApiGen, start_ns: int,
-                 reply_to: Address | None = None) -> None:
+                 reply_to: Address | None = None, access: Access | None = None) -> None:
         self.msg = msg
         self.reply_to = reply_to  # an internal request (a replica fetch): answer this actor
         self.header = header
@@ -175,6 +187,7 @@ class _InFlight:
         self.waiting = 0
         self.req_ids: list[int] = []
         self.max_wait_ns = 0
+        self.access = access
 
 
 class RequestHandler(Actor):
@@ -238,7 +251,16 @@ class RequestHandler(Actor):
         except KafkaError as exc:
             self._refuse(msg, exc, start)
             return
-        state = _InFlight(msg, header, api(self.ctx, header, request), start)
+        access = Access(msg.principal, msg.client_host, api_name(header.api_key))
+        self.ctx.access = access
+        refusal = denial(self.ctx, header.api_key, header.api_version, request)
+        if refusal is not None:
+            gen = _answer(refusal)
+        else:
+            gen = (answer_per_item(self.ctx, header.api_key, request,
+                                   lambda req: api(self.ctx, header, req))
+                   or api(self.ctx, header, request))
+        state = _InFlight(msg, header, gen, start, access=access)
         self._advance(state, None)
 
     @handles(ReplicaFetch)
@@ -261,6 +283,8 @@ class RequestHandler(Actor):
         t0 = self._monotonic_ns()
         if replies is not None:
             state.remote_ns += t0 - state.wait_start_ns
+        if state.access is not None:  # the checks of the API see this request's principal
+            self.ctx.access = state.access
         try:
             calls = state.gen.send(replies) if replies is not None else next(state.gen)
         except StopIteration as stop:

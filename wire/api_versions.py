@@ -84,6 +84,10 @@ ADVERTISED: tuple[ApiVersionRange, ...] = (
     _entry(ApiKey.DescribeTopicPartitions, 0, 0),
     # v1 adds EndpointType (1 = brokers, the only type served); v2 (fenced brokers) left out.
     _entry(ApiKey.DescribeCluster, 0, 1),
+    # ACLs (authorizer.class.name = acl; SECURITY_DISABLED without). v0 left Kafka in 4.0.
+    _entry(ApiKey.DescribeAcls, 1, 3),
+    _entry(ApiKey.CreateAcls, 1, 3),
+    _entry(ApiKey.DeleteAcls, 1, 3),
     # Answered by the Processor on SASL listeners (actors/processor.py); after a v0
     # handshake the tokens come bare, size-prefixed (librdkafka requires v0 advertised).
     _entry(ApiKey.SaslHandshake, 0, 1),

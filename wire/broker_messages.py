@@ -62,6 +62,10 @@ class KafkaRequest(NamedTuple):
     correlation_id: int
     frame: bytes
     recv_ns: int
+    # who sent it (authorizer.class.name = acl): the connection's principal (TLS
+    # certificate subject or SASL user) and the client's address
+    principal: str = "User:ANONYMOUS"
+    client_host: str = ""
 
 
 @message(203)

@@ -13,13 +13,29 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar
 
+from loguru import logger
+
 from actors.core.metadata_cache import MetadataCache
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
+from actors.security.acl import Authorizer, Operation, ResourceType
+from actors.security.authorizer_log import log_decision
 from actors.topology import Topology
 from wire.broker_messages import TopicEntry
 from wire.cluster_messages import UpdateMetadata
+
+ANONYMOUS_PRINCIPAL = "User:ANONYMOUS"
+ACL_REFRESH_MS = 1000  # how stale a process's ACLs may be after a change made elsewhere
+
+
+class Access(NamedTuple):
+    """Who sent the request being handled: principal, client address, API name."""
+
+    principal: str
+    host: str
+    api: str
+
 
 PRODUCER_ID_NODE_SLOTS = 1024  # cluster nodes whose broker ids differ modulo this never collide
 
@@ -64,6 +80,61 @@ class HandlerContext:
     # whether the shards may answer reads with file regions: only when they run in
     # this handler's process (a descriptor means nothing in another process)
     regions: bool = field(default=True, kw_only=True)
+    # authorizer.class.name = acl: this handler's copy of the ACLs (None: everyone may do
+    # everything), and who asks right now: the handler sets it before it runs a request's
+    # generator, so an API function's checks see its own request's principal
+    authorizer: Authorizer | None = field(default=None, kw_only=True)
+    # where CreateAcls/DeleteAcls write (SecurityMetadata: the data dir's file or ZooKeeper)
+    acl_store: Any = field(default=None, kw_only=True)
+    access: Access = field(default_factory=lambda: Access(ANONYMOUS_PRINCIPAL, "", ""),
+                           kw_only=True)
+
+    def allowed(self, operation: Operation, resource_type: ResourceType, name: str,
+                log: bool = True) -> bool:
+        """Kafka's ``authorize``: may the current request's principal do this?
+
+        Every decision goes to the ``authorizer`` logger (denials at INFO); ``log``
+        False for the probes Kafka does not log either (KIP-679's "any topic").
+        """
+        if self.authorizer is None:
+            return True
+        self.refresh_acls()
+        access = self.access
+        decision = self.authorizer.authorize(access.principal, access.host, operation,
+                                             resource_type, name)
+        if log:
+            log_decision(decision, access.api, self.topology.node)
+        return decision.allowed
+
+    def refresh_acls(self, force: bool = False) -> None:
+        """Read the store's ACLs again when the last read is ACL_REFRESH_MS old (or ``force``):
+        changes made through another node or process reach this one within that time."""
+        authorizer, store = self.authorizer, self.acl_store
+        if authorizer is None or store is None:
+            return
+        now = self.clock.now_ms()
+        if not force and now - authorizer.read_ms < ACL_REFRESH_MS:
+            return
+        authorizer.read_ms = now  # shared by the process's handlers: one read a period
+        generation = authorizer.generation
+        try:
+            acls = store.get_all_acls()
+        except Exception as exc:  # the store is down: keep deciding on what was read last
+            logger.bind(actor="authorizer").warning("reading the ACLs failed: {}", exc)
+            return
+        if force or authorizer.generation == generation:
+            authorizer.replace(acls)
+
+    def allowed_any(self, operation: Operation, resource_type: ResourceType) -> bool:
+        """The principal may do ``operation`` on some resource of the type (KIP-679)."""
+        if self.authorizer is None:
+            return True
+        access = self.access
+        if access.principal in self.authorizer.super_users:
+            return True
+        names = {b.pattern.name for b in self.authorizer.bindings()
+                 if b.pattern.resource_type is resource_type}
+        return any(self.allowed(operation, resource_type, n, log=False) for n in names)
 
     def partition_count(self, topic: str) -> int | None:
         entry = self.topics.get(topic)

@@ -21,6 +21,7 @@ from actors.core.file_regions import (
     first_batch_length,
     whole_batches_length,
 )
+from actors.security.acl import CLUSTER_NAME, Operation, ResourceType
 from wire.broker_messages import Read, ReadDone, ReadDoneRow, ReadRow, WatchFetch, WatchFetchRow
 from wire.errors import ErrorCode
 
@@ -113,13 +114,27 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     order: list[tuple[str, list[int]]] = []
     results: dict[tuple[str, int], ReadDoneRow] = {}
     rows: list[ReadRow] = []
+    if ctx.authorizer is None:
+        denied_code = None
+    elif replica_id >= 0:  # a replica's fetch over the Kafka wire: ClusterAction
+        denied_code = (None if ctx.allowed(Operation.CLUSTER_ACTION, ResourceType.CLUSTER,
+                                           CLUSTER_NAME)
+                       else int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
+    else:
+        denied_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     for t in req.topics:
         name = t.topic
         count = ctx.partition_count(name)
         indexes = []
+        denied = denied_code is not None and (
+            replica_id >= 0 or not ctx.allowed(Operation.READ, ResourceType.TOPIC, name))
         for p in t.partitions:
             indexes.append(p.partition)
-            if count is None or not 0 <= p.partition < count:
+            if denied:
+                assert denied_code is not None
+                results[(name, p.partition)] = ReadDoneRow(
+                    name, p.partition, denied_code, -1, -1, b"", 0, 0, -1)
+            elif count is None or not 0 <= p.partition < count:
                 results[(name, p.partition)] = ReadDoneRow(
                     name, p.partition, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), -1, -1, b"",
                     0, 0, -1)

@@ -17,6 +17,7 @@ from actors.apis import cluster
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond
 from actors.apis.transactions import ensure_transaction_topic, transaction_coordinator
 from actors.core.offsets_codec import OFFSETS_TOPIC
+from actors.security.acl import Operation, ResourceType
 from wire.broker_messages import TopicPartition
 from wire.errors import ErrorCode
 from wire.group_messages import (
@@ -216,12 +217,19 @@ def handle_offset_commit(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     codes: dict[tuple[str, int], int] = {}
     rows: list[OffsetCommitRow] = []
     order: list[tuple[str, list[int]]] = []
+    # Kafka: Read on the group (every partition 30), then Read on each topic (29)
+    group_denied = not ctx.allowed(Operation.READ, ResourceType.GROUP, req.group_id)
     for t in req.topics:
         count = ctx.partition_count(t.name)
         indexes = []
+        denied = (ErrorCode.GROUP_AUTHORIZATION_FAILED if group_denied
+                  else None if ctx.allowed(Operation.READ, ResourceType.TOPIC, t.name)
+                  else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         for p in t.partitions:
             indexes.append(p.partition_index)
-            if count is None or not 0 <= p.partition_index < count:
+            if denied is not None:
+                codes[(t.name, p.partition_index)] = int(denied)
+            elif count is None or not 0 <= p.partition_index < count:
                 codes[(t.name, p.partition_index)] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             else:
                 epoch = p.committed_leader_epoch if version >= 6 else -1

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
+from actors.security.acl import Operation, ResourceType
 from wire.broker_messages import ListOffsets, ListOffsetsDone, ListOffsetsDoneRow, ListOffsetsRow
 from wire.errors import ErrorCode
 
@@ -32,9 +33,14 @@ def handle_list_offsets(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     for t in req.topics:
         count = ctx.partition_count(t.name)
         indexes = []
+        denied = not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t.name)
         for p in t.partitions:
             indexes.append(p.partition_index)
-            if count is None or not 0 <= p.partition_index < count:
+            if denied:
+                results[(t.name, p.partition_index)] = ListOffsetsDoneRow(
+                    t.name, p.partition_index, int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                    -1, -1, -1)
+            elif count is None or not 0 <= p.partition_index < count:
                 results[(t.name, p.partition_index)] = ListOffsetsDoneRow(
                     t.name, p.partition_index, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
                     -1, -1, -1)

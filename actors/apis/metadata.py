@@ -9,6 +9,7 @@ from actors.apis.base import ApiGen, Call, HandlerContext, Respond
 from actors.apis.configs import handle_describe_configs  # re-exported: it used to live here
 from actors.apis.transactions import handle_init_transactional_producer
 from actors.core.topic_config import validate_topic_name
+from actors.security.acl import CLUSTER_NAME, Operation, ResourceType
 from wire.broker_messages import (
     CreateTopicDoneRow,
     CreateTopicRow,
@@ -33,6 +34,15 @@ def _partition_rows(ctx: HandlerContext, name: str) -> list[dict[str, Any]]:
     return cluster.partition_rows(ctx, name)
 
 
+TOPIC_DENIED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
+
+def _may_create(ctx: HandlerContext, name: str) -> bool:
+    """Kafka: Create on the cluster, or Create on the topic."""
+    return (ctx.allowed(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, log=False)
+            or ctx.allowed(Operation.CREATE, ResourceType.TOPIC, name))
+
+
 def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     if req.topics is None or (header.api_version == 0 and not req.topics):
         names = sorted(ctx.topics)
@@ -43,8 +53,18 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         allow_auto = True
     errors: dict[str, int] = {}
     to_create: list[CreateTopicRow] = []
+    if ctx.authorizer is not None:  # Kafka: every topic hides, a named one is flagged
+        listed = req.topics is None or (header.api_version == 0 and not req.topics)
+        allowed = {n for n in names if n is not None and ctx.allowed(
+            Operation.DESCRIBE, ResourceType.TOPIC, n, log=not listed)}
+        if listed:
+            names = [n for n in names if n in allowed]
+        else:
+            for n in names:
+                if n is not None and n not in allowed:
+                    errors[n] = TOPIC_DENIED
     for name in names:
-        if name is None or name in ctx.topics:
+        if name is None or name in ctx.topics or name in errors:
             continue
         try:
             validate_topic_name(name)
@@ -52,6 +72,9 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             errors[name] = int(exc.code)
             continue
         if allow_auto and ctx.config["auto.create.topics.enable"] and not name.startswith("__"):
+            if not _may_create(ctx, name):
+                errors[name] = TOPIC_DENIED
+                continue
             to_create.append(CreateTopicRow(name, -1, -1, {}))
         else:
             errors[name] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -95,6 +118,9 @@ def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     rows: list[CreateTopicRow] = []
     done_rows: dict[str, CreateTopicDoneRow] = {}
     for t in req.topics:
+        if not _may_create(ctx, t.name):
+            done_rows[t.name] = CreateTopicDoneRow(t.name, TOPIC_DENIED, None, -1, -1)
+            continue
         if t.assignments:
             done_rows[t.name] = CreateTopicDoneRow(
                 t.name, int(ErrorCode.INVALID_REQUEST),
@@ -127,12 +153,16 @@ def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
 
 def handle_delete_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     names = list(req.topic_names or [])
-    rows_out: dict[str, DeleteTopicDoneRow] = {}
+    rows_out: dict[str, DeleteTopicDoneRow] = {
+        n: DeleteTopicDoneRow(n, TOPIC_DENIED, None) for n in names
+        if not ctx.allowed(Operation.DELETE, ResourceType.TOPIC, n)}
+    names_in = names
+    names = [n for n in names_in if n not in rows_out]
     if names:
         done: DeleteTopicsDone
         [done] = yield [Call(ctx.topology.controller,
                              lambda rid: DeleteTopics(rid, [DeleteTopicRow(n) for n in names]))]
-        rows_out = {r.name: r for r in done.rows}
+        rows_out.update({r.name: r for r in done.rows})
         gone = [r.name for r in done.rows if r.error_code == 0]
         yield from cluster.await_topics(ctx, gone, False, int(req.timeout_ms))
     return Respond({
@@ -140,7 +170,7 @@ def handle_delete_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         "responses": [
             {"name": n, "error_code": rows_out[n].error_code,
              "error_message": rows_out[n].error_message}
-            for n in names
+            for n in names_in
         ],
     })
 

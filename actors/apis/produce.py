@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
+from actors.security.acl import Operation, ResourceType
 from wire.broker_messages import Append, AppendDone, AppendDoneRow, AppendRow, ProduceReady
 from wire.errors import ErrorCode
 
@@ -70,13 +71,20 @@ def handle_produce(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     def refuse(name: str, index: int, code: ErrorCode, message: str | None) -> None:
         results[(name, index)] = AppendDoneRow(name, index, int(code), -1, -1, -1, message)
 
+    txn = getattr(req, "transactional_id", None)
+    txn_denied = bool(txn) and not ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                               str(txn))
     for topic_data in req.topic_data:
         name = topic_data.name
         indexes = []
         count = ctx.partition_count(name)
+        denied = txn_denied or not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, name)
         for pd in topic_data.partition_data:
             indexes.append(pd.index)
-            if acks not in (-1, 0, 1):
+            if denied:
+                refuse(name, pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                       if txn_denied else ErrorCode.TOPIC_AUTHORIZATION_FAILED, None)
+            elif acks not in (-1, 0, 1):
                 refuse(name, pd.index, ErrorCode.INVALID_REQUIRED_ACKS,
                        f"acks must be -1, 0 or 1, got {acks}")
             elif count is None or not 0 <= pd.index < count:

@@ -20,6 +20,7 @@ from actors.core.cluster_model import NO_LEADER
 from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.offsets_codec import partition_for as offsets_partition_for
 from actors.core.transaction_log import STATUS_BY_NAME, TRANSACTION_STATE_TOPIC, partition_for
+from actors.security.acl import Operation, ResourceType
 from actors.transaction_coordinator import (
     TRANSACTION_STATE_CONFIGS,
     all_txn_coordinators,
@@ -128,13 +129,23 @@ def handle_add_partitions_to_txn(ctx: HandlerContext, header: Any, req: Any) -> 
     txn_id = req.v3_and_below_transactional_id
     wanted: list[tuple[str, int]] = []
     unknown: set[tuple[str, int]] = set()
+    denied: dict[tuple[str, int], int] = {}  # ACLs: Write on the id, then on each topic
+    txn_denied = not ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)
     for t in req.v3_and_below_topics:
         count = ctx.partition_count(t.name)
+        topic_denied = not txn_denied and not ctx.allowed(Operation.WRITE, ResourceType.TOPIC,
+                                                          t.name)
         for p in t.partitions:
             wanted.append((t.name, p))
+            if txn_denied:
+                denied[(t.name, p)] = int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            elif topic_denied:
+                denied[(t.name, p)] = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             if count is None or not 0 <= p < count:
                 unknown.add((t.name, p))
-    if unknown:
+    if denied:  # Kafka: nothing added; the denied say why, the others were not tried
+        codes = {tp: denied.get(tp, int(ErrorCode.OPERATION_NOT_ATTEMPTED)) for tp in wanted}
+    elif unknown:
         # Kafka: nothing is added; the unknown partitions say why, the others were not tried
         codes = {tp: int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) if tp in unknown
                  else int(ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in wanted}

@@ -29,6 +29,7 @@ TOP_COMMANDS: dict[str, str] = {
     "trace": "actors.cli.trace:group",
     "cluster": "actors.cluster_cli:group",
     "users": "actors.cli.users:group",
+    "acls": "actors.cli.acls:group",
     "sim": "actors.cli.sim:command",
 }
 

@@ -185,9 +185,6 @@ SPEC.update(SECURITY_SPEC)
 # Keys read by nothing yet: the issue that will use each. They are accepted
 # (a config file written for that issue's release keeps working).
 RESERVED: dict[str, str] = {
-    "authorizer.class.name": "issue 17 (ACL checks in the APIs)",
-    "super.users": "issue 17 (ACL checks in the APIs)",
-    "allow.everyone.if.no.acl.found": "issue 17 (ACL checks in the APIs)",
     "actor.curve.secret.key.file": "issue 17 (CURVE between nodes)",
     "actor.curve.public.keys.dir": "issue 17 (CURVE between nodes)",
 }

@@ -298,6 +298,10 @@ class Authorizer:
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
         self._acls: dict[ResourcePattern, frozenset[AclEntry]] = {}
         self._by_name: dict[tuple[ResourceType, PatternType], dict[str, frozenset[AclEntry]]] = {}
+        # kept by the shell that feeds the cache: when it last read the store, and a count of
+        # replacements (a read that started before one must not overwrite it)
+        self.read_ms = 0
+        self.generation = 0
 
     # ----------------------------------------------------------- the cache
     def load(self, acls: Mapping[ResourcePattern, Iterable[AclEntry]]) -> None:
@@ -306,6 +310,13 @@ class Authorizer:
         self._by_name.clear()
         for pattern, entries in acls.items():
             self.set_acls(pattern, entries)
+
+    def replace(self, acls: Mapping[ResourcePattern, Iterable[AclEntry]]) -> None:
+        """Like :meth:`load`, but readers on other threads never see a half-built cache."""
+        fresh = Authorizer()
+        fresh.load(acls)
+        self._acls, self._by_name = fresh._acls, fresh._by_name
+        self.generation += 1
 
     def set_acls(self, pattern: ResourcePattern, entries: Iterable[AclEntry]) -> None:
         """The ACLs of one pattern as the store now has them (empty: none left)."""

@@ -54,6 +54,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = "tests/broker/test_config_keys.py"
 TLS = "tests/security/test_tls_broker.py"
 SASL = "tests/security/test_sasl_broker.py"
+ACL = "tests/security/test_acl_broker.py"
 REPL = "tests/cluster/test_replication.py"
 TXN = "tests/broker/test_transactions.py"
 TXN_CLUSTER = "tests/cluster/test_transactions_cluster.py"
@@ -92,6 +93,11 @@ EFFECTS: dict[str, list[str]] = {
     "ssl.enabled.protocols": [f"{TLS}::test_required_client_auth_protocols_and_suites"],
     "ssl.cipher.suites": [f"{TLS}::test_required_client_auth_protocols_and_suites"],
     "sasl.enabled.mechanisms": [f"{SASL}::test_a_mechanism_not_enabled_is_refused"],
+    # branch acl
+    "authorizer.class.name": [f"{ACL}::test_a_user_denied_then_allowed_to_produce_and_consume"],
+    "super.users": [f"{ACL}::test_admin_client_creates_describes_and_deletes_acls"],
+    "allow.everyone.if.no.acl.found": [
+        f"{ACL}::test_allow_everyone_if_no_acl_found_opens_only_resources_no_acl_names"],
     "connections.max.reauth.ms": [f"{SASL}::"
                                   "test_clients_reauthenticate_before_their_session_ends"],
     "log.dirs": [f"{HERE}::test_log_dirs_hold_the_partitions"],

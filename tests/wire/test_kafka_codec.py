@@ -618,6 +618,21 @@ RESPONSE_EXAMPLES: dict[int, dict[str, Any]] = {
             {"partition_id": 0, "error_code": 0, "error_message": None},
             {"partition_id": 1, "error_code": 84, "error_message": None}]}],
     },
+    # ACLs (branch acl): Describe, Create, Delete
+    29: {
+        "throttle_time_ms": 0, "error_code": 0, "error_message": None,
+        "resources": [{"resource_type": 2, "resource_name": "orders", "pattern_type": 3,
+                       "acls": [{"principal": "User:alice", "host": "*", "operation": 3,
+                                 "permission_type": 3}]}],
+    },
+    30: {"throttle_time_ms": 0, "results": [
+        {"error_code": 0, "error_message": None},
+        {"error_code": 42, "error_message": "unknown operation"}]},
+    31: {"throttle_time_ms": 0, "filter_results": [
+        {"error_code": 0, "error_message": None, "matching_acls": [
+            {"error_code": 0, "error_message": None, "resource_type": 3,
+             "resource_name": "billing-", "pattern_type": 4, "principal": "User:bob",
+             "host": "*", "operation": 2, "permission_type": 2}]}]},
 }
 
 

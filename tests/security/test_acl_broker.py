@@ -1,0 +1,274 @@
+"""ACLs on a running broker with real clients (authorizer.class.name = "acl").
+
+One node with a SASL_PLAINTEXT listener (PLAIN, users made with `actorlog users
+add`) and a PLAINTEXT one; `super.users = User:admin`. User:ANONYMOUS (PLAINTEXT)
+is tested on a node of its own (Metadata advertises the first listener only, so a
+PLAINTEXT client of the two-listener node would be sent to the SASL port).
+confluent-kafka's AdminClient creates, describes and deletes ACLs; kafka-python
+as alice is denied with Kafka's exact codes (29, 30) and then allowed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
+
+from actors.security.acl import ResourceType as CoreType
+from actors.security.local_store import LocalSecurityStore
+from tests.fixtures.broker import ROOT, BrokerProcess, free_port
+
+pytestmark = [pytest.mark.clients]
+
+PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret"}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "actors.cli", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, str]]:
+    base = tmp_path_factory.mktemp("acl")
+    data = base / "data"
+    for user, password in PASSWORDS.items():
+        secret = base / f"{user}.password"
+        secret.write_text(password + "\n")
+        out = _cli("users", "add", user, "--mechanism", "SCRAM-SHA-256", "--password-file",
+                   str(secret), "--data-dir", str(data))
+        assert out.returncode == 0, out.stderr
+    port, anonymous = free_port(), free_port()
+    broker = BrokerProcess(
+        data, port=port,
+        listen=f"SASL_PLAINTEXT://127.0.0.1:{port},PLAINTEXT://127.0.0.1:{anonymous}",
+        config={"sasl.enabled.mechanisms": "PLAIN", "authorizer.class.name": "acl",
+                "super.users": "User:admin",
+                "allow.everyone.if.no.acl.found": False}).start()
+    try:
+        yield broker, f"127.0.0.1:{anonymous}"
+    finally:
+        assert broker.stop() == 0, broker.log()[-3000:]
+
+
+def _sasl(user: str) -> dict[str, Any]:
+    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+            "sasl.username": user, "sasl.password": PASSWORDS[user]}
+
+
+def _kp(user: str) -> dict[str, Any]:
+    return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+            "sasl_plain_username": user, "sasl_plain_password": PASSWORDS[user]}
+
+
+def _admin(broker: BrokerProcess, user: str = "admin") -> AdminClient:
+    return AdminClient({"bootstrap.servers": broker.bootstrap, **_sasl(user)})
+
+
+def _allow(topic: str, op: AclOperation, principal: str = "User:alice",
+           rtype: ResourceType = ResourceType.TOPIC,
+           pattern: ResourcePatternType = ResourcePatternType.LITERAL) -> AclBinding:
+    return AclBinding(rtype, topic, pattern, principal, "*", op, AclPermissionType.ALLOW)
+
+
+def test_admin_client_creates_describes_and_deletes_acls(
+        node: tuple[BrokerProcess, str]) -> None:
+    broker, _ = node
+    admin = _admin(broker)
+    wanted = [_allow("orders-", AclOperation.WRITE, pattern=ResourcePatternType.PREFIXED),
+              _allow("g1", AclOperation.READ, rtype=ResourceType.GROUP)]
+    for future in admin.create_acls(wanted, request_timeout=15).values():
+        assert future.result(timeout=15) is None
+    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:alice",
+                                  None, AclOperation.ANY, AclPermissionType.ANY)
+    found = admin.describe_acls(everything, request_timeout=15).result(timeout=15)
+    assert sorted(map(str, found)) == sorted(map(str, wanted))
+    # persisted in the data dir's security store, as `actorlog acls list` reads it
+    stored = LocalSecurityStore.in_data_dir(broker.data_dir).get_all_acls()
+    assert {(p.resource_type, p.name) for p in stored} == {(CoreType.TOPIC, "orders-"),
+                                                          (CoreType.GROUP, "g1")}
+    # alice is no super user: Alter on the cluster denied (CLUSTER_AUTHORIZATION_FAILED)
+    alice = _admin(broker, "alice")  # kept: a dropped client cancels its futures
+    [denied] = alice.create_acls([_allow("x", AclOperation.READ)], request_timeout=15).values()
+    with pytest.raises(KafkaException) as refused:
+        denied.result(timeout=15)
+    assert refused.value.args[0].code() == 31
+    # delete what the filter matches; the answer names what went
+    only_group = AclBindingFilter(ResourceType.GROUP, "g1", ResourcePatternType.LITERAL, None,
+                                  None, AclOperation.ANY, AclPermissionType.ANY)
+    [gone] = admin.delete_acls([only_group], request_timeout=15).values()
+    assert [str(b) for b in gone.result(timeout=15)] == [str(wanted[1])]
+    left = admin.describe_acls(everything, request_timeout=15).result(timeout=15)
+    assert [str(b) for b in left] == [str(wanted[0])]
+    [cleanup] = admin.delete_acls([everything], request_timeout=15).values()
+    cleanup.result(timeout=15)
+
+
+def test_a_user_denied_then_allowed_to_produce_and_consume(
+        node: tuple[BrokerProcess, str]) -> None:
+    broker, _ = node
+    admin = _admin(broker)
+    topic, group = f"acl-{time.time_ns()}", "alice-group"
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(timeout=15)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, max_block_ms=5000,
+                             api_version=(2, 5), **_kp("alice"))
+    try:
+        with pytest.raises(TopicAuthorizationFailedError) as denied:
+            producer.send(topic, b"no").get(timeout=10)
+        assert denied.value.errno == 29
+    finally:
+        producer.close(timeout=5)
+    for future in admin.create_acls(
+            [_allow(topic, AclOperation.WRITE), _allow(topic, AclOperation.READ)],
+            request_timeout=15).values():
+        future.result(timeout=15)
+    # an idempotent producer: InitProducerId is allowed by Write on some topic (KIP-679)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, max_block_ms=5000,
+                             api_version=(2, 5), **_kp("alice"))
+    try:
+        producer.send(topic, b"yes").get(timeout=15)
+    finally:
+        producer.close(timeout=5)
+    consumer = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group,
+                             auto_offset_reset="earliest", consumer_timeout_ms=8000,
+                             api_version=(2, 5), **_kp("alice"))
+    try:
+        with pytest.raises(GroupAuthorizationFailedError) as denied_group:
+            consumer.poll(timeout_ms=8000)
+        assert denied_group.value.errno == 30
+    finally:
+        consumer.close()
+    for future in admin.create_acls([_allow(group, AclOperation.READ,
+                                            rtype=ResourceType.GROUP)]).values():
+        future.result(timeout=15)
+    consumer = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group,
+                             auto_offset_reset="earliest", consumer_timeout_ms=15000,
+                             api_version=(2, 5), **_kp("alice"))
+    got: list[bytes] = []
+    deadline = time.monotonic() + 15
+    try:
+        while not got and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                got.extend(r.value for r in records)
+        assert got == [b"yes"]
+    finally:
+        consumer.close()
+    assert broker.log().count("ACL added") >= 3
+
+
+def test_acls_cli_adds_lists_and_removes(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    add = _cli("acls", "add", "--data-dir", str(data), "--allow-principal", "User:bob",
+               "--operation", "Read", "--topic", "logs-", "--resource-pattern-type", "prefixed")
+    assert add.returncode == 0, add.stderr
+    listed = _cli("acls", "list", "--data-dir", str(data))
+    assert listed.returncode == 0 and "User:bob" in listed.stdout and "logs-" in listed.stdout
+    assert "PREFIXED" in listed.stdout
+    bad = _cli("acls", "add", "--data-dir", str(data), "--allow-principal", "bob",
+               "--operation", "Read", "--topic", "x")
+    assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in bad.stderr
+    removed = _cli("acls", "remove", "--data-dir", str(data), "--topic", "logs-",
+                   "--resource-pattern-type", "prefixed")
+    assert removed.returncode == 0, removed.stderr
+    assert "User:bob" in removed.stdout
+    assert "User:bob" not in _cli("acls", "list", "--data-dir", str(data)).stdout
+
+
+def test_allow_everyone_if_no_acl_found_opens_only_resources_no_acl_names(
+        tmp_path: Path) -> None:
+    """PLAINTEXT (User:ANONYMOUS): topics no ACL names are open; a named one is not."""
+    broker = BrokerProcess(tmp_path / "data",
+                           config={"authorizer.class.name": "acl",
+                                   "allow.everyone.if.no.acl.found": True}).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for future in admin.create_topics([NewTopic("open", 1, 1),
+                                           NewTopic("closed", 1, 1)]).values():
+            future.result(timeout=15)
+        for future in admin.create_acls([_allow("closed", AclOperation.READ,
+                                                principal="User:alice")]).values():
+            future.result(timeout=15)
+        listed = admin.list_topics(timeout=10).topics
+        assert "open" in listed and "closed" not in listed
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, max_block_ms=5000,
+                                 api_version=(2, 5))
+        try:
+            producer.send("open", b"ok").get(timeout=15)
+            with pytest.raises(TopicAuthorizationFailedError):
+                producer.send("closed", b"no").get(timeout=10)
+        finally:
+            producer.close(timeout=5)
+    finally:
+        assert broker.stop() == 0, broker.log()[-3000:]
+
+
+def test_admin_requests_without_acls_get_kafka_codes(node: tuple[BrokerProcess, str]) -> None:
+    """alice has no ACL on these: each item is refused with its code, the super user's
+    same requests are served (the per-item split leaves allowed items alone)."""
+    from confluent_kafka.admin import ConfigResource
+
+    broker, _ = node
+    admin, alice = _admin(broker), _admin(broker, "alice")
+    topic = f"cfg-{time.time_ns()}"
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(timeout=15)
+
+    def code(future: Any) -> int:
+        with pytest.raises(KafkaException) as refused:
+            future.result(timeout=15)
+        return int(refused.value.args[0].code())
+
+    [created] = alice.create_topics([NewTopic(f"{topic}-x", 1, 1)]).values()
+    assert code(created) == 29
+    [deleted] = alice.delete_topics([topic]).values()
+    assert code(deleted) == 29
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    [described] = alice.describe_configs([resource]).values()
+    assert code(described) == 29
+    [ok] = admin.describe_configs([resource]).values()
+    assert "cleanup.policy" in ok.result(timeout=15)
+    [group] = alice.describe_consumer_groups(["nobody-may"]).values()
+    assert code(group) == 30
+    [dropped] = alice.delete_consumer_groups(["nobody-may"]).values()
+    assert code(dropped) == 30
+    assert topic in admin.list_topics(timeout=10).topics
+    assert topic not in alice.list_topics(timeout=10).topics
+    # `actorlog acls add` on the running node's data dir: read again within ACL_REFRESH_MS
+    out = _cli("acls", "add", "--data-dir", str(broker.data_dir), "--allow-principal",
+               "User:alice", "--operation", "Describe", "--topic", topic)
+    assert out.returncode == 0, out.stderr
+    deadline = time.monotonic() + 15
+    while topic not in alice.list_topics(timeout=10).topics and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert topic in alice.list_topics(timeout=10).topics
+
+
+def test_a_transactional_producer_without_acls_gets_53(node: tuple[BrokerProcess, str]) -> None:
+    from confluent_kafka import Producer
+
+    broker, _ = node
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-alice",
+                         **_sasl("alice")})
+    with pytest.raises(KafkaException) as refused:
+        producer.init_transactions(15)
+    assert refused.value.args[0].code() == 53

@@ -39,6 +39,7 @@ from wire.group_messages import (
     OffsetCommitRow,
     OffsetFetch,
     OffsetFetchDone,
+    OffsetFetchDoneRow,
     SyncGroup,
     SyncGroupDone,
 )
@@ -278,6 +279,25 @@ def _fetched_topics(done: OffsetFetchDone, version: int) -> list[dict[str, Any]]
     return [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
 
 
+def _described(ctx: HandlerContext, done: OffsetFetchDone, asked: bool) -> OffsetFetchDone:
+    """Kafka: Describe on each topic. A topic the principal may not describe answers
+    TOPIC_AUTHORIZATION_FAILED where the request named it, and is left out of an
+    all-topics answer."""
+    if ctx.authorizer is None or done.error_code != NONE:
+        return done
+    decided: dict[str, bool] = {}
+    rows: list[OffsetFetchDoneRow] = []
+    for row in done.rows:
+        if row.topic not in decided:
+            decided[row.topic] = ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, row.topic)
+        if decided[row.topic]:
+            rows.append(row)
+        elif asked:
+            rows.append(OffsetFetchDoneRow(row.topic, row.partition, -1, -1, "",
+                                           int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)))
+    return done._replace(rows=rows)
+
+
 def _offset_fetch(group_id: str, rows: list[TopicPartition] | None,
                   require_stable: bool = False) -> Callable[[int], Any]:
     return lambda rid: OffsetFetch(rid, group_id, rows, require_stable)
@@ -293,9 +313,10 @@ def handle_offset_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         return Respond({
             "throttle_time_ms": 0,
             "groups": [
-                {"group_id": gid, "topics": _fetched_topics(done, version),
+                {"group_id": gid,
+                 "topics": _fetched_topics(_described(ctx, done, asked is not None), version),
                  "error_code": done.error_code}
-                for (gid, _rows), done in zip(groups, replies, strict=True)
+                for (gid, asked), done in zip(groups, replies, strict=True)
             ],
         })
     rows = _wanted(req.topics)
@@ -303,7 +324,7 @@ def handle_offset_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     [done] = yield [Call(_coordinator(ctx, req.group_id),
                          _offset_fetch(req.group_id, rows,
                                        version >= 7 and bool(req.require_stable)))]
-    topics = _fetched_topics(done, version)
+    topics = _fetched_topics(_described(ctx, done, rows is not None), version)
     if version < 2 and done.error_code != NONE:
         # v0-1 have no top-level error: every asked partition carries it.
         topics = [{"name": t, "partitions": [

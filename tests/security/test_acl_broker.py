@@ -272,3 +272,36 @@ def test_a_transactional_producer_without_acls_gets_53(node: tuple[BrokerProcess
     with pytest.raises(KafkaException) as refused:
         producer.init_transactions(15)
     assert refused.value.args[0].code() == 53
+
+
+def test_offset_fetch_answers_only_the_topics_the_user_may_describe(
+        node: tuple[BrokerProcess, str]) -> None:
+    """Kafka: Describe on the group, then Describe on each topic. A named topic alice may
+    not describe answers 29; asking for every topic leaves it out."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    broker, _ = node
+    admin, alice = _admin(broker), _admin(broker, "alice")
+    stamp = time.time_ns()
+    seen, hidden, group = f"seen-{stamp}", f"hidden-{stamp}", f"offsets-{stamp}"
+    for future in admin.create_topics([NewTopic(seen, 1, 1), NewTopic(hidden, 1, 1)]).values():
+        future.result(timeout=15)
+    [altered] = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
+        group, [TopicPartition(seen, 0, 3), TopicPartition(hidden, 0, 7)])]).values()
+    altered.result(timeout=15)
+    for future in admin.create_acls(
+            [_allow(group, AclOperation.DESCRIBE, rtype=ResourceType.GROUP),
+             _allow(seen, AclOperation.DESCRIBE)], request_timeout=15).values():
+        future.result(timeout=15)
+    time.sleep(1.2)  # ACL_REFRESH_MS: the handlers read the store again
+
+    [named] = alice.list_consumer_group_offsets([ConsumerGroupTopicPartitions(
+        group, [TopicPartition(seen, 0), TopicPartition(hidden, 0)])]).values()
+    answer = {tp.topic: tp for tp in named.result(timeout=15).topic_partitions}
+    assert answer[seen].offset == 3 and answer[seen].error is None
+    assert answer[hidden].error is not None and answer[hidden].error.code() == 29
+    [every] = alice.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
+    assert {tp.topic: tp.offset for tp in every.result(timeout=15).topic_partitions} == {seen: 3}
+    [mine] = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
+    assert {tp.topic: tp.offset for tp in mine.result(timeout=15).topic_partitions} == {
+        seen: 3, hidden: 7}

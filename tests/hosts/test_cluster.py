@@ -406,11 +406,6 @@ host = "h3"
 "zookeeper.session.timeout.ms" = 4000
 "controlled.shutdown.retry.backoff.ms" = 500
 "trace.sample.ratio" = 0.0
-# Nodes that do not replicate yet never add a replica back to an ISR, so after
-# two faults one node is every partition's whole ISR; a third fault would leave
-# the partitions without a leader. Once they replicate, back_in() waits for full
-# ISRs between the faults and no election is unclean.
-"unclean.leader.election.enable" = true
 """)
     spec = str(spec_file)
     up = cli("up", "--spec", spec)

@@ -149,8 +149,6 @@ def format_status(found: dict[str, Any]) -> list[str]:
     else:
         lines.append(f"ZooKeeper at {zk['connect']}: registered nodes {zk['registered']}, "
                      f"controller {found['controller']} (epoch {found['controller_epoch']})")
-    if not found["joins_cluster"]:
-        lines.append("nodes do not join a cluster yet: each is an independent broker")
     lines.append(f"{'node':<6}{'host':<10}{'listener':<24}{'pid':<9}{'process':<10}"
                  f"{'uptime':<9}{'version':<10}{'zk':<6}{'leads':<7}kafka")
     for node in found["nodes"]:

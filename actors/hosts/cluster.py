@@ -3,9 +3,9 @@
 ``up`` checks every host first (root for test hosts, ssh and the same
 actorlog version, ZooKeeper installed), makes the netns hosts that do not
 exist yet, starts ZooKeeper and waits until it serves, writes each node's
-config and starts it, waits until every node answers Kafka requests (and,
-once nodes join clusters, until they are registered and a controller is
-elected), then prints the bootstrap servers. A failed step names the host,
+config and starts it, waits until every node answers Kafka requests, is
+registered in ZooKeeper and a controller is elected, then prints the
+bootstrap servers. A failed step names the host,
 the command and the tail of its log, and everything this ``up`` started or
 made is stopped and removed again unless ``keep``.
 
@@ -38,7 +38,7 @@ from actors.hosts.launch import (
     zookeeper_process,
 )
 from actors.hosts.netns import NetnsError, TestHost
-from actors.hosts.node_config import NodePlan, cluster_mode_available, replication_available
+from actors.hosts.node_config import NodePlan
 from actors.hosts.probe import ProbeError, api_versions, metadata
 from actors.hosts.runner import (
     HostError,
@@ -225,15 +225,11 @@ class Cluster:
                 self.start_zookeeper(zk, started)
             for zk in zookeepers:
                 self.wait_zookeeper(zk, timeout_s)
-            if not cluster_mode_available():
-                self.say("note: this actorlog's nodes do not join a cluster yet "
-                         "(no zookeeper.connect): each node runs as an independent broker")
             for node_id in self.plans:
                 self.start_node(node_id, started)
             for node_id in self.plans:
                 self.wait_answering(node_id, timeout_s)
-            if cluster_mode_available():
-                self.wait_registered(timeout_s)
+            self.wait_registered(timeout_s)
         except (HostError, NetnsError, StartError, ClusterError, KeyboardInterrupt) as exc:
             if isinstance(exc, KeyboardInterrupt):
                 exc = ClusterError("interrupted")
@@ -481,7 +477,6 @@ class Cluster:
             "offline_partitions": offline,
             "partitions": len(states),
             "partitions_source": source,
-            "joins_cluster": cluster_mode_available(),
             "zookeeper": zk,
             "faults": {"isolated": sorted(state.isolated), "netem": state.netem},
             "bootstrap_servers": self.bootstrap_servers(),
@@ -489,8 +484,7 @@ class Cluster:
         out["healthy"] = (
             all(n["alive"] and not n["paused"] and n["answers"] for n in nodes)
             and under == 0 and offline == 0 and zk["error"] is None
-            and (not cluster_mode_available()
-                 or (out["controller"] is not None and registered >= set(self.plans))))
+            and out["controller"] is not None and registered >= set(self.plans))
         if topics:
             out["topics"] = states
         if groups:
@@ -620,8 +614,6 @@ class Cluster:
 
     def wait_rejoined(self, node_id: int, timeout_s: float) -> None:
         """Until the node is registered in ZooKeeper again and a controller is elected."""
-        if not cluster_mode_available():
-            return
         deadline = time.monotonic() + timeout_s
         with self.store() as store:
             while True:
@@ -636,15 +628,7 @@ class Cluster:
                 time.sleep(0.2)
 
     def wait_in_sync(self, timeout_s: float) -> None:
-        """Until no partition is offline or under-replicated (ZooKeeper's states).
-
-        Nodes that do not replicate (before issue 15) never add a restarted
-        replica back to an ISR; then this waits only for every partition to
-        have a leader, and says how many stay under-replicated.
-        """
-        if not cluster_mode_available():
-            return
-        replicates = replication_available()
+        """Until no partition is offline or under-replicated (ZooKeeper's states)."""
         deadline = time.monotonic() + timeout_s
         while True:
             zk = self.zookeeper_status()
@@ -652,13 +636,8 @@ class Cluster:
             if states is not None:
                 under = [st for st in states if partition_under_replicated(st)]
                 offline = [st for st in states if st["leader"] < 0]
-                if not offline and (not under or not replicates):
-                    if under:
-                        self.say(f"{len(under)} partition(s) under-replicated; these nodes do "
-                                 "not replicate, so their ISR cannot grow back: not waiting "
-                                 "for it")
-                    else:
-                        self.say(f"all {len(states)} partition(s) have a leader and a full ISR")
+                if not offline and not under:
+                    self.say(f"all {len(states)} partition(s) have a leader and a full ISR")
                     return
             if time.monotonic() > deadline:
                 raise ClusterError(

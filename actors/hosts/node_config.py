@@ -5,11 +5,9 @@ A node listens on its host's address, port 9092, unless its config sets
 host's ``data_dir``; its gateway for the other nodes (``actor.gateway.*``) is
 on the host's address, on the listener's port + 1 unless set. The node's
 config file, its log and its pid file live in its data dir, so one directory
-per node holds everything `cluster up` made for it.
-
-Keys that exist only once the node can join a cluster (``zookeeper.connect``)
-are written only when this actorlog's config knows them: until then the
-nodes run as independent brokers, and :attr:`NodePlan.joins_cluster` says so.
+per node holds everything `cluster up` made for it. Every node joins the
+spec's cluster: its ``zookeeper.connect`` is the spec's ZooKeeper (a spec
+always names one).
 """
 
 from __future__ import annotations
@@ -21,26 +19,12 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from actors.hosts.spec import DEFAULT_LISTENER_PORT, ClusterSpec, HostSpec
-from actors.runtime.config import SPEC as CONFIG_SPEC
 
 CONFIG_FILE = "node.toml"
 LOG_FILE = "serve.log"
 PID_FILE = "serve.pid"
 VERSION_FILE = "serve.version"
 CLUSTER_KEY = "zookeeper.connect"
-
-
-def cluster_mode_available() -> bool:
-    """True once `actorlog serve` knows ``zookeeper.connect`` (nodes join a cluster)."""
-    return CLUSTER_KEY in CONFIG_SPEC
-
-
-def replication_available() -> bool:
-    """True once nodes replicate (issue 15): a restarted replica can rejoin an ISR."""
-    from actors.runtime import config
-
-    return ("replica.lag.time.max.ms" in CONFIG_SPEC
-            and "replica.lag.time.max.ms" not in getattr(config, "RESERVED", {}))
 
 
 def parse_listener(value: str) -> tuple[str, int]:
@@ -73,7 +57,6 @@ class NodePlan:
     client_address: str
     gateway_port: int
     data_dir: str
-    joins_cluster: bool
 
     @classmethod
     def of(cls, spec: ClusterSpec, node_id: int) -> NodePlan:
@@ -104,12 +87,10 @@ class NodePlan:
         if not data_dir:
             data_dir = str(PurePosixPath(host.data_dir) / f"node-{node_id}")
             values["log.dirs"] = data_dir
-        joins = cluster_mode_available()
-        if joins:
-            values[CLUSTER_KEY] = spec.connect_string()
+        values[CLUSTER_KEY] = spec.connect_string()
         values.update(merged)
         return cls(node_id, host, values, listen_port, format_address(adv_host, adv_port),
-                   gateway_port, data_dir, joins)
+                   gateway_port, data_dir)
 
     @property
     def config_path(self) -> str:
@@ -130,9 +111,6 @@ class NodePlan:
     def config_text(self) -> str:
         header = (f"# node {self.node_id} on host {self.host.name}, written by "
                   f"`actorlog cluster` from the spec; edits are overwritten by `cluster up`.\n")
-        if not self.joins_cluster:
-            header += ("# zookeeper.connect is not written: this actorlog's nodes do not join "
-                       "a cluster yet (independent brokers).\n")
         return header + render_toml(self.config)
 
 

@@ -27,7 +27,6 @@ from actors.core.cluster_model import TopicPartition as TP
 from actors.hosts import netns
 from actors.hosts.cluster import Cluster, ClusterError, open_store
 from actors.hosts.faults import FaultError, Netem
-from actors.hosts.node_config import replication_available
 from actors.hosts.runner import local_version
 from actors.hosts.spec import load_spec
 from actors.metadata.zk_server import free_port
@@ -131,7 +130,7 @@ host = "h2"
 
 # ------------------------------------------------- ZooKeeper's view (real)
 def test_registration_controller_and_partition_health_come_from_zookeeper(
-        spec_file: Path, zk_connect: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        spec_file: Path, zk_connect: str) -> None:
     ports = [free_port() for _ in range(4)]
     spec_file.write_text(f"""
 [hosts.h1]
@@ -172,24 +171,19 @@ config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3
         assert [n["leaderships"] for n in found["nodes"]] == [2, 0]
         assert found["healthy"] is False
 
-        # a rolling restart waits for every ISR to be full (once nodes replicate) ...
-        monkeypatch.setattr("actors.hosts.cluster.replication_available", lambda: True)
+        # a rolling restart waits until every partition has a leader and a full ISR:
+        # an offline partition holds it up ...
         with pytest.raises(ClusterError, match=re.escape(
                 "within 0.5 s the partitions did not all get a full ISR (2 under-replicated, "
                 "1 offline, e.g. t-1: leader 1, isr [1], replicas [1, 2])")):
             cluster.wait_in_sync(timeout_s=0.5)
-        # ... and, where they do not replicate yet, for every partition to have a leader
-        monkeypatch.setattr("actors.hosts.cluster.replication_available", lambda: False)
-        with pytest.raises(ClusterError, match="1 offline"):
-            cluster.wait_in_sync(timeout_s=0.5)
+        # ... and so do under-replicated ones that all have a leader
         states = store.get_partition_states([TP("t", 1), TP("t", 2)])
         store.update_partition_states(
             {TP("t", 2): states[TP("t", 2)].new_leader_and_isr(2, (2,), fence.epoch)}, fence)
-        cluster.wait_in_sync(timeout_s=10)
-        assert said[-1] == ("2 partition(s) under-replicated; these nodes do not replicate, so "
-                            "their ISR cannot grow back: not waiting for it")
-        monkeypatch.setattr("actors.hosts.cluster.replication_available", lambda: True)
-        with pytest.raises(ClusterError, match="2 under-replicated, 0 offline"):
+        with pytest.raises(ClusterError, match=re.escape(
+                "(2 under-replicated, 0 offline, e.g. t-1: leader 1, isr [1], "
+                "replicas [1, 2])")):
             cluster.wait_in_sync(timeout_s=0.5)
         states = store.get_partition_states([TP("t", 1), TP("t", 2)])
         store.update_partition_states({
@@ -367,12 +361,12 @@ def moved_off(node_id: int) -> Any:
 
 
 def back_in(node_id: int) -> Any:
-    """The node is back: registered, answering; with replication, every ISR full again."""
+    """The node is back: registered, answering, every partition led and its ISR full again."""
     def check(found: dict[str, Any]) -> bool:
         node = by_id(found)[node_id]
-        full = found["under_replicated_partitions"] == 0 or not replication_available()
         return bool(node["registered"] and node["answers"] and not node["paused"]
-                    and found["offline_partitions"] == 0 and full)
+                    and found["offline_partitions"] == 0
+                    and found["under_replicated_partitions"] == 0)
     return check
 
 
@@ -412,11 +406,6 @@ host = "h3"
 "zookeeper.session.timeout.ms" = 4000
 "controlled.shutdown.retry.backoff.ms" = 500
 "trace.sample.ratio" = 0.0
-# Nodes that do not replicate yet never add a replica back to an ISR, so after
-# two faults one node is every partition's whole ISR; a third fault would leave
-# the partitions without a leader. Once they replicate, back_in() waits for full
-# ISRs between the faults and no election is unclean.
-"unclean.leader.election.enable" = true
 """)
     spec = str(spec_file)
     up = cli("up", "--spec", spec)
@@ -520,14 +509,13 @@ host = "h3"
             or "registered again" in line] == [
         "node 1 on h1", "node 1 on h1", "node 1", "node 2 on h2", "node 2 on h2", "node 2",
         "node 3 on h3", "node 3 on h3", "node 3"]
-    in_sync = [line for line in lines if "full ISR" in line or "cannot grow back" in line]
+    in_sync = [line for line in lines if "have a leader and a full ISR" in line]
     assert len(in_sync) == 4, rolled.stdout  # before each node stops, and at the end
     after = {n["id"]: n["pid"] for n in status_json(spec_file)["nodes"]}
     assert all(after[i] != before[i] and after[i] is not None for i in before)
     wait_json(spec_file, "every node back", lambda f: all(back_in(i)(f) for i in (1, 2, 3)))
     after_faults = consume(bootstrap, topic, len(acked) + 1)
-    if replication_available():  # every acknowledged record is there exactly once
-        assert sorted(after_faults) == sorted(acked)
+    assert sorted(after_faults) == sorted(acked)  # every acknowledged record, exactly once
 
     down = cli("down", "--spec", spec)
     assert down.returncode == 0, down.stdout + down.stderr

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from actors.hosts.node_config import (
     NodePlan,
-    cluster_mode_available,
     parse_listener,
     render_toml,
 )
@@ -89,12 +88,14 @@ def test_node_plan_listens_on_the_host_address_and_keeps_its_files_in_its_data_d
     assert remote.data_dir == "/var/lib/actorlog/demo/node-2"
 
 
-def test_zookeeper_connect_is_written_only_when_nodes_can_join_a_cluster() -> None:
-    plan = NodePlan.of(parse(GOOD), 1)
-    assert plan.joins_cluster == cluster_mode_available()
-    assert ("zookeeper.connect" in plan.config) == cluster_mode_available()
-    if not cluster_mode_available():
-        assert "do not join a cluster yet" in plan.config_text()
+def test_every_node_joins_the_spec_zookeeper() -> None:
+    for node_id in (1, 2, 3):
+        assert NodePlan.of(parse(GOOD), node_id).config["zookeeper.connect"] == \
+            "198.18.0.11:2181"
+    connect = "10.1.1.1:2181,10.1.1.2:2181/actorlog"
+    plan = NodePlan.of(parse(GOOD.replace('hosts = ["h1"]', f'connect = "{connect}"')), 2)
+    assert plan.config["zookeeper.connect"] == connect
+    assert tomllib.loads(plan.config_text())["zookeeper.connect"] == connect
 
 
 def test_the_written_config_is_what_serve_reads() -> None:

@@ -622,7 +622,8 @@ class Broker:
             broker_id, tuple(Endpoint(a.name, a.host, a.port, a.security_protocol)
                              for a in self.advertised),
             f"tcp://{format_host_port(endpoint.host, endpoint.port)}",
-            str(cfg["broker.rack"]) or None)
+            str(cfg["broker.rack"]) or None, num_handlers=topo.num_handlers,
+            num_shards=topo.num_shards, num_coordinators=topo.num_coordinators)
         node.spawn(ClusterController, topo.controller.name, topology=topo, config=cfg,
                    store=self.metadata, broker=self.broker_info, clock=clock)
 

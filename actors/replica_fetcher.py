@@ -7,8 +7,11 @@ leadership changes. A thin shell over ``FetcherCore``: it asks each new
 partition's shard where its log ends, sends one ReplicaFetch at a time to a
 RequestHandler of the leader's node (over the gateways; batches come back as
 bytes), and hands each partition's answer to its shard (FollowerApply), the
-only writer of the log. The next fetch leaves once every answer is applied.
-A fetcher left without partitions sends nothing until it is given some.
+only writer of the log. The handler is one the leader runs: picked by the
+leader's handler count (nodes may run different ``num.io.threads``), which
+the ReplicaManager passes on from the controller's LeaderAndIsr. The next
+fetch leaves once every answer is applied. A fetcher left without partitions
+sends nothing until it is given some.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from actors.core.fetcher_state import FetcherConfig, FetcherCore
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
-from actors.topology import Topology, broker_node_name
+from actors.topology import Topology, peer_handler
 from wire.broker_messages import GetStats
 from wire.replication_messages import (
     AddFetcherPartitions,
@@ -41,17 +44,22 @@ class ReplicaFetcher(Actor):
     mailbox_size = 0  # unbounded: answers from the leader and the shards must never wait
 
     def __init__(self, node: Any, name: str, *, topology: Topology, config: FetcherConfig,
-                 leader: int, fetcher_id: int, clock: Clock, **kw: Any) -> None:
+                 leader: int, fetcher_id: int, clock: Clock, leader_handlers: int = 0,
+                 **kw: Any) -> None:
         super().__init__(node, name, **kw)
         self.topology = topology
         self.fetcher_config = config
         self.leader = leader
         self.fetcher_id = fetcher_id
         self.clock = clock
-        # The leader node's handler this fetcher talks to (one, so its fetches stay in order).
-        self.target = Address(broker_node_name(leader),
-                              topology.handler((config.replica_id + fetcher_id)
-                                               % topology.num_handlers).name)
+        self.leader_handlers = leader_handlers
+        self.target = self._target(leader_handlers)
+
+    def _target(self, leader_handlers: int) -> Address:
+        """The leader node's handler this fetcher talks to (one, so its fetches stay in
+        order), chosen among the ``leader_handlers`` the leader runs (0: unknown, handler-0)."""
+        return peer_handler(self.leader, leader_handlers,
+                            self.fetcher_config.replica_id + self.fetcher_id)
 
     def setup(self) -> None:
         self.core = FetcherCore(self.fetcher_config)
@@ -60,6 +68,13 @@ class ReplicaFetcher(Actor):
 
     @handles(AddFetcherPartitions)
     def on_add(self, msg: AddFetcherPartitions) -> None:
+        if msg.leader_handlers != self.leader_handlers:
+            # The leader came back with another num.io.threads. One fetch is in flight at
+            # most: the next one goes to the new handler, nothing overtakes anything.
+            self.leader_handlers = msg.leader_handlers
+            self.target = self._target(msg.leader_handlers)
+            self.log.info("broker {} runs {} handler(s): fetching from {}", self.leader,
+                          msg.leader_handlers or "?", self.target.name)
         self.core.add(list(msg.rows))
         self._pump()
 
@@ -118,4 +133,5 @@ class ReplicaFetcher(Actor):
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:
-        return {**self.core.stats(), "leader": self.leader, "timeouts": self.timeouts}
+        return {**self.core.stats(), "leader": self.leader, "timeouts": self.timeouts,
+                "target": self.target.name}

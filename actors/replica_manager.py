@@ -124,6 +124,7 @@ class ReplicaManager(Actor):
         self.waiters: list[_Waiter] = []
         self.roles: dict[TopicPartition, tuple[int, int]] = {}  # -> (leader, leader epoch)
         self.leader_gateways: dict[int, str] = {}
+        self.leader_handlers: dict[int, int] = {}  # broker -> its RequestHandlers (0: unknown)
         self.refusals_logged: set[tuple[str, int, int]] = set()
         self.refused = 0
         self.applied = {"lai": 0, "um": 0, "stop": 0}
@@ -194,6 +195,7 @@ class ReplicaManager(Actor):
         self.applied["lai"] += 1
         for leader in msg.live_leaders:
             self.leader_gateways[leader.broker_id] = leader.gateway
+            self.leader_handlers[leader.broker_id] = leader.num_handlers
         rows = {(r.topic, r.partition): r.error_code for r in decision.rows}
         pending = _Pending(self.current_sender, "lai", rows, 0, became=decision.accepted)
         by_shard: dict[Address, list[ReplicaStateRow]] = {}
@@ -456,7 +458,17 @@ class ReplicaManager(Actor):
             else:
                 self._stop_idle_fetcher(name)
         for name, add_rows in adds.items():
-            self.tell(Address(self.node.name, name), AddFetcherPartitions(add_rows))
+            self.tell(Address(self.node.name, name),
+                      AddFetcherPartitions(add_rows, self._handlers_of(add_rows[0].leader)))
+
+    def _handlers_of(self, broker_id: int) -> int:
+        """How many RequestHandlers ``broker_id`` runs: from the last LeaderAndIsr that named
+        it a leader, else the metadata cache (0: unknown)."""
+        count = self.leader_handlers.get(broker_id, 0)
+        if count <= 0:
+            row = self.cache.brokers.get(broker_id)
+            count = row.num_handlers if row is not None else 0
+        return count
 
     def _stop_idle_fetcher(self, name: str) -> None:
         """Kafka's shutdownIdleFetcherThreads: a fetcher left with no partition stops (a
@@ -476,7 +488,8 @@ class ReplicaManager(Actor):
             try:
                 self.node.spawn(ReplicaFetcher, name, topology=self.topology,
                                 config=self.fetcher_config, leader=leader,
-                                fetcher_id=fetcher_id, clock=self.clock)
+                                fetcher_id=fetcher_id, clock=self.clock,
+                                leader_handlers=self._handlers_of(leader))
             except NodeError as exc:  # the node is stopping
                 self.log.warning("no replica fetcher for broker {}: {}", leader, exc)
                 return None

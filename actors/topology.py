@@ -22,6 +22,39 @@ def broker_node_name(broker_id: int) -> str:
     return f"node-{broker_id}"
 
 
+def spread_index(topic: str, partition: int, count: int) -> int:
+    """Which of ``count`` shards (or purgatories) owns a partition.
+
+    Consecutive partitions of a topic go to consecutive ones, from a start the
+    topic's name picks (hashing "topic-partition" as a whole would not spread them:
+    crc32 is affine, so partitions 0-3 of every topic landed on one shard of two)."""
+    return (stable_hash(topic) + partition) % count
+
+
+# Another broker's actors. Nodes of one cluster may run different numbers of handlers,
+# shards and coordinators, so an index is taken modulo the counts *that* node
+# registered (BrokerRow, LiveLeaderRow), never this node's own Topology.
+
+def peer_handler(broker_id: int, num_handlers: int, key: int) -> Address:
+    """RequestHandler ``key % num_handlers`` of broker ``broker_id``; handler-0, which every
+    node runs, when its count is unknown (0: a registration that did not say)."""
+    index = key % num_handlers if num_handlers > 0 else 0
+    return Address(broker_node_name(broker_id), f"handler-{index}")
+
+
+def peer_shard_for(broker_id: int, num_shards: int, topic: str, partition: int) -> Address:
+    """The PartitionShard of broker ``broker_id`` that owns the partition, by its count of
+    shards (``num_shards`` must be known: no other shard can stand in)."""
+    return Address(broker_node_name(broker_id),
+                   f"shard-{spread_index(topic, partition, num_shards)}")
+
+
+def peer_coordinators(broker_id: int, num_coordinators: int) -> list[Address]:
+    """Every GroupCoordinator of broker ``broker_id``."""
+    return [Address(broker_node_name(broker_id), f"coordinator-{i}")
+            for i in range(num_coordinators)]
+
+
 @dataclass(frozen=True)
 class Topology:
     node: str
@@ -105,13 +138,10 @@ class Topology:
         return self.handler(conn_id % self.num_handlers)
 
     def shard_for(self, topic: str, partition: int) -> Address:
-        """Consecutive partitions of a topic go to consecutive shards, from a start the
-        topic's name picks (hashing "topic-partition" as a whole would not spread them:
-        crc32 is affine, so partitions 0-3 of every topic landed on one shard of two)."""
-        return self.shard((stable_hash(topic) + partition) % self.num_shards)
+        return self.shard(spread_index(topic, partition, self.num_shards))
 
     def purgatory_for(self, topic: str, partition: int) -> Address:
-        return self.purgatory((stable_hash(topic) + partition) % self.num_purgatories)
+        return self.purgatory(spread_index(topic, partition, self.num_purgatories))
 
     def coordinator_for(self, group_id: str) -> Address:
         return self.coordinator(stable_hash(group_id) % self.num_coordinators)

@@ -52,7 +52,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
-from actors.topology import Topology, broker_node_name
+from actors.topology import Topology, peer_coordinators, peer_shard_for
 from wire.broker_messages import (
     Append,
     AppendDone,
@@ -166,7 +166,8 @@ class TransactionCoordinator(Actor):
             "transaction.abort.timed.out.transaction.cleanup.interval.ms"])
         self.writes: dict[int, int] = {}  # Append req_id -> core write id
         self.marker_jobs: dict[str, _MarkerJob] = {}
-        self.marker_reqs: dict[int, tuple[str, list[tuple[str, int]]]] = {}
+        # req id -> (transactional id, partitions, the GroupCoordinators of their leader)
+        self.marker_reqs: dict[int, tuple[str, list[tuple[str, int]], list[Address]]] = {}
         self.phase = "idle"  # -> creating -> loading -> ready (single node)
         self.retry_at_ms = 0
         self.led: dict[int, int] = {}  # partition -> leader epoch (cluster: led here)
@@ -467,29 +468,43 @@ class TransactionCoordinator(Actor):
                              ErrorCode(code).name, rows[0].error_message if rows else "")
         self._perform(self.core.on_log_written(write_id, ErrorCode(code), self.now_ms()))
 
-    def _leader_shard(self, topic: str, partition: int) -> Address | None:
+    def _leader_shard(self, topic: str, partition: int) -> tuple[Address, list[Address]] | None:
+        """The shard of the partition's leader that owns it, and the leader's GroupCoordinators,
+        named by the counts the leader registered (nodes may run different
+        num.partition.shards and num.group.coordinators); this node's own counts when it
+        did not say (the old way, right while every node runs the same)."""
         shard = self.topology.shard_for(topic, partition)
+        mine = [self.topology.coordinator(i) for i in range(self.topology.num_coordinators)]
         if self.metadata is None:
-            return shard
+            return shard, mine
         leader = self.metadata.leader(topic, partition)
         if leader == NO_LEADER:
             return None
-        return Address(broker_node_name(leader), shard.name)
+        row = self.metadata.brokers.get(leader)
+        shards = row.num_shards if row is not None and row.num_shards > 0 else \
+            self.topology.num_shards
+        coordinators = row.num_coordinators if row is not None and row.num_coordinators > 0 \
+            else self.topology.num_coordinators
+        return (peer_shard_for(leader, shards, topic, partition),
+                peer_coordinators(leader, coordinators))
 
     def _send_markers(self, txn_id: str, job: _MarkerJob) -> None:
         fx = job.fx
         by_shard: dict[Address, list[TxnMarkerRow]] = {}
+        coordinators_of: dict[Address, list[Address]] = {}
         for topic, partition in sorted(job.remaining):
-            shard = self._leader_shard(topic, partition)
-            if shard is None:
+            found = self._leader_shard(topic, partition)
+            if found is None:
                 continue  # no leader now: the next retry
+            shard, coordinators_of[shard] = found
             by_shard.setdefault(shard, []).append(TxnMarkerRow(
                 topic, partition, fx.producer_id, fx.producer_epoch, fx.commit,
                 fx.coordinator_epoch))
         for shard, rows in by_shard.items():
             rid = next(self.req_ids)
             job.in_flight.add(rid)
-            self.marker_reqs[rid] = (txn_id, [(r.topic, r.partition) for r in rows])
+            self.marker_reqs[rid] = (txn_id, [(r.topic, r.partition) for r in rows],
+                                     coordinators_of[shard])
             self.tell(shard, WriteTxnMarkers(rid, rows))
         if not job.in_flight:
             job.retry_at_ms = self.clock.now_ms() + RETRY_MS
@@ -501,22 +516,20 @@ class TransactionCoordinator(Actor):
         entry = self.marker_reqs.pop(msg.req_id, None)
         if entry is None:
             return
-        txn_id, _parts = entry
+        txn_id, _parts, coordinators = entry
         job = self.marker_jobs.get(txn_id)
         if job is None or msg.req_id not in job.in_flight:
             return
         job.in_flight.discard(msg.req_id)
-        assert self.current_sender is not None
         for row in msg.rows:
             tp = (row.topic, row.partition)
             if row.error_code in (NONE, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)):
                 # a deleted partition needs no marker any more (Kafka's rule too)
                 job.remaining.discard(tp)
                 if row.topic == OFFSETS_TOPIC and row.error_code == NONE:
-                    for i in range(self.topology.num_coordinators):
-                        self.tell(Address(self.current_sender.node, f"coordinator-{i}"),
-                                  CompleteTxnOffsets(job.fx.producer_id, row.partition,
-                                                     job.fx.commit))
+                    for coordinator in coordinators:  # of the node whose shard wrote it
+                        self.tell(coordinator, CompleteTxnOffsets(job.fx.producer_id,
+                                                                  row.partition, job.fx.commit))
             else:
                 self.log.warning("marker for {} on {}-{} failed: {}; retrying", txn_id,
                                  row.topic, row.partition, ErrorCode(row.error_code).name)

@@ -31,13 +31,18 @@ class EndpointRow(NamedTuple):
 
 
 class BrokerRow(NamedTuple):
-    """A live broker: its id, epoch, actor gateway (``tcp://host:port``), rack, listeners."""
+    """A live broker: its id, epoch, actor gateway (``tcp://host:port``), rack, listeners,
+    and how many RequestHandlers, PartitionShards and GroupCoordinators it runs (0:
+    unknown), so other nodes name only actors it has."""
 
     broker_id: int
     broker_epoch: int
     gateway: str
     rack: str | None
     endpoints: list[EndpointRow]
+    num_handlers: int = 0
+    num_shards: int = 0
+    num_coordinators: int = 0
 
 
 class PartitionErrorRow(NamedTuple):
@@ -74,10 +79,12 @@ class LeaderAndIsrPartition(NamedTuple):
 
 
 class LiveLeaderRow(NamedTuple):
-    """Where a leader named in a LeaderAndIsr lives (its actor gateway)."""
+    """Where a leader named in a LeaderAndIsr lives (its actor gateway), and how many
+    RequestHandlers it runs (0: unknown): its followers' fetchers pick one of those."""
 
     broker_id: int
     gateway: str
+    num_handlers: int = 0
 
 
 @message(400)

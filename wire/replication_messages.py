@@ -185,9 +185,14 @@ class FetcherPartitionRow(NamedTuple):
 
 @message(506)
 class AddFetcherPartitions(NamedTuple):
-    """ReplicaManager -> ReplicaFetcher: fetch these (replacing their earlier leader/epoch)."""
+    """ReplicaManager -> ReplicaFetcher: fetch these (replacing their earlier leader/epoch).
+
+    ``leader_handlers``: how many RequestHandlers the leader's node runs now, as the
+    controller last said (0: unknown); the fetcher sends to one of those.
+    """
 
     rows: list[FetcherPartitionRow]
+    leader_handlers: int = 0
 
 
 class FetcherRemoveRow(NamedTuple):

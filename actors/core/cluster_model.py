@@ -52,6 +52,13 @@ class BrokerInfo:
     nodes' actors send to. ``epoch`` is Kafka's broker epoch: the zxid that
     created the registration, so a broker that restarts gets a larger one and
     requests meant for its previous life can be told apart (KIP-380).
+
+    ``num_handlers``, ``num_shards``, ``num_coordinators``: how many
+    RequestHandlers, PartitionShards and GroupCoordinators the node runs
+    (``num.io.threads``, ``num.partition.shards``, ``num.group.coordinators``).
+    Nodes may differ, so a node that names another's actors by index must use
+    that node's counts, not its own; 0 means unknown (a registration that did
+    not say).
     """
 
     broker_id: int
@@ -59,6 +66,9 @@ class BrokerInfo:
     gateway: str
     rack: str | None = None
     epoch: int = -1
+    num_handlers: int = 0
+    num_shards: int = 0
+    num_coordinators: int = 0
 
     def with_epoch(self, epoch: int) -> BrokerInfo:
         return replace(self, epoch=epoch)

@@ -350,7 +350,8 @@ class ControllerCore:
                     list(self.assignment(tp)), is_new))
                 if state.leader in self.brokers:
                     leaders.add(state.leader)
-            live_leaders = [LiveLeaderRow(b, self.brokers[b].gateway) for b in sorted(leaders)]
+            live_leaders = [LiveLeaderRow(b, self.brokers[b].gateway, self.brokers[b].num_handlers)
+                            for b in sorted(leaders)]
             out.append(SendToBroker(broker_id, LeaderAndIsrRequest(
                 self.config.broker_id, self.epoch, self._broker_epoch(broker_id), rows,
                 live_leaders, self._configs_of(r.topic for r in rows))))
@@ -364,7 +365,7 @@ class ControllerCore:
     def _broker_rows(self) -> list[BrokerRow]:
         return [BrokerRow(b.broker_id, b.epoch, b.gateway, b.rack,
                           [EndpointRow(e.listener, e.host, e.port, e.security_protocol)
-                           for e in b.endpoints])
+                           for e in b.endpoints], b.num_handlers, b.num_shards, b.num_coordinators)
                 for b in sorted(self.brokers.values(), key=lambda b: b.broker_id)]
 
     def _um_row(self, tp: TopicPartition) -> UpdateMetadataPartition:

@@ -2,8 +2,11 @@
 
 The formats are Kafka's own (``kafka.zk.ZkData`` of the 2.x line), so Kafka's
 tools can read an actorlog cluster's ZooKeeper and the other way round. The
-one addition is ``actorlog_gateway`` in a broker's registration: the address
-of the node's actor gateway, which Kafka brokers do not have.
+additions are in a broker's registration, fields Kafka brokers do not write:
+``actorlog_gateway``, the address of the node's actor gateway, and
+``actorlog_actors``, how many of its sharded actors the node runs (keyed by
+the config keys that set them), so the other nodes address actors that exist
+there. A registration without it (an older node) decodes with counts 0.
 """
 
 from __future__ import annotations
@@ -60,6 +63,10 @@ PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, ISR_CHANGE
 """Created at start by every node (Kafka's top-level paths), so watches have something to watch."""
 
 BROKER_REGISTRATION_VERSION = 5
+# the keys of ``actorlog_actors`` in a broker's registration
+IO_THREADS = "num.io.threads"
+PARTITION_SHARDS = "num.partition.shards"
+GROUP_COORDINATORS = "num.group.coordinators"
 TOPIC_ASSIGNMENT_VERSION = 2
 
 
@@ -131,6 +138,8 @@ def encode_broker(broker: BrokerInfo, timestamp_ms: int) -> bytes:
         "port": plaintext.port if plaintext else -1,
         "version": BROKER_REGISTRATION_VERSION,
         "actorlog_gateway": broker.gateway,
+        "actorlog_actors": {IO_THREADS: broker.num_handlers, PARTITION_SHARDS: broker.num_shards,
+                            GROUP_COORDINATORS: broker.num_coordinators},
     }
     if broker.rack is not None:
         doc["rack"] = broker.rack
@@ -153,8 +162,16 @@ def decode_broker(broker_id: int, data: bytes | None, epoch: int = -1) -> Broker
     protocols = doc.get("listener_security_protocol_map") or {}
     endpoints = tuple(_parse_endpoint(path, str(e), protocols) for e in listed)
     rack = doc.get("rack")
+    actors = doc.get("actorlog_actors")
+    counts = actors if isinstance(actors, dict) else {}
+
+    def count(key: str) -> int:
+        value = counts.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
     return BrokerInfo(broker_id, endpoints, str(doc.get("actorlog_gateway") or ""),
-                      None if rack is None else str(rack), epoch)
+                      None if rack is None else str(rack), epoch, count(IO_THREADS),
+                      count(PARTITION_SHARDS), count(GROUP_COORDINATORS))
 
 
 # ---------------------------------------------------------------- controller

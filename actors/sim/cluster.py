@@ -176,7 +176,9 @@ class SimCluster:
         node.spawn(ReplicaManager, topo.replica_manager.name, topology=topo, config=cfg,
                    broker_id=broker_id, clock=clock)
         info = BrokerInfo(broker_id, (Endpoint("PLAINTEXT", f"{broker.name}.sim", KAFKA_PORT),),
-                          f"tcp://{broker.name}.sim:{GATEWAY_PORT}", None)
+                          f"tcp://{broker.name}.sim:{GATEWAY_PORT}", None,
+                          num_handlers=topo.num_handlers, num_shards=topo.num_shards,
+                          num_coordinators=topo.num_coordinators)
         node.spawn(ClusterController, topo.controller.name, topology=topo, config=cfg,
                    store=store, broker=info, clock=clock,
                    rng=random.Random(self.world.kernel.rng.getrandbits(64)))

@@ -282,3 +282,26 @@ def test_a_follower_down_while_the_leader_took_256_mb_catches_up_in_bounded_memo
     peak = peak_rss_mb(follower.pid)
     assert peak < CATCH_UP_MB * 0.75, f"follower peak RSS {peak:.0f} MB"
     assert log_digest(follower) == log_digest(leader)  # byte for byte: offsets, epochs
+
+
+def test_a_follower_with_more_handlers_than_its_leader_replicates(
+        cluster_factory: Any) -> None:
+    """Nodes may run different ``num.io.threads``: the leader (node 1) runs one
+    RequestHandler, its follower (node 2) four. The follower's fetcher must send its
+    ReplicaFetch to a handler the leader has (the leader's registration says how many),
+    not pick one by its own count (handler-2 of node 1 does not exist: the fetches went
+    to dead letters, the ISR shrank and acks=all failed)."""
+    cluster = cluster_factory(size=2, config=FAST, node_config={
+        1: {"num.io.threads": 1}, 2: {"num.io.threads": 4}})
+    leaders = create_topic(cluster, partitions=2, rf=2)  # one leader on each node
+    assert sorted(leaders.values()) == [1, 2]
+    values = [b"m-%d" % i for i in range(100)]
+    for partition in (0, 1):
+        acked, errors = produce_acks_all(cluster, values, partition=partition, timeout_s=15)
+        assert errors == [] and acked == values, (partition, leaders[partition])
+    for partition in (0, 1):
+        records = wait_for(f"both replicas of {partition} alike",
+                           lambda p=partition: same_logs(cluster, p), timeout_s=15)
+        assert values_of(records) == values
+        for via in (1, 2):
+            assert isr_of(cluster, partition, via=via) == (1, 2)

@@ -28,6 +28,34 @@ CONFIG = {
 
 def test_transactions_across_nodes(cluster_factory: Any) -> None:
     cluster = cluster_factory(3, config=CONFIG)
+    commit_abort_commit(cluster)
+    # __transaction_state: replication capped to the live brokers, min.isr to that
+    view = cluster.view(2)
+    parts = [q for (t, _), q in view.partitions.items() if t == "__transaction_state"]
+    assert len(parts) == 6 and all(len(q.replicas) == 3 for q in parts)
+    client = AdminClient({"bootstrap.servers": cluster.nodes[1].bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "__transaction_state")
+    configs = client.describe_configs([resource])[resource].result(30)
+    assert configs["min.insync.replicas"].value == "2"
+
+
+def test_transactions_across_nodes_with_different_actor_counts(cluster_factory: Any) -> None:
+    """Nodes run different num.partition.shards and num.group.coordinators: a coordinator
+    sends each marker to the shard that owns the partition on its leader's node, and the
+    committed offsets to every GroupCoordinator of the offsets partition's leader, by the
+    counts that node registered (by its own counts, markers went to shards that do not
+    exist or do not own the partition, and offsets to coordinators that do not hold the
+    group)."""
+    counts = {1: (1, 1), 2: (3, 3), 3: (2, 2)}
+    cluster = cluster_factory(3, config=CONFIG, node_config={
+        i: {"num.partition.shards": s, "num.group.coordinators": c}
+        for i, (s, c) in counts.items()})
+    commit_abort_commit(cluster)
+
+
+def commit_abort_commit(cluster: Any) -> None:
+    """One producer (on node 1) commits, aborts and commits again over partitions every
+    node leads, with offsets sent in the first transaction for a group read via node 3."""
     create(cluster, "tx-orders", 6, 1, via=1)
     leaders = cluster.wait_topic("tx-orders", 6).leaders("tx-orders")
     assert len(set(leaders.values())) == 3  # every node leads some partition
@@ -63,11 +91,3 @@ def test_transactions_across_nodes(cluster_factory: Any) -> None:
         assert committed[0].offset == 7
     finally:
         group.close()
-    # __transaction_state: replication capped to the live brokers, min.isr to that
-    view = cluster.view(2)
-    parts = [q for (t, _), q in view.partitions.items() if t == "__transaction_state"]
-    assert len(parts) == 6 and all(len(q.replicas) == 3 for q in parts)
-    client = AdminClient({"bootstrap.servers": bs})
-    resource = ConfigResource(ConfigResource.Type.TOPIC, "__transaction_state")
-    configs = client.describe_configs([resource])[resource].result(30)
-    assert configs["min.insync.replicas"].value == "2"

@@ -38,6 +38,25 @@ def test_broker_registration_round_trips_with_ipv6_and_no_rack() -> None:
     assert znodes.decode_broker(1, data, epoch=5) == info
 
 
+def test_the_registration_says_how_many_actors_the_node_runs() -> None:
+    """``actorlog_actors`` is added next to Kafka's fields (none renamed); a registration
+    without it, or with nonsense in it, decodes with the counts unknown (0)."""
+    info = BrokerInfo(2, (Endpoint("PLAINTEXT", "10.0.0.2", 9092),), "tcp://10.0.0.2:19092",
+                      None, 9, num_handlers=1, num_shards=3, num_coordinators=2)
+    doc = json.loads(znodes.encode_broker(info, timestamp_ms=123))
+    assert doc["actorlog_actors"] == {"num.io.threads": 1, "num.partition.shards": 3,
+                                      "num.group.coordinators": 2}
+    assert {"endpoints", "host", "port", "version", "actorlog_gateway"} <= set(doc)
+    assert znodes.decode_broker(2, json.dumps(doc).encode(), epoch=9) == info
+    del doc["actorlog_actors"]
+    older = znodes.decode_broker(2, json.dumps(doc).encode(), epoch=9)
+    assert (older.num_handlers, older.num_shards, older.num_coordinators) == (0, 0, 0)
+    doc["actorlog_actors"] = {"num.io.threads": "4", "num.partition.shards": -1,
+                              "num.group.coordinators": True}
+    odd = znodes.decode_broker(2, json.dumps(doc).encode(), epoch=9)
+    assert (odd.num_handlers, odd.num_shards, odd.num_coordinators) == (0, 0, 0)
+
+
 def test_partition_state_and_topic_round_trip_in_kafkas_json() -> None:
     tp = TopicPartition("orders", 4)
     state = LeaderAndIsr(2, 7, (2, 3, 1), 12, 5)

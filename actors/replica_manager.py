@@ -123,7 +123,6 @@ class ReplicaManager(Actor):
         self.pending: dict[int, _Pending] = {}
         self.waiters: list[_Waiter] = []
         self.roles: dict[TopicPartition, tuple[int, int]] = {}  # -> (leader, leader epoch)
-        self.leader_gateways: dict[int, str] = {}
         self.leader_handlers: dict[int, int] = {}  # broker -> its RequestHandlers (0: unknown)
         self.refusals_logged: set[tuple[str, int, int]] = set()
         self.refused = 0
@@ -194,7 +193,6 @@ class ReplicaManager(Actor):
                           msg.controller_epoch, decision.reason)
         self.applied["lai"] += 1
         for leader in msg.live_leaders:
-            self.leader_gateways[leader.broker_id] = leader.gateway
             self.leader_handlers[leader.broker_id] = leader.num_handlers
         rows = {(r.topic, r.partition): r.error_code for r in decision.rows}
         pending = _Pending(self.current_sender, "lai", rows, 0, became=decision.accepted)

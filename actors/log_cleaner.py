@@ -204,6 +204,11 @@ class LogCleaner(Actor):
         assert cleaning.plan is not None
         self.passes += 1
         self.bytes_written += stats.bytes_written
+        # The checkpoint follows the swap, never leads it (Kafka's order): killed in
+        # between, the next pass cleans a clean range again and the same records come
+        # out; written first, a refused or interrupted swap would leave dirty records
+        # counted as clean. So a reader can see the cleaned segments a moment before
+        # the new checkpoint.
         key = (msg.topic, msg.partition)
         self.checkpoints[key] = cleaning.plan.end_offset
         reported = {log.key for log in self.reports}

@@ -177,17 +177,27 @@ def read_file(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return meta, records
 
 
+def _listed_files(dirs: list[Path]) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """read_file of every trace file under ``dirs`` that is still there when its turn
+    comes: a running node deletes its oldest files past ``trace.files.max``."""
+    for path in segments([Path(d) for d in dirs]):
+        try:
+            yield read_file(path)
+        except FileNotFoundError:
+            continue
+
+
 def read_trace_dirs(dirs: list[Path]) -> list[dict[str, Any]]:
     """Every whole record of every trace file under ``dirs`` (data dirs, trace dirs, files)."""
     records: list[dict[str, Any]] = []
-    for path in segments([Path(d) for d in dirs]):
-        records.extend(read_file(path)[1])
+    for _meta, found in _listed_files(dirs):
+        records.extend(found)
     return records
 
 
 def iter_records(dirs: list[Path]) -> Iterator[dict[str, Any]]:
-    for path in segments([Path(d) for d in dirs]):
-        yield from read_file(path)[1]
+    for _meta, found in _listed_files(dirs):
+        yield from found
 
 
 class SegmentFollower:
@@ -267,24 +277,25 @@ def parquet_inputs(dirs: list[Path], staging: Path) -> tuple[list[Path], dict[st
     inside = staging.resolve()
     found = [s for s in segments(dirs) if inside not in s.resolve().parents]
     for i, seg in enumerate(found):
-        counts["files"] += 1
         if seg.name.endswith(tf.FILE_SUFFIX):
-            with open(seg, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                f.seek(max(0, size - (1 << 16)))
-                tail = f.read()
-            if tail.endswith(tp.MAGIC) and tp.footer_start(_map(seg)) is not None:
+            try:
+                data = _map(seg)
+            except FileNotFoundError:
+                continue  # a running node deleted it past trace.files.max since the listing
+            counts["files"] += 1
+            if tp.footer_start(data) is not None:
                 outs.append(seg)
                 counts["direct"] += 1
                 continue
             out = staging / f"{i:06d}-{seg.name}"
             tmp = out.with_suffix(".tmp")
-            tmp.write_bytes(tp.salvage(_map(seg)))
+            tmp.write_bytes(tp.salvage(data))
             os.replace(tmp, out)
             outs.append(out)
             keep.add(out)
             counts["salvaged"] += 1
             continue
+        counts["files"] += 1
         st = seg.stat()
         key = str(seg.resolve())
         sig = [st.st_size, st.st_mtime_ns]

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from actors.runtime.tracing import ROW_GROUP_ROWS, Tracer
+from actors.trace import store
 from actors.trace.store import read_trace_dirs, segments
 from wire import trace_parquet as tp
 
@@ -53,3 +54,38 @@ def test_files_rotate_past_the_size_limit_and_old_ones_go(tmp_path: Path) -> Non
         assert len(data) <= 8192 + 4096  # one row group past the estimate at most, and a footer
     records = read_trace_dirs([tmp_path])
     assert records[-1]["span_id"] == 9 * 100 + 40  # the newest survive
+
+
+def test_readers_skip_a_file_rotated_away_after_they_listed_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A running node deletes its oldest file past trace.files.max while `actorlog trace`
+    or `analyze` goes through the files it listed: the rest are read, nothing raises."""
+    tracer = Tracer("n", tmp_path / "traces", sample_ratio=1.0, file_max_bytes=8192,
+                    files_max=10)
+    (tmp_path / "traces").mkdir()
+    try:
+        for round_ in range(6):
+            for i in range(40):
+                tracer.hop(1, round_ * 100 + i + 1, 0, "b", "a@n", "Hop", -1, -1, -1, 0, 0, 0, 0)
+            tracer.flush()
+    finally:
+        tracer.close()
+    listed = store.segments
+    by_file = {f: [r["span_id"] for r in store.read_file(f)[1]] for f in listed([tmp_path])}
+    assert len(by_file) >= 3
+
+    def listed_then_rotated(dirs: list[Path]) -> list[Path]:
+        found = listed(dirs)
+        found[0].unlink()  # the node's rotation, between the listing and the reads
+        return found
+
+    monkeypatch.setattr(store, "segments", listed_then_rotated)
+    left = sorted(by_file)[1:]
+    assert [r["span_id"] for r in read_trace_dirs([tmp_path])] == [
+        s for f in left for s in by_file[f]]
+    left = left[1:]
+    assert [r["span_id"] for r in store.iter_records([tmp_path])] == [
+        s for f in left for s in by_file[f]]
+    left = left[1:]
+    paths, counts = store.parquet_inputs([tmp_path], tmp_path / "staging")
+    assert paths == left and counts["files"] == counts["direct"] == len(left)

@@ -8,11 +8,14 @@ Control plane (checked every few hundred simulated milliseconds):
   epoch names one leader;
 - on every node, a partition's leader epoch and high watermark never go back
   within one life of the node, and no two nodes lead one partition in the same
-  leader epoch. One exception to the high watermark, the crash election below:
-  a replica whose watermark was H may fall back to h < H when the leader it
-  follows now leads an epoch that started at or below h and crashed after the
-  record at h was committed, i.e. after a check last saw every replica's high
-  watermark at or below h (counted as ``hw_back_after_crash_election``).
+  leader epoch (one node leading an epoch again in a later life, as Kafka's
+  controller allows when it did not see the node restart, is counted as
+  ``epoch_led_again_after_restart``). One exception to the high
+  watermark, the crash election below: a replica whose watermark was H may
+  fall back to h < H when the first leadership seen after the record at h was
+  committed (after a check last saw every replica's high watermark at or below
+  h) to start at or below h was a crash election (counted as
+  ``hw_back_after_crash_election``).
 
 Purgatory (checked on every delivery): a delayed produce or fetch that a
 handler parked (WatchProduce, WatchFetch) is answered (ProduceReady,
@@ -27,13 +30,16 @@ Data (at the end, on the logs themselves), held to what Kafka promises:
 - acknowledged records are readable: a record acknowledged to an acks=all
   producer is, at its acknowledged offset and with its value, in the log of
   the partition's final leader and in every live replica's log below that
-  replica's high watermark. Acks=1 records are not held to it (Kafka loses
-  them when leadership moves before a follower fetched them): the ones missing
-  from the final leader's log are counted as ``acks1_lost``.
+  replica's high watermark (unless that replica has not fetched since a crash
+  election, below: it still holds what the election lost). Acks=1 records are
+  not held to it (Kafka loses them when leadership moves before a follower
+  fetched them): the ones missing from the final leader's log are counted as
+  ``acks1_lost``.
   The one exception, the crash election: the record is excused (counted as
-  ``acks_all_lost_to_crash_election``) when the partition was led, in an epoch
-  that started at or below the record's offset, by a broker that crashed after
-  the record was made and before it led that epoch. That broker lost the record
+  ``acks_all_lost_to_crash_election``) when the first leader epoch after the one
+  it was acknowledged in to start at or below its offset was led by a broker
+  that crashed after the record was made and before it led that epoch (a leader
+  that never had it, without a crash, is a violation). That broker lost the record
   with its log's unflushed tail at the crash, came back as the ISR's last
   member or still in the ISR (its leader had not had replica.lag.time.max.ms
   to drop it, or no controller saw it die while its old ZooKeeper session
@@ -112,18 +118,20 @@ class Checker:
     last_check_ms: float = 0.0
     # when each broker crashed (simulated ms), as the run struck it
     crash_times_ms: dict[int, list[float]] = field(default_factory=dict)
-    # (topic, partition, leader epoch) -> (leader, its life, the epoch's start offset in its
-    # log, first seen at ms): every leadership a check saw
-    leaderships: dict[tuple[str, int, int], tuple[int, int, int, float]] = field(
+    # (topic, partition, leader epoch) -> [(leader, its life, the epoch's start offset in its
+    # log, first seen at ms)]: every leadership a check saw (two only when a restarted
+    # leader was given its old epoch again)
+    leaderships: dict[tuple[str, int, int], list[tuple[int, int, int, float]]] = field(
         default_factory=dict)
     # (topic, partition) -> [(high watermark, the last check before any replica was seen
     # at it)], growing: a record below that watermark was committed after that time
-    committed_ms: dict[tuple[str, int], list[tuple[int, float]]] = field(default_factory=dict)
+    committed_ms: dict[tuple[str, int], list[tuple[int, float, float]]] = field(
+        default_factory=dict)  # (high watermark, last check before it, the check that saw it)
     # what Kafka does not promise, counted (reported in the run's stats, not violations)
     counted: dict[str, int] = field(default_factory=lambda: {
         "acks1_lost": 0, "acks_all_lost_to_crash_election": 0,
         "hw_back_after_crash_election": 0, "fetched_lost_to_crash_election": 0,
-        "replicas_differ_after_crash_election": 0})
+        "replicas_differ_after_crash_election": 0, "epoch_led_again_after_restart": 0})
 
     # --------------------------------------------------------------- purgatory
     def observe(self, node: SimNode, actor: Actor, s_node: str, s_name: str,
@@ -199,6 +207,7 @@ class Checker:
                                         f"{topic}-{p} leader epoch {old_epoch} named leader "
                                         f"{old_leader}, then {state.leader}")
                 self.zk_leader_epochs[tp] = (state.leader_epoch, state.leader)
+        self._leaderships()
         leaders: dict[tuple[str, int, int], int] = {}
         for broker_id, broker in sorted(cluster.brokers.items()):
             if broker.state != "up":
@@ -215,8 +224,8 @@ class Checker:
                     hw = state.log.high_watermark
                     before_hw = self.node_high_watermarks.get(key, -1)
                     if hw < before_hw:
-                        if not self._crash_election(topic, p, hw, self._committed_after(
-                                topic, p, hw), state.leader_id, state.leader_epoch):
+                        if not self._crash_election(topic, p, hw,
+                                                    *self._committed_after(topic, p, hw)):
                             raise Violation("the high watermark never goes back",
                                             f"{topic}-{p} on broker {broker_id} went from high "
                                             f"watermark {before_hw} to {hw}")
@@ -224,11 +233,7 @@ class Checker:
                     self.node_high_watermarks[key] = hw
                     marks = self.committed_ms.setdefault((topic, p), [])
                     if not marks or hw > marks[-1][0]:
-                        marks.append((hw, self.last_check_ms))
-                    if state.is_leader and state.leader_epoch >= 0:
-                        self.leaderships.setdefault(
-                            (topic, p, state.leader_epoch),
-                            (broker_id, broker.lives, state.epoch_start_offset, self._now_ms()))
+                        marks.append((hw, self.last_check_ms, self._now_ms()))
                     if state.leader_id == broker_id and state.leader_epoch >= 0:
                         other = leaders.setdefault((topic, p, state.leader_epoch), broker_id)
                         if other != broker_id:
@@ -238,42 +243,95 @@ class Checker:
         self._actor_health()
         self.last_check_ms = self._now_ms()
 
+    def _leaderships(self) -> None:
+        """Every leadership seen, first: a leader epoch names one life of one broker."""
+        for broker_id, broker in sorted(self.cluster.brokers.items()):
+            if broker.state != "up":
+                continue
+            for shard in broker.shards():
+                for (topic, p), state in sorted(shard.partitions.items()):
+                    if not state.is_leader or state.leader_epoch < 0:
+                        continue
+                    seen = self.leaderships.setdefault((topic, p, state.leader_epoch), [])
+                    if any(b == broker_id and life == broker.lives for b, life, _s, _t in seen):
+                        continue
+                    if seen and seen[0][0] != broker_id:
+                        raise Violation(
+                            "one leader per leader epoch",
+                            f"{topic}-{p} leader epoch {state.leader_epoch} led by broker "
+                            f"{seen[0][0]}, then by broker {broker_id}")
+                    if seen:
+                        # Kafka does this too: a controller that did not see the leader
+                        # restart gives it its old epoch again; the restarted log may differ
+                        # from what followers fetched in that epoch (replicas agree below
+                        # the high watermark is what would catch the harm)
+                        self.counted["epoch_led_again_after_restart"] += 1
+                    seen.append((broker_id, broker.lives, state.epoch_start_offset,
+                                 self._now_ms()))
+
     def note_crash(self, broker_id: int) -> None:
         """The run crashed ``broker_id`` now (its unflushed log tails are lost)."""
         self.crash_times_ms.setdefault(broker_id, []).append(self._now_ms())
 
-    def _committed_after(self, topic: str, p: int, offset: int) -> float:
-        """A time before the record at ``offset`` was committed: the last check before a
-        replica's high watermark was first seen above it."""
-        for hw, since_ms in self.committed_ms.get((topic, p), []):
+    def _committed_after(self, topic: str, p: int, offset: int) -> tuple[float, float]:
+        """When the record at ``offset`` was committed: after the first time returned (the
+        last check before a replica's high watermark was seen above it) and before the
+        second (the check that saw it)."""
+        for hw, before_ms, at_ms in self.committed_ms.get((topic, p), []):
             if hw > offset:
-                return since_ms
-        return self.last_check_ms
+                return before_ms, at_ms
+        return self.last_check_ms, self._now_ms()
 
     def _crash_election(self, topic: str, p: int, offset: int, since_ms: float,
-                        leader: int | None = None, epoch: int | None = None) -> bool:
-        """Whether ``topic-p`` was led, in some leader epoch starting at or below ``offset``,
-        by a broker that crashed after ``since_ms`` and before it led that epoch: a
-        replica that lost the tail of its log at a crash (writes after its last fsync)
-        came back, was still in the ISR (its leader had not dropped it yet), and was
-        elected; every other replica then truncated to its log. Kafka does not promise
-        to keep what was committed through that double failure (a crash with disk loss,
-        then the loss of the leader): KIP-966 is about it. With ``leader`` and
-        ``epoch``, only that leadership counts (looked up live if no check saw it yet)."""
-        found = [(key[2], value) for key, value in self.leaderships.items()
-                 if key[0] == topic and key[1] == p and (epoch is None or key[2] == epoch)]
-        if leader is not None and epoch is not None and not found:
+                        leaders_from_ms: float | None = None,
+                        leader: int | None = None, epoch: int | None = None,
+                        after: tuple[int, int, int] = (-1, -1, -1)) -> bool:
+        """Whether the record at ``offset`` of ``topic-p`` went with a crash election: the
+        first leadership after ``after`` (epoch, broker, life: the one the record was
+        acknowledged in; the same epoch counts again in a later life) first seen after
+        ``leaders_from_ms`` (default ``since_ms``) that
+        started at or below ``offset`` was led by a broker that crashed after
+        ``since_ms`` and before it led that epoch. That replica lost the tail of its
+        log at the crash (writes after its last fsync), came back as the ISR's last
+        member or still in the ISR, and was elected; every other replica then
+        truncated to its log. Kafka does not promise to keep what was committed
+        through that double failure (KIP-966). With ``leader`` and ``epoch``, that
+        leadership is the one asked about (looked up live if no check saw it yet)."""
+        if leader is not None and epoch is not None:
+            candidates = [entry for entry in self.leaderships.get((topic, p, epoch), [])
+                          if entry[0] == leader][-1:]
             state = self._state_of(leader, topic, p)
-            if state is not None and state.is_leader and state.leader_epoch == epoch:
-                found = [(epoch, (leader, self.cluster.brokers[leader].lives,
-                                  state.epoch_start_offset, self._now_ms()))]
-        for _epoch, (broker_id, _life, start, seen_ms) in found:
-            if leader is not None and broker_id != leader:
-                continue
+            if (state is not None and state.is_leader and state.leader_epoch == epoch
+                    and not any(e[1] == self.cluster.brokers[leader].lives
+                                for e in candidates)):
+                candidates = [(leader, self.cluster.brokers[leader].lives,
+                               state.epoch_start_offset, self._now_ms())]
+        else:
+            found = sorted((e, seen_ms, entry) for (t, q, e), entries in self.leaderships.items()
+                           if t == topic and q == p and e >= after[0]
+                           for entry in entries
+                           if (e > after[0] or entry[:2] != after[1:])
+                           and entry[2] <= offset and (seen_ms := entry[3]) > (
+                               since_ms if leaders_from_ms is None else leaders_from_ms))
+            candidates = [found[0][2]] if found else []
+        for broker_id, _life, start, seen_ms in candidates:
             if start <= offset and any(since_ms < t <= seen_ms
                                        for t in self.crash_times_ms.get(broker_id, [])):
                 return True
         return False
+
+    def _ack_epoch(self, topic: str, p: int, broker_id: int, life: int, ack_ms: float) -> int:
+        """The leader epoch the acknowledged record was written in: the latest a check saw
+        ``broker_id`` (in that life) lead ``topic-p`` in before ``ack_ms``, or, when the
+        first check of that leadership came after the answer, the first it led (-1:
+        none seen)."""
+        led = sorted((seen_ms, e) for (t, q, e), entries in self.leaderships.items()
+                     if t == topic and q == p
+                     for b, lf, _start, seen_ms in entries if b == broker_id and lf == life)
+        before = [e for seen_ms, e in led if seen_ms <= ack_ms]
+        if before:
+            return max(before)
+        return led[0][1] if led else -1
 
     def _state_of(self, broker_id: int, topic: str, p: int) -> Any:
         broker = self.cluster.brokers.get(broker_id)
@@ -340,10 +398,22 @@ class Checker:
                     found = records.get(offset)
                     if found is not None and found[2] == value:
                         continue
-                    if self._crash_election(ack.topic, ack.partition, offset,
-                                            self.history.created_ms.get(value, 0.0)):
+                    if self._crash_election(
+                            ack.topic, ack.partition, offset,
+                            self.history.created_ms.get(value, 0.0),
+                            after=(self._ack_epoch(ack.topic, ack.partition, ack.broker_id,
+                                                   ack.broker_life, ack.time_ns / 1_000_000),
+                                   ack.broker_id, ack.broker_life)):
                         self.counted["acks_all_lost_to_crash_election"] += 1
                         break
+                    if records is not final and self._crash_election(
+                            ack.topic, ack.partition, offset,
+                            *self._committed_after(ack.topic, ack.partition, offset)):
+                        # a follower that has not fetched since a crash election: what it
+                        # holds there (below its own, older, high watermark) is what that
+                        # election lost, not this record's place
+                        self.counted["replicas_differ_after_crash_election"] += 1
+                        continue
                     raise Violation(
                         "acknowledged records are readable",
                         f"{ack.topic}-{ack.partition} offset {offset} on broker {broker_id} "
@@ -419,7 +489,7 @@ class Checker:
                             break
                         if log_a.get(offset) != log_b.get(offset):
                             if self._crash_election(topic, p, offset,
-                                                    self._committed_after(topic, p, offset)):
+                                                    *self._committed_after(topic, p, offset)):
                                 # one of them has not fetched from the crash-elected leader
                                 # since (it still holds what that leader lost)
                                 self.counted["replicas_differ_after_crash_election"] += 1

@@ -96,10 +96,10 @@ def test_a_high_watermark_going_back_is_caught_unless_a_crashed_replica_took_ove
     # leading from an offset at or below where the watermark is now: the double failure
     # Kafka does not promise to survive; counted.
     run.checker.node_high_watermarks[key] = log.high_watermark + 5
-    run.checker.committed_ms[(topic, p)] = [(log.high_watermark + 5, 0.0)]
+    run.checker.committed_ms[(topic, p)] = [(log.high_watermark + 5, 0.0, 0.5)]
     run.checker.crash_times_ms[broker_id] = [1.0]
     epoch = state.leader_epoch  # type: ignore[attr-defined]
-    run.checker.leaderships[(topic, p, epoch)] = (broker_id, 2, 0, 2.0)
+    run.checker.leaderships[(topic, p, epoch)] = [(broker_id, 2, 0, 2.0)]
     run.checker.check()
     assert run.checker.counted["hw_back_after_crash_election"] == 1
 

@@ -284,41 +284,28 @@ class Checker:
 
     def _crash_election(self, topic: str, p: int, offset: int, since_ms: float,
                         leaders_from_ms: float | None = None,
-                        leader: int | None = None, epoch: int | None = None,
                         after: tuple[int, int, int] = (-1, -1, -1)) -> bool:
-        """Whether the record at ``offset`` of ``topic-p`` went with a crash election: the
-        first leadership after ``after`` (epoch, broker, life: the one the record was
-        acknowledged in; the same epoch counts again in a later life) first seen after
-        ``leaders_from_ms`` (default ``since_ms``) that
-        started at or below ``offset`` was led by a broker that crashed after
-        ``since_ms`` and before it led that epoch. That replica lost the tail of its
-        log at the crash (writes after its last fsync), came back as the ISR's last
-        member or still in the ISR, and was elected; every other replica then
-        truncated to its log. Kafka does not promise to keep what was committed
-        through that double failure (KIP-966). With ``leader`` and ``epoch``, that
-        leadership is the one asked about (looked up live if no check saw it yet)."""
-        if leader is not None and epoch is not None:
-            candidates = [entry for entry in self.leaderships.get((topic, p, epoch), [])
-                          if entry[0] == leader][-1:]
-            state = self._state_of(leader, topic, p)
-            if (state is not None and state.is_leader and state.leader_epoch == epoch
-                    and not any(e[1] == self.cluster.brokers[leader].lives
-                                for e in candidates)):
-                candidates = [(leader, self.cluster.brokers[leader].lives,
-                               state.epoch_start_offset, self._now_ms())]
-        else:
-            found = sorted((e, seen_ms, entry) for (t, q, e), entries in self.leaderships.items()
-                           if t == topic and q == p and e >= after[0]
-                           for entry in entries
-                           if (e > after[0] or entry[:2] != after[1:])
-                           and entry[2] <= offset and (seen_ms := entry[3]) > (
-                               since_ms if leaders_from_ms is None else leaders_from_ms))
-            candidates = [found[0][2]] if found else []
-        for broker_id, _life, start, seen_ms in candidates:
-            if start <= offset and any(since_ms < t <= seen_ms
-                                       for t in self.crash_times_ms.get(broker_id, [])):
-                return True
-        return False
+        """Whether the record at ``offset`` of ``topic-p`` went with a crash election.
+
+        Take the first leadership (by leader epoch, then first sight) that started at or
+        below ``offset``, was first seen after ``leaders_from_ms`` (default ``since_ms``)
+        and comes after ``after`` (epoch, broker, life: the leadership the record was
+        acknowledged in; the same epoch counts again in a later life of its leader): it
+        is a crash election if its leader crashed after ``since_ms`` and before it was
+        seen leading. That replica lost the tail of its log at the crash (writes after
+        its last fsync), came back as the ISR's last member or still in the ISR, and was
+        elected; every other replica then truncated to its log. Kafka does not promise
+        to keep what was committed through that double failure (KIP-966)."""
+        first = min(((e, entry[3], entry) for (t, q, e), entries in self.leaderships.items()
+                     if t == topic and q == p and e >= after[0]
+                     for entry in entries
+                     if (e > after[0] or entry[:2] != after[1:]) and entry[2] <= offset
+                     and entry[3] > (since_ms if leaders_from_ms is None else leaders_from_ms)),
+                    default=None)
+        if first is None:
+            return False
+        broker_id, _life, _start, seen_ms = first[2]
+        return any(since_ms < t <= seen_ms for t in self.crash_times_ms.get(broker_id, []))
 
     def _ack_epoch(self, topic: str, p: int, broker_id: int, life: int, ack_ms: float) -> int:
         """The leader epoch the acknowledged record was written in: the latest a check saw
@@ -332,16 +319,6 @@ class Checker:
         if before:
             return max(before)
         return led[0][1] if led else -1
-
-    def _state_of(self, broker_id: int, topic: str, p: int) -> Any:
-        broker = self.cluster.brokers.get(broker_id)
-        if broker is None or broker.state != "up":
-            return None
-        for shard in broker.shards():
-            state = shard.partitions.get((topic, p))
-            if state is not None:
-                return state
-        return None
 
     def _actor_health(self) -> None:
         world = self.cluster.world

@@ -15,19 +15,37 @@ from actors.sim.run import SimOptions, run_seed, trace_bytes
 # InitProducerId in one millisecond handed out one producer id twice).
 REGRESSION_SEEDS: list[tuple[int, int]] = []
 # A fixed set, run every time. Each seed costs about 4 s of CPU (5 steps) and several times
-# that on a loaded machine: the suite's time budget keeps the set small (the 100 seeds
-# 1000-1099 held every invariant when they were cut: see the commit).
-CI_SEEDS = range(1000, 1004)
+# that on a loaded machine: the suite's time budget keeps the set small (of seeds
+# 1000-1093, run while the checker was being settled, only 1062 and 1069 failed, both on
+# checker mistakes since fixed; `actorlog sim --seeds 100 --start 1000 --steps 5` runs
+# them all).
+CI_SEEDS = range(1000, 1002)
 
 
 # Settled findings (see actors/sim/invariants.py): seeds 1001, 5000 and 5005 lost acks=1
-# records when leadership moved (counted as acks1_lost, not a violation); seeds 5002, 5003
-# and 1069 lost committed records to a crash election (a replica that lost its unflushed
-# tail at a crash was elected from the ISR), which Kafka does not survive either.
+# records when leadership moved (counted as acks1_lost, not a violation); seeds 5002, 5003,
+# 1062 and 1069 lost committed records to a crash election (a replica that lost its
+# unflushed tail at a crash was elected from the ISR), which Kafka does not survive either.
+#
+# Open findings, not run here (no test holds their options):
+# - seed 3, SimOptions(steps=12, faults=("gateway", "crash", "expire"),
+#   acks_all_producers=2): 'replicas agree below the high watermark' (events-0 offset 102).
+#   Cause: broker 2 led leader epoch 1 from offset 84, crashed (losing part of that epoch),
+#   restarted, and was given leader epoch 1 again by a controller that had not seen it
+#   restart (its own, newly elected); it wrote other records from 84 in the same epoch.
+#   Broker 3 had fetched the first life's epoch 1: the diverging-epoch check compares
+#   epochs, not records, so it kept them below the high watermark. Kafka's controller bumps
+#   the leader epoch of a restarted (bounced) leader; ours does only when it sees the
+#   bounce. The checker counts a reused epoch (epoch_led_again_after_restart).
+# - seed 11, SimOptions(steps=8): 'a controller is elected' fails: after ZooKeeper sessions
+#   expired during a ZooKeeper outage, /controller names broker 3 (its live session) but
+#   broker 3's controller is not active (a late SessionStateChanged made it resign after it
+#   won; elect() then sees /controller taken and stops), so no broker ever becomes
+#   controller again.
 
 
 def test_a_seed_elects_a_controller_creates_topics_and_acknowledges_records() -> None:
-    result, world = run_seed(1, SimOptions(steps=4, keep_trace=True))
+    result, world = run_seed(1, SimOptions(steps=3, keep_trace=True))
     assert result.ok, (result.invariant, result.detail, result.tail[-20:])
     assert result.acks > 50 and result.consumed > 0
     assert result.stats["checks"] > 100
@@ -35,11 +53,11 @@ def test_a_seed_elects_a_controller_creates_topics_and_acknowledges_records() ->
     for what in ("StartController", "LeaderAndIsr", "UpdateMetadata", "CreateTopics",
                  "KafkaRequest", "Append", "WatchFetch", "FetchReady"):
         assert what in trace, what
-    assert len(result.faults) == 4
+    assert len(result.faults) == 3
 
 
 def test_the_same_seed_replays_byte_for_byte() -> None:
-    options = SimOptions(steps=6, keep_trace=True)
+    options = SimOptions(steps=3, keep_trace=True)
     first, world_1 = run_seed(77, options)
     second, world_2 = run_seed(77, options)
     _other, world_3 = run_seed(78, options)
@@ -124,7 +142,8 @@ def test_ci_seeds_hold_every_invariant() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_more_seeds_with_more_faults_hold_every_invariant() -> None:
-    # 16 faults a seed; 5000-5005 were this test's findings (see above)
-    for seed in range(5000, 5003):
+    # 16 faults a seed; 5000-5005 were this test's findings (see above). One seed: the
+    # suite's time budget (5000-5002 held every invariant when it was cut)
+    for seed in range(5000, 5001):
         result, _world = run_seed(seed, SimOptions(steps=16))
         assert result.ok, (seed, result.invariant, result.detail, result.faults)

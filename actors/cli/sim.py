@@ -2,7 +2,7 @@
 
     actorlog sim --seeds N [--start S] [--nodes 3] [--steps K] [--faults a,b] [--json OUT]
     actorlog sim --seed S [--trace DIR]
-    actorlog sim --plant NAME --seeds N
+    actorlog sim --plant NAME --seeds N [--faults a,b] [--acks-all-producers N]
 
 Seeds run one after another; the first violation prints its seed, the
 invariant, what broke and the last lines of the run's trace, and exits 1.
@@ -62,6 +62,8 @@ def _quiet_logs(log_file: str | None) -> None:
               help="comma-separated subset of crash,pause,partition,expire,clock,link,gateway,"
                    "disk,zookeeper")
 @click.option("--plant", default=None, help="switch a known bug on; the run must find it")
+@click.option("--acks-all-producers", type=click.IntRange(min=0), default=1, show_default=True,
+              help="idempotent producers with acks=all (besides two with acks=1)")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
               help="write every seed's result and a summary here")
 @click.option("--trace", "trace_dir", type=click.Path(file_okay=False), default=None,
@@ -70,8 +72,8 @@ def _quiet_logs(log_file: str | None) -> None:
 @click.option("--log", "log_file", type=click.Path(dir_okay=False), default=None,
               help="write the actors' logs (INFO and up) to this file")
 def command(seeds: int | None, start: int, seed: int | None, nodes: int, steps: int,
-            faults: str | None, plant: str | None, json_out: str | None,
-            trace_dir: str | None, log_file: str | None) -> None:
+            faults: str | None, plant: str | None, acks_all_producers: int,
+            json_out: str | None, trace_dir: str | None, log_file: str | None) -> None:
     """Deterministic simulation of a cluster under faults, one seed at a time."""
     from actors.sim.plants import PLANTS
     from actors.sim.run import FAULTS, SimOptions
@@ -98,6 +100,7 @@ def command(seeds: int | None, start: int, seed: int | None, nodes: int, steps: 
     _same_hashing()
     _quiet_logs(log_file)
     options = SimOptions(nodes=nodes, steps=steps, faults=chosen, plant=plant,
+                         acks_all_producers=acks_all_producers,
                          keep_trace=trace_dir is not None, logs=log_file is not None)
     if seed is not None:
         code = _one(seed, options, trace_dir, json_out)

@@ -106,7 +106,8 @@ class Ack:
     broker_life: int
     producer_id: int
     base_sequence: int
-    time_ns: int
+    time_ns: int              # answered (the client's monotonic clock, the simulated one)
+    acks: int = 1             # the producer's acks: 1 (the leader's append) or -1 (all)
 
 
 @dataclass
@@ -120,6 +121,8 @@ class History:
     producer_ids: dict[int, str] = field(default_factory=dict)
     problems: list[tuple[str, str]] = field(default_factory=list)  # (invariant, what broke)
     topics_created: set[str] = field(default_factory=set)
+    # value -> when its producer made it (simulated ms): no replica had it before
+    created_ms: dict[bytes, float] = field(default_factory=dict)
     produce_errors: dict[int, int] = field(default_factory=dict)
     # consumer group: every offset a member committed, per partition; every generation a
     # member joined, per (member, coordinator, coordinator's life)
@@ -305,7 +308,8 @@ class _Batch:
 
 
 class SimProducer(MetadataClient):
-    """An idempotent producer, acks=1, one batch in flight per partition (ordered)."""
+    """An idempotent producer (acks=1, or acks=all with ``acks=-1``), one batch in flight per
+    partition (ordered)."""
 
     def __init__(self, node: Any, name: str, *, topics: dict[str, int], acks: int = 1,
                  max_batches: int = 200, **kw: Any) -> None:
@@ -351,6 +355,7 @@ class SimProducer(MetadataClient):
                 for _ in range(self.rng.randint(1, 3)):
                     self.counter += 1
                     values.append(f"{self.name}:{tp[0]}-{tp[1]}:{self.counter}".encode())
+                    self.history.created_ms[values[-1]] = self.clock.now_ms()
                 batch = _Batch(tp[0], tp[1], values, seq, self.producer_id, self.producer_epoch)
                 self.sequences[tp] = seq + len(values)
             self._send(batch)
@@ -410,7 +415,8 @@ class SimProducer(MetadataClient):
         if code == NONE:
             self.history.acks.append(Ack(batch.topic, batch.partition, part.base_offset,
                                          batch.values, leader, life, batch.producer_id,
-                                         batch.base_sequence, self.clock.monotonic_ns()))
+                                         batch.base_sequence, self.clock.monotonic_ns(),
+                                         self.acks))
         elif code == DUPLICATE_SEQUENCE:
             pass  # written before: the producer takes it as done, as Kafka's does
         elif code in (OUT_OF_ORDER_SEQUENCE, UNKNOWN_PRODUCER_ID):

@@ -65,6 +65,9 @@ DEFAULT_OVERRIDES: dict[str, Any] = {
     "offsets.topic.num.partitions": 3,
     "offsets.topic.replication.factor": 3,
     "zookeeper.session.timeout.ms": 6000,
+    # Kafka's default before 2.5 (KIP-537 made it 30 s): a run's faults last seconds, so
+    # with 30 s a lagging follower would almost never leave the ISR within a run
+    "replica.lag.time.max.ms": 10_000,
     "log.segment.bytes": 64 * 1024,
     "log.flush.interval.messages": 20,
     "auto.leader.rebalance.enable": True,

@@ -8,7 +8,14 @@ Control plane (checked every few hundred simulated milliseconds):
   epoch names one leader;
 - on every node, a partition's leader epoch and high watermark never go back
   within one life of the node, and no two nodes lead one partition in the same
-  leader epoch.
+  leader epoch (one node leading an epoch again in a later life, as Kafka's
+  controller allows when it did not see the node restart, is counted as
+  ``epoch_led_again_after_restart``). One exception to the high
+  watermark, the crash election below: a replica whose watermark was H may
+  fall back to h < H when the first leadership seen after the record at h was
+  committed (after a check last saw every replica's high watermark at or below
+  h) to start at or below h was a crash election (counted as
+  ``hw_back_after_crash_election``).
 
 Purgatory (checked on every delivery): a delayed produce or fetch that a
 handler parked (WatchProduce, WatchFetch) is answered (ProduceReady,
@@ -18,12 +25,37 @@ the very end, so the last fetches of each follower are still parked then,
 rightly; an operation must be answered once its deadline (max_wait_ms or
 timeout_ms after it was parked) is EXPIRY_GRACE_MS behind the end.
 
-Data (at the end, on the logs themselves): a record acknowledged (acks=1)
-by a leader that has not crashed since is in that leader's log at the offset
-it was acknowledged at; a record the consumer fetched from a broker that has
-not crashed since is that broker's record at that offset; no log holds one
-producer's sequence twice; one producer's sequences grow with the offsets of
-a log.
+Data (at the end, on the logs themselves), held to what Kafka promises:
+
+- acknowledged records are readable: a record acknowledged to an acks=all
+  producer is, at its acknowledged offset and with its value, in the log of
+  the partition's final leader and in every live replica's log below that
+  replica's high watermark (unless that replica has not fetched since a crash
+  election, below: it still holds what the election lost). Acks=1 records are
+  not held to it (Kafka loses them when leadership moves before a follower
+  fetched them): the ones missing from the final leader's log are counted as
+  ``acks1_lost``.
+  The one exception, the crash election: the record is excused (counted as
+  ``acks_all_lost_to_crash_election``) when the first leader epoch after the one
+  it was acknowledged in to start at or below its offset was led by a broker
+  that crashed after the record was made and before it led that epoch (a leader
+  that never had it, without a crash, is a violation). That broker lost the record
+  with its log's unflushed tail at the crash, came back as the ISR's last
+  member or still in the ISR (its leader had not had replica.lag.time.max.ms
+  to drop it, or no controller saw it die while its old ZooKeeper session
+  lived), and was elected when the leader failed in turn: two failures, one of
+  them a disk losing what was not fsynced, which Kafka in ZooKeeper mode does
+  not survive either (with log.flush.interval.messages above 1; KIP-966).
+  A check sees a leadership only if it lasted to one of the checks every
+  ``check_every_ms``: a shorter one excuses nothing (a stricter checker).
+- a record the consumer fetched from a broker that has not crashed since is
+  that broker's record at that offset (same crash-election exception);
+- replicas agree below the high watermark: two live replicas of a partition
+  hold the same records below the lower of their high watermarks (same
+  crash-election exception: a replica that has not fetched from the elected
+  leader since still holds what that leader lost);
+- no log holds one producer's sequence twice; one producer's sequences grow
+  with the offsets of a log.
 
 Liveness (at the end, after every fault was healed and the run settled): a
 controller is active and every partition of the run's topics has a live leader.
@@ -83,6 +115,23 @@ class Checker:
     parked: dict[tuple[str, int, str, int], int] = field(default_factory=dict)
     deadlines_ms: dict[tuple[str, int, str, int], float] = field(default_factory=dict)
     checks: int = 0
+    last_check_ms: float = 0.0
+    # when each broker crashed (simulated ms), as the run struck it
+    crash_times_ms: dict[int, list[float]] = field(default_factory=dict)
+    # (topic, partition, leader epoch) -> [(leader, its life, the epoch's start offset in its
+    # log, first seen at ms)]: every leadership a check saw (two only when a restarted
+    # leader was given its old epoch again)
+    leaderships: dict[tuple[str, int, int], list[tuple[int, int, int, float]]] = field(
+        default_factory=dict)
+    # (topic, partition) -> [(high watermark, the last check before any replica was seen
+    # at it)], growing: a record below that watermark was committed after that time
+    committed_ms: dict[tuple[str, int], list[tuple[int, float, float]]] = field(
+        default_factory=dict)  # (high watermark, last check before it, the check that saw it)
+    # what Kafka does not promise, counted (reported in the run's stats, not violations)
+    counted: dict[str, int] = field(default_factory=lambda: {
+        "acks1_lost": 0, "acks_all_lost_to_crash_election": 0,
+        "hw_back_after_crash_election": 0, "fetched_lost_to_crash_election": 0,
+        "replicas_differ_after_crash_election": 0, "epoch_led_again_after_restart": 0})
 
     # --------------------------------------------------------------- purgatory
     def observe(self, node: SimNode, actor: Actor, s_node: str, s_name: str,
@@ -158,6 +207,7 @@ class Checker:
                                         f"{topic}-{p} leader epoch {old_epoch} named leader "
                                         f"{old_leader}, then {state.leader}")
                 self.zk_leader_epochs[tp] = (state.leader_epoch, state.leader)
+        self._leaderships()
         leaders: dict[tuple[str, int, int], int] = {}
         for broker_id, broker in sorted(cluster.brokers.items()):
             if broker.state != "up":
@@ -174,10 +224,16 @@ class Checker:
                     hw = state.log.high_watermark
                     before_hw = self.node_high_watermarks.get(key, -1)
                     if hw < before_hw:
-                        raise Violation("the high watermark never goes back",
-                                        f"{topic}-{p} on broker {broker_id} went from high "
-                                        f"watermark {before_hw} to {hw}")
+                        if not self._crash_election(topic, p, hw,
+                                                    *self._committed_after(topic, p, hw)):
+                            raise Violation("the high watermark never goes back",
+                                            f"{topic}-{p} on broker {broker_id} went from high "
+                                            f"watermark {before_hw} to {hw}")
+                        self.counted["hw_back_after_crash_election"] += 1
                     self.node_high_watermarks[key] = hw
+                    marks = self.committed_ms.setdefault((topic, p), [])
+                    if not marks or hw > marks[-1][0]:
+                        marks.append((hw, self.last_check_ms, self._now_ms()))
                     if state.leader_id == broker_id and state.leader_epoch >= 0:
                         other = leaders.setdefault((topic, p, state.leader_epoch), broker_id)
                         if other != broker_id:
@@ -185,6 +241,84 @@ class Checker:
                                             f"brokers {other} and {broker_id} both lead "
                                             f"{topic}-{p} in leader epoch {state.leader_epoch}")
         self._actor_health()
+        self.last_check_ms = self._now_ms()
+
+    def _leaderships(self) -> None:
+        """Every leadership seen, first: a leader epoch names one life of one broker."""
+        for broker_id, broker in sorted(self.cluster.brokers.items()):
+            if broker.state != "up":
+                continue
+            for shard in broker.shards():
+                for (topic, p), state in sorted(shard.partitions.items()):
+                    if not state.is_leader or state.leader_epoch < 0:
+                        continue
+                    seen = self.leaderships.setdefault((topic, p, state.leader_epoch), [])
+                    if any(b == broker_id and life == broker.lives for b, life, _s, _t in seen):
+                        continue
+                    if seen and seen[0][0] != broker_id:
+                        raise Violation(
+                            "one leader per leader epoch",
+                            f"{topic}-{p} leader epoch {state.leader_epoch} led by broker "
+                            f"{seen[0][0]}, then by broker {broker_id}")
+                    if seen:
+                        # Kafka does this too: a controller that did not see the leader
+                        # restart gives it its old epoch again; the restarted log may differ
+                        # from what followers fetched in that epoch (replicas agree below
+                        # the high watermark is what would catch the harm)
+                        self.counted["epoch_led_again_after_restart"] += 1
+                    seen.append((broker_id, broker.lives, state.epoch_start_offset,
+                                 self._now_ms()))
+
+    def note_crash(self, broker_id: int) -> None:
+        """The run crashed ``broker_id`` now (its unflushed log tails are lost)."""
+        self.crash_times_ms.setdefault(broker_id, []).append(self._now_ms())
+
+    def _committed_after(self, topic: str, p: int, offset: int) -> tuple[float, float]:
+        """When the record at ``offset`` was committed: after the first time returned (the
+        last check before a replica's high watermark was seen above it) and before the
+        second (the check that saw it)."""
+        for hw, before_ms, at_ms in self.committed_ms.get((topic, p), []):
+            if hw > offset:
+                return before_ms, at_ms
+        return self.last_check_ms, self._now_ms()
+
+    def _crash_election(self, topic: str, p: int, offset: int, since_ms: float,
+                        leaders_from_ms: float | None = None,
+                        after: tuple[int, int, int] = (-1, -1, -1)) -> bool:
+        """Whether the record at ``offset`` of ``topic-p`` went with a crash election.
+
+        Take the first leadership (by leader epoch, then first sight) that started at or
+        below ``offset``, was first seen after ``leaders_from_ms`` (default ``since_ms``)
+        and comes after ``after`` (epoch, broker, life: the leadership the record was
+        acknowledged in; the same epoch counts again in a later life of its leader): it
+        is a crash election if its leader crashed after ``since_ms`` and before it was
+        seen leading. That replica lost the tail of its log at the crash (writes after
+        its last fsync), came back as the ISR's last member or still in the ISR, and was
+        elected; every other replica then truncated to its log. Kafka does not promise
+        to keep what was committed through that double failure (KIP-966)."""
+        first = min(((e, entry[3], entry) for (t, q, e), entries in self.leaderships.items()
+                     if t == topic and q == p and e >= after[0]
+                     for entry in entries
+                     if (e > after[0] or entry[:2] != after[1:]) and entry[2] <= offset
+                     and entry[3] > (since_ms if leaders_from_ms is None else leaders_from_ms)),
+                    default=None)
+        if first is None:
+            return False
+        broker_id, _life, _start, seen_ms = first[2]
+        return any(since_ms < t <= seen_ms for t in self.crash_times_ms.get(broker_id, []))
+
+    def _ack_epoch(self, topic: str, p: int, broker_id: int, life: int, ack_ms: float) -> int:
+        """The leader epoch the acknowledged record was written in: the latest a check saw
+        ``broker_id`` (in that life) lead ``topic-p`` in before ``ack_ms``, or, when the
+        first check of that leadership came after the answer, the first it led (-1:
+        none seen)."""
+        led = sorted((seen_ms, e) for (t, q, e), entries in self.leaderships.items()
+                     if t == topic and q == p
+                     for b, lf, _start, seen_ms in entries if b == broker_id and lf == life)
+        before = [e for seen_ms, e in led if seen_ms <= ack_ms]
+        if before:
+            return max(before)
+        return led[0][1] if led else -1
 
     def _actor_health(self) -> None:
         world = self.cluster.world
@@ -203,6 +337,7 @@ class Checker:
         self.check()
         self.check_settled_purgatory()
         self.check_data()
+        self.check_replicas_agree()
 
     def check_settled_purgatory(self) -> None:
         cluster = self.cluster
@@ -219,29 +354,60 @@ class Checker:
     def check_data(self) -> None:
         cluster = self.cluster
         logs = self._logs()
+        hws = self._high_watermarks()
         for ack in self.history.acks:
-            broker = cluster.brokers[ack.broker_id]
-            if broker.lives != ack.broker_life or broker.state != "up":
-                continue  # the leader crashed since: acks=1 promised nothing more
-            records = logs.get((ack.broker_id, ack.topic, ack.partition))
-            if records is None:
-                continue  # the partition left that broker (deleted, reassigned)
+            leader = self.zk_leader_epochs.get(TopicPartition(ack.topic, ack.partition))
+            final = logs.get((leader[1], ack.topic, ack.partition)) if leader else None
+            if ack.acks != -1:
+                # acks=1: Kafka keeps the record only if a follower fetched it before
+                # leadership moved; a loss is counted, not a violation
+                if final is not None:
+                    self.counted["acks1_lost"] += sum(
+                        1 for i, value in enumerate(ack.values)
+                        if _value(final.get(ack.base_offset + i)) != value)
+                continue
             for i, value in enumerate(ack.values):
-                found = records.get(ack.base_offset + i)
-                if found is None or found[2] != value:
+                offset = ack.base_offset + i
+                holders = [(b, records) for (b, t, q), records in sorted(logs.items())
+                           if t == ack.topic and q == ack.partition
+                           and (records is final or offset < hws[(b, t, q)])]
+                for broker_id, records in holders:
+                    found = records.get(offset)
+                    if found is not None and found[2] == value:
+                        continue
+                    if self._crash_election(
+                            ack.topic, ack.partition, offset,
+                            self.history.created_ms.get(value, 0.0),
+                            after=(self._ack_epoch(ack.topic, ack.partition, ack.broker_id,
+                                                   ack.broker_life, ack.time_ns / 1_000_000),
+                                   ack.broker_id, ack.broker_life)):
+                        self.counted["acks_all_lost_to_crash_election"] += 1
+                        break
+                    if records is not final and self._crash_election(
+                            ack.topic, ack.partition, offset,
+                            *self._committed_after(ack.topic, ack.partition, offset)):
+                        # a follower that has not fetched since a crash election: what it
+                        # holds there (below its own, older, high watermark) is what that
+                        # election lost, not this record's place
+                        self.counted["replicas_differ_after_crash_election"] += 1
+                        continue
                     raise Violation(
                         "acknowledged records are readable",
-                        f"{ack.topic}-{ack.partition} offset {ack.base_offset + i} on broker "
-                        f"{ack.broker_id} holds {found[2] if found else None!r}, acknowledged "
-                        f"as {value!r}")
+                        f"{ack.topic}-{ack.partition} offset {offset} on broker {broker_id} "
+                        f"holds {found[2] if found else None!r}, acknowledged (acks=all, by "
+                        f"broker {ack.broker_id}) as {value!r}")
         for (topic, p), consumed in sorted(self.history.consumed.items()):
             for offset, fetched, broker_id, life in consumed:
                 broker = cluster.brokers[broker_id]
-                records = logs.get((broker_id, topic, p))
-                if broker.lives != life or broker.state != "up" or records is None:
+                kept = logs.get((broker_id, topic, p))
+                if broker.lives != life or broker.state != "up" or kept is None:
                     continue
-                found = records.get(offset)
+                found = kept.get(offset)
                 if found is None or found[2] != fetched:
+                    if fetched is not None and self._crash_election(
+                            topic, p, offset, self.history.created_ms.get(fetched, 0.0)):
+                        self.counted["fetched_lost_to_crash_election"] += 1
+                        continue
                     raise Violation(
                         "fetched records are the log's",
                         f"{topic}-{p} offset {offset} fetched from broker {broker_id} as "
@@ -282,6 +448,46 @@ class Checker:
                                     f"{topic}-{p} has leader {leader[1] if leader else None} "
                                     f"after the run settled")
 
+    def check_replicas_agree(self) -> None:
+        """Once settled, two live replicas of a partition hold the same records below the
+        lower of their high watermarks."""
+        logs = self._logs()
+        hws = self._high_watermarks()
+        by_tp: dict[tuple[str, int], list[int]] = {}
+        for broker_id, topic, p in sorted(logs):
+            by_tp.setdefault((topic, p), []).append(broker_id)
+        for (topic, p), brokers in sorted(by_tp.items()):
+            for i, a in enumerate(brokers):
+                for b in brokers[i + 1:]:
+                    below = min(hws[(a, topic, p)], hws[(b, topic, p)])
+                    log_a, log_b = logs[(a, topic, p)], logs[(b, topic, p)]
+                    for offset in sorted(set(log_a) | set(log_b)):
+                        if offset >= below:
+                            break
+                        if log_a.get(offset) != log_b.get(offset):
+                            if self._crash_election(topic, p, offset,
+                                                    *self._committed_after(topic, p, offset)):
+                                # one of them has not fetched from the crash-elected leader
+                                # since (it still holds what that leader lost)
+                                self.counted["replicas_differ_after_crash_election"] += 1
+                                break
+                            raise Violation(
+                                "replicas agree below the high watermark",
+                                f"{topic}-{p} offset {offset} (below high watermark {below}): "
+                                f"broker {a} holds {_value(log_a.get(offset))!r}, broker {b} "
+                                f"{_value(log_b.get(offset))!r}")
+
+    def _high_watermarks(self) -> dict[tuple[int, str, int], int]:
+        out: dict[tuple[int, str, int], int] = {}
+        for broker_id, broker in sorted(self.cluster.brokers.items()):
+            if broker.state != "up":
+                continue
+            for shard in broker.shards():
+                for (topic, p), state in sorted(shard.partitions.items()):
+                    if topic in self.topics:
+                        out[(broker_id, topic, p)] = state.log.high_watermark
+        return out
+
     def _logs(self) -> dict[tuple[int, str, int], dict[int, tuple[int, int, bytes | None]]]:
         """offset -> (producer id, sequence, value) of every record in every live log."""
         out: dict[tuple[int, str, int], dict[int, tuple[int, int, bytes | None]]] = {}
@@ -294,6 +500,10 @@ class Checker:
                         continue
                     out[(broker_id, topic, p)] = read_log(state.log)
         return out
+
+
+def _value(record: tuple[int, int, bytes | None] | None) -> bytes | None:
+    return record[2] if record is not None else None
 
 
 def read_log(log: Any) -> dict[int, tuple[int, int, bytes | None]]:

@@ -2,12 +2,24 @@
 
 A plant swaps one attribute (a method of a core or an actor) for a faulty
 version while the run lasts and puts the original back afterwards; the code
-under test is otherwise the code on this branch. A plant names what it needs:
-the replication plants of issue 21 (``hw-ignores-isr``, ``no-epoch-fence``,
-``ack-before-replication``, ``isr-shrink-unpersisted``) need the replication
-of issue 15 (ReplicaFetchers, ISR, high watermark), which this branch does not
-have yet; they are listed so ``actorlog sim --plant`` says so in one line, and
-each becomes one more entry with its swap once that code is here.
+under test is otherwise the code on this branch. The replication plants each
+break the one method that keeps one of Kafka's replication promises:
+
+- ``hw-ignores-isr``: PartitionState.maybe_increment_high_watermark takes the
+  leader's log end, whatever the followers have;
+- ``no-epoch-fence``: the follower's two fences against a stale leader epoch
+  are gone: PartitionShard._apply_one applies a fetcher's answer whatever
+  leader epoch it was fetched at, and PartitionState.diverging_epoch never
+  tells a follower that its log left the leader's (KIP-320), so what it
+  fetched from a stale leader stays in its log;
+- ``ack-before-replication``: PartitionShard._answer answers an acks=all
+  append at once, without parking it in the purgatory for the ISR;
+- ``isr-shrink-unpersisted``: PartitionShard._propose applies an ISR shrink in
+  memory and writes nothing (no AlterPartition, no version-checked write), so
+  ZooKeeper keeps the dropped follower in the ISR and may elect it.
+
+A plant that needs code this branch lacks has ``swaps`` None and says what in
+``needs`` (none today).
 """
 
 from __future__ import annotations
@@ -17,8 +29,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from actors.core.partition_state import PartitionState
 from actors.core.producer_state import ProducerStateManager
 from actors.core.purgatory_core import CancelExpiry, Effect, PurgatoryCore, _answer
+from actors.partition_shard import PartitionShard
+from wire.broker_messages import AppendDone
 
 
 class PlantUnavailable(Exception):
@@ -78,19 +93,90 @@ def _no_idempotence() -> list[tuple[Any, str, Any]]:
             (ProducerStateManager, "check_batches", _no_sequence_check)]
 
 
+# ------------------------------------------------------------- hw-ignores-isr
+def _hw_from_log_end(self: PartitionState) -> bool:
+    """As PartitionState.maybe_increment_high_watermark, over the leader alone."""
+    new_hw = self.log.log_end_offset
+    if new_hw > self.log.high_watermark:
+        self.log.update_high_watermark(new_hw)
+        return True
+    return False
+
+
+def _hw_ignores_isr() -> list[tuple[Any, str, Any]]:
+    return [(PartitionState, "maybe_increment_high_watermark", _hw_from_log_end)]
+
+
+# ------------------------------------------------------------- no-epoch-fence
+_REAL_APPLY_ONE = PartitionShard.__dict__["_apply_one"]
+
+
+def _apply_any_epoch(self: PartitionShard, row: Any, now: int) -> Any:
+    """As PartitionShard._apply_one, taking an answer fetched at any leader epoch as one of
+    the epoch the follower is at now."""
+    state = self.partitions.get((row.topic, row.partition))
+    if state is not None and state.leader_id != self.broker_id:
+        row = row._replace(leader_epoch=state.leader_epoch)
+    return _REAL_APPLY_ONE(self, row, now)
+
+
+def _never_diverges(self: PartitionState, last_fetched_epoch: int,
+                    fetch_offset: int) -> tuple[int, int] | None:
+    """As PartitionState.diverging_epoch, never telling a follower that its log left this
+    one: what it fetched in a stale leader epoch stays in its log."""
+    return None
+
+
+def _no_epoch_fence() -> list[tuple[Any, str, Any]]:
+    return [(PartitionShard, "_apply_one", _apply_any_epoch),
+            (PartitionState, "diverging_epoch", _never_diverges)]
+
+
+# ------------------------------------------------------ ack-before-replication
+def _answer_at_once(self: PartitionShard, sender: Any, msg: Any, rows: list[Any],
+                    waiting: list[Any]) -> None:
+    """As PartitionShard._answer, not waiting for the ISR: acks=all answered after the
+    leader's own append."""
+    self.tell(sender, AppendDone(msg.req_id, rows))
+
+
+def _ack_before_replication() -> list[tuple[Any, str, Any]]:
+    return [(PartitionShard, "_answer", _answer_at_once)]
+
+
+# ----------------------------------------------------- isr-shrink-unpersisted
+_REAL_PROPOSE = PartitionShard.__dict__["_propose"]
+
+
+def _shrink_in_memory(self: PartitionShard, state: PartitionState, proposal: Any,
+                      kind: str) -> None:
+    """As PartitionShard._propose, but a shrink takes effect at once, in memory only:
+    nothing is written, so ZooKeeper's ISR still names the dropped followers."""
+    if set(proposal.new_isr) < state.isr:
+        state.isr = set(proposal.new_isr)
+        state.maybe_increment_high_watermark()
+        self._notify(state)
+        return
+    _REAL_PROPOSE(self, state, proposal, kind)
+
+
+def _isr_shrink_unpersisted() -> list[tuple[Any, str, Any]]:
+    return [(PartitionShard, "_propose", _shrink_in_memory)]
+
+
 PLANTS: dict[str, Plant] = {p.name: p for p in [
     Plant("double-complete", "a delayed operation completed by a partition change keeps its "
           "expiry, which answers it again", _double_complete),
     Plant("no-idempotence", "a retried idempotent batch is written again (no duplicate or "
           "sequence check)", _no_idempotence),
-    Plant("hw-ignores-isr", "the high watermark follows the leader's log end alone", None,
-          needs="replication (issue 15)"),
-    Plant("no-epoch-fence", "a follower accepts data from a stale leader epoch", None,
-          needs="replication (issue 15)"),
-    Plant("ack-before-replication", "acks=all is answered after the local append", None,
-          needs="replication (issue 15)"),
-    Plant("isr-shrink-unpersisted", "the ISR shrinks without the version-checked write", None,
-          needs="replication (issue 15)"),
+    Plant("hw-ignores-isr", "the high watermark follows the leader's log end alone",
+          _hw_ignores_isr),
+    Plant("no-epoch-fence", "a follower accepts data from a stale leader epoch",
+          _no_epoch_fence),
+    Plant("ack-before-replication", "acks=all is answered after the local append",
+          _ack_before_replication),
+    Plant("isr-shrink-unpersisted", "the ISR shrinks in memory without the version-checked "
+          "write", _isr_shrink_unpersisted),
 ]}
 
 

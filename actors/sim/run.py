@@ -70,10 +70,9 @@ class SimOptions:
     produce_after_heal_ms: int = 5_000
     check_every_ms: int = 200
     producers: int = 2
-    # acks=all producers (off by default): without replication the shard's high watermark
-    # is its own log end, so they add no delayed produce yet; with replication (issue 15)
-    # their appends wait in purgatory for the ISR and are checked like the others
-    acks_all_producers: int = 0
+    # acks=all producers: their appends wait in purgatory for the ISR, and what they were
+    # told is kept is what 'acknowledged records are readable' holds the cluster to
+    acks_all_producers: int = 1
     group_members: int = 2   # members of one consumer group (besides the plain consumer)
     max_events: int = 2_000_000
     logs: bool = False   # the actors' own log lines (thousands per run); off unless asked
@@ -190,6 +189,7 @@ class _Run:
             if len(self.crashed) + len(self.paused) >= len(cluster.brokers) - 1:
                 return
             self.crashed.add(target)
+            self.checker.note_crash(target)
             cluster.crash(target)
             world.kernel.after_ms(rng.uniform(500, 8_000), self._restart, target)
             what = f"crash {name}"
@@ -360,6 +360,7 @@ def run_seed(seed: int, options: SimOptions | None = None,
                "group_joins": history.group_rebalances,
                "group_commits": sum(len(v) for v in history.committed.values()),
                "checks": run.checker.checks,
+               **run.checker.counted,
                "delayed_operations": len(run.checker.parked)},
     )
     return result, world

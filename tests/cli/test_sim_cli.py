@@ -66,10 +66,12 @@ def test_the_double_complete_plant_is_found_and_its_seed_told() -> None:
     assert "plant double-complete found at seed" in done.stdout
 
 
-def test_a_plant_that_needs_replication_says_so_in_one_line() -> None:
-    done = actorlog("--plant", "hw-ignores-isr", "--seeds", "1")
-    assert done.returncode == 1
-    assert done.stderr.strip().count("\n") == 0 and "replication" in done.stderr
+def test_an_unknown_plant_is_told_with_the_known_ones() -> None:
+    done = actorlog("--plant", "nonsense", "--seeds", "1")
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0
+    for name in ("double-complete", "no-idempotence", "hw-ignores-isr", "no-epoch-fence",
+                 "ack-before-replication", "isr-shrink-unpersisted"):
+        assert name in done.stderr
 
 
 def test_a_violation_exits_non_zero_with_its_seed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,7 +86,7 @@ def test_a_violation_exits_non_zero_with_its_seed(monkeypatch: pytest.MonkeyPatc
 
 
 @pytest.mark.parametrize("args", [["--seed", "1", "--seeds", "2"], ["--seeds", "2", "--trace", "x"],
-                                  ["--faults", "crash,meteor"], ["--plant", "nonsense"]])
+                                  ["--faults", "crash,meteor"]])
 def test_bad_arguments_get_one_line(args: list[str]) -> None:
     done = actorlog(*args)
     assert done.returncode == 2

@@ -14,7 +14,10 @@ The core returns effects; this shell performs them:
 * ``WriteMarkers``: commit/abort control batches to every partition of the
   transaction, through the shards of the partitions' leaders (other nodes'
   shards in a cluster); partitions that fail are sent again every
-  RETRY_MS until all are written. A marker on ``__consumer_offsets`` also
+  RETRY_MS until all are written. A request unanswered after
+  MARKER_TIMEOUT_MS (its node died, or the leader named by stale metadata is
+  gone and the message became a dead letter) counts as failed and is sent
+  again, to the leader of that moment. A marker on ``__consumer_offsets`` also
   tells that node's GroupCoordinators the fate of the producer's offsets.
 * ``Reply``: the answer to the handler that asked.
 
@@ -104,6 +107,7 @@ READ_PARTITION_MAX_BYTES = 1024 * 1024
 READ_MAX_BYTES = 8 * 1024 * 1024
 APPEND_TIMEOUT_MS = 5000
 RETRY_MS = 500
+MARKER_TIMEOUT_MS = 5000  # a WriteTxnMarkers with no answer by then is sent again
 PRODUCER_ID_SPACE = 1 << 62  # coordinator-made ids never meet the handlers' ones
 
 
@@ -166,7 +170,8 @@ class TransactionCoordinator(Actor):
             "transaction.abort.timed.out.transaction.cleanup.interval.ms"])
         self.writes: dict[int, int] = {}  # Append req_id -> core write id
         self.marker_jobs: dict[str, _MarkerJob] = {}
-        self.marker_reqs: dict[int, tuple[str, list[tuple[str, int]]]] = {}
+        # WriteTxnMarkers req_id -> (transactional id, partitions, answer deadline)
+        self.marker_reqs: dict[int, tuple[str, list[tuple[str, int]], int]] = {}
         self.phase = "idle"  # -> creating -> loading -> ready (single node)
         self.retry_at_ms = 0
         self.led: dict[int, int] = {}  # partition -> leader epoch (cluster: led here)
@@ -221,6 +226,7 @@ class TransactionCoordinator(Actor):
     def poll_timeout_ms(self) -> int | None:
         waits = [job.retry_at_ms for job in self.marker_jobs.values()
                  if job.remaining and not job.in_flight]
+        waits.extend(deadline for _t, _p, deadline in self.marker_reqs.values())
         if self.phase in ("create-retry", "read-retry"):
             waits.append(self.retry_at_ms)
         if not waits:
@@ -235,6 +241,7 @@ class TransactionCoordinator(Actor):
             self.phase = "loading"
             self.read_offsets = {p: o for p, o in self.read_offsets.items() if p in self.led}
             self._send_reads()
+        self._expire_marker_requests(now)
         for txn_id, job in list(self.marker_jobs.items()):
             if job.remaining and not job.in_flight and now >= job.retry_at_ms:
                 self._send_markers(txn_id, job)
@@ -489,7 +496,8 @@ class TransactionCoordinator(Actor):
         for shard, rows in by_shard.items():
             rid = next(self.req_ids)
             job.in_flight.add(rid)
-            self.marker_reqs[rid] = (txn_id, [(r.topic, r.partition) for r in rows])
+            self.marker_reqs[rid] = (txn_id, [(r.topic, r.partition) for r in rows],
+                                     self.clock.now_ms() + MARKER_TIMEOUT_MS)
             self.tell(shard, WriteTxnMarkers(rid, rows))
         if not job.in_flight:
             job.retry_at_ms = self.clock.now_ms() + RETRY_MS
@@ -501,7 +509,7 @@ class TransactionCoordinator(Actor):
         entry = self.marker_reqs.pop(msg.req_id, None)
         if entry is None:
             return
-        txn_id, _parts = entry
+        txn_id, _parts, _deadline = entry
         job = self.marker_jobs.get(txn_id)
         if job is None or msg.req_id not in job.in_flight:
             return
@@ -526,6 +534,23 @@ class TransactionCoordinator(Actor):
             job.retry_at_ms = self.clock.now_ms() + RETRY_MS
             return
         self._markers_done(txn_id, job)
+
+    def _expire_marker_requests(self, now: int) -> None:
+        """Marker requests past their deadline will not be answered (a dead letter to a
+        node gone, or a node killed mid-request): without this their job would wait
+        forever and the transaction stay in PrepareCommit/PrepareAbort."""
+        for rid, (txn_id, parts, deadline) in list(self.marker_reqs.items()):
+            if now < deadline:
+                continue
+            del self.marker_reqs[rid]
+            job = self.marker_jobs.get(txn_id)
+            if job is None or rid not in job.in_flight:
+                continue
+            job.in_flight.discard(rid)
+            self.log.warning("markers for {} on {} unanswered after {} ms; sending again",
+                             txn_id, parts, MARKER_TIMEOUT_MS)
+            if not job.in_flight:
+                job.retry_at_ms = now
 
     def _markers_done(self, txn_id: str, job: _MarkerJob) -> None:
         if self.marker_jobs.get(txn_id) is job:

@@ -13,20 +13,23 @@ The core returns effects; this shell performs them:
   ProduceReady) completes it.
 * ``WriteMarkers``: commit/abort control batches to every partition of the
   transaction, through the shards of the partitions' leaders (other nodes'
-  shards in a cluster); partitions that fail are sent again every
+  shards in a cluster), written with acks=-1 (a marker the ISR does not hold
+  yet is answered by that node's purgatory, ProduceReady); partitions that fail are sent again every
   RETRY_MS until all are written. A request unanswered after
   MARKER_TIMEOUT_MS (its node died, or the leader named by stale metadata is
   gone and the message became a dead letter) counts as failed and is sent
-  again, to the leader of that moment. A marker on ``__consumer_offsets`` also
-  tells that node's GroupCoordinators the fate of the producer's offsets.
+  again, to the leader of that moment. The leader that writes a marker on
+  ``__consumer_offsets`` tells its node's GroupCoordinators the fate of the
+  producer's offsets.
 * ``Reply``: the answer to the handler that asked.
 
 Start-up: a single node creates ``__transaction_state`` on the first request
 (or at start if it exists: prepared transactions must be finished and open
-ones may time out), reads its partitions to their high watermark and loads
-them; until then requests are answered COORDINATOR_LOAD_IN_PROGRESS. In a
-cluster, the ReplicaManager's TxnCoordinatorPartitions say which partitions
-to load and unload. A Timer tick every
+ones may time out), reads its partitions to their log end and loads them
+(as Kafka does: a new leader's high watermark can lag the writes its ISR
+acknowledged, and loading only to it would lose them); until then requests
+are answered COORDINATOR_LOAD_IN_PROGRESS. In a cluster, the ReplicaManager's
+TxnCoordinatorPartitions say which partitions to load and unload. A Timer tick every
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` aborts the
 transactions past their timeout and finishes those whose completion write
 failed.
@@ -39,7 +42,6 @@ from typing import Any
 
 from actors.core.cluster_model import NO_LEADER
 from actors.core.metadata_cache import MetadataCache
-from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.record_batch import build_batch
 from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
 from actors.core.transaction_state import (
@@ -57,6 +59,7 @@ from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.topology import Topology, broker_node_name
 from wire.broker_messages import (
+    LOG_END_READER,
     Append,
     AppendDone,
     AppendRow,
@@ -75,7 +78,6 @@ from wire.cluster_messages import UpdateMetadata
 from wire.errors import ErrorCode
 from wire.transaction_messages import (
     AddPartitionsToTxn,
-    CompleteTxnOffsets,
     DescribeTxns,
     DescribeTxnsDone,
     EndTxn,
@@ -86,6 +88,7 @@ from wire.transaction_messages import (
     TxnCoordinatorPartitions,
     TxnDone,
     TxnListRow,
+    TxnMarkerDoneRow,
     TxnMarkerRow,
     TxnStateRow,
     TxnTopicPartition,
@@ -269,7 +272,7 @@ class TransactionCoordinator(Actor):
         for shard, rows in by_shard.items():
             rid = next(self.req_ids)
             self.reads_in_flight.add(rid)
-            self.tell(shard, Read(rid, -1, READ_MAX_BYTES, rows))
+            self.tell(shard, Read(rid, LOG_END_READER, READ_MAX_BYTES, rows))
 
     @handles(ReadDone)
     def on_read(self, msg: ReadDone) -> None:
@@ -298,7 +301,7 @@ class TransactionCoordinator(Actor):
                     latest[key] = value
             if next_offset is not None:
                 self.read_offsets[p] = next_offset
-            if self.read_offsets[p] >= row.high_watermark:
+            if self.read_offsets[p] >= row.log_end_offset:
                 del self.read_offsets[p]
             else:
                 again.append(ReadRow(TRANSACTION_STATE_TOPIC, p, self.read_offsets[p],
@@ -307,7 +310,7 @@ class TransactionCoordinator(Actor):
             rid = next(self.req_ids)
             self.reads_in_flight.add(rid)
             assert self.current_sender is not None
-            self.tell(self.current_sender, Read(rid, -1, READ_MAX_BYTES, again))
+            self.tell(self.current_sender, Read(rid, LOG_END_READER, READ_MAX_BYTES, again))
         if self.reads_in_flight:
             return
         if self.read_offsets:
@@ -464,6 +467,11 @@ class TransactionCoordinator(Actor):
 
     @handles(AppendDone, ProduceReady)
     def on_appended(self, msg: AppendDone | ProduceReady) -> None:
+        if isinstance(msg, ProduceReady) and msg.req_id in self.marker_reqs:
+            # markers the ISR did not hold at once, settled by the leader's purgatory
+            self.on_markers(WriteTxnMarkersDone(msg.req_id, [
+                TxnMarkerDoneRow(r.topic, r.partition, r.error_code) for r in msg.rows]))
+            return
         write_id = self.writes.pop(msg.req_id, None)
         if write_id is None:
             return
@@ -514,17 +522,13 @@ class TransactionCoordinator(Actor):
         if job is None or msg.req_id not in job.in_flight:
             return
         job.in_flight.discard(msg.req_id)
-        assert self.current_sender is not None
         for row in msg.rows:
             tp = (row.topic, row.partition)
             if row.error_code in (NONE, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)):
-                # a deleted partition needs no marker any more (Kafka's rule too)
+                # a deleted partition needs no marker any more (Kafka's rule too); the
+                # leader that wrote a marker on __consumer_offsets told its group
+                # coordinators itself
                 job.remaining.discard(tp)
-                if row.topic == OFFSETS_TOPIC and row.error_code == NONE:
-                    for i in range(self.topology.num_coordinators):
-                        self.tell(Address(self.current_sender.node, f"coordinator-{i}"),
-                                  CompleteTxnOffsets(job.fx.producer_id, row.partition,
-                                                     job.fx.commit))
             else:
                 self.log.warning("marker for {} on {}-{} failed: {}; retrying", txn_id,
                                  row.topic, row.partition, ErrorCode(row.error_code).name)

@@ -5,10 +5,12 @@ offsets sent in a transaction reach the group coordinator of another node at com
 kill -9 of the coordinator's node mid-commit (``__transaction_state`` RF 3, min.isr 2; an
 output topic RF 3, min.insync.replicas 2, one partition led by each node): once in the
 window where PrepareCommit is durable and a marker is not written yet (that partition's
-leader paused), and at a few delays after commit_transaction starts. A new producer with
-the same transactional.id settles the transaction through the new coordinator; a
-read_committed consumer sees all of the killed transaction or none of it, the group's
-offset agrees, and nothing changes once the killed node is back in every ISR.
+leader paused), at a few delays after commit_transaction starts, and before any EndTxn
+(the successor must abort it). A new producer with the same transactional.id settles
+the transaction through the new coordinator; a read_committed consumer sees all of the
+killed transaction or none of it, the group's offset agrees, and nothing changes once
+the killed node is back in every ISR. (In every run so far the timed kills ended in a
+commit: the producer retries its EndTxn with the new coordinator.)
 
 These found four bugs, fixed in the broker: marker requests lost with their node hung
 the transaction in PrepareCommit; markers were acknowledged before the ISR held them;
@@ -322,5 +324,31 @@ def test_coordinator_killed_at_commit_time_decides_all_or_nothing(
         done = check_outcome(cluster, outcome, group,
                              must_commit=True if result.get("ok") else None)
         restart_and_recheck(cluster, victim, outcome, group, committed=done)
+    finally:
+        group.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_coordinator_killed_with_the_transaction_open_has_it_aborted(
+        cluster_factory: Any) -> None:
+    """kill -9 before any EndTxn: the new coordinator loads the transaction Ongoing; the
+    successor's init_transactions fences the old producer and aborts it: none of its
+    records, the group's offset not moved, the old producer's commit refused."""
+    cluster = kill_cluster(cluster_factory, slow=False)
+    txn_id, victim = coordinator_of(cluster, avoid={cluster.controller()})
+    group = group_reader(cluster)
+    try:
+        p = txn_producer(cluster, txn_id)
+        p.init_transactions(60)
+        committed = baseline(p, group)
+        killed = open_transaction(p, group)
+        cluster.nodes[victim].kill()
+        moved_away(cluster, txn_id, victim)
+        outcome = Outcome(committed, killed, successor_finishes(cluster, txn_id))
+        check_outcome(cluster, outcome, group, must_commit=False)
+        with pytest.raises(KafkaException):
+            p.commit_transaction(15)
+        restart_and_recheck(cluster, victim, outcome, group, committed=False)
     finally:
         group.close()

@@ -22,8 +22,9 @@ The core returns effects; this shell performs them:
 Start-up: once the request handlers exist (so they hear of the new topic),
 the coordinator asks the Controller to create ``__consumer_offsets``
 (``offsets.topic.num.partitions`` partitions; "already exists" is fine), reads
-every partition from offset 0 to its high watermark, keeps the records of
-the groups it owns and hands them to ``core.load``. Until then every group
+every partition from offset 0 to its log end (as Kafka's FetchLogEnd: a new
+leader's high watermark can lag commits its ISR acknowledged), keeps the
+records of the groups it owns and hands them to ``core.load``. Until then every group
 request is answered with COORDINATOR_LOAD_IN_PROGRESS, which clients retry.
 
 The core runs on wall-clock milliseconds (they are persisted as commit
@@ -93,6 +94,7 @@ from wire.admin_messages import (
     OffsetDeleteDoneRow,
 )
 from wire.broker_messages import (
+    LOG_END_READER,
     Append,
     AppendDone,
     AppendRow,
@@ -424,7 +426,7 @@ class GroupCoordinator(Actor):
         for shard, rows in by_shard.items():
             rid = next(self.req_ids)
             self.reads_in_flight.add(rid)
-            self.tell(shard, Read(rid, -1, READ_MAX_BYTES, rows))
+            self.tell(shard, Read(rid, LOG_END_READER, READ_MAX_BYTES, rows))
 
     @handles(AlterTopicConfigsDone)
     def on_offsets_topic_altered(self, msg: AlterTopicConfigsDone) -> None:
@@ -451,7 +453,7 @@ class GroupCoordinator(Actor):
                                  ErrorCode(row.error_code).name)
                 continue
             self._take_records(p, bytes(row.records))
-            if self.read_offsets[p] >= row.high_watermark:
+            if self.read_offsets[p] >= row.log_end_offset:
                 del self.read_offsets[p]
             else:
                 again.append(ReadRow(OFFSETS_TOPIC, p, self.read_offsets[p],
@@ -460,7 +462,7 @@ class GroupCoordinator(Actor):
             rid = next(self.req_ids)
             self.reads_in_flight.add(rid)
             assert self.current_sender is not None
-            self.tell(self.current_sender, Read(rid, -1, READ_MAX_BYTES, again))
+            self.tell(self.current_sender, Read(rid, LOG_END_READER, READ_MAX_BYTES, again))
         if self.reads_in_flight:
             return
         if self.read_offsets:  # some partitions failed: read them again a little later

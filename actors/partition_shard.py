@@ -16,6 +16,7 @@ from actors.core.file_regions import close_regions
 from actors.core.follower_truncation import reset_offset, truncation_offset
 from actors.core.log_cleaner import describe_cleanable
 from actors.core.log_dir import LogDir
+from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.partition_log import PartitionLog, SwapRefusedError
 from actors.core.partition_state import PartitionState
 from actors.core.segment_swap import discard_staging
@@ -41,6 +42,7 @@ from wire.admin_messages import (
     UpdatePartitionConfigs,
 )
 from wire.broker_messages import (
+    LOG_END_READER,
     AbortedTxnRow,
     Append,
     AppendDone,
@@ -79,7 +81,12 @@ from wire.replication_messages import (
     ReplicaReadDone,
     ReplicaReadDoneRow,
 )
-from wire.transaction_messages import TxnMarkerDoneRow, WriteTxnMarkers, WriteTxnMarkersDone
+from wire.transaction_messages import (
+    CompleteTxnOffsets,
+    TxnMarkerDoneRow,
+    WriteTxnMarkers,
+    WriteTxnMarkersDone,
+)
 
 NONE = int(ErrorCode.NONE)
 UNKNOWN_TP = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -91,6 +98,9 @@ INLINE_MAX_BYTES = 1024 * 1024
 # Room left in a frame for the envelope and the rows around the records.
 FRAME_SLACK_BYTES = 64 * 1024
 NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+# How long a marker waits for the ISR; shorter than the coordinator's MARKER_TIMEOUT_MS, so
+# a slow ISR is answered REQUEST_TIMED_OUT (and the marker sent again) before it gives up.
+MARKER_ACKS_TIMEOUT_MS = 3000
 
 
 class PartitionShard(Actor):
@@ -494,26 +504,57 @@ class PartitionShard(Actor):
 
     @handles(WriteTxnMarkers)
     def on_write_txn_markers(self, msg: WriteTxnMarkers) -> None:
-        """Commit/abort markers from a transaction coordinator, as control batches."""
+        """Commit/abort markers from a transaction coordinator, as control batches.
+
+        Written with acks=-1, as Kafka does: a marker the ISR does not hold yet is
+        answered through the purgatory (ProduceReady) once the high watermark passes it.
+        Answered at once, a leader killed before its followers copied the marker would
+        leave the new leader without it while the coordinator, told it was written, marks
+        the transaction complete: its records there would stay open (below the LSO) for good.
+        """
         rows: list[TxnMarkerDoneRow] = []
+        appended: list[AppendDoneRow] = []
+        waiting: list[WatchProduceRow] = []
         now = self.clock.wall_ms()
         for req in msg.rows:
             state = self.partitions.get((req.topic, req.partition))
             if state is None or not state.is_leader:
-                rows.append(TxnMarkerDoneRow(req.topic, req.partition,
-                                             UNKNOWN_TP if state is None else NOT_LEADER))
+                code = UNKNOWN_TP if state is None else NOT_LEADER
+                rows.append(TxnMarkerDoneRow(req.topic, req.partition, code))
+                appended.append(AppendDoneRow(req.topic, req.partition, code, -1, -1, -1, None))
                 continue
             try:
-                state.log.append_control(req.producer_id, req.producer_epoch, req.commit,
-                                         req.coordinator_epoch, state.leader_epoch, now)
+                info = state.log.append_control(req.producer_id, req.producer_epoch, req.commit,
+                                                req.coordinator_epoch, state.leader_epoch, now)
             except KafkaError as exc:
                 self._log_refusal(req.topic, req.partition, exc)
                 rows.append(TxnMarkerDoneRow(req.topic, req.partition, int(exc.code)))
+                appended.append(AppendDoneRow(req.topic, req.partition, int(exc.code), -1, -1,
+                                              -1, None))
                 continue
             state.on_leader_append()
             self._notify(state)
+            if req.topic == OFFSETS_TOPIC:
+                # This node's group coordinators learn the producer's offsets' fate here,
+                # from the leader that wrote the marker (as Kafka's WriteTxnMarkers handler
+                # does): the transaction coordinator may die before it hears of the write.
+                for i in range(self.topology.num_coordinators):
+                    self.tell(self.topology.coordinator(i), CompleteTxnOffsets(
+                        req.producer_id, req.partition, req.commit))
             rows.append(TxnMarkerDoneRow(req.topic, req.partition, NONE))
-        self.reply(WriteTxnMarkersDone(msg.req_id, rows))
+            appended.append(AppendDoneRow(req.topic, req.partition, NONE, info.first_offset, -1,
+                                          info.log_start_offset, None))
+            if state.log.high_watermark <= info.last_offset:
+                waiting.append(WatchProduceRow(
+                    req.topic, req.partition, info.last_offset + 1, info.first_offset, -1,
+                    info.log_start_offset, state.leader_epoch, NONE))
+        if not waiting:
+            self.reply(WriteTxnMarkersDone(msg.req_id, rows))
+            return
+        sender = self.current_sender
+        assert sender is not None
+        self._watch_produce(sender, Append(msg.req_id, -1, MARKER_ACKS_TIMEOUT_MS, []),
+                            appended, waiting)
 
     def _watch_produce(self, sender: Address, msg: Append, rows: list[AppendDoneRow],
                        waiting: list[WatchProduceRow]) -> None:
@@ -575,9 +616,10 @@ class PartitionShard(Actor):
                 if msg.replica_id >= 0 and state.on_follower_fetch(
                         msg.replica_id, offset, self.clock.wall_ms()):
                     self._notify(state)  # the high watermark moved
-                committed = msg.isolation_level == 1 and msg.replica_id < 0
-                max_offset = ((log.last_stable_offset if committed else log.high_watermark)
-                              if msg.replica_id < 0 else None)
+                to_log_end = msg.replica_id >= 0 or msg.replica_id == LOG_END_READER
+                committed = msg.isolation_level == 1 and not to_log_end
+                max_offset = (None if to_log_end
+                              else log.last_stable_offset if committed else log.high_watermark)
                 limit = min(req.partition_max_bytes, budget) if budget > 0 else -1
                 region_min = None
                 if msg.regions:

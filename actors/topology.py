@@ -49,12 +49,6 @@ def peer_shard_for(broker_id: int, num_shards: int, topic: str, partition: int) 
                    f"shard-{spread_index(topic, partition, num_shards)}")
 
 
-def peer_coordinators(broker_id: int, num_coordinators: int) -> list[Address]:
-    """Every GroupCoordinator of broker ``broker_id``."""
-    return [Address(broker_node_name(broker_id), f"coordinator-{i}")
-            for i in range(num_coordinators)]
-
-
 @dataclass(frozen=True)
 class Topology:
     node: str

@@ -13,17 +13,23 @@ The core returns effects; this shell performs them:
   ProduceReady) completes it.
 * ``WriteMarkers``: commit/abort control batches to every partition of the
   transaction, through the shards of the partitions' leaders (other nodes'
-  shards in a cluster); partitions that fail are sent again every
-  RETRY_MS until all are written. A marker on ``__consumer_offsets`` also
-  tells that node's GroupCoordinators the fate of the producer's offsets.
+  shards in a cluster), written with acks=-1 (a marker the ISR does not hold
+  yet is answered by that node's purgatory, ProduceReady); partitions that fail are sent again every
+  RETRY_MS until all are written. A request unanswered after
+  MARKER_TIMEOUT_MS (its node died, or the leader named by stale metadata is
+  gone and the message became a dead letter) counts as failed and is sent
+  again, to the leader of that moment. The leader that writes a marker on
+  ``__consumer_offsets`` tells its node's GroupCoordinators the fate of the
+  producer's offsets.
 * ``Reply``: the answer to the handler that asked.
 
 Start-up: a single node creates ``__transaction_state`` on the first request
 (or at start if it exists: prepared transactions must be finished and open
-ones may time out), reads its partitions to their high watermark and loads
-them; until then requests are answered COORDINATOR_LOAD_IN_PROGRESS. In a
-cluster, the ReplicaManager's TxnCoordinatorPartitions say which partitions
-to load and unload. A Timer tick every
+ones may time out), reads its partitions to their log end and loads them
+(as Kafka does: a new leader's high watermark can lag the writes its ISR
+acknowledged, and loading only to it would lose them); until then requests
+are answered COORDINATOR_LOAD_IN_PROGRESS. In a cluster, the ReplicaManager's
+TxnCoordinatorPartitions say which partitions to load and unload. A Timer tick every
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` aborts the
 transactions past their timeout and finishes those whose completion write
 failed.
@@ -36,7 +42,6 @@ from typing import Any
 
 from actors.core.cluster_model import NO_LEADER
 from actors.core.metadata_cache import MetadataCache
-from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.record_batch import build_batch
 from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
 from actors.core.transaction_state import (
@@ -52,8 +57,9 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
-from actors.topology import Topology, peer_coordinators, peer_shard_for
+from actors.topology import Topology, peer_shard_for
 from wire.broker_messages import (
+    LOG_END_READER,
     Append,
     AppendDone,
     AppendRow,
@@ -72,7 +78,6 @@ from wire.cluster_messages import UpdateMetadata
 from wire.errors import ErrorCode
 from wire.transaction_messages import (
     AddPartitionsToTxn,
-    CompleteTxnOffsets,
     DescribeTxns,
     DescribeTxnsDone,
     EndTxn,
@@ -83,6 +88,7 @@ from wire.transaction_messages import (
     TxnCoordinatorPartitions,
     TxnDone,
     TxnListRow,
+    TxnMarkerDoneRow,
     TxnMarkerRow,
     TxnStateRow,
     TxnTopicPartition,
@@ -104,6 +110,7 @@ READ_PARTITION_MAX_BYTES = 1024 * 1024
 READ_MAX_BYTES = 8 * 1024 * 1024
 APPEND_TIMEOUT_MS = 5000
 RETRY_MS = 500
+MARKER_TIMEOUT_MS = 5000  # a WriteTxnMarkers with no answer by then is sent again
 PRODUCER_ID_SPACE = 1 << 62  # coordinator-made ids never meet the handlers' ones
 
 
@@ -166,8 +173,8 @@ class TransactionCoordinator(Actor):
             "transaction.abort.timed.out.transaction.cleanup.interval.ms"])
         self.writes: dict[int, int] = {}  # Append req_id -> core write id
         self.marker_jobs: dict[str, _MarkerJob] = {}
-        # req id -> (transactional id, partitions, the GroupCoordinators of their leader)
-        self.marker_reqs: dict[int, tuple[str, list[tuple[str, int]], list[Address]]] = {}
+        # WriteTxnMarkers req_id -> (transactional id, partitions, answer deadline)
+        self.marker_reqs: dict[int, tuple[str, list[tuple[str, int]], int]] = {}
         self.phase = "idle"  # -> creating -> loading -> ready (single node)
         self.retry_at_ms = 0
         self.led: dict[int, int] = {}  # partition -> leader epoch (cluster: led here)
@@ -222,6 +229,7 @@ class TransactionCoordinator(Actor):
     def poll_timeout_ms(self) -> int | None:
         waits = [job.retry_at_ms for job in self.marker_jobs.values()
                  if job.remaining and not job.in_flight]
+        waits.extend(deadline for _t, _p, deadline in self.marker_reqs.values())
         if self.phase in ("create-retry", "read-retry"):
             waits.append(self.retry_at_ms)
         if not waits:
@@ -236,6 +244,7 @@ class TransactionCoordinator(Actor):
             self.phase = "loading"
             self.read_offsets = {p: o for p, o in self.read_offsets.items() if p in self.led}
             self._send_reads()
+        self._expire_marker_requests(now)
         for txn_id, job in list(self.marker_jobs.items()):
             if job.remaining and not job.in_flight and now >= job.retry_at_ms:
                 self._send_markers(txn_id, job)
@@ -263,7 +272,7 @@ class TransactionCoordinator(Actor):
         for shard, rows in by_shard.items():
             rid = next(self.req_ids)
             self.reads_in_flight.add(rid)
-            self.tell(shard, Read(rid, -1, READ_MAX_BYTES, rows))
+            self.tell(shard, Read(rid, LOG_END_READER, READ_MAX_BYTES, rows))
 
     @handles(ReadDone)
     def on_read(self, msg: ReadDone) -> None:
@@ -292,7 +301,7 @@ class TransactionCoordinator(Actor):
                     latest[key] = value
             if next_offset is not None:
                 self.read_offsets[p] = next_offset
-            if self.read_offsets[p] >= row.high_watermark:
+            if self.read_offsets[p] >= row.log_end_offset:
                 del self.read_offsets[p]
             else:
                 again.append(ReadRow(TRANSACTION_STATE_TOPIC, p, self.read_offsets[p],
@@ -301,7 +310,7 @@ class TransactionCoordinator(Actor):
             rid = next(self.req_ids)
             self.reads_in_flight.add(rid)
             assert self.current_sender is not None
-            self.tell(self.current_sender, Read(rid, -1, READ_MAX_BYTES, again))
+            self.tell(self.current_sender, Read(rid, LOG_END_READER, READ_MAX_BYTES, again))
         if self.reads_in_flight:
             return
         if self.read_offsets:
@@ -458,6 +467,11 @@ class TransactionCoordinator(Actor):
 
     @handles(AppendDone, ProduceReady)
     def on_appended(self, msg: AppendDone | ProduceReady) -> None:
+        if isinstance(msg, ProduceReady) and msg.req_id in self.marker_reqs:
+            # markers the ISR did not hold at once, settled by the leader's purgatory
+            self.on_markers(WriteTxnMarkersDone(msg.req_id, [
+                TxnMarkerDoneRow(r.topic, r.partition, r.error_code) for r in msg.rows]))
+            return
         write_id = self.writes.pop(msg.req_id, None)
         if write_id is None:
             return
@@ -468,35 +482,27 @@ class TransactionCoordinator(Actor):
                              ErrorCode(code).name, rows[0].error_message if rows else "")
         self._perform(self.core.on_log_written(write_id, ErrorCode(code), self.now_ms()))
 
-    def _leader_shard(self, topic: str, partition: int) -> tuple[Address, list[Address]] | None:
-        """The shard of the partition's leader that owns it, and the leader's GroupCoordinators,
-        named by the counts the leader registered (nodes may run different
-        num.partition.shards and num.group.coordinators); this node's own counts when it
-        did not say (the old way, right while every node runs the same)."""
-        shard = self.topology.shard_for(topic, partition)
-        mine = [self.topology.coordinator(i) for i in range(self.topology.num_coordinators)]
+    def _leader_shard(self, topic: str, partition: int) -> Address | None:
+        """The shard of the partition's leader that owns it, named by the shard count the
+        leader registered (nodes may run different num.partition.shards); this node's own
+        count when it did not say (right while every node runs the same)."""
         if self.metadata is None:
-            return shard, mine
+            return self.topology.shard_for(topic, partition)
         leader = self.metadata.leader(topic, partition)
         if leader == NO_LEADER:
             return None
         row = self.metadata.brokers.get(leader)
         shards = row.num_shards if row is not None and row.num_shards > 0 else \
             self.topology.num_shards
-        coordinators = row.num_coordinators if row is not None and row.num_coordinators > 0 \
-            else self.topology.num_coordinators
-        return (peer_shard_for(leader, shards, topic, partition),
-                peer_coordinators(leader, coordinators))
+        return peer_shard_for(leader, shards, topic, partition)
 
     def _send_markers(self, txn_id: str, job: _MarkerJob) -> None:
         fx = job.fx
         by_shard: dict[Address, list[TxnMarkerRow]] = {}
-        coordinators_of: dict[Address, list[Address]] = {}
         for topic, partition in sorted(job.remaining):
-            found = self._leader_shard(topic, partition)
-            if found is None:
+            shard = self._leader_shard(topic, partition)
+            if shard is None:
                 continue  # no leader now: the next retry
-            shard, coordinators_of[shard] = found
             by_shard.setdefault(shard, []).append(TxnMarkerRow(
                 topic, partition, fx.producer_id, fx.producer_epoch, fx.commit,
                 fx.coordinator_epoch))
@@ -504,7 +510,7 @@ class TransactionCoordinator(Actor):
             rid = next(self.req_ids)
             job.in_flight.add(rid)
             self.marker_reqs[rid] = (txn_id, [(r.topic, r.partition) for r in rows],
-                                     coordinators_of[shard])
+                                     self.clock.now_ms() + MARKER_TIMEOUT_MS)
             self.tell(shard, WriteTxnMarkers(rid, rows))
         if not job.in_flight:
             job.retry_at_ms = self.clock.now_ms() + RETRY_MS
@@ -516,7 +522,7 @@ class TransactionCoordinator(Actor):
         entry = self.marker_reqs.pop(msg.req_id, None)
         if entry is None:
             return
-        txn_id, _parts, coordinators = entry
+        txn_id, _parts, _deadline = entry
         job = self.marker_jobs.get(txn_id)
         if job is None or msg.req_id not in job.in_flight:
             return
@@ -524,12 +530,10 @@ class TransactionCoordinator(Actor):
         for row in msg.rows:
             tp = (row.topic, row.partition)
             if row.error_code in (NONE, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)):
-                # a deleted partition needs no marker any more (Kafka's rule too)
+                # a deleted partition needs no marker any more (Kafka's rule too); the
+                # leader that wrote a marker on __consumer_offsets told its group
+                # coordinators itself
                 job.remaining.discard(tp)
-                if row.topic == OFFSETS_TOPIC and row.error_code == NONE:
-                    for coordinator in coordinators:  # of the node whose shard wrote it
-                        self.tell(coordinator, CompleteTxnOffsets(job.fx.producer_id,
-                                                                  row.partition, job.fx.commit))
             else:
                 self.log.warning("marker for {} on {}-{} failed: {}; retrying", txn_id,
                                  row.topic, row.partition, ErrorCode(row.error_code).name)
@@ -539,6 +543,23 @@ class TransactionCoordinator(Actor):
             job.retry_at_ms = self.clock.now_ms() + RETRY_MS
             return
         self._markers_done(txn_id, job)
+
+    def _expire_marker_requests(self, now: int) -> None:
+        """Marker requests past their deadline will not be answered (a dead letter to a
+        node gone, or a node killed mid-request): without this their job would wait
+        forever and the transaction stay in PrepareCommit/PrepareAbort."""
+        for rid, (txn_id, parts, deadline) in list(self.marker_reqs.items()):
+            if now < deadline:
+                continue
+            del self.marker_reqs[rid]
+            job = self.marker_jobs.get(txn_id)
+            if job is None or rid not in job.in_flight:
+                continue
+            job.in_flight.discard(rid)
+            self.log.warning("markers for {} on {} unanswered after {} ms; sending again",
+                             txn_id, parts, MARKER_TIMEOUT_MS)
+            if not job.in_flight:
+                job.retry_at_ms = now
 
     def _markers_done(self, txn_id: str, job: _MarkerJob) -> None:
         if self.marker_jobs.get(txn_id) is job:

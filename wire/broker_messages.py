@@ -146,12 +146,17 @@ class ReadRow(NamedTuple):
     partition_max_bytes: int
 
 
+LOG_END_READER = -2  # Kafka's DEBUGGING_CONSUMER_ID: a Read to the log end, no follower's
+
+
 @message(212)
 class Read(NamedTuple):
     """Handler -> PartitionShard.
 
     ``replica_id`` -1 (a consumer) reads to the high watermark; a follower's
-    id reads to the log end and counts as that follower's fetch.
+    id reads to the log end and counts as that follower's fetch;
+    ``LOG_END_READER`` reads to the log end and counts as nobody's fetch (a
+    coordinator loading the partition it now leads).
     ``regions`` True: a partition's data comes back as a file region of the
     segment (ReadDoneRow.region) for the Processor to send without reading it,
     save small amounts, which come as bytes; False: as bytes (readers in

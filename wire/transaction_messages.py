@@ -195,9 +195,9 @@ class TxnOffsetCommit(NamedTuple):
 
 @message(713)
 class CompleteTxnOffsets(NamedTuple):
-    """TransactionCoordinator -> every GroupCoordinator of the node leading ``partition`` of
-    ``__consumer_offsets``: the marker is written, so the producer's pending offsets there
-    are committed (or dropped)."""
+    """PartitionShard leading ``partition`` of ``__consumer_offsets`` -> every GroupCoordinator
+    of its node: the marker is written, so the producer's pending offsets there are
+    committed (or dropped)."""
 
     producer_id: int
     partition: int

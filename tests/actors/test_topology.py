@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from actors.runtime.address import Address
 from actors.runtime.config import Config
-from actors.topology import Topology, peer_coordinators, peer_handler, peer_shard_for
+from actors.topology import Topology, peer_handler, peer_shard_for
 
 
 def test_a_peer_handler_is_one_the_peer_runs() -> None:
@@ -23,8 +23,3 @@ def test_a_peer_shard_is_the_one_its_own_topology_picks() -> None:
         for partition in range(8):
             assert peer_shard_for(4, shards, "orders", partition) == \
                 theirs.shard_for("orders", partition)
-
-
-def test_peer_coordinators() -> None:
-    assert peer_coordinators(5, 2) == [Address("node-5", "coordinator-0"),
-                                       Address("node-5", "coordinator-1")]

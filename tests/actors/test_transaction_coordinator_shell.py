@@ -1,7 +1,9 @@
 """The TransactionCoordinator shell on real actors and a manual clock: lazy creation and
 load of ``__transaction_state``, requests refused while loading, every transition
 appended before it is answered, markers written through the shard, and a transaction
-past its timeout aborted on the Timer's tick once the clock is moved (no sleeping).
+past its timeout aborted on the Timer's tick once the clock is moved (no sleeping), and
+a marker request that is never answered (its node died) sent again after
+MARKER_TIMEOUT_MS.
 
 A fake Controller and a fake PartitionShard stand in for the broker's; the Timer is
 the real one.
@@ -19,7 +21,11 @@ from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.timer import Timer
 from actors.topology import Topology
-from actors.transaction_coordinator import TransactionCoordinator, txn_coordinator_for
+from actors.transaction_coordinator import (
+    MARKER_TIMEOUT_MS,
+    TransactionCoordinator,
+    txn_coordinator_for,
+)
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import (
     Append,
@@ -36,6 +42,7 @@ from wire.broker_messages import (
 from wire.errors import ErrorCode
 from wire.transaction_messages import (
     AddPartitionsToTxn,
+    EndTxn,
     InitTxnProducer,
     InitTxnProducerDone,
     TxnDone,
@@ -58,6 +65,8 @@ class FakeController(Actor):
 class FakeShard(Actor):
     """An empty __transaction_state that keeps what is appended; markers always land."""
 
+    drop_markers = 0  # marker requests to leave unanswered, as a node killed would
+
     def setup(self) -> None:
         self.values: list[Any] = []
         self.markers: list[Any] = []
@@ -78,6 +87,9 @@ class FakeShard(Actor):
 
     @handles(WriteTxnMarkers)
     def on_markers(self, msg: WriteTxnMarkers) -> None:
+        if self.drop_markers > 0:
+            self.drop_markers -= 1
+            return
         self.markers.extend((r.topic, r.partition, r.producer_epoch, r.commit) for r in msg.rows)
         self.reply(WriteTxnMarkersDone(msg.req_id, [
             TxnMarkerDoneRow(r.topic, r.partition, 0) for r in msg.rows]))
@@ -100,23 +112,35 @@ class Probe(Actor):
         return [list(a) for a in self.answers]  # (req_id, error_code, ...) as lists
 
 
-def test_a_timed_out_transaction_is_aborted_on_the_timer_tick(manual_node: Node) -> None:
-    node = manual_node
+class DroppingShard(FakeShard):
+    drop_markers = 1
+
+
+def start(node: Node, shard: type[FakeShard] = FakeShard) -> tuple[Topology, Config, Address]:
     config = Config({"transaction.state.log.num.partitions": 4, "num.group.coordinators": 1,
                      "num.partition.shards": 1,
                      "transaction.abort.timed.out.transaction.cleanup.interval.ms": TICK_MS})
     topo = Topology.from_config(node.name, config)
     node.spawn(Timer, topo.timer.name)
     node.spawn(FakeController, topo.controller.name)
-    node.spawn(FakeShard, topo.shard(0).name)
+    node.spawn(shard, topo.shard(0).name)
     node.spawn(Probe, "probe")
     node.spawn(TransactionCoordinator, "txn-coordinator-0", topology=topo, config=config,
                index=0)
-    coordinator = txn_coordinator_for(topo, config, "app")
+    return topo, config, txn_coordinator_for(topo, config, "app")
+
+
+def probe_answers(node: Node) -> list[Any]:
+    result: list[Any] = node.ask(Address(node.name, "probe"), GetStats())
+    return result
+
+
+def test_a_timed_out_transaction_is_aborted_on_the_timer_tick(manual_node: Node) -> None:
+    node = manual_node
+    topo, _config, coordinator = start(node)
 
     def answers() -> list[Any]:
-        result: list[Any] = node.ask(Address(node.name, "probe"), GetStats())
-        return result
+        return probe_answers(node)
 
     node.tell(coordinator, InitTxnProducer(1, "app", 5000, -1, -1), sender="probe")
     node.quiesce()
@@ -147,3 +171,35 @@ def test_a_timed_out_transaction_is_aborted_on_the_timer_tick(manual_node: Node)
                                               [TxnTopicPartition("t", 1)]), sender="probe")
     node.quiesce()
     assert answers()[3] == [4, int(ErrorCode.PRODUCER_FENCED)]
+
+
+def test_an_unanswered_marker_request_is_sent_again(manual_node: Node) -> None:
+    """The shard leaves the first WriteTxnMarkers unanswered (a node killed mid-request,
+    or a dead letter to a leader that is gone): the commit stays in PrepareCommit until
+    MARKER_TIMEOUT_MS, then the markers go again and the transaction completes."""
+    node = manual_node
+    topo, _config, coordinator = start(node, DroppingShard)
+    node.tell(coordinator, InitTxnProducer(1, "app", 60000, -1, -1), sender="probe")
+    node.quiesce()
+    wait_for(lambda: node.ask(coordinator, GetStats())["phase"] == "ready", "the load",
+             timeout=10)
+    node.tell(coordinator, InitTxnProducer(2, "app", 60000, -1, -1), sender="probe")
+    node.quiesce()
+    _rid, error, producer_id, epoch = probe_answers(node)[1]
+    assert error == 0
+    node.tell(coordinator, AddPartitionsToTxn(3, "app", producer_id, epoch,
+                                              [TxnTopicPartition("t", 0)]), sender="probe")
+    node.quiesce()
+    node.tell(coordinator, EndTxn(4, "app", producer_id, epoch, True), sender="probe")
+    node.quiesce()
+    assert probe_answers(node)[3] == [4, 0]  # answered once PrepareCommit is written
+    shard = topo.shard(0)
+    assert node.ask(shard, GetStats()) == {
+        "values": ["Empty", "Ongoing", "PrepareCommit"], "markers": []}
+    node.advance_clock(MARKER_TIMEOUT_MS - 1)
+    assert node.ask(shard, GetStats())["markers"] == []
+    node.advance_clock(1)
+    stats = node.ask(shard, GetStats())
+    assert stats["markers"] == [["t", 0, epoch, True]]
+    assert stats["values"] == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit"]
+    assert node.ask(coordinator, GetStats())["marker_jobs"] == 0

@@ -2,20 +2,40 @@
 ``__transaction_state`` partition, markers reach partitions led by the other nodes, and
 offsets sent in a transaction reach the group coordinator of another node at commit.
 
-(Replication is not on main yet, so the kill -9 of the coordinator's node mid-commit
-is not tested here: a successor would have no copy of the state.)
+kill -9 of the coordinator's node mid-commit (``__transaction_state`` RF 3, min.isr 2; an
+output topic RF 3, min.insync.replicas 2, one partition led by each node): once in the
+window where PrepareCommit is durable and a marker is not written yet (that partition's
+leader paused), at a few delays after commit_transaction starts, and before any EndTxn
+(the successor must abort it). A new producer with the same transactional.id settles
+the transaction through the new coordinator; a read_committed consumer sees all of the
+killed transaction or none of it, the group's offset agrees, and nothing changes once
+the killed node is back in every ISR. (In every run so far the timed kills ended in a
+commit: the producer retries its EndTxn with the new coordinator.)
+
+These found four bugs, fixed in the broker: marker requests lost with their node hung
+the transaction in PrepareCommit; markers were acknowledged before the ISR held them;
+offsets' fate reached the group coordinators only through the coordinator's answer; a
+new coordinator loaded ``__transaction_state`` only to its (lagging) high watermark.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import collections
+import threading
+import time
+from typing import Any, NamedTuple
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
+from kafka.protocol.metadata import FindCoordinatorRequest
 
-from tests.broker.test_transactions import read_all, values
+from actors.core.transaction_log import TRANSACTION_STATE_TOPIC, partition_for
+from tests.broker.rawclient import RawClient
+from tests.broker.test_groups import call
+from tests.broker.test_transactions import DESCRIBE_TXNS, read_all, values
 from tests.cluster.test_cluster import create
+from tests.fixtures.cluster import Cluster, ClusterNode, wait_for
 
 pytestmark = [pytest.mark.clients, pytest.mark.multiprocess]
 
@@ -41,11 +61,10 @@ def test_transactions_across_nodes(cluster_factory: Any) -> None:
 
 def test_transactions_across_nodes_with_different_actor_counts(cluster_factory: Any) -> None:
     """Nodes run different num.partition.shards and num.group.coordinators: a coordinator
-    sends each marker to the shard that owns the partition on its leader's node, and the
-    committed offsets to every GroupCoordinator of the offsets partition's leader, by the
-    counts that node registered (by its own counts, markers went to shards that do not
-    exist or do not own the partition, and offsets to coordinators that do not hold the
-    group)."""
+    sends each marker to the shard that owns the partition on its leader's node, by the
+    count that node registered (by its own count, markers went to shards that do not exist
+    or do not own the partition), and the node that writes the marker on
+    __consumer_offsets tells its own GroupCoordinators."""
     counts = {1: (1, 1), 2: (3, 3), 3: (2, 2)}
     cluster = cluster_factory(3, config=CONFIG, node_config={
         i: {"num.partition.shards": s, "num.group.coordinators": c}
@@ -89,5 +108,266 @@ def commit_abort_commit(cluster: Any) -> None:
             values("c", 12) + values("o", 6))
         committed = group.committed([TopicPartition("tx-orders", 0)], timeout=30)
         assert committed[0].offset == 7
+    finally:
+        group.close()
+
+
+# ------------------------------------------------------- kill -9 of the coordinator
+
+OUT = "tx-kill"
+GROUP = "tx-kill-group"
+KILLED_OFFSET = 1000  # the offset the killed transaction commits for GROUP
+SLOW = 2  # the node paused mid-commit: a long ZooKeeper session keeps it registered
+KILL_CONFIG = {
+    "transaction.state.log.num.partitions": 3,
+    "transaction.state.log.replication.factor": 3,
+    "transaction.state.log.min.isr": 2,
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500,
+    "offsets.topic.replication.factor": 3,
+    "min.insync.replicas": 2,
+    "replica.lag.time.max.ms": 1500,
+    "replica.fetch.backoff.ms": 100,
+    "replica.socket.timeout.ms": 5000,
+    "auto.leader.rebalance.enable": False,
+}
+
+
+class Outcome(NamedTuple):
+    committed: list[bytes]  # the baseline transactions' records
+    killed: list[bytes]  # the records of the transaction whose commit met the kill
+    after: list[bytes]  # what the new producer committed after the kill
+
+
+def kill_cluster(cluster_factory: Any, slow: bool) -> Cluster:
+    node_config = {SLOW: {"zookeeper.session.timeout.ms": 15000}} if slow else None
+    cluster = cluster_factory(3, config=KILL_CONFIG, node_config=node_config)
+    create(cluster, OUT, 3, 3, via=1, configs={"min.insync.replicas": "2"})
+    leaders = cluster.wait_topic(OUT, 3).leaders(OUT)
+    assert sorted(leaders.values()) == [1, 2, 3]  # the markers go to every node
+    return cluster
+
+
+def coordinator_of(cluster: Cluster, avoid: set[int]) -> tuple[str, int]:
+    """A transactional id whose ``__transaction_state`` partition (Kafka's partitionFor)
+    is led by a node not in ``avoid``, and that node; FindCoordinator agrees."""
+    wait_for("__transaction_state made by FindCoordinator", lambda: call(
+        cluster.nodes[1].bootstrap, FindCoordinatorRequest(key="any", key_type=1), 1
+    ).error_code == 0, timeout_s=30)
+    view = cluster.wait_topic(TRANSACTION_STATE_TOPIC, 3)
+    for i in range(100):
+        txn_id = f"kill-{i}"
+        leader = view.partitions[(TRANSACTION_STATE_TOPIC, partition_for(txn_id, 3))].leader
+        if leader not in avoid:
+            break
+    else:
+        raise AssertionError(f"no __transaction_state partition led outside {avoid}")
+    answer = call(cluster.nodes[1].bootstrap, FindCoordinatorRequest(key=txn_id, key_type=1), 1)
+    assert (answer.error_code, answer.node_id) == (0, leader)
+    return txn_id, leader
+
+
+def txn_producer(cluster: Cluster, txn_id: str) -> Producer:
+    return Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id,
+                     "linger.ms": 5, "transaction.timeout.ms": 60000})
+
+
+def baseline(p: Producer, group: Consumer, rounds: int = 3) -> list[bytes]:
+    """``rounds`` committed transactions over every partition, each sending offsets."""
+    sent: list[bytes] = []
+    for k in range(rounds):
+        p.begin_transaction()
+        for i, v in enumerate(values(f"base{k}-", 9)):
+            p.produce(OUT, v, partition=i % 3)
+            sent.append(v)
+        p.send_offsets_to_transaction([TopicPartition(OUT, 0, k + 1)],
+                                      group.consumer_group_metadata(), 30)
+        p.commit_transaction(60)
+    return sent
+
+
+def open_transaction(p: Producer, group: Consumer) -> list[bytes]:
+    """The transaction the kill meets: records on every partition, flushed, and offsets."""
+    p.begin_transaction()
+    killed = values("killed-", 30)
+    for i, v in enumerate(killed):
+        p.produce(OUT, v, partition=i % 3)
+    p.flush(30)
+    p.send_offsets_to_transaction([TopicPartition(OUT, 0, KILLED_OFFSET)],
+                                  group.consumer_group_metadata(), 30)
+    return killed
+
+
+
+def describe_state(node: ClusterNode, txn_id: str) -> str:
+    with RawClient(node.port) as raw:
+        reply = raw.call(DESCRIBE_TXNS, 0, {"transactional_ids": [txn_id]})
+    row = reply.transaction_states[0]
+    return str(row.transaction_state) if row.error_code == 0 else f"error {row.error_code}"
+
+
+def moved_away(cluster: Cluster, txn_id: str, victim: int) -> int:
+    """Until every live node names a new leader of the id's partition; that leader."""
+    key = (TRANSACTION_STATE_TOPIC, partition_for(txn_id, 3))
+
+    def elected() -> int | None:
+        leaders = {n.metadata().partitions[key].leader for n in cluster.live()}
+        (leader,) = leaders if len(leaders) == 1 else (None,)
+        return leader if leader not in (None, -1, victim) else None
+
+    leader = wait_for(f"{key} led by a node other than {victim}", elected, timeout_s=30)
+    assert leader is not None
+    return leader
+
+
+def successor_finishes(cluster: Cluster, txn_id: str) -> list[bytes]:
+    """A new producer with the same id: init_transactions completes or aborts the pending
+    transaction (it answers CONCURRENT_TRANSACTIONS until then), then commits its own."""
+    p = txn_producer(cluster, txn_id)
+    p.init_transactions(60)
+    p.begin_transaction()
+    after = values("after-", 6)
+    for i, v in enumerate(after):
+        p.produce(OUT, v, partition=i % 3)
+    p.commit_transaction(60)
+    return after
+
+
+def check_outcome(cluster: Cluster, outcome: Outcome, group: Consumer,
+                  must_commit: bool | None) -> bool:
+    """read_committed shows every baseline record once, every record of the killed
+    transaction or none, and the group's committed offset agrees; True if it committed."""
+    via = cluster.live()[0].bootstrap
+    seen = read_all(via, OUT, "read_committed", 3)
+    got = collections.Counter(seen)
+    assert all(n == 1 for n in got.values()), "a record read twice"
+    assert set(outcome.committed) <= set(got), "a committed record is missing"
+    assert set(outcome.after) <= set(got), "the successor's records are missing"
+    shown = [v for v in outcome.killed if v in got]
+    assert len(shown) in (0, len(outcome.killed)), (
+        f"half-visible transaction: {len(shown)} of {len(outcome.killed)} records shown")
+    committed = bool(shown)
+    if must_commit is not None:
+        assert committed == must_commit, f"expected committed={must_commit}"
+    assert set(got) == set(outcome.committed) | set(outcome.after) | set(shown)
+    offset = group.committed([TopicPartition(OUT, 0)], timeout=30)[0].offset
+    assert offset == (KILLED_OFFSET if committed else 3), f"group offset {offset}"
+    return committed
+
+
+def restart_and_recheck(cluster: Cluster, victim: int, outcome: Outcome, group: Consumer,
+                        committed: bool) -> None:
+    """The killed node comes back, every ISR is full again, and the outcome holds."""
+    cluster.nodes[victim].start()
+    keys = [(OUT, p) for p in range(3)] + [(TRANSACTION_STATE_TOPIC, p) for p in range(3)]
+
+    def full() -> bool:
+        return all(len(n.metadata().partitions[k].isr) == 3
+                   for n in cluster.live() for k in keys)
+
+    wait_for(f"node {victim} back in every ISR", full, timeout_s=60)
+    check_outcome(cluster, outcome, group, committed)
+
+
+def group_reader(cluster: Cluster) -> Consumer:
+    return Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": GROUP,
+                     "enable.auto.commit": False, "isolation.level": "read_committed"})
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_coordinator_killed_after_prepare_commit_rolls_the_commit_forward(
+        cluster_factory: Any) -> None:
+    """The window Kafka cares about, hit every time: the leader of one output partition
+    is paused (SIGSTOP), so once PrepareCommit is durable (ISR shrunk to the coordinator
+    and one follower) and EndTxn answered, that partition's marker cannot be written; the
+    coordinator's node is killed then. The follower that leads next loads PrepareCommit
+    and must write the markers: the client was told the commit succeeded."""
+    cluster = kill_cluster(cluster_factory, slow=True)
+    txn_id, victim = coordinator_of(cluster, avoid={SLOW, cluster.controller()})
+    group = group_reader(cluster)
+    try:
+        p = txn_producer(cluster, txn_id)
+        p.init_transactions(60)
+        committed = baseline(p, group)
+        killed = open_transaction(p, group)
+        cluster.nodes[SLOW].pause()
+        try:
+            p.commit_transaction(60)  # answered once PrepareCommit is durable
+            state = describe_state(cluster.nodes[victim], txn_id)
+            cluster.nodes[victim].kill()
+        finally:
+            cluster.nodes[SLOW].resume()
+        assert state == "PrepareCommit", f"the kill missed the window: {state}"
+        moved_away(cluster, txn_id, victim)
+        outcome = Outcome(committed, killed, successor_finishes(cluster, txn_id))
+        check_outcome(cluster, outcome, group, must_commit=True)
+        restart_and_recheck(cluster, victim, outcome, group, committed=True)
+    finally:
+        group.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("delay_ms", [0, 5, 30])
+def test_coordinator_killed_at_commit_time_decides_all_or_nothing(
+        cluster_factory: Any, delay_ms: int) -> None:
+    """kill -9 of the coordinator's node ``delay_ms`` after commit_transaction starts
+    (before the EndTxn, mid-PrepareCommit or mid-markers, as the timing falls): the
+    producer succeeds or fails, a successor's init_transactions settles the transaction,
+    and every read shows all of it or none; a commit the client saw succeed is kept."""
+    cluster = kill_cluster(cluster_factory, slow=False)
+    txn_id, victim = coordinator_of(cluster, avoid={cluster.controller()})
+    group = group_reader(cluster)
+    try:
+        p = txn_producer(cluster, txn_id)
+        p.init_transactions(60)
+        committed = baseline(p, group)
+        killed = open_transaction(p, group)
+        result: dict[str, Any] = {}
+
+        def commit() -> None:
+            try:
+                p.commit_transaction(30)
+                result["ok"] = True
+            except KafkaException as exc:
+                result["error"] = exc.args[0]
+
+        thread = threading.Thread(target=commit, daemon=True)
+        thread.start()
+        time.sleep(delay_ms / 1000)
+        cluster.nodes[victim].kill()
+        moved_away(cluster, txn_id, victim)
+        thread.join(45)
+        assert not thread.is_alive(), "commit_transaction did not return"
+        outcome = Outcome(committed, killed, successor_finishes(cluster, txn_id))
+        done = check_outcome(cluster, outcome, group,
+                             must_commit=True if result.get("ok") else None)
+        restart_and_recheck(cluster, victim, outcome, group, committed=done)
+    finally:
+        group.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_coordinator_killed_with_the_transaction_open_has_it_aborted(
+        cluster_factory: Any) -> None:
+    """kill -9 before any EndTxn: the new coordinator loads the transaction Ongoing; the
+    successor's init_transactions fences the old producer and aborts it: none of its
+    records, the group's offset not moved, the old producer's commit refused."""
+    cluster = kill_cluster(cluster_factory, slow=False)
+    txn_id, victim = coordinator_of(cluster, avoid={cluster.controller()})
+    group = group_reader(cluster)
+    try:
+        p = txn_producer(cluster, txn_id)
+        p.init_transactions(60)
+        committed = baseline(p, group)
+        killed = open_transaction(p, group)
+        cluster.nodes[victim].kill()
+        moved_away(cluster, txn_id, victim)
+        outcome = Outcome(committed, killed, successor_finishes(cluster, txn_id))
+        check_outcome(cluster, outcome, group, must_commit=False)
+        with pytest.raises(KafkaException):
+            p.commit_transaction(15)
+        restart_and_recheck(cluster, victim, outcome, group, committed=False)
     finally:
         group.close()

@@ -392,6 +392,8 @@ class SessionStateChanged(NamedTuple):
     ``suspended`` (connection lost, the session may still live; writes fail meanwhile),
     ``expired`` (the session is gone with its ephemeral znodes and watches: a controller
     stops acting at once, a node must register again), ``closed`` (by :meth:`close`).
+    ``expired`` and ``closed`` name the session that ended (0: not known): the client may
+    hold a new session by the time the notice is read, and the notice is about the old one.
     """
 
     state: str

@@ -88,6 +88,9 @@ class ControllerDriver:
         self._reply = reply
         self._log = log
         self.fence: ControllerFence | None = None
+        # The store session the controller was elected in (None: not known): only that
+        # session's end unseats it; a notice about an earlier session is stale.
+        self.elected_session: int | None = None
         self.controller_id: int | None = None
         self._retry: list[MetadataWrite] = []
 
@@ -101,20 +104,34 @@ class ControllerDriver:
 
     # --------------------------------------------------------------- election
     def elect(self) -> bool:
-        """Watch ``/controller``; if nobody holds it, try to. True when this node is controller."""
+        """Watch ``/controller``; if nobody holds it, try to. True when this node is controller.
+
+        As Kafka's ``maybeResign`` + ``elect``: an active controller that /controller no
+        longer names stops; /controller naming this broker while it is not active is an
+        election of this very session whose controller stopped (a stale session notice
+        made it resign): the store hands its fence back and this node acts again, or (held
+        by another session of this broker, one that is ending) the watch tells when it goes.
+        """
         try:
             self.controller_id = self.store.get_controller(watch=True)
-            if self.controller_id is None:
+            if self.active and self.controller_id != self.broker_id:
+                self.resign(f"/controller names broker {self.controller_id}, not this one")
+            if self.controller_id is None or (self.controller_id == self.broker_id
+                                              and not self.active):
+                session = self.store.session_id
                 fence = self.store.try_elect(self.broker_id)
                 if fence is not None:
-                    self._become(fence)
+                    # Elected in that session only if no other began meanwhile.
+                    stable = session is not None and self.store.session_id == session
+                    self._become(fence, session if stable else None)
                 self.controller_id = self.store.get_controller(watch=True)
         except MetadataUnavailable as exc:
             self._log(f"controller election on broker {self.broker_id} postponed: {exc}")
         return self.active
 
-    def _become(self, fence: ControllerFence) -> None:
+    def _become(self, fence: ControllerFence, session: int | None) -> None:
         self.fence = fence
+        self.elected_session = session
         self._retry.clear()
         self._log(f"broker {self.broker_id} is the controller with epoch {fence.epoch}")
         try:
@@ -172,6 +189,11 @@ class ControllerDriver:
     def _on_notice(self, notice: Any) -> None:
         if isinstance(notice, SessionStateChanged):
             if notice.state in (SESSION_EXPIRED, SESSION_CLOSED):
+                if self._stale(notice.session_id):
+                    self._log(f"controller {self.broker_id}: ZooKeeper session "
+                              f"{notice.session_id:#x} {notice.state}, but it was elected in "
+                              f"session {self.elected_session:#x}: still the controller")
+                    return
                 self.controller_id = None
                 if self.active:
                     self.resign(f"ZooKeeper session {notice.state}")
@@ -185,7 +207,8 @@ class ControllerDriver:
             self.controller_id = self.store.get_controller(watch=True)
             if self.active and self.controller_id != self.broker_id:
                 self.resign(f"broker {self.controller_id} is the controller now")
-            if self.controller_id is None:
+            if self.controller_id is None or (self.controller_id == self.broker_id
+                                              and not self.active):
                 self.elect()
             return
         if not self.active:
@@ -203,6 +226,12 @@ class ControllerDriver:
                 self.feed(TopicDeletionsRequested(frozenset(deletions)))
         elif isinstance(notice, IsrChangesNotified):
             self._on_isr_notices()
+
+    def _stale(self, session_id: int) -> bool:
+        """A session notice about another session than the one this controller was elected in
+        (0 or an unknown election session: not known to be stale)."""
+        return (self.active and session_id != 0 and self.elected_session is not None
+                and session_id != self.elected_session)
 
     def _rearm(self) -> None:
         """After a reconnect the watches are gone: read everything watched again."""

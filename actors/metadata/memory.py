@@ -256,8 +256,8 @@ class MemoryMetadataStore:
             self.zk.close_session(self._session)
 
     def _session_ended(self, state: str) -> None:
-        self._session = None
-        self._sink(SessionStateChanged(state, 0))
+        ended, self._session = self._session, None
+        self._sink(SessionStateChanged(state, ended or 0))
 
     @property
     def session_id(self) -> int | None:
@@ -366,6 +366,12 @@ class MemoryMetadataStore:
                    node.version),
             ], None)
         except ZkError:
+            # /controller exists: ours if this very session holds it (an election of this
+            # session whose controller stopped without giving it up).
+            held = self.zk.get(znodes.CONTROLLER)
+            if (held is not None and held.owner == self._session
+                    and znodes.decode_controller(held.data) == broker_id):
+                return ControllerFence(broker_id, epoch, node.version)
             return None
         return ControllerFence(broker_id, epoch + 1, results[1].version)
 

@@ -164,7 +164,11 @@ class MetadataStore(SecurityMetadata, Protocol):
     def try_elect(self, broker_id: int) -> ControllerFence | None:
         """Create the ephemeral ``/controller`` and bump ``/controller_epoch`` in one transaction.
 
-        Returns the new fence, or None when another broker is the controller.
+        Returns the new fence, or None when another broker is the controller. When
+        ``/controller`` is already held by this very session for ``broker_id`` (an election
+        whose answer was lost, or whose controller stopped without giving it up), returns
+        that election's fence: the epoch is still the one it wrote, as nobody can be
+        elected while the znode stands.
         """
 
     def resign(self, fence: ControllerFence) -> None:

@@ -123,6 +123,7 @@ class ZkMetadataStore:
         self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
         self.request_timeout_ms = request_timeout_ms or session_timeout_ms
         self._closing = False
+        self._last_session = 0  # the session a "lost" notice is about (kazoo forgets it first)
         self._client = KazooClient(
             hosts=connect,
             timeout=session_timeout_ms / 1000,
@@ -152,11 +153,16 @@ class ZkMetadataStore:
 
     def _on_state(self, state: str) -> None:
         if state == KazooState.CONNECTED:
-            self._sink(SessionStateChanged(SESSION_CONNECTED, self._current_session()))
+            self._last_session = self._current_session()
+            self._sink(SessionStateChanged(SESSION_CONNECTED, self._last_session))
         elif state == KazooState.SUSPENDED:
-            self._sink(SessionStateChanged(SESSION_SUSPENDED, self._current_session()))
+            self._sink(SessionStateChanged(SESSION_SUSPENDED, self._last_session))
         elif state == KazooState.LOST:
-            self._sink(SessionStateChanged(SESSION_CLOSED if self._closing else SESSION_EXPIRED, 0))
+            # Name the session that ended: by the time its owner reads this notice the
+            # client may hold a new one (a controller elected in it must not resign).
+            ended, self._last_session = self._last_session, 0
+            self._sink(SessionStateChanged(SESSION_CLOSED if self._closing else SESSION_EXPIRED,
+                                           ended))
 
     def _current_session(self) -> int:
         client_id = self._client.client_id
@@ -363,12 +369,16 @@ class ZkMetadataStore:
         (ops,) = self._commit_all([tx], None)
         if self._first_error(ops) is None:
             return ControllerFence(broker_id, epoch + 1, int(ops[1].version))
-        # As Kafka: the transaction may have been ours after all (an answer lost to a
-        # reconnect); it was if /controller names us and the epoch is the one we wrote.
-        if self.get_controller() == broker_id:
-            now_epoch, now_version = self._controller_epoch()
-            if now_epoch == epoch + 1:
-                return ControllerFence(broker_id, now_epoch, now_version)
+        # As Kafka: /controller may be ours after all (an answer lost to a reconnect, or an
+        # election of this session whose controller stopped without giving it up). It is
+        # if this very session holds it. The epoch is read first: while our session holds
+        # /controller nobody can be elected, so the epoch read before is still ours.
+        now_epoch, now_version = self._controller_epoch()
+        found = self._get(znodes.CONTROLLER)
+        session = self._current_session()
+        if (found is not None and session and found[1].ephemeralOwner == session
+                and znodes.decode_controller(found[0]) == broker_id):
+            return ControllerFence(broker_id, now_epoch, now_version)
         return None
 
     def resign(self, fence: ControllerFence) -> None:

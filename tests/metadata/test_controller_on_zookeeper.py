@@ -31,7 +31,15 @@ from actors.metadata.controller_driver import ControllerDriver
 from actors.metadata.memory import MemoryMetadataStore, MemoryZooKeeper
 from actors.metadata.store import MetadataStore
 from actors.metadata.zk import ZkMetadataStore
-from wire.cluster_messages import UpdateMetadata
+from tests.fixtures.tcp_proxy import tcp_proxy
+from wire.cluster_messages import (
+    SESSION_CONNECTED,
+    SESSION_EXPIRED,
+    SESSION_SUSPENDED,
+    ControllerChanged,
+    SessionStateChanged,
+    UpdateMetadata,
+)
 from wire.errors import ErrorCode
 
 StoreFactory = Callable[[Callable[[Any], None]], MetadataStore]
@@ -183,3 +191,102 @@ def test_a_deposed_controller_cannot_write(world: World) -> None:
     assert isinstance(result, CreateTopicsResult)
     assert result.topics[0].error_code == ErrorCode.NOT_CONTROLLER
     assert world.reader.get_topics() == {"t"}
+
+
+def test_a_stale_session_notice_does_not_unseat_the_controller(world: World) -> None:
+    """Seed 11 of the simulator: a controller elected in its new session was made to resign
+    by the late notice that its previous session had expired."""
+    world.start_broker(1)
+    first = world.add_candidate(101)
+    session = first.store.session_id
+    assert first.driver.active and session is not None
+    first.driver.on_notice(SessionStateChanged(SESSION_EXPIRED, session + 1))
+    assert first.driver.active and world.reader.get_controller() == 101
+    # Its own session's end (or an end of unknown session) does unseat it.
+    first.driver.on_notice(SessionStateChanged(SESSION_EXPIRED, 0))
+    assert not first.driver.active
+
+
+def test_controller_znode_of_its_own_session_makes_the_broker_controller_again(
+        world: World) -> None:
+    """A controller that stopped without giving /controller up (its session still holds it)
+    acts again at its next election (Kafka compares /controller with its own id); another
+    session of the same broker id does not adopt it."""
+    world.start_broker(1)
+    first = world.add_candidate(101)
+    assert first.driver.fence is not None
+    epoch = first.driver.fence.epoch
+    first.driver.resign("a stale session notice")
+    assert not first.driver.active and world.reader.get_controller() == 101
+    twin = world.add_candidate(101)  # the same broker id on another session
+    assert not twin.driver.active
+    assert first.driver.elect()
+    assert first.driver.fence is not None and first.driver.fence.epoch == epoch
+    assert first.driver.core.epoch == epoch
+    assert any(isinstance(m, UpdateMetadata) and m.full for _, m in first.sent)
+    # The fence is the live one: its writes go through.
+    first.driver.feed(CreateTopics("c1", (NewTopic("t", 1, 1),)))
+    assert isinstance(result := first.replies[-1][1], CreateTopicsResult)
+    assert result.topics[0].error_code == 0 and first.driver.active
+
+
+def test_a_controller_elected_in_a_new_session_outlives_the_old_sessions_expiry(
+        zookeeper_server: Any, zk_connect: str) -> None:
+    """On a real ZooKeeper: a candidate's session expires while a ControllerChanged of that
+    session waits in its mailbox; the candidate is elected in its new session when it reads
+    it, then reads the old session's expiry, and stays the controller."""
+    chroot = zk_connect[zk_connect.index("/"):]
+    world = World(lambda sink: ZkMetadataStore(zk_connect, sink, session_timeout_ms=6000))
+    with tcp_proxy(zookeeper_server.host, zookeeper_server.client_port) as proxy:
+        try:
+            world.start_broker(1)
+            second = world.add_candidate(102)
+            assert second.driver.active
+            inbox: queue.Queue[Any] = queue.Queue()
+            store = ZkMetadataStore(proxy.address + chroot, inbox.put, session_timeout_ms=1500)
+            store.start()
+            world.stores.append(store)
+            core = ControllerCore(ControllerConfig(101), random.Random(3).randrange)
+            first = Node(101, store, None, inbox)  # type: ignore[arg-type]
+            first.driver = ControllerDriver(store, core, lambda b, m: first.sent.append((b, m)),
+                                            lambda r, res: first.replies.append((r, res)))
+            store.register_broker(broker(101))
+            assert not first.driver.elect()
+            old_session = store.session_id
+            while not inbox.empty():  # its first "connected": read before the story begins
+                first.driver.on_notice(inbox.get())
+
+            held: list[Any] = []  # the mailbox, not yet read
+
+            def hold_until(match: Callable[[Any], bool]) -> None:
+                deadline = time.monotonic() + 20
+                while not any(match(m) for m in held):
+                    assert time.monotonic() < deadline, held
+                    try:
+                        held.append(inbox.get(timeout=0.1))
+                    except queue.Empty:
+                        pass
+
+            world.stores.remove(second.store)
+            second.store.close()  # the controller goes: a ControllerChanged waits for 101
+            hold_until(lambda m: isinstance(m, ControllerChanged))
+            proxy.cut()
+            hold_until(lambda m: getattr(m, "state", None) == SESSION_SUSPENDED)
+            deadline = time.monotonic() + 20
+            while 101 in world.reader.get_brokers():  # ZooKeeper expires the session
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            proxy.heal()
+            hold_until(lambda m: getattr(m, "state", None) == SESSION_CONNECTED
+                       and m.session_id != old_session)
+            states = [(m.state, m.session_id) for m in held if isinstance(m, SessionStateChanged)]
+            assert (SESSION_EXPIRED, old_session) in states
+            assert store.session_id not in (None, old_session)
+
+            for msg in held:
+                first.driver.on_notice(msg)
+            assert first.driver.active
+            assert world.reader.get_controller() == 101
+            assert first.driver.fence is not None and first.driver.fence.epoch == 2
+        finally:
+            world.close()

@@ -37,11 +37,13 @@ CI_SEEDS = range(1000, 1002)
 #   epochs, not records, so it kept them below the high watermark. Kafka's controller bumps
 #   the leader epoch of a restarted (bounced) leader; ours does only when it sees the
 #   bounce. The checker counts a reused epoch (epoch_led_again_after_restart).
-# - seed 11, SimOptions(steps=8): 'a controller is elected' fails: after ZooKeeper sessions
-#   expired during a ZooKeeper outage, /controller names broker 3 (its live session) but
-#   broker 3's controller is not active (a late SessionStateChanged made it resign after it
-#   won; elect() then sees /controller taken and stops), so no broker ever becomes
-#   controller again.
+#
+# Fixed: seed 11, SimOptions(steps=8), 'a controller is elected': after ZooKeeper sessions
+# expired during a ZooKeeper outage, broker 3 was elected in its new session (reading a
+# ControllerChanged of its old one), then read the old session's expiry and resigned, keeping
+# /controller; elect() saw /controller taken and stopped, so no broker was controller again.
+# Session notices now name their session and count only for it, and a /controller held by the
+# broker's own session makes it act again (tests/sim/test_regressions.py replays the seed).
 
 
 def test_a_seed_elects_a_controller_creates_topics_and_acknowledges_records() -> None:

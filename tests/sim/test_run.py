@@ -40,6 +40,10 @@ CI_SEEDS = range(1000, 1002)
 # the broker-change rule re-elects with leader epoch + 1 before any LeaderAndIsr goes out.
 #
 # Open findings, not run here (no test holds their options):
+# - seed 5 with seed 3's options: 'acknowledged records are readable' fails (events-1
+#   offset 44 on broker 1 holds another record than the one acknowledged there, acks=all, by
+#   broker 1), before and after seed 3's fix alike (the checker counts no epoch led again);
+#   not analysed yet.
 # - seed 11, SimOptions(steps=8): 'a controller is elected' fails: after ZooKeeper sessions
 #   expired during a ZooKeeper outage, /controller names broker 3 (its live session) but
 #   broker 3's controller is not active (a late SessionStateChanged made it resign after it

@@ -80,6 +80,12 @@ class LeaderAndIsr:
 
     ``version`` is the znode's version (Kafka's zkVersion, KIP-497's partition
     epoch): every write of the state is conditional on it.
+
+    ``zxid``: the zxid of the write that stored this state (the znode's mzxid), as read
+    from the store; -1 for a state not read from it. Broker epochs are zxids too, so a
+    leader or ISR member whose broker epoch is larger registered after this state was
+    written: the state names a previous life of that broker (KIP-380's bounced broker,
+    seen by a controller that did not watch it restart). Not part of equality.
     """
 
     leader: int
@@ -87,6 +93,7 @@ class LeaderAndIsr:
     isr: tuple[int, ...]
     controller_epoch: int
     version: int = NO_VERSION
+    zxid: int = field(default=-1, compare=False)
 
     def new_leader_and_isr(self, leader: int, isr: tuple[int, ...],
                            controller_epoch: int) -> LeaderAndIsr:

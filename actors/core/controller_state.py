@@ -25,7 +25,12 @@ The rules (Kafka's):
   keeps leading; dead followers leave its ISR. The ISR never becomes empty:
   when its last members die together it keeps them (each of them had every
   acknowledged record). A broker that restarted (new broker epoch) is
-  treated as dead, then live.
+  treated as dead, then live; so is, in one partition, a leader or ISR member
+  whose broker epoch is newer than the zxid that wrote the partition's state
+  as read from the store (a controller elected after the broker restarted
+  never saw the bounce, yet the state names the broker's previous life: giving
+  its leader epoch again to the new life would let two lives write different
+  records in one epoch).
 * controlled shutdown: leaderships of the stopping broker move to the first
   live ISR member not shutting down, and it leaves every ISR.
 * preferred election: the first assigned replica takes over when it is live
@@ -481,10 +486,12 @@ class ControllerCore:
                 self.replica_fsm.move((tp, replica), _R.NEW)
                 live = replica in self.brokers and tp.topic not in self.deleting
                 self.replica_fsm.move((tp, replica), _R.ONLINE if live else _R.OFFLINE)
-        # Brokers learn the live set and every partition before any LeaderAndIsr.
+        # Brokers learn the live set and every partition before any LeaderAndIsr. A partition
+        # that names a previous life of a live broker gets its LeaderAndIsr only once the
+        # broker-change rule has rewritten it with a new leader epoch.
         self._update_metadata(brokers=self.brokers, full=True)
-        for tp in list(self.states):
-            if tp.topic not in self.deleting:
+        for tp, state in list(self.states.items()):
+            if tp.topic not in self.deleting and not self._registered_since(state):
                 self._send_leader_and_isr(self._recipients(tp), tp)
         live_partitions = [tp for tp in self.all_partitions() if tp.topic not in self.deleting]
         self._change_partitions([tp for tp in live_partitions if tp in self.states],
@@ -655,20 +662,32 @@ class ControllerCore:
             return NO_LEADER, alive_isr or current.isr
         return leader, (alive_isr if leader in current.isr else (leader,))
 
+    def _registered_since(self, state: LeaderAndIsr) -> set[int]:
+        """Leader and ISR members of ``state`` that registered after it was written.
+
+        Broker epochs and the state's zxid count on one clock (ZooKeeper's zxid), so such
+        a member's role in ``state`` was given to a previous life of it: it bounced.
+        """
+        if state.zxid < 0:
+            return set()
+        return {b for b in {state.leader, *state.isr}
+                if b in self.brokers and self.brokers[b].epoch > state.zxid}
+
     def _broker_change_rule(self, bounced: set[int]) -> Rule:
         def rule(tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | None:
             if tp.topic in self.deleting:
                 return None
             registered, eligible = set(self.brokers), self.eligible()
             leader, isr = current.leader, current.isr
-            if bounced & ({leader} | set(isr)):
+            here = bounced | self._registered_since(current)
+            if here & ({leader} | set(isr)):
                 # A restarted broker lost its role: as Kafka, it dies, then comes back.
                 interim_leader, interim_isr = self._reconcile(
-                    tp, current, registered - bounced, eligible - bounced)
+                    tp, current, registered - here, eligible - here)
                 interim = LeaderAndIsr(interim_leader, current.leader_epoch, interim_isr,
                                        current.controller_epoch)
                 leader, isr = self._reconcile(tp, interim, registered, eligible)
-                if leader == current.leader and isr == current.isr and leader in bounced:
+                if leader == current.leader and isr == current.isr and leader in here:
                     return current.new_leader_and_isr(leader, isr, self.epoch)
             else:
                 leader, isr = self._reconcile(tp, current, registered, eligible)

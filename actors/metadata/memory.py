@@ -73,6 +73,7 @@ class Znode:
     owner: int = 0                 # session id of an ephemeral znode's owner
     sequence: int = 0              # next sequential child number
     ctime_ms: int = 0              # wall time of creation (the store's clock)
+    mzxid: int = 0                 # zxid of the last create or set of its data
 
 
 @dataclass
@@ -188,14 +189,15 @@ class MemoryZooKeeper:
                     parent = pending.get(_parent(path)) or self.nodes[_parent(path)]
                     path = f"{op.path}{parent.sequence:010d}"
                     pending[_parent(op.path)] = Znode(parent.data, parent.version, parent.czxid,
-                                                      parent.owner, parent.sequence + 1)
+                                                      parent.owner, parent.sequence + 1,
+                                                      parent.ctime_ms, parent.mzxid)
                 pending[path] = Znode(op.data, 0, zxid, session_id if op.ephemeral else 0,
-                                      ctime_ms=op.ctime_ms)
+                                      ctime_ms=op.ctime_ms, mzxid=zxid)
                 results.append((path, pending[path]))
             elif op.kind == "set":
                 node = pending.get(path) or self.nodes[path]
                 pending[path] = Znode(op.data, node.version + 1, node.czxid, node.owner,
-                                      node.sequence, node.ctime_ms)
+                                      node.sequence, node.ctime_ms, zxid)
                 results.append(pending[path])
             elif op.kind == "delete":
                 pending[path] = None
@@ -472,7 +474,8 @@ class MemoryMetadataStore:
         for tp in partitions:
             node = self.zk.get(znodes.partition_state_path(tp))
             out[tp] = (None if node is None
-                       else znodes.decode_partition_state(tp, node.data, node.version))
+                       else znodes.decode_partition_state(tp, node.data, node.version,
+                                                          node.mzxid))
         return out
 
     def create_partition_states(

@@ -502,7 +502,8 @@ class ZkMetadataStore:
         self._require_connected()
         tps = list(partitions)
         found = self._get_many([znodes.partition_state_path(tp) for tp in tps])
-        return {tp: None if f is None else znodes.decode_partition_state(tp, f[0], f[1].version)
+        return {tp: None if f is None
+                else znodes.decode_partition_state(tp, f[0], f[1].version, int(f[1].mzxid))
                 for tp, f in zip(tps, found, strict=True)}
 
     def create_partition_states(

@@ -237,7 +237,9 @@ def encode_partition_state(state: LeaderAndIsr) -> bytes:
     })
 
 
-def decode_partition_state(tp: TopicPartition, data: bytes | None, version: int) -> LeaderAndIsr:
+def decode_partition_state(tp: TopicPartition, data: bytes | None, version: int,
+                           zxid: int = -1) -> LeaderAndIsr:
+    """The state znode's JSON; ``version`` and ``zxid`` (its mzxid) come from its stat."""
     path = partition_state_path(tp)
     doc = _load(path, data)
     isr = _field(path, doc, "isr", list)
@@ -249,6 +251,7 @@ def decode_partition_state(tp: TopicPartition, data: bytes | None, version: int)
         isr=tuple(isr),
         controller_epoch=_field(path, doc, "controller_epoch", int),
         version=version,
+        zxid=zxid,
     )
 
 

@@ -522,6 +522,43 @@ def test_failover_the_new_controller_loads_and_fences_the_old_one() -> None:
     assert all(m.controller_epoch == 2 for _, m in new.sent)
 
 
+def test_a_leader_that_restarted_while_no_controller_watched_gets_a_new_leader_epoch() -> None:
+    """KIP-380's bounced broker, seen only through its new broker epoch by a controller
+    elected after the restart: the state it reads names the broker's previous life (written
+    before the broker registered again), so the broker may not lead in that leader epoch
+    again; the same broker leads again where it is the only choice, at epoch + 1."""
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    create(c, "solo", assignment={0: (1,)})
+    old = c.controller
+    c.zk.expire(old.store.session_id or 0)
+    c.pump()
+    assert not old.driver.active
+    old_broker_epoch = c.epoch_of(1)
+    assert c.bounce_broker(1) > old_broker_epoch
+    assert c.state("solo", 0).leader_epoch == 0  # nobody watched it restart
+    new = c.add_candidate(101)
+    assert new.driver.active and new.core.epoch == 2
+    assert c.state("t", 0) == LeaderAndIsr(2, 1, (2, 3), 2, 1)
+    assert c.state("solo", 0) == LeaderAndIsr(1, 1, (1,), 2, 1)
+    # The restarted broker is never told leader epoch 0 again, only the new epoch.
+    rows = [(b, r) for b, r in leader_and_isr_rows(new) if r.topic == "solo"]
+    assert rows and all(r.leader_epoch == 1 for _, r in rows)
+    assert all(r.leader_epoch == 1 for _, r in leader_and_isr_rows(new) if r.topic == "t")
+
+
+def test_a_controller_elected_later_keeps_the_epochs_of_brokers_that_did_not_restart() -> None:
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    old = c.controller
+    c.zk.expire(old.store.session_id or 0)
+    c.pump()
+    new = c.add_candidate(101)
+    assert new.driver.active
+    assert c.state("t", 0) == LeaderAndIsr(1, 0, (1, 2, 3), 1, 0)
+    assert [r.leader_epoch for _, r in leader_and_isr_rows(new)] == [0, 0, 0]
+
+
 def test_a_deposed_controller_is_fenced_and_answers_pending_requests() -> None:
     c = cluster()
     create(c, "t", assignment={0: (1, 2, 3)})

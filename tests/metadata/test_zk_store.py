@@ -284,6 +284,25 @@ def test_partition_state_writes_are_conditional_on_the_version(
         WriteCode.NODE_EXISTS
 
 
+def test_a_state_read_carries_the_zxid_that_wrote_it_on_the_broker_epochs_clock(
+        zk_connect: str, make_store: StoreFactory) -> None:
+    """KIP-380 across a controller failover: a broker registered after a state was written
+    has a larger epoch than the state's zxid (its mzxid), one written after has a smaller."""
+    store, _ = make_store(zk_connect)
+    before = store.register_broker(broker(1))
+    fence = store.try_elect(1)
+    assert fence is not None
+    tp = TopicPartition("t", 0)
+    _topic_with_states(store, fence, "t", partitions=1)
+    written = store.get_partition_states([tp])[tp]
+    assert written is not None and before < written.zxid
+    other, _ = make_store(zk_connect)
+    assert other.register_broker(broker(2, port=9094)) > written.zxid
+    store.update_partition_states({tp: written.new_leader_and_isr(2, (2,), 1)}, fence)
+    rewritten = store.get_partition_states([tp])[tp]
+    assert rewritten is not None and rewritten.zxid > written.zxid
+
+
 # ------------------------------------------------------------------ topics
 def test_topics_are_created_listed_marked_and_deleted(zk_connect: str,
                                                       make_store: StoreFactory) -> None:

@@ -27,16 +27,17 @@ CI_SEEDS = range(1000, 1002)
 # 1062 and 1069 lost committed records to a crash election (a replica that lost its
 # unflushed tail at a crash was elected from the ISR), which Kafka does not survive either.
 #
-# Open findings, not run here (no test holds their options):
-# - seed 3, SimOptions(steps=12, faults=("gateway", "crash", "expire"),
-#   acks_all_producers=2): 'replicas agree below the high watermark' (events-0 offset 102).
-#   Cause: broker 2 led leader epoch 1 from offset 84, crashed (losing part of that epoch),
-#   restarted, and was given leader epoch 1 again by a controller that had not seen it
-#   restart (its own, newly elected); it wrote other records from 84 in the same epoch.
-#   Broker 3 had fetched the first life's epoch 1: the diverging-epoch check compares
-#   epochs, not records, so it kept them below the high watermark. Kafka's controller bumps
-#   the leader epoch of a restarted (bounced) leader; ours does only when it sees the
-#   bounce. The checker counts a reused epoch (epoch_led_again_after_restart).
+# seed 3, SimOptions(steps=12, faults=("gateway", "crash", "expire"), acks_all_producers=2)
+# (test_a_leader_restarted_while_no_controller_watched_gets_a_new_leader_epoch) failed
+# 'replicas agree below the high watermark' (events-0 offset 102): broker 2 led leader epoch
+# 1 from offset 84, crashed (losing part of that epoch), restarted, and was given leader
+# epoch 1 again by a controller elected after the restart (its own), which had never seen
+# the old registration go, so it wrote other records from 84 in the same epoch; broker 3 had
+# fetched the first life's epoch 1 and, the diverging-epoch check comparing epochs, not
+# records, kept them below the high watermark. Fixed as Kafka's bounced broker (KIP-380),
+# seen through the store: a leader or ISR member whose broker epoch (its registration's
+# czxid) is newer than the zxid that wrote the partition's state names a previous life, and
+# the broker-change rule re-elects with leader epoch + 1 before any LeaderAndIsr goes out.
 #
 # Fixed: seed 11, SimOptions(steps=8), 'a controller is elected': after ZooKeeper sessions
 # expired during a ZooKeeper outage, broker 3 was elected in its new session (reading a
@@ -44,6 +45,12 @@ CI_SEEDS = range(1000, 1002)
 # /controller; elect() saw /controller taken and stopped, so no broker was controller again.
 # Session notices now name their session and count only for it, and a /controller held by the
 # broker's own session makes it act again (tests/sim/test_regressions.py replays the seed).
+#
+# Open findings, not run here (no test holds their options):
+# - seed 5 with seed 3's options: 'acknowledged records are readable' fails (events-1
+#   offset 44 on broker 1 holds another record than the one acknowledged there, acks=all, by
+#   broker 1), before and after seed 3's fix alike (the checker counts no epoch led again);
+#   not analysed yet.
 
 
 def test_a_seed_elects_a_controller_creates_topics_and_acknowledges_records() -> None:
@@ -128,6 +135,15 @@ def test_a_plant_is_undone_after_its_run() -> None:
 def test_regression_seeds(seed: int, steps: int) -> None:
     result, _world = run_seed(seed, SimOptions(steps=steps))
     assert result.ok, (seed, result.invariant, result.detail, result.tail[-30:])
+
+
+@pytest.mark.timeout(600)  # a minute alone
+def test_a_leader_restarted_while_no_controller_watched_gets_a_new_leader_epoch() -> None:
+    """Seed 3 (see above): a restarted leader must not be given its old leader epoch."""
+    result, _world = run_seed(3, SimOptions(steps=12, faults=("gateway", "crash", "expire"),
+                                            acks_all_producers=2))
+    assert result.ok, (result.invariant, result.detail, result.faults)
+    assert result.stats["epoch_led_again_after_restart"] == 0
 
 
 @pytest.mark.timeout(900)  # a minute alone; a loaded machine may take many times that

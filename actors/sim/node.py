@@ -10,7 +10,8 @@ for, through the hooks the Node already has:
 - ``_send_frame`` gives the encoded frame (real msgpack, real type registry,
   real frame limits) to the simulated network instead of ZeroMQ;
 - ``spawn`` builds the actor and runs its ``setup`` in the caller's thread
-  instead of starting a pykka thread with a ZeroMQ mailbox.
+  instead of starting a pykka thread with a ZeroMQ mailbox, and ``stop_actor``
+  stops it there (no thread to wait for).
 
 The :class:`~actors.sim.world.SimWorld` then decodes each arriving frame and
 hands its entries to the receiving actor, and wakes each actor when its
@@ -86,14 +87,16 @@ class SimNode(Node):
         return self
 
     def spawn(self, actor_cls: type[Actor], name: str, **kwargs: Any) -> Address:
-        if name in self.actors:
+        previous = self.actors.get(name)
+        if previous is not None and not previous.actor_stopped.is_set():
             raise NodeError(f"an actor named {name!r} already runs on node {self.name}")
         if self._stopped or self.crashed:
             raise NodeError(f"node {self.name} is shut down")
         kwargs.pop("host", None)  # placement on threads means nothing here
         actor = actor_cls(self, name, **kwargs)
         self.actors[name] = actor
-        self._order.append(name)
+        if previous is None:
+            self._order.append(name)
         try:
             actor.setup()
         except Exception as exc:
@@ -116,6 +119,17 @@ class SimNode(Node):
         self.held.clear()
         self.stalled.clear()
         self.tracer.close()  # what it traced so far is on its disk
+
+    def stop_actor(self, name: str, timeout: float = 10.0) -> bool:
+        """Stop one actor now, with its teardown, in the caller's turn (the runtime's waits
+        for the actor's thread, which a simulated actor does not have: that wait would
+        cost ``timeout`` of real time and fail). Deliveries still on their way to it become
+        dead letters, as the real one's do once it stopped."""
+        actor = self.actors.get(name)
+        if actor is not None and not actor.actor_stopped.is_set():
+            actor._stopping = True
+            actor._finish_stop()
+        return True
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """A clean stop: intake stops, then actors stop newest first, with their teardown."""

@@ -12,7 +12,7 @@ from bench.sim_bench import RATIO_KEYS, command
 
 def test_bench_sim_writes_well_formed_json(tmp_path: Path) -> None:
     out = tmp_path / "sim.json"
-    result = CliRunner().invoke(command, ["--seeds", "2", "--rounds", "2", "--steps", "2",
+    result = CliRunner().invoke(command, ["--seeds", "1", "--rounds", "2", "--steps", "2",
                                           "--json", str(out)])
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())

@@ -308,7 +308,10 @@ def test_coordinator_killed_after_prepare_commit_rolls_the_commit_forward(
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("delay_ms", [0, 5, 30])
+# one delay in the suite (0, 5 and 30 ms all passed 5 runs each; every one ended in a
+# commit, the client retrying its EndTxn with the new coordinator): the windows that
+# matter most have their own tests above and below
+@pytest.mark.parametrize("delay_ms", [5])
 def test_coordinator_killed_at_commit_time_decides_all_or_nothing(
         cluster_factory: Any, delay_ms: int) -> None:
     """kill -9 of the coordinator's node ``delay_ms`` after commit_transaction starts

@@ -23,6 +23,8 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import pytest
@@ -273,6 +275,37 @@ def group_reader(cluster: Cluster) -> Consumer:
                      "enable.auto.commit": False, "isolation.level": "read_committed"})
 
 
+class Opened(NamedTuple):
+    """A cluster with three committed transactions and a fourth one open, ready to kill."""
+
+    cluster: Cluster
+    txn_id: str
+    victim: int
+    group: Consumer
+    producer: Producer
+    committed: list[bytes]
+    killed: list[bytes]
+
+
+@contextmanager
+def opened_transaction(cluster_factory: Any, slow: bool, avoid_slow: bool = False
+                       ) -> Iterator[Opened]:
+    """The common start of the kill tests: the coordinator's node (never the controller,
+    nor the paused node when ``avoid_slow``) is the victim; the group reader is closed
+    after."""
+    cluster = kill_cluster(cluster_factory, slow=slow)
+    avoid = {cluster.controller(), *([SLOW] if avoid_slow else [])}
+    txn_id, victim = coordinator_of(cluster, avoid=avoid)
+    group = group_reader(cluster)
+    try:
+        p = txn_producer(cluster, txn_id)
+        p.init_transactions(60)
+        committed = baseline(p, group)
+        yield Opened(cluster, txn_id, victim, group, p, committed, open_transaction(p, group))
+    finally:
+        group.close()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_coordinator_killed_after_prepare_commit_rolls_the_commit_forward(
@@ -282,28 +315,20 @@ def test_coordinator_killed_after_prepare_commit_rolls_the_commit_forward(
     and one follower) and EndTxn answered, that partition's marker cannot be written; the
     coordinator's node is killed then. The follower that leads next loads PrepareCommit
     and must write the markers: the client was told the commit succeeded."""
-    cluster = kill_cluster(cluster_factory, slow=True)
-    txn_id, victim = coordinator_of(cluster, avoid={SLOW, cluster.controller()})
-    group = group_reader(cluster)
-    try:
-        p = txn_producer(cluster, txn_id)
-        p.init_transactions(60)
-        committed = baseline(p, group)
-        killed = open_transaction(p, group)
+    with opened_transaction(cluster_factory, slow=True, avoid_slow=True) as t:
+        cluster, victim = t.cluster, t.victim
         cluster.nodes[SLOW].pause()
         try:
-            p.commit_transaction(60)  # answered once PrepareCommit is durable
-            state = describe_state(cluster.nodes[victim], txn_id)
+            t.producer.commit_transaction(60)  # answered once PrepareCommit is durable
+            state = describe_state(cluster.nodes[victim], t.txn_id)
             cluster.nodes[victim].kill()
         finally:
             cluster.nodes[SLOW].resume()
         assert state == "PrepareCommit", f"the kill missed the window: {state}"
-        moved_away(cluster, txn_id, victim)
-        outcome = Outcome(committed, killed, successor_finishes(cluster, txn_id))
-        check_outcome(cluster, outcome, group, must_commit=True)
-        restart_and_recheck(cluster, victim, outcome, group, committed=True)
-    finally:
-        group.close()
+        moved_away(cluster, t.txn_id, victim)
+        outcome = Outcome(t.committed, t.killed, successor_finishes(cluster, t.txn_id))
+        check_outcome(cluster, outcome, t.group, must_commit=True)
+        restart_and_recheck(cluster, victim, outcome, t.group, committed=True)
 
 
 @pytest.mark.slow
@@ -318,19 +343,13 @@ def test_coordinator_killed_at_commit_time_decides_all_or_nothing(
     (before the EndTxn, mid-PrepareCommit or mid-markers, as the timing falls): the
     producer succeeds or fails, a successor's init_transactions settles the transaction,
     and every read shows all of it or none; a commit the client saw succeed is kept."""
-    cluster = kill_cluster(cluster_factory, slow=False)
-    txn_id, victim = coordinator_of(cluster, avoid={cluster.controller()})
-    group = group_reader(cluster)
-    try:
-        p = txn_producer(cluster, txn_id)
-        p.init_transactions(60)
-        committed = baseline(p, group)
-        killed = open_transaction(p, group)
+    with opened_transaction(cluster_factory, slow=False) as t:
+        cluster, victim = t.cluster, t.victim
         result: dict[str, Any] = {}
 
         def commit() -> None:
             try:
-                p.commit_transaction(30)
+                t.producer.commit_transaction(30)
                 result["ok"] = True
             except KafkaException as exc:
                 result["error"] = exc.args[0]
@@ -339,15 +358,13 @@ def test_coordinator_killed_at_commit_time_decides_all_or_nothing(
         thread.start()
         time.sleep(delay_ms / 1000)
         cluster.nodes[victim].kill()
-        moved_away(cluster, txn_id, victim)
+        moved_away(cluster, t.txn_id, victim)
         thread.join(45)
         assert not thread.is_alive(), "commit_transaction did not return"
-        outcome = Outcome(committed, killed, successor_finishes(cluster, txn_id))
-        done = check_outcome(cluster, outcome, group,
+        outcome = Outcome(t.committed, t.killed, successor_finishes(cluster, t.txn_id))
+        done = check_outcome(cluster, outcome, t.group,
                              must_commit=True if result.get("ok") else None)
-        restart_and_recheck(cluster, victim, outcome, group, committed=done)
-    finally:
-        group.close()
+        restart_and_recheck(cluster, victim, outcome, t.group, committed=done)
 
 
 @pytest.mark.slow
@@ -357,20 +374,11 @@ def test_coordinator_killed_with_the_transaction_open_has_it_aborted(
     """kill -9 before any EndTxn: the new coordinator loads the transaction Ongoing; the
     successor's init_transactions fences the old producer and aborts it: none of its
     records, the group's offset not moved, the old producer's commit refused."""
-    cluster = kill_cluster(cluster_factory, slow=False)
-    txn_id, victim = coordinator_of(cluster, avoid={cluster.controller()})
-    group = group_reader(cluster)
-    try:
-        p = txn_producer(cluster, txn_id)
-        p.init_transactions(60)
-        committed = baseline(p, group)
-        killed = open_transaction(p, group)
-        cluster.nodes[victim].kill()
-        moved_away(cluster, txn_id, victim)
-        outcome = Outcome(committed, killed, successor_finishes(cluster, txn_id))
-        check_outcome(cluster, outcome, group, must_commit=False)
+    with opened_transaction(cluster_factory, slow=False) as t:
+        t.cluster.nodes[t.victim].kill()
+        moved_away(t.cluster, t.txn_id, t.victim)
+        outcome = Outcome(t.committed, t.killed, successor_finishes(t.cluster, t.txn_id))
+        check_outcome(t.cluster, outcome, t.group, must_commit=False)
         with pytest.raises(KafkaException):
-            p.commit_transaction(15)
-        restart_and_recheck(cluster, victim, outcome, group, committed=False)
-    finally:
-        group.close()
+            t.producer.commit_transaction(15)
+        restart_and_recheck(t.cluster, t.victim, outcome, t.group, committed=False)

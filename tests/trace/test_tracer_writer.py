@@ -36,16 +36,22 @@ def test_every_batch_size_is_written_whole_and_in_order(tmp_path: Path, batch: i
     assert tracer.records_written == batch + 2
 
 
-def test_files_rotate_past_the_size_limit_and_old_ones_go(tmp_path: Path) -> None:
-    tracer = Tracer("n", tmp_path / "traces", sample_ratio=1.0, file_max_bytes=8192, files_max=3)
+def write_rounds(tmp_path: Path, rounds: int, files_max: int) -> None:
+    """``rounds`` flushes of 40 hops each through a tracer rotating at 8 KiB."""
+    tracer = Tracer("n", tmp_path / "traces", sample_ratio=1.0, file_max_bytes=8192,
+                    files_max=files_max)
     (tmp_path / "traces").mkdir()
     try:
-        for round_ in range(10):
+        for round_ in range(rounds):
             for i in range(40):
                 tracer.hop(1, round_ * 100 + i + 1, 0, "b", "a@n", "Hop", -1, -1, -1, 0, 0, 0, 0)
             tracer.flush()
     finally:
         tracer.close()
+
+
+def test_files_rotate_past_the_size_limit_and_old_ones_go(tmp_path: Path) -> None:
+    write_rounds(tmp_path, rounds=10, files_max=3)
     files = segments([tmp_path])
     assert len(files) == 3
     for f in files:  # every file closed, a complete Parquet file within the bound
@@ -60,16 +66,7 @@ def test_readers_skip_a_file_rotated_away_after_they_listed_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A running node deletes its oldest file past trace.files.max while `actorlog trace`
     or `analyze` goes through the files it listed: the rest are read, nothing raises."""
-    tracer = Tracer("n", tmp_path / "traces", sample_ratio=1.0, file_max_bytes=8192,
-                    files_max=10)
-    (tmp_path / "traces").mkdir()
-    try:
-        for round_ in range(6):
-            for i in range(40):
-                tracer.hop(1, round_ * 100 + i + 1, 0, "b", "a@n", "Hop", -1, -1, -1, 0, 0, 0, 0)
-            tracer.flush()
-    finally:
-        tracer.close()
+    write_rounds(tmp_path, rounds=6, files_max=10)
     listed = store.segments
     by_file = {f: [r["span_id"] for r in store.read_file(f)[1]] for f in listed([tmp_path])}
     assert len(by_file) >= 3

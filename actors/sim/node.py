@@ -137,10 +137,7 @@ class SimNode(Node):
             return
         self._stopped = True
         for name in reversed(self._order):
-            actor = self.actors[name]
-            if not actor.actor_stopped.is_set():
-                actor._stopping = True
-                actor._finish_stop()
+            self.stop_actor(name)
 
     def quiesce(self, timeout: float = 10.0) -> bool:
         raise NodeError("a simulated node settles by running the simulation, not by waiting")

@@ -25,6 +25,7 @@ messages; ids must not collide across the suite, which imports them all):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -63,6 +64,36 @@ __all__ = [
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     num_processes_params(metafunc)
+
+
+# Under pytest-xdist (README: ``-n 4 --dist loadgroup``) each worker is its own test run.
+# Two kinds of test share something a worker cannot make private, so each kind runs in
+# one worker, one test after another: test hosts (the 198.18.0.0/24 bridge in the root
+# namespace and its addresses, made by fixtures or by `actorlog cluster up`) and the
+# analysis tests' Spark (a JVM per session is too much memory and start time to pay once
+# per worker). A group is named by the fixtures its tests use or the modules they are in.
+SHARED_GROUPS = {
+    "netns": (("make_test_hosts", "ssh_host"),
+              ("tests/hosts/", "tests/bench/test_chaos_bench.py")),
+    "spark": (("spark", "spark_cluster", "real_traces"), ()),
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:  # node names repeat across workers: a gateway socket directory each
+        base = os.environ.get("ACTORLOG_IPC_DIR", f"/tmp/actorlog-ipc-{os.getuid()}")
+        os.environ["ACTORLOG_IPC_DIR"] = f"{base}/{worker}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        where = item.nodeid
+        for group, (users, modules) in SHARED_GROUPS.items():
+            if fixtures.intersection(users) or where.startswith(modules):
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
 
 
 @pytest.fixture(autouse=True)

@@ -152,7 +152,9 @@ class Runner:
         return int(match.group(1))
 
     def process(self, pid: int) -> ProcessInfo | None:
-        result = self.run(["ps", "-o", "etimes=,stat=,args=", "-p", str(pid)], check=False)
+        # -ww: whole command lines whatever COLUMNS says (the marker may be far along)
+        result = self.run(["ps", "-ww", "-o", "etimes=,stat=,args=", "-p", str(pid)],
+                          check=False)
         if result.returncode != 0:
             return None
         return parse_ps_line(pid, result.stdout.strip().splitlines()[0]) \

@@ -132,19 +132,23 @@ def test_the_fixture_removes_its_hosts_when_the_test_fails(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("where", ["local", "netns"])
 def test_runner_starts_a_detached_process_and_controls_it_by_pid(
-        where: str, make_test_hosts: MakeHosts, tmp_path: Path) -> None:
+        where: str, make_test_hosts: MakeHosts, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a narrow terminal (pytest-xdist's workers say COLUMNS=80) must not cut the marker off
+    monkeypatch.setenv("COLUMNS", "20")
     if where == "netns":
         (a,) = make_test_hosts(1)
         runner: Runner = NetnsRunner(netns_host_spec(a, tmp_path))
     else:
         runner = LocalRunner(HostSpec("here", "local", "127.0.0.1", str(tmp_path), "", ""))
     work = tmp_path / "work dir"  # a space in the path is quoted through
-    pid = runner.start_detached(["sleep", "300"], cwd=str(work), log_path=str(work / "out.log"),
-                                pid_path=str(work / "sleep.pid"))
+    long_arg = "300" + "." + "0" * 100
+    pid = runner.start_detached(["sleep", long_arg], cwd=str(work),
+                                log_path=str(work / "out.log"), pid_path=str(work / "sleep.pid"))
     try:
         assert runner.read_pid(str(work / "sleep.pid")) == pid
         info = runner.process(pid)
-        assert info is not None and info.alive and info.args == "sleep 300"
+        assert info is not None and info.alive and info.args == f"sleep {long_arg}"
         # its own session: the runner's shell is gone, the process stays
         assert int(subprocess.run(["ps", "-o", "sid=", "-p", str(pid)], capture_output=True,
                                   text=True).stdout.strip()) == pid

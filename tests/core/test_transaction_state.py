@@ -401,6 +401,77 @@ def test_load_resends_the_markers_of_prepared_transactions() -> None:
     assert effects == [WriteMarkers(txn, 9, 3, False, 12, (("t", 1),))]
 
 
+def _prepared(core: TransactionCoordinatorCore) -> tuple[int, WriteMarkers]:
+    """"a" in PrepareCommit over ("t", 0), its EndTxn answered: (producer id, markers)."""
+    [init] = _drain(core, core.init_producer_id(1, "a", 1000, -1, -1, 0), 0)
+    _drain(core, core.add_partitions(2, "a", init.producer_id, 0, [("t", 0)], 1), 1)
+    [write] = core.end_txn(3, "a", init.producer_id, 0, True, 2)
+    assert isinstance(write, WriteLog)
+    reply, markers = core.on_log_written(write.write_id, E.NONE, 2)
+    assert reply == Reply(3, E.NONE) and isinstance(markers, WriteMarkers)
+    return init.producer_id, markers
+
+
+@pytest.mark.parametrize(("log_error", "answer"), [
+    (E.NOT_ENOUGH_REPLICAS, E.COORDINATOR_NOT_AVAILABLE),
+    (E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, E.COORDINATOR_NOT_AVAILABLE),
+    (E.REQUEST_TIMED_OUT, E.COORDINATOR_NOT_AVAILABLE),
+    (E.UNKNOWN_TOPIC_OR_PARTITION, E.COORDINATOR_NOT_AVAILABLE),
+    (E.NOT_LEADER_OR_FOLLOWER, E.NOT_COORDINATOR),
+    (E.KAFKA_STORAGE_ERROR, E.NOT_COORDINATOR),
+    (E.MESSAGE_TOO_LARGE, E.UNKNOWN_SERVER_ERROR),
+])
+def test_a_failed_log_write_answers_kafkas_coordinator_error_and_changes_nothing(
+        log_error: ErrorCode, answer: ErrorCode) -> None:
+    """__transaction_state's ISR below transaction.state.log.min.isr refuses the
+    PrepareCommit: EndTxn is answered COORDINATOR_NOT_AVAILABLE (retriable), the
+    transaction stays Ongoing and the client's retry goes through."""
+    core = _core()
+    [init] = _drain(core, core.init_producer_id(1, "a", 1000, -1, -1, 0), 0)
+    _drain(core, core.add_partitions(2, "a", init.producer_id, 0, [("t", 0)], 1), 1)
+    [write] = core.end_txn(3, "a", init.producer_id, 0, True, 2)
+    assert isinstance(write, WriteLog)
+    assert core.on_log_written(write.write_id, log_error, 2) == [Reply(3, answer)]
+    meta = core.txns["a"]
+    assert (meta.state, meta.pending) == (S.ONGOING, None)
+    [again] = core.end_txn(4, "a", init.producer_id, 0, True, 3)
+    assert isinstance(again, WriteLog)
+    assert core.on_log_written(again.write_id, E.NONE, 3)[0] == Reply(4, E.NONE)
+    assert core.txns["a"].state == S.PREPARE_COMMIT
+
+
+def test_a_completion_refused_for_a_short_isr_is_written_again() -> None:
+    """Markers written, CompleteCommit refused NOT_ENOUGH_REPLICAS: the id stays in
+    PrepareCommit and retry_completions writes the completion (not the markers) again
+    until it lands; retry_stuck leaves it alone meanwhile."""
+    core = _core()
+    _pid, markers = _prepared(core)
+    [complete] = core.on_markers_written("a", markers.producer_epoch, 3)
+    assert isinstance(complete, WriteLog)
+    assert core.on_log_written(complete.write_id, E.NOT_ENOUGH_REPLICAS, 3) == []
+    assert core.completing == {"a"} and core.txns["a"].state == S.PREPARE_COMMIT
+    assert core.retry_stuck(4) == []
+    [again] = core.retry_completions(4)
+    assert isinstance(again, WriteLog) and decode_value(again.value).status == S.COMPLETE_COMMIT
+    assert core.retry_completions(4) == []  # in flight: not twice
+    assert core.on_log_written(again.write_id, E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, 4) == []
+    [third] = core.retry_completions(5)
+    assert isinstance(third, WriteLog)
+    assert core.on_log_written(third.write_id, E.NONE, 5) == []
+    assert core.completing == set() and core.txns["a"].state == S.COMPLETE_COMMIT
+
+
+def test_a_completion_refused_as_not_leader_is_left_to_the_next_coordinator() -> None:
+    core = _core()
+    _pid, markers = _prepared(core)
+    [complete] = core.on_markers_written("a", markers.producer_epoch, 3)
+    assert isinstance(complete, WriteLog)
+    assert core.on_log_written(complete.write_id, E.NOT_LEADER_OR_FOLLOWER, 3) == []
+    assert core.completing == set() and core.retry_completions(4) == []
+    core.unload_partitions({partition_for("a", 3)})
+    assert "a" not in core.txns
+
+
 # --- record format ----------------------------------------------------------
 
 

@@ -12,6 +12,10 @@ killed transaction or none of it, the group's offset agrees, and nothing changes
 the killed node is back in every ISR. (In every run so far the timed kills ended in a
 commit: the producer retries its EndTxn with the new coordinator.)
 
+A partition whose ISR is below its min.insync.replicas refuses a commit marker
+(NOT_ENOUGH_REPLICAS): the transaction stays PrepareCommit, invisible to read_committed,
+until the follower is back in the ISR; the coordinator retries without flooding its log.
+
 These found four bugs, fixed in the broker: marker requests lost with their node hung
 the transaction in PrepareCommit; markers were acknowledged before the ISR held them;
 offsets' fate reached the group coordinators only through the coordinator's answer; a
@@ -382,3 +386,60 @@ def test_coordinator_killed_with_the_transaction_open_has_it_aborted(
         with pytest.raises(KafkaException):
             t.producer.commit_transaction(15)
         restart_and_recheck(t.cluster, t.victim, outcome, t.group, committed=False)
+
+
+# ------------------------------------------------- markers and min.insync.replicas
+
+ISR_TOPIC = "tx-isr"
+ISR_CONFIG = {
+    "transaction.state.log.num.partitions": 3,
+    "transaction.state.log.replication.factor": 3,
+    "transaction.state.log.min.isr": 2,
+    "replica.lag.time.max.ms": 1000,
+    "replica.fetch.backoff.ms": 100,
+    # the paused node keeps its session: only its replicas' lag takes it out of the ISRs
+    "zookeeper.session.timeout.ms": 15000,
+    "auto.leader.rebalance.enable": False,
+}
+
+
+@pytest.mark.timeout(120)
+def test_a_commit_waits_for_min_insync_replicas_of_its_partitions(
+        cluster_factory: Any) -> None:
+    """A partition with min.insync.replicas 3 loses a follower (paused) mid-transaction:
+    commit_transaction is answered once PrepareCommit is durable (as in Kafka), but the
+    partition refuses the marker NOT_ENOUGH_REPLICAS, so the transaction stays
+    PrepareCommit and read_committed shows none of it; the coordinator retries, logging the
+    refusal once, and the commit completes once the follower is back in the ISR."""
+    cluster = cluster_factory(3, config=ISR_CONFIG)
+    create(cluster, ISR_TOPIC, 1, 3, via=1, configs={"min.insync.replicas": "3"})
+    leader = cluster.wait_topic(ISR_TOPIC, 1).leaders(ISR_TOPIC)[0]
+    # the paused node neither leads the partition nor is the controller (ISR changes)
+    victim = min(set(cluster.nodes) - {leader, cluster.controller()})
+    txn_id, coordinator = coordinator_of(cluster, avoid={victim})
+    p = txn_producer(cluster, txn_id)
+    p.init_transactions(60)
+    p.begin_transaction()
+    sent = values("isr-", 10)
+    for v in sent:
+        p.produce(ISR_TOPIC, v, partition=0)
+    p.flush(30)
+    lead = cluster.nodes[leader]
+    cluster.nodes[victim].pause()
+    try:
+        wait_for(f"node {victim} out of {ISR_TOPIC}-0's ISR", lambda: victim not in
+                 lead.metadata([ISR_TOPIC]).partitions[(ISR_TOPIC, 0)].isr, timeout_s=20)
+        p.commit_transaction(30)
+        time.sleep(1.5)  # a few marker retries
+        assert describe_state(cluster.nodes[coordinator], txn_id) == "PrepareCommit"
+        assert read_all(lead.bootstrap, ISR_TOPIC, "read_committed") == []
+    finally:
+        cluster.nodes[victim].resume()
+    wait_for("the commit to complete", lambda: describe_state(
+        cluster.nodes[coordinator], txn_id) == "CompleteCommit", timeout_s=30)
+    assert read_all(lead.bootstrap, ISR_TOPIC, "read_committed") == sent
+    log = cluster.nodes[coordinator].log()
+    refused = [line for line in log.splitlines()
+               if f"marker for {txn_id} on {ISR_TOPIC}-0 failed: NOT_ENOUGH_REPLICAS" in line]
+    assert len(refused) == 1, refused
+    assert f"markers for {txn_id} written after" in log

@@ -510,9 +510,9 @@ class TransactionCoordinator(Actor):
                               TRANSACTION_STATE_TOPIC, partition, before[1])
             return
         if before is None or before[0] != code:
-            self.log.warning("writing to {}-{} failed: {} ({}); retried while it lasts",
-                             TRANSACTION_STATE_TOPIC, partition, ErrorCode(code).name,
-                             message or "")
+            self.log.warning("writing to {}-{} failed: {}{}; not logged again until a write "
+                             "there succeeds", TRANSACTION_STATE_TOPIC, partition,
+                             ErrorCode(code).name, f" ({message})" if message else "")
         self.log_failures[partition] = (code, (before[1] if before else 0) + 1)
 
     def _leader_shard(self, topic: str, partition: int) -> Address | None:

@@ -20,6 +20,8 @@ the committed offset shows once, the aborted one never.
 A partition whose ISR is below its min.insync.replicas refuses a commit marker
 (NOT_ENOUGH_REPLICAS): the transaction stays PrepareCommit, invisible to read_committed,
 until the follower is back in the ISR; the coordinator retries without flooding its log.
+With __transaction_state's own ISR short, EndTxn is refused (COORDINATOR_NOT_AVAILABLE)
+and the client's retries get through once the follower is back.
 
 These found four bugs, fixed in the broker: marker requests lost with their node hung
 the transaction in PrepareCommit; markers were acknowledged before the ISR held them;
@@ -38,7 +40,7 @@ from typing import Any, NamedTuple
 
 import pytest
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from kafka.protocol.metadata import FindCoordinatorRequest
 
 from actors.core.transaction_log import TRANSACTION_STATE_TOPIC, partition_for
@@ -414,14 +416,19 @@ ISR_CONFIG = {
 }
 
 
-@pytest.mark.timeout(120)
-def test_a_commit_waits_for_min_insync_replicas_of_its_partitions(
+@pytest.mark.timeout(150)
+def test_a_commit_waits_for_min_insync_replicas_of_its_partitions_and_of_the_txn_log(
         cluster_factory: Any) -> None:
     """A partition with min.insync.replicas 3 loses a follower (paused) mid-transaction:
     commit_transaction is answered once PrepareCommit is durable (as in Kafka), but the
     partition refuses the marker NOT_ENOUGH_REPLICAS, so the transaction stays
     PrepareCommit and read_committed shows none of it; the coordinator retries, logging the
-    refusal once, and the commit completes once the follower is back in the ISR."""
+    refusal once, and the commit completes once the follower is back in the ISR.
+
+    Then __transaction_state's min.insync.replicas goes to 3 and the follower is paused
+    again: the PrepareCommit append is refused, EndTxn is answered
+    COORDINATOR_NOT_AVAILABLE (the transaction stays Ongoing), and the client's retries
+    get through once the follower is back."""
     cluster = cluster_factory(3, config=ISR_CONFIG)
     create(cluster, ISR_TOPIC, 1, 3, via=1, configs={"min.insync.replicas": "3"})
     leader = cluster.wait_topic(ISR_TOPIC, 1).leaders(ISR_TOPIC)[0]
@@ -454,6 +461,49 @@ def test_a_commit_waits_for_min_insync_replicas_of_its_partitions(
                if f"marker for {txn_id} on {ISR_TOPIC}-0 failed: NOT_ENOUGH_REPLICAS" in line]
     assert len(refused) == 1, refused
     assert f"markers for {txn_id} written after" in log
+
+    # __transaction_state's own min.insync.replicas (transaction.state.log.min.isr)
+    state_key = (TRANSACTION_STATE_TOPIC, partition_for(txn_id, 3))
+    coord = cluster.nodes[coordinator]
+    wait_for(f"node {victim} back in {state_key}'s ISR", lambda: len(
+        coord.metadata([TRANSACTION_STATE_TOPIC]).partitions[state_key].isr) == 3,
+        timeout_s=20)
+    client = AdminClient({"bootstrap.servers": coord.bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, TRANSACTION_STATE_TOPIC,
+                              incremental_configs=[ConfigEntry(
+                                  "min.insync.replicas", "3",
+                                  incremental_operation=AlterConfigOpType.SET)])
+    client.incremental_alter_configs([resource])[resource].result(30)
+    p.begin_transaction()
+    more = values("isr-more-", 5)
+    for v in more:
+        p.produce(ISR_TOPIC, v, partition=0)
+    p.flush(30)
+    result: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: result.update(ok=p.commit_transaction(60)),
+                              daemon=True)
+    cluster.nodes[victim].pause()
+    try:
+        thread.start()
+        wait_for(f"node {victim} out of {state_key}'s ISR", lambda: victim not in
+                 coord.metadata([TRANSACTION_STATE_TOPIC]).partitions[state_key].isr,
+                 timeout_s=20)
+        time.sleep(1)  # the client's EndTxn retries, refused
+        assert describe_state(coord, txn_id) == "Ongoing"
+        assert thread.is_alive(), "commit_transaction returned with the ISR short"
+    finally:
+        cluster.nodes[victim].resume()
+    thread.join(60)
+    assert not thread.is_alive() and "ok" in result
+    wait_for("the second commit to complete", lambda: describe_state(
+        coord, txn_id) == "CompleteCommit", timeout_s=30)
+    assert read_all(lead.bootstrap, ISR_TOPIC, "read_committed") == sent + more
+    log = coord.log()
+    refused = [line for line in log.splitlines()
+               if f"writing to {state_key[0]}-{state_key[1]} failed: NOT_ENOUGH_REPLICAS"
+               in line]
+    assert 1 <= len(refused) <= 2, refused  # once per error (..._AFTER_APPEND, then not)
+    assert f"writing to {state_key[0]}-{state_key[1]} works again after" in log
 
 
 # ------------------------------------------ kill -9 of the group coordinator mid-commit

@@ -220,8 +220,19 @@ class TransactionMachine(RuleBasedStateMachine):
         value = decode_value(write.value) if write.value is not None else None
         kind = self.pending_kind.get(txn)
         assert value is not None
+        if not ok and kind == "complete" and value.status in (S.COMPLETE_COMMIT,
+                                                              S.COMPLETE_ABORT):
+            # a completion refused (short ISR): nothing changes, and retry_completions (the
+            # shell's, RETRY_MS later) writes the same completion again
+            assert self.core.on_log_written(write.write_id, E.NOT_ENOUGH_REPLICAS,
+                                            self.now) == []
+            before = len(self.writes)
+            self._perform(self.core.retry_completions(self.now))
+            assert len(self.writes) == before + 1 and self.writes[-1].key == write.key
+            assert decode_value(self.writes[-1].value).status == value.status  # type: ignore[arg-type]
+            return
         if value.status in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT, S.PREPARE_ABORT) and (
-                kind in ("fence", "complete")):
+                kind == "fence"):
             ok = True  # background writes: failures are retried by the shell, tested apart
         if ok:
             self.persisted[write.key] = write.value

@@ -349,6 +349,9 @@ class GroupCoordinator(Actor):
         self.loaded_records: dict[bytes, bytes | None] = {}
         # per partition: records of transactions whose marker the load has not met yet
         self.txn_pending: dict[int, dict[int, list[tuple[int, bytes | None, bytes | None]]]] = {}
+        # markers written while their partition was being loaded, settled after the load
+        self.completions_while_loading: list[CompleteTxnOffsets] = []
+        self.loading_parts: set[int] = set()
         self.load_skipped = 0
         self.load_started_ms = 0
         self.refused_loading = 0
@@ -521,6 +524,7 @@ class GroupCoordinator(Actor):
         self.loaded_records = {}
         self._perform(self.core.load(records, self.now_ms()))
         self._load_open_transactions(set(self.txn_pending))
+        self._settle_completions_met_while_loading()
         self.loaded = True
         self.phase = "ready"
         self.log.info("loaded {} group(s) from {} latest record(s) ({} owned) of {} in {} ms",
@@ -596,7 +600,21 @@ class GroupCoordinator(Actor):
 
     @handles(CompleteTxnOffsets)
     def on_txn_complete(self, msg: CompleteTxnOffsets) -> None:
+        if self.phase in ("loading", "read-retry") and (
+                not self.cluster or msg.partition in self.loading_parts):
+            # The partition may be read to its end already, this marker after that read
+            # (the shard answered the read first): the offsets it settles are still in
+            # txn_pending, not in the core. Settled once the load has put them there.
+            self.completions_while_loading.append(msg)
+            return
         self._perform(self.core.complete_txn(msg.producer_id, msg.partition, msg.commit))
+
+    def _settle_completions_met_while_loading(self) -> None:
+        """After a load: the markers written meanwhile (a marker the load read already
+        finds nothing left to settle)."""
+        met, self.completions_while_loading = self.completions_while_loading, []
+        for msg in met:
+            self._perform(self.core.complete_txn(msg.producer_id, msg.partition, msg.commit))
 
     @handles(OffsetFetch)
     def on_fetch(self, msg: OffsetFetch) -> None:
@@ -721,6 +739,7 @@ class GroupCoordinator(Actor):
         self.loaded_records = {}
         self._perform(self.core.load(records, self.now_ms()))
         self._load_open_transactions(batch)
+        self._settle_completions_met_while_loading()
         self.loaded_parts |= batch
         self.phase = "cluster"
         self.log.info("loaded {} group record(s) of {}-{} in {} ms", len(records), OFFSETS_TOPIC,

@@ -506,8 +506,10 @@ class PartitionShard(Actor):
     def on_write_txn_markers(self, msg: WriteTxnMarkers) -> None:
         """Commit/abort markers from a transaction coordinator, as control batches.
 
-        Written with acks=-1, as Kafka does: a marker the ISR does not hold yet is
-        answered through the purgatory (ProduceReady) once the high watermark passes it.
+        Written with acks=-1, as Kafka does: refused NOT_ENOUGH_REPLICAS (nothing appended)
+        while the ISR is smaller than ``min.insync.replicas``, so the coordinator sends it
+        again until the ISR is back; a marker the ISR does not hold yet is answered through
+        the purgatory (ProduceReady) once the high watermark passes it.
         Answered at once, a leader killed before its followers copied the marker would
         leave the new leader without it while the coordinator, told it was written, marks
         the transaction complete: its records there would stay open (below the LSO) for good.
@@ -520,6 +522,13 @@ class PartitionShard(Actor):
             state = self.partitions.get((req.topic, req.partition))
             if state is None or not state.is_leader:
                 code = UNKNOWN_TP if state is None else NOT_LEADER
+                rows.append(TxnMarkerDoneRow(req.topic, req.partition, code))
+                appended.append(AppendDoneRow(req.topic, req.partition, code, -1, -1, -1, None))
+                continue
+            if not state.has_enough_replicas():
+                # Kafka's acks=-1 check before the append: a marker written now would become
+                # visible once the shrunken ISR holds it, below the durability asked for
+                code = int(ErrorCode.NOT_ENOUGH_REPLICAS)
                 rows.append(TxnMarkerDoneRow(req.topic, req.partition, code))
                 appended.append(AppendDoneRow(req.topic, req.partition, code, -1, -1, -1, None))
                 continue

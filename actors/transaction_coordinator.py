@@ -10,15 +10,21 @@ The core returns effects; this shell performs them:
 
 * ``WriteLog``: one record appended (acks=-1) to its ``__transaction_state``
   partition on the local shard; the AppendDone (or the purgatory's
-  ProduceReady) completes it.
+  ProduceReady) completes it. With that partition's ISR below its
+  ``min.insync.replicas`` (``transaction.state.log.min.isr``) the append is refused
+  NOT_ENOUGH_REPLICAS: a request waiting for it is answered COORDINATOR_NOT_AVAILABLE
+  (the client retries), and a CompleteCommit/CompleteAbort is written again every
+  RETRY_MS until it lands, as Kafka's retry queue of log appends does.
 * ``WriteMarkers``: commit/abort control batches to every partition of the
   transaction, through the shards of the partitions' leaders (other nodes'
   shards in a cluster), written with acks=-1 (a marker the ISR does not hold
-  yet is answered by that node's purgatory, ProduceReady); partitions that fail are sent again every
-  RETRY_MS until all are written. A request unanswered after
-  MARKER_TIMEOUT_MS (its node died, or the leader named by stale metadata is
-  gone and the message became a dead letter) counts as failed and is sent
-  again, to the leader of that moment. The leader that writes a marker on
+  yet is answered by that node's purgatory, ProduceReady; a partition whose ISR is below
+  ``min.insync.replicas`` refuses it, NOT_ENOUGH_REPLICAS); partitions that fail are
+  sent again every RETRY_MS until all are written (logged once per job, partition and
+  error, and once more when the job is done, not at every retry). A request
+  unanswered after MARKER_TIMEOUT_MS (its node died, or the leader named by stale
+  metadata is gone and the message became a dead letter) counts as failed and is
+  sent again, to the leader of that moment. The leader that writes a marker on
   ``__consumer_offsets`` tells its node's GroupCoordinators the fate of the
   producer's offsets.
 * ``Reply``: the answer to the handler that asked.
@@ -132,13 +138,15 @@ def all_txn_coordinators(topology: Topology) -> list[Address]:
 
 
 class _MarkerJob:
-    __slots__ = ("fx", "in_flight", "remaining", "retry_at_ms")
+    __slots__ = ("failed", "fx", "in_flight", "remaining", "retries", "retry_at_ms")
 
     def __init__(self, fx: WriteMarkers) -> None:
         self.fx = fx
         self.remaining = set(fx.partitions)
         self.in_flight: set[int] = set()
         self.retry_at_ms = 0
+        self.failed: set[tuple[str, int, int]] = set()  # (topic, partition, error) logged
+        self.retries = 0
 
 
 class TransactionCoordinator(Actor):
@@ -171,7 +179,10 @@ class TransactionCoordinator(Actor):
         self.timer_id = 0
         self.tick_ms = int(self.config[
             "transaction.abort.timed.out.transaction.cleanup.interval.ms"])
-        self.writes: dict[int, int] = {}  # Append req_id -> core write id
+        self.writes: dict[int, tuple[int, int]] = {}  # Append req_id -> (write id, partition)
+        # __transaction_state partition -> (error, failed appends) since its last success
+        self.log_failures: dict[int, tuple[int, int]] = {}
+        self.complete_retry_at_ms = 0  # when to write failed completions again (0: none)
         self.marker_jobs: dict[str, _MarkerJob] = {}
         # WriteTxnMarkers req_id -> (transactional id, partitions, answer deadline)
         self.marker_reqs: dict[int, tuple[str, list[tuple[str, int]], int]] = {}
@@ -232,6 +243,8 @@ class TransactionCoordinator(Actor):
         waits.extend(deadline for _t, _p, deadline in self.marker_reqs.values())
         if self.phase in ("create-retry", "read-retry"):
             waits.append(self.retry_at_ms)
+        if self.complete_retry_at_ms:
+            waits.append(self.complete_retry_at_ms)
         if not waits:
             return None
         return max(0, min(waits) - self.clock.now_ms())
@@ -245,6 +258,9 @@ class TransactionCoordinator(Actor):
             self.read_offsets = {p: o for p, o in self.read_offsets.items() if p in self.led}
             self._send_reads()
         self._expire_marker_requests(now)
+        if self.complete_retry_at_ms and now >= self.complete_retry_at_ms:
+            self.complete_retry_at_ms = 0
+            self._perform(self.core.retry_completions(self.now_ms()))
         for txn_id, job in list(self.marker_jobs.items()):
             if job.remaining and not job.in_flight and now >= job.retry_at_ms:
                 self._send_markers(txn_id, job)
@@ -459,7 +475,7 @@ class TransactionCoordinator(Actor):
 
     def _write_log(self, fx: WriteLog) -> None:
         rid = next(self.req_ids)
-        self.writes[rid] = fx.write_id
+        self.writes[rid] = (fx.write_id, fx.partition)
         batch = build_batch([fx.value], keys=[fx.key], timestamps_ms=[self.now_ms()])
         self.tell(self.topology.shard_for(TRANSACTION_STATE_TOPIC, fx.partition),
                   Append(rid, -1, APPEND_TIMEOUT_MS,
@@ -472,15 +488,32 @@ class TransactionCoordinator(Actor):
             self.on_markers(WriteTxnMarkersDone(msg.req_id, [
                 TxnMarkerDoneRow(r.topic, r.partition, r.error_code) for r in msg.rows]))
             return
-        write_id = self.writes.pop(msg.req_id, None)
-        if write_id is None:
+        entry = self.writes.pop(msg.req_id, None)
+        if entry is None:
             return
+        write_id, partition = entry
         rows = msg.rows
         code = rows[0].error_code if rows else int(ErrorCode.UNKNOWN_SERVER_ERROR)
-        if code != NONE:
-            self.log.warning("writing to {} failed: {} ({})", TRANSACTION_STATE_TOPIC,
-                             ErrorCode(code).name, rows[0].error_message if rows else "")
+        self._note_log_write(partition, code, rows[0].error_message if rows else "")
         self._perform(self.core.on_log_written(write_id, ErrorCode(code), self.now_ms()))
+        if self.core.completing and not self.complete_retry_at_ms:
+            self.complete_retry_at_ms = self.clock.now_ms() + RETRY_MS
+
+    def _note_log_write(self, partition: int, code: int, message: str | None) -> None:
+        """Log a partition's failed appends once per error while they go on (a short ISR
+        lasts as long as a replica is away), and the first success after them."""
+        before = self.log_failures.get(partition)
+        if code == NONE:
+            if before is not None:
+                del self.log_failures[partition]
+                self.log.info("writing to {}-{} works again after {} failed append(s)",
+                              TRANSACTION_STATE_TOPIC, partition, before[1])
+            return
+        if before is None or before[0] != code:
+            self.log.warning("writing to {}-{} failed: {}{}; not logged again until a write "
+                             "there succeeds", TRANSACTION_STATE_TOPIC, partition,
+                             ErrorCode(code).name, f" ({message})" if message else "")
+        self.log_failures[partition] = (code, (before[1] if before else 0) + 1)
 
     def _leader_shard(self, topic: str, partition: int) -> Address | None:
         """The shard of the partition's leader that owns it, named by the shard count the
@@ -534,9 +567,14 @@ class TransactionCoordinator(Actor):
                 # leader that wrote a marker on __consumer_offsets told its group
                 # coordinators itself
                 job.remaining.discard(tp)
-            else:
-                self.log.warning("marker for {} on {}-{} failed: {}; retrying", txn_id,
-                                 row.topic, row.partition, ErrorCode(row.error_code).name)
+                continue
+            job.retries += 1
+            failure = (row.topic, row.partition, row.error_code)
+            if failure not in job.failed:  # once per job, partition and error
+                job.failed.add(failure)
+                self.log.warning("marker for {} on {}-{} failed: {}; retrying every {} ms "
+                                 "until it is written", txn_id, row.topic, row.partition,
+                                 ErrorCode(row.error_code).name, RETRY_MS)
         if job.in_flight:
             return
         if job.remaining:
@@ -556,14 +594,21 @@ class TransactionCoordinator(Actor):
             if job is None or rid not in job.in_flight:
                 continue
             job.in_flight.discard(rid)
-            self.log.warning("markers for {} on {} unanswered after {} ms; sending again",
-                             txn_id, parts, MARKER_TIMEOUT_MS)
+            job.retries += 1
+            failure = ("", -1, int(ErrorCode.REQUEST_TIMED_OUT))
+            if failure not in job.failed:
+                job.failed.add(failure)
+                self.log.warning("markers for {} on {} unanswered after {} ms; sending again",
+                                 txn_id, parts, MARKER_TIMEOUT_MS)
             if not job.in_flight:
                 job.retry_at_ms = now
 
     def _markers_done(self, txn_id: str, job: _MarkerJob) -> None:
         if self.marker_jobs.get(txn_id) is job:
             del self.marker_jobs[txn_id]
+        if job.retries:
+            self.log.info("markers for {} written after {} failed attempt(s)", txn_id,
+                          job.retries)
         self._perform(self.core.on_markers_written(txn_id, job.fx.producer_epoch,
                                                    self.now_ms()))
 
@@ -592,6 +637,7 @@ class TransactionCoordinator(Actor):
             "transactions": {t: m.state.kafka_name for t, m in self.core.txns.items()},
             "marker_jobs": len(self.marker_jobs),
             "writes_in_flight": len(self.writes),
+            "completions_to_retry": len(self.core.completing),
             "refused_loading": self.refused_loading,
         }
 

@@ -53,6 +53,28 @@ VALID_PREVIOUS: dict[TxnStatus, frozenset[TxnStatus]] = {
 }
 
 
+# How a failed append to __transaction_state is answered (Kafka's TransactionStateManager):
+# a retriable "not now" for a short ISR or a timeout, "ask elsewhere" when this node does
+# not lead the partition (or its log failed), and a server error for a record too large.
+_LOG_ERRORS: dict[ErrorCode, ErrorCode] = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.NOT_COORDINATOR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+}
+
+
+def coordinator_error(log_error: ErrorCode) -> ErrorCode:
+    """The error a transactional request gets when its __transaction_state write failed
+    with ``log_error``; anything unexpected is retriable (COORDINATOR_NOT_AVAILABLE)."""
+    return _LOG_ERRORS.get(log_error, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+
 class IllegalTransitionError(Exception):
     """A transition Kafka's table does not allow; the metadata is left as it was."""
 
@@ -142,6 +164,9 @@ class TransactionCoordinatorCore:
         self.coordinator_epochs: dict[int, int] = {}  # led partition -> leader epoch
         self._writes: dict[int, _Write] = {}
         self._next_write = 1
+        # ids whose markers are all written but whose CompleteX write failed retriably
+        # (Kafka's txnLogAppendRetryQueue): retry_completions writes them again
+        self.completing: set[str] = set()
         self.skipped_records = 0
 
     # --- ownership ------------------------------------------------------
@@ -155,6 +180,7 @@ class TransactionCoordinatorCore:
         """Rebuild the ids of ``partition`` from its records (in log order); transactions
         caught in PrepareCommit/PrepareAbort get their markers written again."""
         self.coordinator_epochs[partition] = coordinator_epoch
+        self.completing -= {t for t in self.completing if self.partition_for(t) == partition}
         latest: dict[str, TxnLogValue | None] = {}
         for key, value in records:
             try:
@@ -183,6 +209,7 @@ class TransactionCoordinatorCore:
             self.coordinator_epochs.pop(p, None)
         for txn_id in [t for t in self.txns if self.partition_for(t) in partitions]:
             del self.txns[txn_id]
+            self.completing.discard(txn_id)
         effects: list[Effect] = []
         for write_id, write in list(self._writes.items()):
             if self.partition_for(write.transactional_id) in partitions:
@@ -222,17 +249,22 @@ class TransactionCoordinatorCore:
             return []
         meta.pending = None
         if error != ErrorCode.NONE:
+            code = coordinator_error(error)
             if write.then == "complete":
-                # markers are written: the completion must land; retried on the next tick
+                # markers are written: the completion must land. COORDINATOR_NOT_AVAILABLE
+                # (the log's ISR below transaction.state.log.min.isr, a timeout) is
+                # retried by retry_completions; otherwise this node no longer leads the
+                # partition and the next coordinator completes it from PrepareX.
+                if code == ErrorCode.COORDINATOR_NOT_AVAILABLE:
+                    self.completing.add(write.transactional_id)
                 return []
             if write.request_id is None:
                 return []
-            code = (ErrorCode.NOT_COORDINATOR
-                    if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_COORDINATOR)
-                    else ErrorCode.COORDINATOR_NOT_AVAILABLE)
             if meta.state == S.EMPTY and meta.producer_epoch == NO_EPOCH:
                 del self.txns[write.transactional_id]  # never persisted
             return [Reply(write.request_id, code)]
+        if write.then == "complete":
+            self.completing.discard(write.transactional_id)
         target = write.target
         if target.producer_id != meta.producer_id:
             meta.last_producer_id = meta.producer_id
@@ -398,10 +430,24 @@ class TransactionCoordinatorCore:
         return effects
 
     def retry_stuck(self, now_ms: int) -> list[Effect]:
-        """Prepared transactions with no write in flight: their markers (again)."""
+        """Prepared transactions with no write in flight: their markers (again); those
+        whose markers are written and whose completion is being retried are left to
+        :meth:`retry_completions`."""
         return [self._markers(meta, meta.state == S.PREPARE_COMMIT)
                 for meta in self.txns.values()
-                if meta.pending is None and meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)]
+                if meta.pending is None and meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)
+                and meta.transactional_id not in self.completing]
+
+    def retry_completions(self, now_ms: int) -> list[Effect]:
+        """The CompleteCommit/CompleteAbort writes that failed retriably, written again."""
+        effects: list[Effect] = []
+        for txn_id in sorted(self.completing):
+            meta = self.txns.get(txn_id)
+            if meta is None or meta.state not in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+                self.completing.discard(txn_id)
+            elif meta.pending is None:
+                effects.extend(self.on_markers_written(txn_id, meta.producer_epoch, now_ms))
+        return effects
 
     # --- reads ------------------------------------------------------------
 

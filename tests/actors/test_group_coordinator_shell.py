@@ -22,7 +22,7 @@ from actors.core.offsets_codec import (
     offset_tombstone,
     partition_for,
 )
-from actors.core.record_batch import CONTROL_BIT, build_batch
+from actors.core.record_batch import CONTROL_BIT, TRANSACTIONAL_BIT, build_batch
 from actors.group_coordinator import GroupCoordinator, decode_batches, encode_records
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
@@ -52,6 +52,7 @@ from wire.group_messages import (
     OffsetFetchDone,
 )
 from wire.registry import message
+from wire.transaction_messages import CompleteTxnOffsets
 
 NUM_PARTITIONS = 4
 
@@ -333,3 +334,82 @@ def test_decode_batches_refuses_compressed_batches() -> None:
     gzip_batch = build_batch([b"x"], attributes=1)
     with pytest.raises(CorruptMessageError, match="compressed batch at offset 0"):
         decode_batches(gzip_batch)
+
+
+# ------------------------------------------------- a marker met while loading
+
+PRODUCER_ID = 4242
+
+
+class SplitReadShard(FakeShard):
+    """Reads answered at once, except that the first read of ``slow`` claims more to
+    come (log end 1, no data) and the read after it is held until a Release: the
+    other partitions are read to their end while the load is not finished."""
+
+    slow = -1
+
+    def setup(self) -> None:
+        super().setup()
+        self.hold_reads = False
+        self.slow_reads = 0
+
+    @handles(Read)
+    def on_read(self, msg: Read) -> None:
+        assert self.current_sender is not None
+        if any(r.partition == self.slow for r in msg.rows):
+            self.slow_reads += 1
+            if self.slow_reads == 2:
+                self.hold_reads = True
+                self.held.append((self.current_sender, msg))
+                return
+        self.tell(self.current_sender, self._read(msg))
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> Any:
+        return len(self.held)
+
+    def _read(self, msg: Read) -> ReadDone:
+        done = super()._read(msg)
+        if self.slow_reads != 1:
+            return done
+        return done._replace(rows=[
+            r._replace(log_end_offset=1) if r.partition == self.slow else r
+            for r in done.rows])
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_a_marker_met_while_loading_settles_the_offsets_read_before_it(
+        manual_node: Node, commit: bool) -> None:
+    """The group's partition holds a transaction's offsets (no marker yet) and is read to
+    its end while another partition's read is still out; the marker is written then
+    (CompleteTxnOffsets arrives mid-load). Once the load ends the offsets are committed
+    (or dropped), not left pending for good (UNSTABLE_OFFSET_COMMIT forever)."""
+    node = manual_node
+    group = "txn-group"
+    p = partition_for(group, NUM_PARTITIONS)
+    SplitReadShard.slow = (p + 1) % NUM_PARTITIONS
+    record = offset_commit_record(group, "t", 0, OffsetCommitValue(77, -1, "", 1))
+    batch = build_batch([record.value], keys=[record.key], producer_id=PRODUCER_ID,
+                        producer_epoch=0, attributes=TRANSACTIONAL_BIT)
+    config = Config({"offsets.topic.num.partitions": NUM_PARTITIONS,
+                     "num.group.coordinators": 1, "num.partition.shards": 1,
+                     "num.io.threads": 1})
+    topo = Topology.from_config(node.name, config)
+    node.spawn(FakeController, topo.controller.name)
+    node.spawn(SplitReadShard, topo.shard(0).name, logs={p: [batch]})
+    node.spawn(Probe, "probe")
+    coordinator = topo.coordinator(0)
+    node.spawn(GroupCoordinator, coordinator.name, topology=topo, config=config,
+               wait_for_handlers=False)
+    wait_for(lambda: node.ask(topo.shard(0), GetStats()) == 1)  # the second read, held
+    assert node.ask(coordinator, GetStats())["phase"] == "loading"
+    node.tell(coordinator, CompleteTxnOffsets(PRODUCER_ID, p, commit))
+    node.quiesce()
+    assert not node.ask(coordinator, GetStats())["loaded"]
+    node.tell(topo.shard(0), Release(True, True, 0))
+    wait_for(lambda: node.ask(coordinator, GetStats())["loaded"])
+    node.tell(coordinator, OffsetFetch(1, group, [TopicPartition("t", 0)], True),
+              sender="probe")
+    node.quiesce()
+    [answer] = node.ask(Address(node.name, "probe"), GetStats())
+    assert answer[3] == [["t", 0, 77 if commit else -1, -1, "", 0]]

@@ -3,7 +3,8 @@ load of ``__transaction_state``, requests refused while loading, every transitio
 appended before it is answered, markers written through the shard, and a transaction
 past its timeout aborted on the Timer's tick once the clock is moved (no sleeping), and
 a marker request that is never answered (its node died) sent again after
-MARKER_TIMEOUT_MS.
+MARKER_TIMEOUT_MS, and markers and a completion refused for a short ISR
+(NOT_ENOUGH_REPLICAS) sent again every RETRY_MS, logged once.
 
 A fake Controller and a fake PartitionShard stand in for the broker's; the Timer is
 the real one.
@@ -12,6 +13,8 @@ the real one.
 from __future__ import annotations
 
 from typing import Any
+
+from loguru import logger
 
 from actors.core.transaction_log import TRANSACTION_STATE_TOPIC, decode_value
 from actors.group_coordinator import decode_batches
@@ -23,6 +26,7 @@ from actors.timer import Timer
 from actors.topology import Topology
 from actors.transaction_coordinator import (
     MARKER_TIMEOUT_MS,
+    RETRY_MS,
     TransactionCoordinator,
     txn_coordinator_for,
 )
@@ -116,6 +120,38 @@ class DroppingShard(FakeShard):
     drop_markers = 1
 
 
+class ShortIsrShard(FakeShard):
+    """The marker's partition and then __transaction_state have an ISR below their
+    min.insync.replicas for a while: NOT_ENOUGH_REPLICAS, nothing appended."""
+
+    refuse_markers = 3
+    refuse_completions = 2
+
+    @handles(Append)
+    def on_append(self, msg: Append) -> None:
+        [row] = msg.rows
+        [(_o, _k, value)], _next = decode_batches(bytes(row.records))
+        if decode_value(value).status.kafka_name == "CompleteCommit" and \
+                self.refuse_completions > 0:
+            self.refuse_completions -= 1
+            self.values.append("refused")
+            self.reply(AppendDone(msg.req_id, [AppendDoneRow(
+                row.topic, row.partition, int(ErrorCode.NOT_ENOUGH_REPLICAS), -1, -1, -1,
+                "ISR has 1 replicas, min.insync.replicas is 2")]))
+            return
+        super().on_append(msg)
+
+    @handles(WriteTxnMarkers)
+    def on_markers(self, msg: WriteTxnMarkers) -> None:
+        if self.refuse_markers > 0:
+            self.refuse_markers -= 1
+            self.reply(WriteTxnMarkersDone(msg.req_id, [
+                TxnMarkerDoneRow(r.topic, r.partition, int(ErrorCode.NOT_ENOUGH_REPLICAS))
+                for r in msg.rows]))
+            return
+        super().on_markers(msg)
+
+
 def start(node: Node, shard: type[FakeShard] = FakeShard) -> tuple[Topology, Config, Address]:
     config = Config({"transaction.state.log.num.partitions": 4, "num.group.coordinators": 1,
                      "num.partition.shards": 1,
@@ -203,3 +239,53 @@ def test_an_unanswered_marker_request_is_sent_again(manual_node: Node) -> None:
     assert stats["markers"] == [["t", 0, epoch, True]]
     assert stats["values"] == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit"]
     assert node.ask(coordinator, GetStats())["marker_jobs"] == 0
+
+
+def test_markers_and_completion_refused_for_a_short_isr_are_retried_and_logged_once(
+        manual_node: Node) -> None:
+    """The partition refuses the commit marker (NOT_ENOUGH_REPLICAS) three times, then
+    __transaction_state refuses CompleteCommit twice: each is sent again every RETRY_MS
+    until it lands, the transaction stays PrepareCommit until then, and each failure is
+    logged once, not at every retry."""
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="INFO")
+    try:
+        node = manual_node
+        topo, _config, coordinator = start(node, ShortIsrShard)
+        node.tell(coordinator, InitTxnProducer(1, "app", 60000, -1, -1), sender="probe")
+        node.quiesce()
+        wait_for(lambda: node.ask(coordinator, GetStats())["phase"] == "ready", "the load",
+                 timeout=10)
+        node.tell(coordinator, InitTxnProducer(2, "app", 60000, -1, -1), sender="probe")
+        node.quiesce()
+        _rid, error, producer_id, epoch = probe_answers(node)[1]
+        assert error == 0
+        node.tell(coordinator, AddPartitionsToTxn(3, "app", producer_id, epoch,
+                                                  [TxnTopicPartition("t", 0)]), sender="probe")
+        node.quiesce()
+        node.tell(coordinator, EndTxn(4, "app", producer_id, epoch, True), sender="probe")
+        node.quiesce()
+        assert probe_answers(node)[3] == [4, 0]
+        shard = topo.shard(0)
+        for _ in range(3):  # refused, refused, refused
+            assert node.ask(shard, GetStats())["markers"] == []
+            assert node.ask(coordinator, GetStats())["transactions"] == {
+                "app": "PrepareCommit"}
+            node.advance_clock(RETRY_MS)
+        assert node.ask(shard, GetStats())["markers"] == [["t", 0, epoch, True]]
+        for _ in range(2):  # CompleteCommit refused twice, written again each RETRY_MS
+            assert node.ask(coordinator, GetStats())["transactions"] == {
+                "app": "PrepareCommit"}
+            node.advance_clock(RETRY_MS)
+        stats = node.ask(shard, GetStats())
+        assert stats["values"] == ["Empty", "Ongoing", "PrepareCommit", "refused", "refused",
+                                   "CompleteCommit"]
+        assert stats["markers"] == [["t", 0, epoch, True]]  # the markers are not rewritten
+        assert node.ask(coordinator, GetStats())["transactions"] == {"app": "CompleteCommit"}
+        assert node.ask(coordinator, GetStats())["completions_to_retry"] == 0
+    finally:
+        logger.remove(sink)
+    refused = [line for line in lines if "NOT_ENOUGH_REPLICAS" in line]
+    assert len(refused) == 2, refused  # one for the markers, one for __transaction_state
+    assert any("written after 3 failed attempt(s)" in line for line in lines)
+    assert any("works again after 2 failed append(s)" in line for line in lines)

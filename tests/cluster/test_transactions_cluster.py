@@ -12,6 +12,17 @@ killed transaction or none of it, the group's offset agrees, and nothing changes
 the killed node is back in every ISR. (In every run so far the timed kills ended in a
 commit: the producer retries its EndTxn with the new coordinator.)
 
+kill -9 of the group coordinator's node (the leader of the group's __consumer_offsets
+partition) while two producers hold offsets for the group in open transactions: one
+commits, one aborts; the successor loads the pending offsets and the markers settle them:
+the committed offset shows once, the aborted one never.
+
+A partition whose ISR is below its min.insync.replicas refuses a commit marker
+(NOT_ENOUGH_REPLICAS): the transaction stays PrepareCommit, invisible to read_committed,
+until the follower is back in the ISR; the coordinator retries without flooding its log.
+With __transaction_state's own ISR short, EndTxn is refused (COORDINATOR_NOT_AVAILABLE)
+and the client's retries get through once the follower is back.
+
 These found four bugs, fixed in the broker: marker requests lost with their node hung
 the transaction in PrepareCommit; markers were acknowledged before the ISR held them;
 offsets' fate reached the group coordinators only through the coordinator's answer; a
@@ -28,8 +39,8 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from kafka.protocol.metadata import FindCoordinatorRequest
 
 from actors.core.transaction_log import TRANSACTION_STATE_TOPIC, partition_for
@@ -149,13 +160,19 @@ def kill_cluster(cluster_factory: Any, slow: bool) -> Cluster:
     return cluster
 
 
-def coordinator_of(cluster: Cluster, avoid: set[int]) -> tuple[str, int]:
-    """A transactional id whose ``__transaction_state`` partition (Kafka's partitionFor)
-    is led by a node not in ``avoid``, and that node; FindCoordinator agrees."""
+def transaction_state_view(cluster: Cluster) -> Any:
+    """__transaction_state (made by the first FindCoordinator for a transactional id)
+    with a leader for each partition on every node: a ClusterView."""
     wait_for("__transaction_state made by FindCoordinator", lambda: call(
         cluster.nodes[1].bootstrap, FindCoordinatorRequest(key="any", key_type=1), 1
     ).error_code == 0, timeout_s=30)
-    view = cluster.wait_topic(TRANSACTION_STATE_TOPIC, 3)
+    return cluster.wait_topic(TRANSACTION_STATE_TOPIC, 3)
+
+
+def coordinator_of(cluster: Cluster, avoid: set[int]) -> tuple[str, int]:
+    """A transactional id whose ``__transaction_state`` partition (Kafka's partitionFor)
+    is led by a node not in ``avoid``, and that node; FindCoordinator agrees."""
+    view = transaction_state_view(cluster)
     for i in range(100):
         txn_id = f"kill-{i}"
         leader = view.partitions[(TRANSACTION_STATE_TOPIC, partition_for(txn_id, 3))].leader
@@ -382,3 +399,176 @@ def test_coordinator_killed_with_the_transaction_open_has_it_aborted(
         with pytest.raises(KafkaException):
             t.producer.commit_transaction(15)
         restart_and_recheck(t.cluster, t.victim, outcome, t.group, committed=False)
+
+
+# ------------------------------------------------- markers and min.insync.replicas
+
+ISR_TOPIC = "tx-isr"
+ISR_CONFIG = {
+    "transaction.state.log.num.partitions": 3,
+    "transaction.state.log.replication.factor": 3,
+    "transaction.state.log.min.isr": 2,
+    "replica.lag.time.max.ms": 1000,
+    "replica.fetch.backoff.ms": 100,
+    # the paused node keeps its session: only its replicas' lag takes it out of the ISRs
+    "zookeeper.session.timeout.ms": 15000,
+    "auto.leader.rebalance.enable": False,
+}
+
+
+@pytest.mark.timeout(150)
+def test_a_commit_waits_for_min_insync_replicas_of_its_partitions_and_of_the_txn_log(
+        cluster_factory: Any) -> None:
+    """A partition with min.insync.replicas 3 loses a follower (paused) mid-transaction:
+    commit_transaction is answered once PrepareCommit is durable (as in Kafka), but the
+    partition refuses the marker NOT_ENOUGH_REPLICAS, so the transaction stays
+    PrepareCommit and read_committed shows none of it; the coordinator retries, logging the
+    refusal once, and the commit completes once the follower is back in the ISR.
+
+    Then __transaction_state's min.insync.replicas goes to 3 and the follower is paused
+    again: the PrepareCommit append is refused, EndTxn is answered
+    COORDINATOR_NOT_AVAILABLE (the transaction stays Ongoing), and the client's retries
+    get through once the follower is back."""
+    cluster = cluster_factory(3, config=ISR_CONFIG)
+    create(cluster, ISR_TOPIC, 1, 3, via=1, configs={"min.insync.replicas": "3"})
+    leader = cluster.wait_topic(ISR_TOPIC, 1).leaders(ISR_TOPIC)[0]
+    # the paused node neither leads the partition nor is the controller (ISR changes)
+    victim = min(set(cluster.nodes) - {leader, cluster.controller()})
+    txn_id, coordinator = coordinator_of(cluster, avoid={victim})
+    p = txn_producer(cluster, txn_id)
+    p.init_transactions(60)
+    p.begin_transaction()
+    sent = values("isr-", 10)
+    for v in sent:
+        p.produce(ISR_TOPIC, v, partition=0)
+    p.flush(30)
+    lead = cluster.nodes[leader]
+    cluster.nodes[victim].pause()
+    try:
+        wait_for(f"node {victim} out of {ISR_TOPIC}-0's ISR", lambda: victim not in
+                 lead.metadata([ISR_TOPIC]).partitions[(ISR_TOPIC, 0)].isr, timeout_s=20)
+        p.commit_transaction(30)
+        time.sleep(1.5)  # a few marker retries
+        assert describe_state(cluster.nodes[coordinator], txn_id) == "PrepareCommit"
+        assert read_all(lead.bootstrap, ISR_TOPIC, "read_committed") == []
+    finally:
+        cluster.nodes[victim].resume()
+    wait_for("the commit to complete", lambda: describe_state(
+        cluster.nodes[coordinator], txn_id) == "CompleteCommit", timeout_s=30)
+    assert read_all(lead.bootstrap, ISR_TOPIC, "read_committed") == sent
+    log = cluster.nodes[coordinator].log()
+    refused = [line for line in log.splitlines()
+               if f"marker for {txn_id} on {ISR_TOPIC}-0 failed: NOT_ENOUGH_REPLICAS" in line]
+    assert len(refused) == 1, refused
+    assert f"markers for {txn_id} written after" in log
+
+    # __transaction_state's own min.insync.replicas (transaction.state.log.min.isr)
+    state_key = (TRANSACTION_STATE_TOPIC, partition_for(txn_id, 3))
+    coord = cluster.nodes[coordinator]
+    wait_for(f"node {victim} back in {state_key}'s ISR", lambda: len(
+        coord.metadata([TRANSACTION_STATE_TOPIC]).partitions[state_key].isr) == 3,
+        timeout_s=20)
+    client = AdminClient({"bootstrap.servers": coord.bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, TRANSACTION_STATE_TOPIC,
+                              incremental_configs=[ConfigEntry(
+                                  "min.insync.replicas", "3",
+                                  incremental_operation=AlterConfigOpType.SET)])
+    client.incremental_alter_configs([resource])[resource].result(30)
+    p.begin_transaction()
+    more = values("isr-more-", 5)
+    for v in more:
+        p.produce(ISR_TOPIC, v, partition=0)
+    p.flush(30)
+    result: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: result.update(ok=p.commit_transaction(60)),
+                              daemon=True)
+    cluster.nodes[victim].pause()
+    try:
+        thread.start()
+        wait_for(f"node {victim} out of {state_key}'s ISR", lambda: victim not in
+                 coord.metadata([TRANSACTION_STATE_TOPIC]).partitions[state_key].isr,
+                 timeout_s=20)
+        time.sleep(1)  # the client's EndTxn retries, refused
+        assert describe_state(coord, txn_id) == "Ongoing"
+        assert thread.is_alive(), "commit_transaction returned with the ISR short"
+    finally:
+        cluster.nodes[victim].resume()
+    thread.join(60)
+    assert not thread.is_alive() and "ok" in result
+    wait_for("the second commit to complete", lambda: describe_state(
+        coord, txn_id) == "CompleteCommit", timeout_s=30)
+    assert read_all(lead.bootstrap, ISR_TOPIC, "read_committed") == sent + more
+    log = coord.log()
+    refused = [line for line in log.splitlines()
+               if f"writing to {state_key[0]}-{state_key[1]} failed: NOT_ENOUGH_REPLICAS"
+               in line]
+    assert 1 <= len(refused) <= 2, refused  # once per error (..._AFTER_APPEND, then not)
+    assert f"writing to {state_key[0]}-{state_key[1]} works again after" in log
+
+
+# ------------------------------------------ kill -9 of the group coordinator mid-commit
+
+
+def group_coordinator_of(cluster: Cluster, avoid: set[int]) -> tuple[str, int]:
+    """A group id whose coordinator (FindCoordinator key type 0) is not in ``avoid``."""
+    bs = cluster.nodes[1].bootstrap
+
+    def found(group: str) -> Any:
+        answer = call(bs, FindCoordinatorRequest(key=group, key_type=0), 1)
+        return answer if answer.error_code == 0 else None
+
+    wait_for("__consumer_offsets made by FindCoordinator", lambda: found("any"), timeout_s=30)
+    for i in range(100):
+        answer = found(f"gk-{i}")
+        if answer is not None and answer.node_id not in avoid:
+            return f"gk-{i}", answer.node_id
+    raise AssertionError(f"no group coordinated outside {avoid}")
+
+
+@pytest.mark.timeout(150)
+def test_group_coordinator_killed_mid_commit_keeps_committed_offsets_once_and_aborted_never(
+        cluster_factory: Any) -> None:
+    """Two producers hold offsets for one group in open transactions (pending on the
+    group's coordinator); that node is killed (-9), then one commits and the other aborts,
+    their markers to __consumer_offsets retried until its partition has a new leader.
+    The new group coordinator loads the pending offsets from the log: the committed ones
+    become the group's offset (once), the aborted ones never do; read_committed shows
+    the committed records once and none of the aborted ones."""
+    cluster = kill_cluster(cluster_factory, slow=False)
+    group_id, victim = group_coordinator_of(cluster, avoid={cluster.controller()})
+    view = transaction_state_view(cluster)
+    txn_ids = [t for t in (f"gk-txn-{i}" for i in range(100)) if view.partitions[
+        (TRANSACTION_STATE_TOPIC, partition_for(t, 3))].leader != victim][:2]
+    group = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group_id,
+                      "enable.auto.commit": False, "isolation.level": "read_committed"})
+    try:
+        keeper, dropper = (txn_producer(cluster, t) for t in txn_ids)
+        keeper.init_transactions(60)
+        dropper.init_transactions(60)
+        committed = baseline(keeper, group, rounds=1)  # the group's offset of OUT-0 is 1
+        opened: dict[str, list[bytes]] = {}
+        for name, p, tp in (("kept-", keeper, TopicPartition(OUT, 0, KILLED_OFFSET)),
+                            ("dropped-", dropper, TopicPartition(OUT, 1, 2 * KILLED_OFFSET))):
+            p.begin_transaction()
+            opened[name] = values(name, 9)
+            for i, v in enumerate(opened[name]):
+                p.produce(OUT, v, partition=i % 3)
+            p.flush(30)
+            p.send_offsets_to_transaction([tp], group.consumer_group_metadata(), 30)
+        cluster.nodes[victim].kill()
+        keeper.commit_transaction(60)
+        dropper.abort_transaction(60)
+        for txn_id, state in zip(txn_ids, ("CompleteCommit", "CompleteAbort"), strict=True):
+            node = cluster.nodes[view.partitions[
+                (TRANSACTION_STATE_TOPIC, partition_for(txn_id, 3))].leader]
+            wait_for(f"{txn_id} in {state}", lambda n=node, t=txn_id, s=state:
+                     describe_state(n, t) == s, timeout_s=45)
+        seen = collections.Counter(read_all(cluster.live()[0].bootstrap, OUT,
+                                            "read_committed", 3))
+        assert all(n == 1 for n in seen.values()), "a record read twice"
+        assert set(seen) == set(committed) | set(opened["kept-"])
+        offsets = group.committed([TopicPartition(OUT, 0), TopicPartition(OUT, 1)],
+                                  timeout=30)
+        assert [o.offset for o in offsets] == [KILLED_OFFSET, OFFSET_INVALID]
+    finally:
+        group.close()

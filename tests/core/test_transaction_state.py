@@ -220,8 +220,19 @@ class TransactionMachine(RuleBasedStateMachine):
         value = decode_value(write.value) if write.value is not None else None
         kind = self.pending_kind.get(txn)
         assert value is not None
+        if not ok and kind == "complete" and value.status in (S.COMPLETE_COMMIT,
+                                                              S.COMPLETE_ABORT):
+            # a completion refused (short ISR): nothing changes, and retry_completions (the
+            # shell's, RETRY_MS later) writes the same completion again
+            assert self.core.on_log_written(write.write_id, E.NOT_ENOUGH_REPLICAS,
+                                            self.now) == []
+            before = len(self.writes)
+            self._perform(self.core.retry_completions(self.now))
+            assert len(self.writes) == before + 1 and self.writes[-1].key == write.key
+            assert decode_value(self.writes[-1].value).status == value.status  # type: ignore[arg-type]
+            return
         if value.status in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT, S.PREPARE_ABORT) and (
-                kind in ("fence", "complete")):
+                kind == "fence"):
             ok = True  # background writes: failures are retried by the shell, tested apart
         if ok:
             self.persisted[write.key] = write.value
@@ -399,6 +410,77 @@ def test_load_resends_the_markers_of_prepared_transactions() -> None:
     txn = next(t for t in (f"id{i}" for i in range(100)) if partition_for(t, 3) == 1)
     effects = core.load_partition(1, 12, [(encode_key(txn), encode_value(value))], 6)
     assert effects == [WriteMarkers(txn, 9, 3, False, 12, (("t", 1),))]
+
+
+def _prepared(core: TransactionCoordinatorCore) -> tuple[int, WriteMarkers]:
+    """"a" in PrepareCommit over ("t", 0), its EndTxn answered: (producer id, markers)."""
+    [init] = _drain(core, core.init_producer_id(1, "a", 1000, -1, -1, 0), 0)
+    _drain(core, core.add_partitions(2, "a", init.producer_id, 0, [("t", 0)], 1), 1)
+    [write] = core.end_txn(3, "a", init.producer_id, 0, True, 2)
+    assert isinstance(write, WriteLog)
+    reply, markers = core.on_log_written(write.write_id, E.NONE, 2)
+    assert reply == Reply(3, E.NONE) and isinstance(markers, WriteMarkers)
+    return init.producer_id, markers
+
+
+@pytest.mark.parametrize(("log_error", "answer"), [
+    (E.NOT_ENOUGH_REPLICAS, E.COORDINATOR_NOT_AVAILABLE),
+    (E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, E.COORDINATOR_NOT_AVAILABLE),
+    (E.REQUEST_TIMED_OUT, E.COORDINATOR_NOT_AVAILABLE),
+    (E.UNKNOWN_TOPIC_OR_PARTITION, E.COORDINATOR_NOT_AVAILABLE),
+    (E.NOT_LEADER_OR_FOLLOWER, E.NOT_COORDINATOR),
+    (E.KAFKA_STORAGE_ERROR, E.NOT_COORDINATOR),
+    (E.MESSAGE_TOO_LARGE, E.UNKNOWN_SERVER_ERROR),
+])
+def test_a_failed_log_write_answers_kafkas_coordinator_error_and_changes_nothing(
+        log_error: ErrorCode, answer: ErrorCode) -> None:
+    """__transaction_state's ISR below transaction.state.log.min.isr refuses the
+    PrepareCommit: EndTxn is answered COORDINATOR_NOT_AVAILABLE (retriable), the
+    transaction stays Ongoing and the client's retry goes through."""
+    core = _core()
+    [init] = _drain(core, core.init_producer_id(1, "a", 1000, -1, -1, 0), 0)
+    _drain(core, core.add_partitions(2, "a", init.producer_id, 0, [("t", 0)], 1), 1)
+    [write] = core.end_txn(3, "a", init.producer_id, 0, True, 2)
+    assert isinstance(write, WriteLog)
+    assert core.on_log_written(write.write_id, log_error, 2) == [Reply(3, answer)]
+    meta = core.txns["a"]
+    assert (meta.state, meta.pending) == (S.ONGOING, None)
+    [again] = core.end_txn(4, "a", init.producer_id, 0, True, 3)
+    assert isinstance(again, WriteLog)
+    assert core.on_log_written(again.write_id, E.NONE, 3)[0] == Reply(4, E.NONE)
+    assert core.txns["a"].state == S.PREPARE_COMMIT
+
+
+def test_a_completion_refused_for_a_short_isr_is_written_again() -> None:
+    """Markers written, CompleteCommit refused NOT_ENOUGH_REPLICAS: the id stays in
+    PrepareCommit and retry_completions writes the completion (not the markers) again
+    until it lands; retry_stuck leaves it alone meanwhile."""
+    core = _core()
+    _pid, markers = _prepared(core)
+    [complete] = core.on_markers_written("a", markers.producer_epoch, 3)
+    assert isinstance(complete, WriteLog)
+    assert core.on_log_written(complete.write_id, E.NOT_ENOUGH_REPLICAS, 3) == []
+    assert core.completing == {"a"} and core.txns["a"].state == S.PREPARE_COMMIT
+    assert core.retry_stuck(4) == []
+    [again] = core.retry_completions(4)
+    assert isinstance(again, WriteLog) and decode_value(again.value).status == S.COMPLETE_COMMIT
+    assert core.retry_completions(4) == []  # in flight: not twice
+    assert core.on_log_written(again.write_id, E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, 4) == []
+    [third] = core.retry_completions(5)
+    assert isinstance(third, WriteLog)
+    assert core.on_log_written(third.write_id, E.NONE, 5) == []
+    assert core.completing == set() and core.txns["a"].state == S.COMPLETE_COMMIT
+
+
+def test_a_completion_refused_as_not_leader_is_left_to_the_next_coordinator() -> None:
+    core = _core()
+    _pid, markers = _prepared(core)
+    [complete] = core.on_markers_written("a", markers.producer_epoch, 3)
+    assert isinstance(complete, WriteLog)
+    assert core.on_log_written(complete.write_id, E.NOT_LEADER_OR_FOLLOWER, 3) == []
+    assert core.completing == set() and core.retry_completions(4) == []
+    core.unload_partitions({partition_for("a", 3)})
+    assert "a" not in core.txns
 
 
 # --- record format ----------------------------------------------------------

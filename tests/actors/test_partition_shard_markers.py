@@ -1,0 +1,58 @@
+"""WriteTxnMarkers in a PartitionShard: a marker is an acks=-1 append, so a partition
+whose ISR is smaller than its ``min.insync.replicas`` refuses it NOT_ENOUGH_REPLICAS and
+appends nothing (the coordinator sends it again later), as Kafka's leader does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from actors.core.log_dir import LogDir
+from actors.log_manager import LogManager
+from actors.partition_shard import PartitionShard
+from actors.runtime.actor import Actor, handles
+from actors.runtime.config import Config
+from actors.runtime.node import Node
+from actors.topology import Topology
+from tests.fixtures.waiting import wait_for
+from wire.broker_messages import GetStats, TopicEntry
+from wire.errors import ErrorCode
+from wire.transaction_messages import TxnMarkerRow, WriteTxnMarkers, WriteTxnMarkersDone
+
+
+class Coordinator(Actor):
+    """Stands in for a transaction coordinator: keeps the answers."""
+
+    def setup(self) -> None:
+        self.answers: list[Any] = []
+
+    @handles(WriteTxnMarkersDone)
+    def on_done(self, msg: WriteTxnMarkersDone) -> None:
+        self.answers.append([[r.topic, r.partition, r.error_code] for r in msg.rows])
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> Any:
+        return list(self.answers)
+
+
+def test_a_marker_to_a_partition_short_of_min_insync_replicas_is_refused(
+        node: Node, tmp_path: Path) -> None:
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    log_dir = LogDir.open(tmp_path)
+    # a single node's partition: its ISR is itself, one replica
+    topics = {"short": TopicEntry(1, {"min.insync.replicas": "2"})}
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1,
+               clock=node.clock)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=Config(),
+                       log_dir=log_dir, topics=topics, broker_id=1, clock=node.clock)
+    coordinator = node.spawn(Coordinator, "coordinator")
+    node.tell(shard, WriteTxnMarkers(1, [TxnMarkerRow("short", 0, 7, 0, True, 0),
+                                         TxnMarkerRow("gone", 0, 7, 0, True, 0)]),
+              sender="coordinator")
+    wait_for(lambda: node.ask(coordinator, GetStats()))
+    assert node.ask(coordinator, GetStats()) == [[
+        ["short", 0, int(ErrorCode.NOT_ENOUGH_REPLICAS)],
+        ["gone", 0, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]]]
+    stats: dict[str, Any] = node.ask(shard, GetStats())
+    assert stats["partitions"]["short-0"][1] == 0  # nothing appended: log end offset 0

@@ -119,8 +119,23 @@ def denial(ctx: HandlerContext, api_key: int, version: int, req: Any) -> dict[st
         return None
     op = _CLUSTER_OPS.get(api_key)
     if op is not None and not ctx.allowed(op, ResourceType.CLUSTER, CLUSTER_NAME):
-        return _error(CLUSTER_DENIED)
+        return _cluster_denied(api_key, req)
     return None
+
+
+def _cluster_denied(api_key: int, req: Any) -> dict[str, Any]:
+    """CLUSTER_AUTHORIZATION_FAILED in the API's own shape (the SCRAM APIs answer per user)."""
+    message = "Cluster authorization failed."
+    if api_key == ApiKey.DescribeUserScramCredentials:
+        return _error(CLUSTER_DENIED, error_message=message, results=[
+            {"user": u.name, "error_code": CLUSTER_DENIED, "error_message": message,
+             "credential_infos": []} for u in req.users or ()])
+    if api_key == ApiKey.AlterUserScramCredentials:
+        users = sorted({i.name for i in [*req.deletions, *req.upsertions]})
+        return {"throttle_time_ms": 0, "results": [
+            {"user": u, "error_code": CLUSTER_DENIED, "error_message": message}
+            for u in users]}
+    return _error(CLUSTER_DENIED)
 
 
 # ---------------------------------------------------------------- per item

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,10 @@ from dataclasses import dataclass
 from scramp import ScramException, ScramMechanism
 
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+# Kafka's ScramMechanism type codes on the wire (0 is UNKNOWN)
+MECHANISM_TYPES = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+MECHANISMS_BY_TYPE = {code: name for name, code in MECHANISM_TYPES.items()}
+_DIGESTS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 MIN_ITERATIONS = 4096
 MAX_ITERATIONS = 16384
 DEFAULT_ITERATIONS = 4096
@@ -108,6 +113,28 @@ def make_credential(mechanism: str, password: str, iterations: int = DEFAULT_ITE
     except ScramException as exc:
         raise CredentialError(f"cannot make a {mechanism} credential: {exc}") from None
     return ScramCredential(bytes(salt_out), bytes(stored), bytes(server), int(count))
+
+
+def credential_from_salted_password(mechanism: str, salt: bytes, salted_password: bytes,
+                                    iterations: int) -> ScramCredential:
+    """The credential for a SaltedPassword the client computed (AlterUserScramCredentials).
+
+    RFC 5802's StoredKey = H(HMAC(SaltedPassword, "Client Key")) and ServerKey =
+    HMAC(SaltedPassword, "Server Key"); the salted password itself is not kept.
+    """
+    check_iterations(iterations)
+    digest = _DIGESTS.get(mechanism)
+    if digest is None:
+        raise CredentialError(f"unknown SCRAM mechanism {mechanism!r}; use "
+                              f"{' or '.join(SCRAM_MECHANISMS)}")
+    if not salt:
+        raise CredentialError("the salt is empty")
+    if not salted_password:
+        raise CredentialError("the salted password is empty")
+    client_key = hmac.digest(salted_password, b"Client Key", digest)
+    stored_key = hashlib.new(digest, client_key).digest()
+    server_key = hmac.digest(salted_password, b"Server Key", digest)
+    return ScramCredential(bytes(salt), stored_key, server_key, iterations)
 
 
 def verify_password(mechanism: str, credential: ScramCredential, password: str) -> bool:

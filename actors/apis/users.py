@@ -34,9 +34,15 @@ def handle_describe_user_scram_credentials(ctx: HandlerContext, header: Any,
     names = None if req.users is None else [u.name for u in req.users]
 
     def error(err: ErrorCode, message: str) -> Respond:
-        return Respond({"throttle_time_ms": 0, "error_code": int(err), "error_message": message,
+        """The whole request failed: at the top level when every user was asked for, else
+        on each named user (librdkafka aborts on a top-level error next to user results;
+        see actors/apis/authorize.py)."""
+        if not names:
+            return Respond({"throttle_time_ms": 0, "error_code": int(err),
+                            "error_message": message, "results": []})
+        return Respond({"throttle_time_ms": 0, "error_code": 0, "error_message": None,
                         "results": [{"user": n, "error_code": int(err), "error_message": message,
-                                     "credential_infos": []} for n in names or ()]})
+                                     "credential_infos": []} for n in dict.fromkeys(names)]})
 
     if ctx.user_store is None:
         return error(ErrorCode.UNKNOWN_SERVER_ERROR, NO_STORE)

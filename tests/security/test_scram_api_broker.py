@@ -270,3 +270,40 @@ def test_a_user_added_through_one_node_logs_in_through_another(
             assert time.monotonic() < deadline, node_b.log()[-3000:]
             time.sleep(0.3)
     assert "user zoe: SCRAM credentials refreshed" in node_b.log()
+
+
+def test_every_process_of_a_node_takes_a_new_user(tmp_path: Path) -> None:
+    """num.processes = 2: connections land on either process (SO_REUSEPORT); a user added
+    through one process's handler logs in through both (each sees the users file change;
+    process 1 does not log logins, so the test counts successes)."""
+    _add_users(tmp_path, ("--data-dir", str(tmp_path / "data")))
+    port = free_port()
+    broker = BrokerProcess(tmp_path / "data", port=port,
+                           listen=f"SASL_PLAINTEXT://127.0.0.1:{port}",
+                           config={"sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
+                                   "num.processes": 2}).start(timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        while "serves connections" not in broker.log():
+            assert time.monotonic() < deadline, broker.log()[-3000:]
+            time.sleep(0.1)
+        admin = _admin(broker.bootstrap)
+        [added] = admin.alter_user_scram_credentials(
+            [_upsert("pat", "pat-secret", SHA512)], request_timeout=TIMEOUT).values()
+        assert added.result(TIMEOUT) is None
+        # the kernel spreads new connections over both processes' sockets by their ports:
+        # eight logins all but surely reach both (a miss fails the login, not the count)
+        logins = [_produces(broker.bootstrap, "pat", "pat-secret", "SCRAM-SHA-512")
+                  for _ in range(8)]
+        assert logins == [True] * 8
+        # written by another process altogether: neither broker process wrote it
+        secret = tmp_path / "quinn.password"
+        secret.write_text("quinn-secret\n")
+        out = _cli("users", "add", "quinn", "--mechanism", "SCRAM-SHA-256", "--password-file",
+                   str(secret), "--data-dir", str(broker.data_dir))
+        assert out.returncode == 0, out.stderr
+        logins = [_produces(broker.bootstrap, "quinn", "quinn-secret", "SCRAM-SHA-256")
+                  for _ in range(8)]
+        assert logins == [True] * 8
+    finally:
+        assert broker.stop() == 0, broker.log()[-3000:]

@@ -424,6 +424,9 @@ class Broker:
                 node.start()
             except NodeError as exc:
                 raise BrokerError(str(exc)) from None
+            credentials = self._credentials(data_dir)
+            user_store: Any = (self.metadata if self.cluster
+                               else LocalSecurityStore.in_data_dir(data_dir))
             node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir,
                        num_shards=topo.num_shards, clock=clock)
             node.spawn(Timer, topo.timer.name, clock=clock)
@@ -453,7 +456,7 @@ class Broker:
                            store=store)
             else:
                 self._spawn_cluster_actors(node, topo, cfg, clock, broker_id, adv_host,
-                                           adv_port, endpoint)
+                                           adv_port, endpoint, credentials)
             if cfg["log.cleaner.enable"]:  # its own thread: a pass must not slow a worker
                 node.spawn(LogCleaner, topo.log_cleaner.name, topology=topo, config=cfg,
                            log_dir=data_dir, clock=clock)
@@ -463,10 +466,10 @@ class Broker:
                 ctx = HandlerContext(topo, cfg, broker_id, adv_host, adv_port, cluster_id, i,
                                      dict(topics), clock=clock,
                                      cluster=MetadataCache() if self.cluster else None,
-                                     authorizer=authorizer, acl_store=acl_store)
+                                     authorizer=authorizer, acl_store=acl_store,
+                                     user_store=user_store, credentials=credentials)
                 node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **place(i))
             protocols = tuple(b.security_protocol for b in self.bound)
-            credentials = self._credentials(data_dir)
             assert self.security is not None
             for i in range(topo.num_processors):
                 node.spawn(Processor, topo.processor(i).name, topology=topo, config=cfg,
@@ -526,15 +529,21 @@ class Broker:
     def _credentials(self, data_dir: Path) -> CredentialCache | None:
         """SASL listeners: the SCRAM credentials, from ZooKeeper (cluster) or the data dir.
 
-        Read once at start; users added while the node runs count from its next start.
+        Read at start, then kept fresh: by the handler that serves an
+        AlterUserScramCredentials, by ZooKeeper's change notifications (the
+        ClusterController) in a cluster, and on a single node by noticing that the
+        data dir's users file changed (``actorlog users add`` while the node runs).
         """
         assert self.security is not None
         if not self.security.sasl_mechanisms:
             return None
-        store: Any = self.metadata if self.cluster else LocalSecurityStore.in_data_dir(data_dir)
-        cache = CredentialCache()
+        if self.cluster:
+            cache = CredentialCache(self.metadata)
+        else:
+            local = LocalSecurityStore.in_data_dir(data_dir)
+            cache = CredentialCache(local, stamp=local.users_stamp)
         try:
-            problems = cache.load(store)
+            problems = cache.load()
         except (MetadataError, LocalStoreError, OSError) as exc:
             raise BrokerError(f"reading the SCRAM credentials failed: {exc}") from None
         for problem in problems:
@@ -615,7 +624,8 @@ class Broker:
 
     def _spawn_cluster_actors(self, node: Node, topo: Topology, cfg: Config, clock: Any,
                               broker_id: int, adv_host: str, adv_port: int,
-                              endpoint: NodeEndpoint) -> None:
+                              endpoint: NodeEndpoint,
+                              credentials: CredentialCache | None = None) -> None:
         node.spawn(ReplicaManager, topo.replica_manager.name, topology=topo, config=cfg,
                    broker_id=broker_id, clock=clock)
         self.broker_info = BrokerInfo(
@@ -625,7 +635,8 @@ class Broker:
             str(cfg["broker.rack"]) or None, num_handlers=topo.num_handlers,
             num_shards=topo.num_shards, num_coordinators=topo.num_coordinators)
         node.spawn(ClusterController, topo.controller.name, topology=topo, config=cfg,
-                   store=self.metadata, broker=self.broker_info, clock=clock)
+                   store=self.metadata, broker=self.broker_info, clock=clock,
+                   credentials=credentials)
 
     def _register(self, cfg: Config, node: Node, topo: Topology, broker_id: int) -> None:
         """Register in ``/brokers/ids`` once every actor runs, then let the controller start.

@@ -148,8 +148,12 @@ class ClusterController(Actor):
 
     def __init__(self, node: Any, name: str, *, topology: Topology, config: Config,
                  store: MetadataStore, broker: BrokerInfo, clock: Clock,
-                 rng: random.Random | None = None, **kw: Any) -> None:
+                 rng: random.Random | None = None, credentials: Any = None,
+                 **kw: Any) -> None:
         super().__init__(node, name, **kw)
+        # the node's SASL credential cache (CredentialCache), refreshed for each user a
+        # /config/changes notification names; None without SASL listeners
+        self.credentials = credentials
         self.topology = topology
         self.config = config
         self.store = store
@@ -511,6 +515,7 @@ class ClusterController(Actor):
             notes = []
         fresh = [n for n in notes if n.path > self.last_config_change]
         topics: set[str] = set()
+        users: set[str] = set()
         for note in fresh:
             try:
                 kind, name = znodes.decode_config_change(note.data)
@@ -519,10 +524,14 @@ class ClusterController(Actor):
                 continue
             if kind == "topics":
                 topics.add(name)
+            elif kind == "users":
+                users.add(name)
         if fresh:
             self.last_config_change = fresh[-1].path
         for topic in sorted(topics):
             self._apply_topic_configs(topic)
+        for user in sorted(users):
+            self._refresh_user(user)
         if self.driver.active:
             cutoff = self.clock.wall_ms() - CONFIG_CHANGE_EXPIRY_MS
             old = [n.path for n in notes if n.ctime_ms < cutoff]
@@ -552,6 +561,17 @@ class ClusterController(Actor):
             self.tell(shard, am.UpdatePartitionConfigs(next(self.req_ids), rows))
         if by_shard:
             self.log.info("topic {}: this node's replicas take the config {}", topic, configs)
+
+    def _refresh_user(self, user: str) -> None:
+        """SASL logins on this node take the user's new credentials (or lose the old)."""
+        if self.credentials is None:
+            return
+        try:
+            self.credentials.refresh(user)
+        except (MetadataError, ValueError) as exc:
+            self.log.warning("the new credentials of user {} were not read: {}", user, exc)
+            return
+        self.log.info("user {}: SCRAM credentials refreshed", user)
 
     @handles(ChangesNotified)
     def on_changes_notified(self, msg: ChangesNotified) -> None:

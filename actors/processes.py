@@ -194,8 +194,9 @@ def run_process(spec: dict[str, Any]) -> int:
     tls_context = server_context(security.tls) if security.tls is not None else None
     credentials = None
     if security.sasl_mechanisms:
-        credentials = CredentialCache()
-        for problem in credentials.load(LocalSecurityStore.in_data_dir(data_dir)):
+        local = LocalSecurityStore.in_data_dir(data_dir)
+        credentials = CredentialCache(local, stamp=local.users_stamp)
+        for problem in credentials.load():
             logger.warning("SCRAM credentials skipped: {}", problem)
     sockets = [bind_listener(host, int(port), reuse_port=True)
                for host, port in spec.get("listeners") or [[spec["host"], spec["port"]]]]
@@ -212,7 +213,9 @@ def run_process(spec: dict[str, Any]) -> int:
         ctx = HandlerContext(topo, cfg, int(spec["broker_id"]), spec["adv_host"],
                              int(spec["adv_port"]), spec["cluster_id"], i, dict(topics),
                              clock=clock, regions=False, authorizer=authorizer,
-                             acl_store=acl_store)
+                             acl_store=acl_store,
+                             user_store=LocalSecurityStore.in_data_dir(data_dir),
+                             credentials=credentials)
         node.spawn(RequestHandler, topo.handler(i).name, context=ctx)
     for i in range(topo.num_processors):
         node.spawn(Processor, topo.processor(i).name, topology=topo, config=cfg, clock=clock,

@@ -60,6 +60,10 @@ from actors.apis.transactions import (
     handle_list_transactions,
     handle_txn_offset_commit,
 )
+from actors.apis.users import (
+    handle_alter_user_scram_credentials,
+    handle_describe_user_scram_credentials,
+)
 from actors.core.file_regions import close_region, close_regions
 from actors.metrics import error_codes
 from actors.runtime.actor import Actor, handles
@@ -145,6 +149,8 @@ API_TABLE: dict[int, Any] = {
     ApiKey.DescribeAcls: handle_describe_acls,
     ApiKey.CreateAcls: handle_create_acls,
     ApiKey.DeleteAcls: handle_delete_acls,
+    ApiKey.DescribeUserScramCredentials: handle_describe_user_scram_credentials,
+    ApiKey.AlterUserScramCredentials: handle_alter_user_scram_credentials,
 }
 
 

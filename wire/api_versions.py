@@ -88,6 +88,9 @@ ADVERTISED: tuple[ApiVersionRange, ...] = (
     _entry(ApiKey.DescribeAcls, 1, 3),
     _entry(ApiKey.CreateAcls, 1, 3),
     _entry(ApiKey.DeleteAcls, 1, 3),
+    # SCRAM users (KIP-554): Describe, resp. Alter, on the cluster; only v0 exists.
+    _entry(ApiKey.DescribeUserScramCredentials, 0, 0),
+    _entry(ApiKey.AlterUserScramCredentials, 0, 0),
     # Answered by the Processor on SASL listeners (actors/processor.py); after a v0
     # handshake the tokens come bare, size-prefixed (librdkafka requires v0 advertised).
     _entry(ApiKey.SaslHandshake, 0, 1),

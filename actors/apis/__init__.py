@@ -4,7 +4,8 @@ Families: ``produce``, ``fetch``, ``list_offsets``, ``metadata`` (Metadata, topi
 creation and deletion, InitProducerId), ``groups``, ``transactions``, ``configs``
 (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs) and ``admin``
 (CreatePartitions, DeleteRecords, DescribeLogDirs, DescribeTopicPartitions,
-DeleteGroups, OffsetDelete).
+DeleteGroups, OffsetDelete), ``acls`` (Describe/Create/DeleteAcls) and ``users``
+(Describe/AlterUserScramCredentials).
 
 An API function gets the handler's context, the request header and the
 decoded request; it yields the calls it needs answered (``Call``: a message to

@@ -119,8 +119,29 @@ def denial(ctx: HandlerContext, api_key: int, version: int, req: Any) -> dict[st
         return None
     op = _CLUSTER_OPS.get(api_key)
     if op is not None and not ctx.allowed(op, ResourceType.CLUSTER, CLUSTER_NAME):
-        return _error(CLUSTER_DENIED)
+        return _cluster_denied(api_key, req)
     return None
+
+
+def _cluster_denied(api_key: int, req: Any) -> dict[str, Any]:
+    """CLUSTER_AUTHORIZATION_FAILED in the API's own shape (the SCRAM APIs answer per user)."""
+    message = "Cluster authorization failed."
+    if api_key == ApiKey.DescribeUserScramCredentials:
+        if not req.users:  # every user asked for: the one top-level error, as Kafka
+            return _error(CLUSTER_DENIED, error_message=message, results=[])
+        # Named users: each result carries the error and the top level stays 0. Kafka
+        # sets both, but librdkafka (2.16) frees memory it does not own when it reads a
+        # top-level error next to per-user results and aborts the client; Java and
+        # kafka-python clients read this shape the same way.
+        return _error(0, error_message=None, results=[
+            {"user": n, "error_code": CLUSTER_DENIED, "error_message": message,
+             "credential_infos": []} for n in dict.fromkeys(u.name for u in req.users)])
+    if api_key == ApiKey.AlterUserScramCredentials:
+        users = sorted({i.name for i in [*req.deletions, *req.upsertions]})
+        return {"throttle_time_ms": 0, "results": [
+            {"user": u, "error_code": CLUSTER_DENIED, "error_message": message}
+            for u in users]}
+    return _error(CLUSTER_DENIED)
 
 
 # ---------------------------------------------------------------- per item

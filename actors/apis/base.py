@@ -86,6 +86,11 @@ class HandlerContext:
     authorizer: Authorizer | None = field(default=None, kw_only=True)
     # where CreateAcls/DeleteAcls write (SecurityMetadata: the data dir's file or ZooKeeper)
     acl_store: Any = field(default=None, kw_only=True)
+    # where AlterUserScramCredentials writes and DescribeUserScramCredentials reads
+    # (SecurityMetadata, whether or not ACLs are on), and the SASL credential cache of
+    # this process that a change refreshes at once (None without SASL listeners)
+    user_store: Any = field(default=None, kw_only=True)
+    credentials: Any = field(default=None, kw_only=True)
     access: Access = field(default_factory=lambda: Access(ANONYMOUS_PRINCIPAL, "", ""),
                            kw_only=True)
 

@@ -3,7 +3,9 @@
 Credentials (salt, iterations, stored key, server key; never the password)
 go where the node reads them: ZooKeeper's ``/config/users/<name>`` when the
 config names ``zookeeper.connect`` (a cluster), else the data dir of a single
-node (``<log.dirs>/security``). A node reads them when it starts.
+node (``<log.dirs>/security``). A running node takes a change at once: a cluster's
+nodes through ZooKeeper's ``/config/changes``, a single node by seeing its file change.
+Kafka admin clients reach the same store through AlterUserScramCredentials.
 """
 
 from __future__ import annotations

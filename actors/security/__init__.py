@@ -10,6 +10,7 @@ the ZAP thread of ``zap_handler``, the log lines of ``authorizer_log``):
 ``scram``           SCRAM credentials in Kafka's text form; the server's exchange (scramp)
 ``sasl``            the per-connection SASL state machine (handshake, authenticate, re-auth)
 ``credentials``     the credential cache SASL reads; users add/delete/describe
+``scram_admin``     Describe/AlterUserScramCredentials (KIP-554) against the store
 ``acl``             Kafka's AclAuthorizer rules; resource, operation and pattern types
 ``acl_admin``       CreateAcls / DeleteAcls against the store
 ``api_acls``        which API needs which operation on which resource

@@ -13,7 +13,7 @@ fills it at start and refreshes a user when a change notification names it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,20 +45,42 @@ def scram_credentials(user: str, configs: dict[str, str]) -> dict[str, ScramCred
 
 
 class CredentialCache:
-    """user -> mechanism -> credential, read by SASL through :meth:`lookup`."""
+    """user -> mechanism -> credential, read by SASL through :meth:`lookup`.
 
-    def __init__(self) -> None:
+    Shared by the Processors (readers) and whoever refreshes it (the handler that
+    served AlterUserScramCredentials, the node's ClusterController on a ZooKeeper
+    change notification): every change replaces one dict entry or the whole table,
+    so a reader sees the old or the new credentials, never half of them.
+
+    ``stamp`` (the data dir's store: its users file's identity) is checked on each
+    lookup; when it changed (``actorlog users add`` while the node runs, another
+    process of the node) the table is read again from ``store``.
+    """
+
+    def __init__(self, store: SecurityMetadata | None = None,
+                 stamp: Callable[[], object] | None = None) -> None:
         self._users: dict[str, dict[str, ScramCredential]] = {}
+        self._store = store
+        self._stamp = stamp
+        self._seen: object = None
 
-    def load(self, store: SecurityMetadata) -> list[str]:
+    def load(self, store: SecurityMetadata | None = None) -> list[str]:
         """Read every user; returns one problem line per user whose config is unreadable."""
-        self._users.clear()
+        store = store if store is not None else self._store
+        assert store is not None
+        if self._stamp is not None:
+            self._seen = self._stamp()
+        users: dict[str, dict[str, ScramCredential]] = {}
         problems = []
         for user in sorted(store.get_users()):
             try:
-                self.update(user, store.get_user_configs(user)[0])
+                credentials = scram_credentials(user, store.get_user_configs(user)[0])
             except CredentialError as exc:
                 problems.append(str(exc))
+                continue
+            if credentials:
+                users[user] = credentials
+        self._users = users
         return problems
 
     def update(self, user: str, configs: dict[str, str]) -> None:
@@ -68,7 +90,17 @@ class CredentialCache:
         else:
             self._users.pop(user, None)
 
+    def refresh(self, user: str) -> None:
+        """Read one user again from the store (after a change to it)."""
+        if self._store is not None:
+            self.update(user, self._store.get_user_configs(user)[0])
+
     def lookup(self, user: str, mechanism: str) -> ScramCredential | None:
+        if self._stamp is not None and self._stamp() != self._seen:
+            try:
+                self.load()
+            except (OSError, ValueError):  # unreadable now: go on with what was read last
+                pass
         return self._users.get(user, {}).get(mechanism)
 
     def users(self) -> dict[str, dict[str, ScramCredential]]:
@@ -81,22 +113,35 @@ def check_user_name(user: str) -> None:
                               f"control characters")
 
 
+def change_user(store: SecurityMetadata, user: str,
+                edit: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+    """Write ``edit(configs)`` over the user's entity config, read and written again while
+    another writer gets there first; the config written. ``edit`` may raise to refuse."""
+    for _attempt in range(WRITE_ATTEMPTS):
+        configs, version = store.get_user_configs(user)
+        changed = edit(dict(configs))
+        if changed == configs or store.set_user_configs(user, changed, version):
+            return changed
+    raise CredentialError(f"user {user!r} kept changing under {WRITE_ATTEMPTS} attempts to "
+                          f"write it; try again")
+
+
 def _change_user(store: SecurityMetadata, user: str, mechanism: str,
                  credential: ScramCredential | None) -> bool:
     """Set (or, with None, remove) one mechanism's credential; False if there was none to remove."""
-    for _attempt in range(WRITE_ATTEMPTS):
-        configs, version = store.get_user_configs(user)
-        if credential is None and mechanism not in configs:
-            return False
-        changed = dict(configs)
+    had = False
+
+    def edit(configs: dict[str, str]) -> dict[str, str]:
+        nonlocal had
+        had = mechanism in configs
         if credential is None:
-            del changed[mechanism]
+            configs.pop(mechanism, None)
         else:
-            changed[mechanism] = credential.to_kafka()
-        if store.set_user_configs(user, changed, version):
-            return True
-    raise CredentialError(f"user {user!r} kept changing under {WRITE_ATTEMPTS} attempts to "
-                          f"write it; try again")
+            configs[mechanism] = credential.to_kafka()
+        return configs
+
+    change_user(store, user, edit)
+    return credential is not None or had
 
 
 def upsert_user(store: SecurityMetadata, user: str, mechanism: str, password: str,

@@ -85,6 +85,14 @@ class LocalSecurityStore:
             raise LocalStoreError(f"{path}: cannot write it ({exc.strerror})") from None
 
     # ----------------------------------------------------------- users
+    def users_stamp(self) -> tuple[int, int, int] | None:
+        """What changes whenever the users file is written (it is replaced by a rename)."""
+        try:
+            st = os.stat(self.directory / USERS_FILE)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
     def get_users(self) -> set[str]:
         return set(self._read(USERS_FILE, "users"))
 

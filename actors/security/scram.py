@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,10 @@ from dataclasses import dataclass
 from scramp import ScramException, ScramMechanism
 
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+# Kafka's ScramMechanism type codes on the wire (0 is UNKNOWN)
+MECHANISM_TYPES = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+MECHANISMS_BY_TYPE = {code: name for name, code in MECHANISM_TYPES.items()}
+_DIGESTS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 MIN_ITERATIONS = 4096
 MAX_ITERATIONS = 16384
 DEFAULT_ITERATIONS = 4096
@@ -110,6 +115,28 @@ def make_credential(mechanism: str, password: str, iterations: int = DEFAULT_ITE
     return ScramCredential(bytes(salt_out), bytes(stored), bytes(server), int(count))
 
 
+def credential_from_salted_password(mechanism: str, salt: bytes, salted_password: bytes,
+                                    iterations: int) -> ScramCredential:
+    """The credential for a SaltedPassword the client computed (AlterUserScramCredentials).
+
+    RFC 5802's StoredKey = H(HMAC(SaltedPassword, "Client Key")) and ServerKey =
+    HMAC(SaltedPassword, "Server Key"); the salted password itself is not kept.
+    """
+    check_iterations(iterations)
+    digest = _DIGESTS.get(mechanism)
+    if digest is None:
+        raise CredentialError(f"unknown SCRAM mechanism {mechanism!r}; use "
+                              f"{' or '.join(SCRAM_MECHANISMS)}")
+    if not salt:
+        raise CredentialError("the salt is empty")
+    if not salted_password:
+        raise CredentialError("the salted password is empty")
+    client_key = hmac.digest(salted_password, b"Client Key", digest)
+    stored_key = hashlib.new(digest, client_key).digest()
+    server_key = hmac.digest(salted_password, b"Server Key", digest)
+    return ScramCredential(bytes(salt), stored_key, server_key, iterations)
+
+
 def verify_password(mechanism: str, credential: ScramCredential, password: str) -> bool:
     """Whether ``password`` is the one ``credential`` was made from (PLAIN's check)."""
     try:
@@ -117,6 +144,14 @@ def verify_password(mechanism: str, credential: ScramCredential, password: str) 
     except CredentialError:
         return False
     return hmac.compare_digest(again.stored_key, credential.stored_key)
+
+
+def _attribute(message: str, key: str) -> str | None:
+    """The value of ``key=`` in a SCRAM message's comma-separated attributes."""
+    for part in message.split(","):
+        if part.startswith(key + "="):
+            return part[len(key) + 1:]
+    return None
 
 
 CredentialLookup = Callable[[str, str], "ScramCredential | None"]
@@ -136,6 +171,8 @@ class ScramServerExchange:
         self.username: str | None = None
         self.complete = False
         self._unknown_user = False
+        self._client_nonce: str | None = None
+        self.repeated_client_nonce = False  # the exchange came from an old librdkafka
 
     @property
     def generic_failure(self) -> str:
@@ -150,6 +187,24 @@ class ScramServerExchange:
             raise ScramException(f"unknown user {username!r}")
         return credential.salt, credential.stored_key, credential.server_key, credential.iterations
 
+    def _accept_repeated_client_nonce(self, client_final: str) -> None:
+        """Let librdkafka before 2.6.1 (kcat 1.7 among them) log in.
+
+        RFC 5802's client-final-message repeats the nonce of the server-first-message,
+        which already begins with the client's own nonce. Those librdkafka versions put
+        their client nonce in front once more (``r=<c-nonce><c-nonce><s-nonce>``;
+        librdkafka #4895), and Kafka brokers accept that (since 3.8.1 they check that
+        the answer ends with the nonce they sent). This accepts exactly that one form:
+        the server's fresh nonce is still in it, and the client's proof still covers the
+        messages as they were sent, so nothing an attacker could replay gets in.
+        """
+        nonce = str(self._server.nonce)
+        answered = _attribute(client_final, "r")
+        if (answered is not None and self._client_nonce is not None and answered != nonce
+                and answered == self._client_nonce + nonce):
+            self._server.nonce = type(self._server.nonce)(answered)  # scramp's Nonce
+            self.repeated_client_nonce = True
+
     def evaluate(self, token: bytes) -> bytes:
         """The answer to the client's next token; raises :class:`AuthenticationFailed`."""
         try:
@@ -162,9 +217,11 @@ class ScramServerExchange:
             if self._step == 0:
                 self._step = 1
                 self._server.set_client_first(text)
+                self._client_nonce = _attribute(text.split(",", 2)[-1], "r")
                 return self._server.get_server_first().encode()
             if self._step == 1:
                 self._step = 2
+                self._accept_repeated_client_nonce(text)
                 self._server.set_client_final(text)
                 answer = self._server.get_server_final().encode()
                 self.complete = True

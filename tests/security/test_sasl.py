@@ -7,6 +7,9 @@ socket: the tokens go straight between the client objects and the core.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 from typing import Any
 
 import pytest
@@ -26,6 +29,7 @@ from actors.security.sasl import (
     enabled_mechanisms,
 )
 from actors.security.scram import (
+    AuthenticationFailed,
     CredentialError,
     ScramCredential,
     ScramServerExchange,
@@ -354,3 +358,46 @@ def test_credential_bounds() -> None:
     first, second = (make_credential("SCRAM-SHA-512", "pw") for _ in range(2))
     assert first.salt != second.salt and first.stored_key != second.stored_key
     assert len(first.stored_key) == 64 and first.iterations == 4096
+
+
+def _old_librdkafka_final(password: str, client_first_bare: str, server_first: str,
+                          answered_nonce: str) -> bytes:
+    """A client-final-message built as librdkafka before 2.6.1 builds it: the nonce it
+    answers with is its own in front of the server's whole nonce (librdkafka #4895); the
+    proof is made over the messages as sent."""
+    fields = dict(part.split("=", 1) for part in server_first.split(","))
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), base64.b64decode(fields["s"]),
+                                 int(fields["i"]))
+    client_key = hmac.digest(salted, b"Client Key", "sha256")
+    without_proof = f"c=biws,r={answered_nonce}"
+    auth = f"{client_first_bare},{server_first},{without_proof}".encode()
+    signature = hmac.digest(hashlib.sha256(client_key).digest(), auth, "sha256")
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+
+@pytest.mark.parametrize(("answer", "password", "accepted"), [
+    ("doubled", "alice-secret", True),      # what kcat 1.7 (librdkafka 2.0.2) sends
+    ("rfc", "alice-secret", True),          # RFC 5802's form, made the same way
+    ("doubled", "wrong", False),
+    ("other-prefix", "alice-secret", False),  # only the client's own nonce may lead
+    ("client-only", "alice-secret", False),
+])
+def test_the_nonce_librdkafka_before_2_6_1_answers_with(users: Users, answer: str,
+                                                        password: str, accepted: bool) -> None:
+    exchange = ScramServerExchange("SCRAM-SHA-256", users.lookup)
+    client_nonce = "fyko+d2lbbFgONRv9qkxdawL"
+    server_first = exchange.evaluate(f"n,,n=alice,r={client_nonce}".encode()).decode()
+    nonce = server_first.split(",")[0][2:]
+    answered = {"doubled": client_nonce + nonce, "rfc": nonce,
+                "other-prefix": "x" * len(client_nonce) + nonce,
+                "client-only": client_nonce}[answer]
+    final = _old_librdkafka_final(password, f"n=alice,r={client_nonce}", server_first, answered)
+    if accepted:
+        assert exchange.evaluate(final).startswith(b"v=")
+        assert exchange.complete and exchange.repeated_client_nonce == (answer == "doubled")
+        return
+    with pytest.raises(AuthenticationFailed) as failed:
+        exchange.evaluate(final)
+    assert not exchange.complete
+    assert failed.value.client_message == exchange.generic_failure

@@ -633,6 +633,16 @@ RESPONSE_EXAMPLES: dict[int, dict[str, Any]] = {
             {"error_code": 0, "error_message": None, "resource_type": 3,
              "resource_name": "billing-", "pattern_type": 4, "principal": "User:bob",
              "host": "*", "operation": 2, "permission_type": 2}]}]},
+    # SCRAM users (KIP-554): Describe, Alter
+    50: {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "results": [
+        {"user": "alice", "error_code": 0, "error_message": None,
+         "credential_infos": [{"mechanism": 1, "iterations": 4096},
+                              {"mechanism": 2, "iterations": 8192}]},
+        {"user": "nobody", "error_code": 91, "error_message": "no SCRAM credential",
+         "credential_infos": []}]},
+    51: {"throttle_time_ms": 0, "results": [
+        {"user": "alice", "error_code": 0, "error_message": None},
+        {"user": "bob", "error_code": 93, "error_message": "too few iterations"}]},
 }
 
 

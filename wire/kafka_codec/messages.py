@@ -46,6 +46,12 @@ from kafka.protocol.admin.transactions import (
     ListTransactionsRequest,
     ListTransactionsResponse,
 )
+from kafka.protocol.admin.users import (
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
+)
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import (
@@ -172,6 +178,10 @@ _MESSAGE_CLASSES: dict[int, tuple[type[ApiMessage], type[ApiMessage]]] = {
     ApiKey.DescribeAcls: (DescribeAclsRequest, DescribeAclsResponse),
     ApiKey.CreateAcls: (CreateAclsRequest, CreateAclsResponse),
     ApiKey.DeleteAcls: (DeleteAclsRequest, DeleteAclsResponse),
+    ApiKey.DescribeUserScramCredentials: (DescribeUserScramCredentialsRequest,
+                                          DescribeUserScramCredentialsResponse),
+    ApiKey.AlterUserScramCredentials: (AlterUserScramCredentialsRequest,
+                                       AlterUserScramCredentialsResponse),
     ApiKey.SaslHandshake: (SaslHandshakeRequest, SaslHandshakeResponse),
     ApiKey.SaslAuthenticate: (SaslAuthenticateRequest, SaslAuthenticateResponse),
     ApiKey.ElectLeaders: (ElectLeadersRequest, ElectLeadersResponse),

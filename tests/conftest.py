@@ -66,7 +66,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     num_processes_params(metafunc)
 
 
-# Under pytest-xdist (README: ``-n 4 --dist loadgroup``) each worker is its own test run.
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: two workers a core (most tests wait on processes, sockets and
+    timeouts rather than compute), at most six."""
+    return min(6, 2 * len(os.sched_getaffinity(0)))
+
+
+# Under pytest-xdist (README: ``-n auto --dist loadgroup``) each worker is its own test run.
 # Two kinds of test share something a worker cannot make private, so each kind runs in
 # one worker, one test after another: test hosts (the 198.18.0.0/24 bridge in the root
 # namespace and its addresses, made by fixtures or by `actorlog cluster up`) and the

@@ -25,7 +25,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
-from actors.topology import Topology
+from actors.topology import Topology, broker_node_name
 from wire.admin_messages import (
     CleanableLogRow,
     CleanableLogs,
@@ -833,6 +833,14 @@ class PartitionShard(Actor):
                                                log.high_watermark, log.log_start_offset,
                                                log.log_end_offset, -1, -1, b"", 0, 0))
                 continue
+            if self._trace[0]:
+                # a traced fetch: where this follower is against the leader's log end
+                # (trace analyze's replication lag; wire/trace_format.py)
+                t = self._tracer.wall_ns()
+                self._tracer.record("replica", self._trace[0], 0, self._trace[1], self.name,
+                                    broker_node_name(msg.replica_id), "ReplicaRead",
+                                    sent_ns=t, recv_ns=t, done_ns=t, offset=offset,
+                                    detail=f"{topic}-{partition} leo {log.log_end_offset}")
             if state.on_follower_fetch(msg.replica_id, offset, now, req.log_start_offset):
                 # the high watermark moved: waiting produces complete (their traces
                 # name this fetch as the cause)

@@ -10,7 +10,9 @@ the records themselves say which fetch it was.
 from __future__ import annotations
 
 import json
+import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,37 +52,56 @@ def _linked_produce(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, A
     return None
 
 
-def test_acks_all_produce_names_the_acknowledging_fetch(
-    cluster_factory: Any, tmp_path: Path
-) -> None:
-    cluster: Cluster = cluster_factory(config={
+@pytest.fixture(scope="module")
+def cluster_traces(zookeeper_server: Any, tmp_path_factory: pytest.TempPathFactory
+                   ) -> Iterator[tuple[int, list[Path], list[dict[str, Any]],
+                                       dict[str, Any]]]:
+    """A 3-node cluster traced at 1.0 after three acks=all produces (RF 3, min ISR 2),
+    stopped: the partition's leader, the nodes' data dirs, every record, and a
+    DelayedProduce wait that a follower's fetch completed."""
+    if not zookeeper_server.running():
+        zookeeper_server.start()
+        zookeeper_server.wait_serving()
+    connect = f"{zookeeper_server.connect_string}/trace-replication-{os.getpid()}"
+    cluster = Cluster(tmp_path_factory.mktemp("traced-cluster"), connect, 3, config={
         "trace.sample.ratio": 1.0, "min.insync.replicas": 2,
         "auto.leader.rebalance.enable": False, "replica.fetch.backoff.ms": 100,
     })
-    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=20_000)
     try:
-        admin.create_topics([NewTopic(TOPIC, 1, 3, topic_configs={"min.insync.replicas": "2"})])
-    finally:
-        admin.close()
-    leader = cluster.wait_topic(TOPIC, 1).leaders(TOPIC)[0]
-
-    acked: list[Any] = []
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
-                         "linger.ms": 0, "message.timeout.ms": 20_000})
-    for i in range(3):
-        producer.produce(TOPIC, f"v{i}".encode(), partition=0,
-                         on_delivery=lambda err, msg: acked.append(err))
-        producer.flush(20)
-    assert acked == [None, None, None]
-
-    dirs = [n.data_dir for n in cluster.nodes.values()]
-    deadline = time.monotonic() + 10
-    found = _linked_produce(dirs)
-    while found is None and time.monotonic() < deadline:
-        time.sleep(0.3)  # the nodes' writers flush every half second
+        cluster.start()
+        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=20_000)
+        try:
+            admin.create_topics([NewTopic(TOPIC, 1, 3,
+                                          topic_configs={"min.insync.replicas": "2"})])
+        finally:
+            admin.close()
+        leader = cluster.wait_topic(TOPIC, 1).leaders(TOPIC)[0]
+        acked: list[Any] = []
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                             "linger.ms": 0, "message.timeout.ms": 20_000})
+        for i in range(3):
+            producer.produce(TOPIC, f"v{i}".encode(), partition=0,
+                             on_delivery=lambda err, msg: acked.append(err))
+            producer.flush(20)
+        assert acked == [None, None, None]
+        del producer  # it would go on trying to reach the stopped nodes
+        dirs = [n.data_dir for n in cluster.nodes.values()]
+        deadline = time.monotonic() + 10
         found = _linked_produce(dirs)
-    assert found is not None, "no produce trace links to a follower fetch"
-    records, wait = found
+        while found is None and time.monotonic() < deadline:
+            time.sleep(0.3)  # the nodes' writers flush every half second
+            found = _linked_produce(dirs)
+        assert found is not None, "no produce trace links to a follower fetch"
+    finally:
+        cluster.stop()  # the writers close their files
+    yield leader, dirs, *found
+
+
+def test_acks_all_produce_names_the_acknowledging_fetch(
+    cluster_traces: tuple[int, list[Path], list[dict[str, Any]], dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    leader, dirs, records, wait = cluster_traces
     leader_node = f"node-{leader}"
     assert wait["node"] == leader_node and wait["offset"] >= 1
     fetch = next(r for r in records if r["trace_id"] == wait["link_trace_id"]
@@ -122,3 +143,39 @@ def test_acks_all_produce_names_the_acknowledging_fetch(
     assert nodes[start["pid"]] == follower
     assert names[(start["pid"], start["tid"])] == fetcher
     assert start["ts"] <= end["ts"] + end["dur"]
+
+
+@pytest.mark.slow
+def test_analyze_reports_replication_lag_and_produce_waits(
+    cluster_traces: tuple[int, list[Path], list[dict[str, Any]], dict[str, Any]],
+    spark: object, tmp_path: Path,
+) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    from actors.trace.analyze import analyze
+
+    leader_id, dirs, _records, wait = cluster_traces
+    leader = f"node-{leader_id}"
+    out = tmp_path / "report"
+    summary = analyze(dirs, out, spark=spark)
+    # lag per follower over time, from the leader's records of the followers' fetches
+    # (the stop moved leaderships at the end: other leaders show up there too)
+    lag = [r for r in pq.read_table(out / "replication").to_pylist()
+           if r["partition"] == f"{TOPIC}-0" and r["leader"] == leader]
+    followers = {f"node-{i}" for i in (1, 2, 3)} - {leader}
+    assert {r["follower"] for r in lag} == followers
+    for r in lag:
+        assert r["leader_log_end_max"] >= r["fetch_offset_max"] >= r["fetch_offset_min"] >= 0
+        assert r["lag_max"] >= 0 and r["fetches"] >= 1
+    assert max(r["fetch_offset_max"] for r in lag) == 3
+    assert max(r["lag_max"] for r in lag) >= 1  # a fetch read a record it did not have
+    # the produce waits, split; the parts add up to the request's total
+    waits = {r["trace_id"]: r for r in pq.read_table(out / "produce_waits").to_pylist()}
+    row = waits[wait["trace_id"]]
+    assert row["node"] == leader and row["acked_by"] in followers
+    assert row["fetch_offset"] == wait["offset"]
+    assert min(row["append_ns"], row["followers_ns"], row["response_ns"]) >= 0
+    assert row["append_ns"] + row["followers_ns"] + row["response_ns"] == row["total_ns"]
+    assert summary["produce_wait_us"]["produces"] == len(waits) >= 1
+    assert set(summary["replication"]) >= {f"{f} <- {leader} {TOPIC}-0" for f in followers}
+    assert (out / "replication_lag.png").exists() and (out / "produce_wait.png").exists()
+    assert "Replication lag per follower" in (out / "report.html").read_text()

@@ -12,7 +12,9 @@ slice per Kafka request from net in to net out. Times are the aligned times of
 
 OTLP: the OpenTelemetry JSON encoding of ``ExportTraceServiceRequest``: one
 resource per node, one span per message (send to done, on the receiving
-node) and one server span per Kafka request, parent links from the records.
+node) and one server span per Kafka request, parent links from the records; a
+delayed operation (``wait`` record) is a span whose link names the follower fetch
+that completed it.
 """
 
 from __future__ import annotations
@@ -160,6 +162,21 @@ def to_otlp(records: list[dict[str, Any]]) -> dict[str, Any]:
             requests.setdefault(rec["trace_id"], rec)
     per_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for rec in records:
+        if rec["kind"] == "wait" and rec["trace_id"]:
+            # a delayed operation; the follower fetch that completed it as a span link
+            links = ([{"traceId": _hex(rec["link_trace_id"], 32),
+                       "spanId": _hex(rec["link_span_id"])}] if rec["link_trace_id"] else [])
+            per_node[rec["node"]].append({
+                "traceId": _hex(rec["trace_id"], 32), "spanId": _hex(rec["span_id"]),
+                "parentSpanId": _hex(rec["parent_span_id"]) if rec["parent_span_id"] else "",
+                "name": rec["msg_type"], "kind": 1,
+                "startTimeUnixNano": at(rec, "recv_ns"), "endTimeUnixNano": at(rec, "done_ns"),
+                "attributes": [_attr("actorlog.actor", rec["actor"]),
+                               _attr("actorlog.detail", rec["detail"]),
+                               _attr("actorlog.fetch_offset", rec["offset"])],
+                "links": links,
+            })
+            continue
         if rec["kind"] != "hop" or not rec["trace_id"]:
             continue
         trace_id, parent = rec["trace_id"], rec["parent_span_id"]

@@ -332,7 +332,6 @@ def test_analyze_says_how_to_install_spark_when_it_is_missing(
 def test_a_wait_names_the_follower_fetch_that_completed_it_and_export_draws_the_flow() -> None:
     """Synthetic records of a produce (trace 7, leader n1) whose DelayedProduce a fetch
     of n2's fetcher (trace 9) completed: show's tree and the Perfetto flow name it."""
-    from actors.trace.export import to_perfetto
 
     produce = [
         rec("hop", 100, 110, 120, "handler-0", "processor-0@n1", "KafkaRequest", 1, 0, "n1"),
@@ -360,3 +359,8 @@ def test_a_wait_names_the_follower_fetch_that_completed_it_and_export_draws_the_
     assert names[end["pid"]] == "n1" and names[start["pid"]] == "n2"
     assert start["args"]["fetch_offset"] == 5 and end["name"] == "DelayedProduce completed"
     assert any(e.get("cat") == "wait" and e["name"] == "DelayedProduce" for e in events)
+    spans = [sp for rs in to_otlp(records)["resourceSpans"] for ss in rs["scopeSpans"]
+             for sp in ss["spans"]]
+    waited = next(sp for sp in spans if sp["name"] == "DelayedProduce")
+    assert waited["links"] == [{"traceId": f"{9:032x}", "spanId": f"{12:016x}"}]
+    assert waited["parentSpanId"] == f"{2:016x}"

@@ -25,7 +25,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
-from actors.topology import Topology
+from actors.topology import Topology, broker_node_name
 from wire.admin_messages import (
     CleanableLogRow,
     CleanableLogs,
@@ -51,6 +51,7 @@ from wire.broker_messages import (
     CheckpointRow,
     DropPartitions,
     Flush,
+    FollowerAck,
     GetStats,
     ListOffsets,
     ListOffsetsDone,
@@ -624,7 +625,7 @@ class PartitionShard(Actor):
                 log = state.log
                 if msg.replica_id >= 0 and state.on_follower_fetch(
                         msg.replica_id, offset, self.clock.wall_ms()):
-                    self._notify(state)  # the high watermark moved
+                    self._notify(state, ack=FollowerAck(msg.replica_id, offset))  # HW moved
                 to_log_end = msg.replica_id >= 0 or msg.replica_id == LOG_END_READER
                 committed = msg.isolation_level == 1 and not to_log_end
                 max_offset = (None if to_log_end
@@ -766,14 +767,15 @@ class PartitionShard(Actor):
             # append that landed between its read and this watch is not missed.
             self.reply(PartitionChanged(state.status()))
 
-    def _notify(self, state: PartitionState, removed: bool = False) -> None:
+    def _notify(self, state: PartitionState, removed: bool = False,
+                ack: FollowerAck | None = None) -> None:
         key = (state.log.topic, state.log.partition)
         watchers = self.watchers.get(key)
         if not watchers:
             return
         status = (PartitionState.gone_status(*key) if removed else state.status())
         for watcher in watchers:
-            self.tell(watcher, PartitionChanged(status))
+            self.tell(watcher, PartitionChanged(status, ack))
 
     # ------------------------------------------------------------- cluster
     @handles(BecomeLeaderOrFollower)
@@ -840,8 +842,18 @@ class PartitionShard(Actor):
                                                log.high_watermark, log.log_start_offset,
                                                log.log_end_offset, -1, -1, b"", 0, 0))
                 continue
+            if self._trace[0]:
+                # a traced fetch: where this follower is against the leader's log end
+                # (trace analyze's replication lag; wire/trace_format.py)
+                t = self._tracer.wall_ns()
+                self._tracer.record("replica", self._trace[0], 0, self._trace[1], self.name,
+                                    broker_node_name(msg.replica_id), "ReplicaRead",
+                                    sent_ns=t, recv_ns=t, done_ns=t, offset=offset,
+                                    detail=f"{topic}-{partition} leo {log.log_end_offset}")
             if state.on_follower_fetch(msg.replica_id, offset, now, req.log_start_offset):
-                self._notify(state)  # the high watermark moved: waiting produces complete
+                # the high watermark moved: waiting produces complete (their traces
+                # name this fetch as the cause)
+                self._notify(state, ack=FollowerAck(msg.replica_id, offset))
             proposal = state.isr_expansion(msg.replica_id, now)
             if proposal is not None:
                 self._propose(state, proposal, "expand")

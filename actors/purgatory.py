@@ -35,12 +35,14 @@ from actors.core.purgatory_core import (
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
-from actors.topology import Topology
+from actors.runtime.tracing import new_id
+from actors.topology import Topology, broker_node_name
 from wire.broker_messages import (
     AppendDoneRow,
     Cancel,
     Expired,
     FetchReady,
+    FollowerAck,
     GetStats,
     PartitionChanged,
     ProduceReady,
@@ -68,6 +70,18 @@ class PurgatoryShard(Actor):
 
     def setup(self) -> None:
         self.core = PurgatoryCore(self.name, self.purge_interval)
+        # Traced waits: (requester, req_id) -> (trace id, span id of the Watch message,
+        # wall ns it arrived, "DelayedProduce" or "DelayedFetch"). The answer goes out
+        # in that trace, and a "wait" record says how long it waited and what ended it.
+        self.traced: dict[tuple[Any, int], tuple[int, int, int, str]] = {}
+        # While a PartitionChanged is handled: the follower fetch that caused it and
+        # that fetch's trace context (what a completion links to).
+        self._cause: tuple[FollowerAck | None, int, int] | None = None
+
+    def _remember(self, requester: Any, req_id: int, kind: str) -> None:
+        tid, span = self._trace
+        if tid and self._tracer.enabled:
+            self.traced[(requester, req_id)] = (tid, span, self._tracer.wall_ns(), kind)
 
     @handles(WatchFetch)
     def on_watch_fetch(self, msg: WatchFetch) -> None:
@@ -78,6 +92,7 @@ class PurgatoryShard(Actor):
                 r.max_bytes)
             for r in msg.rows
         }
+        self._remember(self.current_sender, msg.req_id, "DelayedFetch")
         self._run(FetchWaits(self.current_sender, msg.req_id, msg.min_bytes, msg.max_wait_ms,
                              msg.from_follower, parts))
 
@@ -90,11 +105,16 @@ class PurgatoryShard(Actor):
             for r in msg.rows
         }
         handler = Address(msg.handler_node or self.node.name, msg.handler)
+        self._remember(handler, msg.req_id, "DelayedProduce")
         self._run(ProduceWaits(handler, msg.req_id, msg.timeout_ms, parts))
 
     @handles(PartitionChanged)
     def on_changed(self, msg: PartitionChanged) -> None:
-        self._run(PartitionUpdated(msg.status))
+        self._cause = (msg.ack, *self._trace)
+        try:
+            self._run(PartitionUpdated(msg.status))
+        finally:
+            self._cause = None
 
     @handles(Expired)
     def on_expired(self, msg: Expired) -> None:
@@ -115,17 +135,43 @@ class PurgatoryShard(Actor):
             self.tell(self.topology.timer, Cancel(fx.op_id))
         elif isinstance(fx, AnswerFetch):
             outcome = fx.outcome
-            self.tell(cast(Address, fx.requester),
-                      FetchReady(fx.req_id, outcome.reason, outcome.timed_out))
+            self._answer(fx.requester, fx.req_id,
+                         FetchReady(fx.req_id, outcome.reason, outcome.timed_out),
+                         outcome.timed_out)
         elif isinstance(fx, AnswerProduce):
             rows = [AppendDoneRow(tp.topic, tp.partition, int(r.error_code), r.base_offset,
                                   r.log_append_time_ms, r.log_start_offset, None)
                     for tp, r in fx.outcome.responses.items()]
-            self.tell(cast(Address, fx.requester), ProduceReady(fx.req_id, rows))
+            self._answer(fx.requester, fx.req_id, ProduceReady(fx.req_id, rows),
+                         fx.outcome.timed_out)
         else:  # UnwatchStatus
             tp = fx.partition
             self.tell(self.topology.shard_for(tp.topic, tp.partition),
                       WatchPartition(tp.topic, tp.partition, -1, False))
+
+    def _answer(self, requester: Any, req_id: int, msg: Any, timed_out: bool) -> None:
+        """Answer a wait; a traced one in its own trace, after its ``wait`` record."""
+        traced = self.traced.pop((requester, req_id), None)
+        if traced is None:
+            self.tell(cast(Address, requester), msg)
+            return
+        tid, span, since_ns, kind = traced
+        link_tid = link_span = 0
+        offset = -1
+        detail = "timed out" if timed_out else "completed"
+        cause = self._cause
+        if cause is not None and not timed_out:
+            ack, link_tid, link_span = cause
+            if ack is not None:
+                offset = ack.fetch_offset
+                detail = (f"high watermark moved by the fetch of replica {ack.replica_id} "
+                          f"({broker_node_name(ack.replica_id)}) at offset {ack.fetch_offset}")
+        now = self._tracer.wall_ns()
+        self._tracer.record("wait", tid, new_id(), span, self.name, str(requester), kind,
+                            sent_ns=since_ns, recv_ns=since_ns, done_ns=now,
+                            link_trace_id=link_tid, link_span_id=link_span, offset=offset,
+                            detail=detail)
+        self.tell_in(tid, span, cast(Address, requester), msg)
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:

@@ -114,8 +114,12 @@ class ReplicaFetcher(Actor):
         rows = self.core.next_fetch(req_id, now)
         if rows:
             cfg = self.fetcher_config
-            self.tell(self.target, ReplicaFetch(req_id, cfg.replica_id, cfg.max_wait_ms,
-                                                cfg.min_bytes, cfg.max_bytes, rows))
+            # Each fetch starts a chain of its own (sampled like a Kafka request): the
+            # leader's traces of a produce it acknowledges link to it.
+            self.tell_traced(self.target, ReplicaFetch(req_id, cfg.replica_id,
+                                                       cfg.max_wait_ms, cfg.min_bytes,
+                                                       cfg.max_bytes, rows),
+                             self._tracer.sample() if self._tracer.enabled else 0)
 
     def poll_timeout_ms(self) -> int | None:
         deadline = self.core.next_deadline_ms()

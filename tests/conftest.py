@@ -81,7 +81,9 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 SHARED_GROUPS = {
     "netns": (("make_test_hosts", "ssh_host"),
               ("tests/hosts/", "tests/bench/test_chaos_bench.py")),
-    "spark": (("spark", "spark_cluster", "real_traces"), ()),
+    # (test_trace_replication: its two tests share one traced cluster, made once per worker)
+    "spark": (("spark", "spark_cluster", "real_traces"),
+              ("tests/trace/test_trace_replication.py",)),
 }
 
 

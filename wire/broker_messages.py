@@ -325,11 +325,23 @@ class PartitionStatus(NamedTuple):
         return TopicPartition(self.topic, self.partition)
 
 
+class FollowerAck(NamedTuple):
+    """A follower's fetch that moved the high watermark (for trace records)."""
+
+    replica_id: int
+    fetch_offset: int  # the follower's log end offset: it acknowledges what is below
+
+
 @message(220)
 class PartitionChanged(NamedTuple):
-    """PartitionShard -> PurgatoryShard: the latest state of a watched partition."""
+    """PartitionShard -> PurgatoryShard: the latest state of a watched partition.
+
+    ``ack``: the follower fetch whose acknowledgement moved the high watermark to
+    this status (None for any other change); the purgatory names it in the trace
+    record of a delayed produce it completes."""
 
     status: PartitionStatus
+    ack: FollowerAck | None = None
 
 
 # ----------------------------------------------------------------- purgatory

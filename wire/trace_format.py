@@ -61,6 +61,24 @@ means "none" for conn_id, corr_id, api_key and offset; 0 means "none" for ids.
   detail           a short free-form note ("" when none), e.g. "fetcher 0" or a
                    partition
 
+A ``wait`` record is a delayed operation of the purgatory (written when it is
+answered, in the trace of the request that waited): span_id a new id,
+parent_span_id the Watch message that started the wait, actor the purgatory
+shard, sender the requester (the handler), msg_type "DelayedProduce" or
+"DelayedFetch", sent_ns = recv_ns when the wait began, done_ns when it was
+answered, detail "completed", "timed out", or which follower fetch moved the
+high watermark. When the answer was caused by a traced message of another
+chain (a follower's replica fetch: each ReplicaFetch starts a chain of its own),
+link_trace_id / link_span_id name it (the PartitionChanged hop in the fetch's
+trace); offset is that follower's fetch offset (-1: no follower fetch).
+
+A ``replica`` record is one partition of a traced replica fetch, written by the
+leader's partition shard when it reads for the follower: trace_id the fetch's
+trace, parent_span_id the ReplicaRead hop, actor the shard, sender the follower's
+node, msg_type "ReplicaRead", offset the follower's fetch offset, sent_ns =
+recv_ns = done_ns when it was read, detail "<topic>-<partition> leo <leader's log
+end offset>" (the lag is that minus offset).
+
 Times are wall clock (``time.time_ns``): within one node every difference is
 exact, and across nodes ``t + clock_offset_ns`` puts them on the reference
 clock. ``clock`` records (one per Pong) keep the raw Ping/Pong samples, so a
@@ -114,7 +132,7 @@ FIELD_TYPES: tuple[tuple[str, str], ...] = (
 FIELDS: tuple[str, ...] = tuple(name for name, _ in FIELD_TYPES)
 FIELD_INDEX = {name: i for i, name in enumerate(FIELDS)}
 STRING_FIELDS = frozenset(name for name, t in FIELD_TYPES if t == "str")
-KINDS = ("hop", "request", "net", "clock")
+KINDS = ("hop", "request", "net", "clock", "wait", "replica")
 FILE_SUFFIX = ".trace.parquet"
 HEADER_MAGIC = b"ALTR"
 MAX_ROW_GROUPS = 4096

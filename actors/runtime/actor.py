@@ -222,6 +222,16 @@ class Actor(PykkaActor):
         finally:
             self._trace = saved
 
+    def tell_in(self, trace_id: int, parent_span_id: int, address: Address, msg: Any) -> None:
+        """Send ``msg`` as a child of span ``parent_span_id`` of trace ``trace_id`` (a
+        message handled earlier: an answer that waited for something else)."""
+        saved = self._trace
+        self._trace = (trace_id, parent_span_id)
+        try:
+            self.tell(address, msg)
+        finally:
+            self._trace = saved
+
     def reply(self, msg: Any) -> None:
         """Answer the sender of the message being handled."""
         assert self.current_sender is not None, "reply() outside a handler"

@@ -18,6 +18,10 @@ Output, under REPORT_DIR:
               (requests with no response in the traces: records carry no
               Kafka error codes)
   violations/ ordering and answer-count violations (see ``ordering_check``)
+  replication/ per second, leader, follower, partition: the followers' fetch
+              offsets against the leader's log end (lag in records)
+  produce_waits/ per sampled acks=all produce that waited for followers: local
+              append, waiting for followers, response (``replication_tables``)
   summary.json, report.html and the PNG plots it shows.
 
 Spark settings (``spark_settings``): ``small`` for one machine (few shuffle
@@ -337,6 +341,72 @@ def build_tables(ev: Any) -> dict[str, Any]:
     }
 
 
+LAG_BUCKET_S = 1
+"""The time bucket of the replication lag table, seconds."""
+
+
+def replication_tables(ev: Any, requests: Any) -> dict[str, Any]:
+    """The replication and produce_waits DataFrames (traces of a cluster).
+
+    replication: per (second, leader node, follower node, partition), from the
+    ``replica`` records of sampled replica fetches: fetches, the follower's
+    fetch offset (min, max), the leader's log end offset (max) and the lag in
+    records (leader log end - fetch offset: max and mean over the fetches).
+    produce_waits: per sampled produce that waited in the leader's purgatory
+    (a ``wait`` record "DelayedProduce"): append_ns (net in to the start of the
+    wait: request queue, the local append, its group commit), followers_ns (the
+    wait, until the followers' fetches moved the high watermark), response_ns
+    (the answer to net out), total_ns, the follower whose fetch completed it.
+    """
+    from pyspark.sql import functions as F
+
+    c = F.col
+    rep = (
+        ev.filter(c("kind") == "replica")
+        .withColumn("leo", F.regexp_extract("detail", r" leo (-?\d+)$", 1).cast("long"))
+        .withColumn("partition", F.regexp_extract("detail", r"^(.*) leo -?\d+$", 1))
+        .withColumn("lag", c("leo") - c("offset"))
+        .withColumn("second", F.floor(c("t_done") / (LAG_BUCKET_S * 1e9)).cast("long")
+                    * LAG_BUCKET_S)
+    )
+    replication = (
+        rep.groupBy("second", c("node").alias("leader"), c("sender").alias("follower"),
+                    "partition")
+        .agg(F.count(F.lit(1)).alias("fetches"),
+             F.min("offset").alias("fetch_offset_min"),
+             F.max("offset").alias("fetch_offset_max"),
+             F.max("leo").alias("leader_log_end_max"),
+             F.max("lag").alias("lag_max"),
+             F.avg("lag").alias("lag_mean"))
+    )
+    waits = (
+        ev.filter((c("kind") == "wait") & (c("msg_type") == "DelayedProduce"))
+        .select("trace_id", c("t_recv").alias("t_wait"), c("t_done").alias("t_acked"),
+                c("link_trace_id"), c("offset").alias("fetch_offset"))
+    )
+    fetchers = (
+        ev.filter((c("kind") == "hop") & (c("msg_type") == "ReplicaFetch"))
+        .groupBy(c("trace_id").alias("link_trace_id"))
+        .agg(F.first("sender").alias("fetch_sender"))
+    )
+    produce_waits = (
+        requests.filter(c("api") == "produce").select("trace_id", "node", "t_in_ns", "t_out_ns")
+        .join(waits, "trace_id")
+        .join(fetchers, "link_trace_id", "left")
+        .select(
+            "trace_id", "node", "t_in_ns",
+            (c("t_wait") - c("t_in_ns")).alias("append_ns"),
+            (c("t_acked") - c("t_wait")).alias("followers_ns"),
+            (c("t_out_ns") - c("t_acked")).alias("response_ns"),
+            (c("t_out_ns") - c("t_in_ns")).alias("total_ns"),
+            F.substring_index("fetch_sender", "@", -1).alias("acked_by"),
+            F.substring_index("fetch_sender", "@", 1).alias("acked_by_fetcher"),
+            "fetch_offset",
+        )
+    )
+    return {"replication": replication, "produce_waits": produce_waits}
+
+
 def ordering_check(requests: Any) -> Any:
     """Violations: responses that left a connection out of request order, and bad answer counts.
 
@@ -413,9 +483,12 @@ def analyze(
     timings["spark_start_s"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     try:
-        tables = build_tables(load_records(spark, paths, anchors))
+        ev = load_records(spark, paths, anchors)
+        tables = build_tables(ev)
         timings["actors_s"] = time.perf_counter() - t2  # build_tables collects them
-        for name in ("requests", "actors", "seconds", "violations"):
+        tables.update(replication_tables(ev, tables["requests"]))
+        for name in ("requests", "actors", "seconds", "violations", "replication",
+                     "produce_waits"):
             t = time.perf_counter()
             tables[name].write.mode("overwrite").parquet(str(out / name))
             timings[f"{name}_s" if name != "actors" else "actors_write_s"] = \
@@ -426,10 +499,11 @@ def analyze(
     timings["job_s"] = time.perf_counter() - t2
     t3 = time.perf_counter()
     summary, actors, seconds, hists = summarize(out, paths)
+    replication = summarize_replication(out, summary)
     summary["inputs"] = inputs
     summary["anchors_ns"] = anchors
     if plots:
-        write_report(out, summary, actors, seconds, hists)
+        write_report(out, summary, actors, seconds, hists, replication)
     timings["report_s"] = time.perf_counter() - t3
     summary["timings"] = timings
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
@@ -490,12 +564,49 @@ def summarize(
     return summary, actors, seconds, hists
 
 
+WAIT_PARTS = ("append", "followers", "response")
+
+
+def summarize_replication(out: Path, summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Adds ``replication`` (per follower: fetches, max and mean lag) and
+    ``produce_wait_us`` (p50/p99 of append, followers, response, total) to the
+    summary; returns the replication rows for the report."""
+    import numpy as np
+
+    rows = sorted(_read_table(out / "replication").to_pylist(),
+                  key=lambda r: (r["leader"], r["follower"], r["partition"], r["second"]))
+    per: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        key = f"{r['follower']} <- {r['leader']} {r['partition']}"
+        d = per.setdefault(key, {"fetches": 0, "lag_max": 0, "lag_sum": 0.0})
+        d["fetches"] += r["fetches"]
+        d["lag_max"] = max(d["lag_max"], r["lag_max"])
+        d["lag_sum"] += r["lag_mean"] * r["fetches"]
+    summary["replication"] = {
+        k: {"fetches": d["fetches"], "lag_max": d["lag_max"],
+            "lag_mean": d["lag_sum"] / max(d["fetches"], 1)} for k, d in sorted(per.items())}
+    waits = _read_table(out / "produce_waits")
+    parts: dict[str, Any] = {"produces": waits.num_rows}
+    if waits.num_rows:
+        for name in (*WAIT_PARTS, "total"):
+            us = waits.column(f"{name}_ns").to_numpy(zero_copy_only=False).astype("float64")
+            us = us[~np.isnan(us)] / 1000.0
+            if len(us):
+                parts[name] = {"p50": float(np.percentile(us, 50)),
+                               "p99": float(np.percentile(us, 99))}
+        acked = waits.column("acked_by").to_pylist()
+        parts["acked_by"] = {n: acked.count(n) for n in sorted({a for a in acked if a})}
+    summary["produce_wait_us"] = parts
+    return rows
+
+
 def write_report(
     out: Path,
     summary: dict[str, Any],
     actors: list[dict[str, Any]],
     seconds: list[dict[str, Any]],
     hists: dict[str, Any],
+    replication: list[dict[str, Any]] | None = None,
 ) -> None:
     """report.html with PNG plots: latency per API and stage, throughput, mailbox waits."""
     import matplotlib
@@ -549,6 +660,36 @@ def write_report(
         plt.close(fig)
         pngs.append("mailbox.png")
 
+    if replication:
+        fig, ax = plt.subplots(figsize=(8, 3.5))
+        t0 = min(r["second"] for r in replication)
+        for key in sorted({(r["leader"], r["follower"], r["partition"]) for r in replication}):
+            pts = [(r["second"] - t0, r["lag_max"]) for r in replication
+                   if (r["leader"], r["follower"], r["partition"]) == key]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".",
+                    label=f"{key[1]} <- {key[0]} {key[2]}")
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("lag, records (max)")
+        ax.set_title("replication lag per follower")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "replication_lag.png", dpi=80)
+        plt.close(fig)
+        pngs.append("replication_lag.png")
+    waits = summary.get("produce_wait_us", {})
+    if waits.get("produces"):
+        fig, ax = plt.subplots(figsize=(8, 3))
+        for q, color in (("p99", "#e88"), ("p50", "#48c")):
+            ax.barh(list(WAIT_PARTS), [waits.get(p, {}).get(q, 0) for p in WAIT_PARTS],
+                    label=q, color=color)
+        ax.set_xlabel("microseconds")
+        ax.set_title("acks=all produce: where the wait went")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "produce_wait.png", dpi=80)
+        plt.close(fig)
+        pngs.append("produce_wait.png")
+
     def table(rows: list[list[Any]], head: list[str]) -> str:
         h = "".join(f"<th>{x}</th>" for x in head)
         b = "".join("<tr>" + "".join(f"<td>{_fmt(x)}</td>" for x in r) + "</tr>" for r in rows)
@@ -585,6 +726,11 @@ def write_report(
         ]
         for v in summary["violations"][:200]
     ]
+    rep_rows = [[k, d["fetches"], d["lag_max"], d["lag_mean"]]
+                for k, d in summary.get("replication", {}).items()]
+    wait_rows = [[waits.get("produces", 0)] + [
+        f"{_fmt(waits[p]['p50'])} / {_fmt(waits[p]['p99'])}" if p in waits else ""
+        for p in (*WAIT_PARTS, "total")]]
     viol_head = ["node", "processor", "conn", "corr_id", "api", "violation", "detail"]
     actor_head = ["node", "actor", "messages", "mailbox p50 us", "mailbox p99 us",
                   "handling p50 us", "handling p99 us", "busy fraction"]
@@ -602,6 +748,12 @@ send = net_out - Processor receive.</p>
 {table(api_rows, ["api", "requests", "total", *STAGES])}
 <h2>Ordering and answer checks</h2>
 {viol_html}
+<h2>Replication lag per follower (records)</h2>
+{table(rep_rows, ["follower <- leader partition", "fetches", "lag max", "lag mean"])
+ if rep_rows else "<p>No sampled replica fetches.</p>"}
+<h2>acks=all produce waits, p50 / p99 (us)</h2>
+{table(wait_rows, ["produces", *WAIT_PARTS, "total"])
+ if waits.get("produces") else "<p>No sampled produce waited for followers.</p>"}
 <h2>Actors</h2>
 {table(actor_rows, actor_head)}
 <h2>Plots</h2>

@@ -109,9 +109,10 @@ def show(trace_id: str, dirs: tuple[str, ...]) -> None:
     remote, response queue, send; see actors/trace/spans.py).
     """
     tid = _parse_trace_id(trace_id)
-    records = [r for r in read_trace_dirs([Path(d) for d in dirs]) if r["trace_id"] == tid]
+    everything = read_trace_dirs([Path(d) for d in dirs])
+    records = [r for r in everything if r["trace_id"] == tid]
     anchors = node_anchors(records)
-    roots = build_spans(records, tid, anchors)
+    roots = build_spans(everything, tid, anchors)
     req = request_from_trace(tid, records, anchors)
     if not roots and req is None:
         raise click.ClickException(f"trace {trace_id} not found in {', '.join(dirs)}")
@@ -298,6 +299,9 @@ def export(fmt: str, dirs: tuple[str, ...], trace_ids: tuple[str, ...], out: str
     records = read_trace_dirs([Path(d) for d in dirs])
     if trace_ids:
         wanted = {_parse_trace_id(t) for t in trace_ids}
+        # and the follower fetches that completed their waits (the export draws them)
+        wanted |= {r["link_trace_id"] for r in records
+                   if r["trace_id"] in wanted and r["link_trace_id"]}
         records = [r for r in records if r["trace_id"] in wanted]
     doc = to_perfetto(records) if fmt == "perfetto" else to_otlp(records)
     with open(out, "w") as f:

@@ -12,7 +12,9 @@ slice per Kafka request from net in to net out. Times are the aligned times of
 
 OTLP: the OpenTelemetry JSON encoding of ``ExportTraceServiceRequest``: one
 resource per node, one span per message (send to done, on the receiving
-node) and one server span per Kafka request, parent links from the records.
+node) and one server span per Kafka request, parent links from the records; a
+delayed operation (``wait`` record) is a span whose link names the follower fetch
+that completed it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ def _hex(n: int, width: int = 16) -> str:
 
 def to_perfetto(records: list[dict[str, Any]]) -> dict[str, Any]:
     """The Chrome trace event JSON object for these records."""
-    records = [r for r in records if r["kind"] in ("hop", "net", "request")]
+    fetches = {r["trace_id"]: r for r in records
+               if r["kind"] == "hop" and r["msg_type"] == "ReplicaFetch"}
+    records = [r for r in records if r["kind"] in ("hop", "net", "request", "wait")]
     if not records:
         return {"traceEvents": [], "displayTimeUnit": "ns"}
     anchors = node_anchors(records)
@@ -75,6 +79,9 @@ def to_perfetto(records: list[dict[str, Any]]) -> dict[str, Any]:
                                  "network_us": round(start - us(rec, "sent_ns"), 3)}})
             continue
         flow += 1  # small integers: exact in every JSON reader (span ids need 63 bits)
+        if kind == "wait":
+            _wait_events(out, rec, fetches.get(rec["link_trace_id"]), flow, us, track)
+            continue
         pid, tid = track(rec["node"], rec["actor"])
         start = us(rec, "recv_ns")
         args: dict[str, Any] = {
@@ -105,6 +112,31 @@ def to_perfetto(records: list[dict[str, Any]]) -> dict[str, Any]:
     return {"traceEvents": meta + out, "displayTimeUnit": "ns"}
 
 
+def _wait_events(out: list[dict[str, Any]], rec: dict[str, Any], fetch: dict[str, Any] | None,
+                 flow: int, us: Any, track: Any) -> None:
+    """A delayed operation: a slice on the purgatory's track for the wait; when a
+    follower's replica fetch completed it, a ``completed`` slice at its end and a flow
+    from that fetch (a slice where the follower's fetcher sent it) to it."""
+    pid, tid = track(rec["node"], rec["actor"])
+    start, end = us(rec, "recv_ns"), us(rec, "done_ns")
+    out.append({"ph": "X", "name": rec["msg_type"], "cat": "wait", "pid": pid, "tid": tid,
+                "ts": start, "dur": max(0.001, end - start),
+                "args": {"trace_id": _hex(rec["trace_id"]), "detail": rec["detail"]}})
+    if fetch is None:
+        return
+    fetcher, _sep, node = fetch["sender"].rpartition("@")
+    args = {"fetch_trace_id": _hex(rec["link_trace_id"]), "follower": node,
+            "fetcher": fetcher, "fetch_offset": rec["offset"]}
+    out.append({"ph": "X", "name": f"{rec['msg_type']} completed", "cat": "ack", "pid": pid,
+                "tid": tid, "ts": max(start, end - 0.001), "dur": 0.001, "bind_id": flow,
+                "flow_in": True, "args": {**args, "trace_id": _hex(rec["trace_id"])}})
+    fpid, ftid = track(node, fetcher)
+    out.append({"ph": "X", "name": f"replica fetch at offset {rec['offset']}", "cat": "ack",
+                "pid": fpid, "tid": ftid, "ts": us(fetch, "sent_ns"), "dur": 0.001,
+                "bind_id": flow, "flow_out": True,
+                "args": {**args, "acknowledged": _hex(rec["trace_id"])}})
+
+
 def _attr(key: str, value: Any) -> dict[str, Any]:
     if isinstance(value, bool):
         return {"key": key, "value": {"boolValue": value}}
@@ -130,6 +162,21 @@ def to_otlp(records: list[dict[str, Any]]) -> dict[str, Any]:
             requests.setdefault(rec["trace_id"], rec)
     per_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for rec in records:
+        if rec["kind"] == "wait" and rec["trace_id"]:
+            # a delayed operation; the follower fetch that completed it as a span link
+            links = ([{"traceId": _hex(rec["link_trace_id"], 32),
+                       "spanId": _hex(rec["link_span_id"])}] if rec["link_trace_id"] else [])
+            per_node[rec["node"]].append({
+                "traceId": _hex(rec["trace_id"], 32), "spanId": _hex(rec["span_id"]),
+                "parentSpanId": _hex(rec["parent_span_id"]) if rec["parent_span_id"] else "",
+                "name": rec["msg_type"], "kind": 1,
+                "startTimeUnixNano": at(rec, "recv_ns"), "endTimeUnixNano": at(rec, "done_ns"),
+                "attributes": [_attr("actorlog.actor", rec["actor"]),
+                               _attr("actorlog.detail", rec["detail"]),
+                               _attr("actorlog.fetch_offset", rec["offset"])],
+                "links": links,
+            })
+            continue
         if rec["kind"] != "hop" or not rec["trace_id"]:
             continue
         trace_id, parent = rec["trace_id"], rec["parent_span_id"]

@@ -48,6 +48,7 @@ __all__ = [
     "request_from_trace",
     "request_traces",
     "sender_node",
+    "wait_cause",
 ]
 
 
@@ -89,6 +90,9 @@ class Span:
     anchors: dict[str, int] = field(default_factory=dict, repr=False)
     net: dict[str, Any] | None = None
     children: list[Span] = field(default_factory=list)
+    waits: list[dict[str, Any]] = field(default_factory=list)
+    """``wait`` records of delayed operations this message started (each with a
+    ``cause`` key: :func:`wait_cause`)."""
 
     @property
     def span_id(self) -> int:
@@ -136,24 +140,55 @@ class Span:
         return self.at("sent_ns")
 
 
+def fetch_of(records: list[dict[str, Any]], trace_id: int) -> dict[str, Any] | None:
+    """The ReplicaFetch hop (on the leader) of a replica fetch's trace, if recorded."""
+    return next((r for r in records if r["trace_id"] == trace_id and r["kind"] == "hop"
+                 and r["msg_type"] == "ReplicaFetch"), None)
+
+
+def wait_cause(wait: dict[str, Any], records: list[dict[str, Any]]) -> str:
+    """What ended a ``wait`` record, in words: for a wait a follower's fetch completed,
+    that fetch (follower node, fetcher, fetch offset, its trace)."""
+    if wait["offset"] < 0 and not wait["link_trace_id"]:
+        return str(wait["detail"])
+    fetch = fetch_of(records, wait["link_trace_id"]) if wait["link_trace_id"] else None
+    if fetch is None:
+        return str(wait["detail"])
+    fetcher, _sep, node = fetch["sender"].rpartition("@")
+    text = f"completed by the replica fetch of {node} (fetcher {fetcher}"
+    if wait["offset"] >= 0:
+        text += f", fetch offset {wait['offset']}"
+    return text + f") that moved the high watermark; fetch trace {wait['link_trace_id']}"
+
+
 def build_spans(records: list[dict[str, Any]], trace_id: int,
                 anchors: dict[str, int] | None = None) -> list[Span]:
-    """The root spans of one trace, children ordered by send time."""
+    """The root spans of one trace, children ordered by send time.
+
+    ``records`` may hold other traces too: a wait completed by a follower's fetch
+    names that fetch from its trace's records."""
     mine = [r for r in records if r["trace_id"] == trace_id]
     if anchors is None:
         anchors = node_anchors(mine)
     spans: dict[int, Span] = {}
     nets: dict[int, dict[str, Any]] = {}
+    waits: list[dict[str, Any]] = []
     for rec in mine:
         if rec["kind"] == "hop":
             spans[rec["span_id"]] = Span(rec, anchors)
         elif rec["kind"] == "net":
             nets[rec["span_id"]] = rec
+        elif rec["kind"] == "wait":
+            waits.append(rec)
     roots: list[Span] = []
     for span in spans.values():
         span.net = nets.get(span.span_id)
         parent = spans.get(span.parent_span_id) if span.parent_span_id else None
         (parent.children if parent is not None else roots).append(span)
+    for wait in waits:
+        owner = spans.get(wait["parent_span_id"])
+        if owner is not None:
+            owner.waits.append({**wait, "cause": wait_cause(wait, records)})
     for span in spans.values():
         span.children.sort(key=lambda s: s.start_ns)
     roots.sort(key=lambda s: s.start_ns)
@@ -180,6 +215,12 @@ def format_tree(roots: list[Span], t0: int | None = None) -> list[str]:
             f"{'  ' * depth}{span.msg_type}: {span.sender} -> {span.receiver}"
             + (f"  (network {net / 1000:.0f} us)" if net is not None else "")
         )
+        for wait in span.waits:
+            lines.append(
+                f"+{(span.at('recv_ns') - t0) / 1000:9.0f} us  "
+                f"waited  {(wait['done_ns'] - wait['recv_ns']) / 1000:7.0f} us"
+                f"{' ' * 20}{'  ' * (depth + 1)}{wait['msg_type']} "
+                f"at {wait['actor']}@{wait['node']}: {wait['cause']}")
         for child in span.children:
             walk(child, depth + 1)
 

@@ -327,3 +327,40 @@ def test_analyze_says_how_to_install_spark_when_it_is_missing(
     )
     assert result.exit_code != 0
     assert "pip install 'actorlog[spark]'" in result.output and "pyspark" in result.output
+
+
+def test_a_wait_names_the_follower_fetch_that_completed_it_and_export_draws_the_flow() -> None:
+    """Synthetic records of a produce (trace 7, leader n1) whose DelayedProduce a fetch
+    of n2's fetcher (trace 9) completed: show's tree and the Perfetto flow name it."""
+
+    produce = [
+        rec("hop", 100, 110, 120, "handler-0", "processor-0@n1", "KafkaRequest", 1, 0, "n1"),
+        rec("hop", 120, 130, 140, "purgatory-0", "shard-0@n1", "WatchProduce", 2, 1, "n1"),
+        rec("hop", 500, 510, 520, "handler-0", "purgatory-0@n1", "ProduceReady", 3, 2, "n1"),
+    ]
+    wait = {**rec("wait", 130, 130, 500, "purgatory-0", "handler-0@n1", "DelayedProduce",
+                  4, 2, "n1"),
+            "link_trace_id": 9, "link_span_id": 12, "offset": 5, "detail": "x"}
+    fetch = [rec("hop", 300, 320, 330, "handler-1", "replica-fetcher-1-0@n2", "ReplicaFetch",
+                 11, 0, "n1", trace_id=9),
+             rec("hop", 330, 340, 350, "purgatory-0", "shard-0@n1", "PartitionChanged",
+                 12, 11, "n1", trace_id=9)]
+    records = [*produce, wait, *fetch]
+    lines = format_tree(build_spans(records, 7))
+    at = next(i for i, line in enumerate(lines) if "WatchProduce" in line)
+    assert "DelayedProduce at purgatory-0@n1: completed by the replica fetch of n2 " \
+           "(fetcher replica-fetcher-1-0, fetch offset 5)" in lines[at + 1]
+    assert lines[at + 1].split("us  ")[1].split() == ["waited", "0"]  # 370 ns
+    events = to_perfetto(records)["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    end = next(e for e in events if e.get("cat") == "ack" and e.get("flow_in"))
+    start = next(e for e in events if e.get("cat") == "ack" and e.get("flow_out"))
+    assert end["bind_id"] == start["bind_id"]
+    assert names[end["pid"]] == "n1" and names[start["pid"]] == "n2"
+    assert start["args"]["fetch_offset"] == 5 and end["name"] == "DelayedProduce completed"
+    assert any(e.get("cat") == "wait" and e["name"] == "DelayedProduce" for e in events)
+    spans = [sp for rs in to_otlp(records)["resourceSpans"] for ss in rs["scopeSpans"]
+             for sp in ss["spans"]]
+    waited = next(sp for sp in spans if sp["name"] == "DelayedProduce")
+    assert waited["links"] == [{"traceId": f"{9:032x}", "spanId": f"{12:016x}"}]
+    assert waited["parentSpanId"] == f"{2:016x}"

@@ -108,6 +108,9 @@ class Ack:
     base_sequence: int
     time_ns: int              # answered (the client's monotonic clock, the simulated one)
     acks: int = 1             # the producer's acks: 1 (the leader's append) or -1 (all)
+    # the leader epoch the answering leader wrote the batch in (its leader epoch cache when
+    # the answer came), dated by the checker (Checker.note_ack); -1: not known
+    leader_epoch: int = -1
 
 
 @dataclass
@@ -129,6 +132,13 @@ class History:
     committed: dict[tuple[str, int], set[int]] = field(default_factory=dict)
     generations: dict[tuple[str, int, int, int], list[int]] = field(default_factory=dict)
     group_rebalances: int = 0
+    # called with every acknowledgement as it is recorded (the checker dates its epoch)
+    ack_listeners: list[Callable[[Ack], None]] = field(default_factory=list)
+
+    def acked(self, ack: Ack) -> None:
+        self.acks.append(ack)
+        for listener in self.ack_listeners:
+            listener(ack)
 
 
 @dataclass
@@ -413,10 +423,9 @@ class SimProducer(MetadataClient):
         if code != NONE:
             self.history.produce_errors[code] = self.history.produce_errors.get(code, 0) + 1
         if code == NONE:
-            self.history.acks.append(Ack(batch.topic, batch.partition, part.base_offset,
-                                         batch.values, leader, life, batch.producer_id,
-                                         batch.base_sequence, self.clock.monotonic_ns(),
-                                         self.acks))
+            self.history.acked(Ack(batch.topic, batch.partition, part.base_offset,
+                                   batch.values, leader, life, batch.producer_id,
+                                   batch.base_sequence, self.clock.monotonic_ns(), self.acks))
         elif code == DUPLICATE_SEQUENCE:
             pass  # written before: the producer takes it as done, as Kafka's does
         elif code in (OUT_OF_ORDER_SEQUENCE, UNKNOWN_PRODUCER_ID):

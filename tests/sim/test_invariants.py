@@ -5,11 +5,14 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
+from kafka.record.memory_records import MemoryRecords
 
+from actors.sim.clients import Ack, History
 from actors.sim.disk import SimDisk
-from actors.sim.invariants import EXPIRY_GRACE_MS, Violation
+from actors.sim.invariants import EXPIRY_GRACE_MS, Checker, Violation
 from actors.sim.run import SimOptions, _Run
 
 
@@ -146,3 +149,48 @@ def test_a_parked_operation_is_owed_an_answer_only_once_its_wait_ran_out(run: _R
     run.checker.deadlines_ms[waiting] = now_ms - 500 - EXPIRY_GRACE_MS
     with pytest.raises(Violation, match="never answered"):
         run.checker.check_settled_purgatory()
+
+
+def test_an_acknowledgement_is_dated_with_the_leader_epoch_its_batch_carries(
+        run: _Run) -> None:
+    checked = 0
+    for ack in run.history.acks:
+        broker = run.cluster.brokers[ack.broker_id]
+        if broker.lives != ack.broker_life or broker.state != "up":
+            continue
+        for shard in broker.shards():
+            state = shard.partitions.get((ack.topic, ack.partition))
+            if state is None or state.log.log_end_offset <= ack.base_offset:
+                continue
+            records = MemoryRecords(bytes(state.log.read(ack.base_offset, 1 << 20).records))
+            while (batch := records.next_batch()) is not None:
+                if batch.base_offset == ack.base_offset:
+                    assert ack.leader_epoch == batch.leader_epoch >= 0, ack
+                    checked += 1
+    assert checked > 10
+
+
+def test_a_crash_election_is_judged_from_the_epoch_an_ack_was_written_in() -> None:
+    """Seed 5 (gateway, crash and expire faults, two acks=all producers): broker 1 moved to
+    leader epoch 1 at offset 44 and acknowledged a record there 57 ms before the first check
+    that saw epoch 1. Dated by the checks alone, the record was epoch 0's, the first
+    leadership after it broker 1's own epoch 1 (no crash: a violation); it was epoch 1's,
+    and the first leadership after that, epoch 3, went to broker 3, which had lost the
+    record's offset with its unflushed tail at a crash before it led."""
+    checker = Checker(cast(Any, None), History(), {"events": 3})
+    checker.leaderships = {("events", 1, 0): [(1, 1, 0, 2200.0)],
+                           ("events", 1, 1): [(1, 1, 44, 5400.0)],
+                           ("events", 1, 3): [(3, 3, 42, 19200.0)]}
+    checker.crash_times_ms = {3: [6129.9, 12867.6], 1: [9698.4], 2: [11574.7]}
+    ack = Ack("events", 1, 44, [b"v"], 1, 1, 7, 0, 5_343_000_000, acks=-1)
+
+    def excused() -> bool:
+        return checker._crash_election("events", 1, 44, 5329.0, after=(
+            checker._ack_epoch(ack), ack.broker_id, ack.broker_life))
+
+    assert checker._ack_epoch(ack) == 0 and not excused()  # undated: the checks' guess
+    ack.leader_epoch = 1  # as note_ack dates it
+    assert checker._ack_epoch(ack) == 1 and excused()
+    # the crash must fall between the record's making and the election: without it, no excuse
+    checker.crash_times_ms[3] = [20000.0]
+    assert not excused()

@@ -96,6 +96,18 @@ def batch_records(data: bytes) -> list[tuple[int, int, int, bytes | None]]:
             out.append((record.offset, batch.producer_id, seq, record.value))
 
 
+def fetched_records(data: bytes) -> list[tuple[int, bytes | None, int]]:
+    """(offset, value, the leader epoch its batch was written in) of every record in whole
+    batches."""
+    out: list[tuple[int, bytes | None, int]] = []
+    records = MemoryRecords(bytes(data))
+    while True:
+        batch = records.next_batch()
+        if batch is None:
+            return out
+        out.extend((record.offset, record.value, batch.leader_epoch) for record in batch)
+
+
 @dataclass
 class Ack:
     topic: str
@@ -118,8 +130,9 @@ class History:
     """What the clients were told, for the invariants."""
 
     acks: list[Ack] = field(default_factory=list)
-    # (topic, partition) -> (offset, value, broker read from, that broker's life)
-    consumed: dict[tuple[str, int], list[tuple[int, bytes | None, int, int]]] = field(
+    # (topic, partition) -> (offset, value, broker read from, that broker's life, the leader
+    # epoch of the record's batch)
+    consumed: dict[tuple[str, int], list[tuple[int, bytes | None, int, int, int]]] = field(
         default_factory=dict)
     producer_ids: dict[int, str] = field(default_factory=dict)
     problems: list[tuple[str, str]] = field(default_factory=list)  # (invariant, what broke)
@@ -501,11 +514,11 @@ class SimConsumer(MetadataClient):
                 if part.error_code != NONE:
                     self.meta.stale = True
                     continue
-                records = batch_records(part.records or b"")
+                records = fetched_records(part.records or b"")
                 seen = self.history.consumed.setdefault(tp, [])
-                for offset, _pid, _seq, value in records:
+                for offset, value, epoch in records:
                     if offset >= self.positions[tp]:
-                        seen.append((offset, value, leader, life))
+                        seen.append((offset, value, leader, life, epoch))
                         self.positions[tp] = offset + 1
 
 

@@ -50,7 +50,8 @@ Data (at the end, on the logs themselves), held to what Kafka promises:
   A check sees a leadership only if it lasted to one of the checks every
   ``check_every_ms``: a shorter one excuses nothing (a stricter checker).
 - a record the consumer fetched from a broker that has not crashed since is
-  that broker's record at that offset (same crash-election exception);
+  that broker's record at that offset (same crash-election exception, judged from
+  the leader epoch the record's batch carries);
 - replicas agree below the high watermark: two live replicas of a partition
   hold the same records below the lower of their high watermarks (same
   crash-election exception: a replica that has not fetched from the elected
@@ -345,6 +346,20 @@ class Checker:
             return max(before)
         return led[0][1] if led else -1
 
+    def _written_in(self, topic: str, p: int, epoch: int, broker_id: int,
+                    life: int) -> tuple[int, int, int]:
+        """The leadership a fetched record was written in, as ``_crash_election`` takes it
+        (epoch, leader, its life): the record's batch carries the epoch; its leader is the
+        broker it was fetched from when that broker (in that life) was seen leading the
+        epoch, else the first leader seen in it (-1, -1: none seen; (-1, -1, -1): the batch
+        carried no epoch)."""
+        if epoch < 0:
+            return -1, -1, -1
+        leaders = [(b, lf) for b, lf, _start, _seen in self.leaderships.get((topic, p, epoch), [])]
+        if (broker_id, life) in leaders:
+            return epoch, broker_id, life
+        return (epoch, *leaders[0]) if leaders else (epoch, -1, -1)
+
     def _actor_health(self) -> None:
         world = self.cluster.world
         if world.failures:
@@ -420,7 +435,7 @@ class Checker:
                         f"holds {found[2] if found else None!r}, acknowledged (acks=all, by "
                         f"broker {ack.broker_id}) as {value!r}")
         for (topic, p), consumed in sorted(self.history.consumed.items()):
-            for offset, fetched, broker_id, life in consumed:
+            for offset, fetched, broker_id, life, epoch in consumed:
                 broker = cluster.brokers[broker_id]
                 kept = logs.get((broker_id, topic, p))
                 if broker.lives != life or broker.state != "up" or kept is None:
@@ -428,7 +443,8 @@ class Checker:
                 found = kept.get(offset)
                 if found is None or found[2] != fetched:
                     if fetched is not None and self._crash_election(
-                            topic, p, offset, self.history.created_ms.get(fetched, 0.0)):
+                            topic, p, offset, self.history.created_ms.get(fetched, 0.0),
+                            after=self._written_in(topic, p, epoch, broker_id, life)):
                         self.counted["fetched_lost_to_crash_election"] += 1
                         continue
                     raise Violation(

@@ -194,3 +194,31 @@ def test_a_crash_election_is_judged_from_the_epoch_an_ack_was_written_in() -> No
     # the crash must fall between the record's making and the election: without it, no excuse
     checker.crash_times_ms[3] = [20000.0]
     assert not excused()
+
+
+def test_a_fetched_record_carries_the_leader_epoch_of_its_batch(run: _Run) -> None:
+    consumed = [c for seen in run.history.consumed.values() for c in seen]
+    assert consumed and all(epoch >= 0 for *_rest, epoch in consumed)
+
+
+def test_a_crash_election_is_judged_from_the_epoch_a_fetched_record_was_written_in() -> None:
+    """Seed 20 (seed 5's options): broker 2 led audit-0 in leader epoch 1 from offset 53 and
+    the consumer read a record there from it; broker 1, in the ISR, had lost that offset at a
+    crash when the controller moved leadership back to it (epoch 2, then 5 from offset 44).
+    Judged from the record's making alone, the first leadership after it was broker 2's own
+    epoch 1 (no crash: a violation); the record's batch says epoch 1, the first leadership
+    after that is broker 1's crash election."""
+    checker = Checker(cast(Any, None), History(), {"audit": 2})
+    checker.leaderships = {("audit", 0, 0): [(1, 1, 0, 2200.0)],
+                           ("audit", 0, 1): [(2, 1, 53, 11800.0)],
+                           ("audit", 0, 5): [(1, 3, 44, 19400.0)]}
+    checker.crash_times_ms = {1: [5532.6, 13091.5, 22635.0], 3: [20945.9]}
+    assert not checker._crash_election("audit", 0, 53, 5916.0)
+    after = checker._written_in("audit", 0, 1, 2, 1)
+    assert after == (1, 2, 1)
+    assert checker._crash_election("audit", 0, 53, 5916.0, after=after)
+    # fetched from another broker than the epoch's leader (a follower, or a later leader
+    # that fetched it): the first leader seen in that epoch wrote it
+    assert checker._written_in("audit", 0, 1, 1, 3) == (1, 2, 1)
+    assert checker._written_in("audit", 0, 4, 1, 3) == (4, -1, -1)  # an epoch never seen
+    assert checker._written_in("audit", 0, -1, 2, 1) == (-1, -1, -1)

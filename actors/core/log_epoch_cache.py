@@ -70,6 +70,14 @@ class LeaderEpochCache:
             return requested_epoch, higher_start
         return self.entries[higher - 1][0], higher_start
 
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch the record at ``offset`` was written in: the entry with the greatest
+        start offset not above it (Kafka's ``epochForOffset``); UNDEFINED_EPOCH when
+        ``offset`` is below every entry. The caller knows the log holds ``offset``."""
+        offsets = [o for _, o in self.entries]
+        at = bisect_right(offsets, offset)
+        return self.entries[at - 1][0] if at else UNDEFINED_EPOCH
+
     def truncate_from_end(self, end_offset: int) -> None:
         """Forget epochs that start at or after ``end_offset`` (log truncated there)."""
         offsets = [o for _, o in self.entries]

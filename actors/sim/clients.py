@@ -96,6 +96,18 @@ def batch_records(data: bytes) -> list[tuple[int, int, int, bytes | None]]:
             out.append((record.offset, batch.producer_id, seq, record.value))
 
 
+def fetched_records(data: bytes) -> list[tuple[int, bytes | None, int]]:
+    """(offset, value, the leader epoch its batch was written in) of every record in whole
+    batches."""
+    out: list[tuple[int, bytes | None, int]] = []
+    records = MemoryRecords(bytes(data))
+    while True:
+        batch = records.next_batch()
+        if batch is None:
+            return out
+        out.extend((record.offset, record.value, batch.leader_epoch) for record in batch)
+
+
 @dataclass
 class Ack:
     topic: str
@@ -108,6 +120,9 @@ class Ack:
     base_sequence: int
     time_ns: int              # answered (the client's monotonic clock, the simulated one)
     acks: int = 1             # the producer's acks: 1 (the leader's append) or -1 (all)
+    # the leader epoch the answering leader wrote the batch in (its leader epoch cache when
+    # the answer came), dated by the checker (Checker.note_ack); -1: not known
+    leader_epoch: int = -1
 
 
 @dataclass
@@ -115,8 +130,9 @@ class History:
     """What the clients were told, for the invariants."""
 
     acks: list[Ack] = field(default_factory=list)
-    # (topic, partition) -> (offset, value, broker read from, that broker's life)
-    consumed: dict[tuple[str, int], list[tuple[int, bytes | None, int, int]]] = field(
+    # (topic, partition) -> (offset, value, broker read from, that broker's life, the leader
+    # epoch of the record's batch)
+    consumed: dict[tuple[str, int], list[tuple[int, bytes | None, int, int, int]]] = field(
         default_factory=dict)
     producer_ids: dict[int, str] = field(default_factory=dict)
     problems: list[tuple[str, str]] = field(default_factory=list)  # (invariant, what broke)
@@ -129,6 +145,13 @@ class History:
     committed: dict[tuple[str, int], set[int]] = field(default_factory=dict)
     generations: dict[tuple[str, int, int, int], list[int]] = field(default_factory=dict)
     group_rebalances: int = 0
+    # called with every acknowledgement as it is recorded (the checker dates its epoch)
+    ack_listeners: list[Callable[[Ack], None]] = field(default_factory=list)
+
+    def acked(self, ack: Ack) -> None:
+        self.acks.append(ack)
+        for listener in self.ack_listeners:
+            listener(ack)
 
 
 @dataclass
@@ -413,10 +436,9 @@ class SimProducer(MetadataClient):
         if code != NONE:
             self.history.produce_errors[code] = self.history.produce_errors.get(code, 0) + 1
         if code == NONE:
-            self.history.acks.append(Ack(batch.topic, batch.partition, part.base_offset,
-                                         batch.values, leader, life, batch.producer_id,
-                                         batch.base_sequence, self.clock.monotonic_ns(),
-                                         self.acks))
+            self.history.acked(Ack(batch.topic, batch.partition, part.base_offset,
+                                   batch.values, leader, life, batch.producer_id,
+                                   batch.base_sequence, self.clock.monotonic_ns(), self.acks))
         elif code == DUPLICATE_SEQUENCE:
             pass  # written before: the producer takes it as done, as Kafka's does
         elif code in (OUT_OF_ORDER_SEQUENCE, UNKNOWN_PRODUCER_ID):
@@ -492,11 +514,11 @@ class SimConsumer(MetadataClient):
                 if part.error_code != NONE:
                     self.meta.stale = True
                     continue
-                records = batch_records(part.records or b"")
+                records = fetched_records(part.records or b"")
                 seen = self.history.consumed.setdefault(tp, [])
-                for offset, _pid, _seq, value in records:
+                for offset, value, epoch in records:
                     if offset >= self.positions[tp]:
-                        seen.append((offset, value, leader, life))
+                        seen.append((offset, value, leader, life, epoch))
                         self.positions[tp] = offset + 1
 
 

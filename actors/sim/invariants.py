@@ -37,9 +37,10 @@ Data (at the end, on the logs themselves), held to what Kafka promises:
   ``acks1_lost``.
   The one exception, the crash election: the record is excused (counted as
   ``acks_all_lost_to_crash_election``) when the first leader epoch after the one
-  it was acknowledged in to start at or below its offset was led by a broker
-  that crashed after the record was made and before it led that epoch (a leader
-  that never had it, without a crash, is a violation). That broker lost the record
+  it was acknowledged in (the epoch its leader's epoch cache gave its offset when the
+  answer came, not the last one a check saw) to start at or below its offset was led by a
+  broker that crashed after the record was made and before it led that epoch (a
+  leader that never had it, without a crash, is a violation). That broker lost the record
   with its log's unflushed tail at the crash, came back as the ISR's last
   member or still in the ISR (its leader had not had replica.lag.time.max.ms
   to drop it, or no controller saw it die while its old ZooKeeper session
@@ -49,7 +50,8 @@ Data (at the end, on the logs themselves), held to what Kafka promises:
   A check sees a leadership only if it lasted to one of the checks every
   ``check_every_ms``: a shorter one excuses nothing (a stricter checker).
 - a record the consumer fetched from a broker that has not crashed since is
-  that broker's record at that offset (same crash-election exception);
+  that broker's record at that offset (same crash-election exception, judged from
+  the leader epoch the record's batch carries);
 - replicas agree below the high watermark: two live replicas of a partition
   hold the same records below the lower of their high watermarks (same
   crash-election exception: a replica that has not fetched from the elected
@@ -76,7 +78,7 @@ from typing import TYPE_CHECKING, Any
 from actors.core.cluster_model import TopicPartition
 from actors.metadata import znodes
 from actors.runtime.actor import Actor
-from actors.sim.clients import History, batch_records
+from actors.sim.clients import Ack, History, batch_records
 from actors.sim.node import SimNode
 from wire import registry
 from wire.broker_messages import FetchReady, ProduceReady, WatchFetch, WatchProduce
@@ -307,18 +309,56 @@ class Checker:
         broker_id, _life, _start, seen_ms = first[2]
         return any(since_ms < t <= seen_ms for t in self.crash_times_ms.get(broker_id, []))
 
-    def _ack_epoch(self, topic: str, p: int, broker_id: int, life: int, ack_ms: float) -> int:
-        """The leader epoch the acknowledged record was written in: the latest a check saw
-        ``broker_id`` (in that life) lead ``topic-p`` in before ``ack_ms``, or, when the
-        first check of that leadership came after the answer, the first it led (-1:
-        none seen)."""
+    def note_ack(self, ack: Ack) -> None:
+        """An acknowledgement was just recorded: date it with the leader epoch its leader wrote
+        the batch in, from that leader's epoch cache now (the answer has just left it). A check
+        every ``check_every_ms`` may not have seen that epoch yet: a leader can move to a new
+        epoch (the controller bumps it when a follower leaves the ISR) a few milliseconds
+        before it acknowledges. Left unknown (-1) when the leader crashed since or no longer
+        holds the batch."""
+        broker = self.cluster.brokers.get(ack.broker_id)
+        if broker is None or broker.lives != ack.broker_life or broker.state != "up":
+            return
+        for shard in broker.shards():
+            state = shard.partitions.get((ack.topic, ack.partition))
+            if state is None:
+                continue
+            log = state.log
+            if log.log_start_offset <= ack.base_offset \
+                    and ack.base_offset + len(ack.values) <= log.log_end_offset:
+                ack.leader_epoch = log.epoch_cache.epoch_for_offset(ack.base_offset)
+            return
+
+    def _ack_epoch(self, ack: Ack) -> int:
+        """The leader epoch the acknowledged record was written in: the one dated when it was
+        acknowledged (note_ack), else the latest a check saw its broker (in that life) lead
+        its partition in before the answer, or, when the first check of that leadership came
+        after the answer, the first it led (-1: none seen)."""
+        if ack.leader_epoch >= 0:
+            return ack.leader_epoch
+        ack_ms = ack.time_ns / 1_000_000
         led = sorted((seen_ms, e) for (t, q, e), entries in self.leaderships.items()
-                     if t == topic and q == p
-                     for b, lf, _start, seen_ms in entries if b == broker_id and lf == life)
+                     if t == ack.topic and q == ack.partition
+                     for b, lf, _start, seen_ms in entries
+                     if b == ack.broker_id and lf == ack.broker_life)
         before = [e for seen_ms, e in led if seen_ms <= ack_ms]
         if before:
             return max(before)
         return led[0][1] if led else -1
+
+    def _written_in(self, topic: str, p: int, epoch: int, broker_id: int,
+                    life: int) -> tuple[int, int, int]:
+        """The leadership a fetched record was written in, as ``_crash_election`` takes it
+        (epoch, leader, its life): the record's batch carries the epoch; its leader is the
+        broker it was fetched from when that broker (in that life) was seen leading the
+        epoch, else the first leader seen in it (-1, -1: none seen; (-1, -1, -1): the batch
+        carried no epoch)."""
+        if epoch < 0:
+            return -1, -1, -1
+        leaders = [(b, lf) for b, lf, _start, _seen in self.leaderships.get((topic, p, epoch), [])]
+        if (broker_id, life) in leaders:
+            return epoch, broker_id, life
+        return (epoch, *leaders[0]) if leaders else (epoch, -1, -1)
 
     def _actor_health(self) -> None:
         world = self.cluster.world
@@ -378,9 +418,7 @@ class Checker:
                     if self._crash_election(
                             ack.topic, ack.partition, offset,
                             self.history.created_ms.get(value, 0.0),
-                            after=(self._ack_epoch(ack.topic, ack.partition, ack.broker_id,
-                                                   ack.broker_life, ack.time_ns / 1_000_000),
-                                   ack.broker_id, ack.broker_life)):
+                            after=(self._ack_epoch(ack), ack.broker_id, ack.broker_life)):
                         self.counted["acks_all_lost_to_crash_election"] += 1
                         break
                     if records is not final and self._crash_election(
@@ -397,7 +435,7 @@ class Checker:
                         f"holds {found[2] if found else None!r}, acknowledged (acks=all, by "
                         f"broker {ack.broker_id}) as {value!r}")
         for (topic, p), consumed in sorted(self.history.consumed.items()):
-            for offset, fetched, broker_id, life in consumed:
+            for offset, fetched, broker_id, life, epoch in consumed:
                 broker = cluster.brokers[broker_id]
                 kept = logs.get((broker_id, topic, p))
                 if broker.lives != life or broker.state != "up" or kept is None:
@@ -405,7 +443,8 @@ class Checker:
                 found = kept.get(offset)
                 if found is None or found[2] != fetched:
                     if fetched is not None and self._crash_election(
-                            topic, p, offset, self.history.created_ms.get(fetched, 0.0)):
+                            topic, p, offset, self.history.created_ms.get(fetched, 0.0),
+                            after=self._written_in(topic, p, epoch, broker_id, life)):
                         self.counted["fetched_lost_to_crash_election"] += 1
                         continue
                     raise Violation(

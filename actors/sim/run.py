@@ -115,6 +115,7 @@ class _Run:
         self.topic_partitions = {t: n for t, (n, _rf) in TOPICS.items()}
         self.checker = Checker(self.cluster, self.history, self.topic_partitions)
         world.observers.append(self.checker.observe)
+        self.history.ack_listeners.append(self.checker.note_ack)
         self.faults: list[str] = []
         self.crashed: set[int] = set()
         self.paused: set[int] = set()

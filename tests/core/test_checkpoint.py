@@ -111,6 +111,18 @@ def test_epoch_cache_assign_and_end_offsets(tmp_path: Path) -> None:
     assert LeaderEpochCache(tmp_path).entries == [(1, 0), (3, 10), (5, 20)]
 
 
+def test_epoch_cache_epoch_for_offset(tmp_path: Path) -> None:
+    cache = LeaderEpochCache(tmp_path)
+    assert cache.epoch_for_offset(0) == -1  # empty
+    cache.assign(1, 4)
+    cache.assign(3, 10)
+    cache.assign(5, 20)
+    assert cache.epoch_for_offset(3) == -1  # below every epoch
+    assert [cache.epoch_for_offset(o) for o in (4, 9, 10, 19, 20, 99)] == [1, 1, 3, 3, 5, 5]
+    cache.truncate_from_end(20)
+    assert cache.epoch_for_offset(20) == 3
+
+
 def test_epoch_cache_assign_removes_non_monotonic_entries(tmp_path: Path) -> None:
     cache = LeaderEpochCache(tmp_path)
     cache.assign(1, 0)

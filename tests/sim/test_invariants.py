@@ -5,11 +5,14 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
+from kafka.record.memory_records import MemoryRecords
 
+from actors.sim.clients import Ack, History
 from actors.sim.disk import SimDisk
-from actors.sim.invariants import EXPIRY_GRACE_MS, Violation
+from actors.sim.invariants import EXPIRY_GRACE_MS, Checker, Violation
 from actors.sim.run import SimOptions, _Run
 
 
@@ -146,3 +149,76 @@ def test_a_parked_operation_is_owed_an_answer_only_once_its_wait_ran_out(run: _R
     run.checker.deadlines_ms[waiting] = now_ms - 500 - EXPIRY_GRACE_MS
     with pytest.raises(Violation, match="never answered"):
         run.checker.check_settled_purgatory()
+
+
+def test_an_acknowledgement_is_dated_with_the_leader_epoch_its_batch_carries(
+        run: _Run) -> None:
+    checked = 0
+    for ack in run.history.acks:
+        broker = run.cluster.brokers[ack.broker_id]
+        if broker.lives != ack.broker_life or broker.state != "up":
+            continue
+        for shard in broker.shards():
+            state = shard.partitions.get((ack.topic, ack.partition))
+            if state is None or state.log.log_end_offset <= ack.base_offset:
+                continue
+            records = MemoryRecords(bytes(state.log.read(ack.base_offset, 1 << 20).records))
+            while (batch := records.next_batch()) is not None:
+                if batch.base_offset == ack.base_offset:
+                    assert ack.leader_epoch == batch.leader_epoch >= 0, ack
+                    checked += 1
+    assert checked > 10
+
+
+def test_a_crash_election_is_judged_from_the_epoch_an_ack_was_written_in() -> None:
+    """Seed 5 (gateway, crash and expire faults, two acks=all producers): broker 1 moved to
+    leader epoch 1 at offset 44 and acknowledged a record there 57 ms before the first check
+    that saw epoch 1. Dated by the checks alone, the record was epoch 0's, the first
+    leadership after it broker 1's own epoch 1 (no crash: a violation); it was epoch 1's,
+    and the first leadership after that, epoch 3, went to broker 3, which had lost the
+    record's offset with its unflushed tail at a crash before it led."""
+    checker = Checker(cast(Any, None), History(), {"events": 3})
+    checker.leaderships = {("events", 1, 0): [(1, 1, 0, 2200.0)],
+                           ("events", 1, 1): [(1, 1, 44, 5400.0)],
+                           ("events", 1, 3): [(3, 3, 42, 19200.0)]}
+    checker.crash_times_ms = {3: [6129.9, 12867.6], 1: [9698.4], 2: [11574.7]}
+    ack = Ack("events", 1, 44, [b"v"], 1, 1, 7, 0, 5_343_000_000, acks=-1)
+
+    def excused() -> bool:
+        return checker._crash_election("events", 1, 44, 5329.0, after=(
+            checker._ack_epoch(ack), ack.broker_id, ack.broker_life))
+
+    assert checker._ack_epoch(ack) == 0 and not excused()  # undated: the checks' guess
+    ack.leader_epoch = 1  # as note_ack dates it
+    assert checker._ack_epoch(ack) == 1 and excused()
+    # the crash must fall between the record's making and the election: without it, no excuse
+    checker.crash_times_ms[3] = [20000.0]
+    assert not excused()
+
+
+def test_a_fetched_record_carries_the_leader_epoch_of_its_batch(run: _Run) -> None:
+    consumed = [c for seen in run.history.consumed.values() for c in seen]
+    assert consumed and all(epoch >= 0 for *_rest, epoch in consumed)
+
+
+def test_a_crash_election_is_judged_from_the_epoch_a_fetched_record_was_written_in() -> None:
+    """Seed 20 (seed 5's options): broker 2 led audit-0 in leader epoch 1 from offset 53 and
+    the consumer read a record there from it; broker 1, in the ISR, had lost that offset at a
+    crash when the controller moved leadership back to it (epoch 2, then 5 from offset 44).
+    Judged from the record's making alone, the first leadership after it was broker 2's own
+    epoch 1 (no crash: a violation); the record's batch says epoch 1, the first leadership
+    after that is broker 1's crash election."""
+    checker = Checker(cast(Any, None), History(), {"audit": 2})
+    checker.leaderships = {("audit", 0, 0): [(1, 1, 0, 2200.0)],
+                           ("audit", 0, 1): [(2, 1, 53, 11800.0)],
+                           ("audit", 0, 5): [(1, 3, 44, 19400.0)]}
+    checker.crash_times_ms = {1: [5532.6, 13091.5, 22635.0], 3: [20945.9]}
+    assert not checker._crash_election("audit", 0, 53, 5916.0)
+    after = checker._written_in("audit", 0, 1, 2, 1)
+    assert after == (1, 2, 1)
+    assert checker._crash_election("audit", 0, 53, 5916.0, after=after)
+    # fetched from another broker than the epoch's leader (a follower, or a later leader
+    # that fetched it): the first leader seen in that epoch wrote it
+    assert checker._written_in("audit", 0, 1, 1, 3) == (1, 2, 1)
+    assert checker._written_in("audit", 0, 4, 1, 3) == (4, -1, -1)  # an epoch never seen
+    assert checker._written_in("audit", 0, -1, 2, 1) == (-1, -1, -1)

@@ -16,6 +16,12 @@ from wire.runtime_messages import GetClockOffsets, Ping, Pong
 if TYPE_CHECKING:
     from actors.runtime.node import Link, Node
 
+# ZMTP heartbeats on the sockets between nodes (the gateway's and the links to it):
+# a peer silent this long is taken for gone and the connection made again, so a
+# half-open TCP connection after a host crash does not hold queued frames for good.
+HEARTBEAT_IVL_MS = 2000
+HEARTBEAT_TIMEOUT_MS = 10_000
+
 
 class Gateway(Actor):
     """Receives frames from other nodes and hands them to local mailboxes.
@@ -104,6 +110,13 @@ class Gateway(Actor):
             sock.setsockopt(zmq.RCVHWM, node.gateway_hwm)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, 4 * node.max_frame_bytes + 1024)
+            sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+            if node.curve is not None:  # the node's ZAP handler admits the cluster's keys
+                sock.curve_server = True
+                sock.curve_publickey = node.curve.keys.public
+                sock.curve_secretkey = node.curve.keys.secret
+                sock.zap_domain = b"actorlog"
             sock.bind(url)
             self._in.append(sock)
             self.watch_fd(sock, self._on_readable)  # type: ignore[arg-type]

@@ -79,12 +79,20 @@ def read_key_file(path: Path | str, secret: bool = True) -> CurveKeys:
         raise CurveError(f"{p} does not exist; make keys with `actorlog keys new --out DIR`")
     try:
         public, secret_key = zmq.auth.load_certificate(p)
+    except PermissionError:
+        raise CurveError(f"{p}: cannot read the key file: permission denied; make it "
+                         f"readable by the user the node runs as") from None
     except (OSError, ValueError) as exc:
         raise CurveError(f"{p}: not a ZeroMQ certificate file ({exc})") from None
     public = _check_key(p, public, "public")
     if not secret:
         return CurveKeys(public, b"")
-    return CurveKeys(public, _check_key(p, secret_key, "secret"))
+    secret_key = _check_key(p, secret_key, "secret")
+    mode = p.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise CurveError(f"{p}: the secret key file may be read by others (mode "
+                         f"{mode:04o}); make it private with chmod 600 {p}")
+    return CurveKeys(public, secret_key)
 
 
 def read_public_keys(directory: Path | str) -> dict[str, bytes]:
@@ -107,6 +115,29 @@ def raw_key(z85_key: bytes) -> bytes:
 
 def z85_key(raw: bytes) -> str:
     return bytes(z85.encode(raw)).decode()
+
+
+@dataclass(frozen=True, slots=True)
+class CurveIdentity:
+    """What a node's sockets need: its own key pair and every node's public key.
+
+    ``peers`` maps runtime node names to Z85 public keys; a link to a node
+    finds the server key it expects there (a node absent from it is not
+    reached at all), and the gateway's ZAP handler admits exactly those keys.
+    """
+
+    keys: CurveKeys
+    peers: Mapping[str, bytes]
+
+    def server_key(self, node: str) -> bytes | None:
+        return self.peers.get(node)
+
+    def admitted(self) -> dict[bytes, str]:
+        """raw 32-byte key -> node name, for :class:`actors.security.zap.ZapPolicy`."""
+        out: dict[bytes, str] = {}
+        for name, key in sorted(self.peers.items(), reverse=True):  # "node-1" over "node-1-p1"
+            out[raw_key(key)] = name
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,3 +169,12 @@ class CurveSettings:
                 f"{PUBLIC_SUFFIX} matching this node's key {self.secret_key_file}; the "
                 f"cluster's key directory must hold every node's public key")
         return keys, known
+
+    def identity(self, node_name: str, aliases: tuple[str, ...] = ()) -> CurveIdentity:
+        """:meth:`load` as a :class:`CurveIdentity`; ``aliases`` (the other processes of
+        this broker) share this node's key pair."""
+        keys, known = self.load(node_name)
+        peers = dict(known)
+        for alias in aliases:
+            peers.setdefault(alias, keys.public)
+        return CurveIdentity(keys, peers)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import time
 from collections.abc import Iterator
@@ -166,3 +167,20 @@ def test_a_curve_socket_admits_known_keys_and_refuses_a_stranger(keys: Path,
         time.sleep(0.01)
     assert lines[0] == (f"CURVE peer 127.0.0.1 refused: unknown public key (mechanism CURVE, "
                         f"key {mallory})")
+
+
+def test_a_secret_key_file_others_may_read_or_none_may_read_is_one_line(keys: Path) -> None:
+    secret = keys / "secrets" / "node-1.key_secret"
+    secret.chmod(0o644)
+    with pytest.raises(CurveError) as caught:
+        read_key_file(secret)
+    assert str(caught.value) == (f"{secret}: the secret key file may be read by others (mode "
+                                 f"0644); make it private with chmod 600 {secret}")
+    secret.chmod(0o000)
+    try:
+        if os.geteuid() != 0:  # root reads it anyway
+            with pytest.raises(CurveError, match="cannot read the key file: permission denied"):
+                read_key_file(secret)
+    finally:
+        secret.chmod(0o600)
+    assert read_key_file(secret).public == read_public_keys(keys / "public")["node-1"]

@@ -52,7 +52,9 @@ class Gateway(Actor):
 
     def poll_timeout_ms(self) -> int | None:
         if not self._peers():
-            return None
+            # A real node's directory may learn a peer from another thread (the cluster
+            # controller): look again then. (A simulated node's gateway has no endpoint.)
+            return None if self.endpoint is None else self.PING_INTERVAL_MS
         return max(0, (self._next_ping_ns - self.clock.monotonic_ns()) // 1_000_000)
 
     def on_turn(self) -> None:

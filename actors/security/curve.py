@@ -54,9 +54,34 @@ def write_keys(directory: Path | str, name: str) -> tuple[Path, Path]:
         raise CurveError(f"key name {name!r} must be a plain file name (a node name)")
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    public, secret = (Path(p) for p in zmq.auth.create_certificates(out, name))
+    mask = os.umask(0o077)  # the secret file is never readable by others, not even briefly
+    try:
+        public, secret = (Path(p) for p in zmq.auth.create_certificates(out, name))
+    finally:
+        os.umask(mask)
     os.chmod(secret, 0o600)
+    os.chmod(public, 0o644)
     return public, secret
+
+
+def make_node_keys(out: Path | str, name: str, overwrite: bool = False) -> tuple[Path, Path]:
+    """A node's key pair laid out for its config: ``<out>/<name>.key_secret`` (mode 600,
+    ``actor.curve.secret.key.file``) and ``<out>/public/<name>.key`` (into the keys dir
+    that becomes ``actor.curve.public.keys.dir``, next to the other nodes' keys)."""
+    base = Path(out)
+    secret, public = base / f"{name}{SECRET_SUFFIX}", base / "public" / f"{name}{PUBLIC_SUFFIX}"
+    if not overwrite:
+        for existing in (secret, public):
+            if existing.exists():
+                raise CurveError(f"{existing} exists already; remove it to make new keys "
+                                 f"(every node's keys dir must then get the new public key)")
+    try:
+        made_public, made_secret = write_keys(base, name)
+        public.parent.mkdir(exist_ok=True)
+        os.replace(made_public, public)
+    except OSError as exc:
+        raise CurveError(f"cannot write keys in {base}: {exc.strerror}") from None
+    return public, made_secret
 
 
 def _check_key(path: Path, key: bytes | None, which: str) -> bytes:
@@ -138,6 +163,39 @@ class CurveIdentity:
         for name, key in sorted(self.peers.items(), reverse=True):  # "node-1" over "node-1-p1"
             out[raw_key(key)] = name
         return out
+
+
+def cluster_mismatch(own: CurveIdentity | None, registered: Mapping[str, str]
+                     ) -> tuple[str | None, list[str]]:
+    """Can a node with ``own`` (None: no CURVE) join nodes registered with these keys?
+
+    ``registered``: node name -> the CURVE key its registration carries ('' for
+    none). Returns the one line a node that must not start says (nodes with and
+    without CURVE cannot reach each other), and the warnings of a node that
+    may: a registered key its keys dir does not hold, whose frames it refuses.
+    """
+    for name, key in sorted(registered.items()):
+        if key and own is None:
+            return (f"{name} is registered with CURVE between nodes and this node has none; "
+                    f"set actor.curve.secret.key.file and actor.curve.public.keys.dir (keys "
+                    f"from `actorlog cluster keys --spec FILE` or `actorlog keys new`)"), []
+        if not key and own is not None:
+            return (f"{name} is registered without CURVE between nodes and this node has "
+                    f"it; a cluster's nodes use CURVE all or none (give {name} keys, or "
+                    f"remove actor.curve.* here)"), []
+    warnings = []
+    if own is not None:
+        for name, key in sorted(registered.items()):
+            expected = own.server_key(name)
+            if expected is None:
+                warnings.append(f"{name} is registered with CURVE key {key}, and "
+                                f"actor.curve.public.keys.dir has no {name}{PUBLIC_SUFFIX}: "
+                                f"this node neither sends to it nor admits it")
+            elif expected.decode() != key:
+                warnings.append(f"{name} is registered with CURVE key {key}, not the "
+                                f"{expected.decode()} of {name}{PUBLIC_SUFFIX} here: its "
+                                f"frames are refused")
+    return None, warnings
 
 
 @dataclass(frozen=True, slots=True)

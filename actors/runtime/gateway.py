@@ -19,8 +19,11 @@ if TYPE_CHECKING:
 # ZMTP heartbeats on the sockets between nodes (the gateway's and the links to it):
 # a peer silent this long is taken for gone and the connection made again, so a
 # half-open TCP connection after a host crash does not hold queued frames for good.
-HEARTBEAT_IVL_MS = 2000
-HEARTBEAT_TIMEOUT_MS = 10_000
+# The timeout is longer than a ZooKeeper session (18 s by default): a node paused
+# that long is taken for dead by the cluster anyway, and a shorter pause (SIGSTOP)
+# costs no connection, so nothing sent to it in the meantime is lost.
+HEARTBEAT_IVL_MS = 5000
+HEARTBEAT_TIMEOUT_MS = 30_000
 
 
 class Gateway(Actor):

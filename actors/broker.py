@@ -71,6 +71,7 @@ from actors.runtime.node import (
 from actors.security.acl import Authorizer
 from actors.security.config import SecurityConfigError, SecuritySettings
 from actors.security.credentials import CredentialCache
+from actors.security.curve import CurveError, CurveIdentity, cluster_mismatch
 from actors.security.local_store import LocalSecurityStore, LocalStoreError
 from actors.security.tls import TlsConfigError, server_context
 from actors.timer import Timer
@@ -382,10 +383,14 @@ class Broker:
         broker_id = int(cfg["node.id"])
         node_name = self.node_name
         gateway_port = int(cfg["actor.gateway.port"])
+        processes = int(cfg["num.processes"])
+        process_nodes = tuple(process_node_name(node_name, k) for k in range(processes))
+        curve = self._curve_identity(node_name, process_nodes[1:])
         if self.cluster:
             if gateway_port == 0:  # the other nodes need a tcp gateway: any free port
                 gateway_port = free_tcp_port(str(cfg["actor.gateway.host"]))
             cluster_id = self._join(cfg, data_dir, broker_id)
+            self._check_cluster_curve(curve, broker_id)
         else:
             cluster_id = read_or_create_meta(data_dir, broker_id)
         log_dir = LogDir.open(data_dir)
@@ -396,8 +401,6 @@ class Broker:
         store = None if self.cluster else TopicStore.load(data_dir)
 
         endpoint = NodeEndpoint(str(cfg["actor.gateway.host"]), gateway_port, ipc_dir)
-        processes = int(cfg["num.processes"])
-        process_nodes = tuple(process_node_name(node_name, k) for k in range(processes))
         node = Node(
             node_name,
             directory=Directory({name: endpoint for name in process_nodes}),
@@ -408,6 +411,7 @@ class Broker:
                                 int(cfg["socket.request.max.bytes"]) + 1024 * 1024),
             batch_max_messages=int(cfg["actor.batch.max.messages"]),
             clock=self.clock,
+            curve=curve,
         )
         node.tracer.file_max_bytes = int(cfg["trace.file.max.bytes"])
         node.tracer.files_max = int(cfg["trace.files.max"])
@@ -504,6 +508,35 @@ class Broker:
             broker_id, ",".join(b.connection_string for b in self.bound),
             ",".join(a.connection_string for a in self.advertised), data_dir,
             topo.num_processors, topo.num_handlers, topo.num_shards, cfg["actor.threads"])
+
+    def _curve_identity(self, node_name: str, aliases: tuple[str, ...]) -> CurveIdentity | None:
+        """actor.curve.*: this node's key pair and the cluster's public keys, or None."""
+        assert self.security is not None
+        if not self.security.curve.enabled:
+            return None
+        try:
+            curve = self.security.curve.identity(node_name, aliases)
+        except CurveError as exc:
+            raise BrokerConfigError(str(exc)) from None
+        logger.bind(node=node_name).info(
+            "CURVE between nodes: key {}, {} node keys admitted ({})", curve.keys.public.decode(),
+            len(curve.admitted()), ", ".join(sorted(set(curve.peers) - set(aliases))))
+        return curve
+
+    def _check_cluster_curve(self, curve: CurveIdentity | None, broker_id: int) -> None:
+        """Refuse to join nodes that cannot reach this one (CURVE on one side only)."""
+        assert self.metadata is not None
+        try:
+            brokers = self.metadata.get_brokers()
+        except MetadataError as exc:
+            raise BrokerError(f"reading the registered brokers failed: {exc}") from None
+        registered = {broker_node_name(b): info.curve_key for b, info in brokers.items()
+                      if b != broker_id}
+        refusal, warnings = cluster_mismatch(curve, registered)
+        if refusal is not None:
+            raise BrokerConfigError(refusal)
+        for warning in warnings:
+            logger.bind(node=self.node_name).warning("{}", warning)
 
     def _authorizer(self, data_dir: Path) -> tuple[Authorizer | None, Any]:
         """authorizer.class.name = acl: the ACLs (ZooKeeper's /kafka-acl or the data dir).
@@ -633,7 +666,8 @@ class Broker:
                              for a in self.advertised),
             f"tcp://{format_host_port(endpoint.host, endpoint.port)}",
             str(cfg["broker.rack"]) or None, num_handlers=topo.num_handlers,
-            num_shards=topo.num_shards, num_coordinators=topo.num_coordinators)
+            num_shards=topo.num_shards, num_coordinators=topo.num_coordinators,
+            curve_key=node.curve.keys.public.decode() if node.curve is not None else "")
         node.spawn(ClusterController, topo.controller.name, topology=topo, config=cfg,
                    store=self.metadata, broker=self.broker_info, clock=clock,
                    credentials=credentials)

@@ -101,6 +101,15 @@ def check(spec_path: str) -> None:
 
 @group.command()
 @spec_option
+@click.option("--force", is_flag=True, help="replace keys made before")
+def keys(spec_path: str, force: bool) -> None:
+    """Make a CURVE key pair per node of the spec (in its state dir); `up` hands them out."""
+    with cluster_of(spec_path) as cluster:
+        cluster.make_keys(force=force)
+
+
+@group.command()
+@spec_option
 @click.option("--keep", is_flag=True, help="on failure, leave what was started for inspection")
 @click.option("--timeout", "timeout_s", type=float, default=90.0, show_default=True,
               help="seconds each process may take to become ready")

@@ -319,6 +319,11 @@ class ClusterController(Actor):
                 self.log.info("broker {} at {} (gateway {})", broker_id,
                               ", ".join(e.connection_string for e in info.endpoints),
                               info.gateway)
+                if bool(info.curve_key) != (self.node.curve is not None):
+                    self.log.warning("broker {} registered {} CURVE between nodes, this node "
+                                     "{}: they cannot reach each other", broker_id,
+                                     "with" if info.curve_key else "without",
+                                     "has it" if self.node.curve is not None else "has none")
         for broker_id in set(self.brokers) - set(now):
             if broker_id != me:
                 directory.forget(broker_node_name(broker_id))

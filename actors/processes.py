@@ -180,17 +180,19 @@ def run_process(spec: dict[str, Any]) -> int:
     name = names[index]
     endpoint = NodeEndpoint(spec["gateway_host"], 0, spec["ipc_dir"])
     data_dir = Path(spec["data_dir"])
+    security = SecuritySettings.from_config(cfg.values)
+    # The same key pair as process 0: each process of a broker is that broker to CURVE
+    curve = security.curve.identity(main, names[1:]) if security.curve.enabled else None
     node = Node(name, directory=Directory({n: endpoint for n in names}), endpoint=endpoint,
                 data_dir=data_dir, trace_sample_ratio=float(cfg["trace.sample.ratio"]),
                 max_frame_bytes=max(int(cfg["actor.max.frame.bytes"]),
                                     int(cfg["socket.request.max.bytes"]) + 1024 * 1024),
-                batch_max_messages=int(cfg["actor.batch.max.messages"]))
+                batch_max_messages=int(cfg["actor.batch.max.messages"]), curve=curve)
     topo = Topology.from_config(name, cfg)
     topo = Topology(name, topo.num_processors, topo.num_handlers, topo.num_shards,
                     topo.num_purgatories, topo.num_coordinators, home=main, process_nodes=names)
     kafka_codec.warm_up()
     # The same listeners as process 0 (its ports), TLS context and SCRAM credentials
-    security = SecuritySettings.from_config(cfg.values)
     tls_context = server_context(security.tls) if security.tls is not None else None
     credentials = None
     if security.sasl_mechanisms:

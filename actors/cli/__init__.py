@@ -1,8 +1,8 @@
 """The `actorlog` command line: one module per command group.
 
 ``serve`` (one broker), ``topics`` and ``groups`` (admin through the Kafka
-APIs), ``bench`` (benchmarks, optional extras), ``trace`` (trace tools) and
-``sim`` (the deterministic simulation).
+APIs), ``bench`` (benchmarks, optional extras), ``trace`` (trace tools),
+``keys`` (CURVE keys between nodes) and ``sim`` (the deterministic simulation).
 Each group's module is imported only when it is invoked, so `actorlog serve`
 starts fast and `actorlog --help` works without the optional extras.
 
@@ -30,6 +30,7 @@ TOP_COMMANDS: dict[str, str] = {
     "cluster": "actors.cluster_cli:group",
     "users": "actors.cli.users:group",
     "acls": "actors.cli.acls:group",
+    "keys": "actors.cli.keys:group",
     "sim": "actors.cli.sim:command",
 }
 

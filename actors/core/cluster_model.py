@@ -59,6 +59,10 @@ class BrokerInfo:
     Nodes may differ, so a node that names another's actors by index must use
     that node's counts, not its own; 0 means unknown (a registration that did
     not say).
+
+    ``curve_key``: the node's CURVE public key (Z85) when its gateway and links
+    use CURVE (``actor.curve.*``), empty otherwise; a starting node compares it
+    with its own setting, as nodes with and without CURVE cannot talk.
     """
 
     broker_id: int
@@ -69,6 +73,7 @@ class BrokerInfo:
     num_handlers: int = 0
     num_shards: int = 0
     num_coordinators: int = 0
+    curve_key: str = ""
 
     def with_epoch(self, epoch: int) -> BrokerInfo:
         return replace(self, epoch=epoch)

@@ -38,7 +38,7 @@ from actors.hosts.launch import (
     zookeeper_process,
 )
 from actors.hosts.netns import NetnsError, TestHost
-from actors.hosts.node_config import NodePlan
+from actors.hosts.node_config import CURVE_DIR, NodePlan
 from actors.hosts.probe import ProbeError, api_versions, metadata
 from actors.hosts.runner import (
     HostError,
@@ -132,7 +132,10 @@ class Cluster:
         self.state_path = spec.state_dir / STATE_FILE
         self.runners: dict[str, Runner] = {
             name: runner_for(host, spec.state_dir) for name, host in spec.hosts.items()}
-        self.plans = {i: NodePlan.of(spec, i) for i in sorted(spec.nodes)}
+        keys = spec.state_dir / CURVE_DIR
+        self.keys_dir = keys if (keys / "public").is_dir() else None  # `cluster keys` made them
+        self.plans = {i: NodePlan.of(spec, i, with_keys=self.keys_dir is not None)
+                      for i in sorted(spec.nodes)}
         self.versions: dict[str, str] = {}  # host -> the actorlog version it runs
 
     def close(self) -> None:
@@ -282,6 +285,34 @@ class Cluster:
         mode = zookeeper_mode(zk)
         self.say(f"{where}: serving" + (f" ({mode})" if self.spec.zookeeper.ensemble else ""))
 
+    def make_keys(self, force: bool = False) -> None:
+        """`cluster keys`: a CURVE key pair per node in the state dir; `up` hands them out."""
+        from actors.security.curve import CurveError, make_node_keys
+
+        out = self.spec.state_dir / CURVE_DIR
+        for node_id in sorted(self.spec.nodes):
+            try:
+                public, _secret = make_node_keys(out, f"node-{node_id}", overwrite=force)
+            except CurveError as exc:
+                raise ClusterError(str(exc)) from None
+            self.say(f"node {node_id}: key {public}")
+        self.say(f"keys in {out}; `cluster up` gives each node its key pair and every node's "
+                 f"public key (restart running nodes to use them)")
+
+    def hand_keys(self, runner: Runner, plan: NodePlan) -> None:
+        """The node's CURVE key pair and every node's public key, where its config says."""
+        if self.keys_dir is None:
+            return
+        secret = str(plan.config.get("actor.curve.secret.key.file", ""))
+        public_dir = str(plan.config.get("actor.curve.public.keys.dir", ""))
+        mine = self.keys_dir / f"node-{plan.node_id}.key_secret"
+        if not (secret and public_dir and mine.is_file()):
+            return
+        runner.makedirs(public_dir)
+        runner.write_file(secret, mine.read_text(), mode=0o600)
+        for key in sorted((self.keys_dir / "public").glob("*.key")):
+            runner.write_file(f"{public_dir}/{key.name}", key.read_text())
+
     def start_node(self, node_id: int, started: list[ManagedProcess]) -> None:
         plan = self.plans[node_id]
         proc = self.node(node_id)
@@ -291,6 +322,7 @@ class Cluster:
             self.say(f"{where}: already running, pid {running.pid}")
             return
         write_node_config(proc.runner, plan)
+        self.hand_keys(proc.runner, plan)
         version = self.versions.get(plan.host.name)
         if version is None:
             version = self.versions[plan.host.name] = check_version(proc.runner)

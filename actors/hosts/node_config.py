@@ -7,7 +7,9 @@ on the host's address, on the listener's port + 1 unless set. The node's
 config file, its log and its pid file live in its data dir, so one directory
 per node holds everything `cluster up` made for it. Every node joins the
 spec's cluster: its ``zookeeper.connect`` is the spec's ZooKeeper (a spec
-always names one).
+always names one). When `actorlog cluster keys` made CURVE keys for the spec
+(``with_keys``), a node's key pair and every node's public key go to
+``curve/`` in its data dir and its config names them (``actor.curve.*``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ LOG_FILE = "serve.log"
 PID_FILE = "serve.pid"
 VERSION_FILE = "serve.version"
 CLUSTER_KEY = "zookeeper.connect"
+CURVE_DIR = "curve"  # in the spec's state dir (made by `cluster keys`) and in each data dir
 
 
 def parse_listener(value: str) -> tuple[str, int]:
@@ -59,7 +62,7 @@ class NodePlan:
     data_dir: str
 
     @classmethod
-    def of(cls, spec: ClusterSpec, node_id: int) -> NodePlan:
+    def of(cls, spec: ClusterSpec, node_id: int, with_keys: bool = False) -> NodePlan:
         node = spec.nodes[node_id]
         host = spec.hosts[node.host]
         merged: dict[str, Any] = {**spec.config, **node.config}
@@ -88,6 +91,10 @@ class NodePlan:
             data_dir = str(PurePosixPath(host.data_dir) / f"node-{node_id}")
             values["log.dirs"] = data_dir
         values[CLUSTER_KEY] = spec.connect_string()
+        if with_keys:  # unless the spec's config names key files of its own
+            keys = PurePosixPath(data_dir) / CURVE_DIR
+            values["actor.curve.secret.key.file"] = str(keys / f"node-{node_id}.key_secret")
+            values["actor.curve.public.keys.dir"] = str(keys / "public")
         values.update(merged)
         return cls(node_id, host, values, listen_port, format_address(adv_host, adv_port),
                    gateway_port, data_dir)

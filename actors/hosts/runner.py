@@ -41,7 +41,10 @@ while [ ! -s "$pidfile" ]; do
 done
 cat "$pidfile"
 """
-_WRITE = r'mkdir -p "$(dirname "$1")" && cat > "$1.tmp" && chmod "$2" "$1.tmp" && mv "$1.tmp" "$1"'
+# The text is written private (umask 077) and given its mode after: a secret key is
+# never readable by others, not even while it is written.
+_WRITE = (r'mkdir -p "$(dirname "$1")" && (umask 077 && cat > "$1.tmp") && chmod "$2" "$1.tmp"'
+          r' && mv "$1.tmp" "$1"')
 _PID_RE = re.compile(r"^\s*(\d+)\s*$")
 
 

@@ -7,6 +7,8 @@ additions are in a broker's registration, fields Kafka brokers do not write:
 ``actorlog_actors``, how many of its sharded actors the node runs (keyed by
 the config keys that set them), so the other nodes address actors that exist
 there. A registration without it (an older node) decodes with counts 0.
+``actorlog_curve_key`` is the node's CURVE public key, written only when its
+sockets between nodes use CURVE.
 """
 
 from __future__ import annotations
@@ -143,6 +145,8 @@ def encode_broker(broker: BrokerInfo, timestamp_ms: int) -> bytes:
     }
     if broker.rack is not None:
         doc["rack"] = broker.rack
+    if broker.curve_key:
+        doc["actorlog_curve_key"] = broker.curve_key
     return _dump(doc)
 
 
@@ -171,7 +175,8 @@ def decode_broker(broker_id: int, data: bytes | None, epoch: int = -1) -> Broker
 
     return BrokerInfo(broker_id, endpoints, str(doc.get("actorlog_gateway") or ""),
                       None if rack is None else str(rack), epoch, count(IO_THREADS),
-                      count(PARTITION_SHARDS), count(GROUP_COORDINATORS))
+                      count(PARTITION_SHARDS), count(GROUP_COORDINATORS),
+                      str(doc.get("actorlog_curve_key") or ""))
 
 
 # ---------------------------------------------------------------- controller

@@ -184,10 +184,7 @@ SPEC.update(SECURITY_SPEC)
 
 # Keys read by nothing yet: the issue that will use each. They are accepted
 # (a config file written for that issue's release keeps working).
-RESERVED: dict[str, str] = {
-    "actor.curve.secret.key.file": "issue 17 (CURVE between nodes)",
-    "actor.curve.public.keys.dir": "issue 17 (CURVE between nodes)",
-}
+RESERVED: dict[str, str] = {}
 for _key, _issue in RESERVED.items():  # the help text says so too
     if "reserved" not in SPEC[_key][2]:
         SPEC[_key] = (*SPEC[_key][:2], f"{SPEC[_key][2]} (reserved: {_issue})")

@@ -16,6 +16,15 @@ from wire.runtime_messages import GetClockOffsets, Ping, Pong
 if TYPE_CHECKING:
     from actors.runtime.node import Link, Node
 
+# ZMTP heartbeats on the sockets between nodes (the gateway's and the links to it):
+# a peer silent this long is taken for gone and the connection made again, so a
+# half-open TCP connection after a host crash does not hold queued frames for good.
+# The timeout is longer than a ZooKeeper session (18 s by default): a node paused
+# that long is taken for dead by the cluster anyway, and a shorter pause (SIGSTOP)
+# costs no connection, so nothing sent to it in the meantime is lost.
+HEARTBEAT_IVL_MS = 5000
+HEARTBEAT_TIMEOUT_MS = 30_000
+
 
 class Gateway(Actor):
     """Receives frames from other nodes and hands them to local mailboxes.
@@ -46,7 +55,9 @@ class Gateway(Actor):
 
     def poll_timeout_ms(self) -> int | None:
         if not self._peers():
-            return None
+            # A real node's directory may learn a peer from another thread (the cluster
+            # controller): look again then. (A simulated node's gateway has no endpoint.)
+            return None if self.endpoint is None else self.PING_INTERVAL_MS
         return max(0, (self._next_ping_ns - self.clock.monotonic_ns()) // 1_000_000)
 
     def on_turn(self) -> None:
@@ -104,6 +115,13 @@ class Gateway(Actor):
             sock.setsockopt(zmq.RCVHWM, node.gateway_hwm)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, 4 * node.max_frame_bytes + 1024)
+            sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+            if node.curve is not None:  # the node's ZAP handler admits the cluster's keys
+                sock.curve_server = True
+                sock.curve_publickey = node.curve.keys.public
+                sock.curve_secretkey = node.curve.keys.secret
+                sock.zap_domain = b"actorlog"
             sock.bind(url)
             self._in.append(sock)
             self.watch_fd(sock, self._on_readable)  # type: ignore[arg-type]

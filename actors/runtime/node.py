@@ -6,6 +6,11 @@ node's gateway: over ``ipc://`` when both nodes have the same host address,
 over ``tcp://`` otherwise. The gateway is itself an actor: it receives
 ``[receiver name, frame]`` and hands the frame, undecoded, to the local
 mailbox. Sending code is the same in every case: ``tell(address, message)``.
+
+With a :class:`~actors.security.curve.CurveIdentity` (``curve``) the sockets
+between nodes use CURVE: the gateway is a CURVE server behind a ZAP handler
+that admits only the identity's peer keys, and every link to another node
+is a CURVE client that expects the key the identity holds for that node.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.counters import Counters, DeadLetters
 from actors.runtime.directory import Directory, NodeEndpoint, default_ipc_dir
 from actors.runtime.errors import AskFailed, AskTimeout, MessageTooLarge, NodeError
-from actors.runtime.gateway import Gateway
+from actors.runtime.gateway import HEARTBEAT_IVL_MS, HEARTBEAT_TIMEOUT_MS, Gateway
 from actors.runtime.pykka_compat import actor_of, call_message
 from actors.runtime.tracing import Tracer, net_legs, new_id
+from actors.security.curve import CurveIdentity
 from wire import registry
 from wire.envelope import DEFAULT_MAX_FRAME_BYTES, encode_frames, new_entry
 from wire.runtime_messages import Reply
@@ -112,6 +118,7 @@ class Node:
         gateway_hwm: int = 1000,
         context: zmq.Context[Any] | None = None,
         clock: Clock | None = None,
+        curve: CurveIdentity | None = None,
     ) -> None:
         if not name or "/" in name or "@" in name:
             raise NodeError(f"bad node name {name!r}: must be non-empty, without '/' or '@'")
@@ -128,6 +135,9 @@ class Node:
         self.batch_max_messages = batch_max_messages
         self.gateway_hwm = gateway_hwm
         self.data_dir = data_dir
+        self.curve = curve
+        self._zap: Any = None
+        self._keyless: set[str] = set()  # nodes without a CURVE key here, logged once each
         self.actors: dict[str, Actor] = {}
         self._order: list[str] = []
         self.dead_letters = DeadLetters(name, self.clock)
@@ -156,6 +166,11 @@ class Node:
         if self.endpoint is not None and self.endpoint.ipc_dir:
             refuse_ipc_in_use(Path(self.endpoint.ipc_dir) / f"{self.name}.gw")
         self._started = True
+        if self.curve is not None:  # before the gateway binds: ZAP is asked at the handshake
+            from actors.security.zap import ZapPolicy
+            from actors.security.zap_handler import ZapHandler
+            self._zap = ZapHandler(self.context, ZapPolicy(self.curve.admitted()),
+                                   node=self.name).start()
         self.tracer.start()
         self.spawn(AskRouter, "_asks")
         self.spawn(Gateway, "_gateway", endpoint=self.endpoint)
@@ -215,6 +230,18 @@ class Node:
             sock.connect(self.inproc_endpoint(address.name))
             return Link(sock, False, address.node, target=self.actors.get(address.name))
         endpoint = self.directory.nodes[address.node]
+        curve = self.curve
+        if curve is not None:
+            server_key = curve.server_key(address.node)
+            if server_key is None:
+                sock.close(linger=0)
+                raise NodeError(f"node {address.node} has no CURVE public key in "
+                                f"actor.curve.public.keys.dir of node {self.name}")
+            sock.curve_serverkey = server_key
+            sock.curve_publickey = curve.keys.public
+            sock.curve_secretkey = curve.keys.secret
+        sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
         me = self.endpoint
         if me is not None and endpoint.ipc_dir and me.host == endpoint.host:
             sock.connect(endpoint.ipc(address.node))
@@ -230,6 +257,12 @@ class Node:
             if address.name not in self.actors or self.actors[address.name].actor_stopped.is_set():
                 return None
         elif address.node not in self.directory.nodes:
+            return None
+        elif self.curve is not None and self.curve.server_key(address.node) is None:
+            if address.node not in self._keyless:
+                self._keyless.add(address.node)
+                self.log.warning("node {} has no CURVE public key in actor.curve.public.keys.dir;"
+                                 " messages to it go to dead letters", address.node)
             return None
         return self._new_link(address)
 
@@ -431,6 +464,9 @@ class Node:
             link.sock.close(linger=1000)
         self._all_external_links.clear()
         self.tracer.close()
+        if self._zap is not None:
+            self._zap.stop()
+            self._zap = None
         if self._own_context:
             self.context.term()
         self.log.info("node {} stopped", self.name)

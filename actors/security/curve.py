@@ -54,9 +54,34 @@ def write_keys(directory: Path | str, name: str) -> tuple[Path, Path]:
         raise CurveError(f"key name {name!r} must be a plain file name (a node name)")
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    public, secret = (Path(p) for p in zmq.auth.create_certificates(out, name))
+    mask = os.umask(0o077)  # the secret file is never readable by others, not even briefly
+    try:
+        public, secret = (Path(p) for p in zmq.auth.create_certificates(out, name))
+    finally:
+        os.umask(mask)
     os.chmod(secret, 0o600)
+    os.chmod(public, 0o644)
     return public, secret
+
+
+def make_node_keys(out: Path | str, name: str, overwrite: bool = False) -> tuple[Path, Path]:
+    """A node's key pair laid out for its config: ``<out>/<name>.key_secret`` (mode 600,
+    ``actor.curve.secret.key.file``) and ``<out>/public/<name>.key`` (into the keys dir
+    that becomes ``actor.curve.public.keys.dir``, next to the other nodes' keys)."""
+    base = Path(out)
+    secret, public = base / f"{name}{SECRET_SUFFIX}", base / "public" / f"{name}{PUBLIC_SUFFIX}"
+    if not overwrite:
+        for existing in (secret, public):
+            if existing.exists():
+                raise CurveError(f"{existing} exists already; remove it to make new keys "
+                                 f"(every node's keys dir must then get the new public key)")
+    try:
+        made_public, made_secret = write_keys(base, name)
+        public.parent.mkdir(exist_ok=True)
+        os.replace(made_public, public)
+    except OSError as exc:
+        raise CurveError(f"cannot write keys in {base}: {exc.strerror}") from None
+    return public, made_secret
 
 
 def _check_key(path: Path, key: bytes | None, which: str) -> bytes:
@@ -79,12 +104,20 @@ def read_key_file(path: Path | str, secret: bool = True) -> CurveKeys:
         raise CurveError(f"{p} does not exist; make keys with `actorlog keys new --out DIR`")
     try:
         public, secret_key = zmq.auth.load_certificate(p)
+    except PermissionError:
+        raise CurveError(f"{p}: cannot read the key file: permission denied; make it "
+                         f"readable by the user the node runs as") from None
     except (OSError, ValueError) as exc:
         raise CurveError(f"{p}: not a ZeroMQ certificate file ({exc})") from None
     public = _check_key(p, public, "public")
     if not secret:
         return CurveKeys(public, b"")
-    return CurveKeys(public, _check_key(p, secret_key, "secret"))
+    secret_key = _check_key(p, secret_key, "secret")
+    mode = p.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise CurveError(f"{p}: the secret key file may be read by others (mode "
+                         f"{mode:04o}); make it private with chmod 600 {p}")
+    return CurveKeys(public, secret_key)
 
 
 def read_public_keys(directory: Path | str) -> dict[str, bytes]:
@@ -107,6 +140,62 @@ def raw_key(z85_key: bytes) -> bytes:
 
 def z85_key(raw: bytes) -> str:
     return bytes(z85.encode(raw)).decode()
+
+
+@dataclass(frozen=True, slots=True)
+class CurveIdentity:
+    """What a node's sockets need: its own key pair and every node's public key.
+
+    ``peers`` maps runtime node names to Z85 public keys; a link to a node
+    finds the server key it expects there (a node absent from it is not
+    reached at all), and the gateway's ZAP handler admits exactly those keys.
+    """
+
+    keys: CurveKeys
+    peers: Mapping[str, bytes]
+
+    def server_key(self, node: str) -> bytes | None:
+        return self.peers.get(node)
+
+    def admitted(self) -> dict[bytes, str]:
+        """raw 32-byte key -> node name, for :class:`actors.security.zap.ZapPolicy`."""
+        out: dict[bytes, str] = {}
+        for name, key in sorted(self.peers.items(), reverse=True):  # "node-1" over "node-1-p1"
+            out[raw_key(key)] = name
+        return out
+
+
+def cluster_mismatch(own: CurveIdentity | None, registered: Mapping[str, str]
+                     ) -> tuple[str | None, list[str]]:
+    """Can a node with ``own`` (None: no CURVE) join nodes registered with these keys?
+
+    ``registered``: node name -> the CURVE key its registration carries ('' for
+    none). Returns the one line a node that must not start says (nodes with and
+    without CURVE cannot reach each other), and the warnings of a node that
+    may: a registered key its keys dir does not hold, whose frames it refuses.
+    """
+    for name, key in sorted(registered.items()):
+        if key and own is None:
+            return (f"{name} is registered with CURVE between nodes and this node has none; "
+                    f"set actor.curve.secret.key.file and actor.curve.public.keys.dir (keys "
+                    f"from `actorlog cluster keys --spec FILE` or `actorlog keys new`)"), []
+        if not key and own is not None:
+            return (f"{name} is registered without CURVE between nodes and this node has "
+                    f"it; a cluster's nodes use CURVE all or none (give {name} keys, or "
+                    f"remove actor.curve.* here)"), []
+    warnings = []
+    if own is not None:
+        for name, key in sorted(registered.items()):
+            expected = own.server_key(name)
+            if expected is None:
+                warnings.append(f"{name} is registered with CURVE key {key}, and "
+                                f"actor.curve.public.keys.dir has no {name}{PUBLIC_SUFFIX}: "
+                                f"this node neither sends to it nor admits it")
+            elif expected.decode() != key:
+                warnings.append(f"{name} is registered with CURVE key {key}, not the "
+                                f"{expected.decode()} of {name}{PUBLIC_SUFFIX} here: its "
+                                f"frames are refused")
+    return None, warnings
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,3 +227,12 @@ class CurveSettings:
                 f"{PUBLIC_SUFFIX} matching this node's key {self.secret_key_file}; the "
                 f"cluster's key directory must hold every node's public key")
         return keys, known
+
+    def identity(self, node_name: str, aliases: tuple[str, ...] = ()) -> CurveIdentity:
+        """:meth:`load` as a :class:`CurveIdentity`; ``aliases`` (the other processes of
+        this broker) share this node's key pair."""
+        keys, known = self.load(node_name)
+        peers = dict(known)
+        for alias in aliases:
+            peers.setdefault(alias, keys.public)
+        return CurveIdentity(keys, peers)

@@ -1,8 +1,9 @@
 """The ZAP handler's shell: a thread with the REP socket ZeroMQ asks, around :class:`ZapPolicy`.
 
 One per ZeroMQ context (ZAP is per context); start it before any CURVE
-server socket of that context binds. A refused peer is logged once per
-connection attempt, with its address and key; an admitted one at DEBUG.
+server socket of that context binds. A refused peer is logged once, with
+its address and key (a refused client reconnects every 100 ms or so; its
+later attempts are logged at DEBUG); an admitted one at DEBUG.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from actors.security.zap import ZapDecision, ZapPolicy
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 _POLL_MS = 100
+_REMEMBERED = 4096  # refused (address, key) pairs remembered so each is logged once
 
 
 class ZapHandler:
@@ -30,6 +32,7 @@ class ZapHandler:
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        self._refused: set[tuple[str, str, str]] = set()
         self._thread = threading.Thread(target=self._run, name=f"zap-{node}", daemon=True)
 
     def start(self, timeout_s: float = 10.0) -> ZapHandler:
@@ -75,7 +78,15 @@ class ZapHandler:
             self.log.debug("CURVE peer {} admitted: {} ({})", decision.address, decision.reason,
                            key)
         else:
-            self.log.warning("CURVE peer {} refused: {} (mechanism {}, key {})",
-                             decision.address, decision.reason, decision.mechanism, key)
+            seen = (decision.address, key, decision.reason)
+            if seen in self._refused:
+                self.log.debug("CURVE peer {} refused again: {}", decision.address,
+                               decision.reason)
+            else:
+                if len(self._refused) >= _REMEMBERED:
+                    self._refused.clear()
+                self._refused.add(seen)
+                self.log.warning("CURVE peer {} refused: {} (mechanism {}, key {})",
+                                 decision.address, decision.reason, decision.mechanism, key)
         if self.on_decision is not None:
             self.on_decision(decision)

@@ -58,6 +58,9 @@ SASL = "tests/security/test_sasl_broker.py"
 ACL = "tests/security/test_acl_broker.py"
 REPL = "tests/cluster/test_replication.py"
 TXN = "tests/broker/test_transactions.py"
+CURVE = "tests/cluster/test_curve_cluster.py"
+CURVE_TEST = ("test_curve_cluster_replicates_and_refuses_a_foreign_key_and_a_node_without_"
+              "keys")
 TXN_CLUSTER = "tests/cluster/test_transactions_cluster.py"
 CLEANER = "tests/broker/test_log_cleaner.py"
 
@@ -97,6 +100,8 @@ EFFECTS: dict[str, list[str]] = {
     # branch acl
     "authorizer.class.name": [f"{ACL}::test_a_user_denied_then_allowed_to_produce_and_consume"],
     "super.users": [f"{ACL}::test_admin_client_creates_describes_and_deletes_acls"],
+    "actor.curve.secret.key.file": [f"{CURVE}::{CURVE_TEST}"],
+    "actor.curve.public.keys.dir": [f"{CURVE}::{CURVE_TEST}"],
     "allow.everyone.if.no.acl.found": [
         f"{ACL}::test_allow_everyone_if_no_acl_found_opens_only_resources_no_acl_names"],
     "connections.max.reauth.ms": [f"{SASL}::"

@@ -145,3 +145,34 @@ def test_one_process_starts_no_other(tmp_path: Path) -> None:
         assert "serves connections" not in broker.log()
     finally:
         assert broker.stop() == 0
+
+
+def test_the_processes_of_a_broker_with_curve_talk_over_it(tmp_path: Path) -> None:
+    """CURVE keys: the second process has the broker's key pair, and its requests reach
+    the first process's partitions through the CURVE gateway."""
+    from actors.security.curve import make_node_keys
+
+    public, secret = make_node_keys(tmp_path / "keys", "node-1")
+    broker = BrokerProcess(tmp_path / "data", config={
+        "num.processes": 2, "actor.curve.secret.key.file": str(secret),
+        "actor.curve.public.keys.dir": str(public.parent)}).start()
+    try:
+        wait_for_log(broker, "serves connections")
+        assert broker.proc is not None
+        [worker] = worker_pids(broker)
+        with RawClient(broker.port) as admin:
+            assert admin.create_topic("curved", 1) == 0
+        clients = [RawClient(broker.port, client_id=f"c{i}") for i in range(16)]
+        try:
+            for i, client in enumerate(clients):
+                answer = client.produce("curved", 0, record_batch([(None, b"v%d" % i)]), acks=1)
+                assert answer.error_code == 0, answer
+            inodes = established_inodes(broker.port)
+            assert connections_of(worker, inodes) > 0
+        finally:
+            for client in clients:
+                client.close()
+        log = broker.log()
+        assert "CURVE between nodes: key" in log and "unknown public key" not in log
+    finally:
+        broker.stop()

@@ -91,7 +91,30 @@ CASES: dict[str, Case] = {
     "config unreadable": Case(
         ["--config", "{base}/c.toml"], 2, ["cannot read", "permission denied", "chmod"],
         setup=_write("c.toml", '"num.io.threads" = 2\n', 0o000), as_nobody=True),
+    "CURVE key file missing": Case(
+        ["--config", "{base}/c.toml"], 2, ["none.key_secret does not exist",
+                                           "actorlog keys new --out DIR"],
+        setup=lambda base: _curve_config(base, base / "none.key_secret")),
+    "CURVE secret key readable by others": Case(
+        ["--config", "{base}/c.toml"], 2, ["node-1.key_secret", "may be read by others",
+                                           "mode 0644", "chmod 600"],
+        setup=lambda base: _curve_config(base, mode=0o644)),
+    "CURVE without its keys dir": Case(
+        ["--config", "{base}/c.toml"], 2, ["actor.curve.public.keys.dir is not set"],
+        setup=lambda base: _curve_config(base, keys_dir="")),
 }
+
+
+def _curve_config(base: Path, secret: Path | None = None, mode: int = 0o600,
+                  keys_dir: str | None = None) -> None:
+    from actors.security.curve import make_node_keys
+    public, made = make_node_keys(base / "keys", "node-1")
+    made.chmod(mode)
+    lines = [f'"actor.curve.secret.key.file" = "{secret or made}"\n']
+    keys_dir = str(public.parent) if keys_dir is None else keys_dir
+    if keys_dir:
+        lines.append(f'"actor.curve.public.keys.dir" = "{keys_dir}"\n')
+    (base / "c.toml").write_text("".join(lines))
 
 
 def run_serve(args: list[str], as_nobody: bool = False) -> subprocess.CompletedProcess[str]:

@@ -276,6 +276,53 @@ config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3
     assert again.returncode == 0 and "node 1 on here: not running" in again.stdout
 
 
+def test_cluster_keys_then_up_gives_each_node_curve_keys(spec_file: Path, zk_connect: str
+                                                         ) -> None:
+    """`cluster keys` makes a pair per node; `up` puts them in each data dir, the config
+    names them, and the nodes talk over CURVE."""
+    ports = [free_port() for _ in range(4)]
+    spec_file.write_text(f"""
+[hosts.here]
+via = "local"
+[zookeeper]
+connect = "{zk_connect}"
+[config]
+"default.replication.factor" = 2
+[nodes.1]
+host = "here"
+config = {{"listeners" = "127.0.0.1:{ports[0]}", "actor.gateway.port" = {ports[1]}}}
+[nodes.2]
+host = "here"
+config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3]}}}
+""")
+    made = cli("keys", "--spec", str(spec_file))
+    assert made.returncode == 0, made.stdout + made.stderr
+    state = spec_file.parent / f"{NAME}.cluster"
+    assert sorted(p.name for p in (state / "curve" / "public").iterdir()) == [
+        "node-1.key", "node-2.key"]
+    again = cli("keys", "--spec", str(spec_file))
+    assert again.returncode == 1 and "exists already" in again.stderr
+    up = cli("up", "--spec", str(spec_file))
+    assert up.returncode == 0, up.stdout + up.stderr
+    data = state / "data"
+    for i in (1, 2):
+        node = data / f"node-{i}"
+        config = (node / "node.toml").read_text()
+        secret = node / "curve" / f"node-{i}.key_secret"
+        assert f'"actor.curve.secret.key.file" = "{secret}"' in config
+        assert f'"actor.curve.public.keys.dir" = "{node / "curve" / "public"}"' in config
+        assert secret.stat().st_mode & 0o777 == 0o600
+        assert sorted(p.name for p in (node / "curve" / "public").iterdir()) == [
+            "node-1.key", "node-2.key"]
+    got = produce_and_consume(f"127.0.0.1:{ports[0]}", "curve-topic", count=10)
+    assert len(got) == 10
+    for i in (1, 2):
+        log = (data / f"node-{i}" / "serve.log").read_text()
+        assert "CURVE between nodes: key" in log and "refused" not in log
+    down = cli("down", "--spec", str(spec_file))
+    assert down.returncode == 0, down.stderr
+
+
 def test_network_faults_need_a_netns_host(spec_file: Path) -> None:
     spec_file.write_text('[hosts.h1]\nvia = "local"\n[zookeeper]\nconnect = "127.0.0.1:1"\n'
                          '[nodes.1]\nhost = "h1"\n')

@@ -111,3 +111,14 @@ def test_bad_znodes_are_refused_with_the_path(decode: object, error: str) -> Non
     with pytest.raises(BadZnode) as info:
         decode()  # type: ignore[operator]
     assert str(info.value) == error
+
+
+def test_the_registration_carries_the_curve_key_of_a_node_with_curve() -> None:
+    info = BrokerInfo(2, (Endpoint("PLAINTEXT", "10.0.0.2", 9092),), "tcp://10.0.0.2:19092",
+                      None, 9, curve_key="x" * 40)
+    doc = json.loads(znodes.encode_broker(info, timestamp_ms=123))
+    assert doc["actorlog_curve_key"] == "x" * 40
+    assert znodes.decode_broker(2, json.dumps(doc).encode(), epoch=9) == info
+    plain = json.loads(znodes.encode_broker(
+        BrokerInfo(2, info.endpoints, info.gateway, None, 9), timestamp_ms=123))
+    assert "actorlog_curve_key" not in plain

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import time
 from collections.abc import Iterator
@@ -15,6 +16,8 @@ from zmq.utils.monitor import recv_monitor_message
 from actors.security.curve import (
     CurveError,
     CurveSettings,
+    cluster_mismatch,
+    make_node_keys,
     raw_key,
     read_key_file,
     read_public_keys,
@@ -166,3 +169,61 @@ def test_a_curve_socket_admits_known_keys_and_refuses_a_stranger(keys: Path,
         time.sleep(0.01)
     assert lines[0] == (f"CURVE peer 127.0.0.1 refused: unknown public key (mechanism CURVE, "
                         f"key {mallory})")
+
+
+def test_a_secret_key_file_others_may_read_or_none_may_read_is_one_line(keys: Path) -> None:
+    secret = keys / "secrets" / "node-1.key_secret"
+    secret.chmod(0o644)
+    with pytest.raises(CurveError) as caught:
+        read_key_file(secret)
+    assert str(caught.value) == (f"{secret}: the secret key file may be read by others (mode "
+                                 f"0644); make it private with chmod 600 {secret}")
+    secret.chmod(0o000)
+    try:
+        if os.geteuid() != 0:  # root reads it anyway
+            with pytest.raises(CurveError, match="cannot read the key file: permission denied"):
+                read_key_file(secret)
+    finally:
+        secret.chmod(0o600)
+    assert read_key_file(secret).public == read_public_keys(keys / "public")["node-1"]
+
+
+def test_a_node_joins_only_nodes_with_curve_on_the_same_side(keys: Path) -> None:
+    public = keys / "public"
+    me = CurveSettings(str(keys / "secrets" / "node-1.key_secret"), str(public)).identity("node-1")
+    node2 = read_public_keys(public)["node-2"].decode()
+    assert cluster_mismatch(me, {"node-2": node2}) == (None, [])
+    assert cluster_mismatch(None, {"node-2": ""}) == (None, [])
+    refusal, _ = cluster_mismatch(None, {"node-2": node2})
+    assert refusal == ("node-2 is registered with CURVE between nodes and this node has none; "
+                       "set actor.curve.secret.key.file and actor.curve.public.keys.dir (keys "
+                       "from `actorlog cluster keys --spec FILE` or `actorlog keys new`)")
+    refusal, _ = cluster_mismatch(me, {"node-2": ""})
+    assert refusal is not None and refusal.startswith(
+        "node-2 is registered without CURVE between nodes and this node has it")
+    stranger = read_key_file(keys / "stranger" / "mallory.key", secret=False).public.decode()
+    assert cluster_mismatch(me, {"node-2": stranger, "node-7": node2}) == (None, [
+        f"node-2 is registered with CURVE key {stranger}, not the {node2} of node-2.key "
+        f"here: its frames are refused",
+        f"node-7 is registered with CURVE key {node2}, and actor.curve.public.keys.dir has no "
+        f"node-7.key: this node neither sends to it nor admits it"])
+
+
+def test_keys_new_lays_keys_out_for_the_config(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from actors.cli import cli
+    out = tmp_path / "k"
+    result = CliRunner().invoke(cli, ["keys", "new", "--out", str(out), "--name", "node-1",
+                                      "--name", "node-2"])
+    assert result.exit_code == 0, result.output
+    assert f'"actor.curve.secret.key.file" = "{out / "node-2.key_secret"}"' in result.output
+    assert f'"actor.curve.public.keys.dir" = "{out / "public"}"' in result.output
+    assert sorted(p.name for p in (out / "public").iterdir()) == ["node-1.key", "node-2.key"]
+    assert (out / "node-1.key_secret").stat().st_mode & 0o777 == 0o600
+    settings = CurveSettings(str(out / "node-2.key_secret"), str(out / "public"))
+    assert set(settings.identity("node-2").peers) == {"node-1", "node-2"}
+    again = CliRunner().invoke(cli, ["keys", "new", "--out", str(out)])
+    assert again.exit_code == 2 and "node-1.key_secret exists already" in again.output
+    with pytest.raises(CurveError, match="exists already"):
+        make_node_keys(out, "node-2")

@@ -168,7 +168,7 @@ class _EnvelopePath:
                 continue  # "unknown message type id"
             cls = self.types[type_id]
             try:
-                msg = self.build(cls, body)
+                msg: Any = self.build(cls, body)
             except self.wrong_shape:
                 continue  # "malformed envelope: <what is wrong>"
             self.trace_fields(msg)  # what a traced hop records of it

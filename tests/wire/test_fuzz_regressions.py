@@ -1,0 +1,39 @@
+"""Inputs the fuzzer found (tests/fuzz_corpus/regressions/<target>/) and the seeds: each is
+refused clearly (or served) by the decode path, never an uncaught other exception."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.fuzz_targets import CORPUS_DIR, TARGETS, corpus_files, target
+from wire import kafka_codec as kc
+
+INPUTS = [(name, path) for name in TARGETS for path in corpus_files(name)]
+
+
+@pytest.mark.parametrize(("name", "path"), INPUTS,
+                         ids=[f"{n}/{p.parent.name}/{p.name}" for n, p in INPUTS])
+def test_input_is_refused_clearly_or_served(name: str, path: Path) -> None:
+    target(name)(path.read_bytes())
+
+
+def test_corpus_is_small_and_has_both_clients() -> None:
+    files = [p for p in CORPUS_DIR.rglob("*") if p.is_file() and p.suffix != ".py"]
+    assert len(files) >= 30 and sum(p.stat().st_size for p in files) < 200_000
+    names = {p.name for p in corpus_files("kafka")}
+    assert any(n.startswith("kafka-python-") for n in names)
+    assert any(n.startswith("confluent-") for n in names)
+
+
+def test_null_where_the_schema_allows_none_is_invalid_request() -> None:
+    """OffsetFetch v8 with a -1 `groups` length: kafka.protocol reads None, the API
+    iterated it (TypeError, a traceback and a closed connection); now refused as Kafka's
+    readers refuse it."""
+    frame = (CORPUS_DIR / "regressions" / "kafka" / "offset-fetch-v8-null-groups").read_bytes()
+    header = kc.parse_request_header(frame)
+    assert (header.api_key, header.api_version) == (9, 8)
+    with pytest.raises(kc.InvalidRequestError,
+                       match="non-nullable field groups was serialized as null"):
+        kc.decode_request(header, frame)

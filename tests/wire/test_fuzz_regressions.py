@@ -37,3 +37,13 @@ def test_null_where_the_schema_allows_none_is_invalid_request() -> None:
     with pytest.raises(kc.InvalidRequestError,
                        match="non-nullable field groups was serialized as null"):
         kc.decode_request(header, frame)
+
+
+def test_huge_length_in_a_body_is_invalid_request() -> None:
+    """InitProducerId v4 whose compact string length is a 35-byte varint: the compiled
+    decoder raised OverflowError, which the codec did not count as a malformed body."""
+    frame = (CORPUS_DIR / "regressions" / "kafka" / "init-producer-id-v4-overflow").read_bytes()
+    header = kc.parse_request_header(frame)
+    assert (header.api_key, header.api_version) == (22, 4)
+    with pytest.raises(kc.InvalidRequestError, match=r"malformed or truncated.*OverflowError"):
+        kc.decode_request(header, frame)

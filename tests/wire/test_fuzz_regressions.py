@@ -47,3 +47,14 @@ def test_huge_length_in_a_body_is_invalid_request() -> None:
     assert (header.api_key, header.api_version) == (22, 4)
     with pytest.raises(kc.InvalidRequestError, match=r"malformed or truncated.*OverflowError"):
         kc.decode_request(header, frame)
+
+
+def test_null_element_of_a_string_array_is_invalid_request() -> None:
+    """DescribeGroups v0 naming a null group: the API hashed None to find its coordinator
+    (AttributeError); Kafka's readers refuse a null element of a string array."""
+    frame = (CORPUS_DIR / "regressions" / "kafka" / "describe-groups-null-group-id").read_bytes()
+    header = kc.parse_request_header(frame)
+    assert (header.api_key, header.api_version) == (15, 0)
+    with pytest.raises(kc.InvalidRequestError,
+                       match="non-nullable field groups element was serialized as null"):
+        kc.decode_request(header, frame)

@@ -34,8 +34,9 @@ _request_decoders: dict[tuple[int, int], _Decoder] = {}
 # Per (api key, version): the non-nullable fields a body may not leave null (see _NullPlan).
 _null_plans: dict[tuple[int, int], _NullPlan] = {}
 
-# (field name, nullable, plan of its struct or struct elements or None, is an array)
-_NullPlan = tuple[tuple[str, bool, "_NullPlan | None", bool], ...]
+# (field name, nullable, plan of its struct or struct elements or None, kind)
+_NullPlan = tuple[tuple[str, bool, "_NullPlan | None", str], ...]
+_NULLABLE_TYPES = frozenset(("string", "bytes", "records"))
 
 
 def _header_decoder(flexible: bool) -> _Decoder:
@@ -117,28 +118,30 @@ def _request_decoder(api_key: int, api_version: int) -> _Decoder:
 
 def _null_plan(struct: Any, version: int) -> _NullPlan:
     """The fields of ``struct`` at ``version`` that can be read as null (arrays, strings,
-    bytes, structs), with the structs below them that hold such fields; empty when no
-    field in the subtree must be checked."""
+    bytes, structs, the elements of a string array), with the structs below them that
+    hold such fields; empty when nothing in the subtree must be checked. Kinds:
+    ``value`` (the field itself), ``strings`` (an array whose elements may not be null
+    either), ``struct`` and ``structs`` (checked inside with ``sub``)."""
     plan = []
     fields = struct.fields or ()
     for field in fields.values() if isinstance(fields, dict) else fields:
         if not field.for_version_q(version):
             continue
         nullable = field.nullable_for_version_q(version)
+        sub: _NullPlan | None = None
         if field.is_struct_array():
-            sub: _NullPlan | None = _null_plan(field.array_of, version) or None
-            is_array = True
+            sub, kind = _null_plan(field.array_of, version) or None, "structs"
         elif field.is_array():
-            sub, is_array = None, True
+            kind = "strings" if field.array_of.type_str in _NULLABLE_TYPES else "value"
         elif field.is_struct():
-            sub, is_array = _null_plan(field, version) or None, False
-        elif field.type_str in ("string", "bytes", "records"):
-            sub, is_array = None, False
+            sub, kind = _null_plan(field, version) or None, "struct"
+        elif field.type_str in _NULLABLE_TYPES:
+            kind = "value"
         else:
             continue
-        if nullable and sub is None:
+        if nullable and sub is None and kind != "strings":
             continue
-        plan.append((field.name, nullable, sub, is_array))
+        plan.append((field.name, nullable, sub, kind))
     return tuple(plan)
 
 
@@ -151,18 +154,21 @@ def _null_plan_for(api_key: int, api_version: int) -> _NullPlan:
 
 
 def _check_nulls(obj: Any, plan: _NullPlan, where: str) -> None:
-    for name, nullable, sub, is_array in plan:
+    for name, nullable, sub, kind in plan:
         value = getattr(obj, name, None)
         if value is None:
             if nullable:
                 continue
             raise InvalidRequestError(f"non-nullable field {where}{name} was serialized as null")
-        if sub is not None:
-            if is_array:
-                for item in value:
-                    _check_nulls(item, sub, f"{where}{name}[].")
-            else:
-                _check_nulls(value, sub, f"{where}{name}.")
+        if kind == "strings":
+            if None in value:
+                raise InvalidRequestError(
+                    f"non-nullable field {where}{name} element was serialized as null")
+        elif kind == "structs" and sub is not None:
+            for item in value:
+                _check_nulls(item, sub, f"{where}{name}[].")
+        elif kind == "struct" and sub is not None:
+            _check_nulls(value, sub, f"{where}{name}.")
 
 
 def decode_request(header: RequestHeader, frame: bytes | bytearray | memoryview) -> Any:

@@ -172,9 +172,55 @@ def plain_replay_rate(name: str, corpus: Path = CORPUS_DIR, seconds: float = 0.5
     return done / (time.perf_counter() - start)
 
 
+LIVE_RATIO_KEY = "good_consumed_vs_produced"
+LIVE_RSS_BOUND_MB = 100.0
+
+
+def run_live_bench(seconds: float, connections: int, rate: float, seed: int,
+                   rss_bound_mb: float = LIVE_RSS_BOUND_MB) -> dict[str, Any]:
+    """`--target live`: a broker of its own (bench/fuzz_live.py), fuzzed while a good
+    client works; ``failures`` lists what broke the issue's promise (none: passed)."""
+    from bench.fuzz_live import run_live
+    from bench.peers import ACTORLOG_TEMPLATE, start_broker
+
+    broker = start_broker(ACTORLOG_TEMPLATE, timeout_s=60)
+    try:
+        assert broker.pid is not None
+        results = run_live("127.0.0.1", broker.port, broker.pid, seconds=seconds,
+                           connections=connections, rate=rate, seed=seed)
+        alive = broker.proc is not None and broker.proc.poll() is None
+        log = broker.log_path.read_text(errors="replace")
+    finally:
+        broker.stop(timeout_s=30)
+    failures = [f"good client: {e}" for e in results["good_errors"]]
+    if not alive:
+        failures.append("the broker died")
+    if results["good_consumed"] != results["good_produced"]:
+        failures.append(f"good client: {results['good_produced']} produced, "
+                        f"{results['good_consumed']} consumed")
+    if results["rss_growth_mb"] > rss_bound_mb:
+        failures.append(f"broker VmRSS grew {results['rss_growth_mb']} MB (bound {rss_bound_mb})")
+    tracebacks = log.count("Traceback")
+    if tracebacks:
+        failures.append(f"{tracebacks} tracebacks in the broker log")
+    results.update(broker_alive=alive, broker_tracebacks=tracebacks, failures=failures,
+                   rss_bound_mb=rss_bound_mb)
+    produced = results["good_produced"]
+    return {"bench": BENCH_NAME,
+            "config": {"target": "live", "seconds": seconds, "connections": connections,
+                       "rate": rate, "seed": seed},
+            "results": results,
+            "ratios": {LIVE_RATIO_KEY: round(results["good_consumed"] / produced, 4)
+                       if produced else 0.0}}
+
+
 @click.command(name=BENCH_NAME)
-@click.option("--target", "name", type=click.Choice(TARGETS), required=True,
-              help="kafka: request frame -> header -> body -> API; envelope: actor frames")
+@click.option("--target", "name", type=click.Choice([*TARGETS, "live"]), required=True,
+              help="kafka: request frame -> header -> body -> API; envelope: actor frames; "
+                   "live: a broker of its own fuzzed over TCP while a good client works")
+@click.option("--connections", default=50, show_default=True, help="live: fuzzing sockets")
+@click.option("--rate", default=1000.0, show_default=True,
+              help="live: mutated frames per second over all connections")
 @click.option("--seconds", type=float, default=None, help="fuzz this long (libFuzzer time)")
 @click.option("--runs", type=int, default=None, help="stop after this many cases")
 @click.option("--timeout", "timeout_s", default=1, show_default=True,
@@ -185,14 +231,33 @@ def plain_replay_rate(name: str, corpus: Path = CORPUS_DIR, seconds: float = 0.5
                                  "new temporary directory)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="write the report as JSON here")
-def command(name: str, seconds: float | None, runs: int | None, timeout_s: int,
-            seed: int | None, out_dir: Path | None, json_path: str | None) -> None:
-    """Coverage-guided fuzzing of the Kafka request path or the envelope decoder (atheris).
+def command(name: str, connections: int, rate: float, seconds: float | None, runs: int | None,
+            timeout_s: int, seed: int | None, out_dir: Path | None,
+            json_path: str | None) -> None:
+    """Coverage-guided fuzzing of the Kafka request path or the envelope decoder (atheris),
+    or live fuzzing of a running broker.
 
-    Exits 1 when a crash or a hang was found (the inputs are in --out).
+    Exits 1 when a crash or a hang was found (the inputs are in --out), or for live when
+    the broker died, logged a traceback, grew over 100 MB, or failed the good client.
     """
     if seconds is None and runs is None:
         seconds = 60.0
+    if name == "live":
+        live = run_live_bench(seconds or 60.0, connections, rate, seed or 1)
+        r = live["results"]
+        click.echo(f"live: {r['frames_sent']} mutated frames in {r['seconds']} s "
+                   f"({r['frames_per_s']:.0f}/s) on {r['connections']} connections "
+                   f"({r['connections_opened']} opened, {r['closed_by_broker']} closed by the "
+                   f"broker); good client {r['good_produced']} produced, {r['good_consumed']} "
+                   f"consumed, longest wait {r['good_max_gap_s']} s; broker VmRSS "
+                   f"{r['rss_baseline_mb']} -> peak {r['rss_peak_mb']} MB")
+        for failure in r["failures"]:
+            click.echo(f"FAILED: {failure}")
+        if json_path:
+            write_json(json_path, live["bench"], live["config"], live["results"], live["ratios"])
+        if r["failures"]:
+            raise SystemExit(1)
+        return
     report = run_fuzz(name, seconds=seconds, runs=runs, timeout_s=timeout_s, seed=seed,
                       out_dir=out_dir)
     r = report["results"]

@@ -258,31 +258,33 @@ class GoodClient:
                                          on_delivery=on_delivery)
                         self.produced += 1
                     producer.poll(0)
-                msg = consumer.poll(0.05)
-                if msg is not None:
-                    if msg.error() is not None:
-                        if msg.error().code() != KafkaError._PARTITION_EOF:
-                            self.errors.append(f"consume: {msg.error()}")
-                    else:
-                        if int(msg.value()) != self.consumed:
-                            self.out_of_order += 1
-                        self.consumed += 1
+                self._take(consumer.poll(0.05), KafkaError._PARTITION_EOF)
                 if self._stop.is_set():
                     if producer.flush(30) != 0:
                         self.errors.append("records left undelivered after 30 s")
                         break
                     deadline = time.monotonic() + 30
                     while self.consumed < delivered and time.monotonic() < deadline:
-                        msg = consumer.poll(0.2)
-                        if msg is not None and msg.error() is None:
-                            if int(msg.value()) != self.consumed:
-                                self.out_of_order += 1
-                            self.consumed += 1
+                        self._take(consumer.poll(0.2), KafkaError._PARTITION_EOF)
                     break
                 time.sleep(0.01)
         finally:
             consumer.close()
         self.delivered = delivered
+
+
+    def _take(self, msg: Any, eof_code: int) -> None:
+        """One consumed message (or None): in order, or an error."""
+        if msg is None:
+            return
+        error = msg.error()
+        if error is not None:
+            if error.code() != eof_code:
+                self.errors.append(f"consume: {error}")
+            return
+        if int(msg.value() or b"-1") != self.consumed:
+            self.out_of_order += 1
+        self.consumed += 1
 
 
 def create_topic(bootstrap: str, topic: str) -> None:

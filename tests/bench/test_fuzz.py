@@ -68,3 +68,18 @@ def test_a_crash_in_the_fuzzer_output_is_reported_once_with_its_input() -> None:
     assert found["crashes"] == [{"kind": "crash", "input": "/tmp/out/crash-4f4c",
                                  "exception": "Finding: kafka: TypeError: 'NoneType' object "
                                               "is not iterable"}]
+
+
+@pytest.mark.slow
+@pytest.mark.clients
+def test_live_target_writes_the_contract(tmp_path: Path) -> None:
+    """`--target live` briefly: a broker of its own, the good client, the JSON contract."""
+    out = tmp_path / "live.json"
+    result = CliRunner().invoke(command, ["--target", "live", "--seconds", "3",
+                                          "--connections", "10", "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert report["results"]["failures"] == [], report
+    assert result.exit_code == 0, result.output
+    assert report["bench"] == "fuzz" and report["config"]["target"] == "live"
+    assert report["results"]["frames_sent"] > 0 and report["results"]["broker_alive"]
+    assert report["ratios"]["good_consumed_vs_produced"] == 1.0

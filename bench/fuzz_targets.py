@@ -27,6 +27,7 @@ type id or ``WrongShape``: each is one dead letter, the actor keeps running.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,62 @@ class _EnvelopePath:
             except self.wrong_shape:
                 continue  # "malformed envelope: <what is wrong>"
             self.trace_fields(msg)  # what a traced hop records of it
+
+
+_INTERESTING: tuple[Any, ...] = (None, True, False, 0, -1, 1, 2**31, 2**63 - 1, -(2**63),
+                                 2**64 - 1, 0.5, "", "x" * 300, b"", b"\xff" * 40, [], {},
+                                 [None] * 7, {"k": None})
+
+
+def mutate_envelope(data: bytes, max_size: int, seed: int) -> bytes | None:
+    """A structure-aware mutation of a msgpack frame: one value somewhere inside it
+    swapped for one of another type or size, an array grown or shrunk, or a part copied
+    over another; None when ``data`` is not msgpack (the byte mutations take over).
+
+    Byte-level mutations mostly break the msgpack encoding, so they rarely get a
+    well-formed frame whose entries have the wrong shape to the registry's checks."""
+    import msgpack
+
+    try:
+        obj = msgpack.unpackb(data)
+    except Exception:
+        return None
+    rng = random.Random(seed)
+    holders: list[Any] = []
+
+    def walk(node: Any, depth: int) -> None:
+        if isinstance(node, list | dict) and depth < 12:
+            holders.append(node)
+            for child in node.values() if isinstance(node, dict) else node:
+                walk(child, depth + 1)
+
+    walk(obj, 0)
+    if not holders:
+        return msgpack.packb(rng.choice(_INTERESTING))
+    for _ in range(rng.randint(1, 3)):
+        holder = rng.choice(holders)
+        keys = list(holder) if isinstance(holder, dict) else list(range(len(holder)))
+        choice = rng.random()
+        if not keys or choice < 0.1:
+            if isinstance(holder, list):
+                holder.append(rng.choice(_INTERESTING))
+            continue
+        key = rng.choice(keys)
+        value = holder[key]
+        if choice < 0.2 and isinstance(holder, list):
+            del holder[key]
+        elif choice < 0.35 and isinstance(value, int) and not isinstance(value, bool):
+            holder[key] = value + rng.choice((-1, 1, -value - 1, 1 << rng.randrange(70)))
+        elif choice < 0.5:
+            other = rng.choice(holders)
+            holder[key] = other if other is not holder else None
+        else:
+            holder[key] = rng.choice(_INTERESTING)
+    try:
+        out: bytes = msgpack.packb(obj)
+    except (ValueError, OverflowError, TypeError, RecursionError):
+        return None
+    return out if len(out) <= max_size else None
 
 
 _PATHS: dict[str, Any] = {}

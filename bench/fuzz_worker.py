@@ -91,7 +91,19 @@ def main(argv: list[str]) -> None:
             print(f"FUZZ-CRASH-INPUT {path}", file=sys.stderr, flush=True)
             raise
 
-    atheris.Setup([argv[0], *argv[2:]], test_one)
+    mutator = None
+    if name == "envelope":
+        from bench.fuzz_targets import mutate_envelope
+
+        def mutator(data: bytes, max_size: int, seed: int) -> bytes:
+            # a quarter of the mutations structure-aware (slower), the rest libFuzzer's own
+            if seed % 4 == 0:
+                out = mutate_envelope(data, max_size, seed)
+                if out is not None:
+                    return out
+            return atheris.Mutate(data, max_size)  # type: ignore[no-any-return]
+
+    atheris.Setup([argv[0], *argv[2:]], test_one, custom_mutator=mutator)
     atheris.Fuzz()
 
 

@@ -177,7 +177,8 @@ LIVE_RSS_BOUND_MB = 100.0
 
 
 def run_live_bench(seconds: float, connections: int, rate: float, seed: int,
-                   rss_bound_mb: float = LIVE_RSS_BOUND_MB) -> dict[str, Any]:
+                   rss_bound_mb: float = LIVE_RSS_BOUND_MB,
+                   admin: bool = False) -> dict[str, Any]:
     """`--target live`: a broker of its own (bench/fuzz_live.py), fuzzed while a good
     client works; ``failures`` lists what broke the issue's promise (none: passed)."""
     from bench.fuzz_live import run_live
@@ -187,7 +188,7 @@ def run_live_bench(seconds: float, connections: int, rate: float, seed: int,
     try:
         assert broker.pid is not None
         results = run_live("127.0.0.1", broker.port, broker.pid, seconds=seconds,
-                           connections=connections, rate=rate, seed=seed)
+                           connections=connections, rate=rate, seed=seed, admin=admin)
         alive = broker.proc is not None and broker.proc.poll() is None
         log = broker.log_path.read_text(errors="replace")
     finally:
@@ -208,7 +209,7 @@ def run_live_bench(seconds: float, connections: int, rate: float, seed: int,
     produced = results["good_produced"]
     return {"bench": BENCH_NAME,
             "config": {"target": "live", "seconds": seconds, "connections": connections,
-                       "rate": rate, "seed": seed},
+                       "rate": rate, "seed": seed, "admin_seeds": admin},
             "results": results,
             "ratios": {LIVE_RATIO_KEY: round(results["good_consumed"] / produced, 4)
                        if produced else 0.0}}
@@ -221,6 +222,9 @@ def run_live_bench(seconds: float, connections: int, rate: float, seed: int,
 @click.option("--connections", default=50, show_default=True, help="live: fuzzing sockets")
 @click.option("--rate", default=1000.0, show_default=True,
               help="live: mutated frames per second over all connections")
+@click.option("--admin-seeds", is_flag=True,
+              help="live: mutate the recorded CreateTopics too (valid mutants create topics "
+                   "of any size: the broker has no partition limit yet)")
 @click.option("--seconds", type=float, default=None, help="fuzz this long (libFuzzer time)")
 @click.option("--runs", type=int, default=None, help="stop after this many cases")
 @click.option("--timeout", "timeout_s", default=1, show_default=True,
@@ -231,7 +235,8 @@ def run_live_bench(seconds: float, connections: int, rate: float, seed: int,
                                  "new temporary directory)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="write the report as JSON here")
-def command(name: str, connections: int, rate: float, seconds: float | None, runs: int | None,
+def command(name: str, connections: int, rate: float, admin_seeds: bool,
+            seconds: float | None, runs: int | None,
             timeout_s: int, seed: int | None, out_dir: Path | None,
             json_path: str | None) -> None:
     """Coverage-guided fuzzing of the Kafka request path or the envelope decoder (atheris),
@@ -243,7 +248,8 @@ def command(name: str, connections: int, rate: float, seconds: float | None, run
     if seconds is None and runs is None:
         seconds = 60.0
     if name == "live":
-        live = run_live_bench(seconds or 60.0, connections, rate, seed or 1)
+        live = run_live_bench(seconds or 60.0, connections, rate, seed or 1,
+                              admin=admin_seeds)
         r = live["results"]
         click.echo(f"live: {r['frames_sent']} mutated frames in {r['seconds']} s "
                    f"({r['frames_per_s']:.0f}/s) on {r['connections']} connections "

@@ -21,6 +21,7 @@ from actors.cli import UserError
 PACKAGE_OF: dict[str, tuple[str, str]] = {
     "confluent_kafka": ("confluent-kafka", "bench"),
     "hdrh": ("hdrhistogram", "bench"),
+    "atheris": ("atheris", "bench"),
     "matplotlib": ("matplotlib", "bench"),
     "pyspark": ("pyspark", "spark"),
     "pyarrow": ("pyarrow", "spark"),
@@ -36,6 +37,7 @@ BENCH_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "sim": ("bench.sim_bench:command", ()),
     "memory": ("bench.memory:command", ()),  # its consume figure needs the bench extra
     "failover": ("bench.failover:command", ()),
+    "fuzz": ("bench.fuzz:command", ("atheris",)),
     "produce": ("bench.load:produce_command", ("confluent_kafka", "hdrh")),
     "consume": ("bench.load:consume_command", ("confluent_kafka", "hdrh")),
     "e2e": ("bench.load:e2e_command", ("confluent_kafka", "hdrh")),
@@ -109,6 +111,6 @@ def group() -> None:
 
     actor-hop, timer, log, codec, request-cost, memory and failover run on the plain
     install (memory's consume figure uses the bench extra); produce, consume, e2e,
-    compare, scale, sweep, txn, chaos and trace-cost need the bench extra (pip install
+    compare, scale, sweep, txn, chaos, trace-cost and fuzz need the bench extra (pip install
     -e '.[bench]' in the actorlog checkout), trace-analyze the spark extra too.
     """

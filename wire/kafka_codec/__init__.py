@@ -109,6 +109,7 @@ from wire.kafka_codec.parts import Part, _records_plan, has_regions, join_parts
 from wire.kafka_codec.requests import (
     _header_decoder,
     _header_decoder_for,
+    _null_plan_for,
     _request_decoder,
     decode_request,
     parse_request_header,
@@ -145,6 +146,7 @@ def warm_up() -> None:
         request_cls, response_cls = _MESSAGE_CLASSES[entry.api_key]
         for version in range(entry.min_version, entry.max_version + 1):
             _request_decoder(entry.api_key, version)
+            _null_plan_for(entry.api_key, version)
             _header_decoder_for(entry.api_key, version, None)
             request_cls[version]  # type: ignore[index]  # creates the versioned class
             response = response_cls[version]()  # type: ignore[index]

@@ -44,7 +44,7 @@ _I32_I64 = struct.Struct(">iq")
 _I64_I32 = struct.Struct(">qi")
 _FRAME_PREFIX = struct.Struct(">ii")
 
-_DECODE_ERRORS = (struct.error, IndexError, ValueError, TypeError)
+_DECODE_ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError)
 
 
 class _Truncated(Exception):

@@ -198,7 +198,8 @@ _KNOWN_API_KEYS = frozenset(int(key) for key in ApiKey)
 _INT32 = struct.Struct(">i")
 # Everything the library's compiled decoders raise on short or bad input
 # (UnicodeDecodeError is a ValueError).
-_DECODE_ERRORS = (struct.error, IndexError, ValueError, TypeError, AssertionError)
+_DECODE_ERRORS = (struct.error, IndexError, ValueError, TypeError, AssertionError,
+                  OverflowError)
 
 
 def _check_served(api_key: int, api_version: int, correlation_id: int | None) -> None:

@@ -31,6 +31,12 @@ _Decoder = Callable[[bytes | memoryview, int], tuple[Any, int]]
 _header_decoders: dict[bool, _Decoder] = {}
 _header_decoders_by_version: dict[tuple[int, int], _Decoder] = {}
 _request_decoders: dict[tuple[int, int], _Decoder] = {}
+# Per (api key, version): the non-nullable fields a body may not leave null (see _NullPlan).
+_null_plans: dict[tuple[int, int], _NullPlan] = {}
+
+# (field name, nullable, plan of its struct or struct elements or None, kind)
+_NullPlan = tuple[tuple[str, bool, "_NullPlan | None", str], ...]
+_NULLABLE_TYPES = frozenset(("string", "bytes", "records"))
 
 
 def _header_decoder(flexible: bool) -> _Decoder:
@@ -110,6 +116,61 @@ def _request_decoder(api_key: int, api_version: int) -> _Decoder:
     return decoder
 
 
+def _null_plan(struct: Any, version: int) -> _NullPlan:
+    """The fields of ``struct`` at ``version`` that can be read as null (arrays, strings,
+    bytes, structs, the elements of a string array), with the structs below them that
+    hold such fields; empty when nothing in the subtree must be checked. Kinds:
+    ``value`` (the field itself), ``strings`` (an array whose elements may not be null
+    either), ``struct`` and ``structs`` (checked inside with ``sub``)."""
+    plan = []
+    fields = struct.fields or ()
+    for field in fields.values() if isinstance(fields, dict) else fields:
+        if not field.for_version_q(version):
+            continue
+        nullable = field.nullable_for_version_q(version)
+        sub: _NullPlan | None = None
+        if field.is_struct_array():
+            sub, kind = _null_plan(field.array_of, version) or None, "structs"
+        elif field.is_array():
+            kind = "strings" if field.array_of.type_str in _NULLABLE_TYPES else "value"
+        elif field.is_struct():
+            sub, kind = _null_plan(field, version) or None, "struct"
+        elif field.type_str in _NULLABLE_TYPES:
+            kind = "value"
+        else:
+            continue
+        if nullable and sub is None and kind != "strings":
+            continue
+        plan.append((field.name, nullable, sub, kind))
+    return tuple(plan)
+
+
+def _null_plan_for(api_key: int, api_version: int) -> _NullPlan:
+    plan = _null_plans.get((api_key, api_version))
+    if plan is None:
+        primary = request_class(api_key, api_version)[None]  # type: ignore[index]
+        plan = _null_plans[(api_key, api_version)] = _null_plan(primary._struct, api_version)
+    return plan
+
+
+def _check_nulls(obj: Any, plan: _NullPlan, where: str) -> None:
+    for name, nullable, sub, kind in plan:
+        value = getattr(obj, name, None)
+        if value is None:
+            if nullable:
+                continue
+            raise InvalidRequestError(f"non-nullable field {where}{name} was serialized as null")
+        if kind == "strings":
+            if None in value:
+                raise InvalidRequestError(
+                    f"non-nullable field {where}{name} element was serialized as null")
+        elif kind == "structs" and sub is not None:
+            for item in value:
+                _check_nulls(item, sub, f"{where}{name}[].")
+        elif kind == "struct" and sub is not None:
+            _check_nulls(value, sub, f"{where}{name}.")
+
+
 def decode_request(header: RequestHeader, frame: bytes | bytearray | memoryview) -> Any:
     """Decode the body of a request into its kafka.protocol object.
 
@@ -120,7 +181,9 @@ def decode_request(header: RequestHeader, frame: bytes | bytearray | memoryview)
     ApiVersions request at an unsupported version, whose body cannot be
     read). Bytes after the last field are ignored, as Kafka's generated
     readers do: librdkafka 2.16 sends three of them after an all-topics
-    Metadata v12 body.
+    Metadata v12 body. A null where the schema does not allow one (kafka.protocol
+    reads a -1 length as None whatever the field) is refused as Kafka's readers do
+    ("non-nullable field ... was serialized as null").
     """
     decoder = _request_decoders.get((header.api_key, header.api_version))
     if decoder is None:
@@ -143,4 +206,15 @@ def decode_request(header: RequestHeader, frame: bytes | bytearray | memoryview)
             f"{api_name(header.api_key)} v{header.api_version} request body is truncated "
             f"(correlation id {header.correlation_id})"
         )
+    plan = _null_plans.get((header.api_key, header.api_version))
+    if plan is None:
+        plan = _null_plan_for(header.api_key, header.api_version)
+    if plan:
+        try:
+            _check_nulls(request, plan, "")
+        except InvalidRequestError as exc:
+            # Kafka's generated readers refuse these, and the API functions iterate them
+            raise InvalidRequestError(
+                f"{api_name(header.api_key)} v{header.api_version} request "
+                f"(correlation id {header.correlation_id}): {exc}") from None
     return request

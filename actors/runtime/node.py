@@ -468,8 +468,30 @@ class Node:
             self._zap.stop()
             self._zap = None
         if self._own_context:
-            self.context.term()
+            self._end_context(timeout)
         self.log.info("node {} stopped", self.name)
+
+    def _end_context(self, timeout: float) -> None:
+        """Terminate the ZeroMQ context without hanging on a socket someone left open.
+
+        ``term`` waits for every socket of the context to be closed; one that an actor
+        which did not stop, or a path that forgot it, still holds would block a shutdown
+        forever. After ``timeout`` the sockets still open are named and closed unlingered.
+        """
+        ender = threading.Thread(target=self.context.term, name=f"{self.name}-zmq-term",
+                                 daemon=True)
+        ender.start()
+        ender.join(timeout)
+        if not ender.is_alive():
+            return
+        still_open = [sock for sock in list(getattr(self.context, "_sockets", ()))
+                      if not sock.closed]
+        self.log.warning("node {}: {} ZeroMQ socket(s) still open {} s after its actors "
+                         "stopped, closed now: {}", self.name, len(still_open), timeout,
+                         ", ".join(_describe_socket(sock) for sock in still_open) or "none")
+        for sock in still_open:
+            sock.close(linger=0)
+        ender.join(timeout)
 
     def run_until_signal(self, before_shutdown: Callable[[], None] | None = None,
                          received: list[int] | None = None) -> int:
@@ -519,3 +541,11 @@ def refuse_ipc_in_use(path: Path) -> None:
         probe.close()
     raise NodeError(f"the gateway socket {path} is in use by another process; give this node "
                     f"another name (node.name) or ipc dir (actor.ipc.dir)")
+
+
+def _describe_socket(sock: zmq.Socket[Any]) -> str:
+    try:
+        endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT) or "no endpoint"
+    except zmq.ZMQError:
+        endpoint = "endpoint unknown"
+    return f"{sock.socket_type} {endpoint}"

@@ -313,7 +313,7 @@ class Actor(PykkaActor):
         """ZeroMQ refused a link or a send (e.g. EMFILE: no descriptor left for a socket):
         what was to go are dead letters, with the errno in the log line."""
         self.node.metrics.incr("messages_send_failed")
-        name = errno.errorcode.get(exc.errno, str(exc.errno))
+        name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
         self.node.dead_letters.record(
             f"send failed (errno {exc.errno} {name}: {exc.strerror})", count,
             sender=str(self.address), receiver=str(address))

@@ -65,6 +65,7 @@ from actors.core.topic_config import effective
 from actors.metadata import znodes
 from actors.metadata.controller_driver import ControllerDriver
 from actors.metadata.store import BrokerIdInUse, MetadataError, MetadataStore, MetadataUnavailable
+from actors.partition_limits import read_partition_budget
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
@@ -140,6 +141,7 @@ def controller_config(broker_id: int, config: Config) -> ControllerConfig:
         delete_topic_enable=bool(config["delete.topic.enable"]),
         leader_imbalance_per_broker_percentage=int(
             config["leader.imbalance.per.broker.percentage"]),
+        partition_budget=read_partition_budget(),
     )
 
 
@@ -369,6 +371,11 @@ class ClusterController(Actor):
         to: Address
         req_id: int
         _kind, to, req_id = request_id  # type: ignore[misc]
+        if isinstance(result, (CreateTopicsResult, CreatePartitionsResult)):
+            refused = [t for t in result.topics if t.error_code == ErrorCode.POLICY_VIOLATION]
+            if refused:  # one line per request: the limits refused these topics
+                self.log.warning("refused {} topic(s): {}", len(refused), "; ".join(
+                    str(t.message) for t in refused[:3]) + ("; ..." if len(refused) > 3 else ""))
         if isinstance(result, CreateTopicsResult):
             self.tell(to, bm.CreateTopicsDone(req_id, [
                 bm.CreateTopicDoneRow(t.name, t.error_code, t.message, t.num_partitions,

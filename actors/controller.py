@@ -14,6 +14,13 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+from actors.core.partition_budget import (
+    PartitionBudget,
+    PolicyViolationError,
+    check_node_budget,
+    check_request_size,
+    request_total,
+)
 from actors.core.replica_assignment import validate_assignment
 from actors.core.topic_admin import (
     ConfigChange,
@@ -26,6 +33,7 @@ from actors.core.topic_config import (
     validate_topic_name,
 )
 from actors.core.topic_store import TopicInfo, TopicStore
+from actors.partition_limits import read_partition_budget
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.config import Config
@@ -79,6 +87,7 @@ class Controller(Actor):
         self.store = store
         self.num_brokers = num_brokers
         self.broker_id = int(config["node.id"])
+        self.read_budget = read_partition_budget  # the node's limits, read per request
 
     def setup(self) -> None:
         self.ids = itertools.count(1)
@@ -110,13 +119,25 @@ class Controller(Actor):
         assert self.current_sender is not None
         rows: list[CreateTopicDoneRow] = []
         created: list[str] = []
+        default = int(self.config["num.partitions"])
+        budget = self.read_budget()
+        planned = [self._hosted()]  # partitions on this node, counting this request's
+        try:
+            check_request_size(request_total([default if r.num_partitions == -1
+                                              else r.num_partitions for r in msg.rows]))
+            too_many: PolicyViolationError | None = None
+        except PolicyViolationError as exc:
+            too_many = exc
         for row in msg.rows:
             try:
+                if too_many is not None:
+                    raise too_many
                 rows.append(self._create_one(row.name, row.num_partitions,
                                              row.replication_factor, dict(row.configs),
-                                             msg.validate_only, created))
+                                             msg.validate_only, created, budget, planned))
             except KafkaError as exc:
                 rows.append(CreateTopicDoneRow(row.name, int(exc.code), str(exc), -1, -1))
+        self._log_refused(rows)
         if not created:
             self.reply(CreateTopicsDone(msg.req_id, rows))
             return
@@ -128,9 +149,21 @@ class Controller(Actor):
             for n in created for p in range(self.store.topics[n].num_partitions)
         ])
 
+    def _hosted(self) -> int:
+        """Partitions this node holds (a single node holds every one of every topic)."""
+        return sum(info.num_partitions for info in self.store.topics.values())
+
+    def _log_refused(self, rows: list[Any]) -> None:
+        """One line per request for the topics refused for the node's limits."""
+        refused = [r for r in rows if r.error_code == ErrorCode.POLICY_VIOLATION]
+        if refused:
+            self.log.warning("refused {} topic(s): {}", len(refused), "; ".join(
+                str(r.error_message) for r in refused[:3]) + ("; ..." if len(refused) > 3 else ""))
+
     def _create_one(self, name: str, num_partitions: int, replication_factor: int,
                     configs: dict[str, Any], validate_only: bool,
-                    created: list[str]) -> CreateTopicDoneRow:
+                    created: list[str], budget: PartitionBudget | None = None,
+                    planned: list[int] | None = None) -> CreateTopicDoneRow:
         validate_topic_name(name)
         if name in self.store.topics or name in created:
             raise KafkaError(f"topic {name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)
@@ -146,6 +179,9 @@ class Controller(Actor):
                 f"replication factor {replication_factor} is invalid: {self.num_brokers} "
                 f"broker(s) available", ErrorCode.INVALID_REPLICATION_FACTOR)
         clean = validate_topic_configs(configs)
+        if budget is not None and planned is not None:
+            check_node_budget(name, num_partitions, planned[0], budget)
+            planned[0] += num_partitions
         if not validate_only:
             self.store.topics[name] = TopicInfo(num_partitions, replication_factor, clean)
             created.append(name)
@@ -180,6 +216,15 @@ class Controller(Actor):
         rows: list[TopicResultRow] = []
         opened: list[OpenPartitionRow] = []
         names = [r.name for r in msg.rows]
+        budget = self.read_budget()
+        planned = self._hosted()
+        try:
+            check_request_size(request_total([
+                r.new_total - self.store.topics[r.name].num_partitions for r in msg.rows
+                if r.name in self.store.topics]))
+            too_many: PolicyViolationError | None = None
+        except PolicyViolationError as exc:
+            too_many = exc
         for row in msg.rows:
             try:
                 if names.count(row.name) > 1:
@@ -189,8 +234,13 @@ class Controller(Actor):
                 if info is None:
                     raise KafkaError(f"topic {row.name!r} does not exist",
                                      ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                if too_many is not None:
+                    raise too_many
                 current = info.num_partitions
-                check_partition_increase(row.name, current, row.new_total, row.assignments)
+                added = check_partition_increase(row.name, current, row.new_total,
+                                                 row.assignments)
+                check_node_budget(row.name, added, planned, budget)
+                planned += added
                 if row.assignments is not None:
                     validate_assignment({current + i: a for i, a in enumerate(row.assignments)},
                                         {self.broker_id},
@@ -204,6 +254,7 @@ class Controller(Actor):
                 info.num_partitions = row.new_total
                 opened += [OpenPartitionRow(row.name, p, dict(info.configs))
                            for p in range(current, row.new_total)]
+        self._log_refused(rows)
         if not opened:
             self.reply(CreatePartitionsDone(msg.req_id, rows))
             return

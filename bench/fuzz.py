@@ -178,7 +178,7 @@ LIVE_RSS_BOUND_MB = 100.0
 
 def run_live_bench(seconds: float, connections: int, rate: float, seed: int,
                    rss_bound_mb: float = LIVE_RSS_BOUND_MB,
-                   admin: bool = False) -> dict[str, Any]:
+                   admin: bool = True) -> dict[str, Any]:
     """`--target live`: a broker of its own (bench/fuzz_live.py), fuzzed while a good
     client works; ``failures`` lists what broke the issue's promise (none: passed)."""
     from bench.fuzz_live import run_live
@@ -201,6 +201,9 @@ def run_live_bench(seconds: float, connections: int, rate: float, seed: int,
                         f"{results['good_consumed']} consumed")
     if results["rss_growth_mb"] > rss_bound_mb:
         failures.append(f"broker VmRSS grew {results['rss_growth_mb']} MB (bound {rss_bound_mb})")
+    # Topics refused for the partition bound (one line per request).
+    results["partition_refusals"] = len(re.findall(r"refused \d+ topic\(s\)", log))
+    results["topic_creations"] = log.count("created topic(s)")
     tracebacks = log.count("Traceback")
     if tracebacks:
         failures.append(f"{tracebacks} tracebacks in the broker log")
@@ -222,9 +225,10 @@ def run_live_bench(seconds: float, connections: int, rate: float, seed: int,
 @click.option("--connections", default=50, show_default=True, help="live: fuzzing sockets")
 @click.option("--rate", default=1000.0, show_default=True,
               help="live: mutated frames per second over all connections")
-@click.option("--admin-seeds", is_flag=True,
-              help="live: mutate the recorded CreateTopics too (valid mutants create topics "
-                   "of any size: the broker has no partition limit yet)")
+@click.option("--admin-seeds/--no-admin-seeds", default=True, show_default=True,
+              help="live: mutate the recorded CreateTopics, DeleteTopics and CreatePartitions "
+                   "too (valid mutants ask for topics of any size: the broker refuses what it "
+                   "cannot hold)")
 @click.option("--seconds", type=float, default=None, help="fuzz this long (libFuzzer time)")
 @click.option("--runs", type=int, default=None, help="stop after this many cases")
 @click.option("--timeout", "timeout_s", default=1, show_default=True,
@@ -256,7 +260,9 @@ def command(name: str, connections: int, rate: float, admin_seeds: bool,
                    f"({r['connections_opened']} opened, {r['closed_by_broker']} closed by the "
                    f"broker); good client {r['good_produced']} produced, {r['good_consumed']} "
                    f"consumed, longest wait {r['good_max_gap_s']} s; broker VmRSS "
-                   f"{r['rss_baseline_mb']} -> peak {r['rss_peak_mb']} MB")
+                   f"{r['rss_baseline_mb']} -> peak {r['rss_peak_mb']} MB; "
+                   f"{r['topic_creations']} topic creations, {r['partition_refusals']} "
+                   f"refused for the partition bound")
         for failure in r["failures"]:
             click.echo(f"FAILED: {failure}")
         if json_path:

@@ -7,7 +7,8 @@ is one concept; the names below are each module's entry points.
 - Logs: ``record_batch`` (Kafka v2 batches), ``log_segment``, ``partition_log``,
   ``log_dir``, ``log_epoch_cache``, ``producer_state``, ``checkpoint``.
 - Partitions and topics: ``partition_state`` (roles, ISR and high watermark),
-  ``topic_config``, ``topic_store``.
+  ``topic_config``, ``topic_store``, ``partition_budget`` (what one request and one
+  node may create).
 - Replication: ``fetcher_state`` (a ReplicaFetcher's partitions and fetches),
   ``follower_truncation`` (where a diverged follower cuts its log).
 - Waiting: ``timing_wheel`` (Kafka's hierarchical timer), ``delayed_operation``
@@ -36,6 +37,7 @@ from actors.core.log_dir import LogDir
 from actors.core.log_epoch_cache import LeaderEpochCache
 from actors.core.log_segment import LogSegment
 from actors.core.offsets_codec import OFFSETS_TOPIC, Record, decode_record
+from actors.core.partition_budget import PartitionBudget, PolicyViolationError
 from actors.core.partition_log import LogConfig, PartitionLog
 from actors.core.partition_state import PartitionState
 from actors.core.producer_state import ProducerStateManager
@@ -71,8 +73,10 @@ __all__ = [
     "LogDir",
     "LogSegment",
     "MemberMetadata",
+    "PartitionBudget",
     "PartitionLog",
     "PartitionState",
+    "PolicyViolationError",
     "ProducerStateManager",
     "Record",
     "TimerTask",

@@ -115,6 +115,13 @@ from actors.core.leader_election import (
     offline_leader,
     preferred_leader,
 )
+from actors.core.partition_budget import (
+    PartitionBudget,
+    PolicyViolationError,
+    check_node_budget,
+    check_request_size,
+    request_total,
+)
 from actors.core.replica_assignment import (
     RandomIndex,
     assign_added_partitions,
@@ -158,6 +165,9 @@ class ControllerConfig:
     delete_topic_enable: bool = True                # delete.topic.enable
     leader_imbalance_per_broker_percentage: int = 10  # leader.imbalance.per.broker.percentage
     max_conflict_retries: int = 10                  # rewrites of one partition after conflicts
+    # Each broker's limit on open partitions (the controller's own, read at its start:
+    # the brokers of a cluster run with the same limits); None checks none.
+    partition_budget: PartitionBudget | None = None
 
 
 @dataclass
@@ -833,11 +843,19 @@ class ControllerCore:
     def _on_create_topics(self, event: CreateTopics) -> None:
         request, dupes = self._unique_topics_request(
             event.request_id, [t.name for t in event.topics], CreateTopicsResult)
+        too_many = self._too_many([
+            len(t.assignment) if t.assignment is not None
+            else self.config.num_partitions if t.num_partitions == -1 else t.num_partitions
+            for t in event.topics])
+        hosted = self._hosted_per_broker()
         for topic in event.topics:
             if topic.name in dupes:
                 continue
             try:
+                if too_many is not None:
+                    raise too_many
                 assignment, configs = self._plan_topic(topic)
+                self._check_budget(topic.name, assignment, hosted)
             except KafkaError as exc:
                 self._part_done(request, topic.name,
                                 TopicResult(topic.name, int(exc.code), str(exc)))
@@ -848,6 +866,40 @@ class ControllerCore:
                 self._part_done(request, topic.name, ok)
                 continue
             self._create_topic(request, topic.name, assignment, configs, ok)
+
+    @staticmethod
+    def _too_many(counts: list[int]) -> PolicyViolationError | None:
+        """Kafka's per-request maximum of new partitions, as the error for every topic."""
+        try:
+            check_request_size(request_total(counts))
+        except PolicyViolationError as exc:
+            return exc
+        return None
+
+    def _hosted_per_broker(self) -> dict[int, int]:
+        """Replicas each broker holds, by the topics' assignments."""
+        hosted: dict[int, int] = {}
+        for record in self.topics.values():
+            for replicas in record.assignment.partitions.values():
+                for broker in replicas:
+                    hosted[broker] = hosted.get(broker, 0) + 1
+        return hosted
+
+    def _check_budget(self, topic: str, added: Mapping[int, Iterable[int]],
+                      hosted: dict[int, int]) -> None:
+        """POLICY_VIOLATION when the new replicas take a broker past its limits; else
+        count them in ``hosted`` (the next topic of the request sees them)."""
+        budget = self.config.partition_budget
+        new: dict[int, int] = {}
+        for replicas in added.values():
+            for broker in replicas:
+                new[broker] = new.get(broker, 0) + 1
+        if budget is not None:
+            for broker, count in sorted(new.items()):
+                check_node_budget(topic, count, hosted.get(broker, 0), budget,
+                                  node=f"broker {broker}")
+        for broker, count in new.items():
+            hosted[broker] = hosted.get(broker, 0) + count
 
     def _plan_topic(self, topic: NewTopic) -> tuple[dict[int, tuple[int, ...]], dict[str, str]]:
         validate_topic_name(topic.name)
@@ -915,6 +967,10 @@ class ControllerCore:
     def _on_create_partitions(self, event: CreatePartitions) -> None:
         request, dupes = self._unique_topics_request(
             event.request_id, [t.name for t in event.topics], CreatePartitionsResult)
+        too_many = self._too_many([
+            spec.total - len(self.topics[spec.name].assignment.partitions)
+            for spec in event.topics if spec.name in self.topics])
+        hosted = self._hosted_per_broker()
         for spec in event.topics:
             name = spec.name
             if name in dupes:
@@ -924,6 +980,8 @@ class ControllerCore:
                 if record is None:
                     raise KafkaError(f"topic {name!r} does not exist",
                                      ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                if too_many is not None:
+                    raise too_many
                 if name in self.deleting:
                     raise KafkaError(f"topic {name!r} is being deleted",
                                      ErrorCode.INVALID_TOPIC_EXCEPTION)
@@ -944,6 +1002,7 @@ class ControllerCore:
                         replication_factor=len(existing[0]))
                 else:
                     added = assign_added_partitions(sorted(self.eligible()), existing, spec.total)
+                self._check_budget(name, added, hosted)
             except KafkaError as exc:
                 self._part_done(request, name, TopicResult(name, int(exc.code), str(exc)))
                 continue

@@ -259,7 +259,11 @@ class Actor(PykkaActor):
             if peer is not None and peer._owner is self._owner and not peer.actor_stopped.is_set():
                 link = _LOCAL
             else:
-                link = self.node._connect_out(address)
+                try:
+                    link = self.node._connect_out(address)
+                except zmq.ZMQError as exc:  # no socket to be had (EMFILE, ...)
+                    self._send_failed(address, len(entries), exc)
+                    return
                 if link is None:
                     self.node.dead_letters.record(
                         f"no route to actor {address}", len(entries), sender=str(self.address)
@@ -289,13 +293,30 @@ class Actor(PykkaActor):
             legs = net_legs(self.node.name, self.name, sent)
         last = len(frames) - 1
         for i, frame in enumerate(frames):
-            self.node._send_frame(link, address, frame, waiter=self,
-                                  net_legs=legs if i == last else None)
+            try:
+                self.node._send_frame(link, address, frame, waiter=self,
+                                      net_legs=legs if i == last else None)
+            except zmq.ZMQError as exc:
+                # A send failure, like any other: the messages are dead letters and the
+                # link is dropped (the next message makes a new one), never the thread.
+                link.sock.close(linger=0)
+                self._out_sockets.pop(address, None)
+                self._send_failed(address, len(entries), exc)
+                return
         if address.node == self.node.name:
             self.sent_local += len(entries) - len(refused)
             self._count_enqueued(address.name, len(entries) - len(refused))
         for oversized in refused:
             self._refuse_oversized(address, entries[oversized.entry][6], oversized.frame_bytes)
+
+    def _send_failed(self, address: Address, count: int, exc: zmq.ZMQError) -> None:
+        """ZeroMQ refused a link or a send (e.g. EMFILE: no descriptor left for a socket):
+        what was to go are dead letters, with the errno in the log line."""
+        self.node.metrics.incr("messages_send_failed")
+        name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        self.node.dead_letters.record(
+            f"send failed (errno {exc.errno} {name}: {exc.strerror})", count,
+            sender=str(self.address), receiver=str(address))
 
     def _count_enqueued(self, receiver: str, count: int) -> None:
         key = self._enqueue_keys.get(receiver)

@@ -224,6 +224,13 @@ class Node:
     # -------------------------------------------------------------- routing
     def _new_link(self, address: Address) -> Link:
         sock = self.context.socket(zmq.PUSH)
+        try:
+            return self._link_on(sock, address)
+        except BaseException:
+            sock.close(linger=0)  # a failed connect (EMFILE, ...) leaks no socket
+            raise
+
+    def _link_on(self, sock: Any, address: Address) -> Link:
         sock.setsockopt(zmq.SNDHWM, 100)
         sock.setsockopt(zmq.LINGER, 5000)
         if address.node == self.name:

@@ -623,3 +623,28 @@ def test_a_failure_inside_the_core_gives_the_controllership_up_cleanly() -> None
     assert standby.driver.active or ctl.driver.active
     assert c.controller.core.epoch == 2 and set(c.controller.core.topics) == {"t", "u"}
     assert c.controller.core.states == c.states()
+
+
+def test_partitions_past_a_brokers_limits_or_kafkas_per_request_maximum_are_refused() -> None:
+    from actors.core.partition_budget import PartitionBudget
+    # 1024 descriptors hold 256 partitions a broker; rf 3 on 3 brokers: every broker
+    # holds every partition.
+    c = cluster(partition_budget=PartitionBudget(1024))
+    assert codes(create(c, "ok", partitions=200, rf=3)) == [0]
+    big = create(c, "big", partitions=100, rf=3)
+    assert codes(big) == [ErrorCode.POLICY_VIOLATION]
+    assert big.topics[0].message.startswith(
+        "topic 'big': 100 new partition(s) would make 300 on broker 1, over the 256")
+    assert "ulimit -n 1024" in big.topics[0].message
+    huge = c.request(lambda rid: CreateTopics(rid, (NewTopic("a", 131_073, 1),
+                                                    NewTopic("b", 1, 1))))
+    assert codes(huge) == [ErrorCode.POLICY_VIOLATION] * 2  # the whole request, as Kafka
+    assert "Excessively large number of partitions per request: 131074" in huge.topics[0].message
+    grow = c.request(lambda rid: CreatePartitions(rid, (NewPartitions("ok", 300),)))
+    assert codes(grow) == [ErrorCode.POLICY_VIOLATION]
+    assert "100 new partition(s) would make 300" in grow.topics[0].message
+    grow = c.request(lambda rid: CreatePartitions(rid, (NewPartitions("ok", 20_300),)))
+    assert codes(grow) == [ErrorCode.POLICY_VIOLATION]
+    assert grow.topics[0].message.startswith("Excessively large number")
+    assert codes(c.request(lambda rid: CreatePartitions(rid, (NewPartitions("ok", 256),)))) == [0]
+    assert c.reader.get_topics() == {"ok"} and len(c.assignment("ok")) == 256

@@ -599,10 +599,12 @@ class Actor(PykkaActor):
         if self._out:
             self.flush()
         pykka.ActorRegistry.unregister(self.actor_ref)
+        # the mailbox is closed (its inproc name free) before anyone hears of the stop:
+        # Node.stop_actor's caller may spawn the name again at once
+        self._close_sockets()
         self.actor_stopped.set()
         for waiter in getattr(self, "_stop_waiters", []):
             waiter.set(None)
-        self._close_sockets()
 
     def _close_sockets(self) -> None:
         for key in list(self._my_routes):

@@ -27,7 +27,8 @@ PROCESS_LINE = re.compile(r"process (\d+) \(pid (\d+)\) serves connections")
 @pytest.fixture
 def two_process_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     b = BrokerProcess(tmp_path / "data", config={"num.processes": 2}).start()
-    wait_for_log(b, "serves connections")
+    # the second process may take long to start on a loaded machine
+    wait_for(lambda: worker_pids(b), what="process 1 serving connections", timeout=60)
     yield b
     if b.proc is not None and b.proc.poll() is None:
         b.stop()

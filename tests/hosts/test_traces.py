@@ -1,0 +1,85 @@
+"""`actorlog cluster traces`: a node's trace files copied from its host, read by `trace`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from actors.hosts.runner import LocalRunner
+from actors.hosts.spec import HostSpec
+from actors.hosts.traces import TraceCopyError, copy_traces
+from actors.metadata.zk_server import free_port
+from tests.hosts.test_cluster import NAME, cli, produce_acked, spec_file  # noqa: F401
+
+ROOT = Path(__file__).parents[2]
+
+
+def local_runner(data_dir: Path) -> LocalRunner:
+    return LocalRunner(HostSpec(name="here", via="local", address="127.0.0.1",
+                                data_dir=str(data_dir), actorlog="", python=""))
+
+
+def test_copy_traces_through_a_local_runner(tmp_path: Path) -> None:
+    source = tmp_path / "data" / "traces"
+    (source / "sub").mkdir(parents=True)
+    (source / "a.parquet").write_bytes(b"x" * 100)
+    (source / "sub" / "b.parquet").write_bytes(b"y" * 20)
+    dest = tmp_path / "out" / "node-1"
+    (dest / "traces").mkdir(parents=True)
+    (dest / "traces" / "stale.parquet").write_bytes(b"old")  # from an earlier copy
+    runner = local_runner(tmp_path)
+    got = copy_traces(runner, str(source), dest)
+    assert (got.files, got.bytes, got.source) == (2, 120, f"here:{source}")
+    assert (dest / "traces" / "a.parquet").read_bytes() == b"x" * 100
+    assert (dest / "traces" / "sub" / "b.parquet").read_bytes() == b"y" * 20
+    assert not (dest / "traces" / "stale.parquet").exists()
+    with pytest.raises(TraceCopyError, match=rf"no trace dir at here:{tmp_path}/nowhere "):
+        copy_traces(runner, str(tmp_path / "nowhere"), dest)
+
+
+def trace_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "actors.cli", "trace", *args],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.mark.multiprocess
+def test_traces_of_two_local_nodes_are_copied_and_read(spec_file: Path,  # noqa: F811
+                                                       zk_connect: str) -> None:
+    ports = [free_port() for _ in range(4)]
+    spec_file.write_text(f"""
+[hosts.here]
+via = "local"
+[zookeeper]
+connect = "{zk_connect}"
+[config]
+"trace.sample.ratio" = 1.0
+[nodes.1]
+host = "here"
+config = {{"listeners" = "127.0.0.1:{ports[0]}", "actor.gateway.port" = {ports[1]}}}
+[nodes.2]
+host = "here"
+config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3]}}}
+""")
+    up = cli("up", "--spec", str(spec_file))
+    assert up.returncode == 0, up.stdout + up.stderr
+    produce_acked(f"127.0.0.1:{ports[0]},127.0.0.1:{ports[2]}", "traced",
+                  [f"r{i}".encode() for i in range(5)])
+    out = spec_file.parent / "fetched"
+    got = cli("traces", "--spec", str(spec_file), "--out", str(out))
+    assert got.returncode == 0, got.stdout + got.stderr
+    for node in (1, 2):
+        assert f"node {node}: " in got.stdout and f"to {out}/node-{node}" in got.stdout
+        assert any((out / f"node-{node}" / "traces").rglob("*.parquet")), node
+    assert f"actorlog trace analyze --dir {out}/node-1 --dir {out}/node-2 " in got.stdout
+    listed = trace_cli("list", "--dir", str(out / "node-1"), str(out / "node-2"))
+    assert listed.returncode == 0, listed.stderr
+    assert "Produce" in listed.stdout or "produce" in listed.stdout, listed.stdout
+    one = cli("traces", "--spec", str(spec_file), "--out", str(out), "--node", "7")
+    assert one.returncode == 2 and "not a node of the spec: 7" in one.stderr
+    down = cli("down", "--spec", str(spec_file))
+    assert down.returncode == 0, down.stderr

@@ -76,10 +76,18 @@ config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3
         assert f"node {node}: " in got.stdout and f"to {out}/node-{node}" in got.stdout
         assert any((out / f"node-{node}" / "traces").rglob("*.parquet")), node
     assert f"actorlog trace analyze --dir {out}/node-1 --dir {out}/node-2 " in got.stdout
-    listed = trace_cli("list", "--dir", str(out / "node-1"), str(out / "node-2"))
+    listed = trace_cli("list", "--limit", "100000", "--dir", str(out / "node-1"),
+                       str(out / "node-2"))
     assert listed.returncode == 0, listed.stderr
-    assert "Produce" in listed.stdout or "produce" in listed.stdout, listed.stdout
-    one = cli("traces", "--spec", str(spec_file), "--out", str(out), "--node", "7")
-    assert one.returncode == 2 and "not a node of the spec: 7" in one.stderr
+    assert "@node-1\n" in listed.stdout and "@node-2\n" in listed.stdout, listed.stdout[-2000:]
+    wrong = cli("traces", "--spec", str(spec_file), "--out", str(out), "--node", "7")
+    assert wrong.returncode == 2 and "not a node of the spec: 7" in wrong.stderr
     down = cli("down", "--spec", str(spec_file))
     assert down.returncode == 0, down.stderr
+    # node 2's trace dir gone: one line for it, node 1 still copied, exit status 1
+    data = spec_file.parent / f"{NAME}.cluster" / "data"
+    (data / "node-2" / "traces").rename(data / "node-2" / "traces.moved")
+    again = cli("traces", "--spec", str(spec_file), "--out", str(out))
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert f"node 2: NOT copied: no trace dir at here:{data}/node-2/traces" in again.stdout
+    assert f"to {out}/node-1" in again.stdout and "1 node(s) not copied" in again.stderr

@@ -258,10 +258,13 @@ def units(spec_path: str, out_dir: str) -> None:
               help="directory for the copies, one node-<id> subdirectory per node")
 @click.option("--node", "node_ids", type=int, multiple=True, metavar="N",
               help="only this node (repeatable; default: every node of the spec)")
-def traces(spec_path: str, out_dir: str, node_ids: tuple[int, ...]) -> None:
+@click.option("--analyze", "then_analyze", is_flag=True,
+              help="then run `actorlog trace analyze` on the copies (report in OUT/report)")
+def traces(spec_path: str, out_dir: str, node_ids: tuple[int, ...], then_analyze: bool) -> None:
     """Copy every node's trace files from its host into OUT/node-<id>, for `actorlog trace`.
 
-    Exit status 1 if a node's traces could not be copied (the others are copied).
+    Exit status 1 if a node's traces could not be copied (the others are copied, and
+    analyzed with --analyze).
     """
     from actors.hosts.traces import TraceCopyError, copy_traces, trace_dir
 
@@ -293,7 +296,13 @@ def traces(spec_path: str, out_dir: str, node_ids: tuple[int, ...]) -> None:
                 f"to {dest}")
     finally:
         cluster.close()
-    if copied:
+    if copied and then_analyze:
+        from actors.trace.cli import analyze
+
+        click.get_current_context().invoke(analyze, dirs=tuple(map(str, copied)), more_dirs=(),
+                                           out=str(out / "report"), master="local[*]",
+                                           profile=None)
+    elif copied:
         say("analyze them with: actorlog trace analyze "
             + " ".join(f"--dir {shlex.quote(str(d))}" for d in copied)
             + f" --out {shlex.quote(str(out / 'report'))}")

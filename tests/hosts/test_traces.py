@@ -91,3 +91,35 @@ config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3
     assert again.returncode == 1, again.stdout + again.stderr
     assert f"node 2: NOT copied: no trace dir at here:{data}/node-2/traces" in again.stdout
     assert f"to {out}/node-1" in again.stdout and "1 node(s) not copied" in again.stderr
+
+
+def test_analyze_runs_on_the_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--analyze hands the copied node dirs to `trace analyze` (Spark itself stubbed out)."""
+    from click.testing import CliRunner
+
+    from actors import cluster_cli
+    from actors.trace import analyze as trace_analyze
+
+    spec = tmp_path / "c.toml"
+    spec.write_text('[hosts.here]\nvia = "local"\n[zookeeper]\nconnect = "127.0.0.1:1"\n'
+                    '[nodes.1]\nhost = "here"\n')
+    traces = tmp_path / "c.cluster" / "data" / "node-1" / "traces"
+    traces.mkdir(parents=True)
+    (traces / "t.parquet").write_bytes(b"PAR1")
+    calls: list[tuple[list[Path], Path]] = []
+
+    def fake(dirs: list[Path], out: Path, **_: object) -> dict[str, object]:
+        calls.append((dirs, out))
+        return {"records": 0, "requests": 0, "incomplete_requests": 0, "violation_count": 0,
+                "per_api_us": {}, "violations": [],
+                "timings": {"prepare_s": 0.0, "spark_start_s": 0.0, "job_s": 0.0}}
+
+    monkeypatch.setattr(trace_analyze, "require_extras", lambda: None)
+    monkeypatch.setattr(trace_analyze, "analyze", fake)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cluster_cli.group, ["traces", "--spec", str(spec), "--out",
+                                                    str(out), "--analyze"])
+    assert result.exit_code == 0, result.output
+    assert f"node 1: 1 file(s), 4 bytes from here:{traces} to {out}/node-1" in result.output
+    assert calls == [([out / "node-1"], out / "report")]
+    assert f"report: {out}/report/report.html" in result.output

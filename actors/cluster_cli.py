@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -249,6 +250,64 @@ def units(spec_path: str, out_dir: str) -> None:
     spec = read_spec(spec_path)
     for line in write_units(spec, Path(out_dir)):
         say(line)
+
+
+@group.command()
+@spec_option
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="directory for the copies, one node-<id> subdirectory per node")
+@click.option("--node", "node_ids", type=int, multiple=True, metavar="N",
+              help="only this node (repeatable; default: every node of the spec)")
+@click.option("--analyze", "then_analyze", is_flag=True,
+              help="then run `actorlog trace analyze` on the copies (report in OUT/report)")
+def traces(spec_path: str, out_dir: str, node_ids: tuple[int, ...], then_analyze: bool) -> None:
+    """Copy every node's trace files from its host into OUT/node-<id>, for `actorlog trace`.
+
+    Exit status 1 if a node's traces could not be copied (the others are copied, and
+    analyzed with --analyze).
+    """
+    from actors.hosts.traces import TraceCopyError, copy_traces, trace_dir
+
+    spec = read_spec(spec_path)
+    unknown = sorted(set(node_ids) - set(spec.nodes))
+    if unknown:
+        raise SpecRefused(f"not a node of the spec: {', '.join(map(str, unknown))} "
+                          f"(its nodes: {', '.join(map(str, sorted(spec.nodes)))})")
+    out = Path(out_dir)
+    copied: list[Path] = []
+    failed = 0
+    cluster = Cluster(spec, say=say)
+    try:
+        for node_id in sorted(set(node_ids) or spec.nodes):
+            plan = cluster.plans[node_id]
+            dest = out / f"node-{node_id}"
+            missing = cluster.missing_host(plan.host)
+            try:
+                if missing:
+                    raise TraceCopyError(missing)
+                got = copy_traces(cluster.runners[plan.host.name], trace_dir(plan.data_dir),
+                                  dest)
+            except TraceCopyError as exc:
+                failed += 1
+                say(f"node {node_id}: NOT copied: {exc}")
+                continue
+            copied.append(dest)
+            say(f"node {node_id}: {got.files} file(s), {got.bytes:,} bytes from {got.source} "
+                f"to {dest}")
+    finally:
+        cluster.close()
+    if copied and then_analyze:
+        from actors.trace.cli import analyze
+
+        click.get_current_context().invoke(analyze, dirs=tuple(map(str, copied)), more_dirs=(),
+                                           out=str(out / "report"), master="local[*]",
+                                           profile=None)
+    elif copied:
+        say("analyze them with: actorlog trace analyze "
+            + " ".join(f"--dir {shlex.quote(str(d))}" for d in copied)
+            + f" --out {shlex.quote(str(out / 'report'))}")
+    if failed:
+        raise click.ClickException(f"{failed} node(s) not copied")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,15 @@ class Result:
 
 
 @dataclass(frozen=True)
+class BytesResult:
+    """A command's exit status, its stdout as bytes (an archive, say) and its stderr as text."""
+
+    returncode: int
+    stdout: bytes
+    stderr: str
+
+
+@dataclass(frozen=True)
 class ProcessInfo:
     """What ``ps`` says about a pid: seconds since it started, its state letters, its argv."""
 
@@ -115,6 +124,21 @@ class Runner:
         if check and proc.returncode != 0:
             raise HostError(self.failure(command, result))
         return result
+
+    def run_bytes(self, command: list[str], *, timeout_s: float = 120.0) -> BytesResult:
+        """``command`` with its stdout kept as bytes; the exit status is the caller's to judge."""
+        argv = self.wrap(command)
+        try:
+            proc = subprocess.run(argv, capture_output=True, timeout=timeout_s,
+                                  stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise HostError(f"host {self.host.name}: {argv[0]!r} is not installed here "
+                            f"(running {shlex.join(argv)})") from None
+        except subprocess.TimeoutExpired:
+            raise HostError(f"host {self.host.name}: `{shlex.join(argv)}` did not finish "
+                            f"within {timeout_s:g} s") from None
+        return BytesResult(proc.returncode, proc.stdout,
+                           proc.stderr.decode("utf-8", errors="replace"))
 
     def failure(self, command: list[str], result: Result) -> str:
         output = (result.stderr.strip() or result.stdout.strip()).splitlines()[-5:]
@@ -234,6 +258,16 @@ class SshRunner(Runner):
             raise HostError(self.ssh_failure(result.stderr))
         if check and result.returncode != 0:
             raise HostError(self.failure(command, result))
+        return result
+
+    def run_bytes(self, command: list[str], *, timeout_s: float = 120.0) -> BytesResult:
+        if self.managed_known_hosts:
+            self.known_hosts.parent.mkdir(parents=True, exist_ok=True)
+        if self.host.control_master:
+            self.control_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        result = super().run_bytes(command, timeout_s=timeout_s)
+        if result.returncode == 255:  # ssh itself failed: the command never ran
+            raise HostError(self.ssh_failure(result.stderr))
         return result
 
     def ssh_failure(self, stderr: str) -> str:

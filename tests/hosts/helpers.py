@@ -9,6 +9,7 @@ from pathlib import Path
 
 from actors.hosts.netns import TestHost
 from actors.hosts.spec import HostSpec
+from actors.metadata.zk_server import free_port
 from tests.fixtures.waiting import wait_for
 
 ACTORLOG = str(Path(sys.executable).parent / "actorlog")
@@ -41,3 +42,16 @@ def http_get(address: str, port: int, timeout_s: float = 5.0) -> bytes:
         while chunk := s.recv(65536):
             chunks.append(chunk)
     return b"".join(chunks)
+
+
+def two_local_nodes_spec(zk_connect: str, config: str = "") -> tuple[str, list[int]]:
+    """A spec of two nodes on this machine (via = "local") on free loopback ports, with
+    ``config`` as the body of its [config] table; the ports are listener 1, gateway 1,
+    listener 2, gateway 2."""
+    ports = [free_port() for _ in range(4)]
+    table = f"[config]\n{config}\n" if config else ""
+    nodes = "".join(
+        f'[nodes.{i}]\nhost = "here"\nconfig = {{"listeners" = "127.0.0.1:{ports[2 * i - 2]}", '
+        f'"actor.gateway.port" = {ports[2 * i - 1]}}}\n' for i in (1, 2))
+    return (f'\n[hosts.here]\nvia = "local"\n[zookeeper]\nconnect = "{zk_connect}"\n'
+            f"{table}{nodes}"), ports

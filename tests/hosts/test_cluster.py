@@ -32,7 +32,7 @@ from actors.hosts.spec import load_spec
 from actors.metadata.zk_server import free_port
 from tests.fixtures.netns import free_test_address, skip_unless_namespaces
 from tests.fixtures.sshd import SshServer
-from tests.hosts.helpers import ACTORLOG
+from tests.hosts.helpers import ACTORLOG, two_local_nodes_spec
 
 pytestmark = pytest.mark.multiprocess
 # Specs are named after this process: their namespaces (alog-<name>-<host>) must not meet
@@ -210,19 +210,8 @@ config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3
 
 def test_up_status_down_on_this_machine(spec_file: Path, zk_connect: str) -> None:
     """via = "local": no root needed; nodes are processes here, on loopback ports."""
-    ports = [free_port() for _ in range(4)]
-    spec_file.write_text(f"""
-[hosts.here]
-via = "local"
-[zookeeper]
-connect = "{zk_connect}"
-[nodes.1]
-host = "here"
-config = {{"listeners" = "127.0.0.1:{ports[0]}", "actor.gateway.port" = {ports[1]}}}
-[nodes.2]
-host = "here"
-config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3]}}}
-""")
+    spec, ports = two_local_nodes_spec(zk_connect)
+    spec_file.write_text(spec)
     up = cli("up", "--spec", str(spec_file))
     assert up.returncode == 0, up.stdout + up.stderr
     assert "made network namespace" not in up.stdout and "ZooKeeper on" not in up.stdout
@@ -280,21 +269,8 @@ def test_cluster_keys_then_up_gives_each_node_curve_keys(spec_file: Path, zk_con
                                                          ) -> None:
     """`cluster keys` makes a pair per node; `up` puts them in each data dir, the config
     names them, and the nodes talk over CURVE."""
-    ports = [free_port() for _ in range(4)]
-    spec_file.write_text(f"""
-[hosts.here]
-via = "local"
-[zookeeper]
-connect = "{zk_connect}"
-[config]
-"default.replication.factor" = 2
-[nodes.1]
-host = "here"
-config = {{"listeners" = "127.0.0.1:{ports[0]}", "actor.gateway.port" = {ports[1]}}}
-[nodes.2]
-host = "here"
-config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3]}}}
-""")
+    spec, ports = two_local_nodes_spec(zk_connect, '"default.replication.factor" = 2')
+    spec_file.write_text(spec)
     made = cli("keys", "--spec", str(spec_file))
     assert made.returncode == 0, made.stdout + made.stderr
     state = spec_file.parent / f"{NAME}.cluster"

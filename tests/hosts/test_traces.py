@@ -12,7 +12,7 @@ import pytest
 from actors.hosts.runner import LocalRunner
 from actors.hosts.spec import HostSpec
 from actors.hosts.traces import TraceCopyError, copy_traces
-from actors.metadata.zk_server import free_port
+from tests.hosts.helpers import two_local_nodes_spec
 from tests.hosts.test_cluster import NAME, cli, produce_acked, spec_file  # noqa: F401
 
 ROOT = Path(__file__).parents[2]
@@ -50,21 +50,8 @@ def trace_cli(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.multiprocess
 def test_traces_of_two_local_nodes_are_copied_and_read(spec_file: Path,  # noqa: F811
                                                        zk_connect: str) -> None:
-    ports = [free_port() for _ in range(4)]
-    spec_file.write_text(f"""
-[hosts.here]
-via = "local"
-[zookeeper]
-connect = "{zk_connect}"
-[config]
-"trace.sample.ratio" = 1.0
-[nodes.1]
-host = "here"
-config = {{"listeners" = "127.0.0.1:{ports[0]}", "actor.gateway.port" = {ports[1]}}}
-[nodes.2]
-host = "here"
-config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3]}}}
-""")
+    spec, ports = two_local_nodes_spec(zk_connect, '"trace.sample.ratio" = 1.0')
+    spec_file.write_text(spec)
     up = cli("up", "--spec", str(spec_file))
     assert up.returncode == 0, up.stdout + up.stderr
     produce_acked(f"127.0.0.1:{ports[0]},127.0.0.1:{ports[2]}", "traced",

@@ -614,7 +614,14 @@ def write_report(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pngs = []
+    pngs: list[str] = []
+
+    def save(fig: Any, name: str) -> None:
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=80)
+        plt.close(fig)
+        pngs.append(name)
+
     for api, per in sorted(hists.items()):
         fig, ax = plt.subplots(figsize=(8, 4))
         for stage, pts in per.items():
@@ -624,11 +631,7 @@ def write_report(
         ax.set_ylabel("requests")
         ax.set_title(f"{api}: latency by stage")
         ax.legend(fontsize=8)
-        name = f"latency_{api}.png"
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=80)
-        plt.close(fig)
-        pngs.append(name)
+        save(fig, f"latency_{api}.png")
     if seconds:
         fig, ax = plt.subplots(figsize=(8, 3.5))
         t0 = min(s["second"] for s in seconds)
@@ -644,10 +647,7 @@ def write_report(
         ax.set_ylabel("sampled requests / s")
         ax.set_title("throughput")
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / "throughput.png", dpi=80)
-        plt.close(fig)
-        pngs.append("throughput.png")
+        save(fig, "throughput.png")
     if actors:
         fig, ax = plt.subplots(figsize=(8, max(3, 0.3 * len(actors))))
         labels = [f"{a['actor']}@{a['node']}" for a in actors]
@@ -655,10 +655,7 @@ def write_report(
         ax.barh(labels, [a["mailbox_p50_us"] or 0 for a in actors], label="p50", color="#48c")
         ax.set_xlabel("mailbox wait, microseconds")
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / "mailbox.png", dpi=80)
-        plt.close(fig)
-        pngs.append("mailbox.png")
+        save(fig, "mailbox.png")
 
     if replication:
         fig, ax = plt.subplots(figsize=(8, 3.5))
@@ -672,10 +669,7 @@ def write_report(
         ax.set_ylabel("lag, records (max)")
         ax.set_title("replication lag per follower")
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / "replication_lag.png", dpi=80)
-        plt.close(fig)
-        pngs.append("replication_lag.png")
+        save(fig, "replication_lag.png")
     waits = summary.get("produce_wait_us", {})
     if waits.get("produces"):
         fig, ax = plt.subplots(figsize=(8, 3))
@@ -685,10 +679,7 @@ def write_report(
         ax.set_xlabel("microseconds")
         ax.set_title("acks=all produce: where the wait went")
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / "produce_wait.png", dpi=80)
-        plt.close(fig)
-        pngs.append("produce_wait.png")
+        save(fig, "produce_wait.png")
 
     def table(rows: list[list[Any]], head: list[str]) -> str:
         h = "".join(f"<th>{x}</th>" for x in head)

@@ -25,6 +25,7 @@ import click
 import msgpack
 import zmq
 
+from actors.metadata.zk_server import free_port
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.node import Directory, Node, NodeEndpoint
@@ -146,14 +147,6 @@ PLACEMENTS = {
 }
 
 
-def _free_port(host: str) -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def _child_main(argv: list[str]) -> None:
     """Runs in the second process: a node with a sink actor, or a raw PULL socket."""
     mode, host, port, ipc_dir, other_host, other_port = argv[:6]
@@ -260,7 +253,7 @@ class _Placement:
             node.spawn(HopSource, "src")
             return node, Address("a", "src"), Address("a", "sink")
         host_a, host_b = PLACEMENTS[self.name]  # type: ignore[misc]
-        port_a, port_b = _free_port(host_a), _free_port(host_b)
+        port_a, port_b = free_port(host_a), free_port(host_b)
         directory = Directory(
             {"a": NodeEndpoint(host_a, port_a, ipc_dir), "b": NodeEndpoint(host_b, port_b, ipc_dir)}
         )
@@ -295,7 +288,7 @@ class _Placement:
             return [start, *result]
         if not hasattr(self, "_raw_child"):
             host_a, host_b = PLACEMENTS[self.name]  # type: ignore[misc]
-            port = _free_port(host_b)
+            port = free_port(host_b)
             mode = "raw-ipc" if self.name == "two_process" else "raw-tcp"
             ipc_dir = str(self.workdir / "ipc")
             Path(ipc_dir).mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Self
 
+from actors.metadata.zk_server import free_port
+
+__all__ = ["free_port"]  # re-exported: the bench modules' port picker
+
 TANSU_TEMPLATE = (
     "{tansu} broker --listener-url tcp://127.0.0.1:{port} "
     "--advertised-listener-url tcp://127.0.0.1:{port} --storage-engine memory://tansu/"
@@ -88,13 +92,6 @@ def check_bootstrap(bootstrap: str, allow_hosts: Iterable[str] = ()) -> None:
                     f"refusing to load {host!r} ({ip}): not a loopback address; "
                     f"pass --allow-host {host} to target it on purpose"
                 )
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (the kernel's choice)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for_port(

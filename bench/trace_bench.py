@@ -35,21 +35,16 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from actors.metadata.zk_server import free_port
 from bench.contract import write_json
 
 SETTINGS = (("off", 0.0), ("1pct", 0.01), ("full", 1.0))
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class _Broker:
     def __init__(self, base: Path, ratio: float) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.data = base / f"data-{ratio}"
         self.log = open(base / f"broker-{ratio}.log", "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(

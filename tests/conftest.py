@@ -73,17 +73,20 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 # Under pytest-xdist (README: ``-n auto --dist loadgroup``) each worker is its own test run.
-# Two kinds of test share something a worker cannot make private, so each kind runs in
-# one worker, one test after another: test hosts (the 198.18.0.0/24 bridge in the root
-# namespace and its addresses, made by fixtures or by `actorlog cluster up`) and the
-# analysis tests' Spark (a JVM per session is too much memory and start time to pay once
-# per worker). A group is named by the fixtures its tests use or the modules they are in.
+# Some tests share something a worker cannot make private, or costly to make twice, so
+# each kind runs in one worker, one test after another: test hosts (the 198.18.0.0/24
+# bridge in the root namespace and its addresses, made by fixtures or by `actorlog cluster
+# up`), the analysis tests' Spark (a JVM per session is too much memory and start time to
+# pay once per worker) and the bench entry tests' venv with a plain pip install. A group
+# is named by the fixtures its tests use or the modules they are in.
 SHARED_GROUPS = {
     "netns": (("make_test_hosts", "ssh_host"),
               ("tests/hosts/", "tests/bench/test_chaos_bench.py")),
     # (test_trace_replication: its two tests share one traced cluster, made once per worker)
     "spark": (("spark", "spark_cluster", "real_traces"),
               ("tests/trace/test_trace_replication.py",)),
+    # (one module-scoped venv with a plain pip install: built once, not once per worker)
+    "plain_venv": (("plain",), ("tests/cli/test_bench_entry.py",)),
 }
 
 

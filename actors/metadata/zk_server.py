@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -45,8 +46,38 @@ class ZooKeeperStartError(RuntimeError):
     """The server exited or did not serve in time; the message ends with its log tail."""
 
 
+_PORTS_GIVEN: set[tuple[str, int]] = set()
+_PORT_PICKER = random.SystemRandom()  # not the global generator: tests seed that one
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A TCP port on ``host`` that was free a moment ago, for a server started soon after.
+
+    Picked at random below the kernel's ephemeral range, not with ``bind(0)``: a port the
+    kernel hands out is also what it hands the next outgoing connection of any process as
+    its local port, so a server started a second later could find it taken (seen with tests
+    run in parallel). A port is not given twice by one process."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    high = max(_ephemeral_low(), 12000)
+    for _ in range(200):
+        port = _PORT_PICKER.randrange(10000, high)
+        if (host, port) in _PORTS_GIVEN:
+            continue
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _PORTS_GIVEN.add((host, port))
+        return port
+    with socket.socket(family, socket.SOCK_STREAM) as s:  # a crowded range: the kernel's pick
         s.bind((host, 0))
         return int(s.getsockname()[1])
 

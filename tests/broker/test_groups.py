@@ -109,11 +109,19 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
 
 def join(bootstrap: str, group: str, member_id: str = "", session_ms: int = SESSION_MS,
          version: int = 5) -> Any:
-    return call(bootstrap, JoinGroupRequest(
-        group_id=group, session_timeout_ms=session_ms, rebalance_timeout_ms=10000,
-        member_id=member_id, group_instance_id=None, protocol_type="consumer",
-        protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"m")],
-    ), version)
+    """A JoinGroup; retried, as clients do, while the coordinator still loads its
+    partition of __consumer_offsets (COORDINATOR_LOAD_IN_PROGRESS) for up to 15 s."""
+    deadline = time.monotonic() + 15
+    while True:
+        response = call(bootstrap, JoinGroupRequest(
+            group_id=group, session_timeout_ms=session_ms, rebalance_timeout_ms=10000,
+            member_id=member_id, group_instance_id=None, protocol_type="consumer",
+            protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"m")],
+        ), version)
+        if (response.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+                or time.monotonic() > deadline):
+            return response
+        time.sleep(0.1)
 
 
 def test_find_coordinator_names_this_broker_for_every_group(group_broker: BrokerProcess) -> None:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-import socket
 from pathlib import Path
 from typing import NamedTuple
 
 from click.testing import CliRunner
 
 from actors.cli import cli
+from actors.metadata.zk_server import free_port
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.node import Directory, Node, NodeEndpoint
@@ -46,16 +46,10 @@ class Bouncer(Actor):
         return self.seen
 
 
-def _port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def test_trace_follows_a_chain_across_hosts_and_trace_show_prints_it(tmp_path: Path) -> None:
     directory = Directory({
-        "a": NodeEndpoint("127.0.0.2", _port("127.0.0.2")),
-        "b": NodeEndpoint("127.0.0.3", _port("127.0.0.3")),
+        "a": NodeEndpoint("127.0.0.2", free_port("127.0.0.2")),
+        "b": NodeEndpoint("127.0.0.3", free_port("127.0.0.3")),
     })
     a = Node("a", directory=directory, data_dir=tmp_path / "a", trace_sample_ratio=1.0).start()
     b = Node("b", directory=directory, data_dir=tmp_path / "b", trace_sample_ratio=1.0).start()
@@ -119,8 +113,8 @@ def test_gateways_estimate_clock_offsets_between_hosts(tmp_path: Path) -> None:
 
     Gateway.PING_INTERVAL_MS = 100
     directory = Directory({
-        "a": NodeEndpoint("127.0.0.2", _port("127.0.0.2")),
-        "b": NodeEndpoint("127.0.0.3", _port("127.0.0.3")),
+        "a": NodeEndpoint("127.0.0.2", free_port("127.0.0.2")),
+        "b": NodeEndpoint("127.0.0.3", free_port("127.0.0.3")),
     })
     a = Node("a", directory=directory).start()
     b = Node("b", directory=directory, data_dir=tmp_path / "b", trace_sample_ratio=0.01).start()

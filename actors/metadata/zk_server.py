@@ -201,6 +201,15 @@ class ZooKeeperServer:
                 return line.split(":", 1)[1].strip()
         return ""
 
+    def serves_this_data_dir(self) -> bool:
+        """Whether the server on our port is ours: its ``conf`` names our dataDir. (A port
+        picked free can be taken by another server before ours binds it; ``srvr`` alone
+        would then take the other one for ours, and two clusters would share it.)"""
+        for line in four_letter_word(self.host, self.client_port, "conf").splitlines():
+            if line.startswith("dataDir="):
+                return Path(line.split("=", 1)[1]).resolve().parent == self.data_dir.resolve()
+        return False
+
     def wait_serving(self, timeout_s: float = 30.0) -> None:
         """Until the server answers ``srvr`` with a mode (in an ensemble: it joined a quorum)."""
         deadline = time.monotonic() + timeout_s
@@ -210,7 +219,11 @@ class ZooKeeperServer:
                 raise ZooKeeperStartError(
                     f"ZooKeeper on {self.connect_string} exited (code {code})\n{self.log_tail()}")
             if self.mode():
-                return
+                if self.serves_this_data_dir():
+                    return
+                raise ZooKeeperStartError(
+                    f"port {self.connect_string} is served by another ZooKeeper "
+                    f"(its dataDir is not {self.data_dir})\n{self.log_tail()}")
             if time.monotonic() > deadline:
                 raise ZooKeeperStartError(
                     f"ZooKeeper on {self.connect_string} did not serve within {timeout_s} s\n"

@@ -5,7 +5,9 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from actors.metadata.zk_server import free_port
+import pytest
+
+from actors.metadata.zk_server import ZooKeeperServer, ZooKeeperStartError, free_port
 
 
 def test_ports_are_below_the_ephemeral_range_distinct_and_bindable() -> None:
@@ -15,3 +17,21 @@ def test_ports_are_below_the_ephemeral_range_distinct_and_bindable() -> None:
     assert all(10000 <= port < low for port in ports)  # never one an outgoing socket may take
     with socket.socket() as s:
         s.bind(("127.0.0.1", ports[-1]))
+
+
+def test_a_zookeeper_whose_port_another_one_serves_fails_to_start(tmp_path: Path) -> None:
+    """Two servers given one port: the second must not take the first's answers for its
+    own (two test clusters would share one ZooKeeper, their node ids colliding)."""
+    first = ZooKeeperServer(tmp_path / "first", free_port())
+    first.start()
+    try:
+        first.wait_serving()
+        second = ZooKeeperServer(tmp_path / "second", first.client_port)
+        second.start()
+        try:
+            with pytest.raises(ZooKeeperStartError, match=r"served by another ZooKeeper|exited"):
+                second.wait_serving()
+        finally:
+            second.stop()
+    finally:
+        first.stop()

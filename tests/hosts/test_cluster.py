@@ -420,6 +420,8 @@ hosts = ["h1"]
 host = "h1"
 [nodes.2]
 host = "h2"
+[nodes.2.config]
+"trace.sample.ratio" = 1.0
 [nodes.3]
 host = "h3"
 [config]
@@ -539,6 +541,17 @@ host = "h3"
     wait_json(spec_file, "every node back", lambda f: all(back_in(i)(f) for i in (1, 2, 3)))
     after_faults = consume(bootstrap, topic, len(acked) + 1)
     assert sorted(after_faults) == sorted(acked)  # every acknowledged record, exactly once
+
+    # node 2's traces (it alone is traced) copied from the ssh host and read by `trace`
+    out = tmp_path / "traces"
+    copied = cli("traces", "--spec", spec, "--out", str(out), "--node", "2")
+    assert copied.returncode == 0, copied.stdout + copied.stderr
+    assert f"from h2:{tmp_path / 'remote'}" in copied.stdout and f"to {out}/node-2" in copied.stdout
+    assert any((out / "node-2" / "traces").rglob("*.parquet"))
+    listed = subprocess.run([sys.executable, "-m", "actors.cli", "trace", "list", "--limit",
+                             "100000", "--dir", str(out / "node-2")], capture_output=True,
+                            text=True, timeout=60, cwd=ROOT)
+    assert listed.returncode == 0 and "@node-2\n" in listed.stdout, listed.stderr
 
     down = cli("down", "--spec", spec)
     assert down.returncode == 0, down.stdout + down.stderr

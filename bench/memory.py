@@ -17,8 +17,10 @@ command template, as `bench sweep` does) and from its ``/proc/<pid>/status``:
 
 The broker is restarted (same data dir) before each of the last three, so
 each starts from a fresh process. With ``--baseline-cmd`` (for example an
-older checkout: ``env PYTHONPATH=/path/to/old {python} -m actors.cli serve
---listen 127.0.0.1:{port} --data-dir {data_dir} --config {config}``) the
+older checkout: ``env -C /path/to/old PYTHONPATH=/path/to/old {python} -m
+actors.cli serve --listen 127.0.0.1:{port} --data-dir {data_dir} --config
+{config}``; the ``-C`` matters: ``python -m`` puts the working directory
+ahead of PYTHONPATH, so started from this checkout it would run this code) the
 same rounds run against it too, alternating which goes first; the baseline
 gets no settings (an older release may not know the keys). Ratios are higher
 is better: the targets of issue 13 (3 MB per GB; 400 MB for 8 unread 100 MB

@@ -92,7 +92,16 @@ SHARED_GROUPS = {
 }
 
 
+# Spark's JVMs in tests (the analysis tests' session, `trace analyze` and the bench run as
+# subprocesses, the standalone cluster's executors: actors/trace/analyze.py reads this) run
+# jobs of a few thousand records, where the C2 JIT and the parallel collector's threads
+# cost more CPU than they save: C1 and the serial collector took one `trace analyze` of
+# 2,000 records from 58 to 39 CPU seconds (the JVM's included). A value already set wins.
+SPARK_TEST_JAVA_OPTS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault("ACTORLOG_SPARK_JAVA_OPTS", SPARK_TEST_JAVA_OPTS)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:  # node names repeat across workers: a gateway socket directory each
         base = os.environ.get("ACTORLOG_IPC_DIR", f"/tmp/actorlog-ipc-{os.getuid()}")

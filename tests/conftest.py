@@ -26,6 +26,7 @@ messages; ids must not collide across the suite, which imports them all):
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -100,8 +101,28 @@ SHARED_GROUPS = {
 SPARK_TEST_JAVA_OPTS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 
 
+def keep_bytecode() -> None:
+    """With PYTHONDONTWRITEBYTECODE set, every broker, CLI and bench process a test starts
+    compiles the project's sources again before it runs: half a CPU second of the two an
+    `actorlog serve` takes to start, and the suite starts hundreds. Its children write and
+    read their bytecode under a directory in the temporary dir instead
+    (PYTHONPYCACHEPREFIX), so the source tree stays as clean as the setting keeps it."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    prefix = os.path.join(tempfile.gettempdir(), f"actorlog-pycache-{os.getuid()}")
+    try:
+        os.makedirs(prefix, mode=0o700, exist_ok=True)
+        if os.stat(prefix).st_uid != os.getuid():  # not ours: compile as before
+            return
+    except OSError:
+        return
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+
+
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("ACTORLOG_SPARK_JAVA_OPTS", SPARK_TEST_JAVA_OPTS)
+    keep_bytecode()
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:  # node names repeat across workers: a gateway socket directory each
         base = os.environ.get("ACTORLOG_IPC_DIR", f"/tmp/actorlog-ipc-{os.getuid()}")

@@ -26,6 +26,7 @@ messages; ids must not collide across the suite, which imports them all):
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -37,6 +38,7 @@ from tests.fixtures.broker import broker, fresh_broker, num_processes_params
 from tests.fixtures.cluster import cluster_factory
 from tests.fixtures.codec_server import codec_server
 from tests.fixtures.netns import make_test_hosts
+from tests.fixtures.scratch import mem_tmp_path
 from tests.fixtures.spark_cluster import spark_cluster
 from tests.fixtures.sshd import ssh_host
 from tests.fixtures.traces import real_traces, spark
@@ -50,6 +52,7 @@ __all__ = [
     "make_test_hosts",
     "manual_clock",
     "manual_node",
+    "mem_tmp_path",
     "no_leftovers",
     "node",
     "real_traces",
@@ -90,7 +93,36 @@ SHARED_GROUPS = {
 }
 
 
+# Spark's JVMs in tests (the analysis tests' session, `trace analyze` and the bench run as
+# subprocesses, the standalone cluster's executors: actors/trace/analyze.py reads this) run
+# jobs of a few thousand records, where the C2 JIT and the parallel collector's threads
+# cost more CPU than they save: C1 and the serial collector took one `trace analyze` of
+# 2,000 records from 58 to 39 CPU seconds (the JVM's included). A value already set wins.
+SPARK_TEST_JAVA_OPTS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+
+
+def keep_bytecode() -> None:
+    """With PYTHONDONTWRITEBYTECODE set, every broker, CLI and bench process a test starts
+    compiles the project's sources again before it runs: half a CPU second of the two an
+    `actorlog serve` takes to start, and the suite starts hundreds. Its children write and
+    read their bytecode under a directory in the temporary dir instead
+    (PYTHONPYCACHEPREFIX), so the source tree stays as clean as the setting keeps it."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    prefix = os.path.join(tempfile.gettempdir(), f"actorlog-pycache-{os.getuid()}")
+    try:
+        os.makedirs(prefix, mode=0o700, exist_ok=True)
+        if os.stat(prefix).st_uid != os.getuid():  # not ours: compile as before
+            return
+    except OSError:
+        return
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault("ACTORLOG_SPARK_JAVA_OPTS", SPARK_TEST_JAVA_OPTS)
+    keep_bytecode()
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:  # node names repeat across workers: a gateway socket directory each
         base = os.environ.get("ACTORLOG_IPC_DIR", f"/tmp/actorlog-ipc-{os.getuid()}")

@@ -12,8 +12,6 @@ divergence answer saying so.
 from __future__ import annotations
 
 import shutil
-import tempfile
-from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,6 +20,7 @@ from actors.core.follower_truncation import Truncation, reset_offset, truncation
 from actors.core.partition_log import LogConfig, PartitionLog
 from actors.core.partition_state import PartitionState
 from actors.core.record_batch import build_batch, check_batches
+from tests.fixtures.scratch import scratch_dir
 
 
 def test_rule_cases() -> None:
@@ -107,7 +106,7 @@ def test_replicas_taking_turns_end_with_identical_logs(
         turns: list[tuple[bool, int, int]]) -> None:
     """Each turn: a leader (A or B) at a new epoch appends ``n`` batches; the other copies
     up to ``m`` of what it lacks before the next turn. Finally the follower catches up."""
-    tmp = Path(tempfile.mkdtemp(prefix="truncation-"))
+    tmp = scratch_dir("truncation-")  # in memory: tests/fixtures/scratch.py
     logs = {name: PartitionLog.open(tmp / name / "t-0", "t", 0, LogConfig(), 0)
             for name in ("a", "b")}
     try:

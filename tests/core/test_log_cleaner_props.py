@@ -23,9 +23,7 @@ from __future__ import annotations
 import os
 import shutil
 import struct
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import crc32c
 from hypothesis import HealthCheck, event, settings
@@ -36,6 +34,7 @@ from kafka.codec import gzip_encode
 from actors.core.partition_log import LogConfig, PartitionLog
 from actors.core.record_batch import HEADER_SIZE, build_batch
 from tests.core.log_cleaner_harness import clean_once, read_batch_spans, read_log
+from tests.fixtures.scratch import scratch_dir
 
 DELETE_RETENTION_MS = 1_000
 KEYS = [b"a", b"b", b"c", b"d", b"e", b"f"]
@@ -65,7 +64,7 @@ class CleanerMachine(RuleBasedStateMachine):
         # Durability is the crash tests' subject; here fsync only costs seconds.
         self.real_fsync = os.fsync
         os.fsync = lambda fd: None
-        self.tmp = Path(tempfile.mkdtemp(prefix="cleaner-prop-"))
+        self.tmp = scratch_dir("cleaner-prop-")  # in memory: tests/fixtures/scratch.py
         self.dir = self.tmp / "t-0"
         self.records: dict[int, Appended] = {}
         self.now_ms = 10_000

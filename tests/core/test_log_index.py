@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import struct
-import tempfile
 from bisect import bisect_right
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from actors.core.log_index import SMALL_INDEX_BYTES, OffsetIndex, TimeIndex
+from tests.fixtures.scratch import scratch_dir
 
 BASE = 1_000
 
@@ -24,7 +24,7 @@ class IndexMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.tmp = Path(tempfile.mkdtemp(prefix="index-prop-"))
+        self.tmp = scratch_dir("index-prop-")  # in memory: tests/fixtures/scratch.py
         self.offsets_model: list[tuple[int, int]] = []  # (offset, position)
         self.times_model: list[tuple[int, int]] = []  # (timestamp, offset)
 

@@ -117,16 +117,17 @@ def _damage(rng: random.Random, directory: Path, recovery_point: int) -> str:
     return f"tear {index_path.name}"
 
 
-def test_recovery_from_cut_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_recovery_from_cut_files(mem_tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """CUT_CRASH_POINTS random crash points, each on a fresh log.
 
     The damage is done explicitly, so fsync adds nothing here but seconds:
-    it is stubbed (the writer-kill test below keeps the real one).
+    it is stubbed (the writer-kill test below keeps the real one), and the logs
+    are in memory (tests/fixtures/scratch.py: ext4's journal made it minutes).
     """
     monkeypatch.setattr(os, "fsync", lambda fd: None)
     for seed in range(CUT_CRASH_POINTS):
         rng = random.Random(seed)
-        directory = tmp_path / f"s{seed}" / "t-0"
+        directory = mem_tmp_path / f"s{seed}" / "t-0"
         config = LogConfig(segment_bytes=rng.choice([400, 700, 2000]),
                            index_interval_bytes=rng.choice([0, 100, 500]))
         log = PartitionLog.open(directory, "t", 0, config, 0)

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -21,6 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from actors.core.log_index import SMALL_INDEX_BYTES, OffsetIndex, TimeIndex
 from actors.core.partition_log import OPEN_INDEXES_PER_LOG, LogConfig, PartitionLog
 from actors.core.record_batch import build_batch, check_batches, patch_base_offset
+from tests.fixtures.scratch import scratch_dir
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,7 @@ class ModelBatch:
 class PartitionLogMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.tmp = Path(tempfile.mkdtemp(prefix="plog-prop-"))
+        self.tmp = scratch_dir("plog-prop-")  # in memory: tests/fixtures/scratch.py
         self.dir = self.tmp / "t-0"
         self.batches: list[ModelBatch] = []
         self.log_start = 0

@@ -12,7 +12,6 @@ below it, so a shrunk ISR never acknowledges what a dropped follower lacks.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from pathlib import Path
 
 from hypothesis import HealthCheck, settings
@@ -22,6 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from actors.core.partition_log import LogConfig, PartitionLog
 from actors.core.partition_state import IsrProposal, PartitionState
 from actors.core.record_batch import build_batch
+from tests.fixtures.scratch import scratch_dir
 from wire.errors import ErrorCode
 
 LEADER, F1, F2 = 1, 2, 3
@@ -132,7 +132,7 @@ def test_fetch_epoch_checks(tmp_path: Path) -> None:
 class ReplicaMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.tmp = Path(tempfile.mkdtemp(prefix="replica-state-"))
+        self.tmp = scratch_dir("replica-state-")  # in memory: tests/fixtures/scratch.py
         self.now = 0
         self.true_leo = {F1: 0, F2: 0}
         self.last_hw = 0

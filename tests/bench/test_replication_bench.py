@@ -19,11 +19,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 def test_bench_replication_writes_every_figure_and_ratio(tmp_path: Path) -> None:
     out = tmp_path / "replication.json"
     proc = subprocess.run(
-        # the smallest sizes the bench takes, two of what the test counts; a short session
-        # (the kill waits it out): the figures are never asserted on
         [sys.executable, "-m", "actors.cli", "bench", "replication", "--rounds", "2",
-         "--records", "100", "--rate", "200", "--seconds", "0.5", "--kills", "1",
-         "--partitions", "2", "--session-timeout-ms", "3000", "--catch-up-mb", "1",
+         "--records", "2000", "--rate", "200", "--seconds", "1", "--kills", "1",
+         "--partitions", "2", "--session-timeout-ms", "4000", "--catch-up-mb", "8",
          "--catch-up-runs", "2",
          "--dir", str(tmp_path / "c"), "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,

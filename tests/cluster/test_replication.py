@@ -350,14 +350,8 @@ def kill_leader_loop(cluster: Cluster, kills: int, partitions: int) -> None:
         assert consumed == values
 
 
-# The kill loops wait out a killed leader's ZooKeeper session each round (the controller
-# learns of the death no other way): 3 s rather than the fixture's 4 s takes 20 s off
-# twenty rounds. The test ZooKeeper grants down to 1 s; kazoo pings every third of it.
-KILL_LOOP = {**FAST, "zookeeper.session.timeout.ms": 3000}
-
-
 def test_a_leader_killed_twice_under_acks_all_loses_nothing(cluster_factory: Any) -> None:
-    cluster = cluster_factory(config=KILL_LOOP)
+    cluster = cluster_factory(config=FAST)
     create_topic(cluster, partitions=2)
     kill_leader_loop(cluster, kills=2, partitions=2)
 
@@ -366,7 +360,7 @@ def test_a_leader_killed_twice_under_acks_all_loses_nothing(cluster_factory: Any
 @pytest.mark.timeout(1200)
 def test_a_leader_killed_twenty_times_under_acks_all_loses_nothing(
         cluster_factory: Any) -> None:
-    cluster = cluster_factory(config=KILL_LOOP)
+    cluster = cluster_factory(config=FAST)
     create_topic(cluster, partitions=2)
     kill_leader_loop(cluster, kills=20, partitions=2)
 

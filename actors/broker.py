@@ -429,6 +429,7 @@ class Broker:
             except NodeError as exc:
                 raise BrokerError(str(exc)) from None
             credentials = self._credentials(data_dir)
+            authorizer, acl_store = self._authorizer(data_dir)
             user_store: Any = (self.metadata if self.cluster
                                else LocalSecurityStore.in_data_dir(data_dir))
             node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir,
@@ -460,12 +461,11 @@ class Broker:
                            store=store)
             else:
                 self._spawn_cluster_actors(node, topo, cfg, clock, broker_id, adv_host,
-                                           adv_port, endpoint, credentials)
+                                           adv_port, endpoint, credentials, authorizer)
             if cfg["log.cleaner.enable"]:  # its own thread: a pass must not slow a worker
                 node.spawn(LogCleaner, topo.log_cleaner.name, topology=topo, config=cfg,
                            log_dir=data_dir, clock=clock)
             self._spawn_extra(node, topo, cfg, clock, topics)
-            authorizer, acl_store = self._authorizer(data_dir)
             for i in range(topo.num_handlers):
                 ctx = HandlerContext(topo, cfg, broker_id, adv_host, adv_port, cluster_id, i,
                                      dict(topics), clock=clock,
@@ -542,7 +542,8 @@ class Broker:
         """authorizer.class.name = acl: the ACLs (ZooKeeper's /kafka-acl or the data dir).
 
         One Authorizer shared by the handlers of this process; CreateAcls/DeleteAcls
-        and DescribeAcls refresh it from the store.
+        and DescribeAcls refresh it from the store, and in a cluster the ClusterController
+        applies each change ZooKeeper notifies under /kafka-acl-changes.
         """
         assert self.security is not None
         if not self.security.acl_enabled:
@@ -658,7 +659,8 @@ class Broker:
     def _spawn_cluster_actors(self, node: Node, topo: Topology, cfg: Config, clock: Any,
                               broker_id: int, adv_host: str, adv_port: int,
                               endpoint: NodeEndpoint,
-                              credentials: CredentialCache | None = None) -> None:
+                              credentials: CredentialCache | None = None,
+                              authorizer: Authorizer | None = None) -> None:
         node.spawn(ReplicaManager, topo.replica_manager.name, topology=topo, config=cfg,
                    broker_id=broker_id, clock=clock)
         self.broker_info = BrokerInfo(
@@ -670,7 +672,7 @@ class Broker:
             curve_key=node.curve.keys.public.decode() if node.curve is not None else "")
         node.spawn(ClusterController, topo.controller.name, topology=topo, config=cfg,
                    store=self.metadata, broker=self.broker_info, clock=clock,
-                   credentials=credentials)
+                   credentials=credentials, authorizer=authorizer)
 
     def _register(self, cfg: Config, node: Node, topo: Topology, broker_id: int) -> None:
         """Register in ``/brokers/ids`` once every actor runs, then let the controller start.

@@ -71,6 +71,7 @@ from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.runtime.directory import NodeEndpoint
+from actors.security.acl import Authorizer, ResourcePattern
 from actors.topology import Topology, broker_node_name
 from wire import admin_messages as am
 from wire import broker_messages as bm
@@ -84,6 +85,10 @@ CHANNEL_RETRY_MS = 3000     # a node's request unanswered this long is sent agai
 RETRY_WRITES_MS = 1000      # writes the store could not reach are tried again this often
 FORWARD_RETRY_MS = 200      # no controller known, or it moved: ask again after this
 REGISTER_RETRY_MS = 1000    # a registration that failed (ZooKeeper away) is tried again
+# authorizer.class.name = acl: the ACLs are read whole again this often, a safety net under
+# the /kafka-acl-changes watches (a notice whose read failed, a change made without one)
+ACL_RESYNC_MS = 60_000
+ACL_CHANGE_ROOTS = (znodes.ACL_CHANGES, znodes.ACL_EXTENDED_CHANGES)
 
 
 def gateway_endpoint(gateway: str) -> NodeEndpoint | None:
@@ -151,8 +156,11 @@ class ClusterController(Actor):
     def __init__(self, node: Any, name: str, *, topology: Topology, config: Config,
                  store: MetadataStore, broker: BrokerInfo, clock: Clock,
                  rng: random.Random | None = None, credentials: Any = None,
-                 **kw: Any) -> None:
+                 authorizer: Authorizer | None = None, **kw: Any) -> None:
         super().__init__(node, name, **kw)
+        # the ACLs this node's handlers decide on (authorizer.class.name = acl), kept up to
+        # date from the /kafka-acl-changes notifications; None without ACLs
+        self.authorizer = authorizer
         # the node's SASL credential cache (CredentialCache), refreshed for each user a
         # /config/changes notification names; None without SASL listeners
         self.credentials = credentials
@@ -179,6 +187,9 @@ class ClusterController(Actor):
         self.forwards: dict[int, _Forward] = {}
         self.shutdown: _Shutdown | None = None
         self.last_config_change: str | None = getattr(self, "last_config_change", None)
+        # the last ACL change notice applied, per change root (None: read everything)
+        self.last_acl_change: dict[str, str | None] = {root: None for root in ACL_CHANGE_ROOTS}
+        self.next_acl_resync_ms: int | None = None
         self.was_active = False
         self.elections = 0
         now = self.clock.now_ms()
@@ -216,6 +227,7 @@ class ClusterController(Actor):
         self._refresh_brokers()
         self._call_driver(self.driver.elect)
         self._read_config_changes()
+        self._read_acl_changes(resync=True)
 
     def _replica_manager(self, broker_id: int | None = None) -> Address:
         node = (self.node.name if broker_id is None or broker_id == self.broker.broker_id
@@ -254,6 +266,7 @@ class ClusterController(Actor):
             self._ensure_registered()
             self._refresh_brokers()
             self._read_config_changes()  # the watch is gone after a reconnect
+            self._read_acl_changes(resync=True)  # and changes may have gone unnoticed
         elif msg.state == cm.SESSION_SUSPENDED:
             self.log.warning("ZooKeeper connection lost; session {:#x} may still live",
                              msg.session_id)
@@ -589,6 +602,60 @@ class ClusterController(Actor):
     def on_changes_notified(self, msg: ChangesNotified) -> None:
         if self.started and msg.root == znodes.CONFIG_CHANGES:
             self._read_config_changes()
+        elif self.started and msg.root in ACL_CHANGE_ROOTS:
+            self._read_acl_changes()
+
+    # ------------------------------------------------------------ ACL changes
+    def _read_acl_changes(self, resync: bool = False) -> None:
+        """Apply the ACL changes notified under /kafka-acl-changes and
+        /kafka-acl-extended-changes since the last seen (reading them arms the watches
+        again): the ACLs of each pattern named are read and put in at once, wherever the
+        change was made. ``resync`` (start, a new session, the slow timer) reads them all.
+        """
+        authorizer = self.authorizer
+        if authorizer is None:
+            return
+        now = self.clock.now_ms()
+        self.next_acl_resync_ms = now + ACL_RESYNC_MS
+        changed: dict[ResourcePattern, str] = {}
+        seen: dict[str, str | None] = {}
+        expired: list[str] = []
+        cutoff = self.clock.wall_ms() - CONFIG_CHANGE_EXPIRY_MS
+        try:
+            for root in ACL_CHANGE_ROOTS:
+                notes = self.store.get_change_notifications(root, watch=True)
+                last = self.last_acl_change[root]
+                seen[root] = notes[-1].path if notes else (last or "")
+                expired += [n.path for n in notes if n.ctime_ms < cutoff]
+                if last is None:
+                    resync = True  # the first read: everything, whatever the notices say
+                    continue
+                for note in notes:
+                    if note.path <= last:
+                        continue
+                    try:
+                        changed[znodes.decode_acl_change(root, note.data)] = note.path
+                    except znodes.BadZnode as exc:
+                        self.log.warning("ignoring an ACL change notification: {}", exc)
+            with authorizer.lock:  # after any read a handler started before this one
+                if resync:
+                    authorizer.replace(self.store.get_all_acls())
+                elif changed:
+                    authorizer.update({p: self.store.get_acls(p)[0] for p in changed})
+        except MetadataError as exc:
+            # read them all again soon: a notice read now but not applied is not read again
+            self.log.warning("the ACL changes were not read: {}", exc)
+            self.next_acl_resync_ms = now + RETRY_WRITES_MS
+            return
+        self.last_acl_change.update(seen)
+        for pattern, path in sorted(changed.items(), key=lambda item: item[1]):
+            self.log.info("ACLs of {} changed ({}): {} entries now", pattern,
+                          path.rsplit("/", 1)[-1], len(authorizer.acls(pattern)))
+        if self.driver.active and expired:
+            try:
+                self.store.delete_change_notifications(expired)
+            except MetadataError as exc:
+                self.log.debug("old ACL changes not deleted: {}", exc)
 
     @handles(bm.ShardDone)
     def on_shard_done(self, msg: bm.ShardDone) -> None:
@@ -749,6 +816,8 @@ class ClusterController(Actor):
             deadlines.append(self.shutdown.next_try_ms)
         if self.register_retry_ms is not None:
             deadlines.append(self.register_retry_ms)
+        if self.next_acl_resync_ms is not None:
+            deadlines.append(self.next_acl_resync_ms)
         return max(0, min(deadlines) - now)
 
     def on_turn(self) -> None:
@@ -764,6 +833,8 @@ class ClusterController(Actor):
         if self.register_retry_ms is not None and now >= self.register_retry_ms:
             self.register_retry_ms = None
             self._ensure_registered()
+        if self.next_acl_resync_ms is not None and now >= self.next_acl_resync_ms:
+            self._read_acl_changes(resync=True)
         if now >= self.next_rebalance_ms:
             self.next_rebalance_ms = now + self.rebalance_ms
             if self.driver.active and bool(self.config["auto.leader.rebalance.enable"]):

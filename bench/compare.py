@@ -9,15 +9,23 @@ penalise whichever side ran later.
 
 Ratios are A over B for throughputs and B over A for the p99, so higher is
 always better for A and 1.0 is parity.
+
+``--tls`` measures what TLS costs: the bench starts two actorlog nodes, A with
+an SSL listener (a PEM keystore from the TLS tests' certificate helper) and B
+with a PLAINTEXT one, and A's loads connect with ``security.protocol=SSL``;
+every ratio is then TLS over plaintext (the p99's plaintext over TLS).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import statistics
-from collections.abc import Callable, Iterator
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import click
@@ -27,7 +35,15 @@ from rich.table import Table
 from bench.contract import min_median_max, write_json
 from bench.load import make_console, run_produce
 from bench.load_produce import ProduceConfig
-from bench.peers import BootstrapRefusedError, BrokerProcess, check_bootstrap, start_broker
+from bench.peers import (
+    ACTORLOG_TEMPLATE,
+    BootstrapRefusedError,
+    BrokerProcess,
+    check_bootstrap,
+    start_broker,
+)
+
+TLS_TEMPLATE = ACTORLOG_TEMPLATE.replace("--listen 127.0.0.1", "--listen SSL://127.0.0.1")
 
 
 @dataclass(frozen=True)
@@ -82,8 +98,10 @@ class CompareSettings:
     time_limit_s: float = 120.0
 
 
-def scenario_config(name: str, bootstrap: str, topic: str, s: CompareSettings) -> ProduceConfig:
-    """The produce load of one scenario; both sides get exactly the same one."""
+def scenario_config(name: str, bootstrap: str, topic: str, s: CompareSettings,
+                    client_config: Mapping[str, str] | None = None) -> ProduceConfig:
+    """The produce load of one scenario; both sides get exactly the same one (but for
+    `client_config`, how a client reaches that side: security.protocol, ...)."""
     base = ProduceConfig(
         bootstrap=bootstrap,
         topic=topic,
@@ -95,6 +113,7 @@ def scenario_config(name: str, bootstrap: str, topic: str, s: CompareSettings) -
         batch_size=s.batch_size,
         processes=s.processes,
         time_limit_s=max(s.time_limit_s, s.duration_s + 5),
+        client_config=dict(client_config or {}),
     )
     if name == "throughput_acks1":
         base.acks = "1"
@@ -129,8 +148,12 @@ def run_compare(
     show_progress: bool = False,
     allow_hosts: tuple[str, ...] = (),
     on_run: Callable[[str, int, str, dict[str, Any]], None] | None = None,
+    client_configs: Mapping[str, Mapping[str, str]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, float]]:
-    """Run every scenario on both brokers for `rounds` rounds; return (results, ratios)."""
+    """Run every scenario on both brokers for `rounds` rounds; return (results, ratios).
+
+    `client_configs`: per side ("a", "b"), librdkafka settings its clients need."""
+    client_configs = client_configs or {}
     check_bootstrap(bootstrap_a, allow_hosts)
     check_bootstrap(bootstrap_b, allow_hosts)
     tag = os.urandom(3).hex()
@@ -143,7 +166,8 @@ def run_compare(
             entry: dict[str, Any] = {"round": rnd, "order": [side for side, _ in sides]}
             for side, bootstrap in sides:
                 topic = f"bench-{name.replace('_', '-')}-{tag}-r{rnd}-{side}"
-                config = scenario_config(name, bootstrap, topic, settings)
+                config = scenario_config(name, bootstrap, topic, settings,
+                                         client_configs.get(side))
                 run = run_produce(config, allow_hosts=allow_hosts, show_progress=show_progress)
                 entry[side] = run
                 if on_run is not None:
@@ -171,6 +195,30 @@ def run_compare(
         }
         ratios[name] = statistics.median([e["ratio"] for e in entries])
     return results, ratios
+
+
+@contextlib.contextmanager
+def tls_pair() -> Iterator[tuple[str, str, dict[str, str]]]:
+    """Two actorlog nodes: (TLS bootstrap, plaintext bootstrap, the TLS side's client
+    settings). The certificates are the TLS tests' (a CA and a server keystore, PEM)."""
+    try:
+        from tests.security.certs import make_pki
+    except ModuleNotFoundError as exc:
+        raise click.UsageError(f"--tls makes its certificates with tests/security/certs.py "
+                               f"(run from the source tree with cryptography installed): "
+                               f"{exc}") from None
+    pki_dir = Path(tempfile.mkdtemp(prefix="actorlog-bench-tls-"))
+    try:
+        pki = make_pki(pki_dir)
+        keystore = {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.server)}
+        with (
+            start_broker(TLS_TEMPLATE, settings=keystore) as tls,
+            start_broker(ACTORLOG_TEMPLATE) as plain,
+        ):
+            client = {"security.protocol": "SSL", "ssl.ca.location": str(pki.ca)}
+            yield tls.bootstrap, plain.bootstrap, client
+    finally:
+        shutil.rmtree(pki_dir, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -272,6 +320,12 @@ def print_compare(console: Console, results: dict[str, Any], name_a: str, name_b
     "--small-connections", type=click.IntRange(min=1, max=64), default=8, show_default=True
 )
 @click.option("--allow-host", "allow_hosts", multiple=True)
+@click.option(
+    "--tls",
+    is_flag=True,
+    help="A = actorlog with an SSL listener, B = actorlog with a PLAINTEXT one, both started "
+    "here: the ratios are TLS over plaintext.",
+)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 @click.option("--no-progress", is_flag=True)
 def command(**kw: Any) -> None:
@@ -294,34 +348,51 @@ def command(**kw: Any) -> None:
         small_connections=kw["small_connections"],
     )
     console = make_console()
+    if kw["tls"]:
+        if kw["address_a"] or kw["a_cmd"] or kw["address_b"] or kw["peer_cmd"]:
+            raise click.UsageError("--tls starts both sides itself; leave out --a, --a-cmd, "
+                                   "--b and --peer-cmd")
+        if kw["a_name"] == "actorlog" and kw["b_name"] == "peer":
+            kw["a_name"], kw["b_name"] = "tls", "plaintext"
 
     def on_run(name: str, rnd: int, side: str, results: dict[str, Any]) -> None:
         figure = SCENARIOS[name].figure_of(results)
         label = kw["a_name"] if side == "a" else kw["b_name"]
         console.print(f"round {rnd} {name} {label}: {figure:,.3f} {SCENARIOS[name].unit}")
 
+    def run(boot_a: str, boot_b: str,
+            client_configs: Mapping[str, Mapping[str, str]] | None = None
+            ) -> tuple[dict[str, Any], dict[str, float]]:
+        return run_compare(
+            boot_a,
+            boot_b,
+            names,
+            kw["rounds"],
+            settings,
+            show_progress=not kw["no_progress"],
+            allow_hosts=kw["allow_hosts"],
+            on_run=on_run,
+            client_configs=client_configs,
+        )
+
     try:
-        with (
-            _broker(kw["address_a"], kw["a_cmd"], "a") as (boot_a, _proc_a),
-            _broker(kw["address_b"], kw["peer_cmd"], "b") as (boot_b, _proc_b),
-        ):
-            results, ratios = run_compare(
-                boot_a,
-                boot_b,
-                names,
-                kw["rounds"],
-                settings,
-                show_progress=not kw["no_progress"],
-                allow_hosts=kw["allow_hosts"],
-                on_run=on_run,
-            )
+        if kw["tls"]:
+            with tls_pair() as (boot_a, boot_b, tls_client):
+                results, ratios = run(boot_a, boot_b, {"a": tls_client})
+        else:
+            with (
+                _broker(kw["address_a"], kw["a_cmd"], "a") as (boot_a, _proc_a),
+                _broker(kw["address_b"], kw["peer_cmd"], "b") as (boot_b, _proc_b),
+            ):
+                results, ratios = run(boot_a, boot_b)
     except BootstrapRefusedError as exc:
         raise click.UsageError(str(exc)) from exc
     print_compare(console, results, kw["a_name"], kw["b_name"])
     if kw["json_path"]:
         config = {
-            "a": kw["address_a"] or kw["a_cmd"],
-            "b": kw["address_b"] or kw["peer_cmd"],
+            "a": TLS_TEMPLATE if kw["tls"] else kw["address_a"] or kw["a_cmd"],
+            "b": ACTORLOG_TEMPLATE if kw["tls"] else kw["address_b"] or kw["peer_cmd"],
+            "tls": kw["tls"],
             "a_name": kw["a_name"],
             "b_name": kw["b_name"],
             "scenarios": names,

@@ -48,7 +48,8 @@ def run_produce(
     """Run one produce load and return the `results` block."""
     check_bootstrap(config.bootstrap, allow_hosts)
     if create_topic:
-        config.partitions = ensure_topic(config.bootstrap, config.topic, config.partitions)
+        config.partitions = ensure_topic(config.bootstrap, config.topic, config.partitions,
+                                         client_config=config.client_config)
     producers = producer_group(spawn_context(), config)
     total = config.num_records if config.duration_s is None else None
     view = ProgressView(show_progress, f"produce {config.topic}", total, "rec")

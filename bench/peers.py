@@ -266,15 +266,17 @@ def ensure_topic(
     partitions: int,
     replication_factor: int = 1,
     timeout_s: float = 15.0,
+    client_config: Mapping[str, str] | None = None,
 ) -> int:
     """Create `topic` if missing and wait until every partition has a leader.
 
     Returns the partition count the broker reports (an existing topic keeps its own).
+    `client_config`: the load's own librdkafka settings (security.protocol, ...).
     """
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(client_config or {})})
     deadline = time.monotonic() + timeout_s
     metadata = admin.list_topics(timeout=timeout_s)
     if topic not in metadata.topics or metadata.topics[topic].error is not None:

@@ -113,12 +113,28 @@ class HandlerContext:
 
     def refresh_acls(self, force: bool = False) -> None:
         """Read the store's ACLs again when the last read is ACL_REFRESH_MS old (or ``force``):
-        changes made through another node or process reach this one within that time."""
+        changes made through another process reach this one within that time.
+
+        In a cluster only ``force`` reads (this handler's own CreateAcls, DeleteAcls and
+        DescribeAcls): the ClusterController applies the changes ZooKeeper notifies under
+        /kafka-acl-changes as they come, whichever node made them."""
         authorizer, store = self.authorizer, self.acl_store
         if authorizer is None or store is None:
             return
+        if force:
+            with authorizer.lock:  # after any read that started before this one
+                try:
+                    acls = store.get_all_acls()
+                except Exception as exc:  # the store is down: keep what was read last
+                    logger.bind(actor="authorizer").warning("reading the ACLs failed: {}", exc)
+                    return
+                authorizer.replace(acls)
+                authorizer.read_ms = self.clock.now_ms()
+            return
+        if self.cluster is not None:
+            return
         now = self.clock.now_ms()
-        if not force and now - authorizer.read_ms < ACL_REFRESH_MS:
+        if now - authorizer.read_ms < ACL_REFRESH_MS:
             return
         authorizer.read_ms = now  # shared by the process's handlers: one read a period
         generation = authorizer.generation
@@ -127,7 +143,7 @@ class HandlerContext:
         except Exception as exc:  # the store is down: keep deciding on what was read last
             logger.bind(actor="authorizer").warning("reading the ACLs failed: {}", exc)
             return
-        if force or authorizer.generation == generation:
+        if authorizer.generation == generation:
             authorizer.replace(acls)
 
     def allowed_any(self, operation: Operation, resource_type: ResourceType) -> bool:

@@ -3,9 +3,10 @@
 The ACLs go where the node reads them (the same store as `actorlog users`):
 ZooKeeper's ``/kafka-acl/<Type>/<name>`` (``/kafka-acl-extended/prefixed/...``
 for prefixed patterns) when the config names ``zookeeper.connect``, else the
-single node's data dir (``<log.dirs>/security``). A running node reads the
-store again every ACL_REFRESH_MS (a second); a Kafka admin client's CreateAcls
-or DeleteAcls is applied at once by the node that serves it.
+single node's data dir (``<log.dirs>/security``). A cluster's running nodes
+take a change at once through their /kafka-acl-changes watches; a single node
+reads its store again every ACL_REFRESH_MS (a second); a Kafka admin client's
+CreateAcls or DeleteAcls is applied at once by the node that serves it.
 """
 
 from __future__ import annotations

@@ -62,11 +62,15 @@ class DeadLetters:
         self._logged_second = 0
         self._logged_count = 0
 
-    def record(self, reason: str, count: int = 1, *, sender: str = "", receiver: str = "") -> None:
+    def record(self, reason: str, count: int = 1, *, sender: str = "", receiver: str = "",
+               log: bool = True) -> None:
+        """Count (and log, unless ``log`` is False: the caller logged it once already)."""
         kind = reason.split(" (")[0].split(":")[0]
         self.counts.incr(kind, count)
         self.last.append((reason, sender, receiver))
         del self.last[:-100]
+        if not log:
+            return
         now = self.clock.now_ms() // 1000
         if now != self._logged_second:
             self._logged_second, self._logged_count = now, 0

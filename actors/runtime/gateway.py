@@ -11,6 +11,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.directory import NodeEndpoint
 from actors.runtime.tracing import record_net_legs
+from wire.envelope import claimed_sender, sender_prefix
 from wire.runtime_messages import GetClockOffsets, Ping, Pong
 
 if TYPE_CHECKING:
@@ -49,6 +50,11 @@ class Gateway(Actor):
         self.samples: dict[str, list[tuple[int, int]]] = {}  # node -> [(rtt ns, offset ns)]
         self._ping_seq = 0
         self._next_ping_ns = 0
+        # CURVE: the ZAP handler names the node whose key authenticated a connection (the
+        # User-Id of each message); a frame must claim that node (or another process of
+        # it) as its sender. Authenticated node -> the frame prefixes it may send.
+        self._prefixes: dict[str, tuple[bytes, ...]] = {}
+        self._forged: set[tuple[str, str]] = set()  # (peer, claimed) already logged
 
     def _peers(self) -> list[str]:
         return sorted(n for n in self.node.directory.nodes if n != self.node.name)
@@ -140,14 +146,47 @@ class Gateway(Actor):
             urls.append(self.endpoint.tcp())
         return urls
 
+    def _sender_prefixes(self, peer: str) -> tuple[bytes, ...]:
+        """The prefixes of the frames the node authenticated as ``peer`` may send (none for
+        a peer the keys do not name: an empty User-Id means no ZAP verdict named it)."""
+        found = self._prefixes.get(peer)
+        if found is None:
+            curve = self.node.curve
+            names = curve.names_of(peer) if curve is not None and peer else frozenset()
+            found = self._prefixes[peer] = tuple(sender_prefix(n) for n in sorted(names))
+        return found
+
+    def _refuse_forged(self, meta: Any, peer: str, frame: bytes, target: str) -> None:
+        claimed = claimed_sender(frame)
+        reason = (f"frame refused: sender node {claimed!r} is not the CURVE-authenticated "
+                  f"peer {peer or '?'}")
+        first = (peer, claimed) not in self._forged
+        if first:
+            if len(self._forged) >= 4096:
+                self._forged.clear()
+            self._forged.add((peer, claimed))
+            try:
+                address = meta.get("Peer-Address")
+            except zmq.ZMQError:
+                address = "?"
+            self.log.warning("gateway refused a frame from CURVE peer {} ({}) claiming sender "
+                             "node {} (to {}); its frames claiming {} are dropped",
+                             peer or "?", address, claimed, target, claimed)
+        self.node.dead_letters.record(reason, sender=claimed, receiver=target, log=False)
+
     def _on_readable(self, _mask: int) -> None:
         dl = self.node.dead_letters
         limit = self.node.max_frame_bytes
         tracer = self.node.tracer
+        checked = self.node.curve is not None
         for sock in self._in:
             for _ in range(256):
                 try:
-                    parts = sock.recv_multipart(zmq.NOBLOCK)
+                    if checked:  # the first part's metadata names the authenticated peer
+                        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                        parts = [f.bytes for f in frames]
+                    else:
+                        parts = sock.recv_multipart(zmq.NOBLOCK)
                 except zmq.Again:
                     break
                 if len(parts) == 3 and tracer.enabled:  # traced messages: the network leg
@@ -164,6 +203,15 @@ class Gateway(Actor):
                               receiver=target.decode("utf-8", "replace"))
                     continue
                 name = target.decode("utf-8", "replace")
+                if checked:
+                    try:
+                        peer = frames[0].get("User-Id")
+                    except zmq.ZMQError:
+                        peer = ""
+                    prefixes = self._prefixes.get(peer) or self._sender_prefixes(peer)
+                    if not frame.startswith(prefixes):
+                        self._refuse_forged(frames[0], peer, frame, name)
+                        continue
                 link = self._fwd.get(name)
                 if link is not None and link.stale(self.node.directory, self.node.actors):
                     link.sock.close(linger=0)  # that actor was started again

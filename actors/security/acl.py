@@ -23,6 +23,7 @@ logs it through the ``authorizer`` logger (``actors.security.authorizer_log``).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
@@ -302,6 +303,9 @@ class Authorizer:
         # replacements (a read that started before one must not overwrite it)
         self.read_ms = 0
         self.generation = 0
+        # held by a shell while it reads the store and puts what it read in: reads that
+        # take turns land in the order they were made (the last read is the freshest)
+        self.lock = threading.Lock()
 
     # ----------------------------------------------------------- the cache
     def load(self, acls: Mapping[ResourcePattern, Iterable[AclEntry]]) -> None:
@@ -317,6 +321,13 @@ class Authorizer:
         fresh.load(acls)
         self._acls, self._by_name = fresh._acls, fresh._by_name
         self.generation += 1
+
+    def update(self, changes: Mapping[ResourcePattern, Iterable[AclEntry]]) -> None:
+        """Some patterns' ACLs as the store now has them (empty: none left), put in at once
+        as :meth:`replace` does: the rest stays as it was."""
+        acls: dict[ResourcePattern, Iterable[AclEntry]] = dict(self._acls)
+        acls.update(changes)
+        self.replace(acls)
 
     def set_acls(self, pattern: ResourcePattern, entries: Iterable[AclEntry]) -> None:
         """The ACLs of one pattern as the store now has them (empty: none left)."""

@@ -157,6 +157,14 @@ class CurveIdentity:
     def server_key(self, node: str) -> bytes | None:
         return self.peers.get(node)
 
+    def names_of(self, node: str) -> frozenset[str]:
+        """The node names whose frames a peer authenticated as ``node`` may send: ``node``
+        and the names sharing its key (the other processes of that broker)."""
+        key = self.peers.get(node)
+        if key is None:
+            return frozenset()
+        return frozenset(name for name, other in self.peers.items() if other == key)
+
     def admitted(self) -> dict[bytes, str]:
         """raw 32-byte key -> node name, for :class:`actors.security.zap.ZapPolicy`."""
         out: dict[bytes, str] = {}

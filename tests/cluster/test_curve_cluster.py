@@ -15,10 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zmq
 
 from actors.security.curve import read_key_file
 from tests.cluster.test_replication import TOPIC, consume_all, create_topic, produce_acks_all
 from tests.fixtures.cluster import ClusterNode, wait_for
+from wire import registry
+from wire.envelope import encode_frame, new_entry
+from wire.runtime_messages import Ping
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,3 +96,40 @@ def test_curve_cluster_replicates_and_refuses_a_foreign_key_and_a_node_without_k
     more = [f"w{i}".encode() for i in range(50)]
     acked, errors = produce_acks_all(cluster, more)  # and the cluster serves on
     assert errors == [] and acked == more
+
+
+def test_a_member_key_claiming_another_node_is_refused(cluster_factory: Any,
+                                                       tmp_path: Path) -> None:
+    """A process holding node-2's valid key pair sends node-1's gateway a frame claiming to
+    come from node-1 itself: node-1 drops it and says so once, with the peer and the claim;
+    replication between the honest nodes goes on."""
+    keys = tmp_path / "keys"
+    keys_new(keys, "node-1", "node-2")
+    cluster = cluster_factory(size=2, config={"min.insync.replicas": 2}, node_config={
+        i: curve_config(keys / f"node-{i}.key_secret", keys / "public") for i in (1, 2)})
+    create_topic(cluster, rf=2)
+    stolen = read_key_file(keys / "node-2.key_secret")
+    target = cluster.nodes[1]
+    context = zmq.Context()
+    sock = context.socket(zmq.PUSH)
+    try:
+        sock.linger = 0
+        sock.curve_serverkey = read_key_file(keys / "public" / "node-1.key", secret=False).public
+        sock.curve_publickey, sock.curve_secretkey = stolen.public, stolen.secret
+        sock.connect(f"tcp://{target.host}:{target.gateway_port}")
+        entry = new_entry(registry.type_id_of(Ping), 0, 0, 0, time.time_ns(), 0,
+                          Ping(1, time.time_ns()))
+        for _ in range(3):
+            sock.send_multipart([b"_gateway", encode_frame("node-1", "_gateway", "_gateway",
+                                                           [entry])])
+        refusal = ("gateway refused a frame from CURVE peer node-2 (127.0.0.1) claiming sender "
+                   "node node-1 (to _gateway)")
+        wait_for("node 1 to refuse the forged frame", lambda: refusal in target.log(), 30)
+        time.sleep(1.0)
+        assert target.log().count(refusal) == 1
+    finally:
+        sock.close(0)
+        context.term()
+    values = [f"v{i}".encode() for i in range(100)]
+    acked, errors = produce_acks_all(cluster, values)  # acks=all: node-2's fetches get in
+    assert errors == [] and acked == values

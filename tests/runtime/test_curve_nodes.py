@@ -14,7 +14,9 @@ from actors.runtime.node import Directory, Node, NodeEndpoint
 from actors.security.curve import CurveSettings, read_key_file, write_keys
 from tests.fixtures.broker import free_port
 from tests.fixtures.waiting import wait_for
-from tests.runtime.node_actors import GetState, OrderChecker, Sender, SendSeq
+from tests.runtime.node_actors import GetState, OrderChecker, Sender, SendSeq, Seq
+from wire import registry
+from wire.envelope import encode_frame, new_entry
 
 
 @pytest.fixture
@@ -88,3 +90,48 @@ def test_cluster_nodes_talk_over_curve_and_a_stranger_is_refused(
     wait_for(lambda: keyless in zap_warnings, timeout=10)
     time.sleep(0.3)
     assert zap_warnings.count(keyless) == 1
+
+
+def test_a_member_claiming_another_nodes_name_is_refused(
+        tmp_path: Path, nodes: list[Node], zap_warnings: list[str]) -> None:
+    """m holds a valid cluster key; a frame it sends claiming to come from a is dropped by
+    b's gateway (logged once with the peer and the claim, counted as a dead letter), and
+    honest frames of a and m still arrive."""
+    secrets, cluster = _keys(tmp_path)
+    (cluster / "m.key").write_bytes((secrets / "m.key").read_bytes())  # m is a member
+    directory = {n: NodeEndpoint("127.0.0.1", free_port("127.0.0.1")) for n in ("a", "b", "m")}
+
+    def start(name: str) -> Node:
+        identity = CurveSettings(str(secrets / f"{name}.key_secret"), str(cluster)).identity(name)
+        node = Node(name, directory=Directory(dict(directory)), endpoint=directory[name],
+                    curve=identity).start()
+        nodes.append(node)
+        return node
+
+    a, b, m = start("a"), start("b"), start("m")
+    b.spawn(OrderChecker, "checker")
+    a.spawn(Sender, "sender")
+    m.spawn(Sender, "m-sender")  # the checker keeps an order per sender name
+    a.tell(Address("a", "sender"), SendSeq(100, "b", "checker"))
+    wait_for(lambda: a.ask(Address("b", "checker"), GetState())["count"] == 100, timeout=20)
+
+    def forged(n: int) -> bytes:  # what a's sender would send, but from m's socket
+        entry = new_entry(registry.type_id_of(Seq), 0, 0, 0, time.time_ns(), 0,
+                          Seq("forged", n))
+        return encode_frame("a", "sender", "checker", [entry])
+
+    before = b.dead_letters.total
+    for n in range(5):
+        m.send_raw(Address("b", "checker"), forged(n))
+    refusal = ("b: gateway refused a frame from CURVE peer m (127.0.0.1) claiming sender node "
+               "a (to checker); its frames claiming a are dropped")
+    wait_for(lambda: b.dead_letters.total - before == 5, timeout=20)
+    assert zap_warnings.count(refusal) == 1, zap_warnings
+    assert b.dead_letters.by_reason()["frame refused"] == 5
+    # honest traffic of both flows on, and nothing forged got in
+    m.tell(Address("m", "m-sender"), SendSeq(50, "b", "checker"))
+    a.tell(Address("a", "sender"), SendSeq(50, "b", "checker"))
+    state = wait_for(lambda: (st := a.ask(Address("b", "checker"), GetState()))["count"] == 200
+                     and st, timeout=20)
+    assert state["last"] == {"sender": 49, "m-sender": 49}
+    assert state["out_of_order"] == 1  # a's second run starts again at 0

@@ -128,6 +128,23 @@ def test_set_acls_replaces_and_removes() -> None:
     assert auth.bindings() == []
 
 
+def test_update_puts_changed_patterns_in_and_keeps_the_rest() -> None:
+    """What a node does with a /kafka-acl-changes notice: only the patterns named change,
+    in a fresh cache swapped in at once (a reader never sees half of it)."""
+    kept, changed, gone = (ResourcePattern(T, "kept"), ResourcePattern(T, "changed", PRE),
+                           ResourcePattern(G, "gone"))
+    auth = authorizer((kept, entry("User:a", Op.READ)), (changed, entry("User:a", Op.WRITE)),
+                      (gone, entry("User:a", Op.READ)))
+    before, generation = auth._acls, auth.generation
+    auth.update({changed: [entry("User:b", Op.WRITE)], gone: []})
+    assert auth._acls is not before and auth.generation == generation + 1
+    assert allowed(auth, "User:a", Op.READ, T, "kept")
+    assert allowed(auth, "User:b", Op.WRITE, T, "changed-1")
+    assert not allowed(auth, "User:a", Op.WRITE, T, "changed-1")
+    assert not allowed(auth, "User:a", Op.READ, G, "gone")
+    assert {b.pattern for b in auth.bindings()} == {kept, changed}
+
+
 def test_filters_as_describe_and_delete_acls_use_them() -> None:
     orders = ResourcePattern(T, "orders")
     star = ResourcePattern(T, "*")

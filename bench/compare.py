@@ -200,13 +200,10 @@ def run_compare(
 @contextlib.contextmanager
 def tls_pair() -> Iterator[tuple[str, str, dict[str, str]]]:
     """Two actorlog nodes: (TLS bootstrap, plaintext bootstrap, the TLS side's client
-    settings). The certificates are the TLS tests' (a CA and a server keystore, PEM)."""
-    try:
-        from tests.security.certs import make_pki
-    except ModuleNotFoundError as exc:
-        raise click.UsageError(f"--tls makes its certificates with tests/security/certs.py "
-                               f"(run from the source tree with cryptography installed): "
-                               f"{exc}") from None
+    settings). The certificates come from bench/certs.py, which the TLS tests use too
+    (a CA and a server keystore, PEM)."""
+    from bench.certs import make_pki
+
     pki_dir = Path(tempfile.mkdtemp(prefix="actorlog-bench-tls-"))
     try:
         pki = make_pki(pki_dir)

@@ -19,9 +19,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from kafka import KafkaConsumer, KafkaProducer
 
+from bench.certs import Pki, make_pki
 from tests.fixtures.broker import ROOT, BrokerProcess, free_port
 from tests.fixtures.waiting import wait_for
-from tests.security.certs import Pki, make_pki
 
 pytestmark = [pytest.mark.clients]
 

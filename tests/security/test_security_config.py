@@ -16,7 +16,7 @@ from actors.security.config import (
 )
 from actors.security.listeners import SecurityProtocol
 from actors.security.tls import server_context
-from tests.security.certs import make_pki
+from bench.certs import make_pki
 
 
 def test_the_spec_fits_the_node_config() -> None:

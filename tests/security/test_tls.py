@@ -32,7 +32,7 @@ from actors.security.tls import (
     server_context,
 )
 from actors.security.tls_connection import TlsConnection, TlsError, TlsState
-from tests.security.certs import KEY_PASSWORD, Pki, make_pki
+from bench.certs import KEY_PASSWORD, Pki, make_pki
 
 API_VERSIONS_V3 = bytes.fromhex("00000018" "0012" "0003" "00000001" "0004" "6b636174"
                                 "00" "05" "6b636174" "04" "312e30" "00")

@@ -23,9 +23,9 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
 from actors.runtime.config import Config, ConfigError
+from bench.certs import KEY_PASSWORD, Pki, make_pki
 from tests.fixtures.broker import BrokerProcess, free_port
 from tests.fixtures.waiting import wait_for
-from tests.security.certs import KEY_PASSWORD, Pki, make_pki
 
 pytestmark = [pytest.mark.clients]
 

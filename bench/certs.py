@@ -1,4 +1,5 @@
-"""Real certificates for the TLS tests, made with ``cryptography`` into a directory.
+"""Real certificates for the TLS tests and `bench compare --tls`, made with
+``cryptography`` into a directory.
 
 ``make_pki(dir)`` writes a CA, a server keystore (chain + key, as Kafka's PEM
 keystore), the same with an encrypted key, client keystores signed by the CA

@@ -152,8 +152,9 @@ class SimWorld:
         except BadFrame as exc:
             node.dead_letters.record(str(exc), 1, receiver=actor_name)
             return
-        names = ",".join(registry._BY_ID[e[0]].__name__ if e[0] in registry._BY_ID
-                         else str(e[0]) for e in entries)
+        known = _TYPE_NAMES
+        names = ",".join([known[e[0]] if e[0] in known else _type_name(e[0])
+                          for e in entries])
         self._line(f"{s_name}@{s_node} -> {actor_name}@{dst} {names} {zlib.crc32(frame):08x}")
         for observe in self.observers:
             observe(node, actor, s_node, s_name, entries)
@@ -224,3 +225,15 @@ class SimWorld:
 
 def _nothing() -> None:
     pass
+
+
+# type id -> the message type's name in trace lines, filled as ids are first seen
+_TYPE_NAMES: dict[int, str] = {}
+
+
+def _type_name(type_id: Any) -> str:
+    cls = registry._BY_ID.get(type_id) if type(type_id) is int else None
+    if cls is None:
+        return str(type_id)
+    _TYPE_NAMES[type_id] = name = cls.__name__
+    return name

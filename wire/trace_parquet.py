@@ -227,6 +227,22 @@ class Repeat(NamedTuple):
     times: int
 
 
+def _whole(rows: Sequence[Any], _pause: Any, _every: int) -> Iterator[Sequence[Any]]:
+    yield rows
+
+
+def _sliced(rows: Sequence[Any], pause: Callable[[], None], every: int
+            ) -> Iterator[Sequence[Any]]:
+    """``rows`` in slices of ``every``, ``pause`` between two slices."""
+    if len(rows) <= every:
+        yield rows
+        return
+    for start in range(0, len(rows), every):
+        if start:
+            pause()
+        yield rows[start:start + every]
+
+
 class Pick(NamedTuple):
     """Field number ``field`` of every row of ``rows`` (a column part): read in place, with no
     transposed copy and no per-row object for the garbage collector to count."""
@@ -298,15 +314,18 @@ class SegmentWriter:
         return self.write_columns([[col] for col in zip(*rows, strict=True)], len(rows))
 
     def write_columns(self, columns: Sequence[Sequence[Any]], n: int,
-                      pause: Callable[[], None] | None = None) -> int:
+                      pause: Callable[[], None] | None = None,
+                      pause_rows: int = 0) -> int:
         """Append one row group of ``n`` rows; returns its bytes.
 
         ``columns`` has one entry per field: a list of parts whose lengths add up
         to ``n``, each part a sequence of values, a :class:`Pick` (one field of
         some rows) or a :class:`Repeat` (one value ``times`` times, encoded
         without a per-row step). ``pause`` runs between
-        columns (the node's writer lets the actors have the GIL there).
+        columns, and also every ``pause_rows`` rows of a ``Pick`` when that is
+        not 0 (the node's writer lets the actors have the GIL there).
         """
+        picks = _sliced if pause is not None and pause_rows > 0 else _whole
         assert not self.closed
         start = self.pos
         parts: list[bytes] = []
@@ -324,7 +343,8 @@ class SegmentWriter:
                     if type(part) is Repeat:
                         arr.extend(array(code, [part.value]) * part.times)
                     elif type(part) is Pick:
-                        arr.extend(array(code, map(itemgetter(part.field), part.rows)))
+                        for rows in picks(part.rows, pause, pause_rows):
+                            arr.extend(array(code, map(itemgetter(part.field), rows)))
                     elif len(col) == 1:
                         arr = array(code, part)
                     else:
@@ -348,7 +368,8 @@ class SegmentWriter:
                     if type(part) is Repeat:
                         idx.extend([names[part.value]] * part.times)
                     elif type(part) is Pick:
-                        idx.extend(map(names.__getitem__, map(itemgetter(part.field), part.rows)))
+                        for rows in picks(part.rows, pause, pause_rows):
+                            idx.extend(map(names.__getitem__, map(itemgetter(part.field), rows)))
                     else:
                         idx.extend(map(names.__getitem__, part))
                 if len(idx) != n:

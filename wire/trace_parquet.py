@@ -21,7 +21,6 @@ import sys
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Any, BinaryIO, NamedTuple
 
 from wire import trace_format as tf
@@ -38,6 +37,10 @@ _DATA_PAGE, _DICTIONARY_PAGE = 0, 2
 _UNCOMPRESSED = 0
 
 _ARRAY_CODE = {"int": "q", "int32": "i"}
+# What the writer fills INT64 columns with: C long where it is 8 bytes (the same bytes
+# as "q", but CPython converts a large int to a long in a loop over its digits, to a
+# long long through a byte-array step: ids and ns times are large ints).
+_WRITE_CODE = {**_ARRAY_CODE, "int": "l" if array("l").itemsize == 8 else "q"}
 _PHYSICAL = {"int": _INT64, "int32": _INT32, "str": _BYTE_ARRAY}
 for _code, _size in (("q", 8), ("i", 4), ("B", 1), ("H", 2), ("I", 4)):
     assert array(_code).itemsize == _size, f"array('{_code}') is not {_size} bytes here"
@@ -227,20 +230,31 @@ class Repeat(NamedTuple):
     times: int
 
 
-def _whole(rows: Sequence[Any], _pause: Any, _every: int) -> Iterator[Sequence[Any]]:
-    yield rows
-
-
-def _sliced(rows: Sequence[Any], pause: Callable[[], None], every: int
-            ) -> Iterator[Sequence[Any]]:
-    """``rows`` in slices of ``every``, ``pause`` between two slices."""
-    if len(rows) <= every:
-        yield rows
-        return
-    for start in range(0, len(rows), every):
-        if start:
+def _columns_of(rows: Sequence[Sequence[Any]], pause: Callable[[], None] | None,
+                every: int) -> list[list[tuple[Any, ...]]]:
+    """``rows`` turned into columns, in slices of ``every`` rows (all at once when 0):
+    one list per field of one tuple per slice. ``zip`` does it in C, one pass over
+    the rows for every field; ``pause`` runs between two slices."""
+    if not rows:
+        return []
+    step = every if pause is not None and every > 0 else len(rows)
+    out: list[list[tuple[Any, ...]]] = []
+    for start in range(0, len(rows), step):
+        if start and pause is not None:
             pause()
-        yield rows[start:start + every]
+        part = rows[start:start + step] if step < len(rows) else rows
+        for f, col in enumerate(zip(*part, strict=True)):
+            if f == len(out):
+                out.append([])
+            out[f].append(col)
+    return out
+
+
+def _picked(transposed: dict[int, list[list[tuple[Any, ...]]]], part: Pick
+            ) -> list[tuple[Any, ...]]:
+    """The slices of column ``part.field`` of ``part.rows`` (none when there are no rows)."""
+    cols = transposed[id(part.rows)]
+    return cols[part.field] if cols else []
 
 
 class Pick(NamedTuple):
@@ -325,8 +339,13 @@ class SegmentWriter:
         columns, and also every ``pause_rows`` rows of a ``Pick`` when that is
         not 0 (the node's writer lets the actors have the GIL there).
         """
-        picks = _sliced if pause is not None and pause_rows > 0 else _whole
         assert not self.closed
+        # Each batch of rows picked from is turned into columns once (by identity).
+        transposed: dict[int, list[list[tuple[Any, ...]]]] = {}
+        for col in columns:
+            for part in col:
+                if type(part) is Pick and id(part.rows) not in transposed:
+                    transposed[id(part.rows)] = _columns_of(part.rows, pause, pause_rows)
         start = self.pos
         parts: list[bytes] = []
         chunks: list[_Chunk] = []
@@ -337,14 +356,14 @@ class SegmentWriter:
             if pause is not None and i:
                 pause()
             if names is None:
-                code = _ARRAY_CODE[ftype]
+                code = _WRITE_CODE[ftype]
                 arr = array(code)
                 for part in col:
                     if type(part) is Repeat:
                         arr.extend(array(code, [part.value]) * part.times)
                     elif type(part) is Pick:
-                        for rows in picks(part.rows, pause, pause_rows):
-                            arr.extend(array(code, map(itemgetter(part.field), rows)))
+                        for values in _picked(transposed, part):
+                            arr.extend(array(code, values))
                     elif len(col) == 1:
                         arr = array(code, part)
                     else:
@@ -368,8 +387,8 @@ class SegmentWriter:
                     if type(part) is Repeat:
                         idx.extend([names[part.value]] * part.times)
                     elif type(part) is Pick:
-                        for rows in picks(part.rows, pause, pause_rows):
-                            idx.extend(map(names.__getitem__, map(itemgetter(part.field), rows)))
+                        for values in _picked(transposed, part):
+                            idx.extend(map(names.__getitem__, values))
                     else:
                         idx.extend(map(names.__getitem__, part))
                 if len(idx) != n:

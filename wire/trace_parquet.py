@@ -21,7 +21,6 @@ import sys
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Any, BinaryIO, NamedTuple
 
 from wire import trace_format as tf
@@ -38,6 +37,10 @@ _DATA_PAGE, _DICTIONARY_PAGE = 0, 2
 _UNCOMPRESSED = 0
 
 _ARRAY_CODE = {"int": "q", "int32": "i"}
+# What the writer fills INT64 columns with: C long where it is 8 bytes (the same bytes
+# as "q", but CPython converts a large int to a long in a loop over its digits, to a
+# long long through a byte-array step: ids and ns times are large ints).
+_WRITE_CODE = {**_ARRAY_CODE, "int": "l" if array("l").itemsize == 8 else "q"}
 _PHYSICAL = {"int": _INT64, "int32": _INT32, "str": _BYTE_ARRAY}
 for _code, _size in (("q", 8), ("i", 4), ("B", 1), ("H", 2), ("I", 4)):
     assert array(_code).itemsize == _size, f"array('{_code}') is not {_size} bytes here"
@@ -227,6 +230,33 @@ class Repeat(NamedTuple):
     times: int
 
 
+def _columns_of(rows: Sequence[Sequence[Any]], pause: Callable[[], None] | None,
+                every: int) -> list[list[tuple[Any, ...]]]:
+    """``rows`` turned into columns, in slices of ``every`` rows (all at once when 0):
+    one list per field of one tuple per slice. ``zip`` does it in C, one pass over
+    the rows for every field; ``pause`` runs between two slices."""
+    if not rows:
+        return []
+    step = every if pause is not None and every > 0 else len(rows)
+    out: list[list[tuple[Any, ...]]] = []
+    for start in range(0, len(rows), step):
+        if start and pause is not None:
+            pause()
+        part = rows[start:start + step] if step < len(rows) else rows
+        for f, col in enumerate(zip(*part, strict=True)):
+            if f == len(out):
+                out.append([])
+            out[f].append(col)
+    return out
+
+
+def _picked(transposed: dict[int, list[list[tuple[Any, ...]]]], part: Pick
+            ) -> list[tuple[Any, ...]]:
+    """The slices of column ``part.field`` of ``part.rows`` (none when there are no rows)."""
+    cols = transposed[id(part.rows)]
+    return cols[part.field] if cols else []
+
+
 class Pick(NamedTuple):
     """Field number ``field`` of every row of ``rows`` (a column part): read in place, with no
     transposed copy and no per-row object for the garbage collector to count."""
@@ -298,16 +328,24 @@ class SegmentWriter:
         return self.write_columns([[col] for col in zip(*rows, strict=True)], len(rows))
 
     def write_columns(self, columns: Sequence[Sequence[Any]], n: int,
-                      pause: Callable[[], None] | None = None) -> int:
+                      pause: Callable[[], None] | None = None,
+                      pause_rows: int = 0) -> int:
         """Append one row group of ``n`` rows; returns its bytes.
 
         ``columns`` has one entry per field: a list of parts whose lengths add up
         to ``n``, each part a sequence of values, a :class:`Pick` (one field of
         some rows) or a :class:`Repeat` (one value ``times`` times, encoded
         without a per-row step). ``pause`` runs between
-        columns (the node's writer lets the actors have the GIL there).
+        columns, and also every ``pause_rows`` rows of a ``Pick`` when that is
+        not 0 (the node's writer lets the actors have the GIL there).
         """
         assert not self.closed
+        # Each batch of rows picked from is turned into columns once (by identity).
+        transposed: dict[int, list[list[tuple[Any, ...]]]] = {}
+        for col in columns:
+            for part in col:
+                if type(part) is Pick and id(part.rows) not in transposed:
+                    transposed[id(part.rows)] = _columns_of(part.rows, pause, pause_rows)
         start = self.pos
         parts: list[bytes] = []
         chunks: list[_Chunk] = []
@@ -318,13 +356,14 @@ class SegmentWriter:
             if pause is not None and i:
                 pause()
             if names is None:
-                code = _ARRAY_CODE[ftype]
+                code = _WRITE_CODE[ftype]
                 arr = array(code)
                 for part in col:
                     if type(part) is Repeat:
                         arr.extend(array(code, [part.value]) * part.times)
                     elif type(part) is Pick:
-                        arr.extend(array(code, map(itemgetter(part.field), part.rows)))
+                        for values in _picked(transposed, part):
+                            arr.extend(array(code, values))
                     elif len(col) == 1:
                         arr = array(code, part)
                     else:
@@ -348,7 +387,8 @@ class SegmentWriter:
                     if type(part) is Repeat:
                         idx.extend([names[part.value]] * part.times)
                     elif type(part) is Pick:
-                        idx.extend(map(names.__getitem__, map(itemgetter(part.field), part.rows)))
+                        for values in _picked(transposed, part):
+                            idx.extend(map(names.__getitem__, values))
                     else:
                         idx.extend(map(names.__getitem__, part))
                 if len(idx) != n:

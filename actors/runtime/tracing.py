@@ -58,8 +58,12 @@ _HOP_LAYOUT = _layout(HOP_FIELDS, "hop")
 _REQUEST_LAYOUT = _layout(REQUEST_FIELDS, "request", sent_ns="recv_ns")
 _RECORD_LAYOUT = {name: i for i, name in enumerate(tf.FIELDS)}
 ROW_GROUP_ROWS = 16_384
-"""Rows per row group at most: the writer holds the GIL while it encodes one
-(about a microsecond a row), so the actors get it back between row groups."""
+"""Rows per row group at most (a row group costs the writer a few microseconds a row)."""
+PAUSE_ROWS = 2_048
+"""The writer lets the actors have the GIL after each column and every this many
+rows of a column: it holds the GIL a few hundred microseconds at a time."""
+PAUSE_S = 0.00005
+"""How long the writer steps aside at a pause (see :func:`_let_others_run`)."""
 
 
 def new_id() -> int:
@@ -227,7 +231,7 @@ class Tracer:
             columns.append(parts)
         n = sum(len(rows) for rows, _layout in batches)
         writer = self._current_writer(n)
-        writer.write_columns(columns, n, pause=_let_others_run)
+        writer.write_columns(columns, n, pause=_let_others_run, pause_rows=PAUSE_ROWS)
         self._file.flush()
         self.records_written += n
 
@@ -271,10 +275,16 @@ class Tracer:
 
 
 def _let_others_run() -> None:
-    """Between two columns of a row group the writer hands the GIL to any actor that
-    wants it, so an actor waits for a column (well under a millisecond), not a whole
-    row group (several milliseconds)."""
-    time.sleep(0)
+    """Between two slices of a row group the writer hands the GIL to any actor that
+    wants it, so an actor waits for a slice (a few hundred microseconds), not a
+    whole row group (tens of milliseconds).
+
+    Not ``sleep(0)``: that drops the GIL and takes it straight back before a
+    waiting thread has woken, so an actor coming back from a system call (every
+    poll and send releases the GIL) waited for the interpreter's forced switch
+    (``sys.getswitchinterval()``, 5 ms) each time, while the writer was busy. A
+    real sleep, however short, lets the waiting thread take the GIL first."""
+    time.sleep(PAUSE_S)
 
 
 # --------------------------------------------------------------- network legs

@@ -98,6 +98,8 @@ SHARED_GROUPS = {
 # jobs of a few thousand records, where the C2 JIT and the parallel collector's threads
 # cost more CPU than they save: C1 and the serial collector took one `trace analyze` of
 # 2,000 records from 58 to 39 CPU seconds (the JVM's included). A value already set wins.
+# xdist workers' port blocks (ACTORLOG_PORT_RANGE), below the kernel's ephemeral range
+PORT_BLOCKS_START, PORT_BLOCK_SIZE, PORT_BLOCKS = 10000, 2500, 8
 SPARK_TEST_JAVA_OPTS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 
 
@@ -127,6 +129,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if worker:  # node names repeat across workers: a gateway socket directory each
         base = os.environ.get("ACTORLOG_IPC_DIR", f"/tmp/actorlog-ipc-{os.getuid()}")
         os.environ["ACTORLOG_IPC_DIR"] = f"{base}/{worker}"
+        # and ports for the servers they start from a block of their own: drawn from one
+        # shared range, two workers' picks met about once a run (a node's metrics port or
+        # a ZooKeeper's taken by another worker's server before it bound it)
+        index = int(worker[2:]) if worker[2:].isdigit() else 0
+        low = PORT_BLOCKS_START + (index % PORT_BLOCKS) * PORT_BLOCK_SIZE
+        os.environ["ACTORLOG_PORT_RANGE"] = f"{low}-{low + PORT_BLOCK_SIZE - 1}"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -57,17 +57,31 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+def _port_range() -> tuple[int, int]:
+    """Where ports are drawn from: ``ACTORLOG_PORT_RANGE`` (``LOW-HIGH``, inclusive; the
+    test suite gives each of its parallel workers a block), else from 10000 to below the
+    kernel's ephemeral range."""
+    text = os.environ.get("ACTORLOG_PORT_RANGE", "")
+    low_s, _, high_s = text.partition("-")
+    if low_s.isdigit() and high_s.isdigit() and 1024 <= int(low_s) < int(high_s) < 65536:
+        return int(low_s), int(high_s) + 1
+    return 10000, max(_ephemeral_low(), 12000)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port on ``host`` that was free a moment ago, for a server started soon after.
 
     Picked at random below the kernel's ephemeral range, not with ``bind(0)``: a port the
     kernel hands out is also what it hands the next outgoing connection of any process as
     its local port, so a server started a second later could find it taken (seen with tests
-    run in parallel). A port is not given twice by one process."""
+    run in parallel). A port is not given twice by one process (until half the range has
+    been given)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    high = max(_ephemeral_low(), 12000)
+    low, high = _port_range()
+    if len(_PORTS_GIVEN) > (high - low) // 2:  # those given long ago are bound or let go
+        _PORTS_GIVEN.clear()
     for _ in range(200):
-        port = _PORT_PICKER.randrange(10000, high)
+        port = _PORT_PICKER.randrange(low, high)
         if (host, port) in _PORTS_GIVEN:
             continue
         with socket.socket(family, socket.SOCK_STREAM) as s:

@@ -505,12 +505,17 @@ def test_rebalance_after_a_clean_leave_and_a_killed_member(group_broker: BrokerP
     members = [*survivors, leaver]
     for m in members:
         m.start()
+
+    def shared_cleanly() -> bool:
+        """Each of the four holds partitions, none twice, all six held (no rebalance
+        half-seen: the killed member's partitions must be its own when it dies)."""
+        held = [list(doomed.assignment), *(list(m.assignment) for m in members)]
+        return all(held) and sorted(p for h in held for p in h) == list(range(6))
+
     try:
-        wait_for(lambda: bool(doomed.assignment) and all(m.assignment for m in members)
-                 and len(doomed.assignment) + sum(len(m.assignment) for m in members) == 6,
-                 "four members sharing the six partitions")
+        wait_for(shared_cleanly, "four members sharing the six partitions")
         wait_for(lambda: sum(doomed.committed.values()) >= 60
-                 and sum(leaver.committed.values()) >= 60,
+                 and sum(leaver.committed.values()) >= 60 and shared_cleanly(),
                  "commits from the members about to go")
         doomed_parts = set(doomed.assignment)
         doomed.kill()

@@ -21,9 +21,11 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from tests.broker.rawclient import METADATA, RawClient
 from tests.broker.test_clients import PARTITIONS, confluent_consume, confluent_produce
 from tests.fixtures.broker import BrokerProcess
+from tests.fixtures.waiting import wait_for
 from wire.errors import ErrorCode
 
 OPEN_FILES = 1024
+FIND_COORDINATOR = 10
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +33,16 @@ def low_limit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProces
     base: Path = tmp_path_factory.mktemp("fdlimit")
     b = BrokerProcess(base / "data", open_files=OPEN_FILES,
                       config={"num.partitions": 300}).start()
+    # __consumer_offsets' 50 partitions are made on the first group request: made here, so
+    # the counts below do not depend on which tests ran before in this process
+    with RawClient(b.port) as client:
+        assert client.call(FIND_COORDINATOR, 1, {"key": "g", "key_type": 0}).error_code in (
+            0, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        wait_for(lambda: [len(t.partitions) for t in client.call(METADATA, 12, {
+            "topics": [{"name": "__consumer_offsets", "topic_id": None}],
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False}).topics if t.error_code == 0] == [50],
+            "__consumer_offsets made")
     yield b
     assert b.stop(timeout=30) == 0, b.log()[-3000:]
 

@@ -75,6 +75,15 @@ def start_secured(cluster_factory: Any, tmp_path: Path) -> Cluster:
         assert out.returncode == 0, out.stderr
     for member in cluster.nodes.values():
         member.start()
+    # both registered and known to the controller before any topic is made (a topic made
+    # first would have all its replicas on the one node the controller knew)
+    for member in cluster.nodes.values():
+        with login(member, "admin") as admin:
+            wait_for(f"node {member.broker_id} to list both nodes",
+                     lambda a=admin: len(a.call(METADATA, 8, {
+                         "topics": [], "allow_auto_topic_creation": False,
+                         "include_cluster_authorized_operations": False,
+                         "include_topic_authorized_operations": False}).brokers) == 2, 30)
     return cluster
 
 

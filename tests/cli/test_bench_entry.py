@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 
-@pytest.fixture(scope="module")
+# session scope: its tests run in one xdist worker (tests/conftest.py's "plain_venv"
+# group), but other modules' tests may run between them there, which ends a module fixture
+@pytest.fixture(scope="session")
 def plain(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = tmp_path_factory.mktemp("plain") / "venv"
     venv.create(env, with_pip=True)

@@ -22,6 +22,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from actors.hosts.spec import HostSpec
 
@@ -109,17 +110,8 @@ class Runner:
 
     def run(self, command: list[str], *, input_text: str | None = None,
             timeout_s: float = 60.0, check: bool = True) -> Result:
-        argv = self.wrap(command)
-        try:
-            proc = subprocess.run(
-                argv, input=input_text, capture_output=True, text=True, timeout=timeout_s,
-                stdin=None if input_text is not None else subprocess.DEVNULL)
-        except FileNotFoundError:
-            raise HostError(f"host {self.host.name}: {argv[0]!r} is not installed here "
-                            f"(running {shlex.join(argv)})") from None
-        except subprocess.TimeoutExpired:
-            raise HostError(f"host {self.host.name}: `{shlex.join(argv)}` did not finish "
-                            f"within {timeout_s:g} s") from None
+        proc = self._spawn(command, timeout_s, input=input_text, text=True,
+                           stdin=None if input_text is not None else subprocess.DEVNULL)
         result = Result(proc.returncode, proc.stdout, proc.stderr)
         if check and proc.returncode != 0:
             raise HostError(self.failure(command, result))
@@ -127,18 +119,23 @@ class Runner:
 
     def run_bytes(self, command: list[str], *, timeout_s: float = 120.0) -> BytesResult:
         """``command`` with its stdout kept as bytes; the exit status is the caller's to judge."""
+        proc = self._spawn(command, timeout_s, stdin=subprocess.DEVNULL)
+        return BytesResult(proc.returncode, proc.stdout,
+                           proc.stderr.decode("utf-8", errors="replace"))
+
+    def _spawn(self, command: list[str], timeout_s: float,
+               **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+        """``command`` wrapped for this host and run to its end; a missing program or a
+        timeout is one HostError line naming the host and the command."""
         argv = self.wrap(command)
         try:
-            proc = subprocess.run(argv, capture_output=True, timeout=timeout_s,
-                                  stdin=subprocess.DEVNULL)
+            return subprocess.run(argv, capture_output=True, timeout=timeout_s, **kwargs)
         except FileNotFoundError:
             raise HostError(f"host {self.host.name}: {argv[0]!r} is not installed here "
                             f"(running {shlex.join(argv)})") from None
         except subprocess.TimeoutExpired:
             raise HostError(f"host {self.host.name}: `{shlex.join(argv)}` did not finish "
                             f"within {timeout_s:g} s") from None
-        return BytesResult(proc.returncode, proc.stdout,
-                           proc.stderr.decode("utf-8", errors="replace"))
 
     def failure(self, command: list[str], result: Result) -> str:
         output = (result.stderr.strip() or result.stdout.strip()).splitlines()[-5:]

@@ -399,7 +399,15 @@ def test_a_zombie_leader_acknowledges_nothing_the_new_leader_lacks(
         new = cluster.nodes[wait_for("a new leader while the old one sleeps", elected,
                                      timeout_s=60)]
         for i in range(3):
-            assert produce_raw(new, p, [b"new-%d" % i]).error_code == 0
+            # The controller tells the new leader (LeaderAndIsr) and the others (UpdateMetadata)
+            # separately: until the new leader has its news it answers NOT_LEADER_OR_FOLLOWER,
+            # which a client retries (nothing was appended).
+            def produced(value: bytes = b"new-%d" % i) -> Any:
+                answer = produce_raw(new, p, [value])
+                return None if answer.error_code == 6 else answer
+
+            assert wait_for("the new leader to take a produce", produced,
+                            timeout_s=30).error_code == 0
     finally:
         old.resume()
     zombie = produce_raw(old, p, [b"zombie"])

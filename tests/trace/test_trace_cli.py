@@ -18,7 +18,9 @@ from actors.trace.export import to_otlp, to_perfetto
 from actors.trace.spans import (
     STAGES,
     build_spans,
+    causal,
     format_tree,
+    node_anchors,
     request_from_trace,
     request_traces,
 )
@@ -210,7 +212,8 @@ def test_export_aligns_two_nodes_with_skewed_clocks() -> None:
     skew = 5_000_000
     t = 1_000_000_000
     records = [
-        rec("hop", t - 40_000, t - 30_000, t - 20_000, "x", "y@b", "Hop", 8, node="a"),
+        rec("hop", t - 40_000 - skew, t - 30_000, t - 20_000, "x", "y@b", "Hop", 8,
+            node="a"),
         rec("hop", t, t + 50_000 - skew, t + 60_000 - skew, "y", "x@a", "Hop", 9, 8, node="b",
             offset=skew),
         rec("net", t, t + 20_000 - skew, t + 21_000 - skew, "_gateway", "x@a", "Hop", 9, 8,
@@ -231,6 +234,31 @@ def test_export_aligns_two_nodes_with_skewed_clocks() -> None:
     assert int(span["endTimeUnixNano"]) - int(span["startTimeUnixNano"]) == 60_000
     lines = format_tree(build_spans(records, 7))  # the network leg of the crossing hop
     assert "(network 20 us)" in lines[1] and "mailbox      50 us" in lines[1]
+
+
+def test_anchors_keep_every_crossing_in_order_when_the_estimate_is_off() -> None:
+    """Node b's clock is 5 ms behind but its estimate says 3 ms (a loaded host's round
+    trips): a message a -> b taking 100 us, one b -> a taking 300 us. The estimate alone
+    puts the first arrival 1.9 ms before its send; the crossings bound b's anchor to
+    [4.9, 5.3] ms, so it moves to 4.9 ms and the reference node a stays put."""
+    skew, guess = 5_000_000, 3_000_000
+    t = 1_000_000_000
+    records = [
+        rec("hop", t, t + 100_000 - skew, t + 110_000 - skew, "y", "x@a", "Hop", 9, 8,
+            node="b", offset=guess),
+        rec("hop", t + 200_000 - skew, t + 500_000, t + 510_000, "x", "y@b", "Hop", 10, 9,
+            node="a"),
+    ]
+    assert node_anchors(records) == {"a": 0, "b": skew - 100_000}
+    assert causal({"a": 0, "b": 7_000_000}, {("a", "b"): 4_900_000,
+                                             ("b", "a"): -5_300_000}) == {"a": 0, "b": 5_300_000}
+    # contradicting bounds (a clock that drifted) end after a few passes
+    assert set(causal({"a": 0, "b": 0}, {("a", "b"): 10, ("b", "a"): 10})) == {"a", "b"}
+    doc = to_perfetto(records)
+    flows = {e["bind_id"]: e for e in doc["traceEvents"] if e.get("flow_out")}
+    for e in doc["traceEvents"]:
+        if e.get("flow_in"):
+            assert flows[e["bind_id"]]["ts"] <= e["ts"], (flows[e["bind_id"]], e)
 
 
 def test_otlp_export_parents_resolve(real_traces: Path, tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from actors.trace.spans import causal
 from actors.trace.store import parquet_inputs
 from wire.api_versions import API_SNAKE_NAMES, STAGES
 
@@ -135,15 +136,28 @@ def spark_session(master: str = "local[*]", profile: str | None = None,
 
 # ------------------------------------------------------------------ tables
 def node_anchors(paths: list[Path]) -> dict[str, int]:
-    """Per node its anchor, the median of its records' clock_offset_ns (see
-    actors/trace/spans.py); computed with pyarrow over two columns, off Spark."""
+    """Per node its anchor, the median of its records' clock_offset_ns corrected so no
+    crossing is received before it was sent (as actors/trace/spans.py); computed with
+    pyarrow, off Spark: two columns of every record, four of the ``net`` records (one
+    per message that crossed nodes)."""
+    import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    table = ds.dataset([str(p) for p in paths], format="parquet").to_table(
-        columns=["node", "clock_offset_ns"])
-    grouped = table.group_by("node").aggregate([("clock_offset_ns", "approximate_median")])
-    return {row["node"]: int(row["clock_offset_ns_approximate_median"])
-            for row in grouped.to_pylist()}
+    data = ds.dataset([str(p) for p in paths], format="parquet")
+    grouped = data.to_table(columns=["node", "clock_offset_ns"]).group_by("node").aggregate(
+        [("clock_offset_ns", "approximate_median")])
+    anchors = {row["node"]: int(row["clock_offset_ns_approximate_median"])
+               for row in grouped.to_pylist()}
+    nets = data.to_table(columns=["node", "sender", "sent_ns", "recv_ns"],
+                         filter=pc.field("kind") == "net")
+    nets = nets.append_column("gap", pc.subtract(nets["sent_ns"], nets["recv_ns"]))
+    least_gap: dict[tuple[str, str], int] = {}
+    for row in nets.group_by(["sender", "node"]).aggregate([("gap", "max")]).to_pylist():
+        source = str(row["sender"]).rpartition("@")[2]
+        if source and source != row["node"]:
+            key = (source, row["node"])
+            least_gap[key] = max(least_gap.get(key, row["gap_max"]), row["gap_max"])
+    return causal(anchors, least_gap)
 
 
 def load_records(spark: Any, paths: list[Path], anchors: dict[str, int]) -> Any:

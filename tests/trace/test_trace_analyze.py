@@ -167,3 +167,23 @@ def test_analyze_lines_up_the_dirs_of_nodes_whose_clocks_differ(
     assert actors[("b", s)]["mailbox_p50_us"] == pytest.approx(0.07)
     assert actors[("a", h)]["mailbox_p50_us"] == pytest.approx(0.09, abs=0.06)
     assert summary["violation_count"] == 0
+
+
+def test_analyze_anchors_keep_crossings_in_order(tmp_path: Path) -> None:
+    """b's clock is 5 s ahead but its estimate is 1 ms too far: its net record (an Append
+    from a that took 50 ns on the wire) bounds its anchor, which moves to that bound, as
+    the Python side's does (no Spark: the anchors are computed with pyarrow)."""
+    from actors.trace.analyze import node_anchors
+    from actors.trace.spans import node_anchors as python_anchors
+    from wire import trace_format as tf
+
+    ahead = 5_000_000_000
+    wrong = -ahead - 1_000_000
+    on_a = [_rec("hop", "a", 0, 10, 100, 150, "handler-0", "processor-0@a", "KafkaRequest", 1)]
+    on_b = [_rec("net", "b", wrong, 130, 180 + ahead, 190 + ahead, "_gateway",
+                 "handler-0@a", "Append", 2, 1)]
+    paths = []
+    for node, records in (("a", on_a), ("b", on_b)):
+        paths.append(tmp_path / f"{node}-1-1-000001{tf.FILE_SUFFIX}")
+        write_records(paths[-1], records, {"node": node})
+    assert node_anchors(paths) == python_anchors(on_a + on_b) == {"a": 0, "b": -ahead - 50}

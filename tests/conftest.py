@@ -138,22 +138,37 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["ACTORLOG_PORT_RANGE"] = f"{low}-{low + PORT_BLOCK_SIZE - 1}"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    grouping = bool(os.environ.get("PYTEST_XDIST_WORKER")) and config.getvalue("loadgroup")
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         where = item.nodeid
         for group, (users, modules) in SHARED_GROUPS.items():
             if fixtures.intersection(users) or where.startswith(modules):
                 item.add_marker(pytest.mark.xdist_group(group))
+                if grouping:
+                    group_node_id(item, group)
                 break
+
+
+def group_node_id(item: pytest.Item, group: str) -> None:
+    """What pytest-xdist's loadgroup does for a marked test, done so pytest 9 sees it: the
+    scheduler reads a test's group from an "@group" suffix of its node id, and pytest 9
+    builds node ids from ``Node._id`` (a NodeId), so xdist 3.8's suffix, written to the
+    old ``_nodeid`` attribute, is lost and every group is ignored. Parsing keeps the
+    whole string as the id, suffix included."""
+    from _pytest.nodeid import coerce_node_id
+
+    if "@" not in item.nodeid:
+        item._id = coerce_node_id(f"{item.nodeid}@{group}")  # type: ignore[attr-defined]
 
 
 @pytest.fixture(autouse=True)
 def one_netns_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
     """Tests on netns test hosts share the root namespace's bridge and 198.18.0.0/24: under
-    xdist only one worker runs one at a time. (The "netns" xdist group should do that, but
-    pytest 9 builds node ids from a structure of its own, so pytest-xdist 3.8's "@group"
-    suffix, set on the old attribute, never reaches the scheduler: groups are ignored.)"""
+    xdist only one worker runs one at a time. The "netns" xdist group does that under
+    ``--dist loadgroup`` (the default here); this lock keeps it so under any other
+    ``--dist`` mode a user picks."""
     marks = [m.args[0] for m in request.node.iter_markers("xdist_group") if m.args]
     if "netns" not in marks or not os.environ.get("PYTEST_XDIST_WORKER"):
         yield

@@ -158,9 +158,11 @@ def test_the_processes_of_a_broker_with_curve_talk_over_it(tmp_path: Path) -> No
         "num.processes": 2, "actor.curve.secret.key.file": str(secret),
         "actor.curve.public.keys.dir": str(public.parent)}).start()
     try:
-        wait_for_log(broker, "serves connections")
+        # (the log is written asynchronously: on a loaded machine the line can come >10 s
+        # after the broker says it listens)
+        [worker] = wait_for(lambda: worker_pids(broker), what="process 1 serving connections",
+                            timeout=60)
         assert broker.proc is not None
-        [worker] = worker_pids(broker)
         with RawClient(broker.port) as admin:
             assert admin.create_topic("curved", 1) == 0
         clients = [RawClient(broker.port, client_id=f"c{i}") for i in range(16)]

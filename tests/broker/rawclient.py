@@ -193,7 +193,7 @@ def fetch_values(topic: str, partition: int, offset: int, *, max_wait_ms: int = 
     }
 
 
-def wait_for_log(broker: Any, text: str, timeout: float = 10.0, count: int = 1) -> str:
+def wait_for_log(broker: Any, text: str, timeout: float = 30.0, count: int = 1) -> str:
     """The broker's log once it holds `text` `count` times (it is written asynchronously)."""
     deadline = time.monotonic() + timeout
     while True:

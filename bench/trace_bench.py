@@ -93,6 +93,14 @@ class _Broker:
                 self.proc.wait()
         self.log.close()
 
+    def cpu_s(self) -> float:
+        """The broker process's CPU time so far, user + system (all its threads, the trace
+        writer's included), from /proc: a cost that the machine's other load disturbs far
+        less than throughput does."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()  # fields 3.. of proc(5)
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def trace_bytes(self) -> int:
         return (
             sum(p.stat().st_size for p in (self.data / "traces").glob("*") if p.is_file())
@@ -150,10 +158,14 @@ def cost_command(
                     linger_ms=linger_ms,
                     batch_size=batch_size,
                 )
+                cpu0 = brokers[name].cpu_s()
                 res = run_produce(cfg)
+                cpu = brokers[name].cpu_s() - cpu0
                 runs[name].append(
                     {
                         "records_per_s": res["records_per_s"],
+                        "broker_cpu_s": cpu,
+                        "broker_cpu_us_per_record": 1e6 * cpu / max(1, res["acked"]),
                         "acked": res["acked"],
                         "failed": res["failed"],
                         "p99_ms": res["latency"].get("p99")
@@ -186,6 +198,16 @@ def cost_command(
         "full": statistics.median(rates["full"]) / off,
         "1pct": statistics.median(rates["1pct"]) / off,
     }
+    # broker CPU per acknowledged record, traced vs off, per round (rounds whose off run
+    # took under a clock tick of CPU are left out)
+    per_record = {name: [r["broker_cpu_us_per_record"] for r in rs] for name, rs in runs.items()}
+    cpu_paired = {
+        name: [t / o for t, o in zip(per_record[name], per_record["off"], strict=True) if o > 0]
+        for name in ("full", "1pct")
+    }
+    results["broker_cpu_us_per_record"] = {name: _mmm(v) for name, v in per_record.items()}
+    results["broker_cpu_ratios"] = {name: {**_mmm(v), "rounds": v}
+                                    for name, v in cpu_paired.items() if v}
     results["load_average"] = _mmm(load)
     ratios = {
         "traced_full_vs_off": statistics.median(paired["full"]),
@@ -208,6 +230,11 @@ def cost_command(
         )
     console = Console(width=120)
     console.print(table)
+    for name, c in results["broker_cpu_ratios"].items():
+        us = results["broker_cpu_us_per_record"]
+        console.print(f"broker CPU per record, {name} vs off, per round: {c['min']:.3f} / "
+                      f"{c['median']:.3f} / {c['max']:.3f} (median {us[name]['median']:.1f} us "
+                      f"vs {us['off']['median']:.1f} us)")
     la = results["load_average"]
     console.print(f"load average (1 min) during the run: min {la['min']:.2f} median "
                   f"{la['median']:.2f} max {la['max']:.2f} on {os.cpu_count()} cores")

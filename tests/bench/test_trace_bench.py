@@ -30,6 +30,9 @@ def test_trace_cost_json_has_every_ratio(tmp_path: Path) -> None:
     assert len(runs) == 6 and all(r["acked"] == 300 for r in runs)
     assert len(doc["results"]["paired_ratios"]["full"]["rounds"]) == 2
     assert doc["results"]["load_average"]["max"] >= 0
+    assert all(r["broker_cpu_s"] >= 0 and r["broker_cpu_us_per_record"] >= 0 for r in runs)
+    assert sum(r["broker_cpu_s"] for r in runs) > 0  # 1,800 records take some CPU ticks
+    assert set(doc["results"]["broker_cpu_ratios"]) <= {"full", "1pct"}
 
 
 def test_generated_traces_are_whole_causal_requests(tmp_path: Path) -> None:

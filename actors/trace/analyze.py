@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -532,17 +533,44 @@ def analyze(
     require_extras()
     out.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    paths, inputs = parquet_inputs(dirs, out / "staging")
-    if not paths:
-        raise FileNotFoundError(f"no trace files under {', '.join(map(str, dirs))}")
-    anchors = node_anchors(paths)
-    timings["prepare_s"] = time.perf_counter() - t0
-    t1 = time.perf_counter()
     own = spark is None
+    started: dict[str, Any] = {}
+    starting = None
     if own:
-        spark = spark_session(master, profile)
-    timings["spark_start_s"] = time.perf_counter() - t1
+        # Spark's JVM starts (about 10 s, mostly class loading) while pyarrow reads the
+        # anchors: the two overlap on a small machine's cores
+        def start() -> None:
+            t = time.perf_counter()
+            try:
+                started["spark"] = spark_session(master, profile)
+            except BaseException as e:  # re-raised by the caller's thread
+                started["error"] = e
+            timings["spark_start_s"] = time.perf_counter() - t
+
+        starting = threading.Thread(target=start, name="spark-start", daemon=True)
+        starting.start()
+    t0 = time.perf_counter()
+    try:
+        paths, inputs = parquet_inputs(dirs, out / "staging")
+        if not paths:
+            raise FileNotFoundError(f"no trace files under {', '.join(map(str, dirs))}")
+        anchors = node_anchors(paths)
+    except BaseException:
+        if starting is not None:
+            starting.join()
+            if "spark" in started:
+                started["spark"].stop()
+        raise
+    timings["prepare_s"] = time.perf_counter() - t0
+    if starting is not None:
+        t1 = time.perf_counter()
+        starting.join()
+        timings["spark_wait_s"] = time.perf_counter() - t1
+        if "error" in started:
+            raise started["error"]
+        spark = started["spark"]
+    else:
+        timings["spark_start_s"] = 0.0
     t2 = time.perf_counter()
     try:
         ev = load_records(spark, paths, anchors)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -68,13 +69,27 @@ def require_extras() -> None:
         raise MissingExtraError(f"missing {', '.join(missing)}. {INSTALL_HINT}")
 
 
+JAVA_OPTS = (
+    "-XX:+UseParallelGC -XX:MetaspaceSize=256m "
+    "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=20000 "
+    "-XX:Tier4CompileThreshold=60000 -XX:Tier4BackEdgeThreshold=200000"
+)
+"""The JVM's options unless ``ACTORLOG_SPARK_JAVA_OPTS`` replaces them. A job of a
+minute spends as much CPU in the C2 compiler as in its tasks with the JVM's defaults
+(10M records here: 39 s of C2 against 61 s of tasks, on 2 cores): most of what C2
+compiles is lukewarm (class loading, serialization, Janino, each query's generated
+code). C2 thresholds 10x the defaults leave that to C1 and compile the hot loops
+sooner (a shorter C2 queue): 21 s of C2 and 49 s of tasks. C1 alone is slower on
+10M records (82 s against 70 s). A first metaspace of 256 MB saves the four full
+collections Spark's class loading otherwise triggers."""
+
+
 def spark_settings(profile: str, cores: int | None = None) -> dict[str, str]:
     """Spark configuration for a small machine or a big cluster.
 
     small: this 2-core box. Shuffle partitions = 2 per core (the default 200
-    would make 200 tiny tasks of a few thousand rows); the C2 JIT (measured
-    here on 10M records: 17 s vs 29 s for C1 alone, whose quick start only pays
-    on jobs of a few seconds); adaptive execution to coalesce what is left.
+    would make 200 tiny tasks of a few thousand rows); the C2 JIT with higher
+    thresholds (``JAVA_OPTS``); adaptive execution to coalesce what is left.
     big: a cluster. Shuffle partitions = 3 per core of the cluster (``cores``;
     at least 64), adaptive execution with skew handling, broadcasts of tables
     up to 64 MB (the name and connection tables always are).
@@ -87,10 +102,9 @@ def spark_settings(profile: str, cores: int | None = None) -> dict[str, str]:
         "spark.sql.adaptive.enabled": "true",
         "spark.sql.adaptive.coalescePartitions.enabled": "true",
         "spark.sql.parquet.enableVectorizedReader": "true",
-        "spark.driver.extraJavaOptions": os.environ.get("ACTORLOG_SPARK_JAVA_OPTS",
-                                                        "-XX:+UseParallelGC"),
+        "spark.driver.extraJavaOptions": os.environ.get("ACTORLOG_SPARK_JAVA_OPTS", JAVA_OPTS),
         "spark.executor.extraJavaOptions": os.environ.get("ACTORLOG_SPARK_JAVA_OPTS",
-                                                          "-XX:+UseParallelGC"),
+                                                          JAVA_OPTS),
     }
     if profile == "small":
         return {
@@ -183,24 +197,30 @@ def load_records(spark: Any, paths: list[Path], anchors: dict[str, int]) -> Any:
             .withColumn("t_recv", c("recv_ns") + mine).withColumn("t_done", c("done_ns") + mine))
 
 
-def _actor_stats(hops: Any) -> Any:
+def _actor_stats(hops: Any) -> tuple[Any, dict[int, tuple[str, str]]]:
     """Per (node, actor): messages, mailbox and handling p50/p99 (us), busy time and
-    fraction, first and last times; a small DataFrame, computed once."""
+    fraction, first and last times; a small DataFrame, computed once. And the names of
+    the actors: ``who`` (xxhash64 of node and actor) -> (node, actor)."""
     from pyspark.sql import functions as F
 
     c = F.col
+    # The aggregate holding percentile_approx is not code-generated: its inputs are
+    # computed in the code-generated projection below it rather than row by row in it.
     stats = (
-        hops.groupBy("node", "actor")
+        hops.select("node", "actor", "t_recv", "t_done",
+                    ((c("t_recv") - c("t_sent")) / 1000.0).alias("mailbox_us"),
+                    ((c("t_done") - c("t_recv")) / 1000.0).alias("handling_us"),
+                    (c("t_done") - c("t_recv")).alias("busy"))
+        .groupBy("node", "actor")
         .agg(
             F.count(F.lit(1)).alias("messages"),
-            F.percentile_approx((c("t_recv") - c("t_sent")) / 1000.0, [0.5, 0.99], 1000)
-            .alias("mailbox"),
-            F.percentile_approx((c("t_done") - c("t_recv")) / 1000.0, [0.5, 0.99], 1000)
-            .alias("handling"),
-            F.sum(c("t_done") - c("t_recv")).alias("busy_ns"),
+            F.percentile_approx("mailbox_us", [0.5, 0.99], 1000).alias("mailbox"),
+            F.percentile_approx("handling_us", [0.5, 0.99], 1000).alias("handling"),
+            F.sum("busy").alias("busy_ns"),
             F.min("t_recv").alias("t_first"),
             F.max("t_done").alias("t_last"),
         )
+        .withColumn("who", F.xxhash64("node", "actor"))
         .collect()
     )
     span: dict[str, tuple[int, int]] = {}
@@ -214,10 +234,22 @@ def _actor_stats(hops: Any) -> Any:
          r["t_last"])
         for r in sorted(stats, key=lambda r: (r["node"], r["actor"]))
     ]
+    names = {r["who"]: (r["node"], r["actor"]) for r in stats}
     return hops.sparkSession.createDataFrame(
         rows, "node string, actor string, messages long, mailbox_p50_us double, "
               "mailbox_p99_us double, handling_p50_us double, handling_p99_us double, "
-              "busy_s double, busy_fraction double, t_first long, t_last long")
+              "busy_s double, busy_fraction double, t_first long, t_last long"), names
+
+
+def _lookup(table: dict[int, str], key: Any) -> Any:
+    """``table[key]`` as a Spark expression (null when absent): a literal map, as the
+    actors are few, instead of a join with a DataFrame made on the driver."""
+    from pyspark.sql import functions as F
+
+    if not table:
+        return F.lit(None).cast("string")
+    pairs = [x for k, v in table.items() for x in (F.lit(k).cast("long"), F.lit(v))]
+    return F.create_map(*pairs)[key]
 
 
 HANDLER_PREFIX = "handler-"
@@ -225,7 +257,7 @@ HANDLER_PREFIX = "handler-"
 
 
 def build_tables(ev: Any) -> dict[str, Any]:
-    """The requests, actors, seconds and violations DataFrames.
+    """The requests and actors DataFrames (``request_tables`` derives the others).
 
     One pass groups the records by trace, and Spark combines each trace's
     records where they are read (a trace's records sit together in one file),
@@ -258,7 +290,9 @@ def build_tables(ev: Any) -> dict[str, Any]:
     is_rq, is_kreq, is_kresp = c("role") == 1, c("role") == 2, c("role") == 3
     is_hop, at_handler = c("kind") == "hop", c("at_handler")
     per_trace = (
-        ev.filter(c("trace_id") != 0)
+        # only the records some aggregate below takes (the others, e.g. hops at a shard,
+        # would add nothing but rows to group)
+        ev.filter((c("trace_id") != 0) & ((c("role") != 0) | at_handler))
         .groupBy("trace_id")
         .agg(
             F.min(w(is_rq, c("t_recv"))).alias("t_in_ns"),
@@ -317,15 +351,13 @@ def build_tables(ev: Any) -> dict[str, Any]:
         w(complete, c("t_out_ns") - c("t_resp_recv")).alias("send_ns"),
     )
     # every actor that handled a hop: the actors table, and the names of ``who``
-    actor_stats = _actor_stats(ev.filter(is_hop)).withColumn("who", F.xxhash64("node", "actor"))
-    names = actor_stats.select("who", "node", "actor")
-    proc_names = F.broadcast(names.select(c("who").alias("proc_who"), "node",
-                                          c("actor").alias("processor")))
-    handler_names = F.broadcast(names.select(
-        c("who").alias("handler_who"), F.concat_ws("@", "actor", "node").alias("handler")))
+    actor_stats, names = _actor_stats(ev.filter(is_hop))
     requests = (
-        req.join(proc_names, "proc_who", "left")
-        .join(handler_names, "handler_who", "left")
+        req.withColumn("node", _lookup({w: n for w, (n, _) in names.items()}, c("proc_who")))
+        .withColumn("processor", _lookup({w: a for w, (_, a) in names.items()},
+                                         c("proc_who")))
+        .withColumn("handler", _lookup({w: f"{a}@{n}" for w, (n, a) in names.items()},
+                                       c("handler_who")))
         .withColumn("api", F.coalesce(api_map[c("api_key")],
                                       F.concat(F.lit("api_"), c("api_key").cast("string"))))
         .withColumn("total_ns", c("t_out_ns") - c("t_in_ns"))
@@ -334,8 +366,17 @@ def build_tables(ev: Any) -> dict[str, Any]:
             "t_in_ns", "t_out_ns", "responses", "bytes_out", "total_ns",
             *[f"{s}_ns" for s in STAGES], "handler",
         )
-    ).cache()
-    actors = actor_stats.drop("who", "t_first", "t_last")
+    )
+    actors = actor_stats.drop("t_first", "t_last")
+    return {"requests": requests, "actors": actors}
+
+
+def request_tables(requests: Any) -> dict[str, Any]:
+    """The seconds and violations DataFrames, from the requests table (as written: the
+    job reads it back rather than caching it, which costs more than the read)."""
+    from pyspark.sql import functions as F
+
+    c, w = F.col, F.when
     seconds = (
         requests.withColumn(
             "second", F.floor(F.coalesce(c("t_out_ns"), c("t_in_ns")) / 1e9).cast("long")
@@ -347,20 +388,28 @@ def build_tables(ev: Any) -> dict[str, Any]:
             F.count(w(c("t_out_ns").isNull(), 1)).alias("errors"),
         )
     )
-    return {
-        "requests": requests,
-        "actors": actors,
-        "seconds": seconds,
-        "violations": ordering_check(requests),
-    }
+    return {"seconds": seconds, "violations": ordering_check(requests)}
 
 
 LAG_BUCKET_S = 1
 """The time bucket of the replication lag table, seconds."""
 
 
-def replication_tables(ev: Any, requests: Any) -> dict[str, Any]:
-    """The replication and produce_waits DataFrames (traces of a cluster).
+def replication_records(ev: Any) -> Any:
+    """The few records the replication tables take (replica and wait records, replica
+    fetch hops), to read from the trace files once (cached) rather than three times."""
+    from pyspark.sql import functions as F
+
+    c = F.col
+    return ev.filter(c("kind").isin("replica", "wait")
+                     | ((c("kind") == "hop") & (c("msg_type") == "ReplicaFetch"))).select(
+        "kind", "msg_type", "trace_id", "node", "sender", "detail", "offset", "t_recv",
+        "t_done", "link_trace_id")
+
+
+def replication_tables(few: Any, requests: Any) -> dict[str, Any]:
+    """The replication and produce_waits DataFrames (traces of a cluster), from
+    ``replication_records``.
 
     replication: per (second, leader node, follower node, partition), from the
     ``replica`` records of sampled replica fetches: fetches, the follower's
@@ -376,7 +425,7 @@ def replication_tables(ev: Any, requests: Any) -> dict[str, Any]:
 
     c = F.col
     rep = (
-        ev.filter(c("kind") == "replica")
+        few.filter(c("kind") == "replica")
         .withColumn("leo", F.regexp_extract("detail", r" leo (-?\d+)$", 1).cast("long"))
         .withColumn("partition", F.regexp_extract("detail", r"^(.*) leo -?\d+$", 1))
         .withColumn("lag", c("leo") - c("offset"))
@@ -394,12 +443,12 @@ def replication_tables(ev: Any, requests: Any) -> dict[str, Any]:
              F.avg("lag").alias("lag_mean"))
     )
     waits = (
-        ev.filter((c("kind") == "wait") & (c("msg_type") == "DelayedProduce"))
+        few.filter((c("kind") == "wait") & (c("msg_type") == "DelayedProduce"))
         .select("trace_id", c("t_recv").alias("t_wait"), c("t_done").alias("t_acked"),
                 c("link_trace_id"), c("offset").alias("fetch_offset"))
     )
     fetchers = (
-        ev.filter((c("kind") == "hop") & (c("msg_type") == "ReplicaFetch"))
+        few.filter((c("kind") == "hop") & (c("msg_type") == "ReplicaFetch"))
         .groupBy(c("trace_id").alias("link_trace_id"))
         .agg(F.first("sender").alias("fetch_sender"))
     )
@@ -484,29 +533,65 @@ def analyze(
     require_extras()
     out.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    paths, inputs = parquet_inputs(dirs, out / "staging")
-    if not paths:
-        raise FileNotFoundError(f"no trace files under {', '.join(map(str, dirs))}")
-    anchors = node_anchors(paths)
-    timings["prepare_s"] = time.perf_counter() - t0
-    t1 = time.perf_counter()
     own = spark is None
+    started: dict[str, Any] = {}
+    starting = None
     if own:
-        spark = spark_session(master, profile)
-    timings["spark_start_s"] = time.perf_counter() - t1
+        # Spark's JVM starts (about 10 s, mostly class loading) while pyarrow reads the
+        # anchors: the two overlap on a small machine's cores
+        def start() -> None:
+            t = time.perf_counter()
+            try:
+                started["spark"] = spark_session(master, profile)
+            except BaseException as e:  # re-raised by the caller's thread
+                started["error"] = e
+            timings["spark_start_s"] = time.perf_counter() - t
+
+        starting = threading.Thread(target=start, name="spark-start", daemon=True)
+        starting.start()
+    t0 = time.perf_counter()
+    try:
+        paths, inputs = parquet_inputs(dirs, out / "staging")
+        if not paths:
+            raise FileNotFoundError(f"no trace files under {', '.join(map(str, dirs))}")
+        anchors = node_anchors(paths)
+    except BaseException:
+        if starting is not None:
+            starting.join()
+            if "spark" in started:
+                started["spark"].stop()
+        raise
+    timings["prepare_s"] = time.perf_counter() - t0
+    if starting is not None:
+        t1 = time.perf_counter()
+        starting.join()
+        timings["spark_wait_s"] = time.perf_counter() - t1
+        if "error" in started:
+            raise started["error"]
+        spark = started["spark"]
+    else:
+        timings["spark_start_s"] = 0.0
     t2 = time.perf_counter()
     try:
         ev = load_records(spark, paths, anchors)
         tables = build_tables(ev)
         timings["actors_s"] = time.perf_counter() - t2  # build_tables collects them
-        tables.update(replication_tables(ev, tables["requests"]))
-        for name in ("requests", "actors", "seconds", "violations", "replication",
-                     "produce_waits"):
+
+        def write(name: str, table: Any) -> None:
             t = time.perf_counter()
-            tables[name].write.mode("overwrite").parquet(str(out / name))
+            table.write.mode("overwrite").parquet(str(out / name))
             timings[f"{name}_s" if name != "actors" else "actors_write_s"] = \
                 time.perf_counter() - t
+
+        write("requests", tables["requests"])
+        write("actors", tables["actors"])
+        # the tables built on the requests read them back (a few columns of a small file)
+        requests = spark.read.parquet(str(out / "requests"))
+        few = replication_records(ev).cache()
+        later = {**request_tables(requests), **replication_tables(few, requests)}
+        for name in ("seconds", "violations", "replication", "produce_waits"):
+            write(name, later[name])
+        few.unpersist()
     finally:
         if own:
             spark.stop()

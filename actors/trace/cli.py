@@ -342,7 +342,10 @@ def analyze(dirs: tuple[str, ...], more_dirs: tuple[str, ...], out: str, master:
         require_extras()
     except MissingExtraError as exc:
         raise click.ClickException(str(exc)) from None
-    summary = run([Path(d) for d in dirs], Path(out), master=master, profile=profile)
+    try:
+        summary = run([Path(d) for d in dirs], Path(out), master=master, profile=profile)
+    except FileNotFoundError as exc:
+        raise click.ClickException(str(exc)) from None
     click.echo(
         f"{summary['records']} records, {summary['requests']} requests "
         f"({summary['incomplete_requests']} incomplete), "

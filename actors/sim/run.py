@@ -361,6 +361,7 @@ def run_seed(seed: int, options: SimOptions | None = None,
                "group_joins": history.group_rebalances,
                "group_commits": sum(len(v) for v in history.committed.values()),
                "checks": run.checker.checks,
+               "acks_dated_at_crash": run.checker.acks_dated_at_crash,
                **run.checker.counted,
                "delayed_operations": len(run.checker.parked)},
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,6 +169,33 @@ def test_an_acknowledgement_is_dated_with_the_leader_epoch_its_batch_carries(
                     assert ack.leader_epoch == batch.leader_epoch >= 0, ack
                     checked += 1
     assert checked > 10
+
+
+def test_an_answer_whose_leader_crashed_before_it_arrived_is_dated_from_the_crash(
+        run: _Run) -> None:
+    """The answer left the leader, the leader crashed, then the answer arrived: dated with
+    the leader's epoch cache as it was at the crash, not with the checks every 200 ms."""
+    ack = next(a for a in reversed(run.history.acks)
+               if run.cluster.brokers[a.broker_id].lives == a.broker_life)
+    broker = run.cluster.brokers[ack.broker_id]
+    state = next(shard.partitions[(ack.topic, ack.partition)] for shard in broker.shards()
+                 if (ack.topic, ack.partition) in shard.partitions)
+    records = MemoryRecords(bytes(state.log.read(ack.base_offset, 1 << 20).records))
+    batch = records.next_batch()
+    assert batch is not None and batch.base_offset == ack.base_offset
+    run.checker.note_crash(ack.broker_id)
+    run.cluster.crash(ack.broker_id)
+    late = dataclasses.replace(ack, leader_epoch=-1)
+    run.checker.note_ack(late)
+    assert late.leader_epoch == batch.leader_epoch >= 0
+    run.cluster.start(ack.broker_id)   # its next life
+    later = dataclasses.replace(ack, leader_epoch=-1)
+    run.checker.note_ack(later)
+    assert later.leader_epoch == batch.leader_epoch
+    assert run.checker.acks_dated_at_crash == 2
+    other_life = dataclasses.replace(ack, leader_epoch=-1, broker_life=ack.broker_life + 1)
+    run.checker.note_ack(other_life)   # nothing known of a life that did not crash
+    assert other_life.leader_epoch == -1
 
 
 def test_a_crash_election_is_judged_from_the_epoch_an_ack_was_written_in() -> None:

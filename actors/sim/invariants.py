@@ -60,7 +60,10 @@ Data (at the end, on the logs themselves), held to what Kafka promises:
   with the offsets of a log.
 
 Liveness (at the end, after every fault was healed and the run settled): a
-controller is active and every partition of the run's topics has a live leader.
+controller is active, every partition of the run's topics has a live leader, and
+every live replica is back in its partition's ISR (in ZooKeeper and at the
+leader): a follower whose fetch was lost asks again after
+replica.socket.timeout.ms, and the run settles past that (SimOptions.caught_up_ms).
 
 Clients (as they go): a producer id is handed out once; a group member's
 generations only grow while one coordinator serves the group without a break;
@@ -517,6 +520,33 @@ class Checker:
                     raise Violation("every partition has a live leader",
                                     f"{topic}-{p} has leader {leader[1] if leader else None} "
                                     f"after the run settled")
+
+    def check_replicas_back(self) -> None:
+        """Once settled, every live replica of a partition is back in its ISR, in ZooKeeper
+        and at its leader: a follower fetches again after any fault was healed."""
+        cluster = self.cluster
+        zk = cluster.zk
+        for topic, count in sorted(self.topics.items()):
+            for p in range(count):
+                tp = TopicPartition(topic, p)
+                node = zk.nodes.get(znodes.partition_state_path(tp))
+                if node is None:
+                    continue
+                state = znodes.decode_partition_state(tp, node.data, node.version)
+                leader = cluster.brokers.get(state.leader)
+                if leader is None or leader.state != "up":
+                    continue
+                for shard in leader.shards():
+                    held = shard.partitions.get((topic, p))
+                    if held is None:
+                        continue
+                    out = sorted(r for r in held.replicas
+                                 if cluster.up(r) and (r not in state.isr or r not in held.isr))
+                    if out:
+                        raise Violation("every live replica is back in the ISR",
+                                        f"{topic}-{p}: live replicas {out} out of the ISR "
+                                        f"{sorted(state.isr)} (leader {state.leader}: "
+                                        f"{sorted(held.isr)}) after the run settled")
 
     def check_replicas_agree(self) -> None:
         """Once settled, two live replicas of a partition hold the same records below the

@@ -130,6 +130,24 @@ def test_replicas_disagreeing_below_the_high_watermark_are_caught(run: _Run) -> 
         run.checker.check_replicas_agree()
 
 
+def test_a_live_replica_out_of_the_isr_after_the_run_settled_is_caught(run: _Run) -> None:
+    run.checker.check_replicas_back()   # all back, eight seconds in
+    broker_id, state = leading_state(run)
+    follower = min(set(state.replicas) - {broker_id})  # type: ignore[attr-defined]
+    state.isr.discard(follower)  # type: ignore[attr-defined]
+    with pytest.raises(Violation, match=rf"live replicas \[{follower}\] out of the ISR"):
+        run.checker.check_replicas_back()
+
+
+def test_the_run_settles_past_a_lost_fetch_s_timeout(run: _Run) -> None:
+    # replica.socket.timeout.ms (30 s) after the heal, 5 s to catch up; produce 5 s first
+    assert run.settle_ms() == 30_000 - 5_000 + 5_000
+    run.options.settle_ms = 40_000
+    assert run.settle_ms() == 40_000
+    run.options.settle_ms, run.options.caught_up_ms = 20_000, None
+    assert run.settle_ms() == 20_000
+
+
 def test_an_actor_crash_is_caught(run: _Run) -> None:
     node = run.world.nodes["node-1"]
     node.metrics.incr("actor_crashes")

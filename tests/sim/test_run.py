@@ -191,6 +191,21 @@ def test_a_leader_restarted_while_no_controller_watched_gets_a_new_leader_epoch(
     assert result.stats["epoch_led_again_after_restart"] == 0
 
 
+@pytest.mark.timeout(600)
+def test_a_follower_that_lost_a_fetch_late_is_back_in_the_isr_when_the_run_ends() -> None:
+    """Seed 1005 (five faults: a partition, a pause, two gateways dropping 60% of frames): a
+    follower of events-1 lost a fetch shortly before the heal and asked again only after
+    replica.socket.timeout.ms (30 s), after the 20 s settle runs had: it was still out of the
+    ISR at the end. The run now settles past that timeout."""
+    options = SimOptions(steps=5)
+    result, _world = run_seed(1005, dataclasses.replace(options, caught_up_ms=None))
+    assert (result.invariant, result.detail) == (
+        "every live replica is back in the ISR", "events-1: live replicas [3] out of the ISR "
+        "[1, 2] (leader 2: [1, 2]) after the run settled")
+    result, _world = run_seed(1005, options)
+    assert result.ok, (result.invariant, result.detail)
+
+
 @pytest.mark.timeout(900)  # under a minute alone; a loaded machine may take many times that
 def test_ci_seeds_hold_every_invariant() -> None:
     failed = []

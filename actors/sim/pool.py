@@ -38,6 +38,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
+HASH_SEED = "0"   # as actors/cli/sim.py runs itself
 STOP_GRACE_S = 5.0
 
 
@@ -97,6 +98,7 @@ class _Pool:
         self.done: dict[int, Any] = {}        # seed -> result, not yet yielded
         self.next_seed = seeds.start          # the next seed to hand out
         self.first_failure: int | None = None
+        self.stopped: set[int] = set()       # workers sent SIGTERM
 
     def run(self) -> Iterator[Any]:
         try:
@@ -125,7 +127,20 @@ class _Pool:
         process = self.context.Process(
             target=_worker, args=(child, self.options, self.log_file, os.getpid()),
             name=f"sim-worker-{len(self.workers)}", daemon=True)
-        process.start()
+        if self.context.get_start_method() == "spawn":
+            # a fresh interpreter hashes strings with PYTHONHASHSEED: the command's 0 (runs
+            # replay only with it), not a random one when the caller runs without it
+            given = os.environ.get("PYTHONHASHSEED")
+            os.environ["PYTHONHASHSEED"] = given if given and given.isdigit() else HASH_SEED
+            try:
+                process.start()
+            finally:
+                if given is None:
+                    del os.environ["PYTHONHASHSEED"]
+                else:
+                    os.environ["PYTHONHASHSEED"] = given
+        else:
+            process.start()
         child.close()
         self.workers.append((process, parent))
 
@@ -176,12 +191,17 @@ class _Pool:
         for index, running in list(self.running.items()):
             if running > seed:
                 del self.running[index]
-                self.workers[index][0].terminate()
+                self._terminate(index)
+
+    def _terminate(self, index: int) -> None:
+        if index not in self.stopped:
+            self.stopped.add(index)
+            self.workers[index][0].terminate()
 
     def _stop(self) -> None:
-        for process, _conn in self.workers:
+        for index, (process, _conn) in enumerate(self.workers):
             if process.is_alive():
-                process.terminate()
+                self._terminate(index)
         for process, conn in self.workers:
             process.join(STOP_GRACE_S)
             if process.is_alive():
@@ -212,6 +232,9 @@ def _worker(conn: Connection, options: Any, log_file: str | None, parent_pid: in
 
 
 def _leave(signum: int, _frame: Any) -> None:
+    """Leave through the run's ``finally`` blocks; a second SIGTERM must not cut them short
+    (the run's directory would stay)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sys.exit(128 + signum)
 
 

@@ -1,11 +1,15 @@
 """`actorlog sim`: run seeds of the deterministic simulation, or replay one.
 
     actorlog sim --seeds N [--start S] [--nodes 3] [--steps K] [--faults a,b] [--json OUT]
+                 [--jobs N|auto]
     actorlog sim --seed S [--trace DIR]
     actorlog sim --plant NAME --seeds N [--faults a,b] [--acks-all-producers N]
 
-Seeds run one after another; the first violation prints its seed, the
-invariant, what broke and the last lines of the run's trace, and exits 1.
+Seeds run one after another, or in ``--jobs`` worker processes
+(actors/sim/pool.py) with the same result for each seed; either way a line
+per seed in seed order, and the first violation by seed number prints its
+seed, the invariant, what broke and the last lines of the run's trace, and
+exits 1. Ctrl-C or SIGTERM stops the run and its workers (exit 130 or 143).
 With ``--plant`` a known bug is switched on and the run must find it: exit 0
 with the number of seeds it took, 1 when no seed of the budget found it.
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -69,11 +74,15 @@ def _quiet_logs(log_file: str | None) -> None:
 @click.option("--trace", "trace_dir", type=click.Path(file_okay=False), default=None,
               help="with --seed: write the run's trace (text, and trace files for "
                    "`actorlog trace`) here")
+@click.option("--jobs", default="1", show_default=True,
+              help="worker processes running seeds at once; 0 or 'auto': the CPUs this "
+                   "process may use")
 @click.option("--log", "log_file", type=click.Path(dir_okay=False), default=None,
               help="write the actors' logs (INFO and up) to this file")
 def command(seeds: int | None, start: int, seed: int | None, nodes: int, steps: int,
             faults: str | None, plant: str | None, acks_all_producers: int,
-            json_out: str | None, trace_dir: str | None, log_file: str | None) -> None:
+            json_out: str | None, trace_dir: str | None, jobs: str, log_file: str | None
+            ) -> None:
     """Deterministic simulation of a cluster under faults, one seed at a time."""
     from actors.sim.plants import PLANTS
     from actors.sim.run import FAULTS, SimOptions
@@ -97,6 +106,7 @@ def command(seeds: int | None, start: int, seed: int | None, nodes: int, steps: 
         if found.swaps is None:
             raise click.ClickException(f"plant {plant!r} needs {found.needs}, which this "
                                        f"build does not have yet")
+    workers = _jobs(jobs)
     _same_hashing()
     _quiet_logs(log_file)
     options = SimOptions(nodes=nodes, steps=steps, faults=chosen, plant=plant,
@@ -105,8 +115,38 @@ def command(seeds: int | None, start: int, seed: int | None, nodes: int, steps: 
     if seed is not None:
         code = _one(seed, options, trace_dir, json_out)
     else:
-        code = _many(seeds or 1, start, options, json_out)
+        code = _many(seeds or 1, start, options, json_out, workers, log_file)
     sys.exit(code)
+
+
+def _jobs(value: str) -> int:
+    """--jobs: a count of processes, or 0/'auto' for the CPUs this process may use."""
+    from actors.sim.pool import usable_cpus
+
+    text = value.strip().lower()
+    if text == "auto":
+        return usable_cpus()
+    try:
+        count = int(text)
+    except ValueError:
+        raise UserError(f"--jobs: expected a number of processes or 'auto', not {value!r}"
+                        ) from None
+    if count < 0:
+        raise UserError(f"--jobs: expected 0 or more processes ('auto' or 0: the usable "
+                        f"CPUs), not {count}")
+    return count or usable_cpus()
+
+
+class _Stopped(BaseException):
+    """SIGTERM, raised like KeyboardInterrupt: nothing in the run may catch it as an error."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_stopped(signum: int, _frame: Any) -> None:
+    raise _Stopped(signum)
 
 
 def _one(seed: int, options: Any, trace_dir: str | None, json_out: str | None) -> int:
@@ -131,18 +171,32 @@ def _one(seed: int, options: Any, trace_dir: str | None, json_out: str | None) -
     return 0 if result.ok else 1
 
 
-def _many(count: int, start: int, options: Any, json_out: str | None) -> int:
-    from actors.sim.run import run_seed
+def _many(count: int, start: int, options: Any, json_out: str | None, jobs: int = 1,
+          log_file: str | None = None) -> int:
+    from actors.sim import pool
 
     results = []
     began = time.perf_counter()
     failed = None
-    for seed in range(start, start + count):
-        result, _world = run_seed(seed, options)
-        results.append(result)
-        if not result.ok:
-            failed = result
-            break
+    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    try:
+        for result in pool.results(range(start, start + count), options, jobs, log_file):
+            results.append(result)
+            if result.ok:
+                _print_result(result)
+            else:
+                failed = result
+    except (KeyboardInterrupt, _Stopped) as exc:
+        signum = exc.signum if isinstance(exc, _Stopped) else signal.SIGINT
+        click.echo(f"stopped by {signal.Signals(signum).name} after {len(results)} seed(s) "
+                   f"from {start} passed", err=True)
+        return 128 + signum
+    except pool.SeedError as exc:
+        click.echo(f"seed {exc.seed} did not finish (the simulator broke, not an invariant):"
+                   f"\n{exc.detail.rstrip()}", err=True)
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     wall = time.perf_counter() - began
     summary = _summary(results, wall)
     if json_out:

@@ -1239,7 +1239,14 @@ class ControllerCore:
             return (ErrorCode.FENCED_LEADER_EPOCH,
                     f"leader epoch {proposal.leader_epoch} of {tp} is not the current "
                     f"{current.leader_epoch}")
-        if proposal.partition_epoch != current.version:
+        if proposal.partition_epoch != current.version and not (
+                proposal.partition_epoch < current.version
+                and tuple(proposal.new_isr) == current.isr):
+            # a stale partition epoch asking for the ISR the partition has already is the
+            # leader's retry of a change made whose answer it never got (timed out): answered
+            # with the current state, as Kafka does (equalsAllowStalePartitionEpoch); refused,
+            # the leader stopped changing its ISR until a LeaderAndIsr that no change sends
+            # (sim seed 2094)
             return (ErrorCode.INVALID_UPDATE_VERSION,
                     f"partition epoch {proposal.partition_epoch} of {tp} is not the current "
                     f"{current.version}")

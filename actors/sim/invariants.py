@@ -60,7 +60,10 @@ Data (at the end, on the logs themselves), held to what Kafka promises:
   with the offsets of a log.
 
 Liveness (at the end, after every fault was healed and the run settled): a
-controller is active and every partition of the run's topics has a live leader.
+controller is active, every partition of the run's topics has a live leader, and
+every live replica is back in its partition's ISR (in ZooKeeper and at the
+leader): a follower whose fetch was lost asks again after
+replica.socket.timeout.ms, and the run settles past that (SimOptions.caught_up_ms).
 
 Clients (as they go): a producer id is handed out once; a group member's
 generations only grow while one coordinator serves the group without a break;
@@ -76,6 +79,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from actors.core.cluster_model import TopicPartition
+from actors.core.log_epoch_cache import LeaderEpochCache
 from actors.metadata import znodes
 from actors.runtime.actor import Actor
 from actors.sim.clients import Ack, History, batch_records
@@ -120,6 +124,12 @@ class Checker:
     last_check_ms: float = 0.0
     # when each broker crashed (simulated ms), as the run struck it
     crash_times_ms: dict[int, list[float]] = field(default_factory=dict)
+    # (broker, life) -> (topic, partition) -> (log start, log end, leader epoch cache
+    # entries) of its logs when that life ended in a crash: what an answer still on its way
+    # from that life is dated with (note_ack)
+    logs_at_crash: dict[tuple[int, int], dict[tuple[str, int], tuple[int, int, LeaderEpochCache]]
+                        ] = field(default_factory=dict)
+    acks_dated_at_crash: int = 0   # answers note_ack dated from a life that crashed since
     # (topic, partition, leader epoch) -> [(leader, its life, the epoch's start offset in its
     # log, first seen at ms)]: every leadership a check saw (two only when a restarted
     # leader was given its old epoch again)
@@ -272,8 +282,22 @@ class Checker:
                                  self._now_ms()))
 
     def note_crash(self, broker_id: int) -> None:
-        """The run crashed ``broker_id`` now (its unflushed log tails are lost)."""
+        """The run crashes ``broker_id`` now (its unflushed log tails are lost). What its
+        logs hold first (their bounds and leader epoch caches, read without touching a
+        file), for the answers it sent that have not arrived yet."""
         self.crash_times_ms.setdefault(broker_id, []).append(self._now_ms())
+        broker = self.cluster.brokers[broker_id]
+        if broker.state != "up":
+            return
+        held: dict[tuple[str, int], tuple[int, int, LeaderEpochCache]] = {}
+        for shard in broker.shards():
+            for (topic, p), state in sorted(shard.partitions.items()):
+                if topic in self.topics:
+                    log = state.log
+                    cache = LeaderEpochCache(None)
+                    cache.entries = list(log.epoch_cache.entries)
+                    held[(topic, p)] = (log.log_start_offset, log.log_end_offset, cache)
+        self.logs_at_crash[(broker_id, broker.lives)] = held
 
     def _committed_after(self, topic: str, p: int, offset: int) -> tuple[float, float]:
         """When the record at ``offset`` was committed: after the first time returned (the
@@ -311,23 +335,33 @@ class Checker:
 
     def note_ack(self, ack: Ack) -> None:
         """An acknowledgement was just recorded: date it with the leader epoch its leader wrote
-        the batch in, from that leader's epoch cache now (the answer has just left it). A check
-        every ``check_every_ms`` may not have seen that epoch yet: a leader can move to a new
-        epoch (the controller bumps it when a follower leaves the ISR) a few milliseconds
-        before it acknowledges. Left unknown (-1) when the leader crashed since or no longer
-        holds the batch."""
+        the batch in, from that leader's epoch cache when the answer arrives, or, when that
+        leader crashed after it answered, from its cache at the crash (note_crash): the last
+        moment it was read, and still after the answer left. A check every
+        ``check_every_ms`` may not have seen that epoch yet: a leader can move to a new epoch
+        (the controller bumps it when a follower leaves the ISR) a few milliseconds before
+        it acknowledges. Left unknown (-1) when the leader no longer holds the batch."""
         broker = self.cluster.brokers.get(ack.broker_id)
-        if broker is None or broker.lives != ack.broker_life or broker.state != "up":
+        if broker is None:
             return
-        for shard in broker.shards():
-            state = shard.partitions.get((ack.topic, ack.partition))
-            if state is None:
-                continue
-            log = state.log
-            if log.log_start_offset <= ack.base_offset \
-                    and ack.base_offset + len(ack.values) <= log.log_end_offset:
-                ack.leader_epoch = log.epoch_cache.epoch_for_offset(ack.base_offset)
+        held: tuple[int, int, LeaderEpochCache] | None = None
+        if broker.lives == ack.broker_life and broker.state == "up":
+            for shard in broker.shards():
+                state = shard.partitions.get((ack.topic, ack.partition))
+                if state is not None:
+                    log = state.log
+                    held = (log.log_start_offset, log.log_end_offset, log.epoch_cache)
+                    break
+        else:
+            held = self.logs_at_crash.get((ack.broker_id, ack.broker_life), {}).get(
+                (ack.topic, ack.partition))
+            if held is not None:
+                self.acks_dated_at_crash += 1
+        if held is None:
             return
+        start, end, cache = held
+        if start <= ack.base_offset and ack.base_offset + len(ack.values) <= end:
+            ack.leader_epoch = cache.epoch_for_offset(ack.base_offset)
 
     def _ack_epoch(self, ack: Ack) -> int:
         """The leader epoch the acknowledged record was written in: the one dated when it was
@@ -487,6 +521,33 @@ class Checker:
                                     f"{topic}-{p} has leader {leader[1] if leader else None} "
                                     f"after the run settled")
 
+    def check_replicas_back(self) -> None:
+        """Once settled, every live replica of a partition is back in its ISR, in ZooKeeper
+        and at its leader: a follower fetches again after any fault was healed."""
+        cluster = self.cluster
+        zk = cluster.zk
+        for topic, count in sorted(self.topics.items()):
+            for p in range(count):
+                tp = TopicPartition(topic, p)
+                node = zk.nodes.get(znodes.partition_state_path(tp))
+                if node is None:
+                    continue
+                state = znodes.decode_partition_state(tp, node.data, node.version)
+                leader = cluster.brokers.get(state.leader)
+                if leader is None or leader.state != "up":
+                    continue
+                for shard in leader.shards():
+                    held = shard.partitions.get((topic, p))
+                    if held is None:
+                        continue
+                    out = sorted(r for r in held.replicas
+                                 if cluster.up(r) and (r not in state.isr or r not in held.isr))
+                    if out:
+                        raise Violation("every live replica is back in the ISR",
+                                        f"{topic}-{p}: live replicas {out} out of the ISR "
+                                        f"{sorted(state.isr)} (leader {state.leader}: "
+                                        f"{sorted(held.isr)}) after the run settled")
+
     def check_replicas_agree(self) -> None:
         """Once settled, two live replicas of a partition hold the same records below the
         lower of their high watermarks."""
@@ -561,3 +622,4 @@ def read_log(log: Any) -> dict[int, tuple[int, int, bytes | None]]:
             records[record_offset] = (pid, seq, value)
         offset = batch[-1][0] + 1
     return records
+

@@ -7,8 +7,11 @@ rounds: each waits a seeded while and strikes one seeded fault (a node crash
 and its restart, a pause, a partition and its heal, a ZooKeeper session
 expiry, a step of a node's wall clock, a link reset, a gateway dropping
 frames, a slow disk stalling a node's partition shards, ZooKeeper down). Then
-every fault is healed, the clients stop, the run settles, and the final
-invariants are checked (actors/sim/invariants.py). The control-plane
+every fault is healed, the clients stop, the run settles (``settle_ms``, and
+at least until a follower whose fetch was lost just before the heal has
+asked again and caught up: replica.socket.timeout.ms after the heal, plus
+``caught_up_ms``), and the final invariants are checked
+(actors/sim/invariants.py). The control-plane
 invariants are checked every ``check_every_ms`` of simulated time on the way.
 
 Everything random comes from the seed, so the same seed gives the same run;
@@ -67,6 +70,12 @@ class SimOptions:
     warmup_ms: int = 3_000
     step_ms: tuple[int, int] = (500, 3_000)
     settle_ms: int = 20_000
+    # A follower whose fetch request or answer was lost (a gateway dropping frames, a
+    # partition, a link reset) asks again only after replica.socket.timeout.ms (30 s,
+    # Kafka's default, kept): the run settles until that long after the heal plus this,
+    # when that ends after settle_ms (so every live replica is back in its ISR at the end);
+    # None: settle_ms alone, as runs settled before
+    caught_up_ms: int | None = 5_000
     produce_after_heal_ms: int = 5_000
     check_every_ms: int = 200
     producers: int = 2
@@ -275,6 +284,18 @@ class _Run:
             self._restart(broker_id)
         world.note("heal everything")
 
+    def settle_ms(self) -> int:
+        """How long the run settles once the clients stopped (produce_after_heal_ms after
+        the heal): settle_ms, or until a fetch lost at the heal has timed out and the
+        follower caught up, whichever is longer."""
+        options = self.options
+        if options.caught_up_ms is None:
+            return options.settle_ms
+        timeout_ms = max(int(b.config["replica.socket.timeout.ms"])
+                         for b in self.cluster.brokers.values())
+        return max(options.settle_ms, timeout_ms + options.caught_up_ms
+                   - options.produce_after_heal_ms)
+
     def stop_clients(self) -> None:
         for producer in self.producers:
             producer.stopped = True
@@ -325,11 +346,12 @@ def run_seed(seed: int, options: SimOptions | None = None,
                 run.heal_all()
                 world.run_for_ms(options.produce_after_heal_ms, options.max_events)
                 run.stop_clients()
-                world.run_for_ms(options.settle_ms, options.max_events)
+                world.run_for_ms(run.settle_ms(), options.max_events)
                 if world.kernel.steps >= options.max_events:
                     raise Violation("the run ends", f"over {options.max_events} events")
                 run.checker.check_final()
                 run.checker.check_live()
+                run.checker.check_replicas_back()
             except Violation as exc:
                 violation = exc
             finally:
@@ -361,6 +383,7 @@ def run_seed(seed: int, options: SimOptions | None = None,
                "group_joins": history.group_rebalances,
                "group_commits": sum(len(v) for v in history.committed.values()),
                "checks": run.checker.checks,
+               "acks_dated_at_crash": run.checker.acks_dated_at_crash,
                **run.checker.counted,
                "delayed_operations": len(run.checker.parked)},
     )

@@ -398,6 +398,15 @@ def test_alter_partition_checks_and_writes_a_leaders_isr() -> None:
         return c.request(lambda rid: AlterPartitionRequest(rid, broker, epoch, (proposal,)))
 
     assert codes(ask(1, IsrProposal(tp, 0, (1,), 0))) == [ErrorCode.INVALID_UPDATE_VERSION]
+    # the shrink again with its stale partition epoch (its answer lost, the leader retries):
+    # already made, so answered with the current state, nothing written
+    mark = len(ctl.sent)
+    again = ask(1, IsrProposal(tp, 0, (1, 2), 0))
+    assert isinstance(again, AlterPartitionResult)
+    assert codes(again) == [ErrorCode.NONE]
+    assert again.partitions[0].state == LeaderAndIsr(1, 0, (1, 2), 1, 1)
+    assert c.state("t", 0) == LeaderAndIsr(1, 0, (1, 2), 1, 1) and not update_metadata(ctl, mark)
+    assert codes(ask(1, IsrProposal(tp, 0, (1, 2), 2))) == [ErrorCode.INVALID_UPDATE_VERSION]
     assert codes(ask(1, IsrProposal(tp, 5, (1,), 1))) == [ErrorCode.FENCED_LEADER_EPOCH]
     assert codes(ask(2, IsrProposal(tp, 0, (2,), 1))) == [ErrorCode.NOT_LEADER_OR_FOLLOWER]
     assert codes(ask(1, IsrProposal(tp, 0, (2,), 1))) == [ErrorCode.INVALID_REQUEST]

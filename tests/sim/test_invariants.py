@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,6 +130,24 @@ def test_replicas_disagreeing_below_the_high_watermark_are_caught(run: _Run) -> 
         run.checker.check_replicas_agree()
 
 
+def test_a_live_replica_out_of_the_isr_after_the_run_settled_is_caught(run: _Run) -> None:
+    run.checker.check_replicas_back()   # all back, eight seconds in
+    broker_id, state = leading_state(run)
+    follower = min(set(state.replicas) - {broker_id})  # type: ignore[attr-defined]
+    state.isr.discard(follower)  # type: ignore[attr-defined]
+    with pytest.raises(Violation, match=rf"live replicas \[{follower}\] out of the ISR"):
+        run.checker.check_replicas_back()
+
+
+def test_the_run_settles_past_a_lost_fetch_s_timeout(run: _Run) -> None:
+    # replica.socket.timeout.ms (30 s) after the heal, 5 s to catch up; produce 5 s first
+    assert run.settle_ms() == 30_000 - 5_000 + 5_000
+    run.options.settle_ms = 40_000
+    assert run.settle_ms() == 40_000
+    run.options.settle_ms, run.options.caught_up_ms = 20_000, None
+    assert run.settle_ms() == 20_000
+
+
 def test_an_actor_crash_is_caught(run: _Run) -> None:
     node = run.world.nodes["node-1"]
     node.metrics.incr("actor_crashes")
@@ -168,6 +187,33 @@ def test_an_acknowledgement_is_dated_with_the_leader_epoch_its_batch_carries(
                     assert ack.leader_epoch == batch.leader_epoch >= 0, ack
                     checked += 1
     assert checked > 10
+
+
+def test_an_answer_whose_leader_crashed_before_it_arrived_is_dated_from_the_crash(
+        run: _Run) -> None:
+    """The answer left the leader, the leader crashed, then the answer arrived: dated with
+    the leader's epoch cache as it was at the crash, not with the checks every 200 ms."""
+    ack = next(a for a in reversed(run.history.acks)
+               if run.cluster.brokers[a.broker_id].lives == a.broker_life)
+    broker = run.cluster.brokers[ack.broker_id]
+    state = next(shard.partitions[(ack.topic, ack.partition)] for shard in broker.shards()
+                 if (ack.topic, ack.partition) in shard.partitions)
+    records = MemoryRecords(bytes(state.log.read(ack.base_offset, 1 << 20).records))
+    batch = records.next_batch()
+    assert batch is not None and batch.base_offset == ack.base_offset
+    run.checker.note_crash(ack.broker_id)
+    run.cluster.crash(ack.broker_id)
+    late = dataclasses.replace(ack, leader_epoch=-1)
+    run.checker.note_ack(late)
+    assert late.leader_epoch == batch.leader_epoch >= 0
+    run.cluster.start(ack.broker_id)   # its next life
+    later = dataclasses.replace(ack, leader_epoch=-1)
+    run.checker.note_ack(later)
+    assert later.leader_epoch == batch.leader_epoch
+    assert run.checker.acks_dated_at_crash == 2
+    other_life = dataclasses.replace(ack, leader_epoch=-1, broker_life=ack.broker_life + 1)
+    run.checker.note_ack(other_life)   # nothing known of a life that did not crash
+    assert other_life.leader_epoch == -1
 
 
 def test_a_crash_election_is_judged_from_the_epoch_an_ack_was_written_in() -> None:

@@ -20,8 +20,10 @@ REGRESSION_SEEDS: list[tuple[int, int]] = [(2094, 5)]
 # 14.9/16.1 seeds a minute before, 14.0/19.4/26.6 after), so 24 now at about the old wall
 # time; `actorlog sim --seeds 40 --start 1000 --steps 5` runs more (1000-1029 pass). CI runs
 # 300 more with these options after the suite, outside it: .ci/sim-sweep (seeds 2000-2299,
-# `--jobs auto`); a seed it finds failing comes here once fixed.
-CI_SEEDS = range(1000, 1024)
+# `--jobs auto`); a seed it finds failing comes here once fixed. With the sweep in CI, the
+# suite's own set went back to 12 (its seconds went to the --jobs tests and the longer
+# settle); 1000-1023 pass.
+CI_SEEDS = range(1000, 1012)
 # The fault mix of seeds 3 and 5: leadership moved by crashes and session expiries (a crashed
 # broker stays registered until its session expires), frames dropped at a gateway.
 GATEWAY_CRASH_EXPIRE = SimOptions(steps=12, faults=("gateway", "crash", "expire"),

@@ -75,6 +75,7 @@ exception that escaped an actor.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -200,25 +201,20 @@ class Checker:
                                 f"/controller_epoch went from {self.zk_controller_epoch} "
                                 f"to {epoch}")
             self.zk_controller_epoch = epoch
-        for topic, count in self.topics.items():
-            for p in range(count):
-                tp = TopicPartition(topic, p)
-                state_node = zk.nodes.get(znodes.partition_state_path(tp))
-                if state_node is None:
-                    continue
-                state = znodes.decode_partition_state(tp, state_node.data, state_node.version)
-                before = self.zk_leader_epochs.get(tp)
-                if before is not None:
-                    old_epoch, old_leader = before
-                    if state.leader_epoch < old_epoch:
-                        raise Violation("leader epochs only grow",
-                                        f"{topic}-{p} in ZooKeeper went from leader epoch "
-                                        f"{old_epoch} to {state.leader_epoch}")
-                    if state.leader_epoch == old_epoch and state.leader != old_leader:
-                        raise Violation("one leader per leader epoch",
-                                        f"{topic}-{p} leader epoch {old_epoch} named leader "
-                                        f"{old_leader}, then {state.leader}")
-                self.zk_leader_epochs[tp] = (state.leader_epoch, state.leader)
+        for tp, state in self._zk_partition_states(zk):
+            topic, p = tp.topic, tp.partition
+            before = self.zk_leader_epochs.get(tp)
+            if before is not None:
+                old_epoch, old_leader = before
+                if state.leader_epoch < old_epoch:
+                    raise Violation("leader epochs only grow",
+                                    f"{topic}-{p} in ZooKeeper went from leader epoch "
+                                    f"{old_epoch} to {state.leader_epoch}")
+                if state.leader_epoch == old_epoch and state.leader != old_leader:
+                    raise Violation("one leader per leader epoch",
+                                    f"{topic}-{p} leader epoch {old_epoch} named leader "
+                                    f"{old_leader}, then {state.leader}")
+            self.zk_leader_epochs[tp] = (state.leader_epoch, state.leader)
         self._leaderships()
         leaders: dict[tuple[str, int, int], int] = {}
         for broker_id, broker in sorted(cluster.brokers.items()):
@@ -525,28 +521,31 @@ class Checker:
         """Once settled, every live replica of a partition is back in its ISR, in ZooKeeper
         and at its leader: a follower fetches again after any fault was healed."""
         cluster = self.cluster
-        zk = cluster.zk
+        for tp, state in self._zk_partition_states(cluster.zk):
+            topic, p = tp.topic, tp.partition
+            leader = cluster.brokers.get(state.leader)
+            if leader is None or leader.state != "up":
+                continue
+            for shard in leader.shards():
+                held = shard.partitions.get((topic, p))
+                if held is None:
+                    continue
+                out = sorted(r for r in held.replicas
+                             if cluster.up(r) and (r not in state.isr or r not in held.isr))
+                if out:
+                    raise Violation("every live replica is back in the ISR",
+                                    f"{topic}-{p}: live replicas {out} out of the ISR "
+                                    f"{sorted(state.isr)} (leader {state.leader}: "
+                                    f"{sorted(held.isr)}) after the run settled")
+
+    def _zk_partition_states(self, zk: Any) -> Iterator[tuple[TopicPartition, Any]]:
+        """The run's partitions that ZooKeeper holds a state for, decoded, in topic order."""
         for topic, count in sorted(self.topics.items()):
             for p in range(count):
                 tp = TopicPartition(topic, p)
                 node = zk.nodes.get(znodes.partition_state_path(tp))
-                if node is None:
-                    continue
-                state = znodes.decode_partition_state(tp, node.data, node.version)
-                leader = cluster.brokers.get(state.leader)
-                if leader is None or leader.state != "up":
-                    continue
-                for shard in leader.shards():
-                    held = shard.partitions.get((topic, p))
-                    if held is None:
-                        continue
-                    out = sorted(r for r in held.replicas
-                                 if cluster.up(r) and (r not in state.isr or r not in held.isr))
-                    if out:
-                        raise Violation("every live replica is back in the ISR",
-                                        f"{topic}-{p}: live replicas {out} out of the ISR "
-                                        f"{sorted(state.isr)} (leader {state.leader}: "
-                                        f"{sorted(held.isr)}) after the run settled")
+                if node is not None:
+                    yield tp, znodes.decode_partition_state(tp, node.data, node.version)
 
     def check_replicas_agree(self) -> None:
         """Once settled, two live replicas of a partition hold the same records below the

@@ -16,7 +16,10 @@ from actors.sim.run import SimOptions, run_seed, trace_bytes
 # Seed 80 (12 steps): an ISR expansion timed out while ZooKeeper was down but was written;
 # the leader took it as not made, and acknowledged alone what the follower the controller
 # then elected lacked (the high watermark went from 184 to 137).
-REGRESSION_SEEDS: list[tuple[int, int]] = [(2094, 5), (80, 12)]
+# Seed 329 (12 steps): that expansion, sent again, and the first send both waited for
+# ZooKeeper; the second's write was refused for the version the first had just moved and
+# the leader, answered INVALID_UPDATE_VERSION, took itself as fenced for good.
+REGRESSION_SEEDS: list[tuple[int, int]] = [(2094, 5), (80, 12), (329, 12)]
 # A fixed set, run every time, sized to the suite's budget: 20 seeds until the runs' logs
 # moved to /dev/shm and the kernel loop was trimmed (`flock /tmp/bench.lock actorlog sim
 # --seeds 20 --start 1000 --steps 5`, 3 runs each, interleaved on a shared machine: 12.3/

@@ -18,7 +18,7 @@ from actors.core.log_cleaner import describe_cleanable
 from actors.core.log_dir import LogDir
 from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.partition_log import PartitionLog, SwapRefusedError
-from actors.core.partition_state import PartitionState
+from actors.core.partition_state import PROPOSAL_RETRY_MS, PartitionState
 from actors.core.segment_swap import discard_staging
 from actors.core.topic_config import log_config_for
 from actors.runtime.actor import Actor, handles
@@ -147,6 +147,10 @@ class PartitionShard(Actor):
         # Kafka checks the ISR every replica.lag.time.max.ms / 2.
         self.isr_check_ms = max(1, self.lag_time_max_ms // 2)
         self.next_isr_check_ms = now + self.isr_check_ms
+        # partitions whose pending ISR proposal is sent again (its answer left its fate
+        # unknown), and the earliest time one is due
+        self.resends: set[tuple[str, int]] = set()
+        self.next_resend_ms = now
         self.replication = {"isr_shrinks": 0, "isr_expands": 0, "fenced": 0, "truncations": 0,
                             "follower_appends": 0}
         for topic, entry in self.initial_topics.items():
@@ -206,8 +210,10 @@ class PartitionShard(Actor):
 
     # ---------------------------------------------------------- housekeeping
     def poll_timeout_ms(self) -> int | None:
-        return max(0, min(self.next_housekeeping_ms, self.next_isr_check_ms)
-                   - self.clock.wall_ms())
+        due = min(self.next_housekeeping_ms, self.next_isr_check_ms)
+        if self.resends:
+            due = min(due, self.next_resend_ms)
+        return max(0, due - self.clock.wall_ms())
 
     def on_turn(self) -> None:
         if self.unanswered or self.staged:
@@ -216,6 +222,9 @@ class PartitionShard(Actor):
         if now >= self.next_isr_check_ms:
             self.next_isr_check_ms = now + self.isr_check_ms
             self._maybe_shrink_isr(now)
+        if self.resends and (now >= self.next_resend_ms
+                             or self.next_resend_ms - now > PROPOSAL_RETRY_MS):
+            self._resend_proposals(now)
         if now < self.next_housekeeping_ms:
             return
         self.next_housekeeping_ms = now + 1000
@@ -894,6 +903,23 @@ class PartitionShard(Actor):
                 self._propose(state, proposal, "shrink: lagging "
                               + str(sorted(state.out_of_sync(now))))
 
+    def _resend_proposals(self, now: int) -> None:
+        """Send again the pending ISR proposals whose last answer left their fate unknown."""
+        later: list[int] = []
+        for key in sorted(self.resends):
+            state = self.partitions.get(key)
+            if (state is None or state.resend_at_ms is None or state.pending is None
+                    or not state.is_leader):
+                self.resends.discard(key)
+                continue
+            proposal = state.resend_due(now)
+            if proposal is None:
+                later.append(state.resend_at_ms)
+                continue
+            self.resends.discard(key)
+            self._propose(state, proposal, "sent again: the last answer left it unknown")
+        self.next_resend_ms = min(later) if later else now
+
     @handles(IsrUpdated)
     def on_isr_updated(self, msg: IsrUpdated) -> None:
         for row in msg.rows:
@@ -919,6 +945,20 @@ class PartitionShard(Actor):
             elif outcome == "retry":
                 self.log.info("{}-{}: ISR change not made ({}); proposed again later",
                               row.topic, row.partition, ErrorCode(row.error_code).name)
+            elif outcome == "resend":
+                # the change may have been written: the high watermark stays over the
+                # larger ISR until an answer says what became of it
+                self.log.info("{}-{}: ISR change to {} not confirmed ({}); sent again in {} ms",
+                              row.topic, row.partition, list(state.pending.new_isr)
+                              if state.pending else [], ErrorCode(row.error_code).name,
+                              PROPOSAL_RETRY_MS)
+                at = state.resend_at_ms if state.resend_at_ms is not None else 0
+                self.next_resend_ms = min(self.next_resend_ms, at) if self.resends else at
+                self.resends.add((row.topic, row.partition))
+            elif outcome == "held":
+                self.log.warning("{}-{}: the controller refused the ISR change ({}); no "
+                                 "other change until the next LeaderAndIsr", row.topic,
+                                 row.partition, ErrorCode(row.error_code).name)
 
     @handles(FollowerApply)
     def on_follower_apply(self, msg: FollowerApply) -> None:

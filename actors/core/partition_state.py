@@ -12,6 +12,13 @@ its replica states):
   over the larger of the two sets, so a shrink never acknowledges what a
   dropped follower may not have; the committed ISR (what ``min.insync.replicas``
   is checked against) changes only when the controller's answer comes;
+* a proposal stays pending (and the high watermark over the larger set) until
+  the controller says what became of it: an answer that leaves it unknown
+  (the request timed out, the controller moved or resigned while writing it)
+  sends the same proposal again, since the change may be in ZooKeeper already
+  and the controller may elect from it; only a refusal that says nothing was
+  written (INELIGIBLE_REPLICA, OPERATION_NOT_ATTEMPTED) goes back to the
+  committed ISR, as Kafka's Partition does;
 * a follower leaves the ISR when it has not caught up to the leader's log
   end within ``replica.lag.time.max.ms``, and is proposed back once it reaches
   the high watermark and the start of the current leader epoch;
@@ -30,8 +37,9 @@ from wire.broker_messages import PartitionStatus, SegmentPosition
 from wire.errors import ErrorCode
 
 UNKNOWN_OFFSET = -1
-# After a proposal that was not written (no controller, timed out), wait this long before
-# proposing again: expansions are checked on every follower fetch.
+# After a proposal that was not written, or whose fate is unknown (no controller, timed
+# out), wait this long before proposing (or sending it) again: expansions are checked on
+# every follower fetch.
 PROPOSAL_RETRY_MS = 1000
 
 # Answers to an ISR proposal that mean this node must not go on leading at this epoch.
@@ -41,6 +49,19 @@ FENCING_ERRORS = frozenset({
     int(ErrorCode.NOT_LEADER_OR_FOLLOWER),
     int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
 })
+
+# Refusals that say the controller wrote nothing, at the partition epoch the proposal
+# carries (it checked that first): no controller, earlier or later, applied this change,
+# so the committed ISR is the ISR (Kafka's handleAlterPartitionError resets to the last
+# committed state on these two alone).
+NOT_APPLIED_ERRORS = frozenset({
+    int(ErrorCode.INELIGIBLE_REPLICA),
+    int(ErrorCode.OPERATION_NOT_ATTEMPTED),
+})
+
+# Refusals that will not change by asking again (the leader's view of the assignment is
+# behind): the proposal stays pending, unsent, until the next LeaderAndIsr.
+HELD_ERRORS = frozenset({int(ErrorCode.INVALID_REQUEST)})
 
 
 @dataclass
@@ -79,6 +100,8 @@ class PartitionState:
     fenced: bool = False
     epoch_start_offset: int = 0
     proposals_held_until_ms: int = 0
+    # when the pending proposal, whose answer left its fate unknown, is sent again
+    resend_at_ms: int | None = None
 
     @classmethod
     def leader_alone(cls, log: PartitionLog, broker_id: int, min_isr: int) -> PartitionState:
@@ -110,6 +133,7 @@ class PartitionState:
         self.replicas = list(replicas)
         self.partition_epoch = partition_epoch
         self.pending = None
+        self.resend_at_ms = None
         self.fenced = False
         self.proposals_held_until_ms = 0
         self.followers = {r: FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
@@ -140,6 +164,7 @@ class PartitionState:
         self.partition_epoch = partition_epoch
         self.followers = {}
         self.pending = None
+        self.resend_at_ms = None
         self.fenced = False
 
     @property
@@ -262,6 +287,17 @@ class PartitionState:
     def propose(self, proposal: IsrProposal) -> None:
         """The proposal is on its way: the high watermark counts the larger set meanwhile."""
         self.pending = proposal
+        self.resend_at_ms = None
+
+    def resend_due(self, now_ms: int) -> IsrProposal | None:
+        """The pending proposal when it is time to send it again (its last answer left its
+        fate unknown); a clock stepped back does not hold it longer than PROPOSAL_RETRY_MS."""
+        at = self.resend_at_ms
+        if at is None or self.pending is None or not self.is_leader:
+            return None
+        if now_ms >= at or at - now_ms > PROPOSAL_RETRY_MS:
+            return self.pending
+        return None
 
     def on_isr_result(self, proposed_leader_epoch: int, proposed_partition_epoch: int,
                       error_code: int, isr: list[int], partition_epoch: int,
@@ -270,24 +306,46 @@ class PartitionState:
 
         Returns what happened: "stale" (not the pending proposal: ignored),
         "applied", "fenced" (refused as stale: stop leading until the next
-        LeaderAndIsr) or "retry" (not written, e.g. no controller: proposed
-        again at the next check).
+        LeaderAndIsr; the proposal stays pending), "retry" (the controller says it
+        wrote nothing: back to the committed ISR, a new proposal after
+        PROPOSAL_RETRY_MS), "held" (refused for good: pending, unsent, until the
+        next LeaderAndIsr) or "resend" (its fate is unknown: no controller, timed
+        out, the controller moved: the same proposal stays pending and is sent again
+        after PROPOSAL_RETRY_MS, ``resend_due``).
+
+        The high watermark stays over the larger set until the answer is known: a
+        change timed out may be in ZooKeeper already, and a controller electing from
+        that ISR must find every record below the high watermark in the one it picks
+        (sim seed 80: an expansion timed out while ZooKeeper was down, was written,
+        the leader's session expired and the controller elected the added follower;
+        the old leader, back on its committed ISR of one, acknowledged 47 records alone
+        before it learnt it no longer led, and truncated them).
         """
         pending = self.pending
         if (pending is None or pending.leader_epoch != proposed_leader_epoch
                 or pending.partition_epoch != proposed_partition_epoch):
             return "stale"
-        self.pending = None
         if error_code == int(ErrorCode.NONE):
+            self.pending = None
+            self.resend_at_ms = None
             self.isr = set(isr)
             self.partition_epoch = partition_epoch
             self.maybe_increment_high_watermark()
             return "applied"
         if error_code in FENCING_ERRORS:
             self.fenced = True
+            self.resend_at_ms = None
             return "fenced"
-        self.proposals_held_until_ms = now_ms + PROPOSAL_RETRY_MS
-        return "retry"
+        if error_code in NOT_APPLIED_ERRORS:
+            self.pending = None
+            self.resend_at_ms = None
+            self.proposals_held_until_ms = now_ms + PROPOSAL_RETRY_MS
+            return "retry"
+        if error_code in HELD_ERRORS:
+            self.resend_at_ms = None
+            return "held"
+        self.resend_at_ms = now_ms + PROPOSAL_RETRY_MS
+        return "resend"
 
     # ------------------------------------------------------------ status
     def status(self) -> PartitionStatus:

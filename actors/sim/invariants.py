@@ -15,7 +15,12 @@ Control plane (checked every few hundred simulated milliseconds):
   fall back to h < H when the first leadership seen after the record at h was
   committed (after a check last saw every replica's high watermark at or below
   h) to start at or below h was a crash election (counted as
-  ``hw_back_after_crash_election``).
+  ``hw_back_after_crash_election``). Its leader's crash may also come before
+  that commit when its log held offset h at the crash (the leader counted the
+  fetch it had acknowledged h with before it crashed, not knowing of the
+  crash, and committed h on it later: sim seed 145) and after h was written:
+  acks=all promises a record in the ISR's memory, not on its disks, so the
+  crash loses it all the same.
 
 Purgatory (checked on every delivery): a delayed produce or fetch that a
 handler parked (WatchProduce, WatchFetch) is answered (ProduceReady,
@@ -125,6 +130,10 @@ class Checker:
     last_check_ms: float = 0.0
     # when each broker crashed (simulated ms), as the run struck it
     crash_times_ms: dict[int, list[float]] = field(default_factory=dict)
+    # broker -> [(when it crashed, (topic, partition) -> its log end offset then)]: what
+    # each crash lost the tail of (a crash while the broker was not up: an empty map)
+    ends_at_crash: dict[int, list[tuple[float, dict[tuple[str, int], int]]]] = field(
+        default_factory=dict)
     # (broker, life) -> (topic, partition) -> (log start, log end, leader epoch cache
     # entries) of its logs when that life ended in a crash: what an answer still on its way
     # from that life is dated with (note_ack)
@@ -140,6 +149,11 @@ class Checker:
     # at it)], growing: a record below that watermark was committed after that time
     committed_ms: dict[tuple[str, int], list[tuple[int, float, float]]] = field(
         default_factory=dict)  # (high watermark, last check before it, the check that saw it)
+    # (topic, partition) -> [(log end offset, the last check before any replica was seen at
+    # it, the check that saw it)], growing: a record below that offset was written after
+    # that time
+    written_ms: dict[tuple[str, int], list[tuple[int, float, float]]] = field(
+        default_factory=dict)
     # what Kafka does not promise, counted (reported in the run's stats, not violations)
     counted: dict[str, int] = field(default_factory=lambda: {
         "acks1_lost": 0, "acks_all_lost_to_crash_election": 0,
@@ -232,8 +246,7 @@ class Checker:
                     hw = state.log.high_watermark
                     before_hw = self.node_high_watermarks.get(key, -1)
                     if hw < before_hw:
-                        if not self._crash_election(topic, p, hw,
-                                                    *self._committed_after(topic, p, hw)):
+                        if not self._lost_to_crash_election(topic, p, hw):
                             raise Violation("the high watermark never goes back",
                                             f"{topic}-{p} on broker {broker_id} went from high "
                                             f"watermark {before_hw} to {hw}")
@@ -242,6 +255,10 @@ class Checker:
                     marks = self.committed_ms.setdefault((topic, p), [])
                     if not marks or hw > marks[-1][0]:
                         marks.append((hw, self.last_check_ms, self._now_ms()))
+                    ends = self.written_ms.setdefault((topic, p), [])
+                    end = state.log.log_end_offset
+                    if not ends or end > ends[-1][0]:
+                        ends.append((end, self.last_check_ms, self._now_ms()))
                     if state.leader_id == broker_id and state.leader_epoch >= 0:
                         other = leaders.setdefault((topic, p, state.leader_epoch), broker_id)
                         if other != broker_id:
@@ -282,6 +299,8 @@ class Checker:
         logs hold first (their bounds and leader epoch caches, read without touching a
         file), for the answers it sent that have not arrived yet."""
         self.crash_times_ms.setdefault(broker_id, []).append(self._now_ms())
+        ends: dict[tuple[str, int], int] = {}
+        self.ends_at_crash.setdefault(broker_id, []).append((self._now_ms(), ends))
         broker = self.cluster.brokers[broker_id]
         if broker.state != "up":
             return
@@ -293,6 +312,7 @@ class Checker:
                     cache = LeaderEpochCache(None)
                     cache.entries = list(log.epoch_cache.entries)
                     held[(topic, p)] = (log.log_start_offset, log.log_end_offset, cache)
+                    ends[(topic, p)] = log.log_end_offset
         self.logs_at_crash[(broker_id, broker.lives)] = held
 
     def _committed_after(self, topic: str, p: int, offset: int) -> tuple[float, float]:
@@ -304,9 +324,38 @@ class Checker:
                 return before_ms, at_ms
         return self.last_check_ms, self._now_ms()
 
+    def _written_after(self, topic: str, p: int, offset: int) -> float:
+        """The last check before any replica's log was seen to hold ``offset``: the record
+        there was written after it."""
+        for end, before_ms, _at_ms in self.written_ms.get((topic, p), []):
+            if end > offset:
+                return before_ms
+        return self.last_check_ms
+
+    def _lost_to_crash_election(self, topic: str, p: int, offset: int) -> bool:
+        """Whether the committed record at ``offset`` went with a crash election: the first
+        leadership seen after it was committed to start at or below it was led by a broker
+        that crashed before it led, after the commit (``_crash_election``), or before the
+        commit and after the record was written, holding ``offset`` in its log at the
+        crash.
+
+        The second: a leader computes its high watermark from its followers' last fetches
+        and does not know a follower crashed until replica.lag.time.max.ms or the
+        controller says so; a follower that fetched past ``offset`` and then crashed with
+        it unflushed may be what commits it (sim seed 145: the leader shrank its ISR to
+        itself and that follower after the crash and so raised its high watermark; its
+        session expired; the controller elected the crashed follower, back without the
+        tail, as the ISR's last live member). What a crash cannot lose, a log that never
+        held the offset, stays a violation."""
+        since_ms, committed_at_ms = self._committed_after(topic, p, offset)
+        if self._crash_election(topic, p, offset, since_ms, committed_at_ms):
+            return True
+        return self._crash_election(topic, p, offset, self._written_after(topic, p, offset),
+                                    committed_at_ms, held=True)
+
     def _crash_election(self, topic: str, p: int, offset: int, since_ms: float,
                         leaders_from_ms: float | None = None,
-                        after: tuple[int, int, int] = (-1, -1, -1)) -> bool:
+                        after: tuple[int, int, int] = (-1, -1, -1), held: bool = False) -> bool:
         """Whether the record at ``offset`` of ``topic-p`` went with a crash election.
 
         Take the first leadership (by leader epoch, then first sight) that started at or
@@ -317,7 +366,8 @@ class Checker:
         seen leading. That replica lost the tail of its log at the crash (writes after
         its last fsync), came back as the ISR's last member or still in the ISR, and was
         elected; every other replica then truncated to its log. Kafka does not promise
-        to keep what was committed through that double failure (KIP-966)."""
+        to keep what was committed through that double failure (KIP-966). With ``held``
+        the crash counts only when its leader's log held ``offset`` then (note_crash)."""
         first = min(((e, entry[3], entry) for (t, q, e), entries in self.leaderships.items()
                      if t == topic and q == p and e >= after[0]
                      for entry in entries
@@ -327,6 +377,9 @@ class Checker:
         if first is None:
             return False
         broker_id, _life, _start, seen_ms = first[2]
+        if held:
+            return any(since_ms < t <= seen_ms and ends.get((topic, p), -1) > offset
+                       for t, ends in self.ends_at_crash.get(broker_id, []))
         return any(since_ms < t <= seen_ms for t in self.crash_times_ms.get(broker_id, []))
 
     def note_ack(self, ack: Ack) -> None:
@@ -451,9 +504,8 @@ class Checker:
                             after=(self._ack_epoch(ack), ack.broker_id, ack.broker_life)):
                         self.counted["acks_all_lost_to_crash_election"] += 1
                         break
-                    if records is not final and self._crash_election(
-                            ack.topic, ack.partition, offset,
-                            *self._committed_after(ack.topic, ack.partition, offset)):
+                    if records is not final and self._lost_to_crash_election(
+                            ack.topic, ack.partition, offset):
                         # a follower that has not fetched since a crash election: what it
                         # holds there (below its own, older, high watermark) is what that
                         # election lost, not this record's place
@@ -564,8 +616,7 @@ class Checker:
                         if offset >= below:
                             break
                         if log_a.get(offset) != log_b.get(offset):
-                            if self._crash_election(topic, p, offset,
-                                                    *self._committed_after(topic, p, offset)):
+                            if self._lost_to_crash_election(topic, p, offset):
                                 # one of them has not fetched from the crash-elected leader
                                 # since (it still holds what that leader lost)
                                 self.counted["replicas_differ_after_crash_election"] += 1

@@ -16,7 +16,11 @@ break the one method that keeps one of Kafka's replication promises:
   append at once, without parking it in the purgatory for the ISR;
 - ``isr-shrink-unpersisted``: PartitionShard._propose applies an ISR shrink in
   memory and writes nothing (no AlterPartition, no version-checked write), so
-  ZooKeeper keeps the dropped follower in the ISR and may elect it.
+  ZooKeeper keeps the dropped follower in the ISR and may elect it;
+- ``isr-unknown-forgotten``: PartitionState.on_isr_result takes an answer
+  that leaves an ISR change's fate unknown (timed out, no controller) as a
+  refusal: back to the committed ISR, while ZooKeeper may hold the change and
+  the controller may elect a replica it added (sim seed 80).
 
 A plant that needs code this branch lacks has ``swaps`` None and says what in
 ``needs`` (none today).
@@ -29,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from actors.core.partition_state import PartitionState
+from actors.core.partition_state import PROPOSAL_RETRY_MS, PartitionState
 from actors.core.producer_state import ProducerStateManager
 from actors.core.purgatory_core import CancelExpiry, Effect, PurgatoryCore, _answer
 from actors.partition_shard import PartitionShard
@@ -164,6 +168,29 @@ def _isr_shrink_unpersisted() -> list[tuple[Any, str, Any]]:
     return [(PartitionShard, "_propose", _shrink_in_memory)]
 
 
+# ----------------------------------------------------- isr-unknown-forgotten
+_REAL_ON_ISR_RESULT = PartitionState.__dict__["on_isr_result"]
+
+
+def _unknown_as_refused(self: PartitionState, proposed_leader_epoch: int,
+                        proposed_partition_epoch: int, error_code: int, isr: list[int],
+                        partition_epoch: int, now_ms: int = 0) -> str:
+    """As PartitionState.on_isr_result, but an answer that leaves the change's fate unknown
+    drops the pending proposal: the high watermark goes back to the committed ISR."""
+    outcome: str = _REAL_ON_ISR_RESULT(self, proposed_leader_epoch, proposed_partition_epoch,
+                                       error_code, isr, partition_epoch, now_ms)
+    if outcome != "resend":
+        return outcome
+    self.pending = None
+    self.resend_at_ms = None
+    self.proposals_held_until_ms = now_ms + PROPOSAL_RETRY_MS
+    return "retry"
+
+
+def _isr_unknown_forgotten() -> list[tuple[Any, str, Any]]:
+    return [(PartitionState, "on_isr_result", _unknown_as_refused)]
+
+
 PLANTS: dict[str, Plant] = {p.name: p for p in [
     Plant("double-complete", "a delayed operation completed by a partition change keeps its "
           "expiry, which answers it again", _double_complete),
@@ -177,6 +204,8 @@ PLANTS: dict[str, Plant] = {p.name: p for p in [
           _ack_before_replication),
     Plant("isr-shrink-unpersisted", "the ISR shrinks in memory without the version-checked "
           "write", _isr_shrink_unpersisted),
+    Plant("isr-unknown-forgotten", "an ISR change whose answer was lost is taken as not "
+          "made", _isr_unknown_forgotten),
 ]}
 
 

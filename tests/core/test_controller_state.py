@@ -422,6 +422,53 @@ def test_alter_partition_checks_and_writes_a_leaders_isr() -> None:
         ErrorCode.INELIGIBLE_REPLICA]
 
 
+def test_one_isr_change_sent_twice_at_once_is_made_for_both() -> None:
+    """Sim seed 329: a leader's expansion timed out while ZooKeeper was down and the leader
+    sent it again; both requests were checked before either write came back, the first
+    was written and the second's write, conditional on the old version, was refused. It
+    asked for the state that the first had just made, so it is answered with that state
+    (as a stale partition epoch asking for the current ISR is); refused, the leader took
+    itself as fenced and, with no LeaderAndIsr to come, never took the ISR back in."""
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    tp = TP("t", 0)
+    ctl = c.controller
+    shrink = c.request(lambda rid: AlterPartitionRequest(rid, 1, c.epoch_of(1), (
+        IsrProposal(tp, 0, (1, 2), 0),)))
+    assert codes(shrink) == [ErrorCode.NONE] and c.state("t", 0).version == 1
+    before = len(ctl.replies)
+    epoch = c.epoch_of(1)
+    c.zk.available = False  # both writes wait for ZooKeeper, checked against version 1
+    for rid in ("first", "again"):
+        ctl.driver.feed(AlterPartitionRequest(rid, 1, epoch, (
+            IsrProposal(tp, 0, (1, 2, 3), 1),)))
+    assert len(ctl.replies) == before
+    c.zk.available = True
+    ctl.driver.retry_writes()
+    c.pump()
+    answers = dict(ctl.replies[before:])
+    made = LeaderAndIsr(1, 0, (1, 2, 3), 1, 2)
+    for rid in ("first", "again"):
+        answer = answers[rid]
+        assert isinstance(answer, AlterPartitionResult)
+        assert codes(answer) == [ErrorCode.NONE], rid
+        assert answer.partitions[0].state == made
+    assert c.state("t", 0) == made
+    # a different change refused by the same race is still refused
+    before = len(ctl.replies)
+    c.zk.available = False
+    for rid, isr in (("shrink", (1, 2)), ("other", (1, 3))):
+        ctl.driver.feed(AlterPartitionRequest(rid, 1, epoch, (
+            IsrProposal(tp, 0, isr, 2),)))
+    c.zk.available = True
+    ctl.driver.retry_writes()
+    c.pump()
+    answers = dict(ctl.replies[before:])
+    assert codes(answers["shrink"]) == [ErrorCode.NONE]
+    assert codes(answers["other"]) == [ErrorCode.INVALID_UPDATE_VERSION]
+    assert c.state("t", 0) == LeaderAndIsr(1, 0, (1, 2), 1, 3)
+
+
 def test_a_leaders_own_isr_write_is_taken_over_when_the_controller_writes_next() -> None:
     """The leader wrote the state behind the controller's back (pre-KIP-497 path, no notice):
     the controller's next write is refused, it reads the state and applies its rule again."""

@@ -7,6 +7,9 @@ ISR checks whose proposals the controller accepts or refuses. Whatever the
 order: the high watermark never goes back, and every replica of the ISR the
 high watermark is computed over (committed or pending) holds every record
 below it, so a shrunk ISR never acknowledges what a dropped follower lacks.
+The machine's controller keeps the ISR it wrote, and an answer may be lost
+after the write or before it: every replica of the controller's ISR (whom it
+may elect) holds every record below the leader's high watermark too.
 """
 
 from __future__ import annotations
@@ -107,17 +110,72 @@ def test_a_refused_change_fences_the_leader_and_a_stale_answer_is_ignored(
     state.propose(IsrProposal(0, (LEADER, F1), 0))
     assert state.on_isr_result(0, 5, 0, [LEADER], 6) == "stale"
     assert state.pending is not None
-    assert state.on_isr_result(0, 0, int(ErrorCode.NOT_CONTROLLER), [], -1, 50) == "retry"
+    assert state.on_isr_result(0, 0, int(ErrorCode.INELIGIBLE_REPLICA), [], -1, 50) == "retry"
     assert state.pending is None and state.is_leader
     state.followers[F2].last_caught_up_ms = -10_000
     assert state.isr_shrink(1049) is None  # held for PROPOSAL_RETRY_MS after a retry
     assert state.isr_shrink(1050) is not None
     state.propose(IsrProposal(0, (LEADER, F1), 0))
+    assert state.on_isr_result(0, 0, int(ErrorCode.INVALID_REQUEST), [], -1, 60) == "held"
+    assert state.pending is not None and state.resend_due(10_000) is None
     assert state.on_isr_result(0, 0, int(ErrorCode.FENCED_LEADER_EPOCH), [], -1) == "fenced"
     assert not state.is_leader
     assert state.check_fetch_epoch(0) == int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
     state.become_leader(1, [LEADER, F1, F2], [LEADER, F1, F2], partition_epoch=3)
     assert state.is_leader
+
+
+def test_a_change_whose_answer_is_lost_stays_pending_and_is_sent_again(
+        tmp_path: Path) -> None:
+    """Sim seed 80: an expansion timed out (ZooKeeper down) but was written; the controller
+    then elected the added follower. The old leader went back to its ISR of one and
+    acknowledged alone what the new leader never had. The proposal stays pending instead:
+    the high watermark waits for the follower until the controller's answer is known."""
+    log = new_log(tmp_path / "t-0")
+    state = PartitionState.hosted(log, LEADER, 1, LAG_MS)
+    state.become_leader(1, [LEADER], [LEADER, F1], partition_epoch=1, now_ms=0)
+    append(state, 4)
+    assert state.log.high_watermark == 4  # alone in its ISR
+    state.on_follower_fetch(F1, 4, 10)
+    proposal = state.isr_expansion(F1, 10)
+    assert proposal == IsrProposal(1, (LEADER, F1), 1)
+    state.propose(proposal)
+    for code in (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_CONTROLLER,
+                 ErrorCode.STALE_BROKER_EPOCH, ErrorCode.UNKNOWN_SERVER_ERROR):
+        assert state.on_isr_result(1, 1, int(code), [], -1, 100) == "resend"
+        assert state.pending == proposal and state.maximal_isr == {LEADER, F1}
+        append(state, 3)
+        assert state.log.high_watermark == 4  # F1 may be the next leader: it counts
+        assert state.resend_due(1099) is None
+        assert state.resend_due(1100) == proposal
+        assert state.resend_due(-5000) == proposal  # the clock stepped back
+        assert state.isr_expansion(F1, 1100) is None and state.isr_shrink(99_999) is None
+        state.propose(proposal)  # sent again
+        assert state.resend_due(99_999) is None
+    # the answer to the resend: written before, so the controller answers with its state
+    assert state.on_isr_result(1, 1, 0, [LEADER, F1], 2) == "applied"
+    assert state.isr == {LEADER, F1} and state.partition_epoch == 2 and state.pending is None
+    assert state.log.high_watermark == 4
+    state.on_follower_fetch(F1, state.log.log_end_offset, 200)
+    assert state.log.high_watermark == state.log.log_end_offset
+
+
+def test_a_fenced_leader_keeps_the_pending_change(tmp_path: Path) -> None:
+    """The controller's answer that this leader is stale leaves the proposal pending (Kafka
+    waits for new metadata): nothing is acknowledged over the smaller ISR meanwhile."""
+    log = new_log(tmp_path / "t-0")
+    state = PartitionState.hosted(log, LEADER, 1, LAG_MS)
+    state.become_leader(1, [LEADER], [LEADER, F1], partition_epoch=1, now_ms=0)
+    state.on_follower_fetch(F1, 0, 10)
+    state.propose(IsrProposal(1, (LEADER, F1), 1))
+    assert state.on_isr_result(1, 1, int(ErrorCode.REQUEST_TIMED_OUT), [], -1, 100) == "resend"
+    state.propose(IsrProposal(1, (LEADER, F1), 1))
+    assert state.on_isr_result(1, 1, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), [], -1,
+                               1200) == "fenced"
+    assert not state.is_leader and state.maximal_isr == {LEADER, F1}
+    assert state.resend_due(99_999) is None
+    state.become_follower(F1, 2, [F1], [LEADER, F1], partition_epoch=3)
+    assert state.pending is None and state.resend_at_ms is None
 
 
 def test_fetch_epoch_checks(tmp_path: Path) -> None:
@@ -136,14 +194,19 @@ class ReplicaMachine(RuleBasedStateMachine):
         self.now = 0
         self.true_leo = {F1: 0, F2: 0}
         self.last_hw = 0
+        # what the controller wrote: the ISR it may elect from, and its partition epoch
+        self.controller_isr: tuple[int, ...] = (LEADER, F1, F2)
+        self.controller_epoch = 0
 
     def teardown(self) -> None:
         self.state.log.close_without_flush()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    @initialize()
-    def start(self) -> None:
-        self.state = leader_state(new_log(self.tmp / "t-0"))
+    @initialize(isr=st.sampled_from([(LEADER, F1, F2), (LEADER, F1), (LEADER,)]))
+    def start(self, isr: tuple[int, ...]) -> None:
+        self.state = PartitionState.hosted(new_log(self.tmp / "t-0"), LEADER, 2, LAG_MS)
+        self.state.become_leader(0, list(isr), [LEADER, F1, F2], partition_epoch=0)
+        self.controller_isr = isr
 
     @rule(n=st.integers(1, 5))
     def leader_appends(self, n: int) -> None:
@@ -165,24 +228,43 @@ class ReplicaMachine(RuleBasedStateMachine):
     @rule(ms=st.integers(1, 2 * LAG_MS))
     def time_passes(self, ms: int) -> None:
         self.now += ms
+        again = self.state.resend_due(self.now)
+        if again is not None:
+            self.state.propose(again)
         proposal = self.state.isr_shrink(self.now)
         if proposal is not None:
             self.state.propose(proposal)
 
-    @rule(accept=st.booleans())
-    def controller_answers(self, accept: bool) -> None:
+    @rule(how=st.sampled_from(["answered", "lost after the write", "lost before the write",
+                               "not applied"]))
+    def controller_answers(self, how: str) -> None:
+        """The controller's side of AlterPartition, as controller_state checks it: a
+        proposal at its partition epoch is written; a stale one asking for the ISR it has
+        already is answered with it (Kafka's equalsAllowStalePartitionEpoch)."""
         pending = self.state.pending
-        if pending is None:
+        if pending is None or self.state.resend_at_ms is not None:
+            return  # nothing on its way
+        le, pe = pending.leader_epoch, pending.partition_epoch
+        if how == "not applied":
+            if pe == self.controller_epoch:  # INELIGIBLE_REPLICA is checked after the epoch
+                assert self.state.on_isr_result(le, pe, int(ErrorCode.INELIGIBLE_REPLICA), [],
+                                                -1, self.now) == "retry"
             return
-        if accept:
-            outcome = self.state.on_isr_result(pending.leader_epoch, pending.partition_epoch, 0,
-                                               list(pending.new_isr),
-                                               pending.partition_epoch + 1)
-            assert outcome == "applied"
+        if how == "lost before the write":
+            assert self.state.on_isr_result(le, pe, int(ErrorCode.REQUEST_TIMED_OUT), [], -1,
+                                            self.now) == "resend"
+            return
+        if pe == self.controller_epoch:
+            self.controller_isr = pending.new_isr
+            self.controller_epoch += 1
         else:
-            outcome = self.state.on_isr_result(pending.leader_epoch, pending.partition_epoch,
-                                               int(ErrorCode.REQUEST_TIMED_OUT), [], -1)
-            assert outcome == "retry"
+            assert pe < self.controller_epoch and pending.new_isr == self.controller_isr
+        if how == "lost after the write":
+            assert self.state.on_isr_result(le, pe, int(ErrorCode.REQUEST_TIMED_OUT), [], -1,
+                                            self.now) == "resend"
+        else:
+            assert self.state.on_isr_result(le, pe, 0, list(self.controller_isr),
+                                            self.controller_epoch, self.now) == "applied"
 
     @invariant()
     def high_watermark_never_goes_back(self) -> None:
@@ -197,6 +279,13 @@ class ReplicaMachine(RuleBasedStateMachine):
         for replica in self.state.maximal_isr | self.state.isr:
             if replica != LEADER:
                 assert self.true_leo[replica] >= hw, (replica, self.true_leo, hw)
+
+    @invariant()
+    def whoever_the_controller_may_elect_holds_what_is_below_the_high_watermark(self) -> None:
+        hw = self.state.log.high_watermark
+        for replica in self.controller_isr:
+            if replica != LEADER:
+                assert self.true_leo[replica] >= hw, (replica, self.controller_isr, hw)
 
     @invariant()
     def the_leader_never_leaves_the_isr(self) -> None:

@@ -108,6 +108,60 @@ def test_a_high_watermark_going_back_is_caught_unless_a_crashed_replica_took_ove
     assert run.checker.counted["hw_back_after_crash_election"] == 1
 
 
+def test_a_crash_before_the_commit_excuses_only_a_log_that_held_the_offset() -> None:
+    """Seed 145 (12 steps, every fault): broker 2 led events-1 in epoch 0; broker 1 fetched
+    to 56 and crashed at 19030 ms with 49-55 unflushed; broker 2, not knowing, shrank the ISR
+    to [1, 2] at 19689 ms and so committed 56 on broker 1's last fetch; its session expired
+    and the controller elected broker 1 (still registered), which came back at 49 and led
+    epoch 3 from there: broker 2's high watermark went from 56 to 49. The crash came before
+    the commit, so 'crashed after it was committed' did not excuse it; the crash lost what
+    its log held, which Kafka does not keep either (acks=all is not fsync)."""
+    checker = Checker(cast(Any, None), History(), {"events": 3})
+    checker.leaderships = {("events", 1, 0): [(2, 1, 0, 2200.0)],
+                           ("events", 1, 3): [(1, 2, 49, 35400.0)]}
+    checker.committed_ms = {("events", 1): [(40, 17800.0, 18000.0), (56, 19600.0, 19800.0)]}
+    checker.written_ms = {("events", 1): [(54, 18000.0, 18200.0), (56, 18400.0, 18600.0)]}
+    checker.crash_times_ms = {1: [19030.2]}
+    checker.ends_at_crash = {1: [(19030.2, {("events", 1): 56})]}
+    assert checker._lost_to_crash_election("events", 1, 49)
+    assert checker._lost_to_crash_election("events", 1, 55)
+    # the crashed log did not reach the offset: the crash cannot have lost it
+    checker.ends_at_crash = {1: [(19030.2, {("events", 1): 49})]}
+    assert not checker._lost_to_crash_election("events", 1, 49)
+    # a crash before the record was written: it lost nothing of it
+    checker.ends_at_crash = {1: [(18100.0, {("events", 1): 56})]}
+    checker.crash_times_ms = {1: [18100.0]}
+    assert not checker._lost_to_crash_election("events", 1, 55)
+    # no crash at all (seed 80's zombie leader truncated by a clean election): a violation
+    checker.ends_at_crash, checker.crash_times_ms = {}, {}
+    assert not checker._lost_to_crash_election("events", 1, 49)
+
+
+def test_a_high_watermark_going_back_is_caught_when_the_crashed_leader_never_held_it(
+        run: _Run) -> None:
+    """The excuse of a crash before the commit needs the crashed log to have held the
+    offset; without that, the drop is a real regression."""
+    broker_id, state = leading_state(run)
+    log = state.log  # type: ignore[attr-defined]
+    topic, p = log.topic, log.partition
+    hw = log.high_watermark
+    key = (broker_id, run.cluster.brokers[broker_id].lives, topic, p)
+    epoch = state.leader_epoch  # type: ignore[attr-defined]
+    checker = run.checker
+    checker.leaderships[(topic, p, epoch)] = [(broker_id, 2, 0, 2.0)]
+    checker.committed_ms[(topic, p)] = [(hw + 5, 1.5, 1.6)]
+    checker.written_ms[(topic, p)] = [(hw + 5, 0.0, 0.2)]
+    checker.crash_times_ms[broker_id] = [1.0]  # before the commit, after the write
+    checker.ends_at_crash[broker_id] = [(1.0, {(topic, p): hw})]
+    checker.node_high_watermarks[key] = hw + 5
+    with pytest.raises(Violation, match="the high watermark never goes back"):
+        checker.check()
+    checker.ends_at_crash[broker_id] = [(1.0, {(topic, p): hw + 5})]
+    checker.node_high_watermarks[key] = hw + 5
+    checker.check()
+    assert checker.counted["hw_back_after_crash_election"] == 1
+
+
 def test_replicas_disagreeing_below_the_high_watermark_are_caught(run: _Run) -> None:
     run.checker.check_replicas_agree()
     broker_id, state = leading_state(run)

@@ -494,10 +494,10 @@ class PartitionLog:
         staged batches first, so the log reads the same either way.
         """
         if not coordinator and len(records) <= self._single_batch_max_bytes:
-            fields = fast_single_batch(records)
+            view = memoryview(records)
+            fields = fast_single_batch(view)
             if fields is not None:
-                info = self._append_single_as_leader(records, fields, leader_epoch, now_ms,
-                                                     defer)
+                info = self._append_single_as_leader(view, fields, leader_epoch, now_ms, defer)
                 if info is not None:
                     return info
         headers = check_batches(records)
@@ -554,7 +554,7 @@ class PartitionLog:
                           -1 if append_time is None else now_ms, self._log_start_offset,
                           num_records, total)
 
-    def _append_single_as_leader(self, records: bytes | bytearray | memoryview,
+    def _append_single_as_leader(self, view: memoryview,
                                  fields: tuple[int, ...], leader_epoch: int,
                                  now_ms: int, defer: bool = False) -> AppendInfo | None:
         """The common case, one valid CreateTime batch that needs no roll, no new
@@ -570,7 +570,7 @@ class PartitionLog:
          producer_epoch, base_sequence, records_count) = fields
         if attributes & TRANSACTIONAL_BIT and producer_id not in self.txn_index.ongoing:
             return None  # a transaction's first batch here: the general path opens it
-        size = len(records)
+        size = len(view)
         config = self._config
         active = self.segments[-1]
         if active.size and (active.size + size > config.segment_bytes
@@ -591,7 +591,7 @@ class PartitionLog:
         head = HEAD_TO_MAGIC.pack(first_offset, batch_length, leader_epoch, 2)
         if defer and active.on_staged_written is None:
             active.on_staged_written = self._staged_written
-        active.append_one(head, memoryview(records)[17:], size, first_offset, next_offset,
+        active.append_one(head, view[17:], size, first_offset, next_offset,
                           max_timestamp, defer)
         if entry is not None:
             entry.batches.append(BatchMetadata(

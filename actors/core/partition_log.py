@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from actors.core.checkpoint import TMP_SUFFIX
-from actors.core.log_epoch_cache import LeaderEpochCache
+from actors.core.log_epoch_cache import UNDEFINED_EPOCH, LeaderEpochCache
 from actors.core.log_index import DEFAULT_MAX_INDEX_BYTES, TIME_INDEX_SUFFIX
 from actors.core.log_segment import INDEX_SUFFIX, LOG_SUFFIX, LogSegment
 from actors.core.producer_state import (
@@ -72,6 +72,7 @@ LOG_APPEND_TIME = "LogAppendTime"
 _SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 _MAX_RELATIVE_OFFSET = 2**31 - 1
 _MAX_SEGMENT_BYTES = 2**31 - 1  # positions in the offset index are int32, as Kafka's
+_new_tuple = tuple.__new__
 # Finished segments whose indexes stay open (mapped, or small ones read into
 # memory) after use, per partition, least recently used first out: readers of
 # old data keep theirs, and an idle log holds its active segment's only.
@@ -203,7 +204,8 @@ class PartitionLog:
         self.dir = directory
         self.topic = topic
         self.partition = partition
-        self.config = config
+        self._single_batch_max_bytes = -1
+        self.config = config  # sets _single_batch_max_bytes
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
         # Finished segments with open indexes, least recently used first.
@@ -357,6 +359,19 @@ class PartitionLog:
     # ------------------------------------------------------------ properties
 
     @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        self._config = config
+        # Largest append the single-batch fast path takes: within max.message.bytes and
+        # segment.bytes, and CreateTime only (LogAppendTime rewrites the header).
+        self._single_batch_max_bytes = (
+            min(config.max_message_bytes, config.segment_bytes)
+            if config.message_timestamp_type == CREATE_TIME else -1)
+
+    @property
     def log_start_offset(self) -> int:
         return self._log_start_offset
 
@@ -478,11 +493,13 @@ class PartitionLog:
         before the append is acknowledged. Anything that reads the log writes
         staged batches first, so the log reads the same either way.
         """
-        fields = None if coordinator else fast_single_batch(records)
-        if fields is not None:
-            info = self._append_single_as_leader(records, fields, leader_epoch, now_ms, defer)
-            if info is not None:
-                return info
+        if not coordinator and len(records) <= self._single_batch_max_bytes:
+            view = memoryview(records)
+            fields = fast_single_batch(view)
+            if fields is not None:
+                info = self._append_single_as_leader(view, fields, leader_epoch, now_ms, defer)
+                if info is not None:
+                    return info
         headers = check_batches(records)
         if not headers:
             return self._empty_append_info()
@@ -537,23 +554,24 @@ class PartitionLog:
                           -1 if append_time is None else now_ms, self._log_start_offset,
                           num_records, total)
 
-    def _append_single_as_leader(self, records: bytes | bytearray | memoryview,
+    def _append_single_as_leader(self, view: memoryview,
                                  fields: tuple[int, ...], leader_epoch: int,
                                  now_ms: int, defer: bool = False) -> AppendInfo | None:
         """The common case, one valid CreateTime batch that needs no roll, no new
         epoch entry and (if idempotent) is simply the next in sequence, without the
         general path's lists and loops. None, before any change, for anything else.
         """
-        size = len(records)
-        config = self.config
-        if (size > config.max_message_bytes or size > config.segment_bytes
-                or config.message_timestamp_type != CREATE_TIME
-                or leader_epoch != self.epoch_cache.latest_epoch):
+        # append_as_leader checked the size against _single_batch_max_bytes (the
+        # message and segment limits; -1 for LogAppendTime topics).
+        epochs = self.epoch_cache.entries
+        if leader_epoch != (epochs[-1][0] if epochs else UNDEFINED_EPOCH):
             return None
         (_, batch_length, _, _, _, attributes, last_offset_delta, _, max_timestamp, producer_id,
          producer_epoch, base_sequence, records_count) = fields
         if attributes & TRANSACTIONAL_BIT and producer_id not in self.txn_index.ongoing:
             return None  # a transaction's first batch here: the general path opens it
+        size = len(view)
+        config = self._config
         active = self.segments[-1]
         if active.size and (active.size + size > config.segment_bytes
                             or not active.rolls_on_batch_time
@@ -573,7 +591,7 @@ class PartitionLog:
         head = HEAD_TO_MAGIC.pack(first_offset, batch_length, leader_epoch, 2)
         if defer and active.on_staged_written is None:
             active.on_staged_written = self._staged_written
-        active.append_one(head, memoryview(records)[17:], size, first_offset, next_offset,
+        active.append_one(head, view[17:], size, first_offset, next_offset,
                           max_timestamp, defer)
         if entry is not None:
             entry.batches.append(BatchMetadata(
@@ -584,8 +602,9 @@ class PartitionLog:
         self._unflushed_messages += records_count
         if self._unflushed_messages >= config.flush_messages:
             self.flush(now_ms)
-        return AppendInfo(first_offset, next_offset - 1, max_timestamp, -1,
-                          self._log_start_offset, records_count, size)
+        # tuple.__new__ skips the NamedTuple's Python-level __new__ (a frame per append).
+        return _new_tuple(AppendInfo, (first_offset, next_offset - 1, max_timestamp, -1,
+                                       self._log_start_offset, records_count, size, False))
 
     def commit(self) -> StorageError | None:
         """Write the batches staged by ``append_as_leader(defer=True)`` (one writev).

@@ -125,6 +125,39 @@ def test_batch_over_max_message_bytes_refused(tmp_path: Path) -> None:
     open_log(tmp_path / "b", max_message_bytes=len(raw)).append_as_leader(raw, 0, 0)
 
 
+def test_single_batch_appends_follow_update_config(tmp_path: Path) -> None:
+    """The one-batch path keeps the message limit and timestamp type of the config in
+    force: after update_config a batch is refused, or stamped, as a new log would."""
+    raw = batch(1, size=200)
+    log = open_log(tmp_path)
+    assert log.append_as_leader(raw, 0, 10).log_append_time_ms == -1
+    log.update_config(LogConfig(max_message_bytes=len(raw) - 1))
+    with pytest.raises(MessageTooLargeError, match=r"larger than max\.message\.bytes"):
+        log.append_as_leader(raw, 0, 10)
+    log.update_config(LogConfig(message_timestamp_type="LogAppendTime"))
+    info = log.append_as_leader(raw, 0, 77)
+    assert (info.first_offset, info.log_append_time_ms, info.max_timestamp_ms) == (1, 77, 77)
+    log.update_config(LogConfig())
+    assert log.append_as_leader(raw, 0, 10).log_append_time_ms == -1
+    assert [h.max_timestamp for h in headers(log.read(0, 10_000).records)] == [0, 77, 0]
+
+
+def test_one_batch_appends_write_what_the_general_path_writes(tmp_path: Path) -> None:
+    """A batch appended alone (the one-batch path) and the same batches appended
+    together (the general path) give the same log bytes and index entries."""
+    raws = [batch(3, size=3000, ts=i) for i in range(6)]
+    alone = open_log(tmp_path / "alone", index_interval_bytes=4000)
+    together = open_log(tmp_path / "together", index_interval_bytes=4000)
+    for raw in raws:
+        alone.append_as_leader(raw, 2, 0)
+    together.append_as_leader(b"".join(raws[:1]), 2, 0)
+    together.append_as_leader(b"".join(raws[1:]), 2, 0)
+    assert alone.read(0, 10**6).records == together.read(0, 10**6).records
+    seg_alone, seg_together = alone.segments[-1], together.segments[-1]
+    assert seg_alone.index_entries() == seg_together.index_entries()
+    assert seg_alone.time_index.all_entries() == seg_together.time_index.all_entries()
+
+
 def test_request_over_segment_bytes_refused(tmp_path: Path) -> None:
     raw = batch(1, size=100)
     log = open_log(tmp_path, segment_bytes=len(raw) * 2 - 1)

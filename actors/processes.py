@@ -1,20 +1,29 @@
 """num.processes: one broker's actors over several OS processes of one host.
 
-Process 0 (the ``actorlog serve`` process) runs every actor as with one
-process. Each further process k is a runtime node of its own (``<node>-p<k>``)
-running Acceptors, Processors and RequestHandlers only; each of its listeners is
-bound to the port of the same listener of process 0 with SO_REUSEPORT (same TLS
-context, same SCRAM credentials from the data dir), so the kernel spreads new
-connections over the processes, and clients see one broker (one node id, one
-address). Its handlers send Append/Read/... to the shards, purgatories,
-coordinators and controller of process 0 through the nodes' ipc gateways
-(one hop each way, as between threads), and ask for reads as bytes (a file
-region's descriptor means nothing in another process).
+Every process is a runtime node of its own (process 0 is the ``actorlog serve``
+process, node ``<node>``; process k is ``<node>-p<k>``) and runs a share of the
+partitions: shard i and purgatory i live in process ``i % N`` (Topology.shard),
+with a Timer for its purgatories' waits. Process 0 alone runs the LogManager,
+the controller, the group and transaction coordinators and the log cleaner.
+Each process serves connections: each of its listeners is bound to the port of
+the same listener of process 0 with SO_REUSEPORT (same TLS context, same SCRAM
+credentials from the data dir), so the kernel spreads new connections over the
+processes, and clients see one broker (one node id, one address). A handler
+sends Append/Read/... to the shard that owns the partition, in its own process
+or through the nodes' ipc gateways (one hop each way, as between threads), and
+asks a shard of another process for reads as bytes (a file region's descriptor
+means nothing in another process).
 
-Process 0's ProcessSupervisor starts the others, restarts one that dies
-(``RESTARTS_MAX`` within ``RESTART_WINDOW_S``; past that it stops the broker
-with one clear line), and stops them first at shutdown. A process whose
-parent dies gets SIGTERM (PR_SET_PDEATHSIG), so none outlives the broker.
+Processes 1.. open their shards' logs from the checkpoints on disk without
+writing anything (process 0 holds the log dir's lock and its LogManager writes
+the checkpoints for every shard, whose reports come as messages). Process 0's
+ProcessSupervisor starts the others, restarts one that dies (its logs
+recovered as after a crash; ``RESTARTS_MAX`` within ``RESTART_WINDOW_S``, past
+that it stops the broker with one clear line), and stops them first at
+shutdown: their shards' final checkpoint reports reach the LogManager while
+process 0 still runs, so it writes the clean-shutdown marker once its own shards
+closed too. A process whose parent dies gets SIGTERM (PR_SET_PDEATHSIG), so none
+outlives the broker.
 """
 
 from __future__ import annotations
@@ -78,8 +87,8 @@ class ProcessSupervisor:
         self.thread.start()
         return self
 
-    def _spawn(self, index: int) -> subprocess.Popen[str]:
-        spec = dict(self.spec, index=index)
+    def _spawn(self, index: int, restarted: bool = False) -> subprocess.Popen[str]:
+        spec = dict(self.spec, index=index, restarted=restarted)
         return subprocess.Popen(
             [sys.executable, "-m", "actors.processes", json.dumps(spec)],
             stdout=subprocess.PIPE, text=True, preexec_fn=_die_with_parent,
@@ -121,7 +130,7 @@ class ProcessSupervisor:
                 window.append(now)
                 self.restarts[k] = window
                 try:
-                    fresh = self._spawn(k)
+                    fresh = self._spawn(k, restarted=True)
                     self._wait_ready(k, fresh)
                 except (OSError, RuntimeError) as exc:
                     self.on_give_up(f"broker process {k} cannot restart: {exc}")
@@ -159,8 +168,11 @@ def run_process(spec: dict[str, Any]) -> int:
     from actors.acceptor import Acceptor
     from actors.apis.base import HandlerContext
     from actors.broker import bind_listener
+    from actors.core.log_dir import LogDir
     from actors.core.topic_store import TopicStore
+    from actors.partition_shard import PartitionShard
     from actors.processor import Processor
+    from actors.purgatory import PurgatoryShard
     from actors.request_handler import RequestHandler
     from actors.runtime.config import Config
     from actors.runtime.node import Directory, Node, NodeEndpoint
@@ -169,6 +181,7 @@ def run_process(spec: dict[str, Any]) -> int:
     from actors.security.credentials import CredentialCache
     from actors.security.local_store import LocalSecurityStore
     from actors.security.tls import server_context
+    from actors.timer import Timer
     from actors.topology import Topology
     from wire import kafka_codec
 
@@ -191,6 +204,16 @@ def run_process(spec: dict[str, Any]) -> int:
     topo = Topology.from_config(name, cfg)
     topo = Topology(name, topo.num_processors, topo.num_handlers, topo.num_shards,
                     topo.num_purgatories, topo.num_coordinators, home=main, process_nodes=names)
+    restarted = bool(spec.get("restarted"))
+    shared = cfg["actor.threads"] == "shared"
+    here = topo.local_shards()
+
+    def place(i: int) -> dict[str, Any]:
+        """actor.threads = shared: the loop of a shard of this process (as in process 0)."""
+        if not shared or not here:
+            return {}
+        return {"host": topo.shard(i if i in here else here[i % len(here)]).name}
+
     kafka_codec.warm_up()
     # The same listeners as process 0 (its ports), TLS context and SCRAM credentials
     tls_context = server_context(security.tls) if security.tls is not None else None
@@ -207,30 +230,47 @@ def run_process(spec: dict[str, Any]) -> int:
         acl_store = LocalSecurityStore.in_data_dir(data_dir)
         authorizer = Authorizer(security.super_users, security.allow_everyone_if_no_acl_found)
         authorizer.load(acl_store.get_all_acls())
-    topics = TopicStore.load(data_dir).table()
-    node.start()
     clock = node.clock
-    shared = cfg["actor.threads"] == "shared"
+    # This process's share of the partitions: shard i and purgatory i for i % N == index.
+    # They start before the gateway binds, so nothing sent to them meanwhile (queued by
+    # the senders' links until this process is up) finds them missing; the topic table
+    # is read after anything process 0 created before it started this process.
+    # Their logs open from the checkpoints on disk without writing anything (process 0
+    # holds the dir); after a restart (the process died) as after a crash: recovered.
+    log_dir = LogDir.read_only(data_dir, bool(spec.get("clean_shutdown")) and not restarted)
+    topics = TopicStore.load(data_dir).table()
+    node.spawn(Timer, topo.timer.name, clock=clock)
+    for i in here:
+        node.spawn(PartitionShard, topo.shard(i).name, topology=topo, config=cfg,
+                   log_dir=log_dir, topics=topics, broker_id=int(spec["broker_id"]),
+                   clock=clock)
+    for i in topo.local_purgatories():
+        node.spawn(PurgatoryShard, topo.purgatory(i).name, topology=topo, clock=clock,
+                   purge_interval_requests=int(cfg["purge.interval.requests"]),
+                   **place(i))
+    node.start()
     for i in range(topo.num_handlers):
         ctx = HandlerContext(topo, cfg, int(spec["broker_id"]), spec["adv_host"],
                              int(spec["adv_port"]), spec["cluster_id"], i, dict(topics),
-                             clock=clock, regions=False, authorizer=authorizer,
+                             clock=clock, authorizer=authorizer,
                              acl_store=acl_store,
                              user_store=LocalSecurityStore.in_data_dir(data_dir),
                              credentials=credentials)
-        node.spawn(RequestHandler, topo.handler(i).name, context=ctx)
+        node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **place(i))
     for i in range(topo.num_processors):
         node.spawn(Processor, topo.processor(i).name, topology=topo, config=cfg, clock=clock,
                    listener_protocols=tuple(b.security_protocol.value
                                            for b in security.listeners),
                    tls_context=tls_context, sasl_mechanisms=security.sasl_mechanisms,
                    credentials=credentials.lookup if credentials else None,
-                   **({"host": topo.handler(i % topo.num_handlers).name} if shared else {}))
+                   **(place(i) if here else
+                      {"host": topo.handler(i % topo.num_handlers).name} if shared else {}))
     for index, sock in enumerate(sockets):  # one Acceptor per listener, as in process 0
         node.spawn(Acceptor, topo.listener_acceptor(index).name, topology=topo, config=cfg,
                    listen_socket=sock, clock=clock, listener_index=index,
                    listener_name=security.listeners[index].name,
-                   **({"host": topo.handler(0).name} if shared else {}))
+                   **(place(0) if here else
+                      {"host": topo.handler(0).name} if shared else {}))
     print(READY_LINE, flush=True)
     code = node.run_until_signal()
     for sock in sockets:

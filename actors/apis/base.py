@@ -77,9 +77,6 @@ class HandlerContext:
     # cluster mode (zookeeper.connect): this handler's copy of the cluster metadata, kept by
     # the UpdateMetadata requests the ReplicaManager forwards; None on a single node
     cluster: MetadataCache | None = field(default=None, kw_only=True)
-    # whether the shards may answer reads with file regions: only when they run in
-    # this handler's process (a descriptor means nothing in another process)
-    regions: bool = field(default=True, kw_only=True)
     # authorizer.class.name = acl: this handler's copy of the ACLs (None: everyone may do
     # everything), and who asks right now: the handler sets it before it runs a request's
     # generator, so an API function's checks see its own request's principal

@@ -223,8 +223,6 @@ def run_process(spec: dict[str, Any]) -> int:
         credentials = CredentialCache(local, stamp=local.users_stamp)
         for problem in credentials.load():
             logger.warning("SCRAM credentials skipped: {}", problem)
-    sockets = [bind_listener(host, int(port), reuse_port=True)
-               for host, port in spec.get("listeners") or [[spec["host"], spec["port"]]]]
     authorizer = acl_store = None
     if security.acl_enabled:
         acl_store = LocalSecurityStore.in_data_dir(data_dir)
@@ -265,6 +263,10 @@ def run_process(spec: dict[str, Any]) -> int:
                    credentials=credentials.lookup if credentials else None,
                    **(place(i) if here else
                       {"host": topo.handler(i % topo.num_handlers).name} if shared else {}))
+    # Bound last: a connection the kernel gives this process is accepted at once (after a
+    # restart, none waits in a backlog while the shards recover)
+    sockets = [bind_listener(host, int(port), reuse_port=True)
+               for host, port in spec.get("listeners") or [[spec["host"], spec["port"]]]]
     for index, sock in enumerate(sockets):  # one Acceptor per listener, as in process 0
         node.spawn(Acceptor, topo.listener_acceptor(index).name, topology=topo, config=cfg,
                    listen_socket=sock, clock=clock, listener_index=index,

@@ -52,7 +52,12 @@ from actors.log_manager import LogManager
 from actors.metadata.store import BrokerIdInUse, MetadataError
 from actors.metadata.zk import ZkMetadataStore
 from actors.partition_shard import PartitionShard
-from actors.processes import ProcessSupervisor, process_node_name
+from actors.processes import (
+    ProcessSupervisor,
+    process_node_name,
+    remove_process_locks,
+    wait_for_earlier_processes,
+)
 from actors.processor import Processor
 from actors.purgatory import PurgatoryShard
 from actors.replica_manager import ReplicaManager
@@ -393,6 +398,10 @@ class Broker:
             self._check_cluster_curve(curve, broker_id)
         else:
             cluster_id = read_or_create_meta(data_dir, broker_id)
+        try:  # processes 1.. of an earlier run (process 0 killed) close their logs first
+            wait_for_earlier_processes(ipc_dir)
+        except RuntimeError as exc:
+            raise BrokerError(str(exc)) from None
         log_dir = LogDir.open(data_dir)
         if not log_dir.had_clean_shutdown and log_dir.partitions():
             logger.warning("no clean-shutdown marker in {}: logs past their recovery point "
@@ -794,6 +803,7 @@ class Broker:
             return
         ipc_dir = Path(node.endpoint.ipc_dir)
         try:
+            remove_process_locks(str(ipc_dir), node.name)
             (ipc_dir / f"{node.name}.gw").unlink(missing_ok=True)
             ipc_dir.rmdir()
         except OSError:

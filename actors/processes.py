@@ -29,6 +29,7 @@ outlives the broker.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
 import select
@@ -47,12 +48,51 @@ RESTARTS_MAX = 5
 RESTART_WINDOW_S = 60.0
 READY_TIMEOUT_S = 60.0
 READY_LINE = "actorlog process ready"
+PROCESS_LOCK_WAIT_S = 30.0
 _PR_SET_PDEATHSIG = 1
 
 
 def process_node_name(main: str, index: int) -> str:
     """The runtime node name of process ``index`` (0 is the main process itself)."""
     return main if index == 0 else f"{main}-p{index}"
+
+
+def lock_process(path: Path, timeout: float) -> int:
+    """Take ``path``'s flock for the life of this process (its descriptor), waiting while
+    another process holds it; RuntimeError after ``timeout`` seconds."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise RuntimeError(
+                    f"{path} is still held by an earlier process of this broker (it closes its "
+                    f"logs after a kill of process 0); stop it, then start again") from None
+            time.sleep(0.05)
+
+
+def process_lock_path(ipc_dir: str, node_name: str) -> Path:
+    """Process k's lock: held while it has logs open (in the broker's ipc dir)."""
+    return Path(ipc_dir) / f"{node_name}.lock"
+
+
+def wait_for_earlier_processes(ipc_dir: str, timeout: float = PROCESS_LOCK_WAIT_S) -> None:
+    """Before process 0 opens the logs: no process 1.. of an earlier run still has logs
+    open (process 0 killed, they get SIGTERM and close theirs; a shard must not open a
+    partition another process still writes)."""
+    for path in sorted(Path(ipc_dir).glob("*.lock")):
+        os.close(lock_process(path, timeout))
+
+
+def remove_process_locks(ipc_dir: str, main: str) -> None:
+    """At the end of a broker's stop, when processes 1.. have exited."""
+    for path in Path(ipc_dir).glob(f"{main}-p*.lock"):
+        path.unlink(missing_ok=True)
 
 
 def _die_with_parent() -> None:
@@ -235,6 +275,8 @@ def run_process(spec: dict[str, Any]) -> int:
     # is read after anything process 0 created before it started this process.
     # Their logs open from the checkpoints on disk without writing anything (process 0
     # holds the dir); after a restart (the process died) as after a crash: recovered.
+    # An earlier life of this process (process 0 was killed) may still be closing its logs
+    lock = lock_process(process_lock_path(spec["ipc_dir"], name), PROCESS_LOCK_WAIT_S)
     log_dir = LogDir.read_only(data_dir, bool(spec.get("clean_shutdown")) and not restarted)
     topics = TopicStore.load(data_dir).table()
     node.spawn(Timer, topo.timer.name, clock=clock)
@@ -281,6 +323,7 @@ def run_process(spec: dict[str, Any]) -> int:
         (Path(spec["ipc_dir"]) / f"{name}.gw").unlink(missing_ok=True)
     except OSError:
         pass
+    os.close(lock)  # the logs are closed
     return code
 
 

@@ -52,7 +52,12 @@ from actors.log_manager import LogManager
 from actors.metadata.store import BrokerIdInUse, MetadataError
 from actors.metadata.zk import ZkMetadataStore
 from actors.partition_shard import PartitionShard
-from actors.processes import ProcessSupervisor, process_node_name
+from actors.processes import (
+    ProcessSupervisor,
+    process_node_name,
+    remove_process_locks,
+    wait_for_earlier_processes,
+)
 from actors.processor import Processor
 from actors.purgatory import PurgatoryShard
 from actors.replica_manager import ReplicaManager
@@ -393,6 +398,10 @@ class Broker:
             self._check_cluster_curve(curve, broker_id)
         else:
             cluster_id = read_or_create_meta(data_dir, broker_id)
+        try:  # processes 1.. of an earlier run (process 0 killed) close their logs first
+            wait_for_earlier_processes(ipc_dir)
+        except RuntimeError as exc:
+            raise BrokerError(str(exc)) from None
         log_dir = LogDir.open(data_dir)
         if not log_dir.had_clean_shutdown and log_dir.partitions():
             logger.warning("no clean-shutdown marker in {}: logs past their recovery point "
@@ -437,10 +446,17 @@ class Broker:
             node.spawn(Timer, topo.timer.name, clock=clock)
             shared = cfg["actor.threads"] == "shared"
 
+            local = topo.local_shards()
+
             def place(i: int) -> dict[str, Any]:
-                """Worker thread i (the loop of shard-i) also runs the i-th of the others."""
-                if shared and i < topo.num_shards:
+                """Worker thread i (the loop of shard-i) also runs the i-th of the others;
+                with num.processes > 1, a local shard's loop (never another process's)."""
+                if not shared:
+                    return {}
+                if i < topo.num_shards and i in local:
                     return {"host": topo.shard(i).name}
+                if processes > 1 and local:
+                    return {"host": topo.shard(local[i % len(local)]).name}
                 return {}
 
             # The LogManager owns log_dir and updates its maps; shards get a snapshot
@@ -449,10 +465,10 @@ class Broker:
             snapshot.high_watermarks = dict(log_dir.high_watermarks)
             snapshot.recovery_points = dict(log_dir.recovery_points)
             snapshot.log_start_offsets = dict(log_dir.log_start_offsets)
-            for i in range(topo.num_shards):
+            for i in local:  # num.processes > 1: the others run in processes 1..
                 node.spawn(PartitionShard, topo.shard(i).name, topology=topo, config=cfg,
                            log_dir=snapshot, topics=topics, broker_id=broker_id, clock=clock)
-            for i in range(topo.num_purgatories):
+            for i in topo.local_purgatories():
                 node.spawn(PurgatoryShard, topo.purgatory(i).name, topology=topo, clock=clock,
                            purge_interval_requests=int(cfg["purge.interval.requests"]),
                            **place(i))
@@ -490,7 +506,8 @@ class Broker:
                 self._register(cfg, node, topo, broker_id)
             if processes > 1:
                 self._start_processes(cfg, data_dir, ipc_dir, node_name, broker_id, adv_host,
-                                      adv_port, cluster_id, processes)
+                                      adv_port, cluster_id, processes,
+                                      log_dir.had_clean_shutdown)
         except BaseException:
             if self.supervisor is not None:
                 self.supervisor.stop()
@@ -589,14 +606,17 @@ class Broker:
 
     def _start_processes(self, cfg: Config, data_dir: Path, ipc_dir: str, node_name: str,
                          broker_id: int, adv_host: str, adv_port: int, cluster_id: str,
-                         processes: int) -> None:
-        """num.processes > 1: processes 1..N-1 serve connections on the same port."""
+                         processes: int, clean_shutdown: bool) -> None:
+        """num.processes > 1: processes 1..N-1 serve connections on the same port and run
+        their share of the shards; ``clean_shutdown``: whether the dir had the marker
+        (process 0 removed it; a process restarted later recovers its logs regardless)."""
         spec = {"config": {k: cfg[k] for k in cfg.set_keys}, "main": node_name, "host": self.host,
                 "port": self.port, "adv_host": adv_host, "adv_port": adv_port,
                 "cluster_id": cluster_id, "broker_id": broker_id, "ipc_dir": ipc_dir,
                 "gateway_host": str(cfg["actor.gateway.host"]), "data_dir": str(data_dir),
                 # every listener, bound to the ports process 0 got (port 0 in the config)
-                "listeners": [[b.host, b.port] for b in self.bound]}
+                "listeners": [[b.host, b.port] for b in self.bound],
+                "clean_shutdown": clean_shutdown}
 
         def give_up(reason: str) -> None:
             logger.bind(node=node_name).error(reason)
@@ -783,6 +803,7 @@ class Broker:
             return
         ipc_dir = Path(node.endpoint.ipc_dir)
         try:
+            remove_process_locks(str(ipc_dir), node.name)
             (ipc_dir / f"{node.name}.gw").unlink(missing_ok=True)
             ipc_dir.rmdir()
         except OSError:

@@ -1,25 +1,35 @@
 """num.processes: one broker's actors over several OS processes of one host.
 
-Process 0 (the ``actorlog serve`` process) runs every actor as with one
-process. Each further process k is a runtime node of its own (``<node>-p<k>``)
-running Acceptors, Processors and RequestHandlers only; each of its listeners is
-bound to the port of the same listener of process 0 with SO_REUSEPORT (same TLS
-context, same SCRAM credentials from the data dir), so the kernel spreads new
-connections over the processes, and clients see one broker (one node id, one
-address). Its handlers send Append/Read/... to the shards, purgatories,
-coordinators and controller of process 0 through the nodes' ipc gateways
-(one hop each way, as between threads), and ask for reads as bytes (a file
-region's descriptor means nothing in another process).
+Every process is a runtime node of its own (process 0 is the ``actorlog serve``
+process, node ``<node>``; process k is ``<node>-p<k>``) and runs a share of the
+partitions: shard i and purgatory i live in process ``i % N`` (Topology.shard),
+with a Timer for its purgatories' waits. Process 0 alone runs the LogManager,
+the controller, the group and transaction coordinators and the log cleaner.
+Each process serves connections: each of its listeners is bound to the port of
+the same listener of process 0 with SO_REUSEPORT (same TLS context, same SCRAM
+credentials from the data dir), so the kernel spreads new connections over the
+processes, and clients see one broker (one node id, one address). A handler
+sends Append/Read/... to the shard that owns the partition, in its own process
+or through the nodes' ipc gateways (one hop each way, as between threads), and
+asks a shard of another process for reads as bytes (a file region's descriptor
+means nothing in another process).
 
-Process 0's ProcessSupervisor starts the others, restarts one that dies
-(``RESTARTS_MAX`` within ``RESTART_WINDOW_S``; past that it stops the broker
-with one clear line), and stops them first at shutdown. A process whose
-parent dies gets SIGTERM (PR_SET_PDEATHSIG), so none outlives the broker.
+Processes 1.. open their shards' logs from the checkpoints on disk without
+writing anything (process 0 holds the log dir's lock and its LogManager writes
+the checkpoints for every shard, whose reports come as messages). Process 0's
+ProcessSupervisor starts the others, restarts one that dies (its logs
+recovered as after a crash; ``RESTARTS_MAX`` within ``RESTART_WINDOW_S``, past
+that it stops the broker with one clear line), and stops them first at
+shutdown: their shards' final checkpoint reports reach the LogManager while
+process 0 still runs, so it writes the clean-shutdown marker once its own shards
+closed too. A process whose parent dies gets SIGTERM (PR_SET_PDEATHSIG), so none
+outlives the broker.
 """
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
 import select
@@ -38,12 +48,51 @@ RESTARTS_MAX = 5
 RESTART_WINDOW_S = 60.0
 READY_TIMEOUT_S = 60.0
 READY_LINE = "actorlog process ready"
+PROCESS_LOCK_WAIT_S = 30.0
 _PR_SET_PDEATHSIG = 1
 
 
 def process_node_name(main: str, index: int) -> str:
     """The runtime node name of process ``index`` (0 is the main process itself)."""
     return main if index == 0 else f"{main}-p{index}"
+
+
+def lock_process(path: Path, timeout: float) -> int:
+    """Take ``path``'s flock for the life of this process (its descriptor), waiting while
+    another process holds it; RuntimeError after ``timeout`` seconds."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise RuntimeError(
+                    f"{path} is still held by an earlier process of this broker (it closes its "
+                    f"logs after a kill of process 0); stop it, then start again") from None
+            time.sleep(0.05)
+
+
+def process_lock_path(ipc_dir: str, node_name: str) -> Path:
+    """Process k's lock: held while it has logs open (in the broker's ipc dir)."""
+    return Path(ipc_dir) / f"{node_name}.lock"
+
+
+def wait_for_earlier_processes(ipc_dir: str, timeout: float = PROCESS_LOCK_WAIT_S) -> None:
+    """Before process 0 opens the logs: no process 1.. of an earlier run still has logs
+    open (process 0 killed, they get SIGTERM and close theirs; a shard must not open a
+    partition another process still writes)."""
+    for path in sorted(Path(ipc_dir).glob("*.lock")):
+        os.close(lock_process(path, timeout))
+
+
+def remove_process_locks(ipc_dir: str, main: str) -> None:
+    """At the end of a broker's stop, when processes 1.. have exited."""
+    for path in Path(ipc_dir).glob(f"{main}-p*.lock"):
+        path.unlink(missing_ok=True)
 
 
 def _die_with_parent() -> None:
@@ -78,8 +127,8 @@ class ProcessSupervisor:
         self.thread.start()
         return self
 
-    def _spawn(self, index: int) -> subprocess.Popen[str]:
-        spec = dict(self.spec, index=index)
+    def _spawn(self, index: int, restarted: bool = False) -> subprocess.Popen[str]:
+        spec = dict(self.spec, index=index, restarted=restarted)
         return subprocess.Popen(
             [sys.executable, "-m", "actors.processes", json.dumps(spec)],
             stdout=subprocess.PIPE, text=True, preexec_fn=_die_with_parent,
@@ -121,7 +170,7 @@ class ProcessSupervisor:
                 window.append(now)
                 self.restarts[k] = window
                 try:
-                    fresh = self._spawn(k)
+                    fresh = self._spawn(k, restarted=True)
                     self._wait_ready(k, fresh)
                 except (OSError, RuntimeError) as exc:
                     self.on_give_up(f"broker process {k} cannot restart: {exc}")
@@ -159,8 +208,11 @@ def run_process(spec: dict[str, Any]) -> int:
     from actors.acceptor import Acceptor
     from actors.apis.base import HandlerContext
     from actors.broker import bind_listener
+    from actors.core.log_dir import LogDir
     from actors.core.topic_store import TopicStore
+    from actors.partition_shard import PartitionShard
     from actors.processor import Processor
+    from actors.purgatory import PurgatoryShard
     from actors.request_handler import RequestHandler
     from actors.runtime.config import Config
     from actors.runtime.node import Directory, Node, NodeEndpoint
@@ -169,6 +221,7 @@ def run_process(spec: dict[str, Any]) -> int:
     from actors.security.credentials import CredentialCache
     from actors.security.local_store import LocalSecurityStore
     from actors.security.tls import server_context
+    from actors.timer import Timer
     from actors.topology import Topology
     from wire import kafka_codec
 
@@ -191,6 +244,16 @@ def run_process(spec: dict[str, Any]) -> int:
     topo = Topology.from_config(name, cfg)
     topo = Topology(name, topo.num_processors, topo.num_handlers, topo.num_shards,
                     topo.num_purgatories, topo.num_coordinators, home=main, process_nodes=names)
+    restarted = bool(spec.get("restarted"))
+    shared = cfg["actor.threads"] == "shared"
+    here = topo.local_shards()
+
+    def place(i: int) -> dict[str, Any]:
+        """actor.threads = shared: the loop of a shard of this process (as in process 0)."""
+        if not shared or not here:
+            return {}
+        return {"host": topo.shard(i if i in here else here[i % len(here)]).name}
+
     kafka_codec.warm_up()
     # The same listeners as process 0 (its ports), TLS context and SCRAM credentials
     tls_context = server_context(security.tls) if security.tls is not None else None
@@ -200,37 +263,58 @@ def run_process(spec: dict[str, Any]) -> int:
         credentials = CredentialCache(local, stamp=local.users_stamp)
         for problem in credentials.load():
             logger.warning("SCRAM credentials skipped: {}", problem)
-    sockets = [bind_listener(host, int(port), reuse_port=True)
-               for host, port in spec.get("listeners") or [[spec["host"], spec["port"]]]]
     authorizer = acl_store = None
     if security.acl_enabled:
         acl_store = LocalSecurityStore.in_data_dir(data_dir)
         authorizer = Authorizer(security.super_users, security.allow_everyone_if_no_acl_found)
         authorizer.load(acl_store.get_all_acls())
-    topics = TopicStore.load(data_dir).table()
-    node.start()
     clock = node.clock
-    shared = cfg["actor.threads"] == "shared"
+    # This process's share of the partitions: shard i and purgatory i for i % N == index.
+    # They start before the gateway binds, so nothing sent to them meanwhile (queued by
+    # the senders' links until this process is up) finds them missing; the topic table
+    # is read after anything process 0 created before it started this process.
+    # Their logs open from the checkpoints on disk without writing anything (process 0
+    # holds the dir); after a restart (the process died) as after a crash: recovered.
+    # An earlier life of this process (process 0 was killed) may still be closing its logs
+    lock = lock_process(process_lock_path(spec["ipc_dir"], name), PROCESS_LOCK_WAIT_S)
+    log_dir = LogDir.read_only(data_dir, bool(spec.get("clean_shutdown")) and not restarted)
+    topics = TopicStore.load(data_dir).table()
+    node.spawn(Timer, topo.timer.name, clock=clock)
+    for i in here:
+        node.spawn(PartitionShard, topo.shard(i).name, topology=topo, config=cfg,
+                   log_dir=log_dir, topics=topics, broker_id=int(spec["broker_id"]),
+                   clock=clock)
+    for i in topo.local_purgatories():
+        node.spawn(PurgatoryShard, topo.purgatory(i).name, topology=topo, clock=clock,
+                   purge_interval_requests=int(cfg["purge.interval.requests"]),
+                   **place(i))
+    node.start()
     for i in range(topo.num_handlers):
         ctx = HandlerContext(topo, cfg, int(spec["broker_id"]), spec["adv_host"],
                              int(spec["adv_port"]), spec["cluster_id"], i, dict(topics),
-                             clock=clock, regions=False, authorizer=authorizer,
+                             clock=clock, authorizer=authorizer,
                              acl_store=acl_store,
                              user_store=LocalSecurityStore.in_data_dir(data_dir),
                              credentials=credentials)
-        node.spawn(RequestHandler, topo.handler(i).name, context=ctx)
+        node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **place(i))
     for i in range(topo.num_processors):
         node.spawn(Processor, topo.processor(i).name, topology=topo, config=cfg, clock=clock,
                    listener_protocols=tuple(b.security_protocol.value
                                            for b in security.listeners),
                    tls_context=tls_context, sasl_mechanisms=security.sasl_mechanisms,
                    credentials=credentials.lookup if credentials else None,
-                   **({"host": topo.handler(i % topo.num_handlers).name} if shared else {}))
+                   **(place(i) if here else
+                      {"host": topo.handler(i % topo.num_handlers).name} if shared else {}))
+    # Bound last: a connection the kernel gives this process is accepted at once (after a
+    # restart, none waits in a backlog while the shards recover)
+    sockets = [bind_listener(host, int(port), reuse_port=True)
+               for host, port in spec.get("listeners") or [[spec["host"], spec["port"]]]]
     for index, sock in enumerate(sockets):  # one Acceptor per listener, as in process 0
         node.spawn(Acceptor, topo.listener_acceptor(index).name, topology=topo, config=cfg,
                    listen_socket=sock, clock=clock, listener_index=index,
                    listener_name=security.listeners[index].name,
-                   **({"host": topo.handler(0).name} if shared else {}))
+                   **(place(0) if here else
+                      {"host": topo.handler(0).name} if shared else {}))
     print(READY_LINE, flush=True)
     code = node.run_until_signal()
     for sock in sockets:
@@ -239,6 +323,7 @@ def run_process(spec: dict[str, Any]) -> int:
         (Path(spec["ipc_dir"]) / f"{name}.gw").unlink(missing_ok=True)
     except OSError:
         pass
+    os.close(lock)  # the logs are closed
     return code
 
 

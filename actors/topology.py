@@ -57,10 +57,11 @@ class Topology:
     num_shards: int
     num_purgatories: int
     num_coordinators: int
-    # num.processes > 1: the node of the process that owns the shards, purgatories,
-    # coordinators, controller, timer and log manager ("" : this node), and the nodes
-    # of every process that serves connections (each runs an Acceptor, Processors
-    # and RequestHandlers of its own).
+    # num.processes > 1: the node of process 0, which owns the coordinators, controller
+    # and log manager ("" : this node), and the nodes of every process of the broker
+    # (process 0 first). Each process serves connections (an Acceptor, Processors and
+    # RequestHandlers of its own) and runs a share of the partitions: shard i and
+    # purgatory i live in process ``i % len(process_nodes)``.
     home: str = ""
     process_nodes: tuple[str, ...] = ()
 
@@ -88,11 +89,23 @@ class Topology:
     def handler(self, i: int) -> Address:
         return Address(self.node, f"handler-{i}")
 
+    def process_of(self, i: int) -> str:
+        """The node of the process that runs shard ``i`` and purgatory ``i``."""
+        nodes = self.process_nodes
+        return nodes[i % len(nodes)] if nodes else (self.home or self.node)
+
     def shard(self, i: int) -> Address:
-        return Address(self.home or self.node, f"shard-{i}")
+        return Address(self.process_of(i), f"shard-{i}")
 
     def purgatory(self, i: int) -> Address:
-        return Address(self.home or self.node, f"purgatory-{i}")
+        return Address(self.process_of(i), f"purgatory-{i}")
+
+    def local_shards(self) -> list[int]:
+        """The indexes of the shards that run in this process (all with one process)."""
+        return [i for i in range(self.num_shards) if self.process_of(i) == self.node]
+
+    def local_purgatories(self) -> list[int]:
+        return [i for i in range(self.num_purgatories) if self.process_of(i) == self.node]
 
     def coordinator(self, i: int) -> Address:
         return Address(self.home or self.node, f"coordinator-{i}")
@@ -112,7 +125,8 @@ class Topology:
 
     @property
     def timer(self) -> Address:
-        return Address(self.home or self.node, "timer")
+        """Every process runs a Timer of its own (its purgatories' waits stay local)."""
+        return Address(self.node, "timer")
 
     @property
     def log_manager(self) -> Address:

@@ -77,9 +77,6 @@ class HandlerContext:
     # cluster mode (zookeeper.connect): this handler's copy of the cluster metadata, kept by
     # the UpdateMetadata requests the ReplicaManager forwards; None on a single node
     cluster: MetadataCache | None = field(default=None, kw_only=True)
-    # whether the shards may answer reads with file regions: only when they run in
-    # this handler's process (a descriptor means nothing in another process)
-    regions: bool = field(default=True, kw_only=True)
     # authorizer.class.name = acl: this handler's copy of the ACLs (None: everyone may do
     # everything), and who asks right now: the handler sets it before it runs a request's
     # generator, so an API function's checks see its own request's principal
@@ -179,12 +176,21 @@ class HandlerContext:
 
         (start ms << 20) leaves room for a million ids per handler-set and ms of
         uptime before the next start's range; within a run, handler i hands out
-        i, i + H, i + 2H, ... so handlers never collide.
+        i, i + H, i + 2H, ... so handlers never collide. With num.processes = N the
+        handlers of all processes count as one set of N * H (handler i of process k is
+        k * H + i): two processes' handler i whose first InitProducerId fell in the
+        same millisecond handed out the same ids, and one producer's batches were
+        taken for another's duplicates (acknowledged, never written).
         """
         if not self.producer_id_base:
             self.producer_id_base = self.clock.wall_ms() << 20
         self.producer_id_counter += 1
-        local = self.producer_id_counter * self.topology.num_handlers + self.handler_index
+        topo = self.topology
+        nodes = topo.process_nodes
+        handlers = topo.num_handlers * max(1, len(nodes))
+        index = (nodes.index(topo.node) if topo.node in nodes else 0) * topo.num_handlers \
+            + self.handler_index
+        local = self.producer_id_counter * handlers + index
         if self.cluster is None:
             return self.producer_id_base + local
         # In a cluster every node takes its base from its own clock: two nodes whose first

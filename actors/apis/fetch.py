@@ -1,7 +1,8 @@
 """Fetch: read whole batches from the shards; wait in the purgatory for min_bytes.
 
-The shards hand back file regions of their segments (save small amounts,
-read as bytes); the response carries the regions to the Processor, which
+The shards of the handler's own process hand back file regions of their
+segments (save small amounts, read as bytes), those of another process bytes;
+the response carries the regions to the Processor, which
 sends them from the files. A response is capped by the broker's
 ``fetch.max.bytes`` as well as by the request's max_bytes, as in Kafka.
 Regions this function drops (a read redone after waiting, a partition cut by
@@ -35,8 +36,11 @@ def _read(replica_id: int, max_bytes: int, rows: list[ReadRow],
 
 def _read_calls(ctx: HandlerContext, replica_id: int, max_bytes: int,
                 rows: list[ReadRow], isolation: int = 0) -> list[Call]:
+    """One Read per shard; file regions only from a shard of this handler's own process
+    (num.processes > 1: a descriptor means nothing in another process)."""
+    here = ctx.topology.node
     return [
-        Call(shard, _read(replica_id, max_bytes, shard_rows, isolation, ctx.regions))
+        Call(shard, _read(replica_id, max_bytes, shard_rows, isolation, shard.node == here))
         for shard, shard_rows in group_by_shard(ctx, rows).items()
     ]
 

@@ -83,6 +83,23 @@ class LogDir:
             fsync_dir(path)
         return log_dir
 
+    @classmethod
+    def read_only(cls, path: Path, had_clean_shutdown: bool) -> LogDir:
+        """The checkpoints as they are on disk, for a process that does not own the dir.
+
+        num.processes > 1: processes 1.. open their shards' logs from this. Nothing is
+        written, created or removed (process 0 opened the dir, holds its lock and
+        removed the marker already), so ``had_clean_shutdown`` comes from process 0
+        (False for a process restarted after it died: its logs are recovered).
+        """
+        log_dir = cls(path)
+        log_dir.high_watermarks = read_offset_checkpoint(path / REPLICATION_OFFSET_CHECKPOINT)
+        log_dir.recovery_points = read_offset_checkpoint(
+            path / RECOVERY_POINT_OFFSET_CHECKPOINT)
+        log_dir.log_start_offsets = read_offset_checkpoint(path / LOG_START_OFFSET_CHECKPOINT)
+        log_dir.had_clean_shutdown = had_clean_shutdown
+        return log_dir
+
     def partitions(self) -> list[TopicPartition]:
         """The partitions that have a directory here, sorted."""
         found = []

@@ -47,10 +47,10 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                       "listeners)"),
     "log.dirs": ("./actorlog-data", str, "data directories, comma separated, each locked "
                                          "(.lock) while a broker runs; the first holds the logs"),
-    "num.processes": (1, int, "OS processes of one broker: process 0 owns the partitions, "
-                      "purgatories, groups and controller; every process serves connections "
-                      "on every listener (SO_REUSEPORT) with Processors and handlers of its "
-                      "own"),
+    "num.processes": (1, int, "OS processes of one broker: shard i and purgatory i run in "
+                      "process i % num.processes, process 0 owns the groups, controller and "
+                      "checkpoints; every process serves connections on every listener "
+                      "(SO_REUSEPORT) with Processors and handlers of its own"),
     "num.network.threads": (2, int, "Processor actors"),
     "num.io.threads": (2, int, "RequestHandler actors"),
     "num.partition.shards": (2, int, "PartitionShard actors"),

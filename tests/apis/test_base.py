@@ -41,3 +41,16 @@ def test_cluster_nodes_starting_in_one_millisecond_never_hand_out_the_same_id() 
     ids = [ctx.next_producer_id() for _ in range(200) for ctx in contexts]
     assert len(set(ids)) == len(ids)
     assert all(0 < pid < 2**63 for pid in ids)
+
+
+def test_the_processes_of_one_broker_starting_in_one_millisecond_never_share_an_id() -> None:
+    """num.processes = 3: handler i of every process took its base in the same millisecond
+    and handed out the same ids (one idempotent producer's batches were then taken for
+    another's duplicates: acknowledged and never written)."""
+    clock = ManualClock(wall_start_ms=1_000)
+    nodes = ("node-1", "node-1-p1", "node-1-p2")
+    contexts = [HandlerContext(Topology(n, 1, 2, 1, 1, 1, home="node-1", process_nodes=nodes),
+                               Config(), 1, "127.0.0.1", 9092, "cluster", i, clock=clock)
+                for n in nodes for i in range(2)]
+    ids = [ctx.next_producer_id() for _ in range(200) for ctx in contexts]
+    assert len(set(ids)) == len(ids)

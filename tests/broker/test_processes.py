@@ -2,9 +2,11 @@
 
 Real processes: ``actorlog serve`` with num.processes = 2 starts a second
 process that binds the same port (SO_REUSEPORT) and serves connections with
-handlers of its own, while the partitions live in the first. Which process
-takes a connection is the kernel's choice, so the tests open many and check
-from /proc that both processes hold some.
+handlers of its own, and runs the odd shards (shard i lives in process i % 2),
+so each process owns some partitions. Which process takes a connection is the
+kernel's choice, so the tests open many and check from /proc that both
+processes hold some; which process owns a partition is checked from /proc too
+(the process that holds the partition's segment file open).
 """
 
 from __future__ import annotations
@@ -12,11 +14,17 @@ from __future__ import annotations
 import os
 import re
 import signal
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from actors.core.checkpoint import RECOVERY_POINT_OFFSET_CHECKPOINT, read_offset_checkpoint
+from actors.core.log_dir import CLEAN_SHUTDOWN_FILE
+from actors.topology import spread_index
 from tests.broker.rawclient import RawClient, read_records, record_batch, wait_for_log
 from tests.fixtures.broker import BrokerProcess
 from tests.fixtures.waiting import wait_for
@@ -181,3 +189,271 @@ def test_the_processes_of_a_broker_with_curve_talk_over_it(tmp_path: Path) -> No
         assert "gateway refused" not in log
     finally:
         broker.stop()
+
+
+# ------------------------------------------------------ partitions in both processes
+SHARDS = 2  # num.partition.shards by default: shard 0 in process 0, shard 1 in process 1
+
+
+def owner_process(topic: str, partition: int, processes: int = 2) -> int:
+    """The process whose shard owns the partition (Topology.shard: shard i in i % N)."""
+    return spread_index(topic, partition, SHARDS) % processes
+
+
+def split_partitions(topic: str, count: int) -> tuple[list[int], list[int]]:
+    """(process 0's partitions, process 1's partitions) of a topic."""
+    owners = [owner_process(topic, p) for p in range(count)]
+    return ([p for p in range(count) if owners[p] == 0],
+            [p for p in range(count) if owners[p] == 1])
+
+
+def holds_segment_of(pid: int, data_dir: Path, topic: str, partition: int) -> bool:
+    """Whether process ``pid`` has a segment file of the partition open."""
+    where = str((data_dir / f"{topic}-{partition}").resolve()) + "/"
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(where) and target.endswith(".log"):
+            return True
+    return False
+
+
+def produce_all(bootstrap: str, topic: str, values: dict[int, list[bytes]],
+                producers: int = 1) -> None:
+    """Every value to its partition with acks=all through ``producers`` confluent producers
+    (each its own connections, so they land on either process); every one acknowledged."""
+    from confluent_kafka import Producer
+
+    clients = [Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2,
+                         "enable.idempotence": True, "message.timeout.ms": 30_000})
+               for _ in range(producers)]
+    errors: list[str] = []
+    acked: list[tuple[int, bytes]] = []
+
+    def on_delivery(err: object, msg: object) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            acked.append((msg.partition(), msg.value()))  # type: ignore[attr-defined]
+
+    n = 0
+    for partition, vals in values.items():
+        for value in vals:
+            clients[n % producers].produce(topic, value=value, partition=partition,
+                                           on_delivery=on_delivery)
+            n += 1
+    for client in clients:
+        assert client.flush(30) == 0
+    assert errors == []
+    assert len(acked) == n
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, expected: int,
+                timeout: float = 30.0, ignore: frozenset[bytes] = frozenset()
+                ) -> dict[int, list[bytes]]:
+    """Every partition's values from the start, read by a confluent consumer, until
+    ``expected`` were read; values in ``ignore`` are left out (and not counted)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}",
+                         "enable.auto.commit": False, "enable.partition.eof": False})
+    got: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        total = 0
+        deadline = time.monotonic() + timeout
+        while total < expected and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 0.5):
+                assert msg.error() is None, msg.error()
+                if msg.value() not in ignore:
+                    got[msg.partition()].append(msg.value())
+                    total += 1
+    finally:
+        consumer.close()
+    return got
+
+
+def record_diff(got: dict[int, list[bytes]], values: dict[int, list[bytes]]) -> dict[int, Any]:
+    """Per partition whose records differ from its values (each once, in any order: the
+    producers interleave): how many were read and expected, some missing and extra."""
+    diff = {}
+    for p in sorted(set(got) | set(values)):
+        read, want = sorted(got.get(p, [])), sorted(values.get(p, []))
+        if read != want:
+            missing = sorted(set(want) - set(read))
+            extra = sorted(set(read) - set(want))
+            diff[p] = (len(read), len(want), missing[:5], extra[:5])
+    return diff
+
+
+def test_each_process_owns_partitions_served_through_either_process(
+        two_process_broker: BrokerProcess) -> None:
+    broker = two_process_broker
+    assert broker.proc is not None
+    [worker] = worker_pids(broker)
+    topic, count = "halves", 6
+    mine, theirs = split_partitions(topic, count)
+    assert mine and theirs, (mine, theirs)
+    with RawClient(broker.port) as admin:
+        assert admin.create_topic(topic, count) == 0
+    values = {p: [b"%d-%d" % (p, i) for i in range(40)] for p in range(count)}
+    produce_all(broker.bootstrap, topic, values, producers=8)
+    # process 1's shard opened (and wrote) its partitions' logs, process 0 did not
+    data_dir = broker.data_dir
+    for p in theirs:
+        assert holds_segment_of(worker, data_dir, topic, p), p
+        assert not holds_segment_of(broker.proc.pid, data_dir, topic, p), p
+    for p in mine:
+        assert holds_segment_of(broker.proc.pid, data_dir, topic, p), p
+        assert not holds_segment_of(worker, data_dir, topic, p), p
+    # raw connections on both processes read every partition (file regions from a local
+    # shard, bytes from the other process's)
+    clients = [RawClient(broker.port, client_id=f"r{i}") for i in range(16)]
+    try:
+        for client in clients:  # (a RawClient connects at its first request)
+            for p in range(count):
+                got = [v for _o, _k, v in read_records(client.fetch(topic, p, 0).records)]
+                assert sorted(got) == sorted(values[p]), (p, got[:3])
+        inodes = established_inodes(broker.port)
+        on_main = connections_of(broker.proc.pid, inodes)
+        on_worker = connections_of(worker, inodes)
+        assert on_main > 0 and on_worker > 0, (on_main, on_worker)
+    finally:
+        for client in clients:
+            client.close()
+    assert record_diff(consume_all(broker.bootstrap, topic, count, 40 * count), values) == {}
+
+
+def test_process_1_killed_its_partitions_recover_while_process_0_serves(
+        two_process_broker: BrokerProcess) -> None:
+    broker = two_process_broker
+    [worker] = worker_pids(broker)
+    topic, count = "survive", 4
+    mine, theirs = split_partitions(topic, count)
+    assert mine and theirs, (mine, theirs)
+    with RawClient(broker.port) as admin:
+        assert admin.create_topic(topic, count) == 0
+    values = {p: [b"before-%d-%d" % (p, i) for i in range(100)] for p in range(count)}
+    produce_all(broker.bootstrap, topic, values, producers=4)  # every one acknowledged
+    assert holds_segment_of(worker, broker.data_dir, topic, theirs[0])
+
+    os.kill(worker, signal.SIGKILL)
+    # (a connection the kernel queued for the dying process is reset: wait until it is gone)
+    wait_for(lambda: not alive(worker), "process 1 to die")
+    # While process 1 restarts, process 0's partitions go on taking and serving records:
+    # new connections land on process 0 alone (process 1's listener died with it).
+    during = resets = 0
+    unanswered: set[bytes] = set()  # may or may not be in the log
+    deadline = time.monotonic() + 60
+    while worker_pids(broker) == [worker] and time.monotonic() < deadline:
+        p = mine[during % len(mine)]
+        value = b"during-%d-%d" % (during, resets)  # each attempt its own value
+        try:
+            with RawClient(broker.port) as client:
+                answer = client.produce(topic, p, record_batch([(None, value)]), acks=-1)
+        except ConnectionError:  # now and then, one just after the kill (not acknowledged)
+            unanswered.add(value)
+            resets += 1
+            assert resets <= 3, "connections reset again and again"
+            continue
+        assert answer.error_code == 0, answer
+        values[p].append(value)
+        with RawClient(broker.port) as client:
+            got = [v for _o, _k, v in read_records(client.fetch(topic, p, 0).records)]
+        assert got[-1] == value
+        if worker_pids(broker) != [worker]:
+            break  # restarted meanwhile: this one does not count as served during it
+        during += 1
+    assert during > 0, "process 1 restarted before process 0 served any request"
+    wait_for_log(broker, "exited with -9; restarting it")
+    [restarted] = wait_for(lambda: worker_pids(broker) != [worker] and worker_pids(broker),
+                           "the restarted process", timeout=60)
+    assert alive(restarted)
+    # its partitions came back with every acknowledged record, recovered in process 1
+    after = {p: [b"after-%d-%d" % (p, i) for i in range(20)] for p in range(count)}
+    produce_all(broker.bootstrap, topic, after, producers=2)
+    for p in range(count):
+        values[p] += after[p]
+    for p in theirs:
+        assert holds_segment_of(restarted, broker.data_dir, topic, p), p
+    expected = sum(len(v) for v in values.values())
+    got = consume_all(broker.bootstrap, topic, count, expected, ignore=frozenset(unanswered))
+    assert record_diff(got, values) == {}
+
+
+def test_sigterm_leaves_the_marker_and_every_shards_checkpoint(
+        two_process_broker: BrokerProcess) -> None:
+    """Process 1's shards report their final offsets to process 0's LogManager before
+    process 1 exits: the checkpoints hold its partitions' log ends, and the marker is
+    written only once every shard of both processes closed its logs."""
+    broker = two_process_broker
+    topic, count = "closing", 4
+    mine, theirs = split_partitions(topic, count)
+    assert mine and theirs, (mine, theirs)
+    with RawClient(broker.port) as admin:
+        assert admin.create_topic(topic, count) == 0
+    values = {p: [b"%d-%d" % (p, i) for i in range(10 + 5 * p)] for p in range(count)}
+    produce_all(broker.bootstrap, topic, values, producers=2)
+    assert broker.stop() == 0
+    data_dir = broker.data_dir
+    assert (data_dir / CLEAN_SHUTDOWN_FILE).exists()
+    assert f"all {SHARDS} shards closed their logs" in broker.log()
+    points = read_offset_checkpoint(data_dir / RECOVERY_POINT_OFFSET_CHECKPOINT)
+    for p in range(count):
+        assert points.get((topic, p)) == len(values[p]), (p, points.get((topic, p)))
+    # the next start trusts the logs (no recovery) and has every record
+    again = BrokerProcess(data_dir, config={"num.processes": 2},
+                          log_name="broker-again.log").start()
+    try:
+        wait_for(lambda: worker_pids(again), what="process 1 serving connections", timeout=60)
+        assert "no clean-shutdown marker" not in again.log()
+        assert record_diff(consume_all(again.bootstrap, topic, count,
+                                        sum(map(len, values.values()))), values) == {}
+    finally:
+        assert again.stop() == 0
+
+
+def test_a_new_start_waits_for_the_processes_of_a_killed_broker(
+        two_process_broker: BrokerProcess) -> None:
+    """kill -9 of process 0: process 1 gets SIGTERM and closes its logs on its own; a new
+    start on the same data dir opens no log before it has (here it is held stopped)."""
+    broker = two_process_broker
+    [worker] = worker_pids(broker)
+    topic, count = "orphaned", 4
+    with RawClient(broker.port) as admin:
+        assert admin.create_topic(topic, count) == 0
+    values = {p: [b"%d-%d" % (p, i) for i in range(30)] for p in range(count)}
+    produce_all(broker.bootstrap, topic, values, producers=2)
+    os.kill(worker, signal.SIGSTOP)
+    again = BrokerProcess(broker.data_dir, config={"num.processes": 2},
+                          log_name="broker-again.log")
+    try:
+        broker.kill()  # process 1 gets SIGTERM (parent death), pending while it is stopped
+        started: list[BaseException | None] = []
+        thread = threading.Thread(target=lambda: started.append(_start(again)), daemon=True)
+        thread.start()
+        time.sleep(3)
+        assert alive(worker)
+        assert not started and "listening on" not in again.log()
+        os.kill(worker, signal.SIGCONT)
+        thread.join(60)
+        assert started == [None], started
+        wait_for(lambda: not alive(worker), "the old process 1 to exit")
+        wait_for(lambda: worker_pids(again), what="process 1 serving connections", timeout=60)
+        assert record_diff(consume_all(again.bootstrap, topic, count, 30 * count),
+                           values) == {}
+    finally:
+        if alive(worker):
+            os.kill(worker, signal.SIGCONT)
+        if again.proc is not None and again.proc.poll() is None:
+            assert again.stop() == 0
+
+
+def _start(broker: BrokerProcess) -> BaseException | None:
+    try:
+        broker.start(timeout=60)
+    except BaseException as exc:  # the test thread reports it
+        return exc
+    return None

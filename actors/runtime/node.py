@@ -467,8 +467,8 @@ class Node:
                 actor.actor_ref.stop(block=True, timeout=timeout)
             except Exception as exc:
                 self.log.warning("actor {} did not stop within {} s: {}", name, timeout, exc)
-        for link in self._all_external_links:
-            link.sock.close(linger=1000)
+        for link in self._all_external_links:  # unlingered to a node that left (nobody reads)
+            link.sock.close(linger=0 if link.remote and link.stale(self.directory) else 1000)
         self._all_external_links.clear()
         self.tracer.close()
         if self._zap is not None:

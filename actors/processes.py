@@ -178,14 +178,20 @@ class ProcessSupervisor:
                 self.procs[k] = fresh
                 self.restarted += 1
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM every process (each stops accepting, finishes its requests), then wait."""
+    def stop(self, timeout: float = 30.0,
+             while_stopping: Callable[[], None] | None = None) -> None:
+        """SIGTERM every process (each stops accepting, finishes its requests), then wait.
+
+        ``while_stopping`` runs once they are signalled, before the wait (process 0
+        stops its own intake then: its new requests would keep their shards busy)."""
         self.stopping.set()
         if self.thread is not None and self.thread is not threading.current_thread():
             self.thread.join(timeout=5)
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
+        if while_stopping is not None:
+            while_stopping()
         deadline = time.monotonic() + timeout
         for k, proc in self.procs.items():
             try:

@@ -768,7 +768,7 @@ class Broker:
         assert self.node is not None
 
         def before_shutdown() -> None:
-            self._stop_processes()  # their requests finish while this process still serves
+            self._stop_processes()  # their requests finish while this process still runs
             self.controlled_shutdown()
 
         return self.node.run_until_signal(before_shutdown=before_shutdown,
@@ -776,8 +776,21 @@ class Broker:
 
     def _stop_processes(self) -> None:
         supervisor, self.supervisor = self.supervisor, None
-        if supervisor is not None:
-            supervisor.stop(timeout=float(self.config["request.timeout.ms"]) / 1000)
+        if supervisor is None:
+            return
+        timeout = float(self.config["request.timeout.ms"]) / 1000
+        node = self.node
+        if node is None:
+            supervisor.stop(timeout=timeout)
+            return
+        # While processes 1.. stop, this process takes no new requests either: those would
+        # keep reaching their shards, which then never quiesce (each waited out its
+        # timeout under load). The requests it took still finish, as theirs do here.
+        supervisor.stop(timeout=timeout, while_stopping=lambda: node.stop_intake(timeout))
+        # They have exited: a message to them now is a dead letter, and a link to them
+        # closes without lingering on what nobody will read (1 s per link at shutdown)
+        for k in range(1, supervisor.processes):
+            node.directory.forget(process_node_name(node.name, k))
 
     def _close_metadata(self) -> None:
         metadata, self.metadata = self.metadata, None

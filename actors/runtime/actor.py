@@ -609,9 +609,11 @@ class Actor(PykkaActor):
     def _close_sockets(self) -> None:
         for key in list(self._my_routes):
             self._unroute(key)
+        directory = self.node.directory
         for link in self._out_sockets.values():
             if not isinstance(link, _LocalLink):
-                link.sock.close(linger=1000)
+                # Queued for a node that left: nobody will read it, waiting is for nothing
+                link.sock.close(linger=0 if link.remote and link.stale(directory) else 1000)
         self._out_sockets.clear()
         if self._mailbox is not None:
             # close() frees an inproc name later, in ZeroMQ's reaper thread (a rebind at once

@@ -154,6 +154,7 @@ class Node:
         self._ready_events: list[threading.Event] = []
         self._started = False
         self._stopped = False
+        self._intake_stopped = False
         self.log = logger.bind(node=name, actor="node")
 
     # ------------------------------------------------------------ lifecycle
@@ -445,11 +446,12 @@ class Node:
         self.run_turns(timeout)
         self.quiesce(timeout)
 
-    def shutdown(self, timeout: float = 10.0) -> None:
-        """Stop intake, let in-flight messages finish, then stop actors newest first."""
-        if self._stopped:
+    def stop_intake(self, timeout: float = 10.0) -> None:
+        """Have every actor stop taking new external input (``on_stopping``), once; the
+        actors keep running and answer what they already took. ``shutdown`` begins so."""
+        if self._intake_stopped:
             return
-        self._stopped = True
+        self._intake_stopped = True
         user_actors = [self.actors[n] for n in reversed(self._order) if not n.startswith("_")]
         for actor in user_actors:
             if not actor.actor_stopped.is_set():
@@ -457,6 +459,13 @@ class Node:
                     actor.actor_ref.ask(call_message("on_stopping"), timeout=timeout)
                 except Exception as exc:
                     self.log.warning("actor {} did not stop intake cleanly: {}", actor.name, exc)
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop intake, let in-flight messages finish, then stop actors newest first."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.stop_intake(timeout)
         if not self.quiesce(timeout):
             self.log.warning("node {} did not quiesce within {} s", self.name, timeout)
         for name in reversed(self._order):
@@ -467,8 +476,8 @@ class Node:
                 actor.actor_ref.stop(block=True, timeout=timeout)
             except Exception as exc:
                 self.log.warning("actor {} did not stop within {} s: {}", name, timeout, exc)
-        for link in self._all_external_links:
-            link.sock.close(linger=1000)
+        for link in self._all_external_links:  # unlingered to a node that left (nobody reads)
+            link.sock.close(linger=0 if link.remote and link.stale(self.directory) else 1000)
         self._all_external_links.clear()
         self.tracer.close()
         if self._zap is not None:

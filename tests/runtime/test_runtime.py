@@ -285,3 +285,29 @@ def test_a_socket_left_open_does_not_hang_the_shutdown(log_lines: list[str]) -> 
     assert leaked.closed
     assert any("1 ZeroMQ socket(s) still open" in line and "inproc://nowhere" in line
                for line in log_lines), log_lines[-5:]
+
+
+def _shutdown_with_messages_for_a_dead_node(tmp_path: Path, forget: bool) -> float:
+    """A node whose actor and whose external thread sent to a node nobody serves (a
+    process of the broker that exited): how long its shutdown takes."""
+    ipc_dir = str(tmp_path)
+    directory = Directory({"here": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), ipc_dir),
+                           "gone": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), ipc_dir)})
+    node = Node("here", directory=directory).start()
+    try:
+        sender = node.spawn(Sender, "sender")
+        assert node.ask(sender, SendSeq(5, "gone", "checker")) == 5
+        node.tell(Address("gone", "checker"), Seq("external", 0))
+        if forget:
+            directory.forget("gone")  # the node left: nothing queued for it will be read
+    finally:
+        started = time.monotonic()
+        node.shutdown(timeout=5)
+    return time.monotonic() - started
+
+
+def test_links_to_a_node_that_left_do_not_hold_up_the_shutdown(tmp_path: Path) -> None:
+    """A link closes lingering (1 s) so a live peer still gets what was sent; to a node
+    the directory no longer has, it closes at once: waiting there is for nothing."""
+    assert _shutdown_with_messages_for_a_dead_node(tmp_path / "kept", forget=False) >= 0.95
+    assert _shutdown_with_messages_for_a_dead_node(tmp_path / "left", forget=True) < 0.9

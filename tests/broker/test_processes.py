@@ -326,6 +326,20 @@ def test_each_process_owns_partitions_served_through_either_process(
     assert record_diff(consume_all(broker.bootstrap, topic, count, 40 * count), values) == {}
 
 
+def fetch_values_retrying(port: int, topic: str, partition: int) -> list[bytes | None]:
+    """The partition's values from offset 0 on a new connection, read again (up to 3 times)
+    when the connection is reset: just after a kill -9 of process 1 a connection now and
+    then is (a read is safe to repeat; what it must find is asserted by the caller)."""
+    for attempt in range(3):
+        try:
+            with RawClient(port) as client:
+                return [v for _o, _k, v in read_records(client.fetch(topic, partition, 0).records)]
+        except ConnectionError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 def test_process_1_killed_its_partitions_recover_while_process_0_serves(
         two_process_broker: BrokerProcess) -> None:
     broker = two_process_broker
@@ -343,7 +357,8 @@ def test_process_1_killed_its_partitions_recover_while_process_0_serves(
     # (a connection the kernel queued for the dying process is reset: wait until it is gone)
     wait_for(lambda: not alive(worker), "process 1 to die")
     # While process 1 restarts, process 0's partitions go on taking and serving records:
-    # new connections land on process 0 alone (process 1's listener died with it).
+    # new connections land on process 0 (process 1's listener died with it), or on the new
+    # process 1 once it has bound its listener, before the supervisor hears it is ready.
     during = resets = 0
     unanswered: set[bytes] = set()  # may or may not be in the log
     deadline = time.monotonic() + 60
@@ -360,8 +375,7 @@ def test_process_1_killed_its_partitions_recover_while_process_0_serves(
             continue
         assert answer.error_code == 0, answer
         values[p].append(value)
-        with RawClient(broker.port) as client:
-            got = [v for _o, _k, v in read_records(client.fetch(topic, p, 0).records)]
+        got = fetch_values_retrying(broker.port, topic, p)
         assert got[-1] == value
         if worker_pids(broker) != [worker]:
             break  # restarted meanwhile: this one does not count as served during it

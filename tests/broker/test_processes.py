@@ -26,7 +26,7 @@ from actors.core.checkpoint import RECOVERY_POINT_OFFSET_CHECKPOINT, read_offset
 from actors.core.log_dir import CLEAN_SHUTDOWN_FILE
 from actors.topology import spread_index
 from tests.broker.rawclient import RawClient, read_records, record_batch, wait_for_log
-from tests.fixtures.broker import BrokerProcess
+from tests.fixtures.broker import READY_LINE, BrokerProcess
 from tests.fixtures.waiting import wait_for
 
 PROCESS_LINE = re.compile(r"process (\d+) \(pid (\d+)\) serves connections")
@@ -450,7 +450,7 @@ def test_a_new_start_waits_for_the_processes_of_a_killed_broker(
         thread.start()
         time.sleep(3)
         assert alive(worker)
-        assert not started and "listening on" not in again.log()
+        assert not started and READY_LINE not in again.log()
         os.kill(worker, signal.SIGCONT)
         thread.join(60)
         assert started == [None], started

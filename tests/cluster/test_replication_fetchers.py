@@ -216,7 +216,10 @@ def peak_rss_mb(pid: int | None) -> float:
             if line.startswith("VmHWM:"):
                 total += int(line.split()[1]) / 1024
         for task in Path(f"/proc/{current}/task").iterdir():
-            todo += [int(c) for c in (task / "children").read_text().split()]
+            try:  # a thread that ended since the listing has no file any more
+                todo += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
     if total == 0:
         raise AssertionError(f"no VmHWM for pid {pid}")
     return total

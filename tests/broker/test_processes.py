@@ -288,16 +288,24 @@ def record_diff(got: dict[int, list[bytes]], values: dict[int, list[bytes]]) -> 
     return diff
 
 
-def test_each_process_owns_partitions_served_through_either_process(
-        two_process_broker: BrokerProcess) -> None:
-    broker = two_process_broker
-    assert broker.proc is not None
+def topic_over_both_processes(broker: BrokerProcess, topic: str,
+                              count: int) -> tuple[int, list[int], list[int]]:
+    """Create ``topic`` with partitions in both processes: (process 1's pid, the partitions
+    of process 0's shards, those of process 1's)."""
     [worker] = worker_pids(broker)
-    topic, count = "halves", 6
     mine, theirs = split_partitions(topic, count)
     assert mine and theirs, (mine, theirs)
     with RawClient(broker.port) as admin:
         assert admin.create_topic(topic, count) == 0
+    return worker, mine, theirs
+
+
+def test_each_process_owns_partitions_served_through_either_process(
+        two_process_broker: BrokerProcess) -> None:
+    broker = two_process_broker
+    assert broker.proc is not None
+    topic, count = "halves", 6
+    worker, mine, theirs = topic_over_both_processes(broker, topic, count)
     values = {p: [b"%d-%d" % (p, i) for i in range(40)] for p in range(count)}
     produce_all(broker.bootstrap, topic, values, producers=8)
     # process 1's shard opened (and wrote) its partitions' logs, process 0 did not
@@ -343,12 +351,8 @@ def fetch_values_retrying(port: int, topic: str, partition: int) -> list[bytes |
 def test_process_1_killed_its_partitions_recover_while_process_0_serves(
         two_process_broker: BrokerProcess) -> None:
     broker = two_process_broker
-    [worker] = worker_pids(broker)
     topic, count = "survive", 4
-    mine, theirs = split_partitions(topic, count)
-    assert mine and theirs, (mine, theirs)
-    with RawClient(broker.port) as admin:
-        assert admin.create_topic(topic, count) == 0
+    worker, mine, theirs = topic_over_both_processes(broker, topic, count)
     values = {p: [b"before-%d-%d" % (p, i) for i in range(100)] for p in range(count)}
     produce_all(broker.bootstrap, topic, values, producers=4)  # every one acknowledged
     assert holds_segment_of(worker, broker.data_dir, topic, theirs[0])

@@ -63,7 +63,7 @@ from actors.purgatory import PurgatoryShard
 from actors.replica_manager import ReplicaManager
 from actors.request_handler import RequestHandler
 from actors.runtime.clock import Clock, SystemClock
-from actors.runtime.config import SPEC, Config
+from actors.runtime.config import SPEC, Config, ConfigError, auto_processes
 from actors.runtime.node import (
     AskFailed,
     AskTimeout,
@@ -311,6 +311,7 @@ class Broker:
         self.bound: tuple[ListenerEndpoint, ...] = ()  # the listeners, with their real ports
         self.advertised: tuple[ListenerEndpoint, ...] = ()
         self.supervisor: ProcessSupervisor | None = None  # num.processes > 1
+        self.processes_by_default = False  # num.processes = 0: resolved at start
         # `actorlog serve`: SIGTERM/SIGINT noted from before the broker says it listens
         self.catch_signals = catch_signals
         self.early_signals: list[int] = []
@@ -341,6 +342,13 @@ class Broker:
         ipc_dir = gateway_ipc_dir(str(cfg["actor.ipc.dir"]) or default_ipc_dir(), data_dir,
                                   self.node_name)
         processes = int(cfg["num.processes"])
+        if processes == 0:  # the default: one process per CPU
+            try:
+                processes = 1 if self.cluster else auto_processes()
+            except ConfigError as exc:
+                raise BrokerConfigError(str(exc)) from None
+            cfg = self.config = cfg.update({"num.processes": processes}, "num.processes = 0")
+            self.processes_by_default = True
         if processes > 1 and self.cluster:
             raise BrokerConfigError("num.processes > 1 is not supported with zookeeper.connect "
                                     "yet; set num.processes = 1 for a cluster node")
@@ -521,10 +529,12 @@ class Broker:
         self._catch_signals()
         logger.bind(node=node_name).info(
             "actorlog broker {} listening on {} (advertised {}), data in {}, "
-            "{} processors, {} handlers, {} shards, actor threads {}",
+            "{} process(es){}, {} processors, {} handlers, {} shards, actor threads {}",
             broker_id, ",".join(b.connection_string for b in self.bound),
             ",".join(a.connection_string for a in self.advertised), data_dir,
-            topo.num_processors, topo.num_handlers, topo.num_shards, cfg["actor.threads"])
+            cfg["num.processes"], " (num.processes = 0: one per CPU)"
+            if self.processes_by_default else "", topo.num_processors, topo.num_handlers,
+            topo.num_shards, cfg["actor.threads"])
 
     def _curve_identity(self, node_name: str, aliases: tuple[str, ...]) -> CurveIdentity | None:
         """actor.curve.*: this node's key pair and the cluster's public keys, or None."""

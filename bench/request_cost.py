@@ -111,7 +111,7 @@ def run_bench(requests: int, warmup: int) -> dict[str, Any]:
     counts = _Counts(Actor.tell.__code__)
     data_dir = Path(tempfile.mkdtemp(prefix="request-cost-"))
     config = Config({"listeners": "127.0.0.1:0", "log.dirs": str(data_dir / "data"),
-                     "trace.sample.ratio": 0.0})
+                     "trace.sample.ratio": 0.0, "num.processes": 1})  # calls of one process
     threading.setprofile(counts.hook)
     try:
         broker = Broker(config).start()

@@ -66,6 +66,12 @@ __all__ = [
 ]
 
 
+# num.processes = 0 (the default) stands for this many processes in every broker the suite
+# starts, in this process or as a child: the CPU count of the machine otherwise. The tests
+# that run at other counts set num.processes themselves (the broker fixture's mark).
+os.environ.setdefault("ACTORLOG_NUM_PROCESSES", "1")
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     num_processes_params(metafunc)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import textwrap
 import tomllib
 from pathlib import Path
@@ -47,8 +48,9 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                       "listeners)"),
     "log.dirs": ("./actorlog-data", str, "data directories, comma separated, each locked "
                                          "(.lock) while a broker runs; the first holds the logs"),
-    "num.processes": (1, int, "OS processes of one broker: shard i and purgatory i run in "
-                      "process i % num.processes, process 0 owns the groups, controller and "
+    "num.processes": (0, int, "OS processes of one broker (0: one per CPU this process may "
+                      "use, or $ACTORLOG_NUM_PROCESSES when set): shard i and purgatory i run "
+                      "in process i % num.processes, process 0 owns the groups, controller and "
                       "checkpoints; every process serves connections on every listener "
                       "(SO_REUSEPORT) with Processors and handlers of its own"),
     "num.network.threads": (2, int, "Processor actors"),
@@ -203,7 +205,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "trace.sample.ratio": (0.0, 1.0),
     "trace.file.max.bytes": (1024, _MAX_INT),
     "trace.files.max": _COUNT,
-    "num.processes": (1, 256),
+    "num.processes": (0, 256),
     "num.network.threads": _COUNT,
     "num.io.threads": _COUNT,
     "num.partition.shards": _COUNT,
@@ -344,6 +346,26 @@ def _coerce(key: str, value: Any, source: str) -> Any:
         return _check(key, value, source)
     raise ConfigError(f"{source}: {key} must be {_TYPE_NAMES.get(kind, kind.__name__)}, "
                       f"got {value!r} (default {SPEC[key][0]!r})")
+
+
+NUM_PROCESSES_ENV = "ACTORLOG_NUM_PROCESSES"
+
+
+def auto_processes() -> int:
+    """What ``num.processes = 0`` stands for: $ACTORLOG_NUM_PROCESSES when set (the test
+    suite sets 1, so only the brokers a test asks for run several processes), else the
+    CPUs this process may run on (its affinity mask, not the host's count)."""
+    env = os.environ.get(NUM_PROCESSES_ENV, "").strip()
+    if env:
+        try:
+            count = int(env)
+        except ValueError:
+            raise ConfigError(f"${NUM_PROCESSES_ENV} = {env!r}: not a whole number; set it "
+                              f"to a count of processes (1..256) or unset it") from None
+        if not 1 <= count <= 256:
+            raise ConfigError(f"${NUM_PROCESSES_ENV} = {count}: out of range 1..256")
+        return count
+    return max(1, min(256, len(os.sched_getaffinity(0))))
 
 
 class Config:

@@ -156,6 +156,55 @@ def test_one_process_starts_no_other(tmp_path: Path) -> None:
         assert broker.stop() == 0
 
 
+def _default_start(tmp_path: Path, name: str, **kw: Any) -> tuple[BrokerProcess, int]:
+    """A broker on the default num.processes (0); the count its start logged."""
+    broker = BrokerProcess(tmp_path / name, log_name=f"{name}.log", **kw).start(timeout=60)
+    found = re.search(r"(\d+) process\(es\) \(num.processes = 0: one per CPU\)", broker.log())
+    assert found, broker.log()
+    return broker, int(found.group(1))
+
+
+def test_the_default_runs_one_process_per_cpu_it_may_use(tmp_path: Path) -> None:
+    """num.processes = 0 (the default) is the CPUs of the broker's affinity mask: all of
+    this machine's, then one when the broker is pinned to one CPU; the suite's
+    ACTORLOG_NUM_PROCESSES (1) is removed so the default is the real one."""
+    cpus = sorted(os.sched_getaffinity(0))
+    broker, count = _default_start(tmp_path, "all", env={"ACTORLOG_NUM_PROCESSES": None})
+    try:
+        assert count == len(cpus)
+        wait_for(lambda: len(worker_pids(broker)) == count - 1,
+                 what=f"{count - 1} more processes serving connections", timeout=60)
+        with RawClient(broker.port) as client:
+            assert client.create_topic("everywhere", 4) == 0
+    finally:
+        assert broker.stop() == 0
+    pinned, count = _default_start(tmp_path, "pinned", env={"ACTORLOG_NUM_PROCESSES": None},
+                                   cpus={cpus[-1]})
+    try:
+        assert count == 1
+        assert "serves connections" not in pinned.log()
+    finally:
+        assert pinned.stop() == 0
+
+
+def test_actorlog_num_processes_sets_the_default_count(tmp_path: Path) -> None:
+    broker, count = _default_start(tmp_path, "env", env={"ACTORLOG_NUM_PROCESSES": "2"})
+    try:
+        assert count == 2
+        wait_for(lambda: len(worker_pids(broker)) == 1, what="process 1 serving connections",
+                 timeout=60)
+    finally:
+        assert broker.stop() == 0
+    bad = BrokerProcess(tmp_path / "bad", log_name="bad.log",
+                        env={"ACTORLOG_NUM_PROCESSES": "many"})
+    with pytest.raises(RuntimeError, match="exited with 2"):
+        bad.start()
+    lines = [line for line in bad.log().splitlines() if line.strip()]
+    assert lines == ["Error: $ACTORLOG_NUM_PROCESSES = 'many': not a whole number; set it to "
+                     "a count of processes (1..256) or unset it"], lines
+    assert not (tmp_path / "bad").exists()
+
+
 def test_the_processes_of_a_broker_with_curve_talk_over_it(tmp_path: Path) -> None:
     """CURVE keys: the second process has the broker's key pair, and its requests reach
     the first process's partitions through the CURVE gateway."""

@@ -50,7 +50,14 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "num.processes": (1, int, "OS processes of one broker: shard i and purgatory i run in "
                       "process i % num.processes, process 0 owns the groups, controller and "
                       "checkpoints; every process serves connections on every listener "
-                      "(SO_REUSEPORT) with Processors and handlers of its own"),
+                      "with Processors and handlers of its own"),
+    "num.processes.connection.distribution": (
+        "reuseport", str, "num.processes > 1: how connections reach the processes; "
+                          "'reuseport': each process binds every listener (SO_REUSEPORT) and "
+                          "the kernel picks one by a hash of the client's address; 'handoff': "
+                          "process 0 accepts every connection and passes its socket over a "
+                          "Unix socket to the live process with the fewest open connections "
+                          "(ties in turn); the TLS or SASL handshake happens in that process"),
     "num.network.threads": (2, int, "Processor actors"),
     "num.io.threads": (2, int, "RequestHandler actors"),
     "num.partition.shards": (2, int, "PartitionShard actors"),
@@ -270,6 +277,7 @@ RANGES: dict[str, tuple[float, float]] = {
 # The values a string key may take.
 CHOICES: dict[str, tuple[str, ...]] = {
     "actor.threads": ("shared", "dedicated"),
+    "num.processes.connection.distribution": ("reuseport", "handoff"),
     "log.message.timestamp.type": ("CreateTime", "LogAppendTime"),
     "log.cleanup.policy": ("delete", "compact", "compact,delete", "delete,compact"),
 }

@@ -22,6 +22,7 @@ from actors.processes import process_lock_path
 from actors.runtime.directory import default_ipc_dir
 from bench.certs import make_pki
 from tests.broker.rawclient import RawClient, read_records, record_batch, wait_for_log
+from tests.broker.test_metrics import scrape
 from tests.broker.test_processes import (
     alive,
     connections_of,
@@ -48,7 +49,7 @@ def start_two(data_dir: Path, config: dict[str, object]) -> BrokerProcess:
 
 @pytest.fixture
 def handoff_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    broker = start_two(tmp_path / "data", HANDOFF)
+    broker = start_two(tmp_path / "data", dict(HANDOFF, **{"metrics.port": free_port()}))
     yield broker
     if broker.proc is not None and broker.proc.poll() is None:
         assert broker.stop() == 0
@@ -74,6 +75,11 @@ def test_eight_connections_split_four_four_and_serve_across_processes(
                                     acks=-1)
             assert answer.error_code == 0, answer
         assert split(broker) == (4, 4)
+        # process 0's metrics say so too (each process's count of live connections)
+        m = scrape(int(broker.config["metrics.port"]))
+        assert [v for k, v in sorted(m.items())
+                if k.startswith("actorlog_process_connections{")] == [4, 4]
+        assert m[f'actorlog_connections{{listener="{broker.bootstrap}"}}'] == 8
         # every connection reads what every other wrote, whichever process holds it
         for client in clients:
             values = sorted(v for p in range(count)

@@ -147,6 +147,7 @@ def run_scale(counts: list[int], rounds: int, settings: CompareSettings, templat
                    "cpus": len(os.sched_getaffinity(0))},
         "results": {
             "requests_per_s": {k: _spread(v) for k, v in per.items()},
+            "requests_per_s_by_round": per,
             "ratio_to_1": {k: _spread(v) for k, v in ratios.items()},
             "connections_by_process": splits,
             "load_average_start": list(load_start),

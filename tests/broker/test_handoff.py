@@ -260,3 +260,32 @@ def test_while_process_1_is_down_new_connections_go_to_process_0(
             client.close()
     expected = sum(len(v) for v in values.values())
     assert record_diff(consume_all(broker.bootstrap, topic, count, expected), values) == {}
+
+
+def listening_inodes(port: int) -> set[str]:
+    """Socket inodes of TCP sockets listening on ``port``."""
+    inodes = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(name) as table:
+            next(table)
+            for line in table:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                    inodes.add(fields[9])
+    return inodes
+
+
+@pytest.mark.parametrize("distribution", ["reuseport", "handoff"])
+def test_reuseport_binds_the_port_in_every_process_handoff_in_process_0_alone(
+        tmp_path: Path, distribution: str) -> None:
+    config = {"num.processes": 2, "num.processes.connection.distribution": distribution}
+    broker = BrokerProcess(tmp_path / "data", config=config).start()
+    try:
+        [worker] = wait_for(lambda: worker_pids(broker), what="process 1 serving connections",
+                            timeout=60)
+        assert broker.proc is not None
+        listening = listening_inodes(broker.port)
+        assert connections_of(broker.proc.pid, listening) == 1
+        assert connections_of(worker, listening) == (1 if distribution == "reuseport" else 0)
+    finally:
+        assert broker.stop() == 0

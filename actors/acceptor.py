@@ -19,6 +19,7 @@ to another process (at worst process 0).
 
 from __future__ import annotations
 
+import errno
 import itertools
 import socket
 from collections import deque
@@ -165,7 +166,9 @@ class Acceptor(Actor):
             except BlockingIOError:
                 self.handoff_busy += 1
             except OSError as exc:
-                if link is not None:
+                if exc.errno == errno.ETOOMANYREFS:  # descriptors in flight over the limit
+                    self.handoff_busy += 1
+                elif link is not None:
                     self._drop_link(link.fileno(), f"passing a connection failed: {exc}")
             else:
                 sock.close()  # the other process holds it now

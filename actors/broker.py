@@ -47,6 +47,7 @@ from actors.core.metadata_cache import MetadataCache
 from actors.core.topic_store import TopicStore
 from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
 from actors.group_coordinator import spawn_coordinators
+from actors.handoff import bind_handoff, handoff_path
 from actors.log_cleaner import LogCleaner
 from actors.log_manager import LogManager
 from actors.metadata.store import BrokerIdInUse, MetadataError
@@ -353,10 +354,13 @@ class Broker:
             raise BrokerConfigError("num.processes > 1 is not supported with zookeeper.connect "
                                     "yet; set num.processes = 1 for a cluster node")
         sockets: list[socket.socket] = []
+        # num.processes > 1 with reuseport: every process binds each port (handoff: only
+        # this one, which passes connections to the others)
+        reuse_port = processes > 1 and cfg["num.processes.connection.distribution"] == "reuseport"
         try:
-            for listener in listeners:  # num.processes > 1: every process binds each port
+            for listener in listeners:
                 sockets.append(bind_listener(listener.host, listener.port,
-                                             reuse_port=processes > 1))
+                                             reuse_port=reuse_port))
         except BaseException:
             for sock in sockets:
                 sock.close()
@@ -506,10 +510,13 @@ class Broker:
                            sasl_mechanisms=self.security.sasl_mechanisms,
                            credentials=credentials.lookup if credentials else None,
                            **place(i))
+            handoff = processes > 1 and cfg["num.processes.connection.distribution"] == "handoff"
             for index, sock in enumerate(sockets):  # one Acceptor per listener
                 node.spawn(Acceptor, topo.listener_acceptor(index).name, topology=topo,
                            config=cfg, listen_socket=sock, clock=clock, listener_index=index,
-                           listener_name=self.bound[index].name, **place(0))
+                           listener_name=self.bound[index].name, processes=processes,
+                           handoff_socket=(self._bind_handoff(ipc_dir, node_name, index)
+                                           if handoff else None), **place(0))
             if self.cluster:
                 self._register(cfg, node, topo, broker_id)
             if processes > 1:
@@ -613,6 +620,21 @@ class Broker:
             "SASL mechanisms {} with {} users", ",".join(self.security.sasl_mechanisms),
             len(cache.users()))
         return cache
+
+    @staticmethod
+    def _bind_handoff(ipc_dir: str, node_name: str, index: int) -> socket.socket:
+        """num.processes.connection.distribution = handoff: where processes 1.. take the
+        connections of listener ``index`` from (the Acceptor owns it once spawned)."""
+        path = handoff_path(ipc_dir, node_name, index)
+        if len(path.encode()) > UNIX_SOCKET_PATH_MAX:
+            raise BrokerConfigError(
+                f"the handoff socket path {path} is {len(path.encode())} bytes, over the "
+                f"{UNIX_SOCKET_PATH_MAX}-byte limit of Unix sockets; set actor.ipc.dir (or "
+                f"ACTORLOG_IPC_DIR) to a shorter directory")
+        try:
+            return bind_handoff(path)
+        except OSError as exc:
+            raise BrokerError(f"cannot listen on the handoff socket {path}: {exc}") from None
 
     def _start_processes(self, cfg: Config, data_dir: Path, ipc_dir: str, node_name: str,
                          broker_id: int, adv_host: str, adv_port: int, cluster_id: str,

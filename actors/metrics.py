@@ -81,6 +81,12 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "connections": ("gauge", "Open client connections, by listener"),
     "connections_accepted_total": ("counter", "Client connections accepted, by listener"),
     "connections_refused": ("counter", "Connections refused (max.connections)"),
+    "process_connections": ("gauge", "num.processes.connection.distribution = handoff: open "
+                                     "client connections each process of the broker holds, "
+                                     "by listener and process"),
+    "connections_handed_busy_total": ("counter", "handoff: connections given to another "
+                                                 "process than the first choice because its "
+                                                 "link was full"),
     # purgatory
     "purgatory_size": ("gauge", "Delayed operations waiting, by kind (produce, fetch)"),
     "purgatory_expirations_total": ("counter", "Delayed operations that timed out"),

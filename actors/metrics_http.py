@@ -76,6 +76,10 @@ def gauges(broker: Any) -> list[Sample]:
     if acceptor is not None:
         add("connections", acceptor.get("open", 0), listener=listener)
         add("connections_accepted_total", acceptor.get("accepted", 0), listener=listener)
+        for process, count in enumerate(acceptor.get("by_process", ())):
+            add("process_connections", count, listener=listener, process=str(process))
+        if "handoff_busy" in acceptor:
+            add("connections_handed_busy_total", acceptor["handoff_busy"], listener=listener)
     # purgatory
     kinds = {"produce": 0, "fetch": 0}
     expirations = 0

@@ -5,10 +5,13 @@ process, node ``<node>``; process k is ``<node>-p<k>``) and runs a share of the
 partitions: shard i and purgatory i live in process ``i % N`` (Topology.shard),
 with a Timer for its purgatories' waits. Process 0 alone runs the LogManager,
 the controller, the group and transaction coordinators and the log cleaner.
-Each process serves connections: each of its listeners is bound to the port of
-the same listener of process 0 with SO_REUSEPORT (same TLS context, same SCRAM
-credentials from the data dir), so the kernel spreads new connections over the
-processes, and clients see one broker (one node id, one address). A handler
+Each process serves connections (same TLS context, same SCRAM credentials from the
+data dir), and clients see one broker (one node id, one address). How connections
+reach them is num.processes.connection.distribution: ``reuseport``, each of its
+listeners is bound to the port of the same listener of process 0 with SO_REUSEPORT
+and the kernel spreads new connections over the processes; ``handoff``, process 0
+accepts them all and passes each socket to the process with the fewest (actors/
+handoff.py), over a link per listener that process k opens when it starts. A handler
 sends Append/Read/... to the shard that owns the partition, in its own process
 or through the nodes' ipc gateways (one hop each way, as between threads), and
 asks a shard of another process for reads as bytes (a file region's descriptor
@@ -35,6 +38,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -217,6 +221,7 @@ def run_process(spec: dict[str, Any]) -> int:
     from actors.broker import bind_listener
     from actors.core.log_dir import LogDir
     from actors.core.topic_store import TopicStore
+    from actors.handoff import connect_handoff, handoff_path, hello
     from actors.partition_shard import PartitionShard
     from actors.processor import Processor
     from actors.purgatory import PurgatoryShard
@@ -313,15 +318,26 @@ def run_process(spec: dict[str, Any]) -> int:
                    **(place(i) if here else
                       {"host": topo.handler(i % topo.num_handlers).name} if shared else {}))
     # Bound last: a connection the kernel gives this process is accepted at once (after a
-    # restart, none waits in a backlog while the shards recover)
-    sockets = [bind_listener(host, int(port), reuse_port=True)
-               for host, port in spec.get("listeners") or [[spec["host"], spec["port"]]]]
-    for index, sock in enumerate(sockets):  # one Acceptor per listener, as in process 0
-        node.spawn(Acceptor, topo.listener_acceptor(index).name, topology=topo, config=cfg,
-                   listen_socket=sock, clock=clock, listener_index=index,
-                   listener_name=security.listeners[index].name,
+    # restart, none waits in a backlog while the shards recover). Handoff: no listener of
+    # its own, a link per listener to process 0's Acceptor, greeted once the Acceptors
+    # run (process 0 hands it connections from then on).
+    listeners = spec.get("listeners") or [[spec["host"], spec["port"]]]
+    handoff = cfg["num.processes.connection.distribution"] == "handoff"
+    links = ([connect_handoff(handoff_path(spec["ipc_dir"], main, i))
+              for i in range(len(listeners))] if handoff else [])
+    sockets = ([socket.socket() for _ in listeners] if handoff else
+               [bind_listener(host, int(port), reuse_port=True) for host, port in listeners])
+    for i, sock in enumerate(sockets):  # one Acceptor per listener, as in process 0
+        if handoff:
+            sock.close()  # unused: the connections come over the link
+        node.spawn(Acceptor, topo.listener_acceptor(i).name, topology=topo, config=cfg,
+                   listen_socket=sock, clock=clock, listener_index=i,
+                   listener_name=security.listeners[i].name,
+                   handoff_link=links[i] if handoff else None,
                    **(place(0) if here else
                       {"host": topo.handler(0).name} if shared else {}))
+    for link in links:
+        hello(link, index)
     print(READY_LINE, flush=True)
     code = node.run_until_signal()
     for sock in sockets:

@@ -7,6 +7,11 @@ connections); the order of the brokers rotates every round. The ratio of
 each count is its throughput over the 1-process broker's in the same round,
 reported as min/median/max over the rounds, beside the load average of the
 host at the start and the end (the figures mean little on a busy host).
+
+``--distribution`` (repeatable) runs a broker per num.processes.connection.distribution
+at each count above 1, in the same rotation, so reuseport and handoff are measured
+side by side; each run also samples (from /proc, every half second) how many of the
+load's connections each process of the broker holds, and reports the busiest sample.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import contextlib
 import json
 import os
 import statistics
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -28,44 +34,127 @@ from bench.peers import ACTORLOG_TEMPLATE, start_broker
 BENCH_NAME = "scale"
 
 
+def _children(pid: int) -> list[int]:
+    """The pids of ``pid``'s children (a broker's processes 1..), in their start order."""
+    kids: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as children:
+                kids += [int(k) for k in children.read().split()]
+    except OSError:
+        pass
+    return sorted(kids)
+
+
+def connection_split(pid: int, port: int) -> list[int]:
+    """The established TCP connections on ``port`` each process of the broker holds
+    (process 0 first), from /proc."""
+    inodes = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(name) as table:
+            next(table)
+            for line in table:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
+                    inodes.add(fields[9])
+    split = []
+    for proc in [pid, *_children(pid)]:
+        held = 0
+        try:
+            for fd in os.listdir(f"/proc/{proc}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{proc}/fd/{fd}")
+                    held += target.startswith("socket:[") and target[8:-1] in inodes
+        except OSError:
+            pass
+        split.append(held)
+    return split
+
+
+class SplitSampler:
+    """Samples a broker's connection split every ``interval_s`` while a load runs; keeps
+    the sample with the most connections (the load's, not its set-up's)."""
+
+    def __init__(self, pid: int | None, port: int, interval_s: float = 0.5) -> None:
+        self.pid, self.port, self.interval_s = pid, port, interval_s
+        self.best: list[int] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="split-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while self.pid is not None and not self.stop.wait(self.interval_s):
+            sample = connection_split(self.pid, self.port)
+            if sum(sample) > sum(self.best):
+                self.best = sample
+
+    def __enter__(self) -> SplitSampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+
 def run_scale(counts: list[int], rounds: int, settings: CompareSettings, template: str,
-              show_progress: bool = False) -> dict[str, Any]:
+              show_progress: bool = False,
+              distributions: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Keys: the count (``"2"``), or with several distributions ``"2-handoff"`` etc.
+    (none given: the broker's default distribution)."""
     load_start = os.getloadavg()
-    per: dict[int, list[float]] = {n: [] for n in counts}
-    ratios: dict[int, list[float]] = {n: [] for n in counts}
+    keys: list[tuple[str, int, str | None]] = []
+    for n in counts:
+        if n == 1 or len(distributions) <= 1:
+            keys.append((str(n), n, distributions[0] if n > 1 and distributions else None))
+        else:
+            keys += [(f"{n}-{d}", n, d) for d in distributions]
+    names = [k for k, _n, _d in keys]
+    per: dict[str, list[float]] = {k: [] for k in names}
+    ratios: dict[str, list[float]] = {k: [] for k in names}
+    splits: dict[str, list[list[int]]] = {k: [] for k in names}
     tag = os.urandom(3).hex()
     with contextlib.ExitStack() as stack:
         brokers = {}
-        for n in counts:
-            broker = start_broker(template, settings={"num.processes": n}, timeout_s=60)
+        for key, n, distribution in keys:
+            config: dict[str, Any] = {"num.processes": n}
+            if distribution is not None:
+                config["num.processes.connection.distribution"] = distribution
+            broker = start_broker(template, settings=config, timeout_s=60)
             stack.callback(broker.stop)
-            brokers[n] = broker
+            brokers[key] = broker
         for rnd in range(rounds):
-            order = counts[rnd % len(counts):] + counts[:rnd % len(counts)]
+            order = names[rnd % len(names):] + names[:rnd % len(names)]
             figures = {}
-            for n in order:
-                config = scenario_config("small_requests", brokers[n].bootstrap,
-                                         f"scale-{tag}-r{rnd}-p{n}", settings)
-                run = run_produce(config, show_progress=show_progress)
-                figures[n] = float(run["requests_per_s"])
-                per[n].append(figures[n])
-            for n in counts:
-                ratios[n].append(figures[n] / figures[counts[0]] if figures[counts[0]] else 0.0)
+            for key in order:
+                broker = brokers[key]
+                load = scenario_config("small_requests", broker.bootstrap,
+                                       f"scale-{tag}-r{rnd}-p{key}", settings)
+                with SplitSampler(broker.pid, broker.port) as sampler:
+                    run = run_produce(load, show_progress=show_progress)
+                figures[key] = float(run["requests_per_s"])
+                per[key].append(figures[key])
+                splits[key].append(sampler.best)
+            for key in names:
+                ratios[key].append(figures[key] / figures[names[0]] if figures[names[0]]
+                                   else 0.0)
     load_end = os.getloadavg()
     return {
         "bench": BENCH_NAME,
         "config": {"process_counts": counts, "rounds": rounds,
                    "connections": settings.small_connections,
                    "duration_s": settings.duration_s, "template": template,
+                   "distributions": list(distributions),
                    "cpus": len(os.sched_getaffinity(0))},
         "results": {
-            "requests_per_s": {str(n): _spread(v) for n, v in per.items()},
-            "ratio_to_1": {str(n): _spread(v) for n, v in ratios.items()},
+            "requests_per_s": {k: _spread(v) for k, v in per.items()},
+            "requests_per_s_by_round": per,
+            "ratio_to_1": {k: _spread(v) for k, v in ratios.items()},
+            "connections_by_process": splits,
             "load_average_start": list(load_start),
             "load_average_end": list(load_end),
         },
-        "ratios": {f"processes_{n}_vs_1": statistics.median(v) for n, v in ratios.items()
-                   if n != counts[0]},
+        "ratios": {f"processes_{k}_vs_1": statistics.median(v) for k, v in ratios.items()
+                   if k != names[0]},
     }
 
 
@@ -82,10 +171,15 @@ def run_scale(counts: list[int], rounds: int, settings: CompareSettings, templat
               help="client processes the connections are spread over")
 @click.option("--cmd", "template", default=ACTORLOG_TEMPLATE, show_default=True,
               help="actorlog command template ({port}, {data_dir}, {config})")
+@click.option("--distribution", "distributions", multiple=True,
+              type=click.Choice(["reuseport", "handoff"]),
+              help="num.processes.connection.distribution of the brokers above 1 process; "
+                   "repeat it to measure several side by side (default: the broker's)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 @click.option("--no-progress", is_flag=True)
 def command(max_processes: int | None, rounds: int, duration: float, connections: int,
-            producers: int, template: str, json_path: str | None, no_progress: bool) -> None:
+            producers: int, template: str, distributions: tuple[str, ...],
+            json_path: str | None, no_progress: bool) -> None:
     """Small-request throughput at num.processes = 1, 2, 4, ... up to the CPUs."""
     top = max_processes or max(2, len(os.sched_getaffinity(0)))
     counts = [1]
@@ -95,13 +189,16 @@ def command(max_processes: int | None, rounds: int, duration: float, connections
         counts.append(top)
     settings = CompareSettings(duration_s=duration, processes=producers,
                                small_connections=connections)
-    report = run_scale(counts, rounds, settings, template, show_progress=not no_progress)
+    report = run_scale(counts, rounds, settings, template, show_progress=not no_progress,
+                       distributions=distributions)
     r = report["results"]
-    for n in counts:
-        rate, ratio = r["requests_per_s"][str(n)], r["ratio_to_1"][str(n)]
-        click.echo(f"num.processes={n}: {rate['min']:,.0f} / {rate['median']:,.0f} / "
+    for key in r["requests_per_s"]:
+        rate, ratio = r["requests_per_s"][key], r["ratio_to_1"][key]
+        split = " ".join("/".join(map(str, s)) for s in r["connections_by_process"][key])
+        click.echo(f"num.processes={key}: {rate['min']:,.0f} / {rate['median']:,.0f} / "
                    f"{rate['max']:,.0f} requests/s; vs 1: {ratio['min']:.2f} / "
-                   f"{ratio['median']:.2f} / {ratio['max']:.2f} (min / median / max)")
+                   f"{ratio['median']:.2f} / {ratio['max']:.2f} (min / median / max); "
+                   f"connections by process per round: {split}")
     click.echo("load average at start {:.2f} {:.2f} {:.2f}, at end {:.2f} {:.2f} {:.2f}".format(
         *r["load_average_start"], *r["load_average_end"]))
     if json_path:

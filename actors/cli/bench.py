@@ -37,6 +37,7 @@ BENCH_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "sim": ("bench.sim_bench:command", ()),
     "memory": ("bench.memory:command", ()),  # its consume figure needs the bench extra
     "failover": ("bench.failover:command", ()),
+    "connect-rate": ("bench.connect_rate:command", ()),
     "fuzz": ("bench.fuzz:command", ("atheris",)),
     "produce": ("bench.load:produce_command", ("confluent_kafka", "hdrh")),
     "consume": ("bench.load:consume_command", ("confluent_kafka", "hdrh")),

@@ -52,7 +52,14 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                       "use, or $ACTORLOG_NUM_PROCESSES when set): shard i and purgatory i run "
                       "in process i % num.processes, process 0 owns the groups, controller and "
                       "checkpoints; every process serves connections on every listener "
-                      "(SO_REUSEPORT) with Processors and handlers of its own"),
+                      "with Processors and handlers of its own"),
+    "num.processes.connection.distribution": (
+        "handoff", str, "num.processes > 1: how connections reach the processes; 'handoff': "
+                        "process 0 accepts every connection and passes its socket over a "
+                        "Unix socket to the live process with the fewest open connections "
+                        "(ties in turn), which does the TLS or SASL handshake; 'reuseport': "
+                        "each process binds every listener (SO_REUSEPORT) and the kernel "
+                        "picks one by a hash of the client's address and port (uneven)"),
     "num.network.threads": (2, int, "Processor actors"),
     "num.io.threads": (2, int, "RequestHandler actors"),
     "num.partition.shards": (2, int, "PartitionShard actors"),
@@ -272,6 +279,7 @@ RANGES: dict[str, tuple[float, float]] = {
 # The values a string key may take.
 CHOICES: dict[str, tuple[str, ...]] = {
     "actor.threads": ("shared", "dedicated"),
+    "num.processes.connection.distribution": ("handoff", "reuseport"),
     "log.message.timestamp.type": ("CreateTime", "LogAppendTime"),
     "log.cleanup.policy": ("delete", "compact", "compact,delete", "delete,compact"),
 }

@@ -24,3 +24,22 @@ def test_bench_scale_writes_well_formed_json(tmp_path: Path) -> None:
     assert report["ratios"]["processes_2_vs_1"] > 0
     assert report["results"]["ratio_to_1"]["1"]["median"] == 1.0
     assert "load average" in result.output
+
+
+def test_bench_scale_measures_both_distributions_side_by_side(tmp_path: Path) -> None:
+    out = tmp_path / "scale.json"
+    result = CliRunner().invoke(command, ["--max-processes", "2", "--rounds", "1",
+                                          "--duration", "2", "--connections", "4",
+                                          "--producers", "1", "--distribution", "reuseport",
+                                          "--distribution", "handoff", "--no-progress",
+                                          "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert set(report["ratios"]) == {"processes_2-reuseport_vs_1", "processes_2-handoff_vs_1"}
+    split = report["results"]["connections_by_process"]
+    # the busiest sample of each run: every process of the broker, the load's connections
+    assert len(split["1"][0]) == 1 and split["1"][0][0] >= 4
+    assert len(split["2-reuseport"][0]) == 2 and sum(split["2-reuseport"][0]) >= 4
+    handoff = split["2-handoff"][0]
+    assert len(handoff) == 2 and sum(handoff) >= 4 and abs(handoff[0] - handoff[1]) <= 1
+    assert "num.processes=2-handoff" in result.output

@@ -110,6 +110,11 @@ EFFECTS: dict[str, list[str]] = {
     "num.processes": ["tests/broker/test_processes.py::"
                       "test_both_processes_serve_clients_of_one_broker",
                       "tests/broker/test_processes.py::test_one_process_starts_no_other"],
+    "num.processes.connection.distribution": [
+        "tests/broker/test_handoff.py::"
+        "test_reuseport_binds_the_port_in_every_process_handoff_in_process_0_alone",
+        "tests/broker/test_handoff.py::"
+        "test_eight_connections_split_four_four_and_serve_across_processes"],
     "num.network.threads": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],
     "num.io.threads": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],
     "num.partition.shards": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],

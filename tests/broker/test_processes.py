@@ -1,12 +1,13 @@
 """num.processes: one broker over several OS processes, one node id, one listener.
 
 Real processes: ``actorlog serve`` with num.processes = 2 starts a second
-process that binds the same port (SO_REUSEPORT) and serves connections with
-handlers of its own, and runs the odd shards (shard i lives in process i % 2),
-so each process owns some partitions. Which process takes a connection is the
-kernel's choice, so the tests open many and check from /proc that both
-processes hold some; which process owns a partition is checked from /proc too
-(the process that holds the partition's segment file open).
+process that serves connections with handlers of its own (process 0 hands it
+sockets, or with num.processes.connection.distribution = reuseport it binds
+the same port), and runs the odd shards (shard i lives in process i % 2), so
+each process owns some partitions. The tests open many connections and check
+from /proc that both processes hold some (tests/broker/test_handoff.py checks
+the handoff's even split); which process owns a partition is checked from
+/proc too (the process that holds the partition's segment file open).
 """
 
 from __future__ import annotations
@@ -32,9 +33,18 @@ from tests.fixtures.waiting import wait_for
 PROCESS_LINE = re.compile(r"process (\d+) \(pid (\d+)\) serves connections")
 
 
+DISTRIBUTIONS = ["handoff", "reuseport"]
+
+
 @pytest.fixture
-def two_process_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path / "data", config={"num.processes": 2}).start()
+def two_process_broker(request: pytest.FixtureRequest,
+                       tmp_path: Path) -> Iterator[BrokerProcess]:
+    """num.processes = 2 (with the default connection distribution, or the one a test
+    names by indirect parametrisation)."""
+    config: dict[str, object] = {"num.processes": 2}
+    if getattr(request, "param", None):
+        config["num.processes.connection.distribution"] = request.param
+    b = BrokerProcess(tmp_path / "data", config=config).start()
     # the second process may take long to start on a loaded machine
     wait_for(lambda: worker_pids(b), what="process 1 serving connections", timeout=60)
     yield b
@@ -88,6 +98,7 @@ def connections_of(pid: int, inodes: set[str]) -> int:
     return count
 
 
+@pytest.mark.parametrize("two_process_broker", DISTRIBUTIONS, indirect=True)
 def test_both_processes_serve_clients_of_one_broker(two_process_broker: BrokerProcess) -> None:
     broker = two_process_broker
     assert broker.proc is not None
@@ -397,6 +408,7 @@ def fetch_values_retrying(port: int, topic: str, partition: int) -> list[bytes |
     raise AssertionError("unreachable")
 
 
+@pytest.mark.parametrize("two_process_broker", DISTRIBUTIONS, indirect=True)
 def test_process_1_killed_its_partitions_recover_while_process_0_serves(
         two_process_broker: BrokerProcess) -> None:
     broker = two_process_broker

@@ -273,7 +273,7 @@ def test_a_user_added_through_one_node_logs_in_through_another(
 
 
 def test_every_process_of_a_node_takes_a_new_user(tmp_path: Path) -> None:
-    """num.processes = 2: connections land on either process (SO_REUSEPORT); a user added
+    """num.processes = 2: connections land on either process (handed in turn); a user added
     through one process's handler logs in through both (each sees the users file change;
     process 1 does not log logins, so the test counts successes)."""
     _add_users(tmp_path, ("--data-dir", str(tmp_path / "data")))
@@ -291,8 +291,8 @@ def test_every_process_of_a_node_takes_a_new_user(tmp_path: Path) -> None:
         [added] = admin.alter_user_scram_credentials(
             [_upsert("pat", "pat-secret", SHA512)], request_timeout=TIMEOUT).values()
         assert added.result(TIMEOUT) is None
-        # the kernel spreads new connections over both processes' sockets by their ports:
-        # eight logins all but surely reach both (a miss fails the login, not the count)
+        # process 0 hands new connections to both processes in turn (each producer's are
+        # closed before the next one's: ties), so the eight logins reach both
         logins = [_produces(broker.bootstrap, "pat", "pat-secret", "SCRAM-SHA-512")
                   for _ in range(8)]
         assert logins == [True] * 8

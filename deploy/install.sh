@@ -44,6 +44,13 @@ PY="${PYTHON:-python3}"
 if command -v dpkg-query >/dev/null; then
   pkgs=()
   "$PY" -c 'import venv, ensurepip' 2>/dev/null || pkgs+=(python3-venv)
+  # The leader append's C part (actors/core/_batch_fast.c, built by pip install): a C
+  # compiler and the headers of the Python that builds it. Without them pip still
+  # installs, and actorlog runs that part's Python twin, slower.
+  command -v gcc >/dev/null || pkgs+=(gcc libc6-dev)
+  "$PY" -c 'import os, sysconfig, sys
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+    || pkgs+=(python3-dev)
   if [ "$want_test" -eq 1 ]; then
     command -v kcat >/dev/null || pkgs+=(kcat)
     command -v java >/dev/null || pkgs+=(openjdk-17-jre-headless)
@@ -69,5 +76,10 @@ if [ "$want_test" -eq 1 ]; then
   .venv/bin/python -m pip install -q -e ".[test,bench,spark]"
 else
   .venv/bin/python -m pip install -q -e .
+fi
+if [ "$want_test" -eq 1 ]; then
+  # The tests run the C append path, so it must have been built (CI fails here if not).
+  .venv/bin/python -c 'from actors.core import batch_fast; assert batch_fast.COMPILED' \
+    || { echo "actors/core/_batch_fast.c was not built (gcc, python3-dev?)" >&2; exit 1; }
 fi
 echo "actorlog installed in $(pwd)/.venv"

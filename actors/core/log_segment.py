@@ -19,6 +19,7 @@ import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from actors.core.batch_fast import write_batch
 from actors.core.log_index import (
     DEFAULT_MAX_INDEX_BYTES,
     NO_TIMESTAMP,
@@ -28,6 +29,7 @@ from actors.core.log_index import (
     TimeIndex,
 )
 from actors.core.record_batch import (
+    HEAD_TO_MAGIC,
     HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -46,6 +48,7 @@ _Q = struct.Struct(">q")
 _QI = struct.Struct(">qi")
 # base offset, batch length, (leader epoch, magic, CRC, attributes), last offset delta
 _SPAN = struct.Struct(">qi11xi")
+_HEAD_TO_MAGIC = HEAD_TO_MAGIC
 _OFFSET_ENTRY = OffsetIndex.entry  # (relative offset, position)
 # Pieces per writev (Linux's IOV_MAX).
 _IOV_MAX = 1024
@@ -370,11 +373,14 @@ class LogSegment:
         self.size = start + length
         self._check_full()
 
-    def append_one(self, head: bytes, rest: memoryview, size: int, base_offset: int,
-                   next_offset: int, max_timestamp: int, defer: bool = False) -> None:
-        """append() for a single batch given as (patched head, client bytes): the hot path.
+    def append_one(self, records: bytes | bytearray | memoryview, batch_length: int,
+                   leader_epoch: int, size: int, base_offset: int, next_offset: int,
+                   max_timestamp: int, defer: bool = False) -> None:
+        """append() for a single checked batch of ``size`` bytes: the hot path.
 
-        With ``defer`` the bytes are only staged: write_staged() writes every
+        The batch is written with its base offset, length, leader epoch and
+        magic replaced (batch_fast.write_batch: the client's bytes are not
+        copied). With ``defer`` it is only staged: write_staged() writes every
         staged batch with one writev (group commit). The index entry is written
         here rather than through OffsetIndex.append (the same bytes and checks)
         and fields are read into locals once: this runs once per Produce.
@@ -393,16 +399,18 @@ class LogSegment:
             if self._undo is None:
                 self._undo = self._state()
             staged = self._staged
-            staged.append(head)
-            staged.append(rest)
+            staged.append(_HEAD_TO_MAGIC.pack(base_offset, batch_length, leader_epoch, 2))
+            staged.append(memoryview(records)[17:])
             self._staged_bytes += size
         else:
             if self._staged:
                 self.write_staged()
             try:
-                written = os.writev(self._fd, (head, rest))
+                written = write_batch(self._fd, records, base_offset, batch_length,
+                                      leader_epoch)
                 if written < size:
-                    write_all(self._fd, memoryview(head + bytes(rest))[written:])
+                    head = _HEAD_TO_MAGIC.pack(base_offset, batch_length, leader_epoch, 2)
+                    write_all(self._fd, memoryview(head + bytes(records[17:]))[written:])
             except OSError as exc:
                 self._undo_append(start)
                 raise StorageError(f"cannot append to {self.log_path}: {exc}") from exc

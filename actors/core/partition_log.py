@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from actors.core.batch_fast import single_batch
 from actors.core.checkpoint import TMP_SUFFIX
 from actors.core.log_epoch_cache import UNDEFINED_EPOCH, LeaderEpochCache
 from actors.core.log_index import DEFAULT_MAX_INDEX_BYTES, TIME_INDEX_SUFFIX
@@ -37,12 +38,10 @@ from actors.core.producer_state import (
     write_snapshot,
 )
 from actors.core.record_batch import (
-    HEAD_TO_MAGIC,
     TRANSACTIONAL_BIT,
     BatchHeader,
     check_batches,
     check_client_batch,
-    fast_single_batch,
     iter_record_timestamps,
     leader_header,
     read_records,
@@ -494,10 +493,10 @@ class PartitionLog:
         staged batches first, so the log reads the same either way.
         """
         if not coordinator and len(records) <= self._single_batch_max_bytes:
-            view = memoryview(records)
-            fields = fast_single_batch(view)
+            fields = single_batch(records)
             if fields is not None:
-                info = self._append_single_as_leader(view, fields, leader_epoch, now_ms, defer)
+                info = self._append_single_as_leader(records, fields, leader_epoch, now_ms,
+                                                     defer)
                 if info is not None:
                     return info
         headers = check_batches(records)
@@ -554,7 +553,7 @@ class PartitionLog:
                           -1 if append_time is None else now_ms, self._log_start_offset,
                           num_records, total)
 
-    def _append_single_as_leader(self, view: memoryview,
+    def _append_single_as_leader(self, records: bytes | bytearray | memoryview,
                                  fields: tuple[int, ...], leader_epoch: int,
                                  now_ms: int, defer: bool = False) -> AppendInfo | None:
         """The common case, one valid CreateTime batch that needs no roll, no new
@@ -570,7 +569,7 @@ class PartitionLog:
          producer_epoch, base_sequence, records_count) = fields
         if attributes & TRANSACTIONAL_BIT and producer_id not in self.txn_index.ongoing:
             return None  # a transaction's first batch here: the general path opens it
-        size = len(view)
+        size = len(records)
         config = self._config
         active = self.segments[-1]
         if active.size and (active.size + size > config.segment_bytes
@@ -588,10 +587,9 @@ class PartitionLog:
             if (entry is None or entry.producer_epoch != producer_epoch or not entry.batches
                     or base_sequence != entry.batches[-1].last_seq + 1):
                 return None  # new producer, new epoch, duplicate or gap: general path
-        head = HEAD_TO_MAGIC.pack(first_offset, batch_length, leader_epoch, 2)
         if defer and active.on_staged_written is None:
             active.on_staged_written = self._staged_written
-        active.append_one(head, view[17:], size, first_offset, next_offset,
+        active.append_one(records, batch_length, leader_epoch, size, first_offset, next_offset,
                           max_timestamp, defer)
         if entry is not None:
             entry.batches.append(BatchMetadata(

@@ -195,30 +195,6 @@ def check_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
     return headers
 
 
-def fast_single_batch(view: memoryview) -> tuple[int, ...] | None:
-    """Header fields of ``view`` if it is exactly one valid client batch, else None.
-
-    The common Produce case (one batch per partition) decided with one
-    unpack and one CRC call. None means "take the general path", which
-    finds and raises the exact refusal; it never means the batch is bad.
-    A memoryview, so the CRC's slice copies nothing and the caller slices
-    the same view for its write.
-    """
-    if len(view) < HEADER_SIZE:
-        return None
-    fields = HEADER.unpack_from(view, 0)
-    # (base_offset, batch_length, leader_epoch, magic, crc, attributes, last_offset_delta,
-    #  base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count)
-    if (fields[1] + LOG_OVERHEAD == len(view) and fields[3] == CURRENT_MAGIC
-            and fields[12] == fields[6] + 1 > 0
-            and not fields[5] & CONTROL_BIT
-            and (fields[9] < 0 or fields[11] >= 0)
-            and (fields[9] >= 0 or not fields[5] & TRANSACTIONAL_BIT)
-            and _crc32c(view[CRC_START:]) == fields[4]):
-        return fields
-    return None
-
-
 def check_client_batch(header: BatchHeader) -> None:
     """The extra rules Kafka applies to batches that come from a producer."""
     attributes = header.attributes

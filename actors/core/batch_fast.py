@@ -1,0 +1,92 @@
+"""The single-batch hot path of a leader append: check one batch, write it patched.
+
+Two functions, each in C (actors/core/_batch_fast.c, built by ``pip install``
+where a compiler is found) and in pure Python here, of identical behaviour
+(tests/core/test_batch_fast.py runs both on the same inputs). The C module is
+used when it was built; ``COMPILED`` says which one this process runs.
+
+``single_batch(records)``: the 13 header fields if ``records`` is exactly one
+valid client batch, else None. None means "take the general path", which finds
+and raises the exact refusal; it never means the batch is bad.
+
+``write_batch(fd, records, base_offset, batch_length, leader_epoch)``: one writev
+of the batch with its first 17 bytes (base offset, batch length, leader epoch,
+magic) replaced, the client's bytes after them untouched (not copied); returns
+the bytes written, which may be fewer than all on a regular file.
+
+Why C: per 16 KiB append in ``bench log`` (cache-cold, as there), the raw
+``os.write`` takes ~12.2 µs; check + CRC + patched writev add ~1.7 µs in C, and
+the Python twins ~1.8 µs more (a struct unpack into a 13-tuple, a memoryview
+and its slices, the 17-byte head packed, a tuple of pieces for os.writev, the
+buffer lookups of two calls). The CRC itself is no faster than the crc32c
+package's on that bench (reading the batch from memory bounds both); it is in
+C so the check needs no Python call. Build in a work tree with
+``python -c 'import setuptools; setuptools.setup()' build_ext --inplace``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from types import ModuleType
+
+import crc32c
+
+from actors.core.record_batch import (
+    CONTROL_BIT,
+    CRC_START,
+    CURRENT_MAGIC,
+    HEAD_TO_MAGIC,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    TRANSACTIONAL_BIT,
+)
+
+_unpack_header = HEADER.unpack_from
+_pack_head = HEAD_TO_MAGIC.pack
+_crc32c = crc32c.crc32c
+_writev = os.writev
+
+
+def single_batch_py(records: bytes | bytearray | memoryview) -> tuple[int, ...] | None:
+    """single_batch in Python (see the module docstring)."""
+    if len(records) < HEADER_SIZE:
+        return None
+    fields = _unpack_header(records, 0)
+    # (base_offset, batch_length, leader_epoch, magic, crc, attributes, last_offset_delta,
+    #  base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count)
+    if (fields[1] + LOG_OVERHEAD == len(records) and fields[3] == CURRENT_MAGIC
+            and fields[12] == fields[6] + 1 > 0
+            and not fields[5] & CONTROL_BIT
+            and (fields[9] < 0 or fields[11] >= 0)
+            and (fields[9] >= 0 or not fields[5] & TRANSACTIONAL_BIT)
+            and _crc32c(memoryview(records)[CRC_START:]) == fields[4]):
+        return fields
+    return None
+
+
+def write_batch_py(fd: int, records: bytes | bytearray | memoryview, base_offset: int,
+                   batch_length: int, leader_epoch: int) -> int:
+    """write_batch in Python (see the module docstring)."""
+    if len(records) < 17:
+        raise ValueError("not a record batch: shorter than 17 bytes")
+    return _writev(fd, (_pack_head(base_offset, batch_length, leader_epoch, CURRENT_MAGIC),
+                        memoryview(records)[17:]))
+
+
+_compiled: ModuleType | None
+try:
+    from actors.core import _batch_fast as _compiled
+except ImportError:  # not built (no compiler where it was installed): the Python twins
+    _compiled = None
+
+COMPILED: bool = _compiled is not None
+single_batch: Callable[[bytes | bytearray | memoryview], tuple[int, ...] | None]
+write_batch: Callable[[int, bytes | bytearray | memoryview, int, int, int], int]
+if _compiled is not None:
+    single_batch = _compiled.single_batch
+    write_batch = _compiled.write_batch
+else:
+    single_batch = single_batch_py
+    write_batch = write_batch_py

@@ -1,0 +1,218 @@
+"""The C single-batch path (actors/core/_batch_fast.c) against its Python twin.
+
+Both run on the same randomised inputs: valid batches of every shape a client
+sends, and the same batches corrupted (a flipped byte anywhere, a wrong CRC,
+truncated or extended, header fields set to what the log must refuse), with
+timestamps anywhere in the int64 range. They must agree on every one: the same
+fields or the same None, the same bytes in the file. Then whole logs appended
+through either must be byte-identical.
+
+On CI the C module must have been built (deploy/install.sh installs a compiler
+and the Python headers): test_compiled_where_required fails if it was not, so
+the fast path really runs there.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import crc32c
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from actors.core import batch_fast, log_segment, partition_log
+from actors.core.partition_log import LogConfig, PartitionLog
+from actors.core.record_batch import build_batch
+
+compiled = batch_fast._compiled
+needs_c = pytest.mark.skipif(compiled is None, reason="the C module is not built here")
+
+INT64 = st.integers(-(2**63), 2**63 - 1)
+INT32 = st.integers(-(2**31), 2**31 - 1)
+INT16 = st.integers(-(2**15), 2**15 - 1)
+SETTINGS = settings(max_examples=300, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@st.composite
+def client_batches(draw: st.DrawFn) -> bytes:
+    """A batch as a producer builds it: plain, idempotent or transactional."""
+    count = draw(st.integers(1, 20))
+    values = [draw(st.binary(max_size=300)) for _ in range(count)]
+    timestamps = draw(st.lists(st.integers(-(2**40), 2**62), min_size=count, max_size=count))
+    kind = draw(st.sampled_from(["plain", "idempotent", "transactional"]))
+    producer = {}
+    attributes = draw(st.sampled_from([0, 1, 2, 3, 4]))  # compression codec bits
+    if kind != "plain":
+        producer = {"producer_id": draw(st.integers(0, 2**63 - 1)),
+                    "producer_epoch": draw(st.integers(0, 2**15 - 1)),
+                    "base_sequence": draw(st.integers(0, 2**31 - 1))}
+        if kind == "transactional":
+            attributes |= 0x10
+    return build_batch(values, timestamps_ms=timestamps, attributes=attributes,
+                       base_offset=draw(INT64), partition_leader_epoch=draw(INT32), **producer)
+
+
+def _with_crc(batch: bytearray) -> bytearray:
+    struct.pack_into(">I", batch, 17, crc32c.crc32c(memoryview(batch)[21:]))
+    return batch
+
+
+@st.composite
+def mangled(draw: st.DrawFn) -> bytes:
+    """A client batch, often broken in one of the ways the checks must catch."""
+    batch = bytearray(draw(client_batches()))
+    how = draw(st.sampled_from(["none", "flip", "crc", "truncate", "extend", "field",
+                                "field_recrc", "short"]))
+    if how == "flip":
+        at = draw(st.integers(0, len(batch) - 1))
+        batch[at] ^= draw(st.integers(1, 255))
+    elif how == "crc":
+        struct.pack_into(">I", batch, 17, draw(st.integers(0, 2**32 - 1)))
+    elif how == "truncate":
+        del batch[draw(st.integers(0, len(batch) - 1)):]
+    elif how == "extend":
+        batch += draw(st.binary(min_size=1, max_size=80))
+    elif how in ("field", "field_recrc"):
+        # (offset, format) of batch length, magic, attributes, lastOffsetDelta,
+        # timestamps, producer id, epoch, sequence, records count
+        at, fmt, values = draw(st.sampled_from([
+            (8, ">i", INT32), (16, ">b", st.integers(-128, 127)), (21, ">h", INT16),
+            (23, ">i", INT32), (27, ">q", INT64), (35, ">q", INT64), (43, ">q", INT64),
+            (51, ">h", INT16), (53, ">i", INT32), (57, ">i", INT32)]))
+        struct.pack_into(fmt, batch, at, draw(values))
+        if how == "field_recrc":
+            _with_crc(batch)
+    elif how == "short":
+        batch = batch[:draw(st.integers(0, 61))]
+    return bytes(batch)
+
+
+@needs_c
+@SETTINGS
+@given(st.binary(max_size=5000), st.integers(0, 2**32 - 1))
+def test_crc32c_matches_the_crc32c_package(data: bytes, start: int) -> None:
+    assert compiled.crc32c(data, start) == crc32c.crc32c(data, start)
+    assert compiled.crc32c(data) == crc32c.crc32c(data)
+    assert compiled.crc32c_table(data) == crc32c.crc32c(data)
+
+
+@needs_c
+def test_crc32c_lengths_around_the_stream_blocks() -> None:
+    data = os.urandom(20_000)
+    for size in [*range(0, 70), *range(1500, 1560), *range(3060, 3090), 16_384, 20_000]:
+        assert compiled.crc32c(data[:size]) == crc32c.crc32c(data[:size]), size
+
+
+@needs_c
+@SETTINGS
+@given(mangled(), st.sampled_from([bytes, bytearray, memoryview]))
+def test_single_batch_agrees(batch: bytes, kind: type) -> None:
+    records = kind(batch)
+    expected = batch_fast.single_batch_py(records)
+    assert compiled.single_batch(records) == expected
+    if expected is not None:  # whatever passes is one valid batch, as the general path says
+        assert len(expected) == 13 and expected[1] + 12 == len(batch)
+
+
+@needs_c
+@SETTINGS
+@given(client_batches())
+def test_valid_batches_pass_both(batch: bytes) -> None:
+    fields = compiled.single_batch(batch)
+    assert fields is not None
+    assert fields == batch_fast.single_batch_py(batch)
+
+
+@needs_c
+@SETTINGS
+@given(client_batches(), INT64, INT32)
+def test_write_batch_agrees(tmp_path: Path, batch: bytes, base_offset: int,
+                            leader_epoch: int) -> None:
+    files = []
+    for name, write in (("c", compiled.write_batch), ("py", batch_fast.write_batch_py)):
+        path = tmp_path / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        try:
+            length = len(batch) - 12
+            assert write(fd, batch, base_offset, length, leader_epoch) == len(batch)
+            assert write(fd, memoryview(batch), base_offset, length, leader_epoch) == len(batch)
+        finally:
+            os.close(fd)
+        files.append(path.read_bytes())
+    assert files[0] == files[1]
+    head = struct.pack(">qiib", base_offset, len(batch) - 12, leader_epoch, 2)
+    assert files[0] == (head + batch[17:]) * 2
+
+
+@needs_c
+@pytest.mark.parametrize("args", [
+    (10, 2**63, 100, 0), (10, 0, 2**31, 0), (10, 0, 100, 2**31), (10, 0, 100, -(2**31) - 1)])
+def test_write_batch_refuses_out_of_range_fields(tmp_path: Path,
+                                                 args: tuple[int, int, int, int]) -> None:
+    size, base_offset, length, epoch = args
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        for write in (compiled.write_batch, batch_fast.write_batch_py):
+            with pytest.raises((OverflowError, struct.error)):
+                write(fd, bytes(size + 17), base_offset, length, epoch)
+            with pytest.raises(ValueError):
+                write(fd, bytes(16), 0, 0, 0)
+            for bad_fd in (-1, 1_000_000):
+                with pytest.raises(OSError):
+                    write(bad_fd, bytes(100), 0, 83, 0)
+    finally:
+        os.close(fd)
+    assert os.path.getsize(tmp_path / "f") == 0
+
+
+@needs_c
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(mangled(), min_size=1, max_size=30), st.booleans())
+def test_logs_appended_through_either_are_identical(tmp_path_factory: pytest.TempPathFactory,
+                                                    batches: list[bytes],
+                                                    defer: bool) -> None:
+    """The whole append (checks, offsets, indexes, refusals) through C and through Python."""
+    root = tmp_path_factory.mktemp("logs")
+    results = []
+    saved = partition_log.single_batch, log_segment.write_batch
+    try:
+        for name, impl in (("c", (compiled.single_batch, compiled.write_batch)),
+                           ("py", (batch_fast.single_batch_py, batch_fast.write_batch_py))):
+            partition_log.single_batch, log_segment.write_batch = impl
+            log = PartitionLog.open(root / name / "t-0", "t", 0,
+                                    LogConfig(segment_bytes=20_000), 0)
+            log.assign_epoch_start_offset(3, 0)
+            outcome = []
+            for batch in batches:
+                try:
+                    outcome.append(log.append_as_leader(batch, 3, 0, defer=defer))
+                except Exception as exc:  # the refusal itself must match
+                    outcome.append((type(exc), str(exc)))
+                if defer:
+                    outcome.append(log.commit())
+            log.flush(0)
+            files = {p.name: p.read_bytes() for p in sorted((root / name / "t-0").iterdir())
+                     if p.suffix in (".log", ".index", ".timeindex")}
+            log.close()
+            results.append((outcome, files))
+    finally:
+        partition_log.single_batch, log_segment.write_batch = saved
+    assert results[0] == results[1]
+
+
+def test_compiled_where_required() -> None:
+    """On CI (CI=true) or with ACTORLOG_REQUIRE_C=1 the C module must be there."""
+    required = (os.environ.get("CI", "").lower() in ("1", "true", "yes")
+                or os.environ.get("ACTORLOG_REQUIRE_C") == "1")
+    if not required:
+        pytest.skip("neither CI nor ACTORLOG_REQUIRE_C=1 is set")
+    assert batch_fast.COMPILED, (
+        "actors/core/_batch_fast.c was not built: install gcc and the Python headers "
+        "(deploy/install.sh does), then pip install -e .")
+    assert batch_fast.single_batch is compiled.single_batch
+    assert batch_fast.write_batch is compiled.write_batch

@@ -259,6 +259,10 @@ class Processor(Actor):
         self.peak_request_bytes = 0
         self.paused: dict[int, None] = {}  # connections waiting for processor-wide room
         self.idle = IdleExpiry(self.max_idle_ms)
+        # No connection expires before this (None: none tracked). Activity only moves
+        # expiries later and a new connection expires after the ones before it, so a
+        # turn looks at the table only once this is due (then takes the true one).
+        self.idle_due_ms: int | None = None
         self.counts = self.node.metrics.mine()  # setup runs in this actor's thread
         # connections given answers this turn, written once it ends (``_write_answered``)
         self.answered: dict[int, _Conn] = {}
@@ -295,6 +299,8 @@ class Processor(Actor):
         self.conns[conn.conn_id] = conn
         self.by_fd[conn.fd] = conn
         self.idle.update(conn.conn_id, self._monotonic_ns() // 1_000_000)
+        if self.idle_due_ms is None:  # the first connection tracked
+            self.idle_due_ms = self.idle.next_expiry_ms()
         self._refresh(conn)
 
     def _protocol_of(self, conn_id: int) -> str:
@@ -915,8 +921,8 @@ class Processor(Actor):
     def poll_timeout_ms(self) -> int | None:
         if self.answered:
             return 0  # answers to write (normally written before the loop polls again)
-        expiry_ms = self.idle.next_expiry_ms()
-        return None if expiry_ms is None else max(0, expiry_ms - self._monotonic_ns() // 1_000_000)
+        due_ms = self.idle_due_ms
+        return None if due_ms is None else max(0, due_ms - self._monotonic_ns() // 1_000_000)
 
     def on_turn(self) -> None:
         """Write what this turn answered; close connections quiet for connections.max.idle.ms.
@@ -927,12 +933,18 @@ class Processor(Actor):
         """
         if self.answered:
             self._write_answered()
+        due_ms = self.idle_due_ms
+        if due_ms is None:
+            return
         now_ms = self._monotonic_ns() // 1_000_000
+        if now_ms < due_ms:
+            return
         for conn in [self.conns[c] for c in self.idle.expired(now_ms) if c in self.conns]:
             if conn.core.in_flight or conn.conn_id in self.paused:
                 self.idle.update(conn.conn_id, now_ms)
             else:
                 self._close(conn, f"idle for {self.max_idle_ms} ms (connections.max.idle.ms)")
+        self.idle_due_ms = self.idle.next_expiry_ms()
 
     # --------------------------------------------------------------- control
     def on_stopping(self) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import errno
 import queue
 import sys
+from collections import Counter
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -147,6 +148,7 @@ class Actor(PykkaActor):
         self.handler_ns = 0
         self.messages_dequeued = 0
         self._enqueue_keys: dict[str, str] = {}
+        self._enqueue_counts: Counter[str] | None = None  # this thread's, once it sends
         self._stopping = False
         # actor_stopped, as a plain attribute: Event.is_set is a Python call, and the
         # dispatch loop looks at it for every message
@@ -329,7 +331,10 @@ class Actor(PykkaActor):
         key = self._enqueue_keys.get(receiver)
         if key is None:
             key = self._enqueue_keys[receiver] = f"actor_messages_enqueued_total|actor={receiver}"
-        self.node.metrics.incr(key, count)
+        counts = self._enqueue_counts
+        if counts is None:  # taken in the actor's thread, which makes every send
+            counts = self._enqueue_counts = self.node.metrics.mine()
+        counts[key] += count
 
     def _refuse_oversized(self, address: Address, msg: Any, frame_bytes: int) -> None:
         self.node.metrics.incr("messages_refused_oversized")
@@ -432,24 +437,35 @@ class Actor(PykkaActor):
                     actor._run_guarded(handler, mask)
                     if actor._out:
                         actor.flush()
+            for m in list(members):
+                if m._local_in or m._to_self:
+                    m._drain_local()
+                if m._has_turn:
+                    m._run_guarded(m.on_turn)
+                if m._local_in or m._to_self:
+                    m._drain_local()
+                if m._out:
+                    m.flush()
+            # What a later member handed an earlier one (a handler's Append to the shard
+            # hosting it) is taken now, not after a poll: each poll lets go of the GIL,
+            # and with it, often, the rest of this thread's time slice. Those members
+            # take a turn of their own; a bounded number, so sockets are not kept waiting.
             for _ in range(_LOCAL_ROUNDS):
-                for m in list(members):
+                for m in members:
                     if m._local_in or m._to_self:
-                        m._drain_local()
+                        break
+                else:
+                    break
+                for m in list(members):
+                    if not (m._local_in or m._to_self):
+                        continue
+                    m._drain_local()
                     if m._has_turn:
                         m._run_guarded(m.on_turn)
                     if m._local_in or m._to_self:
                         m._drain_local()
                     if m._out:
                         m.flush()
-                # What a later member handed an earlier one (a handler's Append to the
-                # shard hosting it) is taken now, not after a poll: each poll lets go of
-                # the GIL, and with it, often, the rest of this thread's time slice.
-                for m in members:
-                    if m._local_in or m._to_self:
-                        break
-                else:
-                    break
             for m in list(members):
                 if m._stopping and not m._local_in and not m._to_self and not m.mailbox_pending():
                     m._finish_stop()

@@ -135,13 +135,18 @@ def error_codes(data: Any) -> list[int]:
     todo = [data]
     while todo:
         item = todo.pop()
+        # plain loops, no generator per container: this walks every response
         if isinstance(item, dict):
             code = item.get("error_code")
             if code:
                 found.append(int(code))
-            todo.extend(v for v in item.values() if isinstance(v, (dict, list)))
+            for value in item.values():
+                if isinstance(value, (dict, list)):
+                    todo.append(value)
         elif isinstance(item, list):
-            todo.extend(v for v in item if isinstance(v, (dict, list)))
+            for value in item:
+                if isinstance(value, (dict, list)):
+                    todo.append(value)
     return found
 
 

@@ -10,8 +10,10 @@ sockets, the poller, the writing and the bounds, and turns the core's events
 into messages.
 
 Writing: a response is a list of pieces, bytes and file regions (a Fetch's
-records, sent from their segment file). Bytes of consecutive pieces, over
-several responses, go out in one ``sendmsg``; a region goes out with
+records, sent from their segment file). Answers are queued as they arrive
+and written when the turn ends, so the answers one turn gives a connection
+cost one ``sendmsg``: bytes of consecutive pieces, over several responses,
+go out in one ``sendmsg``; a region goes out with
 ``os.sendfile`` and its descriptor is closed once it is sent (or when the
 connection goes). A connection that cannot use sendfile (TLS, once it is
 wired in: the bytes must pass through the encryption) reads a region a chunk
@@ -107,15 +109,16 @@ WRITE_GATHER = 64  # byte pieces handed to one sendmsg
 REGION_CHUNK = 256 * 1024  # a region read into memory at a time (no sendfile)
 
 
-_METRIC_KEYS: dict[int, tuple[str, str, tuple[str, ...]]] = {}
+_METRIC_KEYS: dict[int, tuple[str, str, str, tuple[str, ...]]] = {}
 
 
-def metric_keys(api_key: int) -> tuple[str, str, tuple[str, ...]]:
-    """The counter names of one API, built once (this runs for every response)."""
+def metric_keys(api_key: int) -> tuple[str, str, str, tuple[str, ...]]:
+    """The API's name and counter names, built once (this runs for every response)."""
     keys = _METRIC_KEYS.get(api_key)
     if keys is None:
         api = api_name(api_key)
         keys = _METRIC_KEYS[api_key] = (
+            api,
             f"requests_total|api={api}",
             f"request_time_ns_total|api={api}",
             tuple(f"request_stage_time_ns_total|api={api},stage={s}" for s in STAGES),
@@ -256,6 +259,13 @@ class Processor(Actor):
         self.peak_request_bytes = 0
         self.paused: dict[int, None] = {}  # connections waiting for processor-wide room
         self.idle = IdleExpiry(self.max_idle_ms)
+        # No connection expires before this (None: none tracked). Activity only moves
+        # expiries later and a new connection expires after the ones before it, so a
+        # turn looks at the table only once this is due (then takes the true one).
+        self.idle_due_ms: int | None = None
+        self.counts = self.node.metrics.mine()  # setup runs in this actor's thread
+        # connections given answers this turn, written once it ends (``_write_answered``)
+        self.answered: dict[int, _Conn] = {}
 
     # ------------------------------------------------------------ connections
     @handles(NewConnection)
@@ -289,6 +299,8 @@ class Processor(Actor):
         self.conns[conn.conn_id] = conn
         self.by_fd[conn.fd] = conn
         self.idle.update(conn.conn_id, self._monotonic_ns() // 1_000_000)
+        if self.idle_due_ms is None:  # the first connection tracked
+            self.idle_due_ms = self.idle.next_expiry_ms()
         self._refresh(conn)
 
     def _protocol_of(self, conn_id: int) -> str:
@@ -319,6 +331,7 @@ class Processor(Actor):
         self.conns.pop(conn.conn_id, None)
         self.by_fd.pop(conn.fd, None)
         self.paused.pop(conn.conn_id, None)
+        self.answered.pop(conn.conn_id, None)
         self.idle.remove(conn.conn_id)
         for response, _arrived in conn.core.unreleased:  # answers never to be written
             for region in response.regions:
@@ -670,7 +683,10 @@ class Processor(Actor):
                 close_region(region)
             self.log.error("connection {} from {}: {}; closing it", conn.conn_id,
                            conn.peer_host, exc)
-            self._close(conn, str(exc))
+            if conn.out:  # the answers released before it still go out, if the socket takes them
+                self._write(conn)
+            if conn.conn_id in self.conns:
+                self._close(conn, str(exc))
             return
         released = ready.responses
         if released:
@@ -685,14 +701,25 @@ class Processor(Actor):
                     for region in response.regions:
                         close_region(region)
                     self._finished(conn, response, arrived_ns)
-        if conn.out:
-            self._write(conn)
-        if conn.conn_id not in self.conns:
-            return
-        if conn.core.state is CLOSING and not conn.out:
-            self._close(conn, "closed after a refused request")
-            return
-        self._refresh(conn)
+        # Written at the end of the turn (``_write_answered``): the answers a connection
+        # gets in one turn go out in one sendmsg, and its bounds are decided once.
+        self.answered[conn.conn_id] = conn
+
+    def _write_answered(self) -> None:
+        """Write the connections answered this turn, in the order they were answered."""
+        while self.answered:
+            answered, self.answered = self.answered, {}
+            for conn in answered.values():
+                if conn.conn_id not in self.conns:
+                    continue
+                if conn.out:
+                    self._write(conn)
+                    if conn.conn_id not in self.conns:
+                        continue
+                if conn.core.state is CLOSING and not conn.out:
+                    self._close(conn, "closed after a refused request")
+                    continue
+                self._refresh(conn)
         if self.paused:
             self._resume_paused()
 
@@ -857,19 +884,29 @@ class Processor(Actor):
         q, local, remote = response.stages_ns
         total = now - response.recv_ns
         send = now - arrived_ns
-        response_queue = max(0, total - q - local - remote - send)
-        values = (q, local, remote, response_queue, send)
+        response_queue = total - q - local - remote - send
+        if response_queue < 0:
+            response_queue = 0
         stages = self.stage_ns
-        for i, value in enumerate(values):
-            stages[i] += value
+        stages[0] += q
+        stages[1] += local
+        stages[2] += remote
+        stages[3] += response_queue
+        stages[4] += send
         self.responses += 1
-        incr = self.node.metrics.incr
-        count_key, total_key, stage_keys = metric_keys(response.api_key)
-        incr(count_key)
-        incr(total_key, total)
-        incr(latency_key(api_name(response.api_key), total))
-        for key, value in zip(stage_keys, values, strict=True):
-            incr(key, value)
+        # this thread's counters, added to directly (a call per count was a share of a
+        # small request)
+        counts = self.counts
+        api, count_key, total_key, (k_q, k_local, k_remote, k_rq, k_send) = \
+            metric_keys(response.api_key)
+        counts[count_key] += 1
+        counts[total_key] += total
+        counts[latency_key(api, total)] += 1
+        counts[k_q] += q
+        counts[k_local] += local
+        counts[k_remote] += remote
+        counts[k_rq] += response_queue
+        counts[k_send] += send
         traced = conn.traces.pop(response.seq, None)
         if traced is not None:
             tid, in_ns, size = traced
@@ -882,22 +919,32 @@ class Processor(Actor):
 
     # ------------------------------------------------------- idle connections
     def poll_timeout_ms(self) -> int | None:
-        expiry_ms = self.idle.next_expiry_ms()
-        return None if expiry_ms is None else max(0, expiry_ms - self._monotonic_ns() // 1_000_000)
+        if self.answered:
+            return 0  # answers to write (normally written before the loop polls again)
+        due_ms = self.idle_due_ms
+        return None if due_ms is None else max(0, due_ms - self._monotonic_ns() // 1_000_000)
 
     def on_turn(self) -> None:
-        """Close connections quiet for connections.max.idle.ms.
+        """Write what this turn answered; close connections quiet for connections.max.idle.ms.
 
         A connection waiting for the broker (requests in flight, or stopped for
         room of the whole Processor) is not idle; one whose client reads none
         of its answers is, as in Kafka: nothing moved in or out.
         """
+        if self.answered:
+            self._write_answered()
+        due_ms = self.idle_due_ms
+        if due_ms is None:
+            return
         now_ms = self._monotonic_ns() // 1_000_000
+        if now_ms < due_ms:
+            return
         for conn in [self.conns[c] for c in self.idle.expired(now_ms) if c in self.conns]:
             if conn.core.in_flight or conn.conn_id in self.paused:
                 self.idle.update(conn.conn_id, now_ms)
             else:
                 self._close(conn, f"idle for {self.max_idle_ms} ms (connections.max.idle.ms)")
+        self.idle_due_ms = self.idle.next_expiry_ms()
 
     # --------------------------------------------------------------- control
     def on_stopping(self) -> None:
@@ -910,6 +957,8 @@ class Processor(Actor):
                 self._update_mask(conn)
 
     def teardown(self) -> None:
+        if self.answered:  # answers handled in the last turn: one try to write them
+            self._write_answered()
         for conn in list(self.conns.values()):
             self._close(conn, "processor stopped")
 

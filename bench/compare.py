@@ -220,17 +220,20 @@ def tls_pair() -> Iterator[tuple[str, str, dict[str, str]]]:
 
 @contextlib.contextmanager
 def _broker(
-    address: str | None, template: str | None, which: str
+    address: str | None, template: str | None, which: str,
+    settings: Mapping[str, object] | None = None,
 ) -> Iterator[tuple[str, BrokerProcess | None]]:
     if (address is None) == (template is None):
         raise click.UsageError(
             f"give exactly one of --{which} HOST:PORT or the matching command template"
         )
     if address is not None:
+        if settings:
+            raise click.UsageError(f"--{which} names a running broker: its settings are its own")
         yield address, None
         return
     assert template is not None
-    broker = start_broker(template)
+    broker = start_broker(template, settings=settings, timeout_s=60)
     try:
         yield broker.bootstrap, broker
     finally:
@@ -265,12 +268,38 @@ def print_compare(console: Console, results: dict[str, Any], name_a: str, name_b
             )
 
 
+def parse_settings(pairs: tuple[str, ...]) -> dict[str, object]:
+    """KEY=VALUE pairs as broker settings; a value that reads as an integer is one."""
+    settings: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--a-setting")
+        text = value.strip()
+        settings[key.strip()] = int(text) if text.lstrip("-").isdigit() else text
+    return settings
+
+
 @click.command("compare")
 @click.option("--a", "address_a", default=None, help="HOST:PORT of A (actorlog).")
 @click.option(
     "--a-cmd",
     default=None,
     help="Start A from this template ({port}, {data_dir}, {config}, {tansu}; or 'tansu').",
+)
+@click.option(
+    "--a-setting",
+    "a_settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A broker setting for the A that --a-cmd starts (its {config} file), e.g. "
+    "num.processes=2; repeatable.",
+)
+@click.option(
+    "--num-processes",
+    type=click.IntRange(min=1, max=64),
+    default=None,
+    help="Shorthand for --a-setting num.processes=N.",
 )
 @click.option("--b", "address_b", default=None, help="HOST:PORT of the peer B.")
 @click.option(
@@ -344,11 +373,17 @@ def command(**kw: Any) -> None:
         fixed_rate=kw["fixed_rate"],
         small_connections=kw["small_connections"],
     )
+    a_settings = parse_settings(kw["a_settings"])
+    if kw["num_processes"] is not None:
+        a_settings["num.processes"] = kw["num_processes"]
     console = make_console()
     if kw["tls"]:
         if kw["address_a"] or kw["a_cmd"] or kw["address_b"] or kw["peer_cmd"]:
             raise click.UsageError("--tls starts both sides itself; leave out --a, --a-cmd, "
                                    "--b and --peer-cmd")
+        if a_settings:
+            raise click.UsageError("--tls starts both sides with the bench's settings; leave out "
+                                   "--a-setting and --num-processes")
         if kw["a_name"] == "actorlog" and kw["b_name"] == "peer":
             kw["a_name"], kw["b_name"] = "tls", "plaintext"
 
@@ -378,7 +413,7 @@ def command(**kw: Any) -> None:
                 results, ratios = run(boot_a, boot_b, {"a": tls_client})
         else:
             with (
-                _broker(kw["address_a"], kw["a_cmd"], "a") as (boot_a, _proc_a),
+                _broker(kw["address_a"], kw["a_cmd"], "a", a_settings) as (boot_a, _proc_a),
                 _broker(kw["address_b"], kw["peer_cmd"], "b") as (boot_b, _proc_b),
             ):
                 results, ratios = run(boot_a, boot_b)
@@ -390,6 +425,7 @@ def command(**kw: Any) -> None:
             "a": TLS_TEMPLATE if kw["tls"] else kw["address_a"] or kw["a_cmd"],
             "b": ACTORLOG_TEMPLATE if kw["tls"] else kw["address_b"] or kw["peer_cmd"],
             "tls": kw["tls"],
+            "a_settings": a_settings,
             "a_name": kw["a_name"],
             "b_name": kw["b_name"],
             "scenarios": names,

@@ -126,12 +126,21 @@ API_SNAKE_NAMES: dict[int, str] = {int(key): _snake_case(key.name) for key in Ap
 API_KEYS_BY_SNAKE_NAME: dict[str, int] = {name: key for key, name in API_SNAKE_NAMES.items()}
 
 
+_API_NAMES: dict[int, str] = {}
+
+
 def api_name(api_key: int) -> str:
-    """Kafka's name for an API key, or `Unknown(<key>)`."""
-    try:
-        return ApiKey(api_key).name
-    except ValueError:
-        return f"Unknown({api_key})"
+    """Kafka's name for an API key, or `Unknown(<key>)` (looked up once per key: this runs
+    for every request, and an enum lookup by value is slow)."""
+    name = _API_NAMES.get(api_key)
+    if name is None:
+        try:
+            name = ApiKey(api_key).name
+        except ValueError:
+            name = f"Unknown({api_key})"
+        if len(_API_NAMES) < 1024:  # client-chosen keys cannot grow it without bound
+            _API_NAMES[api_key] = name
+    return name
 
 
 def api_snake_name(api_key: int) -> str:

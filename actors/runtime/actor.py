@@ -27,6 +27,7 @@ from __future__ import annotations
 import errno
 import queue
 import sys
+from collections import Counter
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -54,7 +55,8 @@ _types = registry._BY_ID
 _build = registry.build
 _NOBLOCK = zmq.NOBLOCK
 _Again = zmq.Again
-_POLLIN = zmq.POLLIN
+_POLLIN = int(zmq.POLLIN)
+_EVENTS = zmq.EVENTS
 
 
 def handles(*message_types: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -77,6 +79,9 @@ class _AdoptGuest:
 
 
 _MAILBOX, _INBOX, _FD = 0, 1, 2
+# Rounds over a loop's actors between two polls while they hand each other messages
+# (bounded: sockets and mailboxes are not kept waiting by a chatty loop).
+_LOCAL_ROUNDS = 4
 
 
 class Actor(PykkaActor):
@@ -143,7 +148,11 @@ class Actor(PykkaActor):
         self.handler_ns = 0
         self.messages_dequeued = 0
         self._enqueue_keys: dict[str, str] = {}
+        self._enqueue_counts: Counter[str] | None = None  # this thread's, once it sends
         self._stopping = False
+        # actor_stopped, as a plain attribute: Event.is_set is a Python call, and the
+        # dispatch loop looks at it for every message
+        self._dead = False
         self._ready = node._new_ready_event()
         self.restarts = RestartWindow(self.max_restarts, self.restart_window_s)
         self._trace = (0, 0)  # (trace id, span id) of the message being handled
@@ -272,7 +281,7 @@ class Actor(PykkaActor):
             self._out_sockets[address] = link
         if isinstance(link, _LocalLink):
             peer = self.node.actors[address.name]
-            if peer.actor_stopped.is_set():
+            if peer._dead:
                 self.node.dead_letters.record(
                     f"actor {address} stopped", len(entries), sender=str(self.address))
                 return
@@ -322,7 +331,10 @@ class Actor(PykkaActor):
         key = self._enqueue_keys.get(receiver)
         if key is None:
             key = self._enqueue_keys[receiver] = f"actor_messages_enqueued_total|actor={receiver}"
-        self.node.metrics.incr(key, count)
+        counts = self._enqueue_counts
+        if counts is None:  # taken in the actor's thread, which makes every send
+            counts = self._enqueue_counts = self.node.metrics.mine()
+        counts[key] += count
 
     def _refuse_oversized(self, address: Address, msg: Any, frame_bytes: int) -> None:
         self.node.metrics.incr("messages_refused_oversized")
@@ -434,6 +446,26 @@ class Actor(PykkaActor):
                     m._drain_local()
                 if m._out:
                     m.flush()
+            # What a later member handed an earlier one (a handler's Append to the shard
+            # hosting it) is taken now, not after a poll: each poll lets go of the GIL,
+            # and with it, often, the rest of this thread's time slice. Those members
+            # take a turn of their own; a bounded number, so sockets are not kept waiting.
+            for _ in range(_LOCAL_ROUNDS):
+                for m in members:
+                    if m._local_in or m._to_self:
+                        break
+                else:
+                    break
+                for m in list(members):
+                    if not (m._local_in or m._to_self):
+                        continue
+                    m._drain_local()
+                    if m._has_turn:
+                        m._run_guarded(m.on_turn)
+                    if m._local_in or m._to_self:
+                        m._drain_local()
+                    if m._out:
+                        m.flush()
             for m in list(members):
                 if m._stopping and not m._local_in and not m._to_self and not m.mailbox_pending():
                     m._finish_stop()
@@ -460,7 +492,7 @@ class Actor(PykkaActor):
                 return
             try:
                 data = mailbox.recv(_NOBLOCK)
-            except _Again:
+            except _Again:  # rare: the socket's EVENTS said there was a frame
                 return
             try:
                 s_node, s_name, _r_name, entries = _decode_frame(data, self._max_frame)
@@ -472,6 +504,11 @@ class Actor(PykkaActor):
                 # Flush per incoming frame, not per turn: what one frame caused goes out
                 # together, but the next actor does not wait for the rest of our turn.
                 self.flush()
+            # Another frame? Asked, not found out by a failed recv: zmq.Again costs a
+            # Python exception (with imports in its __init__) per drain, the question
+            # a C call per frame.
+            if self._mailbox is None or not mailbox.getsockopt(_EVENTS) & _POLLIN:
+                return
 
     def _dispatch_entries(self, s_node: str, s_name: str, entries: list[Any]) -> None:
         sender = Address(s_node, s_name)
@@ -483,7 +520,7 @@ class Actor(PykkaActor):
         sender_text = ""  # for trace records, formatted at the first traced entry
         wall_ns = self.clock.wall_ns
         for i, entry in enumerate(entries):
-            if self.actor_stopped.is_set():  # supervision gave up on a crash just now
+            if self._dead:  # supervision gave up on a crash just now
                 self.node.dead_letters.record(f"actor {self.address} stopped", len(entries) - i,
                                               sender=str(sender), receiver=self.name)
                 break
@@ -602,6 +639,7 @@ class Actor(PykkaActor):
         # the mailbox is closed (its inproc name free) before anyone hears of the stop:
         # Node.stop_actor's caller may spawn the name again at once
         self._close_sockets()
+        self._dead = True
         self.actor_stopped.set()
         for waiter in getattr(self, "_stop_waiters", []):
             waiter.set(None)
@@ -632,8 +670,13 @@ class Actor(PykkaActor):
     def _on_loop_failure(self, exc_type: type[BaseException] | None,
                          exc_value: BaseException | None, tb: TracebackType | None) -> None:
         self.log.opt(exception=(exc_type, exc_value, tb)).error("actor {} failed", self.name)
+        self._dead = True
         super()._on_loop_failure(exc_type, exc_value, tb)
         self._ready.set()
+
+    def _stop(self) -> None:  # pykka's own immediate stop: the runtime never asks for it
+        self._dead = True
+        super()._stop()
 
     def mailbox_pending(self) -> bool:
         """True while frames are waiting in the mailbox (checked from the actor thread)."""

@@ -14,6 +14,8 @@ from actors.runtime.tracing import record_net_legs
 from wire.envelope import claimed_sender, sender_prefix
 from wire.runtime_messages import GetClockOffsets, Ping, Pong
 
+_POLLIN = int(zmq.POLLIN)
+
 if TYPE_CHECKING:
     from actors.runtime.node import Link, Node
 
@@ -181,6 +183,10 @@ class Gateway(Actor):
         checked = self.node.curve is not None
         for sock in self._in:
             for _ in range(256):
+                # asked before each recv: a zmq.Again ending every drain costs a Python
+                # exception (its __init__ imports), the question one C call
+                if not sock.getsockopt(zmq.EVENTS) & _POLLIN:
+                    break
                 try:
                     if checked:  # the first part's metadata names the authenticated peer
                         frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)

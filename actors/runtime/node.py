@@ -80,7 +80,7 @@ class Link:
         if self.remote:
             return directory.nodes.get(self.node) is not self.endpoint
         target = self.target
-        return (target is not None and actors is not None and target.actor_stopped.is_set()
+        return (target is not None and actors is not None and target._dead
                 and actors.get(target.name) is not target)
 
 

@@ -1,10 +1,12 @@
 """One broker node: opens the log dir, binds the listener, spawns every actor.
 
-Placement (``actor.threads``): "shared" (the default) runs worker thread i
-as one poll loop for shard-i, purgatory-i, handler-i and processor-i, and
-connection c goes to processor and handler ``c % N``, so a request crosses
-threads only when its partition lives on another worker; "dedicated" gives
-every actor a thread of its own.
+Placement (``actor.threads``): "shared" runs worker thread i as one poll
+loop for shard-i, purgatory-i, handler-i and processor-i, and connection c
+goes to processor and handler ``c % N``, so a request crosses threads only
+when its partition lives on another worker; "single" (the default) runs all
+of them, every shard included, in one loop per process, so a request never
+crosses threads inside a process (no GIL handoff, no ZeroMQ poll between its
+hops); "dedicated" gives every actor a thread of its own.
 
 Spawn order is the reverse of stop order: the Acceptor is spawned last, so
 at shutdown it stops first (no new connections), then the Processors (no
@@ -456,15 +458,19 @@ class Broker:
             node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir,
                        num_shards=topo.num_shards, clock=clock)
             node.spawn(Timer, topo.timer.name, clock=clock)
-            shared = cfg["actor.threads"] == "shared"
+            shared = cfg["actor.threads"] in ("shared", "single")
+            single = cfg["actor.threads"] == "single"
 
             local = topo.local_shards()
 
             def place(i: int) -> dict[str, Any]:
                 """Worker thread i (the loop of shard-i) also runs the i-th of the others;
-                with num.processes > 1, a local shard's loop (never another process's)."""
+                with num.processes > 1, a local shard's loop (never another process's);
+                'single': the loop of this process's first shard runs them all."""
                 if not shared:
                     return {}
+                if single and local:
+                    return {"host": topo.shard(local[0]).name}
                 if i < topo.num_shards and i in local:
                     return {"host": topo.shard(i).name}
                 if processes > 1 and local:
@@ -479,7 +485,8 @@ class Broker:
             snapshot.log_start_offsets = dict(log_dir.log_start_offsets)
             for i in local:  # num.processes > 1: the others run in processes 1..
                 node.spawn(PartitionShard, topo.shard(i).name, topology=topo, config=cfg,
-                           log_dir=snapshot, topics=topics, broker_id=broker_id, clock=clock)
+                           log_dir=snapshot, topics=topics, broker_id=broker_id, clock=clock,
+                           **(place(i) if single and i != local[0] else {}))
             for i in topo.local_purgatories():
                 node.spawn(PurgatoryShard, topo.purgatory(i).name, topology=topo, clock=clock,
                            purge_interval_requests=int(cfg["purge.interval.requests"]),

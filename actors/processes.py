@@ -257,13 +257,17 @@ def run_process(spec: dict[str, Any]) -> int:
     topo = Topology(name, topo.num_processors, topo.num_handlers, topo.num_shards,
                     topo.num_purgatories, topo.num_coordinators, home=main, process_nodes=names)
     restarted = bool(spec.get("restarted"))
-    shared = cfg["actor.threads"] == "shared"
+    shared = cfg["actor.threads"] in ("shared", "single")
+    single = cfg["actor.threads"] == "single"
     here = topo.local_shards()
 
     def place(i: int) -> dict[str, Any]:
-        """actor.threads = shared: the loop of a shard of this process (as in process 0)."""
+        """actor.threads = shared: the loop of a shard of this process (as in process 0);
+        single: the loop of its first shard."""
         if not shared or not here:
             return {}
+        if single:
+            return {"host": topo.shard(here[0]).name}
         return {"host": topo.shard(i if i in here else here[i % len(here)]).name}
 
     kafka_codec.warm_up()
@@ -295,7 +299,7 @@ def run_process(spec: dict[str, Any]) -> int:
     for i in here:
         node.spawn(PartitionShard, topo.shard(i).name, topology=topo, config=cfg,
                    log_dir=log_dir, topics=topics, broker_id=int(spec["broker_id"]),
-                   clock=clock)
+                   clock=clock, **(place(i) if single and i != here[0] else {}))
     for i in topo.local_purgatories():
         node.spawn(PurgatoryShard, topo.purgatory(i).name, topology=topo, clock=clock,
                    purge_interval_requests=int(cfg["purge.interval.requests"]),

@@ -33,8 +33,11 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                "$ACTORLOG_IPC_DIR or /tmp/actorlog-ipc-UID)"),
     "actor.max.frame.bytes": (16 * 1024 * 1024, int, "larger frames go to dead letters"),
     "actor.batch.max.messages": (256, int, "messages an actor batches into one frame"),
-    "actor.threads": ("shared", str, "'shared': worker threads run several actors; "
-                                     "'dedicated': one thread per actor"),
+    "actor.threads": ("single", str, "'single': one worker loop per process runs its "
+                                     "shards, purgatories, handlers, processors and "
+                                     "Acceptors; 'shared': worker loop i runs shard-i and "
+                                     "the i-th of the others; 'dedicated': one thread per "
+                                     "actor"),
     "trace.sample.ratio": (0.01, float, "share of request chains traced"),
     "trace.file.max.bytes": (64 * 1024 * 1024, int, "a trace file is closed and a new one "
                                                   "started before it grows past this size"),
@@ -278,7 +281,7 @@ RANGES: dict[str, tuple[float, float]] = {
 }
 # The values a string key may take.
 CHOICES: dict[str, tuple[str, ...]] = {
-    "actor.threads": ("shared", "dedicated"),
+    "actor.threads": ("single", "shared", "dedicated"),
     "num.processes.connection.distribution": ("handoff", "reuseport"),
     "log.message.timestamp.type": ("CreateTime", "LogAppendTime"),
     "log.cleanup.policy": ("delete", "compact", "compact,delete", "delete,compact"),

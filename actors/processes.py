@@ -216,6 +216,7 @@ def run_process(spec: dict[str, Any]) -> int:
     from actors.apis.base import HandlerContext
     from actors.broker import bind_listener
     from actors.core.log_dir import LogDir
+    from actors.core.metadata_cache import MetadataCache
     from actors.core.topic_store import TopicStore
     from actors.partition_shard import PartitionShard
     from actors.processor import Processor
@@ -231,6 +232,7 @@ def run_process(spec: dict[str, Any]) -> int:
     from actors.timer import Timer
     from actors.topology import Topology
     from wire import kafka_codec
+    from wire.cluster_messages import ProcessStarted
 
     cfg = Config(spec["config"], source="<broker process>")
     main = spec["main"]
@@ -252,6 +254,7 @@ def run_process(spec: dict[str, Any]) -> int:
     topo = Topology(name, topo.num_processors, topo.num_handlers, topo.num_shards,
                     topo.num_purgatories, topo.num_coordinators, home=main, process_nodes=names)
     restarted = bool(spec.get("restarted"))
+    cluster = bool(spec.get("cluster"))
     shared = cfg["actor.threads"] == "shared"
     here = topo.local_shards()
 
@@ -297,11 +300,17 @@ def run_process(spec: dict[str, Any]) -> int:
                    **place(i))
     node.start()
     for i in range(topo.num_handlers):
+        # In a cluster the handlers' metadata comes from process 0's ReplicaManager, which
+        # forwards every UpdateMetadata to the handlers of each process (ProcessStarted
+        # below: what it holds already); SCRAM users live in ZooKeeper (refused with
+        # num.processes > 1 until these processes read them there)
         ctx = HandlerContext(topo, cfg, int(spec["broker_id"]), spec["adv_host"],
-                             int(spec["adv_port"]), spec["cluster_id"], i, dict(topics),
-                             clock=clock, authorizer=authorizer,
-                             acl_store=acl_store,
-                             user_store=LocalSecurityStore.in_data_dir(data_dir),
+                             int(spec["adv_port"]), spec["cluster_id"], i,
+                             {} if cluster else dict(topics), clock=clock,
+                             cluster=MetadataCache() if cluster else None,
+                             authorizer=authorizer, acl_store=acl_store,
+                             user_store=None if cluster
+                             else LocalSecurityStore.in_data_dir(data_dir),
                              credentials=credentials)
         node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **place(i))
     for i in range(topo.num_processors):
@@ -316,12 +325,15 @@ def run_process(spec: dict[str, Any]) -> int:
     # restart, none waits in a backlog while the shards recover)
     sockets = [bind_listener(host, int(port), reuse_port=True)
                for host, port in spec.get("listeners") or [[spec["host"], spec["port"]]]]
-    for index, sock in enumerate(sockets):  # one Acceptor per listener, as in process 0
-        node.spawn(Acceptor, topo.listener_acceptor(index).name, topology=topo, config=cfg,
-                   listen_socket=sock, clock=clock, listener_index=index,
-                   listener_name=security.listeners[index].name,
+    for at, sock in enumerate(sockets):  # one Acceptor per listener, as in process 0
+        node.spawn(Acceptor, topo.listener_acceptor(at).name, topology=topo, config=cfg,
+                   listen_socket=sock, clock=clock, listener_index=at,
+                   listener_name=security.listeners[at].name,
                    **(place(0) if here else
                       {"host": topo.handler(0).name} if shared else {}))
+    if cluster:
+        # Its handlers' metadata, and after a restart its shards' roles (they were in memory)
+        node.tell(topo.replica_manager, ProcessStarted(index, restarted))
     print(READY_LINE, flush=True)
     code = node.run_until_signal()
     for sock in sockets:

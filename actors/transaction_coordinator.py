@@ -524,6 +524,9 @@ class TransactionCoordinator(Actor):
         leader = self.metadata.leader(topic, partition)
         if leader == NO_LEADER:
             return None
+        if leader == int(self.config["node.id"]):
+            # this broker: its own shard, in whichever of its processes it lives
+            return self.topology.shard_for(topic, partition)
         row = self.metadata.brokers.get(leader)
         shards = row.num_shards if row is not None and row.num_shards > 0 else \
             self.topology.num_shards

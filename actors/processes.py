@@ -223,7 +223,7 @@ def run_process(spec: dict[str, Any]) -> int:
     from actors.purgatory import PurgatoryShard
     from actors.request_handler import RequestHandler
     from actors.runtime.config import Config
-    from actors.runtime.node import Directory, Node, NodeEndpoint
+    from actors.runtime.node import AskFailed, AskTimeout, Directory, Node, NodeEndpoint
     from actors.security.acl import Authorizer
     from actors.security.config import SecuritySettings
     from actors.security.credentials import CredentialCache
@@ -313,6 +313,16 @@ def run_process(spec: dict[str, Any]) -> int:
                              else LocalSecurityStore.in_data_dir(data_dir),
                              credentials=credentials)
         node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **place(i))
+    if cluster:
+        # Before it takes connections: its handlers get the metadata process 0's ReplicaManager
+        # holds (the answer comes after it, on the same link), and after a restart its shards
+        # their roles (they were in memory)
+        try:
+            node.ask(topo.replica_manager, ProcessStarted(index, restarted),
+                     timeout=READY_TIMEOUT_S / 2)
+        except (AskFailed, AskTimeout) as exc:
+            logger.warning("process {}: the ReplicaManager did not answer ({}); its handlers "
+                           "learn the cluster from the next UpdateMetadata", index, exc)
     for i in range(topo.num_processors):
         node.spawn(Processor, topo.processor(i).name, topology=topo, config=cfg, clock=clock,
                    listener_protocols=tuple(b.security_protocol.value
@@ -331,9 +341,6 @@ def run_process(spec: dict[str, Any]) -> int:
                    listener_name=security.listeners[at].name,
                    **(place(0) if here else
                       {"host": topo.handler(0).name} if shared else {}))
-    if cluster:
-        # Its handlers' metadata, and after a restart its shards' roles (they were in memory)
-        node.tell(topo.replica_manager, ProcessStarted(index, restarted))
     print(READY_LINE, flush=True)
     code = node.run_until_signal()
     for sock in sockets:

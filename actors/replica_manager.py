@@ -566,13 +566,13 @@ class ReplicaManager(Actor):
 
     # ------------------------------------------------------------ processes 1..
     @handles(ProcessStarted)
-    def on_process_started(self, msg: ProcessStarted) -> None:
+    def on_process_started(self, msg: ProcessStarted) -> dict[str, int]:
         """Process ``msg.process`` runs: its handlers get the metadata; after a restart its
         shards get their partitions' roles again (their logs were recovered from disk; the
         roles lived in memory) and the fetchers ask the followed ones where they end."""
         nodes = self.topology.process_nodes
         if not 0 < msg.process < len(nodes):
-            return
+            return {}
         node = nodes[msg.process]
         if self.cache.updates:
             snapshot = self.cache.snapshot(self.fencing.broker_epoch)
@@ -580,7 +580,7 @@ class ReplicaManager(Actor):
                 if handler.node == node:
                     self.tell(handler, snapshot)
         if not msg.restarted:
-            return  # the roles sent before it started wait in its shards' links
+            return {"partitions": 0}  # the roles sent before it started wait in its links
         self.processes_restarted += 1
         by_shard: dict[Address, list[ReplicaStateRow]] = {}
         for row in self.states.values():
@@ -590,6 +590,8 @@ class ReplicaManager(Actor):
         req_id = next(self.req_ids)  # not pending: nobody waits for the shards' answers
         for shard, rows in by_shard.items():
             self.tell(shard, BecomeLeaderOrFollower(req_id, rows))
+        for i in range(self.topology.num_purgatories):  # waits on them: watched again
+            self.tell(self.topology.purgatory(i), msg)
         # The fetchers of the partitions it follows forget what they knew of them (an
         # answer they sent it may have died with it) and ask its shards again
         refetch: dict[str, list[ReplicaStateRow]] = {}
@@ -609,6 +611,7 @@ class ReplicaManager(Actor):
                       "{} followed ones fetched anew", msg.process,
                       sum(len(r) for r in by_shard.values()),
                       sum(len(r) for r in refetch.values()))
+        return {"partitions": sum(len(r) for r in by_shard.values())}
 
     def _isr_answer(self, proposals: list[IsrProposalRow], error_code: int) -> None:
         by_shard: dict[Address, list[IsrUpdateRow]] = {}

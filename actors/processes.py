@@ -24,6 +24,20 @@ shutdown: their shards' final checkpoint reports reach the LogManager while
 process 0 still runs, so it writes the clean-shutdown marker once its own shards
 closed too. A process whose parent dies gets SIGTERM (PR_SET_PDEATHSIG), so none
 outlives the broker.
+
+In a cluster (zookeeper.connect) process 0 also runs the ReplicaManager and the
+replica fetchers, and it alone talks to other brokers: its gateway is the one
+registered in /brokers/ids, the controller's LeaderAndIsr/StopReplica/UpdateMetadata
+reach its ReplicaManager, which hands roles to the shards of every process and
+forwards the metadata to every process's handlers (one ipc hop each); followers'
+fetches reach its handlers, which read the shards of any process; fetched batches go
+from its fetchers to the owning shard; a shard's ISR proposal goes to its
+ReplicaManager. Markers another broker's transaction coordinator sends to a shard of
+processes 1.. pass through a ShardRelay of process 0 under that shard's name.
+Process k, before it takes connections, tells the ReplicaManager it runs
+(ProcessStarted): its handlers get the metadata, and after a restart its shards get
+their partitions' roles again, the fetchers ask the followed ones where they end and
+the purgatories watch them again. Controlled shutdown runs before processes 1.. stop.
 """
 
 from __future__ import annotations

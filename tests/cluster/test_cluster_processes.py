@@ -24,6 +24,8 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from actors.topology import spread_index
 from tests.cluster.test_replication import FAST, TOPIC, KeyedProducer, create_topic, same_logs
+from tests.cluster.test_transactions_cluster import CONFIG as TXN_CONFIG
+from tests.cluster.test_transactions_cluster import commit_abort_commit
 from tests.fixtures.cluster import Cluster, wait_for
 from tests.fixtures.replication import values_of
 
@@ -118,6 +120,11 @@ def test_every_process_of_every_node_leads_and_follows_and_acks_all_reads_back(
     producer.finish()
     assert producer.count() == 1200
     check_everything_acknowledged_is_there(cluster, producer, cluster.nodes[3].bootstrap)
+    # each acks=all answer reached the handler that waits for it, in whichever process
+    # (one of process k answered to process 0's handler of the same name timed out the
+    # producer's request, acknowledged only by its retry)
+    for node in cluster.nodes.values():
+        assert "to unknown request" not in node.log(), node.broker_id
 
 
 def test_a_whole_node_killed_under_acks_all_fails_over_and_loses_nothing(
@@ -198,3 +205,11 @@ def test_sigterm_of_a_node_moves_its_leaderships_then_stops_every_process_cleanl
     view = cluster.nodes[1].metadata()
     assert all(view.partitions[(TOPIC, p)].leader in (1, 3) for p in range(PARTITIONS))
     check_everything_acknowledged_is_there(cluster, producer, cluster.nodes[3].bootstrap)
+
+
+def test_transactions_commit_and_abort_on_partitions_of_either_process(
+        cluster_factory: Any) -> None:
+    """The markers of a coordinator on one node reach the shards of process 1 of the others
+    (through the relay of their process 0) and of its own (directly)."""
+    cluster = cluster_factory(3, config={**TXN_CONFIG, "num.processes": PROCESSES})
+    commit_abort_commit(cluster)

@@ -592,6 +592,9 @@ class ReplicaManager(Actor):
             self.tell(shard, BecomeLeaderOrFollower(req_id, rows))
         for i in range(self.topology.num_purgatories):  # waits on them: watched again
             self.tell(self.topology.purgatory(i), msg)
+        for handler in self.topology.all_handlers():  # what it owed them will not come
+            if handler.node != node:
+                self.tell(handler, msg)
         # The fetchers of the partitions it follows forget what they knew of them (an
         # answer they sent it may have died with it) and ask its shards again
         refetch: dict[str, list[ReplicaStateRow]] = {}

@@ -82,6 +82,7 @@ from actors.security.credentials import CredentialCache
 from actors.security.curve import CurveError, CurveIdentity, cluster_mismatch
 from actors.security.local_store import LocalSecurityStore, LocalStoreError
 from actors.security.tls import TlsConfigError, server_context
+from actors.shard_relay import ShardRelay
 from actors.timer import Timer
 from actors.topology import Topology, broker_node_name
 from actors.transaction_coordinator import spawn_txn_coordinators
@@ -345,16 +346,20 @@ class Broker:
         ipc_dir = gateway_ipc_dir(str(cfg["actor.ipc.dir"]) or default_ipc_dir(), data_dir,
                                   self.node_name)
         processes = int(cfg["num.processes"])
+        limited = self.cluster and bool(self.security.sasl_mechanisms
+                                        or self.security.acl_enabled)
         if processes == 0:  # the default: one process per CPU
             try:
-                processes = 1 if self.cluster else auto_processes()
+                processes = 1 if limited else auto_processes()
             except ConfigError as exc:
                 raise BrokerConfigError(str(exc)) from None
             cfg = self.config = cfg.update({"num.processes": processes}, "num.processes = 0")
             self.processes_by_default = True
-        if processes > 1 and self.cluster:
-            raise BrokerConfigError("num.processes > 1 is not supported with zookeeper.connect "
-                                    "yet; set num.processes = 1 for a cluster node")
+        if processes > 1 and limited:
+            # processes 1.. would read SCRAM users and ACLs from the data dir, not ZooKeeper
+            raise BrokerConfigError(
+                "num.processes > 1 with zookeeper.connect does not support SASL listeners or "
+                "authorizer.class.name yet; set num.processes = 1 for this node")
         sockets: list[socket.socket] = []
         # num.processes > 1 with reuseport: every process binds each port (handoff: only
         # this one, which passes connections to the others)
@@ -497,6 +502,13 @@ class Broker:
             else:
                 self._spawn_cluster_actors(node, topo, cfg, clock, broker_id, adv_host,
                                            adv_port, endpoint, credentials, authorizer)
+            if self.cluster and processes > 1:
+                # Other brokers name this node's shards as <node>/shard-i (they reach process
+                # 0 alone): markers for a shard of processes 1.. come through a relay
+                for i in range(topo.num_shards):
+                    if i not in local:
+                        node.spawn(ShardRelay, topo.shard(i).name, topology=topo, index=i,
+                                   **place(i))
             if cfg["log.cleaner.enable"]:  # its own thread: a pass must not slow a worker
                 node.spawn(LogCleaner, topo.log_cleaner.name, topology=topo, config=cfg,
                            log_dir=data_dir, clock=clock)
@@ -655,7 +667,7 @@ class Broker:
                 "gateway_host": str(cfg["actor.gateway.host"]), "data_dir": str(data_dir),
                 # every listener, bound to the ports process 0 got (port 0 in the config)
                 "listeners": [[b.host, b.port] for b in self.bound],
-                "clean_shutdown": clean_shutdown}
+                "clean_shutdown": clean_shutdown, "cluster": self.cluster}
 
         def give_up(reason: str) -> None:
             logger.bind(node=node_name).error(reason)
@@ -807,8 +819,11 @@ class Broker:
         assert self.node is not None
 
         def before_shutdown() -> None:
-            self._stop_processes()  # their requests finish while this process still runs
+            # In a cluster the controller moves the leaderships first, while every process
+            # still serves its partitions; then processes 1.. stop (their requests finish
+            # while this process still runs)
             self.controlled_shutdown()
+            self._stop_processes()
 
         return self.node.run_until_signal(before_shutdown=before_shutdown,
                                           received=self.early_signals)

@@ -426,7 +426,7 @@ class ClusterController(Actor):
                 tuple(NewTopic(r.name, r.num_partitions, r.replication_factor, None,
                                {k: str(v) for k, v in r.configs.items()}) for r in msg.rows),
                 msg.validate_only))
-        elif self.current_sender.node == self.node.name:
+        elif self._from_this_broker():
             self._forward(msg)
         else:
             self.reply(bm.CreateTopicsDone(msg.req_id, [
@@ -439,7 +439,7 @@ class ClusterController(Actor):
         if self.driver.active:
             self._call_driver(self.driver.feed, DeleteTopics(
                 ("delete", self.current_sender, msg.req_id), tuple(r.name for r in msg.rows)))
-        elif self.current_sender.node == self.node.name:
+        elif self._from_this_broker():
             self._forward(msg)
         else:
             self.reply(bm.DeleteTopicsDone(msg.req_id, [
@@ -457,7 +457,7 @@ class ClusterController(Actor):
                                     else tuple(tuple(a) for a in r.assignments))
                       for r in msg.rows),
                 msg.validate_only))
-        elif self.current_sender.node == self.node.name:
+        elif self._from_this_broker():
             self._forward(msg)
         else:
             self.reply(am.CreatePartitionsDone(msg.req_id, [
@@ -473,7 +473,7 @@ class ClusterController(Actor):
             self._call_driver(self.driver.feed, ElectLeaders(
                 ("elect", self.current_sender, msg.req_id), partitions,
                 ElectionType(msg.election)))
-        elif self.current_sender.node == self.node.name:
+        elif self._from_this_broker():
             self._forward(msg)
         else:
             self.reply(am.ElectLeadersDone(msg.req_id, NOT_CONTROLLER, []))
@@ -485,7 +485,7 @@ class ClusterController(Actor):
         node applies it to its replicas) and has the nodes' metadata carry them."""
         assert self.current_sender is not None
         if not self.driver.active:
-            if self.current_sender.node == self.node.name:
+            if self._from_this_broker():
                 self._forward(msg)
             else:
                 self.reply(am.AlterTopicConfigsDone(msg.req_id, [
@@ -666,6 +666,13 @@ class ClusterController(Actor):
         known = self.driver.controller_id
         return (f"broker {self.broker.broker_id} is not the controller (the controller is "
                 f"{known if known is not None else 'unknown'})")
+
+    def _from_this_broker(self) -> bool:
+        """The request comes from this broker's own handlers (in any of its processes, with
+        num.processes > 1), not from another node's controller forwarding it here."""
+        assert self.current_sender is not None
+        node = self.current_sender.node
+        return node == self.node.name or node in self.topology.process_nodes
 
     def _forward(self, msg: ForwardedRequest) -> None:
         assert self.current_sender is not None

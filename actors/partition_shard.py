@@ -586,11 +586,13 @@ class PartitionShard(Actor):
                 r.topic, r.partition, -1, r.base_offset, r.log_append_time_ms,
                 r.log_start_offset, None, r.error_code))
         first = waiting[0]
-        self.tell(
-            self.topology.purgatory_for(first.topic, first.partition),
-            WatchProduce(msg.req_id, sender.name, msg.timeout_ms, wait_rows,
-                         "" if sender.node == self.node.name else sender.node),
-        )
+        purgatory = self.topology.purgatory_for(first.topic, first.partition)
+        # The handler's node, unless it is the purgatory's own: with num.processes > 1 and
+        # fewer purgatories than processes, a handler and a shard of process k wait in a
+        # purgatory of process 0 (their node left out, it answered process 0's handler)
+        self.tell(purgatory, WatchProduce(msg.req_id, sender.name, msg.timeout_ms, wait_rows,
+                                          "" if sender.node == purgatory.node
+                                          else sender.node))
 
     def _count(self, topic: str, direction: str, size: int, records: int) -> None:
         """Bytes and records in or out of a topic (metrics)."""

@@ -27,6 +27,20 @@ shutdown: their shards' final checkpoint reports reach the LogManager while
 process 0 still runs, so it writes the clean-shutdown marker once its own shards
 closed too. A process whose parent dies gets SIGTERM (PR_SET_PDEATHSIG), so none
 outlives the broker.
+
+In a cluster (zookeeper.connect) process 0 also runs the ReplicaManager and the
+replica fetchers, and it alone talks to other brokers: its gateway is the one
+registered in /brokers/ids, the controller's LeaderAndIsr/StopReplica/UpdateMetadata
+reach its ReplicaManager, which hands roles to the shards of every process and
+forwards the metadata to every process's handlers (one ipc hop each); followers'
+fetches reach its handlers, which read the shards of any process; fetched batches go
+from its fetchers to the owning shard; a shard's ISR proposal goes to its
+ReplicaManager. Markers another broker's transaction coordinator sends to a shard of
+processes 1.. pass through a ShardRelay of process 0 under that shard's name.
+Process k, before it takes connections, tells the ReplicaManager it runs
+(ProcessStarted): its handlers get the metadata, and after a restart its shards get
+their partitions' roles again, the fetchers ask the followed ones where they end and
+the purgatories watch them again. Controlled shutdown runs before processes 1.. stop.
 """
 
 from __future__ import annotations
@@ -220,6 +234,7 @@ def run_process(spec: dict[str, Any]) -> int:
     from actors.apis.base import HandlerContext
     from actors.broker import bind_listener
     from actors.core.log_dir import LogDir
+    from actors.core.metadata_cache import MetadataCache
     from actors.core.topic_store import TopicStore
     from actors.handoff import connect_handoff, handoff_path, hello
     from actors.partition_shard import PartitionShard
@@ -227,7 +242,7 @@ def run_process(spec: dict[str, Any]) -> int:
     from actors.purgatory import PurgatoryShard
     from actors.request_handler import RequestHandler
     from actors.runtime.config import Config
-    from actors.runtime.node import Directory, Node, NodeEndpoint
+    from actors.runtime.node import AskFailed, AskTimeout, Directory, Node, NodeEndpoint
     from actors.security.acl import Authorizer
     from actors.security.config import SecuritySettings
     from actors.security.credentials import CredentialCache
@@ -236,6 +251,7 @@ def run_process(spec: dict[str, Any]) -> int:
     from actors.timer import Timer
     from actors.topology import Topology
     from wire import kafka_codec
+    from wire.cluster_messages import ProcessStarted
 
     cfg = Config(spec["config"], source="<broker process>")
     main = spec["main"]
@@ -257,6 +273,7 @@ def run_process(spec: dict[str, Any]) -> int:
     topo = Topology(name, topo.num_processors, topo.num_handlers, topo.num_shards,
                     topo.num_purgatories, topo.num_coordinators, home=main, process_nodes=names)
     restarted = bool(spec.get("restarted"))
+    cluster = bool(spec.get("cluster"))
     shared = cfg["actor.threads"] in ("shared", "single")
     single = cfg["actor.threads"] == "single"
     here = topo.local_shards()
@@ -306,13 +323,29 @@ def run_process(spec: dict[str, Any]) -> int:
                    **place(i))
     node.start()
     for i in range(topo.num_handlers):
+        # In a cluster the handlers' metadata comes from process 0's ReplicaManager, which
+        # forwards every UpdateMetadata to the handlers of each process (ProcessStarted
+        # below: what it holds already); SCRAM users live in ZooKeeper (refused with
+        # num.processes > 1 until these processes read them there)
         ctx = HandlerContext(topo, cfg, int(spec["broker_id"]), spec["adv_host"],
-                             int(spec["adv_port"]), spec["cluster_id"], i, dict(topics),
-                             clock=clock, authorizer=authorizer,
-                             acl_store=acl_store,
-                             user_store=LocalSecurityStore.in_data_dir(data_dir),
+                             int(spec["adv_port"]), spec["cluster_id"], i,
+                             {} if cluster else dict(topics), clock=clock,
+                             cluster=MetadataCache() if cluster else None,
+                             authorizer=authorizer, acl_store=acl_store,
+                             user_store=None if cluster
+                             else LocalSecurityStore.in_data_dir(data_dir),
                              credentials=credentials)
         node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **place(i))
+    if cluster:
+        # Before it takes connections: its handlers get the metadata process 0's ReplicaManager
+        # holds (the answer comes after it, on the same link), and after a restart its shards
+        # their roles (they were in memory)
+        try:
+            node.ask(topo.replica_manager, ProcessStarted(index, restarted),
+                     timeout=READY_TIMEOUT_S / 2)
+        except (AskFailed, AskTimeout) as exc:
+            logger.warning("process {}: the ReplicaManager did not answer ({}); its handlers "
+                           "learn the cluster from the next UpdateMetadata", index, exc)
     for i in range(topo.num_processors):
         node.spawn(Processor, topo.processor(i).name, topology=topo, config=cfg, clock=clock,
                    listener_protocols=tuple(b.security_protocol.value
@@ -331,13 +364,13 @@ def run_process(spec: dict[str, Any]) -> int:
               for i in range(len(listeners))] if handoff else [])
     sockets = ([socket.socket() for _ in listeners] if handoff else
                [bind_listener(host, int(port), reuse_port=True) for host, port in listeners])
-    for i, sock in enumerate(sockets):  # one Acceptor per listener, as in process 0
+    for at, sock in enumerate(sockets):  # one Acceptor per listener, as in process 0
         if handoff:
             sock.close()  # unused: the connections come over the link
-        node.spawn(Acceptor, topo.listener_acceptor(i).name, topology=topo, config=cfg,
-                   listen_socket=sock, clock=clock, listener_index=i,
-                   listener_name=security.listeners[i].name,
-                   handoff_link=links[i] if handoff else None,
+        node.spawn(Acceptor, topo.listener_acceptor(at).name, topology=topo, config=cfg,
+                   listen_socket=sock, clock=clock, listener_index=at,
+                   listener_name=security.listeners[at].name,
+                   handoff_link=links[at] if handoff else None,
                    **(place(0) if here else
                       {"host": topo.handler(0).name} if shared else {}))
     for link in links:

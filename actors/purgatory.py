@@ -51,6 +51,7 @@ from wire.broker_messages import (
     WatchPartition,
     WatchProduce,
 )
+from wire.cluster_messages import ProcessStarted
 from wire.errors import ErrorCode
 
 
@@ -115,6 +116,20 @@ class PurgatoryShard(Actor):
             self._run(PartitionUpdated(msg.status))
         finally:
             self._cause = None
+
+    @handles(ProcessStarted)
+    def on_process_started(self, msg: ProcessStarted) -> None:
+        """Process ``msg.process`` of this broker restarted (from the ReplicaManager): the
+        shards it runs now forgot who watched their partitions. Watch them again; a shard
+        that does not host one yet answers it gone, and its waits end (the clients retry)
+        rather than wait out their timeouts."""
+        nodes = self.topology.process_nodes
+        if not msg.restarted or not 0 < msg.process < len(nodes):
+            return
+        for tp in self.core.watch_counts():
+            shard = self.topology.shard_for(tp.topic, tp.partition)
+            if shard.node == nodes[msg.process]:
+                self.tell(shard, WatchPartition(tp.topic, tp.partition, -1, True))
 
     @handles(Expired)
     def on_expired(self, msg: Expired) -> None:

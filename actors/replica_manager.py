@@ -18,6 +18,15 @@ fences each on the controller epoch and this node's broker epoch
 * StopReplica: deletes the logs of a deleted topic (``DropPartitions``), or
   only stops following (controlled shutdown of a follower).
 
+With ``num.processes`` > 1 it runs in process 0 with the fetchers, the
+controller and the coordinators; the shards it tells live in any process
+(``Topology.shard_for``: one hop over the processes' ipc gateways), and every
+other broker reaches this node through process 0 alone. It keeps each
+partition's last role (``states``) and the metadata, so a process that starts
+(``ProcessStarted``) gets the metadata for its handlers and, after a restart,
+its shards get their roles again and the fetchers re-learn where the followed
+logs end.
+
 Requests that arrive before this node's registration is known are held and
 applied once it is (``BrokerRegistered`` from the node's controller actor).
 """
@@ -57,6 +66,7 @@ from wire.cluster_messages import (
     LeaderAndIsr,
     LeaderAndIsrResponse,
     PartitionErrorRow,
+    ProcessStarted,
     ReplicaStateRow,
     StopReplica,
     StopReplicaResponse,
@@ -123,6 +133,8 @@ class ReplicaManager(Actor):
         self.pending: dict[int, _Pending] = {}
         self.waiters: list[_Waiter] = []
         self.roles: dict[TopicPartition, tuple[int, int]] = {}  # -> (leader, leader epoch)
+        self.states: dict[TopicPartition, ReplicaStateRow] = {}  # the last role given
+        self.processes_restarted = 0
         self.leader_handlers: dict[int, int] = {}  # broker -> its RequestHandlers (0: unknown)
         self.refusals_logged: set[tuple[str, int, int]] = set()
         self.refused = 0
@@ -223,6 +235,7 @@ class ReplicaManager(Actor):
             tp = TopicPartition(row.topic, row.partition)
             was_leader = self.roles.get(tp, (-1, -1))[0] == self.broker_id
             self.roles[tp] = (row.leader, row.leader_epoch)
+            self.states[tp] = row._replace(is_new=False)
             if row.leader == self.broker_id:
                 lead.append(tp)
             else:
@@ -279,6 +292,7 @@ class ReplicaManager(Actor):
         txn_resigned = []
         for tp in entry.stopped:
             leader, _epoch = self.roles.pop(tp, (-1, -1))
+            self.states.pop(tp, None)
             if tp.topic == OFFSETS_TOPIC and leader == self.broker_id:
                 resigned.append(tp.partition)
             elif tp.topic == TRANSACTION_STATE_TOPIC and leader == self.broker_id:
@@ -529,6 +543,9 @@ class ReplicaManager(Actor):
         by_shard: dict[Address, list[IsrUpdateRow]] = {}
         for p in proposals:
             r = results.get((p.topic, p.partition))
+            if r is not None and r.error_code == NONE:
+                self._isr_changed(p.topic, p.partition, r.leader_epoch, list(r.isr),
+                                  r.partition_epoch)
             row = (IsrUpdateRow(p.topic, p.partition, p.leader_epoch, p.partition_epoch,
                                 r.error_code, r.leader_epoch, list(r.isr), r.partition_epoch)
                    if r is not None else
@@ -537,6 +554,67 @@ class ReplicaManager(Actor):
             by_shard.setdefault(self.topology.shard_for(p.topic, p.partition), []).append(row)
         for shard, rows in by_shard.items():
             self.tell(shard, IsrUpdated(rows))
+
+    def _isr_changed(self, topic: str, partition: int, leader_epoch: int, isr: list[int],
+                     partition_epoch: int) -> None:
+        """An ISR the controller accepted: the role a restarted process's shard gets."""
+        tp = TopicPartition(topic, partition)
+        state = self.states.get(tp)
+        if state is not None and state.leader_epoch == leader_epoch \
+                and partition_epoch > state.partition_epoch:
+            self.states[tp] = state._replace(isr=isr, partition_epoch=partition_epoch)
+
+    # ------------------------------------------------------------ processes 1..
+    @handles(ProcessStarted)
+    def on_process_started(self, msg: ProcessStarted) -> dict[str, int]:
+        """Process ``msg.process`` runs: its handlers get the metadata; after a restart its
+        shards get their partitions' roles again (their logs were recovered from disk; the
+        roles lived in memory) and the fetchers ask the followed ones where they end."""
+        nodes = self.topology.process_nodes
+        if not 0 < msg.process < len(nodes):
+            return {}
+        node = nodes[msg.process]
+        if self.cache.updates:
+            snapshot = self.cache.snapshot(self.fencing.broker_epoch)
+            for handler in self.topology.all_handlers():
+                if handler.node == node:
+                    self.tell(handler, snapshot)
+        if not msg.restarted:
+            return {"partitions": 0}  # the roles sent before it started wait in its links
+        self.processes_restarted += 1
+        by_shard: dict[Address, list[ReplicaStateRow]] = {}
+        for row in self.states.values():
+            shard = self.topology.shard_for(row.topic, row.partition)
+            if shard.node == node:
+                by_shard.setdefault(shard, []).append(row)
+        req_id = next(self.req_ids)  # not pending: nobody waits for the shards' answers
+        for shard, rows in by_shard.items():
+            self.tell(shard, BecomeLeaderOrFollower(req_id, rows))
+        for i in range(self.topology.num_purgatories):  # waits on them: watched again
+            self.tell(self.topology.purgatory(i), msg)
+        for handler in self.topology.all_handlers():  # what it owed them will not come
+            if handler.node != node:
+                self.tell(handler, msg)
+        # The fetchers of the partitions it follows forget what they knew of them (an
+        # answer they sent it may have died with it) and ask its shards again
+        refetch: dict[str, list[ReplicaStateRow]] = {}
+        for rows in by_shard.values():
+            for row in rows:
+                name = self.fetched_by.get(TopicPartition(row.topic, row.partition))
+                if name is not None:
+                    refetch.setdefault(name, []).append(row)
+        for name, rows in refetch.items():
+            fetcher = Address(self.node.name, name)
+            self.tell(fetcher, RemoveFetcherPartitions(
+                [FetcherRemoveRow(r.topic, r.partition) for r in rows]))
+            self.tell(fetcher, AddFetcherPartitions(
+                [FetcherPartitionRow(r.topic, r.partition, r.leader, r.leader_epoch)
+                 for r in rows], self._handlers_of(rows[0].leader)))
+        self.log.info("process {} restarted: roles of {} partition(s) sent to its shards, "
+                      "{} followed ones fetched anew", msg.process,
+                      sum(len(r) for r in by_shard.values()),
+                      sum(len(r) for r in refetch.values()))
+        return {"partitions": sum(len(r) for r in by_shard.values())}
 
     def _isr_answer(self, proposals: list[IsrProposalRow], error_code: int) -> None:
         by_shard: dict[Address, list[IsrUpdateRow]] = {}
@@ -573,4 +651,5 @@ class ReplicaManager(Actor):
             "fetchers": sorted(set(self.fetched_by.values())),
             "fetchers_stopped": self.fetchers_stopped,
             "isr_pending": len(self.isr_pending),
+            "processes_restarted": self.processes_restarted,
         }

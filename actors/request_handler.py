@@ -93,7 +93,7 @@ from wire.broker_messages import (
     ProduceReady,
     ReadDone,
 )
-from wire.cluster_messages import TopicsAwaited, UpdateMetadata
+from wire.cluster_messages import ProcessStarted, TopicsAwaited, UpdateMetadata
 from wire.errors import ErrorCode, KafkaError
 from wire.file_region import FileRegion, RegionAt
 from wire.group_messages import (
@@ -106,7 +106,12 @@ from wire.group_messages import (
     OffsetFetchDone,
     SyncGroupDone,
 )
-from wire.replication_messages import ReplicaFetch, ReplicaReadDone
+from wire.replication_messages import (
+    ReplicaFetch,
+    ReplicaFetchPartition,
+    ReplicaFetchResponse,
+    ReplicaReadDone,
+)
 from wire.transaction_messages import DescribeTxnsDone, InitTxnProducerDone, ListTxnsDone, TxnDone
 
 API_VERSIONS = int(ApiKey.ApiVersions)
@@ -175,6 +180,7 @@ class _InFlight:
         "reply_to",
         "req_ids",
         "start_ns",
+        "targets",
         "wait_start_ns",
         "waiting",
     )
@@ -192,6 +198,7 @@ class _InFlight:
         self.replies: list[Any] = []
         self.waiting = 0
         self.req_ids: list[int] = []
+        self.targets: list[str] = []  # the nodes of the actors it waits for
         self.max_wait_ns = 0
         self.access = access
 
@@ -209,7 +216,11 @@ class RequestHandler(Actor):
     def setup(self) -> None:
         self.ctx = self.initial_context
         self.pending: dict[int, tuple[_InFlight, int]] = {}
-        self.req_ids = itertools.count(1)
+        # Ids of this life alone: an answer owed to a previous life (its process was killed
+        # and restarted with num.processes > 1; a purgatory or shard of another process
+        # still answers its waits) must not complete a request of this one. 2^20 ids per
+        # millisecond between two lives.
+        self.req_ids = itertools.count(1 + ((self.clock.wall_ms() % (1 << 31)) << 20))
         self.closed_for_bad_input = 0
         self.requests = 0
         # connections this handler closed; all of a connection's requests come
@@ -315,6 +326,7 @@ class RequestHandler(Actor):
         state.replies = [None] * len(calls)
         state.waiting = len(calls)
         state.req_ids = []
+        state.targets = [call.target.node for call in calls]
         state.max_wait_ns = max((c.max_wait_ms for c in calls), default=0) * 1_000_000
         for i, call in enumerate(calls):
             rid = next(self.req_ids)
@@ -427,20 +439,42 @@ class RequestHandler(Actor):
         stale = {id(st): st for st, _i in self.pending.values()
                  if now - st.wait_start_ns > self.abandon_after_ns + st.max_wait_ns}
         for state in stale.values():
-            for rid in state.req_ids:
-                self.pending.pop(rid, None)
-            _close_reply_regions(state.replies)
-            self.node.metrics.incr("requests_abandoned")
-            if state.reply_to is not None:  # the fetcher gives up and fetches again itself
-                self.log.error("{} from {} got no internal answer; dropped",
-                               type(state.msg).__name__, state.reply_to)
-                continue
-            self.log.error("API {} request (correlation {}) on connection {} got no internal "
-                           "answer in {} ms; closing the connection", state.header.api_key,
-                           state.msg.correlation_id, state.msg.conn_id,
-                           self.abandon_after_ns // 1_000_000)
-            self._send(state.msg, b"", False, True, state.start_ns, state.local_ns,
-                       state.remote_ns)
+            self._abandon(state, f"got no internal answer in "
+                                 f"{self.abandon_after_ns // 1_000_000} ms")
+
+    def _abandon(self, state: _InFlight, why: str) -> None:
+        for rid in state.req_ids:
+            self.pending.pop(rid, None)
+        _close_reply_regions(state.replies)
+        self.node.metrics.incr("requests_abandoned")
+        if state.reply_to is not None:
+            self.log.error("{} from {} {}; answered in error", type(state.msg).__name__,
+                           state.reply_to, why)
+            if isinstance(state.msg, ReplicaFetch):  # it backs them off, then goes on
+                self.tell(state.reply_to, ReplicaFetchResponse(state.msg.req_id, [
+                    ReplicaFetchPartition(r.topic, r.partition,
+                                          int(ErrorCode.UNKNOWN_SERVER_ERROR), -1, -1, -1, -1,
+                                          -1, b"") for r in state.msg.rows]))
+            return
+        self.log.error("API {} request (correlation {}) on connection {} {}; closing the "
+                       "connection", state.header.api_key, state.msg.correlation_id,
+                       state.msg.conn_id, why)
+        self._send(state.msg, b"", False, True, state.start_ns, state.local_ns,
+                   state.remote_ns)
+
+    @handles(ProcessStarted)
+    def on_process_restarted(self, msg: ProcessStarted) -> None:
+        """Process ``msg.process`` of this broker died and was started again (from the
+        ReplicaManager, num.processes > 1 in a cluster): what its actors owed this handler
+        will never come. Those requests end now (the connection closes, the client retries)
+        instead of after the abandon timeout."""
+        nodes = self.ctx.topology.process_nodes
+        if not msg.restarted or not 0 < msg.process < len(nodes):
+            return
+        gone = nodes[msg.process]
+        states = {id(st): st for st, _i in self.pending.values() if gone in st.targets}
+        for state in states.values():
+            self._abandon(state, f"waited for process {msg.process}, which restarted")
 
     # -------------------------------------------------------------- metadata
     @handles(MetadataUpdate)

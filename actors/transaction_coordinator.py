@@ -125,15 +125,18 @@ def txn_coordinator_name(i: int) -> str:
 
 
 def txn_coordinator_for(topology: Topology, config: Config, transactional_id: str) -> Address:
-    """The coordinator actor (on this node) owning ``transactional_id``'s partition."""
+    """The coordinator actor (of this broker) owning ``transactional_id``'s partition."""
     from actors.core.transaction_log import partition_for
 
     p = partition_for(transactional_id, int(config["transaction.state.log.num.partitions"]))
-    return Address(topology.node, txn_coordinator_name(p % topology.num_coordinators))
+    return Address(topology.home or topology.node,
+                   txn_coordinator_name(p % topology.num_coordinators))
 
 
 def all_txn_coordinators(topology: Topology) -> list[Address]:
-    return [Address(topology.node, txn_coordinator_name(i))
+    """Every coordinator of this broker: in process 0 with num.processes > 1 (the handlers
+    of processes 1.. named their own node, where none runs)."""
+    return [Address(topology.home or topology.node, txn_coordinator_name(i))
             for i in range(topology.num_coordinators)]
 
 
@@ -524,6 +527,9 @@ class TransactionCoordinator(Actor):
         leader = self.metadata.leader(topic, partition)
         if leader == NO_LEADER:
             return None
+        if leader == int(self.config["node.id"]):
+            # this broker: its own shard, in whichever of its processes it lives
+            return self.topology.shard_for(topic, partition)
         row = self.metadata.brokers.get(leader)
         shards = row.num_shards if row is not None and row.num_shards > 0 else \
             self.topology.num_shards

@@ -248,6 +248,21 @@ class AlterPartitionResponse(NamedTuple):
 # ------------------------------------------- inside one node (cluster mode)
 
 
+@message(486)
+class ProcessStarted(NamedTuple):
+    """Process ``process`` (1..) of this broker -> the ReplicaManager of process 0, once its
+    shards and handlers run (num.processes > 1 in a cluster).
+
+    Its handlers get the metadata the ReplicaManager holds; after a restart
+    (``restarted``: the process died and its supervisor started it again) its
+    shards also get the roles of their partitions again, and the fetchers ask
+    the followed ones' shards where their logs end.
+    """
+
+    process: int
+    restarted: bool
+
+
 @message(410)
 class BrokerRegistered(NamedTuple):
     """Controller actor -> its node's ReplicaManager: the node registered at ``broker_epoch``.

@@ -99,8 +99,16 @@ class FetcherCore:
                 self.in_flight = None  # its answer is for the old epoch: fetch anew
 
     def remove(self, keys: list[TP]) -> None:
+        """Stop fetching these; an answer their shards owe is waited for no more (a shard's
+        process may have died with it: the next fetch would wait for its timeout)."""
         for key in keys:
             self.partitions.pop(key, None)
+        for req_id, generations in list(self.applying.items()):
+            for key in keys:
+                generations.pop(key, None)
+            if not generations:
+                del self.applying[req_id]
+                self.applying_since.pop(req_id, None)
 
     @property
     def idle(self) -> bool:

@@ -80,6 +80,18 @@ class MetadataCache:
                 del self.topic_configs[topic]
         return touched
 
+    def snapshot(self, broker_epoch: int) -> UpdateMetadata:
+        """What this cache holds as one full UpdateMetadata (for handlers that start late:
+        a broker's process restarted while the others kept their copies)."""
+        rows = [UpdateMetadataPartition(topic, index, p.controller_epoch, p.leader,
+                                        p.leader_epoch, list(p.isr), p.partition_epoch,
+                                        list(p.replicas), list(p.offline_replicas))
+                for topic, parts in sorted(self.partitions.items())
+                for index, p in sorted(parts.items())]
+        return UpdateMetadata(self.controller_id, self.controller_epoch, broker_epoch, True,
+                              list(self.brokers.values()), rows,
+                              {t: dict(c) for t, c in self.topic_configs.items()})
+
     # ------------------------------------------------------------------ reads
     def topics(self) -> list[str]:
         return sorted(self.partitions)

@@ -76,7 +76,8 @@ CASES: dict[str, Case] = {
         ["--config", "{base}/c.toml"], 2, ["num.io.threads = 0", "out of range", "from 1"],
         setup=_write("c.toml", '"num.io.threads" = 0\n')),
     "config choice": Case(
-        ["--config", "{base}/c.toml"], 2, ["actor.threads", "'many'", "'single', 'shared', 'dedicated'"],
+        ["--config", "{base}/c.toml"], 2,
+        ["actor.threads", "'many'", "'single', 'shared', 'dedicated'"],
         setup=_write("c.toml", '"actor.threads" = "many"\n')),
     "config not TOML": Case(
         ["--config", "{base}/c.toml"], 2, ["not valid TOML", "actorlog.example.toml"],

@@ -28,7 +28,7 @@ from tests.fixtures.cluster import Cluster, wait_for
 from tests.fixtures.cluster_tools import ZooKeeperReader, fetch_from, produce_to
 from wire.errors import ErrorCode
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]
+pytestmark = [pytest.mark.multiprocess, pytest.mark.clients, pytest.mark.num_processes(1, 2)]
 
 NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 

@@ -155,3 +155,24 @@ def test_a_moved_leader_log_start_is_applied_and_the_next_fetch_reports_the_foll
     c.on_applied(2, [FollowerStateRow("t", 0, NONE, 10, 5, 10, False, 6)], 2)
     assert [r.log_start_offset for r in c.next_fetch(3, 2)] == [6]
     assert c.on_fetch_response(3, [answer("t", 0, log_start=6)], 3) == []  # nothing new
+
+
+def test_a_partition_removed_while_its_shard_applies_holds_back_no_fetch() -> None:
+    """Its shard's process died with the answer (num.processes > 1): once the ReplicaManager
+    removes and adds the partition again, the others are fetched without waiting for the
+    lost answer's timeout, and the partition is asked for its state anew."""
+    c = core()
+    ready(c, ("t", 0, 0, -1), ("t", 1, 0, -1))
+    c.next_fetch(1, 0)
+    apply = c.on_fetch_response(1, [answer("t", 0, records=b"batch", hw=3), answer("t", 1)], 5)
+    c.sent_to_shard(7, apply)
+    assert c.next_fetch(2, 5) == []  # partition 0's answer is awaited
+    c.remove([("t", 0)])
+    assert not c.applying
+    c.add([FetcherPartitionRow("t", 0, 1, 5)])
+    init = c.to_initialise()
+    assert [r.partition for r in init] == [0]
+    c.sent_to_shard(8, init, 6)
+    c.on_applied(8, [FollowerStateRow("t", 0, NONE, 2, 5, 0, False)], 7)
+    rows = c.next_fetch(3, 7)  # no wait for answer 7, which never comes
+    assert {(r.partition, r.fetch_offset) for r in rows} == {(0, 2), (1, 0)}

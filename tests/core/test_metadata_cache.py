@@ -1,0 +1,39 @@
+"""MetadataCache.snapshot: what a cache holds, as one full UpdateMetadata (a broker's process
+restarted with num.processes > 1 gets it for its handlers) that rebuilds the same cache."""
+
+from __future__ import annotations
+
+from actors.core.metadata_cache import MetadataCache
+from wire.cluster_messages import BrokerRow, EndpointRow, UpdateMetadata, UpdateMetadataPartition
+
+
+def broker(i: int) -> BrokerRow:
+    return BrokerRow(i, 10 + i, f"tcp://127.0.0.1:{7000 + i}", None,
+                     [EndpointRow("PLAINTEXT", "127.0.0.1", 9000 + i, "PLAINTEXT")], 2, 2, 1)
+
+
+def part(topic: str, p: int, leader: int, isr: list[int]) -> UpdateMetadataPartition:
+    return UpdateMetadataPartition(topic, p, 3, leader, 4, isr, 6, [1, 2, 3], [])
+
+
+def test_a_snapshot_rebuilds_the_cache_it_was_taken_from() -> None:
+    cache = MetadataCache()
+    cache.apply(UpdateMetadata(1, 3, 11, True, [broker(1), broker(2), broker(3)],
+                               [part("a", 0, 1, [1, 2, 3]), part("a", 1, 2, [2, 3]),
+                                part("gone", 0, 3, [3])],
+                               {"a": {"retention.ms": "1000"}, "gone": {}}))
+    cache.apply(UpdateMetadata(1, 3, 11, False, [broker(1), broker(2)],
+                               [part("a", 1, 3, [3]), part("gone", 0, -2, [])], {}))
+    snapshot = cache.snapshot(11)
+    assert snapshot.full and snapshot.broker_epoch == 11
+    fresh = MetadataCache()
+    fresh.apply(snapshot)
+    assert fresh.brokers == cache.brokers and sorted(fresh.brokers) == [1, 2]
+    assert fresh.partitions == cache.partitions and fresh.topics() == ["a"]
+    assert fresh.leader("a", 1) == 3 and fresh.configs("a") == {"retention.ms": "1000"}
+    assert (fresh.controller_id, fresh.controller_epoch) == (1, 3)
+    # a full update also drops what the late cache held and the snapshot does not
+    stale = MetadataCache()
+    stale.apply(UpdateMetadata(1, 2, 11, True, [broker(1)], [part("old", 0, 1, [1])], {}))
+    stale.apply(snapshot)
+    assert stale.topics() == ["a"]

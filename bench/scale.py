@@ -46,17 +46,29 @@ def _children(pid: int) -> list[int]:
     return sorted(kids)
 
 
-def connection_split(pid: int, port: int) -> list[int]:
-    """The established TCP connections on ``port`` each process of the broker holds
-    (process 0 first), from /proc."""
+ESTABLISHED, LISTEN = "01", "0A"  # TCP states as /proc/net/tcp writes them
+
+
+def tcp_inodes(port: int, state: str = ESTABLISHED, remote_port: int | None = None) -> set[str]:
+    """Socket inodes of this host's TCP sockets with local ``port`` in ``state`` (and
+    ``remote_port``, when given), from /proc/net/tcp and tcp6."""
     inodes = set()
     for name in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(name) as table:
             next(table)
             for line in table:
                 fields = line.split()
-                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
+                if (int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state
+                        and (remote_port is None
+                             or int(fields[2].rsplit(":", 1)[1], 16) == remote_port)):
                     inodes.add(fields[9])
+    return inodes
+
+
+def connection_split(pid: int, port: int) -> list[int]:
+    """The established TCP connections on ``port`` each process of the broker holds
+    (process 0 first), from /proc."""
+    inodes = tcp_inodes(port)
     split = []
     for proc in [pid, *_children(pid)]:
         held = 0

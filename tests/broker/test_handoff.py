@@ -21,6 +21,7 @@ from actors.broker import gateway_ipc_dir
 from actors.processes import process_lock_path
 from actors.runtime.directory import default_ipc_dir
 from bench.certs import make_pki
+from bench.scale import LISTEN, tcp_inodes
 from tests.broker.rawclient import RawClient, read_records, record_batch, wait_for_log
 from tests.broker.test_metrics import scrape
 from tests.broker.test_processes import (
@@ -110,17 +111,7 @@ def split_of(broker: BrokerProcess, client: RawClient) -> int:
     """Which process (0 or 1) holds the broker's end of ``client``'s connection."""
     assert broker.proc is not None and client.sock is not None
     [worker] = worker_pids(broker)
-    client_port = client.sock.getsockname()[1]
-    inodes = set()
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(name) as table:
-            next(table)
-            for line in table:
-                fields = line.split()
-                local_port = int(fields[1].rsplit(":", 1)[1], 16)
-                remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-                if local_port == broker.port and remote_port == client_port:
-                    inodes.add(fields[9])
+    inodes = tcp_inodes(broker.port, remote_port=client.sock.getsockname()[1])
     if connections_of(broker.proc.pid, inodes):
         return 0
     assert connections_of(worker, inodes) == 1
@@ -264,15 +255,7 @@ def test_while_process_1_is_down_new_connections_go_to_process_0(
 
 def listening_inodes(port: int) -> set[str]:
     """Socket inodes of TCP sockets listening on ``port``."""
-    inodes = set()
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(name) as table:
-            next(table)
-            for line in table:
-                fields = line.split()
-                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
-                    inodes.add(fields[9])
-    return inodes
+    return tcp_inodes(port, LISTEN)
 
 
 @pytest.mark.parametrize("distribution", ["reuseport", "handoff"])

@@ -26,6 +26,7 @@ import pytest
 from actors.core.checkpoint import RECOVERY_POINT_OFFSET_CHECKPOINT, read_offset_checkpoint
 from actors.core.log_dir import CLEAN_SHUTDOWN_FILE
 from actors.topology import spread_index
+from bench.scale import tcp_inodes
 from tests.broker.rawclient import RawClient, read_records, record_batch, wait_for_log
 from tests.fixtures.broker import READY_LINE, BrokerProcess
 from tests.fixtures.waiting import wait_for
@@ -74,16 +75,7 @@ def alive(pid: int) -> bool:
 
 def established_inodes(port: int) -> set[str]:
     """Socket inodes of established TCP connections whose local port is ``port``."""
-    inodes = set()
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(name) as table:
-            next(table)
-            for line in table:
-                fields = line.split()
-                local_port = int(fields[1].rsplit(":", 1)[1], 16)
-                if local_port == port and fields[3] == "01":
-                    inodes.add(fields[9])
-    return inodes
+    return tcp_inodes(port)
 
 
 def connections_of(pid: int, inodes: set[str]) -> int:

@@ -390,8 +390,11 @@ def run_process(spec: dict[str, Any]) -> int:
 if __name__ == "__main__":
     _spec = json.loads(sys.argv[1])
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    logger.remove()
-    logger.add(sys.stderr, level=str(_spec.get("log_level", "INFO")))
+    # the format of process 0's log (actorlog serve), each line tagged with its actor
+    from actors.cli.serve import LOG_LEVEL_ENV, configure_logging
+
+    configure_logging(os.environ.get(LOG_LEVEL_ENV, "INFO"),
+                      process_node_name(str(_spec["main"]), int(_spec["index"])))
     _code = run_process(_spec)
     gc.freeze()  # the exit's last collection would only walk (0.5 s after a load) what dies now
     sys.exit(_code)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import sys
 
 import click
@@ -11,10 +12,12 @@ from loguru import logger
 from actors.cli import UserError
 from actors.runtime.config import Config, ConfigError
 
+LOG_LEVEL_ENV = "ACTORLOG_LOG_LEVEL"
 LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL")
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str, node: str = "-") -> None:
+    """Log lines to stderr tagged ``[node/actor]`` (``node`` for lines bound to neither)."""
     if level.upper() not in LOG_LEVELS:
         raise UserError(f"--log-level {level} is not a log level; use one of "
                         f"{', '.join(LOG_LEVELS)}")
@@ -22,7 +25,7 @@ def configure_logging(level: str) -> None:
     logger.add(sys.stderr, level=level.upper(), backtrace=False, diagnose=False,
                format="{time:YYYY-MM-DD HH:mm:ss.SSS} {level: <7} [{extra[node]}/{extra[actor]}] "
                       "{message}")
-    logger.configure(extra={"node": "-", "actor": "-"})
+    logger.configure(extra={"node": node, "actor": "-"})
 
 
 @click.command("serve")
@@ -45,6 +48,7 @@ def command(listen: str | None, advertised: str | None, data_dir: str | None,
     from actors.broker import Broker, BrokerConfigError, BrokerError
 
     configure_logging(log_level)
+    os.environ[LOG_LEVEL_ENV] = log_level.upper()  # processes 1.. log at the same level
     try:
         config = Config.load(config_file, {
             "listeners": listen, "advertised.listeners": advertised, "log.dirs": data_dir,

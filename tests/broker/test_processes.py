@@ -136,6 +136,8 @@ def test_a_killed_process_is_restarted_and_the_data_stays(
     with RawClient(broker.port) as client:
         values = [v for _o, _k, v in read_records(client.fetch("kept", 0, 0).records)]
     assert values == [b"before"] + [b"after%d" % i for i in range(12)]
+    # process 1's lines have process 0's format, tagged with its node and actor
+    assert re.search(r"^\S+ \S+ [A-Z]+ +\[\S+-p1/shard-\d+\] ", broker.log(), re.M), broker.log()
 
 
 def test_sigterm_stops_every_process_cleanly(two_process_broker: BrokerProcess) -> None:

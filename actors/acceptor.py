@@ -19,6 +19,7 @@ to another process (at worst process 0).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import socket
@@ -30,7 +31,7 @@ from typing import Any
 import zmq
 
 from actors.core.connection_balance import ConnectionBalance
-from actors.handoff import peer_is_child, recv_handed, send_handed, unpack_new
+from actors.handoff import STOPPING_PACKET, peer_is_child, recv_handed, send_handed, unpack_new
 from actors.runtime.actor import Actor, handles
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
@@ -230,6 +231,9 @@ class Acceptor(Actor):
                 host = self.balance.closed(process, value)
                 if host is not None:
                     self._count_closed(host)
+            elif kind == b"S" and process is not None:  # it stops (SIGTERM): no news
+                self._drop_link(fd, "closed: the process stops", quiet=True)
+                return
             elif kind == b"H" and process is None and 0 < value < len(self.balance.live):
                 for old_fd, index in list(self.link_process.items()):
                     if index == value:  # its earlier life's link, not yet seen closed
@@ -243,8 +247,9 @@ class Acceptor(Actor):
                 self._drop_link(fd, f"unexpected packet {packet[:40]!r}")
                 return
 
-    def _drop_link(self, fd: int, why: str) -> None:
-        """Process k's link is gone (it died or stopped): so are its connections."""
+    def _drop_link(self, fd: int, why: str, quiet: bool = False) -> None:
+        """Process k's link is gone (it died or stopped): so are its connections.
+        ``quiet``: an orderly stop (the broker's or the process's), logged at DEBUG."""
         link = self.links.pop(fd, None)
         process = self.link_process.pop(fd, None)
         if link is not None:
@@ -254,9 +259,10 @@ class Acceptor(Actor):
             lost = self.balance.down(process)
             for host in lost:
                 self._count_closed(host)
-            self.log.info("process {}'s handoff link of listener {} {}; its {} connections "
-                          "are gone, new ones go to the others until it is back", process,
-                          self.listener_name, why, len(lost))
+            level = "DEBUG" if quiet else "INFO"
+            self.log.log(level, "process {}'s handoff link of listener {} {}; its {} "
+                         "connections are gone, new ones go to the others until it is back",
+                         process, self.listener_name, why, len(lost))
 
     # ------------------------------------------------------------ handoff, process k
     def _on_handed(self, mask: int) -> None:
@@ -276,6 +282,9 @@ class Acceptor(Actor):
                 return
             if not packet and not fds:
                 self._close_link("closed by process 0")
+                return
+            if packet == STOPPING_PACKET and not fds:  # the broker stops
+                self._close_link("the broker stops", stopping=True)
                 return
             try:
                 conn_id, host, port = unpack_new(packet)
@@ -311,15 +320,21 @@ class Acceptor(Actor):
             self.unsent.popleft()
         self.modify_fd(link.fileno(), zmq.POLLIN)
 
-    def _close_link(self, why: str) -> None:
+    def _close_link(self, why: str, stopping: bool = False) -> None:
+        """``stopping``: this process or the broker stops; the other end is told first,
+        so that neither side logs the link's end as news."""
         link = self.handoff_link
         if link is None or link.fileno() < 0:
             return
         self.unwatch_fd(link.fileno())
+        if stopping:
+            with contextlib.suppress(OSError):
+                link.send(STOPPING_PACKET)
         link.close()
         self.unsent.clear()
-        self.log.info("the handoff link of listener {} to process 0 is down ({}): no new "
-                      "connections come to this process", self.listener_name, why)
+        self.log.log("DEBUG" if stopping else "INFO",
+                     "the handoff link of listener {} to process 0 is down ({}): no new "
+                     "connections come to this process", self.listener_name, why)
 
     @handles(ConnectionClosed)
     def on_closed(self, msg: ConnectionClosed) -> None:
@@ -341,9 +356,11 @@ class Acceptor(Actor):
             if isinstance(path, str) and path:
                 Path(path).unlink(missing_ok=True)
             for fd in list(self.links):
-                self._drop_link(fd, "closed: the broker stops")
+                with contextlib.suppress(OSError):
+                    self.links[fd].send(STOPPING_PACKET)
+                self._drop_link(fd, "closed: the broker stops", quiet=True)
         if self.handoff_link is not None:
-            self._close_link("the process stops")
+            self._close_link("the process stops", stopping=True)
 
     def teardown(self) -> None:
         pass  # the listening socket outlives restarts; on_stopping closes it

@@ -5,8 +5,9 @@ Process 0's Acceptor of listener i listens on a Unix SOCK_SEQPACKET socket,
 connects to it at start and says hello (``H k``). Process 0 then passes each
 accepted socket it gives to process k as one packet, ``N conn_id port host``
 with the descriptor attached (SCM_RIGHTS), and process k answers ``C conn_id``
-when that connection closes. A packet is one message (no framing); a link
-that closes means the process on the other side is gone.
+when that connection closes; either side sends ``S 0`` as it stops (SIGTERM). A packet is one
+message (no framing); a link that closes means the process on the other side
+is gone.
 
 Only a child of process 0 running as the same user may take a link
 (SO_PEERCRED): the sockets handed over are clients' connections.
@@ -53,6 +54,10 @@ def connect_handoff(path: str) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+# either end of a link as its process stops (SIGTERM): the link's end is no news then
+STOPPING_PACKET = b"S 0"
 
 
 def hello(link: socket.socket, process_index: int) -> None:

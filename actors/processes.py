@@ -320,7 +320,6 @@ def run_process(spec: dict[str, Any]) -> int:
     tls_context = server_context(security.tls) if security.tls is not None else None
     credentials = None
     authorizer = acl_store = None
-    mirror = None
     if security.sasl_mechanisms:
         if cluster:
             credentials = CredentialCache()

@@ -371,3 +371,21 @@ def test_num_processes_unset_gives_such_a_node_one_process_per_cpu(
     assert logs_in(node, 1, "alice", PASSWORDS["alice"])
     assert logs_in(node, 1, "alice", PASSWORDS["alice"], "PLAIN")
     assert not logs_in(node, 1, "alice", "wrong")
+
+
+def test_scram_admin_on_process_1_of_a_node_without_sasl_listeners_reaches_zookeeper(
+        cluster_factory: Any) -> None:
+    """No SASL listener, no authorizer: nothing to relay, yet the users live in ZooKeeper and
+    AlterUserScramCredentials / Describe through process 1 are served by process 0."""
+    cluster = cluster_factory(size=1, config={"num.processes": PROCESSES})
+    node = cluster.nodes[1]
+    wait_for("process 1", node.worker_pids, 60)
+    with connection_on(node, 1) as client:
+        altered = client.call(ALTER_SCRAM, 0, upsertion("dave", "dave-secret"))
+        assert [(r.user, r.error_code) for r in altered.results] == [("dave", 0)], altered
+        described = client.call(DESCRIBE_SCRAM, 0, {"users": None})
+        assert described.error_code == 0, described
+        assert [(r.user, [(c.mechanism, c.iterations) for c in r.credential_infos])
+                for r in described.results] == [("dave", [(SHA256, ITERATIONS)])]
+    assert "SCRAM credentials of user dave changed by User:ANONYMOUS (through process 1)" \
+        in node.log()

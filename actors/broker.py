@@ -346,20 +346,13 @@ class Broker:
         ipc_dir = gateway_ipc_dir(str(cfg["actor.ipc.dir"]) or default_ipc_dir(), data_dir,
                                   self.node_name)
         processes = int(cfg["num.processes"])
-        limited = self.cluster and bool(self.security.sasl_mechanisms
-                                        or self.security.acl_enabled)
         if processes == 0:  # the default: one process per CPU
             try:
-                processes = 1 if limited else auto_processes()
+                processes = auto_processes()
             except ConfigError as exc:
                 raise BrokerConfigError(str(exc)) from None
             cfg = self.config = cfg.update({"num.processes": processes}, "num.processes = 0")
             self.processes_by_default = True
-        if processes > 1 and limited:
-            # processes 1.. would read SCRAM users and ACLs from the data dir, not ZooKeeper
-            raise BrokerConfigError(
-                "num.processes > 1 with zookeeper.connect does not support SASL listeners or "
-                "authorizer.class.name yet; set num.processes = 1 for this node")
         sockets: list[socket.socket] = []
         # num.processes > 1 with reuseport: every process binds each port (handoff: only
         # this one, which passes connections to the others)
@@ -596,7 +589,8 @@ class Broker:
 
         One Authorizer shared by the handlers of this process; CreateAcls/DeleteAcls
         and DescribeAcls refresh it from the store, and in a cluster the ClusterController
-        applies each change ZooKeeper notifies under /kafka-acl-changes.
+        applies each change ZooKeeper notifies under /kafka-acl-changes (and relays it to
+        processes 1.., num.processes > 1, which keep copies).
         """
         assert self.security is not None
         if not self.security.acl_enabled:

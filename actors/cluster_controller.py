@@ -21,7 +21,13 @@ to it the same way. It owns the node's ZooKeeper session (a
   controller when it is not that one itself (retrying when the controller
   moved, NOT_CONTROLLER), and runs this node's controlled shutdown;
 * ticks ``retry_writes`` (writes the store could not reach) and the
-  automatic preferred-leader election from the injected clock.
+  automatic preferred-leader election from the injected clock;
+* keeps the node's SCRAM users and ACLs (SASL listeners, ``authorizer.class.name``)
+  fresh from ZooKeeper's change notifications; with num.processes > 1 it is
+  their single owner for every process of the node: it relays each change to
+  the SecurityView of processes 1.. (``SecurityRelay``; all of them to a process
+  that starts) and serves the SCRAM and ACL admin requests their handlers
+  forward, so no process but this one needs a ZooKeeper session.
 
 Every call to the store blocks this actor only; when ZooKeeper is away the
 calls fail at once (MetadataUnavailable) and are tried again later.
@@ -71,11 +77,27 @@ from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.runtime.directory import NodeEndpoint
-from actors.security.acl import Authorizer, ResourcePattern
+from actors.security.acl import AclError, Authorizer, ResourcePattern
+from actors.security.acl_admin import create_acls, delete_acls
+from actors.security.mirror import (
+    acl_rows,
+    binding_of,
+    binding_row,
+    filter_of,
+    scram_texts,
+    user_rows,
+)
+from actors.security.scram_admin import (
+    Deletion,
+    Upsertion,
+    alter_scram_credentials,
+    describe_scram_credentials,
+)
 from actors.topology import Topology, broker_node_name
 from wire import admin_messages as am
 from wire import broker_messages as bm
 from wire import cluster_messages as cm
+from wire import security_messages as sm
 from wire.errors import ErrorCode, KafkaError
 from wire.security_messages import ChangesNotified
 
@@ -192,6 +214,9 @@ class ClusterController(Actor):
         self.next_acl_resync_ms: int | None = None
         self.was_active = False
         self.elections = 0
+        # the version of the last SecurityRelay to processes 1.. (kept over a restart of
+        # this actor: theirs only take rows newer than what they hold)
+        self.relay_version: int = getattr(self, "relay_version", 0)
         now = self.clock.now_ms()
         self.next_retry_writes_ms = now + RETRY_WRITES_MS
         self.rebalance_ms = int(self.config["leader.imbalance.check.interval.seconds"]) * 1000
@@ -592,11 +617,13 @@ class ClusterController(Actor):
         if self.credentials is None:
             return
         try:
-            self.credentials.refresh(user)
+            configs = self.store.get_user_configs(user)[0]
+            self.credentials.update(user, configs)
         except (MetadataError, ValueError) as exc:
             self.log.warning("the new credentials of user {} were not read: {}", user, exc)
             return
         self.log.info("user {}: SCRAM credentials refreshed", user)
+        self._relay(users=[sm.UserRow(user, scram_texts(configs))])
 
     @handles(ChangesNotified)
     def on_changes_notified(self, msg: ChangesNotified) -> None:
@@ -618,6 +645,7 @@ class ClusterController(Actor):
         now = self.clock.now_ms()
         self.next_acl_resync_ms = now + ACL_RESYNC_MS
         changed: dict[ResourcePattern, str] = {}
+        relayed: list[sm.AclPatternRow] = []
         seen: dict[str, str | None] = {}
         expired: list[str] = []
         cutoff = self.clock.wall_ms() - CONFIG_CHANGE_EXPIRY_MS
@@ -640,14 +668,21 @@ class ClusterController(Actor):
             with authorizer.lock:  # after any read a handler started before this one
                 if resync:
                     authorizer.replace(self.store.get_all_acls())
+                    relayed = acl_rows(authorizer.table())
                 elif changed:
-                    authorizer.update({p: self.store.get_acls(p)[0] for p in changed})
+                    fresh = {p: self.store.get_acls(p)[0] for p in changed}
+                    authorizer.update(fresh)
+                    relayed = acl_rows(fresh)
         except MetadataError as exc:
             # read them all again soon: a notice read now but not applied is not read again
             self.log.warning("the ACL changes were not read: {}", exc)
             self.next_acl_resync_ms = now + RETRY_WRITES_MS
             return
         self.last_acl_change.update(seen)
+        if resync:
+            self._relay(acls=relayed, acls_whole=True)
+        elif changed:
+            self._relay(acls=relayed)
         for pattern, path in sorted(changed.items(), key=lambda item: item[1]):
             self.log.info("ACLs of {} changed ({}): {} entries now", pattern,
                           path.rsplit("/", 1)[-1], len(authorizer.acls(pattern)))
@@ -656,6 +691,148 @@ class ClusterController(Actor):
                 self.store.delete_change_notifications(expired)
             except MetadataError as exc:
                 self.log.debug("old ACL changes not deleted: {}", exc)
+
+    # ------------------------------------------------------------ processes 1..: users, ACLs
+    def _relay(self, acls: list[sm.AclPatternRow] | None = None, acls_whole: bool = False,
+               users: list[sm.UserRow] | None = None, users_whole: bool = False,
+               to: list[Address] | None = None) -> int:
+        """Tell the SecurityViews of processes 1.. (or ``to``) these rows; their version."""
+        views = self.topology.security_views() if to is None else to
+        if not views or (self.authorizer is None and self.credentials is None):
+            return self.relay_version
+        self.relay_version += 1
+        relay = sm.SecurityRelay(self.relay_version, acls_whole, acls, users_whole, users)
+        for view in views:
+            self.tell(view, relay)
+        return self.relay_version
+
+    @handles(sm.SecuritySnapshotAsk)
+    def on_security_snapshot(self, msg: sm.SecuritySnapshotAsk) -> None:
+        """Process ``msg.process`` starts (or restarted): every user and ACL this process
+        holds, to its SecurityView (on the path later relays take)."""
+        nodes = self.topology.process_nodes
+        if not 0 < msg.process < len(nodes):
+            return
+        authorizer, credentials = self.authorizer, self.credentials
+        acls = None
+        if authorizer is not None:
+            with authorizer.lock:
+                acls = acl_rows(authorizer.table())
+        users = user_rows(credentials.users()) if credentials is not None else None
+        version = self._relay(acls, True, users, True,
+                              to=[Address(nodes[msg.process], "security-view")])
+        self.log.info("process {}: users and ACLs sent ({} ACL patterns, {} users, version "
+                      "{})", msg.process, len(acls) if acls is not None else "no",
+                      len(users) if users is not None else "no", version)
+
+    @handles(sm.ScramCredentialsDescribe)
+    def on_describe_scram(self, msg: sm.ScramCredentialsDescribe) -> None:
+        """DescribeUserScramCredentials from a handler of processes 1..: read here."""
+        if not self._from_this_broker():
+            return self._refuse_security(msg)
+        try:
+            rows = describe_scram_credentials(self.store, msg.users)
+        except (MetadataError, OSError, ValueError) as exc:
+            self.log.warning("DescribeUserScramCredentials failed: {}", exc)
+            self.reply(sm.ScramCredentialsDone(msg.req_id, int(ErrorCode.UNKNOWN_SERVER_ERROR),
+                                               f"reading the users failed: {exc}", [],
+                                               self.relay_version, []))
+            return
+        self.reply(sm.ScramCredentialsDone(msg.req_id, NONE, None, [
+            sm.ScramUserResultRow(r.user, int(r.error), r.message,
+                                  [[m, i] for m, i in r.credentials]) for r in rows],
+            self.relay_version, []))
+
+    @handles(sm.ScramCredentialsAlter)
+    def on_alter_scram(self, msg: sm.ScramCredentialsAlter) -> None:
+        """AlterUserScramCredentials from a handler of processes 1..: written here, taken by
+        this process's SASL cache and relayed to the others; the answer carries the
+        changed users for the asking process."""
+        if not self._from_this_broker():
+            return self._refuse_security(msg)
+        try:
+            results = alter_scram_credentials(
+                self.store, [Deletion(d.user, d.mechanism) for d in msg.deletions],
+                [Upsertion(u.user, u.mechanism, u.iterations, u.salt, u.salted_password)
+                 for u in msg.upsertions])
+            changed = {r.user: self.store.get_user_configs(r.user)[0] for r in results
+                       if r.error == ErrorCode.NONE}
+        except (MetadataError, OSError, ValueError) as exc:  # ZooKeeper away
+            self.log.warning("AlterUserScramCredentials failed: {}", exc)
+            self.reply(sm.ScramCredentialsDone(msg.req_id, int(ErrorCode.UNKNOWN_SERVER_ERROR),
+                                               f"writing the users failed: {exc}", [],
+                                               self.relay_version, []))
+            return
+        rows = [sm.UserRow(user, scram_texts(configs)) for user, configs in changed.items()]
+        version = self.relay_version
+        if self.credentials is not None:
+            for user, configs in changed.items():
+                try:
+                    self.credentials.update(user, configs)
+                except ValueError as exc:
+                    self.log.warning("user {} not refreshed in the SASL cache: {}", user, exc)
+            if rows:
+                version = self._relay(users=rows)
+        for user in changed:
+            self.log.info("SCRAM credentials of user {} changed by {} (through process {})",
+                          user, msg.principal, self._process_of_sender())
+        self.reply(sm.ScramCredentialsDone(msg.req_id, NONE, None, [
+            sm.ScramUserResultRow(r.user, int(r.error), r.message, []) for r in results],
+            version, rows if self.credentials is not None else []))
+
+    @handles(sm.AclsCreate, sm.AclsDelete)
+    def on_acls_change(self, msg: sm.AclsCreate | sm.AclsDelete) -> None:
+        """CreateAcls / DeleteAcls from a handler of processes 1.. (checked there): written
+        here, put in this process's Authorizer and relayed; the answer carries the
+        changed patterns for the asking process."""
+        authorizer = self.authorizer
+        if not self._from_this_broker():
+            return self._refuse_security(msg)
+        if authorizer is None:
+            self.reply(sm.AclsDone(msg.req_id, int(ErrorCode.SECURITY_DISABLED),
+                                   "no authorizer is configured on the broker", [], [],
+                                   self.relay_version, []))
+            return
+        problems: list[str | None] = []
+        deleted: list[list[sm.AclBindingRow]] = []
+        try:
+            if isinstance(msg, sm.AclsCreate):
+                bindings = [binding_of(b) for b in msg.bindings]
+                problems = create_acls(self.store, bindings)
+                patterns = {b.pattern for b, p in zip(bindings, problems, strict=True)
+                            if p is None}
+            else:
+                found = delete_acls(self.store, [filter_of(f) for f in msg.filters])
+                deleted = [[binding_row(b) for b in removed] for removed in found]
+                patterns = {b.pattern for removed in found for b in removed}
+            with authorizer.lock:
+                fresh = {p: self.store.get_acls(p)[0] for p in patterns}
+                authorizer.update(fresh)
+        except (AclError, MetadataError, OSError, ValueError) as exc:
+            what = "CreateAcls" if isinstance(msg, sm.AclsCreate) else "DeleteAcls"
+            self.log.warning("{} failed: {}", what, exc)
+            self.reply(sm.AclsDone(msg.req_id, int(ErrorCode.UNKNOWN_SERVER_ERROR), str(exc),
+                                   [], [], self.relay_version, []))
+            return
+        rows = acl_rows(fresh)
+        version = self._relay(acls=rows) if rows else self.relay_version
+        self.reply(sm.AclsDone(msg.req_id, NONE, None, problems, deleted, version, rows))
+
+    def _refuse_security(self, msg: Any) -> None:
+        """Users and ACLs are changed through a node's own processes, never another node."""
+        text = "security admin is served to the processes of this broker alone"
+        code = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        self.log.warning("{} from {} refused: {}", type(msg).__name__, self.current_sender, text)
+        if isinstance(msg, (sm.AclsCreate, sm.AclsDelete)):
+            self.reply(sm.AclsDone(msg.req_id, code, text, [], [], self.relay_version, []))
+        else:
+            self.reply(sm.ScramCredentialsDone(msg.req_id, code, text, [], self.relay_version,
+                                               []))
+
+    def _process_of_sender(self) -> int:
+        sender = self.current_sender
+        nodes = self.topology.process_nodes
+        return nodes.index(sender.node) if sender is not None and sender.node in nodes else 0
 
     @handles(bm.ShardDone)
     def on_shard_done(self, msg: bm.ShardDone) -> None:

@@ -5,8 +5,8 @@ process, node ``<node>``; process k is ``<node>-p<k>``) and runs a share of the
 partitions: shard i and purgatory i live in process ``i % N`` (Topology.shard),
 with a Timer for its purgatories' waits. Process 0 alone runs the LogManager,
 the controller, the group and transaction coordinators and the log cleaner.
-Each process serves connections (same TLS context, same SCRAM credentials from the
-data dir), and clients see one broker (one node id, one address). How connections
+Each process serves connections (same TLS context, same SCRAM users and ACLs), and
+clients see one broker (one node id, one address). How connections
 reach them is num.processes.connection.distribution: ``reuseport``, each of its
 listeners is bound to the port of the same listener of process 0 with SO_REUSEPORT
 and the kernel spreads new connections over the processes; ``handoff``, process 0
@@ -41,6 +41,13 @@ Process k, before it takes connections, tells the ReplicaManager it runs
 (ProcessStarted): its handlers get the metadata, and after a restart its shards get
 their partitions' roles again, the fetchers ask the followed ones where they end and
 the purgatories watch them again. Controlled shutdown runs before processes 1.. stop.
+
+The SCRAM users and ACLs (SASL listeners, ``authorizer.class.name``): on a single
+node every process reads them from the data dir's security files; in a cluster
+process 0's ClusterController alone reads them from ZooKeeper and relays them to
+a SecurityView in each other process (all of them when it starts, then each
+change), and those processes' handlers send the SCRAM and ACL admin requests to
+it. A process waits for that first copy before it takes connections.
 """
 
 from __future__ import annotations
@@ -228,6 +235,23 @@ class ProcessSupervisor:
         return [p.pid for p in self.procs.values()]
 
 
+def take_security(node: Any, topo: Any, mirror: Any, index: int) -> bool:
+    """Processes 1.. of a cluster node, before they take connections: ask process 0's
+    controller for every user and ACL (sent to this process's SecurityView) and wait
+    until the copy holds them; asked again while none comes. False: none came."""
+    from wire.security_messages import SecuritySnapshotAsk
+
+    deadline = time.monotonic() + READY_TIMEOUT_S / 2
+    while time.monotonic() < deadline:
+        node.tell(topo.controller, SecuritySnapshotAsk(index))
+        if mirror.ready.wait(min(5.0, max(0.1, deadline - time.monotonic()))):
+            logger.info("process {}: SCRAM users and ACLs of process 0 taken", index)
+            return True
+    logger.error("process {}: process 0 sent no SCRAM users and ACLs in {:.0f} s; this process "
+                 "cannot authenticate or authorize without them", index, READY_TIMEOUT_S / 2)
+    return False
+
+
 def run_process(spec: dict[str, Any]) -> int:
     """Process ``spec["index"]`` of a broker: a node serving connections until SIGTERM."""
     from actors.acceptor import Acceptor
@@ -247,7 +271,9 @@ def run_process(spec: dict[str, Any]) -> int:
     from actors.security.config import SecuritySettings
     from actors.security.credentials import CredentialCache
     from actors.security.local_store import LocalSecurityStore
+    from actors.security.mirror import SecurityMirror
     from actors.security.tls import server_context
+    from actors.security_view import SecurityView
     from actors.timer import Timer
     from actors.topology import Topology
     from wire import kafka_codec
@@ -288,19 +314,29 @@ def run_process(spec: dict[str, Any]) -> int:
         return {"host": topo.shard(i if i in here else here[i % len(here)]).name}
 
     kafka_codec.warm_up()
-    # The same listeners as process 0 (its ports), TLS context and SCRAM credentials
+    # The same listeners as process 0 (its ports), TLS context, SCRAM users and ACLs: in a
+    # cluster copies of process 0's (it relays them; none of ZooKeeper here), else the data
+    # dir's, read as process 0 reads them
     tls_context = server_context(security.tls) if security.tls is not None else None
     credentials = None
-    if security.sasl_mechanisms:
-        local = LocalSecurityStore.in_data_dir(data_dir)
-        credentials = CredentialCache(local, stamp=local.users_stamp)
-        for problem in credentials.load():
-            logger.warning("SCRAM credentials skipped: {}", problem)
     authorizer = acl_store = None
+    if security.sasl_mechanisms:
+        if cluster:
+            credentials = CredentialCache()
+        else:
+            local = LocalSecurityStore.in_data_dir(data_dir)
+            credentials = CredentialCache(local, stamp=local.users_stamp)
+            for problem in credentials.load():
+                logger.warning("SCRAM credentials skipped: {}", problem)
     if security.acl_enabled:
-        acl_store = LocalSecurityStore.in_data_dir(data_dir)
         authorizer = Authorizer(security.super_users, security.allow_everyone_if_no_acl_found)
-        authorizer.load(acl_store.get_all_acls())
+        if not cluster:
+            acl_store = LocalSecurityStore.in_data_dir(data_dir)
+            authorizer.load(acl_store.get_all_acls())
+    # in a cluster the SCRAM and ACL admin goes to process 0 (whatever the listeners), and
+    # the users and ACLs it relays are kept when there are SASL listeners or an authorizer
+    mirror = SecurityMirror(authorizer, credentials) if cluster else None
+    mirrored = mirror is not None and (credentials is not None or authorizer is not None)
     clock = node.clock
     # This process's share of the partitions: shard i and purgatory i for i % N == index.
     # They start before the gateway binds, so nothing sent to them meanwhile (queued by
@@ -321,12 +357,13 @@ def run_process(spec: dict[str, Any]) -> int:
         node.spawn(PurgatoryShard, topo.purgatory(i).name, topology=topo, clock=clock,
                    purge_interval_requests=int(cfg["purge.interval.requests"]),
                    **place(i))
+    if mirrored:  # before the gateway binds: relays sent meanwhile find it
+        node.spawn(SecurityView, topo.security_view.name, mirror=mirror, **place(0))
     node.start()
     for i in range(topo.num_handlers):
         # In a cluster the handlers' metadata comes from process 0's ReplicaManager, which
         # forwards every UpdateMetadata to the handlers of each process (ProcessStarted
-        # below: what it holds already); SCRAM users live in ZooKeeper (refused with
-        # num.processes > 1 until these processes read them there)
+        # below: what it holds already); the SCRAM and ACL admin goes to its controller
         ctx = HandlerContext(topo, cfg, int(spec["broker_id"]), spec["adv_host"],
                              int(spec["adv_port"]), spec["cluster_id"], i,
                              {} if cluster else dict(topics), clock=clock,
@@ -334,7 +371,7 @@ def run_process(spec: dict[str, Any]) -> int:
                              authorizer=authorizer, acl_store=acl_store,
                              user_store=None if cluster
                              else LocalSecurityStore.in_data_dir(data_dir),
-                             credentials=credentials)
+                             credentials=credentials, security_mirror=mirror)
         node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **place(i))
     if cluster:
         # Before it takes connections: its handlers get the metadata process 0's ReplicaManager
@@ -346,6 +383,10 @@ def run_process(spec: dict[str, Any]) -> int:
         except (AskFailed, AskTimeout) as exc:
             logger.warning("process {}: the ReplicaManager did not answer ({}); its handlers "
                            "learn the cluster from the next UpdateMetadata", index, exc)
+    if mirrored and not take_security(node, topo, mirror, index):
+        node.shutdown(timeout=5)
+        os.close(lock)
+        return 1
     for i in range(topo.num_processors):
         node.spawn(Processor, topo.processor(i).name, topology=topo, config=cfg, clock=clock,
                    listener_protocols=tuple(b.security_protocol.value

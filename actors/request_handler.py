@@ -112,6 +112,7 @@ from wire.replication_messages import (
     ReplicaFetchResponse,
     ReplicaReadDone,
 )
+from wire.security_messages import AclsDone, ScramCredentialsDone
 from wire.transaction_messages import DescribeTxnsDone, InitTxnProducerDone, ListTxnsDone, TxnDone
 
 API_VERSIONS = int(ApiKey.ApiVersions)
@@ -342,7 +343,7 @@ class RequestHandler(Actor):
              DescribeGroupsDone, TopicsAwaited, CreatePartitionsDone,
              AlterTopicConfigsDone, DeleteRecordsDone, DescribeLogDirDone, DeleteGroupsDone,
              OffsetDeleteDone, ReplicaReadDone, InitTxnProducerDone, TxnDone,
-             DescribeTxnsDone, ListTxnsDone, ElectLeadersDone)
+             DescribeTxnsDone, ListTxnsDone, ElectLeadersDone, AclsDone, ScramCredentialsDone)
     def on_reply(self, msg: Any) -> None:
         entry = self.pending.pop(msg.req_id, None)
         if entry is None:

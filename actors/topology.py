@@ -137,6 +137,16 @@ class Topology:
         return Address(self.node, "log-cleaner")
 
     @property
+    def security_view(self) -> Address:
+        """Processes 1.. of a cluster node with SASL or ACLs: the copy of process 0's users
+        and ACLs this process decides on (a SecurityView)."""
+        return Address(self.node, "security-view")
+
+    def security_views(self) -> list[Address]:
+        """The SecurityViews of processes 1.. (none with one process)."""
+        return [Address(node, "security-view") for node in self.process_nodes[1:]]
+
+    @property
     def replica_manager(self) -> Address:
         """Cluster mode only: where the controller's requests to this node go."""
         return Address(self.home or self.node, "replica-manager")

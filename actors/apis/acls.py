@@ -7,17 +7,24 @@ ZooKeeper's /kafka-acl) with conditional writes (:mod:`actors.security.acl_admin
 and then refresh the authorizer from the store, so every handler of this
 process sees the change at once. Without an authorizer the three answer
 SECURITY_DISABLED, as Kafka does.
+
+Processes 1.. of a cluster node (num.processes > 1) have no store: Create and
+Delete go to process 0's controller, the single owner of the node's ZooKeeper
+session, whose answer carries the changed patterns; this process's copy takes
+them before the client is answered (the other processes get them relayed).
+Describe answers from that copy.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Generator
 from enum import IntEnum
 from typing import Any, TypeVar
 
 from loguru import logger
 
-from actors.apis.base import ApiGen, HandlerContext, Respond
+from actors.apis.base import ApiGen, Call, HandlerContext, Respond
 from actors.security.acl import (
     CLUSTER_NAME,
     AclBinding,
@@ -31,7 +38,9 @@ from actors.security.acl import (
     ResourceType,
 )
 from actors.security.acl_admin import create_acls, delete_acls
+from actors.security.mirror import binding_of, binding_row, filter_row
 from wire.errors import ErrorCode
+from wire.security_messages import AclsCreate, AclsDelete, AclsDone
 
 NONE = int(ErrorCode.NONE)
 AUTHZ = logger.bind(actor="authorizer")
@@ -66,6 +75,21 @@ def _filter_problem(f: AclBindingFilter) -> str | None:
 
 def _refresh(ctx: HandlerContext) -> None:
     ctx.refresh_acls(force=True)
+
+
+def _no_store(ctx: HandlerContext) -> bool:
+    """No authorizer, or none of the ways to change the ACLs (a store, process 0)."""
+    return ctx.authorizer is None or (ctx.acl_store is None and ctx.security_mirror is None)
+
+
+def _forward(ctx: HandlerContext, make: Any) -> Generator[list[Call], list[Any], AclsDone]:
+    """Processes 1..: the request to process 0's controller; its answer, once this
+    process's copy of the ACLs took the patterns it changed."""
+    [done] = yield [Call(ctx.topology.controller, make)]
+    assert isinstance(done, AclsDone)
+    if done.error_code == NONE:
+        ctx.security_mirror.apply_answer(done.version, acls=done.acls)
+    return done
 
 
 def handle_describe_acls(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
@@ -105,7 +129,7 @@ def handle_create_acls(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         return Respond({"throttle_time_ms": 0, "results": [
             {"error_code": int(err), "error_message": message} for _ in creations]})
 
-    if ctx.authorizer is None or ctx.acl_store is None:
+    if _no_store(ctx):
         return every(ErrorCode.SECURITY_DISABLED, DISABLED)
     if not ctx.allowed(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
         return every(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Alter on the cluster denied")
@@ -118,12 +142,19 @@ def handle_create_acls(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                             _code(PatternType, pattern)),
             AclEntry(c.principal, c.host, _code(Operation, int(c.operation)),
                      _code(Permission, int(c.permission_type)))))
-    try:
-        problems = create_acls(ctx.acl_store, bindings)
-    except (AclError, OSError, ValueError) as exc:
-        AUTHZ.warning("CreateAcls failed: {}", exc)
-        return every(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
-    _refresh(ctx)
+    if ctx.acl_store is None:
+        rows = [binding_row(b) for b in bindings]
+        done = yield from _forward(ctx, lambda req_id: AclsCreate(req_id, rows))
+        if done.error_code != NONE:
+            return every(ErrorCode(done.error_code), done.error_message or "")
+        problems = list(done.problems)
+    else:
+        try:
+            problems = create_acls(ctx.acl_store, bindings)
+        except (AclError, OSError, ValueError) as exc:
+            AUTHZ.warning("CreateAcls failed: {}", exc)
+            return every(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
+        _refresh(ctx)
     for binding, problem in zip(bindings, problems, strict=True):
         if problem is None:
             AUTHZ.info("ACL added: {} {}", binding.pattern, binding.entry)
@@ -141,7 +172,7 @@ def handle_delete_acls(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             {"error_code": int(err), "error_message": message, "matching_acls": []}
             for _ in filters]})
 
-    if ctx.authorizer is None or ctx.acl_store is None:
+    if _no_store(ctx):
         return every(ErrorCode.SECURITY_DISABLED, DISABLED)
     if not ctx.allowed(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
         return every(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Alter on the cluster denied")
@@ -158,13 +189,20 @@ def handle_delete_acls(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             continue
         good.append(filter_)
         where.append(i)
-    if good:
+    if good and ctx.acl_store is None:
+        rows = [filter_row(f) for f in good]
+        done = yield from _forward(ctx, lambda req_id: AclsDelete(req_id, rows))
+        if done.error_code != NONE:
+            return every(ErrorCode(done.error_code), done.error_message or "")
+        deleted = [[binding_of(b) for b in found] for found in done.deleted]
+    elif good:
         try:
             deleted = delete_acls(ctx.acl_store, good)
         except (AclError, OSError, ValueError) as exc:
             AUTHZ.warning("DeleteAcls failed: {}", exc)
             return every(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
         _refresh(ctx)
+    if good:
         for i, found in zip(where, deleted, strict=True):
             results[i]["matching_acls"] = [_matching(b) for b in found]
             for binding in found:

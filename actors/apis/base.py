@@ -88,6 +88,10 @@ class HandlerContext:
     # this process that a change refreshes at once (None without SASL listeners)
     user_store: Any = field(default=None, kw_only=True)
     credentials: Any = field(default=None, kw_only=True)
+    # processes 1.. of a cluster node (num.processes > 1): no store of their own; the SCRAM
+    # and ACL admin go to process 0's controller, and its answers go into this process's
+    # copy of the users and ACLs (a SecurityMirror) before the client is answered
+    security_mirror: Any = field(default=None, kw_only=True)
     access: Access = field(default_factory=lambda: Access(ANONYMOUS_PRINCIPAL, "", ""),
                            kw_only=True)
 

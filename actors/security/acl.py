@@ -343,6 +343,10 @@ class Authorizer:
     def acls(self, pattern: ResourcePattern) -> frozenset[AclEntry]:
         return self._acls.get(pattern, frozenset())
 
+    def table(self) -> dict[ResourcePattern, frozenset[AclEntry]]:
+        """Every pattern's ACLs (a copy: what another process is sent as the whole)."""
+        return dict(self._acls)
+
     def bindings(self, filter_: AclBindingFilter = AclBindingFilter()) -> list[AclBinding]:
         """Every stored binding the filter matches (DescribeAcls), in a stable order."""
         out = [AclBinding(pattern, entry) for pattern, entries in self._acls.items()

@@ -90,6 +90,10 @@ class CredentialCache:
         else:
             self._users.pop(user, None)
 
+    def replace(self, users: dict[str, dict[str, ScramCredential]]) -> None:
+        """Every user at once (process 0's whole table, relayed to another process)."""
+        self._users = {u: dict(c) for u, c in users.items() if c}
+
     def refresh(self, user: str) -> None:
         """Read one user again from the store (after a change to it)."""
         if self._store is not None:

@@ -190,24 +190,18 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             results[(name, index)] = r
 
     seen: set[tuple[str, int]] = set()
-
-    def answer(name: str, index: int) -> dict[str, Any]:
-        """A partition named twice gets its records once (a region is sent once)."""
-        r = results[(name, index)]
-        if (name, index) in seen:
-            r = r._replace(records=b"", region=None)
-        seen.add((name, index))
-        return _partition_response(index, r)
-
-    return Respond({
-        "throttle_time_ms": 0,
-        "error_code": 0,
-        "session_id": 0,
-        "responses": [
-            {
-                "topic": name,
-                "partitions": [answer(name, index) for index in indexes],
-            }
-            for name, indexes in order
-        ],
-    })
+    responses = []
+    codes = []  # the response's error codes, for the errors metric (no walk of the dict)
+    for name, indexes in order:
+        partitions = []
+        for index in indexes:
+            r = results[(name, index)]
+            if (name, index) in seen:  # named twice: its records once (a region is sent once)
+                r = r._replace(records=b"", region=None)
+            seen.add((name, index))
+            if r.error_code:
+                codes.append(r.error_code)
+            partitions.append(_partition_response(index, r))
+        responses.append({"topic": name, "partitions": partitions})
+    return Respond({"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
+                    "responses": responses}, error_codes=codes)

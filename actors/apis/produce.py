@@ -117,15 +117,14 @@ def handle_produce(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         # client refreshes its metadata; otherwise nothing is sent.
         return Respond(None, respond=False, close=failed)
 
-    return Respond({
-        "throttle_time_ms": 0,
-        "responses": [
-            {
-                "name": name,
-                "partition_responses": [
-                    _partition_response(index, results[(name, index)]) for index in indexes
-                ],
-            }
-            for name, indexes in order
-        ],
-    })
+    responses = []
+    codes = []  # the response's error codes, for the errors metric (no walk of the dict)
+    for name, indexes in order:
+        partitions = []
+        for index in indexes:
+            row = results[(name, index)]
+            if row.error_code:
+                codes.append(row.error_code)
+            partitions.append(_partition_response(index, row))
+        responses.append({"name": name, "partition_responses": partitions})
+    return Respond({"throttle_time_ms": 0, "responses": responses}, error_codes=codes)

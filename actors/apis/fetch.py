@@ -157,8 +157,12 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     if rows:
         replies: list[ReadDone] = yield _read_calls(ctx, replica_id, max_bytes, rows, isolation)
         read = _by_partition(replies)
-        total = sum(r.size for r in read.values())
-        errors = any(r.error_code != NONE for r in read.values())
+        total = 0
+        errors = False
+        for r in read.values():
+            total += r.size
+            if r.error_code != NONE:
+                errors = True
         if total < min_bytes and req.max_wait_ms > 0 and not errors:
             close_regions(read.values())  # read again once there is enough
             by_key = {(r.topic, r.partition): r for r in rows}

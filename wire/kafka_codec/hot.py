@@ -42,6 +42,7 @@ _I64_I64 = struct.Struct(">qq")
 _I32_I32 = struct.Struct(">ii")
 _I32_I64 = struct.Struct(">iq")
 _I64_I32 = struct.Struct(">qi")
+_FETCH_PARTITION_V5 = struct.Struct(">ihqqq")  # index, error, HW, LSO, log start
 _PRODUCE_PARTITION_V5 = struct.Struct(">ihqqq")  # index, error, base offset, append time, start
 _FRAME_PREFIX = struct.Struct(">ii")
 
@@ -560,12 +561,18 @@ def _encode_fetch(out: bytearray, values: dict[str, Any], version: int,
         partitions = topic.get("partitions") or ()
         _put_count(out, len(partitions), flexible)
         for p in partitions:
-            _check_keys(p, _FETCH_PARTITION_KEYS)
-            out += _I32_I16_I64.pack(p["partition_index"], p.get("error_code", 0),
-                                     p.get("high_watermark", 0))
-            out += _I64.pack(p.get("last_stable_offset", -1))
-            if version >= 5:
-                out += _I64.pack(p.get("log_start_offset", -1))
+            if not _FETCH_PARTITION_KEYS.issuperset(p):
+                raise _Fallback
+            get = p.get
+            if version >= 5:  # the fixed fields in one pack
+                out += _FETCH_PARTITION_V5.pack(p["partition_index"], get("error_code", 0),
+                                                get("high_watermark", 0),
+                                                get("last_stable_offset", -1),
+                                                get("log_start_offset", -1))
+            else:
+                out += _I32_I16_I64.pack(p["partition_index"], get("error_code", 0),
+                                         get("high_watermark", 0))
+                out += _I64.pack(get("last_stable_offset", -1))
             aborted = p.get("aborted_transactions", ())  # absent: empty; None: null
             if aborted is None:
                 if flexible:
@@ -600,7 +607,10 @@ def _encode_fetch(out: bytearray, values: dict[str, Any], version: int,
             if flexible:
                 tags = []
                 for tag, name, names, pack in _FETCH_PARTITION_TAGS:
-                    body = _pair_tag(p.get(name), names, pack)
+                    value = get(name)
+                    if value is None:  # the handlers leave them out: no call
+                        continue
+                    body = _pair_tag(value, names, pack)
                     if body is not None:
                         tags.append((tag, body))
                 if tags:

@@ -212,6 +212,7 @@ class RequestHandler(Actor):
         self.clock = context.clock
         self._monotonic_ns = context.clock.monotonic_ns  # read a few times per request
         self.api_table = dict(API_TABLE)
+        self.processors: dict[str, Address] = {}  # a Processor's name -> its Address
 
     def setup(self) -> None:
         self.ctx = self.initial_context
@@ -435,8 +436,11 @@ class RequestHandler(Actor):
             if len(self.closed_conns) > 10_000:
                 del self.closed_conns[next(iter(self.closed_conns))]
         queue_ns = max(0, start_ns - msg.recv_ns)
+        processor = self.processors.get(msg.processor)
+        if processor is None:
+            processor = self.processors[msg.processor] = Address(self.node.name, msg.processor)
         self.tell(
-            Address(self.node.name, msg.processor),
+            processor,
             KafkaResponse(msg.conn_id, msg.seq, frame, respond, close, msg.api_key,
                           msg.correlation_id, msg.recv_ns, [queue_ns, local_ns, remote_ns],
                           regions or []),

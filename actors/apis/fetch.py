@@ -159,9 +159,9 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         read = _by_partition(replies)
         total = 0
         errors = False
-        for r in read.values():
-            total += r.size
-            if r.error_code != NONE:
+        for row in read.values():
+            total += row.size
+            if row.error_code != NONE:
                 errors = True
         if total < min_bytes and req.max_wait_ms > 0 and not errors:
             close_regions(read.values())  # read again once there is enough

@@ -142,6 +142,7 @@ class PartitionShard(Actor):
         self.watchers: dict[tuple[str, int], set[Address]] = {}
         self.errors_logged: set[tuple[str, int, int]] = set()
         self._topic_keys: dict[tuple[str, str], tuple[str, str]] = {}
+        self.counts = self.node.metrics.mine()  # setup runs in this actor's thread
         now = self.clock.wall_ms()
         self.lag_time_max_ms = int(self.config["replica.lag.time.max.ms"])
         # Kafka checks the ISR every replica.lag.time.max.ms / 2.
@@ -601,9 +602,9 @@ class PartitionShard(Actor):
             keys = self._topic_keys[(topic, direction)] = (
                 f"topic_bytes_{direction}_total|topic={topic}",
                 f"topic_records_{direction}_total|topic={topic}")
-        incr = self.node.metrics.incr
-        incr(keys[0], size)
-        incr(keys[1], max(0, records))
+        counts = self.counts  # this thread's counters, added to directly
+        counts[keys[0]] += size
+        counts[keys[1]] += max(0, records)
 
     def _log_refusal(self, topic: str, partition: int, exc: KafkaError) -> None:
         key = (topic, partition, int(exc.code))

@@ -80,6 +80,7 @@ from actors.core.kafka_connection import (
 )
 from actors.metrics import latency_key
 from actors.runtime.actor import Actor, handles
+from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.security.sasl import (
@@ -160,6 +161,7 @@ class _Conn:
         "conn_id",
         "core",
         "fd",
+        "handler",
         "listener",
         "mask",
         "out",
@@ -177,7 +179,8 @@ class _Conn:
     )
 
     def __init__(self, conn_id: int, sock: socket.socket, peer_host: str, peer_port: int,
-                 core: KafkaConnection[tuple[KafkaResponse, int]], can_sendfile: bool) -> None:
+                 core: KafkaConnection[tuple[KafkaResponse, int]], can_sendfile: bool,
+                 handler: Address) -> None:
         self.conn_id = conn_id
         self.sock = sock
         self.fd = sock.fileno()
@@ -199,6 +202,7 @@ class _Conn:
         self.request_sizes: deque[int] = deque()
         self.mask = 0
         self.listener = listener_of(conn_id)
+        self.handler = handler  # the RequestHandler of all its requests
         # TLS listeners: the session, and encrypted bytes not yet written
         self.tls: TlsConnection | None = None
         self.tls_out = bytearray()
@@ -281,7 +285,7 @@ class Processor(Actor):
         uses_tls = protocol in ("SSL", "SASL_SSL")
         conn = _Conn(msg.conn_id, sock, msg.peer_host, msg.peer_port,
                      KafkaConnection(self.max_request, self.max_in_flight),
-                     self.sendfile and not uses_tls)
+                     self.sendfile and not uses_tls, self.topology.handler_for_conn(msg.conn_id))
         if uses_tls:
             if self.tls_context is None:  # the broker makes one for any TLS listener
                 raise RuntimeError(f"listener {conn.listener} is {protocol} without a TLS "
@@ -567,7 +571,7 @@ class Processor(Actor):
         if tid:  # the request record (client leg) is written when the request is finished
             conn.traces[seq] = (tid, self.clock.wall_ns(), size)
         self.tell_traced(
-            self.topology.handler_for_conn(conn.conn_id),
+            conn.handler,
             KafkaRequest(conn.conn_id, seq, self.name, request.api_key, request.api_version,
                          request.correlation_id, request.frame, now, conn.principal,
                          conn.peer_host),

@@ -213,6 +213,7 @@ class RequestHandler(Actor):
         self.clock = context.clock
         self._monotonic_ns = context.clock.monotonic_ns  # read a few times per request
         self.api_table = dict(API_TABLE)
+        self.processors: dict[str, Address] = {}  # a Processor's name -> its Address
 
     def setup(self) -> None:
         self.ctx = self.initial_context
@@ -269,15 +270,19 @@ class RequestHandler(Actor):
         except KafkaError as exc:
             self._refuse(msg, exc, start)
             return
+        ctx = self.ctx
         access = Access(msg.principal, msg.client_host, api_name(header.api_key))
-        self.ctx.access = access
-        refusal = denial(self.ctx, header.api_key, header.api_version, request)
-        if refusal is not None:
-            gen = _answer(refusal)
+        ctx.access = access
+        if ctx.authorizer is None:  # no ACLs: nothing to refuse, as a whole or per item
+            gen = api(ctx, header, request)
         else:
-            gen = (answer_per_item(self.ctx, header.api_key, request,
-                                   lambda req: api(self.ctx, header, req))
-                   or api(self.ctx, header, request))
+            refusal = denial(ctx, header.api_key, header.api_version, request)
+            if refusal is not None:
+                gen = _answer(refusal)
+            else:
+                gen = (answer_per_item(ctx, header.api_key, request,
+                                       lambda req: api(ctx, header, req))
+                       or api(ctx, header, request))
         state = _InFlight(msg, header, gen, start, access=access)
         self._advance(state, None)
 
@@ -324,6 +329,17 @@ class RequestHandler(Actor):
         now = self._monotonic_ns()
         state.local_ns += now - t0
         state.wait_start_ns = now
+        if len(calls) == 1:  # the common case (a produce or fetch on one shard), plainly
+            call = calls[0]
+            rid = next(self.req_ids)
+            self.pending[rid] = (state, 0)
+            state.replies = [None]
+            state.waiting = 1
+            state.req_ids = [rid]
+            state.targets = [call.target.node]
+            state.max_wait_ns = call.max_wait_ms * 1_000_000
+            self.tell(call.target, call.make(rid))
+            return
         state.replies = [None] * len(calls)
         state.waiting = len(calls)
         state.req_ids = []
@@ -363,7 +379,9 @@ class RequestHandler(Actor):
         frame = b""
         regions: list[RegionAt] = []
         if respond.respond:
-            self._count_errors(state.header.api_key, respond.data)
+            codes = respond.error_codes
+            self._count_errors(state.header.api_key,
+                               error_codes(respond.data) if codes is None else codes)
             try:
                 hot = kc.encode_hot_response(state.header, respond.data)
                 if hot is not None:  # Produce and Fetch; Fetch records as file regions
@@ -384,9 +402,8 @@ class RequestHandler(Actor):
         self._send(state.msg, frame, respond.respond, respond.close, state.start_ns,
                    state.local_ns, state.remote_ns, regions)
 
-    def _count_errors(self, api_key: int, data: Any) -> None:
+    def _count_errors(self, api_key: int, codes: list[int]) -> None:
         """Kafka's ErrorsPerSec: each error code in the response, by API and error name."""
-        codes = error_codes(data)
         if not codes:
             return
         api = api_name(api_key)
@@ -420,8 +437,11 @@ class RequestHandler(Actor):
             if len(self.closed_conns) > 10_000:
                 del self.closed_conns[next(iter(self.closed_conns))]
         queue_ns = max(0, start_ns - msg.recv_ns)
+        processor = self.processors.get(msg.processor)
+        if processor is None:
+            processor = self.processors[msg.processor] = Address(self.node.name, msg.processor)
         self.tell(
-            Address(self.node.name, msg.processor),
+            processor,
             KafkaResponse(msg.conn_id, msg.seq, frame, respond, close, msg.api_key,
                           msg.correlation_id, msg.recv_ns, [queue_ns, local_ns, remote_ns],
                           regions or []),

@@ -7,7 +7,7 @@ so any node computes the same owner for a partition, group or connection.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from actors.runtime.address import Address
 from actors.runtime.config import Config
@@ -20,6 +20,9 @@ def stable_hash(text: str) -> int:
 def broker_node_name(broker_id: int) -> str:
     """The node name of broker ``broker_id`` in a cluster: every node can name every other."""
     return f"node-{broker_id}"
+
+
+_SHARD_CACHE_MAX = 100_000
 
 
 def spread_index(topic: str, partition: int, count: int) -> int:
@@ -64,6 +67,10 @@ class Topology:
     # purgatory i live in process ``i % len(process_nodes)``.
     home: str = ""
     process_nodes: tuple[str, ...] = ()
+    # (topic, partition) -> its shard's Address: every produce and fetch asks, and the
+    # answer is fixed for this Topology (a CRC, a string and an Address less per request)
+    _shard_of: dict[tuple[str, int], Address] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     @classmethod
     def from_config(cls, node: str, config: Config) -> Topology:
@@ -156,7 +163,14 @@ class Topology:
         return self.handler(conn_id % self.num_handlers)
 
     def shard_for(self, topic: str, partition: int) -> Address:
-        return self.shard(spread_index(topic, partition, self.num_shards))
+        key = (topic, partition)
+        owner = self._shard_of.get(key)
+        if owner is None:
+            if len(self._shard_of) >= _SHARD_CACHE_MAX:  # topics deleted and made anew
+                self._shard_of.clear()
+            owner = self._shard_of[key] = self.shard(
+                spread_index(topic, partition, self.num_shards))
+        return owner
 
     def purgatory_for(self, topic: str, partition: int) -> Address:
         return self.purgatory(spread_index(topic, partition, self.num_purgatories))

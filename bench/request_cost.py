@@ -1,4 +1,4 @@
-"""`actorlog bench request-cost`: what one one-record Produce costs inside the broker.
+"""`actorlog bench request-cost`: what one one-record Produce (or Fetch) costs inside the broker.
 
 A broker runs in this process with a profile hook on every actor thread
 (``threading.setprofile``, set before the broker starts its threads). A
@@ -10,6 +10,11 @@ the next. Per request it reports:
   the same threads do in an idle window of the same length (poll timeouts,
   housekeeping);
 * actor hops: the messages actors told each other (``Actor.tell``), by type.
+
+``--api fetch`` counts a consumer's Fetch v12 instead: the records are produced
+first, one per request, then each Fetch asks for the next offset with a
+partition_max_bytes of 1, so it is answered at once with exactly one batch of
+one record (a poll that finds data; a poll that waits adds the purgatory's hops).
 
 The profile hook makes the broker far slower, so this counts work; it times
 nothing. To count an older tree the same way, run this file with that tree
@@ -31,6 +36,7 @@ from types import FrameType
 from typing import Any
 
 import click
+from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.parser import KafkaProtocol
 from kafka.protocol.producer import ProduceRequest
@@ -103,7 +109,23 @@ def _produce_request(topic: str, batch: bytes) -> Any:
                topic_data=[cls.TopicProduceData(name=topic, partition_data=[partition])])
 
 
-def run_bench(requests: int, warmup: int) -> dict[str, Any]:
+def _fetch_request(topic: str, offset: int) -> Any:
+    cls = FetchRequest[12]
+    partition = cls.FetchTopic.FetchPartition(
+        partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+        log_start_offset=-1, partition_max_bytes=1)
+    return cls(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=1 << 20,
+               isolation_level=0, session_id=0, session_epoch=-1,
+               topics=[cls.FetchTopic(topic=topic, partitions=[partition])],
+               forgotten_topics_data=[], rack_id="")
+
+
+def _fetched_one(answer: Any) -> bool:
+    partition = answer.responses[0].partitions[0]
+    return partition.error_code == 0 and bool(partition.records)
+
+
+def run_bench(requests: int, warmup: int, api: str = "produce") -> dict[str, Any]:
     from actors.broker import Broker
     from actors.runtime.actor import Actor
     from actors.runtime.config import Config
@@ -134,14 +156,27 @@ def run_bench(requests: int, warmup: int) -> dict[str, Any]:
                 raise click.ClickException("the topic did not become writable in 30 s")
             time.sleep(0.1)
         request = _produce_request(topic, batch)
-        for _ in range(warmup):
-            client.call(request)
-        counts.on = True
-        start = time.monotonic()
-        for _ in range(requests):
-            answer = client.call(request)
-            if answer.responses[0].partition_responses[0].error_code != 0:
-                raise click.ClickException(f"produce failed: {answer}")
+        if api == "fetch":  # the records to read, one batch each, then warm the fetch path
+            for _ in range(warmup + requests):
+                client.call(request)
+            for offset in range(1, 1 + warmup):
+                client.call(_fetch_request(topic, offset))
+            fetches = [_fetch_request(topic, 1 + warmup + i) for i in range(requests)]
+            counts.on = True
+            start = time.monotonic()
+            for fetch in fetches:
+                answer = client.call(fetch)
+                if not _fetched_one(answer):
+                    raise click.ClickException(f"fetch failed: {answer}")
+        else:
+            for _ in range(warmup):
+                client.call(request)
+            counts.on = True
+            start = time.monotonic()
+            for _ in range(requests):
+                answer = client.call(request)
+                if answer.responses[0].partition_responses[0].error_code != 0:
+                    raise click.ClickException(f"produce failed: {answer}")
         busy_s = time.monotonic() - start
         counts.on = False
         calls, c_calls, tells, functions = counts.take()
@@ -167,7 +202,7 @@ def run_bench(requests: int, warmup: int) -> dict[str, Any]:
         "requests": requests,
         "profiled_seconds": busy_s,
     }
-    return {"bench": BENCH_NAME, "config": {"requests": requests, "warmup": warmup,
+    return {"bench": BENCH_NAME, "config": {"requests": requests, "warmup": warmup, "api": api,
                                             "tree": str(Path(sys.modules["actors"].__file__
                                                              or "").parent.parent)},
             "results": results, "ratios": {}}
@@ -177,11 +212,14 @@ def run_bench(requests: int, warmup: int) -> dict[str, Any]:
 @click.option("--requests", default=1000, show_default=True, help="profiled requests")
 @click.option("--warmup", default=200, show_default=True)
 @click.option("--top", default=25, show_default=True, help="functions listed")
+@click.option("--api", type=click.Choice(["produce", "fetch"]), default="produce",
+              show_default=True, help="the request counted: a one-record Produce, or a Fetch "
+                                      "answered at once with one record")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="write the report as JSON here")
-def command(requests: int, warmup: int, top: int, json_path: str | None) -> None:
+def command(requests: int, warmup: int, top: int, api: str, json_path: str | None) -> None:
     """Python calls and actor hops of one one-record Produce (acks=1) inside the broker."""
-    report = run_bench(requests, warmup)
+    report = run_bench(requests, warmup, api)
     r = report["results"]
     click.echo(f"tree {report['config']['tree']}")
     click.echo(f"python calls per request: {r['python_calls_per_request']:.0f} "

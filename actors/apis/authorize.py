@@ -157,6 +157,8 @@ def _answered(gen: ApiGen, field_name: str, extra: list[dict[str, Any]],
     if answer.data is not None:
         rows = [r for r in answer.data.get(field_name) or [] if keep is None or keep(r)]
         answer.data[field_name] = rows + extra
+        # the codes the API counted miss the denied rows: the handler walks the data
+        return answer._replace(error_codes=None)
     return answer
 
 

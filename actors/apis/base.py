@@ -53,6 +53,9 @@ class Respond(NamedTuple):
     data: Any  # a response dict for the codec, or None when respond is False
     respond: bool = True
     close: bool = False
+    # The non-zero error codes in ``data`` (the errors metric), when the API already
+    # knows them; None: the handler finds them by walking ``data``.
+    error_codes: list[int] | None = None
 
 
 ApiGen = Generator[list[Call], list[Any], Respond]

@@ -157,8 +157,12 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     if rows:
         replies: list[ReadDone] = yield _read_calls(ctx, replica_id, max_bytes, rows, isolation)
         read = _by_partition(replies)
-        total = sum(r.size for r in read.values())
-        errors = any(r.error_code != NONE for r in read.values())
+        total = 0
+        errors = False
+        for row in read.values():
+            total += row.size
+            if row.error_code != NONE:
+                errors = True
         if total < min_bytes and req.max_wait_ms > 0 and not errors:
             close_regions(read.values())  # read again once there is enough
             by_key = {(r.topic, r.partition): r for r in rows}
@@ -190,24 +194,18 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             results[(name, index)] = r
 
     seen: set[tuple[str, int]] = set()
-
-    def answer(name: str, index: int) -> dict[str, Any]:
-        """A partition named twice gets its records once (a region is sent once)."""
-        r = results[(name, index)]
-        if (name, index) in seen:
-            r = r._replace(records=b"", region=None)
-        seen.add((name, index))
-        return _partition_response(index, r)
-
-    return Respond({
-        "throttle_time_ms": 0,
-        "error_code": 0,
-        "session_id": 0,
-        "responses": [
-            {
-                "topic": name,
-                "partitions": [answer(name, index) for index in indexes],
-            }
-            for name, indexes in order
-        ],
-    })
+    responses = []
+    codes = []  # the response's error codes, for the errors metric (no walk of the dict)
+    for name, indexes in order:
+        partitions = []
+        for index in indexes:
+            r = results[(name, index)]
+            if (name, index) in seen:  # named twice: its records once (a region is sent once)
+                r = r._replace(records=b"", region=None)
+            seen.add((name, index))
+            if r.error_code:
+                codes.append(r.error_code)
+            partitions.append(_partition_response(index, r))
+        responses.append({"topic": name, "partitions": partitions})
+    return Respond({"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
+                    "responses": responses}, error_codes=codes)

@@ -1246,3 +1246,57 @@ def test_kafka_python_produces_and_consumes_through_the_codec(codec_server: Code
     assert got == [
         (i, f"k{i}".encode(), f"v{i}".encode(), [("h", str(i).encode())]) for i in range(100)
     ]
+
+
+def _header_by_decoder(frame: bytes) -> kc.RequestHeader | str:
+    """What the compiled kafka.protocol header decoder makes of a frame (or its error)."""
+    from wire.kafka_codec import requests as kreq
+
+    saved = dict(kreq._flexible_by_version)
+    kreq._flexible_by_version.clear()  # the struct path off: every header by the decoder
+    try:
+        return kc.parse_request_header(frame)
+    except KafkaError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        kreq._flexible_by_version.update(saved)
+
+
+def _header_by_struct(frame: bytes) -> kc.RequestHeader | str:
+    try:
+        return kc.parse_request_header(frame)
+    except KafkaError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+@pytest.mark.parametrize("api_key,version", [(0, 3), (0, 8), (0, 9), (0, 12), (1, 4), (1, 11),
+                                             (1, 12), (3, 9), (18, 3), (18, 0)])
+def test_request_headers_read_with_struct_as_the_decoder_reads_them(api_key: int,
+                                                                    version: int) -> None:
+    """parse_request_header reads common headers itself: the same header (or error) as
+    kafka.protocol's compiled decoder, for whole, cut and garbled frames."""
+    rng = random.Random(api_key * 100 + version)
+    kc.parse_request_header(client_request(api_key, version, request_values(
+        api_key, version, rng))[1])  # the version seen once: the struct path is on for it
+    frames = []
+    for client_id in ("codec-test-é", "", None):
+        cls = kc.request_class(api_key, version)
+        protocol = KafkaProtocol(client_id=client_id)
+        protocol.send_request(to_library(cls._struct, cls,
+                                         request_values(api_key, version, rng)))
+        frames.append(bytes(protocol.send_bytes())[4:])
+    cases = []
+    for frame in frames:
+        cases.append(frame)
+        cases += [frame[:n] for n in range(0, min(len(frame), 24))]
+        for _ in range(40):  # one byte of the header part changed
+            at = rng.randrange(8, min(len(frame), 24))
+            cases.append(frame[:at] + bytes([rng.randrange(256)]) + frame[at + 1:])
+        cases.append(frame[:8] + b"\x00\x02\xff\xfe" + frame[8:])  # not UTF-8
+        cases.append(frame[:8] + b"\xff\xfe" + frame[8:])  # a negative length not -1
+        cases.append(frame[:8] + b"\x7f\xff" + frame[8:])  # a length past the end
+    for case in cases:
+        assert _header_by_struct(case) == _header_by_decoder(case), case[:24]
+    from wire.kafka_codec import requests as kreq
+
+    assert (api_key, version) in kreq._flexible_by_version  # the struct path was taken

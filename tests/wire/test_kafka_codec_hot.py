@@ -182,3 +182,23 @@ def test_fetch_regions_are_left_at_the_offsets_join_parts_gives(version: int,
         assert got is not None and [r.length for r in got[1]] == [5000, 900]
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("version", range(ADVERTISED_BY_KEY[0].min_version,
+                                          ADVERTISED_BY_KEY[0].max_version + 1))
+def test_produce_lengths_past_one_varint_byte_are_written_as_kafka_protocol_writes(
+        version: int) -> None:
+    """Topic names and partition counts around 127 (where a compact length takes a
+    second byte): the same bytes as kafka.protocol."""
+    rng = random.Random(version)
+    _, frame = client_request(0, version, request_values(0, version, rng))
+    header = kc.parse_request_header(frame)
+    for size in (125, 126, 127, 128, 200):
+        values = {"throttle_time_ms": 3, "responses": [{
+            "name": "t" * size,
+            "partition_responses": [
+                {"index": i, "error_code": 0, "base_offset": i * 7, "log_append_time_ms": -1,
+                 "log_start_offset": 0, "error_message": None} for i in range(size)]}]}
+        got = hot.encode_hot_response(header, values)
+        assert got is not None
+        assert got == _reference(header, values)

@@ -42,6 +42,8 @@ _I64_I64 = struct.Struct(">qq")
 _I32_I32 = struct.Struct(">ii")
 _I32_I64 = struct.Struct(">iq")
 _I64_I32 = struct.Struct(">qi")
+_FETCH_PARTITION_V5 = struct.Struct(">ihqqq")  # index, error, HW, LSO, log start
+_PRODUCE_PARTITION_V5 = struct.Struct(">ihqqq")  # index, error, base offset, append time, start
 _FRAME_PREFIX = struct.Struct(">ii")
 
 _DECODE_ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError)
@@ -390,7 +392,10 @@ def _put_uvarint(out: bytearray, value: int) -> None:
 def _put_string(out: bytearray, value: str, flexible: bool) -> None:
     raw = value.encode()
     if flexible:
-        _put_uvarint(out, len(raw) + 1)
+        if len(raw) < 0x7F:  # one byte, nearly always
+            out.append(len(raw) + 1)
+        else:
+            _put_uvarint(out, len(raw) + 1)
     else:
         out += _I16.pack(len(raw))
     out += raw
@@ -408,6 +413,9 @@ def _put_nullable_string(out: bytearray, value: str | None, flexible: bool) -> N
 
 def _put_count(out: bytearray, n: int, flexible: bool) -> None:
     if flexible:
+        if 0 <= n < 0x7F:  # one byte, nearly always
+            out.append(n + 1)
+            return
         _put_uvarint(out, n + 1)
     else:
         out += _I32.pack(n)
@@ -470,16 +478,24 @@ def _encode_produce(out: bytearray, values: dict[str, Any], version: int) -> Non
     responses = values.get("responses") or ()
     _put_count(out, len(responses), flexible)
     for topic in responses:
-        _check_keys(topic, _PRODUCE_TOPIC_KEYS)
+        if not _PRODUCE_TOPIC_KEYS.issuperset(topic):
+            raise _Fallback
         _put_string(out, topic["name"], flexible)
         partitions = topic.get("partition_responses") or ()
         _put_count(out, len(partitions), flexible)
         for p in partitions:
-            _check_keys(p, _PRODUCE_PARTITION_KEYS)
-            out += _I32_I16_I64.pack(p["index"], p.get("error_code", 0), p.get("base_offset", 0))
-            out += _I64.pack(p.get("log_append_time_ms", -1))
-            if version >= 5:
-                out += _I64.pack(p.get("log_start_offset", -1))
+            if not _PRODUCE_PARTITION_KEYS.issuperset(p):
+                raise _Fallback
+            get = p.get
+            if version >= 5:  # the fixed fields in one pack
+                out += _PRODUCE_PARTITION_V5.pack(p["index"], get("error_code", 0),
+                                                  get("base_offset", 0),
+                                                  get("log_append_time_ms", -1),
+                                                  get("log_start_offset", -1))
+            else:
+                out += _I32_I16_I64.pack(p["index"], get("error_code", 0),
+                                         get("base_offset", 0))
+                out += _I64.pack(get("log_append_time_ms", -1))
             if version >= 8:
                 record_errors = p.get("record_errors") or ()
                 _put_count(out, len(record_errors), flexible)
@@ -545,12 +561,18 @@ def _encode_fetch(out: bytearray, values: dict[str, Any], version: int,
         partitions = topic.get("partitions") or ()
         _put_count(out, len(partitions), flexible)
         for p in partitions:
-            _check_keys(p, _FETCH_PARTITION_KEYS)
-            out += _I32_I16_I64.pack(p["partition_index"], p.get("error_code", 0),
-                                     p.get("high_watermark", 0))
-            out += _I64.pack(p.get("last_stable_offset", -1))
-            if version >= 5:
-                out += _I64.pack(p.get("log_start_offset", -1))
+            if not _FETCH_PARTITION_KEYS.issuperset(p):
+                raise _Fallback
+            get = p.get
+            if version >= 5:  # the fixed fields in one pack
+                out += _FETCH_PARTITION_V5.pack(p["partition_index"], get("error_code", 0),
+                                                get("high_watermark", 0),
+                                                get("last_stable_offset", -1),
+                                                get("log_start_offset", -1))
+            else:
+                out += _I32_I16_I64.pack(p["partition_index"], get("error_code", 0),
+                                         get("high_watermark", 0))
+                out += _I64.pack(get("last_stable_offset", -1))
             aborted = p.get("aborted_transactions", ())  # absent: empty; None: null
             if aborted is None:
                 if flexible:
@@ -585,7 +607,10 @@ def _encode_fetch(out: bytearray, values: dict[str, Any], version: int,
             if flexible:
                 tags = []
                 for tag, name, names, pack in _FETCH_PARTITION_TAGS:
-                    body = _pair_tag(p.get(name), names, pack)
+                    value = get(name)
+                    if value is None:  # the handlers leave them out: no call
+                        continue
+                    body = _pair_tag(value, names, pack)
                     if body is not None:
                         tags.append((tag, body))
                 if tags:

@@ -23,6 +23,8 @@ from wire.kafka_codec.messages import (
 )
 
 _VERSION_PREFIX = struct.Struct(">hhi")
+_FIXED_AND_LENGTH = struct.Struct(">hhih")  # the fixed part and client_id's length
+_new_tuple = tuple.__new__
 
 _Decoder = Callable[[bytes | memoryview, int], tuple[Any, int]]
 
@@ -30,6 +32,9 @@ _Decoder = Callable[[bytes | memoryview, int], tuple[Any, int]]
 # idempotent, so a race between two threads only compiles twice.
 _header_decoders: dict[bool, _Decoder] = {}
 _header_decoders_by_version: dict[tuple[int, int], _Decoder] = {}
+# Per served (api key, version) seen once: whether its header is flexible (v2, tagged
+# fields) or not (v1); parse_request_header reads those itself.
+_flexible_by_version: dict[tuple[int, int], bool] = {}
 _request_decoders: dict[tuple[int, int], _Decoder] = {}
 # Per (api key, version): the non-nullable fields a body may not leave null (see _NullPlan).
 _null_plans: dict[tuple[int, int], _NullPlan] = {}
@@ -60,6 +65,30 @@ def parse_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader
     (Kafka parses a header of version 3 or later as a flexible one).
     """
     size = len(frame)
+    if size >= _FIXED_AND_LENGTH.size:
+        # The common case read with struct (the compiled decoder builds an object per
+        # header): a served version, a client id that is null or plain UTF-8, no tagged
+        # fields. Anything else goes the decoder's way, which gives the answer or the
+        # error it always gave.
+        api_key, api_version, correlation_id, n = _FIXED_AND_LENGTH.unpack_from(frame, 0)
+        flexible = _flexible_by_version.get((api_key, api_version))
+        if flexible is not None:
+            pos = _FIXED_AND_LENGTH.size
+            client_id: str | None = None
+            if n >= 0:
+                end = pos + n
+                if end <= size:
+                    try:
+                        client_id = str(frame[pos:end], "utf-8")
+                    except UnicodeDecodeError:
+                        end = -1
+                pos = end
+            # a negative length is a null client id (as the decoder reads it)
+            if 0 <= pos <= size and (not flexible or (pos < size and frame[pos] == 0)):
+                if flexible:
+                    pos += 1  # no tagged fields
+                return _new_tuple(RequestHeader,  # type: ignore[no-any-return]
+                                  (api_key, api_version, correlation_id, client_id, pos))
     if size < _VERSION_PREFIX.size:
         raise InvalidRequestError(
             f"request header truncated: {size} bytes, the fixed part needs {_VERSION_PREFIX.size}"
@@ -97,9 +126,11 @@ def _header_decoder_for(api_key: int, api_version: int, correlation_id: int | No
             api_version,
             correlation_id,
         )
-    decoder = _header_decoder(_is_flexible(_MESSAGE_CLASSES[api_key][0], api_version))
+    flexible = _is_flexible(_MESSAGE_CLASSES[api_key][0], api_version)
+    decoder = _header_decoder(flexible)
     if is_advertised(api_key, api_version):
         _header_decoders_by_version[(api_key, api_version)] = decoder
+        _flexible_by_version[(api_key, api_version)] = flexible
     return decoder
 
 

@@ -1,0 +1,68 @@
+"""Produce and Fetch hand the handler their response's error codes (the errors metric):
+the same codes a walk of the response finds."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from actors.apis.base import HandlerContext, Respond
+from actors.apis.fetch import handle_fetch
+from actors.apis.produce import handle_produce
+from actors.metrics import error_codes
+from actors.runtime.clock import ManualClock
+from actors.runtime.config import Config
+from actors.topology import Topology
+from wire.broker_messages import TopicEntry
+from wire.errors import ErrorCode
+from wire.kafka_codec.hot import (
+    FetchPartition,
+    FetchRequestData,
+    FetchTopic,
+    PartitionProduceData,
+    ProduceRequestData,
+    TopicProduceData,
+)
+
+
+def _context() -> HandlerContext:
+    ctx = HandlerContext(Topology("n", 1, 1, 1, 1, 1), Config(), 1, "127.0.0.1", 9092,
+                         "cluster", 0, clock=ManualClock())
+    ctx.topics = {"t": TopicEntry(2, {})}
+    return ctx
+
+
+def _answer(gen: Any) -> Respond:
+    """Run an API generator that calls no actor (every partition refused) to its answer."""
+    try:
+        calls = next(gen)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    raise AssertionError(f"expected no calls, got {calls}")
+
+
+def test_produce_refusals_are_the_codes_of_its_response() -> None:
+    req = ProduceRequestData(9, None, 1, 1000, [
+        TopicProduceData("t", [PartitionProduceData(5, b"x" * 70),
+                               PartitionProduceData(0, b""),
+                               PartitionProduceData(5, b"x" * 70)]),  # named twice
+        TopicProduceData("nope", [PartitionProduceData(0, b"abc")]),
+    ])
+    respond = _answer(handle_produce(_context(), None, req))
+    assert respond.error_codes is not None
+    assert Counter(respond.error_codes) == Counter(error_codes(respond.data))
+    assert Counter(respond.error_codes) == {int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION): 3,
+                                            int(ErrorCode.INVALID_RECORD): 1}
+
+
+def test_fetch_refusals_are_the_codes_of_its_response() -> None:
+    req = FetchRequestData(12)
+    req.topics = [
+        FetchTopic("t", [FetchPartition(7, -1, 0, -1, -1, 100),
+                         FetchPartition(7, -1, 0, -1, -1, 100)]),  # named twice
+        FetchTopic("nope", [FetchPartition(0, -1, 0, -1, -1, 100)]),
+    ]
+    respond = _answer(handle_fetch(_context(), None, req))
+    assert respond.error_codes is not None
+    assert Counter(respond.error_codes) == Counter(error_codes(respond.data))
+    assert Counter(respond.error_codes) == {int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION): 3}

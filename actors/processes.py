@@ -321,7 +321,9 @@ def run_process(spec: dict[str, Any]) -> int:
         node.spawn(PurgatoryShard, topo.purgatory(i).name, topology=topo, clock=clock,
                    purge_interval_requests=int(cfg["purge.interval.requests"]),
                    **place(i))
-    node.start()
+    # single: the gateway runs in the worker loop too (frames from the other processes
+    # reach its actors in memory, in the same turn)
+    node.start(gateway_host=topo.shard(here[0]).name if single and here else None)
     for i in range(topo.num_handlers):
         # In a cluster the handlers' metadata comes from process 0's ReplicaManager, which
         # forwards every UpdateMetadata to the handlers of each process (ProcessStarted

@@ -132,8 +132,9 @@ class Actor(PykkaActor):
                     self._handlers[mt] = getattr(self, attr)
         self._out: dict[Address, list[Any]] = {}
         self._to_self: list[Any] = []
-        # frames handed over in memory by actors of the same loop: (sender name, entries)
-        self._local_in: list[tuple[str, list[Any]]] = []
+        # frames handed over in memory by actors of the same loop, and by the gateway when
+        # it runs in this loop (frames from other nodes): (sender node, sender name, entries)
+        self._local_in: list[tuple[str, str, list[Any]]] = []
         self._out_sockets: dict[Address, Link | _LocalLink] = {}
         self._owner: Actor = host if host is not None else self
         self._members: list[Actor] = [self]  # actors this loop runs (owner only)
@@ -285,7 +286,7 @@ class Actor(PykkaActor):
                 self.node.dead_letters.record(
                     f"actor {address} stopped", len(entries), sender=str(self.address))
                 return
-            peer._local_in.append((self.name, entries))
+            peer._local_in.append((self.node.name, self.name, entries))
             self.sent_local += len(entries)
             self._count_enqueued(address.name, len(entries))
             return
@@ -471,12 +472,13 @@ class Actor(PykkaActor):
                     m._finish_stop()
 
     def _drain_local(self) -> None:
-        """Frames from actors of this loop, and messages this actor told itself."""
+        """Frames from actors of this loop (and from other nodes, through a gateway in this
+        loop), and messages this actor told itself."""
         while self._local_in or self._to_self:
             if self._local_in:
                 batch, self._local_in = self._local_in, []
-                for sender_name, entries in batch:
-                    self._dispatch_entries(self.node.name, sender_name, entries)
+                for sender_node, sender_name, entries in batch:
+                    self._dispatch_entries(sender_node, sender_name, entries)
                     if self._out:
                         self.flush()
             if self._to_self:

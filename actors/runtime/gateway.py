@@ -148,7 +148,7 @@ class Gateway(Actor):
             self._in.append(sock)
             # its ZMQ_FD, a plain descriptor: cheaper to poll than the socket (zmq_poll
             # asks each socket for its events); _on_readable asks before each recv
-            self.watch_fd(sock.getsockopt(zmq.FD), self._on_readable)
+            self.watch_fd(int(sock.getsockopt(zmq.FD)), self._on_readable)
             self._more = True  # asked once at the first turn
             self.log.debug("gateway of {} listening on {}", node.name, url)
 
@@ -282,7 +282,7 @@ class Gateway(Actor):
 
     def teardown(self) -> None:
         for sock in self._in:
-            self.unwatch_fd(sock.getsockopt(zmq.FD))
+            self.unwatch_fd(int(sock.getsockopt(zmq.FD)))
             sock.close(linger=0)
         self._in = []
         for link in self._fwd.values():

@@ -1,7 +1,8 @@
 """The actor base: a pykka ThreadingActor whose mailbox is a ZeroMQ socket.
 
 One thread per actor runs one poll loop over everything the actor waits on:
-its ZeroMQ mailbox (PULL, bound at ``inproc://<node>/<name>``), an eventfd
+its ZeroMQ mailbox (PULL, bound at ``inproc://<node>/<name>``; the loop polls
+its ZMQ_FD, a plain descriptor, and asks the socket before each recv), an eventfd
 that wakes it for pykka's own calls (proxies, ``ActorRef.ask``, stop), and any
 file descriptors it owns (the broker's Acceptor and Processors wait on their
 sockets here, with no extra thread hop). Handlers run one message at a time,

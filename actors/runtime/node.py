@@ -5,7 +5,10 @@ straight to its ``inproc://`` mailbox. A message to another node goes to that
 node's gateway: over ``ipc://`` when both nodes have the same host address,
 over ``tcp://`` otherwise. The gateway is itself an actor: it receives
 ``[receiver name, frame]`` and hands the frame, undecoded, to the local
-mailbox. Sending code is the same in every case: ``tell(address, message)``.
+mailbox; when it runs in the receiver's own loop (``start(gateway_host=...)``),
+it decodes the frame and hands its messages over in memory instead, as
+actors of one loop do. Sending code is the same in every case:
+``tell(address, message)``.
 
 With a :class:`~actors.security.curve.CurveIdentity` (``curve``) the sockets
 between nodes use CURVE: the gateway is a CURVE server behind a ZAP handler

@@ -444,9 +444,14 @@ class Broker:
         kafka_codec.warm_up()
         clock = node.clock
         topics = store.table() if store is not None else {}
+        # actor.threads = single: the gateway runs in the worker loop (the first local
+        # shard's), so a frame from another process reaches its actor in memory
+        local = topo.local_shards()
+        gateway_host = (topo.shard(local[0]).name
+                        if cfg["actor.threads"] == "single" and local else None)
         try:
             try:
-                node.start()
+                node.start(gateway=gateway_host is None)
             except NodeError as exc:
                 raise BrokerError(str(exc)) from None
             credentials = self._credentials(data_dir)
@@ -458,8 +463,6 @@ class Broker:
             node.spawn(Timer, topo.timer.name, clock=clock)
             shared = cfg["actor.threads"] in ("shared", "single")
             single = cfg["actor.threads"] == "single"
-
-            local = topo.local_shards()
 
             def place(i: int) -> dict[str, Any]:
                 """Worker thread i (the loop of shard-i) also runs the i-th of the others;
@@ -485,6 +488,8 @@ class Broker:
                 node.spawn(PartitionShard, topo.shard(i).name, topology=topo, config=cfg,
                            log_dir=snapshot, topics=topics, broker_id=broker_id, clock=clock,
                            **(place(i) if single and i != local[0] else {}))
+            if gateway_host is not None:
+                node.start_gateway(gateway_host)
             for i in topo.local_purgatories():
                 node.spawn(PurgatoryShard, topo.purgatory(i).name, topology=topo, clock=clock,
                            purge_interval_requests=int(cfg["purge.interval.requests"]),

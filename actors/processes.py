@@ -359,7 +359,9 @@ def run_process(spec: dict[str, Any]) -> int:
                    **place(i))
     if mirrored:  # before the gateway binds: relays sent meanwhile find it
         node.spawn(SecurityView, topo.security_view.name, mirror=mirror, **place(0))
-    node.start()
+    # single: the gateway runs in the worker loop too (frames from the other processes
+    # reach its actors in memory, in the same turn)
+    node.start(gateway_host=topo.shard(here[0]).name if single and here else None)
     for i in range(topo.num_handlers):
         # In a cluster the handlers' metadata comes from process 0's ReplicaManager, which
         # forwards every UpdateMetadata to the handlers of each process (ProcessStarted

@@ -83,6 +83,22 @@ def connection_split(pid: int, port: int) -> list[int]:
     return split
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """CPU time (user + system) the broker ``pid`` and its processes have used so far,
+    from /proc/PID/stat; a process gone meanwhile counts nothing."""
+    if pid is None:
+        return 0.0
+    ticks = 0
+    for proc in [pid, *_children(pid)]:
+        try:
+            with open(f"/proc/{proc}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 class SplitSampler:
     """Samples a broker's connection split every ``interval_s`` while a load runs; keeps
     the sample with the most connections (the load's, not its set-up's)."""
@@ -124,6 +140,7 @@ def run_scale(counts: list[int], rounds: int, settings: CompareSettings, templat
     per: dict[str, list[float]] = {k: [] for k in names}
     ratios: dict[str, list[float]] = {k: [] for k in names}
     splits: dict[str, list[list[int]]] = {k: [] for k in names}
+    cpu_us: dict[str, list[float]] = {k: [] for k in names}
     tag = os.urandom(3).hex()
     with contextlib.ExitStack() as stack:
         brokers = {}
@@ -141,9 +158,13 @@ def run_scale(counts: list[int], rounds: int, settings: CompareSettings, templat
                 broker = brokers[key]
                 load = scenario_config("small_requests", broker.bootstrap,
                                        f"scale-{tag}-r{rnd}-p{key}", settings)
+                cpu_before = cpu_seconds(broker.pid)
                 with SplitSampler(broker.pid, broker.port) as sampler:
                     run = run_produce(load, show_progress=show_progress)
+                cpu = cpu_seconds(broker.pid) - cpu_before
                 figures[key] = float(run["requests_per_s"])
+                requests = float(run["requests_per_s"]) * float(run.get("elapsed_s") or 0)
+                cpu_us[key].append(cpu * 1e6 / requests if requests else 0.0)
                 per[key].append(figures[key])
                 splits[key].append(sampler.best)
             for key in names:
@@ -161,6 +182,8 @@ def run_scale(counts: list[int], rounds: int, settings: CompareSettings, templat
             "requests_per_s": {k: _spread(v) for k, v in per.items()},
             "requests_per_s_by_round": per,
             "ratio_to_1": {k: _spread(v) for k, v in ratios.items()},
+            # broker CPU (all its processes, the load's set-up included) per request
+            "broker_cpu_us_per_request": {k: _spread(v) for k, v in cpu_us.items()},
             "connections_by_process": splits,
             "load_average_start": list(load_start),
             "load_average_end": list(load_end),
@@ -206,10 +229,13 @@ def command(max_processes: int | None, rounds: int, duration: float, connections
     r = report["results"]
     for key in r["requests_per_s"]:
         rate, ratio = r["requests_per_s"][key], r["ratio_to_1"][key]
+        cpu = r["broker_cpu_us_per_request"][key]
         split = " ".join("/".join(map(str, s)) for s in r["connections_by_process"][key])
         click.echo(f"num.processes={key}: {rate['min']:,.0f} / {rate['median']:,.0f} / "
                    f"{rate['max']:,.0f} requests/s; vs 1: {ratio['min']:.2f} / "
                    f"{ratio['median']:.2f} / {ratio['max']:.2f} (min / median / max); "
+                   f"broker CPU per request {cpu['min']:.0f} / {cpu['median']:.0f} / "
+                   f"{cpu['max']:.0f} us; "
                    f"connections by process per round: {split}")
     click.echo("load average at start {:.2f} {:.2f} {:.2f}, at end {:.2f} {:.2f} {:.2f}".format(
         *r["load_average_start"], *r["load_average_end"]))

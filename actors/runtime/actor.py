@@ -1,7 +1,8 @@
 """The actor base: a pykka ThreadingActor whose mailbox is a ZeroMQ socket.
 
 One thread per actor runs one poll loop over everything the actor waits on:
-its ZeroMQ mailbox (PULL, bound at ``inproc://<node>/<name>``), an eventfd
+its ZeroMQ mailbox (PULL, bound at ``inproc://<node>/<name>``; the loop polls
+its ZMQ_FD, a plain descriptor, and asks the socket before each recv), an eventfd
 that wakes it for pykka's own calls (proxies, ``ActorRef.ask``, stop), and any
 file descriptors it owns (the broker's Acceptor and Processors wait on their
 sockets here, with no extra thread hop). Handlers run one message at a time,
@@ -132,11 +133,16 @@ class Actor(PykkaActor):
                     self._handlers[mt] = getattr(self, attr)
         self._out: dict[Address, list[Any]] = {}
         self._to_self: list[Any] = []
-        # frames handed over in memory by actors of the same loop: (sender name, entries)
-        self._local_in: list[tuple[str, list[Any]]] = []
+        # frames handed over in memory by actors of the same loop, and by the gateway when
+        # it runs in this loop (frames from other nodes): (sender node, sender name, entries)
+        self._local_in: list[tuple[str, str, list[Any]]] = []
         self._out_sockets: dict[Address, Link | _LocalLink] = {}
         self._owner: Actor = host if host is not None else self
         self._members: list[Actor] = [self]  # actors this loop runs (owner only)
+        # Members whose mailbox may hold frames the loop has not taken (owner only): the
+        # loop waits on each mailbox's ZMQ_FD, which signals only a change, so a mailbox
+        # left with frames (a drain's cap, a new one) is drained again before a sleep.
+        self._mailbox_backlog: list[Actor] = []
         self._routes: dict[Any, tuple[Actor, int, Any]] = {}  # owner only
         self._my_routes: list[Any] = []
         self._poller = zmq.Poller()
@@ -285,7 +291,7 @@ class Actor(PykkaActor):
                 self.node.dead_letters.record(
                     f"actor {address} stopped", len(entries), sender=str(self.address))
                 return
-            peer._local_in.append((self.name, entries))
+            peer._local_in.append((self.node.name, self.name, entries))
             self.sent_local += len(entries)
             self._count_enqueued(address.name, len(entries))
             return
@@ -386,7 +392,11 @@ class Actor(PykkaActor):
         sock.setsockopt(zmq.LINGER, 0)
         sock.bind(node.inproc_endpoint(self.name))
         self._mailbox = sock
-        self._route(sock, _MAILBOX, None, _POLLIN)
+        # The loop polls the socket's ZMQ_FD, a plain descriptor, not the socket: zmq_poll
+        # asks every ZeroMQ socket for its events in each call (syscalls per socket and
+        # call), several microseconds per mailbox per turn in a loop of many actors.
+        self._route(sock.getsockopt(zmq.FD), _MAILBOX, sock, _POLLIN)
+        self._owner._mailbox_backlog.append(self)  # frames may be in it already
         self._route(self.actor_inbox.fd, _INBOX, None, _POLLIN)
         try:
             self.setup()
@@ -405,6 +415,8 @@ class Actor(PykkaActor):
 
     def _next_timeout(self) -> int | None:
         timeout: int | None = None
+        if self._mailbox_backlog:
+            return 0
         for m in self._members:
             if m._stopping or m._local_in or m._to_self:
                 return 0
@@ -430,13 +442,18 @@ class Actor(PykkaActor):
                     continue
                 actor, kind, handler = route
                 if kind == _MAILBOX:
-                    actor._drain_mailbox(sock)
+                    actor._drain_mailbox(handler)
                 elif kind == _INBOX:
                     actor._drain_pykka_inbox()
                 else:
                     actor._run_guarded(handler, mask)
                     if actor._out:
                         actor.flush()
+            if self._mailbox_backlog:
+                backlog, self._mailbox_backlog = self._mailbox_backlog, []
+                for m in backlog:
+                    if m._mailbox is not None:
+                        m._drain_mailbox(m._mailbox)
             for m in list(members):
                 if m._local_in or m._to_self:
                     m._drain_local()
@@ -471,12 +488,13 @@ class Actor(PykkaActor):
                     m._finish_stop()
 
     def _drain_local(self) -> None:
-        """Frames from actors of this loop, and messages this actor told itself."""
+        """Frames from actors of this loop (and from other nodes, through a gateway in this
+        loop), and messages this actor told itself."""
         while self._local_in or self._to_self:
             if self._local_in:
                 batch, self._local_in = self._local_in, []
-                for sender_name, entries in batch:
-                    self._dispatch_entries(self.node.name, sender_name, entries)
+                for sender_node, sender_name, entries in batch:
+                    self._dispatch_entries(sender_node, sender_name, entries)
                     if self._out:
                         self.flush()
             if self._to_self:
@@ -487,12 +505,18 @@ class Actor(PykkaActor):
                     self.flush()
 
     def _drain_mailbox(self, mailbox: Any) -> None:
+        # Asked before each recv, not found out by a failed one: the loop wakes on the
+        # socket's ZMQ_FD, which also signals changes that bring no frame, and zmq.Again
+        # costs a Python exception (with imports in its __init__), the question one C call.
+        # Asking also re-arms the descriptor: it signals again only after this question.
         for _ in range(64):
             if self._mailbox is None:  # stopped by a handler's crash (supervision gave up)
                 return
+            if not mailbox.getsockopt(_EVENTS) & _POLLIN:
+                return
             try:
                 data = mailbox.recv(_NOBLOCK)
-            except _Again:  # rare: the socket's EVENTS said there was a frame
+            except _Again:
                 return
             try:
                 s_node, s_name, _r_name, entries = _decode_frame(data, self._max_frame)
@@ -504,11 +528,9 @@ class Actor(PykkaActor):
                 # Flush per incoming frame, not per turn: what one frame caused goes out
                 # together, but the next actor does not wait for the rest of our turn.
                 self.flush()
-            # Another frame? Asked, not found out by a failed recv: zmq.Again costs a
-            # Python exception (with imports in its __init__) per drain, the question
-            # a C call per frame.
-            if self._mailbox is None or not mailbox.getsockopt(_EVENTS) & _POLLIN:
-                return
+        # the cap: what is left is taken after the loop's other work, before it sleeps
+        if self._mailbox is not None:
+            self._owner._mailbox_backlog.append(self)
 
     def _dispatch_entries(self, s_node: str, s_name: str, entries: list[Any]) -> None:
         sender = Address(s_node, s_name)
@@ -679,8 +701,14 @@ class Actor(PykkaActor):
         super()._stop()
 
     def mailbox_pending(self) -> bool:
-        """True while frames are waiting in the mailbox (checked from the actor thread)."""
-        return bool(self._mailbox is not None and self._mailbox.poll(0, _POLLIN))
+        """True while frames are waiting in the mailbox (checked from the actor thread).
+
+        Asking takes the mailbox descriptor's signal: frames found are drained by the
+        loop's backlog, as the descriptor will not wake it for them."""
+        pending = bool(self._mailbox is not None and self._mailbox.poll(0, _POLLIN))
+        if pending and self not in self._owner._mailbox_backlog:
+            self._owner._mailbox_backlog.append(self)
+        return pending
 
 
 class _LocalLink:

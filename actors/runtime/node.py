@@ -5,7 +5,10 @@ straight to its ``inproc://`` mailbox. A message to another node goes to that
 node's gateway: over ``ipc://`` when both nodes have the same host address,
 over ``tcp://`` otherwise. The gateway is itself an actor: it receives
 ``[receiver name, frame]`` and hands the frame, undecoded, to the local
-mailbox. Sending code is the same in every case: ``tell(address, message)``.
+mailbox; when it runs in the receiver's own loop (``start(gateway_host=...)``),
+it decodes the frame and hands its messages over in memory instead, as
+actors of one loop do. Sending code is the same in every case:
+``tell(address, message)``.
 
 With a :class:`~actors.security.curve.CurveIdentity` (``curve``) the sockets
 between nodes use CURVE: the gateway is a CURVE server behind a ZAP handler
@@ -40,6 +43,9 @@ from actors.security.curve import CurveIdentity
 from wire import registry
 from wire.envelope import DEFAULT_MAX_FRAME_BYTES, encode_frames, new_entry
 from wire.runtime_messages import Reply
+
+_NOBLOCK = int(zmq.NOBLOCK)
+_NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
 
 # Re-exported: callers import these from here.
 __all__ = [
@@ -161,7 +167,15 @@ class Node:
     def inproc_endpoint(self, actor_name: str) -> str:
         return f"inproc://{self.name}/{actor_name}"
 
-    def start(self) -> Node:
+    def start(self, gateway_host: str | None = None, gateway: bool = True) -> Node:
+        """Start the node's own actors: the ask router and the gateway.
+
+        ``gateway_host``: the gateway runs in that actor's loop (``actor.threads =
+        single``: the worker loop), so a frame from another node for an actor of that
+        loop is handed over in memory in the same turn, with no inproc socket and no
+        thread switch; None: a thread of its own. ``gateway=False`` leaves it to
+        :meth:`start_gateway`, for a host spawned after the node started.
+        """
         if self._started:
             return self
         if self.endpoint is not None and self.endpoint.ipc_dir:
@@ -174,8 +188,17 @@ class Node:
                                    node=self.name).start()
         self.tracer.start()
         self.spawn(AskRouter, "_asks")
-        self.spawn(Gateway, "_gateway", endpoint=self.endpoint)
+        if gateway:
+            self.start_gateway(gateway_host)
         return self
+
+    def start_gateway(self, host: str | None = None) -> None:
+        """Spawn the gateway (``start(gateway=False)`` left it), in ``host``'s loop if
+        given. Until it binds, what other nodes send here waits in their links."""
+        if "_gateway" in self.actors and not self.actors["_gateway"].actor_stopped.is_set():
+            return
+        self.spawn(Gateway, "_gateway", endpoint=self.endpoint,
+                   **({"host": host} if host is not None else {}))
 
     def spawn(self, actor_cls: type[Actor], name: str, **kwargs: Any) -> Address:
         """Start an actor on this node and wait until its mailbox is bound."""
@@ -281,17 +304,22 @@ class Node:
         ``net_legs`` (``actors.runtime.tracing.net_legs``) rides along to a remote
         gateway when the frame carries traced messages."""
         sock = link.sock
-        parts = None
-        if link.remote:
-            parts = [address.name.encode(), frame] if net_legs is None \
-                else [address.name.encode(), frame, net_legs]
+        remote = link.remote
         waited = False
         while True:
             try:
-                if parts is None:
-                    sock.send(frame, zmq.NOBLOCK)
+                if not remote:
+                    sock.send(frame, _NOBLOCK)
                 else:
-                    sock.send_multipart(parts, zmq.NOBLOCK)
+                    # the parts one by one, flags as ints: send_multipart's type checks and
+                    # enum arithmetic cost more than the sends of a small frame. A
+                    # multipart message is atomic: a first part taken means all will be.
+                    sock.send(address.name.encode(), _NOBLOCK_MORE)
+                    if net_legs is None:
+                        sock.send(frame, _NOBLOCK)
+                    else:
+                        sock.send(frame, _NOBLOCK_MORE)
+                        sock.send(net_legs, _NOBLOCK)
                 return
             except zmq.Again:
                 if not waited:

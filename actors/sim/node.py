@@ -78,7 +78,8 @@ class SimNode(Node):
         self.stalled: dict[str, list[tuple[Any, ...]]] = {}  # actor -> deliveries held
 
     # ------------------------------------------------------------ lifecycle
-    def start(self) -> SimNode:
+    def start(self, gateway_host: str | None = None, gateway: bool = True) -> SimNode:
+        # placement on threads means nothing here: the gateway is always spawned
         if self._started:
             return self
         self._started = True

@@ -102,20 +102,26 @@ def test_order_per_sender_in_one_process(nodes: list[Node]) -> None:
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("placement", ["two_process", "two_host"])
+@pytest.mark.parametrize("placement", ["two_process", "two_host", "gateway_in_loop"])
 def test_order_across_processes_and_hosts(nodes: list[Node], tmp_path: Path,
                                           placement: str) -> None:
-    """Many senders in another process (same host: ipc; other loopback host: tcp)."""
-    host_a, host_b = ("127.0.0.1", "127.0.0.1") if placement == "two_process" else (
-        "127.0.0.2", "127.0.0.3")
-    ipc_dir = str(tmp_path / "ipc") if placement == "two_process" else ""
+    """Many senders in another process (same host: ipc; other loopback host: tcp).
+    gateway_in_loop: ipc, and the receiving gateway runs in the checker's loop (it hands
+    the frames over in memory, not through the checker's mailbox)."""
+    host_a, host_b = ("127.0.0.2", "127.0.0.3") if placement == "two_host" else (
+        "127.0.0.1", "127.0.0.1")
+    ipc_dir = "" if placement == "two_host" else str(tmp_path / "ipc")
     directory = Directory({
         "a": NodeEndpoint(host_a, free_port(host_a), ipc_dir),
         "b": NodeEndpoint(host_b, free_port(host_b), ipc_dir),
     })
-    node = Node("a", directory=directory).start()
+    in_loop = placement == "gateway_in_loop"
+    node = Node("a", directory=directory).start(gateway=not in_loop)
     nodes.append(node)
     node.spawn(OrderChecker, "checker")
+    if in_loop:
+        node.start_gateway(host="checker")
+        assert node.actor("_gateway")._owner is node.actor("checker")
     other = NodeProcess("senders", "b", spec_of(directory, ipc_dir), "4")
     try:
         for i in range(4):
@@ -127,6 +133,11 @@ def test_order_across_processes_and_hosts(nodes: list[Node], tmp_path: Path,
         )
         assert state["out_of_order"] == 0
         assert state["last"] == {f"sender-{i}": 24_999 for i in range(4)}
+        gateway = node.actor("_gateway")
+        if in_loop:  # handed over in memory: no inproc link to the checker's mailbox
+            assert "checker" in gateway._local and "checker" not in gateway._fwd
+        else:
+            assert "checker" in gateway._fwd and "checker" not in gateway._local
     finally:
         assert other.stop() == 0
 
@@ -186,6 +197,54 @@ def test_dead_letters_are_counted_and_the_node_keeps_serving(
                for line in log_lines)
     node.tell(checker, Seq("after", 0))
     assert wait_for(lambda: node.ask(checker, GetState())["count"] == 1)
+
+
+def test_a_gateway_in_the_loop_refuses_what_the_mailbox_would(
+    nodes: list[Node], tmp_path: Path
+) -> None:
+    """Frames from another node for an actor of the gateway's loop skip the mailbox; the
+    bad ones still become dead letters, the actor still serves, and a frame for an actor
+    with a thread of its own still goes to its mailbox."""
+    port = free_port("127.0.0.1")
+    directory = Directory({"gl": NodeEndpoint("127.0.0.1", port, str(tmp_path))})
+    node = Node("gl", directory=directory, max_frame_bytes=64 * 1024).start(gateway=False)
+    nodes.append(node)
+    checker = node.spawn(OrderChecker, "checker")
+    node.start_gateway(host="checker")
+    node.spawn(OrderChecker, "apart")  # a thread of its own
+
+    def frame(receiver: str, n: int) -> bytes:
+        return msgpack.packb([FORMAT_VERSION, "other", "t", receiver,
+                              [[9001, 0, 0, 0, 0, 0, ["t", n]]]])
+
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.connect(f"tcp://127.0.0.1:{port}")
+    push.send_multipart([b"checker", b"\xc1 this is not msgpack"])
+    push.send_multipart([b"checker", msgpack.packb([FORMAT_VERSION, "x", "t", "checker",
+                                                    [[424242, 0, 0, 0, 0, 0, ["x"]]]])])
+    push.send_multipart([b"checker", b"\x00" * (65 * 1024)])
+    push.send_multipart([b"ghost", frame("ghost", 0)])
+    for n in range(3):
+        push.send_multipart([b"checker", frame("checker", n)])
+        push.send_multipart([b"apart", frame("apart", n)])
+    push.close(linger=2000)
+    ctx.term()
+
+    reasons = wait_for(lambda: (r := node.dead_letters.by_reason()) and sum(r.values()) >= 4 and r)
+    joined = " | ".join(reasons)
+    for expected in ("undecodable frame", "unknown message type id", "frame of",
+                     "no actor named 'ghost'"):
+        assert expected in joined, (expected, reasons)
+    for name in ("checker", "apart"):
+        state = wait_for(lambda n=name: (st := node.ask(Address("gl", n), GetState()))["count"]
+                         == 3 and st)
+        assert state["out_of_order"] == 0 and state["last"] == {"t": 2}
+    gateway = node.actor("_gateway")
+    assert "checker" in gateway._local and list(gateway._fwd) == ["apart"]
+    assert sum(node.dead_letters.by_reason().values()) == 4
+    node.tell(checker, Seq("after", 0))
+    assert wait_for(lambda: node.ask(checker, GetState())["count"] == 4)
 
 
 # ----------------------------------------------------------------- supervision

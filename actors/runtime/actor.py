@@ -400,6 +400,10 @@ class Actor(PykkaActor):
         self._route(self.actor_inbox.fd, _INBOX, None, _POLLIN)
         try:
             self.setup()
+            # Reachable by name before anything it set up can run (spawn registers it
+            # only after _ready): an Acceptor's first connection can close, and its
+            # Processor tell the Acceptor, before the spawning thread runs again
+            node.actors[self.name] = self
         finally:
             self._ready.set()
 

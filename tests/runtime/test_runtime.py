@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -331,6 +332,36 @@ def test_an_actor_stopped_and_spawned_again_gets_what_is_sent_to_its_name(
         node.ask(sender, SendSeq(1, "again", "checker"))  # a peer linked to the mailbox
         assert node.stop_actor("checker")
         node.spawn(OrderChecker, "checker")
+
+
+class _AsksOnStart(OrderChecker):
+    """Has a Sender send it one Seq as soon as it is set up."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.tell(Address(self.node.name, "s"), SendSeq(1, self.node.name, self.name))
+
+
+def test_an_actor_is_reachable_by_name_the_moment_it_runs(
+        nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
+    """What an actor sets up may be answered before the spawning thread runs again (an
+    Acceptor's first connection closing, its Processor telling the Acceptor): the answer
+    reaches it, not dead letters. The spawning thread is held after the ready signal."""
+    node = Node("early").start()
+    nodes.append(node)
+    node.spawn(Sender, "s")
+
+    class LateEvent(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            done = super().wait(timeout)
+            time.sleep(0.3)  # the spawning thread is slow to take its turn
+            return done
+
+    monkeypatch.setattr(node, "_new_ready_event", LateEvent)
+    checker = node.spawn(_AsksOnStart, "checker")
+    state = wait_for(lambda: (st := node.ask(checker, GetState()))["count"] == 1 and st)
+    assert state["last"] == {"s": 0}
+    assert node.dead_letters.total == 0, node.dead_letters.by_reason()
 
 
 def test_a_socket_left_open_does_not_hang_the_shutdown(log_lines: list[str]) -> None:

@@ -419,6 +419,7 @@ def run_process(spec: dict[str, Any]) -> int:
     for link in links:
         hello(link, index)
     print(READY_LINE, flush=True)
+    gc.freeze()  # as process 0 does (actorlog serve): a load's collections skip start's heap
     code = node.run_until_signal()
     for sock in sockets:
         sock.close()

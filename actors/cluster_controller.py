@@ -763,14 +763,16 @@ class ClusterController(Actor):
                                                f"writing the users failed: {exc}", [],
                                                self.relay_version, []))
             return
-        rows = [sm.UserRow(user, scram_texts(configs)) for user, configs in changed.items()]
         version = self.relay_version
+        rows = []
         if self.credentials is not None:
             for user, configs in changed.items():
                 try:
                     self.credentials.update(user, configs)
-                except ValueError as exc:
+                except ValueError as exc:  # this process keeps the old ones: so do the others
                     self.log.warning("user {} not refreshed in the SASL cache: {}", user, exc)
+                    continue
+                rows.append(sm.UserRow(user, scram_texts(configs)))
             if rows:
                 version = self._relay(users=rows)
         for user in changed:

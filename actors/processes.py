@@ -435,9 +435,10 @@ if __name__ == "__main__":
     _spec = json.loads(sys.argv[1])
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     # the format of process 0's log (actorlog serve), each line tagged with its actor
-    from actors.cli.serve import LOG_LEVEL_ENV, configure_logging
+    from actors.cli.serve import LOG_LEVEL_ENV, LOG_LEVELS, configure_logging
 
-    configure_logging(os.environ.get(LOG_LEVEL_ENV, "INFO"),
+    _level = os.environ.get(LOG_LEVEL_ENV, "INFO").upper()
+    configure_logging(_level if _level in LOG_LEVELS else "INFO",
                       process_node_name(str(_spec["main"]), int(_spec["index"])))
     _code = run_process(_spec)
     gc.freeze()  # the exit's last collection would only walk (0.5 s after a load) what dies now

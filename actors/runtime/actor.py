@@ -287,6 +287,12 @@ class Actor(PykkaActor):
             self._out_sockets[address] = link
         if isinstance(link, _LocalLink):
             peer = self.node.actors[address.name]
+            if peer._owner is not self._owner and not peer._dead:
+                # spawned again since, in another thread's loop: through its mailbox
+                del self._out_sockets[address]
+                self._out[address] = entries
+                self._flush_one(address)
+                return
             if peer._dead:
                 self.node.dead_letters.record(
                     f"actor {address} stopped", len(entries), sender=str(self.address))

@@ -68,13 +68,11 @@ class Gateway(Actor):
         if self._more:
             return 0
         wait_ns = self._next_ping_ns - self.clock.monotonic_ns()
-        if wait_ns > 0:  # a ping went out: the next is due then (no sort of the directory)
+        if wait_ns > 0:  # the next ping (or look for peers) is due then
             return wait_ns // 1_000_000
-        if not self._peers():
-            # A real node's directory may learn a peer from another thread (the cluster
-            # controller): look again then. (A simulated node's gateway has no endpoint.)
-            return None if self.endpoint is None else self.PING_INTERVAL_MS
-        return max(0, (self._next_ping_ns - self.clock.monotonic_ns()) // 1_000_000)
+        if self.endpoint is None and not self._peers():
+            return None  # a simulated node alone: nobody to ping until a peer tells it
+        return 0
 
     def on_turn(self) -> None:
         if self._more:  # the descriptor will not signal what a capped drain left
@@ -86,6 +84,10 @@ class Gateway(Actor):
             return
         peers = self._peers()
         if not peers:
+            if self.endpoint is not None:
+                # A real node's directory may learn a peer from another thread (the
+                # cluster controller): look again after an interval, not every turn
+                self._next_ping_ns = now_ns + self.PING_INTERVAL_MS * 1_000_000
             return
         self._next_ping_ns = now_ns + self.PING_INTERVAL_MS * 1_000_000
         self._ping_seq += 1

@@ -312,8 +312,10 @@ class Node:
                     sock.send(frame, _NOBLOCK)
                 else:
                     # the parts one by one, flags as ints: send_multipart's type checks and
-                    # enum arithmetic cost more than the sends of a small frame. A
-                    # multipart message is atomic: a first part taken means all will be.
+                    # enum arithmetic cost more than the sends of a small frame. A multipart
+                    # message is delivered whole or not at all; a later part refused (the
+                    # peer's pipe ending mid-message) loses the message, as with
+                    # send_multipart.
                     sock.send(address.name.encode(), _NOBLOCK_MORE)
                     if net_legs is None:
                         sock.send(frame, _NOBLOCK)

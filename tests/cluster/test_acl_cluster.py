@@ -11,8 +11,6 @@ raw connections to the node named, so which node serves each is certain.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,8 +18,7 @@ from typing import Any
 import pytest
 
 from tests.broker.rawclient import CREATE_TOPICS, METADATA, RawClient, record_batch
-from tests.fixtures.broker import ROOT
-from tests.fixtures.cluster import Cluster, ClusterNode, wait_for
+from tests.fixtures.cluster import Cluster, ClusterNode, add_user_with_cli, wait_for
 from wire.errors import ErrorCode
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]
@@ -63,16 +60,8 @@ def start_secured(cluster_factory: Any, tmp_path: Path) -> Cluster:
         "super.users": "User:admin", "allow.everyone.if.no.acl.found": False})
     for member in cluster.nodes.values():
         member.process.listen = f"SASL_PLAINTEXT://127.0.0.1:{member.port}"
-    config = tmp_path / "users.toml"
-    config.write_text(f'"zookeeper.connect" = "{cluster.zk_connect}"\n')
     for user, password in PASSWORDS.items():
-        secret = tmp_path / f"{user}.password"
-        secret.write_text(password + "\n")
-        out = subprocess.run([sys.executable, "-m", "actors.cli", "users", "add", user,
-                              "--mechanism", "SCRAM-SHA-256", "--password-file", str(secret),
-                              "--config", str(config)],
-                             cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
-        assert out.returncode == 0, out.stderr
+        add_user_with_cli(cluster, tmp_path, user, password)
     for member in cluster.nodes.values():
         member.start()
     # both registered and known to the controller before any topic is made (a topic made

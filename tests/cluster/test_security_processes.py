@@ -24,8 +24,6 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -36,8 +34,7 @@ from scramp import ScramClient
 from bench.scale import tcp_inodes
 from tests.broker.rawclient import API_VERSIONS, CREATE_TOPICS, METADATA, RawClient, record_batch
 from tests.broker.test_processes import connections_of
-from tests.fixtures.broker import ROOT
-from tests.fixtures.cluster import Cluster, ClusterNode, wait_for
+from tests.fixtures.cluster import Cluster, ClusterNode, add_user_with_cli, wait_for
 from wire.errors import ErrorCode
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]
@@ -133,18 +130,6 @@ def login_on(node: ClusterNode, process: int, user: str) -> RawClient:
 
 
 # ------------------------------------------------------------ the cluster
-
-
-def add_user_with_cli(cluster: Cluster, tmp_path: Path, user: str, password: str) -> None:
-    config = tmp_path / "users.toml"
-    config.write_text(f'"zookeeper.connect" = "{cluster.zk_connect}"\n')
-    secret = tmp_path / f"{user}.password"
-    secret.write_text(password + "\n")
-    out = subprocess.run([sys.executable, "-m", "actors.cli", "users", "add", user,
-                          "--mechanism", "SCRAM-SHA-256", "--password-file", str(secret),
-                          "--config", str(config)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
-    assert out.returncode == 0, out.stderr
 
 
 def start_secured(cluster_factory: Any, tmp_path: Path, size: int = 2,

@@ -734,10 +734,8 @@ class ClusterController(Actor):
             rows = describe_scram_credentials(self.store, msg.users)
         except (MetadataError, OSError, ValueError) as exc:
             self.log.warning("DescribeUserScramCredentials failed: {}", exc)
-            self.reply(sm.ScramCredentialsDone(msg.req_id, int(ErrorCode.UNKNOWN_SERVER_ERROR),
-                                               f"reading the users failed: {exc}", [],
-                                               self.relay_version, []))
-            return
+            return self._reply_failed(msg, ErrorCode.UNKNOWN_SERVER_ERROR,
+                                      f"reading the users failed: {exc}")
         self.reply(sm.ScramCredentialsDone(msg.req_id, NONE, None, [
             sm.ScramUserResultRow(r.user, int(r.error), r.message,
                                   [[m, i] for m, i in r.credentials]) for r in rows],
@@ -759,10 +757,8 @@ class ClusterController(Actor):
                        if r.error == ErrorCode.NONE}
         except (MetadataError, OSError, ValueError) as exc:  # ZooKeeper away
             self.log.warning("AlterUserScramCredentials failed: {}", exc)
-            self.reply(sm.ScramCredentialsDone(msg.req_id, int(ErrorCode.UNKNOWN_SERVER_ERROR),
-                                               f"writing the users failed: {exc}", [],
-                                               self.relay_version, []))
-            return
+            return self._reply_failed(msg, ErrorCode.UNKNOWN_SERVER_ERROR,
+                                      f"writing the users failed: {exc}")
         version = self.relay_version
         rows = []
         if self.credentials is not None:
@@ -791,10 +787,8 @@ class ClusterController(Actor):
         if not self._from_this_broker():
             return self._refuse_security(msg)
         if authorizer is None:
-            self.reply(sm.AclsDone(msg.req_id, int(ErrorCode.SECURITY_DISABLED),
-                                   "no authorizer is configured on the broker", [], [],
-                                   self.relay_version, []))
-            return
+            return self._reply_failed(msg, ErrorCode.SECURITY_DISABLED,
+                                      "no authorizer is configured on the broker")
         problems: list[str | None] = []
         deleted: list[list[sm.AclBindingRow]] = []
         try:
@@ -813,9 +807,7 @@ class ClusterController(Actor):
         except (AclError, MetadataError, OSError, ValueError) as exc:
             what = "CreateAcls" if isinstance(msg, sm.AclsCreate) else "DeleteAcls"
             self.log.warning("{} failed: {}", what, exc)
-            self.reply(sm.AclsDone(msg.req_id, int(ErrorCode.UNKNOWN_SERVER_ERROR), str(exc),
-                                   [], [], self.relay_version, []))
-            return
+            return self._reply_failed(msg, ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
         rows = acl_rows(fresh)
         version = self._relay(acls=rows) if rows else self.relay_version
         self.reply(sm.AclsDone(msg.req_id, NONE, None, problems, deleted, version, rows))
@@ -823,13 +815,16 @@ class ClusterController(Actor):
     def _refuse_security(self, msg: Any) -> None:
         """Users and ACLs are changed through a node's own processes, never another node."""
         text = "security admin is served to the processes of this broker alone"
-        code = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         self.log.warning("{} from {} refused: {}", type(msg).__name__, self.current_sender, text)
+        self._reply_failed(msg, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, text)
+
+    def _reply_failed(self, msg: Any, code: ErrorCode, text: str) -> None:
+        """The answer to a security admin request that changed nothing: ``code`` for all."""
         if isinstance(msg, (sm.AclsCreate, sm.AclsDelete)):
-            self.reply(sm.AclsDone(msg.req_id, code, text, [], [], self.relay_version, []))
+            self.reply(sm.AclsDone(msg.req_id, int(code), text, [], [], self.relay_version, []))
         else:
-            self.reply(sm.ScramCredentialsDone(msg.req_id, code, text, [], self.relay_version,
-                                               []))
+            self.reply(sm.ScramCredentialsDone(msg.req_id, int(code), text, [],
+                                               self.relay_version, []))
 
     def _process_of_sender(self) -> int:
         sender = self.current_sender

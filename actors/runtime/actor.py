@@ -111,6 +111,11 @@ class Actor(PykkaActor):
     as Kafka bounds its request queue and not its response queues."""
     max_restarts: ClassVar[int] = 10
     restart_window_s: ClassVar[float] = 60.0
+    waits_on_remote: ClassVar[bool] = True
+    """Whether a send to another node waits while the link there takes nothing (a full
+    pipe, a peer that never completes its handshake). False: what the link does not take at
+    once is a dead letter, logged once per node; for advisory traffic (the gateway's pings)
+    from an actor that shares its thread with the request path."""
 
     def __init__(self, node: Node, name: str, **kwargs: Any) -> None:
         super().__init__()
@@ -137,6 +142,7 @@ class Actor(PykkaActor):
         # it runs in this loop (frames from other nodes): (sender node, sender name, entries)
         self._local_in: list[tuple[str, str, list[Any]]] = []
         self._out_sockets: dict[Address, Link | _LocalLink] = {}
+        self._not_taken_logged: set[str] = set()  # nodes (waits_on_remote False)
         self._owner: Actor = host if host is not None else self
         self._members: list[Actor] = [self]  # actors this loop runs (owner only)
         # Members whose mailbox may hold frames the loop has not taken (owner only): the
@@ -315,8 +321,10 @@ class Actor(PykkaActor):
         last = len(frames) - 1
         for i, frame in enumerate(frames):
             try:
-                self.node._send_frame(link, address, frame, waiter=self,
-                                      net_legs=legs if i == last else None)
+                if not self.node._send_frame(link, address, frame, waiter=self,
+                                             net_legs=legs if i == last else None):
+                    self._not_taken(address, len(entries))
+                    return
             except zmq.ZMQError as exc:
                 # A send failure, like any other: the messages are dead letters and the
                 # link is dropped (the next message makes a new one), never the thread.
@@ -329,6 +337,16 @@ class Actor(PykkaActor):
             self._count_enqueued(address.name, len(entries) - len(refused))
         for oversized in refused:
             self._refuse_oversized(address, entries[oversized.entry][6], oversized.frame_bytes)
+
+    def _not_taken(self, address: Address, count: int) -> None:
+        """The link to ``address`` took nothing and this actor does not wait on remote
+        links: dead letters, logged the first time for that node."""
+        first = address.node not in self._not_taken_logged
+        self._not_taken_logged.add(address.node)
+        self.node.dead_letters.record(
+            f"link to node {address.node} takes nothing (no handshake done, or its pipe "
+            f"full); {self.name} does not wait on it", count,
+            sender=str(self.address), receiver=str(address), log=first)
 
     def _send_failed(self, address: Address, count: int, exc: zmq.ZMQError) -> None:
         """ZeroMQ refused a link or a send (e.g. EMFILE: no descriptor left for a socket):

@@ -42,6 +42,9 @@ class Gateway(Actor):
     """
 
     mailbox_size = 1000
+    # Pings are advisory: a peer that takes nothing (its handshake refused, its pipe full)
+    # must not hold the worker loop this gateway may share with the request path
+    waits_on_remote = False
     PING_INTERVAL_MS = 2000
     WINDOW = 8
 

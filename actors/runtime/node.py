@@ -298,8 +298,10 @@ class Node:
         return self._new_link(address)
 
     def _send_frame(self, link: Link, address: Address, frame: bytes, waiter: Any = None,
-                    net_legs: bytes | None = None) -> None:
-        """Send one frame, waiting (never dropping) while the receiver's mailbox is full.
+                    net_legs: bytes | None = None) -> bool:
+        """Send one frame, waiting (never dropping) while the receiver's mailbox is full;
+        False, nothing sent, when the link is remote and ``waiter`` does not wait on
+        remote links (``Actor.waits_on_remote``).
 
         ``net_legs`` (``actors.runtime.tracing.net_legs``) rides along to a remote
         gateway when the frame carries traced messages."""
@@ -322,8 +324,10 @@ class Node:
                     else:
                         sock.send(frame, _NOBLOCK_MORE)
                         sock.send(net_legs, _NOBLOCK)
-                return
+                return True
             except zmq.Again:
+                if remote and waiter is not None and not waiter.waits_on_remote:
+                    return False
                 if not waited:
                     waited = True
                     self.metrics.incr("mailbox_full_waits")
@@ -334,7 +338,7 @@ class Node:
                             f"actor {address} stopped while a frame waited for it",
                             receiver=str(address),
                         )
-                        return
+                        return True
                 sock.poll(100, zmq.POLLOUT)
 
     # ------------------------------------------------- external (non-actor) API

@@ -155,7 +155,7 @@ class SimNode(Node):
         return SimLink(True, address.node, endpoint)
 
     def _send_frame(self, link: Link, address: Address, frame: bytes, waiter: Any = None,
-                    net_legs: bytes | None = None) -> None:
-        if self.crashed:
-            return
-        self.world.send_frame(self.name, address, frame)
+                    net_legs: bytes | None = None) -> bool:
+        if not self.crashed:
+            self.world.send_frame(self.name, address, frame)
+        return True  # the simulated network takes every frame (and may lose it later)

@@ -99,6 +99,20 @@ class Sender(Actor):
         return msg.count
 
 
+class AdvisorySender(Actor):
+    """Sends each message as its own frame and never waits on a remote link."""
+
+    waits_on_remote = False
+
+    @handles(SendSeq)
+    def on_send(self, msg: SendSeq) -> int:
+        target = Address(msg.node, msg.name)
+        for i in range(msg.count):
+            self.tell(target, Seq(self.name, i))
+            self.flush()
+        return msg.count
+
+
 class SlowReceiver(Actor):
     """Takes its time with every message, behind a tiny mailbox."""
 

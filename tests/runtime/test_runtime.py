@@ -24,6 +24,7 @@ from tests.fixtures.broker import free_port
 from tests.fixtures.waiting import wait_for
 from tests.runtime.node_actors import (
     GATE,
+    AdvisorySender,
     Boom,
     Fragile,
     GetState,
@@ -401,3 +402,29 @@ def test_links_to_a_node_that_left_do_not_hold_up_the_shutdown(tmp_path: Path) -
     the directory no longer has, it closes at once: waiting there is for nothing."""
     assert _shutdown_with_messages_for_a_dead_node(tmp_path / "kept", forget=False) >= 0.95
     assert _shutdown_with_messages_for_a_dead_node(tmp_path / "left", forget=True) < 0.9
+
+
+def test_an_actor_that_does_not_wait_on_remote_links_goes_on_when_one_takes_nothing(
+        tmp_path: Path) -> None:
+    """The gateway's pings share a worker loop with the request path: a peer whose link
+    takes nothing (a refused CURVE handshake, a full pipe) must not hold that loop. Such
+    an actor's sends there are dead letters, logged once for the node; one that waits
+    (the default) would still be sending the 101st frame."""
+    ipc_dir = str(tmp_path)
+    directory = Directory({"here": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), ipc_dir),
+                           "mute": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), ipc_dir)})
+    node = Node("here", directory=directory).start()
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    try:
+        sender = node.spawn(AdvisorySender, "advisory")
+        # a link holds 100 frames (SNDHWM) for a peer nobody serves: 250 overflow it
+        assert node.ask(sender, SendSeq(250, "mute", "x"), timeout=10) == 250
+        assert node.ask(sender, SendSeq(50, "mute", "x"), timeout=10) == 50
+        reasons = node.dead_letters.by_reason()
+        assert sum(n for r, n in reasons.items() if r.startswith("link to node mute")) >= 150
+        logged = [line for line in lines if "link to node mute takes nothing" in line]
+        assert len(logged) == 1, logged
+    finally:
+        logger.remove(sink)
+        node.shutdown(timeout=5)

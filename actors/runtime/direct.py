@@ -232,25 +232,27 @@ class DirectInbound:
         if not data:
             self.close()
             return
-        buf = self.buf
-        buf += data
+        if self.buf:  # the rest of a frame the last read ended in
+            self.buf += data
+            data = bytes(self.buf)
         at = 0
-        end = len(buf)
+        end = len(data)
         deliver = self.deliver
         unpack = HEAD.unpack_from
         while end - at >= HEAD_SIZE:
-            t_len, f_len, l_len = unpack(buf, at)
+            t_len, f_len, l_len = unpack(data, at)
             start = at + HEAD_SIZE
             stop = start + t_len + f_len + l_len
             if stop > end:
                 break
             f_at = start + t_len
             l_at = f_at + f_len
-            deliver(bytes(buf[start:f_at]), bytes(buf[f_at:l_at]),
-                    bytes(buf[l_at:stop]) if l_len else None)
+            deliver(data[start:f_at], data[f_at:l_at], data[l_at:stop] if l_len else None)
             at = stop
-        if at:
-            del buf[:at]
+        if at < end:
+            self.buf = bytearray(data[at:])
+        elif self.buf:
+            self.buf = bytearray()
 
     def close(self) -> None:
         if self.fd < 0:

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 HEAD = struct.Struct("<HII")
 HEAD_SIZE = HEAD.size
 RECONNECT_MS = 100
-READ_BYTES = 256 * 1024
+READ_BYTES = 64 * 1024  # under malloc's mmap threshold: a read allocates from the heap
 SEND_PARTS = 64  # buffers per sendmsg when a backlog is written
 _POLLOUT = int(zmq.POLLOUT)
 _POLLIN = int(zmq.POLLIN)

@@ -7,8 +7,10 @@ over ``tcp://`` otherwise. The gateway is itself an actor: it receives
 ``[receiver name, frame]`` and hands the frame, undecoded, to the local
 mailbox; when it runs in the receiver's own loop (``start(gateway_host=...)``),
 it decodes the frame and hands its messages over in memory instead, as
-actors of one loop do. Sending code is the same in every case:
-``tell(address, message)``.
+actors of one loop do. Between the processes of one broker (``direct_peers``) the
+actors of the gateway's loop send over direct links instead, Unix stream sockets
+to the other processes' gateways (actors.runtime.direct): no ZeroMQ I/O thread
+on either side. Sending code is the same in every case: ``tell(address, message)``.
 
 With a :class:`~actors.security.curve.CurveIdentity` (``curve``) the sockets
 between nodes use CURVE: the gateway is a CURVE server behind a ZAP handler

@@ -433,6 +433,7 @@ class Broker:
             batch_max_messages=int(cfg["actor.batch.max.messages"]),
             clock=self.clock,
             curve=curve,
+            direct_peers=process_nodes,  # the worker loops' Unix stream links (no CURVE)
         )
         node.tracer.file_max_bytes = int(cfg["trace.file.max.bytes"])
         node.tracer.files_max = int(cfg["trace.files.max"])

@@ -294,7 +294,8 @@ def run_process(spec: dict[str, Any]) -> int:
                 data_dir=data_dir, trace_sample_ratio=float(cfg["trace.sample.ratio"]),
                 max_frame_bytes=max(int(cfg["actor.max.frame.bytes"]),
                                     int(cfg["socket.request.max.bytes"]) + 1024 * 1024),
-                batch_max_messages=int(cfg["actor.batch.max.messages"]), curve=curve)
+                batch_max_messages=int(cfg["actor.batch.max.messages"]), curve=curve,
+                direct_peers=names)
     topo = Topology.from_config(name, cfg)
     topo = Topology(name, topo.num_processors, topo.num_handlers, topo.num_shards,
                     topo.num_purgatories, topo.num_coordinators, home=main, process_nodes=names)

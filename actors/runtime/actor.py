@@ -39,6 +39,7 @@ from loguru import logger
 
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
+from actors.runtime.direct import DirectLink
 from actors.runtime.pykka_compat import PykkaActor, envelope, is_stop
 from actors.runtime.supervision import RestartWindow, restart_after_crash
 from actors.runtime.tracing import net_legs, new_id, trace_fields
@@ -141,7 +142,7 @@ class Actor(PykkaActor):
         # frames handed over in memory by actors of the same loop, and by the gateway when
         # it runs in this loop (frames from other nodes): (sender node, sender name, entries)
         self._local_in: list[tuple[str, str, list[Any]]] = []
-        self._out_sockets: dict[Address, Link | _LocalLink] = {}
+        self._out_sockets: dict[Address, Link | _LocalLink | DirectLink] = {}
         self._not_taken_logged: set[str] = set()  # nodes (waits_on_remote False)
         self._owner: Actor = host if host is not None else self
         self._members: list[Actor] = [self]  # actors this loop runs (owner only)
@@ -267,7 +268,14 @@ class Actor(PykkaActor):
         entries = self._out.pop(address, None)
         if not entries:
             return
-        link: Link | _LocalLink | None = self._out_sockets.get(address)
+        cached = self._out_sockets.get(address)
+        if isinstance(cached, DirectLink):
+            if not cached.closed:
+                self._send_direct(cached, address, entries)
+                return
+            del self._out_sockets[address]  # the gateway was set up again: a new one
+            cached = None
+        link: Link | _LocalLink | None = cached
         if (link is not None and not isinstance(link, _LocalLink)
                 and link.stale(self.node.directory, self.node.actors)):
             # The node left or moved, or the actor was started again: what the old
@@ -279,6 +287,10 @@ class Actor(PykkaActor):
             peer = self.node.actors.get(address.name) if address.node == self.node.name else None
             if peer is not None and peer._owner is self._owner and not peer.actor_stopped.is_set():
                 link = _LOCAL
+            elif (direct := self.node._direct_link(self, address.node)) is not None:
+                self._out_sockets[address] = direct
+                self._send_direct(direct, address, entries)
+                return
             else:
                 try:
                     link = self.node._connect_out(address)
@@ -335,6 +347,24 @@ class Actor(PykkaActor):
         if address.node == self.node.name:
             self.sent_local += len(entries) - len(refused)
             self._count_enqueued(address.name, len(entries) - len(refused))
+        for oversized in refused:
+            self._refuse_oversized(address, entries[oversized.entry][6], oversized.frame_bytes)
+
+    def _send_direct(self, link: DirectLink, address: Address, entries: list[Any]) -> None:
+        """To another process of this broker over the loop's direct link (never waits)."""
+        frames, refused = _encode_frames(self.node.name, self.name, address.name, entries,
+                                         self._max_frame)
+        legs = None
+        if frames and self._tracer.enabled:
+            sent = entries
+            if refused:
+                gone = {oversized.entry for oversized in refused}
+                sent = [e for i, e in enumerate(entries) if i not in gone]
+            legs = net_legs(self.node.name, self.name, sent)
+        target = address.name.encode()
+        last = len(frames) - 1
+        for i, frame in enumerate(frames):
+            link.send(target, frame, legs if i == last else None)
         for oversized in refused:
             self._refuse_oversized(address, entries[oversized.entry][6], oversized.frame_bytes)
 
@@ -699,7 +729,7 @@ class Actor(PykkaActor):
             self._unroute(key)
         directory = self.node.directory
         for link in self._out_sockets.values():
-            if not isinstance(link, _LocalLink):
+            if not isinstance(link, (_LocalLink, DirectLink)):  # a direct link: the gateway's
                 # Queued for a node that left: nobody will read it, waiting is for nothing
                 link.sock.close(linger=0 if link.remote and link.stale(directory) else 1000)
         self._out_sockets.clear()

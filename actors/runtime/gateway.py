@@ -9,6 +9,7 @@ import zmq
 
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
+from actors.runtime.direct import DirectInbound, DirectLink, accept_all, direct_path, listen
 from actors.runtime.directory import NodeEndpoint
 from actors.runtime.tracing import record_net_legs
 from wire.envelope import BadFrame, claimed_sender, decode_frame, sender_prefix
@@ -63,6 +64,10 @@ class Gateway(Actor):
         # it) as its sender. Authenticated node -> the frame prefixes it may send.
         self._prefixes: dict[str, tuple[bytes, ...]] = {}
         self._forged: set[tuple[str, str]] = set()  # (peer, claimed) already logged
+        # Direct links (actors.runtime.direct) with the other processes of this broker
+        self._listener: Any = None
+        self._inbound: list[DirectInbound] = []
+        self._direct: dict[str, DirectLink] = {}  # peer node -> the link this loop sends on
 
     def _peers(self) -> list[str]:
         return sorted(n for n in self.node.directory.nodes if n != self.node.name)
@@ -70,7 +75,11 @@ class Gateway(Actor):
     def poll_timeout_ms(self) -> int | None:
         if self._more:
             return 0
-        wait_ns = self._next_ping_ns - self.clock.monotonic_ns()
+        now_ns = self.clock.monotonic_ns()
+        wait_ns = self._next_ping_ns - now_ns
+        for link in self._direct.values():
+            if link.sock is None and link.pending:  # waits for its peer to listen again
+                wait_ns = min(wait_ns, link.next_try_ns - now_ns)
         if wait_ns > 0:  # the next ping (or look for peers) is due then
             return wait_ns // 1_000_000
         if self.endpoint is None and not self._peers():
@@ -80,6 +89,9 @@ class Gateway(Actor):
     def on_turn(self) -> None:
         if self._more:  # the descriptor will not signal what a capped drain left
             self._on_readable(0)
+        for link in self._direct.values():
+            if link.sock is None and link.pending:
+                link.connect()
         # the time first: in a worker loop this runs after every poll turn, the directory
         # is sorted only when a ping may be due
         now_ns = self.clock.monotonic_ns()
@@ -133,10 +145,42 @@ class Gateway(Actor):
     def clock_offsets(self, _msg: GetClockOffsets) -> dict[str, list[int]]:
         return {node: list(min(window)) for node, window in self.samples.items() if window}
 
+    def direct_link(self, peer: str) -> DirectLink | None:
+        """The direct link to ``peer``'s gateway for the actors of this loop (None: the
+        nodes use ZeroMQ; see ``Node.direct_peers``)."""
+        link = self._direct.get(peer)
+        if link is None:
+            if self._listener is None:
+                return None
+            endpoint = self.node.directory.nodes.get(peer)
+            if endpoint is None or not endpoint.ipc_dir:
+                return None
+            link = self._direct[peer] = DirectLink(peer, direct_path(endpoint.ipc_dir, peer), self)
+            link.connect()
+        return link
+
+    def _on_connection(self, _mask: int) -> None:
+        for conn in accept_all(self._listener):
+            self._inbound.append(DirectInbound(conn, self, self._deliver_direct,
+                                               self._inbound.remove))
+
+    def _deliver_direct(self, target: bytes, frame: bytes, legs: bytes | None) -> None:
+        legs_ns = 0
+        if legs is not None:
+            if self.node.tracer.enabled:
+                legs_ns = self.clock.wall_ns()
+            else:
+                legs = None
+        self._deliver(target, frame, legs, legs_ns)
+
     def setup(self) -> None:
+        node = self.node
+        if (self._listener is None and node.direct_peers and node.curve is None
+                and self.endpoint is not None and self.endpoint.ipc_dir):
+            self._listener = listen(direct_path(self.endpoint.ipc_dir, node.name))
+            self.watch_fd(self._listener.fileno(), self._on_connection)
         if self._in or self.endpoint is None:
             return
-        node = self.node
         for url in self._bind_urls():
             sock = node.context.socket(zmq.PULL)
             sock.setsockopt(zmq.RCVHWM, node.gateway_hwm)
@@ -200,7 +244,6 @@ class Gateway(Actor):
 
     def _on_readable(self, _mask: int) -> None:
         dl = self.node.dead_letters
-        limit = self.node.max_frame_bytes
         tracer = self.node.tracer
         checked = self.node.curve is not None
         self._more = False
@@ -227,14 +270,10 @@ class Gateway(Actor):
                 elif len(parts) in (2, 3):
                     target, frame = parts[0], parts[1]
                     legs = None
+                    legs_ns = 0
                 else:
                     dl.record(f"gateway frame with {len(parts)} parts", receiver=self.name)
                     continue
-                if len(frame) > limit:
-                    dl.record(f"frame of {len(frame)} bytes is over the {limit} byte limit",
-                              receiver=target.decode("utf-8", "replace"))
-                    continue
-                name = target.decode("utf-8", "replace")
                 if checked:
                     try:
                         peer = frames[0].get("User-Id")
@@ -242,38 +281,50 @@ class Gateway(Actor):
                         peer = ""
                     prefixes = self._prefixes.get(peer) or self._sender_prefixes(peer)
                     if not frame.startswith(prefixes):
-                        self._refuse_forged(frames[0], peer, frame, name)
+                        self._refuse_forged(frames[0], peer, frame,
+                                            target.decode("utf-8", "replace"))
                         continue
-                local = self._local.get(name)
-                if local is None or local._dead:
-                    local = self._in_loop(name)
-                if local is not None:
-                    # An actor of this worker loop: the frame goes into its in-memory
-                    # queue, decoded here, as from an actor of the loop (no inproc socket,
-                    # no thread switch); it runs in this same turn of the loop.
-                    try:
-                        s_node, s_name, _r_name, entries = _decode_frame(frame, limit)
-                    except BadFrame as exc:
-                        dl.record(str(exc), 1, receiver=name)
-                        continue
-                    local._local_in.append((s_node, s_name, entries))
-                    if legs is not None:
-                        record_net_legs(tracer, self.name, legs, legs_ns, self.clock.wall_ns())
-                    continue
-                link = self._fwd.get(name)
-                if link is not None and link.stale(self.node.directory, self.node.actors):
-                    link.sock.close(linger=0)  # that actor was started again
-                    link = None
-                if link is None:
-                    if name not in self.node.actors:
-                        dl.record(f"no actor named {name!r} on node {self.node.name}",
-                                  receiver=name)
-                        continue
-                    link = self.node._new_link(Address(self.node.name, name))
-                    self._fwd[name] = link
-                self.node._send_frame(link, Address(self.node.name, name), frame, waiter=self)
-                if legs is not None:
-                    record_net_legs(tracer, self.name, legs, legs_ns, self.clock.wall_ns())
+                self._deliver(target, frame, legs, legs_ns)
+
+    def _deliver(self, target: bytes, frame: bytes, legs: bytes | None, legs_ns: int) -> None:
+        """One frame from another node (checked for its size) to its actor here: in memory
+        to an actor of this loop, else to its mailbox. ``legs``: trace legs to record."""
+        name = target.decode("utf-8", "replace")
+        if len(frame) > self.node.max_frame_bytes:
+            self.node.dead_letters.record(
+                f"frame of {len(frame)} bytes is over the {self.node.max_frame_bytes} byte "
+                f"limit", receiver=name)
+            return
+        local = self._local.get(name)
+        if local is None or local._dead:
+            local = self._in_loop(name)
+        if local is not None:
+            # An actor of this worker loop: the frame goes into its in-memory
+            # queue, decoded here, as from an actor of the loop (no inproc socket,
+            # no thread switch); it runs in this same turn of the loop.
+            try:
+                s_node, s_name, _r_name, entries = _decode_frame(frame, self.node.max_frame_bytes)
+            except BadFrame as exc:
+                self.node.dead_letters.record(str(exc), 1, receiver=name)
+                return
+            local._local_in.append((s_node, s_name, entries))
+            if legs is not None:
+                record_net_legs(self.node.tracer, self.name, legs, legs_ns, self.clock.wall_ns())
+            return
+        link = self._fwd.get(name)
+        if link is not None and link.stale(self.node.directory, self.node.actors):
+            link.sock.close(linger=0)  # that actor was started again
+            link = None
+        if link is None:
+            if name not in self.node.actors:
+                self.node.dead_letters.record(
+                    f"no actor named {name!r} on node {self.node.name}", receiver=name)
+                return
+            link = self.node._new_link(Address(self.node.name, name))
+            self._fwd[name] = link
+        self.node._send_frame(link, Address(self.node.name, name), frame, waiter=self)
+        if legs is not None:
+            record_net_legs(self.node.tracer, self.name, legs, legs_ns, self.clock.wall_ns())
 
     def _in_loop(self, name: str) -> Actor | None:
         """The running actor ``name`` when it runs in this gateway's loop (else None: its
@@ -294,3 +345,14 @@ class Gateway(Actor):
             link.sock.close(linger=1000)
         self._fwd = {}
         self._local = {}
+        for direct in self._direct.values():  # senders holding one make a new one
+            direct.close()
+        self._direct = {}
+        for inbound in list(self._inbound):
+            inbound.close()
+        if self._listener is not None:
+            self.unwatch_fd(self._listener.fileno())
+            self._listener.close()
+            self._listener = None
+            if self.endpoint is not None:
+                direct_path(self.endpoint.ipc_dir, self.node.name).unlink(missing_ok=True)

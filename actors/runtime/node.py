@@ -7,8 +7,10 @@ over ``tcp://`` otherwise. The gateway is itself an actor: it receives
 ``[receiver name, frame]`` and hands the frame, undecoded, to the local
 mailbox; when it runs in the receiver's own loop (``start(gateway_host=...)``),
 it decodes the frame and hands its messages over in memory instead, as
-actors of one loop do. Sending code is the same in every case:
-``tell(address, message)``.
+actors of one loop do. Between the processes of one broker (``direct_peers``) the
+actors of the gateway's loop send over direct links instead, Unix stream sockets
+to the other processes' gateways (actors.runtime.direct): no ZeroMQ I/O thread
+on either side. Sending code is the same in every case: ``tell(address, message)``.
 
 With a :class:`~actors.security.curve.CurveIdentity` (``curve``) the sockets
 between nodes use CURVE: the gateway is a CURVE server behind a ZAP handler
@@ -22,7 +24,7 @@ import itertools
 import signal
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.counters import Counters, DeadLetters
+from actors.runtime.direct import DirectLink
 from actors.runtime.directory import Directory, NodeEndpoint, default_ipc_dir
 from actors.runtime.errors import AskFailed, AskTimeout, MessageTooLarge, NodeError
 from actors.runtime.gateway import HEARTBEAT_IVL_MS, HEARTBEAT_TIMEOUT_MS, Gateway
@@ -125,6 +128,7 @@ class Node:
         context: zmq.Context[Any] | None = None,
         clock: Clock | None = None,
         curve: CurveIdentity | None = None,
+        direct_peers: Iterable[str] = (),
     ) -> None:
         if not name or "/" in name or "@" in name:
             raise NodeError(f"bad node name {name!r}: must be non-empty, without '/' or '@'")
@@ -142,6 +146,9 @@ class Node:
         self.gateway_hwm = gateway_hwm
         self.data_dir = data_dir
         self.curve = curve
+        # The other processes of this broker: the actors of the gateway's loop send to
+        # them over direct links (actors.runtime.direct), never with CURVE
+        self.direct_peers = frozenset(direct_peers) - {name} if curve is None else frozenset()
         self._zap: Any = None
         self._keyless: set[str] = set()  # nodes without a CURVE key here, logged once each
         self.actors: dict[str, Actor] = {}
@@ -282,6 +289,17 @@ class Node:
             sock.close(linger=0)
             raise NodeError(f"node {address.node} has no reachable endpoint from {self.name}")
         return Link(sock, True, address.node, endpoint)
+
+    def _direct_link(self, sender: Actor, node: str) -> DirectLink | None:
+        """The direct link to ``node`` when ``sender`` runs in the gateway's loop and
+        ``node`` is another process of this broker; else None (ZeroMQ)."""
+        if node not in self.direct_peers:
+            return None
+        gateway = self.actors.get("_gateway")
+        if gateway is None or gateway._dead or gateway._owner is not sender._owner:
+            return None
+        assert isinstance(gateway, Gateway)
+        return gateway.direct_link(node)
 
     def _connect_out(self, address: Address) -> Link | None:
         if address.node == self.name:

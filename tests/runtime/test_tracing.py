@@ -6,12 +6,14 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+import pytest
 from click.testing import CliRunner
 
 from actors.cli import cli
 from actors.metadata.zk_server import free_port
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
+from actors.runtime.direct import DirectLink
 from actors.runtime.node import Directory, Node, NodeEndpoint
 from actors.trace.store import read_trace_dirs
 from tests.fixtures.waiting import wait_for
@@ -46,20 +48,32 @@ class Bouncer(Actor):
         return self.seen
 
 
-def test_trace_follows_a_chain_across_hosts_and_trace_show_prints_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("link", ["tcp", "direct"])
+def test_trace_follows_a_chain_across_hosts_and_trace_show_prints_it(tmp_path: Path,
+                                                                    link: str) -> None:
+    """tcp: two hosts; direct: two processes of one broker, whose worker loops (the
+    bouncers', with the gateways in them) talk over direct links (actors.runtime.direct)."""
+    direct = link == "direct"
+    ipc_dir = str(tmp_path / "ipc") if direct else ""
     directory = Directory({
-        "a": NodeEndpoint("127.0.0.2", free_port("127.0.0.2")),
-        "b": NodeEndpoint("127.0.0.3", free_port("127.0.0.3")),
+        "a": NodeEndpoint("127.0.0.2", 0 if direct else free_port("127.0.0.2"), ipc_dir),
+        "b": NodeEndpoint("127.0.0.3" if not direct else "127.0.0.2",
+                          0 if direct else free_port("127.0.0.3"), ipc_dir),
     })
-    a = Node("a", directory=directory, data_dir=tmp_path / "a", trace_sample_ratio=1.0).start()
-    b = Node("b", directory=directory, data_dir=tmp_path / "b", trace_sample_ratio=1.0).start()
+    a, b = (Node(n, directory=directory, data_dir=tmp_path / n, trace_sample_ratio=1.0,
+                 direct_peers=("a", "b") if direct else ()).start(gateway=False)
+            for n in ("a", "b"))
     try:
-        a.spawn(Bouncer, "bouncer")
-        b.spawn(Bouncer, "bouncer")
+        for node in (a, b):
+            node.spawn(Bouncer, "bouncer")
+            node.start_gateway(host="bouncer" if direct else None)
         a.tell(Address("a", "bouncer"), Hop(5), trace_id=777)
         a.tell(Address("a", "bouncer"), Hop(1), trace_id=888)  # a second, separate chain
         wait_for(lambda: a.ask(Address("a", "bouncer"), Count(), trace_id=0) == 4)
         wait_for(lambda: b.ask(Address("b", "bouncer"), Count(), trace_id=0) == 4)
+        if direct:
+            assert isinstance(a.actor("bouncer")._out_sockets[Address("b", "bouncer")],
+                              DirectLink)
     finally:
         a.shutdown()
         b.shutdown()

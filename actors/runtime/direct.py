@@ -1,0 +1,289 @@
+"""Direct links: Unix stream sockets between the worker loops of one broker's processes.
+
+The processes of one broker (``num.processes``) are runtime nodes of one host that
+trust each other. Between them a frame need not go through ZeroMQ: its ipc send
+wakes ZeroMQ's I/O thread on each side, which on a machine of few cores preempts
+the very loop that sent or is to receive the frame. A direct link is a plain Unix
+stream socket from the gateway's loop of one process to the gateway of another
+(``<ipc dir>/<node>.ux``), polled by the receiving loop as a descriptor.
+
+On the stream each frame is ``[u16 receiver name length][u32 frame length][u32
+trace legs length][receiver name][frame][legs]``: the parts a gateway takes from
+ZeroMQ, handed to the same dispatch (frame limit, dead letters, tracing legs).
+
+Sending never blocks the loop and never drops: what the socket does not take at
+once waits in the link, in order, and is written when the socket is writable
+again. A link whose peer is gone (the process died) keeps what it was given and
+connects again every ``RECONNECT_MS`` until the peer's gateway listens again (the
+supervisor restarted it), as a ZeroMQ link queues for a peer that is away; a frame
+the dead process had taken (in the socket, or half written) is lost with it, as
+with ZeroMQ. Only actors of the gateway's loop send this way (a link's buffer
+belongs to that thread); other threads keep their ZeroMQ links. Never used with
+CURVE (the frames are not authenticated) nor between nodes of a cluster.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import struct
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import zmq
+
+if TYPE_CHECKING:
+    from actors.runtime.actor import Actor
+
+HEAD = struct.Struct("<HII")
+HEAD_SIZE = HEAD.size
+RECONNECT_MS = 100
+READ_BYTES = 64 * 1024  # under malloc's mmap threshold: a read allocates from the heap
+SEND_PARTS = 64  # buffers per sendmsg when a backlog is written
+_POLLOUT = int(zmq.POLLOUT)
+_POLLIN = int(zmq.POLLIN)
+_GONE = (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ECONNREFUSED, errno.ENOENT)
+
+
+def direct_path(ipc_dir: str, node: str) -> Path:
+    """Where ``node``'s gateway takes direct links (next to its ZeroMQ ``.gw`` socket)."""
+    return Path(ipc_dir) / f"{node}.ux"
+
+
+def pack(target: bytes, frame: bytes, legs: bytes | None) -> bytes:
+    if legs is None:
+        return HEAD.pack(len(target), len(frame), 0) + target + frame
+    return b"".join((HEAD.pack(len(target), len(frame), len(legs)), target, frame, legs))
+
+
+class DirectLink:
+    """The stream from this loop to one peer process's gateway.
+
+    ``owner``: the actor (the gateway) whose loop watches the socket while a backlog
+    waits for room. ``remote``: for the senders, a link to another node (trace legs
+    ride along)."""
+
+    remote = True
+
+    def __init__(self, node: str, path: Path, owner: Actor) -> None:
+        self.node = node
+        self.path = path
+        self.owner = owner
+        self.sock: socket.socket | None = None
+        self.pending: deque[bytes | memoryview] = deque()
+        self.watching = False
+        self.closed = False
+        self.next_try_ns = 0
+        self.lost = 0  # frames the peer's death took (written, or half written, before)
+        self.connects = 0
+
+    def send(self, target: bytes, frame: bytes, legs: bytes | None) -> None:
+        data = pack(target, frame, legs)
+        if self.pending or self.sock is None:
+            self.pending.append(data)
+            if self.sock is None:
+                self.connect()
+            return
+        try:
+            sent = self.sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            if exc.errno not in _GONE:
+                raise
+            self.pending.append(data)  # never written: it goes once the peer is back
+            self._gone()
+            return
+        if sent < len(data):
+            self.pending.append(memoryview(data)[sent:] if sent else data)
+            self._watch()
+
+    def connect(self) -> bool:
+        """Connect if the peer listens (never waits); True when connected."""
+        if self.sock is not None:
+            return True
+        if self.closed:
+            return False
+        now = self.owner.clock.monotonic_ns()
+        if now < self.next_try_ns:
+            return False
+        self.next_try_ns = now + RECONNECT_MS * 1_000_000
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError as exc:  # no descriptor left (EMFILE): what waits, waits
+            self.owner.log.warning("direct link to {}: no socket ({}); trying again",
+                                   self.node, exc)
+            return False
+        sock.setblocking(False)
+        try:
+            sock.connect(str(self.path))
+        except OSError as exc:
+            sock.close()
+            if exc.errno in _GONE or exc.errno in (errno.EAGAIN, errno.ECONNABORTED):
+                return False  # not (yet, or again) listening, or its backlog full
+            raise
+        self.sock = sock
+        self.connects += 1
+        if self.connects > 1:
+            self.owner.log.info("direct link to {} connected again; {} frame(s) waited for it",
+                                self.node, len(self.pending))
+        if self.pending:
+            self.write_pending()
+        return True
+
+    def write_pending(self) -> None:
+        sock = self.sock
+        pending = self.pending
+        while pending and sock is not None:
+            parts = [pending[i] for i in range(min(len(pending), SEND_PARTS))]
+            try:
+                sent = sock.sendmsg(parts)
+            except BlockingIOError:
+                self._watch()
+                return
+            except OSError as exc:
+                if exc.errno not in _GONE:
+                    raise
+                self._gone()
+                return
+            while sent:
+                head = pending[0]
+                if sent >= len(head):
+                    sent -= len(head)
+                    pending.popleft()
+                else:
+                    pending[0] = memoryview(head)[sent:]
+                    sent = 0
+                    self._watch()
+                    return
+        self._unwatch()
+
+    def _watch(self) -> None:
+        if not self.watching and self.sock is not None:
+            self.watching = True
+            self.owner.watch_fd(self.sock.fileno(), self._on_writable, _POLLOUT)
+
+    def _unwatch(self) -> None:
+        if self.watching and self.sock is not None:
+            self.watching = False
+            self.owner.unwatch_fd(self.sock.fileno())
+
+    def _on_writable(self, _mask: int) -> None:
+        self.write_pending()
+
+    def _gone(self) -> None:
+        """The peer closed (its process died): drop the socket, keep what waits (but a
+        frame half written: the rest alone would be garbage to the next peer)."""
+        self._unwatch()
+        if self.pending and isinstance(self.pending[0], memoryview):
+            self.pending.popleft()
+            self.lost += 1
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        self.owner.log.warning("direct link to {} lost (its process gone); {} frame(s) wait "
+                               "for it to listen again", self.node, len(self.pending))
+        self.next_try_ns = 0
+        self.connect()
+
+    def close(self, linger_s: float = 1.0) -> None:
+        """Close, first writing what waits for up to ``linger_s`` (as a ZeroMQ link lingers
+        so that a live peer still gets what was sent)."""
+        self._unwatch()
+        self.closed = True
+        sock = self.sock
+        if sock is None:
+            return
+        self.sock = None
+        if self.pending and linger_s > 0:
+            sock.settimeout(linger_s)
+            try:
+                while self.pending:
+                    sock.sendall(self.pending[0])
+                    self.pending.popleft()
+            except OSError:
+                pass  # gone, or no room for that long: what is left is lost
+        sock.close()
+
+
+class DirectInbound:
+    """One accepted stream: reads it and hands each whole frame to ``deliver``."""
+
+    def __init__(self, sock: socket.socket, owner: Actor,
+                 deliver: Callable[[bytes, bytes, bytes | None], None],
+                 on_closed: Callable[[DirectInbound], None]) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.owner = owner
+        self.deliver = deliver
+        self.on_closed = on_closed
+        self.buf = bytearray()
+        owner.watch_fd(self.fd, self.on_readable, _POLLIN)
+
+    def on_readable(self, _mask: int) -> None:
+        try:
+            data = self.sock.recv(READ_BYTES)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.close()
+            return
+        if self.buf:  # the rest of a frame the last read ended in
+            self.buf += data
+            data = bytes(self.buf)
+        at = 0
+        end = len(data)
+        deliver = self.deliver
+        unpack = HEAD.unpack_from
+        while end - at >= HEAD_SIZE:
+            t_len, f_len, l_len = unpack(data, at)
+            start = at + HEAD_SIZE
+            stop = start + t_len + f_len + l_len
+            if stop > end:
+                break
+            f_at = start + t_len
+            l_at = f_at + f_len
+            deliver(data[start:f_at], data[f_at:l_at], data[l_at:stop] if l_len else None)
+            at = stop
+        if at < end:
+            self.buf = bytearray(data[at:])
+        elif self.buf:
+            self.buf = bytearray()
+
+    def close(self) -> None:
+        if self.fd < 0:
+            return
+        self.owner.unwatch_fd(self.fd)
+        self.sock.close()
+        self.fd = -1
+        self.on_closed(self)
+
+
+def listen(path: Path) -> socket.socket:
+    """The gateway's listening socket for direct links (a stale file replaced)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    sock.bind(str(path))
+    sock.listen(64)
+    return sock
+
+
+def accept_all(listener: socket.socket) -> list[socket.socket]:
+    accepted: list[socket.socket] = []
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return accepted
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ECONNABORTED):
+                return accepted
+            raise
+        conn.setblocking(False)
+        accepted.append(conn)

@@ -1,0 +1,106 @@
+"""Direct links between the worker loops of one broker's processes (actors.runtime.direct):
+order, a backlog the socket does not take at once, a peer that goes away and comes back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import zmq
+
+from actors.runtime.address import Address
+from actors.runtime.direct import DirectLink
+from actors.runtime.node import Directory, Node, NodeEndpoint
+from tests.fixtures.waiting import wait_for
+from tests.runtime.node_actors import AdvisorySender, GetState, OrderChecker, Sender, SendSeq
+
+
+@pytest.fixture
+def nodes() -> Iterator[list[Node]]:
+    created: list[Node] = []
+    yield created
+    for node in created:
+        node.shutdown(timeout=5)
+
+
+def loop_node(name: str, directory: Directory, actor: type, actor_name: str,
+              direct: bool = True) -> Node:
+    """A node whose gateway runs in ``actor_name``'s loop (actor.threads = single)."""
+    node = Node(name, directory=directory, direct_peers=directory.nodes if direct else ())
+    node.start(gateway=False)
+    node.spawn(actor, actor_name)
+    node.start_gateway(host=actor_name)
+    return node
+
+
+def two_nodes(tmp_path: Path) -> Directory:
+    ipc_dir = str(tmp_path / "ipc")
+    return Directory({"a": NodeEndpoint("127.0.0.1", 0, ipc_dir),
+                      "b": NodeEndpoint("127.0.0.1", 0, ipc_dir)})
+
+
+def checker_state(node: Node, count: int) -> dict:
+    return wait_for(lambda: (st := node.ask(Address(node.name, "checker"), GetState()))["count"]
+                    == count and st, timeout=60)
+
+
+@pytest.mark.parametrize("sender", [Sender, AdvisorySender])
+def test_frames_cross_a_direct_link_in_order(nodes: list[Node], tmp_path: Path,
+                                             sender: type) -> None:
+    """Sender: batches of 256 messages a frame; AdvisorySender: a frame each, 40,000 of
+    them in one handler, far more than the socket's buffer takes at once (the rest waits
+    in the link, written as the receiver reads)."""
+    directory = two_nodes(tmp_path)
+    a = loop_node("a", directory, OrderChecker, "checker")
+    nodes.append(a)
+    b = loop_node("b", directory, sender, "sender")
+    nodes.append(b)
+    assert b.ask(Address("b", "sender"), SendSeq(40_000, "a", "checker"), timeout=30) == 40_000
+    state = checker_state(a, 40_000)
+    assert state["out_of_order"] == 0 and state["last"] == {"sender": 39_999}
+    link = b.actor("sender")._out_sockets[Address("a", "checker")]
+    assert isinstance(link, DirectLink) and link.connects == 1 and not link.pending
+    gateway = a.actor("_gateway")
+    assert "checker" in gateway._local and len(gateway._inbound) == 1
+    assert not gateway._in[0].getsockopt(zmq.EVENTS) & zmq.POLLIN  # nothing over ZeroMQ
+    assert sum(a.dead_letters.by_reason().values()) == 0
+
+
+def test_a_peer_that_goes_away_gets_what_was_sent_meanwhile_once_back(
+        nodes: list[Node], tmp_path: Path) -> None:
+    """As a ZeroMQ link queues for a peer that is away: what is sent while the receiving
+    node is down waits in the link and reaches the node started again under its name."""
+    directory = two_nodes(tmp_path)
+    a = loop_node("a", directory, OrderChecker, "checker")
+    b = loop_node("b", directory, Sender, "sender")
+    nodes.append(b)
+    sender = Address("b", "sender")
+    assert b.ask(sender, SendSeq(1000, "a", "checker")) == 1000
+    checker_state(a, 1000)
+    a.shutdown(timeout=5)
+    assert not (tmp_path / "ipc" / "a.ux").exists()
+    # the first send after the peer left finds the socket closed; the later ones wait
+    assert b.ask(sender, SendSeq(3000, "a", "checker")) == 3000
+    link = b.actor("sender")._out_sockets[Address("a", "checker")]
+    assert isinstance(link, DirectLink) and link.sock is None and link.pending
+    a2 = loop_node("a", directory, OrderChecker, "checker")
+    nodes.append(a2)
+    state = checker_state(a2, 3000)
+    assert state["out_of_order"] == 0 and state["last"] == {"sender": 2999}
+    assert wait_for(lambda: link.connects == 2 and not link.pending)
+    assert b.ask(sender, SendSeq(10, "a", "checker")) == 10
+    assert checker_state(a2, 3010)["out_of_order"] == 1  # the new run from 0
+
+
+def test_without_direct_peers_the_nodes_use_zeromq(nodes: list[Node], tmp_path: Path) -> None:
+    directory = two_nodes(tmp_path)
+    a = loop_node("a", directory, OrderChecker, "checker", direct=False)
+    nodes.append(a)
+    b = loop_node("b", directory, Sender, "sender", direct=False)
+    nodes.append(b)
+    assert b.ask(Address("b", "sender"), SendSeq(500, "a", "checker")) == 500
+    assert checker_state(a, 500)["out_of_order"] == 0
+    link = b.actor("sender")._out_sockets[Address("a", "checker")]
+    assert not isinstance(link, DirectLink)
+    assert not (tmp_path / "ipc" / "a.ux").exists()

@@ -260,17 +260,18 @@ static PyObject *write_batch(PyObject *Py_UNUSED(self), PyObject *const *args, P
         Py_BEGIN_ALLOW_THREADS
         written = writev(fd, iov, 2);
         err = errno;
-        Py_END_ALLOW_THREADS
-    } while (written < 0 && err == EINTR && !PyErr_CheckSignals());
-    if (have_index) {
-        if (written == view.len) {
+        /* The entry is stored without the GIL too: the export keeps the mapping, and
+         * the store may fault (a page cleaned by writeback is write-protected again),
+         * which should not stop the other threads. */
+        if (have_index && written == view.len) {
             unsigned char *entry = (unsigned char *)index.buf + slot;
             uint32_t r = (uint32_t)relative_offset, q = (uint32_t)position;
             for (int i = 0; i < 4; i++) entry[i] = (unsigned char)(r >> (24 - 8 * i));
             for (int i = 0; i < 4; i++) entry[4 + i] = (unsigned char)(q >> (24 - 8 * i));
         }
-        PyBuffer_Release(&index);
-    }
+        Py_END_ALLOW_THREADS
+    } while (written < 0 && err == EINTR && !PyErr_CheckSignals());
+    if (have_index) PyBuffer_Release(&index);
     PyBuffer_Release(&view);
     if (written < 0) {
         if (!PyErr_Occurred()) {

@@ -8,10 +8,14 @@
  *       The 13 header fields of the buffer if it is exactly one valid client
  *       batch (length, magic 2, offset range and record count, no control
  *       bit, producer and transaction rules, CRC-32C), else None.
- *   write_batch(fd, buffer, base_offset, batch_length, leader_epoch) -> int
+ *   write_batch(fd, buffer, base_offset, batch_length, leader_epoch
+ *               [, index, slot, relative_offset, position]) -> int
  *       One writev of the batch with its first 17 bytes replaced by base
  *       offset, batch length, leader epoch and magic 2: the bytes written
- *       (maybe fewer than all), or OSError.
+ *       (maybe fewer than all), or OSError. With an index (a writable buffer,
+ *       the active segment's mapped offset index), once the whole batch is
+ *       written the entry (relative offset, position) goes at byte ``slot``
+ *       of it, as OffsetIndex.entry packs it; not after a short write.
  *
  * CRC-32C (Castagnoli, reflected, as Kafka's): on x86-64 with SSE4.2 three
  * independent crc32 instruction streams over adjacent blocks, joined by
@@ -33,6 +37,12 @@
 #define CONTROL_BIT 0x20
 #define POLY 0x82F63B78u /* CRC-32C, reflected */
 #define BLOCK 512        /* bytes per stream per round of the three-stream loop */
+/* A batch handed to a leader append is usually out of the L1/L2 caches (the
+ * kernel's copy of the previous writes pushed it out): waiting on each line
+ * bounds the CRC, several times the cost of the same bytes cached. The loop asks
+ * for each stream's lines two rounds before it reads them (a prefetch never
+ * faults, so past the end is harmless). */
+#define PREFETCH_AHEAD (2 * 3 * BLOCK)
 
 static uint32_t byte_table[256];
 /* shift_table[k][b]: the CRC register b << 8k advanced over BLOCK zero bytes. */
@@ -75,6 +85,11 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t reg, const uns
         const unsigned char *q = p + BLOCK, *s = p + 2 * BLOCK;
         for (size_t i = 0; i < BLOCK; i += 8) {
             uint64_t a, b, c;
+            if ((i & 63) == 0) { /* a cache line each: ask for it two rounds early */
+                __builtin_prefetch(p + i + PREFETCH_AHEAD);
+                __builtin_prefetch(q + i + PREFETCH_AHEAD);
+                __builtin_prefetch(s + i + PREFETCH_AHEAD);
+            }
             memcpy(&a, p + i, 8);
             memcpy(&b, q + i, 8);
             memcpy(&c, s + i, 8);
@@ -171,9 +186,10 @@ none:
 }
 
 static PyObject *write_batch(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5) {
+    if (nargs < 5 || nargs > 9) {
         PyErr_SetString(PyExc_TypeError,
-                        "write_batch(fd, buffer, base_offset, batch_length, leader_epoch)");
+                        "write_batch(fd, buffer, base_offset, batch_length, leader_epoch"
+                        "[, index, slot, relative_offset, position])");
         return NULL;
     }
     /* An int, as os.writev takes it: a bad descriptor is the system call's EBADF. */
@@ -195,10 +211,37 @@ static PyObject *write_batch(PyObject *Py_UNUSED(self), PyObject *const *args, P
         PyErr_SetString(PyExc_OverflowError, "batch_length or leader_epoch out of int32 range");
         return NULL;
     }
+    /* The index entry's arguments are all checked before anything is written. */
+    Py_buffer index = {0};
+    int have_index = nargs > 5 && args[5] != Py_None;
+    long long entry_args[3] = {0, 0, 0}; /* slot, relative_offset, position; 0 if left out */
+    for (Py_ssize_t i = 6; have_index && i < nargs; i++) {
+        entry_args[i - 6] = PyLong_AsLongLong(args[i]);
+        if (entry_args[i - 6] == -1 && PyErr_Occurred()) return NULL;
+    }
+    long long slot = entry_args[0], relative_offset = entry_args[1], position = entry_args[2];
+    if (have_index) {
+        if (relative_offset < INT32_MIN || relative_offset > INT32_MAX || position < INT32_MIN
+            || position > INT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError,
+                            "relative_offset or position out of int32 range");
+            return NULL;
+        }
+        if (PyObject_GetBuffer(args[5], &index, PyBUF_WRITABLE) < 0) return NULL;
+        if (slot < 0 || slot > (long long)index.len - 8) {
+            PyBuffer_Release(&index);
+            PyErr_SetString(PyExc_ValueError, "index slot outside the index buffer");
+            return NULL;
+        }
+    }
     Py_buffer view;
-    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0) {
+        if (have_index) PyBuffer_Release(&index);
+        return NULL;
+    }
     if (view.len < 17) {
         PyBuffer_Release(&view);
+        if (have_index) PyBuffer_Release(&index);
         PyErr_SetString(PyExc_ValueError, "not a record batch: shorter than 17 bytes");
         return NULL;
     }
@@ -217,8 +260,18 @@ static PyObject *write_batch(PyObject *Py_UNUSED(self), PyObject *const *args, P
         Py_BEGIN_ALLOW_THREADS
         written = writev(fd, iov, 2);
         err = errno;
+        /* The entry is stored without the GIL too: the export keeps the mapping, and
+         * the store may fault (a page cleaned by writeback is write-protected again),
+         * which should not stop the other threads. */
+        if (have_index && written == view.len) {
+            unsigned char *entry = (unsigned char *)index.buf + slot;
+            uint32_t r = (uint32_t)relative_offset, q = (uint32_t)position;
+            for (int i = 0; i < 4; i++) entry[i] = (unsigned char)(r >> (24 - 8 * i));
+            for (int i = 0; i < 4; i++) entry[4 + i] = (unsigned char)(q >> (24 - 8 * i));
+        }
         Py_END_ALLOW_THREADS
     } while (written < 0 && err == EINTR && !PyErr_CheckSignals());
+    if (have_index) PyBuffer_Release(&index);
     PyBuffer_Release(&view);
     if (written < 0) {
         if (!PyErr_Occurred()) {

@@ -12,7 +12,12 @@ and raises the exact refusal; it never means the batch is bad.
 ``write_batch(fd, records, base_offset, batch_length, leader_epoch)``: one writev
 of the batch with its first 17 bytes (base offset, batch length, leader epoch,
 magic) replaced, the client's bytes after them untouched (not copied); returns
-the bytes written, which may be fewer than all on a regular file.
+the bytes written, which may be fewer than all on a regular file. With four
+more arguments, ``index, slot, relative_offset, position``, it also puts the
+offset index entry (relative offset, position; OffsetIndex.entry) at byte
+``slot`` of ``index`` (the active segment's writable mapping) once the whole
+batch is written, not after a short write: one call instead of a second one
+for the entry (``Struct.pack_into`` on the mapping, ~0.25 µs a call).
 
 Why C: per 16 KiB append in ``bench log`` (cache-cold, as there), the raw
 ``os.write`` takes ~12.2 µs; check + CRC + patched writev add ~1.7 µs in C, and
@@ -26,7 +31,9 @@ C so the check needs no Python call. Build in a work tree with
 
 from __future__ import annotations
 
+import mmap
 import os
+import struct
 from collections.abc import Callable
 from types import ModuleType
 
@@ -45,6 +52,8 @@ from actors.core.record_batch import (
 
 _unpack_header = HEADER.unpack_from
 _pack_head = HEAD_TO_MAGIC.pack
+_pack_index_entry = struct.Struct(">ii").pack_into  # OffsetIndex.entry
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _crc32c = crc32c.crc32c
 _writev = os.writev
 
@@ -67,12 +76,26 @@ def single_batch_py(records: bytes | bytearray | memoryview) -> tuple[int, ...] 
 
 
 def write_batch_py(fd: int, records: bytes | bytearray | memoryview, base_offset: int,
-                   batch_length: int, leader_epoch: int) -> int:
+                   batch_length: int, leader_epoch: int,
+                   index: bytearray | memoryview | mmap.mmap | None = None, slot: int = 0,
+                   relative_offset: int = 0, position: int = 0) -> int:
     """write_batch in Python (see the module docstring)."""
+    if index is not None:  # checked before anything is written, as the C twin does
+        if not (_INT32_MIN <= relative_offset <= _INT32_MAX
+                and _INT32_MIN <= position <= _INT32_MAX):
+            raise OverflowError("relative_offset or position out of int32 range")
+        with memoryview(index) as target:
+            if target.readonly:
+                raise BufferError("Object is not writable.")
+            if not 0 <= slot <= target.nbytes - 8:
+                raise ValueError("index slot outside the index buffer")
     if len(records) < 17:
         raise ValueError("not a record batch: shorter than 17 bytes")
-    return _writev(fd, (_pack_head(base_offset, batch_length, leader_epoch, CURRENT_MAGIC),
-                        memoryview(records)[17:]))
+    written = _writev(fd, (_pack_head(base_offset, batch_length, leader_epoch, CURRENT_MAGIC),
+                           memoryview(records)[17:]))
+    if index is not None and written == len(records):
+        _pack_index_entry(index, slot, relative_offset, position)
+    return written
 
 
 _compiled: ModuleType | None
@@ -83,7 +106,8 @@ except ImportError:  # not built (no compiler where it was installed): the Pytho
 
 COMPILED: bool = _compiled is not None
 single_batch: Callable[[bytes | bytearray | memoryview], tuple[int, ...] | None]
-write_batch: Callable[[int, bytes | bytearray | memoryview, int, int, int], int]
+write_batch: Callable[..., int]  # (fd, records, base_offset, batch_length, leader_epoch
+#                                    [, index, slot, relative_offset, position])
 if _compiled is not None:
     single_batch = _compiled.single_batch
     write_batch = _compiled.write_batch

@@ -14,6 +14,7 @@ the fast path really runs there.
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from pathlib import Path
@@ -24,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from actors.core import batch_fast, log_segment, partition_log
+from actors.core.log_index import OffsetIndex
 from actors.core.partition_log import LogConfig, PartitionLog
 from actors.core.record_batch import build_batch
 
@@ -149,6 +151,73 @@ def test_write_batch_agrees(tmp_path: Path, batch: bytes, base_offset: int,
 
 
 @needs_c
+@SETTINGS
+@given(client_batches(), INT64, INT32, st.integers(0, 15), INT32, INT32,
+       st.sampled_from(["bytearray", "mmap"]))
+def test_write_batch_with_index_entry_agrees(tmp_path: Path, batch: bytes, base_offset: int,
+                                             leader_epoch: int, slot: int, relative: int,
+                                             position: int, kind: str) -> None:
+    """With an index, the same file bytes and the entry at the slot, as OffsetIndex packs it."""
+    files = []
+    indexes = []
+    for name, write in (("c", compiled.write_batch), ("py", batch_fast.write_batch_py)):
+        path = tmp_path / name
+        index: bytearray | mmap.mmap = bytearray(b"\xaa" * 128) if kind == "bytearray" \
+            else mmap.mmap(-1, 128)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        try:
+            length = len(batch) - 12
+            assert write(fd, batch, base_offset, length, leader_epoch, index, slot * 8,
+                         relative, position) == len(batch)
+            assert write(fd, batch, base_offset, length, leader_epoch, None, 0, 0, 0) \
+                == len(batch)
+        finally:
+            os.close(fd)
+        files.append(path.read_bytes())
+        indexes.append(bytes(index))
+    assert files[0] == files[1]
+    assert indexes[0] == indexes[1]
+    assert indexes[0][slot * 8:slot * 8 + 8] == OffsetIndex.entry.pack(relative, position)
+    untouched = 0xAA if kind == "bytearray" else 0
+    assert set(indexes[0][:slot * 8] + indexes[0][slot * 8 + 8:]) <= {untouched}
+
+
+@needs_c
+@pytest.mark.parametrize("bad", ["slot_negative", "slot_past_end", "relative", "position",
+                                 "read_only", "short_batch"])
+def test_write_batch_refuses_a_bad_index_entry_before_writing(tmp_path: Path, bad: str) -> None:
+    """A bad entry argument is refused with nothing written, by both, the same way."""
+    batch = build_batch([b"v"], timestamps_ms=[1])
+    args: dict[str, object] = {"index": bytearray(64), "slot": 8, "relative": 1, "position": 2}
+    records: bytes = batch
+    if bad == "slot_negative":
+        args["slot"] = -8
+    elif bad == "slot_past_end":
+        args["slot"] = 57
+    elif bad == "relative":
+        args["relative"] = 2**31
+    elif bad == "position":
+        args["position"] = -(2**31) - 1
+    elif bad == "read_only":
+        args["index"] = bytes(64)
+    else:
+        records = batch[:16]
+    outcomes = []
+    for name, write in (("c", compiled.write_batch), ("py", batch_fast.write_batch_py)):
+        fd = os.open(tmp_path / name, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            with pytest.raises((OverflowError, ValueError, BufferError)) as raised:
+                write(fd, records, 0, len(batch) - 12, 0, args["index"], args["slot"],
+                      args["relative"], args["position"])
+        finally:
+            os.close(fd)
+        outcomes.append(raised.type)
+        assert os.path.getsize(tmp_path / name) == 0
+        assert args["index"] in (bytes(64), bytearray(64))  # no entry either
+    assert outcomes[0] is outcomes[1]
+
+
+@needs_c
 @pytest.mark.parametrize("args", [
     (10, 2**63, 100, 0), (10, 0, 2**31, 0), (10, 0, 100, 2**31), (10, 0, 100, -(2**31) - 1)])
 def test_write_batch_refuses_out_of_range_fields(tmp_path: Path,
@@ -216,3 +285,39 @@ def test_compiled_where_required() -> None:
         "(deploy/install.sh does), then pip install -e .")
     assert batch_fast.single_batch is compiled.single_batch
     assert batch_fast.write_batch is compiled.write_batch
+
+
+@pytest.mark.parametrize("impl", ["c", "py"])
+def test_a_short_write_still_gets_its_index_entry(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  impl: str) -> None:
+    """write_batch leaves the index entry to a whole write: after a short one (a regular
+    file may take fewer bytes) the segment writes the rest and the entry itself, so the
+    files are those of appends that wrote at once."""
+    if impl == "c" and compiled is None:
+        pytest.skip("the C module is not built here")
+    write = compiled.write_batch if impl == "c" else batch_fast.write_batch_py
+    batches = [build_batch([os.urandom(3000) for _ in range(3)], timestamps_ms=[5, 6, 7])
+               for _ in range(4)]
+
+    def short(fd: int, records: bytes, base_offset: int, batch_length: int, leader_epoch: int,
+              *entry: object) -> int:
+        head = struct.pack(">qiib", base_offset, batch_length, leader_epoch, 2)
+        return os.write(fd, (head + bytes(records[17:]))[:len(records) // 2])
+
+    files = []
+    for name, writer in (("whole", write), ("short", short)):
+        monkeypatch.setattr(log_segment, "write_batch", writer)
+        log = PartitionLog.open(tmp_path / name / "t-0", "t", 0,
+                                LogConfig(index_interval_bytes=1), 0)
+        log.assign_epoch_start_offset(0, 0)
+        for batch in batches:
+            log.append_as_leader(batch, 0, 0)
+        assert log.segments[-1].offset_index.entries == len(batches)
+        assert [log.read(offset, 1).records[:8] for offset in (0, 3, 6, 9)] == [
+            struct.pack(">q", offset) for offset in (0, 3, 6, 9)]
+        log.flush(0)
+        files.append({p.name: p.read_bytes() for p in sorted((tmp_path / name / "t-0").iterdir())
+                      if p.suffix in (".log", ".index", ".timeindex")})
+        log.close()
+    assert files[0] == files[1]

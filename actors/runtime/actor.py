@@ -174,6 +174,10 @@ class Actor(PykkaActor):
         # Whether on_turn does anything: the loop skips the call for actors that keep
         # the base class's (a call per actor per turn is a share of a small request).
         self._has_turn = type(self).on_turn is not Actor.on_turn
+        # Likewise poll_timeout_ms, asked of every member before each poll.
+        self._has_timeout = type(self).poll_timeout_ms is not Actor.poll_timeout_ms
+        # Senders' addresses by (node, name): one per sender, not one built per frame.
+        self._senders: dict[tuple[str, str], Address] = {}
         size = kwargs.pop("mailbox_size", None)
         self._mailbox_size = self.mailbox_size if size is None else size  # 0: unbounded
 
@@ -259,8 +263,12 @@ class Actor(PykkaActor):
         self.tell(self.current_sender, msg)
 
     def flush(self) -> None:
-        while self._out:  # on_refused may tell again
-            for address in list(self._out):
+        out = self._out
+        while out:  # on_refused may tell again
+            if len(out) == 1:  # the common case: one receiver this turn
+                self._flush_one(next(iter(out)))
+                continue
+            for address in list(out):
                 self._flush_one(address)
 
     def _flush_one(self, address: Address) -> None:
@@ -304,8 +312,15 @@ class Actor(PykkaActor):
                     f"actor {address} stopped", len(entries), sender=str(self.address))
                 return
             peer._local_in.append((self.node.name, self.name, entries))
-            self.sent_local += len(entries)
-            self._count_enqueued(address.name, len(entries))
+            count = len(entries)
+            self.sent_local += count
+            # _count_enqueued, inline: every hop between actors of one loop comes here
+            counts = self._enqueue_counts
+            key = self._enqueue_keys.get(address.name)
+            if counts is None or key is None:
+                self._count_enqueued(address.name, count)
+            else:
+                counts[key] += count
             return
         frames, refused = _encode_frames(self.node.name, self.name, address.name, entries,
                                          self._max_frame)
@@ -448,6 +463,8 @@ class Actor(PykkaActor):
         for m in self._members:
             if m._stopping or m._local_in or m._to_self:
                 return 0
+            if not m._has_timeout:
+                continue
             t = m.poll_timeout_ms()
             if t is not None and (timeout is None or t < timeout):
                 timeout = t
@@ -486,7 +503,10 @@ class Actor(PykkaActor):
                 if m._local_in or m._to_self:
                     m._drain_local()
                 if m._has_turn:
-                    m._run_guarded(m.on_turn)
+                    try:  # _run_guarded, inline: every member, every turn
+                        m.on_turn()
+                    except Exception as exc:
+                        m._crashed(exc, None)
                 if m._local_in or m._to_self:
                     m._drain_local()
                 if m._out:
@@ -506,7 +526,10 @@ class Actor(PykkaActor):
                         continue
                     m._drain_local()
                     if m._has_turn:
-                        m._run_guarded(m.on_turn)
+                        try:
+                            m.on_turn()
+                        except Exception as exc:
+                            m._crashed(exc, None)
                     if m._local_in or m._to_self:
                         m._drain_local()
                     if m._out:
@@ -561,7 +584,12 @@ class Actor(PykkaActor):
             self._owner._mailbox_backlog.append(self)
 
     def _dispatch_entries(self, s_node: str, s_name: str, entries: list[Any]) -> None:
-        sender = Address(s_node, s_name)
+        senders = self._senders
+        sender = senders.get((s_node, s_name))
+        if sender is None:
+            if len(senders) >= 4096:  # bounded: other nodes' actors come and go
+                senders.clear()
+            sender = senders[(s_node, s_name)] = Address(s_node, s_name)
         self.current_sender = sender
         if s_node == self.node.name and s_name != self.name and s_name in self.node.actors:
             self.messages_dequeued += len(entries)

@@ -263,12 +263,8 @@ class Actor(PykkaActor):
         self.tell(self.current_sender, msg)
 
     def flush(self) -> None:
-        out = self._out
-        while out:  # on_refused may tell again
-            if len(out) == 1:  # the common case: one receiver this turn
-                self._flush_one(next(iter(out)))
-                continue
-            for address in list(out):
+        while self._out:  # on_refused may tell again
+            for address in list(self._out):
                 self._flush_one(address)
 
     def _flush_one(self, address: Address) -> None:

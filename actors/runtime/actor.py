@@ -162,6 +162,7 @@ class Actor(PykkaActor):
         self._enqueue_keys: dict[str, str] = {}
         self._enqueue_counts: Counter[str] | None = None  # this thread's, once it sends
         self._stopping = False
+        self._members_stopping = False  # owner: whether any member began to stop
         # actor_stopped, as a plain attribute: Event.is_set is a Python call, and the
         # dispatch loop looks at it for every message
         self._dead = False
@@ -470,7 +471,7 @@ class Actor(PykkaActor):
         poll = self._poller.poll
         routes = self._routes
         members = self._members
-        while not self.actor_stopped.is_set():
+        while not self._dead:  # actor_stopped, without a Python call a turn
             try:
                 events = poll(self._next_timeout())
             except zmq.ZMQError as exc:
@@ -530,9 +531,11 @@ class Actor(PykkaActor):
                         m._drain_local()
                     if m._out:
                         m.flush()
-            for m in list(members):
-                if m._stopping and not m._local_in and not m._to_self and not m.mailbox_pending():
-                    m._finish_stop()
+            if self._members_stopping:
+                for m in list(members):
+                    if (m._stopping and not m._local_in and not m._to_self
+                            and not m.mailbox_pending()):
+                        m._finish_stop()
 
     def _drain_local(self) -> None:
         """Frames from actors of this loop (and from other nodes, through a gateway in this
@@ -690,6 +693,7 @@ class Actor(PykkaActor):
     def _begin_stop(self, reply_to: Any) -> None:
         """Finish what is in the mailbox, then stop (see Node.shutdown for the order)."""
         self._stopping = True
+        self._owner._members_stopping = True
         self._stop_waiters = getattr(self, "_stop_waiters", [])
         if reply_to is not None:
             self._stop_waiters.append(reply_to)

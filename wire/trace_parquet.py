@@ -336,8 +336,11 @@ class SegmentWriter:
         to ``n``, each part a sequence of values, a :class:`Pick` (one field of
         some rows) or a :class:`Repeat` (one value ``times`` times, encoded
         without a per-row step). ``pause`` runs between
-        columns, and also every ``pause_rows`` rows of a ``Pick`` when that is
-        not 0 (the node's writer lets the actors have the GIL there).
+        columns once ``pause_rows`` values were encoded since the last pause (between
+        every two columns when that is 0), and also every ``pause_rows`` rows of a
+        ``Pick`` when it is not 0 (the node's writer lets the actors have the GIL
+        there). A small row group is written without a pause: each one hands the GIL
+        over twice, for columns of a few microseconds.
         """
         assert not self.closed
         # Each batch of rows picked from is turned into columns once (by identity).
@@ -350,11 +353,14 @@ class SegmentWriter:
         parts: list[bytes] = []
         chunks: list[_Chunk] = []
         pos = start
+        since_pause = 0  # values encoded since the last pause
         for i, ((name, ftype), col) in enumerate(zip(self.field_types, columns, strict=True)):
             names = self._names[i]
             chunk_start = pos
-            if pause is not None and i:
+            if pause is not None and i and since_pause >= pause_rows:
                 pause()
+                since_pause = 0
+            since_pause += n
             if names is None:
                 code = _WRITE_CODE[ftype]
                 arr = array(code)

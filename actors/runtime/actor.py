@@ -163,6 +163,7 @@ class Actor(PykkaActor):
         self._enqueue_keys: dict[str, str] = {}
         self._enqueue_counts: Counter[str] | None = None  # this thread's, once it sends
         self._stopping = False
+        self._members_stopping = False  # owner: whether any member began to stop
         # actor_stopped, as a plain attribute: Event.is_set is a Python call, and the
         # dispatch loop looks at it for every message
         self._dead = False
@@ -175,6 +176,10 @@ class Actor(PykkaActor):
         # Whether on_turn does anything: the loop skips the call for actors that keep
         # the base class's (a call per actor per turn is a share of a small request).
         self._has_turn = type(self).on_turn is not Actor.on_turn
+        # Likewise poll_timeout_ms, asked of every member before each poll.
+        self._has_timeout = type(self).poll_timeout_ms is not Actor.poll_timeout_ms
+        # Senders' addresses by (node, name): one per sender, not one built per frame.
+        self._senders: dict[tuple[str, str], Address] = {}
         size = kwargs.pop("mailbox_size", None)
         self._mailbox_size = self.mailbox_size if size is None else size  # 0: unbounded
 
@@ -316,8 +321,15 @@ class Actor(PykkaActor):
                     f"actor {address} stopped", len(entries), sender=str(self.address))
                 return
             peer._local_in.append((self.node.name, self.name, entries))
-            self.sent_local += len(entries)
-            self._count_enqueued(address.name, len(entries))
+            count = len(entries)
+            self.sent_local += count
+            # _count_enqueued, inline: every hop between actors of one loop comes here
+            counts = self._enqueue_counts
+            key = self._enqueue_keys.get(address.name)
+            if counts is None or key is None:
+                self._count_enqueued(address.name, count)
+            else:
+                counts[key] += count
             return
         frames, refused = _encode_frames(self.node.name, self.name, address.name, entries,
                                          self._max_frame)
@@ -478,6 +490,8 @@ class Actor(PykkaActor):
         for m in self._members:
             if m._stopping or m._local_in or m._to_self:
                 return 0
+            if not m._has_timeout:
+                continue
             t = m.poll_timeout_ms()
             if t is not None and (timeout is None or t < timeout):
                 timeout = t
@@ -487,7 +501,7 @@ class Actor(PykkaActor):
         poll = self._poller.poll
         routes = self._routes
         members = self._members
-        while not self.actor_stopped.is_set():
+        while not self._dead:  # actor_stopped, without a Python call a turn
             try:
                 events = poll(self._next_timeout())
             except zmq.ZMQError as exc:
@@ -516,7 +530,10 @@ class Actor(PykkaActor):
                 if m._local_in or m._to_self:
                     m._drain_local()
                 if m._has_turn:
-                    m._run_guarded(m.on_turn)
+                    try:  # _run_guarded, inline: every member, every turn
+                        m.on_turn()
+                    except Exception as exc:
+                        m._crashed(exc, None)
                 if m._local_in or m._to_self:
                     m._drain_local()
                 if m._out:
@@ -536,14 +553,19 @@ class Actor(PykkaActor):
                         continue
                     m._drain_local()
                     if m._has_turn:
-                        m._run_guarded(m.on_turn)
+                        try:
+                            m.on_turn()
+                        except Exception as exc:
+                            m._crashed(exc, None)
                     if m._local_in or m._to_self:
                         m._drain_local()
                     if m._out:
                         m.flush()
-            for m in list(members):
-                if m._stopping and not m._local_in and not m._to_self and not m.mailbox_pending():
-                    m._finish_stop()
+            if self._members_stopping:
+                for m in list(members):
+                    if (m._stopping and not m._local_in and not m._to_self
+                            and not m.mailbox_pending()):
+                        m._finish_stop()
 
     def _drain_local(self) -> None:
         """Frames from actors of this loop (and from other nodes, through a gateway in this
@@ -591,7 +613,12 @@ class Actor(PykkaActor):
             self._owner._mailbox_backlog.append(self)
 
     def _dispatch_entries(self, s_node: str, s_name: str, entries: list[Any]) -> None:
-        sender = Address(s_node, s_name)
+        senders = self._senders
+        sender = senders.get((s_node, s_name))
+        if sender is None:
+            if len(senders) >= 4096:  # bounded: other nodes' actors come and go
+                senders.clear()
+            sender = senders[(s_node, s_name)] = Address(s_node, s_name)
         self.current_sender = sender
         if s_node == self.node.name and s_name != self.name and s_name in self.node.actors:
             self.messages_dequeued += len(entries)
@@ -696,6 +723,7 @@ class Actor(PykkaActor):
     def _begin_stop(self, reply_to: Any) -> None:
         """Finish what is in the mailbox, then stop (see Node.shutdown for the order)."""
         self._stopping = True
+        self._owner._members_stopping = True
         self._stop_waiters = getattr(self, "_stop_waiters", [])
         if reply_to is not None:
             self._stop_waiters.append(reply_to)

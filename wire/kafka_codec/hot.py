@@ -269,14 +269,14 @@ def _decode_produce(data: Any, pos: int, size: int, version: int) -> ProduceRequ
                     raise _Truncated
                 records = bytes(data[pos:end])
                 pos = end
-            if flexible:
-                pos = _skip_tags(data, pos, size)
+            if flexible:  # _skip_tags, its common case inline: no tagged fields
+                pos = pos + 1 if data[pos] == 0 else _skip_tags(data, pos, size)
             partitions.append(PartitionProduceData(index, records))
         if flexible:
-            pos = _skip_tags(data, pos, size)
+            pos = pos + 1 if data[pos] == 0 else _skip_tags(data, pos, size)
         topics.append(TopicProduceData(name, partitions))
     if flexible:
-        pos = _skip_tags(data, pos, size)
+        pos = pos + 1 if data[pos] == 0 else _skip_tags(data, pos, size)
     if pos > size:
         raise _Truncated
     return ProduceRequestData(version, transactional_id, acks, timeout_ms, topics)

@@ -871,7 +871,8 @@ class Broker:
         ipc_dir = Path(node.endpoint.ipc_dir)
         try:
             remove_process_locks(str(ipc_dir), node.name)
-            (ipc_dir / f"{node.name}.gw").unlink(missing_ok=True)
+            for suffix in (".gw", ".ux"):  # ZeroMQ's and the direct links'
+                (ipc_dir / f"{node.name}{suffix}").unlink(missing_ok=True)
             ipc_dir.rmdir()
         except OSError:
             pass

@@ -425,7 +425,8 @@ def run_process(spec: dict[str, Any]) -> int:
     for sock in sockets:
         sock.close()
     try:
-        (Path(spec["ipc_dir"]) / f"{name}.gw").unlink(missing_ok=True)
+        for suffix in (".gw", ".ux"):  # ZeroMQ's and the direct links' (a gateway not
+            (Path(spec["ipc_dir"]) / f"{name}{suffix}").unlink(missing_ok=True)  # stopped)
     except OSError:
         pass
     os.close(lock)  # the logs are closed

@@ -78,6 +78,7 @@ class DirectLink:
         self.next_try_ns = 0
         self.lost = 0  # frames the peer's death took (written, or half written, before)
         self.connects = 0
+        self.warned: set[int | None] = set()  # connect errnos logged once
 
     def send(self, target: bytes, frame: bytes, legs: bytes | None) -> None:
         data = pack(target, frame, legs)
@@ -91,10 +92,8 @@ class DirectLink:
         except BlockingIOError:
             sent = 0
         except OSError as exc:
-            if exc.errno not in _GONE:
-                raise
             self.pending.append(data)  # never written: it goes once the peer is back
-            self._gone()
+            self._gone(exc)
             return
         if sent < len(data):
             self.pending.append(memoryview(data)[sent:] if sent else data)
@@ -121,9 +120,13 @@ class DirectLink:
             sock.connect(str(self.path))
         except OSError as exc:
             sock.close()
-            if exc.errno in _GONE or exc.errno in (errno.EAGAIN, errno.ECONNABORTED):
-                return False  # not (yet, or again) listening, or its backlog full
-            raise
+            # other than "not listening (yet)": said once, tried again as for a peer away
+            quiet = (*_GONE, errno.EAGAIN, errno.ECONNABORTED)
+            if exc.errno not in quiet and exc.errno not in self.warned:
+                self.warned.add(exc.errno)
+                self.owner.log.warning("direct link to {}: connect failed ({}); what waits, "
+                                       "waits, and it tries again", self.node, exc)
+            return False
         self.sock = sock
         self.connects += 1
         if self.connects > 1:
@@ -144,9 +147,7 @@ class DirectLink:
                 self._watch()
                 return
             except OSError as exc:
-                if exc.errno not in _GONE:
-                    raise
-                self._gone()
+                self._gone(exc)
                 return
             while sent:
                 head = pending[0]
@@ -173,9 +174,10 @@ class DirectLink:
     def _on_writable(self, _mask: int) -> None:
         self.write_pending()
 
-    def _gone(self) -> None:
-        """The peer closed (its process died): drop the socket, keep what waits (but a
-        frame half written: the rest alone would be garbage to the next peer)."""
+    def _gone(self, exc: OSError) -> None:
+        """The peer closed (its process died), or the stream failed otherwise: drop the
+        socket, keep what waits (but a frame half written: the rest alone would be garbage
+        to the next peer) and connect again. Never an exception into the sender's loop."""
         self._unwatch()
         if self.pending and isinstance(self.pending[0], memoryview):
             self.pending.popleft()
@@ -183,8 +185,12 @@ class DirectLink:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
-        self.owner.log.warning("direct link to {} lost (its process gone); {} frame(s) wait "
-                               "for it to listen again", self.node, len(self.pending))
+        if exc.errno in _GONE:
+            self.owner.log.warning("direct link to {} lost (its process gone); {} frame(s) "
+                                   "wait for it to listen again", self.node, len(self.pending))
+        else:
+            self.owner.log.warning("direct link to {} failed ({}); {} frame(s) wait for it to "
+                                   "connect again", self.node, exc, len(self.pending))
         self.next_try_ns = 0
         self.connect()
 
@@ -219,7 +225,8 @@ class DirectInbound:
         self.owner = owner
         self.deliver = deliver
         self.on_closed = on_closed
-        self.buf = bytearray()
+        self.buf = bytearray()  # the start of a frame the last read cut
+        self.need = 0  # bytes ``buf`` must hold before it is parsed (its frame whole)
         owner.watch_fd(self.fd, self.on_readable, _POLLIN)
 
     def on_readable(self, _mask: int) -> None:
@@ -234,6 +241,8 @@ class DirectInbound:
             return
         if self.buf:  # the rest of a frame the last read ended in
             self.buf += data
+            if len(self.buf) < self.need:
+                return  # a large frame: gather it whole before one copy and parse
             data = bytes(self.buf)
         at = 0
         end = len(data)
@@ -251,6 +260,11 @@ class DirectInbound:
             at = stop
         if at < end:
             self.buf = bytearray(data[at:])
+            if end - at >= HEAD_SIZE:
+                t_len, f_len, l_len = unpack(data, at)
+                self.need = HEAD_SIZE + t_len + f_len + l_len
+            else:
+                self.need = HEAD_SIZE
         elif self.buf:
             self.buf = bytearray()
 
@@ -274,16 +288,18 @@ def listen(path: Path) -> socket.socket:
     return sock
 
 
-def accept_all(listener: socket.socket) -> list[socket.socket]:
+def accept_all(listener: socket.socket) -> tuple[list[socket.socket], OSError | None]:
+    """The connections waiting; and the error that stopped the accepting when it was not
+    "none left" (no descriptor: EMFILE, ENFILE, ...), which leaves the listener readable."""
     accepted: list[socket.socket] = []
     while True:
         try:
             conn, _ = listener.accept()
         except (BlockingIOError, InterruptedError):
-            return accepted
+            return accepted, None
         except OSError as exc:
-            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ECONNABORTED):
-                return accepted
-            raise
+            if exc.errno == errno.ECONNABORTED:
+                continue
+            return accepted, exc
         conn.setblocking(False)
         accepted.append(conn)

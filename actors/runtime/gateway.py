@@ -9,7 +9,14 @@ import zmq
 
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
-from actors.runtime.direct import DirectInbound, DirectLink, accept_all, direct_path, listen
+from actors.runtime.direct import (
+    RECONNECT_MS,
+    DirectInbound,
+    DirectLink,
+    accept_all,
+    direct_path,
+    listen,
+)
 from actors.runtime.directory import NodeEndpoint
 from actors.runtime.tracing import record_net_legs
 from wire.envelope import BadFrame, claimed_sender, decode_frame, sender_prefix
@@ -66,6 +73,8 @@ class Gateway(Actor):
         self._forged: set[tuple[str, str]] = set()  # (peer, claimed) already logged
         # Direct links (actors.runtime.direct) with the other processes of this broker
         self._listener: Any = None
+        self._accept_failed = False  # the last accept found no descriptor (logged once)
+        self._accept_again_ns = 0  # the listener unwatched until then (0: watched)
         self._inbound: list[DirectInbound] = []
         self._direct: dict[str, DirectLink] = {}  # peer node -> the link this loop sends on
 
@@ -80,6 +89,8 @@ class Gateway(Actor):
         for link in self._direct.values():
             if link.sock is None and link.pending:  # waits for its peer to listen again
                 wait_ns = min(wait_ns, link.next_try_ns - now_ns)
+        if self._accept_again_ns:
+            wait_ns = min(wait_ns, self._accept_again_ns - now_ns)
         if wait_ns > 0:  # the next ping (or look for peers) is due then
             return wait_ns // 1_000_000
         if self.endpoint is None and not self._peers():
@@ -92,6 +103,10 @@ class Gateway(Actor):
         for link in self._direct.values():
             if link.sock is None and link.pending:
                 link.connect()
+        if self._accept_again_ns and self.clock.monotonic_ns() >= self._accept_again_ns:
+            self._accept_again_ns = 0
+            if self._listener is not None:
+                self.watch_fd(self._listener.fileno(), self._on_connection)
         # the time first: in a worker loop this runs after every poll turn, the directory
         # is sorted only when a ping may be due
         now_ns = self.clock.monotonic_ns()
@@ -160,9 +175,22 @@ class Gateway(Actor):
         return link
 
     def _on_connection(self, _mask: int) -> None:
-        for conn in accept_all(self._listener):
+        accepted, exc = accept_all(self._listener)
+        for conn in accepted:
             self._inbound.append(DirectInbound(conn, self, self._deliver_direct,
                                                self._inbound.remove))
+        if exc is not None:
+            # No descriptor for it (EMFILE, ...): the connection stays in the backlog and the
+            # listener readable. Look again a reconnect interval later, not on every turn.
+            if not self._accept_failed:
+                self.log.warning("direct links: a process's connection not accepted ({}); "
+                                 "trying again every {} ms", exc, RECONNECT_MS)
+            self._accept_failed = True
+            self.unwatch_fd(self._listener.fileno())
+            self._accept_again_ns = self.clock.monotonic_ns() + RECONNECT_MS * 1_000_000
+        elif self._accept_failed:
+            self._accept_failed = False
+            self.log.info("direct links: connections accepted again")
 
     def _deliver_direct(self, target: bytes, frame: bytes, legs: bytes | None) -> None:
         legs_ns = 0

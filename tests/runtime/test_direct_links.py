@@ -3,6 +3,11 @@ order, a backlog the socket does not take at once, a peer that goes away and com
 
 from __future__ import annotations
 
+import random
+import select
+import socket
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +15,7 @@ import pytest
 import zmq
 
 from actors.runtime.address import Address
-from actors.runtime.direct import DirectLink
+from actors.runtime.direct import DirectInbound, DirectLink, pack
 from actors.runtime.node import Directory, Node, NodeEndpoint
 from tests.fixtures.waiting import wait_for
 from tests.runtime.node_actors import AdvisorySender, GetState, OrderChecker, Sender, SendSeq
@@ -104,3 +109,52 @@ def test_without_direct_peers_the_nodes_use_zeromq(nodes: list[Node], tmp_path: 
     link = b.actor("sender")._out_sockets[Address("a", "checker")]
     assert not isinstance(link, DirectLink)
     assert not (tmp_path / "ipc" / "a.ux").exists()
+
+
+class _Owner:
+    """What a DirectInbound asks of its loop's actor: descriptors to watch."""
+
+    def __init__(self) -> None:
+        self.watched: set[int] = set()
+
+    def watch_fd(self, fd: int, _handler: object, _events: int) -> None:
+        self.watched.add(fd)
+
+    def unwatch_fd(self, fd: int) -> None:
+        self.watched.discard(fd)
+
+
+def test_frames_cut_anywhere_by_the_stream_are_delivered_whole_and_once() -> None:
+    """A 3 MB frame between small ones, the stream cut at random places (large frames are
+    gathered whole before they are parsed: no copy of the partial frame per read)."""
+    rng = random.Random(5)
+    frames = [(b"t%d" % i, rng.randbytes(n), b"legs" if i % 3 == 0 else None)
+              for i, n in enumerate((10, 3_000_000, 0, 70_000, 5, 200_000, 1))]
+    stream = b"".join(pack(t, f, legs) for t, f, legs in frames)
+    got: list[tuple[bytes, bytes, bytes | None]] = []
+    left, right = socket.socketpair()
+    right.setblocking(False)
+    owner = _Owner()
+    inbound = DirectInbound(right, owner, lambda t, f, legs: got.append((t, f, legs)),  # type: ignore[arg-type]
+                            lambda _i: None)
+    def write() -> None:  # the stream in random pieces, as a peer's writes arrive
+        at = 0
+        while at < len(stream):
+            cut = min(len(stream), at + rng.choice((1, 7, 100, 4096, 65_536, 300_000)))
+            left.sendall(stream[at:cut])
+            at = cut
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(got) < len(frames) and time.monotonic() < deadline:
+            if select.select([right], [], [], 1.0)[0]:
+                inbound.on_readable(0)
+        writer.join(5)
+        assert got == [(t, f, legs) for t, f, legs in frames]
+        assert not inbound.buf
+    finally:
+        left.close()
+        inbound.close()
+    assert not owner.watched

@@ -20,14 +20,6 @@ from wire.envelope import encode_frame, new_entry
 
 
 @pytest.fixture
-def nodes() -> Iterator[list[Node]]:
-    created: list[Node] = []
-    yield created
-    for node in created:
-        node.shutdown(timeout=5)
-
-
-@pytest.fixture
 def zap_warnings() -> Iterator[list[str]]:
     lines: list[str] = []
     sink = logger.add(lambda m: lines.append(f"{m.record['extra'].get('node')}: "

@@ -8,7 +8,6 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,14 +18,6 @@ from actors.runtime.direct import DirectInbound, DirectLink, pack
 from actors.runtime.node import Directory, Node, NodeEndpoint
 from tests.fixtures.waiting import wait_for
 from tests.runtime.node_actors import AdvisorySender, GetState, OrderChecker, Sender, SendSeq
-
-
-@pytest.fixture
-def nodes() -> Iterator[list[Node]]:
-    created: list[Node] = []
-    yield created
-    for node in created:
-        node.shutdown(timeout=5)
 
 
 def loop_node(name: str, directory: Directory, actor: type, actor_name: str,

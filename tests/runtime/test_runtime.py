@@ -43,15 +43,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def nodes() -> Iterator[list[Node]]:
-    """Nodes a test creates; every one is shut down afterwards."""
-    created: list[Node] = []
-    yield created
-    for node in created:
-        node.shutdown(timeout=5)
-
-
-@pytest.fixture
 def log_lines() -> Iterator[list[str]]:
     lines: list[str] = []
     sink_id = logger.add(lambda m: lines.append(str(m)), level="DEBUG")

@@ -335,13 +335,8 @@ class Actor(PykkaActor):
                                          self._max_frame)
         # A traced message leaving the node: its gateway there writes the network leg.
         # The legs ride with the last frame (split frames are rare: very large turns).
-        legs = None
-        if frames and self._tracer.enabled and getattr(link, "remote", False):
-            sent = entries
-            if refused:
-                gone = {oversized.entry for oversized in refused}
-                sent = [e for i, e in enumerate(entries) if i not in gone]
-            legs = net_legs(self.node.name, self.name, sent)
+        legs = (self._net_legs(entries, refused)
+                if frames and self._tracer.enabled and getattr(link, "remote", False) else None)
         last = len(frames) - 1
         for i, frame in enumerate(frames):
             try:
@@ -366,19 +361,21 @@ class Actor(PykkaActor):
         """To another process of this broker over the loop's direct link (never waits)."""
         frames, refused = _encode_frames(self.node.name, self.name, address.name, entries,
                                          self._max_frame)
-        legs = None
-        if frames and self._tracer.enabled:
-            sent = entries
-            if refused:
-                gone = {oversized.entry for oversized in refused}
-                sent = [e for i, e in enumerate(entries) if i not in gone]
-            legs = net_legs(self.node.name, self.name, sent)
+        legs = self._net_legs(entries, refused) if frames and self._tracer.enabled else None
         target = address.name.encode()
         last = len(frames) - 1
         for i, frame in enumerate(frames):
             link.send(target, frame, legs if i == last else None)
         for oversized in refused:
             self._refuse_oversized(address, entries[oversized.entry][6], oversized.frame_bytes)
+
+    def _net_legs(self, entries: list[Any], refused: list[Any]) -> bytes | None:
+        """The network legs of the entries that go (the oversized ones refused do not)."""
+        sent = entries
+        if refused:
+            gone = {oversized.entry for oversized in refused}
+            sent = [e for i, e in enumerate(entries) if i not in gone]
+        return net_legs(self.node.name, self.name, sent)
 
     def _not_taken(self, address: Address, count: int) -> None:
         """The link to ``address`` took nothing and this actor does not wait on remote

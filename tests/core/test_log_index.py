@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from actors.core import log_index
 from actors.core.log_index import SMALL_INDEX_BYTES, OffsetIndex, TimeIndex
 from tests.fixtures.scratch import scratch_dir
 
@@ -219,3 +220,26 @@ def test_time_index_keeps_its_last_slot_for_the_roll(tmp_path: Path) -> None:
     assert times.all_entries() == [(10, 10), (20, 20), (40, 40)]
     times.seal()
     assert (tmp_path / "0.timeindex").stat().st_size == 36
+
+
+def test_each_reserved_chunk_is_written_as_zeros_after_the_entries(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reserving writes zeros over the new chunk (its pages are then cached for the map's
+    writes): never over an entry already there, and nothing past the chunk."""
+    monkeypatch.setattr(log_index, "ALLOCATE_CHUNK", 20)  # not a whole number of entries
+    path = tmp_path / "0.index"
+    index = OffsetIndex(path, 0, 800)
+    index.open_writable()
+    with path.open("r+b") as f:  # garbage past the first chunk: the reserves must zero it
+        f.seek(20)
+        f.write(b"\xff" * 780)
+    entries = [(i * 3, i * 100) for i in range(40)]
+    for n, (offset, position) in enumerate(entries, 1):
+        index.append(offset, position)
+        assert index.all_entries() == entries[:n]
+        reserved = index.reserved_entries * 8
+        raw = path.read_bytes()
+        assert raw[n * 8:reserved] == bytes(reserved - n * 8)
+        assert raw[reserved + 8:] == b"\xff" * (800 - reserved - 8)  # one entry of slack
+    index.seal()
+    assert OffsetIndex(path, 0, 800).load()

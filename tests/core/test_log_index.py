@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import struct
 from bisect import bisect_right
@@ -12,6 +13,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from actors.core import log_index
 from actors.core.log_index import SMALL_INDEX_BYTES, OffsetIndex, TimeIndex
 from tests.fixtures.scratch import scratch_dir
 
@@ -219,3 +221,38 @@ def test_time_index_keeps_its_last_slot_for_the_roll(tmp_path: Path) -> None:
     assert times.all_entries() == [(10, 10), (20, 20), (40, 40)]
     times.seal()
     assert (tmp_path / "0.timeindex").stat().st_size == 36
+
+
+
+def test_each_reserved_chunk_is_read_into_the_page_cache_and_left_as_it_was(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reserving reads the new chunk (its pages are then cached when the map writes the
+    entries): exactly the chunk, from the file itself, changing nothing in it."""
+    monkeypatch.setattr(log_index, "ALLOCATE_CHUNK", 20)  # not a whole number of entries
+    reads: list[tuple[int, int, int]] = []
+    real_pread = os.pread
+
+    def pread(fd: int, length: int, position: int) -> bytes:
+        reads.append((os.fstat(fd).st_ino, position, length))
+        return real_pread(fd, length, position)
+
+    monkeypatch.setattr(log_index.os, "pread", pread)
+    path = tmp_path / "0.index"
+    index = OffsetIndex(path, 0, 800)
+    index.open_writable()
+    inode = path.stat().st_ino
+    entries = [(i * 3, i * 100) for i in range(40)]
+    covered = 0
+    for n, (offset, position) in enumerate(entries, 1):
+        reserved_before = index.reserved_entries
+        index.append(offset, position)
+        assert index.all_entries() == entries[:n]
+        if index.reserved_entries != reserved_before:  # a new chunk: read whole, in order
+            chunk = reads[-1]
+            assert chunk[0] == inode and chunk[1] == reserved_before * 8
+            assert chunk[1] + chunk[2] >= index.reserved_entries * 8
+            covered = chunk[1] + chunk[2]
+        assert covered >= n * 8
+    assert path.read_bytes()[:40 * 8] == b"".join(struct.pack(">ii", o, p) for o, p in entries)
+    index.seal()
+    assert OffsetIndex(path, 0, 800).load()

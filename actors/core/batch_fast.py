@@ -105,6 +105,9 @@ except ImportError:  # not built (no compiler where it was installed): the Pytho
     _compiled = None
 
 COMPILED: bool = _compiled is not None
+# The C module itself, for the classes built on its types (log_index.IndexCore,
+# log_segment.SegmentCore): None where it was not built.
+COMPILED_MODULE: ModuleType | None = _compiled
 single_batch: Callable[[bytes | bytearray | memoryview], tuple[int, ...] | None]
 write_batch: Callable[..., int]  # (fd, records, base_offset, batch_length, leader_epoch
 #                                    [, index, slot, relative_offset, position])

@@ -319,11 +319,11 @@ static PyObject *py_crc32c_sw(PyObject *Py_UNUSED(self), PyObject *arg) {
  * (IndexCorePy, SegmentCorePy, LogSegment._append_one_py) used where this module
  * is not built; tests/core/test_segment_core.py compares the two.
  *
- * append_one does the common case itself: not deferred, nothing staged, every
- * field an int in C's range, the index slots reserved and in range. Anything else
- * (a group commit's staged append, an index reservation, a value out of range) goes
- * to the Python method ``_append_one_py`` before anything is changed, which then
- * does exactly what the Python twin does. */
+ * append_one does the common case itself, written or staged (group commit): every
+ * field an int in C's range, the index slots reserved and in range, nothing staged
+ * before a write. Anything else (a write after staged ones, an index reservation, a
+ * value out of range) goes to the Python method ``_append_one_py`` before anything
+ * is changed, which then does exactly what the Python twin does. */
 
 enum {
     IX_BASE_OFFSET, IX_ENTRIES, IX_MAX_ENTRIES, IX_RESERVED_ENTRIES, IX_MAP, IX_LAST_OFFSET,
@@ -417,7 +417,25 @@ static inline void put_be32(unsigned char *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (24 - 8 * i));
 }
 
-static PyObject *str_append_one_py, *str_append_failed;
+static PyObject *str_append_one_py, *str_append_failed, *str_state, *slice_from_17;
+
+/* The offset index entry (relative offset, position) and the time index entry
+ * (timestamp, relative offset), big-endian as OffsetIndex.entry and TimeIndex.entry. */
+static void store_entries(Py_buffer *index, long long entries, long long relative,
+                          long long position, Py_buffer *times, long long t_entries,
+                          long long timestamp, long long t_relative) {
+    if (index != NULL) {
+        unsigned char *e = (unsigned char *)index->buf + entries * 8;
+        put_be32(e, (uint32_t)relative);
+        put_be32(e + 4, (uint32_t)position);
+    }
+    if (times != NULL) {
+        unsigned char *e = (unsigned char *)times->buf + t_entries * 12;
+        uint64_t ts = (uint64_t)timestamp;
+        for (int i = 0; i < 8; i++) e[i] = (unsigned char)(ts >> (56 - 8 * i));
+        put_be32(e + 8, (uint32_t)t_relative);
+    }
+}
 
 #define FITS_INT32(v) ((v) >= INT32_MIN && (v) <= INT32_MAX)
 
@@ -440,11 +458,9 @@ static PyObject *segment_append_one(PyObject *op, PyObject *const *args, Py_ssiz
                         "next_offset, max_timestamp[, defer])");
         return NULL;
     }
-    if (nargs == 8) {
-        int defer = PyObject_IsTrue(args[7]);
-        if (defer < 0) return NULL;
-        if (defer) return delegate(op, args, nargs);
-    }
+    int defer = 0;
+    if (nargs == 8 && (defer = PyObject_IsTrue(args[7])) < 0) return NULL;
+    long long staged_bytes = 0;
     long long batch_length, leader_epoch, size, base_offset, next_offset, max_ts;
     long long fd, seg_base, start, since, interval, cur_max_ts, cur_max_off, rolling;
     if (!(field_ll(args[1], &batch_length) && field_ll(args[2], &leader_epoch)
@@ -459,7 +475,9 @@ static PyObject *segment_append_one(PyObject *op, PyObject *const *args, Py_ssiz
           && FITS_INT32(batch_length) && FITS_INT32(leader_epoch) && FITS_INT32(fd)
           && size >= 17 && next_offset > LLONG_MIN && start <= LLONG_MAX - size
           && f[SG_STAGED] != NULL && PyList_CheckExact(f[SG_STAGED])
-          && PyList_GET_SIZE(f[SG_STAGED]) == 0
+          && (defer ? field_ll(f[SG_STAGED_BYTES], &staged_bytes)
+                          && staged_bytes <= LLONG_MAX - size && f[SG_UNDO] != NULL
+                    : PyList_GET_SIZE(f[SG_STAGED]) == 0)
           && f[SG_FIRST_BATCH_SEEN] != NULL && f[SG_ROLLS_ON_BATCH_TIME] != NULL))
         return delegate(op, args, nargs);
     int first_seen = PyObject_IsTrue(f[SG_FIRST_BATCH_SEEN]);
@@ -539,6 +557,7 @@ static PyObject *segment_append_one(PyObject *op, PyObject *const *args, Py_ssiz
     /* The new values as objects before the write, so nothing can fail after it. */
     PyObject *o_size = NULL, *o_since = NULL, *o_max_off = NULL, *o_entries = NULL;
     PyObject *o_t_entries = NULL, *o_t_offset = NULL, *o_first = NULL, *o_t_ts = NULL;
+    PyObject *o_head = NULL, *o_rest = NULL, *o_staged_bytes = NULL, *o_undo = NULL;
     o_size = PyLong_FromLongLong(start + size);
     o_since = PyLong_FromLongLong(indexed ? size : since + size);
     if (o_size == NULL || o_since == NULL) goto fail_objects;
@@ -560,6 +579,31 @@ static PyObject *segment_append_one(PyObject *op, PyObject *const *args, Py_ssiz
     put_be32(head + 8, (uint32_t)batch_length);
     put_be32(head + 12, (uint32_t)leader_epoch);
     head[16] = CURRENT_MAGIC;
+    if (defer) {
+        /* Staged: the patched head and a view of the client's bytes after it wait for
+         * write_staged's writev; _undo keeps the state from before the first of them. */
+        if (f[SG_UNDO] == Py_None && (o_undo = PyObject_CallMethodNoArgs(op, str_state)) == NULL)
+            goto fail_objects;
+        if ((o_head = PyBytes_FromStringAndSize((const char *)head, 17)) == NULL) goto fail_objects;
+        PyObject *whole = PyMemoryView_FromObject(args[0]);
+        if (whole == NULL) goto fail_objects;
+        o_rest = PyObject_GetItem(whole, slice_from_17);
+        Py_DECREF(whole);
+        if (o_rest == NULL) goto fail_objects;
+        if ((o_staged_bytes = PyLong_FromLongLong(staged_bytes + size)) == NULL) goto fail_objects;
+        PyObject *staged = f[SG_STAGED];
+        if (PyList_Append(staged, o_head) < 0) goto fail_objects;
+        if (PyList_Append(staged, o_rest) < 0) {
+            Py_ssize_t n = PyList_GET_SIZE(staged);
+            PyList_SetSlice(staged, n - 1, n, NULL);
+            goto fail_objects;
+        }
+        Py_CLEAR(o_head);
+        Py_CLEAR(o_rest);
+        store_entries(put_entry ? &index_buf : NULL, entries, base_offset - seg_base, start,
+                      put_time ? &time_buf : NULL, t_entries, new_max_ts, new_max_off - t_base);
+        goto written;
+    }
     struct iovec iov[2] = {{head, 17}, {(unsigned char *)view.buf + 17, (size_t)size - 17}};
     struct iovec *next = iov;
     int pieces = 2;
@@ -571,20 +615,10 @@ static PyObject *segment_append_one(PyObject *op, PyObject *const *args, Py_ssiz
         Py_BEGIN_ALLOW_THREADS
         written = writev((int)fd, next, pieces);
         err = errno;
-        if (written >= 0 && done + written == size) {
-            /* The entries, without the GIL as write_batch stores its entry. */
-            if (put_entry) {
-                unsigned char *e = (unsigned char *)index_buf.buf + entries * 8;
-                put_be32(e, (uint32_t)(base_offset - seg_base));
-                put_be32(e + 4, (uint32_t)start);
-            }
-            if (put_time) {
-                unsigned char *e = (unsigned char *)time_buf.buf + t_entries * 12;
-                uint64_t ts = (uint64_t)new_max_ts;
-                for (int i = 0; i < 8; i++) e[i] = (unsigned char)(ts >> (56 - 8 * i));
-                put_be32(e + 8, (uint32_t)(new_max_off - t_base));
-            }
-        }
+        if (written >= 0 && done + written == size)  /* without the GIL, as write_batch */
+            store_entries(put_entry ? &index_buf : NULL, entries, base_offset - seg_base, start,
+                          put_time ? &time_buf : NULL, t_entries, new_max_ts,
+                          new_max_off - t_base);
         Py_END_ALLOW_THREADS
         if (written < 0) {
             if (err == EINTR) {
@@ -624,10 +658,15 @@ static PyObject *segment_append_one(PyObject *op, PyObject *const *args, Py_ssiz
             next->iov_len -= (size_t)written;
         }
     }
+written:
     PyBuffer_Release(&view);
     if (put_entry) PyBuffer_Release(&index_buf);
     if (put_time) PyBuffer_Release(&time_buf);
 
+    if (defer) {
+        Py_SETREF(f[SG_STAGED_BYTES], o_staged_bytes);
+        if (o_undo != NULL) Py_SETREF(f[SG_UNDO], o_undo);
+    }
     if (!first_seen) {
         Py_SETREF(f[SG_FIRST_BATCH_SEEN], Py_NewRef(Py_True));
         if (max_ts >= 0) {
@@ -686,6 +725,10 @@ fail_objects:
     Py_XDECREF(o_t_offset);
     Py_XDECREF(o_t_ts);
     Py_XDECREF(o_first);
+    Py_XDECREF(o_head);
+    Py_XDECREF(o_rest);
+    Py_XDECREF(o_staged_bytes);
+    Py_XDECREF(o_undo);
     PyBuffer_Release(&view);
 fail_buffers:
     if (put_entry) PyBuffer_Release(&index_buf);
@@ -740,7 +783,14 @@ PyMODINIT_FUNC PyInit__batch_fast(void) {
     if (PyType_Ready(&IndexCoreType) < 0 || PyType_Ready(&SegmentCoreType) < 0) return NULL;
     str_append_one_py = PyUnicode_InternFromString("_append_one_py");
     str_append_failed = PyUnicode_InternFromString("_append_failed");
-    if (str_append_one_py == NULL || str_append_failed == NULL) return NULL;
+    str_state = PyUnicode_InternFromString("_state");
+    PyObject *seventeen = PyLong_FromLong(17);
+    if (seventeen == NULL) return NULL;
+    slice_from_17 = PySlice_New(seventeen, NULL, NULL);
+    Py_DECREF(seventeen);
+    if (str_append_one_py == NULL || str_append_failed == NULL || str_state == NULL
+        || slice_from_17 == NULL)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddIntConstant(m, "HARDWARE_CRC", have_hw) < 0

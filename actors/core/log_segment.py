@@ -79,9 +79,10 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
 # one (_batch_fast.SegmentCore) where the module is built, whose append_one does the
 # whole single-batch append in one call, reaching these and the indexes' hot fields
 # (log_index.INDEX_FIELDS) without a Python frame or a dictionary lookup; else this
-# twin, whose append_one is LogSegment._append_one_py. The C append_one hands what it
-# does not do itself (a staged append, a disk reservation for the indexes) to
-# _append_one_py before changing anything. Names and order match the C ones
+# twin, whose append_one is LogSegment._append_one_py. The C append_one writes or
+# stages (defer) the batch; what it does not do itself (a write after staged
+# batches, a disk reservation for the indexes, a value out of C's range) it hands
+# to _append_one_py before changing anything. Names and order match the C ones
 # (tests/core/test_segment_core.py checks it, and compares the two appends).
 SEGMENT_FIELDS = ("_fd", "base_offset", "size", "next_offset", "index_interval_bytes",
                   "_bytes_since_index_entry", "_max_timestamp_ms", "_offset_of_max_timestamp",

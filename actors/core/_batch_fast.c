@@ -343,7 +343,7 @@ static const char *const segment_fields[SG_COUNT] = {
     "_fd", "base_offset", "size", "next_offset", "index_interval_bytes",
     "_bytes_since_index_entry", "_max_timestamp_ms", "_offset_of_max_timestamp",
     "_first_batch_seen", "rolling_timestamp_ms", "rolls_on_batch_time", "index_full",
-    "offset_index", "time_index", "_staged", "_staged_bytes", "_undo"};
+    "offset_index", "time_index", "_staged", "staged_bytes", "_undo"};
 
 typedef struct {
     PyObject_HEAD

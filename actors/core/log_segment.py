@@ -87,7 +87,7 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
 SEGMENT_FIELDS = ("_fd", "base_offset", "size", "next_offset", "index_interval_bytes",
                   "_bytes_since_index_entry", "_max_timestamp_ms", "_offset_of_max_timestamp",
                   "_first_batch_seen", "rolling_timestamp_ms", "rolls_on_batch_time",
-                  "index_full", "offset_index", "time_index", "_staged", "_staged_bytes",
+                  "index_full", "offset_index", "time_index", "_staged", "staged_bytes",
                   "_undo")
 
 
@@ -110,7 +110,7 @@ class SegmentCorePy:
     offset_index: OffsetIndex
     time_index: TimeIndex
     _staged: list[bytes | bytearray | memoryview]
-    _staged_bytes: int
+    staged_bytes: int  # bytes appended with defer=True and not written yet
     _undo: tuple[int, ...] | None
 
 
@@ -169,7 +169,7 @@ class LogSegment(SegmentCore):
         # method that reads the file writes them first. _undo holds the state from
         # before the first of them, for a write that fails.
         self._staged = []
-        self._staged_bytes = 0
+        self.staged_bytes = 0
         self._undo = None
         # Called after write_staged: with None once the staged batches are written,
         # with the StorageError after a failed write rolled the segment back (the
@@ -459,7 +459,7 @@ class LogSegment(SegmentCore):
             staged = self._staged
             staged.append(_HEAD_TO_MAGIC.pack(base_offset, batch_length, leader_epoch, 2))
             staged.append(memoryview(records)[17:])
-            self._staged_bytes += size
+            self.staged_bytes += size
             if mapped is not None:
                 _OFFSET_ENTRY.pack_into(mapped, entry_at, base_offset - self.base_offset, start)
         else:
@@ -509,11 +509,6 @@ class LogSegment(SegmentCore):
         self._undo_append(start)
         raise StorageError(f"cannot append to {self.log_path}: {exc}") from exc
 
-    @property
-    def staged_bytes(self) -> int:
-        """Bytes appended with defer=True and not written yet."""
-        return self._staged_bytes
-
     def _state(self) -> tuple[int, ...]:
         return (self.size, self.next_offset, self._bytes_since_index_entry,
                 self._max_timestamp_ms, self._offset_of_max_timestamp,
@@ -531,9 +526,9 @@ class LogSegment(SegmentCore):
         pieces = self._staged
         if not pieces:
             return
-        total = self._staged_bytes
+        total = self.staged_bytes
         self._staged = []
-        self._staged_bytes = 0
+        self.staged_bytes = 0
         undo = self._undo
         self._undo = None
         try:
@@ -760,7 +755,7 @@ class LogSegment(SegmentCore):
         """Close and remove the files; the .log goes first so a crash leaves no log
         without its predecessor's data."""
         self._staged = []  # never written: the files go
-        self._staged_bytes = 0
+        self.staged_bytes = 0
         self._undo = None
         self.close(trim=False)
         self.log_path.unlink(missing_ok=True)

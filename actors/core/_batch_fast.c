@@ -17,6 +17,9 @@
  *       written the entry (relative offset, position) goes at byte ``slot``
  *       of it, as OffsetIndex.entry packs it; not after a short write.
  *
+ * And two base classes, IndexCore and SegmentCore (below), whose
+ * SegmentCore.append_one is the active segment's whole single-batch append.
+ *
  * CRC-32C (Castagnoli, reflected, as Kafka's): on x86-64 with SSE4.2 three
  * independent crc32 instruction streams over adjacent blocks, joined by
  * multiplying by x^(8*block) (tables built at import); else a table per byte.

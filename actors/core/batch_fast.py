@@ -19,6 +19,10 @@ offset index entry (relative offset, position; OffsetIndex.entry) at byte
 batch is written, not after a short write: one call instead of a second one
 for the entry (``Struct.pack_into`` on the mapping, ~0.25 µs a call).
 
+The module also defines the base classes of LogSegment and the mapped indexes
+(``SegmentCore``, ``IndexCore``; their Python twins are in log_segment.py and
+log_index.py), whose ``append_one`` does a segment's whole single-batch append.
+
 Why C: per 16 KiB append in ``bench log`` (cache-cold, as there), the raw
 ``os.write`` takes ~12.2 µs; check + CRC + patched writev add ~1.7 µs in C, and
 the Python twins ~1.8 µs more (a struct unpack into a 13-tuple, a memoryview

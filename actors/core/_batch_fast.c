@@ -17,12 +17,16 @@
  *       written the entry (relative offset, position) goes at byte ``slot``
  *       of it, as OffsetIndex.entry packs it; not after a short write.
  *
+ * And two base classes, IndexCore and SegmentCore (below), whose
+ * SegmentCore.append_one is the active segment's whole single-batch append.
+ *
  * CRC-32C (Castagnoli, reflected, as Kafka's): on x86-64 with SSE4.2 three
  * independent crc32 instruction streams over adjacent blocks, joined by
  * multiplying by x^(8*block) (tables built at import); else a table per byte.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdint.h>
@@ -308,6 +312,453 @@ static PyObject *py_crc32c_sw(PyObject *Py_UNUSED(self), PyObject *arg) {
     return PyLong_FromUnsignedLong(r);
 }
 
+/* ---- The active segment's append, in one call ------------------------------------
+ *
+ * IndexCore and SegmentCore are base classes whose instance fields are plain object
+ * slots (as a Python class's __slots__: the same attribute access from Python, fast
+ * there too), so SegmentCore.append_one reads and updates a segment and its two
+ * indexes without a Python frame or a dictionary lookup. log_index.py and
+ * log_segment.py define the fields' meaning and a Python twin of each class
+ * (IndexCorePy, SegmentCorePy, LogSegment._append_one_py) used where this module
+ * is not built; tests/core/test_segment_core.py compares the two.
+ *
+ * append_one does the common case itself, written or staged (group commit): every
+ * field an int in C's range, the index slots reserved and in range, nothing staged
+ * before a write. Anything else (a write after staged ones, an index reservation, a
+ * value out of range) goes to the Python method ``_append_one_py`` before anything
+ * is changed, which then does exactly what the Python twin does. */
+
+enum {
+    IX_BASE_OFFSET, IX_ENTRIES, IX_MAX_ENTRIES, IX_RESERVED_ENTRIES, IX_MAP, IX_LAST_OFFSET,
+    IX_LAST_POSITION, IX_LAST_TIMESTAMP, IX_FIRST_ENTRY, IX_COUNT
+};
+static const char *const index_fields[IX_COUNT] = {
+    "base_offset", "entries", "max_entries", "reserved_entries", "_map", "last_offset",
+    "last_position", "last_timestamp", "first_entry"};
+
+enum {
+    SG_FD, SG_BASE_OFFSET, SG_SIZE, SG_NEXT_OFFSET, SG_INDEX_INTERVAL, SG_SINCE_INDEX,
+    SG_MAX_TIMESTAMP, SG_OFFSET_OF_MAX_TIMESTAMP, SG_FIRST_BATCH_SEEN, SG_ROLLING_TIMESTAMP,
+    SG_ROLLS_ON_BATCH_TIME, SG_INDEX_FULL, SG_OFFSET_INDEX, SG_TIME_INDEX, SG_STAGED,
+    SG_STAGED_BYTES, SG_UNDO, SG_COUNT
+};
+static const char *const segment_fields[SG_COUNT] = {
+    "_fd", "base_offset", "size", "next_offset", "index_interval_bytes",
+    "_bytes_since_index_entry", "_max_timestamp_ms", "_offset_of_max_timestamp",
+    "_first_batch_seen", "rolling_timestamp_ms", "rolls_on_batch_time", "index_full",
+    "offset_index", "time_index", "_staged", "staged_bytes", "_undo"};
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *f[IX_COUNT];
+} IndexCore;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *f[SG_COUNT];
+} SegmentCore;
+
+static PyMemberDef index_members[IX_COUNT + 1];
+static PyMemberDef segment_members[SG_COUNT + 1];
+
+static void fill_members(PyMemberDef *members, const char *const *names, int count,
+                         Py_ssize_t first) {
+    for (int i = 0; i < count; i++) {
+        members[i].name = names[i];
+        members[i].type = T_OBJECT_EX;
+        members[i].offset = first + i * (Py_ssize_t)sizeof(PyObject *);
+        members[i].flags = 0;
+        members[i].doc = NULL;
+    }
+    memset(&members[count], 0, sizeof(PyMemberDef));
+}
+
+#define CORE_GC(Type, COUNT)                                                               \
+    static int Type##_traverse(PyObject *self, visitproc visit, void *arg) {               \
+        for (int i = 0; i < COUNT; i++) Py_VISIT(((Type *)self)->f[i]);                    \
+        return 0;                                                                          \
+    }                                                                                      \
+    static int Type##_clear(PyObject *self) {                                              \
+        for (int i = 0; i < COUNT; i++) Py_CLEAR(((Type *)self)->f[i]);                    \
+        return 0;                                                                          \
+    }                                                                                      \
+    static void Type##_dealloc(PyObject *self) {                                           \
+        PyObject_GC_UnTrack(self);                                                         \
+        Type##_clear(self);                                                                \
+        Py_TYPE(self)->tp_free(self);                                                      \
+    }
+CORE_GC(IndexCore, IX_COUNT)
+CORE_GC(SegmentCore, SG_COUNT)
+
+static PyTypeObject IndexCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "actors.core._batch_fast.IndexCore",
+    .tp_basicsize = sizeof(IndexCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A mapped index's hot fields, as slots (log_index.IndexCorePy's twin).",
+    .tp_traverse = IndexCore_traverse,
+    .tp_clear = IndexCore_clear,
+    .tp_dealloc = IndexCore_dealloc,
+    .tp_members = index_members,
+    .tp_new = PyType_GenericNew,
+};
+
+/* A field as a C integer: 1, or 0 if it is unset, not an exact int or out of range. */
+static inline int field_ll(PyObject *o, long long *out) {
+    if (o == NULL || !PyLong_CheckExact(o)) return 0;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static inline void put_be32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (24 - 8 * i));
+}
+
+static PyObject *str_append_one_py, *str_append_failed, *str_state, *slice_from_17;
+
+/* The offset index entry (relative offset, position) and the time index entry
+ * (timestamp, relative offset), big-endian as OffsetIndex.entry and TimeIndex.entry. */
+static void store_entries(Py_buffer *index, long long entries, long long relative,
+                          long long position, Py_buffer *times, long long t_entries,
+                          long long timestamp, long long t_relative) {
+    if (index != NULL) {
+        unsigned char *e = (unsigned char *)index->buf + entries * 8;
+        put_be32(e, (uint32_t)relative);
+        put_be32(e + 4, (uint32_t)position);
+    }
+    if (times != NULL) {
+        unsigned char *e = (unsigned char *)times->buf + t_entries * 12;
+        uint64_t ts = (uint64_t)timestamp;
+        for (int i = 0; i < 8; i++) e[i] = (unsigned char)(ts >> (56 - 8 * i));
+        put_be32(e + 8, (uint32_t)t_relative);
+    }
+}
+
+#define FITS_INT32(v) ((v) >= INT32_MIN && (v) <= INT32_MAX)
+
+static PyObject *delegate(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *call[9];
+    call[0] = self;
+    for (Py_ssize_t i = 0; i < nargs; i++) call[i + 1] = args[i];
+    return PyObject_VectorcallMethod(str_append_one_py, call,
+                                     (size_t)(nargs + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+/* append_one(records, batch_length, leader_epoch, size, base_offset, next_offset,
+ *            max_timestamp[, defer]): LogSegment._append_one_py's behaviour, see there. */
+static PyObject *segment_append_one(PyObject *op, PyObject *const *args, Py_ssize_t nargs) {
+    SegmentCore *seg = (SegmentCore *)op;
+    PyObject **f = seg->f;
+    if (nargs < 7 || nargs > 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "append_one(records, batch_length, leader_epoch, size, base_offset, "
+                        "next_offset, max_timestamp[, defer])");
+        return NULL;
+    }
+    int defer = 0;
+    if (nargs == 8 && (defer = PyObject_IsTrue(args[7])) < 0) return NULL;
+    long long staged_bytes = 0;
+    long long batch_length, leader_epoch, size, base_offset, next_offset, max_ts;
+    long long fd, seg_base, start, since, interval, cur_max_ts, cur_max_off, rolling;
+    if (!(field_ll(args[1], &batch_length) && field_ll(args[2], &leader_epoch)
+          && field_ll(args[3], &size) && field_ll(args[4], &base_offset)
+          && field_ll(args[5], &next_offset) && field_ll(args[6], &max_ts)
+          && field_ll(f[SG_FD], &fd) && field_ll(f[SG_BASE_OFFSET], &seg_base)
+          && field_ll(f[SG_SIZE], &start) && field_ll(f[SG_SINCE_INDEX], &since)
+          && field_ll(f[SG_INDEX_INTERVAL], &interval)
+          && field_ll(f[SG_MAX_TIMESTAMP], &cur_max_ts)
+          && field_ll(f[SG_OFFSET_OF_MAX_TIMESTAMP], &cur_max_off)
+          && field_ll(f[SG_ROLLING_TIMESTAMP], &rolling)
+          && FITS_INT32(batch_length) && FITS_INT32(leader_epoch) && FITS_INT32(fd)
+          && size >= 17 && next_offset > LLONG_MIN && start <= LLONG_MAX - size
+          && f[SG_STAGED] != NULL && PyList_CheckExact(f[SG_STAGED])
+          && (defer ? field_ll(f[SG_STAGED_BYTES], &staged_bytes)
+                          && staged_bytes <= LLONG_MAX - size && f[SG_UNDO] != NULL
+                    : PyList_GET_SIZE(f[SG_STAGED]) == 0)
+          && f[SG_FIRST_BATCH_SEEN] != NULL && f[SG_ROLLS_ON_BATCH_TIME] != NULL))
+        return delegate(op, args, nargs);
+    int first_seen = PyObject_IsTrue(f[SG_FIRST_BATCH_SEEN]);
+    if (first_seen < 0) return NULL;
+    int indexed = since >= interval || start == 0;
+    /* The state after the batch, worked out before anything is written. */
+    long long new_max_ts = cur_max_ts, new_max_off = cur_max_off;
+    if (max_ts > cur_max_ts) {
+        new_max_ts = max_ts;
+        new_max_off = next_offset - 1;
+    }
+    IndexCore *index = NULL, *times = NULL;
+    long long entries = 0, max_entries = 0, t_entries = 0, t_max_entries = 0, t_last_ts = 0;
+    long long t_base = 0;
+    int put_entry = 0, put_time = 0;
+    Py_buffer index_buf = {0}, time_buf = {0};
+    if (indexed) {
+        PyObject *io = f[SG_OFFSET_INDEX], *to = f[SG_TIME_INDEX];
+        if (io == NULL || to == NULL || !PyObject_TypeCheck(io, &IndexCoreType)
+            || !PyObject_TypeCheck(to, &IndexCoreType))
+            return delegate(op, args, nargs);
+        index = (IndexCore *)io;
+        times = (IndexCore *)to;
+        long long reserved, t_reserved;
+        if (!(field_ll(index->f[IX_ENTRIES], &entries)
+              && field_ll(index->f[IX_MAX_ENTRIES], &max_entries)
+              && field_ll(index->f[IX_RESERVED_ENTRIES], &reserved)
+              && field_ll(times->f[IX_ENTRIES], &t_entries)
+              && field_ll(times->f[IX_MAX_ENTRIES], &t_max_entries)
+              && field_ll(times->f[IX_RESERVED_ENTRIES], &t_reserved)
+              && field_ll(times->f[IX_LAST_TIMESTAMP], &t_last_ts)
+              && field_ll(times->f[IX_BASE_OFFSET], &t_base)
+              && entries < reserved && t_entries < t_reserved && index->f[IX_MAP] != NULL
+              && times->f[IX_MAP] != NULL))
+            return delegate(op, args, nargs);  /* the Python twin reserves disk first */
+        long long relative = base_offset - seg_base;
+        put_entry = entries < max_entries && index->f[IX_MAP] != Py_None;
+        if (put_entry && !(FITS_INT32(relative) && FITS_INT32(start) && entries >= 0
+                           && entries <= (LLONG_MAX - 8) / 8))
+            return delegate(op, args, nargs);
+        put_time = new_max_ts > t_last_ts && t_entries < t_max_entries - 1
+                   && times->f[IX_MAP] != Py_None;
+        if (put_time && !(FITS_INT32(new_max_off - t_base) && t_entries >= 0
+                          && t_entries <= (LLONG_MAX - 12) / 12))
+            return delegate(op, args, nargs);
+        if (put_entry) {
+            if (PyObject_GetBuffer(index->f[IX_MAP], &index_buf, PyBUF_WRITABLE) < 0) {
+                PyErr_Clear();
+                return delegate(op, args, nargs);
+            }
+            if (entries * 8 + 8 > (long long)index_buf.len) {
+                PyBuffer_Release(&index_buf);
+                return delegate(op, args, nargs);
+            }
+        }
+        if (put_time) {
+            int bad = PyObject_GetBuffer(times->f[IX_MAP], &time_buf, PyBUF_WRITABLE) < 0;
+            if (bad) PyErr_Clear();
+            else if (t_entries * 12 + 12 > (long long)time_buf.len) {
+                PyBuffer_Release(&time_buf);
+                bad = 1;
+            }
+            if (bad) {
+                if (put_entry) PyBuffer_Release(&index_buf);
+                return delegate(op, args, nargs);
+            }
+        }
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) goto fail_buffers;
+    if (view.len != size) {  /* the caller's size is the batch's: anything else, Python's way */
+        PyBuffer_Release(&view);
+        if (put_entry) PyBuffer_Release(&index_buf);
+        if (put_time) PyBuffer_Release(&time_buf);
+        return delegate(op, args, nargs);
+    }
+    /* The new values as objects before the write, so nothing can fail after it. */
+    PyObject *o_size = NULL, *o_since = NULL, *o_max_off = NULL, *o_entries = NULL;
+    PyObject *o_t_entries = NULL, *o_t_offset = NULL, *o_first = NULL, *o_t_ts = NULL;
+    PyObject *o_head = NULL, *o_rest = NULL, *o_staged_bytes = NULL, *o_undo = NULL;
+    o_size = PyLong_FromLongLong(start + size);
+    o_since = PyLong_FromLongLong(indexed ? size : since + size);
+    if (o_size == NULL || o_since == NULL) goto fail_objects;
+    if (max_ts > cur_max_ts && (o_max_off = PyLong_FromLongLong(new_max_off)) == NULL)
+        goto fail_objects;
+    if (put_entry && (o_entries = PyLong_FromLongLong(entries + 1)) == NULL) goto fail_objects;
+    if (put_time) {
+        o_t_ts = max_ts > cur_max_ts ? Py_NewRef(args[6]) : Py_NewRef(f[SG_MAX_TIMESTAMP]);
+        o_t_offset = max_ts > cur_max_ts ? Py_NewRef(o_max_off)
+                                         : Py_NewRef(f[SG_OFFSET_OF_MAX_TIMESTAMP]);
+        if ((o_t_entries = PyLong_FromLongLong(t_entries + 1)) == NULL) goto fail_objects;
+        if (t_entries == 0 && (o_first = PyTuple_Pack(2, o_t_ts, o_t_offset)) == NULL)
+            goto fail_objects;
+    }
+
+    unsigned char head[17];
+    uint64_t b = (uint64_t)base_offset;
+    for (int i = 0; i < 8; i++) head[i] = (unsigned char)(b >> (56 - 8 * i));
+    put_be32(head + 8, (uint32_t)batch_length);
+    put_be32(head + 12, (uint32_t)leader_epoch);
+    head[16] = CURRENT_MAGIC;
+    if (defer) {
+        /* Staged: the patched head and a view of the client's bytes after it wait for
+         * write_staged's writev; _undo keeps the state from before the first of them. */
+        if (f[SG_UNDO] == Py_None && (o_undo = PyObject_CallMethodNoArgs(op, str_state)) == NULL)
+            goto fail_objects;
+        if ((o_head = PyBytes_FromStringAndSize((const char *)head, 17)) == NULL) goto fail_objects;
+        PyObject *whole = PyMemoryView_FromObject(args[0]);
+        if (whole == NULL) goto fail_objects;
+        o_rest = PyObject_GetItem(whole, slice_from_17);
+        Py_DECREF(whole);
+        if (o_rest == NULL) goto fail_objects;
+        if ((o_staged_bytes = PyLong_FromLongLong(staged_bytes + size)) == NULL) goto fail_objects;
+        PyObject *staged = f[SG_STAGED];
+        if (PyList_Append(staged, o_head) < 0) goto fail_objects;
+        if (PyList_Append(staged, o_rest) < 0) {
+            Py_ssize_t n = PyList_GET_SIZE(staged);
+            PyList_SetSlice(staged, n - 1, n, NULL);
+            goto fail_objects;
+        }
+        Py_CLEAR(o_head);
+        Py_CLEAR(o_rest);
+        store_entries(put_entry ? &index_buf : NULL, entries, base_offset - seg_base, start,
+                      put_time ? &time_buf : NULL, t_entries, new_max_ts, new_max_off - t_base);
+        goto written;
+    }
+    struct iovec iov[2] = {{head, 17}, {(unsigned char *)view.buf + 17, (size_t)size - 17}};
+    struct iovec *next = iov;
+    int pieces = 2;
+    Py_ssize_t done = 0;
+    int err = 0;
+    /* Until the whole batch is in (a regular file may take fewer bytes a call). */
+    while (done < size) {
+        ssize_t written;
+        Py_BEGIN_ALLOW_THREADS
+        written = writev((int)fd, next, pieces);
+        err = errno;
+        if (written >= 0 && done + written == size)  /* without the GIL, as write_batch */
+            store_entries(put_entry ? &index_buf : NULL, entries, base_offset - seg_base, start,
+                          put_time ? &time_buf : NULL, t_entries, new_max_ts,
+                          new_max_off - t_base);
+        Py_END_ALLOW_THREADS
+        if (written < 0) {
+            if (err == EINTR) {
+                if (PyErr_CheckSignals() < 0) goto fail_write; /* as os.write: no undo */
+                continue;
+            }
+            errno = err;
+            PyErr_SetFromErrno(PyExc_OSError);
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_NormalizeException(&type, &value, &tb);
+            if (tb != NULL) PyException_SetTraceback(value, tb);
+            Py_XDECREF(type);
+            Py_XDECREF(tb);
+            PyObject *start_obj = PyLong_FromLongLong(start);
+            if (start_obj != NULL) {
+                /* _append_failed truncates back to start and raises StorageError. */
+                PyObject *call[3] = {op, start_obj, value};
+                PyObject *r = PyObject_VectorcallMethod(
+                    str_append_failed, call, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+                Py_XDECREF(r);
+                Py_DECREF(start_obj);
+                if (r != NULL && !PyErr_Occurred())
+                    PyErr_SetString(PyExc_SystemError, "_append_failed returned");
+            }
+            Py_DECREF(value);
+            goto fail_write;
+        }
+        done += written;
+        while (pieces && (size_t)written >= next->iov_len) {
+            written -= (ssize_t)next->iov_len;
+            next++;
+            pieces--;
+        }
+        if (pieces) {
+            next->iov_base = (unsigned char *)next->iov_base + written;
+            next->iov_len -= (size_t)written;
+        }
+    }
+written:
+    PyBuffer_Release(&view);
+    if (put_entry) PyBuffer_Release(&index_buf);
+    if (put_time) PyBuffer_Release(&time_buf);
+
+    if (defer) {
+        Py_SETREF(f[SG_STAGED_BYTES], o_staged_bytes);
+        if (o_undo != NULL) Py_SETREF(f[SG_UNDO], o_undo);
+    }
+    if (!first_seen) {
+        Py_SETREF(f[SG_FIRST_BATCH_SEEN], Py_NewRef(Py_True));
+        if (max_ts >= 0) {
+            Py_SETREF(f[SG_ROLLING_TIMESTAMP], Py_NewRef(args[6]));
+            Py_SETREF(f[SG_ROLLS_ON_BATCH_TIME], Py_NewRef(Py_True));
+        }
+    }
+    if (max_ts > cur_max_ts) {
+        Py_SETREF(f[SG_MAX_TIMESTAMP], Py_NewRef(args[6]));
+        Py_SETREF(f[SG_OFFSET_OF_MAX_TIMESTAMP], o_max_off);
+    }
+    Py_SETREF(f[SG_NEXT_OFFSET], Py_NewRef(args[5]));
+    PyObject *old_size = f[SG_SIZE];  /* start: the entry's position */
+    f[SG_SIZE] = o_size;
+    Py_SETREF(f[SG_SINCE_INDEX], o_since);
+    if (indexed) {
+        if (put_entry) {
+            Py_SETREF(index->f[IX_ENTRIES], o_entries);
+            Py_SETREF(index->f[IX_LAST_OFFSET], Py_NewRef(args[4]));
+            Py_SETREF(index->f[IX_LAST_POSITION], Py_NewRef(old_size));
+            entries++;
+        }
+        if (put_time) {
+            if (o_first != NULL) Py_SETREF(times->f[IX_FIRST_ENTRY], o_first);
+            Py_SETREF(times->f[IX_ENTRIES], o_t_entries);
+            Py_SETREF(times->f[IX_LAST_TIMESTAMP], o_t_ts);
+            Py_SETREF(times->f[IX_LAST_OFFSET], o_t_offset);
+            t_entries++;
+        }
+        Py_SETREF(f[SG_INDEX_FULL], Py_NewRef(entries >= max_entries
+                                              || t_entries >= t_max_entries - 1 ? Py_True
+                                                                               : Py_False));
+    }
+    Py_DECREF(old_size);
+    Py_RETURN_NONE;
+
+fail_write:
+    PyBuffer_Release(&view);
+    if (put_entry) PyBuffer_Release(&index_buf);
+    if (put_time) PyBuffer_Release(&time_buf);
+    Py_XDECREF(o_size);
+    Py_XDECREF(o_since);
+    Py_XDECREF(o_max_off);
+    Py_XDECREF(o_entries);
+    Py_XDECREF(o_t_entries);
+    Py_XDECREF(o_t_offset);
+    Py_XDECREF(o_t_ts);
+    Py_XDECREF(o_first);
+    return NULL;
+fail_objects:
+    Py_XDECREF(o_size);
+    Py_XDECREF(o_since);
+    Py_XDECREF(o_max_off);
+    Py_XDECREF(o_entries);
+    Py_XDECREF(o_t_entries);
+    Py_XDECREF(o_t_offset);
+    Py_XDECREF(o_t_ts);
+    Py_XDECREF(o_first);
+    Py_XDECREF(o_head);
+    Py_XDECREF(o_rest);
+    Py_XDECREF(o_staged_bytes);
+    Py_XDECREF(o_undo);
+    PyBuffer_Release(&view);
+fail_buffers:
+    if (put_entry) PyBuffer_Release(&index_buf);
+    if (put_time) PyBuffer_Release(&time_buf);
+    return NULL;
+}
+
+static PyMethodDef segment_methods[] = {
+    {"append_one", (PyCFunction)(void (*)(void))segment_append_one, METH_FASTCALL,
+     "Write one checked batch and update the segment and its indexes (the hot path)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject SegmentCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "actors.core._batch_fast.SegmentCore",
+    .tp_basicsize = sizeof(SegmentCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A segment's hot fields, as slots, and its append (log_segment.SegmentCorePy).",
+    .tp_traverse = SegmentCore_traverse,
+    .tp_clear = SegmentCore_clear,
+    .tp_dealloc = SegmentCore_dealloc,
+    .tp_members = segment_members,
+    .tp_methods = segment_methods,
+    .tp_new = PyType_GenericNew,
+};
+
 static PyMethodDef methods[] = {
     {"single_batch", single_batch, METH_O,
      "Header fields if the buffer is exactly one valid client batch, else None."},
@@ -330,9 +781,24 @@ PyMODINIT_FUNC PyInit__batch_fast(void) {
     __builtin_cpu_init();
     have_hw = __builtin_cpu_supports("sse4.2") != 0;
 #endif
+    fill_members(index_members, index_fields, IX_COUNT, offsetof(IndexCore, f));
+    fill_members(segment_members, segment_fields, SG_COUNT, offsetof(SegmentCore, f));
+    if (PyType_Ready(&IndexCoreType) < 0 || PyType_Ready(&SegmentCoreType) < 0) return NULL;
+    str_append_one_py = PyUnicode_InternFromString("_append_one_py");
+    str_append_failed = PyUnicode_InternFromString("_append_failed");
+    str_state = PyUnicode_InternFromString("_state");
+    PyObject *seventeen = PyLong_FromLong(17);
+    if (seventeen == NULL) return NULL;
+    slice_from_17 = PySlice_New(seventeen, NULL, NULL);
+    Py_DECREF(seventeen);
+    if (str_append_one_py == NULL || str_append_failed == NULL || str_state == NULL
+        || slice_from_17 == NULL)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddIntConstant(m, "HARDWARE_CRC", have_hw) < 0) {
+    if (PyModule_AddIntConstant(m, "HARDWARE_CRC", have_hw) < 0
+        || PyModule_AddObjectRef(m, "IndexCore", (PyObject *)&IndexCoreType) < 0
+        || PyModule_AddObjectRef(m, "SegmentCore", (PyObject *)&SegmentCoreType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -9,3 +9,13 @@ def write_batch(fd: int, records: bytes | bytearray | memoryview, base_offset: i
                 relative_offset: int = 0, position: int = 0, /) -> int: ...
 def crc32c(data: bytes | bytearray | memoryview, crc: int = 0, /) -> int: ...
 def crc32c_table(data: bytes | bytearray | memoryview, /) -> int: ...
+
+class IndexCore:
+    """The hot fields of a mapped index as slots (log_index.IndexCorePy)."""
+
+class SegmentCore:
+    """The hot fields of a segment as slots, and its append (log_segment.SegmentCorePy)."""
+
+    def append_one(self, records: bytes | bytearray | memoryview, batch_length: int,
+                   leader_epoch: int, size: int, base_offset: int, next_offset: int,
+                   max_timestamp: int, defer: bool = False, /) -> None: ...

@@ -19,6 +19,10 @@ offset index entry (relative offset, position; OffsetIndex.entry) at byte
 batch is written, not after a short write: one call instead of a second one
 for the entry (``Struct.pack_into`` on the mapping, ~0.25 µs a call).
 
+The module also defines the base classes of LogSegment and the mapped indexes
+(``SegmentCore``, ``IndexCore``; their Python twins are in log_segment.py and
+log_index.py), whose ``append_one`` does a segment's whole single-batch append.
+
 Why C: per 16 KiB append in ``bench log`` (cache-cold, as there), the raw
 ``os.write`` takes ~12.2 µs; check + CRC + patched writev add ~1.7 µs in C, and
 the Python twins ~1.8 µs more (a struct unpack into a 13-tuple, a memoryview
@@ -103,8 +107,20 @@ try:
     from actors.core import _batch_fast as _compiled
 except ImportError:  # not built (no compiler where it was installed): the Python twins
     _compiled = None
+if _compiled is not None and not all(hasattr(_compiled, name)
+                                     for name in ("SegmentCore", "IndexCore")):
+    # built from older code (an editable install's .so stays in the tree until it is
+    # built again): all of it or none, so the twins never mix with a stale half
+    from loguru import logger
+
+    logger.warning("the C part {} predates this code (no SegmentCore): running the Python "
+                   "twins; build it again with `pip install -e .`", _compiled.__file__)
+    _compiled = None
 
 COMPILED: bool = _compiled is not None
+# The C module itself, for the classes built on its types (log_index.IndexCore,
+# log_segment.SegmentCore): None where it was not built.
+COMPILED_MODULE: ModuleType | None = _compiled
 single_batch: Callable[[bytes | bytearray | memoryview], tuple[int, ...] | None]
 write_batch: Callable[..., int]  # (fd, records, base_offset, batch_length, leader_epoch
 #                                    [, index, slot, relative_offset, position])

@@ -43,7 +43,9 @@ from collections.abc import Callable
 from itertools import compress, count, islice
 from operator import ge, gt
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from actors.core.batch_fast import COMPILED_MODULE
 from wire.errors import StorageError
 
 OFFSET_INDEX_SUFFIX = ".index"
@@ -139,7 +141,37 @@ def _read_through(fd: int, position: int, length: int) -> None:
         length -= got
 
 
-class _MappedIndex:
+# The fields an active segment's append reads and writes (LogSegment.append_one),
+# held as slots of a base class: the C one (_batch_fast.IndexCore) where the module
+# is built, so the append reaches them without a dictionary lookup, else this twin.
+# Both are plain attribute slots; the names and their order match the C ones
+# (tests/core/test_segment_core.py checks it).
+INDEX_FIELDS = ("base_offset", "entries", "max_entries", "reserved_entries", "_map",
+                "last_offset", "last_position", "last_timestamp", "first_entry")
+
+
+class IndexCorePy:
+    """IndexCore's Python twin: the hot fields of a mapped index, as slots."""
+
+    __slots__ = INDEX_FIELDS
+    base_offset: int
+    entries: int
+    max_entries: int
+    reserved_entries: int  # entries whose bytes have disk blocks (writable)
+    _map: mmap.mmap | None
+    last_offset: int
+    last_position: int  # offset index only
+    last_timestamp: int  # time index only
+    first_entry: tuple[int, int] | None  # time index only
+
+
+if TYPE_CHECKING:
+    IndexCore = IndexCorePy
+else:
+    IndexCore = COMPILED_MODULE.IndexCore if COMPILED_MODULE is not None else IndexCorePy
+
+
+class _MappedIndex(IndexCore):
     """Fixed-size entries in a file, mapped read-write (active) or read-only (finished)."""
 
     entry: struct.Struct
@@ -152,7 +184,7 @@ class _MappedIndex:
         self.max_entries = max_index_bytes // self.entry.size
         self.entries = 0
         self.writable = False
-        self._map: mmap.mmap | None = None
+        self._map = None
         self._copy: bytes | None = None  # a small finished index, read whole
         self._length = 0  # bytes mapped (writable: the preallocated size)
         # Entries whose bytes are known to have disk blocks (writable): appends up to
@@ -521,7 +553,7 @@ class TimeIndex(_MappedIndex):
         super().__init__(path, base_offset, max_index_bytes)
         self.last_timestamp = NO_TIMESTAMP
         self.last_offset = base_offset
-        self.first_entry: tuple[int, int] | None = None
+        self.first_entry = None
 
     @property
     def is_full(self) -> bool:

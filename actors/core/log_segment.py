@@ -18,8 +18,9 @@ import os
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
-from actors.core.batch_fast import write_batch
+from actors.core.batch_fast import COMPILED_MODULE, write_batch
 from actors.core.log_index import (
     DEFAULT_MAX_INDEX_BYTES,
     NO_TIMESTAMP,
@@ -74,7 +75,53 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
         view = view[written:]
 
 
-class LogSegment:
+# The fields a leader append reads and writes, held as slots of a base class: the C
+# one (_batch_fast.SegmentCore) where the module is built, whose append_one does the
+# whole single-batch append in one call, reaching these and the indexes' hot fields
+# (log_index.INDEX_FIELDS) without a Python frame or a dictionary lookup; else this
+# twin, whose append_one is LogSegment._append_one_py. The C append_one writes or
+# stages (defer) the batch; what it does not do itself (a write after staged
+# batches, a disk reservation for the indexes, a value out of C's range) it hands
+# to _append_one_py before changing anything. Names and order match the C ones
+# (tests/core/test_segment_core.py checks it, and compares the two appends).
+SEGMENT_FIELDS = ("_fd", "base_offset", "size", "next_offset", "index_interval_bytes",
+                  "_bytes_since_index_entry", "_max_timestamp_ms", "_offset_of_max_timestamp",
+                  "_first_batch_seen", "rolling_timestamp_ms", "rolls_on_batch_time",
+                  "index_full", "offset_index", "time_index", "_staged", "staged_bytes",
+                  "_undo")
+
+
+class SegmentCorePy:
+    """SegmentCore's Python twin: a segment's hot fields, as slots."""
+
+    __slots__ = SEGMENT_FIELDS
+    _fd: int
+    base_offset: int
+    size: int
+    next_offset: int
+    index_interval_bytes: int
+    _bytes_since_index_entry: int
+    _max_timestamp_ms: int
+    _offset_of_max_timestamp: int
+    _first_batch_seen: bool
+    rolling_timestamp_ms: int
+    rolls_on_batch_time: bool
+    index_full: bool
+    offset_index: OffsetIndex
+    time_index: TimeIndex
+    _staged: list[bytes | bytearray | memoryview]
+    staged_bytes: int  # bytes appended with defer=True and not written yet
+    _undo: tuple[int, ...] | None
+
+
+if TYPE_CHECKING:
+    SegmentCore = SegmentCorePy
+else:
+    SegmentCore = COMPILED_MODULE.SegmentCore if COMPILED_MODULE is not None else SegmentCorePy
+SEGMENT_CORE_COMPILED = SegmentCore is not SegmentCorePy
+
+
+class LogSegment(SegmentCore):
     """A segment's files, size, next offset and indexes."""
 
     def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int,
@@ -121,9 +168,9 @@ class LogSegment:
         # segment's size, offsets and index entries already count them, so every
         # method that reads the file writes them first. _undo holds the state from
         # before the first of them, for a write that fails.
-        self._staged: list[bytes | bytearray | memoryview] = []
-        self._staged_bytes = 0
-        self._undo: tuple[int, ...] | None = None
+        self._staged = []
+        self.staged_bytes = 0
+        self._undo = None
         # Called after write_staged: with None once the staged batches are written,
         # with the StorageError after a failed write rolled the segment back (the
         # owner then rolls back what it counted for those batches).
@@ -373,10 +420,11 @@ class LogSegment:
         self.size = start + length
         self._check_full()
 
-    def append_one(self, records: bytes | bytearray | memoryview, batch_length: int,
-                   leader_epoch: int, size: int, base_offset: int, next_offset: int,
-                   max_timestamp: int, defer: bool = False) -> None:
-        """append() for a single checked batch of ``size`` bytes: the hot path.
+    def _append_one_py(self, records: bytes | bytearray | memoryview, batch_length: int,
+                       leader_epoch: int, size: int, base_offset: int, next_offset: int,
+                       max_timestamp: int, defer: bool = False) -> None:
+        """append() for a single checked batch of ``size`` bytes: the hot path, as
+        ``append_one`` (SegmentCore's C append_one does the same in one call).
 
         The batch is written with its base offset, length, leader epoch and
         magic replaced (batch_fast.write_batch: the client's bytes are not
@@ -411,7 +459,7 @@ class LogSegment:
             staged = self._staged
             staged.append(_HEAD_TO_MAGIC.pack(base_offset, batch_length, leader_epoch, 2))
             staged.append(memoryview(records)[17:])
-            self._staged_bytes += size
+            self.staged_bytes += size
             if mapped is not None:
                 _OFFSET_ENTRY.pack_into(mapped, entry_at, base_offset - self.base_offset, start)
         else:
@@ -432,8 +480,7 @@ class LogSegment:
                         _OFFSET_ENTRY.pack_into(mapped, entry_at, base_offset - self.base_offset,
                                                 start)
             except OSError as exc:
-                self._undo_append(start)
-                raise StorageError(f"cannot append to {self.log_path}: {exc}") from exc
+                self._append_failed(start, exc)
         if not self._first_batch_seen:
             self._note_first_batch(max_timestamp)
         if max_timestamp > self._max_timestamp_ms:
@@ -454,10 +501,13 @@ class LogSegment:
         self.index_full = (entries >= index.max_entries
                            or times.entries >= times.max_entries - 1)
 
-    @property
-    def staged_bytes(self) -> int:
-        """Bytes appended with defer=True and not written yet."""
-        return self._staged_bytes
+    if not SEGMENT_CORE_COMPILED:
+        append_one = _append_one_py
+
+    def _append_failed(self, start: int, exc: OSError) -> NoReturn:
+        """A single append's write failed: cut the file back to ``start`` and raise."""
+        self._undo_append(start)
+        raise StorageError(f"cannot append to {self.log_path}: {exc}") from exc
 
     def _state(self) -> tuple[int, ...]:
         return (self.size, self.next_offset, self._bytes_since_index_entry,
@@ -476,9 +526,9 @@ class LogSegment:
         pieces = self._staged
         if not pieces:
             return
-        total = self._staged_bytes
+        total = self.staged_bytes
         self._staged = []
-        self._staged_bytes = 0
+        self.staged_bytes = 0
         undo = self._undo
         self._undo = None
         try:
@@ -705,7 +755,7 @@ class LogSegment:
         """Close and remove the files; the .log goes first so a crash leaves no log
         without its predecessor's data."""
         self._staged = []  # never written: the files go
-        self._staged_bytes = 0
+        self.staged_bytes = 0
         self._undo = None
         self.close(trim=False)
         self.log_path.unlink(missing_ok=True)

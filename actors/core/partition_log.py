@@ -495,10 +495,55 @@ class PartitionLog:
         if not coordinator and len(records) <= self._single_batch_max_bytes:
             fields = single_batch(records)
             if fields is not None:
-                info = self._append_single_as_leader(records, fields, leader_epoch, now_ms,
-                                                     defer)
-                if info is not None:
-                    return info
+                # The common case, inline (a Python frame less per Produce): one valid
+                # CreateTime batch (the size was checked against _single_batch_max_bytes,
+                # -1 for LogAppendTime topics) that needs no roll, no new epoch entry
+                # and, if idempotent, is simply the next in sequence. Anything else
+                # takes the general path below, before any change.
+                (_, batch_length, _, _, _, attributes, last_offset_delta, _, max_timestamp,
+                 producer_id, producer_epoch, base_sequence, records_count) = fields
+                epochs = self.epoch_cache.entries
+                config = self._config
+                active = self.segments[-1]
+                size = len(records)
+                first_offset = active.next_offset
+                next_offset = first_offset + last_offset_delta + 1
+                entry = None
+                if (leader_epoch == (epochs[-1][0] if epochs else UNDEFINED_EPOCH)
+                        # not a transaction's first batch here (the general path opens it)
+                        and not (attributes & TRANSACTIONAL_BIT
+                                 and producer_id not in self.txn_index.ongoing)
+                        # no roll due (the general path decides)
+                        and not (active.size and (
+                            active.size + size > config.segment_bytes
+                            or not active.rolls_on_batch_time
+                            or max_timestamp - active.rolling_timestamp_ms > config.segment_ms
+                            or active.index_full))
+                        and next_offset - 1 - active.base_offset <= _MAX_RELATIVE_OFFSET
+                        # no producer, or a known one's next batch (not a new producer, a
+                        # new epoch, a duplicate or a gap)
+                        and (producer_id < 0 or (
+                            (entry := self.producer_state.producers.get(producer_id))
+                            is not None and entry.producer_epoch == producer_epoch
+                            and entry.batches
+                            and base_sequence == entry.batches[-1].last_seq + 1))):
+                    if defer and active.on_staged_written is None:
+                        active.on_staged_written = self._staged_written
+                    active.append_one(records, batch_length, leader_epoch, size, first_offset,
+                                      next_offset, max_timestamp, defer)
+                    if entry is not None:
+                        entry.batches.append(BatchMetadata(
+                            base_sequence, (base_sequence + last_offset_delta) & 0x7FFFFFFF,
+                            first_offset, next_offset - 1, max_timestamp))
+                        if defer:
+                            self._staged_entries.append(entry)
+                    self._unflushed_messages += records_count
+                    if self._unflushed_messages >= config.flush_messages:
+                        self.flush(now_ms)
+                    # tuple.__new__ skips the NamedTuple's Python-level __new__ (a frame).
+                    return _new_tuple(AppendInfo, (first_offset, next_offset - 1, max_timestamp,
+                                                   -1, self._log_start_offset, records_count,
+                                                   size, False))
         headers = check_batches(records)
         if not headers:
             return self._empty_append_info()
@@ -552,57 +597,6 @@ class PartitionLog:
         return AppendInfo(first_offset, offset - 1, max_timestamp,
                           -1 if append_time is None else now_ms, self._log_start_offset,
                           num_records, total)
-
-    def _append_single_as_leader(self, records: bytes | bytearray | memoryview,
-                                 fields: tuple[int, ...], leader_epoch: int,
-                                 now_ms: int, defer: bool = False) -> AppendInfo | None:
-        """The common case, one valid CreateTime batch that needs no roll, no new
-        epoch entry and (if idempotent) is simply the next in sequence, without the
-        general path's lists and loops. None, before any change, for anything else.
-        """
-        # append_as_leader checked the size against _single_batch_max_bytes (the
-        # message and segment limits; -1 for LogAppendTime topics).
-        epochs = self.epoch_cache.entries
-        if leader_epoch != (epochs[-1][0] if epochs else UNDEFINED_EPOCH):
-            return None
-        (_, batch_length, _, _, _, attributes, last_offset_delta, _, max_timestamp, producer_id,
-         producer_epoch, base_sequence, records_count) = fields
-        if attributes & TRANSACTIONAL_BIT and producer_id not in self.txn_index.ongoing:
-            return None  # a transaction's first batch here: the general path opens it
-        size = len(records)
-        config = self._config
-        active = self.segments[-1]
-        if active.size and (active.size + size > config.segment_bytes
-                            or not active.rolls_on_batch_time
-                            or max_timestamp - active.rolling_timestamp_ms > config.segment_ms
-                            or active.index_full):
-            return None  # a roll may be due: the general path decides
-        first_offset = active.next_offset
-        next_offset = first_offset + last_offset_delta + 1
-        if next_offset - 1 - active.base_offset > _MAX_RELATIVE_OFFSET:
-            return None
-        entry = None
-        if producer_id >= 0:
-            entry = self.producer_state.producers.get(producer_id)
-            if (entry is None or entry.producer_epoch != producer_epoch or not entry.batches
-                    or base_sequence != entry.batches[-1].last_seq + 1):
-                return None  # new producer, new epoch, duplicate or gap: general path
-        if defer and active.on_staged_written is None:
-            active.on_staged_written = self._staged_written
-        active.append_one(records, batch_length, leader_epoch, size, first_offset, next_offset,
-                          max_timestamp, defer)
-        if entry is not None:
-            entry.batches.append(BatchMetadata(
-                base_sequence, (base_sequence + last_offset_delta) & 0x7FFFFFFF, first_offset,
-                next_offset - 1, max_timestamp))
-            if defer:
-                self._staged_entries.append(entry)
-        self._unflushed_messages += records_count
-        if self._unflushed_messages >= config.flush_messages:
-            self.flush(now_ms)
-        # tuple.__new__ skips the NamedTuple's Python-level __new__ (a frame per append).
-        return _new_tuple(AppendInfo, (first_offset, next_offset - 1, max_timestamp, -1,
-                                       self._log_start_offset, records_count, size, False))
 
     def commit(self) -> StorageError | None:
         """Write the batches staged by ``append_as_leader(defer=True)`` (one writev).

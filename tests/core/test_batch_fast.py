@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from actors.core import batch_fast, log_segment, partition_log
 from actors.core.log_index import OffsetIndex
+from actors.core.log_segment import LogSegment
 from actors.core.partition_log import LogConfig, PartitionLog
 from actors.core.record_batch import build_batch
 
@@ -248,11 +249,13 @@ def test_logs_appended_through_either_are_identical(tmp_path_factory: pytest.Tem
     """The whole append (checks, offsets, indexes, refusals) through C and through Python."""
     root = tmp_path_factory.mktemp("logs")
     results = []
-    saved = partition_log.single_batch, log_segment.write_batch
-    try:
+    with pytest.MonkeyPatch.context() as monkeypatch:
         for name, impl in (("c", (compiled.single_batch, compiled.write_batch)),
                            ("py", (batch_fast.single_batch_py, batch_fast.write_batch_py))):
-            partition_log.single_batch, log_segment.write_batch = impl
+            monkeypatch.setattr(partition_log, "single_batch", impl[0])
+            monkeypatch.setattr(log_segment, "write_batch", impl[1])
+            if name == "py":  # the segment's append too: SegmentCore's, or its Python twin
+                monkeypatch.setattr(LogSegment, "append_one", LogSegment._append_one_py)
             log = PartitionLog.open(root / name / "t-0", "t", 0,
                                     LogConfig(segment_bytes=20_000), 0)
             log.assign_epoch_start_offset(3, 0)
@@ -269,8 +272,6 @@ def test_logs_appended_through_either_are_identical(tmp_path_factory: pytest.Tem
                      if p.suffix in (".log", ".index", ".timeindex")}
             log.close()
             results.append((outcome, files))
-    finally:
-        partition_log.single_batch, log_segment.write_batch = saved
     assert results[0] == results[1]
 
 
@@ -285,6 +286,8 @@ def test_compiled_where_required() -> None:
         "(deploy/install.sh does), then pip install -e .")
     assert batch_fast.single_batch is compiled.single_batch
     assert batch_fast.write_batch is compiled.write_batch
+    assert log_segment.SEGMENT_CORE_COMPILED
+    assert LogSegment.append_one is compiled.SegmentCore.append_one
 
 
 @pytest.mark.parametrize("impl", ["c", "py"])
@@ -293,10 +296,13 @@ def test_a_short_write_still_gets_its_index_entry(tmp_path: Path,
                                                   impl: str) -> None:
     """write_batch leaves the index entry to a whole write: after a short one (a regular
     file may take fewer bytes) the segment writes the rest and the entry itself, so the
-    files are those of appends that wrote at once."""
+    files are those of appends that wrote at once. This is the Python twin of the
+    segment's append, which calls write_batch; the C one (SegmentCore.append_one) is
+    tested for the same in tests/core/test_segment_core.py."""
     if impl == "c" and compiled is None:
         pytest.skip("the C module is not built here")
     write = compiled.write_batch if impl == "c" else batch_fast.write_batch_py
+    monkeypatch.setattr(LogSegment, "append_one", LogSegment._append_one_py)
     batches = [build_batch([os.urandom(3000) for _ in range(3)], timestamps_ms=[5, 6, 7])
                for _ in range(4)]
 

@@ -135,6 +135,35 @@ def test_appends_through_either_leave_the_same_log(
     assert results[0] == results[1]
 
 
+@needs_c
+@pytest.mark.parametrize("defer", [False, True])
+def test_the_c_append_does_the_appends_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             defer: bool) -> None:
+    """The twin comparison above passes as well if C hands every append to the Python
+    twin: here C must write (or stage) the batches itself, the twin taking only the
+    appends that reserve index disk (one per 4 KiB chunk of index)."""
+    handed: list[int] = []
+    twin = LogSegment._append_one_py
+
+    def counted(self: LogSegment, *args: Any) -> Any:
+        handed.append(1)
+        return twin(self, *args)
+
+    monkeypatch.setattr(LogSegment, "_append_one_py", counted)
+    config = LogConfig(index_interval_bytes=1)  # an index entry at every batch
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, config, 0)
+    log.assign_epoch_start_offset(1, 0)
+    for n in range(200):
+        log.append_as_leader(build_batch([b"v" * 100], timestamps_ms=[1_000 + n]), 1,
+                             2_000, defer=defer)
+        if defer and n % 10 == 9:
+            log.commit()
+    log.commit()
+    assert log.log_end_offset == 200
+    assert 0 < len(handed) <= 4, len(handed)   # 200 entries of 8 bytes: one chunk or two
+    log.close()
+
+
 def _big_batches(count: int) -> list[bytes]:
     return [build_batch([os.urandom(3000) for _ in range(3)], timestamps_ms=[5 + i, 6 + i, 7])
             for i in range(count)]

@@ -3,6 +3,7 @@ order, a backlog the socket does not take at once, a peer that goes away and com
 
 from __future__ import annotations
 
+import contextlib
 import random
 import select
 import socket
@@ -12,8 +13,11 @@ from pathlib import Path
 
 import pytest
 import zmq
+from loguru import logger
 
+from actors.runtime import direct
 from actors.runtime.address import Address
+from actors.runtime.clock import SystemClock
 from actors.runtime.direct import DirectInbound, DirectLink, pack
 from actors.runtime.node import Directory, Node, NodeEndpoint
 from tests.fixtures.waiting import wait_for
@@ -149,3 +153,113 @@ def test_frames_cut_anywhere_by_the_stream_are_delivered_whole_and_once() -> Non
         left.close()
         inbound.close()
     assert not owner.watched
+
+
+class _CountingSock:
+    """A socket whose reads are counted per readiness (DirectInbound reads only recv)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.reads = 0
+
+    def recv(self, size: int) -> bytes:
+        self.reads += 1
+        return self.sock.recv(size)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_one_readiness_takes_every_frame_the_stream_holds() -> None:
+    """Produce frames are larger than one read: read once per readiness, each took two
+    turns of the receiving loop and the small answers behind them waited (milliseconds
+    between a broker's processes under load). Everything already in the stream, big
+    frames and small, is delivered by one call."""
+    rng = random.Random(7)
+    frames = [(b"shard-%d" % i, rng.randbytes(70_000 if i % 2 == 0 else 40), None)
+              for i in range(6)]
+    stream = b"".join(pack(t, f, legs) for t, f, legs in frames)
+    left, right = socket.socketpair()
+    left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    right.setblocking(False)
+    got: list[tuple[bytes, bytes, bytes | None]] = []
+    inbound = DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, f, legs)),  # type: ignore[arg-type]
+                            lambda _i: None)
+    try:
+        left.sendall(stream)
+        assert select.select([right], [], [], 5.0)[0]
+        inbound.on_readable(0)
+        assert got == frames
+        assert not inbound.buf
+    finally:
+        left.close()
+        inbound.close()
+
+
+def test_a_stream_that_stays_busy_lets_the_loop_go_after_a_bounded_read() -> None:
+    """A peer that keeps writing must not hold the receiving loop: at most
+    READS_PER_TURN reads per readiness, and the frames still arrive whole and in order."""
+    rng = random.Random(11)
+    frames = [(b"t", rng.randbytes(100_000), None) for _ in range(60)]  # 6 MB
+    stream = b"".join(pack(t, f, legs) for t, f, legs in frames)
+    left, right = socket.socketpair()
+    left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+    right.setblocking(False)
+    left.setblocking(False)
+    written = 0  # what the stream holds before the first read: more than one turn's reads
+    with contextlib.suppress(BlockingIOError):
+        while written < len(stream):
+            written += left.send(stream[written:written + 65_536])
+    if written <= direct.READS_PER_TURN * direct.READ_BYTES:
+        pytest.skip(f"the socket pair holds only {written} bytes (net.core.wmem_max)")
+    left.setblocking(True)
+    counting = _CountingSock(right)
+    got: list[tuple[bytes, bytes, bytes | None]] = []
+    inbound = DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, f, legs)),  # type: ignore[arg-type]
+                            lambda _i: None)
+    inbound.sock = counting  # type: ignore[assignment]
+    inbound.on_readable(0)
+    assert counting.reads == direct.READS_PER_TURN  # the loop gets its turn back
+    assert 0 < len(got) < len(frames)
+    writer = threading.Thread(target=left.sendall, args=(stream[written:],), daemon=True)
+    writer.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(got) < len(frames) and time.monotonic() < deadline:
+            if select.select([right], [], [], 1.0)[0]:
+                counting.reads = 0
+                inbound.on_readable(0)
+                assert counting.reads <= direct.READS_PER_TURN
+        writer.join(5)
+        assert got == frames
+    finally:
+        left.close()
+        inbound.close()
+
+
+def test_a_link_asks_for_a_send_buffer_that_holds_a_burst_of_produce_frames(
+        tmp_path: Path) -> None:
+    try:
+        wmem_max = int(Path("/proc/sys/net/core/wmem_max").read_text())
+    except OSError:
+        pytest.skip("no /proc/sys/net/core/wmem_max to compare with")
+    path = tmp_path / "peer.ux"
+    listener = direct.listen(path)
+
+    class Owner(_Owner):
+        clock = SystemClock()
+        log = logger
+
+    link = DirectLink("peer", path, Owner())  # type: ignore[arg-type]
+    try:
+        assert link.connect()
+        assert link.sock is not None
+        # Linux doubles what it is asked for (bookkeeping), capped at wmem_max first
+        got = link.sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        assert got >= 2 * min(direct.SEND_BUFFER_BYTES, wmem_max)
+    finally:
+        link.close(linger_s=0)
+        listener.close()

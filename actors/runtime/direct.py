@@ -44,6 +44,8 @@ READ_BYTES = 64 * 1024  # under malloc's mmap threshold: a read allocates from t
 # reads of one stream per turn of the loop (2 MiB): it drains a busy link without keeping
 # the loop's other descriptors waiting for long
 READS_PER_TURN = 32
+FRAMES_PER_TURN = 256  # and no more reads once this many frames were delivered in a turn
+#                        (the gateway's ZeroMQ side takes 256 messages a turn, too)
 SEND_BUFFER_BYTES = 4 * 1024 * 1024  # the kernel caps it at net.core.wmem_max
 SEND_PARTS = 64  # buffers per sendmsg when a backlog is written
 _POLLOUT = int(zmq.POLLOUT)
@@ -245,6 +247,7 @@ class DirectInbound:
         whole frame. One read a turn was too little: a produce frame is larger than a
         read, so each took two turns of the loop, and the small answers queued behind
         them on the same stream waited milliseconds."""
+        delivered = 0
         for _ in range(READS_PER_TURN):
             try:
                 data = self.sock.recv(READ_BYTES)
@@ -255,20 +258,24 @@ class DirectInbound:
             if not data:
                 self.close()
                 return
-            self._take(data)
+            delivered += self._take(data)
             if len(data) < READ_BYTES or self.fd < 0:
                 return  # the stream is drained (or a delivery closed it)
+            if delivered >= FRAMES_PER_TURN:
+                return  # many small frames: their handlers run this turn; the loop's turn
 
-    def _take(self, data: bytes) -> None:
+    def _take(self, data: bytes) -> int:
+        """Deliver the whole frames ``data`` completes; keep the rest. How many were."""
         if self.buf:  # the rest of a frame the last read ended in
             self.buf += data
             if len(self.buf) < self.need:
-                return  # a large frame: gather it whole before one copy and parse
+                return 0  # a large frame: gather it whole before one copy and parse
             data = bytes(self.buf)
         at = 0
         end = len(data)
         deliver = self.deliver
         unpack = HEAD.unpack_from
+        count = 0
         while end - at >= HEAD_SIZE:
             t_len, f_len, l_len = unpack(data, at)
             start = at + HEAD_SIZE
@@ -279,6 +286,7 @@ class DirectInbound:
             l_at = f_at + f_len
             deliver(data[start:f_at], data[f_at:l_at], data[l_at:stop] if l_len else None)
             at = stop
+            count += 1
         if at < end:
             self.buf = bytearray(data[at:])
             if end - at >= HEAD_SIZE:
@@ -288,6 +296,7 @@ class DirectInbound:
                 self.need = HEAD_SIZE
         elif self.buf:
             self.buf = bytearray()
+        return count
 
     def close(self) -> None:
         if self.fd < 0:

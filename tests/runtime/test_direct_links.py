@@ -199,9 +199,13 @@ def test_one_readiness_takes_every_frame_the_stream_holds() -> None:
         inbound.close()
 
 
-def test_a_stream_that_stays_busy_lets_the_loop_go_after_a_bounded_read() -> None:
+def test_a_stream_that_stays_busy_lets_the_loop_go_after_a_bounded_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A peer that keeps writing must not hold the receiving loop: at most
-    READS_PER_TURN reads per readiness, and the frames still arrive whole and in order."""
+    READS_PER_TURN reads per readiness, and the frames still arrive whole and in order.
+    Three reads a turn here: a host's default net.core.wmem_max (a socket pair then holds
+    ~416 KiB) is less than the 32 reads of the default."""
+    monkeypatch.setattr(direct, "READS_PER_TURN", 3)
     rng = random.Random(11)
     frames = [(b"t", rng.randbytes(100_000), None) for _ in range(60)]  # 6 MB
     stream = b"".join(pack(t, f, legs) for t, f, legs in frames)
@@ -235,6 +239,43 @@ def test_a_stream_that_stays_busy_lets_the_loop_go_after_a_bounded_read() -> Non
                 assert counting.reads <= direct.READS_PER_TURN
         writer.join(5)
         assert got == frames
+    finally:
+        left.close()
+        inbound.close()
+
+
+def test_many_small_frames_let_the_loop_go_after_a_turns_worth() -> None:
+    """Frames are bounded a turn as well as reads: 256 small frames run their handlers in
+    this turn, then the loop polls again (the ZeroMQ side's 256 messages a turn); all
+    arrive, in order, over the next readinesses."""
+    frames = [(b"t", i.to_bytes(4, "big") * 20, None) for i in range(3_000)]  # ~300 KB
+    stream = b"".join(pack(t, f, legs) for t, f, legs in frames)
+    left, right = socket.socketpair()
+    right.setblocking(False)
+    writer = threading.Thread(target=left.sendall, args=(stream,), daemon=True)
+    writer.start()
+    counting = _CountingSock(right)
+    got: list[tuple[bytes, bytes, bytes | None]] = []
+    inbound = DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, f, legs)),  # type: ignore[arg-type]
+                            lambda _i: None)
+    inbound.sock = counting  # type: ignore[assignment]
+    try:
+        wait_for(lambda: select.select([right], [], [], 0)[0] != [], timeout=10)
+        turns = 0
+        deadline = time.monotonic() + 30
+        while len(got) < len(frames) and time.monotonic() < deadline:
+            if not select.select([right], [], [], 1.0)[0]:
+                continue
+            before, counting.reads = len(got), 0
+            inbound.on_readable(0)
+            turns += 1
+            # a 64 KiB read holds ~650 of these frames: one read a turn, never another
+            # read once 256 were delivered
+            assert len(got) - before < direct.FRAMES_PER_TURN + 700
+            assert counting.reads <= 2
+        writer.join(5)
+        assert got == frames
+        assert turns >= 4
     finally:
         left.close()
         inbound.close()

@@ -252,6 +252,36 @@ def take_security(node: Any, topo: Any, mirror: Any, index: int) -> bool:
     return False
 
 
+def _wait_for_handlers_metadata(node: Any, topo: Any, index: int) -> None:
+    """Until every handler of this process holds the metadata the ReplicaManager sent it.
+
+    The answer to ProcessStarted may overtake that metadata: they go to different actors
+    of this process, and process 0 may reach them by different links (after a restart the
+    ZeroMQ link its ReplicaManager kept for the answer's address was up again before the
+    direct link, which reconnects on its own timer). A connection taken before then was
+    answered Metadata without a topic or a controller.
+    """
+    from actors.runtime.address import Address
+    from actors.runtime.node import AskFailed, AskTimeout
+    from wire.broker_messages import GetStats
+
+    deadline = time.monotonic() + READY_TIMEOUT_S / 2
+    for i in range(topo.num_handlers):
+        handler = Address(node.name, topo.handler(i).name)
+        while True:
+            try:
+                if node.ask(handler, GetStats(), timeout=5.0).get("metadata_updates"):
+                    break
+            except (AskFailed, AskTimeout) as exc:
+                logger.warning("process {}: {} did not answer ({})", index, handler, exc)
+                return
+            if time.monotonic() > deadline:
+                logger.warning("process {}: {} has no metadata yet; it learns the cluster "
+                               "from the next UpdateMetadata", index, handler)
+                return
+            time.sleep(0.005)
+
+
 def run_process(spec: dict[str, Any]) -> int:
     """Process ``spec["index"]`` of a broker: a node serving connections until SIGTERM."""
     from actors.acceptor import Acceptor
@@ -381,11 +411,14 @@ def run_process(spec: dict[str, Any]) -> int:
         # holds (the answer comes after it, on the same link), and after a restart its shards
         # their roles (they were in memory)
         try:
-            node.ask(topo.replica_manager, ProcessStarted(index, restarted),
-                     timeout=READY_TIMEOUT_S / 2)
+            started = node.ask(topo.replica_manager, ProcessStarted(index, restarted),
+                               timeout=READY_TIMEOUT_S / 2)
         except (AskFailed, AskTimeout) as exc:
             logger.warning("process {}: the ReplicaManager did not answer ({}); its handlers "
                            "learn the cluster from the next UpdateMetadata", index, exc)
+        else:
+            if isinstance(started, dict) and started.get("metadata"):
+                _wait_for_handlers_metadata(node, topo, index)
     if mirrored and not take_security(node, topo, mirror, index):
         node.shutdown(timeout=5)
         os.close(lock)

@@ -574,13 +574,17 @@ class ReplicaManager(Actor):
         if not 0 < msg.process < len(nodes):
             return {}
         node = nodes[msg.process]
-        if self.cache.updates:
+        # "metadata": its handlers were sent the metadata (the process waits until they
+        # hold it before it takes connections: this answer may reach it first)
+        metadata = 1 if self.cache.updates else 0
+        if metadata:
             snapshot = self.cache.snapshot(self.fencing.broker_epoch)
             for handler in self.topology.all_handlers():
                 if handler.node == node:
                     self.tell(handler, snapshot)
         if not msg.restarted:
-            return {"partitions": 0}  # the roles sent before it started wait in its links
+            # the roles sent before it started wait in its links
+            return {"partitions": 0, "metadata": metadata}
         self.processes_restarted += 1
         by_shard: dict[Address, list[ReplicaStateRow]] = {}
         for row in self.states.values():
@@ -614,7 +618,7 @@ class ReplicaManager(Actor):
                       "{} followed ones fetched anew", msg.process,
                       sum(len(r) for r in by_shard.values()),
                       sum(len(r) for r in refetch.values()))
-        return {"partitions": sum(len(r) for r in by_shard.values())}
+        return {"partitions": sum(len(r) for r in by_shard.values()), "metadata": metadata}
 
     def _isr_answer(self, proposals: list[IsrProposalRow], error_code: int) -> None:
         by_shard: dict[Address, list[IsrUpdateRow]] = {}

@@ -513,8 +513,10 @@ class RequestHandler(Actor):
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:
+        cluster = self.ctx.cluster
         return {"requests": self.requests, "in_flight": len(self.pending),
-                "refused": self.closed_for_bad_input, "topics": sorted(self.ctx.topics)}
+                "refused": self.closed_for_bad_input, "topics": sorted(self.ctx.topics),
+                "metadata_updates": cluster.updates if cluster is not None else 0}
 
 
 def _close_reply_regions(replies: list[Any] | None) -> None:

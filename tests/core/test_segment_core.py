@@ -164,6 +164,14 @@ def test_the_c_append_does_the_appends_itself(tmp_path: Path, monkeypatch: pytes
     log.close()
 
 
+def _indexed_log(monkeypatch: pytest.MonkeyPatch, impl: str, directory: Path) -> PartitionLog:
+    """A log with an index entry at every batch, appending through ``impl``."""
+    _use(monkeypatch, impl)
+    log = PartitionLog.open(directory, "t", 0, LogConfig(index_interval_bytes=1), 0)
+    log.assign_epoch_start_offset(0, 0)
+    return log
+
+
 def _big_batches(count: int) -> list[bytes]:
     return [build_batch([os.urandom(3000) for _ in range(3)], timestamps_ms=[5 + i, 6 + i, 7])
             for i in range(count)]
@@ -181,10 +189,7 @@ def test_a_write_refused_half_way_is_undone_by_both(tmp_path: Path,
     results = []
     try:
         for impl in IMPLS:
-            _use(monkeypatch, impl)
-            log = PartitionLog.open(tmp_path / impl / "t-0", "t", 0,
-                                    LogConfig(index_interval_bytes=1), 0)
-            log.assign_epoch_start_offset(0, 0)
+            log = _indexed_log(monkeypatch, impl, tmp_path / impl / "t-0")
             for batch in batches[:2]:
                 log.append_as_leader(batch, 0, 0)
             before = _state(log)
@@ -221,10 +226,7 @@ def test_a_short_write_is_finished_by_both(tmp_path: Path,
     previous = signal.signal(signal.SIGALRM, lambda *_: None)
     try:
         for impl in IMPLS:
-            _use(monkeypatch, impl)
-            log = PartitionLog.open(tmp_path / impl / "t-0", "t", 0,
-                                    LogConfig(index_interval_bytes=1), 0)
-            log.assign_epoch_start_offset(0, 0)
+            log = _indexed_log(monkeypatch, impl, tmp_path / impl / "t-0")
             log.append_as_leader(batches[0], 0, 0)
             segment = log.segments[-1]
             read_end, write_end = os.pipe()

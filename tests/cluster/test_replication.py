@@ -63,6 +63,18 @@ def isr_of(cluster: Cluster, partition: int = 0, via: int | None = None) -> tupl
     return tuple(sorted(found.isr)) if found is not None else ()
 
 
+def partition_story(cluster: Cluster, partition: int, lines: int = 60) -> str:
+    """What every node logged about ``partition`` (roles, ISR proposals and answers,
+    refusals), the last ``lines`` of each: a failed assertion on a rare timing says why."""
+    name = f"{TOPIC}-{partition}"
+    parts = []
+    for node in cluster.nodes.values():
+        told = [line for line in node.log().splitlines()
+                if name in line or "ISR" in line or "WARNING" in line or "ERROR" in line]
+        parts.append(f"--- node {node.broker_id}\n" + "\n".join(told[-lines:]))
+    return "\n".join(parts)
+
+
 def produce_acks_all(cluster: Cluster, values: list[bytes], partition: int = 0,
                      timeout_s: float = 30.0) -> tuple[list[bytes], list[str]]:
     """confluent-kafka, acks=all and idempotent: (the values acknowledged, the errors)."""
@@ -176,7 +188,8 @@ def test_a_paused_follower_leaves_the_isr_and_rejoins(cluster_factory: Any) -> N
             # Appended while the ISR still counts the paused follower, then the ISR shrinks
             # under it: the wait ends NOT_ENOUGH_REPLICAS_AFTER_APPEND (Kafka's answer).
             waited = produce_raw(cluster.nodes[leader], p, [b"after-append"], timeout_ms=30000)
-            assert waited.error_code == int(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+            assert waited.error_code == int(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND), (
+                waited, partition_story(cluster, p))
             wait_for("the leader alone in the ISR",
                      lambda: isr_of(cluster, p, via=leader) == (leader,), timeout_s=30)
             refused = produce_to(cluster.nodes[leader], TOPIC, p, [b"refused"])

@@ -455,22 +455,31 @@ class PartitionShard(Actor):
                 state.log.maybe_flush(now)
                 self._count(topic, "in", len(req.records),
                             info.last_offset - info.first_offset + 1)
+                wait = (WatchProduceRow(topic, partition, info.last_offset + 1, info.first_offset,
+                                        info.log_append_time_ms, info.log_start_offset,
+                                        state.leader_epoch, NONE)
+                        if msg.acks == -1 and state.log.high_watermark <= info.last_offset
+                        else None)
+                # the row and its wait together: nothing between them can fail
                 rows.append(AppendDoneRow(topic, partition, NONE, info.first_offset,
                                           info.log_append_time_ms, info.log_start_offset, None))
-                if msg.acks == -1 and state.log.high_watermark <= info.last_offset:
-                    waiting.append(WatchProduceRow(
-                        topic, partition, info.last_offset + 1, info.first_offset,
-                        info.log_append_time_ms, info.log_start_offset, state.leader_epoch, NONE))
+                if wait is not None:
+                    waiting.append(wait)
                 self._notify(state)
         except Exception:
             # Rows appended before the failure keep their offsets (answering them as
-            # failed would make non-idempotent producers write them twice).
-            self._commit_and_answer()
-            self.reply(AppendDone(msg.req_id, rows + [
+            # failed would make non-idempotent producers write them twice), and go out as
+            # any answer does: after the turn's staged writes (a failed write makes them
+            # KAFKA_STORAGE_ERROR), an acks=-1 row the ISR lacks through the purgatory,
+            # never NONE at once (a failure in _notify, after the row, acknowledged a
+            # record only this leader had).
+            assert self.current_sender is not None
+            self.unanswered.append((self.current_sender, msg, rows + [
                 AppendDoneRow(r.topic, r.partition, int(ErrorCode.UNKNOWN_SERVER_ERROR), -1, -1,
                               -1, "internal error")
                 for r in msg.rows[len(rows):]
-            ]))
+            ], waiting, self._trace))
+            self._commit_and_answer()
             raise
         assert self.current_sender is not None
         if staged or self.unanswered:
@@ -638,8 +647,12 @@ class PartitionShard(Actor):
                     rows.append(ReadDoneRow(topic, partition, NOT_LEADER, -1, -1, b"", 0, 0, -1))
                     continue
                 log = state.log
-                if msg.replica_id >= 0 and state.on_follower_fetch(
-                        msg.replica_id, offset, self.clock.wall_ms()):
+                # A replica's fetch over the Kafka wire counts as its log end only within
+                # the log: an offset past the end (a bad or stray client naming a replica
+                # id) would move the high watermark over records that replica lacks.
+                if (msg.replica_id >= 0 and log.log_start_offset <= offset <= log.log_end_offset
+                        and state.on_follower_fetch(msg.replica_id, offset,
+                                                    self.clock.wall_ms())):
                     self._notify(state, ack=FollowerAck(msg.replica_id, offset))  # HW moved
                 to_log_end = msg.replica_id >= 0 or msg.replica_id == LOG_END_READER
                 committed = msg.isolation_level == 1 and not to_log_end

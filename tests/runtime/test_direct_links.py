@@ -462,3 +462,21 @@ def test_the_backlog_byte_count_follows_partial_writes_and_a_lost_peer(
         link.close(linger_s=0)
         listener.close()
     assert link.pending_bytes == 0 and not link.pending
+
+
+def test_a_frame_over_the_cap_alone_goes_when_nothing_waits(tmp_path: Path) -> None:
+    """The frame limit (actor.max.frame.bytes) bounds frames, and may be set above the
+    backlog cap: such a frame still goes on an empty backlog; what comes behind it while
+    it waits is dropped."""
+    owner = _LinkOwner()
+    link = DirectLink("b", tmp_path / "b.ux", owner,  # type: ignore[arg-type]
+                      backlog_max_bytes=64 * 1024)  # nobody listens there: all waits
+    big = encode_frame("a", "sender", "checker", [new_entry(1, 0, 0, 0, 0, 0, bytes(100_000))])
+    link.send(b"checker", big, None)
+    assert link.sock is None and len(link.pending) == 1 and link.dropped == 0
+    assert link.pending_bytes == len(link.pending[0]) > 100_000
+    link.send(b"checker", encode_frame("a", "sender", "checker", []), None)
+    assert len(link.pending) == 1 and link.dropped == 1
+    assert [last[1:] for last in owner.node.dead_letters.last] == [("sender@a", "checker@b")]
+    link.close(linger_s=0)
+    assert link.pending_bytes == 0 and not link.pending

@@ -53,10 +53,13 @@ FRAMES_PER_TURN = 256  # and no more reads once this many frames were delivered 
 #                        (the gateway's ZeroMQ side takes 256 messages a turn, too)
 SEND_BUFFER_BYTES = 4 * 1024 * 1024  # the kernel caps it at net.core.wmem_max
 SEND_PARTS = 64  # buffers per sendmsg when a backlog is written
-# Bytes a link keeps for a peer that does not take them (stopped, hung, restarting): 256
-# produce frames of 256 KiB, far more than a live peer leaves waiting. ZeroMQ's SNDHWM of
-# 100 frames bounds the other links the same way.
-BACKLOG_MAX_BYTES = 64 * 1024 * 1024
+# Bytes a link keeps for a peer that does not take them (stopped, hung, restarting). A
+# live peer reads up to 2 MiB a turn and leaves far less waiting; a stalled one holds what
+# the clients have in flight towards it (5 requests of up to 1 MiB per producer
+# connection by default): this is about 50 busy connections' worth, so a peer stuck for
+# a few seconds (a slow disk) loses nothing, and one stopped for good costs a bounded
+# amount. ZeroMQ's SNDHWM of 100 frames bounds the other links the same way.
+BACKLOG_MAX_BYTES = 256 * 1024 * 1024
 _POLLOUT = int(zmq.POLLOUT)
 _POLLIN = int(zmq.POLLIN)
 _GONE = (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ECONNREFUSED, errno.ENOENT)

@@ -105,6 +105,10 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "actor_gave_up": ("counter", "Actors supervision stopped restarting"),
     "mailbox_full_waits": ("counter", "Sends that waited for room in a full mailbox"),
     "messages_refused_oversized": ("counter", "Messages over actor.max.frame.bytes"),
+    "direct_link_frames_dropped": ("counter", "Frames a direct link to another process of "
+                                              "the broker dropped, its backlog full (that "
+                                              "process stopped, hung or away): their "
+                                              "messages are dead letters"),
     "replica_fetcher_bytes_total": ("counter", "Record bytes a replica fetcher fetched"),
     "replica_fetcher_largest_response_bytes": ("gauge", "Record bytes of a replica fetcher's "
                                                         "largest answer (bounded by "

@@ -129,6 +129,27 @@ def claimed_sender(data: bytes) -> str:
     return node[:100] if type(node) is str else "?"
 
 
+def frame_head(data: bytes) -> tuple[str, str, int] | None:
+    """(sender node, sender name, how many messages) of a frame, read from its first
+    bytes only; None if they are not a frame's. For a sender that drops a frame unread
+    (a direct link over its backlog cap) and records what it was."""
+    unpacker = msgpack.Unpacker(max_buffer_size=1024)
+    unpacker.feed(data[:1024])
+    try:
+        if unpacker.read_array_header() != 5:
+            return None
+        unpacker.skip()  # the format version
+        node = unpacker.unpack()
+        name = unpacker.unpack()
+        unpacker.skip()  # the receiver's name
+        count = unpacker.read_array_header()
+    except Exception:  # msgpack raises several unrelated types
+        return None
+    if type(node) is not str or type(name) is not str:
+        return None
+    return node[:100], name[:100], count
+
+
 def new_entry(type_id: int, trace_id: int, span_id: int, parent_span_id: int,
               send_time_ns: int, ask_id: int, body: Any) -> list[Any]:
     """One message's envelope. (Actor.tell, the hot path, builds the same list inline.)"""

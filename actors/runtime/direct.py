@@ -11,15 +11,18 @@ On the stream each frame is ``[u16 receiver name length][u32 frame length][u32
 trace legs length][receiver name][frame][legs]``: the parts a gateway takes from
 ZeroMQ, handed to the same dispatch (frame limit, dead letters, tracing legs).
 
-Sending never blocks the loop and never drops: what the socket does not take at
-once waits in the link, in order, and is written when the socket is writable
-again. A link whose peer is gone (the process died) keeps what it was given and
-connects again every ``RECONNECT_MS`` until the peer's gateway listens again (the
-supervisor restarted it), as a ZeroMQ link queues for a peer that is away; a frame
-the dead process had taken (in the socket, or half written) is lost with it, as
-with ZeroMQ. Only actors of the gateway's loop send this way (a link's buffer
-belongs to that thread); other threads keep their ZeroMQ links. Never used with
-CURVE (the frames are not authenticated) nor between nodes of a cluster.
+Sending never blocks the loop. What the socket does not take at once waits in the
+link, in order, and is written when the socket is writable again; but no more than
+``BACKLOG_MAX_BYTES`` of it, as a ZeroMQ link to another node holds a bounded pipe: a
+frame that would take the backlog over that is dropped, and its messages are dead
+letters (a peer process stopped, hung or slow to come back must not let the sender's
+memory grow without bound). A link whose peer is gone (the process died) keeps what it
+was given, up to that cap, and connects again every ``RECONNECT_MS`` until the peer's
+gateway listens again (the supervisor restarted it), as a ZeroMQ link queues for a
+peer that is away; a frame the dead process had taken (in the socket, or half written)
+is lost with it, as with ZeroMQ. Only actors of the gateway's loop send this way (a
+link's buffer belongs to that thread); other threads keep their ZeroMQ links. Never
+used with CURVE (the frames are not authenticated) nor between nodes of a cluster.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import zmq
+
+from wire.envelope import frame_head
 
 if TYPE_CHECKING:
     from actors.runtime.actor import Actor
@@ -48,6 +53,13 @@ FRAMES_PER_TURN = 256  # and no more reads once this many frames were delivered 
 #                        (the gateway's ZeroMQ side takes 256 messages a turn, too)
 SEND_BUFFER_BYTES = 4 * 1024 * 1024  # the kernel caps it at net.core.wmem_max
 SEND_PARTS = 64  # buffers per sendmsg when a backlog is written
+# Bytes a link keeps for a peer that does not take them (stopped, hung, restarting). A
+# live peer reads up to 2 MiB a turn and leaves far less waiting; a stalled one holds what
+# the clients have in flight towards it (5 requests of up to 1 MiB per producer
+# connection by default): this is about 50 busy connections' worth, so a peer stuck for
+# a few seconds (a slow disk) loses nothing, and one stopped for good costs a bounded
+# amount. ZeroMQ's SNDHWM of 100 frames bounds the other links the same way.
+BACKLOG_MAX_BYTES = 256 * 1024 * 1024
 _POLLOUT = int(zmq.POLLOUT)
 _POLLIN = int(zmq.POLLIN)
 _GONE = (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ECONNREFUSED, errno.ENOENT)
@@ -69,16 +81,22 @@ class DirectLink:
 
     ``owner``: the actor (the gateway) whose loop watches the socket while a backlog
     waits for room. ``remote``: for the senders, a link to another node (trace legs
-    ride along)."""
+    ride along). ``backlog_max_bytes``: what ``pending`` may hold before frames are
+    dropped (``BACKLOG_MAX_BYTES``)."""
 
     remote = True
 
-    def __init__(self, node: str, path: Path, owner: Actor) -> None:
+    def __init__(self, node: str, path: Path, owner: Actor, *,
+                 backlog_max_bytes: int = BACKLOG_MAX_BYTES) -> None:
         self.node = node
         self.path = path
         self.owner = owner
         self.sock: socket.socket | None = None
         self.pending: deque[bytes | memoryview] = deque()
+        self.pending_bytes = 0  # sum(len(p) for p in pending), kept as they change
+        self.backlog_max_bytes = backlog_max_bytes
+        self.dropped = 0  # frames not queued: the backlog was full
+        self.dropping = 0  # of those, since the backlog was last under half its cap
         self.watching = False
         self.closed = False
         self.next_try_ns = 0
@@ -87,9 +105,19 @@ class DirectLink:
         self.warned: set[int | None] = set()  # connect errnos logged once
 
     def send(self, target: bytes, frame: bytes, legs: bytes | None) -> None:
+        """Write the frame, or queue what the socket does not take; drop it (dead
+        letters) if the backlog would pass its cap. Never raises into the sender's loop."""
         data = pack(target, frame, legs)
         if self.pending or self.sock is None:
+            size = len(data)
+            # A frame alone over the cap still goes when nothing waits:
+            # actor.max.frame.bytes (16 MiB by default, but up to 2 GiB allowed) bounds
+            # frames already, and a link that refused a legal frame could never carry it.
+            if self.pending and self.pending_bytes + size > self.backlog_max_bytes:
+                self._drop(target, frame)
+                return
             self.pending.append(data)
+            self.pending_bytes += size
             if self.sock is None:
                 self.connect()
             return
@@ -99,11 +127,37 @@ class DirectLink:
             sent = 0
         except OSError as exc:
             self.pending.append(data)  # never written: it goes once the peer is back
+            self.pending_bytes += len(data)
             self._gone(exc)
             return
         if sent < len(data):
             self.pending.append(memoryview(data)[sent:] if sent else data)
+            self.pending_bytes += len(data) - sent
             self._watch()
+
+    def _drop(self, target: bytes, frame: bytes) -> None:
+        """The backlog is full: the frame's messages are dead letters, the first of an
+        episode logged (the next once the backlog went under half its cap)."""
+        first = not self.dropping
+        self.dropping += 1
+        self.dropped += 1
+        node = self.owner.node
+        node.metrics.incr("direct_link_frames_dropped")
+        head = frame_head(frame)
+        sender, count = (f"{head[1]}@{head[0]}", head[2]) if head is not None else ("", 1)
+        node.dead_letters.record(
+            f"direct link to node {self.node} full ({self.pending_bytes} bytes in "
+            f"{len(self.pending)} frame(s) wait for its process, stopped, hung or away; "
+            f"cap {self.backlog_max_bytes} bytes)",
+            count, sender=sender, receiver=f"{target.decode(errors='replace')}@{self.node}",
+            log=first)
+
+    def _drained(self) -> None:
+        """The backlog went under half its cap: an episode of drops is over."""
+        self.owner.log.info("direct link to {}: its backlog is under half its cap again; "
+                            "{} frame(s) were dropped while it was full",
+                            self.node, self.dropping)
+        self.dropping = 0
 
     def connect(self) -> bool:
         """Connect if the peer listens (never waits); True when connected."""
@@ -143,8 +197,9 @@ class DirectLink:
         self.sock = sock
         self.connects += 1
         if self.connects > 1:
-            self.owner.log.info("direct link to {} connected again; {} frame(s) waited for it",
-                                self.node, len(self.pending))
+            self.owner.log.info("direct link to {} connected again; {} frame(s) ({} bytes) "
+                                "waited for it", self.node, len(self.pending),
+                                self.pending_bytes)
         if self.pending:
             self.write_pending()
         return True
@@ -162,6 +217,9 @@ class DirectLink:
             except OSError as exc:
                 self._gone(exc)
                 return
+            self.pending_bytes -= sent
+            if self.dropping and self.pending_bytes * 2 < self.backlog_max_bytes:
+                self._drained()
             while sent:
                 head = pending[0]
                 if sent >= len(head):
@@ -193,8 +251,10 @@ class DirectLink:
         to the next peer) and connect again. Never an exception into the sender's loop."""
         self._unwatch()
         if self.pending and isinstance(self.pending[0], memoryview):
-            self.pending.popleft()
+            self.pending_bytes -= len(self.pending.popleft())
             self.lost += 1
+            if self.dropping and self.pending_bytes * 2 < self.backlog_max_bytes:
+                self._drained()
         if self.sock is not None:
             self.sock.close()
             self.sock = None
@@ -213,18 +273,19 @@ class DirectLink:
         self._unwatch()
         self.closed = True
         sock = self.sock
-        if sock is None:
-            return
         self.sock = None
-        if self.pending and linger_s > 0:
-            sock.settimeout(linger_s)
-            try:
-                while self.pending:
-                    sock.sendall(self.pending[0])
-                    self.pending.popleft()
-            except OSError:
-                pass  # gone, or no room for that long: what is left is lost
-        sock.close()
+        if sock is not None:
+            if self.pending and linger_s > 0:
+                sock.settimeout(linger_s)
+                try:
+                    while self.pending:
+                        sock.sendall(self.pending[0])
+                        self.pending_bytes -= len(self.pending.popleft())
+                except OSError:
+                    pass  # gone, or no room for that long: what is left is lost
+            sock.close()
+        self.pending.clear()  # nobody sends on a closed link: its memory goes now
+        self.pending_bytes = 0
 
 
 class DirectInbound:

@@ -7,9 +7,11 @@ import contextlib
 import random
 import select
 import socket
+import struct
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import zmq
@@ -18,10 +20,12 @@ from loguru import logger
 from actors.runtime import direct
 from actors.runtime.address import Address
 from actors.runtime.clock import SystemClock
+from actors.runtime.counters import Counters, DeadLetters
 from actors.runtime.direct import DirectInbound, DirectLink, pack
 from actors.runtime.node import Directory, Node, NodeEndpoint
 from tests.fixtures.waiting import wait_for
 from tests.runtime.node_actors import AdvisorySender, GetState, OrderChecker, Sender, SendSeq
+from wire.envelope import encode_frame, new_entry
 
 
 def loop_node(name: str, directory: Directory, actor: type, actor_name: str,
@@ -304,3 +308,175 @@ def test_a_link_asks_for_a_send_buffer_that_holds_a_burst_of_produce_frames(
     finally:
         link.close(linger_s=0)
         listener.close()
+
+
+class _LinkOwner(_Owner):
+    """What a DirectLink asks of its loop's actor: a clock, a log, the node's counters."""
+
+    clock = SystemClock()
+    log = logger
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.node = SimpleNamespace(dead_letters=DeadLetters("a"), metrics=Counters())
+
+
+def _frames_in(stream: bytes) -> list[bytes]:
+    """The frames of a direct link's stream, each checked whole: [u16 name length][u32
+    frame length][u32 legs length][name][frame][legs]."""
+    frames = []
+    at = 0
+    while at < len(stream):
+        t_len, f_len, l_len = struct.unpack_from("<HII", stream, at)
+        at += 10
+        assert stream[at:at + t_len] == b"checker"
+        at += t_len
+        frames.append(stream[at:at + f_len])
+        at += f_len + l_len
+        assert at <= len(stream), "a frame cut short"
+    return frames
+
+
+def _read_all(peer: socket.socket, link: DirectLink) -> bytes:
+    """What the link still holds, read by its peer (the link's loop writes as it can)."""
+    got = bytearray()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if link.pending:
+            link.write_pending()
+        try:
+            data = peer.recv(1 << 20)
+        except BlockingIOError:
+            if not link.pending:
+                return bytes(got)
+            select.select([peer], [], [], 0.1)
+            continue
+        got += data
+    raise AssertionError(f"not drained in 30 s: {link.pending_bytes} bytes wait")
+
+
+def test_a_peer_that_does_not_read_costs_no_more_than_the_backlog_cap(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log_lines: list[str]) -> None:
+    """A peer process stopped (SIGSTOP) or hung accepts and never reads: the frames the
+    socket does not take wait up to the cap, later ones are dropped as dead letters with
+    one warning an episode; once it reads, the frames queued before the drops arrive whole
+    and in order, and frames sent after the backlog drained arrive too."""
+    monkeypatch.setattr(direct, "SEND_BUFFER_BYTES", 16 * 1024)  # a socket that holds little
+    cap = 256 * 1024
+    path = tmp_path / "b.ux"
+    listener = direct.listen(path)
+    owner = _LinkOwner()
+    link = DirectLink("b", path, owner, backlog_max_bytes=cap)  # type: ignore[arg-type]
+    try:
+        assert link.connect()
+        peer, _ = listener.accept()
+        peer.setblocking(False)
+
+        def frame(seq: int) -> bytes:  # two messages, ~10 KB
+            body = seq.to_bytes(4, "big") + bytes(5_000)
+            return encode_frame("a", "sender", "checker", [new_entry(1, 0, 0, 0, 0, 0, body)] * 2)
+
+        def send_unread(seqs: range) -> list[bytes]:
+            """Send with the peer not reading; the frames queued (the others dropped)."""
+            queued = []
+            for seq in seqs:
+                before = link.dropped
+                link.send(b"checker", frame(seq), None)
+                assert link.pending_bytes <= cap
+                assert link.pending_bytes == sum(len(p) for p in link.pending)
+                if link.dropped == before:
+                    queued.append(frame(seq))
+            return queued
+
+        def warnings() -> list[str]:
+            return [line for line in log_lines if "direct link to node b full" in line]
+
+        queued = send_unread(range(200))  # 2 MB: eight times the cap
+        assert link.dropped == 200 - len(queued) > 150
+        assert queued == [frame(seq) for seq in range(len(queued))]  # dropped: all after
+        assert link.pending_bytes > cap - len(frame(0)) - 10
+        dead = owner.node.dead_letters
+        assert dead.by_reason() == {"direct link to node b full": 2 * link.dropped}
+        assert dead.last[-1][1:] == ("sender@a", "checker@b")
+        assert owner.node.metrics.get("direct_link_frames_dropped") == link.dropped
+        assert len(warnings()) == 1
+        assert f"cap {cap} bytes" in warnings()[0]
+
+        got = _frames_in(_read_all(peer, link))
+        assert got == queued
+        assert link.pending_bytes == 0 and link.dropping == 0
+        assert any(f"{link.dropped} frame(s) were dropped while it was full" in line
+                   for line in log_lines)
+
+        # drained: what is sent now goes, and a new episode of drops is logged again
+        queued_again = send_unread(range(200, 400))
+        assert len(queued_again) < 200 and queued_again[0] == frame(200)
+        assert len(warnings()) == 2
+        got = _frames_in(_read_all(peer, link))
+        assert got == queued_again
+        assert owner.node.metrics.get("direct_link_frames_dropped") == link.dropped
+        assert dead.by_reason() == {"direct link to node b full": 2 * link.dropped}
+        peer.close()
+    finally:
+        link.close(linger_s=0)
+        listener.close()
+
+
+def test_the_backlog_byte_count_follows_partial_writes_and_a_lost_peer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames of odd sizes written in pieces (the socket takes part of a frame, the rest
+    waits as a memoryview), then the peer goes and its half-written frame is dropped:
+    the count is the sum of what waits after every step."""
+    monkeypatch.setattr(direct, "SEND_BUFFER_BYTES", 8 * 1024)
+    path = tmp_path / "b.ux"
+    listener = direct.listen(path)
+    link = DirectLink("b", path, _LinkOwner())  # type: ignore[arg-type]
+    rng = random.Random(3)
+
+    def exact() -> bool:
+        return link.pending_bytes == sum(len(p) for p in link.pending)
+
+    try:
+        assert link.connect()
+        peer, _ = listener.accept()
+        peer.setblocking(False)
+        partial = 0
+        for i in range(300):
+            link.send(b"checker", rng.randbytes(rng.randrange(1, 30_000)), None)
+            assert exact()
+            if i % 7 == 0:  # the peer reads a little: the link writes part of its backlog
+                with contextlib.suppress(BlockingIOError):
+                    peer.recv(rng.randrange(1, 50_000))
+                link.write_pending()
+                assert exact()
+            partial += isinstance(link.pending[0], memoryview) if link.pending else 0
+        assert partial > 10, partial  # frames were written in pieces
+        assert len(link.pending) > 1
+        half_written = isinstance(link.pending[0], memoryview)
+        listener.close()  # the peer's process is gone: nobody to connect to again
+        peer.close()
+        link.write_pending()  # a half-written frame goes with it, the others wait
+        assert link.sock is None and link.lost == int(half_written)
+        assert exact() and link.pending_bytes > 0
+    finally:
+        link.close(linger_s=0)
+        listener.close()
+    assert link.pending_bytes == 0 and not link.pending
+
+
+def test_a_frame_over_the_cap_alone_goes_when_nothing_waits(tmp_path: Path) -> None:
+    """The frame limit (actor.max.frame.bytes) bounds frames, and may be set above the
+    backlog cap: such a frame still goes on an empty backlog; what comes behind it while
+    it waits is dropped."""
+    owner = _LinkOwner()
+    link = DirectLink("b", tmp_path / "b.ux", owner,  # type: ignore[arg-type]
+                      backlog_max_bytes=64 * 1024)  # nobody listens there: all waits
+    big = encode_frame("a", "sender", "checker", [new_entry(1, 0, 0, 0, 0, 0, bytes(100_000))])
+    link.send(b"checker", big, None)
+    assert link.sock is None and len(link.pending) == 1 and link.dropped == 0
+    assert link.pending_bytes == len(link.pending[0]) > 100_000
+    link.send(b"checker", encode_frame("a", "sender", "checker", []), None)
+    assert len(link.pending) == 1 and link.dropped == 1
+    assert [last[1:] for last in owner.node.dead_letters.last] == [("sender@a", "checker@b")]
+    link.close(linger_s=0)
+    assert link.pending_bytes == 0 and not link.pending

@@ -15,7 +15,6 @@ from typing import Any, NamedTuple
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from loguru import logger
 
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
@@ -96,14 +95,6 @@ def node() -> Iterator[Node]:
     n.spawn(BlobSender, "sender")
     yield n
     n.shutdown(timeout=5)
-
-
-@pytest.fixture
-def log_lines() -> Iterator[list[str]]:
-    lines: list[str] = []
-    sink_id = logger.add(lambda m: lines.append(str(m)), level="DEBUG")
-    yield lines
-    logger.remove(sink_id)
 
 
 def collected(node: Node, name: str, count: int) -> list[Any]:

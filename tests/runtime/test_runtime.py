@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import msgpack
@@ -40,14 +39,6 @@ from wire.envelope import FORMAT_VERSION
 from wire.runtime_messages import Text
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def log_lines() -> Iterator[list[str]]:
-    lines: list[str] = []
-    sink_id = logger.add(lambda m: lines.append(str(m)), level="DEBUG")
-    yield lines
-    logger.remove(sink_id)
 
 
 class NodeProcess:

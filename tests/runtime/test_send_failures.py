@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 import zmq
-from loguru import logger
 
 from actors.runtime.address import Address
 from actors.runtime.node import Node
@@ -31,14 +30,6 @@ def node() -> Iterator[Node]:
     n.spawn(Sender, "sender")
     yield n
     n.shutdown(timeout=5)
-
-
-@pytest.fixture
-def log_lines() -> Iterator[list[str]]:
-    lines: list[str] = []
-    sink_id = logger.add(lambda m: lines.append(str(m)), level="DEBUG")
-    yield lines
-    logger.remove(sink_id)
 
 
 def emfile() -> zmq.ZMQError:

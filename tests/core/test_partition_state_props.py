@@ -12,17 +12,23 @@ as the shard answers ``WatchStatus``; acks=1 without a wait); a follower fetches
 offset between its log end and the leader's (``on_follower_fetch``, then an
 expansion if it caught up); time passes (a resend that is due, a shrink); the
 controller answers the pending proposal with any outcome (written, fencing, not
-applied, held, unknown, or an answer to another proposal); a new leader epoch with
-an ISR a correct controller may choose; the leader loses the partition for a while;
-the Timer fires a produce's expiry (also one that crossed its answer). After every
-step the purgatory gets the partition's status (``PartitionUpdated``).
+applied, held, unknown, or an answer to another proposal), or writes it and the
+answer is lost; a new leader epoch with an ISR a correct controller may choose; the
+leader loses the partition for a while; the Timer fires a produce's expiry (also one
+that crossed its answer). After every step the purgatory gets the partition's status
+(``PartitionUpdated``).
 
 Invariants: a produce answered NONE was, at that moment, held by every replica of
 the committed ISR of the status that answered it (the leader too) and by every
 replica of the ISR the high watermark is computed over, and that ISR had at least
-``min.insync.replicas`` replicas; the high watermark never goes back and never
-passes the true log end of a replica of the maximal ISR; every produce is answered
-exactly once (the ones not answered yet are the ones the purgatory waits on).
+``min.insync.replicas`` replicas; every replica of the ISR the controller wrote (whom
+it may elect) holds every record answered NONE; the high watermark never goes back
+and never passes the true log end of a replica of the maximal ISR; every produce is
+answered exactly once (the ones not answered yet are the ones the purgatory waits on).
+
+It fails when the high watermark is taken over the committed ISR alone, when
+DelayedProduce.observe ignores ``isr_size``, or (at most seeds) when an unknown answer
+drops the pending proposal (sim seed 80).
 """
 
 from __future__ import annotations
@@ -94,7 +100,11 @@ class LeaderDurabilityMachine(RuleBasedStateMachine):
         self.now = 0
         self.true_end = {F1: 0, F2: 0}
         self.last_hw = 0
-        self.partition_epoch = 0  # the highest the controller wrote
+        # what the controller wrote: the ISR it may elect from, at its partition epoch
+        self.controller_isr: tuple[int, ...] = tuple(REPLICAS)
+        self.partition_epoch = 0
+        self.acknowledged = 0  # every offset below was answered NONE
+        self.seen: PartitionStatus | None = None  # the status the purgatory is handling
         self.core = PurgatoryCore("prop")
         self.produces: dict[int, Produce] = {}
         self.next_req_id = 1
@@ -116,6 +126,7 @@ class LeaderDurabilityMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ the purgatory
     def _handle(self, event: ProduceWaits | PartitionUpdated | ExpiryDue) -> None:
+        self.seen = event.status if isinstance(event, PartitionUpdated) else None
         self._perform(self.core.handle(event, self.now))
 
     def _perform(self, effects: list[Effect]) -> None:
@@ -142,15 +153,17 @@ class LeaderDurabilityMachine(RuleBasedStateMachine):
         event(f"answer {response.error_code.name}")
         if response.error_code != ErrorCode.NONE:
             return
-        # Answered NONE now: the status the purgatory saw is this one (nothing ran between).
+        # Answered NONE by the status the purgatory was given (the state is still there).
         state = self.state
-        status: PartitionStatus = state.status()
+        status = self.seen
+        assert status is not None and status == state.status(), (status, state.status())
         required = produce.required_offset
         assert not fx.outcome.timed_out
         assert status.is_leader and status.leader_epoch == produce.leader_epoch
         assert status.isr_size == len(state.isr) >= status.min_insync_replicas == MIN_ISR, (
             sorted(state.isr), status)
         assert status.high_watermark >= required
+        self.acknowledged = max(self.acknowledged, required)
         pending = state.pending.new_isr if state.pending is not None else None
         event(f"NONE with ISR {sorted(state.isr)}, proposed {pending}")
         holds = self._true_ends()
@@ -226,12 +239,29 @@ class LeaderDurabilityMachine(RuleBasedStateMachine):
                                    "resend", "stale"]),
           data=st.data())
     def controller_answers(self, outcome: str, data: st.DataObject) -> None:
-        """The controller's answer to the pending proposal (NONE: it wrote exactly the
-        proposed ISR at the next partition epoch), or to one this leader no longer waits
-        for (other epochs: ignored)."""
+        """The controller's answer to the pending proposal, or to one this leader no longer
+        waits for (other epochs: ignored). NONE: it wrote exactly the proposed ISR at the
+        next partition epoch (or had written it, on an earlier send whose answer was lost);
+        an answer that leaves the fate unknown may come after the write or before it; a
+        refusal that says nothing was written comes only before it."""
         state = self.state
         pending = state.pending
         assert pending is not None
+        # One proposal at a time within a leader epoch: the controller is past its
+        # partition epoch only when an earlier send of it was written.
+        written = pending.partition_epoch < self.partition_epoch
+        if written and pending.new_isr != self.controller_isr:
+            # not this leader's last write: the controller refuses it (its partition epoch
+            # is stale), a correct leader never sends one
+            event("a proposal at a stale partition epoch")
+            if outcome in ("applied", "retry"):
+                outcome = "fenced"
+        elif outcome == "retry" and written:
+            outcome = "applied"  # the controller answers a written change with its state
+        elif outcome == "applied" and not written:
+            assert pending.partition_epoch == self.partition_epoch
+            self.controller_isr = pending.new_isr
+            self.partition_epoch += 1
         if outcome == "stale":
             shift = data.draw(st.sampled_from([(-1, 0), (0, -1), (0, 1), (1, 0), (-1, -1)]),
                               label="epochs shifted")
@@ -247,18 +277,37 @@ class LeaderDurabilityMachine(RuleBasedStateMachine):
             assert before == (state.isr, state.pending, state.partition_epoch, state.fenced,
                               state.resend_at_ms)
         elif outcome == "applied":
-            new_epoch = pending.partition_epoch + 1
+            assert self.controller_isr == pending.new_isr
+            assert self.partition_epoch == pending.partition_epoch + 1
             got = state.on_isr_result(pending.leader_epoch, pending.partition_epoch, 0,
-                                      list(pending.new_isr), new_epoch, self.now)
+                                      list(self.controller_isr), self.partition_epoch,
+                                      self.now)
             assert got == "applied"
             assert state.isr == set(pending.new_isr) and state.pending is None
-            self.partition_epoch = max(self.partition_epoch, new_epoch)
         else:
             code = data.draw(st.sampled_from(ERRORS_BY_OUTCOME[outcome]), label="code")
             got = state.on_isr_result(pending.leader_epoch, pending.partition_epoch, code, [],
                                       -1, self.now)
             assert got == outcome, (code, got, outcome)
         event(f"controller: {outcome}")
+        self._publish()
+
+    @precondition(lambda self: self.state.pending is not None)
+    @rule(code=st.sampled_from(UNKNOWN_ERRORS))
+    def controller_writes_but_the_answer_is_lost(self, code: int) -> None:
+        """The controller writes the pending change, and the leader hears only that its
+        fate is unknown (timed out, the controller moved): the controller may now elect
+        from the new ISR (sim seed 80)."""
+        state = self.state
+        pending = state.pending
+        assert pending is not None
+        if pending.partition_epoch == self.partition_epoch:  # else written already, or stale
+            self.controller_isr = pending.new_isr
+            self.partition_epoch += 1
+        got = state.on_isr_result(pending.leader_epoch, pending.partition_epoch, code, [], -1,
+                                  self.now)
+        assert got == "resend"
+        event("controller: written, answer lost")
         self._publish()
 
     @precondition(lambda self: not self.state.is_leader
@@ -272,19 +321,20 @@ class LeaderDurabilityMachine(RuleBasedStateMachine):
         state = self.state
         hw = state.log.high_watermark
         end = state.log.log_end_offset
-        eligible = sorted(r for r in (F1, F2) if self.true_end[r] >= hw)
-        members = data.draw(st.sets(st.sampled_from(eligible)) if eligible else st.just(set()),
-                            label="isr followers")
+        eligible = {r for r in (F1, F2) if self.true_end[r] >= hw}
+        choices = [m for m in ({F1}, {F2}, {F1, F2}, set()) if m <= eligible]
+        members = data.draw(st.sampled_from(choices), label="isr followers")
         self.partition_epoch += 1
         epoch = state.leader_epoch + 1
         if lead:
-            state.become_leader(epoch, sorted({LEADER, *members}), REPLICAS,
-                                self.partition_epoch, self.now)
+            isr = sorted({LEADER, *members})
+            state.become_leader(epoch, isr, REPLICAS, self.partition_epoch, self.now)
         else:
             leaders = [-1, *(r for r in (F1, F2) if self.true_end[r] == end)]
             leader = data.draw(st.sampled_from(leaders), label="leader")
             isr = sorted({LEADER, *members} | ({leader} if leader > 0 else set()))
             state.become_follower(leader, epoch, isr, REPLICAS, self.partition_epoch)
+        self.controller_isr = tuple(isr)
         self._publish()
 
     @precondition(lambda self: any(deadline <= self.now for deadline in
@@ -313,6 +363,16 @@ class LeaderDurabilityMachine(RuleBasedStateMachine):
             assert holds[replica] >= hw, (
                 f"high watermark {hw} but replica {replica} of the maximal ISR "
                 f"{sorted(state.maximal_isr)} holds only {holds[replica]}")
+
+    @invariant()
+    def whoever_the_controller_may_elect_holds_every_acknowledged_record(self) -> None:
+        """The durability rule itself: the controller elects from the ISR it wrote (maybe a
+        change whose answer was lost), and each of its replicas holds what was answered NONE."""
+        holds = self._true_ends()
+        for replica in self.controller_isr:
+            assert holds[replica] >= self.acknowledged, (
+                f"offsets below {self.acknowledged} were answered NONE but replica {replica} "
+                f"of the controller's ISR {self.controller_isr} holds only {holds[replica]}")
 
     @invariant()
     def every_produce_is_answered_once_or_still_waits(self) -> None:

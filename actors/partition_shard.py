@@ -964,6 +964,7 @@ class PartitionShard(Actor):
             elif outcome == "retry":
                 self.log.info("{}-{}: ISR change not made ({}); proposed again later",
                               row.topic, row.partition, ErrorCode(row.error_code).name)
+                self._notify(state)  # the high watermark may have moved (committed ISR)
             elif outcome == "resend":
                 # the change may have been written: the high watermark stays over the
                 # larger ISR until an answer says what became of it

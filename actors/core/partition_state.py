@@ -340,6 +340,8 @@ class PartitionState:
             self.pending = None
             self.resend_at_ms = None
             self.proposals_held_until_ms = now_ms + PROPOSAL_RETRY_MS
+            # over the committed ISR again: a follower that was to join holds it no more
+            self.maybe_increment_high_watermark()
             return "retry"
         if error_code in HELD_ERRORS:
             self.resend_at_ms = None

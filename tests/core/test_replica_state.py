@@ -85,6 +85,28 @@ def test_shrink_waits_for_the_lag_and_the_pending_isr_is_the_larger(tmp_path: Pa
     assert state.log.high_watermark == 15
 
 
+def test_an_expansion_not_made_lets_the_high_watermark_move_over_the_committed_isr(
+        tmp_path: Path) -> None:
+    """The controller says it wrote nothing (OPERATION_NOT_ATTEMPTED): the follower that was
+    to join stops holding the high watermark at once, not at the next fetch or append."""
+    log = new_log(tmp_path / "t-0")
+    state = PartitionState.hosted(log, LEADER, 1, LAG_MS)
+    state.become_leader(0, [LEADER, F1], [LEADER, F1, F2], partition_epoch=0, now_ms=0)
+    append(state, 4)
+    state.on_follower_fetch(F1, 4, 1)
+    state.on_follower_fetch(F2, 4, 1)
+    proposal = state.isr_expansion(F2, 1)
+    assert proposal is not None
+    state.propose(proposal)
+    append(state, 3)  # F2 stops fetching here: it holds the pending (maximal) ISR's HW at 4
+    state.on_follower_fetch(F1, 7, 2)
+    assert state.log.high_watermark == 4
+    assert state.on_isr_result(0, 0, int(ErrorCode.OPERATION_NOT_ATTEMPTED), [], -1,
+                               3) == "retry"
+    assert state.maximal_isr == {LEADER, F1}
+    assert state.log.high_watermark == 7
+
+
 def test_expand_needs_the_high_watermark_and_the_epoch_start(tmp_path: Path) -> None:
     log = new_log(tmp_path / "t-0")
     log.append_as_leader(build_batch([b"old"] * 4), 0, 0)

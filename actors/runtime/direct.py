@@ -113,7 +113,10 @@ class DirectLink:
             # A frame alone over the cap still goes when nothing waits:
             # actor.max.frame.bytes (16 MiB by default, but up to 2 GiB allowed) bounds
             # frames already, and a link that refused a legal frame could never carry it.
-            if self.pending and self.pending_bytes + size > self.backlog_max_bytes:
+            # Once dropping, every frame is dropped until the backlog is under half the
+            # cap: the loss is one run of frames, never a gap between delivered ones.
+            if self.pending and (self.dropping
+                                 or self.pending_bytes + size > self.backlog_max_bytes):
                 self._drop(target, frame)
                 return
             self.pending.append(data)
@@ -152,8 +155,10 @@ class DirectLink:
             count, sender=sender, receiver=f"{target.decode(errors='replace')}@{self.node}",
             log=first)
 
-    def _drained(self) -> None:
-        """The backlog went under half its cap: an episode of drops is over."""
+    def _maybe_drained(self) -> None:
+        """An episode of drops ends once the backlog is under half its cap."""
+        if not self.dropping or self.pending_bytes * 2 >= self.backlog_max_bytes:
+            return
         self.owner.log.info("direct link to {}: its backlog is under half its cap again; "
                             "{} frame(s) were dropped while it was full",
                             self.node, self.dropping)
@@ -218,8 +223,7 @@ class DirectLink:
                 self._gone(exc)
                 return
             self.pending_bytes -= sent
-            if self.dropping and self.pending_bytes * 2 < self.backlog_max_bytes:
-                self._drained()
+            self._maybe_drained()
             while sent:
                 head = pending[0]
                 if sent >= len(head):
@@ -253,8 +257,7 @@ class DirectLink:
         if self.pending and isinstance(self.pending[0], memoryview):
             self.pending_bytes -= len(self.pending.popleft())
             self.lost += 1
-            if self.dropping and self.pending_bytes * 2 < self.backlog_max_bytes:
-                self._drained()
+            self._maybe_drained()
         if self.sock is not None:
             self.sock.close()
             self.sock = None

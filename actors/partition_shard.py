@@ -153,6 +153,9 @@ class PartitionShard(Actor):
         # reopens exactly these: the topics given at spawn, those opened since
         # (OpenPartitions, LeaderAndIsr), less those dropped.
         self.hosted: dict[tuple[str, int], Hosted] = {}
+        # Partitions deleted since the start: the log dir's offsets for them (read at
+        # start) were the deleted log's, not a namesake's created later.
+        self.dropped: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------- lifecycle
     def setup(self) -> None:
@@ -206,6 +209,9 @@ class PartitionShard(Actor):
             # the scan from the recovery point checks what the crash left on disk.
             recovery_point, log_start = offsets.recovery_point, offsets.log_start_offset
             high_watermark, clean = offsets.high_watermark, False
+        elif key in self.dropped:
+            recovery_point = log_start = high_watermark = 0
+            clean = False
         else:
             recovery_point = self.log_dir.recovery_points.get(key, 0)
             log_start = self.log_dir.log_start_offsets.get(key, 0)
@@ -356,6 +362,7 @@ class PartitionShard(Actor):
             self._notify(state, removed=True)
             self.watchers.pop(key, None)
             self.hosted.pop(key, None)
+            self.dropped.add(key)
             state.log.delete()
             dropped.append(TopicPartition(tp.topic, tp.partition))
         if dropped:

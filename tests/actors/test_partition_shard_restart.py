@@ -6,7 +6,8 @@ topics it was spawned with: a single node's lead alone again at once; a
 cluster's come back with no role and the ReplicaManager sends the last roles
 it gave, has the purgatories watch them again and the fetchers re-add the
 followed ones. Real actors in one node; a handler made to fail once causes
-the crash.
+the crash. A partition deleted since the start is reopened by neither, and a
+namesake created later does not take the offsets the deleted one had.
 """
 
 from __future__ import annotations
@@ -246,3 +247,27 @@ def test_a_cluster_shard_gets_its_roles_watches_and_fetchers_back_after_a_crash(
     wait_for(lambda: _got(node, fetcher, "RemoveFetcherPartitions"), "f-0 removed")
     added = _got(node, fetcher, "AddFetcherPartitions")
     assert len(added) == 2 and added[1][0] == [["f", 0, 2, 7]]
+
+
+def test_a_topic_deleted_and_created_again_starts_at_offset_zero(
+        node: Node, tmp_path: Path) -> None:
+    """The offsets checkpointed at start belong to the topic that was deleted: its new
+    namesake does not start at the old log start (nor after a crash)."""
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    log_dir = LogDir.open(tmp_path)
+    snapshot = _snapshot(log_dir)
+    # as checkpointed by an earlier life of the broker: records below 5 deleted
+    snapshot.log_start_offsets[("x", 0)] = 5
+    snapshot.recovery_points[("x", 0)] = 5
+    snapshot.high_watermarks[("x", 0)] = 5
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1,
+               clock=node.clock)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=Config(),
+                       log_dir=snapshot, topics={"x": TopicEntry(1, {})}, broker_id=1,
+                       clock=node.clock)
+    handler = node.spawn(Recorder, "handler-0")
+    assert _stats(node, shard)["partitions"] == {"x-0": [5, 5, 5]}
+    node.tell(shard, DropPartitions(1, [TopicPartition("x", 0)]), sender=handler.name)
+    node.tell(shard, OpenPartitions(2, [OpenPartitionRow("x", 0, {})]), sender=handler.name)
+    wait_for(lambda: len(_got(node, handler, "ShardDone")) == 2, "Drop, OpenPartitions")
+    assert _stats(node, shard)["partitions"] == {"x-0": [0, 0, 0]}

@@ -10,6 +10,7 @@ change of that partition's log end or high watermark.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from actors.core.file_regions import close_regions
@@ -68,7 +69,12 @@ from wire.broker_messages import (
     WatchProduce,
     WatchProduceRow,
 )
-from wire.cluster_messages import BecameLeaderOrFollower, BecomeLeaderOrFollower, PartitionErrorRow
+from wire.cluster_messages import (
+    BecameLeaderOrFollower,
+    BecomeLeaderOrFollower,
+    PartitionErrorRow,
+    ShardRestarted,
+)
 from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError, StorageError
 from wire.replication_messages import (
     FollowerApplied,
@@ -104,6 +110,18 @@ NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 MARKER_ACKS_TIMEOUT_MS = 3000
 
 
+@dataclass(slots=True)
+class Hosted:
+    """A partition a shard hosts, as kept across a crash restart (``setup`` rebuilds the
+    rest): its topic's configs, whether it is a single node's (it leads alone) or a
+    cluster's (the controller gives its role), and the offsets its log had when
+    ``teardown`` closed it (None before that: the log dir's checkpoints hold them)."""
+
+    configs: dict[str, str]
+    leader_alone: bool
+    offsets: CheckpointRow | None = None
+
+
 class PartitionShard(Actor):
     mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
@@ -131,6 +149,13 @@ class PartitionShard(Actor):
         self.initial_topics = topics
         self.broker_id = broker_id
         self.index = int(name.rsplit("-", 1)[1])
+        # What this shard hosts, kept here (not in setup) so that a restart after a crash
+        # reopens exactly these: the topics given at spawn, those opened since
+        # (OpenPartitions, LeaderAndIsr), less those dropped.
+        self.hosted: dict[tuple[str, int], Hosted] = {}
+        # Partitions deleted since the start: the log dir's offsets for them (read at
+        # start) were the deleted log's, not a namesake's created later.
+        self.dropped: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------- lifecycle
     def setup(self) -> None:
@@ -157,10 +182,13 @@ class PartitionShard(Actor):
         self.next_resend_ms = now
         self.replication = {"isr_shrinks": 0, "isr_expands": 0, "fenced": 0, "truncations": 0,
                             "follower_appends": 0}
-        for topic, entry in self.initial_topics.items():
-            for p in range(entry.num_partitions):
-                if self.topology.shard_for(topic, p) == self.address:
-                    self._open(topic, p, entry.configs, now)
+        if self.crashes:
+            self._reopen_hosted(now)
+        else:
+            for topic, entry in self.initial_topics.items():
+                for p in range(entry.num_partitions):
+                    if self.topology.shard_for(topic, p) == self.address:
+                        self._open(topic, p, entry.configs, now)
         self.next_housekeeping_ms = now + 1000
         self.last_checkpoint_ms = now
         self.last_hw_checkpoint_ms = now
@@ -173,33 +201,81 @@ class PartitionShard(Actor):
         key = (topic, partition)
         if key in self.partitions:
             return
+        hosted = self.hosted.get(key)
+        offsets = hosted.offsets if hosted is not None else None
+        if offsets is not None:
+            # Reopened after a crash: the offsets its log had when teardown closed it.
+            # The log dir's are from start-up (the LogManager keeps the newer ones), and
+            # the scan from the recovery point checks what the crash left on disk.
+            recovery_point, log_start = offsets.recovery_point, offsets.log_start_offset
+            high_watermark, clean = offsets.high_watermark, False
+        elif key in self.dropped:
+            recovery_point = log_start = high_watermark = 0
+            clean = False
+        else:
+            recovery_point = self.log_dir.recovery_points.get(key, 0)
+            log_start = self.log_dir.log_start_offsets.get(key, 0)
+            high_watermark = self.log_dir.high_watermarks.get(key, 0)
+            clean = self.log_dir.had_clean_shutdown
         log = PartitionLog.open(
             self.log_dir.partition_path(topic, partition), topic, partition,
-            log_config_for(self.config, configs), now,
-            recovery_point=self.log_dir.recovery_points.get(key, 0),
-            log_start_offset=self.log_dir.log_start_offsets.get(key, 0),
-            high_watermark=self.log_dir.high_watermarks.get(key, 0),
-            clean_shutdown=self.log_dir.had_clean_shutdown,
-        )
+            log_config_for(self.config, configs), now, recovery_point=recovery_point,
+            log_start_offset=log_start, high_watermark=high_watermark, clean_shutdown=clean)
         min_isr = int(configs.get("min.insync.replicas", self.config["min.insync.replicas"]))
         self.partitions[key] = (PartitionState.leader_alone(log, self.broker_id, min_isr)
                                 if leader_alone else
                                 PartitionState.hosted(log, self.broker_id, min_isr,
                                                       self.lag_time_max_ms))
+        self.hosted[key] = Hosted(dict(configs), leader_alone)
         self.log.debug("opened {}-{} at LEO {} HW {}", topic, partition, log.log_end_offset,
                        log.high_watermark)
+
+    def _reopen_hosted(self, now: int) -> None:
+        """After a crash (supervision ran teardown, then this setup): reopen every log
+        hosted before it, a single node's leading alone as before, a cluster's with no
+        role, then ask for the roles (the ReplicaManager keeps the last ones given: roles
+        held in this shard's memory are not trusted after it failed). The watchers were
+        forgotten: the purgatories are asked to watch again."""
+        cluster = False
+        reopened = 0
+        for (topic, partition), hosted in sorted(self.hosted.items()):
+            cluster = cluster or not hosted.leader_alone
+            try:
+                self._open(topic, partition, hosted.configs, now, hosted.leader_alone)
+                reopened += 1
+            except Exception:
+                # kept in self.hosted: the next restart, or the next role, tries again
+                self.log.exception("cannot reopen {}-{} after a crash", topic, partition)
+        self.log.info("reopened {} of the {} partition(s) hosted before the crash", reopened,
+                      len(self.hosted))
+        notice = ShardRestarted(self.index)
+        if cluster:
+            # it sends the roles, then has the purgatories watch again
+            self.tell(self.topology.replica_manager, notice)
+        else:
+            # a single node's partitions lead alone already: watched again at once
+            for i in range(self.topology.num_purgatories):
+                self.tell(self.topology.purgatory(i), notice)
 
     def teardown(self) -> None:
         self._commit_and_answer()
         now = self.clock.wall_ms()
         rows = []
-        for state in self.partitions.values():
+        for key, state in self.partitions.items():
+            closed = True
             try:
                 state.log.close(now)
             except Exception:
                 self.log.exception("closing {}-{} failed", state.log.topic, state.log.partition)
-                continue
-            rows.append(self._offset_row(state))
+                closed = False
+            row = self._offset_row(state)
+            hosted = self.hosted.get(key)
+            if hosted is not None:
+                # what a restart after a crash reopens it with (its recovery point is
+                # only what was flushed: a failed close leaves the rest to the scan)
+                hosted.offsets = row
+            if closed:
+                rows.append(row)
         # Only a real stop is final: a crash restart runs teardown too, and must not
         # let the LogManager write the clean-shutdown marker while the node runs.
         self.tell(self.topology.log_manager,
@@ -285,6 +361,8 @@ class PartitionShard(Actor):
                 continue
             self._notify(state, removed=True)
             self.watchers.pop(key, None)
+            self.hosted.pop(key, None)
+            self.dropped.add(key)
             state.log.delete()
             dropped.append(TopicPartition(tp.topic, tp.partition))
         if dropped:
@@ -303,6 +381,9 @@ class PartitionShard(Actor):
                 state.log.update_config(log_config_for(self.config, row.configs))
                 state.min_insync_replicas = int(row.configs.get(
                     "min.insync.replicas", self.config["min.insync.replicas"]))
+                hosted = self.hosted.get((row.topic, row.partition))
+                if hosted is not None:
+                    hosted.configs = dict(row.configs)
             except Exception as exc:
                 self.log.exception("cannot apply new configs to {}-{}", row.topic,
                                    row.partition)

@@ -10,6 +10,7 @@ requester gets exactly one answer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 from actors.core.delayed_produce_fetch import (
@@ -51,7 +52,7 @@ from wire.broker_messages import (
     WatchPartition,
     WatchProduce,
 )
-from wire.cluster_messages import ProcessStarted
+from wire.cluster_messages import ProcessStarted, ShardRestarted
 from wire.errors import ErrorCode
 
 
@@ -126,9 +127,25 @@ class PurgatoryShard(Actor):
         nodes = self.topology.process_nodes
         if not msg.restarted or not 0 < msg.process < len(nodes):
             return
+        node = nodes[msg.process]
+        self._watch_again(lambda shard: shard.node == node)
+
+    @handles(ShardRestarted)
+    def on_shard_restarted(self, msg: ShardRestarted) -> None:
+        """One shard crashed and was restarted in place (from the ReplicaManager after it
+        sent the shard its roles, or from a single node's shard): it forgot its watchers."""
+        if not 0 <= msg.shard < self.topology.num_shards:
+            self.log.warning("ShardRestarted names shard {}, not one of the {} shards",
+                             msg.shard, self.topology.num_shards)
+            return
+        restarted = self.topology.shard(msg.shard)
+        self._watch_again(lambda shard: shard == restarted)
+
+    def _watch_again(self, restarted: Callable[[Address], bool]) -> None:
+        """Watch again every watched partition whose shard ``restarted`` says forgot it."""
         for tp in self.core.watch_counts():
             shard = self.topology.shard_for(tp.topic, tp.partition)
-            if shard.node == nodes[msg.process]:
+            if restarted(shard):
                 self.tell(shard, WatchPartition(tp.topic, tp.partition, -1, True))
 
     @handles(Expired)

@@ -263,6 +263,22 @@ class ProcessStarted(NamedTuple):
     restarted: bool
 
 
+@message(487)
+class ShardRestarted(NamedTuple):
+    """PartitionShard ``shard`` (its index) -> the ReplicaManager of its broker, after a crash
+    restarted it in place (cluster mode).
+
+    The shard reopened the logs it hosted from disk, with no role: roles lived in
+    its memory and are not trusted. The ReplicaManager sends it the last roles it
+    gave (BecomeLeaderOrFollower), has the purgatories watch its partitions again,
+    and the fetchers of the partitions it follows ask it anew where they end.
+    The purgatories get it too (from the ReplicaManager, or from a single node's
+    shard itself): they watch again what they watched on that shard.
+    """
+
+    shard: int
+
+
 @message(410)
 class BrokerRegistered(NamedTuple):
     """Controller actor -> its node's ReplicaManager: the node registered at ``broker_epoch``.

@@ -38,6 +38,7 @@ SAMPLES: list[Any] = [
                                       cm.AlterPartitionResult("orders", 1, 95, -1, -1, [], -1)]),
     cm.BrokerRegistered(2, 4294967300),
     cm.ProcessStarted(1, True),
+    cm.ShardRestarted(3),
     cm.BecomeLeaderOrFollower(5, [cm.ReplicaStateRow("orders", 0, 2, 12, [2, 3], [2, 3, 1], 31,
                                                      False, {"retention.ms": "1000"})]),
     cm.BecameLeaderOrFollower(5, [cm.PartitionErrorRow("orders", 0, 0)]),

@@ -231,31 +231,37 @@ class PartitionShard(Actor):
                        log.high_watermark)
 
     def _reopen_hosted(self, now: int) -> None:
-        """After a crash (supervision ran teardown, then this setup): reopen every log
-        hosted before it, a single node's leading alone as before, a cluster's with no
-        role, then ask for the roles (the ReplicaManager keeps the last ones given: roles
-        held in this shard's memory are not trusted after it failed). The watchers were
-        forgotten: the purgatories are asked to watch again."""
-        cluster = False
+        """After a crash (supervision ran teardown, then this setup): reopen every single
+        node's log hosted before it, leading alone as before, and have the purgatories
+        watch its partitions again (the watchers were forgotten).
+
+        A cluster's partitions are not reopened: their roles lived in this shard's memory,
+        and the last roles the ReplicaManager gave are not safe to apply again (a newer
+        LeaderAndIsr may wait in the mailbox, the leader may have been fenced since, an
+        ISR change may have been written and its answer lost with the crash). They wait
+        for the controller's next LeaderAndIsr, which reopens them with the offsets
+        teardown recorded."""
         reopened = 0
+        waiting = 0
         for (topic, partition), hosted in sorted(self.hosted.items()):
-            cluster = cluster or not hosted.leader_alone
+            if not hosted.leader_alone:
+                waiting += 1
+                continue
             try:
-                self._open(topic, partition, hosted.configs, now, hosted.leader_alone)
+                self._open(topic, partition, hosted.configs, now)
                 reopened += 1
             except Exception:
-                # kept in self.hosted: the next restart, or the next role, tries again
+                # kept in self.hosted: the next restart tries again
                 self.log.exception("cannot reopen {}-{} after a crash", topic, partition)
-        self.log.info("reopened {} of the {} partition(s) hosted before the crash", reopened,
-                      len(self.hosted))
-        notice = ShardRestarted(self.index)
-        if cluster:
-            # it sends the roles, then has the purgatories watch again
-            self.tell(self.topology.replica_manager, notice)
-        else:
-            # a single node's partitions lead alone already: watched again at once
+        if reopened:
+            self.log.info("reopened {} partition(s) hosted before the crash", reopened)
+            notice = ShardRestarted(self.index)
             for i in range(self.topology.num_purgatories):
                 self.tell(self.topology.purgatory(i), notice)
+        if waiting:
+            self.log.error("{} partition(s) of a cluster hosted before the crash wait for "
+                           "the controller's next LeaderAndIsr: their roles are not "
+                           "restored after a crash", waiting)
 
     def teardown(self) -> None:
         self._commit_and_answer()
@@ -356,13 +362,16 @@ class PartitionShard(Actor):
         dropped: list[TopicPartition] = []
         for tp in msg.rows:
             key = (tp.topic, tp.partition)
+            # forgotten even if not open (a reopen failed, or a cluster's waiting for its
+            # role): a later crash must not bring a deleted partition back
+            self.hosted.pop(key, None)
+            if key in self.log_dir.recovery_points or key in self.log_dir.high_watermarks:
+                self.dropped.add(key)  # only start-up offsets can be a namesake's
             state = self.partitions.pop(key, None)
             if state is None:
                 continue
             self._notify(state, removed=True)
             self.watchers.pop(key, None)
-            self.hosted.pop(key, None)
-            self.dropped.add(key)
             state.log.delete()
             dropped.append(TopicPartition(tp.topic, tp.partition))
         if dropped:

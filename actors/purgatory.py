@@ -132,8 +132,8 @@ class PurgatoryShard(Actor):
 
     @handles(ShardRestarted)
     def on_shard_restarted(self, msg: ShardRestarted) -> None:
-        """One shard crashed and was restarted in place (from the ReplicaManager after it
-        sent the shard its roles, or from a single node's shard): it forgot its watchers."""
+        """One shard crashed, was restarted in place and reopened its partitions: it
+        forgot its watchers."""
         if not 0 <= msg.shard < self.topology.num_shards:
             self.log.warning("ShardRestarted names shard {}, not one of the {} shards",
                              msg.shard, self.topology.num_shards)

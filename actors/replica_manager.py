@@ -34,7 +34,6 @@ applied once it is (``BrokerRegistered`` from the node's controller actor).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,7 +68,6 @@ from wire.cluster_messages import (
     PartitionErrorRow,
     ProcessStarted,
     ReplicaStateRow,
-    ShardRestarted,
     StopReplica,
     StopReplicaResponse,
     TopicsAwaited,
@@ -137,7 +135,6 @@ class ReplicaManager(Actor):
         self.roles: dict[TopicPartition, tuple[int, int]] = {}  # -> (leader, leader epoch)
         self.states: dict[TopicPartition, ReplicaStateRow] = {}  # the last role given
         self.processes_restarted = 0
-        self.shards_restarted = 0
         self.leader_handlers: dict[int, int] = {}  # broker -> its RequestHandlers (0: unknown)
         self.refusals_logged: set[tuple[str, int, int]] = set()
         self.refused = 0
@@ -589,45 +586,21 @@ class ReplicaManager(Actor):
             # the roles sent before it started wait in its links
             return {"partitions": 0, "metadata": metadata}
         self.processes_restarted += 1
-        sent, refetched = self._restore_shards(lambda shard: shard.node == node, msg)
-        for handler in self.topology.all_handlers():  # what it owed them will not come
-            if handler.node != node:
-                self.tell(handler, msg)
-        self.log.info("process {} restarted: roles of {} partition(s) sent to its shards, "
-                      "{} followed ones fetched anew", msg.process, sent, refetched)
-        return {"partitions": sent, "metadata": metadata}
-
-    @handles(ShardRestarted)
-    def on_shard_restarted(self, msg: ShardRestarted) -> None:
-        """A shard crashed and was restarted in place: it reopened its logs with no role.
-        It gets the last roles given to its partitions, as a restarted process's shards do."""
-        if not 0 <= msg.shard < self.topology.num_shards:
-            self.log.warning("ShardRestarted names shard {}, not one of the {} shards",
-                             msg.shard, self.topology.num_shards)
-            return
-        restarted = self.topology.shard(msg.shard)
-        self.shards_restarted += 1
-        sent, refetched = self._restore_shards(lambda shard: shard == restarted, msg)
-        self.log.info("shard {} restarted after a crash: roles of {} partition(s) sent to it, "
-                      "purgatories told to watch them again, {} followed ones fetched anew",
-                      restarted.name, sent, refetched)
-
-    def _restore_shards(self, restarted: Callable[[Address], bool],
-                        notice: ProcessStarted | ShardRestarted) -> tuple[int, int]:
-        """The shards ``restarted`` selects lost their memory (roles, watchers, answers to
-        the fetchers): send them the last roles, then have the purgatories watch again
-        (``notice``), and the fetchers forget and re-add the partitions they follow (an
-        answer they waited for may have died with the shard). (roles sent, refetched)."""
         by_shard: dict[Address, list[ReplicaStateRow]] = {}
         for row in self.states.values():
             shard = self.topology.shard_for(row.topic, row.partition)
-            if restarted(shard):
+            if shard.node == node:
                 by_shard.setdefault(shard, []).append(row)
         req_id = next(self.req_ids)  # not pending: nobody waits for the shards' answers
         for shard, rows in by_shard.items():
             self.tell(shard, BecomeLeaderOrFollower(req_id, rows))
         for i in range(self.topology.num_purgatories):  # waits on them: watched again
-            self.tell(self.topology.purgatory(i), notice)
+            self.tell(self.topology.purgatory(i), msg)
+        for handler in self.topology.all_handlers():  # what it owed them will not come
+            if handler.node != node:
+                self.tell(handler, msg)
+        # The fetchers of the partitions it follows forget what they knew of them (an
+        # answer they sent it may have died with it) and ask its shards again
         refetch: dict[str, list[ReplicaStateRow]] = {}
         for rows in by_shard.values():
             for row in rows:
@@ -641,8 +614,11 @@ class ReplicaManager(Actor):
             self.tell(fetcher, AddFetcherPartitions(
                 [FetcherPartitionRow(r.topic, r.partition, r.leader, r.leader_epoch)
                  for r in rows], self._handlers_of(rows[0].leader)))
-        return (sum(len(r) for r in by_shard.values()),
-                sum(len(r) for r in refetch.values()))
+        self.log.info("process {} restarted: roles of {} partition(s) sent to its shards, "
+                      "{} followed ones fetched anew", msg.process,
+                      sum(len(r) for r in by_shard.values()),
+                      sum(len(r) for r in refetch.values()))
+        return {"partitions": sum(len(r) for r in by_shard.values()), "metadata": metadata}
 
     def _isr_answer(self, proposals: list[IsrProposalRow], error_code: int) -> None:
         by_shard: dict[Address, list[IsrUpdateRow]] = {}
@@ -680,5 +656,4 @@ class ReplicaManager(Actor):
             "fetchers_stopped": self.fetchers_stopped,
             "isr_pending": len(self.isr_pending),
             "processes_restarted": self.processes_restarted,
-            "shards_restarted": self.shards_restarted,
         }

@@ -265,15 +265,12 @@ class ProcessStarted(NamedTuple):
 
 @message(487)
 class ShardRestarted(NamedTuple):
-    """PartitionShard ``shard`` (its index) -> the ReplicaManager of its broker, after a crash
-    restarted it in place (cluster mode).
-
-    The shard reopened the logs it hosted from disk, with no role: roles lived in
-    its memory and are not trusted. The ReplicaManager sends it the last roles it
-    gave (BecomeLeaderOrFollower), has the purgatories watch its partitions again,
-    and the fetchers of the partitions it follows ask it anew where they end.
-    The purgatories get it too (from the ReplicaManager, or from a single node's
-    shard itself): they watch again what they watched on that shard.
+    """PartitionShard ``shard`` (its index) -> every PurgatoryShard of its broker, after a
+    crash restarted it in place and it reopened its single node's partitions: the
+    purgatories watch again what they watched on that shard (its watchers were
+    forgotten). A cluster's partitions are not reopened after a crash (their roles are
+    not restored; they wait for the controller's next LeaderAndIsr), so a cluster's
+    shard that hosted only those sends nothing.
     """
 
     shard: int

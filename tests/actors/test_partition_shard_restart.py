@@ -188,7 +188,7 @@ def test_a_single_nodes_shard_reopens_the_partitions_opened_after_it_started(
     assert _stats(node, shard)["partitions"]["b-0"] == [0, 2, 2]
 
 
-def test_a_cluster_shard_gets_its_roles_watches_and_fetchers_back_after_a_crash(
+def test_a_cluster_shard_after_a_crash_waits_for_the_controller_and_keeps_its_offsets(
         node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     armed = _crash_on_flush(monkeypatch)
     topo = Topology(node.name, 1, 1, 1, 1, 1)
@@ -230,23 +230,19 @@ def test_a_cluster_shard_gets_its_roles_watches_and_fetchers_back_after_a_crash(
 
     _crash(node, shard, armed)
 
-    wait_for(lambda: _stats(node, shard)["leaders"] == ["c-0"],
-             "the shard to lead c-0 again", timeout=10)
+    # Its roles are not restored from memory: c-0 and f-0 wait for the controller
     stats = _stats(node, shard)
-    assert stats["partitions"] == before["partitions"]  # high watermark 1 kept
-    assert stats["epochs"] == before["epochs"]  # c-0 at leader epoch 3, f-0 at 7
-    assert stats["isr"] == {"c-0": [1, 2]}
-    assert node.ask(manager, GetStats())["shards_restarted"] == 1
-    # the purgatory watches c-0 again: the follower's fetch at 2 moves the high
-    # watermark, and the waiting fetch wakes
-    wait_for(lambda: _stats(node, shard)["watched"] == 1, "the purgatory's watch again")
-    node.tell(shard, Read(5, 2, 1 << 20, [ReadRow("c", 0, 2, 1 << 20)]), sender=handler.name)
-    wait_for(lambda: [r for r in _got(node, handler, "FetchReady") if r[0] == 4],
-             "the waiting fetch to wake")
-    # f-0's fetcher forgot it and had it again (an apply it waited for died in the crash)
-    wait_for(lambda: _got(node, fetcher, "RemoveFetcherPartitions"), "f-0 removed")
-    added = _got(node, fetcher, "AddFetcherPartitions")
-    assert len(added) == 2 and added[1][0] == [["f", 0, 2, 7]]
+    assert stats["leaders"] == [] and stats["partitions"] == {}
+    # The controller's next LeaderAndIsr (a new leader epoch) reopens c-0 with the
+    # offsets teardown recorded: high watermark 1, not the start-up checkpoint's 0
+    node.tell(manager, LeaderAndIsr(1, 1, 5, [
+        LeaderAndIsrPartition("c", 0, 1, 1, 4, [1, 2], 5, [1, 2], False),
+    ], [LiveLeaderRow(1, ""), LiveLeaderRow(2, "")], {"c": {}}), sender=controller.name)
+    wait_for(lambda: len(_got(node, controller, "LeaderAndIsrResponse")) == 2, "LAI answer")
+    wait_for(lambda: _stats(node, shard)["leaders"] == ["c-0"], "c-0 led again")
+    stats = _stats(node, shard)
+    assert stats["partitions"]["c-0"] == before["partitions"]["c-0"] == [0, 1, 2]
+    assert stats["epochs"]["c-0"] == [[3, 0], [4, 2]]  # the new epoch starts at the end
 
 
 def test_a_topic_deleted_and_created_again_starts_at_offset_zero(

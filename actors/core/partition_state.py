@@ -304,7 +304,9 @@ class PartitionState:
                       now_ms: int = 0) -> str:
         """Apply the controller's answer to the pending proposal.
 
-        Returns what happened: "stale" (not the pending proposal: ignored),
+        Returns what happened: "stale" (not the pending proposal: ignored; but an
+        ISR written at this leader epoch, newer than this leader's, is "applied" even
+        with nothing pending),
         "applied", "fenced" (refused as stale: stop leading until the next
         LeaderAndIsr; the proposal stays pending), "retry" (the controller says it
         wrote nothing: back to the committed ISR, a new proposal after
@@ -322,6 +324,19 @@ class PartitionState:
         before it learnt it no longer led, and truncated them).
         """
         pending = self.pending
+        if (pending is None and error_code == int(ErrorCode.NONE) and self.is_leader
+                and proposed_leader_epoch == self.leader_epoch
+                and partition_epoch > self.partition_epoch and self.broker_id in isr):
+            # Written by the controller for this leader epoch, newer than what this leader
+            # holds, with nothing pending here: a proposal whose answer came after this
+            # leader forgot it (its process restarted and got its last role again, or an
+            # earlier send was written after a later one was refused). The controller
+            # elects from this ISR: the high watermark goes over it, not an older one.
+            self.resend_at_ms = None
+            self.isr = set(isr)
+            self.partition_epoch = partition_epoch
+            self.maybe_increment_high_watermark()
+            return "applied"
         if (pending is None or pending.leader_epoch != proposed_leader_epoch
                 or pending.partition_epoch != proposed_partition_epoch):
             return "stale"

@@ -107,6 +107,29 @@ def test_an_expansion_not_made_lets_the_high_watermark_move_over_the_committed_i
     assert state.log.high_watermark == 7
 
 
+def test_an_isr_written_for_a_proposal_this_leader_forgot_is_taken(tmp_path: Path) -> None:
+    """A restarted process's shard gets its last role (ISR [1, 2], partition epoch 0) and
+    then the answer to an expansion its previous life proposed: the controller wrote
+    [1, 2, 3] at partition epoch 1 and elects from it, so the high watermark waits for 3."""
+    log = new_log(tmp_path / "t-0")
+    state = PartitionState.hosted(log, LEADER, 1, LAG_MS)
+    state.become_leader(0, [LEADER, F1], [LEADER, F1, F2], partition_epoch=0, now_ms=0)
+    append(state, 4)
+    state.on_follower_fetch(F1, 2, 1)
+    assert state.pending is None and state.log.high_watermark == 2
+    # not newer, another leader epoch, or without this leader: ignored
+    assert state.on_isr_result(0, 0, 0, [LEADER, F1, F2], 0, 2) == "stale"
+    assert state.on_isr_result(1, 0, 0, [LEADER, F1, F2], 1, 2) == "stale"
+    assert state.on_isr_result(0, 0, 0, [F1, F2], 1, 2) == "stale"
+    assert state.isr == {LEADER, F1} and state.partition_epoch == 0
+    assert state.on_isr_result(0, 0, 0, [LEADER, F1, F2], 1, 2) == "applied"
+    assert state.isr == {LEADER, F1, F2} and state.partition_epoch == 1
+    state.on_follower_fetch(F1, 4, 3)
+    assert state.log.high_watermark == 2  # F2's position is unknown: it holds it
+    state.on_follower_fetch(F2, 4, 3)
+    assert state.log.high_watermark == 4
+
+
 def test_expand_needs_the_high_watermark_and_the_epoch_start(tmp_path: Path) -> None:
     log = new_log(tmp_path / "t-0")
     log.append_as_leader(build_batch([b"old"] * 4), 0, 0)

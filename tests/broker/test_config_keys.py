@@ -314,7 +314,7 @@ TUNED: dict[str, Any] = {
     "socket.request.max.bytes": 1024 * 1024,
     "actor.batch.max.messages": 7,
     "actor.threads": "dedicated",
-    "actor.threads.scheduling": "normal",
+    "actor.threads.scheduling": "batch",
     "trace.sample.ratio": 1.0,
     "trace.file.max.bytes": 4096,
     "trace.files.max": 3,
@@ -499,21 +499,21 @@ def _other_processes_policies(running: Running) -> list[set[str]]:
 
 
 def test_worker_loops_run_under_the_scheduling_policy(tuned: Running, strict: Running) -> None:
-    # strict: the default, SCHED_BATCH; tuned: 'normal'. This test process runs under
+    # tuned: 'batch'; strict: the default, SCHED_OTHER. This test process runs under
     # SCHED_OTHER, so 'batch' can come only from the setting
     assert thread_policy(threading.get_native_id()) == "normal"
+    batch = _shard_thread_policies(tuned)
+    assert batch and set(batch.values()) == {"batch"}, batch
     default = _shard_thread_policies(strict)
-    assert default and set(default.values()) == {"batch"}, default
-    normal = _shard_thread_policies(tuned)
-    assert normal and set(normal.values()) == {"normal"}, normal
+    assert default and set(default.values()) == {"normal"}, default
     # only the worker loops: the LogManager, the coordinators, ... keep SCHED_OTHER
-    others = [t for t in strict.new_threads if not t.name.startswith("PartitionShard")
+    others = [t for t in tuned.new_threads if not t.name.startswith("PartitionShard")
               and t.native_id is not None and t.is_alive()]
     assert others and {thread_policy(t.native_id) for t in others} == {"normal"}
     # every other process of the broker has its worker loop under the policy too
-    for policies in _other_processes_policies(strict):
-        assert policies == {"normal", "batch"}, policies
     for policies in _other_processes_policies(tuned):
+        assert policies == {"normal", "batch"}, policies
+    for policies in _other_processes_policies(strict):
         assert policies == {"normal"}, policies
 
 
@@ -521,10 +521,10 @@ def _process_policies(pid: int) -> set[str]:
     return {thread_policy(int(task.name)) for task in Path(f"/proc/{pid}/task").iterdir()}
 
 
-@pytest.mark.parametrize("setting", [None, "normal"])
+@pytest.mark.parametrize("setting", [None, "batch"])
 def test_each_process_of_a_broker_schedules_its_loop(tmp_path: Path, setting: str | None) -> None:
-    # `actorlog serve` with two processes: the default puts the worker loop of each under
-    # SCHED_BATCH (and nothing else), 'normal' leaves every thread under SCHED_OTHER
+    # `actorlog serve` with two processes: 'batch' puts the worker loop of each under
+    # SCHED_BATCH (and nothing else), the default leaves every thread under SCHED_OTHER
     config: dict[str, Any] = {"num.processes": 2}
     if setting is not None:
         config["actor.threads.scheduling"] = setting
@@ -538,7 +538,7 @@ def test_each_process_of_a_broker_schedules_its_loop(tmp_path: Path, setting: st
         assert len(children) == 1, children
         for pid in (main, *children):
             policies = _process_policies(pid)
-            expected = {"normal", "batch"} if setting is None else {"normal"}
+            expected = {"normal"} if setting is None else {"normal", "batch"}
             assert policies == expected, (pid, policies)
     finally:
         assert b.stop() == 0, b.log()[-3000:]

@@ -38,6 +38,12 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                      "Acceptors; 'shared': worker loop i runs shard-i and "
                                      "the i-th of the others; 'dedicated': one thread per "
                                      "actor"),
+    "actor.threads.scheduling": ("normal", str, "Linux scheduling policy of the worker "
+                                               "loops (the shards' threads): 'normal' "
+                                               "(SCHED_OTHER) or 'batch' (SCHED_BATCH: a "
+                                               "wake-up waits for the running task's slice "
+                                               "instead of preempting it, so a loop takes "
+                                               "more work a turn)"),
     "trace.sample.ratio": (0.01, float, "share of request chains traced"),
     "trace.file.max.bytes": (64 * 1024 * 1024, int, "a trace file is closed and a new one "
                                                   "started before it grows past this size"),
@@ -282,6 +288,7 @@ RANGES: dict[str, tuple[float, float]] = {
 # The values a string key may take.
 CHOICES: dict[str, tuple[str, ...]] = {
     "actor.threads": ("single", "shared", "dedicated"),
+    "actor.threads.scheduling": ("batch", "normal"),
     "num.processes.connection.distribution": ("handoff", "reuseport"),
     "log.message.timestamp.type": ("CreateTime", "LogAppendTime"),
     "log.cleanup.policy": ("delete", "compact", "compact,delete", "delete,compact"),

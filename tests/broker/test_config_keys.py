@@ -36,6 +36,7 @@ from actors.broker import Broker
 from actors.core.checkpoint import read_offset_checkpoint
 from actors.runtime.config import RESERVED, SPEC, Config
 from actors.runtime.node import default_ipc_dir
+from actors.runtime.scheduling import thread_policy
 from tests.broker.rawclient import (
     CREATE_TOPICS,
     DESCRIBE_CONFIGS,
@@ -45,7 +46,7 @@ from tests.broker.rawclient import (
     record_batch,
 )
 from tests.broker.test_groups import join
-from tests.fixtures.broker import free_port
+from tests.fixtures.broker import BrokerProcess, free_port
 from tests.fixtures.log_files import log_bytes
 from tests.fixtures.waiting import wait_for
 from wire.errors import ErrorCode
@@ -74,6 +75,8 @@ EFFECTS: dict[str, list[str]] = {
     "actor.max.frame.bytes": [f"{HERE}::test_gateway_tcp_endpoint_takes_frames_up_to_the_limit"],
     "actor.batch.max.messages": [f"{HERE}::test_runtime_tuning_reaches_the_actors"],
     "actor.threads": [f"{HERE}::test_actor_threads_dedicated_gives_every_actor_a_thread"],
+    "actor.threads.scheduling": [f"{HERE}::test_worker_loops_run_under_the_scheduling_policy",
+                                 f"{HERE}::test_each_process_of_a_broker_schedules_its_loop"],
     "trace.sample.ratio": [f"{HERE}::test_trace_files_rotate_and_only_the_newest_are_kept"],
     "trace.file.max.bytes": [f"{HERE}::test_trace_files_rotate_and_only_the_newest_are_kept"],
     "trace.files.max": [f"{HERE}::test_trace_files_rotate_and_only_the_newest_are_kept"],
@@ -311,6 +314,7 @@ TUNED: dict[str, Any] = {
     "socket.request.max.bytes": 1024 * 1024,
     "actor.batch.max.messages": 7,
     "actor.threads": "dedicated",
+    "actor.threads.scheduling": "batch",
     "trace.sample.ratio": 1.0,
     "trace.file.max.bytes": 4096,
     "trace.files.max": 3,
@@ -476,6 +480,68 @@ def test_actor_counts_follow_the_thread_keys(tuned: Running) -> None:
         for p in range(6):
             part = client.produce("counted", p, record_batch([(b"k", b"v")]), acks=-1)
             assert part.error_code == 0, part
+
+
+def _shard_thread_policies(running: Running) -> dict[str, str]:
+    """The policy of each thread of this process that runs a PartitionShard, by name."""
+    return {t.name: thread_policy(t.native_id) for t in running.new_threads
+            if t.name.startswith("PartitionShard") and t.native_id is not None}
+
+
+def _other_processes_policies(running: Running) -> list[set[str]]:
+    """num.processes > 1: the policies the threads of each other process run under."""
+    supervisor = running.broker.supervisor
+    found = []
+    for pid in supervisor.pids() if supervisor is not None else []:
+        found.append({thread_policy(int(task.name))
+                      for task in Path(f"/proc/{pid}/task").iterdir()})
+    return found
+
+
+def test_worker_loops_run_under_the_scheduling_policy(tuned: Running, strict: Running) -> None:
+    # tuned: 'batch'; strict: the default, SCHED_OTHER. This test process runs under
+    # SCHED_OTHER, so 'batch' can come only from the setting
+    assert thread_policy(threading.get_native_id()) == "normal"
+    batch = _shard_thread_policies(tuned)
+    assert batch and set(batch.values()) == {"batch"}, batch
+    default = _shard_thread_policies(strict)
+    assert default and set(default.values()) == {"normal"}, default
+    # only the worker loops: the LogManager, the coordinators, ... keep SCHED_OTHER
+    others = [t for t in tuned.new_threads if not t.name.startswith("PartitionShard")
+              and t.native_id is not None and t.is_alive()]
+    assert others and {thread_policy(t.native_id) for t in others} == {"normal"}
+    # every other process of the broker has its worker loop under the policy too
+    for policies in _other_processes_policies(tuned):
+        assert policies == {"normal", "batch"}, policies
+    for policies in _other_processes_policies(strict):
+        assert policies == {"normal"}, policies
+
+
+def _process_policies(pid: int) -> set[str]:
+    return {thread_policy(int(task.name)) for task in Path(f"/proc/{pid}/task").iterdir()}
+
+
+@pytest.mark.parametrize("setting", [None, "batch"])
+def test_each_process_of_a_broker_schedules_its_loop(tmp_path: Path, setting: str | None) -> None:
+    # `actorlog serve` with two processes: 'batch' puts the worker loop of each under
+    # SCHED_BATCH (and nothing else), the default leaves every thread under SCHED_OTHER
+    config: dict[str, Any] = {"num.processes": 2}
+    if setting is not None:
+        config["actor.threads.scheduling"] = setting
+    b = BrokerProcess(tmp_path / "data", config=config).start()
+    try:
+        wait_for(lambda: "serves connections" in b.log(), "process 1", timeout=60)
+        assert b.proc is not None
+        main = b.proc.pid
+        children = [int(c) for task in Path(f"/proc/{main}/task").iterdir()
+                    for c in (task / "children").read_text().split()]
+        assert len(children) == 1, children
+        for pid in (main, *children):
+            policies = _process_policies(pid)
+            expected = {"normal"} if setting is None else {"normal", "batch"}
+            assert policies == expected, (pid, policies)
+    finally:
+        assert b.stop() == 0, b.log()[-3000:]
 
 
 def test_actor_threads_dedicated_gives_every_actor_a_thread(tuned: Running,

@@ -19,7 +19,7 @@ from actors.core.log_cleaner import describe_cleanable
 from actors.core.log_dir import LogDir
 from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.partition_log import PartitionLog, SwapRefusedError
-from actors.core.partition_state import PROPOSAL_RETRY_MS, PartitionState
+from actors.core.partition_state import PROPOSAL_RETRY_MS, IsrProposal, PartitionState
 from actors.core.segment_swap import discard_staging
 from actors.core.topic_config import log_config_for
 from actors.runtime.actor import Actor, handles
@@ -73,6 +73,8 @@ from wire.cluster_messages import (
     BecameLeaderOrFollower,
     BecomeLeaderOrFollower,
     PartitionErrorRow,
+    RestoredRoleRow,
+    RestoreRoles,
     ShardRestarted,
 )
 from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError, StorageError
@@ -231,37 +233,33 @@ class PartitionShard(Actor):
                        log.high_watermark)
 
     def _reopen_hosted(self, now: int) -> None:
-        """After a crash (supervision ran teardown, then this setup): reopen every single
-        node's log hosted before it, leading alone as before, and have the purgatories
-        watch its partitions again (the watchers were forgotten).
+        """After a crash (supervision ran teardown, then this setup): reopen every log
+        hosted before it, with the offsets teardown recorded.
 
-        A cluster's partitions are not reopened: their roles lived in this shard's memory,
-        and the last roles the ReplicaManager gave are not safe to apply again (a newer
-        LeaderAndIsr may wait in the mailbox, the leader may have been fenced since, an
-        ISR change may have been written and its answer lost with the crash). They wait
-        for the controller's next LeaderAndIsr, which reopens them with the offsets
-        teardown recorded."""
+        A single node's lead alone again at once, and the purgatories watch them again
+        (the watchers were forgotten). A cluster's come back with no role (roles lived
+        in this shard's memory) and the ReplicaManager is asked for their last roles
+        (ShardRestarted): it answers RestoreRoles, which a LeaderAndIsr that waits in
+        this mailbox, applied first, wins over; the purgatories are told once they are
+        applied."""
         reopened = 0
-        waiting = 0
+        cluster = bool(str(self.config["zookeeper.connect"]).strip())
         for (topic, partition), hosted in sorted(self.hosted.items()):
-            if not hosted.leader_alone:
-                waiting += 1
-                continue
+            cluster = cluster or not hosted.leader_alone
             try:
-                self._open(topic, partition, hosted.configs, now)
+                self._open(topic, partition, hosted.configs, now, hosted.leader_alone)
                 reopened += 1
             except Exception:
-                # kept in self.hosted: the next restart tries again
+                # kept in self.hosted: the next restart, or the next role, tries again
                 self.log.exception("cannot reopen {}-{} after a crash", topic, partition)
-        if reopened:
-            self.log.info("reopened {} partition(s) hosted before the crash", reopened)
-            notice = ShardRestarted(self.index)
+        self.log.info("reopened {} of the {} partition(s) hosted before the crash", reopened,
+                      len(self.hosted))
+        notice = ShardRestarted(self.index)
+        if cluster:
+            self.tell(self.topology.replica_manager, notice)
+        elif reopened:
             for i in range(self.topology.num_purgatories):
                 self.tell(self.topology.purgatory(i), notice)
-        if waiting:
-            self.log.error("{} partition(s) of a cluster hosted before the crash wait for "
-                           "the controller's next LeaderAndIsr: their roles are not "
-                           "restored after a crash", waiting)
 
     def teardown(self) -> None:
         self._commit_and_answer()
@@ -927,6 +925,77 @@ class PartitionShard(Actor):
                 self._notify(state)
             rows.append(PartitionErrorRow(row.topic, row.partition, NONE))
         self.reply(BecameLeaderOrFollower(msg.req_id, rows))
+
+    @handles(RestoreRoles)
+    def on_restore_roles(self, msg: RestoreRoles) -> None:
+        """The last roles the ReplicaManager knows, after this shard lost its memory (a
+        crash, or its process restarted). A role is applied only if its leader epoch is
+        newer than the one this shard holds: a LeaderAndIsr that waited in the mailbox
+        and was applied first is the controller's newer word (Kafka applies a leader
+        epoch once). Then the purgatories watch this shard's partitions again."""
+        now = self.clock.wall_ms()
+        self.replication["restores"] = self.replication.get("restores", 0) + 1
+        applied: list[str] = []
+        kept = 0
+        for row in msg.rows:
+            role = row.role
+            key = (role.topic, role.partition)
+            held = self.partitions.get(key)
+            if held is not None and held.leader_epoch >= role.leader_epoch:
+                kept += 1
+                self.log.info("{}-{}: restored role at leader epoch {} ignored ({}): "
+                              "leader epoch {} applied since", role.topic, role.partition,
+                              role.leader_epoch, msg.reason, held.leader_epoch)
+                continue
+            try:
+                self._open(role.topic, role.partition, dict(role.configs), now,
+                           leader_alone=False)
+            except Exception:
+                self.log.exception("cannot open {}-{} to restore its role", role.topic,
+                                   role.partition)
+                continue
+            state = self.partitions[key]
+            self._restore_role(state, row, now)
+            applied.append(self._restored_text(state, row))
+        if applied or kept:
+            self.log.info("restored roles ({}): {}{}", msg.reason, ", ".join(applied) or "none",
+                          f"; {kept} newer role(s) applied since kept" if kept else "")
+        notice = ShardRestarted(self.index)
+        for i in range(self.topology.num_purgatories):
+            self.tell(self.topology.purgatory(i), notice)
+
+    def _restore_role(self, state: PartitionState, row: RestoredRoleRow, now: int) -> None:
+        role = row.role
+        if role.leader != self.broker_id:
+            state.become_follower(role.leader, role.leader_epoch, list(role.isr),
+                                  list(role.replicas), role.partition_epoch)
+            return
+        p = row.pending
+        state.restore_leader(
+            role.leader_epoch, list(role.isr), list(role.replicas), role.partition_epoch, now,
+            fenced=row.fenced,
+            pending=(IsrProposal(p.leader_epoch, tuple(p.new_isr), p.partition_epoch)
+                     if p is not None else None),
+            resend=p is not None and p.send_again)
+        if state.resend_at_ms is not None:
+            self.next_resend_ms = (min(self.next_resend_ms, state.resend_at_ms)
+                                   if self.resends else state.resend_at_ms)
+            self.resends.add((role.topic, role.partition))
+        if row.fenced:
+            self.replication["fenced"] += 1
+
+    @staticmethod
+    def _restored_text(state: PartitionState, row: RestoredRoleRow) -> str:
+        role = row.role
+        if role.leader != state.broker_id:
+            what = f"follows {role.leader}"
+        elif row.fenced:
+            what = "fenced leader (not leading until the next LeaderAndIsr)"
+        else:
+            what = f"leads, ISR {sorted(state.isr)}"
+            if state.pending is not None:
+                what += f", ISR {list(state.pending.new_isr)} pending"
+        return f"{role.topic}-{role.partition} {what} at leader epoch {role.leader_epoch}"
 
     # ------------------------------------------------------------- replication
     @handles(ReplicaRead)

@@ -39,8 +39,9 @@ ReplicaManager. Markers another broker's transaction coordinator sends to a shar
 processes 1.. pass through a ShardRelay of process 0 under that shard's name.
 Process k, before it takes connections, tells the ReplicaManager it runs
 (ProcessStarted): its handlers get the metadata, and after a restart its shards get
-their partitions' roles again, the fetchers ask the followed ones where they end and
-the purgatories watch them again. Controlled shutdown runs before processes 1.. stop.
+their partitions' last roles again (RestoreRoles, as a shard a crash restarted in
+place), the fetchers ask the followed ones where they end, and the shards have the
+purgatories watch them again. Controlled shutdown runs before processes 1.. stop.
 
 The SCRAM users and ACLs (SASL listeners, ``authorizer.class.name``): on a single
 node every process reads them from the data dir's security files; in a cluster

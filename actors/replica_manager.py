@@ -23,9 +23,21 @@ controller and the coordinators; the shards it tells live in any process
 (``Topology.shard_for``: one hop over the processes' ipc gateways), and every
 other broker reaches this node through process 0 alone. It keeps each
 partition's last role (``states``) and the metadata, so a process that starts
-(``ProcessStarted``) gets the metadata for its handlers and, after a restart,
-its shards get their roles again and the fetchers re-learn where the followed
-logs end.
+(``ProcessStarted``) gets the metadata for its handlers.
+
+A shard that lost its memory (its process restarted, or a crash restarted it
+in place: ``ShardRestarted``) gets its partitions' last roles again
+(``RestoreRoles``), so they serve without waiting for the controller, then the
+fetchers of the partitions it follows ask it anew where their logs end. What is
+restored is what the controller last said, not an older copy: the newest
+LeaderAndIsr accepted (kept when accepted, not when the shards answer, so one
+still on its way to the shard is not undone, and the shard ignores a restored
+role no newer than one it applied since it restarted), the ISR changes the
+controller wrote since (its AlterPartition answers), an ISR proposal whose
+outcome is not known yet (pending again, so the high watermark stays over the
+larger ISR, and its late answer finds it), and whether the controller said
+this node's leader epoch is stale (``fenced``: restored without leadership
+until the next LeaderAndIsr).
 
 Requests that arrive before this node's registration is known are held and
 applied once it is (``BrokerRegistered`` from the node's controller actor).
@@ -34,6 +46,7 @@ applied once it is (``BrokerRegistered`` from the node's controller actor).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +54,7 @@ from actors.core.cluster_model import TopicPartition
 from actors.core.fetcher_state import FetcherConfig
 from actors.core.metadata_cache import MetadataCache
 from actors.core.offsets_codec import OFFSETS_TOPIC
+from actors.core.partition_state import FENCING_ERRORS, HELD_ERRORS, NOT_APPLIED_ERRORS
 from actors.core.replica_fencing import NONE, ReplicaFencing
 from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
 from actors.replica_fetcher import ReplicaFetcher, fetcher_name
@@ -66,8 +80,12 @@ from wire.cluster_messages import (
     LeaderAndIsr,
     LeaderAndIsrResponse,
     PartitionErrorRow,
+    PendingIsrRow,
     ProcessStarted,
     ReplicaStateRow,
+    RestoredRoleRow,
+    RestoreRoles,
+    ShardRestarted,
     StopReplica,
     StopReplicaResponse,
     TopicsAwaited,
@@ -133,8 +151,16 @@ class ReplicaManager(Actor):
         self.pending: dict[int, _Pending] = {}
         self.waiters: list[_Waiter] = []
         self.roles: dict[TopicPartition, tuple[int, int]] = {}  # -> (leader, leader epoch)
-        self.states: dict[TopicPartition, ReplicaStateRow] = {}  # the last role given
+        # the last role given (the newest LeaderAndIsr accepted, with the ISR changes
+        # written since): what a shard that lost its memory gets again
+        self.states: dict[TopicPartition, ReplicaStateRow] = {}
+        # partitions whose leader epoch (the value) the controller said is stale, in an
+        # answer to an ISR proposal: restored without leadership until the next role
+        self.fenced: dict[TopicPartition, int] = {}
+        # each leader's last ISR proposal whose outcome is not known: (it, send it again)
+        self.proposals: dict[TopicPartition, tuple[IsrProposalRow, bool]] = {}
         self.processes_restarted = 0
+        self.shards_restarted = 0
         self.leader_handlers: dict[int, int] = {}  # broker -> its RequestHandlers (0: unknown)
         self.refusals_logged: set[tuple[str, int, int]] = set()
         self.refused = 0
@@ -206,12 +232,23 @@ class ReplicaManager(Actor):
         self.applied["lai"] += 1
         for leader in msg.live_leaders:
             self.leader_handlers[leader.broker_id] = leader.num_handlers
+        for row in decision.accepted:
+            self._new_role(row)
         rows = {(r.topic, r.partition): r.error_code for r in decision.rows}
         pending = _Pending(self.current_sender, "lai", rows, 0, became=decision.accepted)
         by_shard: dict[Address, list[ReplicaStateRow]] = {}
         for row in decision.accepted:
             by_shard.setdefault(self.topology.shard_for(row.topic, row.partition), []).append(row)
         self._fan_out(pending, by_shard, BecomeLeaderOrFollower)
+
+    def _new_role(self, row: ReplicaStateRow) -> None:
+        """A role newer than the last: kept now, not once the shard applied it (a restore
+        sent meanwhile must not carry the older one); it ends what the older leader
+        epoch's fencing and proposal said."""
+        tp = TopicPartition(row.topic, row.partition)
+        self.states[tp] = row._replace(is_new=False)
+        self.fenced.pop(tp, None)
+        self.proposals.pop(tp, None)
 
     @handles(BecameLeaderOrFollower)
     def on_became(self, msg: BecameLeaderOrFollower) -> None:
@@ -235,7 +272,6 @@ class ReplicaManager(Actor):
             tp = TopicPartition(row.topic, row.partition)
             was_leader = self.roles.get(tp, (-1, -1))[0] == self.broker_id
             self.roles[tp] = (row.leader, row.leader_epoch)
-            self.states[tp] = row._replace(is_new=False)
             if row.leader == self.broker_id:
                 lead.append(tp)
             else:
@@ -269,6 +305,10 @@ class ReplicaManager(Actor):
         self.applied["stop"] += 1
         rows = {(r.topic, r.partition): r.error_code for r in decision.rows}
         stopped = [TopicPartition(p.topic, p.partition) for p in decision.accepted]
+        for tp in stopped:  # no role to restore from now on (a deleted log stays deleted)
+            self.states.pop(tp, None)
+            self.fenced.pop(tp, None)
+            self.proposals.pop(tp, None)
         pending = _Pending(self.current_sender, "stop", rows, 0, stopped=stopped)
         by_shard: dict[Address, list[TopicPartitionRow]] = {}
         for p in decision.accepted:
@@ -369,6 +409,7 @@ class ReplicaManager(Actor):
             rows.append(ReplicaStateRow(p.topic, p.partition, p.leader, p.leader_epoch,
                                         list(p.isr), list(p.replicas), p.partition_epoch, False,
                                         dict(msg.topic_configs.get(p.topic, {}))))
+            self._new_role(rows[-1])
         if not rows:
             return
         self.log.info("no longer leading {} (moved by controller {} epoch {})",
@@ -514,6 +555,8 @@ class ReplicaManager(Actor):
         """A leader shard's ISR change, sent to the controller as AlterPartition."""
         controller = self.fencing.controller_id
         now = self.clock.now_ms()
+        for row in msg.rows:
+            self.proposals[TopicPartition(row.topic, row.partition)] = (row, False)
         if controller is None or controller < 0 or not self.fencing.registered:
             self._isr_answer(msg.rows, int(ErrorCode.NOT_CONTROLLER))
             return
@@ -546,6 +589,7 @@ class ReplicaManager(Actor):
             if r is not None and r.error_code == NONE:
                 self._isr_changed(p.topic, p.partition, r.leader_epoch, list(r.isr),
                                   r.partition_epoch)
+            self._settle(p, r.error_code if r is not None else int(ErrorCode.UNKNOWN_SERVER_ERROR))
             row = (IsrUpdateRow(p.topic, p.partition, p.leader_epoch, p.partition_epoch,
                                 r.error_code, r.leader_epoch, list(r.isr), r.partition_epoch)
                    if r is not None else
@@ -563,6 +607,27 @@ class ReplicaManager(Actor):
         if state is not None and state.leader_epoch == leader_epoch \
                 and partition_epoch > state.partition_epoch:
             self.states[tp] = state._replace(isr=isr, partition_epoch=partition_epoch)
+
+    def _settle(self, proposal: IsrProposalRow, error_code: int) -> None:
+        """What the controller's answer (``error_code``) says of ``proposal``, as the
+        leader's PartitionState takes it: written or not written (no longer pending),
+        fenced (this leader epoch is stale), held, or unknown (sent again)."""
+        tp = TopicPartition(proposal.topic, proposal.partition)
+        current = self.proposals.get(tp)
+        same = current is not None and (current[0].leader_epoch, current[0].partition_epoch,
+                                        list(current[0].new_isr)) == (
+            proposal.leader_epoch, proposal.partition_epoch, list(proposal.new_isr))
+        if error_code in FENCING_ERRORS and (
+                same or error_code != int(ErrorCode.INVALID_UPDATE_VERSION)):
+            # any answer that this leader epoch is stale says so; a stale partition epoch
+            # only for the proposal the leader waits on (as its state takes it)
+            self.fenced[tp] = max(self.fenced.get(tp, -1), proposal.leader_epoch)
+        if not same:
+            return
+        if error_code == NONE or error_code in NOT_APPLIED_ERRORS or error_code in FENCING_ERRORS:
+            del self.proposals[tp]
+        else:
+            self.proposals[tp] = (proposal, error_code not in HELD_ERRORS)
 
     # ------------------------------------------------------------ processes 1..
     @handles(ProcessStarted)
@@ -586,43 +651,85 @@ class ReplicaManager(Actor):
             # the roles sent before it started wait in its links
             return {"partitions": 0, "metadata": metadata}
         self.processes_restarted += 1
-        by_shard: dict[Address, list[ReplicaStateRow]] = {}
-        for row in self.states.values():
-            shard = self.topology.shard_for(row.topic, row.partition)
-            if shard.node == node:
-                by_shard.setdefault(shard, []).append(row)
-        req_id = next(self.req_ids)  # not pending: nobody waits for the shards' answers
-        for shard, rows in by_shard.items():
-            self.tell(shard, BecomeLeaderOrFollower(req_id, rows))
-        for i in range(self.topology.num_purgatories):  # waits on them: watched again
-            self.tell(self.topology.purgatory(i), msg)
+        sent = self._restore(lambda shard: shard.node == node,
+                             f"process {msg.process} restarted")
         for handler in self.topology.all_handlers():  # what it owed them will not come
             if handler.node != node:
                 self.tell(handler, msg)
-        # The fetchers of the partitions it follows forget what they knew of them (an
-        # answer they sent it may have died with it) and ask its shards again
+        return {"partitions": sent, "metadata": metadata}
+
+    @handles(ShardRestarted)
+    def on_shard_restarted(self, msg: ShardRestarted) -> None:
+        """A shard crashed and was restarted in place: it reopened its logs with no role.
+        It gets its partitions' last roles, as a restarted process's shards do."""
+        if not 0 <= msg.shard < self.topology.num_shards:
+            self.log.warning("ShardRestarted names shard {}, not one of the {} shards",
+                             msg.shard, self.topology.num_shards)
+            return
+        restarted = self.topology.shard(msg.shard)
+        self.shards_restarted += 1
+        self._restore(lambda shard: shard == restarted, f"shard {msg.shard} crashed")
+
+    def _restore(self, selected: Callable[[Address], bool], reason: str) -> int:
+        """The shards ``selected`` picks lost their memory (roles, watchers, answers to the
+        fetchers): each gets its partitions' last roles (RestoreRoles, even none: it then
+        has the purgatories watch again), and the fetchers of the partitions they follow
+        forget and re-add them (an answer they waited for may have died with the shard).
+        Returns how many roles were sent."""
+        by_shard: dict[Address, list[RestoredRoleRow]] = {
+            shard: [] for shard in (self.topology.shard(i)
+                                    for i in range(self.topology.num_shards))
+            if selected(shard)}
+        fenced = pending = 0
+        for tp, role in self.states.items():
+            rows = by_shard.get(self.topology.shard_for(tp.topic, tp.partition))
+            if rows is None:
+                continue
+            row = self._restored(tp, role)
+            fenced += row.fenced
+            pending += row.pending is not None
+            rows.append(row)
+        for shard, rows in by_shard.items():
+            self.tell(shard, RestoreRoles(reason, rows))
         refetch: dict[str, list[ReplicaStateRow]] = {}
         for rows in by_shard.values():
             for row in rows:
-                name = self.fetched_by.get(TopicPartition(row.topic, row.partition))
+                name = self.fetched_by.get(TopicPartition(row.role.topic, row.role.partition))
                 if name is not None:
-                    refetch.setdefault(name, []).append(row)
-        for name, rows in refetch.items():
+                    refetch.setdefault(name, []).append(row.role)
+        for name, roles in refetch.items():
             fetcher = Address(self.node.name, name)
             self.tell(fetcher, RemoveFetcherPartitions(
-                [FetcherRemoveRow(r.topic, r.partition) for r in rows]))
+                [FetcherRemoveRow(r.topic, r.partition) for r in roles]))
             self.tell(fetcher, AddFetcherPartitions(
                 [FetcherPartitionRow(r.topic, r.partition, r.leader, r.leader_epoch)
-                 for r in rows], self._handlers_of(rows[0].leader)))
-        self.log.info("process {} restarted: roles of {} partition(s) sent to its shards, "
-                      "{} followed ones fetched anew", msg.process,
-                      sum(len(r) for r in by_shard.values()),
+                 for r in roles], self._handlers_of(roles[0].leader)))
+        sent = sum(len(r) for r in by_shard.values())
+        self.log.info("{}: last roles of {} partition(s) sent to {} shard(s) ({} fenced, "
+                      "{} with an ISR proposal pending), {} followed ones fetched anew",
+                      reason, sent, len(by_shard), fenced, pending,
                       sum(len(r) for r in refetch.values()))
-        return {"partitions": sum(len(r) for r in by_shard.values()), "metadata": metadata}
+        return sent
+
+    def _restored(self, tp: TopicPartition, role: ReplicaStateRow) -> RestoredRoleRow:
+        """``role`` with what the controller said of it since: fenced, and the proposal at
+        its epochs whose outcome is not known (pending again on the leader)."""
+        if role.leader != self.broker_id:
+            return RestoredRoleRow(role, False, None)
+        fenced = self.fenced.get(tp, -1) >= role.leader_epoch
+        proposal = self.proposals.get(tp)
+        pending = None
+        if (proposal is not None and proposal[0].leader_epoch == role.leader_epoch
+                and proposal[0].partition_epoch == role.partition_epoch):
+            p, send_again = proposal
+            pending = PendingIsrRow(p.leader_epoch, list(p.new_isr), p.partition_epoch,
+                                    send_again)
+        return RestoredRoleRow(role, fenced, pending)
 
     def _isr_answer(self, proposals: list[IsrProposalRow], error_code: int) -> None:
         by_shard: dict[Address, list[IsrUpdateRow]] = {}
         for p in proposals:
+            self._settle(p, error_code)
             by_shard.setdefault(self.topology.shard_for(p.topic, p.partition), []).append(
                 IsrUpdateRow(p.topic, p.partition, p.leader_epoch, p.partition_epoch,
                              error_code, -1, [], -1))
@@ -656,4 +763,7 @@ class ReplicaManager(Actor):
             "fetchers_stopped": self.fetchers_stopped,
             "isr_pending": len(self.isr_pending),
             "processes_restarted": self.processes_restarted,
+            "shards_restarted": self.shards_restarted,
+            "fenced": sorted(f"{tp}@{epoch}" for tp, epoch in self.fenced.items()),
+            "proposals": sorted(str(tp) for tp in self.proposals),
         }

@@ -51,6 +51,7 @@ from wire.broker_messages import (
     GetStats,
     OpenPartitionRow,
     OpenPartitions,
+    ProduceReady,
     Read,
     ReadDone,
     ReadRow,
@@ -96,7 +97,7 @@ class Recorder(Actor):
 
     @handles(AppendDone, ShardDone, ReadDone, FetchReady, LeaderAndIsrResponse, Schedule,
              Cancel, AddFetcherPartitions, RemoveFetcherPartitions, AlterPartition,
-             ReplicaReadDone)
+             ReplicaReadDone, ProduceReady)
     def on_any(self, msg: Any) -> None:
         self.got.append([type(msg).__name__, msg])
 
@@ -479,27 +480,45 @@ def test_an_isr_written_with_its_answer_after_the_restore_holds_the_high_waterma
     armed = _crash_on_flush(monkeypatch)
     c = _cluster(node, tmp_path, [1])
     alter = _expansion_proposed(c)
+    # an acks=-1 write broker 2 lacks waits in the purgatory (high watermark 1, over the
+    # pending [1, 2])
+    node.tell(c.shard, Append(10, -1, 30_000, [AppendRow("c", 0, build_batch([b"c2"]))]),
+              sender=c.handler.name)
+    wait_for(lambda: _stats(node, c.shard)["partitions"]["c-0"] == [0, 1, 2], "the append")
+    wait_for(lambda: _stats(node, c.shard)["watched"] == 1, "the purgatory's watch")
 
     _crash(node, c.shard, armed)
     _restored(c)
 
-    _acks_all_waits_for_broker_2(c)
+    assert _stats(node, c.shard)["isr"] == {"c-0": [1]}  # the committed one, [1, 2] pending
+    assert _stats(node, c.shard)["partitions"]["c-0"] == [0, 1, 2], \
+        "the restore counted the high watermark over ISR [1] alone"
+    wait_for(lambda: _stats(node, c.shard)["watched"] == 1, "the purgatory's watch again")
+    assert not _got(node, c.handler, "ProduceReady")
+    # broker 2 fetches it: the high watermark moves, the waiting write is acknowledged
+    _follower_fetch(c, 11, 2)
+    [done] = wait_for(lambda: _got(node, c.handler, "ProduceReady"),
+                      "the acks=-1 write acknowledged")
+    assert done[1][0][2:4] == [NONE, 1]
+    # the late answer finds the proposal pending: ISR [1, 2], partition epoch 5
     _answer(c, alter, NONE, [1, 2], 5)
     wait_for(lambda: _stats(node, c.shard)["isr"] == {"c-0": [1, 2]}, "ISR [1, 2]")
+    _acks_all_waits_for_broker_2(c, 2)
 
 
-def _acks_all_waits_for_broker_2(c: Cluster) -> None:
-    """c-0 (log end 1) takes an acks=-1 write: it is not acknowledged, and the high
-    watermark does not move, before broker 2 fetched it."""
+def _acks_all_waits_for_broker_2(c: Cluster, end: int = 1) -> None:
+    """c-0 (high watermark and log end ``end``) takes an acks=-1 write: the high watermark
+    does not move before broker 2 fetched it."""
     node, shard = c.node, c.shard
-    assert _stats(node, shard)["partitions"]["c-0"] == [0, 1, 1]
-    node.tell(shard, Append(10, -1, 30_000, [AppendRow("c", 0, build_batch([b"c2"]))]),
+    assert _stats(node, shard)["partitions"]["c-0"] == [0, end, end]
+    node.tell(shard, Append(20, -1, 30_000, [AppendRow("c", 0, build_batch([b"c3"]))]),
               sender=c.handler.name)
-    wait_for(lambda: _stats(node, shard)["partitions"]["c-0"][2] == 2, "the append")
-    assert _stats(node, shard)["partitions"]["c-0"] == [0, 1, 2], \
+    wait_for(lambda: _stats(node, shard)["partitions"]["c-0"][2] == end + 1, "the append")
+    assert _stats(node, shard)["partitions"]["c-0"] == [0, end, end + 1], \
         "acks=-1 write counted before broker 2, in the ISR the controller wrote, had it"
-    _follower_fetch(c, 11, 2)
-    wait_for(lambda: _stats(node, shard)["partitions"]["c-0"] == [0, 2, 2], "HW 2")
+    _follower_fetch(c, 21, end + 1)
+    wait_for(lambda: _stats(node, shard)["partitions"]["c-0"] == [0, end + 1, end + 1],
+             "the high watermark after broker 2's fetch")
 
 
 def test_a_topic_deleted_and_created_again_starts_at_offset_zero(

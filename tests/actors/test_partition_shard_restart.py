@@ -506,6 +506,29 @@ def test_an_isr_written_with_its_answer_after_the_restore_holds_the_high_waterma
     _acks_all_waits_for_broker_2(c, 2)
 
 
+def test_an_isr_proposal_of_unknown_fate_is_sent_again_after_the_restore(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The answer left the expansion's fate unknown (NOT_CONTROLLER: it may have been
+    written) and the shard crashed before sending it again: it comes back pending (the
+    high watermark over [1, 2]) and is sent again, so its fate gets known."""
+    armed = _crash_on_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1])
+    alter = _expansion_proposed(c)
+    node.tell(c.manager, AlterPartitionResponse(alter[0], int(ErrorCode.NOT_CONTROLLER), []),
+              sender=c.controller.name)
+    wait_for(lambda: node.ask(c.manager, GetStats())["isr_pending"] == 0, "the answer")
+
+    _crash(node, c.shard, armed)
+    _restored(c)
+
+    again = wait_for(lambda: _got(node, c.controller, "AlterPartition")[1:],
+                     "the proposal sent again")
+    assert [tuple(i) for i in again[0][3]] == [("c", 0, 3, [1, 2], 4)]
+    _answer(c, again[0], NONE, [1, 2], 5)
+    wait_for(lambda: _stats(node, c.shard)["isr"] == {"c-0": [1, 2]}, "ISR [1, 2]")
+    assert node.ask(c.manager, GetStats())["proposals"] == []
+
+
 def _acks_all_waits_for_broker_2(c: Cluster, end: int = 1) -> None:
     """c-0 (high watermark and log end ``end``) takes an acks=-1 write: the high watermark
     does not move before broker 2 fetched it."""

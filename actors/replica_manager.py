@@ -601,7 +601,8 @@ class ReplicaManager(Actor):
 
     def _isr_changed(self, topic: str, partition: int, leader_epoch: int, isr: list[int],
                      partition_epoch: int) -> None:
-        """An ISR the controller accepted: the role a restarted process's shard gets."""
+        """An ISR the controller wrote: part of the role a shard that lost its memory gets
+        again (its own answer may have died with it)."""
         tp = TopicPartition(topic, partition)
         state = self.states.get(tp)
         if state is not None and state.leader_epoch == leader_epoch \

@@ -75,6 +75,9 @@ from wire.cluster_messages import (
     ReplicaStateRow,
     RestoredRoleRow,
     RestoreRoles,
+    StopReplica,
+    StopReplicaPartition,
+    StopReplicaResponse,
 )
 from wire.errors import ErrorCode
 from wire.replication_messages import (
@@ -97,7 +100,7 @@ class Recorder(Actor):
 
     @handles(AppendDone, ShardDone, ReadDone, FetchReady, LeaderAndIsrResponse, Schedule,
              Cancel, AddFetcherPartitions, RemoveFetcherPartitions, AlterPartition,
-             ReplicaReadDone, ProduceReady)
+             ReplicaReadDone, ProduceReady, StopReplicaResponse)
     def on_any(self, msg: Any) -> None:
         self.got.append([type(msg).__name__, msg])
 
@@ -373,6 +376,25 @@ def test_a_newer_leader_and_isr_waiting_in_the_mailbox_wins_over_the_restore(
     assert _stats(node, c.shard)["leaders"] == []
     done = _append(node, c.shard, c.handler, 1, "c", [b"x"])
     assert done[1][0][2] == int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+
+def test_a_partition_deleted_while_the_shard_crashed_is_not_restored(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller deleted c-0 while the shard was crashing: its drop waits in the
+    mailbox, and the restore that follows must not bring the log back."""
+    hold = threading.Event()
+    armed = _crash_on_flush(monkeypatch, hold)
+    c = _cluster(node, tmp_path, [1, 2])
+    assert (tmp_path / "c-0").is_dir()
+    _crash(node, c.shard, armed, wait=False)
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, True)]),
+              sender=c.controller.name)
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["stop"] == 1, "accepted")
+    hold.set()
+    _restored(c)
+    wait_for(lambda: _got(node, c.controller, "StopReplicaResponse"), "StopReplica answer")
+    assert list(_stats(node, c.shard)["partitions"]) == ["f-0"]
+    assert not (tmp_path / "c-0").exists()
 
 
 def test_a_restored_role_older_than_the_one_applied_is_ignored(

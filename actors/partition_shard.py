@@ -960,6 +960,13 @@ class PartitionShard(Actor):
         if applied or kept:
             self.log.info("restored roles ({}): {}{}", msg.reason, ", ".join(applied) or "none",
                           f"; {kept} newer role(s) applied since kept" if kept else "")
+        dark = sorted(f"{t}-{p}" for (t, p), state in self.partitions.items()
+                      if state.leader_epoch < 0)
+        if dark:
+            # the ReplicaManager knows no role for them (it restarted itself, or never gave
+            # one): they serve again at the controller's next LeaderAndIsr
+            self.log.warning("no role known for {} after the restore ({}): they wait for the "
+                             "controller's next LeaderAndIsr", ", ".join(dark), msg.reason)
         notice = ShardRestarted(self.index)
         for i in range(self.topology.num_purgatories):
             self.tell(self.topology.purgatory(i), notice)

@@ -75,6 +75,7 @@ from wire.cluster_messages import (
     PartitionErrorRow,
     RestoredRoleRow,
     RestoreRoles,
+    RolesRestored,
     ShardRestarted,
 )
 from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError, StorageError
@@ -184,6 +185,10 @@ class PartitionShard(Actor):
         self.next_resend_ms = now
         self.replication = {"isr_shrinks": 0, "isr_expands": 0, "fenced": 0, "truncations": 0,
                             "follower_appends": 0}
+        # partitions whose role the ReplicaManager gave since this setup (a LeaderAndIsr, a
+        # restore): only their leader epochs make a restored role old (a log's own epoch,
+        # leading alone, is no word of the controller)
+        self.roles_given: set[tuple[str, int]] = set()
         if self.crashes:
             self._reopen_hosted(now)
         else:
@@ -199,7 +204,9 @@ class PartitionShard(Actor):
     def _open(self, topic: str, partition: int, configs: dict[str, str], now: int,
               leader_alone: bool = True) -> None:
         """Open (or create) the partition's log; a single node leads it alone, a cluster's
-        node waits for the controller to say its role (``leader_alone`` False)."""
+        node has no role until one is given (``leader_alone`` False): by the controller's
+        LeaderAndIsr, or after a crash or a process restart by the ReplicaManager's
+        RestoreRoles."""
         key = (topic, partition)
         if key in self.partitions:
             return
@@ -363,6 +370,7 @@ class PartitionShard(Actor):
             # forgotten even if not open (a reopen failed, or a cluster's waiting for its
             # role): a later crash must not bring a deleted partition back
             self.hosted.pop(key, None)
+            self.roles_given.discard(key)
             if key in self.log_dir.recovery_points or key in self.log_dir.high_watermarks:
                 self.dropped.add(key)  # only start-up offsets can be a namesake's
             state = self.partitions.pop(key, None)
@@ -914,6 +922,7 @@ class PartitionShard(Actor):
                                               int(ErrorCode.KAFKA_STORAGE_ERROR)))
                 continue
             state = self.partitions[key]
+            self.roles_given.add(key)
             was_leader = state.is_leader
             if row.leader == self.broker_id:
                 state.become_leader(row.leader_epoch, list(row.isr), list(row.replicas),
@@ -936,27 +945,39 @@ class PartitionShard(Actor):
         now = self.clock.wall_ms()
         self.replication["restores"] = self.replication.get("restores", 0) + 1
         applied: list[str] = []
+        outcomes: list[PartitionErrorRow] = []
         kept = 0
         for row in msg.rows:
             role = row.role
             key = (role.topic, role.partition)
             held = self.partitions.get(key)
-            if held is not None and held.leader_epoch >= role.leader_epoch:
+            if held is not None and key in self.roles_given \
+                    and held.leader_epoch >= role.leader_epoch:
                 kept += 1
                 self.log.info("{}-{}: restored role at leader epoch {} ignored ({}): "
                               "leader epoch {} applied since", role.topic, role.partition,
                               role.leader_epoch, msg.reason, held.leader_epoch)
+                outcomes.append(PartitionErrorRow(role.topic, role.partition, NONE))
                 continue
+            # the configs this shard kept (a config change since reached it directly), else
+            # those the ReplicaManager knows
+            hosted = self.hosted.get(key)
+            configs = dict(hosted.configs if hosted is not None else role.configs)
             try:
-                self._open(role.topic, role.partition, dict(role.configs), now,
-                           leader_alone=False)
+                self._open(role.topic, role.partition, configs, now, leader_alone=False)
+                state = self.partitions[key]
+                self._restore_role(state, row, now)
+                self.roles_given.add(key)
             except Exception:
-                self.log.exception("cannot open {}-{} to restore its role", role.topic,
+                # one partition's failure does not stop the others' (nor crash the shard
+                # again, which would restore the same rows again)
+                self.log.exception("cannot restore the role of {}-{}", role.topic,
                                    role.partition)
+                outcomes.append(PartitionErrorRow(role.topic, role.partition,
+                                                  int(ErrorCode.KAFKA_STORAGE_ERROR)))
                 continue
-            state = self.partitions[key]
-            self._restore_role(state, row, now)
             applied.append(self._restored_text(state, row))
+            outcomes.append(PartitionErrorRow(role.topic, role.partition, NONE))
         if applied or kept:
             self.log.info("restored roles ({}): {}{}", msg.reason, ", ".join(applied) or "none",
                           f"; {kept} newer role(s) applied since kept" if kept else "")
@@ -970,6 +991,7 @@ class PartitionShard(Actor):
         notice = ShardRestarted(self.index)
         for i in range(self.topology.num_purgatories):
             self.tell(self.topology.purgatory(i), notice)
+        self.reply(RolesRestored(msg.req_id, outcomes))
 
     def _restore_role(self, state: PartitionState, row: RestoredRoleRow, now: int) -> None:
         role = row.role

@@ -379,7 +379,9 @@ def run_process(spec: dict[str, Any]) -> int:
     # An earlier life of this process (process 0 was killed) may still be closing its logs
     lock = lock_process(process_lock_path(spec["ipc_dir"], name), PROCESS_LOCK_WAIT_S)
     log_dir = LogDir.read_only(data_dir, bool(spec.get("clean_shutdown")) and not restarted)
-    topics = TopicStore.load(data_dir).table()
+    # a cluster's shards open nothing at start: their roles come from the controller (or,
+    # after a restart, RestoreRoles), never from a topic table leading alone
+    topics = {} if cluster else TopicStore.load(data_dir).table()
     node.spawn(Timer, topo.timer.name, clock=clock)
     for i in here:
         node.spawn(PartitionShard, topo.shard(i).name, topology=topo, config=cfg,

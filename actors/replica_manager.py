@@ -37,7 +37,10 @@ controller wrote since (its AlterPartition answers), an ISR proposal whose
 outcome is not known yet (pending again, so the high watermark stays over the
 larger ISR, and its late answer finds it), and whether the controller said
 this node's leader epoch is stale (``fenced``: restored without leadership
-until the next LeaderAndIsr).
+until the next LeaderAndIsr). The shard answers the restore (``RolesRestored``)
+after what was in its mailbox before it, so a LeaderAndIsr or a delete sent to it
+and still unanswered then died with it: it is settled with the restore's outcome
+(the controller gets its answer, the coordinators and fetchers follow the role).
 
 Requests that arrive before this node's registration is known are held and
 applied once it is (``BrokerRegistered`` from the node's controller actor).
@@ -85,6 +88,7 @@ from wire.cluster_messages import (
     ReplicaStateRow,
     RestoredRoleRow,
     RestoreRoles,
+    RolesRestored,
     ShardRestarted,
     StopReplica,
     StopReplicaResponse,
@@ -115,7 +119,7 @@ class _Pending:
     controller: Address
     kind: str                                     # "lai" or "stop"
     rows: dict[tuple[str, int], int]              # partition -> error code
-    shards_left: int
+    waiting: set[Address] = field(default_factory=set)  # the shards yet to answer
     error_code: int = NONE
     became: list[ReplicaStateRow] = field(default_factory=list)
     stopped: list[TopicPartition] = field(default_factory=list)
@@ -161,6 +165,7 @@ class ReplicaManager(Actor):
         self.proposals: dict[TopicPartition, tuple[IsrProposalRow, bool]] = {}
         self.processes_restarted = 0
         self.shards_restarted = 0
+        self.restoring: dict[int, Address] = {}  # RestoreRoles not answered yet -> its shard
         self.leader_handlers: dict[int, int] = {}  # broker -> its RequestHandlers (0: unknown)
         self.refusals_logged: set[tuple[str, int, int]] = set()
         self.refused = 0
@@ -235,7 +240,7 @@ class ReplicaManager(Actor):
         for row in decision.accepted:
             self._new_role(row)
         rows = {(r.topic, r.partition): r.error_code for r in decision.rows}
-        pending = _Pending(self.current_sender, "lai", rows, 0, became=decision.accepted)
+        pending = _Pending(self.current_sender, "lai", rows, became=decision.accepted)
         by_shard: dict[Address, list[ReplicaStateRow]] = {}
         for row in decision.accepted:
             by_shard.setdefault(self.topology.shard_for(row.topic, row.partition), []).append(row)
@@ -253,12 +258,25 @@ class ReplicaManager(Actor):
     @handles(BecameLeaderOrFollower)
     def on_became(self, msg: BecameLeaderOrFollower) -> None:
         entry = self.pending.get(msg.req_id)
-        if entry is None:
-            return
+        if entry is None or self.current_sender not in entry.waiting:
+            return  # settled already (its shard's restore answered for it)
         for row in msg.rows:
             if row.error_code != NONE:
-                entry.rows[(row.topic, row.partition)] = row.error_code
-        self._shard_done(msg.req_id, entry)
+                self._role_refused(entry, row.topic, row.partition, row.error_code)
+        assert self.current_sender is not None
+        self._shard_done(msg.req_id, entry, self.current_sender)
+
+    def _role_refused(self, entry: _Pending, topic: str, partition: int, code: int) -> None:
+        """The shard could not take a role ``entry`` gave (its log would not open): the
+        partition is dark on it, as before, so no restore gives that role either (a newer
+        one accepted since stays)."""
+        entry.rows[(topic, partition)] = code
+        tp = TopicPartition(topic, partition)
+        state = self.states.get(tp)
+        if state is not None and any(
+                (r.topic, r.partition, r.leader_epoch) == (topic, partition, state.leader_epoch)
+                for r in entry.became):
+            del self.states[tp]
 
     def _after_leader_and_isr(self, entry: _Pending) -> None:
         applied = [r for r in entry.became if entry.rows.get((r.topic, r.partition)) == NONE]
@@ -309,7 +327,7 @@ class ReplicaManager(Actor):
             self.states.pop(tp, None)
             self.fenced.pop(tp, None)
             self.proposals.pop(tp, None)
-        pending = _Pending(self.current_sender, "stop", rows, 0, stopped=stopped)
+        pending = _Pending(self.current_sender, "stop", rows, stopped=stopped)
         by_shard: dict[Address, list[TopicPartitionRow]] = {}
         for p in decision.accepted:
             if p.delete:
@@ -320,19 +338,19 @@ class ReplicaManager(Actor):
     @handles(ShardDone)
     def on_shard_done(self, msg: ShardDone) -> None:
         entry = self.pending.get(msg.req_id)
-        if entry is None:
+        if entry is None or self.current_sender not in entry.waiting:
             return
         if msg.error:
             self.log.error("a shard failed to delete partitions: {}", msg.error)
             entry.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
-        self._shard_done(msg.req_id, entry)
+        assert self.current_sender is not None
+        self._shard_done(msg.req_id, entry, self.current_sender)
 
     def _after_stop_replica(self, entry: _Pending) -> None:
         resigned = []
         txn_resigned = []
-        for tp in entry.stopped:
+        for tp in entry.stopped:  # states: forgotten when accepted (a newer role stays)
             leader, _epoch = self.roles.pop(tp, (-1, -1))
-            self.states.pop(tp, None)
             if tp.topic == OFFSETS_TOPIC and leader == self.broker_id:
                 resigned.append(tp.partition)
             elif tp.topic == TRANSACTION_STATE_TOPIC and leader == self.broker_id:
@@ -347,14 +365,14 @@ class ReplicaManager(Actor):
             self._answer(entry)
             return
         req_id = next(self.req_ids)
-        entry.shards_left = len(by_shard)
+        entry.waiting = set(by_shard)
         self.pending[req_id] = entry
         for shard, rows in by_shard.items():
             self.tell(shard, msg_type(req_id, rows))
 
-    def _shard_done(self, req_id: int, entry: _Pending) -> None:
-        entry.shards_left -= 1
-        if entry.shards_left > 0:
+    def _shard_done(self, req_id: int, entry: _Pending, shard: Address) -> None:
+        entry.waiting.discard(shard)
+        if entry.waiting:
             return
         del self.pending[req_id]
         self._answer(entry)
@@ -422,7 +440,7 @@ class ReplicaManager(Actor):
         for shard, shard_rows in by_shard.items():
             self.tell(shard, BecomeLeaderOrFollower(req_id, shard_rows))
         self._after_leader_and_isr(_Pending(self.address, "lai",
-                                            {(r.topic, r.partition): NONE for r in rows}, 0,
+                                            {(r.topic, r.partition): NONE for r in rows},
                                             became=rows))
 
     # ------------------------------------------------------------ waiting for topics
@@ -514,6 +532,13 @@ class ReplicaManager(Actor):
             self.tell(Address(self.node.name, name),
                       AddFetcherPartitions(add_rows, self._handlers_of(add_rows[0].leader)))
 
+    def _fetcher_name(self, row: ReplicaStateRow) -> str | None:
+        """The fetcher that fetches followed ``row`` (None: no leader to fetch from)."""
+        if row.leader < 0 or row.leader == self.broker_id:
+            return None
+        return fetcher_name(row.leader,
+                            stable_hash(f"{row.topic}-{row.partition}") % self.num_fetchers)
+
     def _handlers_of(self, broker_id: int) -> int:
         """How many RequestHandlers ``broker_id`` runs: from the last LeaderAndIsr that named
         it a leader, else the metadata cache (0: unknown)."""
@@ -556,7 +581,9 @@ class ReplicaManager(Actor):
         controller = self.fencing.controller_id
         now = self.clock.now_ms()
         for row in msg.rows:
-            self.proposals[TopicPartition(row.topic, row.partition)] = (row, False)
+            tp = TopicPartition(row.topic, row.partition)
+            if tp in self.states:  # else stopped since it was sent: no role to restore
+                self.proposals[tp] = (row, False)
         if controller is None or controller < 0 or not self.fencing.registered:
             self._isr_answer(msg.rows, int(ErrorCode.NOT_CONTROLLER))
             return
@@ -614,6 +641,8 @@ class ReplicaManager(Actor):
         leader's PartitionState takes it: written or not written (no longer pending),
         fenced (this leader epoch is stale), held, or unknown (sent again)."""
         tp = TopicPartition(proposal.topic, proposal.partition)
+        if tp not in self.states:
+            return  # stopped (StopReplica) since it was proposed: nothing to restore
         current = self.proposals.get(tp)
         same = current is not None and (current[0].leader_epoch, current[0].partition_epoch,
                                         list(current[0].new_isr)) == (
@@ -674,9 +703,10 @@ class ReplicaManager(Actor):
     def _restore(self, selected: Callable[[Address], bool], reason: str) -> int:
         """The shards ``selected`` picks lost their memory (roles, watchers, answers to the
         fetchers): each gets its partitions' last roles (RestoreRoles, even none: it then
-        has the purgatories watch again), and the fetchers of the partitions they follow
-        forget and re-add them (an answer they waited for may have died with the shard).
-        Returns how many roles were sent."""
+        has the purgatories watch again, and answers RolesRestored, which settles what it
+        owed and will not answer), and the fetchers of the partitions they follow forget
+        and re-add them (an answer they waited for may have died with the shard), as the
+        restored roles say. Returns how many roles were sent."""
         by_shard: dict[Address, list[RestoredRoleRow]] = {
             shard: [] for shard in (self.topology.shard(i)
                                     for i in range(self.topology.num_shards))
@@ -691,30 +721,73 @@ class ReplicaManager(Actor):
             pending += row.pending is not None
             rows.append(row)
         for shard, rows in by_shard.items():
-            self.tell(shard, RestoreRoles(reason, rows))
-        refetch: dict[str, list[ReplicaStateRow]] = {}
-        for rows in by_shard.values():
-            for row in rows:
-                name = self.fetched_by.get(TopicPartition(row.role.topic, row.role.partition))
-                if name is not None:
-                    refetch.setdefault(name, []).append(row.role)
-        for name, roles in refetch.items():
-            fetcher = Address(self.node.name, name)
-            self.tell(fetcher, RemoveFetcherPartitions(
-                [FetcherRemoveRow(r.topic, r.partition) for r in roles]))
-            self.tell(fetcher, AddFetcherPartitions(
-                [FetcherPartitionRow(r.topic, r.partition, r.leader, r.leader_epoch)
-                 for r in roles], self._handlers_of(roles[0].leader)))
+            for old_id in [i for i, s in self.restoring.items() if s == shard]:
+                del self.restoring[old_id]  # its answer died with the shard: this one settles
+            req_id = next(self.req_ids)
+            self.restoring[req_id] = shard
+            self.tell(shard, RestoreRoles(req_id, reason, rows))
+        # the fetchers, as for a LeaderAndIsr applied: what they fetch follows the restored
+        # roles (a newer one than the last applied may be among them), and a partition
+        # that stays with its fetcher is removed first (it forgets what it waited for)
+        follow = [r.role for rows in by_shard.values() for r in rows
+                  if r.role.leader != self.broker_id]
+        lead = [TopicPartition(r.role.topic, r.role.partition)
+                for rows in by_shard.values() for r in rows if r.role.leader == self.broker_id]
+        again: dict[str, list[FetcherRemoveRow]] = {}
+        for role in follow:
+            name = self.fetched_by.get(TopicPartition(role.topic, role.partition))
+            if name is not None and name == self._fetcher_name(role):
+                again.setdefault(name, []).append(FetcherRemoveRow(role.topic, role.partition))
+        for name, remove_rows in again.items():
+            self.tell(Address(self.node.name, name), RemoveFetcherPartitions(remove_rows))
+        self._fetchers(follow, lead)
         sent = sum(len(r) for r in by_shard.values())
         self.log.info("{}: last roles of {} partition(s) sent to {} shard(s) ({} fenced, "
                       "{} with an ISR proposal pending), {} followed ones fetched anew",
                       reason, sent, len(by_shard), fenced, pending,
-                      sum(len(r) for r in refetch.values()))
+                      sum(1 for r in follow if r.leader >= 0))
         return sent
 
+    @handles(RolesRestored)
+    def on_roles_restored(self, msg: RolesRestored) -> None:
+        """A shard applied RestoreRoles ``msg.req_id``. It answers in order, so what was sent
+        to it before the restore and is still unanswered died with it: a LeaderAndIsr's
+        roles are settled as the restore went (it carried them, or newer ones), so the
+        controller gets its answer and the coordinators and fetchers follow; a delete is
+        settled as failed (its log may stay, dark)."""
+        shard = self.restoring.pop(msg.req_id, None)
+        if shard is None:
+            return
+        outcomes = {(r.topic, r.partition): r.error_code for r in msg.rows}
+        for req_id, entry in sorted(self.pending.items()):
+            if req_id > msg.req_id or shard not in entry.waiting:
+                continue
+            if entry.kind == "lai":
+                for row in entry.became:
+                    key = (row.topic, row.partition)
+                    if self.topology.shard_for(*key) != shard:
+                        continue
+                    # not restored: deleted since (StopReplica accepted after it)
+                    code = outcomes.get(key, int(ErrorCode.KAFKA_STORAGE_ERROR))
+                    if code != NONE:
+                        self._role_refused(entry, row.topic, row.partition, code)
+            else:
+                self.log.error("shard {} died deleting partitions (StopReplica): their logs "
+                               "may stay", shard.name)
+                entry.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+            self.log.info("{} request {} settled by shard {}'s restore (its answer died "
+                          "with it)", "LeaderAndIsr" if entry.kind == "lai" else "StopReplica",
+                          req_id, shard.name)
+            self._shard_done(req_id, entry, shard)
+
     def _restored(self, tp: TopicPartition, role: ReplicaStateRow) -> RestoredRoleRow:
-        """``role`` with what the controller said of it since: fenced, and the proposal at
-        its epochs whose outcome is not known (pending again on the leader)."""
+        """``role`` with what the controller said of it since: the topic's configs (the
+        LeaderAndIsr's may be older: a config change reaches the shards directly, and
+        this node's metadata by UpdateMetadata), fenced, and the proposal at its epochs
+        whose outcome is not known (pending again on the leader)."""
+        configs = self.cache.topic_configs.get(tp.topic)
+        if configs is not None and configs != role.configs:
+            role = role._replace(configs=dict(configs))
         if role.leader != self.broker_id:
             return RestoredRoleRow(role, False, None)
         fenced = self.fenced.get(tp, -1) >= role.leader_epoch
@@ -765,6 +838,8 @@ class ReplicaManager(Actor):
             "isr_pending": len(self.isr_pending),
             "processes_restarted": self.processes_restarted,
             "shards_restarted": self.shards_restarted,
+            "restoring": len(self.restoring),
+            "pending": len(self.pending),
             "fenced": sorted(f"{tp}@{epoch}" for tp, epoch in self.fenced.items()),
             "proposals": sorted(str(tp) for tp in self.proposals),
         }

@@ -342,11 +342,24 @@ class RestoreRoles(NamedTuple):
     restarted it in place, or its process was restarted): the last roles of its
     partitions. Unlike BecomeLeaderOrFollower, a role is applied only when newer than
     what the shard applied since it started again (a LeaderAndIsr that waited in its
-    mailbox wins), and nobody waits for an answer; once applied, the shard has the
-    purgatories watch again (ShardRestarted)."""
+    mailbox wins); once applied, the shard has the purgatories watch again
+    (ShardRestarted) and answers RolesRestored."""
 
+    req_id: int
     reason: str
     rows: list[RestoredRoleRow]
+
+
+@message(419)
+class RolesRestored(NamedTuple):
+    """PartitionShard -> ReplicaManager: RestoreRoles ``req_id`` applied; ``rows``, each
+    restored partition's outcome (0: its role holds, applied or kept as newer; else why it
+    could not be). The shard answers in order, so a BecomeLeaderOrFollower or
+    DropPartitions sent to it before the RestoreRoles and still unanswered died with it:
+    the ReplicaManager settles it with these outcomes (the restore carried its role)."""
+
+    req_id: int
+    rows: list[PartitionErrorRow]
 
 
 @message(412)

@@ -16,7 +16,9 @@ application died with the crash, wins over the last role; a leader the
 controller fenced is restored without leadership; an ISR change written with
 its answer lost comes back as written, or as the pending proposal it was, so
 the high watermark never goes over a smaller ISR than the one the controller
-may elect from.
+may elect from. A LeaderAndIsr whose application died is answered once the
+restore is (the controller, the coordinators and the fetchers learn it), and the
+fetchers follow the restored roles, not the last applied ones.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from actors.core.log_dir import LogDir
+from actors.core.partition_state import PartitionState
 from actors.core.record_batch import build_batch
 from actors.log_manager import LogManager
 from actors.partition_shard import PartitionShard
@@ -66,22 +69,30 @@ from wire.cluster_messages import (
     AlterPartition,
     AlterPartitionResponse,
     AlterPartitionResult,
+    BecameLeaderOrFollower,
     BecomeLeaderOrFollower,
     BrokerRegistered,
     LeaderAndIsr,
     LeaderAndIsrPartition,
     LeaderAndIsrResponse,
     LiveLeaderRow,
+    PendingIsrRow,
     ReplicaStateRow,
     RestoredRoleRow,
     RestoreRoles,
+    RolesRestored,
+    ShardRestarted,
     StopReplica,
     StopReplicaPartition,
     StopReplicaResponse,
+    UpdateMetadata,
+    UpdateMetadataPartition,
 )
 from wire.errors import ErrorCode
 from wire.replication_messages import (
     AddFetcherPartitions,
+    IsrProposalRow,
+    ProposeIsr,
     RemoveFetcherPartitions,
     ReplicaRead,
     ReplicaReadDone,
@@ -100,7 +111,8 @@ class Recorder(Actor):
 
     @handles(AppendDone, ShardDone, ReadDone, FetchReady, LeaderAndIsrResponse, Schedule,
              Cancel, AddFetcherPartitions, RemoveFetcherPartitions, AlterPartition,
-             ReplicaReadDone, ProduceReady, StopReplicaResponse)
+             ReplicaReadDone, ProduceReady, StopReplicaResponse, BecameLeaderOrFollower,
+             RolesRestored)
     def on_any(self, msg: Any) -> None:
         self.got.append([type(msg).__name__, msg])
 
@@ -404,16 +416,20 @@ def test_a_restored_role_older_than_the_one_applied_is_ignored(
     since it started again changes nothing; a newer one is applied."""
     c = _cluster(node, tmp_path, [1, 2])
     role = ReplicaStateRow("c", 0, 1, 3, [1, 2], [1, 2], 4, False, {})
+    # one sender (the runtime orders one sender's messages), answers awaited
+    sender = c.handler.name
     node.tell(c.shard, BecomeLeaderOrFollower(99, [role._replace(
-        leader=2, leader_epoch=4, partition_epoch=5)]), sender=c.manager.name)
-    node.tell(c.shard, RestoreRoles("test", [RestoredRoleRow(role, False, None)]),
-              sender=c.manager.name)
-    node.tell(c.shard, RestoreRoles("test", [RestoredRoleRow(role._replace(
-        leader_epoch=4, partition_epoch=5), False, None)]), sender=c.manager.name)
+        leader=2, leader_epoch=4, partition_epoch=5)]), sender=sender)
+    node.tell(c.shard, RestoreRoles(1, "test", [RestoredRoleRow(role, False, None)]),
+              sender=sender)
+    node.tell(c.shard, RestoreRoles(2, "test", [RestoredRoleRow(role._replace(
+        leader_epoch=4, partition_epoch=5), False, None)]), sender=sender)
+    wait_for(lambda: len(_got(node, c.handler, "RolesRestored")) == 2, "both restores")
     assert _stats(node, c.shard)["leaders"] == []
     assert _stats(node, c.shard)["epochs"]["c-0"] == [[3, 0]]  # epoch 4 never led here
-    node.tell(c.shard, RestoreRoles("test", [RestoredRoleRow(role._replace(
-        leader_epoch=5, partition_epoch=6), False, None)]), sender=c.manager.name)
+    node.tell(c.shard, RestoreRoles(3, "test", [RestoredRoleRow(role._replace(
+        leader_epoch=5, partition_epoch=6), False, None)]), sender=sender)
+    wait_for(lambda: len(_got(node, c.handler, "RolesRestored")) == 3, "the third restore")
     assert _stats(node, c.shard)["leaders"] == ["c-0"]
 
 
@@ -431,6 +447,189 @@ def test_a_leader_and_isr_whose_application_died_with_the_crash_is_restored(
     assert _stats(node, c.shard)["leaders"] == []
     done = _append(node, c.shard, c.handler, 1, "c", [b"x"])
     assert done[1][0][2] == int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    # the shard never answered that LeaderAndIsr; the restore's answer settles it: the
+    # controller gets its answer (its resend would be refused as the same leader epoch),
+    # and the ReplicaManager follows the role (the fetcher of broker 2 fetches c-0)
+    responses = wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[1:],
+                         "the LeaderAndIsr answered after the restore")
+    assert responses[0][1] == NONE and [tuple(r) for r in responses[0][2]] == [("c", 0, NONE)]
+    manager = node.ask(c.manager, GetStats())
+    assert manager["following"] == ["c-0", "f-0"] and manager["pending"] == 0
+    assert manager["fetched_by"]["c-0"] == c.fetcher.name
+    assert ["c", 0, 2, 4] in [row for add in _got(node, c.fetcher, "AddFetcherPartitions")
+                              for row in add[0]]
+
+
+def test_a_restore_with_a_leader_and_isr_in_flight_fetches_from_the_new_leader(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller moved f-0's leadership from broker 2 to broker 3 while the shard was
+    crashing (its LeaderAndIsr waits in the mailbox): the restore, which carries the new
+    role, has broker 3's fetcher fetch f-0, never broker 2's fetch it from broker 3."""
+    hold = threading.Event()
+    armed = _crash_on_flush(monkeypatch, hold)
+    c = _cluster(node, tmp_path, [1, 2])
+    old_fetcher = node.actors[c.fetcher.name]
+    new_fetcher = node.spawn(Recorder, fetcher_name(
+        3, stable_hash("f-0") % int(Config()["num.replica.fetchers"])))
+    _crash(node, c.shard, armed, wait=False)
+    node.tell(c.manager, LeaderAndIsr(1, 1, 5, [
+        LeaderAndIsrPartition("f", 0, 1, 3, 8, [3, 1], 10, [3, 1], False)],
+        [LiveLeaderRow(1, ""), LiveLeaderRow(3, "")], {"f": {}}), sender=c.controller.name)
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["lai"] == 2, "LAI accepted")
+    hold.set()
+    _restored(c)
+    wait_for(lambda: len(_got(node, c.controller, "LeaderAndIsrResponse")) == 2, "LAI answer")
+    added = wait_for(lambda: _got(node, new_fetcher, "AddFetcherPartitions"),
+                     "f-0 given to broker 3's fetcher")
+    assert all(add[0] == [["f", 0, 3, 8]] for add in added)
+    # broker 2's fetcher, left with nothing, was stopped (its mailbox done)
+    wait_for(lambda: old_fetcher.actor_stopped.is_set(), "broker 2's idle fetcher stopped")
+    wrong = [row for name, msg in old_fetcher.got if name == "AddFetcherPartitions"
+             for row in msg[0] if row[2] != 2]
+    assert not wrong, f"broker 2's fetcher was told to fetch from another leader: {wrong}"
+    assert node.ask(c.manager, GetStats())["fetched_by"] == {"f-0": new_fetcher.name}
+
+
+def test_a_namesake_created_after_a_delete_keeps_its_role_once_the_delete_is_done(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """c-0 deleted (StopReplica) and created again (a LeaderAndIsr) while the shard was
+    crashing: the delete's answer, coming after the new role was accepted, does not make
+    the ReplicaManager forget the new role, so a later crash restores it."""
+    hold = threading.Event()
+    armed = _crash_on_flush(monkeypatch, hold)
+    c = _cluster(node, tmp_path, [1, 2])
+    _crash(node, c.shard, armed, wait=False)
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, True)]),
+              sender=c.controller.name)
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 0, [1], 0, [1, 2], True))
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["lai"] == 2, "LAI accepted")
+    hold.set()
+    _restored(c)
+    wait_for(lambda: _got(node, c.controller, "StopReplicaResponse"), "StopReplica answer")
+    wait_for(lambda: len(_got(node, c.controller, "LeaderAndIsrResponse")) == 2, "LAI answer")
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "all answered")
+    assert _stats(node, c.shard)["leaders"] == ["c-0"]
+    assert _stats(node, c.shard)["partitions"]["c-0"] == [0, 0, 0]  # the new, empty log
+
+    armed["crash"] = True
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 2, "the second crash")
+    _restored(c, 2)
+    assert _stats(node, c.shard)["leaders"] == ["c-0"], "the namesake's role was forgotten"
+
+
+def test_a_role_the_shard_could_not_take_is_not_restored(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """z-0's log could not be created (a file stands where its directory goes): the shard
+    answered KAFKA_STORAGE_ERROR, so the controller counts it offline here. Once the file
+    is gone, a crash's restore does not lead it behind the controller's back."""
+    armed = _crash_on_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    (tmp_path / "z-0").write_bytes(b"in the way")
+    _lai(c, 1, LeaderAndIsrPartition("z", 0, 1, 1, 1, [1], 1, [1, 2], True))
+    [response] = wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[1:],
+                          "the LeaderAndIsr answer")
+    assert [tuple(r) for r in response[2]] == [("z", 0, int(ErrorCode.KAFKA_STORAGE_ERROR))]
+    (tmp_path / "z-0").unlink()
+
+    _crash(node, c.shard, armed)
+    _restored(c)
+
+    stats = _stats(node, c.shard)
+    assert stats["leaders"] == ["c-0"]
+    assert "z-0" not in stats["partitions"], "a role the shard refused was restored"
+
+
+def test_a_fencing_answer_after_a_stop_replica_leaves_no_trace(
+        node: Node, tmp_path: Path) -> None:
+    """c-0 stopped (StopReplica) with its ISR proposal still out: neither the controller's
+    late answer (fenced) nor a proposal the shard sent meanwhile is kept for a partition
+    that has no role any more."""
+    c = _cluster(node, tmp_path, [1])
+    alter = _expansion_proposed(c)
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, False)]),
+              sender=c.controller.name)
+    wait_for(lambda: _got(node, c.controller, "StopReplicaResponse"), "StopReplica answer")
+    _answer(c, alter, int(ErrorCode.FENCED_LEADER_EPOCH), [], -1)
+    node.tell(c.manager, ProposeIsr([IsrProposalRow("c", 0, 3, [1], 4)]),
+              sender=c.shard.name)
+    wait_for(lambda: len(_got(node, c.controller, "AlterPartition")) == 2, "the proposal")
+    stats = node.ask(c.manager, GetStats())
+    assert stats["fenced"] == [] and stats["proposals"] == []
+
+
+def test_a_restore_row_that_fails_does_not_crash_the_shard(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One row whose restore fails (here f-0's: made to) is logged and answered as failed;
+    the other rows are applied and the shard does not crash (a crash would restore the
+    same rows again, and again)."""
+    real = PartitionState.restore_leader
+
+    def restore_leader(self: PartitionState, *args: Any, **kwargs: Any) -> None:
+        if self.log.topic == "f":
+            raise RuntimeError("a restore that fails")
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PartitionState, "restore_leader", restore_leader)
+    c = _cluster(node, tmp_path, [1, 2])
+    bad = RestoredRoleRow(ReplicaStateRow("f", 0, 1, 8, [1, 2], [2, 1], 10, False, {}), False,
+                          PendingIsrRow(8, [1], 10, False))
+    good = RestoredRoleRow(ReplicaStateRow("c", 0, 2, 5, [2, 1], [1, 2], 6, False, {}), False,
+                           None)
+    node.tell(c.shard, RestoreRoles(0, "test", [bad, good]), sender=c.handler.name)
+    [answer] = wait_for(lambda: _got(node, c.handler, "RolesRestored"), "the restore's answer")
+    assert [tuple(r) for r in answer[1]] == [
+        ("f", 0, int(ErrorCode.KAFKA_STORAGE_ERROR)), ("c", 0, NONE)]
+    assert node.actors[c.shard.name].crashes == 0
+    assert _stats(node, c.shard)["leaders"] == []  # c-0 follows broker 2 at epoch 5
+
+
+def test_a_restored_role_is_not_ignored_for_a_leader_alone_epoch(
+        node: Node, tmp_path: Path) -> None:
+    """A shard spawned with topics leads them alone at the log's epoch: that epoch is no
+    word of the controller, so a restored role at the same epoch is applied."""
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    log_dir = LogDir.open(tmp_path)
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1,
+               clock=node.clock)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=Config(),
+                       log_dir=_snapshot(log_dir), topics={"c": TopicEntry(1, {})},
+                       broker_id=1, clock=node.clock)
+    node.spawn(PurgatoryShard, topo.purgatory(0).name, topology=topo, clock=node.clock)
+    handler = node.spawn(Recorder, "handler-0")
+    assert _stats(node, shard)["leaders"] == ["c-0"]  # alone, at leader epoch 0
+    role = ReplicaStateRow("c", 0, 2, 0, [2, 1], [1, 2], 0, False, {})
+    node.tell(shard, RestoreRoles(1, "test", [RestoredRoleRow(role, False, None)]),
+              sender=handler.name)
+    [answer] = wait_for(lambda: _got(node, handler, "RolesRestored"), "the restore's answer")
+    assert [tuple(r) for r in answer[1]] == [("c", 0, NONE)]
+    assert _stats(node, shard)["leaders"] == [], "the restored role (follow 2) was ignored"
+
+
+def test_a_restore_gives_the_topic_configs_changed_since_the_leader_and_isr(
+        node: Node, tmp_path: Path) -> None:
+    """min.insync.replicas of c was raised to 2 after the LeaderAndIsr (the controller's
+    UpdateMetadata carries it): a shard that lost its memory and its kept configs (its
+    process restarted: here a new shard in its place) gets the new value with the role,
+    so an acks=-1 write with ISR [1] alone is refused, not acknowledged by one copy."""
+    c = _cluster(node, tmp_path, [1])
+    node.tell(c.manager, UpdateMetadata(1, 1, 5, False, [], [
+        UpdateMetadataPartition("c", 0, 1, 1, 3, [1], 4, [1, 2], [])],
+        {"c": {"min.insync.replicas": "2"}}), sender=c.controller.name)
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["um"] == 1, "UpdateMetadata")
+    assert node.stop_actor(c.shard.name)
+    log_dir = LogDir.read_only(tmp_path, False)
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=Config(),
+                       log_dir=log_dir, topics={}, broker_id=1, clock=node.clock)
+    node.tell(c.manager, ShardRestarted(0), sender=shard.name)
+    _restored(c)
+    assert _stats(node, shard)["leaders"] == ["c-0"]
+    node.tell(shard, Append(1, -1, 30_000, [AppendRow("c", 0, build_batch([b"x"]))]),
+              sender=c.handler.name)
+    [done] = wait_for(lambda: _got(node, c.handler, "AppendDone"), "the append's answer")
+    assert done[1][0][2] == int(ErrorCode.NOT_ENOUGH_REPLICAS), \
+        "the restore opened c-0 with the LeaderAndIsr's min.insync.replicas (1)"
 
 
 def test_a_leader_fenced_before_the_crash_is_restored_without_leadership(

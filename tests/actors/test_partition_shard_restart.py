@@ -460,6 +460,35 @@ def test_a_leader_and_isr_whose_application_died_with_the_crash_is_restored(
                               for row in add[0]]
 
 
+def test_a_delete_whose_application_died_with_the_crash_is_answered_as_failed(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shard crashed deleting c-0 (StopReplica): it never answers that DropPartitions;
+    its restore's answer settles it, as failed (what the crash left of the log is not
+    known), so the controller is answered rather than waiting for ever."""
+    armed = {"crash": False}
+    real = PartitionShard.on_drop
+
+    def on_drop(self: PartitionShard, msg: DropPartitions) -> None:
+        if armed["crash"]:
+            armed["crash"] = False
+            raise RuntimeError("a DropPartitions handler that fails once")
+        real(self, msg)
+
+    on_drop.__actorlog_handles__ = (DropPartitions,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(PartitionShard, "on_drop", on_drop)
+    c = _cluster(node, tmp_path, [1, 2])
+    armed["crash"] = True
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, True)]),
+              sender=c.controller.name)
+    _restored(c)
+    [response] = wait_for(lambda: _got(node, c.controller, "StopReplicaResponse"),
+                          "the StopReplica answered after the restore")
+    assert response[1] == int(ErrorCode.KAFKA_STORAGE_ERROR)
+    manager = node.ask(c.manager, GetStats())
+    assert manager["pending"] == 0 and manager["leading"] == []
+    assert _stats(node, c.shard)["leaders"] == []  # c-0 not restored: deleted
+
+
 def test_a_restore_with_a_leader_and_isr_in_flight_fetches_from_the_new_leader(
         node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The controller moved f-0's leadership from broker 2 to broker 3 while the shard was

@@ -19,7 +19,7 @@ from actors.core.log_cleaner import describe_cleanable
 from actors.core.log_dir import LogDir
 from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.partition_log import PartitionLog, SwapRefusedError
-from actors.core.partition_state import PROPOSAL_RETRY_MS, PartitionState
+from actors.core.partition_state import PROPOSAL_RETRY_MS, IsrProposal, PartitionState
 from actors.core.segment_swap import discard_staging
 from actors.core.topic_config import log_config_for
 from actors.runtime.actor import Actor, handles
@@ -74,6 +74,9 @@ from wire.cluster_messages import (
     BecameLeaderOrFollower,
     BecomeLeaderOrFollower,
     PartitionErrorRow,
+    RestoredRoleRow,
+    RestoreRoles,
+    RolesRestored,
     ShardRestarted,
 )
 from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError, StorageError
@@ -199,6 +202,10 @@ class PartitionShard(Actor):
         self.next_resend_ms = now
         self.replication = {"isr_shrinks": 0, "isr_expands": 0, "fenced": 0, "truncations": 0,
                             "follower_appends": 0}
+        # partitions whose role the ReplicaManager gave since this setup (a LeaderAndIsr, a
+        # restore): only their leader epochs make a restored role old (a log's own epoch,
+        # leading alone, is no word of the controller)
+        self.roles_given: set[tuple[str, int]] = set()
         if self.crashes:
             self._reopen_hosted(now)
         else:
@@ -214,7 +221,9 @@ class PartitionShard(Actor):
     def _open(self, topic: str, partition: int, configs: dict[str, str], now: int,
               leader_alone: bool = True) -> None:
         """Open (or create) the partition's log; a single node leads it alone, a cluster's
-        node waits for the controller to say its role (``leader_alone`` False)."""
+        node has no role until one is given (``leader_alone`` False): by the controller's
+        LeaderAndIsr, or after a crash or a process restart by the ReplicaManager's
+        RestoreRoles."""
         key = (topic, partition)
         if key in self.partitions:
             return
@@ -248,37 +257,33 @@ class PartitionShard(Actor):
                        log.high_watermark)
 
     def _reopen_hosted(self, now: int) -> None:
-        """After a crash (supervision ran teardown, then this setup): reopen every single
-        node's log hosted before it, leading alone as before, and have the purgatories
-        watch its partitions again (the watchers were forgotten).
+        """After a crash (supervision ran teardown, then this setup): reopen every log
+        hosted before it, with the offsets teardown recorded.
 
-        A cluster's partitions are not reopened: their roles lived in this shard's memory,
-        and the last roles the ReplicaManager gave are not safe to apply again (a newer
-        LeaderAndIsr may wait in the mailbox, the leader may have been fenced since, an
-        ISR change may have been written and its answer lost with the crash). They wait
-        for the controller's next LeaderAndIsr, which reopens them with the offsets
-        teardown recorded."""
+        A single node's lead alone again at once, and the purgatories watch them again
+        (the watchers were forgotten). A cluster's come back with no role (roles lived
+        in this shard's memory) and the ReplicaManager is asked for their last roles
+        (ShardRestarted): it answers RestoreRoles, which a LeaderAndIsr that waits in
+        this mailbox, applied first, wins over; the purgatories are told once they are
+        applied."""
         reopened = 0
-        waiting = 0
+        cluster = bool(str(self.config["zookeeper.connect"]).strip())
         for (topic, partition), hosted in sorted(self.hosted.items()):
-            if not hosted.leader_alone:
-                waiting += 1
-                continue
+            cluster = cluster or not hosted.leader_alone
             try:
-                self._open(topic, partition, hosted.configs, now)
+                self._open(topic, partition, hosted.configs, now, hosted.leader_alone)
                 reopened += 1
             except Exception:
-                # kept in self.hosted: the next restart tries again
+                # kept in self.hosted: the next restart, or the next role, tries again
                 self.log.exception("cannot reopen {}-{} after a crash", topic, partition)
-        if reopened:
-            self.log.info("reopened {} partition(s) hosted before the crash", reopened)
-            notice = ShardRestarted(self.index)
+        self.log.info("reopened {} of the {} partition(s) hosted before the crash", reopened,
+                      len(self.hosted))
+        notice = ShardRestarted(self.index)
+        if cluster:
+            self.tell(self.topology.replica_manager, notice)
+        elif reopened:
             for i in range(self.topology.num_purgatories):
                 self.tell(self.topology.purgatory(i), notice)
-        if waiting:
-            self.log.error("{} partition(s) of a cluster hosted before the crash wait for "
-                           "the controller's next LeaderAndIsr: their roles are not "
-                           "restored after a crash", waiting)
 
     def teardown(self) -> None:
         self._commit_and_answer()
@@ -382,6 +387,7 @@ class PartitionShard(Actor):
             # forgotten even if not open (a reopen failed, or a cluster's waiting for its
             # role): a later crash must not bring a deleted partition back
             self.hosted.pop(key, None)
+            self.roles_given.discard(key)
             if key in self.log_dir.recovery_points or key in self.log_dir.high_watermarks:
                 self.dropped.add(key)  # only start-up offsets can be a namesake's
             state = self.partitions.pop(key, None)
@@ -933,6 +939,7 @@ class PartitionShard(Actor):
                                               int(ErrorCode.KAFKA_STORAGE_ERROR)))
                 continue
             state = self.partitions[key]
+            self.roles_given.add(key)
             was_leader = state.is_leader
             if row.leader == self.broker_id:
                 state.become_leader(row.leader_epoch, list(row.isr), list(row.replicas),
@@ -944,6 +951,97 @@ class PartitionShard(Actor):
                 self._notify(state)
             rows.append(PartitionErrorRow(row.topic, row.partition, NONE))
         self.reply(BecameLeaderOrFollower(msg.req_id, rows))
+
+    @handles(RestoreRoles)
+    def on_restore_roles(self, msg: RestoreRoles) -> None:
+        """The last roles the ReplicaManager knows, after this shard lost its memory (a
+        crash, or its process restarted). A role is applied only if its leader epoch is
+        newer than the one this shard holds: a LeaderAndIsr that waited in the mailbox
+        and was applied first is the controller's newer word (Kafka applies a leader
+        epoch once). Then the purgatories watch this shard's partitions again."""
+        now = self.clock.wall_ms()
+        self.replication["restores"] = self.replication.get("restores", 0) + 1
+        applied: list[str] = []
+        outcomes: list[PartitionErrorRow] = []
+        kept = 0
+        for row in msg.rows:
+            role = row.role
+            key = (role.topic, role.partition)
+            held = self.partitions.get(key)
+            if held is not None and key in self.roles_given \
+                    and held.leader_epoch >= role.leader_epoch:
+                kept += 1
+                self.log.info("{}-{}: restored role at leader epoch {} ignored ({}): "
+                              "leader epoch {} applied since", role.topic, role.partition,
+                              role.leader_epoch, msg.reason, held.leader_epoch)
+                outcomes.append(PartitionErrorRow(role.topic, role.partition, NONE))
+                continue
+            # the configs this shard kept (a config change since reached it directly), else
+            # those the ReplicaManager knows
+            hosted = self.hosted.get(key)
+            configs = dict(hosted.configs if hosted is not None else role.configs)
+            try:
+                self._open(role.topic, role.partition, configs, now, leader_alone=False)
+                state = self.partitions[key]
+                self._restore_role(state, row, now)
+                self.roles_given.add(key)
+            except Exception:
+                # one partition's failure does not stop the others' (nor crash the shard
+                # again, which would restore the same rows again)
+                self.log.exception("cannot restore the role of {}-{}", role.topic,
+                                   role.partition)
+                outcomes.append(PartitionErrorRow(role.topic, role.partition,
+                                                  int(ErrorCode.KAFKA_STORAGE_ERROR)))
+                continue
+            applied.append(self._restored_text(state, row))
+            outcomes.append(PartitionErrorRow(role.topic, role.partition, NONE))
+        if applied or kept:
+            self.log.info("restored roles ({}): {}{}", msg.reason, ", ".join(applied) or "none",
+                          f"; {kept} newer role(s) applied since kept" if kept else "")
+        dark = sorted(f"{t}-{p}" for (t, p), state in self.partitions.items()
+                      if state.leader_epoch < 0)
+        if dark:
+            # the ReplicaManager knows no role for them (it restarted itself, or never gave
+            # one): they serve again at the controller's next LeaderAndIsr
+            self.log.warning("no role known for {} after the restore ({}): they wait for the "
+                             "controller's next LeaderAndIsr", ", ".join(dark), msg.reason)
+        notice = ShardRestarted(self.index)
+        for i in range(self.topology.num_purgatories):
+            self.tell(self.topology.purgatory(i), notice)
+        self.reply(RolesRestored(msg.req_id, outcomes))
+
+    def _restore_role(self, state: PartitionState, row: RestoredRoleRow, now: int) -> None:
+        role = row.role
+        if role.leader != self.broker_id:
+            state.become_follower(role.leader, role.leader_epoch, list(role.isr),
+                                  list(role.replicas), role.partition_epoch)
+            return
+        p = row.pending
+        state.restore_leader(
+            role.leader_epoch, list(role.isr), list(role.replicas), role.partition_epoch, now,
+            fenced=row.fenced,
+            pending=(IsrProposal(p.leader_epoch, tuple(p.new_isr), p.partition_epoch)
+                     if p is not None else None),
+            resend=p is not None and p.send_again)
+        if state.resend_at_ms is not None:
+            self.next_resend_ms = (min(self.next_resend_ms, state.resend_at_ms)
+                                   if self.resends else state.resend_at_ms)
+            self.resends.add((role.topic, role.partition))
+        if row.fenced:
+            self.replication["fenced"] += 1
+
+    @staticmethod
+    def _restored_text(state: PartitionState, row: RestoredRoleRow) -> str:
+        role = row.role
+        if role.leader != state.broker_id:
+            what = f"follows {role.leader}"
+        elif row.fenced:
+            what = "fenced leader (not leading until the next LeaderAndIsr)"
+        else:
+            what = f"leads, ISR {sorted(state.isr)}"
+            if state.pending is not None:
+                what += f", ISR {list(state.pending.new_isr)} pending"
+        return f"{role.topic}-{role.partition} {what} at leader epoch {role.leader_epoch}"
 
     # ------------------------------------------------------------- replication
     @handles(ReplicaRead)

@@ -39,8 +39,9 @@ ReplicaManager. Markers another broker's transaction coordinator sends to a shar
 processes 1.. pass through a ShardRelay of process 0 under that shard's name.
 Process k, before it takes connections, tells the ReplicaManager it runs
 (ProcessStarted): its handlers get the metadata, and after a restart its shards get
-their partitions' roles again, the fetchers ask the followed ones where they end and
-the purgatories watch them again. Controlled shutdown runs before processes 1.. stop.
+their partitions' last roles again (RestoreRoles, as a shard a crash restarted in
+place), the fetchers ask the followed ones where they end, and the shards have the
+purgatories watch them again. Controlled shutdown runs before processes 1.. stop.
 
 The SCRAM users and ACLs (SASL listeners, ``authorizer.class.name``): on a single
 node every process reads them from the data dir's security files; in a cluster
@@ -378,7 +379,9 @@ def run_process(spec: dict[str, Any]) -> int:
     # An earlier life of this process (process 0 was killed) may still be closing its logs
     lock = lock_process(process_lock_path(spec["ipc_dir"], name), PROCESS_LOCK_WAIT_S)
     log_dir = LogDir.read_only(data_dir, bool(spec.get("clean_shutdown")) and not restarted)
-    topics = TopicStore.load(data_dir).table()
+    # a cluster's shards open nothing at start: their roles come from the controller (or,
+    # after a restart, RestoreRoles), never from a topic table leading alone
+    topics = {} if cluster else TopicStore.load(data_dir).table()
     node.spawn(Timer, topo.timer.name, clock=clock)
     for i in here:
         node.spawn(PartitionShard, topo.shard(i).name, topology=topo, config=cfg,

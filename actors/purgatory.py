@@ -52,7 +52,7 @@ from wire.broker_messages import (
     WatchPartition,
     WatchProduce,
 )
-from wire.cluster_messages import ProcessStarted, ShardRestarted
+from wire.cluster_messages import ShardRestarted
 from wire.errors import ErrorCode
 
 
@@ -118,22 +118,12 @@ class PurgatoryShard(Actor):
         finally:
             self._cause = None
 
-    @handles(ProcessStarted)
-    def on_process_started(self, msg: ProcessStarted) -> None:
-        """Process ``msg.process`` of this broker restarted (from the ReplicaManager): the
-        shards it runs now forgot who watched their partitions. Watch them again; a shard
-        that does not host one yet answers it gone, and its waits end (the clients retry)
-        rather than wait out their timeouts."""
-        nodes = self.topology.process_nodes
-        if not msg.restarted or not 0 < msg.process < len(nodes):
-            return
-        node = nodes[msg.process]
-        self._watch_again(lambda shard: shard.node == node)
-
     @handles(ShardRestarted)
     def on_shard_restarted(self, msg: ShardRestarted) -> None:
-        """One shard crashed, was restarted in place and reopened its partitions: it
-        forgot its watchers."""
+        """One shard lost its memory (a crash restarted it in place, or its process was
+        restarted) and its partitions serve again: it forgot its watchers. Watch them
+        again; a shard that does not host one any more answers it gone, and its waits
+        end (the clients retry) rather than wait out their timeouts."""
         if not 0 <= msg.shard < self.topology.num_shards:
             self.log.warning("ShardRestarted names shard {}, not one of the {} shards",
                              msg.shard, self.topology.num_shards)

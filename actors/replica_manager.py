@@ -23,9 +23,24 @@ controller and the coordinators; the shards it tells live in any process
 (``Topology.shard_for``: one hop over the processes' ipc gateways), and every
 other broker reaches this node through process 0 alone. It keeps each
 partition's last role (``states``) and the metadata, so a process that starts
-(``ProcessStarted``) gets the metadata for its handlers and, after a restart,
-its shards get their roles again and the fetchers re-learn where the followed
-logs end.
+(``ProcessStarted``) gets the metadata for its handlers.
+
+A shard that lost its memory (its process restarted, or a crash restarted it
+in place: ``ShardRestarted``) gets its partitions' last roles again
+(``RestoreRoles``), so they serve without waiting for the controller, then the
+fetchers of the partitions it follows ask it anew where their logs end. What is
+restored is what the controller last said, not an older copy: the newest
+LeaderAndIsr accepted (kept when accepted, not when the shards answer, so one
+still on its way to the shard is not undone, and the shard ignores a restored
+role no newer than one it applied since it restarted), the ISR changes the
+controller wrote since (its AlterPartition answers), an ISR proposal whose
+outcome is not known yet (pending again, so the high watermark stays over the
+larger ISR, and its late answer finds it), and whether the controller said
+this node's leader epoch is stale (``fenced``: restored without leadership
+until the next LeaderAndIsr). The shard answers the restore (``RolesRestored``)
+after what was in its mailbox before it, so a LeaderAndIsr or a delete sent to it
+and still unanswered then died with it: it is settled with the restore's outcome
+(the controller gets its answer, the coordinators and fetchers follow the role).
 
 Requests that arrive before this node's registration is known are held and
 applied once it is (``BrokerRegistered`` from the node's controller actor).
@@ -34,6 +49,7 @@ applied once it is (``BrokerRegistered`` from the node's controller actor).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +57,7 @@ from actors.core.cluster_model import TopicPartition
 from actors.core.fetcher_state import FetcherConfig
 from actors.core.metadata_cache import MetadataCache
 from actors.core.offsets_codec import OFFSETS_TOPIC
+from actors.core.partition_state import FENCING_ERRORS, HELD_ERRORS, NOT_APPLIED_ERRORS
 from actors.core.replica_fencing import NONE, ReplicaFencing
 from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
 from actors.replica_fetcher import ReplicaFetcher, fetcher_name
@@ -66,8 +83,13 @@ from wire.cluster_messages import (
     LeaderAndIsr,
     LeaderAndIsrResponse,
     PartitionErrorRow,
+    PendingIsrRow,
     ProcessStarted,
     ReplicaStateRow,
+    RestoredRoleRow,
+    RestoreRoles,
+    RolesRestored,
+    ShardRestarted,
     StopReplica,
     StopReplicaResponse,
     TopicsAwaited,
@@ -97,7 +119,7 @@ class _Pending:
     controller: Address
     kind: str                                     # "lai" or "stop"
     rows: dict[tuple[str, int], int]              # partition -> error code
-    shards_left: int
+    waiting: set[Address] = field(default_factory=set)  # the shards yet to answer
     error_code: int = NONE
     became: list[ReplicaStateRow] = field(default_factory=list)
     stopped: list[TopicPartition] = field(default_factory=list)
@@ -133,8 +155,17 @@ class ReplicaManager(Actor):
         self.pending: dict[int, _Pending] = {}
         self.waiters: list[_Waiter] = []
         self.roles: dict[TopicPartition, tuple[int, int]] = {}  # -> (leader, leader epoch)
-        self.states: dict[TopicPartition, ReplicaStateRow] = {}  # the last role given
+        # the last role given (the newest LeaderAndIsr accepted, with the ISR changes
+        # written since): what a shard that lost its memory gets again
+        self.states: dict[TopicPartition, ReplicaStateRow] = {}
+        # partitions whose leader epoch (the value) the controller said is stale, in an
+        # answer to an ISR proposal: restored without leadership until the next role
+        self.fenced: dict[TopicPartition, int] = {}
+        # each leader's last ISR proposal whose outcome is not known: (it, send it again)
+        self.proposals: dict[TopicPartition, tuple[IsrProposalRow, bool]] = {}
         self.processes_restarted = 0
+        self.shards_restarted = 0
+        self.restoring: dict[int, Address] = {}  # RestoreRoles not answered yet -> its shard
         self.leader_handlers: dict[int, int] = {}  # broker -> its RequestHandlers (0: unknown)
         self.refusals_logged: set[tuple[str, int, int]] = set()
         self.refused = 0
@@ -206,22 +237,46 @@ class ReplicaManager(Actor):
         self.applied["lai"] += 1
         for leader in msg.live_leaders:
             self.leader_handlers[leader.broker_id] = leader.num_handlers
+        for row in decision.accepted:
+            self._new_role(row)
         rows = {(r.topic, r.partition): r.error_code for r in decision.rows}
-        pending = _Pending(self.current_sender, "lai", rows, 0, became=decision.accepted)
+        pending = _Pending(self.current_sender, "lai", rows, became=decision.accepted)
         by_shard: dict[Address, list[ReplicaStateRow]] = {}
         for row in decision.accepted:
             by_shard.setdefault(self.topology.shard_for(row.topic, row.partition), []).append(row)
         self._fan_out(pending, by_shard, BecomeLeaderOrFollower)
 
+    def _new_role(self, row: ReplicaStateRow) -> None:
+        """A role newer than the last: kept now, not once the shard applied it (a restore
+        sent meanwhile must not carry the older one); it ends what the older leader
+        epoch's fencing and proposal said."""
+        tp = TopicPartition(row.topic, row.partition)
+        self.states[tp] = row._replace(is_new=False)
+        self.fenced.pop(tp, None)
+        self.proposals.pop(tp, None)
+
     @handles(BecameLeaderOrFollower)
     def on_became(self, msg: BecameLeaderOrFollower) -> None:
         entry = self.pending.get(msg.req_id)
-        if entry is None:
-            return
+        if entry is None or self.current_sender not in entry.waiting:
+            return  # settled already (its shard's restore answered for it)
         for row in msg.rows:
             if row.error_code != NONE:
-                entry.rows[(row.topic, row.partition)] = row.error_code
-        self._shard_done(msg.req_id, entry)
+                self._role_refused(entry, row.topic, row.partition, row.error_code)
+        assert self.current_sender is not None
+        self._shard_done(msg.req_id, entry, self.current_sender)
+
+    def _role_refused(self, entry: _Pending, topic: str, partition: int, code: int) -> None:
+        """The shard could not take a role ``entry`` gave (its log would not open): the
+        partition is dark on it, as before, so no restore gives that role either (a newer
+        one accepted since stays)."""
+        entry.rows[(topic, partition)] = code
+        tp = TopicPartition(topic, partition)
+        state = self.states.get(tp)
+        if state is not None and any(
+                (r.topic, r.partition, r.leader_epoch) == (topic, partition, state.leader_epoch)
+                for r in entry.became):
+            del self.states[tp]
 
     def _after_leader_and_isr(self, entry: _Pending) -> None:
         applied = [r for r in entry.became if entry.rows.get((r.topic, r.partition)) == NONE]
@@ -235,7 +290,6 @@ class ReplicaManager(Actor):
             tp = TopicPartition(row.topic, row.partition)
             was_leader = self.roles.get(tp, (-1, -1))[0] == self.broker_id
             self.roles[tp] = (row.leader, row.leader_epoch)
-            self.states[tp] = row._replace(is_new=False)
             if row.leader == self.broker_id:
                 lead.append(tp)
             else:
@@ -269,7 +323,11 @@ class ReplicaManager(Actor):
         self.applied["stop"] += 1
         rows = {(r.topic, r.partition): r.error_code for r in decision.rows}
         stopped = [TopicPartition(p.topic, p.partition) for p in decision.accepted]
-        pending = _Pending(self.current_sender, "stop", rows, 0, stopped=stopped)
+        for tp in stopped:  # no role to restore from now on (a deleted log stays deleted)
+            self.states.pop(tp, None)
+            self.fenced.pop(tp, None)
+            self.proposals.pop(tp, None)
+        pending = _Pending(self.current_sender, "stop", rows, stopped=stopped)
         by_shard: dict[Address, list[TopicPartitionRow]] = {}
         for p in decision.accepted:
             if p.delete:
@@ -280,19 +338,19 @@ class ReplicaManager(Actor):
     @handles(ShardDone)
     def on_shard_done(self, msg: ShardDone) -> None:
         entry = self.pending.get(msg.req_id)
-        if entry is None:
+        if entry is None or self.current_sender not in entry.waiting:
             return
         if msg.error:
             self.log.error("a shard failed to delete partitions: {}", msg.error)
             entry.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
-        self._shard_done(msg.req_id, entry)
+        assert self.current_sender is not None
+        self._shard_done(msg.req_id, entry, self.current_sender)
 
     def _after_stop_replica(self, entry: _Pending) -> None:
         resigned = []
         txn_resigned = []
-        for tp in entry.stopped:
+        for tp in entry.stopped:  # states: forgotten when accepted (a newer role stays)
             leader, _epoch = self.roles.pop(tp, (-1, -1))
-            self.states.pop(tp, None)
             if tp.topic == OFFSETS_TOPIC and leader == self.broker_id:
                 resigned.append(tp.partition)
             elif tp.topic == TRANSACTION_STATE_TOPIC and leader == self.broker_id:
@@ -307,14 +365,14 @@ class ReplicaManager(Actor):
             self._answer(entry)
             return
         req_id = next(self.req_ids)
-        entry.shards_left = len(by_shard)
+        entry.waiting = set(by_shard)
         self.pending[req_id] = entry
         for shard, rows in by_shard.items():
             self.tell(shard, msg_type(req_id, rows))
 
-    def _shard_done(self, req_id: int, entry: _Pending) -> None:
-        entry.shards_left -= 1
-        if entry.shards_left > 0:
+    def _shard_done(self, req_id: int, entry: _Pending, shard: Address) -> None:
+        entry.waiting.discard(shard)
+        if entry.waiting:
             return
         del self.pending[req_id]
         self._answer(entry)
@@ -369,6 +427,7 @@ class ReplicaManager(Actor):
             rows.append(ReplicaStateRow(p.topic, p.partition, p.leader, p.leader_epoch,
                                         list(p.isr), list(p.replicas), p.partition_epoch, False,
                                         dict(msg.topic_configs.get(p.topic, {}))))
+            self._new_role(rows[-1])
         if not rows:
             return
         self.log.info("no longer leading {} (moved by controller {} epoch {})",
@@ -381,7 +440,7 @@ class ReplicaManager(Actor):
         for shard, shard_rows in by_shard.items():
             self.tell(shard, BecomeLeaderOrFollower(req_id, shard_rows))
         self._after_leader_and_isr(_Pending(self.address, "lai",
-                                            {(r.topic, r.partition): NONE for r in rows}, 0,
+                                            {(r.topic, r.partition): NONE for r in rows},
                                             became=rows))
 
     # ------------------------------------------------------------ waiting for topics
@@ -473,6 +532,13 @@ class ReplicaManager(Actor):
             self.tell(Address(self.node.name, name),
                       AddFetcherPartitions(add_rows, self._handlers_of(add_rows[0].leader)))
 
+    def _fetcher_name(self, row: ReplicaStateRow) -> str | None:
+        """The fetcher that fetches followed ``row`` (None: no leader to fetch from)."""
+        if row.leader < 0 or row.leader == self.broker_id:
+            return None
+        return fetcher_name(row.leader,
+                            stable_hash(f"{row.topic}-{row.partition}") % self.num_fetchers)
+
     def _handlers_of(self, broker_id: int) -> int:
         """How many RequestHandlers ``broker_id`` runs: from the last LeaderAndIsr that named
         it a leader, else the metadata cache (0: unknown)."""
@@ -514,6 +580,10 @@ class ReplicaManager(Actor):
         """A leader shard's ISR change, sent to the controller as AlterPartition."""
         controller = self.fencing.controller_id
         now = self.clock.now_ms()
+        for row in msg.rows:
+            tp = TopicPartition(row.topic, row.partition)
+            if tp in self.states:  # else stopped since it was sent: no role to restore
+                self.proposals[tp] = (row, False)
         if controller is None or controller < 0 or not self.fencing.registered:
             self._isr_answer(msg.rows, int(ErrorCode.NOT_CONTROLLER))
             return
@@ -546,6 +616,7 @@ class ReplicaManager(Actor):
             if r is not None and r.error_code == NONE:
                 self._isr_changed(p.topic, p.partition, r.leader_epoch, list(r.isr),
                                   r.partition_epoch)
+            self._settle(p, r.error_code if r is not None else int(ErrorCode.UNKNOWN_SERVER_ERROR))
             row = (IsrUpdateRow(p.topic, p.partition, p.leader_epoch, p.partition_epoch,
                                 r.error_code, r.leader_epoch, list(r.isr), r.partition_epoch)
                    if r is not None else
@@ -557,12 +628,36 @@ class ReplicaManager(Actor):
 
     def _isr_changed(self, topic: str, partition: int, leader_epoch: int, isr: list[int],
                      partition_epoch: int) -> None:
-        """An ISR the controller accepted: the role a restarted process's shard gets."""
+        """An ISR the controller wrote: part of the role a shard that lost its memory gets
+        again (its own answer may have died with it)."""
         tp = TopicPartition(topic, partition)
         state = self.states.get(tp)
         if state is not None and state.leader_epoch == leader_epoch \
                 and partition_epoch > state.partition_epoch:
             self.states[tp] = state._replace(isr=isr, partition_epoch=partition_epoch)
+
+    def _settle(self, proposal: IsrProposalRow, error_code: int) -> None:
+        """What the controller's answer (``error_code``) says of ``proposal``, as the
+        leader's PartitionState takes it: written or not written (no longer pending),
+        fenced (this leader epoch is stale), held, or unknown (sent again)."""
+        tp = TopicPartition(proposal.topic, proposal.partition)
+        if tp not in self.states:
+            return  # stopped (StopReplica) since it was proposed: nothing to restore
+        current = self.proposals.get(tp)
+        same = current is not None and (current[0].leader_epoch, current[0].partition_epoch,
+                                        list(current[0].new_isr)) == (
+            proposal.leader_epoch, proposal.partition_epoch, list(proposal.new_isr))
+        if error_code in FENCING_ERRORS and (
+                same or error_code != int(ErrorCode.INVALID_UPDATE_VERSION)):
+            # any answer that this leader epoch is stale says so; a stale partition epoch
+            # only for the proposal the leader waits on (as its state takes it)
+            self.fenced[tp] = max(self.fenced.get(tp, -1), proposal.leader_epoch)
+        if not same:
+            return
+        if error_code == NONE or error_code in NOT_APPLIED_ERRORS or error_code in FENCING_ERRORS:
+            del self.proposals[tp]
+        else:
+            self.proposals[tp] = (proposal, error_code not in HELD_ERRORS)
 
     # ------------------------------------------------------------ processes 1..
     @handles(ProcessStarted)
@@ -586,43 +681,129 @@ class ReplicaManager(Actor):
             # the roles sent before it started wait in its links
             return {"partitions": 0, "metadata": metadata}
         self.processes_restarted += 1
-        by_shard: dict[Address, list[ReplicaStateRow]] = {}
-        for row in self.states.values():
-            shard = self.topology.shard_for(row.topic, row.partition)
-            if shard.node == node:
-                by_shard.setdefault(shard, []).append(row)
-        req_id = next(self.req_ids)  # not pending: nobody waits for the shards' answers
-        for shard, rows in by_shard.items():
-            self.tell(shard, BecomeLeaderOrFollower(req_id, rows))
-        for i in range(self.topology.num_purgatories):  # waits on them: watched again
-            self.tell(self.topology.purgatory(i), msg)
+        sent = self._restore(lambda shard: shard.node == node,
+                             f"process {msg.process} restarted")
         for handler in self.topology.all_handlers():  # what it owed them will not come
             if handler.node != node:
                 self.tell(handler, msg)
-        # The fetchers of the partitions it follows forget what they knew of them (an
-        # answer they sent it may have died with it) and ask its shards again
-        refetch: dict[str, list[ReplicaStateRow]] = {}
-        for rows in by_shard.values():
-            for row in rows:
-                name = self.fetched_by.get(TopicPartition(row.topic, row.partition))
-                if name is not None:
-                    refetch.setdefault(name, []).append(row)
-        for name, rows in refetch.items():
-            fetcher = Address(self.node.name, name)
-            self.tell(fetcher, RemoveFetcherPartitions(
-                [FetcherRemoveRow(r.topic, r.partition) for r in rows]))
-            self.tell(fetcher, AddFetcherPartitions(
-                [FetcherPartitionRow(r.topic, r.partition, r.leader, r.leader_epoch)
-                 for r in rows], self._handlers_of(rows[0].leader)))
-        self.log.info("process {} restarted: roles of {} partition(s) sent to its shards, "
-                      "{} followed ones fetched anew", msg.process,
-                      sum(len(r) for r in by_shard.values()),
-                      sum(len(r) for r in refetch.values()))
-        return {"partitions": sum(len(r) for r in by_shard.values()), "metadata": metadata}
+        return {"partitions": sent, "metadata": metadata}
+
+    @handles(ShardRestarted)
+    def on_shard_restarted(self, msg: ShardRestarted) -> None:
+        """A shard crashed and was restarted in place: it reopened its logs with no role.
+        It gets its partitions' last roles, as a restarted process's shards do."""
+        if not 0 <= msg.shard < self.topology.num_shards:
+            self.log.warning("ShardRestarted names shard {}, not one of the {} shards",
+                             msg.shard, self.topology.num_shards)
+            return
+        restarted = self.topology.shard(msg.shard)
+        self.shards_restarted += 1
+        self._restore(lambda shard: shard == restarted, f"shard {msg.shard} crashed")
+
+    def _restore(self, selected: Callable[[Address], bool], reason: str) -> int:
+        """The shards ``selected`` picks lost their memory (roles, watchers, answers to the
+        fetchers): each gets its partitions' last roles (RestoreRoles, even none: it then
+        has the purgatories watch again, and answers RolesRestored, which settles what it
+        owed and will not answer), and the fetchers of the partitions they follow forget
+        and re-add them (an answer they waited for may have died with the shard), as the
+        restored roles say. Returns how many roles were sent."""
+        by_shard: dict[Address, list[RestoredRoleRow]] = {
+            shard: [] for shard in (self.topology.shard(i)
+                                    for i in range(self.topology.num_shards))
+            if selected(shard)}
+        fenced = pending = 0
+        for tp, role in self.states.items():
+            rows = by_shard.get(self.topology.shard_for(tp.topic, tp.partition))
+            if rows is None:
+                continue
+            row = self._restored(tp, role)
+            fenced += row.fenced
+            pending += row.pending is not None
+            rows.append(row)
+        for shard, rows in by_shard.items():
+            for old_id in [i for i, s in self.restoring.items() if s == shard]:
+                del self.restoring[old_id]  # its answer died with the shard: this one settles
+            req_id = next(self.req_ids)
+            self.restoring[req_id] = shard
+            self.tell(shard, RestoreRoles(req_id, reason, rows))
+        # the fetchers, as for a LeaderAndIsr applied: what they fetch follows the restored
+        # roles (a newer one than the last applied may be among them), and a partition
+        # that stays with its fetcher is removed first (it forgets what it waited for)
+        follow = [r.role for rows in by_shard.values() for r in rows
+                  if r.role.leader != self.broker_id]
+        lead = [TopicPartition(r.role.topic, r.role.partition)
+                for rows in by_shard.values() for r in rows if r.role.leader == self.broker_id]
+        again: dict[str, list[FetcherRemoveRow]] = {}
+        for role in follow:
+            name = self.fetched_by.get(TopicPartition(role.topic, role.partition))
+            if name is not None and name == self._fetcher_name(role):
+                again.setdefault(name, []).append(FetcherRemoveRow(role.topic, role.partition))
+        for name, remove_rows in again.items():
+            self.tell(Address(self.node.name, name), RemoveFetcherPartitions(remove_rows))
+        self._fetchers(follow, lead)
+        sent = sum(len(r) for r in by_shard.values())
+        self.log.info("{}: last roles of {} partition(s) sent to {} shard(s) ({} fenced, "
+                      "{} with an ISR proposal pending), {} followed ones fetched anew",
+                      reason, sent, len(by_shard), fenced, pending,
+                      sum(1 for r in follow if r.leader >= 0))
+        return sent
+
+    @handles(RolesRestored)
+    def on_roles_restored(self, msg: RolesRestored) -> None:
+        """A shard applied RestoreRoles ``msg.req_id``. It answers in order, so what was sent
+        to it before the restore and is still unanswered died with it: a LeaderAndIsr's
+        roles are settled as the restore went (it carried them, or newer ones), so the
+        controller gets its answer and the coordinators and fetchers follow; a delete is
+        settled as failed (its log may stay, dark)."""
+        shard = self.restoring.pop(msg.req_id, None)
+        if shard is None:
+            return
+        outcomes = {(r.topic, r.partition): r.error_code for r in msg.rows}
+        for req_id, entry in sorted(self.pending.items()):
+            if req_id > msg.req_id or shard not in entry.waiting:
+                continue
+            if entry.kind == "lai":
+                for row in entry.became:
+                    key = (row.topic, row.partition)
+                    if self.topology.shard_for(*key) != shard:
+                        continue
+                    # not restored: deleted since (StopReplica accepted after it)
+                    code = outcomes.get(key, int(ErrorCode.KAFKA_STORAGE_ERROR))
+                    if code != NONE:
+                        self._role_refused(entry, row.topic, row.partition, code)
+            else:
+                self.log.error("shard {} died deleting partitions (StopReplica): their logs "
+                               "may stay", shard.name)
+                entry.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+            self.log.info("{} request {} settled by shard {}'s restore (its answer died "
+                          "with it)", "LeaderAndIsr" if entry.kind == "lai" else "StopReplica",
+                          req_id, shard.name)
+            self._shard_done(req_id, entry, shard)
+
+    def _restored(self, tp: TopicPartition, role: ReplicaStateRow) -> RestoredRoleRow:
+        """``role`` with what the controller said of it since: the topic's configs (the
+        LeaderAndIsr's may be older: a config change reaches the shards directly, and
+        this node's metadata by UpdateMetadata), fenced, and the proposal at its epochs
+        whose outcome is not known (pending again on the leader)."""
+        configs = self.cache.topic_configs.get(tp.topic)
+        if configs is not None and configs != role.configs:
+            role = role._replace(configs=dict(configs))
+        if role.leader != self.broker_id:
+            return RestoredRoleRow(role, False, None)
+        fenced = self.fenced.get(tp, -1) >= role.leader_epoch
+        proposal = self.proposals.get(tp)
+        pending = None
+        if (proposal is not None and proposal[0].leader_epoch == role.leader_epoch
+                and proposal[0].partition_epoch == role.partition_epoch):
+            p, send_again = proposal
+            pending = PendingIsrRow(p.leader_epoch, list(p.new_isr), p.partition_epoch,
+                                    send_again)
+        return RestoredRoleRow(role, fenced, pending)
 
     def _isr_answer(self, proposals: list[IsrProposalRow], error_code: int) -> None:
         by_shard: dict[Address, list[IsrUpdateRow]] = {}
         for p in proposals:
+            self._settle(p, error_code)
             by_shard.setdefault(self.topology.shard_for(p.topic, p.partition), []).append(
                 IsrUpdateRow(p.topic, p.partition, p.leader_epoch, p.partition_epoch,
                              error_code, -1, [], -1))
@@ -656,4 +837,9 @@ class ReplicaManager(Actor):
             "fetchers_stopped": self.fetchers_stopped,
             "isr_pending": len(self.isr_pending),
             "processes_restarted": self.processes_restarted,
+            "shards_restarted": self.shards_restarted,
+            "restoring": len(self.restoring),
+            "pending": len(self.pending),
+            "fenced": sorted(f"{tp}@{epoch}" for tp, epoch in self.fenced.items()),
+            "proposals": sorted(str(tp) for tp in self.proposals),
         }

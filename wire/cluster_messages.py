@@ -265,12 +265,14 @@ class ProcessStarted(NamedTuple):
 
 @message(487)
 class ShardRestarted(NamedTuple):
-    """PartitionShard ``shard`` (its index) -> every PurgatoryShard of its broker, after a
-    crash restarted it in place and it reopened its single node's partitions: the
-    purgatories watch again what they watched on that shard (its watchers were
-    forgotten). A cluster's partitions are not reopened after a crash (their roles are
-    not restored; they wait for the controller's next LeaderAndIsr), so a cluster's
-    shard that hosted only those sends nothing.
+    """PartitionShard ``shard`` (its index), after a crash restarted it in place.
+
+    To the ReplicaManager of its broker (cluster mode): the shard reopened the logs
+    it hosted with no role (roles lived in its memory); the ReplicaManager answers
+    with RestoreRoles, as it does for a restarted process's shards.
+    To every PurgatoryShard of its broker, once its partitions serve again (a
+    single node's at once, a cluster's after RestoreRoles): the purgatories watch
+    again what they watched on that shard (its watchers were forgotten).
     """
 
     shard: int
@@ -308,6 +310,56 @@ class BecomeLeaderOrFollower(NamedTuple):
 
     req_id: int
     rows: list[ReplicaStateRow]
+
+
+class PendingIsrRow(NamedTuple):
+    """An ISR change a leader proposed whose outcome its ReplicaManager has not learnt.
+    ``send_again``: the last answer left its fate unknown (timed out, no controller): the
+    leader sends it again; else its AlterPartition still waits for the controller's
+    answer, or the controller refused it for good (held until the next LeaderAndIsr)."""
+
+    leader_epoch: int
+    new_isr: list[int]
+    partition_epoch: int
+    send_again: bool
+
+
+class RestoredRoleRow(NamedTuple):
+    """A partition's last role as its ReplicaManager knows it: the newest LeaderAndIsr it
+    accepted, with the ISR changes the controller wrote since. ``fenced``: the controller
+    said this leader epoch is stale (an ISR proposal refused as fenced): restored without
+    leadership until the next LeaderAndIsr. ``pending``: the ISR proposal whose outcome is
+    unknown, pending again (the high watermark over the larger ISR)."""
+
+    role: ReplicaStateRow
+    fenced: bool
+    pending: PendingIsrRow | None
+
+
+@message(418)
+class RestoreRoles(NamedTuple):
+    """ReplicaManager -> a PartitionShard that lost its memory (``reason``: a crash
+    restarted it in place, or its process was restarted): the last roles of its
+    partitions. Unlike BecomeLeaderOrFollower, a role is applied only when newer than
+    what the shard applied since it started again (a LeaderAndIsr that waited in its
+    mailbox wins); once applied, the shard has the purgatories watch again
+    (ShardRestarted) and answers RolesRestored."""
+
+    req_id: int
+    reason: str
+    rows: list[RestoredRoleRow]
+
+
+@message(419)
+class RolesRestored(NamedTuple):
+    """PartitionShard -> ReplicaManager: RestoreRoles ``req_id`` applied; ``rows``, each
+    restored partition's outcome (0: its role holds, applied or kept as newer; else why it
+    could not be). The shard answers in order, so a BecomeLeaderOrFollower or
+    DropPartitions sent to it before the RestoreRoles and still unanswered died with it:
+    the ReplicaManager settles it with these outcomes (the restore carried its role)."""
+
+    req_id: int
+    rows: list[PartitionErrorRow]
 
 
 @message(412)

@@ -120,7 +120,8 @@ class PartitionState:
 
     # ------------------------------------------------------------ roles
     def become_leader(self, leader_epoch: int, isr: list[int], replicas: list[int],
-                      partition_epoch: int = -1, now_ms: int = 0) -> None:
+                      partition_epoch: int = -1, now_ms: int = 0,
+                      pending: IsrProposal | None = None) -> None:
         """LeaderAndIsr made this node the leader at ``leader_epoch`` (Kafka's makeLeader).
 
         The new epoch starts at the log end. Followers' positions are unknown
@@ -132,7 +133,7 @@ class PartitionState:
         self.isr = set(isr)
         self.replicas = list(replicas)
         self.partition_epoch = partition_epoch
-        self.pending = None
+        self.pending = pending  # None from a LeaderAndIsr: a new epoch proposes anew
         self.resend_at_ms = None
         self.fenced = False
         self.proposals_held_until_ms = 0
@@ -166,6 +167,25 @@ class PartitionState:
         self.pending = None
         self.resend_at_ms = None
         self.fenced = False
+
+    def restore_leader(self, leader_epoch: int, isr: list[int], replicas: list[int],
+                       partition_epoch: int, now_ms: int, *, fenced: bool = False,
+                       pending: IsrProposal | None = None, resend: bool = False) -> None:
+        """The last role its ReplicaManager gave, applied again after this replica's memory
+        was lost (a crash, a restarted process): the leader at ``leader_epoch`` as
+        ``become_leader``, but with what the ReplicaManager knows happened since.
+
+        ``fenced``: the controller said this leader epoch is stale; it does not lead
+        until the next LeaderAndIsr. ``pending``: the ISR proposal whose outcome is not
+        known yet, pending again before the high watermark is computed, so that it goes
+        over the larger ISR (the controller may have written it and elect from it);
+        ``resend``: no answer is on its way, send it again (``resend_due``).
+        """
+        self.become_leader(leader_epoch, isr, replicas, partition_epoch, now_ms,
+                           pending=pending)
+        self.fenced = fenced
+        if pending is not None and resend and not fenced:
+            self.resend_at_ms = now_ms
 
     @property
     def is_leader(self) -> bool:

@@ -3,22 +3,35 @@
 Supervision restarts a crashed actor in place (teardown, then setup, mailbox
 kept). The shard reopens every partition it hosted from disk, not only the
 topics it was spawned with: a single node's lead alone again at once; a
-cluster's come back with no role and the ReplicaManager sends the last roles
-it gave, has the purgatories watch them again and the fetchers re-add the
-followed ones. Real actors in one node; a handler made to fail once causes
+cluster's come back with no role and the ReplicaManager sends their last roles
+(RestoreRoles), the shard has the purgatories watch them again and the
+fetchers re-add the followed ones, so they serve again without a new
+LeaderAndIsr. Real actors in one node; a handler made to fail once causes
 the crash. A partition deleted since the start is reopened by neither, and a
 namesake created later does not take the offsets the deleted one had.
+
+What is restored must not be older than what the controller said since (the
+review's three hazards): a LeaderAndIsr waiting in the mailbox, or whose
+application died with the crash, wins over the last role; a leader the
+controller fenced is restored without leadership; an ISR change written with
+its answer lost comes back as written, or as the pending proposal it was, so
+the high watermark never goes over a smaller ISR than the one the controller
+may elect from. A LeaderAndIsr whose application died is answered once the
+restore is (the controller, the coordinators and the fetchers learn it), and the
+fetchers follow the restored roles, not the last applied ones.
 """
 
 from __future__ import annotations
 
 import copy
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
 from actors.core.log_dir import LogDir
+from actors.core.partition_state import PartitionState
 from actors.core.record_batch import build_batch
 from actors.log_manager import LogManager
 from actors.partition_shard import PartitionShard
@@ -41,6 +54,7 @@ from wire.broker_messages import (
     GetStats,
     OpenPartitionRow,
     OpenPartitions,
+    ProduceReady,
     Read,
     ReadDone,
     ReadRow,
@@ -52,14 +66,38 @@ from wire.broker_messages import (
     WatchFetchRow,
 )
 from wire.cluster_messages import (
+    AlterPartition,
+    AlterPartitionResponse,
+    AlterPartitionResult,
+    BecameLeaderOrFollower,
+    BecomeLeaderOrFollower,
     BrokerRegistered,
     LeaderAndIsr,
     LeaderAndIsrPartition,
     LeaderAndIsrResponse,
     LiveLeaderRow,
+    PendingIsrRow,
+    ReplicaStateRow,
+    RestoredRoleRow,
+    RestoreRoles,
+    RolesRestored,
+    ShardRestarted,
+    StopReplica,
+    StopReplicaPartition,
+    StopReplicaResponse,
+    UpdateMetadata,
+    UpdateMetadataPartition,
 )
 from wire.errors import ErrorCode
-from wire.replication_messages import AddFetcherPartitions, RemoveFetcherPartitions
+from wire.replication_messages import (
+    AddFetcherPartitions,
+    IsrProposalRow,
+    ProposeIsr,
+    RemoveFetcherPartitions,
+    ReplicaRead,
+    ReplicaReadDone,
+    ReplicaReadRow,
+)
 
 NONE = int(ErrorCode.NONE)
 
@@ -72,7 +110,9 @@ class Recorder(Actor):
         self.got: list[Any] = []
 
     @handles(AppendDone, ShardDone, ReadDone, FetchReady, LeaderAndIsrResponse, Schedule,
-             Cancel, AddFetcherPartitions, RemoveFetcherPartitions)
+             Cancel, AddFetcherPartitions, RemoveFetcherPartitions, AlterPartition,
+             ReplicaReadDone, ProduceReady, StopReplicaResponse, BecameLeaderOrFollower,
+             RolesRestored)
     def on_any(self, msg: Any) -> None:
         self.got.append([type(msg).__name__, msg])
 
@@ -85,20 +125,41 @@ def _got(node: Node, recorder: Any, kind: str) -> list[Any]:
     return [fields for name, fields in node.ask(recorder, GetStats()) if name == kind]
 
 
-def _crash_on_flush(monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
+def _crash_on_flush(monkeypatch: pytest.MonkeyPatch,
+                    hold: threading.Event | None = None) -> dict[str, bool]:
     """PartitionShard's Flush handler raises once when armed (before the shard is spawned:
-    handlers are bound when an actor is made)."""
+    handlers are bound when an actor is made); with ``hold``, it first waits for it to be
+    set (what is sent to the shard meanwhile waits in its mailbox)."""
     armed = {"crash": False}
     real = PartitionShard.on_flush
 
     def on_flush(self: PartitionShard, msg: Flush) -> int:
         if armed["crash"]:
             armed["crash"] = False
+            if hold is not None:
+                assert hold.wait(10), "the test never let the crash go"
             raise RuntimeError("a Flush handler that fails once")
         return real(self, msg)
 
     on_flush.__actorlog_handles__ = (Flush,)  # type: ignore[attr-defined]
     monkeypatch.setattr(PartitionShard, "on_flush", on_flush)
+    return armed
+
+
+def _crash_on_become(monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
+    """PartitionShard's BecomeLeaderOrFollower handler raises once when armed, before it
+    applies anything: the role it carried dies with the crash."""
+    armed = {"crash": False}
+    real = PartitionShard.on_become_leader_or_follower
+
+    def on_become(self: PartitionShard, msg: BecomeLeaderOrFollower) -> None:
+        if armed["crash"]:
+            armed["crash"] = False
+            raise RuntimeError("a BecomeLeaderOrFollower handler that fails once")
+        real(self, msg)
+
+    on_become.__actorlog_handles__ = (BecomeLeaderOrFollower,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(PartitionShard, "on_become_leader_or_follower", on_become)
     return armed
 
 
@@ -112,11 +173,12 @@ def _snapshot(log_dir: LogDir) -> LogDir:
     return snapshot
 
 
-def _crash(node: Node, shard: Any, armed: dict[str, bool]) -> None:
+def _crash(node: Node, shard: Any, armed: dict[str, bool], wait: bool = True) -> None:
     armed["crash"] = True
     node.tell(shard, Flush())
-    wait_for(lambda: node.actors[shard.name].crashes == 1, "the shard's crash")
-    assert not armed["crash"]
+    if wait:
+        wait_for(lambda: node.actors[shard.name].crashes == 1, "the shard's crash")
+        assert not armed["crash"]
 
 
 def _stats(node: Node, shard: Any) -> dict[str, Any]:
@@ -188,9 +250,22 @@ def test_a_single_nodes_shard_reopens_the_partitions_opened_after_it_started(
     assert _stats(node, shard)["partitions"]["b-0"] == [0, 2, 2]
 
 
-def test_a_cluster_shard_after_a_crash_waits_for_the_controller_and_keeps_its_offsets(
-        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    armed = _crash_on_flush(monkeypatch)
+class Cluster(NamedTuple):
+    """Broker 1 of a cluster in one node: a shard, the ReplicaManager, a purgatory; the
+    controller, a handler and the fetcher of f-0 are recorders."""
+
+    node: Node
+    shard: Any
+    manager: Any
+    purgatory: Any
+    handler: Any
+    controller: Any
+    fetcher: Any
+
+
+def _cluster(node: Node, tmp_path: Path, c_isr: list[int]) -> Cluster:
+    """c-0 led by this broker (1) at leader epoch 3, partition epoch 4, replicas [1, 2],
+    ISR ``c_isr``; f-0 followed (leader 2, leader epoch 7)."""
     topo = Topology(node.name, 1, 1, 1, 1, 1)
     config = Config()
     log_dir = LogDir.open(tmp_path)
@@ -204,13 +279,13 @@ def test_a_cluster_shard_after_a_crash_waits_for_the_controller_and_keeps_its_of
                            clock=node.clock)
     node.spawn(Recorder, topo.timer.name)
     handler = node.spawn(Recorder, "handler-0")
-    controller = node.spawn(Recorder, "controller")
+    controller = node.spawn(Recorder, topo.controller.name)
     # the fetcher of f-0 (led by broker 2): the ReplicaManager uses the running one
     fetcher = node.spawn(Recorder, fetcher_name(
         2, stable_hash("f-0") % int(config["num.replica.fetchers"])))
     node.tell(manager, BrokerRegistered(1, 5), sender=controller.name)
     node.tell(manager, LeaderAndIsr(1, 1, 5, [
-        LeaderAndIsrPartition("c", 0, 1, 1, 3, [1, 2], 4, [1, 2], True),
+        LeaderAndIsrPartition("c", 0, 1, 1, 3, c_isr, 4, [1, 2], True),
         LeaderAndIsrPartition("f", 0, 1, 2, 7, [2, 1], 9, [2, 1], True),
     ], [LiveLeaderRow(1, ""), LiveLeaderRow(2, "")], {"c": {}, "f": {}}),
         sender=controller.name)
@@ -219,30 +294,504 @@ def test_a_cluster_shard_after_a_crash_waits_for_the_controller_and_keeps_its_of
         ("c", 0, NONE), ("f", 0, NONE)}
     wait_for(lambda: _got(node, fetcher, "AddFetcherPartitions"), "f-0 given to its fetcher")
     assert _stats(node, shard)["leaders"] == ["c-0"]
+    return Cluster(node, shard, manager, purgatory, handler, controller, fetcher)
+
+
+def _lai(c: Cluster, controller_epoch: int, *rows: LeaderAndIsrPartition) -> None:
+    c.node.tell(c.manager, LeaderAndIsr(1, controller_epoch, 5, list(rows), [
+        LiveLeaderRow(1, ""), LiveLeaderRow(2, "")], {r.topic: {} for r in rows}),
+        sender=c.controller.name)
+
+
+def _follower_fetch(c: Cluster, req_id: int, offset: int) -> None:
+    """Broker 2's fetch of c-0 at ``offset``."""
+    c.node.tell(c.shard, ReplicaRead(req_id, 2, 1 << 20, [
+        ReplicaReadRow("c", 0, offset, -1, -1, 1 << 20, 0)]), sender=c.handler.name)
+    wait_for(lambda: [r for r in _got(c.node, c.handler, "ReplicaReadDone") if r[0] == req_id],
+             f"the follower's fetch {req_id}")
+
+
+def _expansion_proposed(c: Cluster) -> Any:
+    """c-0 (ISR [1]) gets a record, and broker 2 catches up: the leader proposes ISR [1, 2]
+    at leader epoch 3, partition epoch 4; the ReplicaManager sends it to the controller."""
+    assert _append(c.node, c.shard, c.handler, 1, "c", [b"c1"])[1][0][2] == NONE
+    _follower_fetch(c, 2, 1)
+    [alter] = wait_for(lambda: _got(c.node, c.controller, "AlterPartition"), "AlterPartition")
+    assert [tuple(i) for i in alter[3]] == [("c", 0, 3, [1, 2], 4)]
+    return alter
+
+
+def _answer(c: Cluster, alter: Any, code: int, isr: list[int], partition_epoch: int) -> None:
+    c.node.tell(c.manager, AlterPartitionResponse(alter[0], NONE, [AlterPartitionResult(
+        "c", 0, code, 1 if code == NONE else -1, 3 if code == NONE else -1, isr,
+        partition_epoch)]), sender=c.controller.name)
+
+
+def _restored(c: Cluster, count: int = 1) -> None:
+    wait_for(lambda: c.node.ask(c.manager, GetStats())["shards_restarted"] == count,
+             "the ReplicaManager's restore")
+    wait_for(lambda: _stats(c.node, c.shard)["replication"].get("restores") == 1,
+             "the restore applied")
+
+
+def test_a_cluster_shard_serves_its_partitions_again_after_a_crash(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a new LeaderAndIsr: before, its partitions stayed dark until the controller
+    said something new, which may never come."""
+    armed = _crash_on_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    shard, handler = c.shard, c.handler
     # c-0: two records, follower 2 has the first (its fetch at 1): high watermark 1
     assert _append(node, shard, handler, 1, "c", [b"c1"])[1][0][2] == NONE
     assert _append(node, shard, handler, 2, "c", [b"c2"])[1][0][2] == NONE
     node.tell(shard, Read(3, 2, 1 << 20, [ReadRow("c", 0, 1, 1 << 20)]), sender=handler.name)
     wait_for(lambda: _stats(node, shard)["partitions"]["c-0"] == [0, 1, 2], "HW 1")
     before = _stats(node, shard)
-    _watch_fetch(node, shard, handler, purgatory, 4, "c", 1)
+    _watch_fetch(node, shard, handler, c.purgatory, 4, "c", 1)
     wait_for(lambda: _stats(node, shard)["watched"] == 1, "the purgatory's watch")
 
     _crash(node, shard, armed)
 
-    # Its roles are not restored from memory: c-0 and f-0 wait for the controller
+    wait_for(lambda: _stats(node, shard)["leaders"] == ["c-0"], "c-0 led again", timeout=10)
     stats = _stats(node, shard)
-    assert stats["leaders"] == [] and stats["partitions"] == {}
-    # The controller's next LeaderAndIsr (a new leader epoch) reopens c-0 with the
-    # offsets teardown recorded: high watermark 1, not the start-up checkpoint's 0
-    node.tell(manager, LeaderAndIsr(1, 1, 5, [
-        LeaderAndIsrPartition("c", 0, 1, 1, 4, [1, 2], 5, [1, 2], False),
-    ], [LiveLeaderRow(1, ""), LiveLeaderRow(2, "")], {"c": {}}), sender=controller.name)
-    wait_for(lambda: len(_got(node, controller, "LeaderAndIsrResponse")) == 2, "LAI answer")
-    wait_for(lambda: _stats(node, shard)["leaders"] == ["c-0"], "c-0 led again")
-    stats = _stats(node, shard)
-    assert stats["partitions"]["c-0"] == before["partitions"]["c-0"] == [0, 1, 2]
-    assert stats["epochs"]["c-0"] == [[3, 0], [4, 2]]  # the new epoch starts at the end
+    assert stats["partitions"] == before["partitions"]  # high watermark 1 kept
+    assert stats["epochs"] == before["epochs"]  # c-0 at leader epoch 3, f-0 at 7
+    assert stats["isr"] == {"c-0": [1, 2]}
+    assert node.ask(c.manager, GetStats())["shards_restarted"] == 1
+    # the purgatory watches c-0 again: the follower's fetch at 2 moves the high
+    # watermark, and the waiting fetch wakes
+    wait_for(lambda: _stats(node, shard)["watched"] == 1, "the purgatory's watch again")
+    node.tell(shard, Read(5, 2, 1 << 20, [ReadRow("c", 0, 2, 1 << 20)]), sender=handler.name)
+    wait_for(lambda: [r for r in _got(node, handler, "FetchReady") if r[0] == 4],
+             "the waiting fetch to wake")
+    # f-0's fetcher forgot it and had it again (an apply it waited for died in the crash)
+    wait_for(lambda: _got(node, c.fetcher, "RemoveFetcherPartitions"), "f-0 removed")
+    added = _got(node, c.fetcher, "AddFetcherPartitions")
+    assert len(added) == 2 and added[1][0] == [["f", 0, 2, 7]]
+    # and it takes writes again
+    assert _append(node, shard, handler, 6, "c", [b"c3"])[1][0][2:4] == [NONE, 2]
+
+
+def test_a_newer_leader_and_isr_waiting_in_the_mailbox_wins_over_the_restore(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hazard 1: the controller moved c-0 to broker 2 (leader epoch 4) while the shard was
+    crashing; its LeaderAndIsr waits in the mailbox and is applied before the restore."""
+    hold = threading.Event()
+    armed = _crash_on_flush(monkeypatch, hold)
+    c = _cluster(node, tmp_path, [1, 2])
+    _crash(node, c.shard, armed, wait=False)
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 2, 4, [2, 1], 5, [1, 2], False))
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["lai"] == 2, "LAI accepted")
+    hold.set()
+    _restored(c)
+    wait_for(lambda: len(_got(node, c.controller, "LeaderAndIsrResponse")) == 2, "LAI answer")
+    assert _stats(node, c.shard)["leaders"] == []
+    done = _append(node, c.shard, c.handler, 1, "c", [b"x"])
+    assert done[1][0][2] == int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+
+def test_a_partition_deleted_while_the_shard_crashed_is_not_restored(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller deleted c-0 while the shard was crashing: its drop waits in the
+    mailbox, and the restore that follows must not bring the log back."""
+    hold = threading.Event()
+    armed = _crash_on_flush(monkeypatch, hold)
+    c = _cluster(node, tmp_path, [1, 2])
+    assert (tmp_path / "c-0").is_dir()
+    _crash(node, c.shard, armed, wait=False)
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, True)]),
+              sender=c.controller.name)
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["stop"] == 1, "accepted")
+    hold.set()
+    _restored(c)
+    wait_for(lambda: _got(node, c.controller, "StopReplicaResponse"), "StopReplica answer")
+    assert list(_stats(node, c.shard)["partitions"]) == ["f-0"]
+    assert not (tmp_path / "c-0").exists()
+
+
+def test_a_restored_role_older_than_the_one_applied_is_ignored(
+        node: Node, tmp_path: Path) -> None:
+    """Hazard 1, the shard's own check (a restore sent before the ReplicaManager learnt of
+    a newer role): a role at an older or equal leader epoch than the one the shard applied
+    since it started again changes nothing; a newer one is applied."""
+    c = _cluster(node, tmp_path, [1, 2])
+    role = ReplicaStateRow("c", 0, 1, 3, [1, 2], [1, 2], 4, False, {})
+    # one sender (the runtime orders one sender's messages), answers awaited
+    sender = c.handler.name
+    node.tell(c.shard, BecomeLeaderOrFollower(99, [role._replace(
+        leader=2, leader_epoch=4, partition_epoch=5)]), sender=sender)
+    node.tell(c.shard, RestoreRoles(1, "test", [RestoredRoleRow(role, False, None)]),
+              sender=sender)
+    node.tell(c.shard, RestoreRoles(2, "test", [RestoredRoleRow(role._replace(
+        leader_epoch=4, partition_epoch=5), False, None)]), sender=sender)
+    wait_for(lambda: len(_got(node, c.handler, "RolesRestored")) == 2, "both restores")
+    assert _stats(node, c.shard)["leaders"] == []
+    assert _stats(node, c.shard)["epochs"]["c-0"] == [[3, 0]]  # epoch 4 never led here
+    node.tell(c.shard, RestoreRoles(3, "test", [RestoredRoleRow(role._replace(
+        leader_epoch=5, partition_epoch=6), False, None)]), sender=sender)
+    wait_for(lambda: len(_got(node, c.handler, "RolesRestored")) == 3, "the third restore")
+    assert _stats(node, c.shard)["leaders"] == ["c-0"]
+
+
+def test_a_leader_and_isr_whose_application_died_with_the_crash_is_restored(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hazard 1, in flight: the shard crashed applying the controller's newer role (c-0 to
+    broker 2 at leader epoch 4): the restore is that role, not the older one it replaced
+    (leading c-0 again at epoch 3 would take writes the controller's leader never sees)."""
+    armed = _crash_on_become(monkeypatch)
+    c = _cluster(node, tmp_path, [1])
+    armed["crash"] = True
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 2, 4, [2], 5, [1, 2], False))
+    _restored(c)
+    assert not armed["crash"]
+    assert _stats(node, c.shard)["leaders"] == []
+    done = _append(node, c.shard, c.handler, 1, "c", [b"x"])
+    assert done[1][0][2] == int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    # the shard never answered that LeaderAndIsr; the restore's answer settles it: the
+    # controller gets its answer (its resend would be refused as the same leader epoch),
+    # and the ReplicaManager follows the role (the fetcher of broker 2 fetches c-0)
+    responses = wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[1:],
+                         "the LeaderAndIsr answered after the restore")
+    assert responses[0][1] == NONE and [tuple(r) for r in responses[0][2]] == [("c", 0, NONE)]
+    manager = node.ask(c.manager, GetStats())
+    assert manager["following"] == ["c-0", "f-0"] and manager["pending"] == 0
+    assert manager["fetched_by"]["c-0"] == c.fetcher.name
+    assert ["c", 0, 2, 4] in [row for add in _got(node, c.fetcher, "AddFetcherPartitions")
+                              for row in add[0]]
+
+
+def test_a_delete_whose_application_died_with_the_crash_is_answered_as_failed(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shard crashed deleting c-0 (StopReplica): it never answers that DropPartitions;
+    its restore's answer settles it, as failed (what the crash left of the log is not
+    known), so the controller is answered rather than waiting for ever."""
+    armed = {"crash": False}
+    real = PartitionShard.on_drop
+
+    def on_drop(self: PartitionShard, msg: DropPartitions) -> None:
+        if armed["crash"]:
+            armed["crash"] = False
+            raise RuntimeError("a DropPartitions handler that fails once")
+        real(self, msg)
+
+    on_drop.__actorlog_handles__ = (DropPartitions,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(PartitionShard, "on_drop", on_drop)
+    c = _cluster(node, tmp_path, [1, 2])
+    armed["crash"] = True
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, True)]),
+              sender=c.controller.name)
+    _restored(c)
+    [response] = wait_for(lambda: _got(node, c.controller, "StopReplicaResponse"),
+                          "the StopReplica answered after the restore")
+    assert response[1] == int(ErrorCode.KAFKA_STORAGE_ERROR)
+    manager = node.ask(c.manager, GetStats())
+    assert manager["pending"] == 0 and manager["leading"] == []
+    assert _stats(node, c.shard)["leaders"] == []  # c-0 not restored: deleted
+
+
+def test_a_restore_with_a_leader_and_isr_in_flight_fetches_from_the_new_leader(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller moved f-0's leadership from broker 2 to broker 3 while the shard was
+    crashing (its LeaderAndIsr waits in the mailbox): the restore, which carries the new
+    role, has broker 3's fetcher fetch f-0, never broker 2's fetch it from broker 3."""
+    hold = threading.Event()
+    armed = _crash_on_flush(monkeypatch, hold)
+    c = _cluster(node, tmp_path, [1, 2])
+    old_fetcher = node.actors[c.fetcher.name]
+    new_fetcher = node.spawn(Recorder, fetcher_name(
+        3, stable_hash("f-0") % int(Config()["num.replica.fetchers"])))
+    _crash(node, c.shard, armed, wait=False)
+    node.tell(c.manager, LeaderAndIsr(1, 1, 5, [
+        LeaderAndIsrPartition("f", 0, 1, 3, 8, [3, 1], 10, [3, 1], False)],
+        [LiveLeaderRow(1, ""), LiveLeaderRow(3, "")], {"f": {}}), sender=c.controller.name)
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["lai"] == 2, "LAI accepted")
+    hold.set()
+    _restored(c)
+    wait_for(lambda: len(_got(node, c.controller, "LeaderAndIsrResponse")) == 2, "LAI answer")
+    added = wait_for(lambda: _got(node, new_fetcher, "AddFetcherPartitions"),
+                     "f-0 given to broker 3's fetcher")
+    assert all(add[0] == [["f", 0, 3, 8]] for add in added)
+    # broker 2's fetcher, left with nothing, was stopped (its mailbox done)
+    wait_for(lambda: old_fetcher.actor_stopped.is_set(), "broker 2's idle fetcher stopped")
+    wrong = [row for name, msg in old_fetcher.got if name == "AddFetcherPartitions"
+             for row in msg[0] if row[2] != 2]
+    assert not wrong, f"broker 2's fetcher was told to fetch from another leader: {wrong}"
+    assert node.ask(c.manager, GetStats())["fetched_by"] == {"f-0": new_fetcher.name}
+
+
+def test_a_namesake_created_after_a_delete_keeps_its_role_once_the_delete_is_done(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """c-0 deleted (StopReplica) and created again (a LeaderAndIsr) while the shard was
+    crashing: the delete's answer, coming after the new role was accepted, does not make
+    the ReplicaManager forget the new role, so a later crash restores it."""
+    hold = threading.Event()
+    armed = _crash_on_flush(monkeypatch, hold)
+    c = _cluster(node, tmp_path, [1, 2])
+    _crash(node, c.shard, armed, wait=False)
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, True)]),
+              sender=c.controller.name)
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 0, [1], 0, [1, 2], True))
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["lai"] == 2, "LAI accepted")
+    hold.set()
+    _restored(c)
+    wait_for(lambda: _got(node, c.controller, "StopReplicaResponse"), "StopReplica answer")
+    wait_for(lambda: len(_got(node, c.controller, "LeaderAndIsrResponse")) == 2, "LAI answer")
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "all answered")
+    assert _stats(node, c.shard)["leaders"] == ["c-0"]
+    assert _stats(node, c.shard)["partitions"]["c-0"] == [0, 0, 0]  # the new, empty log
+
+    armed["crash"] = True
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 2, "the second crash")
+    _restored(c, 2)
+    assert _stats(node, c.shard)["leaders"] == ["c-0"], "the namesake's role was forgotten"
+
+
+def test_a_role_the_shard_could_not_take_is_not_restored(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """z-0's log could not be created (a file stands where its directory goes): the shard
+    answered KAFKA_STORAGE_ERROR, so the controller counts it offline here. Once the file
+    is gone, a crash's restore does not lead it behind the controller's back."""
+    armed = _crash_on_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    (tmp_path / "z-0").write_bytes(b"in the way")
+    _lai(c, 1, LeaderAndIsrPartition("z", 0, 1, 1, 1, [1], 1, [1, 2], True))
+    [response] = wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[1:],
+                          "the LeaderAndIsr answer")
+    assert [tuple(r) for r in response[2]] == [("z", 0, int(ErrorCode.KAFKA_STORAGE_ERROR))]
+    (tmp_path / "z-0").unlink()
+
+    _crash(node, c.shard, armed)
+    _restored(c)
+
+    stats = _stats(node, c.shard)
+    assert stats["leaders"] == ["c-0"]
+    assert "z-0" not in stats["partitions"], "a role the shard refused was restored"
+
+
+def test_a_fencing_answer_after_a_stop_replica_leaves_no_trace(
+        node: Node, tmp_path: Path) -> None:
+    """c-0 stopped (StopReplica) with its ISR proposal still out: neither the controller's
+    late answer (fenced) nor a proposal the shard sent meanwhile is kept for a partition
+    that has no role any more."""
+    c = _cluster(node, tmp_path, [1])
+    alter = _expansion_proposed(c)
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, False)]),
+              sender=c.controller.name)
+    wait_for(lambda: _got(node, c.controller, "StopReplicaResponse"), "StopReplica answer")
+    _answer(c, alter, int(ErrorCode.FENCED_LEADER_EPOCH), [], -1)
+    node.tell(c.manager, ProposeIsr([IsrProposalRow("c", 0, 3, [1], 4)]),
+              sender=c.shard.name)
+    wait_for(lambda: len(_got(node, c.controller, "AlterPartition")) == 2, "the proposal")
+    stats = node.ask(c.manager, GetStats())
+    assert stats["fenced"] == [] and stats["proposals"] == []
+
+
+def test_a_restore_row_that_fails_does_not_crash_the_shard(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One row whose restore fails (here f-0's: made to) is logged and answered as failed;
+    the other rows are applied and the shard does not crash (a crash would restore the
+    same rows again, and again)."""
+    real = PartitionState.restore_leader
+
+    def restore_leader(self: PartitionState, *args: Any, **kwargs: Any) -> None:
+        if self.log.topic == "f":
+            raise RuntimeError("a restore that fails")
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PartitionState, "restore_leader", restore_leader)
+    c = _cluster(node, tmp_path, [1, 2])
+    bad = RestoredRoleRow(ReplicaStateRow("f", 0, 1, 8, [1, 2], [2, 1], 10, False, {}), False,
+                          PendingIsrRow(8, [1], 10, False))
+    good = RestoredRoleRow(ReplicaStateRow("c", 0, 2, 5, [2, 1], [1, 2], 6, False, {}), False,
+                           None)
+    node.tell(c.shard, RestoreRoles(0, "test", [bad, good]), sender=c.handler.name)
+    [answer] = wait_for(lambda: _got(node, c.handler, "RolesRestored"), "the restore's answer")
+    assert [tuple(r) for r in answer[1]] == [
+        ("f", 0, int(ErrorCode.KAFKA_STORAGE_ERROR)), ("c", 0, NONE)]
+    assert node.actors[c.shard.name].crashes == 0
+    assert _stats(node, c.shard)["leaders"] == []  # c-0 follows broker 2 at epoch 5
+
+
+def test_a_restored_role_is_not_ignored_for_a_leader_alone_epoch(
+        node: Node, tmp_path: Path) -> None:
+    """A shard spawned with topics leads them alone at the log's epoch: that epoch is no
+    word of the controller, so a restored role at the same epoch is applied."""
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    log_dir = LogDir.open(tmp_path)
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1,
+               clock=node.clock)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=Config(),
+                       log_dir=_snapshot(log_dir), topics={"c": TopicEntry(1, {})},
+                       broker_id=1, clock=node.clock)
+    node.spawn(PurgatoryShard, topo.purgatory(0).name, topology=topo, clock=node.clock)
+    handler = node.spawn(Recorder, "handler-0")
+    assert _stats(node, shard)["leaders"] == ["c-0"]  # alone, at leader epoch 0
+    role = ReplicaStateRow("c", 0, 2, 0, [2, 1], [1, 2], 0, False, {})
+    node.tell(shard, RestoreRoles(1, "test", [RestoredRoleRow(role, False, None)]),
+              sender=handler.name)
+    [answer] = wait_for(lambda: _got(node, handler, "RolesRestored"), "the restore's answer")
+    assert [tuple(r) for r in answer[1]] == [("c", 0, NONE)]
+    assert _stats(node, shard)["leaders"] == [], "the restored role (follow 2) was ignored"
+
+
+def test_a_restore_gives_the_topic_configs_changed_since_the_leader_and_isr(
+        node: Node, tmp_path: Path) -> None:
+    """min.insync.replicas of c was raised to 2 after the LeaderAndIsr (the controller's
+    UpdateMetadata carries it): a shard that lost its memory and its kept configs (its
+    process restarted: here a new shard in its place) gets the new value with the role,
+    so an acks=-1 write with ISR [1] alone is refused, not acknowledged by one copy."""
+    c = _cluster(node, tmp_path, [1])
+    node.tell(c.manager, UpdateMetadata(1, 1, 5, False, [], [
+        UpdateMetadataPartition("c", 0, 1, 1, 3, [1], 4, [1, 2], [])],
+        {"c": {"min.insync.replicas": "2"}}), sender=c.controller.name)
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["um"] == 1, "UpdateMetadata")
+    assert node.stop_actor(c.shard.name)
+    log_dir = LogDir.read_only(tmp_path, False)
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=Config(),
+                       log_dir=log_dir, topics={}, broker_id=1, clock=node.clock)
+    node.tell(c.manager, ShardRestarted(0), sender=shard.name)
+    _restored(c)
+    assert _stats(node, shard)["leaders"] == ["c-0"]
+    node.tell(shard, Append(1, -1, 30_000, [AppendRow("c", 0, build_batch([b"x"]))]),
+              sender=c.handler.name)
+    [done] = wait_for(lambda: _got(node, c.handler, "AppendDone"), "the append's answer")
+    assert done[1][0][2] == int(ErrorCode.NOT_ENOUGH_REPLICAS), \
+        "the restore opened c-0 with the LeaderAndIsr's min.insync.replicas (1)"
+
+
+def test_a_leader_fenced_before_the_crash_is_restored_without_leadership(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hazard 2: the controller refused c-0's ISR change as FENCED_LEADER_EPOCH (another
+    leader was elected; its LeaderAndIsr has not come): after the crash c-0 does not lead
+    again at the stale epoch, until the next LeaderAndIsr."""
+    armed = _crash_on_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1])
+    alter = _expansion_proposed(c)
+    _answer(c, alter, int(ErrorCode.FENCED_LEADER_EPOCH), [], -1)
+    wait_for(lambda: _stats(node, c.shard)["leaders"] == [], "c-0 fenced")
+    assert node.ask(c.manager, GetStats())["fenced"] == ["c-0@3"]
+
+    _crash(node, c.shard, armed)
+    _restored(c)
+
+    assert _stats(node, c.shard)["leaders"] == []
+    assert _stats(node, c.shard)["partitions"]["c-0"] == [0, 1, 1]  # hosted, kept
+    done = _append(node, c.shard, c.handler, 3, "c", [b"x"])
+    assert done[1][0][2] == int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    # the next LeaderAndIsr (leader epoch 5, leading again) ends it
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 5, [1], 6, [1, 2], False))
+    wait_for(lambda: _stats(node, c.shard)["leaders"] == ["c-0"], "c-0 led at epoch 5")
+    assert node.ask(c.manager, GetStats())["fenced"] == []
+
+
+def test_a_fencing_answer_after_the_restore_fences_the_restored_leader(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hazard 2, late: the answer comes after the restore was sent. The proposal came back
+    pending with the role, so the answer finds it: fenced, not ignored as stale."""
+    armed = _crash_on_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1])
+    alter = _expansion_proposed(c)
+
+    _crash(node, c.shard, armed)
+    _restored(c)
+    assert _stats(node, c.shard)["leaders"] == ["c-0"]
+
+    _answer(c, alter, int(ErrorCode.FENCED_LEADER_EPOCH), [], -1)
+    wait_for(lambda: _stats(node, c.shard)["leaders"] == [], "c-0 fenced")
+    done = _append(node, c.shard, c.handler, 3, "c", [b"x"])
+    assert done[1][0][2] == int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+
+def test_an_isr_written_before_the_crash_is_restored_as_written(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hazard 3: the controller wrote ISR [1, 2] (partition epoch 5) and its answer reached
+    the ReplicaManager: the restore carries it, so the high watermark waits for broker 2."""
+    armed = _crash_on_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1])
+    alter = _expansion_proposed(c)
+    _answer(c, alter, NONE, [1, 2], 5)
+    wait_for(lambda: _stats(node, c.shard)["isr"] == {"c-0": [1, 2]}, "ISR [1, 2]")
+
+    _crash(node, c.shard, armed)
+    _restored(c)
+
+    assert _stats(node, c.shard)["isr"] == {"c-0": [1, 2]}
+    _acks_all_waits_for_broker_2(c)
+
+
+def test_an_isr_written_with_its_answer_after_the_restore_holds_the_high_watermark(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hazard 3, late: the controller wrote ISR [1, 2] but its answer comes after the
+    restore. Restored with the ISR [1] alone, the leader would acknowledge acks=-1 writes
+    broker 2 lacks, which the controller may elect from [1, 2]; the proposal comes back
+    pending, so the high watermark goes over [1, 2] until the answer says so."""
+    armed = _crash_on_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1])
+    alter = _expansion_proposed(c)
+    # an acks=-1 write broker 2 lacks waits in the purgatory (high watermark 1, over the
+    # pending [1, 2])
+    node.tell(c.shard, Append(10, -1, 30_000, [AppendRow("c", 0, build_batch([b"c2"]))]),
+              sender=c.handler.name)
+    wait_for(lambda: _stats(node, c.shard)["partitions"]["c-0"] == [0, 1, 2], "the append")
+    wait_for(lambda: _stats(node, c.shard)["watched"] == 1, "the purgatory's watch")
+
+    _crash(node, c.shard, armed)
+    _restored(c)
+
+    assert _stats(node, c.shard)["isr"] == {"c-0": [1]}  # the committed one, [1, 2] pending
+    assert _stats(node, c.shard)["partitions"]["c-0"] == [0, 1, 2], \
+        "the restore counted the high watermark over ISR [1] alone"
+    wait_for(lambda: _stats(node, c.shard)["watched"] == 1, "the purgatory's watch again")
+    assert not _got(node, c.handler, "ProduceReady")
+    # broker 2 fetches it: the high watermark moves, the waiting write is acknowledged
+    _follower_fetch(c, 11, 2)
+    [done] = wait_for(lambda: _got(node, c.handler, "ProduceReady"),
+                      "the acks=-1 write acknowledged")
+    assert done[1][0][2:4] == [NONE, 1]
+    # the late answer finds the proposal pending: ISR [1, 2], partition epoch 5
+    _answer(c, alter, NONE, [1, 2], 5)
+    wait_for(lambda: _stats(node, c.shard)["isr"] == {"c-0": [1, 2]}, "ISR [1, 2]")
+    _acks_all_waits_for_broker_2(c, 2)
+
+
+def test_an_isr_proposal_of_unknown_fate_is_sent_again_after_the_restore(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The answer left the expansion's fate unknown (NOT_CONTROLLER: it may have been
+    written) and the shard crashed before sending it again: it comes back pending (the
+    high watermark over [1, 2]) and is sent again, so its fate gets known."""
+    armed = _crash_on_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1])
+    alter = _expansion_proposed(c)
+    node.tell(c.manager, AlterPartitionResponse(alter[0], int(ErrorCode.NOT_CONTROLLER), []),
+              sender=c.controller.name)
+    wait_for(lambda: node.ask(c.manager, GetStats())["isr_pending"] == 0, "the answer")
+
+    _crash(node, c.shard, armed)
+    _restored(c)
+
+    again = wait_for(lambda: _got(node, c.controller, "AlterPartition")[1:],
+                     "the proposal sent again")
+    assert [tuple(i) for i in again[0][3]] == [("c", 0, 3, [1, 2], 4)]
+    _answer(c, again[0], NONE, [1, 2], 5)
+    wait_for(lambda: _stats(node, c.shard)["isr"] == {"c-0": [1, 2]}, "ISR [1, 2]")
+    assert node.ask(c.manager, GetStats())["proposals"] == []
+
+
+def _acks_all_waits_for_broker_2(c: Cluster, end: int = 1) -> None:
+    """c-0 (high watermark and log end ``end``) takes an acks=-1 write: the high watermark
+    does not move before broker 2 fetched it."""
+    node, shard = c.node, c.shard
+    assert _stats(node, shard)["partitions"]["c-0"] == [0, end, end]
+    node.tell(shard, Append(20, -1, 30_000, [AppendRow("c", 0, build_batch([b"c3"]))]),
+              sender=c.handler.name)
+    wait_for(lambda: _stats(node, shard)["partitions"]["c-0"][2] == end + 1, "the append")
+    assert _stats(node, shard)["partitions"]["c-0"] == [0, end, end + 1], \
+        "acks=-1 write counted before broker 2, in the ISR the controller wrote, had it"
+    _follower_fetch(c, 21, end + 1)
+    wait_for(lambda: _stats(node, shard)["partitions"]["c-0"] == [0, end + 1, end + 1],
+             "the high watermark after broker 2's fetch")
 
 
 def test_a_topic_deleted_and_created_again_starts_at_offset_zero(

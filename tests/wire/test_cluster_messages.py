@@ -42,6 +42,13 @@ SAMPLES: list[Any] = [
     cm.BecomeLeaderOrFollower(5, [cm.ReplicaStateRow("orders", 0, 2, 12, [2, 3], [2, 3, 1], 31,
                                                      False, {"retention.ms": "1000"})]),
     cm.BecameLeaderOrFollower(5, [cm.PartitionErrorRow("orders", 0, 0)]),
+    cm.RestoreRoles(7, "crash", [
+        cm.RestoredRoleRow(cm.ReplicaStateRow("orders", 0, 2, 12, [2, 3], [2, 3, 1], 31, False,
+                                              {}), True, None),
+        cm.RestoredRoleRow(cm.ReplicaStateRow("orders", 1, 2, 12, [2], [2, 3], 31, False, {}),
+                           False, cm.PendingIsrRow(12, [2, 3], 31, True))]),
+    cm.RolesRestored(7, [cm.PartitionErrorRow("orders", 0, 0),
+                         cm.PartitionErrorRow("orders", 1, 56)]),
     cm.CoordinatorPartitions([cm.CoordinatorPartitionRow(3, 7)], [4, 9]),
     cm.AwaitTopics(6, ["orders", "more"], True, 30000),
     cm.TopicsAwaited(6, ["more"]),

@@ -460,11 +460,13 @@ def test_a_leader_and_isr_whose_application_died_with_the_crash_is_restored(
                               for row in add[0]]
 
 
-def test_a_delete_whose_application_died_with_the_crash_is_answered_as_failed(
+def test_a_delete_whose_application_died_with_the_crash_is_done_after_the_restore(
         node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The shard crashed deleting c-0 (StopReplica): it never answers that DropPartitions;
-    its restore's answer settles it, as failed (what the crash left of the log is not
-    known), so the controller is answered rather than waiting for ever."""
+    """The shard crashed deleting c-0 (StopReplica), before it forgot c-0: it never
+    answers that DropPartitions, and came back hosting c-0 with no role. The
+    ReplicaManager sends the drop again after the restore; its answer settles the
+    StopReplica: c-0's directory is gone and the controller is answered NONE (a failure
+    would leave the topic's deletion stuck until the broker registers again)."""
     armed = {"crash": False}
     real = PartitionShard.on_drop
 
@@ -477,16 +479,40 @@ def test_a_delete_whose_application_died_with_the_crash_is_answered_as_failed(
     on_drop.__actorlog_handles__ = (DropPartitions,)  # type: ignore[attr-defined]
     monkeypatch.setattr(PartitionShard, "on_drop", on_drop)
     c = _cluster(node, tmp_path, [1, 2])
+    assert (tmp_path / "c-0").is_dir()
     armed["crash"] = True
     node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, True)]),
               sender=c.controller.name)
     _restored(c)
     [response] = wait_for(lambda: _got(node, c.controller, "StopReplicaResponse"),
                           "the StopReplica answered after the restore")
-    assert response[1] == int(ErrorCode.KAFKA_STORAGE_ERROR)
+    assert response[1] == NONE and [tuple(r) for r in response[2]] == [("c", 0, NONE)]
+    assert not (tmp_path / "c-0").exists(), "the deleted partition's directory stayed"
     manager = node.ask(c.manager, GetStats())
     assert manager["pending"] == 0 and manager["leading"] == []
-    assert _stats(node, c.shard)["leaders"] == []  # c-0 not restored: deleted
+    assert list(_stats(node, c.shard)["partitions"]) == ["f-0"]
+
+
+def test_a_drop_of_a_partition_not_open_deletes_its_directory(
+        node: Node, tmp_path: Path) -> None:
+    """A cluster's process opens nothing at start: a delete of a partition its shard has
+    not opened (its role never came back) removes the directory all the same, so a later
+    topic of the name does not open the deleted one's records."""
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    (tmp_path / "d-0").mkdir()
+    log_dir = LogDir.open(tmp_path)
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1,
+               clock=node.clock)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=Config(),
+                       log_dir=_snapshot(log_dir), topics={}, broker_id=1, clock=node.clock)
+    handler = node.spawn(Recorder, "handler-0")
+    assert _stats(node, shard)["partitions"] == {}
+    node.tell(shard, DropPartitions(1, [TopicPartition("d", 0), TopicPartition("e", 0)]),
+              sender=handler.name)
+    [done] = wait_for(lambda: _got(node, handler, "ShardDone"), "the drop's answer")
+    assert done[1] == ""
+    assert not (tmp_path / "d-0").exists(), "the directory of a partition not open stayed"
+    assert not list(tmp_path.glob("d-0*"))
 
 
 def test_a_restore_with_a_leader_and_isr_in_flight_fetches_from_the_new_leader(

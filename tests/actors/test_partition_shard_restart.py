@@ -76,6 +76,7 @@ from wire.cluster_messages import (
     LeaderAndIsrPartition,
     LeaderAndIsrResponse,
     LiveLeaderRow,
+    PartitionErrorRow,
     PendingIsrRow,
     ReplicaStateRow,
     RestoredRoleRow,
@@ -842,3 +843,148 @@ def test_a_topic_deleted_and_created_again_starts_at_offset_zero(
     node.tell(shard, OpenPartitions(2, [OpenPartitionRow("x", 0, {})]), sender=handler.name)
     wait_for(lambda: len(_got(node, handler, "ShardDone")) == 2, "Drop, OpenPartitions")
     assert _stats(node, shard)["partitions"] == {"x-0": [0, 0, 0]}
+
+
+def _block_flush(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """PartitionShard's Flush handler, when armed, waits for ``hold`` (what is sent to the
+    shard meanwhile waits in its mailbox) and then, if ``crash``, raises once."""
+    armed: dict[str, Any] = {"hold": None, "crash": False}
+    real = PartitionShard.on_flush
+
+    def on_flush(self: PartitionShard, msg: Flush) -> int:
+        hold = armed["hold"]
+        if hold is not None:
+            armed["hold"] = None
+            assert hold.wait(10), "the test never let the shard go"
+        if armed["crash"]:
+            armed["crash"] = False
+            raise RuntimeError("a Flush handler that fails once")
+        return real(self, msg)
+
+    on_flush.__actorlog_handles__ = (Flush,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(PartitionShard, "on_flush", on_flush)
+    return armed
+
+
+def _c_fetcher_of_2(node: Node) -> Any:
+    """The fetcher of c-0 led by broker 2 (a recorder; f-0's if they hash alike)."""
+    name = fetcher_name(2, stable_hash("c-0") % int(Config()["num.replica.fetchers"]))
+    return node.actors[name] if name in node.actors else node.spawn(Recorder, name)
+
+
+def test_settling_an_older_leader_and_isr_does_not_undo_a_newer_role(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LeaderAndIsr (c-0 led here at leader epoch 5) waits in the crashing shard's
+    mailbox; the metadata then moves c-0 to broker 2 at leader epoch 6. When the shard
+    answers the leader epoch 5 request, the ReplicaManager must not take c-0 as led here
+    (nor take it from broker 2's fetcher): the newer role stands."""
+    armed = _block_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    fetcher = _c_fetcher_of_2(node)
+    hold = threading.Event()
+    armed["hold"], armed["crash"] = hold, True
+    node.tell(c.shard, Flush())
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 5, [1, 2], 6, [1, 2], False))
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["lai"] == 2, "LAI accepted")
+    node.tell(c.manager, UpdateMetadata(1, 1, 5, False, [], [
+        UpdateMetadataPartition("c", 0, 1, 2, 6, [2, 1], 7, [1, 2], [])], {"c": {}}),
+        sender=c.controller.name)
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["um"] == 1, "UpdateMetadata")
+    hold.set()
+    _restored(c)
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "LAI 5 settled")
+    manager = node.ask(c.manager, GetStats())
+    assert "c-0" not in manager["leading"], "the leader epoch 5 answer undid epoch 6"
+    assert manager["fetched_by"].get("c-0") == fetcher.name
+    assert _stats(node, c.shard)["leaders"] == []
+
+
+def test_a_settled_leader_and_isr_answered_since_is_not_answered_twice(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller sent LeaderAndIsr (leader epoch 5) again while the shard held the
+    first: the second was answered at once (refused: same leader epoch), and the
+    controller's channel took that as the answer. The first's answer, when the shard
+    applied it, would acknowledge whatever LeaderAndIsr is in flight then: not sent."""
+    armed = _block_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    hold = threading.Event()
+    armed["hold"] = hold
+    node.tell(c.shard, Flush())
+    row = LeaderAndIsrPartition("c", 0, 1, 1, 5, [1, 2], 6, [1, 2], False)
+    _lai(c, 1, row)
+    _lai(c, 1, row)
+    wait_for(lambda: len(_got(node, c.controller, "LeaderAndIsrResponse")) == 2,
+             "the second LeaderAndIsr answered")
+    hold.set()
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "the first settled")
+    wait_for(lambda: node.ask(c.manager, GetStats())["answers_skipped"] == 1, "skipped")
+    assert len(_got(node, c.controller, "LeaderAndIsrResponse")) == 2, \
+        "the first LeaderAndIsr was answered after its resend was"
+    assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 5
+    # the next request's answer is sent as ever
+    _lai(c, 1, row._replace(leader_epoch=6, partition_epoch=7))
+    wait_for(lambda: len(_got(node, c.controller, "LeaderAndIsrResponse")) == 3, "answered")
+
+
+def test_a_restore_row_the_shard_could_not_take_leaves_no_role_nor_fetcher(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a crash, f-0's restored role (follow broker 2) fails on the shard: the
+    ReplicaManager neither keeps it (a later restore would give it behind the
+    controller's back) nor has broker 2's fetcher fetch it for a shard that has no role."""
+    armed = _crash_on_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    fetcher = node.actors[c.fetcher.name]
+    real = PartitionState.become_follower
+    failing = {"on": True}
+
+    def become_follower(self: PartitionState, *args: Any, **kwargs: Any) -> None:
+        if failing["on"] and self.log.topic == "f":
+            raise RuntimeError("a restore that fails")
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PartitionState, "become_follower", become_follower)
+    _crash(node, c.shard, armed)
+    _restored(c)
+    wait_for(lambda: "f-0" not in node.ask(c.manager, GetStats())["fetched_by"],
+             "f-0 taken from its fetcher")
+    # broker 2's fetcher, left with nothing, was stopped: its last word was the restore's add
+    wait_for(lambda: fetcher.actor_stopped.is_set(), "broker 2's idle fetcher stopped")
+    assert [name for name, _msg in fetcher.got][-1] == "AddFetcherPartitions"
+    failing["on"] = False
+    armed["crash"] = True
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 2, "the second crash")
+    _restored(c, 2)
+    assert "f-0" not in node.ask(c.manager, GetStats())["fetched_by"], \
+        "the failed role was restored again"
+
+
+def test_a_previous_lifes_refusal_does_not_undo_the_role_the_restore_gave(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refusal of LeaderAndIsr (leader epoch 5) from the shard's address reaches the
+    ReplicaManager after it sent the restore (here sent by the test as from the shard's
+    previous life): the shard applies the restore's role (epoch 5) and says so, so the
+    ReplicaManager keeps that role again, and a later crash restores it."""
+    armed = _block_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    hold = threading.Event()
+    armed["hold"] = hold
+    node.tell(c.shard, Flush())
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 5, [1, 2], 6, [1, 2], False))
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["lai"] == 2, "LAI accepted")
+    node.tell(c.manager, ShardRestarted(0), sender=c.shard.name)
+    wait_for(lambda: node.ask(c.manager, GetStats())["shards_restarted"] == 1, "restore sent")
+    node.tell(c.manager, BecameLeaderOrFollower(2, [PartitionErrorRow(
+        "c", 0, int(ErrorCode.KAFKA_STORAGE_ERROR))]), sender=c.shard.name)
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "the refusal taken")
+    hold.set()
+    wait_for(lambda: _stats(node, c.shard)["replication"].get("restores") == 1, "restored")
+    wait_for(lambda: node.ask(c.manager, GetStats())["restoring"] == 0, "RolesRestored")
+    assert _stats(node, c.shard)["leaders"] == ["c-0"]
+    armed["crash"] = True
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the crash")
+    wait_for(lambda: node.ask(c.manager, GetStats())["shards_restarted"] == 2, "restore")
+    wait_for(lambda: _stats(node, c.shard)["replication"].get("restores") == 1, "restored")
+    assert _stats(node, c.shard)["leaders"] == ["c-0"], "the role the shard held was lost"
+    assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 5

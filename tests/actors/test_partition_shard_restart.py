@@ -988,3 +988,30 @@ def test_a_previous_lifes_refusal_does_not_undo_the_role_the_restore_gave(
     wait_for(lambda: _stats(node, c.shard)["replication"].get("restores") == 1, "restored")
     assert _stats(node, c.shard)["leaders"] == ["c-0"], "the role the shard held was lost"
     assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 5
+
+
+def test_a_leader_and_isr_row_stopped_since_is_left_out_of_its_answer(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LeaderAndIsr (c-0 at leader epoch 5) dies with the shard, and c-0 is stopped
+    (StopReplica) before the restore: the restore does not carry c-0, and the
+    LeaderAndIsr's answer leaves c-0 out (it is not a storage failure: the partition is
+    no longer this request's)."""
+    blocked = _block_flush(monkeypatch)
+    crash = _crash_on_become(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    hold = threading.Event()
+    blocked["hold"] = hold
+    node.tell(c.shard, Flush())
+    crash["crash"] = True
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 5, [1, 2], 6, [1, 2], False))
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["lai"] == 2, "LAI accepted")
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 5, False)]),
+              sender=c.controller.name)
+    wait_for(lambda: _got(node, c.controller, "StopReplicaResponse"), "StopReplica answer")
+    hold.set()
+    wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the crash on the LeaderAndIsr")
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "LAI 5 settled")
+    responses = _got(node, c.controller, "LeaderAndIsrResponse")
+    assert len(responses) == 2 and responses[1][1] == NONE
+    assert responses[1][2] == [], f"c-0, stopped since, answered: {responses[1][2]}"
+    assert "c-0" not in node.ask(c.manager, GetStats())["leading"]

@@ -10,6 +10,7 @@ change of that partition's log end or high watermark.
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from typing import Any
 
@@ -382,6 +383,7 @@ class PartitionShard(Actor):
     @handles(DropPartitions)
     def on_drop(self, msg: DropPartitions) -> None:
         dropped: list[TopicPartition] = []
+        error = ""
         for tp in msg.rows:
             key = (tp.topic, tp.partition)
             # forgotten even if not open (a reopen failed, or a cluster's waiting for its
@@ -391,15 +393,31 @@ class PartitionShard(Actor):
             if key in self.log_dir.recovery_points or key in self.log_dir.high_watermarks:
                 self.dropped.add(key)  # only start-up offsets can be a namesake's
             state = self.partitions.pop(key, None)
-            if state is None:
+            try:
+                if state is None:
+                    # not open (a cluster's process opens nothing at start; a reopen
+                    # failed): its directory goes all the same, or a later topic of the
+                    # name would open the deleted one's data
+                    path = self.log_dir.partition_path(tp.topic, tp.partition)
+                    if not path.exists():
+                        continue
+                    aside = path.with_name(f"{path.name}.{os.getpid()}-delete")
+                    os.replace(path, aside)
+                    shutil.rmtree(aside, ignore_errors=True)
+                    self.log.info("deleted {}-{} (not open)", tp.topic, tp.partition)
+                else:
+                    self._notify(state, removed=True)
+                    self.watchers.pop(key, None)
+                    state.log.delete()
+            except Exception as exc:
+                # answered, not a crash (a crash's restore would send this drop again)
+                self.log.exception("cannot delete {}-{}", tp.topic, tp.partition)
+                error = f"{tp.topic}-{tp.partition}: {exc}"
                 continue
-            self._notify(state, removed=True)
-            self.watchers.pop(key, None)
-            state.log.delete()
             dropped.append(TopicPartition(tp.topic, tp.partition))
         if dropped:
             self.tell(self.topology.log_manager, CheckpointOffsets(self.name, False, [], dropped))
-        self.reply(ShardDone(msg.req_id, ""))
+        self.reply(ShardDone(msg.req_id, error))
 
     @handles(UpdatePartitionConfigs)
     def on_update_configs(self, msg: UpdatePartitionConfigs) -> None:

@@ -39,8 +39,9 @@ larger ISR, and its late answer finds it), and whether the controller said
 this node's leader epoch is stale (``fenced``: restored without leadership
 until the next LeaderAndIsr). The shard answers the restore (``RolesRestored``)
 after what was in its mailbox before it, so a LeaderAndIsr or a delete sent to it
-and still unanswered then died with it: it is settled with the restore's outcome
-(the controller gets its answer, the coordinators and fetchers follow the role).
+and still unanswered then died with it: a LeaderAndIsr is settled with the
+restore's outcome (the controller gets its answer, the coordinators and fetchers
+follow the role), a delete is sent again and its answer settles it.
 
 Requests that arrive before this node's registration is known are held and
 applied once it is (``BrokerRegistered`` from the node's controller actor).
@@ -123,6 +124,10 @@ class _Pending:
     error_code: int = NONE
     became: list[ReplicaStateRow] = field(default_factory=list)
     stopped: list[TopicPartition] = field(default_factory=list)
+    # a delete's rows per shard: sent again after the restore of a shard that lost them
+    drops: dict[Address, list[TopicPartitionRow]] = field(default_factory=dict)
+    # how many answers of its kind had been sent to its controller when it arrived
+    answers_at: int = 0
 
 
 @dataclass
@@ -166,6 +171,15 @@ class ReplicaManager(Actor):
         self.processes_restarted = 0
         self.shards_restarted = 0
         self.restoring: dict[int, Address] = {}  # RestoreRoles not answered yet -> its shard
+        # what each unanswered RestoreRoles carried (a StopReplica accepted since takes its
+        # partitions out): the answer settles what the ReplicaManager keeps of each
+        self.restore_sent: dict[int, dict[TopicPartition, ReplicaStateRow]] = {}
+        # LeaderAndIsr / StopReplica answers sent to each controller address: the
+        # controller's channel has one request of a kind in flight and takes the next
+        # answer of that kind as its answer, so a settled request answers only if none
+        # was sent since it came (that one answered it, or a later request)
+        self.answers_sent: dict[tuple[Address, str], int] = {}
+        self.answers_skipped = 0
         self.leader_handlers: dict[int, int] = {}  # broker -> its RequestHandlers (0: unknown)
         self.refusals_logged: set[tuple[str, int, int]] = set()
         self.refused = 0
@@ -229,6 +243,7 @@ class ReplicaManager(Actor):
         if decision.error_code != NONE:
             self._refusal("LeaderAndIsr", msg.controller_id, msg.controller_epoch,
                           decision.error_code, decision.reason)
+            self._answered(self.current_sender, "lai")
             self.reply(LeaderAndIsrResponse(self.broker_id, decision.error_code, decision.rows))
             return
         if decision.reason:
@@ -240,7 +255,8 @@ class ReplicaManager(Actor):
         for row in decision.accepted:
             self._new_role(row)
         rows = {(r.topic, r.partition): r.error_code for r in decision.rows}
-        pending = _Pending(self.current_sender, "lai", rows, became=decision.accepted)
+        pending = _Pending(self.current_sender, "lai", rows, became=decision.accepted,
+                           answers_at=self.answers_sent.get((self.current_sender, "lai"), 0))
         by_shard: dict[Address, list[ReplicaStateRow]] = {}
         for row in decision.accepted:
             by_shard.setdefault(self.topology.shard_for(row.topic, row.partition), []).append(row)
@@ -278,8 +294,16 @@ class ReplicaManager(Actor):
                 for r in entry.became):
             del self.states[tp]
 
+    def _current(self, row: ReplicaStateRow) -> bool:
+        """Is ``row`` still the partition's last role given? Not when a StopReplica was
+        accepted since (no role), nor a newer leader epoch (a LeaderAndIsr, the metadata's
+        move, a restore's): settling an older request must not undo that."""
+        state = self.states.get(TopicPartition(row.topic, row.partition))
+        return state is not None and state.leader_epoch <= row.leader_epoch
+
     def _after_leader_and_isr(self, entry: _Pending) -> None:
-        applied = [r for r in entry.became if entry.rows.get((r.topic, r.partition)) == NONE]
+        applied = [r for r in entry.became if entry.rows.get((r.topic, r.partition)) == NONE
+                   and self._current(r)]
         elected: list[CoordinatorPartitionRow] = []
         resigned: list[int] = []
         txn_elected: list[TxnPartitionRow] = []
@@ -318,6 +342,7 @@ class ReplicaManager(Actor):
         if decision.error_code != NONE:
             self._refusal("StopReplica", msg.controller_id, msg.controller_epoch,
                           decision.error_code, decision.reason)
+            self._answered(self.current_sender, "stop")
             self.reply(StopReplicaResponse(self.broker_id, decision.error_code, decision.rows))
             return
         self.applied["stop"] += 1
@@ -327,12 +352,17 @@ class ReplicaManager(Actor):
             self.states.pop(tp, None)
             self.fenced.pop(tp, None)
             self.proposals.pop(tp, None)
-        pending = _Pending(self.current_sender, "stop", rows, stopped=stopped)
+        for sent in self.restore_sent.values():  # a restore on its way must not put it back
+            for tp in stopped:
+                sent.pop(tp, None)
+        pending = _Pending(self.current_sender, "stop", rows, stopped=stopped,
+                           answers_at=self.answers_sent.get((self.current_sender, "stop"), 0))
         by_shard: dict[Address, list[TopicPartitionRow]] = {}
         for p in decision.accepted:
             if p.delete:
                 by_shard.setdefault(self.topology.shard_for(p.topic, p.partition), []).append(
                     TopicPartitionRow(p.topic, p.partition))
+        pending.drops = by_shard
         self._fan_out(pending, by_shard, DropPartitions)
 
     @handles(ShardDone)
@@ -340,16 +370,23 @@ class ReplicaManager(Actor):
         entry = self.pending.get(msg.req_id)
         if entry is None or self.current_sender not in entry.waiting:
             return
-        if msg.error:
-            self.log.error("a shard failed to delete partitions: {}", msg.error)
-            entry.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
         assert self.current_sender is not None
+        if msg.error:
+            # the rows that shard was to delete failed, not the others' (the controller
+            # retries a failed replica deletion)
+            self.log.error("shard {} failed to delete partitions: {}",
+                           self.current_sender.name, msg.error)
+            for row in entry.drops.get(self.current_sender, []):
+                entry.rows[(row.topic, row.partition)] = int(ErrorCode.KAFKA_STORAGE_ERROR)
         self._shard_done(msg.req_id, entry, self.current_sender)
 
     def _after_stop_replica(self, entry: _Pending) -> None:
         resigned = []
         txn_resigned = []
-        for tp in entry.stopped:  # states: forgotten when accepted (a newer role stays)
+        # states: forgotten when accepted; one there now is a namesake's role accepted
+        # since, whose roles and fetcher are not this delete's to undo
+        stopped = [tp for tp in entry.stopped if tp not in self.states]
+        for tp in stopped:
             leader, _epoch = self.roles.pop(tp, (-1, -1))
             if tp.topic == OFFSETS_TOPIC and leader == self.broker_id:
                 resigned.append(tp.partition)
@@ -357,7 +394,7 @@ class ReplicaManager(Actor):
                 txn_resigned.append(tp.partition)
         self._coordinators([], resigned)
         self._txn_coordinators([], txn_resigned)
-        self._fetchers([], [], stopped=entry.stopped)
+        self._fetchers([], [], stopped=stopped)
 
     # ------------------------------------------------------------ fan out / in
     def _fan_out(self, entry: _Pending, by_shard: dict[Address, list[Any]], msg_type: Any) -> None:
@@ -377,15 +414,33 @@ class ReplicaManager(Actor):
         del self.pending[req_id]
         self._answer(entry)
 
+    def _answered(self, controller: Address | None, kind: str) -> None:
+        assert controller is not None
+        key = (controller, kind)
+        self.answers_sent[key] = self.answers_sent.get(key, 0) + 1
+
     def _answer(self, entry: _Pending) -> None:
         rows = [PartitionErrorRow(t, p, code) for (t, p), code in entry.rows.items()]
-        if entry.kind == "lai":
+        kind = "LeaderAndIsr" if entry.kind == "lai" else "StopReplica"
+        if self.answers_sent.get((entry.controller, entry.kind), 0) > entry.answers_at:
+            # an answer of this kind went to that controller since this request came (a
+            # refusal of its resend, or a later request's): the channel took it as this
+            # request's, so this one would acknowledge whatever it has in flight now
+            self.answers_skipped += 1
+            self.log.debug("{} answer not sent: {} answer(s) sent since it came", kind,
+                           self.answers_sent[(entry.controller, entry.kind)]
+                           - entry.answers_at)
+        elif entry.kind == "lai":
+            self._answered(entry.controller, "lai")
             self.tell(entry.controller, LeaderAndIsrResponse(self.broker_id, entry.error_code,
                                                              rows))
-            self._after_leader_and_isr(entry)
         else:
+            self._answered(entry.controller, "stop")
             self.tell(entry.controller, StopReplicaResponse(self.broker_id, entry.error_code,
                                                             rows))
+        if entry.kind == "lai":
+            self._after_leader_and_isr(entry)
+        else:
             self._after_stop_replica(entry)
 
     # ------------------------------------------------------------ UpdateMetadata
@@ -723,8 +778,11 @@ class ReplicaManager(Actor):
         for shard, rows in by_shard.items():
             for old_id in [i for i, s in self.restoring.items() if s == shard]:
                 del self.restoring[old_id]  # its answer died with the shard: this one settles
+                self.restore_sent.pop(old_id, None)
             req_id = next(self.req_ids)
             self.restoring[req_id] = shard
+            self.restore_sent[req_id] = {TopicPartition(r.role.topic, r.role.partition): r.role
+                                         for r in rows}
             self.tell(shard, RestoreRoles(req_id, reason, rows))
         # the fetchers, as for a LeaderAndIsr applied: what they fetch follows the restored
         # roles (a newer one than the last applied may be among them), and a partition
@@ -748,17 +806,48 @@ class ReplicaManager(Actor):
                       sum(1 for r in follow if r.leader >= 0))
         return sent
 
+    def _drop_again(self, req_id: int, entry: _Pending, shard: Address) -> bool:
+        """``shard`` answered its restore before the delete ``entry`` sent it: the delete
+        died with it (a crash, its process restarted). Sent again, now (a drop sent right
+        after the restore could follow the lost one still in its mailbox, and delete a
+        namesake created meanwhile); a drop is idempotent (a log never opened is deleted
+        from the disk). A partition given a role since the StopReplica is not dropped (that
+        role is a namesake's) and is answered failed. True when sent: its answer settles."""
+        rows = []
+        for row in entry.drops.get(shard, []):
+            if TopicPartition(row.topic, row.partition) in self.states:
+                self.log.warning("{}-{}: its delete died with shard {} and a namesake has a "
+                                 "role since: not deleted again", row.topic, row.partition,
+                                 shard.name)
+                entry.rows[(row.topic, row.partition)] = int(ErrorCode.KAFKA_STORAGE_ERROR)
+            else:
+                rows.append(row)
+        entry.drops[shard] = rows
+        if not rows:
+            return False
+        self.log.info("StopReplica request {}: deletes of {} sent again to shard {} (they died "
+                      "with it)", req_id, ", ".join(f"{r.topic}-{r.partition}" for r in rows),
+                      shard.name)
+        self.tell(shard, DropPartitions(req_id, list(rows)))
+        return True
+
     @handles(RolesRestored)
     def on_roles_restored(self, msg: RolesRestored) -> None:
         """A shard applied RestoreRoles ``msg.req_id``. It answers in order, so what was sent
         to it before the restore and is still unanswered died with it: a LeaderAndIsr's
         roles are settled as the restore went (it carried them, or newer ones), so the
         controller gets its answer and the coordinators and fetchers follow; a delete is
-        settled as failed (its log may stay, dark)."""
+        sent again (``_drop_again``): its answer settles it.
+
+        What the restore carried is settled by its outcomes: a role the shard could not
+        take is not kept (as a refused LeaderAndIsr's), and one it holds is kept again if
+        an answer of the shard's previous life refused it meanwhile."""
         shard = self.restoring.pop(msg.req_id, None)
+        sent = self.restore_sent.pop(msg.req_id, {})
         if shard is None:
             return
         outcomes = {(r.topic, r.partition): r.error_code for r in msg.rows}
+        self._restore_outcomes(sent, outcomes)
         for req_id, entry in sorted(self.pending.items()):
             if req_id > msg.req_id or shard not in entry.waiting:
                 continue
@@ -767,18 +856,46 @@ class ReplicaManager(Actor):
                     key = (row.topic, row.partition)
                     if self.topology.shard_for(*key) != shard:
                         continue
-                    # not restored: deleted since (StopReplica accepted after it)
-                    code = outcomes.get(key, int(ErrorCode.KAFKA_STORAGE_ERROR))
-                    if code != NONE:
+                    code = outcomes.get(key)
+                    if code is None:
+                        # not restored: stopped since (a StopReplica accepted after it): the
+                        # row is no longer this request's to answer
+                        entry.rows.pop(key, None)
+                    elif code != NONE:
                         self._role_refused(entry, row.topic, row.partition, code)
-            else:
-                self.log.error("shard {} died deleting partitions (StopReplica): their logs "
-                               "may stay", shard.name)
-                entry.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+            elif self._drop_again(req_id, entry, shard):
+                continue  # the drop sent again answers for it
             self.log.info("{} request {} settled by shard {}'s restore (its answer died "
                           "with it)", "LeaderAndIsr" if entry.kind == "lai" else "StopReplica",
                           req_id, shard.name)
             self._shard_done(req_id, entry, shard)
+
+    def _restore_outcomes(self, sent: dict[TopicPartition, ReplicaStateRow],
+                          outcomes: dict[tuple[str, int], int]) -> None:
+        """What the ReplicaManager keeps of the roles a restore carried (``sent``: those
+        still its to settle), as the shard's outcomes say."""
+        dark: list[TopicPartition] = []
+        for tp, role in sent.items():
+            code = outcomes.get((tp.topic, tp.partition))
+            state = self.states.get(tp)
+            if code is None:
+                continue
+            if code != NONE:
+                # the shard could not take it: dark there, as a refused LeaderAndIsr's
+                if state is not None and state.leader_epoch == role.leader_epoch:
+                    del self.states[tp]
+                    dark.append(tp)
+            elif state is None:
+                # the shard holds it; an answer of its previous life refused it meanwhile
+                # (the StopReplicas accepted since took it out of ``sent``)
+                self.log.info("{}: the restore's role at leader epoch {} holds again (an "
+                              "earlier answer refused it)", tp, role.leader_epoch)
+                self.states[tp] = role
+                self.roles[tp] = (role.leader, role.leader_epoch)
+        if dark:
+            self.log.warning("the restore left {} without a role: they wait for the "
+                             "controller's next LeaderAndIsr", ", ".join(map(str, dark)))
+            self._fetchers([], [], stopped=dark)
 
     def _restored(self, tp: TopicPartition, role: ReplicaStateRow) -> RestoredRoleRow:
         """``role`` with what the controller said of it since: the topic's configs (the
@@ -839,6 +956,7 @@ class ReplicaManager(Actor):
             "processes_restarted": self.processes_restarted,
             "shards_restarted": self.shards_restarted,
             "restoring": len(self.restoring),
+            "answers_skipped": self.answers_skipped,
             "pending": len(self.pending),
             "fenced": sorted(f"{tp}@{epoch}" for tp, epoch in self.fenced.items()),
             "proposals": sorted(str(tp) for tp in self.proposals),

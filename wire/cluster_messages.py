@@ -356,7 +356,8 @@ class RolesRestored(NamedTuple):
     restored partition's outcome (0: its role holds, applied or kept as newer; else why it
     could not be). The shard answers in order, so a BecomeLeaderOrFollower or
     DropPartitions sent to it before the RestoreRoles and still unanswered died with it:
-    the ReplicaManager settles it with these outcomes (the restore carried its role)."""
+    the ReplicaManager settles a BecomeLeaderOrFollower with these outcomes (the restore
+    carried its role), and sends a DropPartitions again (its answer settles it)."""
 
     req_id: int
     rows: list[PartitionErrorRow]

@@ -76,6 +76,7 @@ from wire.cluster_messages import (
     LeaderAndIsrPartition,
     LeaderAndIsrResponse,
     LiveLeaderRow,
+    PartitionErrorRow,
     PendingIsrRow,
     ReplicaStateRow,
     RestoredRoleRow,
@@ -460,11 +461,13 @@ def test_a_leader_and_isr_whose_application_died_with_the_crash_is_restored(
                               for row in add[0]]
 
 
-def test_a_delete_whose_application_died_with_the_crash_is_answered_as_failed(
+def test_a_delete_whose_application_died_with_the_crash_is_done_after_the_restore(
         node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The shard crashed deleting c-0 (StopReplica): it never answers that DropPartitions;
-    its restore's answer settles it, as failed (what the crash left of the log is not
-    known), so the controller is answered rather than waiting for ever."""
+    """The shard crashed deleting c-0 (StopReplica), before it forgot c-0: it never
+    answers that DropPartitions, and came back hosting c-0 with no role. The
+    ReplicaManager sends the drop again after the restore; its answer settles the
+    StopReplica: c-0's directory is gone and the controller is answered NONE (a failure
+    would leave the topic's deletion stuck until the broker registers again)."""
     armed = {"crash": False}
     real = PartitionShard.on_drop
 
@@ -477,16 +480,40 @@ def test_a_delete_whose_application_died_with_the_crash_is_answered_as_failed(
     on_drop.__actorlog_handles__ = (DropPartitions,)  # type: ignore[attr-defined]
     monkeypatch.setattr(PartitionShard, "on_drop", on_drop)
     c = _cluster(node, tmp_path, [1, 2])
+    assert (tmp_path / "c-0").is_dir()
     armed["crash"] = True
     node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, True)]),
               sender=c.controller.name)
     _restored(c)
     [response] = wait_for(lambda: _got(node, c.controller, "StopReplicaResponse"),
                           "the StopReplica answered after the restore")
-    assert response[1] == int(ErrorCode.KAFKA_STORAGE_ERROR)
+    assert response[1] == NONE and [tuple(r) for r in response[2]] == [("c", 0, NONE)]
+    assert not (tmp_path / "c-0").exists(), "the deleted partition's directory stayed"
     manager = node.ask(c.manager, GetStats())
     assert manager["pending"] == 0 and manager["leading"] == []
-    assert _stats(node, c.shard)["leaders"] == []  # c-0 not restored: deleted
+    assert list(_stats(node, c.shard)["partitions"]) == ["f-0"]
+
+
+def test_a_drop_of_a_partition_not_open_deletes_its_directory(
+        node: Node, tmp_path: Path) -> None:
+    """A cluster's process opens nothing at start: a delete of a partition its shard has
+    not opened (its role never came back) removes the directory all the same, so a later
+    topic of the name does not open the deleted one's records."""
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    (tmp_path / "d-0").mkdir()
+    log_dir = LogDir.open(tmp_path)
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1,
+               clock=node.clock)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=Config(),
+                       log_dir=_snapshot(log_dir), topics={}, broker_id=1, clock=node.clock)
+    handler = node.spawn(Recorder, "handler-0")
+    assert _stats(node, shard)["partitions"] == {}
+    node.tell(shard, DropPartitions(1, [TopicPartition("d", 0), TopicPartition("e", 0)]),
+              sender=handler.name)
+    [done] = wait_for(lambda: _got(node, handler, "ShardDone"), "the drop's answer")
+    assert done[1] == ""
+    assert not (tmp_path / "d-0").exists(), "the directory of a partition not open stayed"
+    assert not list(tmp_path.glob("d-0*"))
 
 
 def test_a_restore_with_a_leader_and_isr_in_flight_fetches_from_the_new_leader(
@@ -816,3 +843,175 @@ def test_a_topic_deleted_and_created_again_starts_at_offset_zero(
     node.tell(shard, OpenPartitions(2, [OpenPartitionRow("x", 0, {})]), sender=handler.name)
     wait_for(lambda: len(_got(node, handler, "ShardDone")) == 2, "Drop, OpenPartitions")
     assert _stats(node, shard)["partitions"] == {"x-0": [0, 0, 0]}
+
+
+def _block_flush(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """PartitionShard's Flush handler, when armed, waits for ``hold`` (what is sent to the
+    shard meanwhile waits in its mailbox) and then, if ``crash``, raises once."""
+    armed: dict[str, Any] = {"hold": None, "crash": False}
+    real = PartitionShard.on_flush
+
+    def on_flush(self: PartitionShard, msg: Flush) -> int:
+        hold = armed["hold"]
+        if hold is not None:
+            armed["hold"] = None
+            assert hold.wait(10), "the test never let the shard go"
+        if armed["crash"]:
+            armed["crash"] = False
+            raise RuntimeError("a Flush handler that fails once")
+        return real(self, msg)
+
+    on_flush.__actorlog_handles__ = (Flush,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(PartitionShard, "on_flush", on_flush)
+    return armed
+
+
+def _c_fetcher_of_2(node: Node) -> Any:
+    """The fetcher of c-0 led by broker 2 (a recorder; f-0's if they hash alike)."""
+    name = fetcher_name(2, stable_hash("c-0") % int(Config()["num.replica.fetchers"]))
+    return node.actors[name] if name in node.actors else node.spawn(Recorder, name)
+
+
+def test_settling_an_older_leader_and_isr_does_not_undo_a_newer_role(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LeaderAndIsr (c-0 led here at leader epoch 5) waits in the crashing shard's
+    mailbox; the metadata then moves c-0 to broker 2 at leader epoch 6. When the shard
+    answers the leader epoch 5 request, the ReplicaManager must not take c-0 as led here
+    (nor take it from broker 2's fetcher): the newer role stands."""
+    armed = _block_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    fetcher = _c_fetcher_of_2(node)
+    hold = threading.Event()
+    armed["hold"], armed["crash"] = hold, True
+    node.tell(c.shard, Flush())
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 5, [1, 2], 6, [1, 2], False))
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["lai"] == 2, "LAI accepted")
+    node.tell(c.manager, UpdateMetadata(1, 1, 5, False, [], [
+        UpdateMetadataPartition("c", 0, 1, 2, 6, [2, 1], 7, [1, 2], [])], {"c": {}}),
+        sender=c.controller.name)
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["um"] == 1, "UpdateMetadata")
+    hold.set()
+    _restored(c)
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "LAI 5 settled")
+    manager = node.ask(c.manager, GetStats())
+    assert "c-0" not in manager["leading"], "the leader epoch 5 answer undid epoch 6"
+    assert manager["fetched_by"].get("c-0") == fetcher.name
+    assert _stats(node, c.shard)["leaders"] == []
+
+
+def test_a_settled_leader_and_isr_answered_since_is_not_answered_twice(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller sent LeaderAndIsr (leader epoch 5) again while the shard held the
+    first: the second was answered at once (refused: same leader epoch), and the
+    controller's channel took that as the answer. The first's answer, when the shard
+    applied it, would acknowledge whatever LeaderAndIsr is in flight then: not sent."""
+    armed = _block_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    hold = threading.Event()
+    armed["hold"] = hold
+    node.tell(c.shard, Flush())
+    row = LeaderAndIsrPartition("c", 0, 1, 1, 5, [1, 2], 6, [1, 2], False)
+    _lai(c, 1, row)
+    _lai(c, 1, row)
+    wait_for(lambda: len(_got(node, c.controller, "LeaderAndIsrResponse")) == 2,
+             "the second LeaderAndIsr answered")
+    hold.set()
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "the first settled")
+    wait_for(lambda: node.ask(c.manager, GetStats())["answers_skipped"] == 1, "skipped")
+    assert len(_got(node, c.controller, "LeaderAndIsrResponse")) == 2, \
+        "the first LeaderAndIsr was answered after its resend was"
+    assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 5
+    # the next request's answer is sent as ever
+    _lai(c, 1, row._replace(leader_epoch=6, partition_epoch=7))
+    wait_for(lambda: len(_got(node, c.controller, "LeaderAndIsrResponse")) == 3, "answered")
+
+
+def test_a_restore_row_the_shard_could_not_take_leaves_no_role_nor_fetcher(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a crash, f-0's restored role (follow broker 2) fails on the shard: the
+    ReplicaManager neither keeps it (a later restore would give it behind the
+    controller's back) nor has broker 2's fetcher fetch it for a shard that has no role."""
+    armed = _crash_on_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    fetcher = node.actors[c.fetcher.name]
+    real = PartitionState.become_follower
+    failing = {"on": True}
+
+    def become_follower(self: PartitionState, *args: Any, **kwargs: Any) -> None:
+        if failing["on"] and self.log.topic == "f":
+            raise RuntimeError("a restore that fails")
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PartitionState, "become_follower", become_follower)
+    _crash(node, c.shard, armed)
+    _restored(c)
+    wait_for(lambda: "f-0" not in node.ask(c.manager, GetStats())["fetched_by"],
+             "f-0 taken from its fetcher")
+    # broker 2's fetcher, left with nothing, was stopped: its last word was the restore's add
+    wait_for(lambda: fetcher.actor_stopped.is_set(), "broker 2's idle fetcher stopped")
+    assert [name for name, _msg in fetcher.got][-1] == "AddFetcherPartitions"
+    failing["on"] = False
+    armed["crash"] = True
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 2, "the second crash")
+    _restored(c, 2)
+    assert "f-0" not in node.ask(c.manager, GetStats())["fetched_by"], \
+        "the failed role was restored again"
+
+
+def test_a_previous_lifes_refusal_does_not_undo_the_role_the_restore_gave(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refusal of LeaderAndIsr (leader epoch 5) from the shard's address reaches the
+    ReplicaManager after it sent the restore (here sent by the test as from the shard's
+    previous life): the shard applies the restore's role (epoch 5) and says so, so the
+    ReplicaManager keeps that role again, and a later crash restores it."""
+    armed = _block_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    hold = threading.Event()
+    armed["hold"] = hold
+    node.tell(c.shard, Flush())
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 5, [1, 2], 6, [1, 2], False))
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["lai"] == 2, "LAI accepted")
+    node.tell(c.manager, ShardRestarted(0), sender=c.shard.name)
+    wait_for(lambda: node.ask(c.manager, GetStats())["shards_restarted"] == 1, "restore sent")
+    node.tell(c.manager, BecameLeaderOrFollower(2, [PartitionErrorRow(
+        "c", 0, int(ErrorCode.KAFKA_STORAGE_ERROR))]), sender=c.shard.name)
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "the refusal taken")
+    hold.set()
+    wait_for(lambda: _stats(node, c.shard)["replication"].get("restores") == 1, "restored")
+    wait_for(lambda: node.ask(c.manager, GetStats())["restoring"] == 0, "RolesRestored")
+    assert _stats(node, c.shard)["leaders"] == ["c-0"]
+    armed["crash"] = True
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the crash")
+    wait_for(lambda: node.ask(c.manager, GetStats())["shards_restarted"] == 2, "restore")
+    wait_for(lambda: _stats(node, c.shard)["replication"].get("restores") == 1, "restored")
+    assert _stats(node, c.shard)["leaders"] == ["c-0"], "the role the shard held was lost"
+    assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 5
+
+
+def test_a_leader_and_isr_row_stopped_since_is_left_out_of_its_answer(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LeaderAndIsr (c-0 at leader epoch 5) dies with the shard, and c-0 is stopped
+    (StopReplica) before the restore: the restore does not carry c-0, and the
+    LeaderAndIsr's answer leaves c-0 out (it is not a storage failure: the partition is
+    no longer this request's)."""
+    blocked = _block_flush(monkeypatch)
+    crash = _crash_on_become(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    hold = threading.Event()
+    blocked["hold"] = hold
+    node.tell(c.shard, Flush())
+    crash["crash"] = True
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 5, [1, 2], 6, [1, 2], False))
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["lai"] == 2, "LAI accepted")
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 5, False)]),
+              sender=c.controller.name)
+    wait_for(lambda: _got(node, c.controller, "StopReplicaResponse"), "StopReplica answer")
+    hold.set()
+    wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the crash on the LeaderAndIsr")
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "LAI 5 settled")
+    responses = _got(node, c.controller, "LeaderAndIsrResponse")
+    assert len(responses) == 2 and responses[1][1] == NONE
+    assert responses[1][2] == [], f"c-0, stopped since, answered: {responses[1][2]}"
+    assert "c-0" not in node.ask(c.manager, GetStats())["leading"]

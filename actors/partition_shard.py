@@ -171,6 +171,8 @@ class PartitionShard(Actor):
         """``actor.threads.scheduling`` for the thread running this shard (a refusal is
         said once a process: the loop runs on, under the policy it had)."""
         name = str(self.config["actor.threads.scheduling"])
+        if name == "normal":
+            return  # the thread keeps what it has (an operator's `chrt` included)
         why = set_thread_policy(name)
         if why is not None and why not in _POLICY_REFUSALS:
             _POLICY_REFUSALS.add(why)

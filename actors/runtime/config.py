@@ -40,7 +40,9 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                      "actor"),
     "actor.threads.scheduling": ("normal", str, "Linux scheduling policy of the worker "
                                                "loops (the shards' threads): 'normal' "
-                                               "(SCHED_OTHER) or 'batch' (SCHED_BATCH: a "
+                                               "(left as started: SCHED_OTHER, or what "
+                                               "`chrt` gave the broker) or 'batch' "
+                                               "(SCHED_BATCH: a "
                                                "wake-up waits for the running task's slice "
                                                "instead of preempting it, so a loop takes "
                                                "more work a turn)"),

@@ -502,7 +502,10 @@ def test_a_new_start_waits_for_the_processes_of_a_killed_broker(
         assert admin.create_topic(topic, count) == 0
     values = {p: [b"%d-%d" % (p, i) for i in range(30)] for p in range(count)}
     produce_all(broker.bootstrap, topic, values, producers=2)
-    os.kill(worker, signal.SIGSTOP)
+    # signalled through a pidfd: once it exited, its pid may be another test's process
+    # (a SIGCONT there ends that test's SIGSTOP)
+    handle = os.pidfd_open(worker)
+    signal.pidfd_send_signal(handle, signal.SIGSTOP)
     again = BrokerProcess(broker.data_dir, config={"num.processes": 2},
                           log_name="broker-again.log")
     try:
@@ -513,7 +516,7 @@ def test_a_new_start_waits_for_the_processes_of_a_killed_broker(
         time.sleep(3)
         assert alive(worker)
         assert not started and READY_LINE not in again.log()
-        os.kill(worker, signal.SIGCONT)
+        signal.pidfd_send_signal(handle, signal.SIGCONT)
         thread.join(60)
         assert started == [None], started
         wait_for(lambda: not alive(worker), "the old process 1 to exit")
@@ -521,8 +524,11 @@ def test_a_new_start_waits_for_the_processes_of_a_killed_broker(
         assert record_diff(consume_all(again.bootstrap, topic, count, 30 * count),
                            values) == {}
     finally:
-        if alive(worker):
-            os.kill(worker, signal.SIGCONT)
+        try:
+            signal.pidfd_send_signal(handle, signal.SIGCONT)
+        except ProcessLookupError:
+            pass  # it exited
+        os.close(handle)
         if again.proc is not None and again.proc.poll() is None:
             assert again.stop() == 0
 

@@ -160,7 +160,10 @@ def test_runner_starts_a_detached_process_and_controls_it_by_pid(
         assert runner.signal(pid, "TERM")
         wait_until(lambda: (i := runner.process(pid)) is None or not i.alive, what="exit")
     finally:
-        runner.signal(pid, "KILL")
+        # only the sleep: once it exited, its pid may be another test's process
+        info = runner.process(pid)
+        if info is not None and info.alive and info.args == f"sleep {long_arg}":
+            runner.signal(pid, "KILL")
 
 
 def test_runner_files_and_errors(tmp_path: Path) -> None:

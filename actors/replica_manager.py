@@ -371,13 +371,16 @@ class ReplicaManager(Actor):
         if entry is None or self.current_sender not in entry.waiting:
             return
         assert self.current_sender is not None
-        if msg.error:
-            # the rows that shard was to delete failed, not the others' (the controller
-            # retries a failed replica deletion)
-            self.log.error("shard {} failed to delete partitions: {}",
-                           self.current_sender.name, msg.error)
-            for row in entry.drops.get(self.current_sender, []):
-                entry.rows[(row.topic, row.partition)] = int(ErrorCode.KAFKA_STORAGE_ERROR)
+        if msg.failed or msg.error:
+            # only the partitions the shard names failed (it deleted the others): the
+            # controller moves each failed replica to deletion-ineligible, retried only
+            # when this broker registers again
+            self.log.error("shard {} failed to delete {}: {}", self.current_sender.name,
+                           ", ".join(f"{t}-{p}" for t, p in msg.failed) or "?", msg.error)
+            for row in msg.failed:
+                key = (row.topic, row.partition)
+                if key in entry.rows:
+                    entry.rows[key] = int(ErrorCode.KAFKA_STORAGE_ERROR)
         self._shard_done(msg.req_id, entry, self.current_sender)
 
     def _after_stop_replica(self, entry: _Pending) -> None:

@@ -24,6 +24,7 @@ fetchers follow the restored roles, not the last applied ones.
 from __future__ import annotations
 
 import copy
+import os
 import threading
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -1015,3 +1016,24 @@ def test_a_leader_and_isr_row_stopped_since_is_left_out_of_its_answer(
     assert len(responses) == 2 and responses[1][1] == NONE
     assert responses[1][2] == [], f"c-0, stopped since, answered: {responses[1][2]}"
     assert "c-0" not in node.ask(c.manager, GetStats())["leading"]
+
+
+def test_a_failed_delete_fails_only_its_own_partition(node: Node, tmp_path: Path) -> None:
+    """StopReplica deletes c-0 and f-0, both on the one shard; c-0's delete fails (a
+    non-empty directory stands where its log is renamed aside): only c-0 is answered
+    KAFKA_STORAGE_ERROR. f-0 was deleted: answered failed, the controller would hold its
+    replica deletion-ineligible until this broker registers again."""
+    c = _cluster(node, tmp_path, [1, 2])
+    in_the_way = tmp_path / f"c-0.{os.getpid()}-delete"
+    in_the_way.mkdir()
+    (in_the_way / "x").write_bytes(b"not empty")
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, True),
+                                               StopReplicaPartition("f", 0, 7, True)]),
+              sender=c.controller.name)
+    [response] = wait_for(lambda: _got(node, c.controller, "StopReplicaResponse"),
+                          "the StopReplica answer")
+    assert response[1] == NONE
+    assert {tuple(r) for r in response[2]} == {
+        ("c", 0, int(ErrorCode.KAFKA_STORAGE_ERROR)), ("f", 0, NONE)}
+    assert not (tmp_path / "f-0").exists(), "f-0 was not deleted"
+    assert (tmp_path / "c-0").is_dir()

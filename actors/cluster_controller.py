@@ -833,8 +833,9 @@ class ClusterController(Actor):
 
     @handles(bm.ShardDone)
     def on_shard_done(self, msg: bm.ShardDone) -> None:
-        if msg.error:
-            self.log.error("a partition shard failed to take a topic config: {}", msg.error)
+        if msg.failed or msg.error:
+            self.log.error("a partition shard failed to take a topic config for {}: {}",
+                           ", ".join(f"{t}-{p}" for t, p in msg.failed) or "?", msg.error)
 
     def _not_controller(self) -> str:
         known = self.driver.controller_id

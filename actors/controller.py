@@ -316,8 +316,9 @@ class Controller(Actor):
         entry = self.pending.get(msg.req_id)
         if entry is None:
             return
-        if msg.error:
-            self.log.error("a shard failed to apply a topic change: {}", msg.error)
+        if msg.failed or msg.error:
+            self.log.error("a shard failed to apply a topic change to {}: {}",
+                           ", ".join(f"{t}-{p}" for t, p in msg.failed) or "?", msg.error)
         entry.shards_left -= 1
         if entry.shards_left > 0:
             return

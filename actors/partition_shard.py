@@ -374,17 +374,20 @@ class PartitionShard(Actor):
     def on_open(self, msg: OpenPartitions) -> None:
         now = self.clock.wall_ms()
         error = ""
+        failed: list[TopicPartition] = []
         for row in msg.rows:
             try:
                 self._open(row.topic, row.partition, row.configs, now)
             except Exception as exc:
                 self.log.exception("cannot open {}-{}", row.topic, row.partition)
                 error = f"{row.topic}-{row.partition}: {exc}"
-        self.reply(ShardDone(msg.req_id, error))
+                failed.append(TopicPartition(row.topic, row.partition))
+        self.reply(ShardDone(msg.req_id, error, failed))
 
     @handles(DropPartitions)
     def on_drop(self, msg: DropPartitions) -> None:
         dropped: list[TopicPartition] = []
+        failed: list[TopicPartition] = []
         error = ""
         for tp in msg.rows:
             key = (tp.topic, tp.partition)
@@ -415,16 +418,18 @@ class PartitionShard(Actor):
                 # answered, not a crash (a crash's restore would send this drop again)
                 self.log.exception("cannot delete {}-{}", tp.topic, tp.partition)
                 error = f"{tp.topic}-{tp.partition}: {exc}"
+                failed.append(TopicPartition(tp.topic, tp.partition))
                 continue
             dropped.append(TopicPartition(tp.topic, tp.partition))
         if dropped:
             self.tell(self.topology.log_manager, CheckpointOffsets(self.name, False, [], dropped))
-        self.reply(ShardDone(msg.req_id, error))
+        self.reply(ShardDone(msg.req_id, error, failed))
 
     @handles(UpdatePartitionConfigs)
     def on_update_configs(self, msg: UpdatePartitionConfigs) -> None:
         """A topic's overrides changed: its logs take the new settings now."""
         error = ""
+        failed: list[TopicPartition] = []
         for row in msg.rows:
             state = self.partitions.get((row.topic, row.partition))
             if state is None:
@@ -440,7 +445,8 @@ class PartitionShard(Actor):
                 self.log.exception("cannot apply new configs to {}-{}", row.topic,
                                    row.partition)
                 error = f"{row.topic}-{row.partition}: {exc}"
-        self.reply(ShardDone(msg.req_id, error))
+                failed.append(TopicPartition(row.topic, row.partition))
+        self.reply(ShardDone(msg.req_id, error, failed))
 
     # ------------------------------------------------------------ admin
     @handles(DeleteRecords)

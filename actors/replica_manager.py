@@ -128,6 +128,9 @@ class _Pending:
     drops: dict[Address, list[TopicPartitionRow]] = field(default_factory=dict)
     # how many answers of its kind had been sent to its controller when it arrived
     answers_at: int = 0
+    # partitions whose role ``became`` gave the shard refused while it was their last
+    # role: dark on that shard (no role, no coordinator, no fetcher) once settled
+    dark: list[TopicPartition] = field(default_factory=list)
 
 
 @dataclass
@@ -293,6 +296,7 @@ class ReplicaManager(Actor):
                 (r.topic, r.partition, r.leader_epoch) == (topic, partition, state.leader_epoch)
                 for r in entry.became):
             del self.states[tp]
+            entry.dark.append(tp)
 
     def _current(self, row: ReplicaStateRow) -> bool:
         """Is ``row`` still the partition's last role given? Not when a StopReplica was
@@ -331,6 +335,29 @@ class ReplicaManager(Actor):
         self._coordinators(elected, resigned)
         self._txn_coordinators(txn_elected, txn_resigned)
         self._fetchers(follow, lead)
+        # refused while their last role, and given none since (a StopReplica accepted
+        # since forgot them too: the first to settle undoes, the other finds nothing)
+        dark = [tp for tp in entry.dark if tp not in self.states]
+        if dark:
+            self._no_role(dark)
+
+    def _no_role(self, tps: list[TopicPartition]) -> None:
+        """``tps`` have no role on their shards any more (stopped, or dark: the shard could
+        not take the role given): forgotten, the coordinators of the offsets and
+        transaction-state partitions this node led resign, and no fetcher fetches them."""
+        resigned: list[int] = []
+        txn_resigned: list[int] = []
+        for tp in tps:
+            leader, _epoch = self.roles.pop(tp, (-1, -1))
+            if leader != self.broker_id:
+                continue
+            if tp.topic == OFFSETS_TOPIC:
+                resigned.append(tp.partition)
+            elif tp.topic == TRANSACTION_STATE_TOPIC:
+                txn_resigned.append(tp.partition)
+        self._coordinators([], resigned)
+        self._txn_coordinators([], txn_resigned)
+        self._fetchers([], [], stopped=tps)
 
     # ------------------------------------------------------------ StopReplica
     @handles(StopReplica)
@@ -371,30 +398,22 @@ class ReplicaManager(Actor):
         if entry is None or self.current_sender not in entry.waiting:
             return
         assert self.current_sender is not None
-        if msg.error:
-            # the rows that shard was to delete failed, not the others' (the controller
-            # retries a failed replica deletion)
-            self.log.error("shard {} failed to delete partitions: {}",
-                           self.current_sender.name, msg.error)
-            for row in entry.drops.get(self.current_sender, []):
-                entry.rows[(row.topic, row.partition)] = int(ErrorCode.KAFKA_STORAGE_ERROR)
+        if msg.failed or msg.error:
+            # only the partitions the shard names failed (it deleted the others): the
+            # controller moves each failed replica to deletion-ineligible, retried only
+            # when this broker registers again
+            self.log.error("shard {} failed to delete {}: {}", self.current_sender.name,
+                           ", ".join(f"{t}-{p}" for t, p in msg.failed) or "?", msg.error)
+            for row in msg.failed:
+                key = (row.topic, row.partition)
+                if key in entry.rows:
+                    entry.rows[key] = int(ErrorCode.KAFKA_STORAGE_ERROR)
         self._shard_done(msg.req_id, entry, self.current_sender)
 
     def _after_stop_replica(self, entry: _Pending) -> None:
-        resigned = []
-        txn_resigned = []
         # states: forgotten when accepted; one there now is a namesake's role accepted
         # since, whose roles and fetcher are not this delete's to undo
-        stopped = [tp for tp in entry.stopped if tp not in self.states]
-        for tp in stopped:
-            leader, _epoch = self.roles.pop(tp, (-1, -1))
-            if tp.topic == OFFSETS_TOPIC and leader == self.broker_id:
-                resigned.append(tp.partition)
-            elif tp.topic == TRANSACTION_STATE_TOPIC and leader == self.broker_id:
-                txn_resigned.append(tp.partition)
-        self._coordinators([], resigned)
-        self._txn_coordinators([], txn_resigned)
-        self._fetchers([], [], stopped=stopped)
+        self._no_role([tp for tp in entry.stopped if tp not in self.states])
 
     # ------------------------------------------------------------ fan out / in
     def _fan_out(self, entry: _Pending, by_shard: dict[Address, list[Any]], msg_type: Any) -> None:
@@ -875,6 +894,7 @@ class ReplicaManager(Actor):
         """What the ReplicaManager keeps of the roles a restore carried (``sent``: those
         still its to settle), as the shard's outcomes say."""
         dark: list[TopicPartition] = []
+        back: list[ReplicaStateRow] = []
         for tp, role in sent.items():
             code = outcomes.get((tp.topic, tp.partition))
             state = self.states.get(tp)
@@ -891,11 +911,20 @@ class ReplicaManager(Actor):
                 self.log.info("{}: the restore's role at leader epoch {} holds again (an "
                               "earlier answer refused it)", tp, role.leader_epoch)
                 self.states[tp] = role
-                self.roles[tp] = (role.leader, role.leader_epoch)
+                back.append(role)
         if dark:
+            # as a refused LeaderAndIsr row: no role kept, a coordinator of a partition led
+            # here resigns, no fetcher
             self.log.warning("the restore left {} without a role: they wait for the "
                              "controller's next LeaderAndIsr", ", ".join(map(str, dark)))
-            self._fetchers([], [], stopped=dark)
+            self._no_role(dark)
+        if back:
+            # as an applied LeaderAndIsr row (the refusal undid its role): roles, an
+            # offsets or transaction-state partition led here elects its coordinator,
+            # fetchers
+            self._after_leader_and_isr(_Pending(
+                self.address, "lai", {(r.topic, r.partition): NONE for r in back},
+                became=back))
 
     def _restored(self, tp: TopicPartition, role: ReplicaStateRow) -> RestoredRoleRow:
         """``role`` with what the controller said of it since: the topic's configs (the

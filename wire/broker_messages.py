@@ -275,10 +275,14 @@ class DropPartitions(NamedTuple):
 
 @message(218)
 class ShardDone(NamedTuple):
-    """PartitionShard -> Controller: OpenPartitions/DropPartitions finished."""
+    """PartitionShard -> whoever sent it OpenPartitions, DropPartitions or
+    UpdatePartitionConfigs (the Controller, the ReplicaManager): done. ``failed``: the
+    partitions it could not open, delete or reconfigure (the others were); ``error``:
+    the last failure's text, for the log ("" when none failed)."""
 
     req_id: int
     error: str
+    failed: list[TopicPartition]
 
 
 @message(219)

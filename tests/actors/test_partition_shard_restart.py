@@ -24,6 +24,7 @@ fetchers follow the restored roles, not the last applied ones.
 from __future__ import annotations
 
 import copy
+import os
 import threading
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -31,8 +32,10 @@ from typing import Any, NamedTuple
 import pytest
 
 from actors.core.log_dir import LogDir
+from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.partition_state import PartitionState
 from actors.core.record_batch import build_batch
+from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
 from actors.log_manager import LogManager
 from actors.partition_shard import PartitionShard
 from actors.purgatory import PurgatoryShard
@@ -42,6 +45,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology, stable_hash
+from actors.transaction_coordinator import txn_coordinator_name
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import (
     Append,
@@ -72,6 +76,7 @@ from wire.cluster_messages import (
     BecameLeaderOrFollower,
     BecomeLeaderOrFollower,
     BrokerRegistered,
+    CoordinatorPartitions,
     LeaderAndIsr,
     LeaderAndIsrPartition,
     LeaderAndIsrResponse,
@@ -99,6 +104,7 @@ from wire.replication_messages import (
     ReplicaReadDone,
     ReplicaReadRow,
 )
+from wire.transaction_messages import TxnCoordinatorPartitions
 
 NONE = int(ErrorCode.NONE)
 
@@ -113,7 +119,7 @@ class Recorder(Actor):
     @handles(AppendDone, ShardDone, ReadDone, FetchReady, LeaderAndIsrResponse, Schedule,
              Cancel, AddFetcherPartitions, RemoveFetcherPartitions, AlterPartition,
              ReplicaReadDone, ProduceReady, StopReplicaResponse, BecameLeaderOrFollower,
-             RolesRestored)
+             RolesRestored, CoordinatorPartitions, TxnCoordinatorPartitions)
     def on_any(self, msg: Any) -> None:
         self.got.append([type(msg).__name__, msg])
 
@@ -511,7 +517,7 @@ def test_a_drop_of_a_partition_not_open_deletes_its_directory(
     node.tell(shard, DropPartitions(1, [TopicPartition("d", 0), TopicPartition("e", 0)]),
               sender=handler.name)
     [done] = wait_for(lambda: _got(node, handler, "ShardDone"), "the drop's answer")
-    assert done[1] == ""
+    assert done[1] == "" and done[2] == []
     assert not (tmp_path / "d-0").exists(), "the directory of a partition not open stayed"
     assert not list(tmp_path.glob("d-0*"))
 
@@ -1015,3 +1021,110 @@ def test_a_leader_and_isr_row_stopped_since_is_left_out_of_its_answer(
     assert len(responses) == 2 and responses[1][1] == NONE
     assert responses[1][2] == [], f"c-0, stopped since, answered: {responses[1][2]}"
     assert "c-0" not in node.ask(c.manager, GetStats())["leading"]
+
+
+def _coordinators(node: Node) -> tuple[Any, Any]:
+    """Recorders standing in for this broker's group and transaction coordinators."""
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    return (node.spawn(Recorder, topo.coordinator(0).name),
+            node.spawn(Recorder, txn_coordinator_name(0)))
+
+
+def _last_word(node: Node, coordinator: Any, kind: str) -> tuple[list[Any], list[int]]:
+    """The last (elected, resigned) ``coordinator`` was told."""
+    said = _got(node, coordinator, kind)
+    if not said:
+        return [], []
+    elected, resigned = said[-1]
+    return [tuple(r) for r in elected], list(resigned)
+
+
+def test_a_restore_row_the_shard_could_not_take_resigns_its_coordinator(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a crash, the restored roles of __consumer_offsets-0 and __transaction_state-0
+    (led here) fail on the shard: as for a refused LeaderAndIsr row, the ReplicaManager
+    keeps no role for them (else the metadata's moves would act on a role the shard never
+    took) and their coordinators resign (else they serve groups and transactions from
+    partitions that lead nowhere on this node)."""
+    armed = _crash_on_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    groups, txns = _coordinators(node)
+    _lai(c, 1, LeaderAndIsrPartition(OFFSETS_TOPIC, 0, 1, 1, 2, [1], 2, [1, 2], True),
+         LeaderAndIsrPartition(TRANSACTION_STATE_TOPIC, 0, 1, 1, 2, [1], 2, [1, 2], True))
+    wait_for(lambda: len(_got(node, c.controller, "LeaderAndIsrResponse")) == 2, "answered")
+    wait_for(lambda: _last_word(node, groups, "CoordinatorPartitions") == ([(0, 2)], []),
+             "the group coordinator elected")
+    wait_for(lambda: _last_word(node, txns, "TxnCoordinatorPartitions") == ([(0, 2)], []),
+             "the transaction coordinator elected")
+    real = PartitionState.restore_leader
+
+    def restore_leader(self: PartitionState, *args: Any, **kwargs: Any) -> None:
+        if self.log.topic.startswith("__"):
+            raise RuntimeError("a restore that fails")
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PartitionState, "restore_leader", restore_leader)
+    _crash(node, c.shard, armed)
+    _restored(c)
+    wait_for(lambda: node.ask(c.manager, GetStats())["restoring"] == 0, "RolesRestored")
+    assert node.ask(c.manager, GetStats())["leading"] == ["c-0"], "a dark role was kept"
+    wait_for(lambda: _last_word(node, groups, "CoordinatorPartitions") == ([], [0]),
+             "the group coordinator resigned")
+    wait_for(lambda: _last_word(node, txns, "TxnCoordinatorPartitions") == ([], [0]),
+             "the transaction coordinator resigned")
+
+
+def test_a_refused_role_resigns_its_coordinator_and_the_restore_elects_it_again(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refusal of __consumer_offsets-0's LeaderAndIsr (leader epoch 5) leaves it dark:
+    no role, its group coordinator resigns. Here the refusal is from the shard's previous
+    life (sent by the test after the restore went out), and the shard holds epoch 5 when
+    it answers the restore: the role holds again, so the coordinator is elected again
+    (else the partition leads here and nobody serves its groups)."""
+    armed = _block_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    groups, _txns = _coordinators(node)
+    _lai(c, 1, LeaderAndIsrPartition(OFFSETS_TOPIC, 0, 1, 1, 4, [1], 4, [1, 2], True))
+    wait_for(lambda: _last_word(node, groups, "CoordinatorPartitions") == ([(0, 4)], []),
+             "the group coordinator elected")
+    hold = threading.Event()
+    armed["hold"] = hold
+    node.tell(c.shard, Flush())
+    _lai(c, 1, LeaderAndIsrPartition(OFFSETS_TOPIC, 0, 1, 1, 5, [1], 5, [1, 2], False))
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["lai"] == 3, "LAI accepted")
+    node.tell(c.manager, ShardRestarted(0), sender=c.shard.name)
+    wait_for(lambda: node.ask(c.manager, GetStats())["shards_restarted"] == 1, "restore sent")
+    node.tell(c.manager, BecameLeaderOrFollower(3, [PartitionErrorRow(
+        OFFSETS_TOPIC, 0, int(ErrorCode.KAFKA_STORAGE_ERROR))]), sender=c.shard.name)
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "the refusal taken")
+    wait_for(lambda: _last_word(node, groups, "CoordinatorPartitions") == ([], [0]),
+             "the group coordinator resigned with the refusal")
+    assert f"{OFFSETS_TOPIC}-0" not in node.ask(c.manager, GetStats())["leading"]
+    hold.set()
+    wait_for(lambda: _stats(node, c.shard)["replication"].get("restores") == 1, "restored")
+    wait_for(lambda: node.ask(c.manager, GetStats())["restoring"] == 0, "RolesRestored")
+    wait_for(lambda: _last_word(node, groups, "CoordinatorPartitions") == ([(0, 5)], []),
+             "the group coordinator elected again")
+    assert f"{OFFSETS_TOPIC}-0" in node.ask(c.manager, GetStats())["leading"]
+    assert _stats(node, c.shard)["leaders"] == ["__consumer_offsets-0", "c-0"]
+
+
+def test_a_failed_delete_fails_only_its_own_partition(node: Node, tmp_path: Path) -> None:
+    """StopReplica deletes c-0 and f-0, both on the one shard; c-0's delete fails (a
+    non-empty directory stands where its log is renamed aside): only c-0 is answered
+    KAFKA_STORAGE_ERROR. f-0 was deleted: answered failed, the controller would hold its
+    replica deletion-ineligible until this broker registers again."""
+    c = _cluster(node, tmp_path, [1, 2])
+    in_the_way = tmp_path / f"c-0.{os.getpid()}-delete"
+    in_the_way.mkdir()
+    (in_the_way / "x").write_bytes(b"not empty")
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, True),
+                                               StopReplicaPartition("f", 0, 7, True)]),
+              sender=c.controller.name)
+    [response] = wait_for(lambda: _got(node, c.controller, "StopReplicaResponse"),
+                          "the StopReplica answer")
+    assert response[1] == NONE
+    assert {tuple(r) for r in response[2]} == {
+        ("c", 0, int(ErrorCode.KAFKA_STORAGE_ERROR)), ("f", 0, NONE)}
+    assert not (tmp_path / "f-0").exists(), "f-0 was not deleted"
+    assert (tmp_path / "c-0").is_dir()

@@ -132,42 +132,36 @@ def _got(node: Node, recorder: Any, kind: str) -> list[Any]:
     return [fields for name, fields in node.ask(recorder, GetStats()) if name == kind]
 
 
-def _crash_on_flush(monkeypatch: pytest.MonkeyPatch,
-                    hold: threading.Event | None = None) -> dict[str, bool]:
-    """PartitionShard's Flush handler raises once when armed (before the shard is spawned:
-    handlers are bound when an actor is made); with ``hold``, it first waits for it to be
-    set (what is sent to the shard meanwhile waits in its mailbox)."""
+def _crash_once(monkeypatch: pytest.MonkeyPatch, handler: str, message: type,
+                hold: threading.Event | None = None) -> dict[str, bool]:
+    """PartitionShard's ``handler`` (of ``message``) raises once when armed, before it does
+    anything (patched before the shard is spawned: handlers are bound when an actor is
+    made); with ``hold``, it first waits for it to be set (what is sent to the shard
+    meanwhile waits in its mailbox)."""
     armed = {"crash": False}
-    real = PartitionShard.on_flush
+    real = getattr(PartitionShard, handler)
 
-    def on_flush(self: PartitionShard, msg: Flush) -> int:
+    def patched(self: PartitionShard, msg: Any) -> Any:
         if armed["crash"]:
             armed["crash"] = False
             if hold is not None:
                 assert hold.wait(10), "the test never let the crash go"
-            raise RuntimeError("a Flush handler that fails once")
+            raise RuntimeError(f"a {message.__name__} handler that fails once")
         return real(self, msg)
 
-    on_flush.__actorlog_handles__ = (Flush,)  # type: ignore[attr-defined]
-    monkeypatch.setattr(PartitionShard, "on_flush", on_flush)
+    patched.__actorlog_handles__ = (message,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(PartitionShard, handler, patched)
     return armed
+
+
+def _crash_on_flush(monkeypatch: pytest.MonkeyPatch,
+                    hold: threading.Event | None = None) -> dict[str, bool]:
+    return _crash_once(monkeypatch, "on_flush", Flush, hold)
 
 
 def _crash_on_become(monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
-    """PartitionShard's BecomeLeaderOrFollower handler raises once when armed, before it
-    applies anything: the role it carried dies with the crash."""
-    armed = {"crash": False}
-    real = PartitionShard.on_become_leader_or_follower
-
-    def on_become(self: PartitionShard, msg: BecomeLeaderOrFollower) -> None:
-        if armed["crash"]:
-            armed["crash"] = False
-            raise RuntimeError("a BecomeLeaderOrFollower handler that fails once")
-        real(self, msg)
-
-    on_become.__actorlog_handles__ = (BecomeLeaderOrFollower,)  # type: ignore[attr-defined]
-    monkeypatch.setattr(PartitionShard, "on_become_leader_or_follower", on_become)
-    return armed
+    """The role a BecomeLeaderOrFollower carried dies with the crash."""
+    return _crash_once(monkeypatch, "on_become_leader_or_follower", BecomeLeaderOrFollower)
 
 
 def _snapshot(log_dir: LogDir) -> LogDir:
@@ -474,17 +468,7 @@ def test_a_delete_whose_application_died_with_the_crash_is_done_after_the_restor
     ReplicaManager sends the drop again after the restore; its answer settles the
     StopReplica: c-0's directory is gone and the controller is answered NONE (a failure
     would leave the topic's deletion stuck until the broker registers again)."""
-    armed = {"crash": False}
-    real = PartitionShard.on_drop
-
-    def on_drop(self: PartitionShard, msg: DropPartitions) -> None:
-        if armed["crash"]:
-            armed["crash"] = False
-            raise RuntimeError("a DropPartitions handler that fails once")
-        real(self, msg)
-
-    on_drop.__actorlog_handles__ = (DropPartitions,)  # type: ignore[attr-defined]
-    monkeypatch.setattr(PartitionShard, "on_drop", on_drop)
+    armed = _crash_once(monkeypatch, "on_drop", DropPartitions)
     c = _cluster(node, tmp_path, [1, 2])
     assert (tmp_path / "c-0").is_dir()
     armed["crash"] = True

@@ -288,11 +288,21 @@ def test_offsets_topic_replication_factor_is_capped_to_the_live_brokers(
     cluster = cluster_factory(2, config={"offsets.topic.replication.factor": 3,
                                          "offsets.topic.num.partitions": 4})
     offsets_topic_made_by_a_group(cluster, "capped", 4)
-    parts = [p for (t, _), p in cluster.view(2).partitions.items() if t == "__consumer_offsets"]
-    assert parts and all(len(p.replicas) == 2 for p in parts)  # 3 wanted, 2 brokers live
+    parts = offsets_partitions_seen(cluster, 2, 4)
+    assert all(len(p.replicas) == 2 for p in parts)  # 3 wanted, 2 brokers live
 
     small = cluster_factory(3, config={"offsets.topic.replication.factor": 1,
                                        "offsets.topic.num.partitions": 3})
     offsets_topic_made_by_a_group(small, "single", 3)
-    parts = [p for (t, _), p in small.view(3).partitions.items() if t == "__consumer_offsets"]
-    assert parts and all(len(p.replicas) == 1 for p in parts)
+    parts = offsets_partitions_seen(small, 3, 3)
+    assert all(len(p.replicas) == 1 for p in parts)
+
+
+def offsets_partitions_seen(cluster: Cluster, via: int, partitions: int) -> list[Any]:
+    """__consumer_offsets' partitions as node ``via`` tells them, once it knows all of them
+    (node 1 saw them first: the metadata reaches each node, and each of its processes, in
+    its own time)."""
+    return wait_for(f"node {via} to know the {partitions} partitions of __consumer_offsets",
+                    lambda: (lambda parts: parts if len(parts) == partitions else None)(
+                        [p for (t, _), p in cluster.view(via).partitions.items()
+                         if t == "__consumer_offsets"]), timeout_s=30)

@@ -27,7 +27,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
-from actors.runtime.scheduling import set_thread_policy
+from actors.runtime.scheduling import apply_to_worker_loop
 from actors.topology import Topology, broker_node_name
 from wire.admin_messages import (
     CleanableLogRow,
@@ -115,10 +115,6 @@ NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 MARKER_ACKS_TIMEOUT_MS = 3000
 
 
-# actor.threads.scheduling refusals already logged by this process
-_POLICY_REFUSALS: set[str] = set()
-
-
 @dataclass(slots=True)
 class Hosted:
     """A partition a shard hosts, as kept across a crash restart (``setup`` rebuilds the
@@ -167,21 +163,9 @@ class PartitionShard(Actor):
         self.dropped: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------- lifecycle
-    def _schedule_thread(self) -> None:
-        """``actor.threads.scheduling`` for the thread running this shard (a refusal is
-        said once a process: the loop runs on, under the policy it had)."""
-        name = str(self.config["actor.threads.scheduling"])
-        if name == "normal":
-            return  # the thread keeps what it has (an operator's `chrt` included)
-        why = set_thread_policy(name)
-        if why is not None and why not in _POLICY_REFUSALS:
-            _POLICY_REFUSALS.add(why)
-            self.log.warning("actor.threads.scheduling = {}: {}; the worker loop keeps its "
-                             "policy", name, why)
-
     def setup(self) -> None:
         # This runs in the worker loop's thread (a guest shard: its host's): its policy
-        self._schedule_thread()
+        apply_to_worker_loop(str(self.config["actor.threads.scheduling"]), self.log.warning)
         # Group commit: logs with batches staged this turn, and the Append answers
         # that wait for them (sender, message, rows, acks=-1 waits), sent at turn end.
         self.staged: dict[tuple[str, int], PartitionState] = {}

@@ -306,8 +306,19 @@ class ReplicaManager(Actor):
         return state is not None and state.leader_epoch <= row.leader_epoch
 
     def _after_leader_and_isr(self, entry: _Pending) -> None:
-        applied = [r for r in entry.became if entry.rows.get((r.topic, r.partition)) == NONE
-                   and self._current(r)]
+        self._roles_applied([r for r in entry.became
+                             if entry.rows.get((r.topic, r.partition)) == NONE])
+        # refused while their last role, and given none since (a StopReplica accepted
+        # since forgot them too: the first to settle undoes, the other finds nothing)
+        dark = [tp for tp in entry.dark if tp not in self.states]
+        if dark:
+            self._no_role(dark)
+
+    def _roles_applied(self, rows: list[ReplicaStateRow]) -> None:
+        """Roles the shards hold now (a LeaderAndIsr applied, the metadata's move, a
+        restore's role kept again): each still the partition's last role is recorded, the
+        coordinators of offsets and transaction-state partitions follow, and the fetchers."""
+        applied = [r for r in rows if self._current(r)]
         elected: list[CoordinatorPartitionRow] = []
         resigned: list[int] = []
         txn_elected: list[TxnPartitionRow] = []
@@ -335,11 +346,6 @@ class ReplicaManager(Actor):
         self._coordinators(elected, resigned)
         self._txn_coordinators(txn_elected, txn_resigned)
         self._fetchers(follow, lead)
-        # refused while their last role, and given none since (a StopReplica accepted
-        # since forgot them too: the first to settle undoes, the other finds nothing)
-        dark = [tp for tp in entry.dark if tp not in self.states]
-        if dark:
-            self._no_role(dark)
 
     def _no_role(self, tps: list[TopicPartition]) -> None:
         """``tps`` have no role on their shards any more (stopped, or dark: the shard could
@@ -513,9 +519,7 @@ class ReplicaManager(Actor):
         req_id = next(self.req_ids)  # not pending: nobody waits for the shards' answers
         for shard, shard_rows in by_shard.items():
             self.tell(shard, BecomeLeaderOrFollower(req_id, shard_rows))
-        self._after_leader_and_isr(_Pending(self.address, "lai",
-                                            {(r.topic, r.partition): NONE for r in rows},
-                                            became=rows))
+        self._roles_applied(rows)
 
     # ------------------------------------------------------------ waiting for topics
     @handles(AwaitTopics)
@@ -922,9 +926,7 @@ class ReplicaManager(Actor):
             # as an applied LeaderAndIsr row (the refusal undid its role): roles, an
             # offsets or transaction-state partition led here elects its coordinator,
             # fetchers
-            self._after_leader_and_isr(_Pending(
-                self.address, "lai", {(r.topic, r.partition): NONE for r in back},
-                became=back))
+            self._roles_applied(back)
 
     def _restored(self, tp: TopicPartition, role: ReplicaStateRow) -> RestoredRoleRow:
         """``role`` with what the controller said of it since: the topic's configs (the

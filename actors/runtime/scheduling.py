@@ -13,8 +13,22 @@ an idle core a wake-up runs at once either way.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 _POLICY_NAMES = {"normal": "SCHED_OTHER", "batch": "SCHED_BATCH"}
+_REFUSALS_SAID: set[str] = set()  # refusals already logged by this process
+
+
+def apply_to_worker_loop(name: str, warn: Callable[[str], None]) -> None:
+    """``actor.threads.scheduling`` for the calling worker loop's thread: 'normal' leaves
+    it as it is (SCHED_OTHER, or what ``chrt`` gave the process); otherwise the policy,
+    and a refusal is passed to ``warn`` once a process (the loop runs on, as it was)."""
+    if name == "normal":
+        return
+    why = set_thread_policy(name)
+    if why is not None and why not in _REFUSALS_SAID:
+        _REFUSALS_SAID.add(why)
+        warn(f"actor.threads.scheduling = {name}: {why}; the worker loop keeps its policy")
 
 
 def set_thread_policy(name: str) -> str | None:

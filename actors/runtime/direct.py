@@ -9,7 +9,9 @@ stream socket from the gateway's loop of one process to the gateway of another
 
 On the stream each frame is ``[u16 receiver name length][u32 frame length][u32
 trace legs length][receiver name][frame][legs]``: the parts a gateway takes from
-ZeroMQ, handed to the same dispatch (frame limit, dead letters, tracing legs).
+ZeroMQ, handed to the same dispatch (frame limit, dead letters, tracing legs). A large
+frame is written without a copy (the kernel gathers head and frame) and read without
+one: into the place it is delivered from, a buffer the receiving side keeps.
 
 Sending never blocks the loop. What the socket does not take at once waits in the
 link, in order, and is written when the socket is writable again; but no more than
@@ -45,14 +47,23 @@ if TYPE_CHECKING:
 HEAD = struct.Struct("<HII")
 HEAD_SIZE = HEAD.size
 RECONNECT_MS = 100
-READ_BYTES = 64 * 1024  # under malloc's mmap threshold: a read allocates from the heap
-# reads of one stream per turn of the loop (2 MiB): it drains a busy link without keeping
-# the loop's other descriptors waiting for long
+READ_BYTES = 64 * 1024  # what a read asks for (but the rest of a frame it cut: that)
+# An inbound stream is read into a buffer of this size that it keeps (warm memory, no
+# allocation a read); a frame a read cuts is read whole behind its start, never gathered
+# by copies. Four produce frames of 64 KiB batches; a larger frame gets its own.
+BUFFER_BYTES = 256 * 1024
+# reads of one stream per turn of the loop, and the bytes (2 MiB): it drains a busy link
+# without keeping the loop's other descriptors waiting for long
 READS_PER_TURN = 32
+TURN_BYTES = 2 * 1024 * 1024
 FRAMES_PER_TURN = 256  # and no more reads once this many frames were delivered in a turn
 #                        (the gateway's ZeroMQ side takes 256 messages a turn, too)
 SEND_BUFFER_BYTES = 4 * 1024 * 1024  # the kernel caps it at net.core.wmem_max
 SEND_PARTS = 64  # buffers per sendmsg when a backlog is written
+# A frame this large is sent as parts gathered by the kernel (sendmsg), not copied behind
+# its head first; a smaller one is put together (a copy of a few KiB costs less than
+# sendmsg's list of buffers)
+GATHER_BYTES = 16 * 1024
 # Bytes a link keeps for a peer that does not take them (stopped, hung, restarting). A
 # live peer reads up to 2 MiB a turn and leaves far less waiting; a stalled one holds what
 # the clients have in flight towards it (5 requests of up to 1 MiB per producer
@@ -107,8 +118,8 @@ class DirectLink:
     def send(self, target: bytes, frame: bytes, legs: bytes | None) -> None:
         """Write the frame, or queue what the socket does not take; drop it (dead
         letters) if the backlog would pass its cap. Never raises into the sender's loop."""
-        data = pack(target, frame, legs)
         if self.pending or self.sock is None:
+            data = pack(target, frame, legs)
             size = len(data)
             # A frame alone over the cap still goes when nothing waits:
             # actor.max.frame.bytes (16 MiB by default, but up to 2 GiB allowed) bounds
@@ -124,18 +135,41 @@ class DirectLink:
             if self.sock is None:
                 self.connect()
             return
+        if len(frame) < GATHER_BYTES:  # small: one copy costs less than a gathered send
+            data = pack(target, frame, legs)
+            size = len(data)
+            try:
+                sent = self.sock.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                self.pending.append(data)  # never written: it goes once the peer is back
+                self.pending_bytes += size
+                self._gone(exc)
+                return
+            if sent < size:
+                self.pending.append(memoryview(data)[sent:] if sent else data)
+                self.pending_bytes += size - sent
+                self._watch()
+            return
+        # A large frame (a produce batch) is not copied behind its head: the kernel
+        # gathers the parts. Only what the socket does not take is put together, to wait.
+        head = HEAD.pack(len(target), len(frame), 0 if legs is None else len(legs)) + target
+        parts = [head, frame] if legs is None else [head, frame, legs]
+        size = len(head) + len(frame) + (0 if legs is None else len(legs))
         try:
-            sent = self.sock.send(data)
+            sent = self.sock.sendmsg(parts)
         except BlockingIOError:
             sent = 0
         except OSError as exc:
-            self.pending.append(data)  # never written: it goes once the peer is back
-            self.pending_bytes += len(data)
+            self.pending.append(b"".join(parts))  # never written: it goes once back
+            self.pending_bytes += size
             self._gone(exc)
             return
-        if sent < len(data):
+        if sent < size:
+            data = b"".join(parts)
             self.pending.append(memoryview(data)[sent:] if sent else data)
-            self.pending_bytes += len(data) - sent
+            self.pending_bytes += size - sent
             self._watch()
 
     def _drop(self, target: bytes, frame: bytes) -> None:
@@ -292,75 +326,146 @@ class DirectLink:
 
 
 class DirectInbound:
-    """One accepted stream: reads it and hands each whole frame to ``deliver``."""
+    """One accepted stream: reads it and hands each whole frame to ``deliver``.
+
+    The stream is read into one buffer of ``BUFFER_BYTES`` that the inbound keeps (warm
+    memory, no allocation a read), and each whole frame in it is handed over as a
+    memoryview of it, not a copy: ``deliver(target, frame, legs)`` must be done with
+    ``frame`` when it returns (the gateway decodes it, or ZeroMQ copies it onwards), as
+    the next read writes over it. ``target`` and ``legs`` are bytes of their own. A frame
+    larger than the buffer is read into a bytearray of its own size, straight after the
+    part the buffer held (its view is then the frame's alone)."""
 
     def __init__(self, sock: socket.socket, owner: Actor,
-                 deliver: Callable[[bytes, bytes, bytes | None], None],
+                 deliver: Callable[[bytes, bytes | memoryview, bytes | None], None],
                  on_closed: Callable[[DirectInbound], None]) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         self.owner = owner
         self.deliver = deliver
         self.on_closed = on_closed
-        self.buf = bytearray()  # the start of a frame the last read cut
-        self.need = 0  # bytes ``buf`` must hold before it is parsed (its frame whole)
+        self.buf = bytearray(BUFFER_BYTES)
+        self.view = memoryview(self.buf)
+        self.start = 0  # buf[start:end]: read, not yet delivered (the start of a frame)
+        self.end = 0
+        self.need = 0  # bytes the frame at ``start`` still lacks (0: its head too)
+        self.big: bytearray | None = None  # a frame larger than buf, filled in place
+        self.have = 0  # bytes of ``big`` read so far
         owner.watch_fd(self.fd, self.on_readable, _POLLIN)
 
-    def on_readable(self, _mask: int) -> None:
-        """Read what the stream holds, up to ``READS_PER_TURN`` reads, and deliver every
-        whole frame. One read a turn was too little: a produce frame is larger than a
-        read, so each took two turns of the loop, and the small answers queued behind
-        them on the same stream waited milliseconds."""
-        delivered = 0
-        for _ in range(READS_PER_TURN):
-            try:
-                data = self.sock.recv(READ_BYTES)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                self.close()
-                return
-            delivered += self._take(data)
-            if len(data) < READ_BYTES or self.fd < 0:
-                return  # the stream is drained (or a delivery closed it)
-            if delivered >= FRAMES_PER_TURN:
-                return  # many small frames: their handlers run this turn; the loop's turn
+    @property
+    def holding(self) -> int:
+        """Bytes read that wait for the rest of their frame."""
+        return self.have if self.big is not None else self.end - self.start
 
-    def _take(self, data: bytes) -> int:
-        """Deliver the whole frames ``data`` completes; keep the rest. How many were."""
-        if self.buf:  # the rest of a frame the last read ended in
-            self.buf += data
-            if len(self.buf) < self.need:
-                return 0  # a large frame: gather it whole before one copy and parse
-            data = bytes(self.buf)
-        at = 0
-        end = len(data)
+    def on_readable(self, _mask: int) -> None:
+        """Read what the stream holds, up to ``READS_PER_TURN`` reads and ``TURN_BYTES``,
+        and deliver every whole frame. One read a turn was too little: a produce frame is
+        larger than a read, so each took two turns of the loop, and the small answers
+        queued behind them on the same stream waited milliseconds."""
+        delivered = 0
+        taken = 0
+        sock = self.sock
+        for _ in range(READS_PER_TURN):
+            big = self.big
+            if big is not None:  # the rest of a large frame, straight into its place
+                ask = min(len(big) - self.have, BUFFER_BYTES)
+                try:
+                    n = sock.recv_into(memoryview(big)[self.have:], ask)
+                except BlockingIOError:
+                    return
+                except OSError:
+                    n = 0
+                if not n:
+                    self.close()
+                    return
+                self.have += n
+                if self.have == len(big):
+                    self.big = None
+                    self.have = 0
+                    self._deliver_one(memoryview(big))
+                    delivered += 1
+            else:
+                end = self.end
+                # the rest of a frame the last read cut, in one read (a produce frame is
+                # a little larger than READ_BYTES); else what a read takes
+                want = max(READ_BYTES, self.need)
+                if len(self.buf) - end < want and self.start:
+                    self._compact()  # the frame the buffer ends in goes to its front
+                    end = self.end
+                ask = min(len(self.buf) - end, want)
+                try:
+                    n = sock.recv_into(self.view[end:], ask)
+                except BlockingIOError:
+                    return
+                except OSError:
+                    n = 0
+                if not n:
+                    self.close()
+                    return
+                self.end = end + n
+                delivered += self._take()
+            taken += n
+            if n < ask or self.fd < 0:
+                return  # the stream is drained (or a delivery closed it)
+            if delivered >= FRAMES_PER_TURN or taken >= TURN_BYTES:
+                return  # the loop's turn: the rest on the next (the socket stays readable)
+
+    def _deliver_one(self, view: memoryview) -> None:
+        """The one frame ``view`` holds (a frame larger than the buffer)."""
+        t_len, f_len, l_len = HEAD.unpack_from(view, 0)
+        f_at = HEAD_SIZE + t_len
+        l_at = f_at + f_len
+        self.deliver(bytes(view[HEAD_SIZE:f_at]), view[f_at:l_at],
+                     bytes(view[l_at:l_at + l_len]) if l_len else None)
+
+    def _take(self) -> int:
+        """Deliver the whole frames ``buf[start:end]`` holds; keep the rest. How many were."""
+        view = self.view
+        at = self.start
+        end = self.end
         deliver = self.deliver
         unpack = HEAD.unpack_from
         count = 0
+        need = 0
         while end - at >= HEAD_SIZE:
-            t_len, f_len, l_len = unpack(data, at)
+            t_len, f_len, l_len = unpack(view, at)
             start = at + HEAD_SIZE
             stop = start + t_len + f_len + l_len
             if stop > end:
+                if stop - at > len(self.buf):  # larger than buf: a buffer of its own
+                    self.big = bytearray(stop - at)
+                    self.have = end - at
+                    self.big[:self.have] = view[at:end]
+                    at = end
+                else:
+                    need = stop - end
                 break
             f_at = start + t_len
             l_at = f_at + f_len
-            deliver(data[start:f_at], data[f_at:l_at], data[l_at:stop] if l_len else None)
+            deliver(bytes(view[start:f_at]), view[f_at:l_at],
+                    bytes(view[l_at:stop]) if l_len else None)
             at = stop
             count += 1
-        if at < end:
-            self.buf = bytearray(data[at:])
-            if end - at >= HEAD_SIZE:
-                t_len, f_len, l_len = unpack(data, at)
-                self.need = HEAD_SIZE + t_len + f_len + l_len
-            else:
-                self.need = HEAD_SIZE
-        elif self.buf:
-            self.buf = bytearray()
+            if self.fd < 0:  # a delivery closed the stream
+                break
+        self.need = need
+        if at == end:
+            self.start = self.end = 0
+        else:
+            self.start = at
         return count
+
+    def _compact(self) -> None:
+        """Move what waits for the rest of its frame (``buf[start:end]``) to the front of
+        the buffer, the rest of the frame to be read behind it."""
+        start, end = self.start, self.end
+        size = end - start
+        # a bytearray's slice assignment copies with memcpy: overlapping parts go through
+        # a copy of their own
+        self.buf[:size] = self.view[start:end] if size <= start else bytes(self.view[start:end])
+        self.start = 0
+        self.end = size
 
     def close(self) -> None:
         if self.fd < 0:

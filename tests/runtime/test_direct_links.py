@@ -134,7 +134,7 @@ def test_frames_cut_anywhere_by_the_stream_are_delivered_whole_and_once() -> Non
     left, right = socket.socketpair()
     right.setblocking(False)
     owner = _Owner()
-    inbound = DirectInbound(right, owner, lambda t, f, legs: got.append((t, f, legs)),  # type: ignore[arg-type]
+    inbound = DirectInbound(right, owner, lambda t, f, legs: got.append((t, bytes(f), legs)),  # type: ignore[arg-type]
                             lambda _i: None)
     def write() -> None:  # the stream in random pieces, as a peer's writes arrive
         at = 0
@@ -152,7 +152,7 @@ def test_frames_cut_anywhere_by_the_stream_are_delivered_whole_and_once() -> Non
                 inbound.on_readable(0)
         writer.join(5)
         assert got == [(t, f, legs) for t, f, legs in frames]
-        assert not inbound.buf
+        assert inbound.holding == 0
     finally:
         left.close()
         inbound.close()
@@ -160,15 +160,16 @@ def test_frames_cut_anywhere_by_the_stream_are_delivered_whole_and_once() -> Non
 
 
 class _CountingSock:
-    """A socket whose reads are counted per readiness (DirectInbound reads only recv)."""
+    """A socket whose reads are counted per readiness (DirectInbound reads only
+    recv_into)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.reads = 0
 
-    def recv(self, size: int) -> bytes:
+    def recv_into(self, buffer: memoryview, size: int) -> int:
         self.reads += 1
-        return self.sock.recv(size)
+        return self.sock.recv_into(buffer, size)
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -190,14 +191,14 @@ def test_one_readiness_takes_every_frame_the_stream_holds() -> None:
     left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
     right.setblocking(False)
     got: list[tuple[bytes, bytes, bytes | None]] = []
-    inbound = DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, f, legs)),  # type: ignore[arg-type]
+    inbound = DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, bytes(f), legs)),  # type: ignore[arg-type]
                             lambda _i: None)
     try:
         left.sendall(stream)
         assert select.select([right], [], [], 5.0)[0]
         inbound.on_readable(0)
         assert got == frames
-        assert not inbound.buf
+        assert inbound.holding == 0
     finally:
         left.close()
         inbound.close()
@@ -226,7 +227,7 @@ def test_a_stream_that_stays_busy_lets_the_loop_go_after_a_bounded_read(
     left.setblocking(True)
     counting = _CountingSock(right)
     got: list[tuple[bytes, bytes, bytes | None]] = []
-    inbound = DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, f, legs)),  # type: ignore[arg-type]
+    inbound = DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, bytes(f), legs)),  # type: ignore[arg-type]
                             lambda _i: None)
     inbound.sock = counting  # type: ignore[assignment]
     inbound.on_readable(0)
@@ -260,7 +261,7 @@ def test_many_small_frames_let_the_loop_go_after_a_turns_worth() -> None:
     writer.start()
     counting = _CountingSock(right)
     got: list[tuple[bytes, bytes, bytes | None]] = []
-    inbound = DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, f, legs)),  # type: ignore[arg-type]
+    inbound = DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, bytes(f), legs)),  # type: ignore[arg-type]
                             lambda _i: None)
     inbound.sock = counting  # type: ignore[assignment]
     try:
@@ -480,3 +481,129 @@ def test_a_frame_over_the_cap_alone_goes_when_nothing_waits(tmp_path: Path) -> N
     assert [last[1:] for last in owner.node.dead_letters.last] == [("sender@a", "checker@b")]
     link.close(linger_s=0)
     assert link.pending_bytes == 0 and not link.pending
+
+
+def _inbound_of(right: socket.socket, got: list[tuple[bytes, bytes, bytes | None]]
+                ) -> DirectInbound:
+    """An inbound whose deliveries are kept (the frame copied: its view is the read
+    buffer's, written over by the next read)."""
+    return DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, bytes(f), legs)),  # type: ignore[arg-type]
+                         lambda _i: None)
+
+
+def _boundaries(frames: list[tuple[bytes, bytes, bytes | None]]) -> list[int]:
+    """Offsets of a stream where a head, a name, a frame or legs starts or ends."""
+    marks = [0]
+    for t, f, legs in frames:
+        for part in (direct.HEAD_SIZE, len(t), len(f), len(legs or b"")):
+            marks.append(marks[-1] + part)
+    return sorted(set(marks))
+
+
+def test_frames_are_whole_with_the_stream_cut_at_and_around_every_boundary() -> None:
+    """Two reads with the stream cut at each boundary of each part of each frame, and a
+    byte before and after it: a frame of exactly READ_BYTES, one that fills the read buffer
+    exactly, one a byte over it (read into a buffer of its own), trace legs, small frames
+    in between. Delivered whole, in order, once, and nothing held after."""
+    rng = random.Random(21)
+    over = direct.BUFFER_BYTES - direct.HEAD_SIZE - 2  # with a 2-byte name: BUFFER_BYTES
+    frames = [(b"a", b"x", None),
+              (b"sh", rng.randbytes(direct.READ_BYTES), b"legs-1"),
+              (b"b", rng.randbytes(300), None),
+              (b"fb", rng.randbytes(over), None),  # fills the buffer exactly
+              (b"c", b"", b"L"),
+              (b"fo", rng.randbytes(over + 1), b"legs-2"),  # a byte over the buffer
+              (b"d", rng.randbytes(70_000), None)]
+    stream = b"".join(pack(t, f, legs) for t, f, legs in frames)
+    cuts = sorted({c + d for c in _boundaries(frames) for d in (-1, 0, 1)
+                   if 0 < c + d < len(stream)})
+    for cut in cuts:
+        left, right = socket.socketpair()
+        left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        right.setblocking(False)
+        got: list[tuple[bytes, bytes, bytes | None]] = []
+        inbound = _inbound_of(right, got)
+        try:
+            for piece in (stream[:cut], stream[cut:]):
+                writer = threading.Thread(target=left.sendall, args=(piece,), daemon=True)
+                writer.start()
+                deadline = time.monotonic() + 10
+                while writer.is_alive() or select.select([right], [], [], 0)[0]:
+                    assert time.monotonic() < deadline, f"cut at {cut}: stuck"
+                    if select.select([right], [], [], 0.05)[0]:
+                        inbound.on_readable(0)
+                writer.join()
+            assert got == frames, f"cut at {cut}"
+            assert inbound.holding == 0 and inbound.big is None
+        finally:
+            left.close()
+            inbound.close()
+
+
+def test_a_link_writes_large_frames_gathered_and_small_ones_whole_in_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames on both sides of GATHER_BYTES (a large one goes as head and frame gathered
+    by the kernel), some with trace legs, through a socket that takes little at once
+    (the rest waits, put together): the peer's inbound gets every one whole, in order,
+    and the backlog count is exact after every send."""
+    monkeypatch.setattr(direct, "SEND_BUFFER_BYTES", 8 * 1024)
+    path = tmp_path / "b.ux"
+    listener = direct.listen(path)
+    link = DirectLink("b", path, _LinkOwner())  # type: ignore[arg-type]
+    rng = random.Random(8)
+    sizes = [direct.GATHER_BYTES - 1, direct.GATHER_BYTES, 5, 70_000, 300_000, 40, 20_000]
+    frames = [(b"checker", rng.randbytes(sizes[i % len(sizes)]),
+               b"legs%d" % i if i % 3 == 0 else None) for i in range(60)]
+    got: list[tuple[bytes, bytes, bytes | None]] = []
+    try:
+        assert link.connect()
+        peer, _ = listener.accept()
+        peer.setblocking(False)
+        inbound = _inbound_of(peer, got)
+        for t, f, legs in frames:
+            link.send(t, f, legs)
+            assert link.pending_bytes == sum(len(p) for p in link.pending)
+            if select.select([peer], [], [], 0)[0]:
+                inbound.on_readable(0)
+            link.write_pending()
+        deadline = time.monotonic() + 30
+        while len(got) < len(frames):
+            assert time.monotonic() < deadline, f"{len(got)} of {len(frames)} frames"
+            link.write_pending()
+            if select.select([peer], [], [], 0.05)[0]:
+                inbound.on_readable(0)
+        assert got == frames
+        assert link.pending_bytes == 0 and not link.pending
+        inbound.close()
+    finally:
+        link.close(linger_s=0)
+        listener.close()
+
+
+def test_a_gathered_frame_to_a_peer_that_is_gone_waits_whole(tmp_path: Path) -> None:
+    """A large frame sent while nobody listens waits whole (put together), and reaches
+    the peer once it listens."""
+    path = tmp_path / "b.ux"
+    link = DirectLink("b", path, _LinkOwner())  # type: ignore[arg-type]
+    frame = random.Random(4).randbytes(3 * direct.GATHER_BYTES)
+    try:
+        link.send(b"checker", frame, b"legs")
+        assert link.sock is None and link.pending_bytes == len(pack(b"checker", frame, b"legs"))
+        listener = direct.listen(path)
+        link.next_try_ns = 0
+        assert link.connect()
+        peer, _ = listener.accept()
+        peer.setblocking(False)
+        got: list[tuple[bytes, bytes, bytes | None]] = []
+        inbound = _inbound_of(peer, got)
+        deadline = time.monotonic() + 10
+        while not got:
+            assert time.monotonic() < deadline
+            link.write_pending()
+            if select.select([peer], [], [], 0.05)[0]:
+                inbound.on_readable(0)
+        assert got == [(b"checker", frame, b"legs")]
+        inbound.close()
+        listener.close()
+    finally:
+        link.close(linger_s=0)

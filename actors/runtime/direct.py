@@ -10,8 +10,8 @@ stream socket from the gateway's loop of one process to the gateway of another
 On the stream each frame is ``[u16 receiver name length][u32 frame length][u32
 trace legs length][receiver name][frame][legs]``: the parts a gateway takes from
 ZeroMQ, handed to the same dispatch (frame limit, dead letters, tracing legs). A large
-frame is written without a copy (the kernel gathers head and frame) and read without
-one: into the place it is delivered from, a buffer the receiving side keeps.
+frame is written without a copy (the kernel gathers head and frame), and a frame a read
+cuts is read into a buffer of its own size, not gathered by copies.
 
 Sending never blocks the loop. What the socket does not take at once waits in the
 link, in order, and is written when the socket is writable again; but no more than
@@ -47,11 +47,7 @@ if TYPE_CHECKING:
 HEAD = struct.Struct("<HII")
 HEAD_SIZE = HEAD.size
 RECONNECT_MS = 100
-READ_BYTES = 64 * 1024  # what a read asks for (but the rest of a frame it cut: that)
-# An inbound stream is read into a buffer of this size that it keeps (warm memory, no
-# allocation a read); a frame a read cuts is read whole behind its start, never gathered
-# by copies. Four produce frames of 64 KiB batches; a larger frame gets its own.
-BUFFER_BYTES = 256 * 1024
+READ_BYTES = 64 * 1024  # under malloc's mmap threshold: a read allocates from the heap
 # reads of one stream per turn of the loop, and the bytes (2 MiB): it drains a busy link
 # without keeping the loop's other descriptors waiting for long
 READS_PER_TURN = 32
@@ -328,13 +324,11 @@ class DirectLink:
 class DirectInbound:
     """One accepted stream: reads it and hands each whole frame to ``deliver``.
 
-    The stream is read into one buffer of ``BUFFER_BYTES`` that the inbound keeps (warm
-    memory, no allocation a read), and each whole frame in it is handed over as a
-    memoryview of it, not a copy: ``deliver(target, frame, legs)`` must be done with
-    ``frame`` when it returns (the gateway decodes it, or ZeroMQ copies it onwards), as
-    the next read writes over it. ``target`` and ``legs`` are bytes of their own. A frame
-    larger than the buffer is read into a bytearray of its own size, straight after the
-    part the buffer held (its view is then the frame's alone)."""
+    A frame a read cuts is not gathered by copies: once its head is read it gets a
+    bytearray of its own size, the part read is put in it and the rest of the stream's
+    bytes of that frame are read straight into their place. A large frame is handed
+    over as a memoryview of the bytes it was read into (never a buffer read into again:
+    ``deliver`` may keep it), a small one as bytes."""
 
     def __init__(self, sock: socket.socket, owner: Actor,
                  deliver: Callable[[bytes, bytes | memoryview, bytes | None], None],
@@ -344,19 +338,16 @@ class DirectInbound:
         self.owner = owner
         self.deliver = deliver
         self.on_closed = on_closed
-        self.buf = bytearray(BUFFER_BYTES)
-        self.view = memoryview(self.buf)
-        self.start = 0  # buf[start:end]: read, not yet delivered (the start of a frame)
-        self.end = 0
-        self.need = 0  # bytes the frame at ``start`` still lacks (0: its head too)
-        self.big: bytearray | None = None  # a frame larger than buf, filled in place
+        self.carry = b""  # the start of a frame head the last read cut
+        self.big: bytearray | None = None  # a frame the last read cut, filled in place
         self.have = 0  # bytes of ``big`` read so far
+        self.spare = bytearray(READ_BYTES)  # what a read of the rest of ``big`` takes after it
         owner.watch_fd(self.fd, self.on_readable, _POLLIN)
 
     @property
     def holding(self) -> int:
         """Bytes read that wait for the rest of their frame."""
-        return self.have if self.big is not None else self.end - self.start
+        return self.have if self.big is not None else len(self.carry)
 
     def on_readable(self, _mask: int) -> None:
         """Read what the stream holds, up to ``READS_PER_TURN`` reads and ``TURN_BYTES``,
@@ -368,10 +359,13 @@ class DirectInbound:
         sock = self.sock
         for _ in range(READS_PER_TURN):
             big = self.big
-            if big is not None:  # the rest of a large frame, straight into its place
-                ask = min(len(big) - self.have, BUFFER_BYTES)
+            if big is not None:  # the rest of a frame, straight into its place
+                rest = len(big) - self.have
+                # and what follows it in the stream into ``spare``, in the same read: else
+                # the read after a cut frame would most often find the stream empty
+                ask = rest + READ_BYTES
                 try:
-                    n = sock.recv_into(memoryview(big)[self.have:], ask)
+                    n = sock.recvmsg_into([memoryview(big)[self.have:], self.spare])[0]
                 except BlockingIOError:
                     return
                 except OSError:
@@ -379,93 +373,82 @@ class DirectInbound:
                 if not n:
                     self.close()
                     return
-                self.have += n
-                if self.have == len(big):
+                if n < rest:
+                    self.have += n
+                else:
                     self.big = None
                     self.have = 0
-                    self._deliver_one(memoryview(big))
+                    self._deliver_one(big)
                     delivered += 1
+                    if n > rest and self.fd >= 0:
+                        delivered += self._take(bytes(self.spare[:n - rest]))
             else:
-                end = self.end
-                # the rest of a frame the last read cut, in one read (a produce frame is
-                # a little larger than READ_BYTES); else what a read takes
-                want = max(READ_BYTES, self.need)
-                if len(self.buf) - end < want and self.start:
-                    self._compact()  # the frame the buffer ends in goes to its front
-                    end = self.end
-                ask = min(len(self.buf) - end, want)
+                ask = READ_BYTES
                 try:
-                    n = sock.recv_into(self.view[end:], ask)
+                    data = sock.recv(READ_BYTES)
                 except BlockingIOError:
                     return
                 except OSError:
-                    n = 0
-                if not n:
+                    data = b""
+                if not data:
                     self.close()
                     return
-                self.end = end + n
-                delivered += self._take()
+                n = len(data)
+                if self.carry:  # a head cut short (a few bytes): put together
+                    data = self.carry + data
+                    self.carry = b""
+                delivered += self._take(data)
             taken += n
             if n < ask or self.fd < 0:
                 return  # the stream is drained (or a delivery closed it)
             if delivered >= FRAMES_PER_TURN or taken >= TURN_BYTES:
                 return  # the loop's turn: the rest on the next (the socket stays readable)
 
-    def _deliver_one(self, view: memoryview) -> None:
-        """The one frame ``view`` holds (a frame larger than the buffer)."""
-        t_len, f_len, l_len = HEAD.unpack_from(view, 0)
+    def _deliver_one(self, big: bytearray) -> None:
+        """The frame ``big`` holds, whole."""
+        t_len, f_len, l_len = HEAD.unpack_from(big, 0)
         f_at = HEAD_SIZE + t_len
         l_at = f_at + f_len
-        self.deliver(bytes(view[HEAD_SIZE:f_at]), view[f_at:l_at],
-                     bytes(view[l_at:l_at + l_len]) if l_len else None)
+        self.deliver(bytes(big[HEAD_SIZE:f_at]),
+                     memoryview(big)[f_at:l_at] if f_len >= GATHER_BYTES else bytes(big[f_at:l_at]),
+                     bytes(big[l_at:l_at + l_len]) if l_len else None)
 
-    def _take(self) -> int:
-        """Deliver the whole frames ``buf[start:end]`` holds; keep the rest. How many were."""
-        view = self.view
-        at = self.start
-        end = self.end
+    def _take(self, data: bytes) -> int:
+        """Deliver the whole frames ``data`` holds; keep the start of the one it cuts.
+        How many were delivered."""
+        at = 0
+        end = len(data)
         deliver = self.deliver
         unpack = HEAD.unpack_from
         count = 0
-        need = 0
+        view: memoryview | None = None
         while end - at >= HEAD_SIZE:
-            t_len, f_len, l_len = unpack(view, at)
+            t_len, f_len, l_len = unpack(data, at)
             start = at + HEAD_SIZE
             stop = start + t_len + f_len + l_len
-            if stop > end:
-                if stop - at > len(self.buf):  # larger than buf: a buffer of its own
-                    self.big = bytearray(stop - at)
-                    self.have = end - at
-                    self.big[:self.have] = view[at:end]
-                    at = end
-                else:
-                    need = stop - end
-                break
+            if stop > end:  # cut: the frame gets a buffer of its own, the rest read into it
+                big = self.big = bytearray(stop - at)
+                if view is None:
+                    view = memoryview(data)
+                big[:end - at] = view[at:end]
+                self.have = end - at
+                return count
             f_at = start + t_len
             l_at = f_at + f_len
-            deliver(bytes(view[start:f_at]), view[f_at:l_at],
-                    bytes(view[l_at:stop]) if l_len else None)
+            if f_len < GATHER_BYTES:
+                frame: bytes | memoryview = data[f_at:l_at]
+            else:  # a large frame: a view of the read's bytes, not a copy
+                if view is None:
+                    view = memoryview(data)
+                frame = view[f_at:l_at]
+            deliver(data[start:f_at], frame, data[l_at:stop] if l_len else None)
             at = stop
             count += 1
             if self.fd < 0:  # a delivery closed the stream
-                break
-        self.need = need
-        if at == end:
-            self.start = self.end = 0
-        else:
-            self.start = at
+                return count
+        if at < end:
+            self.carry = data[at:]
         return count
-
-    def _compact(self) -> None:
-        """Move what waits for the rest of its frame (``buf[start:end]``) to the front of
-        the buffer, the rest of the frame to be read behind it."""
-        start, end = self.start, self.end
-        size = end - start
-        # a bytearray's slice assignment copies with memcpy: overlapping parts go through
-        # a copy of their own
-        self.buf[:size] = self.view[start:end] if size <= start else bytes(self.view[start:end])
-        self.start = 0
-        self.end = size
 
     def close(self) -> None:
         if self.fd < 0:

@@ -160,16 +160,19 @@ def test_frames_cut_anywhere_by_the_stream_are_delivered_whole_and_once() -> Non
 
 
 class _CountingSock:
-    """A socket whose reads are counted per readiness (DirectInbound reads only
-    recv_into)."""
+    """A socket whose reads are counted per readiness."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.reads = 0
 
-    def recv_into(self, buffer: memoryview, size: int) -> int:
+    def recv(self, size: int) -> bytes:
         self.reads += 1
-        return self.sock.recv_into(buffer, size)
+        return self.sock.recv(size)
+
+    def recvmsg_into(self, buffers: list[memoryview | bytearray]) -> tuple[int, list, int, None]:
+        self.reads += 1
+        return self.sock.recvmsg_into(buffers)  # type: ignore[return-value]
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -485,8 +488,8 @@ def test_a_frame_over_the_cap_alone_goes_when_nothing_waits(tmp_path: Path) -> N
 
 def _inbound_of(right: socket.socket, got: list[tuple[bytes, bytes, bytes | None]]
                 ) -> DirectInbound:
-    """An inbound whose deliveries are kept (the frame copied: its view is the read
-    buffer's, written over by the next read)."""
+    """An inbound whose deliveries are kept (a large frame comes as a memoryview: kept as
+    bytes, to compare)."""
     return DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, bytes(f), legs)),  # type: ignore[arg-type]
                          lambda _i: None)
 
@@ -502,18 +505,21 @@ def _boundaries(frames: list[tuple[bytes, bytes, bytes | None]]) -> list[int]:
 
 def test_frames_are_whole_with_the_stream_cut_at_and_around_every_boundary() -> None:
     """Two reads with the stream cut at each boundary of each part of each frame, and a
-    byte before and after it: a frame of exactly READ_BYTES, one that fills the read buffer
-    exactly, one a byte over it (read into a buffer of its own), trace legs, small frames
-    in between. Delivered whole, in order, once, and nothing held after."""
+    byte before and after it: a frame of exactly READ_BYTES, one that is READ_BYTES on the
+    stream, one a byte over, frames on both sides of GATHER_BYTES (bytes, or a view),
+    trace legs, small frames in between. Delivered whole, in order, once, and nothing held
+    after."""
     rng = random.Random(21)
-    over = direct.BUFFER_BYTES - direct.HEAD_SIZE - 2  # with a 2-byte name: BUFFER_BYTES
+    read = direct.READ_BYTES - direct.HEAD_SIZE - 2  # with a 2-byte name: READ_BYTES
     frames = [(b"a", b"x", None),
               (b"sh", rng.randbytes(direct.READ_BYTES), b"legs-1"),
               (b"b", rng.randbytes(300), None),
-              (b"fb", rng.randbytes(over), None),  # fills the buffer exactly
+              (b"fb", rng.randbytes(read), None),  # READ_BYTES on the stream
               (b"c", b"", b"L"),
-              (b"fo", rng.randbytes(over + 1), b"legs-2"),  # a byte over the buffer
-              (b"d", rng.randbytes(70_000), None)]
+              (b"fo", rng.randbytes(read + 1), b"legs-2"),  # a byte over
+              (b"g", rng.randbytes(direct.GATHER_BYTES - 1), None),
+              (b"G", rng.randbytes(direct.GATHER_BYTES), None),
+              (b"d", rng.randbytes(300_000), None)]
     stream = b"".join(pack(t, f, legs) for t, f, legs in frames)
     cuts = sorted({c + d for c in _boundaries(frames) for d in (-1, 0, 1)
                    if 0 < c + d < len(stream)})

@@ -194,7 +194,7 @@ class Gateway(Actor):
 
     def _deliver_direct(self, target: bytes, frame: bytes | memoryview,
                         legs: bytes | None) -> None:
-        """A frame from a direct link: a view of the link's buffer, done with on return."""
+        """A frame from a direct link (a large one as a memoryview of what it was read into)."""
         legs_ns = 0
         if legs is not None:
             if self.node.tracer.enabled:
@@ -353,7 +353,7 @@ class Gateway(Actor):
                 return
             link = self.node._new_link(Address(self.node.name, name))
             self._fwd[name] = link
-        if type(frame) is memoryview:  # a direct link's buffer: its next read reuses it
+        if type(frame) is memoryview:  # a direct link's large frame, to a mailbox (rare)
             frame = bytes(frame)
         self.node._send_frame(link, Address(self.node.name, name), frame, waiter=self)
         if legs is not None:

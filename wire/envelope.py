@@ -157,7 +157,7 @@ def new_entry(type_id: int, trace_id: int, span_id: int, parent_span_id: int,
 
 
 def decode_frame(
-    data: bytes | memoryview, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    data: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
 ) -> tuple[str, str, str, list[Any]]:
     """(sender node, sender name, receiver name, entries) of a frame, or :class:`BadFrame`.
 

@@ -9,9 +9,7 @@ stream socket from the gateway's loop of one process to the gateway of another
 
 On the stream each frame is ``[u16 receiver name length][u32 frame length][u32
 trace legs length][receiver name][frame][legs]``: the parts a gateway takes from
-ZeroMQ, handed to the same dispatch (frame limit, dead letters, tracing legs). A large
-frame is written without a copy (the kernel gathers head and frame), and a frame a read
-cuts is read into a buffer of its own size, not gathered by copies.
+ZeroMQ, handed to the same dispatch (frame limit, dead letters, tracing legs).
 
 Sending never blocks the loop. What the socket does not take at once waits in the
 link, in order, and is written when the socket is writable again; but no more than
@@ -48,18 +46,13 @@ HEAD = struct.Struct("<HII")
 HEAD_SIZE = HEAD.size
 RECONNECT_MS = 100
 READ_BYTES = 64 * 1024  # under malloc's mmap threshold: a read allocates from the heap
-# reads of one stream per turn of the loop, and the bytes (2 MiB): it drains a busy link
-# without keeping the loop's other descriptors waiting for long
+# reads of one stream per turn of the loop (2 MiB): it drains a busy link without keeping
+# the loop's other descriptors waiting for long
 READS_PER_TURN = 32
-TURN_BYTES = 2 * 1024 * 1024
 FRAMES_PER_TURN = 256  # and no more reads once this many frames were delivered in a turn
 #                        (the gateway's ZeroMQ side takes 256 messages a turn, too)
 SEND_BUFFER_BYTES = 4 * 1024 * 1024  # the kernel caps it at net.core.wmem_max
 SEND_PARTS = 64  # buffers per sendmsg when a backlog is written
-# A frame this large is sent as parts gathered by the kernel (sendmsg), not copied behind
-# its head first; a smaller one is put together (a copy of a few KiB costs less than
-# sendmsg's list of buffers)
-GATHER_BYTES = 16 * 1024
 # Bytes a link keeps for a peer that does not take them (stopped, hung, restarting). A
 # live peer reads up to 2 MiB a turn and leaves far less waiting; a stalled one holds what
 # the clients have in flight towards it (5 requests of up to 1 MiB per producer
@@ -114,8 +107,8 @@ class DirectLink:
     def send(self, target: bytes, frame: bytes, legs: bytes | None) -> None:
         """Write the frame, or queue what the socket does not take; drop it (dead
         letters) if the backlog would pass its cap. Never raises into the sender's loop."""
+        data = pack(target, frame, legs)
         if self.pending or self.sock is None:
-            data = pack(target, frame, legs)
             size = len(data)
             # A frame alone over the cap still goes when nothing waits:
             # actor.max.frame.bytes (16 MiB by default, but up to 2 GiB allowed) bounds
@@ -131,41 +124,18 @@ class DirectLink:
             if self.sock is None:
                 self.connect()
             return
-        if len(frame) < GATHER_BYTES:  # small: one copy costs less than a gathered send
-            data = pack(target, frame, legs)
-            size = len(data)
-            try:
-                sent = self.sock.send(data)
-            except BlockingIOError:
-                sent = 0
-            except OSError as exc:
-                self.pending.append(data)  # never written: it goes once the peer is back
-                self.pending_bytes += size
-                self._gone(exc)
-                return
-            if sent < size:
-                self.pending.append(memoryview(data)[sent:] if sent else data)
-                self.pending_bytes += size - sent
-                self._watch()
-            return
-        # A large frame (a produce batch) is not copied behind its head: the kernel
-        # gathers the parts. Only what the socket does not take is put together, to wait.
-        head = HEAD.pack(len(target), len(frame), 0 if legs is None else len(legs)) + target
-        parts = [head, frame] if legs is None else [head, frame, legs]
-        size = len(head) + len(frame) + (0 if legs is None else len(legs))
         try:
-            sent = self.sock.sendmsg(parts)
+            sent = self.sock.send(data)
         except BlockingIOError:
             sent = 0
         except OSError as exc:
-            self.pending.append(b"".join(parts))  # never written: it goes once back
-            self.pending_bytes += size
+            self.pending.append(data)  # never written: it goes once the peer is back
+            self.pending_bytes += len(data)
             self._gone(exc)
             return
-        if sent < size:
-            data = b"".join(parts)
+        if sent < len(data):
             self.pending.append(memoryview(data)[sent:] if sent else data)
-            self.pending_bytes += size - sent
+            self.pending_bytes += len(data) - sent
             self._watch()
 
     def _drop(self, target: bytes, frame: bytes) -> None:
@@ -322,132 +292,74 @@ class DirectLink:
 
 
 class DirectInbound:
-    """One accepted stream: reads it and hands each whole frame to ``deliver``.
-
-    A frame a read cuts is not gathered by copies: once its head is read it gets a
-    bytearray of its own size, the part read is put in it and the rest of the stream's
-    bytes of that frame are read straight into their place. A large frame is handed
-    over as a memoryview of the bytes it was read into (never a buffer read into again:
-    ``deliver`` may keep it), a small one as bytes."""
+    """One accepted stream: reads it and hands each whole frame to ``deliver``."""
 
     def __init__(self, sock: socket.socket, owner: Actor,
-                 deliver: Callable[[bytes, bytes | memoryview, bytes | None], None],
+                 deliver: Callable[[bytes, bytes, bytes | None], None],
                  on_closed: Callable[[DirectInbound], None]) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         self.owner = owner
         self.deliver = deliver
         self.on_closed = on_closed
-        self.carry = b""  # the start of a frame head the last read cut
-        self.big: bytearray | None = None  # a frame the last read cut, filled in place
-        self.have = 0  # bytes of ``big`` read so far
-        self.spare = bytearray(READ_BYTES)  # what a read of the rest of ``big`` takes after it
+        self.buf = bytearray()  # the start of a frame the last read cut
+        self.need = 0  # bytes ``buf`` must hold before it is parsed (its frame whole)
         owner.watch_fd(self.fd, self.on_readable, _POLLIN)
 
-    @property
-    def holding(self) -> int:
-        """Bytes read that wait for the rest of their frame."""
-        return self.have if self.big is not None else len(self.carry)
-
     def on_readable(self, _mask: int) -> None:
-        """Read what the stream holds, up to ``READS_PER_TURN`` reads and ``TURN_BYTES``,
-        and deliver every whole frame. One read a turn was too little: a produce frame is
-        larger than a read, so each took two turns of the loop, and the small answers
-        queued behind them on the same stream waited milliseconds."""
+        """Read what the stream holds, up to ``READS_PER_TURN`` reads, and deliver every
+        whole frame. One read a turn was too little: a produce frame is larger than a
+        read, so each took two turns of the loop, and the small answers queued behind
+        them on the same stream waited milliseconds."""
         delivered = 0
-        taken = 0
-        sock = self.sock
         for _ in range(READS_PER_TURN):
-            big = self.big
-            if big is not None:  # the rest of a frame, straight into its place
-                rest = len(big) - self.have
-                # and what follows it in the stream into ``spare``, in the same read: else
-                # the read after a cut frame would most often find the stream empty
-                ask = rest + READ_BYTES
-                try:
-                    n = sock.recvmsg_into([memoryview(big)[self.have:], self.spare])[0]
-                except BlockingIOError:
-                    return
-                except OSError:
-                    n = 0
-                if not n:
-                    self.close()
-                    return
-                if n < rest:
-                    self.have += n
-                else:
-                    self.big = None
-                    self.have = 0
-                    self._deliver_one(big)
-                    delivered += 1
-                    if n > rest and self.fd >= 0:
-                        delivered += self._take(bytes(self.spare[:n - rest]))
-            else:
-                ask = READ_BYTES
-                try:
-                    data = sock.recv(READ_BYTES)
-                except BlockingIOError:
-                    return
-                except OSError:
-                    data = b""
-                if not data:
-                    self.close()
-                    return
-                n = len(data)
-                if self.carry:  # a head cut short (a few bytes): put together
-                    data = self.carry + data
-                    self.carry = b""
-                delivered += self._take(data)
-            taken += n
-            if n < ask or self.fd < 0:
+            try:
+                data = self.sock.recv(READ_BYTES)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self.close()
+                return
+            delivered += self._take(data)
+            if len(data) < READ_BYTES or self.fd < 0:
                 return  # the stream is drained (or a delivery closed it)
-            if delivered >= FRAMES_PER_TURN or taken >= TURN_BYTES:
-                return  # the loop's turn: the rest on the next (the socket stays readable)
-
-    def _deliver_one(self, big: bytearray) -> None:
-        """The frame ``big`` holds, whole."""
-        t_len, f_len, l_len = HEAD.unpack_from(big, 0)
-        f_at = HEAD_SIZE + t_len
-        l_at = f_at + f_len
-        self.deliver(bytes(big[HEAD_SIZE:f_at]),
-                     memoryview(big)[f_at:l_at] if f_len >= GATHER_BYTES else bytes(big[f_at:l_at]),
-                     bytes(big[l_at:l_at + l_len]) if l_len else None)
+            if delivered >= FRAMES_PER_TURN:
+                return  # many small frames: their handlers run this turn; the loop's turn
 
     def _take(self, data: bytes) -> int:
-        """Deliver the whole frames ``data`` holds; keep the start of the one it cuts.
-        How many were delivered."""
+        """Deliver the whole frames ``data`` completes; keep the rest. How many were."""
+        if self.buf:  # the rest of a frame the last read ended in
+            self.buf += data
+            if len(self.buf) < self.need:
+                return 0  # a large frame: gather it whole before one copy and parse
+            data = bytes(self.buf)
         at = 0
         end = len(data)
         deliver = self.deliver
         unpack = HEAD.unpack_from
         count = 0
-        view: memoryview | None = None
         while end - at >= HEAD_SIZE:
             t_len, f_len, l_len = unpack(data, at)
             start = at + HEAD_SIZE
             stop = start + t_len + f_len + l_len
-            if stop > end:  # cut: the frame gets a buffer of its own, the rest read into it
-                big = self.big = bytearray(stop - at)
-                if view is None:
-                    view = memoryview(data)
-                big[:end - at] = view[at:end]
-                self.have = end - at
-                return count
+            if stop > end:
+                break
             f_at = start + t_len
             l_at = f_at + f_len
-            if f_len < GATHER_BYTES:
-                frame: bytes | memoryview = data[f_at:l_at]
-            else:  # a large frame: a view of the read's bytes, not a copy
-                if view is None:
-                    view = memoryview(data)
-                frame = view[f_at:l_at]
-            deliver(data[start:f_at], frame, data[l_at:stop] if l_len else None)
+            deliver(data[start:f_at], data[f_at:l_at], data[l_at:stop] if l_len else None)
             at = stop
             count += 1
-            if self.fd < 0:  # a delivery closed the stream
-                return count
         if at < end:
-            self.carry = data[at:]
+            self.buf = bytearray(data[at:])
+            if end - at >= HEAD_SIZE:
+                t_len, f_len, l_len = unpack(data, at)
+                self.need = HEAD_SIZE + t_len + f_len + l_len
+            else:
+                self.need = HEAD_SIZE
+        elif self.buf:
+            self.buf = bytearray()
         return count
 
     def close(self) -> None:

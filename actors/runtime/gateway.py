@@ -192,9 +192,7 @@ class Gateway(Actor):
             self._accept_failed = False
             self.log.info("direct links: connections accepted again")
 
-    def _deliver_direct(self, target: bytes, frame: bytes | memoryview,
-                        legs: bytes | None) -> None:
-        """A frame from a direct link (a large one as a memoryview of what it was read into)."""
+    def _deliver_direct(self, target: bytes, frame: bytes, legs: bytes | None) -> None:
         legs_ns = 0
         if legs is not None:
             if self.node.tracer.enabled:
@@ -316,8 +314,7 @@ class Gateway(Actor):
                         continue
                 self._deliver(target, frame, legs, legs_ns)
 
-    def _deliver(self, target: bytes, frame: bytes | memoryview, legs: bytes | None,
-                 legs_ns: int) -> None:
+    def _deliver(self, target: bytes, frame: bytes, legs: bytes | None, legs_ns: int) -> None:
         """One frame from another node (checked for its size) to its actor here: in memory
         to an actor of this loop, else to its mailbox. ``legs``: trace legs to record."""
         name = target.decode("utf-8", "replace")
@@ -353,8 +350,6 @@ class Gateway(Actor):
                 return
             link = self.node._new_link(Address(self.node.name, name))
             self._fwd[name] = link
-        if type(frame) is memoryview:  # a direct link's large frame, to a mailbox (rare)
-            frame = bytes(frame)
         self.node._send_frame(link, Address(self.node.name, name), frame, waiter=self)
         if legs is not None:
             record_net_legs(self.node.tracer, self.name, legs, legs_ns, self.clock.wall_ns())

@@ -134,7 +134,7 @@ def test_frames_cut_anywhere_by_the_stream_are_delivered_whole_and_once() -> Non
     left, right = socket.socketpair()
     right.setblocking(False)
     owner = _Owner()
-    inbound = DirectInbound(right, owner, lambda t, f, legs: got.append((t, bytes(f), legs)),  # type: ignore[arg-type]
+    inbound = DirectInbound(right, owner, lambda t, f, legs: got.append((t, f, legs)),  # type: ignore[arg-type]
                             lambda _i: None)
     def write() -> None:  # the stream in random pieces, as a peer's writes arrive
         at = 0
@@ -152,7 +152,7 @@ def test_frames_cut_anywhere_by_the_stream_are_delivered_whole_and_once() -> Non
                 inbound.on_readable(0)
         writer.join(5)
         assert got == [(t, f, legs) for t, f, legs in frames]
-        assert inbound.holding == 0
+        assert not inbound.buf
     finally:
         left.close()
         inbound.close()
@@ -160,7 +160,7 @@ def test_frames_cut_anywhere_by_the_stream_are_delivered_whole_and_once() -> Non
 
 
 class _CountingSock:
-    """A socket whose reads are counted per readiness."""
+    """A socket whose reads are counted per readiness (DirectInbound reads only recv)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -169,10 +169,6 @@ class _CountingSock:
     def recv(self, size: int) -> bytes:
         self.reads += 1
         return self.sock.recv(size)
-
-    def recvmsg_into(self, buffers: list[memoryview | bytearray]) -> tuple[int, list, int, None]:
-        self.reads += 1
-        return self.sock.recvmsg_into(buffers)  # type: ignore[return-value]
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -194,14 +190,14 @@ def test_one_readiness_takes_every_frame_the_stream_holds() -> None:
     left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
     right.setblocking(False)
     got: list[tuple[bytes, bytes, bytes | None]] = []
-    inbound = DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, bytes(f), legs)),  # type: ignore[arg-type]
+    inbound = DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, f, legs)),  # type: ignore[arg-type]
                             lambda _i: None)
     try:
         left.sendall(stream)
         assert select.select([right], [], [], 5.0)[0]
         inbound.on_readable(0)
         assert got == frames
-        assert inbound.holding == 0
+        assert not inbound.buf
     finally:
         left.close()
         inbound.close()
@@ -230,7 +226,7 @@ def test_a_stream_that_stays_busy_lets_the_loop_go_after_a_bounded_read(
     left.setblocking(True)
     counting = _CountingSock(right)
     got: list[tuple[bytes, bytes, bytes | None]] = []
-    inbound = DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, bytes(f), legs)),  # type: ignore[arg-type]
+    inbound = DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, f, legs)),  # type: ignore[arg-type]
                             lambda _i: None)
     inbound.sock = counting  # type: ignore[assignment]
     inbound.on_readable(0)
@@ -264,7 +260,7 @@ def test_many_small_frames_let_the_loop_go_after_a_turns_worth() -> None:
     writer.start()
     counting = _CountingSock(right)
     got: list[tuple[bytes, bytes, bytes | None]] = []
-    inbound = DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, bytes(f), legs)),  # type: ignore[arg-type]
+    inbound = DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, f, legs)),  # type: ignore[arg-type]
                             lambda _i: None)
     inbound.sock = counting  # type: ignore[assignment]
     try:
@@ -488,8 +484,7 @@ def test_a_frame_over_the_cap_alone_goes_when_nothing_waits(tmp_path: Path) -> N
 
 def _inbound_of(right: socket.socket, got: list[tuple[bytes, bytes, bytes | None]]
                 ) -> DirectInbound:
-    """An inbound whose deliveries are kept (a large frame comes as a memoryview: kept as
-    bytes, to compare)."""
+    """An inbound whose deliveries are kept (as bytes, whatever bytes-like they come as)."""
     return DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, bytes(f), legs)),  # type: ignore[arg-type]
                          lambda _i: None)
 
@@ -506,9 +501,8 @@ def _boundaries(frames: list[tuple[bytes, bytes, bytes | None]]) -> list[int]:
 def test_frames_are_whole_with_the_stream_cut_at_and_around_every_boundary() -> None:
     """Two reads with the stream cut at each boundary of each part of each frame, and a
     byte before and after it: a frame of exactly READ_BYTES, one that is READ_BYTES on the
-    stream, one a byte over, frames on both sides of GATHER_BYTES (bytes, or a view),
-    trace legs, small frames in between. Delivered whole, in order, once, and nothing held
-    after."""
+    stream, one a byte over, a 300 KB one, trace legs, small frames in between. Delivered
+    whole, in order, once, and nothing held after."""
     rng = random.Random(21)
     read = direct.READ_BYTES - direct.HEAD_SIZE - 2  # with a 2-byte name: READ_BYTES
     frames = [(b"a", b"x", None),
@@ -517,8 +511,7 @@ def test_frames_are_whole_with_the_stream_cut_at_and_around_every_boundary() -> 
               (b"fb", rng.randbytes(read), None),  # READ_BYTES on the stream
               (b"c", b"", b"L"),
               (b"fo", rng.randbytes(read + 1), b"legs-2"),  # a byte over
-              (b"g", rng.randbytes(direct.GATHER_BYTES - 1), None),
-              (b"G", rng.randbytes(direct.GATHER_BYTES), None),
+              (b"g", rng.randbytes(16_383), None),
               (b"d", rng.randbytes(300_000), None)]
     stream = b"".join(pack(t, f, legs) for t, f, legs in frames)
     cuts = sorted({c + d for c in _boundaries(frames) for d in (-1, 0, 1)
@@ -540,24 +533,24 @@ def test_frames_are_whole_with_the_stream_cut_at_and_around_every_boundary() -> 
                         inbound.on_readable(0)
                 writer.join()
             assert got == frames, f"cut at {cut}"
-            assert inbound.holding == 0 and inbound.big is None
+            assert not inbound.buf
         finally:
             left.close()
             inbound.close()
 
 
-def test_a_link_writes_large_frames_gathered_and_small_ones_whole_in_order(
+def test_frames_of_every_size_reach_the_peers_inbound_whole_and_in_order(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Frames on both sides of GATHER_BYTES (a large one goes as head and frame gathered
-    by the kernel), some with trace legs, through a socket that takes little at once
-    (the rest waits, put together): the peer's inbound gets every one whole, in order,
-    and the backlog count is exact after every send."""
+    """Frames from 5 bytes to 300 KB, some with trace legs, through a socket that takes
+    little at once (the rest waits in the link): the peer's inbound, reading as the link
+    writes, gets every one whole, in order, and the backlog count is exact after every
+    send."""
     monkeypatch.setattr(direct, "SEND_BUFFER_BYTES", 8 * 1024)
     path = tmp_path / "b.ux"
     listener = direct.listen(path)
     link = DirectLink("b", path, _LinkOwner())  # type: ignore[arg-type]
     rng = random.Random(8)
-    sizes = [direct.GATHER_BYTES - 1, direct.GATHER_BYTES, 5, 70_000, 300_000, 40, 20_000]
+    sizes = [16_383, 16_384, 5, 70_000, 300_000, 40, 20_000]
     frames = [(b"checker", rng.randbytes(sizes[i % len(sizes)]),
                b"legs%d" % i if i % 3 == 0 else None) for i in range(60)]
     got: list[tuple[bytes, bytes, bytes | None]] = []
@@ -586,12 +579,12 @@ def test_a_link_writes_large_frames_gathered_and_small_ones_whole_in_order(
         listener.close()
 
 
-def test_a_gathered_frame_to_a_peer_that_is_gone_waits_whole(tmp_path: Path) -> None:
-    """A large frame sent while nobody listens waits whole (put together), and reaches
-    the peer once it listens."""
+def test_a_large_frame_to_a_peer_not_listening_waits_whole(tmp_path: Path) -> None:
+    """A large frame (with trace legs) sent while nobody listens waits whole, and
+    reaches the peer once it listens."""
     path = tmp_path / "b.ux"
     link = DirectLink("b", path, _LinkOwner())  # type: ignore[arg-type]
-    frame = random.Random(4).randbytes(3 * direct.GATHER_BYTES)
+    frame = random.Random(4).randbytes(200_000)
     try:
         link.send(b"checker", frame, b"legs")
         assert link.sock is None and link.pending_bytes == len(pack(b"checker", frame, b"legs"))

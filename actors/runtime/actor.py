@@ -40,7 +40,6 @@ from loguru import logger
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.direct import DirectLink
-from actors.runtime.fd_poller import FdPoller
 from actors.runtime.pykka_compat import PykkaActor, envelope, is_stop
 from actors.runtime.supervision import RestartWindow, restart_after_crash
 from actors.runtime.tracing import net_legs, new_id, trace_fields
@@ -153,7 +152,7 @@ class Actor(PykkaActor):
         self._mailbox_backlog: list[Actor] = []
         self._routes: dict[Any, tuple[Actor, int, Any]] = {}  # owner only
         self._my_routes: list[Any] = []
-        self._poller = FdPoller()
+        self._poller = zmq.Poller()
         self._mailbox: zmq.Socket[Any] | None = None
         # Metrics (written by this actor's thread only; a scrape reads them as they are):
         # messages handled, time in handlers, and messages taken from actors of this node
@@ -500,7 +499,12 @@ class Actor(PykkaActor):
         routes = self._routes
         members = self._members
         while not self._dead:  # actor_stopped, without a Python call a turn
-            events = poll(self._next_timeout())  # EINTR: retried by Python (PEP 475)
+            try:
+                events = poll(self._next_timeout())
+            except zmq.ZMQError as exc:
+                if exc.errno == errno.EINTR:
+                    continue
+                raise
             for sock, mask in events:
                 route = routes.get(sock)
                 if route is None:

@@ -480,3 +480,129 @@ def test_a_frame_over_the_cap_alone_goes_when_nothing_waits(tmp_path: Path) -> N
     assert [last[1:] for last in owner.node.dead_letters.last] == [("sender@a", "checker@b")]
     link.close(linger_s=0)
     assert link.pending_bytes == 0 and not link.pending
+
+
+def _inbound_of(right: socket.socket, got: list[tuple[bytes, bytes, bytes | None]]
+                ) -> DirectInbound:
+    """An inbound whose deliveries are kept (as bytes, whatever bytes-like they come as)."""
+    return DirectInbound(right, _Owner(), lambda t, f, legs: got.append((t, bytes(f), legs)),  # type: ignore[arg-type]
+                         lambda _i: None)
+
+
+def _boundaries(frames: list[tuple[bytes, bytes, bytes | None]]) -> list[int]:
+    """Offsets of a stream where a head, a name, a frame or legs starts or ends."""
+    marks = [0]
+    for t, f, legs in frames:
+        for part in (direct.HEAD_SIZE, len(t), len(f), len(legs or b"")):
+            marks.append(marks[-1] + part)
+    return sorted(set(marks))
+
+
+def test_frames_are_whole_with_the_stream_cut_at_and_around_every_boundary() -> None:
+    """Two reads with the stream cut at each boundary of each part of each frame, and a
+    byte before and after it: a frame of exactly READ_BYTES, one that is READ_BYTES on the
+    stream, one a byte over, a 300 KB one, trace legs, small frames in between. Delivered
+    whole, in order, once, and nothing held after."""
+    rng = random.Random(21)
+    read = direct.READ_BYTES - direct.HEAD_SIZE - 2  # with a 2-byte name: READ_BYTES
+    frames = [(b"a", b"x", None),
+              (b"sh", rng.randbytes(direct.READ_BYTES), b"legs-1"),
+              (b"b", rng.randbytes(300), None),
+              (b"fb", rng.randbytes(read), None),  # READ_BYTES on the stream
+              (b"c", b"", b"L"),
+              (b"fo", rng.randbytes(read + 1), b"legs-2"),  # a byte over
+              (b"g", rng.randbytes(16_383), None),
+              (b"d", rng.randbytes(300_000), None)]
+    stream = b"".join(pack(t, f, legs) for t, f, legs in frames)
+    cuts = sorted({c + d for c in _boundaries(frames) for d in (-1, 0, 1)
+                   if 0 < c + d < len(stream)})
+    for cut in cuts:
+        left, right = socket.socketpair()
+        left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        right.setblocking(False)
+        got: list[tuple[bytes, bytes, bytes | None]] = []
+        inbound = _inbound_of(right, got)
+        try:
+            for piece in (stream[:cut], stream[cut:]):
+                writer = threading.Thread(target=left.sendall, args=(piece,), daemon=True)
+                writer.start()
+                deadline = time.monotonic() + 10
+                while writer.is_alive() or select.select([right], [], [], 0)[0]:
+                    assert time.monotonic() < deadline, f"cut at {cut}: stuck"
+                    if select.select([right], [], [], 0.05)[0]:
+                        inbound.on_readable(0)
+                writer.join()
+            assert got == frames, f"cut at {cut}"
+            assert not inbound.buf
+        finally:
+            left.close()
+            inbound.close()
+
+
+def test_frames_of_every_size_reach_the_peers_inbound_whole_and_in_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames from 5 bytes to 300 KB, some with trace legs, through a socket that takes
+    little at once (the rest waits in the link): the peer's inbound, reading as the link
+    writes, gets every one whole, in order, and the backlog count is exact after every
+    send."""
+    monkeypatch.setattr(direct, "SEND_BUFFER_BYTES", 8 * 1024)
+    path = tmp_path / "b.ux"
+    listener = direct.listen(path)
+    link = DirectLink("b", path, _LinkOwner())  # type: ignore[arg-type]
+    rng = random.Random(8)
+    sizes = [16_383, 16_384, 5, 70_000, 300_000, 40, 20_000]
+    frames = [(b"checker", rng.randbytes(sizes[i % len(sizes)]),
+               b"legs%d" % i if i % 3 == 0 else None) for i in range(60)]
+    got: list[tuple[bytes, bytes, bytes | None]] = []
+    try:
+        assert link.connect()
+        peer, _ = listener.accept()
+        peer.setblocking(False)
+        inbound = _inbound_of(peer, got)
+        for t, f, legs in frames:
+            link.send(t, f, legs)
+            assert link.pending_bytes == sum(len(p) for p in link.pending)
+            if select.select([peer], [], [], 0)[0]:
+                inbound.on_readable(0)
+            link.write_pending()
+        deadline = time.monotonic() + 30
+        while len(got) < len(frames):
+            assert time.monotonic() < deadline, f"{len(got)} of {len(frames)} frames"
+            link.write_pending()
+            if select.select([peer], [], [], 0.05)[0]:
+                inbound.on_readable(0)
+        assert got == frames
+        assert link.pending_bytes == 0 and not link.pending
+        inbound.close()
+    finally:
+        link.close(linger_s=0)
+        listener.close()
+
+
+def test_a_large_frame_to_a_peer_not_listening_waits_whole(tmp_path: Path) -> None:
+    """A large frame (with trace legs) sent while nobody listens waits whole, and
+    reaches the peer once it listens."""
+    path = tmp_path / "b.ux"
+    link = DirectLink("b", path, _LinkOwner())  # type: ignore[arg-type]
+    frame = random.Random(4).randbytes(200_000)
+    try:
+        link.send(b"checker", frame, b"legs")
+        assert link.sock is None and link.pending_bytes == len(pack(b"checker", frame, b"legs"))
+        listener = direct.listen(path)
+        link.next_try_ns = 0
+        assert link.connect()
+        peer, _ = listener.accept()
+        peer.setblocking(False)
+        got: list[tuple[bytes, bytes, bytes | None]] = []
+        inbound = _inbound_of(peer, got)
+        deadline = time.monotonic() + 10
+        while not got:
+            assert time.monotonic() < deadline
+            link.write_pending()
+            if select.select([peer], [], [], 0.05)[0]:
+                inbound.on_readable(0)
+        assert got == [(b"checker", frame, b"legs")]
+        inbound.close()
+        listener.close()
+    finally:
+        link.close(linger_s=0)

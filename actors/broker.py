@@ -554,12 +554,13 @@ class Broker:
         self._catch_signals()
         logger.bind(node=node_name).info(
             "actorlog broker {} listening on {} (advertised {}), data in {}, "
-            "{} process(es){}, {} processors, {} handlers, {} shards, actor threads {}",
+            "{} process(es){}, {} processors, {} handlers, {} shards, {} purgatories, "
+            "actor threads {}",
             broker_id, ",".join(b.connection_string for b in self.bound),
             ",".join(a.connection_string for a in self.advertised), data_dir,
             cfg["num.processes"], " (num.processes = 0: one per CPU)"
             if self.processes_by_default else "", topo.num_processors, topo.num_handlers,
-            topo.num_shards, cfg["actor.threads"])
+            topo.num_shards, topo.num_purgatories, cfg["actor.threads"])
 
     def _curve_identity(self, node_name: str, aliases: tuple[str, ...]) -> CurveIdentity | None:
         """actor.curve.*: this node's key pair and the cluster's public keys, or None."""

@@ -34,6 +34,15 @@ def spread_index(topic: str, partition: int, count: int) -> int:
     return (stable_hash(topic) + partition) % count
 
 
+def purgatory_count(config: Config) -> int:
+    """num.purgatory.shards, 0 (the default) standing for one per process of the broker
+    (num.processes, resolved from 0 before a broker builds its Topology; 1 when unresolved)."""
+    value = int(config["num.purgatory.shards"])
+    if value < 0:
+        raise ValueError(f"num.purgatory.shards must be 0 (one per process) or more, got {value}")
+    return value or max(1, int(config["num.processes"]))
+
+
 # Another broker's actors. Nodes of one cluster may run different numbers of handlers,
 # shards and coordinators, so an index is taken modulo the counts *that* node
 # registered (BrokerRow, LiveLeaderRow), never this node's own Topology.
@@ -71,6 +80,9 @@ class Topology:
     # answer is fixed for this Topology (a CRC, a string and an Address less per request)
     _shard_of: dict[tuple[str, int], Address] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False)
+    # (topic, partition) -> its purgatory's Address (every parked fetch and acks=-1 wait)
+    _purgatory_of: dict[tuple[str, int], Address] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     @classmethod
     def from_config(cls, node: str, config: Config) -> Topology:
@@ -85,7 +97,7 @@ class Topology:
             positive("num.network.threads"),
             positive("num.io.threads"),
             positive("num.partition.shards"),
-            positive("num.purgatory.shards"),
+            purgatory_count(config),
             positive("num.group.coordinators"),
         )
 
@@ -173,7 +185,39 @@ class Topology:
         return owner
 
     def purgatory_for(self, topic: str, partition: int) -> Address:
-        return self.purgatory(spread_index(topic, partition, self.num_purgatories))
+        """The purgatory that parks the partition's delayed fetches and produces: one that
+        runs in the process of the partition's shard, so the watch and the shard's
+        PartitionChanged after each append stay in that process."""
+        key = (topic, partition)
+        owner = self._purgatory_of.get(key)
+        if owner is None:
+            if len(self._purgatory_of) >= _SHARD_CACHE_MAX:
+                self._purgatory_of.clear()
+            owner = self._purgatory_of[key] = self.purgatory(
+                self.purgatory_index(topic, partition))
+        return owner
+
+    def purgatory_index(self, topic: str, partition: int) -> int:
+        """The index of ``purgatory_for``'s purgatory.
+
+        Purgatory j runs in process j % N, like shard j. The partition's shard s runs in
+        process p = s % N, whose purgatories are p, p + N, p + 2N, ...: the partition takes
+        one of them by its rank among the partitions of that process (consecutive
+        partitions of a topic go to consecutive shards of the process, then to the next
+        purgatory of it), so they spread evenly over that process's purgatories. With
+        one process this is ``spread_index`` over all of them. A process with no
+        purgatory (num.purgatory.shards below num.processes) falls back to
+        ``spread_index`` over all of them, wherever they run."""
+        n = len(self.process_nodes) or 1
+        key = stable_hash(topic) + partition
+        shard = key % self.num_shards
+        process = shard % n
+        here = len(range(process, self.num_purgatories, n))  # purgatories of that process
+        if here == 0:
+            return key % self.num_purgatories
+        shards_here = len(range(process, self.num_shards, n))
+        rank = (key // self.num_shards) * shards_here + shard // n
+        return process + n * (rank % here)
 
     def coordinator_for(self, group_id: str) -> Address:
         return self.coordinator(stable_hash(group_id) % self.num_coordinators)

@@ -74,7 +74,11 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "num.network.threads": (2, int, "Processor actors"),
     "num.io.threads": (2, int, "RequestHandler actors"),
     "num.partition.shards": (2, int, "PartitionShard actors"),
-    "num.purgatory.shards": (1, int, "PurgatoryShard actors"),
+    "num.purgatory.shards": (0, int, "PurgatoryShard actors (0: one per process of the "
+                                     "broker); purgatory i runs in process i % "
+                                     "num.processes, and a partition's delayed fetches and "
+                                     "acks=-1 produces wait in a purgatory of its shard's "
+                                     "process (any, when that process has none)"),
     "num.group.coordinators": (1, int, "GroupCoordinator actors"),
     "num.replica.fetchers": (1, int, "ReplicaFetcher actors per source node; a partition "
                                      "goes to fetcher hash(topic, partition) % this"),
@@ -227,7 +231,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "num.network.threads": _COUNT,
     "num.io.threads": _COUNT,
     "num.partition.shards": _COUNT,
-    "num.purgatory.shards": _COUNT,
+    "num.purgatory.shards": (0, _COUNT[1]),
     "num.group.coordinators": _COUNT,
     "num.replica.fetchers": _COUNT,
     "queued.max.requests": _COUNT,

@@ -28,7 +28,7 @@ from actors.core.log_dir import CLEAN_SHUTDOWN_FILE
 from actors.topology import spread_index
 from bench.scale import tcp_inodes
 from tests.broker.rawclient import RawClient, read_records, record_batch, wait_for_log
-from tests.fixtures.broker import READY_LINE, BrokerProcess
+from tests.fixtures.broker import READY_LINE, BrokerProcess, free_port
 from tests.fixtures.waiting import wait_for
 
 PROCESS_LINE = re.compile(r"process (\d+) \(pid (\d+)\) serves connections")
@@ -539,3 +539,64 @@ def _start(broker: BrokerProcess) -> BaseException | None:
     except BaseException as exc:  # the test thread reports it
         return exc
     return None
+
+
+# ------------------------------------------------ a parked fetch waits in its shard's process
+def handled_by(metrics_port: int, actor: str) -> int:
+    """Messages process 0's actor ``actor`` has handled (from /metrics)."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics",
+                                  timeout=10).read().decode()
+    prefix = f'actorlog_actor_messages_handled_total{{actor="{actor}"}} '
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return int(float(line[len(prefix):]))
+    raise AssertionError(f"no {prefix!r} in /metrics")
+
+
+def parked_fetch_answered(port: int, topic: str, partition: int, value: bytes) -> float:
+    """A fetch of the partition's end parks (min_bytes 1, max_wait 20 s) and is answered
+    with ``value`` once a producer on another connection appends it: the seconds it took."""
+    with RawClient(port, client_id="parked", timeout=30) as consumer, \
+            RawClient(port, client_id="producer") as producer:
+        end = producer.list_offset(topic, partition, -1).offset
+        got: list[Any] = []
+        started = time.monotonic()
+        waiter = threading.Thread(target=lambda: got.append(consumer.fetch(
+            topic, partition, end, max_wait_ms=20_000, min_bytes=1)), daemon=True)
+        waiter.start()
+        time.sleep(0.5)  # parked by now (nothing to read)
+        assert not got, "the fetch was answered before anything was appended"
+        assert producer.produce(topic, partition, record_batch([(None, value)])).error_code == 0
+        waiter.join(25)
+        took = time.monotonic() - started
+        assert got, "the parked fetch was not answered"
+        assert [v for _o, _k, v in read_records(got[0].records)] == [value]
+        return took
+
+
+def test_a_parked_fetch_waits_in_the_purgatory_of_its_shards_process(tmp_path: Path) -> None:
+    """num.purgatory.shards = 0 (the default): one purgatory per process, and a partition's
+    parked fetch waits in the one of its shard's process: for process 1's partitions,
+    process 0's purgatory sees nothing (no watch, no PartitionChanged after each append),
+    while the fetch is still answered as soon as a record arrives."""
+    metrics_port = free_port()
+    broker = BrokerProcess(tmp_path / "data", config={
+        "num.processes": 2, "metrics.port": metrics_port}).start()
+    try:
+        wait_for(lambda: worker_pids(broker), what="process 1 serving connections", timeout=60)
+        topic = "parked"
+        _worker, mine, theirs = topic_over_both_processes(broker, topic, 6)
+        before = handled_by(metrics_port, "purgatory-0")
+        for round_ in range(3):  # whichever process each connection lands on
+            took = parked_fetch_answered(broker.port, topic, theirs[0], b"p1-%d" % round_)
+            assert took < 15, took
+        # (each scrape asks every purgatory for its stats: one message a scrape)
+        assert handled_by(metrics_port, "purgatory-0") == before + 1
+        # process 0's partitions wait in process 0's purgatory (what the count counts:
+        # the watch, the shard's answer and its PartitionChanged after the append)
+        parked_fetch_answered(broker.port, topic, mine[0], b"p0")
+        assert handled_by(metrics_port, "purgatory-0") >= before + 2 + 3
+    finally:
+        broker.stop()

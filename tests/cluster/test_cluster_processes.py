@@ -6,7 +6,7 @@ ISR reach the shards of process 1 (they live apart from the ReplicaManager,
 the fetchers and the controller of process 0), a follower's batches are
 appended by the shard of whichever process owns the partition, a leader
 answers replica fetches for partitions of either process, and acks=all
-completes through the purgatory of process 0 for a handler of either.
+completes through the purgatory of the partition's process for a handler of either.
 kill -9 of a whole node fails over as with one process; kill -9 of process 1
 of a node restarts it, and its shards learn their roles again and rejoin
 every ISR. Every acknowledged record is read back exactly once, in order.

@@ -199,7 +199,11 @@ class ClusterController(Actor):
         self.core = ControllerCore(controller_config(broker_id, self.config), self.rng.randrange)
         self.driver = ControllerDriver(self.store, self.core, send=self._send_to_broker,
                                        reply=self._reply, log=self._state_change)
-        self.channel = ControllerChannel(CHANNEL_RETRY_MS)
+        # the correlation ids go on over a restart of this actor: an answer to a request
+        # of its previous life may still come, and must not acknowledge a new one
+        old_channel: ControllerChannel | None = getattr(self, "channel", None)
+        self.channel = ControllerChannel(
+            CHANNEL_RETRY_MS, old_channel.last_ids if old_channel is not None else None)
         self.req_ids = itertools.count(1)
         self.started = getattr(self, "started", False)
         self.broker_epoch: int = getattr(self, "broker_epoch", -1)
@@ -377,27 +381,38 @@ class ClusterController(Actor):
         for target, request in self.channel.enqueue(broker_id, message, self.clock.now_ms()):
             self.tell(self._replica_manager(target), request)
 
-    def _acknowledge(self, broker_id: int, request_type: type) -> Any:
-        answered, nxt = self.channel.acknowledge(broker_id, request_type, self.clock.now_ms())
+    def _acknowledge(self, broker_id: int, request_type: type, correlation_id: int) -> Any:
+        """The request an answer names, if it is the one in flight to ``broker_id`` (then the
+        next goes out); None for a late answer to an earlier one (ignored)."""
+        answered, nxt = self.channel.acknowledge(broker_id, request_type, correlation_id,
+                                                 self.clock.now_ms())
+        if answered is None:
+            in_flight = self.channel.in_flight(broker_id)
+            self.log.debug("{} answer from broker {} to request {} ignored: in flight {}",
+                           request_type.__name__, broker_id, correlation_id,
+                           "none" if in_flight is None else
+                           f"{type(in_flight).__name__} {in_flight.correlation_id}")
         for target, request in nxt:
             self.tell(self._replica_manager(target), request)
         return answered
 
     @handles(cm.LeaderAndIsrResponse)
     def on_leader_and_isr_response(self, msg: cm.LeaderAndIsrResponse) -> None:
-        if self._acknowledge(msg.broker_id, cm.LeaderAndIsr) is not None and msg.error_code:
+        if (self._acknowledge(msg.broker_id, cm.LeaderAndIsr, msg.correlation_id) is not None
+                and msg.error_code):
             self.log.warning("broker {} refused LeaderAndIsr: {}", msg.broker_id,
                              ErrorCode(msg.error_code).name)
 
     @handles(cm.UpdateMetadataResponse)
     def on_update_metadata_response(self, msg: cm.UpdateMetadataResponse) -> None:
-        if self._acknowledge(msg.broker_id, cm.UpdateMetadata) is not None and msg.error_code:
+        if (self._acknowledge(msg.broker_id, cm.UpdateMetadata, msg.correlation_id) is not None
+                and msg.error_code):
             self.log.warning("broker {} refused UpdateMetadata: {}", msg.broker_id,
                              ErrorCode(msg.error_code).name)
 
     @handles(cm.StopReplicaResponse)
     def on_stop_replica_response(self, msg: cm.StopReplicaResponse) -> None:
-        if self._acknowledge(msg.broker_id, cm.StopReplica) is None:
+        if self._acknowledge(msg.broker_id, cm.StopReplica, msg.correlation_id) is None:
             return
         if self.driver.active:
             self._call_driver(self.driver.feed, StopReplicaDone(
@@ -1050,6 +1065,7 @@ class ClusterController(Actor):
             "directory": sorted(self.node.directory.nodes),
             "pending_to_nodes": self.channel.pending(),
             "resent_to_nodes": self.channel.resent,
+            "late_answers_ignored": self.channel.ignored,
             "pending_writes": self.driver.pending_retries,
             "forwards": len(self.forwards),
             "topics": sorted(self.core.topics) if self.driver.active else [],

@@ -45,6 +45,12 @@ follow the role), a delete is sent again and its answer settles it.
 
 Requests that arrive before this node's registration is known are held and
 applied once it is (``BrokerRegistered`` from the node's controller actor).
+
+Every answer to the controller names the ``correlation_id`` of the request it
+answers (a refusal, a duplicate answered at once, a request settled by a
+restore): the controller's channel takes only the answer to the request it has
+in flight, so an answer sent late (the resend of its request was answered
+first) acknowledges nothing else, and every request can be answered.
 """
 
 from __future__ import annotations
@@ -126,8 +132,8 @@ class _Pending:
     stopped: list[TopicPartition] = field(default_factory=list)
     # a delete's rows per shard: sent again after the restore of a shard that lost them
     drops: dict[Address, list[TopicPartitionRow]] = field(default_factory=dict)
-    # how many answers of its kind had been sent to its controller when it arrived
-    answers_at: int = 0
+    # the controller channel's id of the request: its answer names it
+    correlation_id: int = 0
     # partitions whose role ``became`` gave the shard refused while it was their last
     # role: dark on that shard (no role, no coordinator, no fetcher) once settled
     dark: list[TopicPartition] = field(default_factory=list)
@@ -177,12 +183,6 @@ class ReplicaManager(Actor):
         # what each unanswered RestoreRoles carried (a StopReplica accepted since takes its
         # partitions out): the answer settles what the ReplicaManager keeps of each
         self.restore_sent: dict[int, dict[TopicPartition, ReplicaStateRow]] = {}
-        # LeaderAndIsr / StopReplica answers sent to each controller address: the
-        # controller's channel has one request of a kind in flight and takes the next
-        # answer of that kind as its answer, so a settled request answers only if none
-        # was sent since it came (that one answered it, or a later request)
-        self.answers_sent: dict[tuple[Address, str], int] = {}
-        self.answers_skipped = 0
         self.leader_handlers: dict[int, int] = {}  # broker -> its RequestHandlers (0: unknown)
         self.refusals_logged: set[tuple[str, int, int]] = set()
         self.refused = 0
@@ -246,8 +246,8 @@ class ReplicaManager(Actor):
         if decision.error_code != NONE:
             self._refusal("LeaderAndIsr", msg.controller_id, msg.controller_epoch,
                           decision.error_code, decision.reason)
-            self._answered(self.current_sender, "lai")
-            self.reply(LeaderAndIsrResponse(self.broker_id, decision.error_code, decision.rows))
+            self.reply(LeaderAndIsrResponse(self.broker_id, decision.error_code, decision.rows,
+                                            msg.correlation_id))
             return
         if decision.reason:
             self.log.info("LeaderAndIsr from controller {} epoch {}: {}", msg.controller_id,
@@ -259,7 +259,7 @@ class ReplicaManager(Actor):
             self._new_role(row)
         rows = {(r.topic, r.partition): r.error_code for r in decision.rows}
         pending = _Pending(self.current_sender, "lai", rows, became=decision.accepted,
-                           answers_at=self.answers_sent.get((self.current_sender, "lai"), 0))
+                           correlation_id=msg.correlation_id)
         by_shard: dict[Address, list[ReplicaStateRow]] = {}
         for row in decision.accepted:
             by_shard.setdefault(self.topology.shard_for(row.topic, row.partition), []).append(row)
@@ -375,8 +375,8 @@ class ReplicaManager(Actor):
         if decision.error_code != NONE:
             self._refusal("StopReplica", msg.controller_id, msg.controller_epoch,
                           decision.error_code, decision.reason)
-            self._answered(self.current_sender, "stop")
-            self.reply(StopReplicaResponse(self.broker_id, decision.error_code, decision.rows))
+            self.reply(StopReplicaResponse(self.broker_id, decision.error_code, decision.rows,
+                                           msg.correlation_id))
             return
         self.applied["stop"] += 1
         rows = {(r.topic, r.partition): r.error_code for r in decision.rows}
@@ -389,7 +389,7 @@ class ReplicaManager(Actor):
             for tp in stopped:
                 sent.pop(tp, None)
         pending = _Pending(self.current_sender, "stop", rows, stopped=stopped,
-                           answers_at=self.answers_sent.get((self.current_sender, "stop"), 0))
+                           correlation_id=msg.correlation_id)
         by_shard: dict[Address, list[TopicPartitionRow]] = {}
         for p in decision.accepted:
             if p.delete:
@@ -439,30 +439,17 @@ class ReplicaManager(Actor):
         del self.pending[req_id]
         self._answer(entry)
 
-    def _answered(self, controller: Address | None, kind: str) -> None:
-        assert controller is not None
-        key = (controller, kind)
-        self.answers_sent[key] = self.answers_sent.get(key, 0) + 1
-
     def _answer(self, entry: _Pending) -> None:
+        """Every request is answered, naming its correlation id: the controller's channel
+        takes the answer only if that request is the one in flight (the answer to a resend
+        may have come first), so a late one acknowledges nothing else."""
         rows = [PartitionErrorRow(t, p, code) for (t, p), code in entry.rows.items()]
-        kind = "LeaderAndIsr" if entry.kind == "lai" else "StopReplica"
-        if self.answers_sent.get((entry.controller, entry.kind), 0) > entry.answers_at:
-            # an answer of this kind went to that controller since this request came (a
-            # refusal of its resend, or a later request's): the channel took it as this
-            # request's, so this one would acknowledge whatever it has in flight now
-            self.answers_skipped += 1
-            self.log.debug("{} answer not sent: {} answer(s) sent since it came", kind,
-                           self.answers_sent[(entry.controller, entry.kind)]
-                           - entry.answers_at)
-        elif entry.kind == "lai":
-            self._answered(entry.controller, "lai")
-            self.tell(entry.controller, LeaderAndIsrResponse(self.broker_id, entry.error_code,
-                                                             rows))
+        if entry.kind == "lai":
+            self.tell(entry.controller, LeaderAndIsrResponse(
+                self.broker_id, entry.error_code, rows, entry.correlation_id))
         else:
-            self._answered(entry.controller, "stop")
-            self.tell(entry.controller, StopReplicaResponse(self.broker_id, entry.error_code,
-                                                            rows))
+            self.tell(entry.controller, StopReplicaResponse(
+                self.broker_id, entry.error_code, rows, entry.correlation_id))
         if entry.kind == "lai":
             self._after_leader_and_isr(entry)
         else:
@@ -478,7 +465,7 @@ class ReplicaManager(Actor):
         if code != NONE:
             self._refusal("UpdateMetadata", msg.controller_id, msg.controller_epoch, code,
                           reason)
-            self.reply(UpdateMetadataResponse(self.broker_id, code))
+            self.reply(UpdateMetadataResponse(self.broker_id, code, msg.correlation_id))
             return
         self.applied["um"] += 1
         self.cache.apply(msg)
@@ -486,7 +473,7 @@ class ReplicaManager(Actor):
             self.tell(handler, msg)
         for txn_coordinator in all_txn_coordinators(self.topology):  # markers: who leads
             self.tell(txn_coordinator, msg)
-        self.reply(UpdateMetadataResponse(self.broker_id, NONE))
+        self.reply(UpdateMetadataResponse(self.broker_id, NONE, msg.correlation_id))
         self._demote_from_metadata(msg)
         self._check_waiters(self.clock.now_ms())
 
@@ -987,7 +974,6 @@ class ReplicaManager(Actor):
             "processes_restarted": self.processes_restarted,
             "shards_restarted": self.shards_restarted,
             "restoring": len(self.restoring),
-            "answers_skipped": self.answers_skipped,
             "pending": len(self.pending),
             "fenced": sorted(f"{tp}@{epoch}" for tp, epoch in self.fenced.items()),
             "proposals": sorted(str(tp) for tp in self.proposals),

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from actors.core.controller_channel import ControllerChannel
 from actors.core.log_dir import LogDir
 from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.partition_state import PartitionState
@@ -889,31 +890,109 @@ def test_settling_an_older_leader_and_isr_does_not_undo_a_newer_role(
     assert _stats(node, c.shard)["leaders"] == []
 
 
-def test_a_settled_leader_and_isr_answered_since_is_not_answered_twice(
+class _Channel(NamedTuple):
+    """The controller's end, as the Controller actor runs it: the real channel core; the
+    test sends what it gives to the ReplicaManager and feeds it the answers, when and in
+    the order it chooses (an answer may be slow on its way)."""
+
+    c: Cluster
+    core: ControllerChannel
+
+    def send(self, sent: list[tuple[int, Any]]) -> None:
+        for broker_id, request in sent:
+            assert broker_id == 1
+            self.c.node.tell(self.c.manager, request, sender=self.c.controller.name)
+
+    def answers(self, count: int) -> list[LeaderAndIsrResponse]:
+        """The LeaderAndIsr answers after the one to ``_cluster``'s, once ``count`` came."""
+        got = wait_for(lambda: (lambda a: a if len(a) >= count + 1 else None)(
+            _got(self.c.node, self.c.controller, "LeaderAndIsrResponse")),
+            f"{count} LeaderAndIsr answer(s)")
+        return [LeaderAndIsrResponse(*fields) for fields in got[1:]]
+
+    def feed(self, answer: LeaderAndIsrResponse, now_ms: int) -> Any:
+        answered, nxt = self.core.acknowledge(answer.broker_id, LeaderAndIsr,
+                                              answer.correlation_id, now_ms)
+        self.send(nxt)
+        return answered
+
+
+def _lai_request(leader_epoch: int) -> LeaderAndIsr:
+    """c-0 led here at ``leader_epoch``, as the controller's driver makes it (no id yet)."""
+    return LeaderAndIsr(1, 1, 5, [LeaderAndIsrPartition(
+        "c", 0, 1, 1, leader_epoch, [1, 2], leader_epoch + 1, [1, 2], False)],
+        [LiveLeaderRow(1, ""), LiveLeaderRow(2, "")], {"c": {}})
+
+
+def test_a_late_answer_to_a_resend_does_not_acknowledge_the_next_leader_and_isr(
         node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The controller sent LeaderAndIsr (leader epoch 5) again while the shard held the
-    first: the second was answered at once (refused: same leader epoch), and the
-    controller's channel took that as the answer. The first's answer, when the shard
-    applied it, would acknowledge whatever LeaderAndIsr is in flight then: not sent."""
+    """LeaderAndIsr 1 is applied and answered, but its answer is slow: the channel sends it
+    again, and the node answers the duplicate at once (refused: same leader epoch). The
+    first answer acknowledges request 1 and LeaderAndIsr 2 goes out; the shard has not
+    applied it when the duplicate's answer comes. That answer names request 1: it must
+    not acknowledge request 2 (before the ids it did, and the controller took a role as
+    applied that no shard held)."""
     armed = _block_flush(monkeypatch)
     c = _cluster(node, tmp_path, [1, 2])
+    channel = _Channel(c, ControllerChannel(100))
+    channel.send(channel.core.enqueue(1, _lai_request(5), 0))
+    assert channel.core.enqueue(1, _lai_request(6), 0) == []  # waits behind request 1
+    [first] = channel.answers(1)
+    assert first.correlation_id == 1 and first.error_code == NONE
+    assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 5
+    channel.send(channel.core.due(100))  # the answer is not in yet: sent again
+    [_, duplicate] = channel.answers(2)
+    assert duplicate.correlation_id == 1
+    assert [tuple(r) for r in duplicate.partitions] == [
+        ("c", 0, int(ErrorCode.STALE_CONTROLLER_EPOCH))]
+
+    hold = threading.Event()  # request 2 waits in the shard's mailbox
+    armed["hold"] = hold
+    node.tell(c.shard, Flush())
+    assert channel.feed(first, 101) is not None
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["lai"] == 4, "request 2 in")
+    assert channel.feed(duplicate, 102) is None, \
+        "the duplicate's answer acknowledged LeaderAndIsr 2 before the shard applied it"
+    assert channel.core.ignored == 1
+    assert channel.core.in_flight(1).correlation_id == 2
+    assert node.ask(c.manager, GetStats())["pending"] == 1, "request 2 is applied already"
+    hold.set()
+    [_, _, second] = channel.answers(3)
+    assert second.correlation_id == 2
+    assert channel.feed(second, 103) is not None
+    assert channel.core.pending() == 0
+    assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 6
+
+
+def test_a_leader_and_isr_answered_by_its_resend_first_answers_with_its_own_id(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The channel sent LeaderAndIsr 1 again while the shard held the first: the second was
+    answered at once (refused: same leader epoch) and acknowledged it; LeaderAndIsr 2 went
+    out. The first's answer, when the shard applied it, names request 1 and acknowledges
+    nothing; request 2 is acknowledged by its own answer only."""
+    armed = _block_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    channel = _Channel(c, ControllerChannel(100))
     hold = threading.Event()
     armed["hold"] = hold
     node.tell(c.shard, Flush())
-    row = LeaderAndIsrPartition("c", 0, 1, 1, 5, [1, 2], 6, [1, 2], False)
-    _lai(c, 1, row)
-    _lai(c, 1, row)
-    wait_for(lambda: len(_got(node, c.controller, "LeaderAndIsrResponse")) == 2,
-             "the second LeaderAndIsr answered")
+    channel.send(channel.core.enqueue(1, _lai_request(5), 0))
+    channel.core.enqueue(1, _lai_request(6), 0)
+    channel.send(channel.core.due(100))
+    [duplicate] = channel.answers(1)
+    assert duplicate.correlation_id == 1
+    assert channel.feed(duplicate, 101) is not None  # request 2 goes out
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["lai"] == 4, "request 2 in")
     hold.set()
-    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "the first settled")
-    wait_for(lambda: node.ask(c.manager, GetStats())["answers_skipped"] == 1, "skipped")
-    assert len(_got(node, c.controller, "LeaderAndIsrResponse")) == 2, \
-        "the first LeaderAndIsr was answered after its resend was"
-    assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 5
-    # the next request's answer is sent as ever
-    _lai(c, 1, row._replace(leader_epoch=6, partition_epoch=7))
-    wait_for(lambda: len(_got(node, c.controller, "LeaderAndIsrResponse")) == 3, "answered")
+    [_, first, second] = channel.answers(3)
+    assert (first.correlation_id, second.correlation_id) == (1, 2)
+    assert [tuple(r) for r in first.partitions] == [("c", 0, NONE)]
+    assert channel.feed(first, 102) is None, "request 1's own answer acknowledged request 2"
+    assert channel.core.in_flight(1).correlation_id == 2
+    assert channel.feed(second, 103) is not None
+    assert channel.core.pending() == 0
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "both settled")
+    assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 6
 
 
 def test_a_restore_row_the_shard_could_not_take_leaves_no_role_nor_fetcher(

@@ -16,9 +16,9 @@ SAMPLES: list[Any] = [
         cm.LeaderAndIsrPartition("orders", 0, 7, 2, 12, [2, 3], 31, [2, 3, 1], False),
         cm.LeaderAndIsrPartition("orders", 1, 7, 3, 0, [3, 1, 2], 0, [3, 1, 2], True),
     ], [cm.LiveLeaderRow(2, "tcp://10.0.0.2:7001"), cm.LiveLeaderRow(3, "tcp://[::1]:7001")],
-        {"orders": {"retention.ms": "1000"}}),
+        {"orders": {"retention.ms": "1000"}}, 41),
     cm.LeaderAndIsrResponse(2, 0, [cm.PartitionErrorRow("orders", 0, 0),
-                                   cm.PartitionErrorRow("orders", 1, 11)]),
+                                   cm.PartitionErrorRow("orders", 1, 11)], 41),
     cm.UpdateMetadata(1, 7, 4294967300, True, [
         cm.BrokerRow(2, 4294967300, "tcp://10.0.0.2:7001", "rack-a",
                      [cm.EndpointRow("PLAINTEXT", "10.0.0.2", 9092, "PLAINTEXT"),
@@ -27,10 +27,10 @@ SAMPLES: list[Any] = [
     ], [cm.UpdateMetadataPartition("orders", 0, 7, 2, 12, [2, 3], 31, [2, 3, 1], [1]),
         cm.UpdateMetadataPartition("gone", 0, 7, -2, 3, [1], 4, [1], [])],
         {"orders": {}, "gone": {"segment.bytes": "1024"}}),
-    cm.UpdateMetadataResponse(3, 0),
+    cm.UpdateMetadataResponse(3, 0, 42),
     cm.StopReplica(1, 7, 4294967301, [cm.StopReplicaPartition("gone", 0, -1, True),
                                       cm.StopReplicaPartition("orders", 1, 12, False)]),
-    cm.StopReplicaResponse(3, 0, [cm.PartitionErrorRow("gone", 0, 0)]),
+    cm.StopReplicaResponse(3, 0, [cm.PartitionErrorRow("gone", 0, 0)], 43),
     cm.ControlledShutdown(17, 2, 4294967300),
     cm.ControlledShutdownResponse(17, 0, [cm.TopicPartitionRow("orders", 0)]),
     cm.AlterPartition(18, 2, 4294967300, [cm.AlterPartitionItem("orders", 0, 12, [2], 31)]),
@@ -121,8 +121,8 @@ def test_every_row_field_is_typed_for_the_registry() -> None:
 @pytest.mark.parametrize(
     ("body", "error"),
     [
-        ([1, 7, 0, True, [], []], "UpdateMetadata needs 7 fields, got 6"),
-        ([1, 7, 0, "yes", [], [], {}], "UpdateMetadata.full must be bool, got str"),
+        ([1, 7, 0, True, [], [], {}], "UpdateMetadata needs 8 fields, got 7"),
+        ([1, 7, 0, "yes", [], [], {}, 0], "UpdateMetadata.full must be bool, got str"),
     ],
 )
 def test_wrong_shapes_are_refused(body: list[Any], error: str) -> None:

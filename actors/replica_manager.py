@@ -41,7 +41,10 @@ until the next LeaderAndIsr). The shard answers the restore (``RolesRestored``)
 after what was in its mailbox before it, so a LeaderAndIsr or a delete sent to it
 and still unanswered then died with it: a LeaderAndIsr is settled with the
 restore's outcome (the controller gets its answer, the coordinators and fetchers
-follow the role), a delete is sent again and its answer settles it.
+follow the role), a delete is sent again and its answer settles it. A shard has
+one restore on record at most: its next restart's replaces one never answered,
+and one unanswered for ``RESTORE_OVERDUE_MS`` is reported (kept: a late answer
+still settles).
 
 Requests that arrive before this node's registration is known are held and
 applied once it is (``BrokerRegistered`` from the node's controller actor).
@@ -117,6 +120,9 @@ from wire.replication_messages import (
 from wire.transaction_messages import TxnCoordinatorPartitions, TxnPartitionRow
 
 ALTER_PARTITION_TIMEOUT_MS = 5000  # an AlterPartition unanswered this long is proposed again
+# a RestoreRoles unanswered this long is reported (once): it stays recorded until the
+# shard answers or restarts again (the next restore replaces it), one per shard at most
+RESTORE_OVERDUE_MS = 30_000
 
 
 @dataclass
@@ -180,6 +186,10 @@ class ReplicaManager(Actor):
         self.processes_restarted = 0
         self.shards_restarted = 0
         self.restoring: dict[int, Address] = {}  # RestoreRoles not answered yet -> its shard
+        # when each unanswered RestoreRoles is overdue (dropped once reported)
+        self.restore_overdue_ms: dict[int, int] = {}
+        self.restores_overdue = 0
+        self.restores_replaced = 0
         # what each unanswered RestoreRoles carried (a StopReplica accepted since takes its
         # partitions out): the answer settles what the ReplicaManager keeps of each
         self.restore_sent: dict[int, dict[TopicPartition, ReplicaStateRow]] = {}
@@ -534,6 +544,7 @@ class ReplicaManager(Actor):
     def poll_timeout_ms(self) -> int | None:
         deadlines = [w.deadline_ms for w in self.waiters]
         deadlines += [deadline for _rows, deadline in self.isr_pending.values()]
+        deadlines += self.restore_overdue_ms.values()
         if not deadlines:
             return None
         return max(0, min(deadlines) - self.clock.now_ms())
@@ -543,6 +554,8 @@ class ReplicaManager(Actor):
             self._check_waiters(self.clock.now_ms())
         if self.isr_pending:
             self._expire_isr_proposals(self.clock.now_ms())
+        if self.restore_overdue_ms:
+            self._report_overdue_restores(self.clock.now_ms())
 
     # ------------------------------------------------------------ the others
     def _coordinators(self, elected: list[CoordinatorPartitionRow], resigned: list[int]) -> None:
@@ -785,12 +798,17 @@ class ReplicaManager(Actor):
             fenced += row.fenced
             pending += row.pending is not None
             rows.append(row)
+        now_ms = self.clock.now_ms()
         for shard, rows in by_shard.items():
-            for old_id in [i for i, s in self.restoring.items() if s == shard]:
-                del self.restoring[old_id]  # its answer died with the shard: this one settles
-                self.restore_sent.pop(old_id, None)
             req_id = next(self.req_ids)
+            for old_id in [i for i, s in self.restoring.items() if s == shard]:
+                # its answer died with the shard: this one settles what it would have
+                self._forget_restore(old_id)
+                self.restores_replaced += 1
+                self.log.info("RestoreRoles {} to shard {} was never answered: replaced by "
+                              "RestoreRoles {} ({})", old_id, shard.name, req_id, reason)
             self.restoring[req_id] = shard
+            self.restore_overdue_ms[req_id] = now_ms + RESTORE_OVERDUE_MS
             self.restore_sent[req_id] = {TopicPartition(r.role.topic, r.role.partition): r.role
                                          for r in rows}
             self.tell(shard, RestoreRoles(req_id, reason, rows))
@@ -852,9 +870,13 @@ class ReplicaManager(Actor):
         What the restore carried is settled by its outcomes: a role the shard could not
         take is not kept (as a refused LeaderAndIsr's), and one it holds is kept again if
         an answer of the shard's previous life refused it meanwhile."""
-        shard = self.restoring.pop(msg.req_id, None)
-        sent = self.restore_sent.pop(msg.req_id, {})
+        shard = self.restoring.get(msg.req_id)
+        sent = self.restore_sent.get(msg.req_id, {})
+        self._forget_restore(msg.req_id)
         if shard is None:
+            self.log.debug("RolesRestored {} from {} ignored: not a restore waiting for its "
+                           "answer (a later one replaced it)", msg.req_id,
+                           self.current_sender.name if self.current_sender else "?")
             return
         outcomes = {(r.topic, r.partition): r.error_code for r in msg.rows}
         self._restore_outcomes(sent, outcomes)
@@ -879,6 +901,27 @@ class ReplicaManager(Actor):
                           "with it)", "LeaderAndIsr" if entry.kind == "lai" else "StopReplica",
                           req_id, shard.name)
             self._shard_done(req_id, entry, shard)
+
+    def _forget_restore(self, req_id: int) -> None:
+        self.restoring.pop(req_id, None)
+        self.restore_sent.pop(req_id, None)
+        self.restore_overdue_ms.pop(req_id, None)
+
+    def _report_overdue_restores(self, now_ms: int) -> None:
+        """A RestoreRoles unanswered for RESTORE_OVERDUE_MS is reported once. It stays
+        recorded: its answer, however late, settles what the shard owed (the requests
+        that died with it); the shard's next restart replaces it."""
+        for req_id, overdue_ms in list(self.restore_overdue_ms.items()):
+            if now_ms < overdue_ms:
+                continue
+            del self.restore_overdue_ms[req_id]
+            self.restores_overdue += 1
+            waiting = sum(1 for entry in self.pending.values()
+                          if self.restoring[req_id] in entry.waiting)
+            self.log.warning("RestoreRoles {} to shard {} unanswered for {} s ({} controller "
+                             "request(s) wait for that shard): kept until it answers or "
+                             "restarts again", req_id, self.restoring[req_id].name,
+                             RESTORE_OVERDUE_MS // 1000, waiting)
 
     def _restore_outcomes(self, sent: dict[TopicPartition, ReplicaStateRow],
                           outcomes: dict[tuple[str, int], int]) -> None:
@@ -974,6 +1017,8 @@ class ReplicaManager(Actor):
             "processes_restarted": self.processes_restarted,
             "shards_restarted": self.shards_restarted,
             "restoring": len(self.restoring),
+            "restores_overdue": self.restores_overdue,
+            "restores_replaced": self.restores_replaced,
             "pending": len(self.pending),
             "fenced": sorted(f"{tp}@{epoch}" for tp, epoch in self.fenced.items()),
             "proposals": sorted(str(tp) for tp in self.proposals),

@@ -8,19 +8,25 @@ comes out. Requests to one node therefore arrive in the order the core made
 them (UpdateMetadata before the LeaderAndIsr it prepares), even across
 resends; a node applies a repeated request harmlessly (its epochs fence it).
 
-Each request gets a correlation id when it goes out (per broker, increasing;
-a resend keeps it), and an answer names the id it answers: only the answer
-to the request in flight acknowledges it. A late answer to an earlier
-request (its resend was answered first, or the node answered a duplicate at
-once and the original later) names an older id and is ignored: it must not
-be taken for the next request of its type, which the node may not have
-applied yet. The ids go on across ``remove_broker`` and ``clear`` (an answer
-of the broker's previous life, or to this controller's previous term, may
-still be on its way); a shell that makes a new channel hands the old one's
-``last_ids`` to it.
+Each request gets a correlation id when it goes out (a resend keeps it), and
+an answer names the id it answers: only the answer to the request in flight
+acknowledges it. A late answer to an earlier request (its resend was answered
+first, or the node answered a duplicate at once and the original later) names
+another id and is ignored: it must not be taken for the next request of its
+type, which the node may not have applied yet.
 
-A request is a NamedTuple with a ``correlation_id`` field: the core sends a
-copy with the id set.
+An id is unique per broker and controller term: ``controller_epoch << 32 |
+n``, n counting the requests of the term to that broker from 1. A node may
+still hold a request of an earlier term (of a controller process since
+restarted at the same address, which kept no counter) and answer it late:
+its id has the older epoch, so it matches nothing of this term. Within a term
+the ids go on across ``remove_broker`` (an answer of the broker's previous
+life may still come), and a shell that makes a new channel hands the old
+one's ``last_ids`` to it.
+
+A request is a NamedTuple with ``controller_epoch`` and ``correlation_id``
+fields: the core sends it with id 0 and the channel sends a copy with the id
+set.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
+
+EPOCH_SHIFT = 32  # an id is controller_epoch << EPOCH_SHIFT | its number in the term
 
 
 @dataclass
@@ -46,7 +54,8 @@ class ControllerChannel:
             raise ValueError(f"retry_ms must be positive, got {retry_ms}")
         self.retry_ms = retry_ms
         self._queues: dict[int, _BrokerQueue] = {}
-        # per broker, the last correlation id given (the next request gets one more)
+        # per broker, the last correlation id given (the next request of its term gets one
+        # more; the first of a newer term, its epoch's first)
         self._last_ids: dict[int, int] = dict(last_ids or {})
         self.resent = 0
         self.ignored = 0  # answers that named no request in flight (late, or not ours)
@@ -118,9 +127,13 @@ class ControllerChannel:
     def _next(self, broker_id: int, queue: _BrokerQueue, now_ms: int) -> list[tuple[int, Any]]:
         if queue.in_flight is not None or not queue.waiting:
             return []
-        correlation_id = self._last_ids.get(broker_id, 0) + 1
+        request = queue.waiting.popleft()
+        # the first of a term is its epoch's first id; then one more each (a term's
+        # numbers do not run out: 2**32 requests to one broker)
+        correlation_id = max(self._last_ids.get(broker_id, 0) + 1,
+                             request.controller_epoch << EPOCH_SHIFT | 1)
         self._last_ids[broker_id] = correlation_id
-        queue.in_flight = queue.waiting.popleft()._replace(correlation_id=correlation_id)
+        queue.in_flight = request._replace(correlation_id=correlation_id)
         queue.sent_ms = now_ms
         queue.sends = 1
         return [(broker_id, queue.in_flight)]

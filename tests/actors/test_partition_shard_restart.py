@@ -917,6 +917,9 @@ class _Channel(NamedTuple):
         return answered
 
 
+ID = 1 << 32  # the channel's ids of controller epoch 1 (the requests'): ID + 1, ID + 2, ...
+
+
 def _lai_request(leader_epoch: int) -> LeaderAndIsr:
     """c-0 led here at ``leader_epoch``, as the controller's driver makes it (no id yet)."""
     return LeaderAndIsr(1, 1, 5, [LeaderAndIsrPartition(
@@ -938,11 +941,11 @@ def test_a_late_answer_to_a_resend_does_not_acknowledge_the_next_leader_and_isr(
     channel.send(channel.core.enqueue(1, _lai_request(5), 0))
     assert channel.core.enqueue(1, _lai_request(6), 0) == []  # waits behind request 1
     [first] = channel.answers(1)
-    assert first.correlation_id == 1 and first.error_code == NONE
+    assert first.correlation_id == ID + 1 and first.error_code == NONE
     assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 5
     channel.send(channel.core.due(100))  # the answer is not in yet: sent again
     [_, duplicate] = channel.answers(2)
-    assert duplicate.correlation_id == 1
+    assert duplicate.correlation_id == ID + 1
     assert [tuple(r) for r in duplicate.partitions] == [
         ("c", 0, int(ErrorCode.STALE_CONTROLLER_EPOCH))]
 
@@ -954,11 +957,11 @@ def test_a_late_answer_to_a_resend_does_not_acknowledge_the_next_leader_and_isr(
     assert channel.feed(duplicate, 102) is None, \
         "the duplicate's answer acknowledged LeaderAndIsr 2 before the shard applied it"
     assert channel.core.ignored == 1
-    assert channel.core.in_flight(1).correlation_id == 2
+    assert channel.core.in_flight(1).correlation_id == ID + 2
     assert node.ask(c.manager, GetStats())["pending"] == 1, "request 2 is applied already"
     hold.set()
     [_, _, second] = channel.answers(3)
-    assert second.correlation_id == 2
+    assert second.correlation_id == ID + 2
     assert channel.feed(second, 103) is not None
     assert channel.core.pending() == 0
     assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 6
@@ -980,15 +983,15 @@ def test_a_leader_and_isr_answered_by_its_resend_first_answers_with_its_own_id(
     channel.core.enqueue(1, _lai_request(6), 0)
     channel.send(channel.core.due(100))
     [duplicate] = channel.answers(1)
-    assert duplicate.correlation_id == 1
+    assert duplicate.correlation_id == ID + 1
     assert channel.feed(duplicate, 101) is not None  # request 2 goes out
     wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["lai"] == 4, "request 2 in")
     hold.set()
     [_, first, second] = channel.answers(3)
-    assert (first.correlation_id, second.correlation_id) == (1, 2)
+    assert (first.correlation_id, second.correlation_id) == (ID + 1, ID + 2)
     assert [tuple(r) for r in first.partitions] == [("c", 0, NONE)]
     assert channel.feed(first, 102) is None, "request 1's own answer acknowledged request 2"
-    assert channel.core.in_flight(1).correlation_id == 2
+    assert channel.core.in_flight(1).correlation_id == ID + 2
     assert channel.feed(second, 103) is not None
     assert channel.core.pending() == 0
     wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "both settled")

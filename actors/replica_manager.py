@@ -53,7 +53,10 @@ Every answer to the controller names the ``correlation_id`` of the request it
 answers (a refusal, a duplicate answered at once, a request settled by a
 restore): the controller's channel takes only the answer to the request it has
 in flight, so an answer sent late (the resend of its request was answered
-first) acknowledges nothing else, and every request can be answered.
+first) acknowledges nothing else, and every request can be answered. A resend
+of a request still being applied (same controller and id) is neither applied
+again nor answered: the original's answer, when its shards are done, is the
+one the channel waits for.
 """
 
 from __future__ import annotations
@@ -196,6 +199,7 @@ class ReplicaManager(Actor):
         self.leader_handlers: dict[int, int] = {}  # broker -> its RequestHandlers (0: unknown)
         self.refusals_logged: set[tuple[str, int, int]] = set()
         self.refused = 0
+        self.resends_in_progress = 0  # resends of a request still being applied: not answered
         self.applied = {"lai": 0, "um": 0, "stop": 0}
         self.fetched_by: dict[TopicPartition, str] = {}
         self.fetchers_stopped = 0
@@ -236,6 +240,36 @@ class ReplicaManager(Actor):
         else:
             self.on_stop_replica(request)
 
+    def _in_progress(self, kind: str, msg: LeaderAndIsr | StopReplica) -> bool:
+        """Is ``msg`` a resend of a request still being applied (same controller, kind and
+        correlation id)? Then it is not applied again nor answered: the original's answer
+        names the same id, and an answer now would acknowledge the request before its
+        shards applied it (and a delete would be sent to them again)."""
+        name = "LeaderAndIsr" if kind == "lai" else "StopReplica"
+        if msg.correlation_id == 0:
+            self._no_id(name, msg.controller_id, msg.controller_epoch)
+            return False
+        for entry in self.pending.values():
+            if (entry.correlation_id == msg.correlation_id and entry.kind == kind
+                    and entry.controller == self.current_sender):
+                self.resends_in_progress += 1
+                self.log.debug("{} {} from controller {} is still being applied (shards {} "
+                               "to answer): the resend waits for its answer", name,
+                               msg.correlation_id, msg.controller_id,
+                               ", ".join(sorted(a.name for a in entry.waiting)))
+                return True
+        return False
+
+    def _no_id(self, name: str, controller_id: int, controller_epoch: int) -> None:
+        """A request without a correlation id (0: not from a controller's channel) is
+        applied and answered, but no channel takes its answer, and a resend of it cannot be
+        told from a new request: logged once per controller epoch and kind."""
+        key = (f"{name} without id", controller_id, controller_epoch)
+        if key not in self.refusals_logged:
+            self.refusals_logged.add(key)
+            self.log.warning("{} from controller {} epoch {} has no correlation id (0): its "
+                             "answer names none", name, controller_id, controller_epoch)
+
     def _refusal(self, kind: str, controller_id: int, controller_epoch: int, code: int,
                  reason: str) -> None:
         """Count every refused request; log one line per controller epoch and kind."""
@@ -249,7 +283,7 @@ class ReplicaManager(Actor):
     # ------------------------------------------------------------ LeaderAndIsr
     @handles(LeaderAndIsr)
     def on_leader_and_isr(self, msg: LeaderAndIsr) -> None:
-        if self._hold(msg):
+        if self._hold(msg) or self._in_progress("lai", msg):
             return
         assert self.current_sender is not None
         decision = self.fencing.leader_and_isr(msg)
@@ -378,7 +412,7 @@ class ReplicaManager(Actor):
     # ------------------------------------------------------------ StopReplica
     @handles(StopReplica)
     def on_stop_replica(self, msg: StopReplica) -> None:
-        if self._hold(msg):
+        if self._hold(msg) or self._in_progress("stop", msg):
             return
         assert self.current_sender is not None
         decision = self.fencing.stop_replica(msg)
@@ -457,12 +491,10 @@ class ReplicaManager(Actor):
         if entry.kind == "lai":
             self.tell(entry.controller, LeaderAndIsrResponse(
                 self.broker_id, entry.error_code, rows, entry.correlation_id))
+            self._after_leader_and_isr(entry)
         else:
             self.tell(entry.controller, StopReplicaResponse(
                 self.broker_id, entry.error_code, rows, entry.correlation_id))
-        if entry.kind == "lai":
-            self._after_leader_and_isr(entry)
-        else:
             self._after_stop_replica(entry)
 
     # ------------------------------------------------------------ UpdateMetadata
@@ -470,6 +502,8 @@ class ReplicaManager(Actor):
     def on_update_metadata(self, msg: UpdateMetadata) -> None:
         if self._hold(msg):
             return
+        if msg.correlation_id == 0:
+            self._no_id("UpdateMetadata", msg.controller_id, msg.controller_epoch)
         code, reason = self.fencing.check(msg.controller_id, msg.controller_epoch,
                                           msg.broker_epoch)
         if code != NONE:
@@ -1002,6 +1036,7 @@ class ReplicaManager(Actor):
             "controller_id": self.fencing.controller_id,
             "applied": dict(self.applied),
             "refused": self.refused,
+            "resends_in_progress": self.resends_in_progress,
             "held": len(self.held),
             "leading": sorted(str(tp) for tp, (leader, _e) in self.roles.items()
                               if leader == self.broker_id),

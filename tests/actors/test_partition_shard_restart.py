@@ -967,12 +967,13 @@ def test_a_late_answer_to_a_resend_does_not_acknowledge_the_next_leader_and_isr(
     assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 6
 
 
-def test_a_leader_and_isr_answered_by_its_resend_first_answers_with_its_own_id(
+def test_a_resend_of_a_leader_and_isr_still_being_applied_is_not_answered(
         node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The channel sent LeaderAndIsr 1 again while the shard held the first: the second was
-    answered at once (refused: same leader epoch) and acknowledged it; LeaderAndIsr 2 went
-    out. The first's answer, when the shard applied it, names request 1 and acknowledges
-    nothing; request 2 is acknowledged by its own answer only."""
+    """The channel sends LeaderAndIsr 1 again while the shard holds the first. The resend
+    is not answered (before, it was at once, refused as the same leader epoch, and that
+    answer acknowledged request 1 before the shard applied it): only the original's answer,
+    once the shard applied it, names request 1 and acknowledges it; then request 2 goes
+    out and is acknowledged by its own answer."""
     armed = _block_flush(monkeypatch)
     c = _cluster(node, tmp_path, [1, 2])
     channel = _Channel(c, ControllerChannel(100))
@@ -981,21 +982,67 @@ def test_a_leader_and_isr_answered_by_its_resend_first_answers_with_its_own_id(
     node.tell(c.shard, Flush())
     channel.send(channel.core.enqueue(1, _lai_request(5), 0))
     channel.core.enqueue(1, _lai_request(6), 0)
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 1, "request 1 applying")
     channel.send(channel.core.due(100))
-    [duplicate] = channel.answers(1)
-    assert duplicate.correlation_id == ID + 1
-    assert channel.feed(duplicate, 101) is not None  # request 2 goes out
-    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["lai"] == 4, "request 2 in")
+    channel.send(channel.core.due(200))
+    wait_for(lambda: (lambda m: m["applied"]["lai"] + m["resends_in_progress"] == 4)(
+        node.ask(c.manager, GetStats())), "both resends taken")
+    manager = node.ask(c.manager, GetStats())
+    assert manager["applied"]["lai"] == 2 and manager["resends_in_progress"] == 2
+    assert _got(node, c.controller, "LeaderAndIsrResponse")[1:] == [], \
+        "a resend of a request still being applied was answered"
     hold.set()
-    [_, first, second] = channel.answers(3)
-    assert (first.correlation_id, second.correlation_id) == (ID + 1, ID + 2)
+    [first] = channel.answers(1)
+    assert first.correlation_id == ID + 1
     assert [tuple(r) for r in first.partitions] == [("c", 0, NONE)]
-    assert channel.feed(first, 102) is None, "request 1's own answer acknowledged request 2"
-    assert channel.core.in_flight(1).correlation_id == ID + 2
-    assert channel.feed(second, 103) is not None
-    assert channel.core.pending() == 0
-    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "both settled")
+    assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 5, "answered before applied"
+    assert channel.feed(first, 201) is not None  # request 2 goes out
+    [_, second] = channel.answers(2)
+    assert second.correlation_id == ID + 2
+    assert channel.feed(second, 202) is not None
+    assert channel.core.pending() == 0 and channel.core.ignored == 0
     assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 6
+    assert len(_got(node, c.controller, "LeaderAndIsrResponse")) == 3, "one answer each"
+
+
+def test_a_resend_of_a_delete_still_being_applied_drops_nothing_again(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """StopReplica(delete) 7 is sent again while the shard holds its DropPartitions: the
+    resend is neither answered nor sent to the shard again; the original's answer, once
+    the log is deleted, is the only one."""
+    armed = _block_flush(monkeypatch)
+    drops: list[int] = []
+    real = PartitionShard.on_drop
+
+    def on_drop(self: PartitionShard, msg: DropPartitions) -> Any:
+        drops.append(msg.req_id)
+        return real(self, msg)
+
+    on_drop.__actorlog_handles__ = (DropPartitions,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(PartitionShard, "on_drop", on_drop)
+    c = _cluster(node, tmp_path, [1, 2])
+    hold = threading.Event()
+    armed["hold"] = hold
+    node.tell(c.shard, Flush())
+    delete = StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, True)], 7)
+    for _ in range(3):
+        node.tell(c.manager, delete, sender=c.controller.name)
+    wait_for(lambda: (lambda m: m["applied"]["stop"] + m["resends_in_progress"] == 3)(
+        node.ask(c.manager, GetStats())), "both resends taken")
+    manager = node.ask(c.manager, GetStats())
+    assert _got(node, c.controller, "StopReplicaResponse") == [], "a resend was answered"
+    assert manager["applied"]["stop"] == 1 and manager["resends_in_progress"] == 2
+    assert _got(node, c.controller, "StopReplicaResponse") == []
+    hold.set()
+    [response] = wait_for(lambda: _got(node, c.controller, "StopReplicaResponse"),
+                          "the delete's answer")
+    assert tuple(response[:2]) == (1, NONE) and response[3] == 7
+    assert [tuple(r) for r in response[2]] == [("c", 0, NONE)]
+    assert not (tmp_path / "c-0").exists()
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "settled")
+    assert list(_stats(node, c.shard)["partitions"]) == ["f-0"]  # after any drop sent
+    assert len(drops) == 1, "the resends were sent to the shard again"
+    assert len(_got(node, c.controller, "StopReplicaResponse")) == 1
 
 
 def test_a_restore_row_the_shard_could_not_take_leaves_no_role_nor_fetcher(

@@ -62,7 +62,7 @@ one the channel waits for.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,7 +174,10 @@ class ReplicaManager(Actor):
         self.fencing = ReplicaFencing(self.broker_id)
         self.cache = MetadataCache()
         self.held: list[tuple[Address, Any]] = []
-        self.req_ids = itertools.count(1)
+        # the ids of requests to the shards go on over a restart of this actor: a late
+        # answer to its previous life's (BecameLeaderOrFollower, ShardDone, RolesRestored)
+        # must not settle a new one
+        self.req_ids: Iterator[int] = getattr(self, "req_ids", None) or itertools.count(1)
         self.pending: dict[int, _Pending] = {}
         self.waiters: list[_Waiter] = []
         self.roles: dict[TopicPartition, tuple[int, int]] = {}  # -> (leader, leader epoch)

@@ -1045,6 +1045,54 @@ def test_a_resend_of_a_delete_still_being_applied_drops_nothing_again(
     assert len(_got(node, c.controller, "StopReplicaResponse")) == 1
 
 
+def test_a_late_shard_answer_to_a_crashed_replica_managers_request_settles_nothing(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ReplicaManager sent the shard BecomeLeaderOrFollower for LeaderAndIsr 10 (the
+    shard holds it), then crashed and restarted in place. LeaderAndIsr 11 and 12 come to
+    its new life. The shard's answer to the old request, late, must not settle the new
+    request that got the same shard request id (before, the ids began at 1 again: it
+    settled 12 before the shard applied it, and 12 was answered before 11)."""
+    armed = _block_flush(monkeypatch)
+    crash = {"on": False}
+    real = ReplicaManager.on_update_metadata
+
+    def on_update_metadata(self: ReplicaManager, msg: UpdateMetadata) -> None:
+        if crash["on"]:
+            crash["on"] = False
+            raise RuntimeError("an UpdateMetadata handler that fails once")
+        real(self, msg)
+
+    on_update_metadata.__actorlog_handles__ = (UpdateMetadata,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(ReplicaManager, "on_update_metadata", on_update_metadata)
+    c = _cluster(node, tmp_path, [1, 2])
+    hold = threading.Event()
+    armed["hold"] = hold
+    node.tell(c.shard, Flush())
+
+    def lai(correlation_id: int, row: LeaderAndIsrPartition) -> None:
+        node.tell(c.manager, LeaderAndIsr(1, 1, 5, [row], [
+            LiveLeaderRow(1, ""), LiveLeaderRow(2, "")], {row.topic: {}}, correlation_id),
+            sender=c.controller.name)
+
+    lai(10, LeaderAndIsrPartition("c", 0, 1, 1, 5, [1, 2], 6, [1, 2], False))
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 1, "LeaderAndIsr 10 sent")
+    crash["on"] = True
+    node.tell(c.manager, UpdateMetadata(1, 1, 5, False, [], [], {}, 20),
+              sender=c.controller.name)
+    wait_for(lambda: node.actors[c.manager.name].crashes == 1, "the ReplicaManager's crash")
+    node.tell(c.manager, BrokerRegistered(1, 5), sender=c.controller.name)
+    lai(11, LeaderAndIsrPartition("f", 0, 1, 2, 8, [2, 1], 10, [2, 1], False))
+    lai(12, LeaderAndIsrPartition("c", 0, 1, 1, 6, [1, 2], 7, [1, 2], False))
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 2, "11 and 12 sent")
+    hold.set()
+    wait_for(lambda: len(_got(node, c.controller, "LeaderAndIsrResponse")) == 3,
+             "the answers of 11 and 12")
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "all settled")
+    answered = [r[3] for r in _got(node, c.controller, "LeaderAndIsrResponse")[1:]]
+    assert answered == [11, 12], "a late answer of the previous life settled a new request"
+    assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 6
+
+
 def test_a_restore_row_the_shard_could_not_take_leaves_no_role_nor_fetcher(
         node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """After a crash, f-0's restored role (follow broker 2) fails on the shard: the

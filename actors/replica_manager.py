@@ -196,6 +196,7 @@ class ReplicaManager(Actor):
         self.restore_overdue_ms: dict[int, int] = {}
         self.restores_overdue = 0
         self.restores_replaced = 0
+        self.restore_answers_ignored = 0  # answers to a replaced (or unknown) RestoreRoles
         # what each unanswered RestoreRoles carried (a StopReplica accepted since takes its
         # partitions out): the answer settles what the ReplicaManager keeps of each
         self.restore_sent: dict[int, dict[TopicPartition, ReplicaStateRow]] = {}
@@ -911,6 +912,7 @@ class ReplicaManager(Actor):
         sent = self.restore_sent.get(msg.req_id, {})
         self._forget_restore(msg.req_id)
         if shard is None:
+            self.restore_answers_ignored += 1
             self.log.debug("RolesRestored {} from {} ignored: not a restore waiting for its "
                            "answer (a later one replaced it)", msg.req_id,
                            self.current_sender.name if self.current_sender else "?")
@@ -1057,6 +1059,7 @@ class ReplicaManager(Actor):
             "restoring": len(self.restoring),
             "restores_overdue": self.restores_overdue,
             "restores_replaced": self.restores_replaced,
+            "restore_answers_ignored": self.restore_answers_ignored,
             "pending": len(self.pending),
             "fenced": sorted(f"{tp}@{epoch}" for tp, epoch in self.fenced.items()),
             "proposals": sorted(str(tp) for tp in self.proposals),

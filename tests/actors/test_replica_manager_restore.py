@@ -75,7 +75,8 @@ def test_the_shards_next_restart_replaces_its_unanswered_restore(manual_node: No
     node.advance_clock(RESTORE_OVERDUE_MS)
     assert _stats(node, manager)["restores_overdue"] == 1, "only the second is overdue"
     node.tell(manager, RolesRestored(first, []), sender=shard.name)
-    node.advance_clock(0)
+    wait_for(lambda: _stats(node, manager)["restore_answers_ignored"] == 1,
+             "the replaced restore's answer ignored")
     assert _stats(node, manager)["restoring"] == 1, "the replaced restore's answer was taken"
     node.tell(manager, RolesRestored(second, []), sender=shard.name)
     wait_for(lambda: _stats(node, manager)["restoring"] == 0, "the second's answer taken")

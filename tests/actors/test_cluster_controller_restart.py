@@ -18,6 +18,7 @@ from actors.runtime.node import Node
 from actors.topology import Topology
 from tests.fixtures.waiting import wait_for
 from wire import cluster_messages as cm
+from wire.broker_messages import GetStats
 
 NEVER_DUE_MS = 1 << 60  # sent "then": no resend comes while the test looks
 
@@ -51,6 +52,8 @@ def test_a_crash_restart_keeps_the_channels_ids(
     crash["on"] = True
     node.tell(address, cm.SessionStateChanged(cm.SESSION_CONNECTED, 1))
     wait_for(lambda: actor.crashes == 1, "the controller actor's crash")
+    # answered after the restart: the new life's setup is done
+    assert node.ask(address, GetStats())["pending_to_nodes"] == 0
     assert actor.channel is not first and actor.channel.pending() == 0
     assert actor.channel.last_ids == {2: (3 << 32) + 1}
     [(_, again)] = actor.channel.enqueue(2, um, NEVER_DUE_MS)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -204,7 +204,9 @@ class ClusterController(Actor):
         old_channel: ControllerChannel | None = getattr(self, "channel", None)
         self.channel = ControllerChannel(
             CHANNEL_RETRY_MS, old_channel.last_ids if old_channel is not None else None)
-        self.req_ids = itertools.count(1)
+        # so do the ids of what it forwards and sends to the shards: a late answer to its
+        # previous life's forward must not answer a new one's handler
+        self.req_ids: Iterator[int] = getattr(self, "req_ids", None) or itertools.count(1)
         self.started = getattr(self, "started", False)
         self.broker_epoch: int = getattr(self, "broker_epoch", -1)
         self.registered_session: int | None = getattr(self, "registered_session", None)

@@ -1,8 +1,9 @@
-"""The ClusterController actor restarted in place after a crash keeps its channel's
-correlation ids: an answer to a request of its previous life may still come, and the new
-channel must not give that request's id to another. A real actor in a node, on a
-ZooKeeper model in memory; it is not started (no election), the test gives its channel a
-request the way the driver would."""
+"""The ClusterController actor restarted in place after a crash keeps its ids: its channel's
+correlation ids, and the request ids of what it forwards and sends to the shards. An
+answer to a request of its previous life may still come, and must not be taken for a new
+request's. A real actor in a node, on a ZooKeeper model in memory; it is not started (no
+election, no controller known), and the test gives its channel a request the way the
+driver would."""
 
 from __future__ import annotations
 
@@ -13,18 +14,35 @@ import pytest
 from actors.cluster_controller import ClusterController
 from actors.core.cluster_model import BrokerInfo, Endpoint
 from actors.metadata.memory import MemoryMetadataStore, MemoryZooKeeper
+from actors.runtime.actor import Actor, handles
 from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
 from tests.fixtures.waiting import wait_for
+from wire import broker_messages as bm
 from wire import cluster_messages as cm
 from wire.broker_messages import GetStats
 
 NEVER_DUE_MS = 1 << 60  # sent "then": no resend comes while the test looks
 
 
-def test_a_crash_restart_keeps_the_channels_ids(
-        node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+class Handler(Actor):
+    """Stands in for a RequestHandler: keeps the topic admin answers it gets."""
+
+    def setup(self) -> None:
+        self.got: list[Any] = []
+
+    @handles(bm.CreateTopicsDone, bm.DeleteTopicsDone)
+    def on_done(self, msg: Any) -> None:
+        self.got.append([type(msg).__name__, msg.req_id])
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> list[Any]:
+        return list(self.got)
+
+
+def _controller(node: Node, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, dict[str, bool]]:
+    """A ClusterController whose SessionStateChanged handler fails once when armed."""
     crash = {"on": False}
     real = ClusterController.on_session
 
@@ -42,21 +60,52 @@ def test_a_crash_restart_keeps_the_channels_ids(
                       None)
     address = node.spawn(ClusterController, topo.controller.name, topology=topo,
                          config=Config(), store=store, broker=info, clock=node.clock)
-    actor: Any = node.actors[address.name]
+    return address, node.actors[address.name], crash
+
+
+def _crash(node: Node, address: Any, actor: Any, crash: dict[str, bool]) -> None:
+    crash["on"] = True
+    node.tell(address, cm.SessionStateChanged(cm.SESSION_CONNECTED, 1))
+    wait_for(lambda: actor.crashes == 1, "the controller actor's crash")
+    # answered after the restart: the new life's setup is done
+    assert node.ask(address, GetStats())["forwards"] == 0
+
+
+def test_a_crash_restart_keeps_the_channels_ids(
+        node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    address, actor, crash = _controller(node, monkeypatch)
     first = actor.channel
     um = cm.UpdateMetadata(1, 3, 5, False, [], [], {})
     [(_, sent)] = first.enqueue(2, um, NEVER_DUE_MS)
     first.enqueue(2, um, NEVER_DUE_MS)  # waits: no id yet
     assert sent.correlation_id == (3 << 32) + 1
 
-    crash["on"] = True
-    node.tell(address, cm.SessionStateChanged(cm.SESSION_CONNECTED, 1))
-    wait_for(lambda: actor.crashes == 1, "the controller actor's crash")
-    # answered after the restart: the new life's setup is done
-    assert node.ask(address, GetStats())["pending_to_nodes"] == 0
+    _crash(node, address, actor, crash)
     assert actor.channel is not first and actor.channel.pending() == 0
     assert actor.channel.last_ids == {2: (3 << 32) + 1}
     [(_, again)] = actor.channel.enqueue(2, um, NEVER_DUE_MS)
     assert again.correlation_id == (3 << 32) + 2, "the new life gave its predecessor's id"
     assert actor.channel.acknowledge(2, cm.UpdateMetadata, sent.correlation_id,
                                      NEVER_DUE_MS) == (None, [])
+
+
+def test_a_late_answer_to_a_forward_of_the_previous_life_answers_no_new_one(
+        node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A handler's CreateTopics is forwarded (no controller known yet: it waits), then the
+    actor crashes and restarts; the handler's DeleteTopics is forwarded by the new life.
+    An answer to the first forward, late, must not be taken for the second (before, the
+    ids began at 1 again and the DeleteTopics got a CreateTopicsDone)."""
+    address, actor, crash = _controller(node, monkeypatch)
+    handler = node.spawn(Handler, "handler-0")
+    node.tell(address, bm.CreateTopics(7, False, [bm.CreateTopicRow("t", 1, 1, {})]),
+              sender=handler.name)
+    assert node.ask(address, GetStats())["forwards"] == 1
+    [old_id] = actor.forwards
+    _crash(node, address, actor, crash)
+    node.tell(address, bm.DeleteTopics(8, [bm.DeleteTopicRow("u")]), sender=handler.name)
+    assert node.ask(address, GetStats())["forwards"] == 1
+    node.tell(address, bm.CreateTopicsDone(old_id, [bm.CreateTopicDoneRow("t", 0, None, 1,
+                                                                          1)]),
+              sender="broker-2/cluster-controller")
+    assert node.ask(address, GetStats())["forwards"] == 1, "a late answer settled a forward"
+    assert node.ask(handler, GetStats()) == []

@@ -10,10 +10,12 @@ resends; a node applies a repeated request harmlessly (its epochs fence it).
 
 Each request gets a correlation id when it goes out (a resend keeps it), and
 an answer names the id it answers: only the answer to the request in flight
-acknowledges it. A late answer to an earlier request (its resend was answered
-first, or the node answered a duplicate at once and the original later) names
-another id and is ignored: it must not be taken for the next request of its
-type, which the node may not have applied yet.
+acknowledges it. A late answer to an earlier request (the node applied it,
+answered, and answered its resend too, and the first answer acknowledged it)
+names another id and is ignored: it must not be taken for the next request
+of its type, which the node may not have applied yet. (A node does not
+answer the resend of a request it is still applying: the original's answer
+comes when it is done.)
 
 An id is unique per broker and controller term: ``controller_epoch << 32 |
 n``, n counting the requests of the term to that broker from 1. A node may

@@ -47,7 +47,9 @@ and one unanswered for ``RESTORE_OVERDUE_MS`` is reported (kept: a late answer
 still settles).
 
 Requests that arrive before this node's registration is known are held and
-applied once it is (``BrokerRegistered`` from the node's controller actor).
+applied once it is (``BrokerRegistered`` from the node's controller actor); a
+resend replaces its held copy and at most HELD_MAX are held. The registration
+is kept over a crash restart of this actor (nobody would tell it again).
 
 Every answer to the controller names the ``correlation_id`` of the request it
 answers (a refusal, a duplicate answered at once, a request settled by a
@@ -126,6 +128,9 @@ ALTER_PARTITION_TIMEOUT_MS = 5000  # an AlterPartition unanswered this long is p
 # a RestoreRoles unanswered this long is reported (once): it stays recorded until the
 # shard answers or restarts again (the next restore replaces it), one per shard at most
 RESTORE_OVERDUE_MS = 30_000
+# requests held before this node's registration is known, at most (the oldest is dropped:
+# the controller's channel sends what it does not get answered again)
+HELD_MAX = 64
 
 
 @dataclass
@@ -171,9 +176,20 @@ class ReplicaManager(Actor):
     def setup(self) -> None:
         # After a crash everything here is rebuilt from the controller's next requests
         # (it resends state to a node it sees again); the shards keep their logs.
+        # the registration and the newest controller seen go on over a restart of this
+        # actor: only the controller actor tells the registration (at its start and a new
+        # session), so a new life that forgot it would hold every request forever. The
+        # leader epochs do not: the roles they fenced are gone, and the controller's
+        # requests give them again
+        old_fencing: ReplicaFencing | None = getattr(self, "fencing", None)
         self.fencing = ReplicaFencing(self.broker_id)
+        if old_fencing is not None:
+            self.fencing.register(old_fencing.broker_epoch)
+            self.fencing.controller_epoch = old_fencing.controller_epoch
+            self.fencing.controller_id = old_fencing.controller_id
         self.cache = MetadataCache()
         self.held: list[tuple[Address, Any]] = []
+        self.held_dropped = 0  # held requests dropped: a resend replaced it, or past HELD_MAX
         # the ids of requests to the shards go on over a restart of this actor: a late
         # answer to its previous life's (BecameLeaderOrFollower, ShardDone, RolesRestored)
         # must not settle a new one
@@ -229,11 +245,28 @@ class ReplicaManager(Actor):
             self._dispatch(request)
 
     def _hold(self, request: Any) -> bool:
-        """Keep a request that came before the registration; True when held."""
+        """Keep a request that came before the registration; True when held. A resend
+        replaces its earlier copy (same controller, type and correlation id), and past
+        HELD_MAX the oldest is dropped (logged): the controller sends its requests again."""
         if self.fencing.registered:
             return False
-        assert self.current_sender is not None
-        self.held.append((self.current_sender, request))
+        sender = self.current_sender
+        assert sender is not None
+        if request.correlation_id:
+            same = [i for i, (s, r) in enumerate(self.held)
+                    if s == sender and type(r) is type(request)
+                    and r.correlation_id == request.correlation_id]
+            for i in reversed(same):
+                del self.held[i]
+                self.held_dropped += 1
+        self.held.append((sender, request))
+        if len(self.held) > HELD_MAX:
+            _sender, oldest = self.held.pop(0)
+            self.held_dropped += 1
+            self.log.warning("{} held requests before this node's registration: the oldest "
+                             "({} {} from controller {}) dropped", HELD_MAX + 1,
+                             type(oldest).__name__, oldest.correlation_id,
+                             oldest.controller_id)
         return True
 
     def _dispatch(self, request: Any) -> None:
@@ -1043,6 +1076,7 @@ class ReplicaManager(Actor):
             "refused": self.refused,
             "resends_in_progress": self.resends_in_progress,
             "held": len(self.held),
+            "held_dropped": self.held_dropped,
             "leading": sorted(str(tp) for tp, (leader, _e) in self.roles.items()
                               if leader == self.broker_id),
             "following": sorted(str(tp) for tp, (leader, _e) in self.roles.items()

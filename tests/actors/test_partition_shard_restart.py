@@ -1080,7 +1080,7 @@ def test_a_late_shard_answer_to_a_crashed_replica_managers_request_settles_nothi
     node.tell(c.manager, UpdateMetadata(1, 1, 5, False, [], [], {}, 20),
               sender=c.controller.name)
     wait_for(lambda: node.actors[c.manager.name].crashes == 1, "the ReplicaManager's crash")
-    node.tell(c.manager, BrokerRegistered(1, 5), sender=c.controller.name)
+    # nobody tells the new life the registration: it kept it
     lai(11, LeaderAndIsrPartition("f", 0, 1, 2, 8, [2, 1], 10, [2, 1], False))
     lai(12, LeaderAndIsrPartition("c", 0, 1, 1, 6, [1, 2], 7, [1, 2], False))
     wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 2, "11 and 12 sent")

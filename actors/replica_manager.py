@@ -58,7 +58,10 @@ in flight, so an answer sent late (the resend of its request was answered
 first) acknowledges nothing else, and every request can be answered. A resend
 of a request still being applied (same controller and id) is neither applied
 again nor answered: the original's answer, when its shards are done, is the
-one the channel waits for.
+one the channel waits for. Once its shards are ``SHARDS_OVERDUE_MS`` late (a
+message to a shard in another process may be lost), a resend sends it to them
+again (a role only while it is its partition's last), and the first of their
+answers settles it.
 """
 
 from __future__ import annotations
@@ -128,6 +131,10 @@ ALTER_PARTITION_TIMEOUT_MS = 5000  # an AlterPartition unanswered this long is p
 # a RestoreRoles unanswered this long is reported (once): it stays recorded until the
 # shard answers or restarts again (the next restore replaces it), one per shard at most
 RESTORE_OVERDUE_MS = 30_000
+# a controller request its shards have not all answered this long: its next resend sends
+# it again to the shards still to answer (a message to a shard in another process can be
+# lost without a restart of the shard), then again each time it is this long overdue
+SHARDS_OVERDUE_MS = 30_000
 # requests held before this node's registration is known, at most (the oldest is dropped:
 # the controller's channel sends what it does not get answered again)
 HELD_MAX = 64
@@ -148,6 +155,9 @@ class _Pending:
     drops: dict[Address, list[TopicPartitionRow]] = field(default_factory=dict)
     # the controller channel's id of the request: its answer names it
     correlation_id: int = 0
+    # when it was last sent to the shards: a resend while younger than SHARDS_OVERDUE_MS
+    # is swallowed; past it, sent to the shards still to answer again
+    sent_ms: int = 0
     # partitions whose role ``became`` gave the shard refused while it was their last
     # role: dark on that shard (no role, no coordinator, no fetcher) once settled
     dark: list[TopicPartition] = field(default_factory=list)
@@ -220,6 +230,7 @@ class ReplicaManager(Actor):
         self.refusals_logged: set[tuple[str, int, int]] = set()
         self.refused = 0
         self.resends_in_progress = 0  # resends of a request still being applied: not answered
+        self.resends_reapplied = 0  # resends that sent their overdue request to shards again
         self.applied = {"lai": 0, "um": 0, "stop": 0}
         self.fetched_by: dict[TopicPartition, str] = {}
         self.fetchers_stopped = 0
@@ -281,14 +292,18 @@ class ReplicaManager(Actor):
         """Is ``msg`` a resend of a request still being applied (same controller, kind and
         correlation id)? Then it is not applied again nor answered: the original's answer
         names the same id, and an answer now would acknowledge the request before its
-        shards applied it (and a delete would be sent to them again)."""
+        shards applied it (and a delete would be sent to them again). Once the shards are
+        SHARDS_OVERDUE_MS late, what they owe is sent to them again (``_send_again``)."""
         name = "LeaderAndIsr" if kind == "lai" else "StopReplica"
         if msg.correlation_id == 0:
             self._no_id(name, msg.controller_id, msg.controller_epoch)
             return False
-        for entry in self.pending.values():
+        for req_id, entry in self.pending.items():
             if (entry.correlation_id == msg.correlation_id and entry.kind == kind
                     and entry.controller == self.current_sender):
+                if self.clock.now_ms() - entry.sent_ms >= SHARDS_OVERDUE_MS:
+                    self._send_again(req_id, entry, name)
+                    return True
                 self.resends_in_progress += 1
                 self.log.debug("{} {} from controller {} is still being applied (shards {} "
                                "to answer): the resend waits for its answer", name,
@@ -296,6 +311,37 @@ class ReplicaManager(Actor):
                                ", ".join(sorted(a.name for a in entry.waiting)))
                 return True
         return False
+
+    def _send_again(self, req_id: int, entry: _Pending, name: str) -> None:
+        """The shards still to answer ``entry`` have not for SHARDS_OVERDUE_MS: its message
+        to them may be lost (a full or failed link to their process), so it goes to them
+        again, with the same shard request id (the first of their answers settles; a
+        second finds nothing). A role is sent only while it is its partition's last one
+        given (as it stands now, with the ISR changes written since): a newer role given
+        since (the metadata's move, a restore's) is not undone; a delete, not for a
+        partition a namesake has a role on since. A shard left with nothing to apply is
+        settled."""
+        now = self.clock.now_ms()
+        self.resends_reapplied += 1
+        self.log.warning("{} {} from controller {}: shard(s) {} have not answered for {} ms; "
+                         "its resend sends it to them again", name, entry.correlation_id,
+                         entry.controller.name, ", ".join(sorted(a.name for a in entry.waiting)),
+                         now - entry.sent_ms)
+        entry.sent_ms = now
+        for shard in sorted(entry.waiting, key=lambda a: a.name):
+            if entry.kind == "lai":
+                rows = []
+                for row in entry.became:
+                    state = self.states.get(TopicPartition(row.topic, row.partition))
+                    if (self.topology.shard_for(row.topic, row.partition) == shard
+                            and state is not None and state.leader_epoch == row.leader_epoch):
+                        rows.append(state)
+                if rows:
+                    self.tell(shard, BecomeLeaderOrFollower(req_id, rows))
+                    continue
+            elif self._drop_again(req_id, entry, shard, "unanswered"):
+                continue
+            self._shard_done(req_id, entry, shard)
 
     def _no_id(self, name: str, controller_id: int, controller_epoch: int) -> None:
         """A request without a correlation id (0: not from a controller's channel) is
@@ -509,6 +555,7 @@ class ReplicaManager(Actor):
             return
         req_id = next(self.req_ids)
         entry.waiting = set(by_shard)
+        entry.sent_ms = self.clock.now_ms()
         self.pending[req_id] = entry
         for shard, rows in by_shard.items():
             self.tell(shard, msg_type(req_id, rows))
@@ -905,7 +952,8 @@ class ReplicaManager(Actor):
                       sum(1 for r in follow if r.leader >= 0))
         return sent
 
-    def _drop_again(self, req_id: int, entry: _Pending, shard: Address) -> bool:
+    def _drop_again(self, req_id: int, entry: _Pending, shard: Address,
+                    why: str = "they died with it") -> bool:
         """``shard`` answered its restore before the delete ``entry`` sent it: the delete
         died with it (a crash, its process restarted). Sent again, now (a drop sent right
         after the restore could follow the lost one still in its mailbox, and delete a
@@ -915,18 +963,18 @@ class ReplicaManager(Actor):
         rows = []
         for row in entry.drops.get(shard, []):
             if TopicPartition(row.topic, row.partition) in self.states:
-                self.log.warning("{}-{}: its delete died with shard {} and a namesake has a "
-                                 "role since: not deleted again", row.topic, row.partition,
-                                 shard.name)
+                self.log.warning("{}-{}: its delete to shard {} was not done ({}) and a "
+                                 "namesake has a role since: not deleted again", row.topic,
+                                 row.partition, shard.name, why)
                 entry.rows[(row.topic, row.partition)] = int(ErrorCode.KAFKA_STORAGE_ERROR)
             else:
                 rows.append(row)
         entry.drops[shard] = rows
         if not rows:
             return False
-        self.log.info("StopReplica request {}: deletes of {} sent again to shard {} (they died "
-                      "with it)", req_id, ", ".join(f"{r.topic}-{r.partition}" for r in rows),
-                      shard.name)
+        self.log.info("StopReplica request {}: deletes of {} sent again to shard {} ({})",
+                      req_id, ", ".join(f"{r.topic}-{r.partition}" for r in rows),
+                      shard.name, why)
         self.tell(shard, DropPartitions(req_id, list(rows)))
         return True
 
@@ -1075,6 +1123,7 @@ class ReplicaManager(Actor):
             "applied": dict(self.applied),
             "refused": self.refused,
             "resends_in_progress": self.resends_in_progress,
+            "resends_reapplied": self.resends_reapplied,
             "held": len(self.held),
             "held_dropped": self.held_dropped,
             "leading": sorted(str(tp) for tp, (leader, _e) in self.roles.items()

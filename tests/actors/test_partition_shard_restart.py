@@ -462,6 +462,37 @@ def test_a_leader_and_isr_whose_application_died_with_the_crash_is_restored(
                               for row in add[0]]
 
 
+def test_a_resend_while_the_shard_crashed_is_answered_once_by_the_restore(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shard crashes applying LeaderAndIsr 1 (a channel's id); the channel's resend comes
+    meanwhile and is swallowed (still being applied). The restore settles the request:
+    the controller gets one answer, naming id 1, and no other."""
+    hold = threading.Event()
+    armed = _crash_once(monkeypatch, "on_become_leader_or_follower", BecomeLeaderOrFollower,
+                        hold)
+    c = _cluster(node, tmp_path, [1])
+    armed["crash"] = True
+    request = LeaderAndIsr(1, 1, 5, [LeaderAndIsrPartition("c", 0, 1, 2, 4, [2], 5, [1, 2],
+                                                           False)],
+                           [LiveLeaderRow(1, ""), LiveLeaderRow(2, "")], {"c": {}}, ID + 1)
+    node.tell(c.manager, request, sender=c.controller.name)
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 1, "LeaderAndIsr 1 sent")
+    node.tell(c.manager, request, sender=c.controller.name)  # the channel's resend
+    wait_for(lambda: node.ask(c.manager, GetStats())["resends_in_progress"] == 1,
+             "the resend swallowed")
+    assert _got(node, c.controller, "LeaderAndIsrResponse")[1:] == []
+    hold.set()
+    _restored(c)
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "settled by the restore")
+    [answer] = wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[1:],
+                        "the answer")
+    assert answer[1] == NONE and answer[3] == ID + 1
+    assert [tuple(r) for r in answer[2]] == [("c", 0, NONE)]
+    node.quiesce(5)
+    assert len(_got(node, c.controller, "LeaderAndIsrResponse")) == 2, "answered twice"
+    assert node.ask(c.manager, GetStats())["following"] == ["c-0", "f-0"]
+
+
 def test_a_delete_whose_application_died_with_the_crash_is_done_after_the_restore(
         node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The shard crashed deleting c-0 (StopReplica), before it forgot c-0: it never
@@ -1064,6 +1095,16 @@ def test_a_late_shard_answer_to_a_crashed_replica_managers_request_settles_nothi
 
     on_update_metadata.__actorlog_handles__ = (UpdateMetadata,)  # type: ignore[attr-defined]
     monkeypatch.setattr(ReplicaManager, "on_update_metadata", on_update_metadata)
+    sent: list[int] = []  # the shard request id of each request fanned out to the shards
+    real_fan_out = ReplicaManager._fan_out
+
+    def fan_out(self: ReplicaManager, entry: Any, by_shard: dict[Any, list[Any]],
+                msg_type: Any) -> None:
+        real_fan_out(self, entry, by_shard, msg_type)
+        if by_shard:
+            sent.append(max(self.pending))
+
+    monkeypatch.setattr(ReplicaManager, "_fan_out", fan_out)
     c = _cluster(node, tmp_path, [1, 2])
     hold = threading.Event()
     armed["hold"] = hold
@@ -1076,6 +1117,9 @@ def test_a_late_shard_answer_to_a_crashed_replica_managers_request_settles_nothi
 
     lai(10, LeaderAndIsrPartition("c", 0, 1, 1, 5, [1, 2], 6, [1, 2], False))
     wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 1, "LeaderAndIsr 10 sent")
+    # the collision this test is about: 10 went out as shard request 2 (the _cluster's
+    # LeaderAndIsr was 1), the id a new life counting from 1 again gives its second, 12
+    assert sent == [1, 2]
     crash["on"] = True
     node.tell(c.manager, UpdateMetadata(1, 1, 5, False, [], [], {}, 20),
               sender=c.controller.name)
@@ -1090,6 +1134,7 @@ def test_a_late_shard_answer_to_a_crashed_replica_managers_request_settles_nothi
     wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "all settled")
     answered = [r[3] for r in _got(node, c.controller, "LeaderAndIsrResponse")[1:]]
     assert answered == [11, 12], "a late answer of the previous life settled a new request"
+    assert sent == [1, 2, 3, 4], "the new life's shard request ids began again"
     assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 6
 
 

@@ -3,10 +3,11 @@ correlation ids, and the request ids of what it forwards and sends to the shards
 answer to a request of its previous life may still come, and must not be taken for a new
 request's. A real actor in a node, on a ZooKeeper model in memory; it is not started (no
 election, no controller known), and the test gives its channel a request the way the
-driver would."""
+driver would, on the actor's own thread (``_on_actor``: its loop reads the channel)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -41,9 +42,35 @@ class Handler(Actor):
         return list(self.got)
 
 
+_CALLS: list[Callable[[ClusterController], Any]] = []
+_RESULTS: list[Any] = []
+
+
+def _on_actor(node: Node, address: Any, call: Callable[[ClusterController], Any]) -> Any:
+    """``call(actor)`` run on the ClusterController's own thread (in its GetStats handler,
+    patched by ``_controller``), not the test's: what it returns (handed over in memory,
+    read once the ask is answered)."""
+    _CALLS.append(call)
+    node.ask(address, GetStats())
+    assert not _CALLS and len(_RESULTS) == 1
+    return _RESULTS.pop()
+
+
 def _controller(node: Node, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, dict[str, bool]]:
-    """A ClusterController whose SessionStateChanged handler fails once when armed."""
+    """A ClusterController whose SessionStateChanged handler fails once when armed, and
+    whose GetStats handler runs the test's ``_on_actor`` call first."""
     crash = {"on": False}
+    _CALLS.clear()
+    _RESULTS.clear()
+    real_stats = ClusterController.stats
+
+    def stats(self: ClusterController, msg: GetStats) -> dict[str, Any]:
+        if _CALLS:
+            _RESULTS.append(_CALLS.pop(0)(self))
+        return real_stats(self, msg)
+
+    stats.__actorlog_handles__ = (GetStats,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(ClusterController, "stats", stats)
     real = ClusterController.on_session
 
     def on_session(self: ClusterController, msg: cm.SessionStateChanged) -> None:
@@ -74,19 +101,28 @@ def _crash(node: Node, address: Any, actor: Any, crash: dict[str, bool]) -> None
 def test_a_crash_restart_keeps_the_channels_ids(
         node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
     address, actor, crash = _controller(node, monkeypatch)
-    first = actor.channel
     um = cm.UpdateMetadata(1, 3, 5, False, [], [], {})
-    [(_, sent)] = first.enqueue(2, um, NEVER_DUE_MS)
-    first.enqueue(2, um, NEVER_DUE_MS)  # waits: no id yet
-    assert sent.correlation_id == (3 << 32) + 1
+
+    def enqueue_twice(self: ClusterController) -> Any:
+        return (self.channel, self.channel.enqueue(2, um, NEVER_DUE_MS),
+                self.channel.enqueue(2, um, NEVER_DUE_MS))
+
+    first, [(_, sent)], waits = _on_actor(node, address, enqueue_twice)
+    assert sent.correlation_id == (3 << 32) + 1 and waits == []  # the second: no id yet
 
     _crash(node, address, actor, crash)
-    assert actor.channel is not first and actor.channel.pending() == 0
-    assert actor.channel.last_ids == {2: (3 << 32) + 1}
-    [(_, again)] = actor.channel.enqueue(2, um, NEVER_DUE_MS)
+
+    def after(self: ClusterController) -> Any:
+        channel = self.channel
+        state = (channel is first, channel.pending(), channel.last_ids)
+        [(_, again)] = channel.enqueue(2, um, NEVER_DUE_MS)
+        late = channel.acknowledge(2, cm.UpdateMetadata, sent.correlation_id, NEVER_DUE_MS)
+        return state, again, late
+
+    state, again, late = _on_actor(node, address, after)
+    assert state == (False, 0, {2: (3 << 32) + 1})
     assert again.correlation_id == (3 << 32) + 2, "the new life gave its predecessor's id"
-    assert actor.channel.acknowledge(2, cm.UpdateMetadata, sent.correlation_id,
-                                     NEVER_DUE_MS) == (None, [])
+    assert late == (None, []), "the previous life's request's answer acknowledged the new"
 
 
 def test_a_late_answer_to_a_forward_of_the_previous_life_answers_no_new_one(
@@ -100,7 +136,7 @@ def test_a_late_answer_to_a_forward_of_the_previous_life_answers_no_new_one(
     node.tell(address, bm.CreateTopics(7, False, [bm.CreateTopicRow("t", 1, 1, {})]),
               sender=handler.name)
     assert node.ask(address, GetStats())["forwards"] == 1
-    [old_id] = actor.forwards
+    [old_id] = _on_actor(node, address, lambda self: list(self.forwards))
     _crash(node, address, actor, crash)
     node.tell(address, bm.DeleteTopics(8, [bm.DeleteTopicRow("u")]), sender=handler.name)
     assert node.ask(address, GetStats())["forwards"] == 1

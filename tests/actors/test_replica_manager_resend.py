@@ -28,6 +28,8 @@ from wire.cluster_messages import (
     StopReplica,
     StopReplicaPartition,
     StopReplicaResponse,
+    UpdateMetadata,
+    UpdateMetadataPartition,
 )
 from wire.errors import ErrorCode
 
@@ -65,16 +67,19 @@ class Controller(Actor):
         return list(self.got)
 
 
-def _lai(correlation_id: int) -> LeaderAndIsr:
-    """c-0 led by this broker (1) at leader epoch 5, from controller 2 of epoch 4."""
+def _lai(correlation_id: int, *led: tuple[str, int]) -> LeaderAndIsr:
+    """Each (topic, leader epoch) of ``led`` (c-0 at 5 by default): partition 0 led by this
+    broker (1), from controller 2 of epoch 4."""
+    led = led or (("c", 5),)
     return LeaderAndIsr(2, 4, 5, [LeaderAndIsrPartition(
-        "c", 0, 4, 1, 5, [1, 2], 6, [1, 2], True)],
-        [LiveLeaderRow(1, ""), LiveLeaderRow(2, "")], {"c": {}}, correlation_id)
+        topic, 0, 4, 1, epoch, [1, 2], epoch + 1, [1, 2], False) for topic, epoch in led],
+        [LiveLeaderRow(1, ""), LiveLeaderRow(2, "")], {topic: {} for topic, _ in led},
+        correlation_id)
 
 
-def test_a_resend_of_a_request_its_shard_never_answered_is_sent_to_it_again(
-        manual_node: Node) -> None:
-    node = manual_node
+def _broker(node: Node) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """The shard, the ReplicaManager (registered), the controller; send(request),
+    stats(actor) and answers()."""
     topo = Topology(node.name, 1, 1, 1, 1, 1)
     shard = node.spawn(QuietShard, topo.shard(0).name)
     manager = node.spawn(ReplicaManager, topo.replica_manager.name, topology=topo,
@@ -91,6 +96,13 @@ def test_a_resend_of_a_request_its_shard_never_answered_is_sent_to_it_again(
         return [tuple(a) for a in stats(controller)]
 
     node.tell(manager, BrokerRegistered(1, 5), sender=controller.name)
+    return shard, manager, controller, send, stats, answers
+
+
+def test_a_resend_of_a_request_its_shard_never_answered_is_sent_to_it_again(
+        manual_node: Node) -> None:
+    node = manual_node
+    shard, manager, controller, send, stats, answers = _broker(node)
     send(_lai(E + 1))
     [(kind, req_id, rows)] = wait_for(lambda: stats(shard), "BecomeLeaderOrFollower")
     assert kind == "BecomeLeaderOrFollower"
@@ -135,3 +147,31 @@ def test_a_resend_of_a_request_its_shard_never_answered_is_sent_to_it_again(
     node.tell(manager, ShardDone(drop_id, "", []), sender=shard.name)
     wait_for(lambda: len(stats(controller)) == 2, "the delete's answer")
     assert answers()[1] == ("StopReplicaResponse", NONE, E + 2)
+
+
+def test_an_overdue_resend_does_not_give_a_role_older_than_one_given_since(
+        manual_node: Node) -> None:
+    """LeaderAndIsr 2 (c-0 at leader epoch 6, d-0 at 1) waits for the shard; the metadata
+    then moves c-0 to broker 2 at leader epoch 7 (the shard is told). The overdue resend
+    sends the shard d-0's role again, not c-0's epoch 6, which would undo epoch 7."""
+    node = manual_node
+    shard, manager, _controller, send, stats, answers = _broker(node)
+    send(_lai(E + 1))
+    [(_, first, _)] = wait_for(lambda: stats(shard), "LeaderAndIsr 1 to the shard")
+    node.tell(manager, BecameLeaderOrFollower(first, [PartitionErrorRow("c", 0, NONE)]),
+              sender=shard.name)
+    wait_for(lambda: answers(), "LeaderAndIsr 1 answered")
+    send(_lai(E + 2, ("c", 6), ("d", 1)))
+    wait_for(lambda: len(stats(shard)) == 2, "LeaderAndIsr 2 to the shard")
+    send(UpdateMetadata(2, 4, 5, False, [], [
+        UpdateMetadataPartition("c", 0, 4, 2, 7, [2, 1], 8, [1, 2], [])], {"c": {}}, E + 3))
+    moved = wait_for(lambda: (lambda g: g if len(g) == 3 else None)(stats(shard)),
+                     "c-0's move to the shard")[2]
+    assert [(r[0], r[3]) for r in moved[2]] == [("c", 7)]
+    node.advance_clock(SHARDS_OVERDUE_MS)
+    send(_lai(E + 2, ("c", 6), ("d", 1)))
+    wait_for(lambda: stats(manager)["resends_reapplied"] == 1, "the overdue resend")
+    got = wait_for(lambda: (lambda g: g if len(g) == 4 else None)(stats(shard)),
+                   "LeaderAndIsr 2 again")
+    assert got[3][1] == got[1][1]
+    assert [(r[0], r[3]) for r in got[3][2]] == [("d", 1)], "an older role was sent again"

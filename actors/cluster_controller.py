@@ -213,6 +213,7 @@ class ClusterController(Actor):
         self.register_retry_ms: int | None = None
         self.brokers: dict[int, BrokerInfo] = {}
         self.forwards: dict[int, _Forward] = {}
+        self.forward_answers_ignored = 0  # answers from a node a forward was not sent to
         self.shutdown: _Shutdown | None = None
         self.last_config_change: str | None = getattr(self, "last_config_change", None)
         # the last ACL change notice applied, per change root (None: read everything)
@@ -889,6 +890,14 @@ class ClusterController(Actor):
         fwd = self.forwards.get(msg.req_id)
         if fwd is None:
             return  # answered already (timed out)
+        sender = self.current_sender
+        if (fwd.sent_to is not None and sender is not None
+                and sender.node != self._controller_of(fwd.sent_to).node):
+            self.forward_answers_ignored += 1
+            self.log.debug("{} {} from {} ignored: forward {} was sent to broker {}",
+                           type(msg).__name__, msg.req_id, sender.node, msg.req_id,
+                           fwd.sent_to)
+            return
         now = self.clock.now_ms()
         moved = (msg.error_code == NOT_CONTROLLER if isinstance(msg, am.ElectLeadersDone)
                  else bool(msg.rows) and all(r.error_code == NOT_CONTROLLER for r in msg.rows))
@@ -1070,5 +1079,6 @@ class ClusterController(Actor):
             "late_answers_ignored": self.channel.ignored,
             "pending_writes": self.driver.pending_retries,
             "forwards": len(self.forwards),
+            "forward_answers_ignored": self.forward_answers_ignored,
             "topics": sorted(self.core.topics) if self.driver.active else [],
         }

@@ -18,7 +18,7 @@ from actors.metadata.memory import MemoryMetadataStore, MemoryZooKeeper
 from actors.runtime.actor import Actor, handles
 from actors.runtime.config import Config
 from actors.runtime.node import Node
-from actors.topology import Topology
+from actors.topology import Topology, broker_node_name
 from tests.fixtures.waiting import wait_for
 from wire import broker_messages as bm
 from wire import cluster_messages as cm
@@ -145,3 +145,34 @@ def test_a_late_answer_to_a_forward_of_the_previous_life_answers_no_new_one(
               sender="broker-2/cluster-controller")
     assert node.ask(address, GetStats())["forwards"] == 1, "a late answer settled a forward"
     assert node.ask(handler, GetStats()) == []
+
+
+def test_an_answer_to_a_forward_counts_only_from_the_controller_it_went_to(
+        node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forward sent to broker 2's controller is answered only by it: the same request id's
+    answer from another node (here, this test's node) is ignored. Sent to a controller on
+    this node, the answer from it is taken."""
+    address, _actor, _crash = _controller(node, monkeypatch)
+    handler = node.spawn(Handler, "handler-0")
+    node.tell(address, bm.CreateTopics(7, False, [bm.CreateTopicRow("t", 1, 1, {})]),
+              sender=handler.name)
+
+    def sent_to(broker_id: int) -> Callable[[ClusterController], list[int]]:
+        def call(self: ClusterController) -> list[int]:
+            [fwd] = self.forwards.values()
+            fwd.sent_to = broker_id  # as _try_forward does when it sends it there
+            return list(self.forwards)
+        return call
+
+    [req_id] = _on_actor(node, address, sent_to(2))
+    assert broker_node_name(2) != node.name
+    done = bm.CreateTopicsDone(req_id, [bm.CreateTopicDoneRow("t", 0, None, 1, 1)])
+    node.tell(address, done, sender="cluster-controller")  # from this node
+    stats = node.ask(address, GetStats())
+    assert (stats["forwards"], stats["forward_answers_ignored"]) == (1, 1)
+    assert node.ask(handler, GetStats()) == []
+    _on_actor(node, address, sent_to(1))  # this node's broker
+    node.tell(address, done, sender="cluster-controller")
+    [answer] = wait_for(lambda: node.ask(handler, GetStats()), "the handler's answer")
+    assert answer == ["CreateTopicsDone", 7]
+    assert node.ask(address, GetStats())["forwards"] == 0

@@ -317,8 +317,9 @@ class ReplicaManager(Actor):
         to them may be lost (a full or failed link to their process), so it goes to them
         again, with the same shard request id (the first of their answers settles; a
         second finds nothing). A role is sent only while it is its partition's last one
-        given (as it stands now, with the ISR changes written since): a newer role given
-        since (the metadata's move, a restore's) is not undone; a delete, not for a
+        given (as it stands now, with the ISR changes written since), and not when the
+        shard showed it holds it (a proposal or a fence since): a newer role given since
+        (the metadata's move, a restore's) is not undone; a delete, not for a
         partition a namesake has a role on since. A shard left with nothing to apply is
         settled."""
         now = self.clock.now_ms()
@@ -332,9 +333,14 @@ class ReplicaManager(Actor):
             if entry.kind == "lai":
                 rows = []
                 for row in entry.became:
-                    state = self.states.get(TopicPartition(row.topic, row.partition))
+                    tp = TopicPartition(row.topic, row.partition)
+                    state = self.states.get(tp)
+                    # a leader that proposed an ISR change, or was fenced, at this role
+                    # holds it already (only its answer is missing): applied again, it
+                    # would forget that
                     if (self.topology.shard_for(row.topic, row.partition) == shard
-                            and state is not None and state.leader_epoch == row.leader_epoch):
+                            and state is not None and state.leader_epoch == row.leader_epoch
+                            and tp not in self.proposals and tp not in self.fenced):
                         rows.append(state)
                 if rows:
                     self.tell(shard, BecomeLeaderOrFollower(req_id, rows))

@@ -32,6 +32,7 @@ from wire.cluster_messages import (
     UpdateMetadataPartition,
 )
 from wire.errors import ErrorCode
+from wire.replication_messages import IsrProposalRow, ProposeIsr
 
 NONE = int(ErrorCode.NONE)
 E = 4 << 32  # ids of controller epoch 4, as its channel gives them
@@ -151,9 +152,11 @@ def test_a_resend_of_a_request_its_shard_never_answered_is_sent_to_it_again(
 
 def test_an_overdue_resend_does_not_give_a_role_older_than_one_given_since(
         manual_node: Node) -> None:
-    """LeaderAndIsr 2 (c-0 at leader epoch 6, d-0 at 1) waits for the shard; the metadata
-    then moves c-0 to broker 2 at leader epoch 7 (the shard is told). The overdue resend
-    sends the shard d-0's role again, not c-0's epoch 6, which would undo epoch 7."""
+    """LeaderAndIsr 2 (c-0 at leader epoch 6, d-0 and e-0 at 1) waits for the shard; the
+    metadata then moves c-0 to broker 2 at leader epoch 7 (the shard is told), and the
+    shard proposes an ISR change for e-0 (it holds e-0's role: only its answer is
+    missing). The overdue resend sends the shard d-0's role again, not c-0's epoch 6,
+    which would undo epoch 7, nor e-0's, which would forget the proposal."""
     node = manual_node
     shard, manager, _controller, send, stats, answers = _broker(node)
     send(_lai(E + 1))
@@ -161,17 +164,18 @@ def test_an_overdue_resend_does_not_give_a_role_older_than_one_given_since(
     node.tell(manager, BecameLeaderOrFollower(first, [PartitionErrorRow("c", 0, NONE)]),
               sender=shard.name)
     wait_for(lambda: answers(), "LeaderAndIsr 1 answered")
-    send(_lai(E + 2, ("c", 6), ("d", 1)))
+    send(_lai(E + 2, ("c", 6), ("d", 1), ("e", 1)))
     wait_for(lambda: len(stats(shard)) == 2, "LeaderAndIsr 2 to the shard")
+    node.tell(manager, ProposeIsr([IsrProposalRow("e", 0, 1, [1], 2)]), sender=shard.name)
     send(UpdateMetadata(2, 4, 5, False, [], [
         UpdateMetadataPartition("c", 0, 4, 2, 7, [2, 1], 8, [1, 2], [])], {"c": {}}, E + 3))
     moved = wait_for(lambda: (lambda g: g if len(g) == 3 else None)(stats(shard)),
                      "c-0's move to the shard")[2]
     assert [(r[0], r[3]) for r in moved[2]] == [("c", 7)]
     node.advance_clock(SHARDS_OVERDUE_MS)
-    send(_lai(E + 2, ("c", 6), ("d", 1)))
+    send(_lai(E + 2, ("c", 6), ("d", 1), ("e", 1)))
     wait_for(lambda: stats(manager)["resends_reapplied"] == 1, "the overdue resend")
     got = wait_for(lambda: (lambda g: g if len(g) == 4 else None)(stats(shard)),
                    "LeaderAndIsr 2 again")
     assert got[3][1] == got[1][1]
-    assert [(r[0], r[3]) for r in got[3][2]] == [("d", 1)], "an older role was sent again"
+    assert [(r[0], r[3]) for r in got[3][2]] == [("d", 1)], "a role held was sent again"

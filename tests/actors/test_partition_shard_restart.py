@@ -828,6 +828,38 @@ def test_an_isr_proposal_of_unknown_fate_is_sent_again_after_the_restore(
     assert node.ask(c.manager, GetStats())["proposals"] == []
 
 
+def test_a_role_at_the_leader_epoch_held_is_not_applied_again(
+        node: Node, tmp_path: Path) -> None:
+    """The shard applied c-0's role (lead at leader epoch 3) and f-0's; broker 2 fetched
+    and the leader proposed ISR [1, 2]. The same roles come again (a duplicate, or the
+    ReplicaManager's overdue resend queued behind the original): answered as applied, not
+    applied again, so the pending proposal and broker 2's fetch state survive (applied
+    again, become_leader forgot both: the high watermark went back to ISR [1] alone)."""
+    c = _cluster(node, tmp_path, [1])
+    _expansion_proposed(c)
+    c0 = node.actors[c.shard.name].partitions[("c", 0)]
+    pending, follower = c0.pending, c0.followers[2]
+    assert pending is not None and follower.log_end_offset == 1
+    node.tell(c.shard, BecomeLeaderOrFollower(99, [
+        ReplicaStateRow("c", 0, 1, 3, [1], [1, 2], 4, False, {}),
+        ReplicaStateRow("f", 0, 2, 7, [2, 1], [2, 1], 9, False, {})]), sender=c.handler.name)
+    [answer] = wait_for(lambda: [a for a in _got(node, c.handler, "BecameLeaderOrFollower")
+                                 if a[0] == 99], "the duplicate's answer")
+    assert [tuple(r) for r in answer[1]] == [("c", 0, NONE), ("f", 0, NONE)]
+    c0 = node.actors[c.shard.name].partitions[("c", 0)]
+    assert c0.pending == pending, "the pending ISR proposal was forgotten"
+    assert c0.followers[2] == follower, "broker 2's fetch state was forgotten"
+    f0 = node.actors[c.shard.name].partitions[("f", 0)]
+    assert (f0.leader_id, f0.leader_epoch) == (2, 7)
+    # a newer leader epoch is applied: it proposes anew
+    node.tell(c.shard, BecomeLeaderOrFollower(100, [
+        ReplicaStateRow("c", 0, 1, 4, [1], [1, 2], 5, False, {})]), sender=c.handler.name)
+    wait_for(lambda: [a for a in _got(node, c.handler, "BecameLeaderOrFollower")
+                      if a[0] == 100], "the newer role's answer")
+    c0 = node.actors[c.shard.name].partitions[("c", 0)]
+    assert c0.leader_epoch == 4 and c0.pending is None
+
+
 def _acks_all_waits_for_broker_2(c: Cluster, end: int = 1) -> None:
     """c-0 (high watermark and log end ``end``) takes an acks=-1 write: the high watermark
     does not move before broker 2 fetched it."""

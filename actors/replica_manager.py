@@ -318,10 +318,11 @@ class ReplicaManager(Actor):
         again, with the same shard request id (the first of their answers settles; a
         second finds nothing). A role is sent only while it is its partition's last one
         given (as it stands now, with the ISR changes written since), and not when the
-        shard showed it holds it (a proposal or a fence since): a newer role given since
-        (the metadata's move, a restore's) is not undone; a delete, not for a
-        partition a namesake has a role on since. A shard left with nothing to apply is
-        settled."""
+        shard showed it holds it (a proposal or a fence at its leader epoch since; the
+        shard also answers a role at an epoch it holds without applying it again): a
+        newer role given since (the metadata's move, a restore's) is not undone; a
+        delete, not for a partition a namesake has a role on since. A shard left with
+        nothing to apply is settled."""
         now = self.clock.now_ms()
         self.resends_reapplied += 1
         self.log.warning("{} {} from controller {}: shard(s) {} have not answered for {} ms; "
@@ -335,12 +336,9 @@ class ReplicaManager(Actor):
                 for row in entry.became:
                     tp = TopicPartition(row.topic, row.partition)
                     state = self.states.get(tp)
-                    # a leader that proposed an ISR change, or was fenced, at this role
-                    # holds it already (only its answer is missing): applied again, it
-                    # would forget that
                     if (self.topology.shard_for(row.topic, row.partition) == shard
                             and state is not None and state.leader_epoch == row.leader_epoch
-                            and tp not in self.proposals and tp not in self.fenced):
+                            and not self._holds(tp, row.leader_epoch)):
                         rows.append(state)
                 if rows:
                     self.tell(shard, BecomeLeaderOrFollower(req_id, rows))
@@ -348,6 +346,15 @@ class ReplicaManager(Actor):
             elif self._drop_again(req_id, entry, shard, "unanswered"):
                 continue
             self._shard_done(req_id, entry, shard)
+
+    def _holds(self, tp: TopicPartition, leader_epoch: int) -> bool:
+        """Did ``tp``'s leader show it holds the role at ``leader_epoch`` (an ISR proposal
+        at that epoch, or a fence at it or newer)? Then only its answer is missing. A
+        proposal or fence of an older epoch (sent before the role, come after it) says
+        nothing of this role: skipped on it, the role would be settled unapplied."""
+        proposal = self.proposals.get(tp)
+        return (self.fenced.get(tp, -1) >= leader_epoch
+                or (proposal is not None and proposal[0].leader_epoch == leader_epoch))
 
     def _no_id(self, name: str, controller_id: int, controller_epoch: int) -> None:
         """A request without a correlation id (0: not from a controller's channel) is

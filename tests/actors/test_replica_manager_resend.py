@@ -179,3 +179,31 @@ def test_an_overdue_resend_does_not_give_a_role_older_than_one_given_since(
                    "LeaderAndIsr 2 again")
     assert got[3][1] == got[1][1]
     assert [(r[0], r[3]) for r in got[3][2]] == [("d", 1)], "a role held was sent again"
+
+
+def test_an_overdue_resend_gives_a_role_again_despite_a_proposal_of_an_older_epoch(
+        manual_node: Node) -> None:
+    """LeaderAndIsr 1 gave c-0 at leader epoch 5 (applied); LeaderAndIsr 2 gives it at 6,
+    and its message to the shard is lost. The shard's ISR proposal at epoch 5, sent before
+    it could know of 6, comes after: it says nothing of epoch 6. The overdue resend sends
+    c-0's epoch 6 again (skipped, the request was settled with the shard still at 5)."""
+    node = manual_node
+    shard, manager, _controller, send, stats, answers = _broker(node)
+    send(_lai(E + 1))
+    [(_, first, _)] = wait_for(lambda: stats(shard), "LeaderAndIsr 1 to the shard")
+    node.tell(manager, BecameLeaderOrFollower(first, [PartitionErrorRow("c", 0, NONE)]),
+              sender=shard.name)
+    wait_for(lambda: answers(), "LeaderAndIsr 1 answered")
+    send(_lai(E + 2, ("c", 6)))
+    wait_for(lambda: len(stats(shard)) == 2, "LeaderAndIsr 2 to the shard")
+    node.tell(manager, ProposeIsr([IsrProposalRow("c", 0, 5, [1], 6)]), sender=shard.name)
+    wait_for(lambda: stats(manager)["proposals"], "the proposal at epoch 5 kept")
+    node.advance_clock(SHARDS_OVERDUE_MS)
+    send(_lai(E + 2, ("c", 6)))
+    wait_for(lambda: stats(manager)["resends_reapplied"] == 1, "the overdue resend")
+    got = wait_for(lambda: (lambda g: g if len(g) == 3 else None)(stats(shard)),
+                   "LeaderAndIsr 2 again")
+    assert got[2][1] == got[1][1]
+    assert [(r[0], r[3]) for r in got[2][2]] == [("c", 6)]
+    assert answers() == [("LeaderAndIsrResponse", NONE, E + 1)], \
+        "LeaderAndIsr 2 answered before the shard applied it"

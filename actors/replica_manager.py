@@ -184,19 +184,21 @@ class ReplicaManager(Actor):
         self.clock = clock
 
     def setup(self) -> None:
-        # After a crash everything here is rebuilt from the controller's next requests
-        # (it resends state to a node it sees again); the shards keep their logs.
-        # the registration and the newest controller seen go on over a restart of this
-        # actor: only the controller actor tells the registration (at its start and a new
-        # session), so a new life that forgot it would hold every request forever. The
-        # leader epochs do not: the roles they fenced are gone, and the controller's
-        # requests give them again
+        # What a crash restart of this actor keeps: the registration and the newest
+        # controller seen (only the controller actor tells the registration, at its start
+        # and a new session: a new life that forgot it would hold every request forever),
+        # and what the shards and fetchers hold, as they keep it over this restart: the
+        # leader epochs accepted, the last role given, the proposals and fences, which
+        # fetcher fetches each followed partition. Forgotten, a later shard restart
+        # restored nothing (its partitions went dark). The requests being applied are not
+        # kept: the controller sends them again, a role at the leader epoch held is
+        # accepted once more (the shard answers it without applying it again; its
+        # proposal, fence and the ISR written since stay), and a late shard answer to the
+        # previous life's request settles nothing (``req_ids``)
         old_fencing: ReplicaFencing | None = getattr(self, "fencing", None)
         self.fencing = ReplicaFencing(self.broker_id)
         if old_fencing is not None:
-            self.fencing.register(old_fencing.broker_epoch)
-            self.fencing.controller_epoch = old_fencing.controller_epoch
-            self.fencing.controller_id = old_fencing.controller_id
+            self.fencing.carry_over(old_fencing)
         self.cache = MetadataCache()
         self.held: list[tuple[Address, Any]] = []
         self.held_dropped = 0  # held requests dropped: a resend replaced it, or past HELD_MAX
@@ -206,15 +208,17 @@ class ReplicaManager(Actor):
         self.req_ids: Iterator[int] = getattr(self, "req_ids", None) or itertools.count(1)
         self.pending: dict[int, _Pending] = {}
         self.waiters: list[_Waiter] = []
-        self.roles: dict[TopicPartition, tuple[int, int]] = {}  # -> (leader, leader epoch)
+        # -> (leader, leader epoch)
+        self.roles: dict[TopicPartition, tuple[int, int]] = getattr(self, "roles", {})
         # the last role given (the newest LeaderAndIsr accepted, with the ISR changes
         # written since): what a shard that lost its memory gets again
-        self.states: dict[TopicPartition, ReplicaStateRow] = {}
+        self.states: dict[TopicPartition, ReplicaStateRow] = getattr(self, "states", {})
         # partitions whose leader epoch (the value) the controller said is stale, in an
         # answer to an ISR proposal: restored without leadership until the next role
-        self.fenced: dict[TopicPartition, int] = {}
+        self.fenced: dict[TopicPartition, int] = getattr(self, "fenced", {})
         # each leader's last ISR proposal whose outcome is not known: (it, send it again)
-        self.proposals: dict[TopicPartition, tuple[IsrProposalRow, bool]] = {}
+        self.proposals: dict[TopicPartition, tuple[IsrProposalRow, bool]] = getattr(
+            self, "proposals", {})
         self.processes_restarted = 0
         self.shards_restarted = 0
         self.restoring: dict[int, Address] = {}  # RestoreRoles not answered yet -> its shard
@@ -226,13 +230,14 @@ class ReplicaManager(Actor):
         # what each unanswered RestoreRoles carried (a StopReplica accepted since takes its
         # partitions out): the answer settles what the ReplicaManager keeps of each
         self.restore_sent: dict[int, dict[TopicPartition, ReplicaStateRow]] = {}
-        self.leader_handlers: dict[int, int] = {}  # broker -> its RequestHandlers (0: unknown)
+        # broker -> its RequestHandlers (0: unknown)
+        self.leader_handlers: dict[int, int] = getattr(self, "leader_handlers", {})
         self.refusals_logged: set[tuple[str, int, int]] = set()
         self.refused = 0
         self.resends_in_progress = 0  # resends of a request still being applied: not answered
         self.resends_reapplied = 0  # resends that sent their overdue request to shards again
         self.applied = {"lai": 0, "um": 0, "stop": 0}
-        self.fetched_by: dict[TopicPartition, str] = {}
+        self.fetched_by: dict[TopicPartition, str] = getattr(self, "fetched_by", {})
         self.fetchers_stopped = 0
         self.isr_pending: dict[int, tuple[list[IsrProposalRow], int]] = {}
         self.num_fetchers = int(self.config["num.replica.fetchers"])
@@ -410,6 +415,13 @@ class ReplicaManager(Actor):
         sent meanwhile must not carry the older one); it ends what the older leader
         epoch's fencing and proposal said."""
         tp = TopicPartition(row.topic, row.partition)
+        held = self.states.get(tp)
+        if held is not None and held.leader_epoch == row.leader_epoch:
+            # accepted once more by a new life of this actor (``accept_again``): the shard
+            # holds it, with the ISR written since, the proposal and the fence at it
+            if row.partition_epoch > held.partition_epoch:
+                self.states[tp] = row._replace(is_new=False)
+            return
         self.states[tp] = row._replace(is_new=False)
         self.fenced.pop(tp, None)
         self.proposals.pop(tp, None)

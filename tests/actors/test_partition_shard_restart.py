@@ -1170,6 +1170,67 @@ def test_a_late_shard_answer_to_a_crashed_replica_managers_request_settles_nothi
     assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 6
 
 
+def _crash_replica_manager_on_update_metadata(monkeypatch: pytest.MonkeyPatch
+                                              ) -> dict[str, bool]:
+    """The ReplicaManager's UpdateMetadata handler raises once when armed (patched before
+    it is spawned)."""
+    crash = {"on": False}
+    real = ReplicaManager.on_update_metadata
+
+    def on_update_metadata(self: ReplicaManager, msg: UpdateMetadata) -> None:
+        if crash["on"]:
+            crash["on"] = False
+            raise RuntimeError("an UpdateMetadata handler that fails once")
+        real(self, msg)
+
+    on_update_metadata.__actorlog_handles__ = (UpdateMetadata,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(ReplicaManager, "on_update_metadata", on_update_metadata)
+    return crash
+
+
+def test_the_roles_go_on_over_a_crash_restart_of_the_replica_manager(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ReplicaManager crashes and restarts in place while the shard leads c-0 (an ISR
+    expansion pending) and follows f-0. The controller's resend of their LeaderAndIsr (the
+    new life cannot tell it settled) is answered, but the shard does not apply it again:
+    the proposal stays pending. The shard then crashes: the new life restores both roles
+    and the proposal (before, it had forgotten them: the shard's partitions went dark)."""
+    crash = _crash_replica_manager_on_update_metadata(monkeypatch)
+    armed = _crash_on_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1])
+    _expansion_proposed(c)
+    wait_for(lambda: node.ask(c.manager, GetStats())["proposals"] == ["c-0"], "the proposal")
+    crash["on"] = True
+    node.tell(c.manager, UpdateMetadata(1, 1, 5, False, [], [], {}, 20),
+              sender=c.controller.name)
+    wait_for(lambda: node.actors[c.manager.name].crashes == 1, "the ReplicaManager's crash")
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 3, [1], 4, [1, 2], False),
+         LeaderAndIsrPartition("f", 0, 1, 2, 7, [2, 1], 9, [2, 1], False))
+    answers = wait_for(lambda: (lambda a: a if len(a) == 2 else None)(
+        _got(node, c.controller, "LeaderAndIsrResponse")), "the resend's answer")
+    assert {tuple(r) for r in answers[1][2]} == {("c", 0, NONE), ("f", 0, NONE)}
+    c0 = node.actors[c.shard.name].partitions[("c", 0)]
+    assert c0.pending is not None, "the resend's role applied again: the proposal forgotten"
+    assert node.ask(c.manager, GetStats())["proposals"] == ["c-0"]
+    # an older leader epoch is still refused, and the held one once accepted again
+    _lai(c, 1, LeaderAndIsrPartition("f", 0, 1, 2, 6, [2, 1], 8, [2, 1], False),
+         LeaderAndIsrPartition("c", 0, 1, 1, 3, [1], 4, [1, 2], False))
+    answers = wait_for(lambda: (lambda a: a if len(a) == 3 else None)(
+        _got(node, c.controller, "LeaderAndIsrResponse")), "the stale one's answer")
+    stale = int(ErrorCode.STALE_CONTROLLER_EPOCH)
+    assert {tuple(r) for r in answers[2][2]} == {("f", 0, stale), ("c", 0, stale)}
+
+    _crash(node, c.shard, armed)
+    _restored(c)
+    stats = _stats(node, c.shard)
+    assert stats["leaders"] == ["c-0"], "c-0's role not restored"
+    f0 = node.actors[c.shard.name].partitions[("f", 0)]
+    assert (f0.leader_id, f0.leader_epoch) == (2, 7), "f-0's role not restored"
+    c0 = node.actors[c.shard.name].partitions[("c", 0)]
+    assert c0.pending is not None and c0.pending.new_isr == (1, 2), \
+        "the pending proposal not restored"
+
+
 def test_a_restore_row_the_shard_could_not_take_leaves_no_role_nor_fetcher(
         node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """After a crash, f-0's restored role (follow broker 2) fails on the shard: the

@@ -1000,6 +1000,8 @@ class ReplicaManager(Actor):
         self.log.info("StopReplica request {}: deletes of {} sent again to shard {} ({})",
                       req_id, ", ".join(f"{r.topic}-{r.partition}" for r in rows),
                       shard.name, why)
+        # sent now: a resend of the StopReplica is swallowed for SHARDS_OVERDUE_MS again
+        entry.sent_ms = self.clock.now_ms()
         self.tell(shard, DropPartitions(req_id, list(rows)))
         return True
 

@@ -25,6 +25,9 @@ from wire.cluster_messages import (
     LeaderAndIsrResponse,
     LiveLeaderRow,
     PartitionErrorRow,
+    RestoreRoles,
+    RolesRestored,
+    ShardRestarted,
     StopReplica,
     StopReplicaPartition,
     StopReplicaResponse,
@@ -44,7 +47,7 @@ class QuietShard(Actor):
     def setup(self) -> None:
         self.got: list[tuple[str, int, list[Any]]] = []
 
-    @handles(BecomeLeaderOrFollower, DropPartitions)
+    @handles(BecomeLeaderOrFollower, DropPartitions, RestoreRoles)
     def on_request(self, msg: Any) -> None:
         self.got.append((type(msg).__name__, msg.req_id, list(msg.rows)))
 
@@ -207,3 +210,33 @@ def test_an_overdue_resend_gives_a_role_again_despite_a_proposal_of_an_older_epo
     assert [(r[0], r[3]) for r in got[2][2]] == [("c", 6)]
     assert answers() == [("LeaderAndIsrResponse", NONE, E + 1)], \
         "LeaderAndIsr 2 answered before the shard applied it"
+
+
+def test_a_delete_sent_again_after_the_shards_restore_is_not_overdue_at_once(
+        manual_node: Node) -> None:
+    """A StopReplica(delete)'s DropPartitions died with the shard, which restarted long after
+    it was sent: the restore's answer sends the delete again, now. A resend of the
+    StopReplica right after waits for that answer (it was sent again at the original's
+    time, as overdue, and the shard got the delete a third time)."""
+    node = manual_node
+    shard, manager, _controller, send, stats, answers = _broker(node)
+    send(_lai(E + 1))
+    [(_, first, _)] = wait_for(lambda: stats(shard), "LeaderAndIsr 1 to the shard")
+    node.tell(manager, BecameLeaderOrFollower(first, [PartitionErrorRow("c", 0, NONE)]),
+              sender=shard.name)
+    wait_for(lambda: answers(), "LeaderAndIsr 1 answered")
+    stop = StopReplica(2, 4, 5, [StopReplicaPartition("c", 0, 5, True)], E + 2)
+    send(stop)
+    wait_for(lambda: len(stats(shard)) == 2, "DropPartitions")
+    node.advance_clock(SHARDS_OVERDUE_MS)
+    node.tell(manager, ShardRestarted(0), sender=shard.name)
+    kind, restore_id, _rows = wait_for(
+        lambda: (lambda g: g if len(g) == 3 else None)(stats(shard)), "RestoreRoles")[2]
+    assert kind == "RestoreRoles"
+    node.tell(manager, RolesRestored(restore_id, []), sender=shard.name)
+    got = wait_for(lambda: (lambda g: g if len(g) == 4 else None)(stats(shard)),
+                   "the delete sent again")
+    assert got[3] == got[1]
+    send(stop)
+    wait_for(lambda: stats(manager)["resends_in_progress"] == 1, "the resend swallowed")
+    assert stats(manager)["resends_reapplied"] == 0 and len(stats(shard)) == 4

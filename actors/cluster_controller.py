@@ -38,7 +38,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Hashable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from actors.core.cluster_model import BrokerInfo, TopicPartition
@@ -143,7 +143,10 @@ class _Forward:
     request: ForwardedRequest
     deadline_ms: int
     next_try_ms: int = 0
-    sent_to: int | None = None
+    sent_to: int | None = None  # the controller it was last sent to (None: to find)
+    # the nodes of every controller it was sent to: a success from any answers it (one sent
+    # again to a new controller may have been done by the first)
+    sent_nodes: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -881,6 +884,7 @@ class ClusterController(Actor):
             fwd.next_try_ms = now + FORWARD_RETRY_MS  # none known, or it is us but not yet
             return
         fwd.sent_to = controller
+        fwd.sent_nodes.add(self._controller_of(controller).node)
         fwd.next_try_ms = now + self.request_timeout_ms
         self.tell(self._controller_of(controller), fwd.request._replace(req_id=req_id))
 
@@ -891,16 +895,24 @@ class ClusterController(Actor):
         if fwd is None:
             return  # answered already (timed out)
         sender = self.current_sender
-        if (fwd.sent_to is not None and sender is not None
-                and sender.node != self._controller_of(fwd.sent_to).node):
+        if (fwd.sent_nodes and sender is not None
+                and sender.node not in fwd.sent_nodes):
             self.forward_answers_ignored += 1
-            self.log.debug("{} {} from {} ignored: forward {} was sent to broker {}",
+            self.log.debug("{} {} from {} ignored: forward {} was sent to {}",
                            type(msg).__name__, msg.req_id, sender.node, msg.req_id,
-                           fwd.sent_to)
+                           ", ".join(sorted(fwd.sent_nodes)))
             return
         now = self.clock.now_ms()
         moved = (msg.error_code == NOT_CONTROLLER if isinstance(msg, am.ElectLeadersDone)
                  else bool(msg.rows) and all(r.error_code == NOT_CONTROLLER for r in msg.rows))
+        if moved and fwd.sent_to is not None and sender is not None \
+                and sender.node != self._controller_of(fwd.sent_to).node:
+            # an earlier controller's: the forward waits for the one it went to last
+            self.forward_answers_ignored += 1
+            self.log.debug("{} {} from {} ignored: not the controller, and the forward "
+                           "went to broker {} since", type(msg).__name__, msg.req_id,
+                           sender.node, fwd.sent_to)
+            return
         if moved and now < fwd.deadline_ms:
             fwd.sent_to = None
             fwd.next_try_ms = now + FORWARD_RETRY_MS  # the controller moved: find it again

@@ -23,6 +23,7 @@ from tests.fixtures.waiting import wait_for
 from wire import broker_messages as bm
 from wire import cluster_messages as cm
 from wire.broker_messages import GetStats
+from wire.errors import ErrorCode
 
 NEVER_DUE_MS = 1 << 60  # sent "then": no resend comes while the test looks
 
@@ -147,6 +148,45 @@ def test_a_late_answer_to_a_forward_of_the_previous_life_answers_no_new_one(
     assert node.ask(handler, GetStats()) == []
 
 
+def _sent_to(broker_id: int) -> Callable[[ClusterController], list[int]]:
+    """Marks the one forward as sent to ``broker_id``'s controller, as _try_forward does
+    when it sends it there; returns the forwards' ids."""
+    def call(self: ClusterController) -> list[int]:
+        [fwd] = self.forwards.values()
+        fwd.sent_to = broker_id
+        fwd.sent_nodes.add(self._controller_of(broker_id).node)
+        return list(self.forwards)
+    return call
+
+
+def test_a_late_success_of_the_first_controller_a_forward_went_to_answers_it(
+        node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forward went to this node's controller, then (no answer in time, or the
+    controller moved) to broker 2's. The first one's success comes late: it answers the
+    forward (ignored, the handler waited for broker 2's answer, which may be
+    TOPIC_ALREADY_EXISTS, or none). A NOT_CONTROLLER from it does not: the forward waits
+    for broker 2."""
+    address, _actor, _crash = _controller(node, monkeypatch)
+    handler = node.spawn(Handler, "handler-0")
+    node.tell(address, bm.CreateTopics(7, False, [bm.CreateTopicRow("t", 1, 1, {})]),
+              sender=handler.name)
+    _on_actor(node, address, _sent_to(1))
+    [req_id] = _on_actor(node, address, _sent_to(2))
+    moved = bm.CreateTopicsDone(req_id, [bm.CreateTopicDoneRow(
+        "t", int(ErrorCode.NOT_CONTROLLER), None, -1, -1)])
+    node.tell(address, moved, sender="cluster-controller")
+    stats = node.ask(address, GetStats())
+    assert (stats["forwards"], stats["forward_answers_ignored"]) == (1, 1)
+    [sent_to] = _on_actor(node, address, lambda self: [
+        f.sent_to for f in self.forwards.values()])
+    assert sent_to == 2, "an earlier controller's NOT_CONTROLLER sent the forward again"
+    done = bm.CreateTopicsDone(req_id, [bm.CreateTopicDoneRow("t", 0, None, 1, 1)])
+    node.tell(address, done, sender="cluster-controller")  # from this node
+    [answer] = wait_for(lambda: node.ask(handler, GetStats()), "the handler's answer")
+    assert answer == ["CreateTopicsDone", 7]
+    assert node.ask(address, GetStats())["forwards"] == 0
+
+
 def test_an_answer_to_a_forward_counts_only_from_the_controller_it_went_to(
         node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
     """A forward sent to broker 2's controller is answered only by it: the same request id's
@@ -157,21 +197,14 @@ def test_an_answer_to_a_forward_counts_only_from_the_controller_it_went_to(
     node.tell(address, bm.CreateTopics(7, False, [bm.CreateTopicRow("t", 1, 1, {})]),
               sender=handler.name)
 
-    def sent_to(broker_id: int) -> Callable[[ClusterController], list[int]]:
-        def call(self: ClusterController) -> list[int]:
-            [fwd] = self.forwards.values()
-            fwd.sent_to = broker_id  # as _try_forward does when it sends it there
-            return list(self.forwards)
-        return call
-
-    [req_id] = _on_actor(node, address, sent_to(2))
+    [req_id] = _on_actor(node, address, _sent_to(2))
     assert broker_node_name(2) != node.name
     done = bm.CreateTopicsDone(req_id, [bm.CreateTopicDoneRow("t", 0, None, 1, 1)])
     node.tell(address, done, sender="cluster-controller")  # from this node
     stats = node.ask(address, GetStats())
     assert (stats["forwards"], stats["forward_answers_ignored"]) == (1, 1)
     assert node.ask(handler, GetStats()) == []
-    _on_actor(node, address, sent_to(1))  # this node's broker
+    _on_actor(node, address, _sent_to(1))  # this node's broker
     node.tell(address, done, sender="cluster-controller")
     [answer] = wait_for(lambda: node.ask(handler, GetStats()), "the handler's answer")
     assert answer == ["CreateTopicsDone", 7]

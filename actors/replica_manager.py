@@ -201,7 +201,8 @@ class ReplicaManager(Actor):
             self.fencing.carry_over(old_fencing)
         self.cache = MetadataCache()
         self.held: list[tuple[Address, Any]] = []
-        self.held_dropped = 0  # held requests dropped: a resend replaced it, or past HELD_MAX
+        self.held_replaced = 0  # held requests a resend of theirs replaced
+        self.held_dropped = 0  # held requests dropped past HELD_MAX (the oldest)
         # the ids of requests to the shards go on over a restart of this actor: a late
         # answer to its previous life's (BecameLeaderOrFollower, ShardDone, RolesRestored)
         # must not settle a new one
@@ -274,15 +275,15 @@ class ReplicaManager(Actor):
                     and r.correlation_id == request.correlation_id]
             for i in reversed(same):
                 del self.held[i]
-                self.held_dropped += 1
+                self.held_replaced += 1
         self.held.append((sender, request))
         if len(self.held) > HELD_MAX:
             _sender, oldest = self.held.pop(0)
             self.held_dropped += 1
-            self.log.warning("{} held requests before this node's registration: the oldest "
-                             "({} {} from controller {}) dropped", HELD_MAX + 1,
-                             type(oldest).__name__, oldest.correlation_id,
-                             oldest.controller_id)
+            self.log.warning("more than {} requests held before this node's registration: "
+                             "the oldest ({} {} from controller {}) dropped ({} dropped so "
+                             "far)", HELD_MAX, type(oldest).__name__,
+                             oldest.correlation_id, oldest.controller_id, self.held_dropped)
         return True
 
     def _dispatch(self, request: Any) -> None:
@@ -1152,6 +1153,7 @@ class ReplicaManager(Actor):
             "resends_in_progress": self.resends_in_progress,
             "resends_reapplied": self.resends_reapplied,
             "held": len(self.held),
+            "held_replaced": self.held_replaced,
             "held_dropped": self.held_dropped,
             "leading": sorted(str(tp) for tp, (leader, _e) in self.roles.items()
                               if leader == self.broker_id),

@@ -138,11 +138,11 @@ def test_requests_held_before_the_registration_are_bounded(node: Node) -> None:
     for _ in range(3):
         send(UpdateMetadata(2, 4, 5, True, [], [], {}, E + 1))
     stats = node.ask(manager, GetStats())
-    assert (stats["held"], stats["held_dropped"]) == (1, 2)
+    assert (stats["held"], stats["held_replaced"], stats["held_dropped"]) == (1, 2, 0)
     for n in range(2, HELD_MAX + 4):  # HELD_MAX + 2 more: the oldest three go
         send(UpdateMetadata(2, 4, 5, False, [], [], {}, E + n))
     stats = node.ask(manager, GetStats())
-    assert (stats["held"], stats["held_dropped"]) == (HELD_MAX, 5)
+    assert (stats["held"], stats["held_replaced"], stats["held_dropped"]) == (HELD_MAX, 2, 3)
     node.tell(manager, BrokerRegistered(1, 5), sender=controller.name)
     got = answers(HELD_MAX)
     assert [i for _name, _code, i in got] == [E + n for n in range(4, HELD_MAX + 4)]

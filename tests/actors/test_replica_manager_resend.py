@@ -2,15 +2,26 @@
 less than SHARDS_OVERDUE_MS late (the original's answer will name its id), sent to them
 again past it (its message may be lost: a full or failed link to their process), and
 answered once whichever of their answers comes first. The real ReplicaManager on a manual
-clock; the shard is a stand-in that keeps what it is sent and never answers (the test
-answers as it), and the controller a recorder."""
+clock, and the controller a recorder. Where a message to the shard is lost, the shard is
+a stand-in that keeps what it is sent and never answers (the test answers as it); where
+it is only late, the real shard, held by an event."""
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from actors.core.log_dir import LogDir
+from actors.core.partition_state import PartitionState
+from actors.log_manager import LogManager
+from actors.partition_shard import PartitionShard
+from actors.purgatory import PurgatoryShard
 from actors.replica_manager import SHARDS_OVERDUE_MS, ReplicaManager
 from actors.runtime.actor import Actor, handles
+from actors.runtime.clock import ManualClock
 from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
@@ -240,3 +251,63 @@ def test_a_delete_sent_again_after_the_shards_restore_is_not_overdue_at_once(
     send(stop)
     wait_for(lambda: stats(manager)["resends_in_progress"] == 1, "the resend swallowed")
     assert stats(manager)["resends_reapplied"] == 0 and len(stats(shard)) == 4
+
+
+def test_a_real_shard_late_not_lost_applies_the_overdue_resend_once(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real shard is slow, not lost: held (an event) applying LeaderAndIsr 1's role
+    (c-0 led at leader epoch 5), the overdue resend sends it again and the copy queues
+    behind the original. Once let go, the shard applies the role once (the copy is
+    answered, not applied again: that would forget what the leader did since), and the
+    controller gets one answer. The ReplicaManager reads a manual clock of its own (the
+    shard, held, could not take the node's clock turns)."""
+    hold = threading.Event()
+    held = {"on": True}
+    real_become = PartitionShard.on_become_leader_or_follower
+
+    def on_become(self: PartitionShard, msg: BecomeLeaderOrFollower) -> None:
+        if held["on"]:
+            held["on"] = False
+            assert hold.wait(20), "the test never let the shard go"
+        real_become(self, msg)
+
+    on_become.__actorlog_handles__ = (BecomeLeaderOrFollower,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(PartitionShard, "on_become_leader_or_follower", on_become)
+    applied: list[int] = []
+    real_lead = PartitionState.become_leader
+
+    def become_leader(self: PartitionState, leader_epoch: int, *args: Any, **kw: Any) -> None:
+        applied.append(leader_epoch)
+        real_lead(self, leader_epoch, *args, **kw)
+
+    monkeypatch.setattr(PartitionState, "become_leader", become_leader)
+    clock = ManualClock()
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    log_dir = LogDir.open(tmp_path)
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1,
+               clock=node.clock)
+    node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=Config(),
+               log_dir=LogDir.open(tmp_path), topics={}, broker_id=1, clock=node.clock)
+    node.spawn(PurgatoryShard, topo.purgatory(0).name, topology=topo, clock=node.clock)
+    manager = node.spawn(ReplicaManager, topo.replica_manager.name, topology=topo,
+                         config=Config(), broker_id=1, clock=clock)
+    controller = node.spawn(Controller, topo.controller.name)
+    node.tell(manager, BrokerRegistered(1, 5), sender=controller.name)
+
+    def stats(actor: Any) -> Any:
+        return node.ask(actor, GetStats())
+
+    node.tell(manager, _lai(E + 1), sender=controller.name)
+    wait_for(lambda: not held["on"], "the shard held applying the role")
+    clock.advance(SHARDS_OVERDUE_MS)
+    node.tell(manager, _lai(E + 1), sender=controller.name)
+    wait_for(lambda: stats(manager)["resends_reapplied"] == 1, "the overdue resend")
+    assert stats(controller) == []
+    hold.set()
+    wait_for(lambda: stats(controller), "the answer")
+    wait_for(lambda: stats(manager)["pending"] == 0, "settled")
+    # the copy's answer too: the shard is idle once it answers a GetStats after it
+    node.ask(topo.shard(0), GetStats())
+    assert applied == [5], "the resent role applied again"
+    assert [tuple(a) for a in stats(controller)] == [("LeaderAndIsrResponse", NONE, E + 1)]
+    assert stats(manager)["leading"] == ["c-0"]

@@ -49,7 +49,10 @@ still settles).
 Requests that arrive before this node's registration is known are held and
 applied once it is (``BrokerRegistered`` from the node's controller actor); a
 resend replaces its held copy and at most HELD_MAX are held. The registration
-is kept over a crash restart of this actor (nobody would tell it again).
+is kept over a crash restart of this actor (nobody would tell it again), and so is
+what the shards and fetchers hold (leader epochs, last roles, proposals, fences):
+a resend at a held leader epoch is accepted once more, and the shard answers it
+without applying it again.
 
 Every answer to the controller names the ``correlation_id`` of the request it
 answers (a refusal, a duplicate answered at once, a request settled by a

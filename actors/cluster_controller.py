@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Hashable
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from actors.core.cluster_model import BrokerInfo, TopicPartition
@@ -143,7 +143,10 @@ class _Forward:
     request: ForwardedRequest
     deadline_ms: int
     next_try_ms: int = 0
-    sent_to: int | None = None
+    sent_to: int | None = None  # the controller it was last sent to (None: to find)
+    # the nodes of every controller it was sent to: a success from any answers it (one sent
+    # again to a new controller may have been done by the first)
+    sent_nodes: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -199,14 +202,21 @@ class ClusterController(Actor):
         self.core = ControllerCore(controller_config(broker_id, self.config), self.rng.randrange)
         self.driver = ControllerDriver(self.store, self.core, send=self._send_to_broker,
                                        reply=self._reply, log=self._state_change)
-        self.channel = ControllerChannel(CHANNEL_RETRY_MS)
-        self.req_ids = itertools.count(1)
+        # the correlation ids go on over a restart of this actor: an answer to a request
+        # of its previous life may still come, and must not acknowledge a new one
+        old_channel: ControllerChannel | None = getattr(self, "channel", None)
+        self.channel = ControllerChannel(
+            CHANNEL_RETRY_MS, old_channel.last_ids if old_channel is not None else None)
+        # so do the ids of what it forwards and sends to the shards: a late answer to its
+        # previous life's forward must not answer a new one's handler
+        self.req_ids: Iterator[int] = getattr(self, "req_ids", None) or itertools.count(1)
         self.started = getattr(self, "started", False)
         self.broker_epoch: int = getattr(self, "broker_epoch", -1)
         self.registered_session: int | None = getattr(self, "registered_session", None)
         self.register_retry_ms: int | None = None
         self.brokers: dict[int, BrokerInfo] = {}
         self.forwards: dict[int, _Forward] = {}
+        self.forward_answers_ignored = 0  # answers from a node a forward was not sent to
         self.shutdown: _Shutdown | None = None
         self.last_config_change: str | None = getattr(self, "last_config_change", None)
         # the last ACL change notice applied, per change root (None: read everything)
@@ -377,27 +387,38 @@ class ClusterController(Actor):
         for target, request in self.channel.enqueue(broker_id, message, self.clock.now_ms()):
             self.tell(self._replica_manager(target), request)
 
-    def _acknowledge(self, broker_id: int, request_type: type) -> Any:
-        answered, nxt = self.channel.acknowledge(broker_id, request_type, self.clock.now_ms())
+    def _acknowledge(self, broker_id: int, request_type: type, correlation_id: int) -> Any:
+        """The request an answer names, if it is the one in flight to ``broker_id`` (then the
+        next goes out); None for a late answer to an earlier one (ignored)."""
+        answered, nxt = self.channel.acknowledge(broker_id, request_type, correlation_id,
+                                                 self.clock.now_ms())
+        if answered is None:
+            in_flight = self.channel.in_flight(broker_id)
+            self.log.debug("{} answer from broker {} to request {} ignored: in flight {}",
+                           request_type.__name__, broker_id, correlation_id,
+                           "none" if in_flight is None else
+                           f"{type(in_flight).__name__} {in_flight.correlation_id}")
         for target, request in nxt:
             self.tell(self._replica_manager(target), request)
         return answered
 
     @handles(cm.LeaderAndIsrResponse)
     def on_leader_and_isr_response(self, msg: cm.LeaderAndIsrResponse) -> None:
-        if self._acknowledge(msg.broker_id, cm.LeaderAndIsr) is not None and msg.error_code:
+        if (self._acknowledge(msg.broker_id, cm.LeaderAndIsr, msg.correlation_id) is not None
+                and msg.error_code):
             self.log.warning("broker {} refused LeaderAndIsr: {}", msg.broker_id,
                              ErrorCode(msg.error_code).name)
 
     @handles(cm.UpdateMetadataResponse)
     def on_update_metadata_response(self, msg: cm.UpdateMetadataResponse) -> None:
-        if self._acknowledge(msg.broker_id, cm.UpdateMetadata) is not None and msg.error_code:
+        if (self._acknowledge(msg.broker_id, cm.UpdateMetadata, msg.correlation_id) is not None
+                and msg.error_code):
             self.log.warning("broker {} refused UpdateMetadata: {}", msg.broker_id,
                              ErrorCode(msg.error_code).name)
 
     @handles(cm.StopReplicaResponse)
     def on_stop_replica_response(self, msg: cm.StopReplicaResponse) -> None:
-        if self._acknowledge(msg.broker_id, cm.StopReplica) is None:
+        if self._acknowledge(msg.broker_id, cm.StopReplica, msg.correlation_id) is None:
             return
         if self.driver.active:
             self._call_driver(self.driver.feed, StopReplicaDone(
@@ -863,6 +884,7 @@ class ClusterController(Actor):
             fwd.next_try_ms = now + FORWARD_RETRY_MS  # none known, or it is us but not yet
             return
         fwd.sent_to = controller
+        fwd.sent_nodes.add(self._controller_of(controller).node)
         fwd.next_try_ms = now + self.request_timeout_ms
         self.tell(self._controller_of(controller), fwd.request._replace(req_id=req_id))
 
@@ -872,9 +894,25 @@ class ClusterController(Actor):
         fwd = self.forwards.get(msg.req_id)
         if fwd is None:
             return  # answered already (timed out)
+        sender = self.current_sender
+        if (fwd.sent_nodes and sender is not None
+                and sender.node not in fwd.sent_nodes):
+            self.forward_answers_ignored += 1
+            self.log.debug("{} {} from {} ignored: forward {} was sent to {}",
+                           type(msg).__name__, msg.req_id, sender.node, msg.req_id,
+                           ", ".join(sorted(fwd.sent_nodes)))
+            return
         now = self.clock.now_ms()
         moved = (msg.error_code == NOT_CONTROLLER if isinstance(msg, am.ElectLeadersDone)
                  else bool(msg.rows) and all(r.error_code == NOT_CONTROLLER for r in msg.rows))
+        if moved and fwd.sent_to is not None and sender is not None \
+                and sender.node != self._controller_of(fwd.sent_to).node:
+            # an earlier controller's: the forward waits for the one it went to last
+            self.forward_answers_ignored += 1
+            self.log.debug("{} {} from {} ignored: not the controller, and the forward "
+                           "went to broker {} since", type(msg).__name__, msg.req_id,
+                           sender.node, fwd.sent_to)
+            return
         if moved and now < fwd.deadline_ms:
             fwd.sent_to = None
             fwd.next_try_ms = now + FORWARD_RETRY_MS  # the controller moved: find it again
@@ -1050,7 +1088,9 @@ class ClusterController(Actor):
             "directory": sorted(self.node.directory.nodes),
             "pending_to_nodes": self.channel.pending(),
             "resent_to_nodes": self.channel.resent,
+            "late_answers_ignored": self.channel.ignored,
             "pending_writes": self.driver.pending_retries,
             "forwards": len(self.forwards),
+            "forward_answers_ignored": self.forward_answers_ignored,
             "topics": sorted(self.core.topics) if self.driver.active else [],
         }

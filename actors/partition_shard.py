@@ -935,12 +935,23 @@ class PartitionShard(Actor):
 
         A log not hosted yet is opened or created. Waiting produces and fetches
         of a partition that stopped leading are answered NOT_LEADER_OR_FOLLOWER
-        through the watchers.
+        through the watchers. A role at a leader epoch this shard holds already (given
+        in this life) is answered as applied and not applied again: a duplicate, or a
+        resend queued behind the original, would forget the leader's pending ISR
+        proposal, its followers' state and a fence (Kafka applies a leader epoch once).
         """
         now = self.clock.wall_ms()
         rows: list[PartitionErrorRow] = []
         for row in msg.rows:
             key = (row.topic, row.partition)
+            held = self.partitions.get(key)
+            if held is not None and key in self.roles_given \
+                    and held.leader_epoch >= row.leader_epoch:
+                self.log.info("{}-{}: role at leader epoch {} not applied again: leader "
+                              "epoch {} held", row.topic, row.partition, row.leader_epoch,
+                              held.leader_epoch)
+                rows.append(PartitionErrorRow(row.topic, row.partition, NONE))
+                continue
             try:
                 self._open(row.topic, row.partition, dict(row.configs), now, leader_alone=False)
             except Exception:

@@ -41,16 +41,36 @@ until the next LeaderAndIsr). The shard answers the restore (``RolesRestored``)
 after what was in its mailbox before it, so a LeaderAndIsr or a delete sent to it
 and still unanswered then died with it: a LeaderAndIsr is settled with the
 restore's outcome (the controller gets its answer, the coordinators and fetchers
-follow the role), a delete is sent again and its answer settles it.
+follow the role), a delete is sent again and its answer settles it. A shard has
+one restore on record at most: its next restart's replaces one never answered,
+and one unanswered for ``RESTORE_OVERDUE_MS`` is reported (kept: a late answer
+still settles).
 
 Requests that arrive before this node's registration is known are held and
-applied once it is (``BrokerRegistered`` from the node's controller actor).
+applied once it is (``BrokerRegistered`` from the node's controller actor); a
+resend replaces its held copy and at most HELD_MAX are held. The registration
+is kept over a crash restart of this actor (nobody would tell it again), and so is
+what the shards and fetchers hold (leader epochs, last roles, proposals, fences):
+a resend at a held leader epoch is accepted once more, and the shard answers it
+without applying it again.
+
+Every answer to the controller names the ``correlation_id`` of the request it
+answers (a refusal, a duplicate answered at once, a request settled by a
+restore): the controller's channel takes only the answer to the request it has
+in flight, so an answer sent late (the resend of its request was answered
+first) acknowledges nothing else, and every request can be answered. A resend
+of a request still being applied (same controller and id) is neither applied
+again nor answered: the original's answer, when its shards are done, is the
+one the channel waits for. Once its shards are ``SHARDS_OVERDUE_MS`` late (a
+message to a shard in another process may be lost), a resend sends it to them
+again (a role only while it is its partition's last), and the first of their
+answers settles it.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,6 +131,16 @@ from wire.replication_messages import (
 from wire.transaction_messages import TxnCoordinatorPartitions, TxnPartitionRow
 
 ALTER_PARTITION_TIMEOUT_MS = 5000  # an AlterPartition unanswered this long is proposed again
+# a RestoreRoles unanswered this long is reported (once): it stays recorded until the
+# shard answers or restarts again (the next restore replaces it), one per shard at most
+RESTORE_OVERDUE_MS = 30_000
+# a controller request its shards have not all answered this long: its next resend sends
+# it again to the shards still to answer (a message to a shard in another process can be
+# lost without a restart of the shard), then again each time it is this long overdue
+SHARDS_OVERDUE_MS = 30_000
+# requests held before this node's registration is known, at most (the oldest is dropped:
+# the controller's channel sends what it does not get answered again)
+HELD_MAX = 64
 
 
 @dataclass
@@ -126,8 +156,11 @@ class _Pending:
     stopped: list[TopicPartition] = field(default_factory=list)
     # a delete's rows per shard: sent again after the restore of a shard that lost them
     drops: dict[Address, list[TopicPartitionRow]] = field(default_factory=dict)
-    # how many answers of its kind had been sent to its controller when it arrived
-    answers_at: int = 0
+    # the controller channel's id of the request: its answer names it
+    correlation_id: int = 0
+    # when it was last sent to the shards: a resend while younger than SHARDS_OVERDUE_MS
+    # is swallowed; past it, sent to the shards still to answer again
+    sent_ms: int = 0
     # partitions whose role ``became`` gave the shard refused while it was their last
     # role: dark on that shard (no role, no coordinator, no fetcher) once settled
     dark: list[TopicPartition] = field(default_factory=list)
@@ -154,40 +187,61 @@ class ReplicaManager(Actor):
         self.clock = clock
 
     def setup(self) -> None:
-        # After a crash everything here is rebuilt from the controller's next requests
-        # (it resends state to a node it sees again); the shards keep their logs.
+        # What a crash restart of this actor keeps: the registration and the newest
+        # controller seen (only the controller actor tells the registration, at its start
+        # and a new session: a new life that forgot it would hold every request forever),
+        # and what the shards and fetchers hold, as they keep it over this restart: the
+        # leader epochs accepted, the last role given, the proposals and fences, which
+        # fetcher fetches each followed partition. Forgotten, a later shard restart
+        # restored nothing (its partitions went dark). The requests being applied are not
+        # kept: the controller sends them again, a role at the leader epoch held is
+        # accepted once more (the shard answers it without applying it again; its
+        # proposal, fence and the ISR written since stay), and a late shard answer to the
+        # previous life's request settles nothing (``req_ids``)
+        old_fencing: ReplicaFencing | None = getattr(self, "fencing", None)
         self.fencing = ReplicaFencing(self.broker_id)
+        if old_fencing is not None:
+            self.fencing.carry_over(old_fencing)
         self.cache = MetadataCache()
         self.held: list[tuple[Address, Any]] = []
-        self.req_ids = itertools.count(1)
+        self.held_replaced = 0  # held requests a resend of theirs replaced
+        self.held_dropped = 0  # held requests dropped past HELD_MAX (the oldest)
+        # the ids of requests to the shards go on over a restart of this actor: a late
+        # answer to its previous life's (BecameLeaderOrFollower, ShardDone, RolesRestored)
+        # must not settle a new one
+        self.req_ids: Iterator[int] = getattr(self, "req_ids", None) or itertools.count(1)
         self.pending: dict[int, _Pending] = {}
         self.waiters: list[_Waiter] = []
-        self.roles: dict[TopicPartition, tuple[int, int]] = {}  # -> (leader, leader epoch)
+        # -> (leader, leader epoch)
+        self.roles: dict[TopicPartition, tuple[int, int]] = getattr(self, "roles", {})
         # the last role given (the newest LeaderAndIsr accepted, with the ISR changes
         # written since): what a shard that lost its memory gets again
-        self.states: dict[TopicPartition, ReplicaStateRow] = {}
+        self.states: dict[TopicPartition, ReplicaStateRow] = getattr(self, "states", {})
         # partitions whose leader epoch (the value) the controller said is stale, in an
         # answer to an ISR proposal: restored without leadership until the next role
-        self.fenced: dict[TopicPartition, int] = {}
+        self.fenced: dict[TopicPartition, int] = getattr(self, "fenced", {})
         # each leader's last ISR proposal whose outcome is not known: (it, send it again)
-        self.proposals: dict[TopicPartition, tuple[IsrProposalRow, bool]] = {}
+        self.proposals: dict[TopicPartition, tuple[IsrProposalRow, bool]] = getattr(
+            self, "proposals", {})
         self.processes_restarted = 0
         self.shards_restarted = 0
         self.restoring: dict[int, Address] = {}  # RestoreRoles not answered yet -> its shard
+        # when each unanswered RestoreRoles is overdue (dropped once reported)
+        self.restore_overdue_ms: dict[int, int] = {}
+        self.restores_overdue = 0
+        self.restores_replaced = 0
+        self.restore_answers_ignored = 0  # answers to a replaced (or unknown) RestoreRoles
         # what each unanswered RestoreRoles carried (a StopReplica accepted since takes its
         # partitions out): the answer settles what the ReplicaManager keeps of each
         self.restore_sent: dict[int, dict[TopicPartition, ReplicaStateRow]] = {}
-        # LeaderAndIsr / StopReplica answers sent to each controller address: the
-        # controller's channel has one request of a kind in flight and takes the next
-        # answer of that kind as its answer, so a settled request answers only if none
-        # was sent since it came (that one answered it, or a later request)
-        self.answers_sent: dict[tuple[Address, str], int] = {}
-        self.answers_skipped = 0
-        self.leader_handlers: dict[int, int] = {}  # broker -> its RequestHandlers (0: unknown)
+        # broker -> its RequestHandlers (0: unknown)
+        self.leader_handlers: dict[int, int] = getattr(self, "leader_handlers", {})
         self.refusals_logged: set[tuple[str, int, int]] = set()
         self.refused = 0
+        self.resends_in_progress = 0  # resends of a request still being applied: not answered
+        self.resends_reapplied = 0  # resends that sent their overdue request to shards again
         self.applied = {"lai": 0, "um": 0, "stop": 0}
-        self.fetched_by: dict[TopicPartition, str] = {}
+        self.fetched_by: dict[TopicPartition, str] = getattr(self, "fetched_by", {})
         self.fetchers_stopped = 0
         self.isr_pending: dict[int, tuple[list[IsrProposalRow], int]] = {}
         self.num_fetchers = int(self.config["num.replica.fetchers"])
@@ -211,11 +265,28 @@ class ReplicaManager(Actor):
             self._dispatch(request)
 
     def _hold(self, request: Any) -> bool:
-        """Keep a request that came before the registration; True when held."""
+        """Keep a request that came before the registration; True when held. A resend
+        replaces its earlier copy (same controller, type and correlation id), and past
+        HELD_MAX the oldest is dropped (logged): the controller sends its requests again."""
         if self.fencing.registered:
             return False
-        assert self.current_sender is not None
-        self.held.append((self.current_sender, request))
+        sender = self.current_sender
+        assert sender is not None
+        if request.correlation_id:
+            same = [i for i, (s, r) in enumerate(self.held)
+                    if s == sender and type(r) is type(request)
+                    and r.correlation_id == request.correlation_id]
+            for i in reversed(same):
+                del self.held[i]
+                self.held_replaced += 1
+        self.held.append((sender, request))
+        if len(self.held) > HELD_MAX:
+            _sender, oldest = self.held.pop(0)
+            self.held_dropped += 1
+            self.log.warning("more than {} requests held before this node's registration: "
+                             "the oldest ({} {} from controller {}) dropped ({} dropped so "
+                             "far)", HELD_MAX, type(oldest).__name__,
+                             oldest.correlation_id, oldest.controller_id, self.held_dropped)
         return True
 
     def _dispatch(self, request: Any) -> None:
@@ -225,6 +296,84 @@ class ReplicaManager(Actor):
             self.on_update_metadata(request)
         else:
             self.on_stop_replica(request)
+
+    def _in_progress(self, kind: str, msg: LeaderAndIsr | StopReplica) -> bool:
+        """Is ``msg`` a resend of a request still being applied (same controller, kind and
+        correlation id)? Then it is not applied again nor answered: the original's answer
+        names the same id, and an answer now would acknowledge the request before its
+        shards applied it (and a delete would be sent to them again). Once the shards are
+        SHARDS_OVERDUE_MS late, what they owe is sent to them again (``_send_again``)."""
+        name = "LeaderAndIsr" if kind == "lai" else "StopReplica"
+        if msg.correlation_id == 0:
+            self._no_id(name, msg.controller_id, msg.controller_epoch)
+            return False
+        for req_id, entry in self.pending.items():
+            if (entry.correlation_id == msg.correlation_id and entry.kind == kind
+                    and entry.controller == self.current_sender):
+                if self.clock.now_ms() - entry.sent_ms >= SHARDS_OVERDUE_MS:
+                    self._send_again(req_id, entry, name)
+                    return True
+                self.resends_in_progress += 1
+                self.log.debug("{} {} from controller {} is still being applied (shards {} "
+                               "to answer): the resend waits for its answer", name,
+                               msg.correlation_id, msg.controller_id,
+                               ", ".join(sorted(a.name for a in entry.waiting)))
+                return True
+        return False
+
+    def _send_again(self, req_id: int, entry: _Pending, name: str) -> None:
+        """The shards still to answer ``entry`` have not for SHARDS_OVERDUE_MS: its message
+        to them may be lost (a full or failed link to their process), so it goes to them
+        again, with the same shard request id (the first of their answers settles; a
+        second finds nothing). A role is sent only while it is its partition's last one
+        given (as it stands now, with the ISR changes written since), and not when the
+        shard showed it holds it (a proposal or a fence at its leader epoch since; the
+        shard also answers a role at an epoch it holds without applying it again): a
+        newer role given since (the metadata's move, a restore's) is not undone; a
+        delete, not for a partition a namesake has a role on since. A shard left with
+        nothing to apply is settled."""
+        now = self.clock.now_ms()
+        self.resends_reapplied += 1
+        self.log.warning("{} {} from controller {}: shard(s) {} have not answered for {} ms; "
+                         "its resend sends it to them again", name, entry.correlation_id,
+                         entry.controller.name, ", ".join(sorted(a.name for a in entry.waiting)),
+                         now - entry.sent_ms)
+        entry.sent_ms = now
+        for shard in sorted(entry.waiting, key=lambda a: a.name):
+            if entry.kind == "lai":
+                rows = []
+                for row in entry.became:
+                    tp = TopicPartition(row.topic, row.partition)
+                    state = self.states.get(tp)
+                    if (self.topology.shard_for(row.topic, row.partition) == shard
+                            and state is not None and state.leader_epoch == row.leader_epoch
+                            and not self._holds(tp, row.leader_epoch)):
+                        rows.append(state)
+                if rows:
+                    self.tell(shard, BecomeLeaderOrFollower(req_id, rows))
+                    continue
+            elif self._drop_again(req_id, entry, shard, "unanswered"):
+                continue
+            self._shard_done(req_id, entry, shard)
+
+    def _holds(self, tp: TopicPartition, leader_epoch: int) -> bool:
+        """Did ``tp``'s leader show it holds the role at ``leader_epoch`` (an ISR proposal
+        at that epoch, or a fence at it or newer)? Then only its answer is missing. A
+        proposal or fence of an older epoch (sent before the role, come after it) says
+        nothing of this role: skipped on it, the role would be settled unapplied."""
+        proposal = self.proposals.get(tp)
+        return (self.fenced.get(tp, -1) >= leader_epoch
+                or (proposal is not None and proposal[0].leader_epoch == leader_epoch))
+
+    def _no_id(self, name: str, controller_id: int, controller_epoch: int) -> None:
+        """A request without a correlation id (0: not from a controller's channel) is
+        applied and answered, but no channel takes its answer, and a resend of it cannot be
+        told from a new request: logged once per controller epoch and kind."""
+        key = (f"{name} without id", controller_id, controller_epoch)
+        if key not in self.refusals_logged:
+            self.refusals_logged.add(key)
+            self.log.warning("{} from controller {} epoch {} has no correlation id (0): its "
+                             "answer names none", name, controller_id, controller_epoch)
 
     def _refusal(self, kind: str, controller_id: int, controller_epoch: int, code: int,
                  reason: str) -> None:
@@ -239,15 +388,15 @@ class ReplicaManager(Actor):
     # ------------------------------------------------------------ LeaderAndIsr
     @handles(LeaderAndIsr)
     def on_leader_and_isr(self, msg: LeaderAndIsr) -> None:
-        if self._hold(msg):
+        if self._hold(msg) or self._in_progress("lai", msg):
             return
         assert self.current_sender is not None
         decision = self.fencing.leader_and_isr(msg)
         if decision.error_code != NONE:
             self._refusal("LeaderAndIsr", msg.controller_id, msg.controller_epoch,
                           decision.error_code, decision.reason)
-            self._answered(self.current_sender, "lai")
-            self.reply(LeaderAndIsrResponse(self.broker_id, decision.error_code, decision.rows))
+            self.reply(LeaderAndIsrResponse(self.broker_id, decision.error_code, decision.rows,
+                                            msg.correlation_id))
             return
         if decision.reason:
             self.log.info("LeaderAndIsr from controller {} epoch {}: {}", msg.controller_id,
@@ -259,7 +408,7 @@ class ReplicaManager(Actor):
             self._new_role(row)
         rows = {(r.topic, r.partition): r.error_code for r in decision.rows}
         pending = _Pending(self.current_sender, "lai", rows, became=decision.accepted,
-                           answers_at=self.answers_sent.get((self.current_sender, "lai"), 0))
+                           correlation_id=msg.correlation_id)
         by_shard: dict[Address, list[ReplicaStateRow]] = {}
         for row in decision.accepted:
             by_shard.setdefault(self.topology.shard_for(row.topic, row.partition), []).append(row)
@@ -270,6 +419,13 @@ class ReplicaManager(Actor):
         sent meanwhile must not carry the older one); it ends what the older leader
         epoch's fencing and proposal said."""
         tp = TopicPartition(row.topic, row.partition)
+        held = self.states.get(tp)
+        if held is not None and held.leader_epoch == row.leader_epoch:
+            # accepted once more by a new life of this actor (``accept_again``): the shard
+            # holds it, with the ISR written since, the proposal and the fence at it
+            if row.partition_epoch > held.partition_epoch:
+                self.states[tp] = row._replace(is_new=False)
+            return
         self.states[tp] = row._replace(is_new=False)
         self.fenced.pop(tp, None)
         self.proposals.pop(tp, None)
@@ -368,15 +524,15 @@ class ReplicaManager(Actor):
     # ------------------------------------------------------------ StopReplica
     @handles(StopReplica)
     def on_stop_replica(self, msg: StopReplica) -> None:
-        if self._hold(msg):
+        if self._hold(msg) or self._in_progress("stop", msg):
             return
         assert self.current_sender is not None
         decision = self.fencing.stop_replica(msg)
         if decision.error_code != NONE:
             self._refusal("StopReplica", msg.controller_id, msg.controller_epoch,
                           decision.error_code, decision.reason)
-            self._answered(self.current_sender, "stop")
-            self.reply(StopReplicaResponse(self.broker_id, decision.error_code, decision.rows))
+            self.reply(StopReplicaResponse(self.broker_id, decision.error_code, decision.rows,
+                                           msg.correlation_id))
             return
         self.applied["stop"] += 1
         rows = {(r.topic, r.partition): r.error_code for r in decision.rows}
@@ -389,7 +545,7 @@ class ReplicaManager(Actor):
             for tp in stopped:
                 sent.pop(tp, None)
         pending = _Pending(self.current_sender, "stop", rows, stopped=stopped,
-                           answers_at=self.answers_sent.get((self.current_sender, "stop"), 0))
+                           correlation_id=msg.correlation_id)
         by_shard: dict[Address, list[TopicPartitionRow]] = {}
         for p in decision.accepted:
             if p.delete:
@@ -428,6 +584,7 @@ class ReplicaManager(Actor):
             return
         req_id = next(self.req_ids)
         entry.waiting = set(by_shard)
+        entry.sent_ms = self.clock.now_ms()
         self.pending[req_id] = entry
         for shard, rows in by_shard.items():
             self.tell(shard, msg_type(req_id, rows))
@@ -439,33 +596,18 @@ class ReplicaManager(Actor):
         del self.pending[req_id]
         self._answer(entry)
 
-    def _answered(self, controller: Address | None, kind: str) -> None:
-        assert controller is not None
-        key = (controller, kind)
-        self.answers_sent[key] = self.answers_sent.get(key, 0) + 1
-
     def _answer(self, entry: _Pending) -> None:
+        """Every request is answered, naming its correlation id: the controller's channel
+        takes the answer only if that request is the one in flight (the answer to a resend
+        may have come first), so a late one acknowledges nothing else."""
         rows = [PartitionErrorRow(t, p, code) for (t, p), code in entry.rows.items()]
-        kind = "LeaderAndIsr" if entry.kind == "lai" else "StopReplica"
-        if self.answers_sent.get((entry.controller, entry.kind), 0) > entry.answers_at:
-            # an answer of this kind went to that controller since this request came (a
-            # refusal of its resend, or a later request's): the channel took it as this
-            # request's, so this one would acknowledge whatever it has in flight now
-            self.answers_skipped += 1
-            self.log.debug("{} answer not sent: {} answer(s) sent since it came", kind,
-                           self.answers_sent[(entry.controller, entry.kind)]
-                           - entry.answers_at)
-        elif entry.kind == "lai":
-            self._answered(entry.controller, "lai")
-            self.tell(entry.controller, LeaderAndIsrResponse(self.broker_id, entry.error_code,
-                                                             rows))
-        else:
-            self._answered(entry.controller, "stop")
-            self.tell(entry.controller, StopReplicaResponse(self.broker_id, entry.error_code,
-                                                            rows))
         if entry.kind == "lai":
+            self.tell(entry.controller, LeaderAndIsrResponse(
+                self.broker_id, entry.error_code, rows, entry.correlation_id))
             self._after_leader_and_isr(entry)
         else:
+            self.tell(entry.controller, StopReplicaResponse(
+                self.broker_id, entry.error_code, rows, entry.correlation_id))
             self._after_stop_replica(entry)
 
     # ------------------------------------------------------------ UpdateMetadata
@@ -473,12 +615,14 @@ class ReplicaManager(Actor):
     def on_update_metadata(self, msg: UpdateMetadata) -> None:
         if self._hold(msg):
             return
+        if msg.correlation_id == 0:
+            self._no_id("UpdateMetadata", msg.controller_id, msg.controller_epoch)
         code, reason = self.fencing.check(msg.controller_id, msg.controller_epoch,
                                           msg.broker_epoch)
         if code != NONE:
             self._refusal("UpdateMetadata", msg.controller_id, msg.controller_epoch, code,
                           reason)
-            self.reply(UpdateMetadataResponse(self.broker_id, code))
+            self.reply(UpdateMetadataResponse(self.broker_id, code, msg.correlation_id))
             return
         self.applied["um"] += 1
         self.cache.apply(msg)
@@ -486,7 +630,7 @@ class ReplicaManager(Actor):
             self.tell(handler, msg)
         for txn_coordinator in all_txn_coordinators(self.topology):  # markers: who leads
             self.tell(txn_coordinator, msg)
-        self.reply(UpdateMetadataResponse(self.broker_id, NONE))
+        self.reply(UpdateMetadataResponse(self.broker_id, NONE, msg.correlation_id))
         self._demote_from_metadata(msg)
         self._check_waiters(self.clock.now_ms())
 
@@ -547,6 +691,7 @@ class ReplicaManager(Actor):
     def poll_timeout_ms(self) -> int | None:
         deadlines = [w.deadline_ms for w in self.waiters]
         deadlines += [deadline for _rows, deadline in self.isr_pending.values()]
+        deadlines += self.restore_overdue_ms.values()
         if not deadlines:
             return None
         return max(0, min(deadlines) - self.clock.now_ms())
@@ -556,6 +701,8 @@ class ReplicaManager(Actor):
             self._check_waiters(self.clock.now_ms())
         if self.isr_pending:
             self._expire_isr_proposals(self.clock.now_ms())
+        if self.restore_overdue_ms:
+            self._report_overdue_restores(self.clock.now_ms())
 
     # ------------------------------------------------------------ the others
     def _coordinators(self, elected: list[CoordinatorPartitionRow], resigned: list[int]) -> None:
@@ -798,12 +945,17 @@ class ReplicaManager(Actor):
             fenced += row.fenced
             pending += row.pending is not None
             rows.append(row)
+        now_ms = self.clock.now_ms()
         for shard, rows in by_shard.items():
-            for old_id in [i for i, s in self.restoring.items() if s == shard]:
-                del self.restoring[old_id]  # its answer died with the shard: this one settles
-                self.restore_sent.pop(old_id, None)
             req_id = next(self.req_ids)
+            for old_id in [i for i, s in self.restoring.items() if s == shard]:
+                # its answer died with the shard: this one settles what it would have
+                self._forget_restore(old_id)
+                self.restores_replaced += 1
+                self.log.info("RestoreRoles {} to shard {} was never answered: replaced by "
+                              "RestoreRoles {} ({})", old_id, shard.name, req_id, reason)
             self.restoring[req_id] = shard
+            self.restore_overdue_ms[req_id] = now_ms + RESTORE_OVERDUE_MS
             self.restore_sent[req_id] = {TopicPartition(r.role.topic, r.role.partition): r.role
                                          for r in rows}
             self.tell(shard, RestoreRoles(req_id, reason, rows))
@@ -829,7 +981,8 @@ class ReplicaManager(Actor):
                       sum(1 for r in follow if r.leader >= 0))
         return sent
 
-    def _drop_again(self, req_id: int, entry: _Pending, shard: Address) -> bool:
+    def _drop_again(self, req_id: int, entry: _Pending, shard: Address,
+                    why: str = "they died with it") -> bool:
         """``shard`` answered its restore before the delete ``entry`` sent it: the delete
         died with it (a crash, its process restarted). Sent again, now (a drop sent right
         after the restore could follow the lost one still in its mailbox, and delete a
@@ -839,18 +992,20 @@ class ReplicaManager(Actor):
         rows = []
         for row in entry.drops.get(shard, []):
             if TopicPartition(row.topic, row.partition) in self.states:
-                self.log.warning("{}-{}: its delete died with shard {} and a namesake has a "
-                                 "role since: not deleted again", row.topic, row.partition,
-                                 shard.name)
+                self.log.warning("{}-{}: its delete to shard {} was not done ({}) and a "
+                                 "namesake has a role since: not deleted again", row.topic,
+                                 row.partition, shard.name, why)
                 entry.rows[(row.topic, row.partition)] = int(ErrorCode.KAFKA_STORAGE_ERROR)
             else:
                 rows.append(row)
         entry.drops[shard] = rows
         if not rows:
             return False
-        self.log.info("StopReplica request {}: deletes of {} sent again to shard {} (they died "
-                      "with it)", req_id, ", ".join(f"{r.topic}-{r.partition}" for r in rows),
-                      shard.name)
+        self.log.info("StopReplica request {}: deletes of {} sent again to shard {} ({})",
+                      req_id, ", ".join(f"{r.topic}-{r.partition}" for r in rows),
+                      shard.name, why)
+        # sent now: a resend of the StopReplica is swallowed for SHARDS_OVERDUE_MS again
+        entry.sent_ms = self.clock.now_ms()
         self.tell(shard, DropPartitions(req_id, list(rows)))
         return True
 
@@ -865,9 +1020,14 @@ class ReplicaManager(Actor):
         What the restore carried is settled by its outcomes: a role the shard could not
         take is not kept (as a refused LeaderAndIsr's), and one it holds is kept again if
         an answer of the shard's previous life refused it meanwhile."""
-        shard = self.restoring.pop(msg.req_id, None)
-        sent = self.restore_sent.pop(msg.req_id, {})
+        shard = self.restoring.get(msg.req_id)
+        sent = self.restore_sent.get(msg.req_id, {})
+        self._forget_restore(msg.req_id)
         if shard is None:
+            self.restore_answers_ignored += 1
+            self.log.debug("RolesRestored {} from {} ignored: not a restore waiting for its "
+                           "answer (a later one replaced it)", msg.req_id,
+                           self.current_sender.name if self.current_sender else "?")
             return
         outcomes = {(r.topic, r.partition): r.error_code for r in msg.rows}
         self._restore_outcomes(sent, outcomes)
@@ -892,6 +1052,27 @@ class ReplicaManager(Actor):
                           "with it)", "LeaderAndIsr" if entry.kind == "lai" else "StopReplica",
                           req_id, shard.name)
             self._shard_done(req_id, entry, shard)
+
+    def _forget_restore(self, req_id: int) -> None:
+        self.restoring.pop(req_id, None)
+        self.restore_sent.pop(req_id, None)
+        self.restore_overdue_ms.pop(req_id, None)
+
+    def _report_overdue_restores(self, now_ms: int) -> None:
+        """A RestoreRoles unanswered for RESTORE_OVERDUE_MS is reported once. It stays
+        recorded: its answer, however late, settles what the shard owed (the requests
+        that died with it); the shard's next restart replaces it."""
+        for req_id, overdue_ms in list(self.restore_overdue_ms.items()):
+            if now_ms < overdue_ms:
+                continue
+            del self.restore_overdue_ms[req_id]
+            self.restores_overdue += 1
+            waiting = sum(1 for entry in self.pending.values()
+                          if self.restoring[req_id] in entry.waiting)
+            self.log.warning("RestoreRoles {} to shard {} unanswered for {} s ({} controller "
+                             "request(s) wait for that shard): kept until it answers or "
+                             "restarts again", req_id, self.restoring[req_id].name,
+                             RESTORE_OVERDUE_MS // 1000, waiting)
 
     def _restore_outcomes(self, sent: dict[TopicPartition, ReplicaStateRow],
                           outcomes: dict[tuple[str, int], int]) -> None:
@@ -972,7 +1153,11 @@ class ReplicaManager(Actor):
             "controller_id": self.fencing.controller_id,
             "applied": dict(self.applied),
             "refused": self.refused,
+            "resends_in_progress": self.resends_in_progress,
+            "resends_reapplied": self.resends_reapplied,
             "held": len(self.held),
+            "held_replaced": self.held_replaced,
+            "held_dropped": self.held_dropped,
             "leading": sorted(str(tp) for tp, (leader, _e) in self.roles.items()
                               if leader == self.broker_id),
             "following": sorted(str(tp) for tp, (leader, _e) in self.roles.items()
@@ -987,7 +1172,9 @@ class ReplicaManager(Actor):
             "processes_restarted": self.processes_restarted,
             "shards_restarted": self.shards_restarted,
             "restoring": len(self.restoring),
-            "answers_skipped": self.answers_skipped,
+            "restores_overdue": self.restores_overdue,
+            "restores_replaced": self.restores_replaced,
+            "restore_answers_ignored": self.restore_answers_ignored,
             "pending": len(self.pending),
             "fenced": sorted(f"{tp}@{epoch}" for tp, epoch in self.fenced.items()),
             "proposals": sorted(str(tp) for tp in self.proposals),

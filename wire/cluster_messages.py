@@ -5,9 +5,13 @@ the nodes (Kafka's controller requests, as actor messages over the gateways);
 each carries the controller's epoch, and a node refuses one older than the
 newest it has seen (STALE_CONTROLLER_EPOCH), and the epoch of the broker it
 is meant for (a restarted node refuses what was meant for its previous life,
-STALE_BROKER_EPOCH). Nodes send the controller ControlledShutdown and
-AlterPartition (KIP-497: a leader's ISR change). The metadata store's
-notices to the actor that owns it are here too (480-489).
+STALE_BROKER_EPOCH). Each also carries the ``correlation_id`` the
+controller's channel gave it (unique per broker and controller term; a
+resend keeps it), and the node's answer names it: the channel takes an
+answer only for the request it has in flight (a late answer to an earlier
+request is not taken for the next). Nodes send the controller
+ControlledShutdown and AlterPartition (KIP-497: a leader's ISR change). The
+metadata store's notices to the actor that owns it are here too (480-489).
 
 Rows are NamedTuples declared next to the message that carries them.
 """
@@ -102,6 +106,9 @@ class LeaderAndIsr(NamedTuple):
     partitions: list[LeaderAndIsrPartition]
     live_leaders: list[LiveLeaderRow]
     topic_configs: dict[str, dict[str, str]]  # the configs of the topics named above
+    # the controller channel's id of this request: 0 as the core makes it, set by the
+    # channel when it goes out (a node logs one that comes without)
+    correlation_id: int = 0
 
 
 @message(401)
@@ -111,6 +118,7 @@ class LeaderAndIsrResponse(NamedTuple):
     broker_id: int
     error_code: int
     partitions: list[PartitionErrorRow]
+    correlation_id: int  # the id of the request answered (its ``correlation_id``)
 
 
 class UpdateMetadataPartition(NamedTuple):
@@ -147,12 +155,16 @@ class UpdateMetadata(NamedTuple):
     brokers: list[BrokerRow]
     partitions: list[UpdateMetadataPartition]
     topic_configs: dict[str, dict[str, str]]  # the configs of the topics listed
+    # the controller channel's id of this request: 0 as the core makes it, set by the
+    # channel when it goes out (a node logs one that comes without)
+    correlation_id: int = 0
 
 
 @message(403)
 class UpdateMetadataResponse(NamedTuple):
     broker_id: int
     error_code: int
+    correlation_id: int  # the id of the request answered (its ``correlation_id``)
 
 
 class StopReplicaPartition(NamedTuple):
@@ -174,6 +186,9 @@ class StopReplica(NamedTuple):
     controller_epoch: int
     broker_epoch: int
     partitions: list[StopReplicaPartition]
+    # the controller channel's id of this request: 0 as the core makes it, set by the
+    # channel when it goes out (a node logs one that comes without)
+    correlation_id: int = 0
 
 
 @message(405)
@@ -181,6 +196,7 @@ class StopReplicaResponse(NamedTuple):
     broker_id: int
     error_code: int
     partitions: list[PartitionErrorRow]
+    correlation_id: int  # the id of the request answered (its ``correlation_id``)
 
 
 # ------------------------------------------------------- node -> controller

@@ -56,6 +56,20 @@ class ReplicaFencing:
         self.controller_epoch = UNKNOWN_EPOCH
         self.controller_id = -1
         self.leader_epochs: dict[TopicPartition, int] = {}
+        # partitions whose leader epoch a previous life of the ReplicaManager accepted: a
+        # LeaderAndIsr at that epoch is accepted once more (that life may have died before
+        # it settled it; the shard answers a role it holds without applying it again)
+        self.accept_again: set[TopicPartition] = set()
+
+    def carry_over(self, old: ReplicaFencing) -> None:
+        """What a crash restart of the ReplicaManager keeps of its previous life's fencing:
+        the registration, the newest controller and the leader epochs (a role at an older
+        one is still refused; one at the same, accepted once more)."""
+        self.register(old.broker_epoch)
+        self.controller_epoch = old.controller_epoch
+        self.controller_id = old.controller_id
+        self.leader_epochs = dict(old.leader_epochs)
+        self.accept_again = set(old.leader_epochs)
 
     @property
     def registered(self) -> bool:
@@ -97,12 +111,14 @@ class ReplicaFencing:
                 refused.append(f"{tp} (not a replica)")
                 continue
             current = self.leader_epochs.get(tp, UNKNOWN_EPOCH)
-            if p.leader_epoch <= current:
+            if p.leader_epoch < current or (p.leader_epoch == current
+                                            and tp not in self.accept_again):
                 decision.rows.append(PartitionErrorRow(
                     p.topic, p.partition, int(ErrorCode.STALE_CONTROLLER_EPOCH)))
                 refused.append(f"{tp} (leader epoch {p.leader_epoch}, have {current})")
                 continue
             self.leader_epochs[tp] = p.leader_epoch
+            self.accept_again.discard(tp)
             configs = dict(request.topic_configs.get(p.topic, {}))
             decision.accepted.append(ReplicaStateRow(
                 p.topic, p.partition, p.leader, p.leader_epoch, list(p.isr), list(p.replicas),
@@ -129,6 +145,7 @@ class ReplicaFencing:
                 continue
             if p.delete:
                 self.leader_epochs.pop(tp, None)
+                self.accept_again.discard(tp)
             decision.accepted.append(p)
             decision.rows.append(PartitionErrorRow(p.topic, p.partition, NONE))
         return decision

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from actors.core.controller_channel import ControllerChannel
 from actors.core.log_dir import LogDir
 from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.partition_state import PartitionState
@@ -461,6 +462,37 @@ def test_a_leader_and_isr_whose_application_died_with_the_crash_is_restored(
                               for row in add[0]]
 
 
+def test_a_resend_while_the_shard_crashed_is_answered_once_by_the_restore(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shard crashes applying LeaderAndIsr 1 (a channel's id); the channel's resend comes
+    meanwhile and is swallowed (still being applied). The restore settles the request:
+    the controller gets one answer, naming id 1, and no other."""
+    hold = threading.Event()
+    armed = _crash_once(monkeypatch, "on_become_leader_or_follower", BecomeLeaderOrFollower,
+                        hold)
+    c = _cluster(node, tmp_path, [1])
+    armed["crash"] = True
+    request = LeaderAndIsr(1, 1, 5, [LeaderAndIsrPartition("c", 0, 1, 2, 4, [2], 5, [1, 2],
+                                                           False)],
+                           [LiveLeaderRow(1, ""), LiveLeaderRow(2, "")], {"c": {}}, ID + 1)
+    node.tell(c.manager, request, sender=c.controller.name)
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 1, "LeaderAndIsr 1 sent")
+    node.tell(c.manager, request, sender=c.controller.name)  # the channel's resend
+    wait_for(lambda: node.ask(c.manager, GetStats())["resends_in_progress"] == 1,
+             "the resend swallowed")
+    assert _got(node, c.controller, "LeaderAndIsrResponse")[1:] == []
+    hold.set()
+    _restored(c)
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "settled by the restore")
+    [answer] = wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[1:],
+                        "the answer")
+    assert answer[1] == NONE and answer[3] == ID + 1
+    assert [tuple(r) for r in answer[2]] == [("c", 0, NONE)]
+    node.quiesce(5)
+    assert len(_got(node, c.controller, "LeaderAndIsrResponse")) == 2, "answered twice"
+    assert node.ask(c.manager, GetStats())["following"] == ["c-0", "f-0"]
+
+
 def test_a_delete_whose_application_died_with_the_crash_is_done_after_the_restore(
         node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The shard crashed deleting c-0 (StopReplica), before it forgot c-0: it never
@@ -796,6 +828,38 @@ def test_an_isr_proposal_of_unknown_fate_is_sent_again_after_the_restore(
     assert node.ask(c.manager, GetStats())["proposals"] == []
 
 
+def test_a_role_at_the_leader_epoch_held_is_not_applied_again(
+        node: Node, tmp_path: Path) -> None:
+    """The shard applied c-0's role (lead at leader epoch 3) and f-0's; broker 2 fetched
+    and the leader proposed ISR [1, 2]. The same roles come again (a duplicate, or the
+    ReplicaManager's overdue resend queued behind the original): answered as applied, not
+    applied again, so the pending proposal and broker 2's fetch state survive (applied
+    again, become_leader forgot both: the high watermark went back to ISR [1] alone)."""
+    c = _cluster(node, tmp_path, [1])
+    _expansion_proposed(c)
+    c0 = node.actors[c.shard.name].partitions[("c", 0)]
+    pending, follower = c0.pending, c0.followers[2]
+    assert pending is not None and follower.log_end_offset == 1
+    node.tell(c.shard, BecomeLeaderOrFollower(99, [
+        ReplicaStateRow("c", 0, 1, 3, [1], [1, 2], 4, False, {}),
+        ReplicaStateRow("f", 0, 2, 7, [2, 1], [2, 1], 9, False, {})]), sender=c.handler.name)
+    [answer] = wait_for(lambda: [a for a in _got(node, c.handler, "BecameLeaderOrFollower")
+                                 if a[0] == 99], "the duplicate's answer")
+    assert [tuple(r) for r in answer[1]] == [("c", 0, NONE), ("f", 0, NONE)]
+    c0 = node.actors[c.shard.name].partitions[("c", 0)]
+    assert c0.pending == pending, "the pending ISR proposal was forgotten"
+    assert c0.followers[2] == follower, "broker 2's fetch state was forgotten"
+    f0 = node.actors[c.shard.name].partitions[("f", 0)]
+    assert (f0.leader_id, f0.leader_epoch) == (2, 7)
+    # a newer leader epoch is applied: it proposes anew
+    node.tell(c.shard, BecomeLeaderOrFollower(100, [
+        ReplicaStateRow("c", 0, 1, 4, [1], [1, 2], 5, False, {})]), sender=c.handler.name)
+    wait_for(lambda: [a for a in _got(node, c.handler, "BecameLeaderOrFollower")
+                      if a[0] == 100], "the newer role's answer")
+    c0 = node.actors[c.shard.name].partitions[("c", 0)]
+    assert c0.leader_epoch == 4 and c0.pending is None
+
+
 def _acks_all_waits_for_broker_2(c: Cluster, end: int = 1) -> None:
     """c-0 (high watermark and log end ``end``) takes an acks=-1 write: the high watermark
     does not move before broker 2 fetched it."""
@@ -889,31 +953,282 @@ def test_settling_an_older_leader_and_isr_does_not_undo_a_newer_role(
     assert _stats(node, c.shard)["leaders"] == []
 
 
-def test_a_settled_leader_and_isr_answered_since_is_not_answered_twice(
+class _Channel(NamedTuple):
+    """The controller's end, as the Controller actor runs it: the real channel core; the
+    test sends what it gives to the ReplicaManager and feeds it the answers, when and in
+    the order it chooses (an answer may be slow on its way)."""
+
+    c: Cluster
+    core: ControllerChannel
+
+    def send(self, sent: list[tuple[int, Any]]) -> None:
+        for broker_id, request in sent:
+            assert broker_id == 1
+            self.c.node.tell(self.c.manager, request, sender=self.c.controller.name)
+
+    def answers(self, count: int) -> list[LeaderAndIsrResponse]:
+        """The LeaderAndIsr answers after the one to ``_cluster``'s, once ``count`` came."""
+        got = wait_for(lambda: (lambda a: a if len(a) >= count + 1 else None)(
+            _got(self.c.node, self.c.controller, "LeaderAndIsrResponse")),
+            f"{count} LeaderAndIsr answer(s)")
+        return [LeaderAndIsrResponse(*fields) for fields in got[1:]]
+
+    def feed(self, answer: LeaderAndIsrResponse, now_ms: int) -> Any:
+        answered, nxt = self.core.acknowledge(answer.broker_id, LeaderAndIsr,
+                                              answer.correlation_id, now_ms)
+        self.send(nxt)
+        return answered
+
+
+ID = 1 << 32  # the channel's ids of controller epoch 1 (the requests'): ID + 1, ID + 2, ...
+
+
+def _lai_request(leader_epoch: int) -> LeaderAndIsr:
+    """c-0 led here at ``leader_epoch``, as the controller's driver makes it (no id yet)."""
+    return LeaderAndIsr(1, 1, 5, [LeaderAndIsrPartition(
+        "c", 0, 1, 1, leader_epoch, [1, 2], leader_epoch + 1, [1, 2], False)],
+        [LiveLeaderRow(1, ""), LiveLeaderRow(2, "")], {"c": {}})
+
+
+def test_a_late_answer_to_a_resend_does_not_acknowledge_the_next_leader_and_isr(
         node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The controller sent LeaderAndIsr (leader epoch 5) again while the shard held the
-    first: the second was answered at once (refused: same leader epoch), and the
-    controller's channel took that as the answer. The first's answer, when the shard
-    applied it, would acknowledge whatever LeaderAndIsr is in flight then: not sent."""
+    """LeaderAndIsr 1 is applied and answered, but its answer is slow: the channel sends it
+    again, and the node answers the duplicate at once (refused: same leader epoch). The
+    first answer acknowledges request 1 and LeaderAndIsr 2 goes out; the shard has not
+    applied it when the duplicate's answer comes. That answer names request 1: it must
+    not acknowledge request 2 (before the ids it did, and the controller took a role as
+    applied that no shard held)."""
     armed = _block_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    channel = _Channel(c, ControllerChannel(100))
+    channel.send(channel.core.enqueue(1, _lai_request(5), 0))
+    assert channel.core.enqueue(1, _lai_request(6), 0) == []  # waits behind request 1
+    [first] = channel.answers(1)
+    assert first.correlation_id == ID + 1 and first.error_code == NONE
+    assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 5
+    channel.send(channel.core.due(100))  # the answer is not in yet: sent again
+    [_, duplicate] = channel.answers(2)
+    assert duplicate.correlation_id == ID + 1
+    assert [tuple(r) for r in duplicate.partitions] == [
+        ("c", 0, int(ErrorCode.STALE_CONTROLLER_EPOCH))]
+
+    hold = threading.Event()  # request 2 waits in the shard's mailbox
+    armed["hold"] = hold
+    node.tell(c.shard, Flush())
+    assert channel.feed(first, 101) is not None
+    wait_for(lambda: node.ask(c.manager, GetStats())["applied"]["lai"] == 4, "request 2 in")
+    assert channel.feed(duplicate, 102) is None, \
+        "the duplicate's answer acknowledged LeaderAndIsr 2 before the shard applied it"
+    assert channel.core.ignored == 1
+    assert channel.core.in_flight(1).correlation_id == ID + 2
+    assert node.ask(c.manager, GetStats())["pending"] == 1, "request 2 is applied already"
+    hold.set()
+    [_, _, second] = channel.answers(3)
+    assert second.correlation_id == ID + 2
+    assert channel.feed(second, 103) is not None
+    assert channel.core.pending() == 0
+    assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 6
+
+
+def test_a_resend_of_a_leader_and_isr_still_being_applied_is_not_answered(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The channel sends LeaderAndIsr 1 again while the shard holds the first. The resend
+    is not answered (before, it was at once, refused as the same leader epoch, and that
+    answer acknowledged request 1 before the shard applied it): only the original's answer,
+    once the shard applied it, names request 1 and acknowledges it; then request 2 goes
+    out and is acknowledged by its own answer."""
+    armed = _block_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    channel = _Channel(c, ControllerChannel(100))
+    hold = threading.Event()
+    armed["hold"] = hold
+    node.tell(c.shard, Flush())
+    channel.send(channel.core.enqueue(1, _lai_request(5), 0))
+    channel.core.enqueue(1, _lai_request(6), 0)
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 1, "request 1 applying")
+    channel.send(channel.core.due(100))
+    channel.send(channel.core.due(200))
+    wait_for(lambda: (lambda m: m["applied"]["lai"] + m["resends_in_progress"] == 4)(
+        node.ask(c.manager, GetStats())), "both resends taken")
+    manager = node.ask(c.manager, GetStats())
+    assert manager["applied"]["lai"] == 2 and manager["resends_in_progress"] == 2
+    assert _got(node, c.controller, "LeaderAndIsrResponse")[1:] == [], \
+        "a resend of a request still being applied was answered"
+    hold.set()
+    [first] = channel.answers(1)
+    assert first.correlation_id == ID + 1
+    assert [tuple(r) for r in first.partitions] == [("c", 0, NONE)]
+    assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 5, "answered before applied"
+    assert channel.feed(first, 201) is not None  # request 2 goes out
+    [_, second] = channel.answers(2)
+    assert second.correlation_id == ID + 2
+    assert channel.feed(second, 202) is not None
+    assert channel.core.pending() == 0 and channel.core.ignored == 0
+    assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 6
+    assert len(_got(node, c.controller, "LeaderAndIsrResponse")) == 3, "one answer each"
+
+
+def test_a_resend_of_a_delete_still_being_applied_drops_nothing_again(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """StopReplica(delete) 7 is sent again while the shard holds its DropPartitions: the
+    resend is neither answered nor sent to the shard again; the original's answer, once
+    the log is deleted, is the only one."""
+    armed = _block_flush(monkeypatch)
+    drops: list[int] = []
+    real = PartitionShard.on_drop
+
+    def on_drop(self: PartitionShard, msg: DropPartitions) -> Any:
+        drops.append(msg.req_id)
+        return real(self, msg)
+
+    on_drop.__actorlog_handles__ = (DropPartitions,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(PartitionShard, "on_drop", on_drop)
     c = _cluster(node, tmp_path, [1, 2])
     hold = threading.Event()
     armed["hold"] = hold
     node.tell(c.shard, Flush())
-    row = LeaderAndIsrPartition("c", 0, 1, 1, 5, [1, 2], 6, [1, 2], False)
-    _lai(c, 1, row)
-    _lai(c, 1, row)
-    wait_for(lambda: len(_got(node, c.controller, "LeaderAndIsrResponse")) == 2,
-             "the second LeaderAndIsr answered")
+    delete = StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, True)], 7)
+    for _ in range(3):
+        node.tell(c.manager, delete, sender=c.controller.name)
+    wait_for(lambda: (lambda m: m["applied"]["stop"] + m["resends_in_progress"] == 3)(
+        node.ask(c.manager, GetStats())), "both resends taken")
+    manager = node.ask(c.manager, GetStats())
+    assert _got(node, c.controller, "StopReplicaResponse") == [], "a resend was answered"
+    assert manager["applied"]["stop"] == 1 and manager["resends_in_progress"] == 2
+    assert _got(node, c.controller, "StopReplicaResponse") == []
     hold.set()
-    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "the first settled")
-    wait_for(lambda: node.ask(c.manager, GetStats())["answers_skipped"] == 1, "skipped")
-    assert len(_got(node, c.controller, "LeaderAndIsrResponse")) == 2, \
-        "the first LeaderAndIsr was answered after its resend was"
-    assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 5
-    # the next request's answer is sent as ever
-    _lai(c, 1, row._replace(leader_epoch=6, partition_epoch=7))
-    wait_for(lambda: len(_got(node, c.controller, "LeaderAndIsrResponse")) == 3, "answered")
+    [response] = wait_for(lambda: _got(node, c.controller, "StopReplicaResponse"),
+                          "the delete's answer")
+    assert tuple(response[:2]) == (1, NONE) and response[3] == 7
+    assert [tuple(r) for r in response[2]] == [("c", 0, NONE)]
+    assert not (tmp_path / "c-0").exists()
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "settled")
+    assert list(_stats(node, c.shard)["partitions"]) == ["f-0"]  # after any drop sent
+    assert len(drops) == 1, "the resends were sent to the shard again"
+    assert len(_got(node, c.controller, "StopReplicaResponse")) == 1
+
+
+def test_a_late_shard_answer_to_a_crashed_replica_managers_request_settles_nothing(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ReplicaManager sent the shard BecomeLeaderOrFollower for LeaderAndIsr 10 (the
+    shard holds it), then crashed and restarted in place. LeaderAndIsr 11 and 12 come to
+    its new life. The shard's answer to the old request, late, must not settle the new
+    request that got the same shard request id (before, the ids began at 1 again: it
+    settled 12 before the shard applied it, and 12 was answered before 11)."""
+    armed = _block_flush(monkeypatch)
+    crash = {"on": False}
+    real = ReplicaManager.on_update_metadata
+
+    def on_update_metadata(self: ReplicaManager, msg: UpdateMetadata) -> None:
+        if crash["on"]:
+            crash["on"] = False
+            raise RuntimeError("an UpdateMetadata handler that fails once")
+        real(self, msg)
+
+    on_update_metadata.__actorlog_handles__ = (UpdateMetadata,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(ReplicaManager, "on_update_metadata", on_update_metadata)
+    sent: list[int] = []  # the shard request id of each request fanned out to the shards
+    real_fan_out = ReplicaManager._fan_out
+
+    def fan_out(self: ReplicaManager, entry: Any, by_shard: dict[Any, list[Any]],
+                msg_type: Any) -> None:
+        real_fan_out(self, entry, by_shard, msg_type)
+        if by_shard:
+            sent.append(max(self.pending))
+
+    monkeypatch.setattr(ReplicaManager, "_fan_out", fan_out)
+    c = _cluster(node, tmp_path, [1, 2])
+    hold = threading.Event()
+    armed["hold"] = hold
+    node.tell(c.shard, Flush())
+
+    def lai(correlation_id: int, row: LeaderAndIsrPartition) -> None:
+        node.tell(c.manager, LeaderAndIsr(1, 1, 5, [row], [
+            LiveLeaderRow(1, ""), LiveLeaderRow(2, "")], {row.topic: {}}, correlation_id),
+            sender=c.controller.name)
+
+    lai(10, LeaderAndIsrPartition("c", 0, 1, 1, 5, [1, 2], 6, [1, 2], False))
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 1, "LeaderAndIsr 10 sent")
+    # the collision this test is about: 10 went out as shard request 2 (the _cluster's
+    # LeaderAndIsr was 1), the id a new life counting from 1 again gives its second, 12
+    assert sent == [1, 2]
+    crash["on"] = True
+    node.tell(c.manager, UpdateMetadata(1, 1, 5, False, [], [], {}, 20),
+              sender=c.controller.name)
+    wait_for(lambda: node.actors[c.manager.name].crashes == 1, "the ReplicaManager's crash")
+    # nobody tells the new life the registration: it kept it
+    lai(11, LeaderAndIsrPartition("f", 0, 1, 2, 8, [2, 1], 10, [2, 1], False))
+    lai(12, LeaderAndIsrPartition("c", 0, 1, 1, 6, [1, 2], 7, [1, 2], False))
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 2, "11 and 12 sent")
+    hold.set()
+    wait_for(lambda: len(_got(node, c.controller, "LeaderAndIsrResponse")) == 3,
+             "the answers of 11 and 12")
+    wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "all settled")
+    answered = [r[3] for r in _got(node, c.controller, "LeaderAndIsrResponse")[1:]]
+    assert answered == [11, 12], "a late answer of the previous life settled a new request"
+    assert sent == [1, 2, 3, 4], "the new life's shard request ids began again"
+    assert _stats(node, c.shard)["epochs"]["c-0"][-1][0] == 6
+
+
+def _crash_replica_manager_on_update_metadata(monkeypatch: pytest.MonkeyPatch
+                                              ) -> dict[str, bool]:
+    """The ReplicaManager's UpdateMetadata handler raises once when armed (patched before
+    it is spawned)."""
+    crash = {"on": False}
+    real = ReplicaManager.on_update_metadata
+
+    def on_update_metadata(self: ReplicaManager, msg: UpdateMetadata) -> None:
+        if crash["on"]:
+            crash["on"] = False
+            raise RuntimeError("an UpdateMetadata handler that fails once")
+        real(self, msg)
+
+    on_update_metadata.__actorlog_handles__ = (UpdateMetadata,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(ReplicaManager, "on_update_metadata", on_update_metadata)
+    return crash
+
+
+def test_the_roles_go_on_over_a_crash_restart_of_the_replica_manager(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ReplicaManager crashes and restarts in place while the shard leads c-0 (an ISR
+    expansion pending) and follows f-0. The controller's resend of their LeaderAndIsr (the
+    new life cannot tell it settled) is answered, but the shard does not apply it again:
+    the proposal stays pending. The shard then crashes: the new life restores both roles
+    and the proposal (before, it had forgotten them: the shard's partitions went dark)."""
+    crash = _crash_replica_manager_on_update_metadata(monkeypatch)
+    armed = _crash_on_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1])
+    _expansion_proposed(c)
+    wait_for(lambda: node.ask(c.manager, GetStats())["proposals"] == ["c-0"], "the proposal")
+    crash["on"] = True
+    node.tell(c.manager, UpdateMetadata(1, 1, 5, False, [], [], {}, 20),
+              sender=c.controller.name)
+    wait_for(lambda: node.actors[c.manager.name].crashes == 1, "the ReplicaManager's crash")
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 3, [1], 4, [1, 2], False),
+         LeaderAndIsrPartition("f", 0, 1, 2, 7, [2, 1], 9, [2, 1], False))
+    answers = wait_for(lambda: (lambda a: a if len(a) == 2 else None)(
+        _got(node, c.controller, "LeaderAndIsrResponse")), "the resend's answer")
+    assert {tuple(r) for r in answers[1][2]} == {("c", 0, NONE), ("f", 0, NONE)}
+    c0 = node.actors[c.shard.name].partitions[("c", 0)]
+    assert c0.pending is not None, "the resend's role applied again: the proposal forgotten"
+    assert node.ask(c.manager, GetStats())["proposals"] == ["c-0"]
+    # an older leader epoch is still refused, and the held one once accepted again
+    _lai(c, 1, LeaderAndIsrPartition("f", 0, 1, 2, 6, [2, 1], 8, [2, 1], False),
+         LeaderAndIsrPartition("c", 0, 1, 1, 3, [1], 4, [1, 2], False))
+    answers = wait_for(lambda: (lambda a: a if len(a) == 3 else None)(
+        _got(node, c.controller, "LeaderAndIsrResponse")), "the stale one's answer")
+    stale = int(ErrorCode.STALE_CONTROLLER_EPOCH)
+    assert {tuple(r) for r in answers[2][2]} == {("f", 0, stale), ("c", 0, stale)}
+
+    _crash(node, c.shard, armed)
+    _restored(c)
+    stats = _stats(node, c.shard)
+    assert stats["leaders"] == ["c-0"], "c-0's role not restored"
+    f0 = node.actors[c.shard.name].partitions[("f", 0)]
+    assert (f0.leader_id, f0.leader_epoch) == (2, 7), "f-0's role not restored"
+    c0 = node.actors[c.shard.name].partitions[("c", 0)]
+    assert c0.pending is not None and c0.pending.new_isr == (1, 2), \
+        "the pending proposal not restored"
 
 
 def test_a_restore_row_the_shard_could_not_take_leaves_no_role_nor_fetcher(

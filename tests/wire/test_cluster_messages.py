@@ -11,14 +11,15 @@ import pytest
 from wire import cluster_messages as cm
 from wire.registry import WrongShape, build, type_id_of, type_of
 
+# the controller requests' correlation ids as its channel gives them: epoch 7 << 32 | n
 SAMPLES: list[Any] = [
     cm.LeaderAndIsr(1, 7, 4294967299, [
         cm.LeaderAndIsrPartition("orders", 0, 7, 2, 12, [2, 3], 31, [2, 3, 1], False),
         cm.LeaderAndIsrPartition("orders", 1, 7, 3, 0, [3, 1, 2], 0, [3, 1, 2], True),
     ], [cm.LiveLeaderRow(2, "tcp://10.0.0.2:7001"), cm.LiveLeaderRow(3, "tcp://[::1]:7001")],
-        {"orders": {"retention.ms": "1000"}}),
+        {"orders": {"retention.ms": "1000"}}, (7 << 32) + 41),
     cm.LeaderAndIsrResponse(2, 0, [cm.PartitionErrorRow("orders", 0, 0),
-                                   cm.PartitionErrorRow("orders", 1, 11)]),
+                                   cm.PartitionErrorRow("orders", 1, 11)], (7 << 32) + 41),
     cm.UpdateMetadata(1, 7, 4294967300, True, [
         cm.BrokerRow(2, 4294967300, "tcp://10.0.0.2:7001", "rack-a",
                      [cm.EndpointRow("PLAINTEXT", "10.0.0.2", 9092, "PLAINTEXT"),
@@ -26,11 +27,12 @@ SAMPLES: list[Any] = [
         cm.BrokerRow(3, 4294967301, "tcp://10.0.0.3:7001", None, []),
     ], [cm.UpdateMetadataPartition("orders", 0, 7, 2, 12, [2, 3], 31, [2, 3, 1], [1]),
         cm.UpdateMetadataPartition("gone", 0, 7, -2, 3, [1], 4, [1], [])],
-        {"orders": {}, "gone": {"segment.bytes": "1024"}}),
-    cm.UpdateMetadataResponse(3, 0),
+        {"orders": {}, "gone": {"segment.bytes": "1024"}}, (7 << 32) + 42),
+    cm.UpdateMetadataResponse(3, 0, (7 << 32) + 42),
     cm.StopReplica(1, 7, 4294967301, [cm.StopReplicaPartition("gone", 0, -1, True),
-                                      cm.StopReplicaPartition("orders", 1, 12, False)]),
-    cm.StopReplicaResponse(3, 0, [cm.PartitionErrorRow("gone", 0, 0)]),
+                                      cm.StopReplicaPartition("orders", 1, 12, False)],
+                   (7 << 32) + 43),
+    cm.StopReplicaResponse(3, 0, [cm.PartitionErrorRow("gone", 0, 0)], (7 << 32) + 43),
     cm.ControlledShutdown(17, 2, 4294967300),
     cm.ControlledShutdownResponse(17, 0, [cm.TopicPartitionRow("orders", 0)]),
     cm.AlterPartition(18, 2, 4294967300, [cm.AlterPartitionItem("orders", 0, 12, [2], 31)]),
@@ -121,8 +123,8 @@ def test_every_row_field_is_typed_for_the_registry() -> None:
 @pytest.mark.parametrize(
     ("body", "error"),
     [
-        ([1, 7, 0, True, [], []], "UpdateMetadata needs 7 fields, got 6"),
-        ([1, 7, 0, "yes", [], [], {}], "UpdateMetadata.full must be bool, got str"),
+        ([1, 7, 0, True, [], [], {}], "UpdateMetadata needs 8 fields, got 7"),
+        ([1, 7, 0, "yes", [], [], {}, 0], "UpdateMetadata.full must be bool, got str"),
     ],
 )
 def test_wrong_shapes_are_refused(body: list[Any], error: str) -> None:

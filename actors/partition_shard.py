@@ -19,7 +19,7 @@ from actors.core.follower_truncation import reset_offset, truncation_offset
 from actors.core.log_cleaner import describe_cleanable
 from actors.core.log_dir import LogDir
 from actors.core.offsets_codec import OFFSETS_TOPIC
-from actors.core.partition_log import PartitionLog, SwapRefusedError
+from actors.core.partition_log import PartitionLog, SwapRefusedError, UnflushedAppendError
 from actors.core.partition_state import PROPOSAL_RETRY_MS, IsrProposal, PartitionState
 from actors.core.segment_swap import discard_staging
 from actors.core.topic_config import log_config_for
@@ -564,33 +564,48 @@ class PartitionShard(Actor):
                         f"ISR has {len(state.isr)} replicas, "
                         f"min.insync.replicas is {state.min_insync_replicas}"))
                     continue
+                unflushed = None
                 try:
                     info = state.log.append_as_leader(req.records, state.leader_epoch, now,
                                                       msg.coordinator, defer=True)
+                except UnflushedAppendError as exc:
+                    info, unflushed = exc.info, exc  # in the log: answered as written
                 except KafkaError as exc:
+                    if isinstance(exc, StorageError):
+                        # a failed write put back this turn's staged batches too
+                        self._fail_lost_rows(topic, partition, state, rows, waiting)
                     self._log_refusal(topic, partition, exc)
                     rows.append(AppendDoneRow(topic, partition, int(exc.code), -1, -1,
                                               state.log.log_start_offset, str(exc)))
                     continue
+                # The batch is in the log, or staged for the turn's write: its row and its
+                # wait are recorded before anything else can fail, so that a failure from
+                # here on answers it at its offset (after the turn's write; acks=-1
+                # through the purgatory), never as failed: the producer would send it
+                # again, and the log would hold it twice.
                 if state.log.staged_bytes:
                     staged[(topic, partition)] = state
+                rows.append(AppendDoneRow(topic, partition, NONE, info.first_offset,
+                                          info.log_append_time_ms, info.log_start_offset, None))
+                wait = msg.acks == -1 and state.log.high_watermark <= info.last_offset
+                if wait:
+                    waiting.append(WatchProduceRow(
+                        topic, partition, info.last_offset + 1, info.first_offset,
+                        info.log_append_time_ms, info.log_start_offset, state.leader_epoch,
+                        NONE))
                 state.on_leader_append()
+                if wait and state.log.high_watermark > info.last_offset:
+                    waiting.pop()  # the ISR holds it already (a leader alone)
+                if unflushed is not None:
+                    # the log's failure: the shard's restart reopens the log and scans it
+                    # from the recovery point (as Kafka takes a failed log dir offline)
+                    raise unflushed
                 state.log.maybe_flush(now)
                 self._count(topic, "in", len(req.records),
                             info.last_offset - info.first_offset + 1)
-                wait = (WatchProduceRow(topic, partition, info.last_offset + 1, info.first_offset,
-                                        info.log_append_time_ms, info.log_start_offset,
-                                        state.leader_epoch, NONE)
-                        if msg.acks == -1 and state.log.high_watermark <= info.last_offset
-                        else None)
-                # the row and its wait together: nothing between them can fail
-                rows.append(AppendDoneRow(topic, partition, NONE, info.first_offset,
-                                          info.log_append_time_ms, info.log_start_offset, None))
-                if wait is not None:
-                    waiting.append(wait)
                 self._notify(state)
         except Exception:
-            # Rows appended before the failure keep their offsets (answering them as
+            # Rows recorded before the failure keep their offsets (answering them as
             # failed would make non-idempotent producers write them twice), and go out as
             # any answer does: after the turn's staged writes (a failed write makes them
             # KAFKA_STORAGE_ERROR), an acks=-1 row the ISR lacks through the purgatory,
@@ -617,13 +632,14 @@ class PartitionShard(Actor):
         A log whose write failed was put back as it was before the staged
         batches: their rows are answered KAFKA_STORAGE_ERROR.
         """
-        failed: dict[tuple[str, int], StorageError] = {}
+        failed: dict[tuple[str, int], tuple[StorageError, int]] = {}
         if self.staged:
             self.group_commits += 1
             for key, state in self.staged.items():
                 error = state.log.commit()
                 if error is not None:
-                    failed[key] = error
+                    # the batches the failed write put back: those at or past the log end
+                    failed[key] = (error, state.log.log_end_offset)
                     self.log.error("lost the staged appends of {}-{}: {}", key[0], key[1],
                                    error)
             self.staged = {}
@@ -633,13 +649,25 @@ class PartitionShard(Actor):
         for sender, msg, rows, waiting, trace in answers:
             self._trace = trace
             if failed:
-                rows = [AppendDoneRow(r.topic, r.partition, int(ErrorCode.KAFKA_STORAGE_ERROR),
-                                      -1, -1, -1, str(failed[(r.topic, r.partition)]))
-                        if r.error_code == NONE and (r.topic, r.partition) in failed else r
-                        for r in rows]
-                waiting = [w for w in waiting if (w.topic, w.partition) not in failed]
+                rows, waiting = _without_lost(rows, waiting, failed)
             self._answer(sender, msg, rows, waiting)
         self._trace = saved
+
+    def _fail_lost_rows(self, topic: str, partition: int, state: PartitionState,
+                        rows: list[AppendDoneRow], waiting: list[WatchProduceRow]) -> None:
+        """An append's StorageError: a failed write may have put the log back as it was
+        before batches staged earlier in this turn, whose rows (this Append's ``rows``
+        and ``waiting``, and the answers that wait) say they are written. The log's
+        commit tells (and forgets) that error now, before a later append takes their
+        offsets again: the rows at or past the log end become KAFKA_STORAGE_ERROR."""
+        error = state.log.commit()
+        if error is None:
+            return
+        self.log.error("lost the staged appends of {}-{}: {}", topic, partition, error)
+        lost = {(topic, partition): (error, state.log.log_end_offset)}
+        rows[:], waiting[:] = _without_lost(rows, waiting, lost)
+        self.unanswered = [(sender, msg, *_without_lost(r, w, lost), trace)
+                           for sender, msg, r, w, trace in self.unanswered]
 
     def _answer(self, sender: Address, msg: Append, rows: list[AppendDoneRow],
                 waiting: list[WatchProduceRow]) -> None:
@@ -1304,6 +1332,24 @@ class PartitionShard(Actor):
                          s.is_leader and len(s.isr) < len(s.replicas), s.leader_id < 0]
                         for (t, p), s in self.partitions.items()],
         }
+
+
+def _without_lost(rows: list[AppendDoneRow], waiting: list[WatchProduceRow],
+                  lost: dict[tuple[str, int], tuple[StorageError, int]],
+                  ) -> tuple[list[AppendDoneRow], list[WatchProduceRow]]:
+    """``rows`` and ``waiting`` with the appends a failed write put back (``lost``: per
+    partition, the error and the log end it left; a row at or past it is not in the log)
+    answered KAFKA_STORAGE_ERROR, and not waited for."""
+    def gone(topic: str, partition: int, base_offset: int) -> StorageError | None:
+        found = lost.get((topic, partition))
+        return found[0] if found is not None and base_offset >= found[1] else None
+
+    kept = []
+    for r in rows:
+        error = gone(r.topic, r.partition, r.base_offset) if r.error_code == NONE else None
+        kept.append(r if error is None else AppendDoneRow(
+            r.topic, r.partition, int(ErrorCode.KAFKA_STORAGE_ERROR), -1, -1, -1, str(error)))
+    return kept, [w for w in waiting if gone(w.topic, w.partition, w.base_offset) is None]
 
 
 def _replica_error(topic: str, partition: int, code: int) -> ReplicaReadDoneRow:

@@ -145,6 +145,16 @@ def _continues(previous_next_offset: int, base: int, recovery_point: int) -> boo
     return previous_next_offset < base <= recovery_point
 
 
+class UnflushedAppendError(StorageError):
+    """An append's batches are in the log, but the flush that ``flush.messages`` asked
+    for right after them failed (the fsync): ``info`` is the append's, to be answered
+    as written; the failure itself is the log's, as any failed flush."""
+
+    def __init__(self, message: str, info: AppendInfo) -> None:
+        super().__init__(message)
+        self.info = info
+
+
 class SwapRefusedError(Exception):
     """A cleaning no longer fits the log (segments went or changed meanwhile)."""
 
@@ -538,12 +548,13 @@ class PartitionLog:
                         if defer:
                             self._staged_entries.append(entry)
                     self._unflushed_messages += records_count
-                    if self._unflushed_messages >= config.flush_messages:
-                        self.flush(now_ms)
                     # tuple.__new__ skips the NamedTuple's Python-level __new__ (a frame).
-                    return _new_tuple(AppendInfo, (first_offset, next_offset - 1, max_timestamp,
+                    info = _new_tuple(AppendInfo, (first_offset, next_offset - 1, max_timestamp,
                                                    -1, self._log_start_offset, records_count,
                                                    size, False))
+                    if self._unflushed_messages >= config.flush_messages:
+                        self._flush_appended(now_ms, info)
+                    return info
         headers = check_batches(records)
         if not headers:
             return self._empty_append_info()
@@ -594,9 +605,25 @@ class PartitionLog:
                 self._track_transaction(records, header, header.position, base,
                                         self.segments[-1].base_offset)
         # Positional: keyword construction of a NamedTuple costs twice as much.
-        return AppendInfo(first_offset, offset - 1, max_timestamp,
+        info = AppendInfo(first_offset, offset - 1, max_timestamp,
                           -1 if append_time is None else now_ms, self._log_start_offset,
                           num_records, total)
+        if self._unflushed_messages >= self.config.flush_messages:
+            self._flush_appended(now_ms, info)
+        return info
+
+    def _flush_appended(self, now_ms: int, info: AppendInfo) -> None:
+        """The flush ``flush.messages`` asks for after an append (``info``), once the
+        append is complete (its transaction tracked). A failed write of the staged
+        batches (this append's among them) put the log back: its StorageError goes as it
+        is. A failure with the batches in the log (the fsync) is UnflushedAppendError:
+        the caller learns they are there, and answers them as written."""
+        try:
+            self.flush(now_ms)
+        except StorageError as exc:
+            if self.log_end_offset <= info.last_offset:
+                raise
+            raise UnflushedAppendError(str(exc), info) from exc
 
     def commit(self) -> StorageError | None:
         """Write the batches staged by ``append_as_leader(defer=True)`` (one writev).
@@ -676,8 +703,11 @@ class PartitionLog:
             if header.is_transactional:
                 self._track_transaction(records, header, header.position, header.base_offset,
                                         self.segments[-1].base_offset)
-        return AppendInfo(first_offset, expected - 1, max_timestamp, -1,
+        info = AppendInfo(first_offset, expected - 1, max_timestamp, -1,
                           self._log_start_offset, num_records, total)
+        if self._unflushed_messages >= self.config.flush_messages:
+            self._flush_appended(now_ms, info)
+        return info
 
     def _write(self, pieces: list[bytes | bytearray | memoryview], length: int,
                placed: list[tuple[int, int, int, int, int]], headers: list[BatchHeader],
@@ -703,8 +733,6 @@ class PartitionLog:
                                                          base + header.last_offset_delta,
                                                          max_ts))
         self._unflushed_messages += num_records
-        if self._unflushed_messages >= self.config.flush_messages:
-            self.flush(now_ms)
 
     def append_control(self, producer_id: int, producer_epoch: int, commit: bool,
                        coordinator_epoch: int, leader_epoch: int, now_ms: int) -> AppendInfo:
@@ -725,8 +753,11 @@ class PartitionLog:
         self._write([head, rest], size, placed, [header], offset, offset, header.max_timestamp,
                     1, now_ms, (leader_epoch,))
         self._track_transaction(batch, header, 0, offset, self.segments[-1].base_offset)
-        return AppendInfo(offset, offset, header.max_timestamp, -1, self._log_start_offset, 1,
+        info = AppendInfo(offset, offset, header.max_timestamp, -1, self._log_start_offset, 1,
                           size)
+        if self._unflushed_messages >= self.config.flush_messages:
+            self._flush_appended(now_ms, info)
+        return info
 
     def _empty_append_info(self) -> AppendInfo:
         leo = self.log_end_offset

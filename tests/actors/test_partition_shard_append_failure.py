@@ -1,0 +1,247 @@
+"""What a PartitionShard answers when an append fails after its batch is in the log.
+
+The answer must say what the log holds: a batch that is in the log (staged for
+the turn's write, or written) is answered at its offset, as any append is (after
+the turn's write; an acks=-1 one through the purgatory), never as failed: a
+producer told its batch failed sends it again, and without idempotence the log
+then holds it twice. A batch that is not in the log is answered as failed, and a
+later batch that is, as written.
+
+Real shard, real log; the failures are injected at the system call (an fsync or a
+writev on the partition's segment file fails once with EIO/ENOSPC) or in the
+leader's bookkeeping right after the append (PartitionState.on_leader_append).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+from actors.core.log_dir import LogDir
+from actors.core.partition_state import PartitionState
+from actors.core.record_batch import build_batch
+from actors.log_manager import LogManager
+from actors.partition_shard import PartitionShard
+from actors.runtime.actor import Actor, handles
+from actors.runtime.config import Config
+from actors.runtime.node import Node
+from actors.topology import Topology
+from tests.fixtures.waiting import wait_for
+from wire.broker_messages import (
+    Append,
+    AppendDone,
+    AppendRow,
+    GetStats,
+    Read,
+    ReadDone,
+    ReadRow,
+    TopicEntry,
+    WatchProduce,
+)
+from wire.cluster_messages import BecameLeaderOrFollower, BecomeLeaderOrFollower, ReplicaStateRow
+from wire.errors import ErrorCode
+from wire.registry import message
+
+NONE = int(ErrorCode.NONE)
+
+
+class Recorder(Actor):
+    """Stands in for a handler and the purgatory: keeps what comes, as [type name, fields]."""
+
+    def setup(self) -> None:
+        self.got: list[Any] = []
+
+    @handles(AppendDone, ReadDone, WatchProduce, BecameLeaderOrFollower)
+    def on_any(self, msg: Any) -> None:
+        self.got.append([type(msg).__name__, msg])
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> Any:
+        return list(self.got)
+
+
+@message(9871)
+class SendInOneTurn(NamedTuple):
+    """Tell the shard these Appends (acks=1, t-0) in one frame: one turn of the shard."""
+
+    shard: str
+    values: list[bytes]
+
+
+class Burst(Recorder):
+    """A handler whose Appends reach the shard in one turn (one group commit)."""
+
+    @handles(SendInOneTurn)
+    def on_send(self, msg: SendInOneTurn) -> None:
+        shard = next(a for a in self.node.actors.values() if a.name == msg.shard).address
+        for i, value in enumerate(msg.values):
+            self.tell(shard, Append(i + 1, 1, 30_000, [AppendRow("t", 0, build_batch([value]))]))
+
+
+def _got(node: Node, recorder: Any, kind: str) -> list[Any]:
+    return [fields for name, fields in node.ask(recorder, GetStats()) if name == kind]
+
+
+def _fail_once_on(monkeypatch: pytest.MonkeyPatch, call: str, segment_dir: Path,
+                  code: int) -> dict[str, int]:
+    """``os.<call>`` fails once with ``code`` on a descriptor of a ``.log`` file in
+    ``segment_dir`` (every other call, and every later one, is the real one)."""
+    real: Callable[..., Any] = getattr(os, call)
+    calls = {"failed": 0}
+
+    def failing(fd: int, *args: Any) -> Any:
+        if not calls["failed"]:
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                target = ""
+            if target.startswith(str(segment_dir)) and target.endswith(".log"):
+                calls["failed"] += 1
+                raise OSError(code, os.strerror(code))
+        return real(fd, *args)
+
+    monkeypatch.setattr(os, call, failing)
+    return calls
+
+
+def _single_node(node: Node, tmp_path: Path, configs: dict[str, str]) -> tuple[Any, Any]:
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    log_dir = LogDir.open(tmp_path)
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1,
+               clock=node.clock)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=Config(),
+                       log_dir=log_dir, topics={"t": TopicEntry(1, configs)}, broker_id=1,
+                       clock=node.clock)
+    handler = node.spawn(Recorder, "handler")
+    return shard, handler
+
+
+def _append(node: Node, shard: Any, handler: Any, req_id: int, value: bytes) -> Any:
+    node.tell(shard, Append(req_id, 1, 30_000, [AppendRow("t", 0, build_batch([value]))]),
+              sender=handler.name)
+    [done] = wait_for(lambda: [d for d in _got(node, handler, "AppendDone") if d[0] == req_id],
+                      f"the answer to append {req_id}")
+    [row] = done[1]
+    return row
+
+
+def _log_values(node: Node, shard: Any, handler: Any, req_id: int) -> tuple[int, bytes]:
+    """t-0's log end offset and every byte a read from offset 0 returns."""
+    node.tell(shard, Read(req_id, -1, 1 << 20, [ReadRow("t", 0, 0, 1 << 20)], False),
+              sender=handler.name)
+    [done] = wait_for(lambda: [d for d in _got(node, handler, "ReadDone") if d[0] == req_id],
+                      f"the answer to read {req_id}")
+    stats: dict[str, Any] = node.ask(shard, GetStats())
+    return stats["partitions"]["t-0"][2], bytes(done[1][0][5])
+
+
+@pytest.mark.parametrize("configs", [
+    # the shard's own flush after the append (flush.ms reached: every append here)
+    {"flush.ms": "0"},
+    # the log's flush inside the append (flush.messages reached: every append here)
+    {"flush.messages": "1"},
+], ids=["flush.ms", "flush.messages"])
+def test_a_batch_in_the_log_whose_flush_fails_is_answered_at_its_offset(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        configs: dict[str, str]) -> None:
+    shard, handler = _single_node(node, tmp_path, configs)
+    assert _append(node, shard, handler, 1, b"before")[2:4] == [NONE, 0]
+    calls = _fail_once_on(monkeypatch, "fsync", tmp_path / "t-0", errno.EIO)
+    row = _append(node, shard, handler, 2, b"unflushed")
+    assert calls["failed"] == 1
+    # the failure goes on as any other in the shard: a crash restart that reopens the log
+    wait_for(lambda: node.actors[shard.name].crashes == 1, "the shard's restart")
+    end, data = _log_values(node, shard, handler, 3)
+    assert b"unflushed" in data and end == 2, "the batch is in the log"
+    assert row[2:4] == [NONE, 1], f"a batch in the log at offset 1 was answered {row}"
+    assert _append(node, shard, handler, 4, b"after")[2:4] == [NONE, 2]
+
+
+def test_a_batch_a_failed_write_took_back_is_failed_and_the_later_ones_are_not(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # flush.messages=2: every second batch is written by the log's flush inside the
+    # append; a failed write puts the log back as it was before it
+    shard, handler = _single_node(node, tmp_path, {"flush.messages": "2"})
+    assert _append(node, shard, handler, 1, b"one")[2:4] == [NONE, 0]
+    calls = _fail_once_on(monkeypatch, "writev", tmp_path / "t-0", errno.ENOSPC)
+    lost = _append(node, shard, handler, 2, b"two")
+    assert calls["failed"] == 1
+    assert lost[2] == int(ErrorCode.KAFKA_STORAGE_ERROR)
+    later = [_append(node, shard, handler, 3, b"three"), _append(node, shard, handler, 4, b"four")]
+    end, data = _log_values(node, shard, handler, 5)
+    assert end == 3 and b"two" not in data
+    assert all(value in data for value in (b"one", b"three", b"four"))
+    assert [row[2:4] for row in later] == [[NONE, 1], [NONE, 2]], \
+        f"batches in the log at offsets 1 and 2 were answered {later}"
+
+
+def test_an_acks_all_batch_is_answered_through_the_purgatory_when_the_shard_fails_after_it(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    configs = {"min.insync.replicas": "2"}
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    log_dir = LogDir.open(tmp_path)
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1,
+               clock=node.clock)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=Config(),
+                       log_dir=log_dir, topics={"t": TopicEntry(1, configs)}, broker_id=1,
+                       clock=node.clock)
+    handler = node.spawn(Recorder, "handler")
+    purgatory = node.spawn(Recorder, topo.purgatory_for("t", 0).name)
+    # led here with ISR [1, 2]; follower 2 has fetched nothing
+    node.tell(shard, BecomeLeaderOrFollower(1, [ReplicaStateRow(
+        "t", 0, 1, 1, [1, 2], [1, 2], 1, False, configs)]), sender=handler.name)
+    wait_for(lambda: _got(node, handler, "BecameLeaderOrFollower"))
+    real = PartitionState.on_leader_append
+    calls = {"n": 0}
+
+    def failing_once(state: PartitionState, *args: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("the leader's bookkeeping fails once")
+        return real(state, *args)
+
+    monkeypatch.setattr(PartitionState, "on_leader_append", failing_once)
+    node.tell(shard, Append(7, -1, 30_000, [AppendRow("t", 0, build_batch([b"x"]))]),
+              sender=handler.name)
+    wait_for(lambda: calls["n"] >= 1 and (_got(node, purgatory, "WatchProduce")
+                                          or _got(node, handler, "AppendDone")), timeout=10)
+    answered = _got(node, handler, "AppendDone")
+    assert answered == [], f"the batch at offset 0 was answered at once: {answered}"
+    [watch] = _got(node, purgatory, "WatchProduce")
+    req_id, _handler, _timeout, [row], *_ = watch
+    assert req_id == 7
+    # topic, partition, required offset, base offset, ..., error code
+    assert row[:4] == ["t", 0, 1, 0] and row[-1] == NONE
+
+
+def test_a_failed_group_commit_fails_only_the_batches_it_put_back(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # flush.messages=2: the second Append of the turn has the log write the first two;
+    # the third stays staged, and the turn's write of it fails
+    shard, _handler = _single_node(node, tmp_path, {"flush.messages": "2"})
+    burst = node.spawn(Burst, "burst")
+    calls = {"writes": 0}
+    real = os.writev
+
+    def third_write_fails(fd: int, pieces: Any) -> int:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        if target.startswith(str(tmp_path / "t-0")) and target.endswith(".log"):
+            calls["writes"] += 1
+            if calls["writes"] == 2:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, pieces)
+
+    monkeypatch.setattr(os, "writev", third_write_fails)
+    node.tell(burst, SendInOneTurn(shard.name, [b"one", b"two", b"three"]))
+    done = wait_for(lambda: len(_got(node, burst, "AppendDone")) == 3 and sorted(
+        _got(node, burst, "AppendDone")), "the three answers")
+    answers = {req_id: row[2:4] for req_id, [row] in done}
+    stats: dict[str, Any] = node.ask(shard, GetStats())
+    assert calls["writes"] == 2 and stats["partitions"]["t-0"][2] == 2, "one and two are in"
+    assert answers[1] == [NONE, 0] and answers[2] == [NONE, 1], answers
+    assert answers[3] == [int(ErrorCode.KAFKA_STORAGE_ERROR), -1], answers

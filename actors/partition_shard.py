@@ -10,8 +10,8 @@ change of that partition's log end or high watermark.
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from actors.core.file_regions import close_regions
@@ -19,7 +19,13 @@ from actors.core.follower_truncation import reset_offset, truncation_offset
 from actors.core.log_cleaner import describe_cleanable
 from actors.core.log_dir import LogDir
 from actors.core.offsets_codec import OFFSETS_TOPIC
-from actors.core.partition_log import PartitionLog, SwapRefusedError, UnflushedAppendError
+from actors.core.partition_log import (
+    PartitionLog,
+    SwapRefusedError,
+    UnflushedAppendError,
+    remove_set_aside,
+    set_aside,
+)
 from actors.core.partition_state import PROPOSAL_RETRY_MS, IsrProposal, PartitionState
 from actors.core.segment_swap import discard_staging
 from actors.core.topic_config import log_config_for
@@ -161,6 +167,11 @@ class PartitionShard(Actor):
         # Partitions deleted since the start: the log dir's offsets for them (read at
         # start) were the deleted log's, not a namesake's created later.
         self.dropped: set[tuple[str, int]] = set()
+        # Deleted partitions whose directory could not be set aside (renamed): no longer
+        # served nor hosted, tried again by the housekeeping, and no namesake opens the
+        # directory meanwhile. And set-aside directories whose removal failed.
+        self.undeleted: set[tuple[str, int]] = set()
+        self.set_aside_left: list[Path] = []
 
     # ------------------------------------------------------------- lifecycle
     def setup(self) -> None:
@@ -214,6 +225,9 @@ class PartitionShard(Actor):
         key = (topic, partition)
         if key in self.partitions:
             return
+        if key in self.undeleted and not self._delete_again(topic, partition):
+            raise StorageError(f"{topic}-{partition} was deleted and its directory could not "
+                               "be removed yet: it is not opened before it is")
         hosted = self.hosted.get(key)
         offsets = hosted.offsets if hosted is not None else None
         if offsets is not None:
@@ -323,6 +337,8 @@ class PartitionShard(Actor):
         if now < self.next_housekeeping_ms:
             return
         self.next_housekeeping_ms = now + 1000
+        if self.undeleted or self.set_aside_left:
+            self._retry_deletes()
         for state in self.partitions.values():
             state.log.maybe_flush(now)
         if now - self.last_checkpoint_ms >= min(
@@ -370,37 +386,27 @@ class PartitionShard(Actor):
 
     @handles(DropPartitions)
     def on_drop(self, msg: DropPartitions) -> None:
+        """Delete partitions (a deleted topic), open or not: each one's directory is set
+        aside (renamed to a ``-delete`` name of its own, as Kafka's), then removed.
+
+        A partition whose directory cannot be renamed is answered failed (``failed``:
+        the ReplicaManager answers the controller KAFKA_STORAGE_ERROR for it), is no
+        longer served and stays known as not deleted (``undeleted``): the housekeeping
+        tries again, and a namesake is not opened on its directory meanwhile. A
+        set-aside directory whose removal fails is deleted all the same (no log opens a
+        ``-delete`` directory, the log dir removes them at start); the housekeeping
+        tries again to remove it.
+        """
         dropped: list[TopicPartition] = []
         failed: list[TopicPartition] = []
         error = ""
         for tp in msg.rows:
-            key = (tp.topic, tp.partition)
-            # forgotten even if not open (a reopen failed, or a cluster's waiting for its
-            # role): a later crash must not bring a deleted partition back
-            self.hosted.pop(key, None)
-            self.roles_given.discard(key)
-            if key in self.log_dir.recovery_points or key in self.log_dir.high_watermarks:
-                self.dropped.add(key)  # only start-up offsets can be a namesake's
-            state = self.partitions.pop(key, None)
             try:
-                if state is None:
-                    # not open (a cluster's process opens nothing at start; a reopen
-                    # failed): its directory goes all the same, or a later topic of the
-                    # name would open the deleted one's data
-                    path = self.log_dir.partition_path(tp.topic, tp.partition)
-                    if not path.exists():
-                        continue
-                    aside = path.with_name(f"{path.name}.{os.getpid()}-delete")
-                    os.replace(path, aside)
-                    shutil.rmtree(aside, ignore_errors=True)
-                    self.log.info("deleted {}-{} (not open)", tp.topic, tp.partition)
-                else:
-                    self._notify(state, removed=True)
-                    self.watchers.pop(key, None)
-                    state.log.delete()
+                self._delete(tp.topic, tp.partition)
             except Exception as exc:
                 # answered, not a crash (a crash's restore would send this drop again)
-                self.log.exception("cannot delete {}-{}", tp.topic, tp.partition)
+                self.log.exception("cannot delete {}-{} (tried again later)", tp.topic,
+                                   tp.partition)
                 error = f"{tp.topic}-{tp.partition}: {exc}"
                 failed.append(TopicPartition(tp.topic, tp.partition))
                 continue
@@ -408,6 +414,76 @@ class PartitionShard(Actor):
         if dropped:
             self.tell(self.topology.log_manager, CheckpointOffsets(self.name, False, [], dropped))
         self.reply(ShardDone(msg.req_id, error, failed))
+
+    def _delete(self, topic: str, partition: int) -> None:
+        """Forget the partition and set its directory aside; raises if it cannot be (the
+        partition is then out of service, its log closed, and known as undeleted)."""
+        key = (topic, partition)
+        # forgotten even if not open (a reopen failed, or a cluster's waiting for its
+        # role), or if the delete fails: a later crash must not bring a deleted partition
+        # back
+        self.hosted.pop(key, None)
+        self.roles_given.discard(key)
+        state = self.partitions.pop(key, None)
+        try:
+            if state is None:
+                # not open (a cluster's process opens nothing at start; a reopen
+                # failed): its directory goes all the same, or a later topic of the
+                # name would open the deleted one's data
+                left = self._set_aside(topic, partition)
+            else:
+                self._notify(state, removed=True)
+                self.watchers.pop(key, None)
+                left = state.log.delete()  # a failed rename leaves it open, unchanged
+        except Exception:
+            self.undeleted.add(key)
+            if state is not None:
+                try:
+                    state.log.close_without_flush()
+                except Exception:
+                    self.log.exception("closing {}-{} failed", topic, partition)
+            raise
+        self._deleted(topic, partition, left, "" if state is not None else " (not open)")
+
+    def _set_aside(self, topic: str, partition: int) -> Path | None:
+        """Set aside and remove a partition's directory that no log has open; the
+        set-aside directory if its removal failed."""
+        path = self.log_dir.partition_path(topic, partition)
+        if not path.exists():
+            return None
+        aside = set_aside(path)
+        return None if remove_set_aside(aside) else aside
+
+    def _deleted(self, topic: str, partition: int, left: Path | None, how: str) -> None:
+        key = (topic, partition)
+        self.undeleted.discard(key)
+        if key in self.log_dir.recovery_points or key in self.log_dir.high_watermarks:
+            self.dropped.add(key)  # only start-up offsets can be a namesake's
+        if left is not None:
+            self.set_aside_left.append(left)
+            self.log.warning("deleted {}-{}{}; its set-aside directory {} could not be "
+                             "removed yet", topic, partition, how, left.name)
+        else:
+            self.log.info("deleted {}-{}{}", topic, partition, how)
+
+    def _delete_again(self, topic: str, partition: int) -> bool:
+        """Try again to set aside the directory of an undeleted partition."""
+        try:
+            left = self._set_aside(topic, partition)
+        except OSError as exc:
+            self.log.debug("{}-{}: its directory still cannot be set aside: {}", topic,
+                           partition, exc)
+            return False
+        self._deleted(topic, partition, left, " (its delete had failed)")
+        self.tell(self.topology.log_manager, CheckpointOffsets(
+            self.name, False, [], [TopicPartition(topic, partition)]))
+        return True
+
+    def _retry_deletes(self) -> None:
+        for topic, partition in sorted(self.undeleted):
+            self._delete_again(topic, partition)
+        self.set_aside_left = [aside for aside in self.set_aside_left
+                               if not remove_set_aside(aside)]
 
     @handles(UpdatePartitionConfigs)
     def on_update_configs(self, msg: UpdatePartitionConfigs) -> None:

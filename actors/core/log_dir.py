@@ -28,10 +28,9 @@ from actors.core.checkpoint import (
     write_atomically,
     write_offset_checkpoint,
 )
-from actors.core.partition_log import LogConfig, PartitionLog
+from actors.core.partition_log import DELETE_SUFFIX, LogConfig, PartitionLog
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-DELETE_SUFFIX = "-delete"
 
 TopicPartition = tuple[str, int]
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import uuid
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from actors.core.batch_fast import single_batch
-from actors.core.checkpoint import TMP_SUFFIX
+from actors.core.checkpoint import TMP_SUFFIX, fsync_dir
 from actors.core.log_epoch_cache import UNDEFINED_EPOCH, LeaderEpochCache
 from actors.core.log_index import DEFAULT_MAX_INDEX_BYTES, TIME_INDEX_SUFFIX
 from actors.core.log_segment import INDEX_SUFFIX, LOG_SUFFIX, LogSegment
@@ -1169,19 +1170,47 @@ class PartitionLog:
             segment.close(trim=False)
         self.closed = True
 
-    def delete(self) -> None:
+    def delete(self) -> Path | None:
         """Close and remove the partition's directory (DeleteTopics).
 
-        The directory is first renamed aside, so a crash mid-delete leaves a
-        ``-delete`` directory that the log dir removes instead of a half log.
+        The directory is first set aside (``set_aside``), so a crash mid-delete leaves a
+        ``-delete`` directory that the log dir removes instead of a half log. A failed
+        rename raises with the log as it was (open, in its directory). Returns the
+        ``-delete`` directory if its removal failed (to try again), else None.
         """
+        aside = set_aside(self.dir) if self.dir.exists() else None
         self.close_without_flush()
-        aside = self.dir.with_name(f"{self.dir.name}.{os.getpid()}-delete")
-        if self.dir.exists():
-            os.replace(self.dir, aside)
-            shutil.rmtree(aside, ignore_errors=True)
+        return None if aside is None or remove_set_aside(aside) else aside
 
     def __repr__(self) -> str:
         return (f"PartitionLog({self.topic}-{self.partition}, log_start={self._log_start_offset}, "
                 f"hw={self._high_watermark}, leo={self.log_end_offset}, "
                 f"segments={len(self.segments)})")
+
+
+DELETE_SUFFIX = "-delete"
+
+
+def set_aside(directory: Path) -> Path:
+    """Rename a deleted partition's directory to a name of its own ending in ``-delete``
+    (``<topic>-<partition>.<uuid>-delete``, as Kafka's), which no log opens and the log
+    dir removes at start, and make the rename durable. Raises OSError if it cannot be
+    renamed (the directory is left as it was)."""
+    aside = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+    os.rename(directory, aside)
+    try:
+        fsync_dir(directory.parent)
+    except OSError:
+        pass  # renamed all the same: a crash may bring the name back, deleted again then
+    return aside
+
+
+def remove_set_aside(aside: Path) -> bool:
+    """Remove a directory ``set_aside`` renamed; False if some of it is still there."""
+    try:
+        shutil.rmtree(aside)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return not aside.exists()
+    return True

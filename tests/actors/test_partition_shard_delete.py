@@ -1,0 +1,138 @@
+"""A partition's delete (DropPartitions) that fails, in a PartitionShard.
+
+The directory is renamed aside (a ``-delete`` name of its own) before the log is
+forgotten. When that rename fails, the partition is reported failed, stops being
+served, is remembered as not deleted yet and the shard tries again: a namesake
+created meanwhile does not open the deleted one's records, and once the rename
+can be done the directory goes. When only the removal of the renamed directory
+fails, the delete is done (nothing opens a ``-delete`` directory), the shard
+removes it later, and it is in the way of no later delete of the name.
+
+The failures are real: an immutable inode (``chattr +i``, which root obeys too)
+cannot be renamed or unlinked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.core.log_dir import LogDir
+from actors.core.record_batch import build_batch
+from actors.log_manager import LogManager
+from actors.partition_shard import PartitionShard
+from actors.runtime.actor import Actor, handles
+from actors.runtime.config import Config
+from actors.runtime.node import Node
+from actors.topology import Topology
+from tests.fixtures.immutable import immutable_flags
+from tests.fixtures.waiting import wait_for
+from wire.broker_messages import (
+    Append,
+    AppendDone,
+    AppendRow,
+    DropPartitions,
+    GetStats,
+    OpenPartitionRow,
+    OpenPartitions,
+    ShardDone,
+    TopicEntry,
+    TopicPartition,
+)
+from wire.errors import ErrorCode
+
+NONE = int(ErrorCode.NONE)
+
+
+class Recorder(Actor):
+    def setup(self) -> None:
+        self.got: list[Any] = []
+
+    @handles(AppendDone, ShardDone)
+    def on_any(self, msg: Any) -> None:
+        self.got.append([type(msg).__name__, msg])
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> Any:
+        return list(self.got)
+
+
+@pytest.fixture
+def immutable() -> Iterator[Callable[[Path, bool], None]]:
+    with immutable_flags() as flag:
+        yield flag
+
+
+def _got(node: Node, recorder: Any, kind: str) -> list[Any]:
+    return [fields for name, fields in node.ask(recorder, GetStats()) if name == kind]
+
+
+def _shard(node: Node, tmp_path: Path) -> tuple[Any, Any]:
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    log_dir = LogDir.open(tmp_path)
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1,
+               clock=node.clock)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=Config(),
+                       log_dir=log_dir, topics={"t": TopicEntry(1, {})}, broker_id=1,
+                       clock=node.clock)
+    handler = node.spawn(Recorder, "handler")
+    node.tell(shard, Append(1, 1, 30_000, [AppendRow("t", 0, build_batch([b"old"]))]),
+              sender=handler.name)
+    wait_for(lambda: _got(node, handler, "AppendDone"), "the first append's answer")
+    return shard, handler
+
+
+def _ask(node: Node, shard: Any, handler: Any, msg: Any) -> Any:
+    node.tell(shard, msg, sender=handler.name)
+    [done] = wait_for(lambda: [d for d in _got(node, handler, "ShardDone") if d[0] == msg.req_id],
+                      f"the answer to {type(msg).__name__} {msg.req_id}")
+    return done
+
+
+def _partitions(node: Node, shard: Any) -> dict[str, list[int]]:
+    stats: dict[str, Any] = node.ask(shard, GetStats())
+    return dict(stats["partitions"])
+
+
+def test_a_delete_whose_rename_fails_is_reported_and_done_once_it_can_be(
+        node: Node, tmp_path: Path, immutable: Any) -> None:
+    shard, handler = _shard(node, tmp_path)
+    immutable(tmp_path / "t-0")
+    done = _ask(node, shard, handler, DropPartitions(2, [TopicPartition("t", 0)]))
+    assert done[2] == [["t", 0]] and "t-0" in done[1], done
+    assert (tmp_path / "t-0").is_dir()
+    assert "t-0" not in _partitions(node, shard), "a deleted partition is still served"
+    # a namesake created meanwhile must not open the deleted one's records
+    again = _ask(node, shard, handler, OpenPartitions(3, [OpenPartitionRow("t", 0, {})]))
+    assert again[2] == [["t", 0]], again
+    assert "t-0" not in _partitions(node, shard)
+    immutable(tmp_path / "t-0", False)
+    # the shard tries again by itself
+    wait_for(lambda: not list(tmp_path.glob("t-0*")), "the directory gone", timeout=10)
+    created = _ask(node, shard, handler, OpenPartitions(4, [OpenPartitionRow("t", 0, {})]))
+    assert created[1:] == ["", []]
+    assert _partitions(node, shard)["t-0"] == [0, 0, 0], "the namesake starts empty"
+
+
+def test_a_renamed_directory_left_by_a_failed_removal_is_in_no_later_delete_s_way(
+        node: Node, tmp_path: Path, immutable: Any) -> None:
+    shard, handler = _shard(node, tmp_path)
+    [segment] = (tmp_path / "t-0").glob("*.log")
+    immutable(segment)  # the rename works, the removal of the renamed directory does not
+    done = _ask(node, shard, handler, DropPartitions(2, [TopicPartition("t", 0)]))
+    assert done[1:] == ["", []], done
+    assert not (tmp_path / "t-0").exists()
+    [left] = list(tmp_path.glob("t-0*"))
+    assert left.name.endswith("-delete")
+    # a namesake, created and deleted: its rename is not stopped by the one left
+    created = _ask(node, shard, handler, OpenPartitions(3, [OpenPartitionRow("t", 0, {})]))
+    assert created[1:] == ["", []] and _partitions(node, shard)["t-0"] == [0, 0, 0]
+    dropped = _ask(node, shard, handler, DropPartitions(4, [TopicPartition("t", 0)]))
+    assert dropped[1:] == ["", []], dropped
+    assert list(tmp_path.glob("t-0*")) == [left]
+    immutable(left / segment.name, False)
+    # the shard removes what it left
+    wait_for(lambda: not list(tmp_path.glob("t-0*")), "the renamed directory gone", timeout=10)

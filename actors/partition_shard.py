@@ -664,14 +664,16 @@ class PartitionShard(Actor):
                 rows.append(AppendDoneRow(topic, partition, NONE, info.first_offset,
                                           info.log_append_time_ms, info.log_start_offset, None))
                 wait = msg.acks == -1 and state.log.high_watermark <= info.last_offset
-                if wait:
-                    waiting.append(WatchProduceRow(
-                        topic, partition, info.last_offset + 1, info.first_offset,
-                        info.log_append_time_ms, info.log_start_offset, state.leader_epoch,
-                        NONE))
-                state.on_leader_append()
-                if wait and state.log.high_watermark > info.last_offset:
-                    waiting.pop()  # the ISR holds it already (a leader alone)
+                try:
+                    state.on_leader_append()
+                finally:
+                    # waits unless the ISR holds it already (a leader alone), the
+                    # bookkeeping failed or not
+                    if wait and state.log.high_watermark <= info.last_offset:
+                        waiting.append(WatchProduceRow(
+                            topic, partition, info.last_offset + 1, info.first_offset,
+                            info.log_append_time_ms, info.log_start_offset,
+                            state.leader_epoch, NONE))
                 if unflushed is not None:
                     # the log's failure: the shard's restart reopens the log and scans it
                     # from the recovery point (as Kafka takes a failed log dir offline)

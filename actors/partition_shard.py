@@ -770,6 +770,7 @@ class PartitionShard(Actor):
         appended: list[AppendDoneRow] = []
         waiting: list[WatchProduceRow] = []
         now = self.clock.wall_ms()
+        unflushed: UnflushedAppendError | None = None
         for req in msg.rows:
             state = self.partitions.get((req.topic, req.partition))
             if state is None or not state.is_leader:
@@ -787,6 +788,10 @@ class PartitionShard(Actor):
             try:
                 info = state.log.append_control(req.producer_id, req.producer_epoch, req.commit,
                                                 req.coordinator_epoch, state.leader_epoch, now)
+            except UnflushedAppendError as exc:
+                # in the log, its flush failed: answered as written, then the failure goes
+                # on (the shard's restart), as an Append's
+                info, unflushed = exc.info, exc
             except KafkaError as exc:
                 self._log_refusal(req.topic, req.partition, exc)
                 rows.append(TxnMarkerDoneRow(req.topic, req.partition, int(exc.code)))
@@ -811,11 +816,13 @@ class PartitionShard(Actor):
                     info.log_start_offset, state.leader_epoch, NONE))
         if not waiting:
             self.reply(WriteTxnMarkersDone(msg.req_id, rows))
-            return
-        sender = self.current_sender
-        assert sender is not None
-        self._watch_produce(sender, Append(msg.req_id, -1, MARKER_ACKS_TIMEOUT_MS, []),
-                            appended, waiting)
+        else:
+            sender = self.current_sender
+            assert sender is not None
+            self._watch_produce(sender, Append(msg.req_id, -1, MARKER_ACKS_TIMEOUT_MS, []),
+                                appended, waiting)
+        if unflushed is not None:
+            raise unflushed
 
     def _watch_produce(self, sender: Address, msg: Append, rows: list[AppendDoneRow],
                        waiting: list[WatchProduceRow]) -> None:

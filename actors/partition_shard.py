@@ -543,6 +543,9 @@ class PartitionShard(Actor):
                                   "({} segment(s) deleted)", req.topic, req.partition,
                                   log.log_start_offset, deleted)
             except KafkaError as exc:
+                if isinstance(exc, StorageError):
+                    # a roll's write of this turn's staged batches failed: told now
+                    self._fail_lost_rows(req.topic, req.partition, state, [], [])
                 rows.append(DeleteRecordsDoneRow(req.topic, req.partition, -1, int(exc.code),
                                                  str(exc)))
                 continue
@@ -733,11 +736,13 @@ class PartitionShard(Actor):
 
     def _fail_lost_rows(self, topic: str, partition: int, state: PartitionState,
                         rows: list[AppendDoneRow], waiting: list[WatchProduceRow]) -> None:
-        """An append's StorageError: a failed write may have put the log back as it was
-        before batches staged earlier in this turn, whose rows (this Append's ``rows``
+        """A StorageError from a write to the log (an append's, a marker's, a roll's): a
+        failed write may have put the log back as it was before batches staged earlier
+        in this turn, whose rows (this Append's ``rows``
         and ``waiting``, and the answers that wait) say they are written. The log's
         commit tells (and forgets) that error now, before a later append takes their
-        offsets again: the rows at or past the log end become KAFKA_STORAGE_ERROR."""
+        offsets again (the log refuses every append until then): the rows at or past
+        the log end become KAFKA_STORAGE_ERROR."""
         error = state.log.commit()
         if error is None:
             return
@@ -793,6 +798,10 @@ class PartitionShard(Actor):
                 # on (the shard's restart), as an Append's
                 info, unflushed = exc.info, exc
             except KafkaError as exc:
+                if isinstance(exc, StorageError):
+                    # the write of this turn's staged batches (before the marker) failed:
+                    # told now, so the later appends of the turn are not refused
+                    self._fail_lost_rows(req.topic, req.partition, state, [], [])
                 self._log_refusal(req.topic, req.partition, exc)
                 rows.append(TxnMarkerDoneRow(req.topic, req.partition, int(exc.code)))
                 appended.append(AppendDoneRow(req.topic, req.partition, int(exc.code), -1, -1,

@@ -21,7 +21,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from actors.core.batch_fast import single_batch
 from actors.core.checkpoint import TMP_SUFFIX, fsync_dir
@@ -502,7 +502,12 @@ class PartitionLog:
         staged, and written with the others by ``commit()``, which must run
         before the append is acknowledged. Anything that reads the log writes
         staged batches first, so the log reads the same either way.
+
+        Refused (StorageError) while a failed write of staged batches is not told
+        yet (``commit()``): see ``_refuse_while_lost``.
         """
+        if self._commit_error is not None:
+            self._refuse_while_lost()
         if not coordinator and len(records) <= self._single_batch_max_bytes:
             fields = single_batch(records)
             if fields is not None:
@@ -626,6 +631,15 @@ class PartitionLog:
                 raise
             raise UnflushedAppendError(str(exc), info) from exc
 
+    def _refuse_while_lost(self) -> NoReturn:
+        """A failed write put the log back as it was before the staged batches, and its
+        error waits for ``commit()``, whose caller fails the appends at or past the log
+        end it left. An append now would take those offsets again, and the lost appends'
+        answers would then point at its records: every append is refused until then."""
+        raise StorageError(
+            f"{self.topic}-{self.partition}: not appended: a failed write took back staged "
+            f"batches, whose loss is not told yet ({self._commit_error})")
+
     def commit(self) -> StorageError | None:
         """Write the batches staged by ``append_as_leader(defer=True)`` (one writev).
 
@@ -665,6 +679,8 @@ class PartitionLog:
         They must continue the log exactly: a gap or an overlap is refused, as is
         any batch that fails the checks of a leader append's first stage.
         """
+        if self._commit_error is not None:
+            self._refuse_while_lost()
         headers = check_batches(records)
         if not headers:
             return self._empty_append_info()
@@ -743,6 +759,8 @@ class PartitionLog:
         a marker for a producer with no open transaction here is written all the
         same (a retried marker) and changes nothing.
         """
+        if self._commit_error is not None:
+            self._refuse_while_lost()
         self.producer_state.check_marker_epoch(producer_id, producer_epoch)
         offset = self.log_end_offset
         batch = bytearray(control_batch(producer_id, producer_epoch, commit, coordinator_epoch,

@@ -46,6 +46,7 @@ from wire.broker_messages import (
 from wire.cluster_messages import BecameLeaderOrFollower, BecomeLeaderOrFollower, ReplicaStateRow
 from wire.errors import ErrorCode
 from wire.registry import message
+from wire.transaction_messages import TxnMarkerRow, WriteTxnMarkers, WriteTxnMarkersDone
 
 NONE = int(ErrorCode.NONE)
 
@@ -56,7 +57,7 @@ class Recorder(Actor):
     def setup(self) -> None:
         self.got: list[Any] = []
 
-    @handles(AppendDone, ReadDone, WatchProduce, BecameLeaderOrFollower)
+    @handles(AppendDone, ReadDone, WatchProduce, BecameLeaderOrFollower, WriteTxnMarkersDone)
     def on_any(self, msg: Any) -> None:
         self.got.append([type(msg).__name__, msg])
 
@@ -81,6 +82,25 @@ class Burst(Recorder):
         shard = next(a for a in self.node.actors.values() if a.name == msg.shard).address
         for i, value in enumerate(msg.values):
             self.tell(shard, Append(i + 1, 1, 30_000, [AppendRow("t", 0, build_batch([value]))]))
+
+
+@message(9872)
+class AppendMarkAppend(NamedTuple):
+    """Tell the shard, in one frame (one turn): an Append of ``first`` (acks=1, t-0), a
+    WriteTxnMarkers for t-0, an Append of ``last``."""
+
+    shard: str
+    first: bytes
+    last: bytes
+
+
+class MixedBurst(Recorder):
+    @handles(AppendMarkAppend)
+    def on_send(self, msg: AppendMarkAppend) -> None:
+        shard = next(a for a in self.node.actors.values() if a.name == msg.shard).address
+        self.tell(shard, Append(1, 1, 30_000, [AppendRow("t", 0, build_batch([msg.first]))]))
+        self.tell(shard, WriteTxnMarkers(2, [TxnMarkerRow("t", 0, 7, 0, True, 0)]))
+        self.tell(shard, Append(3, 1, 30_000, [AppendRow("t", 0, build_batch([msg.last]))]))
 
 
 def _got(node: Node, recorder: Any, kind: str) -> list[Any]:
@@ -245,3 +265,28 @@ def test_a_failed_group_commit_fails_only_the_batches_it_put_back(
     assert calls["writes"] == 2 and stats["partitions"]["t-0"][2] == 2, "one and two are in"
     assert answers[1] == [NONE, 0] and answers[2] == [NONE, 1], answers
     assert answers[3] == [int(ErrorCode.KAFKA_STORAGE_ERROR), -1], answers
+
+
+def test_a_batch_a_failed_marker_write_took_back_is_failed_not_answered_at_a_reused_offset(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In one turn: an Append is staged at offset 1; a WriteTxnMarkers writes the staged
+    batch before its marker, and that write fails (the log is put back to end 1); then an
+    Append of "later". The first append is not in the log: it is answered failed, never
+    NONE at offset 1, which "later" holds (the loss is told when the marker's write
+    fails, so the turn's later appends go on)."""
+    shard, handler = _single_node(node, tmp_path, {})
+    assert _append(node, shard, handler, 1, b"before")[2:4] == [NONE, 0]
+    burst = node.spawn(MixedBurst, "burst")
+    calls = _fail_once_on(monkeypatch, "writev", tmp_path / "t-0", errno.ENOSPC)
+    node.tell(burst, AppendMarkAppend(shard.name, b"lost", b"later"))
+    done = wait_for(lambda: len(_got(node, burst, "AppendDone")) == 2 and sorted(
+        _got(node, burst, "AppendDone")), "the two appends' answers")
+    [marker] = wait_for(lambda: _got(node, burst, "WriteTxnMarkersDone"), "the marker's answer")
+    assert calls["failed"] == 1
+    assert marker[1] == [["t", 0, int(ErrorCode.KAFKA_STORAGE_ERROR)]], marker
+    answers = {req_id: row for req_id, [row] in done}
+    assert answers[1][2] == int(ErrorCode.KAFKA_STORAGE_ERROR), \
+        f"a batch the failed write took back was answered {answers[1]}"
+    end, data = _log_values(node, shard, handler, 5)
+    assert b"lost" not in data
+    assert answers[3][2:4] == [NONE, 1] and end == 2 and b"later" in data, (end, answers)

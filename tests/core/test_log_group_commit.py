@@ -10,6 +10,7 @@ real full disk is in partition_log_group_commit_full_disk.py.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -18,11 +19,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from actors.core.partition_log import LogConfig, PartitionLog
 from actors.core.record_batch import build_batch
+from wire.errors import StorageError
 
 NOW_MS = 1_700_000_000_000
 
@@ -116,6 +119,42 @@ def test_closing_a_log_writes_what_is_staged(tmp_path: Path) -> None:
                                  clean_shutdown=True)
     assert reopened.log_end_offset == 3
     reopened.close(NOW_MS)
+
+
+def test_no_append_takes_a_lost_batch_s_offset_before_its_loss_is_told(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A marker's write writes the staged batch first, and that write fails (ENOSPC at
+    the system call, once): the log is back at end 1. Until commit() tells the loss,
+    every append is refused (it would take offset 1, where the lost batch was told to
+    be); after it, offset 1 is the next append's."""
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), NOW_MS)
+    log.append_as_leader(build_batch([b"written"]), 0, NOW_MS)
+    assert log.append_as_leader(build_batch([b"lost"]), 0, NOW_MS, defer=True).first_offset == 1
+    real = os.writev
+    failed = []
+
+    def fails_once(fd: int, pieces: Any) -> int:
+        if not failed:
+            failed.append(fd)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, pieces)
+
+    monkeypatch.setattr(os, "writev", fails_once)
+    with pytest.raises(StorageError):
+        log.append_control(7, 0, True, 0, 0, NOW_MS)
+    assert failed and log.log_end_offset == 1
+    for append in (lambda: log.append_as_leader(build_batch([b"x"]), 0, NOW_MS, defer=True),
+                   lambda: log.append_as_leader(build_batch([b"x"]), 0, NOW_MS),
+                   lambda: log.append_control(7, 0, True, 0, 0, NOW_MS),
+                   lambda: log.append_as_follower(build_batch([b"x"], base_offset=1), NOW_MS)):
+        with pytest.raises(StorageError, match="not told yet"):
+            append()
+    assert log.log_end_offset == 1
+    error = log.commit()
+    assert error is not None and "No space left" in str(error)
+    assert log.append_as_leader(build_batch([b"next"]), 0, NOW_MS).first_offset == 1
+    assert log.commit() is None
+    log.close(NOW_MS)
 
 
 FULL_DISK = Path(__file__).with_name("partition_log_group_commit_full_disk.py")

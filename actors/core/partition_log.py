@@ -1209,12 +1209,30 @@ class PartitionLog:
 DELETE_SUFFIX = "-delete"
 
 
+# The longest file name (NAME_MAX on Linux): a set-aside name must fit in it.
+MAX_NAME_BYTES = 255
+
+
+def set_aside_name(partition_dir_name: str) -> str:
+    """``<topic>-<partition>.<uuid>-delete`` for a partition directory ``<topic>-<partition>``,
+    with the topic cut short as needed to fit in MAX_NAME_BYTES (a topic name may be 249
+    characters long, and the suffix takes 41 and more; Kafka cuts it the same way). The
+    name ends in ``-delete``, which the log dir removes at start and never opens as a
+    partition (the part after its last dash is not a number)."""
+    topic, _, partition = partition_dir_name.rpartition("-")
+    suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_SUFFIX}".encode()
+    room = MAX_NAME_BYTES - len(suffix)
+    # a multi-byte character cut in two is dropped whole
+    prefix = os.fsencode(topic)[:room].decode(errors="ignore")
+    return prefix + suffix.decode()
+
+
 def set_aside(directory: Path) -> Path:
     """Rename a deleted partition's directory to a name of its own ending in ``-delete``
-    (``<topic>-<partition>.<uuid>-delete``, as Kafka's), which no log opens and the log
-    dir removes at start, and make the rename durable. Raises OSError if it cannot be
-    renamed (the directory is left as it was)."""
-    aside = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+    (``set_aside_name``), which no log opens and the log dir removes at start, and make
+    the rename durable. Raises OSError if it cannot be renamed (the directory is left as
+    it was)."""
+    aside = directory.with_name(set_aside_name(directory.name))
     os.rename(directory, aside)
     try:
         fsync_dir(directory.parent)

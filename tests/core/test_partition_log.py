@@ -15,6 +15,7 @@ from actors.core.partition_log import (
     PartitionLog,
     RecordListTooLargeError,
     UnexpectedAppendOffsetError,
+    set_aside,
 )
 from actors.core.record_batch import BatchHeader, build_batch, check_batches, compute_crc
 from wire.errors import (
@@ -616,6 +617,28 @@ def test_log_dir_no_marker_until_every_partition_recovered(tmp_path: Path) -> No
 def test_log_dir_removes_half_deleted_partitions(tmp_path: Path) -> None:
     (tmp_path / "gone-0.123-delete").mkdir()
     (tmp_path / "gone-0.123-delete" / "00000000000000000000.log").write_bytes(b"x")
+    log_dir = LogDir.open(tmp_path)
+    assert log_dir.partitions() == [] and os.listdir(tmp_path) == []
+
+
+def test_a_partition_of_a_249_character_topic_is_deleted_and_its_leftover_removed_at_start(
+        tmp_path: Path) -> None:
+    """A topic name may have 249 characters: the set-aside name of its partition's
+    directory still fits in NAME_MAX (255 bytes; the topic part is cut short), and such
+    a directory left by a crash is removed at start, never opened as a partition."""
+    topic = "t" * 249
+    log_dir = LogDir.open(tmp_path)
+    log = log_dir.open_partition(topic, 7, LogConfig(), 0)
+    log.append_as_leader(batch(3), 0, 0)
+    assert log.delete() is None
+    assert os.listdir(tmp_path) == []
+    log = log_dir.open_partition(topic, 12345, LogConfig(), 0)
+    log.append_as_leader(batch(2), 0, 0)
+    log.close_without_flush()
+    leftover = set_aside(log.dir)  # a crash right after the rename
+    assert len(leftover.name) <= 255 and leftover.name.endswith("-delete")
+    assert leftover.name.startswith("t" * 200) and "-12345." in leftover.name
+    assert os.listdir(tmp_path) == [leftover.name]
     log_dir = LogDir.open(tmp_path)
     assert log_dir.partitions() == [] and os.listdir(tmp_path) == []
 

@@ -643,12 +643,22 @@ class PartitionShard(Actor):
                         f"ISR has {len(state.isr)} replicas, "
                         f"min.insync.replicas is {state.min_insync_replicas}"))
                     continue
-                unflushed = None
                 try:
                     info = state.log.append_as_leader(req.records, state.leader_epoch, now,
                                                       msg.coordinator, defer=True)
                 except UnflushedAppendError as exc:
-                    info, unflushed = exc.info, exc  # in the log: answered as written
+                    # The batch is in the log, but the fsync flush.messages asked for right
+                    # after it failed: answered KAFKA_STORAGE_ERROR, as Kafka does (the
+                    # producer was promised that flush). The record may remain in the log
+                    # (the restart reopens it from the recovery point and keeps what is
+                    # whole), as in Kafka once the log dir is back: a producer without
+                    # idempotence that sends it again may find it twice.
+                    self._log_refusal(topic, partition, exc)
+                    rows.append(AppendDoneRow(topic, partition, int(exc.code), -1, -1,
+                                              state.log.log_start_offset, str(exc)))
+                    # the log's failure: the shard's restart reopens the log and scans it
+                    # from the recovery point (as Kafka takes a failed log dir offline)
+                    raise
                 except KafkaError as exc:
                     if isinstance(exc, StorageError):
                         # a failed write put back this turn's staged batches too
@@ -677,10 +687,6 @@ class PartitionShard(Actor):
                             topic, partition, info.last_offset + 1, info.first_offset,
                             info.log_append_time_ms, info.log_start_offset,
                             state.leader_epoch, NONE))
-                if unflushed is not None:
-                    # the log's failure: the shard's restart reopens the log and scans it
-                    # from the recovery point (as Kafka takes a failed log dir offline)
-                    raise unflushed
                 state.log.maybe_flush(now)
                 self._count(topic, "in", len(req.records),
                             info.last_offset - info.first_offset + 1)
@@ -793,12 +799,15 @@ class PartitionShard(Actor):
             try:
                 info = state.log.append_control(req.producer_id, req.producer_epoch, req.commit,
                                                 req.coordinator_epoch, state.leader_epoch, now)
-            except UnflushedAppendError as exc:
-                # in the log, its flush failed: answered as written, then the failure goes
-                # on (the shard's restart), as an Append's
-                info, unflushed = exc.info, exc
             except KafkaError as exc:
-                if isinstance(exc, StorageError):
+                if isinstance(exc, UnflushedAppendError):
+                    # In the log, but the fsync flush.messages asked for failed: answered
+                    # KAFKA_STORAGE_ERROR, as an Append's (and Kafka's), its outcome untold
+                    # to the group coordinators; the coordinator sends it again, and a
+                    # marker with no open transaction changes nothing. The marker may
+                    # remain in the log. Then the failure goes on (the shard's restart).
+                    unflushed = exc
+                elif isinstance(exc, StorageError):
                     # the write of this turn's staged batches (before the marker) failed:
                     # told now, so the later appends of the turn are not refused
                     self._fail_lost_rows(req.topic, req.partition, state, [], [])

@@ -148,8 +148,10 @@ def _continues(previous_next_offset: int, base: int, recovery_point: int) -> boo
 
 class UnflushedAppendError(StorageError):
     """An append's batches are in the log, but the flush that ``flush.messages`` asked
-    for right after them failed (the fsync): ``info`` is the append's, to be answered
-    as written; the failure itself is the log's, as any failed flush."""
+    for right after them failed (the fsync): ``info`` is the append's. It is answered
+    KAFKA_STORAGE_ERROR, as Kafka does, though its records may remain in the log (as in
+    Kafka once the failed log dir is back); the failure itself is the log's, as any
+    failed flush."""
 
     def __init__(self, message: str, info: AppendInfo) -> None:
         super().__init__(message)
@@ -623,7 +625,8 @@ class PartitionLog:
         append is complete (its transaction tracked). A failed write of the staged
         batches (this append's among them) put the log back: its StorageError goes as it
         is. A failure with the batches in the log (the fsync) is UnflushedAppendError:
-        the caller learns they are there, and answers them as written."""
+        the caller learns they are there (and that the append is complete: its
+        transaction tracked, its producer's sequence recorded)."""
         try:
             self.flush(now_ms)
         except StorageError as exc:

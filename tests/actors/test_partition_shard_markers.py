@@ -1,7 +1,9 @@
 """WriteTxnMarkers in a PartitionShard: a marker is an acks=-1 append, so a partition
 whose ISR is smaller than its ``min.insync.replicas`` refuses it NOT_ENOUGH_REPLICAS and
 appends nothing (the coordinator sends it again later), as Kafka's leader does. A marker
-in the log whose flush then fails is answered as written.
+in the log whose flush.messages flush then fails is answered KAFKA_STORAGE_ERROR, as
+Kafka's, and its outcome is not told to the group coordinators (the coordinator sends it
+again).
 """
 
 from __future__ import annotations
@@ -63,11 +65,11 @@ def test_a_marker_to_a_partition_short_of_min_insync_replicas_is_refused(
     assert stats["partitions"]["short-0"][1] == 0  # nothing appended: log end offset 0
 
 
-def test_a_marker_in_the_log_whose_flush_fails_is_answered_as_written(
+def test_a_marker_whose_flush_fails_is_answered_kafka_storage_error(
         node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """flush.messages=1: the log flushes right after the marker; its fsync fails (EIO)
-    with the marker in the log. The answer says so (NONE), not KAFKA_STORAGE_ERROR: the
-    marker is there, and this node's group coordinators were told its outcome."""
+    with the marker in the log. Answered KAFKA_STORAGE_ERROR (as Kafka: the flush the
+    append asked for failed); the marker stays in the log, and the shard restarts."""
     topo = Topology(node.name, 1, 1, 1, 1, 1)
     log_dir = LogDir.open(tmp_path)
     topics = {"t": TopicEntry(1, {"flush.messages": "1"})}
@@ -92,7 +94,8 @@ def test_a_marker_in_the_log_whose_flush_fails_is_answered_as_written(
               sender="coordinator")
     wait_for(lambda: node.ask(coordinator, GetStats()))
     assert failed["n"] == 1
-    assert node.ask(coordinator, GetStats()) == [[["t", 0, int(ErrorCode.NONE)]]]
+    assert node.ask(coordinator, GetStats()) == [[["t", 0,
+                                                   int(ErrorCode.KAFKA_STORAGE_ERROR)]]]
     # the failure goes on as an Append's: a restart, which reopens the log
     wait_for(lambda: node.actors[shard.name].crashes == 1, "the shard's restart")
     stats: dict[str, Any] = node.ask(shard, GetStats())

@@ -8,8 +8,10 @@ can be done the directory goes. When only the removal of the renamed directory
 fails, the delete is done (nothing opens a ``-delete`` directory), the shard
 removes it later, and it is in the way of no later delete of the name.
 
-The failures are real: an immutable inode (``chattr +i``, which root obeys too)
-cannot be renamed or unlinked.
+The failures are real where they can be: an immutable inode (``chattr +i``, which
+root obeys too) cannot be renamed or unlinked; each test also runs with the same
+failures injected at the system calls (tests/fixtures/immutable.py), which work
+everywhere.
 """
 
 from __future__ import annotations
@@ -60,9 +62,11 @@ class Recorder(Actor):
         return list(self.got)
 
 
-@pytest.fixture
-def immutable() -> Iterator[Callable[[Path, bool], None]]:
-    with immutable_flags() as flag:
+@pytest.fixture(params=["chattr", "injected"])
+def immutable(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+              tmp_path: Path) -> Iterator[Callable[[Path, bool], None]]:
+    """The real flag where it can be set (else injected failures), and injected ones."""
+    with immutable_flags(monkeypatch, tmp_path, injected=request.param == "injected") as flag:
         yield flag
 
 

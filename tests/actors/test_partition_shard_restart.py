@@ -1093,13 +1093,15 @@ def test_a_refused_role_resigns_its_coordinator_and_the_restore_elects_it_again(
     assert _stats(node, c.shard)["leaders"] == ["__consumer_offsets-0", "c-0"]
 
 
-def test_a_failed_delete_fails_only_its_own_partition(node: Node, tmp_path: Path) -> None:
+def test_a_failed_delete_fails_only_its_own_partition(node: Node, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """StopReplica deletes c-0 and f-0, both on the one shard; c-0's delete fails (its
     directory is immutable: it cannot be renamed aside): only c-0 is answered
     KAFKA_STORAGE_ERROR. f-0 was deleted: answered failed, the controller would hold its
     replica deletion-ineligible until this broker registers again."""
     c = _cluster(node, tmp_path, [1, 2])
-    with immutable_flags() as immutable:
+    # chattr +i where it can be set, else the same failure injected at os.rename
+    with immutable_flags(monkeypatch, tmp_path) as immutable:
         immutable(tmp_path / "c-0", True)
         node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, True),
                                                    StopReplicaPartition("f", 0, 7, True)]),

@@ -20,6 +20,7 @@ from actors.core.log_cleaner import describe_cleanable
 from actors.core.log_dir import LogDir
 from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.partition_log import (
+    DeletedNotClosedError,
     PartitionLog,
     SwapRefusedError,
     UnflushedAppendError,
@@ -172,6 +173,9 @@ class PartitionShard(Actor):
         # directory meanwhile. And set-aside directories whose removal failed.
         self.undeleted: set[tuple[str, int]] = set()
         self.set_aside_left: list[Path] = []
+        # A namesake of an undeleted partition that OpenPartitions (a topic created on a
+        # single node) asked for: its configs; opened as soon as the directory goes.
+        self.open_later: dict[tuple[str, int], dict[str, str]] = {}
 
     # ------------------------------------------------------------- lifecycle
     def setup(self) -> None:
@@ -226,8 +230,9 @@ class PartitionShard(Actor):
         if key in self.partitions:
             return
         if key in self.undeleted and not self._delete_again(topic, partition):
-            raise StorageError(f"{topic}-{partition} was deleted and its directory could not "
-                               "be removed yet: it is not opened before it is")
+            raise NotDeletedYetError(f"{topic}-{partition} was deleted and its directory "
+                                     "could not be removed yet: it is not opened before it is")
+        self.open_later.pop(key, None)  # opened now
         hosted = self.hosted.get(key)
         offsets = hosted.offsets if hosted is not None else None
         if offsets is not None:
@@ -378,6 +383,13 @@ class PartitionShard(Actor):
         for row in msg.rows:
             try:
                 self._open(row.topic, row.partition, row.configs, now)
+            except NotDeletedYetError as exc:
+                # answered failed (it is not served yet), and opened by the housekeeping
+                # once the deleted one's directory goes: nothing else would open it
+                self.open_later[(row.topic, row.partition)] = dict(row.configs)
+                self.log.warning("{}; it is opened once that is done", exc)
+                error = f"{row.topic}-{row.partition}: {exc}; opened once it is"
+                failed.append(TopicPartition(row.topic, row.partition))
             except Exception as exc:
                 self.log.exception("cannot open {}-{}", row.topic, row.partition)
                 error = f"{row.topic}-{row.partition}: {exc}"
@@ -424,6 +436,7 @@ class PartitionShard(Actor):
         # back
         self.hosted.pop(key, None)
         self.roles_given.discard(key)
+        self.open_later.pop(key, None)  # a namesake created meanwhile is deleted too
         state = self.partitions.pop(key, None)
         try:
             if state is None:
@@ -434,7 +447,12 @@ class PartitionShard(Actor):
             else:
                 self._notify(state, removed=True)
                 self.watchers.pop(key, None)
-                left = state.log.delete()  # a failed rename leaves it open, unchanged
+                try:
+                    left = state.log.delete()  # a failed rename leaves it open, unchanged
+                except DeletedNotClosedError as exc:
+                    # renamed aside: deleted all the same; what is left goes later
+                    self.log.exception("deleting {}-{}: {}", topic, partition, exc)
+                    left = exc.left
         except Exception:
             self.undeleted.add(key)
             if state is not None:
@@ -480,8 +498,21 @@ class PartitionShard(Actor):
         return True
 
     def _retry_deletes(self) -> None:
+        now = self.clock.wall_ms()
         for topic, partition in sorted(self.undeleted):
-            self._delete_again(topic, partition)
+            if not self._delete_again(topic, partition):
+                continue
+            configs = self.open_later.pop((topic, partition), None)
+            if configs is None:
+                continue
+            try:
+                self._open(topic, partition, configs, now)
+            except Exception:
+                self.log.exception("cannot open {}-{}, created while its deleted namesake "
+                                   "was being removed", topic, partition)
+            else:
+                self.log.info("opened {}-{}, created while its deleted namesake was being "
+                              "removed", topic, partition)
         self.set_aside_left = [aside for aside in self.set_aside_left
                                if not remove_set_aside(aside)]
 
@@ -1435,6 +1466,10 @@ class PartitionShard(Actor):
                          s.is_leader and len(s.isr) < len(s.replicas), s.leader_id < 0]
                         for (t, p), s in self.partitions.items()],
         }
+
+
+class NotDeletedYetError(StorageError):
+    """A partition is opened while its deleted namesake's directory is still there."""
 
 
 def _without_lost(rows: list[AppendDoneRow], waiting: list[WatchProduceRow],

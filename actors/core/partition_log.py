@@ -158,6 +158,16 @@ class UnflushedAppendError(StorageError):
         self.info = info
 
 
+class DeletedNotClosedError(StorageError):
+    """A delete renamed the partition's directory aside (the delete is done: no log
+    opens a ``-delete`` directory), then closing the log's files failed. ``left`` is the
+    set-aside directory if its removal failed too (to try again), else None."""
+
+    def __init__(self, message: str, left: Path | None) -> None:
+        super().__init__(message)
+        self.left = left
+
+
 class SwapRefusedError(Exception):
     """A cleaning no longer fits the log (segments went or changed meanwhile)."""
 
@@ -1196,11 +1206,20 @@ class PartitionLog:
 
         The directory is first set aside (``set_aside``), so a crash mid-delete leaves a
         ``-delete`` directory that the log dir removes instead of a half log. A failed
-        rename raises with the log as it was (open, in its directory). Returns the
-        ``-delete`` directory if its removal failed (to try again), else None.
+        rename raises with the log as it was (open, in its directory); a failed close
+        after it raises DeletedNotClosedError. Returns the ``-delete`` directory if its
+        removal failed (to try again), else None.
         """
         aside = set_aside(self.dir) if self.dir.exists() else None
-        self.close_without_flush()
+        try:
+            self.close_without_flush()
+        except Exception as exc:
+            if aside is None:
+                raise
+            left = None if remove_set_aside(aside) else aside
+            raise DeletedNotClosedError(
+                f"{self.topic}-{self.partition} was set aside as {aside.name}, but closing "
+                f"its files failed: {exc!r}", left) from exc
         return None if aside is None or remove_set_aside(aside) else aside
 
     def __repr__(self) -> str:

@@ -16,6 +16,7 @@ everywhere.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 
 from actors.core.log_dir import LogDir
+from actors.core.partition_log import PartitionLog
 from actors.core.record_batch import build_batch
 from actors.log_manager import LogManager
 from actors.partition_shard import PartitionShard
@@ -114,11 +116,54 @@ def test_a_delete_whose_rename_fails_is_reported_and_done_once_it_can_be(
     assert again[2] == [["t", 0]], again
     assert "t-0" not in _partitions(node, shard)
     immutable(tmp_path / "t-0", False)
-    # the shard tries again by itself
-    wait_for(lambda: not list(tmp_path.glob("t-0*")), "the directory gone", timeout=10)
+    # the shard tries again by itself, and then opens the namesake it was asked for
+    wait_for(lambda: "t-0" in _partitions(node, shard), "the namesake opened", timeout=10)
+    assert _partitions(node, shard)["t-0"] == [0, 0, 0], "the namesake starts empty"
+    assert [p.name for p in tmp_path.glob("t-0*")] == ["t-0"]
+    node.tell(shard, Append(5, 1, 30_000, [AppendRow("t", 0, build_batch([b"new"]))]),
+              sender=handler.name)
+    [done] = wait_for(lambda: [d for d in _got(node, handler, "AppendDone") if d[0] == 5],
+                      "the namesake's append answered")
+    assert [row[2:4] for row in done[1]] == [[NONE, 0]], done
     created = _ask(node, shard, handler, OpenPartitions(4, [OpenPartitionRow("t", 0, {})]))
     assert created[1:] == ["", []]
-    assert _partitions(node, shard)["t-0"] == [0, 0, 0], "the namesake starts empty"
+
+
+def test_a_namesake_asked_for_during_a_failed_delete_is_not_opened_if_deleted_again(
+        node: Node, tmp_path: Path, immutable: Any) -> None:
+    shard, handler = _shard(node, tmp_path)
+    immutable(tmp_path / "t-0")
+    _ask(node, shard, handler, DropPartitions(2, [TopicPartition("t", 0)]))
+    again = _ask(node, shard, handler, OpenPartitions(3, [OpenPartitionRow("t", 0, {})]))
+    assert again[2] == [["t", 0]], again
+    # the namesake is deleted too before the directory could go
+    dropped = _ask(node, shard, handler, DropPartitions(4, [TopicPartition("t", 0)]))
+    assert dropped[2] == [["t", 0]], dropped
+    immutable(tmp_path / "t-0", False)
+    wait_for(lambda: not list(tmp_path.glob("t-0*")), "the directory gone", timeout=10)
+    node.ask(shard, GetStats())  # a turn after the housekeeping's
+    assert "t-0" not in _partitions(node, shard)
+
+
+def test_a_delete_whose_close_fails_after_the_rename_is_done_and_its_directory_removed_later(
+        node: Node, tmp_path: Path, immutable: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    shard, handler = _shard(node, tmp_path)
+    [segment] = (tmp_path / "t-0").glob("*.log")
+    immutable(segment)  # the renamed directory's removal fails too
+    real = PartitionLog.close_without_flush
+
+    def fails_once(log: PartitionLog) -> None:
+        monkeypatch.setattr(PartitionLog, "close_without_flush", real)
+        raise OSError(errno.EIO, "closing fails once")
+
+    monkeypatch.setattr(PartitionLog, "close_without_flush", fails_once)
+    done = _ask(node, shard, handler, DropPartitions(2, [TopicPartition("t", 0)]))
+    assert done[1:] == ["", []], "renamed aside: the delete is done"
+    [left] = list(tmp_path.glob("t-0*"))
+    assert left.name.endswith("-delete")
+    immutable(left / segment.name, False)
+    # the shard removes what it left
+    wait_for(lambda: not list(tmp_path.glob("t-0*")), "the renamed directory gone", timeout=10)
 
 
 def test_a_renamed_directory_left_by_a_failed_removal_is_in_no_later_delete_s_way(

@@ -775,11 +775,11 @@ class PartitionShard(Actor):
                         rows: list[AppendDoneRow], waiting: list[WatchProduceRow]) -> None:
         """A StorageError from a write to the log (an append's, a marker's, a roll's): a
         failed write may have put the log back as it was before batches staged earlier
-        in this turn, whose rows (this Append's ``rows``
-        and ``waiting``, and the answers that wait) say they are written. The log's
-        commit tells (and forgets) that error now, before a later append takes their
-        offsets again (the log refuses every append until then): the rows at or past
-        the log end become KAFKA_STORAGE_ERROR."""
+        in this turn, whose rows (this Append's ``rows`` and ``waiting``, and the
+        answers that wait) say they are written. The log's commit tells (and forgets)
+        that error now, before a later append takes their offsets again (the log
+        refuses every append until then): the rows at or past the log end become
+        KAFKA_STORAGE_ERROR."""
         error = state.log.commit()
         if error is None:
             return

@@ -813,8 +813,18 @@ class PartitionShard(Actor):
         waiting: list[WatchProduceRow] = []
         now = self.clock.wall_ms()
         unflushed: UnflushedAppendError | None = None
+        broken: set[tuple[str, int]] = set()
         for req in msg.rows:
             state = self.partitions.get((req.topic, req.partition))
+            if (req.topic, req.partition) in broken:
+                # its log's flush failed (below): nothing more is written to it before the
+                # restart (the fsync tried again would say it succeeded, and a marker
+                # written now would be answered as flushed)
+                code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+                rows.append(TxnMarkerDoneRow(req.topic, req.partition, code))
+                appended.append(AppendDoneRow(req.topic, req.partition, code, -1, -1, -1,
+                                              str(unflushed)))
+                continue
             if state is None or not state.is_leader:
                 code = UNKNOWN_TP if state is None else NOT_LEADER
                 rows.append(TxnMarkerDoneRow(req.topic, req.partition, code))
@@ -836,8 +846,10 @@ class PartitionShard(Actor):
                     # KAFKA_STORAGE_ERROR, as an Append's (and Kafka's), its outcome untold
                     # to the group coordinators; the coordinator sends it again, and a
                     # marker with no open transaction changes nothing. The marker may
-                    # remain in the log. Then the failure goes on (the shard's restart).
+                    # remain in the log. Then the failure goes on (the shard's restart);
+                    # the partition's later markers here are refused.
                     unflushed = exc
+                    broken.add((req.topic, req.partition))
                 elif isinstance(exc, StorageError):
                     # the write of this turn's staged batches (before the marker) failed:
                     # told now, so the later appends of the turn are not refused

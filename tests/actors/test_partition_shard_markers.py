@@ -100,3 +100,43 @@ def test_a_marker_whose_flush_fails_is_answered_kafka_storage_error(
     wait_for(lambda: node.actors[shard.name].crashes == 1, "the shard's restart")
     stats: dict[str, Any] = node.ask(shard, GetStats())
     assert stats["partitions"]["t-0"][2] == 1, "the marker is in the log"
+
+
+def test_no_marker_is_written_after_a_failed_flush_of_its_partition(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """flush.messages=1, and the fsync after the first of two markers to t-0 in one
+    WriteTxnMarkers fails (EIO). The second is not written: the fsync tried again would
+    return 0 (the error was reported once) though the first marker's writeback failed,
+    and the second would be answered NONE as flushed. Both are KAFKA_STORAGE_ERROR, and
+    the log holds the first only."""
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    log_dir = LogDir.open(tmp_path)
+    topics = {"t": TopicEntry(1, {"flush.messages": "1"})}
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1,
+               clock=node.clock)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=Config(),
+                       log_dir=log_dir, topics=topics, broker_id=1, clock=node.clock)
+    coordinator = node.spawn(Coordinator, "coordinator")
+    real = os.fsync
+    failed = {"n": 0}
+
+    def fsync_fails_once(fd: int) -> None:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        if not failed["n"] and target.startswith(str(tmp_path / "t-0")) \
+                and target.endswith(".log"):
+            failed["n"] += 1
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync_fails_once)
+    node.tell(shard, WriteTxnMarkers(1, [TxnMarkerRow("t", 0, 7, 0, True, 0),
+                                         TxnMarkerRow("t", 0, 8, 0, False, 0)]),
+              sender="coordinator")
+    wait_for(lambda: node.ask(coordinator, GetStats()))
+    assert failed["n"] == 1
+    storage_error = int(ErrorCode.KAFKA_STORAGE_ERROR)
+    assert node.ask(coordinator, GetStats()) == [[["t", 0, storage_error],
+                                                   ["t", 0, storage_error]]]
+    wait_for(lambda: node.actors[shard.name].crashes == 1, "the shard's restart")
+    stats: dict[str, Any] = node.ask(shard, GetStats())
+    assert stats["partitions"]["t-0"][2] == 1, "only the first marker is in the log"

@@ -247,6 +247,11 @@ class PartitionLog:
         # (taken back if the staged write fails), and that failure, for commit().
         self._staged_entries: list[ProducerStateEntry] = []
         self._commit_error: StorageError | None = None
+        # A failed fsync (flush): from then on every flush fails and close does not
+        # flush, so the recovery point stays where the last good flush left it and the
+        # reopen scans from there. An fsync tried again after a failed one returns 0 once
+        # the error was reported, though the pages whose writeback failed may be lost.
+        self.flush_failed: StorageError | None = None
         # Bumped whenever segments are cut or replaced other than by appends and
         # retention: a cleaning planned before such a change is refused.
         self.generation = 0
@@ -1162,12 +1167,28 @@ class PartitionLog:
     # ------------------------------------------------------------------ flush
 
     def flush(self, now_ms: int) -> None:
-        """fsync every segment holding offsets at or above the recovery point."""
+        """fsync every segment holding offsets at or above the recovery point.
+
+        Raises StorageError if the fsync fails, and from then on (``flush_failed``):
+        the recovery point no longer moves. A failed write of the staged batches (before
+        the fsync) is not a failed flush: the log was put back, and flushes go on."""
+        if self.flush_failed is not None:
+            raise StorageError(
+                f"{self.topic}-{self.partition}: not flushed: an earlier flush failed "
+                f"({self.flush_failed}); what follows offset {self._recovery_point} is not "
+                "known to be on disk")
         leo = self.log_end_offset
         if self._recovery_point < leo:
             first = max(bisect_right(self._bases, self._recovery_point) - 1, 0)
-            for segment in self.segments[first:]:
-                segment.flush()
+            active = self.segments[-1]
+            if active.staged_bytes:
+                active.write_staged()  # fails as a write (the log put back), not a flush
+            try:
+                for segment in self.segments[first:]:
+                    segment.flush()
+            except StorageError as exc:
+                self.flush_failed = exc
+                raise
         self._recovery_point = leo
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
@@ -1184,10 +1205,23 @@ class PartitionLog:
 
     def close(self, now_ms: int = 0) -> None:
         """Flush, snapshot the producer state (spares a scan on open), close files
-        (the active segment's indexes trimmed, as Kafka's)."""
+        (the active segment's indexes trimmed, as Kafka's).
+
+        A log whose flush failed (now or before) is closed as a crash leaves it
+        (``close_without_flush``): its recovery point stays where the last good flush
+        left it, and the reopen scans from there. The failure of a flush now is raised
+        after that."""
         if self.closed:
             return
-        self.flush(now_ms)
+        if self.flush_failed is not None:
+            self.close_without_flush()
+            return
+        try:
+            self.flush(now_ms)
+        except StorageError:
+            if self.flush_failed is not None:
+                self.close_without_flush()
+            raise
         if self.producer_state.producers:
             write_snapshot(self.dir, self.log_end_offset, self.producer_state)
         for segment in self.segments:

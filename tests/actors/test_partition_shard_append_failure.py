@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from actors.core.log_dir import LogDir
+from actors.core.partition_log import PartitionLog
 from actors.core.partition_state import PartitionState
 from actors.core.record_batch import build_batch
 from actors.log_manager import LogManager
@@ -296,3 +297,34 @@ def test_a_batch_a_failed_marker_write_took_back_is_failed_not_answered_at_a_reu
     end, data = _log_values(node, shard, handler, 5)
     assert b"lost" not in data
     assert answers[3][2:4] == [NONE, 1] and end == 2 and b"later" in data, (end, answers)
+
+
+@pytest.mark.parametrize("configs", [{"flush.ms": "0"}, {"flush.messages": "1"}],
+                         ids=["flush.ms", "flush.messages"])
+def test_the_restart_after_a_failed_flush_keeps_the_recovery_point_before_the_batch(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        configs: dict[str, str]) -> None:
+    """The fsync after the batch at offset 1 fails (EIO): the shard restarts, and its
+    teardown closes the log without flushing it again (an fsync tried again returns 0
+    once the error was reported, though the batch's writeback failed). The recovery
+    point handed on (to the reopen, and to the LogManager's checkpoint) stays at 1, so
+    the reopen scans the batch."""
+    shard, handler = _single_node(node, tmp_path, configs)
+    assert _append(node, shard, handler, 1, b"flushed")[2:4] == [NONE, 0]
+    actor = node.actors[shard.name]
+    assert wait_for(lambda: actor.partitions[("t", 0)].log.recovery_point == 1)
+    reopened_at: list[int] = []
+    real_open = PartitionLog.open
+
+    def open_spy(*args: Any, **kwargs: Any) -> PartitionLog:
+        reopened_at.append(kwargs["recovery_point"])
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(PartitionLog, "open", open_spy)
+    calls = _fail_once_on(monkeypatch, "fsync", tmp_path / "t-0", errno.EIO)
+    _append(node, shard, handler, 2, b"unflushed")
+    wait_for(lambda: actor.crashes == 1, "the shard's restart")
+    assert calls["failed"] == 1
+    assert reopened_at == [1], f"reopened from recovery point {reopened_at}, past the batch"
+    end, data = _log_values(node, shard, handler, 3)
+    assert end == 2 and b"unflushed" in data

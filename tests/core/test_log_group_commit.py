@@ -184,3 +184,40 @@ def test_a_commit_on_a_full_disk_puts_the_log_back(tmp_path: Path) -> None:
     assert outcome["reappended"] == "appended"  # the sequences were taken back
     assert outcome["reopened_leo"] == outcome["before"][0] + outcome["staged"]
     assert outcome["last_read"]
+
+
+def test_after_a_failed_fsync_the_recovery_point_stays_before_the_unflushed_batch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fsync after offset 1 fails once (EIO). An fsync tried again would return 0
+    (the error was reported) though offset 1's writeback failed: every later flush fails
+    instead (a follower's append too, whose answer the fetcher gets as an error), and
+    close does not flush: the recovery point stays at 1, where a reopen scans from."""
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), NOW_MS)
+    log.append_as_leader(build_batch([b"flushed"]), 0, NOW_MS)
+    log.flush(NOW_MS)
+    log.append_as_leader(build_batch([b"unflushed"]), 0, NOW_MS)
+    real = os.fsync
+    failed = []
+
+    def fails_once(fd: int) -> None:
+        if not failed:
+            failed.append(fd)
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fails_once)
+    with pytest.raises(StorageError, match="Input/output error"):
+        log.flush(NOW_MS)
+    assert failed and log.recovery_point == 1
+    with pytest.raises(StorageError, match="an earlier flush failed"):
+        log.flush(NOW_MS)
+    log.config = LogConfig(flush_messages=1)
+    with pytest.raises(StorageError, match="an earlier flush failed"):
+        log.append_as_follower(build_batch([b"followed"], base_offset=2), NOW_MS)
+    assert log.log_end_offset == 3 and log.recovery_point == 1
+    log.close(NOW_MS)
+    assert log.closed and log.recovery_point == 1
+    reopened = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), NOW_MS,
+                                 recovery_point=log.recovery_point)
+    assert reopened.log_end_offset == 3
+    reopened.close(NOW_MS)

@@ -522,8 +522,13 @@ class PartitionShard(Actor):
         error = ""
         failed: list[TopicPartition] = []
         for row in msg.rows:
-            state = self.partitions.get((row.topic, row.partition))
+            key = (row.topic, row.partition)
+            state = self.partitions.get(key)
             if state is None:
+                if key in self.open_later:
+                    # not open yet (its deleted namesake's directory is still there): the
+                    # housekeeping opens it with these
+                    self.open_later[key] = dict(row.configs)
                 continue
             try:
                 state.log.update_config(log_config_for(self.config, row.configs))

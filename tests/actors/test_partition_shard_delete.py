@@ -34,6 +34,7 @@ from actors.runtime.node import Node
 from actors.topology import Topology
 from tests.fixtures.immutable import immutable_flags
 from tests.fixtures.waiting import wait_for
+from wire.admin_messages import UpdatePartitionConfigs
 from wire.broker_messages import (
     Append,
     AppendDone,
@@ -127,6 +128,26 @@ def test_a_delete_whose_rename_fails_is_reported_and_done_once_it_can_be(
     assert [row[2:4] for row in done[1]] == [[NONE, 0]], done
     created = _ask(node, shard, handler, OpenPartitions(4, [OpenPartitionRow("t", 0, {})]))
     assert created[1:] == ["", []]
+
+
+def test_a_namesake_asked_for_during_a_failed_delete_is_opened_with_its_later_configs(
+        node: Node, tmp_path: Path, immutable: Any) -> None:
+    """The namesake's open is refused while the deleted one's directory is there; an
+    AlterConfigs of its topic then (UpdatePartitionConfigs) is not lost: the
+    housekeeping opens it with the new configs."""
+    shard, handler = _shard(node, tmp_path)
+    immutable(tmp_path / "t-0")
+    _ask(node, shard, handler, DropPartitions(2, [TopicPartition("t", 0)]))
+    again = _ask(node, shard, handler, OpenPartitions(3, [OpenPartitionRow("t", 0, {})]))
+    assert again[2] == [["t", 0]], again
+    altered = _ask(node, shard, handler, UpdatePartitionConfigs(4, [OpenPartitionRow(
+        "t", 0, {"retention.ms": "12345"})]))
+    assert altered[1:] == ["", []], altered
+    immutable(tmp_path / "t-0", False)
+    wait_for(lambda: "t-0" in _partitions(node, shard), "the namesake opened", timeout=10)
+    actor = node.actors[shard.name]
+    assert actor.partitions[("t", 0)].log.config.retention_ms == 12345
+    assert actor.hosted[("t", 0)].configs == {"retention.ms": "12345"}
 
 
 def test_a_namesake_asked_for_during_a_failed_delete_is_not_opened_if_deleted_again(

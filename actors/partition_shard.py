@@ -759,12 +759,13 @@ class PartitionShard(Actor):
         if self.staged:
             self.group_commits += 1
             for key, state in self.staged.items():
-                error = state.log.commit()
-                if error is not None:
+                lost = state.log.commit_lost()
+                if lost is not None:
                     # the batches the failed write put back: those at or past the log end
-                    failed[key] = (error, state.log.log_end_offset)
+                    # it left
+                    failed[key] = lost
                     self.log.error("lost the staged appends of {}-{}: {}", key[0], key[1],
-                                   error)
+                                   lost[0])
             self.staged = {}
         answers, self.unanswered = self.unanswered, []
         self.group_committed_appends += len(answers)
@@ -785,11 +786,11 @@ class PartitionShard(Actor):
         that error now, before a later append takes their offsets again (the log
         refuses every append until then): the rows at or past the log end become
         KAFKA_STORAGE_ERROR."""
-        error = state.log.commit()
-        if error is None:
+        found = state.log.commit_lost()
+        if found is None:
             return
-        self.log.error("lost the staged appends of {}-{}: {}", topic, partition, error)
-        lost = {(topic, partition): (error, state.log.log_end_offset)}
+        self.log.error("lost the staged appends of {}-{}: {}", topic, partition, found[0])
+        lost = {(topic, partition): found}
         rows[:], waiting[:] = _without_lost(rows, waiting, lost)
         self.unanswered = [(sender, msg, *_without_lost(r, w, lost), trace)
                            for sender, msg, r, w, trace in self.unanswered]

@@ -247,6 +247,7 @@ class PartitionLog:
         # (taken back if the staged write fails), and that failure, for commit().
         self._staged_entries: list[ProducerStateEntry] = []
         self._commit_error: StorageError | None = None
+        self._lost_from = 0  # the log end that failed write left: its batches were past it
         # A failed fsync (flush): from then on every flush fails and close does not
         # flush, so the recovery point stays where the last good flush left it and the
         # reopen scans from there. An fsync tried again after a failed one returns 0 once
@@ -665,14 +666,24 @@ class PartitionLog:
         write (a read, a roll, a flush), after the log was put back as it was
         before them: those appends must be answered as failed.
         """
+        lost = self.commit_lost()
+        return None if lost is None else lost[0]
+
+    def commit_lost(self) -> tuple[StorageError, int] | None:
+        """``commit()``, with the log end the failed write left when it failed: the
+        appends it lost were at or past it (the log end now may differ: a truncation,
+        a follower's reset since)."""
         active = self.segments[-1] if self.segments else None
         if active is not None and active.staged_bytes:
             try:
                 active.write_staged()
             except StorageError:
                 pass  # recorded by _staged_written
-        error, self._commit_error = self._commit_error, None
-        return error
+        error = self._commit_error
+        if error is None:
+            return None
+        self._commit_error = None
+        return error, self._lost_from
 
     @property
     def staged_bytes(self) -> int:
@@ -689,6 +700,7 @@ class PartitionLog:
             self._high_watermark = self.log_end_offset
         self._hw_metadata = None
         self._commit_error = error
+        self._lost_from = self.log_end_offset
 
     def append_as_follower(self, records: bytes | bytearray | memoryview,
                            now_ms: int) -> AppendInfo:

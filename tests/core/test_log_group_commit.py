@@ -221,3 +221,33 @@ def test_after_a_failed_fsync_the_recovery_point_stays_before_the_unflushed_batc
                                  recovery_point=log.recovery_point)
     assert reopened.log_end_offset == 3
     reopened.close(NOW_MS)
+
+
+def test_a_lost_write_tells_the_log_end_it_left_not_the_log_end_when_told(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write of the staged batch at offset 1 fails (ENOSPC, once): the log end it left
+    is 1. A follower's reset (truncate_fully_and_start_at 5) moves the log end before the
+    loss is told: commit_lost still says 1, so the lost batch's answer (base offset 1)
+    is failed, not taken for one below the log end."""
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), NOW_MS)
+    log.append_as_leader(build_batch([b"written"]), 0, NOW_MS)
+    log.append_as_leader(build_batch([b"lost"]), 0, NOW_MS, defer=True)
+    real = os.writev
+    failed = []
+
+    def fails_once(fd: int, pieces: Any) -> int:
+        if not failed:
+            failed.append(fd)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, pieces)
+
+    monkeypatch.setattr(os, "writev", fails_once)
+    with pytest.raises(StorageError):
+        log.append_control(7, 0, True, 0, 0, NOW_MS)
+    log.truncate_fully_and_start_at(5, NOW_MS)
+    assert log.log_end_offset == 5
+    lost = log.commit_lost()
+    assert lost is not None and "No space left" in str(lost[0])
+    assert lost[1] == 1, f"the lost batch's cutoff is {lost[1]}, past its offset 1"
+    assert log.commit_lost() is None
+    log.close(NOW_MS)

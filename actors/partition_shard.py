@@ -679,9 +679,10 @@ class PartitionShard(Actor):
                         f"ISR has {len(state.isr)} replicas, "
                         f"min.insync.replicas is {state.min_insync_replicas}"))
                     continue
+                log = state.log
                 try:
-                    info = state.log.append_as_leader(req.records, state.leader_epoch, now,
-                                                      msg.coordinator, defer=True)
+                    info = log.append_as_leader(req.records, state.leader_epoch, now,
+                                                msg.coordinator, defer=True)
                 except UnflushedAppendError as exc:
                     # The batch is in the log, but the fsync flush.messages asked for right
                     # after it failed: answered KAFKA_STORAGE_ERROR, as Kafka does (the
@@ -691,7 +692,7 @@ class PartitionShard(Actor):
                     # idempotence that sends it again may find it twice.
                     self._log_refusal(topic, partition, exc)
                     rows.append(AppendDoneRow(topic, partition, int(exc.code), -1, -1,
-                                              state.log.log_start_offset, str(exc)))
+                                              log.log_start_offset, str(exc)))
                     # the log's failure: the shard's restart reopens the log and scans it
                     # from the recovery point (as Kafka takes a failed log dir offline)
                     raise
@@ -701,31 +702,29 @@ class PartitionShard(Actor):
                         self._fail_lost_rows(topic, partition, state, rows, waiting)
                     self._log_refusal(topic, partition, exc)
                     rows.append(AppendDoneRow(topic, partition, int(exc.code), -1, -1,
-                                              state.log.log_start_offset, str(exc)))
+                                              log.log_start_offset, str(exc)))
                     continue
                 # The batch is in the log, or staged for the turn's write: its row and its
                 # wait are recorded before anything else can fail, so that a failure from
                 # here on answers it at its offset (after the turn's write; acks=-1
                 # through the purgatory), never as failed: the producer would send it
                 # again, and the log would hold it twice.
-                if state.log.staged_bytes:
+                if log.staged_bytes:
                     staged[(topic, partition)] = state
-                rows.append(AppendDoneRow(topic, partition, NONE, info.first_offset,
+                first, last = info.first_offset, info.last_offset
+                rows.append(AppendDoneRow(topic, partition, NONE, first,
                                           info.log_append_time_ms, info.log_start_offset, None))
-                wait = msg.acks == -1 and state.log.high_watermark <= info.last_offset
                 try:
                     state.on_leader_append()
                 finally:
-                    # waits unless the ISR holds it already (a leader alone), the
-                    # bookkeeping failed or not
-                    if wait and state.log.high_watermark <= info.last_offset:
+                    # acks=-1 waits unless the ISR holds it already (a leader alone), the
+                    # bookkeeping failed or not (it only moves the high watermark up)
+                    if msg.acks == -1 and log.high_watermark <= last:
                         waiting.append(WatchProduceRow(
-                            topic, partition, info.last_offset + 1, info.first_offset,
-                            info.log_append_time_ms, info.log_start_offset,
-                            state.leader_epoch, NONE))
-                state.log.maybe_flush(now)
-                self._count(topic, "in", len(req.records),
-                            info.last_offset - info.first_offset + 1)
+                            topic, partition, last + 1, first, info.log_append_time_ms,
+                            info.log_start_offset, state.leader_epoch, NONE))
+                log.maybe_flush(now)
+                self._count(topic, "in", len(req.records), last - first + 1)
                 self._notify(state)
         except Exception:
             # Rows recorded before the failure keep their offsets (answering them as

@@ -120,6 +120,8 @@ NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 # How long a marker waits for the ISR; shorter than the coordinator's MARKER_TIMEOUT_MS, so
 # a slow ISR is answered REQUEST_TIMED_OUT (and the marker sent again) before it gives up.
 MARKER_ACKS_TIMEOUT_MS = 3000
+# How often the housekeeping warns that deletes it tries again still fail.
+DELETE_WARNING_INTERVAL_MS = 60_000
 
 
 @dataclass(slots=True)
@@ -176,6 +178,11 @@ class PartitionShard(Actor):
         # A namesake of an undeleted partition that OpenPartitions (a topic created on a
         # single node) asked for: its configs; opened as soon as the directory goes.
         self.open_later: dict[tuple[str, int], dict[str, str]] = {}
+        # The housekeeping's tries that left some of those, and when it next warns so
+        # (once a minute: each try's failure is at debug).
+        self.failed_delete_tries = 0
+        self.warned_delete_tries = 0
+        self.next_delete_warning_ms = 0
 
     # ------------------------------------------------------------- lifecycle
     def setup(self) -> None:
@@ -515,6 +522,19 @@ class PartitionShard(Actor):
                               "removed", topic, partition)
         self.set_aside_left = [aside for aside in self.set_aside_left
                                if not remove_set_aside(aside)]
+        if self.undeleted or self.set_aside_left:
+            self.failed_delete_tries += 1
+            if now >= self.next_delete_warning_ms:
+                # each try's failure is at debug: one warning a minute says it goes on
+                self.next_delete_warning_ms = now + DELETE_WARNING_INTERVAL_MS
+                self.log.warning(
+                    "{} tries ({} since the last warning) left {} deleted partition(s) whose "
+                    "directory cannot be set aside ({}) and {} set-aside directory(ies) not "
+                    "removed ({}); trying again every second", self.failed_delete_tries,
+                    self.failed_delete_tries - self.warned_delete_tries, len(self.undeleted),
+                    ", ".join(f"{t}-{p}" for t, p in sorted(self.undeleted)),
+                    len(self.set_aside_left), ", ".join(a.name for a in self.set_aside_left))
+                self.warned_delete_tries = self.failed_delete_tries
 
     @handles(UpdatePartitionConfigs)
     def on_update_configs(self, msg: UpdatePartitionConfigs) -> None:
@@ -1470,6 +1490,11 @@ class PartitionShard(Actor):
             "leaders": sorted(f"{t}-{p}" for (t, p), s in self.partitions.items()
                               if s.is_leader),
             "watched": len(self.watchers),
+            # deleted partitions whose directory could not be set aside yet, set-aside
+            # directories not removed yet, and the housekeeping's tries that left some
+            "undeleted": len(self.undeleted),
+            "set_aside_left": len(self.set_aside_left),
+            "failed_delete_tries": self.failed_delete_tries,
             "group_commits": self.group_commits,
             "group_committed_appends": self.group_committed_appends,
             "replication": dict(self.replication),

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from loguru import logger
 
 from actors.core.log_dir import LogDir
 from actors.core.partition_log import PartitionLog
@@ -97,6 +98,11 @@ def _ask(node: Node, shard: Any, handler: Any, msg: Any) -> Any:
     [done] = wait_for(lambda: [d for d in _got(node, handler, "ShardDone") if d[0] == msg.req_id],
                       f"the answer to {type(msg).__name__} {msg.req_id}")
     return done
+
+
+def _stats(node: Node, shard: Any) -> dict[str, Any]:
+    stats: dict[str, Any] = node.ask(shard, GetStats())
+    return stats
 
 
 def _partitions(node: Node, shard: Any) -> dict[str, list[int]]:
@@ -203,6 +209,31 @@ def test_a_renamed_directory_left_by_a_failed_removal_is_in_no_later_delete_s_wa
     dropped = _ask(node, shard, handler, DropPartitions(4, [TopicPartition("t", 0)]))
     assert dropped[1:] == ["", []], dropped
     assert list(tmp_path.glob("t-0*")) == [left]
+    assert _stats(node, shard)["set_aside_left"] == 1
     immutable(left / segment.name, False)
     # the shard removes what it left
     wait_for(lambda: not list(tmp_path.glob("t-0*")), "the renamed directory gone", timeout=10)
+    assert _stats(node, shard)["set_aside_left"] == 0
+
+
+def test_deletes_that_still_fail_are_counted_and_warned_of_once_a_minute(
+        node: Node, tmp_path: Path, immutable: Any) -> None:
+    """Each housekeeping try of a failed delete fails again (at debug); the shard warns
+    of them once a minute, with the count of tries, and its stats say how many
+    partitions are undeleted."""
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    try:
+        shard, handler = _shard(node, tmp_path)
+        immutable(tmp_path / "t-0")
+        _ask(node, shard, handler, DropPartitions(2, [TopicPartition("t", 0)]))
+        assert _stats(node, shard)["undeleted"] == 1
+        wait_for(lambda: _stats(node, shard)["failed_delete_tries"] >= 3,
+                 "three housekeeping tries", timeout=10)
+        warned = [line for line in lines if "cannot be set aside (t-0)" in line]
+        assert len(warned) == 1, warned
+        assert "1 tries (1 since the last warning)" in warned[0], warned
+        immutable(tmp_path / "t-0", False)
+        wait_for(lambda: _stats(node, shard)["undeleted"] == 0, "the delete done", timeout=10)
+    finally:
+        logger.remove(sink)

@@ -452,8 +452,12 @@ class PartitionShard(Actor):
                 # name would open the deleted one's data
                 left = self._set_aside(topic, partition)
             else:
-                self._notify(state, removed=True)
-                self.watchers.pop(key, None)
+                # forgotten first: a failure telling them leaves none behind
+                watchers = self.watchers.pop(key, None)
+                if watchers:
+                    gone = PartitionChanged(PartitionState.gone_status(topic, partition), None)
+                    for watcher in watchers:
+                        self.tell(watcher, gone)
                 try:
                     left = state.log.delete()  # a failed rename leaves it open, unchanged
                 except DeletedNotClosedError as exc:

@@ -26,6 +26,7 @@ from loguru import logger
 
 from actors.core.log_dir import LogDir
 from actors.core.partition_log import PartitionLog
+from actors.core.partition_state import PartitionState
 from actors.core.record_batch import build_batch
 from actors.log_manager import LogManager
 from actors.partition_shard import PartitionShard
@@ -44,9 +45,11 @@ from wire.broker_messages import (
     GetStats,
     OpenPartitionRow,
     OpenPartitions,
+    PartitionChanged,
     ShardDone,
     TopicEntry,
     TopicPartition,
+    WatchPartition,
 )
 from wire.errors import ErrorCode
 
@@ -237,3 +240,41 @@ def test_deletes_that_still_fail_are_counted_and_warned_of_once_a_minute(
         wait_for(lambda: _stats(node, shard)["undeleted"] == 0, "the delete done", timeout=10)
     finally:
         logger.remove(sink)
+
+
+class Watcher(Actor):
+    """Stands in for a purgatory shard watching a partition."""
+
+    def setup(self) -> None:
+        self.changes = 0
+
+    @handles(PartitionChanged)
+    def on_changed(self, _msg: PartitionChanged) -> None:
+        self.changes += 1
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> Any:
+        return self.changes
+
+
+def test_a_delete_whose_watchers_cannot_be_told_leaves_none_behind(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Telling the partition's watchers it is gone fails (its status cannot be built):
+    the delete is answered failed and tried again, and no watcher of it is left (a
+    namesake opened later would tell them of another partition's changes)."""
+    shard, handler = _shard(node, tmp_path)
+    watcher = node.spawn(Watcher, "watcher")
+    node.tell(shard, WatchPartition("t", 0, 0, True), sender=watcher.name)
+    wait_for(lambda: node.ask(watcher, GetStats()) >= 1, "the watcher told of t-0")
+    actor = node.actors[shard.name]
+    assert ("t", 0) in actor.watchers
+
+    def fails(*_args: Any) -> Any:
+        raise RuntimeError("the partition's status cannot be built")
+
+    monkeypatch.setattr(PartitionState, "gone_status", staticmethod(fails))
+    done = _ask(node, shard, handler, DropPartitions(2, [TopicPartition("t", 0)]))
+    assert done[2] == [["t", 0]], done
+    assert ("t", 0) not in actor.watchers, "a watcher of the deleted partition is left"
+    monkeypatch.undo()
+    wait_for(lambda: not (tmp_path / "t-0").exists(), "the delete done later", timeout=10)

@@ -302,6 +302,9 @@ class PartitionShard(Actor):
         self._commit_and_answer()
         now = self.clock.wall_ms()
         rows = []
+        # a stop is clean (the LogManager writes the clean-shutdown marker, and the next
+        # start scans nothing) only if every log was closed and flushed
+        clean = True
         for key, state in self.partitions.items():
             closed = True
             try:
@@ -309,6 +312,8 @@ class PartitionShard(Actor):
             except Exception:
                 self.log.exception("closing {}-{} failed", state.log.topic, state.log.partition)
                 closed = False
+            if not closed or state.log.flush_failed is not None:
+                clean = False  # closed as a crash leaves it: the next start scans it
             row = self._offset_row(state)
             hosted = self.hosted.get(key)
             if hosted is not None:
@@ -318,9 +323,10 @@ class PartitionShard(Actor):
             if closed:
                 rows.append(row)
         # Only a real stop is final: a crash restart runs teardown too, and must not
-        # let the LogManager write the clean-shutdown marker while the node runs.
+        # let the LogManager write the clean-shutdown marker while the node runs. Nor
+        # must a stop that left a log unflushed: the next start would not scan it.
         self.tell(self.topology.log_manager,
-                  CheckpointOffsets(self.name, self._stopping, rows, []))
+                  CheckpointOffsets(self.name, self._stopping and clean, rows, []))
         self.partitions = {}
 
     @staticmethod

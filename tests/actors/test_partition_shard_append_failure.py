@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from actors.core.log_dir import LogDir
+from actors.core.log_dir import CLEAN_SHUTDOWN_FILE, LogDir
 from actors.core.partition_log import PartitionLog
 from actors.core.partition_state import PartitionState
 from actors.core.record_batch import build_batch
@@ -328,3 +328,19 @@ def test_the_restart_after_a_failed_flush_keeps_the_recovery_point_before_the_ba
     assert reopened_at == [1], f"reopened from recovery point {reopened_at}, past the batch"
     end, data = _log_values(node, shard, handler, 3)
     assert end == 2 and b"unflushed" in data
+
+
+def test_a_stop_whose_flush_fails_is_not_a_clean_shutdown(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node stops; closing t-0 flushes it, and that fsync fails (EIO): the log is
+    closed as a crash leaves it, and the stop is not clean (no clean-shutdown marker),
+    so the next start scans t-0 from its recovery point instead of trusting it whole."""
+    shard, handler = _single_node(node, tmp_path, {})
+    assert _append(node, shard, handler, 1, b"unflushed")[2:4] == [NONE, 0]
+    calls = _fail_once_on(monkeypatch, "fsync", tmp_path / "t-0", errno.EIO)
+    node.shutdown(timeout=5)
+    assert calls["failed"] == 1
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists(), "a clean shutdown was recorded"
+    log_dir = LogDir.open(tmp_path)
+    assert not log_dir.had_clean_shutdown
+    assert log_dir.recovery_points.get(("t", 0), 0) == 0

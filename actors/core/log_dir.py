@@ -156,11 +156,14 @@ class LogDir:
 
         After an unclean start the marker is written only if every partition
         of the dir was opened (so recovered) in this run; otherwise a partition
-        never opened would later be trusted without its recovery scan.
+        never opened would later be trusted without its recovery scan. Nor is it
+        written if a log's flush had failed (it is closed unflushed: scanned next time).
         """
         logs = list(logs)
         for log in logs:
             log.close(now_ms)
         self.checkpoint(logs)
+        if any(log.flush_failed is not None for log in logs):
+            return
         if self.had_clean_shutdown or set(self.partitions()) <= self._opened:
             write_atomically(self.path / CLEAN_SHUTDOWN_FILE, b"")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from wire.errors import (
     InvalidRecordError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
+    StorageError,
 )
 
 
@@ -641,6 +643,29 @@ def test_a_partition_of_a_249_character_topic_is_deleted_and_its_leftover_remove
     assert os.listdir(tmp_path) == [leftover.name]
     log_dir = LogDir.open(tmp_path)
     assert log_dir.partitions() == [] and os.listdir(tmp_path) == []
+
+
+def test_log_dir_close_after_a_failed_fsync_is_not_a_clean_shutdown(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log's fsync failed (EIO): LogDir.close closes it unflushed, checkpoints its
+    recovery point (0), and writes no clean-shutdown marker, so the next open scans it."""
+    log_dir = LogDir.open(tmp_path)
+    log = log_dir.open_partition("a", 0, LogConfig(), 0)
+    log.append_as_leader(batch(2), 0, 0)
+    real = os.fsync
+
+    def fails_once(fd: int) -> None:
+        monkeypatch.setattr(os, "fsync", real)
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fsync", fails_once)
+    with pytest.raises(StorageError):
+        log.flush(0)
+    log_dir.close([log], now_ms=0)
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert read_offset_checkpoint(tmp_path / "recovery-point-offset-checkpoint") == {
+        ("a", 0): 0}
+    assert not LogDir.open(tmp_path).had_clean_shutdown
 
 
 def test_truncate_inside_the_batch_holding_the_log_start(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ change of that partition's log end or high watermark.
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +22,9 @@ from actors.core.log_dir import LogDir
 from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.partition_log import (
     DeletedNotClosedError,
+    FlushFailedError,
     PartitionLog,
     SwapRefusedError,
-    UnflushedAppendError,
     remove_set_aside,
     set_aside,
 )
@@ -183,6 +184,9 @@ class PartitionShard(Actor):
         self.failed_delete_tries = 0
         self.warned_delete_tries = 0
         self.next_delete_warning_ms = 0
+        # Logs whose flush failed since the start (each restarted the shard, which reopened
+        # it from its recovery point): kept across restarts, for the stats.
+        self.flush_failures = 0
 
     # ------------------------------------------------------------- lifecycle
     def setup(self) -> None:
@@ -198,6 +202,11 @@ class PartitionShard(Actor):
         self.partitions: dict[tuple[str, int], PartitionState] = {}
         self.watchers: dict[tuple[str, int], set[Address]] = {}
         self.errors_logged: set[tuple[str, int, int]] = set()
+        # partitions whose log's failed flush was logged (the log's life: until the
+        # restart that reopens it)
+        self.flush_failures_logged: set[tuple[str, int]] = set()
+        # a FollowerApply's first failed flush, raised once every row is answered
+        self.follower_flush_failed: FlushFailedError | None = None
         self._topic_keys: dict[tuple[str, str], tuple[str, str]] = {}
         self.counts = self.node.metrics.mine()  # setup runs in this actor's thread
         now = self.clock.wall_ms()
@@ -240,6 +249,9 @@ class PartitionShard(Actor):
             raise NotDeletedYetError(f"{topic}-{partition} was deleted and its directory "
                                      "could not be removed yet: it is not opened before it is")
         self.open_later.pop(key, None)  # opened now
+        # a new log: its refusals are logged again, once each
+        self.errors_logged = {k for k in self.errors_logged if k[:2] != key}
+        self.flush_failures_logged.discard(key)
         hosted = self.hosted.get(key)
         offsets = hosted.offsets if hosted is not None else None
         if offsets is not None:
@@ -312,6 +324,7 @@ class PartitionShard(Actor):
             except Exception:
                 self.log.exception("closing {}-{} failed", state.log.topic, state.log.partition)
                 closed = False
+            self._report_flush_failure(state.log)  # a failed flush no handler saw
             if not closed or state.log.flush_failed is not None:
                 clean = False  # closed as a crash leaves it: the next start scans it
             row = self._offset_row(state)
@@ -582,6 +595,7 @@ class PartitionShard(Actor):
         rows: list[DeleteRecordsDoneRow] = []
         moved: list[PartitionState] = []
         now = self.clock.wall_ms()
+        unflushed: FlushFailedError | None = None
         for req in msg.rows:
             state = self.partitions.get((req.topic, req.partition))
             if state is None:
@@ -609,7 +623,11 @@ class PartitionShard(Actor):
                                   "({} segment(s) deleted)", req.topic, req.partition,
                                   log.log_start_offset, deleted)
             except KafkaError as exc:
-                if isinstance(exc, StorageError):
+                if isinstance(exc, FlushFailedError):
+                    # a roll's flush failed: answered, then the shard restarts (below)
+                    self._report_flush_failure(log)
+                    unflushed = exc
+                elif isinstance(exc, StorageError):
                     # a roll's write of this turn's staged batches failed: told now
                     self._fail_lost_rows(req.topic, req.partition, state, [], [])
                 rows.append(DeleteRecordsDoneRow(req.topic, req.partition, -1, int(exc.code),
@@ -621,6 +639,9 @@ class PartitionShard(Actor):
             self.tell(self.topology.log_manager, CheckpointOffsets(
                 self.name, False, [self._offset_row(s) for s in moved], []))
         self.reply(DeleteRecordsDone(msg.req_id, rows))
+        if unflushed is not None:
+            # the log flushes no more: the restart reopens it from its recovery point
+            raise unflushed
 
     @handles(DescribeLogDir)
     def on_describe_log_dir(self, msg: DescribeLogDir) -> None:
@@ -693,12 +714,22 @@ class PartitionShard(Actor):
         waiting: list[WatchProduceRow] = []
         now = self._wall_ns() // 1_000_000
         staged = self.staged
+        unflushed: FlushFailedError | None = None
         try:
             for req in msg.rows:
                 topic, partition = req.topic, req.partition
                 state = self.partitions.get((topic, partition))
                 if state is None:
                     rows.append(AppendDoneRow(topic, partition, UNKNOWN_TP, -1, -1, -1, None))
+                    continue
+                failed = state.log.flush_failed
+                if failed is not None:
+                    # its flush failed (in this Append, below): refused, and the shard
+                    # restarts after this Append (whatever path let a failure go on)
+                    self._report_flush_failure(state.log)
+                    rows.append(AppendDoneRow(topic, partition, int(failed.code), -1, -1,
+                                              state.log.log_start_offset, str(failed)))
+                    unflushed = unflushed or failed
                     continue
                 if not state.is_leader:
                     rows.append(AppendDoneRow(topic, partition, NOT_LEADER, -1, -1, -1, None))
@@ -713,19 +744,23 @@ class PartitionShard(Actor):
                 try:
                     info = log.append_as_leader(req.records, state.leader_epoch, now,
                                                 msg.coordinator, defer=True)
-                except UnflushedAppendError as exc:
-                    # The batch is in the log, but the fsync flush.messages asked for right
-                    # after it failed: answered KAFKA_STORAGE_ERROR, as Kafka does (the
+                except FlushFailedError as exc:
+                    # The log's flush failed: a roll's before the batch (not in the log), or
+                    # the one flush.messages asked for right after it (UnflushedAppendError:
+                    # in the log). Answered KAFKA_STORAGE_ERROR, as Kafka does (the
                     # producer was promised that flush). The record may remain in the log
                     # (the restart reopens it from the recovery point and keeps what is
                     # whole), as in Kafka once the log dir is back: a producer without
-                    # idempotence that sends it again may find it twice.
+                    # idempotence that sends it again may find it twice. The other rows
+                    # go on; then the failure goes on to the shard's restart, which reopens
+                    # the log from its recovery point (as Kafka takes a failed log dir
+                    # offline): the log flushes no more until then.
+                    self._report_flush_failure(log)
                     self._log_refusal(topic, partition, exc)
                     rows.append(AppendDoneRow(topic, partition, int(exc.code), -1, -1,
                                               log.log_start_offset, str(exc)))
-                    # the log's failure: the shard's restart reopens the log and scans it
-                    # from the recovery point (as Kafka takes a failed log dir offline)
-                    raise
+                    unflushed = exc
+                    continue
                 except KafkaError as exc:
                     if isinstance(exc, StorageError):
                         # a failed write put back this turn's staged batches too
@@ -753,9 +788,17 @@ class PartitionShard(Actor):
                         waiting.append(WatchProduceRow(
                             topic, partition, last + 1, first, info.log_append_time_ms,
                             info.log_start_offset, state.leader_epoch, NONE))
-                log.maybe_flush(now)
+                try:
+                    log.maybe_flush(now)
+                except FlushFailedError as exc:
+                    # flush.ms's flush, after the batch (answered at its offset): the shard
+                    # restarts after this Append, as above
+                    self._report_flush_failure(log)
+                    unflushed = exc
                 self._count(topic, "in", len(req.records), last - first + 1)
                 self._notify(state)
+            if unflushed is not None:
+                raise unflushed  # every row answered: after the turn's write (below)
         except Exception:
             # Rows recorded before the failure keep their offsets (answering them as
             # failed would make non-idempotent producers write them twice), and go out as
@@ -847,14 +890,19 @@ class PartitionShard(Actor):
         appended: list[AppendDoneRow] = []
         waiting: list[WatchProduceRow] = []
         now = self.clock.wall_ms()
-        unflushed: UnflushedAppendError | None = None
+        unflushed: FlushFailedError | None = None
         broken: set[tuple[str, int]] = set()
         for req in msg.rows:
             state = self.partitions.get((req.topic, req.partition))
-            if (req.topic, req.partition) in broken:
+            failed = None if state is None else state.log.flush_failed
+            if (req.topic, req.partition) in broken or failed is not None:
                 # its log's flush failed (below): nothing more is written to it before the
                 # restart (the fsync tried again would say it succeeded, and a marker
                 # written now would be answered as flushed)
+                if unflushed is None:
+                    assert state is not None and failed is not None
+                    self._report_flush_failure(state.log)
+                    unflushed = failed  # whatever path let it go on: the restart mends it
                 code = int(ErrorCode.KAFKA_STORAGE_ERROR)
                 rows.append(TxnMarkerDoneRow(req.topic, req.partition, code))
                 appended.append(AppendDoneRow(req.topic, req.partition, code, -1, -1, -1,
@@ -876,13 +924,16 @@ class PartitionShard(Actor):
                 info = state.log.append_control(req.producer_id, req.producer_epoch, req.commit,
                                                 req.coordinator_epoch, state.leader_epoch, now)
             except KafkaError as exc:
-                if isinstance(exc, UnflushedAppendError):
-                    # In the log, but the fsync flush.messages asked for failed: answered
-                    # KAFKA_STORAGE_ERROR, as an Append's (and Kafka's), its outcome untold
-                    # to the group coordinators; the coordinator sends it again, and a
-                    # marker with no open transaction changes nothing. The marker may
-                    # remain in the log. Then the failure goes on (the shard's restart);
-                    # the partition's later markers here are refused.
+                if isinstance(exc, FlushFailedError):
+                    # The log's flush failed: a roll's before the marker (not in the log),
+                    # or the one flush.messages asked for after it (UnflushedAppendError:
+                    # in the log). Answered KAFKA_STORAGE_ERROR, as an Append's (and
+                    # Kafka's), its outcome untold to the group coordinators; the
+                    # coordinator sends it again, and a marker with no open transaction
+                    # changes nothing. The marker may remain in the log. Then the failure
+                    # goes on (the shard's restart, which reopens the log from its recovery
+                    # point); the partition's later markers here are refused.
+                    self._report_flush_failure(state.log)
                     unflushed = exc
                     broken.add((req.topic, req.partition))
                 elif isinstance(exc, StorageError):
@@ -949,6 +1000,21 @@ class PartitionShard(Actor):
         counts = self.counts  # this thread's counters, added to directly
         counts[keys[0]] += size
         counts[keys[1]] += max(0, records)
+
+    def _report_flush_failure(self, log: PartitionLog) -> None:
+        """A log's flush failed: said at ERROR once per log (its refusals after that are
+        warned of once by _log_refusal), and counted for the stats."""
+        failed = log.flush_failed
+        key = (log.topic, log.partition)
+        if failed is None or key in self.flush_failures_logged:
+            return
+        self.flush_failures_logged.add(key)
+        self.flush_failures += 1
+        code = "?" if failed.errno is None else errno.errorcode.get(failed.errno, failed.errno)
+        self.log.error("the flush of {}-{} failed (segment {}, errno {}): {}; nothing after "
+                       "offset {} is known to be on disk, the shard restarts and reopens it "
+                       "from there", log.topic, log.partition, failed.segment, code, failed,
+                       log.recovery_point)
 
     def _log_refusal(self, topic: str, partition: int, exc: KafkaError) -> None:
         key = (topic, partition, int(exc.code))
@@ -1409,8 +1475,15 @@ class PartitionShard(Actor):
         """The fetcher's answer from the leader, applied to this follower's log (Kafka's
         processPartitionData / truncate / appendAsFollower)."""
         now = self.clock.wall_ms()
+        self.follower_flush_failed = None
         rows = [self._apply_one(row, now) for row in msg.rows]
         self.reply(FollowerApplied(msg.req_id, rows))
+        unflushed, self.follower_flush_failed = self.follower_flush_failed, None
+        if unflushed is not None:
+            # a log's flush failed (its row answered KAFKA_STORAGE_ERROR): it flushes no
+            # more, and its follower would stay out of the ISR for good; the shard's restart
+            # reopens it from its recovery point, and the fetcher goes on from there
+            raise unflushed
 
     def _apply_one(self, row: FollowerApplyRow, now: int) -> FollowerStateRow:
         topic, partition = row.topic, row.partition
@@ -1451,6 +1524,9 @@ class PartitionShard(Actor):
             if row.leader_log_start_offset > log.log_start_offset:
                 self._follow_log_start(state, row.leader_log_start_offset, now)
         except KafkaError as exc:
+            if isinstance(exc, FlushFailedError):
+                self._report_flush_failure(log)
+                self.follower_flush_failed = self.follower_flush_failed or exc
             self._log_refusal(topic, partition, exc)
             return FollowerStateRow(topic, partition, int(exc.code), log.log_end_offset,
                                     log.latest_epoch, log.high_watermark, truncated,
@@ -1502,9 +1578,15 @@ class PartitionShard(Actor):
             "watched": len(self.watchers),
             # deleted partitions whose directory could not be set aside yet, set-aside
             # directories not removed yet, and the housekeeping's tries that left some
+            # (since the start: cumulative, not reset when none are left)
             "undeleted": len(self.undeleted),
             "set_aside_left": len(self.set_aside_left),
             "failed_delete_tries": self.failed_delete_tries,
+            # the logs whose flush failed and that were not reopened yet (the restart
+            # their failure leads to reopens them), and how many failed since the start
+            "flush_failed": sorted(f"{t}-{p}" for (t, p), s in self.partitions.items()
+                                   if s.log.flush_failed is not None),
+            "flush_failures": self.flush_failures,
             "group_commits": self.group_commits,
             "group_committed_appends": self.group_committed_appends,
             "replication": dict(self.replication),

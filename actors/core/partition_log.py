@@ -146,15 +146,29 @@ def _continues(previous_next_offset: int, base: int, recovery_point: int) -> boo
     return previous_next_offset < base <= recovery_point
 
 
-class UnflushedAppendError(StorageError):
+class FlushFailedError(StorageError):
+    """A flush of the log failed (an fsync), now or before (``PartitionLog.flush_failed``):
+    what follows the recovery point is not known to be on disk, and the log flushes no
+    more (an fsync tried again would say it succeeded). Only a reopen from the recovery
+    point mends it: the shard answers what it must, then restarts (as Kafka takes the
+    log dir offline). ``segment`` is the file whose flush failed first, ``errno`` its
+    error's (None if not an OSError's)."""
+
+    def __init__(self, message: str, segment: str, errno: int | None) -> None:
+        super().__init__(message)
+        self.segment = segment
+        self.errno = errno
+
+
+class UnflushedAppendError(FlushFailedError):
     """An append's batches are in the log, but the flush that ``flush.messages`` asked
     for right after them failed (the fsync): ``info`` is the append's. It is answered
     KAFKA_STORAGE_ERROR, as Kafka does, though its records may remain in the log (as in
     Kafka once the failed log dir is back); the failure itself is the log's, as any
     failed flush."""
 
-    def __init__(self, message: str, info: AppendInfo) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, info: AppendInfo, failed: FlushFailedError) -> None:
+        super().__init__(message, failed.segment, failed.errno)
         self.info = info
 
 
@@ -252,7 +266,7 @@ class PartitionLog:
         # flush, so the recovery point stays where the last good flush left it and the
         # reopen scans from there. An fsync tried again after a failed one returns 0 once
         # the error was reported, though the pages whose writeback failed may be lost.
-        self.flush_failed: StorageError | None = None
+        self.flush_failed: FlushFailedError | None = None
         # Bumped whenever segments are cut or replaced other than by appends and
         # retention: a cleaning planned before such a change is refused.
         self.generation = 0
@@ -645,10 +659,10 @@ class PartitionLog:
         transaction tracked, its producer's sequence recorded)."""
         try:
             self.flush(now_ms)
-        except StorageError as exc:
+        except FlushFailedError as exc:
             if self.log_end_offset <= info.last_offset:
                 raise
-            raise UnflushedAppendError(str(exc), info) from exc
+            raise UnflushedAppendError(str(exc), info, exc) from exc
 
     def _refuse_while_lost(self) -> NoReturn:
         """A failed write put the log back as it was before the staged batches, and its
@@ -1181,26 +1195,31 @@ class PartitionLog:
     def flush(self, now_ms: int) -> None:
         """fsync every segment holding offsets at or above the recovery point.
 
-        Raises StorageError if the fsync fails, and from then on (``flush_failed``):
-        the recovery point no longer moves. A failed write of the staged batches (before
-        the fsync) is not a failed flush: the log was put back, and flushes go on."""
-        if self.flush_failed is not None:
-            raise StorageError(
+        Raises FlushFailedError if the fsync fails, and from then on (``flush_failed``
+        set) every call raises it without trying: the recovery point no longer moves. A
+        failed write of the staged batches (before the fsync) is a plain StorageError,
+        not a failed flush: the log was put back, and flushes go on."""
+        failed = self.flush_failed
+        if failed is not None:
+            raise FlushFailedError(
                 f"{self.topic}-{self.partition}: not flushed: an earlier flush failed "
-                f"({self.flush_failed}); what follows offset {self._recovery_point} is not "
-                "known to be on disk")
+                f"({failed}); what follows offset {self._recovery_point} is not "
+                "known to be on disk", failed.segment, failed.errno)
         leo = self.log_end_offset
         if self._recovery_point < leo:
             first = max(bisect_right(self._bases, self._recovery_point) - 1, 0)
             active = self.segments[-1]
             if active.staged_bytes:
                 active.write_staged()  # fails as a write (the log put back), not a flush
-            try:
-                for segment in self.segments[first:]:
+            for segment in self.segments[first:]:
+                try:
                     segment.flush()
-            except StorageError as exc:
-                self.flush_failed = exc
-                raise
+                except StorageError as exc:
+                    cause = exc.__cause__
+                    self.flush_failed = FlushFailedError(
+                        f"{self.topic}-{self.partition}: {exc}", segment.log_path.name,
+                        cause.errno if isinstance(cause, OSError) else None)
+                    raise self.flush_failed from exc
         self._recovery_point = leo
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+from loguru import logger
 
 from actors.core.log_dir import CLEAN_SHUTDOWN_FILE, LogDir
 from actors.core.partition_log import PartitionLog
@@ -47,6 +48,7 @@ from wire.broker_messages import (
 from wire.cluster_messages import BecameLeaderOrFollower, BecomeLeaderOrFollower, ReplicaStateRow
 from wire.errors import ErrorCode
 from wire.registry import message
+from wire.replication_messages import FollowerApplied, FollowerApply, FollowerApplyRow
 from wire.transaction_messages import TxnMarkerRow, WriteTxnMarkers, WriteTxnMarkersDone
 
 NONE = int(ErrorCode.NONE)
@@ -58,7 +60,8 @@ class Recorder(Actor):
     def setup(self) -> None:
         self.got: list[Any] = []
 
-    @handles(AppendDone, ReadDone, WatchProduce, BecameLeaderOrFollower, WriteTxnMarkersDone)
+    @handles(AppendDone, ReadDone, WatchProduce, BecameLeaderOrFollower, WriteTxnMarkersDone,
+             FollowerApplied)
     def on_any(self, msg: Any) -> None:
         self.got.append([type(msg).__name__, msg])
 
@@ -344,3 +347,102 @@ def test_a_stop_whose_flush_fails_is_not_a_clean_shutdown(
     log_dir = LogDir.open(tmp_path)
     assert not log_dir.had_clean_shutdown
     assert log_dir.recovery_points.get(("t", 0), 0) == 0
+
+
+# A segment of 100 bytes holds one of these batches: the next append rolls, and the
+# roll's flush (the finished segment's fsync) is what fails.
+ROLL_EVERY_BATCH = {"segment.bytes": "100"}
+STORAGE = int(ErrorCode.KAFKA_STORAGE_ERROR)
+
+
+def _restarted_after_flush_failure(node: Node, shard: Any) -> dict[str, Any]:
+    """The shard restarts (once), and its stats count the failed flush."""
+    actor = node.actors[shard.name]
+    wait_for(lambda: actor.crashes == 1, "the shard's restart after the failed flush")
+    stats: dict[str, Any] = node.ask(shard, GetStats())
+    assert stats["flush_failures"] == 1 and stats["flush_failed"] == [], stats
+    return stats
+
+
+def test_an_append_whose_roll_fails_to_flush_restarts_the_shard_and_later_appends_succeed(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The roll before the second batch fsyncs the finished segment, and that fails
+    (EIO): the batch is refused KAFKA_STORAGE_ERROR and the shard restarts, reopening the
+    log from its recovery point. Without the restart the log refused every append that
+    needed a roll (every one here) until the process restarted."""
+    shard, handler = _single_node(node, tmp_path, ROLL_EVERY_BATCH)
+    assert _append(node, shard, handler, 1, b"first")[2:4] == [NONE, 0]
+    calls = _fail_once_on(monkeypatch, "fsync", tmp_path / "t-0", errno.EIO)
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="ERROR")
+    try:
+        assert _append(node, shard, handler, 2, b"refused")[2:4] == [STORAGE, -1]
+        assert calls["failed"] == 1
+        _restarted_after_flush_failure(node, shard)
+    finally:
+        logger.remove(sink)
+    said = [line for line in lines if "the flush of t-0 failed" in line]
+    assert len(said) == 1, f"the failed flush said at ERROR once: {lines}"
+    assert "segment 00000000000000000000.log, errno EIO" in said[0], said[0]
+    assert _append(node, shard, handler, 3, b"after")[2:4] == [NONE, 1]
+    assert _append(node, shard, handler, 4, b"later")[2:4] == [NONE, 2]
+    end, data = _log_values(node, shard, handler, 5)
+    assert end == 3 and b"refused" not in data
+    assert [len(d) for d in _got(node, handler, "AppendDone")] == [2, 2, 2, 2], (
+        "each Append answered once")
+
+
+def test_a_marker_whose_roll_fails_to_flush_restarts_the_shard_and_later_markers_succeed(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shard, handler = _single_node(node, tmp_path, ROLL_EVERY_BATCH)
+    assert _append(node, shard, handler, 1, b"first")[2:4] == [NONE, 0]
+    calls = _fail_once_on(monkeypatch, "fsync", tmp_path / "t-0", errno.EIO)
+
+    def mark(req_id: int) -> Any:
+        node.tell(shard, WriteTxnMarkers(req_id, [TxnMarkerRow("t", 0, 7, 0, True, 0)]),
+                  sender=handler.name)
+        [done] = wait_for(lambda: [d for d in _got(node, handler, "WriteTxnMarkersDone")
+                                   if d[0] == req_id], f"the answer to markers {req_id}")
+        return done
+
+    assert mark(2)[1] == [["t", 0, STORAGE]]
+    assert calls["failed"] == 1
+    _restarted_after_flush_failure(node, shard)
+    assert mark(3)[1] == [["t", 0, NONE]]
+    assert _append(node, shard, handler, 4, b"after")[2:4] == [NONE, 2]
+    assert len(_got(node, handler, "WriteTxnMarkersDone")) == 2, "each answered once"
+
+
+def test_a_follower_apply_whose_roll_fails_to_flush_restarts_the_shard_and_later_applies_succeed(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A follower's log (leader 2): the apply of the second batch rolls, and the roll's
+    flush fails. The row is answered KAFKA_STORAGE_ERROR, the shard restarts, and once
+    given its role again the follower applies the batch (it stayed out of the ISR for
+    good: every later apply needed that roll)."""
+    shard, handler = _single_node(node, tmp_path, ROLL_EVERY_BATCH)
+
+    def follow(req_id: int) -> None:
+        node.tell(shard, BecomeLeaderOrFollower(req_id, [ReplicaStateRow(
+            "t", 0, 2, 1, [1, 2], [1, 2], 1, False, ROLL_EVERY_BATCH)]), sender=handler.name)
+        wait_for(lambda: [d for d in _got(node, handler, "BecameLeaderOrFollower")
+                          if d[0] == req_id], "the follower's role")
+
+    def apply(req_id: int, offset: int, value: bytes) -> Any:
+        batch = build_batch([value], base_offset=offset, partition_leader_epoch=1)
+        node.tell(shard, FollowerApply(req_id, [FollowerApplyRow(
+            "t", 0, 1, batch, -1, 0, offset + 1, -1, -1, -1)]), sender=handler.name)
+        [done] = wait_for(lambda: [d for d in _got(node, handler, "FollowerApplied")
+                                   if d[0] == req_id], f"the answer to apply {req_id}")
+        [row] = done[1]
+        return row
+
+    follow(1)
+    row = apply(2, 0, b"first")
+    assert row[2:4] == [NONE, 1], row
+    calls = _fail_once_on(monkeypatch, "fsync", tmp_path / "t-0", errno.EIO)
+    assert apply(3, 1, b"second")[2:4] == [STORAGE, 1]
+    assert calls["failed"] == 1
+    _restarted_after_flush_failure(node, shard)
+    follow(4)
+    assert apply(5, 1, b"second")[2:4] == [NONE, 2]
+    assert apply(6, 2, b"third")[2:4] == [NONE, 3]

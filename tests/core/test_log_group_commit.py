@@ -23,7 +23,12 @@ from typing import Any
 
 import pytest
 
-from actors.core.partition_log import LogConfig, PartitionLog
+from actors.core.partition_log import (
+    FlushFailedError,
+    LogConfig,
+    PartitionLog,
+    UnflushedAppendError,
+)
 from actors.core.record_batch import build_batch
 from wire.errors import StorageError
 
@@ -206,14 +211,18 @@ def test_after_a_failed_fsync_the_recovery_point_stays_before_the_unflushed_batc
         real(fd)
 
     monkeypatch.setattr(os, "fsync", fails_once)
-    with pytest.raises(StorageError, match="Input/output error"):
+    # a distinct error (the shard restarts on it), naming the segment and the errno
+    with pytest.raises(FlushFailedError, match="Input/output error") as first:
         log.flush(NOW_MS)
-    assert failed and log.recovery_point == 1
-    with pytest.raises(StorageError, match="an earlier flush failed"):
+    assert (first.value.segment, first.value.errno) == ("00000000000000000000.log", errno.EIO)
+    assert failed and log.recovery_point == 1 and log.flush_failed is first.value
+    with pytest.raises(FlushFailedError, match="an earlier flush failed") as again:
         log.flush(NOW_MS)
+    assert (again.value.segment, again.value.errno) == (first.value.segment, errno.EIO)
     log.config = LogConfig(flush_messages=1)
-    with pytest.raises(StorageError, match="an earlier flush failed"):
+    with pytest.raises(UnflushedAppendError, match="an earlier flush failed") as appended:
         log.append_as_follower(build_batch([b"followed"], base_offset=2), NOW_MS)
+    assert isinstance(appended.value, FlushFailedError) and appended.value.errno == errno.EIO
     assert log.log_end_offset == 3 and log.recovery_point == 1
     log.close(NOW_MS)
     assert log.closed and log.recovery_point == 1

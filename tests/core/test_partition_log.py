@@ -11,6 +11,7 @@ import pytest
 from actors.core.checkpoint import CheckpointError, read_offset_checkpoint
 from actors.core.log_dir import CLEAN_SHUTDOWN_FILE, LogDir, parse_partition_dir_name
 from actors.core.partition_log import (
+    FlushFailedError,
     LogConfig,
     LogOffsetMetadata,
     PartitionLog,
@@ -666,6 +667,31 @@ def test_log_dir_close_after_a_failed_fsync_is_not_a_clean_shutdown(
     assert read_offset_checkpoint(tmp_path / "recovery-point-offset-checkpoint") == {
         ("a", 0): 0}
     assert not LogDir.open(tmp_path).had_clean_shutdown
+
+
+def test_log_dir_close_whose_flush_fails_closes_the_others_and_checkpoints(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Closing a's flushes it, and that fsync fails (EIO): b is closed all the same (and
+    flushed), the checkpoint is written with both (a's recovery point where its last
+    good flush left it), no clean-shutdown marker is, and the failure is raised."""
+    log_dir = LogDir.open(tmp_path)
+    a = log_dir.open_partition("a", 0, LogConfig(), 0)
+    b = log_dir.open_partition("b", 0, LogConfig(), 0)
+    a.append_as_leader(batch(2), 0, 0)
+    b.append_as_leader(batch(3), 0, 0)
+    real = os.fsync
+
+    def fails_once(fd: int) -> None:
+        monkeypatch.setattr(os, "fsync", real)
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fsync", fails_once)
+    with pytest.raises(FlushFailedError):
+        log_dir.close([a, b], now_ms=0)
+    assert a.closed and b.closed
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert read_offset_checkpoint(tmp_path / "recovery-point-offset-checkpoint") == {
+        ("a", 0): 0, ("b", 0): 3}
 
 
 def test_truncate_inside_the_batch_holding_the_log_start(tmp_path: Path) -> None:

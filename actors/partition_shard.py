@@ -558,6 +558,9 @@ class PartitionShard(Actor):
                     ", ".join(f"{t}-{p}" for t, p in sorted(self.undeleted)),
                     len(self.set_aside_left), ", ".join(a.name for a in self.set_aside_left))
                 self.warned_delete_tries = self.failed_delete_tries
+        else:
+            # all gone: a later failed delete is warned of at its first retry
+            self.next_delete_warning_ms = 0
 
     @handles(UpdatePartitionConfigs)
     def on_update_configs(self, msg: UpdatePartitionConfigs) -> None:

@@ -238,6 +238,14 @@ def test_deletes_that_still_fail_are_counted_and_warned_of_once_a_minute(
         assert "1 tries (1 since the last warning)" in warned[0], warned
         immutable(tmp_path / "t-0", False)
         wait_for(lambda: _stats(node, shard)["undeleted"] == 0, "the delete done", timeout=10)
+        # none left: a later failed delete is warned of at its first try, not a minute on
+        _ask(node, shard, handler, OpenPartitions(3, [OpenPartitionRow("u", 0, {})]))
+        immutable(tmp_path / "u-0")
+        _ask(node, shard, handler, DropPartitions(4, [TopicPartition("u", 0)]))
+        wait_for(lambda: [line for line in lines if "cannot be set aside (u-0)" in line],
+                 "the warning of the second failed delete", timeout=10)
+        immutable(tmp_path / "u-0", False)
+        wait_for(lambda: _stats(node, shard)["undeleted"] == 0, "the delete done", timeout=10)
     finally:
         logger.remove(sink)
 

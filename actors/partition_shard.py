@@ -1015,9 +1015,9 @@ class PartitionShard(Actor):
         self.flush_failures += 1
         code = "?" if failed.errno is None else errno.errorcode.get(failed.errno, failed.errno)
         self.log.error("the flush of {}-{} failed (segment {}, errno {}): {}; nothing after "
-                       "offset {} is known to be on disk, the shard restarts and reopens it "
-                       "from there", log.topic, log.partition, failed.segment, code, failed,
-                       log.recovery_point)
+                       "offset {} is known to be on disk: the log is reopened from there (the "
+                       "shard's restart, or the next start)", log.topic, log.partition,
+                       failed.segment, code, failed, log.recovery_point)
 
     def _log_refusal(self, topic: str, partition: int, exc: KafkaError) -> None:
         key = (topic, partition, int(exc.code))

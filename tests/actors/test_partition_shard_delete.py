@@ -286,3 +286,35 @@ def test_a_delete_whose_watchers_cannot_be_told_leaves_none_behind(
     assert ("t", 0) not in actor.watchers, "a watcher of the deleted partition is left"
     monkeypatch.undo()
     wait_for(lambda: not (tmp_path / "t-0").exists(), "the delete done later", timeout=10)
+
+
+def test_a_partition_opened_again_has_its_refusals_warned_of_again(
+        node: Node, tmp_path: Path) -> None:
+    """A refusal is warned of once per partition and error; a namesake opened after the
+    partition's delete is a new log, whose refusals are warned of again."""
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    try:
+        shard, handler = _shard(node, tmp_path)
+        corrupt = bytearray(build_batch([b"x"]))
+        corrupt[-1] ^= 0xFF  # its CRC no longer matches
+
+        def refuse(req_id: int) -> None:
+            node.tell(shard, Append(req_id, 1, 30_000, [AppendRow("t", 0, bytes(corrupt))]),
+                      sender=handler.name)
+            [done] = wait_for(lambda: [d for d in _got(node, handler, "AppendDone")
+                                       if d[0] == req_id], f"the answer to {req_id}")
+            assert done[1][0][2] == int(ErrorCode.CORRUPT_MESSAGE), done
+
+        def warned() -> int:
+            return len([line for line in lines if "refused a batch for t-0" in line])
+
+        refuse(10)
+        refuse(11)
+        assert warned() == 1
+        _ask(node, shard, handler, DropPartitions(2, [TopicPartition("t", 0)]))
+        _ask(node, shard, handler, OpenPartitions(3, [OpenPartitionRow("t", 0, {})]))
+        refuse(12)
+        assert warned() == 2, lines
+    finally:
+        logger.remove(sink)

@@ -9,9 +9,10 @@ change of that partition's log end or high watermark.
 
 from __future__ import annotations
 
+import errno
 import os
-import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from actors.core.file_regions import close_regions
@@ -19,7 +20,14 @@ from actors.core.follower_truncation import reset_offset, truncation_offset
 from actors.core.log_cleaner import describe_cleanable
 from actors.core.log_dir import LogDir
 from actors.core.offsets_codec import OFFSETS_TOPIC
-from actors.core.partition_log import PartitionLog, SwapRefusedError
+from actors.core.partition_log import (
+    DeletedNotClosedError,
+    FlushFailedError,
+    PartitionLog,
+    SwapRefusedError,
+    remove_set_aside,
+    set_aside,
+)
 from actors.core.partition_state import PROPOSAL_RETRY_MS, IsrProposal, PartitionState
 from actors.core.segment_swap import discard_staging
 from actors.core.topic_config import log_config_for
@@ -113,6 +121,8 @@ NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 # How long a marker waits for the ISR; shorter than the coordinator's MARKER_TIMEOUT_MS, so
 # a slow ISR is answered REQUEST_TIMED_OUT (and the marker sent again) before it gives up.
 MARKER_ACKS_TIMEOUT_MS = 3000
+# How often the housekeeping warns that deletes it tries again still fail.
+DELETE_WARNING_INTERVAL_MS = 60_000
 
 
 @dataclass(slots=True)
@@ -161,6 +171,22 @@ class PartitionShard(Actor):
         # Partitions deleted since the start: the log dir's offsets for them (read at
         # start) were the deleted log's, not a namesake's created later.
         self.dropped: set[tuple[str, int]] = set()
+        # Deleted partitions whose directory could not be set aside (renamed): no longer
+        # served nor hosted, tried again by the housekeeping, and no namesake opens the
+        # directory meanwhile. And set-aside directories whose removal failed.
+        self.undeleted: set[tuple[str, int]] = set()
+        self.set_aside_left: list[Path] = []
+        # A namesake of an undeleted partition that OpenPartitions (a topic created on a
+        # single node) asked for: its configs; opened as soon as the directory goes.
+        self.open_later: dict[tuple[str, int], dict[str, str]] = {}
+        # The housekeeping's tries that left some of those, and when it next warns so
+        # (once a minute: each try's failure is at debug).
+        self.failed_delete_tries = 0
+        self.warned_delete_tries = 0
+        self.next_delete_warning_ms = 0
+        # Logs whose flush failed since the start (each restarted the shard, which reopened
+        # it from its recovery point): kept across restarts, for the stats.
+        self.flush_failures = 0
 
     # ------------------------------------------------------------- lifecycle
     def setup(self) -> None:
@@ -176,6 +202,11 @@ class PartitionShard(Actor):
         self.partitions: dict[tuple[str, int], PartitionState] = {}
         self.watchers: dict[tuple[str, int], set[Address]] = {}
         self.errors_logged: set[tuple[str, int, int]] = set()
+        # partitions whose log's failed flush was logged (the log's life: until the
+        # restart that reopens it)
+        self.flush_failures_logged: set[tuple[str, int]] = set()
+        # a FollowerApply's first failed flush, raised once every row is answered
+        self.follower_flush_failed: FlushFailedError | None = None
         self._topic_keys: dict[tuple[str, str], tuple[str, str]] = {}
         self.counts = self.node.metrics.mine()  # setup runs in this actor's thread
         now = self.clock.wall_ms()
@@ -214,6 +245,13 @@ class PartitionShard(Actor):
         key = (topic, partition)
         if key in self.partitions:
             return
+        if key in self.undeleted and not self._delete_again(topic, partition):
+            raise NotDeletedYetError(f"{topic}-{partition} was deleted and its directory "
+                                     "could not be removed yet: it is not opened before it is")
+        self.open_later.pop(key, None)  # opened now
+        # a new log: its refusals are logged again, once each
+        self.errors_logged = {k for k in self.errors_logged if k[:2] != key}
+        self.flush_failures_logged.discard(key)
         hosted = self.hosted.get(key)
         offsets = hosted.offsets if hosted is not None else None
         if offsets is not None:
@@ -276,6 +314,9 @@ class PartitionShard(Actor):
         self._commit_and_answer()
         now = self.clock.wall_ms()
         rows = []
+        # a stop is clean (the LogManager writes the clean-shutdown marker, and the next
+        # start scans nothing) only if every log was closed and flushed
+        clean = True
         for key, state in self.partitions.items():
             closed = True
             try:
@@ -283,6 +324,9 @@ class PartitionShard(Actor):
             except Exception:
                 self.log.exception("closing {}-{} failed", state.log.topic, state.log.partition)
                 closed = False
+            self._report_flush_failure(state.log)  # a failed flush no handler saw
+            if not closed or state.log.flush_failed is not None:
+                clean = False  # closed as a crash leaves it: the next start scans it
             row = self._offset_row(state)
             hosted = self.hosted.get(key)
             if hosted is not None:
@@ -292,9 +336,10 @@ class PartitionShard(Actor):
             if closed:
                 rows.append(row)
         # Only a real stop is final: a crash restart runs teardown too, and must not
-        # let the LogManager write the clean-shutdown marker while the node runs.
+        # let the LogManager write the clean-shutdown marker while the node runs. Nor
+        # must a stop that left a log unflushed: the next start would not scan it.
         self.tell(self.topology.log_manager,
-                  CheckpointOffsets(self.name, self._stopping, rows, []))
+                  CheckpointOffsets(self.name, self._stopping and clean, rows, []))
         self.partitions = {}
 
     @staticmethod
@@ -323,6 +368,8 @@ class PartitionShard(Actor):
         if now < self.next_housekeeping_ms:
             return
         self.next_housekeeping_ms = now + 1000
+        if self.undeleted or self.set_aside_left:
+            self._retry_deletes()
         for state in self.partitions.values():
             state.log.maybe_flush(now)
         if now - self.last_checkpoint_ms >= min(
@@ -362,6 +409,13 @@ class PartitionShard(Actor):
         for row in msg.rows:
             try:
                 self._open(row.topic, row.partition, row.configs, now)
+            except NotDeletedYetError as exc:
+                # answered failed (it is not served yet), and opened by the housekeeping
+                # once the deleted one's directory goes: nothing else would open it
+                self.open_later[(row.topic, row.partition)] = dict(row.configs)
+                self.log.warning("{}; it is opened once that is done", exc)
+                error = f"{row.topic}-{row.partition}: {exc}; opened once it is"
+                failed.append(TopicPartition(row.topic, row.partition))
             except Exception as exc:
                 self.log.exception("cannot open {}-{}", row.topic, row.partition)
                 error = f"{row.topic}-{row.partition}: {exc}"
@@ -370,37 +424,27 @@ class PartitionShard(Actor):
 
     @handles(DropPartitions)
     def on_drop(self, msg: DropPartitions) -> None:
+        """Delete partitions (a deleted topic), open or not: each one's directory is set
+        aside (renamed to a ``-delete`` name of its own, as Kafka's), then removed.
+
+        A partition whose directory cannot be renamed is answered failed (``failed``:
+        the ReplicaManager answers the controller KAFKA_STORAGE_ERROR for it), is no
+        longer served and stays known as not deleted (``undeleted``): the housekeeping
+        tries again, and a namesake is not opened on its directory meanwhile. A
+        set-aside directory whose removal fails is deleted all the same (no log opens a
+        ``-delete`` directory, the log dir removes them at start); the housekeeping
+        tries again to remove it.
+        """
         dropped: list[TopicPartition] = []
         failed: list[TopicPartition] = []
         error = ""
         for tp in msg.rows:
-            key = (tp.topic, tp.partition)
-            # forgotten even if not open (a reopen failed, or a cluster's waiting for its
-            # role): a later crash must not bring a deleted partition back
-            self.hosted.pop(key, None)
-            self.roles_given.discard(key)
-            if key in self.log_dir.recovery_points or key in self.log_dir.high_watermarks:
-                self.dropped.add(key)  # only start-up offsets can be a namesake's
-            state = self.partitions.pop(key, None)
             try:
-                if state is None:
-                    # not open (a cluster's process opens nothing at start; a reopen
-                    # failed): its directory goes all the same, or a later topic of the
-                    # name would open the deleted one's data
-                    path = self.log_dir.partition_path(tp.topic, tp.partition)
-                    if not path.exists():
-                        continue
-                    aside = path.with_name(f"{path.name}.{os.getpid()}-delete")
-                    os.replace(path, aside)
-                    shutil.rmtree(aside, ignore_errors=True)
-                    self.log.info("deleted {}-{} (not open)", tp.topic, tp.partition)
-                else:
-                    self._notify(state, removed=True)
-                    self.watchers.pop(key, None)
-                    state.log.delete()
+                self._delete(tp.topic, tp.partition)
             except Exception as exc:
                 # answered, not a crash (a crash's restore would send this drop again)
-                self.log.exception("cannot delete {}-{}", tp.topic, tp.partition)
+                self.log.exception("cannot delete {}-{} (tried again later)", tp.topic,
+                                   tp.partition)
                 error = f"{tp.topic}-{tp.partition}: {exc}"
                 failed.append(TopicPartition(tp.topic, tp.partition))
                 continue
@@ -409,14 +453,128 @@ class PartitionShard(Actor):
             self.tell(self.topology.log_manager, CheckpointOffsets(self.name, False, [], dropped))
         self.reply(ShardDone(msg.req_id, error, failed))
 
+    def _delete(self, topic: str, partition: int) -> None:
+        """Forget the partition and set its directory aside; raises if it cannot be (the
+        partition is then out of service, its log closed, and known as undeleted)."""
+        key = (topic, partition)
+        # forgotten even if not open (a reopen failed, or a cluster's waiting for its
+        # role), or if the delete fails: a later crash must not bring a deleted partition
+        # back
+        self.hosted.pop(key, None)
+        self.roles_given.discard(key)
+        self.open_later.pop(key, None)  # a namesake created meanwhile is deleted too
+        state = self.partitions.pop(key, None)
+        try:
+            if state is None:
+                # not open (a cluster's process opens nothing at start; a reopen
+                # failed): its directory goes all the same, or a later topic of the
+                # name would open the deleted one's data
+                left = self._set_aside(topic, partition)
+            else:
+                # forgotten first: a failure telling them leaves none behind
+                watchers = self.watchers.pop(key, None)
+                if watchers:
+                    gone = PartitionChanged(PartitionState.gone_status(topic, partition), None)
+                    for watcher in watchers:
+                        self.tell(watcher, gone)
+                try:
+                    left = state.log.delete()  # a failed rename leaves it open, unchanged
+                except DeletedNotClosedError as exc:
+                    # renamed aside: deleted all the same; what is left goes later
+                    self.log.exception("deleting {}-{}: {}", topic, partition, exc)
+                    left = exc.left
+        except Exception:
+            self.undeleted.add(key)
+            if state is not None:
+                try:
+                    state.log.close_without_flush()
+                except Exception:
+                    self.log.exception("closing {}-{} failed", topic, partition)
+            raise
+        self._deleted(topic, partition, left, "" if state is not None else " (not open)")
+
+    def _set_aside(self, topic: str, partition: int) -> Path | None:
+        """Set aside and remove a partition's directory that no log has open; the
+        set-aside directory if its removal failed."""
+        path = self.log_dir.partition_path(topic, partition)
+        if not path.exists():
+            return None
+        aside = set_aside(path)
+        return None if remove_set_aside(aside) else aside
+
+    def _deleted(self, topic: str, partition: int, left: Path | None, how: str) -> None:
+        key = (topic, partition)
+        self.undeleted.discard(key)
+        if key in self.log_dir.recovery_points or key in self.log_dir.high_watermarks:
+            self.dropped.add(key)  # only start-up offsets can be a namesake's
+        if left is not None:
+            self.set_aside_left.append(left)
+            self.log.warning("deleted {}-{}{}; its set-aside directory {} could not be "
+                             "removed yet", topic, partition, how, left.name)
+        else:
+            self.log.info("deleted {}-{}{}", topic, partition, how)
+
+    def _delete_again(self, topic: str, partition: int) -> bool:
+        """Try again to set aside the directory of an undeleted partition."""
+        try:
+            left = self._set_aside(topic, partition)
+        except OSError as exc:
+            self.log.debug("{}-{}: its directory still cannot be set aside: {}", topic,
+                           partition, exc)
+            return False
+        self._deleted(topic, partition, left, " (its delete had failed)")
+        self.tell(self.topology.log_manager, CheckpointOffsets(
+            self.name, False, [], [TopicPartition(topic, partition)]))
+        return True
+
+    def _retry_deletes(self) -> None:
+        now = self.clock.wall_ms()
+        for topic, partition in sorted(self.undeleted):
+            if not self._delete_again(topic, partition):
+                continue
+            configs = self.open_later.pop((topic, partition), None)
+            if configs is None:
+                continue
+            try:
+                self._open(topic, partition, configs, now)
+            except Exception:
+                self.log.exception("cannot open {}-{}, created while its deleted namesake "
+                                   "was being removed", topic, partition)
+            else:
+                self.log.info("opened {}-{}, created while its deleted namesake was being "
+                              "removed", topic, partition)
+        self.set_aside_left = [aside for aside in self.set_aside_left
+                               if not remove_set_aside(aside)]
+        if self.undeleted or self.set_aside_left:
+            self.failed_delete_tries += 1
+            if now >= self.next_delete_warning_ms:
+                # each try's failure is at debug: one warning a minute says it goes on
+                self.next_delete_warning_ms = now + DELETE_WARNING_INTERVAL_MS
+                self.log.warning(
+                    "{} tries ({} since the last warning) left {} deleted partition(s) whose "
+                    "directory cannot be set aside ({}) and {} set-aside directory(ies) not "
+                    "removed ({}); trying again every second", self.failed_delete_tries,
+                    self.failed_delete_tries - self.warned_delete_tries, len(self.undeleted),
+                    ", ".join(f"{t}-{p}" for t, p in sorted(self.undeleted)),
+                    len(self.set_aside_left), ", ".join(a.name for a in self.set_aside_left))
+                self.warned_delete_tries = self.failed_delete_tries
+        else:
+            # all gone: a later failed delete is warned of at its first retry
+            self.next_delete_warning_ms = 0
+
     @handles(UpdatePartitionConfigs)
     def on_update_configs(self, msg: UpdatePartitionConfigs) -> None:
         """A topic's overrides changed: its logs take the new settings now."""
         error = ""
         failed: list[TopicPartition] = []
         for row in msg.rows:
-            state = self.partitions.get((row.topic, row.partition))
+            key = (row.topic, row.partition)
+            state = self.partitions.get(key)
             if state is None:
+                if key in self.open_later:
+                    # not open yet (its deleted namesake's directory is still there): the
+                    # housekeeping opens it with these
+                    self.open_later[key] = dict(row.configs)
                 continue
             try:
                 state.log.update_config(log_config_for(self.config, row.configs))
@@ -440,6 +598,7 @@ class PartitionShard(Actor):
         rows: list[DeleteRecordsDoneRow] = []
         moved: list[PartitionState] = []
         now = self.clock.wall_ms()
+        unflushed: FlushFailedError | None = None
         for req in msg.rows:
             state = self.partitions.get((req.topic, req.partition))
             if state is None:
@@ -467,6 +626,13 @@ class PartitionShard(Actor):
                                   "({} segment(s) deleted)", req.topic, req.partition,
                                   log.log_start_offset, deleted)
             except KafkaError as exc:
+                if isinstance(exc, FlushFailedError):
+                    # a roll's flush failed: answered, then the shard restarts (below)
+                    self._report_flush_failure(log)
+                    unflushed = exc
+                elif isinstance(exc, StorageError):
+                    # a roll's write of this turn's staged batches failed: told now
+                    self._fail_lost_rows(req.topic, req.partition, state, [], [])
                 rows.append(DeleteRecordsDoneRow(req.topic, req.partition, -1, int(exc.code),
                                                  str(exc)))
                 continue
@@ -476,6 +642,9 @@ class PartitionShard(Actor):
             self.tell(self.topology.log_manager, CheckpointOffsets(
                 self.name, False, [self._offset_row(s) for s in moved], []))
         self.reply(DeleteRecordsDone(msg.req_id, rows))
+        if unflushed is not None:
+            # the log flushes no more: the restart reopens it from its recovery point
+            raise unflushed
 
     @handles(DescribeLogDir)
     def on_describe_log_dir(self, msg: DescribeLogDir) -> None:
@@ -548,12 +717,22 @@ class PartitionShard(Actor):
         waiting: list[WatchProduceRow] = []
         now = self._wall_ns() // 1_000_000
         staged = self.staged
+        unflushed: FlushFailedError | None = None
         try:
             for req in msg.rows:
                 topic, partition = req.topic, req.partition
                 state = self.partitions.get((topic, partition))
                 if state is None:
                     rows.append(AppendDoneRow(topic, partition, UNKNOWN_TP, -1, -1, -1, None))
+                    continue
+                failed = state.log.flush_failed
+                if failed is not None:
+                    # its flush failed (in this Append, below): refused, and the shard
+                    # restarts after this Append (whatever path let a failure go on)
+                    self._report_flush_failure(state.log)
+                    rows.append(AppendDoneRow(topic, partition, int(failed.code), -1, -1,
+                                              state.log.log_start_offset, str(failed)))
+                    unflushed = unflushed or failed
                     continue
                 if not state.is_leader:
                     rows.append(AppendDoneRow(topic, partition, NOT_LEADER, -1, -1, -1, None))
@@ -564,33 +743,67 @@ class PartitionShard(Actor):
                         f"ISR has {len(state.isr)} replicas, "
                         f"min.insync.replicas is {state.min_insync_replicas}"))
                     continue
+                log = state.log
                 try:
-                    info = state.log.append_as_leader(req.records, state.leader_epoch, now,
-                                                      msg.coordinator, defer=True)
-                except KafkaError as exc:
+                    info = log.append_as_leader(req.records, state.leader_epoch, now,
+                                                msg.coordinator, defer=True)
+                except FlushFailedError as exc:
+                    # The log's flush failed: a roll's before the batch (not in the log), or
+                    # the one flush.messages asked for right after it (UnflushedAppendError:
+                    # in the log). Answered KAFKA_STORAGE_ERROR, as Kafka does (the
+                    # producer was promised that flush). The record may remain in the log
+                    # (the restart reopens it from the recovery point and keeps what is
+                    # whole), as in Kafka once the log dir is back: a producer without
+                    # idempotence that sends it again may find it twice. The other rows
+                    # go on; then the failure goes on to the shard's restart, which reopens
+                    # the log from its recovery point (as Kafka takes a failed log dir
+                    # offline): the log flushes no more until then.
+                    self._report_flush_failure(log)
                     self._log_refusal(topic, partition, exc)
                     rows.append(AppendDoneRow(topic, partition, int(exc.code), -1, -1,
-                                              state.log.log_start_offset, str(exc)))
+                                              log.log_start_offset, str(exc)))
+                    unflushed = exc
                     continue
-                if state.log.staged_bytes:
+                except KafkaError as exc:
+                    if isinstance(exc, StorageError):
+                        # a failed write put back this turn's staged batches too
+                        self._fail_lost_rows(topic, partition, state, rows, waiting)
+                    self._log_refusal(topic, partition, exc)
+                    rows.append(AppendDoneRow(topic, partition, int(exc.code), -1, -1,
+                                              log.log_start_offset, str(exc)))
+                    continue
+                # The batch is in the log, or staged for the turn's write: its row and its
+                # wait are recorded before anything else can fail, so that a failure from
+                # here on answers it at its offset (after the turn's write; acks=-1
+                # through the purgatory), never as failed: the producer would send it
+                # again, and the log would hold it twice.
+                if log.staged_bytes:
                     staged[(topic, partition)] = state
-                state.on_leader_append()
-                state.log.maybe_flush(now)
-                self._count(topic, "in", len(req.records),
-                            info.last_offset - info.first_offset + 1)
-                wait = (WatchProduceRow(topic, partition, info.last_offset + 1, info.first_offset,
-                                        info.log_append_time_ms, info.log_start_offset,
-                                        state.leader_epoch, NONE)
-                        if msg.acks == -1 and state.log.high_watermark <= info.last_offset
-                        else None)
-                # the row and its wait together: nothing between them can fail
-                rows.append(AppendDoneRow(topic, partition, NONE, info.first_offset,
+                first, last = info.first_offset, info.last_offset
+                rows.append(AppendDoneRow(topic, partition, NONE, first,
                                           info.log_append_time_ms, info.log_start_offset, None))
-                if wait is not None:
-                    waiting.append(wait)
+                try:
+                    state.on_leader_append()
+                finally:
+                    # acks=-1 waits unless the ISR holds it already (a leader alone), the
+                    # bookkeeping failed or not (it only moves the high watermark up)
+                    if msg.acks == -1 and log.high_watermark <= last:
+                        waiting.append(WatchProduceRow(
+                            topic, partition, last + 1, first, info.log_append_time_ms,
+                            info.log_start_offset, state.leader_epoch, NONE))
+                try:
+                    log.maybe_flush(now)
+                except FlushFailedError as exc:
+                    # flush.ms's flush, after the batch (answered at its offset): the shard
+                    # restarts after this Append, as above
+                    self._report_flush_failure(log)
+                    unflushed = exc
+                self._count(topic, "in", len(req.records), last - first + 1)
                 self._notify(state)
+            if unflushed is not None:
+                raise unflushed  # every row answered: after the turn's write (below)
         except Exception:
-            # Rows appended before the failure keep their offsets (answering them as
+            # Rows recorded before the failure keep their offsets (answering them as
             # failed would make non-idempotent producers write them twice), and go out as
             # any answer does: after the turn's staged writes (a failed write makes them
             # KAFKA_STORAGE_ERROR), an acks=-1 row the ISR lacks through the purgatory,
@@ -617,15 +830,17 @@ class PartitionShard(Actor):
         A log whose write failed was put back as it was before the staged
         batches: their rows are answered KAFKA_STORAGE_ERROR.
         """
-        failed: dict[tuple[str, int], StorageError] = {}
+        failed: dict[tuple[str, int], tuple[StorageError, int]] = {}
         if self.staged:
             self.group_commits += 1
             for key, state in self.staged.items():
-                error = state.log.commit()
-                if error is not None:
-                    failed[key] = error
+                lost = state.log.commit_lost()
+                if lost is not None:
+                    # the batches the failed write put back: those at or past the log end
+                    # it left
+                    failed[key] = lost
                     self.log.error("lost the staged appends of {}-{}: {}", key[0], key[1],
-                                   error)
+                                   lost[0])
             self.staged = {}
         answers, self.unanswered = self.unanswered, []
         self.group_committed_appends += len(answers)
@@ -633,13 +848,27 @@ class PartitionShard(Actor):
         for sender, msg, rows, waiting, trace in answers:
             self._trace = trace
             if failed:
-                rows = [AppendDoneRow(r.topic, r.partition, int(ErrorCode.KAFKA_STORAGE_ERROR),
-                                      -1, -1, -1, str(failed[(r.topic, r.partition)]))
-                        if r.error_code == NONE and (r.topic, r.partition) in failed else r
-                        for r in rows]
-                waiting = [w for w in waiting if (w.topic, w.partition) not in failed]
+                rows, waiting = _without_lost(rows, waiting, failed)
             self._answer(sender, msg, rows, waiting)
         self._trace = saved
+
+    def _fail_lost_rows(self, topic: str, partition: int, state: PartitionState,
+                        rows: list[AppendDoneRow], waiting: list[WatchProduceRow]) -> None:
+        """A StorageError from a write to the log (an append's, a marker's, a roll's): a
+        failed write may have put the log back as it was before batches staged earlier
+        in this turn, whose rows (this Append's ``rows`` and ``waiting``, and the
+        answers that wait) say they are written. The log's commit tells (and forgets)
+        that error now, before a later append takes their offsets again (the log
+        refuses every append until then): the rows at or past the log end become
+        KAFKA_STORAGE_ERROR."""
+        found = state.log.commit_lost()
+        if found is None:
+            return
+        self.log.error("lost the staged appends of {}-{}: {}", topic, partition, found[0])
+        lost = {(topic, partition): found}
+        rows[:], waiting[:] = _without_lost(rows, waiting, lost)
+        self.unanswered = [(sender, msg, *_without_lost(r, w, lost), trace)
+                           for sender, msg, r, w, trace in self.unanswered]
 
     def _answer(self, sender: Address, msg: Append, rows: list[AppendDoneRow],
                 waiting: list[WatchProduceRow]) -> None:
@@ -664,8 +893,24 @@ class PartitionShard(Actor):
         appended: list[AppendDoneRow] = []
         waiting: list[WatchProduceRow] = []
         now = self.clock.wall_ms()
+        unflushed: FlushFailedError | None = None
+        broken: set[tuple[str, int]] = set()
         for req in msg.rows:
             state = self.partitions.get((req.topic, req.partition))
+            failed = None if state is None else state.log.flush_failed
+            if (req.topic, req.partition) in broken or failed is not None:
+                # its log's flush failed (below): nothing more is written to it before the
+                # restart (the fsync tried again would say it succeeded, and a marker
+                # written now would be answered as flushed)
+                if unflushed is None:
+                    assert state is not None and failed is not None
+                    self._report_flush_failure(state.log)
+                    unflushed = failed  # whatever path let it go on: the restart mends it
+                code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+                rows.append(TxnMarkerDoneRow(req.topic, req.partition, code))
+                appended.append(AppendDoneRow(req.topic, req.partition, code, -1, -1, -1,
+                                              str(unflushed)))
+                continue
             if state is None or not state.is_leader:
                 code = UNKNOWN_TP if state is None else NOT_LEADER
                 rows.append(TxnMarkerDoneRow(req.topic, req.partition, code))
@@ -682,6 +927,22 @@ class PartitionShard(Actor):
                 info = state.log.append_control(req.producer_id, req.producer_epoch, req.commit,
                                                 req.coordinator_epoch, state.leader_epoch, now)
             except KafkaError as exc:
+                if isinstance(exc, FlushFailedError):
+                    # The log's flush failed: a roll's before the marker (not in the log),
+                    # or the one flush.messages asked for after it (UnflushedAppendError:
+                    # in the log). Answered KAFKA_STORAGE_ERROR, as an Append's (and
+                    # Kafka's), its outcome untold to the group coordinators; the
+                    # coordinator sends it again, and a marker with no open transaction
+                    # changes nothing. The marker may remain in the log. Then the failure
+                    # goes on (the shard's restart, which reopens the log from its recovery
+                    # point); the partition's later markers here are refused.
+                    self._report_flush_failure(state.log)
+                    unflushed = exc
+                    broken.add((req.topic, req.partition))
+                elif isinstance(exc, StorageError):
+                    # the write of this turn's staged batches (before the marker) failed:
+                    # told now, so the later appends of the turn are not refused
+                    self._fail_lost_rows(req.topic, req.partition, state, [], [])
                 self._log_refusal(req.topic, req.partition, exc)
                 rows.append(TxnMarkerDoneRow(req.topic, req.partition, int(exc.code)))
                 appended.append(AppendDoneRow(req.topic, req.partition, int(exc.code), -1, -1,
@@ -705,11 +966,13 @@ class PartitionShard(Actor):
                     info.log_start_offset, state.leader_epoch, NONE))
         if not waiting:
             self.reply(WriteTxnMarkersDone(msg.req_id, rows))
-            return
-        sender = self.current_sender
-        assert sender is not None
-        self._watch_produce(sender, Append(msg.req_id, -1, MARKER_ACKS_TIMEOUT_MS, []),
-                            appended, waiting)
+        else:
+            sender = self.current_sender
+            assert sender is not None
+            self._watch_produce(sender, Append(msg.req_id, -1, MARKER_ACKS_TIMEOUT_MS, []),
+                                appended, waiting)
+        if unflushed is not None:
+            raise unflushed
 
     def _watch_produce(self, sender: Address, msg: Append, rows: list[AppendDoneRow],
                        waiting: list[WatchProduceRow]) -> None:
@@ -740,6 +1003,21 @@ class PartitionShard(Actor):
         counts = self.counts  # this thread's counters, added to directly
         counts[keys[0]] += size
         counts[keys[1]] += max(0, records)
+
+    def _report_flush_failure(self, log: PartitionLog) -> None:
+        """A log's flush failed: said at ERROR once per log (its refusals after that are
+        warned of once by _log_refusal), and counted for the stats."""
+        failed = log.flush_failed
+        key = (log.topic, log.partition)
+        if failed is None or key in self.flush_failures_logged:
+            return
+        self.flush_failures_logged.add(key)
+        self.flush_failures += 1
+        code = "?" if failed.errno is None else errno.errorcode.get(failed.errno, failed.errno)
+        self.log.error("the flush of {}-{} failed (segment {}, errno {}): {}; nothing after "
+                       "offset {} is known to be on disk: the log is reopened from there (the "
+                       "shard's restart, or the next start)", log.topic, log.partition,
+                       failed.segment, code, failed, log.recovery_point)
 
     def _log_refusal(self, topic: str, partition: int, exc: KafkaError) -> None:
         key = (topic, partition, int(exc.code))
@@ -1211,8 +1489,15 @@ class PartitionShard(Actor):
         """The fetcher's answer from the leader, applied to this follower's log (Kafka's
         processPartitionData / truncate / appendAsFollower)."""
         now = self.clock.wall_ms()
+        self.follower_flush_failed = None
         rows = [self._apply_one(row, now) for row in msg.rows]
         self.reply(FollowerApplied(msg.req_id, rows))
+        unflushed, self.follower_flush_failed = self.follower_flush_failed, None
+        if unflushed is not None:
+            # a log's flush failed (its row answered KAFKA_STORAGE_ERROR): it flushes no
+            # more, and its follower would stay out of the ISR for good; the shard's restart
+            # reopens it from its recovery point, and the fetcher goes on from there
+            raise unflushed
 
     def _apply_one(self, row: FollowerApplyRow, now: int) -> FollowerStateRow:
         topic, partition = row.topic, row.partition
@@ -1253,6 +1538,9 @@ class PartitionShard(Actor):
             if row.leader_log_start_offset > log.log_start_offset:
                 self._follow_log_start(state, row.leader_log_start_offset, now)
         except KafkaError as exc:
+            if isinstance(exc, FlushFailedError):
+                self._report_flush_failure(log)
+                self.follower_flush_failed = self.follower_flush_failed or exc
             self._log_refusal(topic, partition, exc)
             return FollowerStateRow(topic, partition, int(exc.code), log.log_end_offset,
                                     log.latest_epoch, log.high_watermark, truncated,
@@ -1302,6 +1590,17 @@ class PartitionShard(Actor):
             "leaders": sorted(f"{t}-{p}" for (t, p), s in self.partitions.items()
                               if s.is_leader),
             "watched": len(self.watchers),
+            # deleted partitions whose directory could not be set aside yet, set-aside
+            # directories not removed yet, and the housekeeping's tries that left some
+            # (since the start: cumulative, not reset when none are left)
+            "undeleted": len(self.undeleted),
+            "set_aside_left": len(self.set_aside_left),
+            "failed_delete_tries": self.failed_delete_tries,
+            # the logs whose flush failed and that were not reopened yet (the restart
+            # their failure leads to reopens them), and how many failed since the start
+            "flush_failed": sorted(f"{t}-{p}" for (t, p), s in self.partitions.items()
+                                   if s.log.flush_failed is not None),
+            "flush_failures": self.flush_failures,
             "group_commits": self.group_commits,
             "group_committed_appends": self.group_committed_appends,
             "replication": dict(self.replication),
@@ -1315,6 +1614,28 @@ class PartitionShard(Actor):
                          s.is_leader and len(s.isr) < len(s.replicas), s.leader_id < 0]
                         for (t, p), s in self.partitions.items()],
         }
+
+
+class NotDeletedYetError(StorageError):
+    """A partition is opened while its deleted namesake's directory is still there."""
+
+
+def _without_lost(rows: list[AppendDoneRow], waiting: list[WatchProduceRow],
+                  lost: dict[tuple[str, int], tuple[StorageError, int]],
+                  ) -> tuple[list[AppendDoneRow], list[WatchProduceRow]]:
+    """``rows`` and ``waiting`` with the appends a failed write put back (``lost``: per
+    partition, the error and the log end it left; a row at or past it is not in the log)
+    answered KAFKA_STORAGE_ERROR, and not waited for."""
+    def gone(topic: str, partition: int, base_offset: int) -> StorageError | None:
+        found = lost.get((topic, partition))
+        return found[0] if found is not None and base_offset >= found[1] else None
+
+    kept = []
+    for r in rows:
+        error = gone(r.topic, r.partition, r.base_offset) if r.error_code == NONE else None
+        kept.append(r if error is None else AppendDoneRow(
+            r.topic, r.partition, int(ErrorCode.KAFKA_STORAGE_ERROR), -1, -1, -1, str(error)))
+    return kept, [w for w in waiting if gone(w.topic, w.partition, w.base_offset) is None]
 
 
 def _replica_error(topic: str, partition: int, code: int) -> ReplicaReadDoneRow:

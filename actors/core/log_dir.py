@@ -28,10 +28,9 @@ from actors.core.checkpoint import (
     write_atomically,
     write_offset_checkpoint,
 )
-from actors.core.partition_log import LogConfig, PartitionLog
+from actors.core.partition_log import DELETE_SUFFIX, LogConfig, PartitionLog
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-DELETE_SUFFIX = "-delete"
 
 TopicPartition = tuple[str, int]
 
@@ -157,11 +156,22 @@ class LogDir:
 
         After an unclean start the marker is written only if every partition
         of the dir was opened (so recovered) in this run; otherwise a partition
-        never opened would later be trusted without its recovery scan.
+        never opened would later be trusted without its recovery scan. Nor is it
+        written if a log's flush had failed (it is closed unflushed: scanned next time),
+        nor if a log's close failed: the others still close and the checkpoint is written,
+        then the first failure is raised.
         """
         logs = list(logs)
+        failed: Exception | None = None
         for log in logs:
-            log.close(now_ms)
+            try:
+                log.close(now_ms)
+            except Exception as exc:  # the others still close, the checkpoint is written
+                failed = failed or exc
         self.checkpoint(logs)
+        if failed is not None:
+            raise failed  # not clean: no marker (the failed log is scanned next time)
+        if any(log.flush_failed is not None for log in logs):
+            return
         if self.had_clean_shutdown or set(self.partitions()) <= self._opened:
             write_atomically(self.path / CLEAN_SHUTDOWN_FILE, b"")

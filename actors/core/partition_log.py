@@ -16,14 +16,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import uuid
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from actors.core.batch_fast import single_batch
-from actors.core.checkpoint import TMP_SUFFIX
+from actors.core.checkpoint import TMP_SUFFIX, fsync_dir
 from actors.core.log_epoch_cache import UNDEFINED_EPOCH, LeaderEpochCache
 from actors.core.log_index import DEFAULT_MAX_INDEX_BYTES, TIME_INDEX_SUFFIX
 from actors.core.log_segment import INDEX_SUFFIX, LOG_SUFFIX, LogSegment
@@ -145,6 +146,42 @@ def _continues(previous_next_offset: int, base: int, recovery_point: int) -> boo
     return previous_next_offset < base <= recovery_point
 
 
+class FlushFailedError(StorageError):
+    """A flush of the log failed (an fsync), now or before (``PartitionLog.flush_failed``):
+    what follows the recovery point is not known to be on disk, and the log flushes no
+    more (an fsync tried again would say it succeeded). Only a reopen from the recovery
+    point mends it: the shard answers what it must, then restarts (as Kafka takes the
+    log dir offline). ``segment`` is the file whose flush failed first, ``errno`` its
+    error's (None if not an OSError's)."""
+
+    def __init__(self, message: str, segment: str, errno: int | None) -> None:
+        super().__init__(message)
+        self.segment = segment
+        self.errno = errno
+
+
+class UnflushedAppendError(FlushFailedError):
+    """An append's batches are in the log, but the flush that ``flush.messages`` asked
+    for right after them failed (the fsync): ``info`` is the append's. It is answered
+    KAFKA_STORAGE_ERROR, as Kafka does, though its records may remain in the log (as in
+    Kafka once the failed log dir is back); the failure itself is the log's, as any
+    failed flush."""
+
+    def __init__(self, message: str, info: AppendInfo, failed: FlushFailedError) -> None:
+        super().__init__(message, failed.segment, failed.errno)
+        self.info = info
+
+
+class DeletedNotClosedError(StorageError):
+    """A delete renamed the partition's directory aside (the delete is done: no log
+    opens a ``-delete`` directory), then closing the log's files failed. ``left`` is the
+    set-aside directory if its removal failed too (to try again), else None."""
+
+    def __init__(self, message: str, left: Path | None) -> None:
+        super().__init__(message)
+        self.left = left
+
+
 class SwapRefusedError(Exception):
     """A cleaning no longer fits the log (segments went or changed meanwhile)."""
 
@@ -224,6 +261,12 @@ class PartitionLog:
         # (taken back if the staged write fails), and that failure, for commit().
         self._staged_entries: list[ProducerStateEntry] = []
         self._commit_error: StorageError | None = None
+        self._lost_from = 0  # the log end that failed write left: its batches were past it
+        # A failed fsync (flush): from then on every flush fails and close does not
+        # flush, so the recovery point stays where the last good flush left it and the
+        # reopen scans from there. An fsync tried again after a failed one returns 0 once
+        # the error was reported, though the pages whose writeback failed may be lost.
+        self.flush_failed: FlushFailedError | None = None
         # Bumped whenever segments are cut or replaced other than by appends and
         # retention: a cleaning planned before such a change is refused.
         self.generation = 0
@@ -491,7 +534,12 @@ class PartitionLog:
         staged, and written with the others by ``commit()``, which must run
         before the append is acknowledged. Anything that reads the log writes
         staged batches first, so the log reads the same either way.
+
+        Refused (StorageError) while a failed write of staged batches is not told
+        yet (``commit()``): see ``_refuse_while_lost``.
         """
+        if self._commit_error is not None:
+            self._refuse_while_lost()
         if not coordinator and len(records) <= self._single_batch_max_bytes:
             fields = single_batch(records)
             if fields is not None:
@@ -538,12 +586,13 @@ class PartitionLog:
                         if defer:
                             self._staged_entries.append(entry)
                     self._unflushed_messages += records_count
-                    if self._unflushed_messages >= config.flush_messages:
-                        self.flush(now_ms)
                     # tuple.__new__ skips the NamedTuple's Python-level __new__ (a frame).
-                    return _new_tuple(AppendInfo, (first_offset, next_offset - 1, max_timestamp,
+                    info = _new_tuple(AppendInfo, (first_offset, next_offset - 1, max_timestamp,
                                                    -1, self._log_start_offset, records_count,
                                                    size, False))
+                    if self._unflushed_messages >= config.flush_messages:
+                        self._flush_appended(now_ms, info)
+                    return info
         headers = check_batches(records)
         if not headers:
             return self._empty_append_info()
@@ -594,9 +643,35 @@ class PartitionLog:
                 self._track_transaction(records, header, header.position, base,
                                         self.segments[-1].base_offset)
         # Positional: keyword construction of a NamedTuple costs twice as much.
-        return AppendInfo(first_offset, offset - 1, max_timestamp,
+        info = AppendInfo(first_offset, offset - 1, max_timestamp,
                           -1 if append_time is None else now_ms, self._log_start_offset,
                           num_records, total)
+        if self._unflushed_messages >= self.config.flush_messages:
+            self._flush_appended(now_ms, info)
+        return info
+
+    def _flush_appended(self, now_ms: int, info: AppendInfo) -> None:
+        """The flush ``flush.messages`` asks for after an append (``info``), once the
+        append is complete (its transaction tracked). A failed write of the staged
+        batches (this append's among them) put the log back: its StorageError goes as it
+        is. A failure with the batches in the log (the fsync) is UnflushedAppendError:
+        the caller learns they are there (and that the append is complete: its
+        transaction tracked, its producer's sequence recorded)."""
+        try:
+            self.flush(now_ms)
+        except FlushFailedError as exc:
+            if self.log_end_offset <= info.last_offset:
+                raise
+            raise UnflushedAppendError(str(exc), info, exc) from exc
+
+    def _refuse_while_lost(self) -> NoReturn:
+        """A failed write put the log back as it was before the staged batches, and its
+        error waits for ``commit()``, whose caller fails the appends at or past the log
+        end it left. An append now would take those offsets again, and the lost appends'
+        answers would then point at its records: every append is refused until then."""
+        raise StorageError(
+            f"{self.topic}-{self.partition}: not appended: a failed write took back staged "
+            f"batches, whose loss is not told yet ({self._commit_error})")
 
     def commit(self) -> StorageError | None:
         """Write the batches staged by ``append_as_leader(defer=True)`` (one writev).
@@ -605,14 +680,24 @@ class PartitionLog:
         write (a read, a roll, a flush), after the log was put back as it was
         before them: those appends must be answered as failed.
         """
+        lost = self.commit_lost()
+        return None if lost is None else lost[0]
+
+    def commit_lost(self) -> tuple[StorageError, int] | None:
+        """``commit()``, with the log end the failed write left when it failed: the
+        appends it lost were at or past it (the log end now may differ: a truncation,
+        a follower's reset since)."""
         active = self.segments[-1] if self.segments else None
         if active is not None and active.staged_bytes:
             try:
                 active.write_staged()
             except StorageError:
                 pass  # recorded by _staged_written
-        error, self._commit_error = self._commit_error, None
-        return error
+        error = self._commit_error
+        if error is None:
+            return None
+        self._commit_error = None
+        return error, self._lost_from
 
     @property
     def staged_bytes(self) -> int:
@@ -629,6 +714,7 @@ class PartitionLog:
             self._high_watermark = self.log_end_offset
         self._hw_metadata = None
         self._commit_error = error
+        self._lost_from = self.log_end_offset
 
     def append_as_follower(self, records: bytes | bytearray | memoryview,
                            now_ms: int) -> AppendInfo:
@@ -637,6 +723,8 @@ class PartitionLog:
         They must continue the log exactly: a gap or an overlap is refused, as is
         any batch that fails the checks of a leader append's first stage.
         """
+        if self._commit_error is not None:
+            self._refuse_while_lost()
         headers = check_batches(records)
         if not headers:
             return self._empty_append_info()
@@ -676,8 +764,11 @@ class PartitionLog:
             if header.is_transactional:
                 self._track_transaction(records, header, header.position, header.base_offset,
                                         self.segments[-1].base_offset)
-        return AppendInfo(first_offset, expected - 1, max_timestamp, -1,
+        info = AppendInfo(first_offset, expected - 1, max_timestamp, -1,
                           self._log_start_offset, num_records, total)
+        if self._unflushed_messages >= self.config.flush_messages:
+            self._flush_appended(now_ms, info)
+        return info
 
     def _write(self, pieces: list[bytes | bytearray | memoryview], length: int,
                placed: list[tuple[int, int, int, int, int]], headers: list[BatchHeader],
@@ -703,8 +794,6 @@ class PartitionLog:
                                                          base + header.last_offset_delta,
                                                          max_ts))
         self._unflushed_messages += num_records
-        if self._unflushed_messages >= self.config.flush_messages:
-            self.flush(now_ms)
 
     def append_control(self, producer_id: int, producer_epoch: int, commit: bool,
                        coordinator_epoch: int, leader_epoch: int, now_ms: int) -> AppendInfo:
@@ -714,6 +803,8 @@ class PartitionLog:
         a marker for a producer with no open transaction here is written all the
         same (a retried marker) and changes nothing.
         """
+        if self._commit_error is not None:
+            self._refuse_while_lost()
         self.producer_state.check_marker_epoch(producer_id, producer_epoch)
         offset = self.log_end_offset
         batch = bytearray(control_batch(producer_id, producer_epoch, commit, coordinator_epoch,
@@ -725,8 +816,11 @@ class PartitionLog:
         self._write([head, rest], size, placed, [header], offset, offset, header.max_timestamp,
                     1, now_ms, (leader_epoch,))
         self._track_transaction(batch, header, 0, offset, self.segments[-1].base_offset)
-        return AppendInfo(offset, offset, header.max_timestamp, -1, self._log_start_offset, 1,
+        info = AppendInfo(offset, offset, header.max_timestamp, -1, self._log_start_offset, 1,
                           size)
+        if self._unflushed_messages >= self.config.flush_messages:
+            self._flush_appended(now_ms, info)
+        return info
 
     def _empty_append_info(self) -> AppendInfo:
         leo = self.log_end_offset
@@ -1099,12 +1193,33 @@ class PartitionLog:
     # ------------------------------------------------------------------ flush
 
     def flush(self, now_ms: int) -> None:
-        """fsync every segment holding offsets at or above the recovery point."""
+        """fsync every segment holding offsets at or above the recovery point.
+
+        Raises FlushFailedError if the fsync fails, and from then on (``flush_failed``
+        set) every call raises it without trying: the recovery point no longer moves. A
+        failed write of the staged batches (before the fsync) is a plain StorageError,
+        not a failed flush: the log was put back, and flushes go on."""
+        failed = self.flush_failed
+        if failed is not None:
+            raise FlushFailedError(
+                f"{self.topic}-{self.partition}: not flushed: an earlier flush failed "
+                f"({failed}); what follows offset {self._recovery_point} is not "
+                "known to be on disk", failed.segment, failed.errno)
         leo = self.log_end_offset
         if self._recovery_point < leo:
             first = max(bisect_right(self._bases, self._recovery_point) - 1, 0)
+            active = self.segments[-1]
+            if active.staged_bytes:
+                active.write_staged()  # fails as a write (the log put back), not a flush
             for segment in self.segments[first:]:
-                segment.flush()
+                try:
+                    segment.flush()
+                except StorageError as exc:
+                    cause = exc.__cause__
+                    self.flush_failed = FlushFailedError(
+                        f"{self.topic}-{self.partition}: {exc}", segment.log_path.name,
+                        cause.errno if isinstance(cause, OSError) else None)
+                    raise self.flush_failed from exc
         self._recovery_point = leo
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
@@ -1121,10 +1236,23 @@ class PartitionLog:
 
     def close(self, now_ms: int = 0) -> None:
         """Flush, snapshot the producer state (spares a scan on open), close files
-        (the active segment's indexes trimmed, as Kafka's)."""
+        (the active segment's indexes trimmed, as Kafka's).
+
+        A log whose flush failed (now or before) is closed as a crash leaves it
+        (``close_without_flush``): its recovery point stays where the last good flush
+        left it, and the reopen scans from there. The failure of a flush now is raised
+        after that."""
         if self.closed:
             return
-        self.flush(now_ms)
+        if self.flush_failed is not None:
+            self.close_without_flush()
+            return
+        try:
+            self.flush(now_ms)
+        except StorageError:
+            if self.flush_failed is not None:
+                self.close_without_flush()
+            raise
         if self.producer_state.producers:
             write_snapshot(self.dir, self.log_end_offset, self.producer_state)
         for segment in self.segments:
@@ -1138,19 +1266,74 @@ class PartitionLog:
             segment.close(trim=False)
         self.closed = True
 
-    def delete(self) -> None:
+    def delete(self) -> Path | None:
         """Close and remove the partition's directory (DeleteTopics).
 
-        The directory is first renamed aside, so a crash mid-delete leaves a
-        ``-delete`` directory that the log dir removes instead of a half log.
+        The directory is first set aside (``set_aside``), so a crash mid-delete leaves a
+        ``-delete`` directory that the log dir removes instead of a half log. A failed
+        rename raises with the log as it was (open, in its directory); a failed close
+        after it raises DeletedNotClosedError. Returns the ``-delete`` directory if its
+        removal failed (to try again), else None.
         """
-        self.close_without_flush()
-        aside = self.dir.with_name(f"{self.dir.name}.{os.getpid()}-delete")
-        if self.dir.exists():
-            os.replace(self.dir, aside)
-            shutil.rmtree(aside, ignore_errors=True)
+        aside = set_aside(self.dir) if self.dir.exists() else None
+        try:
+            self.close_without_flush()
+        except Exception as exc:
+            if aside is None:
+                raise
+            left = None if remove_set_aside(aside) else aside
+            raise DeletedNotClosedError(
+                f"{self.topic}-{self.partition} was set aside as {aside.name}, but closing "
+                f"its files failed: {exc!r}", left) from exc
+        return None if aside is None or remove_set_aside(aside) else aside
 
     def __repr__(self) -> str:
         return (f"PartitionLog({self.topic}-{self.partition}, log_start={self._log_start_offset}, "
                 f"hw={self._high_watermark}, leo={self.log_end_offset}, "
                 f"segments={len(self.segments)})")
+
+
+DELETE_SUFFIX = "-delete"
+
+
+# The longest file name (NAME_MAX on Linux): a set-aside name must fit in it.
+MAX_NAME_BYTES = 255
+
+
+def set_aside_name(partition_dir_name: str) -> str:
+    """``<topic>-<partition>.<uuid>-delete`` for a partition directory ``<topic>-<partition>``,
+    with the topic cut short as needed to fit in MAX_NAME_BYTES (a topic name may be 249
+    characters long, and the suffix takes 41 and more; Kafka cuts it the same way). The
+    name ends in ``-delete``, which the log dir removes at start and never opens as a
+    partition (the part after its last dash is not a number)."""
+    topic, _, partition = partition_dir_name.rpartition("-")
+    suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_SUFFIX}".encode()
+    room = MAX_NAME_BYTES - len(suffix)
+    # a multi-byte character cut in two is dropped whole
+    prefix = os.fsencode(topic)[:room].decode(errors="ignore")
+    return prefix + suffix.decode()
+
+
+def set_aside(directory: Path) -> Path:
+    """Rename a deleted partition's directory to a name of its own ending in ``-delete``
+    (``set_aside_name``), which no log opens and the log dir removes at start, and make
+    the rename durable. Raises OSError if it cannot be renamed (the directory is left as
+    it was)."""
+    aside = directory.with_name(set_aside_name(directory.name))
+    os.rename(directory, aside)
+    try:
+        fsync_dir(directory.parent)
+    except OSError:
+        pass  # renamed all the same: a crash may bring the name back, deleted again then
+    return aside
+
+
+def remove_set_aside(aside: Path) -> bool:
+    """Remove a directory ``set_aside`` renamed; False if some of it is still there."""
+    try:
+        shutil.rmtree(aside)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return not aside.exists()
+    return True

@@ -24,7 +24,6 @@ fetchers follow the restored roles, not the last applied ones.
 from __future__ import annotations
 
 import copy
-import os
 import threading
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -47,6 +46,7 @@ from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology, stable_hash
 from actors.transaction_coordinator import txn_coordinator_name
+from tests.fixtures.immutable import immutable_flags
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import (
     Append,
@@ -1408,22 +1408,25 @@ def test_a_refused_role_resigns_its_coordinator_and_the_restore_elects_it_again(
     assert _stats(node, c.shard)["leaders"] == ["__consumer_offsets-0", "c-0"]
 
 
-def test_a_failed_delete_fails_only_its_own_partition(node: Node, tmp_path: Path) -> None:
-    """StopReplica deletes c-0 and f-0, both on the one shard; c-0's delete fails (a
-    non-empty directory stands where its log is renamed aside): only c-0 is answered
+def test_a_failed_delete_fails_only_its_own_partition(node: Node, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """StopReplica deletes c-0 and f-0, both on the one shard; c-0's delete fails (its
+    directory is immutable: it cannot be renamed aside): only c-0 is answered
     KAFKA_STORAGE_ERROR. f-0 was deleted: answered failed, the controller would hold its
     replica deletion-ineligible until this broker registers again."""
     c = _cluster(node, tmp_path, [1, 2])
-    in_the_way = tmp_path / f"c-0.{os.getpid()}-delete"
-    in_the_way.mkdir()
-    (in_the_way / "x").write_bytes(b"not empty")
-    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, True),
-                                               StopReplicaPartition("f", 0, 7, True)]),
-              sender=c.controller.name)
-    [response] = wait_for(lambda: _got(node, c.controller, "StopReplicaResponse"),
-                          "the StopReplica answer")
-    assert response[1] == NONE
-    assert {tuple(r) for r in response[2]} == {
-        ("c", 0, int(ErrorCode.KAFKA_STORAGE_ERROR)), ("f", 0, NONE)}
-    assert not (tmp_path / "f-0").exists(), "f-0 was not deleted"
-    assert (tmp_path / "c-0").is_dir()
+    # chattr +i where it can be set, else the same failure injected at os.rename
+    with immutable_flags(monkeypatch, tmp_path) as immutable:
+        immutable(tmp_path / "c-0", True)
+        node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, True),
+                                                   StopReplicaPartition("f", 0, 7, True)]),
+                  sender=c.controller.name)
+        [response] = wait_for(lambda: _got(node, c.controller, "StopReplicaResponse"),
+                              "the StopReplica answer")
+        assert response[1] == NONE
+        assert {tuple(r) for r in response[2]} == {
+            ("c", 0, int(ErrorCode.KAFKA_STORAGE_ERROR)), ("f", 0, NONE)}
+        assert not (tmp_path / "f-0").exists(), "f-0 was not deleted"
+        assert (tmp_path / "c-0").is_dir()
+    # once it can be, the shard deletes c-0 by itself
+    wait_for(lambda: not list(tmp_path.glob("c-0*")), "c-0 deleted", timeout=10)

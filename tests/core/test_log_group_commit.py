@@ -10,6 +10,7 @@ real full disk is in partition_log_group_commit_full_disk.py.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -18,11 +19,18 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from actors.core.partition_log import LogConfig, PartitionLog
+from actors.core.partition_log import (
+    FlushFailedError,
+    LogConfig,
+    PartitionLog,
+    UnflushedAppendError,
+)
 from actors.core.record_batch import build_batch
+from wire.errors import StorageError
 
 NOW_MS = 1_700_000_000_000
 
@@ -118,6 +126,42 @@ def test_closing_a_log_writes_what_is_staged(tmp_path: Path) -> None:
     reopened.close(NOW_MS)
 
 
+def test_no_append_takes_a_lost_batch_s_offset_before_its_loss_is_told(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A marker's write writes the staged batch first, and that write fails (ENOSPC at
+    the system call, once): the log is back at end 1. Until commit() tells the loss,
+    every append is refused (it would take offset 1, where the lost batch was told to
+    be); after it, offset 1 is the next append's."""
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), NOW_MS)
+    log.append_as_leader(build_batch([b"written"]), 0, NOW_MS)
+    assert log.append_as_leader(build_batch([b"lost"]), 0, NOW_MS, defer=True).first_offset == 1
+    real = os.writev
+    failed = []
+
+    def fails_once(fd: int, pieces: Any) -> int:
+        if not failed:
+            failed.append(fd)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, pieces)
+
+    monkeypatch.setattr(os, "writev", fails_once)
+    with pytest.raises(StorageError):
+        log.append_control(7, 0, True, 0, 0, NOW_MS)
+    assert failed and log.log_end_offset == 1
+    for append in (lambda: log.append_as_leader(build_batch([b"x"]), 0, NOW_MS, defer=True),
+                   lambda: log.append_as_leader(build_batch([b"x"]), 0, NOW_MS),
+                   lambda: log.append_control(7, 0, True, 0, 0, NOW_MS),
+                   lambda: log.append_as_follower(build_batch([b"x"], base_offset=1), NOW_MS)):
+        with pytest.raises(StorageError, match="not told yet"):
+            append()
+    assert log.log_end_offset == 1
+    error = log.commit()
+    assert error is not None and "No space left" in str(error)
+    assert log.append_as_leader(build_batch([b"next"]), 0, NOW_MS).first_offset == 1
+    assert log.commit() is None
+    log.close(NOW_MS)
+
+
 FULL_DISK = Path(__file__).with_name("partition_log_group_commit_full_disk.py")
 
 
@@ -145,3 +189,74 @@ def test_a_commit_on_a_full_disk_puts_the_log_back(tmp_path: Path) -> None:
     assert outcome["reappended"] == "appended"  # the sequences were taken back
     assert outcome["reopened_leo"] == outcome["before"][0] + outcome["staged"]
     assert outcome["last_read"]
+
+
+def test_after_a_failed_fsync_the_recovery_point_stays_before_the_unflushed_batch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fsync after offset 1 fails once (EIO). An fsync tried again would return 0
+    (the error was reported) though offset 1's writeback failed: every later flush fails
+    instead (a follower's append too, whose answer the fetcher gets as an error), and
+    close does not flush: the recovery point stays at 1, where a reopen scans from."""
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), NOW_MS)
+    log.append_as_leader(build_batch([b"flushed"]), 0, NOW_MS)
+    log.flush(NOW_MS)
+    log.append_as_leader(build_batch([b"unflushed"]), 0, NOW_MS)
+    real = os.fsync
+    failed = []
+
+    def fails_once(fd: int) -> None:
+        if not failed:
+            failed.append(fd)
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fails_once)
+    # a distinct error (the shard restarts on it), naming the segment and the errno
+    with pytest.raises(FlushFailedError, match="Input/output error") as first:
+        log.flush(NOW_MS)
+    assert (first.value.segment, first.value.errno) == ("00000000000000000000.log", errno.EIO)
+    assert failed and log.recovery_point == 1 and log.flush_failed is first.value
+    with pytest.raises(FlushFailedError, match="an earlier flush failed") as again:
+        log.flush(NOW_MS)
+    assert (again.value.segment, again.value.errno) == (first.value.segment, errno.EIO)
+    log.config = LogConfig(flush_messages=1)
+    with pytest.raises(UnflushedAppendError, match="an earlier flush failed") as appended:
+        log.append_as_follower(build_batch([b"followed"], base_offset=2), NOW_MS)
+    assert isinstance(appended.value, FlushFailedError) and appended.value.errno == errno.EIO
+    assert log.log_end_offset == 3 and log.recovery_point == 1
+    log.close(NOW_MS)
+    assert log.closed and log.recovery_point == 1
+    reopened = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), NOW_MS,
+                                 recovery_point=log.recovery_point)
+    assert reopened.log_end_offset == 3
+    reopened.close(NOW_MS)
+
+
+def test_a_lost_write_tells_the_log_end_it_left_not_the_log_end_when_told(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write of the staged batch at offset 1 fails (ENOSPC, once): the log end it left
+    is 1. A follower's reset (truncate_fully_and_start_at 5) moves the log end before the
+    loss is told: commit_lost still says 1, so the lost batch's answer (base offset 1)
+    is failed, not taken for one below the log end."""
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), NOW_MS)
+    log.append_as_leader(build_batch([b"written"]), 0, NOW_MS)
+    log.append_as_leader(build_batch([b"lost"]), 0, NOW_MS, defer=True)
+    real = os.writev
+    failed = []
+
+    def fails_once(fd: int, pieces: Any) -> int:
+        if not failed:
+            failed.append(fd)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, pieces)
+
+    monkeypatch.setattr(os, "writev", fails_once)
+    with pytest.raises(StorageError):
+        log.append_control(7, 0, True, 0, 0, NOW_MS)
+    log.truncate_fully_and_start_at(5, NOW_MS)
+    assert log.log_end_offset == 5
+    lost = log.commit_lost()
+    assert lost is not None and "No space left" in str(lost[0])
+    assert lost[1] == 1, f"the lost batch's cutoff is {lost[1]}, past its offset 1"
+    assert log.commit_lost() is None
+    log.close(NOW_MS)

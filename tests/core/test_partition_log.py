@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -10,11 +11,13 @@ import pytest
 from actors.core.checkpoint import CheckpointError, read_offset_checkpoint
 from actors.core.log_dir import CLEAN_SHUTDOWN_FILE, LogDir, parse_partition_dir_name
 from actors.core.partition_log import (
+    FlushFailedError,
     LogConfig,
     LogOffsetMetadata,
     PartitionLog,
     RecordListTooLargeError,
     UnexpectedAppendOffsetError,
+    set_aside,
 )
 from actors.core.record_batch import BatchHeader, build_batch, check_batches, compute_crc
 from wire.errors import (
@@ -23,6 +26,7 @@ from wire.errors import (
     InvalidRecordError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
+    StorageError,
 )
 
 
@@ -618,6 +622,76 @@ def test_log_dir_removes_half_deleted_partitions(tmp_path: Path) -> None:
     (tmp_path / "gone-0.123-delete" / "00000000000000000000.log").write_bytes(b"x")
     log_dir = LogDir.open(tmp_path)
     assert log_dir.partitions() == [] and os.listdir(tmp_path) == []
+
+
+def test_a_partition_of_a_249_character_topic_is_deleted_and_its_leftover_removed_at_start(
+        tmp_path: Path) -> None:
+    """A topic name may have 249 characters: the set-aside name of its partition's
+    directory still fits in NAME_MAX (255 bytes; the topic part is cut short), and such
+    a directory left by a crash is removed at start, never opened as a partition."""
+    topic = "t" * 249
+    log_dir = LogDir.open(tmp_path)
+    log = log_dir.open_partition(topic, 7, LogConfig(), 0)
+    log.append_as_leader(batch(3), 0, 0)
+    assert log.delete() is None
+    assert os.listdir(tmp_path) == []
+    log = log_dir.open_partition(topic, 12345, LogConfig(), 0)
+    log.append_as_leader(batch(2), 0, 0)
+    log.close_without_flush()
+    leftover = set_aside(log.dir)  # a crash right after the rename
+    assert len(leftover.name) <= 255 and leftover.name.endswith("-delete")
+    assert leftover.name.startswith("t" * 200) and "-12345." in leftover.name
+    assert os.listdir(tmp_path) == [leftover.name]
+    log_dir = LogDir.open(tmp_path)
+    assert log_dir.partitions() == [] and os.listdir(tmp_path) == []
+
+
+def test_log_dir_close_after_a_failed_fsync_is_not_a_clean_shutdown(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log's fsync failed (EIO): LogDir.close closes it unflushed, checkpoints its
+    recovery point (0), and writes no clean-shutdown marker, so the next open scans it."""
+    log_dir = LogDir.open(tmp_path)
+    log = log_dir.open_partition("a", 0, LogConfig(), 0)
+    log.append_as_leader(batch(2), 0, 0)
+    real = os.fsync
+
+    def fails_once(fd: int) -> None:
+        monkeypatch.setattr(os, "fsync", real)
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fsync", fails_once)
+    with pytest.raises(StorageError):
+        log.flush(0)
+    log_dir.close([log], now_ms=0)
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert read_offset_checkpoint(tmp_path / "recovery-point-offset-checkpoint") == {
+        ("a", 0): 0}
+    assert not LogDir.open(tmp_path).had_clean_shutdown
+
+
+def test_log_dir_close_whose_flush_fails_closes_the_others_and_checkpoints(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Closing a's flushes it, and that fsync fails (EIO): b is closed all the same (and
+    flushed), the checkpoint is written with both (a's recovery point where its last
+    good flush left it), no clean-shutdown marker is, and the failure is raised."""
+    log_dir = LogDir.open(tmp_path)
+    a = log_dir.open_partition("a", 0, LogConfig(), 0)
+    b = log_dir.open_partition("b", 0, LogConfig(), 0)
+    a.append_as_leader(batch(2), 0, 0)
+    b.append_as_leader(batch(3), 0, 0)
+    real = os.fsync
+
+    def fails_once(fd: int) -> None:
+        monkeypatch.setattr(os, "fsync", real)
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fsync", fails_once)
+    with pytest.raises(FlushFailedError):
+        log_dir.close([a, b], now_ms=0)
+    assert a.closed and b.closed
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert read_offset_checkpoint(tmp_path / "recovery-point-offset-checkpoint") == {
+        ("a", 0): 0, ("b", 0): 3}
 
 
 def test_truncate_inside_the_batch_holding_the_log_start(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 
-from tests.fixtures.cluster import KeepStopped, process_state
+from tests.fixtures.pids import KeepStopped, process_state
 
 
 def _until(what: str, check: object, timeout_s: float = 5.0) -> None:

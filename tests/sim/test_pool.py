@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.pids import HeldProcess, child_of
+
 # Starts the command with Ctrl-C's default action, as a terminal's foreground job has it: a
 # test run started in the background of a non-interactive shell (`pytest ... &`, nohup)
 # ignores SIGINT, every process it starts inherits that, and Python then never raises
@@ -62,14 +64,6 @@ def signal_masks(pid: int) -> dict[str, str]:
         return {}
     return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)
             if k in ("SigIgn", "SigCgt", "SigBlk")}
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def wait_for(condition: object, timeout: float, what: str) -> None:
@@ -147,7 +141,9 @@ def test_a_signal_stops_the_run_and_its_workers(tmp_path: Path, how: str) -> Non
         wait_for(lambda: len(children(process.pid)) >= 2, 60, "two workers")
         wait_for(lambda: len(list((tmp_path / "runs").rglob("seed-*"))) >= 2, 60,
                  "two runs under way")
-        workers = children(process.pid)
+        # held (tests/fixtures/pids.py): once they exit their pids may be other processes'
+        workers = [h for w in children(process.pid)
+                   if (h := HeldProcess.take_if(w, child_of(process.pid))) is not None]
         dispositions = signal_masks(process.pid)  # said if the signal does not stop it
         if how == "SIGTERM":
             process.send_signal(signal.SIGTERM)
@@ -162,7 +158,9 @@ def test_a_signal_stops_the_run_and_its_workers(tmp_path: Path, how: str) -> Non
     assert code == 128 + signum, (code, stderr, dispositions)
     assert stderr.strip() == (f"stopped by {signal.Signals(signum).name} after 0 seed(s) from "
                               f"70 passed"), stderr
-    assert not [w for w in workers if alive(w)]
+    assert len(workers) >= 2 and not [w.pid for w in workers if not w.exited()]
+    for worker in workers:
+        worker.close()
     assert not list((tmp_path / "runs").rglob("seed-*"))   # the workers' runs cleaned up
 
 
@@ -173,7 +171,8 @@ def test_a_worker_that_dies_names_its_seed(tmp_path: Path) -> None:
         wait_for(lambda: len(list((tmp_path / "runs").rglob("seed-80-*"))) == 1, 60,
                  "seed 80 under way")
         victim = min(children(process.pid))   # forked first, so given seed 80
-        os.kill(victim, signal.SIGKILL)
+        with HeldProcess.take(victim, "seed 80's worker", child_of(process.pid)) as worker:
+            assert worker.kill()
         code, _stdout, stderr = finish(process, timeout=60)
     finally:
         if process.poll() is None:

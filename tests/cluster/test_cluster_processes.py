@@ -14,8 +14,6 @@ every ISR. Every acknowledged record is read back exactly once, in order.
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from typing import Any
 
@@ -164,7 +162,8 @@ def test_process_1_of_a_node_killed_is_restarted_and_rejoins_every_isr(
     producer = KeyedProducer(cluster.nodes[1].bootstrap, PARTITIONS).start()
     try:
         wait_for("records flowing", lambda: producer.count() > 200, timeout_s=60)
-        os.kill(worker, signal.SIGKILL)
+        with node.process.hold_worker(worker) as process_1:  # (its pid may be another's)
+            assert process_1.kill()
         wait_for("process 1 of broker 2 restarted",
                  lambda: node.worker_pids() and node.worker_pids()[0] != worker, timeout_s=60)
         before = producer.count()

@@ -31,6 +31,7 @@ from actors.hosts.runner import local_version
 from actors.hosts.spec import load_spec
 from actors.metadata.zk_server import free_port
 from tests.fixtures.netns import free_test_address, skip_unless_namespaces
+from tests.fixtures.pids import HeldProcess, KeepStopped, running
 from tests.fixtures.sshd import SshServer
 from tests.hosts.helpers import ACTORLOG, two_local_nodes_spec
 
@@ -63,6 +64,24 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+NODE_MARK = "serve --config"  # in a node's command line
+ZOOKEEPER_MARK = "actors.metadata.zk_server"  # in the ZooKeeper wrapper's
+
+
+def hold(pid: int, what: str, mark: str) -> HeldProcess:
+    """A node's or ZooKeeper's process, held while it runs (tests/fixtures/pids.py): that it
+    is gone later is read from its pidfd, not from a pid another process may have by then."""
+    return HeldProcess.take(pid, what, running(mark))
+
+
+def runs(pid: int, mark: str) -> bool:
+    """Whether ``pid`` is a living process whose command line holds ``mark``."""
+    held = HeldProcess.take_if(pid, running(mark))
+    if held is not None:
+        held.close()
+    return held is not None
 
 
 @pytest.fixture
@@ -231,7 +250,7 @@ def test_up_status_down_on_this_machine(spec_file: Path, zk_connect: str) -> Non
     assert f"1     here      127.0.0.1:{ports[0]}" in text.stdout
     assert text.stdout.rstrip().endswith("healthy")
     data = spec_file.parent / f"{NAME}.cluster" / "data"
-    pid = int((data / "node-2" / "serve.pid").read_text())
+    node_2 = hold(int((data / "node-2" / "serve.pid").read_text()), "node 2", NODE_MARK)
     assert (data / "node-2" / "node.toml").exists() and (data / "node-2" / "serve.log").exists()
     got = produce_and_consume(f"127.0.0.1:{ports[2]}", "local-topic", count=10)
     assert len(got) == 10
@@ -259,7 +278,8 @@ def test_up_status_down_on_this_machine(spec_file: Path, zk_connect: str) -> Non
     down = cli("down", "--spec", str(spec_file))
     assert down.returncode == 0, down.stderr
     assert "node 1 on here: stopped" in down.stdout and "node 2 on here: stopped" in down.stdout
-    assert not pid_alive(pid)
+    with node_2:
+        assert node_2.exited(timeout_s=5)
     assert (data / "node-2" / ".kafka_cleanshutdown").exists()  # it stopped cleanly
     again = cli("down", "--spec", str(spec_file))
     assert again.returncode == 0 and "node 1 on here: not running" in again.stdout
@@ -454,6 +474,9 @@ host = "h3"
     pids = {n["id"]: n["pid"] for n in found["nodes"]}
     zk_pid = int((Path(load_spec(spec_file).hosts["h1"].data_dir) / "zookeeper" /
                   "zk_server.pid").read_text())
+    # every process of the cluster, held from when it is seen running to the end's check
+    seen = [hold(pid, f"node {i}", NODE_MARK) for i, pid in pids.items()]
+    seen.append(hold(zk_pid, "ZooKeeper", ZOOKEEPER_MARK))
     # each node runs in its own host's network stack; node 2 was started over ssh
     for node_id, ns in ((1, f"alog-e2e{NAME}-h1"), (2, ssh_host.host.netns),
                         (3, f"alog-e2e{NAME}-h3")):
@@ -497,10 +520,19 @@ host = "h3"
     wait_json(spec_file, f"node {victim} back", back_in(victim))
 
     # pause the node on the ssh host longer than its session: out, then back on resume
+    # held stopped (KeepStopped): a SIGCONT from another test (a stale pid of its) would
+    # end the pause before the status below sees it
+    node_2 = hold(node_status(spec_file, 2)["pid"], "node 2", NODE_MARK)
     assert cli("pause", "--spec", spec, "2").returncode == 0
-    found = wait_json(spec_file, "node 2's leaderships moved", moved_off(2))
-    assert by_id(found)[2]["paused"] is True and by_id(found)[2]["answers"] is False
-    produce_more("while-paused")
+    keeper = KeepStopped(node_2, "node 2")
+    try:
+        found = wait_json(spec_file, "node 2's leaderships moved", moved_off(2))
+        assert by_id(found)[2]["paused"] is True and by_id(found)[2]["answers"] is False, \
+            f"continued from outside {keeper.continued} time(s)"
+        produce_more("while-paused")
+    finally:
+        keeper.end()
+        node_2.close()
     assert cli("resume", "--spec", spec, "2").returncode == 0
     wait_json(spec_file, "node 2 back", back_in(2))
 
@@ -528,6 +560,7 @@ host = "h3"
 
     # rolling restart: every node a new process, each back before the next stops
     before = {n["id"]: n["pid"] for n in status_json(spec_file)["nodes"]}
+    seen += [hold(pid, f"node {i}", NODE_MARK) for i, pid in before.items()]
     rolled = cli("restart", "--spec", spec, "--rolling")
     assert rolled.returncode == 0, rolled.stderr
     lines = rolled.stdout.splitlines()
@@ -539,6 +572,7 @@ host = "h3"
     assert len(in_sync) == 4, rolled.stdout  # before each node stops, and at the end
     after = {n["id"]: n["pid"] for n in status_json(spec_file)["nodes"]}
     assert all(after[i] != before[i] and after[i] is not None for i in before)
+    seen += [hold(pid, f"node {i}", NODE_MARK) for i, pid in after.items()]
     wait_json(spec_file, "every node back", lambda f: all(back_in(i)(f) for i in (1, 2, 3)))
     after_faults = consume(bootstrap, topic, len(acked) + 1)
     assert sorted(after_faults) == sorted(acked)  # every acknowledged record, exactly once
@@ -556,8 +590,9 @@ host = "h3"
 
     down = cli("down", "--spec", spec)
     assert down.returncode == 0, down.stdout + down.stderr
-    for pid in [*after.values(), *pids.values(), *before.values(), zk_pid]:
-        assert not pid_alive(pid), pid
+    assert not [held for held in seen if not held.exited(timeout_s=5)]
+    for held in seen:
+        held.close()
     assert not {f"alog-e2e{NAME}-h1", f"alog-e2e{NAME}-h3"} & netns.namespaces()
     assert not netns.link_exists(netns.veth_name(a1)) and not netns.link_exists(
         netns.veth_name(a3))
@@ -606,16 +641,18 @@ config = {{"listeners" = "198.18.0.254:9192"}}
     assert not (spec_file.parent / f"{NAME}.cluster" / "state.json").exists()
     data = spec_file.parent / f"{NAME}.cluster" / "data"
     for pid_file in (data / "node-1" / "serve.pid", data / "zookeeper" / "zk_server.pid"):
-        assert not pid_alive(int(pid_file.read_text()))
+        assert not runs(int(pid_file.read_text()), NODE_MARK if "node" in pid_file.parent.name
+                        else ZOOKEEPER_MARK), pid_file
 
     kept = cli("up", "--spec", str(spec_file), "--timeout", "60", "--keep")
     assert kept.returncode == 1 and "--keep: leaving what was started" in kept.stdout
     assert f"alog-{NAME}-h1" in netns.namespaces()
     node1 = int((data / "node-1" / "serve.pid").read_text())
-    assert pid_alive(node1)
+    node1_process = hold(node1, "node 1", NODE_MARK)
     down = cli("down", "--spec", str(spec_file))
     assert down.returncode == 0, down.stderr
-    assert not pid_alive(node1)
+    with node1_process:
+        assert node1_process.exited(timeout_s=5)
     assert f"alog-{NAME}-h1" not in netns.namespaces()
 
 
@@ -655,7 +692,8 @@ config = {{"listeners" = "127.0.0.1:{ports[0]}", "actor.gateway.port" = {ports[1
     modes = sorted(s["mode"] for s in found["zookeeper"]["servers"])
     assert modes == ["follower", "follower", "leader"]
     assert found["controller"] == 1 and found["healthy"] is True
-    zk_pids = [int((data / f"zookeeper-{i}" / "zk_server.pid").read_text()) for i in (1, 2, 3)]
+    zk_servers = [hold(int((data / f"zookeeper-{i}" / "zk_server.pid").read_text()),
+                       f"ZooKeeper {i}", ZOOKEEPER_MARK) for i in (1, 2, 3)]
 
     other = tmp_path / "other" / "other.toml"
     other.parent.mkdir()
@@ -677,13 +715,15 @@ config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3
     finally:
         down_other = cli("down", "--spec", str(other))
     assert down_other.returncode == 0, down_other.stderr
-    assert all(pid_alive(p) for p in zk_pids)  # a given ensemble is not ours to stop
+    assert not any(z.exited() for z in zk_servers)  # a given ensemble is not ours to stop
 
     down = cli("down", "--spec", spec)
     assert down.returncode == 0, down.stdout + down.stderr
     for i in (1, 2, 3):
         assert f"ZooKeeper {i} on z{i}: stopped" in down.stdout
-    assert not any(pid_alive(p) for p in zk_pids)
+    assert all(z.exited(timeout_s=5) for z in zk_servers)
+    for z in zk_servers:
+        z.close()
     assert not processes_with(str(data / "zookeeper-"))  # the JVMs went with their wrappers
 
 

@@ -51,14 +51,6 @@ def roles(leaders: dict[int, int], nodes: list[int]) -> dict[tuple[int, int], tu
     return out
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def consume_partitions(bootstrap: str, expected: dict[int, int],
                        timeout_s: float = 60.0) -> dict[int, list[int]]:
     """One confluent-kafka consumer over every partition, from offset 0, until it has
@@ -130,15 +122,18 @@ def test_a_whole_node_killed_under_acks_all_fails_over_and_loses_nothing(
     cluster, leaders = make_cluster(cluster_factory)
     counts = {n: sum(leader == n for leader in leaders.values()) for n in cluster.nodes}
     victim = cluster.nodes[max(counts, key=lambda n: counts[n])]
-    workers = victim.worker_pids()
+    # held (tests/fixtures/pids.py): once they exit their pids may be other processes'
+    workers = [victim.process.hold_worker(pid) for pid in victim.worker_pids()]
     assert len(workers) == PROCESSES - 1
     producer = KeyedProducer(cluster.bootstrap, PARTITIONS).start()
     try:
         wait_for("records flowing", lambda: producer.count() > 200, timeout_s=60)
         before = producer.count()
         victim.kill()  # every process of it, kill -9
-        wait_for("its process 1 gone", lambda: not any(alive(pid) for pid in workers),
+        wait_for("its process 1 gone", lambda: all(w.exited() for w in workers),
                  timeout_s=10)
+        for worker in workers:
+            worker.close()
         survivors = cluster.live()
 
         def moved() -> bool:
@@ -192,7 +187,7 @@ def test_sigterm_of_a_node_moves_its_leaderships_then_stops_every_process_cleanl
     cluster, leaders = make_cluster(cluster_factory)
     node = cluster.nodes[2]
     assert any(leader == 2 for leader in leaders.values())
-    [worker] = node.worker_pids()
+    [worker] = [node.process.hold_worker(pid) for pid in node.worker_pids()]
     producer = KeyedProducer(cluster.nodes[1].bootstrap, PARTITIONS, limit=600).start()
     wait_for("600 records sent", lambda: producer.sent >= 600, timeout_s=60)
     producer.finish()
@@ -200,7 +195,8 @@ def test_sigterm_of_a_node_moves_its_leaderships_then_stops_every_process_cleanl
     assert node.stop() == 0
     took = time.monotonic() - started
     assert "controlled shutdown done after 1 attempt(s)" in node.log(), node.log()[-3000:]
-    assert not alive(worker)
+    with worker:
+        assert worker.exited()
     assert (node.data_dir / ".kafka_cleanshutdown").exists()
     assert took < 30, took
     view = cluster.nodes[1].metadata()

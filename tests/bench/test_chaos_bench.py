@@ -20,6 +20,7 @@ from actors.hosts import netns
 from actors.metadata.zk_server import free_port
 from bench.chaos import plan_faults
 from tests.fixtures.netns import free_test_address, skip_unless_namespaces
+from tests.fixtures.pids import HeldProcess, running
 
 ROOT = Path(__file__).parents[2]
 
@@ -81,8 +82,9 @@ connect = "{zk_connect}"
     assert "taking cluster chaos down" in result.stdout
     for i in (1, 2, 3):  # down stopped every node the bench brought up
         pid_file = tmp_path / "chaos.cluster" / "data" / f"node-{i}" / "serve.pid"
-        pid = int(pid_file.read_text())
-        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+        # no process runs that node's config (its pid alone may be another process's now)
+        assert HeldProcess.take_if(int(pid_file.read_text()),
+                                   running(str(pid_file.with_name("node.toml")))) is None
 
 
 @pytest.mark.slow

@@ -503,14 +503,16 @@ def test_a_new_start_waits_for_the_processes_of_a_killed_broker(
         assert admin.create_topic(topic, count) == 0
     values = {p: [b"%d-%d" % (p, i) for i in range(30)] for p in range(count)}
     produce_all(broker.bootstrap, topic, values, producers=2)
-    # held stopped (KeepStopped): a SIGCONT from another test (a stale pid of its) would
-    # let it take its SIGTERM and close its logs before this test lets it
-    held = broker.hold_worker(worker)
-    assert held.send_signal(signal.SIGSTOP)
-    keeper = KeepStopped(held, "process 1")
     again = BrokerProcess(broker.data_dir, config={"num.processes": 2},
                           log_name="broker-again.log")
+    held = broker.hold_worker(worker)
+    keeper: KeepStopped | None = None
     try:
+        # held stopped (KeepStopped): a SIGCONT from another test (a stale pid of its) would
+        # let it take its SIGTERM and close its logs before this test lets it
+        assert held.send_signal(signal.SIGSTOP)
+        keeper = KeepStopped(held, "process 1")
+        assert keeper.watching.wait(5), "process 1 did not stop"
         broker.kill()  # process 1 gets SIGTERM (parent death), pending while it is stopped
         started: list[BaseException | None] = []
         thread = threading.Thread(target=lambda: started.append(_start(again)), daemon=True)
@@ -520,14 +522,16 @@ def test_a_new_start_waits_for_the_processes_of_a_killed_broker(
         assert not started and READY_LINE not in again.log()
         keeper.end()
         assert held.send_signal(signal.SIGCONT)
-        thread.join(60)
-        assert started == [None], started
+        # start(timeout=60): 60 s to its ready line, then up to 10 s more for the hellos
+        thread.join(90)
+        assert not thread.is_alive() and started == [None], started
         wait_for(held.exited, "the old process 1 to exit")
         wait_for(lambda: worker_pids(again), what="process 1 serving connections", timeout=60)
         assert record_diff(consume_all(again.bootstrap, topic, count, 30 * count),
                            values) == {}
     finally:
-        keeper.end()
+        if keeper is not None:
+            keeper.end()
         held.send_signal(signal.SIGCONT)  # (False once it exited)
         held.close()
         if again.proc is not None and again.proc.poll() is None:

@@ -15,6 +15,7 @@ every ISR. Every acknowledged record is read back exactly once, in order.
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from typing import Any
 
 import pytest
@@ -118,12 +119,13 @@ def test_every_process_of_every_node_leads_and_follows_and_acks_all_reads_back(
 
 
 def test_a_whole_node_killed_under_acks_all_fails_over_and_loses_nothing(
-        cluster_factory: Any) -> None:
+        cluster_factory: Any, holds: ExitStack) -> None:
     cluster, leaders = make_cluster(cluster_factory)
     counts = {n: sum(leader == n for leader in leaders.values()) for n in cluster.nodes}
     victim = cluster.nodes[max(counts, key=lambda n: counts[n])]
     # held (tests/fixtures/pids.py): once they exit their pids may be other processes'
-    workers = [victim.process.hold_worker(pid) for pid in victim.worker_pids()]
+    workers = [holds.enter_context(victim.process.hold_worker(pid))
+               for pid in victim.worker_pids()]
     assert len(workers) == PROCESSES - 1
     producer = KeyedProducer(cluster.bootstrap, PARTITIONS).start()
     try:
@@ -132,8 +134,6 @@ def test_a_whole_node_killed_under_acks_all_fails_over_and_loses_nothing(
         victim.kill()  # every process of it, kill -9
         wait_for("its process 1 gone", lambda: all(w.exited() for w in workers),
                  timeout_s=10)
-        for worker in workers:
-            worker.close()
         survivors = cluster.live()
 
         def moved() -> bool:
@@ -185,11 +185,12 @@ def test_process_1_of_a_node_killed_is_restarted_and_rejoins_every_isr(
 
 
 def test_sigterm_of_a_node_moves_its_leaderships_then_stops_every_process_cleanly(
-        cluster_factory: Any) -> None:
+        cluster_factory: Any, holds: ExitStack) -> None:
     cluster, leaders = make_cluster(cluster_factory)
     node = cluster.nodes[2]
     assert any(leader == 2 for leader in leaders.values())
-    [worker] = [node.process.hold_worker(pid) for pid in node.worker_pids()]
+    [worker] = [holds.enter_context(node.process.hold_worker(pid))
+                for pid in node.worker_pids()]
     producer = KeyedProducer(cluster.nodes[1].bootstrap, PARTITIONS, limit=600).start()
     wait_for("600 records sent", lambda: producer.sent >= 600, timeout_s=60)
     producer.finish()
@@ -197,8 +198,7 @@ def test_sigterm_of_a_node_moves_its_leaderships_then_stops_every_process_cleanl
     assert node.stop() == 0
     took = time.monotonic() - started
     assert "controlled shutdown done after 1 attempt(s)" in node.log(), node.log()[-3000:]
-    with worker:
-        assert worker.exited()
+    assert worker.exited()
     assert (node.data_dir / ".kafka_cleanshutdown").exists()
     assert took < 30, took
     view = cluster.nodes[1].metadata()

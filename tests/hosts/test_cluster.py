@@ -86,13 +86,6 @@ def hold(pid: int, what: str, mark: str) -> HeldProcess:
     return HeldProcess.take(pid, what, running(mark))
 
 
-@pytest.fixture
-def holds() -> Iterator[ExitStack]:
-    """Where a test puts its HeldProcess handles: closed after it, passed or failed."""
-    with ExitStack() as stack:
-        yield stack
-
-
 def runs(pid: int, mark: str) -> bool:
     """Whether ``pid`` is a living process whose command line holds ``mark``."""
     held = HeldProcess.take_if(pid, running(mark))

@@ -237,7 +237,8 @@ config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3
         cluster.wait_registered(timeout_s=0.5)  # the registrations went with their session
 
 
-def test_up_status_down_on_this_machine(spec_file: Path, zk_connect: str) -> None:
+def test_up_status_down_on_this_machine(spec_file: Path, zk_connect: str,
+                                        holds: ExitStack) -> None:
     """via = "local": no root needed; nodes are processes here, on loopback ports."""
     spec, ports = two_local_nodes_spec(zk_connect)
     spec_file.write_text(spec)
@@ -260,8 +261,8 @@ def test_up_status_down_on_this_machine(spec_file: Path, zk_connect: str) -> Non
     assert f"1     here      127.0.0.1:{ports[0]}" in text.stdout
     assert text.stdout.rstrip().endswith("healthy")
     data = spec_file.parent / f"{NAME}.cluster" / "data"
-    node_2 = hold(int((data / "node-2" / "serve.pid").read_text()), "node 2",
-                  node_mark(data, 2))
+    node_2 = holds.enter_context(hold(int((data / "node-2" / "serve.pid").read_text()),
+                                      "node 2", node_mark(data, 2)))
     assert (data / "node-2" / "node.toml").exists() and (data / "node-2" / "serve.log").exists()
     got = produce_and_consume(f"127.0.0.1:{ports[2]}", "local-topic", count=10)
     assert len(got) == 10
@@ -289,8 +290,7 @@ def test_up_status_down_on_this_machine(spec_file: Path, zk_connect: str) -> Non
     down = cli("down", "--spec", str(spec_file))
     assert down.returncode == 0, down.stderr
     assert "node 1 on here: stopped" in down.stdout and "node 2 on here: stopped" in down.stdout
-    with node_2:
-        assert node_2.exited()  # (down waited for it)
+    assert node_2.exited()  # (down waited for it)
     assert (data / "node-2" / ".kafka_cleanshutdown").exists()  # it stopped cleanly
     again = cli("down", "--spec", str(spec_file))
     assert again.returncode == 0 and "node 1 on here: not running" in again.stdout

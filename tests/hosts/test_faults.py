@@ -53,7 +53,12 @@ def server_on(make_test_hosts: MakeHosts,
     (host,) = make_test_hosts(1)
     runner = NetnsRunner(netns_host_spec(host, tmp_path))
     server = serve_http(runner, host, tmp_path)
-    wait_until(lambda: answers(host.address, 8000), what="http server")
+    try:
+        wait_until(lambda: answers(host.address, 8000), what="http server")
+    except BaseException:
+        with server:
+            server.kill()
+        raise
     return host, runner, server
 
 

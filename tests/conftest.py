@@ -39,6 +39,7 @@ from tests.fixtures.broker import broker, fresh_broker, num_processes_params
 from tests.fixtures.cluster import cluster_factory
 from tests.fixtures.codec_server import codec_server
 from tests.fixtures.netns import make_test_hosts
+from tests.fixtures.pids import holds
 from tests.fixtures.scratch import mem_tmp_path
 from tests.fixtures.spark_cluster import spark_cluster
 from tests.fixtures.sshd import ssh_host
@@ -50,6 +51,7 @@ __all__ = [
     "cluster_factory",
     "codec_server",
     "fresh_broker",
+    "holds",
     "make_test_hosts",
     "manual_clock",
     "manual_node",

@@ -12,6 +12,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from actors.hosts import netns
 from actors.metadata.zk_server import free_port
 from bench.chaos import plan_faults
 from tests.fixtures.netns import free_test_address, skip_unless_namespaces
+from tests.fixtures.pids import Check, HeldProcess, running
 
 ROOT = Path(__file__).parents[2]
 
@@ -61,13 +64,34 @@ connect = "{zk_connect}"
 "trace.sample.ratio" = 0.0
 """)
     out = tmp_path / "chaos.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "actors.cli", "bench", "chaos", "--spec", str(spec),
-         "--duration", "20", "--faults", "kill,pause", "--seed", "3", "--rate", "50",
-         "--json", str(out)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert result.returncode == 0, result.stdout + result.stderr
+    data = tmp_path / "chaos.cluster" / "data"
+    marks = {i: running(f"serve --config {data / f'node-{i}' / 'node.toml'} ") for i in (1, 2, 3)}
+    with ExitStack() as holds:
+        with open(tmp_path / "chaos.out", "w+") as stdout, \
+                open(tmp_path / "chaos.err", "w+") as stderr:
+            bench = subprocess.Popen(
+                [sys.executable, "-m", "actors.cli", "bench", "chaos", "--spec", str(spec),
+                 "--duration", "20", "--faults", "kill,pause", "--seed", "3", "--rate", "50",
+                 "--json", str(out)],
+                stdout=stdout, stderr=stderr, text=True, cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)})
+            try:
+                # each node held while it runs (tests/fixtures/pids.py): that down stopped it
+                # is read from its pidfd, and the marker shown to match a node of this run
+                up = {i: holds.enter_context(_hold_node(bench, data / f"node-{i}", marks[i]))
+                      for i in (1, 2, 3)}
+                bench.wait(timeout=600)
+            finally:
+                if bench.poll() is None:
+                    bench.kill()
+                    bench.wait()
+            stdout.seek(0)
+            stderr.seek(0)
+            result = subprocess.CompletedProcess(bench.args, bench.returncode, stdout.read(),
+                                                 stderr.read())
+        assert result.returncode == 0, result.stdout + result.stderr
+        # down stopped every node seen up (the chaos may have killed some before)
+        assert not [i for i, node in up.items() if not node.exited()]
     doc = json.loads(out.read_text())
     assert doc["bench"] == "chaos" and doc["config"]["faults"] == ["kill", "pause"]
     r = doc["results"]
@@ -79,10 +103,26 @@ connect = "{zk_connect}"
     assert r["faults_injected"] and r["faults_injected"][0]["kind"] in ("kill", "pause")
     assert "seed 3" in result.stdout and "availability" in result.stdout
     assert "taking cluster chaos down" in result.stdout
-    for i in (1, 2, 3):  # down stopped every node the bench brought up
-        pid_file = tmp_path / "chaos.cluster" / "data" / f"node-{i}" / "serve.pid"
-        pid = int(pid_file.read_text())
-        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+    for i in (1, 2, 3):  # and the last one of each node (a kill's restart): its pid file's
+        pid_file = data / f"node-{i}" / "serve.pid"
+        # no process runs that node's config (its pid alone may be another process's now)
+        assert HeldProcess.take_if(int(pid_file.read_text()), marks[i]) is None
+
+
+def _hold_node(bench: subprocess.Popen[str], node_dir: Path, mark: Check) -> HeldProcess:
+    """The node of ``node_dir`` once it runs (by its pid file), while the bench runs."""
+    deadline = time.monotonic() + 300
+    while bench.poll() is None and time.monotonic() < deadline:
+        try:
+            pid = int((node_dir / "serve.pid").read_text())
+        except (FileNotFoundError, ValueError):  # not written yet, or being written
+            pid = 0
+        held = HeldProcess.take_if(pid, mark) if pid > 0 else None
+        if held is not None:
+            return held
+        time.sleep(0.05)
+    raise AssertionError(f"{node_dir.name} never seen running (bench exit code "
+                         f"{bench.poll()})")
 
 
 @pytest.mark.slow

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,12 +24,12 @@ from bench.scale import LISTEN, tcp_inodes
 from tests.broker.rawclient import RawClient, read_records, record_batch, wait_for_log
 from tests.broker.test_metrics import scrape
 from tests.broker.test_processes import (
-    alive,
     connections_of,
     consume_all,
     established_inodes,
     produce_all,
     record_diff,
+    serving,
     topic_over_both_processes,
     worker_pids,
 )
@@ -41,10 +40,10 @@ HANDOFF = {"num.processes": 2, "num.processes.connection.distribution": "handoff
 
 
 def start_two(data_dir: Path, config: dict[str, object]) -> BrokerProcess:
+    # start() returns once process 0 has read process 1's hello on its link (it hands it
+    # connections from then on): the first eight connections below split 4/4
     broker = BrokerProcess(data_dir, config=config).start()
-    wait_for(lambda: worker_pids(broker), what="process 1 serving connections", timeout=60)
-    # process 1 said hello on its link (process 0 hands it connections from then on)
-    wait_for_log(broker, "process 1 takes connections")
+    assert "process 1 takes connections of listener PLAINTEXT" in broker.log()
     return broker
 
 
@@ -214,9 +213,10 @@ def test_while_process_1_is_down_new_connections_go_to_process_0(
                                   ).error_code == 0
         values[mine[0]] += [b"x"] * 4
         assert split(broker) == (2, 2)
-        os.kill(worker, signal.SIGKILL)
-        lock = hold_restart(broker)  # the restarted process 1 waits for it
-        wait_for(lambda: not alive(worker), "process 1 to die")
+        with broker.hold_worker(worker) as process_1:
+            assert process_1.kill()
+            lock = hold_restart(broker)  # the restarted process 1 waits for it
+            wait_for(process_1.exited, "process 1 to die")
         wait_for_log(broker, "process 1's handoff link of listener PLAINTEXT closed")
         # its two connections died with it, process 0's two stay; every new one goes to
         # process 0 (none refused or reset) while process 1 is down
@@ -243,7 +243,7 @@ def test_while_process_1_is_down_new_connections_go_to_process_0(
                                   ).error_code == 0
         values[mine[0]] += [b"a"] * 4
         assert [split_of(broker, c) for c in more] == [1] * 4
-        assert alive(restarted)
+        assert serving(broker, restarted)
     finally:
         if lock >= 0:
             os.close(lock)

@@ -29,6 +29,7 @@ from actors.topology import spread_index
 from bench.scale import tcp_inodes
 from tests.broker.rawclient import RawClient, read_records, record_batch, wait_for_log
 from tests.fixtures.broker import READY_LINE, BrokerProcess, free_port
+from tests.fixtures.pids import KeepStopped
 from tests.fixtures.waiting import wait_for
 
 PROCESS_LINE = re.compile(r"process (\d+) \(pid (\d+)\) serves connections")
@@ -45,9 +46,7 @@ def two_process_broker(request: pytest.FixtureRequest,
     config: dict[str, object] = {"num.processes": 2}
     if getattr(request, "param", None):
         config["num.processes.connection.distribution"] = request.param
-    b = BrokerProcess(tmp_path / "data", config=config).start()
-    # the second process may take long to start on a loaded machine
-    wait_for(lambda: worker_pids(b), what="process 1 serving connections", timeout=60)
+    b = BrokerProcess(tmp_path / "data", config=config).start()  # (both take connections)
     yield b
     if b.proc is not None and b.proc.poll() is None:
         b.stop()
@@ -61,16 +60,14 @@ def worker_pids(broker: BrokerProcess) -> list[int]:
     return [latest[k] for k in sorted(latest)]
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+def serving(broker: BrokerProcess, pid: int) -> bool:
+    """Whether ``pid`` (from the log) is a living process of ``broker`` (its pid may be
+    another's by now: tests/fixtures/pids.py)."""
+    held = broker.hold_worker_if(pid)
+    if held is None:
         return False
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
+    held.close()
+    return True
 
 
 def established_inodes(port: int) -> set[str]:
@@ -125,9 +122,10 @@ def test_a_killed_process_is_restarted_and_the_data_stays(
         assert client.produce("kept", 0, record_batch([(None, b"before")]), acks=1
                               ).error_code == 0
     [worker] = worker_pids(broker)
-    os.kill(worker, signal.SIGKILL)
+    with broker.hold_worker(worker) as held:
+        assert held.kill()
     wait_for_log(broker, "exited with -9; restarting it")
-    wait_for(lambda: worker_pids(broker) != [worker] and alive(worker_pids(broker)[0]),
+    wait_for(lambda: worker_pids(broker) != [worker] and serving(broker, worker_pids(broker)[0]),
              "the restarted process")
     for i in range(12):  # new connections land on either process
         with RawClient(broker.port) as client:
@@ -145,8 +143,9 @@ def test_sigterm_stops_every_process_cleanly(two_process_broker: BrokerProcess) 
     [worker] = worker_pids(broker)
     with RawClient(broker.port) as client:
         assert client.create_topic("bye", 1) == 0
-    assert broker.stop() == 0
-    wait_for(lambda: not alive(worker), "process 1 to exit")
+    with broker.hold_worker(worker) as held:
+        assert broker.stop() == 0
+        wait_for(held.exited, "process 1 to exit")
     assert "clean shutdown marker written" in broker.log()
     # process 1 said it stops before its handoff link closed: no line reads like a failure
     ends = [line for line in broker.log().splitlines() if "handoff link" in line]
@@ -415,9 +414,11 @@ def test_process_1_killed_its_partitions_recover_while_process_0_serves(
     produce_all(broker.bootstrap, topic, values, producers=4)  # every one acknowledged
     assert holds_segment_of(worker, broker.data_dir, topic, theirs[0])
 
-    os.kill(worker, signal.SIGKILL)
-    # (a connection the kernel queued for the dying process is reset: wait until it is gone)
-    wait_for(lambda: not alive(worker), "process 1 to die")
+    with broker.hold_worker(worker) as held:
+        assert held.kill()
+        # (a connection the kernel queued for the dying process is reset: wait until it
+        # is gone)
+        wait_for(held.exited, "process 1 to die")
     # While process 1 restarts, process 0's partitions go on taking and serving records:
     # new connections land on process 0 (process 1's listener died with it), or on the new
     # process 1 once it has bound its listener, before the supervisor hears it is ready.
@@ -446,7 +447,7 @@ def test_process_1_killed_its_partitions_recover_while_process_0_serves(
     wait_for_log(broker, "exited with -9; restarting it")
     [restarted] = wait_for(lambda: worker_pids(broker) != [worker] and worker_pids(broker),
                            "the restarted process", timeout=60)
-    assert alive(restarted)
+    assert serving(broker, restarted)
     # its partitions came back with every acknowledged record, recovered in process 1
     after = {p: [b"after-%d-%d" % (p, i) for i in range(20)] for p in range(count)}
     produce_all(broker.bootstrap, topic, after, producers=2)
@@ -502,33 +503,37 @@ def test_a_new_start_waits_for_the_processes_of_a_killed_broker(
         assert admin.create_topic(topic, count) == 0
     values = {p: [b"%d-%d" % (p, i) for i in range(30)] for p in range(count)}
     produce_all(broker.bootstrap, topic, values, producers=2)
-    # signalled through a pidfd: once it exited, its pid may be another test's process
-    # (a SIGCONT there ends that test's SIGSTOP)
-    handle = os.pidfd_open(worker)
-    signal.pidfd_send_signal(handle, signal.SIGSTOP)
     again = BrokerProcess(broker.data_dir, config={"num.processes": 2},
                           log_name="broker-again.log")
+    held = broker.hold_worker(worker)
+    keeper: KeepStopped | None = None
     try:
+        # held stopped (KeepStopped): a SIGCONT from another test (a stale pid of its) would
+        # let it take its SIGTERM and close its logs before this test lets it
+        assert held.send_signal(signal.SIGSTOP)
+        keeper = KeepStopped(held, "process 1")
+        assert keeper.watching.wait(5), "process 1 did not stop"
         broker.kill()  # process 1 gets SIGTERM (parent death), pending while it is stopped
         started: list[BaseException | None] = []
         thread = threading.Thread(target=lambda: started.append(_start(again)), daemon=True)
         thread.start()
         time.sleep(3)
-        assert alive(worker)
+        assert not held.exited(), f"continued from outside {keeper.continued} time(s)"
         assert not started and READY_LINE not in again.log()
-        signal.pidfd_send_signal(handle, signal.SIGCONT)
-        thread.join(60)
-        assert started == [None], started
-        wait_for(lambda: not alive(worker), "the old process 1 to exit")
+        keeper.end()
+        assert held.send_signal(signal.SIGCONT)
+        # start(timeout=60): 60 s to its ready line, then up to 10 s more for the hellos
+        thread.join(90)
+        assert not thread.is_alive() and started == [None], started
+        wait_for(held.exited, "the old process 1 to exit")
         wait_for(lambda: worker_pids(again), what="process 1 serving connections", timeout=60)
         assert record_diff(consume_all(again.bootstrap, topic, count, 30 * count),
                            values) == {}
     finally:
-        try:
-            signal.pidfd_send_signal(handle, signal.SIGCONT)
-        except ProcessLookupError:
-            pass  # it exited
-        os.close(handle)
+        if keeper is not None:
+            keeper.end()
+        held.send_signal(signal.SIGCONT)  # (False once it exited)
+        held.close()
         if again.proc is not None and again.proc.poll() is None:
             assert again.stop() == 0
 

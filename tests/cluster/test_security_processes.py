@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -320,7 +319,8 @@ def test_process_1_killed_comes_back_with_the_acls_and_users_made_before_and_mea
                  lambda: produce_code(alice, led[2]) == 0, PROPAGATION_S)
 
     [worker] = node_2.worker_pids()
-    os.kill(worker, signal.SIGKILL)
+    with node_2.process.hold_worker(worker) as process_1:  # (its pid may be another's)
+        assert process_1.kill()
     # while it is down (its restart takes seconds): a new user, and a new ACL for it
     with login_on(node_1, 0, "admin") as admin:
         altered = admin.call(ALTER_SCRAM, 0, upsertion("carol", "carol-secret"))

@@ -1,4 +1,5 @@
-"""Small helpers for the host tests: a host spec for a test host, waiting for a port."""
+"""Small helpers for the host tests: a host spec for a test host, waiting for a port, a
+server on a test host."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from actors.hosts.netns import TestHost
+from actors.hosts.runner import Runner
 from actors.hosts.spec import HostSpec
 from actors.metadata.zk_server import free_port
+from tests.fixtures.pids import HeldProcess, in_netns, running
 from tests.fixtures.waiting import wait_for
 
 ACTORLOG = str(Path(sys.executable).parent / "actorlog")
@@ -55,3 +58,14 @@ def two_local_nodes_spec(zk_connect: str, config: str = "") -> tuple[str, list[i
         f'"actor.gateway.port" = {ports[2 * i - 1]}}}\n' for i in (1, 2))
     return (f'\n[hosts.here]\nvia = "local"\n[zookeeper]\nconnect = "{zk_connect}"\n'
             f"{table}{nodes}"), ports
+
+
+def serve_http(runner: Runner, host: TestHost, directory: Path, port: int = 8000) -> HeldProcess:
+    """A real server (Python's http.server) on a test host, held (tests/fixtures/pids.py:
+    it is not this process's child, and once it exited its pid may be another's)."""
+    command = [sys.executable, "-m", "http.server", "--bind", host.address, str(port)]
+    pid = runner.start_detached(command, cwd=str(directory),
+                                log_path=str(directory / "http.log"),
+                                pid_path=str(directory / "http.pid"))
+    return HeldProcess.take(pid, "the http server", in_netns(host.netns),
+                            running(" ".join(command)))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,7 +18,8 @@ from actors.hosts.faults import (
 )
 from actors.hosts.netns import TestHost
 from actors.hosts.runner import NetnsRunner, Runner
-from tests.hosts.helpers import answers, netns_host_spec, wait_until
+from tests.fixtures.pids import HeldProcess
+from tests.hosts.helpers import answers, netns_host_spec, serve_http, wait_until
 
 pytestmark = pytest.mark.multiprocess
 MakeHosts = Callable[[int], list[TestHost]]
@@ -48,20 +48,23 @@ def test_bad_shapes_are_one_line(parse: Callable[[str], object], text: str,
     assert str(info.value) == message
 
 
-def server_on(make_test_hosts: MakeHosts, tmp_path: Path) -> tuple[TestHost, Runner, int]:
+def server_on(make_test_hosts: MakeHosts,
+              tmp_path: Path) -> tuple[TestHost, Runner, HeldProcess]:
     (host,) = make_test_hosts(1)
     runner = NetnsRunner(netns_host_spec(host, tmp_path))
-    pid = runner.start_detached(
-        [sys.executable, "-m", "http.server", "--bind", host.address, "8000"],
-        cwd=str(tmp_path), log_path=str(tmp_path / "http.log"),
-        pid_path=str(tmp_path / "http.pid"))
-    wait_until(lambda: answers(host.address, 8000), what="http server")
-    return host, runner, pid
+    server = serve_http(runner, host, tmp_path)
+    try:
+        wait_until(lambda: answers(host.address, 8000), what="http server")
+    except BaseException:
+        with server:
+            server.kill()
+        raise
+    return host, runner, server
 
 
 def test_loss_drops_what_the_host_sends_until_cleared(make_test_hosts: MakeHosts,
                                                       tmp_path: Path) -> None:
-    host, runner, pid = server_on(make_test_hosts, tmp_path)
+    host, runner, server = server_on(make_test_hosts, tmp_path)
     try:
         method = apply_netem(runner, Netem(loss_pct=100))
         assert method in ("tc", "nftables")
@@ -75,7 +78,8 @@ def test_loss_drops_what_the_host_sends_until_cleared(make_test_hosts: MakeHosts
         assert current_netem(runner) == ""
         wait_until(lambda: answers(host.address, 8000), what="answers after clearing")
     finally:
-        runner.signal(pid, "KILL")
+        with server:
+            server.kill()
 
 
 def test_delay_where_the_kernel_has_netem(make_test_hosts: MakeHosts, tmp_path: Path) -> None:

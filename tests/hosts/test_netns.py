@@ -16,19 +16,12 @@ from actors.hosts.netns import NetnsError, TestHost
 from actors.hosts.runner import HostError, LocalRunner, NetnsRunner, Runner
 from actors.hosts.spec import HostSpec
 from tests.fixtures.netns import free_test_address, skip_unless_namespaces
-from tests.hosts.helpers import answers, http_get, netns_host_spec, wait_until
+from tests.fixtures.pids import HeldProcess, in_netns, running
+from tests.hosts.helpers import answers, http_get, netns_host_spec, serve_http, wait_until
 
 pytestmark = pytest.mark.multiprocess
 
 MakeHosts = Callable[[int], list[TestHost]]
-
-
-def serve_http(runner: Runner, directory: Path, address: str, port: int = 8000) -> int:
-    """A real server (Python's http.server) on the runner's host; its pid."""
-    return runner.start_detached(
-        [sys.executable, "-m", "http.server", "--bind", address, str(port)],
-        cwd=str(directory), log_path=str(directory / "http.log"),
-        pid_path=str(directory / "http.pid"))
 
 
 def test_hosts_have_their_own_stack_and_reach_each_other_over_the_bridge(
@@ -42,7 +35,7 @@ def test_hosts_have_their_own_stack_and_reach_each_other_over_the_bridge(
     # nothing routes out of a test host: only the bridge's /24 is reachable
     route = runner_a.run(["ip", "route", "get", "192.0.2.2"], check=False)
     assert route.returncode != 0 and "unreachable" in route.stderr
-    pid = serve_http(runner_a, tmp_path, a.address)
+    server = serve_http(runner_a, a, tmp_path)
     try:
         wait_until(lambda: answers(a.address, 8000), what="http server in host a")
         assert b"Directory listing" in http_get(a.address, 8000)  # from the root namespace
@@ -53,14 +46,15 @@ def test_hosts_have_their_own_stack_and_reach_each_other_over_the_bridge(
         """)])
         assert fetched.stdout.strip() == "200"  # from another host
     finally:
-        runner_a.signal(pid, "KILL")
+        with server:
+            server.kill()
 
 
 def test_a_cut_link_drops_everything_until_it_is_restored(
         make_test_hosts: MakeHosts, tmp_path: Path) -> None:
     (a,) = make_test_hosts(1)
     runner = NetnsRunner(netns_host_spec(a, tmp_path))
-    pid = serve_http(runner, tmp_path, a.address)
+    server = serve_http(runner, a, tmp_path)
     try:
         wait_until(lambda: answers(a.address, 8000), what="http server")
         netns.set_link(a, up=False)
@@ -70,7 +64,8 @@ def test_a_cut_link_drops_everything_until_it_is_restored(
         assert netns.link_is_up(a.veth)
         wait_until(lambda: answers(a.address, 8000), what="http server after the link is back")
     finally:
-        runner.signal(pid, "KILL")
+        with server:
+            server.kill()
 
 
 def test_create_and_remove_exactly_one_host() -> None:
@@ -145,6 +140,9 @@ def test_runner_starts_a_detached_process_and_controls_it_by_pid(
     long_arg = "300" + "." + "0" * 100
     pid = runner.start_detached(["sleep", long_arg], cwd=str(work),
                                 log_path=str(work / "out.log"), pid_path=str(work / "sleep.pid"))
+    # held (tests/fixtures/pids.py): once it exited, its pid may be another test's process
+    sleep = HeldProcess.take(pid, "the sleep", running(f"sleep {long_arg}"),
+                             *([in_netns(a.netns)] if where == "netns" else []))
     try:
         assert runner.read_pid(str(work / "sleep.pid")) == pid
         info = runner.process(pid)
@@ -158,12 +156,12 @@ def test_runner_starts_a_detached_process_and_controls_it_by_pid(
         wait_until(lambda: (i := runner.process(pid)) is not None and not i.paused,
                    what="continued")
         assert runner.signal(pid, "TERM")
-        wait_until(lambda: (i := runner.process(pid)) is None or not i.alive, what="exit")
+        wait_until(sleep.exited, what="exit")
+        info = runner.process(pid)  # gone, or a zombie, or another process by now
+        assert info is None or not info.alive or info.args != f"sleep {long_arg}", info
     finally:
-        # only the sleep: once it exited, its pid may be another test's process
-        info = runner.process(pid)
-        if info is not None and info.alive and info.args == f"sleep {long_arg}":
-            runner.signal(pid, "KILL")
+        with sleep:
+            sleep.kill()
 
 
 def test_runner_files_and_errors(tmp_path: Path) -> None:

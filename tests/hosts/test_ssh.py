@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 
 from actors.hosts.runner import HostError, SshRunner, check_version, local_version
 from actors.hosts.spec import HostSpec
+from tests.fixtures.pids import HeldProcess, running
 from tests.fixtures.sshd import SshServer, keygen
 from tests.hosts.helpers import ACTORLOG, wait_until
 
@@ -112,6 +112,8 @@ def test_detached_processes_outlive_the_ssh_session(ssh_host: SshServer,
     work = tmp_path / "remote"
     pid = runner.start_detached(["sleep", "300"], cwd=str(work), log_path=str(work / "log"),
                                 pid_path=str(work / "pid"))
+    # held (tests/fixtures/pids.py): once it exited, its pid may be another test's process
+    sleep = HeldProcess.take(pid, "the sleep", running("sleep 300"))
     try:
         info = runner.process(pid)
         assert info is not None and info.alive and info.args == "sleep 300"
@@ -119,9 +121,14 @@ def test_detached_processes_outlive_the_ssh_session(ssh_host: SshServer,
         ns = subprocess.run(["ip", "netns", "identify", str(pid)], capture_output=True,
                             text=True).stdout.strip()
         assert ns == ssh_host.host.netns
+        assert not sleep.exited()  # (so the pid is still its)
+        assert runner.signal(pid, "KILL")  # kill over ssh
+        wait_until(sleep.exited, what="exit")
+        info = runner.process(pid)  # gone, or a zombie, or another process by now
+        assert info is None or not info.alive or info.args != "sleep 300", info
     finally:
-        assert runner.signal(pid, "KILL")
-    wait_until(lambda: (i := runner.process(pid)) is None or not i.alive, what="exit")
+        with sleep:
+            sleep.kill()
 
 
 def test_control_master_shares_one_connection_and_close_ends_it(ssh_host: SshServer,
@@ -138,9 +145,9 @@ def test_control_master_shares_one_connection_and_close_ends_it(ssh_host: SshSer
     assert master.returncode == 0 and "Master running" in master.stderr
     master_pid = int(master.stderr.split("pid=")[1].split(")")[0])
     assert runner.run(["echo", "two"]).stdout == "two\n"
-    runner.close()
-    wait_until(lambda: not os.path.exists(f"/proc/{master_pid}") or
-               Path(f"/proc/{master_pid}/stat").read_text().split(") ")[1][0] == "Z",
-               what="the ssh master to exit")
+    # held: once it exited its pid may be another process, which would look like it
+    with HeldProcess.take(master_pid, "the ssh master", running("ssh")) as master_process:
+        runner.close()
+        wait_until(master_process.exited, what="the ssh master to exit")
     assert not list(control.iterdir())
     control.rmdir()

@@ -12,9 +12,12 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+
+from tests.fixtures.pids import HeldProcess, child_of, stat_fields
 
 # Starts the command with Ctrl-C's default action, as a terminal's foreground job has it: a
 # test run started in the background of a non-interactive shell (`pytest ... &`, nohup)
@@ -37,6 +40,13 @@ def actorlog_sim(*args: str, tmp_path: Path, **popen: object) -> subprocess.Pope
 def finish(process: subprocess.Popen[str], timeout: float = 600) -> tuple[int, str, str]:
     out, err = process.communicate(timeout=timeout)
     return process.returncode, out, err
+
+
+def started_at(pid: int) -> int:
+    """When the process started, in clock ticks since boot (/proc/<pid>/stat field 22)."""
+    fields = stat_fields(pid)
+    assert fields is not None, f"pid {pid} is gone"
+    return int(fields[19])  # (fields from the state, field 3, on)
 
 
 def children(pid: int) -> list[int]:
@@ -62,14 +72,6 @@ def signal_masks(pid: int) -> dict[str, str]:
         return {}
     return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)
             if k in ("SigIgn", "SigCgt", "SigBlk")}
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def wait_for(condition: object, timeout: float, what: str) -> None:
@@ -140,14 +142,17 @@ def test_a_plant_reaches_the_workers(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("how", ["SIGINT to the group", "SIGTERM"])
-def test_a_signal_stops_the_run_and_its_workers(tmp_path: Path, how: str) -> None:
+def test_a_signal_stops_the_run_and_its_workers(tmp_path: Path, how: str,
+                                                holds: ExitStack) -> None:
     process = actorlog_sim("--seeds", "40", "--start", "70", "--steps", "12", "--jobs", "2",
                            tmp_path=tmp_path, start_new_session=True)
     try:
         wait_for(lambda: len(children(process.pid)) >= 2, 60, "two workers")
         wait_for(lambda: len(list((tmp_path / "runs").rglob("seed-*"))) >= 2, 60,
                  "two runs under way")
-        workers = children(process.pid)
+        # held (tests/fixtures/pids.py): once they exit their pids may be other processes'
+        workers = [holds.enter_context(h) for w in children(process.pid)
+                   if (h := HeldProcess.take_if(w, child_of(process.pid))) is not None]
         dispositions = signal_masks(process.pid)  # said if the signal does not stop it
         if how == "SIGTERM":
             process.send_signal(signal.SIGTERM)
@@ -162,7 +167,7 @@ def test_a_signal_stops_the_run_and_its_workers(tmp_path: Path, how: str) -> Non
     assert code == 128 + signum, (code, stderr, dispositions)
     assert stderr.strip() == (f"stopped by {signal.Signals(signum).name} after 0 seed(s) from "
                               f"70 passed"), stderr
-    assert not [w for w in workers if alive(w)]
+    assert len(workers) >= 2 and not [w.pid for w in workers if not w.exited()]
     assert not list((tmp_path / "runs").rglob("seed-*"))   # the workers' runs cleaned up
 
 
@@ -172,8 +177,11 @@ def test_a_worker_that_dies_names_its_seed(tmp_path: Path) -> None:
     try:
         wait_for(lambda: len(list((tmp_path / "runs").rglob("seed-80-*"))) == 1, 60,
                  "seed 80 under way")
-        victim = min(children(process.pid))   # forked first, so given seed 80
-        os.kill(victim, signal.SIGKILL)
+        # forked first, so given seed 80: the earliest start (pids may wrap; in one clock
+        # tick, where the starts are equal, the smaller pid)
+        victim = min(children(process.pid), key=lambda pid: (started_at(pid), pid))
+        with HeldProcess.take(victim, "seed 80's worker", child_of(process.pid)) as worker:
+            assert worker.kill()
         code, _stdout, stderr = finish(process, timeout=60)
     finally:
         if process.poll() is None:

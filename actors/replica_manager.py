@@ -50,8 +50,9 @@ Requests that arrive before this node's registration is known are held and
 applied once it is (``BrokerRegistered`` from the node's controller actor); a
 resend replaces its held copy and at most HELD_MAX are held. The registration
 is kept over a crash restart of this actor (nobody would tell it again), and so is
-what the shards and fetchers hold (leader epochs, last roles, proposals, fences):
-a resend at a held leader epoch is accepted once more, and the shard answers it
+what the shards and fetchers hold (leader epochs, last roles, proposals, fences)
+and the AlterPartitions on their way to the controller, with their deadlines: a
+resend at a held leader epoch is accepted once more, and the shard answers it
 without applying it again.
 
 Every answer to the controller names the ``correlation_id`` of the request it
@@ -191,13 +192,14 @@ class ReplicaManager(Actor):
         # controller seen (only the controller actor tells the registration, at its start
         # and a new session: a new life that forgot it would hold every request forever),
         # and what the shards and fetchers hold, as they keep it over this restart: the
-        # leader epochs accepted, the last role given, the proposals and fences, which
-        # fetcher fetches each followed partition. Forgotten, a later shard restart
-        # restored nothing (its partitions went dark). The requests being applied are not
-        # kept: the controller sends them again, a role at the leader epoch held is
-        # accepted once more (the shard answers it without applying it again; its
-        # proposal, fence and the ISR written since stay), and a late shard answer to the
-        # previous life's request settles nothing (``req_ids``)
+        # leader epochs accepted, the last role given, the proposals and fences (with the
+        # AlterPartitions on their way), which fetcher fetches each followed partition.
+        # Forgotten, a later shard restart restored nothing (its partitions went dark).
+        # The requests being applied are not kept: the controller sends them again, a
+        # role at the leader epoch held is accepted once more (the shard answers it
+        # without applying it again; its proposal, fence and the ISR written since stay),
+        # and a late shard answer to the previous life's request settles nothing
+        # (``req_ids``)
         old_fencing: ReplicaFencing | None = getattr(self, "fencing", None)
         self.fencing = ReplicaFencing(self.broker_id)
         if old_fencing is not None:
@@ -243,7 +245,14 @@ class ReplicaManager(Actor):
         self.applied = {"lai": 0, "um": 0, "stop": 0}
         self.fetched_by: dict[TopicPartition, str] = getattr(self, "fetched_by", {})
         self.fetchers_stopped = 0
-        self.isr_pending: dict[int, tuple[list[IsrProposalRow], int]] = {}
+        # the AlterPartitions on their way to the controller, with their deadlines, go on
+        # over a restart of this actor, as ``proposals`` does: the previous life's answer
+        # is taken, and one lost is answered REQUEST_TIMED_OUT at its deadline (the shard
+        # sends it again). Forgotten, neither came, and the shard's proposal stayed pending
+        # for good: no ISR change since, and a shrink that left out a dead follower held
+        # acks=all produces and the high watermark
+        self.isr_pending: dict[int, tuple[list[IsrProposalRow], int]] = getattr(
+            self, "isr_pending", {})
         self.num_fetchers = int(self.config["num.replica.fetchers"])
         self.fetcher_config = FetcherConfig(
             replica_id=self.broker_id,
@@ -825,7 +834,9 @@ class ReplicaManager(Actor):
 
     @handles(AlterPartitionResponse)
     def on_alter_partition_response(self, msg: AlterPartitionResponse) -> None:
-        entry = self.isr_pending.pop(msg.req_id, None)
+        # taken off ``isr_pending`` once its shards are told (below): should this handler
+        # fail on the way, its deadline still answers them REQUEST_TIMED_OUT
+        entry = self.isr_pending.get(msg.req_id)
         if entry is None:
             return
         proposals, _deadline = entry
@@ -833,6 +844,7 @@ class ReplicaManager(Actor):
             self.log.info("AlterPartition refused as a whole: {}",
                           ErrorCode(msg.error_code).name)
             self._isr_answer(proposals, msg.error_code)
+            del self.isr_pending[msg.req_id]
             return
         results = {(r.topic, r.partition): r for r in msg.partitions}
         by_shard: dict[Address, list[IsrUpdateRow]] = {}
@@ -850,6 +862,7 @@ class ReplicaManager(Actor):
             by_shard.setdefault(self.topology.shard_for(p.topic, p.partition), []).append(row)
         for shard, rows in by_shard.items():
             self.tell(shard, IsrUpdated(rows))
+        del self.isr_pending[msg.req_id]
 
     def _isr_changed(self, topic: str, partition: int, leader_epoch: int, isr: list[int],
                      partition_epoch: int) -> None:

@@ -51,9 +51,9 @@ applied once it is (``BrokerRegistered`` from the node's controller actor); a
 resend replaces its held copy and at most HELD_MAX are held. The registration
 is kept over a crash restart of this actor (nobody would tell it again), and so is
 what the shards and fetchers hold (leader epochs, last roles, proposals, fences)
-and the AlterPartitions on their way to the controller, with their deadlines: a
-resend at a held leader epoch is accepted once more, and the shard answers it
-without applying it again.
+and what is on its way about it (the AlterPartitions, with their deadlines, and
+the unanswered RestoreRoles): a resend at a held leader epoch is accepted once
+more, and the shard answers it without applying it again.
 
 Every answer to the controller names the ``correlation_id`` of the request it
 answers (a refusal, a duplicate answered at once, a request settled by a
@@ -193,7 +193,8 @@ class ReplicaManager(Actor):
         # and a new session: a new life that forgot it would hold every request forever),
         # and what the shards and fetchers hold, as they keep it over this restart: the
         # leader epochs accepted, the last role given, the proposals and fences (with the
-        # AlterPartitions on their way), which fetcher fetches each followed partition.
+        # AlterPartitions and RestoreRoles on their way), which fetcher fetches each
+        # followed partition.
         # Forgotten, a later shard restart restored nothing (its partitions went dark).
         # The requests being applied are not kept: the controller sends them again, a
         # role at the leader epoch held is accepted once more (the shard answers it
@@ -227,15 +228,22 @@ class ReplicaManager(Actor):
             self, "proposals", {})
         self.processes_restarted = 0
         self.shards_restarted = 0
-        self.restoring: dict[int, Address] = {}  # RestoreRoles not answered yet -> its shard
+        # The restores not answered yet go on over a restart of this actor, as the roles
+        # they carry do. Forgotten, the shard's answer was ignored: a role it could not
+        # take stayed on record (given again at its next restore), one it holds again after
+        # an earlier refusal stayed off it (left out of its next restore: dark); and one
+        # never answered was not reported
+        # RestoreRoles not answered yet -> its shard
+        self.restoring: dict[int, Address] = getattr(self, "restoring", {})
         # when each unanswered RestoreRoles is overdue (dropped once reported)
-        self.restore_overdue_ms: dict[int, int] = {}
+        self.restore_overdue_ms: dict[int, int] = getattr(self, "restore_overdue_ms", {})
         self.restores_overdue = 0
         self.restores_replaced = 0
         self.restore_answers_ignored = 0  # answers to a replaced (or unknown) RestoreRoles
         # what each unanswered RestoreRoles carried (a StopReplica accepted since takes its
         # partitions out): the answer settles what the ReplicaManager keeps of each
-        self.restore_sent: dict[int, dict[TopicPartition, ReplicaStateRow]] = {}
+        self.restore_sent: dict[int, dict[TopicPartition, ReplicaStateRow]] = getattr(
+            self, "restore_sent", {})
         # broker -> its RequestHandlers (0: unknown)
         self.leader_handlers: dict[int, int] = getattr(self, "leader_handlers", {})
         self.refusals_logged: set[tuple[str, int, int]] = set()

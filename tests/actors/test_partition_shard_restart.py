@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+from loguru import logger
 
 from actors.core.controller_channel import ControllerChannel
 from actors.core.log_dir import LogDir
@@ -1291,6 +1292,30 @@ def test_the_answer_to_an_isr_proposal_sent_by_the_replica_managers_previous_lif
     wait_for(lambda: _stats(node, c.shard)["isr"] == {"c-0": [1, 2]}, "the ISR written")
     stats = node.ask(c.manager, GetStats())
     assert (stats["proposals"], stats["isr_pending"]) == ([], 0)
+
+
+def test_roles_at_the_leader_epochs_held_are_counted_and_logged_once_per_message(
+        node: Node, tmp_path: Path) -> None:
+    """A BecomeLeaderOrFollower whose roles are all at the leader epochs the shard holds (a
+    resend): each answered applied, none applied again, all counted, and one log line for
+    the message, not one per partition."""
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="INFO")
+    try:
+        c = _cluster(node, tmp_path, [1])
+        node.tell(c.shard, BecomeLeaderOrFollower(77, [
+            ReplicaStateRow("c", 0, 1, 3, [1], [1, 2], 4, False, {}),
+            ReplicaStateRow("f", 0, 2, 7, [2, 1], [2, 1], 9, False, {})]),
+            sender=c.handler.name)
+        [done] = wait_for(lambda: [b for b in _got(node, c.handler, "BecameLeaderOrFollower")
+                                   if b[0] == 77], "the answer")
+        assert {tuple(r) for r in done[1]} == {("c", 0, NONE), ("f", 0, NONE)}
+        assert _stats(node, c.shard)["replication"]["roles_held_already"] == 2
+        said = [line for line in lines if "held already not applied again" in line]
+        assert len(said) == 1, said
+        assert "2 role(s)" in said[0] and "c-0@3, f-0@7" in said[0], said
+    finally:
+        logger.remove(sink)
 
 
 def test_a_restore_row_the_shard_could_not_take_leaves_no_role_nor_fetcher(

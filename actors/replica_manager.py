@@ -439,7 +439,12 @@ class ReplicaManager(Actor):
         held = self.states.get(tp)
         if held is not None and held.leader_epoch == row.leader_epoch:
             # accepted once more by a new life of this actor (``accept_again``): the shard
-            # holds it, with the ISR written since, the proposal and the fence at it
+            # holds it, with the ISR written since, the proposal and the fence at it. Only
+            # that lets a role at the held leader epoch in: ReplicaFencing.leader_and_isr
+            # refuses one at the epoch it holds unless the partition is in ``accept_again``
+            # (``states`` is never newer than the fencing's epochs), and the metadata's
+            # move (``_demote_from_metadata``) passes only newer ones. Were equality let in
+            # otherwise, this would keep a proposal and a fence the shard no longer holds
             if row.partition_epoch > held.partition_epoch:
                 self.states[tp] = row._replace(is_new=False)
             return

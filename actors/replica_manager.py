@@ -52,8 +52,9 @@ resend replaces its held copy and at most HELD_MAX are held. The registration
 is kept over a crash restart of this actor (nobody would tell it again), and so is
 what the shards and fetchers hold (leader epochs, last roles, proposals, fences)
 and what is on its way about it (the AlterPartitions, with their deadlines, and
-the unanswered RestoreRoles): a resend at a held leader epoch is accepted once
-more, and the shard answers it without applying it again.
+the unanswered RestoreRoles), and the metadata with the handlers' waits on it: a
+resend at a held leader epoch is accepted once more, and the shard answers it
+without applying it again.
 
 Every answer to the controller names the ``correlation_id`` of the request it
 answers (a refusal, a duplicate answered at once, a request settled by a
@@ -205,7 +206,13 @@ class ReplicaManager(Actor):
         self.fencing = ReplicaFencing(self.broker_id)
         if old_fencing is not None:
             self.fencing.carry_over(old_fencing)
-        self.cache = MetadataCache()
+        # the metadata and the handlers waiting on it go on too: forgotten, a process
+        # started after the crash got none for its handlers (it takes no connections
+        # before they hold it) and a wait for topics present was not answered, until the
+        # controller's next UpdateMetadata, which a quiet cluster may not send for long.
+        # One that crashed this actor mid-apply is sent again (its answer never went),
+        # and applying one again changes nothing
+        self.cache: MetadataCache = getattr(self, "cache", None) or MetadataCache()
         self.held: list[tuple[Address, Any]] = []
         self.held_replaced = 0  # held requests a resend of theirs replaced
         self.held_dropped = 0  # held requests dropped past HELD_MAX (the oldest)
@@ -214,7 +221,7 @@ class ReplicaManager(Actor):
         # must not settle a new one
         self.req_ids: Iterator[int] = getattr(self, "req_ids", None) or itertools.count(1)
         self.pending: dict[int, _Pending] = {}
-        self.waiters: list[_Waiter] = []
+        self.waiters: list[_Waiter] = getattr(self, "waiters", [])
         # -> (leader, leader epoch)
         self.roles: dict[TopicPartition, tuple[int, int]] = getattr(self, "roles", {})
         # the last role given (the newest LeaderAndIsr accepted, with the ISR changes

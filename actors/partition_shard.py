@@ -123,6 +123,9 @@ NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 MARKER_ACKS_TIMEOUT_MS = 3000
 # How often the housekeeping warns that deletes it tries again still fail.
 DELETE_WARNING_INTERVAL_MS = 60_000
+# How many of the roles a BecomeLeaderOrFollower gave at a leader epoch held already its
+# one log line names (all are counted: roles_held_already in the replication stats).
+ROLES_HELD_LOGGED = 10
 
 
 @dataclass(slots=True)
@@ -1220,14 +1223,13 @@ class PartitionShard(Actor):
         """
         now = self.clock.wall_ms()
         rows: list[PartitionErrorRow] = []
+        held_already: list[str] = []  # "topic-partition@held epoch", logged once below
         for row in msg.rows:
             key = (row.topic, row.partition)
             held = self.partitions.get(key)
             if held is not None and key in self.roles_given \
                     and held.leader_epoch >= row.leader_epoch:
-                self.log.info("{}-{}: role at leader epoch {} not applied again: leader "
-                              "epoch {} held", row.topic, row.partition, row.leader_epoch,
-                              held.leader_epoch)
+                held_already.append(f"{row.topic}-{row.partition}@{held.leader_epoch}")
                 rows.append(PartitionErrorRow(row.topic, row.partition, NONE))
                 continue
             try:
@@ -1249,6 +1251,17 @@ class PartitionShard(Actor):
             if was_leader or state.is_leader:
                 self._notify(state)
             rows.append(PartitionErrorRow(row.topic, row.partition, NONE))
+        if held_already:
+            # counted per role, logged once per message (a resend of a LeaderAndIsr for
+            # every partition of the node is one line, not one per partition)
+            self.replication["roles_held_already"] = (
+                self.replication.get("roles_held_already", 0) + len(held_already))
+            shown = ", ".join(held_already[:ROLES_HELD_LOGGED])
+            more = len(held_already) - ROLES_HELD_LOGGED
+            self.log.info("{} role(s) at a leader epoch held already not applied again "
+                          "(request {}; partition@leader epoch held): {}{}",
+                          len(held_already), msg.req_id, shown,
+                          f" and {more} more" if more > 0 else "")
         self.reply(BecameLeaderOrFollower(msg.req_id, rows))
 
     @handles(RestoreRoles)

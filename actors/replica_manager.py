@@ -50,8 +50,10 @@ Requests that arrive before this node's registration is known are held and
 applied once it is (``BrokerRegistered`` from the node's controller actor); a
 resend replaces its held copy and at most HELD_MAX are held. The registration
 is kept over a crash restart of this actor (nobody would tell it again), and so is
-what the shards and fetchers hold (leader epochs, last roles, proposals, fences):
-a resend at a held leader epoch is accepted once more, and the shard answers it
+what the shards and fetchers hold (leader epochs, last roles, proposals, fences)
+and what is on its way about it (the AlterPartitions, with their deadlines, and
+the unanswered RestoreRoles), and the metadata with the handlers' waits on it: a
+resend at a held leader epoch is accepted once more, and the shard answers it
 without applying it again.
 
 Every answer to the controller names the ``correlation_id`` of the request it
@@ -191,18 +193,26 @@ class ReplicaManager(Actor):
         # controller seen (only the controller actor tells the registration, at its start
         # and a new session: a new life that forgot it would hold every request forever),
         # and what the shards and fetchers hold, as they keep it over this restart: the
-        # leader epochs accepted, the last role given, the proposals and fences, which
-        # fetcher fetches each followed partition. Forgotten, a later shard restart
-        # restored nothing (its partitions went dark). The requests being applied are not
-        # kept: the controller sends them again, a role at the leader epoch held is
-        # accepted once more (the shard answers it without applying it again; its
-        # proposal, fence and the ISR written since stay), and a late shard answer to the
-        # previous life's request settles nothing (``req_ids``)
+        # leader epochs accepted, the last role given, the proposals and fences (with the
+        # AlterPartitions and RestoreRoles on their way), which fetcher fetches each
+        # followed partition.
+        # Forgotten, a later shard restart restored nothing (its partitions went dark).
+        # The requests being applied are not kept: the controller sends them again, a
+        # role at the leader epoch held is accepted once more (the shard answers it
+        # without applying it again; its proposal, fence and the ISR written since stay),
+        # and a late shard answer to the previous life's request settles nothing
+        # (``req_ids``)
         old_fencing: ReplicaFencing | None = getattr(self, "fencing", None)
         self.fencing = ReplicaFencing(self.broker_id)
         if old_fencing is not None:
             self.fencing.carry_over(old_fencing)
-        self.cache = MetadataCache()
+        # the metadata and the handlers waiting on it go on too: forgotten, a process
+        # started after the crash got none for its handlers (it takes no connections
+        # before they hold it) and a wait for topics present was not answered, until the
+        # controller's next UpdateMetadata, which a quiet cluster may not send for long.
+        # One that crashed this actor mid-apply is sent again (its answer never went),
+        # and applying one again changes nothing
+        self.cache: MetadataCache = getattr(self, "cache", None) or MetadataCache()
         self.held: list[tuple[Address, Any]] = []
         self.held_replaced = 0  # held requests a resend of theirs replaced
         self.held_dropped = 0  # held requests dropped past HELD_MAX (the oldest)
@@ -211,7 +221,7 @@ class ReplicaManager(Actor):
         # must not settle a new one
         self.req_ids: Iterator[int] = getattr(self, "req_ids", None) or itertools.count(1)
         self.pending: dict[int, _Pending] = {}
-        self.waiters: list[_Waiter] = []
+        self.waiters: list[_Waiter] = getattr(self, "waiters", [])
         # -> (leader, leader epoch)
         self.roles: dict[TopicPartition, tuple[int, int]] = getattr(self, "roles", {})
         # the last role given (the newest LeaderAndIsr accepted, with the ISR changes
@@ -225,15 +235,22 @@ class ReplicaManager(Actor):
             self, "proposals", {})
         self.processes_restarted = 0
         self.shards_restarted = 0
-        self.restoring: dict[int, Address] = {}  # RestoreRoles not answered yet -> its shard
+        # The restores not answered yet go on over a restart of this actor, as the roles
+        # they carry do. Forgotten, the shard's answer was ignored: a role it could not
+        # take stayed on record (given again at its next restore), one it holds again after
+        # an earlier refusal stayed off it (left out of its next restore: dark); and one
+        # never answered was not reported
+        # RestoreRoles not answered yet -> its shard
+        self.restoring: dict[int, Address] = getattr(self, "restoring", {})
         # when each unanswered RestoreRoles is overdue (dropped once reported)
-        self.restore_overdue_ms: dict[int, int] = {}
+        self.restore_overdue_ms: dict[int, int] = getattr(self, "restore_overdue_ms", {})
         self.restores_overdue = 0
         self.restores_replaced = 0
         self.restore_answers_ignored = 0  # answers to a replaced (or unknown) RestoreRoles
         # what each unanswered RestoreRoles carried (a StopReplica accepted since takes its
         # partitions out): the answer settles what the ReplicaManager keeps of each
-        self.restore_sent: dict[int, dict[TopicPartition, ReplicaStateRow]] = {}
+        self.restore_sent: dict[int, dict[TopicPartition, ReplicaStateRow]] = getattr(
+            self, "restore_sent", {})
         # broker -> its RequestHandlers (0: unknown)
         self.leader_handlers: dict[int, int] = getattr(self, "leader_handlers", {})
         self.refusals_logged: set[tuple[str, int, int]] = set()
@@ -243,7 +260,14 @@ class ReplicaManager(Actor):
         self.applied = {"lai": 0, "um": 0, "stop": 0}
         self.fetched_by: dict[TopicPartition, str] = getattr(self, "fetched_by", {})
         self.fetchers_stopped = 0
-        self.isr_pending: dict[int, tuple[list[IsrProposalRow], int]] = {}
+        # the AlterPartitions on their way to the controller, with their deadlines, go on
+        # over a restart of this actor, as ``proposals`` does: the previous life's answer
+        # is taken, and one lost is answered REQUEST_TIMED_OUT at its deadline (the shard
+        # sends it again). Forgotten, neither came, and the shard's proposal stayed pending
+        # for good: no ISR change since, and a shrink that left out a dead follower held
+        # acks=all produces and the high watermark
+        self.isr_pending: dict[int, tuple[list[IsrProposalRow], int]] = getattr(
+            self, "isr_pending", {})
         self.num_fetchers = int(self.config["num.replica.fetchers"])
         self.fetcher_config = FetcherConfig(
             replica_id=self.broker_id,
@@ -422,7 +446,12 @@ class ReplicaManager(Actor):
         held = self.states.get(tp)
         if held is not None and held.leader_epoch == row.leader_epoch:
             # accepted once more by a new life of this actor (``accept_again``): the shard
-            # holds it, with the ISR written since, the proposal and the fence at it
+            # holds it, with the ISR written since, the proposal and the fence at it. Only
+            # that lets a role at the held leader epoch in: ReplicaFencing.leader_and_isr
+            # refuses one at the epoch it holds unless the partition is in ``accept_again``
+            # (``states`` is never newer than the fencing's epochs), and the metadata's
+            # move (``_demote_from_metadata``) passes only newer ones. Were equality let in
+            # otherwise, this would keep a proposal and a fence the shard no longer holds
             if row.partition_epoch > held.partition_epoch:
                 self.states[tp] = row._replace(is_new=False)
             return
@@ -825,7 +854,9 @@ class ReplicaManager(Actor):
 
     @handles(AlterPartitionResponse)
     def on_alter_partition_response(self, msg: AlterPartitionResponse) -> None:
-        entry = self.isr_pending.pop(msg.req_id, None)
+        # taken off ``isr_pending`` once its shards are told (below): should this handler
+        # fail on the way, its deadline still answers them REQUEST_TIMED_OUT
+        entry = self.isr_pending.get(msg.req_id)
         if entry is None:
             return
         proposals, _deadline = entry
@@ -833,6 +864,7 @@ class ReplicaManager(Actor):
             self.log.info("AlterPartition refused as a whole: {}",
                           ErrorCode(msg.error_code).name)
             self._isr_answer(proposals, msg.error_code)
+            del self.isr_pending[msg.req_id]
             return
         results = {(r.topic, r.partition): r for r in msg.partitions}
         by_shard: dict[Address, list[IsrUpdateRow]] = {}
@@ -850,6 +882,7 @@ class ReplicaManager(Actor):
             by_shard.setdefault(self.topology.shard_for(p.topic, p.partition), []).append(row)
         for shard, rows in by_shard.items():
             self.tell(shard, IsrUpdated(rows))
+        del self.isr_pending[msg.req_id]
 
     def _isr_changed(self, topic: str, partition: int, leader_epoch: int, isr: list[int],
                      partition_epoch: int) -> None:

@@ -29,18 +29,19 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+from loguru import logger
 
 from actors.core.controller_channel import ControllerChannel
 from actors.core.log_dir import LogDir
 from actors.core.offsets_codec import OFFSETS_TOPIC
-from actors.core.partition_state import PartitionState
+from actors.core.partition_state import PROPOSAL_RETRY_MS, PartitionState
 from actors.core.record_batch import build_batch
 from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
 from actors.log_manager import LogManager
 from actors.partition_shard import PartitionShard
 from actors.purgatory import PurgatoryShard
 from actors.replica_fetcher import fetcher_name
-from actors.replica_manager import ReplicaManager
+from actors.replica_manager import ALTER_PARTITION_TIMEOUT_MS, ReplicaManager
 from actors.runtime.actor import Actor, handles
 from actors.runtime.config import Config
 from actors.runtime.node import Node
@@ -1229,6 +1230,92 @@ def test_the_roles_go_on_over_a_crash_restart_of_the_replica_manager(
     c0 = node.actors[c.shard.name].partitions[("c", 0)]
     assert c0.pending is not None and c0.pending.new_isr == (1, 2), \
         "the pending proposal not restored"
+
+
+def _crash_replica_manager(c: Cluster, crash: dict[str, bool]) -> None:
+    """The ReplicaManager crashes (on an UpdateMetadata) and supervision restarts it."""
+    crash["on"] = True
+    c.node.tell(c.manager, UpdateMetadata(1, 1, 5, False, [], [], {}, 20),
+                sender=c.controller.name)
+    wait_for(lambda: c.node.actors[c.manager.name].crashes == 1, "the ReplicaManager's crash")
+
+
+def _alters(c: Cluster, count: int) -> list[Any]:
+    return wait_for(lambda: (lambda a: a if len(a) == count else None)(
+        _got(c.node, c.controller, "AlterPartition")), f"{count} AlterPartition(s)")
+
+
+def test_an_isr_shrink_whose_answer_died_with_the_replica_managers_crash_is_sent_again(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """c-0's leader proposes to leave follower 2 (it never fetches) out of the ISR; the
+    ReplicaManager crashes with the AlterPartition in flight, and its answer is lost. The
+    new life answers the proposal REQUEST_TIMED_OUT at its deadline, as the old one
+    would, and the shard sends it again. Before, the new life had forgotten it: the
+    shard's proposal stayed pending for good, no ISR change came again, and acks=all
+    produces waited on the dead follower."""
+    node = manual_node
+    crash = _crash_replica_manager_on_update_metadata(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    lag_ms = int(Config()["replica.lag.time.max.ms"])
+    node.advance_clock(lag_ms + lag_ms // 2 + 1)  # past the lag, at an ISR check
+    [alter] = _alters(c, 1)
+    assert [tuple(i) for i in alter[3]] == [("c", 0, 3, [1], 4)]
+    _crash_replica_manager(c, crash)
+    assert node.ask(c.manager, GetStats())["proposals"] == ["c-0"]
+
+    node.advance_clock(ALTER_PARTITION_TIMEOUT_MS)  # unanswered: REQUEST_TIMED_OUT
+    node.advance_clock(PROPOSAL_RETRY_MS)  # the shard's resend
+    again = _alters(c, 2)[1]
+    assert [tuple(i) for i in again[3]] == [("c", 0, 3, [1], 4)]
+    assert again[0] != alter[0]
+    node.tell(c.manager, AlterPartitionResponse(again[0], NONE, [AlterPartitionResult(
+        "c", 0, NONE, 1, 3, [1], 5)]), sender=c.controller.name)
+    wait_for(lambda: _stats(node, c.shard)["isr"] == {"c-0": [1]}, "the ISR shrunk")
+    assert node.ask(c.manager, GetStats())["proposals"] == []
+    # acks=all is answered by the ISR of one; and the leader proposes again (follower 2
+    # catches up: back in)
+    assert _append(node, c.shard, c.handler, 1, "c", [b"c1"], acks=-1)[1][0][2] == NONE
+    _follower_fetch(c, 2, 1)
+    assert [tuple(i) for i in _alters(c, 3)[2][3]] == [("c", 0, 3, [1, 2], 5)]
+
+
+def test_the_answer_to_an_isr_proposal_sent_by_the_replica_managers_previous_life_is_taken(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ReplicaManager crashes with c-0's ISR expansion in flight; the controller's
+    answer reaches the new life, which tells the shard (before, it ignored the answer as
+    not one of its own)."""
+    crash = _crash_replica_manager_on_update_metadata(monkeypatch)
+    c = _cluster(node, tmp_path, [1])
+    alter = _expansion_proposed(c)
+    _crash_replica_manager(c, crash)
+    _answer(c, alter, NONE, [1, 2], 5)
+    wait_for(lambda: _stats(node, c.shard)["isr"] == {"c-0": [1, 2]}, "the ISR written")
+    stats = node.ask(c.manager, GetStats())
+    assert (stats["proposals"], stats["isr_pending"]) == ([], 0)
+
+
+def test_roles_at_the_leader_epochs_held_are_counted_and_logged_once_per_message(
+        node: Node, tmp_path: Path) -> None:
+    """A BecomeLeaderOrFollower whose roles are all at the leader epochs the shard holds (a
+    resend): each answered applied, none applied again, all counted, and one log line for
+    the message, not one per partition."""
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="INFO")
+    try:
+        c = _cluster(node, tmp_path, [1])
+        node.tell(c.shard, BecomeLeaderOrFollower(77, [
+            ReplicaStateRow("c", 0, 1, 3, [1], [1, 2], 4, False, {}),
+            ReplicaStateRow("f", 0, 2, 7, [2, 1], [2, 1], 9, False, {})]),
+            sender=c.handler.name)
+        [done] = wait_for(lambda: [b for b in _got(node, c.handler, "BecameLeaderOrFollower")
+                                   if b[0] == 77], "the answer")
+        assert {tuple(r) for r in done[1]} == {("c", 0, NONE), ("f", 0, NONE)}
+        assert _stats(node, c.shard)["replication"]["roles_held_already"] == 2
+        said = [line for line in lines if "held already not applied again" in line]
+        assert len(said) == 1, said
+        assert "2 role(s)" in said[0] and "c-0@3, f-0@7" in said[0], said
+    finally:
+        logger.remove(sink)
 
 
 def test_a_restore_row_the_shard_could_not_take_leaves_no_role_nor_fetcher(

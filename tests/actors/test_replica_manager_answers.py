@@ -17,13 +17,17 @@ from actors.topology import Topology
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import GetStats
 from wire.cluster_messages import (
+    AwaitTopics,
     BrokerRegistered,
+    BrokerRow,
     LeaderAndIsr,
     LeaderAndIsrResponse,
     StopReplica,
     StopReplicaPartition,
     StopReplicaResponse,
+    TopicsAwaited,
     UpdateMetadata,
+    UpdateMetadataPartition,
     UpdateMetadataResponse,
 )
 from wire.errors import ErrorCode
@@ -147,3 +151,58 @@ def test_requests_held_before_the_registration_are_bounded(node: Node) -> None:
     got = answers(HELD_MAX)
     assert [i for _name, _code, i in got] == [E + n for n in range(4, HELD_MAX + 4)]
     assert {code for _name, code, _i in got} == {NONE}
+
+
+class Handler(Actor):
+    """Keeps the TopicsAwaited it gets: (request id, missing)."""
+
+    def setup(self) -> None:
+        self.got: list[tuple[int, list[str]]] = []
+
+    @handles(TopicsAwaited)
+    def on_awaited(self, msg: TopicsAwaited) -> None:
+        self.got.append((msg.req_id, list(msg.missing)))
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> list[tuple[int, list[str]]]:
+        return list(self.got)
+
+
+def test_a_restarted_replica_manager_keeps_its_metadata_and_the_waits_on_it(
+        node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ReplicaManager crashes and restarts in place, with a handler waiting for topic u.
+    The new life still holds the metadata (topic t): a wait for t is answered at once, and
+    the UpdateMetadata that brings u answers the wait from before the crash. Before, the
+    new life had an empty cache until the next UpdateMetadata, and the waits were lost."""
+    crash = {"on": False}
+    real = ReplicaManager.on_update_metadata
+
+    def on_update_metadata(self: ReplicaManager, msg: UpdateMetadata) -> None:
+        if crash["on"]:
+            crash["on"] = False
+            raise RuntimeError("an UpdateMetadata handler that fails once")
+        real(self, msg)
+
+    on_update_metadata.__actorlog_handles__ = (UpdateMetadata,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(ReplicaManager, "on_update_metadata", on_update_metadata)
+    manager, controller, send, answers = _manager(node)
+    handler = node.spawn(Handler, "waiting-handler")
+    node.tell(manager, BrokerRegistered(1, 5), sender=controller.name)
+
+    def partition(topic: str) -> UpdateMetadataPartition:
+        return UpdateMetadataPartition(topic, 0, 4, 1, 1, [1], 1, [1], [])
+
+    live = [BrokerRow(1, 5, "", None, [])]
+    send(UpdateMetadata(2, 4, 5, True, live, [partition("t")], {"t": {}}, E + 1))
+    assert answers(1) == [("UpdateMetadataResponse", NONE, E + 1)]
+    node.tell(manager, AwaitTopics(1, ["u"], True, 60_000), sender=handler.name)
+    crash["on"] = True
+    send(UpdateMetadata(2, 4, 5, False, [], [], {}, E + 2))  # dies with the crash
+    wait_for(lambda: node.actors[manager.name].crashes == 1, "the ReplicaManager's crash")
+    assert node.ask(manager, GetStats())["topics"] == ["t"]
+    node.tell(manager, AwaitTopics(2, ["t"], True, 60_000), sender=handler.name)
+    assert wait_for(lambda: node.ask(handler, GetStats()), "the wait for t") == [[2, []]]
+    send(UpdateMetadata(2, 4, 5, False, live, [partition("u")], {"u": {}}, E + 3))
+    got = wait_for(lambda: (lambda g: g if len(g) == 2 else None)(node.ask(handler, GetStats())),
+                   "the wait for u")
+    assert got[1] == [1, []]

@@ -309,5 +309,6 @@ def test_a_real_shard_late_not_lost_applies_the_overdue_resend_once(
     # the copy's answer too: the shard is idle once it answers a GetStats after it
     node.ask(topo.shard(0), GetStats())
     assert applied == [5], "the resent role applied again"
+    assert stats(topo.shard(0))["replication"]["roles_held_already"] == 1
     assert [tuple(a) for a in stats(controller)] == [("LeaderAndIsrResponse", NONE, E + 1)]
     assert stats(manager)["leading"] == ["c-0"]

@@ -1,10 +1,13 @@
 """A RestoreRoles the shard never answers: reported once overdue, kept (its late answer still
-settles), replaced by the shard's next restart's. The real ReplicaManager on a manual clock;
-the shard is a stand-in that keeps what it is sent and answers only when the test says."""
+settles), replaced by the shard's next restart's, kept over a crash restart of the
+ReplicaManager. The real ReplicaManager on a manual clock; the shard is a stand-in that keeps
+what it is sent and answers a restore only when the test says."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import pytest
 
 from actors.replica_manager import RESTORE_OVERDUE_MS, ReplicaManager
 from actors.runtime.actor import Actor, handles
@@ -13,7 +16,24 @@ from actors.runtime.node import Node
 from actors.topology import Topology
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import GetStats
-from wire.cluster_messages import RestoreRoles, RolesRestored, ShardRestarted
+from wire.cluster_messages import (
+    BecameLeaderOrFollower,
+    BecomeLeaderOrFollower,
+    BrokerRegistered,
+    LeaderAndIsr,
+    LeaderAndIsrPartition,
+    LeaderAndIsrResponse,
+    LiveLeaderRow,
+    PartitionErrorRow,
+    RestoreRoles,
+    RolesRestored,
+    ShardRestarted,
+    UpdateMetadata,
+    UpdateMetadataResponse,
+)
+from wire.errors import ErrorCode
+
+NONE = int(ErrorCode.NONE)
 
 
 class SilentShard(Actor):
@@ -80,3 +100,82 @@ def test_the_shards_next_restart_replaces_its_unanswered_restore(manual_node: No
     assert _stats(node, manager)["restoring"] == 1, "the replaced restore's answer was taken"
     node.tell(manager, RolesRestored(second, []), sender=shard.name)
     wait_for(lambda: _stats(node, manager)["restoring"] == 0, "the second's answer taken")
+
+
+class AnsweringShard(Actor):
+    """Answers each role it is given; keeps the RestoreRoles it gets (request id, rows) and
+    answers none."""
+
+    def setup(self) -> None:
+        self.restores: list[tuple[int, list[Any]]] = []
+
+    @handles(BecomeLeaderOrFollower)
+    def on_become(self, msg: BecomeLeaderOrFollower) -> None:
+        self.reply(BecameLeaderOrFollower(msg.req_id, [
+            PartitionErrorRow(r.topic, r.partition, NONE) for r in msg.rows]))
+
+    @handles(RestoreRoles)
+    def on_restore(self, msg: RestoreRoles) -> None:
+        self.restores.append((msg.req_id, list(msg.rows)))
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> list[tuple[int, list[Any]]]:
+        return list(self.restores)
+
+
+class Controller(Actor):
+    """Takes the ReplicaManager's answers."""
+
+    @handles(LeaderAndIsrResponse, UpdateMetadataResponse)
+    def on_answer(self, _msg: Any) -> None:
+        pass
+
+
+def test_a_restore_on_its_way_goes_on_over_a_crash_restart_of_the_replica_manager(
+        manual_node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ReplicaManager sends the restarted shard c-0's role again, then crashes. The new
+    life still waits for that restore: it reports it overdue, and takes its late answer:
+    the shard could not take the role, so the ReplicaManager keeps none (not led here; the
+    shard's next restore does not carry it). Before, the new life ignored the answer and
+    kept leading c-0 on its books."""
+    node = manual_node
+    crash = {"on": False}
+    real = ReplicaManager.on_update_metadata
+
+    def on_update_metadata(self: ReplicaManager, msg: UpdateMetadata) -> None:
+        if crash["on"]:
+            crash["on"] = False
+            raise RuntimeError("an UpdateMetadata handler that fails once")
+        real(self, msg)
+
+    on_update_metadata.__actorlog_handles__ = (UpdateMetadata,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(ReplicaManager, "on_update_metadata", on_update_metadata)
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    shard = node.spawn(AnsweringShard, topo.shard(0).name)
+    manager = node.spawn(ReplicaManager, topo.replica_manager.name, topology=topo,
+                         config=Config(), broker_id=1, clock=node.clock)
+    controller = node.spawn(Controller, topo.controller.name)
+    node.tell(manager, BrokerRegistered(1, 5), sender=controller.name)
+    node.tell(manager, LeaderAndIsr(2, 4, 5, [LeaderAndIsrPartition(
+        "c", 0, 4, 1, 3, [1], 4, [1], False)], [LiveLeaderRow(1, "")], {"c": {}}, 1),
+        sender=controller.name)
+    wait_for(lambda: _stats(node, manager)["leading"] == ["c-0"], "c-0 led")
+    node.tell(manager, ShardRestarted(0))
+    [(req_id, rows)] = wait_for(lambda: _stats(node, shard), "the RestoreRoles")
+    assert [tuple(r[0][:2]) for r in rows] == [("c", 0)]  # role: (topic, partition, ...)
+
+    crash["on"] = True
+    node.tell(manager, UpdateMetadata(2, 4, 5, False, [], [], {}, 2), sender=controller.name)
+    wait_for(lambda: node.actors[manager.name].crashes == 1, "the ReplicaManager's crash")
+    assert _stats(node, manager)["restoring"] == 1
+    node.advance_clock(RESTORE_OVERDUE_MS)
+    assert _stats(node, manager)["restores_overdue"] == 1
+    node.tell(manager, RolesRestored(req_id, [PartitionErrorRow(
+        "c", 0, int(ErrorCode.KAFKA_STORAGE_ERROR))]), sender=shard.name)
+    wait_for(lambda: _stats(node, manager)["restoring"] == 0, "the late answer taken")
+    stats = _stats(node, manager)
+    assert (stats["restore_answers_ignored"], stats["leading"]) == (0, [])
+    node.tell(manager, ShardRestarted(0))
+    restores = wait_for(lambda: (lambda r: r if len(r) == 2 else None)(_stats(node, shard)),
+                        "the next RestoreRoles")
+    assert restores[1][1] == [], "the role the shard could not take restored again"

@@ -252,6 +252,7 @@ class Tracer:
         self._path = path
         self._writer = SegmentWriter(self._file, {"node": self.node, "pid": os.getpid(),
                                                   "started_wall_ns": started})
+        self._file.flush()  # the header on disk at once: a reader sees a trace file
         self._rotate()
         return self._writer
 
@@ -346,6 +347,9 @@ def _plan(cls: type) -> Any:
 
     sizes = [f"(len(m[{i}]) if m[{i}] is not None else 0)"
              for i, (_f, accepted) in enumerate(checks) if accepted == (bytes,)]
-    source = (f"lambda m: ({at('conn_id')}, {at('correlation_id')}, {at('api_key')}, "
+    # a Kafka request's correlation id rides with its connection; the controller's
+    # requests have ids of their own (64-bit, controller epoch << 32 | n), not Kafka's
+    corr = at("correlation_id") if "conn_id" in fields else "-1"
+    source = (f"lambda m: ({at('conn_id')}, {corr}, {at('api_key')}, "
               f"{' + '.join(sizes) or '0'})")
     return eval(source, {})

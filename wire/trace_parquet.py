@@ -50,6 +50,11 @@ class TraceFileError(ValueError):
     """A file that is not a trace file, or one this reader cannot read."""
 
 
+class HeaderNotWritten(TraceFileError):
+    """A file whose header is not whole yet: a running node opened it and has not
+    flushed it (or died before), so it holds no record."""
+
+
 # ------------------------------------------------------------ Thrift compact protocol
 # Types of the compact protocol's field headers.
 _T_TRUE, _T_FALSE, _T_BYTE, _T_I16, _T_I32, _T_I64 = 1, 2, 3, 4, 5, 6
@@ -519,13 +524,15 @@ class Scan:
 
 def read_header(data: Any) -> tuple[dict[str, Any], int]:
     """The header block of a trace file: its metadata and the position after it."""
+    if len(data) < 8 and (MAGIC + tf.HEADER_MAGIC).startswith(bytes(data)):
+        raise HeaderNotWritten("truncated header")
     if bytes(data[:4]) != MAGIC or bytes(data[4:8]) != tf.HEADER_MAGIC:
         raise TraceFileError("not an actorlog trace file")
     if len(data) < 12:
-        raise TraceFileError("truncated header")
+        raise HeaderNotWritten("truncated header")
     (n,) = struct.unpack_from("<I", data, 8)
     if 12 + n > len(data):
-        raise TraceFileError("truncated header")
+        raise HeaderNotWritten("truncated header")
     try:
         meta = json.loads(bytes(data[12:12 + n]))
     except ValueError:

@@ -52,6 +52,10 @@ def _map(path: Path) -> Any:
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
+class HeaderNotWritten(ValueError):
+    """A trace file whose header is not whole yet (see ``trace_parquet.HeaderNotWritten``)."""
+
+
 # ----------------------------------------------------------------- version 2
 def read_v2(path: Path, start: int | None = None) -> tuple[dict[str, Any], list[dict[str, Any]],
                                                           int]:
@@ -59,6 +63,8 @@ def read_v2(path: Path, start: int | None = None) -> tuple[dict[str, Any], list[
     data = _map(path)
     try:
         found = tp.scan(data, start)
+    except tp.HeaderNotWritten as exc:
+        raise HeaderNotWritten(f"{path}: {exc}") from None
     except tp.TraceFileError as exc:
         raise ValueError(f"{path}: {exc}") from None
     records: list[dict[str, Any]] = []
@@ -179,11 +185,12 @@ def read_file(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 def _listed_files(dirs: list[Path]) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """read_file of every trace file under ``dirs`` that is still there when its turn
-    comes: a running node deletes its oldest files past ``trace.files.max``."""
+    comes (a running node deletes its oldest files past ``trace.files.max``) and has
+    its header (a running node's newest file is empty until its first flush)."""
     for path in segments([Path(d) for d in dirs]):
         try:
             yield read_file(path)
-        except FileNotFoundError:
+        except (FileNotFoundError, HeaderNotWritten):
             continue
 
 
@@ -282,14 +289,19 @@ def parquet_inputs(dirs: list[Path], staging: Path) -> tuple[list[Path], dict[st
                 data = _map(seg)
             except FileNotFoundError:
                 continue  # a running node deleted it past trace.files.max since the listing
-            counts["files"] += 1
             if tp.footer_start(data) is not None:
+                counts["files"] += 1
                 outs.append(seg)
                 counts["direct"] += 1
                 continue
+            try:
+                whole = tp.salvage(data)
+            except tp.HeaderNotWritten:
+                continue  # a running node's newest file, its header not flushed yet
+            counts["files"] += 1
             out = staging / f"{i:06d}-{seg.name}"
             tmp = out.with_suffix(".tmp")
-            tmp.write_bytes(tp.salvage(data))
+            tmp.write_bytes(whole)
             os.replace(tmp, out)
             outs.append(out)
             keep.add(out)

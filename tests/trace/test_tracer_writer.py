@@ -86,3 +86,30 @@ def test_readers_skip_a_file_rotated_away_after_they_listed_it(
     left = left[1:]
     paths, counts = store.parquet_inputs([tmp_path], tmp_path / "staging")
     assert paths == left and counts["files"] == counts["direct"] == len(left)
+
+
+@pytest.mark.parametrize("size", [0, 3, 8, 11, 20])
+def test_readers_skip_a_file_whose_header_is_not_written_yet(tmp_path: Path, size: int) -> None:
+    """A running node's newest file is empty, or holds part of its header, until the
+    writer's first flush: `actorlog trace list` and analyze's inputs read the other files
+    and say nothing of it (it was "not an actorlog trace file", a traceback)."""
+    write_rounds(tmp_path, rounds=3, files_max=10)
+    records = read_trace_dirs([tmp_path])
+    complete = sorted((tmp_path / "traces").iterdir())[-1].read_bytes()
+    # named to sort last, as the newest file of a node does
+    newest = tmp_path / "traces" / f"n-9999999999999999999-1-999999{tp.tf.FILE_SUFFIX}"
+    newest.write_bytes(complete[:size])
+    assert read_trace_dirs([tmp_path]) == records
+    assert list(store.iter_records([tmp_path])) == records
+    paths, counts = store.parquet_inputs([tmp_path], tmp_path / "staging")
+    assert newest not in paths and counts["files"] == len(paths)
+    follower = store.SegmentFollower([tmp_path])
+    assert follower.poll() == records
+
+
+def test_a_file_that_is_not_a_trace_file_is_still_refused(tmp_path: Path) -> None:
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / f"n-1-1-000001{tp.tf.FILE_SUFFIX}").write_bytes(b"PAR1xxxxxxxxxxxx")
+    with pytest.raises(ValueError, match="not an actorlog trace file"):
+        read_trace_dirs([tmp_path])
+

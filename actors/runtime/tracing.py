@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+from loguru import logger
 
 from actors.runtime.clock import Clock, SystemClock
 from wire import registry
@@ -109,6 +110,8 @@ class Tracer:
         self._seq = 0
         self._last_write = time.monotonic()
         self.records_written = 0
+        self.records_lost = 0  # refused by the file format (see _lost_row_group)
+        self._lost_logged: set[type] = set()
 
     # -- sampling ---------------------------------------------------------
     def sample(self) -> int:
@@ -212,10 +215,31 @@ class Tracer:
                     if n:
                         popleft = q.popleft
                         batches.append(([popleft() for _ in range(n)], layout))
-                self._write_row_group(batches)
+                try:
+                    self._write_row_group(batches)
+                except Exception as exc:  # the writer thread must not die of it
+                    self._lost_row_group(batches, exc)
                 if not everything and sum(len(q) for q, _layout in queues) < ROW_GROUP_ROWS:
                     break  # the rest waits for the next turn: the actors get the GIL back
             self._last_write = time.monotonic()
+
+    def _lost_row_group(self, batches: list[tuple[list[tuple[Any, ...]], dict[str, Any]]],
+                        exc: Exception) -> None:
+        """A row group the file format could not take (a value out of its column's range):
+        its records are lost, not the tracer (its thread died of it, and every later
+        record with it). The file is left as it is, without a footer (readers take its
+        whole row groups), and the next records go to a new file."""
+        n = sum(len(rows) for rows, _layout in batches)
+        self.records_lost += n
+        if type(exc) not in self._lost_logged:
+            self._lost_logged.add(type(exc))
+            logger.bind(node=self.node).error(
+                "trace writer: {} record(s) lost, the file format refused them ({}: {}); "
+                "later records go to a new file", n, type(exc).__name__, exc)
+        if self._file is not None:
+            self._file.close()
+        self._file = None
+        self._writer = None
 
     def _write_row_group(self, batches: list[tuple[list[tuple[Any, ...]], dict[str, Any]]]
                          ) -> None:

@@ -113,3 +113,24 @@ def test_a_file_that_is_not_a_trace_file_is_still_refused(tmp_path: Path) -> Non
     with pytest.raises(ValueError, match="not an actorlog trace file"):
         read_trace_dirs([tmp_path])
 
+
+
+def test_a_record_the_format_refuses_loses_its_row_group_not_the_tracer(
+        tmp_path: Path) -> None:
+    """A value out of its column's range (an int32 field given 2**40) fails that row group
+    only: it is counted and logged, and the records after it are written to a new file
+    and read back (the writer's thread had died of it, and tracing with it)."""
+    (tmp_path / "traces").mkdir()
+    tracer = Tracer("n", tmp_path / "traces", sample_ratio=1.0)
+    try:
+        tracer.hop(1, 1, 0, "b", "a@n", "Before", -1, -1, -1, 0, 0, 0, 0)
+        tracer.flush()
+        tracer.hop(1, 2, 0, "b", "a@n", "Bad", -1, 1 << 40, -1, 0, 0, 0, 0)
+        tracer.flush()
+        tracer.hop(1, 3, 0, "b", "a@n", "After", -1, -1, -1, 0, 0, 0, 0)
+        tracer.flush()
+    finally:
+        tracer.close()
+    assert tracer.records_lost == 1
+    assert [r["msg_type"] for r in read_trace_dirs([tmp_path])] == ["Before", "After"]
+    assert len(segments([tmp_path])) == 2

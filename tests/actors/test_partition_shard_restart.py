@@ -47,6 +47,7 @@ from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology, stable_hash
 from actors.transaction_coordinator import txn_coordinator_name
+from tests.fixtures.crash import crash_once
 from tests.fixtures.immutable import immutable_flags
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import (
@@ -136,24 +137,8 @@ def _got(node: Node, recorder: Any, kind: str) -> list[Any]:
 
 def _crash_once(monkeypatch: pytest.MonkeyPatch, handler: str, message: type,
                 hold: threading.Event | None = None) -> dict[str, bool]:
-    """PartitionShard's ``handler`` (of ``message``) raises once when armed, before it does
-    anything (patched before the shard is spawned: handlers are bound when an actor is
-    made); with ``hold``, it first waits for it to be set (what is sent to the shard
-    meanwhile waits in its mailbox)."""
-    armed = {"crash": False}
-    real = getattr(PartitionShard, handler)
-
-    def patched(self: PartitionShard, msg: Any) -> Any:
-        if armed["crash"]:
-            armed["crash"] = False
-            if hold is not None:
-                assert hold.wait(10), "the test never let the crash go"
-            raise RuntimeError(f"a {message.__name__} handler that fails once")
-        return real(self, msg)
-
-    patched.__actorlog_handles__ = (message,)  # type: ignore[attr-defined]
-    monkeypatch.setattr(PartitionShard, handler, patched)
-    return armed
+    """PartitionShard's ``handler`` (of ``message``) raises once when armed."""
+    return crash_once(monkeypatch, PartitionShard, handler, message, hold)
 
 
 def _crash_on_flush(monkeypatch: pytest.MonkeyPatch,
@@ -1117,17 +1102,7 @@ def test_a_late_shard_answer_to_a_crashed_replica_managers_request_settles_nothi
     request that got the same shard request id (before, the ids began at 1 again: it
     settled 12 before the shard applied it, and 12 was answered before 11)."""
     armed = _block_flush(monkeypatch)
-    crash = {"on": False}
-    real = ReplicaManager.on_update_metadata
-
-    def on_update_metadata(self: ReplicaManager, msg: UpdateMetadata) -> None:
-        if crash["on"]:
-            crash["on"] = False
-            raise RuntimeError("an UpdateMetadata handler that fails once")
-        real(self, msg)
-
-    on_update_metadata.__actorlog_handles__ = (UpdateMetadata,)  # type: ignore[attr-defined]
-    monkeypatch.setattr(ReplicaManager, "on_update_metadata", on_update_metadata)
+    crash = crash_once(monkeypatch, ReplicaManager, "on_update_metadata", UpdateMetadata)
     sent: list[int] = []  # the shard request id of each request fanned out to the shards
     real_fan_out = ReplicaManager._fan_out
 
@@ -1153,7 +1128,7 @@ def test_a_late_shard_answer_to_a_crashed_replica_managers_request_settles_nothi
     # the collision this test is about: 10 went out as shard request 2 (the _cluster's
     # LeaderAndIsr was 1), the id a new life counting from 1 again gives its second, 12
     assert sent == [1, 2]
-    crash["on"] = True
+    crash["crash"] = True
     node.tell(c.manager, UpdateMetadata(1, 1, 5, False, [], [], {}, 20),
               sender=c.controller.name)
     wait_for(lambda: node.actors[c.manager.name].crashes == 1, "the ReplicaManager's crash")
@@ -1175,17 +1150,7 @@ def _crash_replica_manager_on_update_metadata(monkeypatch: pytest.MonkeyPatch
                                               ) -> dict[str, bool]:
     """The ReplicaManager's UpdateMetadata handler raises once when armed (patched before
     it is spawned)."""
-    crash = {"on": False}
-    real = ReplicaManager.on_update_metadata
-
-    def on_update_metadata(self: ReplicaManager, msg: UpdateMetadata) -> None:
-        if crash["on"]:
-            crash["on"] = False
-            raise RuntimeError("an UpdateMetadata handler that fails once")
-        real(self, msg)
-
-    on_update_metadata.__actorlog_handles__ = (UpdateMetadata,)  # type: ignore[attr-defined]
-    monkeypatch.setattr(ReplicaManager, "on_update_metadata", on_update_metadata)
+    crash = crash_once(monkeypatch, ReplicaManager, "on_update_metadata", UpdateMetadata)
     return crash
 
 
@@ -1201,7 +1166,7 @@ def test_the_roles_go_on_over_a_crash_restart_of_the_replica_manager(
     c = _cluster(node, tmp_path, [1])
     _expansion_proposed(c)
     wait_for(lambda: node.ask(c.manager, GetStats())["proposals"] == ["c-0"], "the proposal")
-    crash["on"] = True
+    crash["crash"] = True
     node.tell(c.manager, UpdateMetadata(1, 1, 5, False, [], [], {}, 20),
               sender=c.controller.name)
     wait_for(lambda: node.actors[c.manager.name].crashes == 1, "the ReplicaManager's crash")
@@ -1234,7 +1199,7 @@ def test_the_roles_go_on_over_a_crash_restart_of_the_replica_manager(
 
 def _crash_replica_manager(c: Cluster, crash: dict[str, bool]) -> None:
     """The ReplicaManager crashes (on an UpdateMetadata) and supervision restarts it."""
-    crash["on"] = True
+    crash["crash"] = True
     c.node.tell(c.manager, UpdateMetadata(1, 1, 5, False, [], [], {}, 20),
                 sender=c.controller.name)
     wait_for(lambda: c.node.actors[c.manager.name].crashes == 1, "the ReplicaManager's crash")

@@ -14,6 +14,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
+from tests.fixtures.crash import crash_once
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import GetStats
 from wire.cluster_messages import (
@@ -105,22 +106,12 @@ def test_a_restarted_replica_manager_keeps_its_registration(
     registration again (only the controller actor does, at its start or a new session):
     the new life still knows it, so the controller's requests are answered, not held
     forever; and it still refuses the older controller epoch and broker epoch."""
-    crash = {"on": False}
-    real = ReplicaManager.on_update_metadata
-
-    def on_update_metadata(self: ReplicaManager, msg: UpdateMetadata) -> None:
-        if crash["on"]:
-            crash["on"] = False
-            raise RuntimeError("an UpdateMetadata handler that fails once")
-        real(self, msg)
-
-    on_update_metadata.__actorlog_handles__ = (UpdateMetadata,)  # type: ignore[attr-defined]
-    monkeypatch.setattr(ReplicaManager, "on_update_metadata", on_update_metadata)
+    crash = crash_once(monkeypatch, ReplicaManager, "on_update_metadata", UpdateMetadata)
     manager, controller, send, answers = _manager(node)
     node.tell(manager, BrokerRegistered(1, 5), sender=controller.name)
     send(UpdateMetadata(2, 4, 5, True, [], [], {}, E + 1))
     assert answers(1) == [("UpdateMetadataResponse", NONE, E + 1)]
-    crash["on"] = True
+    crash["crash"] = True
     send(UpdateMetadata(2, 4, 5, False, [], [], {}, E + 2))  # dies with the crash
     wait_for(lambda: node.actors[manager.name].crashes == 1, "the ReplicaManager's crash")
     send(UpdateMetadata(2, 4, 5, False, [], [], {}, E + 2))  # the channel's resend
@@ -174,17 +165,7 @@ def test_a_restarted_replica_manager_keeps_its_metadata_and_the_waits_on_it(
     The new life still holds the metadata (topic t): a wait for t is answered at once, and
     the UpdateMetadata that brings u answers the wait from before the crash. Before, the
     new life had an empty cache until the next UpdateMetadata, and the waits were lost."""
-    crash = {"on": False}
-    real = ReplicaManager.on_update_metadata
-
-    def on_update_metadata(self: ReplicaManager, msg: UpdateMetadata) -> None:
-        if crash["on"]:
-            crash["on"] = False
-            raise RuntimeError("an UpdateMetadata handler that fails once")
-        real(self, msg)
-
-    on_update_metadata.__actorlog_handles__ = (UpdateMetadata,)  # type: ignore[attr-defined]
-    monkeypatch.setattr(ReplicaManager, "on_update_metadata", on_update_metadata)
+    crash = crash_once(monkeypatch, ReplicaManager, "on_update_metadata", UpdateMetadata)
     manager, controller, send, answers = _manager(node)
     handler = node.spawn(Handler, "waiting-handler")
     node.tell(manager, BrokerRegistered(1, 5), sender=controller.name)
@@ -196,7 +177,7 @@ def test_a_restarted_replica_manager_keeps_its_metadata_and_the_waits_on_it(
     send(UpdateMetadata(2, 4, 5, True, live, [partition("t")], {"t": {}}, E + 1))
     assert answers(1) == [("UpdateMetadataResponse", NONE, E + 1)]
     node.tell(manager, AwaitTopics(1, ["u"], True, 60_000), sender=handler.name)
-    crash["on"] = True
+    crash["crash"] = True
     send(UpdateMetadata(2, 4, 5, False, [], [], {}, E + 2))  # dies with the crash
     wait_for(lambda: node.actors[manager.name].crashes == 1, "the ReplicaManager's crash")
     assert node.ask(manager, GetStats())["topics"] == ["t"]

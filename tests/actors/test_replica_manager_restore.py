@@ -14,6 +14,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
+from tests.fixtures.crash import crash_once
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import GetStats
 from wire.cluster_messages import (
@@ -139,17 +140,7 @@ def test_a_restore_on_its_way_goes_on_over_a_crash_restart_of_the_replica_manage
     shard's next restore does not carry it). Before, the new life ignored the answer and
     kept leading c-0 on its books."""
     node = manual_node
-    crash = {"on": False}
-    real = ReplicaManager.on_update_metadata
-
-    def on_update_metadata(self: ReplicaManager, msg: UpdateMetadata) -> None:
-        if crash["on"]:
-            crash["on"] = False
-            raise RuntimeError("an UpdateMetadata handler that fails once")
-        real(self, msg)
-
-    on_update_metadata.__actorlog_handles__ = (UpdateMetadata,)  # type: ignore[attr-defined]
-    monkeypatch.setattr(ReplicaManager, "on_update_metadata", on_update_metadata)
+    crash = crash_once(monkeypatch, ReplicaManager, "on_update_metadata", UpdateMetadata)
     topo = Topology(node.name, 1, 1, 1, 1, 1)
     shard = node.spawn(AnsweringShard, topo.shard(0).name)
     manager = node.spawn(ReplicaManager, topo.replica_manager.name, topology=topo,
@@ -164,7 +155,7 @@ def test_a_restore_on_its_way_goes_on_over_a_crash_restart_of_the_replica_manage
     [(req_id, rows)] = wait_for(lambda: _stats(node, shard), "the RestoreRoles")
     assert [tuple(r[0][:2]) for r in rows] == [("c", 0)]  # role: (topic, partition, ...)
 
-    crash["on"] = True
+    crash["crash"] = True
     node.tell(manager, UpdateMetadata(2, 4, 5, False, [], [], {}, 2), sender=controller.name)
     wait_for(lambda: node.actors[manager.name].crashes == 1, "the ReplicaManager's crash")
     assert _stats(node, manager)["restoring"] == 1

@@ -225,19 +225,24 @@ class Tracer:
 
     def _lost_row_group(self, batches: list[tuple[list[tuple[Any, ...]], dict[str, Any]]],
                         exc: Exception) -> None:
-        """A row group the file format could not take (a value out of its column's range):
-        its records are lost, not the tracer (its thread died of it, and every later
-        record with it). The file is left as it is, without a footer (readers take its
-        whole row groups), and the next records go to a new file."""
+        """A row group that could not be written (a value out of its column's range, or
+        the disk refused it): its records are lost, not the tracer (its thread died of
+        it, and every later record with it). The file is left as it is, without a footer
+        (readers take its whole row groups), and the next records go to a new file."""
         n = sum(len(rows) for rows, _layout in batches)
         self.records_lost += n
         if type(exc) not in self._lost_logged:
             self._lost_logged.add(type(exc))
+            why = "the disk refused them" if isinstance(exc, OSError) else \
+                "the file format refused them"
             logger.bind(node=self.node).error(
-                "trace writer: {} record(s) lost, the file format refused them ({}: {}); "
-                "later records go to a new file", n, type(exc).__name__, exc)
+                "trace writer: {} record(s) lost, {} ({}: {}); later records go to a new "
+                "file", n, why, type(exc).__name__, exc)
         if self._file is not None:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError:
+                pass  # its buffered bytes did not fit either: the file keeps what it had
         self._file = None
         self._writer = None
 

@@ -134,3 +134,34 @@ def test_a_record_the_format_refuses_loses_its_row_group_not_the_tracer(
     assert tracer.records_lost == 1
     assert [r["msg_type"] for r in read_trace_dirs([tmp_path])] == ["Before", "After"]
     assert len(segments([tmp_path])) == 2
+
+
+def test_a_row_group_the_disk_refuses_loses_only_itself(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ENOSPC while a row group is written: counted, and tracing goes on in a new file."""
+    import errno
+
+    real = tp.SegmentWriter.write_columns
+    failing = {"once": False}
+
+    def write_columns(self: tp.SegmentWriter, *args: object, **kwargs: object) -> int:
+        if failing["once"]:
+            failing["once"] = False
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tp.SegmentWriter, "write_columns", write_columns)
+    (tmp_path / "traces").mkdir()
+    tracer = Tracer("n", tmp_path / "traces", sample_ratio=1.0)
+    try:
+        tracer.hop(1, 1, 0, "b", "a@n", "Before", -1, -1, -1, 0, 0, 0, 0)
+        tracer.flush()
+        failing["once"] = True
+        tracer.hop(1, 2, 0, "b", "a@n", "Lost", -1, -1, -1, 0, 0, 0, 0)
+        tracer.flush()
+        tracer.hop(1, 3, 0, "b", "a@n", "After", -1, -1, -1, 0, 0, 0, 0)
+        tracer.flush()
+    finally:
+        tracer.close()
+    assert tracer.records_lost == 1
+    assert [r["msg_type"] for r in read_trace_dirs([tmp_path])] == ["Before", "After"]

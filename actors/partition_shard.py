@@ -1283,7 +1283,7 @@ class PartitionShard(Actor):
             if held is not None and key in self.roles_given \
                     and held.leader_epoch >= role.leader_epoch:
                 kept += 1
-                self.log.info("{}-{}: restored role at leader epoch {} ignored ({}): "
+                self.log.debug("{}-{}: restored role at leader epoch {} ignored ({}): "
                               "leader epoch {} applied since", role.topic, role.partition,
                               role.leader_epoch, msg.reason, held.leader_epoch)
                 outcomes.append(PartitionErrorRow(role.topic, role.partition, NONE))

@@ -65,11 +65,10 @@ def test_a_marker_to_a_partition_short_of_min_insync_replicas_is_refused(
     assert stats["partitions"]["short-0"][1] == 0  # nothing appended: log end offset 0
 
 
-def test_a_marker_whose_flush_fails_is_answered_kafka_storage_error(
-        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """flush.messages=1: the log flushes right after the marker; its fsync fails (EIO)
-    with the marker in the log. Answered KAFKA_STORAGE_ERROR (as Kafka: the flush the
-    append asked for failed); the marker stays in the log, and the shard restarts."""
+def _marker_shard_whose_fsync_fails_once(node: Node, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, Any]:
+    """A shard with topic t (flush.messages=1), its LogManager and a coordinator; the
+    first fsync of t-0's log file fails (EIO), counted in the first of the three."""
     topo = Topology(node.name, 1, 1, 1, 1, 1)
     log_dir = LogDir.open(tmp_path)
     topics = {"t": TopicEntry(1, {"flush.messages": "1"})}
@@ -90,6 +89,16 @@ def test_a_marker_whose_flush_fails_is_answered_kafka_storage_error(
         real(fd)
 
     monkeypatch.setattr(os, "fsync", fsync_fails_once)
+    return failed, shard, coordinator
+
+
+def test_a_marker_whose_flush_fails_is_answered_kafka_storage_error(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """flush.messages=1: the log flushes right after the marker; its fsync fails (EIO)
+    with the marker in the log. Answered KAFKA_STORAGE_ERROR (as Kafka: the flush the
+    append asked for failed); the marker stays in the log, and the shard restarts."""
+    failed, shard, coordinator = _marker_shard_whose_fsync_fails_once(node, tmp_path,
+                                                                      monkeypatch)
     node.tell(shard, WriteTxnMarkers(1, [TxnMarkerRow("t", 0, 7, 0, True, 0)]),
               sender="coordinator")
     wait_for(lambda: node.ask(coordinator, GetStats()))
@@ -109,26 +118,8 @@ def test_no_marker_is_written_after_a_failed_flush_of_its_partition(
     return 0 (the error was reported once) though the first marker's writeback failed,
     and the second would be answered NONE as flushed. Both are KAFKA_STORAGE_ERROR, and
     the log holds the first only."""
-    topo = Topology(node.name, 1, 1, 1, 1, 1)
-    log_dir = LogDir.open(tmp_path)
-    topics = {"t": TopicEntry(1, {"flush.messages": "1"})}
-    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1,
-               clock=node.clock)
-    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=Config(),
-                       log_dir=log_dir, topics=topics, broker_id=1, clock=node.clock)
-    coordinator = node.spawn(Coordinator, "coordinator")
-    real = os.fsync
-    failed = {"n": 0}
-
-    def fsync_fails_once(fd: int) -> None:
-        target = os.readlink(f"/proc/self/fd/{fd}")
-        if not failed["n"] and target.startswith(str(tmp_path / "t-0")) \
-                and target.endswith(".log"):
-            failed["n"] += 1
-            raise OSError(errno.EIO, os.strerror(errno.EIO))
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync_fails_once)
+    failed, shard, coordinator = _marker_shard_whose_fsync_fails_once(node, tmp_path,
+                                                                      monkeypatch)
     node.tell(shard, WriteTxnMarkers(1, [TxnMarkerRow("t", 0, 7, 0, True, 0),
                                          TxnMarkerRow("t", 0, 8, 0, False, 0)]),
               sender="coordinator")

@@ -113,6 +113,16 @@ def _broker(node: Node) -> tuple[Any, Any, Any, Any, Any, Any]:
     node.tell(manager, BrokerRegistered(1, 5), sender=controller.name)
     return shard, manager, controller, send, stats, answers
 
+def _first_applied(node: Node, shard: Any, manager: Any, send: Any, stats: Any,
+                   answers: Any) -> None:
+    """LeaderAndIsr 1 (c-0 led at leader epoch 5) sent, applied by the shard, answered."""
+    send(_lai(E + 1))
+    [(_, first, _)] = wait_for(lambda: stats(shard), "LeaderAndIsr 1 to the shard")
+    node.tell(manager, BecameLeaderOrFollower(first, [PartitionErrorRow("c", 0, NONE)]),
+              sender=shard.name)
+    wait_for(lambda: answers(), "LeaderAndIsr 1 answered")
+
+
 
 def test_a_resend_of_a_request_its_shard_never_answered_is_sent_to_it_again(
         manual_node: Node) -> None:
@@ -173,11 +183,7 @@ def test_an_overdue_resend_does_not_give_a_role_older_than_one_given_since(
     which would undo epoch 7, nor e-0's, which would forget the proposal."""
     node = manual_node
     shard, manager, _controller, send, stats, answers = _broker(node)
-    send(_lai(E + 1))
-    [(_, first, _)] = wait_for(lambda: stats(shard), "LeaderAndIsr 1 to the shard")
-    node.tell(manager, BecameLeaderOrFollower(first, [PartitionErrorRow("c", 0, NONE)]),
-              sender=shard.name)
-    wait_for(lambda: answers(), "LeaderAndIsr 1 answered")
+    _first_applied(node, shard, manager, send, stats, answers)
     send(_lai(E + 2, ("c", 6), ("d", 1), ("e", 1)))
     wait_for(lambda: len(stats(shard)) == 2, "LeaderAndIsr 2 to the shard")
     node.tell(manager, ProposeIsr([IsrProposalRow("e", 0, 1, [1], 2)]), sender=shard.name)
@@ -203,11 +209,7 @@ def test_an_overdue_resend_gives_a_role_again_despite_a_proposal_of_an_older_epo
     c-0's epoch 6 again (skipped, the request was settled with the shard still at 5)."""
     node = manual_node
     shard, manager, _controller, send, stats, answers = _broker(node)
-    send(_lai(E + 1))
-    [(_, first, _)] = wait_for(lambda: stats(shard), "LeaderAndIsr 1 to the shard")
-    node.tell(manager, BecameLeaderOrFollower(first, [PartitionErrorRow("c", 0, NONE)]),
-              sender=shard.name)
-    wait_for(lambda: answers(), "LeaderAndIsr 1 answered")
+    _first_applied(node, shard, manager, send, stats, answers)
     send(_lai(E + 2, ("c", 6)))
     wait_for(lambda: len(stats(shard)) == 2, "LeaderAndIsr 2 to the shard")
     node.tell(manager, ProposeIsr([IsrProposalRow("c", 0, 5, [1], 6)]), sender=shard.name)
@@ -231,11 +233,7 @@ def test_a_delete_sent_again_after_the_shards_restore_is_not_overdue_at_once(
     time, as overdue, and the shard got the delete a third time)."""
     node = manual_node
     shard, manager, _controller, send, stats, answers = _broker(node)
-    send(_lai(E + 1))
-    [(_, first, _)] = wait_for(lambda: stats(shard), "LeaderAndIsr 1 to the shard")
-    node.tell(manager, BecameLeaderOrFollower(first, [PartitionErrorRow("c", 0, NONE)]),
-              sender=shard.name)
-    wait_for(lambda: answers(), "LeaderAndIsr 1 answered")
+    _first_applied(node, shard, manager, send, stats, answers)
     stop = StopReplica(2, 4, 5, [StopReplicaPartition("c", 0, 5, True)], E + 2)
     send(stop)
     wait_for(lambda: len(stats(shard)) == 2, "DropPartitions")

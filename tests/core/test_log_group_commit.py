@@ -126,12 +126,10 @@ def test_closing_a_log_writes_what_is_staged(tmp_path: Path) -> None:
     reopened.close(NOW_MS)
 
 
-def test_no_append_takes_a_lost_batch_s_offset_before_its_loss_is_told(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A marker's write writes the staged batch first, and that write fails (ENOSPC at
-    the system call, once): the log is back at end 1. Until commit() tells the loss,
-    every append is refused (it would take offset 1, where the lost batch was told to
-    be); after it, offset 1 is the next append's."""
+def _staged_write_fails_under_a_marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                        ) -> tuple[PartitionLog, list[int]]:
+    """A log holding "written" at 0 and "lost" staged at 1; a marker's write writes the
+    staged batch first, and that write fails (ENOSPC at the system call, once)."""
     log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), NOW_MS)
     log.append_as_leader(build_batch([b"written"]), 0, NOW_MS)
     assert log.append_as_leader(build_batch([b"lost"]), 0, NOW_MS, defer=True).first_offset == 1
@@ -147,6 +145,16 @@ def test_no_append_takes_a_lost_batch_s_offset_before_its_loss_is_told(
     monkeypatch.setattr(os, "writev", fails_once)
     with pytest.raises(StorageError):
         log.append_control(7, 0, True, 0, 0, NOW_MS)
+    return log, failed
+
+
+def test_no_append_takes_a_lost_batch_s_offset_before_its_loss_is_told(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A marker's write writes the staged batch first, and that write fails (ENOSPC at
+    the system call, once): the log is back at end 1. Until commit() tells the loss,
+    every append is refused (it would take offset 1, where the lost batch was told to
+    be); after it, offset 1 is the next append's."""
+    log, failed = _staged_write_fails_under_a_marker(tmp_path, monkeypatch)
     assert failed and log.log_end_offset == 1
     for append in (lambda: log.append_as_leader(build_batch([b"x"]), 0, NOW_MS, defer=True),
                    lambda: log.append_as_leader(build_batch([b"x"]), 0, NOW_MS),
@@ -238,21 +246,7 @@ def test_a_lost_write_tells_the_log_end_it_left_not_the_log_end_when_told(
     is 1. A follower's reset (truncate_fully_and_start_at 5) moves the log end before the
     loss is told: commit_lost still says 1, so the lost batch's answer (base offset 1)
     is failed, not taken for one below the log end."""
-    log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), NOW_MS)
-    log.append_as_leader(build_batch([b"written"]), 0, NOW_MS)
-    log.append_as_leader(build_batch([b"lost"]), 0, NOW_MS, defer=True)
-    real = os.writev
-    failed = []
-
-    def fails_once(fd: int, pieces: Any) -> int:
-        if not failed:
-            failed.append(fd)
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real(fd, pieces)
-
-    monkeypatch.setattr(os, "writev", fails_once)
-    with pytest.raises(StorageError):
-        log.append_control(7, 0, True, 0, 0, NOW_MS)
+    log, _failed = _staged_write_fails_under_a_marker(tmp_path, monkeypatch)
     log.truncate_fully_and_start_at(5, NOW_MS)
     assert log.log_end_offset == 5
     lost = log.commit_lost()

@@ -25,6 +25,16 @@ def broker_node_name(broker_id: int) -> str:
 _SHARD_CACHE_MAX = 100_000
 
 
+def _remember(cache: dict[tuple[str, int], Address], key: tuple[str, int],
+              owner: Address) -> Address:
+    """Keep ``owner`` for ``key``; a cache grown to its cap (topics deleted and made anew)
+    starts again."""
+    if len(cache) >= _SHARD_CACHE_MAX:
+        cache.clear()
+    cache[key] = owner
+    return owner
+
+
 def spread_index(topic: str, partition: int, count: int) -> int:
     """Which of ``count`` shards (or purgatories) owns a partition.
 
@@ -178,10 +188,8 @@ class Topology:
         key = (topic, partition)
         owner = self._shard_of.get(key)
         if owner is None:
-            if len(self._shard_of) >= _SHARD_CACHE_MAX:  # topics deleted and made anew
-                self._shard_of.clear()
-            owner = self._shard_of[key] = self.shard(
-                spread_index(topic, partition, self.num_shards))
+            owner = _remember(self._shard_of, key,
+                              self.shard(spread_index(topic, partition, self.num_shards)))
         return owner
 
     def purgatory_for(self, topic: str, partition: int) -> Address:
@@ -191,10 +199,8 @@ class Topology:
         key = (topic, partition)
         owner = self._purgatory_of.get(key)
         if owner is None:
-            if len(self._purgatory_of) >= _SHARD_CACHE_MAX:
-                self._purgatory_of.clear()
-            owner = self._purgatory_of[key] = self.purgatory(
-                self.purgatory_index(topic, partition))
+            owner = _remember(self._purgatory_of, key,
+                              self.purgatory(self.purgatory_index(topic, partition)))
         return owner
 
     def purgatory_index(self, topic: str, partition: int) -> int:
@@ -210,7 +216,7 @@ class Topology:
         ``spread_index`` over all of them, wherever they run."""
         n = len(self.process_nodes) or 1
         key = stable_hash(topic) + partition
-        shard = key % self.num_shards
+        shard = spread_index(topic, partition, self.num_shards)  # key % num_shards
         process = shard % n
         here = len(range(process, self.num_purgatories, n))  # purgatories of that process
         if here == 0:

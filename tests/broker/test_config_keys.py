@@ -584,6 +584,11 @@ def test_num_partitions_of_auto_created_topics(tuned: Running) -> None:
         topic = f"auto-{uuid.uuid4().hex[:8]}"
         wait_for(lambda: metadata(client, [topic]).topics[0].error_code == 0, "auto-creation")
         assert len(metadata(client, [topic]).topics[0].partitions) == 3
+        # The group coordinators create __consumer_offsets once the broker is up, on
+        # their own time: when this test is the module's first, that may be later.
+        wait_for(lambda: metadata(client, ["__consumer_offsets"],
+                                  auto_create=False).topics[0].error_code == 0,
+                 "__consumer_offsets")
         offsets = metadata(client, ["__consumer_offsets"], auto_create=False).topics[0]
         assert len(offsets.partitions) == 4  # offsets.topic.num.partitions
 

@@ -154,9 +154,17 @@ class PartitionShard(Actor):
         topics: dict[str, TopicEntry],
         broker_id: int,
         clock: Clock,
+        generation: int = 0,
         **kw: Any,
     ) -> None:
         super().__init__(node, name, **kw)
+        # The generation of this shard's process (num.processes > 1: 0 at the broker's
+        # start, +1 at each restart of the process; a crash restart in place keeps it).
+        # An Append stamped older was sent to the process this one replaced, and its
+        # handler gave it up (ProcessStarted): refused, never written (on_append).
+        self.generation = generation
+        # such Appends refused since the start (the stats; logged at 1, 2, 4, 8, ...)
+        self.stale_appends_refused = 0
         self.clock = clock  # wall time: record timestamps, retention, flush and roll
         # the clock's wall_ns (the builtin for the system clock), read every turn and append:
         # the milliseconds from it without a Python call to wall_ms
@@ -716,6 +724,9 @@ class PartitionShard(Actor):
         the turn (on_turn) every staged log is written with one writev, and then
         the answers go out, so nothing is acknowledged before it is written.
         """
+        if msg.generation < self.generation and msg.generation >= 0:
+            self._refuse_stale_append(msg)
+            return
         rows: list[AppendDoneRow] = []
         waiting: list[WatchProduceRow] = []
         now = self._wall_ns() // 1_000_000
@@ -826,6 +837,25 @@ class PartitionShard(Actor):
             self.unanswered.append((self.current_sender, msg, rows, waiting, self._trace))
         else:
             self._answer(self.current_sender, msg, rows, waiting)
+
+    def _refuse_stale_append(self, msg: Append) -> None:
+        """An Append stamped with an older generation of this process: its sender sent it
+        to the process this one replaced (a link kept it while the process was away and
+        delivers it now, or the sender had not yet learnt of the restart). The sender gave
+        it up, or will when ProcessStarted reaches it, closing the client's connection; the
+        client sends the records again (under a new producer epoch, if a later answer told
+        it they were not written). Written now, they would be in the log twice: refused,
+        nothing written, whatever gave this shard its roles."""
+        self.stale_appends_refused = refused = self.stale_appends_refused + 1
+        if refused & (refused - 1) == 0:
+            self.log.warning("refused an Append stamped with generation {} of this process "
+                             "(it is generation {}): sent before the restart, given up by "
+                             "its sender; {} refused so far", msg.generation,
+                             self.generation, refused)
+        self.reply(AppendDone(msg.req_id, [
+            AppendDoneRow(r.topic, r.partition, NOT_LEADER, -1, -1, -1,
+                          "sent to this broker process before it restarted")
+            for r in msg.rows]))
 
     def _commit_and_answer(self) -> None:
         """Write every staged log (one writev each), then send the answers that waited.
@@ -1616,6 +1646,9 @@ class PartitionShard(Actor):
             "flush_failures": self.flush_failures,
             "group_commits": self.group_commits,
             "group_committed_appends": self.group_committed_appends,
+            # this process's generation, and the Appends stamped older it refused
+            "generation": self.generation,
+            "stale_appends_refused": self.stale_appends_refused,
             "replication": dict(self.replication),
             "isr": {f"{t}-{p}": sorted(s.isr) for (t, p), s in self.partitions.items()
                     if s.is_leader},

@@ -12,7 +12,8 @@ The fence is the process's generation (0 at the broker's start, +1 at each resta
 handler stamps each Append with the generation it knows of the shard's process, and the
 shard refuses one stamped older than its own, whatever gave it its roles (the
 ReplicaManager's RestoreRoles, a LeaderAndIsr that came first, or a single node's topic
-table). Real shards and logs here; test_request_handler_generation.py has the handler.
+table). Real shards and logs here; test_request_handler_generation.py has the handler
+and the whole chain over a direct link.
 """
 
 from __future__ import annotations

@@ -213,7 +213,7 @@ class ProcessSupervisor:
                     return
                 window.append(now)
                 self.restarts[k] = window
-                self.generations[k] += 1  # also when it cannot start: none else has it
+                self.generations[k] += 1  # the new process takes it from its spec
                 try:
                     fresh = self._spawn(k, restarted=True)
                     self._wait_ready(k, fresh)

@@ -83,6 +83,7 @@ from wire.cluster_messages import (
     BecameLeaderOrFollower,
     BecomeLeaderOrFollower,
     PartitionErrorRow,
+    ProcessStarted,
     RestoredRoleRow,
     RestoreRoles,
     RolesRestored,
@@ -165,6 +166,9 @@ class PartitionShard(Actor):
         self.generation = generation
         # such Appends refused since the start (the stats; logged at 1, 2, 4, 8, ...)
         self.stale_appends_refused = 0
+        # this shard's process (its index in the broker's processes; None: one process)
+        nodes = topology.process_nodes
+        self.process_index = nodes.index(node.name) if node.name in nodes else None
         self.clock = clock  # wall time: record timestamps, retention, flush and roll
         # the clock's wall_ns (the builtin for the system clock), read every turn and append:
         # the milliseconds from it without a Python call to wall_ms
@@ -856,6 +860,13 @@ class PartitionShard(Actor):
             AppendDoneRow(r.topic, r.partition, NOT_LEADER, -1, -1, -1,
                           "sent to this broker process before it restarted")
             for r in msg.rows]))
+        if self.process_index:
+            # The sender learns the generation here should the notice of the restart not
+            # have reached it yet (or never: it would be refused for good), as from that
+            # notice: it gives up what it still waits for from this process (sent before,
+            # stamped older: refused here, or lost with the old process) and stamps its
+            # next Appends with this generation. After this answer, on the same link.
+            self.reply(ProcessStarted(self.process_index, True, self.generation))
 
     def _commit_and_answer(self) -> None:
         """Write every staged log (one writev each), then send the answers that waited.

@@ -52,6 +52,7 @@ restart; the supervisor hands a process all of them at spawn), a handler stamps 
 Appends with the generation it knows of the target shard's process, and a shard refuses
 one stamped older than its own process: what a handler sent before it learnt of the
 restart, and gave up then, is refused; what it sends after is written and answered.
+A refusal also tells the handler the generation, should the notice not have reached it.
 
 The SCRAM users and ACLs (SASL listeners, ``authorizer.class.name``): on a single
 node every process reads them from the data dir's security files; in a cluster

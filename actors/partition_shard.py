@@ -166,6 +166,9 @@ class PartitionShard(Actor):
         self.generation = generation
         # such Appends refused since the start (the stats; logged at 1, 2, 4, 8, ...)
         self.stale_appends_refused = 0
+        # the senders a refusal told this generation (once each: a link's backlog may
+        # deliver a burst of stale Appends from one handler)
+        self.told_generation: set[Address] = set()
         # this shard's process (its index in the broker's processes; None: one process)
         nodes = topology.process_nodes
         self.process_index = nodes.index(node.name) if node.name in nodes else None
@@ -860,7 +863,9 @@ class PartitionShard(Actor):
             AppendDoneRow(r.topic, r.partition, NOT_LEADER, -1, -1, -1,
                           "sent to this broker process before it restarted")
             for r in msg.rows]))
-        if self.process_index:
+        sender = self.current_sender
+        if self.process_index and sender is not None and sender not in self.told_generation:
+            self.told_generation.add(sender)
             # The sender learns the generation here should the notice of the restart not
             # have reached it yet (or never: it would be refused for good), as from that
             # notice: it gives up what it still waits for from this process (sent before,

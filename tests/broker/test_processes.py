@@ -481,8 +481,8 @@ def test_a_produce_sent_while_process_1_is_dead_is_never_written_by_the_new_one(
     try:
         with RawClient(broker.port) as client:
             answer = client.produce(topic, partition, record_batch([(None, b"late")]), acks=1)
-    except ConnectionError:
-        answer = None  # given up when its handler learnt of the restart
+    except (ConnectionError, TimeoutError):
+        answer = None  # given up when its handler learnt of the restart (or a slow one)
     assert answer is None or answer.error_code == 6, answer  # NOT_LEADER_OR_FOLLOWER
     wait_for(lambda: worker_pids(broker) != [worker] and serving(broker, worker_pids(broker)[0]),
              "the restarted process", timeout=60)

@@ -83,6 +83,7 @@ from wire.cluster_messages import (
     BecameLeaderOrFollower,
     BecomeLeaderOrFollower,
     PartitionErrorRow,
+    ProcessStarted,
     RestoredRoleRow,
     RestoreRoles,
     RolesRestored,
@@ -154,9 +155,23 @@ class PartitionShard(Actor):
         topics: dict[str, TopicEntry],
         broker_id: int,
         clock: Clock,
+        generation: int = 0,
         **kw: Any,
     ) -> None:
         super().__init__(node, name, **kw)
+        # The generation of this shard's process (num.processes > 1: 0 at the broker's
+        # start, +1 at each restart of the process; a crash restart in place keeps it).
+        # An Append stamped older was sent to the process this one replaced, and its
+        # handler gave it up (ProcessStarted): refused, never written (on_append).
+        self.generation = generation
+        # such Appends refused since the start (the stats; logged at 1, 2, 4, 8, ...)
+        self.stale_appends_refused = 0
+        # the senders a refusal told this generation (once each: a link's backlog may
+        # deliver a burst of stale Appends from one handler)
+        self.told_generation: set[Address] = set()
+        # this shard's process (its index in the broker's processes; None: one process)
+        nodes = topology.process_nodes
+        self.process_index = nodes.index(node.name) if node.name in nodes else None
         self.clock = clock  # wall time: record timestamps, retention, flush and roll
         # the clock's wall_ns (the builtin for the system clock), read every turn and append:
         # the milliseconds from it without a Python call to wall_ms
@@ -716,6 +731,9 @@ class PartitionShard(Actor):
         the turn (on_turn) every staged log is written with one writev, and then
         the answers go out, so nothing is acknowledged before it is written.
         """
+        if msg.generation < self.generation and msg.generation >= 0:
+            self._refuse_stale_append(msg)
+            return
         rows: list[AppendDoneRow] = []
         waiting: list[WatchProduceRow] = []
         now = self._wall_ns() // 1_000_000
@@ -826,6 +844,34 @@ class PartitionShard(Actor):
             self.unanswered.append((self.current_sender, msg, rows, waiting, self._trace))
         else:
             self._answer(self.current_sender, msg, rows, waiting)
+
+    def _refuse_stale_append(self, msg: Append) -> None:
+        """An Append stamped with an older generation of this process: its sender sent it
+        to the process this one replaced (a link kept it while the process was away and
+        delivers it now, or the sender had not yet learnt of the restart). The sender gave
+        it up, or will when ProcessStarted reaches it, closing the client's connection; the
+        client sends the records again (under a new producer epoch, if a later answer told
+        it they were not written). Written now, they would be in the log twice: refused,
+        nothing written, whatever gave this shard its roles."""
+        self.stale_appends_refused = refused = self.stale_appends_refused + 1
+        if refused & (refused - 1) == 0:
+            self.log.warning("refused an Append stamped with generation {} of this process "
+                             "(it is generation {}): sent before the restart, given up by "
+                             "its sender; {} refused so far", msg.generation,
+                             self.generation, refused)
+        self.reply(AppendDone(msg.req_id, [
+            AppendDoneRow(r.topic, r.partition, NOT_LEADER, -1, -1, -1,
+                          "sent to this broker process before it restarted")
+            for r in msg.rows]))
+        sender = self.current_sender
+        if self.process_index and sender is not None and sender not in self.told_generation:
+            self.told_generation.add(sender)
+            # The sender learns the generation here should the notice of the restart not
+            # have reached it yet (or never: it would be refused for good), as from that
+            # notice: it gives up what it still waits for from this process (sent before,
+            # stamped older: refused here, or lost with the old process) and stamps its
+            # next Appends with this generation. After this answer, on the same link.
+            self.reply(ProcessStarted(self.process_index, True, self.generation))
 
     def _commit_and_answer(self) -> None:
         """Write every staged log (one writev each), then send the answers that waited.
@@ -1616,6 +1662,9 @@ class PartitionShard(Actor):
             "flush_failures": self.flush_failures,
             "group_commits": self.group_commits,
             "group_committed_appends": self.group_committed_appends,
+            # this process's generation, and the Appends stamped older it refused
+            "generation": self.generation,
+            "stale_appends_refused": self.stale_appends_refused,
             "replication": dict(self.replication),
             "isr": {f"{t}-{p}": sorted(s.isr) for (t, p), s in self.partitions.items()
                     if s.is_leader},

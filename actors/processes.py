@@ -43,6 +43,20 @@ their partitions' last roles again (RestoreRoles, as a shard a crash restarted i
 place), the fetchers ask the followed ones where they end, and the shards have the
 purgatories watch them again. Controlled shutdown runs before processes 1.. stop.
 
+A restart must not write what was given up. While process k is away, the links of
+the others keep what they send it, and deliver it to the new process once it listens;
+the handlers give up what they sent it when they learn of the restart (ProcessStarted:
+in a cluster the ReplicaManager forwards it, on a single node process k tells them
+itself). So each process has a generation (0 at the broker's start, +1 at each
+restart; the supervisor hands a process all of them at spawn), a handler stamps its
+Appends with the generation it knows of the target shard's process, and a shard refuses
+one stamped older than its own process: what a handler sent before it learnt of the
+restart, and gave up then, is refused; what it sends after is written and answered.
+A refusal also tells the handler the generation, should the notice not have reached it.
+The fence covers what a restart gave up, not a request a handler gave up by its
+abandon timeout while the target process lives on (slow, not restarted): that one may
+still be written, as a timed-out request may be on any broker.
+
 The SCRAM users and ACLs (SASL listeners, ``authorizer.class.name``): on a single
 node every process reads them from the data dir's security files; in a cluster
 process 0's ClusterController alone reads them from ZooKeeper and relays them to
@@ -139,6 +153,12 @@ class ProcessSupervisor:
         self.on_give_up = on_give_up
         self.procs: dict[int, subprocess.Popen[str]] = {}
         self.restarts: dict[int, list[float]] = {k: [] for k in range(1, processes)}
+        # Each process's generation: 0 at the broker's start, +1 at each restart of it
+        # (process 0 is never restarted). A process gets them all at spawn; exact, since
+        # only this supervisor's one thread changes them, and it changes none while a
+        # process it spawned is not ready yet (its handlers run then, and learn of later
+        # restarts by ProcessStarted).
+        self.generations = [0] * processes
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
         self.log = logger.bind(node=spec["main"])
@@ -155,7 +175,8 @@ class ProcessSupervisor:
         return self
 
     def _spawn(self, index: int, restarted: bool = False) -> subprocess.Popen[str]:
-        spec = dict(self.spec, index=index, restarted=restarted)
+        spec = dict(self.spec, index=index, restarted=restarted,
+                    generations=list(self.generations))
         return subprocess.Popen(
             [sys.executable, "-m", "actors.processes", json.dumps(spec)],
             stdout=subprocess.PIPE, text=True, preexec_fn=_die_with_parent,
@@ -196,6 +217,7 @@ class ProcessSupervisor:
                     return
                 window.append(now)
                 self.restarts[k] = window
+                self.generations[k] += 1  # the new process takes it from its spec
                 try:
                     fresh = self._spawn(k, restarted=True)
                     self._wait_ready(k, fresh)
@@ -331,6 +353,14 @@ def run_process(spec: dict[str, Any]) -> int:
     topo = Topology(name, topo.num_processors, topo.num_handlers, topo.num_shards,
                     topo.num_purgatories, topo.num_coordinators, home=main, process_nodes=names)
     restarted = bool(spec.get("restarted"))
+    # every process's generation (the supervisor's, at this spawn): this one's shards
+    # refuse an Append stamped older than this process's; its handlers stamp theirs with
+    # the generation of the target shard's process
+    generations = [int(g) for g in spec.get("generations") or [0] * processes]
+    if len(generations) != processes:
+        raise ValueError(f"the spec of process {index} has {len(generations)} generations "
+                         f"for {processes} processes")
+    generation = generations[index]
     cluster = bool(spec.get("cluster"))
     shared = cfg["actor.threads"] in ("shared", "single")
     single = cfg["actor.threads"] == "single"
@@ -386,7 +416,8 @@ def run_process(spec: dict[str, Any]) -> int:
     for i in here:
         node.spawn(PartitionShard, topo.shard(i).name, topology=topo, config=cfg,
                    log_dir=log_dir, topics=topics, broker_id=int(spec["broker_id"]),
-                   clock=clock, **(place(i) if single and i != here[0] else {}))
+                   clock=clock, generation=generation,
+                   **(place(i) if single and i != here[0] else {}))
     for i in topo.local_purgatories():
         node.spawn(PurgatoryShard, topo.purgatory(i).name, topology=topo, clock=clock,
                    purge_interval_requests=int(cfg["purge.interval.requests"]),
@@ -407,14 +438,16 @@ def run_process(spec: dict[str, Any]) -> int:
                              authorizer=authorizer, acl_store=acl_store,
                              user_store=None if cluster
                              else LocalSecurityStore.in_data_dir(data_dir),
-                             credentials=credentials, security_mirror=mirror)
+                             credentials=credentials, security_mirror=mirror,
+                             process_generations=dict(zip(names, generations, strict=True)))
         node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **place(i))
     if cluster:
         # Before it takes connections: its handlers get the metadata process 0's ReplicaManager
         # holds (the answer comes after it, on the same link), and after a restart its shards
         # their roles (they were in memory)
         try:
-            started = node.ask(topo.replica_manager, ProcessStarted(index, restarted),
+            started = node.ask(topo.replica_manager,
+                               ProcessStarted(index, restarted, generation),
                                timeout=READY_TIMEOUT_S / 2)
         except (AskFailed, AskTimeout) as exc:
             logger.warning("process {}: the ReplicaManager did not answer ({}); its handlers "
@@ -422,6 +455,14 @@ def run_process(spec: dict[str, Any]) -> int:
         else:
             if isinstance(started, dict) and started.get("metadata"):
                 _wait_for_handlers_metadata(node, topo, index)
+    elif restarted:
+        # A single node has no ReplicaManager to tell the other processes' handlers: this
+        # process does. Each gives up what it sent to the process this one replaced (its
+        # Appends, stamped older, are refused here if a link still delivers them), and
+        # stamps its next Appends to this process's shards with this generation.
+        for handler in topo.all_handlers():
+            if handler.node != name:
+                node.tell(handler, ProcessStarted(index, True, generation))
     if mirrored and not take_security(node, topo, mirror, index):
         node.shutdown(timeout=5)
         os.close(lock)

@@ -941,7 +941,9 @@ class ReplicaManager(Actor):
         self.processes_restarted += 1
         sent = self._restore(lambda shard: shard.node == node,
                              f"process {msg.process} restarted")
-        for handler in self.topology.all_handlers():  # what it owed them will not come
+        # what it owed them will not come; with its generation, which they stamp on their
+        # Appends to it from then on (what they sent before is refused there)
+        for handler in self.topology.all_handlers():
             if handler.node != node:
                 self.tell(handler, msg)
         return {"partitions": sent, "metadata": metadata}

@@ -485,14 +485,25 @@ class RequestHandler(Actor):
 
     @handles(ProcessStarted)
     def on_process_restarted(self, msg: ProcessStarted) -> None:
-        """Process ``msg.process`` of this broker died and was started again (from the
-        ReplicaManager, num.processes > 1 in a cluster): what its actors owed this handler
-        will never come. Those requests end now (the connection closes, the client retries)
-        instead of after the abandon timeout."""
+        """Process ``msg.process`` of this broker died and was started again as generation
+        ``msg.generation`` (num.processes > 1; from the ReplicaManager in a cluster, from the
+        process itself on a single node): what its actors owed this handler will never
+        come. Those requests end now (the connection closes, the client retries) instead
+        of after the abandon timeout.
+
+        Every Append this handler sent to that process until now was stamped with an older
+        generation, and the new process refuses it should a link still deliver it: what
+        ends here is never written later. From now on its Appends to that process carry
+        the new generation; a ProcessStarted not newer than what it knows (told twice,
+        or late) changes nothing, since what it sent since was stamped with the new one."""
         nodes = self.ctx.topology.process_nodes
         if not msg.restarted or not 0 < msg.process < len(nodes):
             return
         gone = nodes[msg.process]
+        generations = self.ctx.process_generations
+        if msg.generation <= generations.get(gone, 0):
+            return
+        generations[gone] = msg.generation
         states = {id(st): st for st, _i in self.pending.values() if gone in st.targets}
         for state in states.values():
             self._abandon(state, f"waited for process {msg.process}, which restarted")

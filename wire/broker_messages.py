@@ -115,6 +115,14 @@ class Append(NamedTuple):
     # a coordinator's append (transactional offset commits): the producer's epoch is
     # checked, not its sequence
     coordinator: bool = False
+    # The generation of the shard's process as the sender knew it when it sent this
+    # (num.processes > 1: +1 each time the supervisor restarts that process). A sender
+    # that gives its Appends up when it learns of a restart (a RequestHandler, at
+    # ProcessStarted) stamps it; the shard refuses (NOT_LEADER_OR_FOLLOWER, nothing
+    # written) one stamped older than its own process, so a given-up Append a link
+    # delivers late to the new process is never written. -1: not fenced (the
+    # coordinators wait for every answer, whichever process gives it).
+    generation: int = -1
 
 
 class AppendDoneRow(NamedTuple):

@@ -273,10 +273,17 @@ class ProcessStarted(NamedTuple):
     (``restarted``: the process died and its supervisor started it again) its
     shards also get the roles of their partitions again, and the fetchers ask
     the followed ones' shards where their logs end.
+
+    ``generation``: the process's generation (0 at the broker's start, +1 at each
+    restart of that process). The handlers of the other processes get it after a
+    restart (forwarded by the ReplicaManager; on a single node, from the process
+    itself): each gives up what it sent to that process before, and stamps its
+    Appends to it with this generation from then on (Append.generation).
     """
 
     process: int
     restarted: bool
+    generation: int = 0
 
 
 @message(487)

@@ -97,6 +97,10 @@ class HandlerContext:
     security_mirror: Any = field(default=None, kw_only=True)
     access: Access = field(default_factory=lambda: Access(ANONYMOUS_PRINCIPAL, "", ""),
                            kw_only=True)
+    # num.processes > 1: the generation of each process of this broker (its node name ->
+    # 0 at start, +1 at each restart) as this handler knows it, stamped on its Appends
+    # (Append.generation); kept by the handler as ProcessStarted tells it. Missing: 0.
+    process_generations: dict[str, int] = field(default_factory=dict, kw_only=True)
 
     def allowed(self, operation: Operation, resource_type: ResourceType, name: str,
                 log: bool = True) -> bool:

@@ -47,8 +47,9 @@ def _check_records(records: bytes, api_version: int) -> tuple[ErrorCode, str] | 
     return None
 
 
-def _append(acks: int, timeout_ms: int, rows: list[AppendRow]) -> Callable[[int], Append]:
-    return lambda rid: Append(rid, acks, timeout_ms, rows)
+def _append(acks: int, timeout_ms: int, rows: list[AppendRow],
+            generation: int) -> Callable[[int], Append]:
+    return lambda rid: Append(rid, acks, timeout_ms, rows, False, generation)
 
 
 def _partition_response(index: int, r: AppendDoneRow) -> dict[str, Any]:
@@ -103,8 +104,12 @@ def handle_produce(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         order.append((name, indexes))
 
     if rows:
+        # each stamped with the generation of its shard's process this handler knows: sent
+        # in this turn, before any ProcessStarted that makes the handler give it up
+        generations = ctx.process_generations
         calls = [
-            Call(shard, _append(acks, req.timeout_ms, shard_rows))
+            Call(shard, _append(acks, req.timeout_ms, shard_rows,
+                                generations.get(shard.node, 0)))
             for shard, shard_rows in group_by_shard(ctx, rows).items()
         ]
         replies: list[AppendDone | ProduceReady] = yield calls

@@ -5,6 +5,7 @@ what it is sent and answers a restore only when the test says."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from actors.replica_manager import RESTORE_OVERDUE_MS, ReplicaManager
 from actors.runtime.actor import Actor, handles
 from actors.runtime.config import Config
-from actors.runtime.node import Node
+from actors.runtime.node import Directory, Node, NodeEndpoint
 from actors.topology import Topology
 from tests.fixtures.crash import crash_once
 from tests.fixtures.waiting import wait_for
@@ -26,6 +27,7 @@ from wire.cluster_messages import (
     LeaderAndIsrResponse,
     LiveLeaderRow,
     PartitionErrorRow,
+    ProcessStarted,
     RestoreRoles,
     RolesRestored,
     ShardRestarted,
@@ -170,3 +172,50 @@ def test_a_restore_on_its_way_goes_on_over_a_crash_restart_of_the_replica_manage
     restores = wait_for(lambda: (lambda r: r if len(r) == 2 else None)(_stats(node, shard)),
                         "the next RestoreRoles")
     assert restores[1][1] == [], "the role the shard could not take restored again"
+
+
+class Keeper(Actor):
+    """A handler of process 0 or a shard of process 1, as the ReplicaManager sees them:
+    keeps the ProcessStarted notices and RestoreRoles that come, as [type name, fields]."""
+
+    def setup(self) -> None:
+        self.got: list[Any] = []
+
+    @handles(ProcessStarted, RestoreRoles)
+    def on_any(self, msg: Any) -> None:
+        self.got.append([type(msg).__name__, msg])
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> Any:
+        return list(self.got)
+
+
+def test_the_other_processes_handlers_learn_a_restarted_processs_generation(
+        tmp_path: Path) -> None:
+    """Process 1 restarted as generation 2: the handlers of process 0 get ProcessStarted
+    with that generation (they stamp their Appends to process 1 with it from then on), its
+    shard gets its roles again; a first start tells the handlers nothing."""
+    ipc = str(tmp_path / "ipc")
+    directory = Directory({"node-1": NodeEndpoint("127.0.0.1", 0, ipc),
+                           "node-1-p1": NodeEndpoint("127.0.0.1", 0, ipc)})
+    main = Node("node-1", directory=directory).start()
+    p1 = Node("node-1-p1", directory=directory).start()
+    try:
+        topo = Topology("node-1", 1, 1, 2, 2, 1, home="node-1",
+                        process_nodes=("node-1", "node-1-p1"))
+        manager = main.spawn(ReplicaManager, topo.replica_manager.name, topology=topo,
+                             config=Config(), broker_id=1, clock=main.clock)
+        handler = main.spawn(Keeper, "handler-0")
+        p1_handler = p1.spawn(Keeper, "handler-0")
+        shard = p1.spawn(Keeper, "shard-1")
+        main.ask(manager, ProcessStarted(1, False, 0))
+        main.ask(manager, ProcessStarted(1, True, 2))
+        [started] = wait_for(lambda: [m for name, m in main.ask(handler, GetStats())
+                                      if name == "ProcessStarted"], "the handler's notice")
+        assert ProcessStarted(*started) == ProcessStarted(1, True, 2)
+        wait_for(lambda: [m for name, m in p1.ask(shard, GetStats()) if name == "RestoreRoles"],
+                 "the restore")
+        assert p1.ask(p1_handler, GetStats()) == []  # (the restarted process's own know it)
+    finally:
+        p1.shutdown(timeout=5)
+        main.shutdown(timeout=5)

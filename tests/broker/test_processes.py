@@ -460,6 +460,43 @@ def test_process_1_killed_its_partitions_recover_while_process_0_serves(
     assert record_diff(got, values) == {}
 
 
+@pytest.mark.parametrize("two_process_broker", ["reuseport"], indirect=True)
+def test_a_produce_sent_while_process_1_is_dead_is_never_written_by_the_new_one(
+        two_process_broker: BrokerProcess) -> None:
+    """Process 1 killed: a Produce for one of its partitions, taken by process 0 while
+    process 1 is dead, waits in the link and reaches the new process when it listens. Its
+    handler (told of the restart by the new process, a single node having no
+    ReplicaManager) gives it up, and the new process, generation 1, refuses the Append
+    stamped 0: the client sees NOT_LEADER_OR_FOLLOWER or its connection closed, and the
+    record is not in the log. Sent again, it is written once, through either process."""
+    broker = two_process_broker
+    topic = "fenced"
+    worker, _mine, theirs = topic_over_both_processes(broker, topic, 4)
+    partition = theirs[0]
+    with broker.hold_worker(worker) as held:
+        assert held.kill()
+        wait_for(held.exited, "process 1 to die")
+    # (process 1's listener died with it: this connection lands on process 0; the new
+    # process takes connections only once its handlers run, well after this is sent)
+    try:
+        with RawClient(broker.port) as client:
+            answer = client.produce(topic, partition, record_batch([(None, b"late")]), acks=1)
+    except (ConnectionError, TimeoutError):
+        answer = None  # given up when its handler learnt of the restart (or a slow one)
+    assert answer is None or answer.error_code == 6, answer  # NOT_LEADER_OR_FOLLOWER
+    wait_for(lambda: worker_pids(broker) != [worker] and serving(broker, worker_pids(broker)[0]),
+             "the restarted process", timeout=60)
+    assert fetch_values_retrying(broker.port, topic, partition) == [], "written late"
+    assert "refused an Append stamped with generation 0" in wait_for_log(
+        broker, "refused an Append stamped with generation 0")
+    for i in range(6):  # new connections land on either process: stamped with generation 1
+        with RawClient(broker.port) as client:
+            assert client.produce(topic, partition, record_batch([(None, b"again%d" % i)]),
+                                  acks=1).error_code == 0
+    assert fetch_values_retrying(broker.port, topic, partition) == [b"again%d" % i
+                                                                    for i in range(6)]
+
+
 def test_sigterm_leaves_the_marker_and_every_shards_checkpoint(
         two_process_broker: BrokerProcess) -> None:
     """Process 1's shards report their final offsets to process 0's LogManager before

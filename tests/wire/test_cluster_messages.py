@@ -39,7 +39,7 @@ SAMPLES: list[Any] = [
     cm.AlterPartitionResponse(18, 0, [cm.AlterPartitionResult("orders", 0, 0, 2, 12, [2], 32),
                                       cm.AlterPartitionResult("orders", 1, 95, -1, -1, [], -1)]),
     cm.BrokerRegistered(2, 4294967300),
-    cm.ProcessStarted(1, True),
+    cm.ProcessStarted(1, True, 3),
     cm.ShardRestarted(3),
     cm.BecomeLeaderOrFollower(5, [cm.ReplicaStateRow("orders", 0, 2, 12, [2, 3], [2, 3, 1], 31,
                                                      False, {"retention.ms": "1000"})]),

@@ -495,6 +495,17 @@ class Actor(PykkaActor):
         return timeout
 
     def _run_loop(self) -> None:
+        """One turn: poll, handle what is ready, then every member's on_turn and flush.
+
+        What a turn costs whatever it handles (the member scans, every member's
+        poll_timeout_ms, the on_turn calls that find nothing to do) was measured at
+        about 4-6 us in a broker's loop of 8-9 members. Under `bench scale`'s load
+        (8 connections, 5 requests in flight each) a turn serves many requests: 0.03
+        turns a request at num.processes = 1, 0.10-0.13 at 2, so that cost is about
+        0.5% and 1% of broker CPU per request; asking only the members that need a turn
+        would save less than that. It matters more at low concurrency (1 connection:
+        0.26 and 0.84 turns a request, a few percent).
+        """
         poll = self._poller.poll
         routes = self._routes
         members = self._members

@@ -495,6 +495,18 @@ class Actor(PykkaActor):
         return timeout
 
     def _run_loop(self) -> None:
+        """One turn: poll, handle what is ready, then every member's on_turn and flush.
+
+        What a turn costs whatever it handles (the member scans, every member's
+        poll_timeout_ms, the on_turn calls that find nothing to do) was measured in a
+        broker's loop of 8-9 members: _next_timeout alone is 2-3 us of CPU in an idle
+        broker and 6-7 us under load (a cold cache, probably), a few us more for the rest. Under
+        `bench scale`'s load (8 connections, 5 requests in flight each) a turn serves
+        many requests: 0.03 turns a request at num.processes = 1, 0.10-0.13 at 2, so
+        the fixed cost is about 1% and 2-3% of broker CPU per request, and asking only
+        the members that need a turn would save part of that. It weighs more at low
+        concurrency (1 connection: 0.26 and 0.84 turns a request).
+        """
         poll = self._poller.poll
         routes = self._routes
         members = self._members

@@ -17,7 +17,15 @@ The core returns effects; this shell performs them:
   live one fires exactly once.
 * ``AppendRecords``: the records become one real Kafka v2 batch appended
   (acks=-1) to their ``__consumer_offsets`` partition on its shard; the
-  shard's AppendDone (or the purgatory's ProduceReady) completes it.
+  shard's AppendDone (or the purgatory's ProduceReady) completes it. An
+  append unanswered after APPEND_TIMEOUT_MS (``offsets.commit.timeout.ms``)
+  plus ANSWER_MARGIN_MS (the answer was lost: the shard's process died, or
+  the shard crashed with it) completes with REQUEST_TIMED_OUT, which the core
+  answers as Kafka's GroupMetadataManager does (an OffsetCommit gets
+  REQUEST_TIMED_OUT, a SyncGroup's assignment write REBALANCE_IN_PROGRESS);
+  an answer after that is counted and ignored. A write answered so may still
+  be in the log (it was only slow): the client retries, and a reload reads
+  what the log holds, as in Kafka.
 
 Start-up: once the request handlers exist (so they hear of the new topic),
 the coordinator asks the Controller to create ``__consumer_offsets``
@@ -60,6 +68,7 @@ from actors.core.group_state import (
     SyncGroupResponse,
     TimerKey,
 )
+from actors.core.inflight_appends import InFlightAppends
 from actors.core.offsets_codec import (
     OFFSETS_TOPIC,
     OffsetsRecordError,
@@ -155,6 +164,11 @@ OFFSETS_TOPIC_CONFIGS = {
 READ_PARTITION_MAX_BYTES = 1024 * 1024
 READ_MAX_BYTES = 8 * 1024 * 1024
 APPEND_TIMEOUT_MS = 5000  # Kafka's offsets.commit.timeout.ms
+# An append's answer is waited for APPEND_TIMEOUT_MS (the shard's own wait for the ISR's
+# acks, after which it answers REQUEST_TIMED_OUT itself) plus this, then given up on
+# (ANSWER_BUCKET_MS later at most: see InFlightAppends).
+ANSWER_MARGIN_MS = 1000
+ANSWER_BUCKET_MS = 500
 HANDLER_WAIT_MS = 5000
 RETRY_MS = 500
 
@@ -333,12 +347,15 @@ class GroupCoordinator(Actor):
         self.core = GroupCoordinatorCore(GroupConfig.from_kafka_config(self.config.values))
         self.num_partitions = self.core.config.offsets_topic_num_partitions
         self.wall_offset_ms = self.clock.wall_ms() - self.clock.now_ms()
-        self.req_ids = itertools.count(1)
-        # Fresh timer keys after a restart, so old Expired messages match nothing.
+        # Fresh request ids and timer keys after a restart, so answers and Expired
+        # messages meant for the crashed instance match nothing.
+        self.req_ids = itertools.count(self.clock.monotonic_ns())
         self.timer_ids = itertools.count(self.clock.monotonic_ns())
         self.timer_id_of: dict[TimerKey, int] = {}
         self.timer_key_of: dict[int, TimerKey] = {}
-        self.appends: dict[int, int] = {}  # Append req_id -> core append_id
+        # Append req_id -> core append_id, until answered or timed out
+        self.appends: InFlightAppends[int] = InFlightAppends(
+            APPEND_TIMEOUT_MS + ANSWER_MARGIN_MS, ANSWER_BUCKET_MS)
         self.loaded = False
         self.phase = "waiting"  # -> creating -> loading -> ready
         self.started_ms = self.clock.now_ms()
@@ -368,12 +385,17 @@ class GroupCoordinator(Actor):
     def poll_timeout_ms(self) -> int | None:
         if self.phase == "waiting":
             return 20
-        if self.phase in ("create-retry", "read-retry"):
-            return max(0, self.retry_at_ms - self.clock.now_ms())
-        return None
+        expiry = self.appends.next_expiry_ms()
+        if self.phase in ("create-retry", "read-retry") and (
+                expiry is None or self.retry_at_ms < expiry):
+            expiry = self.retry_at_ms
+        return None if expiry is None else max(0, expiry - self.clock.now_ms())
 
     def on_turn(self) -> None:
         now = self.clock.now_ms()
+        expiry = self.appends.next_expiry_ms()
+        if expiry is not None and now >= expiry:
+            self._expire_appends(now)
         if self.phase == "waiting":
             if self.wait_for_handlers and now - self.started_ms < HANDLER_WAIT_MS and not all(
                 h.name in self.node.actors for h in self.topology.all_handlers()
@@ -684,7 +706,7 @@ class GroupCoordinator(Actor):
 
     def _append(self, fx: AppendRecords) -> None:
         rid = next(self.req_ids)
-        self.appends[rid] = fx.append_id
+        self.appends.add(rid, fx.append_id, self.clock.now_ms())
         batch = encode_records(fx.records, self.now_ms(), fx.producer_id, fx.producer_epoch)
         self.tell(self.topology.shard_for(fx.topic, fx.partition),
                   Append(rid, -1, APPEND_TIMEOUT_MS, [AppendRow(fx.topic, fx.partition, batch)],
@@ -692,8 +714,12 @@ class GroupCoordinator(Actor):
 
     @handles(AppendDone, ProduceReady)
     def on_appended(self, msg: AppendDone | ProduceReady) -> None:
-        append_id = self.appends.pop(msg.req_id, None)
+        append_id = self.appends.pop(msg.req_id)
         if append_id is None:
+            if self.appends.first_of_burst():
+                self.log.warning("an answer to an append to {} came after its timeout (or "
+                                 "a restart) and is ignored; late answers so far: {}",
+                                 OFFSETS_TOPIC, self.appends.late)
             return
         rows = msg.rows
         code = rows[0].error_code if rows else int(ErrorCode.UNKNOWN_SERVER_ERROR)
@@ -701,6 +727,22 @@ class GroupCoordinator(Actor):
             self.log.warning("appending to {} failed: {} ({})", OFFSETS_TOPIC,
                              ErrorCode(code).name, rows[0].error_message if rows else "")
         self._perform(self.core.on_append_complete(append_id, ErrorCode(code), self.now_ms()))
+
+    def _expire_appends(self, now: int) -> None:
+        """Appends unanswered too long: the shard lost them (its process died, or it
+        crashed handling them). Each completes as a timed-out write."""
+        expired = self.appends.expire(now)
+        if not expired:
+            return
+        if self.appends.first_of_burst():
+            self.log.warning("{} append(s) to {} unanswered after {} ms: failed as {}; "
+                             "appends given up on so far: {}", len(expired), OFFSETS_TOPIC,
+                             self.appends.wait_ms, ErrorCode.REQUEST_TIMED_OUT.name,
+                             self.appends.expired)
+        now_ms = self.now_ms()
+        for _rid, append_id in expired:
+            self._perform(self.core.on_append_complete(append_id, ErrorCode.REQUEST_TIMED_OUT,
+                                                       now_ms))
 
     # ---------------------------------------------------------- cluster mode
     @handles(CoordinatorPartitions)
@@ -794,6 +836,8 @@ class GroupCoordinator(Actor):
                        if (g := self.core.group(gid)) is not None},
             "timers": len(self.timer_id_of),
             "appends_in_flight": len(self.appends),
+            "appends_timed_out": self.appends.expired,
+            "late_append_answers": self.appends.late,
             "skipped_records": self.core.skipped_records + self.load_skipped,
             "refused_loading": self.refused_loading,
             # group, topic, partition, committed offset: the lag metric's other half

@@ -1,0 +1,242 @@
+"""A GroupCoordinator whose append gets no answer does not wait forever.
+
+Real actors on a manual clock: the GroupCoordinator, the PartitionShard hosting
+``__consumer_offsets`` (with its LogManager, purgatory and the Timer); only the
+Controller is a stand-in (it says the topic exists). The answer to an append is
+lost as it is in a broker: the shard stops (its process died) or crashes while
+handling the Append and is restarted in place. The offset commit behind the
+append is answered REQUEST_TIMED_OUT (Kafka's GroupMetadataManager passes the
+append's timeout through to OffsetCommit) once APPEND_TIMEOUT_MS and the margin
+are over, not before; the committed offset stays the one before; a late answer
+(a shard only slow) is counted and ignored, and a reload reads what the log holds.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.core.log_dir import LogDir
+from actors.core.offsets_codec import OFFSETS_TOPIC
+from actors.group_coordinator import (
+    ANSWER_BUCKET_MS,
+    ANSWER_MARGIN_MS,
+    APPEND_TIMEOUT_MS,
+    GroupCoordinator,
+)
+from actors.log_manager import LogManager
+from actors.partition_shard import PartitionShard
+from actors.purgatory import PurgatoryShard
+from actors.runtime.actor import Actor, handles
+from actors.runtime.address import Address
+from actors.runtime.config import Config
+from actors.runtime.node import Node
+from actors.timer import Timer
+from actors.topology import Topology
+from tests.fixtures.crash import crash_once
+from tests.fixtures.waiting import wait_for
+from wire.broker_messages import (
+    Append,
+    CreateTopicDoneRow,
+    CreateTopics,
+    CreateTopicsDone,
+    GetStats,
+    TopicEntry,
+    TopicPartition,
+)
+from wire.errors import ErrorCode
+from wire.group_messages import (
+    OffsetCommit,
+    OffsetCommitDone,
+    OffsetCommitRow,
+    OffsetFetch,
+    OffsetFetchDone,
+)
+
+NUM_PARTITIONS = 2
+WAIT_MS = APPEND_TIMEOUT_MS + ANSWER_MARGIN_MS
+TIMED_OUT = int(ErrorCode.REQUEST_TIMED_OUT)
+
+
+class ExistingTopicController(Actor):
+    """The Controller's answer to the coordinator: __consumer_offsets exists already."""
+
+    @handles(CreateTopics)
+    def on_create(self, msg: CreateTopics) -> None:
+        self.reply(CreateTopicsDone(msg.req_id, [
+            CreateTopicDoneRow(r.name, int(ErrorCode.TOPIC_ALREADY_EXISTS), "exists", -1, -1)
+            for r in msg.rows]))
+
+
+class Probe(Actor):
+    """Stands in for a request handler: keeps every answer it gets."""
+
+    def setup(self) -> None:
+        self.answers: list[Any] = []
+
+    @handles(OffsetFetchDone, OffsetCommitDone)
+    def on_answer(self, msg: Any) -> None:
+        self.answers.append(msg)
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> Any:
+        return [list(a) for a in self.answers]
+
+
+def snapshot(log_dir: LogDir) -> LogDir:
+    """What a broker gives its shards: the checkpoints as read at start (the LogManager
+    owns ``log_dir`` and updates it)."""
+    taken = copy.copy(log_dir)
+    taken.high_watermarks = dict(log_dir.high_watermarks)
+    taken.recovery_points = dict(log_dir.recovery_points)
+    taken.log_start_offsets = dict(log_dir.log_start_offsets)
+    return taken
+
+
+class Broker:
+    """One node's real coordinator and shard over a real log directory."""
+
+    def __init__(self, node: Node, tmp_path: Path) -> None:
+        self.node = node
+        self.config = Config({"offsets.topic.num.partitions": NUM_PARTITIONS,
+                              "num.group.coordinators": 1, "num.partition.shards": 1,
+                              "num.io.threads": 1})
+        self.topo = Topology.from_config(node.name, self.config)
+        self.log_dir = LogDir.open(tmp_path)
+        node.spawn(Timer, self.topo.timer.name, clock=node.clock)
+        node.spawn(LogManager, self.topo.log_manager.name, log_dir=self.log_dir,
+                   num_shards=1, clock=node.clock)
+        node.spawn(PurgatoryShard, self.topo.purgatory(0).name, topology=self.topo,
+                   clock=node.clock)
+        self.spawn_shard()
+        node.spawn(ExistingTopicController, self.topo.controller.name)
+        node.spawn(Probe, "probe")
+        self.coordinator = node.spawn(GroupCoordinator, self.topo.coordinator(0).name,
+                                      topology=self.topo, config=self.config,
+                                      clock=node.clock, wait_for_handlers=False)
+        self.wait_loaded()
+        self.next_id = 0
+
+    def spawn_shard(self) -> None:
+        self.node.spawn(PartitionShard, self.topo.shard(0).name, topology=self.topo,
+                        config=self.config, log_dir=snapshot(self.log_dir),
+                        topics={OFFSETS_TOPIC: TopicEntry(NUM_PARTITIONS, {})}, broker_id=1,
+                        clock=self.node.clock)
+
+    def wait_loaded(self) -> None:
+        wait_for(lambda: self.stats()["loaded"], "the load of __consumer_offsets")
+
+    def advance(self, ms: int) -> None:
+        """Move the clock and have every running actor take a turn on it."""
+        self.node.clock.advance(ms)  # type: ignore[attr-defined]
+        self.node.run_turns()
+
+    def stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = self.node.ask(self.coordinator, GetStats())
+        return stats
+
+    def commit(self, offset: int) -> int:
+        self.next_id += 1
+        self.node.tell(self.coordinator, OffsetCommit(
+            self.next_id, "g", -1, "", None, [OffsetCommitRow("t", 0, offset, -1, "")]),
+            sender="probe")
+        return self.next_id
+
+    def answer(self, req_id: int) -> list[Any] | None:
+        found = [a for a in self.node.ask(Address(self.node.name, "probe"), GetStats())
+                 if a[0] == req_id]
+        return found[0] if found else None
+
+    def committed(self) -> int:
+        self.next_id += 1
+        rid = self.next_id
+        self.node.tell(self.coordinator, OffsetFetch(rid, "g", [TopicPartition("t", 0)]),
+                       sender="probe")
+        answer = wait_for(lambda: self.answer(rid), "the offset fetch")
+        [row] = answer[2]
+        offset: int = row[2]
+        return offset
+
+    def commit_error(self, req_id: int) -> int:
+        answer = wait_for(lambda: self.answer(req_id), f"the answer to commit {req_id}")
+        [[_topic, _partition, code]] = answer[1]
+        return int(code)
+
+
+def test_a_commit_whose_shard_stopped_is_answered_request_timed_out(
+        manual_node: Node, tmp_path: Path) -> None:
+    node = manual_node
+    broker = Broker(node, tmp_path)
+    assert broker.commit_error(broker.commit(5)) == 0
+    assert broker.committed() == 5
+
+    node.stop_actor(broker.topo.shard(0).name)  # its process died: the Append is lost
+    lost = broker.commit(7)
+    wait_for(lambda: broker.stats()["appends_in_flight"] == 1, "the append sent")
+    # (node.quiesce would wait for the stopped shard to take the Append: it never does)
+    broker.advance(WAIT_MS - 1)
+    assert broker.stats()["appends_in_flight"] == 1, "given up on before its timeout"
+    assert broker.answer(lost) is None
+    broker.advance(ANSWER_BUCKET_MS + 1)
+    assert broker.commit_error(lost) == TIMED_OUT
+    stats = broker.stats()
+    assert (stats["appends_in_flight"], stats["appends_timed_out"]) == (0, 1)
+    assert broker.committed() == 5  # as after a failed write
+
+    broker.spawn_shard()  # the supervisor restarts the process: the retry lands
+    assert broker.commit_error(broker.commit(7)) == 0
+    assert broker.committed() == 7
+
+
+def test_a_commit_lost_in_a_shard_crash_is_answered_and_a_late_answer_ignored(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first lost Append dies with a crash of the shard (restarted in place); the
+    second is only slow: the shard holds it past the timeout, then writes it and answers.
+    That late answer changes nothing in memory; a reload reads the offset it wrote."""
+    release = threading.Event()
+    armed = crash_once(monkeypatch, PartitionShard, "on_append", Append)
+    node = manual_node
+    broker = Broker(node, tmp_path)
+    assert broker.commit_error(broker.commit(1)) == 0
+
+    armed["crash"] = True
+    crashed = broker.commit(2)
+    wait_for(lambda: node.actors[broker.topo.shard(0).name].crashes == 1, "the shard's crash")
+    node.advance_clock(WAIT_MS + ANSWER_BUCKET_MS)
+    assert broker.commit_error(crashed) == TIMED_OUT
+    assert broker.committed() == 1
+
+    real = PartitionShard.on_append
+
+    def slow(self: PartitionShard, msg: Append) -> None:
+        assert release.wait(10), "the test never let the slow append go"
+        real(self, msg)
+
+    slow.__actorlog_handles__ = (Append,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(PartitionShard, "on_append", slow)
+    node.stop_actor(broker.topo.shard(0).name)
+    broker.spawn_shard()  # handlers are bound at spawn: this one is slow
+    slow_commit = broker.commit(3)
+    wait_for(lambda: broker.stats()["appends_in_flight"] == 1, "the slow append sent")
+    # The shard's thread is held, so move the clock by hand and let the coordinator turn.
+    node.clock.advance(WAIT_MS + ANSWER_BUCKET_MS)  # type: ignore[attr-defined]
+    assert wait_for(lambda: broker.answer(slow_commit) or (broker.stats() and None),
+                    "the timed-out answer")[1] == [["t", 0, TIMED_OUT]]
+    assert broker.committed() == 1
+    release.set()
+    wait_for(lambda: broker.stats()["late_append_answers"] == 1, "the late answer")
+    assert broker.committed() == 1  # ignored: the client was told the commit failed
+    answers = node.ask(Address(node.name, "probe"), GetStats())
+    assert len([a for a in answers if a[0] == slow_commit]) == 1
+
+    # The write landed anyway (it was only slow): a coordinator loading the log reads it,
+    # as Kafka's does; the client, told REQUEST_TIMED_OUT, would have retried it anyway.
+    node.stop_actor(broker.topo.coordinator(0).name)
+    node.spawn(GroupCoordinator, broker.topo.coordinator(0).name, topology=broker.topo,
+               config=broker.config, clock=node.clock, wait_for_handlers=False)
+    broker.wait_loaded()
+    assert broker.committed() == 3

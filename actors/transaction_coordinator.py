@@ -38,7 +38,7 @@ are answered COORDINATOR_LOAD_IN_PROGRESS. In a cluster, the ReplicaManager's
 TxnCoordinatorPartitions say which partitions to load and unload. A Timer tick every
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` aborts the
 transactions past their timeout and finishes those whose completion write
-failed.
+failed, and those fenced (PrepareEpochFence) whose PrepareAbort write failed.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ import itertools
 from typing import Any
 
 from actors.core.cluster_model import NO_LEADER
+from actors.core.inflight_appends import InFlightAppends
 from actors.core.metadata_cache import MetadataCache
 from actors.core.record_batch import build_batch
 from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
@@ -58,7 +59,7 @@ from actors.core.transaction_state import (
     WriteLog,
     WriteMarkers,
 )
-from actors.group_coordinator import decode_batches
+from actors.group_coordinator import ANSWER_BUCKET_MS, ANSWER_MARGIN_MS, decode_batches
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
@@ -177,12 +178,15 @@ class TransactionCoordinator(Actor):
             CoordinatorConfig(self.num_partitions, int(self.config["transaction.max.timeout.ms"])),
             self._new_producer_id)
         self.wall_offset_ms = self.clock.wall_ms() - self.clock.now_ms()
-        self.req_ids = itertools.count(1)
+        # fresh after a restart: answers meant for the crashed instance match nothing
+        self.req_ids = itertools.count(self.clock.monotonic_ns())
         self.timer_ids = itertools.count(self.clock.monotonic_ns())
         self.timer_id = 0
         self.tick_ms = int(self.config[
             "transaction.abort.timed.out.transaction.cleanup.interval.ms"])
-        self.writes: dict[int, tuple[int, int]] = {}  # Append req_id -> (write id, partition)
+        # Append req_id -> (write id, partition), until answered or timed out
+        self.writes: InFlightAppends[tuple[int, int]] = InFlightAppends(
+            APPEND_TIMEOUT_MS + ANSWER_MARGIN_MS, ANSWER_BUCKET_MS)
         # __transaction_state partition -> (error, failed appends) since its last success
         self.log_failures: dict[int, tuple[int, int]] = {}
         self.complete_retry_at_ms = 0  # when to write failed completions again (0: none)
@@ -248,12 +252,18 @@ class TransactionCoordinator(Actor):
             waits.append(self.retry_at_ms)
         if self.complete_retry_at_ms:
             waits.append(self.complete_retry_at_ms)
+        expiry = self.writes.next_expiry_ms()
+        if expiry is not None:
+            waits.append(expiry)
         if not waits:
             return None
         return max(0, min(waits) - self.clock.now_ms())
 
     def on_turn(self) -> None:
         now = self.clock.now_ms()
+        expiry = self.writes.next_expiry_ms()
+        if expiry is not None and now >= expiry:
+            self._expire_writes(now)
         if self.phase == "create-retry" and now >= self.retry_at_ms:
             self._create_topic()
         elif self.phase == "read-retry" and now >= self.retry_at_ms:
@@ -478,7 +488,7 @@ class TransactionCoordinator(Actor):
 
     def _write_log(self, fx: WriteLog) -> None:
         rid = next(self.req_ids)
-        self.writes[rid] = (fx.write_id, fx.partition)
+        self.writes.add(rid, (fx.write_id, fx.partition), self.clock.now_ms())
         batch = build_batch([fx.value], keys=[fx.key], timestamps_ms=[self.now_ms()])
         self.tell(self.topology.shard_for(TRANSACTION_STATE_TOPIC, fx.partition),
                   Append(rid, -1, APPEND_TIMEOUT_MS,
@@ -491,16 +501,38 @@ class TransactionCoordinator(Actor):
             self.on_markers(WriteTxnMarkersDone(msg.req_id, [
                 TxnMarkerDoneRow(r.topic, r.partition, r.error_code) for r in msg.rows]))
             return
-        entry = self.writes.pop(msg.req_id, None)
+        entry = self.writes.pop(msg.req_id)
         if entry is None:
+            if self.writes.first_of_burst():
+                self.log.warning("an answer to an append to {} (or to markers) came after "
+                                 "its timeout (or a restart) and is ignored; late answers so "
+                                 "far: {}",
+                                 TRANSACTION_STATE_TOPIC, self.writes.late)
             return
         write_id, partition = entry
         rows = msg.rows
         code = rows[0].error_code if rows else int(ErrorCode.UNKNOWN_SERVER_ERROR)
         self._note_log_write(partition, code, rows[0].error_message if rows else "")
+        self._log_written(write_id, code)
+
+    def _log_written(self, write_id: int, code: int) -> None:
         self._perform(self.core.on_log_written(write_id, ErrorCode(code), self.now_ms()))
         if self.core.completing and not self.complete_retry_at_ms:
             self.complete_retry_at_ms = self.clock.now_ms() + RETRY_MS
+
+    def _expire_writes(self, now: int) -> None:
+        """Appends unanswered too long: the shard lost them (its process died, or it
+        crashed handling them). Each fails as a timed-out write, as Kafka's would."""
+        expired = self.writes.expire(now)
+        if not expired:
+            return
+        if self.writes.first_of_burst():
+            self.log.warning("{} append(s) to {} unanswered after {} ms: failed as {}; "
+                             "appends given up on so far: {}", len(expired),
+                             TRANSACTION_STATE_TOPIC, self.writes.wait_ms,
+                             ErrorCode.REQUEST_TIMED_OUT.name, self.writes.expired)
+        for _rid, (write_id, _partition) in expired:
+            self._log_written(write_id, int(ErrorCode.REQUEST_TIMED_OUT))
 
     def _note_log_write(self, partition: int, code: int, message: str | None) -> None:
         """Log a partition's failed appends once per error while they go on (a short ISR
@@ -630,7 +662,8 @@ class TransactionCoordinator(Actor):
         now = self.now_ms()
         self._perform(self.core.abort_timed_out(now))
         stuck = [fx for fx in self.core.retry_stuck(now)
-                 if isinstance(fx, WriteMarkers) and fx.transactional_id not in self.marker_jobs]
+                 if not isinstance(fx, WriteMarkers)
+                 or fx.transactional_id not in self.marker_jobs]
         self._perform(list(stuck))
         self._schedule_tick()
 
@@ -643,6 +676,8 @@ class TransactionCoordinator(Actor):
             "transactions": {t: m.state.kafka_name for t, m in self.core.txns.items()},
             "marker_jobs": len(self.marker_jobs),
             "writes_in_flight": len(self.writes),
+            "writes_timed_out": self.writes.expired,
+            "late_write_answers": self.writes.late,
             "completions_to_retry": len(self.core.completing),
             "refused_loading": self.refused_loading,
         }

@@ -432,11 +432,20 @@ class TransactionCoordinatorCore:
     def retry_stuck(self, now_ms: int) -> list[Effect]:
         """Prepared transactions with no write in flight: their markers (again); those
         whose markers are written and whose completion is being retried are left to
-        :meth:`retry_completions`."""
-        return [self._markers(meta, meta.state == S.PREPARE_COMMIT)
-                for meta in self.txns.values()
-                if meta.pending is None and meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)
-                and meta.transactional_id not in self.completing]
+        :meth:`retry_completions`. A fenced one (PrepareEpochFence) whose PrepareAbort
+        write failed (refused, or timed out with its answer lost) has it written again:
+        nothing else moves it on (requests get CONCURRENT_TRANSACTIONS, the timeout
+        check looks at Ongoing ones), and one loaded in that state is the same case."""
+        effects: list[Effect] = []
+        for meta in list(self.txns.values()):
+            if meta.pending is not None:
+                continue
+            if meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+                if meta.transactional_id not in self.completing:
+                    effects.append(self._markers(meta, meta.state == S.PREPARE_COMMIT))
+            elif meta.state == S.PREPARE_EPOCH_FENCE:
+                effects.extend(self._prepare_abort_fenced(meta, now_ms))
+        return effects
 
     def retry_completions(self, now_ms: int) -> list[Effect]:
         """The CompleteCommit/CompleteAbort writes that failed retriably, written again."""

@@ -534,3 +534,42 @@ def test_partition_for_is_kafkas() -> None:
     h = h - 2**32 if h >= 2**31 else h
     assert partition_for("my-txn", 50) == abs(h) % 50
     assert isinstance(TxnMetadata, type)
+
+
+@pytest.mark.parametrize("log_error", [E.REQUEST_TIMED_OUT, E.NOT_ENOUGH_REPLICAS])
+def test_a_prepare_abort_failed_after_the_epoch_fence_is_written_again(
+        log_error: ErrorCode) -> None:
+    """The fence (PrepareEpochFence) is written, the PrepareAbort behind it fails (its
+    answer lost and timed out, or refused): retry_stuck writes it again, as it does for a
+    coordinator that loads the id in PrepareEpochFence; nothing else would move it on."""
+    core = _core()
+    [init] = _drain(core, core.init_producer_id(1, "a", 1000, -1, -1, 0), 0)
+    _drain(core, core.add_partitions(2, "a", init.producer_id, 0, [("t", 0)], 1), 1)
+    [fence] = core.abort_timed_out(5000)
+    assert isinstance(fence, WriteLog)
+    [abort] = core.on_log_written(fence.write_id, E.NONE, 5000)
+    assert isinstance(abort, WriteLog)
+    assert core.on_log_written(abort.write_id, log_error, 5000) == []
+    meta = core.txns["a"]
+    assert (meta.state, meta.pending, meta.producer_epoch) == (S.PREPARE_EPOCH_FENCE, None, 1)
+    assert core.abort_timed_out(6000) == []
+    assert core.init_producer_id(3, "a", 1000, -1, -1, 6000) == [
+        Reply(3, E.CONCURRENT_TRANSACTIONS)]
+    [again] = core.retry_stuck(6000)
+    assert isinstance(again, WriteLog)
+    value = decode_value(again.value)  # type: ignore[arg-type]
+    assert (value.status, value.producer_epoch) == (S.PREPARE_ABORT, 1)
+    assert core.retry_stuck(6000) == []  # in flight: not twice
+    _drain(core, [again], 6000)
+    assert core.txns["a"].state == S.COMPLETE_ABORT
+
+    # A coordinator that loads the id in PrepareEpochFence finishes the abort as well.
+    loaded = _core()
+    loaded.load_partition(partition_for("a", loaded.config.num_partitions), 7,
+                          [(encode_key("a"), fence.value)], 7000)
+    assert loaded.txns["a"].state == S.PREPARE_EPOCH_FENCE
+    [write] = loaded.retry_stuck(7000)
+    assert isinstance(write, WriteLog)
+    assert decode_value(write.value).status == S.PREPARE_ABORT  # type: ignore[arg-type]
+    _drain(loaded, [write], 7000)
+    assert loaded.txns["a"].state == S.COMPLETE_ABORT

@@ -33,7 +33,9 @@ the coordinator asks the Controller to create ``__consumer_offsets``
 every partition from offset 0 to its log end (as Kafka's FetchLogEnd: a new
 leader's high watermark can lag commits its ISR acknowledged), keeps the
 records of the groups it owns and hands them to ``core.load``. Until then every group
-request is answered with COORDINATOR_LOAD_IN_PROGRESS, which clients retry.
+request is answered with COORDINATOR_LOAD_IN_PROGRESS, which clients retry. A Read
+unanswered after READ_TIMEOUT_MS was lost with its shard: what it was reading is read
+again.
 
 The core runs on wall-clock milliseconds (they are persisted as commit
 timestamps) derived from the injected monotonic clock plus an offset taken
@@ -163,6 +165,9 @@ OFFSETS_TOPIC_CONFIGS = {
 }
 READ_PARTITION_MAX_BYTES = 1024 * 1024
 READ_MAX_BYTES = 8 * 1024 * 1024
+# A load's Read unanswered by then was lost with its shard (its process died, or it
+# crashed): what it was reading is read again (a shard answers a read at once).
+READ_TIMEOUT_MS = 5000
 APPEND_TIMEOUT_MS = 5000  # Kafka's offsets.commit.timeout.ms
 # An append's answer is waited for APPEND_TIMEOUT_MS (the shard's own wait for the ISR's
 # acks, after which it answers REQUEST_TIMED_OUT itself) plus this, then given up on
@@ -361,7 +366,8 @@ class GroupCoordinator(Actor):
         self.started_ms = self.clock.now_ms()
         self.retry_at_ms = self.started_ms
         self.read_offsets: dict[int, int] = {}
-        self.reads_in_flight: set[int] = set()
+        # load Read req_id -> when it counts as lost (monotonic ms)
+        self.reads_in_flight: dict[int, int] = {}
         # Latest value per record key, in the order of each key's latest write.
         self.loaded_records: dict[bytes, bytes | None] = {}
         # per partition: records of transactions whose marker the load has not met yet
@@ -389,6 +395,9 @@ class GroupCoordinator(Actor):
         if self.phase in ("create-retry", "read-retry") and (
                 expiry is None or self.retry_at_ms < expiry):
             expiry = self.retry_at_ms
+        if self.phase == "loading" and self.reads_in_flight:
+            lost_at = min(self.reads_in_flight.values())
+            expiry = lost_at if expiry is None else min(expiry, lost_at)
         return None if expiry is None else max(0, expiry - self.clock.now_ms())
 
     def on_turn(self) -> None:
@@ -396,6 +405,8 @@ class GroupCoordinator(Actor):
         expiry = self.appends.next_expiry_ms()
         if expiry is not None and now >= expiry:
             self._expire_appends(now)
+        if self.phase == "loading" and self.reads_in_flight:
+            self._expire_reads(now)
         if self.phase == "waiting":
             if self.wait_for_handlers and now - self.started_ms < HANDLER_WAIT_MS and not all(
                 h.name in self.node.actors for h in self.topology.all_handlers()
@@ -450,8 +461,23 @@ class GroupCoordinator(Actor):
                 ReadRow(OFFSETS_TOPIC, p, offset, READ_PARTITION_MAX_BYTES))
         for shard, rows in by_shard.items():
             rid = next(self.req_ids)
-            self.reads_in_flight.add(rid)
+            self.reads_in_flight[rid] = self.clock.now_ms() + READ_TIMEOUT_MS
             self.tell(shard, Read(rid, LOG_END_READER, READ_MAX_BYTES, rows))
+
+    def _expire_reads(self, now: int) -> None:
+        """Reads of the load unanswered too long were lost with their shard; once none
+        is left in flight, what is still unread is read again (a late answer matches no
+        read in flight and is dropped)."""
+        lost = [rid for rid, lost_at in self.reads_in_flight.items() if now >= lost_at]
+        if not lost:
+            return
+        for rid in lost:
+            del self.reads_in_flight[rid]
+        self.log.warning("{} read(s) of {} unanswered after {} ms; reading again",
+                         len(lost), OFFSETS_TOPIC, READ_TIMEOUT_MS)
+        if not self.reads_in_flight:
+            self.phase = "read-retry"
+            self.retry_at_ms = now
 
     @handles(AlterTopicConfigsDone)
     def on_offsets_topic_altered(self, msg: AlterTopicConfigsDone) -> None:
@@ -464,7 +490,7 @@ class GroupCoordinator(Actor):
     def on_read(self, msg: ReadDone) -> None:
         if msg.req_id not in self.reads_in_flight:
             return
-        self.reads_in_flight.discard(msg.req_id)
+        del self.reads_in_flight[msg.req_id]
         again: list[ReadRow] = []
         for row in msg.rows:
             p = row.partition
@@ -485,7 +511,7 @@ class GroupCoordinator(Actor):
                                      READ_PARTITION_MAX_BYTES))
         if again:
             rid = next(self.req_ids)
-            self.reads_in_flight.add(rid)
+            self.reads_in_flight[rid] = self.clock.now_ms() + READ_TIMEOUT_MS
             assert self.current_sender is not None
             self.tell(self.current_sender, Read(rid, LOG_END_READER, READ_MAX_BYTES, again))
         if self.reads_in_flight:

@@ -34,7 +34,8 @@ Start-up: a single node creates ``__transaction_state`` on the first request
 ones may time out), reads its partitions to their log end and loads them
 (as Kafka does: a new leader's high watermark can lag the writes its ISR
 acknowledged, and loading only to it would lose them); until then requests
-are answered COORDINATOR_LOAD_IN_PROGRESS. In a cluster, the ReplicaManager's
+are answered COORDINATOR_LOAD_IN_PROGRESS (a Read unanswered after READ_TIMEOUT_MS
+was lost with its shard and is sent again). In a cluster, the ReplicaManager's
 TxnCoordinatorPartitions say which partitions to load and unload. A Timer tick every
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` aborts the
 transactions past their timeout and finishes those whose completion write
@@ -115,6 +116,7 @@ TRANSACTION_STATE_CONFIGS = {
 }
 READ_PARTITION_MAX_BYTES = 1024 * 1024
 READ_MAX_BYTES = 8 * 1024 * 1024
+READ_TIMEOUT_MS = 5000  # a load's Read unanswered by then was lost: read again
 APPEND_TIMEOUT_MS = 5000
 RETRY_MS = 500
 MARKER_TIMEOUT_MS = 5000  # a WriteTxnMarkers with no answer by then is sent again
@@ -199,7 +201,8 @@ class TransactionCoordinator(Actor):
         self.loaded: set[int] = set()
         self.to_load: set[int] = set()
         self.read_offsets: dict[int, int] = {}
-        self.reads_in_flight: set[int] = set()
+        # load Read req_id -> when it counts as lost (monotonic ms)
+        self.reads_in_flight: dict[int, int] = {}
         self.records: dict[int, dict[bytes, bytes | None]] = {}
         self.metadata = MetadataCache() if self.cluster else None
         self.refused_loading = 0
@@ -255,6 +258,8 @@ class TransactionCoordinator(Actor):
         expiry = self.writes.next_expiry_ms()
         if expiry is not None:
             waits.append(expiry)
+        if self.phase == "loading" and self.reads_in_flight:
+            waits.append(min(self.reads_in_flight.values()))
         if not waits:
             return None
         return max(0, min(waits) - self.clock.now_ms())
@@ -264,6 +269,8 @@ class TransactionCoordinator(Actor):
         expiry = self.writes.next_expiry_ms()
         if expiry is not None and now >= expiry:
             self._expire_writes(now)
+        if self.phase == "loading" and self.reads_in_flight:
+            self._expire_reads(now)
         if self.phase == "create-retry" and now >= self.retry_at_ms:
             self._create_topic()
         elif self.phase == "read-retry" and now >= self.retry_at_ms:
@@ -300,14 +307,29 @@ class TransactionCoordinator(Actor):
                 ReadRow(TRANSACTION_STATE_TOPIC, p, offset, READ_PARTITION_MAX_BYTES))
         for shard, rows in by_shard.items():
             rid = next(self.req_ids)
-            self.reads_in_flight.add(rid)
+            self.reads_in_flight[rid] = self.clock.now_ms() + READ_TIMEOUT_MS
             self.tell(shard, Read(rid, LOG_END_READER, READ_MAX_BYTES, rows))
+
+    def _expire_reads(self, now: int) -> None:
+        """Reads of the load unanswered too long were lost with their shard (its process
+        died, or it crashed); once none is left in flight, what is still unread is read
+        again (a late answer matches no read in flight and is dropped)."""
+        lost = [rid for rid, lost_at in self.reads_in_flight.items() if now >= lost_at]
+        if not lost:
+            return
+        for rid in lost:
+            del self.reads_in_flight[rid]
+        self.log.warning("{} read(s) of {} unanswered after {} ms; reading again",
+                         len(lost), TRANSACTION_STATE_TOPIC, READ_TIMEOUT_MS)
+        if not self.reads_in_flight:
+            self.phase = "read-retry"
+            self.retry_at_ms = now
 
     @handles(ReadDone)
     def on_read(self, msg: ReadDone) -> None:
         if msg.req_id not in self.reads_in_flight:
             return
-        self.reads_in_flight.discard(msg.req_id)
+        del self.reads_in_flight[msg.req_id]
         again: list[ReadRow] = []
         for row in msg.rows:
             p = row.partition
@@ -337,7 +359,7 @@ class TransactionCoordinator(Actor):
                                      READ_PARTITION_MAX_BYTES))
         if again:
             rid = next(self.req_ids)
-            self.reads_in_flight.add(rid)
+            self.reads_in_flight[rid] = self.clock.now_ms() + READ_TIMEOUT_MS
             assert self.current_sender is not None
             self.tell(self.current_sender, Read(rid, LOG_END_READER, READ_MAX_BYTES, again))
         if self.reads_in_flight:

@@ -9,6 +9,7 @@ append is answered REQUEST_TIMED_OUT (Kafka's GroupMetadataManager passes the
 append's timeout through to OffsetCommit) once APPEND_TIMEOUT_MS and the margin
 are over, not before; the committed offset stays the one before; a late answer
 (a shard only slow) is counted and ignored, and a reload reads what the log holds.
+A load's Read lost the same way is sent again after READ_TIMEOUT_MS.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from actors.group_coordinator import (
     ANSWER_BUCKET_MS,
     ANSWER_MARGIN_MS,
     APPEND_TIMEOUT_MS,
+    READ_TIMEOUT_MS,
     GroupCoordinator,
 )
 from actors.log_manager import LogManager
@@ -100,7 +102,7 @@ def snapshot(log_dir: LogDir) -> LogDir:
 class Broker:
     """One node's real coordinator and shard over a real log directory."""
 
-    def __init__(self, node: Node, tmp_path: Path) -> None:
+    def __init__(self, node: Node, tmp_path: Path, shard_up: bool = True) -> None:
         self.node = node
         self.config = Config({"offsets.topic.num.partitions": NUM_PARTITIONS,
                               "num.group.coordinators": 1, "num.partition.shards": 1,
@@ -113,12 +115,15 @@ class Broker:
         node.spawn(PurgatoryShard, self.topo.purgatory(0).name, topology=self.topo,
                    clock=node.clock)
         self.spawn_shard()
+        if not shard_up:
+            node.stop_actor(self.topo.shard(0).name)
         node.spawn(ExistingTopicController, self.topo.controller.name)
         node.spawn(Probe, "probe")
         self.coordinator = node.spawn(GroupCoordinator, self.topo.coordinator(0).name,
                                       topology=self.topo, config=self.config,
                                       clock=node.clock, wait_for_handlers=False)
-        self.wait_loaded()
+        if shard_up:
+            self.wait_loaded()
         self.next_id = 0
 
     def spawn_shard(self) -> None:
@@ -240,3 +245,18 @@ def test_a_commit_lost_in_a_shard_crash_is_answered_and_a_late_answer_ignored(
                config=broker.config, clock=node.clock, wait_for_handlers=False)
     broker.wait_loaded()
     assert broker.committed() == 3
+
+
+def test_a_load_whose_read_was_lost_reads_again(manual_node: Node, tmp_path: Path) -> None:
+    """The shard is down when the coordinator starts loading: its Read is lost, and the
+    coordinator would answer COORDINATOR_LOAD_IN_PROGRESS for good without a retry."""
+    node = manual_node
+    broker = Broker(node, tmp_path, shard_up=False)
+    wait_for(lambda: broker.stats()["phase"] == "loading", "the load's reads sent")
+    broker.spawn_shard()  # its process restarted; the Read died with the old one
+    broker.advance(READ_TIMEOUT_MS - 1)
+    assert broker.stats()["phase"] == "loading"
+    broker.advance(1)
+    broker.wait_loaded()
+    assert broker.commit_error(broker.commit(4)) == 0
+    assert broker.committed() == 4

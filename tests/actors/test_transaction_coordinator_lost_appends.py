@@ -9,7 +9,8 @@ restarted in place. As Kafka's TransactionStateManager: the timed-out write is
 answered COORDINATOR_NOT_AVAILABLE (the client retries) and the id is left as before
 it; a CompleteCommit is written again until it lands; and a PrepareAbort lost behind
 an epoch fence is written again on the next tick instead of leaving the id stuck in
-PrepareEpochFence.
+PrepareEpochFence. A load's Read lost the same way is sent again after
+READ_TIMEOUT_MS.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from actors.timer import Timer
 from actors.topology import Topology
 from actors.transaction_coordinator import (
     APPEND_TIMEOUT_MS,
+    READ_TIMEOUT_MS,
     RETRY_MS,
     TransactionCoordinator,
     txn_coordinator_for,
@@ -115,7 +117,7 @@ def crash_on_state(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 
 
 class Broker:
-    def __init__(self, node: Node, tmp_path: Path) -> None:
+    def __init__(self, node: Node, tmp_path: Path, shard_up: bool = True) -> None:
         self.node = node
         self.config = Config({
             "transaction.state.log.num.partitions": 2, "num.group.coordinators": 1,
@@ -129,13 +131,19 @@ class Broker:
         node.spawn(PurgatoryShard, self.topo.purgatory(0).name, topology=self.topo,
                    clock=node.clock)
         self.spawn_shard()
+        if not shard_up:
+            node.stop_actor(self.topo.shard(0).name)
         node.spawn(ExistingTopicController, self.topo.controller.name)
         node.spawn(Probe, "probe")
         self.coordinator = txn_coordinator_for(self.topo, self.config, "app")
         node.spawn(TransactionCoordinator, self.coordinator.name, topology=self.topo,
                    config=self.config, index=0, clock=node.clock, topic_exists=True)
-        wait_for(lambda: self.stats()["loaded_partitions"] == [0, 1], "the load")
+        if shard_up:
+            self.wait_loaded()
         self.next_id = 0
+
+    def wait_loaded(self) -> None:
+        wait_for(lambda: self.stats()["loaded_partitions"] == [0, 1], "the load")
 
     def spawn_shard(self) -> None:
         self.node.spawn(PartitionShard, self.topo.shard(0).name, topology=self.topo,
@@ -248,3 +256,19 @@ def test_a_prepare_abort_lost_after_the_epoch_fence_is_written_on_the_next_tick(
                                                      [TxnTopicPartition("t", 0)]))
     assert broker.answer(old) == [old, int(ErrorCode.PRODUCER_FENCED)]
     assert broker.init() == (producer_id, epoch + 2)
+
+
+def test_a_load_whose_read_was_lost_reads_again(manual_node: Node, tmp_path: Path) -> None:
+    """The shard is down when the coordinator starts loading: its Read is lost, and every
+    request would get COORDINATOR_LOAD_IN_PROGRESS for good without a retry."""
+    node = manual_node
+    broker = Broker(node, tmp_path, shard_up=False)
+    wait_for(lambda: broker.stats()["phase"] == "loading", "the load's reads sent")
+    broker.spawn_shard()
+    broker.advance(READ_TIMEOUT_MS - 1)
+    assert broker.stats()["loaded_partitions"] == []
+    broker.advance(1)
+    broker.wait_loaded()
+    producer_id, epoch = broker.init()
+    assert epoch == 0
+    assert broker.init() == (producer_id, 1)

@@ -9,7 +9,9 @@ append is answered REQUEST_TIMED_OUT (Kafka's GroupMetadataManager passes the
 append's timeout through to OffsetCommit) once APPEND_TIMEOUT_MS and the margin
 are over, not before; the committed offset stays the one before; a late answer
 (a shard only slow) is counted and ignored, and a reload reads what the log holds.
-A load's Read lost the same way is sent again after READ_TIMEOUT_MS.
+A SyncGroup whose assignment write is lost is answered REBALANCE_IN_PROGRESS and the
+group goes back to PreparingRebalance (Kafka maps the group write's REQUEST_TIMED_OUT
+so). A load's Read lost the same way is sent again after READ_TIMEOUT_MS.
 """
 
 from __future__ import annotations
@@ -52,11 +54,16 @@ from wire.broker_messages import (
 )
 from wire.errors import ErrorCode
 from wire.group_messages import (
+    JoinGroup,
+    JoinGroupDone,
+    JoinProtocolRow,
     OffsetCommit,
     OffsetCommitDone,
     OffsetCommitRow,
     OffsetFetch,
     OffsetFetchDone,
+    SyncGroup,
+    SyncGroupDone,
 )
 
 NUM_PARTITIONS = 2
@@ -80,7 +87,7 @@ class Probe(Actor):
     def setup(self) -> None:
         self.answers: list[Any] = []
 
-    @handles(OffsetFetchDone, OffsetCommitDone)
+    @handles(OffsetFetchDone, OffsetCommitDone, JoinGroupDone, SyncGroupDone)
     def on_answer(self, msg: Any) -> None:
         self.answers.append(msg)
 
@@ -106,7 +113,7 @@ class Broker:
         self.node = node
         self.config = Config({"offsets.topic.num.partitions": NUM_PARTITIONS,
                               "num.group.coordinators": 1, "num.partition.shards": 1,
-                              "num.io.threads": 1})
+                              "num.io.threads": 1, "group.initial.rebalance.delay.ms": 0})
         self.topo = Topology.from_config(node.name, self.config)
         self.log_dir = LogDir.open(tmp_path)
         node.spawn(Timer, self.topo.timer.name, clock=node.clock)
@@ -149,6 +156,11 @@ class Broker:
         self.node.tell(self.coordinator, OffsetCommit(
             self.next_id, "g", -1, "", None, [OffsetCommitRow("t", 0, offset, -1, "")]),
             sender="probe")
+        return self.next_id
+
+    def send(self, make: Any) -> int:
+        self.next_id += 1
+        self.node.tell(self.coordinator, make(self.next_id), sender="probe")
         return self.next_id
 
     def answer(self, req_id: int) -> list[Any] | None:
@@ -260,3 +272,40 @@ def test_a_load_whose_read_was_lost_reads_again(manual_node: Node, tmp_path: Pat
     broker.wait_loaded()
     assert broker.commit_error(broker.commit(4)) == 0
     assert broker.committed() == 4
+
+
+def test_a_sync_whose_assignment_write_is_lost_is_answered_rebalance_in_progress(
+        manual_node: Node, tmp_path: Path) -> None:
+    node = manual_node
+    broker = Broker(node, tmp_path)
+    join = broker.send(lambda rid: JoinGroup(
+        rid, "g", "", None, "client", "/127.0.0.1", "consumer",
+        [JoinProtocolRow("range", b"meta")], 30_000, 30_000, False))
+    broker.advance(1)  # the (zero) initial rebalance delay runs on the Timer
+    joined = wait_for(lambda: broker.answer(join), "the join")
+    error, generation, member = joined[1], joined[2], joined[6]
+    assert (error, generation, joined[5]) == (0, 1, member)  # the leader
+    assert broker.stats()["groups"] == {"g": "CompletingRebalance"}
+
+    node.stop_actor(broker.topo.shard(0).name)
+    sync = broker.send(lambda rid: SyncGroup(rid, "g", generation, member, None, "consumer",
+                                             "range", {member: b"assignment"}))
+    wait_for(lambda: broker.stats()["appends_in_flight"] == 1, "the group write sent")
+    broker.advance(WAIT_MS - 1)
+    assert broker.stats()["appends_in_flight"] == 1
+    broker.advance(ANSWER_BUCKET_MS + 1)
+    synced = wait_for(lambda: broker.answer(sync), "the sync's answer")
+    assert synced[1] == int(ErrorCode.REBALANCE_IN_PROGRESS)
+    assert broker.stats()["groups"] == {"g": "PreparingRebalance"}
+
+    broker.spawn_shard()  # back: the member rejoins and the next generation's sync lands
+    rejoin = broker.send(lambda rid: JoinGroup(
+        rid, "g", member, None, "client", "/127.0.0.1", "consumer",
+        [JoinProtocolRow("range", b"meta")], 30_000, 30_000, False))
+    rejoined = wait_for(lambda: broker.answer(rejoin), "the rejoin")
+    assert (rejoined[1], rejoined[2]) == (0, 2)
+    again = broker.send(lambda rid: SyncGroup(rid, "g", 2, member, None, "consumer", "range",
+                                              {member: b"assignment"}))
+    assert wait_for(lambda: broker.answer(again), "the second sync")[1:] == [
+        0, "consumer", "range", b"assignment"]
+    assert broker.stats()["groups"] == {"g": "Stable"}

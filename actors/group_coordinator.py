@@ -70,7 +70,7 @@ from actors.core.group_state import (
     SyncGroupResponse,
     TimerKey,
 )
-from actors.core.inflight_appends import InFlightAppends
+from actors.core.inflight_appends import ID_BAND, InFlightAppends, LoadReads, id_start
 from actors.core.offsets_codec import (
     OFFSETS_TOPIC,
     OffsetsRecordError,
@@ -165,14 +165,22 @@ OFFSETS_TOPIC_CONFIGS = {
 }
 READ_PARTITION_MAX_BYTES = 1024 * 1024
 READ_MAX_BYTES = 8 * 1024 * 1024
-# A load's Read unanswered by then was lost with its shard (its process died, or it
-# crashed): what it was reading is read again (a shard answers a read at once).
+# A load's Read unanswered by then is overdue (its shard is far behind, or lost it):
+# what it was reading is read again, the late answer is still taken if it comes, and
+# the timeout doubles at every expiry, up to READ_TIMEOUT_MAX_MS (see LoadReads).
 READ_TIMEOUT_MS = 5000
+READ_TIMEOUT_MAX_MS = 60_000
 APPEND_TIMEOUT_MS = 5000  # Kafka's offsets.commit.timeout.ms
 # An append's answer is waited for APPEND_TIMEOUT_MS (the shard's own wait for the ISR's
 # acks, after which it answers REQUEST_TIMED_OUT itself) plus this, then given up on
-# (ANSWER_BUCKET_MS later at most: see InFlightAppends).
-ANSWER_MARGIN_MS = 1000
+# (ANSWER_BUCKET_MS later at most: see InFlightAppends). The shard's wait starts when its
+# purgatory gets the write, not when the coordinator sends it: the shard's backlog, the
+# hops and a late Timer all come before it, and a healthy write acknowledged late by a
+# follower succeeds well after APPEND_TIMEOUT_MS. The give-up must only catch a lost
+# answer, never a slow success (Kafka's coordinators never give up on their own), so the
+# margin is twice the shard's whole wait: an answer is given up on 15-15.5 s after
+# sending, still half the clients' request.timeout.ms (30 s), so the client hears of it.
+ANSWER_MARGIN_MS = 2 * APPEND_TIMEOUT_MS
 ANSWER_BUCKET_MS = 500
 HANDLER_WAIT_MS = 5000
 RETRY_MS = 500
@@ -341,6 +349,7 @@ class GroupCoordinator(Actor):
         if clock is not None:
             self.clock = clock
         self.wait_for_handlers = wait_for_handlers
+        self._id_floor = 0  # survives restarts in place: see id_start
         # Cluster mode: coordinate only the groups whose __consumer_offsets partition this
         # node leads (the ReplicaManager says which: CoordinatorPartitions).
         self.cluster = cluster
@@ -354,8 +363,10 @@ class GroupCoordinator(Actor):
         self.wall_offset_ms = self.clock.wall_ms() - self.clock.now_ms()
         # Fresh request ids and timer keys after a restart, so answers and Expired
         # messages meant for the crashed instance match nothing.
-        self.req_ids = itertools.count(self.clock.monotonic_ns())
-        self.timer_ids = itertools.count(self.clock.monotonic_ns())
+        start = id_start(self.clock.monotonic_ns(), self._id_floor)
+        self._id_floor = start + ID_BAND
+        self.req_ids = itertools.count(start)
+        self.timer_ids = itertools.count(start)
         self.timer_id_of: dict[TimerKey, int] = {}
         self.timer_key_of: dict[int, TimerKey] = {}
         # Append req_id -> core append_id, until answered or timed out
@@ -366,8 +377,7 @@ class GroupCoordinator(Actor):
         self.started_ms = self.clock.now_ms()
         self.retry_at_ms = self.started_ms
         self.read_offsets: dict[int, int] = {}
-        # load Read req_id -> when it counts as lost (monotonic ms)
-        self.reads_in_flight: dict[int, int] = {}
+        self.reads = LoadReads(READ_TIMEOUT_MS, READ_TIMEOUT_MAX_MS)
         # Latest value per record key, in the order of each key's latest write.
         self.loaded_records: dict[bytes, bytes | None] = {}
         # per partition: records of transactions whose marker the load has not met yet
@@ -395,9 +405,9 @@ class GroupCoordinator(Actor):
         if self.phase in ("create-retry", "read-retry") and (
                 expiry is None or self.retry_at_ms < expiry):
             expiry = self.retry_at_ms
-        if self.phase == "loading" and self.reads_in_flight:
-            lost_at = min(self.reads_in_flight.values())
-            expiry = lost_at if expiry is None else min(expiry, lost_at)
+        due = self.reads.next_due_ms() if self.phase == "loading" else None
+        if due is not None:
+            expiry = due if expiry is None else min(expiry, due)
         return None if expiry is None else max(0, expiry - self.clock.now_ms())
 
     def on_turn(self) -> None:
@@ -405,7 +415,7 @@ class GroupCoordinator(Actor):
         expiry = self.appends.next_expiry_ms()
         if expiry is not None and now >= expiry:
             self._expire_appends(now)
-        if self.phase == "loading" and self.reads_in_flight:
+        if self.phase == "loading" and self.reads.waiting():
             self._expire_reads(now)
         if self.phase == "waiting":
             if self.wait_for_handlers and now - self.started_ms < HANDLER_WAIT_MS and not all(
@@ -450,6 +460,7 @@ class GroupCoordinator(Actor):
                     OFFSETS_TOPIC, [ConfigOpRow("cleanup.policy", 0, "compact")])]))
         self.phase = "loading"
         self.load_started_ms = self.clock.now_ms()
+        self.reads.reset()
         self.read_offsets = {p: 0 for p in range(self.num_partitions)}
         self.loaded_records = {}
         self._send_reads()
@@ -460,22 +471,25 @@ class GroupCoordinator(Actor):
             by_shard.setdefault(self.topology.shard_for(OFFSETS_TOPIC, p), []).append(
                 ReadRow(OFFSETS_TOPIC, p, offset, READ_PARTITION_MAX_BYTES))
         for shard, rows in by_shard.items():
-            rid = next(self.req_ids)
-            self.reads_in_flight[rid] = self.clock.now_ms() + READ_TIMEOUT_MS
-            self.tell(shard, Read(rid, LOG_END_READER, READ_MAX_BYTES, rows))
+            self._read(shard, rows)
+
+    def _read(self, shard: Address, rows: list[ReadRow]) -> None:
+        rid = next(self.req_ids)
+        self.reads.sent(rid, {r.partition: r.fetch_offset for r in rows}, self.clock.now_ms())
+        self.tell(shard, Read(rid, LOG_END_READER, READ_MAX_BYTES, rows))
 
     def _expire_reads(self, now: int) -> None:
-        """Reads of the load unanswered too long were lost with their shard; once none
-        is left in flight, what is still unread is read again (a late answer matches no
-        read in flight and is dropped)."""
-        lost = [rid for rid, lost_at in self.reads_in_flight.items() if now >= lost_at]
-        if not lost:
+        """Reads of the load unanswered too long are overdue (their shard is far behind,
+        or lost them); once none is left that is not, what is still unread is read again.
+        An overdue answer is still taken if it comes first (see on_read)."""
+        timeout_ms = self.reads.timeout_ms
+        late = self.reads.expire(now, self.read_offsets)
+        if not late:
             return
-        for rid in lost:
-            del self.reads_in_flight[rid]
-        self.log.warning("{} read(s) of {} unanswered after {} ms; reading again",
-                         len(lost), OFFSETS_TOPIC, READ_TIMEOUT_MS)
-        if not self.reads_in_flight:
+        self.log.warning("{} read(s) of {} unanswered after {} ms; reading again (next "
+                         "timeout {} ms)", late, OFFSETS_TOPIC, timeout_ms,
+                         self.reads.timeout_ms)
+        if not self.reads.waiting():
             self.phase = "read-retry"
             self.retry_at_ms = now
 
@@ -488,12 +502,16 @@ class GroupCoordinator(Actor):
 
     @handles(ReadDone)
     def on_read(self, msg: ReadDone) -> None:
-        if msg.req_id not in self.reads_in_flight:
+        if self.phase not in ("loading", "read-retry"):
             return
-        del self.reads_in_flight[msg.req_id]
+        asked = self.reads.answered(msg.req_id)
+        if asked is None:
+            return
         again: list[ReadRow] = []
         for row in msg.rows:
             p = row.partition
+            if p not in self.read_offsets or asked.get(p) != self.read_offsets[p]:
+                continue  # an overdue answer for a partition read further since
             if row.error_code == OUT_OF_RANGE and row.log_start_offset > self.read_offsets[p]:
                 self.read_offsets[p] = row.log_start_offset
                 again.append(ReadRow(OFFSETS_TOPIC, p, row.log_start_offset,
@@ -510,15 +528,15 @@ class GroupCoordinator(Actor):
                 again.append(ReadRow(OFFSETS_TOPIC, p, self.read_offsets[p],
                                      READ_PARTITION_MAX_BYTES))
         if again:
-            rid = next(self.req_ids)
-            self.reads_in_flight[rid] = self.clock.now_ms() + READ_TIMEOUT_MS
             assert self.current_sender is not None
-            self.tell(self.current_sender, Read(rid, LOG_END_READER, READ_MAX_BYTES, again))
-        if self.reads_in_flight:
+            self._read(self.current_sender, again)
+        self.reads.drop_stale(self.read_offsets)
+        if self.reads.waiting():
             return
         if self.read_offsets:  # some partitions failed: read them again a little later
-            self.phase = "read-retry"
-            self.retry_at_ms = self.clock.now_ms() + RETRY_MS
+            if self.phase == "loading":
+                self.phase = "read-retry"
+                self.retry_at_ms = self.clock.now_ms() + RETRY_MS
         else:
             self._finish_load()
 
@@ -795,6 +813,7 @@ class GroupCoordinator(Actor):
         batch, self.to_load = sorted(self.to_load), set()
         self.phase = "loading"
         self.load_started_ms = self.clock.now_ms()
+        self.reads.reset()
         self.read_offsets = {p: 0 for p in batch}
         self.loading_parts = set(batch)
         self.loaded_records = {}

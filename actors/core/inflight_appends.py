@@ -98,3 +98,87 @@ class InFlightAppends(Generic[T]):
                 out.append((req_id, waiting.pop(req_id)))
         self.expired += len(out)
         return out
+
+
+# Each instance of a coordinator takes its request ids and timer keys from its own band,
+# at least this far above the previous instance's start: wide enough that no instance
+# hands out as many ids, narrow enough to stay far below 2**63 after many restarts.
+ID_BAND = 1 << 40
+
+
+def id_start(now_ns: int, floor: int) -> int:
+    """Where a (re)started instance's ids start: the monotonic clock, but never below
+    ``floor`` (the previous instance's start plus ID_BAND). A restart in place runs at
+    the crash's instant, and a manual or simulated clock may not have moved since the
+    last start: without the floor the new instance would hand out the old one's ids, and
+    a late answer to the old instance would complete the new one's request."""
+    return max(now_ns, floor)
+
+
+class LoadReads:
+    """A coordinator's load Reads not answered yet, and the offsets each asked for.
+
+    A shard answers a Read at once, but its answer can be late (a backlog) or lost (its
+    process died, or it crashed). A Read unanswered after ``timeout_ms`` is *overdue*:
+    the caller reads again, but the overdue one is still accepted if it comes (the caller
+    applies a partition's rows only if the offset they start at is still the one to
+    read), and the timeout doubles (up to ``max_timeout_ms``) at every expiry, so a shard
+    lagging behind for good still finishes the load at its own pace and gets a bounded
+    number of extra reads, not one every ``timeout_ms``.
+    """
+
+    __slots__ = ("_asked", "_due", "base_ms", "max_timeout_ms", "timeout_ms")
+
+    def __init__(self, timeout_ms: int, max_timeout_ms: int) -> None:
+        if not 0 < timeout_ms <= max_timeout_ms:
+            raise ValueError(f"need 0 < timeout_ms <= max_timeout_ms, not {timeout_ms} and "
+                             f"{max_timeout_ms}")
+        self.base_ms = timeout_ms
+        self.timeout_ms = timeout_ms
+        self.max_timeout_ms = max_timeout_ms
+        self._asked: dict[int, dict[int, int]] = {}  # req id -> partition -> offset asked
+        self._due: dict[int, int] = {}  # req id -> when overdue (those not overdue yet)
+
+    def reset(self) -> None:
+        """A new load: nothing asked, the timeout back to its start."""
+        self._asked.clear()
+        self._due.clear()
+        self.timeout_ms = self.base_ms
+
+    def sent(self, req_id: int, offsets: dict[int, int], now_ms: int) -> None:
+        self._asked[req_id] = offsets
+        self._due[req_id] = now_ms + self.timeout_ms
+
+    def answered(self, req_id: int) -> dict[int, int] | None:
+        """The offsets the Read ``req_id`` asked for, per partition; None when it is not
+        one of this load's (an earlier load's, or an earlier instance's)."""
+        self._due.pop(req_id, None)
+        return self._asked.pop(req_id, None)
+
+    def waiting(self) -> bool:
+        """Whether a Read not overdue yet may still be answered."""
+        return bool(self._due)
+
+    def next_due_ms(self) -> int | None:
+        return min(self._due.values()) if self._due else None
+
+    def expire(self, now_ms: int, to_read: dict[int, int]) -> int:
+        """Mark the Reads due by ``now_ms`` overdue (doubling the timeout if any), and
+        :meth:`drop_stale` (``to_read``: partition -> offset still to read). Returns how
+        many became overdue."""
+        late = [rid for rid, due in self._due.items() if now_ms >= due]
+        for rid in late:
+            del self._due[rid]
+        if late:
+            self.timeout_ms = min(self.timeout_ms * 2, self.max_timeout_ms)
+        self.drop_stale(to_read)
+        return len(late)
+
+    def drop_stale(self, to_read: dict[int, int]) -> None:
+        """Forget the Reads (overdue or not) none of whose partitions is still to read at
+        the offset asked: their answers would change nothing, and the load need not wait
+        for them."""
+        for rid in [rid for rid, asked in self._asked.items()
+                    if all(to_read.get(p) != off for p, off in asked.items())]:
+            del self._asked[rid]
+            self._due.pop(rid, None)

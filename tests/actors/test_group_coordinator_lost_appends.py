@@ -45,10 +45,13 @@ from tests.fixtures.crash import crash_once
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import (
     Append,
+    AppendDone,
+    AppendDoneRow,
     CreateTopicDoneRow,
     CreateTopics,
     CreateTopicsDone,
     GetStats,
+    Read,
     TopicEntry,
     TopicPartition,
 )
@@ -309,3 +312,113 @@ def test_a_sync_whose_assignment_write_is_lost_is_answered_rebalance_in_progress
     assert wait_for(lambda: broker.answer(again), "the second sync")[1:] == [
         0, "consumer", "range", b"assignment"]
     assert broker.stats()["groups"] == {"g": "Stable"}
+
+
+def held(monkeypatch: pytest.MonkeyPatch, handler: str, message: type) -> threading.Semaphore:
+    """Make PartitionShard's ``handler`` wait for a permit of the returned semaphore before
+    it runs (shards spawned after this): a shard far behind, answering only when let."""
+    permits = threading.Semaphore(0)
+    real = getattr(PartitionShard, handler)
+
+    def slow(self: PartitionShard, msg: Any) -> Any:
+        assert permits.acquire(timeout=10), "the test never let the held message go"
+        return real(self, msg)
+
+    slow.__actorlog_handles__ = (message,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(PartitionShard, handler, slow)
+    return permits
+
+
+def test_a_write_that_succeeds_late_but_before_the_give_up_is_a_success(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shard's own acks=-1 wait starts when its purgatory gets the write, not when the
+    coordinator sends it: a shard with a backlog answers a healthy write well after
+    APPEND_TIMEOUT_MS. Only a lost answer may be given up on, never such a slow success."""
+    node = manual_node
+    broker = Broker(node, tmp_path)
+    assert broker.commit_error(broker.commit(1)) == 0
+    permits = held(monkeypatch, "on_append", Append)
+    node.stop_actor(broker.topo.shard(0).name)
+    broker.spawn_shard()
+    slow = broker.commit(3)
+    wait_for(lambda: broker.stats()["appends_in_flight"] == 1, "the slow append sent")
+    late_ms = 2 * APPEND_TIMEOUT_MS  # well past the shard's own wait
+    assert late_ms < WAIT_MS
+    node.clock.advance(late_ms)  # type: ignore[attr-defined]
+    assert broker.stats()["appends_timed_out"] == 0
+    assert broker.answer(slow) is None
+    permits.release()
+    assert broker.commit_error(slow) == 0
+    assert broker.committed() == 3
+    stats = broker.stats()
+    assert (stats["appends_timed_out"], stats["late_append_answers"]) == (0, 0)
+
+
+def test_a_load_from_a_shard_lagging_for_good_finishes(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every Read is answered only after its timeout (a shard far behind for good). The
+    overdue answer is taken, so the load finishes at the shard's pace instead of dropping
+    every answer and reading again forever; the timeout doubles, so it is read again only
+    a bounded number of times."""
+    node = manual_node
+    broker = Broker(node, tmp_path)
+    assert broker.commit_error(broker.commit(6)) == 0
+    node.stop_actor(broker.topo.coordinator(0).name)
+    permits = held(monkeypatch, "on_read", Read)
+    node.stop_actor(broker.topo.shard(0).name)
+    broker.spawn_shard()
+    reads = [0]
+    real_send = GroupCoordinator._read
+
+    def counting(self: GroupCoordinator, shard: Address, rows: list[Any]) -> None:
+        reads[0] += 1
+        real_send(self, shard, rows)
+
+    monkeypatch.setattr(GroupCoordinator, "_read", counting)
+    node.spawn(GroupCoordinator, broker.topo.coordinator(0).name, topology=broker.topo,
+               config=broker.config, clock=node.clock, wait_for_handlers=False)
+    wait_for(lambda: broker.stats()["phase"] == "loading", "the load's read sent")
+    assert reads[0] == 1
+    node.clock.advance(READ_TIMEOUT_MS + 1000)  # type: ignore[attr-defined]
+    wait_for(lambda: broker.stats() and reads[0] == 2, "the overdue read sent again")
+    permits.release()  # the shard answers the first read, late
+    broker.wait_loaded()
+    assert broker.committed() == 6
+    permits.release()  # the second one's answer comes and changes nothing
+    assert broker.committed() == 6
+    assert reads[0] == 2
+
+
+def test_a_coordinator_restarted_at_the_same_instant_takes_new_request_ids(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restart in place runs at the crash's instant; a manual clock has not moved.
+    The new instance must not send the ids of the old one: a late answer to the old
+    instance's append would complete the new instance's one, never written."""
+    armed = crash_once(monkeypatch, GroupCoordinator, "on_commit", OffsetCommit)
+    sent: list[int] = []
+
+    def lost(self: PartitionShard, msg: Append) -> None:
+        sent.append(msg.req_id)  # the shard holds it: its answer never comes in time
+
+    lost.__actorlog_handles__ = (Append,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(PartitionShard, "on_append", lost)
+    node = manual_node
+    broker = Broker(node, tmp_path)
+    for offset in (1, 2):
+        broker.commit(offset)
+    wait_for(lambda: len(sent) == 2, "the first instance's appends")
+    old = list(sent)
+    armed["crash"] = True
+    broker.commit(3)
+    wait_for(lambda: node.actors[broker.topo.coordinator(0).name].crashes == 1, "the crash")
+    broker.wait_loaded()
+    pending = [broker.commit(offset) for offset in (4, 5, 6)]
+    wait_for(lambda: len(sent) == 5, "the new instance's appends")
+    assert not set(old) & set(sent[2:])
+    for rid in old:  # the old instance's answers, late
+        node.tell(broker.coordinator, AppendDone(rid, [AppendDoneRow(OFFSETS_TOPIC, 0, 0, 0, -1,
+                                                                     0, None)]),
+                  sender=broker.topo.shard(0).name)
+    wait_for(lambda: broker.stats()["late_append_answers"] == 2, "the late answers")
+    assert [broker.answer(rid) for rid in pending] == [None] * 3
+    assert broker.stats()["appends_in_flight"] == 3

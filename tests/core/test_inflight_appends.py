@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.core.inflight_appends import InFlightAppends
+from actors.core.inflight_appends import ID_BAND, InFlightAppends, LoadReads, id_start
 
 
 def test_appends_expire_by_bucket_in_send_order() -> None:
@@ -69,3 +69,34 @@ def test_never_early_never_later_than_a_bucket_past_the_wait(
         appends.add(rid, rid, now)
         sent_at[rid] = now
     assert len(appends) == len(sent_at)
+
+
+def test_a_load_read_overdue_is_still_taken_and_the_timeout_doubles() -> None:
+    reads = LoadReads(timeout_ms=100, max_timeout_ms=300)
+    reads.sent(1, {0: 0, 1: 5}, now_ms=0)
+    assert (reads.waiting(), reads.next_due_ms()) == (True, 100)
+    assert reads.expire(99, {0: 0, 1: 5}) == 0
+    assert reads.expire(100, {0: 0, 1: 5}) == 1
+    assert (reads.waiting(), reads.timeout_ms) == (False, 200)
+    reads.sent(2, {0: 0, 1: 5}, now_ms=100)  # read again; the first may still come
+    assert reads.next_due_ms() == 300
+    assert reads.answered(1) == {0: 0, 1: 5}  # late, still taken
+    assert reads.answered(1) is None  # once
+    assert reads.waiting()
+    assert reads.expire(300, {1: 5}) == 1
+    assert reads.timeout_ms == 300  # capped
+    reads.sent(3, {1: 5}, now_ms=300)
+    assert reads.expire(600, {1: 9}) == 1  # 3 is overdue; 2 and 3 asked offsets read since
+    assert reads.answered(2) is None and reads.answered(3) is None
+    reads.reset()
+    assert (reads.timeout_ms, reads.waiting(), reads.next_due_ms()) == (100, False, None)
+    with pytest.raises(ValueError, match="timeout_ms"):
+        LoadReads(timeout_ms=0, max_timeout_ms=10)
+
+
+def test_each_instance_takes_ids_above_the_last_ones() -> None:
+    first = id_start(now_ns=1000, floor=0)
+    assert first == 1000
+    second = id_start(now_ns=1000, floor=first + ID_BAND)  # restarted at the same instant
+    assert second >= first + ID_BAND
+    assert id_start(now_ns=second + 5 * ID_BAND, floor=second + ID_BAND) == second + 5 * ID_BAND

@@ -16,6 +16,7 @@ READ_TIMEOUT_MS.
 from __future__ import annotations
 
 import copy
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -272,3 +273,48 @@ def test_a_load_whose_read_was_lost_reads_again(manual_node: Node, tmp_path: Pat
     producer_id, epoch = broker.init()
     assert epoch == 0
     assert broker.init() == (producer_id, 1)
+
+
+def test_a_completion_written_late_is_taken_while_the_id_waits_for_it(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard far behind for good: every CompleteCommit append is answered only after
+    the coordinator gave up on it. The late success is taken (the id still waits in
+    PrepareCommit for it), else it would be written again, given up on again, every
+    success ignored and the id stuck in PrepareCommit. (The core's tests cover a late
+    success coming while the rewrite is in flight.)"""
+    permits = threading.Semaphore(0)
+    real = PartitionShard.on_append
+
+    def slow(self: PartitionShard, msg: Append) -> None:
+        for row in msg.rows:
+            if row.topic == TRANSACTION_STATE_TOPIC:
+                [(_o, _k, value)] = decode_batches(bytes(row.records))[0]
+                assert value is not None
+                if decode_value(value).status.kafka_name == "CompleteCommit":
+                    assert permits.acquire(timeout=10), "the test never let it go"
+        real(self, msg)
+
+    slow.__actorlog_handles__ = (Append,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(PartitionShard, "on_append", slow)
+    node = manual_node
+    broker = Broker(node, tmp_path)
+    producer_id, epoch = broker.init()
+    add = broker.send(lambda rid: AddPartitionsToTxn(rid, "app", producer_id, epoch,
+                                                     [TxnTopicPartition("t", 0)]))
+    assert broker.answer(add) == [add, 0]
+    end = broker.send(lambda rid: EndTxn(rid, "app", producer_id, epoch, True))
+    assert broker.answer(end) == [end, 0]
+    wait_for(lambda: broker.stats()["writes_in_flight"] == 1, "the completion sent")
+    node.clock.advance(WAIT_MS)  # type: ignore[attr-defined]
+    wait_for(lambda: broker.stats()["completions_to_retry"] == 1, "the completion given up")
+    assert broker.state() == "PrepareCommit"
+    permits.release()  # it lands, its answer late
+    wait_for(lambda: broker.stats()["late_write_answers"] == 1, "the late answer")
+    broker.advance(RETRY_MS)
+    stats = broker.stats()
+    assert (stats["transactions"], stats["completions_to_retry"],
+            stats["writes_in_flight"]) == ({"app": "CompleteCommit"}, 0, 0)
+    add = broker.send(lambda rid: AddPartitionsToTxn(rid, "app", producer_id, epoch,
+                                                     [TxnTopicPartition("t", 0)]))
+    assert broker.answer(add) == [add, 0]
+    assert broker.state() == "Ongoing"

@@ -19,10 +19,12 @@ The core returns effects; this shell performs them:
   (acks=-1) to their ``__consumer_offsets`` partition on its shard; the
   shard's AppendDone (or the purgatory's ProduceReady) completes it. An
   append unanswered after APPEND_TIMEOUT_MS (``offsets.commit.timeout.ms``)
-  plus ANSWER_MARGIN_MS (the answer was lost: the shard's process died, or
-  the shard crashed with it) completes with REQUEST_TIMED_OUT, which the core
-  answers as Kafka's GroupMetadataManager does (an OffsetCommit gets
-  REQUEST_TIMED_OUT, a SyncGroup's assignment write REBALANCE_IN_PROGRESS);
+  plus ANSWER_MARGIN_MS (the shard crashed with it, or its process died and
+  the Append reaches the restarted one late, if at all; the margin is wide
+  enough not to take a slow success for a lost answer) completes with
+  REQUEST_TIMED_OUT, which the core answers as Kafka's GroupMetadataManager
+  does (an OffsetCommit gets REQUEST_TIMED_OUT, a SyncGroup's assignment
+  write REBALANCE_IN_PROGRESS);
   an answer after that is counted and ignored. A write answered so may still
   be in the log (it was only slow): the client retries, and a reload reads
   what the log holds, as in Kafka.
@@ -34,8 +36,8 @@ every partition from offset 0 to its log end (as Kafka's FetchLogEnd: a new
 leader's high watermark can lag commits its ISR acknowledged), keeps the
 records of the groups it owns and hands them to ``core.load``. Until then every group
 request is answered with COORDINATOR_LOAD_IN_PROGRESS, which clients retry. A Read
-unanswered after READ_TIMEOUT_MS was lost with its shard: what it was reading is read
-again.
+unanswered after READ_TIMEOUT_MS (lost with its shard, or the shard far behind) is
+sent again; the late answer is still taken, and the timeout doubles at each expiry.
 
 The core runs on wall-clock milliseconds (they are persisted as commit
 timestamps) derived from the injected monotonic clock plus an offset taken
@@ -773,8 +775,9 @@ class GroupCoordinator(Actor):
         self._perform(self.core.on_append_complete(append_id, ErrorCode(code), self.now_ms()))
 
     def _expire_appends(self, now: int) -> None:
-        """Appends unanswered too long: the shard lost them (its process died, or it
-        crashed handling them). Each completes as a timed-out write."""
+        """Appends unanswered too long: the shard crashed handling them, or its process
+        died and the restarted one gets them late if at all. Each completes as a
+        timed-out write."""
         expired = self.appends.expire(now)
         if not expired:
             return

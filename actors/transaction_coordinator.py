@@ -35,7 +35,7 @@ ones may time out), reads its partitions to their log end and loads them
 (as Kafka does: a new leader's high watermark can lag the writes its ISR
 acknowledged, and loading only to it would lose them); until then requests
 are answered COORDINATOR_LOAD_IN_PROGRESS (a Read unanswered after READ_TIMEOUT_MS
-was lost with its shard and is sent again). In a cluster, the ReplicaManager's
+is sent again, its late answer still taken, the timeout doubled). In a cluster, the ReplicaManager's
 TxnCoordinatorPartitions say which partitions to load and unload. A Timer tick every
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` aborts the
 transactions past their timeout and finishes those whose completion write
@@ -566,8 +566,10 @@ class TransactionCoordinator(Actor):
             self.complete_retry_at_ms = self.clock.now_ms() + RETRY_MS
 
     def _expire_writes(self, now: int) -> None:
-        """Appends unanswered too long: the shard lost them (its process died, or it
-        crashed handling them). Each fails as a timed-out write, as Kafka's would."""
+        """Appends unanswered too long: the shard crashed handling them, or its process
+        died and the restarted one gets them late if at all. Each fails as a timed-out
+        write, as Kafka's would; a completion's late success is still taken while its
+        id waits for it (``timed_out``)."""
         expired = self.writes.expire(now)
         if not expired:
             return

@@ -2,15 +2,19 @@
 
 The group and transaction coordinators write their logs by sending an Append to
 the partition's shard and waiting for its AppendDone (or the purgatory's
-ProduceReady). That answer can be lost: the shard's process died with the
-Append in its mailbox, or the shard crashed while handling it and was restarted
-in place. Without a bound the coordinator would wait forever and the operation
-behind the write (an offset commit, a group's assignment, a transaction's
-transition) would never finish. So an append unanswered ``wait_ms`` after it was
-sent counts as timed out (Kafka's ``offsets.commit.timeout.ms`` and the
-transaction log's append timeout; ``wait_ms`` adds a margin for the shard's own
-wait for the ISR's acks, which uses the same timeout and answers
-REQUEST_TIMED_OUT itself), and an answer coming after that is only counted.
+ProduceReady). That answer can be lost: the shard crashed while handling the
+Append and was restarted in place, or it never comes in time: the shard's
+process died, and the link usually delivers the Append to the restarted process
+much later (or not at all). Without a bound the coordinator would wait forever
+and the operation behind the write (an offset commit, a group's assignment, a
+transaction's transition) would never finish. So an append unanswered ``wait_ms``
+after it was sent counts as timed out (Kafka's ``offsets.commit.timeout.ms`` and
+the transaction log's append timeout). ``wait_ms`` must be well above the shard's
+own wait for the ISR's acks (the same timeout, after which it answers
+REQUEST_TIMED_OUT itself, but counted from when its purgatory got the write): the
+give-up is for an answer that does not come, never for a slow success. An answer
+coming after it is only counted (the caller may still take a success its
+operation waits for, as the transaction coordinator does for a completion).
 
 Request ids must be added in increasing order (a counter). No deadline is kept
 per append: appends are grouped by send time in buckets of ``bucket_ms``, each

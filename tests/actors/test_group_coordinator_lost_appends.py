@@ -12,6 +12,11 @@ are over, not before; the committed offset stays the one before; a late answer
 A SyncGroup whose assignment write is lost is answered REBALANCE_IN_PROGRESS and the
 group goes back to PreparingRebalance (Kafka maps the group write's REQUEST_TIMED_OUT
 so). A load's Read lost the same way is sent again after READ_TIMEOUT_MS.
+
+And the give-up catches only a lost answer: a write that succeeds late (a shard with a
+backlog) is a success; a load from a shard lagging for good takes the overdue answer
+and finishes; a coordinator restarted at the crash's instant (the manual clock has not
+moved) does not reuse the crashed instance's request ids.
 """
 
 from __future__ import annotations

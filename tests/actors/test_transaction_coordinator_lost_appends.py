@@ -10,7 +10,8 @@ answered COORDINATOR_NOT_AVAILABLE (the client retries) and the id is left as be
 it; a CompleteCommit is written again until it lands; and a PrepareAbort lost behind
 an epoch fence is written again on the next tick instead of leaving the id stuck in
 PrepareEpochFence. A load's Read lost the same way is sent again after
-READ_TIMEOUT_MS.
+READ_TIMEOUT_MS. A completion answered only after it was given up on is taken while
+the id still waits for it.
 """
 
 from __future__ import annotations

@@ -239,6 +239,11 @@ class TransactionCoordinatorCore:
                 f"{meta.transactional_id}: a transition to {meta.pending.kafka_name} is "
                 f"already in flight")
         meta.pending = target.status
+        if self._late_completions and target.status not in (S.COMPLETE_COMMIT,
+                                                             S.COMPLETE_ABORT):
+            # the id moves on (a new transaction, a fence): a late success of an earlier
+            # completion must not complete what comes next at the same producer epoch
+            self._forget_late_completions(meta.transactional_id.__eq__)
         write_id = self._next_write
         self._next_write += 1
         self._writes[write_id] = _Write(meta.transactional_id, target, request_id, then, commit)
@@ -323,9 +328,9 @@ class TransactionCoordinatorCore:
         if (meta is None or meta.state not in (S.PREPARE_COMMIT, S.PREPARE_ABORT)
                 or target.status != (S.COMPLETE_COMMIT if meta.state == S.PREPARE_COMMIT
                                      else S.COMPLETE_ABORT)
-                or (target.producer_id, target.producer_epoch)
-                != (meta.producer_id, meta.producer_epoch)):
-            return
+                or (target.producer_id, target.producer_epoch, target.start_ms)
+                != (meta.producer_id, meta.producer_epoch, meta.start_ms)):
+            return  # (a producer keeps its epoch over transactions: start_ms tells them apart)
         self.completing.discard(write.transactional_id)
         self._forget_late_completions(write.transactional_id.__eq__)
         self._apply(meta, target)

@@ -616,3 +616,29 @@ def test_a_completion_answered_as_timed_out_but_written_after_all_is_taken() -> 
     _drain(core, core.add_partitions(7, "a", init.producer_id, 0, [("t", 0)], 15), 15)
     assert core.on_log_written(abort.write_id, E.NONE, 16) == []
     assert core.txns["a"].state == S.ONGOING
+
+
+def test_a_late_completion_never_completes_the_next_transaction() -> None:
+    """A transactional producer keeps its epoch over transactions. The CompleteCommit of
+    its first transaction is given up on twice (the retry too); before the retry is due
+    the producer starts a second transaction, which reaches PrepareCommit with its markers
+    in flight. The first transaction's late success then comes: it must not complete the
+    second (its markers unwritten, its CompleteCommit never written)."""
+    core = _core()
+    [init] = _drain(core, core.init_producer_id(1, "a", 1000, -1, -1, 0), 0)
+    _drain(core, core.add_partitions(2, "a", init.producer_id, 0, [("t", 0)], 1), 1)
+    [prepare] = core.end_txn(3, "a", init.producer_id, 0, True, 2)
+    _reply, _markers = core.on_log_written(prepare.write_id, E.NONE, 2)
+    [first] = core.on_markers_written("a", 0, 3)
+    assert core.on_log_written(first.write_id, E.REQUEST_TIMED_OUT, 4) == []
+    [second] = core.retry_completions(5)
+    assert core.on_log_written(first.write_id, E.NONE, 6) == []  # taken: T1 complete
+    assert core.on_log_written(second.write_id, E.REQUEST_TIMED_OUT, 7) == []
+    # before retry_completions runs, the second transaction reaches PrepareCommit
+    _drain(core, core.add_partitions(4, "a", init.producer_id, 0, [("t", 1)], 8), 8)
+    [prepare2] = core.end_txn(5, "a", init.producer_id, 0, True, 9)
+    _reply, _markers = core.on_log_written(prepare2.write_id, E.NONE, 9)
+    assert core.txns["a"].state == S.PREPARE_COMMIT
+    assert core.on_log_written(second.write_id, E.NONE, 10) == []  # T1's late success
+    meta = core.txns["a"]
+    assert (meta.state, meta.partitions) == (S.PREPARE_COMMIT, {("t", 1)})

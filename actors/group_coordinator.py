@@ -17,7 +17,17 @@ The core returns effects; this shell performs them:
   live one fires exactly once.
 * ``AppendRecords``: the records become one real Kafka v2 batch appended
   (acks=-1) to their ``__consumer_offsets`` partition on its shard; the
-  shard's AppendDone (or the purgatory's ProduceReady) completes it.
+  shard's AppendDone (or the purgatory's ProduceReady) completes it. An
+  append unanswered after APPEND_TIMEOUT_MS (``offsets.commit.timeout.ms``)
+  plus ANSWER_MARGIN_MS (the shard crashed with it, or its process died and
+  the Append reaches the restarted one late, if at all; the margin is wide
+  enough not to take a slow success for a lost answer) completes with
+  REQUEST_TIMED_OUT, which the core answers as Kafka's GroupMetadataManager
+  does (an OffsetCommit gets REQUEST_TIMED_OUT, a SyncGroup's assignment
+  write REBALANCE_IN_PROGRESS);
+  an answer after that is counted and ignored. A write answered so may still
+  be in the log (it was only slow): the client retries, and a reload reads
+  what the log holds, as in Kafka.
 
 Start-up: once the request handlers exist (so they hear of the new topic),
 the coordinator asks the Controller to create ``__consumer_offsets``
@@ -25,7 +35,9 @@ the coordinator asks the Controller to create ``__consumer_offsets``
 every partition from offset 0 to its log end (as Kafka's FetchLogEnd: a new
 leader's high watermark can lag commits its ISR acknowledged), keeps the
 records of the groups it owns and hands them to ``core.load``. Until then every group
-request is answered with COORDINATOR_LOAD_IN_PROGRESS, which clients retry.
+request is answered with COORDINATOR_LOAD_IN_PROGRESS, which clients retry. A Read
+unanswered after READ_TIMEOUT_MS (lost with its shard, or the shard far behind) is
+sent again; the late answer is still taken, and the timeout doubles at each expiry.
 
 The core runs on wall-clock milliseconds (they are persisted as commit
 timestamps) derived from the injected monotonic clock plus an offset taken
@@ -60,6 +72,7 @@ from actors.core.group_state import (
     SyncGroupResponse,
     TimerKey,
 )
+from actors.core.inflight_appends import ID_BAND, InFlightAppends, LoadReads, id_start
 from actors.core.offsets_codec import (
     OFFSETS_TOPIC,
     OffsetsRecordError,
@@ -154,7 +167,23 @@ OFFSETS_TOPIC_CONFIGS = {
 }
 READ_PARTITION_MAX_BYTES = 1024 * 1024
 READ_MAX_BYTES = 8 * 1024 * 1024
+# A load's Read unanswered by then is overdue (its shard is far behind, or lost it):
+# what it was reading is read again, the late answer is still taken if it comes, and
+# the timeout doubles at every expiry, up to READ_TIMEOUT_MAX_MS (see LoadReads).
+READ_TIMEOUT_MS = 5000
+READ_TIMEOUT_MAX_MS = 60_000
 APPEND_TIMEOUT_MS = 5000  # Kafka's offsets.commit.timeout.ms
+# An append's answer is waited for APPEND_TIMEOUT_MS (the shard's own wait for the ISR's
+# acks, after which it answers REQUEST_TIMED_OUT itself) plus this, then given up on
+# (ANSWER_BUCKET_MS later at most: see InFlightAppends). The shard's wait starts when its
+# purgatory gets the write, not when the coordinator sends it: the shard's backlog, the
+# hops and a late Timer all come before it, and a healthy write acknowledged late by a
+# follower succeeds well after APPEND_TIMEOUT_MS. The give-up must only catch a lost
+# answer, never a slow success (Kafka's coordinators never give up on their own), so the
+# margin is twice the shard's whole wait: an answer is given up on 15-15.5 s after
+# sending, still half the clients' request.timeout.ms (30 s), so the client hears of it.
+ANSWER_MARGIN_MS = 2 * APPEND_TIMEOUT_MS
+ANSWER_BUCKET_MS = 500
 HANDLER_WAIT_MS = 5000
 RETRY_MS = 500
 
@@ -322,6 +351,7 @@ class GroupCoordinator(Actor):
         if clock is not None:
             self.clock = clock
         self.wait_for_handlers = wait_for_handlers
+        self._id_floor = 0  # survives restarts in place: see id_start
         # Cluster mode: coordinate only the groups whose __consumer_offsets partition this
         # node leads (the ReplicaManager says which: CoordinatorPartitions).
         self.cluster = cluster
@@ -333,18 +363,23 @@ class GroupCoordinator(Actor):
         self.core = GroupCoordinatorCore(GroupConfig.from_kafka_config(self.config.values))
         self.num_partitions = self.core.config.offsets_topic_num_partitions
         self.wall_offset_ms = self.clock.wall_ms() - self.clock.now_ms()
-        self.req_ids = itertools.count(1)
-        # Fresh timer keys after a restart, so old Expired messages match nothing.
-        self.timer_ids = itertools.count(self.clock.monotonic_ns())
+        # Fresh request ids and timer keys after a restart, so answers and Expired
+        # messages meant for the crashed instance match nothing.
+        start = id_start(self.clock.monotonic_ns(), self._id_floor)
+        self._id_floor = start + ID_BAND
+        self.req_ids = itertools.count(start)
+        self.timer_ids = itertools.count(start)
         self.timer_id_of: dict[TimerKey, int] = {}
         self.timer_key_of: dict[int, TimerKey] = {}
-        self.appends: dict[int, int] = {}  # Append req_id -> core append_id
+        # Append req_id -> core append_id, until answered or timed out
+        self.appends: InFlightAppends[int] = InFlightAppends(
+            APPEND_TIMEOUT_MS + ANSWER_MARGIN_MS, ANSWER_BUCKET_MS)
         self.loaded = False
         self.phase = "waiting"  # -> creating -> loading -> ready
         self.started_ms = self.clock.now_ms()
         self.retry_at_ms = self.started_ms
         self.read_offsets: dict[int, int] = {}
-        self.reads_in_flight: set[int] = set()
+        self.reads = LoadReads(READ_TIMEOUT_MS, READ_TIMEOUT_MAX_MS)
         # Latest value per record key, in the order of each key's latest write.
         self.loaded_records: dict[bytes, bytes | None] = {}
         # per partition: records of transactions whose marker the load has not met yet
@@ -368,12 +403,22 @@ class GroupCoordinator(Actor):
     def poll_timeout_ms(self) -> int | None:
         if self.phase == "waiting":
             return 20
-        if self.phase in ("create-retry", "read-retry"):
-            return max(0, self.retry_at_ms - self.clock.now_ms())
-        return None
+        expiry = self.appends.next_expiry_ms()
+        if self.phase in ("create-retry", "read-retry") and (
+                expiry is None or self.retry_at_ms < expiry):
+            expiry = self.retry_at_ms
+        due = self.reads.next_due_ms() if self.phase == "loading" else None
+        if due is not None:
+            expiry = due if expiry is None else min(expiry, due)
+        return None if expiry is None else max(0, expiry - self.clock.now_ms())
 
     def on_turn(self) -> None:
         now = self.clock.now_ms()
+        expiry = self.appends.next_expiry_ms()
+        if expiry is not None and now >= expiry:
+            self._expire_appends(now)
+        if self.phase == "loading" and self.reads.waiting():
+            self._expire_reads(now)
         if self.phase == "waiting":
             if self.wait_for_handlers and now - self.started_ms < HANDLER_WAIT_MS and not all(
                 h.name in self.node.actors for h in self.topology.all_handlers()
@@ -417,6 +462,7 @@ class GroupCoordinator(Actor):
                     OFFSETS_TOPIC, [ConfigOpRow("cleanup.policy", 0, "compact")])]))
         self.phase = "loading"
         self.load_started_ms = self.clock.now_ms()
+        self.reads.reset()
         self.read_offsets = {p: 0 for p in range(self.num_partitions)}
         self.loaded_records = {}
         self._send_reads()
@@ -427,9 +473,27 @@ class GroupCoordinator(Actor):
             by_shard.setdefault(self.topology.shard_for(OFFSETS_TOPIC, p), []).append(
                 ReadRow(OFFSETS_TOPIC, p, offset, READ_PARTITION_MAX_BYTES))
         for shard, rows in by_shard.items():
-            rid = next(self.req_ids)
-            self.reads_in_flight.add(rid)
-            self.tell(shard, Read(rid, LOG_END_READER, READ_MAX_BYTES, rows))
+            self._read(shard, rows)
+
+    def _read(self, shard: Address, rows: list[ReadRow]) -> None:
+        rid = next(self.req_ids)
+        self.reads.sent(rid, {r.partition: r.fetch_offset for r in rows}, self.clock.now_ms())
+        self.tell(shard, Read(rid, LOG_END_READER, READ_MAX_BYTES, rows))
+
+    def _expire_reads(self, now: int) -> None:
+        """Reads of the load unanswered too long are overdue (their shard is far behind,
+        or lost them); once none is left that is not, what is still unread is read again.
+        An overdue answer is still taken if it comes first (see on_read)."""
+        timeout_ms = self.reads.timeout_ms
+        late = self.reads.expire(now, self.read_offsets)
+        if not late:
+            return
+        self.log.warning("{} read(s) of {} unanswered after {} ms; reading again (next "
+                         "timeout {} ms)", late, OFFSETS_TOPIC, timeout_ms,
+                         self.reads.timeout_ms)
+        if not self.reads.waiting():
+            self.phase = "read-retry"
+            self.retry_at_ms = now
 
     @handles(AlterTopicConfigsDone)
     def on_offsets_topic_altered(self, msg: AlterTopicConfigsDone) -> None:
@@ -440,12 +504,16 @@ class GroupCoordinator(Actor):
 
     @handles(ReadDone)
     def on_read(self, msg: ReadDone) -> None:
-        if msg.req_id not in self.reads_in_flight:
+        if self.phase not in ("loading", "read-retry"):
             return
-        self.reads_in_flight.discard(msg.req_id)
+        asked = self.reads.answered(msg.req_id)
+        if asked is None:
+            return
         again: list[ReadRow] = []
         for row in msg.rows:
             p = row.partition
+            if p not in self.read_offsets or asked.get(p) != self.read_offsets[p]:
+                continue  # an overdue answer for a partition read further since
             if row.error_code == OUT_OF_RANGE and row.log_start_offset > self.read_offsets[p]:
                 self.read_offsets[p] = row.log_start_offset
                 again.append(ReadRow(OFFSETS_TOPIC, p, row.log_start_offset,
@@ -462,15 +530,15 @@ class GroupCoordinator(Actor):
                 again.append(ReadRow(OFFSETS_TOPIC, p, self.read_offsets[p],
                                      READ_PARTITION_MAX_BYTES))
         if again:
-            rid = next(self.req_ids)
-            self.reads_in_flight.add(rid)
             assert self.current_sender is not None
-            self.tell(self.current_sender, Read(rid, LOG_END_READER, READ_MAX_BYTES, again))
-        if self.reads_in_flight:
+            self._read(self.current_sender, again)
+        self.reads.drop_stale(self.read_offsets)
+        if self.reads.waiting():
             return
         if self.read_offsets:  # some partitions failed: read them again a little later
-            self.phase = "read-retry"
-            self.retry_at_ms = self.clock.now_ms() + RETRY_MS
+            if self.phase == "loading":
+                self.phase = "read-retry"
+                self.retry_at_ms = self.clock.now_ms() + RETRY_MS
         else:
             self._finish_load()
 
@@ -684,7 +752,7 @@ class GroupCoordinator(Actor):
 
     def _append(self, fx: AppendRecords) -> None:
         rid = next(self.req_ids)
-        self.appends[rid] = fx.append_id
+        self.appends.add(rid, fx.append_id, self.clock.now_ms())
         batch = encode_records(fx.records, self.now_ms(), fx.producer_id, fx.producer_epoch)
         self.tell(self.topology.shard_for(fx.topic, fx.partition),
                   Append(rid, -1, APPEND_TIMEOUT_MS, [AppendRow(fx.topic, fx.partition, batch)],
@@ -692,8 +760,12 @@ class GroupCoordinator(Actor):
 
     @handles(AppendDone, ProduceReady)
     def on_appended(self, msg: AppendDone | ProduceReady) -> None:
-        append_id = self.appends.pop(msg.req_id, None)
+        append_id = self.appends.pop(msg.req_id)
         if append_id is None:
+            if self.appends.first_of_burst():
+                self.log.warning("an answer to an append to {} came after its timeout (or "
+                                 "a restart) and is ignored; late answers so far: {}",
+                                 OFFSETS_TOPIC, self.appends.late)
             return
         rows = msg.rows
         code = rows[0].error_code if rows else int(ErrorCode.UNKNOWN_SERVER_ERROR)
@@ -701,6 +773,23 @@ class GroupCoordinator(Actor):
             self.log.warning("appending to {} failed: {} ({})", OFFSETS_TOPIC,
                              ErrorCode(code).name, rows[0].error_message if rows else "")
         self._perform(self.core.on_append_complete(append_id, ErrorCode(code), self.now_ms()))
+
+    def _expire_appends(self, now: int) -> None:
+        """Appends unanswered too long: the shard crashed handling them, or its process
+        died and the restarted one gets them late if at all. Each completes as a
+        timed-out write."""
+        expired = self.appends.expire(now)
+        if not expired:
+            return
+        if self.appends.first_of_burst():
+            self.log.warning("{} append(s) to {} unanswered after {} ms: failed as {}; "
+                             "appends given up on so far: {}", len(expired), OFFSETS_TOPIC,
+                             self.appends.wait_ms, ErrorCode.REQUEST_TIMED_OUT.name,
+                             self.appends.expired)
+        now_ms = self.now_ms()
+        for _rid, append_id in expired:
+            self._perform(self.core.on_append_complete(append_id, ErrorCode.REQUEST_TIMED_OUT,
+                                                       now_ms))
 
     # ---------------------------------------------------------- cluster mode
     @handles(CoordinatorPartitions)
@@ -727,6 +816,7 @@ class GroupCoordinator(Actor):
         batch, self.to_load = sorted(self.to_load), set()
         self.phase = "loading"
         self.load_started_ms = self.clock.now_ms()
+        self.reads.reset()
         self.read_offsets = {p: 0 for p in batch}
         self.loading_parts = set(batch)
         self.loaded_records = {}
@@ -794,6 +884,8 @@ class GroupCoordinator(Actor):
                        if (g := self.core.group(gid)) is not None},
             "timers": len(self.timer_id_of),
             "appends_in_flight": len(self.appends),
+            "appends_timed_out": self.appends.expired,
+            "late_append_answers": self.appends.late,
             "skipped_records": self.core.skipped_records + self.load_skipped,
             "refused_loading": self.refused_loading,
             # group, topic, partition, committed offset: the lag metric's other half

@@ -34,11 +34,12 @@ Start-up: a single node creates ``__transaction_state`` on the first request
 ones may time out), reads its partitions to their log end and loads them
 (as Kafka does: a new leader's high watermark can lag the writes its ISR
 acknowledged, and loading only to it would lose them); until then requests
-are answered COORDINATOR_LOAD_IN_PROGRESS. In a cluster, the ReplicaManager's
+are answered COORDINATOR_LOAD_IN_PROGRESS (a Read unanswered after READ_TIMEOUT_MS
+is sent again, its late answer still taken, the timeout doubled). In a cluster, the ReplicaManager's
 TxnCoordinatorPartitions say which partitions to load and unload. A Timer tick every
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` aborts the
 transactions past their timeout and finishes those whose completion write
-failed.
+failed, and those fenced (PrepareEpochFence) whose PrepareAbort write failed.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import itertools
 from typing import Any
 
 from actors.core.cluster_model import NO_LEADER
+from actors.core.inflight_appends import ID_BAND, InFlightAppends, LoadReads, id_start
 from actors.core.metadata_cache import MetadataCache
 from actors.core.record_batch import build_batch
 from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
@@ -58,7 +60,12 @@ from actors.core.transaction_state import (
     WriteLog,
     WriteMarkers,
 )
-from actors.group_coordinator import decode_batches
+from actors.group_coordinator import (
+    ANSWER_BUCKET_MS,
+    ANSWER_MARGIN_MS,
+    READ_TIMEOUT_MAX_MS,
+    decode_batches,
+)
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
@@ -114,6 +121,7 @@ TRANSACTION_STATE_CONFIGS = {
 }
 READ_PARTITION_MAX_BYTES = 1024 * 1024
 READ_MAX_BYTES = 8 * 1024 * 1024
+READ_TIMEOUT_MS = 5000  # a load's Read unanswered by then is overdue: read again
 APPEND_TIMEOUT_MS = 5000
 RETRY_MS = 500
 MARKER_TIMEOUT_MS = 5000  # a WriteTxnMarkers with no answer by then is sent again
@@ -166,6 +174,7 @@ class TransactionCoordinator(Actor):
             self.clock = clock
         self.cluster = cluster
         self.topic_exists = topic_exists
+        self._id_floor = 0  # survives restarts in place: see id_start
 
     # ------------------------------------------------------------ lifecycle
     def setup(self) -> None:
@@ -177,12 +186,20 @@ class TransactionCoordinator(Actor):
             CoordinatorConfig(self.num_partitions, int(self.config["transaction.max.timeout.ms"])),
             self._new_producer_id)
         self.wall_offset_ms = self.clock.wall_ms() - self.clock.now_ms()
-        self.req_ids = itertools.count(1)
-        self.timer_ids = itertools.count(self.clock.monotonic_ns())
+        # fresh after a restart: answers meant for the crashed instance match nothing
+        start = id_start(self.clock.monotonic_ns(), self._id_floor)
+        self._id_floor = start + ID_BAND
+        self.req_ids = itertools.count(start)
+        self.timer_ids = itertools.count(start)
         self.timer_id = 0
         self.tick_ms = int(self.config[
             "transaction.abort.timed.out.transaction.cleanup.interval.ms"])
-        self.writes: dict[int, tuple[int, int]] = {}  # Append req_id -> (write id, partition)
+        # Append req_id -> (write id, partition), until answered or timed out
+        self.writes: InFlightAppends[tuple[int, int]] = InFlightAppends(
+            APPEND_TIMEOUT_MS + ANSWER_MARGIN_MS, ANSWER_BUCKET_MS)
+        # Append req_id -> write id, for the writes given up on whose late success the
+        # core would still take (a CompleteX its id still waits for)
+        self.timed_out: dict[int, int] = {}
         # __transaction_state partition -> (error, failed appends) since its last success
         self.log_failures: dict[int, tuple[int, int]] = {}
         self.complete_retry_at_ms = 0  # when to write failed completions again (0: none)
@@ -195,7 +212,7 @@ class TransactionCoordinator(Actor):
         self.loaded: set[int] = set()
         self.to_load: set[int] = set()
         self.read_offsets: dict[int, int] = {}
-        self.reads_in_flight: set[int] = set()
+        self.reads = LoadReads(READ_TIMEOUT_MS, READ_TIMEOUT_MAX_MS)
         self.records: dict[int, dict[bytes, bytes | None]] = {}
         self.metadata = MetadataCache() if self.cluster else None
         self.refused_loading = 0
@@ -248,12 +265,23 @@ class TransactionCoordinator(Actor):
             waits.append(self.retry_at_ms)
         if self.complete_retry_at_ms:
             waits.append(self.complete_retry_at_ms)
+        expiry = self.writes.next_expiry_ms()
+        if expiry is not None:
+            waits.append(expiry)
+        due = self.reads.next_due_ms() if self.phase == "loading" else None
+        if due is not None:
+            waits.append(due)
         if not waits:
             return None
         return max(0, min(waits) - self.clock.now_ms())
 
     def on_turn(self) -> None:
         now = self.clock.now_ms()
+        expiry = self.writes.next_expiry_ms()
+        if expiry is not None and now >= expiry:
+            self._expire_writes(now)
+        if self.phase == "loading" and self.reads.waiting():
+            self._expire_reads(now)
         if self.phase == "create-retry" and now >= self.retry_at_ms:
             self._create_topic()
         elif self.phase == "read-retry" and now >= self.retry_at_ms:
@@ -275,6 +303,7 @@ class TransactionCoordinator(Actor):
         batch, self.to_load = sorted(self.to_load), set()
         self.resume_phase = self.phase
         self.phase = "loading"
+        self.reads.reset()
         self.read_offsets = {p: 0 for p in batch}
         self.records = {p: {} for p in batch}
         self.load_started_ms = self.clock.now_ms()
@@ -289,20 +318,40 @@ class TransactionCoordinator(Actor):
             by_shard.setdefault(self.topology.shard_for(TRANSACTION_STATE_TOPIC, p), []).append(
                 ReadRow(TRANSACTION_STATE_TOPIC, p, offset, READ_PARTITION_MAX_BYTES))
         for shard, rows in by_shard.items():
-            rid = next(self.req_ids)
-            self.reads_in_flight.add(rid)
-            self.tell(shard, Read(rid, LOG_END_READER, READ_MAX_BYTES, rows))
+            self._read(shard, rows)
+
+    def _read(self, shard: Address, rows: list[ReadRow]) -> None:
+        rid = next(self.req_ids)
+        self.reads.sent(rid, {r.partition: r.fetch_offset for r in rows}, self.clock.now_ms())
+        self.tell(shard, Read(rid, LOG_END_READER, READ_MAX_BYTES, rows))
+
+    def _expire_reads(self, now: int) -> None:
+        """Reads of the load unanswered too long are overdue (their shard is far behind,
+        or lost them); once none is left that is not, what is still unread is read again.
+        An overdue answer is still taken if it comes first (see on_read)."""
+        timeout_ms = self.reads.timeout_ms
+        late = self.reads.expire(now, self.read_offsets)
+        if not late:
+            return
+        self.log.warning("{} read(s) of {} unanswered after {} ms; reading again (next "
+                         "timeout {} ms)", late, TRANSACTION_STATE_TOPIC, timeout_ms,
+                         self.reads.timeout_ms)
+        if not self.reads.waiting():
+            self.phase = "read-retry"
+            self.retry_at_ms = now
 
     @handles(ReadDone)
     def on_read(self, msg: ReadDone) -> None:
-        if msg.req_id not in self.reads_in_flight:
+        if self.phase not in ("loading", "read-retry"):
             return
-        self.reads_in_flight.discard(msg.req_id)
+        asked = self.reads.answered(msg.req_id)
+        if asked is None:
+            return
         again: list[ReadRow] = []
         for row in msg.rows:
             p = row.partition
-            if p not in self.read_offsets:
-                continue
+            if p not in self.read_offsets or asked.get(p) != self.read_offsets[p]:
+                continue  # unloaded, or an overdue answer for a partition read further since
             if row.error_code == OUT_OF_RANGE and row.log_start_offset > self.read_offsets[p]:
                 self.read_offsets[p] = row.log_start_offset
                 again.append(ReadRow(TRANSACTION_STATE_TOPIC, p, row.log_start_offset,
@@ -326,15 +375,15 @@ class TransactionCoordinator(Actor):
                 again.append(ReadRow(TRANSACTION_STATE_TOPIC, p, self.read_offsets[p],
                                      READ_PARTITION_MAX_BYTES))
         if again:
-            rid = next(self.req_ids)
-            self.reads_in_flight.add(rid)
             assert self.current_sender is not None
-            self.tell(self.current_sender, Read(rid, LOG_END_READER, READ_MAX_BYTES, again))
-        if self.reads_in_flight:
+            self._read(self.current_sender, again)
+        self.reads.drop_stale(self.read_offsets)
+        if self.reads.waiting():
             return
         if self.read_offsets:
-            self.phase = "read-retry"
-            self.retry_at_ms = self.clock.now_ms() + RETRY_MS
+            if self.phase == "loading":
+                self.phase = "read-retry"
+                self.retry_at_ms = self.clock.now_ms() + RETRY_MS
         else:
             self._finish_load()
 
@@ -478,7 +527,7 @@ class TransactionCoordinator(Actor):
 
     def _write_log(self, fx: WriteLog) -> None:
         rid = next(self.req_ids)
-        self.writes[rid] = (fx.write_id, fx.partition)
+        self.writes.add(rid, (fx.write_id, fx.partition), self.clock.now_ms())
         batch = build_batch([fx.value], keys=[fx.key], timestamps_ms=[self.now_ms()])
         self.tell(self.topology.shard_for(TRANSACTION_STATE_TOPIC, fx.partition),
                   Append(rid, -1, APPEND_TIMEOUT_MS,
@@ -486,21 +535,54 @@ class TransactionCoordinator(Actor):
 
     @handles(AppendDone, ProduceReady)
     def on_appended(self, msg: AppendDone | ProduceReady) -> None:
-        if isinstance(msg, ProduceReady) and msg.req_id in self.marker_reqs:
+        if isinstance(msg, ProduceReady) and (
+                msg.req_id in self.marker_reqs
+                or any(r.topic != TRANSACTION_STATE_TOPIC for r in msg.rows)):
             # markers the ISR did not hold at once, settled by the leader's purgatory
+            # (on_markers drops one whose request was given up on)
             self.on_markers(WriteTxnMarkersDone(msg.req_id, [
                 TxnMarkerDoneRow(r.topic, r.partition, r.error_code) for r in msg.rows]))
             return
-        entry = self.writes.pop(msg.req_id, None)
+        entry = self.writes.pop(msg.req_id)
         if entry is None:
+            write_id = self.timed_out.pop(msg.req_id, None)
+            if write_id is not None and msg.rows and msg.rows[0].error_code == NONE:
+                self._log_written(write_id, NONE)  # a completion written after all
+            if self.writes.first_of_burst():
+                self.log.warning("an answer to an append to {} (or to markers) came after "
+                                 "its timeout (or a restart) and is ignored; late answers so "
+                                 "far: {}",
+                                 TRANSACTION_STATE_TOPIC, self.writes.late)
             return
         write_id, partition = entry
         rows = msg.rows
         code = rows[0].error_code if rows else int(ErrorCode.UNKNOWN_SERVER_ERROR)
         self._note_log_write(partition, code, rows[0].error_message if rows else "")
+        self._log_written(write_id, code)
+
+    def _log_written(self, write_id: int, code: int) -> None:
         self._perform(self.core.on_log_written(write_id, ErrorCode(code), self.now_ms()))
         if self.core.completing and not self.complete_retry_at_ms:
             self.complete_retry_at_ms = self.clock.now_ms() + RETRY_MS
+
+    def _expire_writes(self, now: int) -> None:
+        """Appends unanswered too long: the shard crashed handling them, or its process
+        died and the restarted one gets them late if at all. Each fails as a timed-out
+        write, as Kafka's would; a completion's late success is still taken while its
+        id waits for it (``timed_out``)."""
+        expired = self.writes.expire(now)
+        if not expired:
+            return
+        if self.writes.first_of_burst():
+            self.log.warning("{} append(s) to {} unanswered after {} ms: failed as {}; "
+                             "appends given up on so far: {}", len(expired),
+                             TRANSACTION_STATE_TOPIC, self.writes.wait_ms,
+                             ErrorCode.REQUEST_TIMED_OUT.name, self.writes.expired)
+        for _rid, (write_id, _partition) in expired:
+            self._log_written(write_id, int(ErrorCode.REQUEST_TIMED_OUT))
+        awaits = self.core.awaits_late
+        self.timed_out = {rid: w for rid, w in self.timed_out.items() if awaits(w)}
+        self.timed_out.update((rid, w) for rid, (w, _p) in expired if awaits(w))
 
     def _note_log_write(self, partition: int, code: int, message: str | None) -> None:
         """Log a partition's failed appends once per error while they go on (a short ISR
@@ -630,7 +712,8 @@ class TransactionCoordinator(Actor):
         now = self.now_ms()
         self._perform(self.core.abort_timed_out(now))
         stuck = [fx for fx in self.core.retry_stuck(now)
-                 if isinstance(fx, WriteMarkers) and fx.transactional_id not in self.marker_jobs]
+                 if not isinstance(fx, WriteMarkers)
+                 or fx.transactional_id not in self.marker_jobs]
         self._perform(list(stuck))
         self._schedule_tick()
 
@@ -643,6 +726,8 @@ class TransactionCoordinator(Actor):
             "transactions": {t: m.state.kafka_name for t, m in self.core.txns.items()},
             "marker_jobs": len(self.marker_jobs),
             "writes_in_flight": len(self.writes),
+            "writes_timed_out": self.writes.expired,
+            "late_write_answers": self.writes.late,
             "completions_to_retry": len(self.core.completing),
             "refused_loading": self.refused_loading,
         }

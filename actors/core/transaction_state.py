@@ -167,6 +167,9 @@ class TransactionCoordinatorCore:
         # ids whose markers are all written but whose CompleteX write failed retriably
         # (Kafka's txnLogAppendRetryQueue): retry_completions writes them again
         self.completing: set[str] = set()
+        # CompleteX writes failed as COORDINATOR_NOT_AVAILABLE (a timeout among them): a
+        # success answered late for one is still taken while its id waits for it
+        self._late_completions: dict[int, _Write] = {}
         self.skipped_records = 0
 
     # --- ownership ------------------------------------------------------
@@ -181,6 +184,7 @@ class TransactionCoordinatorCore:
         caught in PrepareCommit/PrepareAbort get their markers written again."""
         self.coordinator_epochs[partition] = coordinator_epoch
         self.completing -= {t for t in self.completing if self.partition_for(t) == partition}
+        self._forget_late_completions(lambda t: self.partition_for(t) == partition)
         latest: dict[str, TxnLogValue | None] = {}
         for key, value in records:
             try:
@@ -210,6 +214,7 @@ class TransactionCoordinatorCore:
         for txn_id in [t for t in self.txns if self.partition_for(t) in partitions]:
             del self.txns[txn_id]
             self.completing.discard(txn_id)
+        self._forget_late_completions(lambda t: self.partition_for(t) in partitions)
         effects: list[Effect] = []
         for write_id, write in list(self._writes.items()):
             if self.partition_for(write.transactional_id) in partitions:
@@ -234,16 +239,33 @@ class TransactionCoordinatorCore:
                 f"{meta.transactional_id}: a transition to {meta.pending.kafka_name} is "
                 f"already in flight")
         meta.pending = target.status
+        if self._late_completions and target.status not in (S.COMPLETE_COMMIT,
+                                                             S.COMPLETE_ABORT):
+            # the id moves on (a new transaction, a fence): a late success of an earlier
+            # completion must not complete what comes next at the same producer epoch
+            self._forget_late_completions(meta.transactional_id.__eq__)
         write_id = self._next_write
         self._next_write += 1
         self._writes[write_id] = _Write(meta.transactional_id, target, request_id, then, commit)
         return WriteLog(write_id, self.partition_for(meta.transactional_id),
                         encode_key(meta.transactional_id), encode_value(target))
 
+    def awaits_late(self, write_id: int) -> bool:
+        """Whether a late success for ``write_id`` (failed already) would still count."""
+        return write_id in self._late_completions
+
+    def _forget_late_completions(self, which: Callable[[str], bool]) -> None:
+        for write_id in [w for w, write in self._late_completions.items()
+                         if which(write.transactional_id)]:
+            del self._late_completions[write_id]
+
     def on_log_written(self, write_id: int, error: ErrorCode, now_ms: int) -> list[Effect]:
         write = self._writes.pop(write_id, None)
         if write is None:
-            return []  # unloaded meanwhile
+            late = self._late_completions.pop(write_id, None)
+            if late is not None and error == ErrorCode.NONE:
+                self._late_completion(late)
+            return []  # unloaded meanwhile, or failed already
         meta = self.txns.get(write.transactional_id)
         if meta is None:
             return []
@@ -257,6 +279,7 @@ class TransactionCoordinatorCore:
                 # partition and the next coordinator completes it from PrepareX.
                 if code == ErrorCode.COORDINATOR_NOT_AVAILABLE:
                     self.completing.add(write.transactional_id)
+                    self._late_completions[write_id] = write
                 return []
             if write.request_id is None:
                 return []
@@ -265,17 +288,8 @@ class TransactionCoordinatorCore:
             return [Reply(write.request_id, code)]
         if write.then == "complete":
             self.completing.discard(write.transactional_id)
-        target = write.target
-        if target.producer_id != meta.producer_id:
-            meta.last_producer_id = meta.producer_id
-        if target.producer_epoch != meta.producer_epoch:
-            meta.last_producer_epoch = meta.producer_epoch
-        meta.producer_id = target.producer_id
-        meta.producer_epoch = target.producer_epoch
-        meta.state = target.status
-        meta.partitions = set(target.partitions)
-        meta.start_ms = target.start_ms
-        meta.last_update_ms = target.last_update_ms
+            self._forget_late_completions(write.transactional_id.__eq__)
+        self._apply(meta, write.target)
         effects: list[Effect] = []
         if write.then == "reply-init":
             effects.append(Reply(write.request_id, ErrorCode.NONE, meta.producer_id,
@@ -289,6 +303,37 @@ class TransactionCoordinatorCore:
         elif write.then == "fence-abort":
             effects.extend(self._prepare_abort_fenced(meta, now_ms))
         return effects
+
+    @staticmethod
+    def _apply(meta: TxnMetadata, target: TxnLogValue) -> None:
+        """What a transition's successful write makes of the id in memory."""
+        if target.producer_id != meta.producer_id:
+            meta.last_producer_id = meta.producer_id
+        if target.producer_epoch != meta.producer_epoch:
+            meta.last_producer_epoch = meta.producer_epoch
+        meta.producer_id = target.producer_id
+        meta.producer_epoch = target.producer_epoch
+        meta.state = target.status
+        meta.partitions = set(target.partitions)
+        meta.start_ms = target.start_ms
+        meta.last_update_ms = target.last_update_ms
+
+    def _late_completion(self, write: _Write) -> None:
+        """A CompleteX write answered as failed (timed out) was written after all: if its
+        id still waits in the PrepareX it completes, take it, as the answer in time would
+        have been. A retry of it in flight (``pending``) is left to land: it writes the
+        same value, and keeps new transitions out until it is answered."""
+        meta = self.txns.get(write.transactional_id)
+        target = write.target
+        if (meta is None or meta.state not in (S.PREPARE_COMMIT, S.PREPARE_ABORT)
+                or target.status != (S.COMPLETE_COMMIT if meta.state == S.PREPARE_COMMIT
+                                     else S.COMPLETE_ABORT)
+                or (target.producer_id, target.producer_epoch, target.start_ms)
+                != (meta.producer_id, meta.producer_epoch, meta.start_ms)):
+            return  # (a producer keeps its epoch over transactions: start_ms tells them apart)
+        self.completing.discard(write.transactional_id)
+        self._forget_late_completions(write.transactional_id.__eq__)
+        self._apply(meta, target)
 
     def _markers(self, meta: TxnMetadata, commit: bool) -> WriteMarkers:
         return WriteMarkers(meta.transactional_id, meta.producer_id, meta.producer_epoch, commit,
@@ -432,11 +477,20 @@ class TransactionCoordinatorCore:
     def retry_stuck(self, now_ms: int) -> list[Effect]:
         """Prepared transactions with no write in flight: their markers (again); those
         whose markers are written and whose completion is being retried are left to
-        :meth:`retry_completions`."""
-        return [self._markers(meta, meta.state == S.PREPARE_COMMIT)
-                for meta in self.txns.values()
-                if meta.pending is None and meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)
-                and meta.transactional_id not in self.completing]
+        :meth:`retry_completions`. A fenced one (PrepareEpochFence) whose PrepareAbort
+        write failed (refused, or timed out with its answer lost) has it written again:
+        nothing else moves it on (requests get CONCURRENT_TRANSACTIONS, the timeout
+        check looks at Ongoing ones), and one loaded in that state is the same case."""
+        effects: list[Effect] = []
+        for meta in list(self.txns.values()):
+            if meta.pending is not None:
+                continue
+            if meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+                if meta.transactional_id not in self.completing:
+                    effects.append(self._markers(meta, meta.state == S.PREPARE_COMMIT))
+            elif meta.state == S.PREPARE_EPOCH_FENCE:
+                effects.extend(self._prepare_abort_fenced(meta, now_ms))
+        return effects
 
     def retry_completions(self, now_ms: int) -> list[Effect]:
         """The CompleteCommit/CompleteAbort writes that failed retriably, written again."""
@@ -445,6 +499,7 @@ class TransactionCoordinatorCore:
             meta = self.txns.get(txn_id)
             if meta is None or meta.state not in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
                 self.completing.discard(txn_id)
+                self._forget_late_completions(txn_id.__eq__)
             elif meta.pending is None:
                 effects.extend(self.on_markers_written(txn_id, meta.producer_epoch, now_ms))
         return effects

@@ -534,3 +534,111 @@ def test_partition_for_is_kafkas() -> None:
     h = h - 2**32 if h >= 2**31 else h
     assert partition_for("my-txn", 50) == abs(h) % 50
     assert isinstance(TxnMetadata, type)
+
+
+@pytest.mark.parametrize("log_error", [E.REQUEST_TIMED_OUT, E.NOT_ENOUGH_REPLICAS])
+def test_a_prepare_abort_failed_after_the_epoch_fence_is_written_again(
+        log_error: ErrorCode) -> None:
+    """The fence (PrepareEpochFence) is written, the PrepareAbort behind it fails (its
+    answer lost and timed out, or refused): retry_stuck writes it again, as it does for a
+    coordinator that loads the id in PrepareEpochFence; nothing else would move it on."""
+    core = _core()
+    [init] = _drain(core, core.init_producer_id(1, "a", 1000, -1, -1, 0), 0)
+    _drain(core, core.add_partitions(2, "a", init.producer_id, 0, [("t", 0)], 1), 1)
+    [fence] = core.abort_timed_out(5000)
+    assert isinstance(fence, WriteLog)
+    [abort] = core.on_log_written(fence.write_id, E.NONE, 5000)
+    assert isinstance(abort, WriteLog)
+    assert core.on_log_written(abort.write_id, log_error, 5000) == []
+    meta = core.txns["a"]
+    assert (meta.state, meta.pending, meta.producer_epoch) == (S.PREPARE_EPOCH_FENCE, None, 1)
+    assert core.abort_timed_out(6000) == []
+    assert core.init_producer_id(3, "a", 1000, -1, -1, 6000) == [
+        Reply(3, E.CONCURRENT_TRANSACTIONS)]
+    [again] = core.retry_stuck(6000)
+    assert isinstance(again, WriteLog)
+    value = decode_value(again.value)  # type: ignore[arg-type]
+    assert (value.status, value.producer_epoch) == (S.PREPARE_ABORT, 1)
+    assert core.retry_stuck(6000) == []  # in flight: not twice
+    _drain(core, [again], 6000)
+    assert core.txns["a"].state == S.COMPLETE_ABORT
+
+    # A coordinator that loads the id in PrepareEpochFence finishes the abort as well.
+    loaded = _core()
+    loaded.load_partition(partition_for("a", loaded.config.num_partitions), 7,
+                          [(encode_key("a"), fence.value)], 7000)
+    assert loaded.txns["a"].state == S.PREPARE_EPOCH_FENCE
+    [write] = loaded.retry_stuck(7000)
+    assert isinstance(write, WriteLog)
+    assert decode_value(write.value).status == S.PREPARE_ABORT  # type: ignore[arg-type]
+    _drain(loaded, [write], 7000)
+    assert loaded.txns["a"].state == S.COMPLETE_ABORT
+
+
+def test_a_completion_answered_as_timed_out_but_written_after_all_is_taken() -> None:
+    """The CompleteCommit write's answer is late: it was given up on (REQUEST_TIMED_OUT)
+    and written again, then the late success comes. The id waits for that completion
+    still, so it is taken: without it a shard lagging for good would have every
+    rewritten completion given up on and every success ignored, the id stuck in
+    PrepareCommit. A late success for an id that moved on, or an earlier epoch's, is not."""
+    core = _core()
+    [init] = _drain(core, core.init_producer_id(1, "a", 1000, -1, -1, 0), 0)
+    _drain(core, core.add_partitions(2, "a", init.producer_id, 0, [("t", 0)], 1), 1)
+    [prepare] = core.end_txn(3, "a", init.producer_id, 0, True, 2)
+    _reply, _markers = core.on_log_written(prepare.write_id, E.NONE, 2)
+    [first] = core.on_markers_written("a", 0, 3)
+    assert isinstance(first, WriteLog)
+    assert core.on_log_written(first.write_id, E.REQUEST_TIMED_OUT, 4) == []
+    assert core.completing == {"a"} and core.awaits_late(first.write_id)
+    [second] = core.retry_completions(5)
+    assert isinstance(second, WriteLog) and core.txns["a"].pending == S.COMPLETE_COMMIT
+    assert core.on_log_written(first.write_id, E.NONE, 6) == []  # the late success
+    meta = core.txns["a"]
+    assert (meta.state, meta.partitions, core.completing) == (S.COMPLETE_COMMIT, set(), set())
+    assert meta.pending == S.COMPLETE_COMMIT  # the retry in flight keeps others out
+    assert core.end_txn(4, "a", init.producer_id, 0, True, 6) == [
+        Reply(4, E.CONCURRENT_TRANSACTIONS)]
+    assert core.on_log_written(second.write_id, E.REQUEST_TIMED_OUT, 7) == []
+    assert core.retry_completions(8) == []  # completed: nothing to write again
+    assert not core.awaits_late(second.write_id)
+    assert core.txns["a"].state == S.COMPLETE_COMMIT
+
+    # The next transaction: a late success of its own completion's failed write is taken,
+    # one of a write the id no longer waits for (it completed by a retry) changes nothing.
+    _drain(core, core.add_partitions(5, "a", init.producer_id, 0, [("t", 1)], 9), 9)
+    [prepare] = core.end_txn(6, "a", init.producer_id, 0, False, 10)
+    _reply, _markers = core.on_log_written(prepare.write_id, E.NONE, 10)
+    [abort] = core.on_markers_written("a", 0, 11)
+    assert core.on_log_written(abort.write_id, E.REQUEST_TIMED_OUT, 12) == []
+    [retry] = core.retry_completions(13)
+    assert core.on_log_written(retry.write_id, E.NONE, 14) == []
+    assert core.txns["a"].state == S.COMPLETE_ABORT and not core.awaits_late(abort.write_id)
+    _drain(core, core.add_partitions(7, "a", init.producer_id, 0, [("t", 0)], 15), 15)
+    assert core.on_log_written(abort.write_id, E.NONE, 16) == []
+    assert core.txns["a"].state == S.ONGOING
+
+
+def test_a_late_completion_never_completes_the_next_transaction() -> None:
+    """A transactional producer keeps its epoch over transactions. The CompleteCommit of
+    its first transaction is given up on twice (the retry too); before the retry is due
+    the producer starts a second transaction, which reaches PrepareCommit with its markers
+    in flight. The first transaction's late success then comes: it must not complete the
+    second (its markers unwritten, its CompleteCommit never written)."""
+    core = _core()
+    [init] = _drain(core, core.init_producer_id(1, "a", 1000, -1, -1, 0), 0)
+    _drain(core, core.add_partitions(2, "a", init.producer_id, 0, [("t", 0)], 1), 1)
+    [prepare] = core.end_txn(3, "a", init.producer_id, 0, True, 2)
+    _reply, _markers = core.on_log_written(prepare.write_id, E.NONE, 2)
+    [first] = core.on_markers_written("a", 0, 3)
+    assert core.on_log_written(first.write_id, E.REQUEST_TIMED_OUT, 4) == []
+    [second] = core.retry_completions(5)
+    assert core.on_log_written(first.write_id, E.NONE, 6) == []  # taken: T1 complete
+    assert core.on_log_written(second.write_id, E.REQUEST_TIMED_OUT, 7) == []
+    # before retry_completions runs, the second transaction reaches PrepareCommit
+    _drain(core, core.add_partitions(4, "a", init.producer_id, 0, [("t", 1)], 8), 8)
+    [prepare2] = core.end_txn(5, "a", init.producer_id, 0, True, 9)
+    _reply, _markers = core.on_log_written(prepare2.write_id, E.NONE, 9)
+    assert core.txns["a"].state == S.PREPARE_COMMIT
+    assert core.on_log_written(second.write_id, E.NONE, 10) == []  # T1's late success
+    meta = core.txns["a"]
+    assert (meta.state, meta.partitions) == (S.PREPARE_COMMIT, {("t", 1)})

@@ -6,6 +6,13 @@ controller validates (the per-topic rules are actors/core/topic_admin.py's),
 persists the table, has the partition shards open, drop or reconfigure the
 logs, then sends every handler the new table before it answers, so the
 requesting handler already knows the change when its answer arrives.
+
+A change is answered only once every handler of the broker applied the new
+table (each acknowledges it with MetadataApplied): the handlers of this
+process run on other threads, those of processes 1.. in other processes, and a
+client that reads with another connection right after its answer (a
+DescribeConfigs after an AlterConfigs) must see the change, as Kafka's readers
+of ZooKeeper do.
 """
 
 from __future__ import annotations
@@ -64,7 +71,13 @@ from wire.broker_messages import (
 )
 from wire.errors import ErrorCode, KafkaError
 
-ACK_WAIT_NS = 2_000_000_000  # how long a topic change waits for other processes' handlers
+# How long a topic change waits for the handlers' MetadataApplied before it is answered
+# anyway. Only a process that is restarting never acknowledges (the new one reads the table
+# from the file); a live one can be slow: on a loaded 2-core machine a busy process was
+# seen taking over 2 s to apply it. 10 s covers that and stays well inside a client's
+# request timeout (30 s by default), so a restarting process delays an answer, never
+# loses it.
+ACK_WAIT_NS = 10_000_000_000
 
 
 @dataclass
@@ -74,6 +87,16 @@ class _Pending:
     shards_left: int
     requester: Address
     answer: Any  # a *Done, sent once every shard is done
+
+
+@dataclass
+class _Awaiting:
+    """A topic change applied by the shards, waiting for every handler's MetadataApplied."""
+
+    handlers: set[Address]  # those that have not acknowledged yet
+    requester: Address
+    answer: Any
+    give_up_ns: int  # monotonic: answered anyway from then on
 
 
 class Controller(Actor):
@@ -92,26 +115,22 @@ class Controller(Actor):
     def setup(self) -> None:
         self.ids = itertools.count(1)
         self.pending: dict[int, _Pending] = {}
-        # topic changes answered once other processes' handlers applied them:
-        # ack id -> [acks left, requester, answer, give-up time (monotonic ns)]
-        self.awaiting: dict[int, list[Any]] = {}
+        # topic changes answered once every handler applied them, by ack id
+        self.awaiting: dict[int, _Awaiting] = {}
 
-    def _broadcast(self, ack_id: int = 0) -> int:
-        """The topic table to every handler; returns how many will acknowledge it.
+    def _broadcast(self, ack_id: int) -> list[Address]:
+        """The topic table to every handler, each asked to acknowledge ``ack_id``;
+        returns them.
 
-        Handlers in other processes of the broker (num.processes > 1) get the
-        table with ``ack_id`` when one is given: their update travels by another
-        path than the answer, so the answer waits for their MetadataApplied.
+        Every handler, this process's too: they run on other threads and loops (a
+        message to one crosses threads), so the requester's answer, which goes its
+        own way, could reach a client before another handler knows the change.
         """
-        update = MetadataUpdate(self.store.version, self.store.table())
-        remote = 0
-        for handler in self.topology.all_handlers():
-            if ack_id and handler.node != self.node.name:
-                self.tell(handler, update._replace(ack_id=ack_id))
-                remote += 1
-            else:
-                self.tell(handler, update)
-        return remote
+        update = MetadataUpdate(self.store.version, self.store.table(), ack_id)
+        handlers = self.topology.all_handlers()
+        for handler in handlers:
+            self.tell(handler, update)
+        return handlers
 
     # ----------------------------------------------------------------- create
     @handles(CreateTopics)
@@ -323,24 +342,24 @@ class Controller(Actor):
         if entry.shards_left > 0:
             return
         del self.pending[msg.req_id]
-        # before the answer: same sender, same receiver, in order
         ack_id = next(self.ids)
-        remote = self._broadcast(ack_id)
-        if remote:
-            self.awaiting[ack_id] = [remote, entry.requester, entry.answer,
-                                     self.clock.monotonic_ns() + ACK_WAIT_NS]
+        handlers = set(self._broadcast(ack_id))
+        if not handlers:  # no handler at all (none configured): nobody to wait for
+            self.tell(entry.requester, entry.answer)
             return
-        self.tell(entry.requester, entry.answer)
+        self.awaiting[ack_id] = _Awaiting(handlers, entry.requester, entry.answer,
+                                          self.clock.monotonic_ns() + ACK_WAIT_NS)
 
     @handles(MetadataApplied)
     def on_metadata_applied(self, msg: MetadataApplied) -> None:
         waiting = self.awaiting.get(msg.ack_id)
         if waiting is None:
-            return
-        waiting[0] -= 1
-        if waiting[0] <= 0:
+            return  # answered already (given up on this handler), or not ours
+        if self.current_sender is not None:
+            waiting.handlers.discard(self.current_sender)
+        if not waiting.handlers:
             del self.awaiting[msg.ack_id]
-            self.tell(waiting[1], waiting[2])
+            self.tell(waiting.requester, waiting.answer)
 
     def poll_timeout_ms(self) -> int | None:
         return 200 if self.awaiting else None
@@ -351,11 +370,13 @@ class Controller(Actor):
             return
         now = self.clock.monotonic_ns()
         for ack_id, waiting in list(self.awaiting.items()):
-            if now >= waiting[3]:
+            if now >= waiting.give_up_ns:
                 del self.awaiting[ack_id]
-                self.log.warning("{} handler(s) of other processes did not acknowledge the "
-                                 "topic table; answering anyway", waiting[0])
-                self.tell(waiting[1], waiting[2])
+                self.log.warning("{} handler(s) did not acknowledge the topic table within "
+                                 "{} s ({}); answering anyway", len(waiting.handlers),
+                                 ACK_WAIT_NS // 1_000_000_000,
+                                 ", ".join(sorted(str(h) for h in waiting.handlers)))
+                self.tell(waiting.requester, waiting.answer)
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:

@@ -520,8 +520,8 @@ class MetadataUpdate(NamedTuple):
 
     version: int
     topics: dict[str, TopicEntry]
-    # num.processes > 1: non-zero asks the handler to answer MetadataApplied(ack_id),
-    # so a topic change is answered once every process's handlers know it
+    # non-zero asks the handler to answer MetadataApplied(ack_id), so a topic change is
+    # answered once every handler (of every process of the broker) knows it
     ack_id: int = 0
 
 

@@ -1,0 +1,182 @@
+"""The single-node Controller answers a topic change once every handler applied it.
+
+Handlers serve DescribeConfigs and Metadata from their own copy of the topic table, which
+the controller sends each of them (MetadataUpdate). A client that changes a topic and then
+reads it on another connection (another handler) must see the change: the controller
+holds the answer until every handler, those of its own process included (they run on
+other threads and loops), acknowledged the new table with MetadataApplied; only a handler
+that never does (its process is restarting) is given up, after ACK_WAIT_NS, with a
+warning. A real Controller, PartitionShard and LogManager on a ManualClock here; recorders
+take the handlers' places, and the test says when each acknowledges.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from actors.controller import ACK_WAIT_NS, Controller
+from actors.core.log_dir import LogDir
+from actors.core.topic_store import TopicStore
+from actors.log_manager import LogManager
+from actors.partition_shard import PartitionShard
+from actors.purgatory import PurgatoryShard
+from actors.runtime.actor import Actor, handles
+from actors.runtime.address import Address
+from actors.runtime.config import Config
+from actors.runtime.node import Node
+from actors.topology import Topology
+from tests.fixtures.waiting import wait_for
+from wire.admin_messages import (
+    AlterTopicConfigs,
+    AlterTopicConfigsDone,
+    AlterTopicConfigsRow,
+    ConfigOpRow,
+)
+from wire.broker_messages import (
+    CreateTopicRow,
+    CreateTopics,
+    CreateTopicsDone,
+    DeleteTopicRow,
+    DeleteTopics,
+    DeleteTopicsDone,
+    GetStats,
+    MetadataApplied,
+    MetadataUpdate,
+    Schedule,
+)
+
+HANDLERS = 3
+SUBTRACT = 3
+
+
+class Recorder(Actor):
+    """A handler's (or the timer's, or the asking client's) place: keeps what comes."""
+
+    def setup(self) -> None:
+        self.got: list[Any] = []
+
+    @handles(MetadataUpdate, CreateTopicsDone, AlterTopicConfigsDone, DeleteTopicsDone,
+             Schedule)
+    def on_any(self, msg: Any) -> None:
+        self.got.append([type(msg).__name__, msg])
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> Any:
+        return list(self.got)
+
+
+def _got(node: Node, who: Address, kind: type) -> list[Any]:
+    """What ``who`` got of ``kind`` (an ask's answer carries the fields, rebuilt here)."""
+    return [kind(*fields) for name, fields in node.ask(who, GetStats())
+            if name == kind.__name__]
+
+
+def _start(node: Node, tmp_path: Path) -> tuple[Address, list[Address], Address]:
+    """The controller with its shard and log manager; handler-0 and handler-2 on threads
+    of their own, handler-1 in the controller's loop; and the asking client."""
+    topo = Topology(node.name, 1, HANDLERS, 1, 1, 1)
+    log_dir = LogDir.open(tmp_path / "logs")
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1,
+               clock=node.clock)
+    node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=Config(),
+               log_dir=log_dir, topics={}, broker_id=1, clock=node.clock)
+    node.spawn(PurgatoryShard, topo.purgatory(0).name, topology=topo, clock=node.clock)
+    node.spawn(Recorder, topo.timer.name)
+    controller = node.spawn(Controller, topo.controller.name, topology=topo, config=Config(),
+                            store=TopicStore.load(tmp_path / "logs"))
+    handlers = [node.spawn(Recorder, topo.handler(i).name,
+                           **({"host": controller.name} if i == 1 else {}))
+                for i in range(HANDLERS)]
+    client = node.spawn(Recorder, "client")
+    return controller, handlers, client
+
+
+def _updates(node: Node, handlers: list[Address], count: int) -> list[MetadataUpdate]:
+    """Every handler's ``count``-th MetadataUpdate, once all have one."""
+    def each() -> list[MetadataUpdate] | None:
+        got = [_got(node, h, MetadataUpdate) for h in handlers]
+        return [g[count - 1] for g in got] if all(len(g) >= count for g in got) else None
+
+    updates = wait_for(each, f"update {count} at every handler")
+    assert updates is not None
+    return updates
+
+
+def _ack(node: Node, controller: Address, handler: Address, update: MetadataUpdate) -> None:
+    """``handler`` applied ``update``: its MetadataApplied, from its address."""
+    assert update.ack_id, "the controller did not ask this handler to acknowledge"
+    node.tell(controller, MetadataApplied(update.ack_id), sender=handler.name)
+
+
+def _answered_after_every_ack(node: Node, controller: Address, handlers: list[Address],
+                              client: Address, count: int, kind: type) -> Any:
+    """The ``count``-th table reached every handler: the client's answer comes only with
+    the last handler's acknowledgement, whichever loop each runs in."""
+    updates = _updates(node, handlers, count)
+    for i, (handler, update) in enumerate(zip(handlers, updates, strict=True)):
+        node.quiesce()
+        assert _got(node, client, kind) == [], (
+            f"answered with {HANDLERS - i} handler(s) not acknowledging the new table")
+        _ack(node, controller, handler, update)
+    [answer] = wait_for(lambda: _got(node, client, kind), f"the {kind.__name__}")
+    return answer
+
+
+def test_a_topic_change_is_answered_once_every_handler_applied_it(
+        manual_node: Node, tmp_path: Path) -> None:
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow(
+        "t", 2, 1, {"cleanup.policy": "delete,compact"})]), sender=client.name)
+    created = _answered_after_every_ack(node, controller, handlers, client, 1,
+                                        CreateTopicsDone)
+    assert [r[1] for r in created.rows] == [0]
+    for update in _updates(node, handlers, 1):
+        assert update.topics["t"][1] == {"cleanup.policy": "delete,compact"}
+
+    # the CI case: SUBTRACT compact, then another handler's DescribeConfigs
+    node.tell(controller, AlterTopicConfigs(2, False, True, [AlterTopicConfigsRow(
+        "t", [ConfigOpRow("cleanup.policy", SUBTRACT, "compact")])]), sender=client.name)
+    altered = _answered_after_every_ack(node, controller, handlers, client, 2,
+                                        AlterTopicConfigsDone)
+    assert [r[1] for r in altered.rows] == [0]
+    for update in _updates(node, handlers, 2):
+        assert update.topics["t"][1] == {"cleanup.policy": "delete"}
+
+    node.tell(controller, DeleteTopics(3, [DeleteTopicRow("t")]), sender=client.name)
+    deleted = _answered_after_every_ack(node, controller, handlers, client, 3,
+                                        DeleteTopicsDone)
+    assert [r[1] for r in deleted.rows] == [0]
+    assert all("t" not in u.topics for u in _updates(node, handlers, 3))
+
+
+def test_a_handler_that_never_acknowledges_delays_the_answer_until_the_give_up(
+        manual_node: Node, tmp_path: Path) -> None:
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    try:
+        node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})]),
+                  sender=client.name)
+        updates = _updates(node, handlers, 1)
+        for handler, update in zip(handlers[:-1], updates, strict=False):
+            _ack(node, controller, handler, update)  # handler-2 never does (restarting)
+        wait_ms = ACK_WAIT_NS // 1_000_000
+        node.advance_clock(wait_ms - 1)
+        assert _got(node, client, CreateTopicsDone) == [], "given up before ACK_WAIT_NS"
+        assert not [ln for ln in lines if "answering anyway" in ln]
+        node.advance_clock(1)
+        [created] = wait_for(lambda: _got(node, client, CreateTopicsDone), "the answer")
+        assert [r[1] for r in created.rows] == [0]
+        [warning] = [ln for ln in lines if "answering anyway" in ln]
+        assert "1 handler(s)" in warning and str(handlers[2]) in warning, warning
+        # its late acknowledgement answers nothing twice
+        _ack(node, controller, handlers[2], updates[2])
+        node.quiesce()
+        assert len(_got(node, client, CreateTopicsDone)) == 1
+    finally:
+        logger.remove(sink)

@@ -261,6 +261,31 @@ class AlterPartitionResponse(NamedTuple):
     partitions: list[AlterPartitionResult]
 
 
+@message(420)
+class LogDirEventNotification(NamedTuple):
+    """Node -> controller: the storage of these replicas failed (an fsync failed, or a log
+    reopened below the high watermark it had): answered KAFKA_STORAGE_ERROR, they are
+    offline replicas (Kafka's /log_dir_event_notification znode, whose controller then
+    finds them by the KAFKA_STORAGE_ERROR of a LeaderAndIsr; here the node names them).
+    The controller takes them out of their ISRs and elects another leader where one led,
+    at a new leader epoch, so no follower truncates to a log that lost acknowledged
+    records; the node follows again, out of the ISR, once its log is open."""
+
+    req_id: int
+    broker_id: int
+    broker_epoch: int
+    partitions: list[TopicPartitionRow]
+
+
+@message(421)
+class LogDirEventNotificationResponse(NamedTuple):
+    """``error_code`` NONE once the controller took the replicas offline (and wrote the new
+    states), else why not (NOT_CONTROLLER, STALE_BROKER_EPOCH): the node sends it again."""
+
+    req_id: int
+    error_code: int
+
+
 # ------------------------------------------- inside one node (cluster mode)
 
 

@@ -89,6 +89,8 @@ from actors.core.controller_events import (
     NewTopicsFound,
     PartitionResult,
     RemoveTopicDeletionMarkers,
+    ReplicasOffline,
+    ReplicasOfflineResult,
     Reply,
     RequestId,
     ResignController,
@@ -294,6 +296,8 @@ class ControllerCore:
             self._on_alter_partition(event)
         elif isinstance(event, ControlledShutdownRequest):
             self._on_controlled_shutdown(event)
+        elif isinstance(event, ReplicasOffline):
+            self._on_replicas_offline(event)
         elif isinstance(event, ElectLeaders):
             self._on_elect_leaders(event)
         elif isinstance(event, AutoLeaderRebalance):
@@ -319,6 +323,8 @@ class ControllerCore:
             self._reply(event.request_id, ControlledShutdownResult(not_controller, message))
         elif isinstance(event, AlterPartitionRequest):
             self._reply(event.request_id, AlterPartitionResult(not_controller))
+        elif isinstance(event, ReplicasOffline):
+            self._reply(event.request_id, ReplicasOfflineResult(not_controller))
         elif isinstance(event, ElectLeaders) and event.request_id is not None:
             self._reply(event.request_id, ElectLeadersResult(not_controller))
         # Anything else (notices, late write outcomes) means nothing to a standby.
@@ -1274,6 +1280,79 @@ class ControllerCore:
             return (ErrorCode.INELIGIBLE_REPLICA,
                     f"replicas {ineligible} of {tp} are not live brokers and cannot join the ISR")
         return None
+
+    # ---------------------------------------------------------- offline replicas
+    def _on_replicas_offline(self, event: ReplicasOffline) -> None:
+        """Kafka's onReplicasBecomeOffline for a broker whose storage failed (its log dir
+        event): each named replica becomes OfflineReplica, leaves the ISR, and where it
+        led, the first other live ISR member in assignment order leads at leader epoch + 1.
+        Then the broker, whose log reopened, gets its role like every replica (OnlineReplica
+        again): a follower out of the ISR, which truncates to the new leader and catches up
+        before the leader takes it back. Nobody else in the ISR: it leads on, at a new
+        leader epoch, with an ISR of itself (no other replica has every acknowledged
+        record, and its followers truncate to its log either way)."""
+        broker_id = event.broker_id
+        broker = self.brokers.get(broker_id)
+        if broker is None or broker.epoch != event.broker_epoch:
+            self._reply(event.request_id, ReplicasOfflineResult(
+                int(ErrorCode.STALE_BROKER_EPOCH)))
+            return
+        results: dict[TopicPartition, PartitionResult] = {}
+        acting: list[TopicPartition] = []
+        for tp in dict.fromkeys(event.partitions):
+            if tp.topic not in self.topics or tp not in self.states or tp.topic in self.deleting \
+                    or broker_id not in self.assignment(tp):
+                results[tp] = PartitionResult(
+                    tp, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                    f"broker {broker_id} hosts no replica of {tp} to take offline")
+                continue
+            if self.replica_fsm.can_move((tp, broker_id), _R.OFFLINE):
+                self._move_replica(tp, broker_id, _R.OFFLINE)
+            acting.append(tp)
+        self._requests[event.request_id] = _Request(
+            event.request_id, lambda _reason: ReplicasOfflineResult(int(ErrorCode.NOT_CONTROLLER)))
+
+        def done(outcomes: dict[TopicPartition, Outcome]) -> None:
+            self._requests.pop(event.request_id, None)
+            for tp in acting:
+                outcome = outcomes.get(tp)
+                state = self.states.get(tp)
+                if outcome is None or isinstance(outcome, LeaderAndIsr):
+                    if self.replica_fsm.can_move((tp, broker_id), _R.ONLINE) \
+                            and broker_id in self.brokers:
+                        # its new role went out with the state (or its role did not change)
+                        self._move_replica(tp, broker_id, _R.ONLINE)
+                    results[tp] = PartitionResult(tp, int(ErrorCode.NONE), None, state)
+                else:
+                    results[tp] = PartitionResult(
+                        tp, int(ErrorCode.KAFKA_STORAGE_ERROR), outcome, state)
+            failed = any(r.error_code == int(ErrorCode.KAFKA_STORAGE_ERROR)
+                         for r in results.values())
+            self._reply(event.request_id, ReplicasOfflineResult(
+                int(ErrorCode.KAFKA_STORAGE_ERROR) if failed else int(ErrorCode.NONE),
+                tuple(results[tp] for tp in dict.fromkeys(event.partitions))))
+
+        self._change_partitions(acting, self._offline_replica_rule(broker_id), done)
+
+    def _offline_replica_rule(self, broker_id: int) -> Rule:
+        def rule(tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | None:
+            if tp.topic in self.deleting:
+                return None
+            others = tuple(r for r in current.isr if r != broker_id)
+            if current.leader != broker_id:
+                if broker_id not in current.isr or not others:
+                    return None
+                return current.new_leader_and_isr(current.leader, others, self.epoch)
+            assignment = self.assignment(tp)
+            leader = offline_leader(assignment, others, self.eligible() - {broker_id})
+            if leader is None:
+                # a live ISR member shutting down still has every acknowledged record
+                leader = offline_leader(assignment, others, set(self.brokers) - {broker_id})
+            if leader is None:
+                return current.new_leader_and_isr(broker_id, (broker_id,), self.epoch)
+            return current.new_leader_and_isr(leader, others, self.epoch)
+
+        return rule
 
     # ----------------------------------------------------------- controlled shutdown
     def _on_controlled_shutdown(self, event: ControlledShutdownRequest) -> None:

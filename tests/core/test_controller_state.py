@@ -32,6 +32,8 @@ from actors.core.controller_events import (
     IsrProposal,
     NewPartitions,
     NewTopic,
+    ReplicasOffline,
+    ReplicasOfflineResult,
     StopReplicaDone,
     TopicConfigsChanged,
 )
@@ -376,6 +378,68 @@ def test_controlled_shutdown_reports_what_it_could_not_move() -> None:
     gone = c.request(lambda rid: ControlledShutdownRequest(rid, 2, 0))
     assert isinstance(gone, ControlledShutdownResult)
     assert gone.error_code == ErrorCode.BROKER_NOT_AVAILABLE
+
+
+# ------------------------------------------------------------ offline replicas
+def test_a_leader_whose_storage_failed_is_replaced_by_the_next_isr_member() -> None:
+    """Kafka's log dir event: a leader's replica goes offline, so the first other ISR
+    member leads at leader epoch + 1 (a follower of the old leader epoch never truncates to
+    the broken log), the broker leaves the ISR and is told its new role (a follower)."""
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    tp = TP("t", 0)
+    ctl = c.controller
+    mark = len(ctl.sent)
+    result = c.request(lambda rid: ReplicasOffline(rid, 1, c.epoch_of(1), (tp,)))
+    assert isinstance(result, ReplicasOfflineResult) and result.error_code == ErrorCode.NONE
+    assert codes(result) == [ErrorCode.NONE]
+    assert c.state("t", 0) == LeaderAndIsr(2, 1, (2, 3), 1, 1)
+    assert result.partitions[0].state == LeaderAndIsr(2, 1, (2, 3), 1, 1)
+    # every replica learns the new leader, the failed one too (it follows, out of the ISR)
+    rows = leader_and_isr_rows(ctl, mark)
+    assert {b for b, _ in rows} == {1, 2, 3}
+    assert {(r.leader, r.leader_epoch, tuple(r.isr)) for _, r in rows} == {(2, 1, (2, 3))}
+    # told its role, the replica is online again (its log reopened: it follows)
+    assert ctl.core.replica_fsm.state((tp, 1)) is ReplicaState.ONLINE
+
+
+def test_a_follower_whose_storage_failed_leaves_the_isr() -> None:
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3), 1: (2, 3, 1)})
+    result = c.request(lambda rid: ReplicasOffline(rid, 3, c.epoch_of(3),
+                                                   (TP("t", 0), TP("t", 1))))
+    assert codes(result) == [ErrorCode.NONE, ErrorCode.NONE]
+    assert c.state("t", 0) == LeaderAndIsr(1, 1, (1, 2), 1, 1)
+    assert c.state("t", 1) == LeaderAndIsr(2, 1, (2, 1), 1, 1)
+    # reported again (the first answer lost): out of the ISR already, nothing written
+    again = c.request(lambda rid: ReplicasOffline(rid, 3, c.epoch_of(3), (TP("t", 0),)))
+    assert codes(again) == [ErrorCode.NONE] and c.state("t", 0).version == 1
+
+
+def test_a_failed_leader_alone_in_its_isr_leads_on_at_a_new_leader_epoch() -> None:
+    """Nobody else has every acknowledged record: it leads on, at a new leader epoch and
+    an ISR of itself (the replica it answers for takes that role, and serves again)."""
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    c.request(lambda rid: AlterPartitionRequest(rid, 1, c.epoch_of(1), (
+        IsrProposal(TP("t", 0), 0, (1,), 0),)))
+    assert c.state("t", 0).isr == (1,)
+    result = c.request(lambda rid: ReplicasOffline(rid, 1, c.epoch_of(1), (TP("t", 0),)))
+    assert codes(result) == [ErrorCode.NONE]
+    assert c.state("t", 0) == LeaderAndIsr(1, 1, (1,), 1, 2)
+
+
+def test_a_failed_replica_report_is_fenced_on_the_broker_epoch_and_the_controllership() -> None:
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    stale = c.request(lambda rid: ReplicasOffline(rid, 1, c.epoch_of(1) - 1, (TP("t", 0),)))
+    assert stale == ReplicasOfflineResult(int(ErrorCode.STALE_BROKER_EPOCH))
+    unknown = c.request(lambda rid: ReplicasOffline(rid, 1, c.epoch_of(1), (TP("x", 0),)))
+    assert codes(unknown) == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    assert c.state("t", 0) == LeaderAndIsr(1, 0, (1, 2, 3), 1, 0)  # nothing changed
+    standby = c.add_candidate(200, elect=False)
+    standby.driver.feed(ReplicasOffline(("x", 1), 1, c.epoch_of(1), (TP("t", 0),)))
+    assert standby.replies == [(("x", 1), ReplicasOfflineResult(int(ErrorCode.NOT_CONTROLLER)))]
 
 
 # ---------------------------------------------------------------- ISR changes

@@ -38,6 +38,8 @@ SAMPLES: list[Any] = [
     cm.AlterPartition(18, 2, 4294967300, [cm.AlterPartitionItem("orders", 0, 12, [2], 31)]),
     cm.AlterPartitionResponse(18, 0, [cm.AlterPartitionResult("orders", 0, 0, 2, 12, [2], 32),
                                       cm.AlterPartitionResult("orders", 1, 95, -1, -1, [], -1)]),
+    cm.LogDirEventNotification(19, 2, 4294967300, [cm.TopicPartitionRow("orders", 0)]),
+    cm.LogDirEventNotificationResponse(19, 0),
     cm.BrokerRegistered(2, 4294967300),
     cm.ProcessStarted(1, True),
     cm.ShardRestarted(3),

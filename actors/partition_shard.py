@@ -132,12 +132,17 @@ ROLES_HELD_LOGGED = 10
 class Hosted:
     """A partition a shard hosts, as kept across a crash restart (``setup`` rebuilds the
     rest): its topic's configs, whether it is a single node's (it leads alone) or a
-    cluster's (the controller gives its role), and the offsets its log had when
-    ``teardown`` closed it (None before that: the log dir's checkpoints hold them)."""
+    cluster's (the controller gives its role), the offsets its log had when
+    ``teardown`` closed it (None before that: the log dir's checkpoints hold them), and
+    whether its storage failed (``storage_failed``)."""
 
     configs: dict[str, str]
     leader_alone: bool
     offsets: CheckpointRow | None = None
+    # Why its storage failed (a flush failed, or its log reopened below the high watermark
+    # it had), in a cluster: until the controller gave it a role out of the ISR, it takes
+    # no role that counts it in the ISR (its log may lack acknowledged records)
+    storage_failed: str | None = None
 
 
 class PartitionShard(Actor):
@@ -257,6 +262,7 @@ class PartitionShard(Actor):
         self.flush_failures_logged.discard(key)
         hosted = self.hosted.get(key)
         offsets = hosted.offsets if hosted is not None else None
+        storage_failed = hosted.storage_failed if hosted is not None else None
         if offsets is not None:
             # Reopened after a crash: the offsets its log had when teardown closed it.
             # The log dir's are from start-up (the LogManager keeps the newer ones), and
@@ -280,7 +286,19 @@ class PartitionShard(Actor):
                                 if leader_alone else
                                 PartitionState.hosted(log, self.broker_id, min_isr,
                                                       self.lag_time_max_ms))
-        self.hosted[key] = Hosted(dict(configs), leader_alone)
+        if log.log_end_offset < high_watermark:
+            # what it acknowledged (or a leader told it was) is not all in its log: lost
+            # with the storage (the pages a failed fsync dropped, a crash's unflushed tail)
+            lost = (f"its log reopened at log end {log.log_end_offset}, below the high "
+                    f"watermark {high_watermark} it had")
+            if leader_alone:
+                # nobody to fail over to: it serves on, and says so
+                self.log.error("{}-{}: {}: the acknowledged records from offset {} are lost",
+                               topic, partition, lost, log.log_end_offset)
+            else:
+                storage_failed = lost
+        self.hosted[key] = Hosted(dict(configs), leader_alone,
+                                  storage_failed=None if leader_alone else storage_failed)
         self.log.debug("opened {}-{} at LEO {} HW {}", topic, partition, log.log_end_offset,
                        log.high_watermark)
 
@@ -332,6 +350,13 @@ class PartitionShard(Actor):
                 clean = False  # closed as a crash leaves it: the next start scans it
             row = self._offset_row(state)
             hosted = self.hosted.get(key)
+            if hosted is not None and not hosted.leader_alone and (
+                    not closed or state.log.flush_failed is not None):
+                # its unflushed records may be gone (a failed fsync may drop the pages it
+                # did not write): reopened, it waits for a role out of the ISR
+                hosted.storage_failed = (f"a flush failed ({state.log.flush_failed})"
+                                         if state.log.flush_failed is not None
+                                         else "closing its log failed")
             if hosted is not None:
                 # what a restart after a crash reopens it with (its recovery point is
                 # only what was flushed: a failed close leaves the rest to the scan)
@@ -1239,6 +1264,10 @@ class PartitionShard(Actor):
                 rows.append(PartitionErrorRow(row.topic, row.partition,
                                               int(ErrorCode.KAFKA_STORAGE_ERROR)))
                 continue
+            if self._storage_refuses(row.topic, row.partition, row.leader, list(row.isr)):
+                rows.append(PartitionErrorRow(row.topic, row.partition,
+                                              int(ErrorCode.KAFKA_STORAGE_ERROR)))
+                continue
             state = self.partitions[key]
             self.roles_given.add(key)
             was_leader = state.is_leader
@@ -1263,6 +1292,32 @@ class PartitionShard(Actor):
                           len(held_already), msg.req_id, shown,
                           f" and {more} more" if more > 0 else "")
         self.reply(BecameLeaderOrFollower(msg.req_id, rows))
+
+    def _storage_refuses(self, topic: str, partition: int, leader: int,
+                         isr: list[int]) -> bool:
+        """A replica whose storage failed takes no role that counts it in the ISR (leading,
+        or following in the ISR): its log may lack records the ISR acknowledged, which a
+        follower would truncate to, or an election from the ISR would lose. Refused
+        (answered KAFKA_STORAGE_ERROR), the ReplicaManager tells the controller, which
+        takes it out of the ISR and elects another leader. A role out of the ISR, or
+        leading an ISR of itself alone (nobody else has more), is taken: the mark goes,
+        and it truncates to its leader and catches up as any follower."""
+        hosted = self.hosted.get((topic, partition))
+        if hosted is None or hosted.storage_failed is None:
+            return False
+        me = self.broker_id
+        if (leader != me and me not in isr) or (leader == me and list(isr) == [me]):
+            self.log.info("{}-{}: its storage failed ({}); it takes the role {} and serves "
+                          "again", topic, partition, hosted.storage_failed,
+                          "out of the ISR" if leader != me else "of an ISR of itself alone")
+            hosted.storage_failed = None
+            return False
+        self.replication["storage_refused"] = self.replication.get("storage_refused", 0) + 1
+        self.log.warning("{}-{}: its storage failed ({}): the role {} ISR {} refused "
+                         "(KAFKA_STORAGE_ERROR) until the controller elects without it",
+                         topic, partition, hosted.storage_failed,
+                         "leading" if leader == me else f"following {leader} in the", isr)
+        return True
 
     @handles(RestoreRoles)
     def on_restore_roles(self, msg: RestoreRoles) -> None:
@@ -1295,6 +1350,11 @@ class PartitionShard(Actor):
             try:
                 self._open(role.topic, role.partition, configs, now, leader_alone=False)
                 state = self.partitions[key]
+                if self._storage_refuses(role.topic, role.partition, role.leader,
+                                         list(role.isr)):
+                    outcomes.append(PartitionErrorRow(role.topic, role.partition,
+                                                      int(ErrorCode.KAFKA_STORAGE_ERROR)))
+                    continue
                 self._restore_role(state, row, now)
                 self.roles_given.add(key)
             except Exception:

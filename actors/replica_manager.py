@@ -105,6 +105,8 @@ from wire.cluster_messages import (
     CoordinatorPartitions,
     LeaderAndIsr,
     LeaderAndIsrResponse,
+    LogDirEventNotification,
+    LogDirEventNotificationResponse,
     PartitionErrorRow,
     PendingIsrRow,
     ProcessStarted,
@@ -119,6 +121,7 @@ from wire.cluster_messages import (
     UpdateMetadata,
     UpdateMetadataResponse,
 )
+from wire.cluster_messages import TopicPartitionRow as OfflineReplicaRow
 from wire.errors import ErrorCode
 from wire.replication_messages import (
     AddFetcherPartitions,
@@ -140,6 +143,9 @@ RESTORE_OVERDUE_MS = 30_000
 # it again to the shards still to answer (a message to a shard in another process can be
 # lost without a restart of the shard), then again each time it is this long overdue
 SHARDS_OVERDUE_MS = 30_000
+# a LogDirEventNotification unanswered this long (or refused: no controller known, a new
+# one) is sent again, with every failed replica not taken offline yet
+LOG_DIR_EVENT_RETRY_MS = 3000
 # requests held before this node's registration is known, at most (the oldest is dropped:
 # the controller's channel sends what it does not get answered again)
 HELD_MAX = 64
@@ -268,6 +274,19 @@ class ReplicaManager(Actor):
         # acks=all produces and the high watermark
         self.isr_pending: dict[int, tuple[list[IsrProposalRow], int]] = getattr(
             self, "isr_pending", {})
+        # Replicas whose storage failed (a shard answered KAFKA_STORAGE_ERROR for them), not
+        # taken offline by the controller yet -> the failure's number (a later failure of
+        # the same replica is reported anew, whatever an answer to the earlier one says);
+        # the LogDirEventNotification on its way (req id, what it carried), and when it is
+        # sent again. Kept over a restart of this actor: forgotten, a failed leader's
+        # partition stayed without a leader until the controller's next change of it
+        self.storage_failed: dict[TopicPartition, int] = getattr(self, "storage_failed", {})
+        self.storage_failures: Iterator[int] = getattr(self, "storage_failures", None) \
+            or itertools.count(1)
+        self.log_dir_event: tuple[int, dict[TopicPartition, int]] | None = getattr(
+            self, "log_dir_event", None)
+        self.log_dir_event_due_ms: int | None = getattr(self, "log_dir_event_due_ms", None)
+        self.log_dir_events_sent = getattr(self, "log_dir_events_sent", 0)
         self.num_fetchers = int(self.config["num.replica.fetchers"])
         self.fetcher_config = FetcherConfig(
             replica_id=self.broker_id,
@@ -467,6 +486,8 @@ class ReplicaManager(Actor):
         for row in msg.rows:
             if row.error_code != NONE:
                 self._role_refused(entry, row.topic, row.partition, row.error_code)
+        self._storage_failed([TopicPartition(r.topic, r.partition) for r in msg.rows
+                              if r.error_code == int(ErrorCode.KAFKA_STORAGE_ERROR)])
         assert self.current_sender is not None
         self._shard_done(msg.req_id, entry, self.current_sender)
 
@@ -721,6 +742,8 @@ class ReplicaManager(Actor):
         deadlines = [w.deadline_ms for w in self.waiters]
         deadlines += [deadline for _rows, deadline in self.isr_pending.values()]
         deadlines += self.restore_overdue_ms.values()
+        if self.log_dir_event_due_ms is not None:
+            deadlines.append(self.log_dir_event_due_ms)
         if not deadlines:
             return None
         return max(0, min(deadlines) - self.clock.now_ms())
@@ -732,6 +755,9 @@ class ReplicaManager(Actor):
             self._expire_isr_proposals(self.clock.now_ms())
         if self.restore_overdue_ms:
             self._report_overdue_restores(self.clock.now_ms())
+        if self.log_dir_event_due_ms is not None \
+                and self.clock.now_ms() >= self.log_dir_event_due_ms:
+            self._report_storage_failed()
 
     # ------------------------------------------------------------ the others
     def _coordinators(self, elected: list[CoordinatorPartitionRow], resigned: list[int]) -> None:
@@ -847,6 +873,60 @@ class ReplicaManager(Actor):
             req_id, self.broker_id, self.fencing.broker_epoch,
             [AlterPartitionItem(r.topic, r.partition, r.leader_epoch, list(r.new_isr),
                                 r.partition_epoch) for r in msg.rows]))
+
+    # ------------------------------------------------------------ failed storage
+    def _storage_failed(self, tps: list[TopicPartition]) -> None:
+        """Replicas a shard answered KAFKA_STORAGE_ERROR for: their logs' storage failed (a
+        failed fsync restarted the shard, a log reopened below the high watermark it had,
+        or it would not open). The shard refuses them every role that would count them
+        in the ISR; the controller is told (Kafka's log dir event), takes them out of
+        the ISR and elects another leader where this node led."""
+        if not tps:
+            return
+        for tp in tps:
+            self.storage_failed[tp] = next(self.storage_failures)
+        self.log.warning("the storage of {} failed: reported to the controller as offline "
+                         "replicas (KAFKA_STORAGE_ERROR)", ", ".join(map(str, tps)))
+        if self.log_dir_event is None:
+            self._report_storage_failed()
+
+    def _report_storage_failed(self) -> None:
+        """Send the controller every failed replica not taken offline yet (one request on
+        its way at most; sent again at its deadline, with what failed since)."""
+        self.log_dir_event = None
+        self.log_dir_event_due_ms = None
+        if not self.storage_failed:
+            return
+        now_ms = self.clock.now_ms()
+        self.log_dir_event_due_ms = now_ms + LOG_DIR_EVENT_RETRY_MS
+        controller = self.fencing.controller_id
+        if controller is None or controller < 0 or not self.fencing.registered:
+            return  # no controller known yet: tried again at the deadline
+        req_id = next(self.req_ids)
+        carried = dict(self.storage_failed)
+        self.log_dir_event = (req_id, carried)
+        self.log_dir_events_sent += 1
+        self.tell(self._controller_address(controller), LogDirEventNotification(
+            req_id, self.broker_id, self.fencing.broker_epoch,
+            [OfflineReplicaRow(tp.topic, tp.partition) for tp in sorted(carried)]))
+
+    @handles(LogDirEventNotificationResponse)
+    def on_log_dir_event_response(self, msg: LogDirEventNotificationResponse) -> None:
+        if self.log_dir_event is None or self.log_dir_event[0] != msg.req_id:
+            return  # an answer to one sent again since
+        _req_id, carried = self.log_dir_event
+        if msg.error_code != NONE:
+            self.log.warning("the controller did not take the failed replicas offline ({}): "
+                             "told again in {} ms", ErrorCode(msg.error_code).name,
+                             LOG_DIR_EVENT_RETRY_MS)
+            self.log_dir_event = None  # the deadline sends it again
+            return
+        for tp, failure in carried.items():
+            if self.storage_failed.get(tp) == failure:
+                del self.storage_failed[tp]
+        self.log.info("the controller took {} offline (out of the ISR, led elsewhere)",
+                      ", ".join(map(str, sorted(carried))))
+        self._report_storage_failed()
 
     def _controller_address(self, controller: int) -> Address:
         node = self.node.name if controller == self.broker_id else broker_node_name(controller)
@@ -1064,6 +1144,8 @@ class ReplicaManager(Actor):
             return
         outcomes = {(r.topic, r.partition): r.error_code for r in msg.rows}
         self._restore_outcomes(sent, outcomes)
+        self._storage_failed([TopicPartition(r.topic, r.partition) for r in msg.rows
+                              if r.error_code == int(ErrorCode.KAFKA_STORAGE_ERROR)])
         for req_id, entry in sorted(self.pending.items()):
             if req_id > msg.req_id or shard not in entry.waiting:
                 continue
@@ -1202,6 +1284,9 @@ class ReplicaManager(Actor):
             "fetchers": sorted(set(self.fetched_by.values())),
             "fetchers_stopped": self.fetchers_stopped,
             "isr_pending": len(self.isr_pending),
+            # replicas whose storage failed, not taken offline by the controller yet
+            "storage_failed": sorted(str(tp) for tp in self.storage_failed),
+            "log_dir_events_sent": self.log_dir_events_sent,
             "processes_restarted": self.processes_restarted,
             "shards_restarted": self.shards_restarted,
             "restoring": len(self.restoring),

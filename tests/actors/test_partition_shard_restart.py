@@ -19,11 +19,19 @@ the high watermark never goes over a smaller ISR than the one the controller
 may elect from. A LeaderAndIsr whose application died is answered once the
 restore is (the controller, the coordinators and the fetchers learn it), and the
 fetchers follow the restored roles, not the last applied ones.
+
+A partition whose storage failed (its fsync failed, made to fail at the call here,
+and lost what was not synced) is not restored to a role that counts it in the ISR:
+the shard answers KAFKA_STORAGE_ERROR, the ReplicaManager tells the controller
+(LogDirEventNotification), and a role out of the ISR has it follow again. A single
+node, with nobody to fail over to, leads on and logs what it lost.
 """
 
 from __future__ import annotations
 
 import copy
+import errno
+import os
 import threading
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -84,6 +92,8 @@ from wire.cluster_messages import (
     LeaderAndIsrPartition,
     LeaderAndIsrResponse,
     LiveLeaderRow,
+    LogDirEventNotification,
+    LogDirEventNotificationResponse,
     PartitionErrorRow,
     PendingIsrRow,
     ReplicaStateRow,
@@ -100,6 +110,9 @@ from wire.cluster_messages import (
 from wire.errors import ErrorCode
 from wire.replication_messages import (
     AddFetcherPartitions,
+    FollowerApplied,
+    FollowerApply,
+    FollowerApplyRow,
     IsrProposalRow,
     ProposeIsr,
     RemoveFetcherPartitions,
@@ -122,7 +135,8 @@ class Recorder(Actor):
     @handles(AppendDone, ShardDone, ReadDone, FetchReady, LeaderAndIsrResponse, Schedule,
              Cancel, AddFetcherPartitions, RemoveFetcherPartitions, AlterPartition,
              ReplicaReadDone, ProduceReady, StopReplicaResponse, BecameLeaderOrFollower,
-             RolesRestored, CoordinatorPartitions, TxnCoordinatorPartitions)
+             RolesRestored, CoordinatorPartitions, TxnCoordinatorPartitions,
+             LogDirEventNotification, FollowerApplied)
     def on_any(self, msg: Any) -> None:
         self.got.append([type(msg).__name__, msg])
 
@@ -1482,3 +1496,153 @@ def test_a_failed_delete_fails_only_its_own_partition(node: Node, tmp_path: Path
         assert (tmp_path / "c-0").is_dir()
     # once it can be, the shard deletes c-0 by itself
     wait_for(lambda: not list(tmp_path.glob("c-0*")), "c-0 deleted", timeout=10)
+
+
+# ------------------------------------------------------------------ failed storage
+def _fsync_fails_and_loses_the_unsynced(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                        partition_dir: str) -> dict[str, int]:
+    """Once armed, the next fsync of a log file of ``partition_dir`` fails (EIO), and the
+    bytes written since that file's last good fsync are gone (a failed writeback drops
+    its pages: what the reopen reads ends where the disk has it)."""
+    real = os.fsync
+    synced: dict[str, int] = {}
+    state = {"armed": 0, "failed": 0}
+
+    def fsync(fd: int) -> None:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        if state["armed"] and target.startswith(str(tmp_path / partition_dir)) \
+                and target.endswith(".log"):
+            state["armed"] = 0
+            state["failed"] += 1
+            os.truncate(target, synced.get(target, 0))
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real(fd)
+        synced[target] = os.fstat(fd).st_size
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return state
+
+
+def _log_dir_event(c: Cluster, count: int = 1) -> Any:
+    events = wait_for(lambda: _got(c.node, c.controller, "LogDirEventNotification")[count - 1:],
+                      "the controller told of the failed storage")
+    return events[0]
+
+
+def test_a_leader_whose_fsync_failed_and_lost_acknowledged_records_leads_no_more(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """c-0's leader (broker 1, leader epoch 3, ISR [1, 2]) acknowledged two records (high
+    watermark 2: broker 2 has them); its fsync fails, the lost pages take them from its
+    log, and the shard restarts and reopens it empty. Restored as leader at leader epoch 3,
+    its follower's fetch was told to truncate to 0: acknowledged records lost from the
+    whole cluster. Now it refuses the role (KAFKA_STORAGE_ERROR), the controller is told
+    (LogDirEventNotification), nobody is told to truncate, and the new leader's role (2,
+    leader epoch 4, ISR [2]) makes it a follower that fetches from 2."""
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "c-0")
+    c = _cluster(node, tmp_path, [1, 2])
+    shard, handler = c.shard, c.handler
+    assert _append(node, shard, handler, 1, "c", [b"c1"])[1][0][2] == NONE
+    assert _append(node, shard, handler, 2, "c", [b"c2"])[1][0][2] == NONE
+    _follower_fetch(c, 3, 2)
+    wait_for(lambda: _stats(node, shard)["partitions"]["c-0"] == [0, 2, 2], "HW 2")
+
+    failing["armed"] = 1
+    node.tell(shard, Flush())
+    wait_for(lambda: node.actors[shard.name].crashes == 1, "the shard's restart")
+    assert failing["failed"] == 1
+    _restored(c)
+
+    stats = _stats(node, shard)
+    assert stats["partitions"]["c-0"] == [0, 0, 0], "the reopen found the records"
+    assert stats["leaders"] == [], "a log that lost acknowledged records leads again"
+    assert stats["replication"]["storage_refused"] == 1
+    event = _log_dir_event(c)
+    assert (event[1], event[2], [tuple(r) for r in event[3]]) == (1, 5, [("c", 0)])
+    # broker 2, which has both records at leader epoch 3, is not told to truncate
+    node.tell(shard, ReplicaRead(4, 2, 1 << 20, [ReplicaReadRow("c", 0, 2, 3, 3, 1 << 20, 0)]),
+              sender=handler.name)
+    [read] = wait_for(lambda: [r for r in _got(node, handler, "ReplicaReadDone") if r[0] == 4],
+                      "broker 2's fetch")
+    [row] = read[1]
+    assert row[2] == int(ErrorCode.NOT_LEADER_OR_FOLLOWER) and row[6:8] == [-1, -1]
+    assert node.ask(c.manager, GetStats())["storage_failed"] == ["c-0"]
+
+    # the controller took it offline and elected broker 2 at leader epoch 4
+    node.tell(c.manager, LogDirEventNotificationResponse(event[0], NONE), sender=c.controller.name)
+    wait_for(lambda: node.ask(c.manager, GetStats())["storage_failed"] == [],
+             "the failed replica taken offline")
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 2, 4, [2], 5, [1, 2], False))
+    [response] = wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[1:],
+                          "the LeaderAndIsr answer")
+    assert [tuple(r) for r in response[2]] == [("c", 0, NONE)]
+    stats = _stats(node, shard)
+    assert stats["leaders"] == []
+    assert [m[8] for m in stats["metrics"] if m[0] == "c"] == [False]  # it has a leader
+    added = wait_for(lambda: [a for a in _got(node, c.fetcher, "AddFetcherPartitions")
+                              if a[0][0][:2] == ["c", 0]], "c-0 fetched from broker 2")
+    assert added[-1][0] == [["c", 0, 2, 4]]  # from broker 2, at leader epoch 4
+
+
+def test_a_follower_whose_fsync_failed_waits_out_of_the_isr(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """f-0's follower (broker 1, in the ISR [2, 1] of leader 2) had the leader's record
+    (high watermark 1); its fsync fails and the record is lost. Counted in the ISR it could
+    be elected without it, so it takes no role in the ISR: the controller is told, and a
+    role out of the ISR (leader epoch 8) has it fetch again."""
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "f-0")
+    c = _cluster(node, tmp_path, [1, 2])
+    batch = build_batch([b"f1"], base_offset=0, partition_leader_epoch=7)
+    node.tell(c.shard, FollowerApply(1, [FollowerApplyRow("f", 0, 7, batch, 1, 0, 1, -1, -1,
+                                                          -1)]), sender=c.handler.name)
+    wait_for(lambda: _stats(node, c.shard)["partitions"]["f-0"] == [0, 1, 1], "f-0 at HW 1")
+
+    failing["armed"] = 1
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the shard's restart")
+    assert failing["failed"] == 1
+    _restored(c)
+
+    assert _stats(node, c.shard)["partitions"]["f-0"] == [0, 0, 0]
+    event = _log_dir_event(c)
+    assert [tuple(r) for r in event[3]] == [("f", 0)]
+    assert node.ask(c.manager, GetStats())["following"] == [], "f-0 followed in the ISR"
+    node.tell(c.manager, LogDirEventNotificationResponse(event[0], NONE), sender=c.controller.name)
+    _lai(c, 1, LeaderAndIsrPartition("f", 0, 1, 2, 8, [2], 10, [2, 1], False))
+    [response] = wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[1:],
+                          "the LeaderAndIsr answer")
+    assert [tuple(r) for r in response[2]] == [("f", 0, NONE)]
+    # followed again (its idle fetcher stopped when the restore left it without a role)
+    wait_for(lambda: node.ask(c.manager, GetStats())["following"] == ["f-0"], "f-0 followed")
+    assert "f-0" in node.ask(c.manager, GetStats())["fetched_by"]
+
+
+def test_a_single_nodes_leader_reopened_below_its_high_watermark_says_what_it_lost(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A single node has nobody to fail over to: its log, reopened empty after the failed
+    fsync lost the two records it acknowledged, leads on, and its log says they are lost."""
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "a-0")
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    log_dir = LogDir.open(tmp_path)
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1,
+               clock=node.clock)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=Config(),
+                       log_dir=_snapshot(log_dir), topics={"a": TopicEntry(1, {})},
+                       broker_id=1, clock=node.clock)
+    node.spawn(PurgatoryShard, topo.purgatory(0).name, topology=topo, clock=node.clock)
+    node.spawn(Recorder, topo.timer.name)
+    handler = node.spawn(Recorder, "handler-0")
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="ERROR")
+    try:
+        assert _append(node, shard, handler, 1, "a", [b"a1", b"a2"], acks=-1)[1][0][2] == NONE
+        assert _stats(node, shard)["partitions"]["a-0"] == [0, 2, 2]
+        failing["armed"] = 1
+        node.tell(shard, Flush())
+        wait_for(lambda: node.actors[shard.name].crashes == 1, "the shard's restart")
+        stats = _stats(node, shard)
+    finally:
+        logger.remove(sink)
+    assert failing["failed"] == 1
+    assert stats["partitions"]["a-0"] == [0, 0, 0] and stats["leaders"] == ["a-0"]
+    assert [line for line in lines if "a-0: its log reopened at log end 0, below the high "
+            "watermark 2 it had: the acknowledged records from offset 0 are lost" in line]

@@ -143,6 +143,9 @@ class Hosted:
     # it had), in a cluster: until the controller gave it a role out of the ISR, it takes
     # no role that counts it in the ISR (its log may lack acknowledged records)
     storage_failed: str | None = None
+    # the leader epoch it held then (-1: not known, a process restarted): a role at it or
+    # older, or restored, is the controller's word from before the failure
+    failed_epoch: int = -1
 
 
 class PartitionShard(Actor):
@@ -263,6 +266,7 @@ class PartitionShard(Actor):
         hosted = self.hosted.get(key)
         offsets = hosted.offsets if hosted is not None else None
         storage_failed = hosted.storage_failed if hosted is not None else None
+        failed_epoch = hosted.failed_epoch if hosted is not None else -1
         if offsets is not None:
             # Reopened after a crash: the offsets its log had when teardown closed it.
             # The log dir's are from start-up (the LogManager keeps the newer ones), and
@@ -298,7 +302,8 @@ class PartitionShard(Actor):
             else:
                 storage_failed = lost
         self.hosted[key] = Hosted(dict(configs), leader_alone,
-                                  storage_failed=None if leader_alone else storage_failed)
+                                  storage_failed=None if leader_alone else storage_failed,
+                                  failed_epoch=failed_epoch)
         self.log.debug("opened {}-{} at LEO {} HW {}", topic, partition, log.log_end_offset,
                        log.high_watermark)
 
@@ -357,6 +362,7 @@ class PartitionShard(Actor):
                 hosted.storage_failed = (f"a flush failed ({state.log.flush_failed})"
                                          if state.log.flush_failed is not None
                                          else "closing its log failed")
+                hosted.failed_epoch = max(hosted.failed_epoch, state.leader_epoch)
             if hosted is not None:
                 # what a restart after a crash reopens it with (its recovery point is
                 # only what was flushed: a failed close leaves the rest to the scan)
@@ -1264,7 +1270,8 @@ class PartitionShard(Actor):
                 rows.append(PartitionErrorRow(row.topic, row.partition,
                                               int(ErrorCode.KAFKA_STORAGE_ERROR)))
                 continue
-            if self._storage_refuses(row.topic, row.partition, row.leader, list(row.isr)):
+            if self._storage_refuses(row.topic, row.partition, row.leader, list(row.isr),
+                                     row.leader_epoch, restored=False):
                 rows.append(PartitionErrorRow(row.topic, row.partition,
                                               int(ErrorCode.KAFKA_STORAGE_ERROR)))
                 continue
@@ -1293,30 +1300,39 @@ class PartitionShard(Actor):
                           f" and {more} more" if more > 0 else "")
         self.reply(BecameLeaderOrFollower(msg.req_id, rows))
 
-    def _storage_refuses(self, topic: str, partition: int, leader: int,
-                         isr: list[int]) -> bool:
+    def _storage_refuses(self, topic: str, partition: int, leader: int, isr: list[int],
+                         leader_epoch: int, restored: bool) -> bool:
         """A replica whose storage failed takes no role that counts it in the ISR (leading,
         or following in the ISR): its log may lack records the ISR acknowledged, which a
         follower would truncate to, or an election from the ISR would lose. Refused
         (answered KAFKA_STORAGE_ERROR), the ReplicaManager tells the controller, which
-        takes it out of the ISR and elects another leader. A role out of the ISR, or
-        leading an ISR of itself alone (nobody else has more), is taken: the mark goes,
-        and it truncates to its leader and catches up as any follower."""
+        takes it out of the ISR and elects another leader. A role out of the ISR is taken:
+        the mark goes, and it truncates to its leader and catches up as any follower. So is
+        leading an ISR of itself alone (nobody else has more), but only at a leader epoch
+        the controller gave after the failure (a LeaderAndIsr newer than the epoch it
+        held): at the old one, its new records would sit in the same epoch as the
+        different ones a follower kept there, which no epoch check would see."""
         hosted = self.hosted.get((topic, partition))
         if hosted is None or hosted.storage_failed is None:
             return False
         me = self.broker_id
-        if (leader != me and me not in isr) or (leader == me and list(isr) == [me]):
-            self.log.info("{}-{}: its storage failed ({}); it takes the role {} and serves "
-                          "again", topic, partition, hosted.storage_failed,
-                          "out of the ISR" if leader != me else "of an ISR of itself alone")
+        out_of_isr = leader != me and me not in isr
+        alone = (leader == me and list(isr) == [me] and not restored
+                 and leader_epoch > hosted.failed_epoch)
+        if out_of_isr or alone:
+            self.log.info("{}-{}: its storage failed ({}); it takes the role {} at leader "
+                          "epoch {} and serves again", topic, partition, hosted.storage_failed,
+                          "out of the ISR" if out_of_isr else "of an ISR of itself alone",
+                          leader_epoch)
             hosted.storage_failed = None
             return False
         self.replication["storage_refused"] = self.replication.get("storage_refused", 0) + 1
-        self.log.warning("{}-{}: its storage failed ({}): the role {} ISR {} refused "
-                         "(KAFKA_STORAGE_ERROR) until the controller elects without it",
-                         topic, partition, hosted.storage_failed,
-                         "leading" if leader == me else f"following {leader} in the", isr)
+        self.log.warning("{}-{}: its storage failed ({}): the {}role {} ISR {} at leader "
+                         "epoch {} refused (KAFKA_STORAGE_ERROR) until the controller elects "
+                         "without it", topic, partition, hosted.storage_failed,
+                         "restored " if restored else "",
+                         "leading" if leader == me else f"following {leader} in the", isr,
+                         leader_epoch)
         return True
 
     @handles(RestoreRoles)
@@ -1351,7 +1367,7 @@ class PartitionShard(Actor):
                 self._open(role.topic, role.partition, configs, now, leader_alone=False)
                 state = self.partitions[key]
                 if self._storage_refuses(role.topic, role.partition, role.leader,
-                                         list(role.isr)):
+                                         list(role.isr), role.leader_epoch, restored=True):
                     outcomes.append(PartitionErrorRow(role.topic, role.partition,
                                                       int(ErrorCode.KAFKA_STORAGE_ERROR)))
                     continue

@@ -1567,6 +1567,11 @@ def test_a_leader_whose_fsync_failed_and_lost_acknowledged_records_leads_no_more
     assert row[2] == int(ErrorCode.NOT_LEADER_OR_FOLLOWER) and row[6:8] == [-1, -1]
     assert node.ask(c.manager, GetStats())["storage_failed"] == ["c-0"]
 
+    # a controller that is no longer one: told again (LOG_DIR_EVENT_RETRY_MS later)
+    node.tell(c.manager, LogDirEventNotificationResponse(event[0], int(ErrorCode.NOT_CONTROLLER)),
+              sender=c.controller.name)
+    event = _log_dir_event(c, 2)
+    assert [tuple(r) for r in event[3]] == [("c", 0)]
     # the controller took it offline and elected broker 2 at leader epoch 4
     node.tell(c.manager, LogDirEventNotificationResponse(event[0], NONE), sender=c.controller.name)
     wait_for(lambda: node.ask(c.manager, GetStats())["storage_failed"] == [],
@@ -1646,3 +1651,27 @@ def test_a_single_nodes_leader_reopened_below_its_high_watermark_says_what_it_lo
     assert stats["partitions"]["a-0"] == [0, 0, 0] and stats["leaders"] == ["a-0"]
     assert [line for line in lines if "a-0: its log reopened at log end 0, below the high "
             "watermark 2 it had: the acknowledged records from offset 0 are lost" in line]
+
+
+def test_a_failed_leader_alone_in_its_isr_leads_again_only_at_a_new_leader_epoch(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """c-0 led with an ISR of broker 1 alone: nobody has more than its reopened log, so it
+    leads again, but not in the restored leader epoch 3 (its new records would share that
+    epoch with the different ones a follower kept there): only at the one the controller
+    gives after the failure."""
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "c-0")
+    c = _cluster(node, tmp_path, [1])
+    assert _append(node, c.shard, c.handler, 1, "c", [b"c1"])[1][0][2] == NONE
+    failing["armed"] = 1
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the shard's restart")
+    _restored(c)
+    assert _stats(node, c.shard)["leaders"] == []
+    event = _log_dir_event(c)
+    assert [tuple(r) for r in event[3]] == [("c", 0)]
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 4, [1], 5, [1, 2], False))
+    [response] = wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[1:],
+                          "the LeaderAndIsr answer")
+    assert [tuple(r) for r in response[2]] == [("c", 0, NONE)]
+    assert _stats(node, c.shard)["leaders"] == ["c-0"]
+    assert _append(node, c.shard, c.handler, 2, "c", [b"c1 again"])[1][0][2:4] == [NONE, 0]

@@ -158,7 +158,8 @@ class Checker:
     counted: dict[str, int] = field(default_factory=lambda: {
         "acks1_lost": 0, "acks_all_lost_to_crash_election": 0,
         "hw_back_after_crash_election": 0, "fetched_lost_to_crash_election": 0,
-        "replicas_differ_after_crash_election": 0, "epoch_led_again_after_restart": 0})
+        "replicas_differ_after_crash_election": 0, "epoch_led_again_after_restart": 0,
+        "hw_back_after_storage_failure": 0})
 
     # --------------------------------------------------------------- purgatory
     def observe(self, node: SimNode, actor: Actor, s_node: str, s_name: str,
@@ -238,14 +239,22 @@ class Checker:
                 for (topic, p), state in sorted(shard.partitions.items()):
                     key = (broker_id, broker.lives, topic, p)
                     before_epoch = self.node_leader_epochs.get(key, -1)
-                    if state.leader_epoch < before_epoch:
+                    if state.leader_epoch < before_epoch and not (
+                            state.leader_epoch < 0 and getattr(shard, "flush_failures", 0)):
+                        # (-1 in a shard a failed flush restarted: no role yet, as a replica
+                        # whose storage failed waits for one out of the ISR)
                         raise Violation("leader epochs only grow",
                                         f"{topic}-{p} on broker {broker_id} went from leader "
                                         f"epoch {before_epoch} to {state.leader_epoch}")
-                    self.node_leader_epochs[key] = state.leader_epoch
+                    self.node_leader_epochs[key] = max(state.leader_epoch, before_epoch)
                     hw = state.log.high_watermark
                     before_hw = self.node_high_watermarks.get(key, -1)
-                    if hw < before_hw:
+                    if hw < before_hw and getattr(shard, "flush_failures", 0):
+                        # its disk failed an fsync and lost what was not synced: the shard
+                        # reopened the log short (the replica leaves the ISR and catches
+                        # up; that no acknowledged record is lost is check_data's)
+                        self.counted["hw_back_after_storage_failure"] += 1
+                    elif hw < before_hw:
                         if not self._lost_to_crash_election(topic, p, hw):
                             raise Violation("the high watermark never goes back",
                                             f"{topic}-{p} on broker {broker_id} went from high "
@@ -314,6 +323,12 @@ class Checker:
                     held[(topic, p)] = (log.log_start_offset, log.log_end_offset, cache)
                     ends[(topic, p)] = log.log_end_offset
         self.logs_at_crash[(broker_id, broker.lives)] = held
+
+    def note_storage_failure(self, broker_id: int) -> None:
+        """An fsync of ``broker_id``'s failed and lost what its file had not synced: as a
+        crash, for the replicas of that log (what the failed replica may lose when it
+        leads next, as the ISR's last member, is a crash election's loss, not a bug)."""
+        self.crash_times_ms.setdefault(broker_id, []).append(self._now_ms())
 
     def _committed_after(self, topic: str, p: int, offset: int) -> tuple[float, float]:
         """When the record at ``offset`` was committed: after the first time returned (the
@@ -447,8 +462,11 @@ class Checker:
         world = self.cluster.world
         if world.failures:
             raise Violation("no actor loop fails", world.failures[0])
+        # a shard whose flush failed restarts (it reopens its logs): a crash each
+        restarts = {b.node.name: sum(getattr(sh, "flush_failures", 0) for sh in b.shards())
+                    for b in self.cluster.brokers.values() if b.node is not None}
         for node in world.nodes.values():
-            if node.metrics.get("actor_crashes"):
+            if (node.metrics.get("actor_crashes") or 0) > restarts.get(node.name, 0):
                 raise Violation("no actor crashes",
                                 f"an actor of {node.name} crashed (see the log for its traceback)")
         if self.history.problems:

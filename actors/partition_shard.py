@@ -1302,34 +1302,36 @@ class PartitionShard(Actor):
 
     def _storage_refuses(self, topic: str, partition: int, leader: int, isr: list[int],
                          leader_epoch: int, restored: bool) -> bool:
-        """A replica whose storage failed takes no role that counts it in the ISR (leading,
-        or following in the ISR): its log may lack records the ISR acknowledged, which a
-        follower would truncate to, or an election from the ISR would lose. Refused
-        (answered KAFKA_STORAGE_ERROR), the ReplicaManager tells the controller, which
-        takes it out of the ISR and elects another leader. A role out of the ISR is taken:
-        the mark goes, and it truncates to its leader and catches up as any follower. So is
-        leading an ISR of itself alone (nobody else has more), but only at a leader epoch
-        the controller gave after the failure (a LeaderAndIsr newer than the epoch it
-        held): at the old one, its new records would sit in the same epoch as the
-        different ones a follower kept there, which no epoch check would see."""
+        """A replica whose storage failed takes no role until the controller has taken it
+        offline (Kafka's OfflineReplica: out of the ISR, led elsewhere): its log may lack
+        records the ISR acknowledged, which a follower would truncate to, or an election
+        from the ISR would lose. Refused (answered KAFKA_STORAGE_ERROR), the ReplicaManager
+        tells the controller, which writes the partition at a new leader epoch and gives
+        every replica its role. Taken then: a role newer than every one it refused (or held
+        at the failure) that counts it out of the ISR, or leading an ISR of itself alone
+        (nobody else has more). A restored role is the controller's word from before the
+        failure, and a follower's ISR may be older than the leader's (an expansion it was
+        not told of): neither is taken. The mark goes, and it truncates to its leader and
+        catches up as any follower."""
         hosted = self.hosted.get((topic, partition))
         if hosted is None or hosted.storage_failed is None:
             return False
         me = self.broker_id
+        fresh = not restored and leader_epoch > hosted.failed_epoch
         out_of_isr = leader != me and me not in isr
-        alone = (leader == me and list(isr) == [me] and not restored
-                 and leader_epoch > hosted.failed_epoch)
-        if out_of_isr or alone:
+        alone = leader == me and list(isr) == [me]
+        if fresh and (out_of_isr or alone):
             self.log.info("{}-{}: its storage failed ({}); it takes the role {} at leader "
                           "epoch {} and serves again", topic, partition, hosted.storage_failed,
                           "out of the ISR" if out_of_isr else "of an ISR of itself alone",
                           leader_epoch)
             hosted.storage_failed = None
             return False
+        hosted.failed_epoch = max(hosted.failed_epoch, leader_epoch)
         self.replication["storage_refused"] = self.replication.get("storage_refused", 0) + 1
         self.log.warning("{}-{}: its storage failed ({}): the {}role {} ISR {} at leader "
-                         "epoch {} refused (KAFKA_STORAGE_ERROR) until the controller elects "
-                         "without it", topic, partition, hosted.storage_failed,
+                         "epoch {} refused (KAFKA_STORAGE_ERROR) until the controller takes "
+                         "it offline", topic, partition, hosted.storage_failed,
                          "restored " if restored else "",
                          "leading" if leader == me else f"following {leader} in the", isr,
                          leader_epoch)

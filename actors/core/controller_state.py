@@ -1288,9 +1288,10 @@ class ControllerCore:
         led, the first other live ISR member in assignment order leads at leader epoch + 1.
         Then the broker, whose log reopened, gets its role like every replica (OnlineReplica
         again): a follower out of the ISR, which truncates to the new leader and catches up
-        before the leader takes it back. Nobody else in the ISR: it leads on, at a new
-        leader epoch, with an ISR of itself (no other replica has every acknowledged
-        record, and its followers truncate to its log either way)."""
+        before the leader takes it back. The rest of the ISR gone: the partition is offline
+        until one of them is back. Nobody else in the ISR: it leads on, at a new leader
+        epoch (no other replica has every acknowledged record, and its followers truncate
+        to its log either way)."""
         broker_id = event.broker_id
         broker = self.brokers.get(broker_id)
         if broker is None or broker.epoch != event.broker_epoch:
@@ -1335,22 +1336,33 @@ class ControllerCore:
         self._change_partitions(acting, self._offline_replica_rule(broker_id), done)
 
     def _offline_replica_rule(self, broker_id: int) -> Rule:
+        """Every named partition is written at leader epoch + 1 (its replica refused every
+        older role, and a follower's may hold an ISR older than the leader's): without the
+        broker in the ISR, led by the first other live ISR member where it led (or where
+        the leader is gone), offline if the other ISR members are all gone; the ISR's
+        only member, it leads on."""
         def rule(tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | None:
             if tp.topic in self.deleting:
                 return None
             others = tuple(r for r in current.isr if r != broker_id)
-            if current.leader != broker_id:
-                if broker_id not in current.isr or not others:
-                    return None
-                return current.new_leader_and_isr(current.leader, others, self.epoch)
-            assignment = self.assignment(tp)
-            leader = offline_leader(assignment, others, self.eligible() - {broker_id})
-            if leader is None:
-                # a live ISR member shutting down still has every acknowledged record
-                leader = offline_leader(assignment, others, set(self.brokers) - {broker_id})
-            if leader is None:
-                return current.new_leader_and_isr(broker_id, (broker_id,), self.epoch)
-            return current.new_leader_and_isr(leader, others, self.epoch)
+            registered = set(self.brokers)
+            if current.leader == broker_id or current.leader not in registered:
+                assignment = self.assignment(tp)
+                leader = offline_leader(assignment, others, self.eligible() - {broker_id})
+                if leader is None:
+                    # a live ISR member shutting down still has every acknowledged record
+                    leader = offline_leader(assignment, others, registered - {broker_id})
+                if leader is not None:
+                    return current.new_leader_and_isr(leader, others, self.epoch)
+                if others:
+                    # the rest of the ISR is gone: offline (Kafka's NoLeader) until one of
+                    # them, which may have what this replica lost, is back
+                    return current.new_leader_and_isr(NO_LEADER, others, self.epoch)
+                if broker_id in current.isr:
+                    return current.new_leader_and_isr(broker_id, (broker_id,), self.epoch)
+                return current.new_leader_and_isr(current.leader, current.isr, self.epoch)
+            isr = others if others else current.isr
+            return current.new_leader_and_isr(current.leader, isr, self.epoch)
 
         return rule
 

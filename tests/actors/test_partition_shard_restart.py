@@ -1675,3 +1675,31 @@ def test_a_failed_leader_alone_in_its_isr_leads_again_only_at_a_new_leader_epoch
     assert [tuple(r) for r in response[2]] == [("c", 0, NONE)]
     assert _stats(node, c.shard)["leaders"] == ["c-0"]
     assert _append(node, c.shard, c.handler, 2, "c", [b"c1 again"])[1][0][2:4] == [NONE, 0]
+
+
+def test_a_failed_follower_whose_role_says_it_is_out_of_the_isr_waits_for_a_newer_one(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """f-0's follower role (leader epoch 8) says ISR [2], but leader 2 may have taken it back
+    since (an AlterPartition the controller wrote without telling the followers): the
+    restored role is refused as any other, and only the controller's next role, newer
+    than every refused one, is taken."""
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "f-0")
+    c = _cluster(node, tmp_path, [1, 2])
+    _lai(c, 1, LeaderAndIsrPartition("f", 0, 1, 2, 8, [2], 10, [2, 1], False))
+    wait_for(lambda: len(_got(node, c.controller, "LeaderAndIsrResponse")) == 2, "epoch 8")
+    batch = build_batch([b"f1"], base_offset=0, partition_leader_epoch=8)
+    node.tell(c.shard, FollowerApply(1, [FollowerApplyRow("f", 0, 8, batch, 1, 0, 1, -1, -1,
+                                                          -1)]), sender=c.handler.name)
+    wait_for(lambda: _stats(node, c.shard)["partitions"]["f-0"] == [0, 1, 1], "f-0 at HW 1")
+    failing["armed"] = 1
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the shard's restart")
+    _restored(c)
+    assert [tuple(r) for r in _log_dir_event(c)[3]] == [("f", 0)]
+    assert node.ask(c.manager, GetStats())["following"] == []
+    # the controller wrote it at leader epoch 9 (out of the ISR, as it is now): taken
+    _lai(c, 1, LeaderAndIsrPartition("f", 0, 1, 2, 9, [2], 11, [2, 1], False))
+    [response] = wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[2:],
+                          "the LeaderAndIsr answer")
+    assert [tuple(r) for r in response[2]] == [("f", 0, NONE)]
+    wait_for(lambda: node.ask(c.manager, GetStats())["following"] == ["f-0"], "f-0 followed")

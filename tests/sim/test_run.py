@@ -44,8 +44,13 @@ GATEWAY_CRASH_EXPIRE = SimOptions(steps=12, faults=("gateway", "crash", "expire"
 # EIO, and 1-40 with crashes and expiries too, pass now.
 EIO = SimOptions(steps=4, faults=("eio",), acks_all_producers=2)
 EIO_CRASH_EXPIRE = SimOptions(steps=8, faults=("eio", "crash", "expire"), acks_all_producers=2)
-EIO_RUNS: list[tuple[int, SimOptions]] = [(2, EIO), (3, EIO), (8, EIO), (6, EIO_CRASH_EXPIRE),
-                                          (7, EIO_CRASH_EXPIRE)]
+# Seed 32 with EIO alone passed, but lost 36 fetched records, excused as a crash election:
+# a follower's restored role said it was out of the ISR (the leader had taken it back since,
+# unknown to it), so it took the role and was not reported; still in the ISR with its short
+# log, it was elected when the leader's disk failed. Restored roles are refused now, and with
+# EIO alone no loss is excused (no ISR was down to one replica).
+EIO_RUNS: list[tuple[int, SimOptions]] = [(2, EIO), (3, EIO), (8, EIO), (32, EIO),
+                                          (6, EIO_CRASH_EXPIRE), (7, EIO_CRASH_EXPIRE)]
 # Seeds that once failed under options of their own: (seed, options); see below for each.
 REGRESSION_RUNS: list[tuple[int, SimOptions]] = [(5, GATEWAY_CRASH_EXPIRE),
                                                   (20, GATEWAY_CRASH_EXPIRE),
@@ -269,3 +274,6 @@ def test_a_failing_fsync_loses_no_acknowledged_record(seed: int, options: SimOpt
     result, _world = run_seed(seed, options)
     assert result.ok, (seed, result.invariant, result.detail, result.faults, result.tail[-20:])
     assert result.stats["disk"]["fsyncs_failed"] >= 1, "no fsync failed: the run tests nothing"
+    if options.faults == ("eio",):
+        excused = {k: v for k, v in result.stats.items() if k.endswith("crash_election") and v}
+        assert not excused, excused

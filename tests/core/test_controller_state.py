@@ -436,6 +436,33 @@ def test_a_failed_leader_alone_in_its_isr_leads_on_at_a_new_leader_epoch() -> No
     assert c.state("t", 0) == LeaderAndIsr(1, 1, (1,), 1, 2)
 
 
+def test_a_partition_whose_other_isr_members_are_gone_stays_offline_for_them() -> None:
+    """Broker 3's replica failed, out of an ISR whose members are all gone: the partition
+    is written at a new leader epoch (the role its replica waits for) and stays offline,
+    its ISR kept for the first member back, which may have what the others lack."""
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    tp = TP("t", 0)
+    c.request(lambda rid: AlterPartitionRequest(rid, 1, c.epoch_of(1), (
+        IsrProposal(tp, 0, (1, 2), 0),)))
+    c.stop_broker(1)
+    c.stop_broker(2)
+    c.pump()
+    offline = c.state("t", 0)
+    assert (offline.leader, offline.isr) == (NO_LEADER, (1, 2))
+    ctl = c.controller
+    mark = len(ctl.sent)
+    result = c.request(lambda rid: ReplicasOffline(rid, 3, c.epoch_of(3), (tp,)))
+    assert codes(result) == [ErrorCode.NONE]
+    state = c.state("t", 0)
+    assert (state.leader, state.leader_epoch, state.isr) == (
+        NO_LEADER, offline.leader_epoch + 1, (1, 2))
+    assert {(b, r.leader) for b, r in leader_and_isr_rows(ctl, mark)} == {(3, NO_LEADER)}
+    c.start_broker(2)
+    c.pump()
+    assert c.state("t", 0).leader == 2
+
+
 def test_a_failed_replica_report_is_fenced_on_the_broker_epoch_and_the_controllership() -> None:
     c = cluster()
     create(c, "t", assignment={0: (1, 2, 3)})

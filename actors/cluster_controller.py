@@ -982,7 +982,9 @@ class ClusterController(Actor):
                          ", ".join(f"{r.topic}-{r.partition}" for r in msg.partitions[:10]))
         self._call_driver(self.driver.feed, ReplicasOffline(
             ("log_dir", self.current_sender, msg.req_id), msg.broker_id, msg.broker_epoch,
-            tuple(TopicPartition(r.topic, r.partition) for r in msg.partitions)))
+            tuple(TopicPartition(r.topic, r.partition) for r in msg.partitions),
+            frozenset(TopicPartition(r.topic, r.partition) for r in msg.partitions
+                      if r.led_alone)))
 
     # ------------------------------------------------------------ controlled shutdown
     @handles(cm.ControlledShutdownStep)

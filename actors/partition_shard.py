@@ -82,6 +82,7 @@ from wire.broker_messages import (
 from wire.cluster_messages import (
     BecameLeaderOrFollower,
     BecomeLeaderOrFollower,
+    OfflineReplicaRow,
     PartitionErrorRow,
     RestoredRoleRow,
     RestoreRoles,
@@ -146,6 +147,11 @@ class Hosted:
     # the leader epoch it held then (-1: not known, a process restarted): a role at it or
     # older, or restored, is the controller's word from before the failure
     failed_epoch: int = -1
+    # whether it led an ISR of itself alone then: only then may it lead an ISR of itself
+    # alone again (nobody else had its acknowledged records). A follower that failed and
+    # was then elected alone (the leader left before the controller heard of the failure)
+    # refuses: the leader that left has what it lost, and would truncate it away
+    failed_alone: bool = False
 
 
 class PartitionShard(Actor):
@@ -267,6 +273,9 @@ class PartitionShard(Actor):
         offsets = hosted.offsets if hosted is not None else None
         storage_failed = hosted.storage_failed if hosted is not None else None
         failed_epoch = hosted.failed_epoch if hosted is not None else -1
+        # a log first opened in this process (restarted): what it led is not known, and a
+        # crash's loss is the crash election's, as before (it may lead an ISR of itself)
+        failed_alone = hosted.failed_alone if hosted is not None else True
         if offsets is not None:
             # Reopened after a crash: the offsets its log had when teardown closed it.
             # The log dir's are from start-up (the LogManager keeps the newer ones), and
@@ -303,7 +312,7 @@ class PartitionShard(Actor):
                 storage_failed = lost
         self.hosted[key] = Hosted(dict(configs), leader_alone,
                                   storage_failed=None if leader_alone else storage_failed,
-                                  failed_epoch=failed_epoch)
+                                  failed_epoch=failed_epoch, failed_alone=failed_alone)
         self.log.debug("opened {}-{} at LEO {} HW {}", topic, partition, log.log_end_offset,
                        log.high_watermark)
 
@@ -359,6 +368,8 @@ class PartitionShard(Actor):
                     not closed or state.log.flush_failed is not None):
                 # its unflushed records may be gone (a failed fsync may drop the pages it
                 # did not write): reopened, it waits for a role out of the ISR
+                if hosted.storage_failed is None:
+                    hosted.failed_alone = state.is_leader and state.isr == {self.broker_id}
                 hosted.storage_failed = (f"a flush failed ({state.log.flush_failed})"
                                          if state.log.flush_failed is not None
                                          else "closing its log failed")
@@ -1254,6 +1265,7 @@ class PartitionShard(Actor):
         """
         now = self.clock.wall_ms()
         rows: list[PartitionErrorRow] = []
+        failed: list[OfflineReplicaRow] = []  # refused: its storage failed
         held_already: list[str] = []  # "topic-partition@held epoch", logged once below
         for row in msg.rows:
             key = (row.topic, row.partition)
@@ -1271,7 +1283,8 @@ class PartitionShard(Actor):
                                               int(ErrorCode.KAFKA_STORAGE_ERROR)))
                 continue
             if self._storage_refuses(row.topic, row.partition, row.leader, list(row.isr),
-                                     row.leader_epoch, restored=False):
+                                     list(row.replicas), row.leader_epoch, failed,
+                                     restored=False):
                 rows.append(PartitionErrorRow(row.topic, row.partition,
                                               int(ErrorCode.KAFKA_STORAGE_ERROR)))
                 continue
@@ -1298,10 +1311,11 @@ class PartitionShard(Actor):
                           "(request {}; partition@leader epoch held): {}{}",
                           len(held_already), msg.req_id, shown,
                           f" and {more} more" if more > 0 else "")
-        self.reply(BecameLeaderOrFollower(msg.req_id, rows))
+        self.reply(BecameLeaderOrFollower(msg.req_id, rows, failed))
 
     def _storage_refuses(self, topic: str, partition: int, leader: int, isr: list[int],
-                         leader_epoch: int, restored: bool) -> bool:
+                         replicas: list[int], leader_epoch: int,
+                         failed: list[OfflineReplicaRow], restored: bool) -> bool:
         """A replica whose storage failed takes no role until the controller has taken it
         offline (Kafka's OfflineReplica: out of the ISR, led elsewhere): its log may lack
         records the ISR acknowledged, which a follower would truncate to, or an election
@@ -1309,18 +1323,24 @@ class PartitionShard(Actor):
         tells the controller, which writes the partition at a new leader epoch and gives
         every replica its role. Taken then: a role newer than every one it refused (or held
         at the failure) that counts it out of the ISR, or leading an ISR of itself alone
-        (nobody else has more). A restored role is the controller's word from before the
-        failure, and a follower's ISR may be older than the leader's (an expansion it was
-        not told of): neither is taken. The mark goes, and it truncates to its leader and
-        catches up as any follower."""
+        if it led one alone at the failure, or is the only replica (nobody else has more;
+        a follower that failed and was elected alone before the controller heard of it
+        refuses: the leader gone has what it lost). A restored role is the controller's
+        word from before the failure, and a follower's ISR may be older than the leader's
+        (an expansion it was not told of): neither is taken. The mark goes, and it
+        truncates to its leader and catches up as any follower. A refused role is added
+        to ``failed``, which the ReplicaManager reports to the controller."""
         hosted = self.hosted.get((topic, partition))
         if hosted is None or hosted.storage_failed is None:
             return False
         me = self.broker_id
-        fresh = not restored and leader_epoch > hosted.failed_epoch
-        out_of_isr = leader != me and me not in isr
-        alone = leader == me and list(isr) == [me]
-        if fresh and (out_of_isr or alone):
+        # out of the ISR at the leader epoch refused (the controller's current role, sent
+        # again: it was out of the ISR already) or newer; leading alone only at a newer one
+        out_of_isr = leader != me and me not in isr and leader_epoch >= hosted.failed_epoch
+        may_lead_alone = hosted.failed_alone or list(replicas) == [me]
+        alone = leader == me and list(isr) == [me] and may_lead_alone \
+            and leader_epoch > hosted.failed_epoch
+        if not restored and (out_of_isr or alone):
             self.log.info("{}-{}: its storage failed ({}); it takes the role {} at leader "
                           "epoch {} and serves again", topic, partition, hosted.storage_failed,
                           "out of the ISR" if out_of_isr else "of an ISR of itself alone",
@@ -1328,6 +1348,7 @@ class PartitionShard(Actor):
             hosted.storage_failed = None
             return False
         hosted.failed_epoch = max(hosted.failed_epoch, leader_epoch)
+        failed.append(OfflineReplicaRow(topic, partition, may_lead_alone))
         self.replication["storage_refused"] = self.replication.get("storage_refused", 0) + 1
         self.log.warning("{}-{}: its storage failed ({}): the {}role {} ISR {} at leader "
                          "epoch {} refused (KAFKA_STORAGE_ERROR) until the controller takes "
@@ -1348,6 +1369,7 @@ class PartitionShard(Actor):
         self.replication["restores"] = self.replication.get("restores", 0) + 1
         applied: list[str] = []
         outcomes: list[PartitionErrorRow] = []
+        failed: list[OfflineReplicaRow] = []  # refused: its storage failed
         kept = 0
         for row in msg.rows:
             role = row.role
@@ -1369,7 +1391,8 @@ class PartitionShard(Actor):
                 self._open(role.topic, role.partition, configs, now, leader_alone=False)
                 state = self.partitions[key]
                 if self._storage_refuses(role.topic, role.partition, role.leader,
-                                         list(role.isr), role.leader_epoch, restored=True):
+                                         list(role.isr), list(role.replicas),
+                                         role.leader_epoch, failed, restored=True):
                     outcomes.append(PartitionErrorRow(role.topic, role.partition,
                                                       int(ErrorCode.KAFKA_STORAGE_ERROR)))
                     continue
@@ -1398,7 +1421,7 @@ class PartitionShard(Actor):
         notice = ShardRestarted(self.index)
         for i in range(self.topology.num_purgatories):
             self.tell(self.topology.purgatory(i), notice)
-        self.reply(RolesRestored(msg.req_id, outcomes))
+        self.reply(RolesRestored(msg.req_id, outcomes, failed))
 
     def _restore_role(self, state: PartitionState, row: RestoredRoleRow, now: int) -> None:
         role = row.role

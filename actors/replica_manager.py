@@ -115,6 +115,7 @@ from wire.cluster_messages import (
     LeaderAndIsrResponse,
     LogDirEventNotification,
     LogDirEventNotificationResponse,
+    OfflineReplicaRow,
     PartitionErrorRow,
     PendingIsrRow,
     ProcessStarted,
@@ -129,7 +130,6 @@ from wire.cluster_messages import (
     UpdateMetadata,
     UpdateMetadataResponse,
 )
-from wire.cluster_messages import TopicPartitionRow as OfflineReplicaRow
 from wire.errors import ErrorCode
 from wire.replication_messages import (
     AddFetcherPartitions,
@@ -282,16 +282,18 @@ class ReplicaManager(Actor):
         # acks=all produces and the high watermark
         self.isr_pending: dict[int, tuple[list[IsrProposalRow], int]] = getattr(
             self, "isr_pending", {})
-        # Replicas whose storage failed (a shard answered KAFKA_STORAGE_ERROR for them), not
-        # taken offline by the controller yet -> the failure's number (a later failure of
-        # the same replica is reported anew, whatever an answer to the earlier one says);
+        # Replicas whose storage failed (a shard refused them a role for it), not taken
+        # offline by the controller yet -> the failure's number (a later failure of the
+        # same replica is reported anew, whatever an answer to the earlier one says) and
+        # whether it led an ISR of itself alone at the failure;
         # the LogDirEventNotification on its way (req id, what it carried), and when it is
         # sent again. Kept over a restart of this actor: forgotten, a failed leader's
         # partition stayed without a leader until the controller's next change of it
-        self.storage_failed: dict[TopicPartition, int] = getattr(self, "storage_failed", {})
+        self.storage_failed: dict[TopicPartition, tuple[int, bool]] = getattr(
+            self, "storage_failed", {})
         self.storage_failures: Iterator[int] = getattr(self, "storage_failures", None) \
             or itertools.count(1)
-        self.log_dir_event: tuple[int, dict[TopicPartition, int]] | None = getattr(
+        self.log_dir_event: tuple[int, dict[TopicPartition, tuple[int, bool]]] | None = getattr(
             self, "log_dir_event", None)
         self.log_dir_event_due_ms: int | None = getattr(self, "log_dir_event_due_ms", None)
         self.log_dir_events_sent = getattr(self, "log_dir_events_sent", 0)
@@ -494,8 +496,7 @@ class ReplicaManager(Actor):
         for row in msg.rows:
             if row.error_code != NONE:
                 self._role_refused(entry, row.topic, row.partition, row.error_code)
-        self._storage_failed([TopicPartition(r.topic, r.partition) for r in msg.rows
-                              if r.error_code == int(ErrorCode.KAFKA_STORAGE_ERROR)])
+        self._storage_failed(msg.storage_failed)
         assert self.current_sender is not None
         self._shard_done(msg.req_id, entry, self.current_sender)
 
@@ -883,18 +884,27 @@ class ReplicaManager(Actor):
                                 r.partition_epoch) for r in msg.rows]))
 
     # ------------------------------------------------------------ failed storage
-    def _storage_failed(self, tps: list[TopicPartition]) -> None:
-        """Replicas a shard answered KAFKA_STORAGE_ERROR for: their logs' storage failed (a
-        failed fsync restarted the shard, a log reopened below the high watermark it had,
-        or it would not open). The shard refuses them every role that would count them
-        in the ISR; the controller is told (Kafka's log dir event), takes them out of
-        the ISR and elects another leader where this node led."""
-        if not tps:
+    def _storage_failed(self, rows: list[OfflineReplicaRow]) -> None:
+        """Replicas a shard refused a role because their logs' storage failed (a failed
+        fsync restarted the shard, or a log reopened below the high watermark it had),
+        answered KAFKA_STORAGE_ERROR and named apart: a log that would not open is
+        answered 56 too, but is not reported (the controller can do nothing about it, and
+        each new role it wrote would fail the same way). The shard refuses them every
+        role that would count them in the ISR; the controller is told (Kafka's log dir
+        event), takes them out of the ISR and elects another leader where this node
+        led."""
+        if not rows:
             return
-        for tp in tps:
-            self.storage_failed[tp] = next(self.storage_failures)
+        for row in rows:
+            tp = TopicPartition(row.topic, row.partition)
+            self.storage_failed[tp] = (next(self.storage_failures), bool(row.led_alone))
+            # the shard does not hold the role it refused: the controller's role at that
+            # leader epoch is let in once more (a replica out of the ISR already gets its
+            # current role again, not a new leader epoch)
+            self.fencing.accept_again.add(tp)
         self.log.warning("the storage of {} failed: reported to the controller as offline "
-                         "replicas (KAFKA_STORAGE_ERROR)", ", ".join(map(str, tps)))
+                         "replicas (KAFKA_STORAGE_ERROR)",
+                         ", ".join(f"{r.topic}-{r.partition}" for r in rows))
         if self.log_dir_event is None:
             self._report_storage_failed()
 
@@ -916,7 +926,8 @@ class ReplicaManager(Actor):
         self.log_dir_events_sent += 1
         self.tell(self._controller_address(controller), LogDirEventNotification(
             req_id, self.broker_id, self.fencing.broker_epoch,
-            [OfflineReplicaRow(tp.topic, tp.partition) for tp in sorted(carried)]))
+            [OfflineReplicaRow(tp.topic, tp.partition, carried[tp][1])
+             for tp in sorted(carried)]))
 
     @handles(LogDirEventNotificationResponse)
     def on_log_dir_event_response(self, msg: LogDirEventNotificationResponse) -> None:
@@ -1152,8 +1163,7 @@ class ReplicaManager(Actor):
             return
         outcomes = {(r.topic, r.partition): r.error_code for r in msg.rows}
         self._restore_outcomes(sent, outcomes)
-        self._storage_failed([TopicPartition(r.topic, r.partition) for r in msg.rows
-                              if r.error_code == int(ErrorCode.KAFKA_STORAGE_ERROR)])
+        self._storage_failed(msg.storage_failed)
         for req_id, entry in sorted(self.pending.items()):
             if req_id > msg.req_id or shard not in entry.waiting:
                 continue

@@ -261,6 +261,17 @@ class AlterPartitionResponse(NamedTuple):
     partitions: list[AlterPartitionResult]
 
 
+class OfflineReplicaRow(NamedTuple):
+    """A replica whose storage failed; ``led_alone``: it led an ISR of itself alone when
+    its storage failed (nobody else had its acknowledged records), so the controller may
+    have it lead on at a new leader epoch. Else it is never elected while it is known to
+    have failed: the partition stays offline rather than lose what another replica has."""
+
+    topic: str
+    partition: int
+    led_alone: bool
+
+
 @message(420)
 class LogDirEventNotification(NamedTuple):
     """Node -> controller: the storage of these replicas failed (an fsync failed, or a log
@@ -274,7 +285,7 @@ class LogDirEventNotification(NamedTuple):
     req_id: int
     broker_id: int
     broker_epoch: int
-    partitions: list[TopicPartitionRow]
+    partitions: list[OfflineReplicaRow]
 
 
 @message(421)
@@ -402,14 +413,20 @@ class RolesRestored(NamedTuple):
 
     req_id: int
     rows: list[PartitionErrorRow]
+    # the roles refused because the replica's storage failed (their rows say
+    # KAFKA_STORAGE_ERROR): the ReplicaManager reports these, and only these, to the
+    # controller (a log that cannot open is answered 56 too, but is not reported)
+    storage_failed: list[OfflineReplicaRow] = []
 
 
 @message(412)
 class BecameLeaderOrFollower(NamedTuple):
-    """PartitionShard -> ReplicaManager: each partition's outcome (0, or why it failed)."""
+    """PartitionShard -> ReplicaManager: each partition's outcome (0, or why it failed),
+    and the roles refused because the replica's storage failed (as RolesRestored's)."""
 
     req_id: int
     rows: list[PartitionErrorRow]
+    storage_failed: list[OfflineReplicaRow] = []
 
 
 class CoordinatorPartitionRow(NamedTuple):

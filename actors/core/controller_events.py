@@ -175,12 +175,15 @@ class ReplicasOffline:
     """``broker_id`` (at ``broker_epoch``) says its replicas of ``partitions`` failed their
     storage (Kafka's log dir event notification, the KAFKA_STORAGE_ERROR replicas): they
     become OfflineReplica, leave the ISR, and a partition one led gets another leader at a
-    new leader epoch. Its log reopened, the replica follows again out of the ISR."""
+    new leader epoch. Its log reopened, the replica follows again out of the ISR.
+    ``led_alone``: those whose replica led an ISR of itself alone when it failed (it may
+    lead on); the others' replicas are never elected while known failed."""
 
     request_id: RequestId
     broker_id: int
     broker_epoch: int
     partitions: tuple[TopicPartition, ...]
+    led_alone: frozenset[TopicPartition] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -223,6 +223,11 @@ class ControllerCore:
         self.topics: dict[str, TopicRecord] = {}
         self.states: dict[TopicPartition, LeaderAndIsr] = {}
         self.deleting: set[str] = set()
+        # Replicas reported failed (their storage, ReplicasOffline) that did not lead an
+        # ISR of themselves alone then: never elected (their logs may lack acknowledged
+        # records another replica has) until their leader takes them back into the ISR
+        # (an AlterPartition written: they caught up), as Kafka's replicasOnOfflineDirs
+        self.failed_replicas: dict[TopicPartition, set[int]] = {}
         self.partition_fsm = PartitionStateMachine()
         self.replica_fsm = ReplicaStateMachine()
         self._changes: dict[int, _Change] = {}
@@ -239,6 +244,10 @@ class ControllerCore:
     def eligible(self) -> set[int]:
         """Brokers that may lead: registered and not shutting down."""
         return set(self.brokers) - self.shutting_down
+
+    def electable(self, tp: TopicPartition, brokers: Collection[int]) -> set[int]:
+        """``brokers`` but the replicas of ``tp`` known to have failed their storage."""
+        return set(brokers) - self.failed_replicas.get(tp, set())
 
     def assignment(self, tp: TopicPartition) -> tuple[int, ...]:
         return self.topics[tp.topic].assignment.partitions[tp.partition]
@@ -673,7 +682,8 @@ class ControllerCore:
         if current.leader in registered:
             return current.leader, alive_isr
         assignment = self.assignment(tp)
-        leader = offline_leader(assignment, current.isr, eligible, self._unclean(tp.topic))
+        leader = offline_leader(assignment, current.isr, self.electable(tp, eligible),
+                                self._unclean(tp.topic))
         if leader is None:
             return NO_LEADER, alive_isr or current.isr
         return leader, (alive_isr if leader in current.isr else (leader,))
@@ -715,7 +725,8 @@ class ControllerCore:
         def rule(tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | None:
             if current.leader == broker_id:
                 leader = controlled_shutdown_leader(self.assignment(tp), current.isr,
-                                                    self.eligible(), self.shutting_down)
+                                                    self.electable(tp, self.eligible()),
+                                                    self.shutting_down)
                 if leader is None:
                     return None
                 isr = [r for r in current.isr if r not in self.shutting_down]
@@ -728,7 +739,8 @@ class ControllerCore:
         return rule
 
     def _preferred_rule(self, tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | None:
-        leader = preferred_leader(self.assignment(tp), current.isr, self.eligible())
+        leader = preferred_leader(self.assignment(tp), current.isr,
+                                  self.electable(tp, self.eligible()))
         if leader is None or leader == current.leader:
             return None
         return self._with(current, leader, current.isr)
@@ -737,7 +749,8 @@ class ControllerCore:
         if current.leader in self.brokers:
             return None
         registered = set(self.brokers)
-        leader = offline_leader(self.assignment(tp), current.isr, self.eligible(), unclean=True)
+        leader = offline_leader(self.assignment(tp), current.isr,
+                                self.electable(tp, self.eligible()), unclean=True)
         if leader is None:
             return None
         alive_isr = tuple(r for r in current.isr if r in registered)
@@ -751,6 +764,7 @@ class ControllerCore:
         change = _Change(None, {}, create=True, done=done)
         eligible = self.eligible()
         for tp in tps:
+            self.failed_replicas.pop(tp, None)  # a namesake's, deleted
             live = [r for r in self.assignment(tp) if r in eligible]
             if not live:
                 change.outcomes[tp] = (f"no assigned replica of {tp} is alive "
@@ -1221,6 +1235,7 @@ class ControllerCore:
         def done(outcomes: dict[TopicPartition, Outcome]) -> None:
             for tp, outcome in outcomes.items():
                 if isinstance(outcome, LeaderAndIsr):
+                    self._rejoined(tp, outcome.isr)
                     results[tp] = PartitionResult(tp, int(ErrorCode.NONE), None, outcome)
                     continue
                 current = self.states.get(tp)
@@ -1244,6 +1259,20 @@ class ControllerCore:
 
         change.done = done
         self._submit(change)
+
+    def _rejoined(self, tp: TopicPartition, isr: Iterable[int]) -> None:
+        """A leader took these replicas into the ISR (written): a failed one caught up from
+        it, and may be elected again."""
+        failed = self.failed_replicas.get(tp)
+        if not failed:
+            return
+        back = failed & set(isr)
+        if back:
+            self._log(f"controller {self.config.broker_id} epoch {self.epoch}: replica(s) "
+                      f"{sorted(back)} of {tp}, whose storage failed, are back in the ISR")
+            failed -= back
+            if not failed:
+                del self.failed_replicas[tp]
 
     def _check_isr_proposal(self, broker_id: int,
                             proposal: IsrProposal) -> tuple[ErrorCode, str] | None:
@@ -1289,9 +1318,14 @@ class ControllerCore:
         Then the broker, whose log reopened, gets its role like every replica (OnlineReplica
         again): a follower out of the ISR, which truncates to the new leader and catches up
         before the leader takes it back. The rest of the ISR gone: the partition is offline
-        until one of them is back. Nobody else in the ISR: it leads on, at a new leader
-        epoch (no other replica has every acknowledged record, and its followers truncate
-        to its log either way)."""
+        until one of them is back. It led an ISR of itself alone at the failure (or is the
+        only replica): it leads on, at a new leader epoch (nobody else has more). Else it is
+        never elected while known failed (``failed_replicas``): where it is the ISR's last
+        member, the partition is offline (Kafka's), rather than lose what a replica out of
+        the ISR has. Idempotent: a replica already out of the ISR and not leading changes
+        nothing (a report sent again, one whose answer was lost): it is sent its current
+        role again, which its shard takes (refused at that leader epoch, it is let in
+        once more)."""
         broker_id = event.broker_id
         broker = self.brokers.get(broker_id)
         if broker is None or broker.epoch != event.broker_epoch:
@@ -1323,6 +1357,10 @@ class ControllerCore:
                             and broker_id in self.brokers:
                         # its new role went out with the state (or its role did not change)
                         self._move_replica(tp, broker_id, _R.ONLINE)
+                    if outcome is None and state is not None and state.leader != broker_id \
+                            and broker_id not in state.isr:
+                        # nothing written: its current role again, out of the ISR
+                        self._send_leader_and_isr([broker_id], tp)
                     results[tp] = PartitionResult(tp, int(ErrorCode.NONE), None, state)
                 else:
                     results[tp] = PartitionResult(
@@ -1333,36 +1371,54 @@ class ControllerCore:
                 int(ErrorCode.KAFKA_STORAGE_ERROR) if failed else int(ErrorCode.NONE),
                 tuple(results[tp] for tp in dict.fromkeys(event.partitions))))
 
-        self._change_partitions(acting, self._offline_replica_rule(broker_id), done)
+        self._change_partitions(acting, self._offline_replica_rule(broker_id, event.led_alone),
+                                done)
 
-    def _offline_replica_rule(self, broker_id: int) -> Rule:
-        """Every named partition is written at leader epoch + 1 (its replica refused every
-        older role, and a follower's may hold an ISR older than the leader's): without the
-        broker in the ISR, led by the first other live ISR member where it led (or where
-        the leader is gone), offline if the other ISR members are all gone; the ISR's
-        only member, it leads on."""
+    def _offline_replica_rule(self, broker_id: int,
+                              led_alone: frozenset[TopicPartition]) -> Rule:
+        """A partition the failed replica is in the ISR of, or leads, is written at leader
+        epoch + 1 (its replica refused every older role, and a follower's may hold an ISR
+        older than the leader's): without the broker in the ISR, led by the first other
+        live ISR member where it led (or where the leader is gone), offline if the other
+        ISR members are all gone. The ISR's only member: it leads on if it led alone at
+        the failure (or is the only replica), else the partition is offline with it as
+        the ISR's last member (never elected while known failed). Out of the ISR and not
+        leading already: nothing is written."""
         def rule(tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | None:
             if tp.topic in self.deleting:
                 return None
-            others = tuple(r for r in current.isr if r != broker_id)
+            if current.leader != broker_id and broker_id not in current.isr:
+                return None  # out already: a report sent again, or one whose answer was lost
+            failed = self.failed_replicas.get(tp, set())
+            assignment = self.assignment(tp)
             registered = set(self.brokers)
+            if current.isr == (broker_id,) and broker_id not in failed \
+                    and (tp in led_alone or assignment == (broker_id,)) \
+                    and (current.leader == broker_id or current.leader not in registered):
+                # nobody else has its acknowledged records: it leads on at a new epoch
+                return current.new_leader_and_isr(broker_id, (broker_id,), self.epoch)
+            self.failed_replicas.setdefault(tp, set()).add(broker_id)
+            others = tuple(r for r in current.isr if r != broker_id)
             if current.leader == broker_id or current.leader not in registered:
-                assignment = self.assignment(tp)
-                leader = offline_leader(assignment, others, self.eligible() - {broker_id})
+                leader = offline_leader(assignment, others,
+                                        self.electable(tp, self.eligible()))
                 if leader is None:
                     # a live ISR member shutting down still has every acknowledged record
-                    leader = offline_leader(assignment, others, registered - {broker_id})
+                    leader = offline_leader(assignment, others, self.electable(tp, registered))
                 if leader is not None:
                     return current.new_leader_and_isr(leader, others, self.epoch)
                 if others:
                     # the rest of the ISR is gone: offline (Kafka's NoLeader) until one of
                     # them, which may have what this replica lost, is back
                     return current.new_leader_and_isr(NO_LEADER, others, self.epoch)
-                if broker_id in current.isr:
-                    return current.new_leader_and_isr(broker_id, (broker_id,), self.epoch)
-                return current.new_leader_and_isr(current.leader, current.isr, self.epoch)
-            isr = others if others else current.isr
-            return current.new_leader_and_isr(current.leader, isr, self.epoch)
+                if current.leader == NO_LEADER:
+                    return None  # offline already, the ISR's last member
+                # the ISR's last member (kept, as Kafka keeps it): offline, never elected
+                # while known failed (a replica out of the ISR may have what it lost)
+                return current.new_leader_and_isr(NO_LEADER, (broker_id,), self.epoch)
+            if not others:
+                return None
+            return current.new_leader_and_isr(current.leader, others, self.epoch)
 
         return rule
 

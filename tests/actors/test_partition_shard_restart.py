@@ -1348,6 +1348,11 @@ def test_a_previous_lifes_refusal_does_not_undo_the_role_the_restore_gave(
     node.tell(c.manager, BecameLeaderOrFollower(2, [PartitionErrorRow(
         "c", 0, int(ErrorCode.KAFKA_STORAGE_ERROR))]), sender=c.shard.name)
     wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "the refusal taken")
+    # a 56 that names no failed storage (a log that would not open) is not reported: the
+    # controller could only write the partition at a new leader epoch, whose role fails
+    # the same way, again and again
+    stats = node.ask(c.manager, GetStats())
+    assert (stats["storage_failed"], stats["log_dir_events_sent"]) == ([], 0)
     hold.set()
     wait_for(lambda: _stats(node, c.shard)["replication"].get("restores") == 1, "restored")
     wait_for(lambda: node.ask(c.manager, GetStats())["restoring"] == 0, "RolesRestored")
@@ -1557,7 +1562,7 @@ def test_a_leader_whose_fsync_failed_and_lost_acknowledged_records_leads_no_more
     assert stats["leaders"] == [], "a log that lost acknowledged records leads again"
     assert stats["replication"]["storage_refused"] == 1
     event = _log_dir_event(c)
-    assert (event[1], event[2], [tuple(r) for r in event[3]]) == (1, 5, [("c", 0)])
+    assert (event[1], event[2], [tuple(r) for r in event[3]]) == (1, 5, [("c", 0, False)])
     # broker 2, which has both records at leader epoch 3, is not told to truncate
     node.tell(shard, ReplicaRead(4, 2, 1 << 20, [ReplicaReadRow("c", 0, 2, 3, 3, 1 << 20, 0)]),
               sender=handler.name)
@@ -1571,7 +1576,7 @@ def test_a_leader_whose_fsync_failed_and_lost_acknowledged_records_leads_no_more
     node.tell(c.manager, LogDirEventNotificationResponse(event[0], int(ErrorCode.NOT_CONTROLLER)),
               sender=c.controller.name)
     event = _log_dir_event(c, 2)
-    assert [tuple(r) for r in event[3]] == [("c", 0)]
+    assert [tuple(r) for r in event[3]] == [("c", 0, False)]
     # the controller took it offline and elected broker 2 at leader epoch 4
     node.tell(c.manager, LogDirEventNotificationResponse(event[0], NONE), sender=c.controller.name)
     wait_for(lambda: node.ask(c.manager, GetStats())["storage_failed"] == [],
@@ -1609,7 +1614,7 @@ def test_a_follower_whose_fsync_failed_waits_out_of_the_isr(
 
     assert _stats(node, c.shard)["partitions"]["f-0"] == [0, 0, 0]
     event = _log_dir_event(c)
-    assert [tuple(r) for r in event[3]] == [("f", 0)]
+    assert [tuple(r) for r in event[3]] == [("f", 0, False)]
     assert node.ask(c.manager, GetStats())["following"] == [], "f-0 followed in the ISR"
     node.tell(c.manager, LogDirEventNotificationResponse(event[0], NONE), sender=c.controller.name)
     _lai(c, 1, LeaderAndIsrPartition("f", 0, 1, 2, 8, [2], 10, [2, 1], False))
@@ -1668,7 +1673,8 @@ def test_a_failed_leader_alone_in_its_isr_leads_again_only_at_a_new_leader_epoch
     _restored(c)
     assert _stats(node, c.shard)["leaders"] == []
     event = _log_dir_event(c)
-    assert [tuple(r) for r in event[3]] == [("c", 0)]
+    # it led alone at the failure: the controller may have it lead on
+    assert [tuple(r) for r in event[3]] == [("c", 0, True)]
     _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 4, [1], 5, [1, 2], False))
     [response] = wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[1:],
                           "the LeaderAndIsr answer")
@@ -1677,12 +1683,16 @@ def test_a_failed_leader_alone_in_its_isr_leads_again_only_at_a_new_leader_epoch
     assert _append(node, c.shard, c.handler, 2, "c", [b"c1 again"])[1][0][2:4] == [NONE, 0]
 
 
-def test_a_failed_follower_whose_role_says_it_is_out_of_the_isr_waits_for_a_newer_one(
+def test_a_failed_follower_whose_role_says_it_is_out_of_the_isr_waits_for_the_controllers(
         node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """f-0's follower role (leader epoch 8) says ISR [2], but leader 2 may have taken it back
     since (an AlterPartition the controller wrote without telling the followers): the
-    restored role is refused as any other, and only the controller's next role, newer
-    than every refused one, is taken."""
+    restored role is refused as any other. The controller, which finds it out of the ISR
+    already, writes nothing and sends its current role again, at the same leader epoch 8:
+    the ReplicaManager lets it in once more (the shard refused the role at that epoch, it
+    does not hold it) and the shard takes it (it is the controller's word, not a restore).
+    Refused as stale, the replica waited for the partition's next leader epoch, which
+    may never come."""
     failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "f-0")
     c = _cluster(node, tmp_path, [1, 2])
     _lai(c, 1, LeaderAndIsrPartition("f", 0, 1, 2, 8, [2], 10, [2, 1], False))
@@ -1695,11 +1705,44 @@ def test_a_failed_follower_whose_role_says_it_is_out_of_the_isr_waits_for_a_newe
     node.tell(c.shard, Flush())
     wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the shard's restart")
     _restored(c)
-    assert [tuple(r) for r in _log_dir_event(c)[3]] == [("f", 0)]
+    event = _log_dir_event(c)
+    assert [tuple(r) for r in event[3]] == [("f", 0, False)]
     assert node.ask(c.manager, GetStats())["following"] == []
-    # the controller wrote it at leader epoch 9 (out of the ISR, as it is now): taken
-    _lai(c, 1, LeaderAndIsrPartition("f", 0, 1, 2, 9, [2], 11, [2, 1], False))
+    node.tell(c.manager, LogDirEventNotificationResponse(event[0], NONE), sender=c.controller.name)
+    # the controller's current role, sent again (nothing written: out of the ISR already)
+    _lai(c, 1, LeaderAndIsrPartition("f", 0, 1, 2, 8, [2], 10, [2, 1], False))
     [response] = wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[2:],
                           "the LeaderAndIsr answer")
     assert [tuple(r) for r in response[2]] == [("f", 0, NONE)]
     wait_for(lambda: node.ask(c.manager, GetStats())["following"] == ["f-0"], "f-0 followed")
+    assert node.ask(c.manager, GetStats())["log_dir_events_sent"] == 1
+
+
+def test_a_failed_follower_elected_alone_before_its_report_refuses_to_lead(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """f-0's follower (in the ISR [2, 1]) lost its record to a failed fsync; before the
+    controller handles its report, leader 2 goes and the controller, not knowing, elects it
+    with an ISR of itself at leader epoch 8. Taken, it would lead a log without the record
+    broker 2 has (and broker 2, back, would follow it and truncate the record away): it
+    refuses, and tells the controller it did not lead alone at the failure (which then
+    keeps the partition offline rather than elect it)."""
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "f-0")
+    c = _cluster(node, tmp_path, [1, 2])
+    batch = build_batch([b"f1"], base_offset=0, partition_leader_epoch=7)
+    node.tell(c.shard, FollowerApply(1, [FollowerApplyRow("f", 0, 7, batch, 1, 0, 1, -1, -1,
+                                                          -1)]), sender=c.handler.name)
+    wait_for(lambda: _stats(node, c.shard)["partitions"]["f-0"] == [0, 1, 1], "f-0 at HW 1")
+    failing["armed"] = 1
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the shard's restart")
+    _restored(c)
+    event = _log_dir_event(c)
+    assert [tuple(r) for r in event[3]] == [("f", 0, False)]
+    _lai(c, 1, LeaderAndIsrPartition("f", 0, 1, 1, 8, [1], 10, [2, 1], False))
+    [response] = wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[1:],
+                          "the LeaderAndIsr answer")
+    assert [tuple(r) for r in response[2]] == [("f", 0, int(ErrorCode.KAFKA_STORAGE_ERROR))]
+    assert "f-0" not in _stats(node, c.shard)["leaders"]
+    node.tell(c.manager, LogDirEventNotificationResponse(event[0], NONE), sender=c.controller.name)
+    again = _log_dir_event(c, 2)
+    assert [tuple(r) for r in again[3]] == [("f", 0, False)]

@@ -411,16 +411,18 @@ def test_a_follower_whose_storage_failed_leaves_the_isr() -> None:
     assert codes(result) == [ErrorCode.NONE, ErrorCode.NONE]
     assert c.state("t", 0) == LeaderAndIsr(1, 1, (1, 2), 1, 1)
     assert c.state("t", 1) == LeaderAndIsr(2, 1, (2, 1), 1, 1)
-    # reported again (the first answer lost, or a follower's role that said it was out of
-    # the ISR may be older than the leader's): out of the ISR already, the partition is
-    # still written at a new leader epoch, the role its replica waits for (every older one
-    # it refuses: only the controller knows the ISR now)
+    # reported again (the first answer lost, or sent again by its node): out of the ISR
+    # already, nothing is written (a write each time would bump a healthy leader's epoch
+    # and reset its followers, at every report); the replica is sent its current role
+    # again, out of the ISR, which its shard takes
     ctl = c.controller
-    mark = len(ctl.sent)
-    again = c.request(lambda rid: ReplicasOffline(rid, 3, c.epoch_of(3), (TP("t", 0),)))
-    assert codes(again) == [ErrorCode.NONE]
-    assert c.state("t", 0) == LeaderAndIsr(1, 2, (1, 2), 1, 2)
-    assert (3, 2) in {(b, r.leader_epoch) for b, r in leader_and_isr_rows(ctl, mark)}
+    for _ in range(3):
+        mark = len(ctl.sent)
+        again = c.request(lambda rid: ReplicasOffline(rid, 3, c.epoch_of(3), (TP("t", 0),)))
+        assert codes(again) == [ErrorCode.NONE]
+        assert c.state("t", 0) == LeaderAndIsr(1, 1, (1, 2), 1, 1)
+        assert {(b, r.leader_epoch, tuple(r.isr))
+                for b, r in leader_and_isr_rows(ctl, mark)} == {(3, 1, (1, 2))}
 
 
 def test_a_failed_leader_alone_in_its_isr_leads_on_at_a_new_leader_epoch() -> None:
@@ -431,9 +433,78 @@ def test_a_failed_leader_alone_in_its_isr_leads_on_at_a_new_leader_epoch() -> No
     c.request(lambda rid: AlterPartitionRequest(rid, 1, c.epoch_of(1), (
         IsrProposal(TP("t", 0), 0, (1,), 0),)))
     assert c.state("t", 0).isr == (1,)
-    result = c.request(lambda rid: ReplicasOffline(rid, 1, c.epoch_of(1), (TP("t", 0),)))
+    result = c.request(lambda rid: ReplicasOffline(rid, 1, c.epoch_of(1), (TP("t", 0),),
+                                                   frozenset({TP("t", 0)})))
     assert codes(result) == [ErrorCode.NONE]
     assert c.state("t", 0) == LeaderAndIsr(1, 1, (1,), 1, 2)
+    assert not c.controller.core.failed_replicas
+
+
+def test_a_failed_follower_elected_alone_before_its_report_is_never_elected_again() -> None:
+    """ISR [1, 3]; 3's storage fails as a follower, and leader 1 goes before 3's report is
+    handled: the controller, not knowing, elects 3 with an ISR of itself. The report
+    (3 did not lead alone at the failure) takes the partition offline with 3 as the ISR's
+    last member, and 3 is never elected while known failed: not when 1 comes back (out
+    of the ISR, it waits for an unclean election), not when 3 restarts. Led on (the
+    earlier behaviour), 1 would follow 3 and truncate the records only it had."""
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    tp = TP("t", 0)
+    c.request(lambda rid: AlterPartitionRequest(rid, 1, c.epoch_of(1), (
+        IsrProposal(tp, 0, (1, 3), 0),)))
+    c.stop_broker(1)
+    c.pump()
+    elected = c.state("t", 0)
+    assert (elected.leader, elected.isr) == (3, (3,))
+    result = c.request(lambda rid: ReplicasOffline(rid, 3, c.epoch_of(3), (tp,)))
+    assert codes(result) == [ErrorCode.NONE]
+    offline = c.state("t", 0)
+    assert (offline.leader, offline.leader_epoch, offline.isr) == (
+        NO_LEADER, elected.leader_epoch + 1, (3,))
+    assert c.controller.core.failed_replicas == {tp: {3}}
+    # reported again: offline already, nothing written
+    again = c.request(lambda rid: ReplicasOffline(rid, 3, c.epoch_of(3), (tp,)))
+    assert codes(again) == [ErrorCode.NONE] and c.state("t", 0) == offline
+    c.start_broker(1)
+    c.pump()
+    assert c.state("t", 0).leader == NO_LEADER
+    c.stop_broker(3)
+    c.pump()
+    c.start_broker(3)
+    c.pump()
+    assert c.state("t", 0).leader == NO_LEADER
+
+
+def test_a_failed_follower_given_the_lead_by_a_controlled_shutdown_is_taken_offline() -> None:
+    """ISR [1, 3]; 3's storage fails, then leader 1 shuts down before the report is handled:
+    the shutdown hands 3 the lead with an ISR of itself. The report takes the partition
+    offline (3 did not lead alone at the failure), rather than let 3 lead on."""
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    tp = TP("t", 0)
+    c.request(lambda rid: AlterPartitionRequest(rid, 1, c.epoch_of(1), (
+        IsrProposal(tp, 0, (1, 3), 0),)))
+    shutdown = c.request(lambda rid: ControlledShutdownRequest(rid, 1, c.epoch_of(1)))
+    assert isinstance(shutdown, ControlledShutdownResult)
+    assert (c.state("t", 0).leader, c.state("t", 0).isr) == (3, (3,))
+    result = c.request(lambda rid: ReplicasOffline(rid, 3, c.epoch_of(3), (tp,)))
+    assert codes(result) == [ErrorCode.NONE]
+    assert (c.state("t", 0).leader, c.state("t", 0).isr) == (NO_LEADER, (3,))
+
+
+def test_a_failed_replica_taken_back_into_the_isr_may_be_elected_again() -> None:
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    tp = TP("t", 0)
+    c.request(lambda rid: ReplicasOffline(rid, 3, c.epoch_of(3), (tp,)))
+    state = c.state("t", 0)
+    assert (state.leader, state.isr) == (1, (1, 2))
+    assert c.controller.core.failed_replicas == {tp: {3}}
+    # its leader took it back (it caught up from it): healthy again
+    c.request(lambda rid: AlterPartitionRequest(rid, 1, c.epoch_of(1), (
+        IsrProposal(tp, state.leader_epoch, (1, 2, 3), state.version),)))
+    assert c.state("t", 0).isr == (1, 2, 3)
+    assert not c.controller.core.failed_replicas
 
 
 def test_a_partition_whose_other_isr_members_are_gone_stays_offline_for_them() -> None:
@@ -454,10 +525,10 @@ def test_a_partition_whose_other_isr_members_are_gone_stays_offline_for_them() -
     mark = len(ctl.sent)
     result = c.request(lambda rid: ReplicasOffline(rid, 3, c.epoch_of(3), (tp,)))
     assert codes(result) == [ErrorCode.NONE]
-    state = c.state("t", 0)
-    assert (state.leader, state.leader_epoch, state.isr) == (
-        NO_LEADER, offline.leader_epoch + 1, (1, 2))
-    assert {(b, r.leader) for b, r in leader_and_isr_rows(ctl, mark)} == {(3, NO_LEADER)}
+    # out of the ISR already: nothing written, its current role sent again
+    assert c.state("t", 0) == offline
+    assert {(b, r.leader, r.leader_epoch) for b, r in leader_and_isr_rows(ctl, mark)} == {
+        (3, NO_LEADER, offline.leader_epoch)}
     c.start_broker(2)
     c.pump()
     assert c.state("t", 0).leader == 2

@@ -53,8 +53,8 @@ class SimDisk:
         self.stats = DiskStats()
         self._real_fsync: Any = None
         self.failing: list[str] = []  # data directories whose next log fsync fails
-        # told the data directory of each fsync made to fail, when it fails
-        self.on_fsync_failed: Callable[[str], None] | None = None
+        # told the data directory and the file of each fsync made to fail, when it fails
+        self.on_fsync_failed: Callable[[str, str], None] | None = None
 
     # ---------------------------------------------------------------- fsync
     def __enter__(self) -> SimDisk:
@@ -85,7 +85,7 @@ class SimDisk:
             self.stats.bytes_lost += st.st_size - durable
             os.truncate(fileno, durable)
             if self.on_fsync_failed is not None:
-                self.on_fsync_failed(failing)
+                self.on_fsync_failed(failing, path)
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         if stat.S_ISREG(st.st_mode):
             self.stats.fsyncs += 1

@@ -86,6 +86,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors.core.cluster_model import TopicPartition
 from actors.core.log_epoch_cache import LeaderEpochCache
+from actors.core.partition_log import FlushFailedError
 from actors.metadata import znodes
 from actors.runtime.actor import Actor
 from actors.sim.clients import Ack, History, batch_records
@@ -140,6 +141,19 @@ class Checker:
     logs_at_crash: dict[tuple[int, int], dict[tuple[str, int], tuple[int, int, LeaderEpochCache]]
                         ] = field(default_factory=dict)
     acks_dated_at_crash: int = 0   # answers note_ack dated from a life that crashed since
+    # (broker, topic, partition) -> when an fsync of that replica's log failed (EIO) and
+    # lost what the file had not synced: a crash of that one replica, which excuses a loss
+    # only where it was then elected as the ISR's only member (``_crash_election``)
+    storage_failures: dict[tuple[int, str, int], list[float]] = field(default_factory=dict)
+    # (broker, life, topic, partition) -> the log its shard had when its fsync failed: the
+    # first check that finds another (the shard reopened it) excuses its high watermark
+    # going back; from then until it has a role again, its leader epoch -1
+    failed_logs: dict[tuple[int, int, str, int], Any] = field(default_factory=dict)
+    awaiting_role: set[tuple[int, int, str, int]] = field(default_factory=set)
+    # (topic, partition, leader epoch, leader, its life) -> the ISR its leader had when a
+    # check first saw it lead
+    leadership_isrs: dict[tuple[str, int, int, int, int], tuple[int, ...]] = field(
+        default_factory=dict)
     # (topic, partition, leader epoch) -> [(leader, its life, the epoch's start offset in its
     # log, first seen at ms)]: every leadership a check saw (two only when a restarted
     # leader was given its old epoch again)
@@ -238,18 +252,26 @@ class Checker:
             for shard in broker.shards():
                 for (topic, p), state in sorted(shard.partitions.items()):
                     key = (broker_id, broker.lives, topic, p)
+                    failed_log = self.failed_logs.get(key)
+                    reopened = failed_log is not None and state.log is not failed_log
+                    if reopened:
+                        # the first check since the shard reopened the log whose fsync failed
+                        del self.failed_logs[key]
+                        self.awaiting_role.add(key)
                     before_epoch = self.node_leader_epochs.get(key, -1)
+                    if key in self.awaiting_role and state.leader_epoch >= 0:
+                        self.awaiting_role.discard(key)
                     if state.leader_epoch < before_epoch and not (
-                            state.leader_epoch < 0 and getattr(shard, "flush_failures", 0)):
-                        # (-1 in a shard a failed flush restarted: no role yet, as a replica
-                        # whose storage failed waits for one out of the ISR)
+                            state.leader_epoch < 0 and key in self.awaiting_role):
+                        # (-1 on the replica whose fsync failed, from its reopen to its next
+                        # role: it waits for one out of the ISR)
                         raise Violation("leader epochs only grow",
                                         f"{topic}-{p} on broker {broker_id} went from leader "
                                         f"epoch {before_epoch} to {state.leader_epoch}")
                     self.node_leader_epochs[key] = max(state.leader_epoch, before_epoch)
                     hw = state.log.high_watermark
                     before_hw = self.node_high_watermarks.get(key, -1)
-                    if hw < before_hw and getattr(shard, "flush_failures", 0):
+                    if hw < before_hw and reopened:
                         # its disk failed an fsync and lost what was not synced: the shard
                         # reopened the log short (the replica leaves the ISR and catches
                         # up; that no acknowledged record is lost is check_data's)
@@ -302,6 +324,8 @@ class Checker:
                         self.counted["epoch_led_again_after_restart"] += 1
                     seen.append((broker_id, broker.lives, state.epoch_start_offset,
                                  self._now_ms()))
+                    self.leadership_isrs[(topic, p, state.leader_epoch, broker_id,
+                                          broker.lives)] = tuple(sorted(state.isr))
 
     def note_crash(self, broker_id: int) -> None:
         """The run crashes ``broker_id`` now (its unflushed log tails are lost). What its
@@ -324,11 +348,22 @@ class Checker:
                     ends[(topic, p)] = log.log_end_offset
         self.logs_at_crash[(broker_id, broker.lives)] = held
 
-    def note_storage_failure(self, broker_id: int) -> None:
-        """An fsync of ``broker_id``'s failed and lost what its file had not synced: as a
-        crash, for the replicas of that log (what the failed replica may lose when it
-        leads next, as the ISR's last member, is a crash election's loss, not a bug)."""
-        self.crash_times_ms.setdefault(broker_id, []).append(self._now_ms())
+    def note_storage_failure(self, broker_id: int, topic: str, partition: int) -> None:
+        """An fsync of ``broker_id``'s log of ``topic-partition`` failed and lost what the
+        file had not synced: a crash of that one replica. It excuses a loss only where
+        that replica then leads an ISR of itself alone (nobody else had the records: a
+        crash election's loss, not a bug); its high watermark going back only at the
+        first check after its shard reopened the log, and its leader epoch -1 only from
+        then until its next role."""
+        self.storage_failures.setdefault((broker_id, topic, partition), []).append(
+            self._now_ms())
+        broker = self.cluster.brokers[broker_id]
+        if broker.state != "up":
+            return
+        for shard in broker.shards():
+            state = shard.partitions.get((topic, partition))
+            if state is not None:
+                self.failed_logs[(broker_id, broker.lives, topic, partition)] = state.log
 
     def _committed_after(self, topic: str, p: int, offset: int) -> tuple[float, float]:
         """When the record at ``offset`` was committed: after the first time returned (the
@@ -391,11 +426,17 @@ class Checker:
                     default=None)
         if first is None:
             return False
-        broker_id, _life, _start, seen_ms = first[2]
+        broker_id, life, _start, seen_ms = first[2]
         if held:
             return any(since_ms < t <= seen_ms and ends.get((topic, p), -1) > offset
                        for t, ends in self.ends_at_crash.get(broker_id, []))
-        return any(since_ms < t <= seen_ms for t in self.crash_times_ms.get(broker_id, []))
+        if any(since_ms < t <= seen_ms for t in self.crash_times_ms.get(broker_id, [])):
+            return True
+        # its fsync of this very log failed: only as the ISR's only member did it have to
+        # lead without what it lost (an ISR with another member: that one had the records)
+        return self.leadership_isrs.get((topic, p, first[0], broker_id, life)) == (
+            broker_id,) and any(since_ms < t <= seen_ms for t in self.storage_failures.get(
+                (broker_id, topic, p), []))
 
     def note_ack(self, ack: Ack) -> None:
         """An acknowledgement was just recorded: date it with the leader epoch its leader wrote
@@ -462,8 +503,10 @@ class Checker:
         world = self.cluster.world
         if world.failures:
             raise Violation("no actor loop fails", world.failures[0])
-        # a shard whose flush failed restarts (it reopens its logs): a crash each
-        restarts = {b.node.name: sum(getattr(sh, "flush_failures", 0) for sh in b.shards())
+        # a shard whose flush failed restarts (it reopens its logs): a crash each, counted
+        # by the restarts supervision made for a FlushFailedError
+        restarts = {b.node.name: sum(a.restarts_by_cause.get(FlushFailedError.__name__, 0)
+                                     for a in b.node.actors.values())
                     for b in self.cluster.brokers.values() if b.node is not None}
         for node in world.nodes.values():
             if (node.metrics.get("actor_crashes") or 0) > restarts.get(node.name, 0):

@@ -265,11 +265,13 @@ class _Run:
         self.faults.append(f"{world.kernel.now_ns // 1_000_000} ms: {what}")
         world.note(f"fault: {what}")
 
-    def _fsync_failed(self, data_dir: str) -> None:
+    def _fsync_failed(self, data_dir: str, path: str) -> None:
+        topic, _, partition = os.path.basename(os.path.dirname(path)).rpartition("-")
         for broker in self.cluster.brokers.values():
             if str(broker.data_dir.resolve()) == data_dir:
-                self.checker.note_storage_failure(broker.broker_id)
-                self.world.note(f"{broker.name}'s fsync of a partition log failed (EIO)")
+                self.checker.note_storage_failure(broker.broker_id, topic, int(partition))
+                self.world.note(f"{broker.name}'s fsync of {topic}-{partition}'s log failed "
+                                f"(EIO)")
 
     def _restart(self, broker_id: int) -> None:
         if broker_id in self.crashed:

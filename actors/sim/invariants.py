@@ -505,8 +505,9 @@ class Checker:
             raise Violation("no actor loop fails", world.failures[0])
         # a shard whose flush failed restarts (it reopens its logs): a crash each, counted
         # by the restarts supervision made for a FlushFailedError
-        restarts = {b.node.name: sum(a.restarts_by_cause.get(FlushFailedError.__name__, 0)
-                                     for a in b.node.actors.values())
+        restarts = {b.node.name: sum(n for a in b.node.actors.values()
+                                     for cause, n in a.restarts_by_cause.items()
+                                     if issubclass(cause, FlushFailedError))
                     for b in self.cluster.brokers.values() if b.node is not None}
         for node in world.nodes.values():
             if (node.metrics.get("actor_crashes") or 0) > restarts.get(node.name, 0):

@@ -173,7 +173,7 @@ class Checker:
         "acks1_lost": 0, "acks_all_lost_to_crash_election": 0,
         "hw_back_after_crash_election": 0, "fetched_lost_to_crash_election": 0,
         "replicas_differ_after_crash_election": 0, "epoch_led_again_after_restart": 0,
-        "hw_back_after_storage_failure": 0})
+        "hw_back_after_storage_failure": 0, "offline_after_storage_failure": 0})
 
     # --------------------------------------------------------------- purgatory
     def observe(self, node: SimNode, actor: Actor, s_node: str, s_name: str,
@@ -623,10 +623,25 @@ class Checker:
         missing = sorted(t for t in self.topics if t not in self.history.topics_created)
         if missing:
             raise Violation("topics are created", f"{missing} not created after the run settled")
+        states = dict(self._zk_partition_states(cluster.zk))
+        controller = cluster.controller_actor(active[0])
+        assert controller is not None
+        failed_known = controller.driver.core.failed_replicas
         for topic, count in sorted(self.topics.items()):
             for p in range(count):
-                leader = self.zk_leader_epochs.get(TopicPartition(topic, p))
-                if leader is None or not cluster.up(leader[1]):
+                tp = TopicPartition(topic, p)
+                leader = self.zk_leader_epochs.get(tp)
+                state = states.get(tp)
+                if state is not None and state.leader < 0 and state.isr and all(
+                        (r, topic, p) in self.storage_failures
+                        and r in failed_known.get(tp, set()) for r in state.isr):
+                    # Offline, as Kafka leaves it: the ISR's only members lost records to a
+                    # failed fsync (and did not lead alone then: a replica out of the ISR
+                    # may have what they lost); only an unclean election, or an operator,
+                    # brings it back. Electing them would truncate acknowledged records away
+                    self.counted["offline_after_storage_failure"] += 1
+                    continue
+                if leader is None or leader[1] not in cluster.brokers or not cluster.up(leader[1]):
                     raise Violation("every partition has a live leader",
                                     f"{topic}-{p} has leader {leader[1] if leader else None} "
                                     f"after the run settled")

@@ -141,19 +141,17 @@ class Checker:
     logs_at_crash: dict[tuple[int, int], dict[tuple[str, int], tuple[int, int, LeaderEpochCache]]
                         ] = field(default_factory=dict)
     acks_dated_at_crash: int = 0   # answers note_ack dated from a life that crashed since
-    # (broker, topic, partition) -> when an fsync of that replica's log failed (EIO) and
-    # lost what the file had not synced: a crash of that one replica, which excuses a loss
-    # only where it was then elected as the ISR's only member (``_crash_election``)
-    storage_failures: dict[tuple[int, str, int], list[float]] = field(default_factory=dict)
+    # (broker, topic, partition) -> [(when an fsync of that replica's log failed (EIO) and
+    # lost what the file had not synced, whether it led an ISR of itself alone then)]: a
+    # crash of that one replica, which excuses a loss only where it led alone then and
+    # leads next (nobody else had the records; ``_crash_election``)
+    storage_failures: dict[tuple[int, str, int], list[tuple[float, bool]]] = field(
+        default_factory=dict)
     # (broker, life, topic, partition) -> the log its shard had when its fsync failed: the
     # first check that finds another (the shard reopened it) excuses its high watermark
     # going back; from then until it has a role again, its leader epoch -1
     failed_logs: dict[tuple[int, int, str, int], Any] = field(default_factory=dict)
     awaiting_role: set[tuple[int, int, str, int]] = field(default_factory=set)
-    # (topic, partition, leader epoch, leader, its life) -> the ISR its leader had when a
-    # check first saw it lead
-    leadership_isrs: dict[tuple[str, int, int, int, int], tuple[int, ...]] = field(
-        default_factory=dict)
     # (topic, partition, leader epoch) -> [(leader, its life, the epoch's start offset in its
     # log, first seen at ms)]: every leadership a check saw (two only when a restarted
     # leader was given its old epoch again)
@@ -173,7 +171,8 @@ class Checker:
         "acks1_lost": 0, "acks_all_lost_to_crash_election": 0,
         "hw_back_after_crash_election": 0, "fetched_lost_to_crash_election": 0,
         "replicas_differ_after_crash_election": 0, "epoch_led_again_after_restart": 0,
-        "hw_back_after_storage_failure": 0, "offline_after_storage_failure": 0})
+        "hw_back_after_storage_failure": 0, "offline_after_storage_failure": 0,
+        "fetched_lost_to_storage_failure": 0})
 
     # --------------------------------------------------------------- purgatory
     def observe(self, node: SimNode, actor: Actor, s_node: str, s_name: str,
@@ -324,8 +323,6 @@ class Checker:
                         self.counted["epoch_led_again_after_restart"] += 1
                     seen.append((broker_id, broker.lives, state.epoch_start_offset,
                                  self._now_ms()))
-                    self.leadership_isrs[(topic, p, state.leader_epoch, broker_id,
-                                          broker.lives)] = tuple(sorted(state.isr))
 
     def note_crash(self, broker_id: int) -> None:
         """The run crashes ``broker_id`` now (its unflushed log tails are lost). What its
@@ -351,19 +348,20 @@ class Checker:
     def note_storage_failure(self, broker_id: int, topic: str, partition: int) -> None:
         """An fsync of ``broker_id``'s log of ``topic-partition`` failed and lost what the
         file had not synced: a crash of that one replica. It excuses a loss only where
-        that replica then leads an ISR of itself alone (nobody else had the records: a
-        crash election's loss, not a bug); its high watermark going back only at the
+        that replica led an ISR of itself alone then, and leads next (nobody else had the
+        records: a crash election's loss, not a bug); its high watermark going back only at the
         first check after its shard reopened the log, and its leader epoch -1 only from
         then until its next role."""
-        self.storage_failures.setdefault((broker_id, topic, partition), []).append(
-            self._now_ms())
         broker = self.cluster.brokers[broker_id]
-        if broker.state != "up":
-            return
-        for shard in broker.shards():
-            state = shard.partitions.get((topic, partition))
-            if state is not None:
-                self.failed_logs[(broker_id, broker.lives, topic, partition)] = state.log
+        alone = False
+        if broker.state == "up":
+            for shard in broker.shards():
+                state = shard.partitions.get((topic, partition))
+                if state is not None:
+                    self.failed_logs[(broker_id, broker.lives, topic, partition)] = state.log
+                    alone = state.is_leader and set(state.isr) == {broker_id}
+        self.storage_failures.setdefault((broker_id, topic, partition), []).append(
+            (self._now_ms(), alone))
 
     def _committed_after(self, topic: str, p: int, offset: int) -> tuple[float, float]:
         """When the record at ``offset`` was committed: after the first time returned (the
@@ -426,17 +424,36 @@ class Checker:
                     default=None)
         if first is None:
             return False
-        broker_id, life, _start, seen_ms = first[2]
+        broker_id, _life, _start, seen_ms = first[2]
         if held:
             return any(since_ms < t <= seen_ms and ends.get((topic, p), -1) > offset
                        for t, ends in self.ends_at_crash.get(broker_id, []))
         if any(since_ms < t <= seen_ms for t in self.crash_times_ms.get(broker_id, [])):
             return True
-        # its fsync of this very log failed: only as the ISR's only member did it have to
-        # lead without what it lost (an ISR with another member: that one had the records)
-        return self.leadership_isrs.get((topic, p, first[0], broker_id, life)) == (
-            broker_id,) and any(since_ms < t <= seen_ms for t in self.storage_failures.get(
-                (broker_id, topic, p), []))
+        # its fsync of this very log failed while it led an ISR of itself alone: nobody else
+        # had what it lost (a follower, or a leader with another ISR member, that failed
+        # must not lead without it: no excuse)
+        return any(since_ms < t <= seen_ms and alone
+                   for t, alone in self.storage_failures.get((broker_id, topic, p), []))
+
+    def _lost_to_own_storage_failure(self, broker_id: int, topic: str, p: int,
+                                     since_ms: float) -> bool:
+        """Whether ``broker_id``'s log of ``topic-p`` lacks a record made after ``since_ms``
+        because its own fsync of that log failed after that and dropped the unsynced tail
+        (the fault itself), and nothing since made another replica's log its: the
+        partition is offline (no leader in ZooKeeper) with the broker in its ISR, so no
+        election or truncation can have taken the record from it. (Seed 6, eio, crash and
+        expire: broker 3 crashed with audit-0's offsets 20-22 unflushed, then broker 2's
+        fsync failed with them unsynced; both copies lost to the disk, the partition kept
+        offline rather than lead on without them.)"""
+        if not any(t > since_ms
+                   for t, _alone in self.storage_failures.get((broker_id, topic, p), [])):
+            return False
+        node = self.cluster.zk.nodes.get(znodes.partition_state_path(TopicPartition(topic, p)))
+        if node is None:
+            return False
+        state = znodes.decode_partition_state(TopicPartition(topic, p), node.data, node.version)
+        return state.leader < 0 and broker_id in state.isr
 
     def note_ack(self, ack: Ack) -> None:
         """An acknowledgement was just recorded: date it with the leader epoch its leader wrote
@@ -585,6 +602,10 @@ class Checker:
                 if broker.lives != life or broker.state != "up" or kept is None:
                     continue
                 found = kept.get(offset)
+                if found is None and fetched is not None and self._lost_to_own_storage_failure(
+                        broker_id, topic, p, self.history.created_ms.get(fetched, 0.0)):
+                    self.counted["fetched_lost_to_storage_failure"] += 1
+                    continue
                 if found is None or found[2] != fetched:
                     if fetched is not None and self._crash_election(
                             topic, p, offset, self.history.created_ms.get(fetched, 0.0),

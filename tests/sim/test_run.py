@@ -49,8 +49,15 @@ EIO_CRASH_EXPIRE = SimOptions(steps=8, faults=("eio", "crash", "expire"), acks_a
 # unknown to it), so it took the role and was not reported; still in the ISR with its short
 # log, it was elected when the leader's disk failed. Restored roles are refused now, and with
 # EIO alone no loss is excused (no ISR was down to one replica).
+# Seed 3 (EIO, crashes, expiries): broker 2's fsync failed leading events-0 with ISR
+# [1, 2, 3]; 1 and 3 expired and crashed before the report was handled, leaving ISR [2];
+# led on (as before), 2's short log would truncate what 1 or 3 may hold: it stays offline,
+# as in Kafka. Seed 6: audit-0's 20-22 were lost by both replicas' disks (3's crash, 2's
+# failed fsync), the partition offline. Seed 22: broker 1 led audit-1 alone when its fsync
+# failed and led on, the loss excused only because it led alone then.
 EIO_RUNS: list[tuple[int, SimOptions]] = [(2, EIO), (3, EIO), (8, EIO), (32, EIO),
-                                          (6, EIO_CRASH_EXPIRE), (7, EIO_CRASH_EXPIRE)]
+                                          (3, EIO_CRASH_EXPIRE), (6, EIO_CRASH_EXPIRE),
+                                          (7, EIO_CRASH_EXPIRE), (22, EIO_CRASH_EXPIRE)]
 # Seeds that once failed under options of their own: (seed, options); see below for each.
 REGRESSION_RUNS: list[tuple[int, SimOptions]] = [(5, GATEWAY_CRASH_EXPIRE),
                                                   (20, GATEWAY_CRASH_EXPIRE),

@@ -226,8 +226,11 @@ class ControllerCore:
         # Replicas reported failed (their storage, ReplicasOffline) that did not lead an
         # ISR of themselves alone then: never elected (their logs may lack acknowledged
         # records another replica has) until their leader takes them back into the ISR
-        # (an AlterPartition written: they caught up), as Kafka's replicasOnOfflineDirs
-        self.failed_replicas: dict[TopicPartition, set[int]] = {}
+        # (an AlterPartition written: they caught up), as Kafka's replicasOnOfflineDirs.
+        # Each -> the partition's leader epoch when its failure was recorded: a leader's
+        # proposal to take it back at that leader epoch or older is refused (the leader saw
+        # it catch up before the failure was written, to a log it may since have lost)
+        self.failed_replicas: dict[TopicPartition, dict[int, int]] = {}
         self.partition_fsm = PartitionStateMachine()
         self.replica_fsm = ReplicaStateMachine()
         self._changes: dict[int, _Change] = {}
@@ -247,7 +250,7 @@ class ControllerCore:
 
     def electable(self, tp: TopicPartition, brokers: Collection[int]) -> set[int]:
         """``brokers`` but the replicas of ``tp`` known to have failed their storage."""
-        return set(brokers) - self.failed_replicas.get(tp, set())
+        return set(brokers) - self.failed_replicas.get(tp, {}).keys()
 
     def assignment(self, tp: TopicPartition) -> tuple[int, ...]:
         return self.topics[tp.topic].assignment.partitions[tp.partition]
@@ -1266,11 +1269,12 @@ class ControllerCore:
         failed = self.failed_replicas.get(tp)
         if not failed:
             return
-        back = failed & set(isr)
+        back = failed.keys() & set(isr)
         if back:
             self._log(f"controller {self.config.broker_id} epoch {self.epoch}: replica(s) "
                       f"{sorted(back)} of {tp}, whose storage failed, are back in the ISR")
-            failed -= back
+            for replica in back:
+                del failed[replica]
             if not failed:
                 del self.failed_replicas[tp]
 
@@ -1308,6 +1312,15 @@ class ControllerCore:
         if ineligible and set(ineligible) - set(current.isr):
             return (ErrorCode.INELIGIBLE_REPLICA,
                     f"replicas {ineligible} of {tp} are not live brokers and cannot join the ISR")
+        failed = self.failed_replicas.get(tp, {})
+        stale = [r for r in isr if r not in current.isr and r in failed
+                 and failed[r] >= proposal.leader_epoch]
+        if stale:
+            # the leader saw them caught up before their failure was written (its proposal
+            # was delayed, or sent again): their logs may have lost what it saw
+            return (ErrorCode.INELIGIBLE_REPLICA,
+                    f"replicas {stale} of {tp} failed their storage at leader epoch "
+                    f"{max(failed[r] for r in stale)} and must catch up at a newer one")
         return None
 
     # ---------------------------------------------------------- offline replicas
@@ -1322,10 +1335,16 @@ class ControllerCore:
         only replica): it leads on, at a new leader epoch (nobody else has more). Else it is
         never elected while known failed (``failed_replicas``): where it is the ISR's last
         member, the partition is offline (Kafka's), rather than lose what a replica out of
-        the ISR has. Idempotent: a replica already out of the ISR and not leading changes
-        nothing (a report sent again, one whose answer was lost): it is sent its current
-        role again, which its shard takes (refused at that leader epoch, it is let in
-        once more)."""
+        the ISR has (it stays offline until an unclean election, or a new controller, which
+        does not know of the failure until the replica refuses the role it gives:
+        availability traded, deliberately, for not losing acknowledged records). A replica already out of the ISR and not leading is
+        written at a new leader epoch the first time (same leader and ISR): a proposal of
+        its leader's to take it back, made when it had caught up before the failure, would
+        otherwise land at the same leader epoch; and ``_check_isr_proposal`` refuses to
+        take a known failed replica back at the leader epoch of its failure or older.
+        Reported again (an answer lost), nothing changes: it is sent its current role
+        again, which its shard takes (refused at that leader epoch, it is let in once
+        more)."""
         broker_id = event.broker_id
         broker = self.brokers.get(broker_id)
         if broker is None or broker.epoch != event.broker_epoch:
@@ -1383,13 +1402,25 @@ class ControllerCore:
         ISR members are all gone. The ISR's only member: it leads on if it led alone at
         the failure (or is the only replica), else the partition is offline with it as
         the ISR's last member (never elected while known failed). Out of the ISR and not
-        leading already: nothing is written."""
+        leading already: written at leader epoch + 1 with the same leader and ISR the first
+        time (a proposal of its leader's to take it back, made before, is fenced), then
+        nothing."""
         def rule(tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | None:
             if tp.topic in self.deleting:
                 return None
+            failed = self.failed_replicas.get(tp, {})
             if current.leader != broker_id and broker_id not in current.isr:
-                return None  # out already: a report sent again, or one whose answer was lost
-            failed = self.failed_replicas.get(tp, set())
+                if failed.get(broker_id, current.leader_epoch) < current.leader_epoch:
+                    # known failed, and written since: a report sent again, or one whose
+                    # answer was lost (its current role is sent again)
+                    return None
+                # out of the ISR already, but its leader may have seen it caught up (a
+                # proposal to take it back on its way, or sent again): known failed from
+                # now, and written at a new leader epoch (same leader and ISR), which fences
+                # such a proposal, and whose leader counts its followers' offsets anew
+                failed[broker_id] = current.leader_epoch
+                self.failed_replicas[tp] = failed
+                return current.new_leader_and_isr(current.leader, current.isr, self.epoch)
             assignment = self.assignment(tp)
             registered = set(self.brokers)
             if current.isr == (broker_id,) and broker_id not in failed \
@@ -1397,7 +1428,7 @@ class ControllerCore:
                     and (current.leader == broker_id or current.leader not in registered):
                 # nobody else has its acknowledged records: it leads on at a new epoch
                 return current.new_leader_and_isr(broker_id, (broker_id,), self.epoch)
-            self.failed_replicas.setdefault(tp, set()).add(broker_id)
+            self.failed_replicas.setdefault(tp, {})[broker_id] = current.leader_epoch
             others = tuple(r for r in current.isr if r != broker_id)
             if current.leader == broker_id or current.leader not in registered:
                 leader = offline_leader(assignment, others,

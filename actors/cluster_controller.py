@@ -984,7 +984,9 @@ class ClusterController(Actor):
             ("log_dir", self.current_sender, msg.req_id), msg.broker_id, msg.broker_epoch,
             tuple(TopicPartition(r.topic, r.partition) for r in msg.partitions),
             frozenset(TopicPartition(r.topic, r.partition) for r in msg.partitions
-                      if r.led_alone)))
+                      if r.led_alone),
+            {TopicPartition(r.topic, r.partition): r.leader_epoch for r in msg.partitions
+             if r.leader_epoch >= 0}))
 
     # ------------------------------------------------------------ controlled shutdown
     @handles(cm.ControlledShutdownStep)

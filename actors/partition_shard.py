@@ -1348,7 +1348,7 @@ class PartitionShard(Actor):
             hosted.storage_failed = None
             return False
         hosted.failed_epoch = max(hosted.failed_epoch, leader_epoch)
-        failed.append(OfflineReplicaRow(topic, partition, may_lead_alone))
+        failed.append(OfflineReplicaRow(topic, partition, may_lead_alone, leader_epoch))
         self.replication["storage_refused"] = self.replication.get("storage_refused", 0) + 1
         self.log.warning("{}-{}: its storage failed ({}): the {}role {} ISR {} at leader "
                          "epoch {} refused (KAFKA_STORAGE_ERROR) until the controller takes "

@@ -293,12 +293,12 @@ class ReplicaManager(Actor):
         # the LogDirEventNotification on its way (req id, what it carried), and when it is
         # sent again. Kept over a restart of this actor: forgotten, a failed leader's
         # partition stayed without a leader until the controller's next change of it
-        self.storage_failed: dict[TopicPartition, tuple[int, bool]] = getattr(
+        self.storage_failed: dict[TopicPartition, tuple[int, bool, int]] = getattr(
             self, "storage_failed", {})
         self.storage_failures: Iterator[int] = getattr(self, "storage_failures", None) \
             or itertools.count(1)
-        self.log_dir_event: tuple[int, dict[TopicPartition, tuple[int, bool]]] | None = getattr(
-            self, "log_dir_event", None)
+        self.log_dir_event: tuple[int, dict[TopicPartition, tuple[int, bool, int]]] | None = \
+            getattr(self, "log_dir_event", None)
         self.log_dir_event_due_ms: int | None = getattr(self, "log_dir_event_due_ms", None)
         self.log_dir_events_sent = getattr(self, "log_dir_events_sent", 0)
         self.num_fetchers = int(self.config["num.replica.fetchers"])
@@ -901,7 +901,8 @@ class ReplicaManager(Actor):
             return
         for row in rows:
             tp = TopicPartition(row.topic, row.partition)
-            self.storage_failed[tp] = (next(self.storage_failures), bool(row.led_alone))
+            self.storage_failed[tp] = (next(self.storage_failures), bool(row.led_alone),
+                                       int(row.leader_epoch))
             # the shard does not hold the role it refused: the controller's role at that
             # leader epoch is let in once more (a replica out of the ISR already gets its
             # current role again, not a new leader epoch)
@@ -930,7 +931,7 @@ class ReplicaManager(Actor):
         self.log_dir_events_sent += 1
         self.tell(self._controller_address(controller), LogDirEventNotification(
             req_id, self.broker_id, self.fencing.broker_epoch,
-            [OfflineReplicaRow(tp.topic, tp.partition, carried[tp][1])
+            [OfflineReplicaRow(tp.topic, tp.partition, carried[tp][1], carried[tp][2])
              for tp in sorted(carried)]))
 
     @handles(LogDirEventNotificationResponse)

@@ -270,6 +270,10 @@ class OfflineReplicaRow(NamedTuple):
     topic: str
     partition: int
     led_alone: bool
+    # the leader epoch of the role it refused (-1: not known): the controller ignores a
+    # row older than the partition's current leader epoch (a report sent again after the
+    # replica took a newer role, caught up and rejoined the ISR)
+    leader_epoch: int = -1
 
 
 @message(420)

@@ -184,6 +184,10 @@ class ReplicasOffline:
     broker_epoch: int
     partitions: tuple[TopicPartition, ...]
     led_alone: frozenset[TopicPartition] = frozenset()
+    # the leader epoch each replica refused its role at: one older than the partition's
+    # current leader epoch is stale (the replica was given a newer role since, which it
+    # took or refused anew) and is not acted on
+    leader_epochs: Mapping[TopicPartition, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1337,14 +1337,15 @@ class ControllerCore:
         member, the partition is offline (Kafka's), rather than lose what a replica out of
         the ISR has (it stays offline until an unclean election, or a new controller, which
         does not know of the failure until the replica refuses the role it gives:
-        availability traded, deliberately, for not losing acknowledged records). A replica already out of the ISR and not leading is
-        written at a new leader epoch the first time (same leader and ISR): a proposal of
-        its leader's to take it back, made when it had caught up before the failure, would
-        otherwise land at the same leader epoch; and ``_check_isr_proposal`` refuses to
-        take a known failed replica back at the leader epoch of its failure or older.
-        Reported again (an answer lost), nothing changes: it is sent its current role
-        again, which its shard takes (refused at that leader epoch, it is let in once
-        more)."""
+        availability traded, deliberately, for not losing acknowledged records). A replica
+        already out of the ISR and not leading is written at a new leader epoch the first
+        time (same leader and ISR): a proposal of its leader's to take it back, made when
+        it had caught up before the failure, would otherwise land at the same leader
+        epoch; and ``_check_isr_proposal`` refuses to take a known failed replica back at
+        the leader epoch of its failure or older. Reported again (an answer lost), nothing
+        changes: it is sent its current role again, which its shard takes (refused at that
+        leader epoch, it is let in once more). A report refused at a leader epoch older
+        than the partition's is stale (``leader_epochs``): ignored, its role sent again."""
         broker_id = event.broker_id
         broker = self.brokers.get(broker_id)
         if broker is None or broker.epoch != event.broker_epoch:
@@ -1359,6 +1360,20 @@ class ControllerCore:
                 results[tp] = PartitionResult(
                     tp, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
                     f"broker {broker_id} hosts no replica of {tp} to take offline")
+                continue
+            refused_at = event.leader_epochs.get(tp, -1)
+            current = self.states[tp]
+            if 0 <= refused_at < current.leader_epoch:
+                # stale: the replica was given a newer role since (which it took, and may
+                # have caught up in and rejoined the ISR with, or refused and reported
+                # anew); taking it offline now could take a healthy replica's partition
+                # offline. Its current role is sent again, to take or refuse
+                self._log(f"controller {self.config.broker_id} epoch {self.epoch}: broker "
+                          f"{broker_id}'s report of {tp} at leader epoch {refused_at} is "
+                          f"older than the current {current.leader_epoch}: ignored")
+                if broker_id in self.brokers:
+                    self._send_leader_and_isr([broker_id], tp)
+                results[tp] = PartitionResult(tp, int(ErrorCode.NONE), None, current)
                 continue
             if self.replica_fsm.can_move((tp, broker_id), _R.OFFLINE):
                 self._move_replica(tp, broker_id, _R.OFFLINE)

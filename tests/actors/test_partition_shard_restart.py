@@ -1562,7 +1562,7 @@ def test_a_leader_whose_fsync_failed_and_lost_acknowledged_records_leads_no_more
     assert stats["leaders"] == [], "a log that lost acknowledged records leads again"
     assert stats["replication"]["storage_refused"] == 1
     event = _log_dir_event(c)
-    assert (event[1], event[2], [tuple(r) for r in event[3]]) == (1, 5, [("c", 0, False)])
+    assert (event[1], event[2], [tuple(r) for r in event[3]]) == (1, 5, [("c", 0, False, 3)])
     # broker 2, which has both records at leader epoch 3, is not told to truncate
     node.tell(shard, ReplicaRead(4, 2, 1 << 20, [ReplicaReadRow("c", 0, 2, 3, 3, 1 << 20, 0)]),
               sender=handler.name)
@@ -1576,7 +1576,7 @@ def test_a_leader_whose_fsync_failed_and_lost_acknowledged_records_leads_no_more
     node.tell(c.manager, LogDirEventNotificationResponse(event[0], int(ErrorCode.NOT_CONTROLLER)),
               sender=c.controller.name)
     event = _log_dir_event(c, 2)
-    assert [tuple(r) for r in event[3]] == [("c", 0, False)]
+    assert [tuple(r) for r in event[3]] == [("c", 0, False, 3)]
     # the controller took it offline and elected broker 2 at leader epoch 4
     node.tell(c.manager, LogDirEventNotificationResponse(event[0], NONE), sender=c.controller.name)
     wait_for(lambda: node.ask(c.manager, GetStats())["storage_failed"] == [],
@@ -1614,7 +1614,7 @@ def test_a_follower_whose_fsync_failed_waits_out_of_the_isr(
 
     assert _stats(node, c.shard)["partitions"]["f-0"] == [0, 0, 0]
     event = _log_dir_event(c)
-    assert [tuple(r) for r in event[3]] == [("f", 0, False)]
+    assert [tuple(r) for r in event[3]] == [("f", 0, False, 7)]
     assert node.ask(c.manager, GetStats())["following"] == [], "f-0 followed in the ISR"
     node.tell(c.manager, LogDirEventNotificationResponse(event[0], NONE), sender=c.controller.name)
     _lai(c, 1, LeaderAndIsrPartition("f", 0, 1, 2, 8, [2], 10, [2, 1], False))
@@ -1674,7 +1674,7 @@ def test_a_failed_leader_alone_in_its_isr_leads_again_only_at_a_new_leader_epoch
     assert _stats(node, c.shard)["leaders"] == []
     event = _log_dir_event(c)
     # it led alone at the failure: the controller may have it lead on
-    assert [tuple(r) for r in event[3]] == [("c", 0, True)]
+    assert [tuple(r) for r in event[3]] == [("c", 0, True, 3)]
     _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 4, [1], 5, [1, 2], False))
     [response] = wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[1:],
                           "the LeaderAndIsr answer")
@@ -1706,7 +1706,7 @@ def test_a_failed_follower_whose_role_says_it_is_out_of_the_isr_waits_for_the_co
     wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the shard's restart")
     _restored(c)
     event = _log_dir_event(c)
-    assert [tuple(r) for r in event[3]] == [("f", 0, False)]
+    assert [tuple(r) for r in event[3]] == [("f", 0, False, 8)]
     assert node.ask(c.manager, GetStats())["following"] == []
     node.tell(c.manager, LogDirEventNotificationResponse(event[0], NONE), sender=c.controller.name)
     # the controller's current role, sent again (nothing written: out of the ISR already)
@@ -1737,7 +1737,7 @@ def test_a_failed_follower_elected_alone_before_its_report_refuses_to_lead(
     wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the shard's restart")
     _restored(c)
     event = _log_dir_event(c)
-    assert [tuple(r) for r in event[3]] == [("f", 0, False)]
+    assert [tuple(r) for r in event[3]] == [("f", 0, False, 7)]
     _lai(c, 1, LeaderAndIsrPartition("f", 0, 1, 1, 8, [1], 10, [2, 1], False))
     [response] = wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[1:],
                           "the LeaderAndIsr answer")
@@ -1745,4 +1745,4 @@ def test_a_failed_follower_elected_alone_before_its_report_refuses_to_lead(
     assert "f-0" not in _stats(node, c.shard)["leaders"]
     node.tell(c.manager, LogDirEventNotificationResponse(event[0], NONE), sender=c.controller.name)
     again = _log_dir_event(c, 2)
-    assert [tuple(r) for r in again[3]] == [("f", 0, False)]
+    assert [tuple(r) for r in again[3]] == [("f", 0, False, 8)]

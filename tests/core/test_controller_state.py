@@ -570,6 +570,43 @@ def test_a_leaders_proposal_at_the_leader_epoch_of_a_failure_cannot_take_it_back
     assert codes(taken) == [ErrorCode.NONE] and not ctl.core.failed_replicas
 
 
+def test_a_stale_report_of_a_replica_that_rejoined_since_is_ignored() -> None:
+    """3 fails at leader epoch 0 and reports; the controller writes leader epoch 1, but
+    its answer is lost (it resigned, say). 3 takes its role, catches up, rejoins the ISR
+    and is elected leader; its node's report, sent again, carries leader epoch 0: older
+    than the partition's, it is ignored (3's current role sent again), rather than take a
+    healthy leader's partition offline."""
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    tp = TP("t", 0)
+    first = c.request(lambda rid: ReplicasOffline(rid, 3, c.epoch_of(3), (tp,),
+                                                  leader_epochs={tp: 0}))
+    assert codes(first) == [ErrorCode.NONE]
+    out = c.state("t", 0)
+    assert (out.leader_epoch, out.isr) == (1, (1, 2))
+    c.request(lambda rid: AlterPartitionRequest(rid, 1, c.epoch_of(1), (
+        IsrProposal(tp, out.leader_epoch, (1, 2, 3), out.version),)))
+    c.stop_broker(1)
+    c.stop_broker(2)
+    c.pump()
+    led = c.state("t", 0)
+    assert led.leader == 3 and not c.controller.core.failed_replicas
+    ctl = c.controller
+    mark = len(ctl.sent)
+    stale = c.request(lambda rid: ReplicasOffline(rid, 3, c.epoch_of(3), (tp,),
+                                                  leader_epochs={tp: 0}))
+    assert codes(stale) == [ErrorCode.NONE]
+    assert c.state("t", 0) == led and not ctl.core.failed_replicas
+    assert {(b, r.leader_epoch) for b, r in leader_and_isr_rows(ctl, mark)} == {
+        (3, led.leader_epoch)}
+    # refused at the current leader epoch: acted on
+    now = c.request(lambda rid: ReplicasOffline(rid, 3, c.epoch_of(3), (tp,),
+                                                leader_epochs={tp: led.leader_epoch}))
+    assert codes(now) == [ErrorCode.NONE]
+    assert c.state("t", 0).leader == NO_LEADER and ctl.core.failed_replicas == {
+        tp: {3: led.leader_epoch}}
+
+
 def test_a_partition_whose_other_isr_members_are_gone_stays_offline_for_them() -> None:
     """Broker 3's replica failed, out of an ISR whose members are all gone: the partition
     is written at a new leader epoch (the role its replica waits for) and stays offline,

@@ -82,7 +82,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from actors.core.cluster_model import TopicPartition
 from actors.core.log_epoch_cache import LeaderEpochCache
@@ -115,6 +115,17 @@ class Violation(Exception):
         self.detail = detail
 
 
+class StorageFailure(NamedTuple):
+    """An fsync of a replica's log failed (EIO), losing what the file had not synced:
+    when, whether the replica led an ISR of itself alone then, the leader epoch it held,
+    and its log's recovery point then (below it, everything was synced already)."""
+
+    at_ms: float
+    alone: bool
+    leader_epoch: int = -1
+    durable_end: int = 0
+
+
 @dataclass
 class Checker:
     cluster: SimCluster
@@ -145,8 +156,13 @@ class Checker:
     # lost what the file had not synced, whether it led an ISR of itself alone then)]: a
     # crash of that one replica, which excuses a loss only where it led alone then and
     # leads next (nobody else had the records; ``_crash_election``)
-    storage_failures: dict[tuple[int, str, int], list[tuple[float, bool]]] = field(
+    storage_failures: dict[tuple[int, str, int], list[StorageFailure]] = field(
         default_factory=dict)
+    # (broker, topic, partition) whose last storage failure is healed: a check saw it back
+    # in the ISR (in ZooKeeper, with another leader, at a leader epoch after the failure's)
+    # with its shard's failed mark gone. Taken offline for that failure after that, it
+    # is a healthy replica wrongly taken offline: no excuse in check_live
+    storage_healed: set[tuple[int, str, int]] = field(default_factory=set)
     # (broker, life, topic, partition) -> the log its shard had when its fsync failed: the
     # first check that finds another (the shard reopened it) excuses its high watermark
     # going back; from then until it has a role again, its leader epoch -1
@@ -243,6 +259,7 @@ class Checker:
                                     f"{topic}-{p} leader epoch {old_epoch} named leader "
                                     f"{old_leader}, then {state.leader}")
             self.zk_leader_epochs[tp] = (state.leader_epoch, state.leader)
+            self._note_healed(tp, state)
         self._leaderships()
         leaders: dict[tuple[str, int, int], int] = {}
         for broker_id, broker in sorted(cluster.brokers.items()):
@@ -354,14 +371,20 @@ class Checker:
         then until its next role."""
         broker = self.cluster.brokers[broker_id]
         alone = False
+        leader_epoch = -1
+        durable_end = 0
         if broker.state == "up":
             for shard in broker.shards():
                 state = shard.partitions.get((topic, partition))
                 if state is not None:
                     self.failed_logs[(broker_id, broker.lives, topic, partition)] = state.log
                     alone = state.is_leader and set(state.isr) == {broker_id}
+                    leader_epoch = state.leader_epoch
+                    # what it had synced: the failed fsync can lose only from there
+                    durable_end = state.log.recovery_point
         self.storage_failures.setdefault((broker_id, topic, partition), []).append(
-            (self._now_ms(), alone))
+            StorageFailure(self._now_ms(), alone, leader_epoch, durable_end))
+        self.storage_healed.discard((broker_id, topic, partition))
 
     def _committed_after(self, topic: str, p: int, offset: int) -> tuple[float, float]:
         """When the record at ``offset`` was committed: after the first time returned (the
@@ -433,11 +456,11 @@ class Checker:
         # its fsync of this very log failed while it led an ISR of itself alone: nobody else
         # had what it lost (a follower, or a leader with another ISR member, that failed
         # must not lead without it: no excuse)
-        return any(since_ms < t <= seen_ms and alone
-                   for t, alone in self.storage_failures.get((broker_id, topic, p), []))
+        return any(since_ms < f.at_ms <= seen_ms and f.alone
+                   for f in self.storage_failures.get((broker_id, topic, p), []))
 
     def _lost_to_own_storage_failure(self, broker_id: int, topic: str, p: int,
-                                     since_ms: float) -> bool:
+                                     offset: int, since_ms: float) -> bool:
         """Whether ``broker_id``'s log of ``topic-p`` lacks a record made after ``since_ms``
         because its own fsync of that log failed after that and dropped the unsynced tail
         (the fault itself), and nothing since made another replica's log its: the
@@ -445,10 +468,11 @@ class Checker:
         election or truncation can have taken the record from it. (Seed 6, eio, crash and
         expire: broker 3 crashed with audit-0's offsets 20-22 unflushed, then broker 2's
         fsync failed with them unsynced; both copies lost to the disk, the partition kept
-        offline rather than lead on without them.)"""
-        if not any(t > since_ms
-                   for t, _alone in self.storage_failures.get((broker_id, topic, p), [])):
-            return False
+        offline rather than lead on without them.) Only an offset at or above the log's
+        recovery point when the fsync failed: below it was synced, and no fsync loses it."""
+        if not any(f.at_ms > since_ms and offset >= f.durable_end
+                   for f in self.storage_failures.get((broker_id, topic, p), [])):
+            return False  # no failure after it, or the record was synced before it
         node = self.cluster.zk.nodes.get(znodes.partition_state_path(TopicPartition(topic, p)))
         if node is None:
             return False
@@ -603,7 +627,7 @@ class Checker:
                     continue
                 found = kept.get(offset)
                 if found is None and fetched is not None and self._lost_to_own_storage_failure(
-                        broker_id, topic, p, self.history.created_ms.get(fetched, 0.0)):
+                        broker_id, topic, p, offset, self.history.created_ms.get(fetched, 0.0)):
                     self.counted["fetched_lost_to_storage_failure"] += 1
                     continue
                 if found is None or found[2] != fetched:
@@ -655,7 +679,8 @@ class Checker:
                 state = states.get(tp)
                 if state is not None and state.leader < 0 and state.isr and all(
                         (r, topic, p) in self.storage_failures
-                        and r in failed_known.get(tp, set()) for r in state.isr):
+                        and (r, topic, p) not in self.storage_healed
+                        and r in failed_known.get(tp, {}) for r in state.isr):
                     # Offline, as Kafka leaves it: the ISR's only members lost records to a
                     # failed fsync (and did not lead alone then: a replica out of the ISR
                     # may have what they lost); only an unclean election, or an operator,
@@ -687,6 +712,27 @@ class Checker:
                                     f"{topic}-{p}: live replicas {out} out of the ISR "
                                     f"{sorted(state.isr)} (leader {state.leader}: "
                                     f"{sorted(held.isr)}) after the run settled")
+
+    def _note_healed(self, tp: TopicPartition, state: Any) -> None:
+        """A replica whose storage failed is healed once seen in the ISR in ZooKeeper led
+        by another broker, at a leader epoch after its failure's, with its shard's failed
+        mark gone (it took a role, caught up, and its leader took it back)."""
+        if state.leader < 0:
+            return
+        for r in state.isr:
+            key = (r, tp.topic, tp.partition)
+            failures = self.storage_failures.get(key)
+            if r == state.leader or not failures or key in self.storage_healed \
+                    or state.leader_epoch <= failures[-1].leader_epoch:
+                continue
+            broker = self.cluster.brokers.get(r)
+            if broker is None or broker.state != "up":
+                continue
+            for shard in broker.shards():
+                hosted = shard.hosted.get((tp.topic, tp.partition))
+                if hosted is not None and hosted.storage_failed is None \
+                        and (tp.topic, tp.partition) in shard.partitions:
+                    self.storage_healed.add(key)
 
     def _zk_partition_states(self, zk: Any) -> Iterator[tuple[TopicPartition, Any]]:
         """The run's partitions that ZooKeeper holds a state for, decoded, in topic order."""

@@ -11,10 +11,12 @@ from typing import Any, cast
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
+from actors.core.cluster_model import LeaderAndIsr, TopicPartition
 from actors.core.partition_log import UnflushedAppendError
+from actors.metadata import znodes
 from actors.sim.clients import Ack, History
 from actors.sim.disk import SimDisk
-from actors.sim.invariants import EXPIRY_GRACE_MS, Checker, Violation
+from actors.sim.invariants import EXPIRY_GRACE_MS, Checker, StorageFailure, Violation
 from actors.sim.run import SimOptions, _Run
 
 
@@ -337,9 +339,9 @@ def test_a_failed_fsync_excuses_a_loss_only_where_its_replica_then_led_alone() -
                            ("events", 1, 3): [(1, 1, 40, 9000.0)],
                            ("events", 0, 2): [(2, 1, 0, 2200.0)],
                            ("events", 0, 3): [(1, 1, 40, 9000.0)]}
-    checker.storage_failures = {(1, "events", 1): [(6000.0, False)]}
+    checker.storage_failures = {(1, "events", 1): [StorageFailure(6000.0, False)]}
     assert not checker._crash_election("events", 1, 44, 5000.0)  # another ISR member had it
-    checker.storage_failures = {(1, "events", 1): [(6000.0, True)]}
+    checker.storage_failures = {(1, "events", 1): [StorageFailure(6000.0, True)]}
     assert checker._crash_election("events", 1, 44, 5000.0)
     assert not checker._crash_election("events", 0, 44, 5000.0)  # not the failed log
     assert not checker._crash_election("events", 1, 44, 6500.0)  # failed before the record
@@ -399,6 +401,72 @@ def test_a_failed_fsync_excuses_leader_epoch_minus_one_only_until_its_next_role(
     state.leader_epoch = -1  # type: ignore[attr-defined]
     with pytest.raises(Violation, match="leader epochs only grow"):
         checker.check()
+
+
+def _set_zk_state(run: _Run, tp: TopicPartition, state: LeaderAndIsr) -> None:
+    node = run.cluster.zk.nodes[znodes.partition_state_path(tp)]
+    node.data = znodes.encode_partition_state(state)
+
+
+def test_an_offline_partition_is_excused_only_for_a_replica_still_failed(run: _Run) -> None:
+    """Offline with an ISR of a replica known failed: excused (Kafka's outcome), until the
+    checker saw that replica healed (back in an ISR led by another broker at a newer
+    leader epoch, its shard's mark gone): taken offline after that, it is a healthy
+    replica wrongly taken offline (a stale report acted on), a violation."""
+    broker_id, state = leading_state(run)
+    log = state.log  # type: ignore[attr-defined]
+    tp = TopicPartition(log.topic, log.partition)
+    epoch = state.leader_epoch  # type: ignore[attr-defined]
+    others = [r for r in state.replicas if r != broker_id]  # type: ignore[attr-defined]
+    r = others[0]
+    checker = run.checker
+    key = (r, tp.topic, tp.partition)
+    checker.storage_failures[key] = [StorageFailure(1.0, False, epoch, 0)]
+    active = [b for b in sorted(run.cluster.brokers)
+              if (c := run.cluster.controller_actor(b)) is not None and c.driver.active]
+    controller = run.cluster.controller_actor(active[0])
+    assert controller is not None
+    controller.driver.core.failed_replicas[tp] = {r: epoch}
+    # not healed: in an ISR at the failure's leader epoch only
+    checker._note_healed(tp, LeaderAndIsr(broker_id, epoch, (broker_id, r), 1))
+    assert key not in checker.storage_healed
+    _set_zk_state(run, tp, LeaderAndIsr(-1, epoch + 1, (r,), 1))
+    checker.zk_leader_epochs[tp] = (epoch + 1, -1)  # as the last check saw it
+    checker.check_live()
+    assert checker.counted["offline_after_storage_failure"] == 1
+    # its shard still marked: not healed
+    [shard] = [sh for sh in run.cluster.brokers[r].shards()
+               if (tp.topic, tp.partition) in sh.partitions]
+    shard.hosted[(tp.topic, tp.partition)].storage_failed = "a flush failed"
+    checker._note_healed(tp, LeaderAndIsr(broker_id, epoch + 1, (broker_id, r), 1))
+    assert key not in checker.storage_healed
+    shard.hosted[(tp.topic, tp.partition)].storage_failed = None
+    checker._note_healed(tp, LeaderAndIsr(broker_id, epoch + 1, (broker_id, r), 1))
+    assert key in checker.storage_healed
+    with pytest.raises(Violation, match="every partition has a live leader"):
+        checker.check_live()
+    # failing again: excused again
+    checker.note_storage_failure(r, tp.topic, tp.partition)
+    assert key not in checker.storage_healed
+
+
+def test_a_fetched_record_lost_to_its_servers_fsync_is_excused_only_above_what_it_synced(
+        run: _Run) -> None:
+    broker_id, state = leading_state(run)
+    log = state.log  # type: ignore[attr-defined]
+    tp = TopicPartition(log.topic, log.partition)
+    checker = run.checker
+    checker.storage_failures[(broker_id, tp.topic, tp.partition)] = [
+        StorageFailure(5000.0, False, 0, 30)]
+    _set_zk_state(run, tp, LeaderAndIsr(-1, 9, (broker_id,), 1))
+    assert checker._lost_to_own_storage_failure(broker_id, tp.topic, tp.partition, 30, 4000.0)
+    assert checker._lost_to_own_storage_failure(broker_id, tp.topic, tp.partition, 31, 4000.0)
+    # synced before the failure: no fsync failure loses it
+    assert not checker._lost_to_own_storage_failure(broker_id, tp.topic, tp.partition, 29,
+                                                    4000.0)
+    # made after the failure
+    assert not checker._lost_to_own_storage_failure(broker_id, tp.topic, tp.partition, 40,
+                                                    5500.0)
 
 
 def test_only_a_restart_for_a_failed_flush_is_an_excused_actor_crash(run: _Run) -> None:

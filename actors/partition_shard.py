@@ -10,11 +10,13 @@ change of that partition's log end or high watermark.
 from __future__ import annotations
 
 import errno
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from actors.core.checkpoint import fsync_dir, write_atomically
 from actors.core.file_regions import close_regions
 from actors.core.follower_truncation import reset_offset, truncation_offset
 from actors.core.log_cleaner import describe_cleanable
@@ -127,6 +129,11 @@ DELETE_WARNING_INTERVAL_MS = 60_000
 # How many of the roles a BecomeLeaderOrFollower gave at a leader epoch held already its
 # one log line names (all are counted: roles_held_already in the replication stats).
 ROLES_HELD_LOGGED = 10
+# In a partition's directory while its replica's storage failure is not healed (written
+# and fsynced when it is marked failed, removed once it is in the ISR at a leader epoch
+# after the failure): a process restarted reads it, marks the replica failed again and
+# refuses its restored role, so a new controller never elects it with its short log
+STORAGE_FAILED_MARKER = "storage-failed"
 
 
 @dataclass(slots=True)
@@ -152,6 +159,12 @@ class Hosted:
     # was then elected alone (the leader left before the controller heard of the failure)
     # refuses: the leader that left has what it lost, and would truncate it away
     failed_alone: bool = False
+    # its STORAGE_FAILED_MARKER is on disk (removed once it is back in the ISR)
+    marked_on_disk: bool = False
+    # the marker could not be written (the disk is failing): in this process's life it
+    # takes no leader role of this partition (one with other replicas), whatever it is
+    # told, since a restart would forget the failure
+    unmarked: bool = False
 
 
 class PartitionShard(Actor):
@@ -276,6 +289,14 @@ class PartitionShard(Actor):
         # a log first opened in this process (restarted): what it led is not known, and a
         # crash's loss is the crash election's, as before (it may lead an ISR of itself)
         failed_alone = hosted.failed_alone if hosted is not None else True
+        marked_on_disk = hosted.marked_on_disk if hosted is not None else False
+        unmarked = hosted.unmarked if hosted is not None else False
+        if hosted is None and not leader_alone:
+            marker = self._read_failed_marker(topic, partition)
+            if marker is not None:
+                # a failure an earlier process of this node marked, not healed since
+                storage_failed, failed_epoch, failed_alone = marker
+                marked_on_disk = True
         if offsets is not None:
             # Reopened after a crash: the offsets its log had when teardown closed it.
             # The log dir's are from start-up (the LogManager keeps the newer ones), and
@@ -310,9 +331,12 @@ class PartitionShard(Actor):
                                topic, partition, lost, log.log_end_offset)
             else:
                 storage_failed = lost
-        self.hosted[key] = Hosted(dict(configs), leader_alone,
-                                  storage_failed=None if leader_alone else storage_failed,
-                                  failed_epoch=failed_epoch, failed_alone=failed_alone)
+        hosted = self.hosted[key] = Hosted(
+            dict(configs), leader_alone, storage_failed=None if leader_alone else storage_failed,
+            failed_epoch=failed_epoch, failed_alone=failed_alone, marked_on_disk=marked_on_disk,
+            unmarked=unmarked)
+        if hosted.storage_failed is not None and not hosted.marked_on_disk:
+            self._write_failed_marker(topic, partition, hosted)
         self.log.debug("opened {}-{} at LEO {} HW {}", topic, partition, log.log_end_offset,
                        log.high_watermark)
 
@@ -374,6 +398,7 @@ class PartitionShard(Actor):
                                          if state.log.flush_failed is not None
                                          else "closing its log failed")
                 hosted.failed_epoch = max(hosted.failed_epoch, state.leader_epoch)
+                self._write_failed_marker(state.log.topic, state.log.partition, hosted)
             if hosted is not None:
                 # what a restart after a crash reopens it with (its recovery point is
                 # only what was flushed: a failed close leaves the rest to the scan)
@@ -1297,6 +1322,7 @@ class PartitionShard(Actor):
             else:
                 state.become_follower(row.leader, row.leader_epoch, list(row.isr),
                                       list(row.replicas), row.partition_epoch)
+            self._healed(row.topic, row.partition, row.leader, list(row.isr), row.leader_epoch)
             if was_leader or state.is_leader:
                 self._notify(state)
             rows.append(PartitionErrorRow(row.topic, row.partition, NONE))
@@ -1331,9 +1357,19 @@ class PartitionShard(Actor):
         truncates to its leader and catches up as any follower. A refused role is added
         to ``failed``, which the ReplicaManager reports to the controller."""
         hosted = self.hosted.get((topic, partition))
-        if hosted is None or hosted.storage_failed is None:
+        if hosted is None:
             return False
         me = self.broker_id
+        if hosted.storage_failed is None:
+            if not (hosted.unmarked and leader == me and list(replicas) != [me]):
+                return False
+            # its failure could not be made durable: it leads nothing in this life
+            failed.append(OfflineReplicaRow(topic, partition, False, leader_epoch))
+            self.replication["storage_refused"] = self.replication.get("storage_refused", 0) + 1
+            self.log.warning("{}-{}: its storage failed and the mark could not be written: the "
+                             "leader role at leader epoch {} refused (KAFKA_STORAGE_ERROR)",
+                             topic, partition, leader_epoch)
+            return True
         # out of the ISR at the leader epoch refused (the controller's current role, sent
         # again: it was out of the ISR already) or newer; leading alone only at a newer one
         out_of_isr = leader != me and me not in isr and leader_epoch >= hosted.failed_epoch
@@ -1357,6 +1393,74 @@ class PartitionShard(Actor):
                          "leading" if leader == me else f"following {leader} in the", isr,
                          leader_epoch)
         return True
+
+    def _failed_marker_path(self, topic: str, partition: int) -> Path:
+        return Path(self.log_dir.partition_path(topic, partition)) / STORAGE_FAILED_MARKER
+
+    def _write_failed_marker(self, topic: str, partition: int, hosted: Hosted) -> None:
+        """Make the replica's failure durable (STORAGE_FAILED_MARKER, written and fsynced):
+        the controller's memory of it, and this process's, do not outlive a restart. Not
+        written (the disk is failing): it takes no leader role of the partition in this
+        process's life (``unmarked``)."""
+        path = self._failed_marker_path(topic, partition)
+        data = json.dumps({"leader_epoch": hosted.failed_epoch, "led_alone": hosted.failed_alone,
+                           "reason": hosted.storage_failed}).encode()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(path, data)
+        except OSError as exc:
+            hosted.unmarked = True
+            self.log.error("{}-{}: its storage failed and the mark could not be written ({}): "
+                           "it takes no leader role of it until this process restarts",
+                           topic, partition, exc)
+            return
+        hosted.marked_on_disk = True
+
+    def _read_failed_marker(self, topic: str,
+                            partition: int) -> tuple[str, int, bool] | None:
+        """The failure an earlier process marked (why, its leader epoch, whether it led
+        alone), or None. A marker that cannot be read counts as a failure at an unknown
+        leader epoch, not led alone."""
+        path = self._failed_marker_path(topic, partition)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"its failed-storage marker could not be read ({exc})", -1, False
+        try:
+            marker = json.loads(raw)
+            epoch, alone = int(marker["leader_epoch"]), bool(marker["led_alone"])
+            reason = str(marker.get("reason"))
+        except (ValueError, KeyError, TypeError) as exc:
+            return f"its failed-storage marker is damaged ({exc})", -1, False
+        self.log.warning("{}-{}: its storage failed in an earlier process ({}, at leader "
+                         "epoch {}): it takes no role in the ISR until the controller took it "
+                         "offline", topic, partition, reason, epoch)
+        return f"marked failed on disk: {reason}", epoch, alone
+
+    def _healed(self, topic: str, partition: int, leader: int, isr: list[int],
+                leader_epoch: int) -> None:
+        """A role taken that counts it in the ISR at a leader epoch after its failure:
+        its leader took it back (it caught up), or it leads alone as it did: the marker
+        goes."""
+        hosted = self.hosted.get((topic, partition))
+        if hosted is None or not hosted.marked_on_disk or hosted.storage_failed is not None:
+            return
+        if (leader != self.broker_id and self.broker_id not in isr) \
+                or leader_epoch <= hosted.failed_epoch:
+            return
+        path = self._failed_marker_path(topic, partition)
+        try:
+            path.unlink(missing_ok=True)
+            fsync_dir(path.parent)
+        except OSError as exc:
+            self.log.warning("{}-{}: its failed-storage marker could not be removed ({}): "
+                             "tried again at its next role", topic, partition, exc)
+            return
+        hosted.marked_on_disk = False
+        self.log.info("{}-{}: back in the ISR at leader epoch {}: its failed-storage marker "
+                      "is removed", topic, partition, leader_epoch)
 
     @handles(RestoreRoles)
     def on_restore_roles(self, msg: RestoreRoles) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import errno
+import json
 import os
 import threading
 from pathlib import Path
@@ -46,7 +47,7 @@ from actors.core.partition_state import PROPOSAL_RETRY_MS, PartitionState
 from actors.core.record_batch import build_batch
 from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
 from actors.log_manager import LogManager
-from actors.partition_shard import PartitionShard
+from actors.partition_shard import STORAGE_FAILED_MARKER, PartitionShard
 from actors.purgatory import PurgatoryShard
 from actors.replica_fetcher import fetcher_name
 from actors.replica_manager import ALTER_PARTITION_TIMEOUT_MS, ReplicaManager
@@ -1746,3 +1747,106 @@ def test_a_failed_follower_elected_alone_before_its_report_refuses_to_lead(
     node.tell(c.manager, LogDirEventNotificationResponse(event[0], NONE), sender=c.controller.name)
     again = _log_dir_event(c, 2)
     assert [tuple(r) for r in again[3]] == [("f", 0, False, 8)]
+
+
+def _new_process_shard(c: Cluster, tmp_path: Path, name: str) -> Any:
+    """The shard of this broker's next process: a new PartitionShard over the same data
+    directory (nothing of the old one's memory), the old one stopped."""
+    assert c.node.stop_actor(c.shard.name)
+    topo = Topology(c.node.name, 1, 1, 1, 1, 1)
+    log_dir = _snapshot(LogDir.open(tmp_path))
+    # the high watermark checkpoint lags (written every few seconds): as it was before
+    # f-0's record, so that only the marker can tell the failure
+    log_dir.high_watermarks[("f", 0)] = 0
+    return c.node.spawn(PartitionShard, name, topology=topo, config=Config(),
+                        log_dir=log_dir, topics={}, broker_id=1, clock=c.node.clock)
+
+
+class _Became(NamedTuple):
+    rows: list[tuple[Any, ...]]
+    storage_failed: list[tuple[Any, ...]]
+
+
+def _role(c: Cluster, shard: Any, req_id: int, leader: int, leader_epoch: int,
+          isr: list[int]) -> _Became:
+    """f-0's role given to ``shard`` straight (as its ReplicaManager would); its answer."""
+    req_id += 1000
+    c.node.tell(shard, BecomeLeaderOrFollower(req_id, [ReplicaStateRow(
+        "f", 0, leader, leader_epoch, isr, [2, 1], 20 + leader_epoch, False, {})]),
+        sender=c.handler.name)
+    [got] = wait_for(lambda: [r for r in _got(c.node, c.handler, "BecameLeaderOrFollower")
+                              if r[0] == req_id], "the shard's answer")
+    return _Became([tuple(r) for r in got[1]], [tuple(r) for r in got[2]])
+
+
+def test_a_failed_replicas_mark_outlives_a_restart_of_its_process(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """f-0's follower lost its record to a failed fsync; it took a role out of the ISR (its
+    mark gone from the shard's memory) but never caught up. Its process restarts: its
+    log's end (0) is not below the checkpointed high watermark (0: the checkpoint lagged), so
+    only the marker file in f-0's directory says it failed. The new shard refuses a role
+    in the ISR and reports it; a role out of the ISR it takes; back in the ISR at a leader
+    epoch after the failure, the marker goes. (Without it a new controller, knowing
+    nothing, could elect it with its short log.)"""
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "f-0")
+    c = _cluster(node, tmp_path, [1, 2])
+    batch = build_batch([b"f1"], base_offset=0, partition_leader_epoch=7)
+    node.tell(c.shard, FollowerApply(1, [FollowerApplyRow("f", 0, 7, batch, 1, 0, 1, -1, -1,
+                                                          -1)]), sender=c.handler.name)
+    wait_for(lambda: _stats(node, c.shard)["partitions"]["f-0"] == [0, 1, 1], "f-0 at HW 1")
+    failing["armed"] = 1
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the shard's restart")
+    _restored(c)
+    marker = tmp_path / "f-0" / STORAGE_FAILED_MARKER
+    assert json.loads(marker.read_bytes())["leader_epoch"] == 7
+    assert json.loads(marker.read_bytes())["led_alone"] is False
+    _log_dir_event(c)
+    _lai(c, 1, LeaderAndIsrPartition("f", 0, 1, 2, 8, [2], 10, [2, 1], False))
+    wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[1:], "the answer")
+    assert marker.exists(), "out of the ISR, not caught up: still failed"
+
+    shard = _new_process_shard(c, tmp_path, "shard-9")
+    refused = _role(c, shard, 1, 2, 9, [2, 1])
+    assert refused.rows == [("f", 0, int(ErrorCode.KAFKA_STORAGE_ERROR))]
+    assert refused.storage_failed == [("f", 0, False, 9)]
+    led = _role(c, shard, 2, 1, 10, [1])  # elected alone: it did not lead alone
+    assert led.rows == [("f", 0, int(ErrorCode.KAFKA_STORAGE_ERROR))]
+    out = _role(c, shard, 3, 2, 11, [2])
+    assert out.rows == [("f", 0, NONE)] and not out.storage_failed
+    assert marker.exists()
+    back = _role(c, shard, 4, 2, 12, [2, 1])
+    assert back.rows == [("f", 0, NONE)]
+    assert not marker.exists(), "back in the ISR after the failure: healed"
+
+
+def test_a_replica_whose_failure_mark_cannot_be_written_leads_nothing_in_that_life(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fails the marker's write too: the failure would not outlive a restart of the
+    process, so in this life the replica takes no leader role of f-0 (refused, reported),
+    though it follows out of the ISR and in it again."""
+    import actors.partition_shard as shard_module
+
+    def unwritable(path: Path, data: bytes) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(shard_module, "write_atomically", unwritable)
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "f-0")
+    c = _cluster(node, tmp_path, [1, 2])
+    batch = build_batch([b"f1"], base_offset=0, partition_leader_epoch=7)
+    node.tell(c.shard, FollowerApply(1, [FollowerApplyRow("f", 0, 7, batch, 1, 0, 1, -1, -1,
+                                                          -1)]), sender=c.handler.name)
+    wait_for(lambda: _stats(node, c.shard)["partitions"]["f-0"] == [0, 1, 1], "f-0 at HW 1")
+    failing["armed"] = 1
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the shard's restart")
+    _restored(c)
+    assert not (tmp_path / "f-0" / STORAGE_FAILED_MARKER).exists()
+    out = _role(c, c.shard, 1, 2, 8, [2])
+    assert out.rows == [("f", 0, NONE)]
+    back = _role(c, c.shard, 2, 2, 9, [2, 1])
+    assert back.rows == [("f", 0, NONE)]
+    lead = _role(c, c.shard, 3, 1, 10, [1, 2])
+    assert lead.rows == [("f", 0, int(ErrorCode.KAFKA_STORAGE_ERROR))]
+    assert lead.storage_failed == [("f", 0, False, 10)]
+    assert "f-0" not in _stats(node, c.shard)["leaders"]

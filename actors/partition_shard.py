@@ -159,8 +159,13 @@ class Hosted:
     # was then elected alone (the leader left before the controller heard of the failure)
     # refuses: the leader that left has what it lost, and would truncate it away
     failed_alone: bool = False
-    # its STORAGE_FAILED_MARKER is on disk (removed once it is back in the ISR)
+    # its STORAGE_FAILED_MARKER is on disk (removed once it is back in the ISR, or caught
+    # up as a follower past ``heal_at``)
     marked_on_disk: bool = False
+    # the log end it had before the failure (everything it had acknowledged, or been told
+    # was): a follower at a leader epoch after the failure whose log reaches it again holds
+    # what it lost (-1: not known, healed only by a role in the ISR)
+    heal_at: int = -1
     # the marker could not be written (the disk is failing): in this process's life it
     # takes no leader role of this partition (one with other replicas), whatever it is
     # told, since a restart would forget the failure
@@ -291,11 +296,12 @@ class PartitionShard(Actor):
         failed_alone = hosted.failed_alone if hosted is not None else True
         marked_on_disk = hosted.marked_on_disk if hosted is not None else False
         unmarked = hosted.unmarked if hosted is not None else False
+        heal_at = hosted.heal_at if hosted is not None else -1
         if hosted is None and not leader_alone:
             marker = self._read_failed_marker(topic, partition)
             if marker is not None:
                 # a failure an earlier process of this node marked, not healed since
-                storage_failed, failed_epoch, failed_alone = marker
+                storage_failed, failed_epoch, failed_alone, heal_at = marker
                 marked_on_disk = True
         if offsets is not None:
             # Reopened after a crash: the offsets its log had when teardown closed it.
@@ -331,10 +337,11 @@ class PartitionShard(Actor):
                                topic, partition, lost, log.log_end_offset)
             else:
                 storage_failed = lost
+                heal_at = max(heal_at, high_watermark)
         hosted = self.hosted[key] = Hosted(
             dict(configs), leader_alone, storage_failed=None if leader_alone else storage_failed,
             failed_epoch=failed_epoch, failed_alone=failed_alone, marked_on_disk=marked_on_disk,
-            unmarked=unmarked)
+            unmarked=unmarked, heal_at=heal_at)
         if hosted.storage_failed is not None and not hosted.marked_on_disk:
             self._write_failed_marker(topic, partition, hosted)
         self.log.debug("opened {}-{} at LEO {} HW {}", topic, partition, log.log_end_offset,
@@ -398,6 +405,8 @@ class PartitionShard(Actor):
                                          if state.log.flush_failed is not None
                                          else "closing its log failed")
                 hosted.failed_epoch = max(hosted.failed_epoch, state.leader_epoch)
+                hosted.heal_at = max(hosted.heal_at, state.log.log_end_offset,
+                                     row.high_watermark)
                 self._write_failed_marker(state.log.topic, state.log.partition, hosted)
             if hosted is not None:
                 # what a restart after a crash reopens it with (its recovery point is
@@ -1404,7 +1413,7 @@ class PartitionShard(Actor):
         process's life (``unmarked``)."""
         path = self._failed_marker_path(topic, partition)
         data = json.dumps({"leader_epoch": hosted.failed_epoch, "led_alone": hosted.failed_alone,
-                           "reason": hosted.storage_failed}).encode()
+                           "heal_at": hosted.heal_at, "reason": hosted.storage_failed}).encode()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(path, data)
@@ -1417,7 +1426,7 @@ class PartitionShard(Actor):
         hosted.marked_on_disk = True
 
     def _read_failed_marker(self, topic: str,
-                            partition: int) -> tuple[str, int, bool] | None:
+                            partition: int) -> tuple[str, int, bool, int] | None:
         """The failure an earlier process marked (why, its leader epoch, whether it led
         alone), or None. A marker that cannot be read counts as a failure at an unknown
         leader epoch, not led alone."""
@@ -1427,17 +1436,18 @@ class PartitionShard(Actor):
         except FileNotFoundError:
             return None
         except OSError as exc:
-            return f"its failed-storage marker could not be read ({exc})", -1, False
+            return f"its failed-storage marker could not be read ({exc})", -1, False, -1
         try:
             marker = json.loads(raw)
             epoch, alone = int(marker["leader_epoch"]), bool(marker["led_alone"])
+            heal_at = int(marker.get("heal_at", -1))
             reason = str(marker.get("reason"))
         except (ValueError, KeyError, TypeError) as exc:
-            return f"its failed-storage marker is damaged ({exc})", -1, False
+            return f"its failed-storage marker is damaged ({exc})", -1, False, -1
         self.log.warning("{}-{}: its storage failed in an earlier process ({}, at leader "
                          "epoch {}): it takes no role in the ISR until the controller took it "
                          "offline", topic, partition, reason, epoch)
-        return f"marked failed on disk: {reason}", epoch, alone
+        return f"marked failed on disk: {reason}", epoch, alone, heal_at
 
     def _healed(self, topic: str, partition: int, leader: int, isr: list[int],
                 leader_epoch: int) -> None:
@@ -1450,6 +1460,24 @@ class PartitionShard(Actor):
         if (leader != self.broker_id and self.broker_id not in isr) \
                 or leader_epoch <= hosted.failed_epoch:
             return
+        self._unmark(topic, partition, hosted, f"back in the ISR at leader epoch {leader_epoch}")
+
+    def _caught_up(self, state: PartitionState) -> None:
+        """A follower marked failed on disk, following at a leader epoch after the failure,
+        whose log reaches the end it had before it again: it holds what it lost (its
+        leader takes it back into the ISR, which it is not told of): the marker goes."""
+        log = state.log
+        hosted = self.hosted.get((log.topic, log.partition))
+        if hosted is None or not hosted.marked_on_disk or hosted.storage_failed is not None \
+                or hosted.heal_at < 0 or state.is_leader \
+                or state.leader_epoch <= hosted.failed_epoch \
+                or log.log_end_offset < hosted.heal_at:
+            return
+        self._unmark(log.topic, log.partition, hosted,
+                     f"caught up to offset {log.log_end_offset} at leader epoch "
+                     f"{state.leader_epoch}")
+
+    def _unmark(self, topic: str, partition: int, hosted: Hosted, why: str) -> None:
         path = self._failed_marker_path(topic, partition)
         try:
             path.unlink(missing_ok=True)
@@ -1459,8 +1487,7 @@ class PartitionShard(Actor):
                              "tried again at its next role", topic, partition, exc)
             return
         hosted.marked_on_disk = False
-        self.log.info("{}-{}: back in the ISR at leader epoch {}: its failed-storage marker "
-                      "is removed", topic, partition, leader_epoch)
+        self.log.info("{}-{}: {}: its failed-storage marker is removed", topic, partition, why)
 
     @handles(RestoreRoles)
     def on_restore_roles(self, msg: RestoreRoles) -> None:
@@ -1710,6 +1737,10 @@ class PartitionShard(Actor):
         self.follower_flush_failed = None
         rows = [self._apply_one(row, now) for row in msg.rows]
         self.reply(FollowerApplied(msg.req_id, rows))
+        for row in msg.rows:
+            applied = self.partitions.get((row.topic, row.partition))
+            if applied is not None:
+                self._caught_up(applied)
         unflushed, self.follower_flush_failed = self.follower_flush_failed, None
         if unflushed is not None:
             # a log's flush failed (its row answered KAFKA_STORAGE_ERROR): it flushes no

@@ -1820,6 +1820,34 @@ def test_a_failed_replicas_mark_outlives_a_restart_of_its_process(
     assert not marker.exists(), "back in the ISR after the failure: healed"
 
 
+def test_a_failed_follower_that_caught_up_past_what_it_lost_is_healed_on_disk(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its leader takes it back into the ISR without telling it (a follower gets no role
+    for an ISR change): the marker goes once, following at a leader epoch after the
+    failure, its log reaches the end it had before the failure. Left on disk, a restart of
+    its process would refuse the lead of a partition it is rightly the ISR's last member
+    of (sim seed 4, eio, crash and expire: offline for good)."""
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "f-0")
+    c = _cluster(node, tmp_path, [1, 2])
+    batch = build_batch([b"f1"], base_offset=0, partition_leader_epoch=7)
+    node.tell(c.shard, FollowerApply(1, [FollowerApplyRow("f", 0, 7, batch, 1, 0, 1, -1, -1,
+                                                          -1)]), sender=c.handler.name)
+    wait_for(lambda: _stats(node, c.shard)["partitions"]["f-0"] == [0, 1, 1], "f-0 at HW 1")
+    failing["armed"] = 1
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the shard's restart")
+    _restored(c)
+    marker = tmp_path / "f-0" / STORAGE_FAILED_MARKER
+    assert json.loads(marker.read_bytes())["heal_at"] == 1
+    out = _role(c, c.shard, 1, 2, 8, [2])
+    assert out.rows == [("f", 0, NONE)]
+    empty = build_batch([b"f1"], base_offset=0, partition_leader_epoch=7)
+    node.tell(c.shard, FollowerApply(2, [FollowerApplyRow("f", 0, 8, empty, 1, 0, 1, -1, -1,
+                                                          -1)]), sender=c.handler.name)
+    wait_for(lambda: _stats(node, c.shard)["partitions"]["f-0"][1] == 1, "f-0 caught up")
+    wait_for(lambda: not marker.exists(), "the marker removed")
+
+
 def test_a_replica_whose_failure_mark_cannot_be_written_leads_nothing_in_that_life(
         node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The disk fails the marker's write too: the failure would not outlive a restart of the

@@ -51,12 +51,13 @@ below the high watermark it had) is answered KAFKA_STORAGE_ERROR by its shard fo
 role until the controller has taken it offline, and named apart in the answer (a log
 that would not open is answered 56 too, and not reported: a new role would fail the
 same way): this actor reports those to the controller (``LogDirEventNotification``,
-Kafka's log dir event, each with whether it led an ISR of itself alone at the failure),
-again every ``LOG_DIR_EVENT_RETRY_MS`` until it answers NONE; the controller writes each
-at a new leader epoch without it in the ISR (another leader where it led, offline where
-it was the ISR's last member unless it led alone), or, out of the ISR already, sends its
-current role again (let in at the refused leader epoch), and that role is the one the
-shard takes.
+Kafka's log dir event, each with whether it led an ISR of itself alone at the failure
+and the leader epoch of the role refused), again every ``LOG_DIR_EVENT_RETRY_MS`` until it
+answers NONE; the controller writes each at a new leader epoch without it in the ISR
+(another leader where it led, offline where it was the ISR's last member unless it led
+alone; the same leader and ISR the first time for one out of the ISR already), or, reported
+already or stale (refused at a leader epoch older than the partition's), sends its current
+role again (let in at the refused leader epoch), and that role is the one the shard takes.
 
 Requests that arrive before this node's registration is known are held and
 applied once it is (``BrokerRegistered`` from the node's controller actor); a

@@ -162,9 +162,10 @@ class Hosted:
     # its STORAGE_FAILED_MARKER is on disk (removed once it is back in the ISR, or caught
     # up as a follower past ``heal_at``)
     marked_on_disk: bool = False
-    # the log end it had before the failure (everything it had acknowledged, or been told
-    # was): a follower at a leader epoch after the failure whose log reaches it again holds
-    # what it lost (-1: not known, healed only by a role in the ISR)
+    # the offset below which it had everything acknowledged before the failure (a leader's
+    # high watermark, a follower's log end): a follower at a leader epoch after the failure
+    # whose log reaches it again holds what it lost (-1: not known, healed only by a role in
+    # the ISR)
     heal_at: int = -1
     # the marker could not be written (the disk is failing): in this process's life it
     # takes no leader role of this partition (one with other replicas), whatever it is
@@ -405,8 +406,10 @@ class PartitionShard(Actor):
                                          if state.log.flush_failed is not None
                                          else "closing its log failed")
                 hosted.failed_epoch = max(hosted.failed_epoch, state.leader_epoch)
-                hosted.heal_at = max(hosted.heal_at, state.log.log_end_offset,
-                                     row.high_watermark)
+                # a leader acknowledged up to its high watermark; a follower may have
+                # been counted up to its log end (its own high watermark lags)
+                hosted.heal_at = max(hosted.heal_at, row.high_watermark if state.is_leader
+                                     else max(state.log.log_end_offset, row.high_watermark))
                 self._write_failed_marker(state.log.topic, state.log.partition, hosted)
             if hosted is not None:
                 # what a restart after a crash reopens it with (its recovery point is

@@ -1878,3 +1878,29 @@ def test_a_replica_whose_failure_mark_cannot_be_written_leads_nothing_in_that_li
     assert lead.rows == [("f", 0, int(ErrorCode.KAFKA_STORAGE_ERROR))]
     assert lead.storage_failed == [("f", 0, False, 10)]
     assert "f-0" not in _stats(node, c.shard)["leaders"]
+
+
+def test_a_failed_leaders_marker_is_healed_at_its_high_watermark_not_its_log_end(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """c-0's leader acknowledged one record (high watermark 1: broker 2 has it) and holds a
+    second nobody else has (log end 2) when its fsync fails. Only the first was
+    acknowledged: the marker heals once it has offset 0 again, as a follower (the new
+    leader may never have the second). Healed at its log end (2), it stayed marked, and a
+    restart of its process later refused the lead of the ISR it was rightly the last
+    member of (sim seed 63, eio, crash and expire: offline for good)."""
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "c-0")
+    c = _cluster(node, tmp_path, [1, 2])
+    shard, handler = c.shard, c.handler
+    assert _append(node, shard, handler, 1, "c", [b"c1"])[1][0][2] == NONE
+    _follower_fetch(c, 2, 1)
+    wait_for(lambda: _stats(node, shard)["partitions"]["c-0"] == [0, 1, 1], "HW 1")
+    # acks=1: answered at once; broker 2 never fetches it
+    assert _append(node, shard, handler, 3, "c", [b"c2"])[1][0][2] == NONE
+    wait_for(lambda: _stats(node, shard)["partitions"]["c-0"] == [0, 1, 2], "LEO 2")
+    failing["armed"] = 1
+    node.tell(shard, Flush())
+    wait_for(lambda: node.actors[shard.name].crashes == 1, "the shard's restart")
+    _restored(c)
+    marker = tmp_path / "c-0" / STORAGE_FAILED_MARKER
+    assert json.loads(marker.read_bytes())["heal_at"] == 1
+    assert json.loads(marker.read_bytes())["led_alone"] is False

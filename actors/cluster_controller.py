@@ -61,6 +61,8 @@ from actors.core.controller_events import (
     IsrProposal,
     NewPartitions,
     NewTopic,
+    ReplicasOffline,
+    ReplicasOfflineResult,
     Result,
     StopReplicaDone,
     TopicConfigsChanged,
@@ -454,6 +456,8 @@ class ClusterController(Actor):
                     state.leader if state else -1, state.leader_epoch if state else -1,
                     list(state.isr) if state else [], state.version if state else -1))
             self.tell(to, cm.AlterPartitionResponse(req_id, result.error_code, rows))
+        elif isinstance(result, ReplicasOfflineResult):
+            self.tell(to, cm.LogDirEventNotificationResponse(req_id, result.error_code))
         elif isinstance(result, CreatePartitionsResult):
             self.tell(to, am.CreatePartitionsDone(req_id, [
                 am.TopicResultRow(t.name, t.error_code, t.message) for t in result.topics]))
@@ -964,6 +968,25 @@ class ClusterController(Actor):
             ("alter", self.current_sender, msg.req_id), msg.broker_id, msg.broker_epoch,
             tuple(IsrProposal(TopicPartition(p.topic, p.partition), p.leader_epoch,
                               tuple(p.new_isr), p.partition_epoch) for p in msg.partitions)))
+
+    @handles(cm.LogDirEventNotification)
+    def on_log_dir_event(self, msg: cm.LogDirEventNotification) -> None:
+        """A node's replicas whose storage failed (KAFKA_STORAGE_ERROR): offline replicas,
+        out of their ISRs, their leaderships elected elsewhere."""
+        assert self.current_sender is not None
+        if not self.driver.active:
+            self.reply(cm.LogDirEventNotificationResponse(msg.req_id, NOT_CONTROLLER))
+            return
+        self.log.warning("broker {} reports the storage of {} replica(s) failed: {}",
+                         msg.broker_id, len(msg.partitions),
+                         ", ".join(f"{r.topic}-{r.partition}" for r in msg.partitions[:10]))
+        self._call_driver(self.driver.feed, ReplicasOffline(
+            ("log_dir", self.current_sender, msg.req_id), msg.broker_id, msg.broker_epoch,
+            tuple(TopicPartition(r.topic, r.partition) for r in msg.partitions),
+            frozenset(TopicPartition(r.topic, r.partition) for r in msg.partitions
+                      if r.led_alone),
+            {TopicPartition(r.topic, r.partition): r.leader_epoch for r in msg.partitions
+             if r.leader_epoch >= 0}))
 
     # ------------------------------------------------------------ controlled shutdown
     @handles(cm.ControlledShutdownStep)

@@ -10,11 +10,13 @@ change of that partition's log end or high watermark.
 from __future__ import annotations
 
 import errno
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from actors.core.checkpoint import fsync_dir, write_atomically
 from actors.core.file_regions import close_regions
 from actors.core.follower_truncation import reset_offset, truncation_offset
 from actors.core.log_cleaner import describe_cleanable
@@ -82,6 +84,7 @@ from wire.broker_messages import (
 from wire.cluster_messages import (
     BecameLeaderOrFollower,
     BecomeLeaderOrFollower,
+    OfflineReplicaRow,
     PartitionErrorRow,
     ProcessStarted,
     RestoredRoleRow,
@@ -127,18 +130,48 @@ DELETE_WARNING_INTERVAL_MS = 60_000
 # How many of the roles a BecomeLeaderOrFollower gave at a leader epoch held already its
 # one log line names (all are counted: roles_held_already in the replication stats).
 ROLES_HELD_LOGGED = 10
+# In a partition's directory while its replica's storage failure is not healed (written
+# and fsynced when it is marked failed, removed once it is in the ISR at a leader epoch
+# after the failure): a process restarted reads it, marks the replica failed again and
+# refuses its restored role, so a new controller never elects it with its short log
+STORAGE_FAILED_MARKER = "storage-failed"
 
 
 @dataclass(slots=True)
 class Hosted:
     """A partition a shard hosts, as kept across a crash restart (``setup`` rebuilds the
     rest): its topic's configs, whether it is a single node's (it leads alone) or a
-    cluster's (the controller gives its role), and the offsets its log had when
-    ``teardown`` closed it (None before that: the log dir's checkpoints hold them)."""
+    cluster's (the controller gives its role), the offsets its log had when
+    ``teardown`` closed it (None before that: the log dir's checkpoints hold them), and
+    whether its storage failed (``storage_failed``)."""
 
     configs: dict[str, str]
     leader_alone: bool
     offsets: CheckpointRow | None = None
+    # Why its storage failed (a flush failed, or its log reopened below the high watermark
+    # it had), in a cluster: until the controller gave it a role out of the ISR, it takes
+    # no role that counts it in the ISR (its log may lack acknowledged records)
+    storage_failed: str | None = None
+    # the leader epoch it held then (-1: not known, a process restarted): a role at it or
+    # older, or restored, is the controller's word from before the failure
+    failed_epoch: int = -1
+    # whether it led an ISR of itself alone then: only then may it lead an ISR of itself
+    # alone again (nobody else had its acknowledged records). A follower that failed and
+    # was then elected alone (the leader left before the controller heard of the failure)
+    # refuses: the leader that left has what it lost, and would truncate it away
+    failed_alone: bool = False
+    # its STORAGE_FAILED_MARKER is on disk (removed once it is back in the ISR, or caught
+    # up as a follower past ``heal_at``)
+    marked_on_disk: bool = False
+    # the offset below which it had everything acknowledged before the failure (a leader's
+    # high watermark, a follower's log end): a follower at a leader epoch after the failure
+    # whose log reaches it again holds what it lost (-1: not known, healed only by a role in
+    # the ISR)
+    heal_at: int = -1
+    # the marker could not be written (the disk is failing): in this process's life it
+    # takes no leader role of this partition (one with other replicas), whatever it is
+    # told, since a restart would forget the failure
+    unmarked: bool = False
 
 
 class PartitionShard(Actor):
@@ -272,6 +305,20 @@ class PartitionShard(Actor):
         self.flush_failures_logged.discard(key)
         hosted = self.hosted.get(key)
         offsets = hosted.offsets if hosted is not None else None
+        storage_failed = hosted.storage_failed if hosted is not None else None
+        failed_epoch = hosted.failed_epoch if hosted is not None else -1
+        # a log first opened in this process (restarted): what it led is not known, and a
+        # crash's loss is the crash election's, as before (it may lead an ISR of itself)
+        failed_alone = hosted.failed_alone if hosted is not None else True
+        marked_on_disk = hosted.marked_on_disk if hosted is not None else False
+        unmarked = hosted.unmarked if hosted is not None else False
+        heal_at = hosted.heal_at if hosted is not None else -1
+        if hosted is None and not leader_alone:
+            marker = self._read_failed_marker(topic, partition)
+            if marker is not None:
+                # a failure an earlier process of this node marked, not healed since
+                storage_failed, failed_epoch, failed_alone, heal_at = marker
+                marked_on_disk = True
         if offsets is not None:
             # Reopened after a crash: the offsets its log had when teardown closed it.
             # The log dir's are from start-up (the LogManager keeps the newer ones), and
@@ -295,7 +342,24 @@ class PartitionShard(Actor):
                                 if leader_alone else
                                 PartitionState.hosted(log, self.broker_id, min_isr,
                                                       self.lag_time_max_ms))
-        self.hosted[key] = Hosted(dict(configs), leader_alone)
+        if log.log_end_offset < high_watermark:
+            # what it acknowledged (or a leader told it was) is not all in its log: lost
+            # with the storage (the pages a failed fsync dropped, a crash's unflushed tail)
+            lost = (f"its log reopened at log end {log.log_end_offset}, below the high "
+                    f"watermark {high_watermark} it had")
+            if leader_alone:
+                # nobody to fail over to: it serves on, and says so
+                self.log.error("{}-{}: {}: the acknowledged records from offset {} are lost",
+                               topic, partition, lost, log.log_end_offset)
+            else:
+                storage_failed = lost
+                heal_at = max(heal_at, high_watermark)
+        hosted = self.hosted[key] = Hosted(
+            dict(configs), leader_alone, storage_failed=None if leader_alone else storage_failed,
+            failed_epoch=failed_epoch, failed_alone=failed_alone, marked_on_disk=marked_on_disk,
+            unmarked=unmarked, heal_at=heal_at)
+        if hosted.storage_failed is not None and not hosted.marked_on_disk:
+            self._write_failed_marker(topic, partition, hosted)
         self.log.debug("opened {}-{} at LEO {} HW {}", topic, partition, log.log_end_offset,
                        log.high_watermark)
 
@@ -347,6 +411,21 @@ class PartitionShard(Actor):
                 clean = False  # closed as a crash leaves it: the next start scans it
             row = self._offset_row(state)
             hosted = self.hosted.get(key)
+            if hosted is not None and not hosted.leader_alone and (
+                    not closed or state.log.flush_failed is not None):
+                # its unflushed records may be gone (a failed fsync may drop the pages it
+                # did not write): reopened, it waits for a role out of the ISR
+                if hosted.storage_failed is None:
+                    hosted.failed_alone = state.is_leader and state.isr == {self.broker_id}
+                hosted.storage_failed = (f"a flush failed ({state.log.flush_failed})"
+                                         if state.log.flush_failed is not None
+                                         else "closing its log failed")
+                hosted.failed_epoch = max(hosted.failed_epoch, state.leader_epoch)
+                # a leader acknowledged up to its high watermark; a follower may have
+                # been counted up to its log end (its own high watermark lags)
+                hosted.heal_at = max(hosted.heal_at, row.high_watermark if state.is_leader
+                                     else max(state.log.log_end_offset, row.high_watermark))
+                self._write_failed_marker(state.log.topic, state.log.partition, hosted)
             if hosted is not None:
                 # what a restart after a crash reopens it with (its recovery point is
                 # only what was flushed: a failed close leaves the rest to the scan)
@@ -1269,6 +1348,7 @@ class PartitionShard(Actor):
         """
         now = self.clock.wall_ms()
         rows: list[PartitionErrorRow] = []
+        failed: list[OfflineReplicaRow] = []  # refused: its storage failed
         held_already: list[str] = []  # "topic-partition@held epoch", logged once below
         for row in msg.rows:
             key = (row.topic, row.partition)
@@ -1285,6 +1365,12 @@ class PartitionShard(Actor):
                 rows.append(PartitionErrorRow(row.topic, row.partition,
                                               int(ErrorCode.KAFKA_STORAGE_ERROR)))
                 continue
+            if self._storage_refuses(row.topic, row.partition, row.leader, list(row.isr),
+                                     list(row.replicas), row.leader_epoch, failed,
+                                     restored=False):
+                rows.append(PartitionErrorRow(row.topic, row.partition,
+                                              int(ErrorCode.KAFKA_STORAGE_ERROR)))
+                continue
             state = self.partitions[key]
             self.roles_given.add(key)
             was_leader = state.is_leader
@@ -1294,6 +1380,7 @@ class PartitionShard(Actor):
             else:
                 state.become_follower(row.leader, row.leader_epoch, list(row.isr),
                                       list(row.replicas), row.partition_epoch)
+            self._healed(row.topic, row.partition, row.leader, list(row.isr), row.leader_epoch)
             if was_leader or state.is_leader:
                 self._notify(state)
             rows.append(PartitionErrorRow(row.topic, row.partition, NONE))
@@ -1308,7 +1395,148 @@ class PartitionShard(Actor):
                           "(request {}; partition@leader epoch held): {}{}",
                           len(held_already), msg.req_id, shown,
                           f" and {more} more" if more > 0 else "")
-        self.reply(BecameLeaderOrFollower(msg.req_id, rows))
+        self.reply(BecameLeaderOrFollower(msg.req_id, rows, failed))
+
+    def _storage_refuses(self, topic: str, partition: int, leader: int, isr: list[int],
+                         replicas: list[int], leader_epoch: int,
+                         failed: list[OfflineReplicaRow], restored: bool) -> bool:
+        """A replica whose storage failed takes no role until the controller has taken it
+        offline (Kafka's OfflineReplica: out of the ISR, led elsewhere): its log may lack
+        records the ISR acknowledged, which a follower would truncate to, or an election
+        from the ISR would lose. Refused (answered KAFKA_STORAGE_ERROR), the ReplicaManager
+        tells the controller, which writes the partition at a new leader epoch and gives
+        every replica its role. Taken then: a role newer than every one it refused (or held
+        at the failure) that counts it out of the ISR, or leading an ISR of itself alone
+        if it led one alone at the failure, or is the only replica (nobody else has more;
+        a follower that failed and was elected alone before the controller heard of it
+        refuses: the leader gone has what it lost). A restored role is the controller's
+        word from before the failure, and a follower's ISR may be older than the leader's
+        (an expansion it was not told of): neither is taken. The mark goes, and it
+        truncates to its leader and catches up as any follower. A refused role is added
+        to ``failed``, which the ReplicaManager reports to the controller."""
+        hosted = self.hosted.get((topic, partition))
+        if hosted is None:
+            return False
+        me = self.broker_id
+        if hosted.storage_failed is None:
+            if not (hosted.unmarked and leader == me and list(replicas) != [me]):
+                return False
+            # its failure could not be made durable: it leads nothing in this life
+            failed.append(OfflineReplicaRow(topic, partition, False, leader_epoch))
+            self.replication["storage_refused"] = self.replication.get("storage_refused", 0) + 1
+            self.log.warning("{}-{}: its storage failed and the mark could not be written: the "
+                             "leader role at leader epoch {} refused (KAFKA_STORAGE_ERROR)",
+                             topic, partition, leader_epoch)
+            return True
+        # out of the ISR at the leader epoch refused (the controller's current role, sent
+        # again: it was out of the ISR already) or newer; leading alone only at a newer one
+        out_of_isr = leader != me and me not in isr and leader_epoch >= hosted.failed_epoch
+        may_lead_alone = hosted.failed_alone or list(replicas) == [me]
+        alone = leader == me and list(isr) == [me] and may_lead_alone \
+            and leader_epoch > hosted.failed_epoch
+        if not restored and (out_of_isr or alone):
+            self.log.info("{}-{}: its storage failed ({}); it takes the role {} at leader "
+                          "epoch {} and serves again", topic, partition, hosted.storage_failed,
+                          "out of the ISR" if out_of_isr else "of an ISR of itself alone",
+                          leader_epoch)
+            hosted.storage_failed = None
+            return False
+        hosted.failed_epoch = max(hosted.failed_epoch, leader_epoch)
+        failed.append(OfflineReplicaRow(topic, partition, may_lead_alone, leader_epoch))
+        self.replication["storage_refused"] = self.replication.get("storage_refused", 0) + 1
+        self.log.warning("{}-{}: its storage failed ({}): the {}role {} ISR {} at leader "
+                         "epoch {} refused (KAFKA_STORAGE_ERROR) until the controller takes "
+                         "it offline", topic, partition, hosted.storage_failed,
+                         "restored " if restored else "",
+                         "leading" if leader == me else f"following {leader} in the", isr,
+                         leader_epoch)
+        return True
+
+    def _failed_marker_path(self, topic: str, partition: int) -> Path:
+        return Path(self.log_dir.partition_path(topic, partition)) / STORAGE_FAILED_MARKER
+
+    def _write_failed_marker(self, topic: str, partition: int, hosted: Hosted) -> None:
+        """Make the replica's failure durable (STORAGE_FAILED_MARKER, written and fsynced):
+        the controller's memory of it, and this process's, do not outlive a restart. Not
+        written (the disk is failing): it takes no leader role of the partition in this
+        process's life (``unmarked``)."""
+        path = self._failed_marker_path(topic, partition)
+        data = json.dumps({"leader_epoch": hosted.failed_epoch, "led_alone": hosted.failed_alone,
+                           "heal_at": hosted.heal_at, "reason": hosted.storage_failed}).encode()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(path, data)
+        except OSError as exc:
+            hosted.unmarked = True
+            self.log.error("{}-{}: its storage failed and the mark could not be written ({}): "
+                           "it takes no leader role of it until this process restarts",
+                           topic, partition, exc)
+            return
+        hosted.marked_on_disk = True
+
+    def _read_failed_marker(self, topic: str,
+                            partition: int) -> tuple[str, int, bool, int] | None:
+        """The failure an earlier process marked (why, its leader epoch, whether it led
+        alone), or None. A marker that cannot be read counts as a failure at an unknown
+        leader epoch, not led alone."""
+        path = self._failed_marker_path(topic, partition)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"its failed-storage marker could not be read ({exc})", -1, False, -1
+        try:
+            marker = json.loads(raw)
+            epoch, alone = int(marker["leader_epoch"]), bool(marker["led_alone"])
+            heal_at = int(marker.get("heal_at", -1))
+            reason = str(marker.get("reason"))
+        except (ValueError, KeyError, TypeError) as exc:
+            return f"its failed-storage marker is damaged ({exc})", -1, False, -1
+        self.log.warning("{}-{}: its storage failed in an earlier process ({}, at leader "
+                         "epoch {}): it takes no role in the ISR until the controller took it "
+                         "offline", topic, partition, reason, epoch)
+        return f"marked failed on disk: {reason}", epoch, alone, heal_at
+
+    def _healed(self, topic: str, partition: int, leader: int, isr: list[int],
+                leader_epoch: int) -> None:
+        """A role taken that counts it in the ISR at a leader epoch after its failure:
+        its leader took it back (it caught up), or it leads alone as it did: the marker
+        goes."""
+        hosted = self.hosted.get((topic, partition))
+        if hosted is None or not hosted.marked_on_disk or hosted.storage_failed is not None:
+            return
+        if (leader != self.broker_id and self.broker_id not in isr) \
+                or leader_epoch <= hosted.failed_epoch:
+            return
+        self._unmark(topic, partition, hosted, f"back in the ISR at leader epoch {leader_epoch}")
+
+    def _caught_up(self, state: PartitionState) -> None:
+        """A follower marked failed on disk, following at a leader epoch after the failure,
+        whose log reaches the end it had before it again: it holds what it lost (its
+        leader takes it back into the ISR, which it is not told of): the marker goes."""
+        log = state.log
+        hosted = self.hosted.get((log.topic, log.partition))
+        if hosted is None or not hosted.marked_on_disk or hosted.storage_failed is not None \
+                or hosted.heal_at < 0 or state.is_leader \
+                or state.leader_epoch <= hosted.failed_epoch \
+                or log.log_end_offset < hosted.heal_at:
+            return
+        self._unmark(log.topic, log.partition, hosted,
+                     f"caught up to offset {log.log_end_offset} at leader epoch "
+                     f"{state.leader_epoch}")
+
+    def _unmark(self, topic: str, partition: int, hosted: Hosted, why: str) -> None:
+        path = self._failed_marker_path(topic, partition)
+        try:
+            path.unlink(missing_ok=True)
+            fsync_dir(path.parent)
+        except OSError as exc:
+            self.log.warning("{}-{}: its failed-storage marker could not be removed ({}): "
+                             "tried again at its next role", topic, partition, exc)
+            return
+        hosted.marked_on_disk = False
+        self.log.info("{}-{}: {}: its failed-storage marker is removed", topic, partition, why)
 
     @handles(RestoreRoles)
     def on_restore_roles(self, msg: RestoreRoles) -> None:
@@ -1321,6 +1549,7 @@ class PartitionShard(Actor):
         self.replication["restores"] = self.replication.get("restores", 0) + 1
         applied: list[str] = []
         outcomes: list[PartitionErrorRow] = []
+        failed: list[OfflineReplicaRow] = []  # refused: its storage failed
         kept = 0
         for row in msg.rows:
             role = row.role
@@ -1341,6 +1570,12 @@ class PartitionShard(Actor):
             try:
                 self._open(role.topic, role.partition, configs, now, leader_alone=False)
                 state = self.partitions[key]
+                if self._storage_refuses(role.topic, role.partition, role.leader,
+                                         list(role.isr), list(role.replicas),
+                                         role.leader_epoch, failed, restored=True):
+                    outcomes.append(PartitionErrorRow(role.topic, role.partition,
+                                                      int(ErrorCode.KAFKA_STORAGE_ERROR)))
+                    continue
                 self._restore_role(state, row, now)
                 self.roles_given.add(key)
             except Exception:
@@ -1366,7 +1601,7 @@ class PartitionShard(Actor):
         notice = ShardRestarted(self.index)
         for i in range(self.topology.num_purgatories):
             self.tell(self.topology.purgatory(i), notice)
-        self.reply(RolesRestored(msg.req_id, outcomes))
+        self.reply(RolesRestored(msg.req_id, outcomes, failed))
 
     def _restore_role(self, state: PartitionState, row: RestoredRoleRow, now: int) -> None:
         role = row.role
@@ -1551,6 +1786,10 @@ class PartitionShard(Actor):
         self.follower_flush_failed = None
         rows = [self._apply_one(row, now) for row in msg.rows]
         self.reply(FollowerApplied(msg.req_id, rows))
+        for row in msg.rows:
+            applied = self.partitions.get((row.topic, row.partition))
+            if applied is not None:
+                self._caught_up(applied)
         unflushed, self.follower_flush_failed = self.follower_flush_failed, None
         if unflushed is not None:
             # a log's flush failed (its row answered KAFKA_STORAGE_ERROR): it flushes no

@@ -46,6 +46,19 @@ one restore on record at most: its next restart's replaces one never answered,
 and one unanswered for ``RESTORE_OVERDUE_MS`` is reported (kept: a late answer
 still settles).
 
+A replica whose storage failed (a failed fsync restarted its shard, or its log reopened
+below the high watermark it had) is answered KAFKA_STORAGE_ERROR by its shard for every
+role until the controller has taken it offline, and named apart in the answer (a log
+that would not open is answered 56 too, and not reported: a new role would fail the
+same way): this actor reports those to the controller (``LogDirEventNotification``,
+Kafka's log dir event, each with whether it led an ISR of itself alone at the failure
+and the leader epoch of the role refused), again every ``LOG_DIR_EVENT_RETRY_MS`` until it
+answers NONE; the controller writes each at a new leader epoch without it in the ISR
+(another leader where it led, offline where it was the ISR's last member unless it led
+alone; the same leader and ISR the first time for one out of the ISR already), or, reported
+already or stale (refused at a leader epoch older than the partition's), sends its current
+role again (let in at the refused leader epoch), and that role is the one the shard takes.
+
 Requests that arrive before this node's registration is known are held and
 applied once it is (``BrokerRegistered`` from the node's controller actor); a
 resend replaces its held copy and at most HELD_MAX are held. The registration
@@ -105,6 +118,9 @@ from wire.cluster_messages import (
     CoordinatorPartitions,
     LeaderAndIsr,
     LeaderAndIsrResponse,
+    LogDirEventNotification,
+    LogDirEventNotificationResponse,
+    OfflineReplicaRow,
     PartitionErrorRow,
     PendingIsrRow,
     ProcessStarted,
@@ -140,6 +156,9 @@ RESTORE_OVERDUE_MS = 30_000
 # it again to the shards still to answer (a message to a shard in another process can be
 # lost without a restart of the shard), then again each time it is this long overdue
 SHARDS_OVERDUE_MS = 30_000
+# a LogDirEventNotification unanswered this long (or refused: no controller known, a new
+# one) is sent again, with every failed replica not taken offline yet
+LOG_DIR_EVENT_RETRY_MS = 3000
 # requests held before this node's registration is known, at most (the oldest is dropped:
 # the controller's channel sends what it does not get answered again)
 HELD_MAX = 64
@@ -268,6 +287,21 @@ class ReplicaManager(Actor):
         # acks=all produces and the high watermark
         self.isr_pending: dict[int, tuple[list[IsrProposalRow], int]] = getattr(
             self, "isr_pending", {})
+        # Replicas whose storage failed (a shard refused them a role for it), not taken
+        # offline by the controller yet -> the failure's number (a later failure of the
+        # same replica is reported anew, whatever an answer to the earlier one says) and
+        # whether it led an ISR of itself alone at the failure;
+        # the LogDirEventNotification on its way (req id, what it carried), and when it is
+        # sent again. Kept over a restart of this actor: forgotten, a failed leader's
+        # partition stayed without a leader until the controller's next change of it
+        self.storage_failed: dict[TopicPartition, tuple[int, bool, int]] = getattr(
+            self, "storage_failed", {})
+        self.storage_failures: Iterator[int] = getattr(self, "storage_failures", None) \
+            or itertools.count(1)
+        self.log_dir_event: tuple[int, dict[TopicPartition, tuple[int, bool, int]]] | None = \
+            getattr(self, "log_dir_event", None)
+        self.log_dir_event_due_ms: int | None = getattr(self, "log_dir_event_due_ms", None)
+        self.log_dir_events_sent = getattr(self, "log_dir_events_sent", 0)
         self.num_fetchers = int(self.config["num.replica.fetchers"])
         self.fetcher_config = FetcherConfig(
             replica_id=self.broker_id,
@@ -467,6 +501,7 @@ class ReplicaManager(Actor):
         for row in msg.rows:
             if row.error_code != NONE:
                 self._role_refused(entry, row.topic, row.partition, row.error_code)
+        self._storage_failed(msg.storage_failed)
         assert self.current_sender is not None
         self._shard_done(msg.req_id, entry, self.current_sender)
 
@@ -721,6 +756,8 @@ class ReplicaManager(Actor):
         deadlines = [w.deadline_ms for w in self.waiters]
         deadlines += [deadline for _rows, deadline in self.isr_pending.values()]
         deadlines += self.restore_overdue_ms.values()
+        if self.log_dir_event_due_ms is not None:
+            deadlines.append(self.log_dir_event_due_ms)
         if not deadlines:
             return None
         return max(0, min(deadlines) - self.clock.now_ms())
@@ -732,6 +769,9 @@ class ReplicaManager(Actor):
             self._expire_isr_proposals(self.clock.now_ms())
         if self.restore_overdue_ms:
             self._report_overdue_restores(self.clock.now_ms())
+        if self.log_dir_event_due_ms is not None \
+                and self.clock.now_ms() >= self.log_dir_event_due_ms:
+            self._report_storage_failed()
 
     # ------------------------------------------------------------ the others
     def _coordinators(self, elected: list[CoordinatorPartitionRow], resigned: list[int]) -> None:
@@ -847,6 +887,71 @@ class ReplicaManager(Actor):
             req_id, self.broker_id, self.fencing.broker_epoch,
             [AlterPartitionItem(r.topic, r.partition, r.leader_epoch, list(r.new_isr),
                                 r.partition_epoch) for r in msg.rows]))
+
+    # ------------------------------------------------------------ failed storage
+    def _storage_failed(self, rows: list[OfflineReplicaRow]) -> None:
+        """Replicas a shard refused a role because their logs' storage failed (a failed
+        fsync restarted the shard, or a log reopened below the high watermark it had),
+        answered KAFKA_STORAGE_ERROR and named apart: a log that would not open is
+        answered 56 too, but is not reported (the controller can do nothing about it, and
+        each new role it wrote would fail the same way). The shard refuses them every
+        role that would count them in the ISR; the controller is told (Kafka's log dir
+        event), takes them out of the ISR and elects another leader where this node
+        led."""
+        if not rows:
+            return
+        for row in rows:
+            tp = TopicPartition(row.topic, row.partition)
+            self.storage_failed[tp] = (next(self.storage_failures), bool(row.led_alone),
+                                       int(row.leader_epoch))
+            # the shard does not hold the role it refused: the controller's role at that
+            # leader epoch is let in once more (a replica out of the ISR already gets its
+            # current role again, not a new leader epoch)
+            self.fencing.accept_again.add(tp)
+        self.log.warning("the storage of {} failed: reported to the controller as offline "
+                         "replicas (KAFKA_STORAGE_ERROR)",
+                         ", ".join(f"{r.topic}-{r.partition}" for r in rows))
+        if self.log_dir_event is None:
+            self._report_storage_failed()
+
+    def _report_storage_failed(self) -> None:
+        """Send the controller every failed replica not taken offline yet (one request on
+        its way at most; sent again at its deadline, with what failed since)."""
+        self.log_dir_event = None
+        self.log_dir_event_due_ms = None
+        if not self.storage_failed:
+            return
+        now_ms = self.clock.now_ms()
+        self.log_dir_event_due_ms = now_ms + LOG_DIR_EVENT_RETRY_MS
+        controller = self.fencing.controller_id
+        if controller is None or controller < 0 or not self.fencing.registered:
+            return  # no controller known yet: tried again at the deadline
+        req_id = next(self.req_ids)
+        carried = dict(self.storage_failed)
+        self.log_dir_event = (req_id, carried)
+        self.log_dir_events_sent += 1
+        self.tell(self._controller_address(controller), LogDirEventNotification(
+            req_id, self.broker_id, self.fencing.broker_epoch,
+            [OfflineReplicaRow(tp.topic, tp.partition, carried[tp][1], carried[tp][2])
+             for tp in sorted(carried)]))
+
+    @handles(LogDirEventNotificationResponse)
+    def on_log_dir_event_response(self, msg: LogDirEventNotificationResponse) -> None:
+        if self.log_dir_event is None or self.log_dir_event[0] != msg.req_id:
+            return  # an answer to one sent again since
+        _req_id, carried = self.log_dir_event
+        if msg.error_code != NONE:
+            self.log.warning("the controller did not take the failed replicas offline ({}): "
+                             "told again in {} ms", ErrorCode(msg.error_code).name,
+                             LOG_DIR_EVENT_RETRY_MS)
+            self.log_dir_event = None  # the deadline sends it again
+            return
+        for tp, failure in carried.items():
+            if self.storage_failed.get(tp) == failure:
+                del self.storage_failed[tp]
+        self.log.info("the controller took {} offline (out of the ISR, led elsewhere)",
+                      ", ".join(map(str, sorted(carried))))
+        self._report_storage_failed()
 
     def _controller_address(self, controller: int) -> Address:
         node = self.node.name if controller == self.broker_id else broker_node_name(controller)
@@ -1066,6 +1171,7 @@ class ReplicaManager(Actor):
             return
         outcomes = {(r.topic, r.partition): r.error_code for r in msg.rows}
         self._restore_outcomes(sent, outcomes)
+        self._storage_failed(msg.storage_failed)
         for req_id, entry in sorted(self.pending.items()):
             if req_id > msg.req_id or shard not in entry.waiting:
                 continue
@@ -1204,6 +1310,9 @@ class ReplicaManager(Actor):
             "fetchers": sorted(set(self.fetched_by.values())),
             "fetchers_stopped": self.fetchers_stopped,
             "isr_pending": len(self.isr_pending),
+            # replicas whose storage failed, not taken offline by the controller yet
+            "storage_failed": sorted(str(tp) for tp in self.storage_failed),
+            "log_dir_events_sent": self.log_dir_events_sent,
             "processes_restarted": self.processes_restarted,
             "shards_restarted": self.shards_restarted,
             "restoring": len(self.restoring),

@@ -261,6 +261,46 @@ class AlterPartitionResponse(NamedTuple):
     partitions: list[AlterPartitionResult]
 
 
+class OfflineReplicaRow(NamedTuple):
+    """A replica whose storage failed; ``led_alone``: it led an ISR of itself alone when
+    its storage failed (nobody else had its acknowledged records), so the controller may
+    have it lead on at a new leader epoch. Else it is never elected while it is known to
+    have failed: the partition stays offline rather than lose what another replica has."""
+
+    topic: str
+    partition: int
+    led_alone: bool
+    # the leader epoch of the role it refused (-1: not known): the controller ignores a
+    # row older than the partition's current leader epoch (a report sent again after the
+    # replica took a newer role, caught up and rejoined the ISR)
+    leader_epoch: int = -1
+
+
+@message(420)
+class LogDirEventNotification(NamedTuple):
+    """Node -> controller: the storage of these replicas failed (an fsync failed, or a log
+    reopened below the high watermark it had): answered KAFKA_STORAGE_ERROR, they are
+    offline replicas (Kafka's /log_dir_event_notification znode, whose controller then
+    finds them by the KAFKA_STORAGE_ERROR of a LeaderAndIsr; here the node names them).
+    The controller takes them out of their ISRs and elects another leader where one led,
+    at a new leader epoch, so no follower truncates to a log that lost acknowledged
+    records; the node follows again, out of the ISR, once its log is open."""
+
+    req_id: int
+    broker_id: int
+    broker_epoch: int
+    partitions: list[OfflineReplicaRow]
+
+
+@message(421)
+class LogDirEventNotificationResponse(NamedTuple):
+    """``error_code`` NONE once the controller took the replicas offline (and wrote the new
+    states), else why not (NOT_CONTROLLER, STALE_BROKER_EPOCH): the node sends it again."""
+
+    req_id: int
+    error_code: int
+
+
 # ------------------------------------------- inside one node (cluster mode)
 
 
@@ -384,14 +424,20 @@ class RolesRestored(NamedTuple):
 
     req_id: int
     rows: list[PartitionErrorRow]
+    # the roles refused because the replica's storage failed (their rows say
+    # KAFKA_STORAGE_ERROR): the ReplicaManager reports these, and only these, to the
+    # controller (a log that cannot open is answered 56 too, but is not reported)
+    storage_failed: list[OfflineReplicaRow] = []
 
 
 @message(412)
 class BecameLeaderOrFollower(NamedTuple):
-    """PartitionShard -> ReplicaManager: each partition's outcome (0, or why it failed)."""
+    """PartitionShard -> ReplicaManager: each partition's outcome (0, or why it failed),
+    and the roles refused because the replica's storage failed (as RolesRestored's)."""
 
     req_id: int
     rows: list[PartitionErrorRow]
+    storage_failed: list[OfflineReplicaRow] = []
 
 
 class CoordinatorPartitionRow(NamedTuple):

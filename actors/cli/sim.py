@@ -65,7 +65,8 @@ def _quiet_logs(log_file: str | None) -> None:
               help="faults struck per run, a seeded 0.5-3 s apart")
 @click.option("--faults", default=None,
               help="comma-separated subset of crash,pause,partition,expire,clock,link,gateway,"
-                   "disk,zookeeper")
+                   "disk,zookeeper (the default: all of them), and eio (a failing fsync: only "
+                   "when named)")
 @click.option("--plant", default=None, help="switch a known bug on; the run must find it")
 @click.option("--acks-all-producers", type=click.IntRange(min=0), default=1, show_default=True,
               help="idempotent producers with acks=all (besides two with acks=1)")
@@ -85,7 +86,7 @@ def command(seeds: int | None, start: int, seed: int | None, nodes: int, steps: 
             ) -> None:
     """Deterministic simulation of a cluster under faults, one seed at a time."""
     from actors.sim.plants import PLANTS
-    from actors.sim.run import FAULTS, SimOptions
+    from actors.sim.run import FAULTS, MORE_FAULTS, SimOptions
 
     if seed is not None and seeds is not None:
         raise UserError("give either --seed S (one run) or --seeds N (many), not both")
@@ -94,10 +95,10 @@ def command(seeds: int | None, start: int, seed: int | None, nodes: int, steps: 
     chosen: tuple[str, ...] = FAULTS
     if faults is not None:
         chosen = tuple(f.strip() for f in faults.split(",") if f.strip())
-        unknown = sorted(set(chosen) - set(FAULTS))
+        unknown = sorted(set(chosen) - set(FAULTS) - set(MORE_FAULTS))
         if unknown or not chosen:
             raise UserError(f"--faults: unknown {', '.join(unknown) or 'empty list'}; choose "
-                            f"from {','.join(FAULTS)}")
+                            f"from {','.join(FAULTS + MORE_FAULTS)}")
     if plant is not None:
         found = PLANTS.get(plant)
         if found is None:

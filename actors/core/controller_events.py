@@ -171,6 +171,26 @@ class AlterPartitionRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicasOffline:
+    """``broker_id`` (at ``broker_epoch``) says its replicas of ``partitions`` failed their
+    storage (Kafka's log dir event notification, the KAFKA_STORAGE_ERROR replicas): they
+    become OfflineReplica, leave the ISR, and a partition one led gets another leader at a
+    new leader epoch. Its log reopened, the replica follows again out of the ISR.
+    ``led_alone``: those whose replica led an ISR of itself alone when it failed (it may
+    lead on); the others' replicas are never elected while known failed."""
+
+    request_id: RequestId
+    broker_id: int
+    broker_epoch: int
+    partitions: tuple[TopicPartition, ...]
+    led_alone: frozenset[TopicPartition] = frozenset()
+    # the leader epoch each replica refused its role at: one older than the partition's
+    # current leader epoch is stale (the replica was given a newer role since, which it
+    # took or refused anew) and is not acted on
+    leader_epochs: Mapping[TopicPartition, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class ControlledShutdownRequest:
     request_id: RequestId
     broker_id: int
@@ -221,7 +241,7 @@ Event = (
     BecameController | Resigned | LiveBrokersChanged | NewTopicsFound | CreateTopics
     | CreatePartitions | DeleteTopics | TopicDeletionsRequested | StopReplicaDone | IsrChanged
     | AlterPartitionRequest | ControlledShutdownRequest | ElectLeaders | AutoLeaderRebalance
-    | TopicConfigsChanged | MetadataWritten | MetadataWriteFailed
+    | TopicConfigsChanged | MetadataWritten | MetadataWriteFailed | ReplicasOffline
 )
 
 
@@ -365,9 +385,17 @@ class AlterPartitionResult:
     partitions: tuple[PartitionResult, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicasOfflineResult:
+    """NONE once every partition named is settled (written, or nothing to change)."""
+
+    error_code: int
+    partitions: tuple[PartitionResult, ...] = ()
+
+
 Result = (
     CreateTopicsResult | CreatePartitionsResult | DeleteTopicsResult | ElectLeadersResult
-    | ControlledShutdownResult | AlterPartitionResult
+    | ControlledShutdownResult | AlterPartitionResult | ReplicasOfflineResult
 )
 
 

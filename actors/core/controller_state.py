@@ -89,6 +89,8 @@ from actors.core.controller_events import (
     NewTopicsFound,
     PartitionResult,
     RemoveTopicDeletionMarkers,
+    ReplicasOffline,
+    ReplicasOfflineResult,
     Reply,
     RequestId,
     ResignController,
@@ -221,6 +223,14 @@ class ControllerCore:
         self.topics: dict[str, TopicRecord] = {}
         self.states: dict[TopicPartition, LeaderAndIsr] = {}
         self.deleting: set[str] = set()
+        # Replicas reported failed (their storage, ReplicasOffline) that did not lead an
+        # ISR of themselves alone then: never elected (their logs may lack acknowledged
+        # records another replica has) until their leader takes them back into the ISR
+        # (an AlterPartition written: they caught up), as Kafka's replicasOnOfflineDirs.
+        # Each -> the partition's leader epoch when its failure was recorded: a leader's
+        # proposal to take it back at that leader epoch or older is refused (the leader saw
+        # it catch up before the failure was written, to a log it may since have lost)
+        self.failed_replicas: dict[TopicPartition, dict[int, int]] = {}
         self.partition_fsm = PartitionStateMachine()
         self.replica_fsm = ReplicaStateMachine()
         self._changes: dict[int, _Change] = {}
@@ -237,6 +247,10 @@ class ControllerCore:
     def eligible(self) -> set[int]:
         """Brokers that may lead: registered and not shutting down."""
         return set(self.brokers) - self.shutting_down
+
+    def electable(self, tp: TopicPartition, brokers: Collection[int]) -> set[int]:
+        """``brokers`` but the replicas of ``tp`` known to have failed their storage."""
+        return set(brokers) - self.failed_replicas.get(tp, {}).keys()
 
     def assignment(self, tp: TopicPartition) -> tuple[int, ...]:
         return self.topics[tp.topic].assignment.partitions[tp.partition]
@@ -294,6 +308,8 @@ class ControllerCore:
             self._on_alter_partition(event)
         elif isinstance(event, ControlledShutdownRequest):
             self._on_controlled_shutdown(event)
+        elif isinstance(event, ReplicasOffline):
+            self._on_replicas_offline(event)
         elif isinstance(event, ElectLeaders):
             self._on_elect_leaders(event)
         elif isinstance(event, AutoLeaderRebalance):
@@ -319,6 +335,8 @@ class ControllerCore:
             self._reply(event.request_id, ControlledShutdownResult(not_controller, message))
         elif isinstance(event, AlterPartitionRequest):
             self._reply(event.request_id, AlterPartitionResult(not_controller))
+        elif isinstance(event, ReplicasOffline):
+            self._reply(event.request_id, ReplicasOfflineResult(not_controller))
         elif isinstance(event, ElectLeaders) and event.request_id is not None:
             self._reply(event.request_id, ElectLeadersResult(not_controller))
         # Anything else (notices, late write outcomes) means nothing to a standby.
@@ -667,7 +685,8 @@ class ControllerCore:
         if current.leader in registered:
             return current.leader, alive_isr
         assignment = self.assignment(tp)
-        leader = offline_leader(assignment, current.isr, eligible, self._unclean(tp.topic))
+        leader = offline_leader(assignment, current.isr, self.electable(tp, eligible),
+                                self._unclean(tp.topic))
         if leader is None:
             return NO_LEADER, alive_isr or current.isr
         return leader, (alive_isr if leader in current.isr else (leader,))
@@ -709,7 +728,8 @@ class ControllerCore:
         def rule(tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | None:
             if current.leader == broker_id:
                 leader = controlled_shutdown_leader(self.assignment(tp), current.isr,
-                                                    self.eligible(), self.shutting_down)
+                                                    self.electable(tp, self.eligible()),
+                                                    self.shutting_down)
                 if leader is None:
                     return None
                 isr = [r for r in current.isr if r not in self.shutting_down]
@@ -722,7 +742,8 @@ class ControllerCore:
         return rule
 
     def _preferred_rule(self, tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | None:
-        leader = preferred_leader(self.assignment(tp), current.isr, self.eligible())
+        leader = preferred_leader(self.assignment(tp), current.isr,
+                                  self.electable(tp, self.eligible()))
         if leader is None or leader == current.leader:
             return None
         return self._with(current, leader, current.isr)
@@ -731,7 +752,8 @@ class ControllerCore:
         if current.leader in self.brokers:
             return None
         registered = set(self.brokers)
-        leader = offline_leader(self.assignment(tp), current.isr, self.eligible(), unclean=True)
+        leader = offline_leader(self.assignment(tp), current.isr,
+                                self.electable(tp, self.eligible()), unclean=True)
         if leader is None:
             return None
         alive_isr = tuple(r for r in current.isr if r in registered)
@@ -745,6 +767,7 @@ class ControllerCore:
         change = _Change(None, {}, create=True, done=done)
         eligible = self.eligible()
         for tp in tps:
+            self.failed_replicas.pop(tp, None)  # a namesake's, deleted
             live = [r for r in self.assignment(tp) if r in eligible]
             if not live:
                 change.outcomes[tp] = (f"no assigned replica of {tp} is alive "
@@ -1215,6 +1238,7 @@ class ControllerCore:
         def done(outcomes: dict[TopicPartition, Outcome]) -> None:
             for tp, outcome in outcomes.items():
                 if isinstance(outcome, LeaderAndIsr):
+                    self._rejoined(tp, outcome.isr)
                     results[tp] = PartitionResult(tp, int(ErrorCode.NONE), None, outcome)
                     continue
                 current = self.states.get(tp)
@@ -1238,6 +1262,21 @@ class ControllerCore:
 
         change.done = done
         self._submit(change)
+
+    def _rejoined(self, tp: TopicPartition, isr: Iterable[int]) -> None:
+        """A leader took these replicas into the ISR (written): a failed one caught up from
+        it, and may be elected again."""
+        failed = self.failed_replicas.get(tp)
+        if not failed:
+            return
+        back = failed.keys() & set(isr)
+        if back:
+            self._log(f"controller {self.config.broker_id} epoch {self.epoch}: replica(s) "
+                      f"{sorted(back)} of {tp}, whose storage failed, are back in the ISR")
+            for replica in back:
+                del failed[replica]
+            if not failed:
+                del self.failed_replicas[tp]
 
     def _check_isr_proposal(self, broker_id: int,
                             proposal: IsrProposal) -> tuple[ErrorCode, str] | None:
@@ -1273,7 +1312,161 @@ class ControllerCore:
         if ineligible and set(ineligible) - set(current.isr):
             return (ErrorCode.INELIGIBLE_REPLICA,
                     f"replicas {ineligible} of {tp} are not live brokers and cannot join the ISR")
+        failed = self.failed_replicas.get(tp, {})
+        stale = [r for r in isr if r not in current.isr and r in failed
+                 and failed[r] >= proposal.leader_epoch]
+        if stale:
+            # the leader saw them caught up before their failure was written (its proposal
+            # was delayed, or sent again): their logs may have lost what it saw
+            return (ErrorCode.INELIGIBLE_REPLICA,
+                    f"replicas {stale} of {tp} failed their storage at leader epoch "
+                    f"{max(failed[r] for r in stale)} and must catch up at a newer one")
         return None
+
+    # ---------------------------------------------------------- offline replicas
+    def _on_replicas_offline(self, event: ReplicasOffline) -> None:
+        """Kafka's onReplicasBecomeOffline for a broker whose storage failed (its log dir
+        event): each named replica becomes OfflineReplica, leaves the ISR, and where it
+        led, the first other live ISR member in assignment order leads at leader epoch + 1.
+        Then the broker, whose log reopened, gets its role like every replica (OnlineReplica
+        again): a follower out of the ISR, which truncates to the new leader and catches up
+        before the leader takes it back. The rest of the ISR gone: the partition is offline
+        until one of them is back. It led an ISR of itself alone at the failure (or is the
+        only replica): it leads on, at a new leader epoch (nobody else has more). Else it is
+        never elected while known failed (``failed_replicas``): where it is the ISR's last
+        member, the partition is offline (Kafka's), rather than lose what a replica out of
+        the ISR has (it stays offline until an unclean election, or a new controller, which
+        does not know of the failure until the replica refuses the role it gives:
+        availability traded, deliberately, for not losing acknowledged records). A replica
+        already out of the ISR and not leading is written at a new leader epoch the first
+        time (same leader and ISR): a proposal of its leader's to take it back, made when
+        it had caught up before the failure, would otherwise land at the same leader
+        epoch; and ``_check_isr_proposal`` refuses to take a known failed replica back at
+        the leader epoch of its failure or older. Reported again (an answer lost), nothing
+        changes: it is sent its current role again, which its shard takes (refused at that
+        leader epoch, it is let in once more). A report refused at a leader epoch older
+        than the partition's is stale (``leader_epochs``): ignored, its role sent again."""
+        broker_id = event.broker_id
+        broker = self.brokers.get(broker_id)
+        if broker is None or broker.epoch != event.broker_epoch:
+            self._reply(event.request_id, ReplicasOfflineResult(
+                int(ErrorCode.STALE_BROKER_EPOCH)))
+            return
+        results: dict[TopicPartition, PartitionResult] = {}
+        acting: list[TopicPartition] = []
+        for tp in dict.fromkeys(event.partitions):
+            if tp.topic not in self.topics or tp not in self.states or tp.topic in self.deleting \
+                    or broker_id not in self.assignment(tp):
+                results[tp] = PartitionResult(
+                    tp, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                    f"broker {broker_id} hosts no replica of {tp} to take offline")
+                continue
+            refused_at = event.leader_epochs.get(tp, -1)
+            current = self.states[tp]
+            if 0 <= refused_at < current.leader_epoch:
+                # stale: the replica was given a newer role since (which it took, and may
+                # have caught up in and rejoined the ISR with, or refused and reported
+                # anew); taking it offline now could take a healthy replica's partition
+                # offline. Its current role is sent again, to take or refuse
+                self._log(f"controller {self.config.broker_id} epoch {self.epoch}: broker "
+                          f"{broker_id}'s report of {tp} at leader epoch {refused_at} is "
+                          f"older than the current {current.leader_epoch}: ignored")
+                if broker_id in self.brokers:
+                    self._send_leader_and_isr([broker_id], tp)
+                results[tp] = PartitionResult(tp, int(ErrorCode.NONE), None, current)
+                continue
+            if self.replica_fsm.can_move((tp, broker_id), _R.OFFLINE):
+                self._move_replica(tp, broker_id, _R.OFFLINE)
+            acting.append(tp)
+        self._requests[event.request_id] = _Request(
+            event.request_id, lambda _reason: ReplicasOfflineResult(int(ErrorCode.NOT_CONTROLLER)))
+
+        def done(outcomes: dict[TopicPartition, Outcome]) -> None:
+            self._requests.pop(event.request_id, None)
+            for tp in acting:
+                outcome = outcomes.get(tp)
+                state = self.states.get(tp)
+                if outcome is None or isinstance(outcome, LeaderAndIsr):
+                    if self.replica_fsm.can_move((tp, broker_id), _R.ONLINE) \
+                            and broker_id in self.brokers:
+                        # its new role went out with the state (or its role did not change)
+                        self._move_replica(tp, broker_id, _R.ONLINE)
+                    if outcome is None and state is not None and state.leader != broker_id \
+                            and broker_id not in state.isr:
+                        # nothing written: its current role again, out of the ISR
+                        self._send_leader_and_isr([broker_id], tp)
+                    results[tp] = PartitionResult(tp, int(ErrorCode.NONE), None, state)
+                else:
+                    results[tp] = PartitionResult(
+                        tp, int(ErrorCode.KAFKA_STORAGE_ERROR), outcome, state)
+            failed = any(r.error_code == int(ErrorCode.KAFKA_STORAGE_ERROR)
+                         for r in results.values())
+            self._reply(event.request_id, ReplicasOfflineResult(
+                int(ErrorCode.KAFKA_STORAGE_ERROR) if failed else int(ErrorCode.NONE),
+                tuple(results[tp] for tp in dict.fromkeys(event.partitions))))
+
+        self._change_partitions(acting, self._offline_replica_rule(broker_id, event.led_alone),
+                                done)
+
+    def _offline_replica_rule(self, broker_id: int,
+                              led_alone: frozenset[TopicPartition]) -> Rule:
+        """A partition the failed replica is in the ISR of, or leads, is written at leader
+        epoch + 1 (its replica refused every older role, and a follower's may hold an ISR
+        older than the leader's): without the broker in the ISR, led by the first other
+        live ISR member where it led (or where the leader is gone), offline if the other
+        ISR members are all gone. The ISR's only member: it leads on if it led alone at
+        the failure (or is the only replica), else the partition is offline with it as
+        the ISR's last member (never elected while known failed). Out of the ISR and not
+        leading already: written at leader epoch + 1 with the same leader and ISR the first
+        time (a proposal of its leader's to take it back, made before, is fenced), then
+        nothing."""
+        def rule(tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | None:
+            if tp.topic in self.deleting:
+                return None
+            failed = self.failed_replicas.get(tp, {})
+            if current.leader != broker_id and broker_id not in current.isr:
+                if failed.get(broker_id, current.leader_epoch) < current.leader_epoch:
+                    # known failed, and written since: a report sent again, or one whose
+                    # answer was lost (its current role is sent again)
+                    return None
+                # out of the ISR already, but its leader may have seen it caught up (a
+                # proposal to take it back on its way, or sent again): known failed from
+                # now, and written at a new leader epoch (same leader and ISR), which fences
+                # such a proposal, and whose leader counts its followers' offsets anew
+                failed[broker_id] = current.leader_epoch
+                self.failed_replicas[tp] = failed
+                return current.new_leader_and_isr(current.leader, current.isr, self.epoch)
+            assignment = self.assignment(tp)
+            registered = set(self.brokers)
+            if current.isr == (broker_id,) and broker_id not in failed \
+                    and (tp in led_alone or assignment == (broker_id,)) \
+                    and (current.leader == broker_id or current.leader not in registered):
+                # nobody else has its acknowledged records: it leads on at a new epoch
+                return current.new_leader_and_isr(broker_id, (broker_id,), self.epoch)
+            self.failed_replicas.setdefault(tp, {})[broker_id] = current.leader_epoch
+            others = tuple(r for r in current.isr if r != broker_id)
+            if current.leader == broker_id or current.leader not in registered:
+                leader = offline_leader(assignment, others,
+                                        self.electable(tp, self.eligible()))
+                if leader is None:
+                    # a live ISR member shutting down still has every acknowledged record
+                    leader = offline_leader(assignment, others, self.electable(tp, registered))
+                if leader is not None:
+                    return current.new_leader_and_isr(leader, others, self.epoch)
+                if others:
+                    # the rest of the ISR is gone: offline (Kafka's NoLeader) until one of
+                    # them, which may have what this replica lost, is back
+                    return current.new_leader_and_isr(NO_LEADER, others, self.epoch)
+                if current.leader == NO_LEADER:
+                    return None  # offline already, the ISR's last member
+                # the ISR's last member (kept, as Kafka keeps it): offline, never elected
+                # while known failed (a replica out of the ISR may have what it lost)
+                return current.new_leader_and_isr(NO_LEADER, (broker_id,), self.epoch)
+            if not others:
+                return None
+            return current.new_leader_and_isr(current.leader, others, self.epoch)
+
+        return rule
 
     # ----------------------------------------------------------- controlled shutdown
     def _on_controlled_shutdown(self, event: ControlledShutdownRequest) -> None:

@@ -130,6 +130,9 @@ class Actor(PykkaActor):
         self.received = 0
         self.sent_local = 0
         self.crashes = 0
+        # supervision restarts by the exception's class (the sim's checker excuses the ones
+        # a failed flush makes on purpose, and only those)
+        self.restarts_by_cause: dict[type, int] = {}
         host = kwargs.pop("host", None)
         self._init_kwargs = kwargs
         self._handlers: dict[type, Callable[[Any], Any]] = {}

@@ -61,6 +61,8 @@ def restart_after_crash(actor: Actor, exc: BaseException, msg: Any) -> None:
     try:
         actor.setup()
         metrics.incr("actor_restarts")
+        cause = type(exc)
+        actor.restarts_by_cause[cause] = actor.restarts_by_cause.get(cause, 0) + 1
     except Exception:
         actor.log.exception("setup of {} failed during restart; stopping it", actor.name)
         actor._finish_stop()

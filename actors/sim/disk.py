@@ -12,14 +12,21 @@ lose the rest, except that some keep a torn tail: a seeded prefix of the
 bytes written after the last fsync (a write the disk had partly done),
 possibly cut in the middle of a record batch. The logs' open files are
 closed as a dying process's would be, without a flush.
+
+A failing disk (``fail_next_fsync``): the next fsync of a partition's log file
+under a node's data directory fails with EIO, and the bytes written to that file
+since its last good fsync are gone (a failed writeback whose pages the kernel
+dropped: what a reopen reads ends where the disk has it).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -34,6 +41,7 @@ class DiskStats:
     crashes: int = 0
     bytes_lost: int = 0
     torn_tails: int = 0
+    fsyncs_failed: int = 0
 
 
 class SimDisk:
@@ -44,6 +52,9 @@ class SimDisk:
         self.durable: dict[tuple[int, int], int] = {}
         self.stats = DiskStats()
         self._real_fsync: Any = None
+        self.failing: list[str] = []  # data directories whose next log fsync fails
+        # told the data directory and the file of each fsync made to fail, when it fails
+        self.on_fsync_failed: Callable[[str, str], None] | None = None
 
     # ---------------------------------------------------------------- fsync
     def __enter__(self) -> SimDisk:
@@ -65,9 +76,25 @@ class SimDisk:
             self._real_fsync(fd)
             return
         st = os.fstat(fileno)
+        failing = next((d for d in self.failing if path.startswith(d + os.sep)), None)
+        if failing is not None and path.endswith(".log") and stat.S_ISREG(st.st_mode) \
+                and PARTITION_DIR.match(os.path.basename(os.path.dirname(path))):
+            self.failing.remove(failing)
+            self.stats.fsyncs_failed += 1
+            durable = min(self.durable.get((st.st_dev, st.st_ino), 0), st.st_size)
+            self.stats.bytes_lost += st.st_size - durable
+            os.truncate(fileno, durable)
+            if self.on_fsync_failed is not None:
+                self.on_fsync_failed(failing, path)
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
         if stat.S_ISREG(st.st_mode):
             self.stats.fsyncs += 1
             self.durable[(st.st_dev, st.st_ino)] = st.st_size
+
+    def fail_next_fsync(self, data_dir: Path) -> None:
+        """The next fsync of a partition log file under ``data_dir`` fails (EIO) and loses
+        that file's bytes written since its last good fsync."""
+        self.failing.append(str(Path(data_dir).resolve()))
 
     # ---------------------------------------------------------------- crash
     def crash(self, data_dir: Path, shards: list[Any]) -> None:

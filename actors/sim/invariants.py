@@ -82,10 +82,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from actors.core.cluster_model import TopicPartition
 from actors.core.log_epoch_cache import LeaderEpochCache
+from actors.core.partition_log import FlushFailedError
 from actors.metadata import znodes
 from actors.runtime.actor import Actor
 from actors.sim.clients import Ack, History, batch_records
@@ -114,6 +115,17 @@ class Violation(Exception):
         self.detail = detail
 
 
+class StorageFailure(NamedTuple):
+    """An fsync of a replica's log failed (EIO), losing what the file had not synced:
+    when, whether the replica led an ISR of itself alone then, the leader epoch it held,
+    and its log's recovery point then (below it, everything was synced already)."""
+
+    at_ms: float
+    alone: bool
+    leader_epoch: int = -1
+    durable_end: int = 0
+
+
 @dataclass
 class Checker:
     cluster: SimCluster
@@ -140,6 +152,22 @@ class Checker:
     logs_at_crash: dict[tuple[int, int], dict[tuple[str, int], tuple[int, int, LeaderEpochCache]]
                         ] = field(default_factory=dict)
     acks_dated_at_crash: int = 0   # answers note_ack dated from a life that crashed since
+    # (broker, topic, partition) -> [(when an fsync of that replica's log failed (EIO) and
+    # lost what the file had not synced, whether it led an ISR of itself alone then)]: a
+    # crash of that one replica, which excuses a loss only where it led alone then and
+    # leads next (nobody else had the records; ``_crash_election``)
+    storage_failures: dict[tuple[int, str, int], list[StorageFailure]] = field(
+        default_factory=dict)
+    # (broker, topic, partition) whose last storage failure is healed: a check saw it back
+    # in the ISR (in ZooKeeper, with another leader, at a leader epoch after the failure's)
+    # with its shard's failed mark gone. Taken offline for that failure after that, it
+    # is a healthy replica wrongly taken offline: no excuse in check_live
+    storage_healed: set[tuple[int, str, int]] = field(default_factory=set)
+    # (broker, life, topic, partition) -> the log its shard had when its fsync failed: the
+    # first check that finds another (the shard reopened it) excuses its high watermark
+    # going back; from then until it has a role again, its leader epoch -1
+    failed_logs: dict[tuple[int, int, str, int], Any] = field(default_factory=dict)
+    awaiting_role: set[tuple[int, int, str, int]] = field(default_factory=set)
     # (topic, partition, leader epoch) -> [(leader, its life, the epoch's start offset in its
     # log, first seen at ms)]: every leadership a check saw (two only when a restarted
     # leader was given its old epoch again)
@@ -158,7 +186,9 @@ class Checker:
     counted: dict[str, int] = field(default_factory=lambda: {
         "acks1_lost": 0, "acks_all_lost_to_crash_election": 0,
         "hw_back_after_crash_election": 0, "fetched_lost_to_crash_election": 0,
-        "replicas_differ_after_crash_election": 0, "epoch_led_again_after_restart": 0})
+        "replicas_differ_after_crash_election": 0, "epoch_led_again_after_restart": 0,
+        "hw_back_after_storage_failure": 0, "offline_after_storage_failure": 0,
+        "fetched_lost_to_storage_failure": 0})
 
     # --------------------------------------------------------------- purgatory
     def observe(self, node: SimNode, actor: Actor, s_node: str, s_name: str,
@@ -229,6 +259,7 @@ class Checker:
                                     f"{topic}-{p} leader epoch {old_epoch} named leader "
                                     f"{old_leader}, then {state.leader}")
             self.zk_leader_epochs[tp] = (state.leader_epoch, state.leader)
+            self._note_healed(tp, state)
         self._leaderships()
         leaders: dict[tuple[str, int, int], int] = {}
         for broker_id, broker in sorted(cluster.brokers.items()):
@@ -237,15 +268,31 @@ class Checker:
             for shard in broker.shards():
                 for (topic, p), state in sorted(shard.partitions.items()):
                     key = (broker_id, broker.lives, topic, p)
+                    failed_log = self.failed_logs.get(key)
+                    reopened = failed_log is not None and state.log is not failed_log
+                    if reopened:
+                        # the first check since the shard reopened the log whose fsync failed
+                        del self.failed_logs[key]
+                        self.awaiting_role.add(key)
                     before_epoch = self.node_leader_epochs.get(key, -1)
-                    if state.leader_epoch < before_epoch:
+                    if key in self.awaiting_role and state.leader_epoch >= 0:
+                        self.awaiting_role.discard(key)
+                    if state.leader_epoch < before_epoch and not (
+                            state.leader_epoch < 0 and key in self.awaiting_role):
+                        # (-1 on the replica whose fsync failed, from its reopen to its next
+                        # role: it waits for one out of the ISR)
                         raise Violation("leader epochs only grow",
                                         f"{topic}-{p} on broker {broker_id} went from leader "
                                         f"epoch {before_epoch} to {state.leader_epoch}")
-                    self.node_leader_epochs[key] = state.leader_epoch
+                    self.node_leader_epochs[key] = max(state.leader_epoch, before_epoch)
                     hw = state.log.high_watermark
                     before_hw = self.node_high_watermarks.get(key, -1)
-                    if hw < before_hw:
+                    if hw < before_hw and reopened:
+                        # its disk failed an fsync and lost what was not synced: the shard
+                        # reopened the log short (the replica leaves the ISR and catches
+                        # up; that no acknowledged record is lost is check_data's)
+                        self.counted["hw_back_after_storage_failure"] += 1
+                    elif hw < before_hw:
                         if not self._lost_to_crash_election(topic, p, hw):
                             raise Violation("the high watermark never goes back",
                                             f"{topic}-{p} on broker {broker_id} went from high "
@@ -315,6 +362,30 @@ class Checker:
                     ends[(topic, p)] = log.log_end_offset
         self.logs_at_crash[(broker_id, broker.lives)] = held
 
+    def note_storage_failure(self, broker_id: int, topic: str, partition: int) -> None:
+        """An fsync of ``broker_id``'s log of ``topic-partition`` failed and lost what the
+        file had not synced: a crash of that one replica. It excuses a loss only where
+        that replica led an ISR of itself alone then, and leads next (nobody else had the
+        records: a crash election's loss, not a bug); its high watermark going back only at the
+        first check after its shard reopened the log, and its leader epoch -1 only from
+        then until its next role."""
+        broker = self.cluster.brokers[broker_id]
+        alone = False
+        leader_epoch = -1
+        durable_end = 0
+        if broker.state == "up":
+            for shard in broker.shards():
+                state = shard.partitions.get((topic, partition))
+                if state is not None:
+                    self.failed_logs[(broker_id, broker.lives, topic, partition)] = state.log
+                    alone = state.is_leader and set(state.isr) == {broker_id}
+                    leader_epoch = state.leader_epoch
+                    # what it had synced: the failed fsync can lose only from there
+                    durable_end = state.log.recovery_point
+        self.storage_failures.setdefault((broker_id, topic, partition), []).append(
+            StorageFailure(self._now_ms(), alone, leader_epoch, durable_end))
+        self.storage_healed.discard((broker_id, topic, partition))
+
     def _committed_after(self, topic: str, p: int, offset: int) -> tuple[float, float]:
         """When the record at ``offset`` was committed: after the first time returned (the
         last check before a replica's high watermark was seen above it) and before the
@@ -380,7 +451,33 @@ class Checker:
         if held:
             return any(since_ms < t <= seen_ms and ends.get((topic, p), -1) > offset
                        for t, ends in self.ends_at_crash.get(broker_id, []))
-        return any(since_ms < t <= seen_ms for t in self.crash_times_ms.get(broker_id, []))
+        if any(since_ms < t <= seen_ms for t in self.crash_times_ms.get(broker_id, [])):
+            return True
+        # its fsync of this very log failed while it led an ISR of itself alone: nobody else
+        # had what it lost (a follower, or a leader with another ISR member, that failed
+        # must not lead without it: no excuse)
+        return any(since_ms < f.at_ms <= seen_ms and f.alone
+                   for f in self.storage_failures.get((broker_id, topic, p), []))
+
+    def _lost_to_own_storage_failure(self, broker_id: int, topic: str, p: int,
+                                     offset: int, since_ms: float) -> bool:
+        """Whether ``broker_id``'s log of ``topic-p`` lacks a record made after ``since_ms``
+        because its own fsync of that log failed after that and dropped the unsynced tail
+        (the fault itself), and nothing since made another replica's log its: the
+        partition is offline (no leader in ZooKeeper) with the broker in its ISR, so no
+        election or truncation can have taken the record from it. (Seed 6, eio, crash and
+        expire: broker 3 crashed with audit-0's offsets 20-22 unflushed, then broker 2's
+        fsync failed with them unsynced; both copies lost to the disk, the partition kept
+        offline rather than lead on without them.) Only an offset at or above the log's
+        recovery point when the fsync failed: below it was synced, and no fsync loses it."""
+        if not any(f.at_ms > since_ms and offset >= f.durable_end
+                   for f in self.storage_failures.get((broker_id, topic, p), [])):
+            return False  # no failure after it, or the record was synced before it
+        node = self.cluster.zk.nodes.get(znodes.partition_state_path(TopicPartition(topic, p)))
+        if node is None:
+            return False
+        state = znodes.decode_partition_state(TopicPartition(topic, p), node.data, node.version)
+        return state.leader < 0 and broker_id in state.isr
 
     def note_ack(self, ack: Ack) -> None:
         """An acknowledgement was just recorded: date it with the leader epoch its leader wrote
@@ -447,8 +544,14 @@ class Checker:
         world = self.cluster.world
         if world.failures:
             raise Violation("no actor loop fails", world.failures[0])
+        # a shard whose flush failed restarts (it reopens its logs): a crash each, counted
+        # by the restarts supervision made for a FlushFailedError
+        restarts = {b.node.name: sum(n for a in b.node.actors.values()
+                                     for cause, n in a.restarts_by_cause.items()
+                                     if issubclass(cause, FlushFailedError))
+                    for b in self.cluster.brokers.values() if b.node is not None}
         for node in world.nodes.values():
-            if node.metrics.get("actor_crashes"):
+            if (node.metrics.get("actor_crashes") or 0) > restarts.get(node.name, 0):
                 raise Violation("no actor crashes",
                                 f"an actor of {node.name} crashed (see the log for its traceback)")
         if self.history.problems:
@@ -523,6 +626,10 @@ class Checker:
                 if broker.lives != life or broker.state != "up" or kept is None:
                     continue
                 found = kept.get(offset)
+                if found is None and fetched is not None and self._lost_to_own_storage_failure(
+                        broker_id, topic, p, offset, self.history.created_ms.get(fetched, 0.0)):
+                    self.counted["fetched_lost_to_storage_failure"] += 1
+                    continue
                 if found is None or found[2] != fetched:
                     if fetched is not None and self._crash_election(
                             topic, p, offset, self.history.created_ms.get(fetched, 0.0),
@@ -561,10 +668,26 @@ class Checker:
         missing = sorted(t for t in self.topics if t not in self.history.topics_created)
         if missing:
             raise Violation("topics are created", f"{missing} not created after the run settled")
+        states = dict(self._zk_partition_states(cluster.zk))
+        controller = cluster.controller_actor(active[0])
+        assert controller is not None
+        failed_known = controller.driver.core.failed_replicas
         for topic, count in sorted(self.topics.items()):
             for p in range(count):
-                leader = self.zk_leader_epochs.get(TopicPartition(topic, p))
-                if leader is None or not cluster.up(leader[1]):
+                tp = TopicPartition(topic, p)
+                leader = self.zk_leader_epochs.get(tp)
+                state = states.get(tp)
+                if state is not None and state.leader < 0 and state.isr and all(
+                        (r, topic, p) in self.storage_failures
+                        and (r, topic, p) not in self.storage_healed
+                        and r in failed_known.get(tp, {}) for r in state.isr):
+                    # Offline, as Kafka leaves it: the ISR's only members lost records to a
+                    # failed fsync (and did not lead alone then: a replica out of the ISR
+                    # may have what they lost); only an unclean election, or an operator,
+                    # brings it back. Electing them would truncate acknowledged records away
+                    self.counted["offline_after_storage_failure"] += 1
+                    continue
+                if leader is None or leader[1] not in cluster.brokers or not cluster.up(leader[1]):
                     raise Violation("every partition has a live leader",
                                     f"{topic}-{p} has leader {leader[1] if leader else None} "
                                     f"after the run settled")
@@ -589,6 +712,27 @@ class Checker:
                                     f"{topic}-{p}: live replicas {out} out of the ISR "
                                     f"{sorted(state.isr)} (leader {state.leader}: "
                                     f"{sorted(held.isr)}) after the run settled")
+
+    def _note_healed(self, tp: TopicPartition, state: Any) -> None:
+        """A replica whose storage failed is healed once seen in the ISR in ZooKeeper led
+        by another broker, at a leader epoch after its failure's, with its shard's failed
+        mark gone (it took a role, caught up, and its leader took it back)."""
+        if state.leader < 0:
+            return
+        for r in state.isr:
+            key = (r, tp.topic, tp.partition)
+            failures = self.storage_failures.get(key)
+            if r == state.leader or not failures or key in self.storage_healed \
+                    or state.leader_epoch <= failures[-1].leader_epoch:
+                continue
+            broker = self.cluster.brokers.get(r)
+            if broker is None or broker.state != "up":
+                continue
+            for shard in broker.shards():
+                hosted = shard.hosted.get((tp.topic, tp.partition))
+                if hosted is not None and hosted.storage_failed is None \
+                        and (tp.topic, tp.partition) in shard.partitions:
+                    self.storage_healed.add(key)
 
     def _zk_partition_states(self, zk: Any) -> Iterator[tuple[TopicPartition, Any]]:
         """The run's partitions that ZooKeeper holds a state for, decoded, in topic order."""

@@ -57,6 +57,9 @@ from actors.topology import broker_node_name
 
 FAULTS = ("crash", "pause", "partition", "expire", "clock", "link", "gateway", "disk",
           "zookeeper")
+# Struck only when asked for (``SimOptions.faults``): a failing disk, whose next fsync of a
+# partition log fails (EIO) and loses what that file had not synced (actors/sim/disk.py)
+MORE_FAULTS = ("eio",)
 TOPICS = {"events": (3, 3), "audit": (2, 2)}   # name -> (partitions, replication factor)
 GROUP = "sim-group"
 
@@ -124,6 +127,7 @@ class _Run:
         self.history = History()
         self.topic_partitions = {t: n for t, (n, _rf) in TOPICS.items()}
         self.checker = Checker(self.cluster, self.history, self.topic_partitions)
+        disk.on_fsync_failed = self._fsync_failed
         world.observers.append(self.checker.observe)
         self.history.ack_listeners.append(self.checker.note_ack)
         self.faults: list[str] = []
@@ -246,6 +250,9 @@ class _Run:
             down_ms = rng.uniform(200, 10_000)
             cluster.zk.outage(down_ms)
             what = f"ZooKeeper down for {down_ms:.0f} ms"
+        elif kind == "eio":
+            cluster.disk.fail_next_fsync(cluster.brokers[target].data_dir)
+            what = f"{name}'s disk fails its next fsync of a partition log (EIO)"
         elif kind == "disk":
             stall_ms = rng.uniform(50, 3_000)
             world.stall(name, "shard-", stall_ms)
@@ -257,6 +264,14 @@ class _Run:
             what = f"{name}'s gateway drops {ratio:.0%} of frames"
         self.faults.append(f"{world.kernel.now_ns // 1_000_000} ms: {what}")
         world.note(f"fault: {what}")
+
+    def _fsync_failed(self, data_dir: str, path: str) -> None:
+        topic, _, partition = os.path.basename(os.path.dirname(path)).rpartition("-")
+        for broker in self.cluster.brokers.values():
+            if str(broker.data_dir.resolve()) == data_dir:
+                self.checker.note_storage_failure(broker.broker_id, topic, int(partition))
+                self.world.note(f"{broker.name}'s fsync of {topic}-{partition}'s log failed "
+                                f"(EIO)")
 
     def _restart(self, broker_id: int) -> None:
         if broker_id in self.crashed:

@@ -19,11 +19,20 @@ the high watermark never goes over a smaller ISR than the one the controller
 may elect from. A LeaderAndIsr whose application died is answered once the
 restore is (the controller, the coordinators and the fetchers learn it), and the
 fetchers follow the restored roles, not the last applied ones.
+
+A partition whose storage failed (its fsync failed, made to fail at the call here,
+and lost what was not synced) is not restored to a role that counts it in the ISR:
+the shard answers KAFKA_STORAGE_ERROR, the ReplicaManager tells the controller
+(LogDirEventNotification), and a role out of the ISR has it follow again. A single
+node, with nobody to fail over to, leads on and logs what it lost.
 """
 
 from __future__ import annotations
 
 import copy
+import errno
+import json
+import os
 import threading
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -38,7 +47,7 @@ from actors.core.partition_state import PROPOSAL_RETRY_MS, PartitionState
 from actors.core.record_batch import build_batch
 from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
 from actors.log_manager import LogManager
-from actors.partition_shard import PartitionShard
+from actors.partition_shard import STORAGE_FAILED_MARKER, PartitionShard
 from actors.purgatory import PurgatoryShard
 from actors.replica_fetcher import fetcher_name
 from actors.replica_manager import ALTER_PARTITION_TIMEOUT_MS, ReplicaManager
@@ -84,6 +93,8 @@ from wire.cluster_messages import (
     LeaderAndIsrPartition,
     LeaderAndIsrResponse,
     LiveLeaderRow,
+    LogDirEventNotification,
+    LogDirEventNotificationResponse,
     PartitionErrorRow,
     PendingIsrRow,
     ReplicaStateRow,
@@ -100,6 +111,9 @@ from wire.cluster_messages import (
 from wire.errors import ErrorCode
 from wire.replication_messages import (
     AddFetcherPartitions,
+    FollowerApplied,
+    FollowerApply,
+    FollowerApplyRow,
     IsrProposalRow,
     ProposeIsr,
     RemoveFetcherPartitions,
@@ -122,7 +136,8 @@ class Recorder(Actor):
     @handles(AppendDone, ShardDone, ReadDone, FetchReady, LeaderAndIsrResponse, Schedule,
              Cancel, AddFetcherPartitions, RemoveFetcherPartitions, AlterPartition,
              ReplicaReadDone, ProduceReady, StopReplicaResponse, BecameLeaderOrFollower,
-             RolesRestored, CoordinatorPartitions, TxnCoordinatorPartitions)
+             RolesRestored, CoordinatorPartitions, TxnCoordinatorPartitions,
+             LogDirEventNotification, FollowerApplied)
     def on_any(self, msg: Any) -> None:
         self.got.append([type(msg).__name__, msg])
 
@@ -1334,6 +1349,11 @@ def test_a_previous_lifes_refusal_does_not_undo_the_role_the_restore_gave(
     node.tell(c.manager, BecameLeaderOrFollower(2, [PartitionErrorRow(
         "c", 0, int(ErrorCode.KAFKA_STORAGE_ERROR))]), sender=c.shard.name)
     wait_for(lambda: node.ask(c.manager, GetStats())["pending"] == 0, "the refusal taken")
+    # a 56 that names no failed storage (a log that would not open) is not reported: the
+    # controller could only write the partition at a new leader epoch, whose role fails
+    # the same way, again and again
+    stats = node.ask(c.manager, GetStats())
+    assert (stats["storage_failed"], stats["log_dir_events_sent"]) == ([], 0)
     hold.set()
     wait_for(lambda: _stats(node, c.shard)["replication"].get("restores") == 1, "restored")
     wait_for(lambda: node.ask(c.manager, GetStats())["restoring"] == 0, "RolesRestored")
@@ -1482,3 +1502,405 @@ def test_a_failed_delete_fails_only_its_own_partition(node: Node, tmp_path: Path
         assert (tmp_path / "c-0").is_dir()
     # once it can be, the shard deletes c-0 by itself
     wait_for(lambda: not list(tmp_path.glob("c-0*")), "c-0 deleted", timeout=10)
+
+
+# ------------------------------------------------------------------ failed storage
+def _fsync_fails_and_loses_the_unsynced(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                        partition_dir: str) -> dict[str, int]:
+    """Once armed, the next fsync of a log file of ``partition_dir`` fails (EIO), and the
+    bytes written since that file's last good fsync are gone (a failed writeback drops
+    its pages: what the reopen reads ends where the disk has it)."""
+    real = os.fsync
+    synced: dict[str, int] = {}
+    state = {"armed": 0, "failed": 0}
+
+    def fsync(fd: int) -> None:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        if state["armed"] and target.startswith(str(tmp_path / partition_dir)) \
+                and target.endswith(".log"):
+            state["armed"] = 0
+            state["failed"] += 1
+            os.truncate(target, synced.get(target, 0))
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real(fd)
+        synced[target] = os.fstat(fd).st_size
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return state
+
+
+def _log_dir_event(c: Cluster, count: int = 1) -> Any:
+    events = wait_for(lambda: _got(c.node, c.controller, "LogDirEventNotification")[count - 1:],
+                      "the controller told of the failed storage")
+    return events[0]
+
+
+def test_a_leader_whose_fsync_failed_and_lost_acknowledged_records_leads_no_more(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """c-0's leader (broker 1, leader epoch 3, ISR [1, 2]) acknowledged two records (high
+    watermark 2: broker 2 has them); its fsync fails, the lost pages take them from its
+    log, and the shard restarts and reopens it empty. Restored as leader at leader epoch 3,
+    its follower's fetch was told to truncate to 0: acknowledged records lost from the
+    whole cluster. Now it refuses the role (KAFKA_STORAGE_ERROR), the controller is told
+    (LogDirEventNotification), nobody is told to truncate, and the new leader's role (2,
+    leader epoch 4, ISR [2]) makes it a follower that fetches from 2."""
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "c-0")
+    c = _cluster(node, tmp_path, [1, 2])
+    shard, handler = c.shard, c.handler
+    assert _append(node, shard, handler, 1, "c", [b"c1"])[1][0][2] == NONE
+    assert _append(node, shard, handler, 2, "c", [b"c2"])[1][0][2] == NONE
+    _follower_fetch(c, 3, 2)
+    wait_for(lambda: _stats(node, shard)["partitions"]["c-0"] == [0, 2, 2], "HW 2")
+
+    failing["armed"] = 1
+    node.tell(shard, Flush())
+    wait_for(lambda: node.actors[shard.name].crashes == 1, "the shard's restart")
+    assert failing["failed"] == 1
+    _restored(c)
+
+    stats = _stats(node, shard)
+    assert stats["partitions"]["c-0"] == [0, 0, 0], "the reopen found the records"
+    assert stats["leaders"] == [], "a log that lost acknowledged records leads again"
+    assert stats["replication"]["storage_refused"] == 1
+    event = _log_dir_event(c)
+    assert (event[1], event[2], [tuple(r) for r in event[3]]) == (1, 5, [("c", 0, False, 3)])
+    # broker 2, which has both records at leader epoch 3, is not told to truncate
+    node.tell(shard, ReplicaRead(4, 2, 1 << 20, [ReplicaReadRow("c", 0, 2, 3, 3, 1 << 20, 0)]),
+              sender=handler.name)
+    [read] = wait_for(lambda: [r for r in _got(node, handler, "ReplicaReadDone") if r[0] == 4],
+                      "broker 2's fetch")
+    [row] = read[1]
+    assert row[2] == int(ErrorCode.NOT_LEADER_OR_FOLLOWER) and row[6:8] == [-1, -1]
+    assert node.ask(c.manager, GetStats())["storage_failed"] == ["c-0"]
+
+    # a controller that is no longer one: told again (LOG_DIR_EVENT_RETRY_MS later)
+    node.tell(c.manager, LogDirEventNotificationResponse(event[0], int(ErrorCode.NOT_CONTROLLER)),
+              sender=c.controller.name)
+    event = _log_dir_event(c, 2)
+    assert [tuple(r) for r in event[3]] == [("c", 0, False, 3)]
+    # the controller took it offline and elected broker 2 at leader epoch 4
+    node.tell(c.manager, LogDirEventNotificationResponse(event[0], NONE), sender=c.controller.name)
+    wait_for(lambda: node.ask(c.manager, GetStats())["storage_failed"] == [],
+             "the failed replica taken offline")
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 2, 4, [2], 5, [1, 2], False))
+    [response] = wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[1:],
+                          "the LeaderAndIsr answer")
+    assert [tuple(r) for r in response[2]] == [("c", 0, NONE)]
+    stats = _stats(node, shard)
+    assert stats["leaders"] == []
+    assert [m[8] for m in stats["metrics"] if m[0] == "c"] == [False]  # it has a leader
+    added = wait_for(lambda: [a for a in _got(node, c.fetcher, "AddFetcherPartitions")
+                              if a[0][0][:2] == ["c", 0]], "c-0 fetched from broker 2")
+    assert added[-1][0] == [["c", 0, 2, 4]]  # from broker 2, at leader epoch 4
+
+
+def test_a_follower_whose_fsync_failed_waits_out_of_the_isr(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """f-0's follower (broker 1, in the ISR [2, 1] of leader 2) had the leader's record
+    (high watermark 1); its fsync fails and the record is lost. Counted in the ISR it could
+    be elected without it, so it takes no role in the ISR: the controller is told, and a
+    role out of the ISR (leader epoch 8) has it fetch again."""
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "f-0")
+    c = _cluster(node, tmp_path, [1, 2])
+    batch = build_batch([b"f1"], base_offset=0, partition_leader_epoch=7)
+    node.tell(c.shard, FollowerApply(1, [FollowerApplyRow("f", 0, 7, batch, 1, 0, 1, -1, -1,
+                                                          -1)]), sender=c.handler.name)
+    wait_for(lambda: _stats(node, c.shard)["partitions"]["f-0"] == [0, 1, 1], "f-0 at HW 1")
+
+    failing["armed"] = 1
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the shard's restart")
+    assert failing["failed"] == 1
+    _restored(c)
+
+    assert _stats(node, c.shard)["partitions"]["f-0"] == [0, 0, 0]
+    event = _log_dir_event(c)
+    assert [tuple(r) for r in event[3]] == [("f", 0, False, 7)]
+    assert node.ask(c.manager, GetStats())["following"] == [], "f-0 followed in the ISR"
+    node.tell(c.manager, LogDirEventNotificationResponse(event[0], NONE), sender=c.controller.name)
+    _lai(c, 1, LeaderAndIsrPartition("f", 0, 1, 2, 8, [2], 10, [2, 1], False))
+    [response] = wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[1:],
+                          "the LeaderAndIsr answer")
+    assert [tuple(r) for r in response[2]] == [("f", 0, NONE)]
+    # followed again (its idle fetcher stopped when the restore left it without a role)
+    wait_for(lambda: node.ask(c.manager, GetStats())["following"] == ["f-0"], "f-0 followed")
+    assert "f-0" in node.ask(c.manager, GetStats())["fetched_by"]
+
+
+def test_a_single_nodes_leader_reopened_below_its_high_watermark_says_what_it_lost(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A single node has nobody to fail over to: its log, reopened empty after the failed
+    fsync lost the two records it acknowledged, leads on, and its log says they are lost."""
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "a-0")
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    log_dir = LogDir.open(tmp_path)
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1,
+               clock=node.clock)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=Config(),
+                       log_dir=_snapshot(log_dir), topics={"a": TopicEntry(1, {})},
+                       broker_id=1, clock=node.clock)
+    node.spawn(PurgatoryShard, topo.purgatory(0).name, topology=topo, clock=node.clock)
+    node.spawn(Recorder, topo.timer.name)
+    handler = node.spawn(Recorder, "handler-0")
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="ERROR")
+    try:
+        assert _append(node, shard, handler, 1, "a", [b"a1", b"a2"], acks=-1)[1][0][2] == NONE
+        assert _stats(node, shard)["partitions"]["a-0"] == [0, 2, 2]
+        failing["armed"] = 1
+        node.tell(shard, Flush())
+        wait_for(lambda: node.actors[shard.name].crashes == 1, "the shard's restart")
+        stats = _stats(node, shard)
+    finally:
+        logger.remove(sink)
+    assert failing["failed"] == 1
+    assert stats["partitions"]["a-0"] == [0, 0, 0] and stats["leaders"] == ["a-0"]
+    assert [line for line in lines if "a-0: its log reopened at log end 0, below the high "
+            "watermark 2 it had: the acknowledged records from offset 0 are lost" in line]
+
+
+def test_a_failed_leader_alone_in_its_isr_leads_again_only_at_a_new_leader_epoch(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """c-0 led with an ISR of broker 1 alone: nobody has more than its reopened log, so it
+    leads again, but not in the restored leader epoch 3 (its new records would share that
+    epoch with the different ones a follower kept there): only at the one the controller
+    gives after the failure."""
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "c-0")
+    c = _cluster(node, tmp_path, [1])
+    assert _append(node, c.shard, c.handler, 1, "c", [b"c1"])[1][0][2] == NONE
+    failing["armed"] = 1
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the shard's restart")
+    _restored(c)
+    assert _stats(node, c.shard)["leaders"] == []
+    event = _log_dir_event(c)
+    # it led alone at the failure: the controller may have it lead on
+    assert [tuple(r) for r in event[3]] == [("c", 0, True, 3)]
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 4, [1], 5, [1, 2], False))
+    [response] = wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[1:],
+                          "the LeaderAndIsr answer")
+    assert [tuple(r) for r in response[2]] == [("c", 0, NONE)]
+    assert _stats(node, c.shard)["leaders"] == ["c-0"]
+    assert _append(node, c.shard, c.handler, 2, "c", [b"c1 again"])[1][0][2:4] == [NONE, 0]
+
+
+def test_a_failed_follower_whose_role_says_it_is_out_of_the_isr_waits_for_the_controllers(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """f-0's follower role (leader epoch 8) says ISR [2], but leader 2 may have taken it back
+    since (an AlterPartition the controller wrote without telling the followers): the
+    restored role is refused as any other. The controller, which finds it out of the ISR
+    already, writes nothing and sends its current role again, at the same leader epoch 8:
+    the ReplicaManager lets it in once more (the shard refused the role at that epoch, it
+    does not hold it) and the shard takes it (it is the controller's word, not a restore).
+    Refused as stale, the replica waited for the partition's next leader epoch, which
+    may never come."""
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "f-0")
+    c = _cluster(node, tmp_path, [1, 2])
+    _lai(c, 1, LeaderAndIsrPartition("f", 0, 1, 2, 8, [2], 10, [2, 1], False))
+    wait_for(lambda: len(_got(node, c.controller, "LeaderAndIsrResponse")) == 2, "epoch 8")
+    batch = build_batch([b"f1"], base_offset=0, partition_leader_epoch=8)
+    node.tell(c.shard, FollowerApply(1, [FollowerApplyRow("f", 0, 8, batch, 1, 0, 1, -1, -1,
+                                                          -1)]), sender=c.handler.name)
+    wait_for(lambda: _stats(node, c.shard)["partitions"]["f-0"] == [0, 1, 1], "f-0 at HW 1")
+    failing["armed"] = 1
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the shard's restart")
+    _restored(c)
+    event = _log_dir_event(c)
+    assert [tuple(r) for r in event[3]] == [("f", 0, False, 8)]
+    assert node.ask(c.manager, GetStats())["following"] == []
+    node.tell(c.manager, LogDirEventNotificationResponse(event[0], NONE), sender=c.controller.name)
+    # the controller's current role, sent again (nothing written: out of the ISR already)
+    _lai(c, 1, LeaderAndIsrPartition("f", 0, 1, 2, 8, [2], 10, [2, 1], False))
+    [response] = wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[2:],
+                          "the LeaderAndIsr answer")
+    assert [tuple(r) for r in response[2]] == [("f", 0, NONE)]
+    wait_for(lambda: node.ask(c.manager, GetStats())["following"] == ["f-0"], "f-0 followed")
+    assert node.ask(c.manager, GetStats())["log_dir_events_sent"] == 1
+
+
+def test_a_failed_follower_elected_alone_before_its_report_refuses_to_lead(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """f-0's follower (in the ISR [2, 1]) lost its record to a failed fsync; before the
+    controller handles its report, leader 2 goes and the controller, not knowing, elects it
+    with an ISR of itself at leader epoch 8. Taken, it would lead a log without the record
+    broker 2 has (and broker 2, back, would follow it and truncate the record away): it
+    refuses, and tells the controller it did not lead alone at the failure (which then
+    keeps the partition offline rather than elect it)."""
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "f-0")
+    c = _cluster(node, tmp_path, [1, 2])
+    batch = build_batch([b"f1"], base_offset=0, partition_leader_epoch=7)
+    node.tell(c.shard, FollowerApply(1, [FollowerApplyRow("f", 0, 7, batch, 1, 0, 1, -1, -1,
+                                                          -1)]), sender=c.handler.name)
+    wait_for(lambda: _stats(node, c.shard)["partitions"]["f-0"] == [0, 1, 1], "f-0 at HW 1")
+    failing["armed"] = 1
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the shard's restart")
+    _restored(c)
+    event = _log_dir_event(c)
+    assert [tuple(r) for r in event[3]] == [("f", 0, False, 7)]
+    _lai(c, 1, LeaderAndIsrPartition("f", 0, 1, 1, 8, [1], 10, [2, 1], False))
+    [response] = wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[1:],
+                          "the LeaderAndIsr answer")
+    assert [tuple(r) for r in response[2]] == [("f", 0, int(ErrorCode.KAFKA_STORAGE_ERROR))]
+    assert "f-0" not in _stats(node, c.shard)["leaders"]
+    node.tell(c.manager, LogDirEventNotificationResponse(event[0], NONE), sender=c.controller.name)
+    again = _log_dir_event(c, 2)
+    assert [tuple(r) for r in again[3]] == [("f", 0, False, 8)]
+
+
+def _new_process_shard(c: Cluster, tmp_path: Path, name: str) -> Any:
+    """The shard of this broker's next process: a new PartitionShard over the same data
+    directory (nothing of the old one's memory), the old one stopped."""
+    assert c.node.stop_actor(c.shard.name)
+    topo = Topology(c.node.name, 1, 1, 1, 1, 1)
+    log_dir = _snapshot(LogDir.open(tmp_path))
+    # the high watermark checkpoint lags (written every few seconds): as it was before
+    # f-0's record, so that only the marker can tell the failure
+    log_dir.high_watermarks[("f", 0)] = 0
+    return c.node.spawn(PartitionShard, name, topology=topo, config=Config(),
+                        log_dir=log_dir, topics={}, broker_id=1, clock=c.node.clock)
+
+
+class _Became(NamedTuple):
+    rows: list[tuple[Any, ...]]
+    storage_failed: list[tuple[Any, ...]]
+
+
+def _role(c: Cluster, shard: Any, req_id: int, leader: int, leader_epoch: int,
+          isr: list[int]) -> _Became:
+    """f-0's role given to ``shard`` straight (as its ReplicaManager would); its answer."""
+    req_id += 1000
+    c.node.tell(shard, BecomeLeaderOrFollower(req_id, [ReplicaStateRow(
+        "f", 0, leader, leader_epoch, isr, [2, 1], 20 + leader_epoch, False, {})]),
+        sender=c.handler.name)
+    [got] = wait_for(lambda: [r for r in _got(c.node, c.handler, "BecameLeaderOrFollower")
+                              if r[0] == req_id], "the shard's answer")
+    return _Became([tuple(r) for r in got[1]], [tuple(r) for r in got[2]])
+
+
+def test_a_failed_replicas_mark_outlives_a_restart_of_its_process(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """f-0's follower lost its record to a failed fsync; it took a role out of the ISR (its
+    mark gone from the shard's memory) but never caught up. Its process restarts: its
+    log's end (0) is not below the checkpointed high watermark (0: the checkpoint lagged), so
+    only the marker file in f-0's directory says it failed. The new shard refuses a role
+    in the ISR and reports it; a role out of the ISR it takes; back in the ISR at a leader
+    epoch after the failure, the marker goes. (Without it a new controller, knowing
+    nothing, could elect it with its short log.)"""
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "f-0")
+    c = _cluster(node, tmp_path, [1, 2])
+    batch = build_batch([b"f1"], base_offset=0, partition_leader_epoch=7)
+    node.tell(c.shard, FollowerApply(1, [FollowerApplyRow("f", 0, 7, batch, 1, 0, 1, -1, -1,
+                                                          -1)]), sender=c.handler.name)
+    wait_for(lambda: _stats(node, c.shard)["partitions"]["f-0"] == [0, 1, 1], "f-0 at HW 1")
+    failing["armed"] = 1
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the shard's restart")
+    _restored(c)
+    marker = tmp_path / "f-0" / STORAGE_FAILED_MARKER
+    assert json.loads(marker.read_bytes())["leader_epoch"] == 7
+    assert json.loads(marker.read_bytes())["led_alone"] is False
+    _log_dir_event(c)
+    _lai(c, 1, LeaderAndIsrPartition("f", 0, 1, 2, 8, [2], 10, [2, 1], False))
+    wait_for(lambda: _got(node, c.controller, "LeaderAndIsrResponse")[1:], "the answer")
+    assert marker.exists(), "out of the ISR, not caught up: still failed"
+
+    shard = _new_process_shard(c, tmp_path, "shard-9")
+    refused = _role(c, shard, 1, 2, 9, [2, 1])
+    assert refused.rows == [("f", 0, int(ErrorCode.KAFKA_STORAGE_ERROR))]
+    assert refused.storage_failed == [("f", 0, False, 9)]
+    led = _role(c, shard, 2, 1, 10, [1])  # elected alone: it did not lead alone
+    assert led.rows == [("f", 0, int(ErrorCode.KAFKA_STORAGE_ERROR))]
+    out = _role(c, shard, 3, 2, 11, [2])
+    assert out.rows == [("f", 0, NONE)] and not out.storage_failed
+    assert marker.exists()
+    back = _role(c, shard, 4, 2, 12, [2, 1])
+    assert back.rows == [("f", 0, NONE)]
+    assert not marker.exists(), "back in the ISR after the failure: healed"
+
+
+def test_a_failed_follower_that_caught_up_past_what_it_lost_is_healed_on_disk(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its leader takes it back into the ISR without telling it (a follower gets no role
+    for an ISR change): the marker goes once, following at a leader epoch after the
+    failure, its log reaches the end it had before the failure. Left on disk, a restart of
+    its process would refuse the lead of a partition it is rightly the ISR's last member
+    of (sim seed 4, eio, crash and expire: offline for good)."""
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "f-0")
+    c = _cluster(node, tmp_path, [1, 2])
+    batch = build_batch([b"f1"], base_offset=0, partition_leader_epoch=7)
+    node.tell(c.shard, FollowerApply(1, [FollowerApplyRow("f", 0, 7, batch, 1, 0, 1, -1, -1,
+                                                          -1)]), sender=c.handler.name)
+    wait_for(lambda: _stats(node, c.shard)["partitions"]["f-0"] == [0, 1, 1], "f-0 at HW 1")
+    failing["armed"] = 1
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the shard's restart")
+    _restored(c)
+    marker = tmp_path / "f-0" / STORAGE_FAILED_MARKER
+    assert json.loads(marker.read_bytes())["heal_at"] == 1
+    out = _role(c, c.shard, 1, 2, 8, [2])
+    assert out.rows == [("f", 0, NONE)]
+    empty = build_batch([b"f1"], base_offset=0, partition_leader_epoch=7)
+    node.tell(c.shard, FollowerApply(2, [FollowerApplyRow("f", 0, 8, empty, 1, 0, 1, -1, -1,
+                                                          -1)]), sender=c.handler.name)
+    wait_for(lambda: _stats(node, c.shard)["partitions"]["f-0"][1] == 1, "f-0 caught up")
+    wait_for(lambda: not marker.exists(), "the marker removed")
+
+
+def test_a_replica_whose_failure_mark_cannot_be_written_leads_nothing_in_that_life(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fails the marker's write too: the failure would not outlive a restart of the
+    process, so in this life the replica takes no leader role of f-0 (refused, reported),
+    though it follows out of the ISR and in it again."""
+    import actors.partition_shard as shard_module
+
+    def unwritable(path: Path, data: bytes) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(shard_module, "write_atomically", unwritable)
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "f-0")
+    c = _cluster(node, tmp_path, [1, 2])
+    batch = build_batch([b"f1"], base_offset=0, partition_leader_epoch=7)
+    node.tell(c.shard, FollowerApply(1, [FollowerApplyRow("f", 0, 7, batch, 1, 0, 1, -1, -1,
+                                                          -1)]), sender=c.handler.name)
+    wait_for(lambda: _stats(node, c.shard)["partitions"]["f-0"] == [0, 1, 1], "f-0 at HW 1")
+    failing["armed"] = 1
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the shard's restart")
+    _restored(c)
+    assert not (tmp_path / "f-0" / STORAGE_FAILED_MARKER).exists()
+    out = _role(c, c.shard, 1, 2, 8, [2])
+    assert out.rows == [("f", 0, NONE)]
+    back = _role(c, c.shard, 2, 2, 9, [2, 1])
+    assert back.rows == [("f", 0, NONE)]
+    lead = _role(c, c.shard, 3, 1, 10, [1, 2])
+    assert lead.rows == [("f", 0, int(ErrorCode.KAFKA_STORAGE_ERROR))]
+    assert lead.storage_failed == [("f", 0, False, 10)]
+    assert "f-0" not in _stats(node, c.shard)["leaders"]
+
+
+def test_a_failed_leaders_marker_is_healed_at_its_high_watermark_not_its_log_end(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """c-0's leader acknowledged one record (high watermark 1: broker 2 has it) and holds a
+    second nobody else has (log end 2) when its fsync fails. Only the first was
+    acknowledged: the marker heals once it has offset 0 again, as a follower (the new
+    leader may never have the second). Healed at its log end (2), it stayed marked, and a
+    restart of its process later refused the lead of the ISR it was rightly the last
+    member of (sim seed 63, eio, crash and expire: offline for good)."""
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "c-0")
+    c = _cluster(node, tmp_path, [1, 2])
+    shard, handler = c.shard, c.handler
+    assert _append(node, shard, handler, 1, "c", [b"c1"])[1][0][2] == NONE
+    _follower_fetch(c, 2, 1)
+    wait_for(lambda: _stats(node, shard)["partitions"]["c-0"] == [0, 1, 1], "HW 1")
+    # acks=1: answered at once; broker 2 never fetches it
+    assert _append(node, shard, handler, 3, "c", [b"c2"])[1][0][2] == NONE
+    wait_for(lambda: _stats(node, shard)["partitions"]["c-0"] == [0, 1, 2], "LEO 2")
+    failing["armed"] = 1
+    node.tell(shard, Flush())
+    wait_for(lambda: node.actors[shard.name].crashes == 1, "the shard's restart")
+    _restored(c)
+    marker = tmp_path / "c-0" / STORAGE_FAILED_MARKER
+    assert json.loads(marker.read_bytes())["heal_at"] == 1
+    assert json.loads(marker.read_bytes())["led_alone"] is False

@@ -11,9 +11,12 @@ from typing import Any, cast
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
+from actors.core.cluster_model import LeaderAndIsr, TopicPartition
+from actors.core.partition_log import UnflushedAppendError
+from actors.metadata import znodes
 from actors.sim.clients import Ack, History
 from actors.sim.disk import SimDisk
-from actors.sim.invariants import EXPIRY_GRACE_MS, Checker, Violation
+from actors.sim.invariants import EXPIRY_GRACE_MS, Checker, StorageFailure, Violation
 from actors.sim.run import SimOptions, _Run
 
 
@@ -322,3 +325,162 @@ def test_a_crash_election_is_judged_from_the_epoch_a_fetched_record_was_written_
     assert checker._written_in("audit", 0, 1, 1, 3) == (1, 2, 1)
     assert checker._written_in("audit", 0, 4, 1, 3) == (4, -1, -1)  # an epoch never seen
     assert checker._written_in("audit", 0, -1, 2, 1) == (-1, -1, -1)
+
+
+# ------------------------------------------------------------------ failed storage
+def test_a_failed_fsync_excuses_a_loss_only_where_its_replica_then_led_alone() -> None:
+    """Broker 1's fsync of events-1 failed at 6000 ms; it led events-1 at epoch 3 from 40
+    afterwards. That excuses losing 44 only if it led an ISR of itself alone when it failed
+    (nobody else had the record), and only for events-1: not the loss of a record of events-0, where
+    broker 1 next led too (a broker-wide excuse, as a crash's, let a healthy ISR member's
+    records go unnoticed)."""
+    checker = Checker(cast(Any, None), History(), {"events": 3})
+    checker.leaderships = {("events", 1, 2): [(2, 1, 0, 2200.0)],
+                           ("events", 1, 3): [(1, 1, 40, 9000.0)],
+                           ("events", 0, 2): [(2, 1, 0, 2200.0)],
+                           ("events", 0, 3): [(1, 1, 40, 9000.0)]}
+    checker.storage_failures = {(1, "events", 1): [StorageFailure(6000.0, False)]}
+    assert not checker._crash_election("events", 1, 44, 5000.0)  # another ISR member had it
+    checker.storage_failures = {(1, "events", 1): [StorageFailure(6000.0, True)]}
+    assert checker._crash_election("events", 1, 44, 5000.0)
+    assert not checker._crash_election("events", 0, 44, 5000.0)  # not the failed log
+    assert not checker._crash_election("events", 1, 44, 6500.0)  # failed before the record
+
+
+def test_a_failed_fsync_excuses_a_high_watermark_going_back_once_on_its_partition(
+        run: _Run) -> None:
+    """Only the first check after the shard reopened the failed log excuses its high
+    watermark going back, and only on that partition: not a later drop, not another
+    partition's on the same shard (a shard-wide, cumulative excuse hid every later one)."""
+    broker_id, state = leading_state(run)
+    log = state.log  # type: ignore[attr-defined]
+    topic, p = log.topic, log.partition
+    lives = run.cluster.brokers[broker_id].lives
+    key = (broker_id, lives, topic, p)
+    checker = run.checker
+    checker.note_storage_failure(broker_id, topic, p)
+    assert checker.failed_logs[key] is log
+    # another partition of the same broker: not excused
+    others = [(k, s) for sh in run.cluster.brokers[broker_id].shards()
+              for k, s in sh.partitions.items() if k != (topic, p)]
+    assert others
+    (o_topic, o_p), other = others[0]
+    o_key = (broker_id, lives, o_topic, o_p)
+    checker.node_high_watermarks[o_key] = other.log.high_watermark + 5
+    with pytest.raises(Violation, match="the high watermark never goes back"):
+        checker.check()
+    checker.node_high_watermarks[o_key] = other.log.high_watermark
+    # the failed log, not reopened yet: not excused
+    checker.node_high_watermarks[key] = log.high_watermark + 5
+    with pytest.raises(Violation, match="the high watermark never goes back"):
+        checker.check()
+    # reopened (another log object): excused once
+    checker.failed_logs[key] = object()
+    checker.node_high_watermarks[key] = log.high_watermark + 5
+    checker.check()
+    assert checker.counted["hw_back_after_storage_failure"] == 1
+    checker.node_high_watermarks[key] = log.high_watermark + 5
+    with pytest.raises(Violation, match="the high watermark never goes back"):
+        checker.check()
+
+
+def test_a_failed_fsync_excuses_leader_epoch_minus_one_only_until_its_next_role(
+        run: _Run) -> None:
+    broker_id, state = leading_state(run)
+    log = state.log  # type: ignore[attr-defined]
+    topic, p = log.topic, log.partition
+    epoch = state.leader_epoch  # type: ignore[attr-defined]
+    checker = run.checker
+    key = (broker_id, run.cluster.brokers[broker_id].lives, topic, p)
+    checker.failed_logs[key] = object()  # the shard reopened the failed log
+    state.leader_epoch = -1  # type: ignore[attr-defined]
+    checker.check()
+    checker.check()  # still waiting for its role
+    state.leader_epoch = epoch  # type: ignore[attr-defined]
+    checker.check()  # its role again
+    state.leader_epoch = -1  # type: ignore[attr-defined]
+    with pytest.raises(Violation, match="leader epochs only grow"):
+        checker.check()
+
+
+def _set_zk_state(run: _Run, tp: TopicPartition, state: LeaderAndIsr) -> None:
+    node = run.cluster.zk.nodes[znodes.partition_state_path(tp)]
+    node.data = znodes.encode_partition_state(state)
+
+
+def test_an_offline_partition_is_excused_only_for_a_replica_still_failed(run: _Run) -> None:
+    """Offline with an ISR of a replica known failed: excused (Kafka's outcome), until the
+    checker saw that replica healed (back in an ISR led by another broker at a newer
+    leader epoch, its shard's mark gone): taken offline after that, it is a healthy
+    replica wrongly taken offline (a stale report acted on), a violation."""
+    broker_id, state = leading_state(run)
+    log = state.log  # type: ignore[attr-defined]
+    tp = TopicPartition(log.topic, log.partition)
+    epoch = state.leader_epoch  # type: ignore[attr-defined]
+    others = [r for r in state.replicas if r != broker_id]  # type: ignore[attr-defined]
+    r = others[0]
+    checker = run.checker
+    key = (r, tp.topic, tp.partition)
+    checker.storage_failures[key] = [StorageFailure(1.0, False, epoch, 0)]
+    active = [b for b in sorted(run.cluster.brokers)
+              if (c := run.cluster.controller_actor(b)) is not None and c.driver.active]
+    controller = run.cluster.controller_actor(active[0])
+    assert controller is not None
+    controller.driver.core.failed_replicas[tp] = {r: epoch}
+    # not healed: in an ISR at the failure's leader epoch only
+    checker._note_healed(tp, LeaderAndIsr(broker_id, epoch, (broker_id, r), 1))
+    assert key not in checker.storage_healed
+    _set_zk_state(run, tp, LeaderAndIsr(-1, epoch + 1, (r,), 1))
+    checker.zk_leader_epochs[tp] = (epoch + 1, -1)  # as the last check saw it
+    checker.check_live()
+    assert checker.counted["offline_after_storage_failure"] == 1
+    # its shard still marked: not healed
+    [shard] = [sh for sh in run.cluster.brokers[r].shards()
+               if (tp.topic, tp.partition) in sh.partitions]
+    shard.hosted[(tp.topic, tp.partition)].storage_failed = "a flush failed"
+    checker._note_healed(tp, LeaderAndIsr(broker_id, epoch + 1, (broker_id, r), 1))
+    assert key not in checker.storage_healed
+    shard.hosted[(tp.topic, tp.partition)].storage_failed = None
+    checker._note_healed(tp, LeaderAndIsr(broker_id, epoch + 1, (broker_id, r), 1))
+    assert key in checker.storage_healed
+    with pytest.raises(Violation, match="every partition has a live leader"):
+        checker.check_live()
+    # failing again: excused again
+    checker.note_storage_failure(r, tp.topic, tp.partition)
+    assert key not in checker.storage_healed
+
+
+def test_a_fetched_record_lost_to_its_servers_fsync_is_excused_only_above_what_it_synced(
+        run: _Run) -> None:
+    broker_id, state = leading_state(run)
+    log = state.log  # type: ignore[attr-defined]
+    tp = TopicPartition(log.topic, log.partition)
+    checker = run.checker
+    checker.storage_failures[(broker_id, tp.topic, tp.partition)] = [
+        StorageFailure(5000.0, False, 0, 30)]
+    _set_zk_state(run, tp, LeaderAndIsr(-1, 9, (broker_id,), 1))
+    assert checker._lost_to_own_storage_failure(broker_id, tp.topic, tp.partition, 30, 4000.0)
+    assert checker._lost_to_own_storage_failure(broker_id, tp.topic, tp.partition, 31, 4000.0)
+    # synced before the failure: no fsync failure loses it
+    assert not checker._lost_to_own_storage_failure(broker_id, tp.topic, tp.partition, 29,
+                                                    4000.0)
+    # made after the failure
+    assert not checker._lost_to_own_storage_failure(broker_id, tp.topic, tp.partition, 40,
+                                                    5500.0)
+
+
+def test_only_a_restart_for_a_failed_flush_is_an_excused_actor_crash(run: _Run) -> None:
+    """A shard's restart for a FlushFailedError is the failed flush's mending; any other
+    crash of an actor on that node is still caught (counting flush failures instead, a
+    crash of another kind was excused by a failure that restarted nothing)."""
+    node = run.world.nodes["node-1"]
+    broker = next(b for b in run.cluster.brokers.values() if b.node is node)
+    shard = broker.shards()[0]
+    node.metrics.incr("actor_crashes")
+    shard.restarts_by_cause[UnflushedAppendError] = 1  # a FlushFailedError
+    run.checker.check()
+    node.metrics.incr("actor_crashes")
+    shard.restarts_by_cause[RuntimeError] = 1
+    shard.flush_failures += 1  # a failure counted, but its restart was not for it
+    with pytest.raises(Violation, match="no actor crashes"):
+        run.checker.check()

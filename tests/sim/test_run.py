@@ -34,6 +34,30 @@ CI_SEEDS = range(1000, 1012)
 # broker stays registered until its session expires), frames dropped at a gateway.
 GATEWAY_CRASH_EXPIRE = SimOptions(steps=12, faults=("gateway", "crash", "expire"),
                                   acks_all_producers=2)
+# A failing disk (the eio fault, struck only when named): the next fsync of a partition log
+# on a node fails with EIO and the bytes it had not synced are gone. The shard restarted and
+# reopened the log short, and its replica came back with the role it had: a leader at the
+# same leader epoch, whose followers then truncated to it (before the failed replica took no
+# role in the ISR until the controller elected without it, 11 of seeds 1-12 broke an
+# invariant with EIO alone: 'the high watermark never goes back' on the followers, 'fetched
+# records are the log's'; 7 of 12 with crashes and session expiries too). Seeds 1-40 with
+# EIO, and 1-40 with crashes and expiries too, pass now.
+EIO = SimOptions(steps=4, faults=("eio",), acks_all_producers=2)
+EIO_CRASH_EXPIRE = SimOptions(steps=8, faults=("eio", "crash", "expire"), acks_all_producers=2)
+# Seed 32 with EIO alone passed, but lost 36 fetched records, excused as a crash election:
+# a follower's restored role said it was out of the ISR (the leader had taken it back since,
+# unknown to it), so it took the role and was not reported; still in the ISR with its short
+# log, it was elected when the leader's disk failed. Restored roles are refused now, and with
+# EIO alone no loss is excused (no ISR was down to one replica).
+# Seed 3 (EIO, crashes, expiries): broker 2's fsync failed leading events-0 with ISR
+# [1, 2, 3]; 1 and 3 expired and crashed before the report was handled, leaving ISR [2];
+# led on (as before), 2's short log would truncate what 1 or 3 may hold: it stays offline,
+# as in Kafka. Seed 6: audit-0's 20-22 were lost by both replicas' disks (3's crash, 2's
+# failed fsync), the partition offline. Seed 22: broker 1 led audit-1 alone when its fsync
+# failed and led on, the loss excused only because it led alone then.
+EIO_RUNS: list[tuple[int, SimOptions]] = [(2, EIO), (3, EIO), (8, EIO), (32, EIO),
+                                          (3, EIO_CRASH_EXPIRE), (6, EIO_CRASH_EXPIRE),
+                                          (7, EIO_CRASH_EXPIRE), (22, EIO_CRASH_EXPIRE)]
 # Seeds that once failed under options of their own: (seed, options); see below for each.
 REGRESSION_RUNS: list[tuple[int, SimOptions]] = [(5, GATEWAY_CRASH_EXPIRE),
                                                   (20, GATEWAY_CRASH_EXPIRE),
@@ -250,3 +274,13 @@ def test_more_seeds_with_more_faults_hold_every_invariant() -> None:
     for seed in range(5000, 5006):
         result, _world = run_seed(seed, SimOptions(steps=16))
         assert result.ok, (seed, result.invariant, result.detail, result.faults)
+
+
+@pytest.mark.parametrize(("seed", "options"), EIO_RUNS)
+def test_a_failing_fsync_loses_no_acknowledged_record(seed: int, options: SimOptions) -> None:
+    result, _world = run_seed(seed, options)
+    assert result.ok, (seed, result.invariant, result.detail, result.faults, result.tail[-20:])
+    assert result.stats["disk"]["fsyncs_failed"] >= 1, "no fsync failed: the run tests nothing"
+    if options.faults == ("eio",):
+        excused = {k: v for k, v in result.stats.items() if k.endswith("crash_election") and v}
+        assert not excused, excused

@@ -202,6 +202,8 @@ class PartitionShard(Actor):
         # the senders a refusal told this generation (once each: a link's backlog may
         # deliver a burst of stale Appends from one handler)
         self.told_generation: set[Address] = set()
+        # partitions whose failed-storage marker could not be removed, warned of once
+        self.unmark_warned: set[tuple[str, int]] = set()
         # this shard's process (its index in the broker's processes; None: one process)
         nodes = topology.process_nodes
         self.process_index = nodes.index(node.name) if node.name in nodes else None
@@ -1488,10 +1490,10 @@ class PartitionShard(Actor):
             return f"its failed-storage marker could not be read ({exc})", -1, False, -1
         try:
             marker = json.loads(raw)
-            epoch, alone = int(marker["leader_epoch"]), bool(marker["led_alone"])
+            epoch, alone = int(marker["leader_epoch"]), marker["led_alone"] is True
             heal_at = int(marker.get("heal_at", -1))
             reason = str(marker.get("reason"))
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, OverflowError) as exc:
             return f"its failed-storage marker is damaged ({exc})", -1, False, -1
         self.log.warning("{}-{}: its storage failed in an earlier process ({}, at leader "
                          "epoch {}): it takes no role in the ISR until the controller took it "
@@ -1522,6 +1524,10 @@ class PartitionShard(Actor):
                 or state.leader_epoch <= hosted.failed_epoch \
                 or log.log_end_offset < hosted.heal_at:
             return
+        # What it fetched back must be on disk before the marker goes: a crash now would
+        # otherwise reopen it short again, unmarked (a failed flush restarts the shard, as
+        # any, and the marker stays)
+        log.flush(self.clock.wall_ms())
         self._unmark(log.topic, log.partition, hosted,
                      f"caught up to offset {log.log_end_offset} at leader epoch "
                      f"{state.leader_epoch}")
@@ -1532,9 +1538,13 @@ class PartitionShard(Actor):
             path.unlink(missing_ok=True)
             fsync_dir(path.parent)
         except OSError as exc:
-            self.log.warning("{}-{}: its failed-storage marker could not be removed ({}): "
-                             "tried again at its next role", topic, partition, exc)
+            if (topic, partition) not in self.unmark_warned:  # tried at every apply: once
+                self.unmark_warned.add((topic, partition))
+                self.log.warning("{}-{}: its failed-storage marker could not be removed "
+                                 "({}): tried again at its next role or catch-up", topic,
+                                 partition, exc)
             return
+        self.unmark_warned.discard((topic, partition))
         hosted.marked_on_disk = False
         self.log.info("{}-{}: {}: its failed-storage marker is removed", topic, partition, why)
 
@@ -1786,16 +1796,17 @@ class PartitionShard(Actor):
         self.follower_flush_failed = None
         rows = [self._apply_one(row, now) for row in msg.rows]
         self.reply(FollowerApplied(msg.req_id, rows))
-        for row in msg.rows:
-            applied = self.partitions.get((row.topic, row.partition))
-            if applied is not None:
-                self._caught_up(applied)
         unflushed, self.follower_flush_failed = self.follower_flush_failed, None
         if unflushed is not None:
             # a log's flush failed (its row answered KAFKA_STORAGE_ERROR): it flushes no
             # more, and its follower would stay out of the ISR for good; the shard's restart
-            # reopens it from its recovery point, and the fetcher goes on from there
+            # reopens it from its recovery point, and the fetcher goes on from there (no
+            # marker is healed in this turn: one may have just failed again)
             raise unflushed
+        for row in msg.rows:
+            applied = self.partitions.get((row.topic, row.partition))
+            if applied is not None:
+                self._caught_up(applied)
 
     def _apply_one(self, row: FollowerApplyRow, now: int) -> FollowerStateRow:
         topic, partition = row.topic, row.partition

@@ -1846,6 +1846,9 @@ def test_a_failed_follower_that_caught_up_past_what_it_lost_is_healed_on_disk(
                                                           -1)]), sender=c.handler.name)
     wait_for(lambda: _stats(node, c.shard)["partitions"]["f-0"][1] == 1, "f-0 caught up")
     wait_for(lambda: not marker.exists(), "the marker removed")
+    # and what it fetched back was on disk before the marker went (its flush interval is
+    # far away: without the flush at the heal its recovery point would still be 0)
+    assert node.actors[c.shard.name].partitions[("f", 0)].log.recovery_point >= 1
 
 
 def test_a_replica_whose_failure_mark_cannot_be_written_leads_nothing_in_that_life(

@@ -49,6 +49,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from actors.coordinator_reads import LoadReading
 from actors.core.group_state import (
     AppendRecords,
     CancelTimer,
@@ -107,7 +108,6 @@ from wire.admin_messages import (
     OffsetDeleteDoneRow,
 )
 from wire.broker_messages import (
-    LOG_END_READER,
     Append,
     AppendDone,
     AppendRow,
@@ -118,7 +118,6 @@ from wire.broker_messages import (
     Expired,
     GetStats,
     ProduceReady,
-    Read,
     ReadDone,
     ReadRow,
     Schedule,
@@ -166,7 +165,6 @@ OFFSETS_TOPIC_CONFIGS = {
     "segment.bytes": str(100 * 1024 * 1024),  # Kafka's offsets.topic.segment.bytes
 }
 READ_PARTITION_MAX_BYTES = 1024 * 1024
-READ_MAX_BYTES = 8 * 1024 * 1024
 # A load's Read unanswered by then is overdue (its shard is far behind, or lost it):
 # what it was reading is read again, the late answer is still taken if it comes, and
 # the timeout doubles at every expiry, up to READ_TIMEOUT_MAX_MS (see LoadReads).
@@ -339,7 +337,8 @@ def refusal_for(msg: Any, code: int) -> Any:
 # -------------------------------------------------------------------- actor
 
 
-class GroupCoordinator(Actor):
+class GroupCoordinator(LoadReading, Actor):
+    LOG_TOPIC = OFFSETS_TOPIC  # named in the load-read log lines
     mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
     def __init__(self, node: Any, name: str, *, topology: Topology, config: Config,
@@ -474,26 +473,6 @@ class GroupCoordinator(Actor):
                 ReadRow(OFFSETS_TOPIC, p, offset, READ_PARTITION_MAX_BYTES))
         for shard, rows in by_shard.items():
             self._read(shard, rows)
-
-    def _read(self, shard: Address, rows: list[ReadRow]) -> None:
-        rid = next(self.req_ids)
-        self.reads.sent(rid, {r.partition: r.fetch_offset for r in rows}, self.clock.now_ms())
-        self.tell(shard, Read(rid, LOG_END_READER, READ_MAX_BYTES, rows))
-
-    def _expire_reads(self, now: int) -> None:
-        """Reads of the load unanswered too long are overdue (their shard is far behind,
-        or lost them); once none is left that is not, what is still unread is read again.
-        An overdue answer is still taken if it comes first (see on_read)."""
-        timeout_ms = self.reads.timeout_ms
-        late = self.reads.expire(now, self.read_offsets)
-        if not late:
-            return
-        self.log.warning("{} read(s) of {} unanswered after {} ms; reading again (next "
-                         "timeout {} ms)", late, OFFSETS_TOPIC, timeout_ms,
-                         self.reads.timeout_ms)
-        if not self.reads.waiting():
-            self.phase = "read-retry"
-            self.retry_at_ms = now
 
     @handles(AlterTopicConfigsDone)
     def on_offsets_topic_altered(self, msg: AlterTopicConfigsDone) -> None:

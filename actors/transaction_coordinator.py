@@ -47,6 +47,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from actors.coordinator_reads import LoadReading
 from actors.core.cluster_model import NO_LEADER
 from actors.core.inflight_appends import ID_BAND, InFlightAppends, LoadReads, id_start
 from actors.core.metadata_cache import MetadataCache
@@ -72,7 +73,6 @@ from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.topology import Topology, peer_shard_for
 from wire.broker_messages import (
-    LOG_END_READER,
     Append,
     AppendDone,
     AppendRow,
@@ -82,7 +82,6 @@ from wire.broker_messages import (
     Expired,
     GetStats,
     ProduceReady,
-    Read,
     ReadDone,
     ReadRow,
     Schedule,
@@ -120,7 +119,6 @@ TRANSACTION_STATE_CONFIGS = {
     "segment.bytes": str(100 * 1024 * 1024),  # transaction.state.log.segment.bytes
 }
 READ_PARTITION_MAX_BYTES = 1024 * 1024
-READ_MAX_BYTES = 8 * 1024 * 1024
 READ_TIMEOUT_MS = 5000  # a load's Read unanswered by then is overdue: read again
 APPEND_TIMEOUT_MS = 5000
 RETRY_MS = 500
@@ -160,7 +158,8 @@ class _MarkerJob:
         self.retries = 0
 
 
-class TransactionCoordinator(Actor):
+class TransactionCoordinator(LoadReading, Actor):
+    LOG_TOPIC = TRANSACTION_STATE_TOPIC  # named in the load-read log lines
     mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
     def __init__(self, node: Any, name: str, *, topology: Topology, config: Config,
@@ -319,26 +318,6 @@ class TransactionCoordinator(Actor):
                 ReadRow(TRANSACTION_STATE_TOPIC, p, offset, READ_PARTITION_MAX_BYTES))
         for shard, rows in by_shard.items():
             self._read(shard, rows)
-
-    def _read(self, shard: Address, rows: list[ReadRow]) -> None:
-        rid = next(self.req_ids)
-        self.reads.sent(rid, {r.partition: r.fetch_offset for r in rows}, self.clock.now_ms())
-        self.tell(shard, Read(rid, LOG_END_READER, READ_MAX_BYTES, rows))
-
-    def _expire_reads(self, now: int) -> None:
-        """Reads of the load unanswered too long are overdue (their shard is far behind,
-        or lost them); once none is left that is not, what is still unread is read again.
-        An overdue answer is still taken if it comes first (see on_read)."""
-        timeout_ms = self.reads.timeout_ms
-        late = self.reads.expire(now, self.read_offsets)
-        if not late:
-            return
-        self.log.warning("{} read(s) of {} unanswered after {} ms; reading again (next "
-                         "timeout {} ms)", late, TRANSACTION_STATE_TOPIC, timeout_ms,
-                         self.reads.timeout_ms)
-        if not self.reads.waiting():
-            self.phase = "read-retry"
-            self.retry_at_ms = now
 
     @handles(ReadDone)
     def on_read(self, msg: ReadDone) -> None:

@@ -54,8 +54,9 @@ one stamped older than its own process: what a handler sent before it learnt of 
 restart, and gave up then, is refused; what it sends after is written and answered.
 A refusal also tells the handler the generation, should the notice not have reached it.
 The fence covers what a restart gave up, not a request a handler gave up by its
-abandon timeout while the target process lives on (slow, not restarted): that one may
-still be written, as a timed-out request may be on any broker.
+abandon timeout while the target process lives on (slow, not restarted), nor the
+coordinators' writes (unstamped; one they gave up after its timeout): those may still
+be written, as a timed-out request may be on any broker.
 
 The SCRAM users and ACLs (SASL listeners, ``authorizer.class.name``): on a single
 node every process reads them from the data dir's security files; in a cluster

@@ -121,7 +121,9 @@ class Append(NamedTuple):
     # ProcessStarted) stamps it; the shard refuses (NOT_LEADER_OR_FOLLOWER, nothing
     # written) one stamped older than its own process, so a given-up Append a link
     # delivers late to the new process is never written. -1: not fenced (the
-    # coordinators wait for every answer, whichever process gives it).
+    # coordinators: a write of theirs given up after its timeout, REQUEST_TIMED_OUT,
+    # may still land, as a timed-out write may in Kafka; the link delivers it before
+    # their later writes).
     generation: int = -1
 
 

@@ -21,7 +21,6 @@ moved) does not reuse the crashed instance's request ids.
 
 from __future__ import annotations
 
-import copy
 import threading
 from pathlib import Path
 from typing import Any
@@ -46,15 +45,13 @@ from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.timer import Timer
 from actors.topology import Topology
+from tests.fixtures.coordinator_node import ExistingTopicController, snapshot
 from tests.fixtures.crash import crash_once
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import (
     Append,
     AppendDone,
     AppendDoneRow,
-    CreateTopicDoneRow,
-    CreateTopics,
-    CreateTopicsDone,
     GetStats,
     Read,
     TopicEntry,
@@ -79,16 +76,6 @@ WAIT_MS = APPEND_TIMEOUT_MS + ANSWER_MARGIN_MS
 TIMED_OUT = int(ErrorCode.REQUEST_TIMED_OUT)
 
 
-class ExistingTopicController(Actor):
-    """The Controller's answer to the coordinator: __consumer_offsets exists already."""
-
-    @handles(CreateTopics)
-    def on_create(self, msg: CreateTopics) -> None:
-        self.reply(CreateTopicsDone(msg.req_id, [
-            CreateTopicDoneRow(r.name, int(ErrorCode.TOPIC_ALREADY_EXISTS), "exists", -1, -1)
-            for r in msg.rows]))
-
-
 class Probe(Actor):
     """Stands in for a request handler: keeps every answer it gets."""
 
@@ -102,16 +89,6 @@ class Probe(Actor):
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> Any:
         return [list(a) for a in self.answers]
-
-
-def snapshot(log_dir: LogDir) -> LogDir:
-    """What a broker gives its shards: the checkpoints as read at start (the LogManager
-    owns ``log_dir`` and updates it)."""
-    taken = copy.copy(log_dir)
-    taken.high_watermarks = dict(log_dir.high_watermarks)
-    taken.recovery_points = dict(log_dir.recovery_points)
-    taken.log_start_offsets = dict(log_dir.log_start_offsets)
-    return taken
 
 
 class Broker:

@@ -16,7 +16,6 @@ the id still waits for it.
 
 from __future__ import annotations
 
-import copy
 import threading
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,6 @@ from actors.group_coordinator import ANSWER_BUCKET_MS, ANSWER_MARGIN_MS, decode_
 from actors.log_manager import LogManager
 from actors.partition_shard import PartitionShard
 from actors.purgatory import PurgatoryShard
-from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.config import Config
 from actors.runtime.node import Node
@@ -42,12 +40,11 @@ from actors.transaction_coordinator import (
     TransactionCoordinator,
     txn_coordinator_for,
 )
+from tests.actors.test_transaction_coordinator_shell import Probe
+from tests.fixtures.coordinator_node import ExistingTopicController, snapshot
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import (
     Append,
-    CreateTopicDoneRow,
-    CreateTopics,
-    CreateTopicsDone,
     GetStats,
     TopicEntry,
 )
@@ -56,43 +53,12 @@ from wire.transaction_messages import (
     AddPartitionsToTxn,
     EndTxn,
     InitTxnProducer,
-    InitTxnProducerDone,
-    TxnDone,
     TxnTopicPartition,
 )
 
 TICK_MS = 1000
 WAIT_MS = APPEND_TIMEOUT_MS + ANSWER_MARGIN_MS + ANSWER_BUCKET_MS
 NOT_AVAILABLE = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-
-
-class ExistingTopicController(Actor):
-    @handles(CreateTopics)
-    def on_create(self, msg: CreateTopics) -> None:
-        self.reply(CreateTopicsDone(msg.req_id, [
-            CreateTopicDoneRow(r.name, int(ErrorCode.TOPIC_ALREADY_EXISTS), "exists", -1, -1)
-            for r in msg.rows]))
-
-
-class Probe(Actor):
-    def setup(self) -> None:
-        self.answers: list[Any] = []
-
-    @handles(InitTxnProducerDone, TxnDone)
-    def on_answer(self, msg: Any) -> None:
-        self.answers.append(msg)
-
-    @handles(GetStats)
-    def stats(self, _msg: GetStats) -> Any:
-        return [list(a) for a in self.answers]
-
-
-def snapshot(log_dir: LogDir) -> LogDir:
-    taken = copy.copy(log_dir)
-    taken.high_watermarks = dict(log_dir.high_watermarks)
-    taken.recovery_points = dict(log_dir.recovery_points)
-    taken.log_start_offsets = dict(log_dir.log_start_offsets)
-    return taken
 
 
 def crash_on_state(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:

@@ -260,6 +260,11 @@ def test_delete_topics_removes_every_replica_and_the_znodes(
 def test_delete_topic_enable_false_refuses_deletion(cluster_factory: Any) -> None:
     cluster = cluster_factory(2, config={"delete.topic.enable": False})
     create(cluster, "stays", 1, 2)
+    # Each replica opens its log when its LeaderAndIsr arrives, after CreateTopics is
+    # answered (as in Kafka); the logs must be there before the refusal can keep them.
+    for node in cluster.nodes.values():
+        wait_for(f"node {node.broker_id}'s log of stays",
+                 lambda n=node: list(n.data_dir.glob("stays-*")))
     client = admin(cluster)
     try:
         with pytest.raises(Exception, match=r"TOPIC_DELETION_DISABLED|TopicDeletionDisabled"):

@@ -102,9 +102,11 @@ def test_create_topics_rf3_spreads_leaders_and_replicas_over_the_nodes(
         assert sorted(p.replicas) == [1, 2, 3] and p.leader == p.replicas[0]
         assert sorted(p.isr) == [1, 2, 3] and p.offline == () and p.leader_epoch == 0
     # Each node hosts a log of every partition, leading some and following the others.
+    # (Metadata can reach a node before its shards have opened the logs: wait for them.)
     for node in cluster.nodes.values():
-        assert sorted(d.name for d in node.data_dir.glob("spread-*")) == [
-            f"spread-{p}" for p in range(6)]
+        wait_for(f"node {node.broker_id}'s logs of spread",
+                 lambda n=node: sorted(d.name for d in n.data_dir.glob("spread-*")) == [
+                     f"spread-{p}" for p in range(6)])
     # Every node answers the same.
     assert all(n.metadata().partitions == view.partitions for n in cluster.nodes.values())
 

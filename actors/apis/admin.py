@@ -55,7 +55,9 @@ def handle_create_partitions(ctx: HandlerContext, header: Any, req: Any) -> ApiG
     if rows:
         done: CreatePartitionsDone
         [done] = yield [Call(ctx.topology.controller,
-                             lambda rid: CreatePartitions(rid, bool(req.validate_only), rows))]
+                             lambda rid: CreatePartitions(rid, bool(req.validate_only), rows,
+                                                          int(req.timeout_ms)),
+                             max_wait_ms=max(0, int(req.timeout_ms)))]
         results = [{"name": r.name, "error_code": r.error_code, "error_message": r.error_message}
                    for r in done.rows]
     return Respond({"throttle_time_ms": 0, "results": results})

@@ -131,7 +131,9 @@ def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     if rows:
         done: CreateTopicsDone
         [done] = yield [Call(ctx.topology.controller,
-                             lambda rid: CreateTopics(rid, bool(req.validate_only), rows))]
+                             lambda rid: CreateTopics(rid, bool(req.validate_only), rows,
+                                                      int(req.timeout_ms)),
+                             max_wait_ms=max(0, int(req.timeout_ms)))]
         for row in done.rows:
             done_rows[row.name] = row
         made = [r.name for r in done.rows if r.error_code == 0]
@@ -161,7 +163,9 @@ def handle_delete_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     if names:
         done: DeleteTopicsDone
         [done] = yield [Call(ctx.topology.controller,
-                             lambda rid: DeleteTopics(rid, [DeleteTopicRow(n) for n in names]))]
+                             lambda rid: DeleteTopics(rid, [DeleteTopicRow(n) for n in names],
+                                                      int(req.timeout_ms)),
+                             max_wait_ms=max(0, int(req.timeout_ms)))]
         rows_out.update({r.name: r for r in done.rows})
         gone = [r.name for r in done.rows if r.error_code == 0]
         yield from cluster.await_topics(ctx, gone, False, int(req.timeout_ms))

@@ -18,8 +18,11 @@ A client's CreateTopics, DeleteTopics or CreatePartitions carries ``timeout_ms``
 honoured as Kafka's DelayedCreatePartitions and DelayedDeleteTopics do: a topic
 whose change is not complete by then (its shards have not opened or dropped its
 partitions, or a handler has not applied the table) is answered REQUEST_TIMED_OUT,
-the change itself going on; ``timeout_ms`` <= 0 is answered as soon as the change is
-written, without waiting for it to spread. A handler silent for ACK_WAIT_NS counts
+the change itself going on. ``timeout_ms`` <= 0 asks Kafka not to wait for the change
+to spread; here it waits as a request without a timeout does (confluent-kafka's admin
+sends 0 by default, and the spread is to this host's handlers, milliseconds: answering
+before it would let that client's next request, on another connection, miss the topic
+it was told exists). A handler silent for ACK_WAIT_NS counts
 as having applied the table (its process is restarting and reads it from the file),
 as for the broker's own requests, which carry no timeout.
 """
@@ -367,8 +370,7 @@ class Controller(Actor):
         for row in partition_rows:
             by_shard.setdefault(self.topology.shard_for(row.topic, row.partition), []).append(row)
         if timeout_ms is not None and timeout_ms <= 0:
-            self.tell(requester, answer)  # Kafka: no wait for the change to spread
-            requester = None
+            timeout_ms = None  # waits for the spread all the same (module docstring)
         my_id = next(self.ids)
         self.pending[my_id] = _Pending(
             len(by_shard), requester, answer,

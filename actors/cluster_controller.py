@@ -288,6 +288,7 @@ class ClusterController(Actor):
             self.log.info("this node (broker {}) is the active controller, epoch {}",
                           self.broker.broker_id, fence.epoch if fence else "?")
             self.next_rebalance_ms = self.clock.now_ms() + self.rebalance_ms
+            self.log_dir_reports.clear()  # counts of an earlier term would hide new failures
         elif self.was_active and not active:
             dropped = self.channel.pending()
             self.channel.clear()

@@ -120,7 +120,7 @@ class _Pending:
     """A topic change waiting for the shards to open or drop its partitions."""
 
     shards_left: int
-    requester: Address | None  # None: answered already (timeout_ms <= 0, or past it)
+    requester: Address | None  # None: answered already (REQUEST_TIMED_OUT, past timeout_ms)
     answer: Any  # a *Done, sent once every shard is done
     deadline_ns: int | None  # monotonic: the request's timeout_ms (None: none)
     timeout_ms: int | None
@@ -363,7 +363,7 @@ class Controller(Actor):
                  partition_rows: list[OpenPartitionRow] | list[TopicPartition],
                  timeout_ms: int | None = None) -> None:
         """Have the shards apply a change already written; answered when complete, at
-        the request's ``timeout_ms`` (REQUEST_TIMED_OUT), or at once if it is <= 0."""
+        the request's ``timeout_ms`` (REQUEST_TIMED_OUT) when it is positive."""
         requester = self.current_sender
         assert requester is not None
         by_shard: dict[Address, list[Any]] = {}
@@ -433,7 +433,8 @@ class Controller(Actor):
                 entry.requester = None
         for ack_id, waiting in list(self.awaiting.items()):
             if (waiting.requester is not None and waiting.deadline_ns is not None
-                    and now >= waiting.deadline_ns and now < waiting.give_up_ns):
+                    and now >= waiting.deadline_ns
+                    and waiting.deadline_ns < waiting.give_up_ns):
                 self.log.warning("{} handler(s) did not acknowledge the topic table within "
                                  "the request's timeout_ms ({}): answered {} ({})",
                                  len(waiting.handlers), waiting.timeout_ms,

@@ -470,8 +470,8 @@ class CreateTopics(NamedTuple):
     validate_only: bool
     rows: list[CreateTopicRow]
     # The client's timeout_ms: the topics not fully created by then are answered
-    # REQUEST_TIMED_OUT (created all the same); <= 0 answers once the change is written.
-    # None (the broker's own requests): answered once complete (see the Controller).
+    # REQUEST_TIMED_OUT (created all the same). None (the broker's own requests) and
+    # <= 0: answered once complete, every handler told (see the Controller).
     timeout_ms: int | None = None
 
 

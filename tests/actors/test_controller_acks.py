@@ -291,7 +291,9 @@ def test_a_timeout_longer_than_the_give_up_is_answered_at_the_give_up(
     node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})],
                                        3 * wait_ms), sender=client.name)
     _updates(node, handlers, 1)
+    node.advance_clock(wait_ms - 1)
+    node.quiesce()
     assert _got(node, client, CreateTopicsDone) == []
-    node.advance_clock(wait_ms)
+    node.advance_clock(1)
     [answer] = wait_for(lambda: _got(node, client, CreateTopicsDone), "the answer")
     assert [r[1] for r in answer.rows] == [0]

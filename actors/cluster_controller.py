@@ -219,6 +219,8 @@ class ClusterController(Actor):
         self.brokers: dict[int, BrokerInfo] = {}
         self.forwards: dict[int, _Forward] = {}
         self.forward_answers_ignored = 0  # answers from a node a forward was not sent to
+        # per reporting ReplicaManager: its storage reports since the last one taken
+        self.log_dir_reports: dict[Address, int] = {}
         self.shutdown: _Shutdown | None = None
         self.last_config_change: str | None = getattr(self, "last_config_change", None)
         # the last ACL change notice applied, per change root (None: read everything)
@@ -286,6 +288,7 @@ class ClusterController(Actor):
             self.log.info("this node (broker {}) is the active controller, epoch {}",
                           self.broker.broker_id, fence.epoch if fence else "?")
             self.next_rebalance_ms = self.clock.now_ms() + self.rebalance_ms
+            self.log_dir_reports.clear()  # counts of an earlier term would hide new failures
         elif self.was_active and not active:
             dropped = self.channel.pending()
             self.channel.clear()
@@ -457,6 +460,8 @@ class ClusterController(Actor):
                     list(state.isr) if state else [], state.version if state else -1))
             self.tell(to, cm.AlterPartitionResponse(req_id, result.error_code, rows))
         elif isinstance(result, ReplicasOfflineResult):
+            if result.error_code == NONE and self.log_dir_reports.pop(to, 0) > 1:
+                self.log.info("the storage report of {} taken at last", to)
             self.tell(to, cm.LogDirEventNotificationResponse(req_id, result.error_code))
         elif isinstance(result, CreatePartitionsResult):
             self.tell(to, am.CreatePartitionsDone(req_id, [
@@ -977,9 +982,16 @@ class ClusterController(Actor):
         if not self.driver.active:
             self.reply(cm.LogDirEventNotificationResponse(msg.req_id, NOT_CONTROLLER))
             return
-        self.log.warning("broker {} reports the storage of {} replica(s) failed: {}",
-                         msg.broker_id, len(msg.partitions),
-                         ", ".join(f"{r.topic}-{r.partition}" for r in msg.partitions[:10]))
+        # A refused report (a stale broker epoch) comes again every 3 s: logged at the
+        # 1st, 2nd, 4th, 8th... report from that node since the last one taken.
+        reports = self.log_dir_reports[self.current_sender] = \
+            self.log_dir_reports.get(self.current_sender, 0) + 1
+        if reports & (reports - 1) == 0:
+            self.log.warning("broker {} reports the storage of {} replica(s) failed: {}{}",
+                             msg.broker_id, len(msg.partitions),
+                             ", ".join(f"{r.topic}-{r.partition}" for r in msg.partitions[:10]),
+                             "" if reports == 1 else
+                             f" (report {reports} in a row not taken yet)")
         self._call_driver(self.driver.feed, ReplicasOffline(
             ("log_dir", self.current_sender, msg.req_id), msg.broker_id, msg.broker_epoch,
             tuple(TopicPartition(r.topic, r.partition) for r in msg.partitions),

@@ -13,6 +13,18 @@ process run on other threads, those of processes 1.. in other processes, and a
 client that reads with another connection right after its answer (a
 DescribeConfigs after an AlterConfigs) must see the change, as Kafka's readers
 of ZooKeeper do.
+
+A client's CreateTopics, DeleteTopics or CreatePartitions carries ``timeout_ms``,
+honoured as Kafka's DelayedCreatePartitions and DelayedDeleteTopics do: a topic
+whose change is not complete by then (its shards have not opened or dropped its
+partitions, or a handler has not applied the table) is answered REQUEST_TIMED_OUT,
+the change itself going on. ``timeout_ms`` <= 0 asks Kafka not to wait for the change
+to spread; here it waits as a request without a timeout does (confluent-kafka's admin
+sends 0 by default, and the spread is to this host's handlers, milliseconds: answering
+before it would let that client's next request, on another connection, miss the topic
+it was told exists). A handler silent for ACK_WAIT_NS counts
+as having applied the table (its process is restarting and reads it from the file),
+as for the broker's own requests, which carry no timeout.
 """
 
 from __future__ import annotations
@@ -78,6 +90,29 @@ from wire.errors import ErrorCode, KafkaError
 # request timeout (30 s by default), so a restarting process delays an answer, never
 # loses it.
 ACK_WAIT_NS = 10_000_000_000
+TIMED_OUT = int(ErrorCode.REQUEST_TIMED_OUT)
+NONE = int(ErrorCode.NONE)
+
+
+def deadline_ns(now_ns: int, timeout_ms: int | None) -> int | None:
+    """When a change asked with ``timeout_ms`` is answered REQUEST_TIMED_OUT (None:
+    never, it has no timeout)."""
+    return None if timeout_ms is None else now_ns + timeout_ms * 1_000_000
+
+
+def timed_out(answer: Any, timeout_ms: int | None) -> Any:
+    """``answer`` with each topic changed (error NONE) now REQUEST_TIMED_OUT; the rows
+    already in error keep theirs (Kafka's DelayedCreatePartitions.onComplete)."""
+    rows = []
+    for row in answer.rows:
+        if row.error_code == NONE:
+            row = row._replace(error_code=TIMED_OUT, error_message=(
+                f"the change to topic {row.name!r} was not complete within the request's "
+                f"timeout_ms ({timeout_ms}); it goes on"))
+            if isinstance(row, CreateTopicDoneRow):  # Kafka resets these on any error
+                row = row._replace(num_partitions=-1, replication_factor=-1)
+        rows.append(row)
+    return answer._replace(rows=rows)
 
 
 @dataclass
@@ -85,8 +120,10 @@ class _Pending:
     """A topic change waiting for the shards to open or drop its partitions."""
 
     shards_left: int
-    requester: Address
+    requester: Address | None  # None: answered already (REQUEST_TIMED_OUT, past timeout_ms)
     answer: Any  # a *Done, sent once every shard is done
+    deadline_ns: int | None  # monotonic: the request's timeout_ms (None: none)
+    timeout_ms: int | None
 
 
 @dataclass
@@ -94,9 +131,11 @@ class _Awaiting:
     """A topic change applied by the shards, waiting for every handler's MetadataApplied."""
 
     handlers: set[Address]  # those that have not acknowledged yet
-    requester: Address
+    requester: Address | None  # None: answered already
     answer: Any
     give_up_ns: int  # monotonic: answered anyway from then on
+    deadline_ns: int | None  # monotonic: answered REQUEST_TIMED_OUT from then on
+    timeout_ms: int | None
 
 
 class Controller(Actor):
@@ -166,7 +205,7 @@ class Controller(Actor):
         self._fan_out(CreateTopicsDone(msg.req_id, rows), OpenPartitions, [
             OpenPartitionRow(n, p, dict(self.store.topics[n].configs))
             for n in created for p in range(self.store.topics[n].num_partitions)
-        ])
+        ], msg.timeout_ms)
 
     def _hosted(self) -> int:
         """Partitions this node holds (a single node holds every one of every topic)."""
@@ -227,7 +266,7 @@ class Controller(Actor):
         self.store.save()
         self.log.info("deleted topic(s) {}", ", ".join(
             r.name for r in rows if r.error_code == ErrorCode.NONE))
-        self._fan_out(DeleteTopicsDone(msg.req_id, rows), DropPartitions, drop)
+        self._fan_out(DeleteTopicsDone(msg.req_id, rows), DropPartitions, drop, msg.timeout_ms)
 
     # ----------------------------------------------------- add partitions
     @handles(CreatePartitions)
@@ -281,7 +320,8 @@ class Controller(Actor):
         self.log.info("added partitions: {}", ", ".join(
             f"{r.name} now {self.store.topics[r.name].num_partitions}" for r in msg.rows
             if r.name in self.store.topics and any(o.topic == r.name for o in opened)))
-        self._fan_out(CreatePartitionsDone(msg.req_id, rows), OpenPartitions, opened)
+        self._fan_out(CreatePartitionsDone(msg.req_id, rows), OpenPartitions, opened,
+                      msg.timeout_ms)
 
     # ------------------------------------------------------ topic configs
     @handles(AlterTopicConfigs)
@@ -320,13 +360,21 @@ class Controller(Actor):
 
     # ------------------------------------------------------------ fan out/in
     def _fan_out(self, answer: Any, msg_type: Any,
-                 partition_rows: list[OpenPartitionRow] | list[TopicPartition]) -> None:
-        assert self.current_sender is not None
+                 partition_rows: list[OpenPartitionRow] | list[TopicPartition],
+                 timeout_ms: int | None = None) -> None:
+        """Have the shards apply a change already written; answered when complete, at
+        the request's ``timeout_ms`` (REQUEST_TIMED_OUT) when it is positive."""
+        requester = self.current_sender
+        assert requester is not None
         by_shard: dict[Address, list[Any]] = {}
         for row in partition_rows:
             by_shard.setdefault(self.topology.shard_for(row.topic, row.partition), []).append(row)
+        if timeout_ms is not None and timeout_ms <= 0:
+            timeout_ms = None  # waits for the spread all the same (module docstring)
         my_id = next(self.ids)
-        self.pending[my_id] = _Pending(len(by_shard), self.current_sender, answer)
+        self.pending[my_id] = _Pending(
+            len(by_shard), requester, answer,
+            deadline_ns(self.clock.monotonic_ns(), timeout_ms), timeout_ms)
         for shard, shard_rows in by_shard.items():
             self.tell(shard, msg_type(my_id, shard_rows))
 
@@ -345,10 +393,15 @@ class Controller(Actor):
         ack_id = next(self.ids)
         handlers = set(self._broadcast(ack_id))
         if not handlers:  # no handler at all (none configured): nobody to wait for
-            self.tell(entry.requester, entry.answer)
+            self._answer(entry.requester, entry.answer)
             return
         self.awaiting[ack_id] = _Awaiting(handlers, entry.requester, entry.answer,
-                                          self.clock.monotonic_ns() + ACK_WAIT_NS)
+                                          self.clock.monotonic_ns() + ACK_WAIT_NS,
+                                          entry.deadline_ns, entry.timeout_ms)
+
+    def _answer(self, requester: Address | None, answer: Any) -> None:
+        if requester is not None:  # None: answered already
+            self.tell(requester, answer)
 
     @handles(MetadataApplied)
     def on_metadata_applied(self, msg: MetadataApplied) -> None:
@@ -359,19 +412,40 @@ class Controller(Actor):
             waiting.handlers.discard(self.current_sender)
         if not waiting.handlers:
             del self.awaiting[msg.ack_id]
-            self.tell(waiting.requester, waiting.answer)
+            self._answer(waiting.requester, waiting.answer)
 
     def poll_timeout_ms(self) -> int | None:
-        return 200 if self.awaiting else None
+        if self.awaiting or any(p.requester is not None and p.deadline_ns is not None
+                                for p in self.pending.values()):
+            return 200
+        return None
 
     def on_turn(self) -> None:
-        """A process that does not acknowledge (it is restarting) delays no answer long."""
-        if not self.awaiting:
+        """A process that does not acknowledge (it is restarting) delays no answer long;
+        a change not complete by its request's timeout_ms is answered REQUEST_TIMED_OUT."""
+        if not self.awaiting and not self.pending:
             return
         now = self.clock.monotonic_ns()
+        for entry in self.pending.values():
+            if (entry.requester is not None and entry.deadline_ns is not None
+                    and now >= entry.deadline_ns):
+                self.tell(entry.requester, timed_out(entry.answer, entry.timeout_ms))
+                entry.requester = None
         for ack_id, waiting in list(self.awaiting.items()):
+            if (waiting.requester is not None and waiting.deadline_ns is not None
+                    and now >= waiting.deadline_ns
+                    and waiting.deadline_ns < waiting.give_up_ns):
+                self.log.warning("{} handler(s) did not acknowledge the topic table within "
+                                 "the request's timeout_ms ({}): answered {} ({})",
+                                 len(waiting.handlers), waiting.timeout_ms,
+                                 ErrorCode.REQUEST_TIMED_OUT.name,
+                                 ", ".join(sorted(str(h) for h in waiting.handlers)))
+                self.tell(waiting.requester, timed_out(waiting.answer, waiting.timeout_ms))
+                waiting.requester = None
             if now >= waiting.give_up_ns:
                 del self.awaiting[ack_id]
+                if waiting.requester is None:
+                    continue  # answered already; the handlers were named then
                 self.log.warning("{} handler(s) did not acknowledge the topic table within "
                                  "{} s ({}); answering anyway", len(waiting.handlers),
                                  ACK_WAIT_NS // 1_000_000_000,

@@ -4,7 +4,10 @@ TransactionCoordinator: each reads its log partitions (``__consumer_offsets``,
 coordinator. ``LoadReads`` (a pure core) keeps the books of the Reads in flight; this
 mixin sends them and, when some are overdue (their shard far behind, or the Read lost with
 it), has what is still unread read again. An overdue answer is still taken if it comes
-first (the coordinators' ``on_read``)."""
+first (the coordinators' ``on_read``).
+
+Before its first load a single node's coordinator asks the Controller to create its log
+topic; that request is bounded the same way (see CREATE_WAIT_MS)."""
 
 from __future__ import annotations
 
@@ -13,16 +16,25 @@ from typing import TYPE_CHECKING
 
 from actors.core.inflight_appends import LoadReads
 from actors.runtime.address import Address
-from wire.broker_messages import LOG_END_READER, Read, ReadRow
+from wire.broker_messages import LOG_END_READER, CreateTopicRow, CreateTopics, Read, ReadRow
 
 if TYPE_CHECKING:
     from actors.runtime.actor import Actor
+    from actors.topology import Topology
 
     _Base = Actor
 else:
     _Base = object
 
 READ_MAX_BYTES = 8 * 1024 * 1024  # one Read's answer, over every partition it names
+# The Controller answers a CreateTopics once the shards opened the partitions and every
+# handler applied the new table (it gives up on a silent handler after 10 s: ACK_WAIT_NS).
+# An answer not come by CREATE_WAIT_MS after asking was lost: the Controller crashed on
+# the request, or its process restarted with it unread. The coordinator then asks again
+# (creating twice is harmless: TOPIC_ALREADY_EXISTS counts as success), instead of
+# refusing every request as loading for good. The margin over the Controller's own wait
+# is that of the coordinators' appends (15 s in all, as theirs).
+CREATE_WAIT_MS = 15_000
 
 
 class LoadReading(_Base):
@@ -35,6 +47,28 @@ class LoadReading(_Base):
     phase: str
     retry_at_ms: int
     req_ids: Iterator[int]
+    topology: Topology
+    create_due_ms: int  # phase "creating": when the Controller's answer is overdue
+    creates_lost: int  # CreateTopics whose answer never came (asked again)
+
+    def _ask_create(self, row: CreateTopicRow) -> None:
+        """Ask the Controller for the log topic (``phase`` "creating" until it answers)."""
+        self.phase = "creating"
+        self.create_due_ms = self.clock.now_ms() + CREATE_WAIT_MS
+        self.tell(self.topology.controller, CreateTopics(next(self.req_ids), False, [row]))
+
+    def _create_overdue(self, now: int) -> bool:
+        """True (and ``phase`` "create-retry", due at once) when the Controller's answer
+        is overdue: the request or its answer was lost, so it is asked again."""
+        if self.phase != "creating" or now < self.create_due_ms:
+            return False
+        self.creates_lost += 1
+        self.log.warning("no answer from the Controller to creating {} after {} ms; asking "
+                         "again (unanswered so far: {})", self.LOG_TOPIC, CREATE_WAIT_MS,
+                         self.creates_lost)
+        self.phase = "create-retry"
+        self.retry_at_ms = now
+        return True
 
     def _read(self, shard: Address, rows: list[ReadRow]) -> None:
         rid = next(self.req_ids)

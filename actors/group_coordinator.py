@@ -31,7 +31,8 @@ The core returns effects; this shell performs them:
 
 Start-up: once the request handlers exist (so they hear of the new topic),
 the coordinator asks the Controller to create ``__consumer_offsets``
-(``offsets.topic.num.partitions`` partitions; "already exists" is fine), reads
+(``offsets.topic.num.partitions`` partitions; "already exists" is fine; an answer
+not come after CREATE_WAIT_MS was lost with the Controller, which is asked again), reads
 every partition from offset 0 to its log end (as Kafka's FetchLogEnd: a new
 leader's high watermark can lag commits its ISR acknowledged), keeps the
 records of the groups it owns and hands them to ``core.load``. Until then every group
@@ -113,7 +114,6 @@ from wire.broker_messages import (
     AppendRow,
     Cancel,
     CreateTopicRow,
-    CreateTopics,
     CreateTopicsDone,
     Expired,
     GetStats,
@@ -375,6 +375,8 @@ class GroupCoordinator(LoadReading, Actor):
             APPEND_TIMEOUT_MS + ANSWER_MARGIN_MS, ANSWER_BUCKET_MS)
         self.loaded = False
         self.phase = "waiting"  # -> creating -> loading -> ready
+        self.create_due_ms = 0
+        self.creates_lost = 0
         self.started_ms = self.clock.now_ms()
         self.retry_at_ms = self.started_ms
         self.read_offsets: dict[int, int] = {}
@@ -406,6 +408,8 @@ class GroupCoordinator(LoadReading, Actor):
         if self.phase in ("create-retry", "read-retry") and (
                 expiry is None or self.retry_at_ms < expiry):
             expiry = self.retry_at_ms
+        elif self.phase == "creating" and (expiry is None or self.create_due_ms < expiry):
+            expiry = self.create_due_ms
         due = self.reads.next_due_ms() if self.phase == "loading" else None
         if due is not None:
             expiry = due if expiry is None else min(expiry, due)
@@ -418,6 +422,7 @@ class GroupCoordinator(LoadReading, Actor):
             self._expire_appends(now)
         if self.phase == "loading" and self.reads.waiting():
             self._expire_reads(now)
+        self._create_overdue(now)
         if self.phase == "waiting":
             if self.wait_for_handlers and now - self.started_ms < HANDLER_WAIT_MS and not all(
                 h.name in self.node.actors for h in self.topology.all_handlers()
@@ -437,11 +442,8 @@ class GroupCoordinator(LoadReading, Actor):
 
     # ---------------------------------------------------------- start-up
     def _create_topic(self) -> None:
-        self.phase = "creating"
-        self.tell(self.topology.controller, CreateTopics(
-            next(self.req_ids), False,
-            [CreateTopicRow(OFFSETS_TOPIC, self.num_partitions, 1,
-                            dict(OFFSETS_TOPIC_CONFIGS))]))
+        self._ask_create(CreateTopicRow(OFFSETS_TOPIC, self.num_partitions, 1,
+                                        dict(OFFSETS_TOPIC_CONFIGS)))
 
     @handles(CreateTopicsDone)
     def on_topic_created(self, msg: CreateTopicsDone) -> None:
@@ -859,6 +861,7 @@ class GroupCoordinator(LoadReading, Actor):
             "refused_not_coordinator": self.refused_not_coordinator,
             "loaded": self.loaded,
             "phase": self.phase,
+            "creates_lost": self.creates_lost,
             "groups": {gid: g.state.value for gid in self.core.group_ids()
                        if (g := self.core.group(gid)) is not None},
             "timers": len(self.timer_id_of),

@@ -199,9 +199,6 @@ class PartitionShard(Actor):
         self.generation = generation
         # such Appends refused since the start (the stats; logged at 1, 2, 4, 8, ...)
         self.stale_appends_refused = 0
-        # the senders a refusal told this generation (once each: a link's backlog may
-        # deliver a burst of stale Appends from one handler)
-        self.told_generation: set[Address] = set()
         # partitions whose failed-storage marker could not be removed, warned of once
         self.unmark_warned: set[tuple[str, int]] = set()
         # this shard's process (its index in the broker's processes; None: one process)
@@ -944,14 +941,15 @@ class PartitionShard(Actor):
             AppendDoneRow(r.topic, r.partition, NOT_LEADER, -1, -1, -1,
                           "sent to this broker process before it restarted")
             for r in msg.rows]))
-        sender = self.current_sender
-        if self.process_index and sender is not None and sender not in self.told_generation:
-            self.told_generation.add(sender)
+        if self.process_index:
             # The sender learns the generation here should the notice of the restart not
             # have reached it yet (or never: it would be refused for good), as from that
             # notice: it gives up what it still waits for from this process (sent before,
             # stamped older: refused here, or lost with the old process) and stamps its
             # next Appends with this generation. After this answer, on the same link.
+            # Told at every refusal, not once per sender: should this notice be lost too,
+            # the next refusal tells it again. A burst of stale Appends (a link's backlog)
+            # costs the handler a burst of notices it ignores once it knows (not newer).
             self.reply(ProcessStarted(self.process_index, True, self.generation))
 
     def _commit_and_answer(self) -> None:

@@ -302,6 +302,8 @@ class ReplicaManager(Actor):
             getattr(self, "log_dir_event", None)
         self.log_dir_event_due_ms: int | None = getattr(self, "log_dir_event_due_ms", None)
         self.log_dir_events_sent = getattr(self, "log_dir_events_sent", 0)
+        # reports refused in a row since the last one taken (logged at 1, 2, 4, 8, ...)
+        self.log_dir_events_refused = getattr(self, "log_dir_events_refused", 0)
         self.num_fetchers = int(self.config["num.replica.fetchers"])
         self.fetcher_config = FetcherConfig(
             replica_id=self.broker_id,
@@ -941,11 +943,17 @@ class ReplicaManager(Actor):
             return  # an answer to one sent again since
         _req_id, carried = self.log_dir_event
         if msg.error_code != NONE:
-            self.log.warning("the controller did not take the failed replicas offline ({}): "
-                             "told again in {} ms", ErrorCode(msg.error_code).name,
-                             LOG_DIR_EVENT_RETRY_MS)
+            # told again every LOG_DIR_EVENT_RETRY_MS for as long as it is refused (no
+            # controller elected for a while): logged at the 1st, 2nd, 4th, 8th... refusal
+            self.log_dir_events_refused = refused = self.log_dir_events_refused + 1
+            if refused & (refused - 1) == 0:
+                self.log.warning("the controller did not take the failed replicas offline "
+                                 "({}): told again every {} ms; refused {} time(s) in a row",
+                                 ErrorCode(msg.error_code).name, LOG_DIR_EVENT_RETRY_MS,
+                                 refused)
             self.log_dir_event = None  # the deadline sends it again
             return
+        self.log_dir_events_refused = 0
         for tp, failure in carried.items():
             if self.storage_failed.get(tp) == failure:
                 del self.storage_failed[tp]
@@ -1313,6 +1321,7 @@ class ReplicaManager(Actor):
             # replicas whose storage failed, not taken offline by the controller yet
             "storage_failed": sorted(str(tp) for tp in self.storage_failed),
             "log_dir_events_sent": self.log_dir_events_sent,
+            "log_dir_events_refused": self.log_dir_events_refused,
             "processes_restarted": self.processes_restarted,
             "shards_restarted": self.shards_restarted,
             "restoring": len(self.restoring),

@@ -77,7 +77,6 @@ from wire.broker_messages import (
     AppendDone,
     AppendRow,
     CreateTopicRow,
-    CreateTopics,
     CreateTopicsDone,
     Expired,
     GetStats,
@@ -207,6 +206,8 @@ class TransactionCoordinator(LoadReading, Actor):
         self.marker_reqs: dict[int, tuple[str, list[tuple[str, int]], int]] = {}
         self.phase = "idle"  # -> creating -> loading -> ready (single node)
         self.retry_at_ms = 0
+        self.create_due_ms = 0
+        self.creates_lost = 0
         self.led: dict[int, int] = {}  # partition -> leader epoch (cluster: led here)
         self.loaded: set[int] = set()
         self.to_load: set[int] = set()
@@ -232,11 +233,8 @@ class TransactionCoordinator(LoadReading, Actor):
 
     # ---------------------------------------------------------- single node
     def _create_topic(self) -> None:
-        self.phase = "creating"
-        self.tell(self.topology.controller, CreateTopics(
-            next(self.req_ids), False,
-            [CreateTopicRow(TRANSACTION_STATE_TOPIC, self.num_partitions, 1,
-                            dict(TRANSACTION_STATE_CONFIGS))]))
+        self._ask_create(CreateTopicRow(TRANSACTION_STATE_TOPIC, self.num_partitions, 1,
+                                        dict(TRANSACTION_STATE_CONFIGS)))
 
     @handles(CreateTopicsDone)
     def on_topic_created(self, msg: CreateTopicsDone) -> None:
@@ -262,6 +260,8 @@ class TransactionCoordinator(LoadReading, Actor):
         waits.extend(deadline for _t, _p, deadline in self.marker_reqs.values())
         if self.phase in ("create-retry", "read-retry"):
             waits.append(self.retry_at_ms)
+        elif self.phase == "creating":
+            waits.append(self.create_due_ms)
         if self.complete_retry_at_ms:
             waits.append(self.complete_retry_at_ms)
         expiry = self.writes.next_expiry_ms()
@@ -281,6 +281,7 @@ class TransactionCoordinator(LoadReading, Actor):
             self._expire_writes(now)
         if self.phase == "loading" and self.reads.waiting():
             self._expire_reads(now)
+        self._create_overdue(now)
         if self.phase == "create-retry" and now >= self.retry_at_ms:
             self._create_topic()
         elif self.phase == "read-retry" and now >= self.retry_at_ms:
@@ -700,6 +701,7 @@ class TransactionCoordinator(LoadReading, Actor):
     def stats(self, _msg: GetStats) -> dict[str, Any]:
         return {
             "phase": self.phase,
+            "creates_lost": self.creates_lost,
             "led_partitions": sorted(self.led),
             "loaded_partitions": sorted(self.loaded),
             "transactions": {t: m.state.kafka_name for t, m in self.core.txns.items()},

@@ -33,6 +33,7 @@ class CreatePartitions(NamedTuple):
     req_id: int
     validate_only: bool
     rows: list[CreatePartitionsRow]
+    timeout_ms: int | None = None  # as CreateTopics.timeout_ms
 
 
 class TopicResultRow(NamedTuple):

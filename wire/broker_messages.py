@@ -469,6 +469,10 @@ class CreateTopics(NamedTuple):
     req_id: int
     validate_only: bool
     rows: list[CreateTopicRow]
+    # The client's timeout_ms: the topics not fully created by then are answered
+    # REQUEST_TIMED_OUT (created all the same). None (the broker's own requests) and
+    # <= 0: answered once complete, every handler told (see the Controller).
+    timeout_ms: int | None = None
 
 
 class CreateTopicDoneRow(NamedTuple):
@@ -495,6 +499,7 @@ class DeleteTopicRow(NamedTuple):
 class DeleteTopics(NamedTuple):
     req_id: int
     rows: list[DeleteTopicRow]
+    timeout_ms: int | None = None  # as CreateTopics.timeout_ms
 
 
 class DeleteTopicDoneRow(NamedTuple):

@@ -13,7 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
+from actors.apis.base import (
+    ApiGen,
+    Call,
+    HandlerContext,
+    Respond,
+    group_by_shard,
+    topic_change_wait_ms,
+)
 from actors.apis.metadata import _partition_rows
 from actors.runtime.address import Address
 from wire.admin_messages import (
@@ -55,7 +62,9 @@ def handle_create_partitions(ctx: HandlerContext, header: Any, req: Any) -> ApiG
     if rows:
         done: CreatePartitionsDone
         [done] = yield [Call(ctx.topology.controller,
-                             lambda rid: CreatePartitions(rid, bool(req.validate_only), rows))]
+                             lambda rid: CreatePartitions(rid, bool(req.validate_only), rows,
+                                                          int(req.timeout_ms)),
+                             max_wait_ms=topic_change_wait_ms(req.timeout_ms))]
         results = [{"name": r.name, "error_code": r.error_code, "error_message": r.error_message}
                    for r in done.rows]
     return Respond({"throttle_time_ms": 0, "results": results})

@@ -49,6 +49,17 @@ class Call(NamedTuple):
     max_wait_ms: int = 0
 
 
+# The most a topic change's timeout_ms adds to the handler's wait for the Controller's
+# answer: the single node's Controller answers by its own 10 s give-up whatever the
+# timeout, so a client's huge timeout_ms never keeps a lost request waiting for days.
+TOPIC_CHANGE_WAIT_CAP_MS = 30_000
+
+
+def topic_change_wait_ms(timeout_ms: int) -> int:
+    """``Call.max_wait_ms`` for a CreateTopics, DeleteTopics or CreatePartitions."""
+    return min(max(0, int(timeout_ms)), TOPIC_CHANGE_WAIT_CAP_MS)
+
+
 class Respond(NamedTuple):
     data: Any  # a response dict for the codec, or None when respond is False
     respond: bool = True

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.apis import cluster
-from actors.apis.base import ApiGen, Call, HandlerContext, Respond
+from actors.apis.base import ApiGen, Call, HandlerContext, Respond, topic_change_wait_ms
 from actors.apis.configs import handle_describe_configs  # re-exported: it used to live here
 from actors.apis.transactions import handle_init_transactional_producer
 from actors.core.topic_config import validate_topic_name
@@ -131,7 +131,9 @@ def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     if rows:
         done: CreateTopicsDone
         [done] = yield [Call(ctx.topology.controller,
-                             lambda rid: CreateTopics(rid, bool(req.validate_only), rows))]
+                             lambda rid: CreateTopics(rid, bool(req.validate_only), rows,
+                                                      int(req.timeout_ms)),
+                             max_wait_ms=topic_change_wait_ms(req.timeout_ms))]
         for row in done.rows:
             done_rows[row.name] = row
         made = [r.name for r in done.rows if r.error_code == 0]
@@ -161,7 +163,9 @@ def handle_delete_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     if names:
         done: DeleteTopicsDone
         [done] = yield [Call(ctx.topology.controller,
-                             lambda rid: DeleteTopics(rid, [DeleteTopicRow(n) for n in names]))]
+                             lambda rid: DeleteTopics(rid, [DeleteTopicRow(n) for n in names],
+                                                      int(req.timeout_ms)),
+                             max_wait_ms=topic_change_wait_ms(req.timeout_ms))]
         rows_out.update({r.name: r for r in done.rows})
         gone = [r.name for r in done.rows if r.error_code == 0]
         yield from cluster.await_topics(ctx, gone, False, int(req.timeout_ms))

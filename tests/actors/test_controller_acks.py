@@ -8,6 +8,13 @@ other threads and loops), acknowledged the new table with MetadataApplied; only 
 that never does (its process is restarting) is given up, after ACK_WAIT_NS, with a
 warning. A real Controller, PartitionShard and LogManager on a ManualClock here; recorders
 take the handlers' places, and the test says when each acknowledges.
+
+A client's request carries timeout_ms, honoured as Kafka's DelayedCreatePartitions and
+DelayedDeleteTopics do: a change not complete by then (a shard that has not opened or
+dropped the partitions, a handler that has not applied the table) is answered
+REQUEST_TIMED_OUT for the topics it changed (done all the same; rows in error keep
+theirs); timeout_ms <= 0 waits for every handler as a request without a timeout does
+(Kafka answers it at once: a deliberate difference, see actors/controller.py).
 """
 
 from __future__ import annotations
@@ -34,6 +41,9 @@ from wire.admin_messages import (
     AlterTopicConfigsDone,
     AlterTopicConfigsRow,
     ConfigOpRow,
+    CreatePartitions,
+    CreatePartitionsDone,
+    CreatePartitionsRow,
 )
 from wire.broker_messages import (
     CreateTopicRow,
@@ -47,9 +57,11 @@ from wire.broker_messages import (
     MetadataUpdate,
     Schedule,
 )
+from wire.errors import ErrorCode
 
 HANDLERS = 3
 SUBTRACT = 3
+TIMED_OUT = int(ErrorCode.REQUEST_TIMED_OUT)
 
 
 class Recorder(Actor):
@@ -59,7 +71,7 @@ class Recorder(Actor):
         self.got: list[Any] = []
 
     @handles(MetadataUpdate, CreateTopicsDone, AlterTopicConfigsDone, DeleteTopicsDone,
-             Schedule)
+             CreatePartitionsDone, Schedule)
     def on_any(self, msg: Any) -> None:
         self.got.append([type(msg).__name__, msg])
 
@@ -180,3 +192,108 @@ def test_a_handler_that_never_acknowledges_delays_the_answer_until_the_give_up(
         assert len(_got(node, client, CreateTopicsDone)) == 1
     finally:
         logger.remove(sink)
+
+
+def _ack_all(node: Node, controller: Address, handlers: list[Address], count: int) -> None:
+    for handler, update in zip(handlers, _updates(node, handlers, count), strict=True):
+        _ack(node, controller, handler, update)
+
+
+def test_a_change_not_acknowledged_within_the_request_timeout_is_answered_timed_out(
+        manual_node: Node, tmp_path: Path) -> None:
+    """CreateTopics, CreatePartitions and DeleteTopics alike: past timeout_ms (shorter
+    than the give-up), the changed topics are REQUEST_TIMED_OUT, those in error keep
+    their error, the change is made, and the late acknowledgements answer nothing."""
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    asks: list[tuple[Any, type]] = [
+        (CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {}),
+                                 CreateTopicRow("bad", 0, 1, {})], 3000), CreateTopicsDone),
+        (CreatePartitions(2, False, [CreatePartitionsRow("t", 3, None),
+                                     CreatePartitionsRow("none", 2, None)], 3000),
+         CreatePartitionsDone),
+        (DeleteTopics(3, [DeleteTopicRow("t"), DeleteTopicRow("none")], 3000),
+         DeleteTopicsDone),
+    ]
+    for count, (ask, kind) in enumerate(asks, 1):
+        node.tell(controller, ask, sender=client.name)
+        updates = _updates(node, handlers, count)
+        _ack(node, controller, handlers[0], updates[0])  # the others are slow
+        node.advance_clock(2999)
+        assert _got(node, client, kind) == [], f"{kind.__name__} answered before its timeout"
+        node.advance_clock(1)
+        [answer] = wait_for(lambda k=kind: _got(node, client, k), f"the {kind.__name__}")
+        changed, refused = answer.rows  # as lists: (name, error code, message, ...)
+        assert changed[1] == TIMED_OUT, answer
+        assert "3000" in str(changed[2])
+        assert refused[1] not in (0, TIMED_OUT), answer  # its own error
+        if kind is CreateTopicsDone:
+            assert changed[3:] == [-1, -1], "Kafka resets the counts on an error"
+        for handler, update in zip(handlers[1:], updates[1:], strict=True):
+            _ack(node, controller, handler, update)
+        node.quiesce()
+        assert len(_got(node, client, kind)) == 1, "answered twice"
+    topics = node.ask(controller, GetStats())["topics"]
+    assert "t" not in topics  # created, grown to 3, then deleted: each change was made
+    partitions = [u.topics["t"][0] for u in _updates(node, handlers, 2)]
+    assert partitions == [3] * HANDLERS
+
+
+def test_a_change_whose_shard_does_not_answer_is_answered_timed_out(
+        manual_node: Node, tmp_path: Path) -> None:
+    """The wait for the shards is bounded by timeout_ms too (a request of the broker's
+    own, with no timeout, still waits for them)."""
+    node = manual_node
+    controller, _handlers, client = _start(node, tmp_path)
+    node.stop_actor(Topology(node.name, 1, HANDLERS, 1, 1, 1).shard(0).name)
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})], 500),
+              sender=client.name)
+    node.quiesce()  # the Controller has the request (its clock starts then)
+    node.advance_clock(499)
+    assert _got(node, client, CreateTopicsDone) == []
+    node.advance_clock(1)
+    [answer] = wait_for(lambda: _got(node, client, CreateTopicsDone), "the answer")
+    assert [r[1] for r in answer.rows] == [TIMED_OUT]
+    assert "t" in node.ask(controller, GetStats())["topics"], "the change was not written"
+
+
+def test_a_zero_timeout_waits_for_every_handler_as_no_timeout_does(
+        manual_node: Node, tmp_path: Path) -> None:
+    """timeout_ms <= 0 (confluent-kafka's default): answered once every handler applied
+    the table, never REQUEST_TIMED_OUT, so the client's next read elsewhere sees it."""
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})], 0),
+              sender=client.name)
+    _updates(node, handlers, 1)
+    node.advance_clock(1_000)
+    node.quiesce()
+    assert _got(node, client, CreateTopicsDone) == [], "answered before the handlers"
+    _ack_all(node, controller, handlers, 1)
+    [answer] = wait_for(lambda: _got(node, client, CreateTopicsDone), "the answer")
+    assert [r[1] for r in answer.rows] == [0]
+    node.tell(controller, DeleteTopics(2, [DeleteTopicRow("t")], -1), sender=client.name)
+    _updates(node, handlers, 2)
+    node.quiesce()
+    assert _got(node, client, DeleteTopicsDone) == [], "answered before the handlers"
+    _ack_all(node, controller, handlers, 2)
+    [deleted] = wait_for(lambda: _got(node, client, DeleteTopicsDone), "the delete's answer")
+    assert [r[1] for r in deleted.rows] == [0]
+
+
+def test_a_timeout_longer_than_the_give_up_is_answered_at_the_give_up(
+        manual_node: Node, tmp_path: Path) -> None:
+    """A handler silent for ACK_WAIT_NS is taken as restarting (it reads the table from
+    the file): a longer timeout_ms gets the same success at the give-up."""
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    wait_ms = ACK_WAIT_NS // 1_000_000
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})],
+                                       3 * wait_ms), sender=client.name)
+    _updates(node, handlers, 1)
+    node.advance_clock(wait_ms - 1)
+    node.quiesce()
+    assert _got(node, client, CreateTopicsDone) == []
+    node.advance_clock(1)
+    [answer] = wait_for(lambda: _got(node, client, CreateTopicsDone), "the answer")
+    assert [r[1] for r in answer.rows] == [0]

@@ -50,7 +50,11 @@ from actors.log_manager import LogManager
 from actors.partition_shard import STORAGE_FAILED_MARKER, PartitionShard
 from actors.purgatory import PurgatoryShard
 from actors.replica_fetcher import fetcher_name
-from actors.replica_manager import ALTER_PARTITION_TIMEOUT_MS, ReplicaManager
+from actors.replica_manager import (
+    ALTER_PARTITION_TIMEOUT_MS,
+    LOG_DIR_EVENT_RETRY_MS,
+    ReplicaManager,
+)
 from actors.runtime.actor import Actor, handles
 from actors.runtime.config import Config
 from actors.runtime.node import Node
@@ -1592,6 +1596,42 @@ def test_a_leader_whose_fsync_failed_and_lost_acknowledged_records_leads_no_more
     added = wait_for(lambda: [a for a in _got(node, c.fetcher, "AddFetcherPartitions")
                               if a[0][0][:2] == ["c", 0]], "c-0 fetched from broker 2")
     assert added[-1][0] == [["c", 0, 2, 4]]  # from broker 2, at leader epoch 4
+
+
+def test_a_refused_storage_report_is_logged_at_the_first_second_fourth_refusal(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While no controller takes the report (NOT_CONTROLLER: none elected for a while),
+    the ReplicaManager tells it again every LOG_DIR_EVENT_RETRY_MS, and logs the refusal
+    at the 1st, 2nd, 4th, 8th... time with the count, not every 3 s; once one is taken,
+    the count starts again."""
+    node = manual_node
+    failing = _fsync_fails_and_loses_the_unsynced(monkeypatch, tmp_path, "c-0")
+    c = _cluster(node, tmp_path, [1, 2])
+    assert _append(node, c.shard, c.handler, 1, "c", [b"c1"])[1][0][2] == NONE
+    failing["armed"] = 1
+    node.tell(c.shard, Flush())
+    wait_for(lambda: node.actors[c.shard.name].crashes == 1, "the shard's restart")
+    _restored(c)
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING",
+                      filter=lambda r: "did not take the failed replicas" in r["message"])
+    try:
+        for count in range(1, 10):
+            event = _log_dir_event(c, count)
+            node.tell(c.manager, LogDirEventNotificationResponse(
+                event[0], int(ErrorCode.NOT_CONTROLLER)), sender=c.controller.name)
+            node.quiesce()
+            node.advance_clock(LOG_DIR_EVENT_RETRY_MS)
+        assert [ln.split("refused ")[-1].strip() for ln in lines] == [
+            f"{n} time(s) in a row" for n in (1, 2, 4, 8)], lines
+        assert node.ask(c.manager, GetStats())["log_dir_events_refused"] == 9
+        event = _log_dir_event(c, 10)
+        node.tell(c.manager, LogDirEventNotificationResponse(event[0], NONE),
+                  sender=c.controller.name)
+        wait_for(lambda: node.ask(c.manager, GetStats())["log_dir_events_refused"] == 0,
+                 "the count started again")
+    finally:
+        logger.remove(sink)
 
 
 def test_a_follower_whose_fsync_failed_waits_out_of_the_isr(

@@ -10,6 +10,10 @@ is told ProcessStarted(1, generation 1) and closes that request's connection; pr
 starts again as generation 1 on the same log dir, the link delivers the waiting Append,
 and the shard refuses it; the Produce the handler sent after it learnt of the restart
 (stamped with generation 1, waiting in the link as well) is written and answered.
+
+A handler that never hears of the restart learns the generation from the shard's
+refusal, which carries it every time: should one such notice be lost as well, the next
+refusal tells it again.
 """
 
 from __future__ import annotations
@@ -197,7 +201,7 @@ def test_a_handler_told_of_a_restart_gives_up_what_it_sent_before_and_stamps_wha
     assert broker.main.ask(broker.handler, GetStats())["in_flight"] == 0
 
 
-def test_a_handler_not_told_of_the_restart_learns_it_from_the_first_refusal(
+def test_a_handler_not_told_of_the_restart_learns_it_from_a_refusal(
         broker: Broker) -> None:
     """Should the notice never reach a handler, its stamps would stay old and every Append
     of it to the new process be refused. The refusal tells it the generation: the client
@@ -213,3 +217,38 @@ def test_a_handler_not_told_of_the_restart_learns_it_from_the_first_refusal(
     assert _error_code(broker.answered(2)[2]) == 0, "the handler still stamps the old one"
     assert broker.log_end() == 1, "the handler still stamps the old generation"
     assert broker.shard_stats()["stale_appends_refused"] == 1
+
+
+def test_a_handler_whose_notices_were_lost_learns_the_generation_at_the_next_refusal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ProcessStarted of the restart never came, and the one that followed the first
+    refusal is lost too (dropped here before the handler takes it): the second refusal
+    tells the generation again, and the third request is written. (A shard that told each
+    sender once left this handler refused NOT_LEADER_OR_FOLLOWER until the next
+    restart.)"""
+    real = RequestHandler.on_process_restarted
+    dropped: list[Any] = []
+
+    def lose_first(self: RequestHandler, msg: ProcessStarted) -> None:
+        if not dropped:
+            dropped.append(msg)
+            return
+        real(self, msg)
+
+    lose_first.__actorlog_handles__ = (ProcessStarted,)  # type: ignore[attr-defined]
+    # handlers are bound when an actor is made: patched before the broker starts
+    monkeypatch.setattr(RequestHandler, "on_process_restarted", lose_first)
+    broker = Broker(tmp_path)
+    try:
+        broker.start_process_1(1)
+        for conn in (1, 2):
+            broker.produce(conn, b"stale", 0, 0)
+            assert _error_code(broker.answered(conn)[2]) == 6  # NOT_LEADER_OR_FOLLOWER
+        wait_for(lambda: len(dropped) == 1, "the first notice, lost")
+        assert dropped[0].generation == 1
+        broker.produce(3, b"stale", 1, 0)
+        assert _error_code(broker.answered(3)[2]) == 0, "still stamped with the old one"
+        assert broker.log_end() == 1
+        assert broker.shard_stats()["stale_appends_refused"] == 2
+    finally:
+        broker.close()

@@ -1,0 +1,165 @@
+"""A coordinator whose request to create its log topic is lost asks again.
+
+A single node's GroupCoordinator and TransactionCoordinator ask the Controller to create
+``__consumer_offsets`` / ``__transaction_state`` before their first load. If the
+Controller crashes on that request (or its process restarts with it unread), or crashes
+after creating the topic but before answering, no answer ever comes: without a bound the
+coordinator stays "creating" and refuses every request COORDINATOR_LOAD_IN_PROGRESS for
+good. It asks again CREATE_WAIT_MS after asking; a topic the lost request did create is
+answered TOPIC_ALREADY_EXISTS the second time, which is success.
+
+Real actors on a manual clock: the Controller (crashed once by the test, then restarted
+in place by its supervisor), the coordinator, the PartitionShard that opens and serves
+the topic, its LogManager, purgatory and the Timer. Only the request handler is a
+stand-in that acknowledges every topic table the Controller sends.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.controller import Controller
+from actors.coordinator_reads import CREATE_WAIT_MS
+from actors.core.log_dir import LogDir
+from actors.core.offsets_codec import OFFSETS_TOPIC
+from actors.core.topic_store import TopicStore
+from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
+from actors.group_coordinator import GroupCoordinator
+from actors.log_manager import LogManager
+from actors.partition_shard import PartitionShard
+from actors.purgatory import PurgatoryShard
+from actors.runtime.actor import Actor, handles
+from actors.runtime.address import Address
+from actors.runtime.config import Config
+from actors.runtime.node import Node
+from actors.timer import Timer
+from actors.topology import Topology
+from actors.transaction_coordinator import TransactionCoordinator, txn_coordinator_for
+from tests.actors.test_transaction_coordinator_shell import Probe
+from tests.fixtures.crash import crash_once
+from tests.fixtures.waiting import wait_for
+from wire.broker_messages import (
+    CreateTopics,
+    GetStats,
+    MetadataApplied,
+    MetadataUpdate,
+    ShardDone,
+)
+from wire.errors import ErrorCode
+from wire.transaction_messages import InitTxnProducer
+
+LOADING = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+# where the Controller crashes: on the request itself (nothing created), or on the
+# shards' answer (the topic is created and saved, the answer is lost)
+LOSSES = [("on_create", CreateTopics), ("on_shard_done", ShardDone)]
+
+
+class AckingHandler(Actor):
+    """A request handler's place: applies (acknowledges) every topic table at once."""
+
+    @handles(MetadataUpdate)
+    def on_update(self, msg: MetadataUpdate) -> None:
+        if msg.ack_id:
+            self.reply(MetadataApplied(msg.ack_id))
+
+
+class Node1:
+    """One node's Controller, shard and coordinators' neighbours; the Controller crashes
+    once, where the test says, on the first such message."""
+
+    def __init__(self, node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                 handler: str, message: type) -> None:
+        self.node = node
+        self.config = Config({"offsets.topic.num.partitions": 2,
+                              "transaction.state.log.num.partitions": 2,
+                              "num.group.coordinators": 1, "num.partition.shards": 1,
+                              "num.io.threads": 1})
+        self.topo = Topology.from_config(node.name, self.config)
+        log_dir = LogDir.open(tmp_path / "logs")
+        self.armed = crash_once(monkeypatch, Controller, handler, message)
+        self.armed["crash"] = True
+        node.spawn(Timer, self.topo.timer.name, clock=node.clock)
+        node.spawn(LogManager, self.topo.log_manager.name, log_dir=log_dir, num_shards=1,
+                   clock=node.clock)
+        node.spawn(PurgatoryShard, self.topo.purgatory(0).name, topology=self.topo,
+                   clock=node.clock)
+        node.spawn(PartitionShard, self.topo.shard(0).name, topology=self.topo,
+                   config=self.config, log_dir=log_dir, topics={}, broker_id=1,
+                   clock=node.clock)
+        self.controller = node.spawn(Controller, self.topo.controller.name,
+                                     topology=self.topo, config=self.config,
+                                     store=TopicStore.load(tmp_path / "logs"))
+        for h in self.topo.all_handlers():
+            node.spawn(AckingHandler, h.name)
+        node.spawn(Probe, "probe")
+
+    def advance(self, ms: int) -> None:
+        self.node.clock.advance(ms)  # type: ignore[attr-defined]
+        self.node.run_turns()
+        self.node.quiesce()
+
+    def stats(self, who: Address) -> dict[str, Any]:
+        stats: dict[str, Any] = self.node.ask(who, GetStats())
+        return stats
+
+    def crashed(self) -> None:
+        wait_for(lambda: not self.armed["crash"], "the Controller's crash")
+        self.node.quiesce()
+
+    def topics(self) -> dict[str, Any]:
+        return dict(self.stats(self.controller)["topics"])
+
+
+@pytest.mark.parametrize(("handler", "message"), LOSSES, ids=["request", "answer"])
+def test_a_group_coordinator_asks_again_for_its_topic(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        handler: str, message: type) -> None:
+    n = Node1(manual_node, tmp_path, monkeypatch, handler, message)
+    coordinator = manual_node.spawn(GroupCoordinator, n.topo.coordinator(0).name,
+                                    topology=n.topo, config=n.config,
+                                    clock=manual_node.clock, wait_for_handlers=False)
+    n.crashed()
+    assert (OFFSETS_TOPIC in n.topics()) == (handler == "on_shard_done")
+    n.advance(CREATE_WAIT_MS - 1)
+    assert n.stats(coordinator)["phase"] == "creating", "asked again before the wait"
+    n.advance(1)
+    wait_for(lambda: n.stats(coordinator)["loaded"], "the load after asking again")
+    assert n.stats(coordinator)["creates_lost"] == 1
+    assert n.topics()[OFFSETS_TOPIC][0] == 2  # created once, with its two partitions
+
+
+@pytest.mark.parametrize(("handler", "message"), LOSSES, ids=["request", "answer"])
+def test_a_transaction_coordinator_asks_again_for_its_topic(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        handler: str, message: type) -> None:
+    n = Node1(manual_node, tmp_path, monkeypatch, handler, message)
+    coordinator = txn_coordinator_for(n.topo, n.config, "app")
+    manual_node.spawn(TransactionCoordinator, coordinator.name, topology=n.topo,
+                      config=n.config, index=0, clock=manual_node.clock)
+    rid = iter(range(1, 100))
+
+    def init() -> int:
+        req_id = next(rid)
+        manual_node.tell(coordinator, InitTxnProducer(req_id, "app", 60_000, -1, -1),
+                         sender="probe")
+        found = wait_for(lambda: [a for a in manual_node.ask(Address(manual_node.name, "probe"),
+                                                             GetStats()) if a[0] == req_id],
+                         f"the answer to init {req_id}")
+        assert found is not None
+        code: int = found[0][1]
+        return code
+
+    assert init() == LOADING  # the first request has the topic created
+    n.crashed()
+    n.advance(CREATE_WAIT_MS - 1)
+    assert init() == LOADING
+    assert n.stats(coordinator)["phase"] == "creating", "asked again before the wait"
+    n.advance(1)
+    wait_for(lambda: n.stats(coordinator)["loaded_partitions"] == [0, 1],
+             "the load after asking again")
+    assert init() == int(ErrorCode.NONE)
+    assert n.stats(coordinator)["creates_lost"] == 1
+    assert n.topics()[TRANSACTION_STATE_TOPIC][0] == 2

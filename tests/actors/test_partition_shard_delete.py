@@ -452,3 +452,23 @@ def test_a_delete_that_cannot_be_marked_says_so_once_and_goes_on(
         wait_for(lambda: not list(tmp_path.glob("t-0*")), "the delete done", timeout=10)
     finally:
         logger.remove(sink)
+
+
+def test_a_delete_is_done_only_once_its_record_in_the_log_dir_is_gone(
+        node: Node, tmp_path: Path, immutable: Any) -> None:
+    """The directory went, its record in the log dir cannot be removed yet: a namesake
+    is not opened meanwhile (the next start would delete its directory as the deleted
+    one's), and is once the record goes."""
+    shard, handler = _shard(node, tmp_path)
+    immutable(tmp_path / "t-0")
+    _ask(node, shard, handler, DropPartitions(2, [TopicPartition("t", 0)]))
+    [record] = _records(tmp_path)
+    immutable(tmp_path / record)
+    immutable(tmp_path / "t-0", False)
+    wait_for(lambda: not (tmp_path / "t-0").exists(), "the directory gone", timeout=10)
+    again = _ask(node, shard, handler, OpenPartitions(3, [OpenPartitionRow("t", 0, {})]))
+    assert again[2] == [["t", 0]], "a namesake opened while the record is there"
+    assert _stats(node, shard)["undeleted"] == 1
+    immutable(tmp_path / record, False)
+    wait_for(lambda: "t-0" in _partitions(node, shard), "the namesake opened", timeout=10)
+    assert _records(tmp_path) == [] and _partitions(node, shard)["t-0"] == [0, 0, 0]

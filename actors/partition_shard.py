@@ -641,10 +641,11 @@ class PartitionShard(Actor):
         try:
             self.log_dir.clear_delete_record(topic, partition)
         except OSError as exc:
+            # warned of once, then with the housekeeping's other failed tries
+            say = self.log.debug if key in self.undeleted else self.log.warning
             self.undeleted.add(key)
-            self.log.warning("deleted {}-{}{}; its delete record could not be removed yet "
-                             "({}): no namesake is opened before it is", topic, partition,
-                             how, exc)
+            say("deleted {}-{}{}; its delete record could not be removed yet ({}): no "
+                "namesake is opened before it is", topic, partition, how, exc)
             return False
         self.undeleted.discard(key)
         self.delete_unmarked.discard(key)

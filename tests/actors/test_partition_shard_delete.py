@@ -58,6 +58,7 @@ from wire.broker_messages import (
     TopicPartition,
     WatchPartition,
 )
+from wire.cluster_messages import BecameLeaderOrFollower, BecomeLeaderOrFollower, ReplicaStateRow
 from wire.errors import ErrorCode
 
 NONE = int(ErrorCode.NONE)
@@ -67,7 +68,7 @@ class Recorder(Actor):
     def setup(self) -> None:
         self.got: list[Any] = []
 
-    @handles(AppendDone, ShardDone)
+    @handles(AppendDone, ShardDone, BecameLeaderOrFollower)
     def on_any(self, msg: Any) -> None:
         self.got.append([type(msg).__name__, msg])
 
@@ -472,3 +473,35 @@ def test_a_delete_is_done_only_once_its_record_in_the_log_dir_is_gone(
     immutable(tmp_path / record, False)
     wait_for(lambda: "t-0" in _partitions(node, shard), "the namesake opened", timeout=10)
     assert _records(tmp_path) == [] and _partitions(node, shard)["t-0"] == [0, 0, 0]
+
+
+def test_a_role_given_after_a_restart_does_not_open_the_deleted_directory(
+        node: Node, tmp_path: Path, immutable: Any) -> None:
+    """A cluster's node: the controller gives a namesake's role (LeaderAndIsr) to the
+    restarted process while the deleted directory is still there: refused
+    (KAFKA_STORAGE_ERROR, the controller sends it again), and taken on an empty log
+    once the directory is gone."""
+    shard, handler = _shard(node, tmp_path)
+    immutable(tmp_path / "t-0")
+    _ask(node, shard, handler, DropPartitions(2, [TopicPartition("t", 0)]))
+    shard = _restart(node, tmp_path, {}, "process")
+    role = ReplicaStateRow("t", 0, 1, 5, [1], [1], 5, True, {})
+
+    def answers(req_id: int) -> list[list[Any]]:
+        return [list(d[1]) for d in _got(node, handler, "BecameLeaderOrFollower")
+                if d[0] == req_id]
+
+    def become(req_id: int) -> list[list[Any]]:
+        node.tell(shard, BecomeLeaderOrFollower(req_id, [role]), sender=handler.name)
+        [done] = wait_for(lambda: answers(req_id), f"the answer to role {req_id}")
+        return done
+
+    node.tell(shard, BecomeLeaderOrFollower(10, [role]), sender=handler.name)
+    # (opened, the deleted directory's log may also crash the shard: it refuses writes)
+    wait_for(lambda: answers(10) or "t-0" in _partitions(node, shard), "the role applied")
+    assert "t-0" not in _partitions(node, shard), "the deleted data was opened"
+    assert answers(10) == [[["t", 0, int(ErrorCode.KAFKA_STORAGE_ERROR)]]]
+    immutable(tmp_path / "t-0", False)
+    wait_for(lambda: not (tmp_path / "t-0").exists(), "the deleted directory gone", timeout=10)
+    assert become(11) == [["t", 0, NONE]]
+    assert _partitions(node, shard)["t-0"] == [0, 0, 0], "the namesake starts empty"

@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 from loguru import logger
 
+import actors.core.log_dir as log_dir_module
 from actors.core.log_dir import DELETE_PENDING_MARKER, DELETE_RECORD_PREFIX, LogDir
 from actors.core.partition_log import PartitionLog
 from actors.core.partition_state import PartitionState
@@ -505,3 +506,22 @@ def test_a_role_given_after_a_restart_does_not_open_the_deleted_directory(
     wait_for(lambda: not (tmp_path / "t-0").exists(), "the deleted directory gone", timeout=10)
     assert become(11) == [["t", 0, NONE]]
     assert _partitions(node, shard)["t-0"] == [0, 0, 0], "the namesake starts empty"
+
+
+def test_a_clean_delete_costs_one_small_file_write(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rename works: the marker in the directory is the one extra write (it goes
+    with the directory), and no record is written in the log dir."""
+    shard, handler = _shard(node, tmp_path)
+    written: list[Path] = []
+    real = log_dir_module.write_atomically
+
+    def counted(path: Path, data: bytes) -> None:
+        written.append(path)
+        real(path, data)
+
+    monkeypatch.setattr(log_dir_module, "write_atomically", counted)
+    done = _ask(node, shard, handler, DropPartitions(2, [TopicPartition("t", 0)]))
+    assert done[1:] == ["", []], done
+    assert written == [tmp_path / "t-0" / DELETE_PENDING_MARKER]
+    assert not list(tmp_path.glob("t-0*")) and _records(tmp_path) == []

@@ -280,7 +280,12 @@ def _log_deletes_at_open(log_dir: LogDir, data_dir: Path) -> None:
         logger.warning("{}-{} was deleted and its directory still cannot be set aside ({}): "
                        "it is not opened, and its shard tries again", topic, partition, why)
     for name in found.damaged:
-        logger.error("{} in {} names no partition (damaged): left as it is", name, data_dir)
+        logger.error("{} in {} is not a pending delete this broker recorded (damaged, or "
+                     "not under its own name): left as it is", name, data_dir)
+    if found.checkpoint_error is not None:
+        logger.error("the checkpoints of {} could not be written without the partitions "
+                     "deleted at start ({}); their offsets are not used", data_dir,
+                     found.checkpoint_error)
 
 
 def read_meta(data_dir: Path, broker_id: int) -> str | None:

@@ -213,7 +213,7 @@ class PartitionShard(Actor):
         self._wall_ns = clock.wall_ns
         self.topology = topology
         self.config = config
-        self.log_dir = log_dir  # a snapshot of the checkpoints read at start; read-only
+        self.log_dir = log_dir  # the checkpoints read at start; written: delete markers only
         self.initial_topics = topics
         self.broker_id = broker_id
         self.index = int(name.rsplit("-", 1)[1])

@@ -83,6 +83,9 @@ class DeletesAtOpen:
         self.pending: dict[TopicPartition, str] = {}
         # records that name no partition (``delete-pending.*`` files damaged): kept
         self.damaged: list[str] = []
+        # the checkpoints could not be written without the completed deletes (their
+        # offsets are skipped all the same: the shards' ``dropped``), or None
+        self.checkpoint_error: str | None = None
 
 
 def _scan_pending_deletes(path: Path, found: DeletesAtOpen) -> set[TopicPartition]:
@@ -98,10 +101,13 @@ def _scan_pending_deletes(path: Path, found: DeletesAtOpen) -> set[TopicPartitio
         if name.startswith(DELETE_RECORD_PREFIX) and not name.endswith(TMP_SUFFIX) \
                 and not full.is_dir():
             try:
-                named = parse_partition_dir_name(full.read_text().strip())
+                text = full.read_bytes().decode().strip()
             except (OSError, UnicodeDecodeError):
-                named = None
-            if named is None:
+                text = ""
+            named = None if "/" in text else parse_partition_dir_name(text)
+            # A record is taken only under its own name: one whose content another name
+            # hashes to (damaged, or copied by hand) could name a live partition.
+            if named is None or delete_record_name(*named) != name:
                 found.damaged.append(name)
             else:
                 pending.add(named)
@@ -126,6 +132,8 @@ class LogDir:
         # deleted partitions whose directory (or record) is still there: no log opens them
         self.pending_deletes: set[TopicPartition] = set()
         self.deletes_at_open = DeletesAtOpen()
+        # records unlinked whose directory fsync has not succeeded yet
+        self._unsynced_records: set[TopicPartition] = set()
 
     @classmethod
     def open(cls, path: Path) -> LogDir:
@@ -139,6 +147,8 @@ class LogDir:
         for name in os.listdir(path):
             if name.endswith(DELETE_SUFFIX) and (path / name).is_dir():
                 shutil.rmtree(path / name, ignore_errors=True)
+            elif name.startswith(DELETE_RECORD_PREFIX) and name.endswith(TMP_SUFFIX):
+                (path / name).unlink(missing_ok=True)  # a record whose write failed
         log_dir.high_watermarks = read_offset_checkpoint(path / REPLICATION_OFFSET_CHECKPOINT)
         log_dir.recovery_points = read_offset_checkpoint(
             path / RECOVERY_POINT_OFFSET_CHECKPOINT)
@@ -155,9 +165,10 @@ class LogDir:
     def read_only(cls, path: Path, had_clean_shutdown: bool) -> LogDir:
         """The checkpoints as they are on disk, for a process that does not own the dir.
 
-        num.processes > 1: processes 1.. open their shards' logs from this. Nothing is
-        written, created or removed (process 0 opened the dir, holds its lock and
-        removed the marker already), so ``had_clean_shutdown`` comes from process 0
+        num.processes > 1: processes 1.. open their shards' logs from this. Opening it
+        writes, creates or removes nothing (process 0 opened the dir, holds its lock and
+        removed the marker already; a shard of this process writes only its own
+        partitions' delete markers through it), so ``had_clean_shutdown`` comes from process 0
         (False for a process restarted after it died: its logs are recovered).
         """
         log_dir = cls(path)
@@ -185,7 +196,10 @@ class LogDir:
             self.forget(topic, partition)
             found.completed.append((topic, partition))
         if found.completed:
-            self.checkpoint([])
+            try:
+                self.checkpoint([])
+            except OSError as exc:  # the disk that failed the deletes: start all the same
+                found.checkpoint_error = str(exc)
 
     def mark_delete_pending(self, topic: str, partition: int) -> bool:
         """Make a partition's delete durable before its directory is renamed aside: the
@@ -219,10 +233,13 @@ class LogDir:
     def clear_delete_record(self, topic: str, partition: int) -> None:
         """Remove the partition's record, if there is one; raises OSError if it stays."""
         record = self.path / delete_record_name(topic, partition)
-        if not os.path.lexists(record):
-            return
-        record.unlink(missing_ok=True)
-        fsync_dir(self.path)
+        key = (topic, partition)
+        if os.path.lexists(record):
+            self._unsynced_records.add(key)
+            record.unlink(missing_ok=True)
+        if key in self._unsynced_records:  # gone, but perhaps not durably yet: a
+            fsync_dir(self.path)  # power loss must not bring it back over a namesake
+            self._unsynced_records.discard(key)
 
     def partitions(self) -> list[TopicPartition]:
         """The partitions that have a directory here, sorted (not those deleted, still

@@ -106,6 +106,46 @@ def test_a_damaged_record_is_reported_and_kept(tmp_path: Path) -> None:
     assert log_dir.partitions() == [("t", 0), ("u", 0)]
 
 
+def test_a_record_not_under_its_own_name_deletes_nothing(tmp_path: Path) -> None:
+    """A record is taken only under the name its content hashes to: a copy (or a
+    damaged one) naming a live partition, or a path out of the log dir, is kept and
+    reported, and the partition it names is left alone."""
+    path = _data_dir(tmp_path)
+    (path / delete_record_name("gone", 3)).write_text("t-0\n")
+    (path / delete_record_name("../x", 0)).write_text("../x-0\n")
+    log_dir = LogDir.open(path)
+    assert sorted(log_dir.deletes_at_open.damaged) == sorted(
+        [delete_record_name("gone", 3), delete_record_name("../x", 0)])
+    assert log_dir.partitions() == [("t", 0), ("u", 0)]
+    assert (path / "t-0").is_dir() and log_dir.deletes_at_open.completed == []
+
+
+def test_a_record_unlinked_but_not_synced_is_synced_before_the_delete_is_done(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record's unlink went through and the directory's fsync failed: the next try
+    finds no record, and must still sync the directory before saying the delete is
+    done (a power loss would bring the record back, over a namesake's directory)."""
+    import actors.core.log_dir as log_dir_module
+
+    path = _data_dir(tmp_path)
+    log_dir = LogDir.open(path)
+    (path / delete_record_name("t", 0)).write_text("t-0\n")
+    synced: list[Path] = []
+
+    def failing(p: Path) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(log_dir_module, "fsync_dir", failing)
+    with pytest.raises(OSError):
+        log_dir.clear_delete_record("t", 0)
+    assert not (path / delete_record_name("t", 0)).exists()
+    monkeypatch.setattr(log_dir_module, "fsync_dir", synced.append)
+    log_dir.clear_delete_record("t", 0)
+    assert synced == [path], "done without the directory synced"
+    log_dir.clear_delete_record("t", 0)
+    assert synced == [path], "a clean delete path syncs again"
+
+
 def test_a_marked_directory_that_cannot_be_set_aside_stays_pending(
         tmp_path: Path, immutable: Callable[[Path, bool], None]) -> None:
     path = _data_dir(tmp_path)

@@ -269,6 +269,25 @@ def new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
+def _log_deletes_at_open(log_dir: LogDir, data_dir: Path) -> None:
+    """Say what the log dir did at start with the deletes an earlier run left pending."""
+    found = log_dir.deletes_at_open
+    if found.completed:
+        logger.info("completed the delete of {} partition(s) left pending in {}: {}",
+                    len(found.completed), data_dir,
+                    ", ".join(f"{t}-{p}" for t, p in found.completed))
+    for (topic, partition), why in sorted(found.pending.items()):
+        logger.warning("{}-{} was deleted and its directory still cannot be set aside ({}): "
+                       "it is not opened, and its shard tries again", topic, partition, why)
+    for name in found.damaged:
+        logger.error("{} in {} is not a pending delete this broker recorded (damaged, or "
+                     "not under its own name): left as it is", name, data_dir)
+    if found.checkpoint_error is not None:
+        logger.error("the checkpoints of {} could not be written without the partitions "
+                     "deleted at start ({}); their offsets are not used", data_dir,
+                     found.checkpoint_error)
+
+
 def read_meta(data_dir: Path, broker_id: int) -> str | None:
     """The cluster id in the log dir's meta.properties (None when there is none yet)."""
     path = data_dir / "meta.properties"
@@ -415,6 +434,7 @@ class Broker:
         except RuntimeError as exc:
             raise BrokerError(str(exc)) from None
         log_dir = LogDir.open(data_dir)
+        _log_deletes_at_open(log_dir, data_dir)
         if not log_dir.had_clean_shutdown and log_dir.partitions():
             logger.warning("no clean-shutdown marker in {}: logs past their recovery point "
                            "will be scanned", data_dir)

@@ -210,7 +210,7 @@ class PartitionShard(Actor):
         self._wall_ns = clock.wall_ns
         self.topology = topology
         self.config = config
-        self.log_dir = log_dir  # a snapshot of the checkpoints read at start; read-only
+        self.log_dir = log_dir  # the checkpoints read at start; written: delete markers only
         self.initial_topics = topics
         self.broker_id = broker_id
         self.index = int(name.rsplit("-", 1)[1])
@@ -223,8 +223,14 @@ class PartitionShard(Actor):
         self.dropped: set[tuple[str, int]] = set()
         # Deleted partitions whose directory could not be set aside (renamed): no longer
         # served nor hosted, tried again by the housekeeping, and no namesake opens the
-        # directory meanwhile. And set-aside directories whose removal failed.
-        self.undeleted: set[tuple[str, int]] = set()
+        # directory meanwhile. And set-aside directories whose removal failed. A delete is
+        # marked on disk before its rename (LogDir.mark_delete_pending): those an earlier
+        # process of this node left pending, and the log dir could not complete at start,
+        # are this shard's undeleted ones from the start.
+        self.undeleted: set[tuple[str, int]] = {
+            key for key in log_dir.pending_deletes if topology.shard_for(*key) == self.address}
+        # partitions whose delete could not be marked on disk, said so once (at error)
+        self.delete_unmarked: set[tuple[str, int]] = set()
         self.set_aside_left: list[Path] = []
         # A namesake of an undeleted partition that OpenPartitions (a topic created on a
         # single node) asked for: its configs; opened as soon as the directory goes.
@@ -279,8 +285,15 @@ class PartitionShard(Actor):
         else:
             for topic, entry in self.initial_topics.items():
                 for p in range(entry.num_partitions):
-                    if self.topology.shard_for(topic, p) == self.address:
+                    if self.topology.shard_for(topic, p) != self.address:
+                        continue
+                    try:
                         self._open(topic, p, entry.configs, now)
+                    except NotDeletedYetError as exc:
+                        # a namesake created while its deleted predecessor's directory
+                        # could not go, in an earlier process: opened once it does
+                        self.open_later[(topic, p)] = dict(entry.configs)
+                        self.log.warning("{}; it is opened once that is done", exc)
         self.next_housekeeping_ms = now + 1000
         self.last_checkpoint_ms = now
         self.last_hw_checkpoint_ms = now
@@ -560,6 +573,7 @@ class PartitionShard(Actor):
         self.roles_given.discard(key)
         self.open_later.pop(key, None)  # a namesake created meanwhile is deleted too
         state = self.partitions.pop(key, None)
+        self._mark_deleting(topic, partition)
         try:
             if state is None:
                 # not open (a cluster's process opens nothing at start; a reopen
@@ -589,6 +603,20 @@ class PartitionShard(Actor):
             raise
         self._deleted(topic, partition, left, "" if state is not None else " (not open)")
 
+    def _mark_deleting(self, topic: str, partition: int) -> None:
+        """Mark the delete on disk before the directory is renamed aside: if the rename
+        fails, a restart of this process must not open the directory again as a live
+        partition (LogDir.open completes the delete, or leaves it pending). If not even
+        the mark can be written, it is said once, and the delete goes on unmarked."""
+        try:
+            self.log_dir.mark_delete_pending(topic, partition)
+        except OSError as exc:
+            if (topic, partition) not in self.delete_unmarked:
+                self.delete_unmarked.add((topic, partition))
+                self.log.error("{}-{}: its delete could not be marked on disk ({}): should "
+                               "its directory not be set aside either, a restart of this "
+                               "process would open it again", topic, partition, exc)
+
     def _set_aside(self, topic: str, partition: int) -> Path | None:
         """Set aside and remove a partition's directory that no log has open; the
         set-aside directory if its removal failed."""
@@ -598,17 +626,32 @@ class PartitionShard(Actor):
         aside = set_aside(path)
         return None if remove_set_aside(aside) else aside
 
-    def _deleted(self, topic: str, partition: int, left: Path | None, how: str) -> None:
+    def _deleted(self, topic: str, partition: int, left: Path | None, how: str) -> bool:
+        """The directory is gone (set aside): the delete is done once its record in the
+        log dir (if the mark went there) is gone too; until then it stays undeleted (no
+        namesake opens: a restart would delete the namesake's directory). Whether done."""
         key = (topic, partition)
-        self.undeleted.discard(key)
         if key in self.log_dir.recovery_points or key in self.log_dir.high_watermarks:
             self.dropped.add(key)  # only start-up offsets can be a namesake's
         if left is not None:
             self.set_aside_left.append(left)
+        try:
+            self.log_dir.clear_delete_record(topic, partition)
+        except OSError as exc:
+            # warned of once, then with the housekeeping's other failed tries
+            say = self.log.debug if key in self.undeleted else self.log.warning
+            self.undeleted.add(key)
+            say("deleted {}-{}{}; its delete record could not be removed yet ({}): no "
+                "namesake is opened before it is", topic, partition, how, exc)
+            return False
+        self.undeleted.discard(key)
+        self.delete_unmarked.discard(key)
+        if left is not None:
             self.log.warning("deleted {}-{}{}; its set-aside directory {} could not be "
                              "removed yet", topic, partition, how, left.name)
         else:
             self.log.info("deleted {}-{}{}", topic, partition, how)
+        return True
 
     def _delete_again(self, topic: str, partition: int) -> bool:
         """Try again to set aside the directory of an undeleted partition."""
@@ -618,7 +661,8 @@ class PartitionShard(Actor):
             self.log.debug("{}-{}: its directory still cannot be set aside: {}", topic,
                            partition, exc)
             return False
-        self._deleted(topic, partition, left, " (its delete had failed)")
+        if not self._deleted(topic, partition, left, " (its delete had failed)"):
+            return False
         self.tell(self.topology.log_manager, CheckpointOffsets(
             self.name, False, [], [TopicPartition(topic, partition)]))
         return True

@@ -8,6 +8,13 @@ can be done the directory goes. When only the removal of the renamed directory
 fails, the delete is done (nothing opens a ``-delete`` directory), the shard
 removes it later, and it is in the way of no later delete of the name.
 
+The delete is marked on disk before the rename (in the directory, or in the log dir
+when the directory refuses it): a restart of the shard's process (a new shard over
+the same dir, opened as a broker's start or a restarted process's) with the rename
+still failing serves none of the deleted data, a namesake created meanwhile opens
+empty once the directory goes, and the mark alone on a healthy directory completes
+the delete at start.
+
 The failures are real where they can be: an immutable inode (``chattr +i``, which
 root obeys too) cannot be renamed or unlinked; each test also runs with the same
 failures injected at the system calls (tests/fixtures/immutable.py), which work
@@ -24,7 +31,8 @@ from typing import Any
 import pytest
 from loguru import logger
 
-from actors.core.log_dir import LogDir
+import actors.core.log_dir as log_dir_module
+from actors.core.log_dir import DELETE_PENDING_MARKER, DELETE_RECORD_PREFIX, LogDir
 from actors.core.partition_log import PartitionLog
 from actors.core.partition_state import PartitionState
 from actors.core.record_batch import build_batch
@@ -51,6 +59,7 @@ from wire.broker_messages import (
     TopicPartition,
     WatchPartition,
 )
+from wire.cluster_messages import BecameLeaderOrFollower, BecomeLeaderOrFollower, ReplicaStateRow
 from wire.errors import ErrorCode
 
 NONE = int(ErrorCode.NONE)
@@ -60,7 +69,7 @@ class Recorder(Actor):
     def setup(self) -> None:
         self.got: list[Any] = []
 
-    @handles(AppendDone, ShardDone)
+    @handles(AppendDone, ShardDone, BecameLeaderOrFollower)
     def on_any(self, msg: Any) -> None:
         self.got.append([type(msg).__name__, msg])
 
@@ -318,3 +327,201 @@ def test_a_partition_opened_again_has_its_refusals_warned_of_again(
         assert warned() == 2, lines
     finally:
         logger.remove(sink)
+
+
+def _restart(node: Node, tmp_path: Path, topics: dict[str, TopicEntry], how: str) -> Any:
+    """The shard's process restarts over the same dir, with its memory gone: a new shard
+    in its place, given the topics the store holds then. ``broker``: the whole broker
+    restarts (a new LogManager, LogDir.open); ``process``: the shard's process alone
+    (num.processes > 1: LogDir.read_only, the LogManager of process 0 runs on)."""
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    assert node.stop_actor(topo.shard(0).name)
+    if how == "broker":
+        assert node.stop_actor(topo.log_manager.name)
+        log_dir = LogDir.open(tmp_path)
+        node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1,
+                   clock=node.clock)
+    else:
+        log_dir = LogDir.read_only(tmp_path, False)
+    return node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=Config(),
+                      log_dir=log_dir, topics=topics, broker_id=1, clock=node.clock)
+
+
+def _records(tmp_path: Path) -> list[str]:
+    return [p.name for p in tmp_path.glob(DELETE_RECORD_PREFIX + "*")]
+
+
+@pytest.mark.parametrize("how", ["broker", "process"])
+def test_a_delete_whose_rename_fails_stays_a_delete_across_a_restart(
+        node: Node, tmp_path: Path, immutable: Any, how: str) -> None:
+    """(a) The rename fails (the directory refuses the mark too: it goes to the log dir),
+    the process restarts with it still failing: the partition is not served, its
+    directory is known as undeleted and tried again, and goes once it can."""
+    shard, handler = _shard(node, tmp_path)
+    immutable(tmp_path / "t-0")
+    done = _ask(node, shard, handler, DropPartitions(2, [TopicPartition("t", 0)]))
+    assert done[2] == [["t", 0]], done
+    shard = _restart(node, tmp_path, {}, how)
+    stats = _stats(node, shard)
+    assert "t-0" not in dict(stats["partitions"]), "a deleted partition is served"
+    assert stats["undeleted"] == 1, "the restarted shard forgot the pending delete"
+    assert len(_records(tmp_path)) == 1, "the mark is not in the log dir"
+    # asked for it (a namesake's OpenPartitions), it does not open the deleted data
+    again = _ask(node, shard, handler, OpenPartitions(3, [OpenPartitionRow("t", 0, {})]))
+    assert again[2] == [["t", 0]], again
+    dropped = _ask(node, shard, handler, DropPartitions(4, [TopicPartition("t", 0)]))
+    assert dropped[2] == [["t", 0]], dropped
+    immutable(tmp_path / "t-0", False)
+    wait_for(lambda: not list(tmp_path.glob("t-0*")), "the deleted directory gone", timeout=10)
+    wait_for(lambda: _stats(node, shard)["undeleted"] == 0, "the delete done", timeout=10)
+    assert _records(tmp_path) == []
+    assert "t-0" not in _partitions(node, shard)
+
+
+@pytest.mark.parametrize("how", ["broker", "process"])
+def test_a_namesake_created_during_a_failed_delete_opens_empty_after_a_restart(
+        node: Node, tmp_path: Path, immutable: Any, how: str) -> None:
+    """(b) A namesake created while the deleted one's directory could not go (its topic is
+    in the store at the restart): the restarted shard does not open it on the deleted
+    one's directory, and opens it empty once that goes."""
+    shard, handler = _shard(node, tmp_path)
+    immutable(tmp_path / "t-0")
+    _ask(node, shard, handler, DropPartitions(2, [TopicPartition("t", 0)]))
+    again = _ask(node, shard, handler, OpenPartitions(3, [OpenPartitionRow("t", 0, {})]))
+    assert again[2] == [["t", 0]], again
+    shard = _restart(node, tmp_path, {"t": TopicEntry(1, {"retention.ms": "12345"})}, how)
+    assert "t-0" not in _partitions(node, shard), "the namesake opened the deleted data"
+    immutable(tmp_path / "t-0", False)
+    wait_for(lambda: "t-0" in _partitions(node, shard), "the namesake opened", timeout=10)
+    assert _partitions(node, shard)["t-0"] == [0, 0, 0], "the namesake starts empty"
+    assert node.actors[shard.name].partitions[("t", 0)].log.config.retention_ms == 12345
+    assert _records(tmp_path) == []
+    assert [p.name for p in tmp_path.glob("t-0*")] == ["t-0"]
+    assert not (tmp_path / "t-0" / DELETE_PENDING_MARKER).exists()
+    node.tell(shard, Append(5, 1, 30_000, [AppendRow("t", 0, build_batch([b"new"]))]),
+              sender=handler.name)
+    [done] = wait_for(lambda: [d for d in _got(node, handler, "AppendDone") if d[0] == 5],
+                      "the namesake's append answered")
+    assert [row[2:4] for row in done[1]] == [[NONE, 0]], done
+
+
+@pytest.mark.parametrize("how", ["broker", "process"])
+def test_the_mark_alone_on_a_healthy_directory_completes_the_delete_at_start(
+        node: Node, tmp_path: Path, how: str) -> None:
+    """(c) The process died between the mark and the rename: the next start deletes the
+    directory, and a namesake in the store opens empty."""
+    shard, _handler = _shard(node, tmp_path)
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    assert node.stop_actor(topo.shard(0).name)
+    (tmp_path / "t-0" / DELETE_PENDING_MARKER).write_bytes(b"")
+    shard = _restart(node, tmp_path, {"t": TopicEntry(1, {})}, how)
+    assert _partitions(node, shard)["t-0"] == [0, 0, 0], "the deleted data was opened"
+    assert not (tmp_path / "t-0" / DELETE_PENDING_MARKER).exists()
+    assert [p.name for p in tmp_path.glob("t-0*")] == ["t-0"]
+
+
+def test_a_delete_marked_in_its_directory_survives_a_restart_whose_rename_fails(
+        node: Node, tmp_path: Path, immutable: Any) -> None:
+    """The log dir refuses renames (the directory itself takes the mark): the restarted
+    process does not open the directory, and deletes it once the log dir allows."""
+    shard, handler = _shard(node, tmp_path)
+    immutable(tmp_path)
+    done = _ask(node, shard, handler, DropPartitions(2, [TopicPartition("t", 0)]))
+    assert done[2] == [["t", 0]], done
+    shard = _restart(node, tmp_path, {"t": TopicEntry(1, {})}, "process")
+    assert "t-0" not in _partitions(node, shard), "the deleted data was opened"
+    assert (tmp_path / "t-0" / DELETE_PENDING_MARKER).exists()
+    immutable(tmp_path, False)
+    wait_for(lambda: "t-0" in _partitions(node, shard), "the namesake opened", timeout=10)
+    assert _partitions(node, shard)["t-0"] == [0, 0, 0], "the namesake starts empty"
+
+
+def test_a_delete_that_cannot_be_marked_says_so_once_and_goes_on(
+        node: Node, tmp_path: Path, immutable: Any) -> None:
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="ERROR")
+    try:
+        shard, handler = _shard(node, tmp_path)
+        immutable(tmp_path / "t-0")
+        immutable(tmp_path)
+        for req_id in (2, 3):
+            done = _ask(node, shard, handler, DropPartitions(req_id, [TopicPartition("t", 0)]))
+            assert done[2] == [["t", 0]], done
+        assert len([line for line in lines if "could not be marked" in line]) == 1, lines
+        assert _stats(node, shard)["undeleted"] == 1
+        immutable(tmp_path / "t-0", False)
+        immutable(tmp_path, False)
+        wait_for(lambda: not list(tmp_path.glob("t-0*")), "the delete done", timeout=10)
+    finally:
+        logger.remove(sink)
+
+
+def test_a_delete_is_done_only_once_its_record_in_the_log_dir_is_gone(
+        node: Node, tmp_path: Path, immutable: Any) -> None:
+    """The directory went, its record in the log dir cannot be removed yet: a namesake
+    is not opened meanwhile (the next start would delete its directory as the deleted
+    one's), and is once the record goes."""
+    shard, handler = _shard(node, tmp_path)
+    immutable(tmp_path / "t-0")
+    _ask(node, shard, handler, DropPartitions(2, [TopicPartition("t", 0)]))
+    [record] = _records(tmp_path)
+    immutable(tmp_path / record)
+    immutable(tmp_path / "t-0", False)
+    wait_for(lambda: not (tmp_path / "t-0").exists(), "the directory gone", timeout=10)
+    again = _ask(node, shard, handler, OpenPartitions(3, [OpenPartitionRow("t", 0, {})]))
+    assert again[2] == [["t", 0]], "a namesake opened while the record is there"
+    assert _stats(node, shard)["undeleted"] == 1
+    immutable(tmp_path / record, False)
+    wait_for(lambda: "t-0" in _partitions(node, shard), "the namesake opened", timeout=10)
+    assert _records(tmp_path) == [] and _partitions(node, shard)["t-0"] == [0, 0, 0]
+
+
+def test_a_role_given_after_a_restart_does_not_open_the_deleted_directory(
+        node: Node, tmp_path: Path, immutable: Any) -> None:
+    """A cluster's node: the controller gives a namesake's role (LeaderAndIsr) to the
+    restarted process while the deleted directory is still there: refused
+    (KAFKA_STORAGE_ERROR, the controller sends it again), and taken on an empty log
+    once the directory is gone."""
+    shard, handler = _shard(node, tmp_path)
+    immutable(tmp_path / "t-0")
+    _ask(node, shard, handler, DropPartitions(2, [TopicPartition("t", 0)]))
+    shard = _restart(node, tmp_path, {}, "process")
+    role = ReplicaStateRow("t", 0, 1, 5, [1], [1], 5, True, {})
+
+    def answers(req_id: int) -> list[list[Any]]:
+        return [list(d[1]) for d in _got(node, handler, "BecameLeaderOrFollower")
+                if d[0] == req_id]
+
+    def become(req_id: int) -> list[list[Any]]:
+        node.tell(shard, BecomeLeaderOrFollower(req_id, [role]), sender=handler.name)
+        [done] = wait_for(lambda: answers(req_id), f"the answer to role {req_id}")
+        return done
+
+    node.tell(shard, BecomeLeaderOrFollower(10, [role]), sender=handler.name)
+    # (opened, the deleted directory's log may also crash the shard: it refuses writes)
+    wait_for(lambda: answers(10) or "t-0" in _partitions(node, shard), "the role applied")
+    assert "t-0" not in _partitions(node, shard), "the deleted data was opened"
+    assert answers(10) == [[["t", 0, int(ErrorCode.KAFKA_STORAGE_ERROR)]]]
+    immutable(tmp_path / "t-0", False)
+    wait_for(lambda: not (tmp_path / "t-0").exists(), "the deleted directory gone", timeout=10)
+    assert become(11) == [["t", 0, NONE]]
+    assert _partitions(node, shard)["t-0"] == [0, 0, 0], "the namesake starts empty"
+
+
+def test_a_clean_delete_costs_one_small_file_write(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rename works: the marker in the directory is the one extra write (it goes
+    with the directory), and no record is written in the log dir."""
+    shard, handler = _shard(node, tmp_path)
+    written: list[Path] = []
+    real = log_dir_module.write_atomically
+
+    def counted(path: Path, data: bytes) -> None:
+        written.append(path)
+        real(path, data)
+
+    monkeypatch.setattr(log_dir_module, "write_atomically", counted)
+    done = _ask(node, shard, handler, DropPartitions(2, [TopicPartition("t", 0)]))
+    assert done[1:] == ["", []], done
+    assert written == [tmp_path / "t-0" / DELETE_PENDING_MARKER]
+    assert not list(tmp_path.glob("t-0*")) and _records(tmp_path) == []

@@ -4,11 +4,14 @@ kill -9 in the middle of a stream of acks=1 produces: everything the broker
 acknowledged is there after a restart on the same data dir, at the offsets
 it acknowledged, in order and without duplicates. A SIGTERM stop writes the
 clean-shutdown marker and the restart serves every record without recovery.
+A deleted topic whose directory cannot be renamed aside (``chattr +i``) stays deleted
+across a restart: its records are not served, and a namesake starts empty.
 """
 
 from __future__ import annotations
 
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.broker.rawclient import (
+    DELETE_TOPICS,
     PRODUCE,
     RawClient,
     produce_values,
@@ -23,6 +27,8 @@ from tests.broker.rawclient import (
     record_batch,
 )
 from tests.fixtures.broker import BrokerProcess
+from tests.fixtures.immutable import chattr_works
+from tests.fixtures.waiting import wait_for
 
 PARTITIONS = 3
 PER_BATCH = 20
@@ -276,3 +282,42 @@ def test_sigterm_during_a_produce_stream(fresh_broker: BrokerProcess,
         for q, base, _first in stream.acked:
             if q == p:
                 assert len(rows) >= base + PER_BATCH
+
+
+def test_a_deleted_topic_whose_directory_cannot_go_stays_deleted_across_a_restart(
+        fresh_broker: BrokerProcess, restarted: list[BrokerProcess]) -> None:
+    data = fresh_broker.data_dir
+    if not chattr_works(data):
+        pytest.skip("chattr +i cannot be set here: the broker's rename cannot be made to fail")
+    topic = "gone"
+    with RawClient(fresh_broker.port) as client:
+        assert client.create_topic(topic, 1) == 0
+        assert client.produce(topic, 0, record_batch([(None, b"old")] * 5)).error_code == 0
+    directory = data / f"{topic}-0"
+    subprocess.run(["chattr", "+i", str(directory)], check=True)
+    try:
+        with RawClient(fresh_broker.port) as client:
+            deleted = client.call(DELETE_TOPICS, 5, {"topic_names": [topic],
+                                                     "timeout_ms": 10_000})
+            assert [r.error_code for r in deleted.responses] == [0]
+            assert client.create_topic(topic, 1) == 0  # a namesake, in the store; its log waits
+        assert fresh_broker.stop(signal.SIGTERM) == 0
+        b = restart(fresh_broker, restarted, 1)
+        with RawClient(b.port) as client:
+            part = client.fetch(topic, 0, 0)
+            assert part.error_code != 0 or not read_records(part.records), \
+                "the deleted topic's records are served"
+        assert "was deleted and its directory still cannot be set aside" in b.log()
+    finally:
+        subprocess.run(["chattr", "-i", str(directory)], check=False)  # keep the failure
+
+    def served() -> bool:
+        with RawClient(b.port) as client:
+            return bool(client.list_offset(topic, 0, -1).error_code == 0)
+
+    wait_for(served, "the namesake served", timeout=20)
+    with RawClient(b.port) as client:
+        assert client.list_offset(topic, 0, -1).offset == 0, "the namesake is not empty"
+        assert client.produce(topic, 0, record_batch([(None, b"new")])).base_offset == 0
+        assert [v for _o, _k, v in read_records(client.fetch(topic, 0, 0).records)] == [b"new"]
+    assert b.stop() == 0

@@ -350,6 +350,9 @@ def test_process_1_killed_comes_back_with_the_acls_and_users_made_before_and_mea
         lock = hold_restart(node_2)
         wait_for("process 1 to die", lambda: process_1.exited() or None, 10)
     try:
+        # until process 0 sees process 1's handoff link close it may hand it a connection
+        wait_for("process 0 to drop process 1's handoff link",
+                 lambda: "process 1's handoff link of listener" in node_2.log(), 10)
         # while it is down: a new user, and a new ACL for it, through the other node
         with login_on(node_1, 0, "admin") as admin:
             altered = admin.call(ALTER_SCRAM, 0, upsertion("carol", "carol-secret"))

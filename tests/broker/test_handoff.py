@@ -91,7 +91,8 @@ def test_eight_connections_split_four_four_and_serve_across_processes(
         for client in theirs:
             client.close()
         wait_for(lambda: split(broker) == (4, 0), "process 1's connections to close")
-        time.sleep(0.5)  # (and its reports to reach process 0)
+        # and its reports to reach process 0, whose count decides where the next ones go
+        wait_for(lambda: counted(broker) == [4, 0], "process 0 to count process 1's closes")
         more = [RawClient(broker.port, client_id=f"m{i}") for i in range(4)]
         try:
             for client in more:
@@ -104,6 +105,13 @@ def test_eight_connections_split_four_four_and_serve_across_processes(
     finally:
         for client in clients:
             client.close()
+
+
+def counted(broker: BrokerProcess) -> list[float]:
+    """The connections of each process as process 0 counts them (its metrics): what it
+    hands the next connection by."""
+    m = scrape(int(broker.config["metrics.port"]))
+    return [v for k, v in sorted(m.items()) if k.startswith("actorlog_process_connections{")]
 
 
 def split_of(broker: BrokerProcess, client: RawClient) -> int:
@@ -204,7 +212,8 @@ def test_while_process_1_is_down_new_connections_go_to_process_0(
     values = {p: [b"before-%d-%d" % (p, i) for i in range(50)] for p in range(count)}
     produce_all(broker.bootstrap, topic, values, producers=4)  # every one acknowledged
     wait_for(lambda: split(broker) == (0, 0), "the producers' connections to close")
-    time.sleep(0.5)  # (and process 1's reports of its closes to reach process 0)
+    # and process 1's reports of its closes to reach process 0, whose count decides
+    wait_for(lambda: counted(broker) == [0, 0], "process 0 to count process 1's closes")
     held = [RawClient(broker.port, client_id=f"h{i}") for i in range(4)]
     lock = -1
     try:

@@ -172,6 +172,9 @@ def test_real_clients_through_any_node_produce_to_leaders_elsewhere_consume_and_
 
     # The group's coordinator is the leader of its __consumer_offsets partition, and
     # another node's FindCoordinator says so too; its committed offsets are seen everywhere.
+    # (__consumer_offsets reaches the metadata of the nodes, and of each of their processes,
+    # by UpdateMetadata after the coordinator's node made it: wait until every one knows it.)
+    cluster.wait_topic("__consumer_offsets", 6)
     offsets_view = cluster.view(2)
     assert len(offsets_view.leaders("__consumer_offsets")) == 6
     for i in cluster.nodes:
@@ -238,6 +241,9 @@ def test_delete_topics_removes_every_replica_and_the_znodes(
     cluster = cluster_factory(3)
     create(cluster, "doomed", 3, 3)
     create(cluster, "kept", 1, 2)
+    # CreateTopics is answered once the answering node knows the topic; the others learn it
+    # by UpdateMetadata after (and a node that hosts no replica of kept has no log to wait for).
+    cluster.wait_topic("kept", 1)
     for node in cluster.nodes.values():
         wait_for("the logs of doomed", lambda n=node: len(list(n.data_dir.glob("doomed-*"))) == 3)
     client = admin(cluster, via=3)
@@ -248,8 +254,12 @@ def test_delete_topics_removes_every_replica_and_the_znodes(
     for node in cluster.nodes.values():
         wait_for(f"node {node.broker_id} to delete doomed",
                  lambda n=node: not list(n.data_dir.glob("doomed-*")))
-        assert "doomed" not in node.metadata().topics()
-        assert "kept" in node.metadata().topics()
+        # The StopReplica that deletes the logs and the UpdateMetadata that drops the topic
+        # are separate requests (and each process of a node holds its own copy of the
+        # metadata): the metadata may say doomed a moment after the logs went.
+        wait_for(f"node {node.broker_id}'s metadata to drop doomed",
+                 lambda n=node: all("doomed" not in v.topics() for v in n.views()))
+        assert all("kept" in v.topics() for v in node.views())
     zk = ZooKeeperReader(zk_connect)
     try:
         wait_for("the znodes of doomed to go",
@@ -262,6 +272,7 @@ def test_delete_topics_removes_every_replica_and_the_znodes(
 def test_delete_topic_enable_false_refuses_deletion(cluster_factory: Any) -> None:
     cluster = cluster_factory(2, config={"delete.topic.enable": False})
     create(cluster, "stays", 1, 2)
+    cluster.wait_topic("stays", 1)  # node 1 may learn it after the controller answered
     # Each replica opens its log when its LeaderAndIsr arrives, after CreateTopics is
     # answered (as in Kafka); the logs must be there before the refusal can keep them.
     for node in cluster.nodes.values():

@@ -41,6 +41,9 @@ def test_controlled_shutdown_retries_what_it_cannot_move_and_can_be_turned_off(
     assert log_lines(cluster.nodes[3], "controlled shutdown is off (controlled.shutdown.enable"
                                        "=false)")
     assert not log_lines(cluster.nodes[3], "asking the controller to move")
+    # The controller learns that node 3 left from ZooKeeper, after node 3 exited: until
+    # then it could place a replica of the next topic on node 3 (or be node 3 itself).
+    cluster.wait_formed()
 
     # A partition on nodes 1 and 2 only (3 is down); its other replica then dies, so
     # its leader has no live replica to hand it to.

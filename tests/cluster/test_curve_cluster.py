@@ -84,6 +84,9 @@ def test_curve_cluster_replicates_and_refuses_a_foreign_key_and_a_node_without_k
     for i in (1, 2):
         member = cluster.nodes[i]
         wait_for(f"node {i} to refuse the stranger", lambda m=member: refusal in m.log(), 30)
+        # (said when it first sends to the stranger, which need not precede the refusal)
+        wait_for(f"node {i} to find no key of the stranger", lambda m=member: (
+            "node node-3 has no CURVE public key in actor.curve.public.keys.dir" in m.log()), 30)
     time.sleep(3)  # it keeps trying
     for i in (1, 2):
         log = cluster.nodes[i].log()

@@ -521,7 +521,13 @@ def test_a_consumer_group_keeps_its_offsets_through_its_coordinators_kill(
         shared["done"].set()
         for member in members:
             member.thread.join(60)
-    moved = call(cluster.live()[0].bootstrap, FindCoordinatorRequest(key=group, key_type=0), 1)
+    # The coordinator moves when the killed node's session expires and the controller's
+    # UpdateMetadata reaches the node asked; the members may have read everything before
+    # (a partition the killed node did not lead needs no new leader).
+    moved = wait_for("FindCoordinator to name a live node", lambda: (
+        lambda a: a if a.error_code == 0 and a.node_id != found.node_id else None)(
+            call(cluster.live()[0].bootstrap, FindCoordinatorRequest(key=group, key_type=0),
+                 1)), timeout_s=60)
     assert moved.error_code == 0 and moved.node_id != found.node_id
     again = [(p, o) for p, o, after in shared["read"]
              if after and o < committed_before.get(p, 0)]

@@ -80,8 +80,10 @@ def test_an_idle_fetcher_stops_and_a_new_partition_starts_it_again(
     wait_for("every fetcher stopped", lambda: all(
         fetchers_running(p) == {} and scrape(p)["actorlog_actors_running"] == before[i]
         for i, p in ports.items()), timeout_s=60)
-    for i in ports:
-        assert "stopped idle replica fetcher" in cluster.nodes[i].log()
+    for i in ports:  # (logged once the fetcher stopped: after the metrics can say so)
+        wait_for(f"node {i} to log its idle fetchers stopped",
+                 lambda n=cluster.nodes[i]: "stopped idle replica fetcher" in n.log(),
+                 timeout_s=10)
     # No traffic after: nothing reaches a stopped fetcher (its counters stay).
     def handled_by_stopped() -> dict[str, float]:
         out = {}

@@ -21,6 +21,7 @@ socket's inode), so "on process 1 of node 2" is certain, not likely:
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import time
@@ -30,6 +31,10 @@ from typing import Any
 import pytest
 from scramp import ScramClient
 
+from actors.broker import gateway_ipc_dir
+from actors.processes import process_lock_path, process_node_name
+from actors.runtime.directory import default_ipc_dir
+from actors.topology import broker_node_name
 from bench.scale import tcp_inodes
 from tests.broker.rawclient import API_VERSIONS, CREATE_TOPICS, METADATA, RawClient, record_batch
 from tests.broker.test_processes import connections_of
@@ -307,6 +312,25 @@ def test_acls_made_and_deleted_through_process_1_apply_on_every_process_of_both_
         assert "Traceback" not in node.log(), node.log()[-3000:]
 
 
+def hold_restart(node: ClusterNode, deadline_s: float = 5.0) -> int:
+    """Take the lock a (re)starting process 1 of ``node`` takes first, so it waits (up to
+    30 s) while the caller holds the returned descriptor; process 1 must just have died."""
+    name = broker_node_name(node.broker_id)
+    path = process_lock_path(gateway_ipc_dir(default_ipc_dir(), node.data_dir, name),
+                             process_node_name(name, 1))
+    fd = os.open(path, os.O_RDWR)
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise
+            time.sleep(0.005)
+
+
 def test_process_1_killed_comes_back_with_the_acls_and_users_made_before_and_meanwhile(
         cluster_factory: Any, tmp_path: Path) -> None:
     cluster = start_secured(cluster_factory, tmp_path)
@@ -321,13 +345,42 @@ def test_process_1_killed_comes_back_with_the_acls_and_users_made_before_and_mea
     [worker] = node_2.worker_pids()
     with node_2.process.hold_worker(worker) as process_1:  # (its pid may be another's)
         assert process_1.kill()
-    # while it is down (its restart takes seconds): a new user, and a new ACL for it
-    with login_on(node_1, 0, "admin") as admin:
-        altered = admin.call(ALTER_SCRAM, 0, upsertion("carol", "carol-secret"))
-        assert altered.results[0].error_code == 0, altered
-        made = admin.call(CREATE_ACLS, 2, {"creations": [{
-            **write_acl_values()["creations"][0], "principal": "User:carol"}]})
-        assert made.results[0].error_code == 0, made
+        # the restarted process 1 waits for this lock: node 2's process 0 learns what node 1
+        # makes below from ZooKeeper's notices, in its own time, and must hold it first
+        lock = hold_restart(node_2)
+        wait_for("process 1 to die", lambda: process_1.exited() or None, 10)
+    try:
+        # until process 0 sees process 1's handoff link close it may hand it a connection
+        wait_for("process 0 to drop process 1's handoff link",
+                 lambda: "process 1's handoff link of listener" in node_2.log(), 10)
+        # while it is down: a new user, and a new ACL for it, through the other node
+        with login_on(node_1, 0, "admin") as admin:
+            altered = admin.call(ALTER_SCRAM, 0, upsertion("carol", "carol-secret"))
+            assert altered.results[0].error_code == 0, altered
+            made = admin.call(CREATE_ACLS, 2, {"creations": [{
+                **write_acl_values()["creations"][0], "principal": "User:carol"}]})
+            assert made.results[0].error_code == 0, made
+
+        def carol_known_on_process_0() -> bool:
+            # process 1 is down: process 0 serves these connections (a Produce could reach
+            # a shard of process 1, which waits for the lock with it)
+            with RawClient(node_2.port) as client:
+                if not authenticate(client, "carol", "carol-secret", "SCRAM-SHA-256"):
+                    return False
+            with RawClient(node_2.port) as admin:
+                assert authenticate(admin, "admin", PASSWORDS["admin"], "SCRAM-SHA-256")
+                found = admin.call(DESCRIBE_ACLS, 2, {
+                    "resource_type_filter": TOPIC_TYPE, "resource_name_filter": TOPIC,
+                    "pattern_type_filter": LITERAL, "principal_filter": "User:carol",
+                    "host_filter": None, "operation": 1, "permission_type": 1})
+            return found.error_code == 0 and [
+                (r.resource_name, [(a.principal, a.operation) for a in r.acls])
+                for r in found.resources] == [(TOPIC, [("User:carol", WRITE)])]
+
+        wait_for("carol and her ACL on process 0 of node 2", carol_known_on_process_0,
+                 PROPAGATION_S)
+    finally:
+        os.close(lock)
     wait_for("process 1 of node 2 restarted",
              lambda: node_2.worker_pids() and node_2.worker_pids()[0] != worker, 60)
 

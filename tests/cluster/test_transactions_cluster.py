@@ -63,6 +63,8 @@ def test_transactions_across_nodes(cluster_factory: Any) -> None:
     cluster = cluster_factory(3, config=CONFIG)
     commit_abort_commit(cluster)
     # __transaction_state: replication capped to the live brokers, min.isr to that
+    # (made by the node a FindCoordinator reached; the others learn it by UpdateMetadata)
+    cluster.wait_topic("__transaction_state", 6)
     view = cluster.view(2)
     parts = [q for (t, _), q in view.partitions.items() if t == "__transaction_state"]
     assert len(parts) == 6 and all(len(q.replicas) == 3 for q in parts)
@@ -117,6 +119,7 @@ def commit_abort_commit(cluster: Any) -> None:
             values("c", 12))
         assert len(read_all(via2, "tx-orders", "read_uncommitted", 6)) == 24
         p.commit_transaction(60)
+        markers_written(cluster, "cluster-txn")
         assert sorted(read_all(via2, "tx-orders", "read_committed", 6)) == sorted(
             values("c", 12) + values("o", 6))
         committed = group.committed([TopicPartition("tx-orders", 0)], timeout=30)
@@ -224,6 +227,20 @@ def describe_state(node: ClusterNode, txn_id: str) -> str:
     return str(row.transaction_state) if row.error_code == 0 else f"error {row.error_code}"
 
 
+def markers_written(cluster: Cluster, txn_id: str) -> None:
+    """Until the coordinator of ``txn_id`` says CompleteCommit: EndTxn is answered once
+    PrepareCommit is durable (as in Kafka) and the markers are written after, so a
+    read_committed read right after the answer may stop at the last stable offset."""
+    def complete() -> bool:
+        answer = call(cluster.live()[0].bootstrap,
+                      FindCoordinatorRequest(key=txn_id, key_type=1), 1)
+        node = cluster.nodes.get(answer.node_id) if answer.error_code == 0 else None
+        return node is not None and node.running and \
+            describe_state(node, txn_id) == "CompleteCommit"
+
+    wait_for(f"the markers of {txn_id}'s commit", complete, timeout_s=30)
+
+
 def moved_away(cluster: Cluster, txn_id: str, victim: int) -> int:
     """Until every live node names a new leader of the id's partition; that leader."""
     key = (TRANSACTION_STATE_TOPIC, partition_for(txn_id, 3))
@@ -248,6 +265,7 @@ def successor_finishes(cluster: Cluster, txn_id: str) -> list[bytes]:
     for i, v in enumerate(after):
         p.produce(OUT, v, partition=i % 3)
     p.commit_transaction(60)
+    markers_written(cluster, txn_id)
     return after
 
 

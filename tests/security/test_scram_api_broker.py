@@ -33,6 +33,7 @@ from kafka.errors import ClusterAuthorizationFailedError
 
 from actors.security.local_store import LocalSecurityStore
 from tests.fixtures.broker import ROOT, BrokerProcess, free_port
+from tests.fixtures.waiting import wait_for
 
 pytestmark = [pytest.mark.clients]
 
@@ -269,7 +270,9 @@ def test_a_user_added_through_one_node_logs_in_through_another(
         except KafkaException:
             assert time.monotonic() < deadline, node_b.log()[-3000:]
             time.sleep(0.3)
-    assert "user zoe: SCRAM credentials refreshed" in node_b.log()
+    # logged right after the credentials are taken, so the login above may come first
+    wait_for(lambda: "user zoe: SCRAM credentials refreshed" in node_b.log(),
+             "node B to log the refresh", timeout=10)
 
 
 def test_every_process_of_a_node_takes_a_new_user(tmp_path: Path) -> None:

@@ -873,18 +873,26 @@ class ReplicaManager(Actor):
     # ------------------------------------------------------------ ISR changes (KIP-497)
     @handles(ProposeIsr)
     def on_propose_isr(self, msg: ProposeIsr) -> None:
-        """A leader shard's ISR change, sent to the controller as AlterPartition."""
+        """A leader shard's ISR change, sent to the controller as AlterPartition.
+
+        Its ``isr_pending`` entry is recorded first, before anything else: the shard sends
+        a proposal once and again only on an answer, so should this handler fail on the
+        way (a crash restart keeps ``isr_pending``), the entry's deadline still answers it
+        REQUEST_TIMED_OUT and the shard proposes again. Recorded after, a crash before it
+        lost the proposal: no AlterPartition, no answer, no ISR change from that leader
+        until its next role."""
+        req_id = next(self.req_ids)
+        self.isr_pending[req_id] = (list(msg.rows),
+                                    self.clock.now_ms() + ALTER_PARTITION_TIMEOUT_MS)
         controller = self.fencing.controller_id
-        now = self.clock.now_ms()
         for row in msg.rows:
             tp = TopicPartition(row.topic, row.partition)
             if tp in self.states:  # else stopped since it was sent: no role to restore
                 self.proposals[tp] = (row, False)
         if controller is None or controller < 0 or not self.fencing.registered:
             self._isr_answer(msg.rows, int(ErrorCode.NOT_CONTROLLER))
+            del self.isr_pending[req_id]  # answered (a crash before: answered at its deadline)
             return
-        req_id = next(self.req_ids)
-        self.isr_pending[req_id] = (list(msg.rows), now + ALTER_PARTITION_TIMEOUT_MS)
         self.tell(self._controller_address(controller), AlterPartition(
             req_id, self.broker_id, self.fencing.broker_epoch,
             [AlterPartitionItem(r.topic, r.partition, r.leader_epoch, list(r.new_isr),

@@ -152,6 +152,10 @@ ALTER_PARTITION_TIMEOUT_MS = 5000  # an AlterPartition unanswered this long is p
 # a RestoreRoles unanswered this long is reported (once): it stays recorded until the
 # shard answers or restarts again (the next restore replaces it), one per shard at most
 RESTORE_OVERDUE_MS = 30_000
+# a restore a crash of the ReplicaManager interrupted is done again on its next turn, at
+# most this many times in all (a restore that crashes it every time is given up, logged:
+# the actor lives on and the shard's partitions wait for the controller's next role)
+RESTORE_TRIES = 3
 # a controller request its shards have not all answered this long: its next resend sends
 # it again to the shards still to answer (a message to a shard in another process can be
 # lost without a restart of the shard), then again each time it is this long overdue
@@ -264,6 +268,13 @@ class ReplicaManager(Actor):
         # when each unanswered RestoreRoles is overdue (dropped once reported)
         self.restore_overdue_ms: dict[int, int] = getattr(self, "restore_overdue_ms", {})
         self.restores_overdue = 0
+        # shards owed a restore (why, tries), recorded before any of it is sent and gone
+        # once all of it is: kept over a restart of this actor, whose next turn does again
+        # the restores a crash interrupted. Forgotten, a shard restarted while this actor
+        # crashed in its restore got none: no role, its partitions dark until the
+        # controller's next LeaderAndIsr
+        self.restores_owed: dict[Address, tuple[str, int]] = getattr(self, "restores_owed", {})
+        self.restores_redone = getattr(self, "restores_redone", 0)
         self.restores_replaced = 0
         self.restore_answers_ignored = 0  # answers to a replaced (or unknown) RestoreRoles
         # what each unanswered RestoreRoles carried (a StopReplica accepted since takes its
@@ -755,6 +766,8 @@ class ReplicaManager(Actor):
         self.waiters = keep
 
     def poll_timeout_ms(self) -> int | None:
+        if self.restores_owed:
+            return 0  # a restore a crash interrupted: done again at once
         deadlines = [w.deadline_ms for w in self.waiters]
         deadlines += [deadline for _rows, deadline in self.isr_pending.values()]
         deadlines += self.restore_overdue_ms.values()
@@ -765,6 +778,8 @@ class ReplicaManager(Actor):
         return max(0, min(deadlines) - self.clock.now_ms())
 
     def on_turn(self) -> None:
+        if self.restores_owed:
+            self._restore_owed()
         if self.waiters:
             self._check_waiters(self.clock.now_ms())
         if self.isr_pending:
@@ -1087,11 +1102,19 @@ class ReplicaManager(Actor):
         has the purgatories watch again, and answers RolesRestored, which settles what it
         owed and will not answer), and the fetchers of the partitions they follow forget
         and re-add them (an answer they waited for may have died with the shard), as the
-        restored roles say. Returns how many roles were sent."""
-        by_shard: dict[Address, list[RestoredRoleRow]] = {
-            shard: [] for shard in (self.topology.shard(i)
-                                    for i in range(self.topology.num_shards))
-            if selected(shard)}
+        restored roles say. Returns how many roles were sent.
+
+        The shards are recorded as owed their restore before anything is sent, and taken
+        off once all is: a crash on the way leaves them owed, and the new life's next turn
+        does it again (``_restore_owed``); a restore sent twice is harmless (the shard
+        keeps a role at a leader epoch it holds; the second replaces the first)."""
+        shards = [shard for shard in (self.topology.shard(i)
+                                      for i in range(self.topology.num_shards))
+                  if selected(shard)]
+        for shard in shards:
+            _why, tries = self.restores_owed.get(shard, ("", 0))
+            self.restores_owed[shard] = (reason, tries + 1)
+        by_shard: dict[Address, list[RestoredRoleRow]] = {shard: [] for shard in shards}
         fenced = pending = 0
         for tp, role in self.states.items():
             rows = by_shard.get(self.topology.shard_for(tp.topic, tp.partition))
@@ -1130,12 +1153,36 @@ class ReplicaManager(Actor):
         for name, remove_rows in again.items():
             self.tell(Address(self.node.name, name), RemoveFetcherPartitions(remove_rows))
         self._fetchers(follow, lead)
+        for shard in shards:
+            self.restores_owed.pop(shard, None)
         sent = sum(len(r) for r in by_shard.values())
         self.log.info("{}: last roles of {} partition(s) sent to {} shard(s) ({} fenced, "
                       "{} with an ISR proposal pending), {} followed ones fetched anew",
                       reason, sent, len(by_shard), fenced, pending,
                       sum(1 for r in follow if r.leader >= 0))
         return sent
+
+    def _restore_owed(self) -> None:
+        """Do again the restores a crash of this actor interrupted (``restores_owed``),
+        whole: RestoreRoles to each shard (one that went before the crash is replaced),
+        its followed partitions to their fetchers anew. One tried RESTORE_TRIES times is
+        given up (the crash would come again, and supervision stops an actor that crashes
+        too often)."""
+        again: dict[str, set[Address]] = {}
+        for shard, (reason, tries) in list(self.restores_owed.items()):
+            if tries >= RESTORE_TRIES:
+                del self.restores_owed[shard]
+                self.log.error("the restore of shard {} ({}) failed {} times: given up; its "
+                               "partitions wait for the controller's next LeaderAndIsr",
+                               shard.name, reason, tries)
+                continue
+            again.setdefault(reason, set()).add(shard)
+        for reason, shards in sorted(again.items()):
+            self.restores_redone += len(shards)
+            self.log.warning("the restore of shard(s) {} ({}) was interrupted by a crash of "
+                             "this actor: done again", ", ".join(sorted(s.name for s in shards)),
+                             reason)
+            self._restore(shards.__contains__, reason)
 
     def _drop_again(self, req_id: int, entry: _Pending, shard: Address,
                     why: str = "they died with it") -> bool:
@@ -1333,6 +1380,8 @@ class ReplicaManager(Actor):
             "processes_restarted": self.processes_restarted,
             "shards_restarted": self.shards_restarted,
             "restoring": len(self.restoring),
+            "restores_owed": len(self.restores_owed),
+            "restores_redone": self.restores_redone,
             "restores_overdue": self.restores_overdue,
             "restores_replaced": self.restores_replaced,
             "restore_answers_ignored": self.restore_answers_ignored,

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.replica_manager import ALTER_PARTITION_TIMEOUT_MS, ReplicaManager
+import pytest
+
+from actors.replica_manager import ALTER_PARTITION_TIMEOUT_MS, RESTORE_TRIES, ReplicaManager
 from actors.runtime.actor import Actor, handles
 from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
-from tests.fixtures.crash import FailingWrites
+from tests.fixtures.crash import FailingWrites, fail_once
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import GetStats
 from wire.cluster_messages import (
@@ -27,7 +29,10 @@ from wire.cluster_messages import (
     LeaderAndIsrResponse,
     LiveLeaderRow,
     PartitionErrorRow,
+    ReplicaStateRow,
     RestoreRoles,
+    RolesRestored,
+    ShardRestarted,
 )
 from wire.errors import ErrorCode
 from wire.replication_messages import IsrProposalRow, IsrUpdated, ProposeIsr
@@ -157,3 +162,70 @@ def test_a_proposal_with_no_controller_known_is_answered_at_once_and_leaves_no_e
     node.advance_clock(ALTER_PARTITION_TIMEOUT_MS)
     assert len(_got(node, shard, IsrUpdated)) == 1
 
+
+
+def test_a_restore_interrupted_by_a_crash_is_done_again_by_the_new_life(
+        manual_node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shard 0 restarted; the ReplicaManager crashes as it builds the shard's restore,
+    before any RestoreRoles went. The shard was recorded as owed its restore first, so the
+    new life sends it (c-0 led here again), and its answer settles it. Before, the crash
+    lost the restore: the shard never got its roles back, c-0 dark on it until the
+    controller's next LeaderAndIsr."""
+    node = manual_node
+    crash = fail_once(monkeypatch, ReplicaManager, "_restored")
+    manager, shard, _controller = _leading_c0(node, ReplicaManager)
+    crash["crash"] = True
+    node.tell(manager, ShardRestarted(0))
+    wait_for(lambda: node.actors[manager.name].crashes == 1, "the ReplicaManager's crash")
+    [restore] = wait_for(lambda: _got(node, shard, RestoreRoles), "the restore done again")
+    roles = [ReplicaStateRow(*r[0]) for r in restore.rows]
+    assert [(r.topic, r.partition, r.leader, r.leader_epoch) for r in roles] == [("c", 0, 1, 3)]
+    stats = _stats(node, manager)
+    assert (stats["restores_owed"], stats["restores_redone"], stats["restoring"]) == (0, 1, 1)
+    node.tell(manager, RolesRestored(restore.req_id, [PartitionErrorRow("c", 0, NONE)]),
+              sender=shard.name)
+    wait_for(lambda: _stats(node, manager)["restoring"] == 0, "the restore's answer taken")
+    assert _stats(node, manager)["leading"] == ["c-0"]
+
+
+def test_a_restore_sent_before_the_crash_is_replaced_by_the_one_done_again(
+        manual_node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The crash comes after the RestoreRoles went, as the fetchers are told: the restore
+    is done again whole (its fetcher part too); the shard gets it twice, the first's answer
+    is ignored and the second's settles."""
+    node = manual_node
+    crash = fail_once(monkeypatch, ReplicaManager, "_fetchers")
+    manager, shard, _controller = _leading_c0(node, ReplicaManager)
+    crash["crash"] = True
+    node.tell(manager, ShardRestarted(0))
+    wait_for(lambda: node.actors[manager.name].crashes == 1, "the ReplicaManager's crash")
+    first, second = wait_for(lambda: (lambda r: r if len(r) == 2 else None)(
+        _got(node, shard, RestoreRoles)), "both restores")
+    stats = _stats(node, manager)
+    assert (stats["restores_owed"], stats["restores_replaced"], stats["restoring"]) == (0, 1, 1)
+    node.tell(manager, RolesRestored(first.req_id, [PartitionErrorRow("c", 0, NONE)]),
+              sender=shard.name)
+    node.tell(manager, RolesRestored(second.req_id, [PartitionErrorRow("c", 0, NONE)]),
+              sender=shard.name)
+    wait_for(lambda: _stats(node, manager)["restoring"] == 0, "the second's answer taken")
+    assert _stats(node, manager)["restore_answers_ignored"] == 1
+
+
+def test_a_restore_that_crashes_every_time_is_given_up_and_the_actor_lives(
+        manual_node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restore the ReplicaManager cannot build is tried RESTORE_TRIES times, then given up
+    (logged): the actor is not crashed again and again until supervision stops it."""
+    node = manual_node
+    manager, shard, _controller = _leading_c0(node, ReplicaManager)
+
+    def broken(self: Any, *_args: Any) -> Any:
+        raise RuntimeError("a restore that fails every time")
+
+    monkeypatch.setattr(ReplicaManager, "_restored", broken)
+    node.tell(manager, ShardRestarted(0))
+    wait_for(lambda: node.actors[manager.name].crashes == RESTORE_TRIES, "every try")
+    node.quiesce()
+    assert node.actors[manager.name].crashes == RESTORE_TRIES
+    stats = _stats(node, manager)
+    assert (stats["restores_owed"], stats["restores_redone"]) == (0, RESTORE_TRIES - 1)
+    assert _got(node, shard, RestoreRoles) == []

@@ -237,8 +237,11 @@ class ReplicaManager(Actor):
         # and applying one again changes nothing
         self.cache: MetadataCache = getattr(self, "cache", None) or MetadataCache()
         self.held: list[tuple[Address, Any]] = []
-        self.held_replaced = 0  # held requests a resend of theirs replaced
-        self.held_dropped = 0  # held requests dropped past HELD_MAX (the oldest)
+        # The counters (stats) go on over a restart too: reset, a crash hid what came
+        # before it (the restores, refusals, resends that led up to it) from the stats
+        # and from a test or a sim checker comparing them
+        self.held_replaced = getattr(self, "held_replaced", 0)  # held requests a resend replaced
+        self.held_dropped = getattr(self, "held_dropped", 0)  # dropped past HELD_MAX (oldest)
         # the ids of requests to the shards go on over a restart of this actor: a late
         # answer to its previous life's (BecameLeaderOrFollower, ShardDone, RolesRestored)
         # must not settle a new one
@@ -256,8 +259,8 @@ class ReplicaManager(Actor):
         # each leader's last ISR proposal whose outcome is not known: (it, send it again)
         self.proposals: dict[TopicPartition, tuple[IsrProposalRow, bool]] = getattr(
             self, "proposals", {})
-        self.processes_restarted = 0
-        self.shards_restarted = 0
+        self.processes_restarted = getattr(self, "processes_restarted", 0)
+        self.shards_restarted = getattr(self, "shards_restarted", 0)
         # The restores not answered yet go on over a restart of this actor, as the roles
         # they carry do. Forgotten, the shard's answer was ignored: a role it could not
         # take stayed on record (given again at its next restore), one it holds again after
@@ -267,7 +270,7 @@ class ReplicaManager(Actor):
         self.restoring: dict[int, Address] = getattr(self, "restoring", {})
         # when each unanswered RestoreRoles is overdue (dropped once reported)
         self.restore_overdue_ms: dict[int, int] = getattr(self, "restore_overdue_ms", {})
-        self.restores_overdue = 0
+        self.restores_overdue = getattr(self, "restores_overdue", 0)
         # shards owed a restore (why, tries), recorded before any of it is sent and gone
         # once all of it is: kept over a restart of this actor, whose next turn does again
         # the restores a crash interrupted. Forgotten, a shard restarted while this actor
@@ -275,8 +278,9 @@ class ReplicaManager(Actor):
         # controller's next LeaderAndIsr
         self.restores_owed: dict[Address, tuple[str, int]] = getattr(self, "restores_owed", {})
         self.restores_redone = getattr(self, "restores_redone", 0)
-        self.restores_replaced = 0
-        self.restore_answers_ignored = 0  # answers to a replaced (or unknown) RestoreRoles
+        self.restores_replaced = getattr(self, "restores_replaced", 0)
+        # answers to a replaced (or unknown) RestoreRoles
+        self.restore_answers_ignored = getattr(self, "restore_answers_ignored", 0)
         # what each unanswered RestoreRoles carried (a StopReplica accepted since takes its
         # partitions out): the answer settles what the ReplicaManager keeps of each
         self.restore_sent: dict[int, dict[TopicPartition, ReplicaStateRow]] = getattr(
@@ -284,12 +288,15 @@ class ReplicaManager(Actor):
         # broker -> its RequestHandlers (0: unknown)
         self.leader_handlers: dict[int, int] = getattr(self, "leader_handlers", {})
         self.refusals_logged: set[tuple[str, int, int]] = set()
-        self.refused = 0
-        self.resends_in_progress = 0  # resends of a request still being applied: not answered
-        self.resends_reapplied = 0  # resends that sent their overdue request to shards again
-        self.applied = {"lai": 0, "um": 0, "stop": 0}
+        self.refused = getattr(self, "refused", 0)
+        # resends of a request still being applied: not answered
+        self.resends_in_progress = getattr(self, "resends_in_progress", 0)
+        # resends that sent their overdue request to shards again
+        self.resends_reapplied = getattr(self, "resends_reapplied", 0)
+        self.applied: dict[str, int] = getattr(self, "applied", None) or {
+            "lai": 0, "um": 0, "stop": 0}
         self.fetched_by: dict[TopicPartition, str] = getattr(self, "fetched_by", {})
-        self.fetchers_stopped = 0
+        self.fetchers_stopped = getattr(self, "fetchers_stopped", 0)
         # the AlterPartitions on their way to the controller, with their deadlines, go on
         # over a restart of this actor, as ``proposals`` does: the previous life's answer
         # is taken, and one lost is answered REQUEST_TIMED_OUT at its deadline (the shard

@@ -16,7 +16,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
-from tests.fixtures.crash import FailingWrites, fail_once
+from tests.fixtures.crash import FailingWrites, crash_once, fail_once
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import GetStats
 from wire.cluster_messages import (
@@ -33,6 +33,7 @@ from wire.cluster_messages import (
     RestoreRoles,
     RolesRestored,
     ShardRestarted,
+    UpdateMetadata,
 )
 from wire.errors import ErrorCode
 from wire.replication_messages import IsrProposalRow, IsrUpdated, ProposeIsr
@@ -229,3 +230,26 @@ def test_a_restore_that_crashes_every_time_is_given_up_and_the_actor_lives(
     stats = _stats(node, manager)
     assert (stats["restores_owed"], stats["restores_redone"]) == (0, RESTORE_TRIES - 1)
     assert _got(node, shard, RestoreRoles) == []
+
+
+def test_the_counters_go_on_over_a_crash_restart(
+        manual_node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the stats counted before a crash is still counted after it (a role applied,
+    two shard restarts, a restore replaced, an answer ignored): the new life's stats are
+    those of the old. Before, every counter started again from zero."""
+    node = manual_node
+    crash = crash_once(monkeypatch, ReplicaManager, "on_update_metadata", UpdateMetadata)
+    manager, shard, controller = _leading_c0(node, ReplicaManager)
+    node.tell(manager, ShardRestarted(0))
+    node.tell(manager, ShardRestarted(0))
+    first, _second = wait_for(lambda: (lambda r: r if len(r) == 2 else None)(
+        _got(node, shard, RestoreRoles)), "both restores")
+    node.tell(manager, RolesRestored(first.req_id, []), sender=shard.name)
+    wait_for(lambda: _stats(node, manager)["restore_answers_ignored"] == 1, "the answer")
+    before = _stats(node, manager)
+    assert (before["applied"]["lai"], before["shards_restarted"],
+            before["restores_replaced"]) == (1, 2, 1)
+    crash["crash"] = True
+    node.tell(manager, UpdateMetadata(1, 4, 5, False, [], [], {}, 2), sender=controller.name)
+    wait_for(lambda: node.actors[manager.name].crashes == 1, "the ReplicaManager's crash")
+    assert _stats(node, manager) == before

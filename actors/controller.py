@@ -171,19 +171,16 @@ class Controller(Actor):
         # still waits for (its broadcast may have died with the crash): next turn
         self.send_again = restarted and bool(self.awaiting)
 
-    def _broadcast(self, ack_id: int) -> list[Address]:
-        """The topic table to every handler, each asked to acknowledge ``ack_id``;
-        returns them.
+    def _broadcast(self, ack_id: int) -> None:
+        """The topic table to every handler, each asked to acknowledge ``ack_id``.
 
         Every handler, this process's too: they run on other threads and loops (a
         message to one crosses threads), so the requester's answer, which goes its
         own way, could reach a client before another handler knows the change.
         """
         update = MetadataUpdate(self.store.version, self.store.table(), ack_id)
-        handlers = self.topology.all_handlers()
-        for handler in handlers:
+        for handler in self.topology.all_handlers():
             self.tell(handler, update)
-        return handlers
 
     # ----------------------------------------------------------------- create
     @handles(CreateTopics)

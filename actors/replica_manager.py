@@ -1082,13 +1082,14 @@ class ReplicaManager(Actor):
             # the roles sent before it started wait in its links
             return {"partitions": 0, "metadata": metadata}
         self.processes_restarted += 1
-        sent = self._restore(lambda shard: shard.node == node,
-                             f"process {msg.process} restarted")
         # what it owed them will not come; with its generation, which they stamp on their
-        # Appends to it from then on (what they sent before is refused there)
+        # Appends to it from then on (what they sent before is refused there). Told before
+        # the restore: a crash in it (done again at the next turn) does not lose them
         for handler in self.topology.all_handlers():
             if handler.node != node:
                 self.tell(handler, msg)
+        sent = self._restore(lambda shard: shard.node == node,
+                             f"process {msg.process} restarted")
         return {"partitions": sent, "metadata": metadata}
 
     @handles(ShardRestarted)

@@ -7,6 +7,7 @@ that keep what they are sent."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from actors.replica_manager import ALTER_PARTITION_TIMEOUT_MS, RESTORE_TRIES, ReplicaManager
 from actors.runtime.actor import Actor, handles
 from actors.runtime.config import Config
-from actors.runtime.node import Node
+from actors.runtime.node import AskFailed, Directory, Node, NodeEndpoint
 from actors.topology import Topology
 from tests.fixtures.crash import FailingWrites, crash_once, fail_once
 from tests.fixtures.waiting import wait_for
@@ -29,6 +30,7 @@ from wire.cluster_messages import (
     LeaderAndIsrResponse,
     LiveLeaderRow,
     PartitionErrorRow,
+    ProcessStarted,
     ReplicaStateRow,
     RestoreRoles,
     RolesRestored,
@@ -253,3 +255,63 @@ def test_the_counters_go_on_over_a_crash_restart(
     node.tell(manager, UpdateMetadata(1, 4, 5, False, [], [], {}, 2), sender=controller.name)
     wait_for(lambda: node.actors[manager.name].crashes == 1, "the ReplicaManager's crash")
     assert _stats(node, manager) == before
+
+
+class Keeper(Actor):
+    """A handler of process 0 or a shard of process 1: keeps the ProcessStarted notices and
+    RestoreRoles that come, as [type name, message]; answers each role it is given."""
+
+    def setup(self) -> None:
+        self.got: list[Any] = []
+
+    @handles(BecomeLeaderOrFollower)
+    def on_become(self, msg: BecomeLeaderOrFollower) -> None:
+        self.reply(BecameLeaderOrFollower(msg.req_id, [
+            PartitionErrorRow(r.topic, r.partition, NONE) for r in msg.rows]))
+
+    @handles(ProcessStarted, RestoreRoles)
+    def on_any(self, msg: Any) -> None:
+        self.got.append([type(msg).__name__, msg])
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> Any:
+        return list(self.got)
+
+
+def test_a_restarted_process_is_restored_and_announced_after_a_crash_in_its_restore(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Process 1 restarted; the ReplicaManager crashes building its shard's restore (the
+    process's ask is answered with the failure). The handlers of process 0 still learn the
+    new generation (told before the restore), and the shard gets its restore from the new
+    life. Before, both died with the crash."""
+    crash = fail_once(monkeypatch, ReplicaManager, "_restored")
+    ipc = str(tmp_path / "ipc")
+    directory = Directory({"node-1": NodeEndpoint("127.0.0.1", 0, ipc),
+                           "node-1-p1": NodeEndpoint("127.0.0.1", 0, ipc)})
+    main = Node("node-1", directory=directory).start()
+    p1 = Node("node-1-p1", directory=directory).start()
+    try:
+        topo = Topology("node-1", 1, 1, 2, 2, 1, home="node-1",
+                        process_nodes=("node-1", "node-1-p1"))
+        manager = main.spawn(ReplicaManager, topo.replica_manager.name, topology=topo,
+                             config=Config(), broker_id=1, clock=main.clock)
+        handler = main.spawn(Keeper, "handler-0")
+        shard = p1.spawn(Keeper, "shard-1")
+        main.tell(manager, LeaderAndIsr(1, 4, 5, [LeaderAndIsrPartition(
+            "c", 0, 4, 1, 3, [1], 4, [1], False)], [LiveLeaderRow(1, "")], {"c": {}}, 1))
+        main.tell(manager, BrokerRegistered(1, 5))
+        wait_for(lambda: main.ask(manager, GetStats())["leading"] == ["c-0"], "c-0 led")
+        crash["crash"] = True
+        with pytest.raises(AskFailed):
+            main.ask(manager, ProcessStarted(1, True, 2))
+        assert main.actors[manager.name].crashes == 1
+        [started] = wait_for(lambda: [m for name, m in main.ask(handler, GetStats())
+                                      if name == "ProcessStarted"], "the handler's notice")
+        assert ProcessStarted(*started) == ProcessStarted(1, True, 2)
+        [restore] = wait_for(lambda: [RestoreRoles(*m) for name, m in p1.ask(shard, GetStats())
+                                      if name == "RestoreRoles"], "the restore")
+        assert [ReplicaStateRow(*r[0])[:2] for r in restore.rows] == [("c", 0)]
+        assert main.ask(manager, GetStats())["restores_owed"] == 0
+    finally:
+        p1.shutdown(timeout=5)
+        main.shutdown(timeout=5)

@@ -278,6 +278,8 @@ class ReplicaManager(Actor):
         # controller's next LeaderAndIsr
         self.restores_owed: dict[Address, tuple[str, int]] = getattr(self, "restores_owed", {})
         self.restores_redone = getattr(self, "restores_redone", 0)
+        # partitions left out of a restore because their role could not be rebuilt
+        self.restore_rows_failed = getattr(self, "restore_rows_failed", 0)
         self.restores_replaced = getattr(self, "restores_replaced", 0)
         # answers to a replaced (or unknown) RestoreRoles
         self.restore_answers_ignored = getattr(self, "restore_answers_ignored", 0)
@@ -821,26 +823,29 @@ class ReplicaManager(Actor):
         """
         adds: dict[str, list[FetcherPartitionRow]] = {}
         removes: dict[str, list[FetcherRemoveRow]] = {}
+        # Worked out on a copy, kept only once the fetchers are told: a crash on the way
+        # leaves ``fetched_by`` as the fetchers know it, and a redo tells the old ones.
+        fetched = dict(self.fetched_by)
         for row in follow:
             tp = TopicPartition(row.topic, row.partition)
             name = None
             if row.leader >= 0 and row.leader != self.broker_id:
                 fetcher_id = stable_hash(f"{row.topic}-{row.partition}") % self.num_fetchers
                 name = self._fetcher(row.leader, fetcher_id)
-            old = self.fetched_by.get(tp)
+            old = fetched.get(tp)
             if old is not None and old != name:
                 removes.setdefault(old, []).append(FetcherRemoveRow(tp.topic, tp.partition))
             if name is None:
-                self.fetched_by.pop(tp, None)
+                fetched.pop(tp, None)
                 continue
-            self.fetched_by[tp] = name
+            fetched[tp] = name
             adds.setdefault(name, []).append(FetcherPartitionRow(row.topic, row.partition,
                                                                  row.leader, row.leader_epoch))
         for tp in [*lead, *(stopped or [])]:
-            old = self.fetched_by.pop(tp, None)
+            old = fetched.pop(tp, None)
             if old is not None:
                 removes.setdefault(old, []).append(FetcherRemoveRow(tp.topic, tp.partition))
-        busy = set(self.fetched_by.values())
+        busy = set(fetched.values())
         for name, remove_rows in removes.items():
             if name in busy:
                 self.tell(Address(self.node.name, name), RemoveFetcherPartitions(remove_rows))
@@ -849,6 +854,8 @@ class ReplicaManager(Actor):
         for name, add_rows in adds.items():
             self.tell(Address(self.node.name, name),
                       AddFetcherPartitions(add_rows, self._handlers_of(add_rows[0].leader)))
+        self.fetched_by.clear()
+        self.fetched_by.update(fetched)
 
     def _fetcher_name(self, row: ReplicaStateRow) -> str | None:
         """The fetcher that fetches followed ``row`` (None: no leader to fetch from)."""
@@ -1128,7 +1135,14 @@ class ReplicaManager(Actor):
             rows = by_shard.get(self.topology.shard_for(tp.topic, tp.partition))
             if rows is None:
                 continue
-            row = self._restored(tp, role)
+            try:
+                row = self._restored(tp, role)
+            except Exception:  # one partition's bad state must not keep the others dark
+                self.restore_rows_failed += 1
+                self.log.exception("the last role of {}-{} could not be rebuilt for the "
+                                   "restore: left out (it waits for the controller's next "
+                                   "LeaderAndIsr)", tp.topic, tp.partition)
+                continue
             fenced += row.fenced
             pending += row.pending is not None
             rows.append(row)
@@ -1390,6 +1404,7 @@ class ReplicaManager(Actor):
             "restoring": len(self.restoring),
             "restores_owed": len(self.restores_owed),
             "restores_redone": self.restores_redone,
+            "restore_rows_failed": self.restore_rows_failed,
             "restores_overdue": self.restores_overdue,
             "restores_replaced": self.restores_replaced,
             "restore_answers_ignored": self.restore_answers_ignored,

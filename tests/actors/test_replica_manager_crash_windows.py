@@ -92,6 +92,16 @@ class ProposalsFailManager(ReplicaManager):
             self.proposals = FailingWrites(self.proposals)
 
 
+class RestoringFailManager(ReplicaManager):
+    """The real ReplicaManager whose ``restoring`` can be made to fail its next write: the
+    point where a restore is recorded as sent, just before its RestoreRoles goes."""
+
+    def setup(self) -> None:
+        super().setup()
+        if not isinstance(self.restoring, FailingWrites):
+            self.restoring = FailingWrites(self.restoring)
+
+
 def _got(node: Node, who: Any, kind: type) -> list[Any]:
     return [kind(*fields) for name, fields in node.ask(who, GetStats()) if name == kind.__name__]
 
@@ -175,9 +185,8 @@ def test_a_restore_interrupted_by_a_crash_is_done_again_by_the_new_life(
     lost the restore: the shard never got its roles back, c-0 dark on it until the
     controller's next LeaderAndIsr."""
     node = manual_node
-    crash = fail_once(monkeypatch, ReplicaManager, "_restored")
-    manager, shard, _controller = _leading_c0(node, ReplicaManager)
-    crash["crash"] = True
+    manager, shard, _controller = _leading_c0(node, RestoringFailManager)
+    node.actors[manager.name].restoring.armed = True  # type: ignore[attr-defined]
     node.tell(manager, ShardRestarted(0))
     wait_for(lambda: node.actors[manager.name].crashes == 1, "the ReplicaManager's crash")
     [restore] = wait_for(lambda: _got(node, shard, RestoreRoles), "the restore done again")
@@ -216,22 +225,42 @@ def test_a_restore_sent_before_the_crash_is_replaced_by_the_one_done_again(
 
 def test_a_restore_that_crashes_every_time_is_given_up_and_the_actor_lives(
         manual_node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A restore the ReplicaManager cannot build is tried RESTORE_TRIES times, then given up
-    (logged): the actor is not crashed again and again until supervision stops it."""
+    """A restore the ReplicaManager cannot finish is tried RESTORE_TRIES times, then given
+    up (logged): the actor is not crashed again and again until supervision stops it."""
     node = manual_node
-    manager, shard, _controller = _leading_c0(node, ReplicaManager)
+    manager, _shard, _controller = _leading_c0(node, ReplicaManager)
 
     def broken(self: Any, *_args: Any) -> Any:
         raise RuntimeError("a restore that fails every time")
 
-    monkeypatch.setattr(ReplicaManager, "_restored", broken)
+    monkeypatch.setattr(ReplicaManager, "_fetchers", broken)
     node.tell(manager, ShardRestarted(0))
     wait_for(lambda: node.actors[manager.name].crashes == RESTORE_TRIES, "every try")
+    # the give-up comes on the turn after the last crash: waited for, not read once
+    wait_for(lambda: _stats(node, manager)["restores_owed"] == 0, "the give-up")
     node.quiesce()
     assert node.actors[manager.name].crashes == RESTORE_TRIES
+    assert _stats(node, manager)["restores_redone"] == RESTORE_TRIES - 1
+
+
+def test_a_partition_whose_role_cannot_be_rebuilt_is_left_out_not_the_shard(
+        manual_node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One partition's role that cannot be rebuilt for a restore is left out and counted;
+    the shard still gets its RestoreRoles (its other partitions serve again) and the
+    actor does not crash."""
+    node = manual_node
+    manager, shard, _controller = _leading_c0(node, ReplicaManager)
+
+    def broken(self: Any, *_args: Any) -> Any:
+        raise RuntimeError("a role that cannot be rebuilt")
+
+    monkeypatch.setattr(ReplicaManager, "_restored", broken)
+    node.tell(manager, ShardRestarted(0))
+    [restore] = wait_for(lambda: _got(node, shard, RestoreRoles) or None, "the restore")
+    assert restore.rows == []
     stats = _stats(node, manager)
-    assert (stats["restores_owed"], stats["restores_redone"]) == (0, RESTORE_TRIES - 1)
-    assert _got(node, shard, RestoreRoles) == []
+    assert (stats["restore_rows_failed"], stats["restores_owed"]) == (1, 0)
+    assert node.actors[manager.name].crashes == 0
 
 
 def test_the_counters_go_on_over_a_crash_restart(
@@ -284,7 +313,6 @@ def test_a_restarted_process_is_restored_and_announced_after_a_crash_in_its_rest
     process's ask is answered with the failure). The handlers of process 0 still learn the
     new generation (told before the restore), and the shard gets its restore from the new
     life. Before, both died with the crash."""
-    crash = fail_once(monkeypatch, ReplicaManager, "_restored")
     ipc = str(tmp_path / "ipc")
     directory = Directory({"node-1": NodeEndpoint("127.0.0.1", 0, ipc),
                            "node-1-p1": NodeEndpoint("127.0.0.1", 0, ipc)})
@@ -293,7 +321,7 @@ def test_a_restarted_process_is_restored_and_announced_after_a_crash_in_its_rest
     try:
         topo = Topology("node-1", 1, 1, 2, 2, 1, home="node-1",
                         process_nodes=("node-1", "node-1-p1"))
-        manager = main.spawn(ReplicaManager, topo.replica_manager.name, topology=topo,
+        manager = main.spawn(RestoringFailManager, topo.replica_manager.name, topology=topo,
                              config=Config(), broker_id=1, clock=main.clock)
         handler = main.spawn(Keeper, "handler-0")
         shard = p1.spawn(Keeper, "shard-1")
@@ -301,7 +329,7 @@ def test_a_restarted_process_is_restored_and_announced_after_a_crash_in_its_rest
             "c", 0, 4, 1, 3, [1], 4, [1], False)], [LiveLeaderRow(1, "")], {"c": {}}, 1))
         main.tell(manager, BrokerRegistered(1, 5))
         wait_for(lambda: main.ask(manager, GetStats())["leading"] == ["c-0"], "c-0 led")
-        crash["crash"] = True
+        main.actors[manager.name].restoring.armed = True  # type: ignore[attr-defined]
         with pytest.raises(AskFailed):
             main.ask(manager, ProcessStarted(1, True, 2))
         assert main.actors[manager.name].crashes == 1

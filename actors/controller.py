@@ -30,6 +30,7 @@ as for the broker's own requests, which carry no timeout.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +91,8 @@ from wire.errors import ErrorCode, KafkaError
 # request timeout (30 s by default), so a restarting process delays an answer, never
 # loses it.
 ACK_WAIT_NS = 10_000_000_000
+# times the table goes again to the handlers of a change awaited over a crash restart
+RESEND_TRIES = 3
 TIMED_OUT = int(ErrorCode.REQUEST_TIMED_OUT)
 NONE = int(ErrorCode.NONE)
 
@@ -136,6 +139,7 @@ class _Awaiting:
     give_up_ns: int  # monotonic: answered anyway from then on
     deadline_ns: int | None  # monotonic: answered REQUEST_TIMED_OUT from then on
     timeout_ms: int | None
+    resent: int = 0  # times the table went again after a crash restart of the Controller
 
 
 class Controller(Actor):
@@ -152,24 +156,31 @@ class Controller(Actor):
         self.read_budget = read_partition_budget  # the node's limits, read per request
 
     def setup(self) -> None:
-        self.ids = itertools.count(1)
-        self.pending: dict[int, _Pending] = {}
+        # Kept over a crash restart of this actor (the message being handled is not
+        # handled again): the changes waiting for their shards and those waiting for the
+        # handlers' acknowledgements, with the ids that name them (an answer to the
+        # previous life still settles, a new id names no older change). Forgotten, a
+        # change written to the store was never sent to the handlers (they did not know
+        # the topic, ``__consumer_offsets`` say, until the next change) nor answered.
+        restarted = hasattr(self, "pending")
+        self.ids: Iterator[int] = getattr(self, "ids", None) or itertools.count(1)
+        self.pending: dict[int, _Pending] = getattr(self, "pending", {})
         # topic changes answered once every handler applied them, by ack id
-        self.awaiting: dict[int, _Awaiting] = {}
+        self.awaiting: dict[int, _Awaiting] = getattr(self, "awaiting", {})
+        # after a crash restart, the table goes again to the handlers each awaited change
+        # still waits for (its broadcast may have died with the crash): next turn
+        self.send_again = restarted and bool(self.awaiting)
 
-    def _broadcast(self, ack_id: int) -> list[Address]:
-        """The topic table to every handler, each asked to acknowledge ``ack_id``;
-        returns them.
+    def _broadcast(self, ack_id: int) -> None:
+        """The topic table to every handler, each asked to acknowledge ``ack_id``.
 
         Every handler, this process's too: they run on other threads and loops (a
         message to one crosses threads), so the requester's answer, which goes its
         own way, could reach a client before another handler knows the change.
         """
         update = MetadataUpdate(self.store.version, self.store.table(), ack_id)
-        handlers = self.topology.all_handlers()
-        for handler in handlers:
+        for handler in self.topology.all_handlers():
             self.tell(handler, update)
-        return handlers
 
     # ----------------------------------------------------------------- create
     @handles(CreateTopics)
@@ -380,24 +391,48 @@ class Controller(Actor):
 
     @handles(ShardDone)
     def on_shard_done(self, msg: ShardDone) -> None:
+        """A shard applied a change; the last one's has the table go to every handler.
+
+        Crash-safe at every step (``pending`` and ``awaiting`` are kept over a restart):
+        the shard's answer is counted first; the change's ``awaiting`` entry is recorded
+        before its pending entry goes and before the table is sent, so a crash on the way
+        leaves it awaited, and the new life sends the table again (``_send_again``) and
+        answers the requester once the handlers acknowledge it (or at the give-up)."""
         entry = self.pending.get(msg.req_id)
         if entry is None:
             return
+        entry.shards_left -= 1
         if msg.failed or msg.error:
             self.log.error("a shard failed to apply a topic change to {}: {}",
                            ", ".join(f"{t}-{p}" for t, p in msg.failed) or "?", msg.error)
-        entry.shards_left -= 1
         if entry.shards_left > 0:
             return
-        del self.pending[msg.req_id]
         ack_id = next(self.ids)
-        handlers = set(self._broadcast(ack_id))
+        handlers = set(self.topology.all_handlers())
+        if handlers:
+            self.awaiting[ack_id] = _Awaiting(handlers, entry.requester, entry.answer,
+                                              self.clock.monotonic_ns() + ACK_WAIT_NS,
+                                              entry.deadline_ns, entry.timeout_ms)
+        del self.pending[msg.req_id]
+        self._broadcast(ack_id)
         if not handlers:  # no handler at all (none configured): nobody to wait for
             self._answer(entry.requester, entry.answer)
-            return
-        self.awaiting[ack_id] = _Awaiting(handlers, entry.requester, entry.answer,
-                                          self.clock.monotonic_ns() + ACK_WAIT_NS,
-                                          entry.deadline_ns, entry.timeout_ms)
+
+    def _send_again(self) -> None:
+        """After a crash restart: the table to the handlers each awaited change still waits
+        for, asked to acknowledge it (one that had it applies it again). At most
+        RESEND_TRIES times a change: a send that crashes this actor every time is not
+        tried again and again (the give-up answers its requester)."""
+        self.send_again = False
+        for ack_id, waiting in sorted(self.awaiting.items()):
+            if waiting.resent >= RESEND_TRIES or not waiting.handlers:
+                continue
+            waiting.resent += 1
+            self.log.warning("the topic table goes again to {} handler(s) (change {} awaited "
+                             "over this actor's crash restart)", len(waiting.handlers), ack_id)
+            update = MetadataUpdate(self.store.version, self.store.table(), ack_id)
+            for handler in sorted(waiting.handlers, key=str):
+                self.tell(handler, update)
 
     def _answer(self, requester: Address | None, answer: Any) -> None:
         if requester is not None:  # None: answered already
@@ -415,6 +450,8 @@ class Controller(Actor):
             self._answer(waiting.requester, waiting.answer)
 
     def poll_timeout_ms(self) -> int | None:
+        if self.send_again:
+            return 0
         if self.awaiting or any(p.requester is not None and p.deadline_ns is not None
                                 for p in self.pending.values()):
             return 200
@@ -423,6 +460,8 @@ class Controller(Actor):
     def on_turn(self) -> None:
         """A process that does not acknowledge (it is restarting) delays no answer long;
         a change not complete by its request's timeout_ms is answered REQUEST_TIMED_OUT."""
+        if self.send_again:
+            self._send_again()
         if not self.awaiting and not self.pending:
             return
         now = self.clock.monotonic_ns()

@@ -152,6 +152,10 @@ ALTER_PARTITION_TIMEOUT_MS = 5000  # an AlterPartition unanswered this long is p
 # a RestoreRoles unanswered this long is reported (once): it stays recorded until the
 # shard answers or restarts again (the next restore replaces it), one per shard at most
 RESTORE_OVERDUE_MS = 30_000
+# a restore a crash of the ReplicaManager interrupted is done again on its next turn, at
+# most this many times in all (a restore that crashes it every time is given up, logged:
+# the actor lives on and the shard's partitions wait for the controller's next role)
+RESTORE_TRIES = 3
 # a controller request its shards have not all answered this long: its next resend sends
 # it again to the shards still to answer (a message to a shard in another process can be
 # lost without a restart of the shard), then again each time it is this long overdue
@@ -233,8 +237,11 @@ class ReplicaManager(Actor):
         # and applying one again changes nothing
         self.cache: MetadataCache = getattr(self, "cache", None) or MetadataCache()
         self.held: list[tuple[Address, Any]] = []
-        self.held_replaced = 0  # held requests a resend of theirs replaced
-        self.held_dropped = 0  # held requests dropped past HELD_MAX (the oldest)
+        # The counters (stats) go on over a restart too: reset, a crash hid what came
+        # before it (the restores, refusals, resends that led up to it) from the stats
+        # and from a test or a sim checker comparing them
+        self.held_replaced = getattr(self, "held_replaced", 0)  # held requests a resend replaced
+        self.held_dropped = getattr(self, "held_dropped", 0)  # dropped past HELD_MAX (oldest)
         # the ids of requests to the shards go on over a restart of this actor: a late
         # answer to its previous life's (BecameLeaderOrFollower, ShardDone, RolesRestored)
         # must not settle a new one
@@ -252,8 +259,8 @@ class ReplicaManager(Actor):
         # each leader's last ISR proposal whose outcome is not known: (it, send it again)
         self.proposals: dict[TopicPartition, tuple[IsrProposalRow, bool]] = getattr(
             self, "proposals", {})
-        self.processes_restarted = 0
-        self.shards_restarted = 0
+        self.processes_restarted = getattr(self, "processes_restarted", 0)
+        self.shards_restarted = getattr(self, "shards_restarted", 0)
         # The restores not answered yet go on over a restart of this actor, as the roles
         # they carry do. Forgotten, the shard's answer was ignored: a role it could not
         # take stayed on record (given again at its next restore), one it holds again after
@@ -263,9 +270,19 @@ class ReplicaManager(Actor):
         self.restoring: dict[int, Address] = getattr(self, "restoring", {})
         # when each unanswered RestoreRoles is overdue (dropped once reported)
         self.restore_overdue_ms: dict[int, int] = getattr(self, "restore_overdue_ms", {})
-        self.restores_overdue = 0
-        self.restores_replaced = 0
-        self.restore_answers_ignored = 0  # answers to a replaced (or unknown) RestoreRoles
+        self.restores_overdue = getattr(self, "restores_overdue", 0)
+        # shards owed a restore (why, tries), recorded before any of it is sent and gone
+        # once all of it is: kept over a restart of this actor, whose next turn does again
+        # the restores a crash interrupted. Forgotten, a shard restarted while this actor
+        # crashed in its restore got none: no role, its partitions dark until the
+        # controller's next LeaderAndIsr
+        self.restores_owed: dict[Address, tuple[str, int]] = getattr(self, "restores_owed", {})
+        self.restores_redone = getattr(self, "restores_redone", 0)
+        # partitions left out of a restore because their role could not be rebuilt
+        self.restore_rows_failed = getattr(self, "restore_rows_failed", 0)
+        self.restores_replaced = getattr(self, "restores_replaced", 0)
+        # answers to a replaced (or unknown) RestoreRoles
+        self.restore_answers_ignored = getattr(self, "restore_answers_ignored", 0)
         # what each unanswered RestoreRoles carried (a StopReplica accepted since takes its
         # partitions out): the answer settles what the ReplicaManager keeps of each
         self.restore_sent: dict[int, dict[TopicPartition, ReplicaStateRow]] = getattr(
@@ -273,12 +290,15 @@ class ReplicaManager(Actor):
         # broker -> its RequestHandlers (0: unknown)
         self.leader_handlers: dict[int, int] = getattr(self, "leader_handlers", {})
         self.refusals_logged: set[tuple[str, int, int]] = set()
-        self.refused = 0
-        self.resends_in_progress = 0  # resends of a request still being applied: not answered
-        self.resends_reapplied = 0  # resends that sent their overdue request to shards again
-        self.applied = {"lai": 0, "um": 0, "stop": 0}
+        self.refused = getattr(self, "refused", 0)
+        # resends of a request still being applied: not answered
+        self.resends_in_progress = getattr(self, "resends_in_progress", 0)
+        # resends that sent their overdue request to shards again
+        self.resends_reapplied = getattr(self, "resends_reapplied", 0)
+        self.applied: dict[str, int] = getattr(self, "applied", None) or {
+            "lai": 0, "um": 0, "stop": 0}
         self.fetched_by: dict[TopicPartition, str] = getattr(self, "fetched_by", {})
-        self.fetchers_stopped = 0
+        self.fetchers_stopped = getattr(self, "fetchers_stopped", 0)
         # the AlterPartitions on their way to the controller, with their deadlines, go on
         # over a restart of this actor, as ``proposals`` does: the previous life's answer
         # is taken, and one lost is answered REQUEST_TIMED_OUT at its deadline (the shard
@@ -755,6 +775,8 @@ class ReplicaManager(Actor):
         self.waiters = keep
 
     def poll_timeout_ms(self) -> int | None:
+        if self.restores_owed:
+            return 0  # a restore a crash interrupted: done again at once
         deadlines = [w.deadline_ms for w in self.waiters]
         deadlines += [deadline for _rows, deadline in self.isr_pending.values()]
         deadlines += self.restore_overdue_ms.values()
@@ -765,6 +787,8 @@ class ReplicaManager(Actor):
         return max(0, min(deadlines) - self.clock.now_ms())
 
     def on_turn(self) -> None:
+        if self.restores_owed:
+            self._restore_owed()
         if self.waiters:
             self._check_waiters(self.clock.now_ms())
         if self.isr_pending:
@@ -799,26 +823,29 @@ class ReplicaManager(Actor):
         """
         adds: dict[str, list[FetcherPartitionRow]] = {}
         removes: dict[str, list[FetcherRemoveRow]] = {}
+        # Worked out on a copy, kept only once the fetchers are told: a crash on the way
+        # leaves ``fetched_by`` as the fetchers know it, and a redo tells the old ones.
+        fetched = dict(self.fetched_by)
         for row in follow:
             tp = TopicPartition(row.topic, row.partition)
             name = None
             if row.leader >= 0 and row.leader != self.broker_id:
                 fetcher_id = stable_hash(f"{row.topic}-{row.partition}") % self.num_fetchers
                 name = self._fetcher(row.leader, fetcher_id)
-            old = self.fetched_by.get(tp)
+            old = fetched.get(tp)
             if old is not None and old != name:
                 removes.setdefault(old, []).append(FetcherRemoveRow(tp.topic, tp.partition))
             if name is None:
-                self.fetched_by.pop(tp, None)
+                fetched.pop(tp, None)
                 continue
-            self.fetched_by[tp] = name
+            fetched[tp] = name
             adds.setdefault(name, []).append(FetcherPartitionRow(row.topic, row.partition,
                                                                  row.leader, row.leader_epoch))
         for tp in [*lead, *(stopped or [])]:
-            old = self.fetched_by.pop(tp, None)
+            old = fetched.pop(tp, None)
             if old is not None:
                 removes.setdefault(old, []).append(FetcherRemoveRow(tp.topic, tp.partition))
-        busy = set(self.fetched_by.values())
+        busy = set(fetched.values())
         for name, remove_rows in removes.items():
             if name in busy:
                 self.tell(Address(self.node.name, name), RemoveFetcherPartitions(remove_rows))
@@ -827,6 +854,8 @@ class ReplicaManager(Actor):
         for name, add_rows in adds.items():
             self.tell(Address(self.node.name, name),
                       AddFetcherPartitions(add_rows, self._handlers_of(add_rows[0].leader)))
+        self.fetched_by.clear()
+        self.fetched_by.update(fetched)
 
     def _fetcher_name(self, row: ReplicaStateRow) -> str | None:
         """The fetcher that fetches followed ``row`` (None: no leader to fetch from)."""
@@ -873,18 +902,26 @@ class ReplicaManager(Actor):
     # ------------------------------------------------------------ ISR changes (KIP-497)
     @handles(ProposeIsr)
     def on_propose_isr(self, msg: ProposeIsr) -> None:
-        """A leader shard's ISR change, sent to the controller as AlterPartition."""
+        """A leader shard's ISR change, sent to the controller as AlterPartition.
+
+        Its ``isr_pending`` entry is recorded first, before anything else: the shard sends
+        a proposal once and again only on an answer, so should this handler fail on the
+        way (a crash restart keeps ``isr_pending``), the entry's deadline still answers it
+        REQUEST_TIMED_OUT and the shard proposes again. Recorded after, a crash before it
+        lost the proposal: no AlterPartition, no answer, no ISR change from that leader
+        until its next role."""
+        req_id = next(self.req_ids)
+        self.isr_pending[req_id] = (list(msg.rows),
+                                    self.clock.now_ms() + ALTER_PARTITION_TIMEOUT_MS)
         controller = self.fencing.controller_id
-        now = self.clock.now_ms()
         for row in msg.rows:
             tp = TopicPartition(row.topic, row.partition)
             if tp in self.states:  # else stopped since it was sent: no role to restore
                 self.proposals[tp] = (row, False)
         if controller is None or controller < 0 or not self.fencing.registered:
             self._isr_answer(msg.rows, int(ErrorCode.NOT_CONTROLLER))
+            del self.isr_pending[req_id]  # answered (a crash before: answered at its deadline)
             return
-        req_id = next(self.req_ids)
-        self.isr_pending[req_id] = (list(msg.rows), now + ALTER_PARTITION_TIMEOUT_MS)
         self.tell(self._controller_address(controller), AlterPartition(
             req_id, self.broker_id, self.fencing.broker_epoch,
             [AlterPartitionItem(r.topic, r.partition, r.leader_epoch, list(r.new_isr),
@@ -1052,13 +1089,14 @@ class ReplicaManager(Actor):
             # the roles sent before it started wait in its links
             return {"partitions": 0, "metadata": metadata}
         self.processes_restarted += 1
-        sent = self._restore(lambda shard: shard.node == node,
-                             f"process {msg.process} restarted")
         # what it owed them will not come; with its generation, which they stamp on their
-        # Appends to it from then on (what they sent before is refused there)
+        # Appends to it from then on (what they sent before is refused there). Told before
+        # the restore: a crash in it (done again at the next turn) does not lose them
         for handler in self.topology.all_handlers():
             if handler.node != node:
                 self.tell(handler, msg)
+        sent = self._restore(lambda shard: shard.node == node,
+                             f"process {msg.process} restarted")
         return {"partitions": sent, "metadata": metadata}
 
     @handles(ShardRestarted)
@@ -1079,17 +1117,32 @@ class ReplicaManager(Actor):
         has the purgatories watch again, and answers RolesRestored, which settles what it
         owed and will not answer), and the fetchers of the partitions they follow forget
         and re-add them (an answer they waited for may have died with the shard), as the
-        restored roles say. Returns how many roles were sent."""
-        by_shard: dict[Address, list[RestoredRoleRow]] = {
-            shard: [] for shard in (self.topology.shard(i)
-                                    for i in range(self.topology.num_shards))
-            if selected(shard)}
+        restored roles say. Returns how many roles were sent.
+
+        The shards are recorded as owed their restore before anything is sent, and taken
+        off once all is: a crash on the way leaves them owed, and the new life's next turn
+        does it again (``_restore_owed``); a restore sent twice is harmless (the shard
+        keeps a role at a leader epoch it holds; the second replaces the first)."""
+        shards = [shard for shard in (self.topology.shard(i)
+                                      for i in range(self.topology.num_shards))
+                  if selected(shard)]
+        for shard in shards:
+            _why, tries = self.restores_owed.get(shard, ("", 0))
+            self.restores_owed[shard] = (reason, tries + 1)
+        by_shard: dict[Address, list[RestoredRoleRow]] = {shard: [] for shard in shards}
         fenced = pending = 0
         for tp, role in self.states.items():
             rows = by_shard.get(self.topology.shard_for(tp.topic, tp.partition))
             if rows is None:
                 continue
-            row = self._restored(tp, role)
+            try:
+                row = self._restored(tp, role)
+            except Exception:  # one partition's bad state must not keep the others dark
+                self.restore_rows_failed += 1
+                self.log.exception("the last role of {}-{} could not be rebuilt for the "
+                                   "restore: left out (it waits for the controller's next "
+                                   "LeaderAndIsr)", tp.topic, tp.partition)
+                continue
             fenced += row.fenced
             pending += row.pending is not None
             rows.append(row)
@@ -1122,12 +1175,36 @@ class ReplicaManager(Actor):
         for name, remove_rows in again.items():
             self.tell(Address(self.node.name, name), RemoveFetcherPartitions(remove_rows))
         self._fetchers(follow, lead)
+        for shard in shards:
+            self.restores_owed.pop(shard, None)
         sent = sum(len(r) for r in by_shard.values())
         self.log.info("{}: last roles of {} partition(s) sent to {} shard(s) ({} fenced, "
                       "{} with an ISR proposal pending), {} followed ones fetched anew",
                       reason, sent, len(by_shard), fenced, pending,
                       sum(1 for r in follow if r.leader >= 0))
         return sent
+
+    def _restore_owed(self) -> None:
+        """Do again the restores a crash of this actor interrupted (``restores_owed``),
+        whole: RestoreRoles to each shard (one that went before the crash is replaced),
+        its followed partitions to their fetchers anew. One tried RESTORE_TRIES times is
+        given up (the crash would come again, and supervision stops an actor that crashes
+        too often)."""
+        again: dict[str, set[Address]] = {}
+        for shard, (reason, tries) in list(self.restores_owed.items()):
+            if tries >= RESTORE_TRIES:
+                del self.restores_owed[shard]
+                self.log.error("the restore of shard {} ({}) failed {} times: given up; its "
+                               "partitions wait for the controller's next LeaderAndIsr",
+                               shard.name, reason, tries)
+                continue
+            again.setdefault(reason, set()).add(shard)
+        for reason, shards in sorted(again.items()):
+            self.restores_redone += len(shards)
+            self.log.warning("the restore of shard(s) {} ({}) was interrupted by a crash of "
+                             "this actor: done again", ", ".join(sorted(s.name for s in shards)),
+                             reason)
+            self._restore(shards.__contains__, reason)
 
     def _drop_again(self, req_id: int, entry: _Pending, shard: Address,
                     why: str = "they died with it") -> bool:
@@ -1325,6 +1402,9 @@ class ReplicaManager(Actor):
             "processes_restarted": self.processes_restarted,
             "shards_restarted": self.shards_restarted,
             "restoring": len(self.restoring),
+            "restores_owed": len(self.restores_owed),
+            "restores_redone": self.restores_redone,
+            "restore_rows_failed": self.restore_rows_failed,
             "restores_overdue": self.restores_overdue,
             "restores_replaced": self.restores_replaced,
             "restore_answers_ignored": self.restore_answers_ignored,

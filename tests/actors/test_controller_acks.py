@@ -22,9 +22,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from loguru import logger
 
-from actors.controller import ACK_WAIT_NS, Controller
+from actors.controller import ACK_WAIT_NS, RESEND_TRIES, Controller
 from actors.core.log_dir import LogDir
 from actors.core.topic_store import TopicStore
 from actors.log_manager import LogManager
@@ -35,6 +36,7 @@ from actors.runtime.address import Address
 from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
+from tests.fixtures.crash import fail_once
 from tests.fixtures.waiting import wait_for
 from wire.admin_messages import (
     AlterTopicConfigs,
@@ -297,3 +299,52 @@ def test_a_timeout_longer_than_the_give_up_is_answered_at_the_give_up(
     node.advance_clock(1)
     [answer] = wait_for(lambda: _got(node, client, CreateTopicsDone), "the answer")
     assert [r[1] for r in answer.rows] == [0]
+
+
+def test_a_topic_change_is_sent_and_answered_after_a_crash_before_its_broadcast(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shard opened the new topic's partitions; the Controller crashes as it sends the
+    table to the handlers. The change was recorded as awaited before, and is kept over the
+    restart: the new life sends the table again, and answers the client once every handler
+    acknowledged it. Before, the crash lost it: the topic was in the store, no handler
+    knew it (until the next topic change) and the client was never answered."""
+    crash = fail_once(monkeypatch, Controller, "_broadcast")
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    crash["crash"] = True
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 2, 1, {})]),
+              sender=client.name)
+    wait_for(lambda: node.actors[controller.name].crashes == 1, "the Controller's crash")
+    created = _answered_after_every_ack(node, controller, handlers, client, 1,
+                                        CreateTopicsDone)
+    assert [r[1] for r in created.rows] == [0]
+    assert all("t" in u.topics for u in _updates(node, handlers, 1))
+
+    # the ids go on over the restart: the next change is acknowledged and answered
+    node.tell(controller, DeleteTopics(2, [DeleteTopicRow("t")]), sender=client.name)
+    deleted = _answered_after_every_ack(node, controller, handlers, client, 2,
+                                        DeleteTopicsDone)
+    assert [r[1] for r in deleted.rows] == [0]
+
+
+
+def test_a_table_that_cannot_be_sent_is_tried_a_bounded_number_of_times(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table cannot be built (every try raises): the broadcast crashes the Controller,
+    the new life's sends again crash it RESEND_TRIES times, then it stops trying (it is not
+    crashed until supervision stops it) and the give-up answers the client."""
+    node = manual_node
+    controller, _handlers, client = _start(node, tmp_path)
+
+    def broken(_self: Any) -> Any:
+        raise RuntimeError("a table that cannot be built")
+
+    monkeypatch.setattr(TopicStore, "table", broken)
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})]),
+              sender=client.name)
+    wait_for(lambda: node.actors[controller.name].crashes == 1 + RESEND_TRIES, "every try")
+    node.quiesce()
+    assert node.actors[controller.name].crashes == 1 + RESEND_TRIES
+    node.advance_clock(ACK_WAIT_NS // 1_000_000)
+    [created] = wait_for(lambda: _got(node, client, CreateTopicsDone), "the answer")
+    assert [r[1] for r in created.rows] == [0]

@@ -17,6 +17,12 @@ from actors.core.cluster_model import LEADER_DURING_DELETE, NO_LEADER
 from wire.cluster_messages import BrokerRow, UpdateMetadata, UpdateMetadataPartition
 
 NO_CONTROLLER = -1
+# How long the ReplicaManager's wait for topics waits for the handlers' MetadataSynced once
+# its metadata shows what is awaited (and how long a wait with timeout_ms <= 0 waits at all).
+# Only a handler whose process is restarting stays silent (the new process takes no
+# connection before its handlers hold the metadata); a live one on a loaded machine can take
+# seconds. As the single node's controller (actors/controller.py ACK_WAIT_NS).
+SYNC_WAIT_MS = 10_000
 
 
 @dataclass(frozen=True, slots=True)

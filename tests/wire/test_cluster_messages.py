@@ -60,6 +60,8 @@ SAMPLES: list[Any] = [
     cm.CoordinatorPartitions([cm.CoordinatorPartitionRow(3, 7)], [4, 9]),
     cm.AwaitTopics(6, ["orders", "more"], True, 30000),
     cm.TopicsAwaited(6, ["more"]),
+    cm.MetadataSync(7),
+    cm.MetadataSynced(7),
     cm.StartController(4294967300),
     cm.ControlledShutdownStep(True),
     cm.BrokersChanged(72057659430535168),

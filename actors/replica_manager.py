@@ -211,6 +211,7 @@ class _Waiter:
     topics: list[str]
     present: bool
     deadline_ms: int  # answered by then, shown and acknowledged or not
+    at_least: dict[str, int]  # the fewest partitions of a topic awaited (CreatePartitions)
     # the metadata version that first showed what it waits for (None: not shown yet),
     # and when the handlers that have not acknowledged it by then are given up on
     shown_version: int | None = None
@@ -768,7 +769,7 @@ class ReplicaManager(Actor):
         now = self.clock.now_ms()
         timeout_ms = msg.timeout_ms if msg.timeout_ms > 0 else SYNC_WAIT_MS
         self.waiters.append(_Waiter(self.current_sender, msg.req_id, list(msg.topics),
-                                    msg.present, now + timeout_ms))
+                                    msg.present, now + timeout_ms, dict(msg.at_least)))
         self._check_waiters(now)
 
     @handles(MetadataSynced)
@@ -790,7 +791,7 @@ class ReplicaManager(Actor):
             return
         keep = []
         for waiter in self.waiters:
-            missing = self.cache.missing(waiter.topics, waiter.present)
+            missing = self.cache.missing(waiter.topics, waiter.present, waiter.at_least)
             if missing:
                 waiter.shown_version = None  # shown, then not (a leader lost): anew
                 if now_ms < waiter.deadline_ms:

@@ -470,6 +470,9 @@ class AwaitTopics(NamedTuple):
     # > 0: answered by then at the latest (the topics not so yet named missing); <= 0:
     # no timeout of the client's, still bounded by the ReplicaManager's give-up
     timeout_ms: int
+    # ``present``: the fewest partitions a topic named here must have (a CreatePartitions
+    # waits for its new ones); a topic not named needs one at least
+    at_least: dict[str, int] = {}
 
 
 @message(415)

@@ -76,10 +76,11 @@ def partition_rows(ctx: HandlerContext, name: str) -> list[dict[str, Any]]:
 
 
 def await_topics(ctx: HandlerContext, names: list[str], present: bool,
-                 timeout_ms: int) -> Waiting:
+                 timeout_ms: int, at_least: dict[str, int] | None = None) -> Waiting:
     """Wait (cluster mode) until the metadata of every handler of this node, in every
-    process, shows ``names`` with leaders (``present``) or without them; returns those
-    still not so after ``timeout_ms``.
+    process, shows ``names`` with leaders (``present``; with ``at_least[name]`` partitions
+    at least, when named) or without them; returns those still not so after
+    ``timeout_ms``.
 
     ``timeout_ms`` <= 0 (confluent-kafka's admin sends 0 by default) waits all the same,
     bounded by the ReplicaManager's give-up (SYNC_WAIT_MS), and returns [] whatever it
@@ -90,7 +91,8 @@ def await_topics(ctx: HandlerContext, names: list[str], present: bool,
         return []
     done: TopicsAwaited
     [done] = yield [Call(ctx.topology.replica_manager,
-                         lambda rid: AwaitTopics(rid, list(names), present, timeout_ms),
+                         lambda rid: AwaitTopics(rid, list(names), present, timeout_ms,
+                                                 dict(at_least or {})),
                          max_wait_ms=timeout_ms if timeout_ms > 0 else SYNC_WAIT_MS)]
     return list(done.missing) if timeout_ms > 0 else []
 

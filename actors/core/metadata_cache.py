@@ -147,8 +147,13 @@ class MetadataCache:
                 return endpoint.host, endpoint.port
         return None
 
-    def missing(self, topics: Iterable[str], present: bool) -> list[str]:
-        """Topics not yet as awaited: without leaders (``present``) or still there (not)."""
+    def missing(self, topics: Iterable[str], present: bool,
+                at_least: dict[str, int] | None = None) -> list[str]:
+        """Topics not yet as awaited: without leaders (``present``; and with fewer than
+        ``at_least[topic]`` partitions, when named: a CreatePartitions) or still there
+        (not)."""
         if present:
-            return [t for t in topics if not self.has_leaders(t)]
+            at_least = at_least or {}
+            return [t for t in topics if not self.has_leaders(t)
+                    or len(self.partitions.get(t, ())) < at_least.get(t, 0)]
         return [t for t in topics if t in self.partitions]

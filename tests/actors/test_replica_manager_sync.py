@@ -63,8 +63,8 @@ class Recorder(Actor):
         return list(self.got)
 
 
-def _partition(topic: str) -> UpdateMetadataPartition:
-    return UpdateMetadataPartition(topic, 0, 4, 1, 1, [1], 1, [1], [])
+def _partition(topic: str, index: int = 0) -> UpdateMetadataPartition:
+    return UpdateMetadataPartition(topic, index, 4, 1, 1, [1], 1, [1], [])
 
 
 class _Node:
@@ -80,11 +80,13 @@ class _Node:
         self.correlation = 0
         node.tell(self.manager, BrokerRegistered(1, 5), sender=self.controller.name)
 
-    def update(self, full: bool, topics: list[str]) -> int:
-        """An UpdateMetadata listing ``topics``; the version each handler is asked to sync."""
+    def update(self, full: bool, topics: list[str], partitions: int = 1) -> int:
+        """An UpdateMetadata listing ``partitions`` of each of ``topics``; the version each
+        handler is asked to sync."""
         self.correlation += 1
         self.node.tell(self.manager, UpdateMetadata(
-            2, 4, 5, full, LIVE, [_partition(t) for t in topics], {t: {} for t in topics},
+            2, 4, 5, full, LIVE, [_partition(t, i) for t in topics for i in range(partitions)],
+            {t: {} for t in topics},
             E + self.correlation), sender=self.controller.name)
         syncs = wait_for(lambda: (lambda s: s if all(len(x) >= self.correlation for x in s)
                                   else None)([self._got(h, "MetadataSync")
@@ -100,8 +102,10 @@ class _Node:
     def ack(self, i: int, version: int) -> None:
         self.node.tell(self.manager, MetadataSynced(version), sender=self.handlers[i].name)
 
-    def wait(self, req_id: int, topics: list[str], present: bool, timeout_ms: int) -> None:
-        self.node.tell(self.manager, AwaitTopics(req_id, topics, present, timeout_ms),
+    def wait(self, req_id: int, topics: list[str], present: bool, timeout_ms: int,
+             at_least: dict[str, int] | None = None) -> None:
+        self.node.tell(self.manager, AwaitTopics(req_id, topics, present, timeout_ms,
+                                                 at_least or {}),
                        sender=self.handlers[0].name)
 
     def answers(self) -> list[Any]:
@@ -172,3 +176,18 @@ def test_a_silent_handler_is_given_up_on_and_named(manual_node: Node) -> None:
                         "the answer at once")[2] == [3, []]
     finally:
         logger.remove(sink)
+
+
+def test_a_wait_for_new_partitions_waits_for_them_everywhere(manual_node: Node) -> None:
+    """A CreatePartitions' wait: the topic shown with its old partitions is not enough."""
+    n = _Node(manual_node)
+    version = n.update(True, ["t"])
+    n.ack(0, version)
+    n.ack(1, version)
+    n.wait(1, ["t"], True, 60_000, {"t": 3})
+    assert n.answers() == []  # one partition of the three
+    grown = n.update(False, ["t"], 3)
+    n.ack(0, grown)
+    assert n.answers() == []  # handler-1 still serves one
+    n.ack(1, grown)
+    assert wait_for(n.answers, "the answer") == [[1, []]]

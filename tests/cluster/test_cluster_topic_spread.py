@@ -8,7 +8,8 @@ DeleteTopics once every handler of both processes acknowledged metadata that sho
 change (actors/replica_manager.py, MetadataSync). Here a real one-node cluster on a real
 ZooKeeper: connections held by each process (read from /proc), a CreateTopics on one,
 then at once a Metadata on every connection, many times over, with timeout_ms 0
-(confluent-kafka's admin default) and a positive one; a DeleteTopics likewise.
+(confluent-kafka's admin default) and a positive one; a CreatePartitions and a
+DeleteTopics likewise.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from tests.fixtures.cluster import Cluster, ClusterNode
 
 pytestmark = [pytest.mark.multiprocess]
 
-CREATE_TOPICS, DELETE_TOPICS, METADATA = 19, 20, 3
+CREATE_TOPICS, DELETE_TOPICS, METADATA, CREATE_PARTITIONS = 19, 20, 3, 37
 UNKNOWN = 3  # UNKNOWN_TOPIC_OR_PARTITION
 ROUNDS = 60  # per timeout_ms: each a create and a delete, each checked on every connection
 EACH_PROCESS = 2  # connections held by each process
@@ -86,10 +87,10 @@ def ask_everywhere(held: dict[int, list[RawClient]], topic: str) -> list[tuple[i
     return rows
 
 
-def seen(row: Any) -> str | None:
-    """None when a Metadata row shows its topic with a leader for each partition; else
-    what it shows."""
-    if row.error_code != 0 or not row.partitions or any(
+def seen(row: Any, count: int) -> str | None:
+    """None when a Metadata row shows its topic with ``count`` partitions, each with a
+    leader; else what it shows."""
+    if row.error_code != 0 or len(row.partitions) != count or any(
             p.error_code != 0 or p.leader_id < 0 for p in row.partitions):
         rows = [(p.error_code, p.leader_id) for p in row.partitions]
         return f"error {row.error_code}, partitions (error, leader) {rows}"
@@ -103,7 +104,7 @@ def gone(row: Any) -> str | None:
 
 
 @pytest.mark.parametrize("timeout_ms", [0, 30_000])
-def test_a_created_or_deleted_topic_is_so_on_every_connection_at_once(
+def test_a_created_grown_or_deleted_topic_is_so_on_every_connection_at_once(
         cluster_factory: Any, timeout_ms: int) -> None:
     cluster: Cluster = cluster_factory(size=1, config={"num.processes": 2})
     node = cluster.nodes[1]
@@ -119,9 +120,17 @@ def test_a_created_or_deleted_topic_is_so_on_every_connection_at_once(
                 "timeout_ms": timeout_ms, "validate_only": False})
             assert answer.topics[0].error_code == 0, answer
             for index, row in ask_everywhere(held, topic):
-                problem = seen(row)
+                problem = seen(row, 2)
                 if problem:
                     wrong.append(f"{topic} created, process {index}: {problem}")
+            answer = admin.call(CREATE_PARTITIONS, 3, {
+                "topics": [{"name": topic, "count": 4, "assignments": None}],
+                "timeout_ms": timeout_ms, "validate_only": False})
+            assert answer.results[0].error_code == 0, answer
+            for index, row in ask_everywhere(held, topic):
+                problem = seen(row, 4)
+                if problem:
+                    wrong.append(f"{topic} grown to 4, process {index}: {problem}")
             answer = admin.call(DELETE_TOPICS, 4, {"topic_names": [topic],
                                                    "timeout_ms": timeout_ms})
             assert answer.responses[0].error_code == 0, answer
@@ -133,5 +142,5 @@ def test_a_created_or_deleted_topic_is_so_on_every_connection_at_once(
         for clients in held.values():
             for client in clients:
                 client.close()
-    assert not wrong, f"{len(wrong)} stale answer(s) of {ROUNDS * 2 * 2 * EACH_PROCESS}:\n" \
+    assert not wrong, f"{len(wrong)} stale answer(s) of {ROUNDS * 3 * 2 * EACH_PROCESS}:\n" \
                       + "\n".join(wrong[:20])

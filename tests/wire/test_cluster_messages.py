@@ -59,6 +59,7 @@ SAMPLES: list[Any] = [
                      [cm.OfflineReplicaRow("orders", 1, True, 12)]),
     cm.CoordinatorPartitions([cm.CoordinatorPartitionRow(3, 7)], [4, 9]),
     cm.AwaitTopics(6, ["orders", "more"], True, 30000),
+    cm.AwaitTopics(6, ["orders"], True, 0, {"orders": 12}),
     cm.TopicsAwaited(6, ["more"]),
     cm.MetadataSync(7),
     cm.MetadataSynced(7),

@@ -212,6 +212,9 @@ class _Waiter:
     present: bool
     deadline_ms: int  # answered by then, shown and acknowledged or not
     at_least: dict[str, int]  # the fewest partitions of a topic awaited (CreatePartitions)
+    # the client gave a timeout (timeout_ms > 0): at ``deadline_ms`` what is shown but not
+    # acknowledged everywhere is named missing; else the deadline is the give-up's
+    client_timeout: bool = True
     # the metadata version that first showed what it waits for (None: not shown yet),
     # and when the handlers that have not acknowledged it by then are given up on
     shown_version: int | None = None
@@ -769,7 +772,8 @@ class ReplicaManager(Actor):
         now = self.clock.now_ms()
         timeout_ms = msg.timeout_ms if msg.timeout_ms > 0 else SYNC_WAIT_MS
         self.waiters.append(_Waiter(self.current_sender, msg.req_id, list(msg.topics),
-                                    msg.present, now + timeout_ms, dict(msg.at_least)))
+                                    msg.present, now + timeout_ms, dict(msg.at_least),
+                                    msg.timeout_ms > 0))
         self._check_waiters(now)
 
     @handles(MetadataSynced)
@@ -805,8 +809,9 @@ class ReplicaManager(Actor):
             lagging = self._lagging(waiter.shown_version)
             if not lagging:
                 self.tell(waiter.handler, TopicsAwaited(waiter.req_id, []))
-            elif now_ms >= waiter.give_up_ms:
-                self._give_up(waiter, lagging)
+            elif now_ms >= waiter.give_up_ms or (now_ms >= waiter.deadline_ms
+                                                 and not waiter.client_timeout):
+                self._give_up(waiter, lagging, now_ms)
                 self.tell(waiter.handler, TopicsAwaited(waiter.req_id, []))
             elif now_ms >= waiter.deadline_ms:
                 # the client's timeout: shown here, not yet on every connection's process
@@ -815,7 +820,7 @@ class ReplicaManager(Actor):
                 keep.append(waiter)
         self.waiters = keep
 
-    def _give_up(self, waiter: _Waiter, lagging: list[Address]) -> None:
+    def _give_up(self, waiter: _Waiter, lagging: list[Address], now_ms: int) -> None:
         self.sync_give_ups += 1
         nodes = list(self.topology.process_nodes)
         by_process: dict[str, list[str]] = {}
@@ -823,12 +828,12 @@ class ReplicaManager(Actor):
             process = f"process {nodes.index(h.node)}" if h.node in nodes else h.node
             by_process.setdefault(process, []).append(h.name)
         self.log.warning("{} of topic(s) {}: {} did not acknowledge metadata version {} "
-                         "within {} ms (restarting?); answered anyway",
+                         "{} ms after it showed them (restarting?); answered anyway",
                          "creation" if waiter.present else "deletion",
                          ", ".join(waiter.topics),
                          "; ".join(f"{p} ({', '.join(sorted(names))})"
                                    for p, names in sorted(by_process.items())),
-                         waiter.shown_version, SYNC_WAIT_MS)
+                         waiter.shown_version, now_ms - (waiter.give_up_ms - SYNC_WAIT_MS))
 
     def poll_timeout_ms(self) -> int | None:
         deadlines = [w.deadline_ms for w in self.waiters]

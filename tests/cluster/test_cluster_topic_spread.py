@@ -14,11 +14,14 @@ DeleteTopics likewise.
 
 from __future__ import annotations
 
+import signal
 import time
 from typing import Any
 
 import pytest
 
+from actors.core.metadata_cache import SYNC_WAIT_MS
+from actors.topology import spread_index
 from bench.scale import tcp_inodes
 from tests.broker.rawclient import RawClient
 from tests.broker.test_processes import connections_of
@@ -28,6 +31,7 @@ pytestmark = [pytest.mark.multiprocess]
 
 CREATE_TOPICS, DELETE_TOPICS, METADATA, CREATE_PARTITIONS = 19, 20, 3, 37
 UNKNOWN = 3  # UNKNOWN_TOPIC_OR_PARTITION
+TIMED_OUT = 7  # REQUEST_TIMED_OUT
 ROUNDS = 60  # per timeout_ms: each a create and a delete, each checked on every connection
 EACH_PROCESS = 2  # connections held by each process
 
@@ -144,3 +148,54 @@ def test_a_created_grown_or_deleted_topic_is_so_on_every_connection_at_once(
                 client.close()
     assert not wrong, f"{len(wrong)} stale answer(s) of {ROUNDS * 3 * 2 * EACH_PROCESS}:\n" \
                       + "\n".join(wrong[:20])
+
+
+def test_a_stopped_process_delays_the_answer_a_bounded_time_and_is_named(
+        cluster_factory: Any) -> None:
+    """Process 1 of the node stopped (SIGSTOP: it acknowledges nothing, as while it
+    restarts): a CreateTopics with timeout_ms 0 is answered once the ReplicaManager gives
+    up on it (SYNC_WAIT_MS), which it logs naming process 1; one with a shorter positive
+    timeout_ms is answered REQUEST_TIMED_OUT by then. Continued, it acknowledges again:
+    the next is answered at once."""
+    cluster: Cluster = cluster_factory(size=1, config={"num.processes": 2,
+                                                       "num.partition.shards": 2})
+    node = cluster.nodes[1]
+    held = connections(node)
+    admin = held[0][0]  # process 0's: it serves while process 1 is stopped
+    for client in held[0][1:] + held[1]:
+        client.close()
+    [worker] = node.worker_pids()
+
+    def on_process_0(prefix: str) -> str:
+        """A topic name whose one partition is process 0's (shard 0 of 2): its
+        LeaderAndIsr, and the UpdateMetadata behind it, need nothing of process 1."""
+        return next(f"{prefix}-{i}" for i in range(1000)
+                    if spread_index(f"{prefix}-{i}", 0, 2) == 0)
+
+    def create(topic: str, timeout_ms: int) -> tuple[int, float]:
+        began = time.monotonic()
+        answer = admin.call(CREATE_TOPICS, 7, {
+            "topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1,
+                        "assignments": [], "configs": []}],
+            "timeout_ms": timeout_ms, "validate_only": False})
+        return answer.topics[0].error_code, time.monotonic() - began
+
+    try:
+        with node.process.hold_worker(worker) as process_1:
+            assert process_1.send_signal(signal.SIGSTOP)
+            try:
+                stopped = on_process_0("while-stopped")
+                code, took = create(stopped, 0)
+                assert code == 0
+                assert SYNC_WAIT_MS / 1000 - 1 <= took <= SYNC_WAIT_MS / 1000 + 15, took
+                [line] = [x for x in node.process.log().splitlines()
+                          if f"topic(s) {stopped}:" in x and "did not acknowledge" in x]
+                assert "process 1 (handler-" in line and "process 0" not in line, line
+                code, took = create(on_process_0("short"), 2000)
+                assert code == TIMED_OUT and 1.5 <= took <= 10, (code, took)
+            finally:
+                process_1.send_signal(signal.SIGCONT)
+        code, took = create(on_process_0("continued"), 0)
+        assert code == 0 and took < 5, took
+    finally:
+        admin.close()

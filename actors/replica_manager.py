@@ -271,6 +271,13 @@ class ReplicaManager(Actor):
         # actor, as the handlers keep what they applied
         self.metadata_version: int = getattr(self, "metadata_version", 0)
         self.synced: dict[Address, int] = getattr(self, "synced", {})
+        # per handler of a started process: the version of the snapshot it was sent; what
+        # it confirms below that came from its process's earlier life (the links keep and
+        # deliver what was queued to it) and says nothing of what it holds
+        self.sync_floor: dict[Address, int] = getattr(self, "sync_floor", {})
+        # handlers given up on (silent past SYNC_WAIT_MS): not waited for again until they
+        # confirm something, so a stopped process costs one wait, not one a topic change
+        self.sync_given_up: set[Address] = getattr(self, "sync_given_up", set())
         self.sync_give_ups = getattr(self, "sync_give_ups", 0)
         # -> (leader, leader epoch)
         self.roles: dict[TopicPartition, tuple[int, int]] = getattr(self, "roles", {})
@@ -779,8 +786,10 @@ class ReplicaManager(Actor):
     @handles(MetadataSynced)
     def on_metadata_synced(self, msg: MetadataSynced) -> None:
         handler = self.current_sender
-        if handler is None or msg.version > self.metadata_version:
-            return  # not one this life sent (a version from nowhere): acknowledges nothing
+        if handler is None or msg.version > self.metadata_version \
+                or msg.version < self.sync_floor.get(handler, 0):
+            return  # not one this life sent, or one its process's earlier life was sent
+        self.sync_given_up.discard(handler)
         if msg.version > self.synced.get(handler, 0):
             self.synced[handler] = msg.version
             if self.waiters:
@@ -788,7 +797,8 @@ class ReplicaManager(Actor):
 
     def _lagging(self, version: int) -> list[Address]:
         """The handlers that have not acknowledged metadata ``version`` yet."""
-        return [h for h in self.topology.all_handlers() if self.synced.get(h, 0) < version]
+        return [h for h in self.topology.all_handlers()
+                if self.synced.get(h, 0) < version and h not in self.sync_given_up]
 
     def _check_waiters(self, now_ms: int) -> None:
         if not self.waiters:
@@ -822,6 +832,7 @@ class ReplicaManager(Actor):
 
     def _give_up(self, waiter: _Waiter, lagging: list[Address], now_ms: int) -> None:
         self.sync_give_ups += 1
+        self.sync_given_up.update(lagging)
         nodes = list(self.topology.process_nodes)
         by_process: dict[str, list[str]] = {}
         for h in lagging:
@@ -1125,13 +1136,25 @@ class ReplicaManager(Actor):
         # "metadata": its handlers were sent the metadata (the process waits until they
         # hold it before it takes connections: this answer may reach it first)
         metadata = 1 if self.cache.updates else 0
+        # Its handlers are new: what their process's earlier life confirmed holds no more,
+        # and they are waited for again (bounded by the give-up, as any).
+        mine = [h for h in self.topology.all_handlers() if h.node == node]
+        for handler in mine:
+            self.synced.pop(handler, None)
+            self.sync_given_up.discard(handler)
         if metadata:
             snapshot = self.cache.snapshot(self.fencing.broker_epoch)
-            sync = MetadataSync(self.metadata_version)  # the snapshot holds every update
+            # the snapshot holds every update: a version of its own, which only its
+            # confirmation can reach (an earlier life's queued syncs stay below it); the
+            # other handlers, which hold every update already, confirm it too (a wait
+            # begun from now on waits for it from every handler)
+            self.metadata_version += 1
+            sync = MetadataSync(self.metadata_version)
             for handler in self.topology.all_handlers():
                 if handler.node == node:
+                    self.sync_floor[handler] = self.metadata_version
                     self.tell(handler, snapshot)
-                    self.tell(handler, sync)
+                self.tell(handler, sync)
         if not msg.restarted:
             # the roles sent before it started wait in its links
             return {"partitions": 0, "metadata": metadata}

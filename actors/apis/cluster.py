@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from actors.apis.base import ApiGen, Call, HandlerContext, Respond
+from actors.apis.base import TOPIC_CHANGE_WAIT_CAP_MS, ApiGen, Call, HandlerContext, Respond
 from actors.core.cluster_model import NO_LEADER
 from actors.core.metadata_cache import SYNC_WAIT_MS
 from actors.core.offsets_codec import OFFSETS_TOPIC, partition_for
@@ -89,6 +89,7 @@ def await_topics(ctx: HandlerContext, names: list[str], present: bool,
     connection, miss the topic it was told exists (or still find the one deleted)."""
     if ctx.cluster is None or not names:
         return []
+    timeout_ms = min(timeout_ms, TOPIC_CHANGE_WAIT_CAP_MS)  # a huge one pins nothing for days
     done: TopicsAwaited
     [done] = yield [Call(ctx.topology.replica_manager,
                          lambda rid: AwaitTopics(rid, list(names), present, timeout_ms,

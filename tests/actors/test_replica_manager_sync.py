@@ -24,7 +24,7 @@ from actors.replica_manager import ReplicaManager
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.config import Config
-from actors.runtime.node import Node
+from actors.runtime.node import Directory, Node, NodeEndpoint
 from actors.topology import Topology
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import GetStats
@@ -34,6 +34,7 @@ from wire.cluster_messages import (
     BrokerRow,
     MetadataSync,
     MetadataSynced,
+    ProcessStarted,
     TopicsAwaited,
     UpdateMetadata,
     UpdateMetadataPartition,
@@ -54,8 +55,8 @@ class Recorder(Actor):
     def on_any(self, msg: Any) -> None:
         self.got.append([type(msg).__name__, list(msg)])
 
-    @handles(UpdateMetadata)
-    def on_update(self, _msg: UpdateMetadata) -> None:
+    @handles(UpdateMetadata, ProcessStarted)
+    def on_update(self, _msg: Any) -> None:
         pass  # what a handler's cache takes; the syncs that follow it are what is kept
 
     @handles(GetStats)
@@ -160,20 +161,27 @@ def test_a_silent_handler_is_given_up_on_and_named(manual_node: Node) -> None:
         assert any("handler-1" in line and f"version {version}" in line for line in lines), \
             lines
 
+        # given up on: not waited for again until it confirms something (a stopped
+        # process costs one give-up, not one every topic change)
         later = n.update(False, ["u"])
         n.wait(2, ["u"], True, 500)
         n.ack(0, later)
-        assert len(n.answers()) == 1
-        manual_node.advance_clock(499)
-        assert len(n.answers()) == 1
-        manual_node.advance_clock(1)
         got = wait_for(lambda: (lambda a: a if len(a) == 2 else None)(n.answers()),
+                       "the answer without the handler given up on")
+        assert got[1] == [2, []]
+        n.ack(1, later)  # back: waited for again
+        again = n.update(False, ["v"])
+        n.wait(3, ["v"], True, 500)
+        n.ack(0, again)
+        assert len(n.answers()) == 2
+        manual_node.advance_clock(500)
+        got = wait_for(lambda: (lambda a: a if len(a) == 3 else None)(n.answers()),
                        "the answer at timeout_ms")
-        assert got[1] == [2, ["u"]]  # shown here, not by handler-1: not everywhere in time
-        n.ack(1, later)  # back: the next wait needs nobody given up on
-        n.wait(3, ["u"], True, 500)
-        assert wait_for(lambda: (lambda a: a if len(a) == 3 else None)(n.answers()),
-                        "the answer at once")[2] == [3, []]
+        assert got[2] == [3, ["v"]]  # shown here, not by handler-1: not everywhere in time
+        n.ack(1, again)
+        n.wait(4, ["v"], True, 500)
+        assert wait_for(lambda: (lambda a: a if len(a) == 4 else None)(n.answers()),
+                        "the answer at once")[3] == [4, []]
     finally:
         logger.remove(sink)
 
@@ -191,3 +199,50 @@ def test_a_wait_for_new_partitions_waits_for_them_everywhere(manual_node: Node) 
     assert n.answers() == []  # handler-1 still serves one
     n.ack(1, grown)
     assert wait_for(n.answers, "the answer") == [[1, []]]
+
+
+def test_a_restarted_process_counts_only_once_it_confirms_its_snapshot(tmp_path: Any) -> None:
+    """Process 1 restarted while a wait needed its handler: a sync of its earlier life
+    still queued to it (the links deliver what was queued, before the snapshot) confirms
+    nothing; only the snapshot's own version, which every handler is sent, does."""
+    ipc = str(tmp_path / "ipc")
+    directory = Directory({"node-1": NodeEndpoint("127.0.0.1", 0, ipc),
+                           "node-1-p1": NodeEndpoint("127.0.0.1", 0, ipc)})
+    main = Node("node-1", directory=directory).start()
+    p1 = Node("node-1-p1", directory=directory).start()
+    try:
+        topo = Topology("node-1", 1, 1, 2, 2, 1, home="node-1",
+                        process_nodes=("node-1", "node-1-p1"))
+        manager = main.spawn(ReplicaManager, topo.replica_manager.name, topology=topo,
+                             config=Config(), broker_id=1, clock=main.clock)
+        controller = main.spawn(Recorder, topo.controller.name)
+        h0 = main.spawn(Recorder, "handler-0")
+        h1 = p1.spawn(Recorder, "handler-0")
+        main.tell(manager, BrokerRegistered(1, 5), sender=controller.name)
+        main.tell(manager, UpdateMetadata(2, 4, 5, True, LIVE, [_partition("t")], {"t": {}},
+                                          E + 1), sender=controller.name)
+
+        def got(who: Any, node: Node, kind: str, count: int) -> list[Any]:
+            return list(wait_for(lambda: (lambda g: g if len(g) >= count else None)(
+                [f for name, f in node.ask(who, GetStats()) if name == kind]),
+                f"{count} {kind} at {who}"))
+
+        [[version]] = got(h0, main, "MetadataSync", 1)
+        main.tell(manager, MetadataSynced(version), sender=h0.name)
+        main.tell(manager, AwaitTopics(1, ["t"], True, 0, {}), sender=h0.name)  # needs h1
+        main.ask(manager, ProcessStarted(1, True, 1))
+        floor = got(h1, p1, "MetadataSync", 2)[1][0]
+        assert floor > version and got(h0, main, "MetadataSync", 2)[1] == [floor]
+        # the earlier life's confirmation, delivered to the new life late, then a wait of
+        # its own from the same sender (answered at its 1 ms timeout: the first was taken)
+        p1.tell(manager, MetadataSynced(version), sender=h1.name)
+        p1.tell(manager, AwaitTopics(9, ["t"], True, 1, {}), sender=h1.name)
+        assert got(h1, p1, "TopicsAwaited", 1)[0][0] == 9
+        assert [f for name, f in main.ask(h0, GetStats()) if name == "TopicsAwaited"] == [], \
+            "answered on a confirmation of the process's earlier life"
+        main.tell(manager, MetadataSynced(floor), sender=h0.name)
+        p1.tell(manager, MetadataSynced(floor), sender=h1.name)
+        assert got(h0, main, "TopicsAwaited", 1) == [[1, []]]
+    finally:
+        p1.shutdown()
+        main.shutdown()

@@ -191,11 +191,13 @@ def test_a_stopped_process_delays_the_answer_a_bounded_time_and_is_named(
                 [line] = [x for x in node.process.log().splitlines()
                           if f"topic(s) {stopped}:" in x and "did not acknowledge" in x]
                 assert "process 1 (handler-" in line and "process 0" not in line, line
+                # given up on: the next change does not wait for it again (one give-up
+                # an outage, not one a topic change), whatever its timeout
                 code, took = create(on_process_0("short"), 2000)
-                assert code == TIMED_OUT and 1.5 <= took <= 10, (code, took)
+                assert code == 0, (code, took)  # waited for it: REQUEST_TIMED_OUT at 2 s
             finally:
                 process_1.send_signal(signal.SIGCONT)
         code, took = create(on_process_0("continued"), 0)
-        assert code == 0 and took < 5, took
+        assert code == 0 and took < SYNC_WAIT_MS / 1000 - 1, took  # not the give-up
     finally:
         admin.close()

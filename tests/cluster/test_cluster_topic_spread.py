@@ -154,9 +154,9 @@ def test_a_stopped_process_delays_the_answer_a_bounded_time_and_is_named(
         cluster_factory: Any) -> None:
     """Process 1 of the node stopped (SIGSTOP: it acknowledges nothing, as while it
     restarts): a CreateTopics with timeout_ms 0 is answered once the ReplicaManager gives
-    up on it (SYNC_WAIT_MS), which it logs naming process 1; one with a shorter positive
-    timeout_ms is answered REQUEST_TIMED_OUT by then. Continued, it acknowledges again:
-    the next is answered at once."""
+    up on it (SYNC_WAIT_MS), which it logs naming process 1; the next, even with a short
+    positive timeout_ms, does not wait for it again (one give-up an outage). Continued, it
+    acknowledges again: the next is answered at once."""
     cluster: Cluster = cluster_factory(size=1, config={"num.processes": 2,
                                                        "num.partition.shards": 2})
     node = cluster.nodes[1]

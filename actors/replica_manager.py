@@ -14,7 +14,9 @@ fences each on the controller epoch and this node's broker epoch
   every RequestHandler, which keeps its own copy for Metadata,
   DescribeCluster, FindCoordinator and the NOT_LEADER_OR_FOLLOWER answers;
   then answers the handlers waiting for topics to appear or go (AwaitTopics),
-  after the update, so they see what they waited for.
+  once every handler of every process of the node acknowledged an update that
+  shows it (below), so a client told its topic was created (or deleted) sees it so
+  on any connection to this node, as Kafka's one metadata cache per broker does.
 * StopReplica: deletes the logs of a deleted topic (``DropPartitions``), or
   only stops following (controlled shutdown of a follower).
 
@@ -24,6 +26,19 @@ controller and the coordinators; the shards it tells live in any process
 other broker reaches this node through process 0 alone. It keeps each
 partition's last role (``states``) and the metadata, so a process that starts
 (``ProcessStarted``) gets the metadata for its handlers.
+
+Each UpdateMetadata (and each snapshot a started process's handlers get) is followed,
+to every handler, by a ``MetadataSync`` carrying this actor's count of them
+(``metadata_version``); the handler answers ``MetadataSynced`` with it, and since
+messages from one sender to one receiver keep their order, that says its cache
+holds all of them. A wait for topics is answered once the metadata shows them
+(or their absence) and every handler acknowledged the version that first showed
+it; a handler silent for ``SYNC_WAIT_MS`` past that (its process is restarting:
+it takes no connection before it holds the metadata again) is given up on,
+logged with its process, and the wait answered. A wait with ``timeout_ms`` <= 0
+(confluent-kafka's admin sends 0) is bounded by ``SYNC_WAIT_MS`` alone; one with a
+positive timeout is answered by then at the latest, naming missing what is not yet
+shown, or not yet acknowledged, everywhere.
 
 A shard that lost its memory (its process restarted, or a crash restarted it
 in place: ``ShardRestarted``) gets its partitions' last roles again
@@ -91,7 +106,7 @@ from typing import Any
 
 from actors.core.cluster_model import TopicPartition
 from actors.core.fetcher_state import FetcherConfig
-from actors.core.metadata_cache import MetadataCache
+from actors.core.metadata_cache import SYNC_WAIT_MS, MetadataCache
 from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.partition_state import FENCING_ERRORS, HELD_ERRORS, NOT_APPLIED_ERRORS
 from actors.core.replica_fencing import NONE, ReplicaFencing
@@ -120,6 +135,8 @@ from wire.cluster_messages import (
     LeaderAndIsrResponse,
     LogDirEventNotification,
     LogDirEventNotificationResponse,
+    MetadataSync,
+    MetadataSynced,
     OfflineReplicaRow,
     PartitionErrorRow,
     PendingIsrRow,
@@ -197,7 +214,15 @@ class _Waiter:
     req_id: int
     topics: list[str]
     present: bool
-    deadline_ms: int
+    deadline_ms: int  # answered by then, shown and acknowledged or not
+    at_least: dict[str, int]  # the fewest partitions of a topic awaited (CreatePartitions)
+    # the client gave a timeout (timeout_ms > 0): at ``deadline_ms`` what is shown but not
+    # acknowledged everywhere is named missing; else the deadline is the give-up's
+    client_timeout: bool = True
+    # the metadata version that first showed what it waits for (None: not shown yet),
+    # and when the handlers that have not acknowledged it by then are given up on
+    shown_version: int | None = None
+    give_up_ms: int = 0
 
 
 class ReplicaManager(Actor):
@@ -248,6 +273,19 @@ class ReplicaManager(Actor):
         self.req_ids: Iterator[int] = getattr(self, "req_ids", None) or itertools.count(1)
         self.pending: dict[int, _Pending] = {}
         self.waiters: list[_Waiter] = getattr(self, "waiters", [])
+        # the UpdateMetadata (and snapshots) sent to the handlers so far, and the newest of
+        # those each handler acknowledged (MetadataSynced); kept over a restart of this
+        # actor, as the handlers keep what they applied
+        self.metadata_version: int = getattr(self, "metadata_version", 0)
+        self.synced: dict[Address, int] = getattr(self, "synced", {})
+        # per handler of a started process: the version of the snapshot it was sent; what
+        # it confirms below that came from its process's earlier life (the links keep and
+        # deliver what was queued to it) and says nothing of what it holds
+        self.sync_floor: dict[Address, int] = getattr(self, "sync_floor", {})
+        # handlers given up on (silent past SYNC_WAIT_MS): not waited for again until they
+        # confirm something, so a stopped process costs one wait, not one a topic change
+        self.sync_given_up: set[Address] = getattr(self, "sync_given_up", set())
+        self.sync_give_ups = getattr(self, "sync_give_ups", 0)
         # -> (leader, leader epoch)
         self.roles: dict[TopicPartition, tuple[int, int]] = getattr(self, "roles", {})
         # the last role given (the newest LeaderAndIsr accepted, with the ISR changes
@@ -712,8 +750,11 @@ class ReplicaManager(Actor):
             return
         self.applied["um"] += 1
         self.cache.apply(msg)
+        self.metadata_version += 1
+        sync = MetadataSync(self.metadata_version)
         for handler in self.topology.all_handlers():
             self.tell(handler, msg)
+            self.tell(handler, sync)
         for txn_coordinator in all_txn_coordinators(self.topology):  # markers: who leads
             self.tell(txn_coordinator, msg)
         self.reply(UpdateMetadataResponse(self.broker_id, NONE, msg.correlation_id))
@@ -755,29 +796,81 @@ class ReplicaManager(Actor):
     @handles(AwaitTopics)
     def on_await(self, msg: AwaitTopics) -> None:
         assert self.current_sender is not None
-        waiter = _Waiter(self.current_sender, msg.req_id, list(msg.topics), msg.present,
-                         self.clock.now_ms() + msg.timeout_ms)
-        if not self.cache.missing(waiter.topics, waiter.present):
-            self.reply(TopicsAwaited(msg.req_id, []))
-            return
-        self.waiters.append(waiter)
+        now = self.clock.now_ms()
+        timeout_ms = msg.timeout_ms if msg.timeout_ms > 0 else SYNC_WAIT_MS
+        self.waiters.append(_Waiter(self.current_sender, msg.req_id, list(msg.topics),
+                                    msg.present, now + timeout_ms, dict(msg.at_least),
+                                    msg.timeout_ms > 0))
+        self._check_waiters(now)
+
+    @handles(MetadataSynced)
+    def on_metadata_synced(self, msg: MetadataSynced) -> None:
+        handler = self.current_sender
+        if handler is None or msg.version > self.metadata_version \
+                or msg.version < self.sync_floor.get(handler, 0):
+            return  # not one this life sent, or one its process's earlier life was sent
+        self.sync_given_up.discard(handler)
+        if msg.version > self.synced.get(handler, 0):
+            self.synced[handler] = msg.version
+            if self.waiters:
+                self._check_waiters(self.clock.now_ms())
+
+    def _lagging(self, version: int) -> list[Address]:
+        """The handlers that have not acknowledged metadata ``version`` yet."""
+        return [h for h in self.topology.all_handlers()
+                if self.synced.get(h, 0) < version and h not in self.sync_given_up]
 
     def _check_waiters(self, now_ms: int) -> None:
         if not self.waiters:
             return
         keep = []
         for waiter in self.waiters:
-            missing = self.cache.missing(waiter.topics, waiter.present)
-            if missing and now_ms < waiter.deadline_ms:
-                keep.append(waiter)
+            missing = self.cache.missing(waiter.topics, waiter.present, waiter.at_least)
+            if missing:
+                waiter.shown_version = None  # shown, then not (a leader lost): anew
+                if now_ms < waiter.deadline_ms:
+                    keep.append(waiter)
+                else:
+                    self.tell(waiter.handler, TopicsAwaited(waiter.req_id, missing))
+                continue
+            if waiter.shown_version is None:
+                waiter.shown_version = self.metadata_version
+                waiter.give_up_ms = now_ms + SYNC_WAIT_MS
+            lagging = self._lagging(waiter.shown_version)
+            if not lagging:
+                self.tell(waiter.handler, TopicsAwaited(waiter.req_id, []))
+            elif now_ms >= waiter.give_up_ms or (now_ms >= waiter.deadline_ms
+                                                 and not waiter.client_timeout):
+                self._give_up(waiter, lagging, now_ms)
+                self.tell(waiter.handler, TopicsAwaited(waiter.req_id, []))
+            elif now_ms >= waiter.deadline_ms:
+                # the client's timeout: shown here, not yet on every connection's process
+                self.tell(waiter.handler, TopicsAwaited(waiter.req_id, list(waiter.topics)))
             else:
-                self.tell(waiter.handler, TopicsAwaited(waiter.req_id, missing))
+                keep.append(waiter)
         self.waiters = keep
+
+    def _give_up(self, waiter: _Waiter, lagging: list[Address], now_ms: int) -> None:
+        self.sync_give_ups += 1
+        self.sync_given_up.update(lagging)
+        nodes = list(self.topology.process_nodes)
+        by_process: dict[str, list[str]] = {}
+        for h in lagging:
+            process = f"process {nodes.index(h.node)}" if h.node in nodes else h.node
+            by_process.setdefault(process, []).append(h.name)
+        self.log.warning("{} of topic(s) {}: {} did not acknowledge metadata version {} "
+                         "{} ms after it showed them (restarting?); answered anyway",
+                         "creation" if waiter.present else "deletion",
+                         ", ".join(waiter.topics),
+                         "; ".join(f"{p} ({', '.join(sorted(names))})"
+                                   for p, names in sorted(by_process.items())),
+                         waiter.shown_version, now_ms - (waiter.give_up_ms - SYNC_WAIT_MS))
 
     def poll_timeout_ms(self) -> int | None:
         if self.restores_owed:
             return 0  # a restore a crash interrupted: done again at once
         deadlines = [w.deadline_ms for w in self.waiters]
+        deadlines += [w.give_up_ms for w in self.waiters if w.shown_version is not None]
         deadlines += [deadline for _rows, deadline in self.isr_pending.values()]
         deadlines += self.restore_overdue_ms.values()
         if self.log_dir_event_due_ms is not None:
@@ -1080,11 +1173,25 @@ class ReplicaManager(Actor):
         # "metadata": its handlers were sent the metadata (the process waits until they
         # hold it before it takes connections: this answer may reach it first)
         metadata = 1 if self.cache.updates else 0
+        # Its handlers are new: what their process's earlier life confirmed holds no more,
+        # and they are waited for again (bounded by the give-up, as any).
+        mine = [h for h in self.topology.all_handlers() if h.node == node]
+        for handler in mine:
+            self.synced.pop(handler, None)
+            self.sync_given_up.discard(handler)
         if metadata:
             snapshot = self.cache.snapshot(self.fencing.broker_epoch)
+            # the snapshot holds every update: a version of its own, which only its
+            # confirmation can reach (an earlier life's queued syncs stay below it); the
+            # other handlers, which hold every update already, confirm it too (a wait
+            # begun from now on waits for it from every handler)
+            self.metadata_version += 1
+            sync = MetadataSync(self.metadata_version)
             for handler in self.topology.all_handlers():
                 if handler.node == node:
+                    self.sync_floor[handler] = self.metadata_version
                     self.tell(handler, snapshot)
+                self.tell(handler, sync)
         if not msg.restarted:
             # the roles sent before it started wait in its links
             return {"partitions": 0, "metadata": metadata}
@@ -1391,6 +1498,12 @@ class ReplicaManager(Actor):
             "brokers": self.cache.broker_ids(),
             "topics": self.cache.topics(),
             "waiters": len(self.waiters),
+            # the metadata updates sent to the handlers, the lowest any acknowledged, and
+            # the waits answered with a handler given up on
+            "metadata_version": self.metadata_version,
+            "metadata_synced_min": min((self.synced.get(h, 0)
+                                        for h in self.topology.all_handlers()), default=0),
+            "sync_give_ups": self.sync_give_ups,
             "fetched_by": {str(tp): name for tp, name in self.fetched_by.items()},
             "fetchers": sorted(set(self.fetched_by.values())),
             "fetchers_stopped": self.fetchers_stopped,

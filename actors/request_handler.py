@@ -93,7 +93,13 @@ from wire.broker_messages import (
     ProduceReady,
     ReadDone,
 )
-from wire.cluster_messages import ProcessStarted, TopicsAwaited, UpdateMetadata
+from wire.cluster_messages import (
+    MetadataSync,
+    MetadataSynced,
+    ProcessStarted,
+    TopicsAwaited,
+    UpdateMetadata,
+)
 from wire.errors import ErrorCode, KafkaError
 from wire.file_region import FileRegion, RegionAt
 from wire.group_messages import (
@@ -521,6 +527,13 @@ class RequestHandler(Actor):
         ReplicaManager."""
         if self.ctx.cluster is not None:
             self.ctx.apply_metadata(msg)
+
+    @handles(MetadataSync)
+    def on_metadata_sync(self, msg: MetadataSync) -> None:
+        """Cluster mode: the ReplicaManager's UpdateMetadata before this one are applied
+        (they came first, from the same sender); it answers a topic change once every
+        handler of the node said so."""
+        self.reply(MetadataSynced(msg.version))
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:

@@ -459,14 +459,20 @@ class AwaitTopics(NamedTuple):
     """Handler -> ReplicaManager: answer once the metadata has every topic (``present``: with a
     leader for each partition) or has none of them (not ``present``), or after the timeout.
 
-    The ReplicaManager forwards every UpdateMetadata to the handlers before it
-    answers, so the asking handler's cache already shows what was awaited.
+    The ReplicaManager answers once every handler of every process of the node
+    acknowledged (MetadataSynced) an update that shows what was awaited, so the asking
+    handler's cache and every other one already show it.
     """
 
     req_id: int
     topics: list[str]
     present: bool
+    # > 0: answered by then at the latest (the topics not so yet named missing); <= 0:
+    # no timeout of the client's, still bounded by the ReplicaManager's give-up
     timeout_ms: int
+    # ``present``: the fewest partitions a topic named here must have (a CreatePartitions
+    # waits for its new ones); a topic not named needs one at least
+    at_least: dict[str, int] = {}
 
 
 @message(415)
@@ -475,6 +481,25 @@ class TopicsAwaited(NamedTuple):
 
     req_id: int
     missing: list[str]
+
+
+@message(422)
+class MetadataSync(NamedTuple):
+    """ReplicaManager -> each RequestHandler of every process of the node, right after each
+    UpdateMetadata (or the snapshot a started process gets): answer MetadataSynced with
+    ``version``. Messages from one sender to one receiver keep their order, so the answer
+    says the handler's cache holds every update up to ``version`` (the ReplicaManager's
+    count of the updates it sent): a topic change is answered once every process of the
+    node serves it, not only process 0."""
+
+    version: int
+
+
+@message(423)
+class MetadataSynced(NamedTuple):
+    """RequestHandler -> ReplicaManager: the metadata up to ``version`` is applied."""
+
+    version: int
 
 
 @message(416)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from actors.apis import cluster
 from actors.apis.base import (
     ApiGen,
     Call,
@@ -67,6 +68,19 @@ def handle_create_partitions(ctx: HandlerContext, header: Any, req: Any) -> ApiG
                              max_wait_ms=topic_change_wait_ms(req.timeout_ms))]
         results = [{"name": r.name, "error_code": r.error_code, "error_message": r.error_message}
                    for r in done.rows]
+        # a cluster: answered once every process of this node serves the new partitions
+        # (with their leaders), as a CreateTopics; a single node's Controller waited already
+        codes = {d.name: d.error_code for d in done.rows}
+        grown = {r.name: r.new_total for r in rows if codes.get(r.name) == NONE}
+        if grown and not req.validate_only:
+            late = yield from cluster.await_topics(ctx, list(grown), True, int(req.timeout_ms),
+                                                   grown)
+            for result in results:
+                if result["name"] in late:  # Kafka's answer when the leaders come too late
+                    result["error_code"] = int(ErrorCode.REQUEST_TIMED_OUT)
+                    result["error_message"] = (
+                        f"topic {result['name']!r} has its new partitions but not all with "
+                        f"a leader after {req.timeout_ms} ms")
     return Respond({"throttle_time_ms": 0, "results": results})
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from actors.apis.base import ApiGen, Call, HandlerContext, Respond
+from actors.apis.base import TOPIC_CHANGE_WAIT_CAP_MS, ApiGen, Call, HandlerContext, Respond
 from actors.core.cluster_model import NO_LEADER
+from actors.core.metadata_cache import SYNC_WAIT_MS
 from actors.core.offsets_codec import OFFSETS_TOPIC, partition_for
 from actors.group_coordinator import OFFSETS_TOPIC_CONFIGS
 from wire.broker_messages import CreateTopicRow, CreateTopics, CreateTopicsDone
@@ -75,16 +76,26 @@ def partition_rows(ctx: HandlerContext, name: str) -> list[dict[str, Any]]:
 
 
 def await_topics(ctx: HandlerContext, names: list[str], present: bool,
-                 timeout_ms: int) -> Waiting:
-    """Wait (cluster mode) until this handler's metadata shows ``names`` with leaders
-    (``present``) or without them; returns those still not so after ``timeout_ms``."""
-    if ctx.cluster is None or not names or timeout_ms <= 0:
+                 timeout_ms: int, at_least: dict[str, int] | None = None) -> Waiting:
+    """Wait (cluster mode) until the metadata of every handler of this node, in every
+    process, shows ``names`` with leaders (``present``; with ``at_least[name]`` partitions
+    at least, when named) or without them; returns those still not so after
+    ``timeout_ms``.
+
+    ``timeout_ms`` <= 0 (confluent-kafka's admin sends 0 by default) waits all the same,
+    bounded by the ReplicaManager's give-up (SYNC_WAIT_MS), and returns [] whatever it
+    found: Kafka does not wait then, but the spread to this node's own processes takes
+    milliseconds, and an answer before it would let the client's next request, on another
+    connection, miss the topic it was told exists (or still find the one deleted)."""
+    if ctx.cluster is None or not names:
         return []
+    timeout_ms = min(timeout_ms, TOPIC_CHANGE_WAIT_CAP_MS)  # a huge one pins nothing for days
     done: TopicsAwaited
     [done] = yield [Call(ctx.topology.replica_manager,
-                         lambda rid: AwaitTopics(rid, list(names), present, timeout_ms),
-                         max_wait_ms=timeout_ms)]
-    return list(done.missing)
+                         lambda rid: AwaitTopics(rid, list(names), present, timeout_ms,
+                                                 dict(at_least or {})),
+                         max_wait_ms=timeout_ms if timeout_ms > 0 else SYNC_WAIT_MS)]
+    return list(done.missing) if timeout_ms > 0 else []
 
 
 def ensure_offsets_topic(ctx: HandlerContext) -> Waiting:

@@ -17,6 +17,12 @@ from actors.core.cluster_model import LEADER_DURING_DELETE, NO_LEADER
 from wire.cluster_messages import BrokerRow, UpdateMetadata, UpdateMetadataPartition
 
 NO_CONTROLLER = -1
+# How long the ReplicaManager's wait for topics waits for the handlers' MetadataSynced once
+# its metadata shows what is awaited (and how long a wait with timeout_ms <= 0 waits at all).
+# Only a handler whose process is restarting stays silent (the new process takes no
+# connection before its handlers hold the metadata); a live one on a loaded machine can take
+# seconds. As the single node's controller (actors/controller.py ACK_WAIT_NS).
+SYNC_WAIT_MS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +147,13 @@ class MetadataCache:
                 return endpoint.host, endpoint.port
         return None
 
-    def missing(self, topics: Iterable[str], present: bool) -> list[str]:
-        """Topics not yet as awaited: without leaders (``present``) or still there (not)."""
+    def missing(self, topics: Iterable[str], present: bool,
+                at_least: dict[str, int] | None = None) -> list[str]:
+        """Topics not yet as awaited: without leaders (``present``; and with fewer than
+        ``at_least[topic]`` partitions, when named: a CreatePartitions) or still there
+        (not)."""
         if present:
-            return [t for t in topics if not self.has_leaders(t)]
+            at_least = at_least or {}
+            return [t for t in topics if not self.has_leaders(t)
+                    or len(self.partitions.get(t, ())) < at_least.get(t, 0)]
         return [t for t in topics if t in self.partitions]

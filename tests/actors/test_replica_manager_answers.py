@@ -23,6 +23,8 @@ from wire.cluster_messages import (
     BrokerRow,
     LeaderAndIsr,
     LeaderAndIsrResponse,
+    MetadataSync,
+    MetadataSynced,
     StopReplica,
     StopReplicaPartition,
     StopReplicaResponse,
@@ -145,10 +147,15 @@ def test_requests_held_before_the_registration_are_bounded(node: Node) -> None:
 
 
 class Handler(Actor):
-    """Keeps the TopicsAwaited it gets: (request id, missing)."""
+    """Keeps the TopicsAwaited it gets: (request id, missing); acknowledges each
+    MetadataSync, as a RequestHandler does."""
 
     def setup(self) -> None:
         self.got: list[tuple[int, list[str]]] = []
+
+    @handles(MetadataSync)
+    def on_sync(self, msg: MetadataSync) -> None:
+        self.reply(MetadataSynced(msg.version))
 
     @handles(TopicsAwaited)
     def on_awaited(self, msg: TopicsAwaited) -> None:
@@ -167,7 +174,7 @@ def test_a_restarted_replica_manager_keeps_its_metadata_and_the_waits_on_it(
     new life had an empty cache until the next UpdateMetadata, and the waits were lost."""
     crash = crash_once(monkeypatch, ReplicaManager, "on_update_metadata", UpdateMetadata)
     manager, controller, send, answers = _manager(node)
-    handler = node.spawn(Handler, "waiting-handler")
+    handler = node.spawn(Handler, "handler-0")  # the topology's one handler
     node.tell(manager, BrokerRegistered(1, 5), sender=controller.name)
 
     def partition(topic: str) -> UpdateMetadataPartition:

@@ -128,6 +128,7 @@ from wire.cluster_messages import (
     RestoredRoleRow,
     RestoreRoles,
     RolesRestored,
+    RolesTaken,
     ShardRestarted,
     StopReplica,
     StopReplicaResponse,
@@ -280,6 +281,8 @@ class ReplicaManager(Actor):
         self.restores_redone = getattr(self, "restores_redone", 0)
         # partitions left out of a restore because their role could not be rebuilt
         self.restore_rows_failed = getattr(self, "restore_rows_failed", 0)
+        # roles a shard took late, once a deleted namesake's directory was gone (RolesTaken)
+        self.roles_taken_later = getattr(self, "roles_taken_later", 0)
         self.restores_replaced = getattr(self, "restores_replaced", 0)
         # answers to a replaced (or unknown) RestoreRoles
         self.restore_answers_ignored = getattr(self, "restore_answers_ignored", 0)
@@ -520,18 +523,26 @@ class ReplicaManager(Actor):
         entry = self.pending.get(msg.req_id)
         if entry is None or self.current_sender not in entry.waiting:
             return  # settled already (its shard's restore answered for it)
+        awaiting = {(r.topic, r.partition) for r in msg.awaiting_delete}
         for row in msg.rows:
             if row.error_code != NONE:
-                self._role_refused(entry, row.topic, row.partition, row.error_code)
+                self._role_refused(entry, row.topic, row.partition, row.error_code,
+                                   (row.topic, row.partition) in awaiting)
         self._storage_failed(msg.storage_failed)
         assert self.current_sender is not None
         self._shard_done(msg.req_id, entry, self.current_sender)
 
-    def _role_refused(self, entry: _Pending, topic: str, partition: int, code: int) -> None:
+    def _role_refused(self, entry: _Pending, topic: str, partition: int, code: int,
+                      awaiting_delete: bool = False) -> None:
         """The shard could not take a role ``entry`` gave (its log would not open): the
         partition is dark on it, as before, so no restore gives that role either (a newer
-        one accepted since stays)."""
+        one accepted since stays). Unless it waits for the directory of a deleted partition
+        of the same name to go (``awaiting_delete``): answered as refused, but no storage
+        failure and not forgotten: the shard keeps it, takes it once the directory goes
+        and says so (RolesTaken), and a restore meanwhile gives it again."""
         entry.rows[(topic, partition)] = code
+        if awaiting_delete:
+            return
         tp = TopicPartition(topic, partition)
         state = self.states.get(tp)
         if state is not None and any(
@@ -1234,6 +1245,19 @@ class ReplicaManager(Actor):
         self.tell(shard, DropPartitions(req_id, list(rows)))
         return True
 
+    @handles(RolesTaken)
+    def on_roles_taken(self, msg: RolesTaken) -> None:
+        """A shard took roles it had refused while the directory of a deleted partition of
+        the same name was still there: each still the partition's last role (no newer one
+        given since, no StopReplica) is followed now by the fetchers and coordinators, as
+        a LeaderAndIsr applied; an older one, superseded, leaves the newer one's to it."""
+        self.roles_taken_later += len(msg.rows)
+        self.log.info("shard {} took the role(s) of {} once their deleted namesakes' "
+                      "directories were gone", msg.shard,
+                      ", ".join(f"{r.topic}-{r.partition}@{r.leader_epoch}" for r in msg.rows))
+        self._roles_applied(list(msg.rows))
+        self._storage_failed(msg.storage_failed)
+
     @handles(RolesRestored)
     def on_roles_restored(self, msg: RolesRestored) -> None:
         """A shard applied RestoreRoles ``msg.req_id``. It answers in order, so what was sent
@@ -1255,7 +1279,8 @@ class ReplicaManager(Actor):
                            self.current_sender.name if self.current_sender else "?")
             return
         outcomes = {(r.topic, r.partition): r.error_code for r in msg.rows}
-        self._restore_outcomes(sent, outcomes)
+        awaiting = {(r.topic, r.partition) for r in msg.awaiting_delete}
+        self._restore_outcomes(sent, outcomes, awaiting)
         self._storage_failed(msg.storage_failed)
         for req_id, entry in sorted(self.pending.items()):
             if req_id > msg.req_id or shard not in entry.waiting:
@@ -1271,7 +1296,8 @@ class ReplicaManager(Actor):
                         # row is no longer this request's to answer
                         entry.rows.pop(key, None)
                     elif code != NONE:
-                        self._role_refused(entry, row.topic, row.partition, code)
+                        self._role_refused(entry, row.topic, row.partition, code,
+                                           key in awaiting)
             elif self._drop_again(req_id, entry, shard):
                 continue  # the drop sent again answers for it
             self.log.info("{} request {} settled by shard {}'s restore (its answer died "
@@ -1301,15 +1327,17 @@ class ReplicaManager(Actor):
                              RESTORE_OVERDUE_MS // 1000, waiting)
 
     def _restore_outcomes(self, sent: dict[TopicPartition, ReplicaStateRow],
-                          outcomes: dict[tuple[str, int], int]) -> None:
+                          outcomes: dict[tuple[str, int], int],
+                          awaiting: set[tuple[str, int]]) -> None:
         """What the ReplicaManager keeps of the roles a restore carried (``sent``: those
-        still its to settle), as the shard's outcomes say."""
+        still its to settle), as the shard's outcomes say (a role that waits for a deleted
+        namesake's directory to go is kept: the shard takes it then)."""
         dark: list[TopicPartition] = []
         back: list[ReplicaStateRow] = []
         for tp, role in sent.items():
             code = outcomes.get((tp.topic, tp.partition))
             state = self.states.get(tp)
-            if code is None:
+            if code is None or (tp.topic, tp.partition) in awaiting:
                 continue
             if code != NONE:
                 # the shard could not take it: dark there, as a refused LeaderAndIsr's
@@ -1405,6 +1433,7 @@ class ReplicaManager(Actor):
             "restores_owed": len(self.restores_owed),
             "restores_redone": self.restores_redone,
             "restore_rows_failed": self.restore_rows_failed,
+            "roles_taken_later": self.roles_taken_later,
             "restores_overdue": self.restores_overdue,
             "restores_replaced": self.restores_replaced,
             "restore_answers_ignored": self.restore_answers_ignored,

@@ -1,0 +1,200 @@
+"""A namesake's role refused while its deleted predecessor's directory is still there.
+
+c-0 is deleted (StopReplica) while its directory cannot be renamed aside (an immutable
+inode, tests/fixtures/immutable.py): the shard keeps it as undeleted and tries again
+every second. A LeaderAndIsr for a namesake c-0 meanwhile is refused (its log would
+open the deleted records), answered KAFKA_STORAGE_ERROR: not a storage failure (never
+reported to the controller with LogDirEventNotification), and not forgotten: the shard
+keeps the newest role given and takes it once the directory goes, and the
+ReplicaManager has the fetchers and coordinators follow it (RolesTaken). Before, the
+role was dropped and the partition stayed dark on this broker until the controller
+happened to send another LeaderAndIsr. Real shard, ReplicaManager, log manager and
+purgatory in one node (tests/actors/test_partition_shard_restart.py's cluster).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.runtime.node import Node
+from tests.actors.test_partition_shard_restart import (
+    Cluster,
+    _append,
+    _cluster,
+    _crash,
+    _crash_on_flush,
+    _got,
+    _lai,
+    _restored,
+    _stats,
+)
+from tests.fixtures.immutable import immutable_flags
+from tests.fixtures.waiting import wait_for
+from wire.broker_messages import GetStats
+from wire.cluster_messages import LeaderAndIsrPartition, StopReplica, StopReplicaPartition
+from wire.errors import ErrorCode
+
+NONE = int(ErrorCode.NONE)
+STORAGE = int(ErrorCode.KAFKA_STORAGE_ERROR)
+
+
+@pytest.fixture(params=["chattr", "injected"])
+def immutable(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+              tmp_path: Path) -> Iterator[Callable[[Path, bool], None]]:
+    """The real flag where it can be set (else injected failures), and injected ones."""
+    with immutable_flags(monkeypatch, tmp_path, injected=request.param == "injected") as flag:
+        yield flag
+
+
+def _manager(c: Cluster) -> dict[str, Any]:
+    stats: dict[str, Any] = c.node.ask(c.manager, GetStats())
+    return stats
+
+
+def _delete_stuck(c: Cluster, tmp_path: Path, immutable: Any, correlation: int = 1) -> None:
+    """c-0 (led here, one record) deleted while its directory cannot be renamed aside:
+    the StopReplica is answered KAFKA_STORAGE_ERROR and the directory stays."""
+    assert _append(c.node, c.shard, c.handler, 100, "c", [b"old"])[1][0][2] == NONE
+    immutable(tmp_path / "c-0")
+    stops = len(_got(c.node, c.controller, "StopReplicaResponse"))
+    c.node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, True)],
+                                       correlation), sender=c.controller.name)
+    [response] = wait_for(lambda: _got(c.node, c.controller, "StopReplicaResponse")[stops:],
+                          "the StopReplica answer")
+    assert [tuple(r) for r in response[2]] == [("c", 0, STORAGE)], response
+    assert (tmp_path / "c-0").is_dir()
+    assert _stats(c.node, c.shard)["undeleted"] == 1
+
+
+def _refused(c: Cluster, answers: int) -> None:
+    """The ``answers``-th LeaderAndIsr answer refuses the namesake c-0 (56)."""
+    wait_for(lambda: len(_got(c.node, c.controller, "LeaderAndIsrResponse")) == answers,
+             "the namesake's LeaderAndIsr answer")
+    response = _got(c.node, c.controller, "LeaderAndIsrResponse")[answers - 1]
+    assert [tuple(r) for r in response[2]] == [("c", 0, STORAGE)], response
+
+
+def _no_storage_failure(c: Cluster) -> None:
+    """A pending delete is no failed disk: nothing reported to the controller."""
+    assert _got(c.node, c.controller, "LogDirEventNotification") == []
+    manager = _manager(c)
+    assert manager["storage_failed"] == [] and manager["log_dir_events_sent"] == 0
+    assert _stats(c.node, c.shard)["replication"].get("storage_refused", 0) == 0
+
+
+def test_a_namesake_leader_refused_while_the_old_directory_is_pending_leads_once_it_goes(
+        node: Node, tmp_path: Path, immutable: Any) -> None:
+    """The newest of two roles refused meanwhile wins: a follower's at leader epoch 0,
+    then this broker's leadership at 1. It serves the namesake's fresh log from 0."""
+    c = _cluster(node, tmp_path, [1, 2])
+    _delete_stuck(c, tmp_path, immutable)
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 2, 0, [2, 1], 0, [2, 1], True))
+    _refused(c, 2)
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 1, [1], 1, [1, 2], False))
+    _refused(c, 3)
+    assert "c-0" not in _stats(node, c.shard)["partitions"]
+
+    immutable(tmp_path / "c-0", False)  # the housekeeping's next try sets it aside
+
+    wait_for(lambda: _stats(node, c.shard)["leaders"] == ["c-0"], "the namesake led")
+    assert _stats(node, c.shard)["partitions"]["c-0"] == [0, 0, 0], "not a fresh log"
+    wait_for(lambda: "c-0" in _manager(c)["leading"], "the ReplicaManager told")
+    done = _append(node, c.shard, c.handler, 7, "c", [b"new"])
+    assert done[1][0][2:4] == [NONE, 0]  # error code, base offset: the fresh log's first
+    assert _manager(c)["roles_taken_later"] == 1
+    _no_storage_failure(c)
+
+
+def test_a_namesake_follower_refused_while_the_old_directory_is_pending_fetches_once_it_goes(
+        node: Node, tmp_path: Path, immutable: Any) -> None:
+    c = _cluster(node, tmp_path, [1, 2])
+    _delete_stuck(c, tmp_path, immutable)
+    adds = len(_got(node, c.fetcher, "AddFetcherPartitions"))
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 2, 0, [2, 1], 0, [2, 1], True))
+    _refused(c, 2)
+
+    immutable(tmp_path / "c-0", False)
+
+    added = wait_for(lambda: [a for a in _got(node, c.fetcher, "AddFetcherPartitions")[adds:]
+                              if any(r[0] == "c" for r in a[0])],
+                     "the namesake given to broker 2's fetcher")
+    assert [list(r) for r in added[0][0]] == [["c", 0, 2, 0]]  # from broker 2, epoch 0
+    assert _stats(node, c.shard)["partitions"]["c-0"] == [0, 0, 0]
+    assert _stats(node, c.shard)["leaders"] == []
+    assert "c-0" in _manager(c)["following"]
+    _no_storage_failure(c)
+
+
+def test_a_role_kept_for_a_namesake_is_cancelled_by_its_delete_and_the_next_one_taken(
+        node: Node, tmp_path: Path, immutable: Any) -> None:
+    """The namesake (leading here at leader epoch 0) is deleted in turn while the old
+    directory is still there: its kept role goes with it. A third c-0, following broker 2,
+    is created: once the directory goes, that role is taken, never the deleted one's."""
+    c = _cluster(node, tmp_path, [1, 2])
+    _delete_stuck(c, tmp_path, immutable)
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 0, [1], 0, [1, 2], True))
+    _refused(c, 2)
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 0, True)], 2),
+              sender=c.controller.name)
+    wait_for(lambda: len(_got(node, c.controller, "StopReplicaResponse")) == 2,
+             "the namesake's delete answered")
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 2, 0, [2, 1], 0, [2, 1], True))
+    _refused(c, 3)
+
+    immutable(tmp_path / "c-0", False)
+
+    wait_for(lambda: "c-0" in _manager(c)["following"], "the third c-0 followed")
+    assert _stats(node, c.shard)["leaders"] == [], "the deleted namesake's role was taken"
+    assert _stats(node, c.shard)["partitions"]["c-0"] == [0, 0, 0]
+    assert _stats(node, c.shard)["roles_later"] == []
+    _no_storage_failure(c)
+
+
+def test_a_namesake_role_waiting_for_the_old_directory_survives_a_crash_of_the_shard(
+        node: Node, tmp_path: Path, immutable: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shard crashes while the namesake's role waits: the restore gives it again (the
+    ReplicaManager kept it on record), it is refused for the same reason, and taken once
+    the directory goes."""
+    armed = _crash_on_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    _delete_stuck(c, tmp_path, immutable)
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 0, [1], 0, [1, 2], True))
+    _refused(c, 2)
+
+    _crash(node, c.shard, armed)
+    _restored(c)
+    immutable(tmp_path / "c-0", False)
+
+    wait_for(lambda: _stats(node, c.shard)["leaders"] == ["c-0"], "the namesake led")
+    assert _stats(node, c.shard)["partitions"]["c-0"] == [0, 0, 0], "not a fresh log"
+    assert _append(node, c.shard, c.handler, 7, "c", [b"new"])[1][0][2:4] == [NONE, 0]
+    _no_storage_failure(c)
+
+
+def test_a_role_kept_for_a_namesake_deleted_meanwhile_is_never_taken(
+        node: Node, tmp_path: Path, immutable: Any) -> None:
+    """The namesake's delete cancels its kept role: once the old directory goes, nothing
+    opens c-0 (it would lead a deleted topic's partition behind the controller's back).
+    (It guards the fix's own hazard, so it passes without the fix too; it fails when the
+    delete does not drop the kept role.)"""
+    c = _cluster(node, tmp_path, [1, 2])
+    _delete_stuck(c, tmp_path, immutable)
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 0, [1], 0, [1, 2], True))
+    _refused(c, 2)
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 0, True)], 2),
+              sender=c.controller.name)
+    wait_for(lambda: len(_got(node, c.controller, "StopReplicaResponse")) == 2,
+             "the namesake's delete answered")
+
+    immutable(tmp_path / "c-0", False)
+
+    wait_for(lambda: not (tmp_path / "c-0").exists(), "the old directory gone")
+    # the housekeeping turn that sets the directory aside is the one that would take a role
+    wait_for(lambda: _stats(node, c.shard)["undeleted"] == 0, "the delete done")
+    assert "c-0" not in _stats(node, c.shard)["partitions"], "a deleted namesake's role taken"
+    assert _manager(c)["roles_taken_later"] == 0 and "c-0" not in _manager(c)["leading"]
+    _no_storage_failure(c)

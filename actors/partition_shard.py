@@ -574,18 +574,24 @@ class PartitionShard(Actor):
 
     def _delete(self, topic: str, partition: int) -> None:
         """Forget the partition and set its directory aside; raises if it cannot be (the
-        partition is then out of service, its log closed, and known as undeleted)."""
+        partition is then out of service, its log closed, and known as undeleted).
+
+        Whatever fails on the way, from the first step, leaves it undeleted (kept over a
+        crash restart in place), so a namesake opens only once the directory is gone: a
+        failure before the mark left it forgotten and known nowhere as deleted, and the
+        next role of a namesake opened its directory, deleted records and all."""
         key = (topic, partition)
-        # forgotten even if not open (a reopen failed, or a cluster's waiting for its
-        # role), or if the delete fails: a later crash must not bring a deleted partition
-        # back
-        self.hosted.pop(key, None)
-        self.roles_given.discard(key)
-        self.open_later.pop(key, None)  # a namesake created meanwhile is deleted too
-        self.roles_later.pop(key, None)  # and so is a role kept for it
-        state = self.partitions.pop(key, None)
-        self._mark_deleting(topic, partition)
+        state = None
         try:
+            # forgotten even if not open (a reopen failed, or a cluster's waiting for its
+            # role), or if the delete fails: a later crash must not bring a deleted
+            # partition back
+            self.hosted.pop(key, None)
+            self.roles_given.discard(key)
+            self.open_later.pop(key, None)  # a namesake created meanwhile is deleted too
+            self.roles_later.pop(key, None)  # and so is a role kept for it
+            state = self.partitions.pop(key, None)
+            self._mark_deleting(topic, partition)
             if state is None:
                 # not open (a cluster's process opens nothing at start; a reopen
                 # failed): its directory goes all the same, or a later topic of the

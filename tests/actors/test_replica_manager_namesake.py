@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from actors.partition_shard import PartitionShard
 from actors.runtime.node import Node
 from tests.actors.test_partition_shard_restart import (
     Cluster,
@@ -32,6 +33,7 @@ from tests.actors.test_partition_shard_restart import (
     _restored,
     _stats,
 )
+from tests.fixtures.crash import fail_once
 from tests.fixtures.immutable import immutable_flags
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import GetStats
@@ -197,4 +199,29 @@ def test_a_role_kept_for_a_namesake_deleted_meanwhile_is_never_taken(
     wait_for(lambda: _stats(node, c.shard)["undeleted"] == 0, "the delete done")
     assert "c-0" not in _stats(node, c.shard)["partitions"], "a deleted namesake's role taken"
     assert _manager(c)["roles_taken_later"] == 0 and "c-0" not in _manager(c)["leading"]
+    _no_storage_failure(c)
+
+
+def test_a_delete_that_fails_before_its_mark_leaves_no_directory_for_a_namesake(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """c-0's delete fails before it is marked on disk (the shard had forgotten c-0): the
+    partition stays undeleted, so the namesake's role sets the old directory aside
+    before it opens a fresh log, instead of opening the deleted records."""
+    armed = fail_once(monkeypatch, PartitionShard, "_mark_deleting")
+    c = _cluster(node, tmp_path, [1, 2])
+    assert _append(node, c.shard, c.handler, 100, "c", [b"old"])[1][0][2] == NONE
+    armed["crash"] = True
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, True)], 1),
+              sender=c.controller.name)
+    [stop] = wait_for(lambda: _got(node, c.controller, "StopReplicaResponse"), "the answer")
+    assert [tuple(r) for r in stop[2]] == [("c", 0, STORAGE)], stop
+    assert not armed["crash"]
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 0, [1], 0, [1, 2], True))
+    wait_for(lambda: len(_got(node, c.controller, "LeaderAndIsrResponse")) == 2, "LAI answer")
+
+    assert _stats(node, c.shard)["partitions"]["c-0"] == [0, 0, 0], \
+        "the namesake opened the deleted partition's log"
+    assert _stats(node, c.shard)["leaders"] == ["c-0"]
+    assert _stats(node, c.shard)["undeleted"] == 0
+    assert _append(node, c.shard, c.handler, 7, "c", [b"new"])[1][0][2:4] == [NONE, 0]
     _no_storage_failure(c)

@@ -41,10 +41,12 @@ until the next LeaderAndIsr). The shard answers the restore (``RolesRestored``)
 after what was in its mailbox before it, so a LeaderAndIsr or a delete sent to it
 and still unanswered then died with it: a LeaderAndIsr is settled with the
 restore's outcome (the controller gets its answer, the coordinators and fetchers
-follow the role), a delete is sent again and its answer settles it. A shard has
-one restore on record at most: its next restart's replaces one never answered,
-and one unanswered for ``RESTORE_OVERDUE_MS`` is reported (kept: a late answer
-still settles).
+follow the role), a delete is sent again and its answer settles it. A role given
+for a partition whose delete its shard has not answered yet goes after that delete,
+sent again (``_drops_ahead``): had the delete died with the shard, its reopened log
+would be the namesake's. A shard has one restore on record at most: its next
+restart's replaces one never answered, and one unanswered for
+``RESTORE_OVERDUE_MS`` is reported (kept: a late answer still settles).
 
 A replica whose storage failed (a failed fsync restarted its shard, or its log reopened
 below the high watermark it had) is answered KAFKA_STORAGE_ERROR by its shard for every
@@ -190,6 +192,13 @@ class _Pending:
     # partitions whose role ``became`` gave the shard refused while it was their last
     # role: dark on that shard (no role, no coordinator, no fetcher) once settled
     dark: list[TopicPartition] = field(default_factory=list)
+    # a delete's drops sent again to a shard ahead of a namesake's role (``_drops_ahead``),
+    # with the request id counter's value then: a restore sent before them does not
+    # settle the delete (their answer does)
+    ahead: dict[Address, int] = field(default_factory=dict)
+    # the partitions whose drop went ahead of a namesake's role: never again (a later
+    # role's would delete the namesake the first one opened, and what it acknowledged)
+    ahead_of_role: set[tuple[str, int]] = field(default_factory=set)
 
 
 @dataclass
@@ -495,7 +504,40 @@ class ReplicaManager(Actor):
         by_shard: dict[Address, list[ReplicaStateRow]] = {}
         for row in decision.accepted:
             by_shard.setdefault(self.topology.shard_for(row.topic, row.partition), []).append(row)
+        self._drops_ahead(by_shard)
         self._fan_out(pending, by_shard, BecomeLeaderOrFollower)
+
+    def _drops_ahead(self, by_shard: dict[Address, list[ReplicaStateRow]]) -> None:
+        """A role for a partition whose delete its shard has not answered yet goes after
+        that delete, sent again: had the delete died with a crash of the shard (before the
+        shard forgot the partition or marked anything), the restarted shard reopened the
+        deleted log, and the namesake's role would take it, deleted records and all. A
+        drop is idempotent and the messages to a shard keep their order, so the shard
+        deletes before it opens the namesake; the first answer settles the StopReplica.
+        The delete's other partitions go with it (its answer settles them too), but not
+        one whose namesake has a role since (its own role went to the shard already), and
+        only the first role of a namesake has its delete sent ahead: a later one's would
+        delete the log the first opened, and what it acknowledged."""
+        for shard, roles in by_shard.items():
+            wanted = {(r.topic, r.partition) for r in roles}
+            for req_id, entry in sorted(self.pending.items()):
+                if entry.kind != "stop" or shard not in entry.waiting:
+                    continue
+                drops = entry.drops.get(shard, [])
+                first = {(d.topic, d.partition) for d in drops
+                         if (d.topic, d.partition) in wanted - entry.ahead_of_role}
+                if not first:
+                    continue
+                again = [d for d in drops if (d.topic, d.partition) in first
+                         or TopicPartition(d.topic, d.partition) not in self.states]
+                entry.ahead_of_role |= first
+                entry.ahead[shard] = next(self.req_ids)
+                entry.sent_ms = self.clock.now_ms()
+                self.log.info("StopReplica request {}: deletes of {} sent again to shard {} "
+                              "ahead of a namesake's role (not answered yet: they may have "
+                              "died with it)", req_id,
+                              ", ".join(f"{d.topic}-{d.partition}" for d in again), shard.name)
+                self.tell(shard, DropPartitions(req_id, list(again)))
 
     def _new_role(self, row: ReplicaStateRow) -> None:
         """A role newer than the last: kept now, not once the shard applied it (a restore
@@ -1298,6 +1340,8 @@ class ReplicaManager(Actor):
                     elif code != NONE:
                         self._role_refused(entry, row.topic, row.partition, code,
                                            key in awaiting)
+            elif entry.ahead.get(shard, 0) > msg.req_id:
+                continue  # its drops went again after the restore: their answer settles it
             elif self._drop_again(req_id, entry, shard):
                 continue  # the drop sent again answers for it
             self.log.info("{} request {} settled by shard {}'s restore (its answer died "

@@ -14,12 +14,14 @@ purgatory in one node (tests/actors/test_partition_shard_restart.py's cluster).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from actors.core.record_batch import build_batch
 from actors.partition_shard import PartitionShard
 from actors.runtime.node import Node
 from tests.actors.test_partition_shard_restart import (
@@ -33,10 +35,10 @@ from tests.actors.test_partition_shard_restart import (
     _restored,
     _stats,
 )
-from tests.fixtures.crash import fail_once
+from tests.fixtures.crash import crash_once, fail_once
 from tests.fixtures.immutable import immutable_flags
 from tests.fixtures.waiting import wait_for
-from wire.broker_messages import GetStats
+from wire.broker_messages import Append, AppendRow, DropPartitions, GetStats
 from wire.cluster_messages import LeaderAndIsrPartition, StopReplica, StopReplicaPartition
 from wire.errors import ErrorCode
 
@@ -202,6 +204,36 @@ def test_a_role_kept_for_a_namesake_deleted_meanwhile_is_never_taken(
     _no_storage_failure(c)
 
 
+def test_a_namesake_role_given_while_the_shard_crashes_in_the_drop_opens_a_fresh_log(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shard crashes handling c-0's delete (DropPartitions dies with it, before the
+    delete is marked anywhere) while a LeaderAndIsr for a namesake c-0 waits in its
+    mailbox: the restarted shard reopened the old c-0 (still hosted), and the namesake's
+    role took it, with the deleted records. The ReplicaManager sends the delete again
+    ahead of the namesake's role: the namesake opens a fresh log, and the StopReplica
+    is answered once that delete is done."""
+    hold = threading.Event()
+    armed = crash_once(monkeypatch, PartitionShard, "on_drop", DropPartitions, hold)
+    c = _cluster(node, tmp_path, [1, 2])
+    assert _append(node, c.shard, c.handler, 100, "c", [b"old"])[1][0][2] == NONE
+    armed["crash"] = True
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, True)], 1),
+              sender=c.controller.name)
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 0, [1], 0, [1, 2], True))
+    wait_for(lambda: _manager(c)["applied"]["lai"] == 2, "the namesake's role accepted")
+    hold.set()
+
+    _restored(c)
+    wait_for(lambda: len(_got(node, c.controller, "LeaderAndIsrResponse")) == 2, "LAI answer")
+    wait_for(lambda: _manager(c)["pending"] == 0, "all answered")
+    assert _stats(node, c.shard)["partitions"]["c-0"] == [0, 0, 0], \
+        "the namesake opened the deleted partition's log"
+    assert _stats(node, c.shard)["leaders"] == ["c-0"]
+    [stop] = _got(node, c.controller, "StopReplicaResponse")
+    assert [tuple(r) for r in stop[2]] == [("c", 0, NONE)], stop
+    assert _append(node, c.shard, c.handler, 7, "c", [b"new"])[1][0][2:4] == [NONE, 0]
+
+
 def test_a_delete_that_fails_before_its_mark_leaves_no_directory_for_a_namesake(
         node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """c-0's delete fails before it is marked on disk (the shard had forgotten c-0): the
@@ -225,3 +257,34 @@ def test_a_delete_that_fails_before_its_mark_leaves_no_directory_for_a_namesake(
     assert _stats(node, c.shard)["undeleted"] == 0
     assert _append(node, c.shard, c.handler, 7, "c", [b"new"])[1][0][2:4] == [NONE, 0]
     _no_storage_failure(c)
+
+
+def test_only_the_first_namesake_role_has_the_delete_sent_ahead(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two roles of the namesake come while the delete is unanswered (the shard crashes
+    in it): the delete goes ahead of the first only. Sent ahead of the second too, it
+    deleted the namesake's log the first role opened, with a record it had acknowledged."""
+    hold = threading.Event()
+    armed = crash_once(monkeypatch, PartitionShard, "on_drop", DropPartitions, hold)
+    c = _cluster(node, tmp_path, [1, 2])
+    assert _append(node, c.shard, c.handler, 100, "c", [b"old"])[1][0][2] == NONE
+    armed["crash"] = True
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, True)], 1),
+              sender=c.controller.name)
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 0, [1], 0, [1], True))
+    wait_for(lambda: _manager(c)["applied"]["lai"] == 2, "the namesake's role accepted")
+    # acknowledged by the namesake's leader (acks=1), between its two roles
+    node.tell(c.shard, Append(8, 1, 30_000, [AppendRow("c", 0, build_batch([b"new"]))]),
+              sender=c.handler.name)
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 1, [1], 1, [1], False))
+    wait_for(lambda: _manager(c)["applied"]["lai"] == 3, "its second role accepted")
+    hold.set()
+
+    _restored(c)
+    [done] = wait_for(lambda: [d for d in _got(node, c.handler, "AppendDone") if d[0] == 8],
+                      "the namesake's append answered")
+    assert done[1][0][2:4] == [NONE, 0], done
+    wait_for(lambda: _manager(c)["pending"] == 0, "all answered")
+    assert _stats(node, c.shard)["partitions"]["c-0"] == [0, 1, 1], \
+        "the record the namesake acknowledged is gone"
+    assert _stats(node, c.shard)["leaders"] == ["c-0"]

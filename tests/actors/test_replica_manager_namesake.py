@@ -41,6 +41,7 @@ from tests.fixtures.waiting import wait_for
 from wire.broker_messages import Append, AppendRow, DropPartitions, GetStats
 from wire.cluster_messages import LeaderAndIsrPartition, StopReplica, StopReplicaPartition
 from wire.errors import ErrorCode
+from wire.replication_messages import FollowerApply, FollowerApplyRow
 
 NONE = int(ErrorCode.NONE)
 STORAGE = int(ErrorCode.KAFKA_STORAGE_ERROR)
@@ -130,6 +131,13 @@ def test_a_namesake_follower_refused_while_the_old_directory_is_pending_fetches_
     assert _stats(node, c.shard)["partitions"]["c-0"] == [0, 0, 0]
     assert _stats(node, c.shard)["leaders"] == []
     assert "c-0" in _manager(c)["following"]
+    # what the fetcher brings from broker 2 (the namesake's records, leader epoch 0) is
+    # applied as the follower's: from offset 0 of the fresh log
+    batch = build_batch([b"n1"], base_offset=0, partition_leader_epoch=0)
+    node.tell(c.shard, FollowerApply(1, [FollowerApplyRow("c", 0, 0, batch, 1, 0, 1, -1, -1,
+                                                          -1)]), sender=c.handler.name)
+    wait_for(lambda: _stats(node, c.shard)["partitions"]["c-0"] == [0, 1, 1],
+             "the fetched record applied at offset 0")
     _no_storage_failure(c)
 
 

@@ -583,9 +583,14 @@ class ReplicaManager(Actor):
         failure and not forgotten: the shard keeps it, takes it once the directory goes
         and says so (RolesTaken), and a restore meanwhile gives it again."""
         entry.rows[(topic, partition)] = code
-        if awaiting_delete:
-            return
         tp = TopicPartition(topic, partition)
+        if awaiting_delete:
+            # no role on the shard until then: no fetcher (one a restore added would fetch
+            # a partition the shard does not host), no coordinator. Done now, not when the
+            # request settles: the shard's RolesTaken comes after this answer, and may
+            # come before the request's other shards answer
+            self._no_role([tp])
+            return
         state = self.states.get(tp)
         if state is not None and any(
                 (r.topic, r.partition, r.leader_epoch) == (topic, partition, state.leader_epoch)
@@ -1378,10 +1383,16 @@ class ReplicaManager(Actor):
         namesake's directory to go is kept: the shard takes it then)."""
         dark: list[TopicPartition] = []
         back: list[ReplicaStateRow] = []
+        waiting: list[TopicPartition] = []
         for tp, role in sent.items():
             code = outcomes.get((tp.topic, tp.partition))
             state = self.states.get(tp)
-            if code is None or (tp.topic, tp.partition) in awaiting:
+            if code is None:
+                continue
+            if (tp.topic, tp.partition) in awaiting:
+                # kept: the shard takes it once the old directory goes (RolesTaken, after
+                # this answer); no role there until then, so no fetcher nor coordinator
+                waiting.append(tp)
                 continue
             if code != NONE:
                 # the shard could not take it: dark there, as a refused LeaderAndIsr's
@@ -1395,6 +1406,8 @@ class ReplicaManager(Actor):
                               "earlier answer refused it)", tp, role.leader_epoch)
                 self.states[tp] = role
                 back.append(role)
+        if waiting:
+            self._no_role(waiting)
         if dark:
             # as a refused LeaderAndIsr row: no role kept, a coordinator of a partition led
             # here resigns, no fetcher

@@ -306,3 +306,38 @@ def test_only_the_first_namesake_role_has_the_delete_sent_ahead(
     assert _stats(node, c.shard)["leaders"] == ["c-0"]
     assert _append(node, c.shard, c.handler, 7, "c", [b"new"])[1][0][2:4] == [NONE, 0]
 
+
+def _c0_fetches(c: Cluster) -> list[str]:
+    """What broker 2's fetcher was told of c-0, in order: "add@<leader epoch>", "remove"."""
+    told = []
+    for name, msg in c.node.ask(c.fetcher, GetStats()):
+        for row in msg[0] if name in ("AddFetcherPartitions", "RemoveFetcherPartitions") else []:
+            if (row[0], row[1]) == ("c", 0):
+                told.append(f"add@{row[3]}" if name == "AddFetcherPartitions" else "remove")
+    return told
+
+
+def test_a_follower_role_restored_while_the_old_directory_is_pending_is_not_fetched_until_taken(
+        node: Node, tmp_path: Path, immutable: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shard crashes while a namesake follower's role waits: the restore gives broker
+    2's fetcher the partition (as for every followed one), the shard refuses it for the
+    old directory, and the fetcher lets it go (it would fetch for a partition the shard
+    does not host) until the role is taken."""
+    armed = _crash_on_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1, 2])
+    _delete_stuck(c, tmp_path, immutable)
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 2, 0, [2, 1], 0, [2, 1], True))
+    _refused(c, 2)
+
+    _crash(node, c.shard, armed)
+    _restored(c)
+    wait_for(lambda: _c0_fetches(c)[-1:] == ["remove"], "c-0 taken off the fetcher again")
+    assert _c0_fetches(c) == ["add@0", "remove"]
+    assert "c-0" not in _manager(c)["following"]
+
+    immutable(tmp_path / "c-0", False)
+
+    wait_for(lambda: _c0_fetches(c)[-1:] == ["add@0"], "c-0 fetched once its role is taken")
+    assert "c-0" in _manager(c)["following"]
+    assert _stats(node, c.shard)["partitions"]["c-0"] == [0, 0, 0]
+    _no_storage_failure(c)

@@ -446,7 +446,7 @@ class BecameLeaderOrFollower(NamedTuple):
     awaiting_delete: list[TopicPartitionRow] = []
 
 
-@message(422)
+@message(424)
 class RolesTaken(NamedTuple):
     """PartitionShard ``shard`` (its index) -> ReplicaManager: roles it refused while the
     directory of a deleted partition of the same name was still there (answered

@@ -44,8 +44,12 @@ restore's outcome (the controller gets its answer, the coordinators and fetchers
 follow the role), a delete is sent again and its answer settles it. A role given
 for a partition whose delete its shard has not answered yet goes after that delete,
 sent again (``_drops_ahead``): had the delete died with the shard, its reopened log
-would be the namesake's. A shard has one restore on record at most: its next
-restart's replaces one never answered, and one unanswered for
+would be the namesake's. Not covered: a delete lost with its shard's whole process
+(mailbox and all) while the namesake's role is already on record goes out in the
+restore, and the namesake opens the old directory; telling a drop that never ran from
+one that ran before the namesake took writes needs topic ids (Kafka's KIP-516). A shard
+has one restore on record at most: its next restart's replaces one never answered, and
+one unanswered for
 ``RESTORE_OVERDUE_MS`` is reported (kept: a late answer still settles).
 
 A replica whose storage failed (a failed fsync restarted its shard, or its log reopened
@@ -788,8 +792,11 @@ class ReplicaManager(Actor):
             tp = TopicPartition(p.topic, p.partition)
             role = self.roles.get(tp)
             known_epoch = self.fencing.leader_epochs.get(tp, -1)
+            # (no state: stopped, its delete perhaps unanswered; a namesake's role comes by
+            # LeaderAndIsr, after that delete, never from here)
             if (role is None or role[0] != self.broker_id or p.leader == self.broker_id
-                    or p.leader < -1 or p.leader_epoch <= known_epoch):
+                    or p.leader < -1 or p.leader_epoch <= known_epoch
+                    or tp not in self.states):
                 continue
             self.fencing.leader_epochs[tp] = p.leader_epoch
             rows.append(ReplicaStateRow(p.topic, p.partition, p.leader, p.leader_epoch,

@@ -39,7 +39,13 @@ from tests.fixtures.crash import crash_once, fail_once
 from tests.fixtures.immutable import immutable_flags
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import DropPartitions, GetStats
-from wire.cluster_messages import LeaderAndIsrPartition, StopReplica, StopReplicaPartition
+from wire.cluster_messages import (
+    LeaderAndIsrPartition,
+    StopReplica,
+    StopReplicaPartition,
+    UpdateMetadata,
+    UpdateMetadataPartition,
+)
 from wire.errors import ErrorCode
 from wire.replication_messages import FollowerApply, FollowerApplyRow
 
@@ -341,3 +347,29 @@ def test_a_follower_role_restored_while_the_old_directory_is_pending_is_not_fetc
     assert "c-0" in _manager(c)["following"]
     assert _stats(node, c.shard)["partitions"]["c-0"] == [0, 0, 0]
     _no_storage_failure(c)
+
+
+def test_metadata_moving_a_partition_whose_delete_is_unanswered_gives_no_role(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a StopReplica(delete) of c-0 (led here) is unanswered, an UpdateMetadata of
+    the recreated c with its leader elsewhere is no demotion: a namesake's role comes only
+    by LeaderAndIsr, after the delete sent ahead. Taken from the metadata, that role went
+    to the shard without the delete ahead, and it set the leader epoch so the controller's
+    LeaderAndIsr for the namesake at that epoch was refused as stale."""
+    hold = threading.Event()
+    armed = crash_once(monkeypatch, PartitionShard, "on_drop", DropPartitions, hold)
+    c = _cluster(node, tmp_path, [1, 2])
+    assert _append(node, c.shard, c.handler, 100, "c", [b"old"])[1][0][2] == NONE
+    armed["crash"] = True
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 3, True)], 1),
+              sender=c.controller.name)
+    node.tell(c.manager, UpdateMetadata(1, 1, 5, False, [], [
+        UpdateMetadataPartition("c", 0, 1, 2, 0, [2, 1], 0, [2, 1], [])], {"c": {}}),
+        sender=c.controller.name)
+    wait_for(lambda: _manager(c)["applied"]["um"] == 1, "the UpdateMetadata")
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 2, 0, [2, 1], 0, [2, 1], True))
+    wait_for(lambda: _manager(c)["applied"]["lai"] == 2, "the namesake's role accepted")
+    hold.set()
+    _restored(c)
+    wait_for(lambda: _manager(c)["pending"] == 0, "all answered")
+    assert _stats(node, c.shard)["partitions"]["c-0"] == [0, 0, 0]

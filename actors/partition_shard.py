@@ -87,10 +87,13 @@ from wire.cluster_messages import (
     OfflineReplicaRow,
     PartitionErrorRow,
     ProcessStarted,
+    ReplicaStateRow,
     RestoredRoleRow,
     RestoreRoles,
     RolesRestored,
+    RolesTaken,
     ShardRestarted,
+    TopicPartitionRow,
 )
 from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError, StorageError
 from wire.replication_messages import (
@@ -235,6 +238,12 @@ class PartitionShard(Actor):
         # A namesake of an undeleted partition that OpenPartitions (a topic created on a
         # single node) asked for: its configs; opened as soon as the directory goes.
         self.open_later: dict[tuple[str, int], dict[str, str]] = {}
+        # A cluster's namesake of an undeleted partition whose role (a LeaderAndIsr, a
+        # restore) was refused for it: the newest role given, taken as soon as the
+        # directory goes (the ReplicaManager told then: RolesTaken). Kept here, not in
+        # setup: nothing asks for the role again after a crash of this shard either (a
+        # restore gives it again only if the ReplicaManager still has it on record).
+        self.roles_later: dict[tuple[str, int], ReplicaStateRow] = {}
         # The housekeeping's tries that left some of those, and when it next warns so
         # (once a minute: each try's failure is at debug).
         self.failed_delete_tries = 0
@@ -312,6 +321,7 @@ class PartitionShard(Actor):
             raise NotDeletedYetError(f"{topic}-{partition} was deleted and its directory "
                                      "could not be removed yet: it is not opened before it is")
         self.open_later.pop(key, None)  # opened now
+        self.roles_later.pop(key, None)  # a role given now is newer than the one kept
         # a new log: its refusals are logged again, once each
         self.errors_logged = {k for k in self.errors_logged if k[:2] != key}
         self.flush_failures_logged.discard(key)
@@ -564,17 +574,24 @@ class PartitionShard(Actor):
 
     def _delete(self, topic: str, partition: int) -> None:
         """Forget the partition and set its directory aside; raises if it cannot be (the
-        partition is then out of service, its log closed, and known as undeleted)."""
+        partition is then out of service, its log closed, and known as undeleted).
+
+        Whatever fails on the way, from the first step, leaves it undeleted (kept over a
+        crash restart in place), so a namesake opens only once the directory is gone: a
+        failure before the mark left it forgotten and known nowhere as deleted, and the
+        next role of a namesake opened its directory, deleted records and all."""
         key = (topic, partition)
-        # forgotten even if not open (a reopen failed, or a cluster's waiting for its
-        # role), or if the delete fails: a later crash must not bring a deleted partition
-        # back
-        self.hosted.pop(key, None)
-        self.roles_given.discard(key)
-        self.open_later.pop(key, None)  # a namesake created meanwhile is deleted too
-        state = self.partitions.pop(key, None)
-        self._mark_deleting(topic, partition)
+        state = None
         try:
+            # forgotten even if not open (a reopen failed, or a cluster's waiting for its
+            # role), or if the delete fails: a later crash must not bring a deleted
+            # partition back
+            self.hosted.pop(key, None)
+            self.roles_given.discard(key)
+            self.open_later.pop(key, None)  # a namesake created meanwhile is deleted too
+            self.roles_later.pop(key, None)  # and so is a role kept for it
+            state = self.partitions.pop(key, None)
+            self._mark_deleting(topic, partition)
             if state is None:
                 # not open (a cluster's process opens nothing at start; a reopen
                 # failed): its directory goes all the same, or a later topic of the
@@ -669,8 +686,14 @@ class PartitionShard(Actor):
 
     def _retry_deletes(self) -> None:
         now = self.clock.wall_ms()
+        taken: list[ReplicaStateRow] = []
+        failed: list[OfflineReplicaRow] = []
         for topic, partition in sorted(self.undeleted):
             if not self._delete_again(topic, partition):
+                continue
+            role = self.roles_later.pop((topic, partition), None)
+            if role is not None:
+                self._take_role_later(role, now, taken, failed)
                 continue
             configs = self.open_later.pop((topic, partition), None)
             if configs is None:
@@ -683,6 +706,8 @@ class PartitionShard(Actor):
             else:
                 self.log.info("opened {}-{}, created while its deleted namesake was being "
                               "removed", topic, partition)
+        if taken or failed:
+            self.tell(self.topology.replica_manager, RolesTaken(self.index, taken, failed))
         self.set_aside_left = [aside for aside in self.set_aside_left
                                if not remove_set_aside(aside)]
         if self.undeleted or self.set_aside_left:
@@ -702,6 +727,35 @@ class PartitionShard(Actor):
             # all gone: a later failed delete is warned of at its first retry
             self.next_delete_warning_ms = 0
 
+    def _take_role_later(self, role: ReplicaStateRow, now: int, taken: list[ReplicaStateRow],
+                         failed: list[OfflineReplicaRow]) -> None:
+        """Take the role kept for a namesake now that its deleted predecessor's directory
+        is gone; added to ``taken`` if it is."""
+        try:
+            code = self._take_role(role, now, failed)
+        except Exception:
+            self.log.exception("cannot open {}-{}, given a role while its deleted namesake "
+                               "was being removed", role.topic, role.partition)
+            return
+        if code == NONE:
+            taken.append(role)
+            self.log.info("{}-{}: its deleted namesake's directory is gone: the role given "
+                          "meanwhile ({} at leader epoch {}) is taken", role.topic,
+                          role.partition, "leader" if role.leader == self.broker_id
+                          else f"following {role.leader}", role.leader_epoch)
+
+    def _keep_role_later(self, role: ReplicaStateRow, exc: NotDeletedYetError,
+                         awaiting: list[TopicPartitionRow]) -> None:
+        """A role refused because a deleted partition of the name still has its directory:
+        kept (the newest given) and taken once the directory goes."""
+        key = (role.topic, role.partition)
+        kept = self.roles_later.get(key)
+        if kept is None or role.leader_epoch >= kept.leader_epoch:
+            self.roles_later[key] = role
+        awaiting.append(TopicPartitionRow(role.topic, role.partition))
+        self.log.warning("{}; its role at leader epoch {} is taken once it is", exc,
+                         role.leader_epoch)
+
     @handles(UpdatePartitionConfigs)
     def on_update_configs(self, msg: UpdatePartitionConfigs) -> None:
         """A topic's overrides changed: its logs take the new settings now."""
@@ -715,6 +769,9 @@ class PartitionShard(Actor):
                     # not open yet (its deleted namesake's directory is still there): the
                     # housekeeping opens it with these
                     self.open_later[key] = dict(row.configs)
+                if key in self.roles_later:
+                    self.roles_later[key] = self.roles_later[key]._replace(
+                        configs=dict(row.configs))
                 continue
             try:
                 state.log.update_config(log_config_for(self.config, row.configs))
@@ -1394,6 +1451,7 @@ class PartitionShard(Actor):
         rows: list[PartitionErrorRow] = []
         failed: list[OfflineReplicaRow] = []  # refused: its storage failed
         held_already: list[str] = []  # "topic-partition@held epoch", logged once below
+        awaiting: list[TopicPartitionRow] = []  # refused: a deleted namesake's dir is there
         for row in msg.rows:
             key = (row.topic, row.partition)
             held = self.partitions.get(key)
@@ -1403,31 +1461,15 @@ class PartitionShard(Actor):
                 rows.append(PartitionErrorRow(row.topic, row.partition, NONE))
                 continue
             try:
-                self._open(row.topic, row.partition, dict(row.configs), now, leader_alone=False)
+                code = self._take_role(row, now, failed)
+            except NotDeletedYetError as exc:
+                # not a storage failure: the role is kept, and taken once the directory goes
+                self._keep_role_later(row, exc, awaiting)
+                code = int(ErrorCode.KAFKA_STORAGE_ERROR)
             except Exception:
                 self.log.exception("cannot open {}-{}", row.topic, row.partition)
-                rows.append(PartitionErrorRow(row.topic, row.partition,
-                                              int(ErrorCode.KAFKA_STORAGE_ERROR)))
-                continue
-            if self._storage_refuses(row.topic, row.partition, row.leader, list(row.isr),
-                                     list(row.replicas), row.leader_epoch, failed,
-                                     restored=False):
-                rows.append(PartitionErrorRow(row.topic, row.partition,
-                                              int(ErrorCode.KAFKA_STORAGE_ERROR)))
-                continue
-            state = self.partitions[key]
-            self.roles_given.add(key)
-            was_leader = state.is_leader
-            if row.leader == self.broker_id:
-                state.become_leader(row.leader_epoch, list(row.isr), list(row.replicas),
-                                    row.partition_epoch, now)
-            else:
-                state.become_follower(row.leader, row.leader_epoch, list(row.isr),
-                                      list(row.replicas), row.partition_epoch)
-            self._healed(row.topic, row.partition, row.leader, list(row.isr), row.leader_epoch)
-            if was_leader or state.is_leader:
-                self._notify(state)
-            rows.append(PartitionErrorRow(row.topic, row.partition, NONE))
+                code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+            rows.append(PartitionErrorRow(row.topic, row.partition, code))
         if held_already:
             # counted per role, logged once per message (a resend of a LeaderAndIsr for
             # every partition of the node is one line, not one per partition)
@@ -1439,7 +1481,33 @@ class PartitionShard(Actor):
                           "(request {}; partition@leader epoch held): {}{}",
                           len(held_already), msg.req_id, shown,
                           f" and {more} more" if more > 0 else "")
-        self.reply(BecameLeaderOrFollower(msg.req_id, rows, failed))
+        self.reply(BecameLeaderOrFollower(msg.req_id, rows, failed, awaiting))
+
+    def _take_role(self, row: ReplicaStateRow, now: int,
+                   failed: list[OfflineReplicaRow]) -> int:
+        """Open (or create) the partition's log and take ``row``'s role: NONE, or
+        KAFKA_STORAGE_ERROR if its storage failed (added to ``failed``). Raises if the
+        log cannot be opened (NotDeletedYetError: a deleted namesake's directory is still
+        there)."""
+        key = (row.topic, row.partition)
+        self._open(row.topic, row.partition, dict(row.configs), now, leader_alone=False)
+        if self._storage_refuses(row.topic, row.partition, row.leader, list(row.isr),
+                                 list(row.replicas), row.leader_epoch, failed,
+                                 restored=False):
+            return int(ErrorCode.KAFKA_STORAGE_ERROR)
+        state = self.partitions[key]
+        self.roles_given.add(key)
+        was_leader = state.is_leader
+        if row.leader == self.broker_id:
+            state.become_leader(row.leader_epoch, list(row.isr), list(row.replicas),
+                                row.partition_epoch, now)
+        else:
+            state.become_follower(row.leader, row.leader_epoch, list(row.isr),
+                                  list(row.replicas), row.partition_epoch)
+        self._healed(row.topic, row.partition, row.leader, list(row.isr), row.leader_epoch)
+        if was_leader or state.is_leader:
+            self._notify(state)
+        return NONE
 
     def _storage_refuses(self, topic: str, partition: int, leader: int, isr: list[int],
                          replicas: list[int], leader_epoch: int,
@@ -1602,6 +1670,7 @@ class PartitionShard(Actor):
         applied: list[str] = []
         outcomes: list[PartitionErrorRow] = []
         failed: list[OfflineReplicaRow] = []  # refused: its storage failed
+        awaiting: list[TopicPartitionRow] = []  # refused: a deleted namesake's dir is there
         kept = 0
         for row in msg.rows:
             role = row.role
@@ -1630,6 +1699,13 @@ class PartitionShard(Actor):
                     continue
                 self._restore_role(state, row, now)
                 self.roles_given.add(key)
+            except NotDeletedYetError as exc:
+                # the last role of a namesake created while the directory of the deleted
+                # partition could not go: kept, and taken once it goes (as a LeaderAndIsr's)
+                self._keep_role_later(role._replace(configs=configs), exc, awaiting)
+                outcomes.append(PartitionErrorRow(role.topic, role.partition,
+                                                  int(ErrorCode.KAFKA_STORAGE_ERROR)))
+                continue
             except Exception:
                 # one partition's failure does not stop the others' (nor crash the shard
                 # again, which would restore the same rows again)
@@ -1653,7 +1729,7 @@ class PartitionShard(Actor):
         notice = ShardRestarted(self.index)
         for i in range(self.topology.num_purgatories):
             self.tell(self.topology.purgatory(i), notice)
-        self.reply(RolesRestored(msg.req_id, outcomes, failed))
+        self.reply(RolesRestored(msg.req_id, outcomes, failed, awaiting))
 
     def _restore_role(self, state: PartitionState, row: RestoredRoleRow, now: int) -> None:
         role = row.role
@@ -1945,6 +2021,8 @@ class PartitionShard(Actor):
             # directories not removed yet, and the housekeeping's tries that left some
             # (since the start: cumulative, not reset when none are left)
             "undeleted": len(self.undeleted),
+            "roles_later": sorted(f"{t}-{p}@{r.leader_epoch}"
+                                  for (t, p), r in self.roles_later.items()),
             "set_aside_left": len(self.set_aside_left),
             "failed_delete_tries": self.failed_delete_tries,
             # the logs whose flush failed and that were not reopened yet (the restart

@@ -56,10 +56,16 @@ until the next LeaderAndIsr). The shard answers the restore (``RolesRestored``)
 after what was in its mailbox before it, so a LeaderAndIsr or a delete sent to it
 and still unanswered then died with it: a LeaderAndIsr is settled with the
 restore's outcome (the controller gets its answer, the coordinators and fetchers
-follow the role), a delete is sent again and its answer settles it. A shard has
-one restore on record at most: its next restart's replaces one never answered,
-and one unanswered for ``RESTORE_OVERDUE_MS`` is reported (kept: a late answer
-still settles).
+follow the role), a delete is sent again and its answer settles it. A role given
+for a partition whose delete its shard has not answered yet goes after that delete,
+sent again (``_drops_ahead``): had the delete died with the shard, its reopened log
+would be the namesake's. Not covered: a delete lost with its shard's whole process
+(mailbox and all) while the namesake's role is already on record goes out in the
+restore, and the namesake opens the old directory; telling a drop that never ran from
+one that ran before the namesake took writes needs topic ids (Kafka's KIP-516). A shard
+has one restore on record at most: its next restart's replaces one never answered, and
+one unanswered for
+``RESTORE_OVERDUE_MS`` is reported (kept: a late answer still settles).
 
 A replica whose storage failed (a failed fsync restarted its shard, or its log reopened
 below the high watermark it had) is answered KAFKA_STORAGE_ERROR by its shard for every
@@ -145,6 +151,7 @@ from wire.cluster_messages import (
     RestoredRoleRow,
     RestoreRoles,
     RolesRestored,
+    RolesTaken,
     ShardRestarted,
     StopReplica,
     StopReplicaResponse,
@@ -206,6 +213,13 @@ class _Pending:
     # partitions whose role ``became`` gave the shard refused while it was their last
     # role: dark on that shard (no role, no coordinator, no fetcher) once settled
     dark: list[TopicPartition] = field(default_factory=list)
+    # a delete's drops sent again to a shard ahead of a namesake's role (``_drops_ahead``),
+    # with the request id counter's value then: a restore sent before them does not
+    # settle the delete (their answer does)
+    ahead: dict[Address, int] = field(default_factory=dict)
+    # the partitions whose drop went ahead of a namesake's role: never again (a later
+    # role's would delete the namesake the first one opened, and what it acknowledged)
+    ahead_of_role: set[tuple[str, int]] = field(default_factory=set)
 
 
 @dataclass
@@ -318,6 +332,8 @@ class ReplicaManager(Actor):
         self.restores_redone = getattr(self, "restores_redone", 0)
         # partitions left out of a restore because their role could not be rebuilt
         self.restore_rows_failed = getattr(self, "restore_rows_failed", 0)
+        # roles a shard took late, once a deleted namesake's directory was gone (RolesTaken)
+        self.roles_taken_later = getattr(self, "roles_taken_later", 0)
         self.restores_replaced = getattr(self, "restores_replaced", 0)
         # answers to a replaced (or unknown) RestoreRoles
         self.restore_answers_ignored = getattr(self, "restore_answers_ignored", 0)
@@ -530,7 +546,40 @@ class ReplicaManager(Actor):
         by_shard: dict[Address, list[ReplicaStateRow]] = {}
         for row in decision.accepted:
             by_shard.setdefault(self.topology.shard_for(row.topic, row.partition), []).append(row)
+        self._drops_ahead(by_shard)
         self._fan_out(pending, by_shard, BecomeLeaderOrFollower)
+
+    def _drops_ahead(self, by_shard: dict[Address, list[ReplicaStateRow]]) -> None:
+        """A role for a partition whose delete its shard has not answered yet goes after
+        that delete, sent again: had the delete died with a crash of the shard (before the
+        shard forgot the partition or marked anything), the restarted shard reopened the
+        deleted log, and the namesake's role would take it, deleted records and all. A
+        drop is idempotent and the messages to a shard keep their order, so the shard
+        deletes before it opens the namesake; the first answer settles the StopReplica.
+        The delete's other partitions go with it (its answer settles them too), but not
+        one whose namesake has a role since (its own role went to the shard already), and
+        only the first role of a namesake has its delete sent ahead: a later one's would
+        delete the log the first opened, and what it acknowledged."""
+        for shard, roles in by_shard.items():
+            wanted = {(r.topic, r.partition) for r in roles}
+            for req_id, entry in sorted(self.pending.items()):
+                if entry.kind != "stop" or shard not in entry.waiting:
+                    continue
+                drops = entry.drops.get(shard, [])
+                first = {(d.topic, d.partition) for d in drops
+                         if (d.topic, d.partition) in wanted - entry.ahead_of_role}
+                if not first:
+                    continue
+                again = [d for d in drops if (d.topic, d.partition) in first
+                         or TopicPartition(d.topic, d.partition) not in self.states]
+                entry.ahead_of_role |= first
+                entry.ahead[shard] = next(self.req_ids)
+                entry.sent_ms = self.clock.now_ms()
+                self.log.info("StopReplica request {}: deletes of {} sent again to shard {} "
+                              "ahead of a namesake's role (not answered yet: they may have "
+                              "died with it)", req_id,
+                              ", ".join(f"{d.topic}-{d.partition}" for d in again), shard.name)
+                self.tell(shard, DropPartitions(req_id, list(again)))
 
     def _new_role(self, row: ReplicaStateRow) -> None:
         """A role newer than the last: kept now, not once the shard applied it (a restore
@@ -558,19 +607,32 @@ class ReplicaManager(Actor):
         entry = self.pending.get(msg.req_id)
         if entry is None or self.current_sender not in entry.waiting:
             return  # settled already (its shard's restore answered for it)
+        awaiting = {(r.topic, r.partition) for r in msg.awaiting_delete}
         for row in msg.rows:
             if row.error_code != NONE:
-                self._role_refused(entry, row.topic, row.partition, row.error_code)
+                self._role_refused(entry, row.topic, row.partition, row.error_code,
+                                   (row.topic, row.partition) in awaiting)
         self._storage_failed(msg.storage_failed)
         assert self.current_sender is not None
         self._shard_done(msg.req_id, entry, self.current_sender)
 
-    def _role_refused(self, entry: _Pending, topic: str, partition: int, code: int) -> None:
+    def _role_refused(self, entry: _Pending, topic: str, partition: int, code: int,
+                      awaiting_delete: bool = False) -> None:
         """The shard could not take a role ``entry`` gave (its log would not open): the
         partition is dark on it, as before, so no restore gives that role either (a newer
-        one accepted since stays)."""
+        one accepted since stays). Unless it waits for the directory of a deleted partition
+        of the same name to go (``awaiting_delete``): answered as refused, but no storage
+        failure and not forgotten: the shard keeps it, takes it once the directory goes
+        and says so (RolesTaken), and a restore meanwhile gives it again."""
         entry.rows[(topic, partition)] = code
         tp = TopicPartition(topic, partition)
+        if awaiting_delete:
+            # no role on the shard until then: no fetcher (one a restore added would fetch
+            # a partition the shard does not host), no coordinator. Done now, not when the
+            # request settles: the shard's RolesTaken comes after this answer, and may
+            # come before the request's other shards answer
+            self._no_role([tp])
+            return
         state = self.states.get(tp)
         if state is not None and any(
                 (r.topic, r.partition, r.leader_epoch) == (topic, partition, state.leader_epoch)
@@ -771,8 +833,11 @@ class ReplicaManager(Actor):
             tp = TopicPartition(p.topic, p.partition)
             role = self.roles.get(tp)
             known_epoch = self.fencing.leader_epochs.get(tp, -1)
+            # (no state: stopped, its delete perhaps unanswered; a namesake's role comes by
+            # LeaderAndIsr, after that delete, never from here)
             if (role is None or role[0] != self.broker_id or p.leader == self.broker_id
-                    or p.leader < -1 or p.leader_epoch <= known_epoch):
+                    or p.leader < -1 or p.leader_epoch <= known_epoch
+                    or tp not in self.states):
                 continue
             self.fencing.leader_epochs[tp] = p.leader_epoch
             rows.append(ReplicaStateRow(p.topic, p.partition, p.leader, p.leader_epoch,
@@ -1341,6 +1406,19 @@ class ReplicaManager(Actor):
         self.tell(shard, DropPartitions(req_id, list(rows)))
         return True
 
+    @handles(RolesTaken)
+    def on_roles_taken(self, msg: RolesTaken) -> None:
+        """A shard took roles it had refused while the directory of a deleted partition of
+        the same name was still there: each still the partition's last role (no newer one
+        given since, no StopReplica) is followed now by the fetchers and coordinators, as
+        a LeaderAndIsr applied; an older one, superseded, leaves the newer one's to it."""
+        self.roles_taken_later += len(msg.rows)
+        self.log.info("shard {} took the role(s) of {} once their deleted namesakes' "
+                      "directories were gone", msg.shard,
+                      ", ".join(f"{r.topic}-{r.partition}@{r.leader_epoch}" for r in msg.rows))
+        self._roles_applied(list(msg.rows))
+        self._storage_failed(msg.storage_failed)
+
     @handles(RolesRestored)
     def on_roles_restored(self, msg: RolesRestored) -> None:
         """A shard applied RestoreRoles ``msg.req_id``. It answers in order, so what was sent
@@ -1362,7 +1440,8 @@ class ReplicaManager(Actor):
                            self.current_sender.name if self.current_sender else "?")
             return
         outcomes = {(r.topic, r.partition): r.error_code for r in msg.rows}
-        self._restore_outcomes(sent, outcomes)
+        awaiting = {(r.topic, r.partition) for r in msg.awaiting_delete}
+        self._restore_outcomes(sent, outcomes, awaiting)
         self._storage_failed(msg.storage_failed)
         for req_id, entry in sorted(self.pending.items()):
             if req_id > msg.req_id or shard not in entry.waiting:
@@ -1378,7 +1457,10 @@ class ReplicaManager(Actor):
                         # row is no longer this request's to answer
                         entry.rows.pop(key, None)
                     elif code != NONE:
-                        self._role_refused(entry, row.topic, row.partition, code)
+                        self._role_refused(entry, row.topic, row.partition, code,
+                                           key in awaiting)
+            elif entry.ahead.get(shard, 0) > msg.req_id:
+                continue  # its drops went again after the restore: their answer settles it
             elif self._drop_again(req_id, entry, shard):
                 continue  # the drop sent again answers for it
             self.log.info("{} request {} settled by shard {}'s restore (its answer died "
@@ -1408,15 +1490,23 @@ class ReplicaManager(Actor):
                              RESTORE_OVERDUE_MS // 1000, waiting)
 
     def _restore_outcomes(self, sent: dict[TopicPartition, ReplicaStateRow],
-                          outcomes: dict[tuple[str, int], int]) -> None:
+                          outcomes: dict[tuple[str, int], int],
+                          awaiting: set[tuple[str, int]]) -> None:
         """What the ReplicaManager keeps of the roles a restore carried (``sent``: those
-        still its to settle), as the shard's outcomes say."""
+        still its to settle), as the shard's outcomes say (a role that waits for a deleted
+        namesake's directory to go is kept: the shard takes it then)."""
         dark: list[TopicPartition] = []
         back: list[ReplicaStateRow] = []
+        waiting: list[TopicPartition] = []
         for tp, role in sent.items():
             code = outcomes.get((tp.topic, tp.partition))
             state = self.states.get(tp)
             if code is None:
+                continue
+            if (tp.topic, tp.partition) in awaiting:
+                # kept: the shard takes it once the old directory goes (RolesTaken, after
+                # this answer); no role there until then, so no fetcher nor coordinator
+                waiting.append(tp)
                 continue
             if code != NONE:
                 # the shard could not take it: dark there, as a refused LeaderAndIsr's
@@ -1430,6 +1520,8 @@ class ReplicaManager(Actor):
                               "earlier answer refused it)", tp, role.leader_epoch)
                 self.states[tp] = role
                 back.append(role)
+        if waiting:
+            self._no_role(waiting)
         if dark:
             # as a refused LeaderAndIsr row: no role kept, a coordinator of a partition led
             # here resigns, no fetcher
@@ -1518,6 +1610,7 @@ class ReplicaManager(Actor):
             "restores_owed": len(self.restores_owed),
             "restores_redone": self.restores_redone,
             "restore_rows_failed": self.restore_rows_failed,
+            "roles_taken_later": self.roles_taken_later,
             "restores_overdue": self.restores_overdue,
             "restores_replaced": self.restores_replaced,
             "restore_answers_ignored": self.restore_answers_ignored,

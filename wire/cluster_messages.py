@@ -428,15 +428,36 @@ class RolesRestored(NamedTuple):
     # KAFKA_STORAGE_ERROR): the ReplicaManager reports these, and only these, to the
     # controller (a log that cannot open is answered 56 too, but is not reported)
     storage_failed: list[OfflineReplicaRow] = []
+    # the roles refused (56) because a deleted partition of the same name still has its
+    # directory: no storage failure (never reported), and the role is not forgotten: the
+    # shard keeps the newest one and takes it once the directory is gone (RolesTaken)
+    awaiting_delete: list[TopicPartitionRow] = []
 
 
 @message(412)
 class BecameLeaderOrFollower(NamedTuple):
     """PartitionShard -> ReplicaManager: each partition's outcome (0, or why it failed),
-    and the roles refused because the replica's storage failed (as RolesRestored's)."""
+    the roles refused because the replica's storage failed, and those that wait for a
+    deleted namesake's directory to go (as RolesRestored's)."""
 
     req_id: int
     rows: list[PartitionErrorRow]
+    storage_failed: list[OfflineReplicaRow] = []
+    awaiting_delete: list[TopicPartitionRow] = []
+
+
+@message(424)
+class RolesTaken(NamedTuple):
+    """PartitionShard ``shard`` (its index) -> ReplicaManager: roles it refused while the
+    directory of a deleted partition of the same name was still there (answered
+    KAFKA_STORAGE_ERROR, ``awaiting_delete``), taken now that it is gone: the newest
+    role it was given for each, unless a delete of the partition came since. The
+    ReplicaManager has the fetchers and coordinators follow each one that is still the
+    partition's last role (as for a LeaderAndIsr applied), and reports ``storage_failed``
+    as a BecameLeaderOrFollower's."""
+
+    shard: int
+    rows: list[ReplicaStateRow]
     storage_failed: list[OfflineReplicaRow] = []
 
 

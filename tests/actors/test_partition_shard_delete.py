@@ -480,8 +480,8 @@ def test_a_role_given_after_a_restart_does_not_open_the_deleted_directory(
         node: Node, tmp_path: Path, immutable: Any) -> None:
     """A cluster's node: the controller gives a namesake's role (LeaderAndIsr) to the
     restarted process while the deleted directory is still there: refused
-    (KAFKA_STORAGE_ERROR, the controller sends it again), and taken on an empty log
-    once the directory is gone."""
+    (KAFKA_STORAGE_ERROR), kept, and taken on an empty log once the directory is gone
+    (a resend of it then is a role held already)."""
     shard, handler = _shard(node, tmp_path)
     immutable(tmp_path / "t-0")
     _ask(node, shard, handler, DropPartitions(2, [TopicPartition("t", 0)]))
@@ -503,9 +503,10 @@ def test_a_role_given_after_a_restart_does_not_open_the_deleted_directory(
     assert "t-0" not in _partitions(node, shard), "the deleted data was opened"
     assert answers(10) == [[["t", 0, int(ErrorCode.KAFKA_STORAGE_ERROR)]]]
     immutable(tmp_path / "t-0", False)
-    wait_for(lambda: not (tmp_path / "t-0").exists(), "the deleted directory gone", timeout=10)
-    assert become(11) == [["t", 0, NONE]]
+    wait_for(lambda: "t-0" in _partitions(node, shard), "the kept role taken", timeout=10)
     assert _partitions(node, shard)["t-0"] == [0, 0, 0], "the namesake starts empty"
+    assert _stats(node, shard)["undeleted"] == 0
+    assert become(11) == [["t", 0, NONE]]
 
 
 def test_a_clean_delete_costs_one_small_file_write(

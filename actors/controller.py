@@ -120,13 +120,20 @@ def timed_out(answer: Any, timeout_ms: int | None) -> Any:
 
 @dataclass
 class _Pending:
-    """A topic change waiting for the shards to open or drop its partitions."""
+    """A topic change waiting for the shards to open or drop its partitions.
 
-    shards_left: int
+    Recorded before the change is written to the store: a crash between the write and
+    the last message to a shard leaves it unsent (``sends`` kept), and the new life
+    writes and sends it again before it handles anything else."""
+
+    shards: set[str]  # the names of those that have not answered (ShardDone) yet
     requester: Address | None  # None: answered already (REQUEST_TIMED_OUT, past timeout_ms)
     answer: Any  # a *Done, sent once every shard is done
     deadline_ns: int | None  # monotonic: the request's timeout_ms (None: none)
     timeout_ms: int | None
+    # the message for each shard, until every one is sent (then emptied)
+    sends: list[tuple[Address, Any]]
+    resent: int = 0  # times written and sent again after a crash restart
 
 
 @dataclass
@@ -162,9 +169,17 @@ class Controller(Actor):
         # previous life still settles, a new id names no older change). Forgotten, a
         # change written to the store was never sent to the handlers (they did not know
         # the topic, ``__consumer_offsets`` say, until the next change) nor answered.
+        #
+        # A change is recorded (pending) before it is written, with the messages that
+        # have the shards apply it: a crash after the write, before they are all sent,
+        # leaves the change in the store alone (a created topic no shard opens, a deleted
+        # one whose logs stay open and on disk, until the broker's restart). The new life
+        # writes and sends it again (``send_unsent``) before it handles another change,
+        # which must reach the shards after it (a topic deleted then created anew).
         restarted = hasattr(self, "pending")
         self.ids: Iterator[int] = getattr(self, "ids", None) or itertools.count(1)
         self.pending: dict[int, _Pending] = getattr(self, "pending", {})
+        self.send_unsent = any(p.sends for p in self.pending.values())
         # topic changes answered once every handler applied them, by ack id
         self.awaiting: dict[int, _Awaiting] = getattr(self, "awaiting", {})
         # after a crash restart, the table goes again to the handlers each awaited change
@@ -186,6 +201,8 @@ class Controller(Actor):
     @handles(CreateTopics)
     def on_create(self, msg: CreateTopics) -> None:
         assert self.current_sender is not None
+        if self.send_unsent:
+            self._send_unsent()
         rows: list[CreateTopicDoneRow] = []
         created: list[str] = []
         default = int(self.config["num.partitions"])
@@ -210,13 +227,14 @@ class Controller(Actor):
         if not created:
             self.reply(CreateTopicsDone(msg.req_id, rows))
             return
-        self.store.save()
-        self.log.info("created topic(s) {}", ", ".join(
-            f"{n} ({self.store.topics[n].num_partitions} partitions)" for n in created))
-        self._fan_out(CreateTopicsDone(msg.req_id, rows), OpenPartitions, [
+        change = self._fan_out(CreateTopicsDone(msg.req_id, rows), OpenPartitions, [
             OpenPartitionRow(n, p, dict(self.store.topics[n].configs))
             for n in created for p in range(self.store.topics[n].num_partitions)
         ], msg.timeout_ms)
+        self.store.save()
+        self.log.info("created topic(s) {}", ", ".join(
+            f"{n} ({self.store.topics[n].num_partitions} partitions)" for n in created))
+        self._send(change)
 
     def _hosted(self) -> int:
         """Partitions this node holds (a single node holds every one of every topic)."""
@@ -260,6 +278,8 @@ class Controller(Actor):
     # ----------------------------------------------------------------- delete
     @handles(DeleteTopics)
     def on_delete(self, msg: DeleteTopics) -> None:
+        if self.send_unsent:
+            self._send_unsent()
         rows: list[DeleteTopicDoneRow] = []
         drop: list[TopicPartition] = []
         for row in msg.rows:
@@ -274,14 +294,18 @@ class Controller(Actor):
         if not drop:
             self.reply(DeleteTopicsDone(msg.req_id, rows))
             return
+        change = self._fan_out(DeleteTopicsDone(msg.req_id, rows), DropPartitions, drop,
+                               msg.timeout_ms)
         self.store.save()
         self.log.info("deleted topic(s) {}", ", ".join(
             r.name for r in rows if r.error_code == ErrorCode.NONE))
-        self._fan_out(DeleteTopicsDone(msg.req_id, rows), DropPartitions, drop, msg.timeout_ms)
+        self._send(change)
 
     # ----------------------------------------------------- add partitions
     @handles(CreatePartitions)
     def on_create_partitions(self, msg: CreatePartitions) -> None:
+        if self.send_unsent:
+            self._send_unsent()
         rows: list[TopicResultRow] = []
         opened: list[OpenPartitionRow] = []
         names = [r.name for r in msg.rows]
@@ -327,16 +351,19 @@ class Controller(Actor):
         if not opened:
             self.reply(CreatePartitionsDone(msg.req_id, rows))
             return
+        change = self._fan_out(CreatePartitionsDone(msg.req_id, rows), OpenPartitions, opened,
+                               msg.timeout_ms)
         self.store.save()
         self.log.info("added partitions: {}", ", ".join(
             f"{r.name} now {self.store.topics[r.name].num_partitions}" for r in msg.rows
             if r.name in self.store.topics and any(o.topic == r.name for o in opened)))
-        self._fan_out(CreatePartitionsDone(msg.req_id, rows), OpenPartitions, opened,
-                      msg.timeout_ms)
+        self._send(change)
 
     # ------------------------------------------------------ topic configs
     @handles(AlterTopicConfigs)
     def on_alter_configs(self, msg: AlterTopicConfigs) -> None:
+        if self.send_unsent:
+            self._send_unsent()
         rows: list[TopicResultRow] = []
         updates: list[OpenPartitionRow] = []
         names = [r.name for r in msg.rows]
@@ -363,18 +390,21 @@ class Controller(Actor):
         if not updates:
             self.reply(AlterTopicConfigsDone(msg.req_id, rows))
             return
+        change = self._fan_out(AlterTopicConfigsDone(msg.req_id, rows), UpdatePartitionConfigs,
+                               updates)
         self.store.save()
         changed = sorted({u.topic for u in updates})
         self.log.info("topic configs changed: {}", "; ".join(
             f"{t} {self.store.topics[t].configs}" for t in changed))
-        self._fan_out(AlterTopicConfigsDone(msg.req_id, rows), UpdatePartitionConfigs, updates)
+        self._send(change)
 
     # ------------------------------------------------------------ fan out/in
     def _fan_out(self, answer: Any, msg_type: Any,
                  partition_rows: list[OpenPartitionRow] | list[TopicPartition],
-                 timeout_ms: int | None = None) -> None:
-        """Have the shards apply a change already written; answered when complete, at
-        the request's ``timeout_ms`` (REQUEST_TIMED_OUT) when it is positive."""
+                 timeout_ms: int | None = None) -> int:
+        """Record a change about to be written, with what has the shards apply it
+        (``_send`` sends it once written); answered when complete, at the request's
+        ``timeout_ms`` (REQUEST_TIMED_OUT) when it is positive. Returns its id."""
         requester = self.current_sender
         assert requester is not None
         by_shard: dict[Address, list[Any]] = {}
@@ -384,10 +414,39 @@ class Controller(Actor):
             timeout_ms = None  # waits for the spread all the same (module docstring)
         my_id = next(self.ids)
         self.pending[my_id] = _Pending(
-            len(by_shard), requester, answer,
-            deadline_ns(self.clock.monotonic_ns(), timeout_ms), timeout_ms)
-        for shard, shard_rows in by_shard.items():
-            self.tell(shard, msg_type(my_id, shard_rows))
+            {shard.name for shard in by_shard}, requester, answer,
+            deadline_ns(self.clock.monotonic_ns(), timeout_ms), timeout_ms,
+            [(shard, msg_type(my_id, shard_rows)) for shard, shard_rows in by_shard.items()])
+        return my_id
+
+    def _send(self, change: int) -> None:
+        """The written change ``change`` to its shards (each answers ShardDone once)."""
+        entry = self.pending[change]
+        for shard, msg in entry.sends:
+            self.tell(shard, msg)
+        entry.sends = []
+
+    def _send_unsent(self) -> None:
+        """After a crash restart: the changes recorded and not sent to every shard (the
+        crash came between their record and their last message) are written again (the
+        crash may have been the write's) and sent, the shards that had them opening,
+        dropping or reconfiguring nothing twice, each answering once. At most
+        RESEND_TRIES times a change: one that crashes this actor every time is then left
+        (said so), the store holding it and the shards not, until the broker's restart."""
+        self.send_unsent = False
+        for change, entry in sorted(self.pending.items()):
+            if not entry.sends:
+                continue
+            if entry.resent >= RESEND_TRIES:
+                self.log.error("topic change {} was not sent to the shards after {} tries; "
+                               "left until the broker's restart", change, entry.resent)
+                del self.pending[change]
+                continue
+            entry.resent += 1
+            self.log.warning("topic change {} goes again to {} shard(s) (written, not sent, "
+                             "before this actor's crash restart)", change, len(entry.sends))
+            self.store.save()
+            self._send(change)
 
     @handles(ShardDone)
     def on_shard_done(self, msg: ShardDone) -> None:
@@ -399,13 +458,15 @@ class Controller(Actor):
         leaves it awaited, and the new life sends the table again (``_send_again``) and
         answers the requester once the handlers acknowledge it (or at the give-up)."""
         entry = self.pending.get(msg.req_id)
-        if entry is None:
+        if entry is None or self.current_sender is None:
             return
-        entry.shards_left -= 1
+        if self.current_sender.name not in entry.shards:
+            return  # its second answer (the change was sent again after a crash)
+        entry.shards.discard(self.current_sender.name)
         if msg.failed or msg.error:
             self.log.error("a shard failed to apply a topic change to {}: {}",
                            ", ".join(f"{t}-{p}" for t, p in msg.failed) or "?", msg.error)
-        if entry.shards_left > 0:
+        if entry.shards:
             return
         ack_id = next(self.ids)
         handlers = set(self.topology.all_handlers())
@@ -450,7 +511,7 @@ class Controller(Actor):
             self._answer(waiting.requester, waiting.answer)
 
     def poll_timeout_ms(self) -> int | None:
-        if self.send_again:
+        if self.send_again or self.send_unsent:
             return 0
         if self.awaiting or any(p.requester is not None and p.deadline_ns is not None
                                 for p in self.pending.values()):
@@ -460,6 +521,8 @@ class Controller(Actor):
     def on_turn(self) -> None:
         """A process that does not acknowledge (it is restarting) delays no answer long;
         a change not complete by its request's timeout_ms is answered REQUEST_TIMED_OUT."""
+        if self.send_unsent:
+            self._send_unsent()
         if self.send_again:
             self._send_again()
         if not self.awaiting and not self.pending:

@@ -27,6 +27,7 @@ from loguru import logger
 
 from actors.controller import ACK_WAIT_NS, RESEND_TRIES, Controller
 from actors.core.log_dir import LogDir
+from actors.core.record_batch import build_batch
 from actors.core.topic_store import TopicStore
 from actors.log_manager import LogManager
 from actors.partition_shard import PartitionShard
@@ -48,6 +49,8 @@ from wire.admin_messages import (
     CreatePartitionsRow,
 )
 from wire.broker_messages import (
+    Append,
+    AppendRow,
     CreateTopicRow,
     CreateTopics,
     CreateTopicsDone,
@@ -348,3 +351,75 @@ def test_a_table_that_cannot_be_sent_is_tried_a_bounded_number_of_times(
     node.advance_clock(ACK_WAIT_NS // 1_000_000)
     [created] = wait_for(lambda: _got(node, client, CreateTopicsDone), "the answer")
     assert [r[1] for r in created.rows] == [0]
+
+
+def _hosted(node: Node, topic: str) -> list[str]:
+    """The partitions of ``topic`` the shard has open."""
+    shard = Topology(node.name, 1, HANDLERS, 1, 1, 1).shard(0)
+    return sorted(p for p in node.ask(shard, GetStats())["partitions"]
+                  if p.rsplit("-", 1)[0] == topic)
+
+
+def test_a_change_written_before_a_crash_reaches_the_shards_and_the_handlers(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Controller crashes right after writing each change to its store, before it
+    told the shard: the change was recorded before the write and is kept over the
+    restart, so the new life has the shard apply it and every handler learn it, before it
+    handles anything else. Before, the change was in the store alone: a created topic
+    or its added partitions no shard opened (produce answered NOT_LEADER for good), a
+    deleted topic's logs stayed open and on disk, until the broker's restart."""
+    crash = fail_once(monkeypatch, TopicStore, "save", after=True)
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    asks: list[tuple[Any, type, list[str]]] = [
+        (CreateTopics(1, False, [CreateTopicRow("t", 2, 1, {})]), CreateTopicsDone,
+         ["t-0", "t-1"]),
+        (CreatePartitions(2, False, [CreatePartitionsRow("t", 3, None)]),
+         CreatePartitionsDone, ["t-0", "t-1", "t-2"]),
+        (DeleteTopics(3, [DeleteTopicRow("t")]), DeleteTopicsDone, []),
+    ]
+    for count, (ask, kind, hosted) in enumerate(asks, 1):
+        crash["crash"] = True
+        node.tell(controller, ask, sender=client.name)
+        wait_for(lambda c=count: node.actors[controller.name].crashes == c, "the crash")
+        wait_for(lambda h=hosted: _hosted(node, "t") == h, f"the shard to host {hosted}")
+        partitions = [u.topics["t"][0] if "t" in u.topics else 0
+                      for u in _updates(node, handlers, count)]
+        assert partitions == [len(hosted)] * HANDLERS
+        _ack_all(node, controller, handlers, count)
+        # the request that crashed is answered too (its handler may have given up)
+        [answer] = wait_for(lambda k=kind: _got(node, client, k), f"the {kind.__name__}")
+        assert [r[1] for r in answer.rows] == [0]
+    assert not list((tmp_path / "logs").glob("t-*")), "the deleted logs stayed on disk"
+    assert "t" not in TopicStore.load(tmp_path / "logs").topics
+
+
+def test_the_change_after_a_crashed_one_is_applied_after_it(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DeleteTopics crashes after its write; a CreateTopics of the same name follows at
+    once: the delete reaches the shard first, so the new topic's partitions are open, the
+    first one an empty log (not the deleted topic's), and stay so."""
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})]),
+              sender=client.name)
+    _ack_all(node, controller, handlers, 1)
+    wait_for(lambda: _got(node, client, CreateTopicsDone), "the first create")
+    shard = Topology(node.name, 1, HANDLERS, 1, 1, 1).shard(0)
+    node.tell(shard, Append(1, 1, 30_000, [AppendRow("t", 0, build_batch([b"old"]))]),
+              sender=client.name)
+    wait_for(lambda: node.ask(shard, GetStats())["partitions"]["t-0"][2] == 1, "the record")
+    crash = fail_once(monkeypatch, TopicStore, "save", after=True)
+    crash["crash"] = True
+    node.tell(controller, DeleteTopics(2, [DeleteTopicRow("t")]), sender=client.name)
+    node.tell(controller, CreateTopics(3, False, [CreateTopicRow("t", 2, 1, {})]),
+              sender=client.name)
+    wait_for(lambda: node.actors[controller.name].crashes == 1, "the crash")
+    for count in (2, 3):
+        _ack_all(node, controller, handlers, count)
+    wait_for(lambda: len(_got(node, client, CreateTopicsDone)) == 2, "the second create")
+    node.quiesce()
+    assert _hosted(node, "t") == ["t-0", "t-1"]
+    assert node.ask(shard, GetStats())["partitions"]["t-0"] == [0, 0, 0], \
+        "the deleted topic's log serves its namesake"
+    assert [u.topics["t"][0] for u in _updates(node, handlers, 3)] == [2] * HANDLERS

@@ -25,6 +25,10 @@ before it would let that client's next request, on another connection, miss the 
 it was told exists). A handler silent for ACK_WAIT_NS counts
 as having applied the table (its process is restarting and reads it from the file),
 as for the broker's own requests, which carry no timeout.
+
+A change is recorded before it is written to the store, and sent to the shards after:
+a crash of this actor in between leaves it written and unsent, and the new life sends it
+before it handles another change (see ``setup``).
 """
 
 from __future__ import annotations
@@ -122,18 +126,20 @@ def timed_out(answer: Any, timeout_ms: int | None) -> Any:
 class _Pending:
     """A topic change waiting for the shards to open or drop its partitions.
 
-    Recorded before the change is written to the store: a crash between the write and
-    the last message to a shard leaves it unsent (``sends`` kept), and the new life
-    writes and sends it again before it handles anything else."""
+    Recorded before the change is written to the store, and kept over a crash restart
+    with its messages to the shards: a crash between the write and the last message to a
+    shard leaves it unsent, a crash on a shard's answer (ShardDone) loses that answer;
+    the new life writes (if unsent) and sends it again to the shards that have not
+    answered, before it handles anything else."""
 
     shards: set[str]  # the names of those that have not answered (ShardDone) yet
     requester: Address | None  # None: answered already (REQUEST_TIMED_OUT, past timeout_ms)
     answer: Any  # a *Done, sent once every shard is done
     deadline_ns: int | None  # monotonic: the request's timeout_ms (None: none)
     timeout_ms: int | None
-    # the message for each shard, until every one is sent (then emptied)
-    sends: list[tuple[Address, Any]]
-    resent: int = 0  # times written and sent again after a crash restart
+    sends: list[tuple[Address, Any]]  # the message for each shard
+    sent: bool = False  # every one sent (else a crash came between the write and them)
+    resent: int = 0  # times sent again after a crash restart
 
 
 @dataclass
@@ -172,14 +178,16 @@ class Controller(Actor):
         #
         # A change is recorded (pending) before it is written, with the messages that
         # have the shards apply it: a crash after the write, before they are all sent,
-        # leaves the change in the store alone (a created topic no shard opens, a deleted
-        # one whose logs stay open and on disk, until the broker's restart). The new life
-        # writes and sends it again (``send_unsent``) before it handles another change,
-        # which must reach the shards after it (a topic deleted then created anew).
+        # left the change in the store alone (a created topic no shard opens, a deleted
+        # one whose logs stay open and on disk, until the broker's restart), and a crash
+        # on a shard's answer left it waiting for good. The new life sends each pending
+        # change again to the shards that have not answered (``_resend_pending``) before
+        # it handles another change, which must reach the shards after it (a topic
+        # deleted then created anew).
         restarted = hasattr(self, "pending")
         self.ids: Iterator[int] = getattr(self, "ids", None) or itertools.count(1)
         self.pending: dict[int, _Pending] = getattr(self, "pending", {})
-        self.send_unsent = any(p.sends for p in self.pending.values())
+        self.resend_pending = restarted and bool(self.pending)
         # topic changes answered once every handler applied them, by ack id
         self.awaiting: dict[int, _Awaiting] = getattr(self, "awaiting", {})
         # after a crash restart, the table goes again to the handlers each awaited change
@@ -201,8 +209,8 @@ class Controller(Actor):
     @handles(CreateTopics)
     def on_create(self, msg: CreateTopics) -> None:
         assert self.current_sender is not None
-        if self.send_unsent:
-            self._send_unsent()
+        if self.resend_pending:
+            self._resend_pending()
         rows: list[CreateTopicDoneRow] = []
         created: list[str] = []
         default = int(self.config["num.partitions"])
@@ -278,8 +286,8 @@ class Controller(Actor):
     # ----------------------------------------------------------------- delete
     @handles(DeleteTopics)
     def on_delete(self, msg: DeleteTopics) -> None:
-        if self.send_unsent:
-            self._send_unsent()
+        if self.resend_pending:
+            self._resend_pending()
         rows: list[DeleteTopicDoneRow] = []
         drop: list[TopicPartition] = []
         for row in msg.rows:
@@ -304,8 +312,8 @@ class Controller(Actor):
     # ----------------------------------------------------- add partitions
     @handles(CreatePartitions)
     def on_create_partitions(self, msg: CreatePartitions) -> None:
-        if self.send_unsent:
-            self._send_unsent()
+        if self.resend_pending:
+            self._resend_pending()
         rows: list[TopicResultRow] = []
         opened: list[OpenPartitionRow] = []
         names = [r.name for r in msg.rows]
@@ -362,8 +370,8 @@ class Controller(Actor):
     # ------------------------------------------------------ topic configs
     @handles(AlterTopicConfigs)
     def on_alter_configs(self, msg: AlterTopicConfigs) -> None:
-        if self.send_unsent:
-            self._send_unsent()
+        if self.resend_pending:
+            self._resend_pending()
         rows: list[TopicResultRow] = []
         updates: list[OpenPartitionRow] = []
         names = [r.name for r in msg.rows]
@@ -423,29 +431,33 @@ class Controller(Actor):
         """The written change ``change`` to its shards (each answers ShardDone once)."""
         entry = self.pending[change]
         for shard, msg in entry.sends:
-            self.tell(shard, msg)
-        entry.sends = []
+            if shard.name in entry.shards:
+                self.tell(shard, msg)
+        entry.sent = True
 
-    def _send_unsent(self) -> None:
-        """After a crash restart: the changes recorded and not sent to every shard (the
-        crash came between their record and their last message) are written again (the
-        crash may have been the write's) and sent, the shards that had them opening,
-        dropping or reconfiguring nothing twice, each answering once. At most
-        RESEND_TRIES times a change: one that crashes this actor every time is then left
-        (said so), the store holding it and the shards not, until the broker's restart."""
-        self.send_unsent = False
+    def _resend_pending(self) -> None:
+        """After a crash restart: each pending change goes again to the shards that have
+        not answered it. One not sent to them all (the crash came between its record and
+        its last message, maybe in its write) is written again first. A shard that had
+        it opens, drops or reconfigures nothing twice, and answers again (counted once);
+        one whose answer the crash lost answers anew. At most RESEND_TRIES times a
+        change: one that crashes this actor every time is then not sent again (said so)."""
+        self.resend_pending = False
         for change, entry in sorted(self.pending.items()):
-            if not entry.sends:
-                continue
             if entry.resent >= RESEND_TRIES:
-                self.log.error("topic change {} was not sent to the shards after {} tries; "
-                               "left until the broker's restart", change, entry.resent)
-                del self.pending[change]
+                if entry.resent == RESEND_TRIES:  # said once
+                    entry.resent += 1
+                    self.log.error("topic change {} was sent to the shards {} times again, "
+                                   "each time before a crash of this actor: not again (the "
+                                   "store may hold it, the shards not, until the broker's "
+                                   "restart)", change, RESEND_TRIES)
                 continue
             entry.resent += 1
-            self.log.warning("topic change {} goes again to {} shard(s) (written, not sent, "
-                             "before this actor's crash restart)", change, len(entry.sends))
-            self.store.save()
+            self.log.warning("topic change {} goes again to {} shard(s) ({}before this "
+                             "actor's crash restart)", change, len(entry.shards),
+                             "" if entry.sent else "written, not sent, ")
+            if not entry.sent:
+                self.store.save()
             self._send(change)
 
     @handles(ShardDone)
@@ -511,7 +523,7 @@ class Controller(Actor):
             self._answer(waiting.requester, waiting.answer)
 
     def poll_timeout_ms(self) -> int | None:
-        if self.send_again or self.send_unsent:
+        if self.send_again or self.resend_pending:
             return 0
         if self.awaiting or any(p.requester is not None and p.deadline_ns is not None
                                 for p in self.pending.values()):
@@ -521,8 +533,8 @@ class Controller(Actor):
     def on_turn(self) -> None:
         """A process that does not acknowledge (it is restarting) delays no answer long;
         a change not complete by its request's timeout_ms is answered REQUEST_TIMED_OUT."""
-        if self.send_unsent:
-            self._send_unsent()
+        if self.resend_pending:
+            self._resend_pending()
         if self.send_again:
             self._send_again()
         if not self.awaiting and not self.pending:

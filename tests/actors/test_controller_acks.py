@@ -37,7 +37,7 @@ from actors.runtime.address import Address
 from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
-from tests.fixtures.crash import fail_once
+from tests.fixtures.crash import crash_once, fail_once
 from tests.fixtures.waiting import wait_for
 from wire.admin_messages import (
     AlterTopicConfigs,
@@ -61,6 +61,7 @@ from wire.broker_messages import (
     MetadataApplied,
     MetadataUpdate,
     Schedule,
+    ShardDone,
 )
 from wire.errors import ErrorCode
 
@@ -394,6 +395,26 @@ def test_a_change_written_before_a_crash_reaches_the_shards_and_the_handlers(
     assert "t" not in TopicStore.load(tmp_path / "logs").topics
 
 
+def test_a_shard_answer_lost_in_a_crash_is_asked_again(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Controller crashes on the shard's ShardDone (lost: a message whose handler
+    crashed is not handled again). The new life sends the change to the shard again; it
+    opens nothing twice, answers again, and the change goes on to the handlers and the
+    client. Before, the change waited for that answer for good: the client was never
+    answered, and the handlers learnt the topic only with the next change."""
+    armed = crash_once(monkeypatch, Controller, "on_shard_done", ShardDone)
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    armed["crash"] = True
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 2, 1, {})]),
+              sender=client.name)
+    wait_for(lambda: node.actors[controller.name].crashes == 1, "the crash")
+    created = _answered_after_every_ack(node, controller, handlers, client, 1,
+                                        CreateTopicsDone)
+    assert [r[1] for r in created.rows] == [0]
+    assert _hosted(node, "t") == ["t-0", "t-1"]
+
+
 def test_the_change_after_a_crashed_one_is_applied_after_it(
         manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A DeleteTopics crashes after its write; a CreateTopics of the same name follows at
@@ -423,3 +444,4 @@ def test_the_change_after_a_crashed_one_is_applied_after_it(
     assert node.ask(shard, GetStats())["partitions"]["t-0"] == [0, 0, 0], \
         "the deleted topic's log serves its namesake"
     assert [u.topics["t"][0] for u in _updates(node, handlers, 3)] == [2] * HANDLERS
+

@@ -26,6 +26,13 @@ it was told exists). A handler silent for ACK_WAIT_NS counts
 as having applied the table (its process is restarting and reads it from the file),
 as for the broker's own requests, which carry no timeout.
 
+A request that changes nothing (a topic that exists already, validate_only, configs as
+they were, a refusal) waits likewise for the changes before it that are not complete
+yet: its client's next read on another connection must see them too (a CreateTopics
+told TOPIC_ALREADY_EXISTS while the one creating the topic still waits for the
+handlers). It is answered at once when no change is incomplete, the common case; else
+when they are (or given up on), at its timeout_ms, or after ACK_WAIT_NS.
+
 A change is recorded before it is written to the store, and sent to the shards after:
 a crash of this actor in between leaves it written and unsent, and the new life sends it
 before it handles another change (see ``setup``).
@@ -152,7 +159,24 @@ class _Awaiting:
     give_up_ns: int  # monotonic: answered anyway from then on
     deadline_ns: int | None  # monotonic: answered REQUEST_TIMED_OUT from then on
     timeout_ms: int | None
+    change: int  # the id of its pending entry (the change's, as held answers name it)
     resent: int = 0  # times the table went again after a crash restart of the Controller
+
+
+@dataclass
+class _Held:
+    """An answer that changes nothing (a topic that exists already, a change that changes
+    no config, validate_only, a refusal), held until the changes before it are complete:
+    its client's next read, on another connection, must not miss one (a CreateTopics of
+    an existing topic, answered at once, while the one creating it waits for the
+    handlers' acknowledgements: the topic would not be in that read's Metadata yet)."""
+
+    upto: int  # the last change recorded when it came: it waits for those up to it
+    requester: Address
+    answer: Any
+    # monotonic: answered as it is from then on, the changes complete or not: its
+    # request's timeout_ms, or ACK_WAIT_NS (as the change's own give-up)
+    release_ns: int
 
 
 class Controller(Actor):
@@ -188,6 +212,10 @@ class Controller(Actor):
         self.ids: Iterator[int] = getattr(self, "ids", None) or itertools.count(1)
         self.pending: dict[int, _Pending] = getattr(self, "pending", {})
         self.resend_pending = restarted and bool(self.pending)
+        # answers that change nothing, held behind the changes before them (_Held), in
+        # the order they came, and the id of the last change recorded
+        self.held: list[_Held] = getattr(self, "held", [])
+        self.last_change: int = getattr(self, "last_change", 0)
         # topic changes answered once every handler applied them, by ack id
         self.awaiting: dict[int, _Awaiting] = getattr(self, "awaiting", {})
         # after a crash restart, the table goes again to the handlers each awaited change
@@ -233,7 +261,7 @@ class Controller(Actor):
                 rows.append(CreateTopicDoneRow(row.name, int(exc.code), str(exc), -1, -1))
         self._log_refused(rows)
         if not created:
-            self.reply(CreateTopicsDone(msg.req_id, rows))
+            self._reply_after_changes(CreateTopicsDone(msg.req_id, rows), msg.timeout_ms)
             return
         change = self._fan_out(CreateTopicsDone(msg.req_id, rows), OpenPartitions, [
             OpenPartitionRow(n, p, dict(self.store.topics[n].configs))
@@ -300,7 +328,7 @@ class Controller(Actor):
             rows.append(DeleteTopicDoneRow(name, int(ErrorCode.NONE), None))
             drop += [TopicPartition(name, p) for p in range(info.num_partitions)]
         if not drop:
-            self.reply(DeleteTopicsDone(msg.req_id, rows))
+            self._reply_after_changes(DeleteTopicsDone(msg.req_id, rows), msg.timeout_ms)
             return
         change = self._fan_out(DeleteTopicsDone(msg.req_id, rows), DropPartitions, drop,
                                msg.timeout_ms)
@@ -357,7 +385,7 @@ class Controller(Actor):
                            for p in range(current, row.new_total)]
         self._log_refused(rows)
         if not opened:
-            self.reply(CreatePartitionsDone(msg.req_id, rows))
+            self._reply_after_changes(CreatePartitionsDone(msg.req_id, rows), msg.timeout_ms)
             return
         change = self._fan_out(CreatePartitionsDone(msg.req_id, rows), OpenPartitions, opened,
                                msg.timeout_ms)
@@ -396,7 +424,7 @@ class Controller(Actor):
                 updates += [OpenPartitionRow(row.name, p, dict(configs))
                             for p in range(info.num_partitions)]
         if not updates:
-            self.reply(AlterTopicConfigsDone(msg.req_id, rows))
+            self._reply_after_changes(AlterTopicConfigsDone(msg.req_id, rows))
             return
         change = self._fan_out(AlterTopicConfigsDone(msg.req_id, rows), UpdatePartitionConfigs,
                                updates)
@@ -420,12 +448,44 @@ class Controller(Actor):
             by_shard.setdefault(self.topology.shard_for(row.topic, row.partition), []).append(row)
         if timeout_ms is not None and timeout_ms <= 0:
             timeout_ms = None  # waits for the spread all the same (module docstring)
-        my_id = next(self.ids)
+        my_id = self.last_change = next(self.ids)
         self.pending[my_id] = _Pending(
             {shard.name for shard in by_shard}, requester, answer,
             deadline_ns(self.clock.monotonic_ns(), timeout_ms), timeout_ms,
             [(shard, msg_type(my_id, shard_rows)) for shard, shard_rows in by_shard.items()])
         return my_id
+
+    def _reply_after_changes(self, answer: Any, timeout_ms: int | None = None) -> None:
+        """Answer a request that changed nothing: now if no change is incomplete (the
+        common case), else once those before it are (``_Held``)."""
+        if not self.pending and not self.awaiting:
+            self.reply(answer)
+            return
+        assert self.current_sender is not None
+        now = self.clock.monotonic_ns()
+        release = now + ACK_WAIT_NS
+        if timeout_ms is not None and timeout_ms > 0:
+            release = min(release, now + timeout_ms * 1_000_000)
+        self.held.append(_Held(self.last_change, self.current_sender, answer, release))
+
+    def _release_held(self, now_ns: int | None = None) -> None:
+        """The held answers whose changes are complete (or given up on: no longer pending
+        nor awaited), and with ``now_ns`` those due for release."""
+        if not self.held:
+            return
+        changes = [*self.pending, *(w.change for w in self.awaiting.values())]
+        first = min(changes) if changes else None
+        kept = []
+        for held in self.held:
+            if first is None or first > held.upto:
+                self.tell(held.requester, held.answer)
+            elif now_ns is not None and now_ns >= held.release_ns:
+                self.log.warning("answered {} without waiting further for topic change {} "
+                                 "to be complete", type(held.answer).__name__, first)
+                self.tell(held.requester, held.answer)
+            else:
+                kept.append(held)
+        self.held = kept
 
     def _send(self, change: int) -> None:
         """The written change ``change`` to its shards (each answers ShardDone once)."""
@@ -441,7 +501,8 @@ class Controller(Actor):
         its last message, maybe in its write) is written again first. A shard that had
         it opens, drops or reconfigures nothing twice, and answers again (counted once);
         one whose answer the crash lost answers anew. At most RESEND_TRIES times a
-        change: one that crashes this actor every time is then not sent again (said so)."""
+        change: one that crashes this actor every time is then not sent again (said so),
+        its held answers going at their timeout or give-up."""
         self.resend_pending = False
         for change, entry in sorted(self.pending.items()):
             if entry.resent >= RESEND_TRIES:
@@ -485,11 +546,13 @@ class Controller(Actor):
         if handlers:
             self.awaiting[ack_id] = _Awaiting(handlers, entry.requester, entry.answer,
                                               self.clock.monotonic_ns() + ACK_WAIT_NS,
-                                              entry.deadline_ns, entry.timeout_ms)
+                                              entry.deadline_ns, entry.timeout_ms,
+                                              msg.req_id)
         del self.pending[msg.req_id]
         self._broadcast(ack_id)
         if not handlers:  # no handler at all (none configured): nobody to wait for
             self._answer(entry.requester, entry.answer)
+            self._release_held()
 
     def _send_again(self) -> None:
         """After a crash restart: the table to the handlers each awaited change still waits
@@ -521,12 +584,14 @@ class Controller(Actor):
         if not waiting.handlers:
             del self.awaiting[msg.ack_id]
             self._answer(waiting.requester, waiting.answer)
+            self._release_held()
 
     def poll_timeout_ms(self) -> int | None:
         if self.send_again or self.resend_pending:
             return 0
-        if self.awaiting or any(p.requester is not None and p.deadline_ns is not None
-                                for p in self.pending.values()):
+        if self.awaiting or self.held or any(
+                p.requester is not None and p.deadline_ns is not None
+                for p in self.pending.values()):
             return 200
         return None
 
@@ -537,7 +602,7 @@ class Controller(Actor):
             self._resend_pending()
         if self.send_again:
             self._send_again()
-        if not self.awaiting and not self.pending:
+        if not self.awaiting and not self.pending and not self.held:
             return
         now = self.clock.monotonic_ns()
         for entry in self.pending.values():
@@ -565,6 +630,7 @@ class Controller(Actor):
                                  ACK_WAIT_NS // 1_000_000_000,
                                  ", ".join(sorted(str(h) for h in waiting.handlers)))
                 self.tell(waiting.requester, waiting.answer)
+        self._release_held(now)
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:

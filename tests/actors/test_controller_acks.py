@@ -445,3 +445,74 @@ def test_the_change_after_a_crashed_one_is_applied_after_it(
         "the deleted topic's log serves its namesake"
     assert [u.topics["t"][0] for u in _updates(node, handlers, 3)] == [2] * HANDLERS
 
+
+def test_an_answer_that_changes_nothing_waits_for_the_change_before_it(
+        manual_node: Node, tmp_path: Path) -> None:
+    """Client A creates "t"; while the handlers have not all applied the new table, client
+    B's CreateTopics of "t" (TOPIC_ALREADY_EXISTS), its validate_only CreatePartitions, its
+    AlterConfigs that changes nothing and its DeleteTopics of an unknown topic are held:
+    answered with A's answer, after the last acknowledgement, so that B's next read on
+    another connection sees "t" as A's does. Before, B was answered at once, "t" unknown
+    yet to the handler of B's next request. With nothing awaited, B is answered at once."""
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    other = node.spawn(Recorder, "other-client")
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})]),
+              sender=client.name)
+    updates = _updates(node, handlers, 1)
+    asks: list[tuple[Any, type, int]] = [
+        (CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})]), CreateTopicsDone,
+         int(ErrorCode.TOPIC_ALREADY_EXISTS)),
+        (CreatePartitions(2, True, [CreatePartitionsRow("t", 2, None)]),
+         CreatePartitionsDone, 0),
+        (AlterTopicConfigs(3, False, True, [AlterTopicConfigsRow("t", [])]),
+         AlterTopicConfigsDone, 0),
+        (DeleteTopics(4, [DeleteTopicRow("none")]), DeleteTopicsDone,
+         int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)),
+    ]
+    for ask, _kind, _code in asks:
+        node.tell(controller, ask, sender=other.name)
+    for handler, update in zip(handlers, updates, strict=True):
+        node.quiesce()
+        assert _got(node, other, CreateTopicsDone) == []
+        held = [k.__name__ for _a, k, _c in asks if _got(node, other, k)]
+        assert held == [], f"answered before the handlers applied the change: {held}"
+        _ack(node, controller, handler, update)
+    wait_for(lambda: _got(node, client, CreateTopicsDone), "A's answer")
+    for ask, kind, code in asks:
+        [answer] = wait_for(lambda k=kind: _got(node, other, k), f"B's {kind.__name__}")
+        assert answer.req_id == ask.req_id and [r[1] for r in answer.rows] == [code]
+    # nothing awaited: answered at once, without any acknowledgement
+    node.tell(controller, CreateTopics(5, False, [CreateTopicRow("t", 1, 1, {})]),
+              sender=other.name)
+    wait_for(lambda: len(_got(node, other, CreateTopicsDone)) == 2, "the answer at once")
+
+
+def test_a_held_answer_goes_at_its_timeout_or_the_give_up(
+        manual_node: Node, tmp_path: Path) -> None:
+    """A handler never acknowledges the change before it: the held answer goes at its
+    request's timeout_ms (as it is: it changed nothing), or without one when the change
+    itself is given up (ACK_WAIT_NS)."""
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    other = node.spawn(Recorder, "other-client")
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})]),
+              sender=client.name)
+    updates = _updates(node, handlers, 1)
+    _ack(node, controller, handlers[0], updates[0])  # the others never do
+    node.tell(controller, DeleteTopics(2, [DeleteTopicRow("none")], 500), sender=other.name)
+    node.tell(controller, CreateTopics(3, False, [CreateTopicRow("t", 1, 1, {})]),
+              sender=other.name)
+    node.quiesce()
+    node.advance_clock(499)
+    assert _got(node, other, DeleteTopicsDone) == []
+    node.advance_clock(1)
+    [deleted] = wait_for(lambda: _got(node, other, DeleteTopicsDone), "the timeout's answer")
+    assert [r[1] for r in deleted.rows] == [int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+    node.advance_clock(ACK_WAIT_NS // 1_000_000 - 501)
+    node.quiesce()
+    assert _got(node, other, CreateTopicsDone) == [], "answered before the give-up"
+    node.advance_clock(1)
+    wait_for(lambda: _got(node, client, CreateTopicsDone), "A's answer at the give-up")
+    [exists] = wait_for(lambda: _got(node, other, CreateTopicsDone), "B's at the give-up")
+    assert [r[1] for r in exists.rows] == [int(ErrorCode.TOPIC_ALREADY_EXISTS)]

@@ -35,14 +35,16 @@ when they are (or given up on), at its timeout_ms, or after ACK_WAIT_NS.
 
 A change is recorded before it is written to the store, and sent to the shards after:
 a crash of this actor in between leaves it written and unsent, and the new life sends it
-before it handles another change (see ``setup``).
+before it handles another change (see ``setup``). A change a shard does not say it
+applied within ACK_WAIT_NS of its record (or of a crash restart) is given up: its
+requester is answered UNKNOWN_SERVER_ERROR, and it holds no answer longer.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from actors.core.partition_budget import (
@@ -105,6 +107,7 @@ ACK_WAIT_NS = 10_000_000_000
 # times the table goes again to the handlers of a change awaited over a crash restart
 RESEND_TRIES = 3
 TIMED_OUT = int(ErrorCode.REQUEST_TIMED_OUT)
+GIVEN_UP = int(ErrorCode.UNKNOWN_SERVER_ERROR)
 NONE = int(ErrorCode.NONE)
 
 
@@ -114,19 +117,34 @@ def deadline_ns(now_ns: int, timeout_ms: int | None) -> int | None:
     return None if timeout_ms is None else now_ns + timeout_ms * 1_000_000
 
 
-def timed_out(answer: Any, timeout_ms: int | None) -> Any:
-    """``answer`` with each topic changed (error NONE) now REQUEST_TIMED_OUT; the rows
-    already in error keep theirs (Kafka's DelayedCreatePartitions.onComplete)."""
+def _in_error(answer: Any, code: int, message: str) -> Any:
+    """``answer`` with each topic changed (error NONE) now in error ``code``, its message
+    ``message`` (``{name}`` the topic); the rows already in error keep theirs (Kafka's
+    DelayedCreatePartitions.onComplete)."""
     rows = []
     for row in answer.rows:
         if row.error_code == NONE:
-            row = row._replace(error_code=TIMED_OUT, error_message=(
-                f"the change to topic {row.name!r} was not complete within the request's "
-                f"timeout_ms ({timeout_ms}); it goes on"))
+            row = row._replace(error_code=code, error_message=message.format(name=row.name))
             if isinstance(row, CreateTopicDoneRow):  # Kafka resets these on any error
                 row = row._replace(num_partitions=-1, replication_factor=-1)
         rows.append(row)
     return answer._replace(rows=rows)
+
+
+def timed_out(answer: Any, timeout_ms: int | None) -> Any:
+    """``answer`` with each topic changed (error NONE) now REQUEST_TIMED_OUT."""
+    return _in_error(answer, TIMED_OUT, (
+        "the change to topic {name!r} was not complete within the request's "
+        f"timeout_ms ({timeout_ms}); it goes on"))
+
+
+def given_up(answer: Any) -> Any:
+    """``answer`` with each topic changed (error NONE) now UNKNOWN_SERVER_ERROR: a shard
+    did not answer the change within ACK_WAIT_NS."""
+    return _in_error(answer, GIVEN_UP, (
+        "the change to topic {name!r} is in the topic store, but a partition shard did not "
+        f"say it applied it within {ACK_WAIT_NS // 1_000_000_000} s; it may apply it later, "
+        "or at the broker's restart"))
 
 
 @dataclass
@@ -136,8 +154,10 @@ class _Pending:
     Recorded before the change is written to the store, and kept over a crash restart
     with its messages to the shards: a crash between the write and the last message to a
     shard leaves it unsent, a crash on a shard's answer (ShardDone) loses that answer;
-    the new life writes (if unsent) and sends it again to the shards that have not
-    answered, before it handles anything else."""
+    the new life writes (if unsent) and sends it to the shards it did not go to, asks
+    those it went to that have not answered whether they applied it (never sends it to
+    them again: it could undo a newer change), and completes it if none is left, before
+    it handles anything else (``_resend_pending``). Given up at ``give_up_ns``."""
 
     shards: set[str]  # the names of those that have not answered (ShardDone) yet
     requester: Address | None  # None: answered already (REQUEST_TIMED_OUT, past timeout_ms)
@@ -145,7 +165,11 @@ class _Pending:
     deadline_ns: int | None  # monotonic: the request's timeout_ms (None: none)
     timeout_ms: int | None
     sends: list[tuple[Address, Any]]  # the message for each shard
+    # monotonic: given up from then on (dropped, its requester answered GIVEN_UP): a
+    # shard that never answers holds neither it nor the answers held behind it for good
+    give_up_ns: int
     sent: bool = False  # every one sent (else a crash came between the write and them)
+    sent_to: set[str] = field(default_factory=set)  # the shards it went to
     resent: int = 0  # times sent again after a crash restart
 
 
@@ -204,10 +228,9 @@ class Controller(Actor):
         # have the shards apply it: a crash after the write, before they are all sent,
         # left the change in the store alone (a created topic no shard opens, a deleted
         # one whose logs stay open and on disk, until the broker's restart), and a crash
-        # on a shard's answer left it waiting for good. The new life sends each pending
-        # change again to the shards that have not answered (``_resend_pending``) before
-        # it handles another change, which must reach the shards after it (a topic
-        # deleted then created anew).
+        # on a shard's answer left it waiting for good. The new life has each pending
+        # change go on (``_resend_pending``) before it handles another change, which must
+        # reach the shards after it (a topic deleted then created anew).
         restarted = hasattr(self, "pending")
         self.ids: Iterator[int] = getattr(self, "ids", None) or itertools.count(1)
         self.pending: dict[int, _Pending] = getattr(self, "pending", {})
@@ -449,10 +472,12 @@ class Controller(Actor):
         if timeout_ms is not None and timeout_ms <= 0:
             timeout_ms = None  # waits for the spread all the same (module docstring)
         my_id = self.last_change = next(self.ids)
+        now = self.clock.monotonic_ns()
         self.pending[my_id] = _Pending(
             {shard.name for shard in by_shard}, requester, answer,
-            deadline_ns(self.clock.monotonic_ns(), timeout_ms), timeout_ms,
-            [(shard, msg_type(my_id, shard_rows)) for shard, shard_rows in by_shard.items()])
+            deadline_ns(now, timeout_ms), timeout_ms,
+            [(shard, msg_type(my_id, shard_rows)) for shard, shard_rows in by_shard.items()],
+            now + ACK_WAIT_NS)
         return my_id
 
     def _reply_after_changes(self, answer: Any, timeout_ms: int | None = None) -> None:
@@ -493,33 +518,65 @@ class Controller(Actor):
         for shard, msg in entry.sends:
             if shard.name in entry.shards:
                 self.tell(shard, msg)
+                entry.sent_to.add(shard.name)
         entry.sent = True
 
     def _resend_pending(self) -> None:
-        """After a crash restart: each pending change goes again to the shards that have
-        not answered it. One not sent to them all (the crash came between its record and
-        its last message, maybe in its write) is written again first. A shard that had
-        it opens, drops or reconfigures nothing twice, and answers again (counted once);
-        one whose answer the crash lost answers anew. At most RESEND_TRIES times a
-        change: one that crashes this actor every time is then not sent again (said so),
-        its held answers going at their timeout or give-up."""
+        """After a crash restart: each pending change goes on.
+
+        One every shard answered (the crash came on the last answer, before the change
+        went on to the handlers) is completed now (``_complete``). One not sent to a
+        shard (the crash came between its record and that message, maybe in its write)
+        is written again and sent to it. A shard it was sent to and that has not
+        answered (the crash lost its answer, or it is slow) is NOT sent the change again:
+        by then it may have applied a newer one (a topic deleted then created anew, a
+        config changed twice) that the old one, applied again, would undo (the new
+        topic's logs dropped). It is asked instead, with an empty message of the same
+        kind and id: it applies nothing, and answers ShardDone of that id once it has
+        handled what came before it from this actor, the change among them (a shard
+        handles its mailbox in order). A shard that never answers has the change given
+        up at ``give_up_ns`` (``on_turn``).
+
+        At most RESEND_TRIES times a change: one that crashes this actor every time is
+        then left to its give-up (said so)."""
         self.resend_pending = False
+        awaited = {w.change for w in self.awaiting.values()}
+        now = self.clock.monotonic_ns()
         for change, entry in sorted(self.pending.items()):
+            if change in awaited:  # the crash came as it went on to the handlers
+                del self.pending[change]
+                continue
             if entry.resent >= RESEND_TRIES:
                 if entry.resent == RESEND_TRIES:  # said once
                     entry.resent += 1
-                    self.log.error("topic change {} was sent to the shards {} times again, "
-                                   "each time before a crash of this actor: not again (the "
-                                   "store may hold it, the shards not, until the broker's "
-                                   "restart)", change, RESEND_TRIES)
+                    self.log.error("topic change {} went on {} times, each time before a "
+                                   "crash of this actor: not again (given up at its "
+                                   "give-up)", change, RESEND_TRIES)
                 continue
             entry.resent += 1
-            self.log.warning("topic change {} goes again to {} shard(s) ({}before this "
-                             "actor's crash restart)", change, len(entry.shards),
+            entry.give_up_ns = max(entry.give_up_ns, now + ACK_WAIT_NS)
+            if not entry.shards:
+                self.log.warning("topic change {} was applied by every shard before this "
+                                 "actor's crash restart: it goes on to the handlers", change)
+                self._complete(change)
+                continue
+            unsent = [shard for shard, _msg in entry.sends
+                      if shard.name in entry.shards and shard.name not in entry.sent_to]
+            self.log.warning("topic change {} goes again to {} shard(s), {} asked whether "
+                             "they applied it ({}before this actor's crash restart)",
+                             change, len(unsent), len(entry.shards) - len(unsent),
                              "" if entry.sent else "written, not sent, ")
             if not entry.sent:
                 self.store.save()
-            self._send(change)
+            for shard, msg in entry.sends:
+                if shard.name not in entry.shards:
+                    continue
+                if shard.name in entry.sent_to:
+                    self.tell(shard, type(msg)(change, []))
+                else:
+                    self.tell(shard, msg)
+                    entry.sent_to.add(shard.name)
+            entry.sent = True
 
     @handles(ShardDone)
     def on_shard_done(self, msg: ShardDone) -> None:
@@ -541,14 +598,21 @@ class Controller(Actor):
                            ", ".join(f"{t}-{p}" for t, p in msg.failed) or "?", msg.error)
         if entry.shards:
             return
+        self._complete(msg.req_id)
+
+    def _complete(self, change: int) -> None:
+        """The change every shard applied goes on to the handlers (answered once they
+        acknowledge it). A crash in here leaves it pending with no shard left, which the
+        new life completes (``_resend_pending``), or awaited, which it sends again."""
+        entry = self.pending[change]
         ack_id = next(self.ids)
         handlers = set(self.topology.all_handlers())
         if handlers:
             self.awaiting[ack_id] = _Awaiting(handlers, entry.requester, entry.answer,
                                               self.clock.monotonic_ns() + ACK_WAIT_NS,
                                               entry.deadline_ns, entry.timeout_ms,
-                                              msg.req_id)
-        del self.pending[msg.req_id]
+                                              change)
+        del self.pending[change]
         self._broadcast(ack_id)
         if not handlers:  # no handler at all (none configured): nobody to wait for
             self._answer(entry.requester, entry.answer)
@@ -589,9 +653,7 @@ class Controller(Actor):
     def poll_timeout_ms(self) -> int | None:
         if self.send_again or self.resend_pending:
             return 0
-        if self.awaiting or self.held or any(
-                p.requester is not None and p.deadline_ns is not None
-                for p in self.pending.values()):
+        if self.awaiting or self.held or self.pending:
             return 200
         return None
 
@@ -605,8 +667,16 @@ class Controller(Actor):
         if not self.awaiting and not self.pending and not self.held:
             return
         now = self.clock.monotonic_ns()
-        for entry in self.pending.values():
-            if (entry.requester is not None and entry.deadline_ns is not None
+        for change, entry in list(self.pending.items()):
+            if now >= entry.give_up_ns:
+                del self.pending[change]
+                self.log.error("topic change {} given up: {} partition shard(s) did not say "
+                               "they applied it within {} s ({}); it stays in the topic "
+                               "store", change, len(entry.shards),
+                               ACK_WAIT_NS // 1_000_000_000,
+                               ", ".join(sorted(entry.shards)) or "-")
+                self._answer(entry.requester, given_up(entry.answer))
+            elif (entry.requester is not None and entry.deadline_ns is not None
                     and now >= entry.deadline_ns):
                 self.tell(entry.requester, timed_out(entry.answer, entry.timeout_ms))
                 entry.requester = None

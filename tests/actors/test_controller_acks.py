@@ -19,6 +19,7 @@ theirs); timeout_ms <= 0 waits for every handler as a request without a timeout 
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,7 @@ from wire.broker_messages import (
     GetStats,
     MetadataApplied,
     MetadataUpdate,
+    OpenPartitions,
     Schedule,
     ShardDone,
 )
@@ -516,3 +518,105 @@ def test_a_held_answer_goes_at_its_timeout_or_the_give_up(
     wait_for(lambda: _got(node, client, CreateTopicsDone), "A's answer at the give-up")
     [exists] = wait_for(lambda: _got(node, other, CreateTopicsDone), "B's at the give-up")
     assert [r[1] for r in exists.rows] == [int(ErrorCode.TOPIC_ALREADY_EXISTS)]
+
+
+def test_a_crash_on_the_last_shard_answer_completes_the_change_after_the_restart(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Controller crashes on the shard's (last) ShardDone after counting it, before
+    the change went on to the handlers: the new life finds it pending with no shard left
+    to answer, and completes it (table to the handlers, then the answer). Before, it sent
+    the change to nobody and waited for an answer that never came: never answered, the
+    handlers never told."""
+    crash = fail_once(monkeypatch, Topology, "all_handlers")
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    crash["crash"] = True
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 2, 1, {})]),
+              sender=client.name)
+    wait_for(lambda: node.actors[controller.name].crashes == 1, "the crash")
+    assert _hosted(node, "t") == ["t-0", "t-1"]
+    created = _answered_after_every_ack(node, controller, handlers, client, 1,
+                                        CreateTopicsDone)
+    assert [r[1] for r in created.rows] == [0]
+    assert all(u.topics["t"][0] == 2 for u in _updates(node, handlers, 1))
+
+
+def test_a_change_no_shard_answers_is_given_up(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shard crashes on the OpenPartitions (lost with the crash): it never answers.
+    At ACK_WAIT_NS the change is given up, once, with an error: its requester (without a
+    timeout) is answered UNKNOWN_SERVER_ERROR, the answer held behind it goes, and a later
+    request that changes nothing is answered at once. Before, the change stayed pending
+    for good: never answered, and every answer that changes nothing waited ACK_WAIT_NS."""
+    crash = crash_once(monkeypatch, PartitionShard, "on_open", OpenPartitions)
+    node = manual_node
+    controller, _handlers, client = _start(node, tmp_path)
+    other = node.spawn(Recorder, "other-client")
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="ERROR")
+    try:
+        crash["crash"] = True
+        node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})]),
+                  sender=client.name)
+        shard = Topology(node.name, 1, HANDLERS, 1, 1, 1).shard(0)
+        wait_for(lambda: node.actors[shard.name].crashes == 1, "the shard's crash")
+        node.tell(controller, CreateTopics(2, False, [CreateTopicRow("t", 1, 1, {})]),
+                  sender=other.name)
+        node.quiesce()
+        node.advance_clock(ACK_WAIT_NS // 1_000_000 - 1)
+        node.quiesce()
+        assert _got(node, client, CreateTopicsDone) == [], "given up before ACK_WAIT_NS"
+        node.advance_clock(1)
+        [created] = wait_for(lambda: _got(node, client, CreateTopicsDone), "the give-up")
+        assert [r[1] for r in created.rows] == [int(ErrorCode.UNKNOWN_SERVER_ERROR)]
+        assert "partition shard" in str(created.rows[0][2])
+        [exists] = wait_for(lambda: _got(node, other, CreateTopicsDone), "the held answer")
+        assert [r[1] for r in exists.rows] == [int(ErrorCode.TOPIC_ALREADY_EXISTS)]
+        node.tell(controller, CreateTopics(3, False, [CreateTopicRow("t", 1, 1, {})]),
+                  sender=other.name)
+        wait_for(lambda: len(_got(node, other, CreateTopicsDone)) == 2, "answered at once")
+        node.advance_clock(ACK_WAIT_NS // 1_000_000)
+        node.quiesce()
+        assert len([ln for ln in lines if "given up" in ln]) == 1, lines
+    finally:
+        logger.remove(sink)
+
+
+def test_a_lost_answer_does_not_apply_the_change_again_over_a_newer_one(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Delete "t" then create it anew: the shard applies both, and the new "t" takes a
+    record; the Controller crashes on the delete's ShardDone (lost), with the create's
+    behind it. The new life must not send the delete (nor the create) again: the shard
+    would drop the new "t" and its record. It asks the shard instead (an empty message of
+    that id), which answers it, and both changes complete; the new "t" keeps its data."""
+    hold = threading.Event()
+    armed = crash_once(monkeypatch, Controller, "on_shard_done", ShardDone, hold)
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    shard = Topology(node.name, 1, HANDLERS, 1, 1, 1).shard(0)
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})]),
+              sender=client.name)
+    _ack_all(node, controller, handlers, 1)
+    wait_for(lambda: _got(node, client, CreateTopicsDone), "the first create")
+    armed["crash"] = True
+    node.tell(controller, DeleteTopics(2, [DeleteTopicRow("t")]), sender=client.name)
+    node.tell(controller, CreateTopics(3, False, [CreateTopicRow("t", 2, 1, {})]),
+              sender=client.name)
+    # the Controller holds in the crashing handler; the shard has done both, and the new
+    # t-0 takes a record
+    wait_for(lambda: _hosted(node, "t") == ["t-0", "t-1"], "the new topic's partitions")
+    node.tell(shard, Append(1, 1, 30_000, [AppendRow("t", 0, build_batch([b"new"]))]),
+              sender=client.name)
+    wait_for(lambda: node.ask(shard, GetStats())["partitions"]["t-0"][2] == 1, "the record")
+    hold.set()
+    wait_for(lambda: node.actors[controller.name].crashes == 1, "the crash")
+    for count in (2, 3):
+        _ack_all(node, controller, handlers, count)
+    wait_for(lambda: len(_got(node, client, CreateTopicsDone)) == 2, "the second create")
+    [deleted] = wait_for(lambda: _got(node, client, DeleteTopicsDone), "the delete")
+    assert [r[1] for r in deleted.rows] == [0]
+    node.quiesce()
+    assert _hosted(node, "t") == ["t-0", "t-1"], "the old delete dropped the new topic"
+    assert node.ask(shard, GetStats())["partitions"]["t-0"][2] == 1, "the record is lost"
+    assert "t" in TopicStore.load(tmp_path / "logs").topics
+    assert [u.topics["t"][0] for u in _updates(node, handlers, 3)] == [2] * HANDLERS

@@ -7,8 +7,9 @@ after creating the topic but before answering, no answer ever comes: without a b
 coordinator stays "creating" and refuses every request COORDINATOR_LOAD_IN_PROGRESS for
 good. It asks again CREATE_WAIT_MS after asking; a topic the lost request did create is
 answered TOPIC_ALREADY_EXISTS the second time, which is success. (A crash on the shards'
-answer, ShardDone, no longer loses the answer: the Controller's new life sends the change
-again to the shard, and answers; the answer is lost here by a crash as it is sent.)
+answer, ShardDone, no longer loses the answer: the Controller's new life asks the shard
+whether it applied the change, and answers; the answer is lost here by a crash as it is
+sent.)
 
 Real actors on a manual clock: the Controller (crashed once by the test, then restarted
 in place by its supervisor), the coordinator, the PartitionShard that opens and serves

@@ -37,8 +37,11 @@ def test_a_change_written_before_a_crash_reaches_the_shards_of_both_processes(
     crash = fail_once(monkeypatch, TopicStore, "save", after=True)
     data = tmp_path / "data"
     broker = Broker(Config({"listeners": "127.0.0.1:0", "log.dirs": str(data),
-                            "num.processes": 2, "num.partition.shards": 2})).start()
+                            "num.processes": 2, "num.partition.shards": 2}))
     try:
+        # in the try: a start that fails part way is stopped too (stop() stops only
+        # what was started: the processes, the node, each if there)
+        broker.start()
         assert broker.node is not None and broker.topology is not None
         controller = broker.node.actors[broker.topology.controller.name]
         homes = {broker.topology.shard_for("t", p).node for p in range(PARTITIONS)}

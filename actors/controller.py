@@ -36,8 +36,10 @@ when they are (or given up on), at its timeout_ms, or after ACK_WAIT_NS.
 A change is recorded before it is written to the store, and sent to the shards after:
 a crash of this actor in between leaves it written and unsent, and the new life sends it
 before it handles another change (see ``setup``). A change a shard does not say it
-applied within ACK_WAIT_NS of its record (or of a crash restart) is given up: its
-requester is answered UNKNOWN_SERVER_ERROR, and it holds no answer longer.
+applied within PENDING_GIVE_UP_NS of its record (or of a crash restart; far longer than
+any shard takes: only a lost message ends there) is given up: its requester is answered
+UNKNOWN_SERVER_ERROR, the handlers get the table all the same, and it holds no answer
+longer.
 """
 
 from __future__ import annotations
@@ -106,6 +108,10 @@ from wire.errors import ErrorCode, KafkaError
 ACK_WAIT_NS = 10_000_000_000
 # times the table goes again to the handlers of a change awaited over a crash restart
 RESEND_TRIES = 3
+# A topic change no shard says it applied by then is given up (a message lost with a crash
+# or a process restart); past the clients' 30 s request timeout, so a slow disk opening
+# many partitions is never cut short.
+PENDING_GIVE_UP_NS = 60_000_000_000
 TIMED_OUT = int(ErrorCode.REQUEST_TIMED_OUT)
 GIVEN_UP = int(ErrorCode.UNKNOWN_SERVER_ERROR)
 NONE = int(ErrorCode.NONE)
@@ -477,7 +483,7 @@ class Controller(Actor):
             {shard.name for shard in by_shard}, requester, answer,
             deadline_ns(now, timeout_ms), timeout_ms,
             [(shard, msg_type(my_id, shard_rows)) for shard, shard_rows in by_shard.items()],
-            now + ACK_WAIT_NS)
+            now + PENDING_GIVE_UP_NS)
         return my_id
 
     def _reply_after_changes(self, answer: Any, timeout_ms: int | None = None) -> None:
@@ -554,7 +560,7 @@ class Controller(Actor):
                                    "give-up)", change, RESEND_TRIES)
                 continue
             entry.resent += 1
-            entry.give_up_ns = max(entry.give_up_ns, now + ACK_WAIT_NS)
+            entry.give_up_ns = max(entry.give_up_ns, now + PENDING_GIVE_UP_NS)
             if not entry.shards:
                 self.log.warning("topic change {} was applied by every shard before this "
                                  "actor's crash restart: it goes on to the handlers", change)
@@ -673,9 +679,11 @@ class Controller(Actor):
                 self.log.error("topic change {} given up: {} partition shard(s) did not say "
                                "they applied it within {} s ({}); it stays in the topic "
                                "store", change, len(entry.shards),
-                               ACK_WAIT_NS // 1_000_000_000,
+                               PENDING_GIVE_UP_NS // 1_000_000_000,
                                ", ".join(sorted(entry.shards)) or "-")
                 self._answer(entry.requester, given_up(entry.answer))
+                # the store has it: the handlers get the table all the same (not waited for)
+                self._broadcast(next(self.ids))
             elif (entry.requester is not None and entry.deadline_ns is not None
                     and now >= entry.deadline_ns):
                 self.tell(entry.requester, timed_out(entry.answer, entry.timeout_ms))

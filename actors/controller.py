@@ -25,13 +25,28 @@ before it would let that client's next request, on another connection, miss the 
 it was told exists). A handler silent for ACK_WAIT_NS counts
 as having applied the table (its process is restarting and reads it from the file),
 as for the broker's own requests, which carry no timeout.
+
+A request that changes nothing (a topic that exists already, validate_only, configs as
+they were, a refusal) waits likewise for the changes before it that are not complete
+yet: its client's next read on another connection must see them too (a CreateTopics
+told TOPIC_ALREADY_EXISTS while the one creating the topic still waits for the
+handlers). It is answered at once when no change is incomplete, the common case; else
+when they are (or given up on), at its timeout_ms, or after ACK_WAIT_NS.
+
+A change is recorded before it is written to the store, and sent to the shards after:
+a crash of this actor in between leaves it written and unsent, and the new life sends it
+before it handles another change (see ``setup``). A change a shard does not say it
+applied within PENDING_GIVE_UP_NS of its record (or of a crash restart; far longer than
+any shard takes: only a lost message ends there) is given up: its requester is answered
+UNKNOWN_SERVER_ERROR, the handlers get the table all the same, and it holds no answer
+longer.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from actors.core.partition_budget import (
@@ -93,7 +108,12 @@ from wire.errors import ErrorCode, KafkaError
 ACK_WAIT_NS = 10_000_000_000
 # times the table goes again to the handlers of a change awaited over a crash restart
 RESEND_TRIES = 3
+# A topic change no shard says it applied by then is given up (a message lost with a crash
+# or a process restart); past the clients' 30 s request timeout, so a slow disk opening
+# many partitions is never cut short.
+PENDING_GIVE_UP_NS = 60_000_000_000
 TIMED_OUT = int(ErrorCode.REQUEST_TIMED_OUT)
+GIVEN_UP = int(ErrorCode.UNKNOWN_SERVER_ERROR)
 NONE = int(ErrorCode.NONE)
 
 
@@ -103,30 +123,60 @@ def deadline_ns(now_ns: int, timeout_ms: int | None) -> int | None:
     return None if timeout_ms is None else now_ns + timeout_ms * 1_000_000
 
 
-def timed_out(answer: Any, timeout_ms: int | None) -> Any:
-    """``answer`` with each topic changed (error NONE) now REQUEST_TIMED_OUT; the rows
-    already in error keep theirs (Kafka's DelayedCreatePartitions.onComplete)."""
+def _in_error(answer: Any, code: int, message: str) -> Any:
+    """``answer`` with each topic changed (error NONE) now in error ``code``, its message
+    ``message`` (``{name}`` the topic); the rows already in error keep theirs (Kafka's
+    DelayedCreatePartitions.onComplete)."""
     rows = []
     for row in answer.rows:
         if row.error_code == NONE:
-            row = row._replace(error_code=TIMED_OUT, error_message=(
-                f"the change to topic {row.name!r} was not complete within the request's "
-                f"timeout_ms ({timeout_ms}); it goes on"))
+            row = row._replace(error_code=code, error_message=message.format(name=row.name))
             if isinstance(row, CreateTopicDoneRow):  # Kafka resets these on any error
                 row = row._replace(num_partitions=-1, replication_factor=-1)
         rows.append(row)
     return answer._replace(rows=rows)
 
 
+def timed_out(answer: Any, timeout_ms: int | None) -> Any:
+    """``answer`` with each topic changed (error NONE) now REQUEST_TIMED_OUT."""
+    return _in_error(answer, TIMED_OUT, (
+        "the change to topic {name!r} was not complete within the request's "
+        f"timeout_ms ({timeout_ms}); it goes on"))
+
+
+def given_up(answer: Any) -> Any:
+    """``answer`` with each topic changed (error NONE) now UNKNOWN_SERVER_ERROR: a shard
+    did not answer the change within ACK_WAIT_NS."""
+    return _in_error(answer, GIVEN_UP, (
+        "the change to topic {name!r} is in the topic store, but a partition shard did not "
+        f"say it applied it within {ACK_WAIT_NS // 1_000_000_000} s; it may apply it later, "
+        "or at the broker's restart"))
+
+
 @dataclass
 class _Pending:
-    """A topic change waiting for the shards to open or drop its partitions."""
+    """A topic change waiting for the shards to open or drop its partitions.
 
-    shards_left: int
+    Recorded before the change is written to the store, and kept over a crash restart
+    with its messages to the shards: a crash between the write and the last message to a
+    shard leaves it unsent, a crash on a shard's answer (ShardDone) loses that answer;
+    the new life writes (if unsent) and sends it to the shards it did not go to, asks
+    those it went to that have not answered whether they applied it (never sends it to
+    them again: it could undo a newer change), and completes it if none is left, before
+    it handles anything else (``_resend_pending``). Given up at ``give_up_ns``."""
+
+    shards: set[str]  # the names of those that have not answered (ShardDone) yet
     requester: Address | None  # None: answered already (REQUEST_TIMED_OUT, past timeout_ms)
     answer: Any  # a *Done, sent once every shard is done
     deadline_ns: int | None  # monotonic: the request's timeout_ms (None: none)
     timeout_ms: int | None
+    sends: list[tuple[Address, Any]]  # the message for each shard
+    # monotonic: given up from then on (dropped, its requester answered GIVEN_UP): a
+    # shard that never answers holds neither it nor the answers held behind it for good
+    give_up_ns: int
+    sent: bool = False  # every one sent (else a crash came between the write and them)
+    sent_to: set[str] = field(default_factory=set)  # the shards it went to
+    resent: int = 0  # times sent again after a crash restart
 
 
 @dataclass
@@ -139,7 +189,24 @@ class _Awaiting:
     give_up_ns: int  # monotonic: answered anyway from then on
     deadline_ns: int | None  # monotonic: answered REQUEST_TIMED_OUT from then on
     timeout_ms: int | None
+    change: int  # the id of its pending entry (the change's, as held answers name it)
     resent: int = 0  # times the table went again after a crash restart of the Controller
+
+
+@dataclass
+class _Held:
+    """An answer that changes nothing (a topic that exists already, a change that changes
+    no config, validate_only, a refusal), held until the changes before it are complete:
+    its client's next read, on another connection, must not miss one (a CreateTopics of
+    an existing topic, answered at once, while the one creating it waits for the
+    handlers' acknowledgements: the topic would not be in that read's Metadata yet)."""
+
+    upto: int  # the last change recorded when it came: it waits for those up to it
+    requester: Address
+    answer: Any
+    # monotonic: answered as it is from then on, the changes complete or not: its
+    # request's timeout_ms, or ACK_WAIT_NS (as the change's own give-up)
+    release_ns: int
 
 
 class Controller(Actor):
@@ -162,9 +229,22 @@ class Controller(Actor):
         # previous life still settles, a new id names no older change). Forgotten, a
         # change written to the store was never sent to the handlers (they did not know
         # the topic, ``__consumer_offsets`` say, until the next change) nor answered.
+        #
+        # A change is recorded (pending) before it is written, with the messages that
+        # have the shards apply it: a crash after the write, before they are all sent,
+        # left the change in the store alone (a created topic no shard opens, a deleted
+        # one whose logs stay open and on disk, until the broker's restart), and a crash
+        # on a shard's answer left it waiting for good. The new life has each pending
+        # change go on (``_resend_pending``) before it handles another change, which must
+        # reach the shards after it (a topic deleted then created anew).
         restarted = hasattr(self, "pending")
         self.ids: Iterator[int] = getattr(self, "ids", None) or itertools.count(1)
         self.pending: dict[int, _Pending] = getattr(self, "pending", {})
+        self.resend_pending = restarted and bool(self.pending)
+        # answers that change nothing, held behind the changes before them (_Held), in
+        # the order they came, and the id of the last change recorded
+        self.held: list[_Held] = getattr(self, "held", [])
+        self.last_change: int = getattr(self, "last_change", 0)
         # topic changes answered once every handler applied them, by ack id
         self.awaiting: dict[int, _Awaiting] = getattr(self, "awaiting", {})
         # after a crash restart, the table goes again to the handlers each awaited change
@@ -186,6 +266,8 @@ class Controller(Actor):
     @handles(CreateTopics)
     def on_create(self, msg: CreateTopics) -> None:
         assert self.current_sender is not None
+        if self.resend_pending:
+            self._resend_pending()
         rows: list[CreateTopicDoneRow] = []
         created: list[str] = []
         default = int(self.config["num.partitions"])
@@ -208,15 +290,16 @@ class Controller(Actor):
                 rows.append(CreateTopicDoneRow(row.name, int(exc.code), str(exc), -1, -1))
         self._log_refused(rows)
         if not created:
-            self.reply(CreateTopicsDone(msg.req_id, rows))
+            self._reply_after_changes(CreateTopicsDone(msg.req_id, rows), msg.timeout_ms)
             return
-        self.store.save()
-        self.log.info("created topic(s) {}", ", ".join(
-            f"{n} ({self.store.topics[n].num_partitions} partitions)" for n in created))
-        self._fan_out(CreateTopicsDone(msg.req_id, rows), OpenPartitions, [
+        change = self._fan_out(CreateTopicsDone(msg.req_id, rows), OpenPartitions, [
             OpenPartitionRow(n, p, dict(self.store.topics[n].configs))
             for n in created for p in range(self.store.topics[n].num_partitions)
         ], msg.timeout_ms)
+        self.store.save()
+        self.log.info("created topic(s) {}", ", ".join(
+            f"{n} ({self.store.topics[n].num_partitions} partitions)" for n in created))
+        self._send(change)
 
     def _hosted(self) -> int:
         """Partitions this node holds (a single node holds every one of every topic)."""
@@ -260,6 +343,8 @@ class Controller(Actor):
     # ----------------------------------------------------------------- delete
     @handles(DeleteTopics)
     def on_delete(self, msg: DeleteTopics) -> None:
+        if self.resend_pending:
+            self._resend_pending()
         rows: list[DeleteTopicDoneRow] = []
         drop: list[TopicPartition] = []
         for row in msg.rows:
@@ -272,16 +357,20 @@ class Controller(Actor):
             rows.append(DeleteTopicDoneRow(name, int(ErrorCode.NONE), None))
             drop += [TopicPartition(name, p) for p in range(info.num_partitions)]
         if not drop:
-            self.reply(DeleteTopicsDone(msg.req_id, rows))
+            self._reply_after_changes(DeleteTopicsDone(msg.req_id, rows), msg.timeout_ms)
             return
+        change = self._fan_out(DeleteTopicsDone(msg.req_id, rows), DropPartitions, drop,
+                               msg.timeout_ms)
         self.store.save()
         self.log.info("deleted topic(s) {}", ", ".join(
             r.name for r in rows if r.error_code == ErrorCode.NONE))
-        self._fan_out(DeleteTopicsDone(msg.req_id, rows), DropPartitions, drop, msg.timeout_ms)
+        self._send(change)
 
     # ----------------------------------------------------- add partitions
     @handles(CreatePartitions)
     def on_create_partitions(self, msg: CreatePartitions) -> None:
+        if self.resend_pending:
+            self._resend_pending()
         rows: list[TopicResultRow] = []
         opened: list[OpenPartitionRow] = []
         names = [r.name for r in msg.rows]
@@ -325,18 +414,21 @@ class Controller(Actor):
                            for p in range(current, row.new_total)]
         self._log_refused(rows)
         if not opened:
-            self.reply(CreatePartitionsDone(msg.req_id, rows))
+            self._reply_after_changes(CreatePartitionsDone(msg.req_id, rows), msg.timeout_ms)
             return
+        change = self._fan_out(CreatePartitionsDone(msg.req_id, rows), OpenPartitions, opened,
+                               msg.timeout_ms)
         self.store.save()
         self.log.info("added partitions: {}", ", ".join(
             f"{r.name} now {self.store.topics[r.name].num_partitions}" for r in msg.rows
             if r.name in self.store.topics and any(o.topic == r.name for o in opened)))
-        self._fan_out(CreatePartitionsDone(msg.req_id, rows), OpenPartitions, opened,
-                      msg.timeout_ms)
+        self._send(change)
 
     # ------------------------------------------------------ topic configs
     @handles(AlterTopicConfigs)
     def on_alter_configs(self, msg: AlterTopicConfigs) -> None:
+        if self.resend_pending:
+            self._resend_pending()
         rows: list[TopicResultRow] = []
         updates: list[OpenPartitionRow] = []
         names = [r.name for r in msg.rows]
@@ -361,20 +453,23 @@ class Controller(Actor):
                 updates += [OpenPartitionRow(row.name, p, dict(configs))
                             for p in range(info.num_partitions)]
         if not updates:
-            self.reply(AlterTopicConfigsDone(msg.req_id, rows))
+            self._reply_after_changes(AlterTopicConfigsDone(msg.req_id, rows))
             return
+        change = self._fan_out(AlterTopicConfigsDone(msg.req_id, rows), UpdatePartitionConfigs,
+                               updates)
         self.store.save()
         changed = sorted({u.topic for u in updates})
         self.log.info("topic configs changed: {}", "; ".join(
             f"{t} {self.store.topics[t].configs}" for t in changed))
-        self._fan_out(AlterTopicConfigsDone(msg.req_id, rows), UpdatePartitionConfigs, updates)
+        self._send(change)
 
     # ------------------------------------------------------------ fan out/in
     def _fan_out(self, answer: Any, msg_type: Any,
                  partition_rows: list[OpenPartitionRow] | list[TopicPartition],
-                 timeout_ms: int | None = None) -> None:
-        """Have the shards apply a change already written; answered when complete, at
-        the request's ``timeout_ms`` (REQUEST_TIMED_OUT) when it is positive."""
+                 timeout_ms: int | None = None) -> int:
+        """Record a change about to be written, with what has the shards apply it
+        (``_send`` sends it once written); answered when complete, at the request's
+        ``timeout_ms`` (REQUEST_TIMED_OUT) when it is positive. Returns its id."""
         requester = self.current_sender
         assert requester is not None
         by_shard: dict[Address, list[Any]] = {}
@@ -382,12 +477,112 @@ class Controller(Actor):
             by_shard.setdefault(self.topology.shard_for(row.topic, row.partition), []).append(row)
         if timeout_ms is not None and timeout_ms <= 0:
             timeout_ms = None  # waits for the spread all the same (module docstring)
-        my_id = next(self.ids)
+        my_id = self.last_change = next(self.ids)
+        now = self.clock.monotonic_ns()
         self.pending[my_id] = _Pending(
-            len(by_shard), requester, answer,
-            deadline_ns(self.clock.monotonic_ns(), timeout_ms), timeout_ms)
-        for shard, shard_rows in by_shard.items():
-            self.tell(shard, msg_type(my_id, shard_rows))
+            {shard.name for shard in by_shard}, requester, answer,
+            deadline_ns(now, timeout_ms), timeout_ms,
+            [(shard, msg_type(my_id, shard_rows)) for shard, shard_rows in by_shard.items()],
+            now + PENDING_GIVE_UP_NS)
+        return my_id
+
+    def _reply_after_changes(self, answer: Any, timeout_ms: int | None = None) -> None:
+        """Answer a request that changed nothing: now if no change is incomplete (the
+        common case), else once those before it are (``_Held``)."""
+        if not self.pending and not self.awaiting:
+            self.reply(answer)
+            return
+        assert self.current_sender is not None
+        now = self.clock.monotonic_ns()
+        release = now + ACK_WAIT_NS
+        if timeout_ms is not None and timeout_ms > 0:
+            release = min(release, now + timeout_ms * 1_000_000)
+        self.held.append(_Held(self.last_change, self.current_sender, answer, release))
+
+    def _release_held(self, now_ns: int | None = None) -> None:
+        """The held answers whose changes are complete (or given up on: no longer pending
+        nor awaited), and with ``now_ns`` those due for release."""
+        if not self.held:
+            return
+        changes = [*self.pending, *(w.change for w in self.awaiting.values())]
+        first = min(changes) if changes else None
+        kept = []
+        for held in self.held:
+            if first is None or first > held.upto:
+                self.tell(held.requester, held.answer)
+            elif now_ns is not None and now_ns >= held.release_ns:
+                self.log.warning("answered {} without waiting further for topic change {} "
+                                 "to be complete", type(held.answer).__name__, first)
+                self.tell(held.requester, held.answer)
+            else:
+                kept.append(held)
+        self.held = kept
+
+    def _send(self, change: int) -> None:
+        """The written change ``change`` to its shards (each answers ShardDone once)."""
+        entry = self.pending[change]
+        for shard, msg in entry.sends:
+            if shard.name in entry.shards:
+                self.tell(shard, msg)
+                entry.sent_to.add(shard.name)
+        entry.sent = True
+
+    def _resend_pending(self) -> None:
+        """After a crash restart: each pending change goes on.
+
+        One every shard answered (the crash came on the last answer, before the change
+        went on to the handlers) is completed now (``_complete``). One not sent to a
+        shard (the crash came between its record and that message, maybe in its write)
+        is written again and sent to it. A shard it was sent to and that has not
+        answered (the crash lost its answer, or it is slow) is NOT sent the change again:
+        by then it may have applied a newer one (a topic deleted then created anew, a
+        config changed twice) that the old one, applied again, would undo (the new
+        topic's logs dropped). It is asked instead, with an empty message of the same
+        kind and id: it applies nothing, and answers ShardDone of that id once it has
+        handled what came before it from this actor, the change among them (a shard
+        handles its mailbox in order). A shard that never answers has the change given
+        up at ``give_up_ns`` (``on_turn``).
+
+        At most RESEND_TRIES times a change: one that crashes this actor every time is
+        then left to its give-up (said so)."""
+        self.resend_pending = False
+        awaited = {w.change for w in self.awaiting.values()}
+        now = self.clock.monotonic_ns()
+        for change, entry in sorted(self.pending.items()):
+            if change in awaited:  # the crash came as it went on to the handlers
+                del self.pending[change]
+                continue
+            if entry.resent >= RESEND_TRIES:
+                if entry.resent == RESEND_TRIES:  # said once
+                    entry.resent += 1
+                    self.log.error("topic change {} went on {} times, each time before a "
+                                   "crash of this actor: not again (given up at its "
+                                   "give-up)", change, RESEND_TRIES)
+                continue
+            entry.resent += 1
+            entry.give_up_ns = max(entry.give_up_ns, now + PENDING_GIVE_UP_NS)
+            if not entry.shards:
+                self.log.warning("topic change {} was applied by every shard before this "
+                                 "actor's crash restart: it goes on to the handlers", change)
+                self._complete(change)
+                continue
+            unsent = [shard for shard, _msg in entry.sends
+                      if shard.name in entry.shards and shard.name not in entry.sent_to]
+            self.log.warning("topic change {} goes again to {} shard(s), {} asked whether "
+                             "they applied it ({}before this actor's crash restart)",
+                             change, len(unsent), len(entry.shards) - len(unsent),
+                             "" if entry.sent else "written, not sent, ")
+            if not entry.sent:
+                self.store.save()
+            for shard, msg in entry.sends:
+                if shard.name not in entry.shards:
+                    continue
+                if shard.name in entry.sent_to:
+                    self.tell(shard, type(msg)(change, []))
+                else:
+                    self.tell(shard, msg)
+                    entry.sent_to.add(shard.name)
+            entry.sent = True
 
     @handles(ShardDone)
     def on_shard_done(self, msg: ShardDone) -> None:
@@ -399,24 +594,35 @@ class Controller(Actor):
         leaves it awaited, and the new life sends the table again (``_send_again``) and
         answers the requester once the handlers acknowledge it (or at the give-up)."""
         entry = self.pending.get(msg.req_id)
-        if entry is None:
+        if entry is None or self.current_sender is None:
             return
-        entry.shards_left -= 1
+        if self.current_sender.name not in entry.shards:
+            return  # its second answer (the change was sent again after a crash)
+        entry.shards.discard(self.current_sender.name)
         if msg.failed or msg.error:
             self.log.error("a shard failed to apply a topic change to {}: {}",
                            ", ".join(f"{t}-{p}" for t, p in msg.failed) or "?", msg.error)
-        if entry.shards_left > 0:
+        if entry.shards:
             return
+        self._complete(msg.req_id)
+
+    def _complete(self, change: int) -> None:
+        """The change every shard applied goes on to the handlers (answered once they
+        acknowledge it). A crash in here leaves it pending with no shard left, which the
+        new life completes (``_resend_pending``), or awaited, which it sends again."""
+        entry = self.pending[change]
         ack_id = next(self.ids)
         handlers = set(self.topology.all_handlers())
         if handlers:
             self.awaiting[ack_id] = _Awaiting(handlers, entry.requester, entry.answer,
                                               self.clock.monotonic_ns() + ACK_WAIT_NS,
-                                              entry.deadline_ns, entry.timeout_ms)
-        del self.pending[msg.req_id]
+                                              entry.deadline_ns, entry.timeout_ms,
+                                              change)
+        del self.pending[change]
         self._broadcast(ack_id)
         if not handlers:  # no handler at all (none configured): nobody to wait for
             self._answer(entry.requester, entry.answer)
+            self._release_held()
 
     def _send_again(self) -> None:
         """After a crash restart: the table to the handlers each awaited change still waits
@@ -448,25 +654,37 @@ class Controller(Actor):
         if not waiting.handlers:
             del self.awaiting[msg.ack_id]
             self._answer(waiting.requester, waiting.answer)
+            self._release_held()
 
     def poll_timeout_ms(self) -> int | None:
-        if self.send_again:
+        if self.send_again or self.resend_pending:
             return 0
-        if self.awaiting or any(p.requester is not None and p.deadline_ns is not None
-                                for p in self.pending.values()):
+        if self.awaiting or self.held or self.pending:
             return 200
         return None
 
     def on_turn(self) -> None:
         """A process that does not acknowledge (it is restarting) delays no answer long;
         a change not complete by its request's timeout_ms is answered REQUEST_TIMED_OUT."""
+        if self.resend_pending:
+            self._resend_pending()
         if self.send_again:
             self._send_again()
-        if not self.awaiting and not self.pending:
+        if not self.awaiting and not self.pending and not self.held:
             return
         now = self.clock.monotonic_ns()
-        for entry in self.pending.values():
-            if (entry.requester is not None and entry.deadline_ns is not None
+        for change, entry in list(self.pending.items()):
+            if now >= entry.give_up_ns:
+                del self.pending[change]
+                self.log.error("topic change {} given up: {} partition shard(s) did not say "
+                               "they applied it within {} s ({}); it stays in the topic "
+                               "store", change, len(entry.shards),
+                               PENDING_GIVE_UP_NS // 1_000_000_000,
+                               ", ".join(sorted(entry.shards)) or "-")
+                self._answer(entry.requester, given_up(entry.answer))
+                # the store has it: the handlers get the table all the same (not waited for)
+                self._broadcast(next(self.ids))
+            elif (entry.requester is not None and entry.deadline_ns is not None
                     and now >= entry.deadline_ns):
                 self.tell(entry.requester, timed_out(entry.answer, entry.timeout_ms))
                 entry.requester = None
@@ -490,6 +708,7 @@ class Controller(Actor):
                                  ACK_WAIT_NS // 1_000_000_000,
                                  ", ".join(sorted(str(h) for h in waiting.handlers)))
                 self.tell(waiting.requester, waiting.answer)
+        self._release_held(now)
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:

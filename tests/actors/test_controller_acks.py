@@ -19,14 +19,16 @@ theirs); timeout_ms <= 0 waits for every handler as a request without a timeout 
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from loguru import logger
 
-from actors.controller import ACK_WAIT_NS, RESEND_TRIES, Controller
+from actors.controller import ACK_WAIT_NS, PENDING_GIVE_UP_NS, RESEND_TRIES, Controller
 from actors.core.log_dir import LogDir
+from actors.core.record_batch import build_batch
 from actors.core.topic_store import TopicStore
 from actors.log_manager import LogManager
 from actors.partition_shard import PartitionShard
@@ -36,7 +38,7 @@ from actors.runtime.address import Address
 from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
-from tests.fixtures.crash import fail_once
+from tests.fixtures.crash import crash_once, fail_once
 from tests.fixtures.waiting import wait_for
 from wire.admin_messages import (
     AlterTopicConfigs,
@@ -48,6 +50,8 @@ from wire.admin_messages import (
     CreatePartitionsRow,
 )
 from wire.broker_messages import (
+    Append,
+    AppendRow,
     CreateTopicRow,
     CreateTopics,
     CreateTopicsDone,
@@ -57,7 +61,9 @@ from wire.broker_messages import (
     GetStats,
     MetadataApplied,
     MetadataUpdate,
+    OpenPartitions,
     Schedule,
+    ShardDone,
 )
 from wire.errors import ErrorCode
 
@@ -348,3 +354,273 @@ def test_a_table_that_cannot_be_sent_is_tried_a_bounded_number_of_times(
     node.advance_clock(ACK_WAIT_NS // 1_000_000)
     [created] = wait_for(lambda: _got(node, client, CreateTopicsDone), "the answer")
     assert [r[1] for r in created.rows] == [0]
+
+
+def _hosted(node: Node, topic: str) -> list[str]:
+    """The partitions of ``topic`` the shard has open."""
+    shard = Topology(node.name, 1, HANDLERS, 1, 1, 1).shard(0)
+    return sorted(p for p in node.ask(shard, GetStats())["partitions"]
+                  if p.rsplit("-", 1)[0] == topic)
+
+
+def test_a_change_written_before_a_crash_reaches_the_shards_and_the_handlers(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Controller crashes right after writing each change to its store, before it
+    told the shard: the change was recorded before the write and is kept over the
+    restart, so the new life has the shard apply it and every handler learn it, before it
+    handles anything else. Before, the change was in the store alone: a created topic
+    or its added partitions no shard opened (produce answered NOT_LEADER for good), a
+    deleted topic's logs stayed open and on disk, until the broker's restart."""
+    crash = fail_once(monkeypatch, TopicStore, "save", after=True)
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    asks: list[tuple[Any, type, list[str]]] = [
+        (CreateTopics(1, False, [CreateTopicRow("t", 2, 1, {})]), CreateTopicsDone,
+         ["t-0", "t-1"]),
+        (CreatePartitions(2, False, [CreatePartitionsRow("t", 3, None)]),
+         CreatePartitionsDone, ["t-0", "t-1", "t-2"]),
+        (DeleteTopics(3, [DeleteTopicRow("t")]), DeleteTopicsDone, []),
+    ]
+    for count, (ask, kind, hosted) in enumerate(asks, 1):
+        crash["crash"] = True
+        node.tell(controller, ask, sender=client.name)
+        wait_for(lambda c=count: node.actors[controller.name].crashes == c, "the crash")
+        wait_for(lambda h=hosted: _hosted(node, "t") == h, f"the shard to host {hosted}")
+        partitions = [u.topics["t"][0] if "t" in u.topics else 0
+                      for u in _updates(node, handlers, count)]
+        assert partitions == [len(hosted)] * HANDLERS
+        _ack_all(node, controller, handlers, count)
+        # the request that crashed is answered too (its handler may have given up)
+        [answer] = wait_for(lambda k=kind: _got(node, client, k), f"the {kind.__name__}")
+        assert [r[1] for r in answer.rows] == [0]
+    assert not list((tmp_path / "logs").glob("t-*")), "the deleted logs stayed on disk"
+    assert "t" not in TopicStore.load(tmp_path / "logs").topics
+
+
+def test_a_shard_answer_lost_in_a_crash_is_asked_again(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Controller crashes on the shard's ShardDone (lost: a message whose handler
+    crashed is not handled again). The new life sends the change to the shard again; it
+    opens nothing twice, answers again, and the change goes on to the handlers and the
+    client. Before, the change waited for that answer for good: the client was never
+    answered, and the handlers learnt the topic only with the next change."""
+    armed = crash_once(monkeypatch, Controller, "on_shard_done", ShardDone)
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    armed["crash"] = True
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 2, 1, {})]),
+              sender=client.name)
+    wait_for(lambda: node.actors[controller.name].crashes == 1, "the crash")
+    created = _answered_after_every_ack(node, controller, handlers, client, 1,
+                                        CreateTopicsDone)
+    assert [r[1] for r in created.rows] == [0]
+    assert _hosted(node, "t") == ["t-0", "t-1"]
+
+
+def test_the_change_after_a_crashed_one_is_applied_after_it(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DeleteTopics crashes after its write; a CreateTopics of the same name follows at
+    once: the delete reaches the shard first, so the new topic's partitions are open, the
+    first one an empty log (not the deleted topic's), and stay so."""
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})]),
+              sender=client.name)
+    _ack_all(node, controller, handlers, 1)
+    wait_for(lambda: _got(node, client, CreateTopicsDone), "the first create")
+    shard = Topology(node.name, 1, HANDLERS, 1, 1, 1).shard(0)
+    node.tell(shard, Append(1, 1, 30_000, [AppendRow("t", 0, build_batch([b"old"]))]),
+              sender=client.name)
+    wait_for(lambda: node.ask(shard, GetStats())["partitions"]["t-0"][2] == 1, "the record")
+    crash = fail_once(monkeypatch, TopicStore, "save", after=True)
+    crash["crash"] = True
+    node.tell(controller, DeleteTopics(2, [DeleteTopicRow("t")]), sender=client.name)
+    node.tell(controller, CreateTopics(3, False, [CreateTopicRow("t", 2, 1, {})]),
+              sender=client.name)
+    wait_for(lambda: node.actors[controller.name].crashes == 1, "the crash")
+    for count in (2, 3):
+        _ack_all(node, controller, handlers, count)
+    wait_for(lambda: len(_got(node, client, CreateTopicsDone)) == 2, "the second create")
+    node.quiesce()
+    assert _hosted(node, "t") == ["t-0", "t-1"]
+    assert node.ask(shard, GetStats())["partitions"]["t-0"] == [0, 0, 0], \
+        "the deleted topic's log serves its namesake"
+    assert [u.topics["t"][0] for u in _updates(node, handlers, 3)] == [2] * HANDLERS
+
+
+def test_an_answer_that_changes_nothing_waits_for_the_change_before_it(
+        manual_node: Node, tmp_path: Path) -> None:
+    """Client A creates "t"; while the handlers have not all applied the new table, client
+    B's CreateTopics of "t" (TOPIC_ALREADY_EXISTS), its validate_only CreatePartitions, its
+    AlterConfigs that changes nothing and its DeleteTopics of an unknown topic are held:
+    answered with A's answer, after the last acknowledgement, so that B's next read on
+    another connection sees "t" as A's does. Before, B was answered at once, "t" unknown
+    yet to the handler of B's next request. With nothing awaited, B is answered at once."""
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    other = node.spawn(Recorder, "other-client")
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})]),
+              sender=client.name)
+    updates = _updates(node, handlers, 1)
+    asks: list[tuple[Any, type, int]] = [
+        (CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})]), CreateTopicsDone,
+         int(ErrorCode.TOPIC_ALREADY_EXISTS)),
+        (CreatePartitions(2, True, [CreatePartitionsRow("t", 2, None)]),
+         CreatePartitionsDone, 0),
+        (AlterTopicConfigs(3, False, True, [AlterTopicConfigsRow("t", [])]),
+         AlterTopicConfigsDone, 0),
+        (DeleteTopics(4, [DeleteTopicRow("none")]), DeleteTopicsDone,
+         int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)),
+    ]
+    for ask, _kind, _code in asks:
+        node.tell(controller, ask, sender=other.name)
+    for handler, update in zip(handlers, updates, strict=True):
+        node.quiesce()
+        assert _got(node, other, CreateTopicsDone) == []
+        held = [k.__name__ for _a, k, _c in asks if _got(node, other, k)]
+        assert held == [], f"answered before the handlers applied the change: {held}"
+        _ack(node, controller, handler, update)
+    wait_for(lambda: _got(node, client, CreateTopicsDone), "A's answer")
+    for ask, kind, code in asks:
+        [answer] = wait_for(lambda k=kind: _got(node, other, k), f"B's {kind.__name__}")
+        assert answer.req_id == ask.req_id and [r[1] for r in answer.rows] == [code]
+    # nothing awaited: answered at once, without any acknowledgement
+    node.tell(controller, CreateTopics(5, False, [CreateTopicRow("t", 1, 1, {})]),
+              sender=other.name)
+    wait_for(lambda: len(_got(node, other, CreateTopicsDone)) == 2, "the answer at once")
+
+
+def test_a_held_answer_goes_at_its_timeout_or_the_give_up(
+        manual_node: Node, tmp_path: Path) -> None:
+    """A handler never acknowledges the change before it: the held answer goes at its
+    request's timeout_ms (as it is: it changed nothing), or without one when the change
+    itself is given up (ACK_WAIT_NS)."""
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    other = node.spawn(Recorder, "other-client")
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})]),
+              sender=client.name)
+    updates = _updates(node, handlers, 1)
+    _ack(node, controller, handlers[0], updates[0])  # the others never do
+    node.tell(controller, DeleteTopics(2, [DeleteTopicRow("none")], 500), sender=other.name)
+    node.tell(controller, CreateTopics(3, False, [CreateTopicRow("t", 1, 1, {})]),
+              sender=other.name)
+    node.quiesce()
+    node.advance_clock(499)
+    assert _got(node, other, DeleteTopicsDone) == []
+    node.advance_clock(1)
+    [deleted] = wait_for(lambda: _got(node, other, DeleteTopicsDone), "the timeout's answer")
+    assert [r[1] for r in deleted.rows] == [int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+    node.advance_clock(ACK_WAIT_NS // 1_000_000 - 501)
+    node.quiesce()
+    assert _got(node, other, CreateTopicsDone) == [], "answered before the give-up"
+    node.advance_clock(1)
+    wait_for(lambda: _got(node, client, CreateTopicsDone), "A's answer at the give-up")
+    [exists] = wait_for(lambda: _got(node, other, CreateTopicsDone), "B's at the give-up")
+    assert [r[1] for r in exists.rows] == [int(ErrorCode.TOPIC_ALREADY_EXISTS)]
+
+
+def test_a_crash_on_the_last_shard_answer_completes_the_change_after_the_restart(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Controller crashes on the shard's (last) ShardDone after counting it, before
+    the change went on to the handlers: the new life finds it pending with no shard left
+    to answer, and completes it (table to the handlers, then the answer). Before, it sent
+    the change to nobody and waited for an answer that never came: never answered, the
+    handlers never told."""
+    crash = fail_once(monkeypatch, Topology, "all_handlers")
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    crash["crash"] = True
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 2, 1, {})]),
+              sender=client.name)
+    wait_for(lambda: node.actors[controller.name].crashes == 1, "the crash")
+    assert _hosted(node, "t") == ["t-0", "t-1"]
+    created = _answered_after_every_ack(node, controller, handlers, client, 1,
+                                        CreateTopicsDone)
+    assert [r[1] for r in created.rows] == [0]
+    assert all(u.topics["t"][0] == 2 for u in _updates(node, handlers, 1))
+
+
+def test_a_change_no_shard_answers_is_given_up(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shard crashes on the OpenPartitions (lost with the crash): it never answers.
+    The answer held behind the change goes at its own cap (ACK_WAIT_NS); at
+    PENDING_GIVE_UP_NS the change is given up, once, with an error: its requester (without
+    a timeout) is answered UNKNOWN_SERVER_ERROR, the handlers get the table all the same,
+    and a later request that changes nothing is answered at once. Before, the change
+    stayed pending for good: never answered, and every answer that changes nothing
+    waited ACK_WAIT_NS."""
+    crash = crash_once(monkeypatch, PartitionShard, "on_open", OpenPartitions)
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    other = node.spawn(Recorder, "other-client")
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="ERROR")
+    try:
+        crash["crash"] = True
+        node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})]),
+                  sender=client.name)
+        shard = Topology(node.name, 1, HANDLERS, 1, 1, 1).shard(0)
+        wait_for(lambda: node.actors[shard.name].crashes == 1, "the shard's crash")
+        node.tell(controller, CreateTopics(2, False, [CreateTopicRow("t", 1, 1, {})]),
+                  sender=other.name)
+        node.quiesce()
+        node.advance_clock(ACK_WAIT_NS // 1_000_000)
+        [exists] = wait_for(lambda: _got(node, other, CreateTopicsDone), "the held answer")
+        assert [r[1] for r in exists.rows] == [int(ErrorCode.TOPIC_ALREADY_EXISTS)]
+        node.advance_clock((PENDING_GIVE_UP_NS - ACK_WAIT_NS) // 1_000_000 - 1)
+        node.quiesce()
+        assert _got(node, client, CreateTopicsDone) == [], "given up too early"
+        node.advance_clock(1)
+        [created] = wait_for(lambda: _got(node, client, CreateTopicsDone), "the give-up")
+        assert [r[1] for r in created.rows] == [int(ErrorCode.UNKNOWN_SERVER_ERROR)]
+        assert "partition shard" in str(created.rows[0][2])
+        assert all("t" in u.topics for u in _updates(node, handlers, 1)), "table not sent"
+        node.tell(controller, CreateTopics(3, False, [CreateTopicRow("t", 1, 1, {})]),
+                  sender=other.name)
+        wait_for(lambda: len(_got(node, other, CreateTopicsDone)) == 2, "answered at once")
+        node.advance_clock(ACK_WAIT_NS // 1_000_000)
+        node.quiesce()
+        assert len([ln for ln in lines if "given up" in ln]) == 1, lines
+    finally:
+        logger.remove(sink)
+
+
+def test_a_lost_answer_does_not_apply_the_change_again_over_a_newer_one(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Delete "t" then create it anew: the shard applies both, and the new "t" takes a
+    record; the Controller crashes on the delete's ShardDone (lost), with the create's
+    behind it. The new life must not send the delete (nor the create) again: the shard
+    would drop the new "t" and its record. It asks the shard instead (an empty message of
+    that id), which answers it, and both changes complete; the new "t" keeps its data."""
+    hold = threading.Event()
+    armed = crash_once(monkeypatch, Controller, "on_shard_done", ShardDone, hold)
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    shard = Topology(node.name, 1, HANDLERS, 1, 1, 1).shard(0)
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})]),
+              sender=client.name)
+    _ack_all(node, controller, handlers, 1)
+    wait_for(lambda: _got(node, client, CreateTopicsDone), "the first create")
+    armed["crash"] = True
+    node.tell(controller, DeleteTopics(2, [DeleteTopicRow("t")]), sender=client.name)
+    node.tell(controller, CreateTopics(3, False, [CreateTopicRow("t", 2, 1, {})]),
+              sender=client.name)
+    # the Controller holds in the crashing handler; the shard has done both, and the new
+    # t-0 takes a record
+    wait_for(lambda: _hosted(node, "t") == ["t-0", "t-1"], "the new topic's partitions")
+    node.tell(shard, Append(1, 1, 30_000, [AppendRow("t", 0, build_batch([b"new"]))]),
+              sender=client.name)
+    wait_for(lambda: node.ask(shard, GetStats())["partitions"]["t-0"][2] == 1, "the record")
+    hold.set()
+    wait_for(lambda: node.actors[controller.name].crashes == 1, "the crash")
+    for count in (2, 3):
+        _ack_all(node, controller, handlers, count)
+    wait_for(lambda: len(_got(node, client, CreateTopicsDone)) == 2, "the second create")
+    [deleted] = wait_for(lambda: _got(node, client, DeleteTopicsDone), "the delete")
+    assert [r[1] for r in deleted.rows] == [0]
+    node.quiesce()
+    assert _hosted(node, "t") == ["t-0", "t-1"], "the old delete dropped the new topic"
+    assert node.ask(shard, GetStats())["partitions"]["t-0"][2] == 1, "the record is lost"
+    assert "t" in TopicStore.load(tmp_path / "logs").topics
+    assert [u.topics["t"][0] for u in _updates(node, handlers, 3)] == [2] * HANDLERS

@@ -15,9 +15,10 @@ import pytest
 from actors.replica_manager import ALTER_PARTITION_TIMEOUT_MS, RESTORE_TRIES, ReplicaManager
 from actors.runtime.actor import Actor, handles
 from actors.runtime.config import Config
-from actors.runtime.node import AskFailed, Directory, Node, NodeEndpoint
+from actors.runtime.node import AskFailed, Node
 from actors.topology import Topology
 from tests.fixtures.crash import FailingWrites, crash_once, fail_once
+from tests.fixtures.two_processes import two_processes
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import GetStats
 from wire.cluster_messages import (
@@ -313,16 +314,7 @@ def test_a_restarted_process_is_restored_and_announced_after_a_crash_in_its_rest
     process's ask is answered with the failure). The handlers of process 0 still learn the
     new generation (told before the restore), and the shard gets its restore from the new
     life. Before, both died with the crash."""
-    ipc = str(tmp_path / "ipc")
-    directory = Directory({"node-1": NodeEndpoint("127.0.0.1", 0, ipc),
-                           "node-1-p1": NodeEndpoint("127.0.0.1", 0, ipc)})
-    main = Node("node-1", directory=directory).start()
-    p1 = Node("node-1-p1", directory=directory).start()
-    try:
-        topo = Topology("node-1", 1, 1, 2, 2, 1, home="node-1",
-                        process_nodes=("node-1", "node-1-p1"))
-        manager = main.spawn(RestoringFailManager, topo.replica_manager.name, topology=topo,
-                             config=Config(), broker_id=1, clock=main.clock)
+    with two_processes(tmp_path, RestoringFailManager) as (main, p1, manager):
         handler = main.spawn(Keeper, "handler-0")
         shard = p1.spawn(Keeper, "shard-1")
         main.tell(manager, LeaderAndIsr(1, 4, 5, [LeaderAndIsrPartition(
@@ -340,6 +332,3 @@ def test_a_restarted_process_is_restored_and_announced_after_a_crash_in_its_rest
                                       if name == "RestoreRoles"], "the restore")
         assert [ReplicaStateRow(*r[0])[:2] for r in restore.rows] == [("c", 0)]
         assert main.ask(manager, GetStats())["restores_owed"] == 0
-    finally:
-        p1.shutdown(timeout=5)
-        main.shutdown(timeout=5)

@@ -13,9 +13,10 @@ import pytest
 from actors.replica_manager import RESTORE_OVERDUE_MS, ReplicaManager
 from actors.runtime.actor import Actor, handles
 from actors.runtime.config import Config
-from actors.runtime.node import Directory, Node, NodeEndpoint
+from actors.runtime.node import Node
 from actors.topology import Topology
 from tests.fixtures.crash import crash_once
+from tests.fixtures.two_processes import two_processes
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import GetStats
 from wire.cluster_messages import (
@@ -195,16 +196,7 @@ def test_the_other_processes_handlers_learn_a_restarted_processs_generation(
     """Process 1 restarted as generation 2: the handlers of process 0 get ProcessStarted
     with that generation (they stamp their Appends to process 1 with it from then on), its
     shard gets its roles again; a first start tells the handlers nothing."""
-    ipc = str(tmp_path / "ipc")
-    directory = Directory({"node-1": NodeEndpoint("127.0.0.1", 0, ipc),
-                           "node-1-p1": NodeEndpoint("127.0.0.1", 0, ipc)})
-    main = Node("node-1", directory=directory).start()
-    p1 = Node("node-1-p1", directory=directory).start()
-    try:
-        topo = Topology("node-1", 1, 1, 2, 2, 1, home="node-1",
-                        process_nodes=("node-1", "node-1-p1"))
-        manager = main.spawn(ReplicaManager, topo.replica_manager.name, topology=topo,
-                             config=Config(), broker_id=1, clock=main.clock)
+    with two_processes(tmp_path) as (main, p1, manager):
         handler = main.spawn(Keeper, "handler-0")
         p1_handler = p1.spawn(Keeper, "handler-0")
         shard = p1.spawn(Keeper, "shard-1")
@@ -216,6 +208,3 @@ def test_the_other_processes_handlers_learn_a_restarted_processs_generation(
         wait_for(lambda: [m for name, m in p1.ask(shard, GetStats()) if name == "RestoreRoles"],
                  "the restore")
         assert p1.ask(p1_handler, GetStats()) == []  # (the restarted process's own know it)
-    finally:
-        p1.shutdown(timeout=5)
-        main.shutdown(timeout=5)

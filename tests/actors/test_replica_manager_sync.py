@@ -24,8 +24,9 @@ from actors.replica_manager import ReplicaManager
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.config import Config
-from actors.runtime.node import Directory, Node, NodeEndpoint
+from actors.runtime.node import Node
 from actors.topology import Topology
+from tests.fixtures.two_processes import two_processes
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import GetStats
 from wire.cluster_messages import (
@@ -205,17 +206,8 @@ def test_a_restarted_process_counts_only_once_it_confirms_its_snapshot(tmp_path:
     """Process 1 restarted while a wait needed its handler: a sync of its earlier life
     still queued to it (the links deliver what was queued, before the snapshot) confirms
     nothing; only the snapshot's own version, which every handler is sent, does."""
-    ipc = str(tmp_path / "ipc")
-    directory = Directory({"node-1": NodeEndpoint("127.0.0.1", 0, ipc),
-                           "node-1-p1": NodeEndpoint("127.0.0.1", 0, ipc)})
-    main = Node("node-1", directory=directory).start()
-    p1 = Node("node-1-p1", directory=directory).start()
-    try:
-        topo = Topology("node-1", 1, 1, 2, 2, 1, home="node-1",
-                        process_nodes=("node-1", "node-1-p1"))
-        manager = main.spawn(ReplicaManager, topo.replica_manager.name, topology=topo,
-                             config=Config(), broker_id=1, clock=main.clock)
-        controller = main.spawn(Recorder, topo.controller.name)
+    with two_processes(tmp_path) as (main, p1, manager):
+        controller = main.spawn(Recorder, "controller")
         h0 = main.spawn(Recorder, "handler-0")
         h1 = p1.spawn(Recorder, "handler-0")
         main.tell(manager, BrokerRegistered(1, 5), sender=controller.name)
@@ -243,6 +235,3 @@ def test_a_restarted_process_counts_only_once_it_confirms_its_snapshot(tmp_path:
         main.tell(manager, MetadataSynced(floor), sender=h0.name)
         p1.tell(manager, MetadataSynced(floor), sender=h1.name)
         assert got(h0, main, "TopicsAwaited", 1) == [[1, []]]
-    finally:
-        p1.shutdown()
-        main.shutdown()

@@ -146,11 +146,11 @@ def timed_out(answer: Any, timeout_ms: int | None) -> Any:
 
 def given_up(answer: Any) -> Any:
     """``answer`` with each topic changed (error NONE) now UNKNOWN_SERVER_ERROR: a shard
-    did not answer the change within ACK_WAIT_NS."""
+    did not answer the change within PENDING_GIVE_UP_NS."""
     return _in_error(answer, GIVEN_UP, (
         "the change to topic {name!r} is in the topic store, but a partition shard did not "
-        f"say it applied it within {ACK_WAIT_NS // 1_000_000_000} s; it may apply it later, "
-        "or at the broker's restart"))
+        f"say it applied it within {PENDING_GIVE_UP_NS // 1_000_000_000} s; it may apply it "
+        "later, or at the broker's restart"))
 
 
 @dataclass

@@ -28,13 +28,14 @@ else:
 
 READ_MAX_BYTES = 8 * 1024 * 1024  # one Read's answer, over every partition it names
 # The Controller answers a CreateTopics once the shards opened the partitions and every
-# handler applied the new table (it gives up on a silent handler after 10 s: ACK_WAIT_NS).
-# An answer not come by CREATE_WAIT_MS after asking was lost: the Controller crashed on
-# the request, or its process restarted with it unread. The coordinator then asks again
-# (creating twice is harmless: TOPIC_ALREADY_EXISTS counts as success), instead of
-# refusing every request as loading for good. The margin over the Controller's own wait
-# is that of the coordinators' appends (15 s in all, as theirs).
-CREATE_WAIT_MS = 15_000
+# handler applied the new table; it gives up on silent shards after 60 s
+# (PENDING_GIVE_UP_NS) and on a silent handler 10 s later (ACK_WAIT_NS). An answer not come
+# by CREATE_WAIT_MS after asking was lost: the Controller's process restarted with the
+# request unread (a crash of the Controller itself keeps it). The coordinator then asks
+# again (creating twice is harmless: TOPIC_ALREADY_EXISTS counts as success), instead of
+# refusing every request as loading for good; past both give-ups, so a slow disk is never
+# taken for a lost request.
+CREATE_WAIT_MS = 75_000
 
 
 class LoadReading(_Base):

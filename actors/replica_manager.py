@@ -1238,6 +1238,10 @@ class ReplicaManager(Actor):
         # "metadata": its handlers were sent the metadata (the process waits until they
         # hold it before it takes connections: this answer may reach it first)
         metadata = 1 if self.cache.updates else 0
+        if msg.restarted:  # owed first: a crash on the way leaves the restore to redo
+            for shard in (self.topology.shard(i) for i in range(self.topology.num_shards)):
+                if shard.node == node:
+                    self.restores_owed.setdefault(shard, (f"process {msg.process} restarted", 0))
         # Its handlers are new: what their process's earlier life confirmed holds no more,
         # and they are waited for again (bounded by the give-up, as any).
         mine = [h for h in self.topology.all_handlers() if h.node == node]

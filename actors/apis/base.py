@@ -50,8 +50,8 @@ class Call(NamedTuple):
 
 
 # The most a topic change's timeout_ms adds to the handler's wait for the Controller's
-# answer: the single node's Controller answers by its own 10 s give-up whatever the
-# timeout, so a client's huge timeout_ms never keeps a lost request waiting for days.
+# answer: the Controllers answer within their own give-ups whatever the timeout, so a
+# client's huge timeout_ms never keeps a lost request waiting for days.
 TOPIC_CHANGE_WAIT_CAP_MS = 30_000
 
 

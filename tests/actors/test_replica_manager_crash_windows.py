@@ -332,3 +332,26 @@ def test_a_restarted_process_is_restored_and_announced_after_a_crash_in_its_rest
                                       if name == "RestoreRoles"], "the restore")
         assert [ReplicaStateRow(*r[0])[:2] for r in restore.rows] == [("c", 0)]
         assert main.ask(manager, GetStats())["restores_owed"] == 0
+
+
+def test_a_restarted_process_is_restored_after_a_crash_before_its_restore_began(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Process 1 restarted; the ReplicaManager crashes before the restore began (here as
+    it lists the process's handlers for the metadata). Its shards were recorded as owed
+    their restore first, so the new life sends it. Before, the restore was recorded only
+    inside it: the crash lost it, and the process's partitions stayed dark."""
+    crash = fail_once(monkeypatch, Topology, "all_handlers")
+    with two_processes(tmp_path) as (main, p1, manager):
+        shard = p1.spawn(Keeper, "shard-1")
+        main.tell(manager, LeaderAndIsr(1, 4, 5, [LeaderAndIsrPartition(
+            "c", 0, 4, 1, 3, [1], 4, [1], False)], [LiveLeaderRow(1, "")], {"c": {}}, 1))
+        main.tell(manager, BrokerRegistered(1, 5))
+        wait_for(lambda: main.ask(manager, GetStats())["leading"] == ["c-0"], "c-0 led")
+        crash["crash"] = True
+        with pytest.raises(AskFailed):
+            main.ask(manager, ProcessStarted(1, True, 2))
+        assert main.actors[manager.name].crashes == 1
+        [restore] = wait_for(lambda: [RestoreRoles(*m) for name, m in p1.ask(shard, GetStats())
+                                      if name == "RestoreRoles"], "the restore")
+        assert [ReplicaStateRow(*r[0])[:2] for r in restore.rows] == [("c", 0)]
+        wait_for(lambda: main.ask(manager, GetStats())["restores_owed"] == 0, "nothing owed")

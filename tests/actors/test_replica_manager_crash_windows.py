@@ -18,6 +18,7 @@ from actors.runtime.config import Config
 from actors.runtime.node import AskFailed, Node
 from actors.topology import Topology
 from tests.fixtures.crash import FailingWrites, crash_once, fail_once
+from tests.fixtures.two_processes import Keeper as ProcessKeeper
 from tests.fixtures.two_processes import two_processes
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import GetStats
@@ -287,25 +288,13 @@ def test_the_counters_go_on_over_a_crash_restart(
     assert _stats(node, manager) == before
 
 
-class Keeper(Actor):
-    """A handler of process 0 or a shard of process 1: keeps the ProcessStarted notices and
-    RestoreRoles that come, as [type name, message]; answers each role it is given."""
-
-    def setup(self) -> None:
-        self.got: list[Any] = []
+class Keeper(ProcessKeeper):
+    """The fixture's keeper that also answers each role it is given."""
 
     @handles(BecomeLeaderOrFollower)
     def on_become(self, msg: BecomeLeaderOrFollower) -> None:
         self.reply(BecameLeaderOrFollower(msg.req_id, [
             PartitionErrorRow(r.topic, r.partition, NONE) for r in msg.rows]))
-
-    @handles(ProcessStarted, RestoreRoles)
-    def on_any(self, msg: Any) -> None:
-        self.got.append([type(msg).__name__, msg])
-
-    @handles(GetStats)
-    def stats(self, _msg: GetStats) -> Any:
-        return list(self.got)
 
 
 def test_a_restarted_process_is_restored_and_announced_after_a_crash_in_its_restore(

@@ -16,7 +16,7 @@ from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
 from tests.fixtures.crash import crash_once
-from tests.fixtures.two_processes import two_processes
+from tests.fixtures.two_processes import Keeper, two_processes
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import GetStats
 from wire.cluster_messages import (
@@ -173,22 +173,6 @@ def test_a_restore_on_its_way_goes_on_over_a_crash_restart_of_the_replica_manage
     restores = wait_for(lambda: (lambda r: r if len(r) == 2 else None)(_stats(node, shard)),
                         "the next RestoreRoles")
     assert restores[1][1] == [], "the role the shard could not take restored again"
-
-
-class Keeper(Actor):
-    """A handler of process 0 or a shard of process 1, as the ReplicaManager sees them:
-    keeps the ProcessStarted notices and RestoreRoles that come, as [type name, fields]."""
-
-    def setup(self) -> None:
-        self.got: list[Any] = []
-
-    @handles(ProcessStarted, RestoreRoles)
-    def on_any(self, msg: Any) -> None:
-        self.got.append([type(msg).__name__, msg])
-
-    @handles(GetStats)
-    def stats(self, _msg: GetStats) -> Any:
-        return list(self.got)
 
 
 def test_the_other_processes_handlers_learn_a_restarted_processs_generation(

@@ -15,13 +15,13 @@ import socket
 import struct
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kafka.protocol.parser import KafkaProtocol
 
 from tests.broker.conftest import BrokerProcess
 from tests.broker.rawclient import FETCH, RawClient, build, fetch_values, read_batches, record_batch
+from tests.broker.test_big_fetches import fds_on
 from tests.fixtures.waiting import wait_for
 
 FETCH_MAX = 64 * 1024
@@ -65,17 +65,6 @@ def deleted_files_held(pid: int) -> list[str]:
         if target.endswith(" (deleted)"):
             held.append(target)
     return held
-
-
-def descriptors_of(pid: int, path: Path) -> int:
-    """How many descriptors the process holds on ``path`` (not deleted)."""
-    count = 0
-    for name in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            count += os.readlink(f"/proc/{pid}/fd/{name}") == str(path)
-        except OSError:
-            continue
-    return count
 
 
 def test_fetch_max_bytes_caps_a_response_at_whole_batches(capped: BrokerProcess) -> None:
@@ -132,7 +121,7 @@ def test_a_response_is_sent_whole_after_retention_deleted_its_segment(
         pid = capped.proc.pid if capped.proc is not None else 0
         first_log = capped.data_dir / f"{topic}-0" / "00000000000000000000.log"
         assert first_log.exists()
-        held_before = descriptors_of(pid, first_log)
+        held_before = fds_on(pid, first_log)
         # A client that asks for segment 0 and does not read the answer yet.
         reader = socket.create_connection(("127.0.0.1", capped.port), timeout=30)
         reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 * 1024)
@@ -145,7 +134,7 @@ def test_a_response_is_sent_whole_after_retention_deleted_its_segment(
         reader.sendall(bytes(protocol.send_bytes()))
         # answered (its region holds a descriptor of the segment of its own) and queued
         # behind the client's full receive window, before retention may delete the segment
-        wait_for(lambda: descriptors_of(pid, first_log) > held_before,
+        wait_for(lambda: fds_on(pid, first_log) > held_before,
                  "the answer to hold the first segment", timeout=30)
         for i in range(190, 490):  # 3 MB more: retention deletes the first segments
             assert client.produce(topic, 0, record_batch([(b"%d" % i, value)])

@@ -8,7 +8,6 @@ from /proc (the process with the socket's inode among its descriptors).
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from collections.abc import Iterator
@@ -16,9 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from actors.broker import gateway_ipc_dir
-from actors.processes import process_lock_path
-from actors.runtime.directory import default_ipc_dir
 from bench.certs import make_pki
 from bench.scale import LISTEN, tcp_inodes
 from tests.broker.rawclient import RawClient, read_records, record_batch, wait_for_log
@@ -34,6 +30,7 @@ from tests.broker.test_processes import (
     worker_pids,
 )
 from tests.fixtures.broker import BrokerProcess, free_port
+from tests.fixtures.process_lock import hold_restart as hold_process_1
 from tests.fixtures.waiting import wait_for
 
 HANDOFF = {"num.processes": 2, "num.processes.connection.distribution": "handoff"}
@@ -186,21 +183,8 @@ def test_an_ssl_listener_hands_connections_and_the_handshake_is_the_receivers(
 
 
 def hold_restart(broker: BrokerProcess, deadline_s: float = 5.0) -> int:
-    """Take the lock a (re)starting process 1 takes first, so it waits (up to 30 s) while
-    the caller holds the returned descriptor; process 1 must just have died."""
-    path = process_lock_path(gateway_ipc_dir(default_ipc_dir(), broker.data_dir, "node-1"),
-                             "node-1-p1")
-    fd = os.open(path, os.O_RDWR)
-    deadline = time.monotonic() + deadline_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                os.close(fd)
-                raise
-            time.sleep(0.005)
+    """The single node's process 1 held back (tests/fixtures/process_lock.py)."""
+    return hold_process_1(broker.data_dir, "node-1", deadline_s)
 
 
 def test_while_process_1_is_down_new_connections_go_to_process_0(

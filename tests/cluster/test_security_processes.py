@@ -21,7 +21,6 @@ socket's inode), so "on process 1 of node 2" is certain, not likely:
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import time
@@ -31,14 +30,12 @@ from typing import Any
 import pytest
 from scramp import ScramClient
 
-from actors.broker import gateway_ipc_dir
-from actors.processes import process_lock_path, process_node_name
-from actors.runtime.directory import default_ipc_dir
 from actors.topology import broker_node_name
 from bench.scale import tcp_inodes
 from tests.broker.rawclient import API_VERSIONS, CREATE_TOPICS, METADATA, RawClient, record_batch
 from tests.broker.test_processes import connections_of
 from tests.fixtures.cluster import Cluster, ClusterNode, add_user_with_cli, wait_for
+from tests.fixtures.process_lock import hold_restart as hold_process_1
 from wire.errors import ErrorCode
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]
@@ -313,22 +310,8 @@ def test_acls_made_and_deleted_through_process_1_apply_on_every_process_of_both_
 
 
 def hold_restart(node: ClusterNode, deadline_s: float = 5.0) -> int:
-    """Take the lock a (re)starting process 1 of ``node`` takes first, so it waits (up to
-    30 s) while the caller holds the returned descriptor; process 1 must just have died."""
-    name = broker_node_name(node.broker_id)
-    path = process_lock_path(gateway_ipc_dir(default_ipc_dir(), node.data_dir, name),
-                             process_node_name(name, 1))
-    fd = os.open(path, os.O_RDWR)
-    deadline = time.monotonic() + deadline_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                os.close(fd)
-                raise
-            time.sleep(0.005)
+    """``node``'s process 1 held back (tests/fixtures/process_lock.py)."""
+    return hold_process_1(node.data_dir, broker_node_name(node.broker_id), deadline_s)
 
 
 def test_process_1_killed_comes_back_with_the_acls_and_users_made_before_and_meanwhile(

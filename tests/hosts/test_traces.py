@@ -12,7 +12,7 @@ import pytest
 from actors.hosts.runner import LocalRunner
 from actors.hosts.spec import HostSpec
 from actors.hosts.traces import TraceCopyError, copy_traces
-from tests.hosts.helpers import two_local_nodes_spec
+from tests.hosts.helpers import two_local_nodes_spec, wait_until
 from tests.hosts.test_cluster import NAME, cli, produce_acked, spec_file  # noqa: F401
 
 ROOT = Path(__file__).parents[2]
@@ -56,6 +56,12 @@ def test_traces_of_two_local_nodes_are_copied_and_read(spec_file: Path,  # noqa:
     assert up.returncode == 0, up.stdout + up.stderr
     produce_acked(f"127.0.0.1:{ports[0]},127.0.0.1:{ports[2]}", "traced",
                   [f"r{i}".encode() for i in range(5)])
+    # each node's trace writer flushes on its own timer, after the answers
+    data = spec_file.parent / f"{NAME}.cluster" / "data"
+    for node in (1, 2):
+        traces = data / f"node-{node}" / "traces"
+        wait_until(lambda traces=traces: any(traces.rglob("*.parquet")), 30.0,
+                   f"node {node}'s trace files")
     out = spec_file.parent / "fetched"
     got = cli("traces", "--spec", str(spec_file), "--out", str(out))
     assert got.returncode == 0, got.stdout + got.stderr
@@ -72,7 +78,6 @@ def test_traces_of_two_local_nodes_are_copied_and_read(spec_file: Path,  # noqa:
     down = cli("down", "--spec", str(spec_file))
     assert down.returncode == 0, down.stderr
     # node 2's trace dir gone: one line for it, node 1 still copied, exit status 1
-    data = spec_file.parent / f"{NAME}.cluster" / "data"
     (data / "node-2" / "traces").rename(data / "node-2" / "traces.moved")
     again = cli("traces", "--spec", str(spec_file), "--out", str(out))
     assert again.returncode == 1, again.stdout + again.stderr

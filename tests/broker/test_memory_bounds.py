@@ -22,6 +22,7 @@ from kafka.protocol.parser import KafkaProtocol
 from tests.broker.conftest import BrokerProcess
 from tests.broker.rawclient import FETCH, RawClient, build, fetch_values, read_batches, record_batch
 from tests.broker.test_big_fetches import fds_on
+from tests.fixtures.leaks import child_pids
 from tests.fixtures.waiting import wait_for
 
 FETCH_MAX = 64 * 1024
@@ -119,9 +120,11 @@ def test_a_response_is_sent_whole_after_retention_deleted_its_segment(
             assert client.produce(topic, 0, record_batch([(b"%d" % i, value)])
                                   ).error_code == 0
         pid = capped.proc.pid if capped.proc is not None else 0
+        # the answer is held by the process its connection was handed to: count them all
+        pids = {pid} | child_pids(pid)
         first_log = capped.data_dir / f"{topic}-0" / "00000000000000000000.log"
         assert first_log.exists()
-        held_before = fds_on(pid, first_log)
+        held_before = sum(fds_on(p, first_log) for p in pids)
         # A client that asks for segment 0 and does not read the answer yet.
         reader = socket.create_connection(("127.0.0.1", capped.port), timeout=30)
         reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 * 1024)
@@ -134,7 +137,7 @@ def test_a_response_is_sent_whole_after_retention_deleted_its_segment(
         reader.sendall(bytes(protocol.send_bytes()))
         # answered (its region holds a descriptor of the segment of its own) and queued
         # behind the client's full receive window, before retention may delete the segment
-        wait_for(lambda: fds_on(pid, first_log) > held_before,
+        wait_for(lambda: sum(fds_on(p, first_log) for p in pids) > held_before,
                  "the answer to hold the first segment", timeout=30)
         for i in range(190, 490):  # 3 MB more: retention deletes the first segments
             assert client.produce(topic, 0, record_batch([(b"%d" % i, value)])
@@ -143,7 +146,8 @@ def test_a_response_is_sent_whole_after_retention_deleted_its_segment(
         while first_log.exists() and time.monotonic() < deadline:  # bounded: 30 s
             time.sleep(0.05)
         assert not first_log.exists(), "retention did not delete the first segment"
-        assert str(first_log) + " (deleted)" in deleted_files_held(pid)  # held for the reader
+        held = [name for p in pids for name in deleted_files_held(p)]
+        assert str(first_log) + " (deleted)" in held  # held for the reader
         assert client.list_offset(topic, 0, -2).offset > 0  # the log start moved past it
         with reader:
             head = read_exactly(reader, 4)

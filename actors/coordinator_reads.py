@@ -77,12 +77,15 @@ class LoadReading(_Base):
         answer to an earlier ask (late: given up on at CREATE_WAIT_MS and asked again) says
         nothing of the current one, error or not: ignored, counted and logged."""
         if msg.req_id != self.create_req_id:
-            self.create_answers_stale += 1
             row = msg.rows[0] if msg.rows else None
+            if (row is not None and self.phase == "creating"
+                    and row.error_code in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS)):
+                return True  # late, but it proves the topic is there: no need to wait on
+            self.create_answers_stale += 1
             self.log.warning("a late answer from the Controller to an earlier request {} "
                              "creating {} ({}), ignored: awaiting request {}'s (late answers "
                              "so far: {})", msg.req_id, self.LOG_TOPIC,
-                             "no row" if row is None else ErrorCode(row.error_code).name,
+                             "no row" if row is None else _code_name(row.error_code),
                              self.create_req_id, self.create_answers_stale)
             return False
         return self.phase == "creating"
@@ -118,3 +121,11 @@ class LoadReading(_Base):
         if not self.reads.waiting():
             self.phase = "read-retry"
             self.retry_at_ms = now
+
+
+def _code_name(code: int) -> str:
+    """An error code's name, or the number itself when this version does not know it."""
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)

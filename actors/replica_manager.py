@@ -234,7 +234,8 @@ class _Waiter:
     deadline_ms: int  # answered by then, shown and acknowledged or not
     at_least: dict[str, int]  # the fewest partitions of a topic awaited (CreatePartitions)
     # the client gave a timeout (timeout_ms > 0): at ``deadline_ms`` what is shown but not
-    # acknowledged everywhere is named missing; else the deadline is the give-up's
+    # acknowledged everywhere is named missing; else the deadline bounds only the showing
+    # (a change shown by then is waited for until ``give_up_ms``)
     client_timeout: bool = True
     # the metadata version that first showed what it waits for (None: not shown yet),
     # when that was, and when the handlers that have not acknowledged it by then are given
@@ -943,7 +944,10 @@ class ReplicaManager(Actor):
     def poll_timeout_ms(self) -> int | None:
         if self.restores_owed:
             return 0  # a restore a crash interrupted: done again at once
-        deadlines = [w.deadline_ms for w in self.waiters]
+        # a wait without a client timeout, shown, outlives its deadline until its give-up:
+        # that deadline past must not make the loop spin
+        deadlines = [w.deadline_ms for w in self.waiters
+                     if w.shown_version is None or w.client_timeout]
         deadlines += [w.give_up_ms for w in self.waiters if w.shown_version is not None]
         deadlines += [deadline for _rows, deadline in self.isr_pending.values()]
         deadlines += self.restore_overdue_ms.values()

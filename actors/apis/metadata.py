@@ -143,7 +143,7 @@ def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                 done_rows[name] = done_rows[name]._replace(
                     error_code=int(ErrorCode.REQUEST_TIMED_OUT),
                     error_message=f"topic {name!r} was created but its partitions have no "
-                                  f"leader after {req.timeout_ms} ms")
+                                  f"leader after {topic_change_wait_ms(req.timeout_ms)} ms")
     out = []
     for t in req.topics:
         r = done_rows[t.name]
@@ -177,7 +177,8 @@ def handle_delete_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             rows_out[name] = rows_out[name]._replace(
                 error_code=int(ErrorCode.REQUEST_TIMED_OUT),
                 error_message=f"topic {name!r} is being deleted but is not gone from broker "
-                              f"{ctx.broker_id}'s metadata after {req.timeout_ms} ms")
+                              f"{ctx.broker_id}'s metadata after "
+                              f"{topic_change_wait_ms(req.timeout_ms)} ms")
     return Respond({
         "throttle_time_ms": 0,
         "responses": [

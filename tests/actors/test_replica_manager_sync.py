@@ -252,6 +252,8 @@ def test_a_change_shown_late_in_a_wait_gives_the_handlers_their_whole_window(
     n.ack(0, version)
     manual_node.advance_clock(1)  # the wait's arrival + SYNC_WAIT_MS
     assert n.answers() == [], "given up on a live handler 1 ms after the change showed"
+    # past its deadline, the wait's next moment is its give-up, not "now" (a spinning loop)
+    assert manual_node.actor(n.manager.name).poll_timeout_ms() == SYNC_WAIT_MS - 1
     manual_node.advance_clock(5_000)
     assert n.answers() == []
     n.ack(1, version)

@@ -7,7 +7,8 @@ it), has what is still unread read again. An overdue answer is still taken if it
 first (the coordinators' ``on_read``).
 
 Before its first load a single node's coordinator asks the Controller to create its log
-topic; that request is bounded the same way (see CREATE_WAIT_MS)."""
+topic; that request is bounded the same way (see CREATE_WAIT_MS), and only the answer to
+its latest ask is taken (``_answers_create``: an earlier ask's comes late, if at all)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,15 @@ from typing import TYPE_CHECKING
 
 from actors.core.inflight_appends import LoadReads
 from actors.runtime.address import Address
-from wire.broker_messages import LOG_END_READER, CreateTopicRow, CreateTopics, Read, ReadRow
+from wire.broker_messages import (
+    LOG_END_READER,
+    CreateTopicRow,
+    CreateTopics,
+    CreateTopicsDone,
+    Read,
+    ReadRow,
+)
+from wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from actors.runtime.actor import Actor
@@ -51,12 +60,35 @@ class LoadReading(_Base):
     topology: Topology
     create_due_ms: int  # phase "creating": when the Controller's answer is overdue
     creates_lost: int  # CreateTopics whose answer never came (asked again)
+    # the request id of the latest CreateTopics asked (None: none yet): only its answer is
+    # taken; one to an earlier ask, come after it was given up on, is ignored and counted
+    create_req_id: int | None
+    create_answers_stale: int
 
     def _ask_create(self, row: CreateTopicRow) -> None:
         """Ask the Controller for the log topic (``phase`` "creating" until it answers)."""
         self.phase = "creating"
         self.create_due_ms = self.clock.now_ms() + CREATE_WAIT_MS
-        self.tell(self.topology.controller, CreateTopics(next(self.req_ids), False, [row]))
+        self.create_req_id = next(self.req_ids)
+        self.tell(self.topology.controller, CreateTopics(self.create_req_id, False, [row]))
+
+    def _answers_create(self, msg: CreateTopicsDone) -> bool:
+        """Is ``msg`` the answer to the CreateTopics asked last (and still awaited)? An
+        answer to an earlier ask (late: given up on at CREATE_WAIT_MS and asked again) says
+        nothing of the current one, error or not: ignored, counted and logged."""
+        if msg.req_id != self.create_req_id:
+            row = msg.rows[0] if msg.rows else None
+            if (row is not None and self.phase == "creating"
+                    and row.error_code in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS)):
+                return True  # late, but it proves the topic is there: no need to wait on
+            self.create_answers_stale += 1
+            self.log.warning("a late answer from the Controller to an earlier request {} "
+                             "creating {} ({}), ignored: awaiting request {}'s (late answers "
+                             "so far: {})", msg.req_id, self.LOG_TOPIC,
+                             "no row" if row is None else _code_name(row.error_code),
+                             self.create_req_id, self.create_answers_stale)
+            return False
+        return self.phase == "creating"
 
     def _create_overdue(self, now: int) -> bool:
         """True (and ``phase`` "create-retry", due at once) when the Controller's answer
@@ -89,3 +121,11 @@ class LoadReading(_Base):
         if not self.reads.waiting():
             self.phase = "read-retry"
             self.retry_at_ms = now
+
+
+def _code_name(code: int) -> str:
+    """An error code's name, or the number itself when this version does not know it."""
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)

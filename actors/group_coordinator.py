@@ -377,6 +377,8 @@ class GroupCoordinator(LoadReading, Actor):
         self.phase = "waiting"  # -> creating -> loading -> ready
         self.create_due_ms = 0
         self.creates_lost = 0
+        self.create_req_id: int | None = None
+        self.create_answers_stale = 0
         self.started_ms = self.clock.now_ms()
         self.retry_at_ms = self.started_ms
         self.read_offsets: dict[int, int] = {}
@@ -447,7 +449,7 @@ class GroupCoordinator(LoadReading, Actor):
 
     @handles(CreateTopicsDone)
     def on_topic_created(self, msg: CreateTopicsDone) -> None:
-        if self.phase != "creating":
+        if not self._answers_create(msg):
             return
         row = msg.rows[0]
         if row.error_code not in (NONE, TOPIC_EXISTS):
@@ -862,6 +864,7 @@ class GroupCoordinator(LoadReading, Actor):
             "loaded": self.loaded,
             "phase": self.phase,
             "creates_lost": self.creates_lost,
+            "create_answers_stale": self.create_answers_stale,
             "groups": {gid: g.state.value for gid in self.core.group_ids()
                        if (g := self.core.group(gid)) is not None},
             "timers": len(self.timer_id_of),

@@ -36,9 +36,12 @@ holds all of them. A wait for topics is answered once the metadata shows them
 it; a handler silent for ``SYNC_WAIT_MS`` past that (its process is restarting:
 it takes no connection before it holds the metadata again) is given up on,
 logged with its process, and the wait answered. A wait with ``timeout_ms`` <= 0
-(confluent-kafka's admin sends 0) is bounded by ``SYNC_WAIT_MS`` alone; one with a
-positive timeout is answered by then at the latest, naming missing what is not yet
-shown, or not yet acknowledged, everywhere.
+(confluent-kafka's admin sends 0) is bounded by ``SYNC_WAIT_MS`` alone: that long at most
+for the change to show, then that long at most from when it showed for the handlers to
+acknowledge it (so ``2 * SYNC_WAIT_MS`` in all, ``NO_TIMEOUT_WAIT_MS``; a change that showed
+late in the first window does not cost a live handler its own). One with a positive timeout
+is answered by then at the latest, naming missing what is not yet shown, or not yet
+acknowledged, everywhere.
 
 A shard that lost its memory (its process restarted, or a crash restarted it
 in place: ``ShardRestarted``) gets its partitions' last roles again
@@ -231,11 +234,15 @@ class _Waiter:
     deadline_ms: int  # answered by then, shown and acknowledged or not
     at_least: dict[str, int]  # the fewest partitions of a topic awaited (CreatePartitions)
     # the client gave a timeout (timeout_ms > 0): at ``deadline_ms`` what is shown but not
-    # acknowledged everywhere is named missing; else the deadline is the give-up's
+    # acknowledged everywhere is named missing; else the deadline bounds only the showing
+    # (a change shown by then is waited for until ``give_up_ms``)
     client_timeout: bool = True
     # the metadata version that first showed what it waits for (None: not shown yet),
-    # and when the handlers that have not acknowledged it by then are given up on
+    # when that was, and when the handlers that have not acknowledged it by then are given
+    # up on (SYNC_WAIT_MS after it showed: a live handler has its whole window however late
+    # in the wait the change showed)
     shown_version: int | None = None
+    shown_ms: int = 0
     give_up_ms: int = 0
 
 
@@ -900,15 +907,18 @@ class ReplicaManager(Actor):
                 continue
             if waiter.shown_version is None:
                 waiter.shown_version = self.metadata_version
-                waiter.give_up_ms = now_ms + SYNC_WAIT_MS
+                waiter.shown_ms = now_ms
+                # measured from the showing, never past the deadline's own window: a change
+                # that shows, goes and shows again keeps no wait beyond
+                # deadline + SYNC_WAIT_MS (after the deadline a change not shown is answered)
+                waiter.give_up_ms = min(now_ms, waiter.deadline_ms) + SYNC_WAIT_MS
             lagging = self._lagging(waiter.shown_version)
             if not lagging:
                 self.tell(waiter.handler, TopicsAwaited(waiter.req_id, []))
-            elif now_ms >= waiter.give_up_ms or (now_ms >= waiter.deadline_ms
-                                                 and not waiter.client_timeout):
+            elif now_ms >= waiter.give_up_ms:
                 self._give_up(waiter, lagging, now_ms)
                 self.tell(waiter.handler, TopicsAwaited(waiter.req_id, []))
-            elif now_ms >= waiter.deadline_ms:
+            elif now_ms >= waiter.deadline_ms and waiter.client_timeout:
                 # the client's timeout: shown here, not yet on every connection's process
                 self.tell(waiter.handler, TopicsAwaited(waiter.req_id, list(waiter.topics)))
             else:
@@ -929,12 +939,15 @@ class ReplicaManager(Actor):
                          ", ".join(waiter.topics),
                          "; ".join(f"{p} ({', '.join(sorted(names))})"
                                    for p, names in sorted(by_process.items())),
-                         waiter.shown_version, now_ms - (waiter.give_up_ms - SYNC_WAIT_MS))
+                         waiter.shown_version, now_ms - waiter.shown_ms)
 
     def poll_timeout_ms(self) -> int | None:
         if self.restores_owed:
             return 0  # a restore a crash interrupted: done again at once
-        deadlines = [w.deadline_ms for w in self.waiters]
+        # a wait without a client timeout, shown, outlives its deadline until its give-up:
+        # that deadline past must not make the loop spin
+        deadlines = [w.deadline_ms for w in self.waiters
+                     if w.shown_version is None or w.client_timeout]
         deadlines += [w.give_up_ms for w in self.waiters if w.shown_version is not None]
         deadlines += [deadline for _rows, deadline in self.isr_pending.values()]
         deadlines += self.restore_overdue_ms.values()

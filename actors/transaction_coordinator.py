@@ -208,6 +208,8 @@ class TransactionCoordinator(LoadReading, Actor):
         self.retry_at_ms = 0
         self.create_due_ms = 0
         self.creates_lost = 0
+        self.create_req_id: int | None = None
+        self.create_answers_stale = 0
         self.led: dict[int, int] = {}  # partition -> leader epoch (cluster: led here)
         self.loaded: set[int] = set()
         self.to_load: set[int] = set()
@@ -238,7 +240,7 @@ class TransactionCoordinator(LoadReading, Actor):
 
     @handles(CreateTopicsDone)
     def on_topic_created(self, msg: CreateTopicsDone) -> None:
-        if self.phase != "creating":
+        if not self._answers_create(msg):
             return
         row = msg.rows[0]
         if row.error_code not in (NONE, TOPIC_EXISTS):
@@ -702,6 +704,7 @@ class TransactionCoordinator(LoadReading, Actor):
         return {
             "phase": self.phase,
             "creates_lost": self.creates_lost,
+            "create_answers_stale": self.create_answers_stale,
             "led_partitions": sorted(self.led),
             "loaded_partitions": sorted(self.loaded),
             "transactions": {t: m.state.kafka_name for t, m in self.core.txns.items()},

@@ -80,7 +80,7 @@ def handle_create_partitions(ctx: HandlerContext, header: Any, req: Any) -> ApiG
                     result["error_code"] = int(ErrorCode.REQUEST_TIMED_OUT)
                     result["error_message"] = (
                         f"topic {result['name']!r} has its new partitions but not all with "
-                        f"a leader after {req.timeout_ms} ms")
+                        f"a leader after {topic_change_wait_ms(req.timeout_ms)} ms")
     return Respond({"throttle_time_ms": 0, "results": results})
 
 

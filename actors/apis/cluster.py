@@ -14,7 +14,7 @@ from typing import Any
 
 from actors.apis.base import TOPIC_CHANGE_WAIT_CAP_MS, ApiGen, Call, HandlerContext, Respond
 from actors.core.cluster_model import NO_LEADER
-from actors.core.metadata_cache import SYNC_WAIT_MS
+from actors.core.metadata_cache import NO_TIMEOUT_WAIT_MS
 from actors.core.offsets_codec import OFFSETS_TOPIC, partition_for
 from actors.group_coordinator import OFFSETS_TOPIC_CONFIGS
 from wire.broker_messages import CreateTopicRow, CreateTopics, CreateTopicsDone
@@ -83,7 +83,7 @@ def await_topics(ctx: HandlerContext, names: list[str], present: bool,
     ``timeout_ms``.
 
     ``timeout_ms`` <= 0 (confluent-kafka's admin sends 0 by default) waits all the same,
-    bounded by the ReplicaManager's give-up (SYNC_WAIT_MS), and returns [] whatever it
+    bounded by the ReplicaManager's give-ups (NO_TIMEOUT_WAIT_MS), and returns [] whatever it
     found: Kafka does not wait then, but the spread to this node's own processes takes
     milliseconds, and an answer before it would let the client's next request, on another
     connection, miss the topic it was told exists (or still find the one deleted)."""
@@ -94,7 +94,7 @@ def await_topics(ctx: HandlerContext, names: list[str], present: bool,
     [done] = yield [Call(ctx.topology.replica_manager,
                          lambda rid: AwaitTopics(rid, list(names), present, timeout_ms,
                                                  dict(at_least or {})),
-                         max_wait_ms=timeout_ms if timeout_ms > 0 else SYNC_WAIT_MS)]
+                         max_wait_ms=timeout_ms if timeout_ms > 0 else NO_TIMEOUT_WAIT_MS)]
     return list(done.missing) if timeout_ms > 0 else []
 
 

@@ -143,7 +143,7 @@ def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                 done_rows[name] = done_rows[name]._replace(
                     error_code=int(ErrorCode.REQUEST_TIMED_OUT),
                     error_message=f"topic {name!r} was created but its partitions have no "
-                                  f"leader after {req.timeout_ms} ms")
+                                  f"leader after {topic_change_wait_ms(req.timeout_ms)} ms")
     out = []
     for t in req.topics:
         r = done_rows[t.name]
@@ -168,7 +168,17 @@ def handle_delete_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                              max_wait_ms=topic_change_wait_ms(req.timeout_ms))]
         rows_out.update({r.name: r for r in done.rows})
         gone = [r.name for r in done.rows if r.error_code == 0]
-        yield from cluster.await_topics(ctx, gone, False, int(req.timeout_ms))
+        # Kafka's DelayedDeleteTopics: a topic still in the metadata when timeout_ms is up
+        # is answered REQUEST_TIMED_OUT (its deletion goes on). Here "gone" is gone from
+        # the metadata of every handler of this node, in every process, as a creation's
+        # wait has it shown there.
+        late = yield from cluster.await_topics(ctx, gone, False, int(req.timeout_ms))
+        for name in late:
+            rows_out[name] = rows_out[name]._replace(
+                error_code=int(ErrorCode.REQUEST_TIMED_OUT),
+                error_message=f"topic {name!r} is being deleted but is not gone from broker "
+                              f"{ctx.broker_id}'s metadata after "
+                              f"{topic_change_wait_ms(req.timeout_ms)} ms")
     return Respond({
         "throttle_time_ms": 0,
         "responses": [

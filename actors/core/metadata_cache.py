@@ -23,6 +23,9 @@ NO_CONTROLLER = -1
 # connection before its handlers hold the metadata); a live one on a loaded machine can take
 # seconds. As the single node's controller (actors/controller.py ACK_WAIT_NS).
 SYNC_WAIT_MS = 10_000
+# The longest a wait with timeout_ms <= 0 takes: SYNC_WAIT_MS for the change to show, then
+# SYNC_WAIT_MS from its showing for the handlers to acknowledge it.
+NO_TIMEOUT_WAIT_MS = 2 * SYNC_WAIT_MS
 
 
 @dataclass(frozen=True, slots=True)

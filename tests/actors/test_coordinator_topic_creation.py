@@ -11,6 +11,9 @@ answer, ShardDone, no longer loses the answer: the Controller's new life asks th
 whether it applied the change, and answers; the answer is lost here by a crash as it is
 sent.)
 
+An answer that comes after all, late, to the ask given up on is no answer to the one
+asked again: ignored (and counted), whatever it says.
+
 Real actors on a manual clock: the Controller (crashed once by the test, then restarted
 in place by its supervisor), the coordinator, the PartitionShard that opens and serves
 the topic, its LogManager, purgatory and the Timer. Only the request handler is a
@@ -45,7 +48,9 @@ from tests.actors.test_transaction_coordinator_shell import Probe
 from tests.fixtures.crash import crash_once, fail_once
 from tests.fixtures.waiting import wait_for
 from wire.broker_messages import (
+    CreateTopicDoneRow,
     CreateTopics,
+    CreateTopicsDone,
     GetStats,
     MetadataApplied,
     MetadataUpdate,
@@ -167,3 +172,78 @@ def test_a_transaction_coordinator_asks_again_for_its_topic(
     assert init() == int(ErrorCode.NONE)
     assert n.stats(coordinator)["creates_lost"] == 1
     assert n.topics()[TRANSACTION_STATE_TOPIC][0] == 2
+
+
+class SilentController(Actor):
+    """The Controller's place: keeps the CreateTopics it is sent, answers nothing itself."""
+
+    def setup(self) -> None:
+        self.asked: list[int] = []
+
+    @handles(CreateTopics)
+    def on_create(self, msg: CreateTopics) -> None:
+        self.asked.append(msg.req_id)
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> Any:
+        return list(self.asked)
+
+
+@pytest.mark.parametrize("kind", ["group", "transaction"])
+def test_a_late_answer_to_an_earlier_ask_is_not_taken_for_the_current_one(
+        manual_node: Node, kind: str) -> None:
+    """The first ask's answer comes after the coordinator gave up on it and asked again:
+    an error (the Controller's give-up on it, say) does not send the coordinator to retry
+    the ask still in flight; a success does stand for it (the topic is there: the current
+    ask, if lost too, need not be waited for). Each ignored answer is counted."""
+    config = Config({"offsets.topic.num.partitions": 2,
+                     "transaction.state.log.num.partitions": 2,
+                     "num.group.coordinators": 1, "num.partition.shards": 1,
+                     "num.io.threads": 1})
+    topo = Topology.from_config(manual_node.name, config)
+    controller = manual_node.spawn(SilentController, topo.controller.name)
+    if kind == "group":
+        coordinator = manual_node.spawn(GroupCoordinator, topo.coordinator(0).name,
+                                        topology=topo, config=config,
+                                        clock=manual_node.clock, wait_for_handlers=False)
+        topic = OFFSETS_TOPIC
+    else:
+        coordinator = txn_coordinator_for(topo, config, "app")
+        manual_node.spawn(TransactionCoordinator, coordinator.name, topology=topo,
+                          config=config, index=0, clock=manual_node.clock, topic_exists=True)
+        topic = TRANSACTION_STATE_TOPIC
+
+    def asked(count: int) -> list[int]:
+        return list(wait_for(lambda: (lambda a: a if len(a) >= count else None)(
+            manual_node.ask(controller, GetStats())), f"{count} CreateTopics"))
+
+    def stats() -> dict[str, Any]:
+        found: dict[str, Any] = manual_node.ask(coordinator, GetStats())
+        return found
+
+    def answer(req_id: int, code: ErrorCode) -> None:
+        manual_node.tell(coordinator, CreateTopicsDone(req_id, [CreateTopicDoneRow(
+            topic, int(code), None if code == ErrorCode.NONE else "late", 2, 1)]),
+            sender=controller.name)
+
+    [first] = asked(1)
+    manual_node.advance_clock(CREATE_WAIT_MS)
+    first_again, second = asked(2)
+    assert first_again == first and second != first
+    assert stats()["creates_lost"] == 1
+
+    answer(first, ErrorCode.REQUEST_TIMED_OUT)
+    found = stats()
+    assert found["phase"] == "creating", "the first ask's late error taken for the second's"
+    assert found["create_answers_stale"] == 1
+
+    answer(first, ErrorCode.NONE)  # late too, but it says the topic is there: taken
+    found = stats()
+    assert found["phase"] not in ("creating", "create-retry")
+    assert found["create_answers_stale"] == 1
+    answer(second, ErrorCode.NONE)  # the current ask's, once moved on: nothing to do
+    answer(first, ErrorCode.NONE)  # late again, once the topic was taken: counted
+    found = stats()
+    assert found["create_answers_stale"] == 2 and found["phase"] not in ("creating",
+                                                                          "create-retry")
+    assert asked(2) == [first, second]  # asked no more

@@ -235,3 +235,75 @@ def test_a_restarted_process_counts_only_once_it_confirms_its_snapshot(tmp_path:
         main.tell(manager, MetadataSynced(floor), sender=h0.name)
         p1.tell(manager, MetadataSynced(floor), sender=h1.name)
         assert got(h0, main, "TopicsAwaited", 1) == [[1, []]]
+
+
+def test_a_change_shown_late_in_a_wait_gives_the_handlers_their_whole_window(
+        manual_node: Node) -> None:
+    """timeout_ms 0, the topic shown 1 ms before the wait's own SYNC_WAIT_MS is up: the
+    handlers are given SYNC_WAIT_MS from the showing to acknowledge it, so a live one
+    acknowledging 5 s later is not given up on (it would be waited for no more, and the
+    next change answered without it); a silent one is given up on SYNC_WAIT_MS after the
+    showing, not later (the wait stays bounded: 2 * SYNC_WAIT_MS from its arrival)."""
+    n = _Node(manual_node)
+    n.wait(1, ["t"], True, 0)
+    assert n.answers() == []  # (and the manager took the wait at this time)
+    manual_node.advance_clock(SYNC_WAIT_MS - 1)
+    version = n.update(True, ["t"])
+    n.ack(0, version)
+    manual_node.advance_clock(1)  # the wait's arrival + SYNC_WAIT_MS
+    assert n.answers() == [], "given up on a live handler 1 ms after the change showed"
+    # past its deadline, the wait's next moment is its give-up, not "now" (a spinning loop)
+    assert manual_node.actor(n.manager.name).poll_timeout_ms() == SYNC_WAIT_MS - 1
+    manual_node.advance_clock(5_000)
+    assert n.answers() == []
+    n.ack(1, version)
+    assert wait_for(n.answers, "the answer on the acknowledgement") == [[1, []]]
+    assert manual_node.ask(n.manager, GetStats())["sync_give_ups"] == 0
+
+    # the bound: shown late again, handler-1 silent this time
+    n.wait(2, ["u"], True, 0)
+    assert len(n.answers()) == 1  # (and the manager took the wait at this time)
+    manual_node.advance_clock(SYNC_WAIT_MS - 1)
+    later = n.update(True, ["t", "u"])
+    n.ack(0, later)
+    manual_node.advance_clock(SYNC_WAIT_MS - 1)
+    assert len(n.answers()) == 1
+    manual_node.advance_clock(1)  # SYNC_WAIT_MS after the showing
+    got = wait_for(lambda: (lambda a: a if len(a) == 2 else None)(n.answers()),
+                   "the answer at the give-up")
+    assert got[1] == [2, []]
+    assert manual_node.ask(n.manager, GetStats())["sync_give_ups"] == 1
+
+
+def test_a_wait_without_timeout_is_bounded_however_the_change_comes_and_goes(
+        manual_node: Node) -> None:
+    """A topic shown, then not (its leader lost), then shown again 1 ms before the wait's
+    arrival + SYNC_WAIT_MS: the handlers get SYNC_WAIT_MS from the second showing, and no
+    more (2 * SYNC_WAIT_MS from the arrival at most); not shown by its arrival +
+    SYNC_WAIT_MS, a wait is answered then, as before, and shown then lost after that too."""
+    n = _Node(manual_node)
+    n.wait(1, ["t"], True, 0)
+    assert n.answers() == []  # (and the manager took the wait at this time)
+    manual_node.advance_clock(SYNC_WAIT_MS // 2)
+    first = n.update(True, ["t"])
+    n.ack(0, first)
+    lost = n.update(True, [])  # gone again before handler-1 acknowledged
+    n.ack(0, lost)
+    n.ack(1, lost)  # (handler-1 is live: acknowledges what came since)
+    manual_node.advance_clock(SYNC_WAIT_MS // 2 - 1)
+    again = n.update(True, ["t"])  # shown again 1 ms before the arrival + SYNC_WAIT_MS
+    n.ack(0, again)
+    manual_node.advance_clock(SYNC_WAIT_MS - 1)
+    assert n.answers() == []
+    manual_node.advance_clock(1)  # the arrival + 2 * SYNC_WAIT_MS - 1: the second's window
+    assert wait_for(n.answers, "the answer at the bound") == [[1, []]]
+    assert manual_node.ask(n.manager, GetStats())["sync_give_ups"] == 1
+
+    n.wait(2, ["never"], True, 0)
+    assert len(n.answers()) == 1  # (and the manager took the wait at this time)
+    manual_node.advance_clock(SYNC_WAIT_MS - 1)
+    assert len(n.answers()) == 1
+    manual_node.advance_clock(1)
+    got = wait_for(lambda: (lambda a: a if len(a) == 2 else None)(n.answers()),
+                   "the answer of a change that never showed")
+    assert got[1] == [2, ["never"]]

@@ -9,7 +9,9 @@ change (actors/replica_manager.py, MetadataSync). Here a real one-node cluster o
 ZooKeeper: connections held by each process (read from /proc), a CreateTopics on one,
 then at once a Metadata on every connection, many times over, with timeout_ms 0
 (confluent-kafka's admin default) and a positive one; a CreatePartitions and a
-DeleteTopics likewise.
+DeleteTopics likewise. A process stopped (SIGSTOP) holds a change back: bounded, named,
+and past a positive timeout_ms answered REQUEST_TIMED_OUT (a deletion too, as Kafka's
+DelayedDeleteTopics).
 """
 
 from __future__ import annotations
@@ -107,6 +109,13 @@ def gone(row: Any) -> str | None:
         f"error {row.error_code}, {len(row.partitions)} partition(s)"
 
 
+def on_process_0(prefix: str) -> str:
+    """A topic name whose one partition is process 0's (shard 0 of 2): its LeaderAndIsr
+    (or StopReplica), and the UpdateMetadata behind it, need nothing of process 1."""
+    return next(f"{prefix}-{i}" for i in range(1000)
+                if spread_index(f"{prefix}-{i}", 0, 2) == 0)
+
+
 @pytest.mark.parametrize("timeout_ms", [0, 30_000])
 def test_a_created_grown_or_deleted_topic_is_so_on_every_connection_at_once(
         cluster_factory: Any, timeout_ms: int) -> None:
@@ -166,12 +175,6 @@ def test_a_stopped_process_delays_the_answer_a_bounded_time_and_is_named(
         client.close()
     [worker] = node.worker_pids()
 
-    def on_process_0(prefix: str) -> str:
-        """A topic name whose one partition is process 0's (shard 0 of 2): its
-        LeaderAndIsr, and the UpdateMetadata behind it, need nothing of process 1."""
-        return next(f"{prefix}-{i}" for i in range(1000)
-                    if spread_index(f"{prefix}-{i}", 0, 2) == 0)
-
     def create(topic: str, timeout_ms: int) -> tuple[int, float]:
         began = time.monotonic()
         answer = admin.call(CREATE_TOPICS, 7, {
@@ -201,3 +204,62 @@ def test_a_stopped_process_delays_the_answer_a_bounded_time_and_is_named(
         assert code == 0 and took < SYNC_WAIT_MS / 1000 - 1, took  # not the give-up
     finally:
         admin.close()
+
+
+def test_a_delete_not_gone_everywhere_by_its_timeout_is_answered_timed_out(
+        cluster_factory: Any) -> None:
+    """Kafka answers a DeleteTopics REQUEST_TIMED_OUT for a topic still in its metadata
+    when timeout_ms is up (DelayedDeleteTopics), and the deletion goes on. Process 1
+    stopped (SIGSTOP): its handlers cannot drop the topic from their metadata, so a delete
+    with timeout_ms 2000 on process 0's connection is answered REQUEST_TIMED_OUT at its
+    timeout, while process 0 no longer serves the topic. Continued (SIGCONT), the deletion
+    completes: gone on process 1's connection too, and gone from the cluster."""
+    cluster: Cluster = cluster_factory(size=1, config={"num.processes": 2,
+                                                       "num.partition.shards": 2})
+    node = cluster.nodes[1]
+    held = connections(node)
+    admin, watcher = held[0][0], held[1][0]
+    for client in held[0][1:] + held[1][1:]:
+        client.close()
+    [worker] = node.worker_pids()
+    topic = on_process_0("doomed")
+    timeout_ms = 2000
+
+    def delete(name: str, timeout_ms: int) -> tuple[Any, float]:
+        began = time.monotonic()
+        answer = admin.call(DELETE_TOPICS, 5, {"topic_names": [name], "timeout_ms": timeout_ms})
+        [row] = answer.responses  # (v5: with its error_message)
+        return row, time.monotonic() - began
+
+    try:
+        answer = admin.call(CREATE_TOPICS, 7, {
+            "topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1,
+                        "assignments": [], "configs": []}],
+            "timeout_ms": 30_000, "validate_only": False})
+        assert answer.topics[0].error_code == 0, answer
+        [row] = metadata(watcher, [topic]).topics
+        assert seen(row, 1) is None, seen(row, 1)  # on process 1 too, before it stops
+        with node.process.hold_worker(worker) as process_1:
+            assert process_1.send_signal(signal.SIGSTOP)
+            try:
+                row, took = delete(topic, timeout_ms)
+                assert row.error_code == TIMED_OUT, (row, took)
+                assert topic in row.error_message and f"{timeout_ms} ms" in row.error_message
+                assert timeout_ms / 1000 - 0.5 <= took <= timeout_ms / 1000 + 15, took
+                [row] = metadata(admin, [topic]).topics
+                assert gone(row) is None, gone(row)  # process 0 dropped it; 1 is held back
+            finally:
+                process_1.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while (problem := gone(metadata(watcher, [topic]).topics[0])) is not None:
+            assert time.monotonic() < deadline, f"still on process 1 after 30 s: {problem}"
+            time.sleep(0.05)
+        # the deletion finished (its replica dropped, its znodes removed): deleting it
+        # again finds no topic
+        while (again := delete(topic, 30_000)[0]).error_code != UNKNOWN:
+            assert again.error_code == 0, again  # still marked for deletion: NONE again
+            assert time.monotonic() < deadline, f"not deleted after 30 s: {again}"
+            time.sleep(0.05)
+    finally:
+        admin.close()
+        watcher.close()

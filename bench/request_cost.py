@@ -16,6 +16,12 @@ first, one per request, then each Fetch asks for the next offset with a
 partition_max_bytes of 1, so it is answered at once with exactly one batch of
 one record (a poll that finds data; a poll that waits adds the purgatory's hops).
 
+``--partitions P --records R`` counts a batched producer's Produce instead: the
+topic has P partitions and each request carries one batch of R 100-byte records
+for every one of them (the shape of ``bench compare``'s throughput scenarios).
+The broker runs in one process, so a partition that would live in another
+process at ``num.processes`` > 1 is counted here without its crossing.
+
 The profile hook makes the broker far slower, so this counts work; it times
 nothing. To count an older tree the same way, run this file with that tree
 first on the path: ``PYTHONPATH=OLD_TREE python bench/request_cost.py``.
@@ -74,10 +80,10 @@ class _Counts:
         return out
 
 
-def _record_batch(value: bytes) -> bytes:
+def _record_batch(value: bytes, records: int = 1) -> bytes:
     from actors.core.record_batch import build_batch
 
-    return build_batch([value], timestamps_ms=[int(time.time() * 1000)])
+    return build_batch([value] * records, timestamps_ms=[int(time.time() * 1000)] * records)
 
 
 class _Client:
@@ -102,11 +108,16 @@ class _Client:
         self.sock.close()
 
 
-def _produce_request(topic: str, batch: bytes) -> Any:
+def _produce_request(topic: str, batch: bytes, partitions: int = 1) -> Any:
     cls = ProduceRequest[9]
-    partition = cls.TopicProduceData.PartitionProduceData(index=0, records=batch)
+    data = [cls.TopicProduceData.PartitionProduceData(index=i, records=batch)
+            for i in range(partitions)]
     return cls(transactional_id=None, acks=1, timeout_ms=30000,
-               topic_data=[cls.TopicProduceData(name=topic, partition_data=[partition])])
+               topic_data=[cls.TopicProduceData(name=topic, partition_data=data)])
+
+
+def _produced(answer: Any) -> bool:
+    return all(p.error_code == 0 for p in answer.responses[0].partition_responses)
 
 
 def _fetch_request(topic: str, offset: int) -> Any:
@@ -125,7 +136,12 @@ def _fetched_one(answer: Any) -> bool:
     return partition.error_code == 0 and bool(partition.records)
 
 
-def run_bench(requests: int, warmup: int, api: str = "produce") -> dict[str, Any]:
+def run_bench(requests: int, warmup: int, api: str = "produce", partitions: int = 1,
+              records: int = 1, top: int = 40) -> dict[str, Any]:
+    if partitions < 1 or records < 1:
+        raise click.BadParameter("--partitions and --records must be at least 1")
+    if api == "fetch" and (partitions, records) != (1, 1):
+        raise click.BadParameter("--partitions and --records count a Produce, not --api fetch")
     from actors.broker import Broker
     from actors.runtime.actor import Actor
     from actors.runtime.config import Config
@@ -133,7 +149,8 @@ def run_bench(requests: int, warmup: int, api: str = "produce") -> dict[str, Any
     counts = _Counts(Actor.tell.__code__)
     data_dir = Path(tempfile.mkdtemp(prefix="request-cost-"))
     config = Config({"listeners": "127.0.0.1:0", "log.dirs": str(data_dir / "data"),
-                     "trace.sample.ratio": 0.0, "num.processes": 1})  # calls of one process
+                     "trace.sample.ratio": 0.0, "num.processes": 1,
+                     "num.partitions": partitions})  # calls of one process
     threading.setprofile(counts.hook)
     try:
         broker = Broker(config).start()
@@ -146,16 +163,16 @@ def run_bench(requests: int, warmup: int, api: str = "produce") -> dict[str, Any
                                   allow_auto_topic_creation=True,
                                   include_topic_authorized_operations=False)
         deadline = time.monotonic() + 30
-        batch = _record_batch(b"v" * 100)
+        batch = _record_batch(b"v" * 100, records)
+        request = _produce_request(topic, batch, partitions)
         while True:
             client.call(meta)
-            answer = client.call(_produce_request(topic, batch))
-            if answer.responses[0].partition_responses[0].error_code == 0:
+            answer = client.call(request)
+            if _produced(answer):
                 break
             if time.monotonic() > deadline:
                 raise click.ClickException("the topic did not become writable in 30 s")
             time.sleep(0.1)
-        request = _produce_request(topic, batch)
         if api == "fetch":  # the records to read, one batch each, then warm the fetch path
             for _ in range(warmup + requests):
                 client.call(request)
@@ -175,7 +192,7 @@ def run_bench(requests: int, warmup: int, api: str = "produce") -> dict[str, Any
             start = time.monotonic()
             for _ in range(requests):
                 answer = client.call(request)
-                if answer.responses[0].partition_responses[0].error_code != 0:
+                if not _produced(answer):
                     raise click.ClickException(f"produce failed: {answer}")
         busy_s = time.monotonic() - start
         counts.on = False
@@ -198,11 +215,12 @@ def run_bench(requests: int, warmup: int, api: str = "produce") -> dict[str, Any
         "top_functions": [
             [f"{Path(code.co_filename).parent.name}/{Path(code.co_filename).name}:"
              f"{code.co_name}", n / requests]
-            for code, n in functions.most_common(40)],
+            for code, n in functions.most_common(max(40, top))],
         "requests": requests,
         "profiled_seconds": busy_s,
     }
     return {"bench": BENCH_NAME, "config": {"requests": requests, "warmup": warmup, "api": api,
+                                            "partitions": partitions, "records": records,
                                             "tree": str(Path(sys.modules["actors"].__file__
                                                              or "").parent.parent)},
             "results": results, "ratios": {}}
@@ -215,11 +233,16 @@ def run_bench(requests: int, warmup: int, api: str = "produce") -> dict[str, Any
 @click.option("--api", type=click.Choice(["produce", "fetch"]), default="produce",
               show_default=True, help="the request counted: a one-record Produce, or a Fetch "
                                       "answered at once with one record")
+@click.option("--partitions", default=1, show_default=True,
+              help="produce: partitions of the topic, each sent one batch per request")
+@click.option("--records", default=1, show_default=True,
+              help="produce: 100-byte records in each partition's batch")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="write the report as JSON here")
-def command(requests: int, warmup: int, top: int, api: str, json_path: str | None) -> None:
+def command(requests: int, warmup: int, top: int, api: str, partitions: int, records: int,
+            json_path: str | None) -> None:
     """Python calls and actor hops of one one-record Produce (acks=1) inside the broker."""
-    report = run_bench(requests, warmup, api)
+    report = run_bench(requests, warmup, api, partitions, records, top)
     r = report["results"]
     click.echo(f"tree {report['config']['tree']}")
     click.echo(f"python calls per request: {r['python_calls_per_request']:.0f} "

@@ -39,3 +39,29 @@ def test_bench_request_cost_counts_a_fetch(tmp_path: Path) -> None:
     for name in ("KafkaRequest", "Read", "ReadDone", "KafkaResponse"):
         assert results["hops_by_message"][name] >= 1.0, results["hops_by_message"]
     assert "Append" not in results["hops_by_message"]
+
+
+def test_bench_request_cost_counts_a_batched_produce_of_several_partitions(
+        tmp_path: Path) -> None:
+    out = tmp_path / "cost.json"
+    result = CliRunner().invoke(command, ["--partitions", "3", "--records", "50", "--top", "300",
+                                          "--requests", "10", "--warmup", "3",
+                                          "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["config"]["partitions"] == 3
+    assert report["config"]["records"] == 50
+    hops = report["results"]["hops_by_message"]
+    # one request, one answer; an Append and an AppendDone per shard the 3 partitions are on
+    assert hops["KafkaRequest"] == hops["KafkaResponse"] == 1.0, hops
+    assert 1.0 < hops["Append"] == hops["AppendDone"] <= 3.0, hops
+    # every partition's batch is appended, once
+    calls = dict(report["results"]["top_functions"])
+    assert calls["core/partition_log.py:append_as_leader"] == 3.0, calls
+
+
+def test_bench_request_cost_refuses_partitions_for_a_fetch() -> None:
+    result = CliRunner().invoke(command, ["--api", "fetch", "--partitions", "2",
+                                          "--requests", "5"])
+    assert result.exit_code != 0
+    assert "count a Produce" in result.output

@@ -170,6 +170,13 @@ def run_bench(requests: int, warmup: int, api: str = "produce", partitions: int 
             answer = client.call(request)
             if _produced(answer):
                 break
+            lasting = {p.error_code for p in answer.responses[0].partition_responses} - {
+                0, 3, 5, 6}  # all but "not there yet": UNKNOWN_TOPIC, LEADER_NOT_AVAILABLE, ...
+            if lasting:
+                too_big = (f" (MESSAGE_TOO_LARGE: {records} records a batch are over "
+                           f"message.max.bytes)" if 10 in lasting else "")
+                raise click.ClickException(
+                    f"the produce was refused with error code(s) {sorted(lasting)}{too_big}")
             if time.monotonic() > deadline:
                 raise click.ClickException("the topic did not become writable in 30 s")
             time.sleep(0.1)
@@ -233,15 +240,16 @@ def run_bench(requests: int, warmup: int, api: str = "produce", partitions: int 
 @click.option("--api", type=click.Choice(["produce", "fetch"]), default="produce",
               show_default=True, help="the request counted: a one-record Produce, or a Fetch "
                                       "answered at once with one record")
-@click.option("--partitions", default=1, show_default=True,
+@click.option("--partitions", type=click.IntRange(min=1), default=1, show_default=True,
               help="produce: partitions of the topic, each sent one batch per request")
-@click.option("--records", default=1, show_default=True,
+@click.option("--records", type=click.IntRange(min=1), default=1, show_default=True,
               help="produce: 100-byte records in each partition's batch")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="write the report as JSON here")
 def command(requests: int, warmup: int, top: int, api: str, partitions: int, records: int,
             json_path: str | None) -> None:
-    """Python calls and actor hops of one one-record Produce (acks=1) inside the broker."""
+    """Python calls and actor hops of one Produce (acks=1; one record unless --partitions
+    or --records say more) inside the broker."""
     report = run_bench(requests, warmup, api, partitions, records, top)
     r = report["results"]
     click.echo(f"tree {report['config']['tree']}")

@@ -46,6 +46,7 @@ from actors.core.record_batch import (
     iter_record_timestamps,
     leader_header,
     read_records,
+    record_timestamps,
 )
 from actors.core.segment_swap import (
     SwapManifest,
@@ -58,6 +59,7 @@ from actors.core.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex
 from wire.errors import (
     ErrorCode,
     InvalidRecordError,
+    InvalidTimestampError,
     KafkaError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
@@ -105,6 +107,11 @@ class LogConfig:
     flush_ms: int = NO_LIMIT
     max_message_bytes: int = 1048588
     message_timestamp_type: str = CREATE_TIME
+    # A CreateTime record's timestamp must lie within [now - before, now + after] of the
+    # leader's clock (Kafka's message.timestamp.before/after.max.ms, KIP-937; the topic
+    # config's message.timestamp.difference.max.ms already resolved into both)
+    message_timestamp_before_max_ms: int = NO_LIMIT
+    message_timestamp_after_max_ms: int = NO_LIMIT
     # Kafka's log cleaner settings: "delete" drops old segments (retention),
     # "compact" keeps each key's latest record (actors/core/log_cleaner.py).
     cleanup_policy: tuple[str, ...] = ("delete",)
@@ -129,9 +136,45 @@ class LogConfig:
                              f"{self.segment_bytes}")
         if self.segment_index_bytes < 4:
             raise ValueError(f"segment_index_bytes must be >= 4, got {self.segment_index_bytes}")
+        if self.message_timestamp_before_max_ms < 0 or self.message_timestamp_after_max_ms < 0:
+            raise ValueError(f"message_timestamp_before_max_ms and _after_max_ms must be "
+                             f">= 0, got {self.message_timestamp_before_max_ms} and "
+                             f"{self.message_timestamp_after_max_ms}")
         if self.index_interval_bytes < 0:
             raise ValueError(f"index_interval_bytes must be >= 0, got "
                              f"{self.index_interval_bytes}")
+
+
+def check_timestamps(records: bytes | bytearray | memoryview, headers: list[BatchHeader],
+                     now_ms: int, before_max_ms: int, after_max_ms: int) -> None:
+    """InvalidTimestampError unless every record's timestamp lies in
+    [now_ms - before_max_ms, now_ms + after_max_ms] (a record without one, -1, passes),
+    as Kafka's LogValidator checks a CreateTime topic's client appends, record by record.
+
+    Its ``record_errors`` name every refused record by its index in ``records``. A
+    compressed batch whose codec is not installed here is judged by its header's first
+    and max timestamps (the records cannot be read).
+    """
+    low, high = now_ms - before_max_ms, now_ms + after_max_ms
+    errors: list[tuple[int, str]] = []
+    index = 0
+    for header in headers:
+        stamps = record_timestamps(records, header)
+        if stamps is None:
+            stamps = [header.base_timestamp, header.max_timestamp]
+        for i, stamp in enumerate(stamps):
+            if stamp != -1 and not low <= stamp <= high:
+                errors.append((index + i, f"timestamp {stamp} of the record at index "
+                                          f"{index + i} is out of range: it must be within "
+                                          f"[{low}, {high}] (the broker's time {now_ms} "
+                                          f"- message.timestamp.before.max.ms "
+                                          f"{before_max_ms}, + message.timestamp.after.max.ms "
+                                          f"{after_max_ms})"))
+        index += header.records_count
+    if errors:
+        raise InvalidTimestampError(
+            f"{len(errors)} of {index} records refused for their timestamps; the first: "
+            f"{errors[0][1]}", tuple(errors))
 
 
 def _continues(previous_next_offset: int, base: int, recovery_point: int) -> bool:
@@ -407,11 +450,20 @@ class PartitionLog:
     @config.setter
     def config(self, config: LogConfig) -> None:
         self._config = config
+        # The bounds on a client's CreateTime record timestamps (before, after), None
+        # when there are none (the defaults: the check costs nothing then).
+        create_time = config.message_timestamp_type == CREATE_TIME
+        self._timestamp_bounds = (
+            (config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms)
+            if create_time and (config.message_timestamp_before_max_ms != NO_LIMIT
+                                or config.message_timestamp_after_max_ms != NO_LIMIT)
+            else None)
         # Largest append the single-batch fast path takes: within max.message.bytes and
-        # segment.bytes, and CreateTime only (LogAppendTime rewrites the header).
+        # segment.bytes, CreateTime only (LogAppendTime rewrites the header), and with no
+        # timestamp bounds (their check reads every record: the general path).
         self._single_batch_max_bytes = (
             min(config.max_message_bytes, config.segment_bytes)
-            if config.message_timestamp_type == CREATE_TIME else -1)
+            if create_time and self._timestamp_bounds is None else -1)
 
     @property
     def log_start_offset(self) -> int:
@@ -609,6 +661,8 @@ class PartitionLog:
         if total > self.config.segment_bytes:
             raise RecordListTooLargeError(
                 f"{total} bytes of records exceed segment.bytes {self.config.segment_bytes}")
+        if self._timestamp_bounds is not None and not coordinator:
+            check_timestamps(records, headers, now_ms, *self._timestamp_bounds)
         state = self.producer_state
         if coordinator:
             for header in headers:

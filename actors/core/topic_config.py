@@ -55,6 +55,9 @@ TOPIC_CONFIGS: dict[str, tuple[str, type]] = {
     "flush.ms": ("log.flush.interval.ms", int),
     "max.message.bytes": ("message.max.bytes", int),
     "message.timestamp.type": ("log.message.timestamp.type", str),
+    "message.timestamp.before.max.ms": ("log.message.timestamp.before.max.ms", int),
+    "message.timestamp.after.max.ms": ("log.message.timestamp.after.max.ms", int),
+    "message.timestamp.difference.max.ms": ("log.message.timestamp.difference.max.ms", int),
     "min.insync.replicas": ("min.insync.replicas", int),
     "cleanup.policy": ("log.cleanup.policy", list),
     "delete.retention.ms": ("log.cleaner.delete.retention.ms", int),
@@ -77,6 +80,9 @@ TOPIC_CONFIG_TYPES: dict[str, ConfigType] = {
     "flush.ms": ConfigType.LONG,
     "max.message.bytes": ConfigType.INT,
     "message.timestamp.type": ConfigType.STRING,
+    "message.timestamp.before.max.ms": ConfigType.LONG,
+    "message.timestamp.after.max.ms": ConfigType.LONG,
+    "message.timestamp.difference.max.ms": ConfigType.LONG,
     "min.insync.replicas": ConfigType.INT,
     "cleanup.policy": ConfigType.LIST,
     "delete.retention.ms": ConfigType.LONG,
@@ -94,6 +100,9 @@ TOPIC_CONFIG_RANGES: dict[str, tuple[float, float]] = {
     "flush.messages": (1, _INT64),
     "flush.ms": (0, _INT64),
     "max.message.bytes": (0, _INT32),
+    "message.timestamp.before.max.ms": (0, _INT64),
+    "message.timestamp.after.max.ms": (0, _INT64),
+    "message.timestamp.difference.max.ms": (0, _INT64),
     "min.insync.replicas": (1, _INT32),
     "delete.retention.ms": (0, _INT64),
     "min.compaction.lag.ms": (0, _INT64),
@@ -243,8 +252,18 @@ def log_config_for(broker: Any, topic_configs: dict[str, str]) -> LogConfig:
         flush_ms=int(values["flush.ms"]),
         max_message_bytes=int(values["max.message.bytes"]),
         message_timestamp_type=values["message.timestamp.type"],
+        message_timestamp_before_max_ms=timestamp_bound(values, "before"),
+        message_timestamp_after_max_ms=timestamp_bound(values, "after"),
         cleanup_policy=tuple(cleanup_policies(values["cleanup.policy"])),
         delete_retention_ms=int(values["delete.retention.ms"]),
         min_compaction_lag_ms=int(values["min.compaction.lag.ms"]),
         min_cleanable_dirty_ratio=float(values["min.cleanable.dirty.ratio"]),
     )
+
+
+def timestamp_bound(values: Mapping[str, str], side: str) -> int:
+    """message.timestamp.``side``.max.ms, or the deprecated
+    message.timestamp.difference.max.ms where it is left at its default (Long.MAX_VALUE),
+    as Kafka 3.6+ (KIP-937) reads them."""
+    bound = int(values[f"message.timestamp.{side}.max.ms"])
+    return bound if bound != _INT64 else int(values["message.timestamp.difference.max.ms"])

@@ -242,12 +242,18 @@ def test_write_batch_refuses_out_of_range_fields(tmp_path: Path,
 @needs_c
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(mangled(), min_size=1, max_size=30), st.booleans())
+@given(st.lists(mangled(), min_size=1, max_size=30), st.booleans(), st.booleans())
 def test_logs_appended_through_either_are_identical(tmp_path_factory: pytest.TempPathFactory,
                                                     batches: list[bytes],
-                                                    defer: bool) -> None:
-    """The whole append (checks, offsets, indexes, refusals) through C and through Python."""
+                                                    defer: bool, bounded: bool) -> None:
+    """The whole append (checks, offsets, indexes, refusals) through C and through Python,
+    ``bounded`` with timestamp bounds that refuse some of the batches' records
+    (timestamps from -2**40 to 2**62 against [0, 3 * 2**60])."""
     root = tmp_path_factory.mktemp("logs")
+    config = (LogConfig(segment_bytes=20_000, message_timestamp_before_max_ms=2**60,
+                        message_timestamp_after_max_ms=2**61) if bounded
+              else LogConfig(segment_bytes=20_000))
+    now_ms = 2**60 if bounded else 0
     results = []
     with pytest.MonkeyPatch.context() as monkeypatch:
         for name, impl in (("c", (compiled.single_batch, compiled.write_batch)),
@@ -256,13 +262,12 @@ def test_logs_appended_through_either_are_identical(tmp_path_factory: pytest.Tem
             monkeypatch.setattr(log_segment, "write_batch", impl[1])
             if name == "py":  # the segment's append too: SegmentCore's, or its Python twin
                 monkeypatch.setattr(LogSegment, "append_one", LogSegment._append_one_py)
-            log = PartitionLog.open(root / name / "t-0", "t", 0,
-                                    LogConfig(segment_bytes=20_000), 0)
+            log = PartitionLog.open(root / name / "t-0", "t", 0, config, 0)
             log.assign_epoch_start_offset(3, 0)
             outcome = []
             for batch in batches:
                 try:
-                    outcome.append(log.append_as_leader(batch, 3, 0, defer=defer))
+                    outcome.append(log.append_as_leader(batch, 3, now_ms, defer=defer))
                 except Exception as exc:  # the refusal itself must match
                     outcome.append((type(exc), str(exc)))
                 if defer:

@@ -252,8 +252,8 @@ def log_config_for(broker: Any, topic_configs: dict[str, str]) -> LogConfig:
         flush_ms=int(values["flush.ms"]),
         max_message_bytes=int(values["max.message.bytes"]),
         message_timestamp_type=values["message.timestamp.type"],
-        message_timestamp_before_max_ms=timestamp_bound(values, "before"),
-        message_timestamp_after_max_ms=timestamp_bound(values, "after"),
+        message_timestamp_before_max_ms=timestamp_bound(broker, topic_configs, "before"),
+        message_timestamp_after_max_ms=timestamp_bound(broker, topic_configs, "after"),
         cleanup_policy=tuple(cleanup_policies(values["cleanup.policy"])),
         delete_retention_ms=int(values["delete.retention.ms"]),
         min_compaction_lag_ms=int(values["min.compaction.lag.ms"]),
@@ -261,9 +261,23 @@ def log_config_for(broker: Any, topic_configs: dict[str, str]) -> LogConfig:
     )
 
 
-def timestamp_bound(values: Mapping[str, str], side: str) -> int:
-    """message.timestamp.``side``.max.ms, or the deprecated
-    message.timestamp.difference.max.ms where it is left at its default (Long.MAX_VALUE),
-    as Kafka 3.6+ (KIP-937) reads them."""
-    bound = int(values[f"message.timestamp.{side}.max.ms"])
-    return bound if bound != _INT64 else int(values["message.timestamp.difference.max.ms"])
+def timestamp_bound(broker: Any, topic_configs: Mapping[str, str], side: str) -> int:
+    """message.timestamp.``side``.max.ms as Kafka 3.6+ (KIP-937) resolves it.
+
+    At each level a bound left at Long.MAX_VALUE gives way to the deprecated
+    difference.max.ms of its level: the broker's default for the topic is
+    log.message.timestamp.``side``.max.ms, else log.message.timestamp.difference.max.ms;
+    the topic's bound is its override, else that default, and if that is Long.MAX_VALUE,
+    the topic's difference.max.ms (override, else the broker's).
+    """
+    key = f"message.timestamp.{side}.max.ms"
+    broker_difference = int(broker["log.message.timestamp.difference.max.ms"])
+    if key in topic_configs:
+        bound = int(topic_configs[key])
+    else:
+        bound = int(broker[f"log.{key}"])
+        if bound == _INT64:
+            bound = broker_difference
+    if bound != _INT64:
+        return bound
+    return int(topic_configs.get("message.timestamp.difference.max.ms", broker_difference))

@@ -177,9 +177,15 @@ def test_broker_keys_are_the_topics_defaults(broker: BrokerProcess,
         now - DAY, now - 3 * DAY, now + 30 * 60_000, now + 2 * HOUR])
     assert [code for code, _offset in outcomes] == [
         None, KafkaError.INVALID_TIMESTAMP, None, KafkaError.INVALID_TIMESTAMP]
-    # a topic with no bounds at all: difference.max.ms set to Long.MAX_VALUE on the topic
-    # does not undo the broker's before.max.ms (Kafka's rule), but an explicit one does
+    # the topic's difference.max.ms at Long.MAX_VALUE does not undo the broker's bounds
+    # (Kafka resolves the broker's default of each side first) ...
+    create(kadmin, "still-bounded", {"message.timestamp.difference.max.ms": str(2**63 - 1)})
+    assert [c for c, _o in produce_confluent(broker, "still-bounded", [
+        now_ms() - 3 * DAY, now_ms() + 2 * HOUR])] == [KafkaError.INVALID_TIMESTAMP] * 2
+    # ... nor does each side set to it alone (it gives way to the topic's difference, which
+    # is the broker's hour); all three on the topic do
     create(kadmin, "unbounded", {"message.timestamp.before.max.ms": str(2**63 - 1),
+                                 "message.timestamp.after.max.ms": str(2**63 - 1),
                                  "message.timestamp.difference.max.ms": str(2**63 - 1)})
     assert produce_confluent(broker, "unbounded", [1000, now_ms() + 400 * DAY]) == [
         (None, 0), (None, 1)]
@@ -201,6 +207,15 @@ def test_the_after_key_alone(tmp_path: Path) -> None:
         assert entries["message.timestamp.after.max.ms"].value == "60000"
         assert entries["message.timestamp.after.max.ms"].source == \
             ConfigSource.STATIC_BROKER_CONFIG.value
+        # with no broker bound back in time, a topic's difference.max.ms gives it one
+        admin = KafkaAdminClient(bootstrap_servers=b.bootstrap, request_timeout_ms=20_000)
+        create(admin, "near", {"message.timestamp.difference.max.ms": str(HOUR)})
+        admin.close()
+        now = now_ms()
+        outcomes = produce_confluent(b, "near", [now - 2 * HOUR, now - 30 * 60_000,
+                                                 now + 2 * 60_000])
+        assert [code for code, _offset in outcomes] == [
+            KafkaError.INVALID_TIMESTAMP, None, KafkaError.INVALID_TIMESTAMP]
     finally:
         assert b.stop() == 0, b.log()[-3000:]
 
@@ -250,13 +265,12 @@ def test_configs_are_described_altered_and_take_effect(broker: BrokerProcess,
     [future] = cadmin.incremental_alter_configs([res]).values()
     assert future.result(timeout=30) is None
     assert produce_confluent(broker, "tunable", [now_ms() - HOUR]) == [(None, 0)]
-    # AlterConfigs (kafka-python): the deprecated key, both sides
+    # AlterConfigs (kafka-python): after.max.ms from the broker's hour down to a second
     assert kadmin.alter_configs([KConfigResource(
         ConfigResourceType.TOPIC, "tunable",
-        {"message.timestamp.difference.max.ms": "1000"})]) == {"topic": {"tunable": "OK"}}
-    # before.max.ms is the broker's 2 days (set), after is the topic's difference
+        {"message.timestamp.after.max.ms": "1000"})]) == {"topic": {"tunable": "OK"}}
     assert [c for c, _o in produce_confluent(broker, "tunable", [
-        now_ms() - HOUR, now_ms() + HOUR])] == [None, KafkaError.INVALID_TIMESTAMP]
+        now_ms() - HOUR, now_ms() + 10 * 60_000])] == [None, KafkaError.INVALID_TIMESTAMP]
 
 
 @pytest.mark.parametrize(("value", "why"), [

@@ -63,6 +63,19 @@ def test_bounds_default_to_none_and_difference_fills_the_unset_side() -> None:
     # a topic override wins over the broker's key of the same side
     config = log_config_for(broker, {"message.timestamp.before.max.ms": "1"})
     assert config.message_timestamp_before_max_ms == 1
+    # Kafka resolves the broker's default first: the topic's difference.max.ms does not
+    # replace a bound the broker's difference.max.ms gave, unless the topic sets the
+    # side itself to Long.MAX_VALUE
+    broker = {**BROKER, "log.message.timestamp.difference.max.ms": 20}
+    config = log_config_for(broker, {"message.timestamp.difference.max.ms": str(NO_LIMIT)})
+    assert config.message_timestamp_before_max_ms == 20
+    config = log_config_for(broker, {"message.timestamp.difference.max.ms": str(NO_LIMIT),
+                                     "message.timestamp.before.max.ms": str(NO_LIMIT)})
+    assert (config.message_timestamp_before_max_ms,
+            config.message_timestamp_after_max_ms) == (NO_LIMIT, 20)
+    config = log_config_for(BROKER, {"message.timestamp.difference.max.ms": "5"})
+    assert (config.message_timestamp_before_max_ms,
+            config.message_timestamp_after_max_ms) == (5, 5)
 
 
 @pytest.mark.parametrize("key", ["message.timestamp.before.max.ms",

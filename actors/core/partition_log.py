@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, NoReturn
 
-from actors.core.batch_fast import single_batch
+from actors.core.batch_fast import single_batch, timestamps_within
 from actors.core.checkpoint import TMP_SUFFIX, fsync_dir
 from actors.core.log_epoch_cache import UNDEFINED_EPOCH, LeaderEpochCache
 from actors.core.log_index import DEFAULT_MAX_INDEX_BYTES, TIME_INDEX_SUFFIX
@@ -459,11 +459,9 @@ class PartitionLog:
                                 or config.message_timestamp_after_max_ms != NO_LIMIT)
             else None)
         # Largest append the single-batch fast path takes: within max.message.bytes and
-        # segment.bytes, CreateTime only (LogAppendTime rewrites the header), and with no
-        # timestamp bounds (their check reads every record: the general path).
+        # segment.bytes, and CreateTime only (LogAppendTime rewrites the header).
         self._single_batch_max_bytes = (
-            min(config.max_message_bytes, config.segment_bytes)
-            if create_time and self._timestamp_bounds is None else -1)
+            min(config.max_message_bytes, config.segment_bytes) if create_time else -1)
 
     @property
     def log_start_offset(self) -> int:
@@ -604,12 +602,18 @@ class PartitionLog:
                  producer_id, producer_epoch, base_sequence, records_count) = fields
                 epochs = self.epoch_cache.entries
                 config = self._config
+                bounds = self._timestamp_bounds
                 active = self.segments[-1]
                 size = len(records)
                 first_offset = active.next_offset
                 next_offset = first_offset + last_offset_delta + 1
                 entry = None
                 if (leader_epoch == (epochs[-1][0] if epochs else UNDEFINED_EPOCH)
+                        # every record's timestamp within the topic's bounds, if it has
+                        # any (uncompressed only: a compressed batch, or one refused,
+                        # takes the general path, which decompresses and names them)
+                        and (bounds is None
+                             or timestamps_within(records, now_ms, bounds[0], bounds[1]))
                         # not a transaction's first batch here (the general path opens it)
                         and not (attributes & TRANSACTIONAL_BIT
                                  and producer_id not in self.txn_index.ongoing)

@@ -7,9 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import msgpack
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from actors.apis.produce import _partition_response
 from actors.core.partition_log import LogConfig, PartitionLog
 from actors.core.record_batch import build_batch, check_batches, record_timestamps
 from actors.core.topic_config import (
@@ -18,7 +20,9 @@ from actors.core.topic_config import (
     validate_topic_configs,
 )
 from actors.runtime.config import SPEC
+from wire.broker_messages import AppendDone, AppendDoneRow
 from wire.errors import InvalidTimestampError
+from wire.registry import build
 
 NOW = 1_700_000_000_000
 HOUR = 3_600_000
@@ -182,3 +186,15 @@ def test_record_timestamps_reads_plain_and_compressed_batches() -> None:
     for raw in (stamped(*stamps), gzipped(*stamps)):
         (header,) = check_batches(raw)
         assert record_timestamps(raw, header) == stamps
+
+
+def test_record_errors_cross_processes_into_the_produce_answer() -> None:
+    """AppendDone between processes is msgpack: the pairs come back as lists, and the
+    Produce answer still names each record."""
+    sent = AppendDone(1, [AppendDoneRow("t", 0, 32, -1, -1, 0, "why", ((1, "a"), (3, "b"))),
+                          AppendDoneRow("t", 1, 0, 5, -1, 0, None)])
+    got = build(AppendDone, msgpack.unpackb(msgpack.packb(list(sent))))
+    assert _partition_response(0, got.rows[0])["record_errors"] == [
+        {"batch_index": 1, "batch_index_error_message": "a"},
+        {"batch_index": 3, "batch_index_error_message": "b"}]
+    assert "record_errors" not in _partition_response(1, got.rows[1])

@@ -35,7 +35,7 @@ from actors.core.record_batch import build_batch
 from tests.broker.rawclient import RawClient
 from tests.fixtures.broker import BrokerProcess
 
-pytestmark = [pytest.mark.clients]
+pytestmark = [pytest.mark.clients, pytest.mark.multiprocess]
 
 HOUR = 3_600_000
 DAY = 24 * HOUR
@@ -51,9 +51,12 @@ BOUNDED = {"message.timestamp.before.max.ms": str(HOUR),
            "message.timestamp.after.max.ms": str(60_000)}
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path_factory.mktemp("tsbounds") / "data", config=BROKER_CONFIG).start()
+@pytest.fixture(scope="module", params=[1, 2], ids=["processes1", "processes2"])
+def broker(request: pytest.FixtureRequest,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """Two processes too: a refusal's record_errors then cross between them (AppendDone)."""
+    config = {**BROKER_CONFIG, "num.processes": request.param}
+    b = BrokerProcess(tmp_path_factory.mktemp("tsbounds") / "data", config=config).start()
     yield b
     assert b.stop() == 0, b.log()[-3000:]
 

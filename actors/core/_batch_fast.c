@@ -245,7 +245,8 @@ static PyObject *timestamps_within(PyObject *Py_UNUSED(self), PyObject *const *a
     for (int32_t i = 0; i < count; i++) {
         int64_t length, delta, stamp;
         Py_ssize_t used = zigzag_varint(pos, end, &length);
-        if (!used || length < 0 || length > end - (pos + used)) goto done;
+        /* a record holds at least its attributes byte */
+        if (!used || length < 1 || length > end - (pos + used)) goto done;
         pos += used;
         const unsigned char *record_end = pos + length;
         if (!zigzag_varint(pos + 1, record_end, &delta)) goto done; /* after attributes */

@@ -114,7 +114,7 @@ def timestamps_within_py(records: bytes | bytearray | memoryview, now_ms: int,
         for _ in range(fields[12]):
             length, pos = _read_varint(view, pos, end)
             record_end = pos + length
-            if length < 0 or record_end > end:
+            if length < 1 or record_end > end:  # at least the attributes byte
                 return False
             delta, _ = _read_varint(view, pos + 1, record_end)  # after the attributes
             stamp = base + delta

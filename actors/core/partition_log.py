@@ -28,6 +28,7 @@ from actors.core.checkpoint import TMP_SUFFIX, fsync_dir
 from actors.core.log_epoch_cache import UNDEFINED_EPOCH, LeaderEpochCache
 from actors.core.log_index import DEFAULT_MAX_INDEX_BYTES, TIME_INDEX_SUFFIX
 from actors.core.log_segment import INDEX_SUFFIX, LOG_SUFFIX, LogSegment
+from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.producer_state import (
     BatchMetadata,
     ProducerStateEntry,
@@ -54,7 +55,12 @@ from actors.core.segment_swap import (
     missing_staging_files,
     recover_swaps,
 )
-from actors.core.transaction_log import CONTROL_COMMIT, control_batch, control_type
+from actors.core.transaction_log import (
+    CONTROL_COMMIT,
+    TRANSACTION_STATE_TOPIC,
+    control_batch,
+    control_type,
+)
 from actors.core.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex
 from wire.errors import (
     ErrorCode,
@@ -68,6 +74,8 @@ from wire.errors import (
 from wire.file_region import FileRegion
 
 NO_LIMIT = 2**63 - 1
+# the group and transaction coordinators' logs
+COORDINATOR_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 DAY_MS = 24 * 60 * 60 * 1000
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
@@ -152,29 +160,33 @@ def check_timestamps(records: bytes | bytearray | memoryview, headers: list[Batc
     as Kafka's LogValidator checks a CreateTime topic's client appends, record by record.
 
     Its ``record_errors`` name every refused record by its index in ``records``. A
-    compressed batch whose codec is not installed here is judged by its header's first
-    and max timestamps (the records cannot be read).
+    compressed batch that is not read here (not gzip, or inflating past
+    INFLATE_CHECK_MAX_BYTES) is judged by its header's first and max timestamps, named
+    by its first record's index.
     """
     low, high = now_ms - before_max_ms, now_ms + after_max_ms
-    errors: list[tuple[int, str]] = []
+    before_text = "(none)" if before_max_ms == NO_LIMIT else str(before_max_ms)
+    after_text = "(none)" if after_max_ms == NO_LIMIT else str(after_max_ms)
+    bounds = (f"[{'-' if before_max_ms == NO_LIMIT else low}, "
+              f"{'+' if after_max_ms == NO_LIMIT else high}]")
+    errors: dict[int, str] = {}
     index = 0
     for header in headers:
         stamps = record_timestamps(records, header)
-        if stamps is None:
-            stamps = [header.base_timestamp, header.max_timestamp]
-        for i, stamp in enumerate(stamps):
-            if stamp != -1 and not low <= stamp <= high:
-                errors.append((index + i, f"timestamp {stamp} of the record at index "
-                                          f"{index + i} is out of range: it must be within "
-                                          f"[{low}, {high}] (the broker's time {now_ms} "
-                                          f"- message.timestamp.before.max.ms "
-                                          f"{before_max_ms}, + message.timestamp.after.max.ms "
-                                          f"{after_max_ms})"))
+        judged = (enumerate(stamps, index) if stamps is not None else
+                  ((index, header.base_timestamp), (index, header.max_timestamp)))
+        for at, stamp in judged:
+            if stamp != -1 and not low <= stamp <= high and at not in errors:
+                errors[at] = (f"timestamp {stamp} of the record at index {at} is out of "
+                              f"range: it must be within {bounds} (the broker's time "
+                              f"{now_ms} - message.timestamp.before.max.ms {before_text}, "
+                              f"+ message.timestamp.after.max.ms {after_text})")
         index += header.records_count
     if errors:
+        first = min(errors)
         raise InvalidTimestampError(
             f"{len(errors)} of {index} records refused for their timestamps; the first: "
-            f"{errors[0][1]}", tuple(errors))
+            f"{errors[first]}", tuple(sorted(errors.items())))
 
 
 def _continues(previous_next_offset: int, base: int, recovery_point: int) -> bool:
@@ -453,9 +465,12 @@ class PartitionLog:
         # The bounds on a client's CreateTime record timestamps (before, after), None
         # when there are none (the defaults: the check costs nothing then).
         create_time = config.message_timestamp_type == CREATE_TIME
+        # The coordinators' own logs are stamped by the broker itself (with its clock
+        # since start, not re-read wall time): a broker-wide bound must never refuse them.
         self._timestamp_bounds = (
             (config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms)
-            if create_time and (config.message_timestamp_before_max_ms != NO_LIMIT
+            if create_time and self.topic not in COORDINATOR_TOPICS
+            and (config.message_timestamp_before_max_ms != NO_LIMIT
                                 or config.message_timestamp_after_max_ms != NO_LIMIT)
             else None)
         # Largest append the single-batch fast path takes: within max.message.bytes and
@@ -609,11 +624,6 @@ class PartitionLog:
                 next_offset = first_offset + last_offset_delta + 1
                 entry = None
                 if (leader_epoch == (epochs[-1][0] if epochs else UNDEFINED_EPOCH)
-                        # every record's timestamp within the topic's bounds, if it has
-                        # any (uncompressed only: a compressed batch, or one refused,
-                        # takes the general path, which decompresses and names them)
-                        and (bounds is None
-                             or timestamps_within(records, now_ms, bounds[0], bounds[1]))
                         # not a transaction's first batch here (the general path opens it)
                         and not (attributes & TRANSACTIONAL_BIT
                                  and producer_id not in self.txn_index.ongoing)
@@ -630,7 +640,13 @@ class PartitionLog:
                             (entry := self.producer_state.producers.get(producer_id))
                             is not None and entry.producer_epoch == producer_epoch
                             and entry.batches
-                            and base_sequence == entry.batches[-1].last_seq + 1))):
+                            and base_sequence == entry.batches[-1].last_seq + 1))
+                        # last (the one walk of the records): every record's timestamp
+                        # within the topic's bounds, if it has any (uncompressed only: a
+                        # compressed batch, or one refused, takes the general path, which
+                        # reads and names them)
+                        and (bounds is None
+                             or timestamps_within(records, now_ms, bounds[0], bounds[1]))):
                     if defer and active.on_staged_written is None:
                         active.on_staged_written = self._staged_written
                     active.append_one(records, batch_length, leader_epoch, size, first_offset,

@@ -13,7 +13,12 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from actors.apis.produce import _partition_response
 from actors.core.partition_log import LogConfig, PartitionLog
-from actors.core.record_batch import build_batch, check_batches, record_timestamps
+from actors.core.record_batch import (
+    INFLATE_CHECK_MAX_BYTES,
+    build_batch,
+    check_batches,
+    record_timestamps,
+)
 from actors.core.topic_config import (
     InvalidConfigError,
     log_config_for,
@@ -198,3 +203,34 @@ def test_record_errors_cross_processes_into_the_produce_answer() -> None:
         {"batch_index": 1, "batch_index_error_message": "a"},
         {"batch_index": 3, "batch_index_error_message": "b"}]
     assert "record_errors" not in _partition_response(1, got.rows[1])
+
+
+def test_a_batch_that_inflates_past_the_bound_is_judged_by_its_header(
+        tmp_path: Path) -> None:
+    """A small gzip batch of one record whose value inflates to more than
+    INFLATE_CHECK_MAX_BYTES (a "zip bomb") is not inflated whole on the shard: it is
+    judged by its header's first and max timestamps, named by its first record."""
+    log = open_log(tmp_path, message_timestamp_before_max_ms=HOUR)
+
+    def bomb(timestamp: int) -> bytes:
+        builder = DefaultRecordBatchBuilder(2, 1, False, -1, -1, -1, 64 << 20)
+        builder.append(0, timestamp, None, bytes(INFLATE_CHECK_MAX_BYTES + 1), [])
+        return bytes(builder.build())
+
+    old = bomb(NOW - 2 * HOUR)
+    assert len(old) < 1 << 20
+    with pytest.raises(InvalidTimestampError) as caught:
+        log.append_as_leader(old, 0, NOW)
+    assert [i for i, _m in caught.value.record_errors] == [0]  # one entry, its first record
+    assert (header := check_batches(old)[0]) and record_timestamps(old, header) is None
+    assert log.append_as_leader(bomb(NOW), 0, NOW).last_offset == 0  # in bounds: kept as is
+
+
+def test_the_coordinators_logs_are_not_checked(tmp_path: Path) -> None:
+    """The broker stamps its own offset and transaction records: a broker-wide bound
+    never refuses them."""
+    for topic in ("__consumer_offsets", "__transaction_state"):
+        log = PartitionLog.open(tmp_path / f"{topic}-0", topic, 0,
+                                LogConfig(message_timestamp_before_max_ms=1), NOW)
+        log.assign_epoch_start_offset(0, 0)
+        assert log.append_as_leader(stamped(0), 0, NOW).last_offset == 0

@@ -970,7 +970,8 @@ class PartitionShard(Actor):
                         self._fail_lost_rows(topic, partition, state, rows, waiting)
                     self._log_refusal(topic, partition, exc)
                     rows.append(AppendDoneRow(topic, partition, int(exc.code), -1, -1,
-                                              log.log_start_offset, str(exc)))
+                                              log.log_start_offset, str(exc),
+                                              getattr(exc, "record_errors", ())))
                     continue
                 # The batch is in the log, or staged for the turn's write: its row and its
                 # wait are recorded before anything else can fail, so that a failure from

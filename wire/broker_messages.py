@@ -137,6 +137,8 @@ class AppendDoneRow(NamedTuple):
     log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
     log_start_offset: int
     error_message: str | None
+    # (record index, why) per refused record: Produce v8+'s record_errors
+    record_errors: tuple[tuple[int, str], ...] = ()
 
 
 @message(211)

@@ -126,7 +126,14 @@ class OffsetOutOfRangeError(KafkaError):
 
 
 class InvalidTimestampError(KafkaError):
+    """Records whose timestamps the topic refuses; ``record_errors`` are (index of the
+    record in the Produce's records, why), Produce v8+'s ``record_errors``."""
+
     code = ErrorCode.INVALID_TIMESTAMP
+
+    def __init__(self, message: str, record_errors: tuple[tuple[int, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors
 
 
 class StorageError(KafkaError):

@@ -53,7 +53,7 @@ def _append(acks: int, timeout_ms: int, rows: list[AppendRow],
 
 
 def _partition_response(index: int, r: AppendDoneRow) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "index": index,
         "error_code": r.error_code,
         "base_offset": r.base_offset,
@@ -61,6 +61,10 @@ def _partition_response(index: int, r: AppendDoneRow) -> dict[str, Any]:
         "log_start_offset": r.log_start_offset,
         "error_message": r.error_message,
     }
+    if r.record_errors:  # Produce v8+; older versions drop the field
+        out["record_errors"] = [{"batch_index": i, "batch_index_error_message": m}
+                                for i, m in r.record_errors]
+    return out
 
 
 def handle_produce(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:

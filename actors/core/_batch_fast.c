@@ -189,6 +189,77 @@ none:
     Py_RETURN_NONE;
 }
 
+/* A zigzag varint at p (reading below end) into *out; the bytes read, or 0 if it runs to
+   end or does not fit 64 bits (a 10th byte above 1). */
+static inline Py_ssize_t zigzag_varint(const unsigned char *p, const unsigned char *end,
+                                       int64_t *out) {
+    uint64_t raw = 0;
+    for (int i = 0; i < 10; i++) {
+        if (p + i >= end) return 0;
+        unsigned char byte = p[i];
+        if (i == 9 && byte > 1) return 0;
+        raw |= (uint64_t)(byte & 0x7F) << (7 * i);
+        if (!(byte & 0x80)) {
+            *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+            return i + 1;
+        }
+    }
+    return 0;
+}
+
+/* timestamps_within(records, now_ms, before_max_ms, after_max_ms): True if the buffer is
+   one uncompressed batch (its length matching) whose every record's timestamp (-1 aside)
+   lies in [now - before, now + after] (the upper end at most INT64_MAX); False for
+   anything else, which the caller's general path then judges exactly. */
+static PyObject *timestamps_within(PyObject *Py_UNUSED(self), PyObject *const *args,
+                                   Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "timestamps_within takes records, now_ms, "
+                                         "before_max_ms, after_max_ms");
+        return NULL;
+    }
+    long long now = PyLong_AsLongLong(args[1]);
+    long long before = PyLong_AsLongLong(args[2]);
+    long long after = PyLong_AsLongLong(args[3]);
+    if ((now == -1 || before == -1 || after == -1) && PyErr_Occurred()) return NULL;
+    if (before < 0 || after < 0) {
+        PyErr_SetString(PyExc_ValueError, "before_max_ms and after_max_ms must be >= 0");
+        return NULL;
+    }
+    int64_t low, high;
+    /* before and after are >= 0: only now - before can fall below INT64_MIN, only
+       now + after rise above INT64_MAX */
+    if (__builtin_sub_overflow((int64_t)now, (int64_t)before, &low)) low = INT64_MIN;
+    if (__builtin_add_overflow((int64_t)now, (int64_t)after, &high)) high = INT64_MAX;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *p = view.buf;
+    const unsigned char *end = p + view.len;
+    int ok = 0;
+    if (view.len < HEADER_SIZE || (int64_t)be32(p + 8) + LOG_OVERHEAD != view.len
+        || (be16(p + 21) & 0x07))
+        goto done;
+    int64_t base = be64(p + 27);
+    int32_t count = be32(p + 57);
+    const unsigned char *pos = p + HEADER_SIZE;
+    for (int32_t i = 0; i < count; i++) {
+        int64_t length, delta, stamp;
+        Py_ssize_t used = zigzag_varint(pos, end, &length);
+        /* a record holds at least its attributes byte */
+        if (!used || length < 1 || length > end - (pos + used)) goto done;
+        pos += used;
+        const unsigned char *record_end = pos + length;
+        if (!zigzag_varint(pos + 1, record_end, &delta)) goto done; /* after attributes */
+        if (__builtin_add_overflow(base, delta, &stamp)) goto done;
+        if (stamp != -1 && (stamp < low || stamp > high)) goto done;
+        pos = record_end;
+    }
+    ok = 1;
+done:
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(ok);
+}
+
 static PyObject *write_batch(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 5 || nargs > 9) {
         PyErr_SetString(PyExc_TypeError,
@@ -764,6 +835,8 @@ static PyMethodDef methods[] = {
      "Header fields if the buffer is exactly one valid client batch, else None."},
     {"write_batch", (PyCFunction)(void (*)(void))write_batch, METH_FASTCALL,
      "writev the batch with base offset, leader epoch and magic set; bytes written."},
+    {"timestamps_within", (PyCFunction)(void (*)(void))timestamps_within, METH_FASTCALL,
+     "True if one uncompressed batch's record timestamps all lie within the bounds."},
     {"crc32c", (PyCFunction)(void (*)(void))py_crc32c, METH_FASTCALL,
      "CRC-32C of a buffer, continuing from crc."},
     {"crc32c_table", py_crc32c_sw, METH_O,

@@ -19,6 +19,14 @@ offset index entry (relative offset, position; OffsetIndex.entry) at byte
 batch is written, not after a short write: one call instead of a second one
 for the entry (``Struct.pack_into`` on the mapping, ~0.25 µs a call).
 
+``timestamps_within(records, now_ms, before_max_ms, after_max_ms)``: True if
+``records`` is one uncompressed batch (its length matching) whose every
+record's timestamp (-1 aside) lies in [now_ms - before_max_ms, now_ms +
+after_max_ms], clamped to the int64 range; False for anything else (compressed,
+malformed, out of bounds, a varint or a sum past 64 bits), which the general
+path then judges exactly. It keeps a topic with timestamp bounds on the fast
+path: one C call walking the records' varints, no Python frame.
+
 The module also defines the base classes of LogSegment and the mapped indexes
 (``SegmentCore``, ``IndexCore``; their Python twins are in log_segment.py and
 log_index.py), whose ``append_one`` does a segment's whole single-batch append.
@@ -44,6 +52,7 @@ from types import ModuleType
 import crc32c
 
 from actors.core.record_batch import (
+    COMPRESSION_MASK,
     CONTROL_BIT,
     CRC_START,
     CURRENT_MAGIC,
@@ -52,12 +61,15 @@ from actors.core.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     TRANSACTIONAL_BIT,
+    _read_varint,
 )
+from wire.errors import CorruptMessageError
 
 _unpack_header = HEADER.unpack_from
 _pack_head = HEAD_TO_MAGIC.pack
 _pack_index_entry = struct.Struct(">ii").pack_into  # OffsetIndex.entry
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _crc32c = crc32c.crc32c
 _writev = os.writev
 
@@ -77,6 +89,44 @@ def single_batch_py(records: bytes | bytearray | memoryview) -> tuple[int, ...] 
             and _crc32c(memoryview(records)[CRC_START:]) == fields[4]):
         return fields
     return None
+
+
+def timestamps_within_py(records: bytes | bytearray | memoryview, now_ms: int,
+                         before_max_ms: int, after_max_ms: int) -> bool:
+    """timestamps_within in Python (see the module docstring)."""
+    if not (_INT64_MIN <= now_ms <= _INT64_MAX and 0 <= before_max_ms <= _INT64_MAX
+            and 0 <= after_max_ms <= _INT64_MAX):
+        if before_max_ms < 0 or after_max_ms < 0:
+            raise ValueError("before_max_ms and after_max_ms must be >= 0")
+        raise OverflowError("now_ms, before_max_ms or after_max_ms out of int64 range")
+    if len(records) < HEADER_SIZE:
+        return False
+    fields = _unpack_header(records, 0)
+    if fields[1] + LOG_OVERHEAD != len(records) or fields[5] & COMPRESSION_MASK:
+        return False
+    low = max(now_ms - before_max_ms, _INT64_MIN)
+    high = min(now_ms + after_max_ms, _INT64_MAX)
+    base = fields[7]
+    view = memoryview(records)
+    end = len(view)
+    pos = HEADER_SIZE
+    try:
+        for _ in range(fields[12]):
+            length, pos = _read_varint(view, pos, end)
+            record_end = pos + length
+            if length < 1 or record_end > end:  # at least the attributes byte
+                return False
+            delta, _ = _read_varint(view, pos + 1, record_end)  # after the attributes
+            stamp = base + delta
+            if not (_INT64_MIN <= length <= _INT64_MAX and _INT64_MIN <= delta <= _INT64_MAX
+                    and _INT64_MIN <= stamp <= _INT64_MAX):
+                return False  # past 64 bits: the C twin cannot hold it
+            if stamp != -1 and not low <= stamp <= high:
+                return False
+            pos = record_end
+    except CorruptMessageError:
+        return False
+    return True
 
 
 def write_batch_py(fd: int, records: bytes | bytearray | memoryview, base_offset: int,
@@ -108,7 +158,8 @@ try:
 except ImportError:  # not built (no compiler where it was installed): the Python twins
     _compiled = None
 if _compiled is not None and not all(hasattr(_compiled, name)
-                                     for name in ("SegmentCore", "IndexCore")):
+                                     for name in ("SegmentCore", "IndexCore",
+                                                  "timestamps_within")):
     # built from older code (an editable install's .so stays in the tree until it is
     # built again): all of it or none, so the twins never mix with a stale half
     from loguru import logger
@@ -124,9 +175,12 @@ COMPILED_MODULE: ModuleType | None = _compiled
 single_batch: Callable[[bytes | bytearray | memoryview], tuple[int, ...] | None]
 write_batch: Callable[..., int]  # (fd, records, base_offset, batch_length, leader_epoch
 #                                    [, index, slot, relative_offset, position])
+timestamps_within: Callable[[bytes | bytearray | memoryview, int, int, int], bool]
 if _compiled is not None:
     single_batch = _compiled.single_batch
     write_batch = _compiled.write_batch
+    timestamps_within = _compiled.timestamps_within
 else:
     single_batch = single_batch_py
     write_batch = write_batch_py
+    timestamps_within = timestamps_within_py

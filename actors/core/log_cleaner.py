@@ -57,6 +57,7 @@ from actors.core.record_batch import (
     LOG_OVERHEAD,
     BatchHeader,
     check_batch,
+    record_codecs,
     record_spans,
 )
 from actors.core.segment_swap import discard_staging, staging_name
@@ -195,22 +196,6 @@ def write_cleaner_checkpoint(log_dir: Path, offsets: Mapping[tuple[str, int], in
 # --------------------------------------------------------------- records
 
 
-def _codecs() -> dict[int, tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]]:
-    """Kafka's codecs by attribute value: (decode, encode), where the library is there."""
-    from kafka import codec
-
-    out: dict[int, tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]] = {}
-    if codec.has_gzip():
-        out[1] = (codec.gzip_decode, codec.gzip_encode)
-    if codec.has_snappy():
-        out[2] = (codec.snappy_decode, codec.snappy_encode)
-    if codec.has_lz4():
-        out[3] = (codec.lz4_decode, codec.lz4_encode)
-    if codec.has_zstd():
-        out[4] = (codec.zstd_decode, codec.zstd_encode)
-    return out
-
-
 def key_hash(key: bytes) -> bytes:
     return hashlib.blake2b(key, digest_size=16).digest()
 
@@ -325,7 +310,7 @@ class CleaningPass:
         self.stats = PassStats()
         self.offset_map: dict[bytes, int] = {}
         self._segment_map: dict[bytes, int] = {}
-        self._codecs = _codecs()
+        self._codecs = record_codecs()
         infos = self.log.segments
         self._upper = dict(zip([s.base_offset for s in infos], _next_bases(self.log),
                                strict=True))

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, NoReturn
 
-from actors.core.batch_fast import single_batch
+from actors.core.batch_fast import single_batch, timestamps_within
 from actors.core.checkpoint import TMP_SUFFIX, fsync_dir
 from actors.core.log_epoch_cache import UNDEFINED_EPOCH, LeaderEpochCache
 from actors.core.log_index import DEFAULT_MAX_INDEX_BYTES, TIME_INDEX_SUFFIX
 from actors.core.log_segment import INDEX_SUFFIX, LOG_SUFFIX, LogSegment
+from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.producer_state import (
     BatchMetadata,
     ProducerStateEntry,
@@ -46,6 +47,7 @@ from actors.core.record_batch import (
     iter_record_timestamps,
     leader_header,
     read_records,
+    record_timestamps,
 )
 from actors.core.segment_swap import (
     SwapManifest,
@@ -53,11 +55,17 @@ from actors.core.segment_swap import (
     missing_staging_files,
     recover_swaps,
 )
-from actors.core.transaction_log import CONTROL_COMMIT, control_batch, control_type
+from actors.core.transaction_log import (
+    CONTROL_COMMIT,
+    TRANSACTION_STATE_TOPIC,
+    control_batch,
+    control_type,
+)
 from actors.core.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex
 from wire.errors import (
     ErrorCode,
     InvalidRecordError,
+    InvalidTimestampError,
     KafkaError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
@@ -66,6 +74,8 @@ from wire.errors import (
 from wire.file_region import FileRegion
 
 NO_LIMIT = 2**63 - 1
+# the group and transaction coordinators' logs
+COORDINATOR_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 DAY_MS = 24 * 60 * 60 * 1000
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
@@ -105,6 +115,11 @@ class LogConfig:
     flush_ms: int = NO_LIMIT
     max_message_bytes: int = 1048588
     message_timestamp_type: str = CREATE_TIME
+    # A CreateTime record's timestamp must lie within [now - before, now + after] of the
+    # leader's clock (Kafka's message.timestamp.before/after.max.ms, KIP-937; the topic
+    # config's message.timestamp.difference.max.ms already resolved into both)
+    message_timestamp_before_max_ms: int = NO_LIMIT
+    message_timestamp_after_max_ms: int = NO_LIMIT
     # Kafka's log cleaner settings: "delete" drops old segments (retention),
     # "compact" keeps each key's latest record (actors/core/log_cleaner.py).
     cleanup_policy: tuple[str, ...] = ("delete",)
@@ -129,9 +144,49 @@ class LogConfig:
                              f"{self.segment_bytes}")
         if self.segment_index_bytes < 4:
             raise ValueError(f"segment_index_bytes must be >= 4, got {self.segment_index_bytes}")
+        if self.message_timestamp_before_max_ms < 0 or self.message_timestamp_after_max_ms < 0:
+            raise ValueError(f"message_timestamp_before_max_ms and _after_max_ms must be "
+                             f">= 0, got {self.message_timestamp_before_max_ms} and "
+                             f"{self.message_timestamp_after_max_ms}")
         if self.index_interval_bytes < 0:
             raise ValueError(f"index_interval_bytes must be >= 0, got "
                              f"{self.index_interval_bytes}")
+
+
+def check_timestamps(records: bytes | bytearray | memoryview, headers: list[BatchHeader],
+                     now_ms: int, before_max_ms: int, after_max_ms: int) -> None:
+    """InvalidTimestampError unless every record's timestamp lies in
+    [now_ms - before_max_ms, now_ms + after_max_ms] (a record without one, -1, passes),
+    as Kafka's LogValidator checks a CreateTime topic's client appends, record by record.
+
+    Its ``record_errors`` name every refused record by its index in ``records``. A
+    compressed batch that is not read here (not gzip, or inflating past
+    INFLATE_CHECK_MAX_BYTES) is judged by its header's first and max timestamps, named
+    by its first record's index.
+    """
+    low, high = now_ms - before_max_ms, now_ms + after_max_ms
+    before_text = "(none)" if before_max_ms == NO_LIMIT else str(before_max_ms)
+    after_text = "(none)" if after_max_ms == NO_LIMIT else str(after_max_ms)
+    bounds = (f"[{'-' if before_max_ms == NO_LIMIT else low}, "
+              f"{'+' if after_max_ms == NO_LIMIT else high}]")
+    errors: dict[int, str] = {}
+    index = 0
+    for header in headers:
+        stamps = record_timestamps(records, header)
+        judged = (enumerate(stamps, index) if stamps is not None else
+                  ((index, header.base_timestamp), (index, header.max_timestamp)))
+        for at, stamp in judged:
+            if stamp != -1 and not low <= stamp <= high and at not in errors:
+                errors[at] = (f"timestamp {stamp} of the record at index {at} is out of "
+                              f"range: it must be within {bounds} (the broker's time "
+                              f"{now_ms} - message.timestamp.before.max.ms {before_text}, "
+                              f"+ message.timestamp.after.max.ms {after_text})")
+        index += header.records_count
+    if errors:
+        first = min(errors)
+        raise InvalidTimestampError(
+            f"{len(errors)} of {index} records refused for their timestamps; the first: "
+            f"{errors[first]}", tuple(sorted(errors.items())))
 
 
 def _continues(previous_next_offset: int, base: int, recovery_point: int) -> bool:
@@ -407,11 +462,21 @@ class PartitionLog:
     @config.setter
     def config(self, config: LogConfig) -> None:
         self._config = config
+        # The bounds on a client's CreateTime record timestamps (before, after), None
+        # when there are none (the defaults: the check costs nothing then).
+        create_time = config.message_timestamp_type == CREATE_TIME
+        # The coordinators' own logs are stamped by the broker itself (with its clock
+        # since start, not re-read wall time): a broker-wide bound must never refuse them.
+        self._timestamp_bounds = (
+            (config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms)
+            if create_time and self.topic not in COORDINATOR_TOPICS
+            and (config.message_timestamp_before_max_ms != NO_LIMIT
+                                or config.message_timestamp_after_max_ms != NO_LIMIT)
+            else None)
         # Largest append the single-batch fast path takes: within max.message.bytes and
         # segment.bytes, and CreateTime only (LogAppendTime rewrites the header).
         self._single_batch_max_bytes = (
-            min(config.max_message_bytes, config.segment_bytes)
-            if config.message_timestamp_type == CREATE_TIME else -1)
+            min(config.max_message_bytes, config.segment_bytes) if create_time else -1)
 
     @property
     def log_start_offset(self) -> int:
@@ -552,6 +617,7 @@ class PartitionLog:
                  producer_id, producer_epoch, base_sequence, records_count) = fields
                 epochs = self.epoch_cache.entries
                 config = self._config
+                bounds = self._timestamp_bounds
                 active = self.segments[-1]
                 size = len(records)
                 first_offset = active.next_offset
@@ -574,7 +640,13 @@ class PartitionLog:
                             (entry := self.producer_state.producers.get(producer_id))
                             is not None and entry.producer_epoch == producer_epoch
                             and entry.batches
-                            and base_sequence == entry.batches[-1].last_seq + 1))):
+                            and base_sequence == entry.batches[-1].last_seq + 1))
+                        # last (the one walk of the records): every record's timestamp
+                        # within the topic's bounds, if it has any (uncompressed only: a
+                        # compressed batch, or one refused, takes the general path, which
+                        # reads and names them)
+                        and (bounds is None
+                             or timestamps_within(records, now_ms, bounds[0], bounds[1]))):
                     if defer and active.on_staged_written is None:
                         active.on_staged_written = self._staged_written
                     active.append_one(records, batch_length, leader_epoch, size, first_offset,
@@ -609,6 +681,8 @@ class PartitionLog:
         if total > self.config.segment_bytes:
             raise RecordListTooLargeError(
                 f"{total} bytes of records exceed segment.bytes {self.config.segment_bytes}")
+        if self._timestamp_bounds is not None and not coordinator:
+            check_timestamps(records, headers, now_ms, *self._timestamp_bounds)
         state = self.producer_state
         if coordinator:
             for header in headers:

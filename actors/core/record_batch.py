@@ -1,16 +1,21 @@
 """Kafka v2 record batches: header parsing, validation and in-place patching.
 
 The log stores batches exactly as clients send them. Only the 61-byte header
-is ever parsed on the hot path; records (possibly compressed) are never
+is ever parsed on the hot path; records (possibly compressed) are not
 decoded, because per-record Python work would cap the broker's throughput.
+The one exception is a topic with timestamp bounds
+(message.timestamp.before/after.max.ms), whose appends read each record's
+timestamp (``record_timestamps``), as Kafka's do.
 The CRC is CRC-32C over everything after the crc field (attributes to the
 end), computed with the C ``crc32c`` package.
 """
 
 from __future__ import annotations
 
+import functools
 import struct
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import crc32c
@@ -399,6 +404,87 @@ def iter_record_timestamps(buf: bytes | bytearray | memoryview, header: BatchHea
     base_ts = header.base_timestamp
     return [(base_offset + off_delta, base_ts + ts_delta)
             for off_delta, ts_delta, _pos, _end in _walk(memoryview(buf), header, start, end)]
+
+
+@functools.cache
+def record_codecs() -> dict[int, tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]]:
+    """Kafka's codecs by attribute value: (decode, encode), where the library is there."""
+    from kafka import codec
+
+    out: dict[int, tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]] = {}
+    if codec.has_gzip():
+        out[1] = (codec.gzip_decode, codec.gzip_encode)
+    if codec.has_snappy():
+        out[2] = (codec.snappy_decode, codec.snappy_encode)
+    if codec.has_lz4():
+        out[3] = (codec.lz4_decode, codec.lz4_encode)
+    if codec.has_zstd():
+        out[4] = (codec.zstd_decode, codec.zstd_encode)
+    return out
+
+
+GZIP = 1  # the attributes' compression codec of a gzip batch
+# The most a compressed batch is inflated to read its records' timestamps on the produce
+# path: a small batch may inflate to gigabytes (all zeros), which must not stall or take
+# down its shard; past it the batch is judged by its header, as an unreadable one is.
+INFLATE_CHECK_MAX_BYTES = 16 << 20
+
+
+def _gunzip_bounded(body: bytes | memoryview, limit: int, position: int) -> bytes | None:
+    """The gzip ``body`` inflated (every member), or None if that is more than ``limit``
+    bytes; CorruptMessageError if it is not gzip."""
+    out = bytearray()
+    data = bytes(body)
+    while data:
+        inflater = zlib.decompressobj(wbits=31)  # gzip framing
+        try:
+            out += inflater.decompress(data, limit + 1 - len(out))
+        except zlib.error as exc:
+            raise CorruptMessageError(f"record batch at byte {position} does not "
+                                      f"decompress: {exc}") from None
+        if len(out) > limit or inflater.unconsumed_tail:
+            return None
+        if not inflater.eof:
+            raise CorruptMessageError(f"record batch at byte {position} does not "
+                                      f"decompress: its gzip stream is cut short")
+        data = inflater.unused_data
+    return bytes(out)
+
+
+def record_timestamps(buf: bytes | bytearray | memoryview,
+                      header: BatchHeader) -> list[int] | None:
+    """The CreateTime timestamp of each record of the (checked) batch ``header``, in
+    order, inflating a gzip batch; None for a batch of another codec (their libraries are
+    optional here) or one that inflates past INFLATE_CHECK_MAX_BYTES.
+
+    Kafka validates each record's timestamp, not the header's first and max: a
+    record may be older than the first (deltas are signed), and the header's max
+    is the client's claim.
+    """
+    start = header.position + HEADER_SIZE
+    body: bytes | memoryview = memoryview(buf)[start:header.position + header.size]
+    if header.compression:
+        if header.compression != GZIP:
+            return None
+        inflated = _gunzip_bounded(body, INFLATE_CHECK_MAX_BYTES, header.position)
+        if inflated is None:
+            return None
+        body = inflated
+    base = header.base_timestamp
+    view = memoryview(body)
+    end = len(view)
+    out: list[int] = []
+    pos = 0
+    for _ in range(header.records_count):
+        length, pos = _read_varint(view, pos, end)
+        record_end = pos + length
+        if length < 0 or record_end > end:
+            raise CorruptMessageError(f"record batch at byte {header.position}: a record "
+                                      f"runs past the end of its batch")
+        ts_delta, _ = _read_varint(view, pos + 1, record_end)  # after the attributes
+        out.append(base + ts_delta)
+        pos = record_end
+    return out
 
 
 def _walk(view: memoryview, header: BatchHeader, start: int,

@@ -55,6 +55,9 @@ TOPIC_CONFIGS: dict[str, tuple[str, type]] = {
     "flush.ms": ("log.flush.interval.ms", int),
     "max.message.bytes": ("message.max.bytes", int),
     "message.timestamp.type": ("log.message.timestamp.type", str),
+    "message.timestamp.before.max.ms": ("log.message.timestamp.before.max.ms", int),
+    "message.timestamp.after.max.ms": ("log.message.timestamp.after.max.ms", int),
+    "message.timestamp.difference.max.ms": ("log.message.timestamp.difference.max.ms", int),
     "min.insync.replicas": ("min.insync.replicas", int),
     "cleanup.policy": ("log.cleanup.policy", list),
     "delete.retention.ms": ("log.cleaner.delete.retention.ms", int),
@@ -77,6 +80,9 @@ TOPIC_CONFIG_TYPES: dict[str, ConfigType] = {
     "flush.ms": ConfigType.LONG,
     "max.message.bytes": ConfigType.INT,
     "message.timestamp.type": ConfigType.STRING,
+    "message.timestamp.before.max.ms": ConfigType.LONG,
+    "message.timestamp.after.max.ms": ConfigType.LONG,
+    "message.timestamp.difference.max.ms": ConfigType.LONG,
     "min.insync.replicas": ConfigType.INT,
     "cleanup.policy": ConfigType.LIST,
     "delete.retention.ms": ConfigType.LONG,
@@ -94,6 +100,9 @@ TOPIC_CONFIG_RANGES: dict[str, tuple[float, float]] = {
     "flush.messages": (1, _INT64),
     "flush.ms": (0, _INT64),
     "max.message.bytes": (0, _INT32),
+    "message.timestamp.before.max.ms": (0, _INT64),
+    "message.timestamp.after.max.ms": (0, _INT64),
+    "message.timestamp.difference.max.ms": (0, _INT64),
     "min.insync.replicas": (1, _INT32),
     "delete.retention.ms": (0, _INT64),
     "min.compaction.lag.ms": (0, _INT64),
@@ -243,8 +252,32 @@ def log_config_for(broker: Any, topic_configs: dict[str, str]) -> LogConfig:
         flush_ms=int(values["flush.ms"]),
         max_message_bytes=int(values["max.message.bytes"]),
         message_timestamp_type=values["message.timestamp.type"],
+        message_timestamp_before_max_ms=timestamp_bound(broker, topic_configs, "before"),
+        message_timestamp_after_max_ms=timestamp_bound(broker, topic_configs, "after"),
         cleanup_policy=tuple(cleanup_policies(values["cleanup.policy"])),
         delete_retention_ms=int(values["delete.retention.ms"]),
         min_compaction_lag_ms=int(values["min.compaction.lag.ms"]),
         min_cleanable_dirty_ratio=float(values["min.cleanable.dirty.ratio"]),
     )
+
+
+def timestamp_bound(broker: Any, topic_configs: Mapping[str, str], side: str) -> int:
+    """message.timestamp.``side``.max.ms as Kafka 3.6+ (KIP-937) resolves it.
+
+    At each level a bound left at Long.MAX_VALUE gives way to the deprecated
+    difference.max.ms of its level: the broker's default for the topic is
+    log.message.timestamp.``side``.max.ms, else log.message.timestamp.difference.max.ms;
+    the topic's bound is its override, else that default, and if that is Long.MAX_VALUE,
+    the topic's difference.max.ms (override, else the broker's).
+    """
+    key = f"message.timestamp.{side}.max.ms"
+    broker_difference = int(broker["log.message.timestamp.difference.max.ms"])
+    if key in topic_configs:
+        bound = int(topic_configs[key])
+    else:
+        bound = int(broker[f"log.{key}"])
+        if bound == _INT64:
+            bound = broker_difference
+    if bound != _INT64:
+        return bound
+    return int(topic_configs.get("message.timestamp.difference.max.ms", broker_difference))

@@ -117,6 +117,15 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "log.flush.interval.messages": (2**63 - 1, int, "fsync after this many messages"),
     "log.flush.interval.ms": (2**63 - 1, int, "fsync after this long"),
     "log.message.timestamp.type": ("CreateTime", str, "CreateTime or LogAppendTime"),
+    "log.message.timestamp.before.max.ms": (2**63 - 1, int, "a CreateTime record older than "
+                                                           "this, by the broker's clock, is "
+                                                           "refused (INVALID_TIMESTAMP)"),
+    "log.message.timestamp.after.max.ms": (2**63 - 1, int, "a CreateTime record this far "
+                                                          "ahead of the broker's clock is "
+                                                          "refused (INVALID_TIMESTAMP)"),
+    "log.message.timestamp.difference.max.ms": (2**63 - 1, int, "deprecated (Kafka 3.6): "
+                                                               "both bounds at once, for "
+                                                               "either left unset"),
     "log.retention.check.interval.ms": (300000, int, "how often old segments are checked "
                                                     "against retention"),
     "log.flush.offset.checkpoint.interval.ms": (60000, int, "how often the offset checkpoint "
@@ -256,6 +265,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "log.index.interval.bytes": (0, 2**31 - 1),
     "log.flush.interval.messages": (1, _MAX_INT),
     "log.flush.interval.ms": (0, _MAX_INT),
+    "log.message.timestamp.before.max.ms": (0, _MAX_INT),
+    "log.message.timestamp.after.max.ms": (0, _MAX_INT),
+    "log.message.timestamp.difference.max.ms": (0, _MAX_INT),
     "log.retention.check.interval.ms": _MS,
     "log.flush.offset.checkpoint.interval.ms": (0, 2**31 - 1),
     "log.cleaner.backoff.ms": (0, _MAX_INT),

@@ -58,6 +58,7 @@ TLS = "tests/security/test_tls_broker.py"
 SASL = "tests/security/test_sasl_broker.py"
 ACL = "tests/security/test_acl_broker.py"
 REPL = "tests/cluster/test_replication.py"
+TSBOUNDS = "tests/broker/test_timestamp_bounds.py"
 TXN = "tests/broker/test_transactions.py"
 CURVE = "tests/cluster/test_curve_cluster.py"
 CURVE_TEST = ("test_curve_cluster_replicates_and_refuses_a_foreign_key_and_a_node_without_"
@@ -163,6 +164,11 @@ EFFECTS: dict[str, list[str]] = {
     "log.flush.interval.messages": [f"{HERE}::test_flush_by_messages_and_by_time"],
     "log.flush.interval.ms": [f"{HERE}::test_flush_by_messages_and_by_time"],
     "log.message.timestamp.type": [f"{HERE}::test_log_append_time_stamps_the_batches"],
+    "log.message.timestamp.before.max.ms": [
+        f"{TSBOUNDS}::test_broker_keys_are_the_topics_defaults"],
+    "log.message.timestamp.difference.max.ms": [
+        f"{TSBOUNDS}::test_broker_keys_are_the_topics_defaults"],
+    "log.message.timestamp.after.max.ms": [f"{TSBOUNDS}::test_the_after_key_alone"],
     "log.flush.offset.checkpoint.interval.ms": [
         f"{HERE}::test_checkpoints_are_written_while_running"],
     "log.cleanup.policy": [f"{HERE}::test_log_cleanup_policy_is_the_topics_default"],

@@ -17,6 +17,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import crc32c
@@ -27,8 +28,8 @@ from hypothesis import strategies as st
 from actors.core import batch_fast, log_segment, partition_log
 from actors.core.log_index import OffsetIndex
 from actors.core.log_segment import LogSegment
-from actors.core.partition_log import LogConfig, PartitionLog
-from actors.core.record_batch import build_batch
+from actors.core.partition_log import LogConfig, PartitionLog, check_timestamps
+from actors.core.record_batch import build_batch, check_batches
 
 compiled = batch_fast._compiled
 needs_c = pytest.mark.skipif(compiled is None, reason="the C module is not built here")
@@ -119,6 +120,71 @@ def test_single_batch_agrees(batch: bytes, kind: type) -> None:
     assert compiled.single_batch(records) == expected
     if expected is not None:  # whatever passes is one valid batch, as the general path says
         assert len(expected) == 13 and expected[1] + 12 == len(batch)
+
+
+INT64_MIN = -(2**63)
+NOW = st.one_of(st.integers(-(2**41), 2**62), st.sampled_from([INT64_MIN, 2**63 - 1]))
+BOUND = st.one_of(st.integers(0, 2**63 - 1), st.sampled_from([0, 2**40, 2**61, 2**63 - 1]))
+
+
+@needs_c
+@SETTINGS
+@given(mangled(), NOW, BOUND, BOUND, st.sampled_from([bytes, bytearray, memoryview]))
+def test_timestamps_within_agrees(batch: bytes, now: int, before: int, after: int,
+                                  kind: type) -> None:
+    expected = batch_fast.timestamps_within_py(kind(batch), now, before, after)
+    assert compiled.timestamps_within(kind(batch), now, before, after) is expected
+    if expected and batch_fast.single_batch_py(batch) is not None:
+        # what passes the fast check passes the general path's exact one
+        check_timestamps(batch, check_batches(batch), now, before, after)
+
+
+def _record(timestamp_delta_varint: bytes) -> bytes:
+    """A record with a hand-written timestamp delta varint, null key, empty value."""
+    body = b"\x00" + timestamp_delta_varint + b"\x00\x01\x00\x00"
+    return bytes([len(body) << 1]) + body
+
+
+def _with_records(batch: bytes, records: bytes, count: int) -> bytes:
+    out = bytearray(batch[:61]) + records
+    struct.pack_into(">i", out, 8, len(out) - 12)
+    struct.pack_into(">i", out, 57, count)
+    return bytes(_with_crc(out))
+
+
+TWINS = [pytest.param(batch_fast.timestamps_within_py, id="py"),
+         pytest.param(getattr(compiled, "timestamps_within", None), id="c", marks=needs_c)]
+
+
+@pytest.mark.parametrize("within", TWINS)
+def test_timestamps_within_examples(within: Callable[..., bool]) -> None:
+    now = 10**12
+    plain = build_batch([b"a", b"b", b"c"], timestamps_ms=[now, now - 50, now + 20])
+    assert within(plain, now, 50, 20) is True
+    assert within(plain, now, 49, 20) is False  # the middle record, older than the first
+    assert within(plain, now, 50, 19) is False
+    assert within(build_batch([b"a"], timestamps_ms=[now], attributes=1), now, 5, 5) is False
+    assert within(plain[:-1], now, 50, 20) is False  # shorter than its length says
+    assert within(build_batch([b"a"], timestamps_ms=[-1]), now, 0, 0) is True  # no timestamp
+    # an upper bound past int64 is INT64_MAX; a lower one below it, INT64_MIN
+    top = build_batch([b"a"], timestamps_ms=[2**63 - 1])
+    assert within(top, now, 0, 2**63 - 1) is True
+    assert within(build_batch([b"a"], timestamps_ms=[INT64_MIN]), -5, 2**63 - 1, 0) is True
+    assert within(build_batch([b"a"], timestamps_ms=[INT64_MIN]), 0, 2**63 - 1, 0) is False
+    # a delta varint of 10 bytes is the most that fits 64 bits; base + delta must fit too
+    base = build_batch([b"a"], timestamps_ms=[0])
+    ten = b"\xff" * 9 + b"\x01"  # zigzag of 2**64 - 1: INT64_MIN
+    assert within(_with_records(base, _record(ten), 1), -1, 2**63 - 1, 0) is True
+    assert within(_with_records(base, _record(b"\xff" * 9 + b"\x02"), 1), 0,
+                  2**63 - 1, 2**63 - 1) is False
+    assert within(_with_records(base, _record(b"\xff" * 10 + b"\x00"), 1), 0,
+                  2**63 - 1, 2**63 - 1) is False
+    late = bytearray(_with_records(base, _record(ten), 1))
+    struct.pack_into(">q", late, 27, -1)  # base -1 + INT64_MIN overflows
+    assert within(bytes(_with_crc(late)), 0, 2**63 - 1, 2**63 - 1) is False
+    assert within(_with_records(base, b"\x00", 1), 0, 5, 5) is False  # an empty record
+    with pytest.raises(ValueError, match="must be >= 0"):
+        within(plain, now, -1, 0)
 
 
 @needs_c
@@ -242,27 +308,35 @@ def test_write_batch_refuses_out_of_range_fields(tmp_path: Path,
 @needs_c
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(mangled(), min_size=1, max_size=30), st.booleans())
+@given(st.lists(mangled(), min_size=1, max_size=30), st.booleans(), st.booleans())
 def test_logs_appended_through_either_are_identical(tmp_path_factory: pytest.TempPathFactory,
                                                     batches: list[bytes],
-                                                    defer: bool) -> None:
-    """The whole append (checks, offsets, indexes, refusals) through C and through Python."""
+                                                    defer: bool, bounded: bool) -> None:
+    """The whole append (checks, offsets, indexes, refusals) through C and through Python,
+    ``bounded`` with timestamp bounds that refuse some of the batches' records
+    (timestamps from -2**40 to 2**62 against [0, 3 * 2**60])."""
     root = tmp_path_factory.mktemp("logs")
+    config = (LogConfig(segment_bytes=20_000, message_timestamp_before_max_ms=2**60,
+                        message_timestamp_after_max_ms=2**61) if bounded
+              else LogConfig(segment_bytes=20_000))
+    now_ms = 2**60 if bounded else 0
     results = []
     with pytest.MonkeyPatch.context() as monkeypatch:
-        for name, impl in (("c", (compiled.single_batch, compiled.write_batch)),
-                           ("py", (batch_fast.single_batch_py, batch_fast.write_batch_py))):
+        for name, impl in (("c", (compiled.single_batch, compiled.write_batch,
+                                  compiled.timestamps_within)),
+                           ("py", (batch_fast.single_batch_py, batch_fast.write_batch_py,
+                                   batch_fast.timestamps_within_py))):
             monkeypatch.setattr(partition_log, "single_batch", impl[0])
+            monkeypatch.setattr(partition_log, "timestamps_within", impl[2])
             monkeypatch.setattr(log_segment, "write_batch", impl[1])
             if name == "py":  # the segment's append too: SegmentCore's, or its Python twin
                 monkeypatch.setattr(LogSegment, "append_one", LogSegment._append_one_py)
-            log = PartitionLog.open(root / name / "t-0", "t", 0,
-                                    LogConfig(segment_bytes=20_000), 0)
+            log = PartitionLog.open(root / name / "t-0", "t", 0, config, 0)
             log.assign_epoch_start_offset(3, 0)
             outcome = []
             for batch in batches:
                 try:
-                    outcome.append(log.append_as_leader(batch, 3, 0, defer=defer))
+                    outcome.append(log.append_as_leader(batch, 3, now_ms, defer=defer))
                 except Exception as exc:  # the refusal itself must match
                     outcome.append((type(exc), str(exc)))
                 if defer:

@@ -624,3 +624,47 @@ def test_a_lost_answer_does_not_apply_the_change_again_over_a_newer_one(
     assert node.ask(shard, GetStats())["partitions"]["t-0"][2] == 1, "the record is lost"
     assert "t" in TopicStore.load(tmp_path / "logs").topics
     assert [u.topics["t"][0] for u in _updates(node, handlers, 3)] == [2] * HANDLERS
+
+
+def test_a_change_never_written_is_given_up_unmade_and_never_sent_to_the_handlers(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every write of the store fails (the Controller crashes on each): the change is
+    recorded, written again by RESEND_TRIES new lives, then given up at PENDING_GIVE_UP_NS.
+    Its requester is answered UNKNOWN_SERVER_ERROR (not written, not made), the handlers
+    are sent nothing (the store never had it), and the table in memory is the store's
+    again: the next change, written, does not bring it in. Before, the give-up sent every
+    handler the table in memory with the unwritten topic in it (a topic no shard opened,
+    that a restarted process would not know), and the next write put it in the store."""
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    real = TopicStore.save
+    failing = {"on": True}
+
+    def save(self: TopicStore) -> None:
+        if failing["on"]:
+            raise OSError("a disk that takes no write")
+        real(self)
+
+    monkeypatch.setattr(TopicStore, "save", save)
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})]),
+              sender=client.name)
+    wait_for(lambda: node.actors[controller.name].crashes == 1 + RESEND_TRIES, "every try")
+    node.quiesce()
+    assert "t" in node.ask(controller, GetStats())["topics"]  # in memory, not written
+    node.advance_clock(PENDING_GIVE_UP_NS // 1_000_000)
+    [answer] = wait_for(lambda: _got(node, client, CreateTopicsDone), "the give-up")
+    assert [r[1] for r in answer.rows] == [int(ErrorCode.UNKNOWN_SERVER_ERROR)]
+    assert "could not be written" in str(answer.rows[0][2])
+    node.quiesce()
+    assert [_got(node, h, MetadataUpdate) for h in handlers] == [[]] * HANDLERS, \
+        "the handlers were sent a table the store never had"
+    assert "t" not in node.ask(controller, GetStats())["topics"]
+
+    failing["on"] = False
+    node.tell(controller, CreateTopics(2, False, [CreateTopicRow("u", 1, 1, {})]),
+              sender=client.name)
+    _ack_all(node, controller, handlers, 1)
+    wait_for(lambda: len(_got(node, client, CreateTopicsDone)) == 2, "the next create")
+    assert sorted(TopicStore.load(tmp_path / "logs").topics) == ["u"]
+    assert [sorted(u.topics) for u in _updates(node, handlers, 1)] == [["u"]] * HANDLERS
+    assert _hosted(node, "t") == []

@@ -1305,6 +1305,10 @@ class ReplicaManager(Actor):
         for shard in shards:
             _why, tries = self.restores_owed.get(shard, ("", 0))
             self.restores_owed[shard] = (reason, tries + 1)
+            if tries:
+                # a restore a crash interrupted, tried again now: counted as it is tried
+                # (not before: a crash before this line tried nothing)
+                self.restores_redone += 1
         by_shard: dict[Address, list[RestoredRoleRow]] = {shard: [] for shard in shards}
         fenced = pending = 0
         for tp, role in self.states.items():
@@ -1376,7 +1380,6 @@ class ReplicaManager(Actor):
                 continue
             again.setdefault(reason, set()).add(shard)
         for reason, shards in sorted(again.items()):
-            self.restores_redone += len(shards)
             self.log.warning("the restore of shard(s) {} ({}) was interrupted by a crash of "
                              "this actor: done again", ", ".join(sorted(s.name for s in shards)),
                              reason)

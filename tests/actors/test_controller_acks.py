@@ -39,6 +39,7 @@ from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
 from tests.fixtures.crash import crash_once, fail_once
+from tests.fixtures.two_processes import two_processes
 from tests.fixtures.waiting import wait_for
 from wire.admin_messages import (
     AlterTopicConfigs,
@@ -58,6 +59,7 @@ from wire.broker_messages import (
     DeleteTopicRow,
     DeleteTopics,
     DeleteTopicsDone,
+    DropPartitions,
     GetStats,
     MetadataApplied,
     MetadataUpdate,
@@ -65,6 +67,7 @@ from wire.broker_messages import (
     Schedule,
     ShardDone,
 )
+from wire.cluster_messages import ProcessStarted
 from wire.errors import ErrorCode
 
 HANDLERS = 3
@@ -668,3 +671,63 @@ def test_a_change_never_written_is_given_up_unmade_and_never_sent_to_the_handler
     assert sorted(TopicStore.load(tmp_path / "logs").topics) == ["u"]
     assert [sorted(u.topics) for u in _updates(node, handlers, 1)] == [["u"]] * HANDLERS
     assert _hosted(node, "t") == []
+
+
+class ShardKeeper(Actor):
+    """A shard of process 1 that answers nothing (its process is about to die): keeps what
+    comes, as [type name, message]."""
+
+    def setup(self) -> None:
+        self.got: list[Any] = []
+
+    @handles(OpenPartitions, DropPartitions)
+    def on_any(self, msg: Any) -> None:
+        self.got.append([type(msg).__name__, msg])
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> Any:
+        return list(self.got)
+
+
+def test_a_restarted_process_has_its_shards_asked_for_the_pending_changes_at_once(
+        tmp_path: Path) -> None:
+    """Process 1's shard never answers three changes: topics a and b created, both deleted,
+    b created anew (a namesake). Process 1 restarts (ProcessStarted): the Controller asks
+    its new shard at once for each change, never applying one again: the creates get an
+    empty OpenPartitions of their id (the new shard opened the table as written); the
+    delete is sent again for a-0 alone (its directory must go), not for b-0, the
+    namesake's now. Before, the Controller was not told, and each change waited for the
+    give-up (60 s)."""
+    with two_processes(tmp_path) as (main, p1, _manager):
+        topo = Topology("node-1", 1, 1, 2, 2, 1, home="node-1",
+                        process_nodes=("node-1", "node-1-p1"))
+        shard = topo.shard(1)
+        assert shard.node == p1.name
+        names = [n for n in (f"t{i}" for i in range(100))
+                 if topo.shard_for(n, 0) == shard][:2]
+        a, b = names
+        p1.spawn(ShardKeeper, shard.name)
+        controller = main.spawn(Controller, topo.controller.name, topology=topo,
+                                config=Config(), store=TopicStore.load(tmp_path / "logs"))
+        client = main.spawn(Recorder, "client")
+        for ask in (CreateTopics(1, False, [CreateTopicRow(a, 1, 1, {}),
+                                            CreateTopicRow(b, 1, 1, {})]),
+                    DeleteTopics(2, [DeleteTopicRow(a), DeleteTopicRow(b)]),
+                    CreateTopics(3, False, [CreateTopicRow(b, 1, 1, {})])):
+            main.tell(controller, ask, sender=client.name)
+        before = wait_for(lambda: (lambda g: g if len(g) == 3 else None)(
+            p1.ask(shard, GetStats())), "the three changes at process 1's shard")
+        ids = [msg[0] for _name, msg in before]
+        assert [name for name, _msg in before] == ["OpenPartitions", "DropPartitions",
+                                                   "OpenPartitions"]
+
+        main.tell(controller, ProcessStarted(1, True, 1))
+
+        after = wait_for(lambda: (lambda g: g[3:] if len(g) == 6 else None)(
+            p1.ask(shard, GetStats())), "the pending changes asked again")
+        assert [(name, msg[0], sorted(tuple(r) for r in msg[1])) for name, msg in after] == [
+            ("OpenPartitions", ids[0], []),
+            ("DropPartitions", ids[1], [(a, 0)]),
+            ("OpenPartitions", ids[2], []),
+        ]
+        assert main.ask(controller, GetStats())["topics"].keys() == {b}

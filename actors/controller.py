@@ -768,9 +768,9 @@ class Controller(Actor):
         all): they are given up with it. The handlers hold that table already: nothing is
         sent to them, and no shard was sent an unwritten change."""
         unwritten = sorted(c for c, e in self.pending.items() if not e.saved)
-        self.store.topics = _copy_store(self.saved).topics
-        for each in unwritten:
-            entry = self.pending.pop(each)
+        entries = [self.pending.pop(each) for each in unwritten]  # first: a crash after
+        self.store.topics = _copy_store(self.saved).topics  # must not send them again
+        for entry in entries:
             self._answer(entry.requester, not_written(entry.answer))
         self.log.error("topic change(s) {} given up: never written to the topic store "
                        "(each write failed); not made, the table is the one last written",
@@ -825,7 +825,7 @@ class Controller(Actor):
         delete), which a delete again would drop. A namesake created later is sent after
         this, on the same link, so the delete comes first. A drop is idempotent."""
         if isinstance(sent, DropPartitions):
-            topics = self.store.topics
+            topics = self.saved.topics  # what the new shard opened: the table as written
             rows = [tp for tp in sent.rows
                     if tp.topic not in topics or tp.partition >= topics[tp.topic].num_partitions]
             return DropPartitions(change, rows)

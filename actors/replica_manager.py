@@ -639,7 +639,8 @@ class ReplicaManager(Actor):
         entry.rows[(topic, partition)] = code
         tp = TopicPartition(topic, partition)
         if awaiting_delete:
-            self.kept_for_delete.add(tp)
+            if tp in self.states:  # not stopped since (its StopReplica cancelled the role)
+                self.kept_for_delete.add(tp)
             # no role on the shard until then: no fetcher (one a restore added would fetch
             # a partition the shard does not host), no coordinator. Done now, not when the
             # request settles: the shard's RolesTaken comes after this answer, and may
@@ -1570,7 +1571,8 @@ class ReplicaManager(Actor):
             if (tp.topic, tp.partition) in awaiting:
                 # kept: the shard takes it once the old directory goes (RolesTaken, after
                 # this answer); no role there until then, so no fetcher nor coordinator
-                self.kept_for_delete.add(tp)
+                if state is not None:  # not stopped since (the stop cancelled the role)
+                    self.kept_for_delete.add(tp)
                 waiting.append(tp)
                 continue
             kept = tp in self.kept_for_delete

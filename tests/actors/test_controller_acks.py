@@ -689,15 +689,20 @@ class ShardKeeper(Actor):
         return list(self.got)
 
 
+@pytest.mark.parametrize("unwritten_delete", [False, True], ids=["written", "unwritten"])
 def test_a_restarted_process_has_its_shards_asked_for_the_pending_changes_at_once(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unwritten_delete: bool) -> None:
     """Process 1's shard never answers three changes: topics a and b created, both deleted,
     b created anew (a namesake). Process 1 restarts (ProcessStarted): the Controller asks
     its new shard at once for each change, never applying one again: the creates get an
     empty OpenPartitions of their id (the new shard opened the table as written); the
     delete is sent again for a-0 alone (its directory must go), not for b-0, the
     namesake's now. Before, the Controller was not told, and each change waited for the
-    give-up (60 s)."""
+    give-up (60 s).
+
+    ``unwritten``: a second delete of b (the namesake) is then never written (each write
+    of the store fails): b is gone from the table in memory but not from the store the
+    new shard opened, so the first delete is still sent again for a-0 alone."""
     with two_processes(tmp_path) as (main, p1, _manager):
         topo = Topology("node-1", 1, 1, 2, 2, 1, home="node-1",
                         process_nodes=("node-1", "node-1-p1"))
@@ -720,14 +725,27 @@ def test_a_restarted_process_has_its_shards_asked_for_the_pending_changes_at_onc
         ids = [msg[0] for _name, msg in before]
         assert [name for name, _msg in before] == ["OpenPartitions", "DropPartitions",
                                                    "OpenPartitions"]
+        if unwritten_delete:
+            def save(_store: TopicStore) -> None:
+                raise OSError("a disk that takes no write")
+
+            monkeypatch.setattr(TopicStore, "save", save)
+            main.tell(controller, DeleteTopics(4, [DeleteTopicRow(b)]), sender=client.name)
+            wait_for(lambda: main.actors[controller.name].crashes == 1 + RESEND_TRIES,
+                     "every write of the second delete")
+            assert b not in main.ask(controller, GetStats())["topics"]  # in memory only
+            main.quiesce()
+            p1.quiesce()  # (each new life asked the shard again: probes, counted here)
+        seen = len(p1.ask(shard, GetStats()))
 
         main.tell(controller, ProcessStarted(1, True, 1))
 
-        after = wait_for(lambda: (lambda g: g[3:] if len(g) == 6 else None)(
+        after = wait_for(lambda: (lambda g: g[seen:] if len(g) == seen + 3 else None)(
             p1.ask(shard, GetStats())), "the pending changes asked again")
         assert [(name, msg[0], sorted(tuple(r) for r in msg[1])) for name, msg in after] == [
             ("OpenPartitions", ids[0], []),
             ("DropPartitions", ids[1], [(a, 0)]),
             ("OpenPartitions", ids[2], []),
         ]
-        assert main.ask(controller, GetStats())["topics"].keys() == {b}
+        if not unwritten_delete:
+            assert main.ask(controller, GetStats())["topics"].keys() == {b}

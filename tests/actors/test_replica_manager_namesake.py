@@ -434,3 +434,23 @@ def test_a_kept_role_that_cannot_be_taken_is_told_to_the_replica_manager_at_once
         assert len([ln for ln in lines if "could not take the kept role" in ln]) == 1, lines
     finally:
         logger.remove(sink)
+
+
+def test_a_stop_ahead_of_the_shards_answer_leaves_nothing_kept_on_record(
+        node: Node, tmp_path: Path, immutable: Any) -> None:
+    """The namesake's role and a StopReplica without delete come together: the shard's
+    answer (refused, awaiting the old directory) reaches the ReplicaManager after the
+    stop, which cancelled the role. Nothing stays recorded as kept (it would keep a
+    restore from giving that partition a fetcher should the controller hand it back)."""
+    c = _cluster(node, tmp_path, [1, 2])
+    _delete_stuck(c, tmp_path, immutable)
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 0, [1], 0, [1, 2], True))
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 0, False)], 2),
+              sender=c.controller.name)
+    _refused(c, 2)
+    wait_for(lambda: len(_got(node, c.controller, "StopReplicaResponse")) == 2,
+             "the stop answered")
+    wait_for(lambda: _stats(node, c.shard)["roles_later"] == [], "the kept role cancelled",
+             timeout=15)
+    node.quiesce()
+    assert _manager(c)["kept_for_delete"] == []

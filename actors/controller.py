@@ -38,8 +38,19 @@ a crash of this actor in between leaves it written and unsent, and the new life 
 before it handles another change (see ``setup``). A change a shard does not say it
 applied within PENDING_GIVE_UP_NS of its record (or of a crash restart; far longer than
 any shard takes: only a lost message ends there) is given up: its requester is answered
-UNKNOWN_SERVER_ERROR, the handlers get the table all the same, and it holds no answer
-longer.
+UNKNOWN_SERVER_ERROR, the handlers get the table as the store holds it, and it holds no
+answer longer. A change whose write never succeeded (every try crashed) is not made: its
+give-up takes it (and any other change recorded after the last good write) out of the
+table in memory, and the handlers never see it. The handlers are only ever sent the table
+as last written (``saved``): what a restarted process reads.
+
+num.processes > 1: a shard of process k may die with its process holding a change in its
+mailbox. The restarted process says so (ProcessStarted, as it tells the handlers), and each
+pending change that waits for one of its shards goes on at once (``on_process_started``),
+not at the give-up: the new shards opened the topic table as written, so they are asked
+(the empty message of the change's id), except for a delete, sent again for the partitions
+the table does not hold now (the directory a lost delete left must go; one the table holds
+is a namesake's, created since, and is not deleted again).
 """
 
 from __future__ import annotations
@@ -97,6 +108,7 @@ from wire.broker_messages import (
     ShardDone,
     TopicPartition,
 )
+from wire.cluster_messages import ProcessStarted
 from wire.errors import ErrorCode, KafkaError
 
 # How long a topic change waits for the handlers' MetadataApplied before it is answered
@@ -144,6 +156,23 @@ def timed_out(answer: Any, timeout_ms: int | None) -> Any:
         f"timeout_ms ({timeout_ms}); it goes on"))
 
 
+def _copy_store(store: TopicStore) -> TopicStore:
+    """A copy of ``store``'s table and version (the copy is never written)."""
+    copy = TopicStore(store.path)
+    copy.version = store.version
+    copy.topics = {name: TopicInfo(t.num_partitions, t.replication_factor, dict(t.configs))
+                   for name, t in store.topics.items()}
+    return copy
+
+
+def not_written(answer: Any) -> Any:
+    """``answer`` with each topic changed (error NONE) now UNKNOWN_SERVER_ERROR: the change
+    was never written to the topic store (every try failed), and is not made."""
+    return _in_error(answer, GIVEN_UP, (
+        "the change to topic {name!r} could not be written to the topic store within "
+        f"{PENDING_GIVE_UP_NS // 1_000_000_000} s; it is not made"))
+
+
 def given_up(answer: Any) -> Any:
     """``answer`` with each topic changed (error NONE) now UNKNOWN_SERVER_ERROR: a shard
     did not answer the change within PENDING_GIVE_UP_NS."""
@@ -177,6 +206,7 @@ class _Pending:
     sent: bool = False  # every one sent (else a crash came between the write and them)
     sent_to: set[str] = field(default_factory=set)  # the shards it went to
     resent: int = 0  # times sent again after a crash restart
+    saved: bool = False  # in the topic store: a write of the table succeeded since its record
 
 
 @dataclass
@@ -250,6 +280,23 @@ class Controller(Actor):
         # after a crash restart, the table goes again to the handlers each awaited change
         # still waits for (its broadcast may have died with the crash): next turn
         self.send_again = restarted and bool(self.awaiting)
+        # The table as last written to the store, and its version: all the handlers are
+        # ever sent. The table in memory may hold more: a change whose write failed (a
+        # crash in it), written again by the new life, or given up as not made.
+        # (a copy, never written itself; at the first start the store is as read)
+        if not hasattr(self, "saved"):
+            self.saved = _copy_store(self.store)
+
+    def _save(self) -> None:
+        """Write the table: every change recorded so far is in the store from now on."""
+        self.store.save()
+        self.saved = _copy_store(self.store)
+        for entry in self.pending.values():
+            entry.saved = True
+
+    def _saved_update(self, ack_id: int) -> MetadataUpdate:
+        """The table as last written, for the handlers, asking them to acknowledge ``ack_id``."""
+        return MetadataUpdate(self.saved.version, self.saved.table(), ack_id)
 
     def _broadcast(self, ack_id: int) -> None:
         """The topic table to every handler, each asked to acknowledge ``ack_id``.
@@ -258,7 +305,7 @@ class Controller(Actor):
         message to one crosses threads), so the requester's answer, which goes its
         own way, could reach a client before another handler knows the change.
         """
-        update = MetadataUpdate(self.store.version, self.store.table(), ack_id)
+        update = self._saved_update(ack_id)
         for handler in self.topology.all_handlers():
             self.tell(handler, update)
 
@@ -296,7 +343,7 @@ class Controller(Actor):
             OpenPartitionRow(n, p, dict(self.store.topics[n].configs))
             for n in created for p in range(self.store.topics[n].num_partitions)
         ], msg.timeout_ms)
-        self.store.save()
+        self._save()
         self.log.info("created topic(s) {}", ", ".join(
             f"{n} ({self.store.topics[n].num_partitions} partitions)" for n in created))
         self._send(change)
@@ -361,7 +408,7 @@ class Controller(Actor):
             return
         change = self._fan_out(DeleteTopicsDone(msg.req_id, rows), DropPartitions, drop,
                                msg.timeout_ms)
-        self.store.save()
+        self._save()
         self.log.info("deleted topic(s) {}", ", ".join(
             r.name for r in rows if r.error_code == ErrorCode.NONE))
         self._send(change)
@@ -418,7 +465,7 @@ class Controller(Actor):
             return
         change = self._fan_out(CreatePartitionsDone(msg.req_id, rows), OpenPartitions, opened,
                                msg.timeout_ms)
-        self.store.save()
+        self._save()
         self.log.info("added partitions: {}", ", ".join(
             f"{r.name} now {self.store.topics[r.name].num_partitions}" for r in msg.rows
             if r.name in self.store.topics and any(o.topic == r.name for o in opened)))
@@ -457,7 +504,7 @@ class Controller(Actor):
             return
         change = self._fan_out(AlterTopicConfigsDone(msg.req_id, rows), UpdatePartitionConfigs,
                                updates)
-        self.store.save()
+        self._save()
         changed = sorted({u.topic for u in updates})
         self.log.info("topic configs changed: {}", "; ".join(
             f"{t} {self.store.topics[t].configs}" for t in changed))
@@ -573,7 +620,7 @@ class Controller(Actor):
                              change, len(unsent), len(entry.shards) - len(unsent),
                              "" if entry.sent else "written, not sent, ")
             if not entry.sent:
-                self.store.save()
+                self._save()
             for shard, msg in entry.sends:
                 if shard.name not in entry.shards:
                     continue
@@ -636,7 +683,7 @@ class Controller(Actor):
             waiting.resent += 1
             self.log.warning("the topic table goes again to {} handler(s) (change {} awaited "
                              "over this actor's crash restart)", len(waiting.handlers), ack_id)
-            update = MetadataUpdate(self.store.version, self.store.table(), ack_id)
+            update = self._saved_update(ack_id)
             for handler in sorted(waiting.handlers, key=str):
                 self.tell(handler, update)
 
@@ -674,7 +721,11 @@ class Controller(Actor):
             return
         now = self.clock.monotonic_ns()
         for change, entry in list(self.pending.items()):
-            if now >= entry.give_up_ns:
+            if change not in self.pending:
+                continue  # given up with an earlier one that was never written
+            if now >= entry.give_up_ns and not entry.saved:
+                self._give_up_unwritten(change)
+            elif now >= entry.give_up_ns:
                 del self.pending[change]
                 self.log.error("topic change {} given up: {} partition shard(s) did not say "
                                "they applied it within {} s ({}); it stays in the topic "
@@ -709,6 +760,76 @@ class Controller(Actor):
                                  ", ".join(sorted(str(h) for h in waiting.handlers)))
                 self.tell(waiting.requester, waiting.answer)
         self._release_held(now)
+
+    def _give_up_unwritten(self, change: int) -> None:
+        """Give up change ``change``, never written to the store (each write crashed): it
+        is not made. The table in memory goes back to the one last written, which takes out
+        every change recorded since, each of them unwritten too (a good write writes them
+        all): they are given up with it. The handlers hold that table already: nothing is
+        sent to them, and no shard was sent an unwritten change."""
+        unwritten = sorted(c for c, e in self.pending.items() if not e.saved)
+        entries = [self.pending.pop(each) for each in unwritten]  # first: a crash after
+        self.store.topics = _copy_store(self.saved).topics  # must not send them again
+        for entry in entries:
+            self._answer(entry.requester, not_written(entry.answer))
+        self.log.error("topic change(s) {} given up: never written to the topic store "
+                       "(each write failed); not made, the table is the one last written",
+                       ", ".join(map(str, unwritten)))
+
+    @handles(ProcessStarted)
+    def on_process_started(self, msg: ProcessStarted) -> None:
+        """Process ``msg.process`` of this broker restarted (num.processes > 1: the new
+        process says so once its shards and handlers run). What its shards had not handled
+        died with it, a pending change's message among them maybe: each pending change that
+        waits for one of them goes on to it now, not at the give-up (``_after_restart``),
+        and each awaited change's table goes again to its new handlers."""
+        if self.resend_pending:
+            self._resend_pending()
+        nodes = self.topology.process_nodes
+        if not msg.restarted or not 0 < msg.process < len(nodes):
+            return
+        node = nodes[msg.process]
+        asked = 0
+        for change, entry in sorted(self.pending.items()):
+            for shard, sent in entry.sends:
+                if (shard.node == node and shard.name in entry.shards
+                        and shard.name in entry.sent_to):
+                    self.tell(shard, self._after_restart(change, sent))
+                    asked += 1
+        again = 0
+        for ack_id, waiting in sorted(self.awaiting.items()):
+            mine = sorted((h for h in waiting.handlers if h.node == node), key=str)
+            if mine:
+                update = self._saved_update(ack_id)
+                for handler in mine:
+                    self.tell(handler, update)
+                again += 1
+        if asked or again:
+            self.log.warning("process {} restarted (generation {}): {} pending topic "
+                             "change message(s) to its shards sent again, {} awaited table(s) "
+                             "to its handlers", msg.process, msg.generation, asked, again)
+
+    def _after_restart(self, change: int, sent: Any) -> Any:
+        """What goes to a restarted process's shard for the pending change ``change``
+        (``sent`` what went to it before). The new shard opened the topic table as written
+        (a change is written before it is sent), so a lost OpenPartitions or
+        UpdatePartitionConfigs needs nothing: the shard is asked, with an empty message of
+        the change's kind and id, which it answers ShardDone once it handled what came
+        before it (the change itself, should a link have kept it for the new process). Not
+        sent again: a newer change may have undone it (a topic created, then deleted).
+
+        A lost DropPartitions left the partitions' directories (the new shard opened none,
+        but they are on disk, and a namesake would open the deleted records): sent again
+        for each partition the table does not hold now; one it holds is a namesake's,
+        created since (opened by the new shard, or by an OpenPartitions sent after the
+        delete), which a delete again would drop. A namesake created later is sent after
+        this, on the same link, so the delete comes first. A drop is idempotent."""
+        if isinstance(sent, DropPartitions):
+            topics = self.saved.topics  # what the new shard opened: the table as written
+            rows = [tp for tp in sent.rows
+                    if tp.topic not in topics or tp.partition >= topics[tp.topic].num_partitions]
+            return DropPartitions(change, rows)
+        return type(sent)(change, [])
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:

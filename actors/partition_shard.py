@@ -84,12 +84,14 @@ from wire.broker_messages import (
 from wire.cluster_messages import (
     BecameLeaderOrFollower,
     BecomeLeaderOrFollower,
+    CancelKeptRoles,
     OfflineReplicaRow,
     PartitionErrorRow,
     ProcessStarted,
     ReplicaStateRow,
     RestoredRoleRow,
     RestoreRoles,
+    RoleRefusedRow,
     RolesRestored,
     RolesTaken,
     ShardRestarted,
@@ -688,12 +690,13 @@ class PartitionShard(Actor):
         now = self.clock.wall_ms()
         taken: list[ReplicaStateRow] = []
         failed: list[OfflineReplicaRow] = []
+        refused: list[RoleRefusedRow] = []
         for topic, partition in sorted(self.undeleted):
             if not self._delete_again(topic, partition):
                 continue
             role = self.roles_later.pop((topic, partition), None)
             if role is not None:
-                self._take_role_later(role, now, taken, failed)
+                self._take_role_later(role, now, taken, failed, refused)
                 continue
             configs = self.open_later.pop((topic, partition), None)
             if configs is None:
@@ -706,8 +709,9 @@ class PartitionShard(Actor):
             else:
                 self.log.info("opened {}-{}, created while its deleted namesake was being "
                               "removed", topic, partition)
-        if taken or failed:
-            self.tell(self.topology.replica_manager, RolesTaken(self.index, taken, failed))
+        if taken or failed or refused:
+            self.tell(self.topology.replica_manager,
+                      RolesTaken(self.index, taken, failed, refused))
         self.set_aside_left = [aside for aside in self.set_aside_left
                                if not remove_set_aside(aside)]
         if self.undeleted or self.set_aside_left:
@@ -728,21 +732,27 @@ class PartitionShard(Actor):
             self.next_delete_warning_ms = 0
 
     def _take_role_later(self, role: ReplicaStateRow, now: int, taken: list[ReplicaStateRow],
-                         failed: list[OfflineReplicaRow]) -> None:
+                         failed: list[OfflineReplicaRow], refused: list[RoleRefusedRow]
+                         ) -> None:
         """Take the role kept for a namesake now that its deleted predecessor's directory
-        is gone; added to ``taken`` if it is."""
+        is gone; added to ``taken`` if it is, else to ``refused`` (said once, here or by
+        ``_storage_refuses``): the ReplicaManager learns it at once (RolesTaken), not at
+        this shard's next restore."""
         try:
             code = self._take_role(role, now, failed)
         except Exception:
             self.log.exception("cannot open {}-{}, given a role while its deleted namesake "
-                               "was being removed", role.topic, role.partition)
+                               "was being removed: the ReplicaManager is told",
+                               role.topic, role.partition)
+            code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+        if code != NONE:
+            refused.append(RoleRefusedRow(role.topic, role.partition, role.leader_epoch, code))
             return
-        if code == NONE:
-            taken.append(role)
-            self.log.info("{}-{}: its deleted namesake's directory is gone: the role given "
-                          "meanwhile ({} at leader epoch {}) is taken", role.topic,
-                          role.partition, "leader" if role.leader == self.broker_id
-                          else f"following {role.leader}", role.leader_epoch)
+        taken.append(role)
+        self.log.info("{}-{}: its deleted namesake's directory is gone: the role given "
+                      "meanwhile ({} at leader epoch {}) is taken", role.topic,
+                      role.partition, "leader" if role.leader == self.broker_id
+                      else f"following {role.leader}", role.leader_epoch)
 
     def _keep_role_later(self, role: ReplicaStateRow, exc: NotDeletedYetError,
                          awaiting: list[TopicPartitionRow]) -> None:
@@ -755,6 +765,18 @@ class PartitionShard(Actor):
         awaiting.append(TopicPartitionRow(role.topic, role.partition))
         self.log.warning("{}; its role at leader epoch {} is taken once it is", exc,
                          role.leader_epoch)
+
+    @handles(CancelKeptRoles)
+    def on_cancel_kept_roles(self, msg: CancelKeptRoles) -> None:
+        """A StopReplica without delete: the roles kept for these partitions (until a
+        deleted namesake's directory goes) are the controller's no more, and are never
+        taken."""
+        dropped = [f"{r.topic}-{r.partition}@{role.leader_epoch}" for r in msg.rows
+                   if (role := self.roles_later.pop((r.topic, r.partition), None)) is not None]
+        if dropped:
+            self.log.info("the role(s) kept for {} (until their deleted namesakes' "
+                          "directories go) cancelled: stopped by the controller",
+                          ", ".join(dropped))
 
     @handles(UpdatePartitionConfigs)
     def on_update_configs(self, msg: UpdatePartitionConfigs) -> None:

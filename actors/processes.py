@@ -47,7 +47,8 @@ A restart must not write what was given up. While process k is away, the links o
 the others keep what they send it, and deliver it to the new process once it listens;
 the handlers give up what they sent it when they learn of the restart (ProcessStarted:
 in a cluster the ReplicaManager forwards it, on a single node process k tells them
-itself). So each process has a generation (0 at the broker's start, +1 at each
+itself, and the single node's Controller too, which has the topic changes that wait for
+its shards go on at once). So each process has a generation (0 at the broker's start, +1 at each
 restart; the supervisor hands a process all of them at spawn), a handler stamps its
 Appends with the generation it knows of the target shard's process, and a shard refuses
 one stamped older than its own process: what a handler sent before it learnt of the
@@ -464,6 +465,10 @@ def run_process(spec: dict[str, Any]) -> int:
         for handler in topo.all_handlers():
             if handler.node != name:
                 node.tell(handler, ProcessStarted(index, True, generation))
+        # and the Controller: a topic change whose message to one of this process's shards
+        # died with the process it replaced goes on now (its shards and handlers run),
+        # not at the Controller's give-up
+        node.tell(topo.controller, ProcessStarted(index, True, generation))
     if mirrored and not take_security(node, topo, mirror, index):
         node.shutdown(timeout=5)
         os.close(lock)

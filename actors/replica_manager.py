@@ -138,6 +138,7 @@ from wire.cluster_messages import (
     BecameLeaderOrFollower,
     BecomeLeaderOrFollower,
     BrokerRegistered,
+    CancelKeptRoles,
     CoordinatorPartitionRow,
     CoordinatorPartitions,
     LeaderAndIsr,
@@ -153,6 +154,7 @@ from wire.cluster_messages import (
     ReplicaStateRow,
     RestoredRoleRow,
     RestoreRoles,
+    RoleRefusedRow,
     RolesRestored,
     RolesTaken,
     ShardRestarted,
@@ -162,6 +164,7 @@ from wire.cluster_messages import (
     UpdateMetadata,
     UpdateMetadataResponse,
 )
+from wire.cluster_messages import TopicPartitionRow as KeptRoleRow
 from wire.errors import ErrorCode
 from wire.replication_messages import (
     AddFetcherPartitions,
@@ -341,6 +344,13 @@ class ReplicaManager(Actor):
         self.restore_rows_failed = getattr(self, "restore_rows_failed", 0)
         # roles a shard took late, once a deleted namesake's directory was gone (RolesTaken)
         self.roles_taken_later = getattr(self, "roles_taken_later", 0)
+        # and those it could not take then (RolesTaken.refused)
+        self.roles_refused_later = getattr(self, "roles_refused_later", 0)
+        # Partitions whose role their shard keeps until a deleted namesake's directory goes
+        # (it answered ``awaiting_delete``), until it says otherwise (the role taken or
+        # refused) or a StopReplica: a restore gives them no fetcher (the shard would
+        # refuse the role again), and one it takes then gets it with its outcome
+        self.kept_for_delete: set[TopicPartition] = getattr(self, "kept_for_delete", set())
         self.restores_replaced = getattr(self, "restores_replaced", 0)
         # answers to a replaced (or unknown) RestoreRoles
         self.restore_answers_ignored = getattr(self, "restore_answers_ignored", 0)
@@ -616,6 +626,8 @@ class ReplicaManager(Actor):
             return  # settled already (its shard's restore answered for it)
         awaiting = {(r.topic, r.partition) for r in msg.awaiting_delete}
         for row in msg.rows:
+            if (row.topic, row.partition) not in awaiting:
+                self.kept_for_delete.discard(TopicPartition(row.topic, row.partition))
             if row.error_code != NONE:
                 self._role_refused(entry, row.topic, row.partition, row.error_code,
                                    (row.topic, row.partition) in awaiting)
@@ -634,6 +646,8 @@ class ReplicaManager(Actor):
         entry.rows[(topic, partition)] = code
         tp = TopicPartition(topic, partition)
         if awaiting_delete:
+            if tp in self.states:  # not stopped since (its StopReplica cancelled the role)
+                self.kept_for_delete.add(tp)
             # no role on the shard until then: no fetcher (one a restore added would fetch
             # a partition the shard does not host), no coordinator. Done now, not when the
             # request settles: the shard's RolesTaken comes after this answer, and may
@@ -734,6 +748,19 @@ class ReplicaManager(Actor):
             self.states.pop(tp, None)
             self.fenced.pop(tp, None)
             self.proposals.pop(tp, None)
+            self.kept_for_delete.discard(tp)
+        # A role a shard keeps for a namesake (until a deleted predecessor's directory
+        # goes) is the controller's no more: a delete drops it with the partition, a stop
+        # without delete cancels it here (else the shard would take it once the directory
+        # went: a role the controller took away). Every such partition, known kept or not
+        # (its answer may still be on its way); in order after the roles sent before.
+        kept: dict[Address, list[KeptRoleRow]] = {}
+        for p in decision.accepted:
+            if not p.delete:
+                kept.setdefault(self.topology.shard_for(p.topic, p.partition), []).append(
+                    KeptRoleRow(p.topic, p.partition))
+        for shard, cancelled in kept.items():
+            self.tell(shard, CancelKeptRoles(cancelled))
         for sent in self.restore_sent.values():  # a restore on its way must not put it back
             for tp in stopped:
                 sent.pop(tp, None)
@@ -1318,6 +1345,10 @@ class ReplicaManager(Actor):
         for shard in shards:
             _why, tries = self.restores_owed.get(shard, ("", 0))
             self.restores_owed[shard] = (reason, tries + 1)
+            if tries:
+                # a restore a crash interrupted, tried again now: counted as it is tried
+                # (not before: a crash before this line tried nothing)
+                self.restores_redone += 1
         by_shard: dict[Address, list[RestoredRoleRow]] = {shard: [] for shard in shards}
         fenced = pending = 0
         for tp, role in self.states.items():
@@ -1352,8 +1383,12 @@ class ReplicaManager(Actor):
         # the fetchers, as for a LeaderAndIsr applied: what they fetch follows the restored
         # roles (a newer one than the last applied may be among them), and a partition
         # that stays with its fetcher is removed first (it forgets what it waited for)
+        # (not for a role its shard keeps until a deleted namesake's directory goes: it
+        # will refuse it again, and the fetcher would fetch a partition it does not host;
+        # one it takes meanwhile gets its fetcher with the restore's outcome)
         follow = [r.role for rows in by_shard.values() for r in rows
-                  if r.role.leader != self.broker_id]
+                  if r.role.leader != self.broker_id and TopicPartition(
+                      r.role.topic, r.role.partition) not in self.kept_for_delete]
         lead = [TopicPartition(r.role.topic, r.role.partition)
                 for rows in by_shard.values() for r in rows if r.role.leader == self.broker_id]
         again: dict[str, list[FetcherRemoveRow]] = {}
@@ -1389,7 +1424,6 @@ class ReplicaManager(Actor):
                 continue
             again.setdefault(reason, set()).add(shard)
         for reason, shards in sorted(again.items()):
-            self.restores_redone += len(shards)
             self.log.warning("the restore of shard(s) {} ({}) was interrupted by a crash of "
                              "this actor: done again", ", ".join(sorted(s.name for s in shards)),
                              reason)
@@ -1430,11 +1464,38 @@ class ReplicaManager(Actor):
         given since, no StopReplica) is followed now by the fetchers and coordinators, as
         a LeaderAndIsr applied; an older one, superseded, leaves the newer one's to it."""
         self.roles_taken_later += len(msg.rows)
-        self.log.info("shard {} took the role(s) of {} once their deleted namesakes' "
-                      "directories were gone", msg.shard,
-                      ", ".join(f"{r.topic}-{r.partition}@{r.leader_epoch}" for r in msg.rows))
-        self._roles_applied(list(msg.rows))
+        for key in [(r.topic, r.partition) for r in msg.rows] + [
+                (r.topic, r.partition) for r in msg.refused]:
+            self.kept_for_delete.discard(TopicPartition(*key))
+        if msg.rows:
+            self.log.info("shard {} took the role(s) of {} once their deleted namesakes' "
+                          "directories were gone", msg.shard, ", ".join(
+                              f"{r.topic}-{r.partition}@{r.leader_epoch}" for r in msg.rows))
+            self._roles_applied(list(msg.rows))
+        if msg.refused:
+            self._kept_roles_refused(msg.shard, msg.refused)
         self._storage_failed(msg.storage_failed)
+
+    def _kept_roles_refused(self, shard: int, refused: list[RoleRefusedRow]) -> None:
+        """Kept roles the shard could not take once the directory went: each still the
+        partition's last role is forgotten now (dark there, as a refused LeaderAndIsr row:
+        no restore gives it again, it waits for the controller's next LeaderAndIsr)."""
+        self.roles_refused_later += len(refused)
+        dark: list[TopicPartition] = []
+        for row in refused:
+            tp = TopicPartition(row.topic, row.partition)
+            state = self.states.get(tp)
+            if state is not None and state.leader_epoch == row.leader_epoch:
+                del self.states[tp]
+                dark.append(tp)
+        self.log.warning("shard {} could not take the kept role(s) of {} once their deleted "
+                         "namesakes' directories were gone; {} wait for the controller's next "
+                         "LeaderAndIsr", shard, ", ".join(
+                             f"{r.topic}-{r.partition}@{r.leader_epoch} (error {r.error_code})"
+                             for r in refused),
+                         ", ".join(map(str, dark)) or "none of them (newer roles given since)")
+        if dark:
+            self._no_role(dark)
 
     @handles(RolesRestored)
     def on_roles_restored(self, msg: RolesRestored) -> None:
@@ -1523,7 +1584,15 @@ class ReplicaManager(Actor):
             if (tp.topic, tp.partition) in awaiting:
                 # kept: the shard takes it once the old directory goes (RolesTaken, after
                 # this answer); no role there until then, so no fetcher nor coordinator
+                if state is not None:  # not stopped since (the stop cancelled the role)
+                    self.kept_for_delete.add(tp)
                 waiting.append(tp)
+                continue
+            kept = tp in self.kept_for_delete
+            self.kept_for_delete.discard(tp)
+            if code == NONE and kept and state is not None:
+                # taken now (the directory went): the restore gave it no fetcher
+                back.append(role)
                 continue
             if code != NONE:
                 # the shard could not take it: dark there, as a refused LeaderAndIsr's
@@ -1628,6 +1697,8 @@ class ReplicaManager(Actor):
             "restores_redone": self.restores_redone,
             "restore_rows_failed": self.restore_rows_failed,
             "roles_taken_later": self.roles_taken_later,
+            "roles_refused_later": self.roles_refused_later,
+            "kept_for_delete": sorted(str(tp) for tp in self.kept_for_delete),
             "restores_overdue": self.restores_overdue,
             "restores_replaced": self.restores_replaced,
             "restore_answers_ignored": self.restore_answers_ignored,

@@ -446,6 +446,16 @@ class BecameLeaderOrFollower(NamedTuple):
     awaiting_delete: list[TopicPartitionRow] = []
 
 
+class RoleRefusedRow(NamedTuple):
+    """A role (the partition, at ``leader_epoch``) a shard could not take: why (an error
+    code)."""
+
+    topic: str
+    partition: int
+    leader_epoch: int
+    error_code: int
+
+
 @message(424)
 class RolesTaken(NamedTuple):
     """PartitionShard ``shard`` (its index) -> ReplicaManager: roles it refused while the
@@ -459,6 +469,22 @@ class RolesTaken(NamedTuple):
     shard: int
     rows: list[ReplicaStateRow]
     storage_failed: list[OfflineReplicaRow] = []
+    # the kept roles it could not take once the directory went (their log would not open,
+    # or its storage failed: those are in ``storage_failed`` too): the ReplicaManager
+    # forgets each still the partition's last role (dark here, as a refused LeaderAndIsr
+    # row), at once rather than at the shard's next restore
+    refused: list[RoleRefusedRow] = []
+
+
+@message(440)
+class CancelKeptRoles(NamedTuple):
+    """ReplicaManager -> PartitionShard: a StopReplica without delete stopped these
+    partitions here. A role the shard keeps for one of them (refused while a deleted
+    namesake's directory was still there, to be taken once it goes) is dropped: the
+    controller took it away. Not answered (the StopReplica is answered without the shards,
+    as before); the shard handles it in order, after any role sent to it before."""
+
+    rows: list[TopicPartitionRow]
 
 
 class CoordinatorPartitionRow(NamedTuple):

@@ -39,6 +39,7 @@ from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
 from tests.fixtures.crash import crash_once, fail_once
+from tests.fixtures.two_processes import two_processes
 from tests.fixtures.waiting import wait_for
 from wire.admin_messages import (
     AlterTopicConfigs,
@@ -58,6 +59,7 @@ from wire.broker_messages import (
     DeleteTopicRow,
     DeleteTopics,
     DeleteTopicsDone,
+    DropPartitions,
     GetStats,
     MetadataApplied,
     MetadataUpdate,
@@ -65,6 +67,7 @@ from wire.broker_messages import (
     Schedule,
     ShardDone,
 )
+from wire.cluster_messages import ProcessStarted
 from wire.errors import ErrorCode
 
 HANDLERS = 3
@@ -624,3 +627,125 @@ def test_a_lost_answer_does_not_apply_the_change_again_over_a_newer_one(
     assert node.ask(shard, GetStats())["partitions"]["t-0"][2] == 1, "the record is lost"
     assert "t" in TopicStore.load(tmp_path / "logs").topics
     assert [u.topics["t"][0] for u in _updates(node, handlers, 3)] == [2] * HANDLERS
+
+
+def test_a_change_never_written_is_given_up_unmade_and_never_sent_to_the_handlers(
+        manual_node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every write of the store fails (the Controller crashes on each): the change is
+    recorded, written again by RESEND_TRIES new lives, then given up at PENDING_GIVE_UP_NS.
+    Its requester is answered UNKNOWN_SERVER_ERROR (not written, not made), the handlers
+    are sent nothing (the store never had it), and the table in memory is the store's
+    again: the next change, written, does not bring it in. Before, the give-up sent every
+    handler the table in memory with the unwritten topic in it (a topic no shard opened,
+    that a restarted process would not know), and the next write put it in the store."""
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    real = TopicStore.save
+    failing = {"on": True}
+
+    def save(self: TopicStore) -> None:
+        if failing["on"]:
+            raise OSError("a disk that takes no write")
+        real(self)
+
+    monkeypatch.setattr(TopicStore, "save", save)
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})]),
+              sender=client.name)
+    wait_for(lambda: node.actors[controller.name].crashes == 1 + RESEND_TRIES, "every try")
+    node.quiesce()
+    assert "t" in node.ask(controller, GetStats())["topics"]  # in memory, not written
+    node.advance_clock(PENDING_GIVE_UP_NS // 1_000_000)
+    [answer] = wait_for(lambda: _got(node, client, CreateTopicsDone), "the give-up")
+    assert [r[1] for r in answer.rows] == [int(ErrorCode.UNKNOWN_SERVER_ERROR)]
+    assert "could not be written" in str(answer.rows[0][2])
+    node.quiesce()
+    assert [_got(node, h, MetadataUpdate) for h in handlers] == [[]] * HANDLERS, \
+        "the handlers were sent a table the store never had"
+    assert "t" not in node.ask(controller, GetStats())["topics"]
+
+    failing["on"] = False
+    node.tell(controller, CreateTopics(2, False, [CreateTopicRow("u", 1, 1, {})]),
+              sender=client.name)
+    _ack_all(node, controller, handlers, 1)
+    wait_for(lambda: len(_got(node, client, CreateTopicsDone)) == 2, "the next create")
+    assert sorted(TopicStore.load(tmp_path / "logs").topics) == ["u"]
+    assert [sorted(u.topics) for u in _updates(node, handlers, 1)] == [["u"]] * HANDLERS
+    assert _hosted(node, "t") == []
+
+
+class ShardKeeper(Actor):
+    """A shard of process 1 that answers nothing (its process is about to die): keeps what
+    comes, as [type name, message]."""
+
+    def setup(self) -> None:
+        self.got: list[Any] = []
+
+    @handles(OpenPartitions, DropPartitions)
+    def on_any(self, msg: Any) -> None:
+        self.got.append([type(msg).__name__, msg])
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> Any:
+        return list(self.got)
+
+
+@pytest.mark.parametrize("unwritten_delete", [False, True], ids=["written", "unwritten"])
+def test_a_restarted_process_has_its_shards_asked_for_the_pending_changes_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unwritten_delete: bool) -> None:
+    """Process 1's shard never answers three changes: topics a and b created, both deleted,
+    b created anew (a namesake). Process 1 restarts (ProcessStarted): the Controller asks
+    its new shard at once for each change, never applying one again: the creates get an
+    empty OpenPartitions of their id (the new shard opened the table as written); the
+    delete is sent again for a-0 alone (its directory must go), not for b-0, the
+    namesake's now. Before, the Controller was not told, and each change waited for the
+    give-up (60 s).
+
+    ``unwritten``: a second delete of b (the namesake) is then never written (each write
+    of the store fails): b is gone from the table in memory but not from the store the
+    new shard opened, so the first delete is still sent again for a-0 alone."""
+    with two_processes(tmp_path) as (main, p1, _manager):
+        topo = Topology("node-1", 1, 1, 2, 2, 1, home="node-1",
+                        process_nodes=("node-1", "node-1-p1"))
+        shard = topo.shard(1)
+        assert shard.node == p1.name
+        names = [n for n in (f"t{i}" for i in range(100))
+                 if topo.shard_for(n, 0) == shard][:2]
+        a, b = names
+        p1.spawn(ShardKeeper, shard.name)
+        controller = main.spawn(Controller, topo.controller.name, topology=topo,
+                                config=Config(), store=TopicStore.load(tmp_path / "logs"))
+        client = main.spawn(Recorder, "client")
+        for ask in (CreateTopics(1, False, [CreateTopicRow(a, 1, 1, {}),
+                                            CreateTopicRow(b, 1, 1, {})]),
+                    DeleteTopics(2, [DeleteTopicRow(a), DeleteTopicRow(b)]),
+                    CreateTopics(3, False, [CreateTopicRow(b, 1, 1, {})])):
+            main.tell(controller, ask, sender=client.name)
+        before = wait_for(lambda: (lambda g: g if len(g) == 3 else None)(
+            p1.ask(shard, GetStats())), "the three changes at process 1's shard")
+        ids = [msg[0] for _name, msg in before]
+        assert [name for name, _msg in before] == ["OpenPartitions", "DropPartitions",
+                                                   "OpenPartitions"]
+        if unwritten_delete:
+            def save(_store: TopicStore) -> None:
+                raise OSError("a disk that takes no write")
+
+            monkeypatch.setattr(TopicStore, "save", save)
+            main.tell(controller, DeleteTopics(4, [DeleteTopicRow(b)]), sender=client.name)
+            wait_for(lambda: main.actors[controller.name].crashes == 1 + RESEND_TRIES,
+                     "every write of the second delete")
+            assert b not in main.ask(controller, GetStats())["topics"]  # in memory only
+            main.quiesce()
+            p1.quiesce()  # (each new life asked the shard again: probes, counted here)
+        seen = len(p1.ask(shard, GetStats()))
+
+        main.tell(controller, ProcessStarted(1, True, 1))
+
+        after = wait_for(lambda: (lambda g: g[seen:] if len(g) == seen + 3 else None)(
+            p1.ask(shard, GetStats())), "the pending changes asked again")
+        assert [(name, msg[0], sorted(tuple(r) for r in msg[1])) for name, msg in after] == [
+            ("OpenPartitions", ids[0], []),
+            ("DropPartitions", ids[1], [(a, 0)]),
+            ("OpenPartitions", ids[2], []),
+        ]
+        if not unwritten_delete:
+            assert main.ask(controller, GetStats())["topics"].keys() == {b}

@@ -104,6 +104,18 @@ class RestoringFailManager(ReplicaManager):
             self.restoring = FailingWrites(self.restoring)
 
 
+class RedoFailsOnceManager(ReplicaManager):
+    """The real ReplicaManager whose second restore (the first redo of one a crash
+    interrupted) crashes before it begins: a crash between the decision to redo and the
+    redo itself, as its log line could."""
+
+    def _restore(self, selected: Any, reason: str) -> int:
+        self.restore_calls = getattr(self, "restore_calls", 0) + 1
+        if self.restore_calls == 2:
+            raise RuntimeError("a crash before the redone restore begins")
+        return super()._restore(selected, reason)
+
+
 def _got(node: Node, who: Any, kind: type) -> list[Any]:
     return [kind(*fields) for name, fields in node.ask(who, GetStats()) if name == kind.__name__]
 
@@ -223,6 +235,26 @@ def test_a_restore_sent_before_the_crash_is_replaced_by_the_one_done_again(
               sender=shard.name)
     wait_for(lambda: _stats(node, manager)["restoring"] == 0, "the second's answer taken")
     assert _stats(node, manager)["restore_answers_ignored"] == 1
+
+
+def test_a_redone_restore_is_counted_when_tried_not_before(
+        manual_node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The restore crashes as it tells the fetchers (owed, done again); the first redo
+    crashes before it begins (nothing tried); the second redo is done. One restore was
+    redone: ``restores_redone`` says 1. Before, it was counted as the redo was decided,
+    before it was tried, and said 2."""
+    node = manual_node
+    crash = fail_once(monkeypatch, ReplicaManager, "_fetchers")
+    manager, shard, _controller = _leading_c0(node, RedoFailsOnceManager)
+    crash["crash"] = True
+    node.tell(manager, ShardRestarted(0))
+    wait_for(lambda: node.actors[manager.name].crashes == 2, "both crashes")
+    wait_for(lambda: len(_got(node, shard, RestoreRoles)) == 2, "the restore done again")
+    wait_for(lambda: _stats(node, manager)["restores_owed"] == 0, "the redo done")
+    node.quiesce()
+    stats = _stats(node, manager)
+    assert (stats["restores_redone"], stats["restoring"]) == (1, 1)
+    assert node.actors[manager.name].crashes == 2
 
 
 def test_a_restore_that_crashes_every_time_is_given_up_and_the_actor_lives(

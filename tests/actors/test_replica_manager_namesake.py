@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from loguru import logger
 
 from actors.core.record_batch import build_batch
 from actors.partition_shard import PartitionShard
@@ -325,10 +326,11 @@ def _c0_fetches(c: Cluster) -> list[str]:
 
 def test_a_follower_role_restored_while_the_old_directory_is_pending_is_not_fetched_until_taken(
         node: Node, tmp_path: Path, immutable: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The shard crashes while a namesake follower's role waits: the restore gives broker
-    2's fetcher the partition (as for every followed one), the shard refuses it for the
-    old directory, and the fetcher lets it go (it would fetch for a partition the shard
-    does not host) until the role is taken."""
+    """The shard crashes while a namesake follower's role waits: the restore gives the
+    role again, and the shard refuses it for the old directory. The ReplicaManager knew
+    the shard keeps it (its earlier answer said so): the restore gives broker 2's fetcher
+    nothing (it would fetch for a partition the shard does not host) until the role is
+    taken. Before, the restore added it to the fetcher, and the refusal took it off."""
     armed = _crash_on_flush(monkeypatch)
     c = _cluster(node, tmp_path, [1, 2])
     _delete_stuck(c, tmp_path, immutable)
@@ -337,13 +339,14 @@ def test_a_follower_role_restored_while_the_old_directory_is_pending_is_not_fetc
 
     _crash(node, c.shard, armed)
     _restored(c)
-    wait_for(lambda: _c0_fetches(c)[-1:] == ["remove"], "c-0 taken off the fetcher again")
-    assert _c0_fetches(c) == ["add@0", "remove"]
+    wait_for(lambda: _manager(c)["restoring"] == 0, "the restore's answer taken")
+    assert _c0_fetches(c) == [], "the restore had c-0 fetched for a role the shard refuses"
     assert "c-0" not in _manager(c)["following"]
+    assert _manager(c)["kept_for_delete"] == ["c-0"]
 
     immutable(tmp_path / "c-0", False)
 
-    wait_for(lambda: _c0_fetches(c)[-1:] == ["add@0"], "c-0 fetched once its role is taken")
+    wait_for(lambda: _c0_fetches(c) == ["add@0"], "c-0 fetched once its role is taken")
     assert "c-0" in _manager(c)["following"]
     assert _stats(node, c.shard)["partitions"]["c-0"] == [0, 0, 0]
     _no_storage_failure(c)
@@ -373,3 +376,81 @@ def test_metadata_moving_a_partition_whose_delete_is_unanswered_gives_no_role(
     _restored(c)
     wait_for(lambda: _manager(c)["pending"] == 0, "all answered")
     assert _stats(node, c.shard)["partitions"]["c-0"] == [0, 0, 0]
+
+
+def test_a_stop_without_delete_cancels_a_role_kept_for_a_namesake(
+        node: Node, tmp_path: Path, immutable: Any) -> None:
+    """A namesake's role (leading here) is kept while the old directory is there; the
+    controller then stops the replica without deleting it (StopReplica, delete false):
+    the kept role is cancelled, and once the directory goes nothing opens c-0. Before, the
+    stop reached no shard: the shard took the role once the directory went, and led c-0
+    after the controller had taken that role away."""
+    c = _cluster(node, tmp_path, [1, 2])
+    _delete_stuck(c, tmp_path, immutable)
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 0, [1], 0, [1, 2], True))
+    _refused(c, 2)
+    assert _stats(node, c.shard)["roles_later"] == ["c-0@0"]
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 0, False)], 2),
+              sender=c.controller.name)
+    wait_for(lambda: len(_got(node, c.controller, "StopReplicaResponse")) == 2,
+             "the stop answered")
+    wait_for(lambda: _stats(node, c.shard)["roles_later"] == [], "the kept role cancelled",
+             timeout=15)
+    assert _manager(c)["kept_for_delete"] == []
+
+    immutable(tmp_path / "c-0", False)
+
+    # the housekeeping turn that sets the directory aside is the one that would take a role
+    wait_for(lambda: _stats(node, c.shard)["undeleted"] == 0, "the delete done")
+    assert "c-0" not in _stats(node, c.shard)["partitions"], "a stopped role was taken"
+    assert _stats(node, c.shard)["leaders"] == []
+    assert _manager(c)["roles_taken_later"] == 0 and "c-0" not in _manager(c)["leading"]
+    _no_storage_failure(c)
+
+
+def test_a_kept_role_that_cannot_be_taken_is_told_to_the_replica_manager_at_once(
+        node: Node, tmp_path: Path, immutable: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old directory goes, and the kept namesake role (leading here) cannot be taken
+    (its log fails to open): the shard says so in its RolesTaken (a refused row), and the
+    ReplicaManager forgets the role (dark here, as a refused LeaderAndIsr row: no restore
+    gives it again), logged once. Before, the shard dropped it silently: the ReplicaManager
+    kept it on record and learnt nothing until the shard's next restore."""
+    c = _cluster(node, tmp_path, [1, 2])
+    _delete_stuck(c, tmp_path, immutable)
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 0, [1], 0, [1, 2], True))
+    _refused(c, 2)
+    failing = fail_once(monkeypatch, PartitionShard, "_take_role")
+    failing["crash"] = True
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    try:
+        immutable(tmp_path / "c-0", False)
+
+        wait_for(lambda: _manager(c).get("roles_refused_later") == 1,
+                 "the ReplicaManager told of the refused role", timeout=15)
+        assert _manager(c)["kept_for_delete"] == []
+        assert _manager(c)["roles_taken_later"] == 0 and "c-0" not in _manager(c)["leading"]
+        assert "c-0" not in _stats(node, c.shard)["partitions"]
+        assert len([ln for ln in lines if "could not take the kept role" in ln]) == 1, lines
+    finally:
+        logger.remove(sink)
+
+
+def test_a_stop_ahead_of_the_shards_answer_leaves_nothing_kept_on_record(
+        node: Node, tmp_path: Path, immutable: Any) -> None:
+    """The namesake's role and a StopReplica without delete come together: the shard's
+    answer (refused, awaiting the old directory) reaches the ReplicaManager after the
+    stop, which cancelled the role. Nothing stays recorded as kept (it would keep a
+    restore from giving that partition a fetcher should the controller hand it back)."""
+    c = _cluster(node, tmp_path, [1, 2])
+    _delete_stuck(c, tmp_path, immutable)
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 0, [1], 0, [1, 2], True))
+    node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 0, False)], 2),
+              sender=c.controller.name)
+    _refused(c, 2)
+    wait_for(lambda: len(_got(node, c.controller, "StopReplicaResponse")) == 2,
+             "the stop answered")
+    wait_for(lambda: _stats(node, c.shard)["roles_later"] == [], "the kept role cancelled",
+             timeout=15)
+    node.quiesce()
+    assert _manager(c)["kept_for_delete"] == []

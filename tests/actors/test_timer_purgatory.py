@@ -201,7 +201,8 @@ def test_delayed_produce_leader_moved_and_timeout(manual_node: Node) -> None:
     assert node.ask(req, Report()) == []  # the high watermark (5) is short of 10
     node.advance_clock(1)
     assert node.ask(req, Report()) == [
-        ["ProduceReady", 100, [7, [["p", 0, int(ErrorCode.REQUEST_TIMED_OUT), 5, -1, 0, None]]]]]
+        ["ProduceReady", 100,
+         [7, [["p", 0, int(ErrorCode.REQUEST_TIMED_OUT), 5, -1, 0, None, []]]]]]
     node.tell(req, WatchProduce(8, "handler-0", 5000,
                                 [WatchProduceRow("p", 1, 10, 5, -1, 0, 0, 0)]))
     node.quiesce()
@@ -209,7 +210,7 @@ def test_delayed_produce_leader_moved_and_timeout(manual_node: Node) -> None:
     node.quiesce()
     assert node.ask(req, Report())[1:] == [
         ["ProduceReady", 100,
-         [8, [["p", 1, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), 5, -1, 0, None]]]]]
+         [8, [["p", 1, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), 5, -1, 0, None, []]]]]]
     node.advance_clock(10_000)
     assert len(node.ask(req, Report())) == 2
     assert node.ask(shard, Report()) == []

@@ -14,6 +14,7 @@ from enum import IntEnum
 from typing import Any, NamedTuple
 
 from actors.core.partition_log import LogConfig
+from actors.runtime.config import SPEC
 from wire.errors import ErrorCode, KafkaError
 
 
@@ -222,6 +223,8 @@ def describe_topic_configs(broker: Mapping[str, Any], broker_set: Collection[str
         text = broker_value_text(broker[broker_key])
         if broker_key in broker_set:
             synonyms.append((broker_key, text, ConfigSource.STATIC_BROKER_CONFIG))
+            # the key's own default, not the value the file set (Kafka's DEFAULT_CONFIG)
+            text = broker_value_text(SPEC[broker_key][0]) if broker_key in SPEC else text
         synonyms.append((broker_key, text, ConfigSource.DEFAULT_CONFIG))
         _name, value, source = synonyms[0]
         out.append(DescribedConfig(key, value, source, TOPIC_CONFIG_TYPES[key], tuple(synonyms)))

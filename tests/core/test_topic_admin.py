@@ -24,6 +24,7 @@ from actors.core.topic_config import (
     TOPIC_CONFIGS,
     ConfigSource,
     ConfigType,
+    broker_value_text,
     describe_topic_configs,
     log_config_for,
     validate_topic_configs,
@@ -125,6 +126,9 @@ def test_described_sources_follow_precedence() -> None:
     assert (ret.value, ret.source) == ("5000", ConfigSource.STATIC_BROKER_CONFIG)
     assert [s[2] for s in ret.synonyms] == [ConfigSource.STATIC_BROKER_CONFIG,
                                             ConfigSource.DEFAULT_CONFIG]
+    # the default synonym says the key's default, not what the file set (as Kafka)
+    assert ret.synonyms[1][1] == broker_value_text(Config().values["log.retention.ms"])
+    assert ret.synonyms[1][1] != "5000"
     assert described["cleanup.policy"].config_type is ConfigType.LIST
     assert Config().set_keys == set()
 

@@ -131,8 +131,11 @@ class HandlerContext:
         return decision.allowed
 
     def refresh_acls(self, force: bool = False) -> None:
-        """Read the store's ACLs again when the last read is ACL_REFRESH_MS old (or ``force``):
-        changes made through another process reach this one within that time.
+        """Read the store's ACLs again when they changed (or ``force``): a single node's
+        store file says so by its stamp (one ``stat`` a decision), so a change made through
+        any process of the broker is decided on by the next request on every connection,
+        as Kafka's broker applies its own changes at once; a store without a stamp is read
+        again when the last read is ACL_REFRESH_MS old.
 
         In a cluster only ``force`` reads (this handler's own CreateAcls, DeleteAcls and
         DescribeAcls): the ClusterController applies the changes ZooKeeper notifies under
@@ -152,18 +155,27 @@ class HandlerContext:
             return
         if self.cluster is not None:
             return
-        now = self.clock.now_ms()
-        if now - authorizer.read_ms < ACL_REFRESH_MS:
-            return
-        authorizer.read_ms = now  # shared by the process's handlers: one read a period
+        stamp_of = getattr(store, "acls_stamp", None)
+        stamp: object = None
+        if stamp_of is not None:
+            stamp = stamp_of()  # taken before the read: a write meanwhile is read next time
+            if stamp == authorizer.read_stamp:
+                return
+        else:
+            now = self.clock.now_ms()
+            if now - authorizer.read_ms < ACL_REFRESH_MS:
+                return
+            authorizer.read_ms = now  # shared by the process's handlers: one read a period
         generation = authorizer.generation
         try:
             acls = store.get_all_acls()
         except Exception as exc:  # the store is down: keep deciding on what was read last
             logger.bind(actor="authorizer").warning("reading the ACLs failed: {}", exc)
+            authorizer.read_stamp = stamp  # said once a change of the file, not a request
             return
         if authorizer.generation == generation:
             authorizer.replace(acls)
+            authorizer.read_stamp = stamp
 
     def allowed_any(self, operation: Operation, resource_type: ResourceType) -> bool:
         """The principal may do ``operation`` on some resource of the type (KIP-679)."""

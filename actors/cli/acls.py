@@ -5,8 +5,8 @@ ZooKeeper's ``/kafka-acl/<Type>/<name>`` (``/kafka-acl-extended/prefixed/...``
 for prefixed patterns) when the config names ``zookeeper.connect``, else the
 single node's data dir (``<log.dirs>/security``). A cluster's running nodes
 take a change at once through their /kafka-acl-changes watches; a single node
-reads its store again every ACL_REFRESH_MS (a second); a Kafka admin client's
-CreateAcls or DeleteAcls is applied at once by the node that serves it.
+reads its store again on the first decision after the store's file changed; a Kafka
+admin client's CreateAcls or DeleteAcls is applied at once by the node that serves it.
 """
 
 from __future__ import annotations

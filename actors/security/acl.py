@@ -303,6 +303,9 @@ class Authorizer:
         # replacements (a read that started before one must not overwrite it)
         self.read_ms = 0
         self.generation = 0
+        # the store file's stamp when last read (a single node's store has one: any write,
+        # from any process, changes it)
+        self.read_stamp: object = None
         # held by a shell while it reads the store and puts what it read in: reads that
         # take turns land in the order they were made (the last read is the freshest)
         self.lock = threading.Lock()

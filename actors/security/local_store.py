@@ -84,14 +84,17 @@ class LocalSecurityStore:
         except OSError as exc:
             raise LocalStoreError(f"{path}: cannot write it ({exc.strerror})") from None
 
-    # ----------------------------------------------------------- users
-    def users_stamp(self) -> tuple[int, int, int] | None:
-        """What changes whenever the users file is written (it is replaced by a rename)."""
+    def _stamp(self, name: str) -> tuple[int, int, int] | None:
+        """What changes whenever file ``name`` is written (it is replaced by a rename)."""
         try:
-            st = os.stat(self.directory / USERS_FILE)
+            st = os.stat(self.directory / name)
         except OSError:
             return None
         return st.st_ino, st.st_mtime_ns, st.st_size
+
+    # ----------------------------------------------------------- users
+    def users_stamp(self) -> tuple[int, int, int] | None:
+        return self._stamp(USERS_FILE)
 
     def get_users(self) -> set[str]:
         return set(self._read(USERS_FILE, "users"))
@@ -154,6 +157,9 @@ class LocalSecurityStore:
             table.pop(key, None)
         self._write(ACLS_FILE, "acls", table)
         return True
+
+    def acls_stamp(self) -> tuple[int, int, int] | None:
+        return self._stamp(ACLS_FILE)
 
     def get_all_acls(self) -> dict[ResourcePattern, frozenset[AclEntry]]:
         out = {}

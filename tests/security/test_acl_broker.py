@@ -62,7 +62,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProce
         listen=f"SASL_PLAINTEXT://127.0.0.1:{port},PLAINTEXT://127.0.0.1:{anonymous}",
         config={"sasl.enabled.mechanisms": "PLAIN", "authorizer.class.name": "acl",
                 "super.users": "User:admin",
-                "allow.everyone.if.no.acl.found": False}).start()
+                "allow.everyone.if.no.acl.found": False,
+                # two processes: an ACL change made through one is decided on by the other
+                "num.processes": 2}).start()
     try:
         yield broker, f"127.0.0.1:{anonymous}"
     finally:
@@ -293,7 +295,6 @@ def test_offset_fetch_answers_only_the_topics_the_user_may_describe(
             [_allow(group, AclOperation.DESCRIBE, rtype=ResourceType.GROUP),
              _allow(seen, AclOperation.DESCRIBE)], request_timeout=15).values():
         future.result(timeout=15)
-    time.sleep(1.2)  # ACL_REFRESH_MS: the handlers read the store again
 
     [named] = alice.list_consumer_group_offsets([ConsumerGroupTopicPartitions(
         group, [TopicPartition(seen, 0), TopicPartition(hidden, 0)])]).values()
@@ -305,3 +306,29 @@ def test_offset_fetch_answers_only_the_topics_the_user_may_describe(
     [mine] = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
     assert {tp.topic: tp.offset for tp in mine.result(timeout=15).topic_partitions} == {
         seen: 3, hidden: 7}
+
+
+def test_an_acl_change_is_decided_on_at_once_by_every_process(
+        node: tuple[BrokerProcess, str]) -> None:
+    """CreateAcls answered through one process: alice's very next requests, on fresh
+    connections that the Acceptor hands to both processes, see the topic (no wait for a
+    periodic re-read of the store); DeleteAcls the same way."""
+    broker, _ = node
+    admin = _admin(broker)
+    topic = f"at-once-{time.time_ns()}"
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(timeout=15)
+    alices = [_admin(broker, "alice") for _ in range(4)]
+    for alice in alices:
+        assert topic not in alice.list_topics(timeout=10).topics
+    for future in admin.create_acls([_allow(topic, AclOperation.DESCRIBE)],
+                                    request_timeout=15).values():
+        future.result(timeout=15)
+    seen = [topic in alice.list_topics(timeout=10).topics for alice in alices]
+    assert seen == [True] * 4, seen
+    for future in admin.delete_acls([AclBindingFilter(
+            ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", None,
+            AclOperation.ANY, AclPermissionType.ANY)], request_timeout=15).values():
+        future.result(timeout=15)
+    seen = [topic in alice.list_topics(timeout=10).topics for alice in alices]
+    assert seen == [False] * 4, seen

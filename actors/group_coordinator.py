@@ -836,7 +836,7 @@ class GroupCoordinator(LoadReading, Actor):
             return ""
 
     def _serving_in_cluster(self, msg: Any) -> bool:
-        groups = list(msg.group_ids) if isinstance(msg, DescribeGroups) else (
+        groups = list(msg.group_ids) if isinstance(msg, DescribeGroups | DeleteGroups) else (
             [] if isinstance(msg, ListGroups) else [msg.group_id])
         code = NONE
         for group_id in groups:

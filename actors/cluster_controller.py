@@ -160,6 +160,9 @@ class _Shutdown:
     req_id: int = 0
     sent_ms: int = 0
     sent_to: int | None = None      # the controller of the attempt in flight (None: answered)
+    # /controller changed since that attempt went (the controller may have restarted and
+    # won again: same id, its answer lost with its old life)
+    controller_changed: bool = False
     next_try_ms: int = 0
     remaining: int = -1
     message: str = ""
@@ -325,6 +328,10 @@ class ClusterController(Actor):
     @handles(cm.ControllerChanged, cm.TopicsChanged, cm.TopicDeletionsChanged,
              cm.IsrChangesNotified)
     def on_notice(self, msg: Any) -> None:
+        found = self.shutdown
+        if (isinstance(msg, cm.ControllerChanged) and found is not None
+                and found.sent_to is not None):
+            found.controller_changed = True
         if self.started:
             self._call_driver(self.driver.on_notice, msg)
 
@@ -1029,6 +1036,7 @@ class ClusterController(Actor):
         found.req_id = next(self.req_ids)
         found.sent_ms = now
         found.sent_to = controller
+        found.controller_changed = False
         found.next_try_ms = now + self.request_timeout_ms
         self.tell(self._controller_of(controller), cm.ControlledShutdown(
             found.req_id, self.broker.broker_id, self.broker_epoch))
@@ -1037,9 +1045,12 @@ class ClusterController(Actor):
         """The attempt in flight went to a controller that is not the controller any more
         (it died, or its session expired): its answer may never come (a node that lost the
         role, or restarted, may not even reach this one to say NOT_CONTROLLER), so the
-        next attempt goes to the new controller now, not request.timeout.ms after."""
+        next attempt goes to the new controller now, not request.timeout.ms after. The same
+        when /controller changed since the attempt went, whoever holds it now (the same
+        node, restarted and elected again, lost the attempt with its old life)."""
         known = self.driver.controller_id
-        return found.sent_to is not None and known is not None and known != found.sent_to
+        return found.sent_to is not None and (
+            found.controller_changed or (known is not None and known != found.sent_to))
 
     @handles(cm.ControlledShutdownResponse)
     def on_shutdown_response(self, msg: cm.ControlledShutdownResponse) -> None:

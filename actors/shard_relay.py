@@ -31,7 +31,9 @@ class ShardRelay(Actor):
         self.target = topology.shard(index)
 
     def setup(self) -> None:
-        self.req_ids = itertools.count(1)
+        # kept over a crash restart: a late answer (markers wait for the ISR) to an id of
+        # the old life must not match a new request's
+        self.req_ids = getattr(self, "req_ids", None) or itertools.count(1)
         self.waiting: dict[int, tuple[Address, int]] = {}  # our req id -> (asker, its req id)
         self.relayed = 0
 

@@ -6,6 +6,7 @@ confluent-kafka's AdminClient and kafka-python's KafkaAdminClient.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -244,7 +245,10 @@ def test_delete_groups_in_a_cluster_deletes_an_empty_group_and_refuses_one_with_
         consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
                              "enable.auto.commit": False})
         consumer.subscribe(["grouped"])
-        consumer.poll(5)
+        deadline = time.monotonic() + 60  # joined (the group's first rebalance waits 3 s)
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(0.5)
+        assert consumer.assignment(), f"{group}: never joined"
         consumer.commit(offsets=[TopicPartition("grouped", 0, 0)], asynchronous=False)
         members.append(consumer)
     members[0].close()  # "gone" is Empty now; "busy" keeps its member

@@ -609,10 +609,7 @@ def test_markers_that_wait_for_followers_in_process_1_are_answered(
         p.begin_transaction()
         for i in range(6):
             p.produce("tx-spread", value=f"{k}:{i}".encode(), partition=i)
-        started = time.monotonic()
-        p.commit_transaction(60)
-        took_s = time.monotonic() - started
-        assert took_s < 4, (k, took_s)  # a lost answer costs the 5 s resend at least
+        p.commit_transaction(60)  # (a lost answer shows in the logs below, not as time)
     got = read_all(cluster.nodes[2].bootstrap, "tx-spread", "read_committed", partitions=6)
     assert sorted(got) == sorted(f"{k}:{i}".encode() for k in range(3) for i in range(6))
     for node in cluster.nodes.values():

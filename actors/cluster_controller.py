@@ -159,6 +159,10 @@ class _Shutdown:
     attempts: int = 0
     req_id: int = 0
     sent_ms: int = 0
+    sent_to: int | None = None      # the controller of the attempt in flight (None: answered)
+    # /controller changed since that attempt went (the controller may have restarted and
+    # won again: same id, its answer lost with its old life)
+    controller_changed: bool = False
     next_try_ms: int = 0
     remaining: int = -1
     message: str = ""
@@ -324,6 +328,10 @@ class ClusterController(Actor):
     @handles(cm.ControllerChanged, cm.TopicsChanged, cm.TopicDeletionsChanged,
              cm.IsrChangesNotified)
     def on_notice(self, msg: Any) -> None:
+        found = self.shutdown
+        if (isinstance(msg, cm.ControllerChanged) and found is not None
+                and found.sent_to is not None):
+            found.controller_changed = True
         if self.started:
             self._call_driver(self.driver.on_notice, msg)
 
@@ -1027,15 +1035,29 @@ class ClusterController(Actor):
         found.attempts += 1
         found.req_id = next(self.req_ids)
         found.sent_ms = now
+        found.sent_to = controller
+        found.controller_changed = False
         found.next_try_ms = now + self.request_timeout_ms
         self.tell(self._controller_of(controller), cm.ControlledShutdown(
             found.req_id, self.broker.broker_id, self.broker_epoch))
+
+    def _shutdown_controller_moved(self, found: _Shutdown) -> bool:
+        """The attempt in flight went to a controller that is not the controller any more
+        (it died, or its session expired): its answer may never come (a node that lost the
+        role, or restarted, may not even reach this one to say NOT_CONTROLLER), so the
+        next attempt goes to the new controller now, not request.timeout.ms after. The same
+        when /controller changed since the attempt went, whoever holds it now (the same
+        node, restarted and elected again, lost the attempt with its old life)."""
+        known = self.driver.controller_id
+        return found.sent_to is not None and (
+            found.controller_changed or (known is not None and known != found.sent_to))
 
     @handles(cm.ControlledShutdownResponse)
     def on_shutdown_response(self, msg: cm.ControlledShutdownResponse) -> None:
         found = self.shutdown
         if found is None or found.state != "running" or msg.req_id != found.req_id:
             return
+        found.sent_to = None
         found.remaining = len(msg.remaining)
         now = self.clock.now_ms()
         if msg.error_code == NONE and not msg.remaining:
@@ -1101,7 +1123,8 @@ class ClusterController(Actor):
             elif now >= fwd.next_try_ms:
                 self._try_forward(req_id, fwd, now)
         found = self.shutdown
-        if found is not None and found.state == "running" and now >= found.next_try_ms:
+        if found is not None and found.state == "running" and (
+                now >= found.next_try_ms or self._shutdown_controller_moved(found)):
             if found.attempts > int(self.config["controlled.shutdown.max.retries"]):
                 found.state = "failed"
                 found.message = found.message or "no answer from the controller"

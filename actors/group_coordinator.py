@@ -122,7 +122,7 @@ from wire.broker_messages import (
     ReadRow,
     Schedule,
 )
-from wire.cluster_messages import CoordinatorPartitions
+from wire.cluster_messages import CoordinatorPartitions, CoordinatorRestarted
 from wire.errors import CorruptMessageError, ErrorCode
 from wire.group_messages import (
     DescribeGroupRow,
@@ -351,6 +351,7 @@ class GroupCoordinator(LoadReading, Actor):
             self.clock = clock
         self.wait_for_handlers = wait_for_handlers
         self._id_floor = 0  # survives restarts in place: see id_start
+        self.setups = 0     # survives too: more than one, a crash restarted it
         # Cluster mode: coordinate only the groups whose __consumer_offsets partition this
         # node leads (the ReplicaManager says which: CoordinatorPartitions).
         self.cluster = cluster
@@ -397,8 +398,11 @@ class GroupCoordinator(LoadReading, Actor):
         self.loaded_parts: set[int] = set()  # cluster: partitions whose groups are loaded
         self.to_load: set[int] = set()
         self.refused_not_coordinator = 0
+        self.setups += 1
         if self.cluster:
             self.phase = "cluster"
+            if self.setups > 1:  # which partitions this node leads died with the crash
+                self.tell(self.topology.replica_manager, CoordinatorRestarted(False))
 
     def now_ms(self) -> int:
         return self.clock.now_ms() + self.wall_offset_ms
@@ -836,7 +840,7 @@ class GroupCoordinator(LoadReading, Actor):
             return ""
 
     def _serving_in_cluster(self, msg: Any) -> bool:
-        groups = list(msg.group_ids) if isinstance(msg, DescribeGroups) else (
+        groups = list(msg.group_ids) if isinstance(msg, DescribeGroups | DeleteGroups) else (
             [] if isinstance(msg, ListGroups) else [msg.group_id])
         code = NONE
         for group_id in groups:

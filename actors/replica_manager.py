@@ -141,6 +141,7 @@ from wire.cluster_messages import (
     CancelKeptRoles,
     CoordinatorPartitionRow,
     CoordinatorPartitions,
+    CoordinatorRestarted,
     LeaderAndIsr,
     LeaderAndIsrResponse,
     LogDirEventNotification,
@@ -1314,6 +1315,25 @@ class ReplicaManager(Actor):
         sent = self._restore(lambda shard: shard.node == node,
                              f"process {msg.process} restarted")
         return {"partitions": sent, "metadata": metadata}
+
+    @handles(CoordinatorRestarted)
+    def on_coordinator_restarted(self, msg: CoordinatorRestarted) -> None:
+        """A coordinator crashed and was restarted in place: it forgot which partitions of
+        its topic this node leads (and a TransactionCoordinator its metadata). It is told
+        every one led now, as if newly elected, after the metadata as it is now."""
+        assert self.current_sender is not None
+        topic = TRANSACTION_STATE_TOPIC if msg.transactions else OFFSETS_TOPIC
+        led = sorted((tp.partition, epoch) for tp, (leader, epoch) in self.roles.items()
+                     if tp.topic == topic and leader == self.broker_id)
+        self.log.info("{} restarted: told the {} partition(s) of {} this node leads",
+                      self.current_sender.name, len(led), topic)
+        if msg.transactions:  # its metadata too (markers go to the partitions' leaders)
+            self.tell(self.current_sender, self.cache.snapshot(self.fencing.broker_epoch))
+            self.tell(self.current_sender, TxnCoordinatorPartitions(
+                [TxnPartitionRow(p, e) for p, e in led], []))
+        else:
+            self.tell(self.current_sender, CoordinatorPartitions(
+                [CoordinatorPartitionRow(p, e) for p, e in led], []))
 
     @handles(ShardRestarted)
     def on_shard_restarted(self, msg: ShardRestarted) -> None:

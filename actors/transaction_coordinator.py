@@ -85,7 +85,7 @@ from wire.broker_messages import (
     ReadRow,
     Schedule,
 )
-from wire.cluster_messages import UpdateMetadata
+from wire.cluster_messages import CoordinatorRestarted, UpdateMetadata
 from wire.errors import ErrorCode
 from wire.transaction_messages import (
     AddPartitionsToTxn,
@@ -173,6 +173,7 @@ class TransactionCoordinator(LoadReading, Actor):
         self.cluster = cluster
         self.topic_exists = topic_exists
         self._id_floor = 0  # survives restarts in place: see id_start
+        self.setups = 0     # survives too: more than one, a crash restarted it
 
     # ------------------------------------------------------------ lifecycle
     def setup(self) -> None:
@@ -218,8 +219,11 @@ class TransactionCoordinator(LoadReading, Actor):
         self.records: dict[int, dict[bytes, bytes | None]] = {}
         self.metadata = MetadataCache() if self.cluster else None
         self.refused_loading = 0
+        self.setups += 1
         if self.cluster:
             self.phase = "cluster"
+            if self.setups > 1:  # the partitions it led and the metadata died with the crash
+                self.tell(self.topology.replica_manager, CoordinatorRestarted(True))
         elif self.topic_exists:
             self._create_topic()
         self._schedule_tick()

@@ -341,6 +341,17 @@ class ShardRestarted(NamedTuple):
     shard: int
 
 
+@message(489)
+class CoordinatorRestarted(NamedTuple):
+    """A GroupCoordinator (``transactions`` False) or TransactionCoordinator (True), after a
+    crash restarted it in place (cluster mode), to the ReplicaManager of its broker: it
+    forgot which ``__consumer_offsets`` (resp. ``__transaction_state``) partitions this node
+    leads; the ReplicaManager answers with CoordinatorPartitions (resp.
+    TxnCoordinatorPartitions) naming every one it leads now, and the coordinator loads them."""
+
+    transactions: bool
+
+
 @message(410)
 class BrokerRegistered(NamedTuple):
     """Controller actor -> its node's ReplicaManager: the node registered at ``broker_epoch``.

@@ -22,6 +22,7 @@ from actors.cli.admin import (
     table,
 )
 
+INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")  # Kafka's, on any broker
 SOURCES_SHOWN = ("DYNAMIC_TOPIC_CONFIG", "STATIC_BROKER_CONFIG", "DYNAMIC_BROKER_CONFIG",
                  "DYNAMIC_DEFAULT_BROKER_CONFIG")
 
@@ -166,7 +167,11 @@ def create(topics: tuple[str, ...], partitions: int, replication_factor: int,
 @json_option
 def delete(topics: tuple[str, ...], if_exists: bool, bootstrap: str, timeout_ms: int,
            as_json: bool) -> None:
-    """Delete TOPICS and their data."""
+    """Delete TOPICS and their data (not Kafka's internal topics)."""
+    internal = [t for t in topics if t in INTERNAL_TOPICS]
+    if internal:  # as kafka-topics.sh: the broker would take it, and lose every group's state
+        raise UserError(f"{internal[0]} is an internal topic (the consumer groups' offsets or "
+                        "the transactions' state) and is not deleted; nothing was deleted")
     with admin_client(bootstrap, timeout_ms) as admin:
         response = admin.delete_topics(list(topics), timeout_ms=timeout_ms, raise_errors=False)
     from kafka.errors import UnknownTopicOrPartitionError

@@ -321,6 +321,14 @@ class Cluster:
         if running is not None:
             self.say(f"{where}: already running, pid {running.pid}")
             return
+        try:  # another broker there would answer for it: `up` would wait on the wrong one
+            api_versions(plan.client_address, self.probe_timeout_s)
+        except ProbeError:
+            pass
+        else:
+            raise ClusterError(f"{where}: something not started by this spec already answers "
+                               f"Kafka requests on {plan.client_address} (another broker?); "
+                               "stop it, or give the node another listener in the spec")
         write_node_config(proc.runner, plan)
         self.hand_keys(proc.runner, plan)
         version = self.versions.get(plan.host.name)

@@ -96,6 +96,12 @@ def test_topic_command_mistakes_get_one_line(admin_broker: BrokerProcess) -> Non
     one_line_error(actorlog(admin_broker, "topics", "create", "x", "--config", "retention.ms"),
                    2, "KEY=VALUE", "retention.ms")
     one_line_error(actorlog(admin_broker, "topics", "alter", "x"), 2, "nothing to alter")
+    # an internal topic is refused before anything is deleted, as kafka-topics.sh refuses it
+    as_json(admin_broker, "topics", "create", "kept")
+    one_line_error(actorlog(admin_broker, "topics", "delete", "kept", "__consumer_offsets"),
+                   2, "__consumer_offsets is an internal topic", "nothing was deleted")
+    names = {t["name"] for t in as_json(admin_broker, "topics", "list")["topics"]}
+    assert {"kept", "__consumer_offsets"} <= names
     one_line_error(actorlog(None, "topics", "list", "--bootstrap", "127.0.0.1:9",
                             "--timeout-ms", "1000"), 1, "cannot reach", "127.0.0.1:9",
                    "--bootstrap")

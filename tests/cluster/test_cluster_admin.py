@@ -6,10 +6,11 @@ confluent-kafka's AdminClient and kafka-python's KafkaAdminClient.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
-from confluent_kafka import ElectionType, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ElectionType, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -228,3 +229,40 @@ def test_topic_config_changes_go_to_zookeeper_and_every_node_applies_them(
             client.describe_configs([topic])[topic].result(30)))
     assert described["retention.ms"].source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     assert described["cleanup.policy"].value == "delete"
+
+
+def test_delete_groups_in_a_cluster_deletes_an_empty_group_and_refuses_one_with_members(
+        cluster_factory: Any) -> None:
+    """DeleteGroups reaches the group's coordinator on the leader of its __consumer_offsets
+    partition: an Empty group goes, one with a member is NON_EMPTY_GROUP, and the
+    coordinator serves on (it crashed on every DeleteGroups in a cluster, and came back
+    leading nothing: every group of the node answered NOT_COORDINATOR)."""
+    cluster: Cluster = cluster_factory(3)
+    create(cluster, "grouped", 1, 3)
+    cluster.wait_topic("grouped", 1)
+    members = []
+    for group in ("gone", "busy"):
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                             "enable.auto.commit": False})
+        consumer.subscribe(["grouped"])
+        deadline = time.monotonic() + 60  # joined (the group's first rebalance waits 3 s)
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(0.5)
+        assert consumer.assignment(), f"{group}: never joined"
+        consumer.commit(offsets=[TopicPartition("grouped", 0, 0)], asynchronous=False)
+        members.append(consumer)
+    members[0].close()  # "gone" is Empty now; "busy" keeps its member
+    try:
+        client = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        client.delete_consumer_groups(["gone"], request_timeout=30)["gone"].result(30)
+        with pytest.raises(KafkaException) as refused:
+            client.delete_consumer_groups(["busy"], request_timeout=30)["busy"].result(30)
+        assert _code(refused.value) == ErrorCode.NON_EMPTY_GROUP
+        listed = {g.group_id for g in client.list_consumer_groups().result(30).valid}
+        assert listed == {"busy"}
+        described = client.describe_consumer_groups(["busy"])["busy"].result(30)
+        assert len(described.members) == 1
+    finally:
+        members[1].close()
+    for node in cluster.nodes.values():
+        assert "crashed handling DeleteGroups" not in node.log()

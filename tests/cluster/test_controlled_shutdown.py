@@ -11,6 +11,7 @@ anyway. With the key off, the node says so and stops at once.
 from __future__ import annotations
 
 import re
+import time
 from datetime import datetime
 from typing import Any
 
@@ -68,3 +69,31 @@ def test_controlled_shutdown_retries_what_it_cannot_move_and_can_be_turned_off(
     # The retry waited out the backoff (a lower bound: a loaded machine only adds to it).
     gap_ms = (_stamp(gave_up[0]) - _stamp(attempts[0])).total_seconds() * 1000
     assert gap_ms >= BACKOFF_MS - 20, gap_ms
+
+
+def test_a_stopping_node_asks_the_new_controller_when_the_one_it_asked_dies(
+        cluster_factory: Any) -> None:
+    """SIGTERM just after the controller was killed: the first ask goes to the dead one
+    and is never answered. Once another node is the controller, the ask goes to it at
+    once (as a broker whose connection to a dead controller fails retries), not after
+    request.timeout.ms (here 90 s) without an answer."""
+    cluster = cluster_factory(3, config={"request.timeout.ms": 90_000})
+    admin = KafkaAdminClient(bootstrap_servers=cluster.nodes[1].bootstrap,
+                             request_timeout_ms=30_000)
+    try:
+        admin.create_topics([NewTopic("spread", 3, 3)])
+    finally:
+        admin.close()
+    cluster.wait_topic("spread", 3)
+    controller = cluster.controller()
+    stopping = cluster.nodes[next(n for n in (1, 2, 3) if n != controller)]
+    cluster.nodes[controller].kill()
+    started = time.monotonic()
+    assert stopping.stop(timeout_s=150) == 0
+    took_s = time.monotonic() - started
+    assert log_lines(stopping, "asking the controller to move")
+    done = log_lines(stopping, "controlled shutdown done after")
+    assert done, stopping.log()[-3000:]
+    # the session of the dead controller expires after 4 s; the rest is the new
+    # controller's election and the move, well within 40 s even on a loaded machine
+    assert took_s < 40, (took_s, stopping.log()[-3000:])

@@ -590,3 +590,27 @@ def test_group_coordinator_killed_mid_commit_keeps_committed_offsets_once_and_ab
         assert [o.offset for o in offsets] == [KILLED_OFFSET, OFFSET_INVALID]
     finally:
         group.close()
+
+
+def test_markers_that_wait_for_followers_in_process_1_are_answered(
+        cluster_factory: Any) -> None:
+    """num.processes = 2, RF 3: a marker written to a partition of a shard in process 1 waits
+    for the followers (acks=-1), and its shard's purgatory answers the ShardRelay of process
+    0 that handed it the markers. The relay took only WriteTxnMarkersDone: the answer went
+    to dead letters, the coordinator sent the markers again every 5 s, and the commit hung
+    (librdkafka's commit_transaction timed out)."""
+    cluster = cluster_factory(3, config={**CONFIG, "num.processes": 2})
+    create(cluster, "tx-spread", 6, 3, via=1)
+    cluster.wait_topic("tx-spread", 6)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "spread-txn",
+                  "linger.ms": 5})
+    p.init_transactions(60)
+    for k in range(3):
+        p.begin_transaction()
+        for i in range(6):
+            p.produce("tx-spread", value=f"{k}:{i}".encode(), partition=i)
+        p.commit_transaction(60)  # (a lost answer shows in the logs below, not as time)
+    got = read_all(cluster.nodes[2].bootstrap, "tx-spread", "read_committed", partitions=6)
+    assert sorted(got) == sorted(f"{k}:{i}".encode() for k in range(3) for i in range(6))
+    for node in cluster.nodes.values():
+        assert "has no handler for ProduceReady" not in node.log()

@@ -31,6 +31,7 @@ from actors.hosts.faults import FaultError, Netem
 from actors.hosts.runner import local_version
 from actors.hosts.spec import load_spec
 from actors.metadata.zk_server import free_port
+from tests.fixtures.broker import BrokerProcess
 from tests.fixtures.netns import free_test_address, skip_unless_namespaces
 from tests.fixtures.pids import HeldProcess, KeepStopped, running
 from tests.fixtures.sshd import SshServer
@@ -791,3 +792,25 @@ def test_a_listener_that_is_not_kafka_is_one_probe_error() -> None:
     finally:
         thread.join(5)
         listener.close()
+
+
+def test_up_refuses_a_node_whose_listener_another_broker_answers_on(
+        spec_file: Path, zk_connect: str, tmp_path: Path) -> None:
+    """The port of node 2's listener is another broker's: node 2 could not listen and would
+    exit, but that broker answered the probe, and `up` waited 90 s for a registration that
+    never came. Now it says so at once, and rolls back what it started."""
+    spec, ports = two_local_nodes_spec(zk_connect)
+    other = BrokerProcess(tmp_path / "other", port=ports[2]).start()
+    try:
+        spec_file.write_text(spec)
+        started = time.monotonic()
+        up = cli("up", "--spec", str(spec_file), timeout_s=120)
+        took_s = time.monotonic() - started
+        assert up.returncode == 1, up.stdout + up.stderr
+        assert (f"node 2 on here: something not started by this spec already answers Kafka "
+                f"requests on 127.0.0.1:{ports[2]}") in up.stderr + up.stdout
+        assert "rolled back: node 1 on here" in up.stdout
+        assert took_s < 60, took_s
+        assert other.proc is not None and other.proc.poll() is None  # left alone
+    finally:
+        assert other.stop() == 0

@@ -44,6 +44,7 @@ SAMPLES: list[Any] = [
     cm.BrokerRegistered(2, 4294967300),
     cm.ProcessStarted(1, True, 3),
     cm.ShardRestarted(3),
+    cm.CoordinatorRestarted(True),
     cm.BecomeLeaderOrFollower(5, [cm.ReplicaStateRow("orders", 0, 2, 12, [2, 3], [2, 3, 1], 31,
                                                      False, {"retention.ms": "1000"})]),
     cm.BecameLeaderOrFollower(5, [cm.PartitionErrorRow("orders", 0, 0)]),

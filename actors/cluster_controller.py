@@ -201,7 +201,11 @@ class ClusterController(Actor):
     # ------------------------------------------------------------ lifecycle
     def setup(self) -> None:
         broker_id = self.broker.broker_id
-        self.core = ControllerCore(controller_config(broker_id, self.config), self.rng.randrange)
+        # topic ids from a generator of their own, seeded from this one's state without
+        # drawing from it (a seed's simulation makes the same assignments with ids as without)
+        ids = random.Random(hash(self.rng.getstate()[1]))  # its words (ints hash alike anywhere)
+        self.core = ControllerCore(controller_config(broker_id, self.config), self.rng.randrange,
+                                   ids.randbytes)
         self.driver = ControllerDriver(self.store, self.core, send=self._send_to_broker,
                                        reply=self._reply, log=self._state_change)
         # the correlation ids go on over a restart of this actor: an answer to a request

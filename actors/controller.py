@@ -293,7 +293,8 @@ class Controller(Actor):
             self._reply_after_changes(CreateTopicsDone(msg.req_id, rows), msg.timeout_ms)
             return
         change = self._fan_out(CreateTopicsDone(msg.req_id, rows), OpenPartitions, [
-            OpenPartitionRow(n, p, dict(self.store.topics[n].configs))
+            OpenPartitionRow(n, p, dict(self.store.topics[n].configs),
+                             self.store.topics[n].topic_id)
             for n in created for p in range(self.store.topics[n].num_partitions)
         ], msg.timeout_ms)
         self.store.save()
@@ -410,7 +411,7 @@ class Controller(Actor):
             rows.append(TopicResultRow(row.name, int(ErrorCode.NONE), None))
             if not msg.validate_only:
                 info.num_partitions = row.new_total
-                opened += [OpenPartitionRow(row.name, p, dict(info.configs))
+                opened += [OpenPartitionRow(row.name, p, dict(info.configs), info.topic_id)
                            for p in range(current, row.new_total)]
         self._log_refused(rows)
         if not opened:
@@ -450,7 +451,7 @@ class Controller(Actor):
             rows.append(TopicResultRow(row.name, int(ErrorCode.NONE), None))
             if not msg.validate_only and configs != info.configs:
                 info.configs = configs
-                updates += [OpenPartitionRow(row.name, p, dict(configs))
+                updates += [OpenPartitionRow(row.name, p, dict(configs), info.topic_id)
                             for p in range(info.num_partitions)]
         if not updates:
             self._reply_after_changes(AlterTopicConfigsDone(msg.req_id, rows))

@@ -842,7 +842,8 @@ class ReplicaManager(Actor):
             self.fencing.leader_epochs[tp] = p.leader_epoch
             rows.append(ReplicaStateRow(p.topic, p.partition, p.leader, p.leader_epoch,
                                         list(p.isr), list(p.replicas), p.partition_epoch, False,
-                                        dict(msg.topic_configs.get(p.topic, {}))))
+                                        dict(msg.topic_configs.get(p.topic, {})),
+                                        self.states[tp].topic_id))
             self._new_role(rows[-1])
         if not rows:
             return

@@ -109,6 +109,9 @@ class LeaderAndIsr(NamedTuple):
     # the controller channel's id of this request: 0 as the core makes it, set by the
     # channel when it goes out (a node logs one that comes without)
     correlation_id: int = 0
+    # the ids of the topics named above (those that have one: a topic an older version
+    # made has none until the controller gives it one)
+    topic_ids: dict[str, str] = {}
 
 
 @message(401)
@@ -365,6 +368,9 @@ class ReplicaStateRow(NamedTuple):
     partition_epoch: int
     is_new: bool
     configs: dict[str, str]
+    # the topic's id (base64url; "": not known, a topic an older controller made): the
+    # shard deletes a directory of the name holding another (a dead namesake's)
+    topic_id: str = ""
 
 
 @message(411)

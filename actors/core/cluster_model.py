@@ -120,6 +120,9 @@ class TopicAssignment:
 
     partitions: dict[int, tuple[int, ...]]
     version: int = NO_VERSION
+    # the topic's id (base64url, KIP-516), "topic_id" in the znode; "" for a topic made by
+    # an older version, until the controller gives it one
+    topic_id: str = ""
 
     def replicas(self, partition: int) -> tuple[int, ...]:
         return self.partitions[partition]

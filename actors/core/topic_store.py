@@ -1,4 +1,10 @@
-"""The single node's topic table, kept in one JSON file written atomically."""
+"""The single node's topic table, kept in one JSON file written atomically.
+
+Each topic has an id (``topic_id``, KIP-516's), given when it is created and written
+with it; the shards write it in each partition's directory, so that a directory a
+deleted topic left (its delete lost with a crash after this file was written) is never
+taken for a namesake's. A table written by an older version has no ids: ``load`` gives
+each topic one (``assigned_ids``: the caller saves the table before anything opens)."""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from actors.core.topic_id import InvalidTopicId, decode_topic_id, new_topic_id
 from wire.broker_messages import TopicEntry
 
 STORE_FILE = "__actorlog_topics.json"
@@ -21,6 +28,7 @@ class TopicInfo:
     num_partitions: int
     replication_factor: int = 1
     configs: dict[str, str] = field(default_factory=dict)
+    topic_id: str = field(default_factory=new_topic_id)
 
 
 class TopicStore:
@@ -28,6 +36,8 @@ class TopicStore:
         self.path = path
         self.topics: dict[str, TopicInfo] = {}
         self.version = 0
+        # topics of the file that had no id (an older version's) and were given one here
+        self.assigned_ids: list[str] = []
 
     @classmethod
     def load(cls, log_dir: Path) -> TopicStore:
@@ -36,12 +46,17 @@ class TopicStore:
             try:
                 doc = json.loads(store.path.read_text())
                 store.version = int(doc["version"])
-                store.topics = {
-                    name: TopicInfo(int(t["partitions"]), int(t["replication_factor"]),
-                                    dict(t["configs"]))
-                    for name, t in doc["topics"].items()
-                }
-            except (ValueError, KeyError, TypeError) as exc:
+                store.topics = {}
+                for name, t in doc["topics"].items():
+                    info = TopicInfo(int(t["partitions"]), int(t["replication_factor"]),
+                                     dict(t["configs"]))
+                    if "topic_id" in t:
+                        decode_topic_id(t["topic_id"])
+                        info.topic_id = t["topic_id"]
+                    else:
+                        store.assigned_ids.append(name)
+                    store.topics[name] = info
+            except (ValueError, KeyError, TypeError, InvalidTopicId) as exc:
                 raise TopicStoreError(f"{store.path}: cannot read the topic table: {exc}") from None
         return store
 
@@ -51,7 +66,7 @@ class TopicStore:
             "version": self.version,
             "topics": {
                 name: {"partitions": t.num_partitions, "replication_factor": t.replication_factor,
-                       "configs": t.configs}
+                       "configs": t.configs, "topic_id": t.topic_id}
                 for name, t in sorted(self.topics.items())
             },
         }
@@ -70,5 +85,5 @@ class TopicStore:
 
     def table(self) -> dict[str, TopicEntry]:
         """The wire form of MetadataUpdate.topics."""
-        return {name: TopicEntry(t.num_partitions, dict(t.configs))
+        return {name: TopicEntry(t.num_partitions, dict(t.configs), t.topic_id)
                 for name, t in self.topics.items()}

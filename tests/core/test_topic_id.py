@@ -1,0 +1,88 @@
+"""Topic ids and the partition.metadata file (actors.core.topic_id)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from actors.core.topic_id import (
+    PARTITION_METADATA_FILE,
+    InvalidTopicId,
+    PartitionMetadataError,
+    decode_topic_id,
+    encode_topic_id,
+    is_topic_id,
+    new_topic_id,
+    read_partition_metadata,
+    write_partition_metadata,
+)
+
+
+def test_a_topic_id_is_kafkas_uuid_text() -> None:
+    # Kafka's Uuid.toString: base64url of the 16 bytes, no padding
+    raw = uuid.UUID("f81d4fae-7dec-11d0-a765-00a0c91e6bf6").bytes
+    text = encode_topic_id(raw)
+    assert text == base64.urlsafe_b64encode(raw).decode().rstrip("=") == "-B1Prn3sEdCnZQCgyR5r9g"
+    assert len(text) == 22
+    assert decode_topic_id(text) == raw
+
+
+def test_new_ids_are_random_valid_and_never_start_with_a_dash() -> None:
+    ids = {new_topic_id() for _ in range(200)}
+    assert len(ids) == 200
+    assert all(is_topic_id(t) and not t.startswith("-") for t in ids)
+    # drawn again while the draw is reserved or starts with a dash
+    draws = iter([bytes(16), bytes(15) + b"\x01", b"\xf8" + bytes(15), b"\x01" * 16])
+    assert new_topic_id(lambda n: next(draws)) == encode_topic_id(b"\x01" * 16)
+
+
+@pytest.mark.parametrize("text", ["", "abc", "A" * 21, "A" * 23, "AAAAAAAAAAAAAAAAAAAA+A",
+                                  "AAAAAAAAAAAAAAAAAAAAAB"])  # last: stray bits in the tail
+def test_bad_ids_are_refused(text: str) -> None:
+    assert not is_topic_id(text)
+    with pytest.raises(InvalidTopicId):
+        decode_topic_id(text)
+
+
+def test_the_file_round_trips_in_kafkas_format(tmp_path: Path) -> None:
+    assert read_partition_metadata(tmp_path) is None
+    topic_id = new_topic_id()
+    write_partition_metadata(tmp_path, topic_id)
+    assert (tmp_path / PARTITION_METADATA_FILE).read_text() == (
+        f"version: 0\ntopic_id: {topic_id}\n")
+    assert read_partition_metadata(tmp_path) == topic_id
+    assert sorted(os.listdir(tmp_path)) == [PARTITION_METADATA_FILE]  # no tmp file left
+    other = new_topic_id()
+    write_partition_metadata(tmp_path, other)  # replaced whole
+    assert read_partition_metadata(tmp_path) == other
+
+
+def test_a_file_kafka_wrote_is_read(tmp_path: Path) -> None:
+    (tmp_path / PARTITION_METADATA_FILE).write_text("version: 0\r\ntopic_id: "
+                                                    "-B1Prn3sEdCnZQCgyR5r9g\r\n")
+    assert read_partition_metadata(tmp_path) == "-B1Prn3sEdCnZQCgyR5r9g"
+
+
+@pytest.mark.parametrize("content, why", [
+    (b"", "version None"),
+    (b"version: 1\ntopic_id: AAAAAAAAAAAAAAAAAAAAAQ\n", "version '1'"),
+    (b"version: 0\n", "no topic_id"),
+    (b"version: 0\ntopic_id: nope\n", "22 base64url characters"),
+    (b"version 0\n", "line 1: not 'key: value'"),
+    (b"\xff\xfe", "not text"),
+])
+def test_a_damaged_file_is_an_error_naming_it(tmp_path: Path, content: bytes, why: str) -> None:
+    (tmp_path / PARTITION_METADATA_FILE).write_bytes(content)
+    with pytest.raises(PartitionMetadataError, match=why) as info:
+        read_partition_metadata(tmp_path)
+    assert str(tmp_path / PARTITION_METADATA_FILE) in str(info.value)
+
+
+def test_writing_a_bad_id_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidTopicId):
+        write_partition_metadata(tmp_path, "not-an-id")
+    assert not (tmp_path / PARTITION_METADATA_FILE).exists()

@@ -905,9 +905,12 @@ class ControllerCore:
     # ------------------------------------------------------------ topic creation
     def _on_new_topics_found(self, topics: Mapping[str, TopicRecord]) -> None:
         fresh = {name: rec for name, rec in topics.items() if name not in self.topics}
-        for name in sorted(fresh):
-            self._init_new_partitions(self._add_topic(name, fresh[name]))
+        added = {name: self._add_topic(name, fresh[name]) for name in sorted(fresh)}
+        # an older version's topic: its id is written before its partitions' states, so
+        # (the writes done in order) their first LeaderAndIsr carries it
         self._assign_topic_ids(fresh)
+        for name in sorted(added):
+            self._init_new_partitions(added[name])
 
     def _on_create_topics(self, event: CreateTopics) -> None:
         request, dupes = self._unique_topics_request(

@@ -1,0 +1,158 @@
+"""A PartitionShard opening a partition checks the directory's topic id (partition.metadata).
+
+A directory holding another id than the topic's is a deleted namesake's whose delete was
+lost: it is deleted through the durable delete path (marked, set aside, removed) and the
+partition opened new; a directory without the file (an older version's) is adopted; a
+damaged file opens nothing and deletes nothing. The same for a log open under another id
+(its delete never reached this shard). Real shard, log manager and log dir on disk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from actors.core.log_dir import LogDir
+from actors.core.partition_log import LogConfig, PartitionLog
+from actors.core.record_batch import build_batch
+from actors.core.topic_id import (
+    PARTITION_METADATA_FILE,
+    new_topic_id,
+    read_partition_metadata,
+    write_partition_metadata,
+)
+from actors.log_manager import LogManager
+from actors.partition_shard import PartitionShard
+from actors.runtime.actor import Actor, handles
+from actors.runtime.config import Config
+from actors.runtime.node import Node
+from actors.topology import Topology
+from tests.fixtures.waiting import wait_for
+from wire.broker_messages import (
+    Append,
+    AppendDone,
+    AppendRow,
+    GetStats,
+    OpenPartitionRow,
+    OpenPartitions,
+    ShardDone,
+    TopicEntry,
+)
+from wire.errors import ErrorCode
+
+NONE = int(ErrorCode.NONE)
+
+
+class Recorder(Actor):
+    def setup(self) -> None:
+        self.got: list[Any] = []
+
+    @handles(AppendDone, ShardDone)
+    def on_any(self, msg: Any) -> None:
+        self.got.append([type(msg).__name__, msg])
+
+    @handles(GetStats)
+    def stats(self, _msg: GetStats) -> Any:
+        return list(self.got)
+
+
+def _old_log(data: Path, topic_id: str | None, records: int = 3) -> Path:
+    """A partition directory on disk with ``records`` records, as a shard left it."""
+    directory = data / "t-0"
+    log = PartitionLog.open(directory, "t", 0, LogConfig(), 0)
+    log.append_as_leader(build_batch([b"old"] * records), leader_epoch=0, now_ms=0)
+    log.close()
+    if topic_id is not None:
+        write_partition_metadata(directory, topic_id)
+    return directory
+
+
+def _shard(node: Node, data: Path, topics: dict[str, TopicEntry]) -> tuple[Any, Any]:
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    log_dir = LogDir.open(data)
+    node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1,
+               clock=node.clock)
+    shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo, config=Config(),
+                       log_dir=log_dir, topics=topics, broker_id=1, clock=node.clock)
+    return shard, node.spawn(Recorder, "handler")
+
+
+def _stats(node: Node, shard: Any) -> dict[str, Any]:
+    stats: dict[str, Any] = node.ask(shard, GetStats())
+    return stats
+
+
+def _open(node: Node, shard: Any, handler: Any, req_id: int, topic_id: str) -> Any:
+    node.tell(shard, OpenPartitions(req_id, [OpenPartitionRow("t", 0, {}, topic_id)]),
+              sender=handler.name)
+    [done] = wait_for(lambda: [m for n, m in node.ask(handler, GetStats())
+                               if n == "ShardDone" and m[0] == req_id], "the open answered")
+    return done
+
+
+def test_a_directory_of_another_topic_id_is_deleted_and_the_partition_opened_new(
+        node: Node, tmp_path: Path) -> None:
+    dead, live = new_topic_id(), new_topic_id()
+    _old_log(tmp_path, dead)
+    shard, _handler = _shard(node, tmp_path, {"t": TopicEntry(1, {}, live)})
+    stats = _stats(node, shard)
+    assert stats["partitions"]["t-0"] == [0, 0, 0], "the dead namesake's records are open"
+    assert stats["dead_namesakes_deleted"] == 1
+    assert read_partition_metadata(tmp_path / "t-0") == live
+    assert [p.name for p in tmp_path.glob("t-0*")] == ["t-0"]  # nothing set aside is left
+
+
+def test_a_directory_of_the_same_id_is_opened_with_its_records(
+        node: Node, tmp_path: Path) -> None:
+    topic_id = new_topic_id()
+    _old_log(tmp_path, topic_id)
+    shard, _handler = _shard(node, tmp_path, {"t": TopicEntry(1, {}, topic_id)})
+    stats = _stats(node, shard)
+    assert stats["partitions"]["t-0"][2] == 3
+    assert stats["dead_namesakes_deleted"] == 0
+
+
+def test_a_directory_without_the_file_is_adopted(node: Node, tmp_path: Path) -> None:
+    topic_id = new_topic_id()
+    _old_log(tmp_path, None)  # an older version's
+    shard, _handler = _shard(node, tmp_path, {"t": TopicEntry(1, {}, topic_id)})
+    assert _stats(node, shard)["partitions"]["t-0"][2] == 3
+    assert read_partition_metadata(tmp_path / "t-0") == topic_id
+
+
+def test_a_topic_without_an_id_opens_as_before_and_writes_nothing(
+        node: Node, tmp_path: Path) -> None:
+    _old_log(tmp_path, new_topic_id())
+    shard, _handler = _shard(node, tmp_path, {"t": TopicEntry(1, {})})
+    assert _stats(node, shard)["partitions"]["t-0"][2] == 3
+
+
+def test_a_damaged_file_opens_nothing_and_deletes_nothing(node: Node, tmp_path: Path) -> None:
+    directory = _old_log(tmp_path, None)
+    (directory / PARTITION_METADATA_FILE).write_text("version: 0\ntopic_id: garbage\n")
+    shard, handler = _shard(node, tmp_path, {})
+    done = _open(node, shard, handler, 1, new_topic_id())
+    assert done[2] == [["t", 0]] and "partition.metadata" in done[1], done
+    assert "t-0" not in _stats(node, shard)["partitions"]
+    assert len(list(directory.glob("*.log"))) == 1, "its records are kept"
+
+
+def test_a_log_open_under_another_id_is_deleted_when_its_namesake_is_opened(
+        node: Node, tmp_path: Path) -> None:
+    """The shard holds t-0 open as the dead topic's (its delete never came); the
+    namesake's open deletes it and opens new, answered as any open."""
+    dead, live = new_topic_id(), new_topic_id()
+    shard, handler = _shard(node, tmp_path, {"t": TopicEntry(1, {}, dead)})
+    node.tell(shard, Append(1, 1, 30_000, [AppendRow("t", 0, build_batch([b"old"] * 2))]),
+              sender=handler.name)
+    wait_for(lambda: [m for n, m in node.ask(handler, GetStats()) if n == "AppendDone"],
+             "the append answered")
+    assert _stats(node, shard)["partitions"]["t-0"][2] == 2
+    assert _open(node, shard, handler, 2, live)[1:] == ["", []]
+    stats = _stats(node, shard)
+    assert stats["partitions"]["t-0"] == [0, 0, 0]
+    assert stats["dead_namesakes_deleted"] == 1
+    assert read_partition_metadata(tmp_path / "t-0") == live
+    # the same id again: nothing changes
+    assert _open(node, shard, handler, 3, live)[1:] == ["", []]
+    assert _stats(node, shard)["dead_namesakes_deleted"] == 1

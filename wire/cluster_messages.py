@@ -161,6 +161,8 @@ class UpdateMetadata(NamedTuple):
     # the controller channel's id of this request: 0 as the core makes it, set by the
     # channel when it goes out (a node logs one that comes without)
     correlation_id: int = 0
+    # the ids of the topics listed that have one (Metadata v10+ answers them)
+    topic_ids: dict[str, str] = {}
 
 
 @message(403)

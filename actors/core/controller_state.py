@@ -471,7 +471,8 @@ class ControllerCore:
                 rows, is_full = delta, False
             out.append(SendToBroker(broker_id, UpdateMetadata(
                 self.config.broker_id, self.epoch, self._broker_epoch(broker_id), is_full,
-                brokers, rows, self._configs_of(r.topic for r in rows))))
+                brokers, rows, self._configs_of(r.topic for r in rows),
+                topic_ids=self._topic_ids_of(r.topic for r in rows))))
         return out
 
     def _flush_stop_replica(self) -> list[Effect]:

@@ -17,14 +17,20 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from actors.core.topic_id import PARTITION_METADATA_FILE, is_topic_id, read_partition_metadata
+from actors.core.topic_id import (
+    PARTITION_METADATA_FILE,
+    decode_topic_id,
+    is_topic_id,
+    read_partition_metadata,
+)
 from actors.core.topic_store import STORE_FILE, TopicStore
-from tests.broker.rawclient import RawClient, read_records, record_batch
+from tests.broker.rawclient import METADATA, RawClient, read_records, record_batch
 from tests.fixtures.broker import BrokerProcess
 
 
@@ -48,6 +54,15 @@ def values(port: int, topic: str, partition: int) -> list[bytes]:
         part = client.fetch(topic, partition, 0)
         assert part.error_code == 0
         return [v for _o, _k, v in read_records(part.records)]
+
+
+def metadata_topic_ids(port: int, topics: list[str]) -> dict[str, uuid.UUID]:
+    """Metadata v12's ``topic_id`` per topic (v10+ carry it)."""
+    with RawClient(port) as client:
+        response = client.call(METADATA, 12, {
+            "topics": [{"topic_id": None, "name": t} for t in topics],
+            "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+    return {t.name: t.topic_id for t in response.topics}
 
 
 def store_doc(data: Path) -> dict:
@@ -84,6 +99,7 @@ def test_a_delete_killed_before_the_directories_went_does_not_feed_a_namesake(
             assert client.produce(topic, p, record_batch([(None, b"new")])).base_offset == 0
         assert values(b.port, topic, p) == [b"new"]
         assert read_partition_metadata(data / f"{topic}-{p}") == new_id
+    assert metadata_topic_ids(b.port, [topic]) == {topic: uuid.UUID(bytes=decode_topic_id(new_id))}
     log = b.log()
     for p in range(2):
         assert f"{topic}-{p}: its directory holds topic id {old_id}, not {new_id}" in log

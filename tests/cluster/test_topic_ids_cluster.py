@@ -18,14 +18,15 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
-from actors.core.topic_id import is_topic_id, read_partition_metadata
+from actors.core.topic_id import decode_topic_id, is_topic_id, read_partition_metadata
 from actors.metadata import znodes
-from tests.broker.rawclient import read_records
+from tests.broker.rawclient import METADATA, build, read_records
 from tests.cluster.test_cluster import admin, create
-from tests.fixtures.cluster import Cluster, wait_for
+from tests.fixtures.cluster import Cluster, kafka_call, wait_for
 from tests.fixtures.cluster_tools import ZooKeeperReader, fetch_from, produce_to
 
 
@@ -45,6 +46,17 @@ def _values(cluster: Cluster, topic: str) -> list[bytes]:
     part = fetch_from(cluster.nodes[leader], topic, 0)
     assert part.error_code == 0, part
     return [v for _o, _k, v in read_records(part.records)]
+
+
+def _metadata_topic_id(cluster: Cluster, node_id: int, topic: str) -> uuid.UUID:
+    """Metadata v12's ``topic_id`` of ``topic`` as node ``node_id`` answers it."""
+    node = cluster.nodes[node_id]
+    response = kafka_call(node.host, node.port, build(METADATA, 12, {
+        "topics": [{"topic_id": None, "name": topic}], "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False}))
+    [found] = response.topics
+    topic_id: uuid.UUID = found.topic_id
+    return topic_id
 
 
 def _delete(cluster: Cluster, topic: str) -> None:
@@ -94,6 +106,9 @@ def test_a_namesakes_replicas_delete_a_dead_topics_directory_instead_of_serving_
     leader = cluster.view().leaders(topic)[0]
     assert produce_to(cluster.nodes[leader], topic, 0, [b"new"]).base_offset == 0
     assert _values(cluster, topic) == [b"new"]
+    for i in cluster.nodes:  # Metadata v10+ answers the id, on every node
+        wait_for(f"node {i}'s Metadata to give the id", lambda i=i: _metadata_topic_id(
+            cluster, i, topic) == uuid.UUID(bytes=decode_topic_id(new_id)))
     for node in cluster.nodes.values():
         assert re.search(rf"{topic}-0: its directory holds topic id {re.escape(old_id)}, "
                          rf"not {re.escape(new_id)}", node.log()), node.broker_id

@@ -3,8 +3,11 @@
 Each topic has an id (``topic_id``, KIP-516's), given when it is created and written
 with it; the shards write it in each partition's directory, so that a directory a
 deleted topic left (its delete lost with a crash after this file was written) is never
-taken for a namesake's. A table written by an older version has no ids: ``load`` gives
-each topic one (``assigned_ids``: the caller saves the table before anything opens)."""
+taken for a namesake's. A table written by an older version has no ids: they load as ""
+(a shard then checks nothing), and the broker's start gives them ids and saves the table
+before any shard opens (``assign_missing_ids``). Never an id made up at load: a reader
+that does not save (a restarted process of the broker) would hand its shards an id no
+directory holds, and they would delete the topic's records."""
 
 from __future__ import annotations
 
@@ -36,8 +39,6 @@ class TopicStore:
         self.path = path
         self.topics: dict[str, TopicInfo] = {}
         self.version = 0
-        # topics of the file that had no id (an older version's) and were given one here
-        self.assigned_ids: list[str] = []
 
     @classmethod
     def load(cls, log_dir: Path) -> TopicStore:
@@ -50,15 +51,21 @@ class TopicStore:
                 for name, t in doc["topics"].items():
                     info = TopicInfo(int(t["partitions"]), int(t["replication_factor"]),
                                      dict(t["configs"]))
-                    if "topic_id" in t:
-                        decode_topic_id(t["topic_id"])
-                        info.topic_id = t["topic_id"]
-                    else:
-                        store.assigned_ids.append(name)
+                    info.topic_id = t.get("topic_id", "")
+                    if info.topic_id:
+                        decode_topic_id(info.topic_id)
                     store.topics[name] = info
             except (ValueError, KeyError, TypeError, InvalidTopicId) as exc:
                 raise TopicStoreError(f"{store.path}: cannot read the topic table: {exc}") from None
         return store
+
+    def assign_missing_ids(self) -> list[str]:
+        """Give an id to each topic without one (an older version's table); returns their
+        names. The caller saves the table before any shard opens a partition."""
+        missing = sorted(name for name, info in self.topics.items() if not info.topic_id)
+        for name in missing:
+            self.topics[name].topic_id = new_topic_id()
+        return missing
 
     def save(self) -> None:
         self.version += 1

@@ -20,6 +20,7 @@ from actors.core.topic_id import (
     read_partition_metadata,
     write_partition_metadata,
 )
+from actors.core.topic_store import STORE_FILE, TopicInfo, TopicStore, TopicStoreError
 
 
 def test_a_topic_id_is_kafkas_uuid_text() -> None:
@@ -86,3 +87,26 @@ def test_writing_a_bad_id_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidTopicId):
         write_partition_metadata(tmp_path, "not-an-id")
     assert not (tmp_path / PARTITION_METADATA_FILE).exists()
+
+
+def test_the_topic_store_keeps_ids_and_never_makes_one_up_at_load(tmp_path: Path) -> None:
+    store = TopicStore.load(tmp_path)
+    store.topics["a"] = TopicInfo(2)
+    assert is_topic_id(store.topics["a"].topic_id)  # a topic created gets one
+    store.save()
+    again = TopicStore.load(tmp_path)
+    assert again.topics["a"].topic_id == store.topics["a"].topic_id
+    assert again.table()["a"].topic_id == store.topics["a"].topic_id
+    # an older version's table: no id until the broker's start gives one and saves it
+    (tmp_path / STORE_FILE).write_text(
+        '{"version": 3, "topics": {"old": {"partitions": 1, "replication_factor": 1, '
+        '"configs": {}}}}')
+    old = TopicStore.load(tmp_path)
+    assert old.topics["old"].topic_id == "" and old.table()["old"].topic_id == ""
+    assert old.assign_missing_ids() == ["old"] and is_topic_id(old.topics["old"].topic_id)
+    assert old.assign_missing_ids() == []
+    (tmp_path / STORE_FILE).write_text(
+        '{"version": 3, "topics": {"bad": {"partitions": 1, "replication_factor": 1, '
+        '"configs": {}, "topic_id": "nope"}}}')
+    with pytest.raises(TopicStoreError, match="cannot read the topic table"):
+        TopicStore.load(tmp_path)

@@ -44,7 +44,8 @@ def restarted(fresh_broker: BrokerProcess) -> Iterator[list[BrokerProcess]]:
 
 
 def restart(old: BrokerProcess, started: list[BrokerProcess], n: int) -> BrokerProcess:
-    b = BrokerProcess(old.data_dir, log_name=f"broker-restart-{n}.log").start()
+    b = BrokerProcess(old.data_dir, log_name=f"broker-restart-{n}.log",
+                      config=old.config).start()
     started.append(b)
     return b
 
@@ -70,9 +71,26 @@ def store_doc(data: Path) -> dict:
     return doc
 
 
+@pytest.mark.parametrize("processes", [1, 2])
 def test_a_delete_killed_before_the_directories_went_does_not_feed_a_namesake(
-        fresh_broker: BrokerProcess, restarted: list[BrokerProcess]) -> None:
-    data = fresh_broker.data_dir
+        tmp_path: Path, processes: int) -> None:
+    """num.processes 2: the shards of process 1 check the ids through its read-only
+    log dir, and their deletes go through it."""
+    data = tmp_path / "data"
+    config = {"num.processes": processes, "num.partition.shards": 2}
+    started: list[BrokerProcess] = []
+    try:
+        _namesake_after_a_killed_delete(data, config, started)
+    finally:
+        for b in started:
+            if b.proc is not None and b.proc.poll() is None:
+                b.stop()
+
+
+def _namesake_after_a_killed_delete(data: Path, config: dict, started: list[BrokerProcess]
+                                    ) -> None:
+    fresh_broker = BrokerProcess(data, config=config).start()
+    started.append(fresh_broker)
     topic = "reborn"
     with RawClient(fresh_broker.port) as client:
         assert client.create_topic(topic, 2) == 0
@@ -87,7 +105,7 @@ def test_a_delete_killed_before_the_directories_went_does_not_feed_a_namesake(
     store.save()
     assert (data / f"{topic}-0").is_dir() and (data / f"{topic}-1").is_dir()
 
-    b = restart(fresh_broker, restarted, 1)
+    b = restart(fresh_broker, started, 1)
     with RawClient(b.port) as client:
         assert client.create_topic(topic, 2) == 0
     new_id = store_doc(data)["topics"][topic]["topic_id"]
@@ -105,7 +123,7 @@ def test_a_delete_killed_before_the_directories_went_does_not_feed_a_namesake(
         assert f"{topic}-{p}: its directory holds topic id {old_id}, not {new_id}" in log
     assert b.stop() == 0
     # and so it stays: the restart opens the namesake's own directories
-    b = restart(fresh_broker, restarted, 2)
+    b = restart(fresh_broker, started, 2)
     for p in range(2):
         assert values(b.port, topic, p) == [b"new"]
     assert "a deleted namesake's whose delete was lost" not in b.log()

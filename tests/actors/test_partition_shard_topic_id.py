@@ -38,6 +38,14 @@ from wire.broker_messages import (
     ShardDone,
     TopicEntry,
 )
+from wire.cluster_messages import (
+    BecameLeaderOrFollower,
+    BecomeLeaderOrFollower,
+    ReplicaStateRow,
+    RestoredRoleRow,
+    RestoreRoles,
+    RolesRestored,
+)
 from wire.errors import ErrorCode
 
 NONE = int(ErrorCode.NONE)
@@ -47,7 +55,7 @@ class Recorder(Actor):
     def setup(self) -> None:
         self.got: list[Any] = []
 
-    @handles(AppendDone, ShardDone)
+    @handles(AppendDone, ShardDone, RolesRestored, BecameLeaderOrFollower)
     def on_any(self, msg: Any) -> None:
         self.got.append([type(msg).__name__, msg])
 
@@ -156,3 +164,50 @@ def test_a_log_open_under_another_id_is_deleted_when_its_namesake_is_opened(
     # the same id again: nothing changes
     assert _open(node, shard, handler, 3, live)[1:] == ["", []]
     assert _stats(node, shard)["dead_namesakes_deleted"] == 1
+
+
+def _role(topic_id: str) -> ReplicaStateRow:
+    """t-0 led here (broker 1) alone, at leader epoch 4."""
+    return ReplicaStateRow("t", 0, 1, 4, [1], [1], 5, False, {}, topic_id)
+
+
+def test_a_restored_role_of_a_namesake_deletes_the_dead_topics_directory(
+        node: Node, tmp_path: Path) -> None:
+    """A cluster's shard whose process restarted (it opens nothing at start) is restored
+    the namesake's role, its topic id with it; the directory on disk is the deleted
+    topic's, whose delete died with the process: deleted, and the role taken on a new
+    log. Before topic ids this restore opened the old directory, records and all."""
+    dead, live = new_topic_id(), new_topic_id()
+    _old_log(tmp_path, dead)
+    shard, manager = _shard(node, tmp_path, {})
+    node.tell(shard, RestoreRoles(1, "process 1 restarted",
+                                  [RestoredRoleRow(_role(live), False, None)]),
+              sender=manager.name)
+    [restored] = wait_for(lambda: [m for n, m in node.ask(manager, GetStats())
+                                   if n == "RolesRestored"], "the restore answered")
+    assert [tuple(r) for r in restored[1]] == [("t", 0, NONE)]
+    stats = _stats(node, shard)
+    assert stats["partitions"]["t-0"] == [0, 0, 0], "the dead topic's records are served"
+    assert stats["leaders"] == ["t-0"]
+    assert stats["dead_namesakes_deleted"] == 1
+    assert read_partition_metadata(tmp_path / "t-0") == live
+
+
+def test_a_role_of_a_namesake_deletes_the_dead_topics_directory(
+        node: Node, tmp_path: Path) -> None:
+    """The same for a LeaderAndIsr's role (BecomeLeaderOrFollower)."""
+    dead, live = new_topic_id(), new_topic_id()
+    _old_log(tmp_path, dead)
+    shard, manager = _shard(node, tmp_path, {})
+    node.tell(shard, BecomeLeaderOrFollower(1, [_role(live)]), sender=manager.name)
+    wait_for(lambda: [m for n, m in node.ask(manager, GetStats())
+                      if n == "BecameLeaderOrFollower"], "the role answered")
+    stats = _stats(node, shard)
+    assert stats["partitions"]["t-0"] == [0, 0, 0]
+    assert stats["dead_namesakes_deleted"] == 1
+    # a role from an older controller (no id) for it changes nothing
+    node.tell(shard, BecomeLeaderOrFollower(2, [_role("")._replace(leader_epoch=5)]),
+              sender=manager.name)
+    wait_for(lambda: len([m for n, m in node.ask(manager, GetStats())
+                          if n == "BecameLeaderOrFollower"]) == 2, "the second role answered")
+    assert read_partition_metadata(tmp_path / "t-0") == live

@@ -59,10 +59,10 @@ restore's outcome (the controller gets its answer, the coordinators and fetchers
 follow the role), a delete is sent again and its answer settles it. A role given
 for a partition whose delete its shard has not answered yet goes after that delete,
 sent again (``_drops_ahead``): had the delete died with the shard, its reopened log
-would be the namesake's. Not covered: a delete lost with its shard's whole process
-(mailbox and all) while the namesake's role is already on record goes out in the
-restore, and the namesake opens the old directory; telling a drop that never ran from
-one that ran before the namesake took writes needs topic ids (Kafka's KIP-516). A shard
+would be the namesake's. A delete lost with its shard's whole process (mailbox and
+all) while the namesake's role is already on record goes out in the restore: the role
+carries the namesake's topic id (Kafka's KIP-516), and the shard deletes, never opens, a
+directory holding another id (``partition.metadata``: a drop that never ran). A shard
 has one restore on record at most: its next restart's replaces one never answered, and
 one unanswered for
 ``RESTORE_OVERDUE_MS`` is reported (kept: a late answer still settles).

@@ -38,6 +38,7 @@ from actors.core.controller_events import (
     TopicConfigsChanged,
 )
 from actors.core.controller_fsm import PartitionState, ReplicaState
+from actors.core.topic_id import is_topic_id
 from wire.cluster_messages import LeaderAndIsr as LeaderAndIsrRequest
 from wire.errors import ErrorCode
 
@@ -981,3 +982,37 @@ def test_partitions_past_a_brokers_limits_or_kafkas_per_request_maximum_are_refu
     assert grow.topics[0].message.startswith("Excessively large number")
     assert codes(c.request(lambda rid: CreatePartitions(rid, (NewPartitions("ok", 256),)))) == [0]
     assert c.reader.get_topics() == {"ok"} and len(c.assignment("ok")) == 256
+
+
+# ----------------------------------------------------------------- topic ids
+def test_a_created_topic_gets_an_id_in_its_znode_its_roles_and_its_metadata() -> None:
+    c = cluster()
+    ctl = c.controller
+    mark = len(ctl.sent)
+    create(c, "orders", partitions=2, rf=2)
+    topic_id = c.reader.get_topic_assignments(["orders"])["orders"].topic_id
+    assert is_topic_id(topic_id)
+    requests = [m for _, m in sent_of(ctl, LeaderAndIsrRequest, mark)]
+    assert requests and all(m.topic_ids == {"orders": topic_id} for m in requests)
+    deltas = [m for _, m in update_metadata(ctl, mark)]
+    assert deltas and all(m.topic_ids == {"orders": topic_id} for m in deltas)
+    # new partitions keep it; a namesake created after a delete gets another
+    result = c.request(lambda rid: CreatePartitions(rid, (NewPartitions("orders", 3),)))
+    assert codes(result) == [0]
+    assert c.reader.get_topic_assignments(["orders"])["orders"].topic_id == topic_id
+    assert create(c, "other").topics[0].error_code == 0
+    assert c.reader.get_topic_assignments(["other"])["other"].topic_id not in ("", topic_id)
+
+
+def test_a_topic_an_older_version_made_gets_an_id_before_its_first_roles() -> None:
+    c = cluster()
+    ctl = c.controller
+    mark = len(ctl.sent)
+    c.reader.create_topic("old", TopicAssignment({0: (1, 2)}), {})  # no id: as before ids
+    c.pump()
+    topic_id = c.reader.get_topic_assignments(["old"])["old"].topic_id
+    assert is_topic_id(topic_id)
+    requests = [m for _, m in sent_of(ctl, LeaderAndIsrRequest, mark)]
+    assert requests and all(m.topic_ids == {"old": topic_id} for m in requests)
+    # written at the version read, its partitions unchanged
+    assert c.assignment("old") == {0: (1, 2)}

@@ -332,26 +332,28 @@ class PartitionShard(Actor):
             held = self.hosted.get(key)
             if not topic_id or held is None or held.topic_id == topic_id:
                 return
-            if held.topic_id:
-                self.log.warning(
-                    "{}-{}: open as topic id {}, now given as topic id {}: the open log is a "
-                    "deleted namesake's (its delete never reached this shard); deleted, and "
-                    "the partition opened new", topic, partition, held.topic_id, topic_id)
-                try:
-                    self._delete(topic, partition)
-                except Exception as exc:
-                    raise NotDeletedYetError(
-                        f"{topic}-{partition}: the log of a deleted namesake (topic id "
-                        f"{held.topic_id}) could not be deleted ({exc}): the partition is "
-                        "not opened before it is") from exc
-                self.dead_namesakes_deleted += 1
-                self.tell(self.topology.log_manager, CheckpointOffsets(
-                    self.name, False, [], [TopicPartition(topic, partition)]))
-            else:  # opened without an id (an older controller's role): adopted
+            # opened without an id (an older controller's role): the directory's says
+            was = held.topic_id or read_partition_metadata(
+                self.log_dir.partition_path(topic, partition)) or ""
+            if not was or was == topic_id:  # adopted
                 write_partition_metadata(self.log_dir.partition_path(topic, partition),
                                          topic_id)
                 held.topic_id = topic_id
                 return
+            self.log.warning(
+                "{}-{}: open as topic id {}, now given as topic id {}: the open log is a "
+                "deleted namesake's (its delete never reached this shard); deleted, and "
+                "the partition opened new", topic, partition, was, topic_id)
+            try:
+                self._delete(topic, partition)
+            except Exception as exc:
+                raise NotDeletedYetError(
+                    f"{topic}-{partition}: the log of a deleted namesake (topic id {was}) "
+                    f"could not be deleted ({exc}): the partition is not opened before it "
+                    "is") from exc
+            self.dead_namesakes_deleted += 1
+            self.tell(self.topology.log_manager, CheckpointOffsets(
+                self.name, False, [], [TopicPartition(topic, partition)]))
         if key in self.undeleted and not self._delete_again(topic, partition):
             raise NotDeletedYetError(f"{topic}-{partition} was deleted and its directory "
                                      "could not be removed yet: it is not opened before it is")

@@ -211,3 +211,34 @@ def test_a_role_of_a_namesake_deletes_the_dead_topics_directory(
     wait_for(lambda: len([m for n, m in node.ask(manager, GetStats())
                           if n == "BecameLeaderOrFollower"]) == 2, "the second role answered")
     assert read_partition_metadata(tmp_path / "t-0") == live
+
+
+def _roles(node: Node, shard: Any, manager: Any, *roles: ReplicaStateRow) -> None:
+    for i, role in enumerate(roles, 1):
+        node.tell(shard, BecomeLeaderOrFollower(i, [role]), sender=manager.name)
+        wait_for(lambda i=i: len([m for n, m in node.ask(manager, GetStats())
+                                  if n == "BecameLeaderOrFollower"]) == i, f"role {i} answered")
+
+
+def test_a_log_opened_without_an_id_checks_the_directorys_when_the_id_comes(
+        node: Node, tmp_path: Path) -> None:
+    """An older controller's role (no id) opens the directory as it is; the first role
+    with an id then finds the directory's own: another is a dead namesake's (deleted,
+    opened new), the same keeps the log."""
+    dead, live = new_topic_id(), new_topic_id()
+    _old_log(tmp_path, dead)
+    shard, manager = _shard(node, tmp_path, {})
+    _roles(node, shard, manager, _role(""), _role(live)._replace(leader_epoch=5))
+    stats = _stats(node, shard)
+    assert stats["partitions"]["t-0"] == [0, 0, 0] and stats["dead_namesakes_deleted"] == 1
+    assert read_partition_metadata(tmp_path / "t-0") == live
+
+
+def test_a_log_opened_without_an_id_is_adopted_by_its_own_id(node: Node, tmp_path: Path) -> None:
+    topic_id = new_topic_id()
+    _old_log(tmp_path, None)
+    shard, manager = _shard(node, tmp_path, {})
+    _roles(node, shard, manager, _role(""), _role(topic_id)._replace(leader_epoch=5))
+    stats = _stats(node, shard)
+    assert stats["partitions"]["t-0"][2] == 3 and stats["dead_namesakes_deleted"] == 0
+    assert read_partition_metadata(tmp_path / "t-0") == topic_id

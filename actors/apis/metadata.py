@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from typing import Any
 
@@ -36,6 +37,7 @@ def _partition_rows(ctx: HandlerContext, name: str) -> list[dict[str, Any]]:
     return cluster.partition_rows(ctx, name)
 
 
+@functools.lru_cache(maxsize=4096)  # a topic's id is asked on every Metadata request
 def _uuid(topic_id: str) -> uuid.UUID | None:
     """A topic id as the codec writes it (None: the zero id, "no id known")."""
     return uuid.UUID(bytes=decode_topic_id(topic_id)) if topic_id else None

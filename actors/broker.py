@@ -440,7 +440,7 @@ class Broker:
                            "will be scanned", data_dir)
         # A cluster's topics are in ZooKeeper: the controller tells this node its partitions.
         store = None if self.cluster else TopicStore.load(data_dir)
-        given = store.assign_missing_ids() if store is not None else []
+        given = store.assign_missing_ids(data_dir) if store is not None else []
         if store is not None and given:
             # an older version's table: the ids are on disk before any shard writes one
             store.save()

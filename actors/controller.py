@@ -67,6 +67,7 @@ from actors.core.topic_config import (
     validate_topic_configs,
     validate_topic_name,
 )
+from actors.core.topic_id import new_topic_id
 from actors.core.topic_store import TopicInfo, TopicStore
 from actors.partition_limits import read_partition_budget
 from actors.runtime.actor import Actor, handles
@@ -336,7 +337,8 @@ class Controller(Actor):
             check_node_budget(name, num_partitions, planned[0], budget)
             planned[0] += num_partitions
         if not validate_only:
-            self.store.topics[name] = TopicInfo(num_partitions, replication_factor, clean)
+            self.store.topics[name] = TopicInfo(num_partitions, replication_factor, clean,
+                                                 topic_id=new_topic_id())
             created.append(name)
         return CreateTopicDoneRow(name, int(ErrorCode.NONE), None, num_partitions,
                                   replication_factor)

@@ -156,3 +156,35 @@ def test_an_older_versions_topics_get_ids_and_keep_their_records(
     b = restart(fresh_broker, restarted, 2)  # the id given is the one kept
     assert store_doc(data)["topics"][topic]["topic_id"] == topic_id
     assert values(b.port, topic, 0) == [b"kept"] * 3
+
+
+def test_a_downgrade_and_upgrade_keeps_every_topics_records(
+        fresh_broker: BrokerProcess, restarted: list[BrokerProcess]) -> None:
+    """An older actorlog's start saves the table without the ids; the partition
+    directories keep their ``partition.metadata``. Upgraded again, each topic takes the
+    id its directories hold: no shard takes them for a dead namesake's (before: a new id
+    was given and every partition deleted)."""
+    data = fresh_broker.data_dir
+    topics = {"down-a": 2, "down-b": 3}
+    with RawClient(fresh_broker.port) as client:
+        for topic, n in topics.items():
+            assert client.create_topic(topic, n) == 0
+            for p in range(n):
+                batch = record_batch([(None, f"{topic}-{p}".encode())] * 4)
+                assert client.produce(topic, p, batch).error_code == 0
+    ids = {t: e["topic_id"] for t, e in store_doc(data)["topics"].items()}
+    assert fresh_broker.stop() == 0
+    doc = store_doc(data)  # the older version's save: no ids, the directories untouched
+    for entry in doc["topics"].values():
+        del entry["topic_id"]
+    doc["version"] += 1
+    (data / STORE_FILE).write_text(json.dumps(doc))
+    assert read_partition_metadata(data / "down-b-2") == ids["down-b"]
+
+    b = restart(fresh_broker, restarted, 1)
+    for topic, n in topics.items():
+        for p in range(n):
+            assert values(b.port, topic, p) == [f"{topic}-{p}".encode()] * 4
+            assert read_partition_metadata(data / f"{topic}-{p}") == ids[topic]
+    assert {t: e["topic_id"] for t, e in store_doc(data)["topics"].items()} == ids
+    assert "a deleted namesake's whose delete was lost" not in b.log()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import uuid
 from pathlib import Path
@@ -91,8 +92,9 @@ def test_writing_a_bad_id_is_refused(tmp_path: Path) -> None:
 
 def test_the_topic_store_keeps_ids_and_never_makes_one_up_at_load(tmp_path: Path) -> None:
     store = TopicStore.load(tmp_path)
-    store.topics["a"] = TopicInfo(2)
-    assert is_topic_id(store.topics["a"].topic_id)  # a topic created gets one
+    with pytest.raises(TypeError):  # never an id made up for a topic: it is given
+        TopicInfo(2)  # type: ignore[call-arg]
+    store.topics["a"] = TopicInfo(2, topic_id=new_topic_id())
     store.save()
     again = TopicStore.load(tmp_path)
     assert again.topics["a"].topic_id == store.topics["a"].topic_id
@@ -110,3 +112,33 @@ def test_the_topic_store_keeps_ids_and_never_makes_one_up_at_load(tmp_path: Path
         '"configs": {}, "topic_id": "nope"}}}')
     with pytest.raises(TopicStoreError, match="cannot read the topic table"):
         TopicStore.load(tmp_path)
+
+
+def test_a_topic_without_an_id_takes_the_one_its_directories_hold(tmp_path: Path) -> None:
+    """A table an older version saved (a downgrade) over directories this version gave
+    ids: the topic takes the id most of its directories hold, never a new one (which
+    would have every shard delete its partitions)."""
+    first, other = new_topic_id(), new_topic_id()
+    (tmp_path / STORE_FILE).write_text(json.dumps({"version": 3, "topics": {
+        name: {"partitions": 3, "replication_factor": 1, "configs": {}}
+        for name in ("kept", "split", "bare", "damaged")}}))
+    for p in range(3):
+        for name in ("kept", "split", "bare", "damaged"):
+            (tmp_path / f"{name}-{p}").mkdir()
+        write_partition_metadata(tmp_path / f"kept-{p}", first)
+    write_partition_metadata(tmp_path / "split-0", other)
+    write_partition_metadata(tmp_path / "split-1", first)
+    write_partition_metadata(tmp_path / "split-2", first)
+    (tmp_path / "damaged-0" / PARTITION_METADATA_FILE).write_text("version: 9\n")
+    write_partition_metadata(tmp_path / "damaged-1", other)
+    store = TopicStore.load(tmp_path)
+    assert store.assign_missing_ids(tmp_path) == ["bare", "damaged", "kept", "split"]
+    assert store.topics["kept"].topic_id == first
+    assert store.topics["split"].topic_id == first  # split-0 is a dead namesake's
+    assert store.topics["damaged"].topic_id == other  # a damaged file is no vote
+    assert is_topic_id(store.topics["bare"].topic_id)
+    assert store.topics["bare"].topic_id not in (first, other)
+    # without the log dir (or no directory holding one): a new id, as before
+    again = TopicStore.load(tmp_path)
+    again.assign_missing_ids()
+    assert again.topics["kept"].topic_id != first

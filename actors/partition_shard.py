@@ -33,7 +33,11 @@ from actors.core.partition_log import (
 from actors.core.partition_state import PROPOSAL_RETRY_MS, IsrProposal, PartitionState
 from actors.core.segment_swap import discard_staging
 from actors.core.topic_config import log_config_for
-from actors.core.topic_id import read_partition_metadata, write_partition_metadata
+from actors.core.topic_id import (
+    PartitionMetadataError,
+    read_partition_metadata,
+    write_partition_metadata,
+)
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
@@ -256,6 +260,9 @@ class PartitionShard(Actor):
         self.next_delete_warning_ms = 0
         # directories of a dead namesake found when opening a partition, deleted (stats)
         self.dead_namesakes_deleted = 0
+        # partitions whose partition.metadata could not be written (opened anyway): the
+        # failure is logged once each
+        self.topic_id_unwritten: set[tuple[str, int]] = set()
         # Logs whose flush failed since the start (each restarted the shard, which reopened
         # it from its recovery point): kept across restarts, for the stats.
         self.flush_failures = 0
@@ -311,6 +318,11 @@ class PartitionShard(Actor):
                         self.open_later[(topic, p)] = dict(entry.configs)
                         self.open_later_ids[(topic, p)] = entry.topic_id
                         self.log.warning("{}; it is opened once that is done", exc)
+                    except PartitionMetadataError as exc:
+                        # proof of nothing: neither opened nor deleted, and the shard's
+                        # other partitions open
+                        self.log.error("{}-{} is not opened: its topic id cannot be read "
+                                       "({}); its directory is kept as it is", topic, p, exc)
         self.next_housekeeping_ms = now + 1000
         self.last_checkpoint_ms = now
         self.last_hw_checkpoint_ms = now
@@ -336,8 +348,7 @@ class PartitionShard(Actor):
             was = held.topic_id or read_partition_metadata(
                 self.log_dir.partition_path(topic, partition)) or ""
             if not was or was == topic_id:  # adopted
-                write_partition_metadata(self.log_dir.partition_path(topic, partition),
-                                         topic_id)
+                self._write_topic_id(topic, partition, topic_id)
                 held.topic_id = topic_id
                 return
             self.log.warning(
@@ -362,8 +373,7 @@ class PartitionShard(Actor):
             self._discard_dead_namesake(topic, partition, topic_id)
             if read_partition_metadata(directory) is None:
                 # new, or an older version's: the id is on disk before any record is
-                directory.mkdir(parents=True, exist_ok=True)
-                write_partition_metadata(directory, topic_id)
+                self._write_topic_id(topic, partition, topic_id)
         self.open_later.pop(key, None)  # opened now
         self.open_later_ids.pop(key, None)
         self.roles_later.pop(key, None)  # a role given now is newer than the one kept
@@ -667,6 +677,24 @@ class PartitionShard(Actor):
                     self.log.exception("closing {}-{} failed", topic, partition)
             raise
         self._deleted(topic, partition, left, "" if state is not None else " (not open)")
+
+    def _write_topic_id(self, topic: str, partition: int, topic_id: str) -> None:
+        """Write the partition's ``partition.metadata``. A failed write (ENOSPC, say) does
+        not keep the partition closed: a directory without the file is this topic's (as
+        an older version's is), and the next open writes it again; logged once."""
+        key = (topic, partition)
+        directory = self.log_dir.partition_path(topic, partition)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            write_partition_metadata(directory, topic_id)
+        except OSError as exc:
+            if key not in self.topic_id_unwritten:
+                self.topic_id_unwritten.add(key)
+                self.log.warning("{}-{}: its topic id {} could not be written in {} ({}); "
+                                 "opened without it, written at its next open", topic,
+                                 partition, topic_id, directory, exc)
+            return
+        self.topic_id_unwritten.discard(key)
 
     def _discard_dead_namesake(self, topic: str, partition: int, topic_id: str) -> None:
         """Delete the partition's directory if it holds another topic id than ``topic_id``:

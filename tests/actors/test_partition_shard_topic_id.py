@@ -9,8 +9,12 @@ damaged file opens nothing and deletes nothing. The same for a log open under an
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from actors.core.log_dir import LogDir
 from actors.core.partition_log import LogConfig, PartitionLog
@@ -242,3 +246,52 @@ def test_a_log_opened_without_an_id_is_adopted_by_its_own_id(node: Node, tmp_pat
     stats = _stats(node, shard)
     assert stats["partitions"]["t-0"][2] == 3 and stats["dead_namesakes_deleted"] == 0
     assert read_partition_metadata(tmp_path / "t-0") == topic_id
+
+
+def _log_of(data: Path, topic: str, records: int) -> Path:
+    directory = data / f"{topic}-0"
+    log = PartitionLog.open(directory, topic, 0, LogConfig(), 0)
+    log.append_as_leader(build_batch([b"old"] * records), leader_epoch=0, now_ms=0)
+    log.close()
+    return directory
+
+
+def _no_space_for_metadata(monkeypatch: pytest.MonkeyPatch, directory: Path) -> None:
+    """``os.write`` of a partition.metadata (its tmp file) in ``directory`` fails with
+    ENOSPC, every time; every other write is the real one."""
+    real = os.write
+
+    def failing(fd: int, data: Any) -> int:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            target = ""
+        if target.startswith(str(directory)) and PARTITION_METADATA_FILE in target:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", failing)
+
+
+def test_at_start_a_damaged_file_keeps_out_its_partition_only(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A single node's start: one partition's file damaged, another's unwritable (as
+    ENOSPC would have it, on the first start after an upgrade). The damaged one is kept
+    out (its directory as it is), the unwritable one opened with its records (written at
+    a later open), the rest opened. Before: the error escaped the shard's setup, and
+    the partitions after it were never opened."""
+    ids = {t: new_topic_id() for t in ("a", "b", "c")}
+    damaged = _log_of(tmp_path, "a", 2)
+    (damaged / PARTITION_METADATA_FILE).write_text("version: 0\ntopic_id: garbage\n")
+    unwritable = _log_of(tmp_path, "b", 3)
+    _no_space_for_metadata(monkeypatch, unwritable)
+    write_partition_metadata(_log_of(tmp_path, "c", 4), ids["c"])
+    shard, _handler = _shard(node, tmp_path, {t: TopicEntry(1, {}, i) for t, i in ids.items()})
+    stats = _stats(node, shard)
+    assert "a-0" not in stats["partitions"]
+    assert (damaged / PARTITION_METADATA_FILE).read_text() == "version: 0\ntopic_id: garbage\n"
+    assert len(list(damaged.glob("*.log"))) == 1, "its records are kept"
+    assert stats["partitions"]["b-0"][2] == 3
+    assert read_partition_metadata(unwritable) is None
+    assert stats["partitions"]["c-0"][2] == 4
+    assert stats["dead_namesakes_deleted"] == 0

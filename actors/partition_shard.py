@@ -182,6 +182,9 @@ class Hosted:
     unmarked: bool = False
     # the id of the topic it belongs to ("": not known, a topic made by an older version)
     topic_id: str = ""
+    # and whether it was given late (a directory of another id is the topic's): kept for a
+    # reopen after a crash, should the directory's file not have been rewritten yet
+    topic_id_adopted: bool = False
 
 
 class PartitionShard(Actor):
@@ -263,6 +266,8 @@ class PartitionShard(Actor):
         # partitions whose partition.metadata could not be written (opened anyway): the
         # failure is logged once each
         self.topic_id_unwritten: set[tuple[str, int]] = set()
+        # partitions whose directory of another id was taken for an adopted id (logged once)
+        self.readopted_logged: set[tuple[str, int]] = set()
         # Logs whose flush failed since the start (each restarted the shard, which reopened
         # it from its recovery point): kept across restarts, for the stats.
         self.flush_failures = 0
@@ -329,7 +334,7 @@ class PartitionShard(Actor):
         self.hw_checkpoint_ms = int(self.config["replica.high.watermark.checkpoint.interval.ms"])
 
     def _open(self, topic: str, partition: int, configs: dict[str, str], now: int,
-              leader_alone: bool = True, topic_id: str = "") -> None:
+              leader_alone: bool = True, topic_id: str = "", adopted: bool = False) -> None:
         """Open (or create) the partition's log; a single node leads it alone, a cluster's
         node has no role until one is given (``leader_alone`` False): by the controller's
         LeaderAndIsr, or after a crash or a process restart by the ReplicaManager's
@@ -338,7 +343,10 @@ class PartitionShard(Actor):
         ``topic_id`` (if known) is the topic's: a directory (or open log) of another id
         is a deleted namesake's, whose delete never ran here; it is deleted, never
         served, and the partition opened new (``_discard_dead_namesake``). A directory
-        with no id (an older version's) is taken as this topic's and given the id."""
+        with no id (an older version's) is taken as this topic's and given the id. So is
+        one of another id when the id is ``adopted`` (given late, to a topic that existed
+        without one: the directory's is an id the topic had before, its znode rewritten
+        by an older version): rewritten, never deleted."""
         key = (topic, partition)
         if key in self.partitions:
             held = self.hosted.get(key)
@@ -347,9 +355,12 @@ class PartitionShard(Actor):
             # opened without an id (an older controller's role): the directory's says
             was = held.topic_id or read_partition_metadata(
                 self.log_dir.partition_path(topic, partition)) or ""
-            if not was or was == topic_id:  # adopted
+            if not was or was == topic_id or adopted:  # adopted
+                if was and was != topic_id:
+                    self._log_readopted(topic, partition, was, topic_id)
                 self._write_topic_id(topic, partition, topic_id)
                 held.topic_id = topic_id
+                held.topic_id_adopted = adopted
                 return
             self.log.warning(
                 "{}-{}: open as topic id {}, now given as topic id {}: the open log is a "
@@ -370,9 +381,10 @@ class PartitionShard(Actor):
                                      "could not be removed yet: it is not opened before it is")
         directory = self.log_dir.partition_path(topic, partition)
         if topic_id:
-            self._discard_dead_namesake(topic, partition, topic_id)
-            if read_partition_metadata(directory) is None:
-                # new, or an older version's: the id is on disk before any record is
+            self._discard_dead_namesake(topic, partition, topic_id, adopted)
+            if read_partition_metadata(directory) != topic_id:
+                # new, an older version's, or (adopted) an id the topic had before: the
+                # id is on disk before any record is
                 self._write_topic_id(topic, partition, topic_id)
         self.open_later.pop(key, None)  # opened now
         self.open_later_ids.pop(key, None)
@@ -434,7 +446,7 @@ class PartitionShard(Actor):
         hosted = self.hosted[key] = Hosted(
             dict(configs), leader_alone, storage_failed=None if leader_alone else storage_failed,
             failed_epoch=failed_epoch, failed_alone=failed_alone, marked_on_disk=marked_on_disk,
-            unmarked=unmarked, heal_at=heal_at, topic_id=topic_id)
+            unmarked=unmarked, heal_at=heal_at, topic_id=topic_id, topic_id_adopted=adopted)
         if hosted.storage_failed is not None and not hosted.marked_on_disk:
             self._write_failed_marker(topic, partition, hosted)
         self.log.debug("opened {}-{} at LEO {} HW {}", topic, partition, log.log_end_offset,
@@ -456,7 +468,7 @@ class PartitionShard(Actor):
             cluster = cluster or not hosted.leader_alone
             try:
                 self._open(topic, partition, hosted.configs, now, hosted.leader_alone,
-                           hosted.topic_id)
+                           hosted.topic_id, hosted.topic_id_adopted)
                 reopened += 1
             except Exception:
                 # kept in self.hosted: the next restart, or the next role, tries again
@@ -696,7 +708,18 @@ class PartitionShard(Actor):
             return
         self.topic_id_unwritten.discard(key)
 
-    def _discard_dead_namesake(self, topic: str, partition: int, topic_id: str) -> None:
+    def _log_readopted(self, topic: str, partition: int, was: str, topic_id: str) -> None:
+        """Logged once per partition: a directory of another id taken as this topic's."""
+        if (topic, partition) in self.readopted_logged:
+            return
+        self.readopted_logged.add((topic, partition))
+        self.log.warning("{}-{}: its directory holds topic id {}, and the topic's id {} was "
+                         "given late (its znode rewritten without an id, by an older "
+                         "version): the directory is the topic's, its id rewritten",
+                         topic, partition, was, topic_id)
+
+    def _discard_dead_namesake(self, topic: str, partition: int, topic_id: str,
+                               adopted: bool = False) -> None:
         """Delete the partition's directory if it holds another topic id than ``topic_id``:
         a deleted namesake left it (its delete was lost with a crash: the topic table, or
         the role on record, is the new topic's already). Deleted as any delete (marked,
@@ -710,6 +733,9 @@ class PartitionShard(Actor):
             return
         found = read_partition_metadata(directory)
         if found is None or found == topic_id:
+            return
+        if adopted:  # the caller rewrites the file
+            self._log_readopted(topic, partition, found, topic_id)
             return
         self.log.warning("{}-{}: its directory holds topic id {}, not {}: a deleted namesake's "
                          "whose delete was lost; it is deleted, not opened, and the partition "
@@ -1603,7 +1629,7 @@ class PartitionShard(Actor):
         there)."""
         key = (row.topic, row.partition)
         self._open(row.topic, row.partition, dict(row.configs), now, leader_alone=False,
-                   topic_id=row.topic_id)
+                   topic_id=row.topic_id, adopted=row.topic_id_adopted)
         if self._storage_refuses(row.topic, row.partition, row.leader, list(row.isr),
                                  list(row.replicas), row.leader_epoch, failed,
                                  restored=False):
@@ -1803,7 +1829,7 @@ class PartitionShard(Actor):
             configs = dict(hosted.configs if hosted is not None else role.configs)
             try:
                 self._open(role.topic, role.partition, configs, now, leader_alone=False,
-                           topic_id=role.topic_id)
+                           topic_id=role.topic_id, adopted=role.topic_id_adopted)
                 state = self.partitions[key]
                 if self._storage_refuses(role.topic, role.partition, role.leader,
                                          list(role.isr), list(role.replicas),

@@ -843,7 +843,8 @@ class ReplicaManager(Actor):
             rows.append(ReplicaStateRow(p.topic, p.partition, p.leader, p.leader_epoch,
                                         list(p.isr), list(p.replicas), p.partition_epoch, False,
                                         dict(msg.topic_configs.get(p.topic, {})),
-                                        self.states[tp].topic_id))
+                                        self.states[tp].topic_id,
+                                        self.states[tp].topic_id_adopted))
             self._new_role(rows[-1])
         if not rows:
             return

@@ -112,6 +112,9 @@ class LeaderAndIsr(NamedTuple):
     # the ids of the topics named above (those that have one: a topic an older version
     # made has none until the controller gives it one)
     topic_ids: dict[str, str] = {}
+    # those of them whose id was given late (TopicAssignment.topic_id_adopted): a replica
+    # directory holding another id is rewritten to it, never deleted
+    topic_ids_adopted: list[str] = []
 
 
 @message(401)
@@ -373,6 +376,8 @@ class ReplicaStateRow(NamedTuple):
     # the topic's id (base64url; "": not known, a topic an older controller made): the
     # shard deletes a directory of the name holding another (a dead namesake's)
     topic_id: str = ""
+    # unless the id was given late (adopted): the directory's id is then rewritten
+    topic_id_adopted: bool = False
 
 
 @message(411)

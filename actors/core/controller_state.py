@@ -395,8 +395,16 @@ class ControllerCore:
             out.append(SendToBroker(broker_id, LeaderAndIsrRequest(
                 self.config.broker_id, self.epoch, self._broker_epoch(broker_id), rows,
                 live_leaders, self._configs_of(r.topic for r in rows),
-                topic_ids=self._topic_ids_of(r.topic for r in rows))))
+                topic_ids=self._topic_ids_of(r.topic for r in rows),
+                topic_ids_adopted=self._adopted_of(r.topic for r in rows))))
         return out
+
+    def _adopted_of(self, topics: Iterable[str]) -> list[str]:
+        """Those of these topics whose id was given late (``topic_id_adopted``): a
+        replica directory holding another id is this topic's, rewritten to it (as Kafka's
+        ZooKeeper mode, which never deletes on a mismatch)."""
+        return [t for t in sorted(set(topics)) if t in self.topics
+                and self.topics[t].assignment.topic_id_adopted]
 
     def _topic_ids_of(self, topics: Iterable[str]) -> dict[str, str]:
         """The ids of these topics that have one: a node's shard deletes, never opens, a
@@ -417,7 +425,11 @@ class ControllerCore:
             record = self.topics.get(name)
             if record is None or record.assignment.topic_id or name in self.deleting:
                 continue
-            assignment = replace(record.assignment, topic_id=self._new_topic_id())
+            # adopted: it existed without one, so its replicas' directories may hold an
+            # id it had before (its znode rewritten by an older version): not a dead
+            # namesake's, rewritten to this one, never deleted
+            assignment = replace(record.assignment, topic_id=self._new_topic_id(),
+                                 topic_id_adopted=True)
 
             def on_result(_key: Any, result: WriteResult, name: str = name,
                           assignment: TopicAssignment = assignment) -> None:
@@ -1108,15 +1120,15 @@ class ControllerCore:
                     name, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), "deleted meanwhile"))
                 return
             self.topics[name] = TopicRecord(
-                TopicAssignment(partitions, version, current.assignment.topic_id),
+                replace(current.assignment, partitions=partitions, version=version),
                 current.configs)
             tps = [TopicPartition(name, p) for p in sorted(set(partitions) - old)]
             for tp in tps:
                 self._new_partition(tp)
             self._init_new_partitions(tps, lambda _outcomes: self._part_done(request, name, ok))
 
-        assignment = TopicAssignment(partitions, record.assignment.version,
-                                     record.assignment.topic_id)
+        # its id, and whether it was adopted, kept with the rest
+        assignment = replace(record.assignment, partitions=partitions)
         write_id = self._write(lambda w: SetTopicAssignment(w, name, assignment))
         self._topic_writes[write_id] = _TopicWrite(on_result, failed)
 

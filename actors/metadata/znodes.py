@@ -212,6 +212,8 @@ def encode_topic_assignment(assignment: TopicAssignment) -> bytes:
     if assignment.topic_id:  # as Kafka (2.8+) keeps it; absent for an older version's topic
         doc["version"] = TOPIC_ID_ASSIGNMENT_VERSION
         doc["topic_id"] = assignment.topic_id
+        if assignment.topic_id_adopted:  # ours (Kafka ignores a field it does not know)
+            doc["topic_id_adopted"] = True
     return _dump(doc)
 
 
@@ -228,7 +230,10 @@ def decode_topic_assignment(topic: str, data: bytes | None, version: int = -1) -
     topic_id = doc.get("topic_id", "")
     if topic_id != "" and not is_topic_id(topic_id):
         raise BadZnode(f"{path}: bad topic_id {topic_id!r:.60}")
-    return TopicAssignment(out, version, topic_id)
+    adopted = doc.get("topic_id_adopted", False)
+    if not isinstance(adopted, bool) or (adopted and not topic_id):
+        raise BadZnode(f"{path}: bad topic_id_adopted {adopted!r:.60}")
+    return TopicAssignment(out, version, topic_id, adopted)
 
 
 def encode_topic_config(configs: dict[str, str]) -> bytes:

@@ -295,3 +295,50 @@ def test_at_start_a_damaged_file_keeps_out_its_partition_only(
     assert read_partition_metadata(unwritable) is None
     assert stats["partitions"]["c-0"][2] == 4
     assert stats["dead_namesakes_deleted"] == 0
+
+
+def _adopted(topic_id: str) -> ReplicaStateRow:
+    return _role(topic_id)._replace(topic_id_adopted=True)
+
+
+def test_a_role_of_an_adopted_id_rewrites_the_directorys_id_and_keeps_its_records(
+        node: Node, tmp_path: Path) -> None:
+    """An older version rewrote the topic's znode without its id; the controller gave it
+    another, marked adopted. The directory holding the first id is the topic's: its
+    file is rewritten, its records served, nothing deleted (as Kafka's ZooKeeper mode)."""
+    first, late = new_topic_id(), new_topic_id()
+    _old_log(tmp_path, first)
+    shard, manager = _shard(node, tmp_path, {})
+    _roles(node, shard, manager, _adopted(late))
+    stats = _stats(node, shard)
+    assert stats["partitions"]["t-0"][2] == 3, "the topic's records were deleted"
+    assert stats["dead_namesakes_deleted"] == 0
+    assert read_partition_metadata(tmp_path / "t-0") == late
+
+
+def test_a_restored_role_of_an_adopted_id_keeps_the_records(
+        node: Node, tmp_path: Path) -> None:
+    first, late = new_topic_id(), new_topic_id()
+    _old_log(tmp_path, first)
+    shard, manager = _shard(node, tmp_path, {})
+    node.tell(shard, RestoreRoles(1, "process 1 restarted",
+                                  [RestoredRoleRow(_adopted(late), False, None)]),
+              sender=manager.name)
+    wait_for(lambda: [m for n, m in node.ask(manager, GetStats()) if n == "RolesRestored"],
+             "the restore answered")
+    stats = _stats(node, shard)
+    assert stats["partitions"]["t-0"][2] == 3 and stats["dead_namesakes_deleted"] == 0
+    assert read_partition_metadata(tmp_path / "t-0") == late
+
+
+def test_a_log_open_under_the_first_id_takes_the_adopted_one(
+        node: Node, tmp_path: Path) -> None:
+    """Open under the topic's first id (a role of before the rewrite), then given the
+    adopted one: the open log is kept, its file rewritten."""
+    first, late = new_topic_id(), new_topic_id()
+    _old_log(tmp_path, first)
+    shard, manager = _shard(node, tmp_path, {})
+    _roles(node, shard, manager, _role(first), _adopted(late)._replace(leader_epoch=5))
+    stats = _stats(node, shard)
+    assert stats["partitions"]["t-0"][2] == 3 and stats["dead_namesakes_deleted"] == 0
+    assert read_partition_metadata(tmp_path / "t-0") == late

@@ -17,7 +17,8 @@ SAMPLES: list[Any] = [
         cm.LeaderAndIsrPartition("orders", 0, 7, 2, 12, [2, 3], 31, [2, 3, 1], False),
         cm.LeaderAndIsrPartition("orders", 1, 7, 3, 0, [3, 1, 2], 0, [3, 1, 2], True),
     ], [cm.LiveLeaderRow(2, "tcp://10.0.0.2:7001"), cm.LiveLeaderRow(3, "tcp://[::1]:7001")],
-        {"orders": {"retention.ms": "1000"}}, (7 << 32) + 41, {"orders": "-B1Prn3sEdCnZQCgyR5r9g"}),
+        {"orders": {"retention.ms": "1000"}}, (7 << 32) + 41, {"orders": "-B1Prn3sEdCnZQCgyR5r9g"},
+        ["orders"]),
     cm.LeaderAndIsrResponse(2, 0, [cm.PartitionErrorRow("orders", 0, 0),
                                    cm.PartitionErrorRow("orders", 1, 11)], (7 << 32) + 41),
     cm.UpdateMetadata(1, 7, 4294967300, True, [
@@ -63,6 +64,8 @@ SAMPLES: list[Any] = [
     cm.BecameLeaderOrFollower(9, [cm.PartitionErrorRow("orders", 2, 56)], [],
                               [cm.TopicPartitionRow("orders", 2)]),
     cm.RolesTaken(0, [cm.ReplicaStateRow("orders", 2, 1, 0, [1], [1, 2], 0, True, {})]),
+    cm.RolesTaken(0, [cm.ReplicaStateRow("orders", 2, 1, 0, [1], [1, 2], 0, True, {},
+                                         "-B1Prn3sEdCnZQCgyR5r9g", True)]),
     cm.RolesTaken(1, [], [cm.OfflineReplicaRow("orders", 2, False, 0)]),
     cm.CoordinatorPartitions([cm.CoordinatorPartitionRow(3, 7)], [4, 9]),
     cm.AwaitTopics(6, ["orders", "more"], True, 30000),

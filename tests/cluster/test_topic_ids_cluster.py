@@ -142,3 +142,52 @@ def test_the_controller_gives_an_id_to_a_topic_an_older_version_made(
     assert _topic_id(zk_connect, topic) == topic_id
     cluster.wait_topic(topic, 1)
     wait_for("the partition served again", lambda: _values(cluster, topic) == [b"v"])
+
+
+def test_a_znode_an_older_version_rewrote_without_the_id_keeps_the_replicas_records(
+        cluster_factory: Any, zk_connect: str) -> None:
+    """An older controller (or admin tool) rewrote the topic's znode without its id, over
+    replicas whose directories hold it. The controller gives the topic another id, marked
+    adopted: every replica rewrites its directory's id and keeps its records (as Kafka's
+    ZooKeeper mode, which never deletes on a mismatch). Before: each replica took its
+    directory for a dead namesake's and deleted it."""
+    cluster: Cluster = cluster_factory(2)
+    topic = "rewritten"
+    create(cluster, topic, 1, 2)
+    cluster.wait_topic(topic, 1)
+    first = _topic_id(zk_connect, topic)
+    leader = cluster.view().leaders(topic)[0]
+    assert produce_to(cluster.nodes[leader], topic, 0, [b"kept"] * 4).error_code == 0
+    for node in cluster.nodes.values():
+        wait_for(f"node {node.broker_id}'s directory to hold the id",
+                 lambda n=node: read_partition_metadata(n.data_dir / f"{topic}-0") == first)
+    cluster.stop()
+    zk = ZooKeeperReader(zk_connect)
+    try:  # as an older version writes it back: no id
+        zk.client.set(znodes.topic_path(topic), json.dumps(
+            {"version": 2, "partitions": {"0": [1, 2]}, "adding_replicas": {},
+             "removing_replicas": {}}).encode())
+    finally:
+        zk.close()
+
+    cluster.start()
+    wait_for("the controller to give it an id", lambda: is_topic_id(_topic_id(zk_connect, topic)))
+    late = _topic_id(zk_connect, topic)
+    assert late != first
+    zk = ZooKeeperReader(zk_connect)
+    try:
+        assert json.loads(zk.get(znodes.topic_path(topic)) or b"{}")["topic_id_adopted"] is True
+    finally:
+        zk.close()
+    cluster.stop()
+    cluster.start()  # every replica is given the late id with its role
+    cluster.wait_topic(topic, 1)
+    for node in cluster.nodes.values():
+        wait_for(f"node {node.broker_id}'s directory to hold the late id",
+                 lambda n=node: read_partition_metadata(n.data_dir / f"{topic}-0") == late)
+    wait_for("the records served", lambda: _values(cluster, topic) == [b"kept"] * 4)
+    for node in cluster.nodes.values():
+        log = node.log()
+        assert "a deleted namesake's whose delete was lost" not in log, node.broker_id
+        assert f"its directory holds topic id {first}, and the topic's id {late} was " \
+            "given late" in log, node.broker_id

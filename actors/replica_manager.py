@@ -62,7 +62,9 @@ sent again (``_drops_ahead``): had the delete died with the shard, its reopened 
 would be the namesake's. A delete lost with its shard's whole process (mailbox and
 all) while the namesake's role is already on record goes out in the restore: the role
 carries the namesake's topic id (Kafka's KIP-516), and the shard deletes, never opens, a
-directory holding another id (``partition.metadata``: a drop that never ran). A shard
+directory holding another id (``partition.metadata``: a drop that never ran), unless
+the role marks the id adopted (given late: the directory's is the topic's earlier id,
+rewritten). A shard
 has one restore on record at most: its next restart's replaces one never answered, and
 one unanswered for
 ``RESTORE_OVERDUE_MS`` is reported (kept: a late answer still settles).

@@ -5,7 +5,9 @@ with it; the shards write it in each partition's directory, so that a directory 
 deleted topic left (its delete lost with a crash after this file was written) is never
 taken for a namesake's. A table written by an older version has no ids: they load as ""
 (a shard then checks nothing), and the broker's start gives them ids and saves the table
-before any shard opens (``assign_missing_ids``). Never an id made up at load: a reader
+before any shard opens (``assign_missing_ids``): the id the topic's partition directories
+hold, when they hold one (the table saved by an older version after a downgrade), else a
+new one. Never an id made up at load, nor for an existing topic: a reader
 that does not save (a restarted process of the broker) would hand its shards an id no
 directory holds, and they would delete the topic's records."""
 

@@ -440,6 +440,12 @@ class Broker:
                            "will be scanned", data_dir)
         # A cluster's topics are in ZooKeeper: the controller tells this node its partitions.
         store = None if self.cluster else TopicStore.load(data_dir)
+        given = store.assign_missing_ids(data_dir) if store is not None else []
+        if store is not None and given:
+            # an older version's table: the ids are on disk before any shard writes one
+            store.save()
+            logger.info("gave topic ids to {} topic(s) made by an older version: {}",
+                        len(given), ", ".join(given))
 
         endpoint = NodeEndpoint(str(cfg["actor.gateway.host"]), gateway_port, ipc_dir)
         node = Node(

@@ -36,8 +36,9 @@ calls fail at once (MetadataUnavailable) and are tried again later.
 from __future__ import annotations
 
 import itertools
+import os
 import random
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,11 +202,30 @@ class ClusterController(Actor):
         self.broker = broker
         self.clock = clock
         self.rng = rng or random.Random()
+        # a simulator's seeded generator (its runs are replayed by seed), or None: the
+        # topic ids then come from os.urandom
+        self.seeded = rng is not None
 
     # ------------------------------------------------------------ lifecycle
+    def _topic_id_bytes(self) -> Callable[[int], bytes]:
+        """The topic ids' randomness. Outside the simulator os.urandom: an id must never
+        come again (a namesake given a dead topic's id would serve its directories).
+        In the simulator a generator of its own, seeded from the assignments' state
+        without drawing from it (a seed's run makes the same assignments with ids as
+        without), made once and kept over this actor's restarts: made again from a state
+        that had not moved, it would hand out the same ids again."""
+        if not self.seeded:
+            return os.urandom
+        ids: random.Random | None = getattr(self, "_ids", None)
+        if ids is None:
+            # its words (ints hash alike anywhere)
+            ids = self._ids = random.Random(hash(self.rng.getstate()[1]))
+        return ids.randbytes
+
     def setup(self) -> None:
         broker_id = self.broker.broker_id
-        self.core = ControllerCore(controller_config(broker_id, self.config), self.rng.randrange)
+        self.core = ControllerCore(controller_config(broker_id, self.config), self.rng.randrange,
+                                   self._topic_id_bytes())
         self.driver = ControllerDriver(self.store, self.core, send=self._send_to_broker,
                                        reply=self._reply, log=self._state_change)
         # the correlation ids go on over a restart of this actor: an answer to a request

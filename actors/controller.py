@@ -78,6 +78,7 @@ from actors.core.topic_config import (
     validate_topic_configs,
     validate_topic_name,
 )
+from actors.core.topic_id import new_topic_id
 from actors.core.topic_store import TopicInfo, TopicStore
 from actors.partition_limits import read_partition_budget
 from actors.runtime.actor import Actor, handles
@@ -340,7 +341,8 @@ class Controller(Actor):
             self._reply_after_changes(CreateTopicsDone(msg.req_id, rows), msg.timeout_ms)
             return
         change = self._fan_out(CreateTopicsDone(msg.req_id, rows), OpenPartitions, [
-            OpenPartitionRow(n, p, dict(self.store.topics[n].configs))
+            OpenPartitionRow(n, p, dict(self.store.topics[n].configs),
+                             self.store.topics[n].topic_id)
             for n in created for p in range(self.store.topics[n].num_partitions)
         ], msg.timeout_ms)
         self._save()
@@ -382,7 +384,8 @@ class Controller(Actor):
             check_node_budget(name, num_partitions, planned[0], budget)
             planned[0] += num_partitions
         if not validate_only:
-            self.store.topics[name] = TopicInfo(num_partitions, replication_factor, clean)
+            self.store.topics[name] = TopicInfo(num_partitions, replication_factor, clean,
+                                                 topic_id=new_topic_id())
             created.append(name)
         return CreateTopicDoneRow(name, int(ErrorCode.NONE), None, num_partitions,
                                   replication_factor)
@@ -457,7 +460,7 @@ class Controller(Actor):
             rows.append(TopicResultRow(row.name, int(ErrorCode.NONE), None))
             if not msg.validate_only:
                 info.num_partitions = row.new_total
-                opened += [OpenPartitionRow(row.name, p, dict(info.configs))
+                opened += [OpenPartitionRow(row.name, p, dict(info.configs), info.topic_id)
                            for p in range(current, row.new_total)]
         self._log_refused(rows)
         if not opened:
@@ -497,7 +500,7 @@ class Controller(Actor):
             rows.append(TopicResultRow(row.name, int(ErrorCode.NONE), None))
             if not msg.validate_only and configs != info.configs:
                 info.configs = configs
-                updates += [OpenPartitionRow(row.name, p, dict(configs))
+                updates += [OpenPartitionRow(row.name, p, dict(configs), info.topic_id)
                             for p in range(info.num_partitions)]
         if not updates:
             self._reply_after_changes(AlterTopicConfigsDone(msg.req_id, rows))

@@ -33,6 +33,11 @@ from actors.core.partition_log import (
 from actors.core.partition_state import PROPOSAL_RETRY_MS, IsrProposal, PartitionState
 from actors.core.segment_swap import discard_staging
 from actors.core.topic_config import log_config_for
+from actors.core.topic_id import (
+    PartitionMetadataError,
+    read_partition_metadata,
+    write_partition_metadata,
+)
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
@@ -177,6 +182,11 @@ class Hosted:
     # takes no leader role of this partition (one with other replicas), whatever it is
     # told, since a restart would forget the failure
     unmarked: bool = False
+    # the id of the topic it belongs to ("": not known, a topic made by an older version)
+    topic_id: str = ""
+    # and whether it was given late (a directory of another id is the topic's): kept for a
+    # reopen after a crash, should the directory's file not have been rewritten yet
+    topic_id_adopted: bool = False
 
 
 class PartitionShard(Actor):
@@ -240,6 +250,8 @@ class PartitionShard(Actor):
         # A namesake of an undeleted partition that OpenPartitions (a topic created on a
         # single node) asked for: its configs; opened as soon as the directory goes.
         self.open_later: dict[tuple[str, int], dict[str, str]] = {}
+        # and its topic's id, if known
+        self.open_later_ids: dict[tuple[str, int], str] = {}
         # A cluster's namesake of an undeleted partition whose role (a LeaderAndIsr, a
         # restore) was refused for it: the newest role given, taken as soon as the
         # directory goes (the ReplicaManager told then: RolesTaken). Kept here, not in
@@ -251,6 +263,13 @@ class PartitionShard(Actor):
         self.failed_delete_tries = 0
         self.warned_delete_tries = 0
         self.next_delete_warning_ms = 0
+        # directories of a dead namesake found when opening a partition, deleted (stats)
+        self.dead_namesakes_deleted = 0
+        # partitions whose partition.metadata could not be written (opened anyway): the
+        # failure is logged once each
+        self.topic_id_unwritten: set[tuple[str, int]] = set()
+        # partitions whose directory of another id was taken for an adopted id (logged once)
+        self.readopted_logged: set[tuple[str, int]] = set()
         # Logs whose flush failed since the start (each restarted the shard, which reopened
         # it from its recovery point): kept across restarts, for the stats.
         self.flush_failures = 0
@@ -299,30 +318,78 @@ class PartitionShard(Actor):
                     if self.topology.shard_for(topic, p) != self.address:
                         continue
                     try:
-                        self._open(topic, p, entry.configs, now)
+                        self._open(topic, p, entry.configs, now, topic_id=entry.topic_id)
                     except NotDeletedYetError as exc:
                         # a namesake created while its deleted predecessor's directory
                         # could not go, in an earlier process: opened once it does
                         self.open_later[(topic, p)] = dict(entry.configs)
+                        self.open_later_ids[(topic, p)] = entry.topic_id
                         self.log.warning("{}; it is opened once that is done", exc)
+                    except PartitionMetadataError as exc:
+                        # proof of nothing: neither opened nor deleted, and the shard's
+                        # other partitions open
+                        self.log.error("{}-{} is not opened: its topic id cannot be read "
+                                       "({}); its directory is kept as it is", topic, p, exc)
         self.next_housekeeping_ms = now + 1000
         self.last_checkpoint_ms = now
         self.last_hw_checkpoint_ms = now
         self.hw_checkpoint_ms = int(self.config["replica.high.watermark.checkpoint.interval.ms"])
 
     def _open(self, topic: str, partition: int, configs: dict[str, str], now: int,
-              leader_alone: bool = True) -> None:
+              leader_alone: bool = True, topic_id: str = "", adopted: bool = False) -> None:
         """Open (or create) the partition's log; a single node leads it alone, a cluster's
         node has no role until one is given (``leader_alone`` False): by the controller's
         LeaderAndIsr, or after a crash or a process restart by the ReplicaManager's
-        RestoreRoles."""
+        RestoreRoles.
+
+        ``topic_id`` (if known) is the topic's: a directory (or open log) of another id
+        is a deleted namesake's, whose delete never ran here; it is deleted, never
+        served, and the partition opened new (``_discard_dead_namesake``). A directory
+        with no id (an older version's) is taken as this topic's and given the id. So is
+        one of another id when the id is ``adopted`` (given late, to a topic that existed
+        without one: the directory's is an id the topic had before, its znode rewritten
+        by an older version): rewritten, never deleted."""
         key = (topic, partition)
         if key in self.partitions:
-            return
+            held = self.hosted.get(key)
+            if not topic_id or held is None or held.topic_id == topic_id:
+                return
+            # opened without an id (an older controller's role): the directory's says
+            was = held.topic_id or read_partition_metadata(
+                self.log_dir.partition_path(topic, partition)) or ""
+            if not was or was == topic_id or adopted:  # adopted
+                if was and was != topic_id:
+                    self._log_readopted(topic, partition, was, topic_id)
+                self._write_topic_id(topic, partition, topic_id)
+                held.topic_id = topic_id
+                held.topic_id_adopted = adopted
+                return
+            self.log.warning(
+                "{}-{}: open as topic id {}, now given as topic id {}: the open log is a "
+                "deleted namesake's (its delete never reached this shard); deleted, and "
+                "the partition opened new", topic, partition, was, topic_id)
+            try:
+                self._delete(topic, partition)
+            except Exception as exc:
+                raise NotDeletedYetError(
+                    f"{topic}-{partition}: the log of a deleted namesake (topic id {was}) "
+                    f"could not be deleted ({exc}): the partition is not opened before it "
+                    "is") from exc
+            self.dead_namesakes_deleted += 1
+            self.tell(self.topology.log_manager, CheckpointOffsets(
+                self.name, False, [], [TopicPartition(topic, partition)]))
         if key in self.undeleted and not self._delete_again(topic, partition):
             raise NotDeletedYetError(f"{topic}-{partition} was deleted and its directory "
                                      "could not be removed yet: it is not opened before it is")
+        directory = self.log_dir.partition_path(topic, partition)
+        if topic_id:
+            self._discard_dead_namesake(topic, partition, topic_id, adopted)
+            if read_partition_metadata(directory) != topic_id:
+                # new, an older version's, or (adopted) an id the topic had before: the
+                # id is on disk before any record is
+                self._write_topic_id(topic, partition, topic_id)
         self.open_later.pop(key, None)  # opened now
+        self.open_later_ids.pop(key, None)
         self.roles_later.pop(key, None)  # a role given now is newer than the one kept
         # a new log: its refusals are logged again, once each
         self.errors_logged = {k for k in self.errors_logged if k[:2] != key}
@@ -381,7 +448,7 @@ class PartitionShard(Actor):
         hosted = self.hosted[key] = Hosted(
             dict(configs), leader_alone, storage_failed=None if leader_alone else storage_failed,
             failed_epoch=failed_epoch, failed_alone=failed_alone, marked_on_disk=marked_on_disk,
-            unmarked=unmarked, heal_at=heal_at)
+            unmarked=unmarked, heal_at=heal_at, topic_id=topic_id, topic_id_adopted=adopted)
         if hosted.storage_failed is not None and not hosted.marked_on_disk:
             self._write_failed_marker(topic, partition, hosted)
         self.log.debug("opened {}-{} at LEO {} HW {}", topic, partition, log.log_end_offset,
@@ -402,7 +469,8 @@ class PartitionShard(Actor):
         for (topic, partition), hosted in sorted(self.hosted.items()):
             cluster = cluster or not hosted.leader_alone
             try:
-                self._open(topic, partition, hosted.configs, now, hosted.leader_alone)
+                self._open(topic, partition, hosted.configs, now, hosted.leader_alone,
+                           hosted.topic_id, hosted.topic_id_adopted)
                 reopened += 1
             except Exception:
                 # kept in self.hosted: the next restart, or the next role, tries again
@@ -529,11 +597,12 @@ class PartitionShard(Actor):
         failed: list[TopicPartition] = []
         for row in msg.rows:
             try:
-                self._open(row.topic, row.partition, row.configs, now)
+                self._open(row.topic, row.partition, row.configs, now, topic_id=row.topic_id)
             except NotDeletedYetError as exc:
                 # answered failed (it is not served yet), and opened by the housekeeping
                 # once the deleted one's directory goes: nothing else would open it
                 self.open_later[(row.topic, row.partition)] = dict(row.configs)
+                self.open_later_ids[(row.topic, row.partition)] = row.topic_id
                 self.log.warning("{}; it is opened once that is done", exc)
                 error = f"{row.topic}-{row.partition}: {exc}; opened once it is"
                 failed.append(TopicPartition(row.topic, row.partition))
@@ -591,6 +660,7 @@ class PartitionShard(Actor):
             self.hosted.pop(key, None)
             self.roles_given.discard(key)
             self.open_later.pop(key, None)  # a namesake created meanwhile is deleted too
+            self.open_later_ids.pop(key, None)
             self.roles_later.pop(key, None)  # and so is a role kept for it
             state = self.partitions.pop(key, None)
             self._mark_deleting(topic, partition)
@@ -621,6 +691,73 @@ class PartitionShard(Actor):
                     self.log.exception("closing {}-{} failed", topic, partition)
             raise
         self._deleted(topic, partition, left, "" if state is not None else " (not open)")
+
+    def _write_topic_id(self, topic: str, partition: int, topic_id: str) -> None:
+        """Write the partition's ``partition.metadata``. A failed write (ENOSPC, say) does
+        not keep the partition closed: a directory without the file is this topic's (as
+        an older version's is), and the next open writes it again; logged once."""
+        key = (topic, partition)
+        directory = self.log_dir.partition_path(topic, partition)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            write_partition_metadata(directory, topic_id)
+        except OSError as exc:
+            if key not in self.topic_id_unwritten:
+                self.topic_id_unwritten.add(key)
+                self.log.warning("{}-{}: its topic id {} could not be written in {} ({}); "
+                                 "opened without it, written at its next open", topic,
+                                 partition, topic_id, directory, exc)
+            return
+        self.topic_id_unwritten.discard(key)
+
+    def _log_readopted(self, topic: str, partition: int, was: str, topic_id: str) -> None:
+        """Logged once per partition: a directory of another id taken as this topic's."""
+        if (topic, partition) in self.readopted_logged:
+            return
+        self.readopted_logged.add((topic, partition))
+        self.log.warning("{}-{}: its directory holds topic id {}, and the topic's id {} was "
+                         "given late (its znode rewritten without an id, by an older "
+                         "version): the directory is the topic's, its id rewritten",
+                         topic, partition, was, topic_id)
+
+    def _discard_dead_namesake(self, topic: str, partition: int, topic_id: str,
+                               adopted: bool = False) -> None:
+        """Delete the partition's directory if it holds another topic id than ``topic_id``:
+        a deleted namesake left it (its delete was lost with a crash: the topic table, or
+        the role on record, is the new topic's already). Deleted as any delete (marked,
+        set aside, removed), never opened; raises NotDeletedYetError if it cannot be yet
+        (the caller keeps the open for later, as for any undeleted namesake), and
+        PartitionMetadataError if the file is damaged (proof of nothing: neither opened
+        nor deleted)."""
+        key = (topic, partition)
+        directory = self.log_dir.partition_path(topic, partition)
+        if not directory.is_dir():
+            return
+        found = read_partition_metadata(directory)
+        if found is None or found == topic_id:
+            return
+        if adopted:  # the caller rewrites the file
+            self._log_readopted(topic, partition, found, topic_id)
+            return
+        self.log.warning("{}-{}: its directory holds topic id {}, not {}: a deleted namesake's "
+                         "whose delete was lost; it is deleted, not opened, and the partition "
+                         "starts new", topic, partition, found, topic_id)
+        self.dead_namesakes_deleted += 1
+        self.hosted.pop(key, None)  # what was kept of it (offsets, failures) was the dead one's
+        self._mark_deleting(topic, partition)
+        try:
+            left = self._set_aside(topic, partition)
+        except OSError as exc:
+            self.undeleted.add(key)
+            raise NotDeletedYetError(
+                f"{topic}-{partition}: the directory of a deleted namesake (topic id {found}) "
+                f"could not be removed yet ({exc}): it is not opened before it is") from exc
+        if not self._deleted(topic, partition, left, f" (a dead namesake's, topic id {found})"):
+            raise NotDeletedYetError(
+                f"{topic}-{partition}: the delete of a deleted namesake's directory (topic id "
+                f"{found}) is not complete yet: it is not opened before it is")
+        self.tell(self.topology.log_manager, CheckpointOffsets(
+            self.name, False, [], [TopicPartition(topic, partition)]))
 
     def _mark_deleting(self, topic: str, partition: int) -> None:
         """Mark the delete on disk before the directory is renamed aside: if the rename
@@ -699,10 +836,11 @@ class PartitionShard(Actor):
                 self._take_role_later(role, now, taken, failed, refused)
                 continue
             configs = self.open_later.pop((topic, partition), None)
+            topic_id = self.open_later_ids.pop((topic, partition), "")
             if configs is None:
                 continue
             try:
-                self._open(topic, partition, configs, now)
+                self._open(topic, partition, configs, now, topic_id=topic_id)
             except Exception:
                 self.log.exception("cannot open {}-{}, created while its deleted namesake "
                                    "was being removed", topic, partition)
@@ -1513,7 +1651,8 @@ class PartitionShard(Actor):
         log cannot be opened (NotDeletedYetError: a deleted namesake's directory is still
         there)."""
         key = (row.topic, row.partition)
-        self._open(row.topic, row.partition, dict(row.configs), now, leader_alone=False)
+        self._open(row.topic, row.partition, dict(row.configs), now, leader_alone=False,
+                   topic_id=row.topic_id, adopted=row.topic_id_adopted)
         if self._storage_refuses(row.topic, row.partition, row.leader, list(row.isr),
                                  list(row.replicas), row.leader_epoch, failed,
                                  restored=False):
@@ -1712,7 +1851,8 @@ class PartitionShard(Actor):
             hosted = self.hosted.get(key)
             configs = dict(hosted.configs if hosted is not None else role.configs)
             try:
-                self._open(role.topic, role.partition, configs, now, leader_alone=False)
+                self._open(role.topic, role.partition, configs, now, leader_alone=False,
+                           topic_id=role.topic_id, adopted=role.topic_id_adopted)
                 state = self.partitions[key]
                 if self._storage_refuses(role.topic, role.partition, role.leader,
                                          list(role.isr), list(role.replicas),
@@ -2053,6 +2193,7 @@ class PartitionShard(Actor):
             "flush_failed": sorted(f"{t}-{p}" for (t, p), s in self.partitions.items()
                                    if s.log.flush_failed is not None),
             "flush_failures": self.flush_failures,
+            "dead_namesakes_deleted": self.dead_namesakes_deleted,
             "group_commits": self.group_commits,
             "group_committed_appends": self.group_committed_appends,
             # this process's generation, and the Appends stamped older it refused

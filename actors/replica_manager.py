@@ -62,10 +62,12 @@ restore's outcome (the controller gets its answer, the coordinators and fetchers
 follow the role), a delete is sent again and its answer settles it. A role given
 for a partition whose delete its shard has not answered yet goes after that delete,
 sent again (``_drops_ahead``): had the delete died with the shard, its reopened log
-would be the namesake's. Not covered: a delete lost with its shard's whole process
-(mailbox and all) while the namesake's role is already on record goes out in the
-restore, and the namesake opens the old directory; telling a drop that never ran from
-one that ran before the namesake took writes needs topic ids (Kafka's KIP-516). A shard
+would be the namesake's. A delete lost with its shard's whole process (mailbox and
+all) while the namesake's role is already on record goes out in the restore: the role
+carries the namesake's topic id (Kafka's KIP-516), and the shard deletes, never opens, a
+directory holding another id (``partition.metadata``: a drop that never ran), unless
+the role marks the id adopted (given late: the directory's is the topic's earlier id,
+rewritten). A shard
 has one restore on record at most: its next restart's replaces one never answered, and
 one unanswered for
 ``RESTORE_OVERDUE_MS`` is reported (kept: a late answer still settles).
@@ -877,7 +879,9 @@ class ReplicaManager(Actor):
             self.fencing.leader_epochs[tp] = p.leader_epoch
             rows.append(ReplicaStateRow(p.topic, p.partition, p.leader, p.leader_epoch,
                                         list(p.isr), list(p.replicas), p.partition_epoch, False,
-                                        dict(msg.topic_configs.get(p.topic, {}))))
+                                        dict(msg.topic_configs.get(p.topic, {})),
+                                        self.states[tp].topic_id,
+                                        self.states[tp].topic_id_adopted))
             self._new_role(rows[-1])
         if not rows:
             return

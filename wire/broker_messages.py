@@ -267,6 +267,9 @@ class OpenPartitionRow(NamedTuple):
     topic: str
     partition: int
     configs: dict[str, str]
+    # the topic's id (base64url, Kafka's Uuid text; "": not known), written in the
+    # partition's directory: a directory holding another is a deleted namesake's
+    topic_id: str = ""
 
 
 @message(216)
@@ -521,6 +524,7 @@ class TopicEntry(NamedTuple):
 
     num_partitions: int
     configs: dict[str, str]
+    topic_id: str = ""  # base64url, Kafka's Uuid text ("": not known)
 
 
 @message(254)

@@ -109,6 +109,12 @@ class LeaderAndIsr(NamedTuple):
     # the controller channel's id of this request: 0 as the core makes it, set by the
     # channel when it goes out (a node logs one that comes without)
     correlation_id: int = 0
+    # the ids of the topics named above (those that have one: a topic an older version
+    # made has none until the controller gives it one)
+    topic_ids: dict[str, str] = {}
+    # those of them whose id was given late (TopicAssignment.topic_id_adopted): a replica
+    # directory holding another id is rewritten to it, never deleted
+    topic_ids_adopted: list[str] = []
 
 
 @message(401)
@@ -158,6 +164,8 @@ class UpdateMetadata(NamedTuple):
     # the controller channel's id of this request: 0 as the core makes it, set by the
     # channel when it goes out (a node logs one that comes without)
     correlation_id: int = 0
+    # the ids of the topics listed that have one (Metadata v10+ answers them)
+    topic_ids: dict[str, str] = {}
 
 
 @message(403)
@@ -376,6 +384,11 @@ class ReplicaStateRow(NamedTuple):
     partition_epoch: int
     is_new: bool
     configs: dict[str, str]
+    # the topic's id (base64url; "": not known, a topic an older controller made): the
+    # shard deletes a directory of the name holding another (a dead namesake's)
+    topic_id: str = ""
+    # unless the id was given late (adopted): the directory's id is then rewritten
+    topic_id_adopted: bool = False
 
 
 @message(411)

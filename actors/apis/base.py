@@ -201,7 +201,8 @@ class HandlerContext:
         assert self.cluster is not None
         self.cluster.apply(update)
         self.topics = {
-            t: TopicEntry(self.cluster.partition_count(t) or 0, self.cluster.configs(t))
+            t: TopicEntry(self.cluster.partition_count(t) or 0, self.cluster.configs(t),
+                          self.cluster.topic_id(t))
             for t in self.cluster.topics()
         }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import uuid
 from typing import Any
 
 from actors.apis import cluster
@@ -9,6 +11,7 @@ from actors.apis.base import ApiGen, Call, HandlerContext, Respond, topic_change
 from actors.apis.configs import handle_describe_configs  # re-exported: it used to live here
 from actors.apis.transactions import handle_init_transactional_producer
 from actors.core.topic_config import validate_topic_name
+from actors.core.topic_id import decode_topic_id
 from actors.security.acl import CLUSTER_NAME, Operation, ResourceType
 from wire.broker_messages import (
     CreateTopicDoneRow,
@@ -32,6 +35,12 @@ __all__ = [
 
 def _partition_rows(ctx: HandlerContext, name: str) -> list[dict[str, Any]]:
     return cluster.partition_rows(ctx, name)
+
+
+@functools.lru_cache(maxsize=4096)  # a topic's id is asked on every Metadata request
+def _uuid(topic_id: str) -> uuid.UUID | None:
+    """A topic id as the codec writes it (None: the zero id, "no id known")."""
+    return uuid.UUID(bytes=decode_topic_id(topic_id)) if topic_id else None
 
 
 TOPIC_DENIED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
@@ -99,9 +108,12 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             continue
         unknown = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         error = errors.get(name, 0 if name in ctx.topics else unknown)
+        entry = ctx.topics.get(name) if error == 0 else None
         topics.append({
             "error_code": error,
             "name": name,
+            # v10+: the topic's id (the zero id when not known), as Kafka answers it
+            "topic_id": _uuid(entry.topic_id) if entry is not None else None,
             "is_internal": name.startswith("__"),
             "partitions": _partition_rows(ctx, name) if error == 0 else [],
         })

@@ -120,6 +120,14 @@ class TopicAssignment:
 
     partitions: dict[int, tuple[int, ...]]
     version: int = NO_VERSION
+    # the topic's id (base64url, KIP-516), "topic_id" in the znode; "" for a topic made by
+    # an older version, until the controller gives it one
+    topic_id: str = ""
+    # the id was given late, to a topic that existed without one (an older version's,
+    # or one whose znode an older version rewrote without its id): its replicas'
+    # directories may hold an id it had before, which is then this topic's, not a dead
+    # namesake's (rewritten, never deleted). "topic_id_adopted" in the znode.
+    topic_id_adopted: bool = False
 
     def replicas(self, partition: int) -> tuple[int, ...]:
         return self.partitions[partition]

@@ -42,8 +42,10 @@ The rules (Kafka's):
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from actors.core.cluster_model import (
@@ -131,6 +133,7 @@ from actors.core.replica_assignment import (
     validate_assignment,
 )
 from actors.core.topic_config import validate_topic_configs, validate_topic_name
+from actors.core.topic_id import new_topic_id
 from wire.cluster_messages import (
     BrokerRow,
     EndpointRow,
@@ -208,9 +211,13 @@ class _Request:
 class ControllerCore:
     """One node's controller logic; active only between BecameController and Resigned."""
 
-    def __init__(self, config: ControllerConfig, random_index: RandomIndex) -> None:
+    def __init__(self, config: ControllerConfig, random_index: RandomIndex,
+                 random_bytes: Callable[[int], bytes] = os.urandom) -> None:
         self.config = config
         self._random_index = random_index
+        # the topic ids' randomness, apart from the assignments' (drawing ids from
+        # ``random_index`` would change every later assignment a seed decides)
+        self._random_bytes = random_bytes
         self._write_ids = itertools.count(1)
         self._reset()
 
@@ -387,8 +394,57 @@ class ControllerCore:
                             for b in sorted(leaders)]
             out.append(SendToBroker(broker_id, LeaderAndIsrRequest(
                 self.config.broker_id, self.epoch, self._broker_epoch(broker_id), rows,
-                live_leaders, self._configs_of(r.topic for r in rows))))
+                live_leaders, self._configs_of(r.topic for r in rows),
+                topic_ids=self._topic_ids_of(r.topic for r in rows),
+                topic_ids_adopted=self._adopted_of(r.topic for r in rows))))
         return out
+
+    def _adopted_of(self, topics: Iterable[str]) -> list[str]:
+        """Those of these topics whose id was given late (``topic_id_adopted``): a
+        replica directory holding another id is this topic's, rewritten to it (as Kafka's
+        ZooKeeper mode, which never deletes on a mismatch)."""
+        return [t for t in sorted(set(topics)) if t in self.topics
+                and self.topics[t].assignment.topic_id_adopted]
+
+    def _topic_ids_of(self, topics: Iterable[str]) -> dict[str, str]:
+        """The ids of these topics that have one: a node's shard deletes, never opens, a
+        partition directory that holds another (a deleted namesake's)."""
+        return {t: self.topics[t].assignment.topic_id for t in sorted(set(topics))
+                if t in self.topics and self.topics[t].assignment.topic_id}
+
+    def _new_topic_id(self) -> str:
+        """A random topic id, from the injected randomness (the simulator's seed decides
+        it as every other choice)."""
+        return new_topic_id(self._random_bytes)
+
+    def _assign_topic_ids(self, names: Iterable[str]) -> None:
+        """Give an id to each of these topics that has none (made by an older version),
+        written to its znode at the version read (as Kafka's controller does for such
+        topics); one whose znode changed meanwhile gets it at its next change."""
+        for name in sorted(names):
+            record = self.topics.get(name)
+            if record is None or record.assignment.topic_id or name in self.deleting:
+                continue
+            # adopted: it existed without one, so its replicas' directories may hold an
+            # id it had before (its znode rewritten by an older version): not a dead
+            # namesake's, rewritten to this one, never deleted
+            assignment = replace(record.assignment, topic_id=self._new_topic_id(),
+                                 topic_id_adopted=True)
+
+            def on_result(_key: Any, result: WriteResult, name: str = name,
+                          assignment: TopicAssignment = assignment) -> None:
+                current = self.topics.get(name)
+                if not result.ok or current is None or current.assignment.topic_id \
+                        or current.assignment.version != assignment.version:
+                    return
+                # the replicas learn it with their next role (a LeaderAndIsr at the same
+                # leader epoch would be refused as stale); until then they open its
+                # partitions as an older version did, by name
+                self.topics[name] = replace(current, assignment=replace(
+                    assignment, version=result.version))
+
+            write_id = self._write(partial(SetTopicAssignment, topic=name, assignment=assignment))
+            self._topic_writes[write_id] = _TopicWrite(on_result, lambda _m: None)
 
     def _configs_of(self, topics: Iterable[str]) -> dict[str, dict[str, str]]:
         """The configs of these topics, for the nodes (they open logs and answer DescribeConfigs
@@ -427,7 +483,8 @@ class ControllerCore:
                 rows, is_full = delta, False
             out.append(SendToBroker(broker_id, UpdateMetadata(
                 self.config.broker_id, self.epoch, self._broker_epoch(broker_id), is_full,
-                brokers, rows, self._configs_of(r.topic for r in rows))))
+                brokers, rows, self._configs_of(r.topic for r in rows),
+                topic_ids=self._topic_ids_of(r.topic for r in rows))))
         return out
 
     def _flush_stop_replica(self) -> list[Effect]:
@@ -527,6 +584,7 @@ class ControllerCore:
         self._init_new_partitions([tp for tp in live_partitions if tp not in self.states])
         for topic in sorted(self.deleting):
             self._start_topic_deletion(topic, restart=True)
+        self._assign_topic_ids(self.topics)
         stray = set(event.topics_to_delete) - set(self.topics)
         if stray:
             self._write(lambda w: RemoveTopicDeletionMarkers(w, tuple(sorted(stray))))
@@ -860,8 +918,12 @@ class ControllerCore:
     # ------------------------------------------------------------ topic creation
     def _on_new_topics_found(self, topics: Mapping[str, TopicRecord]) -> None:
         fresh = {name: rec for name, rec in topics.items() if name not in self.topics}
-        for name in sorted(fresh):
-            self._init_new_partitions(self._add_topic(name, fresh[name]))
+        added = {name: self._add_topic(name, fresh[name]) for name in sorted(fresh)}
+        # an older version's topic: its id is written before its partitions' states, so
+        # (the writes done in order) their first LeaderAndIsr carries it
+        self._assign_topic_ids(fresh)
+        for name in sorted(added):
+            self._init_new_partitions(added[name])
 
     def _on_create_topics(self, event: CreateTopics) -> None:
         request, dupes = self._unique_topics_request(
@@ -960,11 +1022,12 @@ class ControllerCore:
                 self._part_done(request, name, ok)
             else:
                 tps = self._add_topic(name, TopicRecord(
-                    TopicAssignment(assignment, result.version), configs))
+                    TopicAssignment(assignment, result.version, topic_id), configs))
                 self._init_new_partitions(tps, lambda _o: self._part_done(request, name, ok))
 
+        topic_id = self._new_topic_id()
         write_id = self._write(lambda w: CreateTopicZnodes(
-            w, name, TopicAssignment(assignment), configs))
+            w, name, TopicAssignment(assignment, topic_id=topic_id), configs))
         self._topic_writes[write_id] = _TopicWrite(on_result, failed)
 
     def _unique_topics_request(
@@ -1056,13 +1119,16 @@ class ControllerCore:
                 self._part_done(request, name, TopicResult(
                     name, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), "deleted meanwhile"))
                 return
-            self.topics[name] = TopicRecord(TopicAssignment(partitions, version), current.configs)
+            self.topics[name] = TopicRecord(
+                replace(current.assignment, partitions=partitions, version=version),
+                current.configs)
             tps = [TopicPartition(name, p) for p in sorted(set(partitions) - old)]
             for tp in tps:
                 self._new_partition(tp)
             self._init_new_partitions(tps, lambda _outcomes: self._part_done(request, name, ok))
 
-        assignment = TopicAssignment(partitions, record.assignment.version)
+        # its id, and whether it was adopted, kept with the rest
+        assignment = replace(record.assignment, partitions=partitions)
         write_id = self._write(lambda w: SetTopicAssignment(w, name, assignment))
         self._topic_writes[write_id] = _TopicWrite(on_result, failed)
 

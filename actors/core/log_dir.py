@@ -3,7 +3,9 @@
 Layout (as Kafka's): ``<log dir>/<topic>-<partition>/`` per partition, and in
 the log dir itself ``replication-offset-checkpoint`` (high watermarks),
 ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``,
-plus ``.kafka_cleanshutdown`` while the broker is stopped cleanly.
+plus ``.kafka_cleanshutdown`` while the broker is stopped cleanly. Each partition
+directory also holds its topic's id (``partition.metadata``, actors/core/topic_id.py):
+the shard that opens it deletes a directory of another id (a dead namesake's).
 
 A deleted partition's directory is marked before it is renamed aside
 (``delete-pending`` inside it, or, if that cannot be written, a

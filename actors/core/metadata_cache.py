@@ -53,6 +53,7 @@ class MetadataCache:
     brokers: dict[int, BrokerRow] = field(default_factory=dict)
     partitions: dict[str, dict[int, CachedPartition]] = field(default_factory=dict)
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    topic_ids: dict[str, str] = field(default_factory=dict)
     updates: int = 0
 
     def apply(self, update: UpdateMetadata) -> set[str]:
@@ -87,6 +88,12 @@ class MetadataCache:
         for topic in list(self.topic_configs):
             if topic not in self.partitions:
                 del self.topic_configs[topic]
+        for topic, topic_id in update.topic_ids.items():
+            if topic in self.partitions:
+                self.topic_ids[topic] = topic_id
+        for topic in list(self.topic_ids):
+            if topic not in self.partitions:
+                del self.topic_ids[topic]
         return touched
 
     def snapshot(self, broker_epoch: int) -> UpdateMetadata:
@@ -99,7 +106,8 @@ class MetadataCache:
                 for index, p in sorted(parts.items())]
         return UpdateMetadata(self.controller_id, self.controller_epoch, broker_epoch, True,
                               list(self.brokers.values()), rows,
-                              {t: dict(c) for t, c in self.topic_configs.items()})
+                              {t: dict(c) for t, c in self.topic_configs.items()},
+                              topic_ids=dict(self.topic_ids))
 
     # ------------------------------------------------------------------ reads
     def topics(self) -> list[str]:
@@ -136,6 +144,10 @@ class MetadataCache:
 
     def configs(self, topic: str) -> dict[str, str]:
         return dict(self.topic_configs.get(topic, {}))
+
+    def topic_id(self, topic: str) -> str:
+        """The topic's id ("" when not known: an older controller's, or not given yet)."""
+        return self.topic_ids.get(topic, "")
 
     def broker_ids(self) -> list[int]:
         return sorted(self.brokers)

@@ -122,7 +122,8 @@ class ReplicaFencing:
             configs = dict(request.topic_configs.get(p.topic, {}))
             decision.accepted.append(ReplicaStateRow(
                 p.topic, p.partition, p.leader, p.leader_epoch, list(p.isr), list(p.replicas),
-                p.partition_epoch, p.is_new, configs))
+                p.partition_epoch, p.is_new, configs, request.topic_ids.get(p.topic, ""),
+                p.topic in request.topic_ids_adopted))
             decision.rows.append(PartitionErrorRow(p.topic, p.partition, NONE))
         if refused:
             decision.reason = "ignored for " + ", ".join(refused)

@@ -24,6 +24,7 @@ from actors.core.cluster_model import (
     TopicAssignment,
     TopicPartition,
 )
+from actors.core.topic_id import is_topic_id
 from actors.security.acl import (
     STORED_RESOURCE_TYPES,
     AclEntry,
@@ -70,6 +71,7 @@ IO_THREADS = "num.io.threads"
 PARTITION_SHARDS = "num.partition.shards"
 GROUP_COORDINATORS = "num.group.coordinators"
 TOPIC_ASSIGNMENT_VERSION = 2
+TOPIC_ID_ASSIGNMENT_VERSION = 3  # Kafka's, once it carries "topic_id"
 
 
 class BadZnode(ValueError):
@@ -201,24 +203,37 @@ def decode_controller_epoch(data: bytes | None) -> int:
 
 # -------------------------------------------------------------------- topics
 def encode_topic_assignment(assignment: TopicAssignment) -> bytes:
-    return _dump({
+    doc: dict[str, object] = {
         "version": TOPIC_ASSIGNMENT_VERSION,
         "partitions": {str(p): list(r) for p, r in sorted(assignment.partitions.items())},
         "adding_replicas": {},
         "removing_replicas": {},
-    })
+    }
+    if assignment.topic_id:  # as Kafka (2.8+) keeps it; absent for an older version's topic
+        doc["version"] = TOPIC_ID_ASSIGNMENT_VERSION
+        doc["topic_id"] = assignment.topic_id
+        if assignment.topic_id_adopted:  # ours (Kafka ignores a field it does not know)
+            doc["topic_id_adopted"] = True
+    return _dump(doc)
 
 
 def decode_topic_assignment(topic: str, data: bytes | None, version: int = -1) -> TopicAssignment:
     path = topic_path(topic)
-    partitions = _field(path, _load(path, data), "partitions", dict)
+    doc = _load(path, data)
+    partitions = _field(path, doc, "partitions", dict)
     out: dict[int, tuple[int, ...]] = {}
     for key, replicas in partitions.items():
         if not str(key).isdigit() or not isinstance(replicas, list) or not all(
                 isinstance(r, int) and not isinstance(r, bool) for r in replicas):
             raise BadZnode(f"{path}: bad partition entry {key!r}: {replicas!r:.60}")
         out[int(key)] = tuple(replicas)
-    return TopicAssignment(out, version)
+    topic_id = doc.get("topic_id", "")
+    if topic_id != "" and not is_topic_id(topic_id):
+        raise BadZnode(f"{path}: bad topic_id {topic_id!r:.60}")
+    adopted = doc.get("topic_id_adopted", False)
+    if not isinstance(adopted, bool) or (adopted and not topic_id):
+        raise BadZnode(f"{path}: bad topic_id_adopted {adopted!r:.60}")
+    return TopicAssignment(out, version, topic_id, adopted)
 
 
 def encode_topic_config(configs: dict[str, str]) -> bytes:

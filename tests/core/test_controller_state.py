@@ -38,6 +38,7 @@ from actors.core.controller_events import (
     TopicConfigsChanged,
 )
 from actors.core.controller_fsm import PartitionState, ReplicaState
+from actors.core.topic_id import is_topic_id
 from wire.cluster_messages import LeaderAndIsr as LeaderAndIsrRequest
 from wire.errors import ErrorCode
 
@@ -981,3 +982,87 @@ def test_partitions_past_a_brokers_limits_or_kafkas_per_request_maximum_are_refu
     assert grow.topics[0].message.startswith("Excessively large number")
     assert codes(c.request(lambda rid: CreatePartitions(rid, (NewPartitions("ok", 256),)))) == [0]
     assert c.reader.get_topics() == {"ok"} and len(c.assignment("ok")) == 256
+
+
+# ----------------------------------------------------------------- topic ids
+def test_a_created_topic_gets_an_id_in_its_znode_its_roles_and_its_metadata() -> None:
+    c = cluster()
+    ctl = c.controller
+    mark = len(ctl.sent)
+    create(c, "orders", partitions=2, rf=2)
+    topic_id = c.reader.get_topic_assignments(["orders"])["orders"].topic_id
+    assert is_topic_id(topic_id)
+    requests = [m for _, m in sent_of(ctl, LeaderAndIsrRequest, mark)]
+    assert requests and all(m.topic_ids == {"orders": topic_id} for m in requests)
+    deltas = [m for _, m in update_metadata(ctl, mark)]
+    assert deltas and all(m.topic_ids == {"orders": topic_id} for m in deltas)
+    # new partitions keep it; a namesake created after a delete gets another
+    result = c.request(lambda rid: CreatePartitions(rid, (NewPartitions("orders", 3),)))
+    assert codes(result) == [0]
+    assert c.reader.get_topic_assignments(["orders"])["orders"].topic_id == topic_id
+    assert create(c, "other").topics[0].error_code == 0
+    assert c.reader.get_topic_assignments(["other"])["other"].topic_id not in ("", topic_id)
+
+
+def test_a_topic_an_older_version_made_gets_an_id_before_its_first_roles() -> None:
+    c = cluster()
+    ctl = c.controller
+    mark = len(ctl.sent)
+    c.reader.create_topic("old", TopicAssignment({0: (1, 2)}), {})  # no id: as before ids
+    c.pump()
+    topic_id = c.reader.get_topic_assignments(["old"])["old"].topic_id
+    assert is_topic_id(topic_id)
+    requests = [m for _, m in sent_of(ctl, LeaderAndIsrRequest, mark)]
+    assert requests and all(m.topic_ids == {"old": topic_id} for m in requests)
+    # written at the version read, its partitions unchanged
+    assert c.assignment("old") == {0: (1, 2)}
+
+
+def test_an_id_given_late_is_marked_adopted_and_kept_by_every_rewrite() -> None:
+    """A topic created by this version is never marked; one that existed without an id
+    (an older version's) gets one marked adopted, in its znode and with its roles, and
+    CreatePartitions' rewrite keeps the mark."""
+    c = cluster()
+    ctl = c.controller
+    create(c, "fresh", partitions=1, rf=2)
+    assert not c.reader.get_topic_assignments(["fresh"])["fresh"].topic_id_adopted
+    requests = [m for _, m in sent_of(ctl, LeaderAndIsrRequest)]
+    assert requests and all(m.topic_ids_adopted == [] for m in requests)
+    mark = len(ctl.sent)
+    c.reader.create_topic("old", TopicAssignment({0: (1, 2)}), {})  # no id: as before ids
+    c.pump()
+    old = c.reader.get_topic_assignments(["old"])["old"]
+    assert is_topic_id(old.topic_id) and old.topic_id_adopted
+    requests = [m for _, m in sent_of(ctl, LeaderAndIsrRequest, mark)]
+    assert requests and all(m.topic_ids_adopted == ["old"] for m in requests)
+    result = c.request(lambda rid: CreatePartitions(rid, (NewPartitions("old", 2),)))
+    assert codes(result) == [0]
+    grown = c.reader.get_topic_assignments(["old"])["old"]
+    assert grown.topic_id == old.topic_id and grown.topic_id_adopted
+    assert len(grown.partitions) == 2
+
+
+def test_a_znode_an_older_version_rewrote_without_the_id_gets_an_adopted_one() -> None:
+    """An older controller (or admin tool) rewrote a topic's znode without its id: the
+    next controller gives it a new id, marked adopted, and its roles say so (the
+    replicas' directories hold the first id: rewritten, never deleted)."""
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    first = c.reader.get_topic_assignments(["t"])["t"]
+    assert is_topic_id(first.topic_id) and not first.topic_id_adopted
+    old = c.controller
+    assert c.reader.set_topic_assignment(  # as an older version writes it: no id
+        "t", TopicAssignment({0: (1, 2, 3)}, first.version), None).ok  # type: ignore[arg-type]
+    c.zk.expire(old.store.session_id or 0)
+    c.pump()
+    new = c.add_candidate(101)
+    assert new.driver.active
+    again = c.reader.get_topic_assignments(["t"])["t"]
+    assert is_topic_id(again.topic_id) and again.topic_id != first.topic_id
+    assert again.topic_id_adopted
+    mark = len(new.sent)
+    c.stop_broker(1)  # the replicas learn the id with their next role
+    c.pump()
+    rows = [m for _, m in sent_of(new, LeaderAndIsrRequest, mark)
+            if any(r.topic == "t" for r in m.partitions) and m.topic_ids.get("t")]
+    assert rows and all(m.topic_ids_adopted == ["t"] for m in rows)

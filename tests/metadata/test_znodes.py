@@ -71,6 +71,17 @@ def test_partition_state_and_topic_round_trip_in_kafkas_json() -> None:
     # Kafka 1.x/2.x version 1 (no adding/removing replicas) still reads.
     assert znodes.decode_topic_assignment("orders", b'{"version":1,"partitions":{"0":[4]}}') == \
         TopicAssignment({0: (4,)})
+    # With a topic id: Kafka's version 3 and "topic_id" (an older version's znode has none)
+    with_id = TopicAssignment({0: (1, 2)}, 3, "-B1Prn3sEdCnZQCgyR5r9g")
+    data = znodes.encode_topic_assignment(with_id)
+    assert json.loads(data) == {"version": 3, "partitions": {"0": [1, 2]}, "adding_replicas": {},
+                                "removing_replicas": {}, "topic_id": "-B1Prn3sEdCnZQCgyR5r9g"}
+    assert znodes.decode_topic_assignment("orders", data, 3) == with_id
+    # an id given late (to a topic that existed without one) says so
+    adopted = TopicAssignment({0: (1, 2)}, 4, "-B1Prn3sEdCnZQCgyR5r9g", True)
+    data = znodes.encode_topic_assignment(adopted)
+    assert json.loads(data)["topic_id_adopted"] is True
+    assert znodes.decode_topic_assignment("orders", data, 4) == adopted
 
 
 def test_the_small_znodes() -> None:
@@ -101,6 +112,12 @@ def test_the_small_znodes() -> None:
          "/brokers/topics/t/partitions/0/state: 'leader' must be an integer, got '1'"),
         (lambda: znodes.decode_topic_assignment("t", b'{"partitions":{"x":[1]}}'),
          "/brokers/topics/t: bad partition entry 'x': [1]"),
+        (lambda: znodes.decode_topic_assignment(
+            "t", b'{"partitions":{"0":[1]},"topic_id":"not-an-id"}'),
+         "/brokers/topics/t: bad topic_id 'not-an-id'"),
+        (lambda: znodes.decode_topic_assignment(
+            "t", b'{"partitions":{"0":[1]},"topic_id_adopted":true}'),
+         "/brokers/topics/t: bad topic_id_adopted True"),
         (lambda: znodes.decode_broker(1, b'{"endpoints":["nonsense"]}'),
          "/brokers/ids/1: bad endpoint 'nonsense'"),
         (lambda: znodes.decode_controller_epoch(b"x1"),

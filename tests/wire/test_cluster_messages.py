@@ -17,7 +17,8 @@ SAMPLES: list[Any] = [
         cm.LeaderAndIsrPartition("orders", 0, 7, 2, 12, [2, 3], 31, [2, 3, 1], False),
         cm.LeaderAndIsrPartition("orders", 1, 7, 3, 0, [3, 1, 2], 0, [3, 1, 2], True),
     ], [cm.LiveLeaderRow(2, "tcp://10.0.0.2:7001"), cm.LiveLeaderRow(3, "tcp://[::1]:7001")],
-        {"orders": {"retention.ms": "1000"}}, (7 << 32) + 41),
+        {"orders": {"retention.ms": "1000"}}, (7 << 32) + 41, {"orders": "-B1Prn3sEdCnZQCgyR5r9g"},
+        ["orders"]),
     cm.LeaderAndIsrResponse(2, 0, [cm.PartitionErrorRow("orders", 0, 0),
                                    cm.PartitionErrorRow("orders", 1, 11)], (7 << 32) + 41),
     cm.UpdateMetadata(1, 7, 4294967300, True, [
@@ -27,7 +28,8 @@ SAMPLES: list[Any] = [
         cm.BrokerRow(3, 4294967301, "tcp://10.0.0.3:7001", None, []),
     ], [cm.UpdateMetadataPartition("orders", 0, 7, 2, 12, [2, 3], 31, [2, 3, 1], [1]),
         cm.UpdateMetadataPartition("gone", 0, 7, -2, 3, [1], 4, [1], [])],
-        {"orders": {}, "gone": {"segment.bytes": "1024"}}, (7 << 32) + 42),
+        {"orders": {}, "gone": {"segment.bytes": "1024"}}, (7 << 32) + 42,
+        {"orders": "-B1Prn3sEdCnZQCgyR5r9g"}),
     cm.UpdateMetadataResponse(3, 0, (7 << 32) + 42),
     cm.StopReplica(1, 7, 4294967301, [cm.StopReplicaPartition("gone", 0, -1, True),
                                       cm.StopReplicaPartition("orders", 1, 12, False)],
@@ -63,6 +65,8 @@ SAMPLES: list[Any] = [
     cm.BecameLeaderOrFollower(9, [cm.PartitionErrorRow("orders", 2, 56)], [],
                               [cm.TopicPartitionRow("orders", 2)]),
     cm.RolesTaken(0, [cm.ReplicaStateRow("orders", 2, 1, 0, [1], [1, 2], 0, True, {})]),
+    cm.RolesTaken(0, [cm.ReplicaStateRow("orders", 2, 1, 0, [1], [1, 2], 0, True, {},
+                                         "-B1Prn3sEdCnZQCgyR5r9g", True)]),
     cm.RolesTaken(1, [], [cm.OfflineReplicaRow("orders", 2, False, 0)]),
     cm.RolesTaken(1, [], [cm.OfflineReplicaRow("orders", 2, False, 0)],
                   [cm.RoleRefusedRow("orders", 2, 4, 56)]),
@@ -142,8 +146,8 @@ def test_every_row_field_is_typed_for_the_registry() -> None:
 @pytest.mark.parametrize(
     ("body", "error"),
     [
-        ([1, 7, 0, True, [], [], {}], "UpdateMetadata needs 8 fields, got 7"),
-        ([1, 7, 0, "yes", [], [], {}, 0], "UpdateMetadata.full must be bool, got str"),
+        ([1, 7, 0, True, [], [], {}, 0], "UpdateMetadata needs 9 fields, got 8"),
+        ([1, 7, 0, "yes", [], [], {}, 0, {}], "UpdateMetadata.full must be bool, got str"),
     ],
 )
 def test_wrong_shapes_are_refused(body: list[Any], error: str) -> None:

@@ -1,0 +1,193 @@
+"""Topic ids in a cluster (real nodes, real ZooKeeper).
+
+The controller gives each topic an id when it creates it, kept as ``topic_id`` in
+``/brokers/topics/<name>`` as Kafka keeps it, and sends it with every LeaderAndIsr; each
+replica writes it in its partition directory (``partition.metadata``).
+
+A delete lost with its shard's process (its mailbox and all, while the namesake's role
+was on record already: see ReplicaManager's docstring) leaves the deleted topic's
+directory on a node that then takes the namesake's role. Before topic ids the role
+opened that directory and the namesake served the deleted topic's records. The test makes
+that state with real nodes: a deleted topic's directories are put back where the delete
+removed them (the disk as a delete that never ran leaves it), then the namesake is
+created. Its replicas find another id in the directories: deleted, never opened.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+from actors.core.topic_id import decode_topic_id, is_topic_id, read_partition_metadata
+from actors.metadata import znodes
+from tests.broker.rawclient import METADATA, build, read_records
+from tests.cluster.test_cluster import admin, create
+from tests.fixtures.cluster import Cluster, kafka_call, wait_for
+from tests.fixtures.cluster_tools import ZooKeeperReader, fetch_from, produce_to
+
+
+def _topic_id(zk_connect: str, topic: str) -> str:
+    zk = ZooKeeperReader(zk_connect)
+    try:
+        data = zk.get(znodes.topic_path(topic))
+    finally:
+        zk.close()
+    assert data is not None, f"no znode for {topic}"
+    topic_id: str = json.loads(data).get("topic_id", "")
+    return topic_id
+
+
+def _values(cluster: Cluster, topic: str) -> list[bytes]:
+    leader = cluster.view().leaders(topic)[0]
+    part = fetch_from(cluster.nodes[leader], topic, 0)
+    assert part.error_code == 0, part
+    return [v for _o, _k, v in read_records(part.records)]
+
+
+def _metadata_topic_id(cluster: Cluster, node_id: int, topic: str) -> uuid.UUID:
+    """Metadata v12's ``topic_id`` of ``topic`` as node ``node_id`` answers it."""
+    node = cluster.nodes[node_id]
+    response = kafka_call(node.host, node.port, build(METADATA, 12, {
+        "topics": [{"topic_id": None, "name": topic}], "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False}))
+    [found] = response.topics
+    topic_id: uuid.UUID = found.topic_id
+    return topic_id
+
+
+def _delete(cluster: Cluster, topic: str) -> None:
+    client = admin(cluster)
+    try:
+        client.delete_topics([topic])
+    finally:
+        client.close()
+    for node in cluster.nodes.values():
+        wait_for(f"node {node.broker_id} to delete {topic}",
+                 lambda n=node: not (n.data_dir / f"{topic}-0").exists())
+
+
+def test_a_namesakes_replicas_delete_a_dead_topics_directory_instead_of_serving_it(
+        cluster_factory: Any, zk_connect: str, tmp_path: Path) -> None:
+    cluster: Cluster = cluster_factory(2)
+    topic = "reborn"
+    create(cluster, topic, 1, 2)
+    cluster.wait_topic(topic, 1)
+    old_id = _topic_id(zk_connect, topic)
+    assert is_topic_id(old_id)
+    leader = cluster.view().leaders(topic)[0]
+    assert produce_to(cluster.nodes[leader], topic, 0, [b"old"] * 5).error_code == 0
+    for node in cluster.nodes.values():
+        wait_for(f"node {node.broker_id}'s directory to hold the id",
+                 lambda n=node: read_partition_metadata(n.data_dir / f"{topic}-0") == old_id)
+    cluster.stop()
+    kept = {i: tmp_path / f"kept-{i}" for i in cluster.nodes}
+    for i, node in cluster.nodes.items():
+        shutil.copytree(node.data_dir / f"{topic}-0", kept[i])
+
+    cluster.start()
+    _delete(cluster, topic)
+    cluster.stop()
+    for i, node in cluster.nodes.items():  # the directories the delete removed, back
+        shutil.copytree(kept[i], node.data_dir / f"{topic}-0")
+
+    cluster.start()
+    create(cluster, topic, 1, 2)
+    cluster.wait_topic(topic, 1)
+    new_id = _topic_id(zk_connect, topic)
+    assert is_topic_id(new_id) and new_id != old_id
+    for node in cluster.nodes.values():
+        wait_for(f"node {node.broker_id} to open the namesake anew",
+                 lambda n=node: read_partition_metadata(n.data_dir / f"{topic}-0") == new_id)
+    assert _values(cluster, topic) == [], "the deleted topic's records are served"
+    leader = cluster.view().leaders(topic)[0]
+    assert produce_to(cluster.nodes[leader], topic, 0, [b"new"]).base_offset == 0
+    assert _values(cluster, topic) == [b"new"]
+    for i in cluster.nodes:  # Metadata v10+ answers the id, on every node
+        wait_for(f"node {i}'s Metadata to give the id", lambda i=i: _metadata_topic_id(
+            cluster, i, topic) == uuid.UUID(bytes=decode_topic_id(new_id)))
+    for node in cluster.nodes.values():
+        assert re.search(rf"{topic}-0: its directory holds topic id {re.escape(old_id)}, "
+                         rf"not {re.escape(new_id)}", node.log()), node.broker_id
+
+
+def test_the_controller_gives_an_id_to_a_topic_an_older_version_made(
+        cluster_factory: Any, zk_connect: str) -> None:
+    """A topic znode without ``topic_id`` (written as an actorlog before ids wrote it): the
+    controller writes one in, and the replicas write it in their directories."""
+    cluster: Cluster = cluster_factory(2)
+    topic = "from-before"
+    zk = ZooKeeperReader(zk_connect)
+    try:
+        zk.client.create(znodes.topic_config_path(topic), znodes.encode_topic_config({}),
+                         makepath=True)
+        zk.client.create(znodes.topic_path(topic), json.dumps(
+            {"version": 2, "partitions": {"0": [1, 2]}, "adding_replicas": {},
+             "removing_replicas": {}}).encode(), makepath=True)
+    finally:
+        zk.close()
+    wait_for("the controller to give it an id", lambda: is_topic_id(_topic_id(zk_connect, topic)))
+    topic_id = _topic_id(zk_connect, topic)
+    cluster.wait_topic(topic, 1)
+    for node in cluster.nodes.values():
+        wait_for(f"node {node.broker_id}'s directory to hold the id",
+                 lambda n=node: read_partition_metadata(n.data_dir / f"{topic}-0") == topic_id)
+    leader = cluster.view().leaders(topic)[0]
+    assert produce_to(cluster.nodes[leader], topic, 0, [b"v"]).error_code == 0
+    cluster.stop()
+    cluster.start()  # the next controller keeps it
+    assert _topic_id(zk_connect, topic) == topic_id
+    cluster.wait_topic(topic, 1)
+    wait_for("the partition served again", lambda: _values(cluster, topic) == [b"v"])
+
+
+def test_a_znode_an_older_version_rewrote_without_the_id_keeps_the_replicas_records(
+        cluster_factory: Any, zk_connect: str) -> None:
+    """An older controller (or admin tool) rewrote the topic's znode without its id, over
+    replicas whose directories hold it. The controller gives the topic another id, marked
+    adopted: every replica rewrites its directory's id and keeps its records (as Kafka's
+    ZooKeeper mode, which never deletes on a mismatch). Before: each replica took its
+    directory for a dead namesake's and deleted it."""
+    cluster: Cluster = cluster_factory(2)
+    topic = "rewritten"
+    create(cluster, topic, 1, 2)
+    cluster.wait_topic(topic, 1)
+    first = _topic_id(zk_connect, topic)
+    leader = cluster.view().leaders(topic)[0]
+    assert produce_to(cluster.nodes[leader], topic, 0, [b"kept"] * 4).error_code == 0
+    for node in cluster.nodes.values():
+        wait_for(f"node {node.broker_id}'s directory to hold the id",
+                 lambda n=node: read_partition_metadata(n.data_dir / f"{topic}-0") == first)
+    cluster.stop()
+    zk = ZooKeeperReader(zk_connect)
+    try:  # as an older version writes it back: no id
+        zk.client.set(znodes.topic_path(topic), json.dumps(
+            {"version": 2, "partitions": {"0": [1, 2]}, "adding_replicas": {},
+             "removing_replicas": {}}).encode())
+    finally:
+        zk.close()
+
+    cluster.start()
+    wait_for("the controller to give it an id", lambda: is_topic_id(_topic_id(zk_connect, topic)))
+    late = _topic_id(zk_connect, topic)
+    assert late != first
+    zk = ZooKeeperReader(zk_connect)
+    try:
+        assert json.loads(zk.get(znodes.topic_path(topic)) or b"{}")["topic_id_adopted"] is True
+    finally:
+        zk.close()
+    cluster.stop()
+    cluster.start()  # every replica is given the late id with its role
+    cluster.wait_topic(topic, 1)
+    for node in cluster.nodes.values():
+        wait_for(f"node {node.broker_id}'s directory to hold the late id",
+                 lambda n=node: read_partition_metadata(n.data_dir / f"{topic}-0") == late)
+    wait_for("the records served", lambda: _values(cluster, topic) == [b"kept"] * 4)
+    for node in cluster.nodes.values():
+        log = node.log()
+        assert "a deleted namesake's whose delete was lost" not in log, node.broker_id
+        assert f"its directory holds topic id {first}, and the topic's id {late} was " \
+            "given late" in log, node.broker_id

@@ -161,7 +161,8 @@ def _copy_store(store: TopicStore) -> TopicStore:
     """A copy of ``store``'s table and version (the copy is never written)."""
     copy = TopicStore(store.path)
     copy.version = store.version
-    copy.topics = {name: TopicInfo(t.num_partitions, t.replication_factor, dict(t.configs))
+    copy.topics = {name: TopicInfo(t.num_partitions, t.replication_factor, dict(t.configs),
+                                   topic_id=t.topic_id)
                    for name, t in store.topics.items()}
     return copy
 

@@ -401,8 +401,8 @@ class ControllerCore:
 
     def _adopted_of(self, topics: Iterable[str]) -> list[str]:
         """Those of these topics whose id was given late (``topic_id_adopted``): a
-        replica directory holding another id is this topic's, rewritten to it (as Kafka's
-        ZooKeeper mode, which never deletes on a mismatch)."""
+        replica directory holding another id is this topic's, rewritten to it (Kafka
+        never deletes on a mismatch either: it keeps the partition offline)."""
         return [t for t in sorted(set(topics)) if t in self.topics
                 and self.topics[t].assignment.topic_id_adopted]
 

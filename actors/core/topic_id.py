@@ -109,13 +109,15 @@ def parse_partition_metadata(path: Path, data: bytes) -> str:
 def read_partition_metadata(directory: Path) -> str | None:
     """The topic id written in ``directory``, or None when it has no such file (made by
     an older version, or not made yet). Raises PartitionMetadataError for a damaged file
-    (a damaged file proves nothing: its directory is neither adopted nor deleted), OSError
-    when it cannot be read."""
+    (a damaged file proves nothing: its directory is neither adopted nor deleted), and
+    for one that cannot be read (EIO, EACCES): it proves nothing either."""
     path = directory / PARTITION_METADATA_FILE
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise PartitionMetadataError(f"{path}: cannot be read ({exc.strerror})") from None
     return parse_partition_metadata(path, data)
 
 

@@ -84,6 +84,14 @@ def test_a_damaged_file_is_an_error_naming_it(tmp_path: Path, content: bytes, wh
     assert str(tmp_path / PARTITION_METADATA_FILE) in str(info.value)
 
 
+def test_an_unreadable_file_proves_nothing_either(tmp_path: Path) -> None:
+    """EIO, EACCES (a directory where the file should be stands in for them): the same
+    error as a damaged file, which the shard's open keeps to that one partition."""
+    (tmp_path / PARTITION_METADATA_FILE).mkdir()
+    with pytest.raises(PartitionMetadataError, match="cannot be read"):
+        read_partition_metadata(tmp_path)
+
+
 def test_writing_a_bad_id_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidTopicId):
         write_partition_metadata(tmp_path, "not-an-id")

@@ -823,8 +823,9 @@ class Controller(Actor):
         sent again: a newer change may have undone it (a topic created, then deleted).
 
         A lost DropPartitions left the partitions' directories (the new shard opened none,
-        but they are on disk, and a namesake would open the deleted records): sent again
-        for each partition the table does not hold now; one it holds is a namesake's,
+        but they are on disk; a namesake would not open them, its id differs, but they hold
+        the deleted records and their space): sent again for each partition the table as
+        written does not hold; one it holds is a namesake's,
         created since (opened by the new shard, or by an OpenPartitions sent after the
         delete), which a delete again would drop. A namesake created later is sent after
         this, on the same link, so the delete comes first. A drop is idempotent."""

@@ -559,6 +559,8 @@ class PartitionShard(Actor):
         self.next_housekeeping_ms = now + 1000
         if self.undeleted or self.set_aside_left:
             self._retry_deletes()
+        if self.topic_id_unwritten:
+            self._retry_topic_ids()
         for state in self.partitions.values():
             state.log.maybe_flush(now)
         if now - self.last_checkpoint_ms >= min(
@@ -695,7 +697,7 @@ class PartitionShard(Actor):
     def _write_topic_id(self, topic: str, partition: int, topic_id: str) -> None:
         """Write the partition's ``partition.metadata``. A failed write (ENOSPC, say) does
         not keep the partition closed: a directory without the file is this topic's (as
-        an older version's is), and the next open writes it again; logged once."""
+        an older version's is), and housekeeping writes it again; logged once."""
         key = (topic, partition)
         directory = self.log_dir.partition_path(topic, partition)
         try:
@@ -705,10 +707,22 @@ class PartitionShard(Actor):
             if key not in self.topic_id_unwritten:
                 self.topic_id_unwritten.add(key)
                 self.log.warning("{}-{}: its topic id {} could not be written in {} ({}); "
-                                 "opened without it, written at its next open", topic,
+                                 "opened without it, written again each second", topic,
                                  partition, topic_id, directory, exc)
             return
         self.topic_id_unwritten.discard(key)
+
+    def _retry_topic_ids(self) -> None:
+        """Write again the ``partition.metadata`` a failed write left out (housekeeping):
+        meanwhile the directory, without the file, would be taken as any namesake's."""
+        for key in sorted(self.topic_id_unwritten):
+            hosted = self.hosted.get(key)
+            if hosted is None or not hosted.topic_id:
+                self.topic_id_unwritten.discard(key)  # not hosted here any more
+                continue
+            self._write_topic_id(key[0], key[1], hosted.topic_id)
+            if key not in self.topic_id_unwritten:
+                self.log.info("{}-{}: its topic id written now", *key)
 
     def _log_readopted(self, topic: str, partition: int, was: str, topic_id: str) -> None:
         """Logged once per partition: a directory of another id taken as this topic's."""

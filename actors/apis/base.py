@@ -26,7 +26,8 @@ from wire.broker_messages import TopicEntry
 from wire.cluster_messages import UpdateMetadata
 
 ANONYMOUS_PRINCIPAL = "User:ANONYMOUS"
-ACL_REFRESH_MS = 1000  # how stale a process's ACLs may be after a change made elsewhere
+# a store without a stamp is read again this often; a failed read is tried again after it
+ACL_REFRESH_MS = 1000
 
 
 class Access(NamedTuple):
@@ -152,27 +153,30 @@ class HandlerContext:
                     return
                 authorizer.replace(acls)
                 authorizer.read_ms = self.clock.now_ms()
+                authorizer.read_failed = False
             return
         if self.cluster is not None:
             return
         stamp_of = getattr(store, "acls_stamp", None)
         stamp: object = None
+        now = self.clock.now_ms()
         if stamp_of is not None:
             stamp = stamp_of()  # taken before the read: a write meanwhile is read next time
             if stamp == authorizer.read_stamp:
                 return
-        else:
-            now = self.clock.now_ms()
-            if now - authorizer.read_ms < ACL_REFRESH_MS:
-                return
-            authorizer.read_ms = now  # shared by the process's handlers: one read a period
+            if authorizer.read_failed and now - authorizer.read_ms < ACL_REFRESH_MS:
+                return  # the last read failed: tried again a period after it, not each call
+        elif now - authorizer.read_ms < ACL_REFRESH_MS:
+            return
+        authorizer.read_ms = now  # shared by the process's handlers
         generation = authorizer.generation
         try:
             acls = store.get_all_acls()
         except Exception as exc:  # the store is down: keep deciding on what was read last
             logger.bind(actor="authorizer").warning("reading the ACLs failed: {}", exc)
-            authorizer.read_stamp = stamp  # said once a change of the file, not a request
+            authorizer.read_failed = True
             return
+        authorizer.read_failed = False
         if authorizer.generation == generation:
             authorizer.replace(acls)
             authorizer.read_stamp = stamp

@@ -306,6 +306,7 @@ class Authorizer:
         # the store file's stamp when last read (a single node's store has one: any write,
         # from any process, changes it)
         self.read_stamp: object = None
+        self.read_failed = False  # the last read of the store failed (tried again later)
         # held by a shell while it reads the store and puts what it read in: reads that
         # take turns land in the order they were made (the last read is the freshest)
         self.lock = threading.Lock()

@@ -278,7 +278,7 @@ def test_at_start_a_damaged_file_keeps_out_its_partition_only(
     """A single node's start: one partition's file damaged, another's unwritable (as
     ENOSPC would have it, on the first start after an upgrade). The damaged one is kept
     out (its directory as it is), the unwritable one opened with its records (written at
-    a later open), the rest opened. Before: the error escaped the shard's setup, and
+    housekeeping once it can be), the rest opened. Before: the error escaped the shard's setup, and
     the partitions after it were never opened."""
     ids = {t: new_topic_id() for t in ("a", "b", "c")}
     damaged = _log_of(tmp_path, "a", 2)
@@ -295,6 +295,10 @@ def test_at_start_a_damaged_file_keeps_out_its_partition_only(
     assert read_partition_metadata(unwritable) is None
     assert stats["partitions"]["c-0"][2] == 4
     assert stats["dead_namesakes_deleted"] == 0
+    # space again: housekeeping writes the file (meanwhile a namesake would take the
+    # directory, without its id, for its own)
+    monkeypatch.undo()
+    wait_for(lambda: read_partition_metadata(unwritable) == ids["b"], "b-0's id written")
 
 
 def _adopted(topic_id: str) -> ReplicaStateRow:

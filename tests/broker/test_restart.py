@@ -116,7 +116,8 @@ def restarted(fresh_broker: BrokerProcess) -> Iterator[list[BrokerProcess]]:
 
 
 def restart(old: BrokerProcess, started: list[BrokerProcess], n: int) -> BrokerProcess:
-    b = BrokerProcess(old.data_dir, log_name=f"broker-restart-{n}.log").start()
+    b = BrokerProcess(old.data_dir, log_name=f"broker-restart-{n}.log",
+                      config=old.config).start()
     started.append(b)
     return b
 

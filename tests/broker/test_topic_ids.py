@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,23 +30,8 @@ from actors.core.topic_id import (
 )
 from actors.core.topic_store import STORE_FILE, TopicStore
 from tests.broker.rawclient import METADATA, RawClient, read_records, record_batch
+from tests.broker.test_restart import restart, restarted  # noqa: F401
 from tests.fixtures.broker import BrokerProcess
-
-
-@pytest.fixture
-def restarted(fresh_broker: BrokerProcess) -> Iterator[list[BrokerProcess]]:
-    started: list[BrokerProcess] = []
-    yield started
-    for b in started:
-        if b.proc is not None and b.proc.poll() is None:
-            b.stop()
-
-
-def restart(old: BrokerProcess, started: list[BrokerProcess], n: int) -> BrokerProcess:
-    b = BrokerProcess(old.data_dir, log_name=f"broker-restart-{n}.log",
-                      config=old.config).start()
-    started.append(b)
-    return b
 
 
 def values(port: int, topic: str, partition: int) -> list[bytes]:
@@ -130,7 +114,7 @@ def _namesake_after_a_killed_delete(data: Path, config: dict, started: list[Brok
 
 
 def test_an_older_versions_topics_get_ids_and_keep_their_records(
-        fresh_broker: BrokerProcess, restarted: list[BrokerProcess]) -> None:
+        fresh_broker: BrokerProcess, restarted: list[BrokerProcess]) -> None:  # noqa: F811
     """A store and directories without ids (made by an older actorlog): the start gives
     each topic an id, and the partitions are adopted (the file written), not deleted."""
     data = fresh_broker.data_dir
@@ -159,7 +143,7 @@ def test_an_older_versions_topics_get_ids_and_keep_their_records(
 
 
 def test_a_downgrade_and_upgrade_keeps_every_topics_records(
-        fresh_broker: BrokerProcess, restarted: list[BrokerProcess]) -> None:
+        fresh_broker: BrokerProcess, restarted: list[BrokerProcess]) -> None:  # noqa: F811
     """An older actorlog's start saves the table without the ids; the partition
     directories keep their ``partition.metadata``. Upgraded again, each topic takes the
     id its directories hold: no shard takes them for a dead namesake's (before: a new id

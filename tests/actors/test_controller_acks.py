@@ -205,6 +205,18 @@ def test_a_handler_that_never_acknowledges_delays_the_answer_until_the_give_up(
         logger.remove(sink)
 
 
+def _create_through_a_crash(node: Node, tmp_path: Path,
+                            armed: dict[str, bool]) -> tuple[Address, list[Address], Address]:
+    """``_start``, then a CreateTopics of "t" (2 partitions) that crashes the Controller
+    once where ``armed`` (from ``crash_once``/``fail_once``, patched first) says."""
+    controller, handlers, client = _start(node, tmp_path)
+    armed["crash"] = True
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 2, 1, {})]),
+              sender=client.name)
+    wait_for(lambda: node.actors[controller.name].crashes == 1, "the Controller's crash")
+    return controller, handlers, client
+
+
 def _ack_all(node: Node, controller: Address, handlers: list[Address], count: int) -> None:
     for handler, update in zip(handlers, _updates(node, handlers, count), strict=True):
         _ack(node, controller, handler, update)
@@ -317,13 +329,9 @@ def test_a_topic_change_is_sent_and_answered_after_a_crash_before_its_broadcast(
     restart: the new life sends the table again, and answers the client once every handler
     acknowledged it. Before, the crash lost it: the topic was in the store, no handler
     knew it (until the next topic change) and the client was never answered."""
-    crash = fail_once(monkeypatch, Controller, "_broadcast")
     node = manual_node
-    controller, handlers, client = _start(node, tmp_path)
-    crash["crash"] = True
-    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 2, 1, {})]),
-              sender=client.name)
-    wait_for(lambda: node.actors[controller.name].crashes == 1, "the Controller's crash")
+    controller, handlers, client = _create_through_a_crash(
+        node, tmp_path, fail_once(monkeypatch, Controller, "_broadcast"))
     created = _answered_after_every_ack(node, controller, handlers, client, 1,
                                         CreateTopicsDone)
     assert [r[1] for r in created.rows] == [0]
@@ -407,13 +415,9 @@ def test_a_shard_answer_lost_in_a_crash_is_asked_again(
     opens nothing twice, answers again, and the change goes on to the handlers and the
     client. Before, the change waited for that answer for good: the client was never
     answered, and the handlers learnt the topic only with the next change."""
-    armed = crash_once(monkeypatch, Controller, "on_shard_done", ShardDone)
     node = manual_node
-    controller, handlers, client = _start(node, tmp_path)
-    armed["crash"] = True
-    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 2, 1, {})]),
-              sender=client.name)
-    wait_for(lambda: node.actors[controller.name].crashes == 1, "the crash")
+    controller, handlers, client = _create_through_a_crash(
+        node, tmp_path, crash_once(monkeypatch, Controller, "on_shard_done", ShardDone))
     created = _answered_after_every_ack(node, controller, handlers, client, 1,
                                         CreateTopicsDone)
     assert [r[1] for r in created.rows] == [0]
@@ -530,13 +534,9 @@ def test_a_crash_on_the_last_shard_answer_completes_the_change_after_the_restart
     to answer, and completes it (table to the handlers, then the answer). Before, it sent
     the change to nobody and waited for an answer that never came: never answered, the
     handlers never told."""
-    crash = fail_once(monkeypatch, Topology, "all_handlers")
     node = manual_node
-    controller, handlers, client = _start(node, tmp_path)
-    crash["crash"] = True
-    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 2, 1, {})]),
-              sender=client.name)
-    wait_for(lambda: node.actors[controller.name].crashes == 1, "the crash")
+    controller, handlers, client = _create_through_a_crash(
+        node, tmp_path, fail_once(monkeypatch, Topology, "all_handlers"))
     assert _hosted(node, "t") == ["t-0", "t-1"]
     created = _answered_after_every_ack(node, controller, handlers, client, 1,
                                         CreateTopicsDone)

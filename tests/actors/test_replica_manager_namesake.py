@@ -82,6 +82,16 @@ def _delete_stuck(c: Cluster, tmp_path: Path, immutable: Any, correlation: int =
     assert _stats(c.node, c.shard)["undeleted"] == 1
 
 
+def _namesake_kept(node: Node, tmp_path: Path, immutable: Any) -> Cluster:
+    """Two brokers, c-0's delete stuck on its immutable directory, and the namesake's
+    role (leading here at leader epoch 0) given and kept by the shard (refused for now)."""
+    c = _cluster(node, tmp_path, [1, 2])
+    _delete_stuck(c, tmp_path, immutable)
+    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 0, [1], 0, [1, 2], True))
+    _refused(c, 2)
+    return c
+
+
 def _refused(c: Cluster, answers: int) -> None:
     """The ``answers``-th LeaderAndIsr answer refuses the namesake c-0 (56)."""
     wait_for(lambda: len(_got(c.node, c.controller, "LeaderAndIsrResponse")) == answers,
@@ -153,10 +163,7 @@ def test_a_role_kept_for_a_namesake_is_cancelled_by_its_delete_and_the_next_one_
     """The namesake (leading here at leader epoch 0) is deleted in turn while the old
     directory is still there: its kept role goes with it. A third c-0, following broker 2,
     is created: once the directory goes, that role is taken, never the deleted one's."""
-    c = _cluster(node, tmp_path, [1, 2])
-    _delete_stuck(c, tmp_path, immutable)
-    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 0, [1], 0, [1, 2], True))
-    _refused(c, 2)
+    c = _namesake_kept(node, tmp_path, immutable)
     node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 0, True)], 2),
               sender=c.controller.name)
     wait_for(lambda: len(_got(node, c.controller, "StopReplicaResponse")) == 2,
@@ -179,10 +186,7 @@ def test_a_namesake_role_waiting_for_the_old_directory_survives_a_crash_of_the_s
     ReplicaManager kept it on record), it is refused for the same reason, and taken once
     the directory goes."""
     armed = _crash_on_flush(monkeypatch)
-    c = _cluster(node, tmp_path, [1, 2])
-    _delete_stuck(c, tmp_path, immutable)
-    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 0, [1], 0, [1, 2], True))
-    _refused(c, 2)
+    c = _namesake_kept(node, tmp_path, immutable)
 
     _crash(node, c.shard, armed)
     _restored(c)
@@ -200,10 +204,7 @@ def test_a_role_kept_for_a_namesake_deleted_meanwhile_is_never_taken(
     opens c-0 (it would lead a deleted topic's partition behind the controller's back).
     (It guards the fix's own hazard, so it passes without the fix too; it fails when the
     delete does not drop the kept role.)"""
-    c = _cluster(node, tmp_path, [1, 2])
-    _delete_stuck(c, tmp_path, immutable)
-    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 0, [1], 0, [1, 2], True))
-    _refused(c, 2)
+    c = _namesake_kept(node, tmp_path, immutable)
     node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 0, True)], 2),
               sender=c.controller.name)
     wait_for(lambda: len(_got(node, c.controller, "StopReplicaResponse")) == 2,
@@ -385,10 +386,7 @@ def test_a_stop_without_delete_cancels_a_role_kept_for_a_namesake(
     the kept role is cancelled, and once the directory goes nothing opens c-0. Before, the
     stop reached no shard: the shard took the role once the directory went, and led c-0
     after the controller had taken that role away."""
-    c = _cluster(node, tmp_path, [1, 2])
-    _delete_stuck(c, tmp_path, immutable)
-    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 0, [1], 0, [1, 2], True))
-    _refused(c, 2)
+    c = _namesake_kept(node, tmp_path, immutable)
     assert _stats(node, c.shard)["roles_later"] == ["c-0@0"]
     node.tell(c.manager, StopReplica(1, 1, 5, [StopReplicaPartition("c", 0, 0, False)], 2),
               sender=c.controller.name)
@@ -415,10 +413,7 @@ def test_a_kept_role_that_cannot_be_taken_is_told_to_the_replica_manager_at_once
     ReplicaManager forgets the role (dark here, as a refused LeaderAndIsr row: no restore
     gives it again), logged once. Before, the shard dropped it silently: the ReplicaManager
     kept it on record and learnt nothing until the shard's next restore."""
-    c = _cluster(node, tmp_path, [1, 2])
-    _delete_stuck(c, tmp_path, immutable)
-    _lai(c, 1, LeaderAndIsrPartition("c", 0, 1, 1, 0, [1], 0, [1, 2], True))
-    _refused(c, 2)
+    c = _namesake_kept(node, tmp_path, immutable)
     failing = fail_once(monkeypatch, PartitionShard, "_take_role")
     failing["crash"] = True
     lines: list[str] = []

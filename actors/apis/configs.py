@@ -24,7 +24,7 @@ from actors.core.topic_config import (
     broker_value_text,
     describe_topic_configs,
 )
-from actors.runtime.config import RANGES, SPEC, Config
+from actors.runtime.config import DEFAULTS, RANGES, SPEC, Config
 from wire.admin_messages import (
     AlterTopicConfigs,
     AlterTopicConfigsDone,
@@ -94,7 +94,7 @@ def handle_describe_configs(ctx: HandlerContext, header: Any, req: Any) -> ApiGe
                                                f"topic {res.resource_name!r} does not exist"))
                 continue
             described = describe_topic_configs(ctx.config.values, ctx.config.set_keys,
-                                               dict(entry.configs))
+                                               dict(entry.configs), DEFAULTS)
             read_only = False
         elif res.resource_type == BROKER_RESOURCE:
             if res.resource_name not in ("", str(ctx.broker_id)):

@@ -14,7 +14,6 @@ from enum import IntEnum
 from typing import Any, NamedTuple
 
 from actors.core.partition_log import LogConfig
-from actors.runtime.config import SPEC
 from wire.errors import ErrorCode, KafkaError
 
 
@@ -209,11 +208,13 @@ def broker_value_text(value: Any) -> str:
 
 
 def describe_topic_configs(broker: Mapping[str, Any], broker_set: Collection[str],
-                           topic_configs: Mapping[str, str]) -> list[DescribedConfig]:
+                           topic_configs: Mapping[str, str],
+                           defaults: Mapping[str, Any]) -> list[DescribedConfig]:
     """Every topic config with its value, true source and synonyms.
 
     ``broker`` holds the broker keys' values, ``broker_set`` the keys the
-    config file or command line set (the rest are defaults).
+    config file or command line set (the rest are defaults), ``defaults`` each broker
+    key's own default (the DEFAULT_CONFIG synonym's value).
     """
     out = []
     for key, (broker_key, _kind) in TOPIC_CONFIGS.items():
@@ -224,7 +225,7 @@ def describe_topic_configs(broker: Mapping[str, Any], broker_set: Collection[str
         if broker_key in broker_set:
             synonyms.append((broker_key, text, ConfigSource.STATIC_BROKER_CONFIG))
             # the key's own default, not the value the file set (Kafka's DEFAULT_CONFIG)
-            text = broker_value_text(SPEC[broker_key][0]) if broker_key in SPEC else text
+            text = broker_value_text(defaults[broker_key])
         synonyms.append((broker_key, text, ConfigSource.DEFAULT_CONFIG))
         _name, value, source = synonyms[0]
         out.append(DescribedConfig(key, value, source, TOPIC_CONFIG_TYPES[key], tuple(synonyms)))

@@ -214,6 +214,7 @@ SPEC: dict[str, tuple[Any, type, str]] = {
 
 
 SPEC.update(SECURITY_SPEC)
+DEFAULTS: dict[str, Any] = {k: v[0] for k, v in SPEC.items()}  # each key's own default
 
 # Keys read by nothing yet: the issue that will use each. They are accepted
 # (a config file written for that issue's release keeps working).
@@ -408,7 +409,7 @@ class Config:
     """Resolved settings: defaults, then the file, then command-line overrides."""
 
     def __init__(self, values: dict[str, Any] | None = None, source: str = "<defaults>") -> None:
-        self.values: dict[str, Any] = {k: v[0] for k, v in SPEC.items()}
+        self.values: dict[str, Any] = dict(DEFAULTS)
         self.source = source
         self.set_keys: set[str] = set()
         """Keys a file, a flag or the caller set (the rest hold their defaults)."""

@@ -29,7 +29,7 @@ from actors.core.topic_config import (
     log_config_for,
     validate_topic_configs,
 )
-from actors.runtime.config import Config
+from actors.runtime.config import DEFAULTS, Config
 from tests.core.test_group_state import Shell, stable_group
 from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
 
@@ -117,7 +117,7 @@ def test_every_topic_config_has_a_type_and_values_keep_their_text() -> None:
 def test_described_sources_follow_precedence() -> None:
     broker = Config({"log.retention.ms": 5000})
     described = {c.name: c for c in describe_topic_configs(
-        broker.values, broker.set_keys, {"segment.bytes": "2048"})}
+        broker.values, broker.set_keys, {"segment.bytes": "2048"}, DEFAULTS)}
     seg = described["segment.bytes"]
     assert (seg.value, seg.source) == ("2048", ConfigSource.DYNAMIC_TOPIC_CONFIG)
     assert seg.synonyms == (("segment.bytes", "2048", ConfigSource.DYNAMIC_TOPIC_CONFIG),

@@ -351,7 +351,6 @@ class GroupCoordinator(LoadReading, Actor):
             self.clock = clock
         self.wait_for_handlers = wait_for_handlers
         self._id_floor = 0  # survives restarts in place: see id_start
-        self.setups = 0     # survives too: more than one, a crash restarted it
         # Cluster mode: coordinate only the groups whose __consumer_offsets partition this
         # node leads (the ReplicaManager says which: CoordinatorPartitions).
         self.cluster = cluster
@@ -398,10 +397,9 @@ class GroupCoordinator(LoadReading, Actor):
         self.loaded_parts: set[int] = set()  # cluster: partitions whose groups are loaded
         self.to_load: set[int] = set()
         self.refused_not_coordinator = 0
-        self.setups += 1
         if self.cluster:
             self.phase = "cluster"
-            if self.setups > 1:  # which partitions this node leads died with the crash
+            if self.crashes:  # restarted: which partitions this node leads died with the crash
                 self.tell(self.topology.replica_manager, CoordinatorRestarted(False))
 
     def now_ms(self) -> int:

@@ -173,7 +173,6 @@ class TransactionCoordinator(LoadReading, Actor):
         self.cluster = cluster
         self.topic_exists = topic_exists
         self._id_floor = 0  # survives restarts in place: see id_start
-        self.setups = 0     # survives too: more than one, a crash restarted it
 
     # ------------------------------------------------------------ lifecycle
     def setup(self) -> None:
@@ -219,10 +218,9 @@ class TransactionCoordinator(LoadReading, Actor):
         self.records: dict[int, dict[bytes, bytes | None]] = {}
         self.metadata = MetadataCache() if self.cluster else None
         self.refused_loading = 0
-        self.setups += 1
         if self.cluster:
             self.phase = "cluster"
-            if self.setups > 1:  # the partitions it led and the metadata died with the crash
+            if self.crashes:  # restarted: what it led, and the metadata, died with the crash
                 self.tell(self.topology.replica_manager, CoordinatorRestarted(True))
         elif self.topic_exists:
             self._create_topic()

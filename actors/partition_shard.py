@@ -248,10 +248,9 @@ class PartitionShard(Actor):
         self.delete_unmarked: set[tuple[str, int]] = set()
         self.set_aside_left: list[Path] = []
         # A namesake of an undeleted partition that OpenPartitions (a topic created on a
-        # single node) asked for: its configs; opened as soon as the directory goes.
-        self.open_later: dict[tuple[str, int], dict[str, str]] = {}
-        # and its topic's id, if known
-        self.open_later_ids: dict[tuple[str, int], str] = {}
+        # single node) asked for: its configs and its topic's id ("" if not known); opened
+        # as soon as the directory goes.
+        self.open_later: dict[tuple[str, int], tuple[dict[str, str], str]] = {}
         # A cluster's namesake of an undeleted partition whose role (a LeaderAndIsr, a
         # restore) was refused for it: the newest role given, taken as soon as the
         # directory goes (the ReplicaManager told then: RolesTaken). Kept here, not in
@@ -322,8 +321,7 @@ class PartitionShard(Actor):
                     except NotDeletedYetError as exc:
                         # a namesake created while its deleted predecessor's directory
                         # could not go, in an earlier process: opened once it does
-                        self.open_later[(topic, p)] = dict(entry.configs)
-                        self.open_later_ids[(topic, p)] = entry.topic_id
+                        self.open_later[(topic, p)] = (dict(entry.configs), entry.topic_id)
                         self.log.warning("{}; it is opened once that is done", exc)
                     except PartitionMetadataError as exc:
                         # proof of nothing: neither opened nor deleted, and the shard's
@@ -389,7 +387,6 @@ class PartitionShard(Actor):
                 # id is on disk before any record is
                 self._write_topic_id(topic, partition, topic_id)
         self.open_later.pop(key, None)  # opened now
-        self.open_later_ids.pop(key, None)
         self.roles_later.pop(key, None)  # a role given now is newer than the one kept
         # a new log: its refusals are logged again, once each
         self.errors_logged = {k for k in self.errors_logged if k[:2] != key}
@@ -603,8 +600,8 @@ class PartitionShard(Actor):
             except NotDeletedYetError as exc:
                 # answered failed (it is not served yet), and opened by the housekeeping
                 # once the deleted one's directory goes: nothing else would open it
-                self.open_later[(row.topic, row.partition)] = dict(row.configs)
-                self.open_later_ids[(row.topic, row.partition)] = row.topic_id
+                self.open_later[(row.topic, row.partition)] = (dict(row.configs),
+                                                               row.topic_id)
                 self.log.warning("{}; it is opened once that is done", exc)
                 error = f"{row.topic}-{row.partition}: {exc}; opened once it is"
                 failed.append(TopicPartition(row.topic, row.partition))
@@ -662,7 +659,6 @@ class PartitionShard(Actor):
             self.hosted.pop(key, None)
             self.roles_given.discard(key)
             self.open_later.pop(key, None)  # a namesake created meanwhile is deleted too
-            self.open_later_ids.pop(key, None)
             self.roles_later.pop(key, None)  # and so is a role kept for it
             state = self.partitions.pop(key, None)
             self._mark_deleting(topic, partition)
@@ -849,10 +845,10 @@ class PartitionShard(Actor):
             if role is not None:
                 self._take_role_later(role, now, taken, failed, refused)
                 continue
-            configs = self.open_later.pop((topic, partition), None)
-            topic_id = self.open_later_ids.pop((topic, partition), "")
-            if configs is None:
+            later = self.open_later.pop((topic, partition), None)
+            if later is None:
                 continue
+            configs, topic_id = later
             try:
                 self._open(topic, partition, configs, now, topic_id=topic_id)
             except Exception:
@@ -942,7 +938,7 @@ class PartitionShard(Actor):
                 if key in self.open_later:
                     # not open yet (its deleted namesake's directory is still there): the
                     # housekeeping opens it with these
-                    self.open_later[key] = dict(row.configs)
+                    self.open_later[key] = (dict(row.configs), self.open_later[key][1])
                 if key in self.roles_later:
                     self.roles_later[key] = self.roles_later[key]._replace(
                         configs=dict(row.configs))

@@ -307,7 +307,8 @@ def answer_for(req_id: int, response: Response) -> Any:
 
 
 def refusal_for(msg: Any, code: int) -> Any:
-    """The answer to a group request the coordinator cannot serve yet (or at all)."""
+    """The answer to a group request the coordinator cannot serve yet (or at all).
+    DescribeGroups and DeleteGroups are answered group by group (_refused_groups)."""
     if isinstance(msg, JoinGroup):
         return JoinGroupDone(msg.req_id, code, -1, None, None, "", msg.member_id, [])
     if isinstance(msg, SyncGroup):
@@ -324,11 +325,6 @@ def refusal_for(msg: Any, code: int) -> Any:
         return OffsetFetchDone(msg.req_id, code, [])
     if isinstance(msg, ListGroups):
         return ListGroupsDone(msg.req_id, code, [])
-    if isinstance(msg, DescribeGroups):
-        return DescribeGroupsDone(msg.req_id, [
-            DescribeGroupRow(code, g, "", "", "", []) for g in msg.group_ids])
-    if isinstance(msg, DeleteGroups):
-        return DeleteGroupsDone(msg.req_id, [GroupResultRow(g, code) for g in msg.group_ids])
     if isinstance(msg, OffsetDelete):
         return OffsetDeleteDone(msg.req_id, code, [])
     raise TypeError(f"not a group request: {type(msg).__name__}")
@@ -683,23 +679,14 @@ class GroupCoordinator(LoadReading, Actor):
 
     @handles(DescribeGroups)
     def on_describe(self, msg: DescribeGroups) -> None:
-        refused = self._refused_groups(msg.group_ids)
-        if len(refused) < len(set(msg.group_ids)):
-            self._perform(self.core.describe_groups(self._rid(msg.req_id), msg.group_ids,
-                                                    refused))
-        else:
-            self.reply(DescribeGroupsDone(msg.req_id, [
-                DescribeGroupRow(int(refused[g]), g, "", "", "", []) for g in msg.group_ids]))
+        # the refused groups are answered by the core too, untouched
+        self._perform(self.core.describe_groups(self._rid(msg.req_id), msg.group_ids,
+                                                self._refused_groups(msg.group_ids)))
 
     @handles(DeleteGroups)
     def on_delete_groups(self, msg: DeleteGroups) -> None:
-        refused = self._refused_groups(msg.group_ids)
-        if len(refused) < len(set(msg.group_ids)):
-            self._perform(self.core.delete_groups(self._rid(msg.req_id), msg.group_ids,
-                                                  self.now_ms(), refused))
-        else:
-            self.reply(DeleteGroupsDone(msg.req_id, [
-                GroupResultRow(g, int(refused[g])) for g in msg.group_ids]))
+        self._perform(self.core.delete_groups(self._rid(msg.req_id), msg.group_ids,
+                                              self.now_ms(), self._refused_groups(msg.group_ids)))
 
     def _refused_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
         """The groups of a many-group request (DescribeGroups, DeleteGroups) this

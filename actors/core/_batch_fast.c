@@ -835,7 +835,8 @@ static PyTypeObject SegmentCoreType = {
 
 static PyMethodDef methods[] = {
     {"single_batch", single_batch, METH_O,
-     "Header fields if the buffer is exactly one valid client batch, else None."},
+     "Header fields if the buffer is exactly one valid client batch without the "
+     "LogAppendTime bit, else None."},
     {"write_batch", (PyCFunction)(void (*)(void))write_batch, METH_FASTCALL,
      "writev the batch with base offset, leader epoch and magic set; bytes written."},
     {"timestamps_within", (PyCFunction)(void (*)(void))timestamps_within, METH_FASTCALL,

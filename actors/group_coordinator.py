@@ -307,7 +307,8 @@ def answer_for(req_id: int, response: Response) -> Any:
 
 
 def refusal_for(msg: Any, code: int) -> Any:
-    """The answer to a group request the coordinator cannot serve yet (or at all)."""
+    """The answer to a group request the coordinator cannot serve yet (or at all).
+    DescribeGroups and DeleteGroups are answered group by group (_refused_groups)."""
     if isinstance(msg, JoinGroup):
         return JoinGroupDone(msg.req_id, code, -1, None, None, "", msg.member_id, [])
     if isinstance(msg, SyncGroup):
@@ -324,11 +325,6 @@ def refusal_for(msg: Any, code: int) -> Any:
         return OffsetFetchDone(msg.req_id, code, [])
     if isinstance(msg, ListGroups):
         return ListGroupsDone(msg.req_id, code, [])
-    if isinstance(msg, DescribeGroups):
-        return DescribeGroupsDone(msg.req_id, [
-            DescribeGroupRow(code, g, "", "", "", []) for g in msg.group_ids])
-    if isinstance(msg, DeleteGroups):
-        return DeleteGroupsDone(msg.req_id, [GroupResultRow(g, code) for g in msg.group_ids])
     if isinstance(msg, OffsetDelete):
         return OffsetDeleteDone(msg.req_id, code, [])
     raise TypeError(f"not a group request: {type(msg).__name__}")
@@ -683,14 +679,37 @@ class GroupCoordinator(LoadReading, Actor):
 
     @handles(DescribeGroups)
     def on_describe(self, msg: DescribeGroups) -> None:
-        if self._serving(msg):
-            self._perform(self.core.describe_groups(self._rid(msg.req_id), msg.group_ids))
+        # the refused groups are answered by the core too, untouched
+        self._perform(self.core.describe_groups(self._rid(msg.req_id), msg.group_ids,
+                                                self._refused_groups(msg.group_ids)))
 
     @handles(DeleteGroups)
     def on_delete_groups(self, msg: DeleteGroups) -> None:
-        if self._serving(msg):
-            self._perform(self.core.delete_groups(self._rid(msg.req_id), msg.group_ids,
-                                                  self.now_ms()))
+        self._perform(self.core.delete_groups(self._rid(msg.req_id), msg.group_ids,
+                                              self.now_ms(), self._refused_groups(msg.group_ids)))
+
+    def _refused_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
+        """The groups of a many-group request (DescribeGroups, DeleteGroups) this
+        coordinator cannot serve, each with its own code: NOT_COORDINATOR where this
+        node does not lead the group's __consumer_offsets partition, LOAD_IN_PROGRESS
+        where it is still loading it. Kafka answers such requests group by group
+        (GroupCoordinator.handleDeleteGroups, handleDescribeGroup), so one group led
+        elsewhere must not refuse the others (it refused the whole request here)."""
+        refused: dict[str, ErrorCode] = {}
+        if not self.cluster:
+            if not self.loaded:
+                refused = dict.fromkeys(group_ids, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        else:
+            for group_id in group_ids:
+                p = self.core.partition_for(group_id)
+                if p not in self.led:
+                    refused[group_id] = ErrorCode.NOT_COORDINATOR
+                elif p not in self.loaded_parts:
+                    refused[group_id] = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        codes = set(refused.values())
+        self.refused_not_coordinator += ErrorCode.NOT_COORDINATOR in codes
+        self.refused_loading += ErrorCode.COORDINATOR_LOAD_IN_PROGRESS in codes
+        return refused
 
     @handles(OffsetDelete)
     def on_offset_delete(self, msg: OffsetDelete) -> None:
@@ -838,8 +857,8 @@ class GroupCoordinator(LoadReading, Actor):
             return ""
 
     def _serving_in_cluster(self, msg: Any) -> bool:
-        groups = list(msg.group_ids) if isinstance(msg, DescribeGroups | DeleteGroups) else (
-            [] if isinstance(msg, ListGroups) else [msg.group_id])
+        # DescribeGroups and DeleteGroups are judged group by group (_refused_groups)
+        groups = [] if isinstance(msg, ListGroups) else [msg.group_id]
         code = NONE
         for group_id in groups:
             p = self.core.partition_for(group_id)

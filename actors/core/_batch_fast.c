@@ -7,7 +7,8 @@
  *   single_batch(buffer) -> tuple | None
  *       The 13 header fields of the buffer if it is exactly one valid client
  *       batch (length, magic 2, offset range and record count, no control
- *       bit, producer and transaction rules, CRC-32C), else None.
+ *       bit, producer and transaction rules, CRC-32C) stamped CreateTime, else
+ *       None (a client's LogAppendTime bit: the general path rewrites it).
  *   write_batch(fd, buffer, base_offset, batch_length, leader_epoch
  *               [, index, slot, relative_offset, position]) -> int
  *       One writev of the batch with its first 17 bytes replaced by base
@@ -37,6 +38,7 @@
 #define LOG_OVERHEAD 12
 #define CRC_START 21
 #define CURRENT_MAGIC 2
+#define TIMESTAMP_TYPE_BIT 0x08 /* LogAppendTime */
 #define TRANSACTIONAL_BIT 0x10
 #define CONTROL_BIT 0x20
 #define POLY 0x82F63B78u /* CRC-32C, reflected */
@@ -164,6 +166,7 @@ static PyObject *single_batch(PyObject *Py_UNUSED(self), PyObject *arg) {
     if ((int64_t)batch_length + LOG_OVERHEAD != n || magic != CURRENT_MAGIC
         || (int64_t)records_count != (int64_t)last_offset_delta + 1
         || (int64_t)last_offset_delta + 1 <= 0 || (attributes & CONTROL_BIT)
+        || (attributes & TIMESTAMP_TYPE_BIT)
         || !(producer_id < 0 || base_sequence >= 0)
         || !(producer_id >= 0 || !(attributes & TRANSACTIONAL_BIT)))
         goto none;
@@ -832,7 +835,8 @@ static PyTypeObject SegmentCoreType = {
 
 static PyMethodDef methods[] = {
     {"single_batch", single_batch, METH_O,
-     "Header fields if the buffer is exactly one valid client batch, else None."},
+     "Header fields if the buffer is exactly one valid client batch without the "
+     "LogAppendTime bit, else None."},
     {"write_batch", (PyCFunction)(void (*)(void))write_batch, METH_FASTCALL,
      "writev the batch with base offset, leader epoch and magic set; bytes written."},
     {"timestamps_within", (PyCFunction)(void (*)(void))timestamps_within, METH_FASTCALL,

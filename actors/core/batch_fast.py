@@ -6,8 +6,10 @@ where a compiler is found) and in pure Python here, of identical behaviour
 used when it was built; ``COMPILED`` says which one this process runs.
 
 ``single_batch(records)``: the 13 header fields if ``records`` is exactly one
-valid client batch, else None. None means "take the general path", which finds
-and raises the exact refusal; it never means the batch is bad.
+valid client batch stamped CreateTime, else None. None means "take the general
+path", which finds and raises the exact refusal (or, for a client batch with the
+LogAppendTime bit, rewrites it to the topic's type as Kafka's LogValidator does);
+it never means the batch is bad.
 
 ``write_batch(fd, records, base_offset, batch_length, leader_epoch)``: one writev
 of the batch with its first 17 bytes (base offset, batch length, leader epoch,
@@ -60,6 +62,7 @@ from actors.core.record_batch import (
     HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
     _read_varint,
 )
@@ -68,6 +71,8 @@ from wire.errors import CorruptMessageError
 _unpack_header = HEADER.unpack_from
 _pack_head = HEAD_TO_MAGIC.pack
 _pack_index_entry = struct.Struct(">ii").pack_into  # OffsetIndex.entry
+# A control batch, or a client's LogAppendTime stamp (rewritten on the general path)
+_NOT_FAST_BITS = CONTROL_BIT | TIMESTAMP_TYPE_BIT
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _crc32c = crc32c.crc32c
@@ -83,7 +88,7 @@ def single_batch_py(records: bytes | bytearray | memoryview) -> tuple[int, ...] 
     #  base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count)
     if (fields[1] + LOG_OVERHEAD == len(records) and fields[3] == CURRENT_MAGIC
             and fields[12] == fields[6] + 1 > 0
-            and not fields[5] & CONTROL_BIT
+            and not fields[5] & _NOT_FAST_BITS
             and (fields[9] < 0 or fields[11] >= 0)
             and (fields[9] >= 0 or not fields[5] & TRANSACTIONAL_BIT)
             and _crc32c(memoryview(records)[CRC_START:]) == fields[4]):

@@ -64,7 +64,7 @@ with that partition's leader).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from actors.core.group_base import (
     GroupCoreBase,
@@ -198,10 +198,19 @@ class GroupCoordinatorCore(GroupMembership, GroupOffsets, GroupLoad, GroupCoreBa
         )
         return [Respond(request_id, ListGroupsResponse(ErrorCode.NONE, groups))]
 
-    def describe_groups(self, request_id: RequestId, group_ids: Sequence[str]) -> list[Effect]:
-        """DescribeGroups; an unknown group is described as Dead with no error, as Kafka does."""
+    def describe_groups(self, request_id: RequestId, group_ids: Sequence[str],
+                        refused: Mapping[str, ErrorCode] | None = None) -> list[Effect]:
+        """DescribeGroups; an unknown group is described as Dead with no error, as Kafka does.
+
+        ``refused``: groups this coordinator does not serve (not led here, or still
+        loading), each answered with its own code and nothing else, as Kafka answers
+        per group; the other groups of the request get their real descriptions.
+        """
         described = []
         for gid in group_ids:
+            if refused and gid in refused:
+                described.append(DescribedGroup(refused[gid], gid, "", "", ""))
+                continue
             g = self._groups.get(gid)
             if g is None:
                 described.append(DescribedGroup(ErrorCode.NONE, gid, GroupState.DEAD.value, "", ""))
@@ -231,14 +240,18 @@ class GroupCoordinatorCore(GroupMembership, GroupOffsets, GroupLoad, GroupCoreBa
         return [Respond(request_id, DescribeGroupsResponse(tuple(described)))]
 
     def delete_groups(
-        self, request_id: RequestId, group_ids: Sequence[str], now_ms: int
+        self, request_id: RequestId, group_ids: Sequence[str], now_ms: int,
+        refused: Mapping[str, ErrorCode] | None = None,
     ) -> list[Effect]:
-        """DeleteGroups: only Empty groups go; their offsets and metadata get tombstones."""
+        """DeleteGroups: only Empty groups go; their offsets and metadata get tombstones.
+        ``refused`` groups are answered with their own code, untouched (describe_groups)."""
         fx: list[Effect] = []
         results = []
         for gid in group_ids:
             g = self._groups.get(gid)
-            if g is None or g.is_state(GroupState.DEAD):
+            if refused and gid in refused:
+                results.append((gid, refused[gid]))
+            elif g is None or g.is_state(GroupState.DEAD):
                 results.append((gid, ErrorCode.GROUP_ID_NOT_FOUND))
             elif not g.is_state(GroupState.EMPTY):
                 results.append((gid, ErrorCode.NON_EMPTY_GROUP))

@@ -40,6 +40,7 @@ from actors.core.producer_state import (
     write_snapshot,
 )
 from actors.core.record_batch import (
+    TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
     BatchHeader,
     check_batches,
@@ -172,7 +173,10 @@ def check_timestamps(records: bytes | bytearray | memoryview, headers: list[Batc
     errors: dict[int, str] = {}
     index = 0
     for header in headers:
-        stamps = record_timestamps(records, header)
+        # A batch the client stamped LogAppendTime reads every record at its max
+        # timestamp (a -1 there is refused before, by refuse_client_append_time).
+        stamps = ([header.max_timestamp] * header.records_count if header.is_log_append_time
+                  else record_timestamps(records, header))
         judged = (enumerate(stamps, index) if stamps is not None else
                   ((index, header.base_timestamp), (index, header.max_timestamp)))
         for at, stamp in judged:
@@ -187,6 +191,28 @@ def check_timestamps(records: bytes | bytearray | memoryview, headers: list[Batc
         raise InvalidTimestampError(
             f"{len(errors)} of {index} records refused for their timestamps; the first: "
             f"{errors[first]}", tuple(sorted(errors.items())))
+
+
+def refuse_client_append_time(headers: list[BatchHeader], log_append_time_topic: bool) -> None:
+    """InvalidTimestampError for the records of batches a client stamped LogAppendTime
+    where Kafka's LogValidator refuses them: on a LogAppendTime topic always (the broker
+    stamps the time), on a CreateTime topic when the batch has no max timestamp (-1, the
+    time such a batch's records are read with). Others are kept, as CreateTime.
+    """
+    errors: list[tuple[int, str]] = []
+    index = 0
+    for header in headers:
+        if header.is_log_append_time and (log_append_time_topic
+                                          or header.max_timestamp == -1):
+            errors.extend((at, "the producer must not set the timestamp type to "
+                               "LogAppendTime" + ("" if log_append_time_topic else
+                                                  " on a record without a timestamp"))
+                          for at in range(index, index + header.records_count))
+        index += header.records_count
+    if errors:
+        raise InvalidTimestampError(
+            f"{len(errors)} of {index} records refused: {errors[0][1]} (the record at "
+            f"index {errors[0][0]})", tuple(errors))
 
 
 def _continues(previous_next_offset: int, base: int, recovery_point: int) -> bool:
@@ -670,8 +696,10 @@ class PartitionLog:
             return self._empty_append_info()
         max_bytes = self.config.max_message_bytes
         num_records = 0
+        stamped = False
         for header in headers:
             check_client_batch(header)
+            stamped = stamped or bool(header.attributes & TIMESTAMP_TYPE_BIT)
             if header.size > max_bytes:
                 raise MessageTooLargeError(
                     f"record batch at byte {header.position} is {header.size} bytes, "
@@ -681,6 +709,9 @@ class PartitionLog:
         if total > self.config.segment_bytes:
             raise RecordListTooLargeError(
                 f"{total} bytes of records exceed segment.bytes {self.config.segment_bytes}")
+        if stamped and not coordinator:
+            refuse_client_append_time(
+                headers, self.config.message_timestamp_type == LOG_APPEND_TIME)
         if self._timestamp_bounds is not None and not coordinator:
             check_timestamps(records, headers, now_ms, *self._timestamp_bounds)
         state = self.producer_state

@@ -240,17 +240,25 @@ def leader_header(view: memoryview, header: BatchHeader, base_offset: int, leade
     Two pieces for one ``writev``, so the client's record bytes are never
     copied in Python. With ``log_append_time_ms`` the max timestamp and the
     timestamp-type bit change too, and the CRC is recomputed (the new header
-    bytes, then the untouched records, in C).
+    bytes, then the untouched records, in C). Without it (a CreateTime topic) a
+    batch the client stamped LogAppendTime loses that bit, its max timestamp
+    kept (the time its records were read with, and checked against the topic's
+    bounds), as Kafka's LogValidator sets the topic's timestamp type on every
+    batch it validates; the CRC is recomputed the same way.
     """
     position = header.position
     end = position + header.batch_length + LOG_OVERHEAD
     if log_append_time_ms is None:
-        head = _HEAD_TO_MAGIC.pack(base_offset, header.batch_length, leader_epoch,
-                                   CURRENT_MAGIC)
-        return head, view[position + CRC_START - 4:end]
+        if not header.attributes & TIMESTAMP_TYPE_BIT:
+            head = _HEAD_TO_MAGIC.pack(base_offset, header.batch_length, leader_epoch,
+                                       CURRENT_MAGIC)
+            return head, view[position + CRC_START - 4:end]
+        attributes, max_timestamp = header.attributes & ~TIMESTAMP_TYPE_BIT, header.max_timestamp
+    else:
+        attributes, max_timestamp = header.attributes | TIMESTAMP_TYPE_BIT, log_append_time_ms
     after_crc = _AFTER_CRC.pack(
-        header.attributes | TIMESTAMP_TYPE_BIT, header.last_offset_delta,
-        header.base_timestamp, log_append_time_ms, header.producer_id,
+        attributes, header.last_offset_delta,
+        header.base_timestamp, max_timestamp, header.producer_id,
         header.producer_epoch, header.base_sequence, header.records_count)
     records = view[position + HEADER_SIZE:end]
     crc = crc32c.crc32c(records, crc32c.crc32c(after_crc))

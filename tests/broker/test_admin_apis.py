@@ -413,6 +413,31 @@ def test_delete_groups_refuses_a_group_with_members_and_deletes_an_empty_one(
     fresh.close()
 
 
+def test_describe_and_delete_groups_spread_over_two_processes_answer_every_group(
+        tmp_path: Path) -> None:
+    """num.processes 2: the groups of one DescribeGroups / DeleteGroups (kafka-python sends
+    every group of a coordinator in one request) have coordinators in both processes;
+    each group gets its own real answer, none a NOT_COORDINATOR for the request."""
+    broker = BrokerProcess(tmp_path / "data", config={**BROKER_CONFIG, "num.processes": 2})
+    broker.start()
+    try:
+        kadmin = new_kadmin(broker)
+        create(kadmin, "spread-t", 1)
+        produce(broker, "spread-t", {0: 1})
+        groups = [f"spread-{i}" for i in range(6)]
+        for group in groups[:4]:
+            consume_and_commit(broker, group, "spread-t", 1)
+        described = kadmin.describe_groups(groups)
+        assert {g: (d["error"], d["group_state"]) for g, d in described.items()} == {
+            **{g: (None, "Empty") for g in groups[:4]}, **{g: (None, "Dead") for g in groups[4:]}}
+        assert kadmin.delete_groups(groups) == {
+            **{g: "OK" for g in groups[:4]}, **{g: "GroupIdNotFoundError" for g in groups[4:]}}
+        assert group_names(kadmin).isdisjoint(groups)
+        kadmin.close()
+    finally:
+        assert broker.stop() == 0, broker.log()[-3000:]
+
+
 def test_offset_delete_spares_the_topics_a_live_group_reads(broker: BrokerProcess,
                                                             kadmin: KafkaAdminClient) -> None:
     create(kadmin, "read-now", 1)

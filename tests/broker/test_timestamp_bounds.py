@@ -18,7 +18,8 @@ from typing import Any
 
 import kafka.errors as kerr
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import TIMESTAMP_CREATE_TIME, Consumer, KafkaError, Producer
+from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -168,6 +169,34 @@ def test_log_append_time_topics_take_any_timestamp(broker: BrokerProcess,
     outcomes = produce_confluent(broker, "appended", [1000, now_ms() + DAY])
     assert outcomes == [(None, 0), (None, 1)]
     assert all(ts >= now_ms() - 60_000 for ts in consumed(broker, "appended"))
+
+
+def test_a_client_log_append_time_stamp_on_a_create_time_topic_is_stored_create_time(
+        broker: BrokerProcess, kadmin: KafkaAdminClient) -> None:
+    """The timestamp type is the topic's: a Produce batch with the LogAppendTime bit on a
+    CreateTime topic is stored CreateTime, as Kafka's LogValidator rewrites it (it was
+    stored as sent, so consumers read every record with the batch's max timestamp as a
+    LogAppendTime)."""
+    create(kadmin, "stamped", {})
+    now = now_ms()
+    stamps = [now - 3000, now - 2000, now - 1000]
+    batch = build_batch([b"s0", b"s1", b"s2"], timestamps_ms=stamps, attributes=0x08)
+    with RawClient(broker.port) as client:
+        part = client.produce("stamped", 0, batch, acks=1, version=8)
+    assert (part.error_code, part.base_offset, part.log_append_time_ms) == (0, 0, -1)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "stamped-reader",
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([CTopicPartition("stamped", 0, 0)])
+        got: list[tuple[int, int]] = []
+        deadline = time.monotonic() + 30
+        while len(got) < len(stamps) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                got.append(msg.timestamp())
+    finally:
+        consumer.close()
+    assert got == [(TIMESTAMP_CREATE_TIME, ts) for ts in stamps]
 
 
 def test_broker_keys_are_the_topics_defaults(broker: BrokerProcess,

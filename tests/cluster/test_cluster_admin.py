@@ -25,8 +25,10 @@ from kafka.admin import ConfigResourceType as KpResourceType
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewPartitions as KpNewPartitions
 from kafka.errors import InvalidPartitionsError, UnknownTopicOrPartitionError
+from kafka.protocol.metadata import FindCoordinatorRequest
 
 from actors.metadata import znodes
+from tests.broker.test_groups import call
 from tests.cluster.test_cluster import create
 from tests.fixtures.cluster import Cluster, wait_for
 from tests.fixtures.cluster_tools import ZooKeeperReader, produce_to
@@ -266,3 +268,61 @@ def test_delete_groups_in_a_cluster_deletes_an_empty_group_and_refuses_one_with_
         members[1].close()
     for node in cluster.nodes.values():
         assert "crashed handling DeleteGroups" not in node.log()
+
+
+def _group_led_by(cluster: Cluster, node_id: int, taken: set[str]) -> str:
+    """A group id whose coordinator (FindCoordinator, asked of node 1) is ``node_id``."""
+    for i in range(200):
+        group = f"spread-{i}"
+        if group in taken:
+            continue
+        answer = wait_for(f"a coordinator for {group}", lambda g=group: (  # type: ignore[misc]
+            a if (a := call(cluster.nodes[1].bootstrap,
+                            FindCoordinatorRequest(key=g, key_type=0), 1)).error_code == 0
+            else None), timeout_s=30)
+        if answer.node_id == node_id:
+            return group
+    raise AssertionError(f"no group led by node {node_id} among 200")
+
+
+def _commit_one(cluster: Cluster, group: str) -> None:
+    """An Empty group with one committed offset (a consumer that joined, committed, left)."""
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    try:
+        consumer.subscribe(["spread"])
+        deadline = time.monotonic() + 60
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(0.5)
+        assert consumer.assignment(), f"{group}: never joined"
+        consumer.commit(offsets=[TopicPartition("spread", 0, 0)], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def test_describe_and_delete_groups_answer_each_group_when_some_are_led_by_another_broker(
+        cluster_factory: Any) -> None:
+    """One DescribeGroups / DeleteGroups naming a group this broker coordinates and one
+    another broker does (kafka-python sends all of them to the one broker it is given):
+    each group gets its own answer, as Kafka's GroupCoordinator gives them; the group led
+    here is described and deleted, the other is NOT_COORDINATOR and left alone (the whole
+    request was NOT_COORDINATOR)."""
+    cluster: Cluster = cluster_factory(2)
+    create(cluster, "spread", 1, 2)
+    cluster.wait_topic("spread", 1)
+    here = _group_led_by(cluster, 1, set())
+    elsewhere = _group_led_by(cluster, 2, {here})
+    for group in (here, elsewhere):
+        _commit_one(cluster, group)
+    kadmin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        described = kadmin.describe_groups([here, elsewhere], group_coordinator_id=1)
+        assert (described[here]["error"], described[here]["group_state"]) == (None, "Empty")
+        assert "NotCoordinator" in described[elsewhere]["error"]
+        assert kadmin.delete_groups([here, elsewhere], group_coordinator_id=1) == {
+            here: "OK", elsewhere: "NotCoordinatorError"}
+        # each asked of its own coordinator now: the one led elsewhere is still there
+        assert kadmin.delete_groups([here]) == {here: "GroupIdNotFoundError"}
+        assert kadmin.describe_groups([elsewhere])[elsewhere]["group_state"] == "Empty"
+    finally:
+        kadmin.close()

@@ -111,6 +111,18 @@ def test_crc32c_lengths_around_the_stream_blocks() -> None:
         assert compiled.crc32c(data[:size]) == crc32c.crc32c(data[:size]), size
 
 
+def test_single_batch_leaves_a_client_log_append_time_stamp_to_the_general_path() -> None:
+    """The LogAppendTime bit is the topic's to set: the fast path, which writes the
+    client's header as is, must not take such a batch (the general path rewrites or
+    refuses it). The Python twin always, the C part where it is built."""
+    plain = build_batch([b"a"], timestamps_ms=[7])
+    stamped = build_batch([b"a"], timestamps_ms=[7], attributes=0x08)
+    twins = [batch_fast.single_batch_py] + ([compiled.single_batch] if compiled else [])
+    for single_batch in twins:
+        assert single_batch(plain) is not None
+        assert single_batch(stamped) is None
+
+
 @needs_c
 @SETTINGS
 @given(mangled(), st.sampled_from([bytes, bytearray, memoryview]))

@@ -1414,6 +1414,32 @@ def test_delete_groups() -> None:
     assert shell.fetch(group="old") == {}
 
 
+def test_describe_and_delete_groups_answer_refused_groups_each_with_its_own_code() -> None:
+    """Groups the shell cannot serve (led by another broker, still loading) get their
+    own code and nothing else; the rest of the request is served (Kafka answers per
+    group), and a refused group is left alone even if this core holds it."""
+    shell = Shell()
+    stable_group(shell, 1)
+    shell.commit({("t", 0): 1}, group="old")
+    shell.commit({("t", 0): 2}, group="elsewhere")
+    refused = {"elsewhere": E.NOT_COORDINATOR, "loading": E.COORDINATOR_LOAD_IN_PROGRESS}
+    r = shell.rid()
+    shell.run(shell.core.describe_groups(r, ["elsewhere", "g", "loading"], refused))
+    resp = shell.answers[r]
+    assert isinstance(resp, DescribeGroupsResponse)
+    assert [(d.group_id, d.error_code, d.state, d.members) for d in resp.groups][::2] == [
+        ("elsewhere", E.NOT_COORDINATOR, "", ()),
+        ("loading", E.COORDINATOR_LOAD_IN_PROGRESS, "", ())]
+    assert (resp.groups[1].error_code, resp.groups[1].state) == (E.NONE, "Stable")
+    r = shell.rid()
+    shell.run(shell.core.delete_groups(r, ["old", "elsewhere", "loading"], shell.now, refused))
+    assert shell.answers[r] == DeleteGroupsResponse((
+        ("old", E.NONE), ("elsewhere", E.NOT_COORDINATOR),
+        ("loading", E.COORDINATOR_LOAD_IN_PROGRESS)))
+    assert shell.core.group("old") is None
+    assert shell.fetch(group="elsewhere") == {("t", 0): 2}
+
+
 # === load / restart ================================================================
 
 

@@ -78,6 +78,24 @@ def test_log_append_time_patches_max_timestamp(tmp_path: Path) -> None:
     assert h.is_log_append_time and h.max_timestamp == 12345
 
 
+@pytest.mark.parametrize("more", [0, 1], ids=["alone", "after another batch"])
+def test_a_client_log_append_time_stamp_on_a_create_time_topic_is_rewritten(
+        tmp_path: Path, more: int) -> None:
+    """A client batch with the LogAppendTime bit on a CreateTime topic is stored CreateTime
+    (bit cleared, max timestamp kept, CRC redone), as Kafka's LogValidator sets the
+    topic's type on every batch: alone (the single-batch fast path, which must leave it
+    to the general path) and after another batch (the general path)."""
+    log = open_log(tmp_path, message_timestamp_type="CreateTime")
+    stamped = build_batch([b"a", b"b"], timestamps_ms=[5, 9], attributes=0x08)
+    (sent,) = headers(stamped)
+    assert sent.is_log_append_time and sent.max_timestamp == 9
+    info = log.append_as_leader(batch(1, ts=3) * more + stamped, 0, now_ms=12345)
+    assert (info.max_timestamp_ms, info.log_append_time_ms) == (9, -1)
+    *_, stored = headers(log.read(0, 1000).records)  # CRC re-checked by check_batches
+    assert not stored.is_log_append_time and stored.max_timestamp == 9
+    assert (stored.base_offset, stored.attributes) == (more, sent.attributes & ~0x08)
+
+
 def test_invalid_timestamp_type_config_refused() -> None:
     with pytest.raises(ValueError, match="message_timestamp_type"):
         LogConfig(message_timestamp_type="Whenever")

@@ -4,6 +4,7 @@ every record's timestamp against the broker's clock on a client append."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from actors.core.record_batch import (
     INFLATE_CHECK_MAX_BYTES,
     build_batch,
     check_batches,
+    compute_crc,
     record_timestamps,
 )
 from actors.core.topic_config import (
@@ -234,3 +236,45 @@ def test_the_coordinators_logs_are_not_checked(tmp_path: Path) -> None:
                                 LogConfig(message_timestamp_before_max_ms=1), NOW)
         log.assign_epoch_start_offset(0, 0)
         assert log.append_as_leader(stamped(0), 0, NOW).last_offset == 0
+
+
+def client_stamped(*timestamps: int, max_timestamp: int) -> bytes:
+    """A batch a client stamped LogAppendTime (attribute bit 3) whose header's max
+    timestamp, the time Kafka reads each of its records with, is ``max_timestamp``."""
+    raw = bytearray(build_batch([b"v%d" % i for i in range(len(timestamps))],
+                                timestamps_ms=list(timestamps), attributes=0x08))
+    struct.pack_into(">q", raw, 35, max_timestamp)  # base offset 8, ... base timestamp 27
+    struct.pack_into(">I", raw, 17, compute_crc(raw, 0, len(raw)))
+    return bytes(raw)
+
+
+def test_a_client_log_append_time_batch_is_judged_at_its_max_timestamp(
+        tmp_path: Path) -> None:
+    """Kafka reads every record of such a batch at the header's max timestamp, so that
+    is what the bounds judge, not the records' own deltas."""
+    log = open_log(tmp_path, message_timestamp_before_max_ms=HOUR,
+                   message_timestamp_after_max_ms=60_000)
+    # the records' own times are two hours old, the max (what counts) is now: kept
+    kept = client_stamped(NOW - 2 * HOUR, NOW - 2 * HOUR, max_timestamp=NOW)
+    assert log.append_as_leader(kept, 0, NOW).max_timestamp_ms == NOW
+    # the records' own times are in bounds, the max is a day ahead: refused, every record
+    with pytest.raises(InvalidTimestampError) as caught:
+        log.append_as_leader(client_stamped(NOW, NOW, max_timestamp=NOW + 24 * HOUR), 0, NOW)
+    assert [i for i, _m in caught.value.record_errors] == [0, 1]
+    assert log.log_end_offset == 2
+
+
+@pytest.mark.parametrize("topic_type", ["CreateTime", "LogAppendTime"])
+def test_a_client_log_append_time_batch_is_refused_where_kafka_refuses_it(
+        tmp_path: Path, topic_type: str) -> None:
+    """On a LogAppendTime topic always, on a CreateTime topic when its max timestamp is
+    -1 (LogValidator.validateTimestamp): INVALID_TIMESTAMP naming every record, nothing
+    written; without bounds too."""
+    log = open_log(tmp_path, message_timestamp_type=topic_type)
+    bad = client_stamped(NOW, NOW, max_timestamp=-1 if topic_type == "CreateTime" else NOW)
+    with pytest.raises(InvalidTimestampError, match="must not set the timestamp type") as caught:
+        log.append_as_leader(stamped(NOW) + bad, 0, NOW)
+    assert [i for i, _m in caught.value.record_errors] == [1, 2]
+    assert int(caught.value.code) == 32 and log.log_end_offset == 0
+    # the broker's own batches (the coordinators') are not judged
+    assert log.append_as_leader(bad, 0, NOW, coordinator=True).last_offset == 1

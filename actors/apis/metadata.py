@@ -76,8 +76,9 @@ def _metadata_wanted(version: int, req: Any) -> list[tuple[str | None, str]] | N
     """The topics a Metadata request names, each as (name, "") or (None, id text); None
     when it is refused: before v12 a topic needs its name and may not carry an id (Kafka
     answers INVALID_REQUEST), and from v12 on it needs one of the two. A topic with an id
-    is asked by its id (its name, if any, is not looked at): Kafka looks up by id as soon
-    as one topic of the request has one; no client mixes the two in one request."""
+    is asked by its id (its name, if any, is not looked at). Kafka looks up by id alone
+    as soon as one topic has one, dropping the topics asked by name; kafka-python's
+    describe_topics mixes the two, so here each topic is answered its own way."""
     wanted: list[tuple[str | None, str]] = []
     for t in req.topics:
         topic_id = _id_text(getattr(t, "topic_id", None))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections import Counter
 from typing import Any
 
 from actors.apis import cluster
@@ -54,6 +53,7 @@ INVALID_REQUEST = int(ErrorCode.INVALID_REQUEST)
 UNKNOWN_TOPIC_ID = int(ErrorCode.UNKNOWN_TOPIC_ID)
 # Metadata v12 (KIP-516) is the first that may name topics by id
 METADATA_BY_ID_VERSION = 12
+METADATA_TOPIC_ID_VERSION = 10  # the first with a topic_id field (answered from v10)
 DELETE_TOPICS_BY_ID_VERSION = 6
 
 
@@ -79,9 +79,13 @@ def _metadata_wanted(version: int, req: Any) -> list[tuple[str | None, str]] | N
     is asked by its id (its name, if any, is not looked at). Kafka looks up by id alone
     as soon as one topic has one, dropping the topics asked by name; kafka-python's
     describe_topics mixes the two, so here each topic is answered its own way."""
+    topics = req.topics
+    if version < METADATA_TOPIC_ID_VERSION or (
+            not any(t.topic_id for t in topics) and all(t.name is not None for t in topics)):
+        return [(t.name, "") for t in topics]  # by name: every client but a few admin calls
     wanted: list[tuple[str | None, str]] = []
-    for t in req.topics:
-        topic_id = _id_text(getattr(t, "topic_id", None))
+    for t in topics:
+        topic_id = _id_text(t.topic_id)
         if version < METADATA_BY_ID_VERSION and (t.name is None or topic_id):
             return None
         if t.name is None and not topic_id:
@@ -264,15 +268,16 @@ def handle_delete_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             continue
         out.append(None)
         targets[i] = name
-    counts = Counter(targets.values())
-    for i, name in list(targets.items()):
-        if counts[name] > 1:  # as Kafka: a topic asked twice (by name or id) is refused
-            del targets[i]
-            out[i] = _deleted_row(name, asked[i][1], INVALID_REQUEST,
-                                  f"topic {name!r} is asked more than once")
+    # A topic asked more than once (by name or id) is deleted once and every entry gets
+    # its answer, as Kafka in ZooKeeper mode (KRaft refuses such a request instead). Its
+    # id goes with it only if every entry asked by that one id: by name means any id.
+    ids_asked: dict[str, set[str]] = {}
+    for i, name in targets.items():
+        ids_asked.setdefault(name, set()).add(asked[i][1])
     done_rows: dict[str, DeleteTopicDoneRow] = {}
     if targets:
-        rows = [DeleteTopicRow(name, asked[i][1]) for i, name in targets.items()]
+        rows = [DeleteTopicRow(name, ids.pop() if len(ids) == 1 else "")
+                for name, ids in ids_asked.items()]
         done: DeleteTopicsDone
         [done] = yield [Call(ctx.topology.controller,
                              lambda rid: DeleteTopics(rid, rows, int(req.timeout_ms)),

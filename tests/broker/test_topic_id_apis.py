@@ -57,10 +57,11 @@ def create_v7(client: RawClient, topics: list[str], validate_only: bool = False)
 
 
 def metadata_v12(client: RawClient, topics: list[tuple[str | None, uuid.UUID | None]],
-                 version: int = 12) -> list:
+                 version: int = 12, auto_create: bool = False) -> list:
     response = client.call(METADATA, version, {
         "topics": [{"name": n, "topic_id": i} for n, i in topics],
-        "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+        "allow_auto_topic_creation": auto_create,
+        "include_topic_authorized_operations": False})
     return list(response.topics)
 
 
@@ -68,6 +69,12 @@ def delete_v6(client: RawClient, topics: list[tuple[str | None, uuid.UUID | None
     response = client.call(DELETE_TOPICS, 6, {
         "topics": [{"name": n, "topic_id": i} for n, i in topics], "timeout_ms": 10_000})
     return list(response.responses)
+
+
+def all_topics(client: RawClient) -> set[str]:
+    response = client.call(METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
+                                          "include_topic_authorized_operations": False})
+    return {t.name for t in response.topics}
 
 
 def id_by_name(client: RawClient, topic: str) -> uuid.UUID:
@@ -160,10 +167,17 @@ def test_metadata_by_id_never_creates_and_an_id_before_v12_is_refused(
     is answered INVALID_REQUEST for every topic (name "" when null), with no brokers."""
     topic = name()
     [made] = create_v7(client, [topic])
+    # an unknown id asked with auto-creation on: answered, nothing made
+    unknown = uuid.uuid4()
+    before = all_topics(client)
+    [asked] = metadata_v12(client, [(None, unknown)], auto_create=True)
+    assert (asked.error_code, asked.name, asked.topic_id) == (UNKNOWN_TOPIC_ID, None, unknown)
+    assert all_topics(client) == before and topic in before
     for version in (10, 11):
-        answered = metadata_v12(client, [(topic, made.topic_id), (name(), None)], version)
+        other = name()
+        answered = metadata_v12(client, [(topic, made.topic_id), (other, None)], version)
         assert [(t.error_code, t.name, t.topic_id) for t in answered] == [
-            (INVALID_REQUEST, topic, made.topic_id), (INVALID_REQUEST, answered[1].name, None)]
+            (INVALID_REQUEST, topic, made.topic_id), (INVALID_REQUEST, other, None)]
         [nameless] = metadata_v12(client, [(None, made.topic_id)], version)
         assert (nameless.error_code, nameless.name) == (INVALID_REQUEST, "")
     # v12: a topic with neither a name nor an id
@@ -193,11 +207,11 @@ def test_delete_topics_v6_by_id_and_by_name_answers_both(client: RawClient) -> N
     assert id_by_name(client, by_id) == again.topic_id, "the namesake was deleted"
 
 
-def test_delete_topics_v6_refuses_a_name_with_an_id_and_a_topic_asked_twice(
+def test_delete_topics_v6_refuses_a_name_with_an_id_and_deletes_a_topic_asked_twice(
         client: RawClient) -> None:
     """Kafka: a topic given by both name and id refuses the whole request
-    (INVALID_REQUEST for each, nothing deleted); a topic asked twice, by name or id, is
-    refused alone."""
+    (INVALID_REQUEST for each, nothing deleted); a topic asked twice, by name and by id,
+    is deleted once and both entries are answered (Kafka in ZooKeeper mode)."""
     a, b = name(), name()
     made = {t.name: t.topic_id for t in create_v7(client, [a, b])}
     answered = delete_v6(client, [(a, made[a]), (b, None)])
@@ -206,9 +220,15 @@ def test_delete_topics_v6_refuses_a_name_with_an_id_and_a_topic_asked_twice(
     assert "both" in answered[0].error_message
     assert id_by_name(client, a) == made[a] and id_by_name(client, b) == made[b]
     twice = delete_v6(client, [(a, None), (None, made[a]), (b, None)])
-    assert [(r.error_code, r.name) for r in twice] == [
-        (INVALID_REQUEST, a), (INVALID_REQUEST, a), (0, b)]
-    assert id_by_name(client, a) == made[a], "a topic asked twice was deleted"
+    assert [(r.error_code, r.name, r.topic_id) for r in twice] == [
+        (0, a, made[a]), (0, a, made[a]), (0, b, made[b])]
+    assert [t.error_code for t in metadata_v12(client, [(a, None), (b, None)])] == [
+        UNKNOWN_TOPIC, UNKNOWN_TOPIC]
+    # a name asked twice at v5 too: deleted once, both answered
+    c = name()
+    create_v7(client, [c])
+    again = client.call(DELETE_TOPICS, 5, {"topic_names": [c, c], "timeout_ms": 10_000})
+    assert [(r.name, r.error_code) for r in again.responses] == [(c, 0), (c, 0)]
 
 
 def test_kafka_python_delete_topics_by_id(client: RawClient, kadmin: KafkaAdminClient) -> None:

@@ -471,10 +471,12 @@ class ClusterController(Actor):
         if isinstance(result, CreateTopicsResult):
             self.tell(to, bm.CreateTopicsDone(req_id, [
                 bm.CreateTopicDoneRow(t.name, t.error_code, t.message, t.num_partitions,
-                                      t.replication_factor) for t in result.topics]))
+                                      t.replication_factor, t.topic_id)
+                for t in result.topics]))
         elif isinstance(result, DeleteTopicsResult):
             self.tell(to, bm.DeleteTopicsDone(req_id, [
-                bm.DeleteTopicDoneRow(t.name, t.error_code, t.message) for t in result.topics]))
+                bm.DeleteTopicDoneRow(t.name, t.error_code, t.message, t.topic_id)
+                for t in result.topics]))
         elif isinstance(result, ControlledShutdownResult):
             self.tell(to, cm.ControlledShutdownResponse(req_id, result.error_code, [
                 cm.TopicPartitionRow(tp.topic, tp.partition) for tp in result.remaining]))
@@ -521,7 +523,8 @@ class ClusterController(Actor):
         assert self.current_sender is not None
         if self.driver.active:
             self._call_driver(self.driver.feed, DeleteTopics(
-                ("delete", self.current_sender, msg.req_id), tuple(r.name for r in msg.rows)))
+                ("delete", self.current_sender, msg.req_id), tuple(r.name for r in msg.rows),
+                {r.name: r.topic_id for r in msg.rows if r.topic_id}))
         elif self._from_this_broker():
             self._forward(msg)
         else:

@@ -145,7 +145,7 @@ def _in_error(answer: Any, code: int, message: str) -> Any:
         if row.error_code == NONE:
             row = row._replace(error_code=code, error_message=message.format(name=row.name))
             if isinstance(row, CreateTopicDoneRow):  # Kafka resets these on any error
-                row = row._replace(num_partitions=-1, replication_factor=-1)
+                row = row._replace(num_partitions=-1, replication_factor=-1, topic_id="")
         rows.append(row)
     return answer._replace(rows=rows)
 
@@ -384,12 +384,14 @@ class Controller(Actor):
         if budget is not None and planned is not None:
             check_node_budget(name, num_partitions, planned[0], budget)
             planned[0] += num_partitions
+        topic_id = ""  # validate_only makes nothing, so it has no id to answer
         if not validate_only:
+            topic_id = new_topic_id()
             self.store.topics[name] = TopicInfo(num_partitions, replication_factor, clean,
-                                                 topic_id=new_topic_id())
+                                                 topic_id=topic_id)
             created.append(name)
         return CreateTopicDoneRow(name, int(ErrorCode.NONE), None, num_partitions,
-                                  replication_factor)
+                                  replication_factor, topic_id)
 
     # ----------------------------------------------------------------- delete
     @handles(DeleteTopics)
@@ -400,12 +402,18 @@ class Controller(Actor):
         drop: list[TopicPartition] = []
         for row in msg.rows:
             name = row.name
-            info = self.store.topics.pop(name, None)
+            info = self.store.topics.get(name)
+            if row.topic_id and (info is None or info.topic_id != row.topic_id):
+                # named by an id that is no longer this name's (deleted, maybe made again)
+                rows.append(DeleteTopicDoneRow(name, int(ErrorCode.UNKNOWN_TOPIC_ID),
+                                               f"no topic has id {row.topic_id}", row.topic_id))
+                continue
             if info is None:
                 rows.append(DeleteTopicDoneRow(name, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
                                                f"topic {name!r} does not exist"))
                 continue
-            rows.append(DeleteTopicDoneRow(name, int(ErrorCode.NONE), None))
+            del self.store.topics[name]
+            rows.append(DeleteTopicDoneRow(name, int(ErrorCode.NONE), None, info.topic_id))
             drop += [TopicPartition(name, p) for p in range(info.num_partitions)]
         if not drop:
             self._reply_after_changes(DeleteTopicsDone(msg.req_id, rows), msg.timeout_ms)

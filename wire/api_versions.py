@@ -48,7 +48,7 @@ ADVERTISED: tuple[ApiVersionRange, ...] = (
     _entry(ApiKey.Fetch, 4, 12),
     # v7 asks for timestamp -3 (max timestamp); v8+ (tiered storage) left out.
     _entry(ApiKey.ListOffsets, 1, 7),
-    # v9+ flexible (librdkafka >= 2.x uses 12); v12 accepts topic ids.
+    # v9+ flexible (librdkafka >= 2.x uses 12); v10+ answers topic ids, v12 may ask by id.
     _entry(ApiKey.Metadata, 0, 12),
     # v10 switches to topic ids, left out.
     _entry(ApiKey.OffsetCommit, 2, 9),
@@ -66,9 +66,10 @@ ADVERTISED: tuple[ApiVersionRange, ...] = (
     # v4 states filter, v5 types filter.
     _entry(ApiKey.ListGroups, 0, 5),
     _entry(ApiKey.ApiVersions, 0, 4),
+    # v7 answers each created topic's id.
     _entry(ApiKey.CreateTopics, 2, 7),
-    # v6 deletes by topic id, left out.
-    _entry(ApiKey.DeleteTopics, 1, 5),
+    # v6 names each topic by its name or its id (KIP-516) and answers both.
+    _entry(ApiKey.DeleteTopics, 1, 6),
     # v3+ carries producer id/epoch for an epoch bump; v6 (2PC) is unstable.
     _entry(ApiKey.InitProducerId, 0, 5),
     _entry(ApiKey.DescribeConfigs, 1, 4),

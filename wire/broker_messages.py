@@ -488,6 +488,8 @@ class CreateTopicDoneRow(NamedTuple):
     error_message: str | None
     num_partitions: int
     replication_factor: int
+    # the created topic's id (CreateTopics v7 answers it); "": none (an error, validate_only)
+    topic_id: str = ""
 
 
 @message(251)
@@ -498,6 +500,10 @@ class CreateTopicsDone(NamedTuple):
 
 class DeleteTopicRow(NamedTuple):
     name: str
+    # DeleteTopics v6 named the topic by this id (resolved to ``name`` by the handler): the
+    # controller deletes ``name`` only while it still has this id, else UNKNOWN_TOPIC_ID
+    # (the topic was deleted, maybe made again, since). "": by name, whatever its id.
+    topic_id: str = ""
 
 
 @message(252)
@@ -511,6 +517,7 @@ class DeleteTopicDoneRow(NamedTuple):
     name: str
     error_code: int
     error_message: str | None
+    topic_id: str = ""  # the deleted topic's id, when it had one ("": none, or not found)
 
 
 @message(253)

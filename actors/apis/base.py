@@ -113,6 +113,9 @@ class HandlerContext:
     # 0 at start, +1 at each restart) as this handler knows it, stamped on its Appends
     # (Append.generation); kept by the handler as ProcessStarted tells it. Missing: 0.
     process_generations: dict[str, int] = field(default_factory=dict, kw_only=True)
+    # topic_name_of's reverse map, and the table it was built from
+    _names_by_id: tuple[dict[str, TopicEntry] | None, dict[str, str]] = field(
+        default=(None, {}), init=False, repr=False)
 
     def allowed(self, operation: Operation, resource_type: ResourceType, name: str,
                 log: bool = True) -> bool:
@@ -191,6 +194,15 @@ class HandlerContext:
         names = {b.pattern.name for b in self.authorizer.bindings()
                  if b.pattern.resource_type is resource_type}
         return any(self.allowed(operation, resource_type, n, log=False) for n in names)
+
+    def topic_name_of(self, topic_id: str) -> str | None:
+        """The name of the topic with this id (base64url text) in this handler's table, or
+        None. The reverse map is built once per table (the table is replaced, never
+        changed in place)."""
+        if self._names_by_id[0] is not self.topics:
+            self._names_by_id = (self.topics, {e.topic_id: name for name, e in self.topics.items()
+                                               if e.topic_id})
+        return self._names_by_id[1].get(topic_id) if topic_id else None
 
     def partition_count(self, topic: str) -> int | None:
         entry = self.topics.get(topic)

@@ -11,7 +11,7 @@ from actors.apis.base import ApiGen, Call, HandlerContext, Respond, topic_change
 from actors.apis.configs import handle_describe_configs  # re-exported: it used to live here
 from actors.apis.transactions import handle_init_transactional_producer
 from actors.core.topic_config import validate_topic_name
-from actors.core.topic_id import decode_topic_id
+from actors.core.topic_id import decode_topic_id, encode_topic_id
 from actors.security.acl import CLUSTER_NAME, Operation, ResourceType
 from wire.broker_messages import (
     CreateTopicDoneRow,
@@ -43,7 +43,18 @@ def _uuid(topic_id: str) -> uuid.UUID | None:
     return uuid.UUID(bytes=decode_topic_id(topic_id)) if topic_id else None
 
 
+def _id_text(value: uuid.UUID | None) -> str:
+    """A topic id as the codec decodes it (None: the zero id) as our text ("": none)."""
+    return encode_topic_id(value.bytes) if value is not None and value.int else ""
+
+
 TOPIC_DENIED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+INVALID_REQUEST = int(ErrorCode.INVALID_REQUEST)
+UNKNOWN_TOPIC_ID = int(ErrorCode.UNKNOWN_TOPIC_ID)
+# Metadata v12 (KIP-516) is the first that may name topics by id
+METADATA_BY_ID_VERSION = 12
+METADATA_TOPIC_ID_VERSION = 10  # the first with a topic_id field (answered from v10)
+DELETE_TOPICS_BY_ID_VERSION = 6
 
 
 def _may_create(ctx: HandlerContext, name: str) -> bool:
@@ -52,28 +63,62 @@ def _may_create(ctx: HandlerContext, name: str) -> bool:
             or ctx.allowed(Operation.CREATE, ResourceType.TOPIC, name))
 
 
+def _metadata_refused(req: Any) -> dict[str, Any]:
+    """Kafka's answer to a Metadata request it refuses (its getErrorResponse): every topic
+    asked, by its name ("" when none) and id, with INVALID_REQUEST; no brokers."""
+    return {"throttle_time_ms": 0, "brokers": [], "cluster_id": None, "controller_id": -1,
+            "topics": [{"error_code": INVALID_REQUEST, "name": t.name or "",
+                        "topic_id": getattr(t, "topic_id", None), "is_internal": False,
+                        "partitions": []} for t in req.topics or []]}
+
+
+def _metadata_wanted(version: int, req: Any) -> list[tuple[str | None, str]] | None:
+    """The topics a Metadata request names, each as (name, "") or (None, id text); None
+    when it is refused: before v12 a topic needs its name and may not carry an id (Kafka
+    answers INVALID_REQUEST), and from v12 on it needs one of the two. A topic with an id
+    is asked by its id (its name, if any, is not looked at). Kafka looks up by id alone
+    as soon as one topic has one, dropping the topics asked by name; kafka-python's
+    describe_topics mixes the two, so here each topic is answered its own way."""
+    topics = req.topics
+    if version < METADATA_TOPIC_ID_VERSION or (
+            not any(t.topic_id for t in topics) and all(t.name is not None for t in topics)):
+        return [(t.name, "") for t in topics]  # by name: every client but a few admin calls
+    wanted: list[tuple[str | None, str]] = []
+    for t in topics:
+        topic_id = _id_text(t.topic_id)
+        if version < METADATA_BY_ID_VERSION and (t.name is None or topic_id):
+            return None
+        if t.name is None and not topic_id:
+            return None
+        wanted.append((None, topic_id) if topic_id else (t.name, ""))
+    return wanted
+
+
 def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
-    if req.topics is None or (header.api_version == 0 and not req.topics):
-        names = sorted(ctx.topics)
-    else:
-        names = [t.name for t in req.topics]
+    listed = req.topics is None or (header.api_version == 0 and not req.topics)
+    wanted: list[tuple[str | None, str]] = []
+    if not listed:
+        found = _metadata_wanted(header.api_version, req)
+        if found is None:
+            return Respond(_metadata_refused(req))
+        wanted = found
+    names = sorted(ctx.topics) if listed else [n for n, _ in wanted if n is not None]
     allow_auto = getattr(req, "allow_auto_topic_creation", True)
     if allow_auto is None:
         allow_auto = True
     errors: dict[str, int] = {}
     to_create: list[CreateTopicRow] = []
     if ctx.authorizer is not None:  # Kafka: every topic hides, a named one is flagged
-        listed = req.topics is None or (header.api_version == 0 and not req.topics)
-        allowed = {n for n in names if n is not None and ctx.allowed(
+        allowed = {n for n in names if ctx.allowed(
             Operation.DESCRIBE, ResourceType.TOPIC, n, log=not listed)}
         if listed:
             names = [n for n in names if n in allowed]
         else:
             for n in names:
-                if n is not None and n not in allowed:
+                if n not in allowed:
                     errors[n] = TOPIC_DENIED
     for name in names:
-        if name is None or name in ctx.topics or name in errors:
+        if name in ctx.topics or name in errors:
             continue
         try:
             validate_topic_name(name)
@@ -102,21 +147,11 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                 errors[name] = int(ErrorCode.LEADER_NOT_AVAILABLE)
             elif error not in (0, int(ErrorCode.TOPIC_ALREADY_EXISTS)):
                 errors[name] = error
-    topics = []
-    for name in names:
-        if name is None:
-            continue
-        unknown = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        error = errors.get(name, 0 if name in ctx.topics else unknown)
-        entry = ctx.topics.get(name) if error == 0 else None
-        topics.append({
-            "error_code": error,
-            "name": name,
-            # v10+: the topic's id (the zero id when not known), as Kafka answers it
-            "topic_id": _uuid(entry.topic_id) if entry is not None else None,
-            "is_internal": name.startswith("__"),
-            "partitions": _partition_rows(ctx, name) if error == 0 else [],
-        })
+    if listed:
+        topics = [_metadata_topic(ctx, name, errors) for name in names]
+    else:
+        topics = [_metadata_topic(ctx, name, errors) if name is not None
+                  else _metadata_topic_by_id(ctx, topic_id) for name, topic_id in wanted]
     return Respond({
         "throttle_time_ms": 0,
         "brokers": cluster.broker_rows(ctx),
@@ -124,6 +159,32 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         "controller_id": cluster.controller_id(ctx),
         "topics": topics,
     })
+
+
+def _metadata_topic(ctx: HandlerContext, name: str, errors: dict[str, int]) -> dict[str, Any]:
+    unknown = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    error = errors.get(name, 0 if name in ctx.topics else unknown)
+    entry = ctx.topics.get(name) if error == 0 else None
+    return {
+        "error_code": error,
+        "name": name,
+        # v10+: the topic's id (the zero id when not known), as Kafka answers it
+        "topic_id": _uuid(entry.topic_id) if entry is not None else None,
+        "is_internal": name.startswith("__"),
+        "partitions": _partition_rows(ctx, name) if error == 0 else [],
+    }
+
+
+def _metadata_topic_by_id(ctx: HandlerContext, topic_id: str) -> dict[str, Any]:
+    """A topic asked by its id (v12+). Kafka: an id no topic has is UNKNOWN_TOPIC_ID, and a
+    topic the principal may not describe is TOPIC_AUTHORIZATION_FAILED; both with the id
+    and a null name (an id is not secret, a name is). Never created: ids are not chosen."""
+    name = ctx.topic_name_of(topic_id)
+    if name is None or not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
+        return {"error_code": UNKNOWN_TOPIC_ID if name is None else TOPIC_DENIED,
+                "name": None, "topic_id": _uuid(topic_id), "is_internal": False,
+                "partitions": []}
+    return _metadata_topic(ctx, name, {})
 
 
 def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
@@ -153,32 +214,75 @@ def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             late = yield from cluster.await_topics(ctx, made, True, int(req.timeout_ms))
             for name in late:  # Kafka's answer when the leaders are not elected in time
                 done_rows[name] = done_rows[name]._replace(
-                    error_code=int(ErrorCode.REQUEST_TIMED_OUT),
+                    error_code=int(ErrorCode.REQUEST_TIMED_OUT), topic_id="",
                     error_message=f"topic {name!r} was created but its partitions have no "
                                   f"leader after {topic_change_wait_ms(req.timeout_ms)} ms")
     out = []
     for t in req.topics:
         r = done_rows[t.name]
         out.append({"name": r.name, "error_code": r.error_code, "error_message": r.error_message,
+                    # v7+: the created topic's id; the zero id on an error, as Kafka
+                    "topic_id": _uuid(r.topic_id) if r.error_code == 0 else None,
                     "num_partitions": r.num_partitions,
                     "replication_factor": r.replication_factor, "configs": None})
     return Respond({"throttle_time_ms": 0, "topics": out})
 
 
+def _deleted_row(name: str | None, topic_id: str, error: int,
+                 message: str | None) -> dict[str, Any]:
+    return {"name": name, "topic_id": _uuid(topic_id), "error_code": error,
+            "error_message": message}
+
+
 def handle_delete_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
-    names = list(req.topic_names or [])
-    rows_out: dict[str, DeleteTopicDoneRow] = {
-        n: DeleteTopicDoneRow(n, TOPIC_DENIED, None) for n in names
-        if not ctx.allowed(Operation.DELETE, ResourceType.TOPIC, n)}
-    names_in = names
-    names = [n for n in names_in if n not in rows_out]
-    if names:
+    # every topic asked, as (name, id text): v6 (KIP-516) names each by its name or its id
+    if header.api_version >= DELETE_TOPICS_BY_ID_VERSION:
+        asked = [(t.name, _id_text(t.topic_id)) for t in req.topics or []]
+        if any(name is not None and topic_id for name, topic_id in asked):
+            # Kafka refuses the whole request (its getErrorResponse: each topic as asked)
+            text = "a topic name and a topic id can not both be given"
+            return Respond({"throttle_time_ms": 0, "responses": [
+                _deleted_row(name, topic_id, INVALID_REQUEST, text)
+                for name, topic_id in asked]})
+    else:
+        asked = [(name, "") for name in req.topic_names or []]
+    out: list[dict[str, Any] | None] = []
+    targets: dict[int, str] = {}  # position in ``asked`` -> the name the controller deletes
+    for i, (name, topic_id) in enumerate(asked):
+        if topic_id:
+            name = ctx.topic_name_of(topic_id)
+            if name is None:
+                out.append(_deleted_row(None, topic_id, UNKNOWN_TOPIC_ID,
+                                        f"no topic has id {topic_id}"))
+                continue
+            if not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                # Kafka: the id is not secret, the name is
+                out.append(_deleted_row(None, topic_id, TOPIC_DENIED, None))
+                continue
+        elif name is None:
+            out.append(_deleted_row(None, "", INVALID_REQUEST,
+                                    "neither a topic name nor a topic id was given"))
+            continue
+        if not ctx.allowed(Operation.DELETE, ResourceType.TOPIC, name):
+            out.append(_deleted_row(name, topic_id, TOPIC_DENIED, None))
+            continue
+        out.append(None)
+        targets[i] = name
+    # A topic asked more than once (by name or id) is deleted once and every entry gets
+    # its answer, as Kafka in ZooKeeper mode (KRaft refuses such a request instead). Its
+    # id goes with it only if every entry asked by that one id: by name means any id.
+    ids_asked: dict[str, set[str]] = {}
+    for i, name in targets.items():
+        ids_asked.setdefault(name, set()).add(asked[i][1])
+    done_rows: dict[str, DeleteTopicDoneRow] = {}
+    if targets:
+        rows = [DeleteTopicRow(name, ids.pop() if len(ids) == 1 else "")
+                for name, ids in ids_asked.items()]
         done: DeleteTopicsDone
         [done] = yield [Call(ctx.topology.controller,
-                             lambda rid: DeleteTopics(rid, [DeleteTopicRow(n) for n in names],
-                                                      int(req.timeout_ms)),
+                             lambda rid: DeleteTopics(rid, rows, int(req.timeout_ms)),
                              max_wait_ms=topic_change_wait_ms(req.timeout_ms))]
-        rows_out.update({r.name: r for r in done.rows})
+        done_rows.update({r.name: r for r in done.rows})
         gone = [r.name for r in done.rows if r.error_code == 0]
         # Kafka's DelayedDeleteTopics: a topic still in the metadata when timeout_ms is up
         # is answered REQUEST_TIMED_OUT (its deletion goes on). Here "gone" is gone from
@@ -186,19 +290,17 @@ def handle_delete_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         # wait has it shown there.
         late = yield from cluster.await_topics(ctx, gone, False, int(req.timeout_ms))
         for name in late:
-            rows_out[name] = rows_out[name]._replace(
+            done_rows[name] = done_rows[name]._replace(
                 error_code=int(ErrorCode.REQUEST_TIMED_OUT),
                 error_message=f"topic {name!r} is being deleted but is not gone from broker "
                               f"{ctx.broker_id}'s metadata after "
                               f"{topic_change_wait_ms(req.timeout_ms)} ms")
-    return Respond({
-        "throttle_time_ms": 0,
-        "responses": [
-            {"name": n, "error_code": rows_out[n].error_code,
-             "error_message": rows_out[n].error_message}
-            for n in names_in
-        ],
-    })
+    for i, name in targets.items():
+        row = done_rows[name]
+        # v6: the topic's id with its name (as Kafka answers since KIP-516), when known
+        out[i] = _deleted_row(None if row.error_code == UNKNOWN_TOPIC_ID else name,
+                              row.topic_id or asked[i][1], row.error_code, row.error_message)
+    return Respond({"throttle_time_ms": 0, "responses": out})
 
 
 def handle_init_producer_id(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:

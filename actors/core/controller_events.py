@@ -127,6 +127,9 @@ class CreatePartitions:
 class DeleteTopics:
     request_id: RequestId
     topics: tuple[str, ...]
+    # topic name -> the id the client named it by (DeleteTopics v6): that topic is deleted
+    # only while it still has this id, else UNKNOWN_TOPIC_ID. Names not here: by name.
+    expected_ids: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +340,7 @@ class TopicResult:
     message: str | None = None
     num_partitions: int = -1
     replication_factor: int = -1
+    topic_id: str = ""  # the created or deleted topic's id ("": none, or not known)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1026,6 +1026,7 @@ class ControllerCore:
                 self._init_new_partitions(tps, lambda _o: self._part_done(request, name, ok))
 
         topic_id = self._new_topic_id()
+        ok = replace(ok, topic_id=topic_id)
         write_id = self._write(lambda w: CreateTopicZnodes(
             w, name, TopicAssignment(assignment, topic_id=topic_id), configs))
         self._topic_writes[write_id] = _TopicWrite(on_result, failed)
@@ -1138,7 +1139,14 @@ class ControllerCore:
                                        DeleteTopicsResult)
         to_mark = []
         for name in request.order:
-            if name not in self.topics:
+            expected = event.expected_ids.get(name)
+            if expected is not None and (name not in self.topics or
+                                         self.topics[name].assignment.topic_id != expected):
+                # named by an id that is no longer this name's (deleted, maybe made again)
+                self._part_done(request, name, TopicResult(
+                    name, int(ErrorCode.UNKNOWN_TOPIC_ID), f"no topic has id {expected}",
+                    topic_id=expected))
+            elif name not in self.topics:
                 self._part_done(request, name, TopicResult(
                     name, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
                     f"topic {name!r} does not exist"))
@@ -1147,7 +1155,8 @@ class ControllerCore:
                     name, int(ErrorCode.TOPIC_DELETION_DISABLED),
                     "topic deletion is disabled (delete.topic.enable=false)"))
             elif name in self.deleting:
-                self._part_done(request, name, TopicResult(name, int(ErrorCode.NONE)))
+                self._part_done(request, name, TopicResult(
+                    name, int(ErrorCode.NONE), topic_id=self.topics[name].assignment.topic_id))
             else:
                 to_mark.append(name)
         if not to_mark:
@@ -1162,8 +1171,11 @@ class ControllerCore:
         def on_result(key: Any, result: WriteResult) -> None:
             topic = str(key)
             if result.ok:
+                record = self.topics.get(topic)
+                topic_id = record.assignment.topic_id if record is not None else ""
                 self._start_topic_deletion(topic)
-                self._part_done(request, topic, TopicResult(topic, int(ErrorCode.NONE)))
+                self._part_done(request, topic, TopicResult(topic, int(ErrorCode.NONE),
+                                                            topic_id=topic_id))
             elif result.code is WriteCode.NO_NODE:
                 self._part_done(request, topic, TopicResult(
                     topic, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),

@@ -29,6 +29,7 @@ from loguru import logger
 from actors.controller import ACK_WAIT_NS, PENDING_GIVE_UP_NS, RESEND_TRIES, Controller
 from actors.core.log_dir import LogDir
 from actors.core.record_batch import build_batch
+from actors.core.topic_id import new_topic_id
 from actors.core.topic_store import TopicStore
 from actors.log_manager import LogManager
 from actors.partition_shard import PartitionShard
@@ -53,6 +54,7 @@ from wire.admin_messages import (
 from wire.broker_messages import (
     Append,
     AppendRow,
+    CreateTopicDoneRow,
     CreateTopicRow,
     CreateTopics,
     CreateTopicsDone,
@@ -251,7 +253,7 @@ def test_a_change_not_acknowledged_within_the_request_timeout_is_answered_timed_
         assert "3000" in str(changed[2])
         assert refused[1] not in (0, TIMED_OUT), answer  # its own error
         if kind is CreateTopicsDone:
-            assert changed[3:] == [-1, -1], "Kafka resets the counts on an error"
+            assert changed[3:] == [-1, -1, ""], "Kafka resets the counts and id on an error"
         for handler, update in zip(handlers[1:], updates[1:], strict=True):
             _ack(node, controller, handler, update)
         node.quiesce()
@@ -749,3 +751,29 @@ def test_a_restarted_process_has_its_shards_asked_for_the_pending_changes_at_onc
         ]
         if not unwritten_delete:
             assert main.ask(controller, GetStats())["topics"].keys() == {b}
+
+
+def test_create_answers_the_topic_id_and_a_delete_by_a_stale_id_keeps_the_topic(
+        manual_node: Node, tmp_path: Path) -> None:
+    """The id CreateTopicsDone answers is the one every handler's table gets; a delete
+    naming the topic by another id (a deleted namesake's) is UNKNOWN_TOPIC_ID and
+    deletes nothing; by its own id it deletes and answers the id."""
+    node = manual_node
+    controller, handlers, client = _start(node, tmp_path)
+    node.tell(controller, CreateTopics(1, False, [CreateTopicRow("t", 1, 1, {})]),
+              sender=client.name)
+    [created] = _answered_after_every_ack(node, controller, handlers, client, 1,
+                                          CreateTopicsDone).rows
+    topic_id = CreateTopicDoneRow(*created).topic_id
+    assert topic_id and all(u.topics["t"][2] == topic_id for u in _updates(node, handlers, 1))
+    stale = new_topic_id()  # a well-formed id no topic has
+    node.tell(controller, DeleteTopics(2, [DeleteTopicRow("t", stale)]), sender=client.name)
+    [refused] = wait_for(lambda: _got(node, client, DeleteTopicsDone), "the refusal")
+    assert [r[1] for r in refused.rows] == [int(ErrorCode.UNKNOWN_TOPIC_ID)]
+    assert "t" in node.ask(controller, GetStats())["topics"]
+    node.tell(controller, DeleteTopics(3, [DeleteTopicRow("t", topic_id)]), sender=client.name)
+    _ack_all(node, controller, handlers, 2)
+    [_refused, deleted] = wait_for(lambda: (lambda got: got if len(got) == 2 else None)(
+        _got(node, client, DeleteTopicsDone)), "the delete's answer")
+    assert [(r[1], r[3]) for r in deleted.rows] == [(0, topic_id)]
+    assert "t" not in node.ask(controller, GetStats())["topics"]

@@ -439,7 +439,9 @@ def test_every_advertised_version_is_served(broker: BrokerProcess, api_key: int,
             assert r.topics[0].error_code == 0
             assert c.list_offset(topic + "-new", 1, -1).error_code == 0
         elif api_key == DELETE_TOPICS:
-            r = c.call(api_key, version, {"topic_names": [topic], "timeout_ms": 5000})
+            named = ({"topics": [{"name": topic, "topic_id": None}]} if version >= 6
+                     else {"topic_names": [topic]})  # v6: by name or by id (KIP-516)
+            r = c.call(api_key, version, {**named, "timeout_ms": 5000})
             assert r.responses[0].error_code == 0
             assert c.list_offset(topic, 0, -1).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         elif api_key == INIT_PRODUCER_ID:

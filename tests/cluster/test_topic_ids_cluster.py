@@ -22,12 +22,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+from kafka.admin import NewTopic
+
 from actors.core.topic_id import decode_topic_id, is_topic_id, read_partition_metadata
 from actors.metadata import znodes
-from tests.broker.rawclient import METADATA, build, read_records
+from tests.broker.rawclient import DELETE_TOPICS, METADATA, build, read_records
 from tests.cluster.test_cluster import admin, create
 from tests.fixtures.cluster import Cluster, kafka_call, wait_for
 from tests.fixtures.cluster_tools import ZooKeeperReader, fetch_from, produce_to
+from wire.errors import ErrorCode
 
 
 def _topic_id(zk_connect: str, topic: str) -> str:
@@ -191,3 +195,55 @@ def test_a_znode_an_older_version_rewrote_without_the_id_keeps_the_replicas_reco
         assert "a deleted namesake's whose delete was lost" not in log, node.broker_id
         assert f"its directory holds topic id {first}, and the topic's id {late} was " \
             "given late" in log, node.broker_id
+
+
+def _metadata_by_id(cluster: Cluster, node_id: int, topic_id: uuid.UUID) -> Any:
+    node = cluster.nodes[node_id]
+    response = kafka_call(node.host, node.port, build(METADATA, 12, {
+        "topics": [{"topic_id": topic_id, "name": None}], "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False}))
+    [found] = response.topics
+    return found
+
+
+@pytest.mark.num_processes(1, 2)  # with 2, each connection may land on either process
+def test_create_answers_the_znodes_id_and_every_node_describes_and_deletes_by_it(
+        cluster_factory: Any, zk_connect: str) -> None:
+    """CreateTopics v7, Metadata v12 by id and DeleteTopics v6 through kafka-python's
+    admin client, as a client of a ZooKeeper cluster sees them from any node."""
+    cluster: Cluster = cluster_factory(2)
+    topic = "by-id"
+    client = admin(cluster)
+    try:
+        [row] = client.create_topics([NewTopic(topic, 2, 2)])["topics"]
+        assert row["error_code"] == 0 and row["topic_id"], row
+        topic_id = uuid.UUID(row["topic_id"])  # kafka-python's to_dict: a Uuid as text
+        assert topic_id.bytes == decode_topic_id(_topic_id(zk_connect, topic))
+        cluster.wait_topic(topic, 2)
+        for i in cluster.nodes:
+            wait_for(f"node {i} to describe the topic by its id", lambda i=i: (
+                lambda t: (t.error_code, t.name, len(t.partitions)) == (0, topic, 2))(
+                    _metadata_by_id(cluster, i, topic_id)))
+        unknown = uuid.uuid4()
+        for i in cluster.nodes:
+            found = _metadata_by_id(cluster, i, unknown)
+            assert (found.error_code, found.name, found.topic_id) == (
+                int(ErrorCode.UNKNOWN_TOPIC_ID), None, unknown)
+        for i, node in cluster.nodes.items():  # a topic named both ways: refused, kept
+            response = kafka_call(node.host, node.port, build(DELETE_TOPICS, 6, {
+                "topics": [{"name": topic, "topic_id": topic_id}], "timeout_ms": 10_000}))
+            assert [r.error_code for r in response.responses] == [
+                int(ErrorCode.INVALID_REQUEST)], i
+        result = client.delete_topics([topic_id], timeout_ms=30_000)
+        assert [(r["error_code"], r["name"], uuid.UUID(r["topic_id"]))
+                for r in result["topics"]] == [(0, topic, topic_id)]
+        for i in cluster.nodes:
+            wait_for(f"node {i} to forget the id", lambda i=i: _metadata_by_id(
+                cluster, i, topic_id).error_code == int(ErrorCode.UNKNOWN_TOPIC_ID))
+        again = client.delete_topics([topic_id], raise_errors=False)
+        assert [r["error_code"] for r in again["topics"]] == [int(ErrorCode.UNKNOWN_TOPIC_ID)]
+    finally:
+        client.close()
+    for node in cluster.nodes.values():
+        wait_for(f"node {node.broker_id} to delete {topic}",
+                 lambda n=node: not (n.data_dir / f"{topic}-0").exists())

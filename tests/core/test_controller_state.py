@@ -1066,3 +1066,31 @@ def test_a_znode_an_older_version_rewrote_without_the_id_gets_an_adopted_one() -
     rows = [m for _, m in sent_of(new, LeaderAndIsrRequest, mark)
             if any(r.topic == "t" for r in m.partitions) and m.topic_ids.get("t")]
     assert rows and all(m.topic_ids_adopted == ["t"] for m in rows)
+
+
+def test_create_topics_answers_the_id_it_wrote_and_validate_only_none() -> None:
+    c = cluster()
+    [made] = create(c, "orders").topics
+    assert made.error_code == 0
+    assert made.topic_id == c.reader.get_topic_assignments(["orders"])["orders"].topic_id
+    [again] = create(c, "orders").topics
+    assert (again.error_code, again.topic_id) == (ErrorCode.TOPIC_ALREADY_EXISTS, "")
+    checked = c.request(lambda rid: CreateTopics(rid, (NewTopic("dry", 1, 1),), True))
+    assert isinstance(checked, CreateTopicsResult)
+    assert [(t.error_code, t.topic_id) for t in checked.topics] == [(0, "")]
+
+
+def test_delete_topics_by_id_deletes_only_while_the_name_still_has_that_id() -> None:
+    """The handler resolves an id to a name from its own table; the controller deletes
+    the name only if it still has that id (not a namesake made since)."""
+    c = cluster()
+    [made] = create(c, "t").topics
+    [other] = create(c, "u").topics
+    stale = c.request(lambda rid: DeleteTopics(rid, ("t", "u"), {"t": other.topic_id}))
+    assert isinstance(stale, DeleteTopicsResult)
+    assert [(r.name, r.error_code, r.topic_id) for r in stale.topics] == [
+        ("t", ErrorCode.UNKNOWN_TOPIC_ID, other.topic_id), ("u", 0, other.topic_id)]
+    assert "t" in c.controller.core.topics and c.reader.get_topic_deletions() == {"u"}
+    deleted = c.request(lambda rid: DeleteTopics(rid, ("t",), {"t": made.topic_id}))
+    assert [(r.error_code, r.topic_id) for r in deleted.topics] == [(0, made.topic_id)]
+    assert c.reader.get_topic_deletions() == {"t", "u"}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from kafka import KafkaConsumer, KafkaProducer
+from kafka.admin import KafkaAdminClient
 from kafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
 
 from actors.security.acl import ResourceType as CoreType
@@ -332,3 +334,35 @@ def test_an_acl_change_is_decided_on_at_once_by_every_process(
         future.result(timeout=15)
     seen = [topic in alice.list_topics(timeout=10).topics for alice in alices]
     assert seen == [False] * 4, seen
+
+
+def test_topics_named_by_id_hide_the_name_alice_may_not_describe(
+        node: tuple[BrokerProcess, str]) -> None:
+    """Kafka (KIP-516): an id is not secret, a name is. Metadata v12 and DeleteTopics v6
+    by id answer a topic alice may not describe TOPIC_AUTHORIZATION_FAILED with a null
+    name; one she may describe but not delete keeps its name in the refusal."""
+    broker, _ = node
+    admin = _admin(broker)
+    stamp = time.time_ns()
+    hidden, seen = f"id-hidden-{stamp}", f"id-seen-{stamp}"
+    for future in admin.create_topics([NewTopic(hidden, 1, 1), NewTopic(seen, 1, 1)]).values():
+        future.result(timeout=15)
+    for future in admin.create_acls([_allow(seen, AclOperation.DESCRIBE)],
+                                    request_timeout=15).values():
+        future.result(timeout=15)
+    super_kp = KafkaAdminClient(bootstrap_servers=broker.bootstrap, **_kp("admin"))
+    alice = KafkaAdminClient(bootstrap_servers=broker.bootstrap, **_kp("alice"))
+    try:
+        ids = {t["name"]: uuid.UUID(t["topic_id"])
+               for t in super_kp.describe_topics([hidden, seen])}
+        described = alice.describe_topics([ids[hidden], ids[seen]])
+        assert [(t["error_code"], t["name"], uuid.UUID(t["topic_id"])) for t in described] == [
+            (29, None, ids[hidden]), (0, seen, ids[seen])]
+        deleted = alice.delete_topics([ids[hidden], ids[seen]], raise_errors=False)
+        assert [(r["error_code"], r["name"]) for r in deleted["topics"]] == [
+            (29, None), (29, seen)]
+        assert {t["name"] for t in super_kp.describe_topics([hidden, seen])
+                if t["error_code"] == 0} == {hidden, seen}
+    finally:
+        alice.close()
+        super_kp.close()

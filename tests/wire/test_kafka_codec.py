@@ -1300,3 +1300,44 @@ def test_request_headers_read_with_struct_as_the_decoder_reads_them(api_key: int
     from wire.kafka_codec import requests as kreq
 
     assert (api_key, version) in kreq._flexible_by_version  # the struct path was taken
+
+
+# ------------------------------------------------------------ topic ids (KIP-516)
+TOPIC_ID = uuid.UUID("7e7bbe72-63f7-13db-5cf0-d7cc99286f7e")
+
+
+@pytest.mark.parametrize(("api_key", "version", "request_", "response"), [
+    (3, 12, {"topics": [{"name": None, "topic_id": TOPIC_ID}],
+             "allow_auto_topic_creation": False, "include_topic_authorized_operations": False},
+     {"throttle_time_ms": 0, "brokers": [], "cluster_id": None, "controller_id": -1,
+      "topics": [{"error_code": 100, "name": None, "topic_id": TOPIC_ID,
+                  "is_internal": False, "partitions": []}]}),
+    (20, 6, {"topics": [{"name": None, "topic_id": TOPIC_ID}, {"name": "t", "topic_id": None}],
+             "timeout_ms": 5000},
+     {"throttle_time_ms": 0, "responses": [
+         {"name": None, "topic_id": TOPIC_ID, "error_code": 100, "error_message": "no"},
+         {"name": "t", "topic_id": TOPIC_ID, "error_code": 0, "error_message": None}]}),
+    (19, 7, {"topics": [{"name": "t", "num_partitions": 1, "replication_factor": 1,
+                         "assignments": [], "configs": []}],
+             "timeout_ms": 5000, "validate_only": False},
+     {"throttle_time_ms": 0, "topics": [
+         {"name": "t", "topic_id": TOPIC_ID, "error_code": 0, "error_message": None,
+          "num_partitions": 1, "replication_factor": 1, "configs": None},
+         {"name": "u", "topic_id": None, "error_code": 36, "error_message": "exists",
+          "num_partitions": -1, "replication_factor": -1, "configs": None}]}),
+], ids=["metadata-v12", "delete-topics-v6", "create-topics-v7"])
+def test_topic_ids_and_null_names_cross_the_codec_both_ways(
+        api_key: int, version: int, request_: dict, response: dict) -> None:
+    """A client's request naming topics by id decodes here as sent; the answers with ids
+    and null names (an unknown id's) read back in kafka-python as written."""
+    protocol, frame = client_request(api_key, version, request_)
+    header = kc.parse_request_header(frame)
+    decoded = kc.decode_request(header, frame)
+    if api_key != 19:  # CreateTopics names its topics by name only
+        assert [(t.name, t.topic_id) for t in decoded.topics] == [
+            (t["name"], t["topic_id"]) for t in request_["topics"]]
+    [(_, answer)] = protocol.receive_bytes(kc.encode_response(header, response))
+    rows = answer.topics if api_key != 20 else answer.responses
+    wanted = response["topics"] if api_key != 20 else response["responses"]
+    assert [(r.name, r.topic_id, r.error_code) for r in rows] == [
+        (w["name"], w["topic_id"], w["error_code"]) for w in wanted]

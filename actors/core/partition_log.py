@@ -39,7 +39,9 @@ from actors.core.producer_state import (
     snapshot_path,
     write_snapshot,
 )
+from actors.core.recompress import COMPRESSION_TYPES, PRODUCER, recompress
 from actors.core.record_batch import (
+    INFLATE_CHECK_MAX_BYTES,
     TRANSACTIONAL_BIT,
     BatchHeader,
     check_batches,
@@ -126,6 +128,9 @@ class LogConfig:
     delete_retention_ms: int = DAY_MS
     min_compaction_lag_ms: int = 0
     min_cleanable_dirty_ratio: float = 0.5
+    # Kafka's compression.type: "producer" keeps each batch as sent; a codec (or
+    # "uncompressed") has the leader re-encode a client's batch of another codec
+    compression_type: str = PRODUCER
 
     @property
     def compact(self) -> bool:
@@ -148,6 +153,9 @@ class LogConfig:
             raise ValueError(f"message_timestamp_before_max_ms and _after_max_ms must be "
                              f">= 0, got {self.message_timestamp_before_max_ms} and "
                              f"{self.message_timestamp_after_max_ms}")
+        if self.compression_type not in COMPRESSION_TYPES:
+            raise ValueError(f"compression_type must be one of {', '.join(COMPRESSION_TYPES)}, "
+                             f"got {self.compression_type!r}")
         if self.index_interval_bytes < 0:
             raise ValueError(f"index_interval_bytes must be >= 0, got "
                              f"{self.index_interval_bytes}")
@@ -473,10 +481,16 @@ class PartitionLog:
             and (config.message_timestamp_before_max_ms != NO_LIMIT
                                 or config.message_timestamp_after_max_ms != NO_LIMIT)
             else None)
+        # The codec a client's batches are re-encoded to, None to keep them as sent (the
+        # default; always for the coordinators' logs, which the broker reads uncompressed).
+        self._target_codec = (None if self.topic in COORDINATOR_TOPICS
+                              else COMPRESSION_TYPES[config.compression_type])
         # Largest append the single-batch fast path takes: within max.message.bytes and
-        # segment.bytes, and CreateTime only (LogAppendTime rewrites the header).
+        # segment.bytes, CreateTime only (LogAppendTime rewrites the header), and none
+        # with a target codec (the general path re-encodes what needs it).
         self._single_batch_max_bytes = (
-            min(config.max_message_bytes, config.segment_bytes) if create_time else -1)
+            min(config.max_message_bytes, config.segment_bytes)
+            if create_time and self._target_codec is None else -1)
 
     @property
     def log_start_offset(self) -> int:
@@ -694,6 +708,11 @@ class PartitionLog:
                     if duplicate is not None:
                         return self._duplicate_append_info(duplicate)
             state.check_batches(headers)
+        if self._target_codec is not None and not coordinator:
+            converted = recompress(records, headers, self._target_codec,
+                                   max(max_bytes, INFLATE_CHECK_MAX_BYTES))
+            if converted is not None:
+                records, headers, total = self._recompressed(converted)
 
         view = memoryview(records)
         append_time = now_ms if self.config.message_timestamp_type == LOG_APPEND_TIME else None
@@ -723,6 +742,25 @@ class PartitionLog:
         if self._unflushed_messages >= self.config.flush_messages:
             self._flush_appended(now_ms, info)
         return info
+
+    def _recompressed(self, records: bytes) -> tuple[bytes, list[BatchHeader], int]:
+        """The re-encoded ``records`` with their headers and size, checked again against
+        max.message.bytes and segment.bytes (a weaker codec makes them larger), as Kafka
+        checks a batch whose size validation may have changed."""
+        headers = check_batches(records)
+        max_bytes = self.config.max_message_bytes
+        codec = self.config.compression_type
+        for header in headers:
+            if header.size > max_bytes:
+                raise MessageTooLargeError(
+                    f"record batch at byte {header.position} is {header.size} bytes once "
+                    f"re-encoded for compression.type {codec}, larger than "
+                    f"max.message.bytes {max_bytes}")
+        if len(records) > self.config.segment_bytes:
+            raise RecordListTooLargeError(
+                f"{len(records)} bytes of records, re-encoded for compression.type {codec}, "
+                f"exceed segment.bytes {self.config.segment_bytes}")
+        return records, headers, len(records)
 
     def _flush_appended(self, now_ms: int, info: AppendInfo) -> None:
         """The flush ``flush.messages`` asks for after an append (``info``), once the

@@ -3,9 +3,11 @@
 The log stores batches exactly as clients send them. Only the 61-byte header
 is ever parsed on the hot path; records (possibly compressed) are not
 decoded, because per-record Python work would cap the broker's throughput.
-The one exception is a topic with timestamp bounds
+The exceptions: a topic with timestamp bounds
 (message.timestamp.before/after.max.ms), whose appends read each record's
-timestamp (``record_timestamps``), as Kafka's do.
+timestamp (``record_timestamps``), as Kafka's do; and a topic whose
+compression.type names a codec, whose batches of another codec are
+re-encoded (actors/core/recompress.py).
 The CRC is CRC-32C over everything after the crc field (attributes to the
 end), computed with the C ``crc32c`` package.
 """
@@ -230,7 +232,8 @@ def check_client_batch(header: BatchHeader) -> None:
 
 HEAD_TO_MAGIC = struct.Struct(">qiib")  # the 17 bytes before the CRC
 _HEAD_TO_MAGIC = HEAD_TO_MAGIC
-_AFTER_CRC = struct.Struct(">hiqqqhii")  # the 40 header bytes after the CRC
+AFTER_CRC = struct.Struct(">hiqqqhii")  # the 40 header bytes after the CRC
+_AFTER_CRC = AFTER_CRC
 
 
 def leader_header(view: memoryview, header: BatchHeader, base_offset: int, leader_epoch: int,
@@ -424,24 +427,47 @@ def record_codecs() -> dict[int, tuple[Callable[[bytes], bytes], Callable[[bytes
 
 
 GZIP = 1  # the attributes' compression codec of a gzip batch
+SNAPPY = 2
+LZ4 = 3
+ZSTD = 4
 # The most a compressed batch is inflated to read its records' timestamps on the produce
 # path: a small batch may inflate to gigabytes (all zeros), which must not stall or take
 # down its shard; past it the batch is judged by its header, as an unreadable one is.
 INFLATE_CHECK_MAX_BYTES = 16 << 20
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"  # the xerial snappy framing Kafka's clients write
+_XERIAL_HEADER_SIZE = 16  # magic (8), version (4), compatible version (4)
 
 
-def _gunzip_bounded(body: bytes | memoryview, limit: int, position: int) -> bytes | None:
-    """The gzip ``body`` inflated (every member), or None if that is more than ``limit``
-    bytes; CorruptMessageError if it is not gzip."""
+def decompress_bounded(codec: int, body: bytes | memoryview, limit: int,
+                       position: int) -> bytes | None:
+    """The records section ``body`` of a batch compressed with ``codec`` (1 gzip, 2
+    snappy, 3 lz4, 4 zstd), decompressed; None if that is more than ``limit`` bytes,
+    which is found out without producing much more than ``limit`` bytes (a small batch
+    may inflate to gigabytes). CorruptMessageError if it does not decompress with its
+    codec, or the codec is unknown; ``position`` (the batch's byte) names it."""
+    try:
+        if codec == GZIP:
+            return _gunzip_bounded(bytes(body), limit, position)
+        if codec == SNAPPY:
+            return _unsnappy_bounded(bytes(body), limit, position)
+        if codec == LZ4:
+            return _unlz4_bounded(bytes(body), limit, position)
+        if codec == ZSTD:
+            return _unzstd_bounded(bytes(body), limit)
+    except CorruptMessageError:
+        raise
+    except Exception as exc:  # each library's own error type for a bad stream
+        raise CorruptMessageError(f"record batch at byte {position} does not "
+                                  f"decompress: {exc}") from None
+    raise CorruptMessageError(f"record batch at byte {position} has compression codec "
+                              f"{codec}, which is none of Kafka's (0 to 4)")
+
+
+def _gunzip_bounded(data: bytes, limit: int, position: int) -> bytes | None:
     out = bytearray()
-    data = bytes(body)
     while data:
         inflater = zlib.decompressobj(wbits=31)  # gzip framing
-        try:
-            out += inflater.decompress(data, limit + 1 - len(out))
-        except zlib.error as exc:
-            raise CorruptMessageError(f"record batch at byte {position} does not "
-                                      f"decompress: {exc}") from None
+        out += inflater.decompress(data, limit + 1 - len(out))
         if len(out) > limit or inflater.unconsumed_tail:
             return None
         if not inflater.eof:
@@ -451,11 +477,91 @@ def _gunzip_bounded(body: bytes | memoryview, limit: int, position: int) -> byte
     return bytes(out)
 
 
+def _snappy_length(block: bytes) -> int:
+    """The uncompressed length a raw snappy block states first (a little-endian varint)."""
+    length = shift = 0
+    for byte in block[:5]:
+        length |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return length
+        shift += 7
+    raise ValueError("a snappy block's length is not a varint of at most 5 bytes")
+
+
+def _unsnappy_bounded(data: bytes, limit: int, position: int) -> bytes | None:
+    """Kafka's snappy: xerial framing (a header, then blocks each after its big-endian
+    int32 length), or one raw snappy block; each block states its length before it is
+    decompressed, so the bound is checked first."""
+    import snappy
+
+    if not (len(data) > _XERIAL_HEADER_SIZE and data.startswith(_XERIAL_MAGIC)):
+        if _snappy_length(data) > limit:
+            return None
+        return bytes(snappy.decompress(data))
+    out = bytearray()
+    cursor = _XERIAL_HEADER_SIZE
+    while cursor < len(data):
+        if cursor + 4 > len(data):
+            raise CorruptMessageError(f"record batch at byte {position} does not "
+                                      f"decompress: its snappy stream is cut short")
+        (size,) = _I.unpack_from(data, cursor)
+        block = data[cursor + 4:cursor + 4 + size]
+        if size < 0 or len(block) != size:
+            raise CorruptMessageError(f"record batch at byte {position} does not "
+                                      f"decompress: a snappy block runs past its end")
+        if len(out) + _snappy_length(block) > limit:
+            return None
+        out += snappy.decompress(block)
+        cursor += 4 + size
+    return bytes(out)
+
+
+def _unlz4_bounded(data: bytes, limit: int, position: int) -> bytes | None:
+    import lz4.frame
+
+    out = bytearray()
+    while data:
+        decompressor = lz4.frame.LZ4FrameDecompressor()
+        out += decompressor.decompress(data, max_length=limit + 1 - len(out))
+        if len(out) > limit:
+            return None
+        if not decompressor.eof:
+            if not decompressor.needs_input:
+                return None  # more output waits: past the limit
+            raise CorruptMessageError(f"record batch at byte {position} does not "
+                                      f"decompress: its lz4 frame is cut short")
+        data = decompressor.unused_data
+    return bytes(out)
+
+
+def _unzstd_bounded(data: bytes, limit: int) -> bytes | None:
+    import io
+
+    import zstandard
+
+    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data),
+                                                    read_across_frames=True) as reader:
+        out = reader.read(limit + 1)
+    return None if len(out) > limit else out
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    """``data`` (a records section) compressed with ``codec`` as Kafka's clients do it:
+    gzip at zlib's default level (Kafka's), snappy in xerial framing, lz4 as one frame
+    of independent blocks, zstd at its default level."""
+    if codec == GZIP:
+        deflater = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, 31)
+        return deflater.compress(data) + deflater.flush()
+    if codec in (SNAPPY, LZ4, ZSTD):
+        return record_codecs()[codec][1](data)
+    raise ValueError(f"compression codec {codec} is none of gzip, snappy, lz4, zstd (1-4)")
+
+
 def record_timestamps(buf: bytes | bytearray | memoryview,
                       header: BatchHeader) -> list[int] | None:
     """The CreateTime timestamp of each record of the (checked) batch ``header``, in
-    order, inflating a gzip batch; None for a batch of another codec (their libraries are
-    optional here) or one that inflates past INFLATE_CHECK_MAX_BYTES.
+    order, decompressing a compressed batch; None for one that inflates past
+    INFLATE_CHECK_MAX_BYTES.
 
     Kafka validates each record's timestamp, not the header's first and max: a
     record may be older than the first (deltas are signed), and the header's max
@@ -464,9 +570,8 @@ def record_timestamps(buf: bytes | bytearray | memoryview,
     start = header.position + HEADER_SIZE
     body: bytes | memoryview = memoryview(buf)[start:header.position + header.size]
     if header.compression:
-        if header.compression != GZIP:
-            return None
-        inflated = _gunzip_bounded(body, INFLATE_CHECK_MAX_BYTES, header.position)
+        inflated = decompress_bounded(header.compression, body, INFLATE_CHECK_MAX_BYTES,
+                                      header.position)
         if inflated is None:
             return None
         body = inflated

@@ -1,0 +1,250 @@
+"""compression.type: the leader re-encodes a client's batch whose codec differs from the
+topic's (Kafka's LogValidator), the bounded decompression of every codec, the config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from actors.core.partition_log import LogConfig, PartitionLog
+from actors.core.recompress import COMPRESSION_TYPES, recompress
+from actors.core.record_batch import (
+    CONTROL_BIT,
+    INFLATE_CHECK_MAX_BYTES,
+    build_batch,
+    check_batches,
+    compress,
+    decompress_bounded,
+    record_timestamps,
+)
+from actors.core.topic_config import (
+    InvalidConfigError,
+    describe_topic_configs,
+    log_config_for,
+    validate_topic_configs,
+)
+from actors.runtime.config import SPEC, Config, ConfigError
+from wire.errors import CorruptMessageError, InvalidRecordError, MessageTooLargeError
+
+NOW = 1_700_000_000_000
+BROKER = {key: default for key, (default, _kind, _doc) in SPEC.items()}
+CODECS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def produced(codec: int, count: int = 3, *, producer_id: int = -1, epoch: int = -1,
+             sequence: int = -1, transactional: bool = False) -> bytes:
+    """A batch as a producer builds it: keys, values, headers, spread timestamps."""
+    builder = DefaultRecordBatchBuilder(2, codec, transactional, producer_id, epoch,
+                                        sequence, 1 << 20)
+    for i in range(count):
+        builder.append(i, NOW + (7 * i if i != 1 else -5), b"k%d" % i,
+                       b"value-%d " % i * 50, [("h", b"x%d" % i)])
+    return bytes(builder.build())
+
+
+def records_of(raw: bytes) -> list[tuple[int, int, bytes | None, bytes | None, list[object]]]:
+    batch = DefaultRecordBatch(bytearray(raw))
+    return [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch]
+
+
+def codec_of(raw: bytes) -> int:
+    return DefaultRecordBatch(bytearray(raw)).compression_type
+
+
+@pytest.mark.parametrize("source", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("target", [0, 1, 2, 3, 4])
+def test_every_codec_to_every_other_keeps_the_records(source: int, target: int) -> None:
+    raw = produced(source, producer_id=7, epoch=2, sequence=40, transactional=True)
+    headers = check_batches(raw)
+    out = recompress(raw, headers, target, INFLATE_CHECK_MAX_BYTES)
+    if source == target:
+        assert out is None  # nothing to do: the batch is kept as sent
+        return
+    assert out is not None
+    (new,) = check_batches(out)  # whole, CRC right
+    (old,) = headers
+    assert codec_of(out) == target and new.compression == target
+    assert records_of(out) == records_of(raw)
+    assert (new.producer_id, new.producer_epoch, new.base_sequence, new.is_transactional,
+            new.records_count, new.last_offset_delta, new.base_timestamp) == (
+        7, 2, 40, True, old.records_count, old.last_offset_delta, old.base_timestamp)
+    assert new.max_timestamp == NOW + 14
+
+
+def test_a_batch_of_the_target_codec_is_kept_among_others() -> None:
+    gz, lz = produced(1), produced(3)
+    out = recompress(gz + lz, check_batches(gz + lz), 3, INFLATE_CHECK_MAX_BYTES)
+    assert out is not None
+    first, second = check_batches(out)
+    assert out[second.position:] == lz  # untouched
+    assert first.compression == 3 and records_of(out[:first.size]) == records_of(gz)
+
+
+def test_an_uncompressed_control_batch_stays_uncompressed() -> None:
+    marker = build_batch([b"\x00\x00\x00\x00"], keys=[b"\x00\x00\x00\x00"],
+                         producer_id=3, producer_epoch=0, attributes=CONTROL_BIT | 0x10)
+    assert recompress(marker, check_batches(marker), 4, INFLATE_CHECK_MAX_BYTES) is None
+
+
+def test_a_batch_whose_records_do_not_match_its_count_is_refused() -> None:
+    raw = produced(0, count=2)
+    (two,) = check_batches(raw)
+    # a header that counts three over two records' bytes: the third runs past the end
+    with pytest.raises(CorruptMessageError, match="does not hold the 3 records it counts"):
+        recompress(raw, [two._replace(records_count=3)], 1, 1 << 20)
+    # a header that counts one over two records' bytes: bytes left after it
+    with pytest.raises(InvalidRecordError, match="after its 1 records"):
+        recompress(raw, [two._replace(records_count=1)], 1, 1 << 20)
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_a_bomb_is_refused_before_it_is_inflated_whole(codec: int) -> None:
+    """A small batch whose one value inflates past the limit: every codec stops at the
+    limit (not the gigabytes), and the recompression refuses it as too large."""
+    limit = 1 << 20
+    builder = DefaultRecordBatchBuilder(2, codec, False, -1, -1, -1, 64 << 20)
+    builder.append(0, NOW, None, bytes(4 * limit), [])
+    raw = bytes(builder.build())
+    assert len(raw) < limit
+    (header,) = check_batches(raw)
+    assert decompress_bounded(codec, memoryview(raw)[61:], limit, 0) is None
+    assert decompress_bounded(codec, memoryview(raw)[61:], 8 * limit, 0) is not None
+    with pytest.raises(MessageTooLargeError, match="decompresses to more than 1048576"):
+        recompress(raw, [header], 0 if codec != 1 else 2, limit)
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_garbage_does_not_decompress(codec: int) -> None:
+    with pytest.raises(CorruptMessageError, match="does not decompress"):
+        decompress_bounded(codec, b"\x01\x02\x03 not a compressed stream at all", 1 << 20, 9)
+    with pytest.raises(CorruptMessageError, match="codec 6"):
+        decompress_bounded(6, b"x", 10, 9)
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_compress_round_trips_and_matches_the_clients_framing(codec: int) -> None:
+    data = bytes(range(256)) * 1000
+    packed = compress(codec, data)
+    assert decompress_bounded(codec, packed, len(data), 0) == data
+    if codec == 2:
+        assert packed.startswith(b"\x82SNAPPY\x00")  # xerial framing, as Kafka's clients
+    if codec == 3:
+        assert packed.startswith(b"\x04\x22\x4d\x18")  # an LZ4 frame
+
+
+def test_record_timestamps_reads_every_codec() -> None:
+    for codec in (2, 3, 4):
+        raw = produced(codec)
+        assert record_timestamps(raw, check_batches(raw)[0]) == [NOW, NOW - 5, NOW + 14]
+
+
+# ------------------------------------------------------------------------- the log
+
+
+def open_log(path: Path, compression_type: str, **config: object) -> PartitionLog:
+    log = PartitionLog.open(path / "t-0", "t", 0,
+                            LogConfig(compression_type=compression_type, **config),  # type: ignore[arg-type]
+                            NOW)
+    log.assign_epoch_start_offset(0, 0)
+    return log
+
+
+def stored(log: PartitionLog) -> bytes:
+    return bytes(log.read(0, 10 << 20).records)
+
+
+@pytest.mark.parametrize("target", ["uncompressed", "gzip", "snappy", "lz4", "zstd"])
+def test_the_leader_stores_the_topics_codec(tmp_path: Path, target: str) -> None:
+    log = open_log(tmp_path, target)
+    sources = [1, 2, 3, 4, 0]
+    for source in sources:
+        raw = produced(source)
+        log.append_as_leader(raw, 0, NOW)
+    data = stored(log)
+    batches = check_batches(data)
+    assert [b.compression for b in batches] == [COMPRESSION_TYPES[target]] * len(sources)
+    assert [b.base_offset for b in batches] == [0, 3, 6, 9, 12]
+    for i, b in enumerate(batches):
+        assert records_of(data[b.position:b.position + b.size]) == [
+            (3 * i + o, t, k, v, h) for o, t, k, v, h in records_of(produced(sources[i]))]
+
+
+def test_an_idempotent_retry_of_a_recompressed_batch_is_a_duplicate(tmp_path: Path) -> None:
+    log = open_log(tmp_path, "zstd")
+    raw = produced(1, producer_id=5, epoch=0, sequence=0)
+    first = log.append_as_leader(raw, 0, NOW)
+    again = log.append_as_leader(raw, 0, NOW)
+    assert (again.first_offset, again.last_offset) == (first.first_offset, first.last_offset)
+    assert log.log_end_offset == 3
+    nxt = log.append_as_leader(produced(1, producer_id=5, epoch=0, sequence=3), 0, NOW)
+    assert nxt.first_offset == 3
+    (one, two) = check_batches(stored(log))
+    assert (one.base_sequence, two.base_sequence, two.compression) == (0, 3, 4)
+
+
+def test_a_batch_too_large_once_re_encoded_is_refused(tmp_path: Path) -> None:
+    builder = DefaultRecordBatchBuilder(2, 1, False, -1, -1, -1, 1 << 22)
+    builder.append(0, NOW, None, bytes(200_000), [])
+    raw = bytes(builder.build())
+    log = open_log(tmp_path, "uncompressed", max_message_bytes=100_000)
+    with pytest.raises(MessageTooLargeError, match=r"once re-encoded for compression\.type "
+                                                   r"uncompressed"):
+        log.append_as_leader(raw, 0, NOW)
+    assert log.log_end_offset == 0
+
+
+def test_producer_keeps_every_batch_as_sent(tmp_path: Path) -> None:
+    log = open_log(tmp_path, "producer")
+    raws = [produced(c) for c in (0, 1, 2, 3, 4)]
+    for raw in raws:
+        log.append_as_leader(raw, 0, NOW)
+    data = stored(log)
+    assert [b.compression for b in check_batches(data)] == [0, 1, 2, 3, 4]
+
+
+def test_the_coordinators_logs_are_never_re_encoded(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path / "__consumer_offsets-0", "__consumer_offsets", 0,
+                            LogConfig(compression_type="gzip"), NOW)
+    log.assign_epoch_start_offset(0, 0)
+    log.append_as_leader(build_batch([b"v"], keys=[b"k"]), 0, NOW)
+    assert check_batches(bytes(log.read(0, 1 << 20).records))[0].compression == 0
+
+
+# ---------------------------------------------------------------------- the config
+
+
+def test_the_config_takes_kafkas_values_only() -> None:
+    for value in COMPRESSION_TYPES:
+        assert validate_topic_configs({"compression.type": value}) == {
+            "compression.type": value}
+    with pytest.raises(InvalidConfigError, match=r"compression\.type must be one of producer, "
+                                                 r"uncompressed, gzip, snappy, lz4, zstd, got "
+                                                 r"'brotli'"):
+        validate_topic_configs({"compression.type": "brotli"})
+    with pytest.raises(ValueError, match="compression_type"):
+        LogConfig(compression_type="none")
+
+
+def test_the_topic_value_wins_over_the_brokers_and_both_are_synonyms() -> None:
+    broker = dict(BROKER, **{"compression.type": "lz4"})
+    assert log_config_for(BROKER, {}).compression_type == "producer"
+    assert log_config_for(broker, {}).compression_type == "lz4"
+    assert log_config_for(broker, {"compression.type": "gzip"}).compression_type == "gzip"
+    [described] = [c for c in describe_topic_configs(
+        broker, {"compression.type"}, {"compression.type": "gzip"}, BROKER)
+        if c.name == "compression.type"]
+    assert described.value == "gzip"
+    assert [(n, v, int(s)) for n, v, s in described.synonyms] == [
+        ("compression.type", "gzip", 1), ("compression.type", "lz4", 4),
+        ("compression.type", "producer", 5)]
+
+
+def test_the_broker_key_is_checked(tmp_path: Path) -> None:
+    path = tmp_path / "broker.toml"
+    path.write_text('"compression.type" = "gzip"\n')
+    assert Config.load(path)["compression.type"] == "gzip"
+    path.write_text('"compression.type" = "deflate"\n')
+    with pytest.raises(ConfigError, match=r"compression\.type"):
+        Config.load(path)

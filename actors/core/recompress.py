@@ -29,7 +29,7 @@ from actors.core.record_batch import (
     BatchHeader,
     compress,
     decompress_bounded,
-    record_spans,
+    record_timestamp_deltas,
 )
 from wire.errors import CorruptMessageError, InvalidRecordError, MessageTooLargeError
 
@@ -83,17 +83,15 @@ def _rebuilt(header: BatchHeader, plain: bytes, codec: int) -> bytes:
     """The batch of ``header`` with the records section ``plain`` encoded with ``codec``."""
     where = f"record batch at byte {header.position}"
     try:
-        spans = record_spans(plain, header.records_count)
+        deltas = record_timestamp_deltas(plain, header.records_count)
     except CorruptMessageError as exc:
         raise CorruptMessageError(f"{where} does not hold the {header.records_count} "
                                   f"records it counts: {exc}") from None
-    if not spans or spans[-1].end != len(plain):
-        raise InvalidRecordError(
-            f"{where} has {len(plain) - (spans[-1].end if spans else 0)} bytes after its "
-            f"{header.records_count} records")
+    except InvalidRecordError as exc:
+        raise InvalidRecordError(f"{where} has {exc}") from None
     max_timestamp = header.max_timestamp
     if not header.attributes & TIMESTAMP_TYPE_BIT:
-        max_timestamp = header.base_timestamp + max(s.timestamp_delta for s in spans)
+        max_timestamp = header.base_timestamp + max(deltas)
     body = compress(codec, plain) if codec else plain
     attributes = (header.attributes & ~COMPRESSION_MASK) | codec
     after_crc = AFTER_CRC.pack(

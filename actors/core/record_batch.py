@@ -576,19 +576,31 @@ def record_timestamps(buf: bytes | bytearray | memoryview,
             return None
         body = inflated
     base = header.base_timestamp
-    view = memoryview(body)
+    try:
+        deltas = record_timestamp_deltas(body, header.records_count, exact=False)
+    except CorruptMessageError as exc:
+        raise CorruptMessageError(f"record batch at byte {header.position}: {exc}") from None
+    return [base + delta for delta in deltas]
+
+
+def record_timestamp_deltas(records: bytes | memoryview, count: int,
+                            exact: bool = True) -> list[int]:
+    """The timestamp delta of each of the ``count`` records of a (decompressed) records
+    section: CorruptMessageError for a record that runs past its end and, if ``exact``,
+    InvalidRecordError for bytes left after the last."""
+    view = memoryview(records)
     end = len(view)
     out: list[int] = []
     pos = 0
-    for _ in range(header.records_count):
+    for _ in range(count):
         length, pos = _read_varint(view, pos, end)
         record_end = pos + length
         if length < 0 or record_end > end:
-            raise CorruptMessageError(f"record batch at byte {header.position}: a record "
-                                      f"runs past the end of its batch")
-        ts_delta, _ = _read_varint(view, pos + 1, record_end)  # after the attributes
-        out.append(base + ts_delta)
+            raise CorruptMessageError("record runs past the end of its batch")
+        out.append(_read_varint(view, pos + 1, record_end)[0])  # after the attributes
         pos = record_end
+    if exact and pos != end:
+        raise InvalidRecordError(f"{end - pos} bytes after its {count} records")
     return out
 
 

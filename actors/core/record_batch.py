@@ -438,46 +438,74 @@ _XERIAL_MAGIC = b"\x82SNAPPY\x00"  # the xerial snappy framing Kafka's clients w
 _XERIAL_HEADER_SIZE = 16  # magic (8), version (4), compatible version (4)
 
 
+# Kafka's clients write one gzip member or lz4 frame per batch; a reader takes a few
+# concatenated ones (Java's GZIPInputStream does), but each further one restarts the
+# codec on what is left (its libraries copy that rest): more than this is refused as
+# corrupt, so the work stays linear in the batch.
+MAX_COMPRESSED_STREAMS = 16
+_INFLATE_CHUNK = 1 << 20  # the most produced by one call of a codec (lz4, zstd)
+
+
 def decompress_bounded(codec: int, body: bytes | memoryview, limit: int,
                        position: int) -> bytes | None:
     """The records section ``body`` of a batch compressed with ``codec`` (1 gzip, 2
     snappy, 3 lz4, 4 zstd), decompressed; None if that is more than ``limit`` bytes,
     which is found out without producing much more than ``limit`` bytes (a small batch
-    may inflate to gigabytes). CorruptMessageError if it does not decompress with its
-    codec, or the codec is unknown; ``position`` (the batch's byte) names it."""
+    may inflate to gigabytes).
+
+    CorruptMessageError (Kafka's CORRUPT_MESSAGE) for data its codec does not decode:
+    a stream its library refuses or that is cut short, more than
+    MAX_COMPRESSED_STREAMS gzip members or lz4 frames, or a codec none of Kafka's;
+    ``position`` (the batch's byte) names it. Only the libraries' own errors for a bad
+    stream are turned into it: anything else (a missing library, no memory) is raised
+    as it is."""
+    import lz4.frame  # noqa: F401 (imported here: the codecs load on first use)
+    import snappy
+    import zstandard
+
+    codec_errors = (zlib.error, snappy.UncompressError, RuntimeError, zstandard.ZstdError)
     try:
         if codec == GZIP:
-            return _gunzip_bounded(bytes(body), limit, position)
+            return _gunzip_bounded(memoryview(body), limit, position)
         if codec == SNAPPY:
             return _unsnappy_bounded(bytes(body), limit, position)
         if codec == LZ4:
-            return _unlz4_bounded(bytes(body), limit, position)
+            return _unlz4_bounded(memoryview(body), limit, position)
         if codec == ZSTD:
             return _unzstd_bounded(bytes(body), limit)
-    except CorruptMessageError:
-        raise
-    except Exception as exc:  # each library's own error type for a bad stream
+    except codec_errors as exc:  # lz4.frame's is RuntimeError
         raise CorruptMessageError(f"record batch at byte {position} does not "
                                   f"decompress: {exc}") from None
     raise CorruptMessageError(f"record batch at byte {position} has compression codec "
                               f"{codec}, which is none of Kafka's (0 to 4)")
 
 
-def _gunzip_bounded(data: bytes, limit: int, position: int) -> bytes | None:
+def _too_many_streams(position: int, what: str) -> CorruptMessageError:
+    return CorruptMessageError(
+        f"record batch at byte {position} does not decompress: it holds more than "
+        f"{MAX_COMPRESSED_STREAMS} {what} (Kafka's clients write one)")
+
+
+def _gunzip_bounded(data: memoryview, limit: int, position: int) -> bytes | None:
     out = bytearray()
-    while data:
+    offset = 0
+    members = 0
+    while offset < len(data):
+        members += 1
+        if members > MAX_COMPRESSED_STREAMS:
+            raise _too_many_streams(position, "gzip members")
         inflater = zlib.decompressobj(wbits=31)  # gzip framing
-        out += inflater.decompress(data, limit + 1 - len(out))
+        out += inflater.decompress(data[offset:], limit + 1 - len(out))
         if len(out) > limit or inflater.unconsumed_tail:
             return None
         if not inflater.eof:
             raise CorruptMessageError(f"record batch at byte {position} does not "
                                       f"decompress: its gzip stream is cut short")
-        data = inflater.unused_data
+        offset = len(data) - len(inflater.unused_data)
     return bytes(out)
 
 
-def _snappy_length(block: bytes) -> int:
+def _snappy_length(block: bytes, position: int) -> int:
     """The uncompressed length a raw snappy block states first (a little-endian varint)."""
     length = shift = 0
     for byte in block[:5]:
@@ -485,7 +513,8 @@ def _snappy_length(block: bytes) -> int:
         if not byte & 0x80:
             return length
         shift += 7
-    raise ValueError("a snappy block's length is not a varint of at most 5 bytes")
+    raise CorruptMessageError(f"record batch at byte {position} does not decompress: a "
+                              f"snappy block's length is not a varint of at most 5 bytes")
 
 
 def _unsnappy_bounded(data: bytes, limit: int, position: int) -> bytes | None:
@@ -495,7 +524,7 @@ def _unsnappy_bounded(data: bytes, limit: int, position: int) -> bytes | None:
     import snappy
 
     if not (len(data) > _XERIAL_HEADER_SIZE and data.startswith(_XERIAL_MAGIC)):
-        if _snappy_length(data) > limit:
+        if _snappy_length(data, position) > limit:
             return None
         return bytes(snappy.decompress(data))
     out = bytearray()
@@ -509,40 +538,58 @@ def _unsnappy_bounded(data: bytes, limit: int, position: int) -> bytes | None:
         if size < 0 or len(block) != size:
             raise CorruptMessageError(f"record batch at byte {position} does not "
                                       f"decompress: a snappy block runs past its end")
-        if len(out) + _snappy_length(block) > limit:
+        if len(out) + _snappy_length(block, position) > limit:
             return None
         out += snappy.decompress(block)
         cursor += 4 + size
     return bytes(out)
 
 
-def _unlz4_bounded(data: bytes, limit: int, position: int) -> bytes | None:
+def _unlz4_bounded(data: memoryview, limit: int, position: int) -> bytes | None:
     import lz4.frame
 
     out = bytearray()
-    while data:
+    offset = 0
+    frames = 0
+    while offset < len(data):
+        frames += 1
+        if frames > MAX_COMPRESSED_STREAMS:
+            raise _too_many_streams(position, "lz4 frames")
         decompressor = lz4.frame.LZ4FrameDecompressor()
-        out += decompressor.decompress(data, max_length=limit + 1 - len(out))
-        if len(out) > limit:
-            return None
-        if not decompressor.eof:
-            if not decompressor.needs_input:
-                return None  # more output waits: past the limit
-            raise CorruptMessageError(f"record batch at byte {position} does not "
-                                      f"decompress: its lz4 frame is cut short")
-        data = decompressor.unused_data
+        pending: bytes | memoryview = data[offset:]
+        while True:  # the frame's output a chunk at a time (each call allocates its max)
+            out += decompressor.decompress(
+                pending, max_length=min(_INFLATE_CHUNK, limit + 1 - len(out)))
+            pending = b""
+            if len(out) > limit:
+                return None
+            if decompressor.eof:
+                break
+            if decompressor.needs_input:
+                raise CorruptMessageError(f"record batch at byte {position} does not "
+                                          f"decompress: its lz4 frame is cut short")
+        offset = len(data) - len(decompressor.unused_data or b"")  # None: none left
     return bytes(out)
 
 
 def _unzstd_bounded(data: bytes, limit: int) -> bytes | None:
+    """Read a chunk at a time (not ``limit`` allocated up front), with the frame's
+    window bounded by the power of two at or above ``limit`` (a window past the whole
+    output is never needed; a frame that asks for more is refused by the library)."""
     import io
 
     import zstandard
 
-    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data),
-                                                    read_across_frames=True) as reader:
-        out = reader.read(limit + 1)
-    return None if len(out) > limit else out
+    window = 1 << max(limit.bit_length(), 10)
+    decompressor = zstandard.ZstdDecompressor(max_window_size=window)
+    out = bytearray()
+    with decompressor.stream_reader(io.BytesIO(data), read_across_frames=True) as reader:
+        while len(out) <= limit:
+            chunk = reader.read(min(_INFLATE_CHUNK, limit + 1 - len(out)))
+            if not chunk:
+                return bytes(out)
+            out += chunk
+    return None
 
 
 def compress(codec: int, data: bytes) -> bytes:

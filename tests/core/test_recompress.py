@@ -13,6 +13,7 @@ from actors.core.recompress import COMPRESSION_TYPES, recompress
 from actors.core.record_batch import (
     CONTROL_BIT,
     INFLATE_CHECK_MAX_BYTES,
+    MAX_COMPRESSED_STREAMS,
     build_batch,
     check_batches,
     compress,
@@ -121,6 +122,42 @@ def test_garbage_does_not_decompress(codec: int) -> None:
         decompress_bounded(codec, b"\x01\x02\x03 not a compressed stream at all", 1 << 20, 9)
     with pytest.raises(CorruptMessageError, match="codec 6"):
         decompress_bounded(6, b"x", 10, 9)
+
+
+@pytest.mark.parametrize("codec", [1, 3])
+def test_a_few_concatenated_streams_decode_and_many_are_refused(codec: int) -> None:
+    """gzip members and lz4 frames concatenated: up to MAX_COMPRESSED_STREAMS decode
+    (as Java's readers take them), more are refused as corrupt at the first one past
+    it. 1 MB of 11-byte lz4 frames (20-byte gzip members) took over a second when
+    each one was decoded from a copy of the rest; the refusal reads 17 of them."""
+    parts = [b"part-%d;" % i for i in range(MAX_COMPRESSED_STREAMS)]
+    few = b"".join(compress(codec, part) for part in parts)
+    assert decompress_bounded(codec, few, 1 << 20, 0) == b"".join(parts)
+    one_empty = compress(codec, b"")
+    many = one_empty * ((1 << 20) // len(one_empty))
+    with pytest.raises(CorruptMessageError, match=f"more than {MAX_COMPRESSED_STREAMS} "
+                                                  f"(gzip members|lz4 frames)"):
+        decompress_bounded(codec, many, INFLATE_CHECK_MAX_BYTES, 0)
+
+
+def test_a_raw_snappy_block_claiming_a_huge_length_is_not_inflated() -> None:
+    """A raw (not xerial) snappy block's first varint is its uncompressed length: one
+    claiming 4 GiB is judged too large from it, nothing allocated or decoded; a varint
+    longer than 5 bytes is corrupt."""
+    claim = b"\xff\xff\xff\xff\x0f"  # 2**32 - 1
+    assert decompress_bounded(2, claim + b"\x00" * 20, 1 << 20, 0) is None
+    with pytest.raises(CorruptMessageError, match="not a varint of at most 5 bytes"):
+        decompress_bounded(2, b"\xff" * 6 + b"x", 1 << 20, 0)
+    # within the limit but not what it claims: the library's refusal, as corrupt
+    with pytest.raises(CorruptMessageError, match="does not decompress"):
+        decompress_bounded(2, b"\x40" + b"\x00" * 5, 1 << 20, 0)
+
+
+def test_only_the_codecs_own_errors_are_corrupt_messages() -> None:
+    """A bad stream is CORRUPT_MESSAGE; a bug of the caller (not a buffer) is not turned
+    into one (it was: a catch-all took every exception for a bad stream)."""
+    with pytest.raises(TypeError):
+        decompress_bounded(1, 12345, 1 << 20, 0)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("codec", [1, 2, 3, 4])

@@ -709,8 +709,9 @@ class PartitionLog:
                         return self._duplicate_append_info(duplicate)
             state.check_batches(headers)
         if self._target_codec is not None and not coordinator:
-            converted = recompress(records, headers, self._target_codec,
-                                   max(max_bytes, INFLATE_CHECK_MAX_BYTES))
+            converted = recompress(
+                records, headers, self._target_codec, max(max_bytes, INFLATE_CHECK_MAX_BYTES),
+                self.config.message_timestamp_type == LOG_APPEND_TIME)
             if converted is not None:
                 records, headers, total = self._recompressed(converted)
 

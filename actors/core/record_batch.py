@@ -624,17 +624,15 @@ def record_timestamps(buf: bytes | bytearray | memoryview,
         body = inflated
     base = header.base_timestamp
     try:
-        deltas = record_timestamp_deltas(body, header.records_count, exact=False)
+        deltas = record_timestamp_deltas(body, header.records_count)
     except CorruptMessageError as exc:
         raise CorruptMessageError(f"record batch at byte {header.position}: {exc}") from None
     return [base + delta for delta in deltas]
 
 
-def record_timestamp_deltas(records: bytes | memoryview, count: int,
-                            exact: bool = True) -> list[int]:
+def record_timestamp_deltas(records: bytes | memoryview, count: int) -> list[int]:
     """The timestamp delta of each of the ``count`` records of a (decompressed) records
-    section: CorruptMessageError for a record that runs past its end and, if ``exact``,
-    InvalidRecordError for bytes left after the last."""
+    section: CorruptMessageError for a record that runs past its end."""
     view = memoryview(records)
     end = len(view)
     out: list[int] = []
@@ -646,9 +644,50 @@ def record_timestamp_deltas(records: bytes | memoryview, count: int,
             raise CorruptMessageError("record runs past the end of its batch")
         out.append(_read_varint(view, pos + 1, record_end)[0])  # after the attributes
         pos = record_end
-    if exact and pos != end:
-        raise InvalidRecordError(f"{end - pos} bytes after its {count} records")
     return out
+
+
+def renumbered_records(records: bytes | memoryview,
+                       count: int) -> tuple[bytes | memoryview, list[int]]:
+    """The ``count`` records of a (decompressed) records section with each one's offset
+    delta set to its index, 0 to count - 1 (Kafka's rebuilt batch assigns them so: a
+    client's repeated or skipped deltas are not kept), and each one's timestamp delta.
+    The section as it is when every delta is right already.
+
+    InvalidRecordError (Kafka's INVALID_RECORD, as its premature EOF) for a record that
+    runs past the end of the section or bytes after the last one.
+    """
+    view = memoryview(records)
+    end = len(view)
+    timestamp_deltas: list[int] = []
+    pieces: list[bytes | memoryview] | None = None
+    pos = 0
+    try:
+        for index in range(count):
+            start = pos
+            length, pos = _read_varint(view, pos, end)
+            record_end = pos + length
+            if length < 0 or record_end > end:
+                raise InvalidRecordError(f"its record {index} runs past the end of its "
+                                         f"{count} records")
+            timestamp_delta, at_offset = _read_varint(view, pos + 1, record_end)
+            offset_delta, after_offset = _read_varint(view, at_offset, record_end)
+            timestamp_deltas.append(timestamp_delta)
+            if offset_delta != index:
+                if pieces is None:
+                    pieces = [view[:start]]
+                body = (bytes(view[pos:at_offset]) + _zigzag_varint(index)
+                        + bytes(view[after_offset:record_end]))
+                pieces.append(_zigzag_varint(len(body)) + body)
+            elif pieces is not None:
+                pieces.append(view[start:record_end])
+            pos = record_end
+    except CorruptMessageError as exc:  # a varint cut short or too long
+        raise InvalidRecordError(f"its record {len(timestamp_deltas)} is cut short: "
+                                 f"{exc}") from None
+    if pos != end:
+        raise InvalidRecordError(f"{end - pos} bytes after its {count} records")
+    return (records if pieces is None else b"".join(pieces)), timestamp_deltas
 
 
 def _walk(view: memoryview, header: BatchHeader, start: int,

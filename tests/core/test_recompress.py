@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import crc32c
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from actors.core.partition_log import LogConfig, PartitionLog
 from actors.core.recompress import COMPRESSION_TYPES, recompress
 from actors.core.record_batch import (
-    CONTROL_BIT,
     INFLATE_CHECK_MAX_BYTES,
     MAX_COMPRESSED_STREAMS,
+    TIMESTAMP_TYPE_BIT,
     build_batch,
     check_batches,
     compress,
@@ -59,7 +60,7 @@ def codec_of(raw: bytes) -> int:
 def test_every_codec_to_every_other_keeps_the_records(source: int, target: int) -> None:
     raw = produced(source, producer_id=7, epoch=2, sequence=40, transactional=True)
     headers = check_batches(raw)
-    out = recompress(raw, headers, target, INFLATE_CHECK_MAX_BYTES)
+    out = recompress(raw, headers, target, INFLATE_CHECK_MAX_BYTES, False)
     if source == target:
         assert out is None  # nothing to do: the batch is kept as sent
         return
@@ -74,30 +75,73 @@ def test_every_codec_to_every_other_keeps_the_records(source: int, target: int) 
     assert new.max_timestamp == NOW + 14
 
 
+def with_header(raw: bytes, *, max_timestamp: int, log_append_time: bool = False) -> bytes:
+    """``raw`` (one batch) with its header's max timestamp and timestamp-type bit set
+    as a client might (not matching its records), its CRC made right."""
+    batch = bytearray(raw)
+    if log_append_time:
+        batch[22] |= TIMESTAMP_TYPE_BIT
+    batch[35:43] = max_timestamp.to_bytes(8, "big", signed=True)
+    batch[17:21] = crc32c.crc32c(bytes(batch[21:])).to_bytes(4, "big")
+    check_batches(bytes(batch))
+    return bytes(batch)
+
+
+@pytest.mark.parametrize("client_log_append_time", [False, True])
+def test_the_rebuilt_batch_has_the_records_max_and_the_topics_timestamp_type(
+        client_log_append_time: bool) -> None:
+    """Whatever the client's header claims (a max past its records, the LogAppendTime
+    bit), the rebuilt batch has the records' max and the topic's timestamp type."""
+    raw = with_header(produced(1), max_timestamp=NOW + 999_999,
+                      log_append_time=client_log_append_time)
+    for topic_log_append_time in (False, True):
+        out = recompress(raw, check_batches(raw), 3, INFLATE_CHECK_MAX_BYTES,
+                         topic_log_append_time)
+        assert out is not None
+        (new,) = check_batches(out)
+        assert new.max_timestamp == NOW + 14
+        assert new.is_log_append_time == topic_log_append_time
+
+
+def test_the_offset_deltas_are_renumbered_as_kafka_rebuilds_them() -> None:
+    """A client's batch with offset deltas 0, 0, 2 (its last delta matching its count):
+    re-encoded, its records have deltas 0, 1, 2 (buildRecordsAndAssignOffsets), not a
+    repeated offset a consumer would see twice; the other record bytes stay."""
+    builder = DefaultRecordBatchBuilder(2, 1, False, -1, -1, -1, 1 << 20)
+    for delta, key in ((0, b"a"), (0, b"b" * 200), (2, b"c")):
+        builder.append(delta, NOW + delta, key, b"v" * 300, [("h", b"x")])
+    raw = bytes(builder.build())
+    assert [r[0] for r in records_of(raw)] == [0, 0, 2]
+    for target in (0, 4):
+        out = recompress(raw, check_batches(raw), target, INFLATE_CHECK_MAX_BYTES, False)
+        assert out is not None
+        assert records_of(out) == [(i, t, k, v, h) for i, (_, t, k, v, h)
+                                   in enumerate(records_of(raw))]
+    right = produced(1)  # deltas 0, 1, 2 already: the same records re-encoded
+    out = recompress(right, check_batches(right), 0, INFLATE_CHECK_MAX_BYTES, False)
+    assert out is not None and records_of(out) == records_of(right)
+
+
 def test_a_batch_of_the_target_codec_is_kept_among_others() -> None:
     gz, lz = produced(1), produced(3)
-    out = recompress(gz + lz, check_batches(gz + lz), 3, INFLATE_CHECK_MAX_BYTES)
+    out = recompress(gz + lz, check_batches(gz + lz), 3, INFLATE_CHECK_MAX_BYTES, False)
     assert out is not None
     first, second = check_batches(out)
     assert out[second.position:] == lz  # untouched
     assert first.compression == 3 and records_of(out[:first.size]) == records_of(gz)
 
 
-def test_an_uncompressed_control_batch_stays_uncompressed() -> None:
-    marker = build_batch([b"\x00\x00\x00\x00"], keys=[b"\x00\x00\x00\x00"],
-                         producer_id=3, producer_epoch=0, attributes=CONTROL_BIT | 0x10)
-    assert recompress(marker, check_batches(marker), 4, INFLATE_CHECK_MAX_BYTES) is None
-
-
 def test_a_batch_whose_records_do_not_match_its_count_is_refused() -> None:
     raw = produced(0, count=2)
     (two,) = check_batches(raw)
-    # a header that counts three over two records' bytes: the third runs past the end
-    with pytest.raises(CorruptMessageError, match="does not hold the 3 records it counts"):
-        recompress(raw, [two._replace(records_count=3)], 1, 1 << 20)
+    # a header that counts three over two records' bytes: the third runs past the end,
+    # INVALID_RECORD as Kafka's premature EOF (not CORRUPT_MESSAGE: the codec decoded it)
+    with pytest.raises(InvalidRecordError, match="does not hold the 3 records it counts: "
+                                                 "its record 2 is cut short"):
+        recompress(raw, [two._replace(records_count=3)], 1, 1 << 20, False)
     # a header that counts one over two records' bytes: bytes left after it
     with pytest.raises(InvalidRecordError, match="after its 1 records"):
-        recompress(raw, [two._replace(records_count=1)], 1, 1 << 20)
+        recompress(raw, [two._replace(records_count=1)], 1, 1 << 20, False)
 
 
 @pytest.mark.parametrize("codec", [1, 2, 3, 4])
@@ -113,7 +157,7 @@ def test_a_bomb_is_refused_before_it_is_inflated_whole(codec: int) -> None:
     assert decompress_bounded(codec, memoryview(raw)[61:], limit, 0) is None
     assert decompress_bounded(codec, memoryview(raw)[61:], 8 * limit, 0) is not None
     with pytest.raises(MessageTooLargeError, match="decompresses to more than 1048576"):
-        recompress(raw, [header], 0 if codec != 1 else 2, limit)
+        recompress(raw, [header], 0 if codec != 1 else 2, limit, False)
 
 
 @pytest.mark.parametrize("codec", [1, 2, 3, 4])
@@ -219,6 +263,31 @@ def test_an_idempotent_retry_of_a_recompressed_batch_is_a_duplicate(tmp_path: Pa
     assert nxt.first_offset == 3
     (one, two) = check_batches(stored(log))
     assert (one.base_sequence, two.base_sequence, two.compression) == (0, 3, 4)
+
+
+def test_a_log_append_time_topic_re_encodes_within_the_caps(tmp_path: Path) -> None:
+    """A LogAppendTime topic reads no record timestamps on the way in, so the
+    re-encoding is where a batch is inflated: the inflation bound and the cap on
+    concatenated streams hold there too (nothing written), and a batch it takes is
+    stamped with the broker's time."""
+    log = open_log(tmp_path, "zstd", message_timestamp_type="LogAppendTime")
+    bomb = DefaultRecordBatchBuilder(2, 1, False, -1, -1, -1, 64 << 20)
+    bomb.append(0, NOW, None, bytes(2 * INFLATE_CHECK_MAX_BYTES), [])
+    with pytest.raises(MessageTooLargeError, match="decompresses to more than"):
+        log.append_as_leader(bytes(bomb.build()), 0, NOW + 1)
+    raw = produced(3)
+    members = compress(3, b"") * (MAX_COMPRESSED_STREAMS + 1)
+    many = bytearray(raw[:61] + members)
+    many[8:12] = (len(many) - 12).to_bytes(4, "big")
+    many[17:21] = crc32c.crc32c(bytes(many[21:])).to_bytes(4, "big")
+    with pytest.raises(CorruptMessageError, match="lz4 frames"):
+        log.append_as_leader(bytes(many), 0, NOW + 1)
+    assert log.log_end_offset == 0
+    log.append_as_leader(raw, 0, NOW + 1)
+    (stored_header,) = check_batches(stored(log))
+    assert (stored_header.compression, stored_header.is_log_append_time,
+            stored_header.max_timestamp) == (4, True, NOW + 1)
+    assert records_of(stored(log))[0][1] == NOW + 1
 
 
 def test_a_batch_too_large_once_re_encoded_is_refused(tmp_path: Path) -> None:

@@ -41,6 +41,7 @@ from actors.core.producer_state import (
 )
 from actors.core.recompress import COMPRESSION_TYPES, PRODUCER, recompress
 from actors.core.record_batch import (
+    COMPRESSION_MASK,
     INFLATE_CHECK_MAX_BYTES,
     TRANSACTIONAL_BIT,
     BatchHeader,
@@ -486,11 +487,11 @@ class PartitionLog:
         self._target_codec = (None if self.topic in COORDINATOR_TOPICS
                               else COMPRESSION_TYPES[config.compression_type])
         # Largest append the single-batch fast path takes: within max.message.bytes and
-        # segment.bytes, CreateTime only (LogAppendTime rewrites the header), and none
-        # with a target codec (the general path re-encodes what needs it).
+        # segment.bytes, CreateTime only (LogAppendTime rewrites the header). With a
+        # target codec it takes only a batch of that codec (the general path re-encodes
+        # the others).
         self._single_batch_max_bytes = (
-            min(config.max_message_bytes, config.segment_bytes)
-            if create_time and self._target_codec is None else -1)
+            min(config.max_message_bytes, config.segment_bytes) if create_time else -1)
 
     @property
     def log_start_offset(self) -> int:
@@ -637,7 +638,9 @@ class PartitionLog:
                 first_offset = active.next_offset
                 next_offset = first_offset + last_offset_delta + 1
                 entry = None
-                if (leader_epoch == (epochs[-1][0] if epochs else UNDEFINED_EPOCH)
+                target_codec = self._target_codec
+                if ((target_codec is None or attributes & COMPRESSION_MASK == target_codec)
+                        and leader_epoch == (epochs[-1][0] if epochs else UNDEFINED_EPOCH)
                         # not a transaction's first batch here (the general path opens it)
                         and not (attributes & TRANSACTIONAL_BIT
                                  and producer_id not in self.txn_index.ongoing)

@@ -9,12 +9,14 @@ import crc32c
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
+from actors.core import partition_log
 from actors.core.partition_log import LogConfig, PartitionLog
 from actors.core.recompress import COMPRESSION_TYPES, recompress
 from actors.core.record_batch import (
     INFLATE_CHECK_MAX_BYTES,
     MAX_COMPRESSED_STREAMS,
     TIMESTAMP_TYPE_BIT,
+    BatchHeader,
     build_batch,
     check_batches,
     compress,
@@ -299,6 +301,30 @@ def test_a_batch_too_large_once_re_encoded_is_refused(tmp_path: Path) -> None:
                                                    r"uncompressed"):
         log.append_as_leader(raw, 0, NOW)
     assert log.log_end_offset == 0
+
+
+def test_a_batch_already_of_the_topics_codec_takes_the_fast_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a zstd topic a zstd batch is appended by the single-batch fast path (the
+    general path's check_batches never runs for it); a gzip one takes the general path
+    and is re-encoded. Each is stored whole either way."""
+    general: list[int] = []
+    real = partition_log.check_batches
+
+    def counted(records: bytes | bytearray | memoryview) -> list[BatchHeader]:
+        general.append(len(records))
+        return real(records)
+
+    monkeypatch.setattr(partition_log, "check_batches", counted)
+    log = open_log(tmp_path, "zstd")
+    zstd, gzip = produced(4), produced(1)
+    log.append_as_leader(zstd, 0, NOW)
+    assert general == []
+    log.append_as_leader(gzip, 0, NOW)
+    assert general[0] == len(gzip)
+    first, second = check_batches(stored(log))
+    assert (first.compression, second.compression) == (4, 4)
+    assert records_of(stored(log)[:first.size]) == records_of(zstd)
 
 
 def test_producer_keeps_every_batch_as_sent(tmp_path: Path) -> None:

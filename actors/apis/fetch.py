@@ -153,10 +153,6 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                 assert denied_code is not None
                 results[(name, p.partition)] = ReadDoneRow(
                     name, p.partition, denied_code, -1, -1, b"", 0, 0, -1)
-            elif zstd_refused and 0 <= p.partition < (count or 0):
-                results[(name, p.partition)] = ReadDoneRow(
-                    name, p.partition, int(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE), -1, -1,
-                    b"", 0, 0, -1)
             elif count is None or not 0 <= p.partition < count:
                 results[(name, p.partition)] = ReadDoneRow(
                     name, p.partition, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), -1, -1, b"",
@@ -165,6 +161,10 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                 results[(name, p.partition)] = ReadDoneRow(
                     name, p.partition, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), -1, -1, b"",
                     0, 0, -1)
+            elif zstd_refused:  # only where the log is here, as Kafka's read of it
+                results[(name, p.partition)] = ReadDoneRow(
+                    name, p.partition, int(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE), -1, -1,
+                    b"", 0, 0, -1)
             else:
                 rows.append(ReadRow(name, p.partition, p.fetch_offset, p.partition_max_bytes))
         order.append((name, indexes))

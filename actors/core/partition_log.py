@@ -169,8 +169,8 @@ def check_timestamps(records: bytes | bytearray | memoryview, headers: list[Batc
     as Kafka's LogValidator checks a CreateTime topic's client appends, record by record.
 
     Its ``record_errors`` name every refused record by its index in ``records``. A
-    compressed batch that is not read here (not gzip, or inflating past
-    INFLATE_CHECK_MAX_BYTES) is judged by its header's first and max timestamps, named
+    compressed batch of any codec is decompressed to read them; one inflating past
+    INFLATE_CHECK_MAX_BYTES is judged by its header's first and max timestamps, named
     by its first record's index.
     """
     low, high = now_ms - before_max_ms, now_ms + after_max_ms

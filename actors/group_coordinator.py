@@ -163,6 +163,9 @@ OFFSETS_TOPIC_CONFIGS = {
     "cleanup.policy": "compact",
     "retention.ms": "-1",
     "segment.bytes": str(100 * 1024 * 1024),  # Kafka's offsets.topic.segment.bytes
+    # Kafka's offsets.topic.compression.codec default: batches kept as written (the
+    # coordinator reads them uncompressed); a broker-wide compression.type is not for it
+    "compression.type": "producer",
 }
 READ_PARTITION_MAX_BYTES = 1024 * 1024
 # A load's Read unanswered by then is overdue (its shard is far behind, or lost it):

@@ -116,6 +116,7 @@ TRANSACTION_STATE_CONFIGS = {
     # Kafka compacts this topic; actorlog's logs only delete, so nothing may age out.
     "retention.ms": "-1",
     "segment.bytes": str(100 * 1024 * 1024),  # transaction.state.log.segment.bytes
+    "compression.type": "uncompressed",  # as Kafka's: the coordinator reads it plain
 }
 READ_PARTITION_MAX_BYTES = 1024 * 1024
 READ_TIMEOUT_MS = 5000  # a load's Read unanswered by then is overdue: read again

@@ -77,6 +77,10 @@ if [ "$want_test" -eq 1 ]; then
 else
   .venv/bin/python -m pip install -q -e .
 fi
+# The codecs compression.type re-encodes with (runtime dependencies: wheels, no apt
+# package); a broker without them would refuse such topics' produce requests.
+.venv/bin/python -c 'import lz4.frame, snappy, zstandard' \
+  || { echo "the compression codecs (lz4, python-snappy, zstandard) did not install" >&2; exit 1; }
 if [ "$want_test" -eq 1 ]; then
   # The tests run the C append path, so it must have been built (CI fails here if not).
   .venv/bin/python -c 'from actors.core import batch_fast; assert batch_fast.COMPILED' \

@@ -110,6 +110,19 @@ def _partition_response(index: int, r: ReadDoneRow) -> dict[str, Any]:
     }
 
 
+# The first Fetch version whose clients read zstd batches (Kafka: KIP-110).
+ZSTD_MIN_FETCH_VERSION = 10
+
+
+def _zstd_topic(ctx: HandlerContext, name: str) -> bool:
+    """Is the topic's compression.type zstd (its own, else the broker's)? An older
+    Fetch of it is answered UNSUPPORTED_COMPRESSION_TYPE, as Kafka does, rather than
+    sent batches its client cannot read."""
+    entry = ctx.topics.get(name)
+    configs = dict(entry.configs) if entry is not None else {}
+    return str(configs.get("compression.type", ctx.config["compression.type"])) == "zstd"
+
+
 def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     replica_id = getattr(req, "replica_id", -1)
     if replica_id is None:
@@ -126,12 +139,14 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                        else int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
     else:
         denied_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    old_version = header.api_version < ZSTD_MIN_FETCH_VERSION
     for t in req.topics:
         name = t.topic
         count = ctx.partition_count(name)
         indexes = []
         denied = denied_code is not None and (
             replica_id >= 0 or not ctx.allowed(Operation.READ, ResourceType.TOPIC, name))
+        zstd_refused = old_version and count is not None and _zstd_topic(ctx, name)
         for p in t.partitions:
             indexes.append(p.partition)
             if denied:
@@ -146,6 +161,10 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                 results[(name, p.partition)] = ReadDoneRow(
                     name, p.partition, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), -1, -1, b"",
                     0, 0, -1)
+            elif zstd_refused:  # only where the log is here, as Kafka's read of it
+                results[(name, p.partition)] = ReadDoneRow(
+                    name, p.partition, int(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE), -1, -1,
+                    b"", 0, 0, -1)
             else:
                 rows.append(ReadRow(name, p.partition, p.fetch_offset, p.partition_max_bytes))
         order.append((name, indexes))

@@ -39,7 +39,10 @@ from actors.core.producer_state import (
     snapshot_path,
     write_snapshot,
 )
+from actors.core.recompress import COMPRESSION_TYPES, PRODUCER, recompress
 from actors.core.record_batch import (
+    COMPRESSION_MASK,
+    INFLATE_CHECK_MAX_BYTES,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
     BatchHeader,
@@ -127,6 +130,9 @@ class LogConfig:
     delete_retention_ms: int = DAY_MS
     min_compaction_lag_ms: int = 0
     min_cleanable_dirty_ratio: float = 0.5
+    # Kafka's compression.type: "producer" keeps each batch as sent; a codec (or
+    # "uncompressed") has the leader re-encode a client's batch of another codec
+    compression_type: str = PRODUCER
 
     @property
     def compact(self) -> bool:
@@ -149,6 +155,9 @@ class LogConfig:
             raise ValueError(f"message_timestamp_before_max_ms and _after_max_ms must be "
                              f">= 0, got {self.message_timestamp_before_max_ms} and "
                              f"{self.message_timestamp_after_max_ms}")
+        if self.compression_type not in COMPRESSION_TYPES:
+            raise ValueError(f"compression_type must be one of {', '.join(COMPRESSION_TYPES)}, "
+                             f"got {self.compression_type!r}")
         if self.index_interval_bytes < 0:
             raise ValueError(f"index_interval_bytes must be >= 0, got "
                              f"{self.index_interval_bytes}")
@@ -161,8 +170,8 @@ def check_timestamps(records: bytes | bytearray | memoryview, headers: list[Batc
     as Kafka's LogValidator checks a CreateTime topic's client appends, record by record.
 
     Its ``record_errors`` name every refused record by its index in ``records``. A
-    compressed batch that is not read here (not gzip, or inflating past
-    INFLATE_CHECK_MAX_BYTES) is judged by its header's first and max timestamps, named
+    compressed batch of any codec is decompressed to read them; one inflating past
+    INFLATE_CHECK_MAX_BYTES is judged by its header's first and max timestamps, named
     by its first record's index.
     """
     low, high = now_ms - before_max_ms, now_ms + after_max_ms
@@ -499,8 +508,14 @@ class PartitionLog:
             and (config.message_timestamp_before_max_ms != NO_LIMIT
                                 or config.message_timestamp_after_max_ms != NO_LIMIT)
             else None)
+        # The codec a client's batches are re-encoded to, None to keep them as sent (the
+        # default; always for the coordinators' logs, which the broker reads uncompressed).
+        self._target_codec = (None if self.topic in COORDINATOR_TOPICS
+                              else COMPRESSION_TYPES[config.compression_type])
         # Largest append the single-batch fast path takes: within max.message.bytes and
-        # segment.bytes, and CreateTime only (LogAppendTime rewrites the header).
+        # segment.bytes, CreateTime only (LogAppendTime rewrites the header). With a
+        # target codec it takes only a batch of that codec (the general path re-encodes
+        # the others).
         self._single_batch_max_bytes = (
             min(config.max_message_bytes, config.segment_bytes) if create_time else -1)
 
@@ -649,7 +664,9 @@ class PartitionLog:
                 first_offset = active.next_offset
                 next_offset = first_offset + last_offset_delta + 1
                 entry = None
-                if (leader_epoch == (epochs[-1][0] if epochs else UNDEFINED_EPOCH)
+                target_codec = self._target_codec
+                if ((target_codec is None or attributes & COMPRESSION_MASK == target_codec)
+                        and leader_epoch == (epochs[-1][0] if epochs else UNDEFINED_EPOCH)
                         # not a transaction's first batch here (the general path opens it)
                         and not (attributes & TRANSACTIONAL_BIT
                                  and producer_id not in self.txn_index.ongoing)
@@ -725,6 +742,12 @@ class PartitionLog:
                     if duplicate is not None:
                         return self._duplicate_append_info(duplicate)
             state.check_batches(headers)
+        if self._target_codec is not None and not coordinator:
+            converted = recompress(
+                records, headers, self._target_codec, max(max_bytes, INFLATE_CHECK_MAX_BYTES),
+                self.config.message_timestamp_type == LOG_APPEND_TIME)
+            if converted is not None:
+                records, headers, total = self._recompressed(converted)
 
         view = memoryview(records)
         append_time = now_ms if self.config.message_timestamp_type == LOG_APPEND_TIME else None
@@ -754,6 +777,25 @@ class PartitionLog:
         if self._unflushed_messages >= self.config.flush_messages:
             self._flush_appended(now_ms, info)
         return info
+
+    def _recompressed(self, records: bytes) -> tuple[bytes, list[BatchHeader], int]:
+        """The re-encoded ``records`` with their headers and size, checked again against
+        max.message.bytes and segment.bytes (a weaker codec makes them larger), as Kafka
+        checks a batch whose size validation may have changed."""
+        headers = check_batches(records)
+        max_bytes = self.config.max_message_bytes
+        codec = self.config.compression_type
+        for header in headers:
+            if header.size > max_bytes:
+                raise MessageTooLargeError(
+                    f"record batch at byte {header.position} is {header.size} bytes once "
+                    f"re-encoded for compression.type {codec}, larger than "
+                    f"max.message.bytes {max_bytes}")
+        if len(records) > self.config.segment_bytes:
+            raise RecordListTooLargeError(
+                f"{len(records)} bytes of records, re-encoded for compression.type {codec}, "
+                f"exceed segment.bytes {self.config.segment_bytes}")
+        return records, headers, len(records)
 
     def _flush_appended(self, now_ms: int, info: AppendInfo) -> None:
         """The flush ``flush.messages`` asks for after an append (``info``), once the

@@ -3,9 +3,11 @@
 The log stores batches exactly as clients send them. Only the 61-byte header
 is ever parsed on the hot path; records (possibly compressed) are not
 decoded, because per-record Python work would cap the broker's throughput.
-The one exception is a topic with timestamp bounds
+The exceptions: a topic with timestamp bounds
 (message.timestamp.before/after.max.ms), whose appends read each record's
-timestamp (``record_timestamps``), as Kafka's do.
+timestamp (``record_timestamps``), as Kafka's do; and a topic whose
+compression.type names a codec, whose batches of another codec are
+re-encoded (actors/core/recompress.py).
 The CRC is CRC-32C over everything after the crc field (attributes to the
 end), computed with the C ``crc32c`` package.
 """
@@ -230,7 +232,8 @@ def check_client_batch(header: BatchHeader) -> None:
 
 HEAD_TO_MAGIC = struct.Struct(">qiib")  # the 17 bytes before the CRC
 _HEAD_TO_MAGIC = HEAD_TO_MAGIC
-_AFTER_CRC = struct.Struct(">hiqqqhii")  # the 40 header bytes after the CRC
+AFTER_CRC = struct.Struct(">hiqqqhii")  # the 40 header bytes after the CRC
+_AFTER_CRC = AFTER_CRC
 
 
 def leader_header(view: memoryview, header: BatchHeader, base_offset: int, leader_epoch: int,
@@ -432,38 +435,188 @@ def record_codecs() -> dict[int, tuple[Callable[[bytes], bytes], Callable[[bytes
 
 
 GZIP = 1  # the attributes' compression codec of a gzip batch
+SNAPPY = 2
+LZ4 = 3
+ZSTD = 4
 # The most a compressed batch is inflated to read its records' timestamps on the produce
 # path: a small batch may inflate to gigabytes (all zeros), which must not stall or take
 # down its shard; past it the batch is judged by its header, as an unreadable one is.
 INFLATE_CHECK_MAX_BYTES = 16 << 20
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"  # the xerial snappy framing Kafka's clients write
+_XERIAL_HEADER_SIZE = 16  # magic (8), version (4), compatible version (4)
 
 
-def _gunzip_bounded(body: bytes | memoryview, limit: int, position: int) -> bytes | None:
-    """The gzip ``body`` inflated (every member), or None if that is more than ``limit``
-    bytes; CorruptMessageError if it is not gzip."""
+# Kafka's clients write one gzip member or lz4 frame per batch; a reader takes a few
+# concatenated ones (Java's GZIPInputStream does), but each further one restarts the
+# codec on what is left (its libraries copy that rest): more than this is refused as
+# corrupt, so the work stays linear in the batch.
+MAX_COMPRESSED_STREAMS = 16
+_INFLATE_CHUNK = 1 << 20  # the most produced by one call of a codec (lz4, zstd)
+
+
+def decompress_bounded(codec: int, body: bytes | memoryview, limit: int,
+                       position: int) -> bytes | None:
+    """The records section ``body`` of a batch compressed with ``codec`` (1 gzip, 2
+    snappy, 3 lz4, 4 zstd), decompressed; None if that is more than ``limit`` bytes,
+    which is found out without producing much more than ``limit`` bytes (a small batch
+    may inflate to gigabytes).
+
+    CorruptMessageError (Kafka's CORRUPT_MESSAGE) for data its codec does not decode:
+    a stream its library refuses or that is cut short, more than
+    MAX_COMPRESSED_STREAMS gzip members or lz4 frames, or a codec none of Kafka's;
+    ``position`` (the batch's byte) names it. Only the libraries' own errors for a bad
+    stream are turned into it: anything else (a missing library, no memory) is raised
+    as it is."""
+    import lz4.frame  # noqa: F401 (imported here: the codecs load on first use)
+    import snappy
+    import zstandard
+
+    codec_errors = (zlib.error, snappy.UncompressError, RuntimeError, zstandard.ZstdError)
+    try:
+        if codec == GZIP:
+            return _gunzip_bounded(memoryview(body), limit, position)
+        if codec == SNAPPY:
+            return _unsnappy_bounded(bytes(body), limit, position)
+        if codec == LZ4:
+            return _unlz4_bounded(memoryview(body), limit, position)
+        if codec == ZSTD:
+            return _unzstd_bounded(bytes(body), limit)
+    except codec_errors as exc:  # lz4.frame's is RuntimeError
+        raise CorruptMessageError(f"record batch at byte {position} does not "
+                                  f"decompress: {exc}") from None
+    raise CorruptMessageError(f"record batch at byte {position} has compression codec "
+                              f"{codec}, which is none of Kafka's (0 to 4)")
+
+
+def _too_many_streams(position: int, what: str) -> CorruptMessageError:
+    return CorruptMessageError(
+        f"record batch at byte {position} does not decompress: it holds more than "
+        f"{MAX_COMPRESSED_STREAMS} {what} (Kafka's clients write one)")
+
+
+def _gunzip_bounded(data: memoryview, limit: int, position: int) -> bytes | None:
     out = bytearray()
-    data = bytes(body)
-    while data:
+    offset = 0
+    members = 0
+    while offset < len(data):
+        members += 1
+        if members > MAX_COMPRESSED_STREAMS:
+            raise _too_many_streams(position, "gzip members")
         inflater = zlib.decompressobj(wbits=31)  # gzip framing
-        try:
-            out += inflater.decompress(data, limit + 1 - len(out))
-        except zlib.error as exc:
-            raise CorruptMessageError(f"record batch at byte {position} does not "
-                                      f"decompress: {exc}") from None
+        out += inflater.decompress(data[offset:], limit + 1 - len(out))
         if len(out) > limit or inflater.unconsumed_tail:
             return None
         if not inflater.eof:
             raise CorruptMessageError(f"record batch at byte {position} does not "
                                       f"decompress: its gzip stream is cut short")
-        data = inflater.unused_data
+        offset = len(data) - len(inflater.unused_data)
     return bytes(out)
+
+
+def _snappy_length(block: bytes, position: int) -> int:
+    """The uncompressed length a raw snappy block states first (a little-endian varint)."""
+    length = shift = 0
+    for byte in block[:5]:
+        length |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return length
+        shift += 7
+    raise CorruptMessageError(f"record batch at byte {position} does not decompress: a "
+                              f"snappy block's length is not a varint of at most 5 bytes")
+
+
+def _unsnappy_bounded(data: bytes, limit: int, position: int) -> bytes | None:
+    """Kafka's snappy: xerial framing (a header, then blocks each after its big-endian
+    int32 length), or one raw snappy block; each block states its length before it is
+    decompressed, so the bound is checked first."""
+    import snappy
+
+    if not (len(data) > _XERIAL_HEADER_SIZE and data.startswith(_XERIAL_MAGIC)):
+        if _snappy_length(data, position) > limit:
+            return None
+        return bytes(snappy.decompress(data))
+    out = bytearray()
+    cursor = _XERIAL_HEADER_SIZE
+    while cursor < len(data):
+        if cursor + 4 > len(data):
+            raise CorruptMessageError(f"record batch at byte {position} does not "
+                                      f"decompress: its snappy stream is cut short")
+        (size,) = _I.unpack_from(data, cursor)
+        block = data[cursor + 4:cursor + 4 + size]
+        if size < 0 or len(block) != size:
+            raise CorruptMessageError(f"record batch at byte {position} does not "
+                                      f"decompress: a snappy block runs past its end")
+        if len(out) + _snappy_length(block, position) > limit:
+            return None
+        out += snappy.decompress(block)
+        cursor += 4 + size
+    return bytes(out)
+
+
+def _unlz4_bounded(data: memoryview, limit: int, position: int) -> bytes | None:
+    import lz4.frame
+
+    out = bytearray()
+    offset = 0
+    frames = 0
+    while offset < len(data):
+        frames += 1
+        if frames > MAX_COMPRESSED_STREAMS:
+            raise _too_many_streams(position, "lz4 frames")
+        decompressor = lz4.frame.LZ4FrameDecompressor()
+        pending: bytes | memoryview = data[offset:]
+        while True:  # the frame's output a chunk at a time (each call allocates its max)
+            out += decompressor.decompress(
+                pending, max_length=min(_INFLATE_CHUNK, limit + 1 - len(out)))
+            pending = b""
+            if len(out) > limit:
+                return None
+            if decompressor.eof:
+                break
+            if decompressor.needs_input:
+                raise CorruptMessageError(f"record batch at byte {position} does not "
+                                          f"decompress: its lz4 frame is cut short")
+        offset = len(data) - len(decompressor.unused_data or b"")  # None: none left
+    return bytes(out)
+
+
+def _unzstd_bounded(data: bytes, limit: int) -> bytes | None:
+    """Read a chunk at a time (not ``limit`` allocated up front), with the frame's
+    window bounded by the power of two at or above ``limit`` (a window past the whole
+    output is never needed; a frame that asks for more is refused by the library)."""
+    import io
+
+    import zstandard
+
+    window = 1 << max(limit.bit_length(), 10)
+    decompressor = zstandard.ZstdDecompressor(max_window_size=window)
+    out = bytearray()
+    with decompressor.stream_reader(io.BytesIO(data), read_across_frames=True) as reader:
+        while len(out) <= limit:
+            chunk = reader.read(min(_INFLATE_CHUNK, limit + 1 - len(out)))
+            if not chunk:
+                return bytes(out)
+            out += chunk
+    return None
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    """``data`` (a records section) compressed with ``codec`` as Kafka's clients do it:
+    gzip at zlib's default level (Kafka's), snappy in xerial framing, lz4 as one frame
+    of independent blocks, zstd at its default level."""
+    if codec == GZIP:
+        deflater = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, 31)
+        return deflater.compress(data) + deflater.flush()
+    if codec in (SNAPPY, LZ4, ZSTD):
+        return record_codecs()[codec][1](data)
+    raise ValueError(f"compression codec {codec} is none of gzip, snappy, lz4, zstd (1-4)")
 
 
 def record_timestamps(buf: bytes | bytearray | memoryview,
                       header: BatchHeader) -> list[int] | None:
     """The CreateTime timestamp of each record of the (checked) batch ``header``, in
-    order, inflating a gzip batch; None for a batch of another codec (their libraries are
-    optional here) or one that inflates past INFLATE_CHECK_MAX_BYTES.
+    order, decompressing a compressed batch; None for one that inflates past
+    INFLATE_CHECK_MAX_BYTES.
 
     Kafka validates each record's timestamp, not the header's first and max: a
     record may be older than the first (deltas are signed), and the header's max
@@ -472,27 +625,77 @@ def record_timestamps(buf: bytes | bytearray | memoryview,
     start = header.position + HEADER_SIZE
     body: bytes | memoryview = memoryview(buf)[start:header.position + header.size]
     if header.compression:
-        if header.compression != GZIP:
-            return None
-        inflated = _gunzip_bounded(body, INFLATE_CHECK_MAX_BYTES, header.position)
+        inflated = decompress_bounded(header.compression, body, INFLATE_CHECK_MAX_BYTES,
+                                      header.position)
         if inflated is None:
             return None
         body = inflated
     base = header.base_timestamp
-    view = memoryview(body)
+    try:
+        deltas = record_timestamp_deltas(body, header.records_count)
+    except CorruptMessageError as exc:
+        raise CorruptMessageError(f"record batch at byte {header.position}: {exc}") from None
+    return [base + delta for delta in deltas]
+
+
+def record_timestamp_deltas(records: bytes | memoryview, count: int) -> list[int]:
+    """The timestamp delta of each of the ``count`` records of a (decompressed) records
+    section: CorruptMessageError for a record that runs past its end."""
+    view = memoryview(records)
     end = len(view)
     out: list[int] = []
     pos = 0
-    for _ in range(header.records_count):
+    for _ in range(count):
         length, pos = _read_varint(view, pos, end)
         record_end = pos + length
         if length < 0 or record_end > end:
-            raise CorruptMessageError(f"record batch at byte {header.position}: a record "
-                                      f"runs past the end of its batch")
-        ts_delta, _ = _read_varint(view, pos + 1, record_end)  # after the attributes
-        out.append(base + ts_delta)
+            raise CorruptMessageError("record runs past the end of its batch")
+        out.append(_read_varint(view, pos + 1, record_end)[0])  # after the attributes
         pos = record_end
     return out
+
+
+def renumbered_records(records: bytes | memoryview,
+                       count: int) -> tuple[bytes | memoryview, list[int]]:
+    """The ``count`` records of a (decompressed) records section with each one's offset
+    delta set to its index, 0 to count - 1 (Kafka's rebuilt batch assigns them so: a
+    client's repeated or skipped deltas are not kept), and each one's timestamp delta.
+    The section as it is when every delta is right already.
+
+    InvalidRecordError (Kafka's INVALID_RECORD, as its premature EOF) for a record that
+    runs past the end of the section or bytes after the last one.
+    """
+    view = memoryview(records)
+    end = len(view)
+    timestamp_deltas: list[int] = []
+    pieces: list[bytes | memoryview] | None = None
+    pos = 0
+    try:
+        for index in range(count):
+            start = pos
+            length, pos = _read_varint(view, pos, end)
+            record_end = pos + length
+            if length < 0 or record_end > end:
+                raise InvalidRecordError(f"its record {index} runs past the end of its "
+                                         f"{count} records")
+            timestamp_delta, at_offset = _read_varint(view, pos + 1, record_end)
+            offset_delta, after_offset = _read_varint(view, at_offset, record_end)
+            timestamp_deltas.append(timestamp_delta)
+            if offset_delta != index:
+                if pieces is None:
+                    pieces = [view[:start]]
+                body = (bytes(view[pos:at_offset]) + _zigzag_varint(index)
+                        + bytes(view[after_offset:record_end]))
+                pieces.append(_zigzag_varint(len(body)) + body)
+            elif pieces is not None:
+                pieces.append(view[start:record_end])
+            pos = record_end
+    except CorruptMessageError as exc:  # a varint cut short or too long
+        raise InvalidRecordError(f"its record {len(timestamp_deltas)} is cut short: "
+                                 f"{exc}") from None
+    if pos != end:
+        raise InvalidRecordError(f"{end - pos} bytes after its {count} records")
+    return (records if pieces is None else b"".join(pieces)), timestamp_deltas
 
 
 def _walk(view: memoryview, header: BatchHeader, start: int,

@@ -14,6 +14,7 @@ from enum import IntEnum
 from typing import Any, NamedTuple
 
 from actors.core.partition_log import LogConfig
+from actors.core.recompress import COMPRESSION_TYPES
 from wire.errors import ErrorCode, KafkaError
 
 
@@ -63,6 +64,7 @@ TOPIC_CONFIGS: dict[str, tuple[str, type]] = {
     "delete.retention.ms": ("log.cleaner.delete.retention.ms", int),
     "min.compaction.lag.ms": ("log.cleaner.min.compaction.lag.ms", int),
     "min.cleanable.dirty.ratio": ("log.cleaner.min.cleanable.ratio", float),
+    "compression.type": ("compression.type", str),
     # read by the controller when a partition has no live ISR member
     "unclean.leader.election.enable": ("unclean.leader.election.enable", bool),
 }
@@ -88,6 +90,7 @@ TOPIC_CONFIG_TYPES: dict[str, ConfigType] = {
     "delete.retention.ms": ConfigType.LONG,
     "min.compaction.lag.ms": ConfigType.LONG,
     "min.cleanable.dirty.ratio": ConfigType.DOUBLE,
+    "compression.type": ConfigType.STRING,
     "unclean.leader.election.enable": ConfigType.BOOLEAN,
 }
 TOPIC_CONFIG_RANGES: dict[str, tuple[float, float]] = {
@@ -170,6 +173,9 @@ def _checked(key: str, text: str) -> str:
                                  f"{bounds[0]} to {bounds[1]}")
     if key == "message.timestamp.type" and text not in ("CreateTime", "LogAppendTime"):
         raise InvalidConfigError(f"{key} must be CreateTime or LogAppendTime, got {text!r}")
+    if key == "compression.type" and text not in COMPRESSION_TYPES:
+        raise InvalidConfigError(f"{key} must be one of {', '.join(COMPRESSION_TYPES)}, "
+                                 f"got {text!r}")
     if key == "cleanup.policy":
         policies = cleanup_policies(text)
         unknown = [p for p in policies if p not in CLEANUP_POLICIES]
@@ -262,6 +268,7 @@ def log_config_for(broker: Any, topic_configs: dict[str, str]) -> LogConfig:
         delete_retention_ms=int(values["delete.retention.ms"]),
         min_compaction_lag_ms=int(values["min.compaction.lag.ms"]),
         min_cleanable_dirty_ratio=float(values["min.cleanable.dirty.ratio"]),
+        compression_type=values["compression.type"],
     )
 
 

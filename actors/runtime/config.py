@@ -126,6 +126,10 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "log.message.timestamp.difference.max.ms": (2**63 - 1, int, "deprecated (Kafka 3.6): "
                                                                "both bounds at once, for "
                                                                "either left unset"),
+    "compression.type": ("producer", str, "default compression.type of topics: 'producer' "
+                                          "keeps each batch's codec, 'uncompressed', 'gzip', "
+                                          "'snappy', 'lz4' or 'zstd' has the leader re-encode "
+                                          "a batch of another codec"),
     "log.retention.check.interval.ms": (300000, int, "how often old segments are checked "
                                                     "against retention"),
     "log.flush.offset.checkpoint.interval.ms": (60000, int, "how often the offset checkpoint "
@@ -311,6 +315,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "num.processes.connection.distribution": ("handoff", "reuseport"),
     "log.message.timestamp.type": ("CreateTime", "LogAppendTime"),
     "log.cleanup.policy": ("delete", "compact", "compact,delete", "delete,compact"),
+    "compression.type": ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
 }
 RANGES.update(SECURITY_RANGES)
 CHOICES.update(SECURITY_CHOICES)

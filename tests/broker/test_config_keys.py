@@ -169,6 +169,8 @@ EFFECTS: dict[str, list[str]] = {
     "log.message.timestamp.difference.max.ms": [
         f"{TSBOUNDS}::test_broker_keys_are_the_topics_defaults"],
     "log.message.timestamp.after.max.ms": [f"{TSBOUNDS}::test_the_after_key_alone"],
+    "compression.type": ["tests/broker/test_compression_type.py::"
+                         "test_the_broker_key_is_the_topics_default"],
     "log.flush.offset.checkpoint.interval.ms": [
         f"{HERE}::test_checkpoints_are_written_while_running"],
     "log.cleanup.policy": [f"{HERE}::test_log_cleanup_policy_is_the_topics_default"],

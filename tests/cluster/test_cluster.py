@@ -199,6 +199,20 @@ def test_real_clients_through_any_node_produce_to_leaders_elsewhere_consume_and_
     assert {f"kcat{i}" for i in range(30)} <= set(out.stdout.decode().split())
 
 
+def test_a_zstd_topic_answers_an_old_fetch_not_leader_where_its_log_is_not(
+        cluster_factory: Any) -> None:
+    """A Fetch older than v10 of a zstd topic is UNSUPPORTED_COMPRESSION_TYPE from its
+    leader only: another node answers NOT_LEADER_OR_FOLLOWER, as Kafka decides on the
+    codec where it reads the log, so the client looks for the leader first."""
+    cluster = cluster_factory(2)
+    create(cluster, "zstd-old", 1, 1, configs={"compression.type": "zstd"})
+    leader = cluster.wait_topic("zstd-old", 1).leaders("zstd-old")[0]
+    other = next(n for i, n in cluster.nodes.items() if i != leader)
+    assert fetch_from(other, "zstd-old", 0, version=9).error_code == NOT_LEADER
+    assert fetch_from(cluster.nodes[leader], "zstd-old", 0, version=9).error_code == int(
+        ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
+
+
 def test_a_second_node_with_a_node_id_in_use_is_refused_in_one_line(
         cluster_factory: Any, tmp_path: Path) -> None:
     cluster = cluster_factory(2)

@@ -4,6 +4,7 @@ the same codes a walk of the response finds."""
 from __future__ import annotations
 
 from collections import Counter
+from types import SimpleNamespace
 from typing import Any
 
 from actors.apis.base import HandlerContext, Respond
@@ -62,7 +63,7 @@ def test_fetch_refusals_are_the_codes_of_its_response() -> None:
                          FetchPartition(7, -1, 0, -1, -1, 100)]),  # named twice
         FetchTopic("nope", [FetchPartition(0, -1, 0, -1, -1, 100)]),
     ]
-    respond = _answer(handle_fetch(_context(), None, req))
+    respond = _answer(handle_fetch(_context(), SimpleNamespace(api_version=12), req))
     assert respond.error_codes is not None
     assert Counter(respond.error_codes) == Counter(error_codes(respond.data))
     assert Counter(respond.error_codes) == {int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION): 3}

@@ -29,7 +29,7 @@ def test_bench_scale_writes_well_formed_json(tmp_path: Path) -> None:
 def test_bench_scale_measures_both_distributions_side_by_side(tmp_path: Path) -> None:
     out = tmp_path / "scale.json"
     result = CliRunner().invoke(command, ["--max-processes", "2", "--rounds", "1",
-                                          "--duration", "2", "--connections", "4",
+                                          "--duration", "4", "--connections", "4",
                                           "--producers", "1", "--distribution", "reuseport",
                                           "--distribution", "handoff", "--no-progress",
                                           "--json", str(out)])

@@ -153,6 +153,9 @@ class ControllerDriver:
         if notices:
             store.delete_isr_change_notifications([n.name for n in notices], fence)
         records = self._topic_records(topics)
+        # a topic adopted before the records were kept: its mark, kept where no Kafka tool writes
+        store.record_topic_adoptions({t: r.assignment for t, r in records.items()
+                                      if r.assignment.topic_id_adopted}, fence)
         partitions = [TopicPartition(t, p) for t, r in records.items()
                       for p in r.assignment.partitions]
         states = {tp: s for tp, s in store.get_partition_states(partitions).items()

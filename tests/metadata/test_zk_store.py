@@ -343,6 +343,56 @@ def test_topics_are_created_listed_marked_and_deleted(zk_connect: str,
     store.delete_topic("t", fence)  # already gone: nothing to do
 
 
+def test_an_adopted_id_is_recorded_where_kafkas_tools_do_not_write(
+        zk_connect: str, make_store: StoreFactory) -> None:
+    """The controller's write of an adopted id records it under /actorlog in the same
+    transaction; a Kafka 2.8+ tool's rewrite of the topic znode (id kept, our mark
+    dropped) still reads adopted; a topic deleted drops its record."""
+    store, _ = make_store(zk_connect)
+    fence = store.try_elect(1)
+    assert fence is not None
+    store.create_topic("t", TopicAssignment({0: (1, 2)}), {})
+    late = "-B1Prn3sEdCnZQCgyR5r9g"
+    refused = store.set_topic_assignment("t", TopicAssignment({0: (1, 2)}, 7, late, True), fence)
+    assert refused.code is WriteCode.BAD_VERSION  # and no record written without the znode
+    assert store.get_topic_assignments(["t"])["t"] == TopicAssignment({0: (1, 2)}, 0)
+    client = KazooClient(hosts=zk_connect)
+    client.start(timeout=15)
+    try:
+        assert client.exists("/actorlog/adopted_topic_ids/t") is None
+        written = store.set_topic_assignment(
+            "t", TopicAssignment({0: (1, 2)}, 0, late, True), fence)
+        assert written.ok and written.version == 1
+        record = json.loads(raw_get(zk_connect, "/actorlog/adopted_topic_ids/t"))
+        assert record["version"] == 1 and record["topic_id"] == late
+        assert abs(record["adopted_ms"] - time.time() * 1000) < 60_000
+        # as kafka-reassign-partitions (2.8+) writes it back: topic_id kept, our mark gone
+        client.set("/brokers/topics/t", json.dumps(
+            {"version": 3, "partitions": {"0": [2, 1]}, "adding_replicas": {},
+             "removing_replicas": {}, "topic_id": late}).encode())
+        assert store.get_topic_assignments(["t"])["t"] == TopicAssignment(
+            {0: (2, 1)}, 2, late, True)
+        # the controller grows it: the record stays as it was (same id, same time)
+        grown = store.set_topic_assignment(
+            "t", TopicAssignment({0: (2, 1), 1: (1, 2)}, 2, late, True), fence)
+        assert grown.ok
+        assert json.loads(raw_get(zk_connect, "/actorlog/adopted_topic_ids/t")) == record
+        # a topic adopted before the records (its znode's mark only) gets one at load
+        store.create_topic("old", TopicAssignment({0: (1,)}), {})
+        client.set("/brokers/topics/old", json.dumps(
+            {"version": 3, "partitions": {"0": [1]}, "adding_replicas": {},
+             "removing_replicas": {}, "topic_id": late, "topic_id_adopted": True}).encode())
+        store.record_topic_adoptions(store.get_topic_assignments(["old"]), fence)
+        assert json.loads(raw_get(zk_connect, "/actorlog/adopted_topic_ids/old"))[
+            "topic_id"] == late
+        store.delete_topic("t", fence)
+        assert client.exists("/actorlog/adopted_topic_ids/t") is None
+        assert client.exists("/actorlog/adopted_topic_ids/old") is not None
+    finally:
+        client.stop()
+        client.close()
+
+
 def test_isr_change_notifications(zk_connect: str, make_store: StoreFactory) -> None:
     leader, _ = make_store(zk_connect)
     controller, _ = make_store(zk_connect)

@@ -84,6 +84,31 @@ def test_partition_state_and_topic_round_trip_in_kafkas_json() -> None:
     assert znodes.decode_topic_assignment("orders", data, 4) == adopted
 
 
+def test_an_adoption_record_round_trips_and_marks_the_topic_of_its_id() -> None:
+    record = znodes.AdoptedTopicId("-B1Prn3sEdCnZQCgyR5r9g", 1_700_000_000_123)
+    data = znodes.encode_adopted_topic_id(record)
+    assert json.loads(data) == {"version": 1, "topic_id": "-B1Prn3sEdCnZQCgyR5r9g",
+                                "adopted_ms": 1_700_000_000_123}
+    assert znodes.decode_adopted_topic_id("orders", data) == record
+    assert znodes.adopted_topic_id_path("orders") == "/actorlog/adopted_topic_ids/orders"
+    assert znodes.ADOPTED_TOPIC_IDS in znodes.PERSISTENT_PATHS
+    # As a Kafka 2.8+ tool rewrites the topic znode: topic_id kept, our mark dropped.
+    kafka_rewrite = (b'{"version":3,"partitions":{"0":[1,2],"1":[2,1]},"adding_replicas":{},'
+                     b'"removing_replicas":{},"topic_id":"-B1Prn3sEdCnZQCgyR5r9g"}')
+    plain = znodes.decode_topic_assignment("orders", kafka_rewrite, 9)
+    assert not plain.topic_id_adopted
+    assert znodes.with_adoption(plain, record) == TopicAssignment(
+        {0: (1, 2), 1: (2, 1)}, 9, "-B1Prn3sEdCnZQCgyR5r9g", True)
+    assert znodes.with_adoption(plain, None) == plain
+    # a record of another id (an adoption since replaced) marks nothing
+    other = znodes.AdoptedTopicId("AAAAAAAAAAAAAAAAAAAAAA", 5)
+    assert znodes.with_adoption(plain, other) == plain
+    without_id = TopicAssignment({0: (1,)}, 2)
+    assert znodes.with_adoption(without_id, record) == without_id
+    with pytest.raises(ValueError, match="not a topic id: 'nope'"):
+        znodes.encode_adopted_topic_id(znodes.AdoptedTopicId("nope", 1))
+
+
 def test_the_small_znodes() -> None:
     assert znodes.encode_controller_epoch(41) == b"41"
     assert znodes.decode_controller_epoch(b"41") == 41
@@ -118,6 +143,17 @@ def test_the_small_znodes() -> None:
         (lambda: znodes.decode_topic_assignment(
             "t", b'{"partitions":{"0":[1]},"topic_id_adopted":true}'),
          "/brokers/topics/t: bad topic_id_adopted True"),
+        (lambda: znodes.decode_adopted_topic_id("t", b'{"version":1,"adopted_ms":1}'),
+         "/actorlog/adopted_topic_ids/t: no 'topic_id' in {'version': 1, 'adopted_ms': 1}"),
+        (lambda: znodes.decode_adopted_topic_id(
+            "t", b'{"version":1,"topic_id":"x","adopted_ms":1}'),
+         "/actorlog/adopted_topic_ids/t: bad topic_id 'x'"),
+        (lambda: znodes.decode_adopted_topic_id(
+            "t", b'{"version":2,"topic_id":"-B1Prn3sEdCnZQCgyR5r9g","adopted_ms":1}'),
+         "/actorlog/adopted_topic_ids/t: unknown version 2"),
+        (lambda: znodes.decode_adopted_topic_id(
+            "t", b'{"version":1,"topic_id":"-B1Prn3sEdCnZQCgyR5r9g","adopted_ms":"1"}'),
+         "/actorlog/adopted_topic_ids/t: 'adopted_ms' must be an integer, got '1'"),
         (lambda: znodes.decode_broker(1, b'{"endpoints":["nonsense"]}'),
          "/brokers/ids/1: bad endpoint 'nonsense'"),
         (lambda: znodes.decode_controller_epoch(b"x1"),

@@ -22,7 +22,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from actors.core.topic_id import decode_topic_id, is_topic_id, read_partition_metadata
+from actors.core.topic_id import (
+    decode_topic_id,
+    is_topic_id,
+    read_partition_metadata,
+    write_partition_metadata,
+)
 from actors.metadata import znodes
 from tests.broker.rawclient import METADATA, build, read_records
 from tests.cluster.test_cluster import admin, create
@@ -191,3 +196,71 @@ def test_a_znode_an_older_version_rewrote_without_the_id_keeps_the_replicas_reco
         assert "a deleted namesake's whose delete was lost" not in log, node.broker_id
         assert f"its directory holds topic id {first}, and the topic's id {late} was " \
             "given late" in log, node.broker_id
+
+
+def test_an_adopted_id_survives_a_kafka_tools_rewrite_of_the_topic_znode(
+        cluster_factory: Any, zk_connect: str) -> None:
+    """The adopted mark outlives a Kafka 2.8+ tool's rewrite of the topic znode.
+
+    An older version rewrote the znode without its id; the controller gave the topic a
+    late id, marked adopted. Then a Kafka 2.8+ tool (partition reassignment, more
+    partitions) rewrote the znode as it does: ``topic_id`` kept, the fields it does not
+    know (our ``topic_id_adopted``) dropped. Meanwhile the replicas' directories still hold
+    the topic's earlier id (a replica learns a late id only with its next leader epoch, or
+    its write of the file failed). Before the record under ``/actorlog``, each replica
+    then took its directory for a dead namesake's and deleted acknowledged records."""
+    cluster: Cluster = cluster_factory(2)
+    topic = "rewritten-twice"
+    create(cluster, topic, 1, 2)
+    cluster.wait_topic(topic, 1)
+    first = _topic_id(zk_connect, topic)
+    leader = cluster.view().leaders(topic)[0]
+    assert produce_to(cluster.nodes[leader], topic, 0, [b"acked"] * 4).error_code == 0
+    for node in cluster.nodes.values():
+        wait_for(f"node {node.broker_id}'s directory to hold the id",
+                 lambda n=node: read_partition_metadata(n.data_dir / f"{topic}-0") == first)
+    cluster.stop()
+    zk = ZooKeeperReader(zk_connect)
+    try:  # as an older version writes it back: no id
+        zk.client.set(znodes.topic_path(topic), json.dumps(
+            {"version": 2, "partitions": {"0": [1, 2]}, "adding_replicas": {},
+             "removing_replicas": {}}).encode())
+    finally:
+        zk.close()
+    cluster.start()
+    wait_for("the controller to give it an id", lambda: is_topic_id(_topic_id(zk_connect, topic)))
+    late = _topic_id(zk_connect, topic)
+    assert late != first
+    cluster.stop()
+
+    zk = ZooKeeperReader(zk_connect)
+    try:  # as a Kafka 2.8+ tool writes it: the id kept, the fields it does not know dropped
+        doc = json.loads(zk.get(znodes.topic_path(topic)) or b"{}")
+        assert doc.pop("topic_id_adopted") is True
+        zk.client.set(znodes.topic_path(topic), json.dumps(doc).encode())
+    finally:
+        zk.close()
+    for node in cluster.nodes.values():  # as a replica that has not learnt the late id
+        write_partition_metadata(node.data_dir / f"{topic}-0", first)
+
+    cluster.start()
+    cluster.wait_topic(topic, 1)
+    for node in cluster.nodes.values():
+        wait_for(f"node {node.broker_id}'s directory to hold the late id",
+                 lambda n=node: read_partition_metadata(n.data_dir / f"{topic}-0") == late)
+    wait_for("the acknowledged records served", lambda: _values(cluster, topic) == [b"acked"] * 4)
+    for node in cluster.nodes.values():
+        assert "a deleted namesake's whose delete was lost" not in node.log(), node.broker_id
+    zk = ZooKeeperReader(zk_connect)
+    try:
+        record = json.loads(zk.get(znodes.adopted_topic_id_path(topic)) or b"{}")
+        assert record["topic_id"] == late
+    finally:
+        zk.close()
+    _delete(cluster, topic)  # a topic deleted drops its record
+    zk = ZooKeeperReader(zk_connect)
+    try:
+        wait_for("the record dropped with the topic",
+                 lambda: zk.get(znodes.adopted_topic_id_path(topic)) is None)
+    finally:
+        zk.close()

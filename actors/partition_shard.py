@@ -100,6 +100,7 @@ from wire.cluster_messages import (
     RolesRestored,
     RolesTaken,
     ShardRestarted,
+    TopicIdRow,
     TopicPartitionRow,
 )
 from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError, StorageError
@@ -1623,6 +1624,7 @@ class PartitionShard(Actor):
         failed: list[OfflineReplicaRow] = []  # refused: its storage failed
         held_already: list[str] = []  # "topic-partition@held epoch", logged once below
         awaiting: list[TopicPartitionRow] = []  # refused: a deleted namesake's dir is there
+        confirmed: list[TopicIdRow] = []  # an adopted id read back from the disk
         for row in msg.rows:
             key = (row.topic, row.partition)
             held = self.partitions.get(key)
@@ -1630,6 +1632,7 @@ class PartitionShard(Actor):
                     and held.leader_epoch >= row.leader_epoch:
                 held_already.append(f"{row.topic}-{row.partition}@{held.leader_epoch}")
                 rows.append(PartitionErrorRow(row.topic, row.partition, NONE))
+                self._confirm_topic_id(row, confirmed)
                 continue
             try:
                 code = self._take_role(row, now, failed)
@@ -1641,6 +1644,8 @@ class PartitionShard(Actor):
                 self.log.exception("cannot open {}-{}", row.topic, row.partition)
                 code = int(ErrorCode.KAFKA_STORAGE_ERROR)
             rows.append(PartitionErrorRow(row.topic, row.partition, code))
+            if code == NONE:
+                self._confirm_topic_id(row, confirmed)
         if held_already:
             # counted per role, logged once per message (a resend of a LeaderAndIsr for
             # every partition of the node is one line, not one per partition)
@@ -1652,7 +1657,21 @@ class PartitionShard(Actor):
                           "(request {}; partition@leader epoch held): {}{}",
                           len(held_already), msg.req_id, shown,
                           f" and {more} more" if more > 0 else "")
-        self.reply(BecameLeaderOrFollower(msg.req_id, rows, failed, awaiting))
+        self.reply(BecameLeaderOrFollower(msg.req_id, rows, failed, awaiting, confirmed))
+
+    def _confirm_topic_id(self, row: ReplicaStateRow, confirmed: list[TopicIdRow]) -> None:
+        """Add ``row``'s partition to ``confirmed`` if its role's id is adopted and its
+        ``partition.metadata``, read back from the disk, holds it: the controller clears a
+        topic's adoption once every replica has said so, and only on what the disk says
+        (a write that failed left the earlier id there, retried by housekeeping)."""
+        if not (row.topic_id and row.topic_id_adopted):
+            return
+        try:
+            found = read_partition_metadata(self.log_dir.partition_path(row.topic, row.partition))
+        except PartitionMetadataError:
+            return  # damaged or unreadable: proves nothing
+        if found == row.topic_id:
+            confirmed.append(TopicIdRow(row.topic, row.partition, row.topic_id))
 
     def _take_role(self, row: ReplicaStateRow, now: int,
                    failed: list[OfflineReplicaRow]) -> int:

@@ -146,6 +146,15 @@ class StopReplicaDone:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicIdsConfirmed:
+    """A node's LeaderAndIsrResponse named partitions of adopted topics whose
+    ``partition.metadata`` it read back holding ``topic_ids[tp]``."""
+
+    broker_id: int
+    topic_ids: Mapping[TopicPartition, str]
+
+
+@dataclass(frozen=True, slots=True)
 class IsrChanged:
     """Partition states a leader wrote itself (read after an ISR change notification)."""
 
@@ -242,6 +251,7 @@ Event = (
     | CreatePartitions | DeleteTopics | TopicDeletionsRequested | StopReplicaDone | IsrChanged
     | AlterPartitionRequest | ControlledShutdownRequest | ElectLeaders | AutoLeaderRebalance
     | TopicConfigsChanged | MetadataWritten | MetadataWriteFailed | ReplicasOffline
+    | TopicIdsConfirmed
 )
 
 
@@ -261,12 +271,16 @@ class CreateTopicZnodes:
 
 @dataclass(frozen=True, slots=True)
 class SetTopicAssignment:
-    """Replace the assignment if its version is still ``assignment.version`` (keyed by topic)."""
+    """Replace the assignment if its version is still ``assignment.version`` (keyed by topic).
+
+    ``clear_adoption``: the assignment, unmarked, ends its id's adoption; its record
+    under ``/actorlog`` is dropped in the same transaction."""
 
     write_id: int
     topic: str
     assignment: TopicAssignment
     fail_fast: bool = True
+    clear_adoption: bool = False
 
 
 @dataclass(frozen=True, slots=True)

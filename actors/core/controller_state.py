@@ -104,6 +104,7 @@ from actors.core.controller_events import (
     StopReplicaDone,
     TopicConfigsChanged,
     TopicDeletionsRequested,
+    TopicIdsConfirmed,
     TopicResult,
     UpdatePartitionStates,
 )
@@ -250,6 +251,11 @@ class ControllerCore:
         self._um_brokers: set[int] = set()     # brokers to send UpdateMetadata to
         self._um_full: set[int] = set()        # of which these get every partition
         self._stop: dict[int, dict[TopicPartition, bool]] = {}
+        # the adopted id each replica of a partition read back from its disk (its
+        # LeaderAndIsr answers, TopicIdsConfirmed): kept in memory only, so a new
+        # controller clears an adoption only on answers it got itself
+        self._confirmed: dict[TopicPartition, dict[int, str]] = {}
+        self._clearing: set[str] = set()  # topics whose adoption is being cleared
 
     def eligible(self) -> set[int]:
         """Brokers that may lead: registered and not shutting down."""
@@ -323,6 +329,8 @@ class ControllerCore:
             self._on_auto_rebalance()
         elif isinstance(event, TopicConfigsChanged):
             self._on_topic_configs_changed(event.configs)
+        elif isinstance(event, TopicIdsConfirmed):
+            self._on_topic_ids_confirmed(event)
         else:
             raise TypeError(f"not a controller event: {event!r}")
 
@@ -405,6 +413,54 @@ class ControllerCore:
         never deletes on a mismatch either: it keeps the partition offline)."""
         return [t for t in sorted(set(topics)) if t in self.topics
                 and self.topics[t].assignment.topic_id_adopted]
+
+    def _on_topic_ids_confirmed(self, event: TopicIdsConfirmed) -> None:
+        touched: set[str] = set()
+        for tp, topic_id in event.topic_ids.items():
+            if tp.topic in self.topics:
+                self._confirmed.setdefault(tp, {})[event.broker_id] = topic_id
+                touched.add(tp.topic)
+        for topic in sorted(touched):
+            self._maybe_clear_adoption(topic)
+
+    def _maybe_clear_adoption(self, topic: str) -> None:
+        """Clear the topic's adoption once every replica of every partition has read its
+        adopted id back from its ``partition.metadata``: no directory of the topic then
+        holds an earlier id, so a directory of another id found later is a dead
+        namesake's again (deleted, as for any topic). The znode is written unmarked and
+        the record under ``/actorlog`` dropped in one transaction, at the version read
+        (a Kafka tool's rewrite meanwhile refuses it; the next answers try again)."""
+        record = self.topics.get(topic)
+        if (record is None or topic in self.deleting or topic in self._clearing
+                or not record.assignment.topic_id_adopted):
+            return
+        topic_id = record.assignment.topic_id
+        if not all(self._confirmed.get(tp, {}).get(replica) == topic_id
+                   for tp in self.partitions_of(topic) for replica in self.assignment(tp)):
+            return
+        assignment = replace(record.assignment, topic_id_adopted=False)
+        self._clearing.add(topic)
+
+        def failed(message: str) -> None:
+            self._clearing.discard(topic)
+            self._log(f"controller {self.config.broker_id} epoch {self.epoch}: clearing the "
+                      f"adoption of topic {topic!r}'s id {topic_id} failed: {message}")
+
+        def on_result(_key: Any, result: WriteResult) -> None:
+            self._clearing.discard(topic)
+            if not result.ok:
+                failed(result.message or result.code.value)
+                return
+            current = self.topics.get(topic)
+            if current is not None and current.assignment.version == assignment.version:
+                self.topics[topic] = replace(current, assignment=replace(
+                    assignment, version=result.version))
+            for tp in [tp for tp in self._confirmed if tp.topic == topic]:
+                del self._confirmed[tp]
+
+        write_id = self._write(lambda w: SetTopicAssignment(w, topic, assignment,
+                                                            clear_adoption=True))
+        self._topic_writes[write_id] = _TopicWrite(on_result, failed)
 
     def _topic_ids_of(self, topics: Iterable[str]) -> dict[str, str]:
         """The ids of these topics that have one: a node's shard deletes, never opens, a
@@ -1258,6 +1314,7 @@ class ControllerCore:
                 for replica in self.assignment(tp):
                     self._move_replica(tp, replica, _R.NON_EXISTENT)
                 self.states.pop(tp, None)
+                self._confirmed.pop(tp, None)
             self.topics.pop(topic, None)
             self.deleting.discard(topic)
 

@@ -13,6 +13,7 @@ The actor, in outline::
     on start, and on every store notice:    driver.on_notice(notice)
     on a node's request (CreateTopics...):  driver.feed(core_event)
     on a StopReplica response:              driver.feed(StopReplicaDone(...))
+    on a LeaderAndIsr response naming ids: driver.feed(TopicIdsConfirmed(...))
     every retry.backoff.ms while pending:   driver.retry_writes()
     every leader.imbalance.check.interval:  driver.feed(AutoLeaderRebalance())
 

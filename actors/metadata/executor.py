@@ -54,8 +54,8 @@ def _perform(effect: MetadataWrite, store: MetadataStore, fence: ControllerFence
         except TopicExists as exc:
             return {effect.topic: WriteResult(WriteCode.NODE_EXISTS, -1, str(exc))}, {}
     if isinstance(effect, SetTopicAssignment):
-        return {effect.topic: store.set_topic_assignment(effect.topic, effect.assignment,
-                                                         fence)}, {}
+        return {effect.topic: store.set_topic_assignment(
+            effect.topic, effect.assignment, fence, clear_adoption=effect.clear_adoption)}, {}
     if isinstance(effect, (CreatePartitionStates, UpdatePartitionStates)):
         states = dict(effect.states)
         if isinstance(effect, CreatePartitionStates):

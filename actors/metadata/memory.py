@@ -432,9 +432,19 @@ class MemoryMetadataStore:
         return 0
 
     def set_topic_assignment(self, topic: str, assignment: TopicAssignment,
-                             fence: ControllerFence) -> WriteResult:
+                             fence: ControllerFence, clear_adoption: bool = False
+                             ) -> WriteResult:
         self._sid()
-        return self._write([*self._adoption_record_ops(topic, assignment),
+        if clear_adoption and assignment.topic_id_adopted:
+            raise ValueError(f"{topic}: an adoption is cleared by an unmarked assignment")
+        ops = self._adoption_record_ops(topic, assignment)
+        if clear_adoption:
+            path = znodes.adopted_topic_id_path(topic)
+            found = self.zk.get(path)
+            if found is not None and znodes.decode_adopted_topic_id(
+                    topic, found.data).topic_id == assignment.topic_id:
+                ops.append(Op("delete", path, version=found.version))
+        return self._write([*ops,
                             Op("set", znodes.topic_path(topic),
                                znodes.encode_topic_assignment(assignment),
                                assignment.version)], fence)

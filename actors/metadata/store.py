@@ -196,9 +196,11 @@ class MetadataStore(SecurityMetadata, Protocol):
         """
 
     def set_topic_assignment(self, topic: str, assignment: TopicAssignment,
-                             fence: ControllerFence) -> WriteResult:
+                             fence: ControllerFence, clear_adoption: bool = False
+                             ) -> WriteResult:
         """Replace the assignment if its version is still ``assignment.version``; one
-        marked adopted gets its adoption record in the same transaction.
+        marked adopted gets its adoption record in the same transaction, and with
+        ``clear_adoption`` (the assignment unmarked) the record of its id is dropped in it.
 
         :meth:`get_topic_assignments` reads an assignment adopted when its znode's id is
         the one recorded, whether or not the znode still holds its own mark."""

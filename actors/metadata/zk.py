@@ -441,10 +441,20 @@ class ZkMetadataStore:
         raise MetadataError(f"creating topic {topic!r} failed: {type(failed).__name__}")
 
     def set_topic_assignment(self, topic: str, assignment: TopicAssignment,
-                             fence: ControllerFence) -> WriteResult:
+                             fence: ControllerFence, clear_adoption: bool = False
+                             ) -> WriteResult:
         self._require_connected()
+        if clear_adoption and assignment.topic_id_adopted:
+            raise ValueError(f"{topic}: an adoption is cleared by an unmarked assignment")
         tx = self._transaction(fence)
         recorded = self._adoption_record_op(tx, topic, assignment)
+        if clear_adoption:
+            path = znodes.adopted_topic_id_path(topic)
+            found = self._get(path)
+            if found is not None and znodes.decode_adopted_topic_id(
+                    topic, found[0]).topic_id == assignment.topic_id:
+                tx.delete(path, found[1].version)
+                recorded = True
         tx.set_data(znodes.topic_path(topic), znodes.encode_topic_assignment(assignment),
                     assignment.version)
         (ops,) = self._commit_all([tx], fence)

@@ -36,6 +36,7 @@ from actors.core.controller_events import (
     ReplicasOfflineResult,
     StopReplicaDone,
     TopicConfigsChanged,
+    TopicIdsConfirmed,
 )
 from actors.core.controller_fsm import PartitionState, ReplicaState
 from actors.core.topic_id import is_topic_id
@@ -1066,3 +1067,48 @@ def test_a_znode_an_older_version_rewrote_without_the_id_gets_an_adopted_one() -
     rows = [m for _, m in sent_of(new, LeaderAndIsrRequest, mark)
             if any(r.topic == "t" for r in m.partitions) and m.topic_ids.get("t")]
     assert rows and all(m.topic_ids_adopted == ["t"] for m in rows)
+
+
+def test_an_adoption_is_cleared_once_every_replica_read_the_id_back() -> None:
+    """Each replica's LeaderAndIsr answer names the partitions of an adopted topic whose
+    ``partition.metadata`` it read back holding the id. Until every replica of every
+    partition has, the adoption stands; an answer naming another id counts for nothing.
+    Then the znode is written unmarked and its /actorlog record dropped, at once."""
+    c = cluster()
+    c.reader.create_topic("old", TopicAssignment({0: (1, 2), 1: (2, 3)}), {})  # no id
+    c.pump()
+    adopted = c.reader.get_topic_assignments(["old"])["old"]
+    assert adopted.topic_id_adopted
+    late = adopted.topic_id
+    assert c.zk.get("/actorlog/adopted_topic_ids/old") is not None
+    c.feed(TopicIdsConfirmed(1, {TP("old", 0): late}))
+    c.feed(TopicIdsConfirmed(2, {TP("old", 0): late, TP("old", 1): late}))
+    c.feed(TopicIdsConfirmed(3, {TP("old", 1): "AAAAAAAAAAAAAAAAAAAAAA"}))  # another id
+    c.pump()
+    assert c.reader.get_topic_assignments(["old"])["old"].topic_id_adopted
+    assert c.zk.get("/actorlog/adopted_topic_ids/old") is not None
+    c.feed(TopicIdsConfirmed(3, {TP("old", 1): late}))
+    c.pump()
+    cleared = c.reader.get_topic_assignments(["old"])["old"]
+    assert cleared.topic_id == late and not cleared.topic_id_adopted
+    assert cleared.partitions == adopted.partitions
+    assert c.zk.get("/actorlog/adopted_topic_ids/old") is None
+    mark = len(c.controller.sent)
+    c.stop_broker(1)  # the roles after it no longer mark the id adopted
+    c.pump()
+    requests = [m for _, m in sent_of(c.controller, LeaderAndIsrRequest, mark)
+                if m.topic_ids.get("old")]
+    assert requests and all(m.topic_ids_adopted == [] for m in requests)
+
+
+def test_a_deleted_topic_drops_its_adoption_record() -> None:
+    c = cluster()
+    c.reader.create_topic("old", TopicAssignment({0: (1, 2)}), {})  # no id
+    c.pump()
+    assert c.zk.get("/actorlog/adopted_topic_ids/old") is not None
+    assert codes(c.request(lambda rid: DeleteTopics(rid, ("old",)))) == [0]
+    c.feed(StopReplicaDone(1, 0, {TP("old", 0): 0}))
+    c.feed(StopReplicaDone(2, 0, {TP("old", 0): 0}))
+    c.pump()
+    assert c.reader.get_topics() == set()
+    assert c.zk.get("/actorlog/adopted_topic_ids/old") is None

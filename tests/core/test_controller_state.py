@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -40,6 +41,8 @@ from actors.core.controller_events import (
 )
 from actors.core.controller_fsm import PartitionState, ReplicaState
 from actors.core.topic_id import is_topic_id
+from actors.metadata import znodes
+from actors.metadata.memory import Op
 from wire.cluster_messages import LeaderAndIsr as LeaderAndIsrRequest
 from wire.errors import ErrorCode
 
@@ -1112,3 +1115,22 @@ def test_a_deleted_topic_drops_its_adoption_record() -> None:
     c.pump()
     assert c.reader.get_topics() == set()
     assert c.zk.get("/actorlog/adopted_topic_ids/old") is None
+
+
+def test_a_topic_adopted_before_the_records_gets_one_when_a_controller_loads() -> None:
+    """A znode marked adopted by an earlier version has no record: the next controller
+    writes it, so a Kafka tool's rewrite can no longer drop the adoption."""
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2)})
+    marked = replace(c.reader.get_topic_assignments(["t"])["t"], topic_id_adopted=True)
+    old = c.controller
+    session = c.reader.session_id or 0
+    c.zk.multi(session, [Op("set", znodes.topic_path("t"),  # as the earlier version wrote it
+                            znodes.encode_topic_assignment(marked), marked.version)])
+    assert c.zk.get(znodes.adopted_topic_id_path("t")) is None
+    c.zk.expire(old.store.session_id or 0)
+    c.pump()
+    assert c.add_candidate(101).driver.active
+    found = c.zk.get(znodes.adopted_topic_id_path("t"))
+    assert found is not None
+    assert znodes.decode_adopted_topic_id("t", found.data).topic_id == marked.topic_id

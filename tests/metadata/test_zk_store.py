@@ -6,6 +6,7 @@ import json
 import queue
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -377,6 +378,18 @@ def test_an_adopted_id_is_recorded_where_kafkas_tools_do_not_write(
             "t", TopicAssignment({0: (2, 1), 1: (1, 2)}, 2, late, True), fence)
         assert grown.ok
         assert json.loads(raw_get(zk_connect, "/actorlog/adopted_topic_ids/t")) == record
+        # clearing it: at a stale version nothing changes; at the current one the znode
+        # is written unmarked and the record dropped, together
+        unmarked = TopicAssignment({0: (2, 1), 1: (1, 2)}, 2, late)
+        assert store.set_topic_assignment("t", unmarked, fence, clear_adoption=True).code \
+            is WriteCode.BAD_VERSION
+        assert client.exists("/actorlog/adopted_topic_ids/t") is not None
+        cleared = store.set_topic_assignment("t", replace(unmarked, version=grown.version),
+                                             fence, clear_adoption=True)
+        assert cleared.ok and cleared.version == grown.version + 1
+        assert client.exists("/actorlog/adopted_topic_ids/t") is None
+        assert not store.get_topic_assignments(["t"])["t"].topic_id_adopted
+        assert "topic_id_adopted" not in json.loads(raw_get(zk_connect, "/brokers/topics/t"))
         # a topic adopted before the records (its znode's mark only) gets one at load
         store.create_topic("old", TopicAssignment({0: (1,)}), {})
         client.set("/brokers/topics/old", json.dumps(
@@ -385,9 +398,8 @@ def test_an_adopted_id_is_recorded_where_kafkas_tools_do_not_write(
         store.record_topic_adoptions(store.get_topic_assignments(["old"]), fence)
         assert json.loads(raw_get(zk_connect, "/actorlog/adopted_topic_ids/old"))[
             "topic_id"] == late
-        store.delete_topic("t", fence)
-        assert client.exists("/actorlog/adopted_topic_ids/t") is None
-        assert client.exists("/actorlog/adopted_topic_ids/old") is not None
+        store.delete_topic("old", fence)
+        assert client.exists("/actorlog/adopted_topic_ids/old") is None
     finally:
         client.stop()
         client.close()

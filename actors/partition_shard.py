@@ -1860,6 +1860,7 @@ class PartitionShard(Actor):
         self.replication["restores"] = self.replication.get("restores", 0) + 1
         applied: list[str] = []
         outcomes: list[PartitionErrorRow] = []
+        confirmed: list[TopicIdRow] = []  # an adopted id read back (as a role's answer)
         failed: list[OfflineReplicaRow] = []  # refused: its storage failed
         awaiting: list[TopicPartitionRow] = []  # refused: a deleted namesake's dir is there
         kept = 0
@@ -1874,6 +1875,7 @@ class PartitionShard(Actor):
                               "leader epoch {} applied since", role.topic, role.partition,
                               role.leader_epoch, msg.reason, held.leader_epoch)
                 outcomes.append(PartitionErrorRow(role.topic, role.partition, NONE))
+                self._confirm_topic_id(role, confirmed)
                 continue
             # the configs this shard kept (a config change since reached it directly), else
             # those the ReplicaManager knows
@@ -1908,6 +1910,7 @@ class PartitionShard(Actor):
                 continue
             applied.append(self._restored_text(state, row))
             outcomes.append(PartitionErrorRow(role.topic, role.partition, NONE))
+            self._confirm_topic_id(role, confirmed)
         if applied or kept:
             self.log.info("restored roles ({}): {}{}", msg.reason, ", ".join(applied) or "none",
                           f"; {kept} newer role(s) applied since kept" if kept else "")
@@ -1921,7 +1924,7 @@ class PartitionShard(Actor):
         notice = ShardRestarted(self.index)
         for i in range(self.topology.num_purgatories):
             self.tell(self.topology.purgatory(i), notice)
-        self.reply(RolesRestored(msg.req_id, outcomes, failed, awaiting))
+        self.reply(RolesRestored(msg.req_id, outcomes, failed, awaiting, confirmed))
 
     def _restore_role(self, state: PartitionState, row: RestoredRoleRow, now: int) -> None:
         role = row.role

@@ -1556,6 +1556,10 @@ class ReplicaManager(Actor):
             if req_id > msg.req_id or shard not in entry.waiting:
                 continue
             if entry.kind == "lai":
+                mine = {(r.topic, r.partition) for r in entry.became
+                        if self.topology.shard_for(r.topic, r.partition) == shard}
+                entry.confirmed.extend(r for r in msg.topic_ids_confirmed
+                                       if (r.topic, r.partition) in mine)
                 for row in entry.became:
                     key = (row.topic, row.partition)
                     if self.topology.shard_for(*key) != shard:

@@ -472,6 +472,9 @@ class RolesRestored(NamedTuple):
     # directory: no storage failure (never reported), and the role is not forgotten: the
     # shard keeps the newest one and takes it once the directory is gone (RolesTaken)
     awaiting_delete: list[TopicPartitionRow] = []
+    # the restored roles of an adopted id whose ``partition.metadata`` was read back
+    # holding it: a LeaderAndIsr settled by this restore answers them
+    topic_ids_confirmed: list[TopicIdRow] = []
 
 
 @message(412)

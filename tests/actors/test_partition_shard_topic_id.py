@@ -328,11 +328,13 @@ def test_a_restored_role_of_an_adopted_id_keeps_the_records(
     node.tell(shard, RestoreRoles(1, "process 1 restarted",
                                   [RestoredRoleRow(_adopted(late), False, None)]),
               sender=manager.name)
-    wait_for(lambda: [m for n, m in node.ask(manager, GetStats()) if n == "RolesRestored"],
-             "the restore answered")
+    [answer] = wait_for(lambda: [m for n, m in node.ask(manager, GetStats())
+                                 if n == "RolesRestored"], "the restore answered")
     stats = _stats(node, shard)
     assert stats["partitions"]["t-0"][2] == 3 and stats["dead_namesakes_deleted"] == 0
     assert read_partition_metadata(tmp_path / "t-0") == late
+    # read back: it answers for a LeaderAndIsr the restore settles
+    assert [tuple(r) for r in RolesRestored(*answer).topic_ids_confirmed] == [("t", 0, late)]
 
 
 def test_a_log_open_under_the_first_id_takes_the_adopted_one(

@@ -397,7 +397,7 @@ class MemoryMetadataStore:
             node = self.zk.get(znodes.topic_path(topic))
             if node is not None:
                 found = self.zk.get(znodes.adopted_topic_id_path(topic))
-                record = None if found is None else znodes.decode_adopted_topic_id(
+                record = None if found is None else znodes.read_adopted_topic_id(
                     topic, found.data)
                 out[topic] = znodes.with_adoption(
                     znodes.decode_topic_assignment(topic, node.data, node.version), record)
@@ -441,8 +441,8 @@ class MemoryMetadataStore:
         if clear_adoption:
             path = znodes.adopted_topic_id_path(topic)
             found = self.zk.get(path)
-            if found is not None and znodes.decode_adopted_topic_id(
-                    topic, found.data).topic_id == assignment.topic_id:
+            if found is not None and znodes.adoption_to_clear(
+                    znodes.read_adopted_topic_id(topic, found.data), assignment.topic_id):
                 ops.append(Op("delete", path, version=found.version))
         return self._write([*ops,
                             Op("set", znodes.topic_path(topic),
@@ -456,8 +456,8 @@ class MemoryMetadataStore:
             return []
         path = znodes.adopted_topic_id_path(topic)
         found = self.zk.get(path)
-        if found is not None and znodes.decode_adopted_topic_id(
-                topic, found.data).topic_id == assignment.topic_id:
+        if found is not None and znodes.adoption_recorded(
+                znodes.read_adopted_topic_id(topic, found.data), assignment.topic_id):
             return []
         data = znodes.encode_adopted_topic_id(
             znodes.AdoptedTopicId(assignment.topic_id, self._wall_ms()))

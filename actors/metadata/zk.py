@@ -401,7 +401,7 @@ class ZkMetadataStore:
         out = {}
         for t, f, r in zip(names, found[:len(names)], found[len(names):], strict=True):
             if f is not None:
-                record = None if r is None else znodes.decode_adopted_topic_id(t, r[0])
+                record = None if r is None else znodes.read_adopted_topic_id(t, r[0])
                 out[t] = znodes.with_adoption(
                     znodes.decode_topic_assignment(t, f[0], f[1].version), record)
         return out
@@ -451,8 +451,8 @@ class ZkMetadataStore:
         if clear_adoption:
             path = znodes.adopted_topic_id_path(topic)
             found = self._get(path)
-            if found is not None and znodes.decode_adopted_topic_id(
-                    topic, found[0]).topic_id == assignment.topic_id:
+            if found is not None and znodes.adoption_to_clear(
+                    znodes.read_adopted_topic_id(topic, found[0]), assignment.topic_id):
                 tx.delete(path, found[1].version)
                 recorded = True
         tx.set_data(znodes.topic_path(topic), znodes.encode_topic_assignment(assignment),
@@ -469,8 +469,8 @@ class ZkMetadataStore:
             return False
         path = znodes.adopted_topic_id_path(topic)
         found = self._get(path)
-        if found is not None and znodes.decode_adopted_topic_id(
-                topic, found[0]).topic_id == assignment.topic_id:
+        if found is not None and znodes.adoption_recorded(
+                znodes.read_adopted_topic_id(topic, found[0]), assignment.topic_id):
             return False
         data = znodes.encode_adopted_topic_id(
             znodes.AdoptedTopicId(assignment.topic_id, self._wall_ms()))

@@ -22,6 +22,8 @@ import urllib.parse
 from dataclasses import dataclass, replace
 from typing import Any
 
+from loguru import logger
+
 from actors.core.cluster_model import (
     BrokerInfo,
     Endpoint,
@@ -274,23 +276,78 @@ def encode_adopted_topic_id(record: AdoptedTopicId) -> bytes:
 
 
 def decode_adopted_topic_id(topic: str, data: bytes | None) -> AdoptedTopicId:
+    """The record, of this version or a newer one (whose fields beyond ``topic_id`` this
+    version does not need: a record is only ever read for its id)."""
     path = adopted_topic_id_path(topic)
     doc = _load(path, data)
     version = _field(path, doc, "version", int)
-    if version != ADOPTED_TOPIC_ID_VERSION:
+    if version < ADOPTED_TOPIC_ID_VERSION:
         raise BadZnode(f"{path}: unknown version {version!r:.20}")
     topic_id = _field(path, doc, "topic_id", str)
     if not is_topic_id(topic_id):
         raise BadZnode(f"{path}: bad topic_id {topic_id!r:.60}")
-    return AdoptedTopicId(topic_id, _field(path, doc, "adopted_ms", int))
+    if version == ADOPTED_TOPIC_ID_VERSION:
+        adopted_ms = _field(path, doc, "adopted_ms", int)
+    else:
+        adopted_ms = doc.get("adopted_ms", 0)
+        if isinstance(adopted_ms, bool) or not isinstance(adopted_ms, int):
+            adopted_ms = 0
+    return AdoptedTopicId(topic_id, adopted_ms)
 
 
-def with_adoption(assignment: TopicAssignment, record: AdoptedTopicId | None) -> TopicAssignment:
+@dataclass(frozen=True, slots=True)
+class UnreadableAdoption:
+    """An adoption record that cannot be read (damaged, or a format this version does not
+    know). Its topic counts as adopted, whatever its id: the safe direction, as a replica
+    holding another id then rewrites it instead of deleting acknowledged records. The
+    controller's next write of the record (or its clearing) replaces it."""
+
+    reason: str
+
+
+_unreadable_logged: set[str] = set()
+
+
+def read_adopted_topic_id(topic: str, data: bytes | None
+                          ) -> AdoptedTopicId | UnreadableAdoption:
+    """``decode_adopted_topic_id`` that does not raise: a record it cannot read is an
+    ``UnreadableAdoption`` (logged once per content), never a reason for the controller
+    to fail its load or a topic change."""
+    try:
+        return decode_adopted_topic_id(topic, data)
+    except BadZnode as exc:
+        reason = str(exc)
+        if reason not in _unreadable_logged:
+            if len(_unreadable_logged) >= 1024:
+                _unreadable_logged.clear()
+            _unreadable_logged.add(reason)
+            logger.bind(node="-", actor="metadata").warning(
+                "{}; its topic counts as adopted until the record is rewritten", reason)
+        return UnreadableAdoption(reason)
+
+
+def adoption_recorded(record: AdoptedTopicId | UnreadableAdoption | None,
+                      topic_id: str) -> bool:
+    """Whether ``record`` is a readable record of ``topic_id`` (nothing to write)."""
+    return isinstance(record, AdoptedTopicId) and record.topic_id == topic_id
+
+
+def adoption_to_clear(record: AdoptedTopicId | UnreadableAdoption | None,
+                      topic_id: str) -> bool:
+    """Whether clearing the adoption of ``topic_id`` drops ``record``: one of that id, or
+    one that cannot be read (it marked the topic adopted, and that is now over)."""
+    return isinstance(record, UnreadableAdoption) or adoption_recorded(record, topic_id)
+
+
+def with_adoption(assignment: TopicAssignment,
+                  record: AdoptedTopicId | UnreadableAdoption | None) -> TopicAssignment:
     """``assignment`` marked adopted when its id is the one ``record`` holds (a Kafka
-    tool's rewrite may have dropped the znode's own mark); as it is otherwise (a record
-    of another id is an earlier adoption's, now void: the topic's id changed since)."""
-    if (record is None or assignment.topic_id_adopted
-            or assignment.topic_id != record.topic_id):
+    tool's rewrite may have dropped the znode's own mark), or when ``record`` cannot be
+    read; as it is otherwise (a record of another id is an earlier adoption's, now void:
+    the topic's id changed since)."""
+    if record is None or assignment.topic_id_adopted or not assignment.topic_id:
+        return assignment
+    if isinstance(record, AdoptedTopicId) and assignment.topic_id != record.topic_id:
         return assignment
     return replace(assignment, topic_id_adopted=True)
 

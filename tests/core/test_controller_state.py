@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import replace
 from typing import Any
@@ -1134,3 +1135,52 @@ def test_a_topic_adopted_before_the_records_gets_one_when_a_controller_loads() -
     found = c.zk.get(znodes.adopted_topic_id_path("t"))
     assert found is not None
     assert znodes.decode_adopted_topic_id("t", found.data).topic_id == marked.topic_id
+
+
+def test_an_unreadable_adoption_record_counts_as_adopted_and_is_rewritten() -> None:
+    """A damaged adoption record (or one of a newer format) neither stops a controller's
+    load nor a topic change: its topic counts as adopted (the safe direction: a replica
+    holding another id rewrites it, never deletes), the next write of the topic replaces
+    the record with a readable one, and a newer format with a valid id is read."""
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2)})
+    create(c, "u", assignment={0: (2, 3)})
+    first = c.reader.get_topic_assignments(["t", "u"])
+    assert not first["t"].topic_id_adopted and not first["u"].topic_id_adopted
+    session = c.reader.session_id or 0
+    newer = {"version": 2, "topic_id": first["u"].topic_id, "adopted_at": "yesterday"}
+    c.zk.multi(session, [Op("create", znodes.adopted_topic_id_path("t"), b"\x00garbage"),
+                         Op("create", znodes.adopted_topic_id_path("u"),
+                            json.dumps(newer).encode())])
+    both = c.reader.get_topic_assignments(["t", "u"])
+    assert both["t"].topic_id_adopted and both["u"].topic_id_adopted
+    old = c.controller
+    c.zk.expire(old.store.session_id or 0)
+    c.pump()
+    assert c.add_candidate(101).driver.active  # the load did not fail on the record
+    found = c.zk.get(znodes.adopted_topic_id_path("t"))
+    assert found is not None  # written readable at load, as a record the znode lacked
+    assert znodes.decode_adopted_topic_id("t", found.data).topic_id == first["t"].topic_id
+    newer_found = c.zk.get(znodes.adopted_topic_id_path("u"))
+    assert newer_found is not None and json.loads(newer_found.data) == newer  # kept
+    # damaged again, then a topic change: done, and the record rewritten
+    found = c.zk.get(znodes.adopted_topic_id_path("t"))
+    assert found is not None
+    c.zk.multi(session, [Op("set", znodes.adopted_topic_id_path("t"), b'{"version":1}',
+                            found.version)])
+    result = c.request(lambda rid: CreatePartitions(rid, (NewPartitions("t", 2),)))
+    assert codes(result) == [0]
+    grown = c.reader.get_topic_assignments(["t"])["t"]
+    assert len(grown.partitions) == 2 and grown.topic_id_adopted
+    found = c.zk.get(znodes.adopted_topic_id_path("t"))
+    assert found is not None
+    assert znodes.decode_adopted_topic_id("t", found.data).topic_id == first["t"].topic_id
+    # damaged once more: clearing drops it instead of failing on it
+    c.zk.multi(session, [Op("set", znodes.adopted_topic_id_path("t"), b"[]", found.version)])
+    late = grown.topic_id
+    for broker in (1, 2, 3):
+        c.feed(TopicIdsConfirmed(broker, {TP("t", p): late for p, replicas
+                                          in grown.partitions.items() if broker in replicas}))
+    cleared = c.reader.get_topic_assignments(["t"])["t"]
+    assert not cleared.topic_id_adopted
+    assert c.zk.get(znodes.adopted_topic_id_path("t")) is None

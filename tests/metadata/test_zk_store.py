@@ -405,6 +405,49 @@ def test_an_adopted_id_is_recorded_where_kafkas_tools_do_not_write(
         client.close()
 
 
+def test_an_unreadable_adoption_record_is_read_as_adopted_and_replaced(
+        zk_connect: str, make_store: StoreFactory) -> None:
+    """A damaged record (or a newer format's) raises nowhere: its topic reads adopted, a
+    write of the adopted topic replaces it with a readable record, and clearing the
+    adoption drops it; a newer format's record with a valid id is read for that id."""
+    store, _ = make_store(zk_connect)
+    fence = store.try_elect(1)
+    assert fence is not None
+    late = "-B1Prn3sEdCnZQCgyR5r9g"
+    store.create_topic("t", TopicAssignment({0: (1, 2)}, topic_id=late), {})
+    store.create_topic("u", TopicAssignment({0: (1, 2)}, topic_id=late), {})
+    client = KazooClient(hosts=zk_connect)
+    client.start(timeout=15)
+    try:
+        client.create("/actorlog/adopted_topic_ids/t", b"\x00garbage", makepath=True)
+        client.create("/actorlog/adopted_topic_ids/u", json.dumps(
+            {"version": 2, "topic_id": late, "adopted_at": "x"}).encode(), makepath=True)
+        found = store.get_topic_assignments(["t", "u"])
+        assert found["t"] == TopicAssignment({0: (1, 2)}, 0, late, True)
+        assert found["u"] == TopicAssignment({0: (1, 2)}, 0, late, True)
+        store.record_topic_adoptions(found, fence)  # as at a controller's load
+        assert json.loads(raw_get(zk_connect, "/actorlog/adopted_topic_ids/t"))[
+            "topic_id"] == late
+        assert json.loads(raw_get(zk_connect, "/actorlog/adopted_topic_ids/u"))[
+            "version"] == 2  # a readable record of the id: left as it is
+        client.set("/actorlog/adopted_topic_ids/t", b'{"version":1}')
+        grown = store.set_topic_assignment(
+            "t", TopicAssignment({0: (1, 2), 1: (2, 1)}, 0, late, True), fence)
+        assert grown.ok
+        assert json.loads(raw_get(zk_connect, "/actorlog/adopted_topic_ids/t"))[
+            "topic_id"] == late
+        client.set("/actorlog/adopted_topic_ids/t", b"[]")
+        cleared = store.set_topic_assignment(
+            "t", TopicAssignment({0: (1, 2), 1: (2, 1)}, grown.version, late), fence,
+            clear_adoption=True)
+        assert cleared.ok
+        assert client.exists("/actorlog/adopted_topic_ids/t") is None
+        assert not store.get_topic_assignments(["t"])["t"].topic_id_adopted
+    finally:
+        client.stop()
+        client.close()
+
+
 def test_isr_change_notifications(zk_connect: str, make_store: StoreFactory) -> None:
     leader, _ = make_store(zk_connect)
     controller, _ = make_store(zk_connect)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -109,6 +110,33 @@ def test_an_adoption_record_round_trips_and_marks_the_topic_of_its_id() -> None:
         znodes.encode_adopted_topic_id(znodes.AdoptedTopicId("nope", 1))
 
 
+def test_an_adoption_record_of_a_newer_format_or_unreadable_marks_its_topic() -> None:
+    """A newer version's record is read for its id (its other fields are not needed);
+    one that cannot be read does not raise: its topic counts as adopted (the safe
+    direction), the next write replaces it and clearing drops it."""
+    plain = TopicAssignment({0: (1, 2)}, 9, "-B1Prn3sEdCnZQCgyR5r9g")
+    newer = znodes.read_adopted_topic_id(
+        "t", b'{"version":2,"topic_id":"-B1Prn3sEdCnZQCgyR5r9g","adopted_at":"x"}')
+    assert newer == znodes.AdoptedTopicId("-B1Prn3sEdCnZQCgyR5r9g", 0)
+    assert znodes.with_adoption(plain, newer).topic_id_adopted
+    assert znodes.adoption_recorded(newer, plain.topic_id)
+    for data in (b"\x00garbage", b"[]", b'{"version":1}', None,
+                 b'{"version":2,"topic_id":"nope"}', b'{"version":"2"}'):
+        unreadable = znodes.read_adopted_topic_id("t", data)
+        assert isinstance(unreadable, znodes.UnreadableAdoption), data
+        assert unreadable.reason.startswith("/actorlog/adopted_topic_ids/t: ")
+        assert znodes.with_adoption(plain, unreadable) == replace(plain, topic_id_adopted=True)
+        assert not znodes.adoption_recorded(unreadable, plain.topic_id)  # to be rewritten
+        assert znodes.adoption_to_clear(unreadable, plain.topic_id)
+    # a topic without an id yet is not marked by anything
+    without_id = TopicAssignment({0: (1,)}, 2)
+    assert znodes.with_adoption(without_id, znodes.UnreadableAdoption("x")) == without_id
+    # a readable record of another id is neither this id's record nor cleared with it
+    other = znodes.AdoptedTopicId("AAAAAAAAAAAAAAAAAAAAAA", 5)
+    assert not znodes.adoption_recorded(other, plain.topic_id)
+    assert not znodes.adoption_to_clear(other, plain.topic_id)
+
+
 def test_the_small_znodes() -> None:
     assert znodes.encode_controller_epoch(41) == b"41"
     assert znodes.decode_controller_epoch(b"41") == 41
@@ -149,8 +177,8 @@ def test_the_small_znodes() -> None:
             "t", b'{"version":1,"topic_id":"x","adopted_ms":1}'),
          "/actorlog/adopted_topic_ids/t: bad topic_id 'x'"),
         (lambda: znodes.decode_adopted_topic_id(
-            "t", b'{"version":2,"topic_id":"-B1Prn3sEdCnZQCgyR5r9g","adopted_ms":1}'),
-         "/actorlog/adopted_topic_ids/t: unknown version 2"),
+            "t", b'{"version":0,"topic_id":"-B1Prn3sEdCnZQCgyR5r9g","adopted_ms":1}'),
+         "/actorlog/adopted_topic_ids/t: unknown version 0"),
         (lambda: znodes.decode_adopted_topic_id(
             "t", b'{"version":1,"topic_id":"-B1Prn3sEdCnZQCgyR5r9g","adopted_ms":"1"}'),
          "/actorlog/adopted_topic_ids/t: 'adopted_ms' must be an integer, got '1'"),

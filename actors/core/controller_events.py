@@ -148,9 +148,12 @@ class StopReplicaDone:
 @dataclass(frozen=True, slots=True)
 class TopicIdsConfirmed:
     """A node's LeaderAndIsrResponse named partitions of adopted topics whose
-    ``partition.metadata`` it read back holding ``topic_ids[tp]``."""
+    ``partition.metadata`` it read back holding ``topic_ids[tp]``. ``broker_epoch``: that
+    of the request answered (an answer of an earlier registration of the broker counts for
+    nothing: its disk may have been another since)."""
 
     broker_id: int
+    broker_epoch: int
     topic_ids: Mapping[TopicPartition, str]
 
 

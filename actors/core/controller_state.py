@@ -415,13 +415,34 @@ class ControllerCore:
                 and self.topics[t].assignment.topic_id_adopted]
 
     def _on_topic_ids_confirmed(self, event: TopicIdsConfirmed) -> None:
+        """Kept per replica while it is known to hold them: a confirmation is from the
+        broker's current registration (an earlier one's disk may be another), of a
+        replica of the partition (a non-replica's counts for nothing), and is forgotten
+        when the broker goes or comes back (``_on_brokers_changed``) or reports the
+        replica's storage failed (``_on_replicas_offline``)."""
+        broker = self.brokers.get(event.broker_id)
+        if broker is None or broker.epoch != event.broker_epoch:
+            return
         touched: set[str] = set()
         for tp, topic_id in event.topic_ids.items():
-            if tp.topic in self.topics:
+            if tp.topic in self.topics and event.broker_id in self.assignment(tp):
                 self._confirmed.setdefault(tp, {})[event.broker_id] = topic_id
                 touched.add(tp.topic)
         for topic in sorted(touched):
             self._maybe_clear_adoption(topic)
+
+    def _forget_confirmations(self, brokers: set[int],
+                              partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Drop what these brokers confirmed (of ``partitions``, or of all): they must
+        read the adopted ids back again before an adoption clears."""
+        for tp in list(self._confirmed) if partitions is None else partitions:
+            confirmed = self._confirmed.get(tp)
+            if confirmed is None:
+                continue
+            for broker in brokers:
+                confirmed.pop(broker, None)
+            if not confirmed:
+                del self._confirmed[tp]
 
     def _maybe_clear_adoption(self, topic: str) -> None:
         """Clear the topic's adoption once every replica of every partition has read its
@@ -939,6 +960,8 @@ class ControllerCore:
         self.brokers = now
         self.shutting_down -= dead | bounced
         gone = dead | bounced
+        # a broker back (or new) may hold another disk: its replicas confirm again
+        self._forget_confirmations(gone | new)
         for tp in self.all_partitions():
             for replica in self.assignment(tp):
                 if replica not in gone:
@@ -1475,6 +1498,8 @@ class ControllerCore:
             self._reply(event.request_id, ReplicasOfflineResult(
                 int(ErrorCode.STALE_BROKER_EPOCH)))
             return
+        # their logs reopen, maybe on what the failure left: to be read back again
+        self._forget_confirmations({broker_id}, event.partitions)
         results: dict[TopicPartition, PartitionResult] = {}
         acting: list[TopicPartition] = []
         for tp in dict.fromkeys(event.partitions):

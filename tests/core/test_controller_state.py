@@ -1085,13 +1085,14 @@ def test_an_adoption_is_cleared_once_every_replica_read_the_id_back() -> None:
     assert adopted.topic_id_adopted
     late = adopted.topic_id
     assert c.zk.get("/actorlog/adopted_topic_ids/old") is not None
-    c.feed(TopicIdsConfirmed(1, {TP("old", 0): late}))
-    c.feed(TopicIdsConfirmed(2, {TP("old", 0): late, TP("old", 1): late}))
-    c.feed(TopicIdsConfirmed(3, {TP("old", 1): "AAAAAAAAAAAAAAAAAAAAAA"}))  # another id
+    c.feed(TopicIdsConfirmed(1, c.epoch_of(1), {TP("old", 0): late}))
+    c.feed(TopicIdsConfirmed(2, c.epoch_of(2), {TP("old", 0): late, TP("old", 1): late}))
+    c.feed(TopicIdsConfirmed(3, c.epoch_of(3),  # another id
+                             {TP("old", 1): "AAAAAAAAAAAAAAAAAAAAAA"}))
     c.pump()
     assert c.reader.get_topic_assignments(["old"])["old"].topic_id_adopted
     assert c.zk.get("/actorlog/adopted_topic_ids/old") is not None
-    c.feed(TopicIdsConfirmed(3, {TP("old", 1): late}))
+    c.feed(TopicIdsConfirmed(3, c.epoch_of(3), {TP("old", 1): late}))
     c.pump()
     cleared = c.reader.get_topic_assignments(["old"])["old"]
     assert cleared.topic_id == late and not cleared.topic_id_adopted
@@ -1179,8 +1180,92 @@ def test_an_unreadable_adoption_record_counts_as_adopted_and_is_rewritten() -> N
     c.zk.multi(session, [Op("set", znodes.adopted_topic_id_path("t"), b"[]", found.version)])
     late = grown.topic_id
     for broker in (1, 2, 3):
-        c.feed(TopicIdsConfirmed(broker, {TP("t", p): late for p, replicas
-                                          in grown.partitions.items() if broker in replicas}))
+        c.feed(TopicIdsConfirmed(broker, c.epoch_of(broker), {
+            TP("t", p): late for p, replicas in grown.partitions.items() if broker in replicas}))
     cleared = c.reader.get_topic_assignments(["t"])["t"]
     assert not cleared.topic_id_adopted
     assert c.zk.get(znodes.adopted_topic_id_path("t")) is None
+
+
+def adopted_topic(c: Cluster, name: str, assignment: dict[int, tuple[int, ...]]) -> str:
+    """A topic made as an older version did (no id): its id, given late and adopted."""
+    c.reader.create_topic(name, TopicAssignment(assignment), {})
+    c.pump()
+    found = c.reader.get_topic_assignments([name])[name]
+    assert found.topic_id_adopted
+    return found.topic_id
+
+
+def confirm(c: Cluster, broker: int, topic_id: str, *tps: TopicPartition,
+            epoch: int | None = None) -> None:
+    c.feed(TopicIdsConfirmed(broker, c.epoch_of(broker) if epoch is None else epoch,
+                             dict.fromkeys(tps, topic_id)))
+
+
+def adopted(c: Cluster, name: str) -> bool:
+    return c.reader.get_topic_assignments([name])[name].topic_id_adopted
+
+
+@pytest.mark.parametrize("event", ["bounce", "offline", "storage"])
+def test_a_confirmation_is_forgotten_when_its_broker_comes_back_or_its_storage_fails(
+        event: str) -> None:
+    """A replica that read the id back, then restarted (maybe on another disk, one still
+    holding the earlier id), went away, or reported its storage failed, must read it back
+    again: its earlier confirmation (or one answering its earlier registration's request)
+    no longer counts toward clearing the adoption."""
+    c = cluster()
+    late = adopted_topic(c, "old", {0: (1, 2)})
+    before = c.epoch_of(1)
+    confirm(c, 1, late, TP("old", 0))
+    if event == "bounce":
+        c.bounce_broker(1)
+        c.pump()
+    elif event == "offline":
+        c.stop_broker(1)
+        c.pump()
+    else:
+        result = c.request(lambda rid: ReplicasOffline(rid, 1, before, (TP("old", 0),)))
+        assert isinstance(result, ReplicasOfflineResult) and result.error_code == 0
+    confirm(c, 2, late, TP("old", 0))
+    assert adopted(c, "old")
+    if event == "offline":
+        c.start_broker(1)
+        c.pump()
+    if event != "storage":
+        confirm(c, 1, late, TP("old", 0), epoch=before)  # its earlier registration's
+        assert adopted(c, "old")
+    confirm(c, 1, late, TP("old", 0))
+    assert not adopted(c, "old")
+
+
+def test_an_adoption_waits_for_every_replica_it_has_now() -> None:
+    """A non-replica's confirmation counts for nothing; a partition added after some
+    confirmations must be confirmed too; a replica a Kafka tool's reassignment added
+    (read by the next controller, which keeps no earlier confirmation) too."""
+    c = cluster((1, 2, 3, 4))
+    late = adopted_topic(c, "old", {0: (1, 2)})
+    confirm(c, 1, late, TP("old", 0))
+    confirm(c, 3, late, TP("old", 0))  # not a replica
+    assert adopted(c, "old")
+    result = c.request(lambda rid: CreatePartitions(
+        rid, (NewPartitions("old", 2, assignment=((3, 4),)),)))
+    assert codes(result) == [0]
+    confirm(c, 2, late, TP("old", 0))
+    assert adopted(c, "old")  # partition 1 not confirmed yet
+    # as kafka-reassign-partitions (2.8+) writes it: 3 added to partition 0, mark dropped
+    grown = c.reader.get_topic_assignments(["old"])["old"]
+    session = c.reader.session_id or 0
+    c.zk.multi(session, [Op("set", znodes.topic_path("old"), znodes.encode_topic_assignment(
+        replace(grown, partitions={0: (1, 2, 3), 1: (3, 4)}, topic_id_adopted=False)),
+        grown.version)])
+    c.zk.expire(c.controller.store.session_id or 0)
+    c.pump()
+    assert c.add_candidate(101).driver.active
+    assert adopted(c, "old")  # the record kept it
+    confirm(c, 1, late, TP("old", 0))
+    confirm(c, 2, late, TP("old", 0))
+    confirm(c, 3, late, TP("old", 1))
+    confirm(c, 4, late, TP("old", 1))
+    assert adopted(c, "old")  # 3's replica of partition 0 not confirmed
+    confirm(c, 3, late, TP("old", 0))
+    assert not adopted(c, "old")

@@ -231,8 +231,9 @@ class _Pending:
     # role's would delete the namesake the first one opened, and what it acknowledged)
     ahead_of_role: set[tuple[str, int]] = field(default_factory=set)
     # the adopted ids its shards read back from their disks (LeaderAndIsrResponse's
-    # ``topic_ids_confirmed``); none from a request a restore settled: only positive
-    # evidence counts, and what is missing leaves a topic's adoption as it is
+    # ``topic_ids_confirmed``), from their answers or, for a request a restore settled,
+    # from what the restore read back (RolesRestored): only positive evidence counts,
+    # and what is missing leaves a topic's adoption as it is
     confirmed: list[TopicIdRow] = field(default_factory=list)
 
 

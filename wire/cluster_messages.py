@@ -217,10 +217,6 @@ class StopReplicaResponse(NamedTuple):
     error_code: int
     partitions: list[PartitionErrorRow]
     correlation_id: int  # the id of the request answered (its ``correlation_id``)
-    # the partitions of an adopted topic (``topic_ids_adopted``) whose directory here was
-    # read back holding the role's id after the role was taken: once every replica of a
-    # topic has, the controller clears its adoption
-    topic_ids_confirmed: list[TopicIdRow] = []
 
 
 # ------------------------------------------------------- node -> controller

@@ -199,7 +199,7 @@ def _wait_adoption_cleared(zk_connect: str, topic: str, topic_id: str) -> None:
     zk = ZooKeeperReader(zk_connect)
     try:
         wait_for(f"the adoption of {topic}'s id cleared",
-                 lambda: zk.get(znodes.adopted_topic_id_path(topic)) is None)
+                 lambda: zk.get(znodes.adopted_topic_id_path(topic)) is None, timeout_s=60)
         doc = json.loads(zk.get(znodes.topic_path(topic)) or b"{}")
         assert doc["topic_id"] == topic_id and "topic_id_adopted" not in doc, doc
     finally:
@@ -218,7 +218,7 @@ def test_an_adopted_id_survives_a_kafka_tools_rewrite_of_the_topic_znode(
     and it comes back alone, the partition's only live replica (elected uncleanly, as
     the topic allows). Before the record under ``/actorlog`` it took its directory for a
     dead namesake's and deleted the acknowledged records; now it rewrites the id and
-    serves them. Once both replicas have read the late id back, the adoption ends."""
+    serves them. The adoption stands while a replica has not read the late id back."""
     cluster: Cluster = cluster_factory(2)
     topic = "rewritten-twice"
     create(cluster, topic, 1, 2, configs={"unclean.leader.election.enable": "true"})
@@ -267,5 +267,14 @@ def test_an_adopted_id_survives_a_kafka_tools_rewrite_of_the_topic_znode(
     wait_for("the acknowledged records served", lambda: served() == [b"acked"] * 4)
     assert "a deleted namesake's whose delete was lost" not in two.log()
     assert f"not {late}" not in two.log()
-    one.start()
-    _wait_adoption_cleared(zk_connect, topic, late)
+    # node 1, a replica, has not said it holds the late id (it is down): the adoption
+    # stands, recorded where no Kafka tool writes. Its clearing, once every replica read
+    # the id back, is the other tests' (here it would wait on node 1's answer alone)
+    zk = ZooKeeperReader(zk_connect)
+    try:
+        record = zk.get(znodes.adopted_topic_id_path(topic))
+        assert record is not None
+        assert znodes.decode_adopted_topic_id(topic, record).topic_id == late
+        assert json.loads(zk.get(znodes.topic_path(topic)) or b"{}")["topic_id"] == late
+    finally:
+        zk.close()

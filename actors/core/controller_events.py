@@ -239,6 +239,9 @@ class MetadataWritten:
     write_id: int
     results: Mapping[Hashable, WriteResult]
     current: Mapping[TopicPartition, LeaderAndIsr | None] = field(default_factory=dict)
+    # the topic znode, read again, of a SetTopicAssignment clearing an adoption that was
+    # refused BAD_VERSION (None if gone)
+    topics: Mapping[str, TopicAssignment | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -196,6 +196,10 @@ class _TopicWrite:
 
     on_result: Callable[[Any, WriteResult], None]
     on_failed: Callable[[str], None]
+    # a topic's write refused BAD_VERSION: given the topic's znode read again (None if
+    # gone) instead of the result, where the executor read it (MetadataWritten.topics:
+    # an adoption's clearing)
+    on_conflict: Callable[[TopicAssignment | None], None] | None = None
 
 
 @dataclass
@@ -449,17 +453,29 @@ class ControllerCore:
         adopted id back from its ``partition.metadata``: no directory of the topic then
         holds an earlier id, so a directory of another id found later is a dead
         namesake's again (deleted, as for any topic). The znode is written unmarked and
-        the record under ``/actorlog`` dropped in one transaction, at the version read
-        (a Kafka tool's rewrite meanwhile refuses it; the next answers try again)."""
+        the record under ``/actorlog`` dropped in one transaction, at the version read.
+        A Kafka tool's rewrite meanwhile refuses it: the znode is read again and, if it
+        still names the id, marked adopted, and every replica it names confirmed it, the
+        clearing is written at its version (``_clear_adoption``)."""
         record = self.topics.get(topic)
         if (record is None or topic in self.deleting or topic in self._clearing
                 or not record.assignment.topic_id_adopted):
             return
-        topic_id = record.assignment.topic_id
-        if not all(self._confirmed.get(tp, {}).get(replica) == topic_id
-                   for tp in self.partitions_of(topic) for replica in self.assignment(tp)):
-            return
-        assignment = replace(record.assignment, topic_id_adopted=False)
+        if self._all_confirmed(topic, record.assignment):
+            self._clear_adoption(topic, record.assignment, 1)
+
+    def _all_confirmed(self, topic: str, assignment: TopicAssignment) -> bool:
+        """Every replica of every partition ``assignment`` names read its id back."""
+        return all(self._confirmed.get(TopicPartition(topic, p), {}).get(replica)
+                   == assignment.topic_id
+                   for p, replicas in assignment.partitions.items() for replica in replicas)
+
+    def _clear_adoption(self, topic: str, read: TopicAssignment, attempt: int) -> None:
+        """Write ``read`` (the topic's znode as last read, adopted) unmarked at its
+        version, dropping the record; on a version conflict, again at the version the
+        znode has then, at most ``max_conflict_retries`` times."""
+        topic_id = read.topic_id
+        assignment = replace(read, topic_id_adopted=False)
         self._clearing.add(topic)
 
         def failed(message: str) -> None:
@@ -473,15 +489,30 @@ class ControllerCore:
                 failed(result.message or result.code.value)
                 return
             current = self.topics.get(topic)
-            if current is not None and current.assignment.version == assignment.version:
+            if current is not None and current.assignment.topic_id == topic_id:
+                # unmarked in the cache too; its version taken only where the cache holds
+                # what was written (a tool's rewrite of the partitions is not taken in)
+                same = current.assignment.partitions == assignment.partitions
                 self.topics[topic] = replace(current, assignment=replace(
-                    assignment, version=result.version))
+                    current.assignment, topic_id_adopted=False,
+                    version=result.version if same else current.assignment.version))
             for tp in [tp for tp in self._confirmed if tp.topic == topic]:
                 del self._confirmed[tp]
 
+        def on_conflict(now: TopicAssignment | None) -> None:
+            self._clearing.discard(topic)
+            if now is None or now.topic_id != topic_id or not now.topic_id_adopted:
+                return  # gone, another id, or cleared already: nothing left to clear
+            if attempt >= self.config.max_conflict_retries:
+                failed(f"its znode kept changing ({attempt} attempts)")
+            elif not self._all_confirmed(topic, now):
+                failed("its znode changed meanwhile, naming replicas not confirmed yet")
+            elif topic in self.topics and topic not in self.deleting:
+                self._clear_adoption(topic, now, attempt + 1)
+
         write_id = self._write(lambda w: SetTopicAssignment(w, topic, assignment,
                                                             clear_adoption=True))
-        self._topic_writes[write_id] = _TopicWrite(on_result, failed)
+        self._topic_writes[write_id] = _TopicWrite(on_result, failed, on_conflict)
 
     def _topic_ids_of(self, topics: Iterable[str]) -> dict[str, str]:
         """The ids of these topics that have one: a node's shard deletes, never opens, a
@@ -725,7 +756,11 @@ class ControllerCore:
         topic_write = self._topic_writes.pop(event.write_id, None)
         if topic_write is not None:
             for key, result in event.results.items():
-                topic_write.on_result(key, result)
+                if (topic_write.on_conflict is not None and result.code is WriteCode.BAD_VERSION
+                        and isinstance(key, str) and key in event.topics):
+                    topic_write.on_conflict(event.topics[key])
+                else:
+                    topic_write.on_result(key, result)
         # Unknown ids: outcomes of writes made before a resignation.
 
     def _on_write_failed(self, event: MetadataWriteFailed) -> None:

@@ -1269,3 +1269,29 @@ def test_an_adoption_waits_for_every_replica_it_has_now() -> None:
     assert adopted(c, "old")  # 3's replica of partition 0 not confirmed
     confirm(c, 3, late, TP("old", 0))
     assert not adopted(c, "old")
+
+
+def test_a_clearing_refused_by_a_kafka_tools_rewrite_is_tried_again_at_its_version() -> None:
+    """A Kafka tool rewrote the topic znode since the controller read it (its version
+    moved): the clearing is refused, the znode read again and, naming the same id and
+    only replicas that confirmed it, cleared at its version; naming a replica that did
+    not confirm, the adoption (and its record) stands."""
+    for added in (False, True):
+        c = cluster()
+        late = adopted_topic(c, "old", {0: (1, 2)})
+        confirm(c, 1, late, TP("old", 0))
+        read = c.reader.get_topic_assignments(["old"])["old"]
+        rewrite = replace(read, topic_id_adopted=False,
+                          partitions={0: (1, 2, 3) if added else (2, 1)})
+        session = c.reader.session_id or 0
+        c.zk.multi(session, [Op("set", znodes.topic_path("old"),  # as a 2.8+ tool writes it
+                                znodes.encode_topic_assignment(rewrite), read.version)])
+        confirm(c, 2, late, TP("old", 0))
+        now = c.reader.get_topic_assignments(["old"])["old"]
+        assert now.partitions == rewrite.partitions
+        if added:
+            assert now.topic_id_adopted
+            assert c.zk.get(znodes.adopted_topic_id_path("old")) is not None
+        else:
+            assert now.topic_id == late and not now.topic_id_adopted
+            assert c.zk.get(znodes.adopted_topic_id_path("old")) is None

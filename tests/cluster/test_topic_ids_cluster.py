@@ -278,3 +278,32 @@ def test_an_adopted_id_survives_a_kafka_tools_rewrite_of_the_topic_znode(
         assert json.loads(zk.get(znodes.topic_path(topic)) or b"{}")["topic_id"] == late
     finally:
         zk.close()
+
+
+def test_a_damaged_adoption_record_does_not_keep_the_cluster_without_a_controller(
+        cluster_factory: Any, zk_connect: str) -> None:
+    """A record under /actorlog/adopted_topic_ids that cannot be read (damaged, or a
+    format this version does not know): each controller that loaded it failed, resigned,
+    and the next failed on it too, leaving the cluster without one. Now it counts as
+    adopted (the safe direction): the controller loads, writes it readable, the replicas
+    keep their records, and the adoption clears once both have read the id back."""
+    cluster: Cluster = cluster_factory(2)
+    topic = "damaged-record"
+    create(cluster, topic, 1, 2)
+    cluster.wait_topic(topic, 1)
+    first = _topic_id(zk_connect, topic)
+    leader = cluster.view().leaders(topic)[0]
+    assert produce_to(cluster.nodes[leader], topic, 0, [b"kept"] * 3).error_code == 0
+    cluster.stop()
+    zk = ZooKeeperReader(zk_connect)
+    try:
+        zk.client.create(znodes.adopted_topic_id_path(topic), b"\x00not json", makepath=True)
+    finally:
+        zk.close()
+    cluster.start()
+    create(cluster, "after", 1, 2)  # a controller answers
+    cluster.wait_topic("after", 1)
+    cluster.wait_topic(topic, 1)
+    wait_for("the records served", lambda: _values(cluster, topic) == [b"kept"] * 3)
+    assert _topic_id(zk_connect, topic) == first
+    _wait_adoption_cleared(zk_connect, topic, first)

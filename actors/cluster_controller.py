@@ -67,6 +67,7 @@ from actors.core.controller_events import (
     Result,
     StopReplicaDone,
     TopicConfigsChanged,
+    TopicIdsConfirmed,
 )
 from actors.core.controller_state import ControllerConfig, ControllerCore
 from actors.core.topic_admin import ConfigChange, altered_topic_configs
@@ -437,10 +438,18 @@ class ClusterController(Actor):
 
     @handles(cm.LeaderAndIsrResponse)
     def on_leader_and_isr_response(self, msg: cm.LeaderAndIsrResponse) -> None:
-        if (self._acknowledge(msg.broker_id, cm.LeaderAndIsr, msg.correlation_id) is not None
-                and msg.error_code):
+        answered = self._acknowledge(msg.broker_id, cm.LeaderAndIsr, msg.correlation_id)
+        if answered is None:
+            return
+        if msg.error_code:
             self.log.warning("broker {} refused LeaderAndIsr: {}", msg.broker_id,
                              ErrorCode(msg.error_code).name)
+        if msg.topic_ids_confirmed and self.driver.active:
+            # the epoch of the registration the request went to (the answer is its)
+            self._call_driver(self.driver.feed, TopicIdsConfirmed(
+                msg.broker_id, answered.broker_epoch, {
+                TopicPartition(r.topic, r.partition): r.topic_id
+                for r in msg.topic_ids_confirmed}))
 
     @handles(cm.UpdateMetadataResponse)
     def on_update_metadata_response(self, msg: cm.UpdateMetadataResponse) -> None:

@@ -100,6 +100,7 @@ from wire.cluster_messages import (
     RolesRestored,
     RolesTaken,
     ShardRestarted,
+    TopicIdRow,
     TopicPartitionRow,
 )
 from wire.errors import ErrorCode, KafkaError, OffsetOutOfRangeError, StorageError
@@ -1623,6 +1624,7 @@ class PartitionShard(Actor):
         failed: list[OfflineReplicaRow] = []  # refused: its storage failed
         held_already: list[str] = []  # "topic-partition@held epoch", logged once below
         awaiting: list[TopicPartitionRow] = []  # refused: a deleted namesake's dir is there
+        confirmed: list[TopicIdRow] = []  # an adopted id read back from the disk
         for row in msg.rows:
             key = (row.topic, row.partition)
             held = self.partitions.get(key)
@@ -1630,6 +1632,7 @@ class PartitionShard(Actor):
                     and held.leader_epoch >= row.leader_epoch:
                 held_already.append(f"{row.topic}-{row.partition}@{held.leader_epoch}")
                 rows.append(PartitionErrorRow(row.topic, row.partition, NONE))
+                self._confirm_topic_id(row, confirmed)
                 continue
             try:
                 code = self._take_role(row, now, failed)
@@ -1641,6 +1644,8 @@ class PartitionShard(Actor):
                 self.log.exception("cannot open {}-{}", row.topic, row.partition)
                 code = int(ErrorCode.KAFKA_STORAGE_ERROR)
             rows.append(PartitionErrorRow(row.topic, row.partition, code))
+            if code == NONE:
+                self._confirm_topic_id(row, confirmed)
         if held_already:
             # counted per role, logged once per message (a resend of a LeaderAndIsr for
             # every partition of the node is one line, not one per partition)
@@ -1652,7 +1657,21 @@ class PartitionShard(Actor):
                           "(request {}; partition@leader epoch held): {}{}",
                           len(held_already), msg.req_id, shown,
                           f" and {more} more" if more > 0 else "")
-        self.reply(BecameLeaderOrFollower(msg.req_id, rows, failed, awaiting))
+        self.reply(BecameLeaderOrFollower(msg.req_id, rows, failed, awaiting, confirmed))
+
+    def _confirm_topic_id(self, row: ReplicaStateRow, confirmed: list[TopicIdRow]) -> None:
+        """Add ``row``'s partition to ``confirmed`` if its role's id is adopted and its
+        ``partition.metadata``, read back from the disk, holds it: the controller clears a
+        topic's adoption once every replica has said so, and only on what the disk says
+        (a write that failed left the earlier id there, retried by housekeeping)."""
+        if not (row.topic_id and row.topic_id_adopted):
+            return
+        try:
+            found = read_partition_metadata(self.log_dir.partition_path(row.topic, row.partition))
+        except PartitionMetadataError:
+            return  # damaged or unreadable: proves nothing
+        if found == row.topic_id:
+            confirmed.append(TopicIdRow(row.topic, row.partition, row.topic_id))
 
     def _take_role(self, row: ReplicaStateRow, now: int,
                    failed: list[OfflineReplicaRow]) -> int:
@@ -1841,6 +1860,7 @@ class PartitionShard(Actor):
         self.replication["restores"] = self.replication.get("restores", 0) + 1
         applied: list[str] = []
         outcomes: list[PartitionErrorRow] = []
+        confirmed: list[TopicIdRow] = []  # an adopted id read back (as a role's answer)
         failed: list[OfflineReplicaRow] = []  # refused: its storage failed
         awaiting: list[TopicPartitionRow] = []  # refused: a deleted namesake's dir is there
         kept = 0
@@ -1855,6 +1875,7 @@ class PartitionShard(Actor):
                               "leader epoch {} applied since", role.topic, role.partition,
                               role.leader_epoch, msg.reason, held.leader_epoch)
                 outcomes.append(PartitionErrorRow(role.topic, role.partition, NONE))
+                self._confirm_topic_id(role, confirmed)
                 continue
             # the configs this shard kept (a config change since reached it directly), else
             # those the ReplicaManager knows
@@ -1889,6 +1910,7 @@ class PartitionShard(Actor):
                 continue
             applied.append(self._restored_text(state, row))
             outcomes.append(PartitionErrorRow(role.topic, role.partition, NONE))
+            self._confirm_topic_id(role, confirmed)
         if applied or kept:
             self.log.info("restored roles ({}): {}{}", msg.reason, ", ".join(applied) or "none",
                           f"; {kept} newer role(s) applied since kept" if kept else "")
@@ -1902,7 +1924,7 @@ class PartitionShard(Actor):
         notice = ShardRestarted(self.index)
         for i in range(self.topology.num_purgatories):
             self.tell(self.topology.purgatory(i), notice)
-        self.reply(RolesRestored(msg.req_id, outcomes, failed, awaiting))
+        self.reply(RolesRestored(msg.req_id, outcomes, failed, awaiting, confirmed))
 
     def _restore_role(self, state: PartitionState, row: RestoredRoleRow, now: int) -> None:
         role = row.role

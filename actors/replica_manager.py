@@ -163,6 +163,7 @@ from wire.cluster_messages import (
     ShardRestarted,
     StopReplica,
     StopReplicaResponse,
+    TopicIdRow,
     TopicsAwaited,
     UpdateMetadata,
     UpdateMetadataResponse,
@@ -229,6 +230,11 @@ class _Pending:
     # the partitions whose drop went ahead of a namesake's role: never again (a later
     # role's would delete the namesake the first one opened, and what it acknowledged)
     ahead_of_role: set[tuple[str, int]] = field(default_factory=set)
+    # the adopted ids its shards read back from their disks (LeaderAndIsrResponse's
+    # ``topic_ids_confirmed``), from their answers or, for a request a restore settled,
+    # from what the restore read back (RolesRestored): only positive evidence counts,
+    # and what is missing leaves a topic's adoption as it is
+    confirmed: list[TopicIdRow] = field(default_factory=list)
 
 
 @dataclass
@@ -635,6 +641,7 @@ class ReplicaManager(Actor):
                 self._role_refused(entry, row.topic, row.partition, row.error_code,
                                    (row.topic, row.partition) in awaiting)
         self._storage_failed(msg.storage_failed)
+        entry.confirmed.extend(msg.topic_ids_confirmed)
         assert self.current_sender is not None
         self._shard_done(msg.req_id, entry, self.current_sender)
 
@@ -826,7 +833,8 @@ class ReplicaManager(Actor):
         rows = [PartitionErrorRow(t, p, code) for (t, p), code in entry.rows.items()]
         if entry.kind == "lai":
             self.tell(entry.controller, LeaderAndIsrResponse(
-                self.broker_id, entry.error_code, rows, entry.correlation_id))
+                self.broker_id, entry.error_code, rows, entry.correlation_id,
+                entry.confirmed))
             self._after_leader_and_isr(entry)
         else:
             self.tell(entry.controller, StopReplicaResponse(
@@ -1549,6 +1557,10 @@ class ReplicaManager(Actor):
             if req_id > msg.req_id or shard not in entry.waiting:
                 continue
             if entry.kind == "lai":
+                mine = {(r.topic, r.partition) for r in entry.became
+                        if self.topology.shard_for(r.topic, r.partition) == shard}
+                entry.confirmed.extend(r for r in msg.topic_ids_confirmed
+                                       if (r.topic, r.partition) in mine)
                 for row in entry.became:
                     key = (row.topic, row.partition)
                     if self.topology.shard_for(*key) != shard:

@@ -60,6 +60,14 @@ class TopicPartitionRow(NamedTuple):
     partition: int
 
 
+class TopicIdRow(NamedTuple):
+    """A replica's ``partition.metadata`` holds ``topic_id`` (read back from its disk)."""
+
+    topic: str
+    partition: int
+    topic_id: str
+
+
 # ------------------------------------------------------- controller -> node
 
 
@@ -125,6 +133,10 @@ class LeaderAndIsrResponse(NamedTuple):
     error_code: int
     partitions: list[PartitionErrorRow]
     correlation_id: int  # the id of the request answered (its ``correlation_id``)
+    # the partitions of an adopted topic (``topic_ids_adopted``) whose directory here was
+    # read back holding the role's id after the role was taken: once every replica of a
+    # topic has, the controller clears its adoption
+    topic_ids_confirmed: list[TopicIdRow] = []
 
 
 class UpdateMetadataPartition(NamedTuple):
@@ -456,6 +468,9 @@ class RolesRestored(NamedTuple):
     # directory: no storage failure (never reported), and the role is not forgotten: the
     # shard keeps the newest one and takes it once the directory is gone (RolesTaken)
     awaiting_delete: list[TopicPartitionRow] = []
+    # the restored roles of an adopted id whose ``partition.metadata`` was read back
+    # holding it: a LeaderAndIsr settled by this restore answers them
+    topic_ids_confirmed: list[TopicIdRow] = []
 
 
 @message(412)
@@ -468,6 +483,9 @@ class BecameLeaderOrFollower(NamedTuple):
     rows: list[PartitionErrorRow]
     storage_failed: list[OfflineReplicaRow] = []
     awaiting_delete: list[TopicPartitionRow] = []
+    # the roles of an adopted id whose ``partition.metadata`` was read back holding it
+    # (LeaderAndIsrResponse's ``topic_ids_confirmed``)
+    topic_ids_confirmed: list[TopicIdRow] = []
 
 
 class RoleRefusedRow(NamedTuple):

@@ -126,7 +126,9 @@ class TopicAssignment:
     # the id was given late, to a topic that existed without one (an older version's,
     # or one whose znode an older version rewrote without its id): its replicas'
     # directories may hold an id it had before, which is then this topic's, not a dead
-    # namesake's (rewritten, never deleted). "topic_id_adopted" in the znode.
+    # namesake's (rewritten, never deleted). "topic_id_adopted" in the znode, and
+    # recorded under /actorlog/adopted_topic_ids (a Kafka tool's rewrite drops the
+    # znode's field); cleared once every replica has read the id back from its disk.
     topic_id_adopted: bool = False
 
     def replicas(self, partition: int) -> tuple[int, ...]:

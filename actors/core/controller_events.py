@@ -149,6 +149,18 @@ class StopReplicaDone:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicIdsConfirmed:
+    """A node's LeaderAndIsrResponse named partitions of adopted topics whose
+    ``partition.metadata`` it read back holding ``topic_ids[tp]``. ``broker_epoch``: that
+    of the request answered (an answer of an earlier registration of the broker counts for
+    nothing: its disk may have been another since)."""
+
+    broker_id: int
+    broker_epoch: int
+    topic_ids: Mapping[TopicPartition, str]
+
+
+@dataclass(frozen=True, slots=True)
 class IsrChanged:
     """Partition states a leader wrote itself (read after an ISR change notification)."""
 
@@ -230,6 +242,9 @@ class MetadataWritten:
     write_id: int
     results: Mapping[Hashable, WriteResult]
     current: Mapping[TopicPartition, LeaderAndIsr | None] = field(default_factory=dict)
+    # the topic znode, read again, of a SetTopicAssignment clearing an adoption that was
+    # refused BAD_VERSION (None if gone)
+    topics: Mapping[str, TopicAssignment | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +260,7 @@ Event = (
     | CreatePartitions | DeleteTopics | TopicDeletionsRequested | StopReplicaDone | IsrChanged
     | AlterPartitionRequest | ControlledShutdownRequest | ElectLeaders | AutoLeaderRebalance
     | TopicConfigsChanged | MetadataWritten | MetadataWriteFailed | ReplicasOffline
+    | TopicIdsConfirmed
 )
 
 
@@ -264,12 +280,16 @@ class CreateTopicZnodes:
 
 @dataclass(frozen=True, slots=True)
 class SetTopicAssignment:
-    """Replace the assignment if its version is still ``assignment.version`` (keyed by topic)."""
+    """Replace the assignment if its version is still ``assignment.version`` (keyed by topic).
+
+    ``clear_adoption``: the assignment, unmarked, ends its id's adoption; its record
+    under ``/actorlog`` is dropped in the same transaction."""
 
     write_id: int
     topic: str
     assignment: TopicAssignment
     fail_fast: bool = True
+    clear_adoption: bool = False
 
 
 @dataclass(frozen=True, slots=True)

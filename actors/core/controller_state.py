@@ -104,6 +104,7 @@ from actors.core.controller_events import (
     StopReplicaDone,
     TopicConfigsChanged,
     TopicDeletionsRequested,
+    TopicIdsConfirmed,
     TopicResult,
     UpdatePartitionStates,
 )
@@ -195,6 +196,10 @@ class _TopicWrite:
 
     on_result: Callable[[Any, WriteResult], None]
     on_failed: Callable[[str], None]
+    # a topic's write refused BAD_VERSION: given the topic's znode read again (None if
+    # gone) instead of the result, where the executor read it (MetadataWritten.topics:
+    # an adoption's clearing)
+    on_conflict: Callable[[TopicAssignment | None], None] | None = None
 
 
 @dataclass
@@ -250,6 +255,11 @@ class ControllerCore:
         self._um_brokers: set[int] = set()     # brokers to send UpdateMetadata to
         self._um_full: set[int] = set()        # of which these get every partition
         self._stop: dict[int, dict[TopicPartition, bool]] = {}
+        # the adopted id each replica of a partition read back from its disk (its
+        # LeaderAndIsr answers, TopicIdsConfirmed): kept in memory only, so a new
+        # controller clears an adoption only on answers it got itself
+        self._confirmed: dict[TopicPartition, dict[int, str]] = {}
+        self._clearing: set[str] = set()  # topics whose adoption is being cleared
 
     def eligible(self) -> set[int]:
         """Brokers that may lead: registered and not shutting down."""
@@ -323,6 +333,8 @@ class ControllerCore:
             self._on_auto_rebalance()
         elif isinstance(event, TopicConfigsChanged):
             self._on_topic_configs_changed(event.configs)
+        elif isinstance(event, TopicIdsConfirmed):
+            self._on_topic_ids_confirmed(event)
         else:
             raise TypeError(f"not a controller event: {event!r}")
 
@@ -405,6 +417,102 @@ class ControllerCore:
         never deletes on a mismatch either: it keeps the partition offline)."""
         return [t for t in sorted(set(topics)) if t in self.topics
                 and self.topics[t].assignment.topic_id_adopted]
+
+    def _on_topic_ids_confirmed(self, event: TopicIdsConfirmed) -> None:
+        """Kept per replica while it is known to hold them: a confirmation is from the
+        broker's current registration (an earlier one's disk may be another), of a
+        replica of the partition (a non-replica's counts for nothing), and is forgotten
+        when the broker goes or comes back (``_on_brokers_changed``) or reports the
+        replica's storage failed (``_on_replicas_offline``)."""
+        broker = self.brokers.get(event.broker_id)
+        if broker is None or broker.epoch != event.broker_epoch:
+            return
+        touched: set[str] = set()
+        for tp, topic_id in event.topic_ids.items():
+            if tp.topic in self.topics and event.broker_id in self.assignment(tp):
+                self._confirmed.setdefault(tp, {})[event.broker_id] = topic_id
+                touched.add(tp.topic)
+        for topic in sorted(touched):
+            self._maybe_clear_adoption(topic)
+
+    def _forget_confirmations(self, brokers: set[int],
+                              partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Drop what these brokers confirmed (of ``partitions``, or of all): they must
+        read the adopted ids back again before an adoption clears."""
+        for tp in list(self._confirmed) if partitions is None else partitions:
+            confirmed = self._confirmed.get(tp)
+            if confirmed is None:
+                continue
+            for broker in brokers:
+                confirmed.pop(broker, None)
+            if not confirmed:
+                del self._confirmed[tp]
+
+    def _maybe_clear_adoption(self, topic: str) -> None:
+        """Clear the topic's adoption once every replica of every partition has read its
+        adopted id back from its ``partition.metadata``: no directory of the topic then
+        holds an earlier id, so a directory of another id found later is a dead
+        namesake's again (deleted, as for any topic). The znode is written unmarked and
+        the record under ``/actorlog`` dropped in one transaction, at the version read.
+        A Kafka tool's rewrite meanwhile refuses it: the znode is read again and, if it
+        still names the id, marked adopted, and every replica it names confirmed it, the
+        clearing is written at its version (``_clear_adoption``)."""
+        record = self.topics.get(topic)
+        if (record is None or topic in self.deleting or topic in self._clearing
+                or not record.assignment.topic_id_adopted):
+            return
+        if self._all_confirmed(topic, record.assignment):
+            self._clear_adoption(topic, record.assignment, 1)
+
+    def _all_confirmed(self, topic: str, assignment: TopicAssignment) -> bool:
+        """Every replica of every partition ``assignment`` names read its id back."""
+        return all(self._confirmed.get(TopicPartition(topic, p), {}).get(replica)
+                   == assignment.topic_id
+                   for p, replicas in assignment.partitions.items() for replica in replicas)
+
+    def _clear_adoption(self, topic: str, read: TopicAssignment, attempt: int) -> None:
+        """Write ``read`` (the topic's znode as last read, adopted) unmarked at its
+        version, dropping the record; on a version conflict, again at the version the
+        znode has then, at most ``max_conflict_retries`` times."""
+        topic_id = read.topic_id
+        assignment = replace(read, topic_id_adopted=False)
+        self._clearing.add(topic)
+
+        def failed(message: str) -> None:
+            self._clearing.discard(topic)
+            self._log(f"controller {self.config.broker_id} epoch {self.epoch}: clearing the "
+                      f"adoption of topic {topic!r}'s id {topic_id} failed: {message}")
+
+        def on_result(_key: Any, result: WriteResult) -> None:
+            self._clearing.discard(topic)
+            if not result.ok:
+                failed(result.message or result.code.value)
+                return
+            current = self.topics.get(topic)
+            if current is not None and current.assignment.topic_id == topic_id:
+                # unmarked in the cache too; its version taken only where the cache holds
+                # what was written (a tool's rewrite of the partitions is not taken in)
+                same = current.assignment.partitions == assignment.partitions
+                self.topics[topic] = replace(current, assignment=replace(
+                    current.assignment, topic_id_adopted=False,
+                    version=result.version if same else current.assignment.version))
+            for tp in [tp for tp in self._confirmed if tp.topic == topic]:
+                del self._confirmed[tp]
+
+        def on_conflict(now: TopicAssignment | None) -> None:
+            self._clearing.discard(topic)
+            if now is None or now.topic_id != topic_id or not now.topic_id_adopted:
+                return  # gone, another id, or cleared already: nothing left to clear
+            if attempt >= self.config.max_conflict_retries:
+                failed(f"its znode kept changing ({attempt} attempts)")
+            elif not self._all_confirmed(topic, now):
+                failed("its znode changed meanwhile, naming replicas not confirmed yet")
+            elif topic in self.topics and topic not in self.deleting:
+                self._clear_adoption(topic, now, attempt + 1)
+
+        write_id = self._write(lambda w: SetTopicAssignment(w, topic, assignment,
+                                                            clear_adoption=True))
+        self._topic_writes[write_id] = _TopicWrite(on_result, failed, on_conflict)
 
     def _topic_ids_of(self, topics: Iterable[str]) -> dict[str, str]:
         """The ids of these topics that have one: a node's shard deletes, never opens, a
@@ -648,7 +756,11 @@ class ControllerCore:
         topic_write = self._topic_writes.pop(event.write_id, None)
         if topic_write is not None:
             for key, result in event.results.items():
-                topic_write.on_result(key, result)
+                if (topic_write.on_conflict is not None and result.code is WriteCode.BAD_VERSION
+                        and isinstance(key, str) and key in event.topics):
+                    topic_write.on_conflict(event.topics[key])
+                else:
+                    topic_write.on_result(key, result)
         # Unknown ids: outcomes of writes made before a resignation.
 
     def _on_write_failed(self, event: MetadataWriteFailed) -> None:
@@ -883,6 +995,8 @@ class ControllerCore:
         self.brokers = now
         self.shutting_down -= dead | bounced
         gone = dead | bounced
+        # a broker back (or new) may hold another disk: its replicas confirm again
+        self._forget_confirmations(gone | new)
         for tp in self.all_partitions():
             for replica in self.assignment(tp):
                 if replica not in gone:
@@ -1270,6 +1384,7 @@ class ControllerCore:
                 for replica in self.assignment(tp):
                     self._move_replica(tp, replica, _R.NON_EXISTENT)
                 self.states.pop(tp, None)
+                self._confirmed.pop(tp, None)
             self.topics.pop(topic, None)
             self.deleting.discard(topic)
 
@@ -1430,6 +1545,8 @@ class ControllerCore:
             self._reply(event.request_id, ReplicasOfflineResult(
                 int(ErrorCode.STALE_BROKER_EPOCH)))
             return
+        # their logs reopen, maybe on what the failure left: to be read back again
+        self._forget_confirmations({broker_id}, event.partitions)
         results: dict[TopicPartition, PartitionResult] = {}
         acting: list[TopicPartition] = []
         for tp in dict.fromkeys(event.partitions):

@@ -13,6 +13,7 @@ The actor, in outline::
     on start, and on every store notice:    driver.on_notice(notice)
     on a node's request (CreateTopics...):  driver.feed(core_event)
     on a StopReplica response:              driver.feed(StopReplicaDone(...))
+    on a LeaderAndIsr response naming ids: driver.feed(TopicIdsConfirmed(...))
     every retry.backoff.ms while pending:   driver.retry_writes()
     every leader.imbalance.check.interval:  driver.feed(AutoLeaderRebalance())
 
@@ -56,6 +57,7 @@ from actors.metadata.executor import execute_write
 from actors.metadata.store import (
     ControllerFence,
     ControllerMoved,
+    MetadataError,
     MetadataStore,
     MetadataUnavailable,
 )
@@ -153,6 +155,15 @@ class ControllerDriver:
         if notices:
             store.delete_isr_change_notifications([n.name for n in notices], fence)
         records = self._topic_records(topics)
+        # a topic adopted before the records were kept: its mark, kept where no Kafka tool
+        # writes. Not a reason to give the controllership up: the znode's own mark stands
+        try:
+            store.record_topic_adoptions({t: r.assignment for t, r in records.items()
+                                          if r.assignment.topic_id_adopted}, fence)
+        except (MetadataUnavailable, ControllerMoved):
+            raise
+        except MetadataError as exc:
+            self._log(f"controller {self.broker_id}: {exc}; the topic znodes' own marks stand")
         partitions = [TopicPartition(t, p) for t, r in records.items()
                       for p in r.assignment.partitions]
         states = {tp: s for tp, s in store.get_partition_states(partitions).items()

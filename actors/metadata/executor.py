@@ -39,6 +39,13 @@ def execute_write(effect: MetadataWrite, store: MetadataStore,
                   fence: ControllerFence) -> MetadataWritten | MetadataWriteFailed:
     """Perform ``effect``; ControllerMoved propagates (the caller resigns)."""
     try:
+        if isinstance(effect, SetTopicAssignment) and effect.clear_adoption:
+            result = store.set_topic_assignment(effect.topic, effect.assignment, fence,
+                                                clear_adoption=True)
+            # refused: the znode as it is now, for the core to try again at its version
+            now = ({effect.topic: store.get_topic_assignments([effect.topic]).get(effect.topic)}
+                   if result.code is WriteCode.BAD_VERSION else {})
+            return MetadataWritten(effect.write_id, {effect.topic: result}, {}, now)
         return MetadataWritten(effect.write_id, *_perform(effect, store, fence))
     except MetadataUnavailable as exc:
         return MetadataWriteFailed(effect.write_id, str(exc))
@@ -54,8 +61,8 @@ def _perform(effect: MetadataWrite, store: MetadataStore, fence: ControllerFence
         except TopicExists as exc:
             return {effect.topic: WriteResult(WriteCode.NODE_EXISTS, -1, str(exc))}, {}
     if isinstance(effect, SetTopicAssignment):
-        return {effect.topic: store.set_topic_assignment(effect.topic, effect.assignment,
-                                                         fence)}, {}
+        return {effect.topic: store.set_topic_assignment(
+            effect.topic, effect.assignment, fence, clear_adoption=effect.clear_adoption)}, {}
     if isinstance(effect, (CreatePartitionStates, UpdatePartitionStates)):
         states = dict(effect.states)
         if isinstance(effect, CreatePartitionStates):

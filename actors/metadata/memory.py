@@ -396,7 +396,11 @@ class MemoryMetadataStore:
         for topic in sorted(topics):
             node = self.zk.get(znodes.topic_path(topic))
             if node is not None:
-                out[topic] = znodes.decode_topic_assignment(topic, node.data, node.version)
+                found = self.zk.get(znodes.adopted_topic_id_path(topic))
+                record = None if found is None else znodes.read_adopted_topic_id(
+                    topic, found.data)
+                out[topic] = znodes.with_adoption(
+                    znodes.decode_topic_assignment(topic, node.data, node.version), record)
         return out
 
     def get_topic_configs(self, topic: str) -> dict[str, str]:
@@ -428,17 +432,57 @@ class MemoryMetadataStore:
         return 0
 
     def set_topic_assignment(self, topic: str, assignment: TopicAssignment,
-                             fence: ControllerFence) -> WriteResult:
-        return self._write([Op("set", znodes.topic_path(topic),
+                             fence: ControllerFence, clear_adoption: bool = False
+                             ) -> WriteResult:
+        self._sid()
+        if clear_adoption and assignment.topic_id_adopted:
+            raise ValueError(f"{topic}: an adoption is cleared by an unmarked assignment")
+        ops = self._adoption_record_ops(topic, assignment)
+        if clear_adoption:
+            path = znodes.adopted_topic_id_path(topic)
+            found = self.zk.get(path)
+            if found is not None and znodes.adoption_to_clear(
+                    znodes.read_adopted_topic_id(topic, found.data), assignment.topic_id):
+                ops.append(Op("delete", path, version=found.version))
+        return self._write([*ops,
+                            Op("set", znodes.topic_path(topic),
                                znodes.encode_topic_assignment(assignment),
                                assignment.version)], fence)
+
+    def _adoption_record_ops(self, topic: str, assignment: TopicAssignment) -> list[Op]:
+        """The write of the topic's adoption record, if its id is adopted and not recorded
+        yet (committed with the topic znode, as the ZooKeeper store does)."""
+        if not assignment.topic_id_adopted:
+            return []
+        path = znodes.adopted_topic_id_path(topic)
+        found = self.zk.get(path)
+        if found is not None and znodes.adoption_recorded(
+                znodes.read_adopted_topic_id(topic, found.data), assignment.topic_id):
+            return []
+        data = znodes.encode_adopted_topic_id(
+            znodes.AdoptedTopicId(assignment.topic_id, self._wall_ms()))
+        if found is None:
+            return [Op("create", path, data)]
+        return [Op("set", path, data, found.version)]
+
+    def record_topic_adoptions(self, assignments: dict[str, TopicAssignment],
+                               fence: ControllerFence) -> None:
+        self._sid()
+        for topic, assignment in sorted(assignments.items()):
+            ops = self._adoption_record_ops(topic, assignment)
+            if ops:
+                try:
+                    self._commit(ops, fence)
+                except ZkError as exc:
+                    raise MetadataError(f"recording an adopted topic id failed: {exc}") from None
 
     def delete_topic(self, topic: str, fence: ControllerFence) -> None:
         self._sid()
         prefix = znodes.topic_path(topic)
         paths = sorted((p for p in self.zk.nodes if p == prefix or p.startswith(prefix + "/")),
                        key=lambda p: -p.count("/"))
-        paths += [p for p in (znodes.topic_config_path(topic), znodes.delete_topic_path(topic))
+        paths += [p for p in (znodes.topic_config_path(topic), znodes.delete_topic_path(topic),
+                              znodes.adopted_topic_id_path(topic))
                   if self.zk.get(p) is not None]
         if paths:
             self._commit([Op("delete", p) for p in paths], fence)

@@ -196,11 +196,24 @@ class MetadataStore(SecurityMetadata, Protocol):
         """
 
     def set_topic_assignment(self, topic: str, assignment: TopicAssignment,
-                             fence: ControllerFence) -> WriteResult:
-        """Replace the assignment if its version is still ``assignment.version``."""
+                             fence: ControllerFence, clear_adoption: bool = False
+                             ) -> WriteResult:
+        """Replace the assignment if its version is still ``assignment.version``; one
+        marked adopted gets its adoption record in the same transaction, and with
+        ``clear_adoption`` (the assignment unmarked) the record of its id is dropped in it.
+
+        :meth:`get_topic_assignments` reads an assignment adopted when its znode's id is
+        the one recorded, whether or not the znode still holds its own mark."""
 
     def delete_topic(self, topic: str, fence: ControllerFence) -> None:
-        """Remove the topic: its assignment, partition states, config and deletion marker."""
+        """Remove the topic: its assignment, partition states, config, deletion marker and
+        adoption record."""
+
+    def record_topic_adoptions(self, assignments: dict[str, TopicAssignment],
+                               fence: ControllerFence) -> None:
+        """Write the adoption record (``/actorlog/adopted_topic_ids/<topic>``) of each of
+        these assignments marked adopted that has none of its id: a topic a version
+        before the records adopted, known only by its znode's own mark."""
 
     def mark_topic_for_deletion(self, topic: str) -> bool:
         """Create ``/admin/delete_topics/<topic>``; False when it was already marked."""

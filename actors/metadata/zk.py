@@ -396,9 +396,15 @@ class ZkMetadataStore:
     def get_topic_assignments(self, topics: Iterable[str]) -> dict[str, TopicAssignment]:
         self._require_connected()
         names = sorted(topics)
-        found = self._get_many([znodes.topic_path(t) for t in names])
-        return {t: znodes.decode_topic_assignment(t, f[0], f[1].version)
-                for t, f in zip(names, found, strict=True) if f is not None}
+        found = self._get_many([znodes.topic_path(t) for t in names]
+                               + [znodes.adopted_topic_id_path(t) for t in names])
+        out = {}
+        for t, f, r in zip(names, found[:len(names)], found[len(names):], strict=True):
+            if f is not None:
+                record = None if r is None else znodes.read_adopted_topic_id(t, r[0])
+                out[t] = znodes.with_adoption(
+                    znodes.decode_topic_assignment(t, f[0], f[1].version), record)
+        return out
 
     def get_topic_configs(self, topic: str) -> dict[str, str]:
         self._require_connected()
@@ -435,12 +441,58 @@ class ZkMetadataStore:
         raise MetadataError(f"creating topic {topic!r} failed: {type(failed).__name__}")
 
     def set_topic_assignment(self, topic: str, assignment: TopicAssignment,
-                             fence: ControllerFence) -> WriteResult:
+                             fence: ControllerFence, clear_adoption: bool = False
+                             ) -> WriteResult:
+        self._require_connected()
+        if clear_adoption and assignment.topic_id_adopted:
+            raise ValueError(f"{topic}: an adoption is cleared by an unmarked assignment")
         tx = self._transaction(fence)
+        recorded = self._adoption_record_op(tx, topic, assignment)
+        if clear_adoption:
+            path = znodes.adopted_topic_id_path(topic)
+            found = self._get(path)
+            if found is not None and znodes.adoption_to_clear(
+                    znodes.read_adopted_topic_id(topic, found[0]), assignment.topic_id):
+                tx.delete(path, found[1].version)
+                recorded = True
         tx.set_data(znodes.topic_path(topic), znodes.encode_topic_assignment(assignment),
                     assignment.version)
         (ops,) = self._commit_all([tx], fence)
-        return self._write_result(ops, 0)
+        return self._write_result(ops, int(recorded))
+
+    def _adoption_record_op(self, tx: TransactionRequest, topic: str,
+                            assignment: TopicAssignment) -> bool:
+        """Add to ``tx`` the write of the topic's adoption record if ``assignment``'s id
+        is adopted and not recorded yet (in the same transaction as the topic znode, so a
+        Kafka tool's rewrite can never find the mark without its record); True if added."""
+        if not assignment.topic_id_adopted:
+            return False
+        path = znodes.adopted_topic_id_path(topic)
+        found = self._get(path)
+        if found is not None and znodes.adoption_recorded(
+                znodes.read_adopted_topic_id(topic, found[0]), assignment.topic_id):
+            return False
+        data = znodes.encode_adopted_topic_id(
+            znodes.AdoptedTopicId(assignment.topic_id, self._wall_ms()))
+        if found is None:
+            tx.create(path, data)
+        else:
+            tx.set_data(path, data, found[1].version)
+        return True
+
+    def record_topic_adoptions(self, assignments: dict[str, TopicAssignment],
+                               fence: ControllerFence) -> None:
+        self._require_connected()
+        txs = []
+        for topic, assignment in sorted(assignments.items()):
+            tx = self._transaction(fence)
+            if self._adoption_record_op(tx, topic, assignment):
+                txs.append(tx)
+        for ops in self._commit_all(txs, fence):
+            failed = self._first_error(ops)
+            if failed is not None:
+                raise MetadataError(f"recording an adopted topic id failed: "
+                                    f"{type(failed).__name__}")
 
     def delete_topic(self, topic: str, fence: ControllerFence) -> None:
         for _attempt in range(5):
@@ -457,7 +509,8 @@ class ZkMetadataStore:
                 if partitions:
                     paths.append(znodes.topic_partitions_path(topic))
                 paths.append(znodes.topic_path(topic))
-            for extra in (znodes.topic_config_path(topic), znodes.delete_topic_path(topic)):
+            for extra in (znodes.topic_config_path(topic), znodes.delete_topic_path(topic),
+                          znodes.adopted_topic_id_path(topic)):
                 if self._wait(self._client.exists_async(extra)):
                     paths.append(extra)
             if not paths:

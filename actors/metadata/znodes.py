@@ -9,13 +9,20 @@ the config keys that set them), so the other nodes address actors that exist
 there. A registration without it (an older node) decodes with counts 0.
 ``actorlog_curve_key`` is the node's CURVE public key, written only when its
 sockets between nodes use CURVE.
+
+One subtree is ours alone, ``/actorlog``, which Kafka's tools never write:
+``/actorlog/adopted_topic_ids/<topic>`` records an id the controller gave late to a
+topic that existed without one (see :func:`encode_adopted_topic_id`).
 """
 
 from __future__ import annotations
 
 import json
 import urllib.parse
+from dataclasses import dataclass, replace
 from typing import Any
+
+from loguru import logger
 
 from actors.core.cluster_model import (
     BrokerInfo,
@@ -49,6 +56,8 @@ ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
 CLUSTER = "/cluster"
 CLUSTER_ID = "/cluster/id"
+ACTORLOG = "/actorlog"  # ours: no Kafka tool writes under it
+ADOPTED_TOPIC_IDS = "/actorlog/adopted_topic_ids"
 
 CONFIG_USERS = "/config/users"
 CONFIG_CHANGES = "/config/changes"
@@ -62,7 +71,7 @@ CHANGE_ROOTS = (CONFIG_CHANGES, ACL_CHANGES, ACL_EXTENDED_CHANGES)
 SECURITY_PATHS = (CONFIG_USERS, *ACL_ROOTS.values(), *CHANGE_ROOTS)
 
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, ISR_CHANGE_NOTIFICATION,
-                    CLUSTER, *SECURITY_PATHS)
+                    CLUSTER, *SECURITY_PATHS, ADOPTED_TOPIC_IDS)
 """Created at start by every node (Kafka's top-level paths), so watches have something to watch."""
 
 BROKER_REGISTRATION_VERSION = 5
@@ -84,6 +93,10 @@ def broker_path(broker_id: int) -> str:
 
 def topic_path(topic: str) -> str:
     return f"{TOPICS}/{topic}"
+
+
+def adopted_topic_id_path(topic: str) -> str:
+    return f"{ADOPTED_TOPIC_IDS}/{topic}"
 
 
 def topic_partitions_path(topic: str) -> str:
@@ -234,6 +247,109 @@ def decode_topic_assignment(topic: str, data: bytes | None, version: int = -1) -
     if not isinstance(adopted, bool) or (adopted and not topic_id):
         raise BadZnode(f"{path}: bad topic_id_adopted {adopted!r:.60}")
     return TopicAssignment(out, version, topic_id, adopted)
+
+
+ADOPTED_TOPIC_ID_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptedTopicId:
+    """``/actorlog/adopted_topic_ids/<topic>``: the id the controller gave late to a topic
+    that existed without one, and when (wall ms).
+
+    The topic znode's own mark (``topic_id_adopted``) is not enough: Kafka 2.8+'s tools
+    rewrite that znode (reassignment, more partitions) keeping ``topic_id`` and dropping
+    fields they do not know. A topic znode whose id equals the one recorded here is
+    adopted whatever its own fields say, so a replica whose directory still holds the
+    topic's earlier id rewrites it instead of deleting acknowledged records.
+    """
+
+    topic_id: str
+    adopted_ms: int
+
+
+def encode_adopted_topic_id(record: AdoptedTopicId) -> bytes:
+    if not is_topic_id(record.topic_id):
+        raise ValueError(f"not a topic id: {record.topic_id!r:.60}")
+    return _dump({"version": ADOPTED_TOPIC_ID_VERSION, "topic_id": record.topic_id,
+                  "adopted_ms": record.adopted_ms})
+
+
+def decode_adopted_topic_id(topic: str, data: bytes | None) -> AdoptedTopicId:
+    """The record, of this version or a newer one (whose fields beyond ``topic_id`` this
+    version does not need: a record is only ever read for its id)."""
+    path = adopted_topic_id_path(topic)
+    doc = _load(path, data)
+    version = _field(path, doc, "version", int)
+    if version < ADOPTED_TOPIC_ID_VERSION:
+        raise BadZnode(f"{path}: unknown version {version!r:.20}")
+    topic_id = _field(path, doc, "topic_id", str)
+    if not is_topic_id(topic_id):
+        raise BadZnode(f"{path}: bad topic_id {topic_id!r:.60}")
+    if version == ADOPTED_TOPIC_ID_VERSION:
+        adopted_ms = _field(path, doc, "adopted_ms", int)
+    else:
+        adopted_ms = doc.get("adopted_ms", 0)
+        if isinstance(adopted_ms, bool) or not isinstance(adopted_ms, int):
+            adopted_ms = 0
+    return AdoptedTopicId(topic_id, adopted_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadableAdoption:
+    """An adoption record that cannot be read (damaged, or a format this version does not
+    know). Its topic counts as adopted, whatever its id: the safe direction, as a replica
+    holding another id then rewrites it instead of deleting acknowledged records. The
+    controller's next write of the record (or its clearing) replaces it."""
+
+    reason: str
+
+
+_unreadable_logged: set[str] = set()
+
+
+def read_adopted_topic_id(topic: str, data: bytes | None
+                          ) -> AdoptedTopicId | UnreadableAdoption:
+    """``decode_adopted_topic_id`` that does not raise: a record it cannot read is an
+    ``UnreadableAdoption`` (logged once per content), never a reason for the controller
+    to fail its load or a topic change."""
+    try:
+        return decode_adopted_topic_id(topic, data)
+    except BadZnode as exc:
+        reason = str(exc)
+        if reason not in _unreadable_logged:
+            if len(_unreadable_logged) >= 1024:
+                _unreadable_logged.clear()
+            _unreadable_logged.add(reason)
+            logger.bind(node="-", actor="metadata").warning(
+                "{}; its topic counts as adopted until the record is rewritten", reason)
+        return UnreadableAdoption(reason)
+
+
+def adoption_recorded(record: AdoptedTopicId | UnreadableAdoption | None,
+                      topic_id: str) -> bool:
+    """Whether ``record`` is a readable record of ``topic_id`` (nothing to write)."""
+    return isinstance(record, AdoptedTopicId) and record.topic_id == topic_id
+
+
+def adoption_to_clear(record: AdoptedTopicId | UnreadableAdoption | None,
+                      topic_id: str) -> bool:
+    """Whether clearing the adoption of ``topic_id`` drops ``record``: one of that id, or
+    one that cannot be read (it marked the topic adopted, and that is now over)."""
+    return isinstance(record, UnreadableAdoption) or adoption_recorded(record, topic_id)
+
+
+def with_adoption(assignment: TopicAssignment,
+                  record: AdoptedTopicId | UnreadableAdoption | None) -> TopicAssignment:
+    """``assignment`` marked adopted when its id is the one ``record`` holds (a Kafka
+    tool's rewrite may have dropped the znode's own mark), or when ``record`` cannot be
+    read; as it is otherwise (a record of another id is an earlier adoption's, now void:
+    the topic's id changed since)."""
+    if record is None or assignment.topic_id_adopted or not assignment.topic_id:
+        return assignment
+    if isinstance(record, AdoptedTopicId) and assignment.topic_id != record.topic_id:
+        return assignment
+    return replace(assignment, topic_id_adopted=True)
 
 
 def encode_topic_config(configs: dict[str, str]) -> bytes:

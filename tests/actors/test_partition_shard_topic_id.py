@@ -328,11 +328,13 @@ def test_a_restored_role_of_an_adopted_id_keeps_the_records(
     node.tell(shard, RestoreRoles(1, "process 1 restarted",
                                   [RestoredRoleRow(_adopted(late), False, None)]),
               sender=manager.name)
-    wait_for(lambda: [m for n, m in node.ask(manager, GetStats()) if n == "RolesRestored"],
-             "the restore answered")
+    [answer] = wait_for(lambda: [m for n, m in node.ask(manager, GetStats())
+                                 if n == "RolesRestored"], "the restore answered")
     stats = _stats(node, shard)
     assert stats["partitions"]["t-0"][2] == 3 and stats["dead_namesakes_deleted"] == 0
     assert read_partition_metadata(tmp_path / "t-0") == late
+    # read back: it answers for a LeaderAndIsr the restore settles
+    assert [tuple(r) for r in RolesRestored(*answer).topic_ids_confirmed] == [("t", 0, late)]
 
 
 def test_a_log_open_under_the_first_id_takes_the_adopted_one(
@@ -346,3 +348,42 @@ def test_a_log_open_under_the_first_id_takes_the_adopted_one(
     stats = _stats(node, shard)
     assert stats["partitions"]["t-0"][2] == 3 and stats["dead_namesakes_deleted"] == 0
     assert read_partition_metadata(tmp_path / "t-0") == late
+
+
+def _answers(node: Node, manager: Any) -> list[BecameLeaderOrFollower]:
+    """The shard's BecameLeaderOrFollower answers, as the recorder saw them."""
+    return [BecameLeaderOrFollower(*m) for n, m in node.ask(manager, GetStats())
+            if n == "BecameLeaderOrFollower"]
+
+
+def test_an_adopted_id_is_confirmed_only_once_its_file_holds_it(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A role's answer names the partitions of an adopted id whose ``partition.metadata``
+    reads back holding it (the controller clears the adoption once every replica has).
+    A write that failed left the first id there: nothing is confirmed until housekeeping
+    has written it and a role is answered again."""
+    first, late = new_topic_id(), new_topic_id()
+    directory = _old_log(tmp_path, first)
+    _no_space_for_metadata(monkeypatch, directory)
+    shard, manager = _shard(node, tmp_path, {})
+    _roles(node, shard, manager, _adopted(late))
+    [answer] = _answers(node, manager)
+    assert [tuple(r) for r in answer.rows] == [("t", 0, NONE)]
+    assert list(answer.topic_ids_confirmed) == []
+    assert read_partition_metadata(directory) == first
+    monkeypatch.undo()
+    wait_for(lambda: read_partition_metadata(directory) == late, "the id written again")
+    node.tell(shard, BecomeLeaderOrFollower(2, [_adopted(late)]), sender=manager.name)
+    wait_for(lambda: len(_answers(node, manager)) == 2, "the resend answered")
+    assert [tuple(r) for r in _answers(node, manager)[1].topic_ids_confirmed] == [
+        ("t", 0, late)]
+
+
+def test_an_id_not_adopted_is_never_confirmed(node: Node, tmp_path: Path) -> None:
+    topic_id = new_topic_id()
+    _old_log(tmp_path, topic_id)
+    shard, manager = _shard(node, tmp_path, {})
+    _roles(node, shard, manager, _role(topic_id))
+    [answer] = _answers(node, manager)
+    assert list(answer.topic_ids_confirmed) == []
+    assert _stats(node, shard)["partitions"]["t-0"][2] == 3

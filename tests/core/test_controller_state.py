@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -36,9 +38,12 @@ from actors.core.controller_events import (
     ReplicasOfflineResult,
     StopReplicaDone,
     TopicConfigsChanged,
+    TopicIdsConfirmed,
 )
 from actors.core.controller_fsm import PartitionState, ReplicaState
 from actors.core.topic_id import is_topic_id
+from actors.metadata import znodes
+from actors.metadata.memory import Op
 from wire.cluster_messages import LeaderAndIsr as LeaderAndIsrRequest
 from wire.errors import ErrorCode
 
@@ -1094,3 +1099,227 @@ def test_delete_topics_by_id_deletes_only_while_the_name_still_has_that_id() -> 
     deleted = c.request(lambda rid: DeleteTopics(rid, ("t",), {"t": made.topic_id}))
     assert [(r.error_code, r.topic_id) for r in deleted.topics] == [(0, made.topic_id)]
     assert c.reader.get_topic_deletions() == {"t", "u"}
+
+
+def test_an_adoption_is_cleared_once_every_replica_read_the_id_back() -> None:
+    """Each replica's LeaderAndIsr answer names the partitions of an adopted topic whose
+    ``partition.metadata`` it read back holding the id. Until every replica of every
+    partition has, the adoption stands; an answer naming another id counts for nothing.
+    Then the znode is written unmarked and its /actorlog record dropped, at once."""
+    c = cluster()
+    c.reader.create_topic("old", TopicAssignment({0: (1, 2), 1: (2, 3)}), {})  # no id
+    c.pump()
+    adopted = c.reader.get_topic_assignments(["old"])["old"]
+    assert adopted.topic_id_adopted
+    late = adopted.topic_id
+    assert c.zk.get("/actorlog/adopted_topic_ids/old") is not None
+    c.feed(TopicIdsConfirmed(1, c.epoch_of(1), {TP("old", 0): late}))
+    c.feed(TopicIdsConfirmed(2, c.epoch_of(2), {TP("old", 0): late, TP("old", 1): late}))
+    c.feed(TopicIdsConfirmed(3, c.epoch_of(3),  # another id
+                             {TP("old", 1): "AAAAAAAAAAAAAAAAAAAAAA"}))
+    c.pump()
+    assert c.reader.get_topic_assignments(["old"])["old"].topic_id_adopted
+    assert c.zk.get("/actorlog/adopted_topic_ids/old") is not None
+    c.feed(TopicIdsConfirmed(3, c.epoch_of(3), {TP("old", 1): late}))
+    c.pump()
+    cleared = c.reader.get_topic_assignments(["old"])["old"]
+    assert cleared.topic_id == late and not cleared.topic_id_adopted
+    assert cleared.partitions == adopted.partitions
+    assert c.zk.get("/actorlog/adopted_topic_ids/old") is None
+    mark = len(c.controller.sent)
+    c.stop_broker(1)  # the roles after it no longer mark the id adopted
+    c.pump()
+    requests = [m for _, m in sent_of(c.controller, LeaderAndIsrRequest, mark)
+                if m.topic_ids.get("old")]
+    assert requests and all(m.topic_ids_adopted == [] for m in requests)
+
+
+def test_a_deleted_topic_drops_its_adoption_record() -> None:
+    c = cluster()
+    c.reader.create_topic("old", TopicAssignment({0: (1, 2)}), {})  # no id
+    c.pump()
+    assert c.zk.get("/actorlog/adopted_topic_ids/old") is not None
+    assert codes(c.request(lambda rid: DeleteTopics(rid, ("old",)))) == [0]
+    c.feed(StopReplicaDone(1, 0, {TP("old", 0): 0}))
+    c.feed(StopReplicaDone(2, 0, {TP("old", 0): 0}))
+    c.pump()
+    assert c.reader.get_topics() == set()
+    assert c.zk.get("/actorlog/adopted_topic_ids/old") is None
+
+
+def test_a_topic_adopted_before_the_records_gets_one_when_a_controller_loads() -> None:
+    """A znode marked adopted by an earlier version has no record: the next controller
+    writes it, so a Kafka tool's rewrite can no longer drop the adoption."""
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2)})
+    marked = replace(c.reader.get_topic_assignments(["t"])["t"], topic_id_adopted=True)
+    old = c.controller
+    session = c.reader.session_id or 0
+    c.zk.multi(session, [Op("set", znodes.topic_path("t"),  # as the earlier version wrote it
+                            znodes.encode_topic_assignment(marked), marked.version)])
+    assert c.zk.get(znodes.adopted_topic_id_path("t")) is None
+    c.zk.expire(old.store.session_id or 0)
+    c.pump()
+    assert c.add_candidate(101).driver.active
+    found = c.zk.get(znodes.adopted_topic_id_path("t"))
+    assert found is not None
+    assert znodes.decode_adopted_topic_id("t", found.data).topic_id == marked.topic_id
+
+
+def test_an_unreadable_adoption_record_counts_as_adopted_and_is_rewritten() -> None:
+    """A damaged adoption record (or one of a newer format) neither stops a controller's
+    load nor a topic change: its topic counts as adopted (the safe direction: a replica
+    holding another id rewrites it, never deletes), the next write of the topic replaces
+    the record with a readable one, and a newer format with a valid id is read."""
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2)})
+    create(c, "u", assignment={0: (2, 3)})
+    first = c.reader.get_topic_assignments(["t", "u"])
+    assert not first["t"].topic_id_adopted and not first["u"].topic_id_adopted
+    session = c.reader.session_id or 0
+    newer = {"version": 2, "topic_id": first["u"].topic_id, "adopted_at": "yesterday"}
+    c.zk.multi(session, [Op("create", znodes.adopted_topic_id_path("t"), b"\x00garbage"),
+                         Op("create", znodes.adopted_topic_id_path("u"),
+                            json.dumps(newer).encode())])
+    both = c.reader.get_topic_assignments(["t", "u"])
+    assert both["t"].topic_id_adopted and both["u"].topic_id_adopted
+    old = c.controller
+    c.zk.expire(old.store.session_id or 0)
+    c.pump()
+    assert c.add_candidate(101).driver.active  # the load did not fail on the record
+    found = c.zk.get(znodes.adopted_topic_id_path("t"))
+    assert found is not None  # written readable at load, as a record the znode lacked
+    assert znodes.decode_adopted_topic_id("t", found.data).topic_id == first["t"].topic_id
+    newer_found = c.zk.get(znodes.adopted_topic_id_path("u"))
+    assert newer_found is not None and json.loads(newer_found.data) == newer  # kept
+    # damaged again, then a topic change: done, and the record rewritten
+    found = c.zk.get(znodes.adopted_topic_id_path("t"))
+    assert found is not None
+    c.zk.multi(session, [Op("set", znodes.adopted_topic_id_path("t"), b'{"version":1}',
+                            found.version)])
+    result = c.request(lambda rid: CreatePartitions(rid, (NewPartitions("t", 2),)))
+    assert codes(result) == [0]
+    grown = c.reader.get_topic_assignments(["t"])["t"]
+    assert len(grown.partitions) == 2 and grown.topic_id_adopted
+    found = c.zk.get(znodes.adopted_topic_id_path("t"))
+    assert found is not None
+    assert znodes.decode_adopted_topic_id("t", found.data).topic_id == first["t"].topic_id
+    # damaged once more: clearing drops it instead of failing on it
+    c.zk.multi(session, [Op("set", znodes.adopted_topic_id_path("t"), b"[]", found.version)])
+    late = grown.topic_id
+    for broker in (1, 2, 3):
+        c.feed(TopicIdsConfirmed(broker, c.epoch_of(broker), {
+            TP("t", p): late for p, replicas in grown.partitions.items() if broker in replicas}))
+    cleared = c.reader.get_topic_assignments(["t"])["t"]
+    assert not cleared.topic_id_adopted
+    assert c.zk.get(znodes.adopted_topic_id_path("t")) is None
+
+
+def adopted_topic(c: Cluster, name: str, assignment: dict[int, tuple[int, ...]]) -> str:
+    """A topic made as an older version did (no id): its id, given late and adopted."""
+    c.reader.create_topic(name, TopicAssignment(assignment), {})
+    c.pump()
+    found = c.reader.get_topic_assignments([name])[name]
+    assert found.topic_id_adopted
+    return found.topic_id
+
+
+def confirm(c: Cluster, broker: int, topic_id: str, *tps: TopicPartition,
+            epoch: int | None = None) -> None:
+    c.feed(TopicIdsConfirmed(broker, c.epoch_of(broker) if epoch is None else epoch,
+                             dict.fromkeys(tps, topic_id)))
+
+
+def adopted(c: Cluster, name: str) -> bool:
+    return c.reader.get_topic_assignments([name])[name].topic_id_adopted
+
+
+@pytest.mark.parametrize("event", ["bounce", "offline", "storage"])
+def test_a_confirmation_is_forgotten_when_its_broker_comes_back_or_its_storage_fails(
+        event: str) -> None:
+    """A replica that read the id back, then restarted (maybe on another disk, one still
+    holding the earlier id), went away, or reported its storage failed, must read it back
+    again: its earlier confirmation (or one answering its earlier registration's request)
+    no longer counts toward clearing the adoption."""
+    c = cluster()
+    late = adopted_topic(c, "old", {0: (1, 2)})
+    before = c.epoch_of(1)
+    confirm(c, 1, late, TP("old", 0))
+    if event == "bounce":
+        c.bounce_broker(1)
+        c.pump()
+    elif event == "offline":
+        c.stop_broker(1)
+        c.pump()
+    else:
+        result = c.request(lambda rid: ReplicasOffline(rid, 1, before, (TP("old", 0),)))
+        assert isinstance(result, ReplicasOfflineResult) and result.error_code == 0
+    confirm(c, 2, late, TP("old", 0))
+    assert adopted(c, "old")
+    if event == "offline":
+        c.start_broker(1)
+        c.pump()
+    if event != "storage":
+        confirm(c, 1, late, TP("old", 0), epoch=before)  # its earlier registration's
+        assert adopted(c, "old")
+    confirm(c, 1, late, TP("old", 0))
+    assert not adopted(c, "old")
+
+
+def test_an_adoption_waits_for_every_replica_it_has_now() -> None:
+    """A non-replica's confirmation counts for nothing; a partition added after some
+    confirmations must be confirmed too; a replica a Kafka tool's reassignment added
+    (read by the next controller, which keeps no earlier confirmation) too."""
+    c = cluster((1, 2, 3, 4))
+    late = adopted_topic(c, "old", {0: (1, 2)})
+    confirm(c, 1, late, TP("old", 0))
+    confirm(c, 3, late, TP("old", 0))  # not a replica
+    assert adopted(c, "old")
+    result = c.request(lambda rid: CreatePartitions(
+        rid, (NewPartitions("old", 2, assignment=((3, 4),)),)))
+    assert codes(result) == [0]
+    confirm(c, 2, late, TP("old", 0))
+    assert adopted(c, "old")  # partition 1 not confirmed yet
+    # as kafka-reassign-partitions (2.8+) writes it: 3 added to partition 0, mark dropped
+    grown = c.reader.get_topic_assignments(["old"])["old"]
+    session = c.reader.session_id or 0
+    c.zk.multi(session, [Op("set", znodes.topic_path("old"), znodes.encode_topic_assignment(
+        replace(grown, partitions={0: (1, 2, 3), 1: (3, 4)}, topic_id_adopted=False)),
+        grown.version)])
+    c.zk.expire(c.controller.store.session_id or 0)
+    c.pump()
+    assert c.add_candidate(101).driver.active
+    assert adopted(c, "old")  # the record kept it
+    confirm(c, 1, late, TP("old", 0))
+    confirm(c, 2, late, TP("old", 0))
+    confirm(c, 3, late, TP("old", 1))
+    confirm(c, 4, late, TP("old", 1))
+    assert adopted(c, "old")  # 3's replica of partition 0 not confirmed
+    confirm(c, 3, late, TP("old", 0))
+    assert not adopted(c, "old")
+
+
+def test_a_clearing_refused_by_a_kafka_tools_rewrite_is_tried_again_at_its_version() -> None:
+    """A Kafka tool rewrote the topic znode since the controller read it (its version
+    moved): the clearing is refused, the znode read again and, naming the same id and
+    only replicas that confirmed it, cleared at its version; naming a replica that did
+    not confirm, the adoption (and its record) stands."""
+    for added in (False, True):
+        c = cluster()
+        late = adopted_topic(c, "old", {0: (1, 2)})
+        confirm(c, 1, late, TP("old", 0))
+        read = c.reader.get_topic_assignments(["old"])["old"]
+        rewrite = replace(read, topic_id_adopted=False,
+                          partitions={0: (1, 2, 3) if added else (2, 1)})
+        session = c.reader.session_id or 0
+        c.zk.multi(session, [Op("set", znodes.topic_path("old"),  # as a 2.8+ tool writes it
+                                znodes.encode_topic_assignment(rewrite), read.version)])
+        confirm(c, 2, late, TP("old", 0))
+        now = c.reader.get_topic_assignments(["old"])["old"]
+        assert now.partitions == rewrite.partitions
+        if added:
+            assert now.topic_id_adopted
+            assert c.zk.get(znodes.adopted_topic_id_path("old")) is not None
+        else:
+            assert now.topic_id == late and not now.topic_id_adopted
+            assert c.zk.get(znodes.adopted_topic_id_path("old")) is None

@@ -6,6 +6,7 @@ import json
 import queue
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -341,6 +342,110 @@ def test_topics_are_created_listed_marked_and_deleted(zk_connect: str,
     assert store.get_topic_configs("t") == {}
     assert store.get_partition_states([TopicPartition("t", 0)]) == {TopicPartition("t", 0): None}
     store.delete_topic("t", fence)  # already gone: nothing to do
+
+
+def test_an_adopted_id_is_recorded_where_kafkas_tools_do_not_write(
+        zk_connect: str, make_store: StoreFactory) -> None:
+    """The controller's write of an adopted id records it under /actorlog in the same
+    transaction; a Kafka 2.8+ tool's rewrite of the topic znode (id kept, our mark
+    dropped) still reads adopted; a topic deleted drops its record."""
+    store, _ = make_store(zk_connect)
+    fence = store.try_elect(1)
+    assert fence is not None
+    store.create_topic("t", TopicAssignment({0: (1, 2)}), {})
+    late = "-B1Prn3sEdCnZQCgyR5r9g"
+    refused = store.set_topic_assignment("t", TopicAssignment({0: (1, 2)}, 7, late, True), fence)
+    assert refused.code is WriteCode.BAD_VERSION  # and no record written without the znode
+    assert store.get_topic_assignments(["t"])["t"] == TopicAssignment({0: (1, 2)}, 0)
+    client = KazooClient(hosts=zk_connect)
+    client.start(timeout=15)
+    try:
+        assert client.exists("/actorlog/adopted_topic_ids/t") is None
+        written = store.set_topic_assignment(
+            "t", TopicAssignment({0: (1, 2)}, 0, late, True), fence)
+        assert written.ok and written.version == 1
+        record = json.loads(raw_get(zk_connect, "/actorlog/adopted_topic_ids/t"))
+        assert record["version"] == 1 and record["topic_id"] == late
+        assert abs(record["adopted_ms"] - time.time() * 1000) < 60_000
+        # as kafka-reassign-partitions (2.8+) writes it back: topic_id kept, our mark gone
+        client.set("/brokers/topics/t", json.dumps(
+            {"version": 3, "partitions": {"0": [2, 1]}, "adding_replicas": {},
+             "removing_replicas": {}, "topic_id": late}).encode())
+        assert store.get_topic_assignments(["t"])["t"] == TopicAssignment(
+            {0: (2, 1)}, 2, late, True)
+        # the controller grows it: the record stays as it was (same id, same time)
+        grown = store.set_topic_assignment(
+            "t", TopicAssignment({0: (2, 1), 1: (1, 2)}, 2, late, True), fence)
+        assert grown.ok
+        assert json.loads(raw_get(zk_connect, "/actorlog/adopted_topic_ids/t")) == record
+        # clearing it: at a stale version nothing changes; at the current one the znode
+        # is written unmarked and the record dropped, together
+        unmarked = TopicAssignment({0: (2, 1), 1: (1, 2)}, 2, late)
+        assert store.set_topic_assignment("t", unmarked, fence, clear_adoption=True).code \
+            is WriteCode.BAD_VERSION
+        assert client.exists("/actorlog/adopted_topic_ids/t") is not None
+        cleared = store.set_topic_assignment("t", replace(unmarked, version=grown.version),
+                                             fence, clear_adoption=True)
+        assert cleared.ok and cleared.version == grown.version + 1
+        assert client.exists("/actorlog/adopted_topic_ids/t") is None
+        assert not store.get_topic_assignments(["t"])["t"].topic_id_adopted
+        assert "topic_id_adopted" not in json.loads(raw_get(zk_connect, "/brokers/topics/t"))
+        # a topic adopted before the records (its znode's mark only) gets one at load
+        store.create_topic("old", TopicAssignment({0: (1,)}), {})
+        client.set("/brokers/topics/old", json.dumps(
+            {"version": 3, "partitions": {"0": [1]}, "adding_replicas": {},
+             "removing_replicas": {}, "topic_id": late, "topic_id_adopted": True}).encode())
+        store.record_topic_adoptions(store.get_topic_assignments(["old"]), fence)
+        assert json.loads(raw_get(zk_connect, "/actorlog/adopted_topic_ids/old"))[
+            "topic_id"] == late
+        store.delete_topic("old", fence)
+        assert client.exists("/actorlog/adopted_topic_ids/old") is None
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_an_unreadable_adoption_record_is_read_as_adopted_and_replaced(
+        zk_connect: str, make_store: StoreFactory) -> None:
+    """A damaged record (or a newer format's) raises nowhere: its topic reads adopted, a
+    write of the adopted topic replaces it with a readable record, and clearing the
+    adoption drops it; a newer format's record with a valid id is read for that id."""
+    store, _ = make_store(zk_connect)
+    fence = store.try_elect(1)
+    assert fence is not None
+    late = "-B1Prn3sEdCnZQCgyR5r9g"
+    store.create_topic("t", TopicAssignment({0: (1, 2)}, topic_id=late), {})
+    store.create_topic("u", TopicAssignment({0: (1, 2)}, topic_id=late), {})
+    client = KazooClient(hosts=zk_connect)
+    client.start(timeout=15)
+    try:
+        client.create("/actorlog/adopted_topic_ids/t", b"\x00garbage", makepath=True)
+        client.create("/actorlog/adopted_topic_ids/u", json.dumps(
+            {"version": 2, "topic_id": late, "adopted_at": "x"}).encode(), makepath=True)
+        found = store.get_topic_assignments(["t", "u"])
+        assert found["t"] == TopicAssignment({0: (1, 2)}, 0, late, True)
+        assert found["u"] == TopicAssignment({0: (1, 2)}, 0, late, True)
+        store.record_topic_adoptions(found, fence)  # as at a controller's load
+        assert json.loads(raw_get(zk_connect, "/actorlog/adopted_topic_ids/t"))[
+            "topic_id"] == late
+        assert json.loads(raw_get(zk_connect, "/actorlog/adopted_topic_ids/u"))[
+            "version"] == 2  # a readable record of the id: left as it is
+        client.set("/actorlog/adopted_topic_ids/t", b'{"version":1}')
+        grown = store.set_topic_assignment(
+            "t", TopicAssignment({0: (1, 2), 1: (2, 1)}, 0, late, True), fence)
+        assert grown.ok
+        assert json.loads(raw_get(zk_connect, "/actorlog/adopted_topic_ids/t"))[
+            "topic_id"] == late
+        client.set("/actorlog/adopted_topic_ids/t", b"[]")
+        cleared = store.set_topic_assignment(
+            "t", TopicAssignment({0: (1, 2), 1: (2, 1)}, grown.version, late), fence,
+            clear_adoption=True)
+        assert cleared.ok
+        assert client.exists("/actorlog/adopted_topic_ids/t") is None
+        assert not store.get_topic_assignments(["t"])["t"].topic_id_adopted
+    finally:
+        client.stop()
+        client.close()
 
 
 def test_isr_change_notifications(zk_connect: str, make_store: StoreFactory) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -84,6 +85,58 @@ def test_partition_state_and_topic_round_trip_in_kafkas_json() -> None:
     assert znodes.decode_topic_assignment("orders", data, 4) == adopted
 
 
+def test_an_adoption_record_round_trips_and_marks_the_topic_of_its_id() -> None:
+    record = znodes.AdoptedTopicId("-B1Prn3sEdCnZQCgyR5r9g", 1_700_000_000_123)
+    data = znodes.encode_adopted_topic_id(record)
+    assert json.loads(data) == {"version": 1, "topic_id": "-B1Prn3sEdCnZQCgyR5r9g",
+                                "adopted_ms": 1_700_000_000_123}
+    assert znodes.decode_adopted_topic_id("orders", data) == record
+    assert znodes.adopted_topic_id_path("orders") == "/actorlog/adopted_topic_ids/orders"
+    assert znodes.ADOPTED_TOPIC_IDS in znodes.PERSISTENT_PATHS
+    # As a Kafka 2.8+ tool rewrites the topic znode: topic_id kept, our mark dropped.
+    kafka_rewrite = (b'{"version":3,"partitions":{"0":[1,2],"1":[2,1]},"adding_replicas":{},'
+                     b'"removing_replicas":{},"topic_id":"-B1Prn3sEdCnZQCgyR5r9g"}')
+    plain = znodes.decode_topic_assignment("orders", kafka_rewrite, 9)
+    assert not plain.topic_id_adopted
+    assert znodes.with_adoption(plain, record) == TopicAssignment(
+        {0: (1, 2), 1: (2, 1)}, 9, "-B1Prn3sEdCnZQCgyR5r9g", True)
+    assert znodes.with_adoption(plain, None) == plain
+    # a record of another id (an adoption since replaced) marks nothing
+    other = znodes.AdoptedTopicId("AAAAAAAAAAAAAAAAAAAAAA", 5)
+    assert znodes.with_adoption(plain, other) == plain
+    without_id = TopicAssignment({0: (1,)}, 2)
+    assert znodes.with_adoption(without_id, record) == without_id
+    with pytest.raises(ValueError, match="not a topic id: 'nope'"):
+        znodes.encode_adopted_topic_id(znodes.AdoptedTopicId("nope", 1))
+
+
+def test_an_adoption_record_of_a_newer_format_or_unreadable_marks_its_topic() -> None:
+    """A newer version's record is read for its id (its other fields are not needed);
+    one that cannot be read does not raise: its topic counts as adopted (the safe
+    direction), the next write replaces it and clearing drops it."""
+    plain = TopicAssignment({0: (1, 2)}, 9, "-B1Prn3sEdCnZQCgyR5r9g")
+    newer = znodes.read_adopted_topic_id(
+        "t", b'{"version":2,"topic_id":"-B1Prn3sEdCnZQCgyR5r9g","adopted_at":"x"}')
+    assert newer == znodes.AdoptedTopicId("-B1Prn3sEdCnZQCgyR5r9g", 0)
+    assert znodes.with_adoption(plain, newer).topic_id_adopted
+    assert znodes.adoption_recorded(newer, plain.topic_id)
+    for data in (b"\x00garbage", b"[]", b'{"version":1}', None,
+                 b'{"version":2,"topic_id":"nope"}', b'{"version":"2"}'):
+        unreadable = znodes.read_adopted_topic_id("t", data)
+        assert isinstance(unreadable, znodes.UnreadableAdoption), data
+        assert unreadable.reason.startswith("/actorlog/adopted_topic_ids/t: ")
+        assert znodes.with_adoption(plain, unreadable) == replace(plain, topic_id_adopted=True)
+        assert not znodes.adoption_recorded(unreadable, plain.topic_id)  # to be rewritten
+        assert znodes.adoption_to_clear(unreadable, plain.topic_id)
+    # a topic without an id yet is not marked by anything
+    without_id = TopicAssignment({0: (1,)}, 2)
+    assert znodes.with_adoption(without_id, znodes.UnreadableAdoption("x")) == without_id
+    # a readable record of another id is neither this id's record nor cleared with it
+    other = znodes.AdoptedTopicId("AAAAAAAAAAAAAAAAAAAAAA", 5)
+    assert not znodes.adoption_recorded(other, plain.topic_id)
+    assert not znodes.adoption_to_clear(other, plain.topic_id)
+
+
 def test_the_small_znodes() -> None:
     assert znodes.encode_controller_epoch(41) == b"41"
     assert znodes.decode_controller_epoch(b"41") == 41
@@ -118,6 +171,17 @@ def test_the_small_znodes() -> None:
         (lambda: znodes.decode_topic_assignment(
             "t", b'{"partitions":{"0":[1]},"topic_id_adopted":true}'),
          "/brokers/topics/t: bad topic_id_adopted True"),
+        (lambda: znodes.decode_adopted_topic_id("t", b'{"version":1,"adopted_ms":1}'),
+         "/actorlog/adopted_topic_ids/t: no 'topic_id' in {'version': 1, 'adopted_ms': 1}"),
+        (lambda: znodes.decode_adopted_topic_id(
+            "t", b'{"version":1,"topic_id":"x","adopted_ms":1}'),
+         "/actorlog/adopted_topic_ids/t: bad topic_id 'x'"),
+        (lambda: znodes.decode_adopted_topic_id(
+            "t", b'{"version":0,"topic_id":"-B1Prn3sEdCnZQCgyR5r9g","adopted_ms":1}'),
+         "/actorlog/adopted_topic_ids/t: unknown version 0"),
+        (lambda: znodes.decode_adopted_topic_id(
+            "t", b'{"version":1,"topic_id":"-B1Prn3sEdCnZQCgyR5r9g","adopted_ms":"1"}'),
+         "/actorlog/adopted_topic_ids/t: 'adopted_ms' must be an integer, got '1'"),
         (lambda: znodes.decode_broker(1, b'{"endpoints":["nonsense"]}'),
          "/brokers/ids/1: bad endpoint 'nonsense'"),
         (lambda: znodes.decode_controller_epoch(b"x1"),

@@ -21,6 +21,8 @@ SAMPLES: list[Any] = [
         ["orders"]),
     cm.LeaderAndIsrResponse(2, 0, [cm.PartitionErrorRow("orders", 0, 0),
                                    cm.PartitionErrorRow("orders", 1, 11)], (7 << 32) + 41),
+    cm.LeaderAndIsrResponse(2, 0, [cm.PartitionErrorRow("orders", 0, 0)], (7 << 32) + 41,
+                            [cm.TopicIdRow("orders", 0, "-B1Prn3sEdCnZQCgyR5r9g")]),
     cm.UpdateMetadata(1, 7, 4294967300, True, [
         cm.BrokerRow(2, 4294967300, "tcp://10.0.0.2:7001", "rack-a",
                      [cm.EndpointRow("PLAINTEXT", "10.0.0.2", 9092, "PLAINTEXT"),
@@ -64,6 +66,10 @@ SAMPLES: list[Any] = [
                      [cm.TopicPartitionRow("orders", 2)]),
     cm.BecameLeaderOrFollower(9, [cm.PartitionErrorRow("orders", 2, 56)], [],
                               [cm.TopicPartitionRow("orders", 2)]),
+    cm.BecameLeaderOrFollower(9, [cm.PartitionErrorRow("orders", 2, 0)], [], [],
+                              [cm.TopicIdRow("orders", 2, "-B1Prn3sEdCnZQCgyR5r9g")]),
+    cm.RolesRestored(10, [cm.PartitionErrorRow("orders", 2, 0)], [], [],
+                     [cm.TopicIdRow("orders", 2, "-B1Prn3sEdCnZQCgyR5r9g")]),
     cm.RolesTaken(0, [cm.ReplicaStateRow("orders", 2, 1, 0, [1], [1, 2], 0, True, {})]),
     cm.RolesTaken(0, [cm.ReplicaStateRow("orders", 2, 1, 0, [1], [1, 2], 0, True, {},
                                          "-B1Prn3sEdCnZQCgyR5r9g", True)]),
@@ -166,7 +172,7 @@ def test_a_controller_requests_id_is_not_taken_for_a_kafka_correlation_id(
     from actors.trace.store import read_trace_dirs
 
     controller_requests = [m for m in SAMPLES if "correlation_id" in type(m)._fields]
-    assert len(controller_requests) == 6
+    assert len(controller_requests) == 7
     for msg in controller_requests:
         assert trace_fields(msg)[:3] == (-1, -1, -1), type(msg).__name__
     (tmp_path / "traces").mkdir()

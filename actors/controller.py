@@ -379,8 +379,8 @@ class Controller(Actor):
             # Kafka's rules (the cluster's controller applies the same): the counts are
             # the assignment's, and this node is the only broker a replica can be on
             if num_partitions != -1 or replication_factor != -1:
-                raise KafkaError("a replica assignment was given with a partition count or "
-                                 "replication factor other than -1", ErrorCode.INVALID_REQUEST)
+                raise KafkaError("both a replica assignment and a partition count or "
+                                 "replication factor were given", ErrorCode.INVALID_REQUEST)
             placed = validate_assignment([(a.partition, a.broker_ids) for a in assignments],
                                          {self.broker_id})
             num_partitions, replication_factor = len(placed), len(placed[0])

@@ -147,6 +147,8 @@ def test_bad_manual_assignments_get_kafkas_error_codes(broker: BrokerProcess) ->
         "empty": INVALID_REPLICA_ASSIGNMENT, "same-partition": INVALID_REPLICA_ASSIGNMENT,
         "with-count": INVALID_REQUEST, "with-rf": INVALID_REQUEST, "good": 0}
     assert answers[names["same-partition"]][1] == "partition 0 is assigned more than once"
+    assert answers[names["with-rf"]][1] == ("both a replica assignment and a partition count "
+                                            "or replication factor were given")
     # an existing topic is answered as such before its assignment is looked at
     again = _raw_create(broker, [{"name": names["good"], "assignments": [
         {"partition_index": 0, "broker_ids": [me + 1]}]}])

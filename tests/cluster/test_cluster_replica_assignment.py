@@ -21,7 +21,7 @@ from tests.cluster.test_cluster_admin import _assignment, _code
 from tests.fixtures.cluster import Cluster, ClusterView, wait_for
 from wire.errors import ErrorCode
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]
+pytestmark = [pytest.mark.multiprocess, pytest.mark.clients, pytest.mark.num_processes(1, 2)]
 
 CREATE_TOPICS = 19
 INVALID_REQUEST = int(ErrorCode.INVALID_REQUEST)

@@ -375,6 +375,7 @@ class Controller(Actor):
         validate_topic_name(name)
         if name in self.store.topics or name in created:
             raise KafkaError(f"topic {name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)
+        clean = validate_topic_configs(configs)  # first, as the cluster's controller
         if assignments:
             # Kafka's rules (the cluster's controller applies the same): the counts are
             # the assignment's, and this node is the only broker a replica can be on
@@ -395,7 +396,6 @@ class Controller(Actor):
             raise KafkaError(
                 f"replication factor {replication_factor} is invalid: {self.num_brokers} "
                 f"broker(s) available", ErrorCode.INVALID_REPLICATION_FACTOR)
-        clean = validate_topic_configs(configs)
         if budget is not None and planned is not None:
             check_node_budget(name, num_partitions, planned[0], budget)
             planned[0] += num_partitions
@@ -471,13 +471,13 @@ class Controller(Actor):
                 current = info.num_partitions
                 added = check_partition_increase(row.name, current, row.new_total,
                                                  row.assignments)
-                check_node_budget(row.name, added, planned, budget)
-                planned += added
-                if row.assignments is not None:
+                if row.assignments is not None:  # before the budget, as the cluster's
                     validate_assignment({current + i: a for i, a in enumerate(row.assignments)},
                                         {self.broker_id},
                                         first_partition=current,
                                         replication_factor=info.replication_factor)
+                check_node_budget(row.name, added, planned, budget)
+                planned += added
             except KafkaError as exc:
                 rows.append(TopicResultRow(row.name, int(exc.code), str(exc)))
                 continue

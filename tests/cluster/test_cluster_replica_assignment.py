@@ -172,7 +172,8 @@ def test_bad_manual_assignments_get_kafkas_error_codes(cluster_factory: Any,
     assert all(_assignment(zk_connect, n) == {} for n in refused)
 
     # A broker that left the cluster is not registered: no new replica goes there, by
-    # CreateTopics or CreatePartitions (Kafka: INVALID_REPLICA_ASSIGNMENT both)
+    # CreateTopics or CreatePartitions, INVALID_REPLICA_ASSIGNMENT both (stricter than
+    # Kafka, which accepts a stopped broker: see the README)
     gone = next(i for i in cluster.nodes if i != cluster.controller())
     cluster.nodes[gone].stop()
     wait_for(f"broker {gone} gone from the metadata",

@@ -373,6 +373,21 @@ def test_controlled_shutdown_moves_leaderships_and_drops_the_broker_from_isrs() 
         "every broker assigned partition 0 ([1]) is shutting down")
     assert codes(create(c, "with-stopping", assignment={0: (1, 3)})) == [0]
     assert c.state("with-stopping", 0).leader == 3
+    assert c.state("with-stopping", 0).isr == (3,)
+    # CreatePartitions likewise: a new partition may name it beside an active broker (that
+    # one leads, the ISR leaves it out, it is told nothing), not alone
+    mark = len(ctl.sent)
+    grown = c.request(lambda rid: CreatePartitions(rid, (NewPartitions("with-stopping", 2,
+                                                                       ((1, 3),)),)))
+    assert codes(grown) == [0]
+    assert (c.state("with-stopping", 1).leader, c.state("with-stopping", 1).isr) == (3, (3,))
+    assert 1 not in {b for b, _ in leader_and_isr_rows(ctl, mark)}
+    assert codes(create(c, "one-replica", assignment={0: (3,)})) == [0]
+    alone = c.request(lambda rid: CreatePartitions(rid, (NewPartitions("one-replica", 2,
+                                                                       ((1,),)),)))
+    assert codes(alone) == [ErrorCode.INVALID_REPLICA_ASSIGNMENT]
+    assert isinstance(alone, CreatePartitionsResult)
+    assert "shutting down" in str(alone.topics[0].message)
     # It may not be elected while it shuts down.
     c.stop_broker(2)
     c.pump()

@@ -517,7 +517,9 @@ class ClusterController(Actor):
         if self.driver.active:
             self._call_driver(self.driver.feed, CreateTopics(
                 ("create", self.current_sender, msg.req_id),
-                tuple(NewTopic(r.name, r.num_partitions, r.replication_factor, None,
+                tuple(NewTopic(r.name, r.num_partitions, r.replication_factor,
+                               None if not r.assignments else tuple(
+                                   (a.partition, tuple(a.broker_ids)) for a in r.assignments),
                                {k: str(v) for k, v in r.configs.items()}) for r in msg.rows),
                 msg.validate_only))
         elif self._from_this_broker():

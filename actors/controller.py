@@ -56,7 +56,7 @@ is a namesake's, created since, and is not deleted again).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,6 +106,7 @@ from wire.broker_messages import (
     MetadataUpdate,
     OpenPartitionRow,
     OpenPartitions,
+    ReplicaAssignmentRow,
     ShardDone,
     TopicPartition,
 )
@@ -323,8 +324,10 @@ class Controller(Actor):
         budget = self.read_budget()
         planned = [self._hosted()]  # partitions on this node, counting this request's
         try:
-            check_request_size(request_total([default if r.num_partitions == -1
-                                              else r.num_partitions for r in msg.rows]))
+            check_request_size(request_total([
+                len(r.assignments) if r.assignments
+                else default if r.num_partitions == -1 else r.num_partitions
+                for r in msg.rows]))
             too_many: PolicyViolationError | None = None
         except PolicyViolationError as exc:
             too_many = exc
@@ -334,7 +337,8 @@ class Controller(Actor):
                     raise too_many
                 rows.append(self._create_one(row.name, row.num_partitions,
                                              row.replication_factor, dict(row.configs),
-                                             msg.validate_only, created, budget, planned))
+                                             msg.validate_only, created, budget, planned,
+                                             row.assignments))
             except KafkaError as exc:
                 rows.append(CreateTopicDoneRow(row.name, int(exc.code), str(exc), -1, -1))
         self._log_refused(rows)
@@ -365,10 +369,22 @@ class Controller(Actor):
     def _create_one(self, name: str, num_partitions: int, replication_factor: int,
                     configs: dict[str, Any], validate_only: bool,
                     created: list[str], budget: PartitionBudget | None = None,
-                    planned: list[int] | None = None) -> CreateTopicDoneRow:
+                    planned: list[int] | None = None,
+                    assignments: Sequence[ReplicaAssignmentRow] | None = None,
+                    ) -> CreateTopicDoneRow:
         validate_topic_name(name)
         if name in self.store.topics or name in created:
             raise KafkaError(f"topic {name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)
+        clean = validate_topic_configs(configs)  # first, as the cluster's controller
+        if assignments:
+            # Kafka's rules (the cluster's controller applies the same): the counts are
+            # the assignment's, and this node is the only broker a replica can be on
+            if num_partitions != -1 or replication_factor != -1:
+                raise KafkaError("both a replica assignment and a partition count or "
+                                 "replication factor were given", ErrorCode.INVALID_REQUEST)
+            placed = validate_assignment([(a.partition, a.broker_ids) for a in assignments],
+                                         {self.broker_id})
+            num_partitions, replication_factor = len(placed), len(placed[0])
         if num_partitions == -1:
             num_partitions = int(self.config["num.partitions"])
         if replication_factor == -1:
@@ -380,7 +396,6 @@ class Controller(Actor):
             raise KafkaError(
                 f"replication factor {replication_factor} is invalid: {self.num_brokers} "
                 f"broker(s) available", ErrorCode.INVALID_REPLICATION_FACTOR)
-        clean = validate_topic_configs(configs)
         if budget is not None and planned is not None:
             check_node_budget(name, num_partitions, planned[0], budget)
             planned[0] += num_partitions
@@ -456,13 +471,13 @@ class Controller(Actor):
                 current = info.num_partitions
                 added = check_partition_increase(row.name, current, row.new_total,
                                                  row.assignments)
-                check_node_budget(row.name, added, planned, budget)
-                planned += added
-                if row.assignments is not None:
+                if row.assignments is not None:  # before the budget, as the cluster's
                     validate_assignment({current + i: a for i, a in enumerate(row.assignments)},
                                         {self.broker_id},
                                         first_partition=current,
                                         replication_factor=info.replication_factor)
+                check_node_budget(row.name, added, planned, budget)
+                planned += added
             except KafkaError as exc:
                 rows.append(TopicResultRow(row.name, int(exc.code), str(exc)))
                 continue

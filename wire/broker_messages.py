@@ -458,6 +458,13 @@ class Expired(NamedTuple):
 # ------------------------------------------------------------- metadata/admin
 
 
+class ReplicaAssignmentRow(NamedTuple):
+    """One partition of a manual replica assignment: its brokers, the preferred leader first."""
+
+    partition: int
+    broker_ids: list[int]
+
+
 class CreateTopicRow(NamedTuple):
     """One topic to create; -1 partitions or replication factor: the broker's default."""
 
@@ -465,6 +472,10 @@ class CreateTopicRow(NamedTuple):
     num_partitions: int
     replication_factor: int
     configs: dict[str, str | None]
+    # The client's manual assignment (CreateTopics' ``assignments``), as it listed it (a
+    # partition named twice is the controller's to refuse); None: the controller places
+    # the replicas. With one, the counts must both be -1.
+    assignments: list[ReplicaAssignmentRow] | None = None
 
 
 @message(250)

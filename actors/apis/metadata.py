@@ -22,6 +22,7 @@ from wire.broker_messages import (
     DeleteTopicRow,
     DeleteTopics,
     DeleteTopicsDone,
+    ReplicaAssignmentRow,
 )
 from wire.errors import ErrorCode, KafkaError
 
@@ -194,13 +195,13 @@ def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         if not _may_create(ctx, t.name):
             done_rows[t.name] = CreateTopicDoneRow(t.name, TOPIC_DENIED, None, -1, -1)
             continue
-        if t.assignments:
-            done_rows[t.name] = CreateTopicDoneRow(
-                t.name, int(ErrorCode.INVALID_REQUEST),
-                "manual replica assignment is not supported", -1, -1)
-            continue
         configs = {c.name: c.value for c in (t.configs or [])}
-        rows.append(CreateTopicRow(t.name, t.num_partitions, t.replication_factor, configs))
+        # Kafka: an empty list is no assignment; checked by the controller, which knows
+        # the brokers (and answers TOPIC_ALREADY_EXISTS before any assignment error)
+        assignments = [ReplicaAssignmentRow(a.partition_index, list(a.broker_ids or []))
+                       for a in t.assignments] if t.assignments else None
+        rows.append(CreateTopicRow(t.name, t.num_partitions, t.replication_factor, configs,
+                                   assignments))
     if rows:
         done: CreateTopicsDone
         [done] = yield [Call(ctx.topology.controller,

@@ -91,12 +91,15 @@ class NewTopicsFound:
 
 @dataclass(frozen=True, slots=True)
 class NewTopic:
-    """One topic of a CreateTopics: -1 means the broker default; ``assignment`` is manual."""
+    """One topic of a CreateTopics: -1 means the broker default; ``assignment`` is manual
+    (partition -> replicas, or the request's (partition, replicas) pairs, a partition
+    perhaps listed twice: refused)."""
 
     name: str
     num_partitions: int = -1
     replication_factor: int = -1
-    assignment: Mapping[int, tuple[int, ...]] | None = None
+    assignment: (Mapping[int, tuple[int, ...]] | tuple[tuple[int, tuple[int, ...]], ...]
+                 | None) = None
     configs: Mapping[str, str] = field(default_factory=dict)
 
 

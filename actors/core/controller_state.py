@@ -1113,7 +1113,8 @@ class ControllerCore:
             if topic.num_partitions != -1 or topic.replication_factor != -1:
                 raise KafkaError("both a replica assignment and a partition count or "
                                  "replication factor were given", ErrorCode.INVALID_REQUEST)
-            return validate_assignment(dict(topic.assignment), set(self.brokers)), configs
+            return validate_assignment(topic.assignment, self.brokers,
+                                       active=eligible), configs
         partitions = (self.config.num_partitions if topic.num_partitions == -1
                       else topic.num_partitions)
         rf = (self.config.default_replication_factor if topic.replication_factor == -1
@@ -1199,8 +1200,8 @@ class ControllerCore:
                             ErrorCode.INVALID_REPLICA_ASSIGNMENT)
                     added = validate_assignment(
                         {len(existing) + i: r for i, r in enumerate(spec.assignment)},
-                        self.eligible(), first_partition=len(existing),
-                        replication_factor=len(existing[0]))
+                        self.brokers, first_partition=len(existing),
+                        replication_factor=len(existing[0]), active=self.eligible())
                 else:
                     added = assign_added_partitions(sorted(self.eligible()), existing, spec.total)
                 self._check_budget(name, added, hosted)

@@ -11,7 +11,7 @@ continue the topic's pattern). The randomness is handed in, never drawn here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from wire.errors import ErrorCode, KafkaError
 
@@ -98,22 +98,42 @@ def assign_added_partitions(broker_ids: Sequence[int], existing: dict[int, tuple
                            first_partition=current)
 
 
-def validate_assignment(assignment: dict[int, Sequence[int]], live_brokers: set[int],
-                        first_partition: int = 0,
-                        replication_factor: int | None = None) -> dict[int, tuple[int, ...]]:
-    """A replica assignment given by a client, checked as Kafka checks it."""
-    if not assignment:
+def validate_assignment(
+    assignment: Mapping[int, Sequence[int]] | Sequence[tuple[int, Sequence[int]]],
+    registered: Collection[int],
+    first_partition: int = 0,
+    replication_factor: int | None = None,
+    active: Collection[int] | None = None,
+) -> dict[int, tuple[int, ...]]:
+    """A replica assignment given by a client (partition -> broker ids), checked as Kafka's
+    controller checks it (KRaft's validateManualPartitionAssignment and createTopic); every
+    refusal is INVALID_REPLICA_ASSIGNMENT.
+
+    ``assignment`` may be the request's (partition, brokers) pairs, so a partition listed
+    twice is seen. Partition by partition: not listed twice, some replicas, each broker
+    ``registered`` (ZooKeeper mode creates the topic with a partition no broker can ever
+    host; KRaft refuses, and so do we), no broker twice, as many replicas as the first
+    partition (or ``replication_factor``: the topic's, when partitions are added), and,
+    when ``active`` is given, at least one replica there (not every one shutting down).
+    Then the partitions must be ``first_partition`` on, without gaps.
+    """
+    pairs = list(assignment.items()) if isinstance(assignment, Mapping) else list(assignment)
+    if not pairs:
         raise InvalidReplicaAssignmentError("the replica assignment is empty")
-    expected = list(range(first_partition, first_partition + len(assignment)))
-    if sorted(assignment) != expected:
-        raise InvalidReplicaAssignmentError(
-            f"partitions must be numbered {expected[0]} to {expected[-1]} without gaps, "
-            f"got {sorted(assignment)}")
+    known = set(registered)
     out: dict[int, tuple[int, ...]] = {}
-    for partition in expected:
-        replicas = tuple(assignment[partition])
+    for partition, brokers in pairs:
+        if partition in out:
+            raise InvalidReplicaAssignmentError(
+                f"partition {partition} is assigned more than once")
+        replicas = tuple(brokers)
         if not replicas:
             raise InvalidReplicaAssignmentError(f"partition {partition} has no replicas")
+        unknown = sorted(set(replicas) - known)
+        if unknown:
+            raise InvalidReplicaAssignmentError(
+                f"partition {partition} is assigned to broker(s) {unknown}, not registered "
+                f"(registered: {sorted(known)})")
         if len(set(replicas)) != len(replicas):
             raise InvalidReplicaAssignmentError(
                 f"partition {partition} lists a broker twice: {list(replicas)}")
@@ -123,9 +143,14 @@ def validate_assignment(assignment: dict[int, Sequence[int]], live_brokers: set[
                 f"all partitions must have the same number of replicas ({wanted}); "
                 f"partition {partition} has {len(replicas)}")
         replication_factor = wanted
-        unknown = sorted(set(replicas) - live_brokers)
-        if unknown:
+        if active is not None and not set(replicas) & set(active):
             raise InvalidReplicaAssignmentError(
-                f"unknown broker(s) in replica assignment: {unknown}")
+                f"every broker assigned partition {partition} ({list(replicas)}) is shutting "
+                f"down")
         out[partition] = replicas
-    return out
+    expected = list(range(first_partition, first_partition + len(out)))
+    if sorted(out) != expected:
+        raise InvalidReplicaAssignmentError(
+            f"partitions must be numbered {expected[0]} to {expected[-1]} without gaps, "
+            f"got {sorted(out)}")
+    return {p: out[p] for p in expected}

@@ -152,7 +152,13 @@ def test_create_topics_spreads_leaders_and_tells_the_replicas() -> None:
         (NewTopic("conf", 1, 1, configs={"nope": "1"}), ErrorCode.INVALID_CONFIG,
          "unknown topic config 'nope'"),
         (NewTopic("manual", assignment={0: (1, 7)}), ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-         "unknown broker(s) in replica assignment: [7]"),
+         "partition 0 is assigned to broker(s) [7], not registered (registered: [1, 2, 3])"),
+        (NewTopic("manual", assignment=((0, (1, 2)), (0, (2, 3)))),
+         ErrorCode.INVALID_REPLICA_ASSIGNMENT, "partition 0 is assigned more than once"),
+        (NewTopic("manual", 1, assignment={0: (1, 2)}), ErrorCode.INVALID_REQUEST,
+         "both a replica assignment and a partition count or replication factor were given"),
+        (NewTopic("manual", -1, 2, assignment={0: (1, 2)}), ErrorCode.INVALID_REQUEST,
+         "both a replica assignment and a partition count or replication factor were given"),
     ],
 )
 def test_create_topics_refuses_with_kafkas_codes(topic: NewTopic, code: ErrorCode,
@@ -365,6 +371,28 @@ def test_controlled_shutdown_moves_leaderships_and_drops_the_broker_from_isrs() 
     assert [(b, r.partition, r.delete) for b, r in stop_replica_rows(ctl, mark)] == [(1, 1, False)]
     # The stopping broker is not told to follow again; the others learn the new leaders.
     assert {b for b, _ in leader_and_isr_rows(ctl, mark)} == {2, 3}
+    # A manual assignment may name it, not only it (KRaft's rule), and it does not lead
+    refused = create(c, "to-stopping", assignment={0: (1,)})
+    assert (refused.topics[0].error_code, refused.topics[0].message) == (
+        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        "every broker assigned partition 0 ([1]) is shutting down")
+    assert codes(create(c, "with-stopping", assignment={0: (1, 3)})) == [0]
+    assert c.state("with-stopping", 0).leader == 3
+    assert c.state("with-stopping", 0).isr == (3,)
+    # CreatePartitions likewise: a new partition may name it beside an active broker (that
+    # one leads, the ISR leaves it out, it is told nothing), not alone
+    mark = len(ctl.sent)
+    grown = c.request(lambda rid: CreatePartitions(rid, (NewPartitions("with-stopping", 2,
+                                                                       ((1, 3),)),)))
+    assert codes(grown) == [0]
+    assert (c.state("with-stopping", 1).leader, c.state("with-stopping", 1).isr) == (3, (3,))
+    assert 1 not in {b for b, _ in leader_and_isr_rows(ctl, mark)}
+    assert codes(create(c, "one-replica", assignment={0: (3,)})) == [0]
+    alone = c.request(lambda rid: CreatePartitions(rid, (NewPartitions("one-replica", 2,
+                                                                       ((1,),)),)))
+    assert codes(alone) == [ErrorCode.INVALID_REPLICA_ASSIGNMENT]
+    assert isinstance(alone, CreatePartitionsResult)
+    assert "shutting down" in str(alone.topics[0].message)
     # It may not be elected while it shuts down.
     c.stop_broker(2)
     c.pump()

@@ -88,7 +88,13 @@ def test_leaders_spread_evenly_and_replicas_are_distinct(
         ({0: [1, 1]}, "partition 0 lists a broker twice: [1, 1]"),
         ({0: [1, 2], 1: [1]}, "all partitions must have the same number of replicas (2); "
                               "partition 1 has 1"),
-        ({0: [1, 9]}, "unknown broker(s) in replica assignment: [9]"),
+        ({0: [1, 9]}, "partition 0 is assigned to broker(s) [9], not registered "
+                      "(registered: [1, 2, 3])"),
+        ([(0, [1]), (0, [2])], "partition 0 is assigned more than once"),
+        ({1: [1], 0: [2, 3]}, "all partitions must have the same number of replicas (1); "
+                              "partition 0 has 2"),
+        ({0: [1, 2], 1: [3]}, "all partitions must have the same number of replicas (2); "
+                              "partition 1 has 1"),
     ],
 )
 def test_manual_assignments_are_checked(assignment: dict[int, list[int]], error: str) -> None:
@@ -96,3 +102,17 @@ def test_manual_assignments_are_checked(assignment: dict[int, list[int]], error:
         validate_assignment(assignment, {1, 2, 3})
     assert str(info.value) == error
     assert validate_assignment({0: [3, 1], 1: [1, 2]}, {1, 2, 3}) == {0: (3, 1), 1: (1, 2)}
+
+
+def test_a_manual_assignment_needs_an_active_replica_per_partition() -> None:
+    """KRaft's rule: registered brokers, but not every replica of a partition shutting down."""
+    pairs = [(1, [3, 2]), (0, [2, 3])]
+    assert validate_assignment(pairs, {1, 2, 3}, active={1, 2}) == {0: (2, 3), 1: (3, 2)}
+    with pytest.raises(InvalidReplicaAssignmentError) as info:
+        validate_assignment({0: [1, 2], 1: [3, 2]}, {1, 2, 3}, active={1})
+    assert str(info.value) == "every broker assigned partition 1 ([3, 2]) is shutting down"
+    # the partitions added to a topic start at its count and keep its replication factor
+    assert validate_assignment({2: [1]}, {1}, first_partition=2, replication_factor=1) == {
+        2: (1,)}
+    with pytest.raises(InvalidReplicaAssignmentError):
+        validate_assignment({2: [1, 2]}, {1, 2}, first_partition=2, replication_factor=1)

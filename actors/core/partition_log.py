@@ -1131,8 +1131,9 @@ class PartitionLog:
 
         The time index leads to the batch where the search starts; the first
         batch whose max timestamp reaches the target is found from headers
-        alone; its records are read only if it is uncompressed. For a
-        compressed batch the answer is its base offset and max timestamp.
+        alone, then its records are read (decompressed, as Kafka does: a topic
+        with compression.type compresses every batch). A batch that inflates
+        too far or does not decode answers its base offset and max timestamp.
         Returns None if no record is that recent.
         """
         for segment in self.segments:
@@ -1146,12 +1147,11 @@ class PartitionLog:
                     continue
                 if header.next_offset <= self._log_start_offset:
                     continue
-                if header.compression != 0 or header.is_log_append_time:
-                    offset, ts = header.base_offset, header.max_timestamp
-                else:
+                offset, ts = header.base_offset, header.max_timestamp
+                if not header.is_log_append_time:  # there every record has the max
                     raw = segment.read(header.position, header.size)
-                    offset, ts = header.base_offset, header.max_timestamp
-                    for record_offset, record_ts in iter_record_timestamps(raw, header, 0):
+                    for record_offset, record_ts in iter_record_timestamps(raw, header,
+                                                                           0) or ():
                         if record_ts >= timestamp_ms and record_offset >= self._log_start_offset:
                             offset, ts = record_offset, record_ts
                             break

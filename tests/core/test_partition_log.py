@@ -559,7 +559,32 @@ def test_offset_for_timestamp(tmp_path: Path) -> None:
     assert log.offset_for_timestamp(401) is None
 
 
-def test_offset_for_timestamp_compressed_batch_gives_base_offset(tmp_path: Path) -> None:
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_offset_for_timestamp_reads_a_compressed_batchs_records(tmp_path: Path,
+                                                                 codec: int) -> None:
+    """As Kafka's FileRecords.searchForTimestamp: the first record at or after the time,
+    with its own timestamp, not the batch's base offset and max timestamp."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    for i, ts in enumerate([10, 30, 20, 40]):
+        builder.append(i, timestamp=ts, key=None, value=b"v" * 200, headers=[])
+    raw = bytes(builder.build())
+    assert check_batches(raw)[0].compression == codec
+    log = open_log(tmp_path)
+    log.append_as_leader(raw, 0, 0)
+    assert log.offset_for_timestamp(5) == (0, 10)
+    assert log.offset_for_timestamp(15) == (1, 30)
+    assert log.offset_for_timestamp(31) == (3, 40)
+    assert log.offset_for_timestamp(41) is None
+
+
+def test_offset_for_timestamp_of_an_undecodable_batch_gives_its_base_offset(
+        tmp_path: Path) -> None:
+    """A compressed batch whose records do not decode (damaged on disk) is answered by its
+    header: its base offset and max timestamp."""
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=1, is_transactional=False,
@@ -568,9 +593,12 @@ def test_offset_for_timestamp_compressed_batch_gives_base_offset(tmp_path: Path)
     for i, ts in enumerate([10, 20, 30]):
         builder.append(i, timestamp=ts, key=None, value=b"v" * 200, headers=[])
     raw = bytes(builder.build())
-    assert check_batches(raw)[0].compression == 1
     log = open_log(tmp_path)
     log.append_as_leader(raw, 0, 0)
+    [segment_file] = (tmp_path / "topic-0").glob("*.log")
+    with open(segment_file, "r+b") as f:  # gzip's trailer (CRC and length) damaged
+        f.seek(len(raw) - 8)
+        f.write(b"\xff" * 8)
     assert log.offset_for_timestamp(15) == (0, 30)
 
 

@@ -239,9 +239,11 @@ def alter(topic: str, partitions: int | None, configs: tuple[str, ...], deletes:
                 result["configs"] = {k: v for k, (_op, v) in changes.items()}
             else:
                 result["error"] = re.sub(r"^\[Error -?\d+\] (\w+?)Error\b", r"\1",
-                                         str(outcome or "no answer for the topic"))
+                                         str(outcome or "no answer for the topic")
+                                         ).removesuffix(": None")  # no message sent
     emit(as_json, {"topic": result}, lambda: click.echo(
-        f"{topic}: {result['error']}" if result["error"] else
+        (f"{topic}: partitions {partitions}; {result['error']}" if result["partitions"] else
+         f"{topic}: {result['error']}") if result["error"] else
         f"{topic}: altered" + (f"; partitions {partitions}" if partitions else "")
         + "".join(f"; {k}={'(default)' if v is None else v}"
                   for k, v in (result["configs"] or {}).items())))

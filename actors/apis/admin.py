@@ -237,11 +237,13 @@ def handle_describe_topic_partitions(ctx: HandlerContext, header: Any, req: Any)
 
 
 def handle_delete_groups(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
-    """Each group goes to its coordinator; only Empty groups are deleted (NON_EMPTY_GROUP)."""
-    results: dict[str, int] = {}
+    """Each group goes to its coordinator; only Empty groups are deleted (NON_EMPTY_GROUP).
+    The group id "" is a group like any other here, as in Kafka (OffsetCommit takes it,
+    for old clients that commit with no group); only a null one is INVALID_GROUP_ID."""
+    results: dict[str | None, int] = {}
     by_coordinator: dict[Address, list[str]] = {}
     for gid in req.groups_names:
-        if not gid:
+        if gid is None:
             results[gid] = int(ErrorCode.INVALID_GROUP_ID)
         else:
             by_coordinator.setdefault(ctx.topology.coordinator_for(gid), []).append(gid)

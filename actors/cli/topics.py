@@ -7,6 +7,7 @@ in one line.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import click
@@ -226,16 +227,23 @@ def alter(topic: str, partitions: int | None, configs: tuple[str, ...], deletes:
             try:
                 answer = admin.alter_configs(
                     [ConfigResource(ConfigResourceType.TOPIC, topic, configs=changes)],
-                    incremental=True)
+                    incremental=True, raise_on_unknown=False)  # the broker names what it
+                # refuses (kafka-python's own check took a missing topic's every key as
+                # unknown)
             except ValueError as exc:
                 raise UserError(f"{topic}: {exc}") from None
+            # kafka-python answers each resource 'OK' or its error as text,
+            # "[Error 40] InvalidConfigurationError: <the broker's message>"
             outcome = answer.get("topic", {}).get(topic)
-            failed = isinstance(outcome, type) and outcome.__name__ != "NoError"
-            result["error"] = error_name(outcome.errno) if failed else None  # type: ignore[union-attr]
-            if not failed:
+            if outcome == "OK":
                 result["configs"] = {k: v for k, (_op, v) in changes.items()}
+            else:
+                result["error"] = re.sub(r"^\[Error -?\d+\] (\w+?)Error\b", r"\1",
+                                         str(outcome or "no answer for the topic")
+                                         ).removesuffix(": None")  # no message sent
     emit(as_json, {"topic": result}, lambda: click.echo(
-        f"{topic}: {result['error']}" if result["error"] else
+        (f"{topic}: partitions {partitions}; {result['error']}" if result["partitions"] else
+         f"{topic}: {result['error']}") if result["error"] else
         f"{topic}: altered" + (f"; partitions {partitions}" if partitions else "")
         + "".join(f"; {k}={'(default)' if v is None else v}"
                   for k, v in (result["configs"] or {}).items())))

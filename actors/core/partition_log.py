@@ -67,6 +67,7 @@ from actors.core.transaction_log import (
 )
 from actors.core.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex
 from wire.errors import (
+    CorruptMessageError,
     ErrorCode,
     InvalidRecordError,
     InvalidTimestampError,
@@ -1131,9 +1132,12 @@ class PartitionLog:
 
         The time index leads to the batch where the search starts; the first
         batch whose max timestamp reaches the target is found from headers
-        alone; its records are read only if it is uncompressed. For a
-        compressed batch the answer is its base offset and max timestamp.
-        Returns None if no record is that recent.
+        alone, then its records are read (decompressed, as Kafka does: a topic
+        with compression.type compresses every batch), up to the first that
+        qualifies; a batch none of whose records does is passed, as Kafka's
+        FileRecords.searchForTimestamp. A batch that inflates too far or does not
+        decode answers its base offset and max timestamp. Returns None if no
+        record is that recent.
         """
         for segment in self.segments:
             if segment.max_timestamp_ms < timestamp_ms:
@@ -1146,16 +1150,28 @@ class PartitionLog:
                     continue
                 if header.next_offset <= self._log_start_offset:
                     continue
-                if header.compression != 0 or header.is_log_append_time:
-                    offset, ts = header.base_offset, header.max_timestamp
-                else:
-                    raw = segment.read(header.position, header.size)
-                    offset, ts = header.base_offset, header.max_timestamp
-                    for record_offset, record_ts in iter_record_timestamps(raw, header, 0):
-                        if record_ts >= timestamp_ms and record_offset >= self._log_start_offset:
-                            offset, ts = record_offset, record_ts
-                            break
-                return max(offset, self._log_start_offset), ts
+                if header.is_log_append_time:  # there every record has the max
+                    return max(header.base_offset, self._log_start_offset), header.max_timestamp
+                found = self._first_record_at(segment, header, timestamp_ms)
+                if found is not None:
+                    return found
+                # none of its records qualifies (the client's header max is above them,
+                # or they lie below the log start): on to the next batch, as Kafka
+        return None
+
+    def _first_record_at(self, segment: LogSegment, header: BatchHeader,
+                         timestamp_ms: int) -> tuple[int, int] | None:
+        """The first record of this batch at or after ``timestamp_ms`` and the log start,
+        as (offset, timestamp); a batch that cannot be read answers its base offset and
+        max timestamp (a damaged batch, which an append without a codec or bounds never
+        walks, must not make the shard fail the request)."""
+        raw = segment.read(header.position, header.size)
+        try:
+            for record_offset, record_ts in iter_record_timestamps(raw, header, 0):
+                if record_ts >= timestamp_ms and record_offset >= self._log_start_offset:
+                    return record_offset, record_ts
+        except CorruptMessageError:
+            return max(header.base_offset, self._log_start_offset), header.max_timestamp
         return None
 
     # -------------------------------------------------------------- truncation

@@ -401,20 +401,46 @@ def read_records(buf: bytes | bytearray | memoryview, header: BatchHeader,
 
 
 def iter_record_timestamps(buf: bytes | bytearray | memoryview, header: BatchHeader,
-                           start: int) -> list[tuple[int, int]]:
-    """(offset, timestamp) of each record of an uncompressed batch at ``start``.
+                           start: int) -> Iterator[tuple[int, int]]:
+    """(offset, timestamp) of each record of the batch at ``start``, lazily (a caller
+    stops at the first it wants), decompressing a compressed one.
 
-    Needed only by ListOffsets-by-time, on one batch; compressed batches are
-    not decoded (the caller falls back to the batch's base offset).
+    CorruptMessageError when the batch cannot be read: it inflates past
+    INFLATE_CHECK_MAX_BYTES, its codec does not decode, it claims more records than
+    its bytes can hold (a record takes at least 7), or a record is damaged. Needed
+    only by ListOffsets-by-time, on one batch: as Kafka's FileRecords
+    .searchForTimestamp, the answer is a record's offset and timestamp, not its
+    batch's.
     """
     end = start + header.batch_length + LOG_OVERHEAD
+    view = memoryview(buf)
+    pos = start + HEADER_SIZE
+    if header.compression:
+        inflated = decompress_bounded(header.compression, view[pos:end],
+                                      INFLATE_CHECK_MAX_BYTES, header.position)
+        if inflated is None:
+            raise CorruptMessageError(f"batch at byte {header.position} not read: it "
+                                      f"inflates past {INFLATE_CHECK_MAX_BYTES} bytes or "
+                                      f"its codec is not here")
+        view, pos, end = memoryview(inflated), 0, len(inflated)
+    if header.records_count > (end - pos) // _MIN_RECORD_BYTES:
+        raise CorruptMessageError(f"batch at byte {header.position} claims "
+                                  f"{header.records_count} records in {end - pos} bytes")
     base_offset = header.base_offset
+    walk = _walk_records(view, header.records_count, pos, end)
     if header.is_log_append_time:
-        return [(base_offset + off_delta, header.max_timestamp)
-                for off_delta, _ts, _pos, _end in _walk(memoryview(buf), header, start, end)]
+        max_ts = header.max_timestamp
+        for off_delta, _ts, _pos, _end in walk:
+            yield base_offset + off_delta, max_ts
+        return
     base_ts = header.base_timestamp
-    return [(base_offset + off_delta, base_ts + ts_delta)
-            for off_delta, ts_delta, _pos, _end in _walk(memoryview(buf), header, start, end)]
+    for off_delta, ts_delta, _pos, _end in walk:
+        yield base_offset + off_delta, base_ts + ts_delta
+
+
+# The smallest record: its length, attributes, timestamp and offset deltas, key and value
+# lengths, header count: one byte each.
+_MIN_RECORD_BYTES = 7
 
 
 @functools.cache
@@ -701,8 +727,13 @@ def renumbered_records(records: bytes | memoryview,
 def _walk(view: memoryview, header: BatchHeader, start: int,
           end: int) -> Iterator[tuple[int, int, int, int]]:
     """Per record: (offset delta, timestamp delta, position of its key, end of the record)."""
-    pos = start + HEADER_SIZE
-    for _ in range(header.records_count):
+    return _walk_records(view, header.records_count, start + HEADER_SIZE, end)
+
+
+def _walk_records(view: memoryview, count: int, pos: int,
+                  end: int) -> Iterator[tuple[int, int, int, int]]:
+    """_walk over ``count`` records starting at ``pos`` (a batch's or an inflated section's)."""
+    for _ in range(count):
         length, pos = _read_varint(view, pos, end)
         record_end = pos + length
         if record_end > end:

@@ -413,6 +413,32 @@ def test_delete_groups_refuses_a_group_with_members_and_deletes_an_empty_one(
     fresh.close()
 
 
+def test_the_empty_group_id_s_offsets_can_be_deleted(broker: BrokerProcess,
+                                                      kadmin: KafkaAdminClient) -> None:
+    """Kafka takes OffsetCommit, DescribeGroups and DeleteGroups for the group id "" (for
+    old clients that committed with no group; only a null id is INVALID_GROUP_ID): what
+    can be committed and listed under it can be deleted, as Kafka deletes it."""
+    from tests.broker.rawclient import RawClient
+
+    create(kadmin, "nameless-t", 1)
+    produce(broker, "nameless-t", {0: 3})
+    with RawClient(broker.port) as client:
+        committed = client.call(8, 2, {
+            "group_id": "", "generation_id_or_member_epoch": -1, "member_id": "",
+            "retention_time_ms": -1, "topics": [{"name": "nameless-t", "partitions": [
+                {"partition_index": 0, "committed_offset": 2, "committed_metadata": ""}]}]})
+        assert [p.error_code for t in committed.topics for p in t.partitions] == [0]
+    assert "" in group_names(kadmin)
+    assert kadmin.delete_groups([""]) == {"": "OK"}
+    assert "" not in group_names(kadmin)
+    with RawClient(broker.port) as client:
+        fetched = client.call(9, 1, {"group_id": "", "topics": [
+            {"name": "nameless-t", "partition_indexes": [0]}]})
+        assert [p.committed_offset for t in fetched.topics for p in t.partitions] == [-1]
+        assert [(r.group_id, r.error_code) for r in client.call(
+            42, 2, {"groups_names": [""]}).results] == [("", 69)]  # GROUP_ID_NOT_FOUND
+
+
 def test_describe_and_delete_groups_spread_over_two_processes_answer_every_group(
         tmp_path: Path) -> None:
     """num.processes 2: the groups of one DescribeGroups / DeleteGroups (kafka-python sends

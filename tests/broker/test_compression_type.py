@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -252,3 +252,30 @@ def test_an_altered_codec_applies_to_the_next_batches(broker: BrokerProcess,
     produce(broker, "switched", "lz4", 10)
     assert stored_codecs(broker, "switched") == [1, 4]
     assert len(consume(broker, "switched", 20)) == 20
+
+
+@pytest.mark.parametrize("target", ["gzip", "zstd"])
+def test_offsets_for_times_finds_the_record_in_a_compressed_batch(
+        broker: BrokerProcess, admin: AdminClient, target: str) -> None:
+    """ListOffsets by time answers the first record at or after the time, with its own
+    timestamp, inside a batch the topic's codec compressed (Kafka's searchForTimestamp
+    reads the batch's records); not the batch's first offset and max timestamp."""
+    topic = f"times-{target}"
+    create(admin, topic, {"compression.type": target})
+    sent = produce(broker, topic, "none", 60)
+    assert set(stored_codecs(broker, topic)) == {CODECS[target]}
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"t-{topic}"})
+    try:
+        for target_ms in sorted({ts for _k, _v, ts, _h in sent})[1::7]:
+            want = next((i, ts) for i, (_k, _v, ts, _h) in enumerate(sent) if ts >= target_ms)
+            [found] = consumer.offsets_for_times([TopicPartition(topic, 0, target_ms)],
+                                                 timeout=20)
+            assert found.error is None
+            assert found.offset == want[0], (target_ms, want)
+    finally:
+        consumer.close()
+    with RawClient(broker.port) as client:
+        middle = sorted({ts for _k, _v, ts, _h in sent})[50]
+        part = client.list_offset(topic, 0, middle)
+    want = next((i, ts) for i, (_k, _v, ts, _h) in enumerate(sent) if ts >= middle)
+    assert (part.offset, part.timestamp) == want

@@ -125,6 +125,28 @@ def test_topics_alter_sets_and_deletes_configs(admin_broker: BrokerProcess) -> N
     assert tuned["configs"]["retention.ms"]["source"] != "DYNAMIC_TOPIC_CONFIG"
 
 
+def test_topics_alter_fails_when_the_broker_refuses(admin_broker: BrokerProcess) -> None:
+    """A config the broker refuses (a bad value, an unknown key, a topic that does not
+    exist) is the command's error, exit code 1, with the broker's words; nothing is said
+    to be altered and nothing is."""
+    as_json(admin_broker, "topics", "create", "strict", "--config", "compression.type=zstd")
+    for args, words in [
+        (("strict", "--config", "compression.type=brotli"),
+         ("InvalidConfiguration", "compression.type must be one of", "brotli")),
+        (("strict", "--config", "compresion.type=gzip"),
+         ("InvalidConfiguration", "compresion.type")),
+        (("never-made", "--config", "compression.type=gzip"),
+         ("UnknownTopicOrPartition", "never-made")),
+    ]:
+        refused = as_json(admin_broker, "topics", "alter", *args, code=1)["topic"]
+        assert refused["configs"] is None
+        assert all(w in refused["error"] for w in words), refused["error"]
+        human = actorlog(admin_broker, "topics", "alter", *args)
+        assert human.returncode == 1 and "altered" not in human.stdout, human.stdout
+    [strict] = as_json(admin_broker, "topics", "describe", "strict")["topics"]
+    assert strict["configs"]["compression.type"]["value"] == "zstd"
+
+
 # ------------------------------------------------------------------ groups
 
 

@@ -559,7 +559,74 @@ def test_offset_for_timestamp(tmp_path: Path) -> None:
     assert log.offset_for_timestamp(401) is None
 
 
-def test_offset_for_timestamp_compressed_batch_gives_base_offset(tmp_path: Path) -> None:
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_offset_for_timestamp_reads_a_compressed_batchs_records(tmp_path: Path,
+                                                                 codec: int) -> None:
+    """As Kafka's FileRecords.searchForTimestamp: the first record at or after the time,
+    with its own timestamp, not the batch's base offset and max timestamp."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    for i, ts in enumerate([10, 30, 20, 40]):
+        builder.append(i, timestamp=ts, key=None, value=b"v" * 200, headers=[])
+    raw = bytes(builder.build())
+    assert check_batches(raw)[0].compression == codec
+    log = open_log(tmp_path)
+    log.append_as_leader(raw, 0, 0)
+    assert log.offset_for_timestamp(5) == (0, 10)
+    assert log.offset_for_timestamp(15) == (1, 30)
+    assert log.offset_for_timestamp(31) == (3, 40)
+    assert log.offset_for_timestamp(41) is None
+
+
+def _gzip_batch_of(records: bytes, count: int, base_ts: int, max_ts: int) -> bytes:
+    """A gzip batch whose compressed section is ``records`` as given (any bytes), claiming
+    ``count`` records, with a valid CRC: what a client may send and the broker store
+    (without a codec or timestamp bounds the append never walks a compressed batch)."""
+    import gzip
+    import struct
+
+    body = gzip.compress(records)
+    after_crc = struct.pack(">hiqqqhii", 1, count - 1, base_ts, max_ts, -1, -1, -1, count)
+    length = 4 + 1 + 4 + len(after_crc) + len(body)  # epoch, magic, crc, the rest
+    raw = bytearray(struct.pack(">qiib", 0, length, -1, 2) + b"\0\0\0\0" + after_crc + body)
+    raw[17:21] = compute_crc(raw, 0, len(raw)).to_bytes(4, "big")
+    return bytes(raw)
+
+
+@pytest.mark.parametrize("records,count", [
+    (b"\x7e" + bytes(10), 1),  # a record of 63 bytes in 11
+    (bytes(1 << 20), (1 << 20)),  # a megabyte of zeros claiming a record a byte
+], ids=["garbage", "zeros"])
+def test_offset_for_timestamp_of_a_batch_whose_records_do_not_read_answers_its_header(
+        tmp_path: Path, records: bytes, count: int) -> None:
+    """The shard must answer, not fail: a batch whose inflated records are damaged, or
+    claim more records than their bytes hold (which a lookup would otherwise walk one
+    byte at a time), is answered by its base offset and max timestamp."""
+    log = open_log(tmp_path)
+    log.append_as_leader(_gzip_batch_of(records, count, 10, 90), 0, 0)
+    assert log.offset_for_timestamp(50) == (0, 90)
+
+
+def test_offset_for_timestamp_passes_a_batch_none_of_whose_records_qualifies(
+        tmp_path: Path) -> None:
+    """A client's header may claim a max timestamp above its records': such a batch holds
+    no record at the time asked, so the next batch answers (Kafka's searchForTimestamp)."""
+    raw = bytearray(build_batch([b"a", b"b"], timestamps_ms=[10, 20]))
+    raw[35:43] = (500).to_bytes(8, "big")  # the header's max timestamp
+    raw[17:21] = compute_crc(raw, 0, len(raw)).to_bytes(4, "big")
+    log = open_log(tmp_path)
+    log.append_as_leader(bytes(raw), 0, 0)
+    log.append_as_leader(build_batch([b"c"], timestamps_ms=[300]), 0, 0)
+    assert log.offset_for_timestamp(100) == (2, 300)
+
+
+def test_offset_for_timestamp_of_an_undecodable_batch_gives_its_base_offset(
+        tmp_path: Path) -> None:
+    """A compressed batch whose records do not decode (damaged on disk) is answered by its
+    header: its base offset and max timestamp."""
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=1, is_transactional=False,
@@ -568,9 +635,12 @@ def test_offset_for_timestamp_compressed_batch_gives_base_offset(tmp_path: Path)
     for i, ts in enumerate([10, 20, 30]):
         builder.append(i, timestamp=ts, key=None, value=b"v" * 200, headers=[])
     raw = bytes(builder.build())
-    assert check_batches(raw)[0].compression == 1
     log = open_log(tmp_path)
     log.append_as_leader(raw, 0, 0)
+    [segment_file] = (tmp_path / "topic-0").glob("*.log")
+    with open(segment_file, "r+b") as f:  # gzip's trailer (CRC and length) damaged
+        f.seek(len(raw) - 8)
+        f.write(b"\xff" * 8)
     assert log.offset_for_timestamp(15) == (0, 30)
 
 

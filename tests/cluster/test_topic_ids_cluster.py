@@ -152,20 +152,16 @@ def test_the_controller_gives_an_id_to_a_topic_an_older_version_made(
     wait_for("the partition served again", lambda: _values(cluster, topic) == [b"v"])
 
 
-def test_a_znode_an_older_version_rewrote_without_the_id_keeps_the_replicas_records(
-        cluster_factory: Any, zk_connect: str) -> None:
-    """An older controller (or admin tool) rewrote the topic's znode without its id, over
-    replicas whose directories hold it. The controller gives the topic another id, marked
-    adopted: every replica rewrites its directory's id and keeps its records (as Kafka's
-    ZooKeeper mode, which never deletes on a mismatch). Before: each replica took its
-    directory for a dead namesake's and deleted it."""
-    cluster: Cluster = cluster_factory(2)
-    topic = "rewritten"
-    create(cluster, topic, 1, 2)
+def _written_back_without_its_id(cluster: Cluster, zk_connect: str, topic: str,
+                                 value: bytes, configs: dict[str, str]) -> str:
+    """A 1-partition RF 2 topic with 4 acknowledged records and its id in both replicas'
+    directories; then the cluster stopped and the topic's znode written back as an older
+    version writes it, without the id. Returns the id the directories hold."""
+    create(cluster, topic, 1, 2, configs=configs)
     cluster.wait_topic(topic, 1)
     first = _topic_id(zk_connect, topic)
     leader = cluster.view().leaders(topic)[0]
-    assert produce_to(cluster.nodes[leader], topic, 0, [b"kept"] * 4).error_code == 0
+    assert produce_to(cluster.nodes[leader], topic, 0, [value] * 4).error_code == 0
     for node in cluster.nodes.values():
         wait_for(f"node {node.broker_id}'s directory to hold the id",
                  lambda n=node: read_partition_metadata(n.data_dir / f"{topic}-0") == first)
@@ -177,7 +173,19 @@ def test_a_znode_an_older_version_rewrote_without_the_id_keeps_the_replicas_reco
              "removing_replicas": {}}).encode())
     finally:
         zk.close()
+    return first
 
+
+def test_a_znode_an_older_version_rewrote_without_the_id_keeps_the_replicas_records(
+        cluster_factory: Any, zk_connect: str) -> None:
+    """An older controller (or admin tool) rewrote the topic's znode without its id, over
+    replicas whose directories hold it. The controller gives the topic another id, marked
+    adopted: every replica rewrites its directory's id and keeps its records (as Kafka's
+    ZooKeeper mode, which never deletes on a mismatch). Before: each replica took its
+    directory for a dead namesake's and deleted it."""
+    cluster: Cluster = cluster_factory(2)
+    topic = "rewritten"
+    first = _written_back_without_its_id(cluster, zk_connect, topic, b"kept", {})
     cluster.start()
     wait_for("the controller to give it an id", lambda: is_topic_id(_topic_id(zk_connect, topic)))
     late = _topic_id(zk_connect, topic)
@@ -277,22 +285,8 @@ def test_an_adopted_id_survives_a_kafka_tools_rewrite_of_the_topic_znode(
     serves them. The adoption stands while a replica has not read the late id back."""
     cluster: Cluster = cluster_factory(2)
     topic = "rewritten-twice"
-    create(cluster, topic, 1, 2, configs={"unclean.leader.election.enable": "true"})
-    cluster.wait_topic(topic, 1)
-    first = _topic_id(zk_connect, topic)
-    leader = cluster.view().leaders(topic)[0]
-    assert produce_to(cluster.nodes[leader], topic, 0, [b"acked"] * 4).error_code == 0
-    for node in cluster.nodes.values():
-        wait_for(f"node {node.broker_id}'s directory to hold the id",
-                 lambda n=node: read_partition_metadata(n.data_dir / f"{topic}-0") == first)
-    cluster.stop()
-    zk = ZooKeeperReader(zk_connect)
-    try:  # as an older version writes it back: no id
-        zk.client.set(znodes.topic_path(topic), json.dumps(
-            {"version": 2, "partitions": {"0": [1, 2]}, "adding_replicas": {},
-             "removing_replicas": {}}).encode())
-    finally:
-        zk.close()
+    first = _written_back_without_its_id(cluster, zk_connect, topic, b"acked",
+                                         {"unclean.leader.election.enable": "true"})
     one, two = cluster.nodes[1], cluster.nodes[2]
     one.start()
     wait_for("the controller to give it an id", lambda: is_topic_id(_topic_id(zk_connect, topic)))

@@ -22,6 +22,7 @@ from actors.core.file_regions import (
     first_batch_length,
     whole_batches_length,
 )
+from actors.core.partition_log import COORDINATOR_TOPICS
 from actors.security.acl import CLUSTER_NAME, Operation, ResourceType
 from wire.broker_messages import Read, ReadDone, ReadDoneRow, ReadRow, WatchFetch, WatchFetchRow
 from wire.errors import ErrorCode
@@ -118,6 +119,8 @@ def _zstd_topic(ctx: HandlerContext, name: str) -> bool:
     """Is the topic's compression.type zstd (its own, else the broker's)? An older
     Fetch of it is answered UNSUPPORTED_COMPRESSION_TYPE, as Kafka does, rather than
     sent batches its client cannot read."""
+    if name in COORDINATOR_TOPICS:  # never re-encoded: their batches are the broker's
+        return False
     entry = ctx.topics.get(name)
     configs = dict(entry.configs) if entry is not None else {}
     return str(configs.get("compression.type", ctx.config["compression.type"])) == "zstd"

@@ -54,15 +54,20 @@ from actors.core.record_batch import (
     COMPRESSION_MASK,
     HEADER,
     HEADER_SIZE,
+    INFLATE_CHECK_MAX_BYTES,
     LOG_OVERHEAD,
     BatchHeader,
     check_batch,
+    decompress_bounded,
     record_codecs,
     record_spans,
 )
 from actors.core.segment_swap import discard_staging, staging_name
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+# The most one batch's records inflate to for cleaning (4x the bound of the append's
+# checks, INFLATE_CHECK_MAX_BYTES: stored batches passed max.message.bytes compressed)
+CLEANER_INFLATE_MAX_BYTES = 4 * INFLATE_CHECK_MAX_BYTES
 DEDUPE_ENTRY_BYTES = 24  # Kafka's accounting: a 16-byte hash and an 8-byte offset
 _MAX_RELATIVE_OFFSET = 2**31 - 1
 _AFTER_CRC = struct.Struct(">hiqqqhii")
@@ -340,15 +345,17 @@ class CleaningPass:
                               segment.size, self.io_bytes)
 
     def _records(self, header: BatchHeader, raw: bytes) -> tuple[bytes, list[Any]] | None:
-        """The decompressed records section and its record spans; None if the codec is
-        missing here (the batch is then kept whole)."""
+        """The decompressed records section and its record spans; None if it inflates
+        past CLEANER_INFLATE_MAX_BYTES (a small batch may inflate to gigabytes; such a
+        batch is kept whole, its keys not cleaned)."""
         body = raw[HEADER_SIZE:]
         codec = header.compression
         if codec:
-            pair = self._codecs.get(codec)
-            if pair is None:
+            inflated = decompress_bounded(codec, body, CLEANER_INFLATE_MAX_BYTES,
+                                          header.position)
+            if inflated is None:
                 return None
-            body = pair[0](bytes(body))
+            body = inflated
         return body, record_spans(body, header.records_count)
 
     def _map_step(self) -> None:

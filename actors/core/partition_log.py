@@ -1139,6 +1139,7 @@ class PartitionLog:
         decode answers its base offset and max timestamp. Returns None if no
         record is that recent.
         """
+        passed: tuple[int, int] | None = None
         for segment in self.segments:
             if segment.max_timestamp_ms < timestamp_ms:
                 continue
@@ -1157,7 +1158,12 @@ class PartitionLog:
                     return found
                 # none of its records qualifies (the client's header max is above them,
                 # or they lie below the log start): on to the next batch, as Kafka
-        return None
+                if passed is None:
+                    passed = max(header.base_offset, self._log_start_offset), header.max_timestamp
+        # Only batches whose header claims the time and none of whose records has it: the
+        # first of them answers by its header (ListOffsets' max timestamp, -3, asks for
+        # a header's max; a non-empty log answers it)
+        return passed
 
     def _first_record_at(self, segment: LogSegment, header: BatchHeader,
                          timestamp_ms: int) -> tuple[int, int] | None:
@@ -1168,6 +1174,11 @@ class PartitionLog:
         raw = segment.read(header.position, header.size)
         try:
             for record_offset, record_ts in iter_record_timestamps(raw, header, 0):
+                if not header.base_offset <= record_offset <= header.last_offset:
+                    # a client's offset delta outside its batch (kept as sent): not a
+                    # record this batch's offsets name
+                    raise CorruptMessageError(f"a record's offset {record_offset} lies "
+                                              f"outside its batch")
                 if record_ts >= timestamp_ms and record_offset >= self._log_start_offset:
                     return record_offset, record_ts
         except CorruptMessageError:

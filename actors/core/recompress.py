@@ -80,20 +80,26 @@ def recompress(records: bytes | bytearray | memoryview, headers: list[BatchHeade
 def _rebuilt(header: BatchHeader, plain: bytes | memoryview, codec: int,
              log_append_time: bool) -> bytes:
     """The batch of ``header`` with the records section ``plain``, its offset deltas
-    renumbered, encoded with ``codec``."""
+    renumbered, encoded with ``codec``. A batch the client stamped LogAppendTime, on a
+    CreateTime topic (refused on a LogAppendTime one before this), has its records read
+    at its max timestamp, as Kafka's LogValidator reads them: rebuilt, each record has
+    that time (the time its bounds were checked at)."""
+    stamped = bool(header.attributes & TIMESTAMP_TYPE_BIT) and not log_append_time
     try:
-        renumbered, deltas = renumbered_records(plain, header.records_count)
+        renumbered, deltas = renumbered_records(plain, header.records_count,
+                                                zero_timestamps=stamped)
     except InvalidRecordError as exc:
         raise InvalidRecordError(f"record batch at byte {header.position} does not hold "
                                  f"the {header.records_count} records it counts: "
                                  f"{exc}") from None
-    max_timestamp = header.base_timestamp + max(deltas)
+    base_timestamp = header.max_timestamp if stamped else header.base_timestamp
+    max_timestamp = base_timestamp + max(deltas)
     body = compress(codec, bytes(renumbered)) if codec else renumbered
     attributes = (header.attributes & ~(COMPRESSION_MASK | TIMESTAMP_TYPE_BIT)) | codec
     if log_append_time:
         attributes |= TIMESTAMP_TYPE_BIT
     after_crc = AFTER_CRC.pack(
-        attributes, header.last_offset_delta, header.base_timestamp, max_timestamp,
+        attributes, header.last_offset_delta, base_timestamp, max_timestamp,
         header.producer_id, header.producer_epoch, header.base_sequence,
         header.records_count)
     crc = crc32c.crc32c(body, crc32c.crc32c(after_crc))

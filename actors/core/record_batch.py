@@ -1,8 +1,9 @@
 """Kafka v2 record batches: header parsing, validation and in-place patching.
 
-The log stores batches exactly as clients send them. Only the 61-byte header
-is ever parsed on the hot path; records (possibly compressed) are not
-decoded, because per-record Python work would cap the broker's throughput.
+The log stores batches as clients send them, their headers patched (offsets,
+leader epoch, a LogAppendTime topic's time). Only the 61-byte header is ever
+parsed on the hot path; records (possibly compressed) are not decoded, because
+per-record Python work would cap the broker's throughput.
 The exceptions: a topic with timestamp bounds
 (message.timestamp.before/after.max.ms), whose appends read each record's
 timestamp (``record_timestamps``), as Kafka's do; and a topic whose
@@ -681,12 +682,14 @@ def record_timestamp_deltas(records: bytes | memoryview, count: int) -> list[int
     return out
 
 
-def renumbered_records(records: bytes | memoryview,
-                       count: int) -> tuple[bytes | memoryview, list[int]]:
+def renumbered_records(records: bytes | memoryview, count: int,
+                       zero_timestamps: bool = False) -> tuple[bytes | memoryview, list[int]]:
     """The ``count`` records of a (decompressed) records section with each one's offset
     delta set to its index, 0 to count - 1 (Kafka's rebuilt batch assigns them so: a
-    client's repeated or skipped deltas are not kept), and each one's timestamp delta.
-    The section as it is when every delta is right already.
+    client's repeated or skipped deltas are not kept), and each one's timestamp delta
+    (with ``zero_timestamps`` every one set to 0: the records of a batch a client stamped
+    LogAppendTime all take its max timestamp). The section as it is when every delta is
+    right already.
 
     InvalidRecordError (Kafka's INVALID_RECORD, as its premature EOF) for a record that
     runs past the end of the section or bytes after the last one.
@@ -706,12 +709,17 @@ def renumbered_records(records: bytes | memoryview,
                                          f"{count} records")
             timestamp_delta, at_offset = _read_varint(view, pos + 1, record_end)
             offset_delta, after_offset = _read_varint(view, at_offset, record_end)
+            if zero_timestamps:
+                timestamp_delta, zeroed = 0, timestamp_delta != 0
+            else:
+                zeroed = False
             timestamp_deltas.append(timestamp_delta)
-            if offset_delta != index:
+            if offset_delta != index or zeroed:
                 if pieces is None:
                     pieces = [view[:start]]
-                body = (bytes(view[pos:at_offset]) + _zigzag_varint(index)
-                        + bytes(view[after_offset:record_end]))
+                body = (bytes(view[pos:pos + 1])  # attributes
+                        + (b"\x00" if zero_timestamps else bytes(view[pos + 1:at_offset]))
+                        + _zigzag_varint(index) + bytes(view[after_offset:record_end]))
                 pieces.append(_zigzag_varint(len(body)) + body)
             elif pieces is not None:
                 pieces.append(view[start:record_end])
@@ -736,7 +744,7 @@ def _walk_records(view: memoryview, count: int, pos: int,
     for _ in range(count):
         length, pos = _read_varint(view, pos, end)
         record_end = pos + length
-        if record_end > end:
+        if record_end > end or length < 0:
             raise CorruptMessageError("record runs past the end of its batch")
         pos += 1  # attributes
         ts_delta, pos = _read_varint(view, pos, end)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.core import log_cleaner
 from actors.core.checkpoint import read_offset_checkpoint
 from actors.core.log_cleaner import (
     CleanerError,
@@ -313,3 +314,25 @@ def test_killing_a_writer_that_cleans_leaves_a_compacted_prefix(tmp_path: Path,
         finally:
             log.close_without_flush()
     assert kept > 50 and kept > KEYS  # the writer really appended and cleaned
+
+
+def test_a_batch_inflating_past_the_cleaners_bound_is_kept_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cleaner inflates a compressed batch to at most CLEANER_INFLATE_MAX_BYTES (a
+    small batch may inflate to gigabytes); past it the batch is kept as it is, its older
+    keys not cleaned, and a batch within the bound is cleaned as before."""
+    monkeypatch.setattr(log_cleaner, "CLEANER_INFLATE_MAX_BYTES", 4096)
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, COMPACT, 0)
+    big = build_batch([bytes(8192), b"small"], keys=[b"a", b"b"], timestamps_ms=[5, 6])
+    log.append_as_leader(gzip_batch(big), 0, 0)
+    log.append_as_leader(gzip_batch(build_batch([b"b2"], keys=[b"b"], timestamps_ms=[7])),
+                         0, 0)
+    log.append_as_leader(build_batch([b"a2", b"b3"], keys=[b"a", b"b"], timestamps_ms=[8, 9]),
+                         0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    clean_once(log, {}, log.recovery_point, 100)
+    # the big batch kept whole (0, 1); the small gzip batch (2) lost its only record
+    assert [(o, k) for o, k, _v in pairs(log)] == [(0, b"a"), (1, b"b"), (3, b"a"), (4, b"b")]
+    log.close()

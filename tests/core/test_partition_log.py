@@ -599,7 +599,9 @@ def _gzip_batch_of(records: bytes, count: int, base_ts: int, max_ts: int) -> byt
 @pytest.mark.parametrize("records,count", [
     (b"\x7e" + bytes(10), 1),  # a record of 63 bytes in 11
     (bytes(1 << 20), (1 << 20)),  # a megabyte of zeros claiming a record a byte
-], ids=["garbage", "zeros"])
+    (b"\x01" + bytes(13), 2),  # a record of length -1
+    (b"\x0c\x00\x00\x0a" + bytes(3), 1),  # a record whose offset delta 5 is past the batch
+], ids=["garbage", "zeros", "negative", "outside"])
 def test_offset_for_timestamp_of_a_batch_whose_records_do_not_read_answers_its_header(
         tmp_path: Path, records: bytes, count: int) -> None:
     """The shard must answer, not fail: a batch whose inflated records are damaged, or
@@ -619,6 +621,9 @@ def test_offset_for_timestamp_passes_a_batch_none_of_whose_records_qualifies(
     raw[17:21] = compute_crc(raw, 0, len(raw)).to_bytes(4, "big")
     log = open_log(tmp_path)
     log.append_as_leader(bytes(raw), 0, 0)
+    # alone, its header answers a time only it claims (ListOffsets' -3 asks for the
+    # headers' max: a non-empty log answers)
+    assert log.offset_for_timestamp(500) == (0, 500)
     log.append_as_leader(build_batch([b"c"], timestamps_ms=[300]), 0, 0)
     assert log.offset_for_timestamp(100) == (2, 300)
 

@@ -21,6 +21,7 @@ from actors.core.record_batch import (
     check_batches,
     compress,
     decompress_bounded,
+    read_records,
     record_timestamps,
 )
 from actors.core.topic_config import (
@@ -89,13 +90,10 @@ def with_header(raw: bytes, *, max_timestamp: int, log_append_time: bool = False
     return bytes(batch)
 
 
-@pytest.mark.parametrize("client_log_append_time", [False, True])
-def test_the_rebuilt_batch_has_the_records_max_and_the_topics_timestamp_type(
-        client_log_append_time: bool) -> None:
-    """Whatever the client's header claims (a max past its records, the LogAppendTime
-    bit), the rebuilt batch has the records' max and the topic's timestamp type."""
-    raw = with_header(produced(1), max_timestamp=NOW + 999_999,
-                      log_append_time=client_log_append_time)
+def test_the_rebuilt_batch_has_the_records_max_and_the_topics_timestamp_type() -> None:
+    """Whatever the client's header claims as its max (past its records), the rebuilt
+    batch has the records' max and the topic's timestamp type."""
+    raw = with_header(produced(1), max_timestamp=NOW + 999_999)
     for topic_log_append_time in (False, True):
         out = recompress(raw, check_batches(raw), 3, INFLATE_CHECK_MAX_BYTES,
                          topic_log_append_time)
@@ -103,6 +101,19 @@ def test_the_rebuilt_batch_has_the_records_max_and_the_topics_timestamp_type(
         (new,) = check_batches(out)
         assert new.max_timestamp == NOW + 14
         assert new.is_log_append_time == topic_log_append_time
+
+
+def test_a_client_log_append_time_batch_rebuilt_gives_every_record_its_max() -> None:
+    """On a CreateTime topic a batch the client stamped LogAppendTime is read at its max
+    timestamp (the time the bounds judged), so, rebuilt as CreateTime (Kafka's
+    buildRecordsAndAssignOffsets with each record's read time), every record has it."""
+    raw = with_header(produced(1), max_timestamp=NOW + 500, log_append_time=True)
+    out = recompress(raw, check_batches(raw), 0, INFLATE_CHECK_MAX_BYTES, False)
+    assert out is not None
+    (new,) = check_batches(out)
+    assert not new.is_log_append_time
+    assert (new.base_timestamp, new.max_timestamp) == (NOW + 500, NOW + 500)
+    assert {r.timestamp_ms for r in read_records(out, new, 0)} == {NOW + 500}
 
 
 def test_the_offset_deltas_are_renumbered_as_kafka_rebuilds_them() -> None:

@@ -39,8 +39,11 @@ def test_a_node_of_another_wire_is_refused_and_the_cluster_keeps_serving(
     later = ClusterNode(2, tmp_path / "cluster0", "127.0.0.1", {**first.config, "node.id": 2})
     later.process.env = {TEST_SALT_ENV: "a later build"}
     theirs = fingerprint_of(wire_messages(), "a later build")
-    with pytest.raises(RuntimeError, match="broker exited with 2"):
-        later.start(timeout_s=60)
+    try:
+        with pytest.raises(RuntimeError, match="broker exited with 2"):
+            later.start(timeout_s=60)
+    finally:
+        later.kill()  # (only if it did start: a failure of this test)
     line = (f"node 1 runs inter-node wire {ours}, this build {theirs}: stop every node to "
             f"upgrade, see README")
     assert line in later.log() and "Traceback" not in later.log(), later.log()[-3000:]

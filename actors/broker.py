@@ -88,6 +88,7 @@ from actors.topology import Topology, broker_node_name
 from actors.transaction_coordinator import spawn_txn_coordinators
 from wire import kafka_codec
 from wire.cluster_messages import ControlledShutdownStep, StartController
+from wire.fingerprint import first_mismatch, wire_fingerprint
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,6 +428,8 @@ class Broker:
                 gateway_port = free_tcp_port(str(cfg["actor.gateway.host"]))
             cluster_id = self._join(cfg, data_dir, broker_id)
             self._check_cluster_curve(curve, broker_id)
+            self._check_cluster_wire(broker_id, wait_for_stale_ms=int(
+                cfg["zookeeper.session.timeout.ms"]))
         else:
             cluster_id = read_or_create_meta(data_dir, broker_id)
         try:  # processes 1.. of an earlier run (process 0 killed) close their logs first
@@ -581,12 +584,12 @@ class Broker:
         logger.bind(node=node_name).info(
             "actorlog broker {} listening on {} (advertised {}), data in {}, "
             "{} process(es){}, {} processors, {} handlers, {} shards, {} purgatories, "
-            "actor threads {}",
+            "actor threads {}, inter-node wire {}",
             broker_id, ",".join(b.connection_string for b in self.bound),
             ",".join(a.connection_string for a in self.advertised), data_dir,
             cfg["num.processes"], " (num.processes = 0: one per CPU)"
             if self.processes_by_default else "", topo.num_processors, topo.num_handlers,
-            topo.num_shards, topo.num_purgatories, cfg["actor.threads"])
+            topo.num_shards, topo.num_purgatories, cfg["actor.threads"], wire_fingerprint())
 
     def _curve_identity(self, node_name: str, aliases: tuple[str, ...]) -> CurveIdentity | None:
         """actor.curve.*: this node's key pair and the cluster's public keys, or None."""
@@ -616,6 +619,40 @@ class Broker:
             raise BrokerConfigError(refusal)
         for warning in warnings:
             logger.bind(node=self.node_name).warning("{}", warning)
+
+    def _check_cluster_wire(self, broker_id: int, registered_epoch: int | None = None,
+                            wait_for_stale_ms: int = 0) -> None:
+        """Refuse to join nodes whose inter-node messages this build cannot read.
+
+        Before registering: any live node with another wire fingerprint, once it has
+        stayed ``wait_for_stale_ms`` (a node killed a moment ago, say to upgrade, stays
+        registered until its session expires). After (``registered_epoch``): one
+        registered earlier than this node, at once, so of two nodes of different builds
+        that start together the later one goes and the earlier stays (its controller
+        leaves the later one out meanwhile).
+        """
+        assert self.metadata is not None
+        deadline = time.monotonic() + wait_for_stale_ms / 1000
+        said = False
+        while True:
+            try:
+                brokers = self.metadata.get_brokers()
+            except MetadataError as exc:
+                raise BrokerError(f"reading the registered brokers failed: {exc}") from None
+            refusal = first_mismatch(wire_fingerprint(), {
+                b: info.wire for b, info in brokers.items() if b != broker_id
+                and (registered_epoch is None or 0 <= info.epoch < registered_epoch)})
+            if refusal is None:
+                return
+            if time.monotonic() >= deadline:
+                raise BrokerConfigError(refusal)
+            if not said:
+                said = True
+                logger.bind(node=self.node_name).warning(
+                    "a node of another inter-node wire is registered; waiting up to {} ms in "
+                    "case it was stopped a moment ago (its session not yet expired)",
+                    wait_for_stale_ms)
+            time.sleep(0.2)
 
     def _authorizer(self, data_dir: Path) -> tuple[Authorizer | None, Any]:
         """authorizer.class.name = acl: the ACLs (ZooKeeper's /kafka-acl or the data dir).
@@ -767,7 +804,8 @@ class Broker:
             f"tcp://{format_host_port(endpoint.host, endpoint.port)}",
             str(cfg["broker.rack"]) or None, num_handlers=topo.num_handlers,
             num_shards=topo.num_shards, num_coordinators=topo.num_coordinators,
-            curve_key=node.curve.keys.public.decode() if node.curve is not None else "")
+            curve_key=node.curve.keys.public.decode() if node.curve is not None else "",
+            wire=wire_fingerprint())
         node.spawn(ClusterController, topo.controller.name, topology=topo, config=cfg,
                    store=self.metadata, broker=self.broker_info, clock=clock,
                    credentials=credentials, authorizer=authorizer)
@@ -788,6 +826,7 @@ class Broker:
         except MetadataError as exc:
             raise BrokerError(f"registering broker {broker_id} in ZooKeeper failed: {exc}"
                               ) from None
+        self._check_cluster_wire(broker_id, registered_epoch=epoch)
         node.tell(topo.controller, StartController(epoch))
         logger.bind(node=node.name).info("registered broker {} (epoch {}), gateway {}",
                                          broker_id, epoch, self.broker_info.gateway)

@@ -159,15 +159,20 @@ def format_status(found: dict[str, Any]) -> list[str]:
     else:
         lines.append(f"ZooKeeper at {zk['connect']}: registered nodes {zk['registered']}, "
                      f"controller {found['controller']} (epoch {found['controller_epoch']})")
+    wires = found.get("wires") or []
+    if len(wires) > 1:
+        lines.append(f"inter-node wire: MIXED ({', '.join(w or 'none' for w in wires)}): these "
+                     f"builds cannot read each other's messages; stop every node to upgrade")
     lines.append(f"{'node':<6}{'host':<10}{'listener':<24}{'pid':<9}{'process':<10}"
-                 f"{'uptime':<9}{'version':<10}{'zk':<6}{'leads':<7}kafka")
+                 f"{'uptime':<9}{'version':<10}{'wire':<14}{'zk':<6}{'leads':<7}kafka")
     for node in found["nodes"]:
         process = "paused" if node["paused"] else "running" if node["alive"] else "down"
         uptime = f"{node['uptime_s']}s" if node["uptime_s"] is not None else "-"
         kafka = "answers" if node["answers"] else f"no answer ({node['error']})"
         lines.append(f"{node['id']:<6}{node['host']:<10}{node['listener']:<24}"
                      f"{node['pid'] or '-'!s:<9}{process:<10}{uptime:<9}"
-                     f"{node['version'] or '-':<10}{'yes' if node['registered'] else 'no':<6}"
+                     f"{node['version'] or '-':<10}{node.get('wire') or '-':<14}"
+                     f"{'yes' if node['registered'] else 'no':<6}"
                      f"{node['leaderships']:<7}{kafka}")
     lines.append(f"partitions: {found['partitions']} (from {found['partitions_source']}), "
                  f"under-replicated {found['under_replicated_partitions']}, "

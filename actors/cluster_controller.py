@@ -103,6 +103,7 @@ from wire import broker_messages as bm
 from wire import cluster_messages as cm
 from wire import security_messages as sm
 from wire.errors import ErrorCode, KafkaError
+from wire.fingerprint import mismatch_line
 from wire.security_messages import ChangesNotified
 
 NOT_CONTROLLER = int(ErrorCode.NOT_CONTROLLER)
@@ -228,7 +229,10 @@ class ClusterController(Actor):
         self.core = ControllerCore(controller_config(broker_id, self.config), self.rng.randrange,
                                    self._topic_id_bytes())
         self.driver = ControllerDriver(self.store, self.core, send=self._send_to_broker,
-                                       reply=self._reply, log=self._state_change)
+                                       reply=self._reply, log=self._state_change,
+                                       wire=self.broker.wire or None)
+        # (broker, epoch) registrations with another inter-node wire, already said once
+        self.wire_refused: set[tuple[int, int]] = getattr(self, "wire_refused", set())
         # the correlation ids go on over a restart of this actor: an answer to a request
         # of its previous life may still come, and must not acknowledge a new one
         old_channel: ControllerChannel | None = getattr(self, "channel", None)
@@ -386,6 +390,7 @@ class ClusterController(Actor):
             return
         directory = self.node.directory
         me = self.broker.broker_id
+        now = self._readable(now)
         for broker_id, info in now.items():
             if broker_id == me:
                 continue
@@ -415,6 +420,23 @@ class ClusterController(Actor):
                 self.log.info("broker {} left the cluster ({} request(s) to it dropped)",
                               broker_id, dropped)
         self.brokers = now
+
+    def _readable(self, brokers: dict[int, BrokerInfo]) -> dict[int, BrokerInfo]:
+        """Leave out the brokers whose inter-node wire is not this build's: they and this
+        node cannot read each other's messages, so none is sent to them (the elected
+        controller's driver leaves them out of the live brokers too). Said once a life."""
+        own = self.broker.wire
+        if not own:
+            return brokers
+        readable = {}
+        for broker_id, info in brokers.items():
+            if broker_id == self.broker.broker_id or info.wire == own:
+                readable[broker_id] = info
+            elif (broker_id, info.epoch) not in self.wire_refused:
+                self.wire_refused.add((broker_id, info.epoch))
+                self.log.error("{}; it is left out of the cluster: nothing is sent to it",
+                               mismatch_line(f"broker {broker_id}", info.wire, own))
+        return readable
 
     # ------------------------------------------------------------ to the nodes
     def _send_to_broker(self, broker_id: int, message: Any) -> None:

@@ -5,6 +5,8 @@
   ``broker_messages``, ``group_messages``, ``cluster_messages``,
   ``replication_messages``: the messages themselves (type id ranges: runtime
   1-99, broker 200-299, groups 300-399, cluster 400-499, replication 500-599, ...).
+- ``fingerprint``: the inter-node wire fingerprint, a hash of every message's id and
+  shape; nodes of different fingerprints refuse to run together.
 - ``envelope``: the actor frame format (the only writer and reader of it).
 - ``kafka_codec``: Kafka request frames in, response frames out;
   ``api_versions``: the advertised API versions, the API names, the request stages.

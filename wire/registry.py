@@ -252,6 +252,11 @@ def type_id_of(cls: type) -> int:
         raise UnknownType(f"{cls.__qualname__} is not a registered message type") from None
 
 
+def registered() -> dict[int, type]:
+    """Every registered message type by its id (a copy)."""
+    return dict(_BY_ID)
+
+
 def type_of(type_id: int) -> type:
     try:
         return _BY_ID[type_id]

@@ -63,6 +63,10 @@ class BrokerInfo:
     ``curve_key``: the node's CURVE public key (Z85) when its gateway and links
     use CURVE (``actor.curve.*``), empty otherwise; a starting node compares it
     with its own setting, as nodes with and without CURVE cannot talk.
+
+    ``wire``: the node's inter-node wire fingerprint (``wire.fingerprint``); nodes
+    whose fingerprints differ cannot read each other's messages. Empty: a
+    registration that did not say (a build from before fingerprints).
     """
 
     broker_id: int
@@ -74,6 +78,7 @@ class BrokerInfo:
     num_shards: int = 0
     num_coordinators: int = 0
     curve_key: str = ""
+    wire: str = ""
 
     def with_epoch(self, epoch: int) -> BrokerInfo:
         return replace(self, epoch=epoch)

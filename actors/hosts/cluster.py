@@ -50,6 +50,7 @@ from actors.hosts.runner import (
 )
 from actors.hosts.spec import ClusterSpec, HostSpec
 from actors.metadata.zk_server import ZOOKEEPER_JAR, Peer, four_letter_word
+from wire.fingerprint import wire_fingerprint
 
 STATE_FILE = "state.json"
 Say = Callable[[str], None]
@@ -461,7 +462,7 @@ class Cluster:
                                      "listener": plan.client_address, "alive": False,
                                      "pid": None, "paused": False, "uptime_s": None,
                                      "version": None, "answers": False, "registered": False,
-                                     "leaderships": 0, "error": None}
+                                     "wire": None, "leaderships": 0, "error": None}
             missing = self.missing_host(plan.host)
             if missing:  # nothing to ask, and its address leads nowhere it should
                 entry["error"] = missing
@@ -501,8 +502,10 @@ class Cluster:
         leads: dict[int, int] = {}
         for st in states:
             leads[st["leader"]] = leads.get(st["leader"], 0) + 1
+        wires: dict[str, str] = zk.get("wires") or {}
         for entry in nodes:
             entry["registered"] = entry["id"] in registered
+            entry["wire"] = wires.get(str(entry["id"]))
             entry["leaderships"] = leads.get(entry["id"], 0)
         under = sum(1 for st in states if partition_under_replicated(st))
         offline = sum(1 for st in states if st["leader"] < 0)
@@ -520,11 +523,16 @@ class Cluster:
             "zookeeper": zk,
             "faults": {"isolated": sorted(state.isolated), "netem": state.netem},
             "bootstrap_servers": self.bootstrap_servers(),
+            # the registered nodes' inter-node wires: more than one, and they cannot all
+            # talk (a node refuses to start beside another wire; see README, upgrades)
+            "wires": sorted(set(wires.values())),
+            "wire_of_this_build": wire_fingerprint(),
         }
         out["healthy"] = (
             all(n["alive"] and not n["paused"] and n["answers"] for n in nodes)
             and under == 0 and offline == 0 and zk["error"] is None
-            and out["controller"] is not None and registered >= set(self.plans))
+            and out["controller"] is not None and registered >= set(self.plans)
+            and len(out["wires"]) <= 1)
         if topics:
             out["topics"] = states
         if groups:
@@ -589,7 +597,7 @@ class Cluster:
             servers.append({"host": zk.host.name, "address": f"{zk.host.address}:{zk.port}",
                             "serving": bool(mode), "mode": mode or None})
         out: dict[str, Any] = {"connect": self.spec.connect_string(), "servers": servers,
-                               "registered": None, "controller": None,
+                               "registered": None, "wires": {}, "controller": None,
                                "controller_epoch": None, "error": None,
                                "partition_states": None}
         if missing:
@@ -597,7 +605,10 @@ class Cluster:
             return out
         try:
             with self.store() as store:
-                out["registered"] = sorted(store.get_brokers())
+                brokers = store.get_brokers()
+                out["registered"] = sorted(brokers)
+                # each registered node's inter-node wire fingerprint ("" : a build before them)
+                out["wires"] = {str(b): info.wire for b, info in sorted(brokers.items())}
                 out["controller"] = store.get_controller()
                 out["controller_epoch"] = store.get_controller_epoch()
                 states: list[dict[str, Any]] = []

@@ -33,7 +33,7 @@ from typing import Any
 
 from loguru import logger
 
-from actors.core.cluster_model import TopicPartition, TopicRecord
+from actors.core.cluster_model import BrokerInfo, TopicPartition, TopicRecord
 from actors.core.controller_events import (
     BecameController,
     Event,
@@ -82,8 +82,13 @@ class ControllerDriver:
         send: Callable[[int, Any], None],
         reply: Callable[[RequestId, Result], None],
         log: Callable[[str], None] = lambda _line: None,
+        wire: str | None = None,
     ) -> None:
         self.store = store
+        # This node's inter-node wire fingerprint: a registered broker with another one
+        # cannot read the controller's requests (nor we its answers), so it is not taken
+        # for live. None: every registered broker counts (tests, the simulator).
+        self.wire = wire
         self.core = core
         self.broker_id = core.config.broker_id
         self._send = send
@@ -147,7 +152,7 @@ class ControllerDriver:
 
     def _load(self, fence: ControllerFence) -> BecameController:
         store = self.store
-        brokers = store.get_brokers(watch=True)
+        brokers = self._live_brokers()
         topics = store.get_topics(watch=True)
         deletions = store.get_topic_deletions(watch=True)
         # Notices a previous controller did not handle: the load reads every state anyway.
@@ -170,6 +175,13 @@ class ControllerDriver:
                   if s is not None}
         return BecameController(fence.epoch, tuple(brokers.values()), records, states,
                                 frozenset(deletions))
+
+    def _live_brokers(self) -> dict[int, BrokerInfo]:
+        """The registered brokers (watched) that can read this build's messages."""
+        brokers = self.store.get_brokers(watch=True)
+        if self.wire is None:
+            return brokers
+        return {b: info for b, info in brokers.items() if info.wire == self.wire}
 
     def _topic_records(self, topics: set[str]) -> dict[str, TopicRecord]:
         assignments = self.store.get_topic_assignments(topics)
@@ -225,7 +237,7 @@ class ControllerDriver:
         if not self.active:
             return
         if isinstance(notice, BrokersChanged):
-            self.feed(LiveBrokersChanged(tuple(self.store.get_brokers(watch=True).values())))
+            self.feed(LiveBrokersChanged(tuple(self._live_brokers().values())))
         elif isinstance(notice, TopicsChanged):
             topics = self.store.get_topics(watch=True)
             fresh = topics - set(self.core.topics)

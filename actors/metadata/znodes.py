@@ -8,7 +8,9 @@ additions are in a broker's registration, fields Kafka brokers do not write:
 the config keys that set them), so the other nodes address actors that exist
 there. A registration without it (an older node) decodes with counts 0.
 ``actorlog_curve_key`` is the node's CURVE public key, written only when its
-sockets between nodes use CURVE.
+sockets between nodes use CURVE. ``actorlog_wire`` is the node's inter-node
+wire fingerprint (``wire.fingerprint``): nodes of builds whose messages differ
+must not run together.
 
 One subtree is ours alone, ``/actorlog``, which Kafka's tools never write:
 ``/actorlog/adopted_topic_ids/<topic>`` records an id the controller gave late to a
@@ -162,6 +164,8 @@ def encode_broker(broker: BrokerInfo, timestamp_ms: int) -> bytes:
         doc["rack"] = broker.rack
     if broker.curve_key:
         doc["actorlog_curve_key"] = broker.curve_key
+    if broker.wire:
+        doc["actorlog_wire"] = broker.wire
     return _dump(doc)
 
 
@@ -191,7 +195,8 @@ def decode_broker(broker_id: int, data: bytes | None, epoch: int = -1) -> Broker
     return BrokerInfo(broker_id, endpoints, str(doc.get("actorlog_gateway") or ""),
                       None if rack is None else str(rack), epoch, count(IO_THREADS),
                       count(PARTITION_SHARDS), count(GROUP_COORDINATORS),
-                      str(doc.get("actorlog_curve_key") or ""))
+                      str(doc.get("actorlog_curve_key") or ""),
+                      str(doc.get("actorlog_wire") or ""))
 
 
 # ---------------------------------------------------------------- controller

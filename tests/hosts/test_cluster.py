@@ -36,6 +36,7 @@ from tests.fixtures.netns import free_test_address, skip_unless_namespaces
 from tests.fixtures.pids import HeldProcess, KeepStopped, running
 from tests.fixtures.sshd import SshServer
 from tests.hosts.helpers import ACTORLOG, two_local_nodes_spec
+from wire.fingerprint import wire_fingerprint
 
 pytestmark = pytest.mark.multiprocess
 # Specs are named after this process: their namespaces (alog-<name>-<host>) must not meet
@@ -256,9 +257,13 @@ def test_up_status_down_on_this_machine(spec_file: Path, zk_connect: str,
     assert found["controller"] in (1, 2) and found["controller_epoch"] >= 1
     assert found["live_nodes"] == [1, 2] and found["healthy"] is True
     assert found["nodes"][0]["version"] == local_version()
+    # each node's inter-node wire as registered: this build's (computed alike in any process)
+    assert [n["wire"] for n in found["nodes"]] == [wire_fingerprint()] * 2
+    assert found["wires"] == [wire_fingerprint()] == [found["wire_of_this_build"]]
     assert found["groups"] == [] and found["groups_error"] is None
     text = cli("status", "--spec", str(spec_file))
     assert text.returncode == 0
+    assert "MIXED" not in text.stdout and f" {wire_fingerprint()} " in text.stdout
     assert f"1     here      127.0.0.1:{ports[0]}" in text.stdout
     assert text.stdout.rstrip().endswith("healthy")
     data = spec_file.parent / f"{NAME}.cluster" / "data"

@@ -203,3 +203,13 @@ def test_the_registration_carries_the_curve_key_of_a_node_with_curve() -> None:
     plain = json.loads(znodes.encode_broker(
         BrokerInfo(2, info.endpoints, info.gateway, None, 9), timestamp_ms=123))
     assert "actorlog_curve_key" not in plain
+
+
+def test_the_registration_carries_the_inter_node_wire_fingerprint() -> None:
+    info = BrokerInfo(2, (Endpoint("PLAINTEXT", "10.0.0.2", 9092),), "tcp://10.0.0.2:19092",
+                      None, 9, wire="0123456789ab")
+    doc = json.loads(znodes.encode_broker(info, timestamp_ms=123))
+    assert doc["actorlog_wire"] == "0123456789ab"
+    assert znodes.decode_broker(2, json.dumps(doc).encode(), epoch=9) == info
+    # a registration from before the fingerprint (or a Kafka broker's): empty, not an error
+    assert znodes.decode_broker(3, KAFKA_BROKER, epoch=77).wire == ""

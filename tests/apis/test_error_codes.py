@@ -67,3 +67,23 @@ def test_fetch_refusals_are_the_codes_of_its_response() -> None:
     assert respond.error_codes is not None
     assert Counter(respond.error_codes) == Counter(error_codes(respond.data))
     assert Counter(respond.error_codes) == {int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION): 3}
+
+
+def test_an_old_fetch_of_a_coordinator_topic_is_not_refused_for_a_broker_wide_zstd() -> None:
+    """Fetch below v10 of a zstd topic is UNSUPPORTED_COMPRESSION_TYPE (Kafka's rule), the
+    topic's config else the broker's; the coordinators' topics are never re-encoded, so a
+    broker-wide zstd does not refuse them (their reads go to the shard)."""
+    ctx = HandlerContext(Topology("n", 1, 1, 1, 1, 1), Config({"compression.type": "zstd"}),
+                         1, "127.0.0.1", 9092, "cluster", 0, clock=ManualClock())
+    ctx.topics = {"t": TopicEntry(1, {}), "__consumer_offsets": TopicEntry(1, {})}
+    for topic, refused in (("t", True), ("__consumer_offsets", False)):
+        req = FetchRequestData(9)
+        req.topics = [FetchTopic(topic, [FetchPartition(0, -1, 0, -1, -1, 100)])]
+        gen = handle_fetch(ctx, SimpleNamespace(api_version=9), req)
+        try:
+            next(gen)
+        except StopIteration as stop:
+            assert refused, topic
+            assert stop.value.error_codes == [int(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)]
+        else:
+            assert not refused, f"{topic} was not refused"

@@ -401,6 +401,18 @@ def read_records(buf: bytes | bytearray | memoryview, header: BatchHeader,
     return out
 
 
+def records_section(buf: bytes | bytearray | memoryview, header: BatchHeader,
+                    start: int) -> bytes | memoryview | None:
+    """The records section of the batch at ``start`` as plain bytes: a view of it, or
+    decompressed (CorruptMessageError if its codec does not decode it); None if it
+    inflates past INFLATE_CHECK_MAX_BYTES."""
+    body = memoryview(buf)[start + HEADER_SIZE:start + header.batch_length + LOG_OVERHEAD]
+    if not header.compression:
+        return body
+    return decompress_bounded(header.compression, body, INFLATE_CHECK_MAX_BYTES,
+                              header.position)
+
+
 def iter_record_timestamps(buf: bytes | bytearray | memoryview, header: BatchHeader,
                            start: int) -> Iterator[tuple[int, int]]:
     """(offset, timestamp) of each record of the batch at ``start``, lazily (a caller
@@ -413,17 +425,11 @@ def iter_record_timestamps(buf: bytes | bytearray | memoryview, header: BatchHea
     .searchForTimestamp, the answer is a record's offset and timestamp, not its
     batch's.
     """
-    end = start + header.batch_length + LOG_OVERHEAD
-    view = memoryview(buf)
-    pos = start + HEADER_SIZE
-    if header.compression:
-        inflated = decompress_bounded(header.compression, view[pos:end],
-                                      INFLATE_CHECK_MAX_BYTES, header.position)
-        if inflated is None:
-            raise CorruptMessageError(f"batch at byte {header.position} not read: it "
-                                      f"inflates past {INFLATE_CHECK_MAX_BYTES} bytes or "
-                                      f"its codec is not here")
-        view, pos, end = memoryview(inflated), 0, len(inflated)
+    section = records_section(buf, header, start)
+    if section is None:
+        raise CorruptMessageError(f"batch at byte {header.position} not read: it "
+                                  f"inflates past {INFLATE_CHECK_MAX_BYTES} bytes")
+    view, pos, end = memoryview(section), 0, len(section)
     if header.records_count > (end - pos) // _MIN_RECORD_BYTES:
         raise CorruptMessageError(f"batch at byte {header.position} claims "
                                   f"{header.records_count} records in {end - pos} bytes")
@@ -649,14 +655,9 @@ def record_timestamps(buf: bytes | bytearray | memoryview,
     record may be older than the first (deltas are signed), and the header's max
     is the client's claim.
     """
-    start = header.position + HEADER_SIZE
-    body: bytes | memoryview = memoryview(buf)[start:header.position + header.size]
-    if header.compression:
-        inflated = decompress_bounded(header.compression, body, INFLATE_CHECK_MAX_BYTES,
-                                      header.position)
-        if inflated is None:
-            return None
-        body = inflated
+    body = records_section(buf, header, header.position)
+    if body is None:
+        return None
     base = header.base_timestamp
     try:
         deltas = record_timestamp_deltas(body, header.records_count)

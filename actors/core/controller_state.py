@@ -133,7 +133,7 @@ from actors.core.replica_assignment import (
     assign_new_topic,
     validate_assignment,
 )
-from actors.core.topic_config import validate_topic_configs, validate_topic_name
+from actors.core.topic_config import validate_new_topic_configs, validate_topic_name
 from actors.core.topic_id import new_topic_id
 from wire.cluster_messages import (
     BrokerRow,
@@ -1107,7 +1107,7 @@ class ControllerCore:
                              ErrorCode.TOPIC_ALREADY_EXISTS)
         if topic.name in self.topics:
             raise KafkaError(f"topic {topic.name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)
-        configs = validate_topic_configs(dict(topic.configs))
+        configs = validate_new_topic_configs(dict(topic.configs))
         eligible = self.eligible()
         if topic.assignment is not None:
             if topic.num_partitions != -1 or topic.replication_factor != -1:

@@ -24,7 +24,11 @@ from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType as KpResourceType
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewPartitions as KpNewPartitions
-from kafka.errors import InvalidPartitionsError, UnknownTopicOrPartitionError
+from kafka.errors import (
+    InvalidConfigurationError,
+    InvalidPartitionsError,
+    UnknownTopicOrPartitionError,
+)
 from kafka.protocol.admin.groups import DeleteGroupsRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 
@@ -177,6 +181,22 @@ def test_topic_config_changes_go_to_zookeeper_and_every_node_applies_them(
         codes[res.name] = _code(err.value)
     assert codes == {"conf": int(ErrorCode.INVALID_CONFIG),
                      "absent": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)}
+    # a null config value in CreateTopics is INVALID_CONFIG for being null, as Kafka
+    # (ZkAdminManager); the cluster's controller made it the text "None", refused only
+    # because no topic config takes that text ("retention.ms must be an integer")
+    kp = KafkaAdminClient(bootstrap_servers=cluster.nodes[via].bootstrap,
+                          request_timeout_ms=30_000)
+    try:
+        with pytest.raises(InvalidConfigurationError):
+            kp.create_topics({"nulled": {"num_partitions": 1, "replication_factor": 3,
+                                         "configs": {"retention.ms": None}}})
+        [answer] = kp.create_topics({"nulled": {"configs": {"cleanup.policy": None}}},
+                                    raise_errors=False)["topics"]
+        assert answer["error_code"] == ErrorCode.INVALID_CONFIG
+        assert "null value" in answer["error_message"], answer
+    finally:
+        kp.close()
+    assert "nulled" not in client.list_topics(timeout=30).topics
     client.alter_configs([ConfigResource(ResourceType.TOPIC, "conf",
                                          set_config={"min.insync.replicas": "4"})],
                          validate_only=True)[topic].result(30)

@@ -1255,8 +1255,13 @@ class ControllerCore:
         to_mark = []
         for name in request.order:
             expected = event.expected_ids.get(name)
-            if expected is not None and (name not in self.topics or
-                                         self.topics[name].assignment.topic_id != expected):
+            if not self.config.delete_topic_enable:
+                # first, as Kafka: an unknown topic or id is refused for this too
+                self._part_done(request, name, TopicResult(
+                    name, int(ErrorCode.TOPIC_DELETION_DISABLED),
+                    "topic deletion is disabled (delete.topic.enable=false)"))
+            elif expected is not None and (name not in self.topics or
+                                           self.topics[name].assignment.topic_id != expected):
                 # named by an id that is no longer this name's (deleted, maybe made again)
                 self._part_done(request, name, TopicResult(
                     name, int(ErrorCode.UNKNOWN_TOPIC_ID), f"no topic has id {expected}",
@@ -1265,10 +1270,6 @@ class ControllerCore:
                 self._part_done(request, name, TopicResult(
                     name, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
                     f"topic {name!r} does not exist"))
-            elif not self.config.delete_topic_enable:
-                self._part_done(request, name, TopicResult(
-                    name, int(ErrorCode.TOPIC_DELETION_DISABLED),
-                    "topic deletion is disabled (delete.topic.enable=false)"))
             elif name in self.deleting:
                 self._part_done(request, name, TopicResult(
                     name, int(ErrorCode.NONE), topic_id=self.topics[name].assignment.topic_id))

@@ -209,8 +209,8 @@ class ProcessSupervisor:
         proc.wait()
         if proc.returncode == WIRE_MISMATCH_EXIT:
             raise RuntimeError(f"broker process {index} runs another inter-node wire than "
-                               f"process 0 (its code on disk is another build); stop the "
-                               f"broker and start it again to run that build")
+                               f"process 0 (its code on disk is another build); the broker "
+                               f"stops: start it again to run that build")
         raise RuntimeError(f"broker process {index} did not start (exit code "
                            f"{proc.returncode}); see its lines above in the broker log")
 
@@ -348,10 +348,15 @@ def run_process(spec: dict[str, Any]) -> int:
     main = spec["main"]
     index = int(spec["index"])
     own, theirs = wire_fingerprint(), str(spec.get("wire") or "")
-    if own != theirs:
+    if not theirs:
+        # process 0 is of a build from before this check: its wire is not known (the
+        # usual case: the same wire, upgraded in place), so start as such a build did
+        logger.warning("broker process {} cannot compare its inter-node wire {} with process "
+                       "0's (a build that does not tell it); starting", index, own)
+    elif own != theirs:
         logger.error("broker process {} runs inter-node wire {}, process 0 runs {}: its code "
                      "on disk is another build than the running broker's; not starting",
-                     index, own, theirs or "a build from before inter-node wire fingerprints")
+                     index, own, theirs)
         return WIRE_MISMATCH_EXIT
     cfg = Config(spec["config"], source="<broker process>")
     processes = int(cfg["num.processes"])

@@ -245,8 +245,9 @@ def handle_delete_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     if not ctx.config["delete.topic.enable"]:
         # Kafka answers this first, every topic as asked, before looking at any of them
         # (KafkaApis.handleDeleteTopicsRequest): an unknown name or id, or both given, is
-        # TOPIC_DELETION_DISABLED too (v0-2 have no such code: INVALID_REQUEST). The
-        # controller checks it again, for a request from a node configured otherwise.
+        # TOPIC_DELETION_DISABLED too (v0-2 have no such code: INVALID_REQUEST). This
+        # node's setting decides (in Kafka's ZooKeeper mode, the controller's); the
+        # controller refuses the topics that reach it when its own setting differs.
         code = TOPIC_DELETION_DISABLED if header.api_version >= 3 else INVALID_REQUEST
         return Respond({"throttle_time_ms": 0, "responses": [
             _deleted_row(name, topic_id, code,

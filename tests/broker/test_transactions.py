@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker.rawclient import FETCH, LIST_OFFSETS, RawClient, fetch_values, read_batches
 from tests.fixtures.broker import ROOT, BrokerProcess
+from tests.fixtures.waiting import wait_for
 
 pytestmark = [pytest.mark.clients]
 
@@ -355,6 +356,9 @@ def test_markers_on_a_log_append_time_topic_are_stamped_with_the_append_time(
         p.flush(30)
         finish(30)                         # 0 record, 1 commit; 2 record, 3 abort
     with RawClient(txn_broker.port) as raw:
+        # the abort answers once it is prepared; its marker may come a moment later
+        wait_for(lambda: raw.fetch("t-appended", 0, 0).high_watermark >= 4,
+                 "the abort marker to be written")
         batches = read_batches(raw.fetch("t-appended", 0, 0).records)
     assert [(b.is_control_batch, b.timestamp_type) for b in batches] == [
         (False, 1), (True, 1), (False, 1), (True, 1)]

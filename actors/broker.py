@@ -335,6 +335,9 @@ class Broker:
         self.bound: tuple[ListenerEndpoint, ...] = ()  # the listeners, with their real ports
         self.advertised: tuple[ListenerEndpoint, ...] = ()
         self.supervisor: ProcessSupervisor | None = None  # num.processes > 1
+        # why the supervisor stopped the broker (a process that cannot restart): `serve`
+        # then exits 1, so a service manager's Restart=on-failure starts it again
+        self.gave_up: str | None = None
         self.processes_by_default = False  # num.processes = 0: resolved at start
         # `actorlog serve`: SIGTERM/SIGINT noted from before the broker says it listens
         self.catch_signals = catch_signals
@@ -735,6 +738,7 @@ class Broker:
 
         def give_up(reason: str) -> None:
             logger.bind(node=node_name).error(reason)
+            self.gave_up = reason
             os.kill(os.getpid(), signal.SIGTERM)  # run_until_signal stops the broker
 
         try:

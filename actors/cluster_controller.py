@@ -542,7 +542,9 @@ class ClusterController(Actor):
                 tuple(NewTopic(r.name, r.num_partitions, r.replication_factor,
                                None if not r.assignments else tuple(
                                    (a.partition, tuple(a.broker_ids)) for a in r.assignments),
-                               {k: str(v) for k, v in r.configs.items()}) for r in msg.rows),
+                               # a None value stays None: refused, not made "None"
+                               {k: None if v is None else str(v)
+                                for k, v in r.configs.items()}) for r in msg.rows),
                 msg.validate_only))
         elif self._from_this_broker():
             self._forward(msg)

@@ -75,7 +75,7 @@ from actors.core.topic_admin import (
 )
 from actors.core.topic_config import (
     effective,
-    validate_topic_configs,
+    validate_new_topic_configs,
     validate_topic_name,
 )
 from actors.core.topic_id import new_topic_id
@@ -375,7 +375,7 @@ class Controller(Actor):
         validate_topic_name(name)
         if name in self.store.topics or name in created:
             raise KafkaError(f"topic {name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)
-        clean = validate_topic_configs(configs)  # first, as the cluster's controller
+        clean = validate_new_topic_configs(configs)  # first, as the cluster's controller
         if assignments:
             # Kafka's rules (the cluster's controller applies the same): the counts are
             # the assignment's, and this node is the only broker a replica can be on

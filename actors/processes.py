@@ -87,12 +87,18 @@ from typing import Any
 
 from loguru import logger
 
+from wire.fingerprint import wire_fingerprint
+
 RESTARTS_MAX = 5
 RESTART_WINDOW_S = 60.0
 READY_TIMEOUT_S = 60.0
 READY_LINE = "actorlog process ready"
 PROCESS_LOCK_WAIT_S = 30.0
 _PR_SET_PDEATHSIG = 1
+# A process whose inter-node wire fingerprint is not process 0's exits with this: it was
+# started from other code than process 0 runs (the code on disk changed under a running
+# broker), and would dead-letter what the others send it. Its supervisor gives up on it.
+WIRE_MISMATCH_EXIT = 78
 
 
 def process_node_name(main: str, index: int) -> str:
@@ -177,8 +183,9 @@ class ProcessSupervisor:
         return self
 
     def _spawn(self, index: int, restarted: bool = False) -> subprocess.Popen[str]:
+        # ``wire``: process 0's inter-node wire fingerprint, which the new process checks
         spec = dict(self.spec, index=index, restarted=restarted,
-                    generations=list(self.generations))
+                    generations=list(self.generations), wire=wire_fingerprint())
         return subprocess.Popen(
             [sys.executable, "-m", "actors.processes", json.dumps(spec)],
             stdout=subprocess.PIPE, text=True, preexec_fn=_die_with_parent,
@@ -200,6 +207,10 @@ class ProcessSupervisor:
                 break
         proc.kill()
         proc.wait()
+        if proc.returncode == WIRE_MISMATCH_EXIT:
+            raise RuntimeError(f"broker process {index} runs another inter-node wire than "
+                               f"process 0 (its code on disk is another build); the broker "
+                               f"stops: start it again to run that build")
         raise RuntimeError(f"broker process {index} did not start (exit code "
                            f"{proc.returncode}); see its lines above in the broker log")
 
@@ -334,9 +345,20 @@ def run_process(spec: dict[str, Any]) -> int:
     from wire import kafka_codec
     from wire.cluster_messages import ProcessStarted
 
-    cfg = Config(spec["config"], source="<broker process>")
     main = spec["main"]
     index = int(spec["index"])
+    own, theirs = wire_fingerprint(), str(spec.get("wire") or "")
+    if not theirs:
+        # process 0 is of a build from before this check: its wire is not known (the
+        # usual case: the same wire, upgraded in place), so start as such a build did
+        logger.warning("broker process {} cannot compare its inter-node wire {} with process "
+                       "0's (a build that does not tell it); starting", index, own)
+    elif own != theirs:
+        logger.error("broker process {} runs inter-node wire {}, process 0 runs {}: its code "
+                     "on disk is another build than the running broker's; not starting",
+                     index, own, theirs)
+        return WIRE_MISMATCH_EXIT
+    cfg = Config(spec["config"], source="<broker process>")
     processes = int(cfg["num.processes"])
     names = tuple(process_node_name(main, k) for k in range(processes))
     name = names[index]

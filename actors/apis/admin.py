@@ -239,10 +239,14 @@ def handle_describe_topic_partitions(ctx: HandlerContext, header: Any, req: Any)
 def handle_delete_groups(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     """Each group goes to its coordinator; only Empty groups are deleted (NON_EMPTY_GROUP).
     The group id "" is a group like any other here, as in Kafka (OffsetCommit takes it,
-    for old clients that commit with no group); only a null one is INVALID_GROUP_ID."""
+    for old clients that commit with no group); only a null one is INVALID_GROUP_ID.
+    A group named twice is one group (Kafka takes the names distinct): deleted once,
+    answered once (handled twice, its second deletion found it gone and the answer
+    said GROUP_ID_NOT_FOUND for a group just deleted)."""
     results: dict[str | None, int] = {}
     by_coordinator: dict[Address, list[str]] = {}
-    for gid in req.groups_names:
+    names = list(dict.fromkeys(req.groups_names))
+    for gid in names:
         if gid is None:
             results[gid] = int(ErrorCode.INVALID_GROUP_ID)
         else:
@@ -255,7 +259,7 @@ def handle_delete_groups(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             for row in reply.rows:
                 results[row.group_id] = row.error_code
     return Respond({"throttle_time_ms": 0, "results": [
-        {"group_id": gid, "error_code": results[gid]} for gid in dict.fromkeys(req.groups_names)]})
+        {"group_id": gid, "error_code": results[gid]} for gid in names]})
 
 
 def _delete_groups(ids: list[str]) -> Callable[[int], DeleteGroups]:

@@ -212,7 +212,8 @@ def answer_per_item(ctx: HandlerContext, api_key: int, req: Any,
         return _answered(run(req), "results" if api_key == ApiKey.DescribeConfigs
                          else "responses", rows)
     if api_key == ApiKey.DeleteGroups:
-        req.groups_names, denied = _split(list(req.groups_names),
+        # distinct first, as Kafka: a denied group named twice is answered once
+        req.groups_names, denied = _split(list(dict.fromkeys(req.groups_names)),
                                           lambda g: allowed(Operation.DELETE, group, g))
         return _answered(run(req), "results",
                          [{"group_id": g, "error_code": GROUP_DENIED} for g in denied])

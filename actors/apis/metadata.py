@@ -52,6 +52,7 @@ def _id_text(value: uuid.UUID | None) -> str:
 TOPIC_DENIED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 INVALID_REQUEST = int(ErrorCode.INVALID_REQUEST)
 UNKNOWN_TOPIC_ID = int(ErrorCode.UNKNOWN_TOPIC_ID)
+TOPIC_DELETION_DISABLED = int(ErrorCode.TOPIC_DELETION_DISABLED)
 # Metadata v12 (KIP-516) is the first that may name topics by id
 METADATA_BY_ID_VERSION = 12
 METADATA_TOPIC_ID_VERSION = 10  # the first with a topic_id field (answered from v10)
@@ -239,14 +240,24 @@ def handle_delete_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     # every topic asked, as (name, id text): v6 (KIP-516) names each by its name or its id
     if header.api_version >= DELETE_TOPICS_BY_ID_VERSION:
         asked = [(t.name, _id_text(t.topic_id)) for t in req.topics or []]
-        if any(name is not None and topic_id for name, topic_id in asked):
-            # Kafka refuses the whole request (its getErrorResponse: each topic as asked)
-            text = "a topic name and a topic id can not both be given"
-            return Respond({"throttle_time_ms": 0, "responses": [
-                _deleted_row(name, topic_id, INVALID_REQUEST, text)
-                for name, topic_id in asked]})
     else:
         asked = [(name, "") for name in req.topic_names or []]
+    if not ctx.config["delete.topic.enable"]:
+        # Kafka answers this first, every topic as asked, before looking at any of them
+        # (KafkaApis.handleDeleteTopicsRequest): an unknown name or id, or both given, is
+        # TOPIC_DELETION_DISABLED too (v0-2 have no such code: INVALID_REQUEST). This
+        # node's setting decides (in Kafka's ZooKeeper mode, the controller's); the
+        # controller refuses the topics that reach it when its own setting differs.
+        code = TOPIC_DELETION_DISABLED if header.api_version >= 3 else INVALID_REQUEST
+        return Respond({"throttle_time_ms": 0, "responses": [
+            _deleted_row(name, topic_id, code,
+                         "topic deletion is disabled (delete.topic.enable=false)")
+            for name, topic_id in asked]})
+    if any(name is not None and topic_id for name, topic_id in asked):
+        # Kafka refuses the whole request (its getErrorResponse: each topic as asked)
+        text = "a topic name and a topic id can not both be given"
+        return Respond({"throttle_time_ms": 0, "responses": [
+            _deleted_row(name, topic_id, INVALID_REQUEST, text) for name, topic_id in asked]})
     out: list[dict[str, Any] | None] = []
     targets: dict[int, str] = {}  # position in ``asked`` -> the name the controller deletes
     for i, (name, topic_id) in enumerate(asked):

@@ -83,4 +83,7 @@ def command(listen: str | None, advertised: str | None, data_dir: str | None,
     broker.run_until_signal()
     broker.stop()
     gc.freeze()  # the exit's last collection would only walk (0.5 s after a load) what dies now
+    if broker.gave_up is not None:  # a process could not restart: stopped, not asked to
+        print(f"actorlog: broker stopped: {broker.gave_up}", file=sys.stderr, flush=True)
+        sys.exit(1)
     sys.exit(0)

@@ -100,7 +100,7 @@ class NewTopic:
     replication_factor: int = -1
     assignment: (Mapping[int, tuple[int, ...]] | tuple[tuple[int, tuple[int, ...]], ...]
                  | None) = None
-    configs: Mapping[str, str] = field(default_factory=dict)
+    configs: Mapping[str, str | None] = field(default_factory=dict)  # None: refused
 
 
 @dataclass(frozen=True, slots=True)

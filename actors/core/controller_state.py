@@ -133,7 +133,7 @@ from actors.core.replica_assignment import (
     assign_new_topic,
     validate_assignment,
 )
-from actors.core.topic_config import validate_topic_configs, validate_topic_name
+from actors.core.topic_config import validate_new_topic_configs, validate_topic_name
 from actors.core.topic_id import new_topic_id
 from wire.cluster_messages import (
     BrokerRow,
@@ -1107,7 +1107,7 @@ class ControllerCore:
                              ErrorCode.TOPIC_ALREADY_EXISTS)
         if topic.name in self.topics:
             raise KafkaError(f"topic {topic.name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)
-        configs = validate_topic_configs(dict(topic.configs))
+        configs = validate_new_topic_configs(dict(topic.configs))
         eligible = self.eligible()
         if topic.assignment is not None:
             if topic.num_partitions != -1 or topic.replication_factor != -1:
@@ -1255,8 +1255,13 @@ class ControllerCore:
         to_mark = []
         for name in request.order:
             expected = event.expected_ids.get(name)
-            if expected is not None and (name not in self.topics or
-                                         self.topics[name].assignment.topic_id != expected):
+            if not self.config.delete_topic_enable:
+                # first, as Kafka: an unknown topic or id is refused for this too
+                self._part_done(request, name, TopicResult(
+                    name, int(ErrorCode.TOPIC_DELETION_DISABLED),
+                    "topic deletion is disabled (delete.topic.enable=false)"))
+            elif expected is not None and (name not in self.topics or
+                                           self.topics[name].assignment.topic_id != expected):
                 # named by an id that is no longer this name's (deleted, maybe made again)
                 self._part_done(request, name, TopicResult(
                     name, int(ErrorCode.UNKNOWN_TOPIC_ID), f"no topic has id {expected}",
@@ -1265,10 +1270,6 @@ class ControllerCore:
                 self._part_done(request, name, TopicResult(
                     name, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
                     f"topic {name!r} does not exist"))
-            elif not self.config.delete_topic_enable:
-                self._part_done(request, name, TopicResult(
-                    name, int(ErrorCode.TOPIC_DELETION_DISABLED),
-                    "topic deletion is disabled (delete.topic.enable=false)"))
             elif name in self.deleting:
                 self._part_done(request, name, TopicResult(
                     name, int(ErrorCode.NONE), topic_id=self.topics[name].assignment.topic_id))

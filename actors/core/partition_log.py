@@ -949,7 +949,9 @@ class PartitionLog:
 
         A marker older than the producer's epoch is refused (INVALID_PRODUCER_EPOCH);
         a marker for a producer with no open transaction here is written all the
-        same (a retried marker) and changes nothing.
+        same (a retried marker) and changes nothing. On a LogAppendTime topic the
+        marker is stamped with the append time like any batch the leader appends, as
+        Kafka's LogValidator does (it kept CreateTime).
         """
         if self._commit_error is not None:
             self._refuse_while_lost()
@@ -958,14 +960,16 @@ class PartitionLog:
         batch = bytearray(control_batch(producer_id, producer_epoch, commit, coordinator_epoch,
                                         now_ms))
         [header] = check_batches(batch)
-        head, rest = leader_header(memoryview(batch), header, offset, leader_epoch, None)
+        append_time = now_ms if self.config.message_timestamp_type == LOG_APPEND_TIME else None
+        head, rest = leader_header(memoryview(batch), header, offset, leader_epoch, append_time)
         size = len(batch)
-        placed = [(offset, offset + 1, 0, size, header.max_timestamp)]
-        self._write([head, rest], size, placed, [header], offset, offset, header.max_timestamp,
+        max_ts = header.max_timestamp if append_time is None else append_time
+        placed = [(offset, offset + 1, 0, size, max_ts)]
+        self._write([head, rest], size, placed, [header], offset, offset, max_ts,
                     1, now_ms, (leader_epoch,))
         self._track_transaction(batch, header, 0, offset, self.segments[-1].base_offset)
-        info = AppendInfo(offset, offset, header.max_timestamp, -1, self._log_start_offset, 1,
-                          size)
+        info = AppendInfo(offset, offset, max_ts, -1 if append_time is None else append_time,
+                          self._log_start_offset, 1, size)
         if self._unflushed_messages >= self.config.flush_messages:
             self._flush_appended(now_ms, info)
         return info

@@ -140,7 +140,7 @@ class RawClient:
 
     # ---------------------------------------------------------------- helpers
     def create_topic(self, name: str, partitions: int, replication_factor: int = 1,
-                     configs: dict[str, str] | None = None) -> int:
+                     configs: dict[str, str | None] | None = None) -> int:
         response = self.call(CREATE_TOPICS, 7, {
             "topics": [{"name": name, "num_partitions": partitions,
                         "replication_factor": replication_factor, "assignments": [],

@@ -439,6 +439,23 @@ def test_the_empty_group_id_s_offsets_can_be_deleted(broker: BrokerProcess,
             42, 2, {"groups_names": [""]}).results] == [("", 69)]  # GROUP_ID_NOT_FOUND
 
 
+def test_a_group_named_twice_in_delete_groups_is_deleted_and_answered_once(
+        broker: BrokerProcess, kadmin: KafkaAdminClient) -> None:
+    """Kafka takes DeleteGroups' names distinct (KafkaApis.handleDeleteGroupsRequest): one
+    answer per group, and a group named twice is deleted once, OK (the second deletion of
+    it answered GROUP_ID_NOT_FOUND for the group just deleted)."""
+    from tests.broker.rawclient import RawClient
+
+    create(kadmin, "twice-t", 1)
+    produce(broker, "twice-t", {0: 1})
+    consume_and_commit(broker, "twice", "twice-t", 1)
+    with RawClient(broker.port) as client:
+        answer = client.call(42, 2, {"groups_names": ["twice", "absent", "twice"]})
+    assert [(r.group_id, r.error_code) for r in answer.results] == [
+        ("twice", 0), ("absent", 69)]  # GROUP_ID_NOT_FOUND
+    assert "twice" not in group_names(kadmin)
+
+
 def test_describe_and_delete_groups_spread_over_two_processes_answer_every_group(
         tmp_path: Path) -> None:
     """num.processes 2: the groups of one DescribeGroups / DeleteGroups (kafka-python sends

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import threading
 import time
@@ -28,9 +29,10 @@ from actors.core.log_dir import CLEAN_SHUTDOWN_FILE
 from actors.topology import spread_index
 from bench.scale import tcp_inodes
 from tests.broker.rawclient import RawClient, read_records, record_batch, wait_for_log
-from tests.fixtures.broker import READY_LINE, BrokerProcess, free_port
+from tests.fixtures.broker import READY_LINE, ROOT, BrokerProcess, free_port
 from tests.fixtures.pids import KeepStopped
 from tests.fixtures.waiting import wait_for
+from wire.fingerprint import wire_messages
 
 PROCESS_LINE = re.compile(r"process (\d+) \(pid (\d+)\) serves connections")
 
@@ -136,6 +138,48 @@ def test_a_killed_process_is_restarted_and_the_data_stays(
     assert values == [b"before"] + [b"after%d" % i for i in range(12)]
     # process 1's lines have process 0's format, tagged with its node and actor
     assert re.search(r"^\S+ \S+ [A-Z]+ +\[\S+-p1/shard-\d+\] ", broker.log(), re.M), broker.log()
+
+
+def test_a_process_restarted_from_another_build_on_disk_stops_the_broker(
+        tmp_path: Path) -> None:
+    """Process 0 hands each process it spawns its inter-node wire fingerprint; one started
+    from code on disk whose messages differ (the tree changed under the running broker)
+    refuses to start with one line, and the supervisor stops the broker as for any process
+    that cannot restart. It used to run beside process 0, each dead-lettering what the
+    other sent. The broker runs from a copy of the tree, whose wire the test then changes
+    (one message more), as an upgrade in place would."""
+    tree = tmp_path / "tree"
+    for package in ("actors", "wire"):
+        shutil.copytree(ROOT / package, tree / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    unused_id = max(wire_messages()) + 1
+    broker = BrokerProcess(tmp_path / "data", config={"num.processes": 2}, root=tree).start()
+    try:
+        with RawClient(broker.port) as client:
+            assert client.create_topic("upgraded", 1) == 0
+        with open(tree / "wire" / "sim_messages.py", "a") as messages:
+            messages.write(f"\n\n@message({unused_id})\nclass AddedByAnotherBuild(NamedTuple):\n"
+                           "    \"\"\"A message this build has and process 0 has not.\"\"\"\n\n"
+                           "    note: str\n")
+        [worker] = worker_pids(broker)
+        with broker.hold_worker(worker) as held:
+            assert held.kill()
+        assert broker.proc is not None
+        # stopped by the supervisor, not asked to: exit 1, for Restart=on-failure
+        assert broker.proc.wait(timeout=60) == 1
+    finally:
+        if broker.proc is not None and broker.proc.poll() is None:
+            broker.stop()
+        shutil.rmtree(tree, ignore_errors=True)
+        if os.environ.get("PYTHONPYCACHEPREFIX"):  # the copy's bytecode, kept apart
+            shutil.rmtree(Path(os.environ["PYTHONPYCACHEPREFIX"]) / tree.relative_to("/"),
+                          ignore_errors=True)
+    log = broker.log()
+    assert re.search(r"broker process 1 runs inter-node wire \w+, process 0 runs \w+: its "
+                     r"code on disk is another build than the running broker's; not starting",
+                     log), log[-3000:]
+    assert ("broker process 1 cannot restart: broker process 1 runs another inter-node wire "
+            "than process 0") in log, log[-3000:]
 
 
 def test_sigterm_stops_every_process_cleanly(two_process_broker: BrokerProcess) -> None:

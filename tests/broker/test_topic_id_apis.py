@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import TopicCollection
@@ -29,6 +30,7 @@ UNKNOWN_TOPIC_ID = int(ErrorCode.UNKNOWN_TOPIC_ID)
 INVALID_REQUEST = int(ErrorCode.INVALID_REQUEST)
 TOPIC_ALREADY_EXISTS = int(ErrorCode.TOPIC_ALREADY_EXISTS)
 UNKNOWN_TOPIC = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+DELETION_DISABLED = int(ErrorCode.TOPIC_DELETION_DISABLED)
 
 
 def name(prefix: str = "tid") -> str:
@@ -250,3 +252,29 @@ def test_delete_topics_v5_by_name_is_as_before(client: RawClient) -> None:
                                               "timeout_ms": 10_000})
     assert [(r.name, r.error_code) for r in response.responses] == [
         (topic, 0), ("no-such-topic", UNKNOWN_TOPIC)]
+
+
+def test_delete_topics_with_deletion_disabled_is_refused_before_any_topic_is_looked_at(
+        tmp_path: Path) -> None:
+    """delete.topic.enable=false: Kafka answers every topic TOPIC_DELETION_DISABLED before
+    it looks at any of them (KafkaApis.handleDeleteTopicsRequest), so an unknown id, an
+    unknown name or a name given with an id is refused for that too (an unknown id was
+    UNKNOWN_TOPIC_ID); v0-2 have no such code: INVALID_REQUEST. The single node deleted
+    regardless of the setting."""
+    broker = BrokerProcess(tmp_path / "data", config={"delete.topic.enable": False}).start()
+    try:
+        with RawClient(broker.port) as raw:
+            topic = name("kept")
+            [made] = create_v7(raw, [topic])
+            unknown = uuid.uuid4()
+            answered = delete_v6(raw, [(None, unknown), (topic, None), ("absent", None),
+                                       (topic, made.topic_id)])
+            assert [(r.name, r.topic_id, r.error_code) for r in answered] == [
+                (None, unknown, DELETION_DISABLED), (topic, None, DELETION_DISABLED),
+                ("absent", None, DELETION_DISABLED),
+                (topic, made.topic_id, DELETION_DISABLED)]
+            old = raw.call(DELETE_TOPICS, 2, {"topic_names": [topic], "timeout_ms": 10_000})
+            assert [(r.name, r.error_code) for r in old.responses] == [(topic, INVALID_REQUEST)]
+            assert topic in all_topics(raw)
+    finally:
+        assert broker.stop() == 0, broker.log()[-3000:]

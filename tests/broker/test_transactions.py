@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker.rawclient import FETCH, LIST_OFFSETS, RawClient, fetch_values, read_batches
 from tests.fixtures.broker import ROOT, BrokerProcess
+from tests.fixtures.waiting import wait_for
 
 pytestmark = [pytest.mark.clients]
 
@@ -333,6 +334,36 @@ def test_list_offsets_by_isolation_level(txn_broker: BrokerProcess) -> None:
         assert [lookup(raw, 1, ts) for ts in (-1, -3, later_ms - 1)] == [2, -1, -1]
         assert lookup(raw, 1, now_ms) == 0
     p.commit_transaction(30)
+
+
+def test_markers_on_a_log_append_time_topic_are_stamped_with_the_append_time(
+        txn_broker: BrokerProcess) -> None:
+    """message.timestamp.type=LogAppendTime: the commit and abort markers the coordinator's
+    WriteTxnMarkers appends carry the append time and the LogAppendTime bit, as every
+    batch the leader appends there (Kafka's LogValidator stamps them too); they kept
+    CreateTime."""
+    bs = txn_broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bs})
+    for future in admin.create_topics([NewTopic(
+            "t-appended", 1, 1, config={"message.timestamp.type": "LogAppendTime"})]).values():
+        future.result(30)
+    p = producer(bs, "appender")
+    p.init_transactions(30)
+    before_ms = int(time.time() * 1000)
+    for finish in (p.commit_transaction, p.abort_transaction):
+        p.begin_transaction()
+        p.produce("t-appended", b"old", timestamp=1000)
+        p.flush(30)
+        finish(30)                         # 0 record, 1 commit; 2 record, 3 abort
+    with RawClient(txn_broker.port) as raw:
+        # the abort answers once it is prepared; its marker may come a moment later
+        wait_for(lambda: raw.fetch("t-appended", 0, 0).high_watermark >= 4,
+                 "the abort marker to be written")
+        batches = read_batches(raw.fetch("t-appended", 0, 0).records)
+    assert [(b.is_control_batch, b.timestamp_type) for b in batches] == [
+        (False, 1), (True, 1), (False, 1), (True, 1)]
+    assert all(b.max_timestamp >= before_ms for b in batches), [
+        b.max_timestamp for b in batches]
 
 
 # ------------------------------------------------------------- crashes and restarts

@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,8 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from actors.metadata import znodes
 from tests.broker.conftest import ROOT, free_port
-from tests.fixtures.cluster import Cluster, wait_for
+from tests.broker.rawclient import DELETE_TOPICS, build
+from tests.fixtures.cluster import Cluster, kafka_call, wait_for
 from tests.fixtures.cluster_tools import ZooKeeperReader, fetch_from, produce_to
 from wire.errors import ErrorCode
 
@@ -296,8 +298,20 @@ def test_delete_topic_enable_false_refuses_deletion(cluster_factory: Any) -> Non
     try:
         with pytest.raises(Exception, match=r"TOPIC_DELETION_DISABLED|TopicDeletionDisabled"):
             client.delete_topics(["stays"])
+        # refused before any topic is looked at, as Kafka: an unknown (stale) id too (it
+        # was UNKNOWN_TOPIC_ID), on every node, the controller or not
+        unknown = uuid.uuid4()
+        result = client.delete_topics([unknown], raise_errors=False)
+        assert [r["error_code"] for r in result["topics"]] == [
+            int(ErrorCode.TOPIC_DELETION_DISABLED)]
     finally:
         client.close()
+    for i, node in cluster.nodes.items():
+        response = kafka_call(node.host, node.port, build(DELETE_TOPICS, 6, {
+            "topics": [{"name": None, "topic_id": unknown}, {"name": "absent", "topic_id": None}],
+            "timeout_ms": 10_000}))
+        assert [r.error_code for r in response.responses] == [
+            int(ErrorCode.TOPIC_DELETION_DISABLED)] * 2, i
     assert "stays" in cluster.view(1).topics()
     assert all(list(n.data_dir.glob("stays-*")) for n in cluster.nodes.values())
 

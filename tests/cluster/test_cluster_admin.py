@@ -24,7 +24,12 @@ from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType as KpResourceType
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewPartitions as KpNewPartitions
-from kafka.errors import InvalidPartitionsError, UnknownTopicOrPartitionError
+from kafka.errors import (
+    InvalidConfigurationError,
+    InvalidPartitionsError,
+    UnknownTopicOrPartitionError,
+)
+from kafka.protocol.admin.groups import DeleteGroupsRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 
 from actors.metadata import znodes
@@ -176,6 +181,22 @@ def test_topic_config_changes_go_to_zookeeper_and_every_node_applies_them(
         codes[res.name] = _code(err.value)
     assert codes == {"conf": int(ErrorCode.INVALID_CONFIG),
                      "absent": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)}
+    # a null config value in CreateTopics is INVALID_CONFIG for being null, as Kafka
+    # (ZkAdminManager); the cluster's controller made it the text "None", refused only
+    # because no topic config takes that text ("retention.ms must be an integer")
+    kp = KafkaAdminClient(bootstrap_servers=cluster.nodes[via].bootstrap,
+                          request_timeout_ms=30_000)
+    try:
+        with pytest.raises(InvalidConfigurationError):
+            kp.create_topics({"nulled": {"num_partitions": 1, "replication_factor": 3,
+                                         "configs": {"retention.ms": None}}})
+        [answer] = kp.create_topics({"nulled": {"configs": {"cleanup.policy": None}}},
+                                    raise_errors=False)["topics"]
+        assert answer["error_code"] == ErrorCode.INVALID_CONFIG
+        assert "null value" in answer["error_message"], answer
+    finally:
+        kp.close()
+    assert "nulled" not in client.list_topics(timeout=30).topics
     client.alter_configs([ConfigResource(ResourceType.TOPIC, "conf",
                                          set_config={"min.insync.replicas": "4"})],
                          validate_only=True)[topic].result(30)
@@ -306,7 +327,7 @@ def test_describe_and_delete_groups_answer_each_group_when_some_are_led_by_anoth
     another broker does (kafka-python sends all of them to the one broker it is given):
     each group gets its own answer, as Kafka's GroupCoordinator gives them; the group led
     here is described and deleted, the other is NOT_COORDINATOR and left alone (the whole
-    request was NOT_COORDINATOR)."""
+    request was NOT_COORDINATOR). A group named twice is answered once."""
     cluster: Cluster = cluster_factory(2)
     create(cluster, "spread", 1, 2)
     cluster.wait_topic("spread", 1)
@@ -319,8 +340,14 @@ def test_describe_and_delete_groups_answer_each_group_when_some_are_led_by_anoth
         described = kadmin.describe_groups([here, elsewhere], group_coordinator_id=1)
         assert (described[here]["error"], described[here]["group_state"]) == (None, "Empty")
         assert "NotCoordinator" in described[elsewhere]["error"]
+        # each named twice: one answer per group, as Kafka (names taken distinct); the
+        # group led here deleted once, OK (its second deletion answered GROUP_ID_NOT_FOUND)
+        answer = call(cluster.nodes[1].bootstrap, DeleteGroupsRequest(
+            groups_names=[here, elsewhere, here, elsewhere]), 2)
+        assert [(r.group_id, r.error_code) for r in answer.results] == [
+            (here, ErrorCode.NONE), (elsewhere, ErrorCode.NOT_COORDINATOR)]
         assert kadmin.delete_groups([here, elsewhere], group_coordinator_id=1) == {
-            here: "OK", elsewhere: "NotCoordinatorError"}
+            here: "GroupIdNotFoundError", elsewhere: "NotCoordinatorError"}
         # each asked of its own coordinator now: the one led elsewhere is still there
         assert kadmin.delete_groups([here]) == {here: "GroupIdNotFoundError"}
         assert kadmin.describe_groups([elsewhere])[elsewhere]["group_state"] == "Empty"

@@ -376,3 +376,17 @@ def test_topics_named_by_id_hide_the_name_alice_may_not_describe(
     finally:
         alice.close()
         super_kp.close()
+
+
+def test_a_denied_group_named_twice_in_delete_groups_is_answered_once(
+        node: tuple[BrokerProcess, str]) -> None:
+    """Kafka takes DeleteGroups' names distinct before it authorizes them: a group the
+    principal (User:ANONYMOUS here, with no ACL) may not delete, named twice, gets one
+    GROUP_AUTHORIZATION_FAILED (it got one per entry)."""
+    from kafka.protocol.admin.groups import DeleteGroupsRequest
+
+    from tests.broker.test_groups import call
+
+    _, anonymous = node
+    answer = call(anonymous, DeleteGroupsRequest(groups_names=["nobody-may", "nobody-may"]), 2)
+    assert [(r.group_id, r.error_code) for r in answer.results] == [("nobody-may", 30)]

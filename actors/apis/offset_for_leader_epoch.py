@@ -1,0 +1,83 @@
+"""OffsetForLeaderEpoch (API 23, KIP-279/320): where a leader epoch ends on the leader.
+
+A consumer asks after a leader change, with the epoch of the last record it read:
+if the epoch ends on the new leader below the consumer's position, the log it read
+was truncated (librdkafka's and the Java consumer's offset validation). Each
+partition goes to the shard that owns it (one hop; the shard checks the client's
+epoch against its own and answers from its log's epoch cache). As Kafka's
+handleOffsetForLeaderEpochRequest: ClusterAction on the cluster lets a replica ask
+for every topic, otherwise each topic needs Describe (TOPIC_AUTHORIZATION_FAILED).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
+from actors.security.acl import CLUSTER_NAME, Operation, ResourceType
+from wire.errors import ErrorCode
+from wire.replication_messages import (
+    OffsetForEpochDoneRow,
+    OffsetForEpochRow,
+    OffsetForLeaderEpoch,
+    OffsetForLeaderEpochDone,
+)
+
+TOPIC_DENIED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+UNKNOWN_TP = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+def _ask(rows: list[OffsetForEpochRow]) -> Callable[[int], OffsetForLeaderEpoch]:
+    return lambda rid: OffsetForLeaderEpoch(rid, rows)
+
+
+def _error_row(topic: str, partition: int, code: int) -> OffsetForEpochDoneRow:
+    return OffsetForEpochDoneRow(topic, partition, code, -1, -1)
+
+
+def handle_offset_for_leader_epoch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
+    cluster_action = ctx.authorizer is None or ctx.allowed(
+        Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME, log=False)
+    order: list[tuple[str, list[int]]] = []
+    results: dict[tuple[str, int], OffsetForEpochDoneRow] = {}
+    rows: list[OffsetForEpochRow] = []
+    for t in req.topics:
+        name = t.topic
+        count = ctx.partition_count(name)
+        denied = not cluster_action and not ctx.allowed(Operation.DESCRIBE,
+                                                        ResourceType.TOPIC, name)
+        indexes = []
+        for p in t.partitions:
+            index = p.partition
+            indexes.append(index)
+            current_epoch = -1 if p.current_leader_epoch is None else p.current_leader_epoch
+            if denied:
+                results[(name, index)] = _error_row(name, index, TOPIC_DENIED)
+            elif count is None or not 0 <= index < count:
+                results[(name, index)] = _error_row(name, index, UNKNOWN_TP)
+            elif ctx.not_leader(name, index):
+                results[(name, index)] = _error_row(
+                    name, index, ctx.not_leader_code(name, index, current_epoch))
+            else:
+                rows.append(OffsetForEpochRow(name, index, current_epoch, p.leader_epoch))
+        order.append((name, indexes))
+    if rows:
+        replies: list[OffsetForLeaderEpochDone] = yield [
+            Call(shard, _ask(shard_rows)) for shard, shard_rows in group_by_shard(ctx, rows).items()
+        ]
+        for reply in replies:
+            for row in reply.rows:
+                results[(row.topic, row.partition)] = row
+    codes = []
+    topics = []
+    for name, indexes in order:
+        partitions = []
+        for index in indexes:
+            r = results[(name, index)]
+            if r.error_code:
+                codes.append(r.error_code)
+            partitions.append({"error_code": r.error_code, "partition": index,
+                               "leader_epoch": r.leader_epoch, "end_offset": r.end_offset})
+        topics.append({"topic": name, "partitions": partitions})
+    return Respond({"throttle_time_ms": 0, "topics": topics}, error_codes=codes)

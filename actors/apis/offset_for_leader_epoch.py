@@ -39,45 +39,49 @@ def _error_row(topic: str, partition: int, code: int) -> OffsetForEpochDoneRow:
 def handle_offset_for_leader_epoch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     cluster_action = ctx.authorizer is None or ctx.allowed(
         Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME, log=False)
-    order: list[tuple[str, list[int]]] = []
-    results: dict[tuple[str, int], OffsetForEpochDoneRow] = {}
-    rows: list[OffsetForEpochRow] = []
+    # one answer per partition asked, in the request's order (a partition asked twice, for
+    # two epochs, gets two answers); the shards answer their rows in the order sent
+    answers: list[list[OffsetForEpochDoneRow | None]] = []
+    asked: dict[OffsetForEpochRow, list[tuple[int, int]]] = {}
     for t in req.topics:
         name = t.topic
         count = ctx.partition_count(name)
         denied = not cluster_action and not ctx.allowed(Operation.DESCRIBE,
                                                         ResourceType.TOPIC, name)
-        indexes = []
+        answered: list[OffsetForEpochDoneRow | None] = []
         for p in t.partitions:
             index = p.partition
-            indexes.append(index)
             current_epoch = -1 if p.current_leader_epoch is None else p.current_leader_epoch
             if denied:
-                results[(name, index)] = _error_row(name, index, TOPIC_DENIED)
+                answered.append(_error_row(name, index, TOPIC_DENIED))
             elif count is None or not 0 <= index < count:
-                results[(name, index)] = _error_row(name, index, UNKNOWN_TP)
+                answered.append(_error_row(name, index, UNKNOWN_TP))
             elif ctx.not_leader(name, index):
-                results[(name, index)] = _error_row(
-                    name, index, ctx.not_leader_code(name, index, current_epoch))
+                answered.append(_error_row(name, index,
+                                           ctx.not_leader_code(name, index, current_epoch)))
             else:
-                rows.append(OffsetForEpochRow(name, index, current_epoch, p.leader_epoch))
-        order.append((name, indexes))
-    if rows:
+                row = OffsetForEpochRow(name, index, current_epoch, p.leader_epoch)
+                asked.setdefault(row, []).append((len(answers), len(answered)))
+                answered.append(None)
+        answers.append(answered)
+    if asked:
+        by_shard = group_by_shard(ctx, list(asked))
         replies: list[OffsetForLeaderEpochDone] = yield [
-            Call(shard, _ask(shard_rows)) for shard, shard_rows in group_by_shard(ctx, rows).items()
-        ]
-        for reply in replies:
-            for row in reply.rows:
-                results[(row.topic, row.partition)] = row
+            Call(shard, _ask(shard_rows)) for shard, shard_rows in by_shard.items()]
+        for shard_rows, reply in zip(by_shard.values(), replies, strict=True):
+            for sent, got in zip(shard_rows, reply.rows, strict=True):
+                for topic_at, partition_at in asked[sent]:
+                    answers[topic_at][partition_at] = got
     codes = []
     topics = []
-    for name, indexes in order:
+    for t, answered in zip(req.topics, answers, strict=True):
         partitions = []
-        for index in indexes:
-            r = results[(name, index)]
+        for p, r in zip(t.partitions, answered, strict=True):
+            if r is None:  # a shard left it out: never expected
+                r = _error_row(t.topic, p.partition, int(ErrorCode.UNKNOWN_SERVER_ERROR))
             if r.error_code:
                 codes.append(r.error_code)
-            partitions.append({"error_code": r.error_code, "partition": index,
+            partitions.append({"error_code": r.error_code, "partition": p.partition,
                                "leader_epoch": r.leader_epoch, "end_offset": r.end_offset})
-        topics.append({"topic": name, "partitions": partitions})
+        topics.append({"topic": t.topic, "partitions": partitions})
     return Respond({"throttle_time_ms": 0, "topics": topics}, error_codes=codes)

@@ -19,7 +19,6 @@ from tests.broker.rawclient import (
     API_VERSIONS,
     FETCH,
     LIST_OFFSETS,
-    METADATA,
     RawClient,
     fetch_values,
     read_records,
@@ -120,10 +119,3 @@ def test_list_offsets_checks_the_clients_current_leader_epoch(client: RawClient,
         got.append((p.error_code, p.offset, p.leader_epoch))
     assert got == [(0, 3, 0), (0, 3, 0), (UNKNOWN_EPOCH, -1, -1)]
 
-
-def test_metadata_answers_each_partitions_leader_epoch(client: RawClient) -> None:
-    topic = topic_with(client, 2, records=0)
-    response = client.call(METADATA, 7, {"topics": [{"name": topic}],
-                                         "allow_auto_topic_creation": False})
-    assert [(p.partition_index, p.leader_epoch) for p in response.topics[0].partitions] == \
-        [(0, 0), (1, 0)]

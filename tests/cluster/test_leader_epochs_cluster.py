@@ -7,7 +7,8 @@ Fetch and ListOffsets, one ahead is told UNKNOWN_LEADER_EPOCH, and a follower
 answers NOT_LEADER_OR_FOLLOWER at the current epoch. A confluent-kafka consumer
 reading across the kill validates its position with OffsetForLeaderEpoch (librdkafka
 skips that when the broker does not advertise the API) and reads every acknowledged
-record exactly once.
+record exactly once. Each test runs at num.processes 1 and 2 (the shard that owns the
+partition may then be in the node's other process).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from tests.broker.rawclient import FETCH, LIST_OFFSETS, METADATA, build, fetch_v
 from tests.cluster.test_replication import FAST, KeyedProducer, create_topic, produce_acks_all
 from tests.fixtures.cluster import Cluster, ClusterNode, kafka_call, wait_for
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]
+pytestmark = [pytest.mark.multiprocess, pytest.mark.clients, pytest.mark.num_processes(1, 2)]
 
 TOPIC = "replicated"  # the name create_topic and KeyedProducer use
 OFFSET_FOR_LEADER_EPOCH = 23

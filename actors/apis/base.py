@@ -213,6 +213,17 @@ class HandlerContext:
         """In a cluster: the metadata names another leader (or none) for this partition."""
         return self.cluster is not None and self.cluster.leader(topic, partition) != self.broker_id
 
+    def client_epoch(self, partition_row: Any) -> int:
+        """The current_leader_epoch a client sent for a partition (Fetch v9+, ListOffsets v4+,
+        OffsetForLeaderEpoch), -1 when absent. A single node answers -1 (unchecked): its
+        Metadata says epoch 0 and it never changes leaders, while a log it inherited (a
+        cluster node's directory) may hold a higher epoch, which would fence every client
+        for good."""
+        if self.cluster is None:
+            return -1
+        epoch = getattr(partition_row, "current_leader_epoch", -1)
+        return -1 if epoch is None else int(epoch)
+
     def not_leader_code(self, topic: str, partition: int, current_leader_epoch: int) -> int:
         """The error for a partition this node does not lead (``not_leader``), in Kafka's
         order (Partition.getLocalLog): a client epoch (Fetch v9+, ListOffsets v4+,

@@ -126,12 +126,6 @@ def _zstd_topic(ctx: HandlerContext, name: str) -> bool:
     return str(configs.get("compression.type", ctx.config["compression.type"])) == "zstd"
 
 
-def _current_epoch(p: Any) -> int:
-    """A partition's current_leader_epoch (Fetch v9+; -1 before, or when not sent)."""
-    epoch = getattr(p, "current_leader_epoch", -1)
-    return -1 if epoch is None else int(epoch)
-
-
 def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     replica_id = getattr(req, "replica_id", -1)
     if replica_id is None:
@@ -158,7 +152,7 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         zstd_refused = old_version and count is not None and _zstd_topic(ctx, name)
         for p in t.partitions:
             indexes.append(p.partition)
-            current_epoch = _current_epoch(p)
+            current_epoch = ctx.client_epoch(p)
             if denied:
                 assert denied_code is not None
                 results[(name, p.partition)] = ReadDoneRow(

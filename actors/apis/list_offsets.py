@@ -36,9 +36,7 @@ def handle_list_offsets(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         denied = not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t.name)
         for p in t.partitions:
             indexes.append(p.partition_index)
-            current_epoch = getattr(p, "current_leader_epoch", -1)  # v4+
-            if current_epoch is None:
-                current_epoch = -1
+            current_epoch = ctx.client_epoch(p)  # v4+
             if denied:
                 results[(t.name, p.partition_index)] = ListOffsetsDoneRow(
                     t.name, p.partition_index, int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),

@@ -51,7 +51,7 @@ def handle_offset_for_leader_epoch(ctx: HandlerContext, header: Any, req: Any) -
         answered: list[OffsetForEpochDoneRow | None] = []
         for p in t.partitions:
             index = p.partition
-            current_epoch = -1 if p.current_leader_epoch is None else p.current_leader_epoch
+            current_epoch = ctx.client_epoch(p)
             if denied:
                 answered.append(_error_row(name, index, TOPIC_DENIED))
             elif count is None or not 0 <= index < count:

@@ -1,24 +1,28 @@
 """Leader epochs a client sends and asks about, on one node (KIP-279/320).
 
-OffsetForLeaderEpoch (API 23) is advertised and answers the end of an epoch;
-Fetch v9+, ListOffsets v4+ and OffsetForLeaderEpoch refuse a client whose
-current_leader_epoch is not the leader's (UNKNOWN_LEADER_EPOCH when newer; the
-cluster tests cover FENCED_LEADER_EPOCH, which needs an epoch above 0). With
-num.processes 2 the partition's shard may live in the other process.
+OffsetForLeaderEpoch (API 23) is advertised and answers the end of an epoch. A single
+node does not check a client's current_leader_epoch (Fetch v9+, ListOffsets v4+,
+OffsetForLeaderEpoch): its Metadata answers epoch 0 and it never changes leaders, while
+a log it inherited may hold a higher epoch; the cluster tests cover FENCED_LEADER_EPOCH
+and UNKNOWN_LEADER_EPOCH. With num.processes 2 the partition's shard may live in the
+other process.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from actors.core.checkpoint import LEADER_EPOCH_CHECKPOINT, write_epoch_checkpoint
 from tests.broker.rawclient import (
     API_VERSIONS,
     FETCH,
     LIST_OFFSETS,
+    METADATA,
     RawClient,
     fetch_values,
     read_records,
@@ -80,12 +84,12 @@ def test_offset_for_leader_epoch_answers_the_current_epoch_with_the_log_end(
         (1, 0, 0),    # an empty partition: its end is 0
         (0, -1, 7),   # an epoch above any the log knows: undefined
         (0, -1, -1),  # no epoch asked: undefined
-        (0, 1, 0),    # the client knows a newer epoch than the leader
+        (0, 1, 0),    # a newer client epoch: not checked on one node
         (9, -1, 0),   # no such partition
     ], version)
     assert got == [
         (0, 0, 5), (0, 0, 5), (0, 0, 0), (0, -1, -1), (0, -1, -1),
-        (UNKNOWN_EPOCH, -1, -1), (int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), -1, -1)]
+        (0, 0, 5), (int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), -1, -1)]
     response = client.call(OFFSET_FOR_LEADER_EPOCH, version, {
         **({"replica_id": -1} if version >= 3 else {}),
         "topics": [{"topic": "no-such-topic-" + topic, "partitions": [
@@ -93,22 +97,22 @@ def test_offset_for_leader_epoch_answers_the_current_epoch_with_the_log_end(
     assert response.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def test_fetch_checks_the_clients_current_leader_epoch(client: RawClient) -> None:
+def test_fetch_leaves_the_clients_current_leader_epoch_unchecked(client: RawClient) -> None:
     topic = topic_with(client, 1, records=3)
-    for epoch, code in ((-1, 0), (0, 0), (1, UNKNOWN_EPOCH)):
+    for epoch in (-1, 0, 1):
         values = fetch_values(topic, 0, 0)
         values["topics"][0]["partitions"][0]["current_leader_epoch"] = epoch
         part = client.call(FETCH, 11, values).responses[0].partitions[0]
-        assert part.error_code == code, epoch
-        assert len(read_records(part.records or b"")) == (3 if code == 0 else 0)
+        assert part.error_code == 0, epoch
+        assert len(read_records(part.records or b"")) == 3
     # before v9 there is no epoch to check
     part = client.call(FETCH, 8, fetch_values(topic, 0, 0)).responses[0].partitions[0]
     assert part.error_code == 0
 
 
 @pytest.mark.parametrize("version", [4, 7])
-def test_list_offsets_checks_the_clients_current_leader_epoch(client: RawClient,
-                                                              version: int) -> None:
+def test_list_offsets_leaves_the_clients_current_leader_epoch_unchecked(
+        client: RawClient, version: int) -> None:
     topic = topic_with(client, 1, records=3)
     got = []
     for epoch in (-1, 0, 1):  # one request each: Kafka refuses a partition named twice
@@ -117,5 +121,37 @@ def test_list_offsets_checks_the_clients_current_leader_epoch(client: RawClient,
                 {"partition_index": 0, "current_leader_epoch": epoch, "timestamp": -1}]}]})
         [p] = response.topics[0].partitions
         got.append((p.error_code, p.offset, p.leader_epoch))
-    assert got == [(0, 3, 0), (0, 3, 0), (UNKNOWN_EPOCH, -1, -1)]
+    assert got == [(0, 3, 0), (0, 3, 0), (0, 3, 0)]
 
+
+
+def test_a_log_inherited_at_a_higher_epoch_is_read_at_the_epoch_metadata_answers(
+        tmp_path: Path) -> None:
+    """A single node's log whose epoch cache holds an epoch above 0 (a directory that
+    came from a cluster node): Metadata answers epoch 0, and a client sending that epoch
+    reads, where an epoch check would fence it (74) on every Fetch, for good."""
+    broker = BrokerProcess(tmp_path / "data", config={"num.processes": 1}).start()
+    try:
+        with RawClient(broker.port) as raw:
+            topic = topic_with(raw, 1, records=3)
+    finally:
+        assert broker.stop() == 0
+    write_epoch_checkpoint(tmp_path / "data" / f"{topic}-0" / LEADER_EPOCH_CHECKPOINT,
+                           [(0, 0), (3, 1)])
+    broker = BrokerProcess(tmp_path / "data", config={"num.processes": 1}).start()
+    try:
+        with RawClient(broker.port) as raw:
+            [meta] = raw.call(METADATA, 9, {"topics": [{"name": topic}],
+                                            "allow_auto_topic_creation": False,
+                                            "include_topic_authorized_operations": False}
+                              ).topics
+            assert meta.partitions[0].leader_epoch == 0
+            values = fetch_values(topic, 0, 0)
+            values["topics"][0]["partitions"][0]["current_leader_epoch"] = 0
+            part = raw.call(FETCH, 11, values).responses[0].partitions[0]
+            assert part.error_code == 0
+            assert len(read_records(part.records or b"")) == 3
+            assert raw.list_offset(topic, 0, -1).leader_epoch == 3  # the log's epoch
+            assert end_offsets(raw, topic, [(0, 0, 0), (0, 0, 3)]) == [(0, 0, 1), (0, 3, 3)]
+    finally:
+        assert broker.stop() == 0

@@ -102,8 +102,10 @@ def test_the_new_leader_answers_epoch_ends_and_fences_old_epochs(
         lambda r: r if r[1] == [] else None)(produce_acks_all(
             cluster, [b"b%d" % i for i in range(5)], timeout_s=20)), timeout_s=60)
     assert len(acked) == 5
-    assert end_offset(new, 1, 1) == (NONE, 1, 15)
-    assert end_offset(new, -1, 1) == (NONE, 1, 15)
+    # a failed try may have appended some of its records too: the end is read back
+    _, _, log_end = end_offset(new, -1, 1)
+    assert log_end >= 15
+    assert end_offset(new, 1, 1) == (NONE, 1, log_end)
     assert end_offset(new, 1, 0) == (NONE, 0, 10)  # epoch 0 ended where epoch 1 began
     assert end_offset(new, 1, 5) == (NONE, -1, -1)  # above any epoch the log knows
     assert end_offset(new, 0, 0) == (FENCED, -1, -1)
@@ -149,7 +151,9 @@ class Reader:
             if msg is None:
                 continue
             if msg.error():
-                if msg.error().code() != KafkaError._PARTITION_EOF:
+                # a killed broker's connection errors come as events too, retriable;
+                # a failed offset validation or reset is what this test looks for
+                if msg.error().code() not in _PASSING:
                     self.errors.append(str(msg.error()))
                 continue
             self.values.append(int(msg.value()))
@@ -162,6 +166,9 @@ class Reader:
         self.stop.set()
         self.thread.join(60)
         assert not self.thread.is_alive()
+
+
+_PASSING = (KafkaError._PARTITION_EOF, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
 
 
 class _Collect(logging.Handler):

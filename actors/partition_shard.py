@@ -111,6 +111,9 @@ from wire.replication_messages import (
     FollowerStateRow,
     IsrProposalRow,
     IsrUpdated,
+    OffsetForEpochDoneRow,
+    OffsetForLeaderEpoch,
+    OffsetForLeaderEpochDone,
     ProposeIsr,
     ReplicaRead,
     ReplicaReadDone,
@@ -1445,8 +1448,9 @@ class PartitionShard(Actor):
                 if state is None:
                     rows.append(ReadDoneRow(topic, partition, UNKNOWN_TP, -1, -1, b"", 0, 0, -1))
                     continue
-                if not state.is_leader:
-                    rows.append(ReadDoneRow(topic, partition, NOT_LEADER, -1, -1, b"", 0, 0, -1))
+                refused = state.check_client_epoch(req.current_leader_epoch)
+                if refused != NONE:
+                    rows.append(ReadDoneRow(topic, partition, refused, -1, -1, b"", 0, 0, -1))
                     continue
                 log = state.log
                 # A replica's fetch over the Kafka wire counts as its log end only within
@@ -1528,8 +1532,9 @@ class PartitionShard(Actor):
             if state is None:
                 rows.append(ListOffsetsDoneRow(topic, partition, UNKNOWN_TP, -1, -1, -1))
                 continue
-            if not state.is_leader:
-                rows.append(ListOffsetsDoneRow(topic, partition, NOT_LEADER, -1, -1, -1))
+            refused = state.check_client_epoch(req.current_leader_epoch)
+            if refused != NONE:
+                rows.append(ListOffsetsDoneRow(topic, partition, refused, -1, -1, -1))
                 continue
             log = state.log
             epoch = state.leader_epoch
@@ -1558,6 +1563,28 @@ class PartitionShard(Actor):
                 rows.append(ListOffsetsDoneRow(topic, partition, int(ErrorCode.INVALID_REQUEST),
                                                -1, -1, -1))
         self.reply(ListOffsetsDone(msg.req_id, rows))
+
+    @handles(OffsetForLeaderEpoch)
+    def on_offset_for_leader_epoch(self, msg: OffsetForLeaderEpoch) -> None:
+        """Kafka's lastOffsetForLeaderEpoch on the leader: the client's epoch checked, then
+        the end of the largest epoch not above the one asked (the log end for the current
+        epoch; (-1, -1) when the log knows none)."""
+        rows: list[OffsetForEpochDoneRow] = []
+        for req in msg.rows:
+            topic, partition = req.topic, req.partition
+            state = self.partitions.get((topic, partition))
+            if state is None:
+                rows.append(OffsetForEpochDoneRow(topic, partition, UNKNOWN_TP, -1, -1))
+                continue
+            refused = state.check_client_epoch(req.current_leader_epoch)
+            if refused != NONE:
+                rows.append(OffsetForEpochDoneRow(topic, partition, refused, -1, -1))
+                continue
+            epoch, end = state.log.end_offset_for_epoch(req.leader_epoch)
+            if end < 0:  # Kafka answers no epoch with no offset (UnifiedLog.endOffsetForEpoch)
+                epoch = -1
+            rows.append(OffsetForEpochDoneRow(topic, partition, NONE, epoch, end))
+        self.reply(OffsetForLeaderEpochDone(msg.req_id, rows))
 
     @staticmethod
     def _max_timestamp_offset(log: PartitionLog, visible: int) -> tuple[int, int] | None:

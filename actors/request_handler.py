@@ -50,6 +50,7 @@ from actors.apis.metadata import (
     handle_init_producer_id,
     handle_metadata,
 )
+from actors.apis.offset_for_leader_epoch import handle_offset_for_leader_epoch
 from actors.apis.produce import handle_produce
 from actors.apis.replica_fetch import handle_replica_fetch
 from actors.apis.transactions import (
@@ -113,6 +114,7 @@ from wire.group_messages import (
     SyncGroupDone,
 )
 from wire.replication_messages import (
+    OffsetForLeaderEpochDone,
     ReplicaFetch,
     ReplicaFetchPartition,
     ReplicaFetchResponse,
@@ -128,6 +130,7 @@ API_TABLE: dict[int, Any] = {
     ApiKey.Produce: handle_produce,
     ApiKey.Fetch: handle_fetch,
     ApiKey.ListOffsets: handle_list_offsets,
+    ApiKey.OffsetForLeaderEpoch: handle_offset_for_leader_epoch,
     ApiKey.Metadata: handle_metadata,
     ApiKey.OffsetCommit: handle_offset_commit,
     ApiKey.OffsetFetch: handle_offset_fetch,
@@ -365,7 +368,8 @@ class RequestHandler(Actor):
              DescribeGroupsDone, TopicsAwaited, CreatePartitionsDone,
              AlterTopicConfigsDone, DeleteRecordsDone, DescribeLogDirDone, DeleteGroupsDone,
              OffsetDeleteDone, ReplicaReadDone, InitTxnProducerDone, TxnDone,
-             DescribeTxnsDone, ListTxnsDone, ElectLeadersDone, AclsDone, ScramCredentialsDone)
+             DescribeTxnsDone, ListTxnsDone, ElectLeadersDone, AclsDone, ScramCredentialsDone,
+             OffsetForLeaderEpochDone)
     def on_reply(self, msg: Any) -> None:
         entry = self.pending.pop(msg.req_id, None)
         if entry is None:

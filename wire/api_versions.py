@@ -48,6 +48,9 @@ ADVERTISED: tuple[ApiVersionRange, ...] = (
     _entry(ApiKey.Fetch, 4, 12),
     # v7 asks for timestamp -3 (max timestamp); v8+ (tiered storage) left out.
     _entry(ApiKey.ListOffsets, 1, 7),
+    # KIP-279/320: consumers validate their position after a leader change. v2 is the
+    # first Kafka 4.0 keeps (KIP-896); v3 adds replica_id, v4 is flexible.
+    _entry(ApiKey.OffsetForLeaderEpoch, 2, 4),
     # v9+ flexible (librdkafka >= 2.x uses 12); v10+ answers topic ids, v12 may ask by id.
     _entry(ApiKey.Metadata, 0, 12),
     # v10 switches to topic ids, left out.

@@ -156,6 +156,9 @@ class ReadRow(NamedTuple):
     partition: int
     fetch_offset: int
     partition_max_bytes: int
+    # the leader epoch the client knows (Fetch v9+); -1: none, not checked. Older than the
+    # shard's: FENCED_LEADER_EPOCH; newer: UNKNOWN_LEADER_EPOCH (KIP-320)
+    current_leader_epoch: int = -1
 
 
 LOG_END_READER = -2  # Kafka's DEBUGGING_CONSUMER_ID: a Read to the log end, no follower's
@@ -235,6 +238,7 @@ class ListOffsetsRow(NamedTuple):
     topic: str
     partition: int
     timestamp: int  # -1 latest, -2 earliest, -3 max timestamp, else a time in ms
+    current_leader_epoch: int = -1  # ListOffsets v4+; -1: not checked (as ReadRow's)
 
 
 @message(214)

@@ -250,3 +250,42 @@ class IsrUpdated(NamedTuple):
 
     rows: list[IsrUpdateRow]
 
+
+# ------------------------------------------- OffsetForLeaderEpoch (Kafka API 23)
+
+
+class OffsetForEpochRow(NamedTuple):
+    """One partition of an OffsetForLeaderEpoch: the epoch to find the end of, and the
+    leader epoch the client knows (-1: not checked)."""
+
+    topic: str
+    partition: int
+    current_leader_epoch: int
+    leader_epoch: int
+
+
+@message(540)
+class OffsetForLeaderEpoch(NamedTuple):
+    """Handler -> PartitionShard: the end offset of each row's ``leader_epoch`` on the
+    leader (KIP-279/320: a consumer checks after a leader change that its position is
+    still in the log)."""
+
+    req_id: int
+    rows: list[OffsetForEpochRow]
+
+
+class OffsetForEpochDoneRow(NamedTuple):
+    """One partition's answer: the largest epoch not above the one asked and where it
+    ends, or (-1, -1) when the log knows no such epoch."""
+
+    topic: str
+    partition: int
+    error_code: int
+    leader_epoch: int
+    end_offset: int
+
+
+@message(541)
+class OffsetForLeaderEpochDone(NamedTuple):
+    req_id: int
+    rows: list[OffsetForEpochDoneRow]

@@ -1,7 +1,8 @@
 """The Kafka APIs, one module per family, each a generator driven by a RequestHandler.
 
-Families: ``produce``, ``fetch``, ``list_offsets``, ``metadata`` (Metadata, topic
-creation and deletion, InitProducerId), ``groups``, ``transactions``, ``configs``
+Families: ``produce``, ``fetch``, ``list_offsets``, ``offset_for_leader_epoch``,
+``metadata`` (Metadata, topic creation and deletion, InitProducerId), ``groups``,
+``transactions``, ``configs``
 (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs) and ``admin``
 (CreatePartitions, DeleteRecords, DescribeLogDirs, DescribeTopicPartitions,
 DeleteGroups, OffsetDelete), ``acls`` (Describe/Create/DeleteAcls) and ``users``
@@ -48,6 +49,7 @@ from actors.apis.metadata import (
     handle_init_producer_id,
     handle_metadata,
 )
+from actors.apis.offset_for_leader_epoch import handle_offset_for_leader_epoch
 from actors.apis.produce import handle_produce
 
 __all__ = [
@@ -78,6 +80,7 @@ __all__ = [
     "handle_offset_commit",
     "handle_offset_delete",
     "handle_offset_fetch",
+    "handle_offset_for_leader_epoch",
     "handle_produce",
     "handle_sync_group",
 ]

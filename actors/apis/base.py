@@ -24,6 +24,7 @@ from actors.security.authorizer_log import log_decision
 from actors.topology import Topology
 from wire.broker_messages import TopicEntry
 from wire.cluster_messages import UpdateMetadata
+from wire.errors import ErrorCode
 
 ANONYMOUS_PRINCIPAL = "User:ANONYMOUS"
 # a store without a stamp is read again this often; a failed read is tried again after it
@@ -211,6 +212,28 @@ class HandlerContext:
     def not_leader(self, topic: str, partition: int) -> bool:
         """In a cluster: the metadata names another leader (or none) for this partition."""
         return self.cluster is not None and self.cluster.leader(topic, partition) != self.broker_id
+
+    def client_epoch(self, partition_row: Any) -> int:
+        """The current_leader_epoch a client sent for a partition (Fetch v9+, ListOffsets v4+,
+        OffsetForLeaderEpoch), -1 when absent. A single node answers -1 (unchecked): its
+        Metadata says epoch 0 and it never changes leaders, while a log it inherited (a
+        cluster node's directory) may hold a higher epoch, which would fence every client
+        for good."""
+        if self.cluster is None:
+            return -1
+        epoch = getattr(partition_row, "current_leader_epoch", -1)
+        return -1 if epoch is None else int(epoch)
+
+    def not_leader_code(self, topic: str, partition: int, current_leader_epoch: int) -> int:
+        """The error for a partition this node does not lead (``not_leader``), in Kafka's
+        order (Partition.getLocalLog): a client epoch (Fetch v9+, ListOffsets v4+,
+        OffsetForLeaderEpoch) older than the metadata's is FENCED_LEADER_EPOCH, newer
+        UNKNOWN_LEADER_EPOCH; at the same epoch, or none (-1), NOT_LEADER_OR_FOLLOWER."""
+        known = self.cluster.partition(topic, partition) if self.cluster is not None else None
+        if known is not None and 0 <= current_leader_epoch != known.leader_epoch:
+            return int(ErrorCode.FENCED_LEADER_EPOCH if current_leader_epoch < known.leader_epoch
+                       else ErrorCode.UNKNOWN_LEADER_EPOCH)
+        return int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
     def apply_metadata(self, update: UpdateMetadata) -> None:
         """An UpdateMetadata the ReplicaManager accepted: the cache, then the topic table."""

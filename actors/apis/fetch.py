@@ -152,6 +152,7 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         zstd_refused = old_version and count is not None and _zstd_topic(ctx, name)
         for p in t.partitions:
             indexes.append(p.partition)
+            current_epoch = ctx.client_epoch(p)
             if denied:
                 assert denied_code is not None
                 results[(name, p.partition)] = ReadDoneRow(
@@ -162,14 +163,15 @@ def handle_fetch(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                     0, 0, -1)
             elif ctx.not_leader(name, p.partition):
                 results[(name, p.partition)] = ReadDoneRow(
-                    name, p.partition, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), -1, -1, b"",
-                    0, 0, -1)
+                    name, p.partition, ctx.not_leader_code(name, p.partition, current_epoch),
+                    -1, -1, b"", 0, 0, -1)
             elif zstd_refused:  # only where the log is here, as Kafka's read of it
                 results[(name, p.partition)] = ReadDoneRow(
                     name, p.partition, int(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE), -1, -1,
                     b"", 0, 0, -1)
             else:
-                rows.append(ReadRow(name, p.partition, p.fetch_offset, p.partition_max_bytes))
+                rows.append(ReadRow(name, p.partition, p.fetch_offset, p.partition_max_bytes,
+                                    current_epoch))
         order.append((name, indexes))
 
     # Kafka: min(the request's max_bytes, fetch.max.bytes); min_bytes no larger.

@@ -36,6 +36,7 @@ def handle_list_offsets(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         denied = not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t.name)
         for p in t.partitions:
             indexes.append(p.partition_index)
+            current_epoch = ctx.client_epoch(p)  # v4+
             if denied:
                 results[(t.name, p.partition_index)] = ListOffsetsDoneRow(
                     t.name, p.partition_index, int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
@@ -46,9 +47,11 @@ def handle_list_offsets(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                     -1, -1, -1)
             elif ctx.not_leader(t.name, p.partition_index):
                 results[(t.name, p.partition_index)] = ListOffsetsDoneRow(
-                    t.name, p.partition_index, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), -1, -1, -1)
+                    t.name, p.partition_index,
+                    ctx.not_leader_code(t.name, p.partition_index, current_epoch), -1, -1, -1)
             else:
-                rows.append(ListOffsetsRow(t.name, p.partition_index, p.timestamp))
+                rows.append(ListOffsetsRow(t.name, p.partition_index, p.timestamp,
+                                           current_epoch))
         order.append((t.name, indexes))
     if rows:
         replies: list[ListOffsetsDone] = yield [

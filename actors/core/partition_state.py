@@ -252,6 +252,20 @@ class PartitionState:
             return int(ErrorCode.FENCED_LEADER_EPOCH)
         return int(ErrorCode.UNKNOWN_LEADER_EPOCH)
 
+    def check_client_epoch(self, current_leader_epoch: int) -> int:
+        """The error a client's Fetch, ListOffsets or OffsetForLeaderEpoch at
+        ``current_leader_epoch`` gets here (0: none; -1: the client sent none).
+
+        Kafka's order (Partition.getLocalLog): the epoch is compared first, with this
+        replica's epoch whether it leads or not, so a client behind the times is told
+        FENCED_LEADER_EPOCH and one ahead of this replica UNKNOWN_LEADER_EPOCH; only at the
+        same epoch does a replica that does not lead answer NOT_LEADER_OR_FOLLOWER.
+        """
+        if current_leader_epoch >= 0 and current_leader_epoch != self.leader_epoch:
+            return int(ErrorCode.FENCED_LEADER_EPOCH if current_leader_epoch < self.leader_epoch
+                       else ErrorCode.UNKNOWN_LEADER_EPOCH)
+        return int(ErrorCode.NONE if self.is_leader else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
     def diverging_epoch(self, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
         """(epoch, end offset) when the follower's log diverges from this one (KIP-320):
         the leader's end of the follower's last epoch is below the fetch offset, or the

@@ -80,6 +80,8 @@ API_CHECKS: dict[int, tuple[Check, ...]] = {
     ApiKey.Fetch: (_cluster(Op.CLUSTER_ACTION, when="follower"),
                    _topic(Op.READ, when="consumer")),
     ApiKey.ListOffsets: (_topic(Op.DESCRIBE),),
+    # KIP-320: ClusterAction on the cluster (a replica), else Describe on each topic
+    ApiKey.OffsetForLeaderEpoch: (_cluster(Op.CLUSTER_ACTION, either=_topic(Op.DESCRIBE)),),
     ApiKey.Metadata: (_topic(Op.DESCRIBE),
                       _topic(Op.DESCRIBE, when="all_topics", denied=HIDE),
                       _cluster(Op.CREATE, when="auto_create", either=_topic(Op.CREATE))),

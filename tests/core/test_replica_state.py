@@ -360,3 +360,24 @@ def test_a_follower_rebuilds_producer_state_so_as_leader_it_refuses_duplicates(
     again = follower.append_as_leader(client_batch, 4, 0)
     assert (again.first_offset, again.last_offset) == (1, 2)
     assert follower.log_end_offset == 3
+
+
+def test_a_clients_leader_epoch_is_checked_before_the_leadership(tmp_path: Path) -> None:
+    """Kafka's Partition.getLocalLog: an older client epoch is FENCED_LEADER_EPOCH and a
+    newer one UNKNOWN_LEADER_EPOCH whether this replica leads or follows; at its epoch (or
+    with none, -1) a follower is NOT_LEADER_OR_FOLLOWER. Then the epochs' ends: the log
+    end for the current epoch, where an older one ended, the asked epoch with the first
+    start when it is below every known one (LeaderEpochFileCache.endOffsetFor)."""
+    fenced, unknown = int(ErrorCode.FENCED_LEADER_EPOCH), int(ErrorCode.UNKNOWN_LEADER_EPOCH)
+    state = PartitionState.hosted(new_log(tmp_path / "t-0"), LEADER, 2, LAG_MS)
+    state.become_leader(2, [LEADER, F1], [LEADER, F1], partition_epoch=0)
+    append(state, 4)
+    state.become_leader(3, [LEADER, F1], [LEADER, F1], partition_epoch=1)
+    append(state, 3)
+    assert [state.check_client_epoch(e) for e in (-1, 3, 2, 4)] == [0, 0, fenced, unknown]
+    assert [state.log.end_offset_for_epoch(e) for e in (3, 2, 1, 4, -1)] == [
+        (3, 7), (2, 4), (1, 0), (-1, -1), (-1, -1)]
+    state.become_follower(F1, 4, [F1], [LEADER, F1], partition_epoch=2)
+    not_leader = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    assert [state.check_client_epoch(e) for e in (-1, 4, 3, 5)] == [
+        not_leader, not_leader, fenced, unknown]

@@ -390,3 +390,42 @@ def test_a_denied_group_named_twice_in_delete_groups_is_answered_once(
     _, anonymous = node
     answer = call(anonymous, DeleteGroupsRequest(groups_names=["nobody-may", "nobody-may"]), 2)
     assert [(r.group_id, r.error_code) for r in answer.results] == [("nobody-may", 30)]
+
+
+def test_offset_for_leader_epoch_needs_describe_on_the_topic_or_cluster_action(
+        node: tuple[BrokerProcess, str]) -> None:
+    """Kafka's handleOffsetForLeaderEpochRequest (KIP-320): ClusterAction on the cluster
+    answers every topic; otherwise each topic needs Describe, else 29."""
+    from tests.broker.rawclient import RawClient
+
+    broker, anonymous = node
+    admin = _admin(broker)
+    stamp = time.time_ns()
+    seen, hidden = f"epoch-seen-{stamp}", f"epoch-hidden-{stamp}"
+    for future in admin.create_topics([NewTopic(seen, 1, 1), NewTopic(hidden, 1, 1)]).values():
+        future.result(timeout=15)
+    for future in admin.create_acls([_allow(seen, AclOperation.DESCRIBE, "User:ANONYMOUS")],
+                                    request_timeout=15).values():
+        future.result(timeout=15)
+
+    def ask() -> dict[str, tuple[int, int, int]]:
+        with RawClient(int(anonymous.rsplit(":", 1)[1])) as client:
+            response = client.call(23, 4, {"replica_id": -1, "topics": [
+                {"topic": t, "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                                             "leader_epoch": 0}]} for t in (seen, hidden)]})
+        return {t.topic: (p.error_code, p.leader_epoch, p.end_offset)
+                for t in response.topics for p in t.partitions}
+
+    assert ask() == {seen: (0, 0, 0), hidden: (29, -1, -1)}
+    cluster_action = _allow("kafka-cluster", AclOperation.CLUSTER_ACTION, "User:ANONYMOUS",
+                            rtype=ResourceType.BROKER)
+    for future in admin.create_acls([cluster_action], request_timeout=15).values():
+        future.result(timeout=15)
+    try:
+        assert ask() == {seen: (0, 0, 0), hidden: (0, 0, 0)}
+    finally:
+        for future in admin.delete_acls([AclBindingFilter(
+                ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL,
+                "User:ANONYMOUS", None, AclOperation.ANY, AclPermissionType.ANY)],
+                request_timeout=15).values():
+            future.result(timeout=15)

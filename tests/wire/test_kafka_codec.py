@@ -516,6 +516,10 @@ RESPONSE_EXAMPLES: dict[int, dict[str, Any]] = {
         "responses": [{"name": "orders", "error_code": 0, "error_message": None}],
     },
     22: {"throttle_time_ms": 0, "error_code": 0, "producer_id": 1000, "producer_epoch": 0},
+    23: {"throttle_time_ms": 0, "topics": [{"topic": "orders", "partitions": [
+        {"error_code": 0, "partition": 0, "leader_epoch": 3, "end_offset": 120},
+        {"error_code": ErrorCode.FENCED_LEADER_EPOCH, "partition": 1, "leader_epoch": -1,
+         "end_offset": -1}]}]},
     32: {
         "throttle_time_ms": 0,
         "results": [

@@ -71,6 +71,8 @@ from kafka.protocol.consumer import (
     OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -150,6 +152,7 @@ _MESSAGE_CLASSES: dict[int, tuple[type[ApiMessage], type[ApiMessage]]] = {
     ApiKey.Fetch: (FetchRequest, FetchResponse),
     ApiKey.ListOffsets: (ListOffsetsRequest, ListOffsetsResponse),
     ApiKey.Metadata: (MetadataRequest, MetadataResponse),
+    ApiKey.OffsetForLeaderEpoch: (OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
     ApiKey.OffsetCommit: (OffsetCommitRequest, OffsetCommitResponse),
     ApiKey.OffsetFetch: (OffsetFetchRequest, OffsetFetchResponse),
     ApiKey.FindCoordinator: (FindCoordinatorRequest, FindCoordinatorResponse),

@@ -85,7 +85,8 @@ def handle_find_coordinator(ctx: HandlerContext, header: Any, req: Any) -> ApiGe
         if ctx.cluster is not None and key not in where:
             topic = OFFSETS_TOPIC if key_type == GROUP_KEY else "__transaction_state"
             return (int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                    f"the {topic} partition of {key!r} has no leader yet")
+                    f"the {topic} partition of {key!r} has no leader yet, or its leader "
+                    f"has no listener {ctx.listener_name()}")
         if ctx.cluster is None and own is None:
             return (int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                     f"listener {ctx.listener_name()} is not advertised")

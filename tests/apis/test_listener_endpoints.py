@@ -28,9 +28,11 @@ NAMES = ("INTERNAL", "EXTERNAL")
 
 
 def _broker(i: int, *listeners: str) -> BrokerRow:
+    """Broker ``i``'s endpoints in the order given (each node lists its own listeners in
+    its own order); a listener's port says which it is: 9000 + 100 x its index in NAMES."""
     return BrokerRow(i, 10 + i, f"tcp://127.0.0.1:{7000 + i}", None,
-                     [EndpointRow(name, f"h{i}", 9000 + 100 * k + i, "PLAINTEXT")
-                      for k, name in enumerate(NAMES) if name in listeners], 1, 1, 1)
+                     [EndpointRow(name, f"h{i}", 9000 + 100 * NAMES.index(name) + i,
+                                  "PLAINTEXT") for name in listeners], 1, 1, 1)
 
 
 def _part(topic: str, p: int, leader: int) -> UpdateMetadataPartition:
@@ -111,3 +113,18 @@ def test_a_single_node_answers_the_listener_asked_and_none_unadvertised() -> Non
     # a context made without listener names (tests, tools): the one advertised endpoint
     bare = HandlerContext(TOPOLOGY, Config(), 1, "b", 2, "c", 0, clock=ManualClock())
     assert [(r["host"], r["port"]) for r in cluster.broker_rows(_on(bare, 1))] == [("b", 2)]
+
+
+def test_other_brokers_are_found_by_the_listeners_name_not_its_place() -> None:
+    """Broker 3 lists EXTERNAL first: a client on this node's EXTERNAL (index 1 here) is
+    told broker 3's EXTERNAL port, not the endpoint in broker 3's second place."""
+    cache = MetadataCache()
+    cache.apply(UpdateMetadata(1, 1, 11, True, [_broker(1, *NAMES),
+                                                _broker(3, "EXTERNAL", "INTERNAL")],
+                               [_part("t", 0, 3)], {}))
+    ctx = HandlerContext(TOPOLOGY, Config(), 1, "h1", 9001, "c", 0, {"t": TopicEntry(1, {})},
+                         clock=ManualClock(), cluster=cache, listener_names=NAMES)
+    assert [(r["node_id"], r["port"]) for r in cluster.broker_rows(_on(ctx, 1))] == [
+        (1, 9101), (3, 9103)]
+    assert [(r["node_id"], r["port"]) for r in cluster.broker_rows(_on(ctx, 0))] == [
+        (1, 9001), (3, 9003)]

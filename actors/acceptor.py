@@ -35,15 +35,10 @@ from actors.handoff import STOPPING_PACKET, peer_is_child, recv_handed, send_han
 from actors.runtime.actor import Actor, handles
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
-from actors.topology import Topology
+from actors.topology import LISTENER_SHIFT, Topology, listener_of
 from wire.broker_messages import ConnectionClosed, GetStats, NewConnection
 
-LISTENER_SHIFT = 40  # conn_id = listener index << 40 | a count of that listener's accepts
-
-
-def listener_of(conn_id: int) -> int:
-    """The index (in ``listeners``) of the listener a connection came in on."""
-    return conn_id >> LISTENER_SHIFT
+__all__ = ["LISTENER_SHIFT", "Acceptor", "listener_of"]
 
 
 class Acceptor(Actor):

@@ -549,7 +549,9 @@ class Broker:
                                      dict(topics), clock=clock,
                                      cluster=MetadataCache() if self.cluster else None,
                                      authorizer=authorizer, acl_store=acl_store,
-                                     user_store=user_store, credentials=credentials)
+                                     user_store=user_store, credentials=credentials,
+                                     listener_names=tuple(b.name for b in self.bound),
+                                     advertised=self._advertised_by_name())
                 node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **place(i))
             protocols = tuple(b.security_protocol for b in self.bound)
             assert self.security is not None
@@ -734,6 +736,8 @@ class Broker:
                 "gateway_host": str(cfg["actor.gateway.host"]), "data_dir": str(data_dir),
                 # every listener, bound to the ports process 0 got (port 0 in the config)
                 "listeners": [[b.host, b.port] for b in self.bound],
+                # what each listener advertises (its handlers answer a connection's own)
+                "advertised": [[a.name, a.host, a.port] for a in self.advertised],
                 "clean_shutdown": clean_shutdown, "cluster": self.cluster}
 
         def give_up(reason: str) -> None:
@@ -745,6 +749,13 @@ class Broker:
             self.supervisor = ProcessSupervisor(spec, processes, give_up).start()
         except (OSError, RuntimeError) as exc:
             raise BrokerError(str(exc)) from None
+
+    def _advertised_by_name(self) -> dict[str, tuple[str, int]]:
+        """Listener name -> the (host, port) it advertises (the first of a name counts)."""
+        found: dict[str, tuple[str, int]] = {}
+        for a in self.advertised:
+            found.setdefault(a.name, (a.host, a.port))
+        return found
 
     def _spawn_extra(self, node: Node, topo: Topology, cfg: Config, clock: Any,
                      topics: dict[str, Any] | None = None) -> None:

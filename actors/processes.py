@@ -451,6 +451,9 @@ def run_process(spec: dict[str, Any]) -> int:
     # single: the gateway runs in the worker loop too (frames from the other processes
     # reach its actors in memory, in the same turn)
     node.start(gateway_host=topo.shard(here[0]).name if single and here else None)
+    advertised: dict[str, tuple[str, int]] = {}  # as process 0's (its bound ports)
+    for adv_name, adv_host, adv_port in spec.get("advertised") or ():
+        advertised.setdefault(str(adv_name), (str(adv_host), int(adv_port)))
     for i in range(topo.num_handlers):
         # In a cluster the handlers' metadata comes from process 0's ReplicaManager, which
         # forwards every UpdateMetadata to the handlers of each process (ProcessStarted
@@ -463,7 +466,9 @@ def run_process(spec: dict[str, Any]) -> int:
                              user_store=None if cluster
                              else LocalSecurityStore.in_data_dir(data_dir),
                              credentials=credentials, security_mirror=mirror,
-                             process_generations=dict(zip(names, generations, strict=True)))
+                             process_generations=dict(zip(names, generations, strict=True)),
+                             listener_names=tuple(x.name for x in security.listeners),
+                             advertised=advertised)
         node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **place(i))
     if cluster:
         # Before it takes connections: its handlers get the metadata process 0's ReplicaManager

@@ -67,7 +67,6 @@ from typing import Any
 
 import zmq
 
-from actors.acceptor import listener_of
 from actors.core.file_regions import close_region
 from actors.core.idle_expiry import IdleExpiry
 from actors.core.kafka_connection import (
@@ -94,7 +93,7 @@ from actors.security.sasl import (
 from actors.security.scram import AuthenticationFailed, CredentialLookup
 from actors.security.tls import ANONYMOUS
 from actors.security.tls_connection import TlsConnection, TlsError, TlsState
-from actors.topology import Topology
+from actors.topology import Topology, listener_of
 from wire import kafka_codec as kc
 from wire.api_versions import STAGES, api_name, api_snake_name
 from wire.broker_messages import (

@@ -280,7 +280,7 @@ class RequestHandler(Actor):
             self._refuse(msg, exc, start)
             return
         ctx = self.ctx
-        access = Access(msg.principal, msg.client_host, api_name(header.api_key))
+        access = Access(msg.principal, msg.client_host, api_name(header.api_key), msg.conn_id)
         ctx.access = access
         if ctx.authorizer is None:  # no ACLs: nothing to refuse, as a whole or per item
             gen = api(ctx, header, request)

@@ -12,6 +12,14 @@ from dataclasses import dataclass, field
 from actors.runtime.address import Address
 from actors.runtime.config import Config
 
+LISTENER_SHIFT = 40  # conn_id = listener index << 40 | a count of that listener's accepts
+
+
+def listener_of(conn_id: int) -> int:
+    """The index (in ``listeners``) of the listener a connection came in on: every
+    process's Acceptor of listener i mints its ids so, handed-off connections too."""
+    return conn_id >> LISTENER_SHIFT
+
 
 def stable_hash(text: str) -> int:
     return zlib.crc32(text.encode())

@@ -21,7 +21,7 @@ from actors.runtime.clock import Clock
 from actors.runtime.config import Config
 from actors.security.acl import Authorizer, Operation, ResourceType
 from actors.security.authorizer_log import log_decision
-from actors.topology import Topology
+from actors.topology import Topology, listener_of
 from wire.broker_messages import TopicEntry
 from wire.cluster_messages import UpdateMetadata
 from wire.errors import ErrorCode
@@ -32,11 +32,13 @@ ACL_REFRESH_MS = 1000
 
 
 class Access(NamedTuple):
-    """Who sent the request being handled: principal, client address, API name."""
+    """Who sent the request being handled: principal, client address, API name, and the
+    connection it came on (its id tells the listener: ``HandlerContext.listener_name``)."""
 
     principal: str
     host: str
     api: str
+    conn_id: int = 0
 
 
 PRODUCER_ID_NODE_SLOTS = 1024  # cluster nodes whose broker ids differ modulo this never collide
@@ -114,9 +116,33 @@ class HandlerContext:
     # 0 at start, +1 at each restart) as this handler knows it, stamped on its Appends
     # (Append.generation); kept by the handler as ProcessStarted tells it. Missing: 0.
     process_generations: dict[str, int] = field(default_factory=dict, kw_only=True)
+    # The listeners' names by index (``listeners`` order: a connection id carries the
+    # index), and what each advertises (name -> host, port; a listener not advertised has
+    # none). Empty: the one listener advertised as advertised_host:advertised_port.
+    listener_names: tuple[str, ...] = field(default=(), kw_only=True)
+    advertised: dict[str, tuple[str, int]] = field(default_factory=dict, kw_only=True)
     # topic_name_of's reverse map, and the table it was built from
     _names_by_id: tuple[dict[str, TopicEntry] | None, dict[str, str]] = field(
         default=(None, {}), init=False, repr=False)
+
+    def listener_name(self) -> str | None:
+        """The listener the current request came in on (Kafka's request.context.listenerName):
+        answers that name brokers give each broker's endpoint of this listener, as a client
+        can reach only the listener it connected to. None: no named listeners (the one
+        advertised endpoint is everyone's)."""
+        names = self.listener_names
+        if not names:
+            return None
+        index = listener_of(self.access.conn_id)
+        return names[index] if index < len(names) else names[0]
+
+    def own_endpoint(self) -> tuple[str, int] | None:
+        """This broker's (host, port) on the current request's listener; None when that
+        listener is not advertised (Kafka leaves the broker out of such answers)."""
+        name = self.listener_name()
+        if name is None or not self.advertised:
+            return self.advertised_host, self.advertised_port
+        return self.advertised.get(name)
 
     def allowed(self, operation: Operation, resource_type: ResourceType, name: str,
                 log: bool = True) -> bool:

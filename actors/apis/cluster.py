@@ -31,38 +31,55 @@ Waiting = Generator[list[Call], list[Any], list[str]]
 
 
 def broker_rows(ctx: HandlerContext) -> list[dict[str, Any]]:
-    """Every live broker (Metadata's ``brokers``); this node alone before the first update."""
+    """Every live broker with an endpoint on the request's listener (Metadata's
+    ``brokers``, as Kafka's getAliveBrokerNodes(listenerName)); this node alone before
+    the first update."""
     cache = ctx.cluster
     if cache is not None and cache.brokers:
+        listener = ctx.listener_name()
         rows = []
         for broker_id in cache.broker_ids():
-            found = cache.endpoint(broker_id)
-            if found is None:
+            found = cache.endpoint(broker_id, listener)
+            if found is None:  # not on this listener: a client here cannot reach it
                 continue
             rows.append({"node_id": broker_id, "host": found[0], "port": found[1],
                          "rack": cache.brokers[broker_id].rack})
         return rows
+    own = ctx.own_endpoint()
+    if own is None:
+        return []
     rack = str(ctx.config["broker.rack"]) or None
-    return [{"node_id": ctx.broker_id, "host": ctx.advertised_host,
-             "port": ctx.advertised_port, "rack": rack}]
+    return [{"node_id": ctx.broker_id, "host": own[0], "port": own[1], "rack": rack}]
 
 
 def controller_id(ctx: HandlerContext) -> int:
     return ctx.broker_id if ctx.cluster is None else ctx.cluster.controller_id
 
 
-def partition_rows(ctx: HandlerContext, name: str) -> list[dict[str, Any]]:
-    """Metadata's partitions of ``name``: leader, epoch, replicas, ISR, offline replicas."""
+def partition_rows(ctx: HandlerContext, name: str, version: int = 6) -> list[dict[str, Any]]:
+    """Metadata's partitions of ``name``: leader, epoch, replicas, ISR, offline replicas.
+
+    A live leader without an endpoint on the request's listener is no leader to this
+    client: LISTENER_NOT_FOUND from Metadata v6 (LEADER_NOT_AVAILABLE before), as Kafka's
+    getPartitionMetadata answers it."""
     cache = ctx.cluster
     if cache is None:
         count = ctx.partition_count(name) or 0
+        if ctx.own_endpoint() is None:
+            return [_no_listener(p, 0, [ctx.broker_id], [ctx.broker_id], [], version)
+                    for p in range(count)]
         return [{"error_code": 0, "partition_index": p, "leader_id": ctx.broker_id,
                  "leader_epoch": 0, "replica_nodes": [ctx.broker_id],
                  "isr_nodes": [ctx.broker_id], "offline_replicas": []}
                 for p in range(count)]
+    listener = ctx.listener_name()
     rows = []
     for index, p in sorted(cache.partitions.get(name, {}).items()):
         led = p.leader != NO_LEADER and p.leader in cache.brokers
+        if led and listener is not None and cache.endpoint(p.leader, listener) is None:
+            rows.append(_no_listener(index, p.leader_epoch, list(p.replicas), list(p.isr),
+                                     list(p.offline_replicas), version))
+            continue
         rows.append({
             "error_code": NONE if led else int(ErrorCode.LEADER_NOT_AVAILABLE),
             "partition_index": index,
@@ -73,6 +90,14 @@ def partition_rows(ctx: HandlerContext, name: str) -> list[dict[str, Any]]:
             "offline_replicas": list(p.offline_replicas),
         })
     return rows
+
+
+def _no_listener(index: int, epoch: int, replicas: list[int], isr: list[int],
+                 offline: list[int], version: int) -> dict[str, Any]:
+    error = ErrorCode.LISTENER_NOT_FOUND if version >= 6 else ErrorCode.LEADER_NOT_AVAILABLE
+    return {"error_code": int(error), "partition_index": index, "leader_id": NO_LEADER,
+            "leader_epoch": epoch, "replica_nodes": replicas, "isr_nodes": isr,
+            "offline_replicas": offline}
 
 
 def await_topics(ctx: HandlerContext, names: list[str], present: bool,
@@ -124,12 +149,12 @@ def ensure_offsets_topic(ctx: HandlerContext) -> Waiting:
 
 def group_coordinator(ctx: HandlerContext, group_id: str) -> tuple[int, int, str, int]:
     """(error, node id, host, port) of the group's coordinator: the leader of its
-    ``__consumer_offsets`` partition (Kafka's partitionFor)."""
+    ``__consumer_offsets`` partition (Kafka's partitionFor), on the request's listener."""
     cache = ctx.cluster
     assert cache is not None
     partition = partition_for(group_id, int(ctx.config["offsets.topic.num.partitions"]))
     leader = cache.leader(OFFSETS_TOPIC, partition)
-    found = cache.endpoint(leader) if leader != NO_LEADER else None
+    found = cache.endpoint(leader, ctx.listener_name()) if leader != NO_LEADER else None
     if found is None:
         return int(ErrorCode.COORDINATOR_NOT_AVAILABLE), -1, "", -1
     return NONE, leader, found[0], found[1]

@@ -76,6 +76,8 @@ def handle_find_coordinator(ctx: HandlerContext, header: Any, req: Any) -> ApiGe
                                           else transaction_coordinator(ctx, key))
             if not missing and error == NONE:
                 where[key] = (node_id, host, port)
+    # a single node: itself, on the request's listener (none when it is not advertised)
+    own = ctx.own_endpoint() if ctx.cluster is None else None
 
     def one(key: str) -> tuple[int, str | None]:
         if key_type not in (GROUP_KEY, TRANSACTION_KEY):
@@ -83,11 +85,15 @@ def handle_find_coordinator(ctx: HandlerContext, header: Any, req: Any) -> ApiGe
         if ctx.cluster is not None and key not in where:
             topic = OFFSETS_TOPIC if key_type == GROUP_KEY else "__transaction_state"
             return (int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                    f"the {topic} partition of {key!r} has no leader yet")
+                    f"the {topic} partition of {key!r} has no leader yet, or its leader "
+                    f"has no listener {ctx.listener_name()}")
+        if ctx.cluster is None and own is None:
+            return (int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                    f"listener {ctx.listener_name()} is not advertised")
         return NONE, None
 
     def node_of(key: str) -> tuple[int, str, int]:
-        return where.get(key, (ctx.broker_id, ctx.advertised_host, ctx.advertised_port))
+        return where.get(key, (ctx.broker_id, *(own or ("", -1))))
 
     if version >= 4:
         coordinators = []

@@ -34,8 +34,8 @@ __all__ = [
     "handle_metadata",
 ]
 
-def _partition_rows(ctx: HandlerContext, name: str) -> list[dict[str, Any]]:
-    return cluster.partition_rows(ctx, name)
+def _partition_rows(ctx: HandlerContext, name: str, version: int = 6) -> list[dict[str, Any]]:
+    return cluster.partition_rows(ctx, name, version)
 
 
 @functools.lru_cache(maxsize=4096)  # a topic's id is asked on every Metadata request
@@ -97,7 +97,8 @@ def _metadata_wanted(version: int, req: Any) -> list[tuple[str | None, str]] | N
 
 
 def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
-    listed = req.topics is None or (header.api_version == 0 and not req.topics)
+    version = header.api_version
+    listed = req.topics is None or (version == 0 and not req.topics)
     wanted: list[tuple[str | None, str]] = []
     if not listed:
         found = _metadata_wanted(header.api_version, req)
@@ -150,10 +151,11 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             elif error not in (0, int(ErrorCode.TOPIC_ALREADY_EXISTS)):
                 errors[name] = error
     if listed:
-        topics = [_metadata_topic(ctx, name, errors) for name in names]
+        topics = [_metadata_topic(ctx, name, errors, version) for name in names]
     else:
-        topics = [_metadata_topic(ctx, name, errors) if name is not None
-                  else _metadata_topic_by_id(ctx, topic_id) for name, topic_id in wanted]
+        topics = [_metadata_topic(ctx, name, errors, version) if name is not None
+                  else _metadata_topic_by_id(ctx, topic_id, version)
+                  for name, topic_id in wanted]
     return Respond({
         "throttle_time_ms": 0,
         "brokers": cluster.broker_rows(ctx),
@@ -163,7 +165,8 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     })
 
 
-def _metadata_topic(ctx: HandlerContext, name: str, errors: dict[str, int]) -> dict[str, Any]:
+def _metadata_topic(ctx: HandlerContext, name: str, errors: dict[str, int],
+                    version: int) -> dict[str, Any]:
     unknown = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     error = errors.get(name, 0 if name in ctx.topics else unknown)
     entry = ctx.topics.get(name) if error == 0 else None
@@ -173,11 +176,11 @@ def _metadata_topic(ctx: HandlerContext, name: str, errors: dict[str, int]) -> d
         # v10+: the topic's id (the zero id when not known), as Kafka answers it
         "topic_id": _uuid(entry.topic_id) if entry is not None else None,
         "is_internal": name.startswith("__"),
-        "partitions": _partition_rows(ctx, name) if error == 0 else [],
+        "partitions": _partition_rows(ctx, name, version) if error == 0 else [],
     }
 
 
-def _metadata_topic_by_id(ctx: HandlerContext, topic_id: str) -> dict[str, Any]:
+def _metadata_topic_by_id(ctx: HandlerContext, topic_id: str, version: int) -> dict[str, Any]:
     """A topic asked by its id (v12+). Kafka: an id no topic has is UNKNOWN_TOPIC_ID, and a
     topic the principal may not describe is TOPIC_AUTHORIZATION_FAILED; both with the id
     and a null name (an id is not secret, a name is). Never created: ids are not chosen."""
@@ -186,7 +189,7 @@ def _metadata_topic_by_id(ctx: HandlerContext, topic_id: str) -> dict[str, Any]:
         return {"error_code": UNKNOWN_TOPIC_ID if name is None else TOPIC_DENIED,
                 "name": None, "topic_id": _uuid(topic_id), "is_internal": False,
                 "partitions": []}
-    return _metadata_topic(ctx, name, {})
+    return _metadata_topic(ctx, name, {}, version)
 
 
 def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:

@@ -84,13 +84,17 @@ def ensure_transaction_topic(ctx: HandlerContext) -> cluster.Waiting:
 
 def transaction_coordinator(ctx: HandlerContext, transactional_id: str
                             ) -> tuple[int, int, str, int]:
-    """(error, node id, host, port) of the transactional id's coordinator."""
+    """(error, node id, host, port) of the transactional id's coordinator, on the
+    request's listener."""
     cache = ctx.cluster
     if cache is None:
-        return NONE, ctx.broker_id, ctx.advertised_host, ctx.advertised_port
+        own = ctx.own_endpoint()
+        if own is None:
+            return int(ErrorCode.COORDINATOR_NOT_AVAILABLE), -1, "", -1
+        return NONE, ctx.broker_id, own[0], own[1]
     p = partition_for(transactional_id, int(ctx.config["transaction.state.log.num.partitions"]))
     leader = cache.leader(TRANSACTION_STATE_TOPIC, p)
-    found = cache.endpoint(leader) if leader != NO_LEADER else None
+    found = cache.endpoint(leader, ctx.listener_name()) if leader != NO_LEADER else None
     if found is None:
         return int(ErrorCode.COORDINATOR_NOT_AVAILABLE), -1, "", -1
     return NONE, leader, found[0], found[1]

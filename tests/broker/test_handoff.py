@@ -143,7 +143,7 @@ def test_an_ssl_listener_hands_connections_and_the_handshake_is_the_receivers(
     config = dict(HANDOFF, **{"ssl.keystore.location": str(pki.server),
                               "ssl.truststore.type": "PEM",
                               "ssl.truststore.location": str(pki.ca)})
-    broker = BrokerProcess(  # SSL first: Metadata advertises the first listener
+    broker = BrokerProcess(  # SSL first: the broker fixture talks to the first listener
         tmp_path / "data", port=ssl_port, config=config,
         listen=f"SSL://127.0.0.1:{ssl_port},PLAINTEXT://127.0.0.1:{plain_port}").start()
     try:

@@ -2,8 +2,7 @@
 
 One node with a SASL_PLAINTEXT listener (PLAIN, users made with `actorlog users
 add`) and a PLAINTEXT one; `super.users = User:admin`. User:ANONYMOUS (PLAINTEXT)
-is tested on a node of its own (Metadata advertises the first listener only, so a
-PLAINTEXT client of the two-listener node would be sent to the SASL port).
+is tested on a node of its own.
 confluent-kafka's AdminClient creates, describes and deletes ACLs; kafka-python
 as alice is denied with Kafka's exact codes (29, 30) and then allowed.
 """

@@ -42,7 +42,7 @@ def _start(base: Path, listen: str, port: int, config: dict[str, Any]) -> Broker
 
 @pytest.fixture(scope="module")
 def tls(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """SSL first (Metadata advertises the first listener), then PLAINTEXT."""
+    """SSL first, then PLAINTEXT (each client is told its own listener's port)."""
     ssl_port, plain_port = free_port(), free_port()
     broker = _start(tmp_path_factory.mktemp("tls"),
                     f"SSL://127.0.0.1:{ssl_port},PLAINTEXT://127.0.0.1:{plain_port}", ssl_port,

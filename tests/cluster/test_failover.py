@@ -184,3 +184,63 @@ def test_broker_kill_9_moves_its_leaderships_and_a_restarted_broker_follows(
     assert f"meant for broker epoch {first_epoch}" in line and str(second_epoch) in line
     assert line.endswith("(STALE_BROKER_EPOCH)")
     assert produce_to(node, TOPIC, led[0], [b"x"]).error_code == NOT_LEADER
+
+
+def test_a_follower_killed_while_an_acks_all_produce_waits_on_it_acknowledges_it_once(
+        cluster_factory: Any) -> None:
+    """The controller takes a dead follower out of the ISR with the next leader epoch,
+    the leader staying: a produce that waited on that follower is acknowledged once the
+    remaining ISR holds it (as Kafka does), not refused NOT_LEADER_OR_FOLLOWER. The
+    refusal made a producer send the record again, and the log held it twice."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import TopicPartition as Tp
+
+    cluster = cluster_factory(3)
+    client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30_000)
+    try:
+        client.create_topics([NewTopic("waits", 1, 3,
+                                       topic_configs={"min.insync.replicas": "2"})])
+    finally:
+        client.close()
+    before = cluster.wait_topic("waits", 1).partitions[("waits", 0)]
+    leader = before.leader
+    follower = next(r for r in before.replicas if r not in (leader, cluster.controller()))
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                         "enable.idempotence": False, "retries": 0, "linger.ms": 0,
+                         "request.timeout.ms": 30_000, "message.timeout.ms": 60_000})
+    outcomes: list[tuple[bytes, Any, int | None]] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        outcomes.append((msg.value(), err, msg.offset()))
+
+    producer.produce("waits", b"first", partition=0, on_delivery=delivered)
+    assert producer.flush(30) == 0 and outcomes[0][1] is None, outcomes
+    cluster.nodes[follower].pause()  # in the ISR, fetching nothing: the next produce waits
+    producer.produce("waits", b"second", partition=0, on_delivery=delivered)
+    producer.poll(2)
+    assert len(outcomes) == 1, outcomes  # waiting on the paused follower
+    cluster.nodes[follower].kill()
+    assert producer.flush(60) == 0
+    assert len(outcomes) == 2 and outcomes[1][1] is None, outcomes
+    assert outcomes[1][2] == 1  # refused, librdkafka sent it again: offset 2, held twice
+    after = cluster.view().partitions[("waits", 0)]
+    assert after.leader == leader and follower not in after.isr
+    assert after.leader_epoch > before.leader_epoch  # the controller's ISR change
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "check",
+                         "enable.auto.commit": False})
+    consumer.assign([Tp("waits", 0, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(values) < 2 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                values.append(msg.value())
+        time.sleep(1)
+        while (msg := consumer.poll(0.5)) is not None:
+            if not msg.error():
+                values.append(msg.value())
+    finally:
+        consumer.close()
+    assert values == [b"first", b"second"]

@@ -13,6 +13,7 @@ live node serves.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from typing import Any
 
@@ -244,3 +245,39 @@ def test_a_follower_killed_while_an_acks_all_produce_waits_on_it_acknowledges_it
     finally:
         consumer.close()
     assert values == [b"first", b"second"]
+
+
+def test_a_restarted_node_waits_out_its_previous_life_registration_past_one_timeout(
+        cluster_factory: Any, zk_connect: str) -> None:
+    """ZooKeeper expires a session up to a tick after its timeout, and a session it
+    restored when the server restarted only a timeout after that restart: a node started
+    then finds its previous life still registered for longer than one session timeout.
+    It waits it out; it used to give up after one timeout and exit, as if another node
+    held its node.id. (The stale registration is played by a session of the test's own,
+    holding the node's registration, closed a timeout and 2.5 s after the node's start.)"""
+    cluster = cluster_factory(3)
+    victim = next(b for b in (1, 2, 3) if b != cluster.controller())
+    node = cluster.nodes[victim]
+    path = znodes.broker_path(victim)
+    stale = ZooKeeperReader(zk_connect)
+    try:
+        registration = stale.get(path)
+        assert registration is not None
+        node.kill()
+        wait_for("its registration to expire", lambda: stale.get(path) is None, timeout_s=30)
+        stale.client.create(path, registration, ephemeral=True)
+        timer = threading.Timer(cluster.session_timeout_ms / 1000 + 2.5, stale.client.stop)
+        timer.start()
+        try:
+            node.start()
+        finally:
+            timer.join()
+    finally:
+        stale.close()
+    check = ZooKeeperReader(zk_connect)
+    try:
+        wait_for("the node registered again", lambda: node.running and check.get(path),
+                 timeout_s=30)
+    finally:
+        check.close()
+    assert not log_lines(node, "already registered in ZooKeeper"), node.log()[-2000:]

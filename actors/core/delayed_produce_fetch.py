@@ -51,7 +51,8 @@ class ProducePartitionStatus(NamedTuple):
     log_start_offset: int = -1
     # A local append error: the partition is answered with it and not waited on.
     error_code: ErrorCode = ErrorCode.NONE
-    # The leader epoch at append time; another epoch means the leader moved.
+    # The leader epoch at append time; a leadership begun after it (not the same
+    # leader continuing at the next epoch: leader_since_epoch) means the leader moved.
     leader_epoch: int | None = None
 
 

@@ -382,22 +382,31 @@ class Cluster:
         with itself alone and no controller until the controller's first UpdateMetadata
         reaches it (seconds after it registered): a client that asked it then found no
         controller (librdkafka's CreateTopics waited for one, and timed out after 30 s).
-        A node whose listener refuses an unauthenticated Metadata is not waited for."""
+        A node whose listener closes an unauthenticated Metadata (SASL wants a login
+        first) is not waited for; other probe errors (a timeout, a reset) are tried again."""
         want = set(self.plans)
         deadline = time.monotonic() + timeout_s
         for node_id, plan in self.plans.items():
+            proc = self.node(node_id)
             while True:
                 try:
-                    found = metadata(plan.client_address, self.probe_timeout_s)
-                except ProbeError:
-                    break  # it answered ApiVersions: a listener that wants a login first
-                if want <= set(found.brokers) and found.controller_id >= 0:
-                    break
+                    found = metadata(plan.client_address, self.probe_timeout_s, topics=[])
+                except ProbeError as exc:
+                    if "closed the connection" in str(exc):
+                        break  # it answered ApiVersions: a listener that wants a login
+                    said = f"its Metadata failed: {exc}"
+                else:
+                    if want <= set(found.brokers) and found.controller_id >= 0:
+                        break
+                    said = (f"its Metadata named nodes {sorted(found.brokers)}, controller "
+                            f"{found.controller_id}")
+                if proc.info() is None:
+                    raise proc.start_error("exited before its Metadata named the cluster")
                 if time.monotonic() > deadline:
                     raise ClusterError(
                         f"within {timeout_s:g} s node {node_id}'s Metadata did not name every "
-                        f"node and a controller (nodes {sorted(found.brokers)}, controller "
-                        f"{found.controller_id})")
+                        f"node and a controller ({said}); the nodes are registered: "
+                        f"`cluster up --keep` leaves them running to look")
                 time.sleep(0.1)
 
     def roll_back(self, state: ClusterState, started: list[ManagedProcess],

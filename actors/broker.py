@@ -211,6 +211,16 @@ def bind_listener(host: str, port: int, reuse_port: bool = False) -> socket.sock
     return listener
 
 
+def stale_registration_wait_ms(cfg: Config) -> int:
+    """How long a starting node waits for a registration its previous life left (killed,
+    its session not expired yet) to go: twice the session timeout. ZooKeeper expires a
+    session up to a tick after its timeout (a tick is at most half of it), and one it
+    restored when the server restarted a timeout after that restart: a node started
+    right after ZooKeeper came back found its previous life registered for longer than
+    one timeout, and refused to start as if another node held its node.id."""
+    return 2 * int(cfg["zookeeper.session.timeout.ms"])
+
+
 def cluster_node_name(cfg: Config) -> str:
     """A cluster node is named after its broker id, so every node can address every other."""
     broker_id = int(cfg["node.id"])
@@ -431,8 +441,8 @@ class Broker:
                 gateway_port = free_tcp_port(str(cfg["actor.gateway.host"]))
             cluster_id = self._join(cfg, data_dir, broker_id)
             self._check_cluster_curve(curve, broker_id)
-            self._check_cluster_wire(broker_id, wait_for_stale_ms=int(
-                cfg["zookeeper.session.timeout.ms"]))
+            self._check_cluster_wire(broker_id,
+                                     wait_for_stale_ms=stale_registration_wait_ms(cfg))
         else:
             cluster_id = read_or_create_meta(data_dir, broker_id)
         try:  # processes 1.. of an earlier run (process 0 killed) close their logs first
@@ -829,13 +839,13 @@ class Broker:
         """Register in ``/brokers/ids`` once every actor runs, then let the controller start.
 
         A registration left by this node's previous life (killed, its session not
-        yet expired) is waited out for up to the session timeout; a live node
+        yet expired) is waited out (``stale_registration_wait_ms``); a live node
         holding the same node.id is refused.
         """
-        session_ms = int(cfg["zookeeper.session.timeout.ms"])
         assert self.metadata is not None and self.broker_info is not None
         try:
-            epoch = self.metadata.register_broker(self.broker_info, wait_for_stale_ms=session_ms)
+            epoch = self.metadata.register_broker(
+                self.broker_info, wait_for_stale_ms=stale_registration_wait_ms(cfg))
         except BrokerIdInUse as exc:
             raise BrokerConfigError(str(exc)) from None
         except MetadataError as exc:

@@ -342,6 +342,10 @@ class PartitionStatus(NamedTuple):
     min_insync_replicas: int
     high_watermark_position: SegmentPosition
     log_end_position: SegmentPosition
+    # The leader epoch at which this node's unbroken leadership began: a controller's
+    # ISR change gives the same leader the next epoch and does not end it (-1: unknown,
+    # take ``leader_epoch``)
+    leader_since_epoch: int = -1
 
     @property
     def key(self) -> TopicPartition:

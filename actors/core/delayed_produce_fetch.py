@@ -51,7 +51,8 @@ class ProducePartitionStatus(NamedTuple):
     log_start_offset: int = -1
     # A local append error: the partition is answered with it and not waited on.
     error_code: ErrorCode = ErrorCode.NONE
-    # The leader epoch at append time; another epoch means the leader moved.
+    # The leader epoch at append time; a leadership begun after it (not the same
+    # leader continuing at the next epoch: leader_since_epoch) means the leader moved.
     leader_epoch: int | None = None
 
 
@@ -67,11 +68,21 @@ class ProduceOutcome(NamedTuple):
     timed_out: bool
 
 
+def _same_leadership(status: PartitionStatus, appended_epoch: int) -> bool:
+    """Whether the leadership that appended at ``appended_epoch`` still holds: the
+    current one began at or before it (a controller's ISR change bumps the epoch of a
+    leader that stays)."""
+    since = status.leader_since_epoch if status.leader_since_epoch >= 0 else status.leader_epoch
+    return since <= appended_epoch <= status.leader_epoch
+
+
 class DelayedProduce(DelayedOperation):
     """An acks=-1 produce waiting for the ISR.
 
     Per partition, the first matching rule settles it: the partition is not
-    led here any more, or its leader epoch changed (NOT_LEADER_OR_FOLLOWER);
+    led here any more, or its leadership changed since the append (another
+    leader led in between; an epoch bump that kept this leader, a controller's
+    ISR change, does not count) (NOT_LEADER_OR_FOLLOWER);
     the ISR is smaller than ``min.insync.replicas``
     (NOT_ENOUGH_REPLICAS_AFTER_APPEND, also when the HW got there, as in
     Kafka); the high watermark reached the required offset (NONE). The
@@ -109,7 +120,7 @@ class DelayedProduce(DelayedOperation):
         tp: TopicPartition = key  # type: ignore[assignment]
         wanted = self.partitions[tp]
         if not status.is_leader or (
-            wanted.leader_epoch is not None and status.leader_epoch != wanted.leader_epoch
+            wanted.leader_epoch is not None and not _same_leadership(status, wanted.leader_epoch)
         ):
             error = ErrorCode.NOT_LEADER_OR_FOLLOWER
         elif status.isr_size < status.min_insync_replicas:

@@ -102,6 +102,8 @@ class PartitionState:
     proposals_held_until_ms: int = 0
     # when the pending proposal, whose answer left its fate unknown, is sent again
     resend_at_ms: int | None = None
+    # the leader epoch at which this node's unbroken leadership began (-1: not leading)
+    leader_since_epoch: int = -1
 
     @classmethod
     def leader_alone(cls, log: PartitionLog, broker_id: int, min_isr: int) -> PartitionState:
@@ -127,7 +129,16 @@ class PartitionState:
         The new epoch starts at the log end. Followers' positions are unknown
         until they fetch at this epoch; the ISR members count as caught up now,
         so none is dropped before it had ``replica.lag.time.max.ms`` to fetch.
+
+        Leading at the epoch right after the one this node led (a controller's ISR
+        change: a follower died or shut down) continues its leadership: nobody else
+        led in between, so what it appended is still its log, and a produce waiting
+        on it is not refused for the new epoch (Kafka completes it too). Any other
+        epoch starts a new leadership.
         """
+        continued = self.is_leader and leader_epoch == self.leader_epoch + 1
+        if not continued:
+            self.leader_since_epoch = leader_epoch
         self.leader_id = self.broker_id
         self.leader_epoch = leader_epoch
         self.isr = set(isr)
@@ -408,7 +419,8 @@ class PartitionState:
             log.topic, log.partition, log.high_watermark, log.log_end_offset, self.is_leader,
             self.leader_epoch, len(self.isr), self.min_insync_replicas,
             SegmentPosition(hw.segment_base_offset, hw.relative_position_in_segment),
-            SegmentPosition(leo.segment_base_offset, leo.relative_position_in_segment))
+            SegmentPosition(leo.segment_base_offset, leo.relative_position_in_segment),
+            self.leader_since_epoch if self.is_leader else -1)
 
     @staticmethod
     def gone_status(topic: str, partition: int) -> PartitionStatus:

@@ -234,6 +234,7 @@ class Cluster:
             for node_id in self.plans:
                 self.wait_answering(node_id, timeout_s)
             self.wait_registered(timeout_s)
+            self.wait_metadata(timeout_s)
         except (HostError, NetnsError, StartError, ClusterError, KeyboardInterrupt) as exc:
             if isinstance(exc, KeyboardInterrupt):
                 exc = ClusterError("interrupted")
@@ -375,6 +376,38 @@ class Cluster:
                         f"within {timeout_s:g} s not every node registered in ZooKeeper "
                         f"(missing: {sorted(want - registered)}, controller: {controller})")
                 time.sleep(0.2)
+
+    def wait_metadata(self, timeout_s: float) -> None:
+        """Until every node's Metadata names every node and a controller. A node answers
+        with itself alone and no controller until the controller's first UpdateMetadata
+        reaches it (seconds after it registered): a client that asked it then found no
+        controller (librdkafka's CreateTopics waited for one, and timed out after 30 s).
+        A node whose listener closes an unauthenticated Metadata (SASL wants a login
+        first) is not waited for; other probe errors (a timeout, a reset) are tried again."""
+        want = set(self.plans)
+        deadline = time.monotonic() + timeout_s
+        for node_id, plan in self.plans.items():
+            proc = self.node(node_id)
+            while True:
+                try:
+                    found = metadata(plan.client_address, self.probe_timeout_s, topics=[])
+                except ProbeError as exc:
+                    if "closed the connection" in str(exc):
+                        break  # it answered ApiVersions: a listener that wants a login
+                    said = f"its Metadata failed: {exc}"
+                else:
+                    if want <= set(found.brokers) and found.controller_id >= 0:
+                        break
+                    said = (f"its Metadata named nodes {sorted(found.brokers)}, controller "
+                            f"{found.controller_id}")
+                if proc.info() is None:
+                    raise proc.start_error("exited before its Metadata named the cluster")
+                if time.monotonic() > deadline:
+                    raise ClusterError(
+                        f"within {timeout_s:g} s node {node_id}'s Metadata did not name every "
+                        f"node and a controller ({said}); the nodes are registered: "
+                        f"`cluster up --keep` leaves them running to look")
+                time.sleep(0.1)
 
     def roll_back(self, state: ClusterState, started: list[ManagedProcess],
                   made: list[str]) -> None:

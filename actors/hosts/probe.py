@@ -81,9 +81,11 @@ def api_versions(address: str, timeout_s: float = 2.0) -> int:
     return len(response.api_keys)
 
 
-def metadata(address: str, timeout_s: float = 2.0) -> MetadataInfo:
-    """Metadata v1 for every topic (without creating any)."""
-    response = _call(address, MetadataRequest[1](topics=None), timeout_s)
+def metadata(address: str, timeout_s: float = 2.0,
+             topics: list[str] | None = None) -> MetadataInfo:
+    """Metadata v1 for ``topics`` (None: every topic; [] none: brokers and controller only),
+    without creating any."""
+    response = _call(address, MetadataRequest[1](topics=topics), timeout_s)
     brokers = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
     partitions = tuple(
         PartitionInfo(t.name, p.partition_index, p.leader_id, tuple(p.replica_nodes),

@@ -13,6 +13,7 @@ live node serves.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from typing import Any
 
@@ -184,3 +185,99 @@ def test_broker_kill_9_moves_its_leaderships_and_a_restarted_broker_follows(
     assert f"meant for broker epoch {first_epoch}" in line and str(second_epoch) in line
     assert line.endswith("(STALE_BROKER_EPOCH)")
     assert produce_to(node, TOPIC, led[0], [b"x"]).error_code == NOT_LEADER
+
+
+def test_a_follower_killed_while_an_acks_all_produce_waits_on_it_acknowledges_it_once(
+        cluster_factory: Any) -> None:
+    """The controller takes a dead follower out of the ISR with the next leader epoch,
+    the leader staying: a produce that waited on that follower is acknowledged once the
+    remaining ISR holds it (as Kafka does), not refused NOT_LEADER_OR_FOLLOWER. The
+    refusal made a producer send the record again, and the log held it twice."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import TopicPartition as Tp
+
+    cluster = cluster_factory(3)
+    client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30_000)
+    try:
+        client.create_topics([NewTopic("waits", 1, 3,
+                                       topic_configs={"min.insync.replicas": "2"})])
+    finally:
+        client.close()
+    before = cluster.wait_topic("waits", 1).partitions[("waits", 0)]
+    leader = before.leader
+    follower = next(r for r in before.replicas if r not in (leader, cluster.controller()))
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                         "enable.idempotence": False, "retries": 0, "linger.ms": 0,
+                         "request.timeout.ms": 30_000, "message.timeout.ms": 60_000})
+    outcomes: list[tuple[bytes, Any, int | None]] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        outcomes.append((msg.value(), err, msg.offset()))
+
+    producer.produce("waits", b"first", partition=0, on_delivery=delivered)
+    assert producer.flush(30) == 0 and outcomes[0][1] is None, outcomes
+    cluster.nodes[follower].pause()  # in the ISR, fetching nothing: the next produce waits
+    producer.produce("waits", b"second", partition=0, on_delivery=delivered)
+    producer.poll(2)
+    assert len(outcomes) == 1, outcomes  # waiting on the paused follower
+    cluster.nodes[follower].kill()
+    assert producer.flush(60) == 0
+    assert len(outcomes) == 2 and outcomes[1][1] is None, outcomes
+    assert outcomes[1][2] == 1  # before: refused NOT_LEADER_OR_FOLLOWER though in the log
+    after = cluster.view().partitions[("waits", 0)]
+    assert after.leader == leader and follower not in after.isr
+    assert after.leader_epoch > before.leader_epoch  # the controller's ISR change
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "check",
+                         "enable.auto.commit": False})
+    consumer.assign([Tp("waits", 0, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(values) < 2 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                values.append(msg.value())
+        time.sleep(1)
+        while (msg := consumer.poll(0.5)) is not None:
+            if not msg.error():
+                values.append(msg.value())
+    finally:
+        consumer.close()
+    assert values == [b"first", b"second"]
+
+
+def test_a_restarted_node_waits_out_its_previous_life_registration_past_one_timeout(
+        cluster_factory: Any, zk_connect: str) -> None:
+    """ZooKeeper expires a session up to a tick after its timeout, and a session it
+    restored when the server restarted only a timeout after that restart: a node started
+    then finds its previous life still registered for longer than one session timeout.
+    It waits it out; it used to give up after one timeout and exit, as if another node
+    held its node.id. (The stale registration is played by a session of the test's own,
+    holding the node's registration, closed a timeout and 2.5 s after the node's start.)"""
+    cluster = cluster_factory(3)
+    victim = next(b for b in (1, 2, 3) if b != cluster.controller())
+    node = cluster.nodes[victim]
+    path = znodes.broker_path(victim)
+    stale = ZooKeeperReader(zk_connect)
+    try:
+        registration = stale.get(path)
+        assert registration is not None
+        node.kill()
+        wait_for("its registration to expire", lambda: stale.get(path) is None, timeout_s=30)
+        stale.client.create(path, registration, ephemeral=True)
+        timer = threading.Timer(cluster.session_timeout_ms / 1000 + 2.5, stale.client.stop)
+        timer.start()
+        try:
+            node.start()
+        finally:
+            timer.join()
+    finally:
+        stale.close()
+    check = ZooKeeperReader(zk_connect)
+    try:
+        wait_for("the node registered again", lambda: node.running and check.get(path),
+                 timeout_s=30)
+    finally:
+        check.close()
+    assert not log_lines(node, "already registered in ZooKeeper"), node.log()[-2000:]

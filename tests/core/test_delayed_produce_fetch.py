@@ -31,6 +31,7 @@ def status(
     min_isr: int = 2,
     hw_pos: tuple[int, int] = (0, 0),
     leo_pos: tuple[int, int] | None = None,
+    since: int = -1,
 ) -> PartitionStatus:
     return PartitionStatus(
         tp.topic,
@@ -43,6 +44,7 @@ def status(
         min_insync_replicas=min_isr,
         high_watermark_position=SegmentPosition(*hw_pos),
         log_end_position=SegmentPosition(*(hw_pos if leo_pos is None else leo_pos)),
+        leader_since_epoch=since,
     )
 
 
@@ -108,6 +110,23 @@ def test_produce_leader_epoch_change_counts_as_leader_moved() -> None:
     assert op.try_complete()
     assert op.outcome.responses[A].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert op.outcome.responses[B].error_code == ErrorCode.NONE
+
+
+def test_produce_a_leader_that_stayed_over_a_new_epoch_still_waits_for_the_high_watermark() -> None:
+    # A at epoch 3; the controller took a follower out of the ISR (epoch 4, same leader)
+    op = produce()
+    op.observe(A, status(A, hw=5, epoch=4, since=2))
+    assert op.pending_partitions == {A, B}
+    op.observe(A, status(A, hw=10, epoch=4, since=2))
+    op.observe(B, status(B, hw=20, epoch=4, since=4))
+    assert op.try_complete()
+    assert op.outcome.responses[A] == ProducePartitionResponse(ErrorCode.NONE, 5, -1, 0)
+    # led again from epoch 4 on (another leader between): the append may be gone
+    op = produce()
+    op.observe(A, status(A, hw=50, epoch=5, since=4))
+    op.observe(B, status(B, hw=50))
+    assert op.try_complete()
+    assert op.outcome.responses[A].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 def test_produce_isr_below_min_insync_replicas_answers_not_enough_replicas_after_append() -> None:

@@ -159,7 +159,10 @@ class LeaderDurabilityMachine(RuleBasedStateMachine):
         assert status is not None and status == state.status(), (status, state.status())
         required = produce.required_offset
         assert not fx.outcome.timed_out
-        assert status.is_leader and status.leader_epoch == produce.leader_epoch
+        # the leadership that appended it (the next epoch with this leader continues it)
+        assert status.is_leader
+        assert status.leader_since_epoch <= produce.leader_epoch <= status.leader_epoch, (
+            status, produce)
         assert status.isr_size == len(state.isr) >= status.min_insync_replicas == MIN_ISR, (
             sorted(state.isr), status)
         assert status.high_watermark >= required
@@ -316,8 +319,9 @@ class LeaderDurabilityMachine(RuleBasedStateMachine):
     def leader_and_isr(self, lead: bool, data: st.DataObject) -> None:
         """LeaderAndIsr at the next leader epoch, with an ISR a correct controller may
         choose (replicas holding all below the high watermark): this broker leads again,
-        or a follower whose log is this one's (no truncation follows) or no one leads, and
-        waiting produces are answered NOT_LEADER_OR_FOLLOWER."""
+        or a follower whose log is this one's (no truncation follows) or no one leads; the
+        waiting produces are answered NOT_LEADER_OR_FOLLOWER, except that leading again
+        continues the leadership: they wait for the new ISR."""
         state = self.state
         hw = state.log.high_watermark
         end = state.log.log_end_offset

@@ -59,6 +59,20 @@ def test_followers_unknown_after_becoming_leader_hold_the_high_watermark(tmp_pat
     assert state.log.high_watermark == 3
 
 
+def test_leading_at_the_next_epoch_continues_the_leadership_any_other_role_ends_it(
+        tmp_path: Path) -> None:
+    state = leader_state(new_log(tmp_path / "t-0"))
+    assert state.status().leader_since_epoch == 0
+    state.become_leader(1, [LEADER, F1], [LEADER, F1, F2], partition_epoch=1)  # F2 left
+    assert (state.status().leader_epoch, state.status().leader_since_epoch) == (1, 0)
+    state.become_leader(3, [LEADER, F1], [LEADER, F1, F2], partition_epoch=2)  # 2 missed
+    assert state.status().leader_since_epoch == 3
+    state.become_follower(F1, 4, [LEADER, F1], [LEADER, F1, F2], partition_epoch=3)
+    assert state.status().leader_since_epoch == -1
+    state.become_leader(5, [LEADER, F1], [LEADER, F1, F2], partition_epoch=4)
+    assert state.status().leader_since_epoch == 5
+
+
 def test_a_fetch_from_a_replica_not_assigned_counts_for_nothing(tmp_path: Path) -> None:
     state = leader_state(new_log(tmp_path / "t-0"))
     append(state, 5)

@@ -22,12 +22,14 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from kafka import KafkaConsumer
+from kafka.admin import KafkaAdminClient, NewTopic
 
 from actors.core.cluster_model import BrokerInfo, Endpoint, LeaderAndIsr, TopicAssignment
 from actors.core.cluster_model import TopicPartition as TP
 from actors.hosts import netns
 from actors.hosts.cluster import Cluster, ClusterError, open_store
 from actors.hosts.faults import FaultError, Netem
+from actors.hosts.probe import metadata
 from actors.hosts.runner import local_version
 from actors.hosts.spec import load_spec
 from actors.metadata.zk_server import free_port
@@ -293,6 +295,11 @@ def test_up_status_down_on_this_machine(spec_file: Path, zk_connect: str,
     text = cli("status", "--spec", str(spec_file), "--topics")
     assert f"local-topic-0: leader {parts[0]['leader']}, isr" in text.stdout
     assert "group status-group: Empty, 0 member(s), lag 6 over 1 partition(s)" in text.stdout
+    admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=60_000)
+    try:  # partitions for the controller to take over at the next `up` (below)
+        admin.create_topics([NewTopic("many", 200, 2)])
+    finally:
+        admin.close()
     down = cli("down", "--spec", str(spec_file))
     assert down.returncode == 0, down.stderr
     assert "node 1 on here: stopped" in down.stdout and "node 2 on here: stopped" in down.stdout
@@ -300,6 +307,19 @@ def test_up_status_down_on_this_machine(spec_file: Path, zk_connect: str,
     assert (data / "node-2" / ".kafka_cleanshutdown").exists()  # it stopped cleanly
     again = cli("down", "--spec", str(spec_file))
     assert again.returncode == 0 and "node 1 on here: not running" in again.stdout
+    # Up again (the controller has 251 partitions to take over now): every node serves the
+    # whole cluster once `up` returned. Until the controller's first UpdateMetadata reaches
+    # it a node names itself alone and no controller, and librdkafka's admin client, asked
+    # then, waited for a controller and timed out.
+    up = cli("up", "--spec", str(spec_file))
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        for port in (ports[0], ports[2]):
+            served = metadata(f"127.0.0.1:{port}")
+            assert set(served.brokers) == {1, 2} and served.controller_id in (1, 2), served
+    finally:
+        down = cli("down", "--spec", str(spec_file))
+    assert down.returncode == 0, down.stderr
 
 
 def test_cluster_keys_then_up_gives_each_node_curve_keys(spec_file: Path, zk_connect: str

@@ -10,7 +10,9 @@ of each key and drops the older ones, as Kafka's does:
   first segment holding records younger than ``min.compaction.lag.ms``. The
   part above the last cleaning (``cleaner-offset-checkpoint``, Kafka's file)
   is *dirty*; the log whose dirty share of bytes is highest, and at least
-  ``min.cleanable.dirty.ratio``, is cleaned next.
+  ``min.cleanable.dirty.ratio``, is cleaned next. The high watermark the owner
+  reports is its last stable offset: nothing from the first open transaction
+  on is cleaned (its outcome is unknown, as Kafka's ``firstUnstableOffset``).
 * **The key map.** The dirty segments are read, segment by segment, into a
   map from key (a 16-byte hash, as Kafka's MD5) to its latest offset, up to
   ``log.cleaner.dedupe.buffer.size`` / 24 keys; a segment that would not fit
@@ -25,7 +27,11 @@ of each key and drops the older ones, as Kafka's does:
   one that loses some is rebuilt from the kept records' bytes (recompressed
   with its codec), one that loses all is dropped. The last batch of every
   producer id the log knows stays whole, so its idempotent state comes back
-  from the log after a restart. Control batches stay whole.
+  from the log after a restart. Control batches stay whole. The records of an
+  aborted transaction (its producer id and an offset in a range of the log's
+  ``.txnindex`` files) are no key's latest and are dropped, as Kafka's cleaner
+  does: read_uncommitted, they would otherwise shadow the committed records
+  of their keys, which read_committed consumers then lose.
 * **The swap** is the owner's (actors/core/segment_swap.py,
   ``PartitionLog.replace_cleaned_segments``): the cleaner never touches the
   live segments, it only reads closed ones, which no longer change.
@@ -63,6 +69,7 @@ from actors.core.record_batch import (
     record_spans,
 )
 from actors.core.segment_swap import discard_staging, staging_name
+from actors.core.txn_index import TXN_INDEX_SUFFIX, read_txn_index
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 # The most one batch's records inflate to for cleaning (4x the bound of the append's
@@ -128,7 +135,8 @@ def describe_cleanable(log: PartitionLog) -> CleanableLog:
     return CleanableLog(
         log.topic, log.partition, log.dir,
         tuple(SegmentInfo(*s) for s in log.cleanable_segments()),
-        log.active_segment_base_offset, log.log_start_offset, log.high_watermark,
+        # the LSO: an open transaction's records may yet be aborted
+        log.active_segment_base_offset, log.log_start_offset, log.last_stable_offset,
         log.generation, cfg.min_cleanable_dirty_ratio, cfg.delete_retention_ms,
         cfg.min_compaction_lag_ms, cfg.segment_bytes, cfg.index_interval_bytes,
         cfg.segment_index_bytes,
@@ -316,6 +324,7 @@ class CleaningPass:
         self.offset_map: dict[bytes, int] = {}
         self._segment_map: dict[bytes, int] = {}
         self._codecs = record_codecs()
+        self._aborted = aborted_ranges(self.log.directory)
         infos = self.log.segments
         self._upper = dict(zip([s.base_offset for s in infos], _next_bases(self.log),
                                strict=True))
@@ -368,7 +377,7 @@ class CleaningPass:
             self._segment_map = {}
         for header, raw in self._reader.next_batches(self.io_bytes):
             self.stats.bytes_read += len(raw)
-            if header.is_control:
+            if header.is_control or self._is_aborted(header):
                 continue
             decoded = self._records(header, raw)
             if decoded is None:
@@ -455,6 +464,11 @@ class CleaningPass:
             return raw
         last = self.log.producer_last_offsets.get(header.producer_id)
         producers_last = header.producer_id >= 0 and last == header.last_offset
+        if self._is_aborted(header):
+            self.stats.records_read += header.records_count
+            if not producers_last:
+                return None
+            return rebuilt_batch(header, b"", [], None)
         decoded = self._records(header, raw)
         if decoded is None:
             self.stats.batches_kept_whole += 1
@@ -482,6 +496,12 @@ class CleaningPass:
         encode = self._codecs[header.compression][1] if header.compression else None
         return rebuilt_batch(header, body, kept, encode)
 
+    def _is_aborted(self, header: BatchHeader) -> bool:
+        if not header.is_transactional:
+            return False
+        return any(first <= header.base_offset <= last
+                   for first, last in self._aborted.get(header.producer_id, ()))
+
     def _write(self, header: BatchHeader, batch: bytes) -> None:
         out = self._out
         assert out is not None
@@ -501,6 +521,18 @@ class CleaningPass:
             self._out.close(trim=False)
             self._out = None
         discard_staging(self.log.directory, self.staging)
+
+
+def aborted_ranges(directory: Path) -> dict[int, list[tuple[int, int]]]:
+    """Per producer id, the (first offset, marker offset) of each aborted transaction in
+    the ``.txnindex`` files of ``directory`` (written with each abort marker, so every
+    transaction below the reported LSO is there)."""
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    for path in sorted(directory.glob("*" + TXN_INDEX_SUFFIX)):
+        for entry in read_txn_index(path):
+            ranges.setdefault(entry.producer_id, []).append(
+                (entry.first_offset, entry.last_offset))
+    return ranges
 
 
 def map_capacity(dedupe_buffer_bytes: int) -> int:

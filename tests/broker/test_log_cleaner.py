@@ -342,3 +342,63 @@ def test_an_actorlog_serve_process_compacts_and_a_kill_keeps_the_compacted_log(
         assert {o for o, _k, _v in after} <= {o for o, _k, _v in before}
     finally:
         broker.stop()
+
+
+def read_committed(running: Running, topic: str) -> dict[bytes | None, bytes | None]:
+    """Each key's last value as a read_committed confluent-kafka consumer reads the log."""
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{running.port}",
+                         "group.id": f"{topic}-committed-{time.monotonic_ns()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})
+    consumer.subscribe([topic])
+    got: dict[bytes | None, bytes | None] = {}
+    idle = 0
+    while idle < 4:
+        msg = consumer.poll(0.5)
+        if msg is None:
+            idle += 1
+        elif not msg.error():
+            idle = 0
+            got[msg.key()] = msg.value()
+    consumer.close()
+    return got
+
+
+def test_aborted_and_open_transactions_never_shadow_committed_records(
+        cleaning: Running, admin: KafkaAdminClient) -> None:
+    """As Kafka's cleaner: an aborted transaction's records are no key's latest (they
+    would have the committed values before them cleaned away: committed data lost), and
+    nothing from the first open transaction's start (the LSO) on is cleaned (its outcome
+    is not known yet)."""
+    admin.create_topics([NewTopic("txn-compacted", 1, 1, topic_configs=EAGER)])
+    keys = [b"k%d" % i for i in range(10)]
+    txn = Producer({"bootstrap.servers": f"127.0.0.1:{cleaning.port}", "linger.ms": 0,
+                    "batch.num.messages": 1, "transactional.id": "txn-compacted"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    for key in keys:
+        txn.produce("txn-compacted", b"committed", key=key, partition=0)
+    txn.commit_transaction(30)
+    txn.begin_transaction()
+    for key in keys:
+        txn.produce("txn-compacted", b"aborted", key=key, partition=0)
+    assert txn.flush(30) == 0  # written, then aborted
+    txn.abort_transaction(30)
+    produce(cleaning, "txn-compacted", [(b"filler-%d" % i, b"f" * 60) for i in range(80)])
+    txn.begin_transaction()
+    for key in keys[:3]:
+        txn.produce("txn-compacted", b"open", key=key, partition=0)
+    assert txn.flush(30) == 0  # written, its outcome not known while the cleaner runs
+    # others' records after it, so the open transaction's lie in closed segments
+    produce(cleaning, "txn-compacted", [(b"filler-%d" % i, b"g" * 60) for i in range(80)])
+    wait_until(lambda: cleaned_up_to(cleaning, "txn-compacted") > 21,
+               "a cleaning past the aborted transaction")
+    time.sleep(2)  # the cleaner's chances to go further
+    assert {k: v for k, v in read_committed(cleaning, "txn-compacted").items()
+            if k in keys} == {key: b"committed" for key in keys}
+    txn.abort_transaction(30)
+    produce(cleaning, "txn-compacted", [(b"filler-%d" % i, b"h" * 60) for i in range(80)])
+    wait_until(lambda: cleaned_up_to(cleaning, "txn-compacted") > 186,
+               "a cleaning past the second abort")
+    assert {k: v for k, v in read_committed(cleaning, "txn-compacted").items()
+            if k in keys} == {key: b"committed" for key in keys}

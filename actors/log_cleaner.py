@@ -39,6 +39,7 @@ from actors.core.log_cleaner import (
     read_cleaner_checkpoint,
     write_cleaner_checkpoint,
 )
+from actors.core.txn_index import AbortedTxn
 from actors.runtime.actor import Actor, handles
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
@@ -61,7 +62,8 @@ def cleanable_from_row(row: CleanableLogRow) -> CleanableLog:
         row.log_start_offset, row.high_watermark, row.generation,
         row.min_cleanable_dirty_ratio, row.delete_retention_ms, row.min_compaction_lag_ms,
         row.segment_bytes, row.index_interval_bytes, row.segment_index_bytes,
-        {pid: last for pid, last in row.producer_last_offsets})
+        {pid: last for pid, last in row.producer_last_offsets},
+        tuple(AbortedTxn(*entry) for entry in row.aborted_txns))
 
 
 class LogCleaner(Actor):

@@ -1042,7 +1042,8 @@ class PartitionShard(Actor):
                 c.active_base_offset, c.log_start_offset, c.high_watermark, c.generation,
                 c.min_cleanable_dirty_ratio, c.delete_retention_ms, c.min_compaction_lag_ms,
                 c.segment_bytes, c.index_interval_bytes, c.segment_index_bytes,
-                [[pid, last] for pid, last in c.producer_last_offsets.items()]))
+                [[pid, last] for pid, last in c.producer_last_offsets.items()],
+                [list(entry) for entry in c.aborted]))
         self.reply(CleanableLogsDone(msg.req_id, rows))
 
     @handles(SwapCleanedSegments)

@@ -227,6 +227,9 @@ class CleanableLogRow(NamedTuple):
     index_interval_bytes: int
     segment_index_bytes: int
     producer_last_offsets: list[list[int]]  # [producer id, last offset of its last batch]
+    # the log's aborted transactions, from its in-memory index: [producer id, first offset,
+    # marker offset, last stable offset]
+    aborted_txns: list[list[int]]
 
 
 @message(930)

@@ -29,9 +29,13 @@ of each key and drops the older ones, as Kafka's does:
   producer id the log knows stays whole, so its idempotent state comes back
   from the log after a restart. Control batches stay whole. The records of an
   aborted transaction (its producer id and an offset in a range of the log's
-  ``.txnindex`` files) are no key's latest and are dropped, as Kafka's cleaner
-  does: read_uncommitted, they would otherwise shadow the committed records
-  of their keys, which read_committed consumers then lose.
+  in-memory transaction index, which the owner reports: never the directory's
+  ``.txnindex`` files, where a file no segment owns may linger) are no key's
+  latest and are dropped, as Kafka's cleaner does: read_uncommitted, they
+  would otherwise shadow the committed records of their keys, which
+  read_committed consumers then lose. Each cleaned segment gets the
+  ``.txnindex`` of the abort markers it holds (Kafka's ``cleanedIndex``),
+  swapped in with it; the old segments' files go with them.
 * **The swap** is the owner's (actors/core/segment_swap.py,
   ``PartitionLog.replace_cleaned_segments``): the cleaner never touches the
   live segments, it only reads closed ones, which no longer change.
@@ -69,7 +73,12 @@ from actors.core.record_batch import (
     record_spans,
 )
 from actors.core.segment_swap import discard_staging, staging_name
-from actors.core.txn_index import TXN_INDEX_SUFFIX, read_txn_index
+from actors.core.txn_index import (
+    AbortedTxn,
+    entries_by_segment,
+    txn_index_path,
+    write_txn_index,
+)
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 # The most one batch's records inflate to for cleaning (4x the bound of the append's
@@ -109,6 +118,8 @@ class CleanableLog:
     index_interval_bytes: int
     segment_index_bytes: int
     producer_last_offsets: Mapping[int, int] = field(default_factory=dict)
+    # the log's aborted transactions (its in-memory index, never the directory's files)
+    aborted: tuple[AbortedTxn, ...] = ()
 
     @property
     def key(self) -> tuple[str, int]:
@@ -140,7 +151,8 @@ def describe_cleanable(log: PartitionLog) -> CleanableLog:
         log.generation, cfg.min_cleanable_dirty_ratio, cfg.delete_retention_ms,
         cfg.min_compaction_lag_ms, cfg.segment_bytes, cfg.index_interval_bytes,
         cfg.segment_index_bytes,
-        {pid: e.last_offset for pid, e in log.producer_state.producers.items()})
+        {pid: e.last_offset for pid, e in log.producer_state.producers.items()},
+        tuple(log.txn_index.aborted))
 
 
 # ------------------------------------------------------------------- choosing
@@ -324,7 +336,7 @@ class CleaningPass:
         self.offset_map: dict[bytes, int] = {}
         self._segment_map: dict[bytes, int] = {}
         self._codecs = record_codecs()
-        self._aborted = aborted_ranges(self.log.directory)
+        self._aborted = aborted_ranges(self.log.aborted)
         infos = self.log.segments
         self._upper = dict(zip([s.base_offset for s in infos], _next_bases(self.log),
                                strict=True))
@@ -435,6 +447,7 @@ class CleaningPass:
         after another, a new one started only when the next batch would not fit."""
         if self._index >= len(self._to_clean):
             self._finish_output()
+            self._write_txn_indexes()
             fsync_dir(self.log.directory / self.staging)
             self.plan = SwapPlan(self.staging, self.old_segments, self._new_bases, self.end)
             self._phase = "done"
@@ -452,6 +465,15 @@ class CleaningPass:
             self._reader.close()
             self._reader = None
             self._index += 1
+
+    def _write_txn_indexes(self) -> None:
+        """Each cleaned segment's aborted-transaction index (Kafka's ``cleanedIndex``): the
+        entries whose marker it holds, kept with the markers; empty, it removes the old
+        file of its base in the swap, and the old segments' files go with them."""
+        first = self._new_bases[0] if self._new_bases else self.end
+        cleaned = [a for a in self.log.aborted if first <= a.last_offset < self.end]
+        for base, entries in entries_by_segment(cleaned, self._new_bases).items():
+            write_txn_index(txn_index_path(self.log.directory / self.staging, base), entries)
 
     def _filter(self, header: BatchHeader, raw: bytes, retain_deletes: bool) -> bytes | None:
         """The batch to write in place of ``raw``: itself, a rebuilt one, or None.
@@ -523,15 +545,14 @@ class CleaningPass:
         discard_staging(self.log.directory, self.staging)
 
 
-def aborted_ranges(directory: Path) -> dict[int, list[tuple[int, int]]]:
-    """Per producer id, the (first offset, marker offset) of each aborted transaction in
-    the ``.txnindex`` files of ``directory`` (written with each abort marker, so every
-    transaction below the reported LSO is there)."""
+def aborted_ranges(aborted: Iterable[AbortedTxn]) -> dict[int, list[tuple[int, int]]]:
+    """Per producer id, the (first offset, marker offset) of each aborted transaction the
+    log's index holds (an entry is added with each abort marker, so every transaction
+    below the reported LSO is there)."""
     ranges: dict[int, list[tuple[int, int]]] = {}
-    for path in sorted(directory.glob("*" + TXN_INDEX_SUFFIX)):
-        for entry in read_txn_index(path):
-            ranges.setdefault(entry.producer_id, []).append(
-                (entry.first_offset, entry.last_offset))
+    for entry in aborted:
+        ranges.setdefault(entry.producer_id, []).append(
+            (entry.first_offset, entry.last_offset))
     return ranges
 
 

@@ -1349,6 +1349,7 @@ class PartitionLog:
             self._forget_indexes(segment)
             segment.close(trim=False)
         commit_swap(self.dir, manifest, after_step)
+        self.txn_index.replace_segments(bases, list(new_bases))
         fresh = []
         for base in new_bases:
             segment = self._segment_object(base, now_ms)

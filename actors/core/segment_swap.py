@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from actors.core.checkpoint import fsync_dir, write_atomically
 from actors.core.log_index import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
+from actors.core.txn_index import TXN_INDEX_SUFFIX
 
 MANIFEST = "cleaner-swap.json"
 STAGING_PREFIX = "cleaner-staging-"
@@ -49,10 +50,14 @@ def staging_name(pass_id: int) -> str:
     return f"{STAGING_PREFIX}{pass_id}"
 
 
-def segment_files(base: int) -> tuple[str, str, str]:
-    """The names of one segment's files, in the order they are moved (the log last)."""
+def segment_files(base: int) -> tuple[str, str, str, str]:
+    """The names of one segment's files, in the order they are moved (the log last). The
+    aborted-transaction index (``.txnindex``) is staged for every cleaned segment, empty
+    when it holds no abort marker: moved in, an empty one removes the file of an old
+    segment of that base instead (no segment keeps entries it does not hold)."""
     stem = f"{base:020d}"
-    return (stem + OFFSET_INDEX_SUFFIX, stem + TIME_INDEX_SUFFIX, stem + _LOG)
+    return (stem + TXN_INDEX_SUFFIX, stem + OFFSET_INDEX_SUFFIX, stem + TIME_INDEX_SUFFIX,
+            stem + _LOG)
 
 
 def write_manifest(partition_dir: Path, manifest: SwapManifest) -> None:
@@ -79,7 +84,7 @@ def read_manifest(partition_dir: Path) -> SwapManifest | None:
 def missing_staging_files(partition_dir: Path, manifest: SwapManifest) -> list[Path]:
     staging = partition_dir / manifest.staging
     return [staging / name for base in manifest.new_bases for name in segment_files(base)
-            if not (staging / name).exists()]
+            if not (staging / name).exists() and not name.endswith(TXN_INDEX_SUFFIX)]
 
 
 def commit_swap(partition_dir: Path, manifest: SwapManifest,
@@ -101,9 +106,14 @@ def complete_swap(partition_dir: Path, manifest: SwapManifest,
     for base in manifest.new_bases:
         for name in segment_files(base):
             source = staging / name
-            if source.exists():
+            if not source.exists():
+                continue
+            if name.endswith(TXN_INDEX_SUFFIX) and source.stat().st_size == 0:
+                (partition_dir / name).unlink(missing_ok=True)  # no aborts in it
+                source.unlink()
+            else:
                 os.replace(source, partition_dir / name)
-                _step(after_step, f"move {name}")
+            _step(after_step, f"move {name}")
     fsync_dir(partition_dir)
     replaced = set(manifest.new_bases)
     for base in manifest.old_bases:

@@ -29,8 +29,9 @@ from actors.core.log_cleaner import (
 )
 from actors.core.log_dir import LogDir
 from actors.core.partition_log import LogConfig, PartitionLog, SwapRefusedError
-from actors.core.record_batch import build_batch
+from actors.core.record_batch import TRANSACTIONAL_BIT, build_batch
 from actors.core.segment_swap import MANIFEST, STAGING_PREFIX
+from actors.core.txn_index import read_txn_index, txn_index_path
 from tests.core.log_cleaner_crash_writer import CRASH_CONFIG, KEYS, stream_record
 from tests.core.log_cleaner_harness import clean_once, read_batch_spans, read_log
 from tests.core.test_log_cleaner_props import gzip_batch
@@ -336,3 +337,52 @@ def test_a_batch_inflating_past_the_cleaners_bound_is_kept_whole(
     # the big batch kept whole (0, 1); the small gzip batch (2) lost its only record
     assert [(o, k) for o, k, _v in pairs(log)] == [(0, b"a"), (1, b"b"), (3, b"a"), (4, b"b")]
     log.close()
+
+
+def _txn_records(pid: int, epoch: int, seq: int, keys: list[bytes], value: bytes) -> bytes:
+    return build_batch([value] * len(keys), keys=keys, producer_id=pid, producer_epoch=epoch,
+                       base_sequence=seq, attributes=TRANSACTIONAL_BIT)
+
+
+def test_a_merge_leaves_no_orphan_txnindex_to_drop_a_later_committed_transaction(
+        tmp_path: Path) -> None:
+    """The cleaner takes the aborted ranges from the log's own transaction index, and the
+    swap carries each cleaned segment's entries into its new segment: a merged-away
+    segment's .txnindex is not left behind. Before, it stayed; after a truncation below its
+    range, a committed transaction of the same producer re-fetched at those offsets was
+    read as aborted by the next pass, and dropped."""
+    log = keyed_log(tmp_path / "t-0", 6, keys=1)                  # 0-5: k0, one segment
+    first_rolled = log.active_segment_base_offset
+    log.append_as_leader(build_batch([b"x"], keys=[b"pad"]), 0, 0)      # 6
+    log.append_as_leader(_txn_records(7, 0, 0, [b"a", b"b"], b"aborted"), 0, 0)   # 7-8
+    log.append_control(7, 0, False, 0, 0, 0)                            # 9: abort
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    for i in range(4):                                                  # 10-13
+        log.append_as_leader(build_batch([b"f"], keys=[b"f%d" % i]), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    assert first_rolled == 6 and read_txn_index(txn_index_path(log.dir, 6))
+    plan = clean_once(log, {}, log.log_end_offset, 10_000)
+    assert plan is not None and 6 in [b for b, _ in plan.old_segments]
+    assert 6 not in plan.new_bases                      # merged into the segment at 0
+    on_disk = {p.name for p in log.dir.glob("*.txnindex")}
+    assert on_disk == {f"{b:020d}.txnindex" for b in set(log.txn_index.segment_of)}
+    assert [e[:3] for e in log.txn_index.aborted] == [(7, 7, 9)]
+    assert set(log.txn_index.segment_of) <= {s.base_offset for s in log.segments}
+    # an unclean election: truncated to 7, the new leader's committed transaction of the
+    # same producer id at 7-8 fetched
+    log.truncate_to(7)
+    assert log.txn_index.aborted == []
+    assert not list(log.dir.glob("*.txnindex"))
+    log.append_as_leader(_txn_records(7, 1, 0, [b"a", b"b"], b"committed"), 0, 0)  # 7-8
+    log.append_control(7, 1, True, 0, 0, 0)                                          # 9
+    for i in range(4):
+        log.append_as_leader(build_batch([b"g"], keys=[b"g%d" % i]), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    clean_once(log, {}, log.log_end_offset, 10_000)
+    kept = {k: v for _o, k, v in pairs(log)}
+    assert kept[b"a"] == kept[b"b"] == b"committed"

@@ -50,6 +50,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -519,10 +520,17 @@ class CleaningPass:
         return rebuilt_batch(header, body, kept, encode)
 
     def _is_aborted(self, header: BatchHeader) -> bool:
+        """Whether the batch lies in an aborted transaction of its producer: the last of
+        the producer's ranges starting at or below it (they never overlap: a producer
+        has one transaction open at a time) must reach it."""
         if not header.is_transactional:
             return False
-        return any(first <= header.base_offset <= last
-                   for first, last in self._aborted.get(header.producer_id, ()))
+        ranges = self._aborted.get(header.producer_id)
+        if ranges is None:
+            return False
+        firsts, lasts = ranges
+        i = bisect_right(firsts, header.base_offset) - 1
+        return i >= 0 and header.base_offset <= lasts[i]
 
     def _write(self, header: BatchHeader, batch: bytes) -> None:
         out = self._out
@@ -545,15 +553,16 @@ class CleaningPass:
         discard_staging(self.log.directory, self.staging)
 
 
-def aborted_ranges(aborted: Iterable[AbortedTxn]) -> dict[int, list[tuple[int, int]]]:
-    """Per producer id, the (first offset, marker offset) of each aborted transaction the
-    log's index holds (an entry is added with each abort marker, so every transaction
-    below the reported LSO is there)."""
-    ranges: dict[int, list[tuple[int, int]]] = {}
+def aborted_ranges(aborted: Iterable[AbortedTxn]) -> dict[int, tuple[list[int], list[int]]]:
+    """Per producer id, the first offsets and marker offsets of its aborted transactions
+    the log's index holds, ordered by first offset (an entry is added with each abort
+    marker, so every transaction below the reported LSO is there)."""
+    spans: dict[int, list[tuple[int, int]]] = {}
     for entry in aborted:
-        ranges.setdefault(entry.producer_id, []).append(
+        spans.setdefault(entry.producer_id, []).append(
             (entry.first_offset, entry.last_offset))
-    return ranges
+    return {pid: ([first for first, _ in ordered], [last for _, last in ordered])
+            for pid, ordered in ((pid, sorted(found)) for pid, found in spans.items())}
 
 
 def map_capacity(dedupe_buffer_bytes: int) -> int:

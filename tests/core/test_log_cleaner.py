@@ -29,9 +29,9 @@ from actors.core.log_cleaner import (
 )
 from actors.core.log_dir import LogDir
 from actors.core.partition_log import LogConfig, PartitionLog, SwapRefusedError
-from actors.core.record_batch import TRANSACTIONAL_BIT, build_batch
+from actors.core.record_batch import TRANSACTIONAL_BIT, build_batch, check_batches
 from actors.core.segment_swap import MANIFEST, STAGING_PREFIX
-from actors.core.txn_index import read_txn_index, txn_index_path
+from actors.core.txn_index import AbortedTxn, read_txn_index, txn_index_path
 from tests.core.log_cleaner_crash_writer import CRASH_CONFIG, KEYS, stream_record
 from tests.core.log_cleaner_harness import clean_once, read_batch_spans, read_log
 from tests.core.test_log_cleaner_props import gzip_batch
@@ -386,3 +386,23 @@ def test_a_merge_leaves_no_orphan_txnindex_to_drop_a_later_committed_transaction
     clean_once(log, {}, log.log_end_offset, 10_000)
     kept = {k: v for _o, k, v in pairs(log)}
     assert kept[b"a"] == kept[b"b"] == b"committed"
+
+
+def test_finding_a_batchs_aborted_transaction_does_not_scan_every_range(
+        tmp_path: Path) -> None:
+    """A batch's aborted transaction is found by bisection among its producer's ranges:
+    before, every range of the producer was scanned for every batch (batches x aborts;
+    here 25 million comparisons, seconds, against milliseconds)."""
+    count = 5_000
+    aborted = tuple(AbortedTxn(7, 10 * i, 10 * i + 5, 10 * i + 6) for i in range(count))
+    report = replace(describe_cleanable(keyed_log(tmp_path / "t-0", 1)), aborted=aborted)
+    cleaning = CleaningPass(CleanRange(report, 0, 0, 1.0), 0, 16, 1 << 16, 1)
+    header = check_batches(build_batch([b"v"], producer_id=7, producer_epoch=0,
+                                       base_sequence=0, attributes=TRANSACTIONAL_BIT))[0]
+    offsets = range(0, 10 * count, 3)
+    started = time.monotonic()
+    found = [cleaning._is_aborted(header._replace(base_offset=o)) for o in offsets]
+    elapsed = time.monotonic() - started
+    assert found == [o % 10 <= 5 for o in offsets]
+    assert not cleaning._is_aborted(header._replace(producer_id=8))
+    assert elapsed < 0.5, f"{len(offsets)} look-ups took {elapsed:.2f} s"

@@ -59,7 +59,7 @@ def cleanable_from_row(row: CleanableLogRow) -> CleanableLog:
     return CleanableLog(
         row.topic, row.partition, Path(row.directory),
         tuple(SegmentInfo(*s) for s in row.segments), row.active_base_offset,
-        row.log_start_offset, row.high_watermark, row.generation,
+        row.log_start_offset, row.last_stable_offset, row.generation,
         row.min_cleanable_dirty_ratio, row.delete_retention_ms, row.min_compaction_lag_ms,
         row.segment_bytes, row.index_interval_bytes, row.segment_index_bytes,
         {pid: last for pid, last in row.producer_last_offsets},

@@ -1039,7 +1039,7 @@ class PartitionShard(Actor):
             c = describe_cleanable(state.log)
             rows.append(CleanableLogRow(
                 c.topic, c.partition, str(c.directory), [SegmentRow(*s) for s in c.segments],
-                c.active_base_offset, c.log_start_offset, c.high_watermark, c.generation,
+                c.active_base_offset, c.log_start_offset, c.last_stable_offset, c.generation,
                 c.min_cleanable_dirty_ratio, c.delete_retention_ms, c.min_compaction_lag_ms,
                 c.segment_bytes, c.index_interval_bytes, c.segment_index_bytes,
                 [[pid, last] for pid, last in c.producer_last_offsets.items()],

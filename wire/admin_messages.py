@@ -218,7 +218,7 @@ class CleanableLogRow(NamedTuple):
     segments: list[SegmentRow]  # every segment but the active one, in order
     active_base_offset: int
     log_start_offset: int
-    high_watermark: int
+    last_stable_offset: int  # the LSO: nothing from an open transaction on is cleaned
     generation: int
     min_cleanable_dirty_ratio: float
     delete_retention_ms: int

@@ -4,15 +4,16 @@ For a log with ``cleanup.policy`` compact, the cleaner keeps the latest record
 of each key and drops the older ones, as Kafka's does:
 
 * **Which log.** Every segment but the active one is cleanable up to the
-  *first uncleanable offset*: the active segment's base, the high watermark,
+  *first uncleanable offset*: the active segment's base, the last stable offset,
   the checkpointed recovery point (so every gap the cleaner leaves between
   segments lies below it: on load, a gap above it means lost data), and the
   first segment holding records younger than ``min.compaction.lag.ms``. The
   part above the last cleaning (``cleaner-offset-checkpoint``, Kafka's file)
   is *dirty*; the log whose dirty share of bytes is highest, and at least
-  ``min.cleanable.dirty.ratio``, is cleaned next. The high watermark the owner
-  reports is its last stable offset: nothing from the first open transaction
-  on is cleaned (its outcome is unknown, as Kafka's ``firstUnstableOffset``).
+  ``min.cleanable.dirty.ratio``, is cleaned next. The last stable offset
+  (LSO) bounds it, not the high watermark: nothing from the first open
+  transaction on is cleaned (its outcome is unknown, as Kafka's
+  ``firstUnstableOffset``).
 * **The key map.** The dirty segments are read, segment by segment, into a
   map from key (a 16-byte hash, as Kafka's MD5) to its latest offset, up to
   ``log.cleaner.dedupe.buffer.size`` / 24 keys; a segment that would not fit
@@ -110,7 +111,7 @@ class CleanableLog:
     segments: tuple[SegmentInfo, ...]  # every segment but the active one, in order
     active_base_offset: int
     log_start_offset: int
-    high_watermark: int
+    last_stable_offset: int  # below the high watermark while a transaction is open
     generation: int  # PartitionLog.generation: a truncation since then refuses the swap
     min_cleanable_dirty_ratio: float
     delete_retention_ms: int
@@ -147,7 +148,6 @@ def describe_cleanable(log: PartitionLog) -> CleanableLog:
     return CleanableLog(
         log.topic, log.partition, log.dir,
         tuple(SegmentInfo(*s) for s in log.cleanable_segments()),
-        # the LSO: an open transaction's records may yet be aborted
         log.active_segment_base_offset, log.log_start_offset, log.last_stable_offset,
         log.generation, cfg.min_cleanable_dirty_ratio, cfg.delete_retention_ms,
         cfg.min_compaction_lag_ms, cfg.segment_bytes, cfg.index_interval_bytes,
@@ -173,7 +173,7 @@ def plan(log: CleanableLog, checkpointed_dirty: int | None, recovery_point: int,
     if checkpointed_dirty is not None and log.log_start_offset <= checkpointed_dirty \
             <= log.active_base_offset:
         first_dirty = checkpointed_dirty
-    uncleanable = min(log.active_base_offset, log.high_watermark, recovery_point)
+    uncleanable = min(log.active_base_offset, log.last_stable_offset, recovery_point)
     lag_horizon = now_ms - log.min_compaction_lag_ms
     end = log.segments[0].base_offset if log.segments else log.active_base_offset
     clean_bytes = dirty_bytes = 0

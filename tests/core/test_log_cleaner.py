@@ -32,9 +32,11 @@ from actors.core.partition_log import LogConfig, PartitionLog, SwapRefusedError
 from actors.core.record_batch import TRANSACTIONAL_BIT, build_batch, check_batches
 from actors.core.segment_swap import MANIFEST, STAGING_PREFIX
 from actors.core.txn_index import AbortedTxn, read_txn_index, txn_index_path
+from actors.log_cleaner import cleanable_from_row
 from tests.core.log_cleaner_crash_writer import CRASH_CONFIG, KEYS, stream_record
 from tests.core.log_cleaner_harness import clean_once, read_batch_spans, read_log
 from tests.core.test_log_cleaner_props import gzip_batch
+from wire.admin_messages import CleanableLogRow
 
 WRITER = Path(__file__).with_name("log_cleaner_crash_writer.py")
 COMPACT = LogConfig(segment_bytes=400, index_interval_bytes=100, cleanup_policy=("compact",),
@@ -406,3 +408,19 @@ def test_finding_a_batchs_aborted_transaction_does_not_scan_every_range(
     assert found == [o % 10 <= 5 for o in offsets]
     assert not cleaning._is_aborted(header._replace(producer_id=8))
     assert elapsed < 0.5, f"{len(offsets)} look-ups took {elapsed:.2f} s"
+
+
+def test_the_report_names_its_bound_the_last_stable_offset(tmp_path: Path) -> None:
+    """The owner reports its LSO (below the high watermark while a transaction is open),
+    under that name in the report and in the shard's row: no caller passes the HW."""
+    log = keyed_log(tmp_path / "t-0", 4)
+    log.append_as_leader(_txn_records(7, 0, 0, [b"a"], b"open"), 0, 0)
+    log.append_as_leader(build_batch([b"x"], keys=[b"b"]), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    report = describe_cleanable(log)
+    assert report.last_stable_offset == log.last_stable_offset == 4 < log.high_watermark
+    assert "high_watermark" not in CleanableLogRow._fields
+    row = CleanableLogRow(**{f: getattr(report, f, None) for f in CleanableLogRow._fields})
+    assert cleanable_from_row(row._replace(segments=[], producer_last_offsets=[],
+                                           aborted_txns=[], directory=str(log.dir))
+                              ).last_stable_offset == 4

@@ -390,11 +390,11 @@ def test_a_merge_leaves_no_orphan_txnindex_to_drop_a_later_committed_transaction
     assert kept[b"a"] == kept[b"b"] == b"committed"
 
 
-def test_finding_a_batchs_aborted_transaction_does_not_scan_every_range(
-        tmp_path: Path) -> None:
-    """A batch's aborted transaction is found by bisection among its producer's ranges:
-    before, every range of the producer was scanned for every batch (batches x aborts;
-    here 25 million comparisons, seconds, against milliseconds)."""
+def test_a_batchs_aborted_transaction_is_found_among_many_ranges(tmp_path: Path) -> None:
+    """A batch's aborted transaction is found by bisection among its producer's ranges
+    (sorted by first offset): inside a range, at its ends, between ranges, and another
+    producer's batch at the same offsets. (The speed, batches x aborts before, is not a
+    test's to time.)"""
     count = 5_000
     aborted = tuple(AbortedTxn(7, 10 * i, 10 * i + 5, 10 * i + 6) for i in range(count))
     report = replace(describe_cleanable(keyed_log(tmp_path / "t-0", 1)), aborted=aborted)
@@ -402,12 +402,9 @@ def test_finding_a_batchs_aborted_transaction_does_not_scan_every_range(
     header = check_batches(build_batch([b"v"], producer_id=7, producer_epoch=0,
                                        base_sequence=0, attributes=TRANSACTIONAL_BIT))[0]
     offsets = range(0, 10 * count, 3)
-    started = time.monotonic()
     found = [cleaning._is_aborted(header._replace(base_offset=o)) for o in offsets]
-    elapsed = time.monotonic() - started
     assert found == [o % 10 <= 5 for o in offsets]
     assert not cleaning._is_aborted(header._replace(producer_id=8))
-    assert elapsed < 0.5, f"{len(offsets)} look-ups took {elapsed:.2f} s"
 
 
 def test_the_report_names_its_bound_the_last_stable_offset(tmp_path: Path) -> None:

@@ -36,7 +36,8 @@ of each key and drops the older ones, as Kafka's does:
   would otherwise shadow the committed records of their keys, which
   read_committed consumers then lose. Each cleaned segment gets the
   ``.txnindex`` of the abort markers it holds (Kafka's ``cleanedIndex``),
-  swapped in with it; the old segments' files go with them.
+  which the owner writes from its index at the swap and swaps in with it;
+  the old segments' files go with them.
 * **The swap** is the owner's (actors/core/segment_swap.py,
   ``PartitionLog.replace_cleaned_segments``): the cleaner never touches the
   live segments, it only reads closed ones, which no longer change.
@@ -75,12 +76,7 @@ from actors.core.record_batch import (
     record_spans,
 )
 from actors.core.segment_swap import discard_staging, staging_name
-from actors.core.txn_index import (
-    AbortedTxn,
-    entries_by_segment,
-    txn_index_path,
-    write_txn_index,
-)
+from actors.core.txn_index import AbortedTxn
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 # The most one batch's records inflate to for cleaning (4x the bound of the append's
@@ -448,7 +444,6 @@ class CleaningPass:
         after another, a new one started only when the next batch would not fit."""
         if self._index >= len(self._to_clean):
             self._finish_output()
-            self._write_txn_indexes()
             fsync_dir(self.log.directory / self.staging)
             self.plan = SwapPlan(self.staging, self.old_segments, self._new_bases, self.end)
             self._phase = "done"
@@ -466,15 +461,6 @@ class CleaningPass:
             self._reader.close()
             self._reader = None
             self._index += 1
-
-    def _write_txn_indexes(self) -> None:
-        """Each cleaned segment's aborted-transaction index (Kafka's ``cleanedIndex``): the
-        entries whose marker it holds, kept with the markers; empty, it removes the old
-        file of its base in the swap, and the old segments' files go with them."""
-        first = self._new_bases[0] if self._new_bases else self.end
-        cleaned = [a for a in self.log.aborted if first <= a.last_offset < self.end]
-        for base, entries in entries_by_segment(cleaned, self._new_bases).items():
-            write_txn_index(txn_index_path(self.log.directory / self.staging, base), entries)
 
     def _filter(self, header: BatchHeader, raw: bytes, retain_deletes: bool) -> bytes | None:
         """The batch to write in place of ``raw``: itself, a rebuilt one, or None.

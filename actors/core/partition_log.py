@@ -58,6 +58,7 @@ from actors.core.segment_swap import (
     commit_swap,
     missing_staging_files,
     recover_swaps,
+    stage_txn_indexes,
 )
 from actors.core.transaction_log import (
     CONTROL_COMMIT,
@@ -1345,6 +1346,10 @@ class PartitionLog:
         missing = missing_staging_files(self.dir, manifest)
         if missing:
             raise SwapRefusedError(f"cleaned file {missing[0]} is missing")
+        # Each new segment's .txnindex comes from this log's own index, written here
+        # (the cleaner is told only the aborted ranges it needs; its report stays small)
+        stage_txn_indexes(self.dir, staging,
+                          self.txn_index.cleaned_entries(bases, list(new_bases)))
         for segment in current:
             self._forget_indexes(segment)
             segment.close(trim=False)

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from actors.core.checkpoint import fsync_dir, write_atomically
 from actors.core.log_index import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
-from actors.core.txn_index import TXN_INDEX_SUFFIX
+from actors.core.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, txn_index_path, write_txn_index
 
 MANIFEST = "cleaner-swap.json"
 STAGING_PREFIX = "cleaner-staging-"
@@ -85,6 +85,16 @@ def missing_staging_files(partition_dir: Path, manifest: SwapManifest) -> list[P
     staging = partition_dir / manifest.staging
     return [staging / name for base in manifest.new_bases for name in segment_files(base)
             if not (staging / name).exists() and not name.endswith(TXN_INDEX_SUFFIX)]
+
+
+def stage_txn_indexes(partition_dir: Path, staging: str,
+                      entries: dict[int, list[AbortedTxn]]) -> None:
+    """The owner's part before the commit: each new segment's ``.txnindex`` (the entries
+    whose marker it holds; empty when none), fsynced into the staging directory."""
+    directory = partition_dir / staging
+    for base, held in entries.items():
+        write_txn_index(txn_index_path(directory, base), held)
+    fsync_dir(directory)
 
 
 def commit_swap(partition_dir: Path, manifest: SwapManifest,

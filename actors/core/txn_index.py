@@ -142,6 +142,19 @@ class TransactionIndex:
                 self.segment_of[i] = ordered[
                     max(bisect_right(ordered, self.aborted[i].last_offset) - 1, 0)]
 
+    def cleaned_entries(self, old_bases: list[int],
+                        new_bases: list[int]) -> dict[int, list[AbortedTxn]]:
+        """For a cleaner swap of ``old_bases`` (consecutive) by ``new_bases``: each new
+        segment with the entries whose marker it will hold (every entry of the old
+        segments: markers are never cleaned away), for its staged ``.txnindex``."""
+        gone = set(old_bases)
+        ordered = sorted(new_bases)
+        held: dict[int, list[AbortedTxn]] = {base: [] for base in ordered}
+        for entry, base in zip(self.aborted, self.segment_of, strict=True):
+            if base in gone:
+                held[ordered[max(bisect_right(ordered, entry.last_offset) - 1, 0)]].append(entry)
+        return held
+
     def clear(self) -> None:
         for base in set(self.segment_of):
             txn_index_path(self.dir, base).unlink(missing_ok=True)

@@ -447,3 +447,44 @@ def test_a_merged_segments_aborted_transactions_survive_a_restart(tmp_path: Path
                             high_watermark=leo, clean_shutdown=True)
     assert log.aborted_transactions(0, leo) == before
     assert log.txn_index.segment_of == [0]
+
+
+def test_the_owner_writes_the_cleaned_segments_txnindex_from_its_own_index(
+        tmp_path: Path) -> None:
+    """The .txnindex of each cleaned segment comes from the log's own index at the swap,
+    not from the entries the cleaner was told (a report names only the aborted ranges at or
+    above the first dirty offset): a second pass, told of no abort, keeps the entry of the
+    marker it merges, and a restart still reads the transaction as aborted. Before, the
+    cleaner wrote the files from its report, and that pass emptied them."""
+    log = keyed_log(tmp_path / "t-0", 6, keys=1)
+    log.append_as_leader(build_batch([b"x"], keys=[b"pad"]), 0, 0)                 # 6
+    log.append_as_leader(_txn_records(7, 0, 0, [b"a", b"b"], b"aborted"), 0, 0)    # 7-8
+    log.append_control(7, 0, False, 0, 0, 0)                                        # 9
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    before = log.aborted_transactions(0, log.log_end_offset)
+    checkpoints: dict[tuple[str, int], int] = {}
+    assert clean_once(log, checkpoints, log.log_end_offset, 10_000) is not None
+    for _i in range(6):
+        log.append_as_leader(build_batch([b"f"], keys=[b"k0"]), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    report = replace(describe_cleanable(log), aborted=())
+    rng = choose_filthiest([report], checkpoints, {report.key: log.log_end_offset}, 10_000)
+    assert rng is not None and rng.first_dirty > before[0].last_offset
+    cleaning = CleaningPass(rng, 10_000, map_capacity(1 << 20), 700, 2)
+    while not cleaning.step():
+        pass
+    swap = cleaning.plan
+    assert swap is not None and len(swap.new_bases) == 1
+    log.replace_cleaned_segments(swap.staging, swap.old_segments, swap.new_bases,
+                                 report.generation, 0)
+    assert read_txn_index(txn_index_path(log.dir, swap.new_bases[0])) == before
+    leo = log.log_end_offset
+    log.close()
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, COMPACT, 0, recovery_point=leo,
+                            high_watermark=leo, clean_shutdown=True)
+    assert log.aborted_transactions(0, leo) == before
+    log.close()

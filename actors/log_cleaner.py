@@ -48,6 +48,7 @@ from wire.admin_messages import (
     CleanableLogRow,
     CleanableLogs,
     CleanableLogsDone,
+    CleanerCheckpointRow,
     SegmentRow,
     SwapCleanedSegments,
     SwapCleanedSegmentsDone,
@@ -122,9 +123,14 @@ class LogCleaner(Actor):
         self.scans += 1
         self.scan_id = next(self.ids)
         self.reports = []
-        self.waiting = {self.topology.shard(i).name for i in range(self.topology.num_shards)}
-        for i in range(self.topology.num_shards):
-            self.tell(self.topology.shard(i), CleanableLogs(self.scan_id))
+        shards = [self.topology.shard(i) for i in range(self.topology.num_shards)]
+        self.waiting = {shard.name for shard in shards}
+        checkpoints: dict[str, list[CleanerCheckpointRow]] = {}
+        for (topic, partition), offset in self.checkpoints.items():
+            checkpoints.setdefault(self.topology.shard_for(topic, partition).name, []).append(
+                CleanerCheckpointRow(topic, partition, offset))
+        for shard in shards:
+            self.tell(shard, CleanableLogs(self.scan_id, checkpoints.get(shard.name, [])))
 
     @handles(CleanableLogsDone)
     def on_report(self, msg: CleanableLogsDone) -> None:

@@ -1033,10 +1033,11 @@ class PartitionShard(Actor):
     def on_cleanable_logs(self, msg: CleanableLogs) -> None:
         """The LogCleaner asks: every compacted log, its closed segments and settings."""
         rows = []
-        for state in self.partitions.values():
+        cleaned = {(r.topic, r.partition): r.offset for r in msg.checkpoints}
+        for key, state in self.partitions.items():
             if not state.log.config.compact:
                 continue
-            c = describe_cleanable(state.log)
+            c = describe_cleanable(state.log, cleaned.get(key))
             rows.append(CleanableLogRow(
                 c.topic, c.partition, str(c.directory), [SegmentRow(*s) for s in c.segments],
                 c.active_base_offset, c.log_start_offset, c.last_stable_offset, c.generation,

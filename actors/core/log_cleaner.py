@@ -116,7 +116,8 @@ class CleanableLog:
     index_interval_bytes: int
     segment_index_bytes: int
     producer_last_offsets: Mapping[int, int] = field(default_factory=dict)
-    # the log's aborted transactions (its in-memory index, never the directory's files)
+    # the log's aborted transactions a pass may drop records of (its in-memory index, never
+    # the directory's files; see describe_cleanable)
     aborted: tuple[AbortedTxn, ...] = ()
 
     @property
@@ -138,9 +139,29 @@ class CleanerError(Exception):
     """A log cannot be cleaned (its key map would not hold one segment)."""
 
 
-def describe_cleanable(log: PartitionLog) -> CleanableLog:
-    """The report a compacted log's owner gives the cleaner."""
+def first_dirty_offset(log_start_offset: int, active_base_offset: int,
+                       checkpointed_dirty: int | None) -> int:
+    """Where the dirty part begins: the cleaner's checkpoint, unless the log moved past
+    it (then the log start)."""
+    if checkpointed_dirty is not None and log_start_offset <= checkpointed_dirty \
+            <= active_base_offset:
+        return checkpointed_dirty
+    return log_start_offset
+
+
+def describe_cleanable(log: PartitionLog, checkpointed_dirty: int | None = None) -> CleanableLog:
+    """The report a compacted log's owner gives the cleaner; ``checkpointed_dirty`` is the
+    cleaner's checkpoint of the log.
+
+    Its aborted transactions are those a pass may drop records of: their marker at or
+    above the first dirty offset (a transaction ended below it was wholly in a range this
+    cleaner already cleaned, its records dropped then), their first offset below the
+    active segment and the LSO (nothing is cleaned from there on). So a scan carries the
+    aborts since the last cleaning, not every abort the log ever had (markers stay, so
+    their entries do): it crosses to the cleaner's thread in one frame."""
     cfg = log.config
+    active = log.active_segment_base_offset
+    first_dirty = first_dirty_offset(log.log_start_offset, active, checkpointed_dirty)
     return CleanableLog(
         log.topic, log.partition, log.dir,
         tuple(SegmentInfo(*s) for s in log.cleanable_segments()),
@@ -149,7 +170,8 @@ def describe_cleanable(log: PartitionLog) -> CleanableLog:
         cfg.min_compaction_lag_ms, cfg.segment_bytes, cfg.index_interval_bytes,
         cfg.segment_index_bytes,
         {pid: e.last_offset for pid, e in log.producer_state.producers.items()},
-        tuple(log.txn_index.aborted))
+        tuple(log.txn_index.aborted_between(first_dirty,
+                                            min(active, log.last_stable_offset))))
 
 
 # ------------------------------------------------------------------- choosing
@@ -165,10 +187,8 @@ def _next_bases(log: CleanableLog) -> list[int]:
 def plan(log: CleanableLog, checkpointed_dirty: int | None, recovery_point: int,
          now_ms: int) -> CleanRange | None:
     """The range to clean in ``log`` now, or None when nothing is dirty."""
-    first_dirty = log.log_start_offset
-    if checkpointed_dirty is not None and log.log_start_offset <= checkpointed_dirty \
-            <= log.active_base_offset:
-        first_dirty = checkpointed_dirty
+    first_dirty = first_dirty_offset(log.log_start_offset, log.active_base_offset,
+                                     checkpointed_dirty)
     uncleanable = min(log.active_base_offset, log.last_stable_offset, recovery_point)
     lag_horizon = now_ms - log.min_compaction_lag_ms
     end = log.segments[0].base_offset if log.segments else log.active_base_offset

@@ -109,6 +109,12 @@ class TransactionIndex:
         start = bisect_left([a.last_offset for a in self.aborted], fetch_offset)
         return [a for a in self.aborted[start:] if a.first_offset < upper_offset]
 
+    def aborted_between(self, marker_from: int, first_below: int) -> list[AbortedTxn]:
+        """The entries whose marker is at or above ``marker_from`` and whose transaction
+        begins below ``first_below`` (found by bisection: entries ascend by marker)."""
+        start = bisect_left(self.aborted, marker_from, key=lambda a: a.last_offset)
+        return [a for a in self.aborted[start:] if a.first_offset < first_below]
+
     # --- load, truncation, retention -----------------------------------------
 
     def load(self, segment_bases: list[int], keep_below: int) -> None:

@@ -38,6 +38,7 @@ from actors.core.topic_id import (
     read_partition_metadata,
     write_partition_metadata,
 )
+from actors.log_cleaner import cleanable_row
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
@@ -45,7 +46,6 @@ from actors.runtime.config import Config
 from actors.runtime.scheduling import apply_to_worker_loop
 from actors.topology import Topology, broker_node_name
 from wire.admin_messages import (
-    CleanableLogRow,
     CleanableLogs,
     CleanableLogsDone,
     DeleteRecords,
@@ -54,7 +54,6 @@ from wire.admin_messages import (
     DescribeLogDir,
     DescribeLogDirDone,
     LogDirPartitionRow,
-    SegmentRow,
     SwapCleanedSegments,
     SwapCleanedSegmentsDone,
     UpdatePartitionConfigs,
@@ -1037,14 +1036,7 @@ class PartitionShard(Actor):
         for key, state in self.partitions.items():
             if not state.log.config.compact:
                 continue
-            c = describe_cleanable(state.log, cleaned.get(key))
-            rows.append(CleanableLogRow(
-                c.topic, c.partition, str(c.directory), [SegmentRow(*s) for s in c.segments],
-                c.active_base_offset, c.log_start_offset, c.last_stable_offset, c.generation,
-                c.min_cleanable_dirty_ratio, c.delete_retention_ms, c.min_compaction_lag_ms,
-                c.segment_bytes, c.index_interval_bytes, c.segment_index_bytes,
-                [[pid, last] for pid, last in c.producer_last_offsets.items()],
-                [list(entry) for entry in c.aborted]))
+            rows.append(cleanable_row(describe_cleanable(state.log, cleaned.get(key))))
         self.reply(CleanableLogsDone(msg.req_id, rows))
 
     @handles(SwapCleanedSegments)

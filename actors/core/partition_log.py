@@ -1343,7 +1343,7 @@ class PartitionLog:
                 or [(s.base_offset, s.size) for s in current] != list(old)):
             raise SwapRefusedError("the cleaned segments changed or went meanwhile")
         manifest = SwapManifest(staging, tuple(bases), tuple(new_bases))
-        missing = missing_staging_files(self.dir, manifest)
+        missing = missing_staging_files(self.dir, manifest, txn_index=False)
         if missing:
             raise SwapRefusedError(f"cleaned file {missing[0]} is missing")
         # Each new segment's .txnindex comes from this log's own index, written here

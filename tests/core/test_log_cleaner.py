@@ -5,6 +5,7 @@ that appends and cleans."""
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import signal
@@ -29,8 +30,17 @@ from actors.core.log_cleaner import (
 )
 from actors.core.log_dir import LogDir
 from actors.core.partition_log import LogConfig, PartitionLog, SwapRefusedError
+from actors.core.producer_state import write_snapshot
 from actors.core.record_batch import TRANSACTIONAL_BIT, build_batch, check_batches
-from actors.core.segment_swap import MANIFEST, STAGING_PREFIX
+from actors.core.segment_swap import (
+    MANIFEST,
+    STAGING_PREFIX,
+    SwapError,
+    SwapManifest,
+    commit_swap,
+    read_manifest,
+    stage_txn_indexes,
+)
 from actors.core.txn_index import AbortedTxn, read_txn_index, txn_index_path
 from actors.log_cleaner import cleanable_from_row
 from tests.core.log_cleaner_crash_writer import CRASH_CONFIG, KEYS, stream_record
@@ -487,4 +497,89 @@ def test_the_owner_writes_the_cleaned_segments_txnindex_from_its_own_index(
     log = PartitionLog.open(tmp_path / "t-0", "t", 0, COMPACT, 0, recovery_point=leo,
                             high_watermark=leo, clean_shutdown=True)
     assert log.aborted_transactions(0, leo) == before
+    log.close()
+
+
+def _log_with_a_merged_away_abort(directory: Path) -> PartitionLog:
+    """Segments at 0 (k0 x6) and 6 (pad, an aborted transaction of producer 7 at 7-8, its
+    marker at 9): a cleaning merges 6 into 0."""
+    log = keyed_log(directory, 6, keys=1)
+    log.append_as_leader(build_batch([b"x"], keys=[b"pad"]), 0, 0)                 # 6
+    log.append_as_leader(_txn_records(7, 0, 0, [b"a", b"b"], b"aborted"), 0, 0)    # 7-8
+    log.append_control(7, 0, False, 0, 0, 0)                                        # 9
+    for i in range(4):
+        log.append_as_leader(build_batch([b"f"], keys=[b"f%d" % i]), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    return log
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_a_version_1_swap_manifest_keeps_the_old_segments_aborted_entries(
+        tmp_path: Path, staged: bool) -> None:
+    """A swap committed by an actorlog from before (manifest version 1) and finished at the
+    next open: the merged-away segment's .txnindex entries go to the new segment holding
+    their marker before the old files are deleted, whether that actorlog staged .txnindex
+    files (since 5fbf483) or not (before). The live swap writes version 2."""
+    log = _log_with_a_merged_away_abort(tmp_path / "t-0")
+    before = log.aborted_transactions(0, log.log_end_offset)
+    assert [a[:3] for a in before] == [(7, 7, 9)]
+    committed = tmp_path / "committed" / "t-0"
+
+    def crash_after_the_manifest(step: str) -> None:
+        if step == "manifest":
+            shutil.copytree(log.dir, committed)
+
+    swap = clean_once(log, {}, log.log_end_offset, 10_000, after_step=crash_after_the_manifest)
+    assert swap is not None and 6 in [b for b, _ in swap.old_segments]
+    assert 6 not in swap.new_bases
+    leo = log.log_end_offset
+    # the producer snapshot a clean stop writes: the reopened log reads the aborted
+    # entries below it from the .txnindex files, it does not find the marker again
+    write_snapshot(committed, leo, log.producer_state)
+    log.close()
+    manifest = json.loads((committed / MANIFEST).read_text())
+    assert manifest["version"] == 2
+    manifest["version"] = 1
+    (committed / MANIFEST).write_text(json.dumps(manifest))
+    if not staged:
+        for path in (committed / swap.staging).glob("*.txnindex"):
+            path.unlink()
+    assert read_txn_index(txn_index_path(committed, 6))  # the old segment's file
+    reopened = PartitionLog.open(committed, "t", 0, COMPACT, 0, recovery_point=leo,
+                                 high_watermark=leo, clean_shutdown=True)
+    assert reopened.aborted_transactions(0, leo) == before
+    assert not (committed / MANIFEST).exists()
+    assert [p.name for p in committed.glob("*.txnindex")] == [f"{0:020d}.txnindex"]
+    reopened.close()
+
+
+def test_a_live_swap_needs_every_staged_txnindex_and_a_version_2_manifest(
+        tmp_path: Path) -> None:
+    log = _log_with_a_merged_away_abort(tmp_path / "t-0")
+    report = describe_cleanable(log)
+    rng = choose_filthiest([report], {}, {report.key: log.log_end_offset}, 10_000)
+    assert rng is not None
+    cleaning = CleaningPass(rng, 10_000, map_capacity(1 << 20), 700, 1)
+    while not cleaning.step():
+        pass
+    swap = cleaning.plan
+    assert swap is not None
+    manifest = SwapManifest(swap.staging, tuple(b for b, _ in swap.old_segments),
+                            tuple(swap.new_bases))
+    assert manifest.version == 2
+    with pytest.raises(SwapError, match=r"\.txnindex is missing"):
+        commit_swap(log.dir, manifest)  # the owner has not staged them
+    stage_txn_indexes(log.dir, swap.staging,
+                      log.txn_index.cleaned_entries(list(manifest.old_bases),
+                                                    list(manifest.new_bases)))
+    with pytest.raises(SwapError, match="version 2, not 1"):
+        commit_swap(log.dir, manifest._replace(version=1))
+    assert not (log.dir / MANIFEST).exists()
+    (log.dir / MANIFEST).write_text(json.dumps({"version": 3, "staging": swap.staging,
+                                                "old": [], "new": []}))
+    with pytest.raises(SwapError, match="version 3 is not known"):
+        read_manifest(log.dir)
+    (log.dir / MANIFEST).unlink()
     log.close()

@@ -230,8 +230,20 @@ def test_a_gap_is_trusted_below_the_recovery_point_only(tmp_path: Path) -> None:
 
 def test_a_crash_at_every_step_of_a_swap_leaves_the_old_or_the_new_log(tmp_path: Path) -> None:
     """Snapshot the partition directory after each step (what a crash there leaves), then
-    open every snapshot as after an unclean stop."""
+    open every snapshot as after an unclean stop: the records, and the aborted
+    transactions (read from the .txnindex files below the producer snapshot a clean stop
+    before the cleaning left, not found again in the log)."""
     log = keyed_log(tmp_path / "t-0", 60, keys=5)
+    log.append_as_leader(_txn_records(7, 0, 0, [b"k1", b"k2"], b"aborted"), 0, 0)  # 60-61
+    log.append_control(7, 0, False, 0, 0, 0)                                         # 62
+    for i in range(6):
+        log.append_as_leader(build_batch([b"v"], keys=[b"k%d" % (i % 5)]), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    write_snapshot(log.dir, log.log_end_offset, log.producer_state)
+    aborted = log.aborted_transactions(0, log.log_end_offset)
+    assert [a[:3] for a in aborted] == [(7, 60, 62)]
     old = pairs(log)
     rp = log.recovery_point
     snapshots: list[tuple[str, Path]] = []
@@ -263,6 +275,7 @@ def test_a_crash_at_every_step_of_a_swap_leaves_the_old_or_the_new_log(tmp_path:
         got = pairs(reopened)
         committed = step not in ("writing the staging copy", "staging complete, not committed")
         assert got == (new if committed else old), step
+        assert reopened.aborted_transactions(0, rp) == aborted, step
         assert not (directory / MANIFEST).exists(), step
         assert not [n for n in directory.iterdir() if n.name.startswith(STAGING_PREFIX)], step
         reopened.append_as_leader(build_batch([b"after"], keys=[b"k0"]), 0, 0)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from actors.core.log_dir import LogDir
+from actors.core.partition_log import LogConfig
 from actors.core.record_batch import TRANSACTIONAL_BIT, build_batch
 from actors.core.txn_index import AbortedTxn
 from actors.log_cleaner import cleanable_from_row
@@ -91,3 +92,49 @@ def test_a_cleanable_report_carries_the_aborts_from_the_first_dirty_offset(
     assert cleanable_from_row(row).aborted == (first, second)
     [row] = send(CleanableLogs(5, [CleanerCheckpointRow("c", 0, log.active_base_offset)])).rows
     assert cleanable_from_row(row).aborted == ()
+
+
+def test_a_report_over_the_frame_limit_leaves_out_the_log_of_the_most_aborts(
+        tmp_path: Path) -> None:
+    """A log whose dirty part holds more aborted transactions than a frame carries (before
+    its first cleaning) would make the shard's whole report too large, and no log of the
+    shard would be cleaned. The report is sent again with that log as having nothing to
+    clean (kept in the report: the cleaner keeps its checkpoint); the others as they are."""
+    compact = {"cleanup.policy": "compact", "segment.bytes": "4096"}
+    log_dir = LogDir.open(tmp_path)
+    config = LogConfig(segment_bytes=4096, cleanup_policy=("compact",))
+    logs = []
+    for topic, aborts in (("big", 1000), ("small", 1)):
+        log = log_dir.open_partition(topic, 0, config, 0)
+        for i in range(aborts):
+            log.append_as_leader(build_batch([b"a"], keys=[b"k"], producer_id=7,
+                                             producer_epoch=0, base_sequence=i,
+                                             attributes=TRANSACTIONAL_BIT), 0, 0)
+            log.append_control(7, 0, False, 0, 0, 0)
+        log.append_as_leader(build_batch([b"x"], keys=[b"k"]), 0, 0)
+        log.update_high_watermark(log.log_end_offset)
+        log.roll(0)
+        logs.append(log)
+    log_dir.checkpoint(logs)
+    for log in logs:
+        log.close()
+    node = Node("t", max_frame_bytes=4096).start()
+    try:
+        topo = Topology(node.name, 1, 1, 1, 1, 1)
+        log_dir = LogDir.open(tmp_path)
+        topics = {"big": TopicEntry(1, compact), "small": TopicEntry(1, compact)}
+        node.spawn(LogManager, topo.log_manager.name, log_dir=log_dir, num_shards=1,
+                   clock=node.clock)
+        shard = node.spawn(PartitionShard, topo.shard(0).name, topology=topo,
+                           config=Config(), log_dir=log_dir, topics=topics, broker_id=1,
+                           clock=node.clock)
+        node.spawn(Collector, "collector")
+        node.tell(shard, CleanableLogs(1, []), sender="collector")
+        wait_for(lambda: bool(cast(Collector, node.actors["collector"]).answers))
+        [report] = cast(Collector, node.actors["collector"]).answers
+        rows = {row.topic: cleanable_from_row(row) for row in report.rows}
+        assert rows["big"].segments == () and rows["big"].aborted == ()
+        assert rows["small"].segments and [a[:3] for a in rows["small"].aborted] == [(7, 0, 1)]
+        assert node.metrics.get("messages_refused_oversized") >= 1
+    finally:
+        node.shutdown(timeout=5)

@@ -412,8 +412,13 @@ class CleaningPass:
             if decoded is None:
                 continue
             for span in decoded[1]:
-                if span.key is not None:
-                    self._segment_map[key_hash(span.key)] = header.base_offset + span.offset_delta
+                offset = header.base_offset + span.offset_delta
+                # only the dirty part's records (Kafka's buildOffsetMapForSegment): the
+                # first dirty offset may fall inside this segment, and below it the
+                # report names no aborts, so an aborted record there would pass for
+                # its key's latest and shadow the committed one
+                if span.key is not None and offset >= self.first_dirty:
+                    self._segment_map[key_hash(span.key)] = offset
         if not self._reader.done:
             return
         self._reader.close()

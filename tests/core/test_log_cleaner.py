@@ -596,3 +596,28 @@ def test_a_live_swap_needs_every_staged_txnindex_and_a_version_2_manifest(
         read_manifest(log.dir)
     (log.dir / MANIFEST).unlink()
     log.close()
+
+
+def test_a_checkpoint_inside_a_segment_keeps_an_aborted_record_below_it_out_of_the_map(
+        tmp_path: Path) -> None:
+    """The key map takes only records at or above the first dirty offset (Kafka's
+    buildOffsetMapForSegment), though the map phase reads a segment from its base: the
+    report names only aborts whose marker is at or above it, so an aborted record below a
+    checkpoint that falls inside a segment (stale after a truncation or a namesake, or
+    left by a crash between a swap and its checkpoint) was taken for its key's latest
+    and the committed record before it dropped."""
+    config = LogConfig(segment_bytes=1 << 20, index_interval_bytes=100,
+                       cleanup_policy=("compact",), min_cleanable_dirty_ratio=0.0,
+                       delete_retention_ms=1_000)
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, config, 0)
+    log.append_as_leader(build_batch([b"v1"], keys=[b"k"]), 0, 0)                  # 0
+    log.append_as_leader(_txn_records(7, 0, 0, [b"k"], b"aborted"), 0, 0)          # 1
+    log.append_control(7, 0, False, 0, 0, 0)                                       # 2
+    for i in range(4):                                                             # 3-6
+        log.append_as_leader(build_batch([b"p"], keys=[b"p%d" % i]), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    assert [s.base_offset for s in log.segments][:1] == [0] and log.segments[1].base_offset == 7
+    assert clean_once(log, {("t", 0): 3}, log.log_end_offset, 10_000) is not None
+    assert (0, b"k", b"v1") in pairs(log)

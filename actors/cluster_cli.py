@@ -279,6 +279,10 @@ def traces(spec_path: str, out_dir: str, node_ids: tuple[int, ...], then_analyze
         raise SpecRefused(f"not a node of the spec: {', '.join(map(str, unknown))} "
                           f"(its nodes: {', '.join(map(str, sorted(spec.nodes)))})")
     out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.ClickException(f"cannot make --out {out}: {exc.strerror}") from None
     copied: list[Path] = []
     failed = 0
     cluster = Cluster(spec, say=say)

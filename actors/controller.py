@@ -109,6 +109,7 @@ from wire.broker_messages import (
     ReplicaAssignmentRow,
     ShardDone,
     TopicPartition,
+    TopicsDeleted,
 )
 from wire.cluster_messages import ProcessStarted
 from wire.errors import ErrorCode, KafkaError
@@ -436,9 +437,11 @@ class Controller(Actor):
         change = self._fan_out(DeleteTopicsDone(msg.req_id, rows), DropPartitions, drop,
                                msg.timeout_ms)
         self._save()
-        self.log.info("deleted topic(s) {}", ", ".join(
-            r.name for r in rows if r.error_code == ErrorCode.NONE))
+        deleted = [r.name for r in rows if r.error_code == ErrorCode.NONE]
+        self.log.info("deleted topic(s) {}", ", ".join(deleted))
         self._send(change)
+        for i in range(self.topology.num_coordinators):  # their groups' offsets go too
+            self.tell(self.topology.coordinator(i), TopicsDeleted(deleted))
 
     # ----------------------------------------------------- add partitions
     @handles(CreatePartitions)

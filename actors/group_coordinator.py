@@ -121,6 +121,7 @@ from wire.broker_messages import (
     ReadDone,
     ReadRow,
     Schedule,
+    TopicsDeleted,
 )
 from wire.cluster_messages import CoordinatorPartitions, CoordinatorRestarted
 from wire.errors import CorruptMessageError, ErrorCode
@@ -719,6 +720,10 @@ class GroupCoordinator(LoadReading, Actor):
         if self._serving(msg):
             self._perform(self.core.offset_delete(
                 self._rid(msg.req_id), msg.group_id, [(r.topic, r.partition) for r in msg.rows]))
+
+    @handles(TopicsDeleted)
+    def on_topics_deleted(self, msg: TopicsDeleted) -> None:
+        self._perform(self.core.topics_deleted(msg.topics))
 
     # ---------------------------------------------------------- effects
     def _perform(self, effects: list[Effect]) -> None:

@@ -39,6 +39,7 @@ from actors.core.log_cleaner import (
     read_cleaner_checkpoint,
     write_cleaner_checkpoint,
 )
+from actors.core.txn_index import AbortedTxn
 from actors.runtime.actor import Actor, handles
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
@@ -47,6 +48,7 @@ from wire.admin_messages import (
     CleanableLogRow,
     CleanableLogs,
     CleanableLogsDone,
+    CleanerCheckpointRow,
     SegmentRow,
     SwapCleanedSegments,
     SwapCleanedSegmentsDone,
@@ -54,18 +56,34 @@ from wire.admin_messages import (
 from wire.broker_messages import GetStats
 
 
+def cleanable_row(c: CleanableLog) -> CleanableLogRow:
+    """A shard's report of one compacted log, as it crosses to the cleaner."""
+    return CleanableLogRow(
+        c.topic, c.partition, str(c.directory), [SegmentRow(*s) for s in c.segments],
+        c.active_base_offset, c.log_start_offset, c.last_stable_offset, c.generation,
+        c.min_cleanable_dirty_ratio, c.delete_retention_ms, c.min_compaction_lag_ms,
+        c.segment_bytes, c.index_interval_bytes, c.segment_index_bytes,
+        [[pid, last] for pid, last in c.producer_last_offsets.items()],
+        [list(entry) for entry in c.aborted])
+
+
 def cleanable_from_row(row: CleanableLogRow) -> CleanableLog:
     return CleanableLog(
         row.topic, row.partition, Path(row.directory),
         tuple(SegmentInfo(*s) for s in row.segments), row.active_base_offset,
-        row.log_start_offset, row.high_watermark, row.generation,
+        row.log_start_offset, row.last_stable_offset, row.generation,
         row.min_cleanable_dirty_ratio, row.delete_retention_ms, row.min_compaction_lag_ms,
         row.segment_bytes, row.index_interval_bytes, row.segment_index_bytes,
-        {pid: last for pid, last in row.producer_last_offsets})
+        {pid: last for pid, last in row.producer_last_offsets},
+        tuple(AbortedTxn(*entry) for entry in row.aborted_txns))
 
 
 class LogCleaner(Actor):
     mailbox_size = 0  # unbounded: only shards answer it, once per question
+    # How long a scan waits for the shards' reports. A shard that never answers (stuck, or
+    # its answer refused on the way) must not stop cleaning for good: past this, the
+    # reports in hand are used, the others' logs wait for a later scan.
+    scan_timeout_ms = 60_000
 
     def __init__(self, node: Any, name: str, *, topology: Topology, config: Config,
                  log_dir: Path, clock: Clock, **kw: Any) -> None:
@@ -83,6 +101,9 @@ class LogCleaner(Actor):
         self.ids = itertools.count(1)
         self.scan_id = 0
         self.waiting: set[str] = set()
+        self.scan_deadline_ms = 0
+        self.unanswered: set[str] = set()  # the shards the last scan gave up on
+        self.scan_timeouts = 0
         self.reports: list[CleanableLog] = []
         self.next_scan_ms = self.clock.wall_ms() + self.backoff_ms
         self.current: CleaningPass | None = None
@@ -105,33 +126,62 @@ class LogCleaner(Actor):
     def poll_timeout_ms(self) -> int | None:
         if self.current is not None:
             return 0
-        if self.waiting or self.swapping is not None:
+        if self.waiting:
+            return max(0, self.scan_deadline_ms - self.clock.wall_ms())
+        if self.swapping is not None:
             return None
         return max(0, self.next_scan_ms - self.clock.wall_ms())
 
     def on_turn(self) -> None:
         if self.current is not None:
             self._step()
-        elif not self.waiting and self.swapping is None \
-                and self.clock.wall_ms() >= self.next_scan_ms:
+        elif self.waiting:
+            if self.clock.wall_ms() >= self.scan_deadline_ms:
+                self._scan_timed_out()
+        elif self.swapping is None and self.clock.wall_ms() >= self.next_scan_ms:
             self._scan()
+
+    def _scan_timed_out(self) -> None:
+        """Go on without the shards that did not answer; a later scan asks them again."""
+        self.scan_timeouts += 1
+        missing = sorted(self.waiting)
+        if set(missing) != self.unanswered:  # once per change, not every scan
+            self.log.warning("no cleanable-logs report from {} in {} ms; cleaning the logs "
+                             "of the other shards, asking again in the next scan",
+                             ", ".join(missing), self.scan_timeout_ms)
+        self.unanswered = set(missing)
+        self.waiting = set()
+        self._choose()
 
     def _scan(self) -> None:
         self.scans += 1
         self.scan_id = next(self.ids)
         self.reports = []
-        self.waiting = {self.topology.shard(i).name for i in range(self.topology.num_shards)}
-        for i in range(self.topology.num_shards):
-            self.tell(self.topology.shard(i), CleanableLogs(self.scan_id))
+        shards = [self.topology.shard(i) for i in range(self.topology.num_shards)]
+        self.waiting = {shard.name for shard in shards}
+        self.scan_deadline_ms = self.clock.wall_ms() + self.scan_timeout_ms
+        checkpoints: dict[str, list[CleanerCheckpointRow]] = {}
+        for (topic, partition), offset in self.checkpoints.items():
+            checkpoints.setdefault(self.topology.shard_for(topic, partition).name, []).append(
+                CleanerCheckpointRow(topic, partition, offset))
+        for shard in shards:
+            self.tell(shard, CleanableLogs(self.scan_id, checkpoints.get(shard.name, [])))
 
     @handles(CleanableLogsDone)
     def on_report(self, msg: CleanableLogsDone) -> None:
-        if msg.req_id != self.scan_id or self.current_sender is None:
-            return
+        if msg.req_id != self.scan_id or self.current_sender is None \
+                or self.current_sender.name not in self.waiting:
+            return  # an earlier scan's, or one this scan stopped waiting for
         self.waiting.discard(self.current_sender.name)
         self.reports += [cleanable_from_row(row) for row in msg.rows]
         if self.waiting:
             return
+        if self.unanswered:
+            self.log.info("every shard reports cleanable logs again")
+        self.unanswered = set()
+        self._choose()
+
+    def _choose(self) -> None:
         now = self.clock.wall_ms()
         self.next_scan_ms = now + self.backoff_ms
         recovery_points = read_offset_checkpoint(self.log_dir / RECOVERY_POINT_OFFSET_CHECKPOINT)
@@ -211,8 +261,11 @@ class LogCleaner(Actor):
         # the new checkpoint.
         key = (msg.topic, msg.partition)
         self.checkpoints[key] = cleaning.plan.end_offset
+        # a log no answering shard reported is gone (or no longer compacted); the logs of
+        # a shard that did not answer keep theirs
         reported = {log.key for log in self.reports}
-        self.checkpoints = {k: v for k, v in self.checkpoints.items() if k in reported}
+        self.checkpoints = {k: v for k, v in self.checkpoints.items() if k in reported
+                            or self.topology.shard_for(*k).name in self.unanswered}
         write_cleaner_checkpoint(self.log_dir, self.checkpoints)
         self.log.info(
             "cleaned {}-{} up to offset {}: {} of {} records kept, {} tombstones dropped, "
@@ -224,7 +277,8 @@ class LogCleaner(Actor):
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:
         return {"passes": self.passes, "scans": self.scans, "steps": self.steps,
-                "refused": self.refused, "bytes_read": self.bytes_read,
+                "refused": self.refused, "scan_timeouts": self.scan_timeouts,
+                "bytes_read": self.bytes_read,
                 "bytes_written": self.bytes_written, "last_dirty_ratio": self.last_ratio,
                 "cleaning": None if self.current is None else
                 f"{self.current.log.topic}-{self.current.log.partition}",

@@ -127,6 +127,17 @@ def scrape(broker: Any) -> str:
 
 
 def serve_metrics(host: str, port: int, text: Callable[[], str]) -> ThreadingHTTPServer:
+    return start_metrics(bind_metrics(host, port, text))
+
+
+def start_metrics(server: ThreadingHTTPServer) -> ThreadingHTTPServer:
+    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+    return server
+
+
+def bind_metrics(host: str, port: int, text: Callable[[], str]) -> ThreadingHTTPServer:
+    """The metrics server bound to its port (OSError if it cannot be), not yet serving."""
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path not in ("/metrics", "/"):
@@ -147,6 +158,4 @@ def serve_metrics(host: str, port: int, text: Callable[[], str]) -> ThreadingHTT
         def log_message(self, *_args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
-    return server
+    return ThreadingHTTPServer((host, port), Handler)

@@ -38,6 +38,7 @@ from actors.core.topic_id import (
     read_partition_metadata,
     write_partition_metadata,
 )
+from actors.log_cleaner import cleanable_row
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
@@ -45,7 +46,6 @@ from actors.runtime.config import Config
 from actors.runtime.scheduling import apply_to_worker_loop
 from actors.topology import Topology, broker_node_name
 from wire.admin_messages import (
-    CleanableLogRow,
     CleanableLogs,
     CleanableLogsDone,
     DeleteRecords,
@@ -54,7 +54,6 @@ from wire.admin_messages import (
     DescribeLogDir,
     DescribeLogDirDone,
     LogDirPartitionRow,
-    SegmentRow,
     SwapCleanedSegments,
     SwapCleanedSegmentsDone,
     UpdatePartitionConfigs,
@@ -290,6 +289,7 @@ class PartitionShard(Actor):
         self.group_committed_appends = 0
         self.partitions: dict[tuple[str, int], PartitionState] = {}
         self.watchers: dict[tuple[str, int], set[Address]] = {}
+        self._cleaning_skipped: set[str] = set()  # logs a too large report left out
         self.errors_logged: set[tuple[str, int, int]] = set()
         # partitions whose log's failed flush was logged (the log's life: until the
         # restart that reopens it)
@@ -1036,16 +1036,11 @@ class PartitionShard(Actor):
     def on_cleanable_logs(self, msg: CleanableLogs) -> None:
         """The LogCleaner asks: every compacted log, its closed segments and settings."""
         rows = []
-        for state in self.partitions.values():
+        cleaned = {(r.topic, r.partition): r.offset for r in msg.checkpoints}
+        for key, state in self.partitions.items():
             if not state.log.config.compact:
                 continue
-            c = describe_cleanable(state.log)
-            rows.append(CleanableLogRow(
-                c.topic, c.partition, str(c.directory), [SegmentRow(*s) for s in c.segments],
-                c.active_base_offset, c.log_start_offset, c.high_watermark, c.generation,
-                c.min_cleanable_dirty_ratio, c.delete_retention_ms, c.min_compaction_lag_ms,
-                c.segment_bytes, c.index_interval_bytes, c.segment_index_bytes,
-                [[pid, last] for pid, last in c.producer_last_offsets.items()]))
+            rows.append(cleanable_row(describe_cleanable(state.log, cleaned.get(key))))
         self.reply(CleanableLogsDone(msg.req_id, rows))
 
     @handles(SwapCleanedSegments)
@@ -1520,8 +1515,38 @@ class PartitionShard(Actor):
                 ReadDoneRow(r.topic, r.partition, int(ErrorCode.UNKNOWN_SERVER_ERROR), -1, -1,
                             b"", 0, 0, -1)
                 for r in msg.rows]))
+        elif type(msg) is CleanableLogsDone:
+            self._smaller_cleanable_report(address, msg, frame_bytes)
         else:
             super().on_refused(address, msg, frame_bytes)
+
+    def _smaller_cleanable_report(self, address: Address, msg: CleanableLogsDone,
+                                  frame_bytes: int) -> None:
+        """A cleanable-logs report over the frame limit (logs whose dirty part holds very
+        many aborted transactions, as before their first cleaning) is sent again with the
+        logs of the most aborts reported as having nothing to clean (no segments, no
+        aborts: the cleaner keeps their checkpoints and leaves them), so the others are
+        still cleaned. Refused again, it strips more; with nothing left to strip, the
+        cleaner's scan times out."""
+        rows = list(msg.rows)
+        total = sum(len(r.aborted_txns) for r in rows)
+        fits = total * self._max_frame // (2 * frame_bytes)  # with room to spare
+        stripped = []
+        for i in sorted(range(len(rows)), key=lambda i: -len(rows[i].aborted_txns)):
+            if total <= fits or not rows[i].aborted_txns:
+                break
+            total -= len(rows[i].aborted_txns)
+            rows[i] = rows[i]._replace(segments=[], aborted_txns=[])
+            stripped.append(f"{rows[i].topic}-{rows[i].partition}")
+        if not stripped:
+            super().on_refused(address, msg, frame_bytes)
+            return
+        if set(stripped) != self._cleaning_skipped:  # once per change, not every scan
+            self.log.warning("not cleaning {} now: their aborted transactions would not fit "
+                             "the report to the log cleaner ({} bytes)", ", ".join(stripped),
+                             frame_bytes)
+        self._cleaning_skipped = set(stripped)
+        self.tell(address, CleanableLogsDone(msg.req_id, rows))
 
     @handles(ListOffsets)
     def on_list_offsets(self, msg: ListOffsets) -> None:

@@ -218,7 +218,7 @@ class CleanableLogRow(NamedTuple):
     segments: list[SegmentRow]  # every segment but the active one, in order
     active_base_offset: int
     log_start_offset: int
-    high_watermark: int
+    last_stable_offset: int  # the LSO: nothing from an open transaction on is cleaned
     generation: int
     min_cleanable_dirty_ratio: float
     delete_retention_ms: int
@@ -227,13 +227,29 @@ class CleanableLogRow(NamedTuple):
     index_interval_bytes: int
     segment_index_bytes: int
     producer_last_offsets: list[list[int]]  # [producer id, last offset of its last batch]
+    # the aborted transactions of the log's in-memory index whose marker is at or above the
+    # first dirty offset and whose first offset is below min(active base, LSO) (the ones a
+    # pass may drop records of): [producer id, first offset, marker offset, LSO]
+    aborted_txns: list[list[int]]
+
+
+class CleanerCheckpointRow(NamedTuple):
+    """The LogCleaner's checkpoint of one log: it cleaned below ``offset`` (its next first
+    dirty offset)."""
+
+    topic: str
+    partition: int
+    offset: int
 
 
 @message(930)
 class CleanableLogs(NamedTuple):
-    """LogCleaner -> PartitionShard: report your compacted logs."""
+    """LogCleaner -> PartitionShard: report your compacted logs. ``checkpoints`` are the
+    cleaner's for this shard's logs: a report names only the aborted transactions the
+    cleaner may meet in the dirty part (at or above the first dirty offset)."""
 
     req_id: int
+    checkpoints: list[CleanerCheckpointRow]
 
 
 @message(931)

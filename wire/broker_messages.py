@@ -292,6 +292,14 @@ class DropPartitions(NamedTuple):
     rows: list[TopicPartition]
 
 
+@message(510)
+class TopicsDeleted(NamedTuple):
+    """Controller -> GroupCoordinator: these topics are deleted; their committed offsets go
+    from every group (Kafka's onPartitionsDeleted)."""
+
+    topics: list[str]
+
+
 @message(218)
 class ShardDone(NamedTuple):
     """PartitionShard -> whoever sent it OpenPartitions, DropPartitions or

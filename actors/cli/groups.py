@@ -159,23 +159,27 @@ def _timestamp_ms(text: str) -> int:
 @click.option("--topic", "topics", multiple=True, metavar="TOPIC[:P,P]",
               help="the topic (or some of its partitions) to reset; repeat for more")
 @click.option("--all-topics", is_flag=True, help="every partition the group has committed")
-@click.option("--to-earliest", "to", flag_value="earliest", help="the log start")
-@click.option("--to-latest", "to", flag_value="latest", help="the log end")
+@click.option("--to-earliest", is_flag=True, help="the log start")
+@click.option("--to-latest", is_flag=True, help="the log end")
 @click.option("--to-offset", type=int, help="this offset (kept within the log)")
 @click.option("--shift-by", type=int, help="the committed offset plus N (N may be negative)")
 @click.option("--to-datetime", help="the first offset at or after this ISO 8601 time")
 @click.option("--execute", is_flag=True, help="commit the new offsets (default: show the plan)")
 @bootstrap_option
 @json_option
-def reset_offsets(group_id: str, topics: tuple[str, ...], all_topics: bool, to: str | None,
-                  to_offset: int | None, shift_by: int | None, to_datetime: str | None,
-                  execute: bool, bootstrap: str, timeout_ms: int, as_json: bool) -> None:
+def reset_offsets(group_id: str, topics: tuple[str, ...], all_topics: bool, to_earliest: bool,
+                  to_latest: bool, to_offset: int | None, shift_by: int | None,
+                  to_datetime: str | None, execute: bool, bootstrap: str, timeout_ms: int,
+                  as_json: bool) -> None:
     """Move GROUP's committed offsets; the group must have no members to --execute."""
     from kafka import TopicPartition
     from kafka.admin import OffsetSpec, OffsetTimestamp
     from kafka.structs import OffsetAndMetadata
 
-    chosen = [c for c in (to, to_offset, shift_by, to_datetime) if c is not None]
+    # two flags of one option would keep one silently: each is its own
+    to = "earliest" if to_earliest else "latest" if to_latest else None
+    chosen = [c for c in (to_earliest or None, to_latest or None, to_offset, shift_by,
+                          to_datetime) if c is not None]
     if len(chosen) != 1:
         raise UserError("give exactly one of --to-earliest, --to-latest, --to-offset N, "
                         "--shift-by N, --to-datetime TIME")

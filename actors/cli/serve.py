@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+from typing import Any
 
 import click
 from loguru import logger
@@ -26,6 +27,26 @@ def configure_logging(level: str, node: str = "-") -> None:
                format="{time:YYYY-MM-DD HH:mm:ss.SSS} {level: <7} [{extra[node]}/{extra[actor]}] "
                       "{message}")
     logger.configure(extra={"node": node, "actor": "-"})
+
+
+def _bind_metrics(config: Config, broker: Any) -> Any:
+    """The metrics port bound before the broker starts (on the first listener's host), so
+    a port in use stops the start before anything is made (no data dir left behind)."""
+    from actors.metrics_http import bind_metrics, scrape
+    from actors.security.listeners import parse_listeners
+
+    port = int(config["metrics.port"])
+    try:
+        host = parse_listeners(str(config["listeners"]),
+                               str(config["listener.security.protocol.map"]))[0].host
+    except Exception:  # the broker's start names what is wrong with the listeners
+        return None
+    try:
+        return bind_metrics(host, port, lambda: scrape(broker))
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot serve metrics on port {port}: {exc.strerror}; "
+            f"choose another --metrics-port (0: off)") from None
 
 
 @click.command("serve")
@@ -57,23 +78,21 @@ def command(listen: str | None, advertised: str | None, data_dir: str | None,
     except ConfigError as exc:
         raise UserError(str(exc)) from None
     broker = Broker(config, catch_signals=True)
+    metrics = _bind_metrics(config, broker) if int(config["metrics.port"]) else None
     try:
         broker.start()
     except BrokerConfigError as exc:
         raise UserError(str(exc)) from None
     except BrokerError as exc:
         raise click.ClickException(str(exc)) from None
+    finally:
+        if metrics is not None and broker.node is None:
+            metrics.server_close()
     assert broker.node is not None
-    if int(config["metrics.port"]):
-        from actors.metrics_http import scrape, serve_metrics
+    if metrics is not None:
+        from actors.metrics_http import start_metrics
 
-        try:
-            serve_metrics(broker.host, int(config["metrics.port"]), lambda: scrape(broker))
-        except OSError as exc:
-            broker.stop()
-            raise click.ClickException(
-                f"cannot serve metrics on port {config['metrics.port']}: {exc.strerror}; "
-                f"choose another --metrics-port (0: off)") from None
+        start_metrics(metrics)
         logger.info("metrics on http://{}:{}/metrics", broker.host, config["metrics.port"])
     print(f"actorlog listening on {broker.host}:{broker.port}", flush=True)
     # What starting made (modules, configs, open logs) lives as long as the broker: out

@@ -199,6 +199,21 @@ class GroupOffsets(GroupCoreBase):
         )
         self._respond(fx, pending.request_id, OffsetCommitResponse(result))
 
+    def topics_deleted(self, topics: Sequence[str]) -> list[Effect]:
+        """Kafka's onPartitionsDeleted: every group loses its offsets of deleted topics
+        (with tombstones), so consumers of a namesake made later start where
+        auto.offset.reset says, not at the old topic's offsets."""
+        names = set(topics)
+        fx: list[Effect] = []
+        for group in self._groups.values():
+            gone = [tp for tp in group.offsets if tp[0] in names]
+            for tp in gone:
+                del group.offsets[tp]
+            if gone:
+                self._append(group, tuple(offset_tombstone(group.group_id, t, p)
+                                          for t, p in gone), fx)
+        return fx
+
     def offset_delete(
         self,
         request_id: RequestId,

@@ -4,13 +4,16 @@ For a log with ``cleanup.policy`` compact, the cleaner keeps the latest record
 of each key and drops the older ones, as Kafka's does:
 
 * **Which log.** Every segment but the active one is cleanable up to the
-  *first uncleanable offset*: the active segment's base, the high watermark,
+  *first uncleanable offset*: the active segment's base, the last stable offset,
   the checkpointed recovery point (so every gap the cleaner leaves between
   segments lies below it: on load, a gap above it means lost data), and the
   first segment holding records younger than ``min.compaction.lag.ms``. The
   part above the last cleaning (``cleaner-offset-checkpoint``, Kafka's file)
   is *dirty*; the log whose dirty share of bytes is highest, and at least
-  ``min.cleanable.dirty.ratio``, is cleaned next.
+  ``min.cleanable.dirty.ratio``, is cleaned next. The last stable offset
+  (LSO) bounds it, not the high watermark: nothing from the first open
+  transaction on is cleaned (its outcome is unknown, as Kafka's
+  ``firstUnstableOffset``).
 * **The key map.** The dirty segments are read, segment by segment, into a
   map from key (a 16-byte hash, as Kafka's MD5) to its latest offset, up to
   ``log.cleaner.dedupe.buffer.size`` / 24 keys; a segment that would not fit
@@ -25,7 +28,16 @@ of each key and drops the older ones, as Kafka's does:
   one that loses some is rebuilt from the kept records' bytes (recompressed
   with its codec), one that loses all is dropped. The last batch of every
   producer id the log knows stays whole, so its idempotent state comes back
-  from the log after a restart. Control batches stay whole.
+  from the log after a restart. Control batches stay whole. The records of an
+  aborted transaction (its producer id and an offset in a range of the log's
+  in-memory transaction index, which the owner reports: never the directory's
+  ``.txnindex`` files, where a file no segment owns may linger) are no key's
+  latest and are dropped, as Kafka's cleaner does: read_uncommitted, they
+  would otherwise shadow the committed records of their keys, which
+  read_committed consumers then lose. Each cleaned segment gets the
+  ``.txnindex`` of the abort markers it holds (Kafka's ``cleanedIndex``),
+  which the owner writes from its index at the swap and swaps in with it;
+  the old segments' files go with them.
 * **The swap** is the owner's (actors/core/segment_swap.py,
   ``PartitionLog.replace_cleaned_segments``): the cleaner never touches the
   live segments, it only reads closed ones, which no longer change.
@@ -40,6 +52,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +76,7 @@ from actors.core.record_batch import (
     record_spans,
 )
 from actors.core.segment_swap import discard_staging, staging_name
+from actors.core.txn_index import AbortedTxn
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 # The most one batch's records inflate to for cleaning (4x the bound of the append's
@@ -93,7 +107,7 @@ class CleanableLog:
     segments: tuple[SegmentInfo, ...]  # every segment but the active one, in order
     active_base_offset: int
     log_start_offset: int
-    high_watermark: int
+    last_stable_offset: int  # below the high watermark while a transaction is open
     generation: int  # PartitionLog.generation: a truncation since then refuses the swap
     min_cleanable_dirty_ratio: float
     delete_retention_ms: int
@@ -102,6 +116,9 @@ class CleanableLog:
     index_interval_bytes: int
     segment_index_bytes: int
     producer_last_offsets: Mapping[int, int] = field(default_factory=dict)
+    # the log's aborted transactions a pass may drop records of (its in-memory index, never
+    # the directory's files; see describe_cleanable)
+    aborted: tuple[AbortedTxn, ...] = ()
 
     @property
     def key(self) -> tuple[str, int]:
@@ -122,17 +139,39 @@ class CleanerError(Exception):
     """A log cannot be cleaned (its key map would not hold one segment)."""
 
 
-def describe_cleanable(log: PartitionLog) -> CleanableLog:
-    """The report a compacted log's owner gives the cleaner."""
+def first_dirty_offset(log_start_offset: int, active_base_offset: int,
+                       checkpointed_dirty: int | None) -> int:
+    """Where the dirty part begins: the cleaner's checkpoint, unless the log moved past
+    it (then the log start)."""
+    if checkpointed_dirty is not None and log_start_offset <= checkpointed_dirty \
+            <= active_base_offset:
+        return checkpointed_dirty
+    return log_start_offset
+
+
+def describe_cleanable(log: PartitionLog, checkpointed_dirty: int | None = None) -> CleanableLog:
+    """The report a compacted log's owner gives the cleaner; ``checkpointed_dirty`` is the
+    cleaner's checkpoint of the log.
+
+    Its aborted transactions are those a pass may drop records of: their marker at or
+    above the first dirty offset (a transaction ended below it was wholly in a range this
+    cleaner already cleaned, its records dropped then), their first offset below the
+    active segment and the LSO (nothing is cleaned from there on). So a scan carries the
+    aborts since the last cleaning, not every abort the log ever had (markers stay, so
+    their entries do): it crosses to the cleaner's thread in one frame."""
     cfg = log.config
+    active = log.active_segment_base_offset
+    first_dirty = first_dirty_offset(log.log_start_offset, active, checkpointed_dirty)
     return CleanableLog(
         log.topic, log.partition, log.dir,
         tuple(SegmentInfo(*s) for s in log.cleanable_segments()),
-        log.active_segment_base_offset, log.log_start_offset, log.high_watermark,
+        log.active_segment_base_offset, log.log_start_offset, log.last_stable_offset,
         log.generation, cfg.min_cleanable_dirty_ratio, cfg.delete_retention_ms,
         cfg.min_compaction_lag_ms, cfg.segment_bytes, cfg.index_interval_bytes,
         cfg.segment_index_bytes,
-        {pid: e.last_offset for pid, e in log.producer_state.producers.items()})
+        {pid: e.last_offset for pid, e in log.producer_state.producers.items()},
+        tuple(log.txn_index.aborted_between(first_dirty,
+                                            min(active, log.last_stable_offset))))
 
 
 # ------------------------------------------------------------------- choosing
@@ -148,11 +187,9 @@ def _next_bases(log: CleanableLog) -> list[int]:
 def plan(log: CleanableLog, checkpointed_dirty: int | None, recovery_point: int,
          now_ms: int) -> CleanRange | None:
     """The range to clean in ``log`` now, or None when nothing is dirty."""
-    first_dirty = log.log_start_offset
-    if checkpointed_dirty is not None and log.log_start_offset <= checkpointed_dirty \
-            <= log.active_base_offset:
-        first_dirty = checkpointed_dirty
-    uncleanable = min(log.active_base_offset, log.high_watermark, recovery_point)
+    first_dirty = first_dirty_offset(log.log_start_offset, log.active_base_offset,
+                                     checkpointed_dirty)
+    uncleanable = min(log.active_base_offset, log.last_stable_offset, recovery_point)
     lag_horizon = now_ms - log.min_compaction_lag_ms
     end = log.segments[0].base_offset if log.segments else log.active_base_offset
     clean_bytes = dirty_bytes = 0
@@ -316,6 +353,7 @@ class CleaningPass:
         self.offset_map: dict[bytes, int] = {}
         self._segment_map: dict[bytes, int] = {}
         self._codecs = record_codecs()
+        self._aborted = aborted_ranges(self.log.aborted)
         infos = self.log.segments
         self._upper = dict(zip([s.base_offset for s in infos], _next_bases(self.log),
                                strict=True))
@@ -368,14 +406,19 @@ class CleaningPass:
             self._segment_map = {}
         for header, raw in self._reader.next_batches(self.io_bytes):
             self.stats.bytes_read += len(raw)
-            if header.is_control:
+            if header.is_control or self._is_aborted(header):
                 continue
             decoded = self._records(header, raw)
             if decoded is None:
                 continue
             for span in decoded[1]:
-                if span.key is not None:
-                    self._segment_map[key_hash(span.key)] = header.base_offset + span.offset_delta
+                offset = header.base_offset + span.offset_delta
+                # only the dirty part's records (Kafka's buildOffsetMapForSegment): the
+                # first dirty offset may fall inside this segment, and below it the
+                # report names no aborts, so an aborted record there would pass for
+                # its key's latest and shadow the committed one
+                if span.key is not None and offset >= self.first_dirty:
+                    self._segment_map[key_hash(span.key)] = offset
         if not self._reader.done:
             return
         self._reader.close()
@@ -455,6 +498,11 @@ class CleaningPass:
             return raw
         last = self.log.producer_last_offsets.get(header.producer_id)
         producers_last = header.producer_id >= 0 and last == header.last_offset
+        if self._is_aborted(header):
+            self.stats.records_read += header.records_count
+            if not producers_last:
+                return None
+            return rebuilt_batch(header, b"", [], None)
         decoded = self._records(header, raw)
         if decoded is None:
             self.stats.batches_kept_whole += 1
@@ -482,6 +530,19 @@ class CleaningPass:
         encode = self._codecs[header.compression][1] if header.compression else None
         return rebuilt_batch(header, body, kept, encode)
 
+    def _is_aborted(self, header: BatchHeader) -> bool:
+        """Whether the batch lies in an aborted transaction of its producer: the last of
+        the producer's ranges starting at or below it (they never overlap: a producer
+        has one transaction open at a time) must reach it."""
+        if not header.is_transactional:
+            return False
+        ranges = self._aborted.get(header.producer_id)
+        if ranges is None:
+            return False
+        firsts, lasts = ranges
+        i = bisect_right(firsts, header.base_offset) - 1
+        return i >= 0 and header.base_offset <= lasts[i]
+
     def _write(self, header: BatchHeader, batch: bytes) -> None:
         out = self._out
         assert out is not None
@@ -501,6 +562,18 @@ class CleaningPass:
             self._out.close(trim=False)
             self._out = None
         discard_staging(self.log.directory, self.staging)
+
+
+def aborted_ranges(aborted: Iterable[AbortedTxn]) -> dict[int, tuple[list[int], list[int]]]:
+    """Per producer id, the first offsets and marker offsets of its aborted transactions
+    the log's index holds, ordered by first offset (an entry is added with each abort
+    marker, so every transaction below the reported LSO is there)."""
+    spans: dict[int, list[tuple[int, int]]] = {}
+    for entry in aborted:
+        spans.setdefault(entry.producer_id, []).append(
+            (entry.first_offset, entry.last_offset))
+    return {pid: ([first for first, _ in ordered], [last for _, last in ordered])
+            for pid, ordered in ((pid, sorted(found)) for pid, found in spans.items())}
 
 
 def map_capacity(dedupe_buffer_bytes: int) -> int:

@@ -58,6 +58,7 @@ from actors.core.segment_swap import (
     commit_swap,
     missing_staging_files,
     recover_swaps,
+    stage_txn_indexes,
 )
 from actors.core.transaction_log import (
     CONTROL_COMMIT,
@@ -1346,13 +1347,18 @@ class PartitionLog:
                 or [(s.base_offset, s.size) for s in current] != list(old)):
             raise SwapRefusedError("the cleaned segments changed or went meanwhile")
         manifest = SwapManifest(staging, tuple(bases), tuple(new_bases))
-        missing = missing_staging_files(self.dir, manifest)
+        missing = missing_staging_files(self.dir, manifest, txn_index=False)
         if missing:
             raise SwapRefusedError(f"cleaned file {missing[0]} is missing")
+        # Each new segment's .txnindex comes from this log's own index, written here
+        # (the cleaner is told only the aborted ranges it needs; its report stays small)
+        stage_txn_indexes(self.dir, staging,
+                          self.txn_index.cleaned_entries(bases, list(new_bases)))
         for segment in current:
             self._forget_indexes(segment)
             segment.close(trim=False)
         commit_swap(self.dir, manifest, after_step)
+        self.txn_index.replace_segments(bases, list(new_bases))
         fresh = []
         for base in new_bases:
             segment = self._segment_object(base, now_ms)

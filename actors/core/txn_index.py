@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import struct
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from pathlib import Path
 from typing import NamedTuple
 
@@ -45,6 +45,26 @@ def read_txn_index(path: Path) -> list[AbortedTxn]:
     whole = len(data) - len(data) % _ENTRY.size
     return [AbortedTxn(*fields[1:]) for fields in _ENTRY.iter_unpack(data[:whole])
             if fields[0] == 0]
+
+
+def write_txn_index(path: Path, entries: list[AbortedTxn]) -> None:
+    """A whole file of ``entries`` (a cleaned segment's, in staging), fsynced."""
+    with open(path, "wb") as f:
+        f.write(b"".join(_ENTRY.pack(0, *e) for e in entries))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def entries_by_segment(entries: list[AbortedTxn],
+                       bases: list[int]) -> dict[int, list[AbortedTxn]]:
+    """Each of ``bases`` (ascending) with the entries whose marker it holds (the largest
+    base at or below the marker's offset); entries below the first base are left out."""
+    held: dict[int, list[AbortedTxn]] = {base: [] for base in bases}
+    for entry in entries:
+        i = bisect_right(bases, entry.last_offset) - 1
+        if i >= 0:
+            held[bases[i]].append(entry)
+    return held
 
 
 class TransactionIndex:
@@ -89,6 +109,12 @@ class TransactionIndex:
         start = bisect_left([a.last_offset for a in self.aborted], fetch_offset)
         return [a for a in self.aborted[start:] if a.first_offset < upper_offset]
 
+    def aborted_between(self, marker_from: int, first_below: int) -> list[AbortedTxn]:
+        """The entries whose marker is at or above ``marker_from`` and whose transaction
+        begins below ``first_below`` (found by bisection: entries ascend by marker)."""
+        start = bisect_left(self.aborted, marker_from, key=lambda a: a.last_offset)
+        return [a for a in self.aborted[start:] if a.first_offset < first_below]
+
     # --- load, truncation, retention -----------------------------------------
 
     def load(self, segment_bases: list[int], keep_below: int) -> None:
@@ -110,6 +136,30 @@ class TransactionIndex:
         keep = [i for i, b in enumerate(self.segment_of) if b != segment_base]
         self.aborted = [self.aborted[i] for i in keep]
         self.segment_of = [self.segment_of[i] for i in keep]
+
+    def replace_segments(self, old_bases: list[int], new_bases: list[int]) -> None:
+        """The cleaner swapped ``old_bases`` (consecutive) for ``new_bases``, moving each
+        entry's file content into the new segment now holding its marker (the swap moved
+        the files): only the owning segment changes."""
+        gone = set(old_bases)
+        ordered = sorted(new_bases)
+        for i, base in enumerate(self.segment_of):
+            if base in gone:
+                self.segment_of[i] = ordered[
+                    max(bisect_right(ordered, self.aborted[i].last_offset) - 1, 0)]
+
+    def cleaned_entries(self, old_bases: list[int],
+                        new_bases: list[int]) -> dict[int, list[AbortedTxn]]:
+        """For a cleaner swap of ``old_bases`` (consecutive) by ``new_bases``: each new
+        segment with the entries whose marker it will hold (every entry of the old
+        segments: markers are never cleaned away), for its staged ``.txnindex``."""
+        gone = set(old_bases)
+        ordered = sorted(new_bases)
+        held: dict[int, list[AbortedTxn]] = {base: [] for base in ordered}
+        for entry, base in zip(self.aborted, self.segment_of, strict=True):
+            if base in gone:
+                held[ordered[max(bisect_right(ordered, entry.last_offset) - 1, 0)]].append(entry)
+        return held
 
     def clear(self) -> None:
         for base in set(self.segment_of):

@@ -58,6 +58,16 @@ def _dir_option(required: bool = True, exists: bool = True) -> Any:
     )
 
 
+def _read(dirs: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Every record under ``dirs``; a file that is no trace file is one line, not a
+    traceback."""
+    try:
+        return read_trace_dirs([Path(d) for d in dirs])
+    except ValueError as exc:
+        raise click.ClickException(
+            f"{exc}; give data dirs, their traces dirs or trace files (--dir)") from None
+
+
 def _parse_trace_id(text: str) -> int:
     try:
         return int(text, 16) if text.lower().startswith("0x") else int(text)
@@ -109,7 +119,7 @@ def show(trace_id: str, dirs: tuple[str, ...]) -> None:
     remote, response queue, send; see actors/trace/spans.py).
     """
     tid = _parse_trace_id(trace_id)
-    everything = read_trace_dirs([Path(d) for d in dirs])
+    everything = _read(dirs)
     records = [r for r in everything if r["trace_id"] == tid]
     anchors = node_anchors(records)
     roots = build_spans(everything, tid, anchors)
@@ -145,7 +155,7 @@ def show(trace_id: str, dirs: tuple[str, ...]) -> None:
 @click.option("--limit", default=20, show_default=True)
 def list_traces(dirs: tuple[str, ...], limit: int) -> None:
     """The most recent trace ids with their first message type."""
-    records = read_trace_dirs([Path(d) for d in dirs])
+    records = _read(dirs)
     first: dict[int, dict[str, Any]] = {}
     for rec in records:
         tid = rec["trace_id"]
@@ -189,7 +199,7 @@ def find(dirs: tuple[str, ...], slowest: int, api: str | None, window_s: float |
     """The slowest requests (net_in to net_out), with their stages and trace ids."""
     reqs = [
         r
-        for r in request_traces(read_trace_dirs([Path(d) for d in dirs]))
+        for r in request_traces(_read(dirs))
         if r.total_ns is not None
     ]
     if api is not None:
@@ -296,7 +306,7 @@ def export(fmt: str, dirs: tuple[str, ...], trace_ids: tuple[str, ...], out: str
     from actors.trace.export import to_otlp, to_perfetto
 
     dirs, out = _dirs_then_out(dirs, out)
-    records = read_trace_dirs([Path(d) for d in dirs])
+    records = _read(dirs)
     if trace_ids:
         wanted = {_parse_trace_id(t) for t in trace_ids}
         # and the follower fetches that completed their waits (the export draws them)
@@ -304,8 +314,11 @@ def export(fmt: str, dirs: tuple[str, ...], trace_ids: tuple[str, ...], out: str
                    if r["trace_id"] in wanted and r["link_trace_id"]}
         records = [r for r in records if r["trace_id"] in wanted]
     doc = to_perfetto(records) if fmt == "perfetto" else to_otlp(records)
-    with open(out, "w") as f:
-        json.dump(doc, f, separators=(",", ":"))
+    try:
+        with open(out, "w") as f:
+            json.dump(doc, f, separators=(",", ":"))
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {out}: {exc.strerror}") from None
     click.echo(f"wrote {len(records)} records as {fmt} JSON to {out}")
 
 

@@ -509,6 +509,41 @@ def test_offset_delete_spares_the_topics_a_live_group_reads(broker: BrokerProces
         kadmin.delete_group_offsets("nobody", [TopicPartition("read-now", 0)])
 
 
+def test_a_deleted_topics_offsets_go_so_a_namesake_is_read_from_its_start(
+        broker: BrokerProcess, kadmin: KafkaAdminClient) -> None:
+    """As Kafka's onPartitionsDeleted: DeleteTopics takes the topic's committed offsets
+    from every group (tombstones, so a restart keeps them gone); a topic made again under
+    the name is read where auto.offset.reset says, not from the old topic's offset."""
+    create(kadmin, "reborn", 1)
+    produce(broker, "reborn", {0: 10})
+    consume_and_commit(broker, "rebirth", "reborn", 10)
+    assert kadmin.list_group_offsets("rebirth")["rebirth"][TopicPartition("reborn", 0)]\
+        .offset == 10
+    kadmin.delete_topics(["reborn"])
+    wait_until(lambda: TopicPartition("reborn", 0)
+               not in kadmin.list_group_offsets("rebirth")["rebirth"], "the offsets to go")
+    broker.stop()
+    broker.start()
+    again = new_kadmin(broker)
+    try:
+        assert TopicPartition("reborn", 0) not in again.list_group_offsets("rebirth")["rebirth"]
+        create(again, "reborn", 1)
+        produce(broker, "reborn", {0: 30})
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "rebirth",
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.subscribe(["reborn"])
+        offsets: list[int] = []
+        deadline = time.monotonic() + 60
+        while len(offsets) < 30 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                offsets.append(msg.offset())
+        consumer.close()
+        assert offsets == list(range(30))
+    finally:
+        again.close()
+
+
 # ------------------------------------------------ DescribeLogDirs, DescribeTopicPartitions
 
 

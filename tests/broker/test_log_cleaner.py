@@ -342,3 +342,122 @@ def test_an_actorlog_serve_process_compacts_and_a_kill_keeps_the_compacted_log(
         assert {o for o, _k, _v in after} <= {o for o, _k, _v in before}
     finally:
         broker.stop()
+
+
+def read_committed(running: Running, topic: str) -> dict[bytes | None, bytes | None]:
+    """Each key's last value as a read_committed confluent-kafka consumer reads the log."""
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{running.port}",
+                         "group.id": f"{topic}-committed-{time.monotonic_ns()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})
+    consumer.subscribe([topic])
+    got: dict[bytes | None, bytes | None] = {}
+    idle = 0
+    while idle < 4:
+        msg = consumer.poll(0.5)
+        if msg is None:
+            idle += 1
+        elif not msg.error():
+            idle = 0
+            got[msg.key()] = msg.value()
+    consumer.close()
+    return got
+
+
+def test_aborted_and_open_transactions_never_shadow_committed_records(
+        cleaning: Running, admin: KafkaAdminClient) -> None:
+    """As Kafka's cleaner: an aborted transaction's records are no key's latest (they
+    would have the committed values before them cleaned away: committed data lost), and
+    nothing from the first open transaction's start (the LSO) on is cleaned (its outcome
+    is not known yet)."""
+    admin.create_topics([NewTopic("txn-compacted", 1, 1, topic_configs=EAGER)])
+    keys = [b"k%d" % i for i in range(10)]
+    txn = Producer({"bootstrap.servers": f"127.0.0.1:{cleaning.port}", "linger.ms": 0,
+                    "batch.num.messages": 1, "transactional.id": "txn-compacted"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    for key in keys:
+        txn.produce("txn-compacted", b"committed", key=key, partition=0)
+    txn.commit_transaction(30)
+    txn.begin_transaction()
+    for key in keys:
+        txn.produce("txn-compacted", b"aborted", key=key, partition=0)
+    assert txn.flush(30) == 0  # written, then aborted
+    txn.abort_transaction(30)
+    produce(cleaning, "txn-compacted", [(b"filler-%d" % i, b"f" * 60) for i in range(80)])
+    txn.begin_transaction()
+    for key in keys[:3]:
+        txn.produce("txn-compacted", b"open", key=key, partition=0)
+    assert txn.flush(30) == 0  # written, its outcome not known while the cleaner runs
+    # others' records after it, so the open transaction's lie in closed segments
+    produce(cleaning, "txn-compacted", [(b"filler-%d" % i, b"g" * 60) for i in range(80)])
+    wait_until(lambda: cleaned_up_to(cleaning, "txn-compacted") > 21,
+               "a cleaning past the aborted transaction")
+    time.sleep(2)  # the cleaner's chances to go further
+    assert {k: v for k, v in read_committed(cleaning, "txn-compacted").items()
+            if k in keys} == {key: b"committed" for key in keys}
+    txn.abort_transaction(30)
+    produce(cleaning, "txn-compacted", [(b"filler-%d" % i, b"h" * 60) for i in range(80)])
+    wait_until(lambda: cleaned_up_to(cleaning, "txn-compacted") > 186,
+               "a cleaning past the second abort")
+    assert {k: v for k, v in read_committed(cleaning, "txn-compacted").items()
+            if k in keys} == {key: b"committed" for key in keys}
+
+
+def test_an_aborted_transactional_offset_commit_never_shadows_the_committed_offset(
+        tmp_path: Path) -> None:
+    """send_offsets_to_transaction, then abort: the group's offset stays the one it
+    committed, after __consumer_offsets is cleaned and the coordinator reloads it."""
+    settings = {**CLEANING, "log.cleaner.min.compaction.lag.ms": 0,
+                "transaction.state.log.num.partitions": 1}
+    running = Running(tmp_path / "data", settings)
+    tp = TopicPartition("work", 0)
+    try:
+        bootstrap = f"127.0.0.1:{running.port}"
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        admin.create_topics([NewTopic("work", 1, 1)])
+        produce(running, "work", [(b"k", b"x")] * 5)
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "eos",
+                             "enable.auto.commit": False})
+        from confluent_kafka import TopicPartition as CTP
+
+        consumer.commit(offsets=[CTP("work", 0, 3)], asynchronous=False)
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "__consumer_offsets",
+                                             {"segment.bytes": "4096"})])
+        txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": "eos-txn"})
+        txn.init_transactions(30)
+        txn.begin_transaction()
+        txn.produce("work", b"y", key=b"k", partition=0)
+        txn.send_offsets_to_transaction([CTP("work", 0, 5)],
+                                        consumer.consumer_group_metadata(), 30)
+        txn.abort_transaction(30)
+        consumer.close()
+        filler = KafkaConsumer(bootstrap_servers=bootstrap, group_id="filler",
+                               enable_auto_commit=False)
+        filler.assign([tp])
+        from kafka.structs import OffsetAndMetadata
+
+        for i in range(300):  # rolls segments past the aborted commit: cleanable
+            filler.commit({tp: OffsetAndMetadata(i % 6, "", -1)})
+        filler.close()
+        wait_until(lambda: cleaned_up_to(running, "__consumer_offsets") > 0,
+                   "__consumer_offsets cleaned")
+        assert admin.list_group_offsets("eos")["eos"][tp].offset == 3
+        admin.close()
+    finally:
+        running.broker.stop()
+    running = Running(tmp_path / "data", settings)  # the coordinator reads the cleaned log
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{running.port}")
+
+        def loaded() -> Any:
+            try:
+                return admin.list_group_offsets("eos")["eos"]
+            except Exception:
+                return None
+
+        wait_until(lambda: loaded() is not None, "the coordinator to load")
+        assert tp in loaded() and loaded()[tp].offset == 3, loaded()
+        admin.close()
+    finally:
+        running.broker.stop()

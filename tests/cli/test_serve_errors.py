@@ -180,3 +180,16 @@ def test_a_port_in_use_keeps_an_existing_data_dir_as_it_was(tmp_path: Path) -> N
                           "--data-dir", str(data_dir)])
     check_one_line(proc, 1, ["in use"])
     assert sorted(p.name for p in data_dir.iterdir()) == ["keep"]
+
+
+def test_a_metrics_port_in_use_gets_one_line_and_leaves_no_data_dir(tmp_path: Path) -> None:
+    """The metrics port is bound before the broker starts: nothing is made, nothing logged."""
+    data_dir = tmp_path / "new-data"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = run_serve(["--listen", "127.0.0.1:0", "--data-dir", str(data_dir),
+                          "--metrics-port", str(port)])
+    check_one_line(proc, 1, [f"metrics on port {port}", "in use", "--metrics-port"])
+    assert not data_dir.exists()

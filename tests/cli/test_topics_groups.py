@@ -225,6 +225,9 @@ def test_groups_list_describe_and_reset_offsets(admin_broker: BrokerProcess) -> 
 def test_group_command_mistakes_get_one_line(admin_broker: BrokerProcess) -> None:
     one_line_error(actorlog(admin_broker, "groups", "reset-offsets", "g", "--topic", "t"), 2,
                    "exactly one of")
+    for both in (["--to-earliest", "--to-latest"], ["--to-latest", "--to-earliest"]):
+        one_line_error(actorlog(admin_broker, "groups", "reset-offsets", "g", "--topic", "t",
+                                *both), 2, "exactly one of")
     one_line_error(actorlog(admin_broker, "groups", "reset-offsets", "g", "--to-latest"), 2,
                    "--topic", "--all-topics")
     one_line_error(actorlog(admin_broker, "groups", "reset-offsets", "g", "--all-topics",

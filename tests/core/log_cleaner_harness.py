@@ -25,7 +25,7 @@ def clean_once(log: PartitionLog, checkpoints: dict[tuple[str, int], int], recov
                after_step: Callable[[str], None] | None = None) -> SwapPlan | None:
     """Plan and run one pass over ``log`` and swap it in; the new first dirty offset goes
     into ``checkpoints``. None when nothing was due."""
-    report = describe_cleanable(log)
+    report = describe_cleanable(log, checkpoints.get((log.topic, log.partition)))
     chosen = choose_filthiest([report], checkpoints, {report.key: recovery_point}, now_ms)
     if chosen is None:
         return None

@@ -5,6 +5,7 @@ that appends and cleans."""
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import signal
@@ -29,11 +30,23 @@ from actors.core.log_cleaner import (
 )
 from actors.core.log_dir import LogDir
 from actors.core.partition_log import LogConfig, PartitionLog, SwapRefusedError
-from actors.core.record_batch import build_batch
-from actors.core.segment_swap import MANIFEST, STAGING_PREFIX
+from actors.core.producer_state import write_snapshot
+from actors.core.record_batch import TRANSACTIONAL_BIT, build_batch, check_batches
+from actors.core.segment_swap import (
+    MANIFEST,
+    STAGING_PREFIX,
+    SwapError,
+    SwapManifest,
+    commit_swap,
+    read_manifest,
+    stage_txn_indexes,
+)
+from actors.core.txn_index import AbortedTxn, read_txn_index, txn_index_path
+from actors.log_cleaner import cleanable_from_row
 from tests.core.log_cleaner_crash_writer import CRASH_CONFIG, KEYS, stream_record
 from tests.core.log_cleaner_harness import clean_once, read_batch_spans, read_log
 from tests.core.test_log_cleaner_props import gzip_batch
+from wire.admin_messages import CleanableLogRow
 
 WRITER = Path(__file__).with_name("log_cleaner_crash_writer.py")
 COMPACT = LogConfig(segment_bytes=400, index_interval_bytes=100, cleanup_policy=("compact",),
@@ -217,8 +230,20 @@ def test_a_gap_is_trusted_below_the_recovery_point_only(tmp_path: Path) -> None:
 
 def test_a_crash_at_every_step_of_a_swap_leaves_the_old_or_the_new_log(tmp_path: Path) -> None:
     """Snapshot the partition directory after each step (what a crash there leaves), then
-    open every snapshot as after an unclean stop."""
+    open every snapshot as after an unclean stop: the records, and the aborted
+    transactions (read from the .txnindex files below the producer snapshot a clean stop
+    before the cleaning left, not found again in the log)."""
     log = keyed_log(tmp_path / "t-0", 60, keys=5)
+    log.append_as_leader(_txn_records(7, 0, 0, [b"k1", b"k2"], b"aborted"), 0, 0)  # 60-61
+    log.append_control(7, 0, False, 0, 0, 0)                                         # 62
+    for i in range(6):
+        log.append_as_leader(build_batch([b"v"], keys=[b"k%d" % (i % 5)]), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    write_snapshot(log.dir, log.log_end_offset, log.producer_state)
+    aborted = log.aborted_transactions(0, log.log_end_offset)
+    assert [a[:3] for a in aborted] == [(7, 60, 62)]
     old = pairs(log)
     rp = log.recovery_point
     snapshots: list[tuple[str, Path]] = []
@@ -250,6 +275,7 @@ def test_a_crash_at_every_step_of_a_swap_leaves_the_old_or_the_new_log(tmp_path:
         got = pairs(reopened)
         committed = step not in ("writing the staging copy", "staging complete, not committed")
         assert got == (new if committed else old), step
+        assert reopened.aborted_transactions(0, rp) == aborted, step
         assert not (directory / MANIFEST).exists(), step
         assert not [n for n in directory.iterdir() if n.name.startswith(STAGING_PREFIX)], step
         reopened.append_as_leader(build_batch([b"after"], keys=[b"k0"]), 0, 0)
@@ -336,3 +362,262 @@ def test_a_batch_inflating_past_the_cleaners_bound_is_kept_whole(
     # the big batch kept whole (0, 1); the small gzip batch (2) lost its only record
     assert [(o, k) for o, k, _v in pairs(log)] == [(0, b"a"), (1, b"b"), (3, b"a"), (4, b"b")]
     log.close()
+
+
+def _txn_records(pid: int, epoch: int, seq: int, keys: list[bytes], value: bytes) -> bytes:
+    return build_batch([value] * len(keys), keys=keys, producer_id=pid, producer_epoch=epoch,
+                       base_sequence=seq, attributes=TRANSACTIONAL_BIT)
+
+
+def test_a_merge_leaves_no_orphan_txnindex_to_drop_a_later_committed_transaction(
+        tmp_path: Path) -> None:
+    """The cleaner takes the aborted ranges from the log's own transaction index, and the
+    swap carries each cleaned segment's entries into its new segment: a merged-away
+    segment's .txnindex is not left behind. Before, it stayed; after a truncation below its
+    range, a committed transaction of the same producer re-fetched at those offsets was
+    read as aborted by the next pass, and dropped."""
+    log = keyed_log(tmp_path / "t-0", 6, keys=1)                  # 0-5: k0, one segment
+    first_rolled = log.active_segment_base_offset
+    log.append_as_leader(build_batch([b"x"], keys=[b"pad"]), 0, 0)      # 6
+    log.append_as_leader(_txn_records(7, 0, 0, [b"a", b"b"], b"aborted"), 0, 0)   # 7-8
+    log.append_control(7, 0, False, 0, 0, 0)                            # 9: abort
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    for i in range(4):                                                  # 10-13
+        log.append_as_leader(build_batch([b"f"], keys=[b"f%d" % i]), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    assert first_rolled == 6 and read_txn_index(txn_index_path(log.dir, 6))
+    plan = clean_once(log, {}, log.log_end_offset, 10_000)
+    assert plan is not None and 6 in [b for b, _ in plan.old_segments]
+    assert 6 not in plan.new_bases                      # merged into the segment at 0
+    on_disk = {p.name for p in log.dir.glob("*.txnindex")}
+    assert on_disk == {f"{b:020d}.txnindex" for b in set(log.txn_index.segment_of)}
+    assert [e[:3] for e in log.txn_index.aborted] == [(7, 7, 9)]
+    assert set(log.txn_index.segment_of) <= {s.base_offset for s in log.segments}
+    # an unclean election: truncated to 7, the new leader's committed transaction of the
+    # same producer id at 7-8 fetched
+    log.truncate_to(7)
+    assert log.txn_index.aborted == []
+    assert not list(log.dir.glob("*.txnindex"))
+    log.append_as_leader(_txn_records(7, 1, 0, [b"a", b"b"], b"committed"), 0, 0)  # 7-8
+    log.append_control(7, 1, True, 0, 0, 0)                                          # 9
+    for i in range(4):
+        log.append_as_leader(build_batch([b"g"], keys=[b"g%d" % i]), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    clean_once(log, {}, log.log_end_offset, 10_000)
+    kept = {k: v for _o, k, v in pairs(log)}
+    assert kept[b"a"] == kept[b"b"] == b"committed"
+
+
+def test_a_batchs_aborted_transaction_is_found_among_many_ranges(tmp_path: Path) -> None:
+    """A batch's aborted transaction is found by bisection among its producer's ranges
+    (sorted by first offset): inside a range, at its ends, between ranges, and another
+    producer's batch at the same offsets. (The speed, batches x aborts before, is not a
+    test's to time.)"""
+    count = 5_000
+    aborted = tuple(AbortedTxn(7, 10 * i, 10 * i + 5, 10 * i + 6) for i in range(count))
+    report = replace(describe_cleanable(keyed_log(tmp_path / "t-0", 1)), aborted=aborted)
+    cleaning = CleaningPass(CleanRange(report, 0, 0, 1.0), 0, 16, 1 << 16, 1)
+    header = check_batches(build_batch([b"v"], producer_id=7, producer_epoch=0,
+                                       base_sequence=0, attributes=TRANSACTIONAL_BIT))[0]
+    offsets = range(0, 10 * count, 3)
+    found = [cleaning._is_aborted(header._replace(base_offset=o)) for o in offsets]
+    assert found == [o % 10 <= 5 for o in offsets]
+    assert not cleaning._is_aborted(header._replace(producer_id=8))
+
+
+def test_the_report_names_its_bound_the_last_stable_offset(tmp_path: Path) -> None:
+    """The owner reports its LSO (below the high watermark while a transaction is open),
+    under that name in the report and in the shard's row: no caller passes the HW."""
+    log = keyed_log(tmp_path / "t-0", 4)
+    log.append_as_leader(_txn_records(7, 0, 0, [b"a"], b"open"), 0, 0)
+    log.append_as_leader(build_batch([b"x"], keys=[b"b"]), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    report = describe_cleanable(log)
+    assert report.last_stable_offset == log.last_stable_offset == 4 < log.high_watermark
+    assert "high_watermark" not in CleanableLogRow._fields
+    row = CleanableLogRow(**{f: getattr(report, f, None) for f in CleanableLogRow._fields})
+    assert cleanable_from_row(row._replace(segments=[], producer_last_offsets=[],
+                                           aborted_txns=[], directory=str(log.dir))
+                              ).last_stable_offset == 4
+
+
+def test_a_merged_segments_aborted_transactions_survive_a_restart(tmp_path: Path) -> None:
+    """The cleaned segment holding an abort marker carries its .txnindex entry: after a
+    restart, a read_committed fetch still learns the transaction was aborted. Before, the
+    merged-away segment's file was the only copy, and the restart deleted it as an orphan:
+    the aborted records then read as committed."""
+    log = keyed_log(tmp_path / "t-0", 6, keys=1)
+    log.append_as_leader(build_batch([b"x"], keys=[b"pad"]), 0, 0)                 # 6
+    log.append_as_leader(_txn_records(7, 0, 0, [b"a", b"b"], b"aborted"), 0, 0)    # 7-8
+    log.append_control(7, 0, False, 0, 0, 0)                                        # 9
+    for i in range(4):
+        log.append_as_leader(build_batch([b"f"], keys=[b"f%d" % i]), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    before = log.aborted_transactions(0, log.log_end_offset)
+    assert [a[:3] for a in before] == [(7, 7, 9)]
+    plan = clean_once(log, {}, log.log_end_offset, 10_000)
+    assert plan is not None and len(plan.new_bases) < len(plan.old_segments)
+    leo = log.log_end_offset
+    log.close()
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, COMPACT, 0, recovery_point=leo,
+                            high_watermark=leo, clean_shutdown=True)
+    assert log.aborted_transactions(0, leo) == before
+    assert log.txn_index.segment_of == [0]
+
+
+def test_the_owner_writes_the_cleaned_segments_txnindex_from_its_own_index(
+        tmp_path: Path) -> None:
+    """The .txnindex of each cleaned segment comes from the log's own index at the swap,
+    not from the entries the cleaner was told (a report names only the aborted ranges at or
+    above the first dirty offset): a second pass, told of no abort, keeps the entry of the
+    marker it merges, and a restart still reads the transaction as aborted. Before, the
+    cleaner wrote the files from its report, and that pass emptied them."""
+    log = keyed_log(tmp_path / "t-0", 6, keys=1)
+    log.append_as_leader(build_batch([b"x"], keys=[b"pad"]), 0, 0)                 # 6
+    log.append_as_leader(_txn_records(7, 0, 0, [b"a", b"b"], b"aborted"), 0, 0)    # 7-8
+    log.append_control(7, 0, False, 0, 0, 0)                                        # 9
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    before = log.aborted_transactions(0, log.log_end_offset)
+    checkpoints: dict[tuple[str, int], int] = {}
+    assert clean_once(log, checkpoints, log.log_end_offset, 10_000) is not None
+    for _i in range(6):
+        log.append_as_leader(build_batch([b"f"], keys=[b"k0"]), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    report = replace(describe_cleanable(log), aborted=())
+    rng = choose_filthiest([report], checkpoints, {report.key: log.log_end_offset}, 10_000)
+    assert rng is not None and rng.first_dirty > before[0].last_offset
+    cleaning = CleaningPass(rng, 10_000, map_capacity(1 << 20), 700, 2)
+    while not cleaning.step():
+        pass
+    swap = cleaning.plan
+    assert swap is not None and len(swap.new_bases) == 1
+    log.replace_cleaned_segments(swap.staging, swap.old_segments, swap.new_bases,
+                                 report.generation, 0)
+    assert read_txn_index(txn_index_path(log.dir, swap.new_bases[0])) == before
+    leo = log.log_end_offset
+    log.close()
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, COMPACT, 0, recovery_point=leo,
+                            high_watermark=leo, clean_shutdown=True)
+    assert log.aborted_transactions(0, leo) == before
+    log.close()
+
+
+def _log_with_a_merged_away_abort(directory: Path) -> PartitionLog:
+    """Segments at 0 (k0 x6) and 6 (pad, an aborted transaction of producer 7 at 7-8, its
+    marker at 9): a cleaning merges 6 into 0."""
+    log = keyed_log(directory, 6, keys=1)
+    log.append_as_leader(build_batch([b"x"], keys=[b"pad"]), 0, 0)                 # 6
+    log.append_as_leader(_txn_records(7, 0, 0, [b"a", b"b"], b"aborted"), 0, 0)    # 7-8
+    log.append_control(7, 0, False, 0, 0, 0)                                        # 9
+    for i in range(4):
+        log.append_as_leader(build_batch([b"f"], keys=[b"f%d" % i]), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    return log
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_a_version_1_swap_manifest_keeps_the_old_segments_aborted_entries(
+        tmp_path: Path, staged: bool) -> None:
+    """A swap committed by an actorlog from before (manifest version 1) and finished at the
+    next open: the merged-away segment's .txnindex entries go to the new segment holding
+    their marker before the old files are deleted, whether that actorlog staged .txnindex
+    files (since 5fbf483) or not (before). The live swap writes version 2."""
+    log = _log_with_a_merged_away_abort(tmp_path / "t-0")
+    before = log.aborted_transactions(0, log.log_end_offset)
+    assert [a[:3] for a in before] == [(7, 7, 9)]
+    committed = tmp_path / "committed" / "t-0"
+
+    def crash_after_the_manifest(step: str) -> None:
+        if step == "manifest":
+            shutil.copytree(log.dir, committed)
+
+    swap = clean_once(log, {}, log.log_end_offset, 10_000, after_step=crash_after_the_manifest)
+    assert swap is not None and 6 in [b for b, _ in swap.old_segments]
+    assert 6 not in swap.new_bases
+    leo = log.log_end_offset
+    # the producer snapshot a clean stop writes: the reopened log reads the aborted
+    # entries below it from the .txnindex files, it does not find the marker again
+    write_snapshot(committed, leo, log.producer_state)
+    log.close()
+    manifest = json.loads((committed / MANIFEST).read_text())
+    assert manifest["version"] == 2
+    manifest["version"] = 1
+    (committed / MANIFEST).write_text(json.dumps(manifest))
+    if not staged:
+        for path in (committed / swap.staging).glob("*.txnindex"):
+            path.unlink()
+    assert read_txn_index(txn_index_path(committed, 6))  # the old segment's file
+    reopened = PartitionLog.open(committed, "t", 0, COMPACT, 0, recovery_point=leo,
+                                 high_watermark=leo, clean_shutdown=True)
+    assert reopened.aborted_transactions(0, leo) == before
+    assert not (committed / MANIFEST).exists()
+    assert [p.name for p in committed.glob("*.txnindex")] == [f"{0:020d}.txnindex"]
+    reopened.close()
+
+
+def test_a_live_swap_needs_every_staged_txnindex_and_a_version_2_manifest(
+        tmp_path: Path) -> None:
+    log = _log_with_a_merged_away_abort(tmp_path / "t-0")
+    report = describe_cleanable(log)
+    rng = choose_filthiest([report], {}, {report.key: log.log_end_offset}, 10_000)
+    assert rng is not None
+    cleaning = CleaningPass(rng, 10_000, map_capacity(1 << 20), 700, 1)
+    while not cleaning.step():
+        pass
+    swap = cleaning.plan
+    assert swap is not None
+    manifest = SwapManifest(swap.staging, tuple(b for b, _ in swap.old_segments),
+                            tuple(swap.new_bases))
+    assert manifest.version == 2
+    with pytest.raises(SwapError, match=r"\.txnindex is missing"):
+        commit_swap(log.dir, manifest)  # the owner has not staged them
+    stage_txn_indexes(log.dir, swap.staging,
+                      log.txn_index.cleaned_entries(list(manifest.old_bases),
+                                                    list(manifest.new_bases)))
+    with pytest.raises(SwapError, match="version 2, not 1"):
+        commit_swap(log.dir, manifest._replace(version=1))
+    assert not (log.dir / MANIFEST).exists()
+    (log.dir / MANIFEST).write_text(json.dumps({"version": 3, "staging": swap.staging,
+                                                "old": [], "new": []}))
+    with pytest.raises(SwapError, match="version 3 is not known"):
+        read_manifest(log.dir)
+    (log.dir / MANIFEST).unlink()
+    log.close()
+
+
+def test_a_checkpoint_inside_a_segment_keeps_an_aborted_record_below_it_out_of_the_map(
+        tmp_path: Path) -> None:
+    """The key map takes only records at or above the first dirty offset (Kafka's
+    buildOffsetMapForSegment), though the map phase reads a segment from its base: the
+    report names only aborts whose marker is at or above it, so an aborted record below a
+    checkpoint that falls inside a segment (stale after a truncation or a namesake, or
+    left by a crash between a swap and its checkpoint) was taken for its key's latest
+    and the committed record before it dropped."""
+    config = LogConfig(segment_bytes=1 << 20, index_interval_bytes=100,
+                       cleanup_policy=("compact",), min_cleanable_dirty_ratio=0.0,
+                       delete_retention_ms=1_000)
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, config, 0)
+    log.append_as_leader(build_batch([b"v1"], keys=[b"k"]), 0, 0)                  # 0
+    log.append_as_leader(_txn_records(7, 0, 0, [b"k"], b"aborted"), 0, 0)          # 1
+    log.append_control(7, 0, False, 0, 0, 0)                                       # 2
+    for i in range(4):                                                             # 3-6
+        log.append_as_leader(build_batch([b"p"], keys=[b"p%d" % i]), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    assert [s.base_offset for s in log.segments][:1] == [0] and log.segments[1].base_offset == 7
+    assert clean_once(log, {("t", 0): 3}, log.log_end_offset, 10_000) is not None
+    assert (0, b"k", b"v1") in pairs(log)

@@ -115,3 +115,18 @@ def test_analyze_runs_on_the_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert f"node 1: 1 file(s), 4 bytes from here:{traces} to {out}/node-1" in result.output
     assert calls == [([out / "node-1"], out / "report")]
     assert f"report: {out}/report/report.html" in result.output
+
+
+def test_an_out_dir_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
+    spec = tmp_path / "c.toml"
+    spec.write_text('[hosts.here]\nvia = "local"\n[zookeeper]\nconnect = "127.0.0.1:1"\n'
+                    '[nodes.1]\nhost = "here"\n')
+    traces = tmp_path / "c.cluster" / "data" / "node-1" / "traces"
+    traces.mkdir(parents=True)
+    (traces / "t.parquet").write_bytes(b"PAR1")
+    (tmp_path / "a-file").write_text("x")
+    done = subprocess.run([sys.executable, "-m", "actors.cli", "cluster", "traces", "--spec",
+                           str(spec), "--out", str(tmp_path / "a-file" / "out")],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == f"Error: cannot make --out {tmp_path}/a-file/out: Not a directory"

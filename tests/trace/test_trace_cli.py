@@ -392,3 +392,21 @@ def test_a_wait_names_the_follower_fetch_that_completed_it_and_export_draws_the_
     waited = next(sp for sp in spans if sp["name"] == "DelayedProduce")
     assert waited["links"] == [{"traceId": f"{9:032x}", "spanId": f"{12:016x}"}]
     assert waited["parentSpanId"] == f"{2:016x}"
+
+
+def test_a_file_that_is_no_trace_file_and_an_unwritable_out_are_one_line(
+        real_traces: Path, tmp_path: Path) -> None:
+    """As every command's mistakes: one line and exit status 1, no traceback."""
+    import subprocess
+
+    (tmp_path / "node-9-1-1-000001.trace.parquet").write_bytes(b"not parquet\n")
+    root = Path(__file__).resolve().parents[2]
+    for args, said in (
+            (["list", "--dir", str(tmp_path)], "not an actorlog trace file"),
+            (["find", "--dir", str(tmp_path), "--slowest", "3"], "not an actorlog trace file"),
+            (["export", "--format", "perfetto", "--dir", str(real_traces),
+              str(tmp_path / "missing" / "out.json")], "cannot write")):
+        done = subprocess.run([sys.executable, "-m", "actors.cli", "trace", *args], cwd=root,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from actors.core.group_base import (
     _OFFSET_STORE_ERRORS,
@@ -206,6 +206,7 @@ class GroupOffsets(GroupCoreBase):
         names = set(topics)
         fx: list[Effect] = []
         for group in self._groups.values():
+            self._drop_pending_offsets(group.group_id, lambda tp: tp[0] in names)
             gone = [tp for tp in group.offsets if tp[0] in names]
             for tp in gone:
                 del group.offsets[tp]
@@ -213,6 +214,22 @@ class GroupOffsets(GroupCoreBase):
                 self._append(group, tuple(offset_tombstone(group.group_id, t, p)
                                           for t, p in gone), fx)
         return fx
+
+    def _drop_pending_offsets(self, group_id: str,
+                              dropped: Callable[[TopicPartition], bool]) -> None:
+        """Kafka's GroupMetadata.removeOffsets: offsets removed from a group are removed
+        from its commits still being written and its open transactions' commits too, or
+        the append's answer (or the transaction's commit marker) would put them back."""
+        for pending in self._pending_appends.values():
+            if (isinstance(pending, _PendingCommit | _PendingTxnCommit)
+                    and pending.group.group_id == group_id):
+                for tp in [tp for tp in pending.offsets if dropped(tp)]:
+                    del pending.offsets[tp]
+        for by_group in self._txn_offsets.values():
+            offsets = by_group.get(group_id)
+            if offsets:
+                for tp in [tp for tp in offsets if dropped(tp)]:
+                    del offsets[tp]
 
     def offset_delete(
         self,
@@ -243,13 +260,16 @@ class GroupOffsets(GroupCoreBase):
                     subscribed |= topics or set()
         results = []
         gone = []
+        deleted: set[TopicPartition] = set()
         for topic, partition in partitions:
             if topic in subscribed:
                 results.append((topic, partition, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC))
                 continue
             results.append((topic, partition, ErrorCode.NONE))
+            deleted.add((topic, partition))
             if group.offsets.pop((topic, partition), None) is not None:
                 gone.append(offset_tombstone(group_id, topic, partition))
+        self._drop_pending_offsets(group_id, deleted.__contains__)
         if gone:
             self._append(group, tuple(gone), fx)
         return self._respond(fx, request_id,

@@ -66,6 +66,8 @@ def _read(dirs: tuple[str, ...]) -> list[dict[str, Any]]:
     except ValueError as exc:
         raise click.ClickException(
             f"{exc}; give data dirs, their traces dirs or trace files (--dir)") from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot read {exc.filename}: {exc.strerror}") from None
 
 
 def _parse_trace_id(text: str) -> int:

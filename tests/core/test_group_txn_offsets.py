@@ -109,3 +109,25 @@ def test_loading_releases_committed_transactional_offsets_at_their_marker() -> N
     assert _fetch(core, True) == (-1, E.UNSTABLE_OFFSET_COMMIT)
     core.complete_txn(7, core.partition_for("g"), True)
     assert _fetch(core, True) == (30, E.NONE)
+
+
+def test_a_deleted_topic_takes_the_transactions_pending_offsets_too() -> None:
+    """Kafka's removeOffsets: a transaction's offsets of a topic deleted before its commit
+    marker never become the group's (a namesake made later would resume there)."""
+    core = GroupCoordinatorCore(GroupConfig())
+    core.on_append_complete(_commit(core, 1, 77, 5).append_id, E.NONE, 0)
+    core.topics_deleted(["t"])
+    core.complete_txn(77, core.partition_for("g"), True)
+    assert _fetch(core, True) == (-1, E.NONE)
+
+
+def test_a_deleted_topic_takes_a_commit_still_being_written_too() -> None:
+    core = GroupCoordinatorCore(GroupConfig())
+    [append] = core.offset_commit(1, "g", -1, "", None,
+                                  [OffsetCommitPartition("t", 0, 5, -1, "")], 0)
+    assert isinstance(append, AppendRecords)
+    core.topics_deleted(["t"])
+    [done] = core.on_append_complete(append.append_id, E.NONE, 0)
+    assert isinstance(done, Respond) and done.response == OffsetCommitResponse(
+        (("t", 0, E.NONE),))
+    assert _fetch(core, False) == (-1, E.NONE)

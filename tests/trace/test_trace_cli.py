@@ -400,9 +400,12 @@ def test_a_file_that_is_no_trace_file_and_an_unwritable_out_are_one_line(
     import subprocess
 
     (tmp_path / "node-9-1-1-000001.trace.parquet").write_bytes(b"not parquet\n")
+    unreadable = tmp_path / "unreadable"
+    (unreadable / "node-9-1-1-000002.trace.parquet").mkdir(parents=True)
     root = Path(__file__).resolve().parents[2]
     for args, said in (
             (["list", "--dir", str(tmp_path)], "not an actorlog trace file"),
+            (["list", "--dir", str(unreadable)], "Is a directory"),
             (["find", "--dir", str(tmp_path), "--slowest", "3"], "not an actorlog trace file"),
             (["export", "--format", "perfetto", "--dir", str(real_traces),
               str(tmp_path / "missing" / "out.json")], "cannot write")):

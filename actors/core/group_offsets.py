@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from actors.core.group_base import (
     _OFFSET_STORE_ERRORS,
@@ -212,6 +212,65 @@ class GroupOffsets(GroupCoreBase):
             if gone:
                 self._append(group, tuple(offset_tombstone(group.group_id, t, p)
                                           for t, p in gone), fx)
+        return fx
+
+    def topic_deletions(self, started: Mapping[str, str], completed: Mapping[str, str],
+                        now_ms: int) -> list[Effect]:
+        """A cluster's topic deletions (name -> topic id, "" for none), from UpdateMetadata.
+
+        A start is noted with the time this coordinator learned it (the first time). At
+        the completion (the controller deleted the znodes), every group loses that topic's
+        offsets committed up to the noted time (or up to now, if the start was never
+        heard), with tombstones, in memory and in pending commits (Kafka's removeOffsets).
+        A namesake can only be made after the completion, and its commits reach this
+        coordinator only through a handler that has seen it, so after the start: they are
+        newer than the mark and kept. A completion heard twice (a resend) is applied once.
+        """
+        for name, topic_id in started.items():
+            if (name, topic_id) not in self._deletions_done:
+                self._deletion_marks.setdefault((name, topic_id), now_ms)
+        fences: dict[str, int] = {}
+        for name, topic_id in completed.items():
+            key = (name, topic_id)
+            mark = self._deletion_marks.pop(key, now_ms)
+            if key in self._deletions_done and topic_id:
+                continue
+            self._deletions_done.add(key)
+            fences[name] = mark
+        fx: list[Effect] = []
+        if not fences:
+            return fx
+
+        def stale(tp: TopicPartition, value: OffsetAndMetadata) -> bool:
+            fence = fences.get(tp[0])
+            return fence is not None and value.commit_timestamp_ms <= fence
+
+        # a commit still being appended is in the log before the tombstone: it goes too
+        gone: dict[str, tuple[GroupMetadata, set[TopicPartition]]] = {}
+        for pending in self._pending_appends.values():
+            if isinstance(pending, _PendingCommit):
+                tps = [tp for tp, v in pending.offsets.items() if stale(tp, v)]
+                for tp in tps:
+                    del pending.offsets[tp]
+                if tps:
+                    gone.setdefault(pending.group.group_id, (pending.group, set()))[1].update(tps)
+        for group in self._groups.values():
+            tps = [tp for tp, value in group.offsets.items() if stale(tp, value)]
+            for tp in tps:
+                del group.offsets[tp]
+            if tps:
+                gone.setdefault(group.group_id, (group, set()))[1].update(tps)
+        for group, taken in gone.values():
+            self._append(group, tuple(offset_tombstone(group.group_id, t, p)
+                                      for t, p in sorted(taken)), fx)
+        for pending in self._pending_appends.values():  # in an open transaction
+            if isinstance(pending, _PendingTxnCommit):
+                for tp in [tp for tp, v in pending.offsets.items() if stale(tp, v)]:
+                    del pending.offsets[tp]
+        for by_group in self._txn_offsets.values():
+            for offsets in by_group.values():
+                for tp in [tp for tp, v in offsets.items() if stale(tp, v)]:
+                    del offsets[tp]
         return fx
 
     def offset_delete(

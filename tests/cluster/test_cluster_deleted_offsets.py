@@ -10,9 +10,12 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, ElectionType, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.metadata import FindCoordinatorRequest
 
 from actors.metadata import znodes
+from tests.broker.test_groups import call
 from tests.cluster.test_cluster import admin, create
 from tests.cluster.test_cluster_admin import _group_led_by
 from tests.fixtures.cluster import Cluster, wait_for
@@ -127,3 +130,52 @@ def test_a_namesake_of_a_deleted_topic_is_consumed_from_its_start_by_groups_on_e
             ("reborn", 0): OFFSET_INVALID, ("reborn", 1): OFFSET_INVALID, ("other", 0): 3}, group
         first = _first_consumed(cluster, group, "reborn", 2)
         assert first == {0: (0, b"new-0"), 1: (0, b"new-0")}, group
+
+
+def _coordinator_of(cluster: Cluster, via: int, group: str) -> int:
+    answer = call(cluster.nodes[via].bootstrap, FindCoordinatorRequest(key=group, key_type=0), 1)
+    return int(answer.node_id) if answer.error_code == 0 else -1
+
+
+def test_a_node_down_during_the_deletion_leads_its_groups_again_without_the_offsets(
+        cluster_factory: Any, zk_connect: str) -> None:
+    """As Kafka: a node's coordinator does not look for deleted topics when it loads its
+    offsets partitions; while it is down, the partitions' new leaders (live, told of the
+    deletion) write the tombstones, and it replicates them before it can lead again."""
+    cluster: Cluster = cluster_factory(3)
+    client = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for topic, where in (("reborn", [[1, 2], [2, 1]]), ("other", [[1, 2]])):
+        client.create_topics([NewTopic(topic, len(where), replica_assignment=where)])[topic].result(30)
+        cluster.wait_topic(topic, len(where))
+    for p in range(2):
+        _produce(cluster, "reborn", p, OLD_RECORDS, "old")
+    _produce(cluster, "other", 0, 4, "other")
+    group = _group_led_by(cluster, 3, set())
+    _commit(cluster, group, [TopicPartition("reborn", 0, OLD_RECORDS),
+                             TopicPartition("reborn", 1, OLD_RECORDS),
+                             TopicPartition("other", 0, 3)])
+
+    cluster.nodes[3].stop()
+    wait_for(f"{group} led by a live node",
+             lambda: _coordinator_of(cluster, 1, group) in (1, 2) or None, timeout_s=60)
+    _delete_and_wait(cluster, zk_connect, "reborn")
+    cluster.nodes[3].start()
+    cluster.wait_formed()
+    # node 3 leads its offsets partitions again (preferred election, once in their ISR)
+    live = AdminClient({"bootstrap.servers": cluster.nodes[1].bootstrap})
+
+    def back() -> bool | None:
+        live.elect_leaders(ElectionType.PREFERRED, None).result(30)
+        return _coordinator_of(cluster, 1, group) == 3 or None
+
+    wait_for(f"{group} led by node 3 again", back, timeout_s=90, every_s=2.0)
+
+    client.create_topics([NewTopic("reborn", 2, 2)])["reborn"].result(30)
+    cluster.wait_topic("reborn", 2)
+    for p in range(2):
+        _produce(cluster, "reborn", p, NEW_RECORDS, "new")
+    wanted = [TopicPartition("reborn", 0), TopicPartition("reborn", 1),
+              TopicPartition("other", 0)]
+    assert _committed(cluster, group, wanted) == {
+        ("reborn", 0): OFFSET_INVALID, ("reborn", 1): OFFSET_INVALID, ("other", 0): 3}
+    assert _first_consumed(cluster, group, "reborn", 2) == {0: (0, b"new-0"), 1: (0, b"new-0")}

@@ -145,7 +145,8 @@ def test_a_node_down_during_the_deletion_leads_its_groups_again_without_the_offs
     cluster: Cluster = cluster_factory(3)
     client = AdminClient({"bootstrap.servers": cluster.bootstrap})
     for topic, where in (("reborn", [[1, 2], [2, 1]]), ("other", [[1, 2]])):
-        client.create_topics([NewTopic(topic, len(where), replica_assignment=where)])[topic].result(30)
+        made = client.create_topics([NewTopic(topic, len(where), replica_assignment=where)])
+        made[topic].result(30)
         cluster.wait_topic(topic, len(where))
     for p in range(2):
         _produce(cluster, "reborn", p, OLD_RECORDS, "old")

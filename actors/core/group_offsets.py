@@ -224,7 +224,8 @@ class GroupOffsets(GroupCoreBase):
         heard), with tombstones, in memory and in pending commits (Kafka's removeOffsets).
         A namesake can only be made after the completion, and its commits reach this
         coordinator only through a handler that has seen it, so after the start: they are
-        newer than the mark and kept. A completion heard twice (a resend) is applied once.
+        newer than the mark and kept. A completion heard twice (a resend) is applied once,
+        also for a topic without an id (a namesake made now always gets one).
         """
         for name, topic_id in started.items():
             if (name, topic_id) not in self._deletions_done:
@@ -233,7 +234,7 @@ class GroupOffsets(GroupCoreBase):
         for name, topic_id in completed.items():
             key = (name, topic_id)
             mark = self._deletion_marks.pop(key, now_ms)
-            if key in self._deletions_done and topic_id:
+            if key in self._deletions_done:
                 continue
             self._deletions_done.add(key)
             fences[name] = mark

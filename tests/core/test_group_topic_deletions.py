@@ -70,6 +70,11 @@ def test_a_completion_without_a_start_takes_what_was_committed_until_it() -> Non
     _deleted(shell, completed={"t": ""})
     assert shell.fetch() == {}
     assert sorted(_tombstones(shell)) == [("g", "t", 0), ("g", "t", 1)]
+    shell.advance(10)
+    shell.commit({("t", 0): 1})
+    shell.advance(10)
+    _deleted(shell, completed={"t": ""})  # a resend
+    assert shell.fetch() == {("t", 0): 1}
 
 
 def test_a_commit_still_being_appended_goes_too() -> None:

@@ -404,11 +404,6 @@ class ReplicaManager(Actor):
         self.log_dir_events_sent = getattr(self, "log_dir_events_sent", 0)
         # reports refused in a row since the last one taken (logged at 1, 2, 4, 8, ...)
         self.log_dir_events_refused = getattr(self, "log_dir_events_refused", 0)
-        # topics whose deletion the controller started (name -> id, "" none), until an
-        # UpdateMetadata says it completed: a full one (a new controller's) that no longer
-        # lists the topic, or lists a namesake, says so too (the controller that deleted
-        # the znodes may have died before it named them). Kept over a restart of this actor
-        self.deleting_topics: dict[str, str] = getattr(self, "deleting_topics", {})
         self.num_fetchers = int(self.config["num.replica.fetchers"])
         self.fetcher_config = FetcherConfig(
             replica_id=self.broker_id,
@@ -878,21 +873,10 @@ class ReplicaManager(Actor):
         """Kafka's handleUpdateMetadataRequest -> onPartitionsDeleted, for this node's group
         coordinators: the topics being deleted (LEADER_DURING_DELETE) and those whose
         deletion is complete. Told before the handlers get this metadata: a namesake's
-        commit comes through a handler that has seen a later UpdateMetadata. (A completion
-        taken wrongly from a full UpdateMetadata costs nothing a namesake owns: only offsets
-        committed before the coordinator heard of the deletion's start are taken.)"""
+        commit comes through a handler that has seen a later UpdateMetadata."""
         started = {p.topic: msg.topic_ids.get(p.topic, "") for p in msg.partitions
                    if p.leader == LEADER_DURING_DELETE}
         completed = dict(msg.deleted_topics)
-        self.deleting_topics.update(started)
-        if msg.full:
-            listed = {p.topic for p in msg.partitions}
-            for name, topic_id in self.deleting_topics.items():
-                if name not in completed and (
-                        name not in listed or msg.topic_ids.get(name, "") != topic_id):
-                    completed[name] = topic_id
-        for name in completed:
-            self.deleting_topics.pop(name, None)
         if not started and not completed:
             return
         note = TopicDeletions(started, completed)

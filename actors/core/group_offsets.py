@@ -218,33 +218,32 @@ class GroupOffsets(GroupCoreBase):
                         now_ms: int) -> list[Effect]:
         """A cluster's topic deletions (name -> topic id, "" for none), from UpdateMetadata.
 
-        A start is noted with the time this coordinator learned it (the first time). At
-        the completion (the controller deleted the znodes), every group loses that topic's
-        offsets committed up to the noted time (or up to now, if the start was never
-        heard), with tombstones, in memory and in pending commits (Kafka's removeOffsets).
-        A namesake can only be made after the completion, and its commits reach this
-        coordinator only through a handler that has seen it, so after the start: they are
-        newer than the mark and kept. A completion heard twice (a resend) is applied once,
-        also for a topic without an id (a namesake made now always gets one).
+        At a completion (the controller deleted the znodes) every group loses every offset
+        of that topic, with tombstones, in memory, in pending commits and in open
+        transactions (Kafka's removeOffsets; Kafka does it at the start, from the first
+        UpdateMetadata naming the partitions deleted; a start is not acted on here, so a
+        deletion that never completes takes nothing). No namesake's offset can be here
+        yet: the controller makes a namesake only after the completion, whose
+        UpdateMetadata this node's ReplicaManager handles (telling this coordinator)
+        before its handlers learn of the namesake, and the handlers refuse commits to a
+        topic being deleted. A completion heard twice (a resend) is applied once: a
+        namesake's offsets committed in between stay. ``started`` and ``now_ms`` are
+        kept for the message's shape and the log.
         """
-        for name, topic_id in started.items():
-            if (name, topic_id) not in self._deletions_done:
-                self._deletion_marks.setdefault((name, topic_id), now_ms)
-        fences: dict[str, int] = {}
+        del started, now_ms
+        fences: set[str] = set()
         for name, topic_id in completed.items():
             key = (name, topic_id)
-            mark = self._deletion_marks.pop(key, now_ms)
             if key in self._deletions_done:
                 continue
             self._deletions_done.add(key)
-            fences[name] = mark
+            fences.add(name)
         fx: list[Effect] = []
         if not fences:
             return fx
 
         def stale(tp: TopicPartition, value: OffsetAndMetadata) -> bool:
-            fence = fences.get(tp[0])
-            return fence is not None and value.commit_timestamp_ms <= fence
+            return tp[0] in fences
 
         # a commit still being appended is in the log before the tombstone: it goes too
         gone: dict[str, tuple[GroupMetadata, set[TopicPartition]]] = {}

@@ -121,6 +121,7 @@ from wire.broker_messages import (
     ReadDone,
     ReadRow,
     Schedule,
+    TopicDeletions,
     TopicsDeleted,
 )
 from wire.cluster_messages import CoordinatorPartitions, CoordinatorRestarted
@@ -724,6 +725,11 @@ class GroupCoordinator(LoadReading, Actor):
     @handles(TopicsDeleted)
     def on_topics_deleted(self, msg: TopicsDeleted) -> None:
         self._perform(self.core.topics_deleted(msg.topics))
+
+    @handles(TopicDeletions)
+    def on_topic_deletions(self, msg: TopicDeletions) -> None:
+        """A cluster's deletions, from this node's replica manager (its UpdateMetadata)."""
+        self._perform(self.core.topic_deletions(msg.started, msg.completed, self.now_ms()))
 
     # ---------------------------------------------------------- effects
     def _perform(self, effects: list[Effect]) -> None:

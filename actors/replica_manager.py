@@ -115,7 +115,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.core.cluster_model import TopicPartition
+from actors.core.cluster_model import LEADER_DURING_DELETE, TopicPartition
 from actors.core.fetcher_state import FetcherConfig
 from actors.core.metadata_cache import SYNC_WAIT_MS, MetadataCache
 from actors.core.offsets_codec import OFFSETS_TOPIC
@@ -130,7 +130,7 @@ from actors.runtime.config import Config
 from actors.runtime.errors import NodeError
 from actors.topology import Topology, broker_node_name, stable_hash
 from actors.transaction_coordinator import all_txn_coordinators
-from wire.broker_messages import DropPartitions, GetStats, ShardDone
+from wire.broker_messages import DropPartitions, GetStats, ShardDone, TopicDeletions
 from wire.broker_messages import TopicPartition as TopicPartitionRow
 from wire.cluster_messages import (
     AlterPartition,
@@ -856,6 +856,7 @@ class ReplicaManager(Actor):
             self.reply(UpdateMetadataResponse(self.broker_id, code, msg.correlation_id))
             return
         self.applied["um"] += 1
+        self._tell_deletions(msg)
         self.cache.apply(msg)
         self.metadata_version += 1
         sync = MetadataSync(self.metadata_version)
@@ -867,6 +868,20 @@ class ReplicaManager(Actor):
         self.reply(UpdateMetadataResponse(self.broker_id, NONE, msg.correlation_id))
         self._demote_from_metadata(msg)
         self._check_waiters(self.clock.now_ms())
+
+    def _tell_deletions(self, msg: UpdateMetadata) -> None:
+        """Kafka's handleUpdateMetadataRequest -> onPartitionsDeleted, for this node's group
+        coordinators: the topics being deleted (LEADER_DURING_DELETE) and those whose
+        deletion is complete. Told before the handlers get this metadata: a namesake's
+        commit comes through a handler that has seen a later UpdateMetadata."""
+        started = {p.topic: msg.topic_ids.get(p.topic, "") for p in msg.partitions
+                   if p.leader == LEADER_DURING_DELETE}
+        completed = dict(msg.deleted_topics)
+        if not started and not completed:
+            return
+        note = TopicDeletions(started, completed)
+        for i in range(self.topology.num_coordinators):
+            self.tell(self.topology.coordinator(i), note)
 
     def _demote_from_metadata(self, msg: UpdateMetadata) -> None:
         """Partitions this node leads that the metadata gives to another leader at a newer

@@ -300,6 +300,18 @@ class TopicsDeleted(NamedTuple):
     topics: list[str]
 
 
+@message(590)
+class TopicDeletions(NamedTuple):
+    """ReplicaManager -> its node's GroupCoordinators (a cluster), from UpdateMetadata:
+    topic name -> topic id ("" if none) of topics whose deletion the controller has
+    ``started`` (their partitions come with LEADER_DURING_DELETE) or ``completed`` (znodes
+    gone). A coordinator notes when it learned of a start and, at the completion, takes
+    the offsets committed up to then (a namesake made later keeps its own)."""
+
+    started: dict[str, str]
+    completed: dict[str, str]
+
+
 @message(218)
 class ShardDone(NamedTuple):
     """PartitionShard -> whoever sent it OpenPartitions, DropPartitions or

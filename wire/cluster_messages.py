@@ -178,6 +178,10 @@ class UpdateMetadata(NamedTuple):
     correlation_id: int = 0
     # the ids of the topics listed that have one (Metadata v10+ answers them)
     topic_ids: dict[str, str] = {}
+    # topics whose deletion the controller has completed (znodes gone) since its last
+    # UpdateMetadata -> their id ("" if they had none): the node's group coordinators
+    # take their committed offsets (Kafka's onPartitionsDeleted)
+    deleted_topics: dict[str, str] = {}
 
 
 @message(403)

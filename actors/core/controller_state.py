@@ -254,6 +254,7 @@ class ControllerCore:
         self._um_partitions: dict[TopicPartition, UpdateMetadataPartition] = {}
         self._um_brokers: set[int] = set()     # brokers to send UpdateMetadata to
         self._um_full: set[int] = set()        # of which these get every partition
+        self._um_deleted: dict[str, str] = {}  # deletions completed -> topic id ("" none)
         self._stop: dict[int, dict[TopicPartition, bool]] = {}
         # the adopted id each replica of a partition read back from its disk (its
         # LeaderAndIsr answers, TopicIdsConfirmed): kept in memory only, so a new
@@ -381,7 +382,7 @@ class ControllerCore:
             sends += self._flush_update_metadata()
             sends += self._flush_stop_replica()
         self._lai, self._um_partitions, self._um_brokers = {}, {}, set()
-        self._um_full, self._stop = set(), {}
+        self._um_full, self._stop, self._um_deleted = set(), {}, {}
         return sends + self._out + list(self._writes)
 
     def _broker_epoch(self, broker_id: int) -> int:
@@ -592,7 +593,8 @@ class ControllerCore:
             out.append(SendToBroker(broker_id, UpdateMetadata(
                 self.config.broker_id, self.epoch, self._broker_epoch(broker_id), is_full,
                 brokers, rows, self._configs_of(r.topic for r in rows),
-                topic_ids=self._topic_ids_of(r.topic for r in rows))))
+                topic_ids=self._topic_ids_of(r.topic for r in rows),
+                deleted_topics=dict(self._um_deleted))))
         return out
 
     def _flush_stop_replica(self) -> list[Effect]:
@@ -1382,6 +1384,7 @@ class ControllerCore:
             if not result.ok:
                 failed(result.message or result.code.value)
                 return
+            record = self.topics.get(topic)
             for tp in tps:
                 for replica in self.assignment(tp):
                     self._move_replica(tp, replica, _R.NON_EXISTENT)
@@ -1389,6 +1392,11 @@ class ControllerCore:
                 self._confirmed.pop(tp, None)
             self.topics.pop(topic, None)
             self.deleting.discard(topic)
+            # every live node's group coordinators take the topic's committed offsets
+            # (Kafka's onPartitionsDeleted), told only now that its znodes are gone, by
+            # name and id, before any namesake can be made (it is refused until here)
+            self._um_deleted[topic] = (record.assignment.topic_id or "") if record else ""
+            self._update_metadata()
 
         write_id = self._write(lambda w: DeleteTopicZnodes(w, topic))
         self._topic_writes[write_id] = _TopicWrite(on_result, failed)

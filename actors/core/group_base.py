@@ -102,6 +102,7 @@ class GroupCoreBase:
     """
 
     __slots__ = (
+        "_deletions_done",
         "_groups",
         "_next_append_id",
         "_pending_appends",
@@ -123,6 +124,9 @@ class GroupCoreBase:
         # producer id -> group -> offsets written in its open transaction (visible at commit)
         self._txn_offsets: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
         self._next_append_id = 0
+        # a cluster's completed topic deletions (name, id) already applied (a resend of
+        # one never takes a namesake's offsets)
+        self._deletions_done: set[tuple[str, str]] = set()
         self.skipped_records = 0
         """Records :meth:`load` ignored because their key version is unknown to us."""
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from actors.core.group_base import (
     _OFFSET_STORE_ERRORS,
@@ -194,7 +194,7 @@ class GroupOffsets(GroupCoreBase):
         else:
             code = _OFFSET_STORE_ERRORS.get(error_code, error_code)
         result = tuple(
-            (topic, partition, code if (topic, partition) in pending.offsets else err)
+            (topic, partition, code if err is ErrorCode.NONE else err)
             for topic, partition, err in pending.order
         )
         self._respond(fx, pending.request_id, OffsetCommitResponse(result))
@@ -203,17 +203,7 @@ class GroupOffsets(GroupCoreBase):
         """Kafka's onPartitionsDeleted: every group loses its offsets of deleted topics
         (with tombstones), so consumers of a namesake made later start where
         auto.offset.reset says, not at the old topic's offsets."""
-        names = set(topics)
-        fx: list[Effect] = []
-        for group in self._groups.values():
-            self._drop_pending_offsets(group.group_id, lambda tp: tp[0] in names)
-            gone = [tp for tp in group.offsets if tp[0] in names]
-            for tp in gone:
-                del group.offsets[tp]
-            if gone:
-                self._append(group, tuple(offset_tombstone(group.group_id, t, p)
-                                          for t, p in gone), fx)
-        return fx
+        return self._remove_topics(set(topics))
 
     def _drop_pending_offsets(self, group_id: str,
                               dropped: Callable[[TopicPartition], bool]) -> None:
@@ -230,6 +220,71 @@ class GroupOffsets(GroupCoreBase):
             if offsets:
                 for tp in [tp for tp in offsets if dropped(tp)]:
                     del offsets[tp]
+
+    def topic_deletions(self, started: Mapping[str, str], completed: Mapping[str, str],
+                        now_ms: int) -> list[Effect]:
+        """A cluster's topic deletions (name -> topic id, "" for none), from UpdateMetadata.
+
+        At a completion (the controller deleted the znodes) every group loses every offset
+        of that topic, with tombstones, in memory, in pending commits and in open
+        transactions (Kafka's removeOffsets; Kafka does it at the start, from the first
+        UpdateMetadata naming the partitions deleted; a start is not acted on here, so a
+        deletion that never completes takes nothing). No namesake's offset can be here
+        yet: the controller makes a namesake only after the completion, whose
+        UpdateMetadata this node's ReplicaManager handles (telling this coordinator)
+        before its handlers learn of the namesake, and the handlers refuse commits to a
+        topic being deleted. A completion heard twice (a resend) is applied once: a
+        namesake's offsets committed in between stay. ``started`` and ``now_ms`` are
+        kept for the message's shape and the log.
+        """
+        del started, now_ms
+        fences: set[str] = set()
+        for name, topic_id in completed.items():
+            key = (name, topic_id)
+            if key in self._deletions_done:
+                continue
+            self._deletions_done.add(key)
+            fences.add(name)
+        return self._remove_topics(fences)
+
+    def _remove_topics(self, names: set[str]) -> list[Effect]:
+        """Every group loses its offsets of ``names``, with tombstones: committed ones,
+        those of commits still being appended (their records are in the log before the
+        tombstones) and those of open transactions (Kafka's GroupMetadata.removeOffsets)."""
+        fx: list[Effect] = []
+        if not names:
+            return fx
+
+        def stale(tp: TopicPartition, value: OffsetAndMetadata) -> bool:
+            return tp[0] in names
+
+        # a commit still being appended is in the log before the tombstone: it goes too
+        gone: dict[str, tuple[GroupMetadata, set[TopicPartition]]] = {}
+        for pending in self._pending_appends.values():
+            if isinstance(pending, _PendingCommit):
+                tps = [tp for tp, v in pending.offsets.items() if stale(tp, v)]
+                for tp in tps:
+                    del pending.offsets[tp]
+                if tps:
+                    gone.setdefault(pending.group.group_id, (pending.group, set()))[1].update(tps)
+        for group in self._groups.values():
+            tps = [tp for tp, value in group.offsets.items() if stale(tp, value)]
+            for tp in tps:
+                del group.offsets[tp]
+            if tps:
+                gone.setdefault(group.group_id, (group, set()))[1].update(tps)
+        for group, taken in gone.values():
+            self._append(group, tuple(offset_tombstone(group.group_id, t, p)
+                                      for t, p in sorted(taken)), fx)
+        for pending in self._pending_appends.values():  # in an open transaction
+            if isinstance(pending, _PendingTxnCommit):
+                for tp in [tp for tp, v in pending.offsets.items() if stale(tp, v)]:
+                    del pending.offsets[tp]
+        for by_group in self._txn_offsets.values():
+            for offsets in by_group.values():
+                for tp in [tp for tp, v in offsets.items() if stale(tp, v)]:
+                    del offsets[tp]
+        return fx
 
     def offset_delete(
         self,
@@ -348,7 +403,7 @@ class GroupOffsets(GroupCoreBase):
         else:
             code = _OFFSET_STORE_ERRORS.get(error_code, error_code)
         result = tuple(
-            (topic, partition, code if (topic, partition) in pending.offsets else err)
+            (topic, partition, code if err is ErrorCode.NONE else err)
             for topic, partition, err in pending.order)
         self._respond(fx, pending.request_id, OffsetCommitResponse(result))
 

@@ -1351,3 +1351,25 @@ def test_a_clearing_refused_by_a_kafka_tools_rewrite_is_tried_again_at_its_versi
         else:
             assert now.topic_id == late and not now.topic_id_adopted
             assert c.zk.get(znodes.adopted_topic_id_path("old")) is None
+
+
+def test_a_completed_deletion_is_named_to_every_live_broker_once_by_its_id() -> None:
+    """The UpdateMetadata that follows the znodes' deletion names the topic and its id
+    (the nodes' group coordinators take its offsets), before any namesake's metadata."""
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2), 1: (2, 3)})
+    ctl = c.controller
+    topic_id = ctl.core.topics["t"].assignment.topic_id
+    assert topic_id
+    mark = len(ctl.sent)
+    c.request(lambda rid: DeleteTopics(rid, ("t",)))
+    c.feed(StopReplicaDone(1, 0, {TP("t", 0): 0}))
+    c.feed(StopReplicaDone(2, 0, {TP("t", 0): 0, TP("t", 1): 0}))
+    assert all(not m.deleted_topics for _, m in update_metadata(ctl, mark))  # not yet
+    c.feed(StopReplicaDone(3, 0, {TP("t", 1): 0}))
+    assert c.reader.get_topics() == set()
+    named = [(b, m.deleted_topics) for b, m in update_metadata(ctl, mark) if m.deleted_topics]
+    assert sorted(named) == [(1, {"t": topic_id}), (2, {"t": topic_id}), (3, {"t": topic_id})]
+    mark = len(ctl.sent)
+    assert codes(create(c, "t", 1, 1)) == [0]
+    assert all(not m.deleted_topics for _, m in update_metadata(ctl, mark))

@@ -31,7 +31,7 @@ SAMPLES: list[Any] = [
     ], [cm.UpdateMetadataPartition("orders", 0, 7, 2, 12, [2, 3], 31, [2, 3, 1], [1]),
         cm.UpdateMetadataPartition("gone", 0, 7, -2, 3, [1], 4, [1], [])],
         {"orders": {}, "gone": {"segment.bytes": "1024"}}, (7 << 32) + 42,
-        {"orders": "-B1Prn3sEdCnZQCgyR5r9g"}),
+        {"orders": "-B1Prn3sEdCnZQCgyR5r9g"}, {"old": "Zm9vYmFyYmF6cXV4cXV1eA", "bare": ""}),
     cm.UpdateMetadataResponse(3, 0, (7 << 32) + 42),
     cm.StopReplica(1, 7, 4294967301, [cm.StopReplicaPartition("gone", 0, -1, True),
                                       cm.StopReplicaPartition("orders", 1, 12, False)],
@@ -152,8 +152,8 @@ def test_every_row_field_is_typed_for_the_registry() -> None:
 @pytest.mark.parametrize(
     ("body", "error"),
     [
-        ([1, 7, 0, True, [], [], {}, 0], "UpdateMetadata needs 9 fields, got 8"),
-        ([1, 7, 0, "yes", [], [], {}, 0, {}], "UpdateMetadata.full must be bool, got str"),
+        ([1, 7, 0, True, [], [], {}, 0, {}], "UpdateMetadata needs 10 fields, got 9"),
+        ([1, 7, 0, "yes", [], [], {}, 0, {}, {}], "UpdateMetadata.full must be bool, got str"),
     ],
 )
 def test_wrong_shapes_are_refused(body: list[Any], error: str) -> None:

@@ -53,6 +53,7 @@ from actors.core.cluster_model import (
     NO_LEADER,
     BrokerInfo,
     LeaderAndIsr,
+    ReplicaAssignment,
     TopicAssignment,
     TopicPartition,
     TopicRecord,
@@ -60,8 +61,10 @@ from actors.core.cluster_model import (
     WriteResult,
 )
 from actors.core.controller_events import (
+    AlterPartitionReassignments,
     AlterPartitionRequest,
     AlterPartitionResult,
+    AlterReassignmentsResult,
     AutoLeaderRebalance,
     BecameController,
     ControlledShutdownRequest,
@@ -82,6 +85,8 @@ from actors.core.controller_events import (
     Event,
     IsrChanged,
     IsrProposal,
+    ListPartitionReassignments,
+    ListReassignmentsResult,
     LiveBrokersChanged,
     MarkTopicsForDeletion,
     MetadataWrite,
@@ -89,6 +94,7 @@ from actors.core.controller_events import (
     MetadataWritten,
     NewTopic,
     NewTopicsFound,
+    OngoingReassignment,
     PartitionResult,
     RemoveTopicDeletionMarkers,
     ReplicasOffline,
@@ -203,6 +209,16 @@ class _TopicWrite:
 
 
 @dataclass
+class _AssignmentWrite:
+    """One partition's new replica assignment, queued for its topic's znode; ``then``
+    gets the error code and message (NONE, None once written)."""
+
+    partition: int
+    assignment: ReplicaAssignment
+    then: Callable[[int, str | None], None]
+
+
+@dataclass
 class _Request:
     """A request in progress: answered once all its parts are, or refused on resignation."""
 
@@ -260,6 +276,16 @@ class ControllerCore:
         # controller clears an adoption only on answers it got itself
         self._confirmed: dict[TopicPartition, dict[int, str]] = {}
         self._clearing: set[str] = set()  # topics whose adoption is being cleared
+        # Reassignments (the topic znodes' adding/removing replicas): partitions a step of
+        # whose reassignment is being written; the target of those completing (Kafka's
+        # step B2: the replica set in memory is the target while the leader moves, the
+        # ISR shrinks and the removed replicas stop, before the znode is written last)
+        self._reassign_busy: set[TopicPartition] = set()
+        self._completing: dict[TopicPartition, tuple[int, ...]] = {}
+        # per topic: partition assignments waiting to be written (one write at a time,
+        # each at the version the last one left)
+        self._assignment_queue: dict[str, list[_AssignmentWrite]] = {}
+        self._assignment_in_flight: set[str] = set()
 
     def eligible(self) -> set[int]:
         """Brokers that may lead: registered and not shutting down."""
@@ -270,7 +296,15 @@ class ControllerCore:
         return set(brokers) - self.failed_replicas.get(tp, {}).keys()
 
     def assignment(self, tp: TopicPartition) -> tuple[int, ...]:
+        completing = self._completing.get(tp)
+        if completing is not None:
+            return completing
         return self.topics[tp.topic].assignment.partitions[tp.partition]
+
+    def replica_assignment(self, tp: TopicPartition) -> ReplicaAssignment:
+        """The partition's replicas as its znode holds them, with a reassignment's
+        adding and removing replicas."""
+        return self.topics[tp.topic].assignment.replica_assignment(tp.partition)
 
     def partitions_of(self, topic: str) -> list[TopicPartition]:
         return [TopicPartition(topic, p) for p in sorted(self.topics[topic].assignment.partitions)]
@@ -290,6 +324,8 @@ class ControllerCore:
         """Apply one event; the effects to perform, in order."""
         try:
             self._dispatch(event)
+            if self.active:
+                self._check_reassignments()
             return self._flush()
         finally:
             self._out, self._writes = [], []
@@ -335,6 +371,10 @@ class ControllerCore:
             self._on_topic_configs_changed(event.configs)
         elif isinstance(event, TopicIdsConfirmed):
             self._on_topic_ids_confirmed(event)
+        elif isinstance(event, AlterPartitionReassignments):
+            self._on_alter_reassignments(event)
+        elif isinstance(event, ListPartitionReassignments):
+            self._on_list_reassignments(event)
         else:
             raise TypeError(f"not a controller event: {event!r}")
 
@@ -358,6 +398,10 @@ class ControllerCore:
             self._reply(event.request_id, ReplicasOfflineResult(not_controller))
         elif isinstance(event, ElectLeaders) and event.request_id is not None:
             self._reply(event.request_id, ElectLeadersResult(not_controller))
+        elif isinstance(event, AlterPartitionReassignments):
+            self._reply(event.request_id, AlterReassignmentsResult(not_controller))
+        elif isinstance(event, ListPartitionReassignments):
+            self._reply(event.request_id, ListReassignmentsResult(not_controller))
         # Anything else (notices, late write outcomes) means nothing to a standby.
 
     # ---------------------------------------------------------------- effects
@@ -692,6 +736,15 @@ class ControllerCore:
         self._init_new_partitions([tp for tp in live_partitions if tp not in self.states])
         for topic in sorted(self.deleting):
             self._start_topic_deletion(topic, restart=True)
+        # Reassignments a previous controller left in progress resume from the znodes
+        # (Kafka's maybeResumeReassignments): those not complete get their leader epoch
+        # bumped (the leader may not know the added replicas yet); the others complete
+        # once this event is handled (``_check_reassignments``).
+        for tp in self._reassigning_partitions():
+            if tp in self.states and tp.topic not in self.deleting \
+                    and not self._reassignment_complete(tp):
+                self._reassign_busy.add(tp)
+                self._advance_reassignment(tp)
         self._assign_topic_ids(self.topics)
         stray = set(event.topics_to_delete) - set(self.topics)
         if stray:
@@ -1384,6 +1437,8 @@ class ControllerCore:
             for tp in tps:
                 for replica in self.assignment(tp):
                     self._move_replica(tp, replica, _R.NON_EXISTENT)
+                self._completing.pop(tp, None)
+                self._reassign_busy.discard(tp)
                 self.states.pop(tp, None)
                 self._confirmed.pop(tp, None)
             self.topics.pop(topic, None)
@@ -1767,6 +1822,322 @@ class ControllerCore:
                 candidates += [tp for tp in lost if self._preferred_rule(tp, self.states[tp])]
         self._change_partitions(candidates, self._preferred_rule)
 
+    # ------------------------------------------------------------ reassignments
+    # Kafka's onPartitionReassignment (ZooKeeper mode), in steps:
+    #   U1 write the topic znode with RS = target + original, AR = RS - original,
+    #      RR = RS - target; U2 the cache takes it; U3 replicas of an earlier, replaced
+    #      reassignment that RS no longer names leave the ISR and are deleted.
+    #   A  (the target not all in the ISR) A1 bump the leader epoch, LeaderAndIsr to RS
+    #      (the added replicas start following); A2 the added replicas are NewReplica.
+    #   B  (every target replica in the ISR: caught up) B2 RS = target in memory; B3 a
+    #      leader not in the target, or dead, is replaced by the first target replica
+    #      live and in the ISR, at a new leader epoch; B4 the ISR loses RR (one write with
+    #      B3: every target replica is in it, so it keeps every acknowledged record);
+    #      B5 StopReplica(delete) to RR; B6 the znode gets RS = target, AR = RR = [] last
+    #      (the only place the original set is kept: a controller failing over before it
+    #      resumes from the znode); B8 UpdateMetadata to every node.
+    # The Alter request is answered once U1 is written, as Kafka does (not at B6).
+
+    def _reassigning_partitions(self) -> list[TopicPartition]:
+        """Partitions whose znode names replicas being added or removed."""
+        out = []
+        for name in sorted(self.topics):
+            assignment = self.topics[name].assignment
+            out += [TopicPartition(name, p)
+                    for p in sorted(set(assignment.adding) | set(assignment.removing))]
+        return out
+
+    def _reassignment_complete(self, tp: TopicPartition) -> bool:
+        """Kafka's isReassignmentComplete: nothing to move, or every target replica is in
+        the ISR."""
+        assignment = self.replica_assignment(tp)
+        state = self.states.get(tp)
+        return not assignment.being_reassigned or (
+            state is not None and set(assignment.target) <= set(state.isr))
+
+    def _check_reassignments(self) -> None:
+        """After every event: a reassigning partition whose target caught up completes."""
+        for tp in self._reassigning_partitions():
+            if (tp in self._reassign_busy or tp.topic in self.deleting or tp not in self.states
+                    or not self._reassignment_complete(tp)):
+                continue
+            self._reassign_busy.add(tp)
+            self._complete_reassignment(tp)
+
+    def _check_reassignment(self, tp: TopicPartition, replicas: tuple[int, ...] | None,
+                            allow_rf_change: bool) -> ReplicaAssignment | PartitionResult:
+        """The partition's assignment while it moves to ``replicas`` (None: back to its
+        original set), or why not (Kafka's validateReplicas and maybeBuildReassignment)."""
+        def refused(code: ErrorCode, message: str) -> PartitionResult:
+            return PartitionResult(tp, int(code), message)
+
+        record = self.topics.get(tp.topic)
+        if (record is None or tp.topic in self.deleting
+                or tp.partition not in record.assignment.partitions):
+            return refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+        if tp not in self.states:
+            return refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                           f"partition {tp} has no leader and ISR yet")
+        if tp in self._reassign_busy:
+            return refused(ErrorCode.REASSIGNMENT_IN_PROGRESS,
+                           f"a step of the reassignment of {tp} is being written; try again")
+        current = self.replica_assignment(tp)
+        if replicas is None:
+            if not current.being_reassigned:
+                return refused(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+                               f"no reassignment of {tp} is in progress")
+            return current.reassign_to(current.origin)
+        if not replicas:
+            return refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           "Empty replica list specified in partition reassignment.")
+        if len(set(replicas)) != len(replicas):
+            return refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           f"Duplicate replica ids in partition reassignment replica list: "
+                           f"{list(replicas)}")
+        if any(r < 0 for r in replicas):
+            return refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           f"Invalid broker id in replica list: {list(replicas)}")
+        if not allow_rf_change and len(replicas) != len(current.origin):
+            return refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           f"The replication factor is changed from {len(current.origin)} to "
+                           f"{len(replicas)}, and the request does not allow it")
+        target = current.reassign_to(tuple(replicas))
+        dead = [r for r in target.adding if r not in self.brokers]
+        if dead:
+            return refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           f"Replica assignment has brokers that are not alive. Replica list: "
+                           f"{list(target.adding)}, live broker list: {sorted(self.brokers)}")
+        return target
+
+    def _on_alter_reassignments(self, event: AlterPartitionReassignments) -> None:
+        order = list(dict.fromkeys(tp for tp, _ in event.partitions))
+        none = int(ErrorCode.NONE)
+        request = _Request(event.request_id, lambda _r: AlterReassignmentsResult(none), order,
+                           build=lambda parts: AlterReassignmentsResult(none, tuple(parts)))
+        code = int(ErrorCode.NOT_CONTROLLER)
+        request.refuse = lambda reason: AlterReassignmentsResult(none, tuple(
+            request.results.get(tp) or PartitionResult(tp, code, reason) for tp in order))
+        if not order:
+            self._reply(event.request_id, AlterReassignmentsResult(none))
+            return
+        self._requests[event.request_id] = request
+        wanted = dict(event.partitions)  # a partition named twice: its last replicas
+        for tp in order:
+            checked = self._check_reassignment(tp, wanted[tp], event.allow_rf_change)
+            if isinstance(checked, PartitionResult):
+                self._part_done(request, tp, checked)
+                continue
+
+            def answered(error: int, message: str | None, tp: TopicPartition = tp) -> None:
+                if event.request_id in self._requests:
+                    self._part_done(request, tp, PartitionResult(tp, error, message))
+
+            self._start_reassignment(tp, checked, answered)
+
+    def _start_reassignment(self, tp: TopicPartition, target: ReplicaAssignment,
+                            then: Callable[[int, str | None], None]) -> None:
+        """U1-U3, then phase A (or B at once, when nothing has to catch up)."""
+        current = self.replica_assignment(tp)
+        self._reassign_busy.add(tp)
+
+        def written(error: int, message: str | None) -> None:
+            if error != ErrorCode.NONE:
+                self._reassign_busy.discard(tp)
+                then(error, message)
+                return
+            for replica in target.adding:  # A2: the added replicas are new
+                if self.replica_fsm.state((tp, replica)) is _R.NON_EXISTENT:
+                    self._move_replica(tp, replica, _R.NEW)
+                if self.replica_fsm.state((tp, replica)) is _R.NEW:
+                    self._move_replica(tp, replica,
+                                       _R.ONLINE if replica in self.brokers else _R.OFFLINE)
+            then(int(ErrorCode.NONE), None)
+            unneeded = tuple(r for r in current.replicas if r not in target.replicas)
+            self._advance_reassignment(tp, unneeded)
+
+        if target == current:
+            written(int(ErrorCode.NONE), None)
+        else:
+            self._write_partition_assignment(tp, target, written)
+
+    def _advance_reassignment(self, tp: TopicPartition, unneeded: tuple[int, ...] = ()) -> None:
+        """Phase A (A1): a new leader epoch, the ISR without ``unneeded`` (U3), and the
+        LeaderAndIsr to every replica of RS; or phase B if the target is in the ISR."""
+        if tp not in self.states or tp.topic in self.deleting:
+            self._stop_removed_replicas(tp, unneeded)
+            self._reassign_busy.discard(tp)
+            return
+        if self._reassignment_complete(tp):
+            self._complete_reassignment(tp, unneeded)
+            return
+
+        def done(outcomes: dict[TopicPartition, Outcome]) -> None:
+            if not isinstance(outcomes.get(tp), LeaderAndIsr) and tp in self.states:
+                # nothing written (no live leader in RS): the replicas learn RS with the
+                # state as it is; the next leader's election sends it at a new epoch
+                self._send_leader_and_isr(self._recipients(tp), tp)
+            self._stop_removed_replicas(tp, unneeded)
+            self._reassign_busy.discard(tp)
+
+        self._change_partitions([tp], self._reassign_rule, done)
+
+    def _reassign_rule(self, tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | None:
+        """A new leader epoch with the ISR cut to the replica set (RS, or the target while
+        completing); a leader outside it, or dead, replaced by the first target replica
+        live and in the ISR (Kafka's ReassignPartitionLeaderElectionStrategy). None: no
+        such leader, or the ISR would be empty."""
+        if tp.topic not in self.topics or tp.topic in self.deleting:
+            return None
+        allowed = set(self.assignment(tp))
+        target = self.replica_assignment(tp).target if tp not in self._completing \
+            else self._completing[tp]
+        isr = tuple(r for r in current.isr if r in allowed)
+        live = self.electable(tp, self.eligible())
+        if current.leader in allowed and current.leader in live and current.leader in isr:
+            leader = current.leader
+        else:
+            found = [r for r in target if r in live and r in isr]
+            if not found:
+                return None
+            leader = found[0]
+        return current.new_leader_and_isr(leader, isr, self.epoch)
+
+    def _complete_reassignment(self, tp: TopicPartition, unneeded: tuple[int, ...] = ()) -> None:
+        """Phase B: B2 in memory, B3 + B4 in one state write, then B5, B6 and B8."""
+        assignment = self.replica_assignment(tp)
+        target = assignment.target
+        if self._reassign_rule(tp, self.states[tp]) is None and assignment.being_reassigned:
+            self._log(f"controller {self.config.broker_id} epoch {self.epoch}: the reassignment "
+                      f"of {tp} to {list(target)} waits: no target replica is live and in "
+                      f"the ISR {list(self.states[tp].isr)} to lead")
+            self._stop_removed_replicas(tp, unneeded)
+            self._reassign_busy.discard(tp)
+            return
+        self._completing[tp] = target  # B2
+        removed = tuple(dict.fromkeys((*assignment.removing, *unneeded)))
+
+        def finished(error: int, message: str | None) -> None:
+            if error != ErrorCode.NONE:
+                # the state is right in memory and the znode still names the original set:
+                # left so (a new controller resumes from the znode) rather than retried hot
+                self._log(f"controller {self.config.broker_id} epoch {self.epoch}: writing "
+                          f"the completed reassignment of {tp} to {list(target)} failed: "
+                          f"{message}")
+                return
+            self._completing.pop(tp, None)
+            self._reassign_busy.discard(tp)
+            self._update_metadata([tp])  # B8
+
+        def written(outcomes: dict[TopicPartition, Outcome]) -> None:
+            outcome = outcomes.get(tp)
+            if not isinstance(outcome, LeaderAndIsr):
+                self._completing.pop(tp, None)
+                self._reassign_busy.discard(tp)
+                self._log(f"controller {self.config.broker_id} epoch {self.epoch}: completing "
+                          f"the reassignment of {tp} to {list(target)} failed: {outcome}")
+                return
+            self._stop_removed_replicas(tp, removed)  # B5
+            self._write_partition_assignment(tp, ReplicaAssignment(target), finished)  # B6
+
+        self._change_partitions([tp], self._reassign_rule, written)
+
+    def _stop_removed_replicas(self, tp: TopicPartition, replicas: Iterable[int]) -> None:
+        """Replicas no longer assigned: OfflineReplica (out of the ISR already), then
+        deleted (StopReplica with delete to a live broker), then forgotten (Kafka's
+        stopRemovedReplicasOfReassignedPartition does not wait for the deletion either).
+        A dead broker's directory stays: it gets no role for the partition again."""
+        for replica in replicas:
+            key = (tp, replica)
+            if self.replica_fsm.can_move(key, _R.OFFLINE):
+                self._move_replica(tp, replica, _R.OFFLINE)
+            if replica in self.brokers:
+                self._stop_replica(replica, tp, delete=True)
+            self.replica_fsm.forget([key])
+            self._forget_confirmations({replica}, [tp])
+
+    def _write_partition_assignment(self, tp: TopicPartition, assignment: ReplicaAssignment,
+                                    then: Callable[[int, str | None], None]) -> None:
+        self._assignment_queue.setdefault(tp.topic, []).append(
+            _AssignmentWrite(tp.partition, assignment, then))
+        self._flush_assignment_writes(tp.topic)
+
+    def _flush_assignment_writes(self, topic: str, attempt: int = 1) -> None:
+        """Write the queued partition assignments of ``topic`` in one write of its znode, at
+        the version the cache holds; the cache takes them once written. One write at a time
+        per topic; a version conflict with a znode that is otherwise what the cache holds
+        (a write whose answer was lost) is written again at the new version."""
+        if topic in self._assignment_in_flight:
+            return
+        queued = self._assignment_queue.pop(topic, [])
+        if not queued:
+            return
+        record = self.topics.get(topic)
+        if record is None or topic in self.deleting:
+            for item in queued:
+                item.then(int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                          f"topic {topic!r} is being deleted")
+            return
+
+        def apply(assignment: TopicAssignment) -> TopicAssignment:
+            for item in queued:
+                assignment = assignment.with_replica_assignment(item.partition, item.assignment)
+            return assignment
+
+        written = apply(record.assignment)
+        self._assignment_in_flight.add(topic)
+
+        def finish(error: int, message: str | None) -> None:
+            self._assignment_in_flight.discard(topic)
+            for item in queued:
+                item.then(error, message)
+            self._flush_assignment_writes(topic)
+
+        def failed(message: str) -> None:
+            finish(int(ErrorCode.UNKNOWN_SERVER_ERROR),
+                   f"writing the assignment of topic {topic!r} failed: {message}")
+
+        def on_result(_key: Any, result: WriteResult) -> None:
+            if not result.ok:
+                failed(f"{result.code.value} {result.message or ''}".strip())
+                return
+            current = self.topics.get(topic)
+            if current is not None:
+                self.topics[topic] = replace(current, assignment=replace(
+                    apply(current.assignment), version=result.version))
+            finish(int(ErrorCode.NONE), None)
+
+        def on_conflict(now: TopicAssignment | None) -> None:
+            current = self.topics.get(topic)
+            if (now is None or current is None or attempt >= self.config.max_conflict_retries
+                    or replace(now, version=current.assignment.version) != current.assignment):
+                failed("its znode changed meanwhile")
+                return
+            self.topics[topic] = replace(current, assignment=now)
+            self._assignment_in_flight.discard(topic)
+            self._assignment_queue[topic] = queued + self._assignment_queue.get(topic, [])
+            self._flush_assignment_writes(topic, attempt + 1)
+
+        write_id = self._write(lambda w: SetTopicAssignment(w, topic, written, fail_fast=False))
+        self._topic_writes[write_id] = _TopicWrite(on_result, failed, on_conflict)
+
+    def _on_list_reassignments(self, event: ListPartitionReassignments) -> None:
+        """Kafka's processListPartitionReassignments: the partitions asked for (or all)
+        whose reassignment is in progress; others (unknown ones too) are left out."""
+        asked = (self._reassigning_partitions() if event.partitions is None
+                 else list(dict.fromkeys(event.partitions)))
+        rows = []
+        for tp in asked:
+            record = self.topics.get(tp.topic)
+            if (record is None or tp.partition not in record.assignment.partitions
+                    or tp in self._completing):
+                continue
+            assignment = record.assignment.replica_assignment(tp.partition)
+            if assignment.being_reassigned:
+                rows.append(OngoingReassignment(tp, assignment.replicas, assignment.adding,
+                                                assignment.removing))
+        self._reply(event.request_id,
+                    ListReassignmentsResult(int(ErrorCode.NONE), tuple(rows)))
+
     # ---------------------------------------------------------------- inspection
     def snapshot(self) -> dict[str, Any]:
         """The core's view, for tests and the controller's debug endpoint."""
@@ -1778,4 +2149,5 @@ class ControllerCore:
             "partition_states": self.partition_fsm.snapshot(),
             "replica_states": self.replica_fsm.snapshot(),
             "pending_writes": len(self._changes) + len(self._topic_writes),
+            "reassigning": self._reassigning_partitions(),
         }

@@ -1,0 +1,158 @@
+"""Partition reassignment (KIP-455) in the controller core, on the in-memory store: the
+steps of Kafka's onPartitionReassignment, checked in the znodes and the messages sent."""
+
+from __future__ import annotations
+
+from actors.core.cluster_model import ReplicaAssignment, TopicPartition
+from actors.core.controller_events import (
+    AlterPartitionReassignments,
+    AlterPartitionRequest,
+    AlterPartitionResult,
+    AlterReassignmentsResult,
+    CreateTopics,
+    CreateTopicsResult,
+    IsrProposal,
+    ListPartitionReassignments,
+    ListReassignmentsResult,
+    NewTopic,
+    OngoingReassignment,
+)
+from wire.errors import ErrorCode
+
+from .controller_harness import Cluster, leader_and_isr_rows, stop_replica_rows
+
+TP = TopicPartition
+
+
+def cluster(brokers: tuple[int, ...] = (1, 2, 3)) -> Cluster:
+    c = Cluster(seed=7)
+    for b in brokers:
+        c.start_broker(b)
+    c.add_candidate(100)
+    return c
+
+
+def create(c: Cluster, name: str, assignment: dict[int, tuple[int, ...]]) -> None:
+    result = c.request(lambda rid: CreateTopics(rid, (NewTopic(name, assignment=assignment),)))
+    assert isinstance(result, CreateTopicsResult)
+    assert [t.error_code for t in result.topics] == [0]
+
+
+def reassign(c: Cluster, *moves: tuple[TopicPartition, tuple[int, ...] | None],
+             allow_rf_change: bool = True) -> list[int]:
+    result = c.request(lambda rid: AlterPartitionReassignments(rid, moves, allow_rf_change))
+    assert isinstance(result, AlterReassignmentsResult)
+    assert result.error_code == 0
+    return [p.error_code for p in result.partitions]
+
+
+def ongoing(c: Cluster, partitions: tuple[TopicPartition, ...] | None = None
+            ) -> tuple[OngoingReassignment, ...]:
+    result = c.request(lambda rid: ListPartitionReassignments(rid, partitions))
+    assert isinstance(result, ListReassignmentsResult)
+    return result.reassignments
+
+
+def catch_up(c: Cluster, tp: TopicPartition, isr: tuple[int, ...]) -> None:
+    """The leader takes the caught-up replicas into the ISR (its AlterPartition)."""
+    state = c.state(tp.topic, tp.partition)
+    result = c.request(lambda rid: AlterPartitionRequest(rid, state.leader, c.epoch_of(
+        state.leader), (IsrProposal(tp, state.leader_epoch, isr, state.version),)))
+    assert isinstance(result, AlterPartitionResult)
+    assert [p.error_code for p in result.partitions] == [0]
+
+
+def test_reassign_to_adds_then_completes_once_the_target_is_in_the_isr() -> None:
+    """RF 1 on broker 1 -> broker 3: the znode names both with adding/removing, the leader
+    epoch goes up and broker 3 is told its role; once it is in the ISR it leads, broker 1
+    is deleted and the znode names broker 3 alone."""
+    c = cluster()
+    create(c, "t", {0: (1,)})
+    tp = TP("t", 0)
+    before = c.state("t", 0)
+    mark = len(c.controller.sent)
+    assert reassign(c, (tp, (3,))) == [0]
+    znode = c.reader.get_topic_assignments(["t"])["t"]
+    assert znode.replica_assignment(0) == ReplicaAssignment((3, 1), (3,), (1,))
+    state = c.state("t", 0)
+    assert (state.leader, state.isr, state.leader_epoch) == (1, (1,), before.leader_epoch + 1)
+    told = {b for b, row in leader_and_isr_rows(c.controller, mark)}
+    assert told == {1, 3}
+    assert ongoing(c) == (OngoingReassignment(tp, (3, 1), (3,), (1,)),)
+    assert stop_replica_rows(c.controller, mark) == []
+
+    mark = len(c.controller.sent)
+    catch_up(c, tp, (1, 3))
+    state = c.state("t", 0)
+    assert (state.leader, state.isr) == (3, (3,))
+    assert c.assignment("t") == {0: (3,)}
+    znode = c.reader.get_topic_assignments(["t"])["t"]
+    assert znode.adding == {} and znode.removing == {}
+    assert [(b, r.delete) for b, r in stop_replica_rows(c.controller, mark)] == [(1, True)]
+    assert ongoing(c) == ()
+
+
+def test_raise_replication_factor_keeps_the_leader() -> None:
+    c = cluster()
+    create(c, "t", {0: (1,)})
+    tp = TP("t", 0)
+    assert reassign(c, (tp, (1, 2, 3))) == [0]
+    assert ongoing(c)[0].adding == (2, 3)
+    catch_up(c, tp, (1, 2))
+    assert ongoing(c)[0].adding == (2, 3)  # 3 not caught up yet
+    catch_up(c, tp, (1, 2, 3))
+    state = c.state("t", 0)
+    assert (state.leader, state.isr) == (1, (1, 2, 3))
+    assert c.assignment("t") == {0: (1, 2, 3)}
+    assert ongoing(c) == ()
+
+
+def test_cancel_reverts_to_the_original_set_and_deletes_the_added_replica() -> None:
+    c = cluster()
+    create(c, "t", {0: (1,)})
+    tp = TP("t", 0)
+    assert reassign(c, (tp, (3,))) == [0]
+    mark = len(c.controller.sent)
+    assert reassign(c, (tp, None)) == [0]
+    assert c.assignment("t") == {0: (1,)}
+    assert ongoing(c) == ()
+    state = c.state("t", 0)
+    assert (state.leader, state.isr) == (1, (1,))
+    assert [(b, r.delete) for b, r in stop_replica_rows(c.controller, mark)] == [(3, True)]
+    # nothing left to cancel
+    assert reassign(c, (tp, None)) == [int(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS)]
+
+
+def test_bad_sets_are_refused() -> None:
+    c = cluster()
+    create(c, "t", {0: (1,)})
+    tp = TP("t", 0)
+    bad = int(ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+    assert reassign(c, (tp, ())) == [bad]
+    assert reassign(c, (tp, (2, 2))) == [bad]
+    assert reassign(c, (tp, (-1,))) == [bad]
+    assert reassign(c, (tp, (9,))) == [bad]  # not a live broker
+    assert reassign(c, (tp, (2, 3)), allow_rf_change=False) == [bad]
+    assert reassign(c, (TP("t", 5), (2,)), (TP("nope", 0), (2,))) == [
+        int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)] * 2
+    assert c.assignment("t") == {0: (1,)}
+    assert ongoing(c) == ()
+
+
+def test_a_new_controller_resumes_the_reassignment_from_the_znode() -> None:
+    c = cluster()
+    create(c, "t", {0: (1,)})
+    tp = TP("t", 0)
+    assert reassign(c, (tp, (3,))) == [0]
+    old = c.controller
+    epoch = c.state("t", 0).leader_epoch
+    new = c.add_candidate(101)
+    c.zk.expire(old.store.session_id or 0)
+    c.pump()
+    assert new.driver.active and not old.driver.active
+    assert ongoing(c) == (OngoingReassignment(tp, (3, 1), (3,), (1,)),)
+    assert c.state("t", 0).leader_epoch > epoch  # A1 again: the leader learns RS anew
+    assert 3 in {b for b, _ in leader_and_isr_rows(new)}
+    catch_up(c, tp, (1, 3))
+    assert c.assignment("t") == {0: (3,)}
+    assert c.state("t", 0).leader == 3

@@ -45,8 +45,10 @@ from typing import Any
 from actors.core.cluster_model import BrokerInfo, TopicPartition
 from actors.core.controller_channel import ControllerChannel
 from actors.core.controller_events import (
+    AlterPartitionReassignments,
     AlterPartitionRequest,
     AlterPartitionResult,
+    AlterReassignmentsResult,
     AutoLeaderRebalance,
     ControlledShutdownRequest,
     ControlledShutdownResult,
@@ -60,6 +62,8 @@ from actors.core.controller_events import (
     ElectLeaders,
     ElectLeadersResult,
     IsrProposal,
+    ListPartitionReassignments,
+    ListReassignmentsResult,
     NewPartitions,
     NewTopic,
     ReplicasOffline,
@@ -132,9 +136,11 @@ def gateway_endpoint(gateway: str) -> NodeEndpoint | None:
 
 
 ForwardedRequest = (bm.CreateTopics | bm.DeleteTopics | am.CreatePartitions
-                    | am.AlterTopicConfigs | am.ElectLeadersAsk)
+                    | am.AlterTopicConfigs | am.ElectLeadersAsk | am.AlterReassignmentsAsk
+                    | am.ListReassignmentsAsk)
 ForwardedAnswer = (bm.CreateTopicsDone | bm.DeleteTopicsDone | am.CreatePartitionsDone
-                   | am.AlterTopicConfigsDone | am.ElectLeadersDone)
+                   | am.AlterTopicConfigsDone | am.ElectLeadersDone | am.AlterReassignmentsDone
+                   | am.ListReassignmentsDone)
 # Config change notifications older than this are deleted by the controller (Kafka's 15 min).
 CONFIG_CHANGE_EXPIRY_MS = 15 * 60 * 1000
 
@@ -531,6 +537,15 @@ class ClusterController(Actor):
             self.tell(to, am.ElectLeadersDone(req_id, result.error_code, [
                 am.ElectLeadersRow(p.partition.topic, p.partition.partition, p.error_code,
                                    p.message) for p in result.partitions]))
+        elif isinstance(result, AlterReassignmentsResult):
+            self.tell(to, am.AlterReassignmentsDone(req_id, result.error_code, [
+                am.ReassignDoneRow(p.partition.topic, p.partition.partition, p.error_code,
+                                   p.message) for p in result.partitions]))
+        elif isinstance(result, ListReassignmentsResult):
+            self.tell(to, am.ListReassignmentsDone(req_id, result.error_code, [
+                am.OngoingReassignmentRow(r.partition.topic, r.partition.partition,
+                                          list(r.replicas), list(r.adding), list(r.removing))
+                for r in result.reassignments]))
 
     # ------------------------------------------------------------ topic admin
     @handles(bm.CreateTopics)
@@ -596,6 +611,33 @@ class ClusterController(Actor):
             self._forward(msg)
         else:
             self.reply(am.ElectLeadersDone(msg.req_id, NOT_CONTROLLER, []))
+
+    @handles(am.AlterReassignmentsAsk)
+    def on_alter_reassignments(self, msg: am.AlterReassignmentsAsk) -> None:
+        assert self.current_sender is not None
+        if self.driver.active:
+            self._call_driver(self.driver.feed, AlterPartitionReassignments(
+                ("reassign", self.current_sender, msg.req_id),
+                tuple((TopicPartition(r.topic, r.partition),
+                       None if r.replicas is None else tuple(r.replicas)) for r in msg.rows),
+                msg.allow_rf_change))
+        elif self._from_this_broker():
+            self._forward(msg)
+        else:
+            self.reply(am.AlterReassignmentsDone(msg.req_id, NOT_CONTROLLER, []))
+
+    @handles(am.ListReassignmentsAsk)
+    def on_list_reassignments(self, msg: am.ListReassignmentsAsk) -> None:
+        assert self.current_sender is not None
+        if self.driver.active:
+            self._call_driver(self.driver.feed, ListPartitionReassignments(
+                ("list_reassignments", self.current_sender, msg.req_id),
+                None if msg.partitions is None
+                else tuple(TopicPartition(t, p) for t, p in msg.partitions)))
+        elif self._from_this_broker():
+            self._forward(msg)
+        else:
+            self.reply(am.ListReassignmentsDone(msg.req_id, NOT_CONTROLLER, []))
 
     @handles(am.AlterTopicConfigs)
     def on_alter_topic_configs(self, msg: am.AlterTopicConfigs) -> None:
@@ -962,7 +1004,8 @@ class ClusterController(Actor):
         self.tell(self._controller_of(controller), fwd.request._replace(req_id=req_id))
 
     @handles(bm.CreateTopicsDone, bm.DeleteTopicsDone, am.CreatePartitionsDone,
-             am.AlterTopicConfigsDone, am.ElectLeadersDone)
+             am.AlterTopicConfigsDone, am.ElectLeadersDone, am.AlterReassignmentsDone,
+             am.ListReassignmentsDone)
     def on_forwarded_answer(self, msg: ForwardedAnswer) -> None:
         fwd = self.forwards.get(msg.req_id)
         if fwd is None:
@@ -976,7 +1019,9 @@ class ClusterController(Actor):
                            ", ".join(sorted(fwd.sent_nodes)))
             return
         now = self.clock.now_ms()
-        moved = (msg.error_code == NOT_CONTROLLER if isinstance(msg, am.ElectLeadersDone)
+        moved = (msg.error_code == NOT_CONTROLLER
+                 if isinstance(msg, (am.ElectLeadersDone, am.AlterReassignmentsDone,
+                                     am.ListReassignmentsDone))
                  else bool(msg.rows) and all(r.error_code == NOT_CONTROLLER for r in msg.rows))
         if moved and fwd.sent_to is not None and sender is not None \
                 and sender.node != self._controller_of(fwd.sent_to).node:
@@ -1006,6 +1051,10 @@ class ClusterController(Actor):
                 am.TopicResultRow(r.name, timed_out, text) for r in request.rows]))
         elif isinstance(request, am.ElectLeadersAsk):
             self.tell(fwd.origin, am.ElectLeadersDone(fwd.origin_req_id, timed_out, []))
+        elif isinstance(request, am.AlterReassignmentsAsk):
+            self.tell(fwd.origin, am.AlterReassignmentsDone(fwd.origin_req_id, timed_out, []))
+        elif isinstance(request, am.ListReassignmentsAsk):
+            self.tell(fwd.origin, am.ListReassignmentsDone(fwd.origin_req_id, timed_out, []))
         elif isinstance(request, bm.CreateTopics):
             self.tell(fwd.origin, bm.CreateTopicsDone(fwd.origin_req_id, [
                 bm.CreateTopicDoneRow(r.name, int(ErrorCode.REQUEST_TIMED_OUT), text, -1, -1)

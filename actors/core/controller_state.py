@@ -1841,11 +1841,12 @@ class ControllerCore:
     def _reassigning_partitions(self) -> list[TopicPartition]:
         """Partitions whose znode names replicas being added or removed."""
         out = []
-        for name in sorted(self.topics):
-            assignment = self.topics[name].assignment
-            out += [TopicPartition(name, p)
-                    for p in sorted(set(assignment.adding) | set(assignment.removing))]
-        return out
+        for name, record in self.topics.items():  # checked after every event: kept cheap
+            assignment = record.assignment
+            if assignment.adding or assignment.removing:
+                out += [TopicPartition(name, p)
+                        for p in set(assignment.adding) | set(assignment.removing)]
+        return sorted(out)
 
     def _reassignment_complete(self, tp: TopicPartition) -> bool:
         """Kafka's isReassignmentComplete: nothing to move, or every target replica is in

@@ -27,7 +27,7 @@ from tests.cluster.test_cluster_admin import _assignment
 from tests.fixtures.cluster import Cluster, ClusterView, wait_for
 from tests.fixtures.cluster_tools import ZooKeeperReader
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]
+pytestmark = [pytest.mark.multiprocess, pytest.mark.clients, pytest.mark.num_processes(1, 2)]
 
 ALTER_REASSIGNMENTS = 45
 # Node 3 fetches one batch per request (a follower catching up on a backlog of small

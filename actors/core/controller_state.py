@@ -282,6 +282,7 @@ class ControllerCore:
         # ISR shrinks and the removed replicas stop, before the znode is written last)
         self._reassign_busy: set[TopicPartition] = set()
         self._completing: dict[TopicPartition, tuple[int, ...]] = {}
+        self._reassign_stalled: set[TopicPartition] = set()  # waiting for a leader to move to
         # per topic: partition assignments waiting to be written (one write at a time,
         # each at the version the last one left)
         self._assignment_queue: dict[str, list[_AssignmentWrite]] = {}
@@ -2007,14 +2008,18 @@ class ControllerCore:
         """Phase B: B2 in memory, B3 + B4 in one state write, then B5, B6 and B8."""
         assignment = self.replica_assignment(tp)
         target = assignment.target
-        if self._reassign_rule(tp, self.states[tp]) is None and assignment.being_reassigned:
-            self._log(f"controller {self.config.broker_id} epoch {self.epoch}: the reassignment "
-                      f"of {tp} to {list(target)} waits: no target replica is live and in "
-                      f"the ISR {list(self.states[tp].isr)} to lead")
+        self._completing[tp] = target  # B2
+        if self._reassign_rule(tp, self.states[tp]) is None:
+            del self._completing[tp]
+            if assignment.being_reassigned and tp not in self._reassign_stalled:
+                self._reassign_stalled.add(tp)  # said once; tried again after every event
+                self._log(f"controller {self.config.broker_id} epoch {self.epoch}: the "
+                          f"reassignment of {tp} to {list(target)} waits: no target replica "
+                          f"is live and in the ISR {list(self.states[tp].isr)} to lead")
             self._stop_removed_replicas(tp, unneeded)
             self._reassign_busy.discard(tp)
             return
-        self._completing[tp] = target  # B2
+        self._reassign_stalled.discard(tp)
         removed = tuple(dict.fromkeys((*assignment.removing, *unneeded)))
 
         def finished(error: int, message: str | None) -> None:

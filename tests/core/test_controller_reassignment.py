@@ -156,3 +156,24 @@ def test_a_new_controller_resumes_the_reassignment_from_the_znode() -> None:
     catch_up(c, tp, (1, 3))
     assert c.assignment("t") == {0: (3,)}
     assert c.state("t", 0).leader == 3
+
+
+def test_a_new_target_replaces_the_move_and_stops_the_replica_no_longer_wanted() -> None:
+    """U3: [1] -> [3, 2] replaced by [1] -> [1, 2] while 2 catches up: the original set
+    stays [1]; broker 3, added by the first move and in the ISR already, leaves the ISR and
+    is deleted; broker 2 is added still."""
+    c = cluster()
+    create(c, "t", {0: (1,)})
+    tp = TP("t", 0)
+    assert reassign(c, (tp, (3, 2))) == [0]
+    catch_up(c, tp, (1, 3))  # 2 not yet: still moving
+    assert ongoing(c) == (OngoingReassignment(tp, (3, 2, 1), (3, 2), (1,)),)
+    mark = len(c.controller.sent)
+    assert reassign(c, (tp, (1, 2))) == [0]
+    assert ongoing(c) == (OngoingReassignment(tp, (1, 2), (2,), ()),)
+    assert [(b, r.delete) for b, r in stop_replica_rows(c.controller, mark)] == [(3, True)]
+    state = c.state("t", 0)
+    assert (state.leader, state.isr) == (1, (1,))
+    catch_up(c, tp, (1, 2))
+    assert c.assignment("t") == {0: (1, 2)} and ongoing(c) == ()
+    assert c.state("t", 0).isr == (1, 2)

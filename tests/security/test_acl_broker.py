@@ -283,6 +283,33 @@ def test_a_transactional_producer_without_acls_gets_53(node: tuple[BrokerProcess
     assert refused.value.args[0].code() == 53
 
 
+def test_partition_reassignments_need_alter_resp_describe_on_the_cluster(
+        node: tuple[BrokerProcess, str]) -> None:
+    """AlterPartitionReassignments needs Alter on the cluster, ListPartitionReassignments
+    Describe on it (Kafka's checks): alice has neither, the super user is served."""
+    broker, _ = node
+    topic = f"moved-{time.time_ns()}"
+    creator = _admin(broker)  # kept: a dropped client cancels its futures
+    for future in creator.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(timeout=15)
+    tp = KTopicPartition(topic, 0)
+    alice = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15_000,
+                             **_kp("alice"))
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15_000,
+                             **_kp("admin"))
+    try:
+        with pytest.raises(ClusterAuthorizationFailedError):
+            alice.alter_partition_reassignments({tp: None})
+        with pytest.raises(ClusterAuthorizationFailedError):
+            alice.list_partition_reassignments()
+        me = admin.describe_cluster()["brokers"][0]["broker_id"]
+        assert admin.alter_partition_reassignments({tp: [me]}) == {tp: None}
+        assert admin.list_partition_reassignments() == {}
+    finally:
+        alice.close()
+        admin.close()
+
+
 def test_offset_fetch_answers_only_the_topics_the_user_may_describe(
         node: tuple[BrokerProcess, str]) -> None:
     """Kafka: Describe on the group, then Describe on each topic. A named topic alice may
@@ -382,29 +409,3 @@ def test_topics_named_by_id_hide_the_name_alice_may_not_describe(
         alice.close()
         super_kp.close()
 
-
-def test_partition_reassignments_need_alter_resp_describe_on_the_cluster(
-        node: tuple[BrokerProcess, str]) -> None:
-    """AlterPartitionReassignments needs Alter on the cluster, ListPartitionReassignments
-    Describe on it (Kafka's checks): alice has neither, the super user is served."""
-    broker, _ = node
-    topic = f"moved-{time.time_ns()}"
-    creator = _admin(broker)  # kept: a dropped client cancels its futures
-    for future in creator.create_topics([NewTopic(topic, 1, 1)]).values():
-        future.result(timeout=15)
-    tp = KTopicPartition(topic, 0)
-    alice = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15_000,
-                             **_kp("alice"))
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15_000,
-                             **_kp("admin"))
-    try:
-        with pytest.raises(ClusterAuthorizationFailedError):
-            alice.alter_partition_reassignments({tp: None})
-        with pytest.raises(ClusterAuthorizationFailedError):
-            alice.list_partition_reassignments()
-        me = admin.describe_cluster()["brokers"][0]["broker_id"]
-        assert admin.alter_partition_reassignments({tp: [me]}) == {tp: None}
-        assert admin.list_partition_reassignments() == {}
-    finally:
-        alice.close()
-        admin.close()

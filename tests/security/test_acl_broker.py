@@ -408,4 +408,3 @@ def test_topics_named_by_id_hide_the_name_alice_may_not_describe(
     finally:
         alice.close()
         super_kp.close()
-

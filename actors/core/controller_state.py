@@ -283,6 +283,10 @@ class ControllerCore:
         self._reassign_busy: set[TopicPartition] = set()
         self._completing: dict[TopicPartition, tuple[int, ...]] = {}
         self._reassign_stalled: set[TopicPartition] = set()  # waiting for a leader to move to
+        # replicas a reassignment removed and not yet deleted: still the leader or in the
+        # ISR (never deleted while they may hold the only in-sync copy), or on a dead broker
+        # (deleted once it registers again)
+        self._removed_pending: dict[TopicPartition, set[int]] = {}
         # per topic: partition assignments waiting to be written (one write at a time,
         # each at the version the last one left)
         self._assignment_queue: dict[str, list[_AssignmentWrite]] = {}
@@ -327,6 +331,8 @@ class ControllerCore:
             self._dispatch(event)
             if self.active:
                 self._check_reassignments()
+                if self._removed_pending:
+                    self._retry_removed_replicas()
             return self._flush()
         finally:
             self._out, self._writes = [], []
@@ -1554,8 +1560,11 @@ class ControllerCore:
                     f"{current.version}")
         isr = tuple(proposal.new_isr)
         assignment = self.assignment(tp)
+        # a replica in the ISR already may stay in it though no longer assigned: the leader
+        # a reassignment is moving away from, and could not move yet (no target replica
+        # live and in the ISR), must still take the target replicas in as they catch up
         if (broker_id not in isr or len(set(isr)) != len(isr)
-                or any(r not in assignment for r in isr)):
+                or any(r not in assignment and r not in current.isr for r in isr)):
             return (ErrorCode.INVALID_REQUEST,
                     f"ISR {list(isr)} of {tp} must hold the leader and assigned replicas only")
         ineligible = [r for r in isr if r not in self.eligible() and r != broker_id]
@@ -1888,7 +1897,8 @@ class ControllerCore:
             if not current.being_reassigned:
                 return refused(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
                                f"no reassignment of {tp} is in progress")
-            return current.reassign_to(current.origin)
+            back = current.reassign_to(current.origin)
+            return self._check_in_sync_kept(tp, current, back) or back
         if not replicas:
             return refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                            "Empty replica list specified in partition reassignment.")
@@ -1909,7 +1919,25 @@ class ControllerCore:
             return refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                            f"Replica assignment has brokers that are not alive. Replica list: "
                            f"{list(target.adding)}, live broker list: {sorted(self.brokers)}")
-        return target
+        return self._check_in_sync_kept(tp, current, target) or target
+
+    def _check_in_sync_kept(self, tp: TopicPartition, current: ReplicaAssignment,
+                            target: ReplicaAssignment) -> PartitionResult | None:
+        """Refused: the new replica set drops the leader or an ISR member and none of it is
+        live and in the ISR to lead. Kafka's controller would take them out of the ISR
+        (keeping the last member) and delete them, the leader too: the only in-sync copy
+        of acknowledged records lost. Here the move goes on (or is cancelled) once a
+        replica of the new set is in the ISR."""
+        state = self.states[tp]
+        dropped = [r for r in current.replicas if r not in target.replicas
+                   and (r == state.leader or r in state.isr)]
+        if not dropped or self._reassign_leader(tp, state, set(target.replicas),
+                                                 target.target) is not None:
+            return None
+        return PartitionResult(tp, int(ErrorCode.REASSIGNMENT_IN_PROGRESS), (
+            f"replicas {dropped} of {tp} (leader {state.leader}, ISR {list(state.isr)}) would "
+            f"leave the replica set, and none of {list(target.replicas)} is live and in the "
+            f"ISR to lead: they may hold the only in-sync copy; try again once one is"))
 
     def _on_alter_reassignments(self, event: AlterPartitionReassignments) -> None:
         order = list(dict.fromkeys(tp for tp, _ in event.partitions))
@@ -1969,6 +1997,7 @@ class ControllerCore:
             self._stop_removed_replicas(tp, unneeded)
             self._reassign_busy.discard(tp)
             return
+        unneeded = tuple(dict.fromkeys((*unneeded, *self._strays(tp))))
         if self._reassignment_complete(tp):
             self._complete_reassignment(tp, unneeded)
             return
@@ -1993,16 +2022,33 @@ class ControllerCore:
         allowed = set(self.assignment(tp))
         target = self.replica_assignment(tp).target if tp not in self._completing \
             else self._completing[tp]
+        leader = self._reassign_leader(tp, current, allowed, target)
+        if leader is None:
+            return None
         isr = tuple(r for r in current.isr if r in allowed)
+        return current.new_leader_and_isr(leader, isr, self.epoch)
+
+    def _reassign_leader(self, tp: TopicPartition, current: LeaderAndIsr, allowed: set[int],
+                         target: Iterable[int]) -> int | None:
+        """The leader of ``tp`` with the replica set cut to ``allowed``: the current one if
+        it stays, live and in the ISR, else the first of ``target`` live and in the ISR."""
+        isr = [r for r in current.isr if r in allowed]
         live = self.electable(tp, self.eligible())
         if current.leader in allowed and current.leader in live and current.leader in isr:
-            leader = current.leader
-        else:
-            found = [r for r in target if r in live and r in isr]
-            if not found:
-                return None
-            leader = found[0]
-        return current.new_leader_and_isr(leader, isr, self.epoch)
+            return current.leader
+        found = [r for r in target if r in live and r in isr]
+        return found[0] if found else None
+
+    def _strays(self, tp: TopicPartition) -> tuple[int, ...]:
+        """The leader and ISR members of ``tp`` its znode's replica set no longer names (a
+        controller failing over after U1 but before the ISR was cut does not know them
+        from the znode)."""
+        state = self.states.get(tp)
+        if state is None:
+            return ()
+        replicas = self.replica_assignment(tp).replicas
+        return tuple(r for r in dict.fromkeys((state.leader, *state.isr))
+                     if r >= 0 and r not in replicas)
 
     def _complete_reassignment(self, tp: TopicPartition, unneeded: tuple[int, ...] = ()) -> None:
         """Phase B: B2 in memory, B3 + B4 in one state write, then B5, B6 and B8."""
@@ -2020,7 +2066,7 @@ class ControllerCore:
             self._reassign_busy.discard(tp)
             return
         self._reassign_stalled.discard(tp)
-        removed = tuple(dict.fromkeys((*assignment.removing, *unneeded)))
+        removed = tuple(dict.fromkeys((*assignment.removing, *unneeded, *self._strays(tp))))
 
         def finished(error: int, message: str | None) -> None:
             if error != ErrorCode.NONE:
@@ -2051,15 +2097,66 @@ class ControllerCore:
         """Replicas no longer assigned: OfflineReplica (out of the ISR already), then
         deleted (StopReplica with delete to a live broker), then forgotten (Kafka's
         stopRemovedReplicasOfReassignedPartition does not wait for the deletion either).
-        A dead broker's directory stays: it gets no role for the partition again."""
+        One still the leader or in the ISR (no write took it out: no leader was found, or
+        the write failed) is not deleted: it may hold the only in-sync copy; it waits in
+        ``_removed_pending`` until a state write takes it out. One on a dead broker waits
+        there for the broker to register again."""
+        state = self.states.get(tp)
         for replica in replicas:
+            if replica in self.assignment(tp):
+                continue  # assigned again (a later move)
+            if state is not None and tp.topic not in self.deleting \
+                    and (replica == state.leader or replica in state.isr):
+                if replica not in self._removed_pending.get(tp, set()):
+                    self._log(f"controller {self.config.broker_id} epoch {self.epoch}: "
+                              f"replica {replica} of {tp} left the replica set but is still "
+                              f"the leader or in the ISR {list(state.isr)}: not deleted yet")
+                self._removed_pending.setdefault(tp, set()).add(replica)
+                continue
             key = (tp, replica)
             if self.replica_fsm.can_move(key, _R.OFFLINE):
                 self._move_replica(tp, replica, _R.OFFLINE)
             if replica in self.brokers:
                 self._stop_replica(replica, tp, delete=True)
+                pending = self._removed_pending.get(tp)
+                if pending is not None:
+                    pending.discard(replica)
+                    if not pending:
+                        del self._removed_pending[tp]
+                failed = self.failed_replicas.get(tp)
+                if failed is not None:
+                    failed.pop(replica, None)
+                    if not failed:
+                        del self.failed_replicas[tp]
+            else:
+                self._removed_pending.setdefault(tp, set()).add(replica)
             self.replica_fsm.forget([key])
             self._forget_confirmations({replica}, [tp])
+
+    def _retry_removed_replicas(self) -> None:
+        """After every event: removed replicas waiting are deleted once out of the ISR and
+        on a live broker; one still in the ISR of a partition no step of a reassignment is
+        writing is taken out by a state write (the reassignment rule, if it finds a
+        leader; else it waits)."""
+        for tp in sorted(self._removed_pending):
+            if tp.topic not in self.topics or tp.topic in self.deleting or tp not in self.states:
+                del self._removed_pending[tp]
+                continue
+            waiting = sorted(self._removed_pending[tp])
+            state = self.states[tp]
+            in_sync = [r for r in waiting if r == state.leader or r in state.isr]
+            ready = [r for r in waiting if r not in in_sync and r in self.brokers]
+            if ready:
+                self._stop_removed_replicas(tp, ready)
+            if in_sync and tp not in self._reassign_busy \
+                    and self._reassign_rule(tp, state) is not None:
+                self._reassign_busy.add(tp)
+                self._change_partitions([tp], self._reassign_rule, self._unbusy(tp))
+
+    def _unbusy(self, tp: TopicPartition) -> Callable[[dict[TopicPartition, Outcome]], None]:
+        def done(_outcomes: dict[TopicPartition, Outcome]) -> None:
+            self._reassign_busy.discard(tp)
+        return done
 
     def _write_partition_assignment(self, tp: TopicPartition, assignment: ReplicaAssignment,
                                     then: Callable[[int, str | None], None]) -> None:

@@ -17,6 +17,8 @@ from actors.core.controller_events import (
     NewTopic,
     OngoingReassignment,
 )
+from actors.metadata import znodes
+from actors.metadata.memory import Op
 from wire.errors import ErrorCode
 
 from .controller_harness import Cluster, leader_and_isr_rows, stop_replica_rows
@@ -177,3 +179,72 @@ def test_a_new_target_replaces_the_move_and_stops_the_replica_no_longer_wanted()
     catch_up(c, tp, (1, 2))
     assert c.assignment("t") == {0: (1, 2)} and ongoing(c) == ()
     assert c.state("t", 0).isr == (1, 2)
+
+
+def _moved_then_origin_died(c: Cluster) -> TopicPartition:
+    """[1] -> [2, 3]; 2 catches up; broker 1 dies: 2 leads an ISR of itself alone, the only
+    in-sync copy."""
+    create(c, "t", {0: (1,)})
+    tp = TP("t", 0)
+    assert reassign(c, (tp, (2, 3))) == [0]
+    catch_up(c, tp, (1, 2))
+    c.stop_broker(1)
+    c.pump()
+    state = c.state("t", 0)
+    assert (state.leader, state.isr) == (2, (2,))
+    return tp
+
+
+def test_a_cancel_or_new_target_never_deletes_the_only_in_sync_replica() -> None:
+    """Cancelling (back to [1], dead) or replacing the target by [4, 5] would drop broker 2,
+    the leader and only ISR member, with no replica of the new set live and in the ISR to
+    lead: refused (Kafka deletes it); the partition stays led by 2; a target keeping 2 is
+    taken, and completes."""
+    c = cluster((1, 2, 3, 4, 5))
+    tp = _moved_then_origin_died(c)
+    mark = len(c.controller.sent)
+    busy = int(ErrorCode.REASSIGNMENT_IN_PROGRESS)
+    assert reassign(c, (tp, None)) == [busy]
+    assert reassign(c, (tp, (4, 5))) == [busy]
+    assert stop_replica_rows(c.controller, mark) == []
+    state = c.state("t", 0)
+    assert (state.leader, state.isr) == (2, (2,))
+    assert ongoing(c) == (OngoingReassignment(tp, (2, 3, 1), (2, 3), (1,)),)
+    assert reassign(c, (tp, (2, 4))) == [0]
+    assert [(b, r.delete) for b, r in stop_replica_rows(c.controller, mark)] == [(3, True)]
+    catch_up(c, tp, (2, 4))
+    assert c.assignment("t") == {0: (2, 4)} and ongoing(c) == ()
+    state = c.state("t", 0)
+    assert (state.leader, state.isr) == (2, (2, 4))
+
+
+def test_a_new_controller_completes_a_move_whose_leader_left_the_replica_set() -> None:
+    """A controller wrote U1 of a new target [4, 5] (RS [4, 5, 1]) and died before the ISR
+    was cut: broker 2 leads, in the ISR alone, outside RS. The next controller does not
+    delete it; it takes 4 into the ISR, then the leadership moves to 4, and only then is 2
+    deleted; the move completes once 5 is in the ISR."""
+    c = cluster((1, 2, 3, 4, 5))
+    tp = _moved_then_origin_died(c)
+    old = c.controller
+    c.zk.expire(old.store.session_id or 0)
+    c.pump()
+    path = znodes.topic_path("t")
+    node = c.zk.get(path)
+    assert node is not None
+    before = c.reader.get_topic_assignments(["t"])["t"]
+    u1 = before.with_replica_assignment(0, ReplicaAssignment((4, 5, 1), (4, 5), (1,)))
+    c.zk.multi(c.reader.session_id or 0, [
+        Op("set", path, znodes.encode_topic_assignment(u1), node.version)])
+    new = c.add_candidate(101)
+    assert new.driver.active
+    assert ongoing(c) == (OngoingReassignment(tp, (4, 5, 1), (4, 5), (1,)),)
+    assert all(b != 2 for b, _ in stop_replica_rows(new))
+    assert c.state("t", 0).leader == 2
+    mark = len(new.sent)
+    catch_up(c, tp, (2, 4))
+    state = c.state("t", 0)
+    assert (state.leader, state.isr) == (4, (4,))
+    assert [(b, r.delete) for b, r in stop_replica_rows(new, mark)] == [(2, True)]
+    catch_up(c, tp, (4, 5))
+    assert c.assignment("t") == {0: (4, 5)} and ongoing(c) == ()
+    assert c.state("t", 0).isr == (4, 5)

@@ -1383,6 +1383,10 @@ class ControllerCore:
         tps = self.partitions_of(topic)
         self._update_metadata([tp for tp in tps if tp in self.states])
         for tp in tps:
+            # a reassignment completing: every replica of the znode's set is deleted, those
+            # it was removing too (``assignment`` would name the target alone, and the
+            # deletion would wait for replicas never asked to stop once it ends)
+            self._completing.pop(tp, None)
             if self.partition_fsm.state(tp) is not _P.NON_EXISTENT:
                 if self.partition_fsm.state(tp) is not _P.OFFLINE:
                     self._move_partition(tp, _P.OFFLINE)
@@ -1391,6 +1395,9 @@ class ControllerCore:
                 key = (tp, replica)
                 if self.replica_fsm.state(key) in (_R.DELETION_STARTED, _R.DELETION_SUCCESSFUL):
                     continue
+                if self.replica_fsm.state(key) is _R.NON_EXISTENT:
+                    # removed (and forgotten) by a reassignment whose last write is in flight
+                    self._move_replica(tp, replica, _R.NEW)
                 if self.replica_fsm.can_move(key, _R.OFFLINE):
                     self._move_replica(tp, replica, _R.OFFLINE)
                 self._start_replica_deletion(tp, replica)
@@ -2204,7 +2211,8 @@ class ControllerCore:
                 failed(f"{result.code.value} {result.message or ''}".strip())
                 return
             current = self.topics.get(topic)
-            if current is not None:
+            if current is not None and topic not in self.deleting:
+                # (a topic being deleted keeps the set its deletion waits for)
                 self.topics[topic] = replace(current, assignment=replace(
                     apply(current.assignment), version=result.version))
             finish(int(ErrorCode.NONE), None)

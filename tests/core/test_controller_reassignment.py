@@ -3,6 +3,10 @@ steps of Kafka's onPartitionReassignment, checked in the znodes and the messages
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from actors.core.cluster_model import ReplicaAssignment, TopicPartition
 from actors.core.controller_events import (
     AlterPartitionReassignments,
@@ -11,14 +15,18 @@ from actors.core.controller_events import (
     AlterReassignmentsResult,
     CreateTopics,
     CreateTopicsResult,
+    DeleteTopics,
+    DeleteTopicsResult,
     IsrProposal,
     ListPartitionReassignments,
     ListReassignmentsResult,
     NewTopic,
     OngoingReassignment,
+    StopReplicaDone,
 )
 from actors.metadata import znodes
 from actors.metadata.memory import Op
+from actors.metadata.store import MetadataUnavailable
 from wire.errors import ErrorCode
 
 from .controller_harness import Cluster, leader_and_isr_rows, stop_replica_rows
@@ -248,3 +256,41 @@ def test_a_new_controller_completes_a_move_whose_leader_left_the_replica_set() -
     catch_up(c, tp, (4, 5))
     assert c.assignment("t") == {0: (4, 5)} and ongoing(c) == ()
     assert c.state("t", 0).isr == (4, 5)
+
+
+@pytest.mark.parametrize("held", ["state", "znode"])
+def test_deleting_the_topic_while_a_move_completes_deletes_every_replica(
+        held: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The topic is deleted while phase B's state write (or its last znode write) waits for
+    the store: the deletion stops the removed replica (broker 1) too, and ends once every
+    replica has answered."""
+    c = cluster()
+    create(c, "t", {0: (1,)})
+    tp = TP("t", 0)
+    assert reassign(c, (tp, (3,))) == [0]
+    ctl = c.controller
+    store = ctl.store
+    method = "update_partition_states" if held == "state" else "set_topic_assignment"
+    real = getattr(store, method)
+
+    def held_back(*args: Any, **kwargs: Any) -> Any:
+        if (held == "state" and args[0].get(tp) is not None and args[0][tp].leader == 3) \
+                or (held == "znode" and args[0] == "t"):
+            raise MetadataUnavailable("held back by the test")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, method, held_back)
+    catch_up(c, tp, (1, 3))
+    assert ctl.driver.pending_retries == 1
+    mark = len(ctl.sent)
+    result = c.request(lambda rid: DeleteTopics(rid, ("t",)))
+    assert isinstance(result, DeleteTopicsResult)
+    monkeypatch.setattr(store, method, real)
+    ctl.driver.retry_writes()
+    c.pump()
+    stopped = sorted({b for b, r in stop_replica_rows(ctl, mark) if r.delete})
+    assert stopped == [1, 3]
+    for broker in stopped:
+        c.feed(StopReplicaDone(broker, 0, {tp: 0}))
+    assert c.reader.get_topics() == set()
+    assert "t" not in ctl.core.topics

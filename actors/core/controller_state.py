@@ -1247,6 +1247,10 @@ class ControllerCore:
                 if name in self.deleting:
                     raise KafkaError(f"topic {name!r} is being deleted",
                                      ErrorCode.INVALID_TOPIC_EXCEPTION)
+                if self._topic_reassigning(name):
+                    # Kafka's ZkAdminManager: a reassignment's writes and this one's would race
+                    raise KafkaError(f"A partition reassignment is in progress for the topic "
+                                     f"{name!r}.", ErrorCode.REASSIGNMENT_IN_PROGRESS)
                 existing = dict(record.assignment.partitions)
                 if spec.total <= len(existing):
                     raise KafkaError(
@@ -1864,6 +1868,13 @@ class ControllerCore:
                 out += [TopicPartition(name, p)
                         for p in set(assignment.adding) | set(assignment.removing)]
         return sorted(out)
+
+    def _topic_reassigning(self, topic: str) -> bool:
+        """A partition of ``topic`` is being reassigned (its znode says so, or a step of
+        its move is being written)."""
+        assignment = self.topics[topic].assignment
+        return bool(assignment.adding or assignment.removing) or any(
+            tp.topic == topic for tp in (*self._reassign_busy, *self._completing))
 
     def _reassignment_complete(self, tp: TopicPartition) -> bool:
         """Kafka's isReassignmentComplete: nothing to move, or every target replica is in

@@ -13,6 +13,8 @@ from actors.core.controller_events import (
     AlterPartitionRequest,
     AlterPartitionResult,
     AlterReassignmentsResult,
+    CreatePartitions,
+    CreatePartitionsResult,
     CreateTopics,
     CreateTopicsResult,
     DeleteTopics,
@@ -20,6 +22,7 @@ from actors.core.controller_events import (
     IsrProposal,
     ListPartitionReassignments,
     ListReassignmentsResult,
+    NewPartitions,
     NewTopic,
     OngoingReassignment,
     StopReplicaDone,
@@ -294,3 +297,22 @@ def test_deleting_the_topic_while_a_move_completes_deletes_every_replica(
         c.feed(StopReplicaDone(broker, 0, {tp: 0}))
     assert c.reader.get_topics() == set()
     assert "t" not in ctl.core.topics
+
+
+def test_adding_partitions_is_refused_while_a_partition_of_the_topic_moves() -> None:
+    """Kafka's ZkAdminManager: REASSIGNMENT_IN_PROGRESS; taken once the move completed."""
+    c = cluster()
+    create(c, "t", {0: (1,), 1: (2,)})
+    tp = TP("t", 0)
+    assert reassign(c, (tp, (3,))) == [0]
+
+    def grow() -> int:
+        result = c.request(lambda rid: CreatePartitions(rid, (NewPartitions("t", 3),)))
+        assert isinstance(result, CreatePartitionsResult)
+        return result.topics[0].error_code
+
+    assert grow() == int(ErrorCode.REASSIGNMENT_IN_PROGRESS)
+    assert len(c.assignment("t")) == 2
+    catch_up(c, tp, (1, 3))
+    assert grow() == 0
+    assert len(c.assignment("t")) == 3 and c.assignment("t")[0] == (3,)

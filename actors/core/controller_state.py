@@ -287,6 +287,9 @@ class ControllerCore:
         # ISR (never deleted while they may hold the only in-sync copy), or on a dead broker
         # (deleted once it registers again)
         self._removed_pending: dict[TopicPartition, set[int]] = {}
+        # partitions whose completing write failed: not tried again until an event other
+        # than a write's outcome (else the outcome of each try would start the next one)
+        self._reassign_failed: set[TopicPartition] = set()
         # per topic: partition assignments waiting to be written (one write at a time,
         # each at the version the last one left)
         self._assignment_queue: dict[str, list[_AssignmentWrite]] = {}
@@ -328,6 +331,8 @@ class ControllerCore:
     def handle(self, event: Event) -> list[Effect]:
         """Apply one event; the effects to perform, in order."""
         try:
+            if not isinstance(event, (MetadataWritten, MetadataWriteFailed)):
+                self._reassign_failed.clear()  # tried again once something else happens
             self._dispatch(event)
             if self.active:
                 self._check_reassignments()
@@ -1887,7 +1892,8 @@ class ControllerCore:
     def _check_reassignments(self) -> None:
         """After every event: a reassigning partition whose target caught up completes."""
         for tp in self._reassigning_partitions():
-            if (tp in self._reassign_busy or tp.topic in self.deleting or tp not in self.states
+            if (tp in self._reassign_busy or tp in self._reassign_failed
+                    or tp.topic in self.deleting or tp not in self.states
                     or not self._reassignment_complete(tp)):
                 continue
             self._reassign_busy.add(tp)
@@ -2103,6 +2109,7 @@ class ControllerCore:
             if not isinstance(outcome, LeaderAndIsr):
                 self._completing.pop(tp, None)
                 self._reassign_busy.discard(tp)
+                self._reassign_failed.add(tp)
                 self._log(f"controller {self.config.broker_id} epoch {self.epoch}: completing "
                           f"the reassignment of {tp} to {list(target)} failed: {outcome}")
                 return

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from actors.core.cluster_model import ReplicaAssignment, TopicPartition
+from actors.core.cluster_model import ReplicaAssignment, TopicPartition, WriteCode, WriteResult
 from actors.core.controller_events import (
     AlterPartitionReassignments,
     AlterPartitionRequest,
@@ -316,3 +316,34 @@ def test_adding_partitions_is_refused_while_a_partition_of_the_topic_moves() -> 
     catch_up(c, tp, (1, 3))
     assert grow() == 0
     assert len(c.assignment("t")) == 3 and c.assignment("t")[0] == (3,)
+
+
+def test_a_failing_completing_state_write_is_not_tried_again_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Phase B's state write keeps failing (an error answer, not an unreachable store): it
+    is tried again once per event from outside (a request here), not after the outcome of
+    each try (a loop of writes and logs); the move completes once the write goes through."""
+    c = cluster()
+    create(c, "t", {0: (1,)})
+    tp = TP("t", 0)
+    assert reassign(c, (tp, (3,))) == [0]
+    store = c.controller.store
+    real = store.update_partition_states
+    tries: list[int] = []
+
+    def failing(states: dict[TopicPartition, Any], fence: Any) -> Any:
+        if tp in states and states[tp].leader == 3:
+            tries.append(1)
+            assert len(tries) < 10, "the failed write is tried again in a loop"
+            return {tp: WriteResult(WriteCode.ERROR, -1, "injected")}
+        return real(states, fence)
+
+    monkeypatch.setattr(store, "update_partition_states", failing)
+    catch_up(c, tp, (1, 3))
+    assert len(tries) == 1
+    assert ongoing(c) == (OngoingReassignment(tp, (3, 1), (3,), (1,)),)
+    assert len(tries) == 2  # tried again after the List request, once
+    monkeypatch.setattr(store, "update_partition_states", real)
+    assert ongoing(c) == (OngoingReassignment(tp, (3, 1), (3,), (1,)),)
+    assert c.assignment("t") == {0: (3,)} and c.state("t", 0).leader == 3
+    assert ongoing(c) == ()

@@ -2094,8 +2094,11 @@ class ControllerCore:
 
         def finished(error: int, message: str | None) -> None:
             if error != ErrorCode.NONE:
-                # the state is right in memory and the znode still names the original set:
-                # left so (a new controller resumes from the znode) rather than retried hot
+                # the znode still names the move: it is listed and completes again (phase B
+                # anew: the state is right already) on the next event from outside
+                self._completing.pop(tp, None)
+                self._reassign_busy.discard(tp)
+                self._reassign_failed.add(tp)
                 self._log(f"controller {self.config.broker_id} epoch {self.epoch}: writing "
                           f"the completed reassignment of {tp} to {list(target)} failed: "
                           f"{message}")

@@ -347,3 +347,31 @@ def test_a_failing_completing_state_write_is_not_tried_again_at_once(
     assert ongoing(c) == (OngoingReassignment(tp, (3, 1), (3,), (1,)),)
     assert c.assignment("t") == {0: (3,)} and c.state("t", 0).leader == 3
     assert ongoing(c) == ()
+
+
+def test_a_failing_last_znode_write_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """B6 (the znode's final write) fails: the move stays listed, other moves of the
+    partition are not refused for good, and it completes on a later event."""
+    c = cluster()
+    create(c, "t", {0: (1,)})
+    tp = TP("t", 0)
+    assert reassign(c, (tp, (3,))) == [0]
+    store = c.controller.store
+    real = store.set_topic_assignment
+    tries: list[int] = []
+
+    def failing(topic: str, *args: Any, **kwargs: Any) -> Any:
+        if topic == "t":
+            tries.append(1)
+            assert len(tries) < 10, "the failed write is tried again in a loop"
+            return WriteResult(WriteCode.ERROR, -1, "injected")
+        return real(topic, *args, **kwargs)
+
+    monkeypatch.setattr(store, "set_topic_assignment", failing)
+    catch_up(c, tp, (1, 3))
+    assert len(tries) == 1
+    assert c.state("t", 0).leader == 3
+    monkeypatch.setattr(store, "set_topic_assignment", real)
+    assert ongoing(c) == (OngoingReassignment(tp, (3, 1), (3,), (1,)),)
+    assert c.assignment("t") == {0: (3,)} and ongoing(c) == ()
+    assert c.state("t", 0).leader == 3

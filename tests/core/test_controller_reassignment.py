@@ -25,6 +25,8 @@ from actors.core.controller_events import (
     NewPartitions,
     NewTopic,
     OngoingReassignment,
+    ReplicasOffline,
+    ReplicasOfflineResult,
     StopReplicaDone,
 )
 from actors.metadata import znodes
@@ -375,3 +377,33 @@ def test_a_failing_last_znode_write_is_tried_again(monkeypatch: pytest.MonkeyPat
     assert ongoing(c) == (OngoingReassignment(tp, (3, 1), (3,), (1,)),)
     assert c.assignment("t") == {0: (3,)} and ongoing(c) == ()
     assert c.state("t", 0).leader == 3
+
+
+def test_a_removed_replica_on_a_dead_broker_is_deleted_when_it_registers_again() -> None:
+    """[2, 1] -> [2, 3] while broker 1 (its storage failed first) is down: the move
+    completes without it; once broker 1 registers again it is told StopReplica(delete) for
+    the partition, and its failure is forgotten with the replica."""
+    c = cluster()
+    create(c, "t", {0: (2, 1)})
+    tp = TP("t", 0)
+    result = c.request(lambda rid: ReplicasOffline(rid, 1, c.epoch_of(1), (tp,)))
+    assert isinstance(result, ReplicasOfflineResult)
+    ctl = c.controller
+    assert 1 in ctl.core.failed_replicas.get(tp, {})
+    c.stop_broker(1)
+    c.pump()
+    assert reassign(c, (tp, (2, 3))) == [0]
+    mark = len(ctl.sent)
+    catch_up(c, tp, (2, 3))
+    assert c.assignment("t") == {0: (2, 3)} and ongoing(c) == ()
+    assert stop_replica_rows(ctl, mark) == []
+    mark = len(ctl.sent)
+    c.start_broker(1)
+    c.pump()
+    assert [(b, r.topic, r.delete) for b, r in stop_replica_rows(ctl, mark)] == [(1, "t", True)]
+    assert tp not in ctl.core.failed_replicas
+    assert (tp, 1) not in ctl.core.replica_fsm.snapshot()
+    mark = len(ctl.sent)
+    c.bounce_broker(1)
+    c.pump()
+    assert stop_replica_rows(ctl, mark) == []  # said once

@@ -1,8 +1,11 @@
 """Partition reassignment (AlterPartitionReassignments, ListPartitionReassignments) on
 three `actorlog serve` processes and a real ZooKeeper, with kafka-python's admin client:
 a replica moved to another broker under an acks=all producer keeps every acknowledged
-record, the replication factor grows, a move in progress is listed and cancelled, bad
-sets get Kafka's codes, and a controller killed mid-move leaves it to the next one.
+record, the replication factor grows (both with one and two processes per node), a move
+in progress is listed and cancelled, bad sets get Kafka's codes, and a controller killed
+mid-move leaves it to the next one (one process per node: the controller's work). A move
+is held in progress by pausing (SIGSTOP) its added replica's node, whose ZooKeeper session
+outlasts the pause, rather than by a backlog it is slow to fetch.
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ from tests.fixtures.cluster_tools import ZooKeeperReader
 pytestmark = [pytest.mark.multiprocess, pytest.mark.clients, pytest.mark.num_processes(1, 2)]
 
 ALTER_REASSIGNMENTS = 45
-# Node 3 fetches one batch per request (a follower catching up on a backlog of small
-# batches takes a while): a move to it stays in progress long enough to be seen.
-SLOW_FOLLOWER = {"replica.fetch.max.bytes": 1, "replica.fetch.response.max.bytes": 1}
+# A node to be paused keeps its registration meanwhile (the others keep the short default,
+# so a killed controller is replaced quickly)
+PAUSABLE = {"zookeeper.session.timeout.ms": 30_000}
 
 
 @contextmanager
@@ -51,13 +54,14 @@ def create(client: KafkaAdminClient, topic: str, replicas: list[int]) -> None:
 
 
 def placed(cluster: Cluster, topic: str, replicas: list[int], isr: set[int] | None = None,
-           timeout_s: float = 60.0) -> ClusterView:
-    """Every live node shows partition 0 of ``topic`` on ``replicas``, led by one of them,
-    with ``isr`` (default: every replica) in sync."""
+           timeout_s: float = 60.0, via: list[int] | None = None) -> ClusterView:
+    """Every live node (or those of ``via``) shows partition 0 of ``topic`` on
+    ``replicas``, led by one of them, with ``isr`` (default: every replica) in sync."""
     want = set(replicas) if isr is None else isr
+    asked = cluster.live() if via is None else [cluster.nodes[i] for i in via]
 
     def shown() -> ClusterView | None:
-        views = [n.metadata([topic]) for n in cluster.live()]
+        views = [n.metadata([topic]) for n in asked]
         for view in views:
             part = view.partitions.get((topic, 0))
             if (part is None or list(part.replicas) != replicas or part.leader not in replicas
@@ -110,6 +114,20 @@ def topic_znode(zk_connect: str, topic: str) -> dict[str, Any]:
         return json.loads(zk.get(znodes.topic_path(topic)) or b"{}")
     finally:
         zk.close()
+
+
+def controlled_by_1(cluster_factory: Any) -> Cluster:
+    """Three nodes, node 1 started first (the controller, with the short ZooKeeper session:
+    replaced quickly when killed); node 3, to be paused, keeps its registration through a
+    pause (a paused controller would answer nothing)."""
+    cluster: Cluster = cluster_factory(3, node_config={3: PAUSABLE}, start=False)
+    cluster.nodes[1].start()
+    cluster.wait_formed()
+    for i in (2, 3):
+        cluster.nodes[i].start()
+    cluster.wait_formed()
+    assert cluster.controller() == 1
+    return cluster
 
 
 def partition_dir_gone(cluster: Cluster, broker: int, topic: str) -> bool:
@@ -190,32 +208,23 @@ def test_replication_factor_grows_from_one_to_three(cluster_factory: Any,
     assert set(read_all(cluster, "grown", len(acked))) == set(acked)
 
 
+@pytest.mark.num_processes(1)
 def test_a_move_in_progress_is_listed_and_cancelled(cluster_factory: Any,
                                                     zk_connect: str) -> None:
-    """Broker 3 catching up on a backlog one batch per fetch: the move is listed with its
-    adding and removing replicas (Kafka's znode fields too); cancelled, the partition is
-    back on broker 1 alone, broker 3's copy is deleted and nothing acknowledged is lost."""
-    cluster: Cluster = cluster_factory(3, node_config={3: SLOW_FOLLOWER})
+    """Broker 3 paused (it cannot fetch): the move is listed with its adding and removing
+    replicas (Kafka's znode fields too); cancelled, the partition is back on broker 1
+    alone; broker 3, continued, deletes its copy, and nothing acknowledged is lost."""
+    cluster = controlled_by_1(cluster_factory)
     tp = TopicPartition("slow", 0)
     with admin(cluster) as client:
         create(client, "slow", [1])
         placed(cluster, "slow", [1])
-        acked = backlog(cluster, "slow", 25_000, size=100)
-        assert client.alter_partition_reassignments({tp: [3]}) == {tp: None}
-        listed = client.list_partition_reassignments()
-        assert listed == {tp: {"replicas": [3, 1], "adding_replicas": [3],
-                               "removing_replicas": [1]}}, listed
-        assert client.list_partition_reassignments([tp]) == listed
-        assert client.list_partition_reassignments({"other": [0]}) == {}
-        doc = topic_znode(zk_connect, "slow")
-        assert doc["partitions"] == {"0": [3, 1]}
-        assert doc["adding_replicas"] == {"0": [3]} and doc["removing_replicas"] == {"0": [1]}
-        # still catching up: not in the ISR, broker 1 leads on
-        view = placed(cluster, "slow", [3, 1], isr={1})
-        assert view.partitions[("slow", 0)].leader == 1
-
-        assert client.alter_partition_reassignments({tp: None}) == {tp: None}
-        assert client.list_partition_reassignments() == {}
+        acked = backlog(cluster, "slow", 300)
+        cluster.nodes[3].pause()
+        try:
+            cancel_while_paused(cluster, client, zk_connect, tp)
+        finally:
+            cluster.nodes[3].resume()
         placed(cluster, "slow", [1])
         assert client.alter_partition_reassignments({tp: None}) == {
             tp: kerr.NoReassignmentInProgressError}
@@ -225,6 +234,28 @@ def test_a_move_in_progress_is_listed_and_cancelled(cluster_factory: Any,
     assert set(read_all(cluster, "slow", len(acked))) == set(acked)
 
 
+def cancel_while_paused(cluster: Cluster, client: KafkaAdminClient, zk_connect: str,
+                        tp: TopicPartition) -> None:
+    """The move to the paused broker 3: listed, not in the ISR; then cancelled."""
+    assert client.alter_partition_reassignments({tp: [3]}) == {tp: None}
+    listed = client.list_partition_reassignments()
+    assert listed == {tp: {"replicas": [3, 1], "adding_replicas": [3],
+                           "removing_replicas": [1]}}, listed
+    assert client.list_partition_reassignments([tp]) == listed
+    assert client.list_partition_reassignments({"other": [0]}) == {}
+    doc = topic_znode(zk_connect, "slow")
+    assert doc["partitions"] == {"0": [3, 1]}
+    assert doc["adding_replicas"] == {"0": [3]} and doc["removing_replicas"] == {"0": [1]}
+    # paused: not in the ISR, broker 1 leads on
+    view = placed(cluster, "slow", [3, 1], isr={1}, via=[1, 2])
+    assert view.partitions[("slow", 0)].leader == 1
+    assert cluster.nodes[3].continued_while_paused == 0
+
+    assert client.alter_partition_reassignments({tp: None}) == {tp: None}
+    assert client.list_partition_reassignments() == {}
+
+
+@pytest.mark.num_processes(1)
 def test_bad_sets_get_kafkas_codes(cluster_factory: Any, zk_connect: str) -> None:
     cluster: Cluster = cluster_factory(3)
     with admin(cluster) as client:
@@ -256,27 +287,37 @@ def test_bad_sets_get_kafkas_codes(cluster_factory: Any, zk_connect: str) -> Non
     assert placed(cluster, "fixed", [1, 2])
 
 
+@pytest.mark.num_processes(1)
 def test_a_new_controller_resumes_a_move_after_kill_9(cluster_factory: Any,
                                                       zk_connect: str) -> None:
-    """The controller is killed while the added replica catches up: the next controller
-    reads the move from the topic znode and completes it once the replica is in sync."""
-    cluster: Cluster = cluster_factory(3, node_config={i: SLOW_FOLLOWER for i in (1, 2, 3)})
-    controller = cluster.controller()
-    source, target = [i for i in cluster.nodes if i != controller]
+    """The controller is killed while the added replica's node is paused (the move listed,
+    the replica out of the ISR): the next controller reads the move from the topic znode
+    and completes it once the node, continued, is in sync."""
+    cluster = controlled_by_1(cluster_factory)
+    controller, source, target = 1, 2, 3
     tp = TopicPartition("resumed", 0)
-    with admin(cluster) as client:
-        create(client, "resumed", [source])
-        placed(cluster, "resumed", [source])
-        acked = backlog(cluster, "resumed", 25_000, size=100)
-        assert client.alter_partition_reassignments({tp: [target]}) == {tp: None}
-        assert tp in client.list_partition_reassignments()
-    cluster.nodes[controller].kill()
-    wait_for("another controller",
-             lambda: cluster.view(source).controller_id not in (controller, -1) or None, 60)
-    placed(cluster, "resumed", [target], timeout_s=120)
-    doc = topic_znode(zk_connect, "resumed")
-    assert doc["partitions"] == {"0": [target]} and not doc.get("adding_replicas")
-    wait_for(f"broker {source} to delete its replica",
-             lambda: partition_dir_gone(cluster, source, "resumed"))
-    assert set(read_all(cluster, "resumed", len(acked))) == set(acked)
-    cluster.nodes[controller].start()
+    try:
+        with admin(cluster) as client:
+            create(client, "resumed", [source])
+            placed(cluster, "resumed", [source])
+            acked = backlog(cluster, "resumed", 300)
+            cluster.nodes[target].pause()
+            try:
+                assert client.alter_partition_reassignments({tp: [target]}) == {tp: None}
+                assert tp in client.list_partition_reassignments()
+                placed(cluster, "resumed", [target, source], isr={source}, via=[1, 2])
+                cluster.nodes[controller].kill()
+                wait_for("another controller", lambda: cluster.view(source).controller_id
+                         not in (controller, -1) or None, 60)
+                assert cluster.nodes[target].continued_while_paused == 0
+            finally:
+                cluster.nodes[target].resume()
+        placed(cluster, "resumed", [target], timeout_s=60)
+        doc = topic_znode(zk_connect, "resumed")
+        assert doc["partitions"] == {"0": [target]} and not doc.get("adding_replicas")
+        wait_for(f"broker {source} to delete its replica",
+                 lambda: partition_dir_gone(cluster, source, "resumed"))
+        assert set(read_all(cluster, "resumed", len(acked))) == set(acked)
+    finally:
+        if not cluster.nodes[controller].running:
+            cluster.nodes[controller].start()

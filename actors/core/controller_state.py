@@ -270,7 +270,8 @@ class ControllerCore:
         self._um_partitions: dict[TopicPartition, UpdateMetadataPartition] = {}
         self._um_brokers: set[int] = set()     # brokers to send UpdateMetadata to
         self._um_full: set[int] = set()        # of which these get every partition
-        self._stop: dict[int, dict[TopicPartition, bool]] = {}
+        # per broker: the partitions to stop, with delete and the leader epoch to send
+        self._stop: dict[int, dict[TopicPartition, tuple[bool, int]]] = {}
         # the adopted id each replica of a partition read back from its disk (its
         # LeaderAndIsr answers, TopicIdsConfirmed): kept in memory only, so a new
         # controller clears an adoption only on answers it got itself
@@ -656,8 +657,8 @@ class ControllerCore:
         for broker_id in sorted(self._stop):
             if broker_id not in self.brokers:
                 continue
-            rows = [StopReplicaPartition(tp.topic, tp.partition, -1, delete)
-                    for tp, delete in sorted(self._stop[broker_id].items())]
+            rows = [StopReplicaPartition(tp.topic, tp.partition, epoch, delete)
+                    for tp, (delete, epoch) in sorted(self._stop[broker_id].items())]
             out.append(SendToBroker(broker_id, StopReplica(
                 self.config.broker_id, self.epoch, self._broker_epoch(broker_id), rows)))
         return out
@@ -681,8 +682,12 @@ class ControllerCore:
             if tp in self.states and tp.topic in self.topics:
                 self._um_partitions[tp] = self._um_row(tp)
 
-    def _stop_replica(self, broker_id: int, tp: TopicPartition, delete: bool) -> None:
-        self._stop.setdefault(broker_id, {})[tp] = delete
+    def _stop_replica(self, broker_id: int, tp: TopicPartition, delete: bool,
+                      leader_epoch: int = -1) -> None:
+        """``leader_epoch``: the partition's, for a replica a reassignment removed (a node
+        that learnt a newer one since, the replica assigned to it again, ignores the stop);
+        -1 (any) otherwise."""
+        self._stop.setdefault(broker_id, {})[tp] = (delete, leader_epoch)
 
     # -------------------------------------------------------- state machines
     def _move_partition(self, tp: TopicPartition, target: PartitionState) -> bool:
@@ -2145,7 +2150,8 @@ class ControllerCore:
             if self.replica_fsm.can_move(key, _R.OFFLINE):
                 self._move_replica(tp, replica, _R.OFFLINE)
             if replica in self.brokers:
-                self._stop_replica(replica, tp, delete=True)
+                self._stop_replica(replica, tp, delete=True, leader_epoch=state.leader_epoch
+                                   if state is not None else -1)
                 pending = self._removed_pending.get(tp)
                 if pending is not None:
                     pending.discard(replica)

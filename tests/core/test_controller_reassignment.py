@@ -103,7 +103,8 @@ def test_reassign_to_adds_then_completes_once_the_target_is_in_the_isr() -> None
     assert c.assignment("t") == {0: (3,)}
     znode = c.reader.get_topic_assignments(["t"])["t"]
     assert znode.adding == {} and znode.removing == {}
-    assert [(b, r.delete) for b, r in stop_replica_rows(c.controller, mark)] == [(1, True)]
+    assert [(b, r.delete, r.leader_epoch) for b, r in stop_replica_rows(c.controller, mark)] \
+        == [(1, True, state.leader_epoch)]  # the partition's epoch: fenced if re-added later
     assert ongoing(c) == ()
 
 

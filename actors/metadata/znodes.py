@@ -245,12 +245,19 @@ def decode_topic_assignment(topic: str, data: bytes | None, version: int = -1) -
         entries = doc.get(name) or {}
         if not isinstance(entries, dict):
             raise BadZnode(f"{path}: bad {name} {entries!r:.60}")
-        lists = {p: r for p, r in _replica_lists(path, name, entries).items() if r}
-        stray = [p for p, r in lists.items() if p not in out or set(r) - set(out[p])]
-        if stray:
-            raise BadZnode(f"{path}: {name} of partition {stray[0]} names replicas it "
-                           f"does not have: {lists[stray[0]]!r:.60}")
-        reassigning.append(lists)
+        reassigning.append({p: r for p, r in _replica_lists(path, name, entries).items() if r})
+    # A partition whose adding or removing replicas are not all among its replicas (a znode
+    # written by hand, or by a tool that got it wrong): its reassignment fields are dropped,
+    # said in the log; its replicas stand (a BadZnode would stop the controller's load)
+    for p in sorted({*reassigning[0], *reassigning[1]}):
+        named = {*reassigning[0].get(p, ()), *reassigning[1].get(p, ())}
+        if p not in out or named - set(out[p]):
+            logger.warning("{}: the adding/removing replicas of partition {} ({}, {}) are not "
+                           "all among its replicas {}: ignored", path, p,
+                           list(reassigning[0].get(p, ())), list(reassigning[1].get(p, ())),
+                           list(out.get(p, ())))
+            reassigning[0].pop(p, None)
+            reassigning[1].pop(p, None)
     topic_id = doc.get("topic_id", "")
     if topic_id != "" and not is_topic_id(topic_id):
         raise BadZnode(f"{path}: bad topic_id {topic_id!r:.60}")

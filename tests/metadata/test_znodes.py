@@ -227,6 +227,10 @@ def test_topic_assignment_keeps_a_reassignment_in_kafkas_fields() -> None:
     kafka = (b'{"version":2,"partitions":{"0":[3,1],"1":[2]},'
              b'"adding_replicas":{"0":[3]},"removing_replicas":{"0":[1]}}')
     assert znodes.decode_topic_assignment("t", kafka, 4) == back
-    with pytest.raises(BadZnode, match="adding_replicas of partition 0 names replicas"):
-        znodes.decode_topic_assignment(
-            "t", b'{"version":2,"partitions":{"0":[1]},"adding_replicas":{"0":[3]}}')
+    # adding/removing replicas not among the partition's: those fields are dropped (logged),
+    # the rest of the znode read (not a BadZnode stopping the controller's load)
+    odd = znodes.decode_topic_assignment("t", (
+        b'{"version":2,"partitions":{"0":[1],"1":[3,2]},"adding_replicas":{"0":[3],"1":[3]},'
+        b'"removing_replicas":{"0":[1],"1":[2],"7":[5]}}'), 4)
+    assert odd.partitions == {0: (1,), 1: (3, 2)}
+    assert odd.adding == {1: (3,)} and odd.removing == {1: (2,)}

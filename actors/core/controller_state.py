@@ -1943,11 +1943,13 @@ class ControllerCore:
                            f"The replication factor is changed from {len(current.origin)} to "
                            f"{len(replicas)}, and the request does not allow it")
         target = current.reassign_to(tuple(replicas))
-        dead = [r for r in target.adding if r not in self.brokers]
+        # live as Kafka's liveBrokerIds: registered and not in controlled shutdown
+        live = self.eligible()
+        dead = [r for r in target.adding if r not in live]
         if dead:
             return refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                            f"Replica assignment has brokers that are not alive. Replica list: "
-                           f"{list(target.adding)}, live broker list: {sorted(self.brokers)}")
+                           f"{list(target.adding)}, live broker list: {sorted(live)}")
         return self._check_in_sync_kept(tp, current, target) or target
 
     def _check_in_sync_kept(self, tp: TopicPartition, current: ReplicaAssignment,

@@ -13,6 +13,8 @@ from actors.core.controller_events import (
     AlterPartitionRequest,
     AlterPartitionResult,
     AlterReassignmentsResult,
+    ControlledShutdownRequest,
+    ControlledShutdownResult,
     CreatePartitions,
     CreatePartitionsResult,
     CreateTopics,
@@ -148,6 +150,9 @@ def test_bad_sets_are_refused() -> None:
     assert reassign(c, (tp, (2, 2))) == [bad]
     assert reassign(c, (tp, (-1,))) == [bad]
     assert reassign(c, (tp, (9,))) == [bad]  # not a live broker
+    shutdown = c.request(lambda rid: ControlledShutdownRequest(rid, 3, c.epoch_of(3)))
+    assert isinstance(shutdown, ControlledShutdownResult) and shutdown.error_code == 0
+    assert reassign(c, (tp, (3,))) == [bad]  # shutting down: not live (Kafka's liveBrokerIds)
     assert reassign(c, (tp, (2, 3)), allow_rf_change=False) == [bad]
     assert reassign(c, (TP("t", 5), (2,)), (TP("nope", 0), (2,))) == [
         int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)] * 2

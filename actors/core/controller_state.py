@@ -2180,20 +2180,27 @@ class ControllerCore:
             if tp.topic not in self.topics or tp.topic in self.deleting or tp not in self.states:
                 del self._removed_pending[tp]
                 continue
-            waiting = sorted(self._removed_pending[tp])
+            assigned = set(self.assignment(tp))
+            waiting = sorted(r for r in self._removed_pending[tp] if r not in assigned)
+            if not waiting:  # assigned again by a later move
+                del self._removed_pending[tp]
+                continue
+            self._removed_pending[tp] = set(waiting)
             state = self.states[tp]
             in_sync = [r for r in waiting if r == state.leader or r in state.isr]
             ready = [r for r in waiting if r not in in_sync and r in self.brokers]
             if ready:
                 self._stop_removed_replicas(tp, ready)
-            if in_sync and tp not in self._reassign_busy \
+            if in_sync and tp not in self._reassign_busy and tp not in self._reassign_failed \
                     and self._reassign_rule(tp, state) is not None:
                 self._reassign_busy.add(tp)
                 self._change_partitions([tp], self._reassign_rule, self._unbusy(tp))
 
     def _unbusy(self, tp: TopicPartition) -> Callable[[dict[TopicPartition, Outcome]], None]:
-        def done(_outcomes: dict[TopicPartition, Outcome]) -> None:
+        def done(outcomes: dict[TopicPartition, Outcome]) -> None:
             self._reassign_busy.discard(tp)
+            if not isinstance(outcomes.get(tp), LeaderAndIsr):
+                self._reassign_failed.add(tp)  # tried again on an event from outside
         return done
 
     def _write_partition_assignment(self, tp: TopicPartition, assignment: ReplicaAssignment,

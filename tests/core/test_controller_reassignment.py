@@ -413,3 +413,37 @@ def test_a_removed_replica_on_a_dead_broker_is_deleted_when_it_registers_again()
     c.bounce_broker(1)
     c.pump()
     assert stop_replica_rows(ctl, mark) == []  # said once
+
+
+def test_a_replica_waiting_for_deletion_and_assigned_again_is_kept(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leader a failed-over move left outside the replica set (waiting to be deleted
+    once out of the ISR) is named again by a new target: it is no longer waited on (no
+    state written again and again to take it out), never deleted, and the move completes."""
+    c = cluster((1, 2, 3, 4, 5))
+    tp = _moved_then_origin_died(c)
+    c.zk.expire(c.controller.store.session_id or 0)
+    c.pump()
+    path = znodes.topic_path("t")
+    node = c.zk.get(path)
+    assert node is not None
+    u1 = c.reader.get_topic_assignments(["t"])["t"].with_replica_assignment(
+        0, ReplicaAssignment((4, 5, 1), (4, 5), (1,)))
+    c.zk.multi(c.reader.session_id or 0, [
+        Op("set", path, znodes.encode_topic_assignment(u1), node.version)])
+    new = c.add_candidate(101)
+    writes: list[int] = []
+    real = new.store.update_partition_states
+
+    def counted(states: dict[TopicPartition, Any], fence: Any) -> Any:
+        writes.append(1)
+        assert len(writes) < 20, "state written again and again"
+        return real(states, fence)
+
+    monkeypatch.setattr(new.store, "update_partition_states", counted)
+    assert reassign(c, (tp, (2, 4))) == [0]
+    catch_up(c, tp, (2, 4))
+    assert c.assignment("t") == {0: (2, 4)} and ongoing(c) == ()
+    assert all(b != 2 for b, _ in stop_replica_rows(new))
+    state = c.state("t", 0)
+    assert (state.leader, state.isr) == (2, (2, 4))

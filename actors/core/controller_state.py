@@ -1941,9 +1941,10 @@ class ControllerCore:
             return refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                            f"Invalid broker id in replica list: {list(replicas)}")
         if not allow_rf_change and len(replicas) != len(current.origin):
-            return refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            # KIP-860 (v1's AllowReplicationFactorChange false): Kafka's code and words
+            return refused(ErrorCode.INVALID_REPLICATION_FACTOR,
                            f"The replication factor is changed from {len(current.origin)} to "
-                           f"{len(replicas)}, and the request does not allow it")
+                           f"{len(replicas)}")
         target = current.reassign_to(tuple(replicas))
         # live as Kafka's liveBrokerIds: registered and not in controlled shutdown
         live = self.eligible()

@@ -153,7 +153,8 @@ def test_bad_sets_are_refused() -> None:
     shutdown = c.request(lambda rid: ControlledShutdownRequest(rid, 3, c.epoch_of(3)))
     assert isinstance(shutdown, ControlledShutdownResult) and shutdown.error_code == 0
     assert reassign(c, (tp, (3,))) == [bad]  # shutting down: not live (Kafka's liveBrokerIds)
-    assert reassign(c, (tp, (2, 3)), allow_rf_change=False) == [bad]
+    assert reassign(c, (tp, (2, 3)), allow_rf_change=False) == [
+        int(ErrorCode.INVALID_REPLICATION_FACTOR)]  # KIP-860
     assert reassign(c, (TP("t", 5), (2,)), (TP("nope", 0), (2,))) == [
         int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)] * 2
     assert c.assignment("t") == {0: (1,)}

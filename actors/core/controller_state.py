@@ -2003,6 +2003,7 @@ class ControllerCore:
         """U1-U3, then phase A (or B at once, when nothing has to catch up)."""
         current = self.replica_assignment(tp)
         self._reassign_busy.add(tp)
+        target = self._keeping_strays(tp, target)
 
         def written(error: int, message: str | None) -> None:
             if error != ErrorCode.NONE:
@@ -2031,7 +2032,26 @@ class ControllerCore:
             self._stop_removed_replicas(tp, unneeded)
             self._reassign_busy.discard(tp)
             return
-        unneeded = tuple(dict.fromkeys((*unneeded, *self._strays(tp))))
+        strays = self._strays(tp)
+        if strays and self._keeping_strays(tp, self.replica_assignment(tp)) \
+                != self.replica_assignment(tp):
+            # a leader or ISR member the znode's replica set does not name (a controller
+            # failed over after U1, or one died while U1 was written): written into the
+            # set as removing first, so that it is told the whole set (it can take the
+            # new replicas into its ISR) and may be elected until phase B moves away
+            def kept(error: int, message: str | None) -> None:
+                if error != ErrorCode.NONE:
+                    self._reassign_busy.discard(tp)
+                    self._reassign_failed.add(tp)
+                    self._log(f"controller {self.config.broker_id} epoch {self.epoch}: "
+                              f"writing replicas {list(strays)} of {tp} back into its "
+                              f"replica set failed: {message}")
+                    return
+                self._advance_reassignment(tp, unneeded)
+
+            self._write_partition_assignment(
+                tp, self._keeping_strays(tp, self.replica_assignment(tp)), kept)
+            return
         if self._reassignment_complete(tp):
             self._complete_reassignment(tp, unneeded)
             return
@@ -2070,8 +2090,30 @@ class ControllerCore:
         live = self.electable(tp, self.eligible())
         if current.leader in allowed and current.leader in live and current.leader in isr:
             return current.leader
-        found = [r for r in target if r in live and r in isr]
+        found = [r for r in (*target, *self.assignment(tp), *sorted(allowed))
+                 if r in allowed and r in live and r in isr]
         return found[0] if found else None
+
+    def _keeping_strays(self, tp: TopicPartition,
+                        assignment: ReplicaAssignment) -> ReplicaAssignment:
+        """``assignment`` with the partition's leader and ISR members it does not name
+        appended as both adding and removing, when no replica it names is live and in the
+        ISR to lead (else the reassignment rule moves the leadership there and cuts them
+        out of the ISR). Out of the original set (a cancel does not keep them) and of the
+        target (phase B deletes them once out of the ISR), but in the replica set: they are
+        told it (a leader adds only the replicas its LeaderAndIsr names to the ISR) and
+        may be elected meanwhile."""
+        state = self.states.get(tp)
+        if state is None:
+            return assignment
+        strays = tuple(r for r in dict.fromkeys((state.leader, *state.isr))
+                       if r >= 0 and r not in assignment.replicas)
+        if not strays or self._reassign_leader(tp, state, set(assignment.replicas),
+                                               assignment.target) is not None:
+            return assignment
+        return ReplicaAssignment((*assignment.replicas, *strays),
+                                 (*assignment.adding, *strays),
+                                 (*assignment.removing, *strays))
 
     def _strays(self, tp: TopicPartition) -> tuple[int, ...]:
         """The leader and ISR members of ``tp`` its znode's replica set no longer names (a

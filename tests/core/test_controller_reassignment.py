@@ -71,8 +71,17 @@ def ongoing(c: Cluster, partitions: tuple[TopicPartition, ...] | None = None
 
 
 def catch_up(c: Cluster, tp: TopicPartition, isr: tuple[int, ...]) -> None:
-    """The leader takes the caught-up replicas into the ISR (its AlterPartition)."""
+    """The leader takes the caught-up replicas into the ISR (its AlterPartition). As a
+    real leader does, it takes only replicas the last LeaderAndIsr it was sent names (it
+    ignores fetches from others, actors/core/partition_state.py)."""
     state = c.state(tp.topic, tp.partition)
+    told = [row for candidate in c.candidates.values()
+            for b, row in leader_and_isr_rows(candidate)
+            if b == state.leader and (row.topic, row.partition) == (tp.topic, tp.partition)]
+    assert told, f"leader {state.leader} of {tp} was never sent a LeaderAndIsr"
+    unknown = [r for r in isr if r not in told[-1].replicas]
+    assert not unknown, (f"leader {state.leader} of {tp} knows replicas {told[-1].replicas}, "
+                         f"not {unknown}: it never takes them into the ISR")
     result = c.request(lambda rid: AlterPartitionRequest(rid, state.leader, c.epoch_of(
         state.leader), (IsrProposal(tp, state.leader_epoch, isr, state.version),)))
     assert isinstance(result, AlterPartitionResult)
@@ -240,9 +249,10 @@ def test_a_cancel_or_new_target_never_deletes_the_only_in_sync_replica() -> None
 
 def test_a_new_controller_completes_a_move_whose_leader_left_the_replica_set() -> None:
     """A controller wrote U1 of a new target [4, 5] (RS [4, 5, 1]) and died before the ISR
-    was cut: broker 2 leads, in the ISR alone, outside RS. The next controller does not
-    delete it; it takes 4 into the ISR, then the leadership moves to 4, and only then is 2
-    deleted; the move completes once 5 is in the ISR."""
+    was cut: broker 2 leads, in the ISR alone, outside RS. The next controller writes 2
+    back into RS (adding and removing: in neither the original set nor the target) and
+    tells it the set, so 2 can take 4 and 5 into its ISR; then the leadership moves to 4
+    and only then is 2 deleted. Until then 2 may be elected again."""
     c = cluster((1, 2, 3, 4, 5))
     tp = _moved_then_origin_died(c)
     old = c.controller
@@ -257,17 +267,73 @@ def test_a_new_controller_completes_a_move_whose_leader_left_the_replica_set() -
         Op("set", path, znodes.encode_topic_assignment(u1), node.version)])
     new = c.add_candidate(101)
     assert new.driver.active
-    assert ongoing(c) == (OngoingReassignment(tp, (4, 5, 1), (4, 5), (1,)),)
+    assert ongoing(c) == (OngoingReassignment(tp, (4, 5, 1, 2), (4, 5, 2), (1, 2)),)
     assert all(b != 2 for b, _ in stop_replica_rows(new))
+    assert c.state("t", 0).leader == 2
+    c.stop_broker(2)  # the only in-sync copy goes offline, and comes back: 2 leads again
+    c.pump()
+    assert c.state("t", 0).leader == -1
+    c.start_broker(2)
+    c.pump()
     assert c.state("t", 0).leader == 2
     mark = len(new.sent)
     catch_up(c, tp, (2, 4))
     state = c.state("t", 0)
-    assert (state.leader, state.isr) == (4, (4,))
+    assert (state.leader, state.isr) == (2, (2, 4))
+    assert stop_replica_rows(new, mark) == []
+    c.stop_broker(2)  # 4, in the ISR, takes over
+    c.pump()
+    assert c.state("t", 0).leader == 4
+    c.start_broker(2)
+    c.pump()
+    catch_up(c, tp, (4, 2))
+    catch_up(c, tp, (4, 2, 5))
     assert [(b, r.delete) for b, r in stop_replica_rows(new, mark)] == [(2, True)]
-    catch_up(c, tp, (4, 5))
     assert c.assignment("t") == {0: (4, 5)} and ongoing(c) == ()
     assert c.state("t", 0).isr == (4, 5)
+
+
+def test_the_only_in_sync_replica_of_the_new_set_dying_while_u1_is_written(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """[1] -> [2, 3] with 2 in the ISR, replaced by [1, 4]: the check passes (1 leads);
+    1 dies while U1 is written and 2, outside the new set, is elected. 2 is written back
+    into the set (adding and removing), told it, takes 4 into its ISR, and is deleted only
+    once the move completes with 1 back."""
+    c = cluster((1, 2, 3, 4))
+    create(c, "t", {0: (1,)})
+    tp = TP("t", 0)
+    assert reassign(c, (tp, (2, 3))) == [0]
+    catch_up(c, tp, (1, 2))
+    ctl = c.controller
+    real = ctl.store.set_topic_assignment
+
+    def held_back(*args: Any, **kwargs: Any) -> Any:
+        raise MetadataUnavailable("held back by the test")
+
+    monkeypatch.setattr(ctl.store, "set_topic_assignment", held_back)
+    before = len(ctl.replies)
+    c.feed(AlterPartitionReassignments(999, ((tp, (1, 4)),), True))
+    c.stop_broker(1)
+    c.pump()
+    state = c.state("t", 0)
+    assert (state.leader, state.isr) == (2, (2,))
+    monkeypatch.setattr(ctl.store, "set_topic_assignment", real)
+    ctl.driver.retry_writes()
+    c.pump()
+    [(_, result)] = ctl.replies[before:]
+    assert isinstance(result, AlterReassignmentsResult)
+    assert [p.error_code for p in result.partitions] == [0]
+    assert ongoing(c) == (OngoingReassignment(tp, (1, 4, 2), (4, 2), (2,)),)
+    mark = len(ctl.sent)
+    catch_up(c, tp, (2, 4))
+    assert stop_replica_rows(ctl, mark) == []
+    c.start_broker(1)
+    c.pump()
+    catch_up(c, tp, (2, 4, 1))
+    assert c.assignment("t") == {0: (1, 4)} and ongoing(c) == ()
+    state = c.state("t", 0)
+    assert state.leader in (1, 4) and set(state.isr) == {1, 4}
+    assert [(b, r.delete) for b, r in stop_replica_rows(ctl, mark)] == [(2, True)]
 
 
 @pytest.mark.parametrize("held", ["state", "znode"])

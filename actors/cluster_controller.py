@@ -69,6 +69,7 @@ from actors.core.controller_events import (
     ReplicasOffline,
     ReplicasOfflineResult,
     Result,
+    RetryReassignments,
     StopReplicaDone,
     TopicConfigsChanged,
     TopicIdsConfirmed,
@@ -114,6 +115,7 @@ NOT_CONTROLLER = int(ErrorCode.NOT_CONTROLLER)
 NONE = int(ErrorCode.NONE)
 CHANNEL_RETRY_MS = 3000     # a node's request unanswered this long is sent again
 RETRY_WRITES_MS = 1000      # writes the store could not reach are tried again this often
+REASSIGN_RETRY_MS = 5000    # a reassignment step whose write failed is tried again this often
 FORWARD_RETRY_MS = 200      # no controller known, or it moved: ask again after this
 REGISTER_RETRY_MS = 1000    # a registration that failed (ZooKeeper away) is tried again
 # authorizer.class.name = acl: the ACLs are read whole again this often, a safety net under
@@ -268,6 +270,7 @@ class ClusterController(Actor):
         self.relay_version: int = getattr(self, "relay_version", 0)
         now = self.clock.now_ms()
         self.next_retry_writes_ms = now + RETRY_WRITES_MS
+        self.next_reassign_retry_ms = now + REASSIGN_RETRY_MS
         self.rebalance_ms = int(self.config["leader.imbalance.check.interval.seconds"]) * 1000
         self.next_rebalance_ms = now + self.rebalance_ms
         self.request_timeout_ms = int(self.config["request.timeout.ms"])
@@ -1193,6 +1196,8 @@ class ClusterController(Actor):
             deadlines.append(channel)
         if self.driver.active and bool(self.config["auto.leader.rebalance.enable"]):
             deadlines.append(self.next_rebalance_ms)
+        if self.driver.active and self.driver.core.reassign_retry_pending:
+            deadlines.append(self.next_reassign_retry_ms)
         deadlines += [min(f.next_try_ms, f.deadline_ms) for f in self.forwards.values()]
         if self.shutdown is not None and self.shutdown.state == "running":
             deadlines.append(self.shutdown.next_try_ms)
@@ -1217,6 +1222,10 @@ class ClusterController(Actor):
             self._ensure_registered()
         if self.next_acl_resync_ms is not None and now >= self.next_acl_resync_ms:
             self._read_acl_changes(resync=True)
+        if now >= self.next_reassign_retry_ms:
+            self.next_reassign_retry_ms = now + REASSIGN_RETRY_MS
+            if self.driver.active and self.driver.core.reassign_retry_pending:
+                self._call_driver(self.driver.feed, RetryReassignments())
         if now >= self.next_rebalance_ms:
             self.next_rebalance_ms = now + self.rebalance_ms
             if self.driver.active and bool(self.config["auto.leader.rebalance.enable"]):

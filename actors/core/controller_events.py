@@ -257,6 +257,12 @@ class AutoLeaderRebalance:
 
 
 @dataclass(frozen=True, slots=True)
+class RetryReassignments:
+    """The shell's tick for reassignment steps whose write failed (the core's
+    ``reassign_retry_pending``): they are tried again on it, not on other events."""
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataWritten:
     """The outcome of write ``write_id``: per topic name or partition, and current states of
     partitions whose write was refused (BAD_VERSION, NODE_EXISTS), None if they have none."""
@@ -282,6 +288,7 @@ Event = (
     | AlterPartitionRequest | ControlledShutdownRequest | ElectLeaders | AutoLeaderRebalance
     | TopicConfigsChanged | MetadataWritten | MetadataWriteFailed | ReplicasOffline
     | TopicIdsConfirmed | AlterPartitionReassignments | ListPartitionReassignments
+    | RetryReassignments
 )
 
 

@@ -104,6 +104,7 @@ from actors.core.controller_events import (
     ResignController,
     Resigned,
     Result,
+    RetryReassignments,
     SendToBroker,
     SetTopicAssignment,
     StateChangeFailed,
@@ -288,13 +289,41 @@ class ControllerCore:
         # ISR (never deleted while they may hold the only in-sync copy), or on a dead broker
         # (deleted once it registers again)
         self._removed_pending: dict[TopicPartition, set[int]] = {}
-        # partitions whose completing write failed: not tried again until an event other
-        # than a write's outcome (else the outcome of each try would start the next one)
+        # partitions a step of whose reassignment failed to be written: tried again on the
+        # shell's RetryReassignments tick only (not on the next event: the outcome of each
+        # try, or the answer to a StopReplica it sent, would start the next one); those of
+        # phase A are advanced again, the others complete (or leave the ISR) again
         self._reassign_failed: set[TopicPartition] = set()
+        self._reassign_failed_advance: set[TopicPartition] = set()
+        # the state phase B wrote for a partition whose last znode write (B6) is still to
+        # succeed: while it is the partition's state, a retry writes the znode alone (not
+        # a new leader epoch on every try)
+        self._reassign_state_written: dict[TopicPartition, LeaderAndIsr] = {}
         # per topic: partition assignments waiting to be written (one write at a time,
         # each at the version the last one left)
         self._assignment_queue: dict[str, list[_AssignmentWrite]] = {}
         self._assignment_in_flight: set[str] = set()
+
+    @property
+    def reassign_retry_pending(self) -> bool:
+        """A reassignment step failed to be written: the shell should feed
+        RetryReassignments after a while."""
+        return self.active and bool(self._reassign_failed)
+
+    def _on_retry_reassignments(self) -> None:
+        """Steps that failed are tried again: phase A advanced anew; a completing move
+        (phase B, its znode write alone if its state is written) and a removed replica's
+        ISR exit are taken up by the checks run after this event."""
+        advance = sorted(self._reassign_failed_advance)
+        self._reassign_failed.clear()
+        self._reassign_failed_advance.clear()
+        for tp in advance:
+            if tp in self._reassign_busy or tp not in self.states \
+                    or tp.topic not in self.topics or tp.topic in self.deleting \
+                    or not self.replica_assignment(tp).being_reassigned:
+                continue
+            self._reassign_busy.add(tp)
+            self._advance_reassignment(tp)
 
     def eligible(self) -> set[int]:
         """Brokers that may lead: registered and not shutting down."""
@@ -332,8 +361,6 @@ class ControllerCore:
     def handle(self, event: Event) -> list[Effect]:
         """Apply one event; the effects to perform, in order."""
         try:
-            if not isinstance(event, (MetadataWritten, MetadataWriteFailed)):
-                self._reassign_failed.clear()  # tried again once something else happens
             self._dispatch(event)
             if self.active:
                 self._check_reassignments()
@@ -380,6 +407,8 @@ class ControllerCore:
             self._on_elect_leaders(event)
         elif isinstance(event, AutoLeaderRebalance):
             self._on_auto_rebalance()
+        elif isinstance(event, RetryReassignments):
+            self._on_retry_reassignments()
         elif isinstance(event, TopicConfigsChanged):
             self._on_topic_configs_changed(event.configs)
         elif isinstance(event, TopicIdsConfirmed):
@@ -2043,6 +2072,7 @@ class ControllerCore:
                 if error != ErrorCode.NONE:
                     self._reassign_busy.discard(tp)
                     self._reassign_failed.add(tp)
+                    self._reassign_failed_advance.add(tp)
                     self._log(f"controller {self.config.broker_id} epoch {self.epoch}: "
                               f"writing replicas {list(strays)} of {tp} back into its "
                               f"replica set failed: {message}")
@@ -2057,7 +2087,13 @@ class ControllerCore:
             return
 
         def done(outcomes: dict[TopicPartition, Outcome]) -> None:
-            if not isinstance(outcomes.get(tp), LeaderAndIsr) and tp in self.states:
+            outcome = outcomes.get(tp)
+            if isinstance(outcome, str):  # the write failed: tried again on the tick
+                self._reassign_failed.add(tp)
+                self._reassign_failed_advance.add(tp)
+                self._log(f"controller {self.config.broker_id} epoch {self.epoch}: the new "
+                          f"leader epoch of the reassignment of {tp} failed: {outcome}")
+            if not isinstance(outcome, LeaderAndIsr) and tp in self.states:
                 # nothing written (no live leader in RS): the replicas learn RS with the
                 # state as it is; the next leader's election sends it at a new epoch
                 self._send_leader_and_isr(self._recipients(tp), tp)
@@ -2143,11 +2179,14 @@ class ControllerCore:
             return
         self._reassign_stalled.discard(tp)
         removed = tuple(dict.fromkeys((*assignment.removing, *unneeded, *self._strays(tp))))
+        if self._reassign_state_written.get(tp) != self.states[tp]:
+            self._reassign_state_written.pop(tp, None)
 
         def finished(error: int, message: str | None) -> None:
             if error != ErrorCode.NONE:
                 # the znode still names the move: it is listed and completes again (phase B
-                # anew: the state is right already) on the next event from outside
+                # anew, the znode write alone while the state is the one written) on the
+                # RetryReassignments tick
                 self._completing.pop(tp, None)
                 self._reassign_busy.discard(tp)
                 self._reassign_failed.add(tp)
@@ -2157,6 +2196,7 @@ class ControllerCore:
                 return
             self._completing.pop(tp, None)
             self._reassign_busy.discard(tp)
+            self._reassign_state_written.pop(tp, None)
             self._update_metadata([tp])  # B8
 
         def written(outcomes: dict[TopicPartition, Outcome]) -> None:
@@ -2168,9 +2208,13 @@ class ControllerCore:
                 self._log(f"controller {self.config.broker_id} epoch {self.epoch}: completing "
                           f"the reassignment of {tp} to {list(target)} failed: {outcome}")
                 return
+            self._reassign_state_written[tp] = outcome
             self._stop_removed_replicas(tp, removed)  # B5
             self._write_partition_assignment(tp, ReplicaAssignment(target), finished)  # B6
 
+        if tp in self._reassign_state_written:  # B3 + B4 done: B6 failed before
+            self._write_partition_assignment(tp, ReplicaAssignment(target), finished)
+            return
         self._change_partitions([tp], self._reassign_rule, written)
 
     def _stop_removed_replicas(self, tp: TopicPartition, replicas: Iterable[int]) -> None:
@@ -2243,7 +2287,7 @@ class ControllerCore:
         def done(outcomes: dict[TopicPartition, Outcome]) -> None:
             self._reassign_busy.discard(tp)
             if not isinstance(outcomes.get(tp), LeaderAndIsr):
-                self._reassign_failed.add(tp)  # tried again on an event from outside
+                self._reassign_failed.add(tp)  # tried again on the RetryReassignments tick
         return done
 
     def _write_partition_assignment(self, tp: TopicPartition, assignment: ReplicaAssignment,

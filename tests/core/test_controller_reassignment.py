@@ -29,6 +29,7 @@ from actors.core.controller_events import (
     OngoingReassignment,
     ReplicasOffline,
     ReplicasOfflineResult,
+    RetryReassignments,
     StopReplicaDone,
 )
 from actors.metadata import znodes
@@ -396,8 +397,9 @@ def test_adding_partitions_is_refused_while_a_partition_of_the_topic_moves() -> 
 def test_a_failing_completing_state_write_is_not_tried_again_at_once(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Phase B's state write keeps failing (an error answer, not an unreachable store): it
-    is tried again once per event from outside (a request here), not after the outcome of
-    each try (a loop of writes and logs); the move completes once the write goes through."""
+    is tried again on the RetryReassignments tick only, not after the outcome of each try
+    (a loop of writes and logs) nor on other events; the move completes once the write
+    goes through."""
     c = cluster()
     create(c, "t", {0: (1,)})
     tp = TP("t", 0)
@@ -417,16 +419,21 @@ def test_a_failing_completing_state_write_is_not_tried_again_at_once(
     catch_up(c, tp, (1, 3))
     assert len(tries) == 1
     assert ongoing(c) == (OngoingReassignment(tp, (3, 1), (3,), (1,)),)
-    assert len(tries) == 2  # tried again after the List request, once
+    assert len(tries) == 1  # not on a request
+    assert c.controller.core.reassign_retry_pending
+    c.feed(RetryReassignments())
+    assert len(tries) == 2  # tried again on the tick, once
     monkeypatch.setattr(store, "update_partition_states", real)
-    assert ongoing(c) == (OngoingReassignment(tp, (3, 1), (3,), (1,)),)
+    c.feed(RetryReassignments())
     assert c.assignment("t") == {0: (3,)} and c.state("t", 0).leader == 3
-    assert ongoing(c) == ()
+    assert ongoing(c) == () and not c.controller.core.reassign_retry_pending
 
 
 def test_a_failing_last_znode_write_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    """B6 (the znode's final write) fails: the move stays listed, other moves of the
-    partition are not refused for good, and it completes on a later event."""
+    """B6 (the znode's final write) fails: the move stays listed and completes on the
+    RetryReassignments tick, with the znode write alone: the answer to B5's StopReplica,
+    or a request, starts no new pass, and no pass writes a new leader epoch or sends
+    LeaderAndIsr or StopReplica again (it did once, before)."""
     c = cluster()
     create(c, "t", {0: (1,)})
     tp = TP("t", 0)
@@ -445,11 +452,53 @@ def test_a_failing_last_znode_write_is_tried_again(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(store, "set_topic_assignment", failing)
     catch_up(c, tp, (1, 3))
     assert len(tries) == 1
-    assert c.state("t", 0).leader == 3
-    monkeypatch.setattr(store, "set_topic_assignment", real)
+    state = c.state("t", 0)
+    assert state.leader == 3
+    ctl = c.controller
+    mark = len(ctl.sent)
+    c.feed(StopReplicaDone(1, 0, {tp: 0}))  # broker 1 deleted its replica (B5)
     assert ongoing(c) == (OngoingReassignment(tp, (3, 1), (3,), (1,)),)
+    assert len(tries) == 1
+    c.feed(RetryReassignments())
+    assert len(tries) == 2
+    monkeypatch.setattr(store, "set_topic_assignment", real)
+    c.feed(RetryReassignments())
     assert c.assignment("t") == {0: (3,)} and ongoing(c) == ()
-    assert c.state("t", 0).leader == 3
+    assert c.state("t", 0) == state  # no new leader epoch
+    assert leader_and_isr_rows(ctl, mark) == [] and stop_replica_rows(ctl, mark) == []
+
+
+def test_a_failing_phase_a_write_is_tried_again_on_the_tick(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Phase A's new leader epoch fails to be written after U1: tried again on the
+    RetryReassignments tick (else the leader, never told the added replica at a new epoch,
+    would not take it into the ISR and the move would stall)."""
+    c = cluster()
+    create(c, "t", {0: (1,)})
+    tp = TP("t", 0)
+    store = c.controller.store
+    real = store.update_partition_states
+    tries: list[int] = []
+
+    def failing(states: dict[TopicPartition, Any], fence: Any) -> Any:
+        if tp in states:
+            tries.append(1)
+            return {tp: WriteResult(WriteCode.ERROR, -1, "injected")}
+        return real(states, fence)
+
+    monkeypatch.setattr(store, "update_partition_states", failing)
+    epoch = c.state("t", 0).leader_epoch
+    assert reassign(c, (tp, (1, 3))) == [0]
+    assert len(tries) == 1 and c.state("t", 0).leader_epoch == epoch
+    assert ongoing(c) == (OngoingReassignment(tp, (1, 3), (3,), ()),)
+    assert len(tries) == 1
+    monkeypatch.setattr(store, "update_partition_states", real)
+    ctl, term = c.controller, c.controller.core.epoch
+    c.feed(RetryReassignments())
+    assert c.state("t", 0).leader_epoch == epoch + 1
+    assert c.controller is ctl and ctl.core.epoch == term  # not a new controller's resume
+    catch_up(c, tp, (1, 3))
+    assert c.assignment("t") == {0: (1, 3)} and ongoing(c) == ()
 
 
 def test_a_removed_replica_on_a_dead_broker_is_deleted_when_it_registers_again() -> None:

@@ -1430,6 +1430,7 @@ class ControllerCore:
             # it was removing too (``assignment`` would name the target alone, and the
             # deletion would wait for replicas never asked to stop once it ends)
             self._completing.pop(tp, None)
+            self._stop_unassigned_of_deleted(tp)
             if self.partition_fsm.state(tp) is not _P.NON_EXISTENT:
                 if self.partition_fsm.state(tp) is not _P.OFFLINE:
                     self._move_partition(tp, _P.OFFLINE)
@@ -1445,6 +1446,24 @@ class ControllerCore:
                     self._move_replica(tp, replica, _R.OFFLINE)
                 self._start_replica_deletion(tp, replica)
         self._maybe_finish_deletion(topic)
+
+    def _stop_unassigned_of_deleted(self, tp: TopicPartition) -> None:
+        """Replicas of a partition being deleted that its znode's set does not name, so
+        that the deletion itself would not stop: removed replicas a reassignment has not
+        deleted yet, and a leader or ISR member outside the set. Deleted (StopReplica with
+        delete) on a live broker; on a dead one, once it registers again
+        (``_removed_pending``, kept after the topic is gone)."""
+        assigned = set(self.assignment(tp))
+        extra = (self._removed_pending.pop(tp, set()) | set(self._strays(tp))) - assigned
+        waiting = set()
+        for replica in sorted(extra):
+            self.replica_fsm.forget([(tp, replica)])
+            if replica in self.brokers:
+                self._stop_replica(replica, tp, delete=True)
+            else:
+                waiting.add(replica)
+        if waiting:
+            self._removed_pending[tp] = waiting
 
     def _start_replica_deletion(self, tp: TopicPartition, replica: int) -> None:
         if replica in self.brokers:
@@ -2265,7 +2284,17 @@ class ControllerCore:
         leader; else it waits)."""
         for tp in sorted(self._removed_pending):
             if tp.topic not in self.topics or tp.topic in self.deleting or tp not in self.states:
-                del self._removed_pending[tp]
+                # the topic is (being) deleted: its deletion does not stop these
+                assigned = set(self.assignment(tp)) if tp.topic in self.topics \
+                    and tp.partition in self.topics[tp.topic].assignment.partitions else set()
+                left = {r for r in self._removed_pending[tp] if r not in assigned}
+                for replica in sorted(r for r in left if r in self.brokers):
+                    self._stop_replica(replica, tp, delete=True)
+                    left.discard(replica)
+                if left:
+                    self._removed_pending[tp] = left
+                else:
+                    del self._removed_pending[tp]
                 continue
             assigned = set(self.assignment(tp))
             waiting = sorted(r for r in self._removed_pending[tp] if r not in assigned)

@@ -531,6 +531,59 @@ def test_a_removed_replica_on_a_dead_broker_is_deleted_when_it_registers_again()
     assert stop_replica_rows(ctl, mark) == []  # said once
 
 
+def test_deleting_the_topic_deletes_a_removed_replica_waiting_on_a_dead_broker() -> None:
+    """[2, 1] -> [2, 3] completes while broker 1 is down (its replica waits to be deleted);
+    the topic is deleted meanwhile: broker 1, registering again, is still told
+    StopReplica(delete) (the topic's deletion names only the znode's set)."""
+    c = cluster()
+    create(c, "t", {0: (2, 1)})
+    tp = TP("t", 0)
+    c.stop_broker(1)
+    c.pump()
+    assert reassign(c, (tp, (2, 3))) == [0]
+    catch_up(c, tp, (2, 3))
+    assert c.assignment("t") == {0: (2, 3)} and ongoing(c) == ()
+    ctl = c.controller
+    result = c.request(lambda rid: DeleteTopics(rid, ("t",)))
+    assert isinstance(result, DeleteTopicsResult)
+    for broker in (2, 3):
+        c.feed(StopReplicaDone(broker, 0, {tp: 0}))
+    assert c.reader.get_topics() == set()
+    mark = len(ctl.sent)
+    c.start_broker(1)
+    c.pump()
+    assert [(b, r.topic, r.delete) for b, r in stop_replica_rows(ctl, mark)] == [(1, "t", True)]
+
+
+def test_deleting_the_topic_deletes_a_removed_replica_still_in_the_isr(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """[1] -> [3, 2] with 3 in the ISR, replaced by [1, 2] whose new leader epoch fails to
+    be written: 3, out of the set, stays in the ISR (waiting to be taken out, not deleted).
+    The topic is deleted: 3 is deleted too, not only the znode's set."""
+    c = cluster()
+    create(c, "t", {0: (1,)})
+    tp = TP("t", 0)
+    assert reassign(c, (tp, (3, 2))) == [0]
+    catch_up(c, tp, (1, 3))
+    store = c.controller.store
+    real = store.update_partition_states
+
+    def failing(states: dict[TopicPartition, Any], fence: Any) -> Any:
+        if tp in states:
+            return {tp: WriteResult(WriteCode.ERROR, -1, "injected")}
+        return real(states, fence)
+
+    monkeypatch.setattr(store, "update_partition_states", failing)
+    assert reassign(c, (tp, (1, 2))) == [0]
+    assert c.state("t", 0).isr == (1, 3) and c.assignment("t") == {0: (1, 2)}
+    monkeypatch.setattr(store, "update_partition_states", real)
+    ctl = c.controller
+    mark = len(ctl.sent)
+    result = c.request(lambda rid: DeleteTopics(rid, ("t",)))
+    assert isinstance(result, DeleteTopicsResult)
+    assert sorted(b for b, r in stop_replica_rows(ctl, mark) if r.delete) == [1, 2, 3]
+
+
 def test_a_replica_waiting_for_deletion_and_assigned_again_is_kept(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The leader a failed-over move left outside the replica set (waiting to be deleted

@@ -2124,8 +2124,8 @@ class ControllerCore:
     def _reassign_rule(self, tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | None:
         """A new leader epoch with the ISR cut to the replica set (RS, or the target while
         completing); a leader outside it, or dead, replaced by the first target replica
-        live and in the ISR (Kafka's ReassignPartitionLeaderElectionStrategy). None: no
-        such leader, or the ISR would be empty."""
+        live and in the ISR (Kafka's ReassignPartitionLeaderElectionStrategy), failing that
+        by any replica of the set live and in the ISR. None: no such leader."""
         if tp.topic not in self.topics or tp.topic in self.deleting:
             return None
         allowed = set(self.assignment(tp))
@@ -2140,7 +2140,9 @@ class ControllerCore:
     def _reassign_leader(self, tp: TopicPartition, current: LeaderAndIsr, allowed: set[int],
                          target: Iterable[int]) -> int | None:
         """The leader of ``tp`` with the replica set cut to ``allowed``: the current one if
-        it stays, live and in the ISR, else the first of ``target`` live and in the ISR."""
+        it stays, live and in the ISR, else the first of ``target`` live and in the ISR,
+        else the first of ``allowed`` live and in the ISR (a replica being removed, a
+        leader written back into the set among them: it leads until the target can)."""
         isr = [r for r in current.isr if r in allowed]
         live = self.electable(tp, self.eligible())
         if current.leader in allowed and current.leader in live and current.leader in isr:

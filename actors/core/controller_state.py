@@ -2051,7 +2051,7 @@ class ControllerCore:
         """U1-U3, then phase A (or B at once, when nothing has to catch up)."""
         current = self.replica_assignment(tp)
         self._reassign_busy.add(tp)
-        target = self._keeping_strays(tp, target)
+        target = self._keeping_strays(tp, self._keeping_in_sync(tp, current, target))
 
         def written(error: int, message: str | None) -> None:
             if error != ErrorCode.NONE:
@@ -2172,6 +2172,23 @@ class ControllerCore:
                                  (*assignment.adding, *strays),
                                  (*assignment.removing, *strays))
 
+    def _keeping_in_sync(self, tp: TopicPartition, current: ReplicaAssignment,
+                         target: ReplicaAssignment) -> ReplicaAssignment:
+        """A ``target`` moving nothing (a cancel, or a move back to the replica set) that
+        drops replicas of ``current`` still the leader or in the ISR: those are kept in it as
+        adding and removing until phase B cuts them out of the ISR and deletes them. Else
+        the znode would name no reassignment while they are in the ISR: a controller
+        failing over, or a failed phase-B write, would leave them there for good (and an
+        election could find no leader in the set while one of them is live and in sync)."""
+        state = self.states.get(tp)
+        if state is None or target.being_reassigned:
+            return target
+        kept = tuple(r for r in current.replicas if r not in target.replicas
+                     and (r == state.leader or r in state.isr))
+        if not kept:
+            return target
+        return ReplicaAssignment((*target.replicas, *kept), kept, kept)
+
     def _strays(self, tp: TopicPartition) -> tuple[int, ...]:
         """The leader and ISR members of ``tp`` its znode's replica set no longer names (a
         controller failing over after U1 but before the ISR was cut does not know them
@@ -2228,6 +2245,9 @@ class ControllerCore:
                 self._reassign_failed.add(tp)
                 self._log(f"controller {self.config.broker_id} epoch {self.epoch}: completing "
                           f"the reassignment of {tp} to {list(target)} failed: {outcome}")
+                # the replicas U1 dropped are stopped still (those the znode names wait
+                # for the retry; one in the ISR waits in ``_removed_pending``)
+                self._stop_removed_replicas(tp, unneeded)
                 return
             self._reassign_state_written[tp] = outcome
             self._stop_removed_replicas(tp, removed)  # B5

@@ -616,3 +616,64 @@ def test_a_replica_waiting_for_deletion_and_assigned_again_is_kept(
     assert all(b != 2 for b, _ in stop_replica_rows(new))
     state = c.state("t", 0)
     assert (state.leader, state.isr) == (2, (2, 4))
+
+
+def _cancel_with_a_failing_phase_b(c: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """[1, 2] -> [3, 4]; 3 catches up (ISR [1, 2, 3]); the move is cancelled and phase B's
+    state write (the ISR cut back to [1, 2]) fails."""
+    create(c, "t", {0: (1, 2)})
+    tp = TP("t", 0)
+    assert reassign(c, (tp, (3, 4))) == [0]
+    catch_up(c, tp, (1, 2, 3))
+    store = c.controller.store
+    real = store.update_partition_states
+    tries: list[int] = []
+
+    def failing(states: dict[TopicPartition, Any], fence: Any) -> Any:
+        if tp in states and 3 not in states[tp].isr:
+            tries.append(1)
+            return {tp: WriteResult(WriteCode.ERROR, -1, "injected")}
+        return real(states, fence)
+
+    monkeypatch.setattr(store, "update_partition_states", failing)
+    assert reassign(c, (tp, None)) == [0]
+    assert tries == [1]
+    monkeypatch.setattr(store, "update_partition_states", real)
+    assert c.state("t", 0).isr == (1, 2, 3)
+    # the znode still shows 3 leaving: a cancel keeps the in-sync replica it drops
+    assert ongoing(c) == (OngoingReassignment(tp, (1, 2, 3), (3,), (3,)),)
+
+
+def test_a_cancel_dropping_an_in_sync_replica_completes_after_a_failover(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cancel's phase B never wrote the ISR cut, and the controller fails over: the
+    next one finds the move in the znode, cuts 3 out of the ISR and deletes it (before,
+    the znode named no move: 3 stayed in the ISR for good, outside the replica set)."""
+    c = cluster((1, 2, 3, 4))
+    _cancel_with_a_failing_phase_b(c, monkeypatch)
+    old = c.controller
+    new = c.add_candidate(101)
+    c.zk.expire(old.store.session_id or 0)
+    c.pump()
+    assert new.driver.active
+    assert c.assignment("t") == {0: (1, 2)} and ongoing(c) == ()
+    state = c.state("t", 0)
+    assert (state.leader, state.isr) == (1, (1, 2))
+    assert (3, True) in [(b, r.delete) for b, r in stop_replica_rows(new)]
+
+
+def test_a_cancel_whose_phase_b_write_failed_is_tried_again_on_the_tick(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cancel's failed phase-B state write is tried again on the RetryReassignments
+    tick: 3 leaves the ISR and is deleted; 4 (never in the ISR) was deleted at once."""
+    c = cluster((1, 2, 3, 4))
+    ctl = c.controller
+    mark = len(ctl.sent)
+    _cancel_with_a_failing_phase_b(c, monkeypatch)
+    assert [(b, r.delete) for b, r in stop_replica_rows(ctl, mark)] == [(4, True)]
+    assert ctl.core.reassign_retry_pending
+    c.feed(RetryReassignments())
+    assert c.assignment("t") == {0: (1, 2)} and ongoing(c) == ()
+    state = c.state("t", 0)
+    assert (state.leader, state.isr) == (1, (1, 2))
+    assert [(b, r.delete) for b, r in stop_replica_rows(ctl, mark)] == [(4, True), (3, True)]

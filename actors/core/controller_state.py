@@ -299,6 +299,11 @@ class ControllerCore:
         # succeed: while it is the partition's state, a retry writes the znode alone (not
         # a new leader epoch on every try)
         self._reassign_state_written: dict[TopicPartition, LeaderAndIsr] = {}
+        # with it: the removed replicas B5 could not delete then (in the ISR, or on a dead
+        # broker), stopped again once B6 succeeds (until then the znode names them: the
+        # wait for them is dropped as "assigned again", and one registering again is told
+        # to follow)
+        self._reassign_parked: dict[TopicPartition, tuple[int, ...]] = {}
         # per topic: partition assignments waiting to be written (one write at a time,
         # each at the version the last one left)
         self._assignment_queue: dict[str, list[_AssignmentWrite]] = {}
@@ -2219,6 +2224,7 @@ class ControllerCore:
         removed = tuple(dict.fromkeys((*assignment.removing, *unneeded, *self._strays(tp))))
         if self._reassign_state_written.get(tp) != self.states[tp]:
             self._reassign_state_written.pop(tp, None)
+            self._reassign_parked.pop(tp, None)
 
         def finished(error: int, message: str | None) -> None:
             if error != ErrorCode.NONE:
@@ -2235,6 +2241,9 @@ class ControllerCore:
             self._completing.pop(tp, None)
             self._reassign_busy.discard(tp)
             self._reassign_state_written.pop(tp, None)
+            parked = self._reassign_parked.pop(tp, ())
+            if parked:  # B5 again for those it could not delete before B6 failed
+                self._stop_removed_replicas(tp, parked)
             self._update_metadata([tp])  # B8
 
         def written(outcomes: dict[TopicPartition, Outcome]) -> None:
@@ -2251,6 +2260,8 @@ class ControllerCore:
                 return
             self._reassign_state_written[tp] = outcome
             self._stop_removed_replicas(tp, removed)  # B5
+            pending = self._removed_pending.get(tp, set())
+            self._reassign_parked[tp] = tuple(r for r in removed if r in pending)
             self._write_partition_assignment(tp, ReplicaAssignment(target), finished)  # B6
 
         if tp in self._reassign_state_written:  # B3 + B4 done: B6 failed before

@@ -677,3 +677,40 @@ def test_a_cancel_whose_phase_b_write_failed_is_tried_again_on_the_tick(
     state = c.state("t", 0)
     assert (state.leader, state.isr) == (1, (1, 2))
     assert [(b, r.delete) for b, r in stop_replica_rows(ctl, mark)] == [(4, True), (3, True)]
+
+
+def test_a_removed_replica_on_a_dead_broker_is_deleted_after_a_failed_last_znode_write(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """[2, 1] -> [2, 3] while broker 1 is down: B5 leaves 1 waiting for its broker; B6
+    fails, so the znode names 1 again. Broker 1 registering meanwhile is told to follow;
+    once B6 succeeds on the tick (the znode write alone) 1 is deleted still (before, the
+    wait was dropped as if a later move had assigned 1 again: never deleted)."""
+    c = cluster()
+    create(c, "t", {0: (2, 1)})
+    tp = TP("t", 0)
+    ctl = c.controller
+    c.stop_broker(1)
+    c.pump()
+    assert reassign(c, (tp, (2, 3))) == [0]
+    store = ctl.store
+    real = store.set_topic_assignment
+
+    def failing(topic: str, *args: Any, **kwargs: Any) -> Any:
+        if topic == "t":
+            return WriteResult(WriteCode.ERROR, -1, "injected")
+        return real(topic, *args, **kwargs)
+
+    monkeypatch.setattr(store, "set_topic_assignment", failing)
+    catch_up(c, tp, (2, 3))
+    assert ongoing(c) == (OngoingReassignment(tp, (2, 3, 1), (3,), (1,)),)
+    state = c.state("t", 0)
+    assert (state.leader, state.isr) == (2, (2, 3))
+    c.start_broker(1)
+    c.pump()
+    mark = len(ctl.sent)
+    monkeypatch.setattr(store, "set_topic_assignment", real)
+    c.feed(RetryReassignments())
+    assert c.assignment("t") == {0: (2, 3)} and ongoing(c) == ()
+    assert c.state("t", 0) == state
+    assert [(b, r.delete) for b, r in stop_replica_rows(ctl, mark)] == [(1, True)]
+    assert tp not in ctl.core._removed_pending

@@ -2406,8 +2406,22 @@ class ControllerCore:
 
         def on_conflict(now: TopicAssignment | None) -> None:
             current = self.topics.get(topic)
-            if (now is None or current is None or attempt >= self.config.max_conflict_retries
-                    or replace(now, version=current.assignment.version) != current.assignment):
+            if (now is not None and current is not None and topic not in self.deleting
+                    and replace(now, version=current.assignment.version) != current.assignment):
+                # written by someone else: the cache takes the znode as it is now (else
+                # every retry would conflict again), when it names the same partitions
+                # (one the controller never initialised is not taken), and the steps
+                # waiting are decided anew from it on the RetryReassignments tick
+                same = set(now.partitions) == set(current.assignment.partitions)
+                if same:
+                    self.topics[topic] = replace(current, assignment=now)
+                self._log(f"controller {self.config.broker_id} epoch {self.epoch}: the znode "
+                          f"of topic {topic!r} was written by another (version "
+                          f"{now.version}): " + ("taken as it is" if same else
+                                                 "it names other partitions: not taken"))
+                failed("its znode changed meanwhile")
+                return
+            if now is None or current is None or attempt >= self.config.max_conflict_retries:
                 failed("its znode changed meanwhile")
                 return
             self.topics[topic] = replace(current, assignment=now)

@@ -714,3 +714,35 @@ def test_a_removed_replica_on_a_dead_broker_is_deleted_after_a_failed_last_znode
     assert c.state("t", 0) == state
     assert [(b, r.delete) for b, r in stop_replica_rows(ctl, mark)] == [(1, True)]
     assert tp not in ctl.core._removed_pending
+
+
+def test_a_znode_written_by_another_is_taken_and_the_step_tried_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """B6 conflicts with a znode another writer changed (partition 1's replicas): the
+    cache takes the znode as it is, so the retry on the tick writes at its version and
+    the move completes (before, every retry conflicted again, for ever)."""
+    c = cluster()
+    create(c, "t", {0: (1,), 1: (2,)})
+    tp = TP("t", 0)
+    assert reassign(c, (tp, (3,))) == [0]
+    store = c.controller.store
+    real = store.set_topic_assignment
+    path = znodes.topic_path("t")
+
+    def other_writer_first(topic: str, *args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(store, "set_topic_assignment", real)
+        node = c.zk.get(path)
+        assert node is not None
+        now = c.reader.get_topic_assignments(["t"])["t"]
+        c.zk.multi(c.reader.session_id or 0, [Op("set", path, znodes.encode_topic_assignment(
+            now.with_replica_assignment(1, ReplicaAssignment((2, 1)))), node.version)])
+        return real(topic, *args, **kwargs)
+
+    monkeypatch.setattr(store, "set_topic_assignment", other_writer_first)
+    catch_up(c, tp, (1, 3))
+    assert ongoing(c) == (OngoingReassignment(tp, (3, 1), (3,), (1,)),)
+    assert c.controller.core.reassign_retry_pending
+    c.feed(RetryReassignments())
+    assert c.assignment("t") == {0: (3,), 1: (2, 1)} and ongoing(c) == ()
+    c.feed(RetryReassignments())
+    assert not c.controller.core.reassign_retry_pending

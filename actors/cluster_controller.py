@@ -271,6 +271,7 @@ class ClusterController(Actor):
         now = self.clock.now_ms()
         self.next_retry_writes_ms = now + RETRY_WRITES_MS
         self.next_reassign_retry_ms = now + REASSIGN_RETRY_MS
+        self.reassign_was_pending = False
         self.rebalance_ms = int(self.config["leader.imbalance.check.interval.seconds"]) * 1000
         self.next_rebalance_ms = now + self.rebalance_ms
         self.request_timeout_ms = int(self.config["request.timeout.ms"])
@@ -333,6 +334,12 @@ class ClusterController(Actor):
             self.log.info("this node is no longer the controller ({} request(s) to nodes "
                           "dropped)", dropped)
         self.was_active = active
+        pending = active and self.driver.core.reassign_retry_pending
+        if pending and not self.reassign_was_pending:
+            # a step just failed: its first retry a whole interval later (the deadline
+            # moved on while nothing was pending, and may be past already)
+            self.next_reassign_retry_ms = self.clock.now_ms() + REASSIGN_RETRY_MS
+        self.reassign_was_pending = pending
 
     # ------------------------------------------------------------ store notices
     @handles(cm.SessionStateChanged)

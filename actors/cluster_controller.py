@@ -45,8 +45,10 @@ from typing import Any
 from actors.core.cluster_model import BrokerInfo, TopicPartition
 from actors.core.controller_channel import ControllerChannel
 from actors.core.controller_events import (
+    AlterPartitionReassignments,
     AlterPartitionRequest,
     AlterPartitionResult,
+    AlterReassignmentsResult,
     AutoLeaderRebalance,
     ControlledShutdownRequest,
     ControlledShutdownResult,
@@ -60,11 +62,14 @@ from actors.core.controller_events import (
     ElectLeaders,
     ElectLeadersResult,
     IsrProposal,
+    ListPartitionReassignments,
+    ListReassignmentsResult,
     NewPartitions,
     NewTopic,
     ReplicasOffline,
     ReplicasOfflineResult,
     Result,
+    RetryReassignments,
     StopReplicaDone,
     TopicConfigsChanged,
     TopicIdsConfirmed,
@@ -110,6 +115,7 @@ NOT_CONTROLLER = int(ErrorCode.NOT_CONTROLLER)
 NONE = int(ErrorCode.NONE)
 CHANNEL_RETRY_MS = 3000     # a node's request unanswered this long is sent again
 RETRY_WRITES_MS = 1000      # writes the store could not reach are tried again this often
+REASSIGN_RETRY_MS = 5000    # a reassignment step whose write failed is tried again this often
 FORWARD_RETRY_MS = 200      # no controller known, or it moved: ask again after this
 REGISTER_RETRY_MS = 1000    # a registration that failed (ZooKeeper away) is tried again
 # authorizer.class.name = acl: the ACLs are read whole again this often, a safety net under
@@ -132,9 +138,11 @@ def gateway_endpoint(gateway: str) -> NodeEndpoint | None:
 
 
 ForwardedRequest = (bm.CreateTopics | bm.DeleteTopics | am.CreatePartitions
-                    | am.AlterTopicConfigs | am.ElectLeadersAsk)
+                    | am.AlterTopicConfigs | am.ElectLeadersAsk | am.AlterReassignmentsAsk
+                    | am.ListReassignmentsAsk)
 ForwardedAnswer = (bm.CreateTopicsDone | bm.DeleteTopicsDone | am.CreatePartitionsDone
-                   | am.AlterTopicConfigsDone | am.ElectLeadersDone)
+                   | am.AlterTopicConfigsDone | am.ElectLeadersDone | am.AlterReassignmentsDone
+                   | am.ListReassignmentsDone)
 # Config change notifications older than this are deleted by the controller (Kafka's 15 min).
 CONFIG_CHANGE_EXPIRY_MS = 15 * 60 * 1000
 
@@ -262,6 +270,8 @@ class ClusterController(Actor):
         self.relay_version: int = getattr(self, "relay_version", 0)
         now = self.clock.now_ms()
         self.next_retry_writes_ms = now + RETRY_WRITES_MS
+        self.next_reassign_retry_ms = now + REASSIGN_RETRY_MS
+        self.reassign_was_pending = False
         self.rebalance_ms = int(self.config["leader.imbalance.check.interval.seconds"]) * 1000
         self.next_rebalance_ms = now + self.rebalance_ms
         self.request_timeout_ms = int(self.config["request.timeout.ms"])
@@ -324,6 +334,12 @@ class ClusterController(Actor):
             self.log.info("this node is no longer the controller ({} request(s) to nodes "
                           "dropped)", dropped)
         self.was_active = active
+        pending = active and self.driver.core.reassign_retry_pending
+        if pending and not self.reassign_was_pending:
+            # a step just failed: its first retry a whole interval later (the deadline
+            # moved on while nothing was pending, and may be past already)
+            self.next_reassign_retry_ms = self.clock.now_ms() + REASSIGN_RETRY_MS
+        self.reassign_was_pending = pending
 
     # ------------------------------------------------------------ store notices
     @handles(cm.SessionStateChanged)
@@ -531,6 +547,15 @@ class ClusterController(Actor):
             self.tell(to, am.ElectLeadersDone(req_id, result.error_code, [
                 am.ElectLeadersRow(p.partition.topic, p.partition.partition, p.error_code,
                                    p.message) for p in result.partitions]))
+        elif isinstance(result, AlterReassignmentsResult):
+            self.tell(to, am.AlterReassignmentsDone(req_id, result.error_code, [
+                am.ReassignDoneRow(p.partition.topic, p.partition.partition, p.error_code,
+                                   p.message) for p in result.partitions]))
+        elif isinstance(result, ListReassignmentsResult):
+            self.tell(to, am.ListReassignmentsDone(req_id, result.error_code, [
+                am.OngoingReassignmentRow(r.partition.topic, r.partition.partition,
+                                          list(r.replicas), list(r.adding), list(r.removing))
+                for r in result.reassignments]))
 
     # ------------------------------------------------------------ topic admin
     @handles(bm.CreateTopics)
@@ -598,6 +623,33 @@ class ClusterController(Actor):
             self._forward(msg)
         else:
             self.reply(am.ElectLeadersDone(msg.req_id, NOT_CONTROLLER, []))
+
+    @handles(am.AlterReassignmentsAsk)
+    def on_alter_reassignments(self, msg: am.AlterReassignmentsAsk) -> None:
+        assert self.current_sender is not None
+        if self.driver.active:
+            self._call_driver(self.driver.feed, AlterPartitionReassignments(
+                ("reassign", self.current_sender, msg.req_id),
+                tuple((TopicPartition(r.topic, r.partition),
+                       None if r.replicas is None else tuple(r.replicas)) for r in msg.rows),
+                msg.allow_rf_change))
+        elif self._from_this_broker():
+            self._forward(msg)
+        else:
+            self.reply(am.AlterReassignmentsDone(msg.req_id, NOT_CONTROLLER, []))
+
+    @handles(am.ListReassignmentsAsk)
+    def on_list_reassignments(self, msg: am.ListReassignmentsAsk) -> None:
+        assert self.current_sender is not None
+        if self.driver.active:
+            self._call_driver(self.driver.feed, ListPartitionReassignments(
+                ("list_reassignments", self.current_sender, msg.req_id),
+                None if msg.partitions is None
+                else tuple(TopicPartition(t, p) for t, p in msg.partitions)))
+        elif self._from_this_broker():
+            self._forward(msg)
+        else:
+            self.reply(am.ListReassignmentsDone(msg.req_id, NOT_CONTROLLER, []))
 
     @handles(am.AlterTopicConfigs)
     def on_alter_topic_configs(self, msg: am.AlterTopicConfigs) -> None:
@@ -964,7 +1016,8 @@ class ClusterController(Actor):
         self.tell(self._controller_of(controller), fwd.request._replace(req_id=req_id))
 
     @handles(bm.CreateTopicsDone, bm.DeleteTopicsDone, am.CreatePartitionsDone,
-             am.AlterTopicConfigsDone, am.ElectLeadersDone)
+             am.AlterTopicConfigsDone, am.ElectLeadersDone, am.AlterReassignmentsDone,
+             am.ListReassignmentsDone)
     def on_forwarded_answer(self, msg: ForwardedAnswer) -> None:
         fwd = self.forwards.get(msg.req_id)
         if fwd is None:
@@ -978,7 +1031,9 @@ class ClusterController(Actor):
                            ", ".join(sorted(fwd.sent_nodes)))
             return
         now = self.clock.now_ms()
-        moved = (msg.error_code == NOT_CONTROLLER if isinstance(msg, am.ElectLeadersDone)
+        moved = (msg.error_code == NOT_CONTROLLER
+                 if isinstance(msg, (am.ElectLeadersDone, am.AlterReassignmentsDone,
+                                     am.ListReassignmentsDone))
                  else bool(msg.rows) and all(r.error_code == NOT_CONTROLLER for r in msg.rows))
         if moved and fwd.sent_to is not None and sender is not None \
                 and sender.node != self._controller_of(fwd.sent_to).node:
@@ -1008,6 +1063,10 @@ class ClusterController(Actor):
                 am.TopicResultRow(r.name, timed_out, text) for r in request.rows]))
         elif isinstance(request, am.ElectLeadersAsk):
             self.tell(fwd.origin, am.ElectLeadersDone(fwd.origin_req_id, timed_out, []))
+        elif isinstance(request, am.AlterReassignmentsAsk):
+            self.tell(fwd.origin, am.AlterReassignmentsDone(fwd.origin_req_id, timed_out, []))
+        elif isinstance(request, am.ListReassignmentsAsk):
+            self.tell(fwd.origin, am.ListReassignmentsDone(fwd.origin_req_id, timed_out, []))
         elif isinstance(request, bm.CreateTopics):
             self.tell(fwd.origin, bm.CreateTopicsDone(fwd.origin_req_id, [
                 bm.CreateTopicDoneRow(r.name, int(ErrorCode.REQUEST_TIMED_OUT), text, -1, -1)
@@ -1146,6 +1205,8 @@ class ClusterController(Actor):
             deadlines.append(channel)
         if self.driver.active and bool(self.config["auto.leader.rebalance.enable"]):
             deadlines.append(self.next_rebalance_ms)
+        if self.driver.active and self.driver.core.reassign_retry_pending:
+            deadlines.append(self.next_reassign_retry_ms)
         deadlines += [min(f.next_try_ms, f.deadline_ms) for f in self.forwards.values()]
         if self.shutdown is not None and self.shutdown.state == "running":
             deadlines.append(self.shutdown.next_try_ms)
@@ -1170,6 +1231,10 @@ class ClusterController(Actor):
             self._ensure_registered()
         if self.next_acl_resync_ms is not None and now >= self.next_acl_resync_ms:
             self._read_acl_changes(resync=True)
+        if now >= self.next_reassign_retry_ms:
+            self.next_reassign_retry_ms = now + REASSIGN_RETRY_MS
+            if self.driver.active and self.driver.core.reassign_retry_pending:
+                self._call_driver(self.driver.feed, RetryReassignments())
         if now >= self.next_rebalance_ms:
             self.next_rebalance_ms = now + self.rebalance_ms
             if self.driver.active and bool(self.config["auto.leader.rebalance.enable"]):

@@ -15,12 +15,14 @@ from kafka.protocol.api_key import ApiKey
 
 from actors.apis.acls import handle_create_acls, handle_delete_acls, handle_describe_acls
 from actors.apis.admin import (
+    handle_alter_partition_reassignments,
     handle_create_partitions,
     handle_delete_groups,
     handle_delete_records,
     handle_describe_log_dirs,
     handle_describe_topic_partitions,
     handle_elect_leaders,
+    handle_list_partition_reassignments,
     handle_offset_delete,
 )
 from actors.apis.authorize import answer_per_item, denial
@@ -71,12 +73,14 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from wire import kafka_codec as kc
 from wire.admin_messages import (
+    AlterReassignmentsDone,
     AlterTopicConfigsDone,
     CreatePartitionsDone,
     DeleteGroupsDone,
     DeleteRecordsDone,
     DescribeLogDirDone,
     ElectLeadersDone,
+    ListReassignmentsDone,
     OffsetDeleteDone,
 )
 from wire.api_versions import api_name
@@ -155,6 +159,8 @@ API_TABLE: dict[int, Any] = {
     ApiKey.DescribeTopicPartitions: handle_describe_topic_partitions,
     ApiKey.DescribeCluster: handle_describe_cluster,
     ApiKey.ElectLeaders: handle_elect_leaders,
+    ApiKey.AlterPartitionReassignments: handle_alter_partition_reassignments,
+    ApiKey.ListPartitionReassignments: handle_list_partition_reassignments,
     ApiKey.AddPartitionsToTxn: handle_add_partitions_to_txn,
     ApiKey.AddOffsetsToTxn: handle_add_offsets_to_txn,
     ApiKey.EndTxn: handle_end_txn,
@@ -369,7 +375,7 @@ class RequestHandler(Actor):
              AlterTopicConfigsDone, DeleteRecordsDone, DescribeLogDirDone, DeleteGroupsDone,
              OffsetDeleteDone, ReplicaReadDone, InitTxnProducerDone, TxnDone,
              DescribeTxnsDone, ListTxnsDone, ElectLeadersDone, AclsDone, ScramCredentialsDone,
-             OffsetForLeaderEpochDone)
+             OffsetForLeaderEpochDone, AlterReassignmentsDone, ListReassignmentsDone)
     def on_reply(self, msg: Any) -> None:
         entry = self.pending.pop(msg.req_id, None)
         if entry is None:

@@ -313,3 +313,69 @@ class ElectLeadersDone(NamedTuple):
     req_id: int
     error_code: int
     rows: list[ElectLeadersRow]
+
+
+# ------------------------------------------- partition reassignments (550-569, KIP-455)
+
+
+class ReassignRow(NamedTuple):
+    """Move ``partition`` of ``topic`` to ``replicas`` (None: cancel its reassignment)."""
+
+    topic: str
+    partition: int
+    replicas: list[int] | None
+
+
+@message(550)
+class AlterReassignmentsAsk(NamedTuple):
+    """Handler -> cluster Controller: AlterPartitionReassignments. ``allow_rf_change``
+    False (v1): a move that changes a partition's replication factor is refused."""
+
+    req_id: int
+    rows: list[ReassignRow]
+    allow_rf_change: bool = True
+
+
+class ReassignDoneRow(NamedTuple):
+    """One partition's answer (error code 0: its reassignment was written and started)."""
+
+    topic: str
+    partition: int
+    error_code: int
+    error_message: str | None
+
+
+@message(551)
+class AlterReassignmentsDone(NamedTuple):
+    """Controller -> handler: a top-level error (NOT_CONTROLLER, REQUEST_TIMED_OUT) or one
+    row per partition asked for."""
+
+    req_id: int
+    error_code: int
+    rows: list[ReassignDoneRow]
+
+
+@message(552)
+class ListReassignmentsAsk(NamedTuple):
+    """Handler -> cluster Controller: ListPartitionReassignments of ``partitions`` (None:
+    every partition being reassigned)."""
+
+    req_id: int
+    partitions: list[TopicPartition] | None
+
+
+class OngoingReassignmentRow(NamedTuple):
+    topic: str
+    partition: int
+    replicas: list[int]
+    adding: list[int]
+    removing: list[int]
+
+
+@message(553)
+class ListReassignmentsDone(NamedTuple):
+    """Controller -> handler: a top-level error, or the reassignments in progress."""
+
+    req_id: int
+    error_code: int
+    rows: list[OngoingReassignmentRow]

@@ -101,6 +101,10 @@ ADVERTISED: tuple[ApiVersionRange, ...] = (
     _entry(ApiKey.SaslAuthenticate, 0, 2),
     # Decided by the cluster's controller (preferred and unclean elections).
     _entry(ApiKey.ElectLeaders, 0, 2),
+    # Partition reassignment (KIP-455), decided by the cluster's controller; v1 carries
+    # AllowReplicationFactorChange.
+    _entry(ApiKey.AlterPartitionReassignments, 0, 1),
+    _entry(ApiKey.ListPartitionReassignments, 0, 0),
     # Transactions (KIP-98). v4+ of AddPartitionsToTxn batches transactions for brokers
     # (KIP-890) and v4+/v5 of the others are KIP-890's transaction version 2: left out.
     _entry(ApiKey.AddPartitionsToTxn, 0, 3),

@@ -17,11 +17,13 @@ a partition shard, the controller, a group coordinator) and finally returns a
 from __future__ import annotations
 
 from actors.apis.admin import (
+    handle_alter_partition_reassignments,
     handle_create_partitions,
     handle_delete_groups,
     handle_delete_records,
     handle_describe_log_dirs,
     handle_describe_topic_partitions,
+    handle_list_partition_reassignments,
     handle_offset_delete,
 )
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond
@@ -58,6 +60,7 @@ __all__ = [
     "HandlerContext",
     "Respond",
     "handle_alter_configs",
+    "handle_alter_partition_reassignments",
     "handle_create_partitions",
     "handle_create_topics",
     "handle_delete_groups",
@@ -76,6 +79,7 @@ __all__ = [
     "handle_leave_group",
     "handle_list_groups",
     "handle_list_offsets",
+    "handle_list_partition_reassignments",
     "handle_metadata",
     "handle_offset_commit",
     "handle_offset_delete",

@@ -1,5 +1,6 @@
-"""The admin APIs: CreatePartitions, ElectLeaders, DeleteRecords, DescribeLogDirs,
-DescribeTopicPartitions, DeleteGroups, OffsetDelete.
+"""The admin APIs: CreatePartitions, ElectLeaders, AlterPartitionReassignments,
+ListPartitionReassignments, DeleteRecords, DescribeLogDirs, DescribeTopicPartitions,
+DeleteGroups, OffsetDelete.
 
 CreatePartitions goes to the controller (it owns the topic table),
 DeleteRecords and DescribeLogDirs to the partition shards (they own the
@@ -25,6 +26,8 @@ from actors.apis.base import (
 from actors.apis.metadata import _partition_rows
 from actors.runtime.address import Address
 from wire.admin_messages import (
+    AlterReassignmentsAsk,
+    AlterReassignmentsDone,
     CreatePartitions,
     CreatePartitionsDone,
     CreatePartitionsRow,
@@ -38,8 +41,12 @@ from wire.admin_messages import (
     DescribeLogDirDone,
     ElectLeadersAsk,
     ElectLeadersDone,
+    ListReassignmentsAsk,
+    ListReassignmentsDone,
     OffsetDelete,
     OffsetDeleteDone,
+    ReassignDoneRow,
+    ReassignRow,
 )
 from wire.broker_messages import TopicPartition
 from wire.errors import ErrorCode
@@ -126,6 +133,85 @@ def handle_elect_leaders(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             {"partition_id": partition, "error_code": code, "error_message": message})
     return Respond({"throttle_time_ms": 0, "error_code": top, "replica_election_results": [
         {"topic": topic, "partition_result": parts} for topic, parts in by_topic.items()]})
+
+
+# ------------------------------------------------------ partition reassignments
+
+
+def handle_alter_partition_reassignments(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
+    """Move partitions to other replicas, or cancel a move (null replicas), decided by the
+    cluster's controller (KIP-455); answered once each move is written and started. A
+    single node (no cluster) has one broker, itself: a move to it alone is done already,
+    any other set is INVALID_REPLICA_ASSIGNMENT and there is nothing to cancel."""
+    allow_rf_change = bool(getattr(req, "allow_replication_factor_change", True))
+    rows = [ReassignRow(t.name, int(p.partition_index),
+                        None if p.replicas is None else [int(r) for r in p.replicas])
+            for t in req.topics for p in t.partitions]
+    top = NONE
+    answers: list[ReassignDoneRow]
+    if ctx.cluster is None:
+        answers = [_reassign_single_node(ctx, row, allow_rf_change) for row in rows]
+    elif rows:
+        done: AlterReassignmentsDone
+        [done] = yield [Call(ctx.topology.controller,
+                             lambda rid: AlterReassignmentsAsk(rid, rows, allow_rf_change),
+                             max_wait_ms=max(1000, int(req.timeout_ms)))]
+        top, answers = done.error_code, done.rows
+    else:
+        answers = []
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for answer in answers:
+        by_topic.setdefault(answer.topic, []).append(
+            {"partition_index": answer.partition, "error_code": answer.error_code,
+             "error_message": answer.error_message})
+    response: dict[str, Any] = {
+        "throttle_time_ms": 0, "error_code": top,
+        "error_message": None if top == NONE else ErrorCode(top).name,
+        "responses": [{"name": name, "partitions": parts} for name, parts in by_topic.items()]}
+    if header.api_version >= 1:
+        response["allow_replication_factor_change"] = allow_rf_change
+    return Respond(response)
+
+
+def _reassign_single_node(ctx: HandlerContext, row: ReassignRow,
+                          allow_rf_change: bool) -> ReassignDoneRow:
+    def answer(code: ErrorCode, message: str | None = None) -> ReassignDoneRow:
+        return ReassignDoneRow(row.topic, row.partition, int(code), message)
+
+    count = ctx.partition_count(row.topic)
+    if count is None or not 0 <= row.partition < count:
+        return answer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+    if row.replicas is None:
+        return answer(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+                      f"no reassignment of {row.topic}-{row.partition} is in progress")
+    if row.replicas != [ctx.broker_id]:
+        return answer(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                      f"a single node has one broker, {ctx.broker_id}: replica list "
+                      f"{row.replicas} cannot be placed")
+    return answer(ErrorCode.NONE)  # already there (its replication factor unchanged)
+
+
+def handle_list_partition_reassignments(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
+    """The reassignments in progress (of the partitions named, or all), from the cluster's
+    controller; a single node never has one."""
+    asked = (None if req.topics is None else
+             [TopicPartition(t.name, int(p)) for t in req.topics for p in t.partition_indexes])
+    top = NONE
+    topics: dict[str, list[dict[str, Any]]] = {}
+    if ctx.cluster is not None:
+        done: ListReassignmentsDone
+        [done] = yield [Call(ctx.topology.controller,
+                             lambda rid: ListReassignmentsAsk(rid, asked),
+                             max_wait_ms=max(1000, int(req.timeout_ms)))]
+        top = done.error_code
+        for row in done.rows:
+            topics.setdefault(row.topic, []).append(
+                {"partition_index": row.partition, "replicas": row.replicas,
+                 "adding_replicas": row.adding, "removing_replicas": row.removing})
+    return Respond({"throttle_time_ms": 0, "error_code": top,
+                    "error_message": None if top == NONE else ErrorCode(top).name,
+                    "topics": [{"name": name, "partitions": parts}
+                               for name, parts in topics.items()]})
 
 
 # ---------------------------------------------------------------- DeleteRecords

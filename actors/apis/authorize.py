@@ -42,6 +42,8 @@ _CLUSTER_OPS = {
     int(ApiKey.DescribeUserScramCredentials): Operation.DESCRIBE,
     int(ApiKey.AlterUserScramCredentials): Operation.ALTER,
     int(ApiKey.ElectLeaders): Operation.ALTER,
+    int(ApiKey.AlterPartitionReassignments): Operation.ALTER,
+    int(ApiKey.ListPartitionReassignments): Operation.DESCRIBE,
     int(ApiKey.AlterReplicaLogDirs): Operation.ALTER,
 }
 

@@ -135,9 +135,62 @@ class TopicAssignment:
     # recorded under /actorlog/adopted_topic_ids (a Kafka tool's rewrite drops the
     # znode's field); cleared once every replica has read the id back from its disk.
     topic_id_adopted: bool = False
+    # A partition being reassigned (KIP-455): ``partitions`` holds the full replica set
+    # (target then original), ``adding`` those not in the original, ``removing`` those not
+    # in the target ("adding_replicas", "removing_replicas" in the znode); a partition
+    # not reassigned is in neither
+    adding: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    removing: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def replicas(self, partition: int) -> tuple[int, ...]:
         return self.partitions[partition]
+
+    def replica_assignment(self, partition: int) -> ReplicaAssignment:
+        return ReplicaAssignment(self.partitions[partition], self.adding.get(partition, ()),
+                                 self.removing.get(partition, ()))
+
+    def with_replica_assignment(self, partition: int,
+                                assignment: ReplicaAssignment) -> TopicAssignment:
+        """This topic's assignment with ``partition``'s replaced (same version)."""
+        adding = {p: r for p, r in self.adding.items() if p != partition}
+        removing = {p: r for p, r in self.removing.items() if p != partition}
+        if assignment.adding:
+            adding[partition] = assignment.adding
+        if assignment.removing:
+            removing[partition] = assignment.removing
+        return replace(self, partitions={**self.partitions, partition: assignment.replicas},
+                       adding=adding, removing=removing)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaAssignment:
+    """One partition's replicas, with those being added and removed by a reassignment
+    (Kafka's ReplicaAssignment: the original set is ``replicas`` minus ``adding``, the
+    target ``replicas`` minus ``removing``)."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def origin(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.adding)
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    @property
+    def being_reassigned(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    def reassign_to(self, target: tuple[int, ...]) -> ReplicaAssignment:
+        """The assignment while moving to ``target``: the target first, then the original
+        replicas it drops (a cancel is a move back to the original set)."""
+        origin = self.origin
+        full = tuple(dict.fromkeys((*target, *origin)))
+        return ReplicaAssignment(full, tuple(r for r in full if r not in origin),
+                                 tuple(r for r in full if r not in target))
 
 
 @dataclass(frozen=True, slots=True)

@@ -225,6 +225,25 @@ class ElectLeaders:
 
 
 @dataclass(frozen=True, slots=True)
+class AlterPartitionReassignments:
+    """Move each partition to its replicas (KIP-455), or cancel its reassignment (None).
+    ``allow_rf_change`` False (AlterPartitionReassignments v1): a target whose size differs
+    from the original set's is refused."""
+
+    request_id: RequestId
+    partitions: tuple[tuple[TopicPartition, tuple[int, ...] | None], ...]
+    allow_rf_change: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ListPartitionReassignments:
+    """The reassignments in progress, of ``partitions`` (None: all)."""
+
+    request_id: RequestId
+    partitions: tuple[TopicPartition, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
 class TopicConfigsChanged:
     """Topics' configs, as ``/config/topics`` holds them now (a config change was written):
     the controller keeps them for its LeaderAndIsr and tells every node's metadata."""
@@ -238,6 +257,12 @@ class AutoLeaderRebalance:
 
 
 @dataclass(frozen=True, slots=True)
+class RetryReassignments:
+    """The shell's tick for reassignment steps whose write failed (the core's
+    ``reassign_retry_pending``): they are tried again on it, not on other events."""
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataWritten:
     """The outcome of write ``write_id``: per topic name or partition, and current states of
     partitions whose write was refused (BAD_VERSION, NODE_EXISTS), None if they have none."""
@@ -245,8 +270,7 @@ class MetadataWritten:
     write_id: int
     results: Mapping[Hashable, WriteResult]
     current: Mapping[TopicPartition, LeaderAndIsr | None] = field(default_factory=dict)
-    # the topic znode, read again, of a SetTopicAssignment clearing an adoption that was
-    # refused BAD_VERSION (None if gone)
+    # the topic znode, read again, of a SetTopicAssignment refused BAD_VERSION (None if gone)
     topics: Mapping[str, TopicAssignment | None] = field(default_factory=dict)
 
 
@@ -263,7 +287,8 @@ Event = (
     | CreatePartitions | DeleteTopics | TopicDeletionsRequested | StopReplicaDone | IsrChanged
     | AlterPartitionRequest | ControlledShutdownRequest | ElectLeaders | AutoLeaderRebalance
     | TopicConfigsChanged | MetadataWritten | MetadataWriteFailed | ReplicasOffline
-    | TopicIdsConfirmed
+    | TopicIdsConfirmed | AlterPartitionReassignments | ListPartitionReassignments
+    | RetryReassignments
 )
 
 
@@ -420,9 +445,32 @@ class ReplicasOfflineResult:
     partitions: tuple[PartitionResult, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class AlterReassignmentsResult:
+    """Per partition: NONE once its reassignment is written and started (not done)."""
+
+    error_code: int
+    partitions: tuple[PartitionResult, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class OngoingReassignment:
+    partition: TopicPartition
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ListReassignmentsResult:
+    error_code: int
+    reassignments: tuple[OngoingReassignment, ...] = ()
+
+
 Result = (
     CreateTopicsResult | CreatePartitionsResult | DeleteTopicsResult | ElectLeadersResult
     | ControlledShutdownResult | AlterPartitionResult | ReplicasOfflineResult
+    | AlterReassignmentsResult | ListReassignmentsResult
 )
 
 

@@ -53,6 +53,7 @@ from actors.core.cluster_model import (
     NO_LEADER,
     BrokerInfo,
     LeaderAndIsr,
+    ReplicaAssignment,
     TopicAssignment,
     TopicPartition,
     TopicRecord,
@@ -60,8 +61,10 @@ from actors.core.cluster_model import (
     WriteResult,
 )
 from actors.core.controller_events import (
+    AlterPartitionReassignments,
     AlterPartitionRequest,
     AlterPartitionResult,
+    AlterReassignmentsResult,
     AutoLeaderRebalance,
     BecameController,
     ControlledShutdownRequest,
@@ -82,6 +85,8 @@ from actors.core.controller_events import (
     Event,
     IsrChanged,
     IsrProposal,
+    ListPartitionReassignments,
+    ListReassignmentsResult,
     LiveBrokersChanged,
     MarkTopicsForDeletion,
     MetadataWrite,
@@ -89,6 +94,7 @@ from actors.core.controller_events import (
     MetadataWritten,
     NewTopic,
     NewTopicsFound,
+    OngoingReassignment,
     PartitionResult,
     RemoveTopicDeletionMarkers,
     ReplicasOffline,
@@ -98,6 +104,7 @@ from actors.core.controller_events import (
     ResignController,
     Resigned,
     Result,
+    RetryReassignments,
     SendToBroker,
     SetTopicAssignment,
     StateChangeFailed,
@@ -203,6 +210,16 @@ class _TopicWrite:
 
 
 @dataclass
+class _AssignmentWrite:
+    """One partition's new replica assignment, queued for its topic's znode; ``then``
+    gets the error code and message (NONE, None once written)."""
+
+    partition: int
+    assignment: ReplicaAssignment
+    then: Callable[[int, str | None], None]
+
+
+@dataclass
 class _Request:
     """A request in progress: answered once all its parts are, or refused on resignation."""
 
@@ -255,12 +272,64 @@ class ControllerCore:
         self._um_brokers: set[int] = set()     # brokers to send UpdateMetadata to
         self._um_full: set[int] = set()        # of which these get every partition
         self._um_deleted: dict[str, str] = {}  # deletions completed -> topic id ("" none)
-        self._stop: dict[int, dict[TopicPartition, bool]] = {}
+        # per broker: the partitions to stop, with delete and the leader epoch to send
+        self._stop: dict[int, dict[TopicPartition, tuple[bool, int]]] = {}
         # the adopted id each replica of a partition read back from its disk (its
         # LeaderAndIsr answers, TopicIdsConfirmed): kept in memory only, so a new
         # controller clears an adoption only on answers it got itself
         self._confirmed: dict[TopicPartition, dict[int, str]] = {}
         self._clearing: set[str] = set()  # topics whose adoption is being cleared
+        # Reassignments (the topic znodes' adding/removing replicas): partitions a step of
+        # whose reassignment is being written; the target of those completing (Kafka's
+        # step B2: the replica set in memory is the target while the leader moves, the
+        # ISR shrinks and the removed replicas stop, before the znode is written last)
+        self._reassign_busy: set[TopicPartition] = set()
+        self._completing: dict[TopicPartition, tuple[int, ...]] = {}
+        self._reassign_stalled: set[TopicPartition] = set()  # waiting for a leader to move to
+        # replicas a reassignment removed and not yet deleted: still the leader or in the
+        # ISR (never deleted while they may hold the only in-sync copy), or on a dead broker
+        # (deleted once it registers again)
+        self._removed_pending: dict[TopicPartition, set[int]] = {}
+        # partitions a step of whose reassignment failed to be written: tried again on the
+        # shell's RetryReassignments tick only (not on the next event: the outcome of each
+        # try, or the answer to a StopReplica it sent, would start the next one); those of
+        # phase A are advanced again, the others complete (or leave the ISR) again
+        self._reassign_failed: set[TopicPartition] = set()
+        self._reassign_failed_advance: set[TopicPartition] = set()
+        # the state phase B wrote for a partition whose last znode write (B6) is still to
+        # succeed: while it is the partition's state, a retry writes the znode alone (not
+        # a new leader epoch on every try)
+        self._reassign_state_written: dict[TopicPartition, LeaderAndIsr] = {}
+        # with it: the removed replicas B5 could not delete then (in the ISR, or on a dead
+        # broker), stopped again once B6 succeeds (until then the znode names them: the
+        # wait for them is dropped as "assigned again", and one registering again is told
+        # to follow)
+        self._reassign_parked: dict[TopicPartition, tuple[int, ...]] = {}
+        # per topic: partition assignments waiting to be written (one write at a time,
+        # each at the version the last one left)
+        self._assignment_queue: dict[str, list[_AssignmentWrite]] = {}
+        self._assignment_in_flight: set[str] = set()
+
+    @property
+    def reassign_retry_pending(self) -> bool:
+        """A reassignment step failed to be written: the shell should feed
+        RetryReassignments after a while."""
+        return self.active and bool(self._reassign_failed)
+
+    def _on_retry_reassignments(self) -> None:
+        """Steps that failed are tried again: phase A advanced anew; a completing move
+        (phase B, its znode write alone if its state is written) and a removed replica's
+        ISR exit are taken up by the checks run after this event."""
+        advance = sorted(self._reassign_failed_advance)
+        self._reassign_failed.clear()
+        self._reassign_failed_advance.clear()
+        for tp in advance:
+            if tp in self._reassign_busy or tp not in self.states \
+                    or tp.topic not in self.topics or tp.topic in self.deleting \
+                    or not self.replica_assignment(tp).being_reassigned:
+                continue
+            self._reassign_busy.add(tp)
+            self._advance_reassignment(tp)
 
     def eligible(self) -> set[int]:
         """Brokers that may lead: registered and not shutting down."""
@@ -271,7 +340,15 @@ class ControllerCore:
         return set(brokers) - self.failed_replicas.get(tp, {}).keys()
 
     def assignment(self, tp: TopicPartition) -> tuple[int, ...]:
+        completing = self._completing.get(tp)
+        if completing is not None:
+            return completing
         return self.topics[tp.topic].assignment.partitions[tp.partition]
+
+    def replica_assignment(self, tp: TopicPartition) -> ReplicaAssignment:
+        """The partition's replicas as its znode holds them, with a reassignment's
+        adding and removing replicas."""
+        return self.topics[tp.topic].assignment.replica_assignment(tp.partition)
 
     def partitions_of(self, topic: str) -> list[TopicPartition]:
         return [TopicPartition(topic, p) for p in sorted(self.topics[topic].assignment.partitions)]
@@ -291,6 +368,10 @@ class ControllerCore:
         """Apply one event; the effects to perform, in order."""
         try:
             self._dispatch(event)
+            if self.active:
+                self._check_reassignments()
+                if self._removed_pending:
+                    self._retry_removed_replicas()
             return self._flush()
         finally:
             self._out, self._writes = [], []
@@ -332,10 +413,16 @@ class ControllerCore:
             self._on_elect_leaders(event)
         elif isinstance(event, AutoLeaderRebalance):
             self._on_auto_rebalance()
+        elif isinstance(event, RetryReassignments):
+            self._on_retry_reassignments()
         elif isinstance(event, TopicConfigsChanged):
             self._on_topic_configs_changed(event.configs)
         elif isinstance(event, TopicIdsConfirmed):
             self._on_topic_ids_confirmed(event)
+        elif isinstance(event, AlterPartitionReassignments):
+            self._on_alter_reassignments(event)
+        elif isinstance(event, ListPartitionReassignments):
+            self._on_list_reassignments(event)
         else:
             raise TypeError(f"not a controller event: {event!r}")
 
@@ -359,6 +446,10 @@ class ControllerCore:
             self._reply(event.request_id, ReplicasOfflineResult(not_controller))
         elif isinstance(event, ElectLeaders) and event.request_id is not None:
             self._reply(event.request_id, ElectLeadersResult(not_controller))
+        elif isinstance(event, AlterPartitionReassignments):
+            self._reply(event.request_id, AlterReassignmentsResult(not_controller))
+        elif isinstance(event, ListPartitionReassignments):
+            self._reply(event.request_id, ListReassignmentsResult(not_controller))
         # Anything else (notices, late write outcomes) means nothing to a standby.
 
     # ---------------------------------------------------------------- effects
@@ -602,8 +693,8 @@ class ControllerCore:
         for broker_id in sorted(self._stop):
             if broker_id not in self.brokers:
                 continue
-            rows = [StopReplicaPartition(tp.topic, tp.partition, -1, delete)
-                    for tp, delete in sorted(self._stop[broker_id].items())]
+            rows = [StopReplicaPartition(tp.topic, tp.partition, epoch, delete)
+                    for tp, (delete, epoch) in sorted(self._stop[broker_id].items())]
             out.append(SendToBroker(broker_id, StopReplica(
                 self.config.broker_id, self.epoch, self._broker_epoch(broker_id), rows)))
         return out
@@ -627,8 +718,12 @@ class ControllerCore:
             if tp in self.states and tp.topic in self.topics:
                 self._um_partitions[tp] = self._um_row(tp)
 
-    def _stop_replica(self, broker_id: int, tp: TopicPartition, delete: bool) -> None:
-        self._stop.setdefault(broker_id, {})[tp] = delete
+    def _stop_replica(self, broker_id: int, tp: TopicPartition, delete: bool,
+                      leader_epoch: int = -1) -> None:
+        """``leader_epoch``: the partition's, for a replica a reassignment removed (a node
+        that learnt a newer one since, the replica assigned to it again, ignores the stop);
+        -1 (any) otherwise."""
+        self._stop.setdefault(broker_id, {})[tp] = (delete, leader_epoch)
 
     # -------------------------------------------------------- state machines
     def _move_partition(self, tp: TopicPartition, target: PartitionState) -> bool:
@@ -694,6 +789,15 @@ class ControllerCore:
         self._init_new_partitions([tp for tp in live_partitions if tp not in self.states])
         for topic in sorted(self.deleting):
             self._start_topic_deletion(topic, restart=True)
+        # Reassignments a previous controller left in progress resume from the znodes
+        # (Kafka's maybeResumeReassignments): those not complete get their leader epoch
+        # bumped (the leader may not know the added replicas yet); the others complete
+        # once this event is handled (``_check_reassignments``).
+        for tp in self._reassigning_partitions():
+            if tp in self.states and tp.topic not in self.deleting \
+                    and not self._reassignment_complete(tp):
+                self._reassign_busy.add(tp)
+                self._advance_reassignment(tp)
         self._assign_topic_ids(self.topics)
         stray = set(event.topics_to_delete) - set(self.topics)
         if stray:
@@ -1189,6 +1293,10 @@ class ControllerCore:
                 if name in self.deleting:
                     raise KafkaError(f"topic {name!r} is being deleted",
                                      ErrorCode.INVALID_TOPIC_EXCEPTION)
+                if self._topic_reassigning(name):
+                    # Kafka's ZkAdminManager: a reassignment's writes and this one's would race
+                    raise KafkaError(f"A partition reassignment is in progress for the topic "
+                                     f"{name!r}.", ErrorCode.REASSIGNMENT_IN_PROGRESS)
                 existing = dict(record.assignment.partitions)
                 if spec.total <= len(existing):
                     raise KafkaError(
@@ -1326,6 +1434,11 @@ class ControllerCore:
         tps = self.partitions_of(topic)
         self._update_metadata([tp for tp in tps if tp in self.states])
         for tp in tps:
+            # a reassignment completing: every replica of the znode's set is deleted, those
+            # it was removing too (``assignment`` would name the target alone, and the
+            # deletion would wait for replicas never asked to stop once it ends)
+            self._completing.pop(tp, None)
+            self._stop_unassigned_of_deleted(tp)
             if self.partition_fsm.state(tp) is not _P.NON_EXISTENT:
                 if self.partition_fsm.state(tp) is not _P.OFFLINE:
                     self._move_partition(tp, _P.OFFLINE)
@@ -1334,10 +1447,31 @@ class ControllerCore:
                 key = (tp, replica)
                 if self.replica_fsm.state(key) in (_R.DELETION_STARTED, _R.DELETION_SUCCESSFUL):
                     continue
+                if self.replica_fsm.state(key) is _R.NON_EXISTENT:
+                    # removed (and forgotten) by a reassignment whose last write is in flight
+                    self._move_replica(tp, replica, _R.NEW)
                 if self.replica_fsm.can_move(key, _R.OFFLINE):
                     self._move_replica(tp, replica, _R.OFFLINE)
                 self._start_replica_deletion(tp, replica)
         self._maybe_finish_deletion(topic)
+
+    def _stop_unassigned_of_deleted(self, tp: TopicPartition) -> None:
+        """Replicas of a partition being deleted that its znode's set does not name, so
+        that the deletion itself would not stop: removed replicas a reassignment has not
+        deleted yet, and a leader or ISR member outside the set. Deleted (StopReplica with
+        delete) on a live broker; on a dead one, once it registers again
+        (``_removed_pending``, kept after the topic is gone)."""
+        assigned = set(self.assignment(tp))
+        extra = (self._removed_pending.pop(tp, set()) | set(self._strays(tp))) - assigned
+        waiting = set()
+        for replica in sorted(extra):
+            self.replica_fsm.forget([(tp, replica)])
+            if replica in self.brokers:
+                self._stop_replica(replica, tp, delete=True)
+            else:
+                waiting.add(replica)
+        if waiting:
+            self._removed_pending[tp] = waiting
 
     def _start_replica_deletion(self, tp: TopicPartition, replica: int) -> None:
         if replica in self.brokers:
@@ -1388,6 +1522,8 @@ class ControllerCore:
             for tp in tps:
                 for replica in self.assignment(tp):
                     self._move_replica(tp, replica, _R.NON_EXISTENT)
+                self._completing.pop(tp, None)
+                self._reassign_busy.discard(tp)
                 self.states.pop(tp, None)
                 self._confirmed.pop(tp, None)
             self.topics.pop(topic, None)
@@ -1507,8 +1643,11 @@ class ControllerCore:
                     f"{current.version}")
         isr = tuple(proposal.new_isr)
         assignment = self.assignment(tp)
+        # a replica in the ISR already may stay in it though no longer assigned: the leader
+        # a reassignment is moving away from, and could not move yet (no target replica
+        # live and in the ISR), must still take the target replicas in as they catch up
         if (broker_id not in isr or len(set(isr)) != len(isr)
-                or any(r not in assignment for r in isr)):
+                or any(r not in assignment and r not in current.isr for r in isr)):
             return (ErrorCode.INVALID_REQUEST,
                     f"ISR {list(isr)} of {tp} must hold the leader and assigned replicas only")
         ineligible = [r for r in isr if r not in self.eligible() and r != broker_id]
@@ -1776,6 +1915,550 @@ class ControllerCore:
                 candidates += [tp for tp in lost if self._preferred_rule(tp, self.states[tp])]
         self._change_partitions(candidates, self._preferred_rule)
 
+    # ------------------------------------------------------------ reassignments
+    # Kafka's onPartitionReassignment (ZooKeeper mode), in steps:
+    #   U1 write the topic znode with RS = target + original, AR = RS - original,
+    #      RR = RS - target; U2 the cache takes it; U3 replicas of an earlier, replaced
+    #      reassignment that RS no longer names leave the ISR and are deleted.
+    #   A  (the target not all in the ISR) A1 bump the leader epoch, LeaderAndIsr to RS
+    #      (the added replicas start following); A2 the added replicas are NewReplica.
+    #   B  (every target replica in the ISR: caught up) B2 RS = target in memory; B3 a
+    #      leader not in the target, or dead, is replaced by the first target replica
+    #      live and in the ISR, at a new leader epoch; B4 the ISR loses RR (one write with
+    #      B3: every target replica is in it, so it keeps every acknowledged record);
+    #      B5 StopReplica(delete) to RR; B6 the znode gets RS = target, AR = RR = [] last
+    #      (the only place the original set is kept: a controller failing over before it
+    #      resumes from the znode); B8 UpdateMetadata to every node.
+    # The Alter request is answered once U1 is written, as Kafka does (not at B6).
+
+    def _reassigning_partitions(self) -> list[TopicPartition]:
+        """Partitions whose znode names replicas being added or removed."""
+        out = []
+        # after every event: every topic's record is looked at (two fields each), only the
+        # partitions moving are sorted
+        for name, record in self.topics.items():
+            assignment = record.assignment
+            if assignment.adding or assignment.removing:
+                out += [TopicPartition(name, p)
+                        for p in set(assignment.adding) | set(assignment.removing)]
+        return sorted(out)
+
+    def _topic_reassigning(self, topic: str) -> bool:
+        """A partition of ``topic`` is being reassigned (its znode says so, or a step of
+        its move is being written)."""
+        assignment = self.topics[topic].assignment
+        return bool(assignment.adding or assignment.removing) or any(
+            tp.topic == topic for tp in (*self._reassign_busy, *self._completing))
+
+    def _reassignment_complete(self, tp: TopicPartition) -> bool:
+        """Kafka's isReassignmentComplete: nothing to move, or every target replica is in
+        the ISR."""
+        assignment = self.replica_assignment(tp)
+        state = self.states.get(tp)
+        return not assignment.being_reassigned or (
+            state is not None and set(assignment.target) <= set(state.isr))
+
+    def _check_reassignments(self) -> None:
+        """After every event: a reassigning partition whose target caught up completes."""
+        for tp in self._reassigning_partitions():
+            if (tp in self._reassign_busy or tp in self._reassign_failed
+                    or tp.topic in self.deleting or tp not in self.states
+                    or not self._reassignment_complete(tp)):
+                continue
+            self._reassign_busy.add(tp)
+            self._complete_reassignment(tp)
+
+    def _check_reassignment(self, tp: TopicPartition, replicas: tuple[int, ...] | None,
+                            allow_rf_change: bool) -> ReplicaAssignment | PartitionResult:
+        """The partition's assignment while it moves to ``replicas`` (None: back to its
+        original set), or why not (Kafka's validateReplicas and maybeBuildReassignment)."""
+        def refused(code: ErrorCode, message: str) -> PartitionResult:
+            return PartitionResult(tp, int(code), message)
+
+        record = self.topics.get(tp.topic)
+        if (record is None or tp.topic in self.deleting
+                or tp.partition not in record.assignment.partitions):
+            return refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+        if tp not in self.states:
+            return refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                           f"partition {tp} has no leader and ISR yet")
+        if tp in self._reassign_busy:
+            return refused(ErrorCode.REASSIGNMENT_IN_PROGRESS,
+                           f"a step of the reassignment of {tp} is being written; try again")
+        current = self.replica_assignment(tp)
+        if replicas is None:
+            if not current.being_reassigned:
+                return refused(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+                               f"no reassignment of {tp} is in progress")
+            back = current.reassign_to(current.origin)
+            return self._check_in_sync_kept(tp, current, back) or back
+        if not replicas:
+            return refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           "Empty replica list specified in partition reassignment.")
+        if len(set(replicas)) != len(replicas):
+            return refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           f"Duplicate replica ids in partition reassignment replica list: "
+                           f"{list(replicas)}")
+        if any(r < 0 for r in replicas):
+            return refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           f"Invalid broker id in replica list: {list(replicas)}")
+        if not allow_rf_change and len(replicas) != len(current.origin):
+            # KIP-860 (v1's AllowReplicationFactorChange false): Kafka's code and words
+            return refused(ErrorCode.INVALID_REPLICATION_FACTOR,
+                           f"The replication factor is changed from {len(current.origin)} to "
+                           f"{len(replicas)}")
+        target = current.reassign_to(tuple(replicas))
+        # live as Kafka's liveBrokerIds: registered and not in controlled shutdown
+        live = self.eligible()
+        dead = [r for r in target.adding if r not in live]
+        if dead:
+            return refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           f"Replica assignment has brokers that are not alive. Replica list: "
+                           f"{list(target.adding)}, live broker list: {sorted(live)}")
+        return self._check_in_sync_kept(tp, current, target) or target
+
+    def _check_in_sync_kept(self, tp: TopicPartition, current: ReplicaAssignment,
+                            target: ReplicaAssignment) -> PartitionResult | None:
+        """Refused: the new replica set drops the leader or an ISR member and none of it is
+        live and in the ISR to lead. Kafka's controller would take them out of the ISR
+        (keeping the last member) and delete them, the leader too: the only in-sync copy
+        of acknowledged records lost. Here the move goes on (or is cancelled) once a
+        replica of the new set is in the ISR."""
+        state = self.states[tp]
+        dropped = [r for r in current.replicas if r not in target.replicas
+                   and (r == state.leader or r in state.isr)]
+        if not dropped or self._reassign_leader(tp, state, set(target.replicas),
+                                                 target.target) is not None:
+            return None
+        return PartitionResult(tp, int(ErrorCode.REASSIGNMENT_IN_PROGRESS), (
+            f"replicas {dropped} of {tp} (leader {state.leader}, ISR {list(state.isr)}) would "
+            f"leave the replica set, and none of {list(target.replicas)} is live and in the "
+            f"ISR to lead: they may hold the only in-sync copy; try again once one is"))
+
+    def _on_alter_reassignments(self, event: AlterPartitionReassignments) -> None:
+        order = list(dict.fromkeys(tp for tp, _ in event.partitions))
+        none = int(ErrorCode.NONE)
+        request = _Request(event.request_id, lambda _r: AlterReassignmentsResult(none), order,
+                           build=lambda parts: AlterReassignmentsResult(none, tuple(parts)))
+        code = int(ErrorCode.NOT_CONTROLLER)
+        request.refuse = lambda reason: AlterReassignmentsResult(none, tuple(
+            request.results.get(tp) or PartitionResult(tp, code, reason) for tp in order))
+        if not order:
+            self._reply(event.request_id, AlterReassignmentsResult(none))
+            return
+        self._requests[event.request_id] = request
+        wanted = dict(event.partitions)  # a partition named twice: its last replicas
+        for tp in order:
+            checked = self._check_reassignment(tp, wanted[tp], event.allow_rf_change)
+            if isinstance(checked, PartitionResult):
+                self._part_done(request, tp, checked)
+                continue
+
+            def answered(error: int, message: str | None, tp: TopicPartition = tp) -> None:
+                if event.request_id in self._requests:
+                    self._part_done(request, tp, PartitionResult(tp, error, message))
+
+            self._start_reassignment(tp, checked, answered)
+
+    def _start_reassignment(self, tp: TopicPartition, target: ReplicaAssignment,
+                            then: Callable[[int, str | None], None]) -> None:
+        """U1-U3, then phase A (or B at once, when nothing has to catch up)."""
+        current = self.replica_assignment(tp)
+        self._reassign_busy.add(tp)
+        target = self._keeping_strays(tp, self._keeping_in_sync(tp, current, target))
+
+        def written(error: int, message: str | None) -> None:
+            if error != ErrorCode.NONE:
+                self._reassign_busy.discard(tp)
+                then(error, message)
+                return
+            for replica in target.adding:  # A2: the added replicas are new
+                if self.replica_fsm.state((tp, replica)) is _R.NON_EXISTENT:
+                    self._move_replica(tp, replica, _R.NEW)
+                if self.replica_fsm.state((tp, replica)) is _R.NEW:
+                    self._move_replica(tp, replica,
+                                       _R.ONLINE if replica in self.brokers else _R.OFFLINE)
+            then(int(ErrorCode.NONE), None)
+            unneeded = tuple(r for r in current.replicas if r not in target.replicas)
+            self._advance_reassignment(tp, unneeded)
+
+        if target == current:
+            written(int(ErrorCode.NONE), None)
+        else:
+            self._write_partition_assignment(tp, target, written)
+
+    def _advance_reassignment(self, tp: TopicPartition, unneeded: tuple[int, ...] = ()) -> None:
+        """Phase A (A1): a new leader epoch, the ISR without ``unneeded`` (U3), and the
+        LeaderAndIsr to every replica of RS; or phase B if the target is in the ISR."""
+        if tp not in self.states or tp.topic in self.deleting:
+            self._stop_removed_replicas(tp, unneeded)
+            self._reassign_busy.discard(tp)
+            return
+        strays = self._strays(tp)
+        if strays and self._keeping_strays(tp, self.replica_assignment(tp)) \
+                != self.replica_assignment(tp):
+            # a leader or ISR member the znode's replica set does not name (a controller
+            # failed over after U1, or one died while U1 was written): written into the
+            # set as removing first, so that it is told the whole set (it can take the
+            # new replicas into its ISR) and may be elected until phase B moves away
+            def kept(error: int, message: str | None) -> None:
+                if error != ErrorCode.NONE:
+                    self._reassign_busy.discard(tp)
+                    self._reassign_failed.add(tp)
+                    self._reassign_failed_advance.add(tp)
+                    self._log(f"controller {self.config.broker_id} epoch {self.epoch}: "
+                              f"writing replicas {list(strays)} of {tp} back into its "
+                              f"replica set failed: {message}")
+                    return
+                self._advance_reassignment(tp, unneeded)
+
+            self._write_partition_assignment(
+                tp, self._keeping_strays(tp, self.replica_assignment(tp)), kept)
+            return
+        if self._reassignment_complete(tp):
+            self._complete_reassignment(tp, unneeded)
+            return
+
+        def done(outcomes: dict[TopicPartition, Outcome]) -> None:
+            outcome = outcomes.get(tp)
+            if isinstance(outcome, str):  # the write failed: tried again on the tick
+                self._reassign_failed.add(tp)
+                self._reassign_failed_advance.add(tp)
+                self._log(f"controller {self.config.broker_id} epoch {self.epoch}: the new "
+                          f"leader epoch of the reassignment of {tp} failed: {outcome}")
+            if not isinstance(outcome, LeaderAndIsr) and tp in self.states:
+                # nothing written (no live leader in RS): the replicas learn RS with the
+                # state as it is; the next leader's election sends it at a new epoch
+                self._send_leader_and_isr(self._recipients(tp), tp)
+            self._stop_removed_replicas(tp, unneeded)
+            self._reassign_busy.discard(tp)
+
+        self._change_partitions([tp], self._reassign_rule, done)
+
+    def _reassign_rule(self, tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | None:
+        """A new leader epoch with the ISR cut to the replica set (RS, or the target while
+        completing); a leader outside it, or dead, replaced by the first target replica
+        live and in the ISR (Kafka's ReassignPartitionLeaderElectionStrategy), failing that
+        by any replica of the set live and in the ISR. None: no such leader."""
+        if tp.topic not in self.topics or tp.topic in self.deleting:
+            return None
+        allowed = set(self.assignment(tp))
+        target = self.replica_assignment(tp).target if tp not in self._completing \
+            else self._completing[tp]
+        leader = self._reassign_leader(tp, current, allowed, target)
+        if leader is None:
+            return None
+        isr = tuple(r for r in current.isr if r in allowed)
+        return current.new_leader_and_isr(leader, isr, self.epoch)
+
+    def _reassign_leader(self, tp: TopicPartition, current: LeaderAndIsr, allowed: set[int],
+                         target: Iterable[int]) -> int | None:
+        """The leader of ``tp`` with the replica set cut to ``allowed``: the current one if
+        it stays, live and in the ISR, else the first of ``target`` live and in the ISR,
+        else the first of ``allowed`` live and in the ISR (a replica being removed, a
+        leader written back into the set among them: it leads until the target can)."""
+        isr = [r for r in current.isr if r in allowed]
+        live = self.electable(tp, self.eligible())
+        if current.leader in allowed and current.leader in live and current.leader in isr:
+            return current.leader
+        found = [r for r in (*target, *self.assignment(tp), *sorted(allowed))
+                 if r in allowed and r in live and r in isr]
+        return found[0] if found else None
+
+    def _keeping_strays(self, tp: TopicPartition,
+                        assignment: ReplicaAssignment) -> ReplicaAssignment:
+        """``assignment`` with the partition's leader and ISR members it does not name
+        appended as both adding and removing, when no replica it names is live and in the
+        ISR to lead (else the reassignment rule moves the leadership there and cuts them
+        out of the ISR). Out of the original set (a cancel does not keep them) and of the
+        target (phase B deletes them once out of the ISR), but in the replica set: they are
+        told it (a leader adds only the replicas its LeaderAndIsr names to the ISR) and
+        may be elected meanwhile."""
+        state = self.states.get(tp)
+        if state is None:
+            return assignment
+        strays = tuple(r for r in dict.fromkeys((state.leader, *state.isr))
+                       if r >= 0 and r not in assignment.replicas)
+        if not strays or self._reassign_leader(tp, state, set(assignment.replicas),
+                                               assignment.target) is not None:
+            return assignment
+        return ReplicaAssignment((*assignment.replicas, *strays),
+                                 (*assignment.adding, *strays),
+                                 (*assignment.removing, *strays))
+
+    def _keeping_in_sync(self, tp: TopicPartition, current: ReplicaAssignment,
+                         target: ReplicaAssignment) -> ReplicaAssignment:
+        """A ``target`` moving nothing (a cancel, or a move back to the replica set) that
+        drops replicas of ``current`` still the leader or in the ISR: those are kept in it as
+        adding and removing until phase B cuts them out of the ISR and deletes them. Else
+        the znode would name no reassignment while they are in the ISR: a controller
+        failing over, or a failed phase-B write, would leave them there for good (and an
+        election could find no leader in the set while one of them is live and in sync)."""
+        state = self.states.get(tp)
+        if state is None or target.being_reassigned:
+            return target
+        kept = tuple(r for r in current.replicas if r not in target.replicas
+                     and (r == state.leader or r in state.isr))
+        if not kept:
+            return target
+        return ReplicaAssignment((*target.replicas, *kept), kept, kept)
+
+    def _strays(self, tp: TopicPartition) -> tuple[int, ...]:
+        """The leader and ISR members of ``tp`` its znode's replica set no longer names (a
+        controller failing over after U1 but before the ISR was cut does not know them
+        from the znode)."""
+        state = self.states.get(tp)
+        if state is None:
+            return ()
+        replicas = self.replica_assignment(tp).replicas
+        return tuple(r for r in dict.fromkeys((state.leader, *state.isr))
+                     if r >= 0 and r not in replicas)
+
+    def _complete_reassignment(self, tp: TopicPartition, unneeded: tuple[int, ...] = ()) -> None:
+        """Phase B: B2 in memory, B3 + B4 in one state write, then B5, B6 and B8."""
+        assignment = self.replica_assignment(tp)
+        target = assignment.target
+        self._completing[tp] = target  # B2
+        if self._reassign_rule(tp, self.states[tp]) is None:
+            del self._completing[tp]
+            if assignment.being_reassigned and tp not in self._reassign_stalled:
+                self._reassign_stalled.add(tp)  # said once; tried again after every event
+                self._log(f"controller {self.config.broker_id} epoch {self.epoch}: the "
+                          f"reassignment of {tp} to {list(target)} waits: no target replica "
+                          f"is live and in the ISR {list(self.states[tp].isr)} to lead")
+            self._stop_removed_replicas(tp, unneeded)
+            self._reassign_busy.discard(tp)
+            return
+        self._reassign_stalled.discard(tp)
+        removed = tuple(dict.fromkeys((*assignment.removing, *unneeded, *self._strays(tp))))
+        if self._reassign_state_written.get(tp) != self.states[tp]:
+            self._reassign_state_written.pop(tp, None)
+            self._reassign_parked.pop(tp, None)
+
+        def finished(error: int, message: str | None) -> None:
+            if error != ErrorCode.NONE:
+                # the znode still names the move: it is listed and completes again (phase B
+                # anew, the znode write alone while the state is the one written) on the
+                # RetryReassignments tick
+                self._completing.pop(tp, None)
+                self._reassign_busy.discard(tp)
+                self._reassign_failed.add(tp)
+                self._log(f"controller {self.config.broker_id} epoch {self.epoch}: writing "
+                          f"the completed reassignment of {tp} to {list(target)} failed: "
+                          f"{message}")
+                return
+            self._completing.pop(tp, None)
+            self._reassign_busy.discard(tp)
+            self._reassign_state_written.pop(tp, None)
+            parked = self._reassign_parked.pop(tp, ())
+            if parked:  # B5 again for those it could not delete before B6 failed
+                self._stop_removed_replicas(tp, parked)
+            self._update_metadata([tp])  # B8
+
+        def written(outcomes: dict[TopicPartition, Outcome]) -> None:
+            outcome = outcomes.get(tp)
+            if not isinstance(outcome, LeaderAndIsr):
+                self._completing.pop(tp, None)
+                self._reassign_busy.discard(tp)
+                self._reassign_failed.add(tp)
+                self._log(f"controller {self.config.broker_id} epoch {self.epoch}: completing "
+                          f"the reassignment of {tp} to {list(target)} failed: {outcome}")
+                # the replicas U1 dropped are stopped still (those the znode names wait
+                # for the retry; one in the ISR waits in ``_removed_pending``)
+                self._stop_removed_replicas(tp, unneeded)
+                return
+            self._reassign_state_written[tp] = outcome
+            self._stop_removed_replicas(tp, removed)  # B5
+            pending = self._removed_pending.get(tp, set())
+            self._reassign_parked[tp] = tuple(r for r in removed if r in pending)
+            self._write_partition_assignment(tp, ReplicaAssignment(target), finished)  # B6
+
+        if tp in self._reassign_state_written:  # B3 + B4 done: B6 failed before
+            self._write_partition_assignment(tp, ReplicaAssignment(target), finished)
+            return
+        self._change_partitions([tp], self._reassign_rule, written)
+
+    def _stop_removed_replicas(self, tp: TopicPartition, replicas: Iterable[int]) -> None:
+        """Replicas no longer assigned: OfflineReplica (out of the ISR already), then
+        deleted (StopReplica with delete to a live broker), then forgotten (Kafka's
+        stopRemovedReplicasOfReassignedPartition does not wait for the deletion either).
+        One still the leader or in the ISR (no write took it out: no leader was found, or
+        the write failed) is not deleted: it may hold the only in-sync copy; it waits in
+        ``_removed_pending`` until a state write takes it out. One on a dead broker waits
+        there for the broker to register again."""
+        state = self.states.get(tp)
+        for replica in replicas:
+            if replica in self.assignment(tp):
+                continue  # assigned again (a later move)
+            if state is not None and tp.topic not in self.deleting \
+                    and (replica == state.leader or replica in state.isr):
+                if replica not in self._removed_pending.get(tp, set()):
+                    self._log(f"controller {self.config.broker_id} epoch {self.epoch}: "
+                              f"replica {replica} of {tp} left the replica set but is still "
+                              f"the leader or in the ISR {list(state.isr)}: not deleted yet")
+                self._removed_pending.setdefault(tp, set()).add(replica)
+                continue
+            key = (tp, replica)
+            if self.replica_fsm.can_move(key, _R.OFFLINE):
+                self._move_replica(tp, replica, _R.OFFLINE)
+            if replica in self.brokers:
+                self._stop_replica(replica, tp, delete=True, leader_epoch=state.leader_epoch
+                                   if state is not None else -1)
+                pending = self._removed_pending.get(tp)
+                if pending is not None:
+                    pending.discard(replica)
+                    if not pending:
+                        del self._removed_pending[tp]
+                failed = self.failed_replicas.get(tp)
+                if failed is not None:
+                    failed.pop(replica, None)
+                    if not failed:
+                        del self.failed_replicas[tp]
+            else:
+                self._removed_pending.setdefault(tp, set()).add(replica)
+            self.replica_fsm.forget([key])
+            self._forget_confirmations({replica}, [tp])
+
+    def _retry_removed_replicas(self) -> None:
+        """After every event: removed replicas waiting are deleted once out of the ISR and
+        on a live broker; one still in the ISR of a partition no step of a reassignment is
+        writing is taken out by a state write (the reassignment rule, if it finds a
+        leader; else it waits)."""
+        for tp in sorted(self._removed_pending):
+            if tp.topic not in self.topics or tp.topic in self.deleting or tp not in self.states:
+                # the topic is (being) deleted: its deletion does not stop these
+                assigned = set(self.assignment(tp)) if tp.topic in self.topics \
+                    and tp.partition in self.topics[tp.topic].assignment.partitions else set()
+                left = {r for r in self._removed_pending[tp] if r not in assigned}
+                for replica in sorted(r for r in left if r in self.brokers):
+                    self._stop_replica(replica, tp, delete=True)
+                    left.discard(replica)
+                if left:
+                    self._removed_pending[tp] = left
+                else:
+                    del self._removed_pending[tp]
+                continue
+            assigned = set(self.assignment(tp))
+            waiting = sorted(r for r in self._removed_pending[tp] if r not in assigned)
+            if not waiting:  # assigned again by a later move
+                del self._removed_pending[tp]
+                continue
+            self._removed_pending[tp] = set(waiting)
+            state = self.states[tp]
+            in_sync = [r for r in waiting if r == state.leader or r in state.isr]
+            ready = [r for r in waiting if r not in in_sync and r in self.brokers]
+            if ready:
+                self._stop_removed_replicas(tp, ready)
+            if in_sync and tp not in self._reassign_busy and tp not in self._reassign_failed \
+                    and self._reassign_rule(tp, state) is not None:
+                self._reassign_busy.add(tp)
+                self._change_partitions([tp], self._reassign_rule, self._unbusy(tp))
+
+    def _unbusy(self, tp: TopicPartition) -> Callable[[dict[TopicPartition, Outcome]], None]:
+        def done(outcomes: dict[TopicPartition, Outcome]) -> None:
+            self._reassign_busy.discard(tp)
+            if not isinstance(outcomes.get(tp), LeaderAndIsr):
+                self._reassign_failed.add(tp)  # tried again on the RetryReassignments tick
+        return done
+
+    def _write_partition_assignment(self, tp: TopicPartition, assignment: ReplicaAssignment,
+                                    then: Callable[[int, str | None], None]) -> None:
+        self._assignment_queue.setdefault(tp.topic, []).append(
+            _AssignmentWrite(tp.partition, assignment, then))
+        self._flush_assignment_writes(tp.topic)
+
+    def _flush_assignment_writes(self, topic: str, attempt: int = 1) -> None:
+        """Write the queued partition assignments of ``topic`` in one write of its znode, at
+        the version the cache holds; the cache takes them once written. One write at a time
+        per topic; a version conflict with a znode that is otherwise what the cache holds
+        (a write whose answer was lost) is written again at the new version."""
+        if topic in self._assignment_in_flight:
+            return
+        queued = self._assignment_queue.pop(topic, [])
+        if not queued:
+            return
+        record = self.topics.get(topic)
+        if record is None or topic in self.deleting:
+            for item in queued:
+                item.then(int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                          f"topic {topic!r} is being deleted")
+            return
+
+        def apply(assignment: TopicAssignment) -> TopicAssignment:
+            for item in queued:
+                assignment = assignment.with_replica_assignment(item.partition, item.assignment)
+            return assignment
+
+        written = apply(record.assignment)
+        self._assignment_in_flight.add(topic)
+
+        def finish(error: int, message: str | None) -> None:
+            self._assignment_in_flight.discard(topic)
+            for item in queued:
+                item.then(error, message)
+            self._flush_assignment_writes(topic)
+
+        def failed(message: str) -> None:
+            finish(int(ErrorCode.UNKNOWN_SERVER_ERROR),
+                   f"writing the assignment of topic {topic!r} failed: {message}")
+
+        def on_result(_key: Any, result: WriteResult) -> None:
+            if not result.ok:
+                failed(f"{result.code.value} {result.message or ''}".strip())
+                return
+            current = self.topics.get(topic)
+            if current is not None and topic not in self.deleting:
+                # (a topic being deleted keeps the set its deletion waits for)
+                self.topics[topic] = replace(current, assignment=replace(
+                    apply(current.assignment), version=result.version))
+            finish(int(ErrorCode.NONE), None)
+
+        def on_conflict(now: TopicAssignment | None) -> None:
+            current = self.topics.get(topic)
+            if (now is not None and current is not None and topic not in self.deleting
+                    and replace(now, version=current.assignment.version) != current.assignment):
+                # written by someone else: the cache takes the znode as it is now (else
+                # every retry would conflict again), when it names the same partitions
+                # (one the controller never initialised is not taken), and the steps
+                # waiting are decided anew from it on the RetryReassignments tick
+                same = set(now.partitions) == set(current.assignment.partitions)
+                if same:
+                    self.topics[topic] = replace(current, assignment=now)
+                self._log(f"controller {self.config.broker_id} epoch {self.epoch}: the znode "
+                          f"of topic {topic!r} was written by another (version "
+                          f"{now.version}): " + ("taken as it is" if same else
+                                                 "it names other partitions: not taken"))
+                failed("its znode changed meanwhile")
+                return
+            if now is None or current is None or attempt >= self.config.max_conflict_retries:
+                failed("its znode changed meanwhile")
+                return
+            self.topics[topic] = replace(current, assignment=now)
+            self._assignment_in_flight.discard(topic)
+            self._assignment_queue[topic] = queued + self._assignment_queue.get(topic, [])
+            self._flush_assignment_writes(topic, attempt + 1)
+
+        write_id = self._write(lambda w: SetTopicAssignment(w, topic, written, fail_fast=False))
+        self._topic_writes[write_id] = _TopicWrite(on_result, failed, on_conflict)
+
+    def _on_list_reassignments(self, event: ListPartitionReassignments) -> None:
+        """Kafka's processListPartitionReassignments: the partitions asked for (or all)
+        whose reassignment is in progress; others (unknown ones too) are left out."""
+        asked = (self._reassigning_partitions() if event.partitions is None
+                 else list(dict.fromkeys(event.partitions)))
+        rows = []
+        for tp in asked:
+            record = self.topics.get(tp.topic)
+            if (record is None or tp.partition not in record.assignment.partitions
+                    or tp in self._completing):
+                continue
+            assignment = record.assignment.replica_assignment(tp.partition)
+            if assignment.being_reassigned:
+                rows.append(OngoingReassignment(tp, assignment.replicas, assignment.adding,
+                                                assignment.removing))
+        self._reply(event.request_id,
+                    ListReassignmentsResult(int(ErrorCode.NONE), tuple(rows)))
+
     # ---------------------------------------------------------------- inspection
     def snapshot(self) -> dict[str, Any]:
         """The core's view, for tests and the controller's debug endpoint."""
@@ -1787,4 +2470,5 @@ class ControllerCore:
             "partition_states": self.partition_fsm.snapshot(),
             "replica_states": self.replica_fsm.snapshot(),
             "pending_writes": len(self._changes) + len(self._topic_writes),
+            "reassigning": self._reassigning_partitions(),
         }

@@ -16,6 +16,7 @@ The actor, in outline::
     on a LeaderAndIsr response naming ids: driver.feed(TopicIdsConfirmed(...))
     every retry.backoff.ms while pending:   driver.retry_writes()
     every leader.imbalance.check.interval:  driver.feed(AutoLeaderRebalance())
+    every 5 s while core.reassign_retry_pending: driver.feed(RetryReassignments())
 
 Effects of one event are performed in order; the outcome of a metadata write
 is handled after the effects already returned (first in, first out), so

@@ -39,9 +39,9 @@ def execute_write(effect: MetadataWrite, store: MetadataStore,
                   fence: ControllerFence) -> MetadataWritten | MetadataWriteFailed:
     """Perform ``effect``; ControllerMoved propagates (the caller resigns)."""
     try:
-        if isinstance(effect, SetTopicAssignment) and effect.clear_adoption:
+        if isinstance(effect, SetTopicAssignment):
             result = store.set_topic_assignment(effect.topic, effect.assignment, fence,
-                                                clear_adoption=True)
+                                                clear_adoption=effect.clear_adoption)
             # refused: the znode as it is now, for the core to try again at its version
             now = ({effect.topic: store.get_topic_assignments([effect.topic]).get(effect.topic)}
                    if result.code is WriteCode.BAD_VERSION else {})
@@ -60,9 +60,6 @@ def _perform(effect: MetadataWrite, store: MetadataStore, fence: ControllerFence
             return {effect.topic: WriteResult(WriteCode.OK, version)}, {}
         except TopicExists as exc:
             return {effect.topic: WriteResult(WriteCode.NODE_EXISTS, -1, str(exc))}, {}
-    if isinstance(effect, SetTopicAssignment):
-        return {effect.topic: store.set_topic_assignment(
-            effect.topic, effect.assignment, fence, clear_adoption=effect.clear_adoption)}, {}
     if isinstance(effect, (CreatePartitionStates, UpdatePartitionStates)):
         states = dict(effect.states)
         if isinstance(effect, CreatePartitionStates):

@@ -224,8 +224,9 @@ def encode_topic_assignment(assignment: TopicAssignment) -> bytes:
     doc: dict[str, object] = {
         "version": TOPIC_ASSIGNMENT_VERSION,
         "partitions": {str(p): list(r) for p, r in sorted(assignment.partitions.items())},
-        "adding_replicas": {},
-        "removing_replicas": {},
+        "adding_replicas": {str(p): list(r) for p, r in sorted(assignment.adding.items()) if r},
+        "removing_replicas": {str(p): list(r)
+                              for p, r in sorted(assignment.removing.items()) if r},
     }
     if assignment.topic_id:  # as Kafka (2.8+) keeps it; absent for an older version's topic
         doc["version"] = TOPIC_ID_ASSIGNMENT_VERSION
@@ -238,20 +239,43 @@ def encode_topic_assignment(assignment: TopicAssignment) -> bytes:
 def decode_topic_assignment(topic: str, data: bytes | None, version: int = -1) -> TopicAssignment:
     path = topic_path(topic)
     doc = _load(path, data)
-    partitions = _field(path, doc, "partitions", dict)
-    out: dict[int, tuple[int, ...]] = {}
-    for key, replicas in partitions.items():
-        if not str(key).isdigit() or not isinstance(replicas, list) or not all(
-                isinstance(r, int) and not isinstance(r, bool) for r in replicas):
-            raise BadZnode(f"{path}: bad partition entry {key!r}: {replicas!r:.60}")
-        out[int(key)] = tuple(replicas)
+    out = _replica_lists(path, "partition", _field(path, doc, "partitions", dict))
+    reassigning: list[dict[int, tuple[int, ...]]] = []
+    for name in ("adding_replicas", "removing_replicas"):
+        entries = doc.get(name) or {}
+        if not isinstance(entries, dict):
+            raise BadZnode(f"{path}: bad {name} {entries!r:.60}")
+        reassigning.append({p: r for p, r in _replica_lists(path, name, entries).items() if r})
+    # A partition whose adding or removing replicas are not all among its replicas (a znode
+    # written by hand, or by a tool that got it wrong): its reassignment fields are dropped,
+    # said in the log; its replicas stand (a BadZnode would stop the controller's load)
+    for p in sorted({*reassigning[0], *reassigning[1]}):
+        named = {*reassigning[0].get(p, ()), *reassigning[1].get(p, ())}
+        if p not in out or named - set(out[p]):
+            logger.warning("{}: the adding/removing replicas of partition {} ({}, {}) are not "
+                           "all among its replicas {}: ignored", path, p,
+                           list(reassigning[0].get(p, ())), list(reassigning[1].get(p, ())),
+                           list(out.get(p, ())))
+            reassigning[0].pop(p, None)
+            reassigning[1].pop(p, None)
     topic_id = doc.get("topic_id", "")
     if topic_id != "" and not is_topic_id(topic_id):
         raise BadZnode(f"{path}: bad topic_id {topic_id!r:.60}")
     adopted = doc.get("topic_id_adopted", False)
     if not isinstance(adopted, bool) or (adopted and not topic_id):
         raise BadZnode(f"{path}: bad topic_id_adopted {adopted!r:.60}")
-    return TopicAssignment(out, version, topic_id, adopted)
+    return TopicAssignment(out, version, topic_id, adopted, reassigning[0], reassigning[1])
+
+
+def _replica_lists(path: str, name: str, entries: dict[object, object]
+                   ) -> dict[int, tuple[int, ...]]:
+    out: dict[int, tuple[int, ...]] = {}
+    for key, replicas in entries.items():
+        if not str(key).isdigit() or not isinstance(replicas, list) or not all(
+                isinstance(r, int) and not isinstance(r, bool) for r in replicas):
+            raise BadZnode(f"{path}: bad {name} entry {key!r}: {replicas!r:.60}")
+        out[int(str(key))] = tuple(replicas)
+    return out
 
 
 ADOPTED_TOPIC_ID_VERSION = 1

@@ -144,6 +144,8 @@ API_CHECKS: dict[int, tuple[Check, ...]] = {
     ApiKey.DescribeTopicPartitions: (_topic(Op.DESCRIBE, denied=HIDE),),
     ApiKey.AlterReplicaLogDirs: (_cluster(Op.ALTER),),
     ApiKey.ElectLeaders: (_cluster(Op.ALTER),),
+    ApiKey.AlterPartitionReassignments: (_cluster(Op.ALTER),),
+    ApiKey.ListPartitionReassignments: (_cluster(Op.DESCRIBE),),
     ApiKey.LeaderAndIsr: (_cluster(Op.CLUSTER_ACTION),),
     ApiKey.StopReplica: (_cluster(Op.CLUSTER_ACTION),),
     ApiKey.UpdateMetadata: (_cluster(Op.CLUSTER_ACTION),),

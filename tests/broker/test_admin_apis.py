@@ -591,3 +591,29 @@ def test_describe_topic_partitions_pages_with_a_cursor(broker: BrokerProcess,
     assert rest["next_cursor"] is None
     [part] = rest["topics"][1]["partitions"][:1]
     assert part["leader_id"] == 1 and part["replica_nodes"] == [1] and part["isr_nodes"] == [1]
+
+
+# ------------------------------------------------------- partition reassignments
+
+
+def test_a_single_node_answers_reassignments_as_its_only_broker(
+        broker: BrokerProcess, kadmin: KafkaAdminClient) -> None:
+    """No cluster, one broker: a move to it is done already, any other set is refused
+    INVALID_REPLICA_ASSIGNMENT, there is never a reassignment to cancel or list."""
+    create(kadmin, "placed", 2)
+    wait_until(lambda: partition_count(kadmin, "placed") == 2, "placed to exist")
+    me = kadmin.describe_cluster()["brokers"][0]["broker_id"]
+    answer = kadmin.alter_partition_reassignments({
+        TopicPartition("placed", 0): [me],
+        TopicPartition("placed", 1): [me, me + 1],
+        TopicPartition("placed", 7): [me],
+        TopicPartition("nope", 0): [me]})
+    assert answer == {
+        TopicPartition("placed", 0): None,
+        TopicPartition("placed", 1): kerr.InvalidReplicationAssignmentError,
+        TopicPartition("placed", 7): kerr.UnknownTopicOrPartitionError,
+        TopicPartition("nope", 0): kerr.UnknownTopicOrPartitionError}
+    answer = kadmin.alter_partition_reassignments({TopicPartition("placed", 0): None})
+    assert answer == {TopicPartition("placed", 0): kerr.NoReassignmentInProgressError}
+    assert kadmin.list_partition_reassignments() == {}
+    assert kadmin.list_partition_reassignments([TopicPartition("placed", 0)]) == {}

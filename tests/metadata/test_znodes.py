@@ -213,3 +213,24 @@ def test_the_registration_carries_the_inter_node_wire_fingerprint() -> None:
     assert znodes.decode_broker(2, json.dumps(doc).encode(), epoch=9) == info
     # a registration from before the fingerprint (or a Kafka broker's): empty, not an error
     assert znodes.decode_broker(3, KAFKA_BROKER, epoch=77).wire == ""
+
+
+def test_topic_assignment_keeps_a_reassignment_in_kafkas_fields() -> None:
+    assignment = TopicAssignment({0: (3, 1), 1: (2,)}, adding={0: (3,)}, removing={0: (1,)})
+    data = znodes.encode_topic_assignment(assignment)
+    doc = json.loads(data)
+    assert doc["adding_replicas"] == {"0": [3]} and doc["removing_replicas"] == {"0": [1]}
+    back = znodes.decode_topic_assignment("t", data, 4)
+    assert back == replace(assignment, version=4)
+    assert back.replica_assignment(0).origin == (1,) and back.replica_assignment(0).target == (3,)
+    # Kafka's own znode, written by its controller mid-reassignment, reads the same
+    kafka = (b'{"version":2,"partitions":{"0":[3,1],"1":[2]},'
+             b'"adding_replicas":{"0":[3]},"removing_replicas":{"0":[1]}}')
+    assert znodes.decode_topic_assignment("t", kafka, 4) == back
+    # adding/removing replicas not among the partition's: those fields are dropped (logged),
+    # the rest of the znode read (not a BadZnode stopping the controller's load)
+    odd = znodes.decode_topic_assignment("t", (
+        b'{"version":2,"partitions":{"0":[1],"1":[3,2]},"adding_replicas":{"0":[3],"1":[3]},'
+        b'"removing_replicas":{"0":[1],"1":[2],"7":[5]}}'), 4)
+    assert odd.partitions == {0: (1,), 1: (3, 2)}
+    assert odd.adding == {1: (3,)} and odd.removing == {1: (2,)}

@@ -30,8 +30,13 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KTopicPartition
 from kafka.admin import KafkaAdminClient
-from kafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
+from kafka.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    TopicAuthorizationFailedError,
+)
 
 from actors.security.acl import ResourceType as CoreType
 from actors.security.local_store import LocalSecurityStore
@@ -275,6 +280,33 @@ def test_a_transactional_producer_without_acls_gets_53(node: tuple[BrokerProcess
     with pytest.raises(KafkaException) as refused:
         producer.init_transactions(15)
     assert refused.value.args[0].code() == 53
+
+
+def test_partition_reassignments_need_alter_resp_describe_on_the_cluster(
+        node: tuple[BrokerProcess, str]) -> None:
+    """AlterPartitionReassignments needs Alter on the cluster, ListPartitionReassignments
+    Describe on it (Kafka's checks): alice has neither, the super user is served."""
+    broker, _ = node
+    topic = f"moved-{time.time_ns()}"
+    creator = _admin(broker)  # kept: a dropped client cancels its futures
+    for future in creator.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(timeout=15)
+    tp = KTopicPartition(topic, 0)
+    alice = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15_000,
+                             **_kp("alice"))
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15_000,
+                             **_kp("admin"))
+    try:
+        with pytest.raises(ClusterAuthorizationFailedError):
+            alice.alter_partition_reassignments({tp: None})
+        with pytest.raises(ClusterAuthorizationFailedError):
+            alice.list_partition_reassignments()
+        me = admin.describe_cluster()["brokers"][0]["broker_id"]
+        assert admin.alter_partition_reassignments({tp: [me]}) == {tp: None}
+        assert admin.list_partition_reassignments() == {}
+    finally:
+        alice.close()
+        admin.close()
 
 
 def test_offset_fetch_answers_only_the_topics_the_user_may_describe(

@@ -622,6 +622,18 @@ RESPONSE_EXAMPLES: dict[int, dict[str, Any]] = {
             {"partition_id": 0, "error_code": 0, "error_message": None},
             {"partition_id": 1, "error_code": 84, "error_message": None}]}],
     },
+    45: {
+        "throttle_time_ms": 0, "error_code": 0, "error_message": None,
+        "responses": [{"name": "orders", "partitions": [
+            {"partition_index": 0, "error_code": 0, "error_message": None},
+            {"partition_index": 1, "error_code": 39, "error_message": "Duplicate replica ids"}]}],
+    },
+    46: {
+        "throttle_time_ms": 0, "error_code": 0, "error_message": None,
+        "topics": [{"name": "orders", "partitions": [
+            {"partition_index": 0, "replicas": [3, 1], "adding_replicas": [3],
+             "removing_replicas": [1]}]}],
+    },
     # ACLs (branch acl): Describe, Create, Delete
     29: {
         "throttle_time_ms": 0, "error_code": 0, "error_message": None,

@@ -8,6 +8,8 @@ from typing import NamedTuple
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     CreateAclsRequest,
     CreateAclsResponse,
     CreatePartitionsRequest,
@@ -38,6 +40,8 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
 )
 from kafka.protocol.admin.cluster import DescribeClusterRequest, DescribeClusterResponse
 from kafka.protocol.admin.transactions import (
@@ -188,6 +192,10 @@ _MESSAGE_CLASSES: dict[int, tuple[type[ApiMessage], type[ApiMessage]]] = {
     ApiKey.SaslHandshake: (SaslHandshakeRequest, SaslHandshakeResponse),
     ApiKey.SaslAuthenticate: (SaslAuthenticateRequest, SaslAuthenticateResponse),
     ApiKey.ElectLeaders: (ElectLeadersRequest, ElectLeadersResponse),
+    ApiKey.AlterPartitionReassignments: (AlterPartitionReassignmentsRequest,
+                                         AlterPartitionReassignmentsResponse),
+    ApiKey.ListPartitionReassignments: (ListPartitionReassignmentsRequest,
+                                        ListPartitionReassignmentsResponse),
     ApiKey.AddPartitionsToTxn: (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
     ApiKey.AddOffsetsToTxn: (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
     ApiKey.EndTxn: (EndTxnRequest, EndTxnResponse),

@@ -305,8 +305,8 @@ class TopicDeletions(NamedTuple):
     """ReplicaManager -> its node's GroupCoordinators (a cluster), from UpdateMetadata:
     topic name -> topic id ("" if none) of topics whose deletion the controller has
     ``started`` (their partitions come with LEADER_DURING_DELETE) or ``completed`` (znodes
-    gone). A coordinator notes when it learned of a start and, at the completion, takes
-    the offsets committed up to then (a namesake made later keeps its own)."""
+    gone). At a completion a coordinator takes every offset of the topic from its groups
+    (a start alone takes nothing; a resent completion is applied once)."""
 
     started: dict[str, str]
     completed: dict[str, str]

@@ -759,6 +759,11 @@ class ControllerCore:
         self.brokers = {b.broker_id: b for b in event.brokers}
         self.topics = dict(event.topics)
         self.deleting = set(event.topics_to_delete) & set(self.topics)
+        # with delete.topic.enable=false the markers go unheeded (Kafka's deletion manager
+        # removes them): the topics stay, their offsets too
+        disabled = sorted(self.deleting) if not self.config.delete_topic_enable else []
+        if disabled:
+            self.deleting = set()
         newer = [s for s in event.partition_states.values() if s.controller_epoch > self.epoch]
         if newer:
             self._resign(f"a partition state was written by controller epoch "
@@ -800,8 +805,9 @@ class ControllerCore:
                 self._advance_reassignment(tp)
         self._assign_topic_ids(self.topics)
         stray = set(event.topics_to_delete) - set(self.topics)
-        if stray:
-            self._write(lambda w: RemoveTopicDeletionMarkers(w, tuple(sorted(stray))))
+        if stray or disabled:
+            unheeded = tuple(sorted(stray | set(disabled)))
+            self._write(lambda w: RemoveTopicDeletionMarkers(w, unheeded))
 
     def _on_resigned(self, reason: str, unanswered: Any = None) -> None:
         pending = list(self._requests.values())
@@ -1426,6 +1432,17 @@ class ControllerCore:
         for topic in sorted(topics & set(self.topics) - self.deleting):
             self._start_topic_deletion(topic)
 
+    def _forget_reassignment(self, tp: TopicPartition) -> None:
+        """A deleted partition's reassignment memory goes with it: a namesake's move must
+        not find a step of the old one written (keyed by name and partition)."""
+        self._completing.pop(tp, None)
+        self._reassign_busy.discard(tp)
+        self._reassign_stalled.discard(tp)
+        self._reassign_failed.discard(tp)
+        self._reassign_failed_advance.discard(tp)
+        self._reassign_state_written.pop(tp, None)
+        self._reassign_parked.pop(tp, None)
+
     def _start_topic_deletion(self, topic: str, restart: bool = False) -> None:
         """Tell every node to drop the topic, then have each replica deleted (StopReplica)."""
         if topic in self.deleting and not restart:
@@ -1522,8 +1539,7 @@ class ControllerCore:
             for tp in tps:
                 for replica in self.assignment(tp):
                     self._move_replica(tp, replica, _R.NON_EXISTENT)
-                self._completing.pop(tp, None)
-                self._reassign_busy.discard(tp)
+                self._forget_reassignment(tp)
                 self.states.pop(tp, None)
                 self._confirmed.pop(tp, None)
             self.topics.pop(topic, None)

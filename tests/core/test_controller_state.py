@@ -1373,3 +1373,20 @@ def test_a_completed_deletion_is_named_to_every_live_broker_once_by_its_id() -> 
     mark = len(ctl.sent)
     assert codes(create(c, "t", 1, 1)) == [0]
     assert all(not m.deleted_topics for _, m in update_metadata(ctl, mark))
+
+
+def test_a_new_controller_with_deletion_disabled_removes_the_markers_it_finds() -> None:
+    """delete.topic.enable=false: a deletion marker a new controller finds (left from before
+    the setting, or written by a tool) is removed, as Kafka's deletion manager does, and
+    the topic stays; it used to be deleted at the failover (its offsets with it)."""
+    c = cluster(delete_topic_enable=False)
+    create(c, "keep", assignment={0: (1, 2, 3)})
+    old = c.controller
+    new = c.add_candidate(101)
+    c.zk.expire(old.store.session_id or 0)
+    assert c.reader.mark_topic_for_deletion("keep")  # before the new controller loads
+    c.pump()
+    assert new.driver.active
+    assert c.reader.get_topic_deletions() == set()
+    assert c.assignment("keep") == {0: (1, 2, 3)}
+    assert not [row for _, row in stop_replica_rows(new) if row.topic == "keep"]

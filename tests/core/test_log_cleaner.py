@@ -451,15 +451,7 @@ def test_a_merged_segments_aborted_transactions_survive_a_restart(tmp_path: Path
     restart, a read_committed fetch still learns the transaction was aborted. Before, the
     merged-away segment's file was the only copy, and the restart deleted it as an orphan:
     the aborted records then read as committed."""
-    log = keyed_log(tmp_path / "t-0", 6, keys=1)
-    log.append_as_leader(build_batch([b"x"], keys=[b"pad"]), 0, 0)                 # 6
-    log.append_as_leader(_txn_records(7, 0, 0, [b"a", b"b"], b"aborted"), 0, 0)    # 7-8
-    log.append_control(7, 0, False, 0, 0, 0)                                        # 9
-    for i in range(4):
-        log.append_as_leader(build_batch([b"f"], keys=[b"f%d" % i]), 0, 0)
-    log.update_high_watermark(log.log_end_offset)
-    log.roll(0)
-    log.flush(0)
+    log = _log_with_a_merged_away_abort(tmp_path / "t-0")
     before = log.aborted_transactions(0, log.log_end_offset)
     assert [a[:3] for a in before] == [(7, 7, 9)]
     plan = clean_once(log, {}, log.log_end_offset, 10_000)

@@ -746,3 +746,34 @@ def test_a_znode_written_by_another_is_taken_and_the_step_tried_again(
     assert c.assignment("t") == {0: (3,), 1: (2, 1)} and ongoing(c) == ()
     c.feed(RetryReassignments())
     assert not c.controller.core.reassign_retry_pending
+
+
+def test_a_deleted_partition_leaves_no_reassignment_memory_for_a_namesake(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A move whose last znode write failed (its completed state remembered for the retry)
+    and whose topic is then deleted: the deletion takes that memory too, so a namesake's
+    move does not find a step of the old one written (it would skip its own ISR cut)."""
+    c = cluster()
+    create(c, "t", {0: (1,)})
+    tp = TP("t", 0)
+    assert reassign(c, (tp, (3,))) == [0]
+    store = c.controller.store
+    real = store.set_topic_assignment
+
+    def failing(topic: str, *args: Any, **kwargs: Any) -> Any:
+        if topic == "t":
+            return WriteResult(WriteCode.ERROR, -1, "injected")
+        return real(topic, *args, **kwargs)
+
+    monkeypatch.setattr(store, "set_topic_assignment", failing)
+    catch_up(c, tp, (1, 3))
+    core = c.controller.core
+    assert tp in core._reassign_state_written and tp in core._reassign_failed
+    monkeypatch.setattr(store, "set_topic_assignment", real)
+    result = c.request(lambda rid: DeleteTopics(rid, ("t",)))
+    assert isinstance(result, DeleteTopicsResult)
+    for broker in (1, 3):
+        c.feed(StopReplicaDone(broker, 0, {tp: 0}))
+    assert "t" not in core.topics
+    assert tp not in core._reassign_state_written and tp not in core._reassign_failed
+    assert tp not in core._reassign_parked and tp not in core._completing

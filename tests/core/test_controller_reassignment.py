@@ -89,6 +89,20 @@ def catch_up(c: Cluster, tp: TopicPartition, isr: tuple[int, ...]) -> None:
     assert [p.error_code for p in result.partitions] == [0]
 
 
+
+def fail_assignment_writes(monkeypatch: pytest.MonkeyPatch, store: Any, topic: str) -> Any:
+    """Every write of ``topic``'s znode fails (an error answer) until the returned real
+    method is put back."""
+    real = store.set_topic_assignment
+
+    def failing(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == topic:
+            return WriteResult(WriteCode.ERROR, -1, "injected")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(store, "set_topic_assignment", failing)
+    return real
+
 def test_reassign_to_adds_then_completes_once_the_target_is_in_the_isr() -> None:
     """RF 1 on broker 1 -> broker 3: the znode names both with adding/removing, the leader
     epoch goes up and broker 3 is told its role; once it is in the ISR it leads, broker 1
@@ -693,14 +707,7 @@ def test_a_removed_replica_on_a_dead_broker_is_deleted_after_a_failed_last_znode
     c.pump()
     assert reassign(c, (tp, (2, 3))) == [0]
     store = ctl.store
-    real = store.set_topic_assignment
-
-    def failing(topic: str, *args: Any, **kwargs: Any) -> Any:
-        if topic == "t":
-            return WriteResult(WriteCode.ERROR, -1, "injected")
-        return real(topic, *args, **kwargs)
-
-    monkeypatch.setattr(store, "set_topic_assignment", failing)
+    real = fail_assignment_writes(monkeypatch, store, "t")
     catch_up(c, tp, (2, 3))
     assert ongoing(c) == (OngoingReassignment(tp, (2, 3, 1), (3,), (1,)),)
     state = c.state("t", 0)
@@ -758,14 +765,7 @@ def test_a_deleted_partition_leaves_no_reassignment_memory_for_a_namesake(
     tp = TP("t", 0)
     assert reassign(c, (tp, (3,))) == [0]
     store = c.controller.store
-    real = store.set_topic_assignment
-
-    def failing(topic: str, *args: Any, **kwargs: Any) -> Any:
-        if topic == "t":
-            return WriteResult(WriteCode.ERROR, -1, "injected")
-        return real(topic, *args, **kwargs)
-
-    monkeypatch.setattr(store, "set_topic_assignment", failing)
+    real = fail_assignment_writes(monkeypatch, store, "t")
     catch_up(c, tp, (1, 3))
     core = c.controller.core
     assert tp in core._reassign_state_written and tp in core._reassign_failed

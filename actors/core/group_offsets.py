@@ -255,20 +255,17 @@ class GroupOffsets(GroupCoreBase):
         if not names:
             return fx
 
-        def stale(tp: TopicPartition, value: OffsetAndMetadata) -> bool:
-            return tp[0] in names
-
         # a commit still being appended is in the log before the tombstone: it goes too
         gone: dict[str, tuple[GroupMetadata, set[TopicPartition]]] = {}
         for pending in self._pending_appends.values():
             if isinstance(pending, _PendingCommit):
-                tps = [tp for tp, v in pending.offsets.items() if stale(tp, v)]
+                tps = [tp for tp in pending.offsets if tp[0] in names]
                 for tp in tps:
                     del pending.offsets[tp]
                 if tps:
                     gone.setdefault(pending.group.group_id, (pending.group, set()))[1].update(tps)
         for group in self._groups.values():
-            tps = [tp for tp, value in group.offsets.items() if stale(tp, value)]
+            tps = [tp for tp in group.offsets if tp[0] in names]
             for tp in tps:
                 del group.offsets[tp]
             if tps:
@@ -278,11 +275,11 @@ class GroupOffsets(GroupCoreBase):
                                       for t, p in sorted(taken)), fx)
         for pending in self._pending_appends.values():  # in an open transaction
             if isinstance(pending, _PendingTxnCommit):
-                for tp in [tp for tp, v in pending.offsets.items() if stale(tp, v)]:
+                for tp in [tp for tp in pending.offsets if tp[0] in names]:
                     del pending.offsets[tp]
         for by_group in self._txn_offsets.values():
             for offsets in by_group.values():
-                for tp in [tp for tp, v in offsets.items() if stale(tp, v)]:
+                for tp in [tp for tp in offsets if tp[0] in names]:
                     del offsets[tp]
         return fx
 

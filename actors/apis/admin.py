@@ -280,7 +280,9 @@ def handle_describe_log_dirs(ctx: HandlerContext, header: Any, req: Any) -> ApiG
 def handle_describe_topic_partitions(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     """Metadata's partition view, topic by topic in name order, at most
     ``response_partition_limit`` partitions per answer; ``next_cursor`` says where the
-    next request starts."""
+    next request starts. A partition's row carries no error, as Kafka's (KRaft's
+    getPartitionMetadataForDescribeTopicResponse): a partition without a leader, or whose
+    leader has no endpoint on the request's listener, is told by leader -1 alone."""
     names = sorted({t.name for t in req.topics}) if req.topics else sorted(ctx.topics)
     limit = max(1, min(int(req.response_partition_limit or MAX_PARTITIONS_PER_RESPONSE),
                        MAX_PARTITIONS_PER_RESPONSE))
@@ -305,7 +307,7 @@ def handle_describe_topic_partitions(ctx: HandlerContext, header: Any, req: Any)
         topics.append({
             "error_code": NONE, "name": name, "is_internal": name.startswith("__"),
             "partitions": [{
-                "error_code": r["error_code"], "partition_index": r["partition_index"],
+                "error_code": NONE, "partition_index": r["partition_index"],
                 "leader_id": r["leader_id"], "leader_epoch": r["leader_epoch"],
                 "replica_nodes": r["replica_nodes"], "isr_nodes": r["isr_nodes"],
                 "eligible_leader_replicas": None, "last_known_elr": None,

@@ -125,8 +125,10 @@ class GroupCoreBase:
         self._txn_offsets: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
         self._next_append_id = 0
         # a cluster's completed topic deletions (name, id) already applied (a resend of
-        # one never takes a namesake's offsets)
-        self._deletions_done: set[tuple[str, str]] = set()
+        # one never takes a namesake's offsets), oldest first, the last
+        # DELETIONS_REMEMBERED of them (a resend comes within seconds, not thousands of
+        # deletions later)
+        self._deletions_done: dict[tuple[str, str], None] = {}
         self.skipped_records = 0
         """Records :meth:`load` ignored because their key version is unknown to us."""
 

@@ -38,6 +38,8 @@ from actors.core.offsets_codec import (
 from wire.errors import ErrorCode
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
+# completed topic deletions a coordinator remembers, to apply a resent one once
+DELETIONS_REMEMBERED = 4096
 
 
 def subscribed_topics(subscription: bytes) -> set[str] | None:
@@ -243,7 +245,9 @@ class GroupOffsets(GroupCoreBase):
             key = (name, topic_id)
             if key in self._deletions_done:
                 continue
-            self._deletions_done.add(key)
+            self._deletions_done[key] = None
+            if len(self._deletions_done) > DELETIONS_REMEMBERED:
+                del self._deletions_done[next(iter(self._deletions_done))]
             fences.add(name)
         return self._remove_topics(fences)
 

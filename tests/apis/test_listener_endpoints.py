@@ -12,7 +12,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from actors.apis import cluster, groups
+from actors.apis import admin, cluster, groups
 from actors.apis.base import ANONYMOUS_PRINCIPAL, Access, HandlerContext
 from actors.core.metadata_cache import MetadataCache
 from actors.core.offsets_codec import OFFSETS_TOPIC, partition_for
@@ -128,3 +128,20 @@ def test_other_brokers_are_found_by_the_listeners_name_not_its_place() -> None:
         (1, 9101), (3, 9103)]
     assert [(r["node_id"], r["port"]) for r in cluster.broker_rows(_on(ctx, 0))] == [
         (1, 9001), (3, 9003)]
+
+
+def test_describe_topic_partitions_tells_a_missing_leader_by_leader_minus_one_alone() -> None:
+    """Kafka's DescribeTopicPartitions sets no partition error: a leader without the
+    request's listener is leader -1 with error 0 (Metadata v6+ says LISTENER_NOT_FOUND)."""
+    ctx = _on(_cluster_context(), 1)
+    req = SimpleNamespace(topics=[SimpleNamespace(name="t")], response_partition_limit=10,
+                          cursor=None)
+    gen = admin.handle_describe_topic_partitions(ctx, SimpleNamespace(api_version=0), req)
+    try:
+        next(gen)
+    except StopIteration as stop:
+        [topic] = stop.value.data["topics"]
+    else:
+        raise AssertionError("DescribeTopicPartitions waits for nothing")
+    assert [(p["error_code"], p["leader_id"], p["replica_nodes"])
+            for p in topic["partitions"]] == [(0, 1, [1, 2]), (0, -1, [1, 2])]

@@ -4,6 +4,7 @@ tombstones; a start alone takes nothing; a resent completion takes no namesake's
 
 from __future__ import annotations
 
+from actors.core.group_offsets import DELETIONS_REMEMBERED
 from actors.core.offsets_codec import OffsetCommitKey, decode_record
 from tests.core.test_group_state import Shell
 
@@ -91,3 +92,14 @@ def test_a_commit_still_being_appended_goes_too() -> None:
     restarted = Shell()
     restarted.run(restarted.core.load(list(shell.log), 0))
     assert restarted.fetch() == {("u", 0): 3}
+
+
+def test_the_deletions_remembered_are_bounded_and_the_latest_kept() -> None:
+    shell = Shell()
+    for i in range(DELETIONS_REMEMBERED + 10):
+        _deleted(shell, completed={f"t{i}": f"id-{i}"})
+    assert len(shell.core._deletions_done) == DELETIONS_REMEMBERED
+    latest = f"t{DELETIONS_REMEMBERED + 9}"
+    shell.commit({(latest, 0): 4})  # a namesake's, then the latest deletion resent
+    _deleted(shell, completed={latest: f"id-{DELETIONS_REMEMBERED + 9}"})
+    assert shell.fetch() == {(latest, 0): 4}

@@ -228,7 +228,7 @@ class LogCleaner(Actor):
         self.tell(self.topology.shard_for(log.topic, log.partition), SwapCleanedSegments(
             req_id, log.topic, log.partition, log.generation, plan.staging,
             [SegmentRow(*by_base[base]) for base, _size in plan.old_segments],
-            list(plan.new_bases)))
+            list(plan.new_bases), list(plan.dropped_aborts)))
 
     def _give_up(self, cleaning: CleaningPass, reason: str) -> None:
         """A log that cannot be cleaned is left alone until it changes (a truncation)."""
@@ -268,9 +268,10 @@ class LogCleaner(Actor):
                             or self.topology.shard_for(*k).name in self.unanswered}
         write_cleaner_checkpoint(self.log_dir, self.checkpoints)
         self.log.info(
-            "cleaned {}-{} up to offset {}: {} of {} records kept, {} tombstones dropped, "
-            "{} -> {} bytes", msg.topic, msg.partition, cleaning.plan.end_offset,
-            stats.records_kept, stats.records_read, stats.tombstones_dropped,
+            "cleaned {}-{} up to offset {}: {} of {} records kept, {} tombstones and {} "
+            "transaction markers dropped, {} -> {} bytes", msg.topic, msg.partition,
+            cleaning.plan.end_offset, stats.records_kept, stats.records_read,
+            stats.tombstones_dropped, stats.markers_dropped,
             sum(size for _b, size in cleaning.plan.old_segments), stats.bytes_written)
         self.next_scan_ms = self.clock.wall_ms()  # maybe more to do
 

@@ -1055,7 +1055,8 @@ class PartitionShard(Actor):
         try:
             log.replace_cleaned_segments(
                 msg.staging, [(s.base_offset, s.size_bytes) for s in msg.old_segments],
-                list(msg.new_bases), msg.generation, self.clock.wall_ms())
+                list(msg.new_bases), msg.generation, self.clock.wall_ms(),
+                dropped_aborts=msg.dropped_aborts)
         except SwapRefusedError as exc:
             discard_staging(log.dir, msg.staging)
             self.reply(SwapCleanedSegmentsDone(msg.req_id, msg.topic, msg.partition, False,

@@ -270,6 +270,9 @@ class SwapCleanedSegments(NamedTuple):
     staging: str
     old_segments: list[SegmentRow]
     new_bases: list[int]
+    # the ABORT markers the pass dropped (past their delete horizon): their aborted
+    # entries go at the swap
+    dropped_aborts: list[int]
 
 
 @message(933)

@@ -201,7 +201,8 @@ def test_the_swap_is_refused_when_the_log_moved_on(tmp_path: Path) -> None:
 
 def test_a_gap_is_trusted_below_the_recovery_point_only(tmp_path: Path) -> None:
     log = keyed_log(tmp_path / "t-0", 40, tombstone_every=4)  # k3 is dead, the last one too
-    clean_once(log, {}, log.recovery_point, 10_000)
+    clean_once(log, {}, log.recovery_point, 10_000)  # stamps the tombstone's horizon
+    clean_once(log, {}, log.recovery_point, 12_000)  # past it: the tombstone goes
     after = pairs(log)
     spans = read_batch_spans(log)
     assert spans[0][0] > 0  # the cleaned segment at 0 starts with a later batch
@@ -613,3 +614,128 @@ def test_a_checkpoint_inside_a_segment_keeps_an_aborted_record_below_it_out_of_t
     assert [s.base_offset for s in log.segments][:1] == [0] and log.segments[1].base_offset == 7
     assert clean_once(log, {("t", 0): 3}, log.log_end_offset, 10_000) is not None
     assert (0, b"k", b"v1") in pairs(log)
+
+
+# ------------------------------------------------------------ delete horizons (KIP-534)
+
+
+def _horizons(log: PartitionLog) -> dict[int, int | None]:
+    """Each batch's base offset with its delete horizon (None: not stamped)."""
+    out: dict[int, int | None] = {}
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        headers = check_batches(log.read(offset, 1 << 20).records)
+        if not headers:
+            break
+        out.update((h.base_offset, log_cleaner.delete_horizon(h)) for h in headers)
+        offset = headers[-1].next_offset
+    return out
+
+
+def _reopen(log: PartitionLog) -> PartitionLog:
+    leo = log.log_end_offset
+    log.close()
+    return PartitionLog.open(log.dir, log.topic, 0, COMPACT, 0, recovery_point=leo,
+                             high_watermark=leo, clean_shutdown=True)
+
+
+def test_a_tombstone_stays_delete_retention_after_the_cleaning_that_first_kept_it(
+        tmp_path: Path) -> None:
+    """Records written long ago (timestamps 1000..): the first cleaning keeps the
+    tombstone and stamps its batch's delete horizon (that cleaning's time + 1000 ms), the
+    record keeping its own timestamp; a cleaning before the horizon keeps it, a restart
+    keeps the horizon, the first cleaning past it drops the tombstone. Before, a tombstone
+    went in the first cleaning once its segment's records were older than
+    delete.retention.ms: a consumer that had not read it yet never learned of the delete."""
+    log = keyed_log(tmp_path / "t-0", 30, keys=3, tombstone_every=3)  # k2 is always dead
+    assert clean_once(log, {}, log.recovery_point, 50_000) is not None
+    assert (29, b"k2", None) in pairs(log)
+    [record] = [r for r, _b, _p in read_log(log) if r.offset == 29]
+    assert record.timestamp_ms == 1_000 + 29  # its own time, read as a client reads it
+    horizons = _horizons(log)
+    assert horizons[29] == 51_000
+    assert {o for o, h in horizons.items() if h is not None} == {29}  # no tombstone: as is
+    assert clean_once(log, {}, log.recovery_point, 50_999) is not None
+    assert (29, b"k2", None) in pairs(log) and _horizons(log)[29] == 51_000  # not restamped
+    log = _reopen(log)
+    assert _horizons(log)[29] == 51_000
+    assert clean_once(log, {}, log.recovery_point, 51_000) is not None
+    assert pairs(log) == [(27, b"k0", b"v27"), (28, b"k1", b"v28")]
+    log.close()
+
+
+def test_a_stamped_compressed_batch_keeps_its_codec_and_its_records_times(
+        tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, COMPACT, 0)
+    batch = build_batch([b"a1", None, b"c1"], keys=[b"a", b"b", b"c"],
+                        timestamps_ms=[500, 400, 700])
+    log.append_as_leader(gzip_batch(batch), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    clean_once(log, {}, log.recovery_point, 10_000)
+    raw = log.read(0, 1 << 20).records
+    header = check_batches(raw)[0]
+    assert header.compression == 1 and log_cleaner.delete_horizon(header) == 11_000
+    assert header.max_timestamp == 700
+    assert [(r.offset, r.key, r.value, r.timestamp_ms) for r, _b, _p in read_log(log)] == [
+        (0, b"a", b"a1", 500), (1, b"b", None, 400), (2, b"c", b"c1", 700)]
+    clean_once(log, {}, log.recovery_point, 11_000)
+    assert [(r.offset, r.timestamp_ms) for r, _b, _p in read_log(log)] == [(0, 500), (2, 700)]
+    log.close()
+
+
+def _markers(log: PartitionLog) -> list[int]:
+    return [b for b, _last, pid in read_batch_spans(log)
+            if pid >= 0 and check_batches(log.read(b, 1 << 20).records)[0].is_control]
+
+
+def test_markers_go_past_their_horizon_once_their_transactions_records_are_gone(
+        tmp_path: Path) -> None:
+    """Producer 7 commits a and b (superseded later), aborts a, then commits c; producer 9
+    commits d (its key's latest: it stays) and then e. A first pass drops the superseded
+    and aborted records but keeps their markers (it met their records); the next stamps
+    the markers whose transactions are empty; one past the horizon drops them, and the
+    abort's .txnindex entry with its marker. The markers of transactions with records
+    left, and each producer's last, stay; read_committed still reads the committed
+    values, and a restart reads no open transaction and no abort."""
+    log = keyed_log(tmp_path / "t-0", 6, keys=1)                                   # 0-5
+    log.append_as_leader(_txn_records(7, 0, 0, [b"a", b"b"], b"c1"), 0, 0)         # 6-7
+    log.append_control(7, 0, True, 0, 0, 0)                                         # 8
+    log.append_as_leader(_txn_records(7, 0, 2, [b"a"], b"aborted"), 0, 0)          # 9
+    log.append_control(7, 0, False, 0, 0, 0)                                        # 10
+    log.append_as_leader(build_batch([b"a2", b"b2"], keys=[b"a", b"b"]), 0, 0)      # 11-12
+    log.append_as_leader(_txn_records(7, 0, 3, [b"c"], b"c1"), 0, 0)               # 13
+    log.append_control(7, 0, True, 0, 0, 0)                                         # 14
+    log.append_as_leader(_txn_records(9, 0, 0, [b"d"], b"d1"), 0, 0)               # 15
+    log.append_control(9, 0, True, 0, 0, 0)                                         # 16
+    log.append_as_leader(_txn_records(9, 0, 1, [b"e"], b"e1"), 0, 0)               # 17
+    log.append_control(9, 0, True, 0, 0, 0)                                         # 18
+    for i in range(4):
+        log.append_as_leader(build_batch([b"f"], keys=[b"f%d" % i]), 0, 0)         # 19-22
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    assert [e[:3] for e in log.txn_index.aborted] == [(7, 9, 10)]
+    assert clean_once(log, {}, log.recovery_point, 10_000) is not None
+    assert _markers(log) == [8, 10, 14, 16, 18]  # records of 8 and 10 were met: kept
+    assert all(h is None for h in _horizons(log).values())
+    assert clean_once(log, {}, log.recovery_point, 10_000) is not None
+    horizons = _horizons(log)
+    assert (horizons[8], horizons[10]) == (11_000, 11_000)
+    assert horizons[14] is horizons[16] is horizons[18] is None
+    log = _reopen(log)
+    assert clean_once(log, {}, log.recovery_point, 10_999) is not None
+    assert _markers(log) == [8, 10, 14, 16, 18]
+    assert clean_once(log, {}, log.recovery_point, 11_000) is not None
+    assert _markers(log) == [14, 16, 18]
+    assert log.txn_index.aborted == [] and log.aborted_transactions(0, log.log_end_offset) == []
+    assert not [p for p in log.dir.glob("*.txnindex") if read_txn_index(p)]
+    kept = {k: v for _o, k, v in pairs(log)}
+    assert (kept[b"a"], kept[b"b"], kept[b"c"], kept[b"d"]) == (b"a2", b"b2", b"c1", b"d1")
+    log = _reopen(log)
+    assert log.last_stable_offset == log.high_watermark == log.log_end_offset
+    assert log.aborted_transactions(0, log.log_end_offset) == []
+    assert clean_once(log, {}, log.recovery_point, 100_000) is not None
+    assert _markers(log) == [14, 16, 18]  # their records stay, or their producer's last
+    log.close()

@@ -19,7 +19,11 @@ or a truncation may have taken them meanwhile: then the copy is discarded),
 commits the swap manifest, moves the new files in, deletes the old ones and
 opens the new segments; a few renames and fsyncs, so its appends wait for
 milliseconds, not for the cleaning. A crash at any point leaves the old
-segments or the new ones, never a mix (actors/core/segment_swap.py).
+segments or the new ones, never a mix (actors/core/segment_swap.py). The
+cleaner waits for the answer at most ``swap_timeout_ms``, then goes on with
+the other logs: it leaves the staging directory to the shard (which may still
+swap it in, or refuse and discard it), and an answer come late still moves
+the checkpoint if the swap was done.
 """
 
 from __future__ import annotations
@@ -84,6 +88,11 @@ class LogCleaner(Actor):
     # its answer refused on the way) must not stop cleaning for good: past this, the
     # reports in hand are used, the others' logs wait for a later scan.
     scan_timeout_ms = 60_000
+    # How long a pass waits for its swap's answer. A shard that never answers must not
+    # stop all cleaning of the node: past this, the cleaner goes on (the shard may still
+    # do the swap, from the staging directory left to it; a late answer is still taken).
+    swap_timeout_ms = 60_000
+    max_unanswered_swaps = 16  # the timed-out swaps whose late answer is still taken
 
     def __init__(self, node: Any, name: str, *, topology: Topology, config: Config,
                  log_dir: Path, clock: Clock, **kw: Any) -> None:
@@ -108,6 +117,9 @@ class LogCleaner(Actor):
         self.next_scan_ms = self.clock.wall_ms() + self.backoff_ms
         self.current: CleaningPass | None = None
         self.swapping: tuple[int, CleaningPass] | None = None
+        self.swap_deadline_ms = 0
+        self.swap_timeouts = 0
+        self.late_swaps: dict[int, CleaningPass] = {}  # req id -> a pass whose swap timed out
         self.failed: dict[tuple[str, int], int] = {}  # log -> generation it failed at
         self.passes = 0
         self.scans = 0
@@ -129,7 +141,7 @@ class LogCleaner(Actor):
         if self.waiting:
             return max(0, self.scan_deadline_ms - self.clock.wall_ms())
         if self.swapping is not None:
-            return None
+            return max(0, self.swap_deadline_ms - self.clock.wall_ms())
         return max(0, self.next_scan_ms - self.clock.wall_ms())
 
     def on_turn(self) -> None:
@@ -138,8 +150,28 @@ class LogCleaner(Actor):
         elif self.waiting:
             if self.clock.wall_ms() >= self.scan_deadline_ms:
                 self._scan_timed_out()
-        elif self.swapping is None and self.clock.wall_ms() >= self.next_scan_ms:
+        elif self.swapping is not None:
+            if self.clock.wall_ms() >= self.swap_deadline_ms:
+                self._swap_timed_out()
+        elif self.clock.wall_ms() >= self.next_scan_ms:
             self._scan()
+
+    def _swap_timed_out(self) -> None:
+        """Go on without the swap's answer. The staging directory stays: the shard may
+        still be about to swap it in (deleting it under a swap would break it); a refusal
+        discards it there, a restart of the log does for one never asked for."""
+        assert self.swapping is not None
+        req_id, cleaning = self.swapping
+        self.swapping = None
+        self.swap_timeouts += 1
+        log = cleaning.log
+        self.log.warning("no answer from {} in {} ms to the swap of cleaned segments of {}-{}; "
+                         "going on with the other logs", self.topology.shard_for(*log.key).name,
+                         self.swap_timeout_ms, log.topic, log.partition)
+        self.late_swaps[req_id] = cleaning
+        while len(self.late_swaps) > self.max_unanswered_swaps:
+            del self.late_swaps[next(iter(self.late_swaps))]
+        self.next_scan_ms = self.clock.wall_ms() + self.backoff_ms
 
     def _scan_timed_out(self) -> None:
         """Go on without the shards that did not answer; a later scan asks them again."""
@@ -223,6 +255,7 @@ class LogCleaner(Actor):
         assert plan is not None
         req_id = next(self.ids)
         self.swapping = (req_id, cleaning)
+        self.swap_deadline_ms = self.clock.wall_ms() + self.swap_timeout_ms
         log = cleaning.log
         by_base = {s.base_offset: s for s in log.segments}
         self.tell(self.topology.shard_for(log.topic, log.partition), SwapCleanedSegments(
@@ -241,10 +274,17 @@ class LogCleaner(Actor):
 
     @handles(SwapCleanedSegmentsDone)
     def on_swapped(self, msg: SwapCleanedSegmentsDone) -> None:
-        if self.swapping is None or self.swapping[0] != msg.req_id:
+        if self.swapping is not None and self.swapping[0] == msg.req_id:
+            cleaning = self.swapping[1]
+            self.swapping = None
+        elif msg.req_id in self.late_swaps:
+            # the shard answered after the wait timed out; no other swap of the log came
+            # in between (a shard answers in order), so a done one still counts
+            cleaning = self.late_swaps.pop(msg.req_id)
+            self.log.info("late answer to the swap of {}-{}: {}", msg.topic, msg.partition,
+                          "swapped" if msg.swapped else msg.reason)
+        else:
             return
-        _req, cleaning = self.swapping
-        self.swapping = None
         stats = cleaning.stats
         self.bytes_read += stats.bytes_read
         if not msg.swapped:
@@ -279,6 +319,7 @@ class LogCleaner(Actor):
     def stats(self, _msg: GetStats) -> dict[str, Any]:
         return {"passes": self.passes, "scans": self.scans, "steps": self.steps,
                 "refused": self.refused, "scan_timeouts": self.scan_timeouts,
+                "swap_timeouts": self.swap_timeouts, "swapping": self.swapping is not None,
                 "bytes_read": self.bytes_read,
                 "bytes_written": self.bytes_written, "last_dirty_ratio": self.last_ratio,
                 "cleaning": None if self.current is None else

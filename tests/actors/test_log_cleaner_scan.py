@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from actors.core.checkpoint import RECOVERY_POINT_OFFSET_CHECKPOINT, write_offset_checkpoint
-from actors.core.log_cleaner import describe_cleanable
+from actors.core.log_cleaner import describe_cleanable, write_cleaner_checkpoint
 from actors.core.partition_log import LogConfig, PartitionLog
 from actors.core.record_batch import build_batch
 from actors.log_cleaner import LogCleaner, cleanable_row
@@ -16,6 +16,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.config import Config
 from actors.runtime.node import Node
 from actors.topology import Topology
+from tests.core.log_cleaner_harness import clean_once
 from tests.fixtures.waiting import wait_for
 from wire.admin_messages import (
     CleanableLogs,
@@ -97,3 +98,85 @@ def test_a_shard_that_never_answers_does_not_stop_the_cleaning_of_the_others(
     node.advance_clock(1_000)
     assert got(answering, CleanableLogs) == got(mute, CleanableLogs) == 2
     log.close()
+
+
+class SilentSwapper(Shard):
+    """Reports its log with segments the first time only (later: nothing to clean, so the
+    cleaner keeps the log's checkpoint) and never answers a swap."""
+
+    @handles(CleanableLogs)
+    def on_scan(self, msg: CleanableLogs) -> None:
+        self.got.append(msg)
+        rows = self.rows
+        self.rows = [row._replace(segments=[], aborted_txns=[]) for row in rows]
+        self.reply(CleanableLogsDone(msg.req_id, rows))
+
+    @handles(SwapCleanedSegments)
+    def on_swap(self, msg: SwapCleanedSegments) -> None:
+        self.got.append(msg)
+
+
+def _compacted_log(directory: Path) -> PartitionLog:
+    log = PartitionLog.open(directory, directory.name.rsplit("-", 1)[0], 0, COMPACT, 0)
+    for i in range(40):
+        log.append_as_leader(build_batch([b"v%d" % i], keys=[b"k%d" % (i % 4)],
+                                         timestamps_ms=[i]), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    return log
+
+
+def test_a_swap_never_answered_does_not_stop_the_cleaning_of_other_logs(
+        manual_node: Node, tmp_path: Path) -> None:
+    """The shard of log a takes the swap and never answers: past ``swap_timeout_ms`` the
+    cleaner goes on and cleans log d of the other shard, leaving a's staging directory to
+    its shard; a's answer, come late, still moves a's checkpoint. Before, the cleaner
+    waited for that answer for good: no log of the node was cleaned again."""
+    node = manual_node
+    a, b = _compacted_log(tmp_path / "a-0"), _compacted_log(tmp_path / "d-0")
+    checkpoints: dict[tuple[str, int], int] = {}
+    clean_once(b, checkpoints, b.log_end_offset, 0)  # d is less dirty: a is chosen first
+    for i in range(8):
+        b.append_as_leader(build_batch([b"w%d" % i], keys=[b"k%d" % (i % 4)]), 0, 0)
+    b.update_high_watermark(b.log_end_offset)
+    b.roll(0)
+    b.flush(0)
+    write_cleaner_checkpoint(tmp_path, checkpoints)
+    write_offset_checkpoint(tmp_path / RECOVERY_POINT_OFFSET_CHECKPOINT,
+                            {("a", 0): a.log_end_offset, ("d", 0): b.log_end_offset})
+    topo = Topology(node.name, 1, 1, 2, 1, 1)
+    assert {topo.shard_for("a", 0).name, topo.shard_for("d", 0).name} == {"shard-0",
+                                                                         "shard-1"}
+    silent = node.spawn(SilentSwapper, topo.shard_for("a", 0).name,
+                        rows=[cleanable_row(describe_cleanable(a))], mute=False)
+    other = node.spawn(Shard, topo.shard_for("d", 0).name,
+                       rows=[cleanable_row(describe_cleanable(b))], mute=False)
+    cleaner = node.spawn(LogCleaner, topo.log_cleaner.name, topology=topo,
+                         config=Config({"log.cleaner.backoff.ms": 1000}), log_dir=tmp_path,
+                         clock=node.clock)
+
+    def swaps(shard: Any) -> list[SwapCleanedSegments]:
+        return [m for m in cast(Shard, node.actors[shard.name]).got
+                if isinstance(m, SwapCleanedSegments)]
+
+    node.advance_clock(1_000)  # the scan
+    wait_for(lambda: len(swaps(silent)) == 1, "the swap of a-0")
+    [swap] = swaps(silent)
+    assert (swap.topic, swaps(other)) == ("a", [])
+    node.advance_clock(LogCleaner.swap_timeout_ms - 1 + 1_000)
+    assert swaps(other) == []  # still waiting for a's answer
+    node.advance_clock(1)  # past the wait; the next scan cleans d
+    node.advance_clock(1_000)
+    wait_for(lambda: len(swaps(other)) == 1, "the swap of d-0")
+    wait_for(lambda: node.ask(cleaner, GetStats())["refused"] == 1, "d's (refused) swap")
+    assert node.ask(cleaner, GetStats())["swap_timeouts"] == 1
+    assert (tmp_path / "a-0" / swap.staging).is_dir()  # left for the shard to swap in
+    assert "a-0" not in node.ask(cleaner, GetStats())["checkpoints"]
+    # a's shard answers at last: the swap was done, so a's checkpoint moves
+    node.tell(cleaner, SwapCleanedSegmentsDone(swap.req_id, "a", 0, True, ""),
+              sender=silent.name)
+    node.quiesce()
+    assert node.ask(cleaner, GetStats())["checkpoints"]["a-0"] == a.active_segment_base_offset
+    a.close()
+    b.close()

@@ -739,3 +739,23 @@ def test_markers_go_past_their_horizon_once_their_transactions_records_are_gone(
     assert clean_once(log, {}, log.recovery_point, 100_000) is not None
     assert _markers(log) == [14, 16, 18]  # their records stay, or their producer's last
     log.close()
+
+
+def test_a_truncation_into_a_cleaned_gap_ends_the_log_at_the_truncation_offset(
+        tmp_path: Path) -> None:
+    """A follower's cleaned log holds only offsets 56-59 in its first segment: truncated to
+    10 (its new leader's log ends there), its log ends at 10 and the leader's records from
+    10 on are appended. Before, it ended at 56 (the first batch dropped): past the leader's
+    end, so the follower's fetch was out of range and it truncated to 10 again, forever."""
+    log = keyed_log(tmp_path / "t-0", 60, keys=4)
+    clean_once(log, {}, log.recovery_point, 10_000)
+    assert read_batch_spans(log)[0] == (56, 56, -1)
+    assert log.truncate_to(10)
+    assert log.log_end_offset == 10 and read_batch_spans(log) == []
+    log.append_as_follower(build_batch([b"new"], keys=[b"k0"], base_offset=10), 0)
+    assert log.log_end_offset == 11 and pairs(log) == [(10, b"k0", b"new")]
+    log.flush(0)
+    log.close()
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, COMPACT, 0, recovery_point=11)
+    assert log.log_end_offset == 11 and pairs(log) == [(10, b"k0", b"new")]
+    log.close()

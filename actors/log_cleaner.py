@@ -24,6 +24,11 @@ cleaner waits for the answer at most ``swap_timeout_ms``, then goes on with
 the other logs: it leaves the staging directory to the shard (which may still
 swap it in, or refuse and discard it), and an answer come late still moves
 the checkpoint if the swap was done.
+
+Truncation: a shard that truncates a log (a follower's) says so
+(``CleanerLogTruncated``); a checkpoint above the log's new active segment is
+lowered to it, so the records written again there are dirty (Kafka's
+maybeTruncateCheckpoint).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from wire.admin_messages import (
     CleanableLogs,
     CleanableLogsDone,
     CleanerCheckpointRow,
+    CleanerLogTruncated,
     SegmentRow,
     SwapCleanedSegments,
     SwapCleanedSegmentsDone,
@@ -314,6 +320,17 @@ class LogCleaner(Actor):
             stats.tombstones_dropped, stats.markers_dropped,
             sum(size for _b, size in cleaning.plan.old_segments), stats.bytes_written)
         self.next_scan_ms = self.clock.wall_ms()  # maybe more to do
+
+    @handles(CleanerLogTruncated)
+    def on_truncated(self, msg: CleanerLogTruncated) -> None:
+        key = (msg.topic, msg.partition)
+        checkpoint = self.checkpoints.get(key)
+        if checkpoint is None or checkpoint <= msg.offset:
+            return
+        self.checkpoints[key] = msg.offset
+        write_cleaner_checkpoint(self.log_dir, self.checkpoints)
+        self.log.info("{}-{} truncated: its cleaner checkpoint goes from {} to {}", msg.topic,
+                      msg.partition, checkpoint, msg.offset)
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:

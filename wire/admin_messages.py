@@ -286,6 +286,17 @@ class SwapCleanedSegmentsDone(NamedTuple):
     reason: str
 
 
+@message(630)
+class CleanerLogTruncated(NamedTuple):
+    """PartitionShard -> LogCleaner: a log was truncated (a follower's, to its leader); its
+    active segment now starts at ``offset``. A cleaner checkpoint above it is lowered to
+    it (Kafka's maybeTruncateCheckpoint): the records written there again are dirty."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
 # ------------------------------------------------------------ leader elections (admin 950-979)
 
 

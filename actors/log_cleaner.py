@@ -35,14 +35,16 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from actors.core.checkpoint import RECOVERY_POINT_OFFSET_CHECKPOINT, read_offset_checkpoint
 from actors.core.log_cleaner import (
     CleanableLog,
     CleanerError,
     CleaningPass,
+    PassStats,
     SegmentInfo,
+    SwapPlan,
     choose_filthiest,
     map_capacity,
     read_cleaner_checkpoint,
@@ -88,6 +90,16 @@ def cleanable_from_row(row: CleanableLogRow) -> CleanableLog:
         tuple(AbortedTxn(*entry) for entry in row.aborted_txns))
 
 
+class AskedSwap(NamedTuple):
+    """What the answer to a swap needs of its pass: not the pass, whose key map (up to
+    ``log.cleaner.dedupe.buffer.size``) would otherwise live as long as the answer is
+    awaited, for each of the timed-out swaps still awaited."""
+    topic: str
+    partition: int
+    plan: SwapPlan
+    stats: PassStats
+
+
 class LogCleaner(Actor):
     mailbox_size = 0  # unbounded: only shards answer it, once per question
     # How long a scan waits for the shards' reports. A shard that never answers (stuck, or
@@ -122,10 +134,10 @@ class LogCleaner(Actor):
         self.reports: list[CleanableLog] = []
         self.next_scan_ms = self.clock.wall_ms() + self.backoff_ms
         self.current: CleaningPass | None = None
-        self.swapping: tuple[int, CleaningPass] | None = None
+        self.swapping: tuple[int, AskedSwap] | None = None
         self.swap_deadline_ms = 0
         self.swap_timeouts = 0
-        self.late_swaps: dict[int, CleaningPass] = {}  # req id -> a pass whose swap timed out
+        self.late_swaps: dict[int, AskedSwap] = {}  # req id -> a swap whose wait timed out
         self.failed: dict[tuple[str, int], int] = {}  # log -> generation it failed at
         self.passes = 0
         self.scans = 0
@@ -167,14 +179,14 @@ class LogCleaner(Actor):
         still be about to swap it in (deleting it under a swap would break it); a refusal
         discards it there, a restart of the log does for one never asked for."""
         assert self.swapping is not None
-        req_id, cleaning = self.swapping
+        req_id, asked = self.swapping
         self.swapping = None
         self.swap_timeouts += 1
-        log = cleaning.log
         self.log.warning("no answer from {} in {} ms to the swap of cleaned segments of {}-{}; "
-                         "going on with the other logs", self.topology.shard_for(*log.key).name,
-                         self.swap_timeout_ms, log.topic, log.partition)
-        self.late_swaps[req_id] = cleaning
+                         "going on with the other logs",
+                         self.topology.shard_for(asked.topic, asked.partition).name,
+                         self.swap_timeout_ms, asked.topic, asked.partition)
+        self.late_swaps[req_id] = asked
         while len(self.late_swaps) > self.max_unanswered_swaps:
             del self.late_swaps[next(iter(self.late_swaps))]
         self.next_scan_ms = self.clock.wall_ms() + self.backoff_ms
@@ -189,6 +201,7 @@ class LogCleaner(Actor):
                              ", ".join(missing), self.scan_timeout_ms)
         self.unanswered = set(missing)
         self.waiting = set()
+        self._forget_gone_logs()
         self._choose()
 
     def _scan(self) -> None:
@@ -217,7 +230,20 @@ class LogCleaner(Actor):
         if self.unanswered:
             self.log.info("every shard reports cleanable logs again")
         self.unanswered = set()
+        self._forget_gone_logs()
         self._choose()
+
+    def _forget_gone_logs(self) -> None:
+        """Drop the checkpoints of logs no answering shard reported (gone, or no longer
+        compacted); the logs of a shard that did not answer keep theirs. Only once a scan's
+        reports are all in (or given up on): on part of them, the logs of the shards yet
+        to answer would lose theirs."""
+        reported = {log.key for log in self.reports}
+        kept = {k: v for k, v in self.checkpoints.items() if k in reported
+                or self.topology.shard_for(*k).name in self.unanswered}
+        if kept != self.checkpoints:
+            self.checkpoints = kept
+            write_cleaner_checkpoint(self.log_dir, self.checkpoints)
 
     def _choose(self) -> None:
         now = self.clock.wall_ms()
@@ -260,7 +286,8 @@ class LogCleaner(Actor):
         plan = cleaning.plan
         assert plan is not None
         req_id = next(self.ids)
-        self.swapping = (req_id, cleaning)
+        self.swapping = (req_id, AskedSwap(cleaning.log.topic, cleaning.log.partition, plan,
+                                           cleaning.stats))
         self.swap_deadline_ms = self.clock.wall_ms() + self.swap_timeout_ms
         log = cleaning.log
         by_base = {s.base_offset: s for s in log.segments}
@@ -281,23 +308,22 @@ class LogCleaner(Actor):
     @handles(SwapCleanedSegmentsDone)
     def on_swapped(self, msg: SwapCleanedSegmentsDone) -> None:
         if self.swapping is not None and self.swapping[0] == msg.req_id:
-            cleaning = self.swapping[1]
+            asked = self.swapping[1]
             self.swapping = None
         elif msg.req_id in self.late_swaps:
             # the shard answered after the wait timed out; no other swap of the log came
             # in between (a shard answers in order), so a done one still counts
-            cleaning = self.late_swaps.pop(msg.req_id)
+            asked = self.late_swaps.pop(msg.req_id)
             self.log.info("late answer to the swap of {}-{}: {}", msg.topic, msg.partition,
                           "swapped" if msg.swapped else msg.reason)
         else:
             return
-        stats = cleaning.stats
+        stats, plan = asked.stats, asked.plan
         self.bytes_read += stats.bytes_read
         if not msg.swapped:
             self.refused += 1
             self.log.info("cleaning of {}-{} discarded: {}", msg.topic, msg.partition, msg.reason)
             return
-        assert cleaning.plan is not None
         self.passes += 1
         self.bytes_written += stats.bytes_written
         # The checkpoint follows the swap, never leads it (Kafka's order): killed in
@@ -306,19 +332,14 @@ class LogCleaner(Actor):
         # counted as clean. So a reader can see the cleaned segments a moment before
         # the new checkpoint.
         key = (msg.topic, msg.partition)
-        self.checkpoints[key] = cleaning.plan.end_offset
-        # a log no answering shard reported is gone (or no longer compacted); the logs of
-        # a shard that did not answer keep theirs
-        reported = {log.key for log in self.reports}
-        self.checkpoints = {k: v for k, v in self.checkpoints.items() if k in reported
-                            or self.topology.shard_for(*k).name in self.unanswered}
+        self.checkpoints[key] = plan.end_offset
         write_cleaner_checkpoint(self.log_dir, self.checkpoints)
         self.log.info(
             "cleaned {}-{} up to offset {}: {} of {} records kept, {} tombstones and {} "
             "transaction markers dropped, {} -> {} bytes", msg.topic, msg.partition,
-            cleaning.plan.end_offset, stats.records_kept, stats.records_read,
+            plan.end_offset, stats.records_kept, stats.records_read,
             stats.tombstones_dropped, stats.markers_dropped,
-            sum(size for _b, size in cleaning.plan.old_segments), stats.bytes_written)
+            sum(size for _b, size in plan.old_segments), stats.bytes_written)
         self.next_scan_ms = self.clock.wall_ms()  # maybe more to do
 
     @handles(CleanerLogTruncated)

@@ -516,6 +516,7 @@ class CleaningPass:
             self.plan = SwapPlan(self.staging, self.old_segments, self._new_bases, self.end,
                                  tuple(self._dropped_aborts))
             self._phase = "done"
+            self._release()
             return
         segment = self._to_clean[self._index]
         if self._reader is None:
@@ -640,7 +641,16 @@ class CleaningPass:
         out.append([batch], len(batch), [(header.base_offset, header.next_offset, 0,
                                           len(batch), max_ts)])
 
+    def _release(self) -> None:
+        """Let go of the key map (up to ``log.cleaner.dedupe.buffer.size``) and the other
+        per-pass tables: a pass done or aborted may still be referenced a while."""
+        self.offset_map = {}
+        self._segment_map = {}
+        self._aborted = {}
+        self._txn_records = set()
+
     def abort(self) -> None:
+        self._release()
         if self._reader is not None:
             self._reader.close()
             self._reader = None

@@ -132,6 +132,27 @@ def test_a_full_key_map_ends_the_pass_at_a_segment_and_the_next_goes_on(tmp_path
     log.close()
 
 
+def test_a_finished_or_aborted_pass_holds_no_key_map(tmp_path: Path) -> None:
+    """The key map may hold log.cleaner.dedupe.buffer.size / 24 keys; a pass that is done
+    (its swap maybe awaited for long) or aborted lets go of it."""
+    log = keyed_log(tmp_path / "t-0", 80, keys=40)
+    report = describe_cleanable(log)
+    for finish in (True, False):
+        chosen = choose_filthiest([report], {}, {report.key: log.recovery_point}, 10_000)
+        assert chosen is not None
+        cleaning = CleaningPass(chosen, 10_000, map_capacity(1 << 20), 700, 1 + finish)
+        while not cleaning.offset_map:  # a segment of keys mapped
+            assert not cleaning.step()
+        if finish:
+            while not cleaning.step():
+                pass
+            assert cleaning.plan is not None
+        else:
+            cleaning.abort()
+        assert cleaning.offset_map == {} and cleaning._segment_map == {}
+    log.close()
+
+
 def test_tombstones_go_after_delete_retention(tmp_path: Path) -> None:
     log = keyed_log(tmp_path / "t-0", 30, keys=3, tombstone_every=3)  # k2 is always dead
     checkpoints: dict[tuple[str, int], int] = {}

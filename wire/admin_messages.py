@@ -286,7 +286,7 @@ class SwapCleanedSegmentsDone(NamedTuple):
     reason: str
 
 
-@message(630)
+@message(934)
 class CleanerLogTruncated(NamedTuple):
     """PartitionShard -> LogCleaner: a log was truncated (a follower's, to its leader); its
     active segment now starts at ``offset``. A cleaner checkpoint above it is lowered to

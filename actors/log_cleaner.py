@@ -75,7 +75,8 @@ def cleanable_row(c: CleanableLog) -> CleanableLogRow:
         c.active_base_offset, c.log_start_offset, c.last_stable_offset, c.generation,
         c.min_cleanable_dirty_ratio, c.delete_retention_ms, c.min_compaction_lag_ms,
         c.segment_bytes, c.index_interval_bytes, c.segment_index_bytes,
-        [[pid, last] for pid, last in c.producer_last_offsets.items()],
+        [[pid, last, c.producer_epochs.get(pid, -1)]
+         for pid, last in c.producer_last_offsets.items()],
         [list(entry) for entry in c.aborted])
 
 
@@ -86,8 +87,9 @@ def cleanable_from_row(row: CleanableLogRow) -> CleanableLog:
         row.log_start_offset, row.last_stable_offset, row.generation,
         row.min_cleanable_dirty_ratio, row.delete_retention_ms, row.min_compaction_lag_ms,
         row.segment_bytes, row.index_interval_bytes, row.segment_index_bytes,
-        {pid: last for pid, last in row.producer_last_offsets},
-        tuple(AbortedTxn(*entry) for entry in row.aborted_txns))
+        {pid: last for pid, last, _epoch in row.producer_last_offsets},
+        tuple(AbortedTxn(*entry) for entry in row.aborted_txns),
+        {pid: epoch for pid, _last, epoch in row.producer_last_offsets})
 
 
 class AskedSwap(NamedTuple):

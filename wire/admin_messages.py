@@ -226,7 +226,8 @@ class CleanableLogRow(NamedTuple):
     segment_bytes: int
     index_interval_bytes: int
     segment_index_bytes: int
-    producer_last_offsets: list[list[int]]  # [producer id, last offset of its last batch]
+    # [producer id, last offset of its last batch (-1: none in its epoch), its epoch]
+    producer_last_offsets: list[list[int]]
     # the aborted transactions of the log's in-memory index whose marker is at or above the
     # first dirty offset and whose first offset is below min(active base, LSO) (the ones a
     # pass may drop records of): [producer id, first offset, marker offset, LSO]

@@ -52,8 +52,11 @@ of each key and drops the older ones, as Kafka's does:
   would take aborted records as committed and a reload of the producer state
   would see the transaction still open. Past its horizon it goes, and an
   ABORT's ``.txnindex`` entry with it (the owner drops it at the swap,
-  ``SwapPlan.dropped_aborts``). The marker after a producer's last batch
-  stays (its epoch).
+  ``SwapPlan.dropped_aborts``). A producer's last batch stays, so does the
+  marker after it (its transaction has a batch left); a marker stays for good
+  when the producer has no batch since that marker's epoch began (an
+  epoch-bumping abort: it holds the epoch a restart must fence with), as
+  Kafka's ``isBatchLastRecordOfProducer``.
 * **The swap** is the owner's (actors/core/segment_swap.py,
   ``PartitionLog.replace_cleaned_segments``): the cleaner never touches the
   live segments, it only reads closed ones, which no longer change.
@@ -134,10 +137,12 @@ class CleanableLog:
     segment_bytes: int
     index_interval_bytes: int
     segment_index_bytes: int
+    # per producer id its last batch's last offset (-1: none since its epoch began)
     producer_last_offsets: Mapping[int, int] = field(default_factory=dict)
     # the log's aborted transactions a pass may drop records of (its in-memory index, never
     # the directory's files; see describe_cleanable)
     aborted: tuple[AbortedTxn, ...] = ()
+    producer_epochs: Mapping[int, int] = field(default_factory=dict)  # per producer id
 
     @property
     def key(self) -> tuple[str, int]:
@@ -190,7 +195,8 @@ def describe_cleanable(log: PartitionLog, checkpointed_dirty: int | None = None)
         cfg.segment_index_bytes,
         {pid: e.last_offset for pid, e in log.producer_state.producers.items()},
         tuple(log.txn_index.aborted_between(first_dirty,
-                                            min(active, log.last_stable_offset))))
+                                            min(active, log.last_stable_offset))),
+        {pid: e.producer_epoch for pid, e in log.producer_state.producers.items()})
 
 
 # ------------------------------------------------------------------- choosing
@@ -587,16 +593,18 @@ class CleaningPass:
     def _filter_marker(self, header: BatchHeader, raw: bytes) -> bytes | None:
         """A COMMIT or ABORT marker: kept while records of its transaction are in the log
         (this pass met some since the producer's previous marker: dropped now, they are
-        gone from the next pass on) or when it follows the producer's last batch; else
+        gone from the next pass on, unless one is the producer's last batch, which stays)
+        or when it holds its producer's epoch and the producer has no batch since that
+        epoch began (an epoch-bumping marker: Kafka's isBatchLastRecordOfProducer); else
         stamped with a delete horizon, and dropped once that has passed (Kafka's
         CleanedTransactionMetadata and the horizon of KIP-534)."""
         pid = header.producer_id
         had_records = pid in self._txn_records
         self._txn_records.discard(pid)
-        last = self.log.producer_last_offsets.get(pid)
+        producers_last = self.log.producer_last_offsets.get(pid) == -1 \
+            and self.log.producer_epochs.get(pid) == header.producer_epoch
         horizon = delete_horizon(header)
-        if had_records or (last is not None and header.base_offset > last) \
-                or (horizon is not None and self.now_ms < horizon):
+        if had_records or producers_last or (horizon is not None and self.now_ms < horizon):
             self.stats.batches_kept_whole += 1
             return raw
         body = raw[HEADER_SIZE:]  # control batches are never compressed

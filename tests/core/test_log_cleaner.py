@@ -769,6 +769,36 @@ def test_markers_go_past_their_horizon_once_their_transactions_records_are_gone(
     log.close()
 
 
+def test_only_the_marker_of_a_producers_current_epoch_stays_for_good(tmp_path: Path) -> None:
+    """Producer 5 commits a (superseded later) in epoch 0; then an abort marker bumps it to
+    epoch 1 (a fenced producer), with no batch since. The epoch-1 marker holds the epoch a
+    restart must fence with: it stays. The epoch-0 commit, its records gone, goes past its
+    horizon, as Kafka's. Before, every marker of a producer with no batch in its epoch
+    stayed for good."""
+    log = keyed_log(tmp_path / "t-0", 6, keys=1)                                   # 0-5
+    log.append_as_leader(_txn_records(5, 0, 0, [b"a"], b"a1"), 0, 0)               # 6
+    log.append_control(5, 0, True, 0, 0, 0)                                         # 7
+    log.append_control(5, 1, False, 0, 0, 0)                                        # 8
+    for i in range(4):
+        log.append_as_leader(build_batch([b"a2"], keys=[b"a%d" % (i % 2)]), 0, 0)  # 9-12
+    log.append_as_leader(build_batch([b"a3"], keys=[b"a"]), 0, 0)                   # 13
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    entry = log.producer_state.producers[5]
+    assert (entry.producer_epoch, entry.last_offset) == (1, -1)  # no batch in epoch 1
+    assert clean_once(log, {}, log.recovery_point, 10_000) is not None
+    assert _markers(log) == [7, 8]  # 7's record was met
+    assert clean_once(log, {}, log.recovery_point, 10_000) is not None
+    assert (_horizons(log)[7], _horizons(log)[8]) == (11_000, None)
+    assert clean_once(log, {}, log.recovery_point, 11_000) is not None
+    assert _markers(log) == [8]
+    assert clean_once(log, {}, log.recovery_point, 100_000) is not None
+    assert _markers(log) == [8]
+    assert check_batches(log.read(8, 1 << 20).records)[0].producer_epoch == 1
+    log.close()
+
+
 def test_a_truncation_into_a_cleaned_gap_ends_the_log_at_the_truncation_offset(
         tmp_path: Path) -> None:
     """A follower's cleaned log holds only offsets 56-59 in its first segment: truncated to

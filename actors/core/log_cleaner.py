@@ -56,7 +56,12 @@ of each key and drops the older ones, as Kafka's does:
   marker after it (its transaction has a batch left); a marker stays for good
   when the producer has no batch since that marker's epoch began (an
   epoch-bumping abort: it holds the epoch a restart must fence with), as
-  Kafka's ``isBatchLastRecordOfProducer``.
+  Kafka's ``isBatchLastRecordOfProducer``. Two harmless divergences from
+  Kafka: an ABORT's ``.txnindex`` entry stays until its marker goes (Kafka
+  drops it once the transaction has no batch left; the entry over offsets
+  with no records changes no read), and an empty control batch (no record)
+  is kept whole (Kafka discards it; this cleaner never makes one, it drops a
+  marker whole).
 * **The swap** is the owner's (actors/core/segment_swap.py,
   ``PartitionLog.replace_cleaned_segments``): the cleaner never touches the
   live segments, it only reads closed ones, which no longer change.

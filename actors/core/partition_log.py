@@ -456,7 +456,14 @@ class PartitionLog:
         return sorted(bases)
 
     def _rebuild_producer_state(self) -> None:
-        """Producer state from the newest snapshot at or below the LEO, then the log."""
+        """Producer state from the newest snapshot at or below the LEO, then the log.
+
+        As Kafka's truncateAndReload: a snapshot taken inside a transaction whose marker
+        the cleaner has since dropped (past its horizon), then a truncation between that
+        marker and the next snapshot, reloads that snapshot's open transaction with no
+        marker above it left to end it: the transaction stays open (the LSO held there)
+        until the producer's next marker or its coordinator's timeout abort.
+        """
         leo = self.log_end_offset
         snap_offset, state = load_latest_snapshot(self.dir, leo)
         start = max(snap_offset, self._log_start_offset)

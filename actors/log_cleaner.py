@@ -50,6 +50,7 @@ from actors.core.log_cleaner import (
     read_cleaner_checkpoint,
     write_cleaner_checkpoint,
 )
+from actors.core.log_dir import partition_dir_name
 from actors.core.txn_index import AbortedTxn
 from actors.runtime.actor import Actor, handles
 from actors.runtime.clock import Clock
@@ -236,13 +237,17 @@ class LogCleaner(Actor):
         self._choose()
 
     def _forget_gone_logs(self) -> None:
-        """Drop the checkpoints of logs no answering shard reported (gone, or no longer
-        compacted); the logs of a shard that did not answer keep theirs. Only once a scan's
+        """Drop the checkpoints of logs gone: no answering shard reported them and their
+        directory is no more (Kafka keeps the checkpoints of the logs its log dir holds).
+        A log not reported but still on disk keeps its checkpoint: a shard opens its logs
+        only when told to lead or follow, after a restart the first scans come before
+        that. The logs of a shard that did not answer keep theirs too. Only once a scan's
         reports are all in (or given up on): on part of them, the logs of the shards yet
         to answer would lose theirs."""
         reported = {log.key for log in self.reports}
         kept = {k: v for k, v in self.checkpoints.items() if k in reported
-                or self.topology.shard_for(*k).name in self.unanswered}
+                or self.topology.shard_for(*k).name in self.unanswered
+                or (self.log_dir / partition_dir_name(*k)).is_dir()}
         if kept != self.checkpoints:
             self.checkpoints = kept
             write_cleaner_checkpoint(self.log_dir, self.checkpoints)

@@ -242,19 +242,23 @@ def test_a_late_swap_answer_during_a_scan_keeps_every_checkpoint(
     b.close()
 
 
-def test_a_log_no_shard_reports_loses_its_checkpoint_once_the_scan_is_complete(
+def test_a_log_gone_loses_its_checkpoint_once_the_scan_is_complete(
         manual_node: Node, tmp_path: Path) -> None:
-    """A log gone (deleted, or no longer compacted) is in no report: once every shard has
-    reported, its checkpoint goes, from the file too."""
+    """A log gone (its directory too) is in no report: once every shard has reported, its
+    checkpoint goes, from the file too. A log on disk that no shard reports (not opened
+    yet: after a restart, a shard opens a log when told to lead or follow it) keeps its
+    checkpoint: forgotten, its cleaned part would count as dirty again."""
     node = manual_node
-    write_cleaner_checkpoint(tmp_path, {("gone", 0): 5})
+    (tmp_path / "here-0").mkdir()
+    write_cleaner_checkpoint(tmp_path, {("gone", 0): 5, ("here", 0): 7})
     topo = Topology(node.name, 1, 1, 2, 1, 1)
     for i in range(2):
         node.spawn(Shard, topo.shard(i).name, rows=[], mute=False)
     cleaner = node.spawn(LogCleaner, topo.log_cleaner.name, topology=topo,
                          config=Config({"log.cleaner.backoff.ms": 1000}), log_dir=tmp_path,
                          clock=node.clock)
-    assert node.ask(cleaner, GetStats())["checkpoints"] == {"gone-0": 5}
+    assert node.ask(cleaner, GetStats())["checkpoints"] == {"gone-0": 5, "here-0": 7}
     node.advance_clock(1_000)
-    wait_for(lambda: node.ask(cleaner, GetStats())["checkpoints"] == {}, "gone-0 forgotten")
-    assert read_cleaner_checkpoint(tmp_path) == {}
+    wait_for(lambda: node.ask(cleaner, GetStats())["checkpoints"] == {"here-0": 7},
+             "gone-0 forgotten")
+    assert read_cleaner_checkpoint(tmp_path) == {("here", 0): 7}

@@ -48,6 +48,7 @@ from actors.topology import Topology, broker_node_name
 from wire.admin_messages import (
     CleanableLogs,
     CleanableLogsDone,
+    CleanerLogTruncated,
     DeleteRecords,
     DeleteRecordsDone,
     DeleteRecordsDoneRow,
@@ -1055,7 +1056,8 @@ class PartitionShard(Actor):
         try:
             log.replace_cleaned_segments(
                 msg.staging, [(s.base_offset, s.size_bytes) for s in msg.old_segments],
-                list(msg.new_bases), msg.generation, self.clock.wall_ms())
+                list(msg.new_bases), msg.generation, self.clock.wall_ms(),
+                dropped_aborts=msg.dropped_aborts)
         except SwapRefusedError as exc:
             discard_staging(log.dir, msg.staging)
             self.reply(SwapCleanedSegmentsDone(msg.req_id, msg.topic, msg.partition, False,
@@ -2200,6 +2202,7 @@ class PartitionShard(Actor):
                 truncated = log.truncate_to(cut.offset, now)
                 if truncated:
                     self.replication["truncations"] += 1
+                    self._tell_cleaner_truncated(log)
             elif row.records:
                 log.append_as_follower(row.records, now)
                 self.replication["follower_appends"] += 1
@@ -2251,9 +2254,22 @@ class PartitionShard(Actor):
                          row.leader_log_start_offset, row.leader_log_end_offset, how, offset)
         self.replication["truncations"] += 1
         if how == "truncate":
-            return log.truncate_to(offset, now)
-        log.truncate_fully_and_start_at(offset, now)
-        return True
+            truncated = log.truncate_to(offset, now)
+        else:
+            log.truncate_fully_and_start_at(offset, now)
+            truncated = True
+        if truncated:
+            self._tell_cleaner_truncated(log)
+        return truncated
+
+    def _tell_cleaner_truncated(self, log: PartitionLog) -> None:
+        """The records written again above the new active segment's base must be dirty
+        to the log cleaner: its checkpoint of the log is lowered there (Kafka's
+        maybeTruncateCheckpoint). A pass under way is refused at its swap (the log's
+        generation moved)."""
+        if self.config["log.cleaner.enable"]:
+            self.tell(self.topology.log_cleaner, CleanerLogTruncated(
+                log.topic, log.partition, log.active_segment_base_offset))
 
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:

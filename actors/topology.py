@@ -171,7 +171,7 @@ class Topology:
 
     @property
     def log_cleaner(self) -> Address:
-        return Address(self.node, "log-cleaner")
+        return Address(self.home or self.node, "log-cleaner")  # process 0's, as the log dir
 
     @property
     def security_view(self) -> Address:

@@ -226,7 +226,8 @@ class CleanableLogRow(NamedTuple):
     segment_bytes: int
     index_interval_bytes: int
     segment_index_bytes: int
-    producer_last_offsets: list[list[int]]  # [producer id, last offset of its last batch]
+    # [producer id, last offset of its last batch (-1: none in its epoch), its epoch]
+    producer_last_offsets: list[list[int]]
     # the aborted transactions of the log's in-memory index whose marker is at or above the
     # first dirty offset and whose first offset is below min(active base, LSO) (the ones a
     # pass may drop records of): [producer id, first offset, marker offset, LSO]
@@ -270,6 +271,9 @@ class SwapCleanedSegments(NamedTuple):
     staging: str
     old_segments: list[SegmentRow]
     new_bases: list[int]
+    # the ABORT markers the pass dropped (past their delete horizon): their aborted
+    # entries go at the swap
+    dropped_aborts: list[int]
 
 
 @message(933)
@@ -281,6 +285,17 @@ class SwapCleanedSegmentsDone(NamedTuple):
     partition: int
     swapped: bool
     reason: str
+
+
+@message(934)
+class CleanerLogTruncated(NamedTuple):
+    """PartitionShard -> LogCleaner: a log was truncated (a follower's, to its leader); its
+    active segment now starts at ``offset``. A cleaner checkpoint above it is lowered to
+    it (Kafka's maybeTruncateCheckpoint): the records written there again are dirty."""
+
+    topic: str
+    partition: int
+    offset: int
 
 
 # ------------------------------------------------------------ leader elections (admin 950-979)

@@ -21,14 +21,14 @@ of each key and drops the older ones, as Kafka's does:
 * **The copy.** Every segment from the log start to the end of the map is
   rewritten, in groups no larger than a segment, into a staging directory:
   a record stays if it has a key, no later offset of its key is in the map,
-  and, for a tombstone (null value), its segment's newest record is younger
-  than ``delete.retention.ms``. Batches keep their base offset, last offset
+  and, for a tombstone (null value), its batch's delete horizon has not passed.
+  Batches keep their base offset, last offset
   delta and producer fields (offsets are never reused, a producer's sequence
   numbers stay right); a batch whose records all stay is copied unchanged,
   one that loses some is rebuilt from the kept records' bytes (recompressed
   with its codec), one that loses all is dropped. The last batch of every
   producer id the log knows stays whole, so its idempotent state comes back
-  from the log after a restart. Control batches stay whole. The records of an
+  from the log after a restart. The records of an
   aborted transaction (its producer id and an offset in a range of the log's
   in-memory transaction index, which the owner reports: never the directory's
   ``.txnindex`` files, where a file no segment owns may linger) are no key's
@@ -38,6 +38,30 @@ of each key and drops the older ones, as Kafka's does:
   ``.txnindex`` of the abort markers it holds (Kafka's ``cleanedIndex``),
   which the owner writes from its index at the swap and swaps in with it;
   the old segments' files go with them.
+* **Delete horizons** (Kafka's KIP-534). A pass that keeps a tombstone in a
+  batch without a horizon rewrites the batch with one: the attribute bit
+  DELETE_HORIZON_BIT set and its base timestamp the pass's time plus
+  ``delete.retention.ms`` (the records' deltas re-encoded, so their own times
+  stay). A later pass past the horizon drops the tombstones. So a consumer
+  that reads the log within ``delete.retention.ms`` of the cleaning that
+  first kept a tombstone sees it, and the horizon, in the batch, survives a
+  restart and is the same on every replica that copies the batch. A
+  transaction marker (COMMIT or ABORT) is stamped the same way once no record
+  of its transaction is left (the pass met none since the producer's previous
+  marker): a marker whose records remain stays, or a read_committed reader
+  would take aborted records as committed and a reload of the producer state
+  would see the transaction still open. Past its horizon it goes, and an
+  ABORT's ``.txnindex`` entry with it (the owner drops it at the swap,
+  ``SwapPlan.dropped_aborts``). A producer's last batch stays, so does the
+  marker after it (its transaction has a batch left); a marker stays for good
+  when the producer has no batch since that marker's epoch began (an
+  epoch-bumping abort: it holds the epoch a restart must fence with), as
+  Kafka's ``isBatchLastRecordOfProducer``. Two harmless divergences from
+  Kafka: an ABORT's ``.txnindex`` entry stays until its marker goes (Kafka
+  drops it once the transaction has no batch left; the entry over offsets
+  with no records changes no read), and an empty control batch (no record)
+  is kept whole (Kafka discards it; this cleaner never makes one, it drops a
+  marker whole).
 * **The swap** is the owner's (actors/core/segment_swap.py,
   ``PartitionLog.replace_cleaned_segments``): the cleaner never touches the
   live segments, it only reads closed ones, which no longer change.
@@ -65,6 +89,7 @@ from actors.core.log_segment import LogSegment, log_file_name
 from actors.core.partition_log import PartitionLog
 from actors.core.record_batch import (
     COMPRESSION_MASK,
+    DELETE_HORIZON_BIT,
     HEADER,
     HEADER_SIZE,
     INFLATE_CHECK_MAX_BYTES,
@@ -74,8 +99,10 @@ from actors.core.record_batch import (
     decompress_bounded,
     record_codecs,
     record_spans,
+    restamp_record,
 )
 from actors.core.segment_swap import discard_staging, staging_name
+from actors.core.transaction_log import CONTROL_ABORT, TransactionLogError, control_type
 from actors.core.txn_index import AbortedTxn
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
@@ -115,10 +142,12 @@ class CleanableLog:
     segment_bytes: int
     index_interval_bytes: int
     segment_index_bytes: int
+    # per producer id its last batch's last offset (-1: none since its epoch began)
     producer_last_offsets: Mapping[int, int] = field(default_factory=dict)
     # the log's aborted transactions a pass may drop records of (its in-memory index, never
     # the directory's files; see describe_cleanable)
     aborted: tuple[AbortedTxn, ...] = ()
+    producer_epochs: Mapping[int, int] = field(default_factory=dict)  # per producer id
 
     @property
     def key(self) -> tuple[str, int]:
@@ -171,7 +200,8 @@ def describe_cleanable(log: PartitionLog, checkpointed_dirty: int | None = None)
         cfg.segment_index_bytes,
         {pid: e.last_offset for pid, e in log.producer_state.producers.items()},
         tuple(log.txn_index.aborted_between(first_dirty,
-                                            min(active, log.last_stable_offset))))
+                                            min(active, log.last_stable_offset))),
+        {pid: e.producer_epoch for pid, e in log.producer_state.producers.items()})
 
 
 # ------------------------------------------------------------------- choosing
@@ -242,13 +272,30 @@ def key_hash(key: bytes) -> bytes:
     return hashlib.blake2b(key, digest_size=16).digest()
 
 
+def delete_horizon(header: BatchHeader) -> int | None:
+    """The batch's delete horizon (ms), None if no cleaning set one."""
+    return header.base_timestamp if header.attributes & DELETE_HORIZON_BIT else None
+
+
 def rebuilt_batch(header: BatchHeader, raw: bytes, kept: list[Any],
-                  encode: Callable[[bytes], bytes] | None) -> bytes:
+                  encode: Callable[[bytes], bytes] | None, horizon: int | None = None) -> bytes:
     """The batch with only the ``kept`` records (spans into ``raw``, the decompressed
     records section): same base offset, last offset delta, base timestamp, producer
-    fields and attributes; new count, max timestamp and CRC."""
-    records = b"".join(raw[span.start:span.end] for span in kept)
+    fields and attributes; new count, max timestamp and CRC.
+
+    With a ``horizon``, the batch gets it (DELETE_HORIZON_BIT, base timestamp) and each
+    record's timestamp delta is re-encoded against it, so its own time stays (a
+    LogAppendTime batch's records read the max timestamp: theirs stay as they are)."""
     attributes = header.attributes
+    if horizon is not None and not header.is_log_append_time:
+        base = header.base_timestamp
+        records = b"".join(restamp_record(raw, span, base + span.timestamp_delta - horizon)
+                           for span in kept)
+    else:
+        records = b"".join(raw[span.start:span.end] for span in kept)
+    base_ts = header.base_timestamp if horizon is None else horizon
+    if horizon is not None:
+        attributes |= DELETE_HORIZON_BIT
     if not kept:  # an empty batch, as Kafka writes one: no records, so no codec
         attributes &= ~COMPRESSION_MASK
     elif encode is not None:
@@ -258,7 +305,7 @@ def rebuilt_batch(header: BatchHeader, raw: bytes, kept: list[Any],
     else:
         max_ts = max(header.base_timestamp + span.timestamp_delta for span in kept)
     after_crc = _AFTER_CRC.pack(attributes, header.last_offset_delta,
-                                header.base_timestamp, max_ts, header.producer_id,
+                                base_ts, max_ts, header.producer_id,
                                 header.producer_epoch, header.base_sequence, len(kept)) + records
     return _HEAD.pack(header.base_offset, 9 + len(after_crc), header.partition_leader_epoch,
                       header.magic, crc32c.crc32c(after_crc)) + after_crc
@@ -319,6 +366,8 @@ class PassStats:
     records_read: int = 0
     records_kept: int = 0
     tombstones_dropped: int = 0
+    markers_dropped: int = 0
+    horizons_stamped: int = 0
     keyless_dropped: int = 0
     batches_kept_whole: int = 0
 
@@ -330,6 +379,7 @@ class SwapPlan(NamedTuple):
     old_segments: list[tuple[int, int]]  # (base, size), consecutive
     new_bases: list[int]
     end_offset: int  # the cleaned range's end: the next first dirty offset
+    dropped_aborts: tuple[int, ...] = ()  # offsets of the ABORT markers dropped: entries go
 
 
 class CleaningPass:
@@ -365,6 +415,10 @@ class CleaningPass:
         self._to_clean: list[SegmentInfo] = []
         self._out: LogSegment | None = None
         self._new_bases: list[int] = []
+        # producers whose transactional records this pass met since their last marker:
+        # their next marker ends a transaction with records in the log
+        self._txn_records: set[int] = set()
+        self._dropped_aborts: list[int] = []
         self.plan: SwapPlan | None = None
 
     # -- the steps ---------------------------------------------------------------
@@ -470,16 +524,17 @@ class CleaningPass:
         if self._index >= len(self._to_clean):
             self._finish_output()
             fsync_dir(self.log.directory / self.staging)
-            self.plan = SwapPlan(self.staging, self.old_segments, self._new_bases, self.end)
+            self.plan = SwapPlan(self.staging, self.old_segments, self._new_bases, self.end,
+                                 tuple(self._dropped_aborts))
             self._phase = "done"
+            self._release()
             return
         segment = self._to_clean[self._index]
         if self._reader is None:
             self._reader = self._open(segment)
-        retain_deletes = segment.max_timestamp_ms > self.now_ms - self.log.delete_retention_ms
         for header, raw in self._reader.next_batches(self.io_bytes):
             self.stats.bytes_read += len(raw)
-            kept = self._filter(header, raw, retain_deletes)
+            kept = self._filter(header, raw)
             if kept is not None:
                 self._write(header, kept)
         if self._reader.done:
@@ -487,15 +542,16 @@ class CleaningPass:
             self._reader = None
             self._index += 1
 
-    def _filter(self, header: BatchHeader, raw: bytes, retain_deletes: bool) -> bytes | None:
+    def _filter(self, header: BatchHeader, raw: bytes) -> bytes | None:
         """The batch to write in place of ``raw``: itself, a rebuilt one, or None.
 
         A producer's last batch is never dropped: emptied, it stays as a header
         (as Kafka's), so the producer's sequence state comes back from the log.
         """
         if header.is_control:
-            self.stats.batches_kept_whole += 1
-            return raw
+            return self._filter_marker(header, raw)
+        if header.is_transactional:
+            self._txn_records.add(header.producer_id)
         last = self.log.producer_last_offsets.get(header.producer_id)
         producers_last = header.producer_id >= 0 and last == header.last_offset
         if self._is_aborted(header):
@@ -509,7 +565,10 @@ class CleaningPass:
             return raw
         body, spans = decoded
         self.stats.records_read += len(spans)
+        horizon = delete_horizon(header)
+        expired = horizon is not None and self.now_ms >= horizon
         kept = []
+        tombstones = False
         for span in spans:
             offset = header.base_offset + span.offset_delta
             if span.key is None:
@@ -518,17 +577,58 @@ class CleaningPass:
             latest = self.offset_map.get(key_hash(span.key))
             if latest is not None and latest > offset:
                 continue
-            if span.value_is_null and not retain_deletes:
-                self.stats.tombstones_dropped += 1
-                continue
+            if span.value_is_null:
+                if expired:
+                    self.stats.tombstones_dropped += 1
+                    continue
+                tombstones = True
             kept.append(span)
         self.stats.records_kept += len(kept)
-        if len(kept) == len(spans):
+        stamp = tombstones and horizon is None  # the first pass that keeps a tombstone
+        if len(kept) == len(spans) and not stamp:
             return raw
         if not kept and not producers_last:
             return None
         encode = self._codecs[header.compression][1] if header.compression else None
-        return rebuilt_batch(header, body, kept, encode)
+        if stamp:
+            self.stats.horizons_stamped += 1
+        return rebuilt_batch(header, body, kept, encode,
+                             self.now_ms + self.log.delete_retention_ms if stamp else None)
+
+    def _filter_marker(self, header: BatchHeader, raw: bytes) -> bytes | None:
+        """A COMMIT or ABORT marker: kept while records of its transaction are in the log
+        (this pass met some since the producer's previous marker: dropped now, they are
+        gone from the next pass on, unless one is the producer's last batch, which stays)
+        or when it holds its producer's epoch and the producer has no batch since that
+        epoch began (an epoch-bumping marker: Kafka's isBatchLastRecordOfProducer); else
+        stamped with a delete horizon, and dropped once that has passed (Kafka's
+        CleanedTransactionMetadata and the horizon of KIP-534)."""
+        pid = header.producer_id
+        had_records = pid in self._txn_records
+        self._txn_records.discard(pid)
+        producers_last = self.log.producer_last_offsets.get(pid) == -1 \
+            and self.log.producer_epochs.get(pid) == header.producer_epoch
+        horizon = delete_horizon(header)
+        if had_records or producers_last or (horizon is not None and self.now_ms < horizon):
+            self.stats.batches_kept_whole += 1
+            return raw
+        body = raw[HEADER_SIZE:]  # control batches are never compressed
+        spans = record_spans(body, header.records_count)
+        try:
+            kind = control_type(spans[0].key) if len(spans) == 1 else None
+        except TransactionLogError:
+            kind = None
+        if kind is None:  # not a transaction marker this cleaner knows: left alone
+            self.stats.batches_kept_whole += 1
+            return raw
+        if horizon is None:
+            self.stats.horizons_stamped += 1
+            return rebuilt_batch(header, body, spans, None,
+                                 self.now_ms + self.log.delete_retention_ms)
+        self.stats.markers_dropped += 1
+        if kind == CONTROL_ABORT:
+            self._dropped_aborts.append(header.base_offset)
+        return None
 
     def _is_aborted(self, header: BatchHeader) -> bool:
         """Whether the batch lies in an aborted transaction of its producer: the last of
@@ -554,7 +654,16 @@ class CleaningPass:
         out.append([batch], len(batch), [(header.base_offset, header.next_offset, 0,
                                           len(batch), max_ts)])
 
+    def _release(self) -> None:
+        """Let go of the key map (up to ``log.cleaner.dedupe.buffer.size``) and the other
+        per-pass tables: a pass done or aborted may still be referenced a while."""
+        self.offset_map = {}
+        self._segment_map = {}
+        self._aborted = {}
+        self._txn_records = set()
+
     def abort(self) -> None:
+        self._release()
         if self._reader is not None:
             self._reader.close()
             self._reader = None

@@ -708,7 +708,15 @@ class LogSegment(SegmentCore):
         dropped = self.size - position
         os.ftruncate(self._fd, position)
         self.size = position
-        self.next_offset = base
+        # the first batch dropped starts at ``offset`` or below (it holds it), or, in a
+        # cleaned segment, maybe far above (the cleaner left a gap): the log then ends at
+        # ``offset``, as Kafka's truncateTo sets it, not past what the caller truncated to.
+        # A truncation into a gap between segments (the next segment, based above
+        # ``offset``, deleted whole; nothing here at or above it) leaves the log ending at
+        # this segment's last batch, below ``offset``; so does a restart after any
+        # truncation into a gap (the reload ends a segment at its last batch). Safe: the
+        # follower fetches those offsets again, as Kafka's does after a restart.
+        self.next_offset = min(base, offset)
         self.offset_index.truncate_to_position(position)
         self.time_index.truncate_to_offset(base)
         last = self.offset_index.last_position if self.offset_index.entries else 0

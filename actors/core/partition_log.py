@@ -18,7 +18,7 @@ import re
 import shutil
 import uuid
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, NoReturn
@@ -456,7 +456,14 @@ class PartitionLog:
         return sorted(bases)
 
     def _rebuild_producer_state(self) -> None:
-        """Producer state from the newest snapshot at or below the LEO, then the log."""
+        """Producer state from the newest snapshot at or below the LEO, then the log.
+
+        As Kafka's truncateAndReload: a snapshot taken inside a transaction whose marker
+        the cleaner has since dropped (past its horizon), then a truncation between that
+        marker and the next snapshot, reloads that snapshot's open transaction with no
+        marker above it left to end it: the transaction stays open (the LSO held there)
+        until the producer's next marker or its coordinator's timeout abort.
+        """
         leo = self.log_end_offset
         snap_offset, state = load_latest_snapshot(self.dir, leo)
         start = max(snap_offset, self._log_start_offset)
@@ -1329,9 +1336,13 @@ class PartitionLog:
 
     def replace_cleaned_segments(self, staging: str, old: list[tuple[int, int]],
                                  new_bases: list[int], generation: int, now_ms: int,
-                                 after_step: Callable[[str], None] | None = None) -> None:
+                                 after_step: Callable[[str], None] | None = None,
+                                 dropped_aborts: Collection[int] = ()) -> None:
         """Swap the segments ``old`` ((base, size), consecutive, not the active one) for
         the cleaned ones in the staging directory (see segment_swap).
+
+        ``dropped_aborts``: the offsets of the ABORT markers the pass dropped (past their
+        delete horizon, no record of theirs left); their aborted entries go with them.
 
         Raises SwapRefusedError, changing nothing, if the log moved on meanwhile
         (a truncation, retention or DeleteRecords took or changed a segment).
@@ -1353,12 +1364,13 @@ class PartitionLog:
         # Each new segment's .txnindex comes from this log's own index, written here
         # (the cleaner is told only the aborted ranges it needs; its report stays small)
         stage_txn_indexes(self.dir, staging,
-                          self.txn_index.cleaned_entries(bases, list(new_bases)))
+                          self.txn_index.cleaned_entries(bases, list(new_bases),
+                                                         dropped_aborts))
         for segment in current:
             self._forget_indexes(segment)
             segment.close(trim=False)
         commit_swap(self.dir, manifest, after_step)
-        self.txn_index.replace_segments(bases, list(new_bases))
+        self.txn_index.replace_segments(bases, list(new_bases), dropped_aborts)
         fresh = []
         for base in new_bases:
             segment = self._segment_object(base, now_ms)

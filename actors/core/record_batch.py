@@ -48,6 +48,9 @@ COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08  # set: LogAppendTime
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
+# Set by the log cleaner (Kafka's KIP-534): the batch's base timestamp is its delete
+# horizon, the time after which its tombstones, or the marker it is, may be cleaned away
+DELETE_HORIZON_BIT = 0x40
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -791,6 +794,18 @@ class RecordSpan(NamedTuple):
     timestamp_delta: int
     key: bytes | None
     value_is_null: bool
+
+
+def restamp_record(records: bytes | bytearray | memoryview, span: RecordSpan,
+                   timestamp_delta: int) -> bytes:
+    """The record at ``span`` of a records section with its timestamp delta replaced (its
+    batch gets a new base timestamp; the record's own time stays): the rest of its bytes
+    unchanged, its length prefix re-encoded."""
+    view = memoryview(records)
+    _length, pos = _read_varint(view, span.start, span.end)
+    _old, after = _read_varint(view, pos + 1, span.end)  # after the attributes byte
+    body = bytes(view[pos:pos + 1]) + _zigzag_varint(timestamp_delta) + bytes(view[after:span.end])
+    return _zigzag_varint(len(body)) + body
 
 
 def record_spans(records: bytes | bytearray | memoryview, count: int) -> list[RecordSpan]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import struct
 from bisect import bisect_left, bisect_right
+from collections.abc import Collection
 from pathlib import Path
 from typing import NamedTuple
 
@@ -137,27 +138,38 @@ class TransactionIndex:
         self.aborted = [self.aborted[i] for i in keep]
         self.segment_of = [self.segment_of[i] for i in keep]
 
-    def replace_segments(self, old_bases: list[int], new_bases: list[int]) -> None:
+    def replace_segments(self, old_bases: list[int], new_bases: list[int],
+                         dropped: Collection[int] = ()) -> None:
         """The cleaner swapped ``old_bases`` (consecutive) for ``new_bases``, moving each
         entry's file content into the new segment now holding its marker (the swap moved
-        the files): only the owning segment changes."""
+        the files): only the owning segment changes. The entries whose marker offset is
+        in ``dropped`` (the cleaner dropped the marker) go."""
         gone = set(old_bases)
+        if dropped:
+            gone_markers = set(dropped)
+            keep = [i for i, (entry, base) in enumerate(zip(self.aborted, self.segment_of,
+                                                              strict=True))
+                    if base not in gone or entry.last_offset not in gone_markers]
+            self.aborted = [self.aborted[i] for i in keep]
+            self.segment_of = [self.segment_of[i] for i in keep]
         ordered = sorted(new_bases)
         for i, base in enumerate(self.segment_of):
             if base in gone:
                 self.segment_of[i] = ordered[
                     max(bisect_right(ordered, self.aborted[i].last_offset) - 1, 0)]
 
-    def cleaned_entries(self, old_bases: list[int],
-                        new_bases: list[int]) -> dict[int, list[AbortedTxn]]:
+    def cleaned_entries(self, old_bases: list[int], new_bases: list[int],
+                        dropped: Collection[int] = ()) -> dict[int, list[AbortedTxn]]:
         """For a cleaner swap of ``old_bases`` (consecutive) by ``new_bases``: each new
         segment with the entries whose marker it will hold (every entry of the old
-        segments: markers are never cleaned away), for its staged ``.txnindex``."""
+        segments but those whose marker offset is in ``dropped``: the cleaner dropped
+        those markers, past their delete horizon), for its staged ``.txnindex``."""
         gone = set(old_bases)
+        gone_markers = set(dropped)
         ordered = sorted(new_bases)
         held: dict[int, list[AbortedTxn]] = {base: [] for base in ordered}
         for entry, base in zip(self.aborted, self.segment_of, strict=True):
-            if base in gone:
+            if base in gone and entry.last_offset not in gone_markers:
                 held[ordered[max(bisect_right(ordered, entry.last_offset) - 1, 0)]].append(entry)
         return held
 

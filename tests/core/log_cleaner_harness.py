@@ -35,7 +35,7 @@ def clean_once(log: PartitionLog, checkpoints: dict[tuple[str, int], int], recov
     plan = cleaning.plan
     assert plan is not None
     log.replace_cleaned_segments(plan.staging, plan.old_segments, plan.new_bases,
-                                 report.generation, now_ms, after_step)
+                                 report.generation, now_ms, after_step, plan.dropped_aborts)
     checkpoints[report.key] = plan.end_offset
     return plan
 

@@ -31,7 +31,7 @@ from actors.core.log_cleaner import (
 from actors.core.log_dir import LogDir
 from actors.core.partition_log import LogConfig, PartitionLog, SwapRefusedError
 from actors.core.producer_state import write_snapshot
-from actors.core.record_batch import TRANSACTIONAL_BIT, build_batch, check_batches
+from actors.core.record_batch import TRANSACTIONAL_BIT, BatchHeader, build_batch, check_batches
 from actors.core.segment_swap import (
     MANIFEST,
     STAGING_PREFIX,
@@ -132,6 +132,27 @@ def test_a_full_key_map_ends_the_pass_at_a_segment_and_the_next_goes_on(tmp_path
     log.close()
 
 
+def test_a_finished_or_aborted_pass_holds_no_key_map(tmp_path: Path) -> None:
+    """The key map may hold log.cleaner.dedupe.buffer.size / 24 keys; a pass that is done
+    (its swap maybe awaited for long) or aborted lets go of it."""
+    log = keyed_log(tmp_path / "t-0", 80, keys=40)
+    report = describe_cleanable(log)
+    for finish in (True, False):
+        chosen = choose_filthiest([report], {}, {report.key: log.recovery_point}, 10_000)
+        assert chosen is not None
+        cleaning = CleaningPass(chosen, 10_000, map_capacity(1 << 20), 700, 1 + finish)
+        while not cleaning.offset_map:  # a segment of keys mapped
+            assert not cleaning.step()
+        if finish:
+            while not cleaning.step():
+                pass
+            assert cleaning.plan is not None
+        else:
+            cleaning.abort()
+        assert cleaning.offset_map == {} and cleaning._segment_map == {}
+    log.close()
+
+
 def test_tombstones_go_after_delete_retention(tmp_path: Path) -> None:
     log = keyed_log(tmp_path / "t-0", 30, keys=3, tombstone_every=3)  # k2 is always dead
     checkpoints: dict[tuple[str, int], int] = {}
@@ -201,7 +222,8 @@ def test_the_swap_is_refused_when_the_log_moved_on(tmp_path: Path) -> None:
 
 def test_a_gap_is_trusted_below_the_recovery_point_only(tmp_path: Path) -> None:
     log = keyed_log(tmp_path / "t-0", 40, tombstone_every=4)  # k3 is dead, the last one too
-    clean_once(log, {}, log.recovery_point, 10_000)
+    clean_once(log, {}, log.recovery_point, 10_000)  # stamps the tombstone's horizon
+    clean_once(log, {}, log.recovery_point, 12_000)  # past it: the tombstone goes
     after = pairs(log)
     spans = read_batch_spans(log)
     assert spans[0][0] > 0  # the cleaned segment at 0 starts with a later batch
@@ -613,3 +635,185 @@ def test_a_checkpoint_inside_a_segment_keeps_an_aborted_record_below_it_out_of_t
     assert [s.base_offset for s in log.segments][:1] == [0] and log.segments[1].base_offset == 7
     assert clean_once(log, {("t", 0): 3}, log.log_end_offset, 10_000) is not None
     assert (0, b"k", b"v1") in pairs(log)
+
+
+# ------------------------------------------------------------ delete horizons (KIP-534)
+
+
+def _horizon(header: BatchHeader) -> int | None:
+    """The batch's delete horizon as a Kafka 3 client reads it: attribute bit 6 (0x40) set,
+    the base timestamp; None: not stamped."""
+    return header.base_timestamp if header.attributes & 0x40 else None
+
+
+def _horizons(log: PartitionLog) -> dict[int, int | None]:
+    """Each batch's base offset with its delete horizon (None: not stamped)."""
+    out: dict[int, int | None] = {}
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        headers = check_batches(log.read(offset, 1 << 20).records)
+        if not headers:
+            break
+        out.update((h.base_offset, _horizon(h)) for h in headers)
+        offset = headers[-1].next_offset
+    return out
+
+
+def _reopen(log: PartitionLog) -> PartitionLog:
+    leo = log.log_end_offset
+    log.close()
+    return PartitionLog.open(log.dir, log.topic, 0, COMPACT, 0, recovery_point=leo,
+                             high_watermark=leo, clean_shutdown=True)
+
+
+def test_a_tombstone_stays_delete_retention_after_the_cleaning_that_first_kept_it(
+        tmp_path: Path) -> None:
+    """Records written long ago (timestamps 1000..): the first cleaning keeps the
+    tombstone and stamps its batch's delete horizon (that cleaning's time + 1000 ms), the
+    record keeping its own timestamp; a cleaning before the horizon keeps it, a restart
+    keeps the horizon, the first cleaning past it drops the tombstone. Before, a tombstone
+    went in the first cleaning once its segment's records were older than
+    delete.retention.ms: a consumer that had not read it yet never learned of the delete."""
+    log = keyed_log(tmp_path / "t-0", 30, keys=3, tombstone_every=3)  # k2 is always dead
+    assert clean_once(log, {}, log.recovery_point, 50_000) is not None
+    assert (29, b"k2", None) in pairs(log)
+    [record] = [r for r, _b, _p in read_log(log) if r.offset == 29]
+    assert record.timestamp_ms == 1_000 + 29  # its own time, read as a client reads it
+    horizons = _horizons(log)
+    assert horizons[29] == 51_000
+    assert {o for o, h in horizons.items() if h is not None} == {29}  # no tombstone: as is
+    assert clean_once(log, {}, log.recovery_point, 50_999) is not None
+    assert (29, b"k2", None) in pairs(log) and _horizons(log)[29] == 51_000  # not restamped
+    log = _reopen(log)
+    assert _horizons(log)[29] == 51_000
+    assert clean_once(log, {}, log.recovery_point, 51_000) is not None
+    assert pairs(log) == [(27, b"k0", b"v27"), (28, b"k1", b"v28")]
+    log.close()
+
+
+def test_a_stamped_compressed_batch_keeps_its_codec_and_its_records_times(
+        tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, COMPACT, 0)
+    batch = build_batch([b"a1", None, b"c1"], keys=[b"a", b"b", b"c"],
+                        timestamps_ms=[500, 400, 700])
+    log.append_as_leader(gzip_batch(batch), 0, 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    clean_once(log, {}, log.recovery_point, 10_000)
+    raw = log.read(0, 1 << 20).records
+    header = check_batches(raw)[0]
+    assert header.compression == 1 and _horizon(header) == 11_000
+    assert log_cleaner.delete_horizon(header) == 11_000
+    assert header.max_timestamp == 700
+    assert [(r.offset, r.key, r.value, r.timestamp_ms) for r, _b, _p in read_log(log)] == [
+        (0, b"a", b"a1", 500), (1, b"b", None, 400), (2, b"c", b"c1", 700)]
+    clean_once(log, {}, log.recovery_point, 11_000)
+    assert [(r.offset, r.timestamp_ms) for r, _b, _p in read_log(log)] == [(0, 500), (2, 700)]
+    log.close()
+
+
+def _markers(log: PartitionLog) -> list[int]:
+    return [b for b, _last, pid in read_batch_spans(log)
+            if pid >= 0 and check_batches(log.read(b, 1 << 20).records)[0].is_control]
+
+
+def test_markers_go_past_their_horizon_once_their_transactions_records_are_gone(
+        tmp_path: Path) -> None:
+    """Producer 7 commits a and b (superseded later), aborts a, then commits c; producer 9
+    commits d (its key's latest: it stays) and then e. A first pass drops the superseded
+    and aborted records but keeps their markers (it met their records); the next stamps
+    the markers whose transactions are empty; one past the horizon drops them, and the
+    abort's .txnindex entry with its marker. The markers of transactions with records
+    left, and each producer's last, stay; read_committed still reads the committed
+    values, and a restart reads no open transaction and no abort."""
+    log = keyed_log(tmp_path / "t-0", 6, keys=1)                                   # 0-5
+    log.append_as_leader(_txn_records(7, 0, 0, [b"a", b"b"], b"c1"), 0, 0)         # 6-7
+    log.append_control(7, 0, True, 0, 0, 0)                                         # 8
+    log.append_as_leader(_txn_records(7, 0, 2, [b"a"], b"aborted"), 0, 0)          # 9
+    log.append_control(7, 0, False, 0, 0, 0)                                        # 10
+    log.append_as_leader(build_batch([b"a2", b"b2"], keys=[b"a", b"b"]), 0, 0)      # 11-12
+    log.append_as_leader(_txn_records(7, 0, 3, [b"c"], b"c1"), 0, 0)               # 13
+    log.append_control(7, 0, True, 0, 0, 0)                                         # 14
+    log.append_as_leader(_txn_records(9, 0, 0, [b"d"], b"d1"), 0, 0)               # 15
+    log.append_control(9, 0, True, 0, 0, 0)                                         # 16
+    log.append_as_leader(_txn_records(9, 0, 1, [b"e"], b"e1"), 0, 0)               # 17
+    log.append_control(9, 0, True, 0, 0, 0)                                         # 18
+    for i in range(4):
+        log.append_as_leader(build_batch([b"f"], keys=[b"f%d" % i]), 0, 0)         # 19-22
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    assert [e[:3] for e in log.txn_index.aborted] == [(7, 9, 10)]
+    assert clean_once(log, {}, log.recovery_point, 10_000) is not None
+    assert _markers(log) == [8, 10, 14, 16, 18]  # records of 8 and 10 were met: kept
+    assert all(h is None for h in _horizons(log).values())
+    assert clean_once(log, {}, log.recovery_point, 10_000) is not None
+    horizons = _horizons(log)
+    assert (horizons[8], horizons[10]) == (11_000, 11_000)
+    assert horizons[14] is horizons[16] is horizons[18] is None
+    log = _reopen(log)
+    assert clean_once(log, {}, log.recovery_point, 10_999) is not None
+    assert _markers(log) == [8, 10, 14, 16, 18]
+    assert clean_once(log, {}, log.recovery_point, 11_000) is not None
+    assert _markers(log) == [14, 16, 18]
+    assert log.txn_index.aborted == [] and log.aborted_transactions(0, log.log_end_offset) == []
+    assert not [p for p in log.dir.glob("*.txnindex") if read_txn_index(p)]
+    kept = {k: v for _o, k, v in pairs(log)}
+    assert (kept[b"a"], kept[b"b"], kept[b"c"], kept[b"d"]) == (b"a2", b"b2", b"c1", b"d1")
+    log = _reopen(log)
+    assert log.last_stable_offset == log.high_watermark == log.log_end_offset
+    assert log.aborted_transactions(0, log.log_end_offset) == []
+    assert clean_once(log, {}, log.recovery_point, 100_000) is not None
+    assert _markers(log) == [14, 16, 18]  # their records stay, or their producer's last
+    log.close()
+
+
+def test_only_the_marker_of_a_producers_current_epoch_stays_for_good(tmp_path: Path) -> None:
+    """Producer 5 commits a (superseded later) in epoch 0; then an abort marker bumps it to
+    epoch 1 (a fenced producer), with no batch since. The epoch-1 marker holds the epoch a
+    restart must fence with: it stays. The epoch-0 commit, its records gone, goes past its
+    horizon, as Kafka's. Before, every marker of a producer with no batch in its epoch
+    stayed for good."""
+    log = keyed_log(tmp_path / "t-0", 6, keys=1)                                   # 0-5
+    log.append_as_leader(_txn_records(5, 0, 0, [b"a"], b"a1"), 0, 0)               # 6
+    log.append_control(5, 0, True, 0, 0, 0)                                         # 7
+    log.append_control(5, 1, False, 0, 0, 0)                                        # 8
+    for i in range(4):
+        log.append_as_leader(build_batch([b"a2"], keys=[b"a%d" % (i % 2)]), 0, 0)  # 9-12
+    log.append_as_leader(build_batch([b"a3"], keys=[b"a"]), 0, 0)                   # 13
+    log.update_high_watermark(log.log_end_offset)
+    log.roll(0)
+    log.flush(0)
+    entry = log.producer_state.producers[5]
+    assert (entry.producer_epoch, entry.last_offset) == (1, -1)  # no batch in epoch 1
+    assert clean_once(log, {}, log.recovery_point, 10_000) is not None
+    assert _markers(log) == [7, 8]  # 7's record was met
+    assert clean_once(log, {}, log.recovery_point, 10_000) is not None
+    assert (_horizons(log)[7], _horizons(log)[8]) == (11_000, None)
+    assert clean_once(log, {}, log.recovery_point, 11_000) is not None
+    assert _markers(log) == [8]
+    assert clean_once(log, {}, log.recovery_point, 100_000) is not None
+    assert _markers(log) == [8]
+    assert check_batches(log.read(8, 1 << 20).records)[0].producer_epoch == 1
+    log.close()
+
+
+def test_a_truncation_into_a_cleaned_gap_ends_the_log_at_the_truncation_offset(
+        tmp_path: Path) -> None:
+    """A follower's cleaned log holds only offsets 56-59 in its first segment: truncated to
+    10 (its new leader's log ends there), its log ends at 10 and the leader's records from
+    10 on are appended. Before, it ended at 56 (the first batch dropped): past the leader's
+    end, so the follower's fetch was out of range and it truncated to 10 again, forever."""
+    log = keyed_log(tmp_path / "t-0", 60, keys=4)
+    clean_once(log, {}, log.recovery_point, 10_000)
+    assert read_batch_spans(log)[0] == (56, 56, -1)
+    assert log.truncate_to(10)
+    assert log.log_end_offset == 10 and read_batch_spans(log) == []
+    log.append_as_follower(build_batch([b"new"], keys=[b"k0"], base_offset=10), 0)
+    assert log.log_end_offset == 11 and pairs(log) == [(10, b"k0", b"new")]
+    log.flush(0)
+    log.close()
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, COMPACT, 0, recovery_point=11)
+    assert log.log_end_offset == 11 and pairs(log) == [(10, b"k0", b"new")]
+    log.close()

@@ -6,12 +6,14 @@ large and tiny) and clean or unclean reopens. After every step:
 
 * the log is a subsequence of what was appended: every record is the one
   appended at its offset, offsets only rise (never reused, order kept);
-* the latest record of every key is there, unless it is a tombstone older
-  than delete.retention.ms;
+* the latest record of every key is there, unless it is a tombstone whose
+  delete horizon (the time of the first cleaning that kept it, plus
+  delete.retention.ms: KIP-534's, stamped in its batch) has passed;
 * below a cleaning's end, a record stays only if it is its key's latest
   there;
-* a cleaning that covers only records older than delete.retention.ms leaves
-  no tombstone below its end;
+* a cleaning leaves no tombstone below its end whose delete horizon has
+  passed, and every record keeps its own timestamp (a stamped batch's records
+  are re-encoded against its new base timestamp);
 * the active segment is not touched; high watermark and log end do not move;
 * each idempotent producer's state (epoch, last sequence and offsets) is the
   same after cleaning and after a reopen, and its last batch retried is still
@@ -72,6 +74,9 @@ class CleanerMachine(RuleBasedStateMachine):
         self.producers: dict[int, tuple[int, int, int]] = {}  # pid -> next seq, base, last
         self.passes = 0
         self.last_batch_bytes: dict[int, bytes] = {}
+        # tombstone offset -> the time of the first cleaning that kept it (its horizon is
+        # that plus delete.retention.ms)
+        self.stamped: dict[int, int] = {}
 
     def teardown(self) -> None:
         os.fsync = self.real_fsync
@@ -163,16 +168,18 @@ class CleanerMachine(RuleBasedStateMachine):
         for offset, rec in self.records.items():
             if offset < end:
                 latest_below[rec.key] = max(latest_below.get(rec.key, -1), offset)
-        all_old = all(rec.timestamp_ms < self.now_ms - DELETE_RETENTION_MS
-                      for offset, rec in self.records.items() if offset < end)
         for record, _batch_base, _pid in read_log(log):
             if record.offset >= end:
                 continue
             assert record.offset == latest_below[record.key], (record, latest_below)
-            if all_old:
-                assert record.value is not None, f"old tombstone kept at {record.offset}"
-        if all_old and any(r.value is None for o, r in self.records.items() if o < end):
-            event("old tombstones below the end")
+            if record.value is None:
+                stamped = self.stamped.setdefault(record.offset, self.now_ms)
+                assert stamped + DELETE_RETENTION_MS > self.now_ms, \
+                    f"tombstone kept past its horizon at {record.offset}"
+                event("tombstone kept" if stamped == self.now_ms else "tombstone still young")
+        if any(o < end and r.value is None and self.stamped.get(o, self.now_ms)
+               + DELETE_RETENTION_MS <= self.now_ms for o, r in self.records.items()):
+            event("tombstones past their horizon below the end")
 
     @rule(clean_shutdown=st.booleans())
     def reopen(self, clean_shutdown: bool) -> None:
@@ -214,8 +221,9 @@ class CleanerMachine(RuleBasedStateMachine):
             latest[rec.key] = max(latest.get(rec.key, -1), offset)
         for key, offset in latest.items():
             rec = self.records[offset]
-            young = rec.timestamp_ms >= self.now_ms - DELETE_RETENTION_MS
-            if rec.value is not None or young:
+            expired = self.stamped.get(offset, self.now_ms) + DELETE_RETENTION_MS \
+                <= self.now_ms
+            if rec.value is not None or not expired:
                 assert offset in present, f"the latest record of {key!r} ({offset}) is gone"
 
     @invariant()

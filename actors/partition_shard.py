@@ -313,6 +313,14 @@ class PartitionShard(Actor):
         # restore): only their leader epochs make a restored role old (a log's own epoch,
         # leading alone, is no word of the controller)
         self.roles_given: set[tuple[str, int]] = set()
+        # A cluster's shard that lost its memory (a crash restarted it in place, or its
+        # process restarted) holds no role, and after a process restart no log, until the
+        # ReplicaManager's RestoreRoles: a request for a partition it does not hold until
+        # then is NOT_LEADER_OR_FOLLOWER (Kafka's answer for a partition its metadata knows
+        # and it does not host: the client refreshes its metadata and retries), never
+        # UNKNOWN_TOPIC_OR_PARTITION for a partition that exists.
+        self.awaiting_restore = bool(str(self.config["zookeeper.connect"]).strip()) and bool(
+            self.crashes or self.generation > 0)
         if self.crashes:
             self._reopen_hosted(now)
         else:
@@ -480,6 +488,7 @@ class PartitionShard(Actor):
                       len(self.hosted))
         notice = ShardRestarted(self.index)
         if cluster:
+            self.awaiting_restore = True  # (a cluster's role can be its only sign)
             self.tell(self.topology.replica_manager, notice)
         elif reopened:
             for i in range(self.topology.num_purgatories):
@@ -973,7 +982,7 @@ class PartitionShard(Actor):
         for req in msg.rows:
             state = self.partitions.get((req.topic, req.partition))
             if state is None:
-                rows.append(DeleteRecordsDoneRow(req.topic, req.partition, -1, UNKNOWN_TP,
+                rows.append(DeleteRecordsDoneRow(req.topic, req.partition, -1, self._not_hosted(),
                                                  "this broker does not host the partition"))
                 continue
             if not state.is_leader:
@@ -1092,7 +1101,8 @@ class PartitionShard(Actor):
                 topic, partition = req.topic, req.partition
                 state = self.partitions.get((topic, partition))
                 if state is None:
-                    rows.append(AppendDoneRow(topic, partition, UNKNOWN_TP, -1, -1, -1, None))
+                    rows.append(AppendDoneRow(topic, partition, self._not_hosted(), -1, -1, -1,
+                                              None))
                     continue
                 failed = state.log.flush_failed
                 if failed is not None:
@@ -1311,7 +1321,7 @@ class PartitionShard(Actor):
                                               str(unflushed)))
                 continue
             if state is None or not state.is_leader:
-                code = UNKNOWN_TP if state is None else NOT_LEADER
+                code = self._not_hosted() if state is None else NOT_LEADER
                 rows.append(TxnMarkerDoneRow(req.topic, req.partition, code))
                 appended.append(AppendDoneRow(req.topic, req.partition, code, -1, -1, -1, None))
                 continue
@@ -1441,7 +1451,8 @@ class PartitionShard(Actor):
                 topic, partition, offset = req.topic, req.partition, req.fetch_offset
                 state = self.partitions.get((topic, partition))
                 if state is None:
-                    rows.append(ReadDoneRow(topic, partition, UNKNOWN_TP, -1, -1, b"", 0, 0, -1))
+                    rows.append(ReadDoneRow(topic, partition, self._not_hosted(), -1, -1, b"", 0,
+                                            0, -1))
                     continue
                 refused = state.check_client_epoch(req.current_leader_epoch)
                 if refused != NONE:
@@ -1555,7 +1566,7 @@ class PartitionShard(Actor):
             topic, partition, ts = req.topic, req.partition, req.timestamp
             state = self.partitions.get((topic, partition))
             if state is None:
-                rows.append(ListOffsetsDoneRow(topic, partition, UNKNOWN_TP, -1, -1, -1))
+                rows.append(ListOffsetsDoneRow(topic, partition, self._not_hosted(), -1, -1, -1))
                 continue
             refused = state.check_client_epoch(req.current_leader_epoch)
             if refused != NONE:
@@ -1599,7 +1610,7 @@ class PartitionShard(Actor):
             topic, partition = req.topic, req.partition
             state = self.partitions.get((topic, partition))
             if state is None:
-                rows.append(OffsetForEpochDoneRow(topic, partition, UNKNOWN_TP, -1, -1))
+                rows.append(OffsetForEpochDoneRow(topic, partition, self._not_hosted(), -1, -1))
                 continue
             refused = state.check_client_epoch(req.current_leader_epoch)
             if refused != NONE:
@@ -1901,6 +1912,10 @@ class PartitionShard(Actor):
         hosted.marked_on_disk = False
         self.log.info("{}-{}: {}: its failed-storage marker is removed", topic, partition, why)
 
+    def _not_hosted(self) -> int:
+        """The error for a request about a partition this shard does not hold."""
+        return NOT_LEADER if self.awaiting_restore else UNKNOWN_TP
+
     @handles(RestoreRoles)
     def on_restore_roles(self, msg: RestoreRoles) -> None:
         """The last roles the ReplicaManager knows, after this shard lost its memory (a
@@ -1910,6 +1925,7 @@ class PartitionShard(Actor):
         epoch once). Then the purgatories watch this shard's partitions again."""
         now = self.clock.wall_ms()
         self.replication["restores"] = self.replication.get("restores", 0) + 1
+        self.awaiting_restore = False
         applied: list[str] = []
         outcomes: list[PartitionErrorRow] = []
         confirmed: list[TopicIdRow] = []  # an adopted id read back (as a role's answer)
@@ -2024,7 +2040,7 @@ class PartitionShard(Actor):
             topic, partition, offset = req.topic, req.partition, req.fetch_offset
             state = self.partitions.get((topic, partition))
             if state is None:
-                rows.append(_replica_error(topic, partition, UNKNOWN_TP))
+                rows.append(_replica_error(topic, partition, self._not_hosted()))
                 continue
             error = state.check_fetch_epoch(req.current_leader_epoch)
             if error != NONE:
@@ -2283,6 +2299,8 @@ class PartitionShard(Actor):
             # this process's generation, and the Appends stamped older it refused
             "generation": self.generation,
             "stale_appends_refused": self.stale_appends_refused,
+            # lost its memory and not given its roles again yet (RestoreRoles)
+            "awaiting_restore": self.awaiting_restore,
             "replication": dict(self.replication),
             "isr": {f"{t}-{p}": sorted(s.isr) for (t, p), s in self.partitions.items()
                     if s.is_leader},

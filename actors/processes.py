@@ -318,6 +318,34 @@ def _wait_for_handlers_metadata(node: Any, topo: Any, index: int) -> None:
             time.sleep(0.005)
 
 
+def _wait_for_shards_restored(node: Any, topo: Any, index: int, here: list[int]) -> None:
+    """After a restart, until every shard of this process holds its partitions' last roles
+    again (the ReplicaManager's RestoreRoles, sent with the answer to ProcessStarted, to
+    another actor and maybe by another link): a broker that is not ready does not serve, so
+    a client of this process never finds a partition led here not yet restored. Bounded:
+    a shard still waiting then answers NOT_LEADER_OR_FOLLOWER for such a partition (the
+    client retries), as it does to the other processes' handlers meanwhile."""
+    from actors.runtime.address import Address
+    from actors.runtime.node import AskFailed, AskTimeout
+    from wire.broker_messages import GetStats
+
+    deadline = time.monotonic() + READY_TIMEOUT_S / 2
+    for i in here:
+        shard = Address(node.name, topo.shard(i).name)
+        while True:
+            try:
+                if not node.ask(shard, GetStats(), timeout=5.0).get("awaiting_restore"):
+                    break
+            except (AskFailed, AskTimeout) as exc:
+                logger.warning("process {}: {} did not answer ({})", index, shard, exc)
+                return
+            if time.monotonic() > deadline:
+                logger.warning("process {}: {} has not had its roles restored yet; it "
+                               "answers NOT_LEADER_OR_FOLLOWER until it has", index, shard)
+                return
+            time.sleep(0.005)
+
+
 def run_process(spec: dict[str, Any]) -> int:
     """Process ``spec["index"]`` of a broker: a node serving connections until SIGTERM."""
     from actors.acceptor import Acceptor
@@ -484,6 +512,8 @@ def run_process(spec: dict[str, Any]) -> int:
         else:
             if isinstance(started, dict) and started.get("metadata"):
                 _wait_for_handlers_metadata(node, topo, index)
+            if restarted:
+                _wait_for_shards_restored(node, topo, index, here)
     elif restarted:
         # A single node has no ReplicaManager to tell the other processes' handlers: this
         # process does. Each gives up what it sent to the process this one replaced (its

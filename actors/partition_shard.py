@@ -1573,28 +1573,28 @@ class PartitionShard(Actor):
                 rows.append(ListOffsetsDoneRow(topic, partition, refused, -1, -1, -1))
                 continue
             log = state.log
-            epoch = state.leader_epoch
             # read_committed sees up to the last stable offset (Kafka's lastFetchableOffset)
             visible = log.last_stable_offset if msg.isolation_level == 1 else log.high_watermark
+            # The leader epoch answered (v4+) is that of the offset answered, as Kafka's
+            # fetchOffsetByTimestamp: the record's batch for a record found, the earliest
+            # epoch for the log start (if it starts there or below), the current leader
+            # epoch for the latest; -1 when no record is found (Kafka's default).
             if ts == -2:
+                cached = log.epoch_cache.entries
+                first = cached[0][0] if cached and cached[0][1] <= log.log_start_offset else -1
                 rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, log.log_start_offset,
-                                               epoch))
+                                               first))
             elif ts == -1:
-                rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, visible, epoch))
-            elif ts == -3:
-                found = self._max_timestamp_offset(log, visible)
-                if found is None:
-                    rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, -1, epoch))
-                else:
-                    rows.append(ListOffsetsDoneRow(topic, partition, NONE, found[1], found[0],
-                                                   epoch))
-            elif isinstance(ts, int) and ts >= 0:
-                found = log.offset_for_timestamp(ts)
+                rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, visible,
+                                               state.leader_epoch))
+            elif ts == -3 or (isinstance(ts, int) and ts >= 0):
+                found = (self._max_timestamp_offset(log, visible) if ts == -3
+                         else log.offset_for_timestamp(ts))
                 if found is None or found[0] >= visible:
-                    rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, -1, epoch))
+                    rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, -1, -1))
                 else:
                     rows.append(ListOffsetsDoneRow(topic, partition, NONE, found[1], found[0],
-                                                   epoch))
+                                                   log.epoch_cache.epoch_for_offset(found[0])))
             else:
                 rows.append(ListOffsetsDoneRow(topic, partition, int(ErrorCode.INVALID_REQUEST),
                                                -1, -1, -1))

@@ -1,6 +1,10 @@
-"""Which leader epoch a cluster answers (KIP-320), on three real nodes with a partition
-of two replicas whose leader was killed.
+"""Which leader epoch a cluster answers, and where it checks a client's (KIP-320), on
+three real nodes with a partition of two replicas whose leader was killed.
 
+* A node that holds no replica of the partition answers Fetch v9+, ListOffsets v4+ and
+  OffsetForLeaderEpoch NOT_LEADER_OR_FOLLOWER whatever current_leader_epoch the client
+  sends: Kafka's ReplicaManager finds no Partition there (getPartitionOrError) before any
+  epoch is checked, so neither FENCED_LEADER_EPOCH nor UNKNOWN_LEADER_EPOCH.
 * ListOffsets v4+ answers the leader epoch of the offset it answers (Kafka's
   fetchOffsetByTimestamp): the epoch of the record found by timestamp and of the one with
   the largest timestamp, the earliest epoch for the log start, the current leader epoch
@@ -15,7 +19,15 @@ from typing import Any
 import pytest
 
 from tests.broker.rawclient import LIST_OFFSETS, RawClient, build, record_batch
-from tests.cluster.test_leader_epochs_cluster import kill_leader
+from tests.cluster.test_leader_epochs_cluster import (
+    FENCED,
+    NOT_LEADER,
+    UNKNOWN_EPOCH,
+    end_offset,
+    fetch_code,
+    kill_leader,
+    list_offsets_code,
+)
 from tests.cluster.test_replication import FAST, TOPIC, create_topic, isr_of
 from tests.fixtures.cluster import ClusterNode, kafka_call, wait_for
 
@@ -67,3 +79,13 @@ def test_list_offsets_answers_the_epoch_of_the_offset_it_answers(
     assert list_offsets(new, -2, 1) == (0, -1, 0, 0)
     assert list_offsets(new, -1, 1) == (0, -1, 3, 1)
     assert list_offsets(new, base + 200_000, 1) == (0, -1, -1, -1)  # no such record
+
+
+def test_a_node_without_a_replica_checks_no_client_epoch(cluster_factory: Any) -> None:
+    new, outsider, _base = after_a_leader_change(cluster_factory)
+    for epoch in (0, 1, 2):  # older, current and newer than the metadata's
+        assert end_offset(outsider, epoch, 0) == (NOT_LEADER, -1, -1)
+        assert fetch_code(outsider, epoch) == NOT_LEADER
+        assert list_offsets_code(outsider, epoch) == NOT_LEADER
+    # the leader still checks it
+    assert (fetch_code(new, 0), fetch_code(new, 2)) == (FENCED, UNKNOWN_EPOCH)

@@ -313,14 +313,23 @@ class PartitionShard(Actor):
         # restore): only their leader epochs make a restored role old (a log's own epoch,
         # leading alone, is no word of the controller)
         self.roles_given: set[tuple[str, int]] = set()
+        # A cluster's shard answers NOT_LEADER_OR_FOLLOWER for a partition it does not
+        # hold, whatever the reason (Kafka's answer for a partition its metadata knows and
+        # the broker does not host: the client refreshes its metadata and retries). A
+        # request comes here only once a handler's, a coordinator's or a follower's
+        # metadata has the partition (a deleted topic's is answered UNKNOWN_TOPIC_OR_PARTITION
+        # there), and the shard has no metadata of its own to tell "not yet given"
+        # (before the first LeaderAndIsr, before RestoreRoles) from "gone": never
+        # UNKNOWN_TOPIC_OR_PARTITION, which a transaction coordinator could take for a
+        # deleted partition. A single node holds every partition of the broker: one it
+        # does not hold does not exist (UNKNOWN_TOPIC_OR_PARTITION, as Kafka's single
+        # broker).
+        self.in_cluster = bool(str(self.config["zookeeper.connect"]).strip())
         # A cluster's shard that lost its memory (a crash restarted it in place, or its
         # process restarted) holds no role, and after a process restart no log, until the
-        # ReplicaManager's RestoreRoles: a request for a partition it does not hold until
-        # then is NOT_LEADER_OR_FOLLOWER (Kafka's answer for a partition its metadata knows
-        # and it does not host: the client refreshes its metadata and retries), never
-        # UNKNOWN_TOPIC_OR_PARTITION for a partition that exists.
-        self.awaiting_restore = bool(str(self.config["zookeeper.connect"]).strip()) and bool(
-            self.crashes or self.generation > 0)
+        # ReplicaManager's RestoreRoles (or, if that never comes, its next role): the
+        # restarted process waits for it before it serves.
+        self.awaiting_restore = self.in_cluster and bool(self.crashes or self.generation > 0)
         if self.crashes:
             self._reopen_hosted(now)
         else:
@@ -1914,7 +1923,7 @@ class PartitionShard(Actor):
 
     def _not_hosted(self) -> int:
         """The error for a request about a partition this shard does not hold."""
-        return NOT_LEADER if self.awaiting_restore else UNKNOWN_TP
+        return NOT_LEADER if self.in_cluster or self.awaiting_restore else UNKNOWN_TP
 
     @handles(RestoreRoles)
     def on_restore_roles(self, msg: RestoreRoles) -> None:

@@ -1585,9 +1585,10 @@ class PartitionShard(Actor):
             # read_committed sees up to the last stable offset (Kafka's lastFetchableOffset)
             visible = log.last_stable_offset if msg.isolation_level == 1 else log.high_watermark
             # The leader epoch answered (v4+) is that of the offset answered, as Kafka's
-            # fetchOffsetByTimestamp: the record's batch for a record found, the earliest
-            # epoch for the log start (if it starts there or below), the current leader
-            # epoch for the latest; -1 when no record is found (Kafka's default).
+            # fetchOffsetByTimestamp, read from the leader epoch cache (not the batch): the
+            # epoch holding the offset for a record found, the cache's first epoch for the
+            # log start (if that entry starts there or below), the current leader epoch
+            # for the latest; -1 when no record is found (Kafka's default).
             if ts == -2:
                 cached = log.epoch_cache.entries
                 first = cached[0][0] if cached and cached[0][1] <= log.log_start_offset else -1

@@ -27,6 +27,7 @@ from tests.cluster.test_leader_epochs_cluster import (
     fetch_code,
     kill_leader,
     list_offsets_code,
+    metadata_epoch,
 )
 from tests.cluster.test_replication import FAST, TOPIC, create_topic, isr_of
 from tests.fixtures.cluster import ClusterNode, kafka_call, wait_for
@@ -51,41 +52,47 @@ def produce(node: ClusterNode, timestamp_ms: int, acks: int) -> int:
                                   acks=acks).error_code)
 
 
-def after_a_leader_change(cluster_factory: Any) -> tuple[ClusterNode, ClusterNode, int]:
-    """Partition 0 of two replicas on three nodes: at leader epoch 0 offset 0 at ``base``
-    and offset 1 at ``base`` + 100 s (the largest timestamp); its leader killed; at leader
-    epoch 1 offset 2 at ``base`` + 50 s. (the new leader, the node with no replica, base)"""
+def after_a_leader_change(
+        cluster_factory: Any) -> tuple[ClusterNode, ClusterNode, int, int, int]:
+    """Partition 0 of two replicas on three nodes: at the first leader's epoch offset 0 at
+    ``base`` and offset 1 at ``base`` + 100 s (the largest timestamp); its leader killed;
+    at the new leader's epoch offset 2 at ``base`` + 50 s. (the new leader, the node with
+    no replica, base, the first leader's epoch, the new one's: as the metadata says)"""
     cluster = cluster_factory(config=FAST)
     create_topic(cluster, partitions=1, rf=2)
     replicas = cluster.view().partitions[(TOPIC, 0)].replicas
     [outsider] = [n for n in cluster.nodes.values() if n.broker_id not in replicas]
     wait_for("both replicas in the ISR", lambda: len(isr_of(cluster)) == 2, 30)
     leader = cluster.nodes[cluster.view().partitions[(TOPIC, 0)].leader]
+    _id, first = metadata_epoch(leader)
     base = int(time.time() * 1000) - 3_600_000
     for ts in (base, base + 100_000):
         assert wait_for("a record at epoch 0", lambda t=ts: produce(leader, t, -1) == 0 or None,
                         30)
     new, _old = kill_leader(cluster)
-    wait_for("a record at epoch 1", lambda: produce(new, base + 50_000, 1) == 0 or None, 60)
-    return new, outsider, base
+    wait_for("a record at the new epoch", lambda: produce(new, base + 50_000, 1) == 0 or None,
+             60)
+    _id, epoch = metadata_epoch(new)
+    assert epoch > first
+    return new, outsider, base, first, epoch
 
 
 def test_list_offsets_answers_the_epoch_of_the_offset_it_answers(
         cluster_factory: Any) -> None:
-    new, _outsider, base = after_a_leader_change(cluster_factory)
-    assert list_offsets(new, base, 1) == (0, base, 0, 0)
-    assert list_offsets(new, base + 1, 1) == (0, base + 100_000, 1, 0)
-    assert list_offsets(new, -3, 1) == (0, base + 100_000, 1, 0)
-    assert list_offsets(new, -2, 1) == (0, -1, 0, 0)
-    assert list_offsets(new, -1, 1) == (0, -1, 3, 1)
-    assert list_offsets(new, base + 200_000, 1) == (0, -1, -1, -1)  # no such record
+    new, _outsider, base, first, epoch = after_a_leader_change(cluster_factory)
+    assert list_offsets(new, base, epoch) == (0, base, 0, first)
+    assert list_offsets(new, base + 1, epoch) == (0, base + 100_000, 1, first)
+    assert list_offsets(new, -3, epoch) == (0, base + 100_000, 1, first)
+    assert list_offsets(new, -2, epoch) == (0, -1, 0, first)
+    assert list_offsets(new, -1, epoch) == (0, -1, 3, epoch)
+    assert list_offsets(new, base + 200_000, epoch) == (0, -1, -1, -1)  # no such record
 
 
 def test_a_node_without_a_replica_checks_no_client_epoch(cluster_factory: Any) -> None:
-    new, outsider, _base = after_a_leader_change(cluster_factory)
-    for epoch in (0, 1, 2):  # older, current and newer than the metadata's
-        assert end_offset(outsider, epoch, 0) == (NOT_LEADER, -1, -1)
-        assert fetch_code(outsider, epoch) == NOT_LEADER
-        assert list_offsets_code(outsider, epoch) == NOT_LEADER
+    new, outsider, _base, _first, epoch = after_a_leader_change(cluster_factory)
+    for client_epoch in (epoch - 1, epoch, epoch + 1):  # older, current, newer than metadata's
+        assert end_offset(outsider, client_epoch, 0) == (NOT_LEADER, -1, -1)
+        assert fetch_code(outsider, client_epoch) == NOT_LEADER
+        assert list_offsets_code(outsider, client_epoch) == NOT_LEADER
     # the leader still checks it
-    assert (fetch_code(new, 0), fetch_code(new, 2)) == (FENCED, UNKNOWN_EPOCH)
+    assert (fetch_code(new, epoch - 1), fetch_code(new, epoch + 1)) == (FENCED, UNKNOWN_EPOCH)

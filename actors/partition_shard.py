@@ -314,6 +314,23 @@ class PartitionShard(Actor):
         # restore): only their leader epochs make a restored role old (a log's own epoch,
         # leading alone, is no word of the controller)
         self.roles_given: set[tuple[str, int]] = set()
+        # A cluster's shard answers NOT_LEADER_OR_FOLLOWER for a partition it does not
+        # hold, whatever the reason (Kafka's answer for a partition its metadata knows and
+        # the broker does not host: the client refreshes its metadata and retries). A
+        # request comes here only once a handler's, a coordinator's or a follower's
+        # metadata has the partition (a deleted topic's is answered UNKNOWN_TOPIC_OR_PARTITION
+        # there), and the shard has no metadata of its own to tell "not yet given"
+        # (before the first LeaderAndIsr, before RestoreRoles) from "gone": never
+        # UNKNOWN_TOPIC_OR_PARTITION, which a transaction coordinator could take for a
+        # deleted partition. A single node holds every partition of the broker: one it
+        # does not hold does not exist (UNKNOWN_TOPIC_OR_PARTITION, as Kafka's single
+        # broker).
+        self.in_cluster = bool(str(self.config["zookeeper.connect"]).strip())
+        # A cluster's shard that lost its memory (a crash restarted it in place, or its
+        # process restarted) holds no role, and after a process restart no log, until the
+        # ReplicaManager's RestoreRoles (or, if that never comes, its next role): the
+        # restarted process waits for it before it serves.
+        self.awaiting_restore = self.in_cluster and bool(self.crashes or self.generation > 0)
         if self.crashes:
             self._reopen_hosted(now)
         else:
@@ -481,6 +498,7 @@ class PartitionShard(Actor):
                       len(self.hosted))
         notice = ShardRestarted(self.index)
         if cluster:
+            self.awaiting_restore = True  # (a cluster's role can be its only sign)
             self.tell(self.topology.replica_manager, notice)
         elif reopened:
             for i in range(self.topology.num_purgatories):
@@ -974,7 +992,7 @@ class PartitionShard(Actor):
         for req in msg.rows:
             state = self.partitions.get((req.topic, req.partition))
             if state is None:
-                rows.append(DeleteRecordsDoneRow(req.topic, req.partition, -1, UNKNOWN_TP,
+                rows.append(DeleteRecordsDoneRow(req.topic, req.partition, -1, self._not_hosted(),
                                                  "this broker does not host the partition"))
                 continue
             if not state.is_leader:
@@ -1094,7 +1112,8 @@ class PartitionShard(Actor):
                 topic, partition = req.topic, req.partition
                 state = self.partitions.get((topic, partition))
                 if state is None:
-                    rows.append(AppendDoneRow(topic, partition, UNKNOWN_TP, -1, -1, -1, None))
+                    rows.append(AppendDoneRow(topic, partition, self._not_hosted(), -1, -1, -1,
+                                              None))
                     continue
                 failed = state.log.flush_failed
                 if failed is not None:
@@ -1313,7 +1332,7 @@ class PartitionShard(Actor):
                                               str(unflushed)))
                 continue
             if state is None or not state.is_leader:
-                code = UNKNOWN_TP if state is None else NOT_LEADER
+                code = self._not_hosted() if state is None else NOT_LEADER
                 rows.append(TxnMarkerDoneRow(req.topic, req.partition, code))
                 appended.append(AppendDoneRow(req.topic, req.partition, code, -1, -1, -1, None))
                 continue
@@ -1443,7 +1462,8 @@ class PartitionShard(Actor):
                 topic, partition, offset = req.topic, req.partition, req.fetch_offset
                 state = self.partitions.get((topic, partition))
                 if state is None:
-                    rows.append(ReadDoneRow(topic, partition, UNKNOWN_TP, -1, -1, b"", 0, 0, -1))
+                    rows.append(ReadDoneRow(topic, partition, self._not_hosted(), -1, -1, b"", 0,
+                                            0, -1))
                     continue
                 refused = state.check_client_epoch(req.current_leader_epoch)
                 if refused != NONE:
@@ -1557,35 +1577,36 @@ class PartitionShard(Actor):
             topic, partition, ts = req.topic, req.partition, req.timestamp
             state = self.partitions.get((topic, partition))
             if state is None:
-                rows.append(ListOffsetsDoneRow(topic, partition, UNKNOWN_TP, -1, -1, -1))
+                rows.append(ListOffsetsDoneRow(topic, partition, self._not_hosted(), -1, -1, -1))
                 continue
             refused = state.check_client_epoch(req.current_leader_epoch)
             if refused != NONE:
                 rows.append(ListOffsetsDoneRow(topic, partition, refused, -1, -1, -1))
                 continue
             log = state.log
-            epoch = state.leader_epoch
             # read_committed sees up to the last stable offset (Kafka's lastFetchableOffset)
             visible = log.last_stable_offset if msg.isolation_level == 1 else log.high_watermark
+            # The leader epoch answered (v4+) is that of the offset answered, as Kafka's
+            # fetchOffsetByTimestamp, read from the leader epoch cache (not the batch): the
+            # epoch holding the offset for a record found, the cache's first epoch for the
+            # log start (if that entry starts there or below), the current leader epoch
+            # for the latest; -1 when no record is found (Kafka's default).
             if ts == -2:
+                cached = log.epoch_cache.entries
+                first = cached[0][0] if cached and cached[0][1] <= log.log_start_offset else -1
                 rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, log.log_start_offset,
-                                               epoch))
+                                               first))
             elif ts == -1:
-                rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, visible, epoch))
-            elif ts == -3:
-                found = self._max_timestamp_offset(log, visible)
-                if found is None:
-                    rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, -1, epoch))
-                else:
-                    rows.append(ListOffsetsDoneRow(topic, partition, NONE, found[1], found[0],
-                                                   epoch))
-            elif isinstance(ts, int) and ts >= 0:
-                found = log.offset_for_timestamp(ts)
+                rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, visible,
+                                               state.leader_epoch))
+            elif ts == -3 or (isinstance(ts, int) and ts >= 0):
+                found = (self._max_timestamp_offset(log, visible) if ts == -3
+                         else log.offset_for_timestamp(ts))
                 if found is None or found[0] >= visible:
-                    rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, -1, epoch))
+                    rows.append(ListOffsetsDoneRow(topic, partition, NONE, -1, -1, -1))
                 else:
                     rows.append(ListOffsetsDoneRow(topic, partition, NONE, found[1], found[0],
-                                                   epoch))
+                                                   log.epoch_cache.epoch_for_offset(found[0])))
             else:
                 rows.append(ListOffsetsDoneRow(topic, partition, int(ErrorCode.INVALID_REQUEST),
                                                -1, -1, -1))
@@ -1601,7 +1622,7 @@ class PartitionShard(Actor):
             topic, partition = req.topic, req.partition
             state = self.partitions.get((topic, partition))
             if state is None:
-                rows.append(OffsetForEpochDoneRow(topic, partition, UNKNOWN_TP, -1, -1))
+                rows.append(OffsetForEpochDoneRow(topic, partition, self._not_hosted(), -1, -1))
                 continue
             refused = state.check_client_epoch(req.current_leader_epoch)
             if refused != NONE:
@@ -1903,6 +1924,10 @@ class PartitionShard(Actor):
         hosted.marked_on_disk = False
         self.log.info("{}-{}: {}: its failed-storage marker is removed", topic, partition, why)
 
+    def _not_hosted(self) -> int:
+        """The error for a request about a partition this shard does not hold."""
+        return NOT_LEADER if self.in_cluster or self.awaiting_restore else UNKNOWN_TP
+
     @handles(RestoreRoles)
     def on_restore_roles(self, msg: RestoreRoles) -> None:
         """The last roles the ReplicaManager knows, after this shard lost its memory (a
@@ -1912,6 +1937,7 @@ class PartitionShard(Actor):
         epoch once). Then the purgatories watch this shard's partitions again."""
         now = self.clock.wall_ms()
         self.replication["restores"] = self.replication.get("restores", 0) + 1
+        self.awaiting_restore = False
         applied: list[str] = []
         outcomes: list[PartitionErrorRow] = []
         confirmed: list[TopicIdRow] = []  # an adopted id read back (as a role's answer)
@@ -2026,7 +2052,7 @@ class PartitionShard(Actor):
             topic, partition, offset = req.topic, req.partition, req.fetch_offset
             state = self.partitions.get((topic, partition))
             if state is None:
-                rows.append(_replica_error(topic, partition, UNKNOWN_TP))
+                rows.append(_replica_error(topic, partition, self._not_hosted()))
                 continue
             error = state.check_fetch_epoch(req.current_leader_epoch)
             if error != NONE:
@@ -2299,6 +2325,8 @@ class PartitionShard(Actor):
             # this process's generation, and the Appends stamped older it refused
             "generation": self.generation,
             "stale_appends_refused": self.stale_appends_refused,
+            # lost its memory and not given its roles again yet (RestoreRoles)
+            "awaiting_restore": self.awaiting_restore,
             "replication": dict(self.replication),
             "isr": {f"{t}-{p}": sorted(s.isr) for (t, p), s in self.partitions.items()
                     if s.is_leader},

@@ -93,6 +93,16 @@ RESTARTS_MAX = 5
 RESTART_WINDOW_S = 60.0
 READY_TIMEOUT_S = 60.0
 READY_LINE = "actorlog process ready"
+# The steps a process waits on before it serves (the ReplicaManager's answer, its
+# handlers' metadata, its shards' roles, the SCRAM users and ACLs) share one deadline,
+# this much short of the supervisor's READY_TIMEOUT_S (which counts from the spawn): what
+# follows them (the processors, the ready line) has time left, and a slow step ends the
+# wait rather than have the supervisor kill the process and stop the broker.
+READY_MARGIN_S = 10.0
+# of that deadline, kept for take_security (the steps before it stop this much earlier)
+SECURITY_SHARE_S = 10.0
+# one readiness ask of an actor: a slow answer (a shard opening its logs) is asked again
+READY_ASK_TIMEOUT_S = 5.0
 PROCESS_LOCK_WAIT_S = 30.0
 _PR_SET_PDEATHSIG = 1
 # A process whose inter-node wire fingerprint is not process 0's exits with this: it was
@@ -271,24 +281,53 @@ class ProcessSupervisor:
         return [p.pid for p in self.procs.values()]
 
 
-def take_security(node: Any, topo: Any, mirror: Any, index: int) -> bool:
+def take_security(node: Any, topo: Any, mirror: Any, index: int,
+                  deadline: float | None = None) -> bool:
     """Processes 1.. of a cluster node, before they take connections: ask process 0's
     controller for every user and ACL (sent to this process's SecurityView) and wait
-    until the copy holds them; asked again while none comes. False: none came."""
+    until the copy holds them; asked again while none comes, until ``deadline``
+    (monotonic; READY_TIMEOUT_S / 2 from now at most). False: none came."""
     from wire.security_messages import SecuritySnapshotAsk
 
-    deadline = time.monotonic() + READY_TIMEOUT_S / 2
-    while time.monotonic() < deadline:
+    started = time.monotonic()
+    cap = started + READY_TIMEOUT_S / 2
+    deadline = cap if deadline is None else min(deadline, cap)
+    while True:
         node.tell(topo.controller, SecuritySnapshotAsk(index))
         if mirror.ready.wait(min(5.0, max(0.1, deadline - time.monotonic()))):
             logger.info("process {}: SCRAM users and ACLs of process 0 taken", index)
             return True
+        if time.monotonic() >= deadline:
+            break
     logger.error("process {}: process 0 sent no SCRAM users and ACLs in {:.0f} s; this process "
-                 "cannot authenticate or authorize without them", index, READY_TIMEOUT_S / 2)
+                 "cannot authenticate or authorize without them", index,
+                 time.monotonic() - started)
     return False
 
 
-def _wait_for_handlers_metadata(node: Any, topo: Any, index: int) -> None:
+def _ready_ask(node: Any, actor: Any, index: int, field: str, deadline: float) -> bool | None:
+    """Ask ``actor``'s GetStats for ``field`` until ``deadline``: its value, or None when
+    no answer came by then (an ask that times out is asked again: the actor may be busy,
+    a shard opening its logs; one that fails is not)."""
+    from actors.runtime.node import AskFailed, AskTimeout
+    from wire.broker_messages import GetStats
+
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            logger.warning("process {}: {} did not answer in time", index, actor)
+            return None
+        try:
+            return bool(node.ask(actor, GetStats(),
+                                 timeout=min(READY_ASK_TIMEOUT_S, left)).get(field))
+        except AskTimeout:
+            continue
+        except AskFailed as exc:
+            logger.warning("process {}: {} did not answer ({})", index, actor, exc)
+            return None
+
+
+def _wait_for_handlers_metadata(node: Any, topo: Any, index: int, deadline: float) -> None:
     """Until every handler of this process holds the metadata the ReplicaManager sent it.
 
     The answer to ProcessStarted may overtake that metadata: they go to different actors
@@ -298,24 +337,48 @@ def _wait_for_handlers_metadata(node: Any, topo: Any, index: int) -> None:
     answered Metadata without a topic or a controller.
     """
     from actors.runtime.address import Address
-    from actors.runtime.node import AskFailed, AskTimeout
-    from wire.broker_messages import GetStats
 
-    deadline = time.monotonic() + READY_TIMEOUT_S / 2
     for i in range(topo.num_handlers):
         handler = Address(node.name, topo.handler(i).name)
         while True:
-            try:
-                if node.ask(handler, GetStats(), timeout=5.0).get("metadata_updates"):
-                    break
-            except (AskFailed, AskTimeout) as exc:
-                logger.warning("process {}: {} did not answer ({})", index, handler, exc)
+            got = _ready_ask(node, handler, index, "metadata_updates", deadline)
+            if got is None:
                 return
+            if got:
+                break
             if time.monotonic() > deadline:
                 logger.warning("process {}: {} has no metadata yet; it learns the cluster "
                                "from the next UpdateMetadata", index, handler)
                 return
             time.sleep(0.005)
+
+
+def _wait_for_shards_restored(node: Any, topo: Any, index: int, here: list[int],
+                              deadline: float) -> bool:
+    """After a restart, until every shard of this process holds its partitions' last roles
+    again (the ReplicaManager's RestoreRoles, sent with the answer to ProcessStarted, to
+    another actor and maybe by another link): a broker that is not ready does not serve, so
+    a client of this process never finds a partition led here not yet restored. Bounded:
+    a shard still waiting then answers NOT_LEADER_OR_FOLLOWER for such a partition (the
+    client retries), as it does to the other processes' handlers meanwhile. A shard slow
+    to answer (it opens its logs as it takes its roles) is asked again until ``deadline``.
+    True: every shard has its roles."""
+    from actors.runtime.address import Address
+
+    for i in here:
+        shard = Address(node.name, topo.shard(i).name)
+        while True:
+            awaiting = _ready_ask(node, shard, index, "awaiting_restore", deadline)
+            if awaiting is None:
+                return False
+            if not awaiting:
+                break
+            if time.monotonic() > deadline:
+                logger.warning("process {}: {} has not had its roles restored yet; it "
+                               "answers NOT_LEADER_OR_FOLLOWER until it has", index, shard)
+                return False
+            time.sleep(0.005)
+    return True
 
 
 def run_process(spec: dict[str, Any]) -> int:
@@ -345,6 +408,8 @@ def run_process(spec: dict[str, Any]) -> int:
     from wire import kafka_codec
     from wire.cluster_messages import ProcessStarted
 
+    # the readiness steps' shared deadline (see READY_MARGIN_S)
+    ready_by = time.monotonic() + READY_TIMEOUT_S - READY_MARGIN_S
     main = spec["main"]
     index = int(spec["index"])
     own, theirs = wire_fingerprint(), str(spec.get("wire") or "")
@@ -474,16 +539,20 @@ def run_process(spec: dict[str, Any]) -> int:
         # Before it takes connections: its handlers get the metadata process 0's ReplicaManager
         # holds (the answer comes after it, on the same link), and after a restart its shards
         # their roles (they were in memory)
+        waits_by = ready_by - (SECURITY_SHARE_S if mirrored else 0.0)
         try:
             started = node.ask(topo.replica_manager,
                                ProcessStarted(index, restarted, generation),
-                               timeout=READY_TIMEOUT_S / 2)
+                               timeout=max(0.1, min(READY_TIMEOUT_S / 2,
+                                                    waits_by - time.monotonic())))
         except (AskFailed, AskTimeout) as exc:
             logger.warning("process {}: the ReplicaManager did not answer ({}); its handlers "
                            "learn the cluster from the next UpdateMetadata", index, exc)
         else:
             if isinstance(started, dict) and started.get("metadata"):
-                _wait_for_handlers_metadata(node, topo, index)
+                _wait_for_handlers_metadata(node, topo, index, waits_by)
+            if restarted:
+                _wait_for_shards_restored(node, topo, index, here, waits_by)
     elif restarted:
         # A single node has no ReplicaManager to tell the other processes' handlers: this
         # process does. Each gives up what it sent to the process this one replaced (its
@@ -496,7 +565,7 @@ def run_process(spec: dict[str, Any]) -> int:
         # died with the process it replaced goes on now (its shards and handlers run),
         # not at the Controller's give-up
         node.tell(topo.controller, ProcessStarted(index, True, generation))
-    if mirrored and not take_security(node, topo, mirror, index):
+    if mirrored and not take_security(node, topo, mirror, index, ready_by):
         node.shutdown(timeout=5)
         os.close(lock)
         return 1

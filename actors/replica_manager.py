@@ -1460,7 +1460,10 @@ class ReplicaManager(Actor):
         whole: RestoreRoles to each shard (one that went before the crash is replaced),
         its followed partitions to their fetchers anew. One tried RESTORE_TRIES times is
         given up (the crash would come again, and supervision stops an actor that crashes
-        too often)."""
+        too often): the shard is sent an empty RestoreRoles then, which ends its wait for
+        one (a restarted process waits for its shards' before it serves) with no role
+        (its partitions wait for the controller's next LeaderAndIsr); its answer is
+        ignored (no restore waits for it)."""
         again: dict[str, set[Address]] = {}
         for shard, (reason, tries) in list(self.restores_owed.items()):
             if tries >= RESTORE_TRIES:
@@ -1468,6 +1471,8 @@ class ReplicaManager(Actor):
                 self.log.error("the restore of shard {} ({}) failed {} times: given up; its "
                                "partitions wait for the controller's next LeaderAndIsr",
                                shard.name, reason, tries)
+                self.tell(shard, RestoreRoles(next(self.req_ids),
+                                              f"{reason}: given up, no role restored", []))
                 continue
             again.setdefault(reason, set()).add(shard)
         for reason, shards in sorted(again.items()):

@@ -602,10 +602,25 @@ class TransactionCoordinator(LoadReading, Actor):
             self.topology.num_shards
         return peer_shard_for(leader, shards, topic, partition)
 
+    def _deleted(self, topic: str, partition: int) -> bool:
+        """A cluster's partition gone from this node's metadata: deleted, its marker is
+        dropped (Kafka's TransactionMarkerChannelManager drops a partition its metadata
+        cache no longer has). A shard's UNKNOWN_TOPIC_OR_PARTITION is no proof of that in
+        a cluster (a replica that does not hold the partition yet), so it is retried
+        while the metadata has the partition. Metadata not yet come says nothing. A
+        single node has no metadata here: its shard's answer is the word (it holds every
+        partition of the broker)."""
+        if self.metadata is None or not self.metadata.updates:
+            return False
+        return self.metadata.partition(topic, partition) is None
+
     def _send_markers(self, txn_id: str, job: _MarkerJob) -> None:
         fx = job.fx
         by_shard: dict[Address, list[TxnMarkerRow]] = {}
         for topic, partition in sorted(job.remaining):
+            if self._deleted(topic, partition):
+                job.remaining.discard((topic, partition))
+                continue
             shard = self._leader_shard(topic, partition)
             if shard is None:
                 continue  # no leader now: the next retry
@@ -635,10 +650,12 @@ class TransactionCoordinator(LoadReading, Actor):
         job.in_flight.discard(msg.req_id)
         for row in msg.rows:
             tp = (row.topic, row.partition)
-            if row.error_code in (NONE, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)):
-                # a deleted partition needs no marker any more (Kafka's rule too); the
-                # leader that wrote a marker on __consumer_offsets told its group
-                # coordinators itself
+            if row.error_code == NONE or (
+                    row.error_code == int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    and (self.metadata is None or self._deleted(row.topic, row.partition))):
+                # written, or the partition is deleted and needs no marker any more
+                # (Kafka's rule too); the leader that wrote a marker on __consumer_offsets
+                # told its group coordinators itself
                 job.remaining.discard(tp)
                 continue
             job.retries += 1

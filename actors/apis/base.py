@@ -252,11 +252,15 @@ class HandlerContext:
 
     def not_leader_code(self, topic: str, partition: int, current_leader_epoch: int) -> int:
         """The error for a partition this node does not lead (``not_leader``), in Kafka's
-        order (Partition.getLocalLog): a client epoch (Fetch v9+, ListOffsets v4+,
-        OffsetForLeaderEpoch) older than the metadata's is FENCED_LEADER_EPOCH, newer
+        order: a node that holds no replica of it (not among the metadata's replicas)
+        answers NOT_LEADER_OR_FOLLOWER whatever the client's epoch (ReplicaManager's
+        getPartitionOrError finds no Partition, before any epoch is checked); a follower
+        checks the client's epoch (Fetch v9+, ListOffsets v4+, OffsetForLeaderEpoch) first
+        (Partition.getLocalLog): older than the metadata's is FENCED_LEADER_EPOCH, newer
         UNKNOWN_LEADER_EPOCH; at the same epoch, or none (-1), NOT_LEADER_OR_FOLLOWER."""
         known = self.cluster.partition(topic, partition) if self.cluster is not None else None
-        if known is not None and 0 <= current_leader_epoch != known.leader_epoch:
+        if (known is not None and self.broker_id in known.replicas
+                and 0 <= current_leader_epoch != known.leader_epoch):
             return int(ErrorCode.FENCED_LEADER_EPOCH if current_leader_epoch < known.leader_epoch
                        else ErrorCode.UNKNOWN_LEADER_EPOCH)
         return int(ErrorCode.NOT_LEADER_OR_FOLLOWER)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from actors.replica_manager import RESTORE_OVERDUE_MS, ReplicaManager
+from actors.replica_manager import RESTORE_OVERDUE_MS, RESTORE_TRIES, ReplicaManager
 from actors.runtime.actor import Actor, handles
 from actors.runtime.config import Config
 from actors.runtime.node import Node
@@ -192,3 +192,28 @@ def test_the_other_processes_handlers_learn_a_restarted_processs_generation(
         wait_for(lambda: [m for name, m in p1.ask(shard, GetStats()) if name == "RestoreRoles"],
                  "the restore")
         assert p1.ask(p1_handler, GetStats()) == []  # (the restarted process's own know it)
+
+
+def test_a_restore_given_up_after_its_tries_sends_the_shard_an_empty_one(
+        manual_node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The restore of a restarted shard crashes the ReplicaManager every time (here its
+    fetchers' update): tried RESTORE_TRIES times, then given up. The shard is sent an
+    empty RestoreRoles then: it waits for one (awaiting_restore, which its restarted
+    process waits on before it serves), and would wait forever for one never sent."""
+    node = manual_node
+    topo = Topology(node.name, 1, 1, 1, 1, 1)
+    shard = node.spawn(AnsweringShard, topo.shard(0).name)
+
+    def crash(self: Any, *_args: Any) -> None:
+        raise RuntimeError("the fetchers' update fails")
+
+    monkeypatch.setattr(ReplicaManager, "_fetchers", crash)
+    manager = node.spawn(ReplicaManager, topo.replica_manager.name, topology=topo,
+                         config=Config(), broker_id=1, clock=node.clock)
+    node.tell(manager, ShardRestarted(0))
+    wait_for(lambda: node.actors[manager.name].crashes == RESTORE_TRIES or None,
+             "the restore's crashes")
+    wait_for(lambda: len(_stats(node, shard)) == RESTORE_TRIES + 1 or None,
+             "the RestoreRoles given up")
+    assert _stats(node, shard)[-1][1] == []
+    assert _stats(node, manager)["restores_owed"] == 0

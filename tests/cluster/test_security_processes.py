@@ -367,15 +367,10 @@ def test_process_1_killed_comes_back_with_the_acls_and_users_made_before_and_mea
     wait_for("process 1 of node 2 restarted",
              lambda: node_2.worker_pids() and node_2.worker_pids()[0] != worker, 60)
 
-    # at once, no waiting for users and ACLs: the restarted process took every user and
-    # ACL before it serves (its shard may still be restoring the partition's role a few
-    # ms after it serves: UNKNOWN_TOPIC_OR_PARTITION, retriable, until then; never 29/58)
+    # at once, no waiting: the restarted process took every user and ACL, and its shards
+    # their partitions' roles, before it serves
     with login_on(node_2, 1, "alice") as alice:
-        def answered() -> tuple[int] | None:
-            code = produce_code(alice, led[2])
-            return None if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else (code,)
-
-        assert wait_for("the partition's role restored on process 1", answered, 10) == (0,)
+        assert produce_code(alice, led[2]) == 0
     client = connection_on(node_2, 1)
     try:
         assert authenticate(client, "carol", "carol-secret", "SCRAM-SHA-256")

@@ -70,6 +70,13 @@ every live replica is back in its partition's ISR (in ZooKeeper and at the
 leader): a follower whose fetch was lost asks again after
 replica.socket.timeout.ms, and the run settles past that (SimOptions.caught_up_ms).
 
+A partition moved (``--reassign``, AlterPartitionReassignments) ends, once settled,
+with no reassignment in its znode, with the replica set its answers said (the target;
+the original set when a cancel was answered NONE; either when an answer was lost),
+and a leader and ISR within that set; a live broker the move dropped still holding
+the partition is counted (``removed_replicas_kept``: Kafka's controller does not try
+a deletion again either once it failed over).
+
 Clients (as they go): a producer id is handed out once; a group member's
 generations only grow while one coordinator serves the group without a break;
 an offset fetched as committed is one a member committed.
@@ -712,6 +719,47 @@ class Checker:
                                     f"{topic}-{p}: live replicas {out} out of the ISR "
                                     f"{sorted(state.isr)} (leader {state.leader}: "
                                     f"{sorted(held.isr)}) after the run settled")
+
+    def check_reassignments(self) -> None:
+        """Once settled, a partition moved ends with the replica set its answers said, its
+        leader and ISR within it, and no reassignment left in its znode."""
+        cluster = self.cluster
+        for move in self.history.reassignments:
+            allowed = move.outcomes()
+            if not allowed:
+                continue
+            tp = TopicPartition(move.topic, move.partition)
+            node = cluster.zk.nodes.get(znodes.topic_path(move.topic))
+            assert node is not None, f"no znode for topic {move.topic}"
+            assignment = znodes.decode_topic_assignment(move.topic, node.data).\
+                replica_assignment(move.partition)
+            said = f"{tp}: {'; '.join(move.steps)}"
+            if assignment.being_reassigned:
+                raise Violation("reassignments complete",
+                                f"{tp} still moving after the run settled: replicas "
+                                f"{list(assignment.replicas)}, adding "
+                                f"{list(assignment.adding)}, removing "
+                                f"{list(assignment.removing)} ({said})")
+            if assignment.replicas not in allowed:
+                raise Violation("reassignments complete",
+                                f"{tp} ends with replicas {list(assignment.replicas)}, not "
+                                f"{' or '.join(str(list(a)) for a in sorted(allowed))} "
+                                f"({said})")
+            states = dict(self._zk_partition_states(cluster.zk))
+            state = states.get(tp)
+            if state is not None and (state.leader not in assignment.replicas
+                                      or not set(state.isr) <= set(assignment.replicas)):
+                raise Violation("reassignments complete",
+                                f"{tp} led by {state.leader} with ISR {sorted(state.isr)} "
+                                f"outside its replicas {list(assignment.replicas)} ({said})")
+            kept = 0
+            for broker_id, broker in sorted(cluster.brokers.items()):
+                if broker_id in assignment.replicas or broker.state != "up":
+                    continue
+                kept += sum(1 for shard in broker.shards()
+                            if (move.topic, move.partition) in shard.partitions)
+            self.counted["removed_replicas_kept"] = \
+                self.counted.get("removed_replicas_kept", 0) + kept
 
     def _note_healed(self, tp: TopicPartition, state: Any) -> None:
         """A replica whose storage failed is healed once seen in the ISR in ZooKeeper led

@@ -46,6 +46,7 @@ from actors.sim.clients import (
     SimConsumer,
     SimGroupMember,
     SimProducer,
+    SimReassigner,
 )
 from actors.sim.cluster import GATEWAY_PORT, SimCluster
 from actors.sim.disk import SimDisk
@@ -88,6 +89,10 @@ class SimOptions:
     acks_all_producers: int = 1
     group_members: int = 2   # members of one consumer group (besides the plain consumer)
     max_events: int = 2_000_000
+    # a partition moved to another replica set during the faults (and at times the move
+    # cancelled): the run ends with the replica set the answers said, every acks=all record
+    # kept; the acks=all producers then write 120 batches (not 40), during the move too
+    reassign: bool = False
     logs: bool = False   # the actors' own log lines (thousands per run); off unless asked
 
 
@@ -162,7 +167,8 @@ class _Run:
                                   **common())
             self.producers.append(clients.actors[actor.name])  # type: ignore[arg-type]
         for i in range(self.options.acks_all_producers):
-            actor = clients.spawn(SimProducer, f"producer-all-{i}", acks=-1, max_batches=40,
+            actor = clients.spawn(SimProducer, f"producer-all-{i}", acks=-1,
+                                  max_batches=120 if self.options.reassign else 40,
                                   topics=self.topic_partitions, **common())
             self.producers.append(clients.actors[actor.name])  # type: ignore[arg-type]
         consumer = clients.spawn(SimConsumer, "consumer", topics=self.topic_partitions,
@@ -173,6 +179,12 @@ class _Run:
                                    load_epoch=self._group_load_epoch,
                                    topics=self.topic_partitions, **common())
             self.members.append(clients.actors[member.name])  # type: ignore[arg-type]
+        if self.options.reassign:
+            # drawn here only: a run without it draws what it drew before
+            start_ms = self.rng.uniform(self.options.warmup_ms, self.options.warmup_ms + 6_000)
+            cancel = self.rng.uniform(0, 3_000) if self.rng.random() < 0.3 else None
+            clients.spawn(SimReassigner, "reassigner", topics=self.topic_partitions,
+                          start_ms=start_ms, cancel_after_ms=cancel, **common())
         world.kernel.after_ms(self.options.check_every_ms, self._check)
 
     def _group_load_epoch(self, broker_id: int) -> int:
@@ -370,6 +382,7 @@ def run_seed(seed: int, options: SimOptions | None = None,
                 run.checker.check_final()
                 run.checker.check_live()
                 run.checker.check_replicas_back()
+                run.checker.check_reassignments()
             except Violation as exc:
                 violation = exc
             finally:
@@ -405,7 +418,9 @@ def run_seed(seed: int, options: SimOptions | None = None,
                "checks": run.checker.checks,
                "acks_dated_at_crash": run.checker.acks_dated_at_crash,
                **run.checker.counted,
-               "delayed_operations": len(run.checker.parked)},
+               "delayed_operations": len(run.checker.parked),
+               **({"reassignments": [m.steps for m in history.reassignments]}
+                  if history.reassignments else {})},
     )
     return result, world
 

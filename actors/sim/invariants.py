@@ -361,12 +361,14 @@ class Checker:
         held: dict[tuple[str, int], tuple[int, int, LeaderEpochCache]] = {}
         for shard in broker.shards():
             for (topic, p), state in sorted(shard.partitions.items()):
+                log = state.log
+                # every partition's end: the high watermark check covers the internal
+                # topics too (a crash election of __consumer_offsets went unexcused without)
+                ends[(topic, p)] = log.log_end_offset
                 if topic in self.topics:
-                    log = state.log
                     cache = LeaderEpochCache(None)
                     cache.entries = list(log.epoch_cache.entries)
                     held[(topic, p)] = (log.log_start_offset, log.log_end_offset, cache)
-                    ends[(topic, p)] = log.log_end_offset
         self.logs_at_crash[(broker_id, broker.lives)] = held
 
     def note_storage_failure(self, broker_id: int, topic: str, partition: int) -> None:

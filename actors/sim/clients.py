@@ -318,19 +318,22 @@ class SimAdmin(SimClient):
 
 
 class SimReassigner(SimClient):
-    """Moves one partition to another replica set (AlterPartitionReassignments) at a seeded
-    time, and at times cancels the move a seeded while later: the replicas, seen in a
-    Metadata answer, then a target of 2 or 3 brokers (of those there are) other than them,
-    asked for until an answer says it was written or refused for good."""
+    """Moves one partition to other replica sets (AlterPartitionReassignments), ``moves``
+    times one after the other, the first at a seeded time, and at times cancels a move a
+    seeded while later: the replicas, seen in a Metadata answer, then a target of 2 or 3
+    brokers (of those there are) other than them (after the first move, one that adds a
+    replica when there is one: a replica a move just removed may be added back), asked for
+    until an answer says it was written or refused."""
 
     step_ms = (100, 400)
 
     def __init__(self, node: Any, name: str, *, topics: dict[str, int], start_ms: float,
-                 cancel_after_ms: float | None, **kw: Any) -> None:
+                 cancel_after_ms: float | None, moves: int = 1, **kw: Any) -> None:
         super().__init__(node, name, **kw)
         self.topic_partitions = [(t, p) for t in sorted(topics) for p in range(topics[t])]
         self.start_ms = start_ms
         self.cancel_after_ms = cancel_after_ms
+        self.moves = moves
 
     def setup(self) -> None:
         super().setup()
@@ -340,6 +343,7 @@ class SimReassigner(SimClient):
         self.phase = "wait"
         self.due_ms = self.clock.now_ms() + self.start_ms
         self.attempts = 0
+        self.moved = 0
 
     def _note(self, what: str) -> None:
         self.move.steps.append(f"{self.clock.now_ms()} ms: {what}")
@@ -369,18 +373,24 @@ class SimReassigner(SimClient):
             for part in topic.partitions:
                 if topic.error_code == NONE and part.partition_index == self.move.partition \
                         and part.replica_nodes:
-                    original = tuple(part.replica_nodes)
-                    choices = [c for size in (2, 3) if size <= len(self.brokers)
-                               for c in itertools.permutations(self.brokers, size)
-                               if set(c) != set(original)]
-                    if not choices:
-                        self.phase = "done"
-                        return
-                    self.move.original = original
-                    self.move.target = self.rng.choice(sorted(choices))
-                    self._note(f"move {self.move.topic}-{self.move.partition} from "
-                               f"{list(original)} to {list(self.move.target)}")
-                    self.phase = "move"
+                    self._aim(tuple(part.replica_nodes))
+
+    def _aim(self, original: tuple[int, ...]) -> None:
+        choices = [c for size in (2, 3) if size <= len(self.brokers)
+                   for c in itertools.permutations(self.brokers, size)
+                   if set(c) != set(original)]
+        if self.moved:
+            adding = [c for c in choices if set(c) - set(original)]
+            choices = adding or choices
+        if not choices:
+            self.phase = "done"
+            return
+        self.move.original = original
+        self.move.target = self.rng.choice(sorted(choices))
+        self._note(f"move {self.move.topic}-{self.move.partition} from "
+                   f"{list(original)} to {list(self.move.target)}")
+        self.phase = "move"
+        self.attempts = 0
 
     def _alter(self, replicas: tuple[int, ...] | None) -> None:
         self.attempts += 1
@@ -407,16 +417,31 @@ class SimReassigner(SimClient):
             if not cancel:
                 self.move.accepted = True
                 if self.cancel_after_ms is None:
-                    self.phase = "done"
+                    self._next()
                 else:
                     self.phase = "cancel"
                     self.due_ms = self.clock.now_ms() + self.cancel_after_ms
             else:
                 self.move.cancelled = code == NONE
                 self.move.completed_first = code != NONE
-                self.phase = "done"
+                self._next()
             return
         self.move.unknown += 1   # lost, timed out, or a controller resigning: asked again
+
+    def _next(self) -> None:
+        """The next move of the same partition, from where this one ends (none when that is
+        not known: an answer was lost)."""
+        self.moved += 1
+        self.phase = "done"
+        ends = self.move.outcomes()
+        if self.moved >= self.moves or len(ends) != 1:
+            return
+        self.move = Reassignment(self.move.topic, self.move.partition)
+        self.history.reassignments.append(self.move)
+        self.due_ms = self.clock.now_ms() + self.rng.uniform(500, 3_000)
+        self.cancel_after_ms = self.rng.uniform(0, 1_500) if self.rng.random() < 0.3 \
+            else None
+        self._aim(ends.pop())
 
 
 class _Metadata:

@@ -726,8 +726,9 @@ class Checker:
         """Once settled, a partition moved ends with the replica set its answers said, its
         leader and ISR within it, and no reassignment left in its znode."""
         cluster = self.cluster
-        for move in self.history.reassignments:
-            allowed = move.outcomes()
+        last = {(m.topic, m.partition): m for m in self.history.reassignments}
+        for _tp, move in sorted(last.items()):   # a later move of a partition starts where
+            allowed = move.outcomes()              # the one before ended
             if not allowed:
                 continue
             tp = TopicPartition(move.topic, move.partition)

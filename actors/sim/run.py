@@ -89,10 +89,11 @@ class SimOptions:
     acks_all_producers: int = 1
     group_members: int = 2   # members of one consumer group (besides the plain consumer)
     max_events: int = 2_000_000
-    # a partition moved to another replica set during the faults (and at times the move
-    # cancelled): the run ends with the replica set the answers said, every acks=all record
-    # kept; the acks=all producers then write 120 batches (not 40), during the move too
-    reassign: bool = False
+    # moves of a partition to another replica set, one after the other, during the faults
+    # (at times cancelled): the run ends with the replica set the answers said, every
+    # acks=all record kept; the acks=all producers then write 120 batches (not 40), during
+    # the moves too. 0: none
+    reassign: int = 0
     logs: bool = False   # the actors' own log lines (thousands per run); off unless asked
 
 
@@ -184,7 +185,8 @@ class _Run:
             start_ms = self.rng.uniform(self.options.warmup_ms, self.options.warmup_ms + 6_000)
             cancel = self.rng.uniform(0, 3_000) if self.rng.random() < 0.3 else None
             clients.spawn(SimReassigner, "reassigner", topics=self.topic_partitions,
-                          start_ms=start_ms, cancel_after_ms=cancel, **common())
+                          start_ms=start_ms, cancel_after_ms=cancel,
+                          moves=self.options.reassign, **common())
         world.kernel.after_ms(self.options.check_every_ms, self._check)
 
     def _group_load_epoch(self, broker_id: int) -> int:

@@ -60,7 +60,7 @@ EIO_RUNS: list[tuple[int, SimOptions]] = [(2, EIO), (3, EIO), (8, EIO), (32, EIO
                                           (7, EIO_CRASH_EXPIRE), (22, EIO_CRASH_EXPIRE)]
 # A partition moved to another replica set during the faults (and at times the move
 # cancelled): the run ends with the set the answers said.
-REASSIGN = SimOptions(steps=10, reassign=True)
+REASSIGN = SimOptions(steps=10, reassign=1)
 # Seeds that once failed under options of their own: (seed, options); see below for each.
 REGRESSION_RUNS: list[tuple[int, SimOptions]] = [(5, GATEWAY_CRASH_EXPIRE),
                                                   (20, GATEWAY_CRASH_EXPIRE),

@@ -143,6 +143,10 @@ class Checker:
     zk_leader_epochs: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
     node_leader_epochs: dict[tuple[int, int, str, int], int] = field(default_factory=dict)
     node_high_watermarks: dict[tuple[int, int, str, int], int] = field(default_factory=dict)
+    # the log each of those was read from: another log in the same life is a replica
+    # deleted and made again (a reassignment removed it and a later one added it back),
+    # which starts empty
+    node_logs: dict[tuple[int, int, str, int], Any] = field(default_factory=dict)
     parked: dict[tuple[str, int, str, int], int] = field(default_factory=dict)
     deadlines_ms: dict[tuple[str, int, str, int], float] = field(default_factory=dict)
     checks: int = 0
@@ -293,6 +297,11 @@ class Checker:
                                         f"epoch {before_epoch} to {state.leader_epoch}")
                     self.node_leader_epochs[key] = max(state.leader_epoch, before_epoch)
                     hw = state.log.high_watermark
+                    before_log = self.node_logs.get(key)
+                    if before_log is not None and state.log is not before_log \
+                            and not reopened:
+                        self.node_high_watermarks.pop(key, None)
+                    self.node_logs[key] = state.log
                     before_hw = self.node_high_watermarks.get(key, -1)
                     if hw < before_hw and reopened:
                         # its disk failed an fsync and lost what was not synced: the shard

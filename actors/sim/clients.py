@@ -153,10 +153,15 @@ class Reassignment:
         """The replica sets the partition may end with."""
         if not self.original:
             return set()   # never described: never asked to move
+        # a cancel moves back to the original replicas in the order the moving set holds
+        # them, the target's first (Kafka's originReplicas: [2, 3] to [3, 2, 1], cancelled,
+        # is [3, 2])
+        back = tuple(r for r in dict.fromkeys((*self.target, *self.original))
+                     if r in self.original)
         if self.unknown:
-            return {self.original, self.target}
+            return {self.original, back, self.target}
         if self.cancelled:
-            return {self.original}
+            return {back}
         if self.accepted:
             return {self.target}
         return {self.original}

@@ -302,6 +302,20 @@ def test_a_crash_election_of_consumer_offsets_is_excused_as_one() -> None:
     assert result.stats["hw_back_after_crash_election"] >= 1
 
 
+@pytest.mark.timeout(600)
+def test_a_partition_moved_away_and_back_ends_where_its_answers_said() -> None:
+    """Seed 102 with three moves: events-1 from [3, 1, 2] to [2, 3] (broker 1's replica
+    deleted), then to [3, 2, 1] (made again), that move's cancel first unanswered (ZooKeeper
+    down), then refused REASSIGNMENT_IN_PROGRESS while its write waited, then answered
+    NO_REASSIGNMENT_IN_PROGRESS: the first cancel was written. The partition ends with
+    [3, 2]: a cancel moves back to the original replicas in the order the moving set holds
+    them (Kafka's originReplicas), which the check once took for a wrong set."""
+    result, _world = run_seed(102, SimOptions(steps=10, reassign=3))
+    assert result.ok, (result.invariant, result.detail, result.faults)
+    moves = result.stats["reassignments"]
+    assert len(moves) == 2 and moves[1][0].endswith("to [3, 2, 1]"), moves
+
+
 @pytest.mark.parametrize(("seed", "options"), EIO_RUNS)
 def test_a_failing_fsync_loses_no_acknowledged_record(seed: int, options: SimOptions) -> None:
     result, _world = run_seed(seed, options)

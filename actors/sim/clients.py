@@ -1,4 +1,5 @@
-"""Simulated Kafka clients: an admin, an idempotent producer, a consumer, a group member.
+"""Simulated Kafka clients: an admin, an idempotent producer, a consumer, a group member,
+and a reassigner (``--reassign``) that moves a partition.
 
 They are actors on the simulation's client node and speak Kafka to the
 brokers' SimProcessors (ClientRequest / ClientResponse): requests encoded

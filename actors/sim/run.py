@@ -2,7 +2,8 @@
 
 :func:`run_seed` builds a :class:`SimWorld` from the seed, starts the broker
 nodes (SimCluster), an admin that creates the topics, idempotent producers, a
-consumer and a consumer group (actors/sim/clients.py), then runs ``steps``
+consumer and a consumer group (and with ``reassign``, a client moving a partition to
+other replica sets: actors/sim/clients.py), then runs ``steps``
 rounds: each waits a seeded while and strikes one seeded fault (a node crash
 and its restart, a pause, a partition and its heal, a ZooKeeper session
 expiry, a step of a node's wall clock, a link reset, a gateway dropping

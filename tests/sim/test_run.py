@@ -143,6 +143,13 @@ REGRESSION_RUNS: list[tuple[int, SimOptions]] = [(5, GATEWAY_CRASH_EXPIRE),
 # routed through the directory, so a node that does not know its peer's new life yet
 # drops it. Not fixed: the runtime's routing (a reply held until the directory learns
 # the node, or learnt from the request) is the place, not the sim.
+# Seed 559 with SimOptions(nodes=5, steps=10, reassign=3, acks_all_producers=2) (`actorlog
+# sim --seed 559 --nodes 5 --steps 10 --reassign 3 --acks-all-producers 2`), found at the
+# end of the sweep, not looked into: 'reassignments complete', events-0 moved from [1, 3, 2]
+# to [5, 3, 1] (answered NONE at 5587 ms), its cancel unanswered at 8664 ms (ZooKeeper down
+# from 6658 ms, broker 1's session expired at 7583 ms), refused REASSIGNMENT_IN_PROGRESS
+# five times, unanswered again, then NO_REASSIGNMENT_IN_PROGRESS at 12678 ms; it ends with
+# replicas [3, 2, 4], and broker 4 was in neither set: a replica set no answer asked for.
 
 
 def test_a_seed_elects_a_controller_creates_topics_and_acknowledges_records() -> None:

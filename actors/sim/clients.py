@@ -148,6 +148,10 @@ class Reassignment:
     cancelled: bool = False       # a cancel was answered NONE
     completed_first: bool = False  # a cancel was answered NO_REASSIGNMENT_IN_PROGRESS
     unknown: int = 0              # attempts whose outcome is unknown (lost, timed out)
+    # the original sets of the moves of this partition before this one: a move answered
+    # NONE may still be in progress when the next starts, and a cancel goes back to the
+    # replicas before the first move in progress (Kafka's originReplicas), in some order
+    earlier: list[tuple[int, ...]] = field(default_factory=list)
     steps: list[str] = field(default_factory=list)   # (time, what) for a report
 
     def outcomes(self) -> set[tuple[int, ...]]:
@@ -442,7 +446,9 @@ class SimReassigner(SimClient):
         ends = self.move.outcomes()
         if self.moved >= self.moves or len(ends) != 1:
             return
-        self.move = Reassignment(self.move.topic, self.move.partition)
+        before = self.move
+        self.move = Reassignment(self.move.topic, self.move.partition,
+                                 earlier=[*before.earlier, before.original])
         self.history.reassignments.append(self.move)
         self.due_ms = self.clock.now_ms() + self.rng.uniform(500, 3_000)
         self.cancel_after_ms = self.rng.uniform(0, 1_500) if self.rng.random() < 0.3 \

@@ -70,6 +70,10 @@ def _quiet_logs(log_file: str | None) -> None:
 @click.option("--plant", default=None, help="switch a known bug on; the run must find it")
 @click.option("--acks-all-producers", type=click.IntRange(min=0), default=1, show_default=True,
               help="idempotent producers with acks=all (besides two with acks=1)")
+@click.option("--reassign", type=click.IntRange(min=0), default=0, show_default=True,
+              help="move a partition to another replica set this many times, one move after "
+                   "the other, during the faults (at times cancelled); the run must end with "
+                   "the set asked for")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
               help="write every seed's result and a summary here")
 @click.option("--trace", "trace_dir", type=click.Path(file_okay=False), default=None,
@@ -81,7 +85,7 @@ def _quiet_logs(log_file: str | None) -> None:
 @click.option("--log", "log_file", type=click.Path(dir_okay=False), default=None,
               help="write the actors' logs (INFO and up) to this file")
 def command(seeds: int | None, start: int, seed: int | None, nodes: int, steps: int,
-            faults: str | None, plant: str | None, acks_all_producers: int,
+            faults: str | None, plant: str | None, acks_all_producers: int, reassign: int,
             json_out: str | None, trace_dir: str | None, jobs: str, log_file: str | None
             ) -> None:
     """Deterministic simulation of a cluster under faults, one seed at a time."""
@@ -111,7 +115,7 @@ def command(seeds: int | None, start: int, seed: int | None, nodes: int, steps: 
     _same_hashing()
     _quiet_logs(log_file)
     options = SimOptions(nodes=nodes, steps=steps, faults=chosen, plant=plant,
-                         acks_all_producers=acks_all_producers,
+                         acks_all_producers=acks_all_producers, reassign=reassign,
                          keep_trace=trace_dir is not None, logs=log_file is not None)
     if seed is not None:
         code = _one(seed, options, trace_dir, json_out)

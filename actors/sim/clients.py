@@ -1,4 +1,5 @@
-"""Simulated Kafka clients: an admin, an idempotent producer, a consumer, a group member.
+"""Simulated Kafka clients: an admin, an idempotent producer, a consumer, a group member,
+and a reassigner (``--reassign``) that moves a partition.
 
 They are actors on the simulation's client node and speak Kafka to the
 brokers' SimProcessors (ClientRequest / ClientResponse): requests encoded
@@ -35,6 +36,7 @@ from wire.errors import ErrorCode
 from wire.sim_messages import ClientDisconnected, ClientRequest, ClientResponse
 
 PRODUCE, FETCH, METADATA, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 1, 3, 19, 22
+ALTER_PARTITION_REASSIGNMENTS = 45
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, SYNC_GROUP = (
     8, 9, 10, 11, 12, 14)
 MEMBER_ID_REQUIRED = int(ErrorCode.MEMBER_ID_REQUIRED)
@@ -48,6 +50,13 @@ OUT_OF_ORDER_SEQUENCE = int(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
 UNKNOWN_PRODUCER_ID = int(ErrorCode.UNKNOWN_PRODUCER_ID)
 TOPIC_ALREADY_EXISTS = int(ErrorCode.TOPIC_ALREADY_EXISTS)
 OFFSET_OUT_OF_RANGE = int(ErrorCode.OFFSET_OUT_OF_RANGE)
+# An AlterPartitionReassignments answer that says the move (or cancel) was not written:
+# anything else but NONE (a timeout, NOT_CONTROLLER from a controller that resigned with
+# the write in flight) leaves it unknown
+REASSIGN_REFUSED = {int(ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+                    int(ErrorCode.REASSIGNMENT_IN_PROGRESS),
+                    int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)}
+NO_REASSIGNMENT_IN_PROGRESS = int(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS)
 REQUEST_TIMEOUT_MS = 2000
 CLIENT_NODE = "clients"
 
@@ -126,6 +135,44 @@ class Ack:
 
 
 @dataclass
+class Reassignment:
+    """A move of one partition to ``target`` (KIP-455) and what its answers said: the
+    replica sets the partition may end with (``original``, ``target``, or either when an
+    answer was lost or a cancel's outcome is unknown)."""
+
+    topic: str
+    partition: int
+    original: tuple[int, ...] = ()
+    target: tuple[int, ...] = ()
+    accepted: bool = False        # a move was answered NONE
+    cancelled: bool = False       # a cancel was answered NONE
+    completed_first: bool = False  # a cancel was answered NO_REASSIGNMENT_IN_PROGRESS
+    unknown: int = 0              # attempts whose outcome is unknown (lost, timed out)
+    # the original sets of the moves of this partition before this one: a move answered
+    # NONE may still be in progress when the next starts, and a cancel goes back to the
+    # replicas before the first move in progress (Kafka's originReplicas), in some order
+    earlier: list[tuple[int, ...]] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)   # (time, what) for a report
+
+    def outcomes(self) -> set[tuple[int, ...]]:
+        """The replica sets the partition may end with."""
+        if not self.original:
+            return set()   # never described: never asked to move
+        # a cancel moves back to the original replicas in the order the moving set holds
+        # them, the target's first (Kafka's originReplicas: [2, 3] to [3, 2, 1], cancelled,
+        # is [3, 2])
+        back = tuple(r for r in dict.fromkeys((*self.target, *self.original))
+                     if r in self.original)
+        if self.unknown:
+            return {self.original, back, self.target}
+        if self.cancelled:
+            return {back}
+        if self.accepted:
+            return {self.target}
+        return {self.original}
+
+
+@dataclass
 class History:
     """What the clients were told, for the invariants."""
 
@@ -145,6 +192,8 @@ class History:
     committed: dict[tuple[str, int], set[int]] = field(default_factory=dict)
     generations: dict[tuple[str, int, int, int], list[int]] = field(default_factory=dict)
     group_rebalances: int = 0
+    # partition moves asked for (``SimReassigner``)
+    reassignments: list[Reassignment] = field(default_factory=list)
     # called with every acknowledgement as it is recorded (the checker dates its epoch)
     ack_listeners: list[Callable[[Ack], None]] = field(default_factory=list)
 
@@ -276,6 +325,135 @@ class SimAdmin(SimClient):
         for topic in response.topics:
             if topic.error_code in (NONE, TOPIC_ALREADY_EXISTS):
                 self.history.topics_created.add(topic.name)
+
+
+class SimReassigner(SimClient):
+    """Moves one partition to other replica sets (AlterPartitionReassignments), ``moves``
+    times one after the other, the first at a seeded time, and at times cancels a move a
+    seeded while later: the replicas, seen in a Metadata answer, then a target of 2 or 3
+    brokers (of those there are) other than them (after the first move, one that adds a
+    replica when there is one: a replica a move just removed may be added back), asked for
+    until an answer says it was written or refused."""
+
+    step_ms = (100, 400)
+
+    def __init__(self, node: Any, name: str, *, topics: dict[str, int], start_ms: float,
+                 cancel_after_ms: float | None, moves: int = 1, **kw: Any) -> None:
+        super().__init__(node, name, **kw)
+        self.topic_partitions = [(t, p) for t in sorted(topics) for p in range(topics[t])]
+        self.start_ms = start_ms
+        self.cancel_after_ms = cancel_after_ms
+        self.moves = moves
+
+    def setup(self) -> None:
+        super().setup()
+        topic, partition = self.rng.choice(self.topic_partitions)
+        self.move = Reassignment(topic, partition)
+        self.history.reassignments.append(self.move)
+        self.phase = "wait"
+        self.due_ms = self.clock.now_ms() + self.start_ms
+        self.attempts = 0
+        self.moved = 0
+
+    def _note(self, what: str) -> None:
+        self.move.steps.append(f"{self.clock.now_ms()} ms: {what}")
+
+    def step(self) -> None:
+        now = self.clock.now_ms()
+        if now < self.due_ms or self.in_flight() or self.move.topic not in \
+                self.history.topics_created:
+            return
+        if self.phase in ("wait", "describe"):
+            self.phase = "describe"
+            self.send_request(self.any_broker(), METADATA, 8, {
+                "topics": [{"name": self.move.topic}], "allow_auto_topic_creation": False,
+                "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False}, self._described)
+        elif self.phase == "move":
+            self._alter(self.move.target)
+        elif self.phase == "cancel":
+            self._alter(None)
+        elif self.phase == "done":
+            self.stopped = True
+
+    def _described(self, response: Any) -> None:
+        if response is None or self.phase != "describe":
+            return
+        for topic in response.topics:
+            for part in topic.partitions:
+                if topic.error_code == NONE and part.partition_index == self.move.partition \
+                        and part.replica_nodes:
+                    self._aim(tuple(part.replica_nodes))
+
+    def _aim(self, original: tuple[int, ...]) -> None:
+        choices = [c for size in (2, 3) if size <= len(self.brokers)
+                   for c in itertools.permutations(self.brokers, size)
+                   if set(c) != set(original)]
+        if self.moved:
+            adding = [c for c in choices if set(c) - set(original)]
+            choices = adding or choices
+        if not choices:
+            self.phase = "done"
+            return
+        self.move.original = original
+        self.move.target = self.rng.choice(sorted(choices))
+        self._note(f"move {self.move.topic}-{self.move.partition} from "
+                   f"{list(original)} to {list(self.move.target)}")
+        self.phase = "move"
+        self.attempts = 0
+
+    def _alter(self, replicas: tuple[int, ...] | None) -> None:
+        self.attempts += 1
+        if self.attempts > 100:   # bounded: the run's faults end, a refusal does not
+            self.phase = "done"
+            return
+        self.send_request(self.any_broker(), ALTER_PARTITION_REASSIGNMENTS, 0, {
+            "timeout_ms": 1500, "topics": [{"name": self.move.topic, "partitions": [
+                {"partition_index": self.move.partition,
+                 "replicas": None if replicas is None else list(replicas)}]}]},
+            partial(self._altered, replicas is None))
+
+    def _altered(self, cancel: bool, response: Any) -> None:
+        what = "cancel" if cancel else "move"
+        code: int | None = None
+        if response is not None:
+            code = response.error_code
+            if code == NONE:
+                code = response.responses[0].partitions[0].error_code
+        self._note(f"{what} answered {code}")
+        if code in REASSIGN_REFUSED:
+            return   # not written: asked again on a later step
+        if code == NONE or (cancel and code == NO_REASSIGNMENT_IN_PROGRESS):
+            if not cancel:
+                self.move.accepted = True
+                if self.cancel_after_ms is None:
+                    self._next()
+                else:
+                    self.phase = "cancel"
+                    self.due_ms = self.clock.now_ms() + self.cancel_after_ms
+            else:
+                self.move.cancelled = code == NONE
+                self.move.completed_first = code != NONE
+                self._next()
+            return
+        self.move.unknown += 1   # lost, timed out, or a controller resigning: asked again
+
+    def _next(self) -> None:
+        """The next move of the same partition, from where this one ends (none when that is
+        not known: an answer was lost)."""
+        self.moved += 1
+        self.phase = "done"
+        ends = self.move.outcomes()
+        if self.moved >= self.moves or len(ends) != 1:
+            return
+        before = self.move
+        self.move = Reassignment(self.move.topic, self.move.partition,
+                                 earlier=[*before.earlier, before.original])
+        self.history.reassignments.append(self.move)
+        self.due_ms = self.clock.now_ms() + self.rng.uniform(500, 3_000)
+        self.cancel_after_ms = self.rng.uniform(0, 1_500) if self.rng.random() < 0.3 \
+            else None
+        self._aim(ends.pop())
 
 
 class _Metadata:

@@ -70,6 +70,13 @@ every live replica is back in its partition's ISR (in ZooKeeper and at the
 leader): a follower whose fetch was lost asks again after
 replica.socket.timeout.ms, and the run settles past that (SimOptions.caught_up_ms).
 
+A partition moved (``--reassign``, AlterPartitionReassignments) ends, once settled,
+with no reassignment in its znode, with the replica set its answers said (the target;
+the original set when a cancel was answered NONE; either when an answer was lost),
+and a leader and ISR within that set; a live broker the move dropped still holding
+the partition is counted (``removed_replicas_kept``: Kafka's controller does not try
+a deletion again either once it failed over).
+
 Clients (as they go): a producer id is handed out once; a group member's
 generations only grow while one coordinator serves the group without a break;
 an offset fetched as committed is one a member committed.
@@ -136,6 +143,10 @@ class Checker:
     zk_leader_epochs: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
     node_leader_epochs: dict[tuple[int, int, str, int], int] = field(default_factory=dict)
     node_high_watermarks: dict[tuple[int, int, str, int], int] = field(default_factory=dict)
+    # the log each of those was read from: another log in the same life is a replica
+    # deleted and made again (a reassignment removed it and a later one added it back),
+    # which starts empty
+    node_logs: dict[tuple[int, int, str, int], Any] = field(default_factory=dict)
     parked: dict[tuple[str, int, str, int], int] = field(default_factory=dict)
     deadlines_ms: dict[tuple[str, int, str, int], float] = field(default_factory=dict)
     checks: int = 0
@@ -286,6 +297,11 @@ class Checker:
                                         f"epoch {before_epoch} to {state.leader_epoch}")
                     self.node_leader_epochs[key] = max(state.leader_epoch, before_epoch)
                     hw = state.log.high_watermark
+                    before_log = self.node_logs.get(key)
+                    if before_log is not None and state.log is not before_log \
+                            and not reopened:
+                        self.node_high_watermarks.pop(key, None)
+                    self.node_logs[key] = state.log
                     before_hw = self.node_high_watermarks.get(key, -1)
                     if hw < before_hw and reopened:
                         # its disk failed an fsync and lost what was not synced: the shard
@@ -354,12 +370,14 @@ class Checker:
         held: dict[tuple[str, int], tuple[int, int, LeaderEpochCache]] = {}
         for shard in broker.shards():
             for (topic, p), state in sorted(shard.partitions.items()):
+                log = state.log
+                # every partition's end: the high watermark check covers the internal
+                # topics too (a crash election of __consumer_offsets went unexcused without)
+                ends[(topic, p)] = log.log_end_offset
                 if topic in self.topics:
-                    log = state.log
                     cache = LeaderEpochCache(None)
                     cache.entries = list(log.epoch_cache.entries)
                     held[(topic, p)] = (log.log_start_offset, log.log_end_offset, cache)
-                    ends[(topic, p)] = log.log_end_offset
         self.logs_at_crash[(broker_id, broker.lives)] = held
 
     def note_storage_failure(self, broker_id: int, topic: str, partition: int) -> None:
@@ -712,6 +730,50 @@ class Checker:
                                     f"{topic}-{p}: live replicas {out} out of the ISR "
                                     f"{sorted(state.isr)} (leader {state.leader}: "
                                     f"{sorted(held.isr)}) after the run settled")
+
+    def check_reassignments(self) -> None:
+        """Once settled, a partition moved ends with the replica set its answers said, its
+        leader and ISR within it, and no reassignment left in its znode."""
+        cluster = self.cluster
+        last = {(m.topic, m.partition): m for m in self.history.reassignments}
+        for _tp, move in sorted(last.items()):   # a later move of a partition starts where
+            allowed = move.outcomes()              # the one before ended
+            if not allowed:
+                continue
+            tp = TopicPartition(move.topic, move.partition)
+            node = cluster.zk.nodes.get(znodes.topic_path(move.topic))
+            assert node is not None, f"no znode for topic {move.topic}"
+            assignment = znodes.decode_topic_assignment(move.topic, node.data).\
+                replica_assignment(move.partition)
+            said = f"{tp}: {'; '.join(move.steps)}"
+            if assignment.being_reassigned:
+                raise Violation("reassignments complete",
+                                f"{tp} still moving after the run settled: replicas "
+                                f"{list(assignment.replicas)}, adding "
+                                f"{list(assignment.adding)}, removing "
+                                f"{list(assignment.removing)} ({said})")
+            back_further = (move.cancelled or move.unknown) and any(
+                set(assignment.replicas) == set(e) for e in move.earlier)
+            if assignment.replicas not in allowed and not back_further:
+                raise Violation("reassignments complete",
+                                f"{tp} ends with replicas {list(assignment.replicas)}, not "
+                                f"{' or '.join(str(list(a)) for a in sorted(allowed))} "
+                                f"({said})")
+            states = dict(self._zk_partition_states(cluster.zk))
+            state = states.get(tp)
+            if state is not None and (state.leader not in assignment.replicas
+                                      or not set(state.isr) <= set(assignment.replicas)):
+                raise Violation("reassignments complete",
+                                f"{tp} led by {state.leader} with ISR {sorted(state.isr)} "
+                                f"outside its replicas {list(assignment.replicas)} ({said})")
+            kept = 0
+            for broker_id, broker in sorted(cluster.brokers.items()):
+                if broker_id in assignment.replicas or broker.state != "up":
+                    continue
+                kept += sum(1 for shard in broker.shards()
+                            if (move.topic, move.partition) in shard.partitions)
+            self.counted["removed_replicas_kept"] = \
+                self.counted.get("removed_replicas_kept", 0) + kept
 
     def _note_healed(self, tp: TopicPartition, state: Any) -> None:
         """A replica whose storage failed is healed once seen in the ISR in ZooKeeper led

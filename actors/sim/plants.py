@@ -20,7 +20,11 @@ break the one method that keeps one of Kafka's replication promises:
 - ``isr-unknown-forgotten``: PartitionState.on_isr_result takes an answer
   that leaves an ISR change's fate unknown (timed out, no controller) as a
   refusal: back to the committed ISR, while ZooKeeper may hold the change and
-  the controller may elect a replica it added (sim seed 80).
+  the controller may elect a replica it added (sim seed 80);
+- ``reassign-keeps-removed``: the controller's last write of a completed
+  reassignment (KIP-455's B6) clears the adding and removing replicas but
+  keeps the whole replica set, the removed replicas with the target
+  (``--reassign``'s check finds it).
 
 A plant that needs code this branch lacks has ``swaps`` None and says what in
 ``needs`` (none today).
@@ -33,6 +37,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from actors.core.cluster_model import ReplicaAssignment, TopicPartition
+from actors.core.controller_state import ControllerCore
 from actors.core.partition_state import PROPOSAL_RETRY_MS, PartitionState
 from actors.core.producer_state import ProducerStateManager
 from actors.core.purgatory_core import CancelExpiry, Effect, PurgatoryCore, _answer
@@ -191,6 +197,25 @@ def _isr_unknown_forgotten() -> list[tuple[Any, str, Any]]:
     return [(PartitionState, "on_isr_result", _unknown_as_refused)]
 
 
+# ----------------------------------------------------- reassign-keeps-removed
+_REAL_WRITE_ASSIGNMENT = ControllerCore.__dict__["_write_partition_assignment"]
+
+
+def _completed_keeping_removed(self: ControllerCore, tp: TopicPartition,
+                               assignment: ReplicaAssignment, then: Any) -> None:
+    """As ControllerCore._write_partition_assignment, but the write that completes a
+    reassignment (its target, nothing moving) keeps the full replica set."""
+    current = self.replica_assignment(tp)
+    if current.being_reassigned and not assignment.being_reassigned \
+            and assignment.replicas == current.target:
+        assignment = ReplicaAssignment(current.replicas)
+    _REAL_WRITE_ASSIGNMENT(self, tp, assignment, then)
+
+
+def _reassign_keeps_removed() -> list[tuple[Any, str, Any]]:
+    return [(ControllerCore, "_write_partition_assignment", _completed_keeping_removed)]
+
+
 PLANTS: dict[str, Plant] = {p.name: p for p in [
     Plant("double-complete", "a delayed operation completed by a partition change keeps its "
           "expiry, which answers it again", _double_complete),
@@ -206,6 +231,8 @@ PLANTS: dict[str, Plant] = {p.name: p for p in [
           "write", _isr_shrink_unpersisted),
     Plant("isr-unknown-forgotten", "an ISR change whose answer was lost is taken as not "
           "made", _isr_unknown_forgotten),
+    Plant("reassign-keeps-removed", "a completed reassignment keeps the removed replicas in "
+          "the replica set", _reassign_keeps_removed),
 ]}
 
 

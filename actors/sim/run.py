@@ -2,7 +2,8 @@
 
 :func:`run_seed` builds a :class:`SimWorld` from the seed, starts the broker
 nodes (SimCluster), an admin that creates the topics, idempotent producers, a
-consumer and a consumer group (actors/sim/clients.py), then runs ``steps``
+consumer and a consumer group (and with ``reassign``, a client moving a partition to
+other replica sets: actors/sim/clients.py), then runs ``steps``
 rounds: each waits a seeded while and strikes one seeded fault (a node crash
 and its restart, a pause, a partition and its heal, a ZooKeeper session
 expiry, a step of a node's wall clock, a link reset, a gateway dropping
@@ -46,6 +47,7 @@ from actors.sim.clients import (
     SimConsumer,
     SimGroupMember,
     SimProducer,
+    SimReassigner,
 )
 from actors.sim.cluster import GATEWAY_PORT, SimCluster
 from actors.sim.disk import SimDisk
@@ -88,6 +90,11 @@ class SimOptions:
     acks_all_producers: int = 1
     group_members: int = 2   # members of one consumer group (besides the plain consumer)
     max_events: int = 2_000_000
+    # moves of a partition to another replica set, one after the other, during the faults
+    # (at times cancelled): the run ends with the replica set the answers said, every
+    # acks=all record kept; the acks=all producers then write 120 batches (not 40), during
+    # the moves too. 0: none
+    reassign: int = 0
     logs: bool = False   # the actors' own log lines (thousands per run); off unless asked
 
 
@@ -162,7 +169,8 @@ class _Run:
                                   **common())
             self.producers.append(clients.actors[actor.name])  # type: ignore[arg-type]
         for i in range(self.options.acks_all_producers):
-            actor = clients.spawn(SimProducer, f"producer-all-{i}", acks=-1, max_batches=40,
+            actor = clients.spawn(SimProducer, f"producer-all-{i}", acks=-1,
+                                  max_batches=120 if self.options.reassign else 40,
                                   topics=self.topic_partitions, **common())
             self.producers.append(clients.actors[actor.name])  # type: ignore[arg-type]
         consumer = clients.spawn(SimConsumer, "consumer", topics=self.topic_partitions,
@@ -173,6 +181,13 @@ class _Run:
                                    load_epoch=self._group_load_epoch,
                                    topics=self.topic_partitions, **common())
             self.members.append(clients.actors[member.name])  # type: ignore[arg-type]
+        if self.options.reassign:
+            # drawn here only: a run without it draws what it drew before
+            start_ms = self.rng.uniform(self.options.warmup_ms, self.options.warmup_ms + 6_000)
+            cancel = self.rng.uniform(0, 3_000) if self.rng.random() < 0.3 else None
+            clients.spawn(SimReassigner, "reassigner", topics=self.topic_partitions,
+                          start_ms=start_ms, cancel_after_ms=cancel,
+                          moves=self.options.reassign, **common())
         world.kernel.after_ms(self.options.check_every_ms, self._check)
 
     def _group_load_epoch(self, broker_id: int) -> int:
@@ -370,6 +385,7 @@ def run_seed(seed: int, options: SimOptions | None = None,
                 run.checker.check_final()
                 run.checker.check_live()
                 run.checker.check_replicas_back()
+                run.checker.check_reassignments()
             except Violation as exc:
                 violation = exc
             finally:
@@ -405,7 +421,9 @@ def run_seed(seed: int, options: SimOptions | None = None,
                "checks": run.checker.checks,
                "acks_dated_at_crash": run.checker.acks_dated_at_crash,
                **run.checker.counted,
-               "delayed_operations": len(run.checker.parked)},
+               "delayed_operations": len(run.checker.parked),
+               **({"reassignments": [m.steps for m in history.reassignments]}
+                  if history.reassignments else {})},
     )
     return result, world
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
+from actors.core.topic_config import ADMIN_CLIENT_ID, INTERNAL_TOPICS
 from actors.security.acl import Operation, ResourceType
 from wire.broker_messages import Append, AppendDone, AppendDoneRow, AppendRow, ProduceReady
 from wire.errors import ErrorCode
@@ -79,10 +80,13 @@ def handle_produce(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     txn = getattr(req, "transactional_id", None)
     txn_denied = bool(txn) and not ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                                                str(txn))
+    internal_allowed = header.client_id == ADMIN_CLIENT_ID
     for topic_data in req.topic_data:
         name = topic_data.name
         indexes = []
         count = ctx.partition_count(name)
+        # a client's record in a coordinator's topic would be read back as its state
+        internal = count is not None and name in INTERNAL_TOPICS and not internal_allowed
         denied = txn_denied or (ctx.authorizer is not None
                                 and not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, name))
         for pd in topic_data.partition_data:
@@ -93,6 +97,9 @@ def handle_produce(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
             elif acks not in (-1, 0, 1):
                 refuse(name, pd.index, ErrorCode.INVALID_REQUIRED_ACKS,
                        f"acks must be -1, 0 or 1, got {acks}")
+            elif internal:
+                refuse(name, pd.index, ErrorCode.INVALID_TOPIC_EXCEPTION,
+                       f"Cannot append to internal topic {name}")
             elif count is None or not 0 <= pd.index < count:
                 refuse(name, pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
             elif ctx.not_leader(name, pd.index):

@@ -115,6 +115,12 @@ CLEANUP_POLICIES = ("delete", "compact")
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
+# Kafka's Topic.isInternal: the coordinators' own topics, which a client's Produce may not
+# write (only Kafka's own tools, by this client id, AdminUtils.ADMIN_CLIENT_ID)
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+ADMIN_CLIENT_ID = "__admin_client"
+
+
 class InvalidConfigError(KafkaError):
     code = ErrorCode.INVALID_CONFIG
 

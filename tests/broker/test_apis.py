@@ -585,3 +585,32 @@ def test_produce_refuses_what_kafka_refuses_per_partition(client: RawClient) -> 
     ok = client.call(PRODUCE, 7, produce_values(topic, 0, zstd))
     assert ok.responses[0].partition_responses[0].error_code == 0
     assert [v for _o, _k, v in read_records(client.fetch(topic, 0, 0).records)] == [b"z" * 100] * 5
+
+
+def test_produce_to_an_internal_topic_is_refused(broker: BrokerProcess,
+                                                 client: RawClient) -> None:
+    """Kafka's ReplicaManager: a client's records in __consumer_offsets would be read back
+    as groups' state, so Produce refuses the coordinators' topics INVALID_TOPIC_EXCEPTION
+    (its admin tools' client id excepted)."""
+    from confluent_kafka import KafkaError, Producer
+
+    from actors.core.offsets_codec import OFFSETS_TOPIC, group_tombstone
+
+    assert OFFSETS_TOPIC in metadata(client, None, auto=False)
+    end = client.list_offset(OFFSETS_TOPIC, 0, -1).offset
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "retries": 0})
+    delivered: list[object] = []
+    producer.produce(OFFSETS_TOPIC, b"not a group", key=b"\x00", partition=0,
+                     on_delivery=lambda err, _msg: delivered.append(err))
+    assert producer.flush(30) == 0
+    [err] = delivered
+    assert isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_EXCEPTION, err
+    refused = client.produce(OFFSETS_TOPIC, 0, record_batch([(b"\x00", b"raw")]))
+    assert refused.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert refused.error_message == f"Cannot append to internal topic {OFFSETS_TOPIC}"
+    assert client.list_offset(OFFSETS_TOPIC, 0, -1).offset == end
+    # Kafka's own tools write as "__admin_client": a well-formed record of theirs goes in
+    tombstone = group_tombstone(f"gone-{uuid.uuid4().hex[:8]}")
+    with RawClient(broker.port, client_id="__admin_client") as admin:
+        taken = admin.produce(OFFSETS_TOPIC, 0, record_batch([(tombstone.key, tombstone.value)]))
+        assert (taken.error_code, taken.base_offset) == (0, end)

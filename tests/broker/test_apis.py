@@ -249,6 +249,34 @@ def test_describe_configs_of_a_topic(client: RawClient) -> None:
     assert [c.name for c in only.results[0].configs] == ["retention.ms"]
 
 
+def test_configs_of_an_illegal_topic_name_are_invalid_topic(broker: BrokerProcess,
+                                                            client: RawClient) -> None:
+    """Kafka checks a topic resource's name before it looks the topic up: a name no topic
+    can have is INVALID_TOPIC_EXCEPTION, not UNKNOWN_TOPIC_OR_PARTITION."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+    )
+    from confluent_kafka.error import KafkaError, KafkaException
+
+    response = client.call(DESCRIBE_CONFIGS, 4, {
+        "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": "bad/name",
+                       "configuration_keys": None}],
+        "include_synonyms": False, "include_documentation": False})
+    [bad] = response.results
+    assert bad.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert "illegal" in bad.error_message
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for n in ("bad/name", "x" * 250):
+        resource = ConfigResource("topic", n, incremental_configs=[ConfigEntry(
+            "retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+        with pytest.raises(KafkaException) as refused:
+            admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+        assert refused.value.args[0].code() == KafkaError.TOPIC_EXCEPTION, n
+
+
 # ------------------------------------------------------------------ acks=0
 
 

@@ -7,6 +7,7 @@ line which pip command adds them, and the runtime-only benchmarks run.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import venv
@@ -69,3 +70,20 @@ def test_the_dev_install_has_every_benchmark() -> None:
     proc = subprocess.run([sys.executable, "-m", "actors.cli", "bench", "--help"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "needs the" not in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("load", ["produce", "consume", "e2e"])
+def test_a_load_with_no_broker_there_is_one_line(load: str) -> None:
+    """A bootstrap where nothing listens: one line and exit code 1 (a run-time condition),
+    not librdkafka's retries and a traceback of its metadata timeout."""
+    with socket.socket() as probe:  # a loopback port just free: nothing listens on it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.run([sys.executable, "-m", "actors.cli", "bench", load, "--bootstrap",
+                           f"127.0.0.1:{port}", "--duration", "1", "--no-progress"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert lines[0] == (f"Error: cannot reach a Kafka broker at 127.0.0.1:{port}; "
+                        f"is it running? (--bootstrap HOST:PORT)")

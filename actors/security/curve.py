@@ -64,17 +64,24 @@ def write_keys(directory: Path | str, name: str) -> tuple[Path, Path]:
     return public, secret
 
 
+def refuse_existing_keys(out: Path | str, name: str) -> None:
+    """CurveError if a key file of this node is in ``out`` already (replacing one is a choice:
+    every node's keys dir must then get the new public key)."""
+    base = Path(out)
+    for existing in (base / f"{name}{SECRET_SUFFIX}", base / "public" / f"{name}{PUBLIC_SUFFIX}"):
+        if existing.exists():
+            raise CurveError(f"{existing} exists already; remove it to make new keys "
+                             f"(every node's keys dir must then get the new public key)")
+
+
 def make_node_keys(out: Path | str, name: str, overwrite: bool = False) -> tuple[Path, Path]:
     """A node's key pair laid out for its config: ``<out>/<name>.key_secret`` (mode 600,
     ``actor.curve.secret.key.file``) and ``<out>/public/<name>.key`` (into the keys dir
     that becomes ``actor.curve.public.keys.dir``, next to the other nodes' keys)."""
     base = Path(out)
-    secret, public = base / f"{name}{SECRET_SUFFIX}", base / "public" / f"{name}{PUBLIC_SUFFIX}"
+    public = base / "public" / f"{name}{PUBLIC_SUFFIX}"
     if not overwrite:
-        for existing in (secret, public):
-            if existing.exists():
-                raise CurveError(f"{existing} exists already; remove it to make new keys "
-                                 f"(every node's keys dir must then get the new public key)")
+        refuse_existing_keys(base, name)
     try:
         made_public, made_secret = write_keys(base, name)
         public.parent.mkdir(exist_ok=True)

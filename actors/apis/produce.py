@@ -80,13 +80,13 @@ def handle_produce(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     txn = getattr(req, "transactional_id", None)
     txn_denied = bool(txn) and not ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                                                str(txn))
-    internal_allowed = header.client_id == ADMIN_CLIENT_ID
     for topic_data in req.topic_data:
         name = topic_data.name
         indexes = []
         count = ctx.partition_count(name)
         # a client's record in a coordinator's topic would be read back as its state
-        internal = count is not None and name in INTERNAL_TOPICS and not internal_allowed
+        internal = (count is not None and name in INTERNAL_TOPICS
+                    and header.client_id != ADMIN_CLIENT_ID)
         denied = txn_denied or (ctx.authorizer is not None
                                 and not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, name))
         for pd in topic_data.partition_data:

@@ -84,8 +84,9 @@ def _resource_error(res: Any, code: ErrorCode, message: str) -> dict[str, Any]:
 
 
 def _illegal_topic_name(name: str) -> str | None:
-    """Why a topic resource's name can be no topic's, or None. Kafka's ConfigHelper and
-    ZkAdminManager check the name before they look the topic up."""
+    """Why a topic resource's name can be no topic's, or None. Checked before the topic is
+    looked up, as Kafka's ControllerConfigurationValidator.validateTopicName runs before
+    its existence check."""
     try:
         validate_topic_name(name)
     except InvalidTopicError as e:
@@ -154,7 +155,12 @@ def _alter(ctx: HandlerContext, req: Any, incremental: bool) -> ApiGen:
     for i, res in enumerate(req.resources):
         illegal = (_illegal_topic_name(res.resource_name)
                    if res.resource_type == TOPIC_RESOURCE else None)
-        if illegal is not None:
+        if res.resource_type == TOPIC_RESOURCE and res.resource_name == "":
+            # a broker's '' names its defaults; topics have no such resource to alter
+            # (Kafka's answer and text; DescribeConfigs of '' stays INVALID_TOPIC_EXCEPTION)
+            answers[i] = (int(ErrorCode.INVALID_REQUEST),
+                          "Default topic resources are not allowed.")
+        elif illegal is not None:
             answers[i] = (int(ErrorCode.INVALID_TOPIC_EXCEPTION), illegal)
         elif res.resource_type == TOPIC_RESOURCE:
             ops = [ConfigOpRow(c.name, int(c.config_operation) if incremental

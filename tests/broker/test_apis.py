@@ -35,6 +35,7 @@ pytestmark = pytest.mark.num_processes(1, 2)
 
 TOPIC_RESOURCE = 2
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5  # DescribeConfigs config_source
+ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 33, 44
 
 
 def name(prefix: str = "api") -> str:
@@ -275,6 +276,27 @@ def test_configs_of_an_illegal_topic_name_are_invalid_topic(broker: BrokerProces
         with pytest.raises(KafkaException) as refused:
             admin.incremental_alter_configs([resource])[resource].result(timeout=30)
         assert refused.value.args[0].code() == KafkaError.TOPIC_EXCEPTION, n
+
+
+def test_configs_of_the_empty_topic_name(client: RawClient) -> None:
+    """A topic resource named '' (a broker's defaults have that name): AlterConfigs and
+    IncrementalAlterConfigs answer INVALID_REQUEST, as Kafka's
+    ControllerConfigurationValidator; DescribeConfigs, INVALID_TOPIC_EXCEPTION."""
+    described = client.call(DESCRIBE_CONFIGS, 4, {
+        "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": "",
+                       "configuration_keys": None}],
+        "include_synonyms": False, "include_documentation": False})
+    assert described.results[0].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    altered = client.call(ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+        {"resource_type": TOPIC_RESOURCE, "resource_name": "",
+         "configs": [{"name": "retention.ms", "value": "1000"}]}]})
+    incremental = client.call(INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+        {"resource_type": TOPIC_RESOURCE, "resource_name": "",
+         "configs": [{"name": "retention.ms", "config_operation": 0, "value": "1000"}]}]})
+    for response in (altered, incremental):
+        [answer] = response.responses
+        assert (answer.error_code, answer.error_message) == (
+            ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
 
 
 # ------------------------------------------------------------------ acks=0

@@ -29,6 +29,7 @@ from tests.broker.rawclient import (
     record_batch,
 )
 from tests.fixtures.broker import BrokerProcess
+from tests.fixtures.waiting import wait_for
 from wire.errors import ErrorCode
 
 pytestmark = pytest.mark.num_processes(1, 2)
@@ -646,7 +647,13 @@ def test_produce_to_an_internal_topic_is_refused(broker: BrokerProcess,
 
     from actors.core.offsets_codec import OFFSETS_TOPIC, group_tombstone
 
-    assert OFFSETS_TOPIC in metadata(client, None, auto=False)
+    def led() -> bool:  # the coordinator makes the topic after the broker starts
+        topic = metadata(client, [OFFSETS_TOPIC], auto=False)[OFFSETS_TOPIC]
+        return topic.error_code == 0 and any(  # type: ignore[attr-defined]
+            p.partition_index == 0 and p.leader_id >= 0
+            for p in topic.partitions)  # type: ignore[attr-defined]
+
+    wait_for(led, f"{OFFSETS_TOPIC} partition 0 led")
     end = client.list_offset(OFFSETS_TOPIC, 0, -1).offset
     producer = Producer({"bootstrap.servers": broker.bootstrap, "retries": 0})
     delivered: list[object] = []
@@ -658,6 +665,9 @@ def test_produce_to_an_internal_topic_is_refused(broker: BrokerProcess,
     refused = client.produce(OFFSETS_TOPIC, 0, record_batch([(b"\x00", b"raw")]))
     assert refused.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
     assert refused.error_message == f"Cannot append to internal topic {OFFSETS_TOPIC}"
+    # the partition and the records are checked first, as Kafka's KafkaApis does
+    beyond = client.produce(OFFSETS_TOPIC, 99, record_batch([(b"\x00", b"raw")]))
+    assert beyond.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert client.list_offset(OFFSETS_TOPIC, 0, -1).offset == end
     # Kafka's own tools write as "__admin_client": a well-formed record of theirs goes in
     tombstone = group_tombstone(f"gone-{uuid.uuid4().hex[:8]}")

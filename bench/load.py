@@ -25,7 +25,7 @@ from bench.load_consume import (
     plan_partitions,
     summarize_consume,
 )
-from bench.load_core import ProgressView, run_groups, spawn_context
+from bench.load_core import LoadRunError, ProgressView, run_groups, spawn_context
 from bench.load_produce import ProduceConfig, producer_group, summarize_produce
 from bench.peers import (
     BootstrapRefusedError,
@@ -370,6 +370,11 @@ def _guard(func: Callable[[], None], bootstrap: str, allow_hosts: Iterable[str])
     from confluent_kafka import KafkaException
 
     try:
+        for address in bootstrap.split(","):
+            split_host_port(address.strip())
+    except ValueError as exc:  # a mistyped --bootstrap
+        raise click.UsageError(f"--bootstrap: {exc}") from None
+    try:
         check_bootstrap(bootstrap, allow_hosts)  # before any connection to it
         if not _reachable(bootstrap):
             raise click.ClickException(
@@ -382,6 +387,8 @@ def _guard(func: Callable[[], None], bootstrap: str, allow_hosts: Iterable[str])
         raise click.ClickException(f"{bootstrap}: {exc.args[0].str()}") from None
     except BrokerStartError as exc:
         raise click.ClickException(f"{bootstrap}: {exc}") from None
+    except LoadRunError as exc:  # a worker's error, by its first line (not its traceback)
+        raise click.ClickException(f"{bootstrap}: the load failed: {exc.summary}") from None
 
 
 @click.command("produce")

@@ -14,7 +14,12 @@ from pathlib import Path
 import click
 
 from actors.cli import UserError
-from actors.security.curve import CurveError, make_node_keys, refuse_existing_keys
+from actors.security.curve import (
+    CurveError,
+    check_key_name,
+    make_node_keys,
+    refuse_existing_keys,
+)
 
 
 @click.group("keys")
@@ -38,12 +43,13 @@ def new(out: Path, names: tuple[str, ...], force: bool) -> None:
     if repeated:
         raise UserError(f"--name {repeated[0]} is given more than once; each node gets one "
                         f"key pair")
-    if not force:
-        for name in names:
-            try:
+    for name in names:
+        try:
+            check_key_name(name)
+            if not force:
                 refuse_existing_keys(out, name)
-            except CurveError as exc:
-                raise UserError(str(exc)) from None
+        except CurveError as exc:
+            raise UserError(str(exc)) from None
     for name in names:
         try:
             public, secret = make_node_keys(out, name, overwrite=force)

@@ -48,10 +48,16 @@ def new_keypair() -> CurveKeys:
     return CurveKeys(public, secret)
 
 
-def write_keys(directory: Path | str, name: str) -> tuple[Path, Path]:
-    """Make a key pair as ``<dir>/<name>.key`` (public) and ``<name>.key_secret`` (mode 600)."""
+def check_key_name(name: str) -> None:
+    """CurveError unless ``name`` is a plain file name (a node name): its key files stay in
+    the directory given."""
     if not name or "/" in name or name.startswith("."):
         raise CurveError(f"key name {name!r} must be a plain file name (a node name)")
+
+
+def write_keys(directory: Path | str, name: str) -> tuple[Path, Path]:
+    """Make a key pair as ``<dir>/<name>.key`` (public) and ``<name>.key_secret`` (mode 600)."""
+    check_key_name(name)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     mask = os.umask(0o077)  # the secret file is never readable by others, not even briefly

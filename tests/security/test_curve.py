@@ -248,3 +248,9 @@ def test_keys_new_refuses_before_it_writes_any_key(tmp_path: Path) -> None:
     assert "node-1" not in later.output
     assert sorted(p.name for p in out.iterdir()) == ["node-2.key_secret", "public"]
     assert [p.name for p in (out / "public").iterdir()] == ["node-2.key"]
+    bad = CliRunner().invoke(cli, ["keys", "new", "--out", str(out), "--name", "node-3",
+                                   "--name", ".bad"])
+    assert bad.exit_code == 2 and "key name '.bad' must be a plain file name" in bad.output
+    assert "node-3" not in bad.output
+    assert sorted(p.name for p in out.iterdir()) == ["node-2.key_secret", "public"]
+    assert [p.name for p in (out / "public").iterdir()] == ["node-2.key"]

@@ -452,6 +452,10 @@ class PartitionShard(Actor):
                                 if leader_alone else
                                 PartitionState.hosted(log, self.broker_id, min_isr,
                                                       self.lag_time_max_ms))
+        if log.recovery_cut_bytes:
+            self.log.warning("{}-{}: recovery cut {} byte(s) of torn or damaged batches from "
+                             "its log; it ends at offset {}", topic, partition,
+                             log.recovery_cut_bytes, log.log_end_offset)
         if log.log_end_offset < high_watermark:
             # what it acknowledged (or a leader told it was) is not all in its log: lost
             # with the storage (the pages a failed fsync dropped, a crash's unflushed tail)

@@ -10,6 +10,7 @@ print a summary and write the JSON contract. Workers live in
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -24,9 +25,15 @@ from bench.load_consume import (
     plan_partitions,
     summarize_consume,
 )
-from bench.load_core import ProgressView, run_groups, spawn_context
+from bench.load_core import LoadRunError, ProgressView, run_groups, spawn_context
 from bench.load_produce import ProduceConfig, producer_group, summarize_produce
-from bench.peers import BootstrapRefusedError, check_bootstrap, ensure_topic
+from bench.peers import (
+    BootstrapRefusedError,
+    BrokerStartError,
+    check_bootstrap,
+    ensure_topic,
+    split_host_port,
+)
 
 DEFAULT_NUM_RECORDS = 100_000
 E2E_DEFAULT_RATE = 1000.0
@@ -346,11 +353,42 @@ def _produce_config(
     )
 
 
-def _guard(func: Callable[[], None]) -> None:
+def _reachable(bootstrap: str, timeout_s: float = 5.0) -> bool:
+    """Whether any bootstrap address takes a TCP connection (librdkafka would retry one that
+    does not, logging each try, until its metadata request times out)."""
+    for address in bootstrap.split(","):
+        try:
+            with socket.create_connection(split_host_port(address.strip()), timeout=timeout_s):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def _guard(func: Callable[[], None], bootstrap: str, allow_hosts: Iterable[str]) -> None:
+    """The load, with the broker's absence or a client error as one line (exit code 1)."""
+    from confluent_kafka import KafkaException
+
     try:
+        for address in bootstrap.split(","):
+            split_host_port(address.strip())
+    except ValueError as exc:  # a mistyped --bootstrap
+        raise click.UsageError(f"--bootstrap: {exc}") from None
+    try:
+        check_bootstrap(bootstrap, allow_hosts)  # before any connection to it
+        if not _reachable(bootstrap):
+            raise click.ClickException(
+                f"cannot reach a Kafka broker at {bootstrap}; is it running? "
+                f"(--bootstrap HOST:PORT)")
         func()
     except BootstrapRefusedError as exc:
         raise click.UsageError(str(exc)) from exc
+    except KafkaException as exc:
+        raise click.ClickException(f"{bootstrap}: {exc.args[0].str()}") from None
+    except BrokerStartError as exc:
+        raise click.ClickException(f"{bootstrap}: {exc}") from None
+    except LoadRunError as exc:  # a worker's error, by its first line (not its traceback)
+        raise click.ClickException(f"{bootstrap}: the load failed: {exc.summary}") from None
 
 
 @click.command("produce")
@@ -369,7 +407,7 @@ def produce_command(**kw: Any) -> None:
         if kw["json_path"]:
             write_json(kw["json_path"], "produce", config.to_json(), results)
 
-    _guard(go)
+    _guard(go, kw["bootstrap"], kw["allow_hosts"])
 
 
 @click.command("consume")
@@ -414,7 +452,7 @@ def consume_command(**kw: Any) -> None:
         if kw["json_path"]:
             write_json(kw["json_path"], "consume", config.to_json(), results)
 
-    _guard(go)
+    _guard(go, kw["bootstrap"], kw["allow_hosts"])
 
 
 @click.command("e2e")
@@ -456,4 +494,4 @@ def e2e_command(**kw: Any) -> None:
             conf["consumer_processes"] = kw["consumer_processes"]
             write_json(kw["json_path"], "e2e", conf, results)
 
-    _guard(go)
+    _guard(go, kw["bootstrap"], kw["allow_hosts"])

@@ -283,7 +283,12 @@ class WorkerGroup:
 
 
 class LoadRunError(RuntimeError):
-    """A worker failed or never answered; the message carries its traceback."""
+    """A worker failed or never answered; the message carries its traceback, ``summary``
+    the first line of each failure (the command line's one-line error)."""
+
+    def __init__(self, message: str, summary: str | None = None) -> None:
+        super().__init__(message)
+        self.summary = message if summary is None else summary
 
 
 def spawn_context() -> multiprocessing.context.SpawnContext:
@@ -407,4 +412,5 @@ def run_groups(
             signal.signal(signal.SIGTERM, previous_term)
     problems = [p for g in groups for p in g.failures()]
     if problems:
-        raise LoadRunError("\n".join(problems))
+        raise LoadRunError("\n".join(problems),
+                           "; ".join(dict.fromkeys(p.splitlines()[0] for p in problems)))

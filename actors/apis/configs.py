@@ -21,8 +21,10 @@ from actors.core.topic_config import (
     ConfigSource,
     ConfigType,
     DescribedConfig,
+    InvalidTopicError,
     broker_value_text,
     describe_topic_configs,
+    validate_topic_name,
 )
 from actors.runtime.config import DEFAULTS, RANGES, SPEC, Config
 from wire.admin_messages import (
@@ -81,6 +83,17 @@ def _resource_error(res: Any, code: ErrorCode, message: str) -> dict[str, Any]:
             "configs": []}
 
 
+def _illegal_topic_name(name: str) -> str | None:
+    """Why a topic resource's name can be no topic's, or None. Checked before the topic is
+    looked up, as Kafka's ControllerConfigurationValidator.validateTopicName runs before
+    its existence check."""
+    try:
+        validate_topic_name(name)
+    except InvalidTopicError as e:
+        return str(e)
+    return None
+
+
 def handle_describe_configs(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     version = header.api_version
     synonyms_wanted = bool(getattr(req, "include_synonyms", False))
@@ -89,6 +102,10 @@ def handle_describe_configs(ctx: HandlerContext, header: Any, req: Any) -> ApiGe
     for res in req.resources:
         if res.resource_type == TOPIC_RESOURCE:
             entry = ctx.topics.get(res.resource_name)
+            illegal = _illegal_topic_name(res.resource_name) if entry is None else None
+            if illegal is not None:
+                results.append(_resource_error(res, ErrorCode.INVALID_TOPIC_EXCEPTION, illegal))
+                continue
             if entry is None:
                 results.append(_resource_error(res, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                                f"topic {res.resource_name!r} does not exist"))
@@ -136,7 +153,16 @@ def _alter(ctx: HandlerContext, req: Any, incremental: bool) -> ApiGen:
     answers: dict[int, tuple[int, str | None]] = {}
     topic_rows: list[tuple[int, AlterTopicConfigsRow]] = []
     for i, res in enumerate(req.resources):
-        if res.resource_type == TOPIC_RESOURCE:
+        illegal = (_illegal_topic_name(res.resource_name)
+                   if res.resource_type == TOPIC_RESOURCE else None)
+        if res.resource_type == TOPIC_RESOURCE and res.resource_name == "":
+            # a broker's '' names its defaults; topics have no such resource to alter
+            # (Kafka's answer and text; DescribeConfigs of '' stays INVALID_TOPIC_EXCEPTION)
+            answers[i] = (int(ErrorCode.INVALID_REQUEST),
+                          "Default topic resources are not allowed.")
+        elif illegal is not None:
+            answers[i] = (int(ErrorCode.INVALID_TOPIC_EXCEPTION), illegal)
+        elif res.resource_type == TOPIC_RESOURCE:
             ops = [ConfigOpRow(c.name, int(c.config_operation) if incremental
                                else int(AlterConfigOp.SET), c.value)
                    for c in res.configs]

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond, group_by_shard
+from actors.core.topic_config import ADMIN_CLIENT_ID, INTERNAL_TOPICS
 from actors.security.acl import Operation, ResourceType
 from wire.broker_messages import Append, AppendDone, AppendDoneRow, AppendRow, ProduceReady
 from wire.errors import ErrorCode
@@ -83,6 +84,8 @@ def handle_produce(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         name = topic_data.name
         indexes = []
         count = ctx.partition_count(name)
+        # a client's record in a coordinator's topic would be read back as its state
+        internal = name in INTERNAL_TOPICS and header.client_id != ADMIN_CLIENT_ID
         denied = txn_denied or (ctx.authorizer is not None
                                 and not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, name))
         for pd in topic_data.partition_data:
@@ -95,16 +98,20 @@ def handle_produce(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                        f"acks must be -1, 0 or 1, got {acks}")
             elif count is None or not 0 <= pd.index < count:
                 refuse(name, pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
-            elif ctx.not_leader(name, pd.index):
-                refuse(name, pd.index, ErrorCode.NOT_LEADER_OR_FOLLOWER, None)
             elif not pd.records:
                 refuse(name, pd.index, ErrorCode.INVALID_RECORD, "no records")
+            elif (refusal := _check_records(pd.records, header.api_version)) is not None:
+                refuse(name, pd.index, refusal[0], refusal[1])
+            # Kafka's order: the partition and the records are checked by KafkaApis, the
+            # internal topic and the leader by ReplicaManager.appendToLocalLog after them
+            elif internal:
+                # Kafka sends no error_message with this refusal; ours says why
+                refuse(name, pd.index, ErrorCode.INVALID_TOPIC_EXCEPTION,
+                       f"Cannot append to internal topic {name}")
+            elif ctx.not_leader(name, pd.index):
+                refuse(name, pd.index, ErrorCode.NOT_LEADER_OR_FOLLOWER, None)
             else:
-                refusal = _check_records(pd.records, header.api_version)
-                if refusal is not None:
-                    refuse(name, pd.index, refusal[0], refusal[1])
-                else:
-                    rows.append(AppendRow(name, pd.index, bytes(pd.records)))
+                rows.append(AppendRow(name, pd.index, bytes(pd.records)))
         order.append((name, indexes))
 
     if rows:

@@ -198,12 +198,18 @@ def reset_offsets(group_id: str, topics: tuple[str, ...], all_topics: bool, to_e
             targets = sorted(tp for tp, c in current.items() if c is not None)
         for spec in topics:
             topic, parts = _parse_topic(spec)
-            if parts is None:
-                [meta] = admin.describe_topics([topic])
-                if meta["error_code"]:
-                    raise click.ClickException(f"topic {topic!r} does not exist")
-                parts = sorted(p["partition_index"] for p in meta["partitions"])
-            targets += [(topic, p) for p in parts]
+            [meta] = admin.describe_topics([topic])
+            if meta["error_code"]:
+                raise click.ClickException(f"topic {topic!r} does not exist")
+            known = sorted(p["partition_index"] for p in meta["partitions"])
+            # a partition named that the topic lacks: said here, not as the broker's
+            # UnknownTopicOrPartition of the offsets lookup, which names neither
+            missing = [p for p in parts or () if p not in known]
+            if missing:
+                raise click.ClickException(
+                    f"topic {topic!r} has no partition {missing[0]}: it has {len(known)} "
+                    f"(--topic {topic}:PARTITION[,PARTITION...])")
+            targets += [(topic, p) for p in (known if parts is None else parts)]
         tps = {tp: TopicPartition(*tp) for tp in targets}
 
         def lookup(spec: Any) -> dict[tuple[str, int], int]:

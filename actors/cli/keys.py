@@ -14,7 +14,12 @@ from pathlib import Path
 import click
 
 from actors.cli import UserError
-from actors.security.curve import CurveError, make_node_keys
+from actors.security.curve import (
+    CurveError,
+    check_key_name,
+    make_node_keys,
+    refuse_existing_keys,
+)
 
 
 @click.group("keys")
@@ -32,7 +37,20 @@ def group() -> None:
 @click.option("--force", is_flag=True, help="replace keys that exist")
 def new(out: Path, names: tuple[str, ...], force: bool) -> None:
     """Make a key pair per node; print the two config lines of each."""
-    for name in names or ("node-1",):
+    names = names or ("node-1",)
+    # every name checked before any key is written: a refusal leaves nothing half made
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise UserError(f"--name {repeated[0]} is given more than once; each node gets one "
+                        f"key pair")
+    for name in names:
+        try:
+            check_key_name(name)
+            if not force:
+                refuse_existing_keys(out, name)
+        except CurveError as exc:
+            raise UserError(str(exc)) from None
+    for name in names:
         try:
             public, secret = make_node_keys(out, name, overwrite=force)
         except CurveError as exc:

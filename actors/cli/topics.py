@@ -23,7 +23,6 @@ from actors.cli.admin import (
     table,
 )
 
-INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")  # Kafka's, on any broker
 SOURCES_SHOWN = ("DYNAMIC_TOPIC_CONFIG", "STATIC_BROKER_CONFIG", "DYNAMIC_BROKER_CONFIG",
                  "DYNAMIC_DEFAULT_BROKER_CONFIG")
 
@@ -169,6 +168,8 @@ def create(topics: tuple[str, ...], partitions: int, replication_factor: int,
 def delete(topics: tuple[str, ...], if_exists: bool, bootstrap: str, timeout_ms: int,
            as_json: bool) -> None:
     """Delete TOPICS and their data (not Kafka's internal topics)."""
+    from actors.core.topic_config import INTERNAL_TOPICS  # here: the CLI starts without it
+
     internal = [t for t in topics if t in INTERNAL_TOPICS]
     if internal:  # as kafka-topics.sh: the broker would take it, and lose every group's state
         raise UserError(f"{internal[0]} is an internal topic (the consumer groups' offsets or "

@@ -362,6 +362,9 @@ class PartitionLog:
         # Bumped whenever segments are cut or replaced other than by appends and
         # retention: a cleaning planned before such a change is refused.
         self.generation = 0
+        # Bytes the load's recovery cut (a torn or damaged tail, and the segments after
+        # it), for the owner to report: the cut is data the log no longer holds.
+        self.recovery_cut_bytes = 0
 
     # ------------------------------------------------------------------ open
 
@@ -388,12 +391,14 @@ class PartitionLog:
         scanned: list[LogSegment] = []
         for i, base in enumerate(bases):
             segment = self._segment_object(base, now_ms)
+            size = segment.size
             trusted = clean_shutdown or (i + 1 < len(bases) and bases[i + 1] <= recovery_point)
             if trusted and not recovered:
                 recovered = segment.load_clean(recovery_point)
             else:
                 segment.recover(recovery_point)
                 recovered = True
+            self.recovery_cut_bytes += size - segment.size
             if recovered:
                 scanned.append(segment)
             if self.segments and not _continues(self.segments[-1].next_offset, base,
@@ -401,6 +406,7 @@ class PartitionLog:
                 # A cut (or a hole) before this segment: nothing after it is a prefix.
                 for later in [segment] + [self._segment_object(b, now_ms)
                                           for b in bases[i + 1:]]:
+                    self.recovery_cut_bytes += later.size
                     later.delete()
                 break
             if self.segments:

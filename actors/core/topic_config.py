@@ -13,8 +13,10 @@ from collections.abc import Collection, Mapping
 from enum import IntEnum
 from typing import Any, NamedTuple
 
+from actors.core.offsets_codec import OFFSETS_TOPIC
 from actors.core.partition_log import LogConfig
 from actors.core.recompress import COMPRESSION_TYPES
+from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
 from wire.errors import ErrorCode, KafkaError
 
 
@@ -113,6 +115,13 @@ TOPIC_CONFIG_RANGES: dict[str, tuple[float, float]] = {
 }
 CLEANUP_POLICIES = ("delete", "compact")
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+# Kafka's Topic.isInternal, less its __share_group_state (we have no share groups): the
+# coordinators' own topics, which a client's Produce may not write (only Kafka's own tools,
+# by this client id, AdminUtils.ADMIN_CLIENT_ID) and `actorlog topics delete` refuses
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+ADMIN_CLIENT_ID = "__admin_client"
 
 
 class InvalidConfigError(KafkaError):

@@ -48,10 +48,16 @@ def new_keypair() -> CurveKeys:
     return CurveKeys(public, secret)
 
 
-def write_keys(directory: Path | str, name: str) -> tuple[Path, Path]:
-    """Make a key pair as ``<dir>/<name>.key`` (public) and ``<name>.key_secret`` (mode 600)."""
+def check_key_name(name: str) -> None:
+    """CurveError unless ``name`` is a plain file name (a node name): its key files stay in
+    the directory given."""
     if not name or "/" in name or name.startswith("."):
         raise CurveError(f"key name {name!r} must be a plain file name (a node name)")
+
+
+def write_keys(directory: Path | str, name: str) -> tuple[Path, Path]:
+    """Make a key pair as ``<dir>/<name>.key`` (public) and ``<name>.key_secret`` (mode 600)."""
+    check_key_name(name)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     mask = os.umask(0o077)  # the secret file is never readable by others, not even briefly
@@ -64,17 +70,24 @@ def write_keys(directory: Path | str, name: str) -> tuple[Path, Path]:
     return public, secret
 
 
+def refuse_existing_keys(out: Path | str, name: str) -> None:
+    """CurveError if a key file of this node is in ``out`` already (replacing one is a choice:
+    every node's keys dir must then get the new public key)."""
+    base = Path(out)
+    for existing in (base / f"{name}{SECRET_SUFFIX}", base / "public" / f"{name}{PUBLIC_SUFFIX}"):
+        if existing.exists():
+            raise CurveError(f"{existing} exists already; remove it to make new keys "
+                             f"(every node's keys dir must then get the new public key)")
+
+
 def make_node_keys(out: Path | str, name: str, overwrite: bool = False) -> tuple[Path, Path]:
     """A node's key pair laid out for its config: ``<out>/<name>.key_secret`` (mode 600,
     ``actor.curve.secret.key.file``) and ``<out>/public/<name>.key`` (into the keys dir
     that becomes ``actor.curve.public.keys.dir``, next to the other nodes' keys)."""
     base = Path(out)
-    secret, public = base / f"{name}{SECRET_SUFFIX}", base / "public" / f"{name}{PUBLIC_SUFFIX}"
+    public = base / "public" / f"{name}{PUBLIC_SUFFIX}"
     if not overwrite:
-        for existing in (secret, public):
-            if existing.exists():
-                raise CurveError(f"{existing} exists already; remove it to make new keys "
-                                 f"(every node's keys dir must then get the new public key)")
+        refuse_existing_keys(base, name)
     try:
         made_public, made_secret = write_keys(base, name)
         public.parent.mkdir(exist_ok=True)

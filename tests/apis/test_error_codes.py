@@ -14,6 +14,7 @@ from actors.metrics import error_codes
 from actors.runtime.clock import ManualClock
 from actors.runtime.config import Config
 from actors.topology import Topology
+from tests.broker.rawclient import record_batch
 from wire.broker_messages import TopicEntry
 from wire.errors import ErrorCode
 from wire.kafka_codec.hot import (
@@ -49,11 +50,34 @@ def test_produce_refusals_are_the_codes_of_its_response() -> None:
                                PartitionProduceData(5, b"x" * 70)]),  # named twice
         TopicProduceData("nope", [PartitionProduceData(0, b"abc")]),
     ])
-    respond = _answer(handle_produce(_context(), None, req))
+    respond = _answer(handle_produce(_context(), SimpleNamespace(api_version=9, client_id="c"),
+                                     req))
     assert respond.error_codes is not None
     assert Counter(respond.error_codes) == Counter(error_codes(respond.data))
     assert Counter(respond.error_codes) == {int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION): 3,
                                             int(ErrorCode.INVALID_RECORD): 1}
+
+
+def test_produce_to_a_coordinator_topic_is_refused_after_the_partition_and_records() -> None:
+    """A client's batch for __transaction_state (or __consumer_offsets) is
+    INVALID_TOPIC_EXCEPTION, checked after the partition's range and the records, in
+    Kafka's order; the admin tools' client id is let through to the append."""
+    ctx = _context()
+    ctx.topics["__transaction_state"] = TopicEntry(2, {})
+    batch = record_batch([(b"k", b"v")])
+    old_magic = batch[:16] + b"\x01" + batch[17:]
+
+    def produce(client_id: str, *partitions: tuple[int, bytes]) -> Any:
+        req = ProduceRequestData(9, None, 1, 1000, [TopicProduceData(
+            "__transaction_state", [PartitionProduceData(i, r) for i, r in partitions])])
+        return handle_produce(ctx, SimpleNamespace(api_version=9, client_id=client_id), req)
+
+    respond = _answer(produce("c", (0, batch), (3, batch), (1, old_magic)))
+    assert [p["error_code"] for p in respond.data["responses"][0]["partition_responses"]] == [
+        ErrorCode.INVALID_TOPIC_EXCEPTION, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.INVALID_RECORD]
+    admin = produce("__admin_client", (0, batch))
+    assert next(admin), "the admin client's batch goes to the shard"
 
 
 def test_fetch_refusals_are_the_codes_of_its_response() -> None:

@@ -29,12 +29,14 @@ from tests.broker.rawclient import (
     record_batch,
 )
 from tests.fixtures.broker import BrokerProcess
+from tests.fixtures.waiting import wait_for
 from wire.errors import ErrorCode
 
 pytestmark = pytest.mark.num_processes(1, 2)
 
 TOPIC_RESOURCE = 2
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5  # DescribeConfigs config_source
+ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 33, 44
 
 
 def name(prefix: str = "api") -> str:
@@ -247,6 +249,55 @@ def test_describe_configs_of_a_topic(client: RawClient) -> None:
                        "configuration_keys": ["retention.ms"]}],
         "include_synonyms": False, "include_documentation": False})
     assert [c.name for c in only.results[0].configs] == ["retention.ms"]
+
+
+def test_configs_of_an_illegal_topic_name_are_invalid_topic(broker: BrokerProcess,
+                                                            client: RawClient) -> None:
+    """Kafka checks a topic resource's name before it looks the topic up: a name no topic
+    can have is INVALID_TOPIC_EXCEPTION, not UNKNOWN_TOPIC_OR_PARTITION."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+    )
+    from confluent_kafka.error import KafkaError, KafkaException
+
+    response = client.call(DESCRIBE_CONFIGS, 4, {
+        "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": "bad/name",
+                       "configuration_keys": None}],
+        "include_synonyms": False, "include_documentation": False})
+    [bad] = response.results
+    assert bad.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert "illegal" in bad.error_message
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for n in ("bad/name", "x" * 250):
+        resource = ConfigResource("topic", n, incremental_configs=[ConfigEntry(
+            "retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+        with pytest.raises(KafkaException) as refused:
+            admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+        assert refused.value.args[0].code() == KafkaError.TOPIC_EXCEPTION, n
+
+
+def test_configs_of_the_empty_topic_name(client: RawClient) -> None:
+    """A topic resource named '' (a broker's defaults have that name): AlterConfigs and
+    IncrementalAlterConfigs answer INVALID_REQUEST, as Kafka's
+    ControllerConfigurationValidator; DescribeConfigs, INVALID_TOPIC_EXCEPTION."""
+    described = client.call(DESCRIBE_CONFIGS, 4, {
+        "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": "",
+                       "configuration_keys": None}],
+        "include_synonyms": False, "include_documentation": False})
+    assert described.results[0].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    altered = client.call(ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+        {"resource_type": TOPIC_RESOURCE, "resource_name": "",
+         "configs": [{"name": "retention.ms", "value": "1000"}]}]})
+    incremental = client.call(INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+        {"resource_type": TOPIC_RESOURCE, "resource_name": "",
+         "configs": [{"name": "retention.ms", "config_operation": 0, "value": "1000"}]}]})
+    for response in (altered, incremental):
+        [answer] = response.responses
+        assert (answer.error_code, answer.error_message) == (
+            ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
 
 
 # ------------------------------------------------------------------ acks=0
@@ -585,3 +636,41 @@ def test_produce_refuses_what_kafka_refuses_per_partition(client: RawClient) -> 
     ok = client.call(PRODUCE, 7, produce_values(topic, 0, zstd))
     assert ok.responses[0].partition_responses[0].error_code == 0
     assert [v for _o, _k, v in read_records(client.fetch(topic, 0, 0).records)] == [b"z" * 100] * 5
+
+
+def test_produce_to_an_internal_topic_is_refused(broker: BrokerProcess,
+                                                 client: RawClient) -> None:
+    """Kafka's ReplicaManager: a client's records in __consumer_offsets would be read back
+    as groups' state, so Produce refuses the coordinators' topics INVALID_TOPIC_EXCEPTION
+    (its admin tools' client id excepted)."""
+    from confluent_kafka import KafkaError, Producer
+
+    from actors.core.offsets_codec import OFFSETS_TOPIC, group_tombstone
+
+    def led() -> bool:  # the coordinator makes the topic after the broker starts
+        topic = metadata(client, [OFFSETS_TOPIC], auto=False)[OFFSETS_TOPIC]
+        return topic.error_code == 0 and any(  # type: ignore[attr-defined]
+            p.partition_index == 0 and p.leader_id >= 0
+            for p in topic.partitions)  # type: ignore[attr-defined]
+
+    wait_for(led, f"{OFFSETS_TOPIC} partition 0 led")
+    end = client.list_offset(OFFSETS_TOPIC, 0, -1).offset
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "retries": 0})
+    delivered: list[object] = []
+    producer.produce(OFFSETS_TOPIC, b"not a group", key=b"\x00", partition=0,
+                     on_delivery=lambda err, _msg: delivered.append(err))
+    assert producer.flush(30) == 0
+    [err] = delivered
+    assert isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_EXCEPTION, err
+    refused = client.produce(OFFSETS_TOPIC, 0, record_batch([(b"\x00", b"raw")]))
+    assert refused.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert refused.error_message == f"Cannot append to internal topic {OFFSETS_TOPIC}"
+    # the partition and the records are checked first, as Kafka's KafkaApis does
+    beyond = client.produce(OFFSETS_TOPIC, 99, record_batch([(b"\x00", b"raw")]))
+    assert beyond.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert client.list_offset(OFFSETS_TOPIC, 0, -1).offset == end
+    # Kafka's own tools write as "__admin_client": a well-formed record of theirs goes in
+    tombstone = group_tombstone(f"gone-{uuid.uuid4().hex[:8]}")
+    with RawClient(broker.port, client_id="__admin_client") as admin:
+        taken = admin.produce(OFFSETS_TOPIC, 0, record_batch([(tombstone.key, tombstone.value)]))
+        assert (taken.error_code, taken.base_offset) == (0, end)

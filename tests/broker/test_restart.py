@@ -25,6 +25,7 @@ from tests.broker.rawclient import (
     produce_values,
     read_records,
     record_batch,
+    wait_for_log,
 )
 from tests.fixtures.broker import BrokerProcess
 from tests.fixtures.immutable import chattr_works
@@ -322,3 +323,35 @@ def test_a_deleted_topic_whose_directory_cannot_go_stays_deleted_across_a_restar
         assert client.produce(topic, 0, record_batch([(None, b"new")])).base_offset == 0
         assert [v for _o, _k, v in read_records(client.fetch(topic, 0, 0).records)] == [b"new"]
     assert b.stop() == 0
+
+
+def test_recovery_says_what_it_cut_from_a_torn_tail(
+        fresh_broker: BrokerProcess, restarted: list[BrokerProcess]) -> None:
+    """A crash's torn last batch is cut at the restart, as Kafka cuts it, and said so in the
+    log (Kafka warns of the invalid bytes it truncates): the log no longer holds them."""
+    topic = "torn"
+    with RawClient(fresh_broker.port) as client:
+        assert client.create_topic(topic, 1) == 0
+        for i in range(5):
+            assert client.produce(topic, 0, record_batch([(None, b"%d" % i)]),
+                                  acks=-1).error_code == 0
+    fresh_broker.kill()
+    segment = fresh_broker.data_dir / f"{topic}-0" / "00000000000000000000.log"
+    size = segment.stat().st_size
+    with open(segment, "ab") as f:  # a batch header whose length promises more than follows
+        f.write((5).to_bytes(8, "big") + (200).to_bytes(4, "big") + b"\xff" * 30)
+
+    b = restart(fresh_broker, restarted, 1)
+    assert UNCLEAN in b.log()
+    cut = f"{topic}-0: recovery cut 42 byte(s) of torn or damaged batches from its log; " \
+          f"it ends at offset 5"
+    assert cut in wait_for_log(b, cut), b.log()[-3000:]
+    assert segment.stat().st_size == size
+    assert [v for _o, _k, v in read_all(b.port, topic, 0)] == [b"%d" % i for i in range(5)]
+    # a clean stop and start has nothing to cut, and says nothing; the stops flush the log,
+    # so the count is of every line the two runs wrote
+    assert b.stop() == 0
+    b.start()
+    assert [v for _o, _k, v in read_all(b.port, topic, 0)] == [b"%d" % i for i in range(5)]
+    assert b.stop() == 0
+    assert b.log().count("recovery cut") == 1, b.log()[-3000:]

@@ -232,6 +232,9 @@ def test_group_command_mistakes_get_one_line(admin_broker: BrokerProcess) -> Non
                    "--topic", "--all-topics")
     one_line_error(actorlog(admin_broker, "groups", "reset-offsets", "g", "--all-topics",
                             "--to-datetime", "yesterday"), 2, "ISO 8601")
+    as_json(admin_broker, "topics", "create", "pair", "--partitions", "2", "--if-not-exists")
+    one_line_error(actorlog(admin_broker, "groups", "reset-offsets", "g", "--topic", "pair:0,7",
+                            "--to-earliest"), 1, "topic 'pair' has no partition 7: it has 2")
 
 
 def test_groups_delete_removes_an_empty_group(admin_broker: BrokerProcess) -> None:

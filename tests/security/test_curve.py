@@ -227,3 +227,30 @@ def test_keys_new_lays_keys_out_for_the_config(tmp_path: Path) -> None:
     assert again.exit_code == 2 and "node-1.key_secret exists already" in again.output
     with pytest.raises(CurveError, match="exists already"):
         make_node_keys(out, "node-2")
+
+
+def test_keys_new_refuses_before_it_writes_any_key(tmp_path: Path) -> None:
+    """A repeated --name, or a name whose keys exist, is refused before any key is made:
+    no pair is written only to be replaced or left half done (a later name refused)."""
+    from click.testing import CliRunner
+
+    from actors.cli import cli
+    out = tmp_path / "k"
+    twice = CliRunner().invoke(cli, ["keys", "new", "--out", str(out), "--name", "node-1",
+                                     "--name", "node-1"])
+    assert twice.exit_code == 2 and "--name node-1 is given more than once" in twice.output
+    assert not out.exists()
+    assert CliRunner().invoke(cli, ["keys", "new", "--out", str(out), "--name",
+                                    "node-2"]).exit_code == 0
+    later = CliRunner().invoke(cli, ["keys", "new", "--out", str(out), "--name", "node-1",
+                                     "--name", "node-2"])
+    assert later.exit_code == 2 and "node-2.key_secret exists already" in later.output
+    assert "node-1" not in later.output
+    assert sorted(p.name for p in out.iterdir()) == ["node-2.key_secret", "public"]
+    assert [p.name for p in (out / "public").iterdir()] == ["node-2.key"]
+    bad = CliRunner().invoke(cli, ["keys", "new", "--out", str(out), "--name", "node-3",
+                                   "--name", ".bad"])
+    assert bad.exit_code == 2 and "key name '.bad' must be a plain file name" in bad.output
+    assert "node-3" not in bad.output
+    assert sorted(p.name for p in out.iterdir()) == ["node-2.key_secret", "public"]
+    assert [p.name for p in (out / "public").iterdir()] == ["node-2.key"]

@@ -26,7 +26,7 @@ from typing import Any
 
 import click
 
-from bench.compare import CompareSettings, scenario_config
+from bench.compare import SCENARIOS, CompareSettings, scenario_config
 from bench.contract import min_median_max as _spread
 from bench.load import run_produce
 from bench.peers import ACTORLOG_TEMPLATE, start_broker
@@ -124,30 +124,46 @@ class SplitSampler:
         self.thread.join(5)
 
 
+def _variants(values: tuple[str, ...]) -> list[str | None]:
+    """One broker per value at each count above 1 (none given: the broker's default)."""
+    return list(values) if values else [None]
+
+
 def run_scale(counts: list[int], rounds: int, settings: CompareSettings, template: str,
               show_progress: bool = False,
-              distributions: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Keys: the count (``"2"``), or with several distributions ``"2-handoff"`` etc.
-    (none given: the broker's default distribution)."""
+              distributions: tuple[str, ...] = (), placements: tuple[str, ...] = (),
+              scenario: str = "small_requests") -> dict[str, Any]:
+    """Keys: the count (``"2"``), or with several distributions or placements
+    ``"2-handoff"``, ``"2-first"``, ``"2-handoff-first"`` etc. (none given: the broker's
+    default)."""
     load_start = os.getloadavg()
-    keys: list[tuple[str, int, str | None]] = []
+    keys: list[tuple[str, int, dict[str, Any]]] = []
     for n in counts:
-        if n == 1 or len(distributions) <= 1:
-            keys.append((str(n), n, distributions[0] if n > 1 and distributions else None))
-        else:
-            keys += [(f"{n}-{d}", n, d) for d in distributions]
-    names = [k for k, _n, _d in keys]
+        if n == 1:
+            keys.append(("1", 1, {}))
+            continue
+        for d in _variants(distributions):
+            for placement in _variants(placements):
+                config: dict[str, Any] = {}
+                if d is not None:
+                    config["num.processes.connection.distribution"] = d
+                if placement is not None:
+                    config["num.processes.shard.placement"] = placement
+                tags = ([d] if len(distributions) > 1 else []) + \
+                    ([placement] if len(placements) > 1 else [])
+                keys.append(("-".join([str(n), *map(str, tags)]), n, config))
+    names = [k for k, _n, _c in keys]
     per: dict[str, list[float]] = {k: [] for k in names}
     ratios: dict[str, list[float]] = {k: [] for k in names}
     splits: dict[str, list[list[int]]] = {k: [] for k in names}
     cpu_us: dict[str, list[float]] = {k: [] for k in names}
+    cpu_ms_mb: dict[str, list[float]] = {k: [] for k in names}
+    figure = SCENARIOS[scenario].figure
     tag = os.urandom(3).hex()
     with contextlib.ExitStack() as stack:
         brokers = {}
-        for key, n, distribution in keys:
-            config: dict[str, Any] = {"num.processes": n}
-            if distribution is not None:
-                config["num.processes.connection.distribution"] = distribution
+        for key, n, variant in keys:
+            config = {"num.processes": n, **variant}
             broker = start_broker(template, settings=config, timeout_s=60)
             stack.callback(broker.stop)
             brokers[key] = broker
@@ -156,15 +172,17 @@ def run_scale(counts: list[int], rounds: int, settings: CompareSettings, templat
             figures = {}
             for key in order:
                 broker = brokers[key]
-                load = scenario_config("small_requests", broker.bootstrap,
+                load = scenario_config(scenario, broker.bootstrap,
                                        f"scale-{tag}-r{rnd}-p{key}", settings)
                 cpu_before = cpu_seconds(broker.pid)
                 with SplitSampler(broker.pid, broker.port) as sampler:
                     run = run_produce(load, show_progress=show_progress)
                 cpu = cpu_seconds(broker.pid) - cpu_before
-                figures[key] = float(run["requests_per_s"])
+                figures[key] = float(run[figure])
                 requests = float(run["requests_per_s"]) * float(run.get("elapsed_s") or 0)
                 cpu_us[key].append(cpu * 1e6 / requests if requests else 0.0)
+                acked_mb = float(run.get("acked_bytes") or 0) / 1e6
+                cpu_ms_mb[key].append(cpu * 1e3 / acked_mb if acked_mb else 0.0)
                 per[key].append(figures[key])
                 splits[key].append(sampler.best)
             for key in names:
@@ -173,17 +191,22 @@ def run_scale(counts: list[int], rounds: int, settings: CompareSettings, templat
     load_end = os.getloadavg()
     return {
         "bench": BENCH_NAME,
-        "config": {"process_counts": counts, "rounds": rounds,
+        "config": {"process_counts": counts, "rounds": rounds, "scenario": scenario,
                    "connections": settings.small_connections,
                    "duration_s": settings.duration_s, "template": template,
-                   "distributions": list(distributions),
+                   "distributions": list(distributions), "placements": list(placements),
                    "cpus": len(os.sched_getaffinity(0))},
         "results": {
+            # the scenario's figure: requests/s (small_requests) or records/s
+            "figure": figure,
             "requests_per_s": {k: _spread(v) for k, v in per.items()},
             "requests_per_s_by_round": per,
             "ratio_to_1": {k: _spread(v) for k, v in ratios.items()},
             # broker CPU (all its processes, the load's set-up included) per request
             "broker_cpu_us_per_request": {k: _spread(v) for k, v in cpu_us.items()},
+            # the same per acknowledged MB (records' values and keys as the client counts them)
+            "broker_cpu_ms_per_mb": {k: _spread(v) for k, v in cpu_ms_mb.items()},
+            "broker_cpu_ms_per_mb_by_round": cpu_ms_mb,
             "connections_by_process": splits,
             "load_average_start": list(load_start),
             "load_average_end": list(load_end),
@@ -210,12 +233,22 @@ def run_scale(counts: list[int], rounds: int, settings: CompareSettings, templat
               type=click.Choice(["reuseport", "handoff"]),
               help="num.processes.connection.distribution of the brokers above 1 process; "
                    "repeat it to measure several side by side (default: the broker's)")
+@click.option("--placement", "placements", multiple=True,
+              type=click.Choice(["spread", "first"]),
+              help="num.processes.shard.placement of the brokers above 1 process; "
+                   "repeat it to measure several side by side (default: the broker's)")
+@click.option("--scenario", type=click.Choice(["small_requests", "throughput_acks1",
+                                               "throughput_acksall"]),
+              default="small_requests", show_default=True,
+              help="bench compare's load to run (its figure: requests/s or records/s)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 @click.option("--no-progress", is_flag=True)
 def command(max_processes: int | None, rounds: int, duration: float, connections: int,
             producers: int, template: str, distributions: tuple[str, ...],
+            placements: tuple[str, ...], scenario: str,
             json_path: str | None, no_progress: bool) -> None:
-    """Small-request throughput at num.processes = 1, 2, 4, ... up to the CPUs."""
+    """Small-request (or a batched scenario's) throughput at num.processes = 1, 2, 4, ...
+    up to the CPUs."""
     top = max_processes or max(2, len(os.sched_getaffinity(0)))
     counts = [1]
     while counts[-1] * 2 <= top:
@@ -225,17 +258,19 @@ def command(max_processes: int | None, rounds: int, duration: float, connections
     settings = CompareSettings(duration_s=duration, processes=producers,
                                small_connections=connections)
     report = run_scale(counts, rounds, settings, template, show_progress=not no_progress,
-                       distributions=distributions)
+                       distributions=distributions, placements=placements, scenario=scenario)
     r = report["results"]
+    unit = SCENARIOS[scenario].unit
     for key in r["requests_per_s"]:
         rate, ratio = r["requests_per_s"][key], r["ratio_to_1"][key]
-        cpu = r["broker_cpu_us_per_request"][key]
+        cpu, per_mb = r["broker_cpu_us_per_request"][key], r["broker_cpu_ms_per_mb"][key]
         split = " ".join("/".join(map(str, s)) for s in r["connections_by_process"][key])
         click.echo(f"num.processes={key}: {rate['min']:,.0f} / {rate['median']:,.0f} / "
-                   f"{rate['max']:,.0f} requests/s; vs 1: {ratio['min']:.2f} / "
+                   f"{rate['max']:,.0f} {unit}; vs 1: {ratio['min']:.2f} / "
                    f"{ratio['median']:.2f} / {ratio['max']:.2f} (min / median / max); "
                    f"broker CPU per request {cpu['min']:.0f} / {cpu['median']:.0f} / "
-                   f"{cpu['max']:.0f} us; "
+                   f"{cpu['max']:.0f} us, per MB {per_mb['min']:.2f} / "
+                   f"{per_mb['median']:.2f} / {per_mb['max']:.2f} ms; "
                    f"connections by process per round: {split}")
     click.echo("load average at start {:.2f} {:.2f} {:.2f}, at end {:.2f} {:.2f} {:.2f}".format(
         *r["load_average_start"], *r["load_average_end"]))

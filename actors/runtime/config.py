@@ -71,6 +71,12 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                         "(ties in turn), which does the TLS or SASL handshake; 'reuseport': "
                         "each process binds every listener (SO_REUSEPORT) and the kernel "
                         "picks one by a hash of the client's address and port (uneven)"),
+    "num.processes.shard.placement": (
+        "spread", str, "num.processes > 1: where the partition shards and purgatories run; "
+                       "'spread': shard i and purgatory i in process i % num.processes; "
+                       "'first': all in process 0, processes 1.. run connections and "
+                       "handlers only (a request to several partitions crosses once from "
+                       "processes 1.., never from process 0's connections)"),
     "num.network.threads": (2, int, "Processor actors"),
     "num.io.threads": (2, int, "RequestHandler actors"),
     "num.partition.shards": (2, int, "PartitionShard actors"),
@@ -313,6 +319,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "actor.threads": ("single", "shared", "dedicated"),
     "actor.threads.scheduling": ("batch", "normal"),
     "num.processes.connection.distribution": ("handoff", "reuseport"),
+    "num.processes.shard.placement": ("spread", "first"),
     "log.message.timestamp.type": ("CreateTime", "LogAppendTime"),
     "log.cleanup.policy": ("delete", "compact", "compact,delete", "delete,compact"),
     "compression.type": ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),

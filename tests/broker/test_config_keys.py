@@ -119,6 +119,9 @@ EFFECTS: dict[str, list[str]] = {
         "test_reuseport_binds_the_port_in_every_process_handoff_in_process_0_alone",
         "tests/broker/test_handoff.py::"
         "test_eight_connections_split_four_four_and_serve_across_processes"],
+    "num.processes.shard.placement": [
+        "tests/broker/test_processes.py::"
+        "test_placement_first_runs_every_partition_in_process_0_and_serves_through_both"],
     "num.network.threads": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],
     "num.io.threads": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],
     "num.partition.shards": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],

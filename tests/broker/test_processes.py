@@ -434,6 +434,59 @@ def test_each_process_owns_partitions_served_through_either_process(
     assert record_diff(consume_all(broker.bootstrap, topic, count, 40 * count), values) == {}
 
 
+def test_placement_first_runs_every_partition_in_process_0_and_serves_through_both(
+        tmp_path: Path) -> None:
+    """num.processes.shard.placement = first: every shard (and purgatory) runs in process 0,
+    process 1 serves connections only; both take connections and every partition is read
+    and written through either, across a kill -9 of process 1 (which owned nothing)."""
+    broker = BrokerProcess(tmp_path / "data", config={
+        "num.processes": 2, "num.processes.shard.placement": "first"}).start()
+    try:
+        assert broker.proc is not None
+        [worker] = worker_pids(broker)
+        topic, count = "first", 6
+        with RawClient(broker.port) as admin:
+            assert admin.create_topic(topic, count) == 0
+        values = {p: [b"%d-%d" % (p, i) for i in range(40)] for p in range(count)}
+        produce_all(broker.bootstrap, topic, values, producers=8)
+        for p in range(count):  # process 0 opened (and wrote) every log, process 1 none
+            assert holds_segment_of(broker.proc.pid, broker.data_dir, topic, p), p
+            assert not holds_segment_of(worker, broker.data_dir, topic, p), p
+        clients = [RawClient(broker.port, client_id=f"r{i}") for i in range(16)]
+        try:
+            for n, client in enumerate(clients):
+                for p in range(count):  # acks=-1: the purgatory's answer, from process 0
+                    value = b"raw-%d-%d" % (n, p)
+                    answer = client.produce(topic, p, record_batch([(None, value)]), acks=-1)
+                    assert answer.error_code == 0, answer
+                    values[p].append(value)
+            inodes = established_inodes(broker.port)
+            assert connections_of(broker.proc.pid, inodes) > 0
+            assert connections_of(worker, inodes) > 0
+        finally:
+            for client in clients:
+                client.close()
+        with broker.hold_worker(worker) as held:
+            assert held.kill()
+            wait_for(held.exited, "process 1 to die")
+        with RawClient(broker.port) as client:  # process 0 serves every partition meanwhile
+            assert client.produce(topic, 0, record_batch([(None, b"during")]), acks=1
+                                  ).error_code == 0
+            values[0].append(b"during")
+        wait_for_log(broker, "exited with -9; restarting it")
+        wait_for(lambda: worker_pids(broker) != [worker]
+                 and serving(broker, worker_pids(broker)[0]), "the restarted process",
+                 timeout=60)
+        after = {p: [b"after-%d-%d" % (p, i) for i in range(20)] for p in range(count)}
+        produce_all(broker.bootstrap, topic, after, producers=4)
+        for p in range(count):
+            values[p] += after[p]
+        expected = sum(len(v) for v in values.values())
+        assert record_diff(consume_all(broker.bootstrap, topic, count, expected), values) == {}
+    finally:
+        assert broker.stop() == 0, broker.log()[-3000:]
+
+
 def fetch_values_retrying(port: int, topic: str, partition: int) -> list[bytes | None]:
     """The partition's values from offset 0 on a new connection, read again (up to 3 times)
     when the connection is reset: just after a kill -9 of process 1 a connection now and

@@ -12,6 +12,11 @@ host at the start and the end (the figures mean little on a busy host).
 at each count above 1, in the same rotation, so reuseport and handoff are measured
 side by side; each run also samples (from /proc, every half second) how many of the
 load's connections each process of the broker holds, and reports the busiest sample.
+``--placement`` (repeatable) does the same for num.processes.shard.placement, and
+``--scenario`` runs another of `bench compare`'s loads (throughput_acks1: batched, three
+partitions) instead of small_requests. Beside the figure it reports the broker's CPU
+(user + system of all its processes, from /proc) per request and per acknowledged MB:
+steadier than throughput on a host the load generator and others share.
 """
 
 from __future__ import annotations

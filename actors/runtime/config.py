@@ -61,7 +61,8 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                          "(.lock) while a broker runs; the first holds the logs"),
     "num.processes": (0, int, "OS processes of one broker (0: one per CPU this process may "
                       "use, or $ACTORLOG_NUM_PROCESSES when set): shard i and purgatory i run "
-                      "in process i % num.processes, process 0 owns the groups, controller and "
+                      "in process i % num.processes (num.processes.shard.placement), "
+                      "process 0 owns the groups, controller and "
                       "checkpoints; every process serves connections on every listener "
                       "with Processors and handlers of its own"),
     "num.processes.connection.distribution": (

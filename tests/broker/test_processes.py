@@ -45,7 +45,8 @@ def two_process_broker(request: pytest.FixtureRequest,
                        tmp_path: Path) -> Iterator[BrokerProcess]:
     """num.processes = 2 (with the default connection distribution, or the one a test
     names by indirect parametrisation)."""
-    config: dict[str, object] = {"num.processes": 2}
+    # (spread placement named: these tests check process 1's own partitions)
+    config: dict[str, object] = {"num.processes": 2, "num.processes.shard.placement": "spread"}
     if getattr(request, "param", None):
         config["num.processes.connection.distribution"] = request.param
     b = BrokerProcess(tmp_path / "data", config=config).start()  # (both take connections)

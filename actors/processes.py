@@ -2,7 +2,9 @@
 
 Every process is a runtime node of its own (process 0 is the ``actorlog serve``
 process, node ``<node>``; process k is ``<node>-p<k>``) and runs a share of the
-partitions: shard i and purgatory i live in process ``i % N`` (Topology.shard),
+partitions: shard i and purgatory i live in process ``i % N`` (Topology.shard;
+num.processes.shard.placement = spread, the default; with ``first`` all of them
+live in process 0 and processes 1.. run connections and handlers only),
 with a Timer for its purgatories' waits. Process 0 alone runs the LogManager,
 the controller, the group and transaction coordinators and the log cleaner.
 Each process serves connections (same TLS context, same SCRAM users and ACLs), and
@@ -430,7 +432,8 @@ def run_process(spec: dict[str, Any]) -> int:
     mirror = SecurityMirror(authorizer, credentials) if cluster else None
     mirrored = mirror is not None and (credentials is not None or authorizer is not None)
     clock = node.clock
-    # This process's share of the partitions: shard i and purgatory i for i % N == index.
+    # This process's share of the partitions: shard i and purgatory i for i % N == index
+    # (num.processes.shard.placement = spread; with first, none in processes 1..).
     # They start before the gateway binds, so nothing sent to them meanwhile (queued by
     # the senders' links until this process is up) finds them missing; the topic table
     # is read after anything process 0 created before it started this process.

@@ -91,7 +91,8 @@ class Topology:
     # and log manager ("" : this node), and the nodes of every process of the broker
     # (process 0 first). Each process serves connections (an Acceptor, Processors and
     # RequestHandlers of its own) and runs a share of the partitions: shard i and
-    # purgatory i live in process ``i % len(process_nodes)``.
+    # purgatory i live in process ``i % len(process_nodes)`` (shard_placement "spread";
+    # with "first" all of them live in process 0: process_index).
     home: str = ""
     process_nodes: tuple[str, ...] = ()
     # num.processes.shard.placement: "spread" (shard i and purgatory i in process i % N)

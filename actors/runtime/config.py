@@ -76,14 +76,17 @@ SPEC: dict[str, tuple[Any, type, str]] = {
         "spread", str, "num.processes > 1: where the partition shards and purgatories run; "
                        "'spread': shard i and purgatory i in process i % num.processes; "
                        "'first': all in process 0, processes 1.. run connections and "
-                       "handlers only (a request to several partitions crosses once from "
-                       "processes 1.., never from process 0's connections)"),
+                       "handlers only (a request to several partitions crosses to process 0 "
+                       "and back once from processes 1.., never from process 0's "
+                       "connections)"),
     "num.network.threads": (2, int, "Processor actors"),
     "num.io.threads": (2, int, "RequestHandler actors"),
     "num.partition.shards": (2, int, "PartitionShard actors"),
     "num.purgatory.shards": (0, int, "PurgatoryShard actors (0: one per process of the "
                                      "broker); purgatory i runs in process i % "
-                                     "num.processes, and a partition's delayed fetches and "
+                                     "num.processes (num.processes.shard.placement = "
+                                     "spread; all in process 0 with first), and a "
+                                     "partition's delayed fetches and "
                                      "acks=-1 produces wait in a purgatory of its shard's "
                                      "process (any, when that process has none)"),
     "num.group.coordinators": (1, int, "GroupCoordinator actors"),

@@ -72,6 +72,7 @@ it. A process waits for that first copy before it takes connections.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import fcntl
 import gc
 import json
@@ -376,9 +377,7 @@ def run_process(spec: dict[str, Any]) -> int:
                 batch_max_messages=int(cfg["actor.batch.max.messages"]), curve=curve,
                 direct_peers=names)
     topo = Topology.from_config(name, cfg)
-    topo = Topology(name, topo.num_processors, topo.num_handlers, topo.num_shards,
-                    topo.num_purgatories, topo.num_coordinators, home=main, process_nodes=names,
-                    shard_placement=topo.shard_placement)
+    topo = dataclasses.replace(topo, home=main, process_nodes=names)
     restarted = bool(spec.get("restarted"))
     # every process's generation (the supervisor's, at this spawn): this one's shards
     # refuse an Append stamped older than this process's; its handlers stamp theirs with
@@ -478,7 +477,12 @@ def run_process(spec: dict[str, Any]) -> int:
                              process_generations=dict(zip(names, generations, strict=True)),
                              listener_names=tuple(x.name for x in security.listeners),
                              advertised=advertised)
-        node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **place(i))
+        placement = place(i)
+        # a handler that runs a worker loop of its own (no shard here to host it): the
+        # loop's policy is set from it, as a shard sets its loop's
+        node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **placement,
+                   scheduling=str(cfg["actor.threads.scheduling"])
+                   if shared and "host" not in placement else None)
     if single and not here:  # the worker loop runs now
         node.start_gateway(loop)
     if cluster:

@@ -532,11 +532,14 @@ def _process_policies(pid: int) -> set[str]:
     return {thread_policy(int(task.name)) for task in Path(f"/proc/{pid}/task").iterdir()}
 
 
+@pytest.mark.parametrize("placement", ["spread", "first"])
 @pytest.mark.parametrize("setting", [None, "batch"])
-def test_each_process_of_a_broker_schedules_its_loop(tmp_path: Path, setting: str | None) -> None:
+def test_each_process_of_a_broker_schedules_its_loop(tmp_path: Path, setting: str | None,
+                                                     placement: str) -> None:
     # `actorlog serve` with two processes: 'batch' puts the worker loop of each under
-    # SCHED_BATCH (and nothing else), the default leaves every thread under SCHED_OTHER
-    config: dict[str, Any] = {"num.processes": 2}
+    # SCHED_BATCH (and nothing else), the default leaves every thread under SCHED_OTHER.
+    # Placement first: process 1 has no shard, its loop is handler-0's (set from it)
+    config: dict[str, Any] = {"num.processes": 2, "num.processes.shard.placement": placement}
     if setting is not None:
         config["actor.threads.scheduling"] = setting
     b = BrokerProcess(tmp_path / "data", config=config).start()

@@ -488,6 +488,32 @@ def test_placement_first_runs_every_partition_in_process_0_and_serves_through_bo
         assert broker.stop() == 0, broker.log()[-3000:]
 
 
+def process_1_threads(tmp_path: Path, placement: str) -> int:
+    """The threads of process 1 of a two-process broker with this placement, once it
+    serves connections."""
+    broker = BrokerProcess(tmp_path / placement, config={
+        "num.processes": 2, "num.processes.shard.placement": placement}).start()
+    try:
+        wait_for(lambda: worker_pids(broker), "process 1", timeout=60)
+        [worker] = worker_pids(broker)
+        with RawClient(broker.port) as client:  # (a connection of each, handed or not)
+            assert client.create_topic(f"t-{placement}", 2) == 0
+        return len(os.listdir(f"/proc/{worker}/task"))
+    finally:
+        assert broker.stop() == 0, broker.log()[-3000:]
+
+
+def test_placement_first_runs_process_1_in_one_worker_loop_as_spread_does(
+        tmp_path: Path) -> None:
+    """actor.threads = single (the default): process 1 without a shard (placement first)
+    runs its handlers, Processors, Acceptor and gateway in one worker loop (handler-0's),
+    as it runs them in its shard's with spread: no more threads than spread gives it (the
+    fixed ones, ZeroMQ's, the Timer's, and the loop), not a thread per actor."""
+    spread = process_1_threads(tmp_path, "spread")
+    first = process_1_threads(tmp_path, "first")
+    assert first <= spread, (first, spread)
+
+
 def fetch_values_retrying(port: int, topic: str, partition: int) -> list[bytes | None]:
     """The partition's values from offset 0 on a new connection, read again (up to 3 times)
     when the connection is reset: just after a kill -9 of process 1 a connection now and

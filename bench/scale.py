@@ -16,7 +16,10 @@ load's connections each process of the broker holds, and reports the busiest sam
 ``--scenario`` runs another of `bench compare`'s loads (throughput_acks1: batched, three
 partitions) instead of small_requests. Beside the figure it reports the broker's CPU
 (user + system of all its processes, from /proc) per request and per acknowledged MB:
-steadier than throughput on a host the load generator and others share.
+steadier than throughput on a host the load generator and others share, and after
+each run the load's partitions each process holds open (where the placement put them).
+The JSON names the figure (``results.figure``: requests_per_s or records_per_s) and
+gives it as ``results.figure_per_s``.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from bench.load import run_produce
 from bench.peers import ACTORLOG_TEMPLATE, start_broker
 
 BENCH_NAME = "scale"
+# bench compare's loads whose figure is a rate (p99_fixed_rate's is a latency)
+SCALE_SCENARIOS = [name for name in SCENARIOS if name != "p99_fixed_rate"]
 
 
 def _children(pid: int) -> list[int]:
@@ -85,6 +90,25 @@ def connection_split(pid: int, port: int) -> list[int]:
         except OSError:
             pass
         split.append(held)
+    return split
+
+
+def partition_split(pid: int | None, topic: str) -> list[int]:
+    """The partitions of ``topic`` whose segment each process of the broker holds open
+    (process 0 first), from /proc: where num.processes.shard.placement put them."""
+    split = []
+    for proc in [pid, *_children(pid)] if pid is not None else []:
+        held = set()
+        try:
+            for fd in os.listdir(f"/proc/{proc}/fd"):
+                with contextlib.suppress(OSError):
+                    target = Path(os.readlink(f"/proc/{proc}/fd/{fd}"))
+                    name, _, partition = target.parent.name.rpartition("-")
+                    if target.suffix == ".log" and name == topic and partition.isdigit():
+                        held.add(int(partition))
+        except OSError:
+            pass
+        split.append(len(held))
     return split
 
 
@@ -161,6 +185,7 @@ def run_scale(counts: list[int], rounds: int, settings: CompareSettings, templat
     per: dict[str, list[float]] = {k: [] for k in names}
     ratios: dict[str, list[float]] = {k: [] for k in names}
     splits: dict[str, list[list[int]]] = {k: [] for k in names}
+    partitions: dict[str, list[list[int]]] = {k: [] for k in names}
     cpu_us: dict[str, list[float]] = {k: [] for k in names}
     cpu_ms_mb: dict[str, list[float]] = {k: [] for k in names}
     figure = SCENARIOS[scenario].figure
@@ -177,8 +202,8 @@ def run_scale(counts: list[int], rounds: int, settings: CompareSettings, templat
             figures = {}
             for key in order:
                 broker = brokers[key]
-                load = scenario_config(scenario, broker.bootstrap,
-                                       f"scale-{tag}-r{rnd}-p{key}", settings)
+                topic = f"scale-{tag}-r{rnd}-p{key}"
+                load = scenario_config(scenario, broker.bootstrap, topic, settings)
                 cpu_before = cpu_seconds(broker.pid)
                 with SplitSampler(broker.pid, broker.port) as sampler:
                     run = run_produce(load, show_progress=show_progress)
@@ -190,6 +215,7 @@ def run_scale(counts: list[int], rounds: int, settings: CompareSettings, templat
                 cpu_ms_mb[key].append(cpu * 1e3 / acked_mb if acked_mb else 0.0)
                 per[key].append(figures[key])
                 splits[key].append(sampler.best)
+                partitions[key].append(partition_split(broker.pid, topic))
             for key in names:
                 ratios[key].append(figures[key] / figures[names[0]] if figures[names[0]]
                                    else 0.0)
@@ -202,17 +228,20 @@ def run_scale(counts: list[int], rounds: int, settings: CompareSettings, templat
                    "distributions": list(distributions), "placements": list(placements),
                    "cpus": len(os.sched_getaffinity(0))},
         "results": {
-            # the scenario's figure: requests/s (small_requests) or records/s
+            # the scenario's figure, named: requests_per_s (small_requests) or
+            # records_per_s (throughput_*)
             "figure": figure,
-            "requests_per_s": {k: _spread(v) for k, v in per.items()},
-            "requests_per_s_by_round": per,
+            "figure_per_s": {k: _spread(v) for k, v in per.items()},
+            "figure_per_s_by_round": per,
             "ratio_to_1": {k: _spread(v) for k, v in ratios.items()},
             # broker CPU (all its processes, the load's set-up included) per request
             "broker_cpu_us_per_request": {k: _spread(v) for k, v in cpu_us.items()},
-            # the same per acknowledged MB (records' values and keys as the client counts them)
+            # the same per acknowledged MB (records' values as the client counts them)
             "broker_cpu_ms_per_mb": {k: _spread(v) for k, v in cpu_ms_mb.items()},
             "broker_cpu_ms_per_mb_by_round": cpu_ms_mb,
             "connections_by_process": splits,
+            # the load's partitions each process held open after its run (placement)
+            "partitions_by_process": partitions,
             "load_average_start": list(load_start),
             "load_average_end": list(load_end),
         },
@@ -242,8 +271,7 @@ def run_scale(counts: list[int], rounds: int, settings: CompareSettings, templat
               type=click.Choice(["spread", "first"]),
               help="num.processes.shard.placement of the brokers above 1 process; "
                    "repeat it to measure several side by side (default: the broker's)")
-@click.option("--scenario", type=click.Choice(["small_requests", "throughput_acks1",
-                                               "throughput_acksall"]),
+@click.option("--scenario", type=click.Choice(SCALE_SCENARIOS),
               default="small_requests", show_default=True,
               help="bench compare's load to run (its figure: requests/s or records/s)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
@@ -266,8 +294,8 @@ def command(max_processes: int | None, rounds: int, duration: float, connections
                        distributions=distributions, placements=placements, scenario=scenario)
     r = report["results"]
     unit = SCENARIOS[scenario].unit
-    for key in r["requests_per_s"]:
-        rate, ratio = r["requests_per_s"][key], r["ratio_to_1"][key]
+    for key in r["figure_per_s"]:
+        rate, ratio = r["figure_per_s"][key], r["ratio_to_1"][key]
         cpu, per_mb = r["broker_cpu_us_per_request"][key], r["broker_cpu_ms_per_mb"][key]
         split = " ".join("/".join(map(str, s)) for s in r["connections_by_process"][key])
         click.echo(f"num.processes={key}: {rate['min']:,.0f} / {rate['median']:,.0f} / "

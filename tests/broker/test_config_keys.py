@@ -532,14 +532,17 @@ def _process_policies(pid: int) -> set[str]:
     return {thread_policy(int(task.name)) for task in Path(f"/proc/{pid}/task").iterdir()}
 
 
-@pytest.mark.parametrize("placement", ["spread", "first"])
+@pytest.mark.parametrize(("placement", "threads"),
+                         [("spread", "single"), ("first", "single"), ("first", "shared")])
 @pytest.mark.parametrize("setting", [None, "batch"])
 def test_each_process_of_a_broker_schedules_its_loop(tmp_path: Path, setting: str | None,
-                                                     placement: str) -> None:
+                                                     placement: str, threads: str) -> None:
     # `actorlog serve` with two processes: 'batch' puts the worker loop of each under
     # SCHED_BATCH (and nothing else), the default leaves every thread under SCHED_OTHER.
-    # Placement first: process 1 has no shard, its loop is handler-0's (set from it)
-    config: dict[str, Any] = {"num.processes": 2, "num.processes.shard.placement": placement}
+    # Placement first: process 1 has no shard, its loop is handler-0's (shared: each
+    # handler's), whose policy is set from the handler
+    config: dict[str, Any] = {"num.processes": 2, "num.processes.shard.placement": placement,
+                              "actor.threads": threads}
     if setting is not None:
         config["actor.threads.scheduling"] = setting
     b = BrokerProcess(tmp_path / "data", config=config).start()

@@ -2,7 +2,9 @@
 
 Every process is a runtime node of its own (process 0 is the ``actorlog serve``
 process, node ``<node>``; process k is ``<node>-p<k>``) and runs a share of the
-partitions: shard i and purgatory i live in process ``i % N`` (Topology.shard),
+partitions: shard i and purgatory i live in process ``i % N`` (Topology.shard;
+num.processes.shard.placement = spread, the default; with ``first`` all of them
+live in process 0 and processes 1.. run connections and handlers only),
 with a Timer for its purgatories' waits. Process 0 alone runs the LogManager,
 the controller, the group and transaction coordinators and the log cleaner.
 Each process serves connections (same TLS context, same SCRAM users and ACLs), and
@@ -70,6 +72,7 @@ it. A process waits for that first copy before it takes connections.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import fcntl
 import gc
 import json
@@ -439,8 +442,7 @@ def run_process(spec: dict[str, Any]) -> int:
                 batch_max_messages=int(cfg["actor.batch.max.messages"]), curve=curve,
                 direct_peers=names)
     topo = Topology.from_config(name, cfg)
-    topo = Topology(name, topo.num_processors, topo.num_handlers, topo.num_shards,
-                    topo.num_purgatories, topo.num_coordinators, home=main, process_nodes=names)
+    topo = dataclasses.replace(topo, home=main, process_nodes=names)
     restarted = bool(spec.get("restarted"))
     # every process's generation (the supervisor's, at this spawn): this one's shards
     # refuse an Append stamped older than this process's; its handlers stamp theirs with
@@ -454,14 +456,19 @@ def run_process(spec: dict[str, Any]) -> int:
     shared = cfg["actor.threads"] in ("shared", "single")
     single = cfg["actor.threads"] == "single"
     here = topo.local_shards()
+    # single: the worker loop, its first shard's; a process with no shard
+    # (num.processes.shard.placement = first) runs it in handler-0's
+    loop = topo.shard(here[0]).name if here else topo.handler(0).name
 
     def place(i: int) -> dict[str, Any]:
         """actor.threads = shared: the loop of a shard of this process (as in process 0);
-        single: the loop of its first shard."""
-        if not shared or not here:
+        single: the worker loop (none before handler-0, which makes it, is spawned)."""
+        if not shared:
             return {}
         if single:
-            return {"host": topo.shard(here[0]).name}
+            return {"host": loop} if here or loop in node.actors else {}
+        if not here:
+            return {}
         return {"host": topo.shard(i if i in here else here[i % len(here)]).name}
 
     kafka_codec.warm_up()
@@ -489,7 +496,8 @@ def run_process(spec: dict[str, Any]) -> int:
     mirror = SecurityMirror(authorizer, credentials) if cluster else None
     mirrored = mirror is not None and (credentials is not None or authorizer is not None)
     clock = node.clock
-    # This process's share of the partitions: shard i and purgatory i for i % N == index.
+    # This process's share of the partitions: shard i and purgatory i for i % N == index
+    # (num.processes.shard.placement = spread; with first, none in processes 1..).
     # They start before the gateway binds, so nothing sent to them meanwhile (queued by
     # the senders' links until this process is up) finds them missing; the topic table
     # is read after anything process 0 created before it started this process.
@@ -515,7 +523,7 @@ def run_process(spec: dict[str, Any]) -> int:
         node.spawn(SecurityView, topo.security_view.name, mirror=mirror, **place(0))
     # single: the gateway runs in the worker loop too (frames from the other processes
     # reach its actors in memory, in the same turn)
-    node.start(gateway_host=topo.shard(here[0]).name if single and here else None)
+    node.start(gateway_host=loop if single else None, gateway=bool(here) or not single)
     advertised: dict[str, tuple[str, int]] = {}  # as process 0's (its bound ports)
     for adv_name, adv_host, adv_port in spec.get("advertised") or ():
         advertised.setdefault(str(adv_name), (str(adv_host), int(adv_port)))
@@ -534,7 +542,14 @@ def run_process(spec: dict[str, Any]) -> int:
                              process_generations=dict(zip(names, generations, strict=True)),
                              listener_names=tuple(x.name for x in security.listeners),
                              advertised=advertised)
-        node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **place(i))
+        placement = place(i)
+        # a handler that runs a worker loop of its own (no shard here to host it): the
+        # loop's policy is set from it, as a shard sets its loop's
+        node.spawn(RequestHandler, topo.handler(i).name, context=ctx, **placement,
+                   scheduling=str(cfg["actor.threads.scheduling"])
+                   if shared and "host" not in placement else None)
+    if single and not here:  # the worker loop runs now
+        node.start_gateway(loop)
     if cluster:
         # Before it takes connections: its handlers get the metadata process 0's ReplicaManager
         # holds (the answer comes after it, on the same link), and after a restart its shards
@@ -575,7 +590,7 @@ def run_process(spec: dict[str, Any]) -> int:
                                            for b in security.listeners),
                    tls_context=tls_context, sasl_mechanisms=security.sasl_mechanisms,
                    credentials=credentials.lookup if credentials else None,
-                   **(place(i) if here else
+                   **(place(i) if here or single else
                       {"host": topo.handler(i % topo.num_handlers).name} if shared else {}))
     # Bound last: a connection the kernel gives this process is accepted at once (after a
     # restart, none waits in a backlog while the shards recover). Handoff: no listener of
@@ -594,7 +609,7 @@ def run_process(spec: dict[str, Any]) -> int:
                    listen_socket=sock, clock=clock, listener_index=at,
                    listener_name=security.listeners[at].name,
                    handoff_link=links[at] if handoff else None,
-                   **(place(0) if here else
+                   **(place(0) if here or single else
                       {"host": topo.handler(0).name} if shared else {}))
     for link in links:
         hello(link, index)

@@ -71,6 +71,7 @@ from actors.core.file_regions import close_region, close_regions
 from actors.metrics import error_codes
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
+from actors.runtime.scheduling import apply_to_worker_loop
 from wire import kafka_codec as kc
 from wire.admin_messages import (
     AlterReassignmentsDone,
@@ -222,15 +223,21 @@ class _InFlight:
 class RequestHandler(Actor):
     mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
-    def __init__(self, node: Any, name: str, *, context: HandlerContext, **kw: Any) -> None:
+    def __init__(self, node: Any, name: str, *, context: HandlerContext,
+                 scheduling: str | None = None, **kw: Any) -> None:
         super().__init__(node, name, **kw)
         self.initial_context = context
+        # actor.threads.scheduling, when this handler runs a worker loop of its own (a
+        # process with no shard to host it); None: it is a guest, or has a thread alone
+        self.scheduling = scheduling
         self.clock = context.clock
         self._monotonic_ns = context.clock.monotonic_ns  # read a few times per request
         self.api_table = dict(API_TABLE)
         self.processors: dict[str, Address] = {}  # a Processor's name -> its Address
 
     def setup(self) -> None:
+        if self.scheduling is not None:  # in the worker loop's thread, as a shard's setup
+            apply_to_worker_loop(self.scheduling, self.log.warning)
         self.ctx = self.initial_context
         self.pending: dict[int, tuple[_InFlight, int]] = {}
         # Ids of this life alone: an answer owed to a previous life (its process was killed

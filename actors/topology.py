@@ -91,9 +91,13 @@ class Topology:
     # and log manager ("" : this node), and the nodes of every process of the broker
     # (process 0 first). Each process serves connections (an Acceptor, Processors and
     # RequestHandlers of its own) and runs a share of the partitions: shard i and
-    # purgatory i live in process ``i % len(process_nodes)``.
+    # purgatory i live in process ``i % len(process_nodes)`` (shard_placement "spread";
+    # with "first" all of them live in process 0: process_index).
     home: str = ""
     process_nodes: tuple[str, ...] = ()
+    # num.processes.shard.placement: "spread" (shard i and purgatory i in process i % N)
+    # or "first" (all of them in process 0; processes 1.. serve connections only)
+    shard_placement: str = "spread"
     # (topic, partition) -> its shard's Address: every produce and fetch asks, and the
     # answer is fixed for this Topology (a CRC, a string and an Address less per request)
     _shard_of: dict[tuple[str, int], Address] = field(
@@ -117,6 +121,7 @@ class Topology:
             positive("num.partition.shards"),
             purgatory_count(config),
             positive("num.group.coordinators"),
+            shard_placement=str(config["num.processes.shard.placement"]),
         )
 
     # names
@@ -126,10 +131,16 @@ class Topology:
     def handler(self, i: int) -> Address:
         return Address(self.node, f"handler-{i}")
 
+    def process_index(self, i: int) -> int:
+        """The index of the process that runs shard ``i`` and purgatory ``i``: ``i % N``,
+        or 0 with num.processes.shard.placement = first."""
+        nodes = self.process_nodes
+        return i % len(nodes) if nodes and self.shard_placement == "spread" else 0
+
     def process_of(self, i: int) -> str:
         """The node of the process that runs shard ``i`` and purgatory ``i``."""
         nodes = self.process_nodes
-        return nodes[i % len(nodes)] if nodes else (self.home or self.node)
+        return nodes[self.process_index(i)] if nodes else (self.home or self.node)
 
     def shard(self, i: int) -> Address:
         return Address(self.process_of(i), f"shard-{i}")
@@ -221,8 +232,11 @@ class Topology:
         purgatory of it), so they spread evenly over that process's purgatories. With
         one process this is ``spread_index`` over all of them. A process with no
         purgatory (num.purgatory.shards below num.processes) falls back to
-        ``spread_index`` over all of them, wherever they run."""
+        ``spread_index`` over all of them, wherever they run. With placement ``first``
+        every shard and purgatory runs in process 0: ``spread_index`` over all of them."""
         n = len(self.process_nodes) or 1
+        if self.shard_placement != "spread":
+            n = 1
         key = stable_hash(topic) + partition
         shard = spread_index(topic, partition, self.num_shards)  # key % num_shards
         process = shard % n

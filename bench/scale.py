@@ -12,6 +12,14 @@ host at the start and the end (the figures mean little on a busy host).
 at each count above 1, in the same rotation, so reuseport and handoff are measured
 side by side; each run also samples (from /proc, every half second) how many of the
 load's connections each process of the broker holds, and reports the busiest sample.
+``--placement`` (repeatable) does the same for num.processes.shard.placement, and
+``--scenario`` runs another of `bench compare`'s loads (throughput_acks1: batched, three
+partitions) instead of small_requests. Beside the figure it reports the broker's CPU
+(user + system of all its processes, from /proc) per request and per acknowledged MB:
+steadier than throughput on a host the load generator and others share, and after
+each run the load's partitions each process holds open (where the placement put them).
+The JSON names the figure (``results.figure``: requests_per_s or records_per_s) and
+gives it as ``results.figure_per_s``.
 """
 
 from __future__ import annotations
@@ -26,12 +34,14 @@ from typing import Any
 
 import click
 
-from bench.compare import CompareSettings, scenario_config
+from bench.compare import SCENARIOS, CompareSettings, scenario_config
 from bench.contract import min_median_max as _spread
 from bench.load import run_produce
 from bench.peers import ACTORLOG_TEMPLATE, start_broker
 
 BENCH_NAME = "scale"
+# bench compare's loads whose figure is a rate (p99_fixed_rate's is a latency)
+SCALE_SCENARIOS = [name for name in SCENARIOS if name != "p99_fixed_rate"]
 
 
 def _children(pid: int) -> list[int]:
@@ -83,6 +93,25 @@ def connection_split(pid: int, port: int) -> list[int]:
     return split
 
 
+def partition_split(pid: int | None, topic: str) -> list[int]:
+    """The partitions of ``topic`` whose segment each process of the broker holds open
+    (process 0 first), from /proc: where num.processes.shard.placement put them."""
+    split = []
+    for proc in [pid, *_children(pid)] if pid is not None else []:
+        held = set()
+        try:
+            for fd in os.listdir(f"/proc/{proc}/fd"):
+                with contextlib.suppress(OSError):
+                    target = Path(os.readlink(f"/proc/{proc}/fd/{fd}"))
+                    name, _, partition = target.parent.name.rpartition("-")
+                    if target.suffix == ".log" and name == topic and partition.isdigit():
+                        held.add(int(partition))
+        except OSError:
+            pass
+        split.append(len(held))
+    return split
+
+
 def cpu_seconds(pid: int | None) -> float:
     """CPU time (user + system) the broker ``pid`` and its processes have used so far,
     from /proc/PID/stat; a process gone meanwhile counts nothing."""
@@ -124,30 +153,47 @@ class SplitSampler:
         self.thread.join(5)
 
 
+def _variants(values: tuple[str, ...]) -> list[str | None]:
+    """One broker per value at each count above 1 (none given: the broker's default)."""
+    return list(values) if values else [None]
+
+
 def run_scale(counts: list[int], rounds: int, settings: CompareSettings, template: str,
               show_progress: bool = False,
-              distributions: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Keys: the count (``"2"``), or with several distributions ``"2-handoff"`` etc.
-    (none given: the broker's default distribution)."""
+              distributions: tuple[str, ...] = (), placements: tuple[str, ...] = (),
+              scenario: str = "small_requests") -> dict[str, Any]:
+    """Keys: the count (``"2"``), or with several distributions or placements
+    ``"2-handoff"``, ``"2-first"``, ``"2-handoff-first"`` etc. (none given: the broker's
+    default)."""
     load_start = os.getloadavg()
-    keys: list[tuple[str, int, str | None]] = []
+    keys: list[tuple[str, int, dict[str, Any]]] = []
     for n in counts:
-        if n == 1 or len(distributions) <= 1:
-            keys.append((str(n), n, distributions[0] if n > 1 and distributions else None))
-        else:
-            keys += [(f"{n}-{d}", n, d) for d in distributions]
-    names = [k for k, _n, _d in keys]
+        if n == 1:
+            keys.append(("1", 1, {}))
+            continue
+        for d in _variants(distributions):
+            for placement in _variants(placements):
+                config: dict[str, Any] = {}
+                if d is not None:
+                    config["num.processes.connection.distribution"] = d
+                if placement is not None:
+                    config["num.processes.shard.placement"] = placement
+                tags = ([d] if len(distributions) > 1 else []) + \
+                    ([placement] if len(placements) > 1 else [])
+                keys.append(("-".join([str(n), *map(str, tags)]), n, config))
+    names = [k for k, _n, _c in keys]
     per: dict[str, list[float]] = {k: [] for k in names}
     ratios: dict[str, list[float]] = {k: [] for k in names}
     splits: dict[str, list[list[int]]] = {k: [] for k in names}
+    partitions: dict[str, list[list[int]]] = {k: [] for k in names}
     cpu_us: dict[str, list[float]] = {k: [] for k in names}
+    cpu_ms_mb: dict[str, list[float]] = {k: [] for k in names}
+    figure = SCENARIOS[scenario].figure
     tag = os.urandom(3).hex()
     with contextlib.ExitStack() as stack:
         brokers = {}
-        for key, n, distribution in keys:
-            config: dict[str, Any] = {"num.processes": n}
-            if distribution is not None:
-                config["num.processes.connection.distribution"] = distribution
+        for key, n, variant in keys:
+            config = {"num.processes": n, **variant}
             broker = start_broker(template, settings=config, timeout_s=60)
             stack.callback(broker.stop)
             brokers[key] = broker
@@ -156,35 +202,46 @@ def run_scale(counts: list[int], rounds: int, settings: CompareSettings, templat
             figures = {}
             for key in order:
                 broker = brokers[key]
-                load = scenario_config("small_requests", broker.bootstrap,
-                                       f"scale-{tag}-r{rnd}-p{key}", settings)
+                topic = f"scale-{tag}-r{rnd}-p{key}"
+                load = scenario_config(scenario, broker.bootstrap, topic, settings)
                 cpu_before = cpu_seconds(broker.pid)
                 with SplitSampler(broker.pid, broker.port) as sampler:
                     run = run_produce(load, show_progress=show_progress)
                 cpu = cpu_seconds(broker.pid) - cpu_before
-                figures[key] = float(run["requests_per_s"])
+                figures[key] = float(run[figure])
                 requests = float(run["requests_per_s"]) * float(run.get("elapsed_s") or 0)
                 cpu_us[key].append(cpu * 1e6 / requests if requests else 0.0)
+                acked_mb = float(run.get("acked_bytes") or 0) / 1e6
+                cpu_ms_mb[key].append(cpu * 1e3 / acked_mb if acked_mb else 0.0)
                 per[key].append(figures[key])
                 splits[key].append(sampler.best)
+                partitions[key].append(partition_split(broker.pid, topic))
             for key in names:
                 ratios[key].append(figures[key] / figures[names[0]] if figures[names[0]]
                                    else 0.0)
     load_end = os.getloadavg()
     return {
         "bench": BENCH_NAME,
-        "config": {"process_counts": counts, "rounds": rounds,
+        "config": {"process_counts": counts, "rounds": rounds, "scenario": scenario,
                    "connections": settings.small_connections,
                    "duration_s": settings.duration_s, "template": template,
-                   "distributions": list(distributions),
+                   "distributions": list(distributions), "placements": list(placements),
                    "cpus": len(os.sched_getaffinity(0))},
         "results": {
-            "requests_per_s": {k: _spread(v) for k, v in per.items()},
-            "requests_per_s_by_round": per,
+            # the scenario's figure, named: requests_per_s (small_requests) or
+            # records_per_s (throughput_*)
+            "figure": figure,
+            "figure_per_s": {k: _spread(v) for k, v in per.items()},
+            "figure_per_s_by_round": per,
             "ratio_to_1": {k: _spread(v) for k, v in ratios.items()},
             # broker CPU (all its processes, the load's set-up included) per request
             "broker_cpu_us_per_request": {k: _spread(v) for k, v in cpu_us.items()},
+            # the same per acknowledged MB (records' values as the client counts them)
+            "broker_cpu_ms_per_mb": {k: _spread(v) for k, v in cpu_ms_mb.items()},
+            "broker_cpu_ms_per_mb_by_round": cpu_ms_mb,
             "connections_by_process": splits,
+            # the load's partitions each process held open after its run (placement)
+            "partitions_by_process": partitions,
             "load_average_start": list(load_start),
             "load_average_end": list(load_end),
         },
@@ -210,12 +267,21 @@ def run_scale(counts: list[int], rounds: int, settings: CompareSettings, templat
               type=click.Choice(["reuseport", "handoff"]),
               help="num.processes.connection.distribution of the brokers above 1 process; "
                    "repeat it to measure several side by side (default: the broker's)")
+@click.option("--placement", "placements", multiple=True,
+              type=click.Choice(["spread", "first"]),
+              help="num.processes.shard.placement of the brokers above 1 process; "
+                   "repeat it to measure several side by side (default: the broker's)")
+@click.option("--scenario", type=click.Choice(SCALE_SCENARIOS),
+              default="small_requests", show_default=True,
+              help="bench compare's load to run (its figure: requests/s or records/s)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 @click.option("--no-progress", is_flag=True)
 def command(max_processes: int | None, rounds: int, duration: float, connections: int,
             producers: int, template: str, distributions: tuple[str, ...],
+            placements: tuple[str, ...], scenario: str,
             json_path: str | None, no_progress: bool) -> None:
-    """Small-request throughput at num.processes = 1, 2, 4, ... up to the CPUs."""
+    """Small-request (or a batched scenario's) throughput at num.processes = 1, 2, 4, ...
+    up to the CPUs."""
     top = max_processes or max(2, len(os.sched_getaffinity(0)))
     counts = [1]
     while counts[-1] * 2 <= top:
@@ -225,17 +291,19 @@ def command(max_processes: int | None, rounds: int, duration: float, connections
     settings = CompareSettings(duration_s=duration, processes=producers,
                                small_connections=connections)
     report = run_scale(counts, rounds, settings, template, show_progress=not no_progress,
-                       distributions=distributions)
+                       distributions=distributions, placements=placements, scenario=scenario)
     r = report["results"]
-    for key in r["requests_per_s"]:
-        rate, ratio = r["requests_per_s"][key], r["ratio_to_1"][key]
-        cpu = r["broker_cpu_us_per_request"][key]
+    unit = SCENARIOS[scenario].unit
+    for key in r["figure_per_s"]:
+        rate, ratio = r["figure_per_s"][key], r["ratio_to_1"][key]
+        cpu, per_mb = r["broker_cpu_us_per_request"][key], r["broker_cpu_ms_per_mb"][key]
         split = " ".join("/".join(map(str, s)) for s in r["connections_by_process"][key])
         click.echo(f"num.processes={key}: {rate['min']:,.0f} / {rate['median']:,.0f} / "
-                   f"{rate['max']:,.0f} requests/s; vs 1: {ratio['min']:.2f} / "
+                   f"{rate['max']:,.0f} {unit}; vs 1: {ratio['min']:.2f} / "
                    f"{ratio['median']:.2f} / {ratio['max']:.2f} (min / median / max); "
                    f"broker CPU per request {cpu['min']:.0f} / {cpu['median']:.0f} / "
-                   f"{cpu['max']:.0f} us; "
+                   f"{cpu['max']:.0f} us, per MB {per_mb['min']:.2f} / "
+                   f"{per_mb['median']:.2f} / {per_mb['max']:.2f} ms; "
                    f"connections by process per round: {split}")
     click.echo("load average at start {:.2f} {:.2f} {:.2f}, at end {:.2f} {:.2f} {:.2f}".format(
         *r["load_average_start"], *r["load_average_end"]))

@@ -61,7 +61,8 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                          "(.lock) while a broker runs; the first holds the logs"),
     "num.processes": (0, int, "OS processes of one broker (0: one per CPU this process may "
                       "use, or $ACTORLOG_NUM_PROCESSES when set): shard i and purgatory i run "
-                      "in process i % num.processes, process 0 owns the groups, controller and "
+                      "in process i % num.processes (num.processes.shard.placement), "
+                      "process 0 owns the groups, controller and "
                       "checkpoints; every process serves connections on every listener "
                       "with Processors and handlers of its own"),
     "num.processes.connection.distribution": (
@@ -71,12 +72,21 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                         "(ties in turn), which does the TLS or SASL handshake; 'reuseport': "
                         "each process binds every listener (SO_REUSEPORT) and the kernel "
                         "picks one by a hash of the client's address and port (uneven)"),
+    "num.processes.shard.placement": (
+        "spread", str, "num.processes > 1: where the partition shards and purgatories run; "
+                       "'spread': shard i and purgatory i in process i % num.processes; "
+                       "'first': all in process 0, processes 1.. run connections and "
+                       "handlers only (a request to several partitions crosses to process 0 "
+                       "and back once from processes 1.., never from process 0's "
+                       "connections)"),
     "num.network.threads": (2, int, "Processor actors"),
     "num.io.threads": (2, int, "RequestHandler actors"),
     "num.partition.shards": (2, int, "PartitionShard actors"),
     "num.purgatory.shards": (0, int, "PurgatoryShard actors (0: one per process of the "
                                      "broker); purgatory i runs in process i % "
-                                     "num.processes, and a partition's delayed fetches and "
+                                     "num.processes (num.processes.shard.placement = "
+                                     "spread; all in process 0 with first), and a "
+                                     "partition's delayed fetches and "
                                      "acks=-1 produces wait in a purgatory of its shard's "
                                      "process (any, when that process has none)"),
     "num.group.coordinators": (1, int, "GroupCoordinator actors"),
@@ -313,6 +323,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "actor.threads": ("single", "shared", "dedicated"),
     "actor.threads.scheduling": ("batch", "normal"),
     "num.processes.connection.distribution": ("handoff", "reuseport"),
+    "num.processes.shard.placement": ("spread", "first"),
     "log.message.timestamp.type": ("CreateTime", "LogAppendTime"),
     "log.cleanup.policy": ("delete", "compact", "compact,delete", "delete,compact"),
     "compression.type": ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),

@@ -3,6 +3,8 @@ where a partition's purgatory runs (its shard's process)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from actors.runtime.address import Address
@@ -112,3 +114,29 @@ def test_the_default_purgatory_count_is_one_per_process(settings: dict[str, int]
 def test_a_negative_purgatory_count_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"num\.purgatory\.shards"):
         Config({"num.purgatory.shards": -1})
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+@pytest.mark.parametrize(("shards", "purgatories"), [(2, 2), (4, 3), (6, 6), (1, 1)])
+def test_placement_first_puts_every_shard_and_purgatory_in_process_0(
+        processes: int, shards: int, purgatories: int) -> None:
+    nodes = tuple(f"node-1/{k}" for k in range(processes))
+    config = Config({"num.partition.shards": shards, "num.purgatory.shards": purgatories,
+                     "num.processes.shard.placement": "first"})
+    topo = dataclasses.replace(Topology.from_config(nodes[1], config), home=nodes[0],
+                               process_nodes=nodes)
+    assert topo.local_shards() == [] and topo.local_purgatories() == []
+    first = dataclasses.replace(topo, node=nodes[0])
+    assert first.local_shards() == list(range(shards))
+    assert first.local_purgatories() == list(range(purgatories))
+    for topic in TOPICS:
+        for partition in range(40):  # the same shards as with one process
+            assert topo.shard_for(topic, partition) == \
+                Address(nodes[0], f"shard-{spread_index(topic, partition, shards)}")
+            assert topo.purgatory_for(topic, partition) == \
+                Address(nodes[0], f"purgatory-{spread_index(topic, partition, purgatories)}")
+
+
+def test_an_unknown_placement_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"num\.processes\.shard\.placement"):
+        Config({"num.processes.shard.placement": "last"})

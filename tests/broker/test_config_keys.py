@@ -119,6 +119,9 @@ EFFECTS: dict[str, list[str]] = {
         "test_reuseport_binds_the_port_in_every_process_handoff_in_process_0_alone",
         "tests/broker/test_handoff.py::"
         "test_eight_connections_split_four_four_and_serve_across_processes"],
+    "num.processes.shard.placement": [
+        "tests/broker/test_processes.py::"
+        "test_placement_first_runs_every_partition_in_process_0_and_serves_through_both"],
     "num.network.threads": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],
     "num.io.threads": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],
     "num.partition.shards": [f"{HERE}::test_actor_counts_follow_the_thread_keys"],
@@ -529,11 +532,17 @@ def _process_policies(pid: int) -> set[str]:
     return {thread_policy(int(task.name)) for task in Path(f"/proc/{pid}/task").iterdir()}
 
 
+@pytest.mark.parametrize(("placement", "threads"),
+                         [("spread", "single"), ("first", "single"), ("first", "shared")])
 @pytest.mark.parametrize("setting", [None, "batch"])
-def test_each_process_of_a_broker_schedules_its_loop(tmp_path: Path, setting: str | None) -> None:
+def test_each_process_of_a_broker_schedules_its_loop(tmp_path: Path, setting: str | None,
+                                                     placement: str, threads: str) -> None:
     # `actorlog serve` with two processes: 'batch' puts the worker loop of each under
-    # SCHED_BATCH (and nothing else), the default leaves every thread under SCHED_OTHER
-    config: dict[str, Any] = {"num.processes": 2}
+    # SCHED_BATCH (and nothing else), the default leaves every thread under SCHED_OTHER.
+    # Placement first: process 1 has no shard, its loop is handler-0's (shared: each
+    # handler's), whose policy is set from the handler
+    config: dict[str, Any] = {"num.processes": 2, "num.processes.shard.placement": placement,
+                              "actor.threads": threads}
     if setting is not None:
         config["actor.threads.scheduling"] = setting
     b = BrokerProcess(tmp_path / "data", config=config).start()

@@ -45,7 +45,8 @@ def two_process_broker(request: pytest.FixtureRequest,
                        tmp_path: Path) -> Iterator[BrokerProcess]:
     """num.processes = 2 (with the default connection distribution, or the one a test
     names by indirect parametrisation)."""
-    config: dict[str, object] = {"num.processes": 2}
+    # (spread placement named: these tests check process 1's own partitions)
+    config: dict[str, object] = {"num.processes": 2, "num.processes.shard.placement": "spread"}
     if getattr(request, "param", None):
         config["num.processes.connection.distribution"] = request.param
     b = BrokerProcess(tmp_path / "data", config=config).start()  # (both take connections)
@@ -432,6 +433,85 @@ def test_each_process_owns_partitions_served_through_either_process(
         for client in clients:
             client.close()
     assert record_diff(consume_all(broker.bootstrap, topic, count, 40 * count), values) == {}
+
+
+def test_placement_first_runs_every_partition_in_process_0_and_serves_through_both(
+        tmp_path: Path) -> None:
+    """num.processes.shard.placement = first: every shard (and purgatory) runs in process 0,
+    process 1 serves connections only; both take connections and every partition is read
+    and written through either, across a kill -9 of process 1 (which owned nothing)."""
+    broker = BrokerProcess(tmp_path / "data", config={
+        "num.processes": 2, "num.processes.shard.placement": "first"}).start()
+    try:
+        assert broker.proc is not None
+        [worker] = worker_pids(broker)
+        topic, count = "first", 6
+        with RawClient(broker.port) as admin:
+            assert admin.create_topic(topic, count) == 0
+        values = {p: [b"%d-%d" % (p, i) for i in range(40)] for p in range(count)}
+        produce_all(broker.bootstrap, topic, values, producers=8)
+        for p in range(count):  # process 0 opened (and wrote) every log, process 1 none
+            assert holds_segment_of(broker.proc.pid, broker.data_dir, topic, p), p
+            assert not holds_segment_of(worker, broker.data_dir, topic, p), p
+        clients = [RawClient(broker.port, client_id=f"r{i}") for i in range(16)]
+        try:
+            for n, client in enumerate(clients):
+                for p in range(count):  # acks=-1: the purgatory's answer, from process 0
+                    value = b"raw-%d-%d" % (n, p)
+                    answer = client.produce(topic, p, record_batch([(None, value)]), acks=-1)
+                    assert answer.error_code == 0, answer
+                    values[p].append(value)
+            inodes = established_inodes(broker.port)
+            assert connections_of(broker.proc.pid, inodes) > 0
+            assert connections_of(worker, inodes) > 0
+        finally:
+            for client in clients:
+                client.close()
+        with broker.hold_worker(worker) as held:
+            assert held.kill()
+            wait_for(held.exited, "process 1 to die")
+        with RawClient(broker.port) as client:  # process 0 serves every partition meanwhile
+            assert client.produce(topic, 0, record_batch([(None, b"during")]), acks=1
+                                  ).error_code == 0
+            values[0].append(b"during")
+        wait_for_log(broker, "exited with -9; restarting it")
+        wait_for(lambda: worker_pids(broker) != [worker]
+                 and serving(broker, worker_pids(broker)[0]), "the restarted process",
+                 timeout=60)
+        after = {p: [b"after-%d-%d" % (p, i) for i in range(20)] for p in range(count)}
+        produce_all(broker.bootstrap, topic, after, producers=4)
+        for p in range(count):
+            values[p] += after[p]
+        expected = sum(len(v) for v in values.values())
+        assert record_diff(consume_all(broker.bootstrap, topic, count, expected), values) == {}
+    finally:
+        assert broker.stop() == 0, broker.log()[-3000:]
+
+
+def process_1_threads(tmp_path: Path, placement: str) -> int:
+    """The threads of process 1 of a two-process broker with this placement, once it
+    serves connections."""
+    broker = BrokerProcess(tmp_path / placement, config={
+        "num.processes": 2, "num.processes.shard.placement": placement}).start()
+    try:
+        wait_for(lambda: worker_pids(broker), "process 1", timeout=60)
+        [worker] = worker_pids(broker)
+        with RawClient(broker.port) as client:  # (a connection of each, handed or not)
+            assert client.create_topic(f"t-{placement}", 2) == 0
+        return len(os.listdir(f"/proc/{worker}/task"))
+    finally:
+        assert broker.stop() == 0, broker.log()[-3000:]
+
+
+def test_placement_first_runs_process_1_in_one_worker_loop_as_spread_does(
+        tmp_path: Path) -> None:
+    """actor.threads = single (the default): process 1 without a shard (placement first)
+    runs its handlers, Processors, Acceptor and gateway in one worker loop (handler-0's),
+    as it runs them in its shard's with spread: no more threads than spread gives it (the
+    fixed ones, ZeroMQ's, the Timer's, and the loop), not a thread per actor."""
+    spread = process_1_threads(tmp_path, "spread")
+    first = process_1_threads(tmp_path, "first")
+    assert first <= spread, (first, spread)
 
 
 def fetch_values_retrying(port: int, topic: str, partition: int) -> list[bytes | None]:

@@ -23,7 +23,7 @@ from actors.hosts.cluster import Cluster, ClusterError
 from actors.hosts.faults import FaultError, Netem, parse_delay_ms, parse_loss_pct
 from actors.hosts.launch import StartError
 from actors.hosts.netns import NetnsError
-from actors.hosts.runner import HostError
+from actors.hosts.runner import HostError, identity_problem
 from actors.hosts.spec import ClusterSpec, SpecError, load_spec
 
 RUN_TIME_ERRORS = (ClusterError, HostError, NetnsError, FaultError, StartError)
@@ -81,6 +81,10 @@ def group() -> None:
 def check(spec_path: str) -> None:
     """Read the spec and say what it describes; contacts no host."""
     spec = read_spec(spec_path)
+    # files the spec names on this machine are checked here too (ssh would blame the host)
+    missing = [p for p in map(identity_problem, spec.hosts.values()) if p]
+    if missing:
+        raise SpecRefused("\n".join(missing))
     cluster = Cluster(spec, say=say)
     for host in spec.hosts.values():
         say(f"host {host.name}: via {host.via}, {host.address}"

@@ -244,12 +244,20 @@ class SshRunner(Runner):
     def describe(self, command: list[str]) -> str:
         return f"ssh {self.host.ssh_target} -p {self.host.port} {shlex.join(command)}"
 
-    def run(self, command: list[str], *, input_text: str | None = None,
-            timeout_s: float = 60.0, check: bool = True) -> Result:
+    def prepare(self) -> None:
+        """What ssh needs here before it runs; a missing identity file is refused: ssh
+        would only warn and then fail as "Permission denied", which names the wrong cause."""
+        problem = identity_problem(self.host)
+        if problem:
+            raise HostError(problem)
         if self.managed_known_hosts:
             self.known_hosts.parent.mkdir(parents=True, exist_ok=True)
         if self.host.control_master:
             self.control_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def run(self, command: list[str], *, input_text: str | None = None,
+            timeout_s: float = 60.0, check: bool = True) -> Result:
+        self.prepare()
         result = super().run(command, input_text=input_text, timeout_s=timeout_s, check=False)
         if result.returncode == 255:  # ssh itself failed: the command never ran
             raise HostError(self.ssh_failure(result.stderr))
@@ -258,10 +266,7 @@ class SshRunner(Runner):
         return result
 
     def run_bytes(self, command: list[str], *, timeout_s: float = 120.0) -> BytesResult:
-        if self.managed_known_hosts:
-            self.known_hosts.parent.mkdir(parents=True, exist_ok=True)
-        if self.host.control_master:
-            self.control_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.prepare()
         result = super().run_bytes(command, timeout_s=timeout_s)
         if result.returncode == 255:  # ssh itself failed: the command never ran
             raise HostError(self.ssh_failure(result.stderr))
@@ -282,6 +287,19 @@ class SshRunner(Runner):
         subprocess.run(["ssh", "-O", "exit", "-o", f"ControlPath={self.control_path}",
                         "-p", str(self.host.port), self.host.address],
                        capture_output=True, timeout=15, check=False)
+
+
+def identity_problem(host: HostSpec) -> str | None:
+    """Why the ssh host's identity_file cannot be used from here, or None."""
+    key = host.identity_file
+    if host.via != "ssh" or not key:
+        return None
+    if not os.path.isfile(key):
+        return (f"host {host.name}: identity_file {key} (in [hosts.{host.name}]) "
+                f"{'is not a file' if os.path.exists(key) else 'does not exist'} here")
+    if not os.access(key, os.R_OK):
+        return f"host {host.name}: identity_file {key} (in [hosts.{host.name}]) is not readable"
+    return None
 
 
 def runner_for(host: HostSpec, state_dir: Path) -> Runner:

@@ -169,8 +169,13 @@ def format_status(found: dict[str, Any]) -> list[str]:
                      f"builds cannot read each other's messages; stop every node to upgrade")
     lines.append(f"{'node':<6}{'host':<10}{'listener':<24}{'pid':<9}{'process':<10}"
                  f"{'uptime':<9}{'version':<10}{'wire':<14}{'zk':<6}{'leads':<7}kafka")
+    unreachable: list[str] = []
     for node in found["nodes"]:
-        process = "paused" if node["paused"] else "running" if node["alive"] else "down"
+        process = "paused" if node["paused"] else "running" if node["alive"] else \
+            "unknown" if node.get("host_error") else "down"
+        if node.get("host_error"):
+            unreachable.append(f"node {node['id']}: process unknown, its host did not answer: "
+                               f"{node['host_error']}")
         uptime = f"{node['uptime_s']}s" if node["uptime_s"] is not None else "-"
         kafka = "answers" if node["answers"] else f"no answer ({node['error']})"
         lines.append(f"{node['id']:<6}{node['host']:<10}{node['listener']:<24}"
@@ -178,6 +183,7 @@ def format_status(found: dict[str, Any]) -> list[str]:
                      f"{node['version'] or '-':<10}{node.get('wire') or '-':<14}"
                      f"{'yes' if node['registered'] else 'no':<6}"
                      f"{node['leaderships']:<7}{kafka}")
+    lines += unreachable
     lines.append(f"partitions: {found['partitions']} (from {found['partitions_source']}), "
                  f"under-replicated {found['under_replicated_partitions']}, "
                  f"offline {found['offline_partitions']}")

@@ -437,18 +437,15 @@ class Cluster:
     def down(self) -> None:
         """Stop every node, then ZooKeeper; remove what `up` made; undo network faults."""
         problems: list[str] = []
-        for node_id in self.plans:
-            proc = self.node(node_id)
+        not_stopped = 0
+        for proc in [self.node(node_id) for node_id in self.plans] + list(self.zookeepers()):
             try:
-                outcome = proc.stop(self.stop_timeout_s)
-                self.say(f"node {node_id} on {proc.host.name}: {outcome}")
+                self.say(f"{proc.label} on {proc.host.name}: {proc.stop(self.stop_timeout_s)}")
             except HostError as exc:
-                problems.append(str(exc))
-        for zk in self.zookeepers():
-            try:
-                self.say(f"{zk.label} on {zk.host.name}: {zk.stop(self.stop_timeout_s)}")
-            except HostError as exc:
-                problems.append(str(exc))
+                # which process may still run, not only which host failed
+                not_stopped += 1
+                problems.append(f"{proc.label} on {proc.host.name}: NOT stopped, it may still "
+                                f"run: {exc}")
         state = ClusterState.load(self.state_path)
         for name in list(state.isolated) + list(state.netem):
             host = self.spec.hosts.get(name)
@@ -474,6 +471,8 @@ class Cluster:
             state.bridge_created = False
         self.finish_state(state)
         if problems:
+            if not_stopped:
+                problems.append("`cluster down` again stops what is left, once its host answers")
             raise ClusterError("\n".join(problems))
 
     # ------------------------------------------------------------- status
@@ -495,7 +494,8 @@ class Cluster:
                                      "listener": plan.client_address, "alive": False,
                                      "pid": None, "paused": False, "uptime_s": None,
                                      "version": None, "answers": False, "registered": False,
-                                     "wire": None, "leaderships": 0, "error": None}
+                                     "wire": None, "leaderships": 0, "error": None,
+                                     "host_error": None}
             missing = self.missing_host(plan.host)
             if missing:  # nothing to ask, and its address leads nowhere it should
                 entry["error"] = missing
@@ -505,8 +505,9 @@ class Cluster:
             try:
                 info = proc.info()
             except HostError as exc:
+                # the host did not answer: whether the process runs is not known
                 info = None
-                entry["error"] = str(exc)
+                entry["error"] = entry["host_error"] = str(exc)
             if info is not None:
                 entry.update(alive=True, pid=info.pid, paused=info.paused,
                              uptime_s=info.elapsed_s, version=self.started_version(node_id))
@@ -519,7 +520,8 @@ class Cluster:
                     if p.leader == node_id or (p.topic, p.partition) not in partitions:
                         partitions[(p.topic, p.partition)] = p
             except ProbeError as exc:
-                entry["error"] = entry["error"] or str(exc)
+                # the Kafka probe's own error, also beside a host that did not answer
+                entry["error"] = str(exc) if entry["host_error"] else entry["error"] or str(exc)
             nodes.append(entry)
         zk = self.zookeeper_status()
         states = zk.pop("partition_states")

@@ -839,3 +839,55 @@ def test_up_refuses_a_node_whose_listener_another_broker_answers_on(
         assert other.proc is not None and other.proc.poll() is None  # left alone
     finally:
         assert other.stop() == 0
+
+
+def unreachable_ssh_host_spec(ssh_host: SshServer, spec_file: Path, tmp_path: Path) -> None:
+    """A spec whose node and ZooKeeper are on an ssh host whose sshd is then stopped: the
+    host cannot be asked anything, as when its link or its sshd is down."""
+    spec_file.write_text(f"""
+[hosts.h2]
+via = "ssh"
+address = "{ssh_host.host.address}"
+user = "root"
+identity_file = "{ssh_host.identity_file}"
+actorlog = "{ACTORLOG}"
+data_dir = "{tmp_path / 'remote'}"
+[zookeeper]
+hosts = ["h2"]
+[nodes.1]
+host = "h2"
+""")
+    ssh_host.stop()
+
+
+def test_status_says_a_process_on_a_host_that_does_not_answer_is_unknown(
+        ssh_host: SshServer, spec_file: Path, tmp_path: Path) -> None:
+    """It said "down", and when the node still answered Kafka requests the reason was shown
+    nowhere."""
+    unreachable_ssh_host_spec(ssh_host, spec_file, tmp_path)
+    result = cli("status", "--spec", str(spec_file), timeout_s=120)
+    assert result.returncode == 0, result.stderr
+    row = next(line for line in result.stdout.splitlines() if line.startswith("1 "))
+    assert row.split()[4] == "unknown", result.stdout  # node, host, listener, pid, process
+    ssh_error = (f"host h2 (root@{ssh_host.host.address}, port 22): ssh failed: "
+                 f"ssh: connect to host {ssh_host.host.address} port 22: Connection refused")
+    assert f"node 1: process unknown, its host did not answer: {ssh_error}" in result.stdout
+    node = node_status(spec_file, 1)
+    assert node["host_error"] == ssh_error and node["alive"] is False
+    # the Kafka probe's own error, not the ssh one again
+    assert node["error"] == f"{ssh_host.host.address}:9092: Connection refused"
+
+
+def test_down_names_what_it_could_not_stop_on_a_host_that_does_not_answer(
+        ssh_host: SshServer, spec_file: Path, tmp_path: Path) -> None:
+    """It printed the ssh error once per process, without saying which processes may be
+    left running there."""
+    unreachable_ssh_host_spec(ssh_host, spec_file, tmp_path)
+    result = cli("down", "--spec", str(spec_file), timeout_s=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    ssh_error = (f"host h2 (root@{ssh_host.host.address}, port 22): ssh failed: "
+                 f"ssh: connect to host {ssh_host.host.address} port 22: Connection refused")
+    assert result.stderr.splitlines() == [
+        f"Error: node 1 on h2: NOT stopped, it may still run: {ssh_error}",
+        f"ZooKeeper on h2: NOT stopped, it may still run: {ssh_error}",
+        "`cluster down` again stops what is left, once its host answers"], result.stderr

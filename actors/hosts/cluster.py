@@ -676,6 +676,7 @@ class Cluster:
         the node must answer and be registered again before the next one goes.
         """
         ids = self.spec.node_ids(node_ids)
+        self.hosts_answer(ids)
         if rolling:
             for node_id in ids:
                 self.wait_in_sync(timeout_s)
@@ -693,6 +694,20 @@ class Cluster:
                 self.wait_answering(node_id, timeout_s)
             for node_id in ids:
                 self.wait_rejoined(node_id, timeout_s)
+
+    def hosts_answer(self, ids: list[int]) -> None:
+        """Every node's host answers before any node stops: a host that did not answer was
+        found only at its node's turn, after the nodes before it were stopped (a plain
+        restart left them down, a rolling one had restarted them for nothing)."""
+        problems = []
+        for node_id in ids:
+            proc = self.node(node_id)
+            try:
+                proc.info()
+            except HostError as exc:
+                problems.append(f"node {node_id} on {proc.host.name}: {exc}")
+        if problems:
+            raise ClusterError("\n".join([*problems, "nothing was restarted"]))
 
     def stop_node(self, node_id: int) -> None:
         proc = self.node(node_id)

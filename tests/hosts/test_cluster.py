@@ -891,3 +891,49 @@ def test_down_names_what_it_could_not_stop_on_a_host_that_does_not_answer(
         f"Error: node 1 on h2: NOT stopped, it may still run: {ssh_error}",
         f"ZooKeeper on h2: NOT stopped, it may still run: {ssh_error}",
         "`cluster down` again stops what is left, once its host answers"], result.stderr
+
+
+def test_restart_stops_nothing_while_a_nodes_host_does_not_answer(
+        ssh_host: SshServer, spec_file: Path, tmp_path: Path, zk_connect: str,
+        holds: ExitStack) -> None:
+    """Node 2's host was found not to answer only at node 2's turn: a plain restart had
+    stopped node 1 by then and left it down."""
+    listener, gateway = free_port(), free_port()
+    spec_file.write_text(f"""
+[hosts.here]
+via = "local"
+[hosts.h2]
+via = "ssh"
+address = "{ssh_host.host.address}"
+user = "root"
+identity_file = "{ssh_host.identity_file}"
+actorlog = "{ACTORLOG}"
+data_dir = "{tmp_path / 'remote'}"
+[zookeeper]
+connect = "{zk_connect}"
+[nodes.1]
+host = "here"
+config = {{"listeners" = "127.0.0.1:{listener}", "actor.gateway.port" = {gateway}}}
+[nodes.2]
+host = "h2"
+""")
+    ssh_host.stop()
+    cluster = Cluster(load_spec(spec_file), say=lambda line: None)
+    data = spec_file.parent / f"{NAME}.cluster" / "data"
+    try:
+        cluster.start_node(1, [])
+        node_1 = holds.enter_context(hold(int((data / "node-1" / "serve.pid").read_text()),
+                                          "node 1", node_mark(data, 1)))
+        cluster.wait_answering(1, 90)
+        for rolling in ([], ["--rolling"]):
+            result = cli("restart", "--spec", str(spec_file), *rolling, timeout_s=120)
+            assert result.returncode == 1, result.stdout + result.stderr
+            assert not node_1.exited(), result.stdout  # the same process serves on
+            assert result.stderr.splitlines() == [
+                f"Error: node 2 on h2: host h2 (root@{ssh_host.host.address}, port 22): ssh "
+                f"failed: ssh: connect to host {ssh_host.host.address} port 22: Connection "
+                f"refused", "nothing was restarted"], result.stderr
+            assert "node 1 on here: stopped" not in result.stdout
+    finally:
+        assert cluster.node(1).stop(30) in ("stopped", "killed", "not running")
+        cluster.close()

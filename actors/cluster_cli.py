@@ -231,9 +231,9 @@ def _fault(name: str, doc: str, action: Callable[[Cluster, int], None]) -> None:
             action(cluster, node)
 
 
-_fault("kill", "SIGKILL the node's process.", Cluster.kill)
-_fault("pause", "SIGSTOP the node's process.", Cluster.pause)
-_fault("resume", "SIGCONT the node's process.", Cluster.resume)
+_fault("kill", "SIGKILL the node's processes.", Cluster.kill)
+_fault("pause", "SIGSTOP the node's processes.", Cluster.pause)
+_fault("resume", "SIGCONT the node's processes.", Cluster.resume)
 _fault("isolate", "Cut the link of the node's (netns) host.", Cluster.isolate)
 _fault("heal", "Restore the link of the node's (netns) host and remove netem.", Cluster.heal)
 

@@ -77,9 +77,13 @@ class ManagedProcess:
         return info
 
     def send(self, signame: str) -> int:
-        """Signal the running process; its pid. HostError if it is not running."""
+        """Signal the running process and the processes it started (its process group,
+        which it leads: started detached); its pid. HostError if it is not running.
+
+        A node of several processes (num.processes) is one node: SIGSTOP to the first
+        alone left the others serving, a pause of half a node."""
         info = self.info()
-        if info is None or not self.runner.signal(info.pid, signame):
+        if info is None or not self.runner.signal(info.pid, signame, group=True):
             raise HostError(f"{self.label} on host {self.host.name} is not running")
         return info.pid
 
@@ -88,8 +92,8 @@ class ManagedProcess:
         info = self.info()
         if info is None:
             return "not running"
-        if info.paused:
-            self.runner.signal(info.pid, "CONT")
+        if info.paused:  # (its group: `send` paused all of it)
+            self.runner.signal(info.pid, "CONT", group=True)
         self.runner.signal(info.pid, "TERM")
         if self.wait_exit(info.pid, timeout_s):
             return "stopped"

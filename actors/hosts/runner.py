@@ -184,8 +184,13 @@ class Runner:
         return parse_ps_line(pid, result.stdout.strip().splitlines()[0]) \
             if result.stdout.strip() else None
 
-    def signal(self, pid: int, signame: str) -> bool:
-        """``kill -s SIG pid``; False if there is no such process (any more)."""
+    def signal(self, pid: int, signame: str, group: bool = False) -> bool:
+        """``kill -s SIG pid``; False if there is no such process (any more). With ``group``,
+        the process group ``pid`` leads (a detached process and what it started), or the
+        process alone when it leads none."""
+        if group and self.run(["kill", "-s", signame, "--", f"-{pid}"],
+                              check=False).returncode == 0:
+            return True
         return self.run(["kill", "-s", signame, str(pid)], check=False).returncode == 0
 
     def close(self) -> None:

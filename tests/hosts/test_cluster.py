@@ -37,7 +37,7 @@ from tests.fixtures.broker import BrokerProcess
 from tests.fixtures.netns import free_test_address, skip_unless_namespaces
 from tests.fixtures.pids import HeldProcess, KeepStopped, running
 from tests.fixtures.sshd import SshServer
-from tests.hosts.helpers import ACTORLOG, two_local_nodes_spec
+from tests.hosts.helpers import ACTORLOG, two_local_nodes_spec, wait_until
 from wire.fingerprint import wire_fingerprint
 
 pytestmark = pytest.mark.multiprocess
@@ -937,3 +937,50 @@ host = "h2"
     finally:
         assert cluster.node(1).stop(30) in ("stopped", "killed", "not running")
         cluster.close()
+
+
+def test_pause_and_resume_take_every_process_of_a_node(
+        spec_file: Path, zk_connect: str, holds: ExitStack) -> None:
+    """A node of two processes: SIGSTOP went to the first alone and the other served on."""
+    from tests.fixtures.pids import process_state
+
+    listener, gateway = free_port(), free_port()
+    spec_file.write_text(f"""
+[hosts.here]
+via = "local"
+[zookeeper]
+connect = "{zk_connect}"
+[nodes.1]
+host = "here"
+[nodes.1.config]
+"listeners" = "127.0.0.1:{listener}"
+"actor.gateway.port" = {gateway}
+"num.processes" = 2
+""")
+    up = cli("up", "--spec", str(spec_file), timeout_s=150)
+    assert up.returncode == 0, up.stdout + up.stderr
+    data = spec_file.parent / f"{NAME}.cluster" / "data"
+    try:
+        pid = int((data / "node-1" / "serve.pid").read_text())
+        node = holds.enter_context(hold(pid, "node 1", node_mark(data, 1)))
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        assert len(children) == 1, children  # process 1 of the node
+        second = holds.enter_context(hold(int(children[0]), "node 1's process 1",
+                                          "-m actors.processes "))
+        assert cli("pause", "--spec", str(spec_file), "1").returncode == 0
+        keeper = KeepStopped(node, "node 1")
+        try:
+            assert process_state(second.pid) == "T"  # stopped with the first
+        finally:
+            keeper.end()
+        assert cli("resume", "--spec", str(spec_file), "1").returncode == 0
+        assert process_state(second.pid) not in ("T", None)
+        assert process_state(node.pid) not in ("T", None)
+        # paused, then down: every process continued, so each can act on its SIGTERM
+        assert cli("pause", "--spec", str(spec_file), "1").returncode == 0
+    finally:
+        down = cli("down", "--spec", str(spec_file))
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "node 1 on here: stopped" in down.stdout
+    assert node.exited()
+    wait_until(second.exited, timeout_s=30, what="node 1's process 1 to exit")

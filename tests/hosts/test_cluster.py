@@ -356,6 +356,28 @@ def test_cluster_keys_then_up_gives_each_node_curve_keys(spec_file: Path, zk_con
     assert down.returncode == 0, down.stderr
 
 
+def test_a_lost_key_of_cluster_keys_is_refused_before_anything_starts(
+        spec_file: Path, zk_connect: str) -> None:
+    """The node's config names its key file: `up` started nodes and that one exited with
+    its log's hint (`actorlog keys new`); `restart` stopped it first."""
+    spec, _ports = two_local_nodes_spec(zk_connect)
+    spec_file.write_text(spec)
+    assert cli("keys", "--spec", str(spec_file)).returncode == 0
+    state = spec_file.parent / f"{NAME}.cluster"
+    lost = state / "curve" / "node-2.key_secret"
+    lost.unlink()
+    line = (f"node 2: its CURVE key pair is not whole ({lost} missing): restore it, or make "
+            f"new keys for every node (`actorlog cluster keys --spec {spec_file} --force`) "
+            f"and restart them all")
+    up = cli("up", "--spec", str(spec_file), timeout_s=150)
+    assert up.returncode == 1, up.stdout + up.stderr
+    assert up.stderr == f"Error: cluster up failed: {line}\n", up.stderr
+    assert "started" not in up.stdout and not (state / "data" / "node-1").exists()
+    restart = cli("restart", "--spec", str(spec_file), "2")
+    assert restart.returncode == 1, restart.stdout + restart.stderr
+    assert restart.stderr == f"Error: {line}\nnothing was restarted\n", restart.stderr
+
+
 def test_network_faults_need_a_netns_host(spec_file: Path) -> None:
     spec_file.write_text('[hosts.h1]\nvia = "local"\n[zookeeper]\nconnect = "127.0.0.1:1"\n'
                          '[nodes.1]\nhost = "h1"\n')

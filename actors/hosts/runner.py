@@ -231,8 +231,13 @@ class SshRunner(Runner):
         ]
         if self.host.user:
             opts += ["-l", self.host.user]
-        if self.host.identity_file:
-            opts += ["-i", self.host.identity_file, "-o", "IdentitiesOnly=yes"]
+        key = self.host.identity_file
+        if key:
+            if not os.path.exists(key) and os.path.isfile(f"{key}.pub"):
+                # the private key is the agent's: ssh drops a -i file that does not exist,
+                # and with the public one signs with the agent's key that matches it
+                key = f"{key}.pub"
+            opts += ["-i", key, "-o", "IdentitiesOnly=yes"]
         if self.host.control_master:
             opts += ["-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_path}",
                      "-o", "ControlPersist=120"]
@@ -299,6 +304,8 @@ def identity_problem(host: HostSpec) -> str | None:
     key = host.identity_file
     if host.via != "ssh" or not key:
         return None
+    if not os.path.exists(key) and os.path.isfile(f"{key}.pub"):
+        return None  # ssh signs with the agent's key that matches KEY.pub
     if not os.path.isfile(key):
         return (f"host {host.name}: identity_file {key} (in [hosts.{host.name}]) "
                 f"{'is not a file' if os.path.exists(key) else 'does not exist'} here")

@@ -109,6 +109,35 @@ def test_a_missing_identity_file_is_named_not_blamed_on_the_host(ssh_host: SshSe
     assert found.run(["echo", "ok"]).stdout == "ok\n"
 
 
+def test_an_identity_file_of_which_only_the_public_half_is_here_uses_the_agent(
+        ssh_host: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The private key is in an agent, KEY.pub is the file: ssh signs with the agent's key
+    that matches it. The missing KEY was refused as a missing identity file."""
+    key = tmp_path / "in_agent"
+    key.with_suffix(".pub").write_text(
+        Path(f"{ssh_host.identity_file}.pub").read_text())
+    socket = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(socket)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(socket.exists, timeout_s=10, what="ssh-agent's socket")
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(socket))
+        subprocess.run(["ssh-add", "-q", str(ssh_host.identity_file)], check=True,
+                       capture_output=True, timeout=30)
+        runner = SshRunner(ssh_spec(ssh_host, tmp_path, identity_file=str(key)),
+                           tmp_path / "known_hosts")
+        assert runner.run(["echo", "ok"]).stdout == "ok\n"
+    finally:
+        agent.kill()
+        agent.wait()
+    # without the agent, the same file is the host's refusal, as ssh says it
+    monkeypatch.delenv("SSH_AUTH_SOCK")
+    runner = SshRunner(ssh_spec(ssh_host, tmp_path, identity_file=str(key)),
+                       tmp_path / "known_hosts")
+    with pytest.raises(HostError, match=r"Permission denied \(publickey\)"):
+        runner.run(["true"])
+
+
 def test_nothing_listening_is_one_line(ssh_host: SshServer, tmp_path: Path) -> None:
     runner = SshRunner(ssh_spec(ssh_host, tmp_path, port=2222), tmp_path / "known_hosts")
     with pytest.raises(HostError, match=r"port 2222\): ssh failed: .*Connection refused"):

@@ -29,6 +29,10 @@ STOP_TIMEOUT_S = 30.0
 ZOOKEEPER_DIR = "zookeeper"
 
 
+class NotExitedError(HostError):
+    """A process outlived its SIGKILL: its host answered (the kernel holds it, a D state)."""
+
+
 class StartError(RuntimeError):
     """A process did not start or did not become ready; says where, what and its log's tail."""
 
@@ -97,10 +101,12 @@ class ManagedProcess:
         self.runner.signal(info.pid, "TERM")
         if self.wait_exit(info.pid, timeout_s):
             return "stopped"
-        self.runner.signal(info.pid, "KILL")
+        # its group: a process of the node stuck in its shutdown keeps its listener (the
+        # SO_REUSEPORT socket it shares) and would answer for the next start
+        self.runner.signal(info.pid, "KILL", group=True)
         if not self.wait_exit(info.pid, 10.0):
-            raise HostError(f"{self.label} on host {self.host.name} (pid {info.pid}) did not "
-                            "exit after SIGKILL")
+            raise NotExitedError(f"{self.label} on host {self.host.name} (pid {info.pid}) did "
+                                 "not exit after SIGKILL")
         return "killed"
 
     def wait_exit(self, pid: int, timeout_s: float) -> bool:

@@ -23,7 +23,7 @@ from actors.hosts.cluster import Cluster, ClusterError
 from actors.hosts.faults import FaultError, Netem, parse_delay_ms, parse_loss_pct
 from actors.hosts.launch import StartError
 from actors.hosts.netns import NetnsError
-from actors.hosts.runner import HostError
+from actors.hosts.runner import HostError, identity_problem
 from actors.hosts.spec import ClusterSpec, SpecError, load_spec
 
 RUN_TIME_ERRORS = (ClusterError, HostError, NetnsError, FaultError, StartError)
@@ -81,6 +81,10 @@ def group() -> None:
 def check(spec_path: str) -> None:
     """Read the spec and say what it describes; contacts no host."""
     spec = read_spec(spec_path)
+    # files the spec names on this machine are checked here too (ssh would blame the host)
+    missing = [p for p in map(identity_problem, spec.hosts.values()) if p]
+    if missing:
+        raise SpecRefused("\n".join(missing))
     cluster = Cluster(spec, say=say)
     for host in spec.hosts.values():
         say(f"host {host.name}: via {host.via}, {host.address}"
@@ -165,8 +169,13 @@ def format_status(found: dict[str, Any]) -> list[str]:
                      f"builds cannot read each other's messages; stop every node to upgrade")
     lines.append(f"{'node':<6}{'host':<10}{'listener':<24}{'pid':<9}{'process':<10}"
                  f"{'uptime':<9}{'version':<10}{'wire':<14}{'zk':<6}{'leads':<7}kafka")
+    unreachable: list[str] = []
     for node in found["nodes"]:
-        process = "paused" if node["paused"] else "running" if node["alive"] else "down"
+        process = "paused" if node["paused"] else "running" if node["alive"] else \
+            "unknown" if node.get("host_error") else "down"
+        if node.get("host_error"):
+            unreachable.append(f"node {node['id']}: process unknown, its host did not answer: "
+                               f"{node['host_error']}")
         uptime = f"{node['uptime_s']}s" if node["uptime_s"] is not None else "-"
         kafka = "answers" if node["answers"] else f"no answer ({node['error']})"
         lines.append(f"{node['id']:<6}{node['host']:<10}{node['listener']:<24}"
@@ -174,6 +183,7 @@ def format_status(found: dict[str, Any]) -> list[str]:
                      f"{node['version'] or '-':<10}{node.get('wire') or '-':<14}"
                      f"{'yes' if node['registered'] else 'no':<6}"
                      f"{node['leaderships']:<7}{kafka}")
+    lines += unreachable
     lines.append(f"partitions: {found['partitions']} (from {found['partitions_source']}), "
                  f"under-replicated {found['under_replicated_partitions']}, "
                  f"offline {found['offline_partitions']}")
@@ -221,9 +231,9 @@ def _fault(name: str, doc: str, action: Callable[[Cluster, int], None]) -> None:
             action(cluster, node)
 
 
-_fault("kill", "SIGKILL the node's process.", Cluster.kill)
-_fault("pause", "SIGSTOP the node's process.", Cluster.pause)
-_fault("resume", "SIGCONT the node's process.", Cluster.resume)
+_fault("kill", "SIGKILL the node's processes.", Cluster.kill)
+_fault("pause", "SIGSTOP the node's processes.", Cluster.pause)
+_fault("resume", "SIGCONT the node's processes.", Cluster.resume)
 _fault("isolate", "Cut the link of the node's (netns) host.", Cluster.isolate)
 _fault("heal", "Restore the link of the node's (netns) host and remove netem.", Cluster.heal)
 

@@ -31,6 +31,7 @@ from actors.hosts import netns
 from actors.hosts.faults import FaultError, Netem, apply_netem, clear_netem, current_netem
 from actors.hosts.launch import (
     ManagedProcess,
+    NotExitedError,
     StartError,
     ZooKeeperProcess,
     node_process,
@@ -38,7 +39,7 @@ from actors.hosts.launch import (
     zookeeper_process,
 )
 from actors.hosts.netns import NetnsError, TestHost
-from actors.hosts.node_config import CURVE_DIR, NodePlan
+from actors.hosts.node_config import CURVE_DIR, NodePlan, curve_key_paths
 from actors.hosts.probe import ProbeError, api_versions, metadata
 from actors.hosts.runner import (
     HostError,
@@ -177,7 +178,9 @@ class Cluster:
     # ----------------------------------------------------------------- up
     def preflight(self) -> None:
         """Everything that can be checked before anything is made or started."""
-        problems: list[str] = []
+        # only of the nodes `up` starts: one that runs is left alone, its key files unread
+        problems = [problem for node_id in self.plans
+                    if (problem := self.key_problem(node_id)) and not self.runs_already(node_id)]
         wanted = {n.host for n in self.spec.nodes.values()} | set(self.spec.zookeeper.hosts)
         test_hosts = [h for h in self.spec.hosts.values() if h.via == "netns"]
         if test_hosts:
@@ -300,6 +303,40 @@ class Cluster:
             self.say(f"node {node_id}: key {public}")
         self.say(f"keys in {out}; `cluster up` gives each node its key pair and every node's "
                  f"public key (restart running nodes to use them)")
+
+    def missing_keys(self, ids: list[int]) -> list[str]:
+        """One line per node whose key pair `cluster keys` made is no longer whole: its
+        config names the key files, so it would start only to exit on the missing one (the
+        hint in its log, `actorlog keys new`, is not the way for a spec's nodes)."""
+        return [problem for problem in map(self.key_problem, ids) if problem]
+
+    def key_problem(self, node_id: int) -> str | None:
+        """``missing_keys`` of one node."""
+        if self.keys_dir is None:
+            return None
+        plan = self.plans[node_id]
+        secret, _public_dir = curve_key_paths(plan.data_dir, node_id)
+        if plan.config.get("actor.curve.secret.key.file") != secret:
+            return None  # the spec's config names a key file of its own: the node reads that
+        pair = [self.keys_dir / f"node-{node_id}.key_secret",
+                self.keys_dir / "public" / f"node-{node_id}.key"]
+        lost = [str(path) for path in pair if not path.is_file()]
+        if not lost:
+            return None
+        return (f"node {node_id}: its CURVE key pair is not whole ({', '.join(lost)} "
+                f"missing): restore it, or make new keys for every node (`actorlog "
+                f"cluster keys --spec {self.spec.path} --force`) and restart them all")
+
+    def runs_already(self, node_id: int) -> bool:
+        """Whether the node's process runs (`up` leaves it alone); False where that cannot
+        be asked (its host's own problem is found by the checks)."""
+        plan = self.plans[node_id]
+        if self.missing_host(plan.host):
+            return False
+        try:
+            return self.node(node_id).info() is not None
+        except HostError:
+            return False
 
     def hand_keys(self, runner: Runner, plan: NodePlan) -> None:
         """The node's CURVE key pair and every node's public key, where its config says."""
@@ -437,18 +474,15 @@ class Cluster:
     def down(self) -> None:
         """Stop every node, then ZooKeeper; remove what `up` made; undo network faults."""
         problems: list[str] = []
-        for node_id in self.plans:
-            proc = self.node(node_id)
+        host_failed = False
+        for proc in [self.node(node_id) for node_id in self.plans] + list(self.zookeepers()):
             try:
-                outcome = proc.stop(self.stop_timeout_s)
-                self.say(f"node {node_id} on {proc.host.name}: {outcome}")
+                self.say(f"{proc.label} on {proc.host.name}: {proc.stop(self.stop_timeout_s)}")
             except HostError as exc:
-                problems.append(str(exc))
-        for zk in self.zookeepers():
-            try:
-                self.say(f"{zk.label} on {zk.host.name}: {zk.stop(self.stop_timeout_s)}")
-            except HostError as exc:
-                problems.append(str(exc))
+                # which process may still run, not only which host failed
+                host_failed = host_failed or not isinstance(exc, NotExitedError)
+                problems.append(f"{proc.label} on {proc.host.name}: NOT stopped, it may still "
+                                f"run: {exc}")
         state = ClusterState.load(self.state_path)
         for name in list(state.isolated) + list(state.netem):
             host = self.spec.hosts.get(name)
@@ -474,6 +508,8 @@ class Cluster:
             state.bridge_created = False
         self.finish_state(state)
         if problems:
+            if host_failed:
+                problems.append("`cluster down` again stops what is left, once its host answers")
             raise ClusterError("\n".join(problems))
 
     # ------------------------------------------------------------- status
@@ -495,7 +531,8 @@ class Cluster:
                                      "listener": plan.client_address, "alive": False,
                                      "pid": None, "paused": False, "uptime_s": None,
                                      "version": None, "answers": False, "registered": False,
-                                     "wire": None, "leaderships": 0, "error": None}
+                                     "wire": None, "leaderships": 0, "error": None,
+                                     "host_error": None}
             missing = self.missing_host(plan.host)
             if missing:  # nothing to ask, and its address leads nowhere it should
                 entry["error"] = missing
@@ -505,8 +542,9 @@ class Cluster:
             try:
                 info = proc.info()
             except HostError as exc:
+                # the host did not answer: whether the process runs is not known
                 info = None
-                entry["error"] = str(exc)
+                entry["host_error"] = str(exc)
             if info is not None:
                 entry.update(alive=True, pid=info.pid, paused=info.paused,
                              uptime_s=info.elapsed_s, version=self.started_version(node_id))
@@ -518,8 +556,8 @@ class Cluster:
                     # a partition as its leader reports it
                     if p.leader == node_id or (p.topic, p.partition) not in partitions:
                         partitions[(p.topic, p.partition)] = p
-            except ProbeError as exc:
-                entry["error"] = entry["error"] or str(exc)
+            except ProbeError as exc:  # (the host's, if any, is host_error)
+                entry["error"] = str(exc)
             nodes.append(entry)
         zk = self.zookeeper_status()
         states = zk.pop("partition_states")
@@ -674,6 +712,10 @@ class Cluster:
         the node must answer and be registered again before the next one goes.
         """
         ids = self.spec.node_ids(node_ids)
+        missing = self.missing_keys(ids)
+        if missing:
+            raise ClusterError("\n".join([*missing, "nothing was restarted"]))
+        self.hosts_answer(ids, rolling)
         if rolling:
             for node_id in ids:
                 self.wait_in_sync(timeout_s)
@@ -691,6 +733,29 @@ class Cluster:
                 self.wait_answering(node_id, timeout_s)
             for node_id in ids:
                 self.wait_rejoined(node_id, timeout_s)
+
+    def hosts_answer(self, ids: list[int], rolling: bool) -> None:
+        """The host of every node to restart answers before any node stops: a host that did
+        not answer was found only at its node's turn, after the nodes before it were stopped
+        (a plain restart left them down, a rolling one had restarted them for nothing)."""
+        problems = []
+        others = []
+        for node_id in ids:
+            proc = self.node(node_id)
+            try:
+                proc.info()
+            except HostError as exc:
+                problems.append(f"node {node_id} on {proc.host.name}: {exc}")
+            else:
+                others.append(node_id)
+        if problems:
+            problems.append("nothing was restarted")
+            if others:  # the way forward: without the nodes whose host did not answer
+                problems.append(
+                    f"name the nodes to restart the others: `actorlog cluster restart --spec "
+                    f"{self.spec.path}{' --rolling' if rolling else ''} "
+                    f"{' '.join(map(str, others))}`")
+            raise ClusterError("\n".join(problems))
 
     def stop_node(self, node_id: int) -> None:
         proc = self.node(node_id)

@@ -29,6 +29,10 @@ STOP_TIMEOUT_S = 30.0
 ZOOKEEPER_DIR = "zookeeper"
 
 
+class NotExitedError(HostError):
+    """A process outlived its SIGKILL: its host answered (the kernel holds it, a D state)."""
+
+
 class StartError(RuntimeError):
     """A process did not start or did not become ready; says where, what and its log's tail."""
 
@@ -77,9 +81,13 @@ class ManagedProcess:
         return info
 
     def send(self, signame: str) -> int:
-        """Signal the running process; its pid. HostError if it is not running."""
+        """Signal the running process and the processes it started (its process group,
+        which it leads: started detached); its pid. HostError if it is not running.
+
+        A node of several processes (num.processes) is one node: SIGSTOP to the first
+        alone left the others serving, a pause of half a node."""
         info = self.info()
-        if info is None or not self.runner.signal(info.pid, signame):
+        if info is None or not self.runner.signal(info.pid, signame, group=True):
             raise HostError(f"{self.label} on host {self.host.name} is not running")
         return info.pid
 
@@ -88,15 +96,17 @@ class ManagedProcess:
         info = self.info()
         if info is None:
             return "not running"
-        if info.paused:
-            self.runner.signal(info.pid, "CONT")
+        if info.paused:  # (its group: `send` paused all of it)
+            self.runner.signal(info.pid, "CONT", group=True)
         self.runner.signal(info.pid, "TERM")
         if self.wait_exit(info.pid, timeout_s):
             return "stopped"
-        self.runner.signal(info.pid, "KILL")
+        # its group: a process of the node stuck in its shutdown keeps its listener (the
+        # SO_REUSEPORT socket it shares) and would answer for the next start
+        self.runner.signal(info.pid, "KILL", group=True)
         if not self.wait_exit(info.pid, 10.0):
-            raise HostError(f"{self.label} on host {self.host.name} (pid {info.pid}) did not "
-                            "exit after SIGKILL")
+            raise NotExitedError(f"{self.label} on host {self.host.name} (pid {info.pid}) did "
+                                 "not exit after SIGKILL")
         return "killed"
 
     def wait_exit(self, pid: int, timeout_s: float) -> bool:

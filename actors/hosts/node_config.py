@@ -49,6 +49,13 @@ def format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def curve_key_paths(data_dir: str, node_id: int) -> tuple[str, str]:
+    """Where a node's config names its secret key file and public keys dir when the spec's
+    config does not: ``curve/`` in its data dir."""
+    keys = PurePosixPath(data_dir) / CURVE_DIR
+    return str(keys / f"node-{node_id}.key_secret"), str(keys / "public")
+
+
 @dataclass(frozen=True)
 class NodePlan:
     """Everything about one node that follows from the spec (no I/O)."""
@@ -92,9 +99,9 @@ class NodePlan:
             values["log.dirs"] = data_dir
         values[CLUSTER_KEY] = spec.connect_string()
         if with_keys:  # unless the spec's config names key files of its own
-            keys = PurePosixPath(data_dir) / CURVE_DIR
-            values["actor.curve.secret.key.file"] = str(keys / f"node-{node_id}.key_secret")
-            values["actor.curve.public.keys.dir"] = str(keys / "public")
+            secret, public_dir = curve_key_paths(data_dir, node_id)
+            values["actor.curve.secret.key.file"] = secret
+            values["actor.curve.public.keys.dir"] = public_dir
         values.update(merged)
         return cls(node_id, host, values, listen_port, format_address(adv_host, adv_port),
                    gateway_port, data_dir)

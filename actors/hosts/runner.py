@@ -184,8 +184,13 @@ class Runner:
         return parse_ps_line(pid, result.stdout.strip().splitlines()[0]) \
             if result.stdout.strip() else None
 
-    def signal(self, pid: int, signame: str) -> bool:
-        """``kill -s SIG pid``; False if there is no such process (any more)."""
+    def signal(self, pid: int, signame: str, group: bool = False) -> bool:
+        """``kill -s SIG pid``; False if there is no such process (any more). With ``group``,
+        the process group ``pid`` leads (a detached process and what it started), or the
+        process alone when it leads none."""
+        if group and self.run(["kill", "-s", signame, "--", f"-{pid}"],
+                              check=False).returncode == 0:
+            return True
         return self.run(["kill", "-s", signame, str(pid)], check=False).returncode == 0
 
     def close(self) -> None:
@@ -226,8 +231,13 @@ class SshRunner(Runner):
         ]
         if self.host.user:
             opts += ["-l", self.host.user]
-        if self.host.identity_file:
-            opts += ["-i", self.host.identity_file, "-o", "IdentitiesOnly=yes"]
+        key = self.host.identity_file
+        if key:
+            if not os.path.exists(key) and os.path.isfile(f"{key}.pub"):
+                # the private key is the agent's: ssh drops a -i file that does not exist,
+                # and with the public one signs with the agent's key that matches it
+                key = f"{key}.pub"
+            opts += ["-i", key, "-o", "IdentitiesOnly=yes"]
         if self.host.control_master:
             opts += ["-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_path}",
                      "-o", "ControlPersist=120"]
@@ -244,12 +254,20 @@ class SshRunner(Runner):
     def describe(self, command: list[str]) -> str:
         return f"ssh {self.host.ssh_target} -p {self.host.port} {shlex.join(command)}"
 
-    def run(self, command: list[str], *, input_text: str | None = None,
-            timeout_s: float = 60.0, check: bool = True) -> Result:
+    def prepare(self) -> None:
+        """What ssh needs here before it runs; a missing identity file is refused: ssh
+        would only warn and then fail as "Permission denied", which names the wrong cause."""
+        problem = identity_problem(self.host)
+        if problem:
+            raise HostError(problem)
         if self.managed_known_hosts:
             self.known_hosts.parent.mkdir(parents=True, exist_ok=True)
         if self.host.control_master:
             self.control_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def run(self, command: list[str], *, input_text: str | None = None,
+            timeout_s: float = 60.0, check: bool = True) -> Result:
+        self.prepare()
         result = super().run(command, input_text=input_text, timeout_s=timeout_s, check=False)
         if result.returncode == 255:  # ssh itself failed: the command never ran
             raise HostError(self.ssh_failure(result.stderr))
@@ -258,10 +276,7 @@ class SshRunner(Runner):
         return result
 
     def run_bytes(self, command: list[str], *, timeout_s: float = 120.0) -> BytesResult:
-        if self.managed_known_hosts:
-            self.known_hosts.parent.mkdir(parents=True, exist_ok=True)
-        if self.host.control_master:
-            self.control_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.prepare()
         result = super().run_bytes(command, timeout_s=timeout_s)
         if result.returncode == 255:  # ssh itself failed: the command never ran
             raise HostError(self.ssh_failure(result.stderr))
@@ -282,6 +297,21 @@ class SshRunner(Runner):
         subprocess.run(["ssh", "-O", "exit", "-o", f"ControlPath={self.control_path}",
                         "-p", str(self.host.port), self.host.address],
                        capture_output=True, timeout=15, check=False)
+
+
+def identity_problem(host: HostSpec) -> str | None:
+    """Why the ssh host's identity_file cannot be used from here, or None."""
+    key = host.identity_file
+    if host.via != "ssh" or not key:
+        return None
+    if not os.path.exists(key) and os.path.isfile(f"{key}.pub"):
+        return None  # ssh signs with the agent's key that matches KEY.pub
+    if not os.path.isfile(key):
+        return (f"host {host.name}: identity_file {key} (in [hosts.{host.name}]) "
+                f"{'is not a file' if os.path.exists(key) else 'does not exist'} here")
+    if not os.access(key, os.R_OK):
+        return f"host {host.name}: identity_file {key} (in [hosts.{host.name}]) is not readable"
+    return None
 
 
 def runner_for(host: HostSpec, state_dir: Path) -> Runner:

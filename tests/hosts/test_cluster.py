@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -37,7 +38,7 @@ from tests.fixtures.broker import BrokerProcess
 from tests.fixtures.netns import free_test_address, skip_unless_namespaces
 from tests.fixtures.pids import HeldProcess, KeepStopped, running
 from tests.fixtures.sshd import SshServer
-from tests.hosts.helpers import ACTORLOG, two_local_nodes_spec
+from tests.hosts.helpers import ACTORLOG, two_local_nodes_spec, wait_until
 from wire.fingerprint import wire_fingerprint
 
 pytestmark = pytest.mark.multiprocess
@@ -354,6 +355,81 @@ def test_cluster_keys_then_up_gives_each_node_curve_keys(spec_file: Path, zk_con
         assert "CURVE between nodes: key" in log and "refused" not in log
     down = cli("down", "--spec", str(spec_file))
     assert down.returncode == 0, down.stderr
+
+
+def test_a_lost_key_of_cluster_keys_is_refused_before_anything_starts(
+        spec_file: Path, zk_connect: str) -> None:
+    """The node's config names its key file: `up` started nodes and that one exited with
+    its log's hint (`actorlog keys new`); `restart` stopped it first."""
+    spec, _ports = two_local_nodes_spec(zk_connect)
+    spec_file.write_text(spec)
+    assert cli("keys", "--spec", str(spec_file)).returncode == 0
+    state = spec_file.parent / f"{NAME}.cluster"
+    lost = state / "curve" / "node-2.key_secret"
+    lost.unlink()
+    line = (f"node 2: its CURVE key pair is not whole ({lost} missing): restore it, or make "
+            f"new keys for every node (`actorlog cluster keys --spec {spec_file} --force`) "
+            f"and restart them all")
+    up = cli("up", "--spec", str(spec_file), timeout_s=150)
+    assert up.returncode == 1, up.stdout + up.stderr
+    assert up.stderr == f"Error: cluster up failed: {line}\n", up.stderr
+    assert "started" not in up.stdout and not (state / "data" / "node-1").exists()
+    restart = cli("restart", "--spec", str(spec_file), "2")
+    assert restart.returncode == 1, restart.stdout + restart.stderr
+    assert restart.stderr == f"Error: {line}\nnothing was restarted\n", restart.stderr
+
+
+def test_a_node_naming_a_key_file_of_its_own_is_not_refused_for_a_lost_one(
+        spec_file: Path, tmp_path: Path) -> None:
+    """Node 2's config names a secret key file of its own, which it reads instead of the one
+    `cluster keys` made: every node was taken as naming the made one, and node 2 was refused
+    when that one was missing."""
+    own = tmp_path / "own"
+    spec_file.write_text(f"""
+[hosts.here]
+via = "local"
+[zookeeper]
+connect = "127.0.0.1:1"
+[nodes.1]
+host = "here"
+[nodes.2]
+host = "here"
+[nodes.2.config]
+"listeners" = "127.0.0.1:9192"
+"actor.curve.secret.key.file" = "{own / 'node-2.key_secret'}"
+"actor.curve.public.keys.dir" = "{own / 'public'}"
+""")
+    assert cli("keys", "--spec", str(spec_file)).returncode == 0
+    made = spec_file.parent / f"{NAME}.cluster" / "curve"
+    for node_id in (1, 2):
+        (made / f"node-{node_id}.key_secret").unlink()
+    cluster = Cluster(load_spec(spec_file), say=lambda line: None)
+    try:
+        assert cluster.missing_keys([1, 2]) == [
+            f"node 1: its CURVE key pair is not whole ({made / 'node-1.key_secret'} missing): "
+            f"restore it, or make new keys for every node (`actorlog cluster keys --spec "
+            f"{spec_file} --force`) and restart them all"]
+    finally:
+        cluster.close()
+
+
+def test_up_leaves_a_running_node_alone_whose_made_key_is_lost(
+        spec_file: Path, zk_connect: str) -> None:
+    """`up` on a running cluster starts nothing there, and so reads no node's key files: a
+    lost key of a node that runs refused the whole `up`."""
+    spec, _ports = two_local_nodes_spec(zk_connect)
+    spec_file.write_text(spec)
+    assert cli("keys", "--spec", str(spec_file)).returncode == 0
+    try:
+        up = cli("up", "--spec", str(spec_file), timeout_s=150)
+        assert up.returncode == 0, up.stdout + up.stderr
+        (spec_file.parent / f"{NAME}.cluster" / "curve" / "node-2.key_secret").unlink()
+        again = cli("up", "--spec", str(spec_file), timeout_s=150)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "node 2 on here: already running" in again.stdout, again.stdout
+    finally:
+        down = cli("down", "--spec", str(spec_file))
+    assert down.returncode == 0, down.stdout + down.stderr
 
 
 def test_network_faults_need_a_netns_host(spec_file: Path) -> None:
@@ -839,3 +915,219 @@ def test_up_refuses_a_node_whose_listener_another_broker_answers_on(
         assert other.proc is not None and other.proc.poll() is None  # left alone
     finally:
         assert other.stop() == 0
+
+
+def unreachable_ssh_host_spec(ssh_host: SshServer, spec_file: Path, tmp_path: Path,
+                              more: str = "") -> None:
+    """A spec whose node and ZooKeeper are on an ssh host whose sshd is then stopped: the
+    host cannot be asked anything, as when its link or its sshd is down. ``more``: more of
+    the spec."""
+    spec_file.write_text(f"""
+[hosts.h2]
+via = "ssh"
+address = "{ssh_host.host.address}"
+user = "root"
+identity_file = "{ssh_host.identity_file}"
+actorlog = "{ACTORLOG}"
+data_dir = "{tmp_path / 'remote'}"
+[zookeeper]
+hosts = ["h2"]
+[nodes.1]
+host = "h2"
+{more}""")
+    ssh_host.stop()
+
+
+def test_status_says_a_process_on_a_host_that_does_not_answer_is_unknown(
+        ssh_host: SshServer, spec_file: Path, tmp_path: Path) -> None:
+    """It said "down", and when the node still answered Kafka requests the reason was shown
+    nowhere."""
+    port = free_port()  # node 2's listener: a broker answers there (as a node still serving)
+    answering = BrokerProcess(tmp_path / "answering", port=port).start()
+    try:
+        unreachable_ssh_host_spec(ssh_host, spec_file, tmp_path,
+                                  f'[nodes.2]\nhost = "h2"\n'
+                                  f'config = {{"listeners" = "127.0.0.1:{port}"}}\n')
+        result = cli("status", "--spec", str(spec_file), timeout_s=120)
+        serving = node_status(spec_file, 2)
+    finally:
+        assert answering.stop() == 0
+    assert result.returncode == 0, result.stderr
+    row = next(line for line in result.stdout.splitlines() if line.startswith("1 "))
+    assert row.split()[4] == "unknown", result.stdout  # node, host, listener, pid, process
+    ssh_error = (f"host h2 (root@{ssh_host.host.address}, port 22): ssh failed: "
+                 f"ssh: connect to host {ssh_host.host.address} port 22: Connection refused")
+    assert f"node 1: process unknown, its host did not answer: {ssh_error}" in result.stdout
+    node = node_status(spec_file, 1)
+    assert node["host_error"] == ssh_error and node["alive"] is False
+    # the Kafka probe's own error, not the ssh one again
+    assert node["error"] == f"{ssh_host.host.address}:9092: Connection refused"
+    # a node that answers has no error: the ssh one is its host's (it was its error too)
+    assert serving["answers"] is True and serving["error"] is None, serving
+    assert serving["host_error"] == ssh_error and serving["alive"] is False
+
+
+def test_down_names_what_it_could_not_stop_on_a_host_that_does_not_answer(
+        ssh_host: SshServer, spec_file: Path, tmp_path: Path) -> None:
+    """It printed the ssh error once per process, without saying which processes may be
+    left running there."""
+    unreachable_ssh_host_spec(ssh_host, spec_file, tmp_path)
+    result = cli("down", "--spec", str(spec_file), timeout_s=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    ssh_error = (f"host h2 (root@{ssh_host.host.address}, port 22): ssh failed: "
+                 f"ssh: connect to host {ssh_host.host.address} port 22: Connection refused")
+    assert result.stderr.splitlines() == [
+        f"Error: node 1 on h2: NOT stopped, it may still run: {ssh_error}",
+        f"ZooKeeper on h2: NOT stopped, it may still run: {ssh_error}",
+        "`cluster down` again stops what is left, once its host answers"], result.stderr
+
+
+def test_restart_stops_nothing_while_a_nodes_host_does_not_answer(
+        ssh_host: SshServer, spec_file: Path, tmp_path: Path, zk_connect: str,
+        holds: ExitStack) -> None:
+    """Node 2's host was found not to answer only at node 2's turn: a plain restart had
+    stopped node 1 by then and left it down."""
+    listener, gateway = free_port(), free_port()
+    spec_file.write_text(f"""
+[hosts.here]
+via = "local"
+[hosts.h2]
+via = "ssh"
+address = "{ssh_host.host.address}"
+user = "root"
+identity_file = "{ssh_host.identity_file}"
+actorlog = "{ACTORLOG}"
+data_dir = "{tmp_path / 'remote'}"
+[zookeeper]
+connect = "{zk_connect}"
+[nodes.1]
+host = "here"
+config = {{"listeners" = "127.0.0.1:{listener}", "actor.gateway.port" = {gateway}}}
+[nodes.2]
+host = "h2"
+""")
+    ssh_host.stop()
+    cluster = Cluster(load_spec(spec_file), say=lambda line: None)
+    data = spec_file.parent / f"{NAME}.cluster" / "data"
+    try:
+        cluster.start_node(1, [])
+        node_1 = holds.enter_context(hold(int((data / "node-1" / "serve.pid").read_text()),
+                                          "node 1", node_mark(data, 1)))
+        cluster.wait_answering(1, 90)
+        for rolling in ([], ["--rolling"]):
+            result = cli("restart", "--spec", str(spec_file), *rolling, timeout_s=120)
+            assert result.returncode == 1, result.stdout + result.stderr
+            assert not node_1.exited(), result.stdout  # the same process serves on
+            assert result.stderr.splitlines() == [
+                f"Error: node 2 on h2: host h2 (root@{ssh_host.host.address}, port 22): ssh "
+                f"failed: ssh: connect to host {ssh_host.host.address} port 22: Connection "
+                f"refused", "nothing was restarted",
+                f"name the nodes to restart the others: `actorlog cluster restart --spec "
+                f"{spec_file}{' --rolling' if rolling else ''} 1`"], result.stderr
+            assert "node 1 on here: stopped" not in result.stdout
+        # the way the hint names
+        result = cli("restart", "--spec", str(spec_file), "1", timeout_s=150)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "node 1 on here: stopped" in result.stdout and node_1.exited()
+    finally:
+        assert cluster.node(1).stop(30) in ("stopped", "killed", "not running")
+        cluster.close()
+
+
+def test_pause_and_resume_take_every_process_of_a_node(
+        spec_file: Path, zk_connect: str, holds: ExitStack) -> None:
+    """A node of two processes: SIGSTOP went to the first alone and the other served on."""
+    listener, gateway = free_port(), free_port()
+    spec_file.write_text(f"""
+[hosts.here]
+via = "local"
+[zookeeper]
+connect = "{zk_connect}"
+[nodes.1]
+host = "here"
+[nodes.1.config]
+"listeners" = "127.0.0.1:{listener}"
+"actor.gateway.port" = {gateway}
+"num.processes" = 2
+""")
+    up = cli("up", "--spec", str(spec_file), timeout_s=150)
+    assert up.returncode == 0, up.stdout + up.stderr
+    data = spec_file.parent / f"{NAME}.cluster" / "data"
+    try:
+        pid = int((data / "node-1" / "serve.pid").read_text())
+        node = holds.enter_context(hold(pid, "node 1", node_mark(data, 1)))
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        assert len(children) == 1, children  # process 1 of the node
+        second = holds.enter_context(hold(int(children[0]), "node 1's process 1",
+                                          "-m actors.processes "))
+        assert cli("pause", "--spec", str(spec_file), "1").returncode == 0
+        # each held stopped (another test's SIGCONT to a reused pid would end a pause)
+        keepers = [KeepStopped(node, "node 1"), KeepStopped(second, "node 1's process 1")]
+        try:
+            # stopped with the first (a SIGSTOP takes effect when its process next runs)
+            wait_until(lambda: second.state() == "T", timeout_s=10,
+                       what="node 1's process 1 to be stopped")
+        finally:
+            for keeper in keepers:
+                keeper.end()
+        assert cli("resume", "--spec", str(spec_file), "1").returncode == 0
+        wait_until(lambda: second.state() not in ("T", None) and
+                   node.state() not in ("T", None), timeout_s=10,
+                   what="node 1's processes to continue")
+        # paused, then down: every process continued, so each can act on its SIGTERM
+        assert cli("pause", "--spec", str(spec_file), "1").returncode == 0
+    finally:
+        down = cli("down", "--spec", str(spec_file))
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "node 1 on here: stopped" in down.stdout
+    assert node.exited()
+    wait_until(second.exited, timeout_s=30, what="node 1's process 1 to exit")
+
+
+def test_a_node_that_outlives_its_stop_timeout_is_killed_with_every_process(
+        spec_file: Path, zk_connect: str, holds: ExitStack) -> None:
+    """Process 1 of the node is stuck (stopped here), so process 0 waits on it past the stop
+    timeout: SIGKILL went to process 0 alone and left process 1 behind, holding its share of
+    the node's listener."""
+    listener, gateway = free_port(), free_port()
+    spec_file.write_text(f"""
+[hosts.here]
+via = "local"
+[zookeeper]
+connect = "{zk_connect}"
+[nodes.1]
+host = "here"
+[nodes.1.config]
+"listeners" = "127.0.0.1:{listener}"
+"actor.gateway.port" = {gateway}
+"num.processes" = 2
+""")
+    up = cli("up", "--spec", str(spec_file), timeout_s=150)
+    assert up.returncode == 0, up.stdout + up.stderr
+    data = spec_file.parent / f"{NAME}.cluster" / "data"
+    second: HeldProcess | None = None
+    try:
+        pid = int((data / "node-1" / "serve.pid").read_text())
+        node = holds.enter_context(hold(pid, "node 1", node_mark(data, 1)))
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        assert len(children) == 1, children  # process 1 of the node
+        second = holds.enter_context(hold(int(children[0]), "node 1's process 1",
+                                          "-m actors.processes "))
+        # process 0 takes SIGTERM as a shutdown only once every process is ready (before, it
+        # ends at once, leaving nothing to wait on)
+        log = data / "node-1" / "serve.log"
+        wait_until(lambda: "actorlog broker 1 listening on" in log.read_text(), timeout_s=60,
+                   what="node 1 to have started every process")
+        assert second.send_signal(signal.SIGSTOP)
+        keeper = KeepStopped(second, "node 1's process 1")
+        try:
+            down = cli("down", "--spec", str(spec_file), "--stop-timeout", "3")
+        finally:
+            keeper.end()
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert "node 1 on here: killed" in down.stdout, down.stdout
+        assert node.exited()
+        wait_until(second.exited, timeout_s=30, what="node 1's process 1 to be killed too")
+    finally:
+        if second is not None and not second.exited():
+            second.kill()  # (left behind: it would hold the listener's port)

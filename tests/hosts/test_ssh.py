@@ -80,6 +80,64 @@ def test_a_key_the_host_does_not_know_is_one_line(ssh_host: SshServer, tmp_path:
                                f"root@{ssh_host.host.address}: Permission denied (publickey).")
 
 
+def test_a_missing_identity_file_is_named_not_blamed_on_the_host(ssh_host: SshServer,
+                                                                 tmp_path: Path) -> None:
+    """ssh only warns about a key file it cannot read and then fails as "Permission denied":
+    the file is named instead, by the runner and by `cluster check`."""
+    from click.testing import CliRunner
+
+    from actors.cluster_cli import group
+
+    missing = tmp_path / "no_such_key"
+    runner = SshRunner(ssh_spec(ssh_host, tmp_path, identity_file=str(missing)),
+                       tmp_path / "known_hosts")
+    line = f"host h2: identity_file {missing} (in [hosts.h2]) does not exist here"
+    with pytest.raises(HostError) as info:
+        runner.run(["true"])
+    assert str(info.value) == line
+    with pytest.raises(HostError) as info:
+        runner.run_bytes(["true"])
+    assert str(info.value) == line
+    spec = tmp_path / "demo.toml"
+    spec.write_text(f'[hosts.h2]\nvia = "ssh"\naddress = "{ssh_host.host.address}"\n'
+                    f'identity_file = "{missing}"\n[zookeeper]\nconnect = "127.0.0.1:2181"\n'
+                    f'[nodes.1]\nhost = "h2"\n')
+    result = CliRunner().invoke(group, ["check", "--spec", str(spec)])
+    assert result.exit_code == 2 and result.output == f"Error: {line}\n", result.output
+    # the key that exists is used as before
+    found = SshRunner(ssh_spec(ssh_host, tmp_path), tmp_path / "known_hosts")
+    assert found.run(["echo", "ok"]).stdout == "ok\n"
+
+
+def test_an_identity_file_of_which_only_the_public_half_is_here_uses_the_agent(
+        ssh_host: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The private key is in an agent, KEY.pub is the file: ssh signs with the agent's key
+    that matches it. The missing KEY was refused as a missing identity file."""
+    key = tmp_path / "in_agent"
+    key.with_suffix(".pub").write_text(
+        Path(f"{ssh_host.identity_file}.pub").read_text())
+    socket = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(socket)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(socket.exists, timeout_s=10, what="ssh-agent's socket")
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(socket))
+        subprocess.run(["ssh-add", "-q", str(ssh_host.identity_file)], check=True,
+                       capture_output=True, timeout=30)
+        runner = SshRunner(ssh_spec(ssh_host, tmp_path, identity_file=str(key)),
+                           tmp_path / "known_hosts")
+        assert runner.run(["echo", "ok"]).stdout == "ok\n"
+    finally:
+        agent.kill()
+        agent.wait()
+    # without the agent, the same file is the host's refusal, as ssh says it
+    monkeypatch.delenv("SSH_AUTH_SOCK")
+    runner = SshRunner(ssh_spec(ssh_host, tmp_path, identity_file=str(key)),
+                       tmp_path / "known_hosts")
+    with pytest.raises(HostError, match=r"Permission denied \(publickey\)"):
+        runner.run(["true"])
+
+
 def test_nothing_listening_is_one_line(ssh_host: SshServer, tmp_path: Path) -> None:
     runner = SshRunner(ssh_spec(ssh_host, tmp_path, port=2222), tmp_path / "known_hosts")
     with pytest.raises(HostError, match=r"port 2222\): ssh failed: .*Connection refused"):

@@ -3,7 +3,9 @@
 A node listens on its host's address, port 9092, unless its config sets
 ``listeners``; its data dir (``log.dirs``) defaults to ``node-<id>`` under the
 host's ``data_dir``; its gateway for the other nodes (``actor.gateway.*``) is
-on the host's address, on the listener's port + 1 unless set. The node's
+on the host's address, on the (first) listener's port + 1 unless set. `cluster up`
+and `status` ask a node through its first PLAINTEXT listener, else its first
+SASL_PLAINTEXT one (they speak plain TCP and do not log in). The node's
 config file, its log and its pid file live in its data dir, so one directory
 per node holds everything `cluster up` made for it. Every node joins the
 spec's cluster: its ``zookeeper.connect`` is the spec's ZooKeeper (a spec
@@ -16,11 +18,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
 
 from actors.hosts.spec import DEFAULT_LISTENER_PORT, ClusterSpec, HostSpec
+from actors.security.listeners import Listener, SecurityProtocol, parse_listeners
 
 CONFIG_FILE = "node.toml"
 LOG_FILE = "serve.log"
@@ -28,6 +31,7 @@ PID_FILE = "serve.pid"
 VERSION_FILE = "serve.version"
 CLUSTER_KEY = "zookeeper.connect"
 CURVE_DIR = "curve"  # in the spec's state dir (made by `cluster keys`) and in each data dir
+WILDCARDS = ("0.0.0.0", "::", "")
 
 
 def parse_listener(value: str) -> tuple[str, int]:
@@ -43,6 +47,17 @@ def parse_listener(value: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"listeners {value!r} is not host:port")
     return host, int(port)
+
+
+def _probed(listeners: tuple[Listener, ...]) -> Listener:
+    """The listener `cluster up` and `status` ask (plain TCP, no login): a PLAINTEXT one,
+    else SASL_PLAINTEXT (ApiVersions is served before a login), else the first (a TLS
+    listener, which the probe cannot reach)."""
+    for protocol in (SecurityProtocol.PLAINTEXT, SecurityProtocol.SASL_PLAINTEXT):
+        for listener in listeners:
+            if listener.security_protocol is protocol:
+                return listener
+    return listeners[0]
 
 
 def format_address(host: str, port: int) -> str:
@@ -72,15 +87,22 @@ class NodePlan:
         }
         listeners = str(merged.get("listeners", format_address(host.address,
                                                                DEFAULT_LISTENER_PORT)))
-        listen_host, listen_port = parse_listener(listeners)
+        listen_port = parse_listener(listeners)[1]  # the first: the gateway's default is next
+        protocols = str(merged.get("listener.security.protocol.map", ""))
+        bound = parse_listeners(listeners, protocols)
         advertised = str(merged.get("advertised.listeners", ""))
         if advertised:
-            adv_host, adv_port = parse_listener(advertised)
+            told = parse_listeners(advertised, protocols, "advertised.listeners",
+                                   distinct_ports=False)
         else:
-            adv_host, adv_port = listen_host, listen_port
-            if listen_host in ("0.0.0.0", "::", ""):
-                adv_host = host.address
-                values["advertised.listeners"] = format_address(adv_host, adv_port)
+            told = tuple(replace(b, host=host.address) if b.host in WILDCARDS else b
+                         for b in bound)
+            if told != bound:  # clients cannot connect to a wildcard
+                values["advertised.listeners"] = (
+                    format_address(told[0].host, told[0].port) if "://" not in listeners
+                    else ",".join(t.connection_string for t in told))
+        probed = _probed(told)
+        adv_host, adv_port = probed.host, probed.port
         values["listeners"] = listeners
         gateway_port = int(merged.get("actor.gateway.port",
                                       listen_port + 1 if listen_port else 0))

@@ -363,6 +363,46 @@ def test_up_and_status_of_nodes_whose_first_listener_is_tls(spec_file: Path, zk_
     assert producer.flush(60) == 0 and acked == [None]
 
 
+def test_status_lists_the_groups_of_the_nodes_that_answer(spec_file: Path, zk_connect: str
+                                                          ) -> None:
+    """A node killed a moment ago is still registered (its ZooKeeper session outlives it, a
+    long one here) and named in Metadata; `status` lists the groups the other node
+    coordinates (asking the killed one, the client's ListGroups failed whole: no group was
+    shown) and names the node it could not ask."""
+    spec, ports = two_local_nodes_spec(zk_connect, '"zookeeper.session.timeout.ms" = 60000\n'
+                                                   '"default.replication.factor" = 2')
+    spec_file.write_text(spec)
+    up = cli("up", "--spec", str(spec_file))
+    assert up.returncode == 0, up.stdout + up.stderr
+    servers = f"127.0.0.1:{ports[0]},127.0.0.1:{ports[2]}"
+    produce_acked(servers, "grouped", [b"a", b"b", b"c"])
+    consumer = KafkaConsumer("grouped", bootstrap_servers=servers, group_id="kept",
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             consumer_timeout_ms=15000)
+    try:
+        assert sum(len(b) for b in consumer.poll(timeout_ms=15000).values()) >= 1
+        consumer.commit()
+    finally:
+        consumer.close()
+    admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=30_000)
+    try:
+        coordinator = next(n for n in (1, 2)
+                           if admin.list_groups(broker_ids=[n]))  # the one that has it
+    finally:
+        admin.close()
+    other = 3 - coordinator
+    killed = cli("kill", "--spec", str(spec_file), str(other))
+    assert killed.returncode == 0, killed.stderr
+    found = status_json(spec_file)
+    assert other in found["live_nodes"]  # registered still: clients are sent to it
+    assert found["groups_error"] is None, found["groups_error"]
+    assert [g["group"] for g in found["groups"]] == ["kept"]
+    assert found["groups_unlisted_nodes"] == [other]
+    text = cli("status", "--spec", str(spec_file))
+    assert "group kept: Empty, 0 member(s)" in text.stdout, text.stdout
+    assert f"groups: those node(s) [{other}] coordinate are not listed" in text.stdout
+
+
 def test_cluster_keys_then_up_gives_each_node_curve_keys(spec_file: Path, zk_connect: str
                                                          ) -> None:
     """`cluster keys` makes a pair per node; `up` puts them in each data dir, the config

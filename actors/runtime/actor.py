@@ -464,14 +464,14 @@ class Actor(PykkaActor):
         self._route(sock.getsockopt(zmq.FD), _MAILBOX, sock, _POLLIN)
         self._owner._mailbox_backlog.append(self)  # frames may be in it already
         self._route(self.actor_inbox.fd, _INBOX, None, _POLLIN)
-        try:
-            self.setup()
-            # Reachable by name before anything it set up can run (spawn registers it
-            # only after _ready): an Acceptor's first connection can close, and its
-            # Processor tell the Acceptor, before the spawning thread runs again
-            node.actors[self.name] = self
-        finally:
-            self._ready.set()
+        self.setup()
+        # Reachable by name before anything it set up can run (spawn registers it
+        # only after _ready): an Acceptor's first connection can close, and its
+        # Processor tell the Acceptor, before the spawning thread runs again
+        node.actors[self.name] = self
+        # Only now: a setup that raised has _ready set once the actor is stopped (by
+        # _adopt, or _on_loop_failure), so spawn sees the failure, not a started actor
+        self._ready.set()
 
     def _adopt(self, guest: Actor) -> None:
         """Host side: start a guest in this thread."""

@@ -5,8 +5,11 @@ from __future__ import annotations
 import threading
 from typing import NamedTuple
 
+import pytest
+
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
+from actors.runtime.errors import NodeError
 from actors.runtime.node import Node
 from tests.fixtures.waiting import wait_for
 from tests.runtime.node_actors import Boom, Fragile, GetState, OrderChecker, Sender, SendSeq, Seq
@@ -76,6 +79,26 @@ def test_a_crashing_guest_is_restarted_without_disturbing_its_host(node: Node) -
     assert node.ask(fragile, GetState())["setups"] == 2
     node.tell(Address(node.name, "host"), Countdown(2))
     assert wait_for(lambda: node.ask(Address(node.name, "host"), GetState()) == [2, 1, 0])
+
+
+class BadSetup(Actor):
+    """Its setup fails, as a gateway's whose port is taken."""
+
+    def setup(self) -> None:
+        raise OSError("setup refused")
+
+
+def test_spawn_of_an_actor_whose_setup_fails_raises(node: Node) -> None:
+    """In its own thread or as a guest: spawn waits until the actor is stopped, not only
+    until setup ended (it returned as if started, and the node ran on without it)."""
+    node.spawn(SelfTeller, "host")
+    for i in range(20):
+        with pytest.raises(NodeError, match="failed to start"):
+            node.spawn(BadSetup, f"own-{i}")
+        with pytest.raises(NodeError, match="failed to start"):
+            node.spawn(BadSetup, f"guest-{i}", host=node.actor("host"))
+    node.tell(Address(node.name, "host"), Countdown(1))  # the host runs on
+    assert wait_for(lambda: node.ask(Address(node.name, "host"), GetState()) == [1, 0])
 
 
 def test_stopping_a_guest_leaves_the_host_running(node: Node) -> None:

@@ -249,6 +249,19 @@ def free_tcp_port(host: str) -> int:
         return int(probe.getsockname()[1])
 
 
+def gateway_port_taken(host: str, port: int) -> str | None:
+    """Why the gateway could not bind ``host:port`` (None: it can). ZeroMQ's tcp listener
+    sets SO_REUSEADDR, so this one does too: a port in TIME_WAIT is free to it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
 def lock_log_dir(path: Path) -> DirLock:
     try:
         return DirLock.acquire(path)
@@ -439,6 +452,8 @@ class Broker:
         if self.cluster:
             if gateway_port == 0:  # the other nodes need a tcp gateway: any free port
                 gateway_port = free_tcp_port(str(cfg["actor.gateway.host"]))
+            else:  # before registering: a gateway that cannot bind leaves the node deaf
+                self._check_gateway_port(str(cfg["actor.gateway.host"]), gateway_port)
             cluster_id = self._join(cfg, data_dir, broker_id)
             self._check_cluster_curve(curve, broker_id)
             self._check_cluster_wire(broker_id,
@@ -532,7 +547,10 @@ class Broker:
                            log_dir=snapshot, topics=topics, broker_id=broker_id, clock=clock,
                            **(place(i) if single and i != local[0] else {}))
             if gateway_host is not None:
-                node.start_gateway(gateway_host)
+                try:
+                    node.start_gateway(gateway_host)
+                except NodeError as exc:
+                    raise BrokerError(str(exc)) from None
             for i in topo.local_purgatories():
                 node.spawn(PurgatoryShard, topo.purgatory(i).name, topology=topo, clock=clock,
                            purge_interval_requests=int(cfg["purge.interval.requests"]),
@@ -775,6 +793,21 @@ class Broker:
                                topic_exists=TRANSACTION_STATE_TOPIC in (topics or {}))
 
     # ------------------------------------------------------------------ cluster mode
+    def _check_gateway_port(self, host: str, port: int) -> None:
+        """One line, before the node registers, for a gateway port it cannot bind: its
+        gateway failed to start and the node ran on, registered with a gateway address
+        where the other nodes' links met one of its listeners (a TLS one logged each)."""
+        why = gateway_port_taken(host, port)
+        if why is None:
+            return
+        for listener in self.bound:
+            if listener.port == port:
+                raise BrokerConfigError(
+                    f"actor.gateway.port = {port}: this node's listener {listener.name} "
+                    f"listens there ({why}); give the gateway a port of its own")
+        raise BrokerError(f"actor.gateway.port: cannot listen on {host}:{port} ({why}); "
+                          f"is another broker using it? choose another actor.gateway.port")
+
     def _join(self, cfg: Config, data_dir: Path, broker_id: int) -> str:
         """Connect to ZooKeeper; the cluster id, agreed between ZooKeeper and the data dir."""
         session_ms = int(cfg["zookeeper.session.timeout.ms"])

@@ -193,3 +193,63 @@ def test_a_metrics_port_in_use_gets_one_line_and_leaves_no_data_dir(tmp_path: Pa
                           "--metrics-port", str(port)])
     check_one_line(proc, 1, [f"metrics on port {port}", "in use", "--metrics-port"])
     assert not data_dir.exists()
+
+
+def _cluster_node_config(base: Path, zk_connect: str, listeners: str, gateway_port: int) -> Path:
+    config = base / "node.toml"
+    config.write_text(f'"zookeeper.connect" = "{zk_connect}"\n"node.id" = 7\n'
+                      f'"listeners" = "{listeners}"\n"actor.gateway.host" = "127.0.0.1"\n'
+                      f'"actor.gateway.port" = {gateway_port}\n')
+    return config
+
+
+def _registered(zk_connect: str) -> list[str]:
+    from tests.fixtures.cluster_tools import ZooKeeperReader
+
+    zk = ZooKeeperReader(zk_connect)
+    try:
+        return zk.children("/brokers/ids")
+    finally:
+        zk.close()
+
+
+def test_a_gateway_port_of_its_own_listener_gets_one_line_and_no_registration(
+        tmp_path: Path, zk_connect: str) -> None:
+    """Its gateway failed to start and the node ran on, registered at its listener's
+    address: the other nodes' links met a listener (a TLS one logged each attempt)."""
+    first, second = free_tcp_ports(2)
+    config = _cluster_node_config(
+        tmp_path, zk_connect, f"PLAINTEXT://127.0.0.1:{first},INTERNAL://127.0.0.1:{second}",
+        second)
+    with config.open("a") as f:
+        f.write('"listener.security.protocol.map" = "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT"\n')
+    data_dir = tmp_path / "data"
+    proc = run_serve(["--config", str(config), "--data-dir", str(data_dir)])
+    check_one_line(proc, 2, [f"actor.gateway.port = {second}", "listener INTERNAL",
+                             "a port of its own"])
+    assert not data_dir.exists() and "7" not in _registered(zk_connect)
+
+
+def test_a_gateway_port_in_use_gets_one_line_and_no_registration(
+        tmp_path: Path, zk_connect: str) -> None:
+    data_dir = tmp_path / "data"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = _cluster_node_config(tmp_path, zk_connect, "127.0.0.1:0", port)
+        proc = run_serve(["--config", str(config), "--data-dir", str(data_dir)])
+    check_one_line(proc, 1, [f"actor.gateway.port: cannot listen on 127.0.0.1:{port}",
+                             "in use", "choose another actor.gateway.port"])
+    assert not data_dir.exists() and "7" not in _registered(zk_connect)
+
+
+def free_tcp_ports(count: int) -> list[int]:
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()

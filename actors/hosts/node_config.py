@@ -75,6 +75,7 @@ class NodePlan:
     client_address: str
     gateway_port: int
     data_dir: str
+    listener_ports: tuple[int, ...] = ()  # every listener's (the first is listen_port)
 
     @classmethod
     def of(cls, spec: ClusterSpec, node_id: int, with_keys: bool = False) -> NodePlan:
@@ -119,7 +120,7 @@ class NodePlan:
             values["actor.curve.public.keys.dir"] = str(keys / "public")
         values.update(merged)
         return cls(node_id, host, values, listen_port, format_address(adv_host, adv_port),
-                   gateway_port, data_dir)
+                   gateway_port, data_dir, tuple(b.port for b in bound))
 
     @property
     def config_path(self) -> str:

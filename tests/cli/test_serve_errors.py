@@ -195,10 +195,11 @@ def test_a_metrics_port_in_use_gets_one_line_and_leaves_no_data_dir(tmp_path: Pa
     assert not data_dir.exists()
 
 
-def _cluster_node_config(base: Path, zk_connect: str, listeners: str, gateway_port: int) -> Path:
+def _cluster_node_config(base: Path, zk_connect: str, listeners: str, gateway_port: int,
+                         gateway_host: str = "127.0.0.1") -> Path:
     config = base / "node.toml"
     config.write_text(f'"zookeeper.connect" = "{zk_connect}"\n"node.id" = 7\n'
-                      f'"listeners" = "{listeners}"\n"actor.gateway.host" = "127.0.0.1"\n'
+                      f'"listeners" = "{listeners}"\n"actor.gateway.host" = "{gateway_host}"\n'
                       f'"actor.gateway.port" = {gateway_port}\n')
     return config
 
@@ -244,6 +245,20 @@ def test_a_gateway_port_in_use_gets_one_line_and_no_registration(
     assert not data_dir.exists() and "7" not in _registered(zk_connect)
 
 
+def test_a_gateway_host_not_of_this_machine_gets_one_line_and_no_registration(
+        tmp_path: Path, zk_connect: str) -> None:
+    """A bind refused for another reason than a port in use was called "in use" (exit 1,
+    'is another broker using it?'): it is the config's mistake. Only a bind is tried."""
+    data_dir = tmp_path / "data"
+    port = free_tcp_ports(1)[0]
+    config = _cluster_node_config(tmp_path, zk_connect, "127.0.0.1:0", port, "198.18.0.250")
+    proc = run_serve(["--config", str(config), "--data-dir", str(data_dir)])
+    line = check_one_line(proc, 2, ["actor.gateway.host = 198.18.0.250",
+                                    "no interface of this host has that address"])
+    assert "in use" not in line
+    assert not data_dir.exists() and "7" not in _registered(zk_connect)
+
+
 def free_tcp_ports(count: int) -> list[int]:
     socks = [socket.socket() for _ in range(count)]
     try:
@@ -253,3 +268,18 @@ def free_tcp_ports(count: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def test_an_actor_whose_setup_fails_gets_one_error_line_naming_the_cause(
+        tmp_path: Path) -> None:
+    """The spawn's NodeError, no BrokerError, left serve with a traceback; the actor's
+    own log line says it once, with no traceback for a refusal of the system."""
+    data_dir = tmp_path / "data"
+    (data_dir / "cleaner-offset-checkpoint").mkdir(parents=True)  # a file expected here
+    proc = run_serve(["--listen", "127.0.0.1:0", "--data-dir", str(data_dir)])
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and proc.stderr.rstrip().endswith(errors[0]), proc.stderr
+    assert "'log-cleaner' failed to start" in errors[0], errors[0]
+    assert "Is a directory" in errors[0] and "cleaner-offset-checkpoint" in errors[0], errors[0]
+    assert proc.returncode == 1, proc.stderr

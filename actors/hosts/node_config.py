@@ -5,7 +5,9 @@ A node listens on its host's address, port 9092, unless its config sets
 host's ``data_dir``; its gateway for the other nodes (``actor.gateway.*``) is
 on the host's address, on the (first) listener's port + 1 unless set. `cluster up`
 and `status` ask a node through its first PLAINTEXT listener, else its first
-SASL_PLAINTEXT one (they speak plain TCP and do not log in). The node's
+SASL_PLAINTEXT one (they speak plain TCP and do not log in: on a SASL_PLAINTEXT one
+`up` gets its ApiVersions, but `status` no Metadata, so shows the node not answering).
+The node's
 config file, its log and its pid file live in its data dir, so one directory
 per node holds everything `cluster up` made for it. Every node joins the
 spec's cluster: its ``zookeeper.connect`` is the spec's ZooKeeper (a spec
@@ -23,7 +25,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from actors.hosts.spec import DEFAULT_LISTENER_PORT, ClusterSpec, HostSpec
-from actors.security.listeners import Listener, SecurityProtocol, parse_listeners
+from actors.security.listeners import Listener, SecurityProtocol, is_wildcard, parse_listeners
 
 CONFIG_FILE = "node.toml"
 LOG_FILE = "serve.log"
@@ -31,7 +33,6 @@ PID_FILE = "serve.pid"
 VERSION_FILE = "serve.version"
 CLUSTER_KEY = "zookeeper.connect"
 CURVE_DIR = "curve"  # in the spec's state dir (made by `cluster keys`) and in each data dir
-WILDCARDS = ("0.0.0.0", "::", "")
 
 
 def parse_listener(value: str) -> tuple[str, int]:
@@ -51,8 +52,8 @@ def parse_listener(value: str) -> tuple[str, int]:
 
 def _probed(listeners: tuple[Listener, ...]) -> Listener:
     """The listener `cluster up` and `status` ask (plain TCP, no login): a PLAINTEXT one,
-    else SASL_PLAINTEXT (ApiVersions is served before a login), else the first (a TLS
-    listener, which the probe cannot reach)."""
+    else SASL_PLAINTEXT (ApiVersions is served before a login; Metadata, which `status`
+    asks, is not), else the first (a TLS listener, which the probe cannot reach)."""
     for protocol in (SecurityProtocol.PLAINTEXT, SecurityProtocol.SASL_PLAINTEXT):
         for listener in listeners:
             if listener.security_protocol is protocol:
@@ -96,7 +97,7 @@ class NodePlan:
             told = parse_listeners(advertised, protocols, "advertised.listeners",
                                    distinct_ports=False)
         else:
-            told = tuple(replace(b, host=host.address) if b.host in WILDCARDS else b
+            told = tuple(replace(b, host=host.address) if is_wildcard(b.host) else b
                          for b in bound)
             if told != bound:  # clients cannot connect to a wildcard
                 values["advertised.listeners"] = (

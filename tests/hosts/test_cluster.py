@@ -400,7 +400,7 @@ def test_status_lists_the_groups_of_the_nodes_that_answer(spec_file: Path, zk_co
     assert found["groups_unlisted_nodes"] == [other]
     text = cli("status", "--spec", str(spec_file))
     assert "group kept: Empty, 0 member(s)" in text.stdout, text.stdout
-    assert f"groups: those node(s) [{other}] coordinate are not listed" in text.stdout
+    assert f"groups coordinated by node(s) [{other}] are not listed" in text.stdout
 
 
 def test_cluster_keys_then_up_gives_each_node_curve_keys(spec_file: Path, zk_connect: str

@@ -80,6 +80,7 @@ from actors.security.acl import Authorizer
 from actors.security.config import SecurityConfigError, SecuritySettings
 from actors.security.credentials import CredentialCache
 from actors.security.curve import CurveError, CurveIdentity, cluster_mismatch
+from actors.security.listeners import is_wildcard
 from actors.security.local_store import LocalSecurityStore, LocalStoreError
 from actors.security.tls import TlsConfigError, server_context
 from actors.shard_relay import ShardRelay
@@ -247,6 +248,19 @@ def free_tcp_port(host: str) -> int:
             raise BrokerConfigError(f"actor.gateway.host {host!r}: cannot bind there "
                                     f"({exc.strerror}); give an address of this host") from None
         return int(probe.getsockname()[1])
+
+
+def gateway_port_taken(host: str, port: int) -> OSError | None:
+    """Why the gateway could not bind ``host:port`` (its errno; None: it can). ZeroMQ's tcp
+    listener sets SO_REUSEADDR, so this one does too: a port in TIME_WAIT is free to it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc
+    return None
 
 
 def lock_log_dir(path: Path) -> DirLock:
@@ -439,6 +453,8 @@ class Broker:
         if self.cluster:
             if gateway_port == 0:  # the other nodes need a tcp gateway: any free port
                 gateway_port = free_tcp_port(str(cfg["actor.gateway.host"]))
+            else:  # before registering: a gateway that cannot bind leaves the node deaf
+                self._check_gateway_port(str(cfg["actor.gateway.host"]), gateway_port)
             cluster_id = self._join(cfg, data_dir, broker_id)
             self._check_cluster_curve(curve, broker_id)
             self._check_cluster_wire(broker_id,
@@ -493,10 +509,7 @@ class Broker:
         gateway_host = (topo.shard(local[0]).name
                         if cfg["actor.threads"] == "single" and local else None)
         try:
-            try:
-                node.start(gateway=gateway_host is None)
-            except NodeError as exc:
-                raise BrokerError(str(exc)) from None
+            node.start(gateway=gateway_host is None)
             credentials = self._credentials(data_dir)
             authorizer, acl_store = self._authorizer(data_dir)
             user_store: Any = (self.metadata if self.cluster
@@ -585,7 +598,7 @@ class Broker:
                 self._start_processes(cfg, data_dir, ipc_dir, node_name, broker_id, adv_host,
                                       adv_port, cluster_id, processes,
                                       log_dir.had_clean_shutdown)
-        except BaseException:
+        except BaseException as exc:
             if self.supervisor is not None:
                 self.supervisor.stop()
                 self.supervisor = None
@@ -594,6 +607,8 @@ class Broker:
                 self._remove_gateway_socket(node)
             self.node = None
             self._close_metadata()
+            if isinstance(exc, NodeError):  # an actor whose setup failed: one line, its cause
+                raise BrokerError(str(exc)) from exc
             raise
         self._catch_signals()
         logger.bind(node=node_name).info(
@@ -775,6 +790,37 @@ class Broker:
                                topic_exists=TRANSACTION_STATE_TOPIC in (topics or {}))
 
     # ------------------------------------------------------------------ cluster mode
+    def _check_gateway_port(self, host: str, port: int) -> None:
+        """One line, before the node registers, for a gateway port it cannot bind: its
+        gateway failed to start and the node ran on, registered with a gateway address
+        where the other nodes' links met one of its listeners (a TLS one logged each)."""
+        exc = gateway_port_taken(host, port)
+        if exc is None:
+            return
+        where = format_host_port(host, port)
+        why = exc.strerror or str(exc)
+        if isinstance(exc, socket.gaierror):
+            raise BrokerConfigError(f"actor.gateway.host = {host}: {why}; give an IP address "
+                                    f"or a name this host resolves")
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise BrokerConfigError(f"actor.gateway.host = {host}: no interface of this host "
+                                    f"has that address ({why}); use one it has")
+        if exc.errno == errno.EACCES:
+            raise BrokerConfigError(f"actor.gateway.port = {port}: permission denied on "
+                                    f"{where} (ports below 1024 need privileges); choose a "
+                                    f"port from 1024 up")
+        if exc.errno != errno.EADDRINUSE:
+            raise BrokerConfigError(f"actor.gateway.host/actor.gateway.port: cannot listen "
+                                    f"on {where} ({why})")
+        for listener in self.bound:  # its own, when both bind the same address
+            if listener.port == port and (is_wildcard(listener.host) or is_wildcard(host)
+                                          or listener.host == host):
+                raise BrokerConfigError(
+                    f"actor.gateway.port = {port}: this node's listener {listener.name} "
+                    f"listens there ({why}); give the gateway a port of its own")
+        raise BrokerError(f"actor.gateway.port: cannot listen on {where} ({why}); "
+                          f"is another broker using it? choose another actor.gateway.port")
+
     def _join(self, cfg: Config, data_dir: Path, broker_id: int) -> str:
         """Connect to ZooKeeper; the cluster id, agreed between ZooKeeper and the data dir."""
         session_ms = int(cfg["zookeeper.session.timeout.ms"])

@@ -195,6 +195,9 @@ def format_status(found: dict[str, Any]) -> list[str]:
                      + ("  OFFLINE" if p["leader"] < 0 else ""))
     if found.get("groups_error"):
         lines.append(f"groups: not readable ({found['groups_error']})")
+    elif found.get("groups_unlisted_nodes"):
+        lines.append(f"groups coordinated by node(s) {found['groups_unlisted_nodes']} are "
+                     "not listed (no answer)")
     for g in found.get("groups", []):
         lines.append(f"group {g['group']}: {g['state']}, {g['members']} member(s), "
                      f"lag {g['lag'] if g['lag'] is not None else '-'} over "

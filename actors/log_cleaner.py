@@ -37,7 +37,11 @@ import itertools
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from actors.core.checkpoint import RECOVERY_POINT_OFFSET_CHECKPOINT, read_offset_checkpoint
+from actors.core.checkpoint import (
+    RECOVERY_POINT_OFFSET_CHECKPOINT,
+    CheckpointError,
+    read_offset_checkpoint,
+)
 from actors.core.log_cleaner import (
     CleanableLog,
     CleanerError,
@@ -127,7 +131,15 @@ class LogCleaner(Actor):
         self.backoff_ms = int(self.config["log.cleaner.backoff.ms"])
         self.capacity = map_capacity(int(self.config["log.cleaner.dedupe.buffer.size"]))
         self.io_bytes = int(self.config["log.cleaner.io.buffer.size"])
-        self.checkpoints = read_cleaner_checkpoint(self.log_dir)
+        try:
+            self.checkpoints = read_cleaner_checkpoint(self.log_dir)
+        except CheckpointError as exc:
+            # As Kafka's cleaner: what it had cleaned is unknown, so every log is dirty
+            # from its start; cleaning again is only work, a broker refused is an outage.
+            # The next pass writes the file anew.
+            self.log.warning("{}; the cleaner starts with no checkpoint (its logs are "
+                             "cleaned again from their start)", exc)
+            self.checkpoints = {}
         self.ids = itertools.count(1)
         self.scan_id = 0
         self.waiting: set[str] = set()

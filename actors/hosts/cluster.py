@@ -525,7 +525,7 @@ class Cluster:
         """
         nodes = []
         partitions: dict[tuple[str, int], Any] = {}
-        answering: list[str] = []
+        answering: dict[int, str] = {}
         for node_id, plan in self.plans.items():
             entry: dict[str, Any] = {"id": node_id, "host": plan.host.name,
                                      "listener": plan.client_address, "alive": False,
@@ -551,7 +551,7 @@ class Cluster:
             try:
                 found = metadata(plan.client_address, self.probe_timeout_s)
                 entry["answers"] = True
-                answering.append(plan.client_address)
+                answering[node_id] = plan.client_address
                 for p in found.partitions:
                     # a partition as its leader reports it
                     if p.leader == node_id or (p.topic, p.partition) not in partitions:
@@ -608,11 +608,16 @@ class Cluster:
             out["topics"] = states
         if groups:
             out["groups"], out["groups_error"] = self.groups_status(answering)
+            # a node that does not answer (killed, still registered until its session
+            # ends) is not asked: the others' groups are listed all the same
+            out["groups_unlisted_nodes"] = sorted(set(self.plans) - set(answering))
         return out
 
-    def groups_status(self, bootstrap: list[str]) -> tuple[list[dict[str, Any]], str | None]:
-        """Consumer groups with their state, members and total lag, through the Kafka API."""
-        if not bootstrap:
+    def groups_status(self, answering: dict[int, str]
+                      ) -> tuple[list[dict[str, Any]], str | None]:
+        """Consumer groups with their state, members and total lag, through the Kafka API,
+        as the nodes of ``answering`` (id: address) coordinate them."""
+        if not answering:
             return [], "no node answers"
         from kafka import KafkaAdminClient
 
@@ -620,7 +625,7 @@ class Cluster:
 
         timeout_ms = max(1000, int(self.probe_timeout_s * 2500))
         try:
-            admin = KafkaAdminClient(bootstrap_servers=",".join(bootstrap),
+            admin = KafkaAdminClient(bootstrap_servers=",".join(answering.values()),
                                      client_id="actorlog-cluster-status",
                                      request_timeout_ms=timeout_ms,
                                      bootstrap_timeout_ms=timeout_ms)
@@ -628,7 +633,8 @@ class Cluster:
             return [], f"{type(exc).__name__}: {exc}"
         try:
             found = []
-            for listed in sorted(admin.list_groups(), key=lambda g: g["group_id"]):
+            listed_groups = admin.list_groups(broker_ids=sorted(answering))
+            for listed in sorted(listed_groups, key=lambda g: g["group_id"]):
                 group = describe_group(admin, listed["group_id"])
                 lags = [o["lag"] for o in group["offsets"] if o["lag"] is not None]
                 found.append({"group": group["group"], "state": group["state"],

@@ -3,7 +3,11 @@
 A node listens on its host's address, port 9092, unless its config sets
 ``listeners``; its data dir (``log.dirs``) defaults to ``node-<id>`` under the
 host's ``data_dir``; its gateway for the other nodes (``actor.gateway.*``) is
-on the host's address, on the listener's port + 1 unless set. The node's
+on the host's address, on the (first) listener's port + 1 unless set. `cluster up`
+and `status` ask a node through its first PLAINTEXT listener, else its first
+SASL_PLAINTEXT one (they speak plain TCP and do not log in: on a SASL_PLAINTEXT one
+`up` gets its ApiVersions, but `status` no Metadata, so shows the node not answering).
+The node's
 config file, its log and its pid file live in its data dir, so one directory
 per node holds everything `cluster up` made for it. Every node joins the
 spec's cluster: its ``zookeeper.connect`` is the spec's ZooKeeper (a spec
@@ -16,11 +20,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
 
 from actors.hosts.spec import DEFAULT_LISTENER_PORT, ClusterSpec, HostSpec
+from actors.security.listeners import Listener, SecurityProtocol, is_wildcard, parse_listeners
 
 CONFIG_FILE = "node.toml"
 LOG_FILE = "serve.log"
@@ -45,6 +50,17 @@ def parse_listener(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _probed(listeners: tuple[Listener, ...]) -> Listener:
+    """The listener `cluster up` and `status` ask (plain TCP, no login): a PLAINTEXT one,
+    else SASL_PLAINTEXT (ApiVersions is served before a login; Metadata, which `status`
+    asks, is not), else the first (a TLS listener, which the probe cannot reach)."""
+    for protocol in (SecurityProtocol.PLAINTEXT, SecurityProtocol.SASL_PLAINTEXT):
+        for listener in listeners:
+            if listener.security_protocol is protocol:
+                return listener
+    return listeners[0]
+
+
 def format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -67,6 +83,7 @@ class NodePlan:
     client_address: str
     gateway_port: int
     data_dir: str
+    listener_ports: tuple[int, ...] = ()  # every listener's (the first is listen_port)
 
     @classmethod
     def of(cls, spec: ClusterSpec, node_id: int, with_keys: bool = False) -> NodePlan:
@@ -79,15 +96,22 @@ class NodePlan:
         }
         listeners = str(merged.get("listeners", format_address(host.address,
                                                                DEFAULT_LISTENER_PORT)))
-        listen_host, listen_port = parse_listener(listeners)
+        listen_port = parse_listener(listeners)[1]  # the first: the gateway's default is next
+        protocols = str(merged.get("listener.security.protocol.map", ""))
+        bound = parse_listeners(listeners, protocols)
         advertised = str(merged.get("advertised.listeners", ""))
         if advertised:
-            adv_host, adv_port = parse_listener(advertised)
+            told = parse_listeners(advertised, protocols, "advertised.listeners",
+                                   distinct_ports=False)
         else:
-            adv_host, adv_port = listen_host, listen_port
-            if listen_host in ("0.0.0.0", "::", ""):
-                adv_host = host.address
-                values["advertised.listeners"] = format_address(adv_host, adv_port)
+            told = tuple(replace(b, host=host.address) if is_wildcard(b.host) else b
+                         for b in bound)
+            if told != bound:  # clients cannot connect to a wildcard
+                values["advertised.listeners"] = (
+                    format_address(told[0].host, told[0].port) if "://" not in listeners
+                    else ",".join(t.connection_string for t in told))
+        probed = _probed(told)
+        adv_host, adv_port = probed.host, probed.port
         values["listeners"] = listeners
         gateway_port = int(merged.get("actor.gateway.port",
                                       listen_port + 1 if listen_port else 0))
@@ -104,7 +128,7 @@ class NodePlan:
             values["actor.curve.public.keys.dir"] = public_dir
         values.update(merged)
         return cls(node_id, host, values, listen_port, format_address(adv_host, adv_port),
-                   gateway_port, data_dir)
+                   gateway_port, data_dir, tuple(b.port for b in bound))
 
     @property
     def config_path(self) -> str:

@@ -460,8 +460,8 @@ class _Checker:
                 self.problem(f"[nodes.{node_id}]", str(exc))
                 continue
             host = plan.host.name
-            for what, port in (("listener", plan.listen_port),
-                               ("actor gateway", plan.gateway_port)):
+            ports = [("listener", port) for port in plan.listener_ports]
+            for what, port in (*ports, ("actor gateway", plan.gateway_port)):
                 if port == 0:
                     continue
                 other = taken.get((host, port))

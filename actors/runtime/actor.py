@@ -171,6 +171,7 @@ class Actor(PykkaActor):
         # dispatch loop looks at it for every message
         self._dead = False
         self._ready = node._new_ready_event()
+        self._start_error: BaseException | None = None  # why on_start failed (spawn names it)
         self.restarts = RestartWindow(self.max_restarts, self.restart_window_s)
         self._trace = (0, 0)  # (trace id, span id) of the message being handled
         self._tracer = node.tracer
@@ -464,24 +465,27 @@ class Actor(PykkaActor):
         self._route(sock.getsockopt(zmq.FD), _MAILBOX, sock, _POLLIN)
         self._owner._mailbox_backlog.append(self)  # frames may be in it already
         self._route(self.actor_inbox.fd, _INBOX, None, _POLLIN)
-        try:
-            self.setup()
-            # Reachable by name before anything it set up can run (spawn registers it
-            # only after _ready): an Acceptor's first connection can close, and its
-            # Processor tell the Acceptor, before the spawning thread runs again
-            node.actors[self.name] = self
-        finally:
-            self._ready.set()
+        self.setup()
+        # Reachable by name before anything it set up can run (spawn registers it
+        # only after _ready): an Acceptor's first connection can close, and its
+        # Processor tell the Acceptor, before the spawning thread runs again
+        node.actors[self.name] = self
+        # Only now: a setup that raised has _ready set once the actor is stopped (by
+        # _adopt, or _on_loop_failure), so spawn sees the failure, not a started actor
+        self._ready.set()
 
     def _adopt(self, guest: Actor) -> None:
         """Host side: start a guest in this thread."""
         self._members.append(guest)
         try:
             guest.on_start()
-        except Exception:
-            guest.log.exception("guest actor {} failed to start", guest.name)
-            guest._finish_stop()
-            guest._ready.set()
+        except Exception as exc:
+            guest._log_start_failure(exc)
+            guest._start_error = exc
+            try:
+                guest._finish_stop()
+            finally:  # spawn waits on it, whatever the teardown did
+                guest._ready.set()
 
     def _next_timeout(self) -> int | None:
         timeout: int | None = None
@@ -752,7 +756,11 @@ class Actor(PykkaActor):
         try:
             self.teardown()
         except Exception:
-            self.log.exception("teardown of {} failed", self.name)
+            if self._start_error is None:
+                self.log.exception("teardown of {} failed", self.name)
+            else:  # a teardown may trip over what the failed setup never made
+                self.log.opt(exception=True).debug("teardown of {} after its failed start "
+                                                   "failed", self.name)
         if self._out:
             self.flush()
         pykka.ActorRegistry.unregister(self.actor_ref)
@@ -789,10 +797,28 @@ class Actor(PykkaActor):
 
     def _on_loop_failure(self, exc_type: type[BaseException] | None,
                          exc_value: BaseException | None, tb: TracebackType | None) -> None:
-        self.log.opt(exception=(exc_type, exc_value, tb)).error("actor {} failed", self.name)
-        self._dead = True
-        super()._on_loop_failure(exc_type, exc_value, tb)
-        self._ready.set()
+        if exc_value is None or isinstance(exc_value, Exception):
+            self._log_start_failure(exc_value or RuntimeError("?"))
+        else:
+            self.log.opt(exception=(exc_type, exc_value, tb)).error("actor {} failed", self.name)
+        self._start_error = exc_value
+        try:
+            # Stopped as _adopt stops a guest: what setup made is torn down and the mailbox
+            # closed (its inproc name free). Not in node._order, shutdown never stops it:
+            # its open sockets held the context's term for the whole shutdown timeout.
+            self._finish_stop()
+        finally:
+            self._dead = True
+            super()._on_loop_failure(exc_type, exc_value, tb)
+            self._ready.set()
+
+    def _log_start_failure(self, exc: Exception) -> None:
+        """Once, as the failure of this actor's start (spawn raises it to its caller): a
+        refusal of the system (a file, a port) in a line, a bug with its traceback."""
+        if isinstance(exc, (OSError, zmq.ZMQError)):
+            self.log.error("actor {} failed to start: {}", self.name, exc)
+        else:
+            self.log.opt(exception=exc).error("actor {} failed to start", self.name)
 
     def _stop(self) -> None:  # pykka's own immediate stop: the runtime never asks for it
         self._dead = True

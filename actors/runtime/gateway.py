@@ -221,7 +221,11 @@ class Gateway(Actor):
                 sock.curve_publickey = node.curve.keys.public
                 sock.curve_secretkey = node.curve.keys.secret
                 sock.zap_domain = b"actorlog"
-            sock.bind(url)
+            try:
+                sock.bind(url)
+            except zmq.ZMQError:  # not in _in yet: teardown would leave it open
+                sock.close(linger=0)
+                raise
             self._in.append(sock)
             # its ZMQ_FD, a plain descriptor: cheaper to poll than the socket (zmq_poll
             # asks each socket for its events); _on_readable asks before each recv

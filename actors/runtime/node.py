@@ -222,9 +222,12 @@ class Node:
         ref = actor_cls.start(self, name, **kwargs)
         actor = actor_of(ref)  # the object itself: the node supervises it
         assert actor is not None
-        actor._ready.wait(timeout=30)
+        if not actor._ready.wait(timeout=30):
+            raise NodeError(f"actor {name!r} did not start within 30 s on node {self.name}")
         if actor.actor_stopped.is_set():
-            raise NodeError(f"actor {name!r} failed to start on node {self.name}")
+            why = actor._start_error
+            raise NodeError(f"actor {name!r} failed to start on node {self.name}"
+                            + (f": {str(why) or type(why).__name__}" if why is not None else ""))
         self.actors[name] = actor
         if previous is None:
             self._order.append(name)

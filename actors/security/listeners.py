@@ -169,7 +169,7 @@ def _check_distinct(listeners: Iterable[Listener], what: str, distinct_ports: bo
             ports[listener.port] = listener.name
 
 
-def _is_wildcard(host: str) -> bool:
+def is_wildcard(host: str) -> bool:
     return host in ("", "0.0.0.0", "::")
 
 
@@ -194,7 +194,7 @@ def advertised_listeners(listeners: tuple[Listener, ...], text: str,
                     f"{what}: {listener.connection_string}: listener name {listener.name} "
                     f"is not among listeners ({', '.join(bound)})")
     for listener in advertised:
-        if _is_wildcard(listener.host):
+        if is_wildcard(listener.host):
             raise ListenerError(
                 f"{what}: {listener.connection_string} binds every address, which clients "
                 f"cannot connect to; set advertised.listeners to an address clients can "

@@ -473,3 +473,37 @@ def test_an_aborted_transactional_offset_commit_never_shadows_the_committed_offs
         admin.close()
     finally:
         running.broker.stop()
+
+
+def test_a_corrupt_cleaner_checkpoint_is_read_as_empty_and_the_broker_compacts(
+        tmp_path: Path) -> None:
+    """Kafka's cleaner logs an unreadable checkpoint and starts with none; the
+    CheckpointError stopped the cleaner's start, and with it the broker's."""
+    from actors.core.checkpoint import CheckpointError, read_offset_checkpoint
+    from actors.core.log_cleaner import CLEANER_CHECKPOINT
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / CLEANER_CHECKPOINT).write_bytes(b"0\nthree\nnot a checkpoint\n")
+    running = Running(data_dir, CLEANING)
+    try:
+        client = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{running.port}")
+        try:
+            client.create_topics([NewTopic("after-garbage", 1, 1, topic_configs=EAGER)])
+        finally:
+            client.close()
+        records = [(b"key-%d" % (i % 5), b"value-%d" % i) for i in range(200)]
+        produce(running, "after-garbage", records)
+        wait_until(lambda: cleaned_up_to(running, "after-garbage") > 100, "a cleaning")
+        assert len(read_all(running, "after-garbage")) < 200
+
+        def checkpointed() -> int:
+            try:
+                found = read_offset_checkpoint(data_dir / CLEANER_CHECKPOINT)
+            except CheckpointError:  # the garbage, until the first pass's write
+                return -1
+            return found.get(("after-garbage", 0), -1)
+
+        wait_until(lambda: checkpointed() > 100, "the checkpoint written anew")
+    finally:
+        running.broker.stop()

@@ -193,3 +193,93 @@ def test_a_metrics_port_in_use_gets_one_line_and_leaves_no_data_dir(tmp_path: Pa
                           "--metrics-port", str(port)])
     check_one_line(proc, 1, [f"metrics on port {port}", "in use", "--metrics-port"])
     assert not data_dir.exists()
+
+
+def _cluster_node_config(base: Path, zk_connect: str, listeners: str, gateway_port: int,
+                         gateway_host: str = "127.0.0.1") -> Path:
+    config = base / "node.toml"
+    config.write_text(f'"zookeeper.connect" = "{zk_connect}"\n"node.id" = 7\n'
+                      f'"listeners" = "{listeners}"\n"actor.gateway.host" = "{gateway_host}"\n'
+                      f'"actor.gateway.port" = {gateway_port}\n')
+    return config
+
+
+def _registered(zk_connect: str) -> list[str]:
+    from tests.fixtures.cluster_tools import ZooKeeperReader
+
+    zk = ZooKeeperReader(zk_connect)
+    try:
+        return zk.children("/brokers/ids")
+    finally:
+        zk.close()
+
+
+def test_a_gateway_port_of_its_own_listener_gets_one_line_and_no_registration(
+        tmp_path: Path, zk_connect: str) -> None:
+    """Its gateway failed to start and the node ran on, registered at its listener's
+    address: the other nodes' links met a listener (a TLS one logged each attempt)."""
+    first, second = free_tcp_ports(2)
+    config = _cluster_node_config(
+        tmp_path, zk_connect, f"PLAINTEXT://127.0.0.1:{first},INTERNAL://127.0.0.1:{second}",
+        second)
+    with config.open("a") as f:
+        f.write('"listener.security.protocol.map" = "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT"\n')
+    data_dir = tmp_path / "data"
+    proc = run_serve(["--config", str(config), "--data-dir", str(data_dir)])
+    check_one_line(proc, 2, [f"actor.gateway.port = {second}", "listener INTERNAL",
+                             "a port of its own"])
+    assert not data_dir.exists() and "7" not in _registered(zk_connect)
+
+
+def test_a_gateway_port_in_use_gets_one_line_and_no_registration(
+        tmp_path: Path, zk_connect: str) -> None:
+    data_dir = tmp_path / "data"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = _cluster_node_config(tmp_path, zk_connect, "127.0.0.1:0", port)
+        proc = run_serve(["--config", str(config), "--data-dir", str(data_dir)])
+    check_one_line(proc, 1, [f"actor.gateway.port: cannot listen on 127.0.0.1:{port}",
+                             "in use", "choose another actor.gateway.port"])
+    assert not data_dir.exists() and "7" not in _registered(zk_connect)
+
+
+def test_a_gateway_host_not_of_this_machine_gets_one_line_and_no_registration(
+        tmp_path: Path, zk_connect: str) -> None:
+    """A bind refused for another reason than a port in use was called "in use" (exit 1,
+    'is another broker using it?'): it is the config's mistake. Only a bind is tried."""
+    data_dir = tmp_path / "data"
+    port = free_tcp_ports(1)[0]
+    config = _cluster_node_config(tmp_path, zk_connect, "127.0.0.1:0", port, "198.18.0.250")
+    proc = run_serve(["--config", str(config), "--data-dir", str(data_dir)])
+    line = check_one_line(proc, 2, ["actor.gateway.host = 198.18.0.250",
+                                    "no interface of this host has that address"])
+    assert "in use" not in line
+    assert not data_dir.exists() and "7" not in _registered(zk_connect)
+
+
+def free_tcp_ports(count: int) -> list[int]:
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_an_actor_whose_setup_fails_gets_one_error_line_naming_the_cause(
+        tmp_path: Path) -> None:
+    """The spawn's NodeError, no BrokerError, left serve with a traceback; the actor's
+    own log line says it once, with no traceback for a refusal of the system."""
+    data_dir = tmp_path / "data"
+    (data_dir / "cleaner-offset-checkpoint").mkdir(parents=True)  # a file expected here
+    proc = run_serve(["--listen", "127.0.0.1:0", "--data-dir", str(data_dir)])
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and proc.stderr.rstrip().endswith(errors[0]), proc.stderr
+    assert "'log-cleaner' failed to start" in errors[0], errors[0]
+    assert "Is a directory" in errors[0] and "cleaner-offset-checkpoint" in errors[0], errors[0]
+    assert proc.returncode == 1, proc.stderr

@@ -34,6 +34,7 @@ from actors.hosts.probe import metadata
 from actors.hosts.runner import local_version
 from actors.hosts.spec import load_spec
 from actors.metadata.zk_server import free_port
+from bench.certs import make_pki
 from tests.fixtures.broker import BrokerProcess
 from tests.fixtures.netns import free_test_address, skip_unless_namespaces
 from tests.fixtures.pids import HeldProcess, KeepStopped, running
@@ -321,6 +322,86 @@ def test_up_status_down_on_this_machine(spec_file: Path, zk_connect: str,
     finally:
         down = cli("down", "--spec", str(spec_file))
     assert down.returncode == 0, down.stderr
+
+
+def test_up_and_status_of_nodes_whose_first_listener_is_tls(spec_file: Path, zk_connect: str,
+                                                             tmp_path: Path) -> None:
+    """`up` and `status` ask each node over plain TCP: with SASL_SSL first and PLAINTEXT
+    second they ask the PLAINTEXT one (asking the TLS one, `up` waited out its timeout on
+    closed connections and stopped everything), and a client logs in on the SASL_SSL one."""
+    pki = make_pki(tmp_path / "pki")
+    tls, plain, gateway = ([free_port() for _ in range(2)] for _ in range(3))
+    nodes = "".join(
+        f'[nodes.{i}]\nhost = "here"\nconfig = {{"listeners" = "SASL_SSL://127.0.0.1:'
+        f'{tls[i - 1]},PLAINTEXT://127.0.0.1:{plain[i - 1]}", "actor.gateway.port" = '
+        f'{gateway[i - 1]}}}\n' for i in (1, 2))
+    spec_file.write_text(
+        f'[hosts.here]\nvia = "local"\n[zookeeper]\nconnect = "{zk_connect}"\n[config]\n'
+        f'"ssl.keystore.location" = "{pki.server}"\n'
+        f'"sasl.enabled.mechanisms" = "SCRAM-SHA-256"\n{nodes}')
+    up = cli("up", "--spec", str(spec_file), "--timeout", "30")
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert up.stdout.rstrip().endswith(
+        f"bootstrap servers: 127.0.0.1:{plain[0]},127.0.0.1:{plain[1]}")
+    found = status_json(spec_file)
+    assert [(n["answers"], n["registered"]) for n in found["nodes"]] == [(True, True)] * 2
+    assert found["healthy"] is True
+    config = spec_file.parent / f"{NAME}.cluster" / "data" / "node-1" / "node.toml"
+    password = tmp_path / "password"
+    password.write_text("secret\n")
+    added = subprocess.run([sys.executable, "-m", "actors.cli", "users", "add", "alice",
+                            "--mechanism", "SCRAM-SHA-256", "--password-file", str(password),
+                            "--config", str(config)], capture_output=True, text=True,
+                           timeout=60, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert added.returncode == 0, added.stderr
+    producer = Producer({"bootstrap.servers": f"127.0.0.1:{tls[1]}",
+                         "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
+                         "sasl.username": "alice", "sasl.password": "secret",
+                         "ssl.ca.location": str(pki.ca), "acks": "all",
+                         "message.timeout.ms": 30000})
+    acked: list[object] = []
+    producer.produce("over-tls", b"v", on_delivery=lambda err, msg: acked.append(err))
+    assert producer.flush(60) == 0 and acked == [None]
+
+
+def test_status_lists_the_groups_of_the_nodes_that_answer(spec_file: Path, zk_connect: str
+                                                          ) -> None:
+    """A node killed a moment ago is still registered (its ZooKeeper session outlives it, a
+    long one here) and named in Metadata; `status` lists the groups the other node
+    coordinates (asking the killed one, the client's ListGroups failed whole: no group was
+    shown) and names the node it could not ask."""
+    spec, ports = two_local_nodes_spec(zk_connect, '"zookeeper.session.timeout.ms" = 60000\n'
+                                                   '"default.replication.factor" = 2')
+    spec_file.write_text(spec)
+    up = cli("up", "--spec", str(spec_file))
+    assert up.returncode == 0, up.stdout + up.stderr
+    servers = f"127.0.0.1:{ports[0]},127.0.0.1:{ports[2]}"
+    produce_acked(servers, "grouped", [b"a", b"b", b"c"])
+    consumer = KafkaConsumer("grouped", bootstrap_servers=servers, group_id="kept",
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             consumer_timeout_ms=15000)
+    try:
+        assert sum(len(b) for b in consumer.poll(timeout_ms=15000).values()) >= 1
+        consumer.commit()
+    finally:
+        consumer.close()
+    admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=30_000)
+    try:
+        coordinator = next(n for n in (1, 2)
+                           if admin.list_groups(broker_ids=[n]))  # the one that has it
+    finally:
+        admin.close()
+    other = 3 - coordinator
+    killed = cli("kill", "--spec", str(spec_file), str(other))
+    assert killed.returncode == 0, killed.stderr
+    found = status_json(spec_file)
+    assert other in found["live_nodes"]  # registered still: clients are sent to it
+    assert found["groups_error"] is None, found["groups_error"]
+    assert [g["group"] for g in found["groups"]] == ["kept"]
+    assert found["groups_unlisted_nodes"] == [other]
+    text = cli("status", "--spec", str(spec_file))
+    assert "group kept: Empty, 0 member(s)" in text.stdout, text.stdout
+    assert f"groups coordinated by node(s) [{other}] are not listed" in text.stdout
 
 
 def test_cluster_keys_then_up_gives_each_node_curve_keys(spec_file: Path, zk_connect: str

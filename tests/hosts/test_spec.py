@@ -117,6 +117,26 @@ def test_a_wildcard_listener_is_advertised_on_the_host_address() -> None:
     assert plan.config["actor.gateway.port"] == 19093
 
 
+def test_the_probed_listener_is_a_plain_one_when_there_is_one() -> None:
+    """`cluster up` and `status` ask a node over plain TCP without a login: a TLS listener
+    first (it closes such a connection) is passed over for a PLAINTEXT one, else a
+    SASL_PLAINTEXT one (it serves ApiVersions before a login)."""
+    listeners = "SASL_SSL://127.0.0.1:19093,SASL_PLAINTEXT://127.0.0.1:19095"
+    plan = NodePlan.of(parse(GOOD + f'\n[nodes.1.config]\n"listeners" = "{listeners}"\n'), 1)
+    assert plan.client_address == "127.0.0.1:19095"
+    assert plan.config["actor.gateway.port"] == 19094  # still the first listener's port + 1
+    plan = NodePlan.of(parse(GOOD + '\n[nodes.1.config]\n"listeners" = "SSL://0.0.0.0:19093,'
+                             'PLAINTEXT://0.0.0.0:19095"\n'), 1)
+    assert plan.client_address == "198.18.0.11:19095"
+    # each wildcard listener is advertised on the host address, under its own name
+    assert plan.config["advertised.listeners"] == \
+        "SSL://198.18.0.11:19093,PLAINTEXT://198.18.0.11:19095"
+    plan = NodePlan.of(parse(GOOD + '\n[nodes.1.config]\n"listeners" = "SSL://10.0.0.1:19093,'
+                             'PLAINTEXT://10.0.0.1:19095"\n"advertised.listeners" = '
+                             '"SSL://a.example:9093,PLAINTEXT://b.example:9095"\n'), 1)
+    assert plan.client_address == "b.example:9095"
+
+
 @pytest.mark.parametrize(("text", "expected"), [
     ("127.0.0.1:9092", ("127.0.0.1", 9092)),
     ("PLAINTEXT://10.0.0.1:9093,SSL://10.0.0.1:9094", ("10.0.0.1", 9093)),
@@ -229,6 +249,17 @@ def test_two_nodes_on_one_host_need_their_own_ports_and_dirs() -> None:
     shared_dir = ok.replace('"num.partitions" = 3', '"log.dirs" = "/data/kafka"')
     assert any("log.dirs /data/kafka on host h1 is also node 1's" in p
                for p in problems(shared_dir))
+
+
+def test_every_listener_port_is_checked_not_only_the_first() -> None:
+    """A second listener on the first one's port + 1 is where the gateway goes by default:
+    the node's gateway failed to bind and it ran on without one."""
+    text = GOOD + ('\n[nodes.1.config]\n"listeners" = "PLAINTEXT://198.18.0.11:19092,'
+                   'SSL://198.18.0.11:19093"\n')
+    assert any("[nodes.1] actor gateway port 19093 on host h1 is also used by node 1's "
+               "listener" in p for p in problems(text)), problems(text)
+    moved = text.replace('SSL://198.18.0.11:19093"', 'SSL://198.18.0.11:19095"')
+    assert NodePlan.of(parse(moved), 1).listener_ports == (19092, 19095)
 
 
 def test_zookeeper_on_loopback_cannot_serve_nodes_on_other_hosts() -> None:

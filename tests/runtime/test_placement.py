@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import socket
 import threading
+from pathlib import Path
 from typing import NamedTuple
+
+import pytest
 
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
+from actors.runtime.directory import Directory, NodeEndpoint
+from actors.runtime.errors import NodeError
 from actors.runtime.node import Node
 from tests.fixtures.waiting import wait_for
 from tests.runtime.node_actors import Boom, Fragile, GetState, OrderChecker, Sender, SendSeq, Seq
@@ -76,6 +82,64 @@ def test_a_crashing_guest_is_restarted_without_disturbing_its_host(node: Node) -
     assert node.ask(fragile, GetState())["setups"] == 2
     node.tell(Address(node.name, "host"), Countdown(2))
     assert wait_for(lambda: node.ask(Address(node.name, "host"), GetState()) == [2, 1, 0])
+
+
+class BadSetup(Actor):
+    """Its setup fails, as a gateway's whose port is taken."""
+
+    def setup(self) -> None:
+        raise OSError("setup refused")
+
+
+def test_spawn_of_an_actor_whose_setup_fails_raises(node: Node) -> None:
+    """In its own thread or as a guest: spawn waits until the actor is stopped, not only
+    until setup ended (it returned as if started, and the node ran on without it)."""
+    node.spawn(SelfTeller, "host")
+    for i in range(20):
+        with pytest.raises(NodeError, match="failed to start"):
+            node.spawn(BadSetup, f"own-{i}")
+        with pytest.raises(NodeError, match="failed to start"):
+            node.spawn(BadSetup, f"guest-{i}", host=node.actor("host"))
+    node.tell(Address(node.name, "host"), Countdown(1))  # the host runs on
+    assert wait_for(lambda: node.ask(Address(node.name, "host"), GetState()) == [1, 0])
+
+
+def _open_sockets(node: Node) -> int:
+    return sum(1 for sock in list(node.context._sockets) if not sock.closed)
+
+
+def test_an_actor_whose_setup_fails_in_its_own_thread_leaves_nothing_open(node: Node) -> None:
+    """Not in the node's order, nobody stopped it: its mailbox stayed open (the node's
+    shutdown waited out its timeout on it, then named it) and its name bound (spawning
+    that name again failed)."""
+    before = _open_sockets(node)
+    with pytest.raises(NodeError, match="failed to start on node t: setup refused"):
+        node.spawn(BadSetup, "again")
+    assert _open_sockets(node) == before
+    node.spawn(SelfTeller, "again")
+    node.tell(Address(node.name, "again"), Countdown(1))
+    assert wait_for(lambda: node.ask(Address(node.name, "again"), GetState()) == [1, 0])
+
+
+def test_a_gateway_that_cannot_bind_leaves_nothing_open(tmp_path: Path) -> None:
+    """Its ipc socket was bound and the tcp one refused: both stayed open (the context's
+    term waited for them), and the node's ipc gateway path was still taken."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        directory = Directory({"g": NodeEndpoint("127.0.0.1", port, str(tmp_path / "ipc"))})
+        node = Node("g", directory=directory).start(gateway=False)
+        try:
+            before = _open_sockets(node)
+            with pytest.raises(NodeError, match=r"'_gateway' failed to start.*in use"):
+                node.start_gateway()
+            assert _open_sockets(node) == before
+            taken.close()
+            node.start_gateway()  # the port free now: the same name starts
+            assert not node.actor("_gateway").actor_stopped.is_set()
+        finally:
+            node.shutdown(timeout=5)
 
 
 def test_stopping_a_guest_leaves_the_host_running(node: Node) -> None:

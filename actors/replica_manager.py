@@ -1119,7 +1119,7 @@ class ReplicaManager(Actor):
                                 config=self.fetcher_config, leader=leader,
                                 fetcher_id=fetcher_id, clock=self.clock,
                                 leader_handlers=self._handlers_of(leader))
-            except NodeError as exc:  # the node is stopping
+            except NodeError as exc:  # the node is stopping, or the fetcher's start failed
                 self.log.warning("no replica fetcher for broker {}: {}", leader, exc)
                 return None
             self.log.info("started replica fetcher {} for broker {}", name, leader)

@@ -318,9 +318,10 @@ class Cluster:
         secret, _public_dir = curve_key_paths(plan.data_dir, node_id)
         if plan.config.get("actor.curve.secret.key.file") != secret:
             return None  # the spec's config names a key file of its own: the node reads that
-        pair = [self.keys_dir / f"node-{node_id}.key_secret",
-                self.keys_dir / "public" / f"node-{node_id}.key"]
-        lost = [str(path) for path in pair if not path.is_file()]
+        from actors.security.curve import node_key_files
+
+        lost = [str(path) for path in node_key_files(self.keys_dir, f"node-{node_id}")
+                if not path.is_file()]
         if not lost:
             return None
         return (f"node {node_id}: its CURVE key pair is not whole ({', '.join(lost)} "
@@ -344,7 +345,9 @@ class Cluster:
             return
         secret = str(plan.config.get("actor.curve.secret.key.file", ""))
         public_dir = str(plan.config.get("actor.curve.public.keys.dir", ""))
-        mine = self.keys_dir / f"node-{plan.node_id}.key_secret"
+        from actors.security.curve import node_key_files
+
+        mine = node_key_files(self.keys_dir, f"node-{plan.node_id}")[0]
         if not (secret and public_dir and mine.is_file()):
             return
         runner.makedirs(public_dir)

@@ -1,7 +1,7 @@
 """Fault injection on test hosts: cut a host's link, or shape what it sends.
 
-Process faults (SIGKILL, SIGSTOP, SIGCONT) are signals to a node's pid and
-live with the launchers; here are the network ones, for netns hosts:
+Process faults (SIGKILL, SIGSTOP, SIGCONT) are signals to a node's process group
+(every process of the node) and live with the launchers; here are the network ones, for netns hosts:
 
 * isolate / heal: the host's bridge-side veth end down / up. The host keeps
   its address and its connections, but nothing reaches it or leaves it.

@@ -39,7 +39,8 @@ SPEC: dict[str, tuple[Any, type, str]] = {
                                      "the i-th of the others; 'dedicated': one thread per "
                                      "actor"),
     "actor.threads.scheduling": ("normal", str, "Linux scheduling policy of the worker "
-                                               "loops (the shards' threads): 'normal' "
+                                               "loops (the shards' threads, and handler-0's "
+                                               "in a process without shards): 'normal' "
                                                "(left as started: SCHED_OTHER, or what "
                                                "`chrt` gave the broker) or 'batch' "
                                                "(SCHED_BATCH: a "

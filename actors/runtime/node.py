@@ -48,6 +48,10 @@ from wire.envelope import DEFAULT_MAX_FRAME_BYTES, encode_frames, new_entry
 from wire.runtime_messages import Reply
 
 _NOBLOCK = int(zmq.NOBLOCK)
+# spawn waits for an actor's setup without a deadline (a single node's shard recovers its
+# logs in its setup, for as long as that takes), saying every this many seconds that it
+# still waits
+START_NOTE_S = 30.0
 _NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
 
 # Re-exported: callers import these from here.
@@ -219,11 +223,22 @@ class Node:
             if host not in self.actors:
                 raise NodeError(f"host actor {host!r} does not run on node {self.name}")
             kwargs["host"] = self.actors[host]
+        host_actor = kwargs.get("host")
+        if isinstance(host_actor, Actor) and host_actor.actor_stopped.is_set():
+            raise NodeError(f"host actor {host_actor.name!r} of {name!r} stopped on node "
+                            f"{self.name}")
         ref = actor_cls.start(self, name, **kwargs)
         actor = actor_of(ref)  # the object itself: the node supervises it
         assert actor is not None
-        if not actor._ready.wait(timeout=30):
-            raise NodeError(f"actor {name!r} did not start within 30 s on node {self.name}")
+        waited = 0.0
+        while not actor._ready.wait(timeout=START_NOTE_S):
+            waited += START_NOTE_S
+            if isinstance(host_actor, Actor) and host_actor.actor_stopped.is_set():
+                # a guest handed to a loop that stopped meanwhile is never set up
+                raise NodeError(f"actor {name!r} did not start on node {self.name}: its "
+                                f"host {host_actor.name!r} stopped")
+            self.log.warning("actor {} still starting on node {} after {:.0f} s", name,
+                             self.name, waited)
         if actor.actor_stopped.is_set():
             why = actor._start_error
             raise NodeError(f"actor {name!r} failed to start on node {self.name}"

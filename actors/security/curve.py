@@ -70,11 +70,16 @@ def write_keys(directory: Path | str, name: str) -> tuple[Path, Path]:
     return public, secret
 
 
+def node_key_files(out: Path | str, name: str) -> tuple[Path, Path]:
+    """Where ``make_node_keys`` puts a node's pair in ``out``: (secret, public)."""
+    base = Path(out)
+    return base / f"{name}{SECRET_SUFFIX}", base / "public" / f"{name}{PUBLIC_SUFFIX}"
+
+
 def refuse_existing_keys(out: Path | str, name: str) -> None:
     """CurveError if a key file of this node is in ``out`` already (replacing one is a choice:
     every node's keys dir must then get the new public key)."""
-    base = Path(out)
-    for existing in (base / f"{name}{SECRET_SUFFIX}", base / "public" / f"{name}{PUBLIC_SUFFIX}"):
+    for existing in node_key_files(out, name):
         if existing.exists():
             raise CurveError(f"{existing} exists already; remove it to make new keys "
                              f"(every node's keys dir must then get the new public key)")
@@ -85,7 +90,7 @@ def make_node_keys(out: Path | str, name: str, overwrite: bool = False) -> tuple
     ``actor.curve.secret.key.file``) and ``<out>/public/<name>.key`` (into the keys dir
     that becomes ``actor.curve.public.keys.dir``, next to the other nodes' keys)."""
     base = Path(out)
-    public = base / "public" / f"{name}{PUBLIC_SUFFIX}"
+    public = node_key_files(base, name)[1]
     if not overwrite:
         refuse_existing_keys(base, name)
     try:

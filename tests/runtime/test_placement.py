@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import pytest
 
+from actors.runtime import node as node_module
 from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.directory import Directory, NodeEndpoint
@@ -89,6 +90,31 @@ class BadSetup(Actor):
 
     def setup(self) -> None:
         raise OSError("setup refused")
+
+
+class SlowSetup(Actor):
+    """Its setup takes a while, as a single node's shard recovering big logs."""
+
+    def setup(self) -> None:
+        threading.Event().wait(0.6)
+
+
+def test_spawn_waits_out_a_slow_setup_and_the_actor_is_the_nodes(
+        node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No deadline: a start past the note interval is reported, not failed (a bound made
+    a broker whose recovery took longer never start), and the actor is in the node's
+    order, so the node's shutdown stops it."""
+    monkeypatch.setattr(node_module, "START_NOTE_S", 0.1)
+    node.spawn(SlowSetup, "slow")
+    assert "slow" in node._order and not node.actor("slow").actor_stopped.is_set()
+
+
+def test_a_guest_of_a_stopped_host_is_refused(node: Node) -> None:
+    node.spawn(SelfTeller, "gone")
+    host = node.actor("gone")
+    host.actor_ref.stop(block=True, timeout=5)
+    with pytest.raises(NodeError, match="host actor 'gone' of 'late' stopped"):
+        node.spawn(SelfTeller, "late", host=host)
 
 
 def test_spawn_of_an_actor_whose_setup_fails_raises(node: Node) -> None:

@@ -129,10 +129,16 @@ class ReplicaFetcher(Actor):
 
     def on_turn(self) -> None:
         now = self.clock.now_ms()
-        if self.core.check_timeout(now):
+        waited = self.core.check_timeout(now)
+        if waited is not None:
             self.timeouts += 1
-            self.log.warning("fetch to broker {} unanswered for {} ms; fetching again",
-                             self.leader, self.fetcher_config.request_timeout_ms)
+            if waited < self.fetcher_config.request_timeout_ms:
+                # never answered yet: its node may not have learnt this one's yet
+                self.log.info("fetch to broker {} unanswered for {} ms (none answered yet); "
+                              "fetching again", self.leader, waited)
+            else:
+                self.log.warning("fetch to broker {} unanswered for {} ms; fetching again",
+                                 self.leader, waited)
         self._pump()
 
     @handles(GetStats)

@@ -66,6 +66,7 @@ class _InFlight:
     req_id: int
     sent_ms: int
     partitions: dict[TP, int]   # -> generation at send time
+    timeout_ms: int = 0         # given up this long after it was sent
 
 
 @dataclass
@@ -80,6 +81,15 @@ class FetcherCore:
     bytes_fetched: int = 0
     largest_response_bytes: int = 0
     errors: dict[int, int] = field(default_factory=dict)
+    # Whether the leader's node has answered this fetcher yet, and how many of its fetches
+    # went unanswered before that. A reply finds its way back through the leader node's
+    # directory, which learns a node that registered again only when its controller actor
+    # reads the registration: a first fetch sent before that is answered into dead letters.
+    # Until one answer came, a fetch is sent again after the leader's wait plus the back-off,
+    # doubling each time, up to ``request_timeout_ms`` (an answer to an abandoned fetch is
+    # dropped by its req_id).
+    answered: bool = False
+    unanswered: int = 0
 
     # ------------------------------------------------------------ membership
     def add(self, rows: list[FetcherPartitionRow]) -> None:
@@ -181,17 +191,26 @@ class FetcherCore:
         if not ready:
             return []
         self.in_flight = _InFlight(req_id, now_ms,
-                                   {(p.topic, p.partition): p.generation for p in ready})
+                                   {(p.topic, p.partition): p.generation for p in ready},
+                                   self._fetch_timeout_ms())
         self.fetches += 1
         return [ReplicaFetchRow(p.topic, p.partition, p.fetch_offset, p.leader_epoch,
                                 p.last_fetched_epoch, self.config.partition_max_bytes,
                                 p.log_start_offset)
                 for p in ready]
 
+    def _fetch_timeout_ms(self) -> int:
+        timeout = self.config.request_timeout_ms
+        if self.answered:
+            return timeout
+        first = max(1, self.config.max_wait_ms + self.config.backoff_ms)
+        return min(timeout, first << min(self.unanswered, 30))
+
     def on_fetch_response(self, req_id: int, rows: list[ReplicaFetchPartition],
                           now_ms: int) -> list[FollowerApplyRow]:
         """What to apply; partitions in error back off. An answer to a fetch that was
         given up (timed out, or a partition of it re-added) is dropped."""
+        self.answered = True  # even a late one: the leader's node knows this one
         flight = self.in_flight
         if flight is None or flight.req_id != req_id:
             return []
@@ -227,22 +246,26 @@ class FetcherCore:
                     row.diverging_end_offset if diverging else -1, -1))
         return apply
 
-    def check_timeout(self, now_ms: int) -> bool:
-        """Give up a fetch unanswered for ``request_timeout_ms`` (its node may have died), and
-        shard answers that never came (their partitions are asked again after a back-off)."""
+    def check_timeout(self, now_ms: int) -> int | None:
+        """Give up a fetch unanswered for ``request_timeout_ms`` (its node may have died; less
+        before the leader first answered, see ``answered``), and shard answers that never
+        came (their partitions are asked again after a back-off). The fetch's timeout when
+        it was given up, else None."""
         for req_id, sent in list(self.applying_since.items()):
             if now_ms - sent >= self.config.request_timeout_ms:
                 self.on_applied(req_id, [], now_ms)
         flight = self.in_flight
-        if flight is not None and now_ms - flight.sent_ms >= self.config.request_timeout_ms:
+        if flight is not None and now_ms - flight.sent_ms >= flight.timeout_ms:
             self.in_flight = None
-            return True
-        return False
+            if not self.answered:
+                self.unanswered += 1
+            return flight.timeout_ms
+        return None
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [p.delayed_until_ms for p in self.partitions.values() if p.state == DELAYED]
         if self.in_flight is not None:
-            deadlines.append(self.in_flight.sent_ms + self.config.request_timeout_ms)
+            deadlines.append(self.in_flight.sent_ms + self.in_flight.timeout_ms)
         deadlines += [sent + self.config.request_timeout_ms
                       for sent in self.applying_since.values()]
         return min(deadlines) if deadlines else None

@@ -67,11 +67,13 @@ REASSIGN = SimOptions(steps=10, reassign=1)
 # lost, ended with [3, 2, 4]: a cancel goes back to the replicas before the first move still
 # in progress (Kafka's originReplicas), [4, 3, 2] here, which the check did not allow.
 REASSIGN_5 = SimOptions(nodes=5, steps=10, reassign=3, acks_all_producers=2)
+REASSIGN_3 = SimOptions(steps=10, reassign=3)
 # Seeds that once failed under options of their own: (seed, options); see below for each.
 REGRESSION_RUNS: list[tuple[int, SimOptions]] = [(5, GATEWAY_CRASH_EXPIRE),
                                                   (20, GATEWAY_CRASH_EXPIRE),
                                                   (42, GATEWAY_CRASH_EXPIRE),
-                                                  (559, REASSIGN_5)]
+                                                  (559, REASSIGN_5),
+                                                  (110, REASSIGN_3)]
 
 
 # Settled findings (see actors/sim/invariants.py): seeds 1001, 5000 and 5005 lost acks=1
@@ -137,19 +139,17 @@ REGRESSION_RUNS: list[tuple[int, SimOptions]] = [(5, GATEWAY_CRASH_EXPIRE),
 # controller now answers a stale partition epoch that asks for the ISR the partition already
 # has with the current state (Kafka's equalsAllowStalePartitionEpoch).
 #
-# Open findings, not run here (no test holds their options): seed 110 with
-# SimOptions(steps=10, reassign=3) (`actorlog sim --seed 110 --steps 10 --reassign 3`),
-# 'every live replica is back in the ISR' (events-0: broker 2 out of the ISR [1, 3] at the
-# end; the move, of events-1, is not involved). Broker 2 restarted and waited for its old
-# session to expire (30 s simulated); registered again, it was given its role and sent
-# its first ReplicaFetch to leader 1 at 30.25 s, before broker 1's controller actor had
-# read the new registration (it had forgotten node-2 when the old session went): the
-# answer went to dead letters ('no route to actor replica-fetcher-1-0@node-2'), and the
-# fetcher waits replica.socket.timeout.ms (30 s) before asking again, past the run's end
-# (54.95 s). In Kafka the answer goes back on the request's connection; here a reply is
-# routed through the directory, so a node that does not know its peer's new life yet
-# drops it. Not fixed: the runtime's routing (a reply held until the directory learns
-# the node, or learnt from the request) is the place, not the sim.
+# Fixed: seed 110 with REASSIGN_3 (REGRESSION_RUNS), 'every live replica is back in the
+# ISR' (events-0: broker 2 out of the ISR [1, 3] at the end). Broker 2 restarted and waited
+# for its old session to expire (30 s simulated); registered again, it was given its role
+# and sent its first ReplicaFetch to leader 1 at 30.25 s, before broker 1's controller actor
+# had read the new registration (it had forgotten node-2 when the old session went): the
+# answer went to dead letters ('no route to actor replica-fetcher-1-0@node-2'; in Kafka it
+# goes back on the request's connection, here a reply is routed through the directory), and
+# the fetcher waited replica.socket.timeout.ms (30 s) before asking again, past the run's
+# end. A fetcher the leader has never answered now asks again after the leader's wait plus
+# replica.fetch.backoff.ms, doubling up to replica.socket.timeout.ms
+# (actors/core/fetcher_state.py; tests/core/test_fetcher_state.py).
 
 
 def test_a_seed_elects_a_controller_creates_topics_and_acknowledges_records() -> None:

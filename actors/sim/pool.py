@@ -162,8 +162,8 @@ class _Pool:
         ready = wait([*conns, *sentinels])
         for ready_one in ready:
             index = conns.get(ready_one)
-            if index is None:
-                continue
+            if index is None or index not in self.running:
+                continue   # (not running: stopped above a failure an earlier answer told)
             conn = self.workers[index][1]
             try:
                 kind, payload = conn.recv()

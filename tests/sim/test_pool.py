@@ -7,6 +7,7 @@ sent to it as a terminal or a supervisor would.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -205,3 +207,38 @@ def test_jobs_auto_and_0_are_the_usable_cpus() -> None:
 
     assert _jobs("auto") == _jobs("0") == len(os.sched_getaffinity(0))
     assert _jobs("3") == 3
+
+
+class _StandIn:
+    """A worker process's stand-in: a sentinel that never becomes ready."""
+
+    def __init__(self) -> None:
+        self._never, self._keep = multiprocessing.Pipe(duplex=False)
+        self.sentinel = self._never
+        self.terminated = False
+
+    def terminate(self) -> None:
+        self.terminated = True
+
+    def is_alive(self) -> bool:
+        return False
+
+
+def test_two_answers_at_once_the_first_a_failure_stop_the_second_worker() -> None:
+    """Both workers answered before one wait: the failure of the lower seed stopped the
+    other worker, whose answer, still read in the same batch, raised KeyError."""
+    from actors.sim.pool import _Pool
+    from actors.sim.run import SimOptions
+
+    pool = _Pool(range(1, 3), SimOptions(), 2, None)
+    ends = []
+    for index, (ok, seed) in enumerate(((False, 1), (True, 2))):
+        parent, child = multiprocessing.Pipe()
+        pool.workers.append((_StandIn(), parent))  # type: ignore[arg-type]
+        pool.running[index] = seed
+        child.send(("result", SimpleNamespace(ok=ok, seed=seed)))
+        ends.append(child)
+    pool.next_seed = 3
+    pool._collect()
+    # (wait() tells the two in the order given here; the other order races nothing)
+    assert pool.first_failure == 1 and 1 in pool.done and pool.running == {}

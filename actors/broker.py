@@ -608,10 +608,12 @@ class Broker:
             # cleanup below undoes; from here on it is noted (run_until_signal stops)
             self._catch_signals()
         except BaseException:
-            if self.supervisor is not None:
-                self.supervisor.stop()
-                self.supervisor = None
-            node.shutdown(timeout=5)
+            supervisor, self.supervisor = self.supervisor, None
+            try:
+                if supervisor is not None:
+                    supervisor.stop()
+            finally:  # the node's threads would keep the process alive
+                node.shutdown(timeout=5)
             if "_gateway" in node.actors:  # ours; never a socket another process serves
                 self._remove_gateway_socket(node)
             self.node = None

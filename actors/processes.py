@@ -214,9 +214,10 @@ class ProcessSupervisor:
                 self.procs[k] = self._spawn(k)
         for k in range(1, self.processes):
             self._wait_ready(k, self.procs[k])
-        self.thread = threading.Thread(target=self._watch, name="process-supervisor",
-                                       daemon=True)
-        self.thread.start()
+        with _signals_held():  # not interrupted between the thread's start and its run
+            self.thread = threading.Thread(target=self._watch, name="process-supervisor",
+                                           daemon=True)
+            self.thread.start()
         return self
 
     def _spawn(self, index: int, restarted: bool = False) -> subprocess.Popen[str]:
@@ -285,7 +286,9 @@ class ProcessSupervisor:
         ``while_stopping`` runs once they are signalled, before the wait (process 0
         stops its own intake then: its new requests would keep their shards busy)."""
         self.stopping.set()
-        if self.thread is not None and self.thread is not threading.current_thread():
+        # (not alive: never started, or a start interrupted before it ran; it sees stopping)
+        if (self.thread is not None and self.thread is not threading.current_thread()
+                and self.thread.is_alive()):
             self.thread.join(timeout=5)
         for proc in self.procs.values():
             if proc.poll() is None:

@@ -32,6 +32,7 @@ import ssl
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,16 @@ class BrokerError(RuntimeError):
 
 class BrokerConfigError(BrokerError):
     """The settings themselves are wrong; the message names the key and the fix."""
+
+
+class StartInterrupted(BaseException):
+    """SIGTERM or SIGINT while the broker starts (`actorlog serve`): the start stops what
+    it started. A BaseException, as KeyboardInterrupt: no ``except Exception`` of a start
+    step takes it for that step's own failure."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 NON_ROUTABLE_HOSTS = ("0.0.0.0", "::", "")
@@ -374,6 +385,14 @@ class Broker:
         fails removes the log dirs it created itself, so a mistake leaves no
         empty data dir behind.
         """
+        restore = self._interrupt_start()
+        try:
+            return self._start()
+        except BaseException:
+            restore()  # a failed start: a later signal stops `serve` as it would have
+            raise
+
+    def _start(self) -> Broker:
         cfg = self.config
         dirs = log_dirs_of(cfg)
         data_dir = dirs[0]
@@ -598,11 +617,16 @@ class Broker:
                 self._start_processes(cfg, data_dir, ipc_dir, node_name, broker_id, adv_host,
                                       adv_port, cluster_id, processes,
                                       log_dir.had_clean_shutdown)
+            # last in the try: a signal up to here interrupts the start, which the
+            # cleanup below undoes; from here on it is noted (run_until_signal stops)
+            self._catch_signals()
         except BaseException as exc:
-            if self.supervisor is not None:
-                self.supervisor.stop()
-                self.supervisor = None
-            node.shutdown(timeout=5)
+            supervisor, self.supervisor = self.supervisor, None
+            try:
+                if supervisor is not None:
+                    supervisor.stop()
+            finally:  # the node's threads would keep the process alive
+                node.shutdown(timeout=5)
             if "_gateway" in node.actors:  # ours; never a socket another process serves
                 self._remove_gateway_socket(node)
             self.node = None
@@ -610,7 +634,6 @@ class Broker:
             if isinstance(exc, NodeError):  # an actor whose setup failed: one line, its cause
                 raise BrokerError(str(exc)) from exc
             raise
-        self._catch_signals()
         logger.bind(node=node_name).info(
             "actorlog broker {} listening on {} (advertised {}), data in {}, "
             "{} process(es){}, {} processors, {} handlers, {} shards, {} purgatories, "
@@ -770,8 +793,10 @@ class Broker:
             self.gave_up = reason
             os.kill(os.getpid(), signal.SIGTERM)  # run_until_signal stops the broker
 
+        # known before it starts them: a failed or interrupted start stops those it started
+        self.supervisor = ProcessSupervisor(spec, processes, give_up)
         try:
-            self.supervisor = ProcessSupervisor(spec, processes, give_up).start()
+            self.supervisor.start()
         except (OSError, RuntimeError) as exc:
             raise BrokerError(str(exc)) from None
 
@@ -934,6 +959,30 @@ class Broker:
             log.warning("controlled shutdown {} after {} attempt(s): {}; stopping anyway",
                         "gave up" if state == "failed" else "timed out",
                         status.get("attempts"), status.get("message") or "no answer")
+
+    def _interrupt_start(self) -> Callable[[], None]:
+        """Until the broker listens, SIGTERM/SIGINT interrupt its start (StartInterrupted,
+        raised in the main thread as Ctrl-C's KeyboardInterrupt is): the start's cleanup
+        stops the processes it started and releases the dirs, and `serve` exits as after
+        a stop. The default action would kill process 0 with its processes 1.. still
+        starting. Only the first signal raises: one more is noted, never interrupts that
+        cleanup. Returns what puts the earlier handlers back."""
+        if not self.catch_signals or threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        caught = self.early_signals
+
+        def interrupt(signum: int, _frame: Any) -> None:
+            caught.append(signum)
+            if len(caught) == 1:
+                raise StartInterrupted(signum)
+
+        old = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
+
+        def restore() -> None:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+        return restore
 
     def _catch_signals(self) -> None:
         """From before the broker says it listens, SIGTERM/SIGINT are noted, not fatal.

@@ -71,9 +71,11 @@ it. A process waits for that first copy before it takes connections.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import fcntl
+import functools
 import gc
 import json
 import os
@@ -84,7 +86,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -157,11 +159,32 @@ def remove_process_locks(ipc_dir: str, main: str) -> None:
         path.unlink(missing_ok=True)
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int) -> None:
+    """In the new process, before it runs anything: SIGTERM when ``parent`` dies."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD_SIGNALS)  # held by its spawn only
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except OSError:
         pass
+    # A parent that died between the fork and the prctl never signals: this process
+    # would outlive the broker, reparented
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+_HELD_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGTERM/SIGINT wait until the block ends: the broker's handler while it starts
+    raises, and must not do so between a new process's fork and its Popen being kept
+    (a process nobody stops or waits for)."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 class ProcessSupervisor:
@@ -187,12 +210,14 @@ class ProcessSupervisor:
 
     def start(self) -> ProcessSupervisor:
         for k in range(1, self.processes):
-            self.procs[k] = self._spawn(k)
+            with _signals_held():
+                self.procs[k] = self._spawn(k)
         for k in range(1, self.processes):
             self._wait_ready(k, self.procs[k])
-        self.thread = threading.Thread(target=self._watch, name="process-supervisor",
-                                       daemon=True)
-        self.thread.start()
+        with _signals_held():  # not interrupted between the thread's start and its run
+            self.thread = threading.Thread(target=self._watch, name="process-supervisor",
+                                           daemon=True)
+            self.thread.start()
         return self
 
     def _spawn(self, index: int, restarted: bool = False) -> subprocess.Popen[str]:
@@ -201,7 +226,8 @@ class ProcessSupervisor:
                     generations=list(self.generations), wire=wire_fingerprint())
         return subprocess.Popen(
             [sys.executable, "-m", "actors.processes", json.dumps(spec)],
-            stdout=subprocess.PIPE, text=True, preexec_fn=_die_with_parent,
+            stdout=subprocess.PIPE, text=True,
+            preexec_fn=functools.partial(_die_with_parent, os.getpid()),
             cwd=str(Path(__file__).resolve().parents[1]))
 
     def _wait_ready(self, index: int, proc: subprocess.Popen[str]) -> None:
@@ -260,7 +286,9 @@ class ProcessSupervisor:
         ``while_stopping`` runs once they are signalled, before the wait (process 0
         stops its own intake then: its new requests would keep their shards busy)."""
         self.stopping.set()
-        if self.thread is not None and self.thread is not threading.current_thread():
+        # (not alive: never started, or a start interrupted before it ran; it sees stopping)
+        if (self.thread is not None and self.thread is not threading.current_thread()
+                and self.thread.is_alive()):
             self.thread.join(timeout=5)
         for proc in self.procs.values():
             if proc.poll() is None:

@@ -66,7 +66,7 @@ def command(listen: str | None, advertised: str | None, data_dir: str | None,
             config_file: str | None, trace_sample: float | None, metrics_port: int | None,
             log_level: str) -> None:
     """Run a single broker node in the foreground until SIGTERM or SIGINT."""
-    from actors.broker import Broker, BrokerConfigError, BrokerError
+    from actors.broker import Broker, BrokerConfigError, BrokerError, StartInterrupted
 
     configure_logging(log_level)
     os.environ[LOG_LEVEL_ENV] = log_level.upper()  # processes 1.. log at the same level
@@ -85,6 +85,12 @@ def command(listen: str | None, advertised: str | None, data_dir: str | None,
         raise UserError(str(exc)) from None
     except BrokerError as exc:
         raise click.ClickException(str(exc)) from None
+    except StartInterrupted as exc:
+        # asked to stop while starting: what started is stopped (the start's cleanup);
+        # a stop, not a failure, so it exits as a stop after the start does
+        broker.stop()
+        logger.info("got {} while starting; stopped", exc)
+        sys.exit(0)
     finally:
         if metrics is not None and broker.node is None:
             metrics.server_close()

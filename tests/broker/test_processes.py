@@ -16,6 +16,8 @@ import os
 import re
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,12 +27,13 @@ from typing import Any
 import pytest
 
 from actors.core.checkpoint import RECOVERY_POINT_OFFSET_CHECKPOINT, read_offset_checkpoint
+from actors.core.dir_lock import DirLock
 from actors.core.log_dir import CLEAN_SHUTDOWN_FILE
 from actors.topology import spread_index
 from bench.scale import tcp_inodes
 from tests.broker.rawclient import RawClient, read_records, record_batch, wait_for_log
 from tests.fixtures.broker import READY_LINE, ROOT, BrokerProcess, free_port
-from tests.fixtures.pids import KeepStopped
+from tests.fixtures.pids import HeldProcess, KeepStopped, child_of
 from tests.fixtures.waiting import wait_for
 from wire.fingerprint import wire_messages
 
@@ -195,6 +198,83 @@ def test_sigterm_stops_every_process_cleanly(two_process_broker: BrokerProcess) 
     # process 1 said it stops before its handoff link closed: no line reads like a failure
     ends = [line for line in broker.log().splitlines() if "handoff link" in line]
     assert ends and all(" DEBUG " in line for line in ends), ends
+
+
+# Where in the start of a broker of two processes SIGTERM comes: the line of its output
+# it follows (None: at once, maybe before `serve` has a handler; "": its first line)
+START_POINTS: dict[str, str | None] = {
+    "at_spawn": None,
+    "after_the_first_line": "",
+    "after_process_1_is_ready": "serves connections",
+    "after_it_listens": READY_LINE,
+}
+
+
+@pytest.mark.parametrize("point", list(START_POINTS))
+def test_sigterm_while_the_broker_starts_stops_every_process(point: str,
+                                                             tmp_path: Path) -> None:
+    """SIGTERM at any point of the start: process 0 stops what started and waits for it
+    (process 1 never outlives it, left to its parent-death signal), frees the data dir,
+    and exits as after a stop: 0 (a service manager's Restart=on-failure leaves it)."""
+    config = tmp_path / "c.toml"
+    config.write_text('"num.processes" = 2\n')
+    data_dir = tmp_path / "data"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "actors.cli", "serve", "--listen", f"127.0.0.1:{free_port()}",
+         "--data-dir", str(data_dir), "--config", str(config)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    marker = START_POINTS[point]
+    seen = threading.Event()
+    held: dict[int, HeldProcess] = {}
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if marker is not None and marker in line:
+                seen.set()
+        seen.set()  # the end of its output (and of any process that shared it)
+
+    def watch() -> None:  # every child of process 0, held while it is one
+        while proc.poll() is None:
+            for entry in os.listdir("/proc"):
+                if entry.isdigit() and int(entry) not in held:
+                    child = HeldProcess.take_if(int(entry), child_of(proc.pid))
+                    if child is not None:
+                        held[int(entry)] = child
+            time.sleep(0.01)
+
+    reader = threading.Thread(target=read, daemon=True)
+    watcher = threading.Thread(target=watch, daemon=True)
+    reader.start()
+    watcher.start()
+    try:
+        if marker is not None:
+            assert seen.wait(90), "".join(lines)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=90)
+        watcher.join(timeout=10)
+        reader.join(timeout=10)
+        output = "".join(lines)
+        # before `serve` has a handler nothing has started: killed by the signal itself
+        assert code == 0 or (marker is None and code == -signal.SIGTERM), (code, output)
+        if code == 0:
+            assert "got SIGTERM" in output, output
+            assert "Traceback" not in output, output
+        if marker == READY_LINE:
+            assert held, "process 0 said it listens with no process 1 seen"
+        for pid, child in held.items():
+            # gone, and waited for by process 0 (not a zombie left to whoever adopts it)
+            assert not child.send_signal(0), (pid, child.state(), output)
+        DirLock.acquire(data_dir).release()  # no process holds the data dir any more
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for child in held.values():
+            child.kill()
+            child.close()
 
 
 def test_one_process_starts_no_other(tmp_path: Path) -> None:

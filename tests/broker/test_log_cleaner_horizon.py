@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from actors.core.record_batch import check_batches
 from actors.topology import Topology
 from tests.broker.rawclient import RawClient
 from tests.fixtures.broker import BrokerProcess
+from tests.fixtures.waiting import wait_for
 
 pytestmark = [pytest.mark.clients]
 
@@ -52,15 +53,6 @@ def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerPro
     yield b
     if b.proc is not None and b.proc.poll() is None:
         b.stop()
-
-
-def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def cleaned_up_to(broker: BrokerProcess, topic: str, partition: int) -> list[int]:
@@ -139,8 +131,8 @@ def another_pass(broker: BrokerProcess, topic: str, partition: int) -> None:
     """Close a segment with a filler record and wait for the pass it leads to."""
     before = len(cleaned_up_to(broker, topic, partition))
     produce(broker, topic, partition, [(b"filler", BIG)])
-    wait_until(lambda: len(cleaned_up_to(broker, topic, partition)) > before,
-               f"a pass over {topic}-{partition}")
+    wait_for(lambda: len(cleaned_up_to(broker, topic, partition)) > before,
+             f"a pass over {topic}-{partition}", timeout=60, interval=0.1)
 
 
 def test_tombstones_go_after_their_horizon_and_a_restart_keeps_it(
@@ -160,8 +152,9 @@ def test_tombstones_go_after_their_horizon_and_a_restart_keeps_it(
     last_tombstone = {p: max(o for o, (_k, v) in written[p].items() if v is None)
                       for p in PARTITIONS}
     for p in PARTITIONS:
-        wait_until(lambda p=p: max(cleaned_up_to(broker, topic, p), default=-1)
-                   > last_tombstone[p], f"a pass over {topic}-{p}'s tombstones")
+        wait_for(lambda p=p: max(cleaned_up_to(broker, topic, p), default=-1)
+                 > last_tombstone[p], f"a pass over {topic}-{p}'s tombstones", timeout=60,
+                 interval=0.1)
         # that pass kept them (delete.retention.ms from that pass on) and stamped them
         got = read_all(broker, topic, p)
         assert {k for _o, k, v in got if v is None} == {b"k%d" % i for i in range(5)}
@@ -221,8 +214,9 @@ def test_transaction_markers_go_after_their_horizon_and_read_committed_stays_rig
         assert len(markers(p)) == 4
         assert committed(p) == expected
         another_pass(broker, topic, p)
-        wait_until(lambda p=p: max(cleaned_up_to(broker, topic, p), default=-1)
-                   > markers(p)[-1], f"a pass over {topic}-{p}'s markers")
+        wait_for(lambda p=p: max(cleaned_up_to(broker, topic, p), default=-1)
+                 > markers(p)[-1], f"a pass over {topic}-{p}'s markers", timeout=60,
+                 interval=0.1)
         assert committed(p) == expected
     broker.stop()
     broker.start()

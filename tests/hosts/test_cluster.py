@@ -1115,9 +1115,8 @@ host = "h2"
         cluster.close()
 
 
-def test_pause_and_resume_take_every_process_of_a_node(
-        spec_file: Path, zk_connect: str, holds: ExitStack) -> None:
-    """A node of two processes: SIGSTOP went to the first alone and the other served on."""
+def _up_one_node_of_two_processes(spec_file: Path, zk_connect: str) -> Path:
+    """`cluster up` of one local node with num.processes = 2; the cluster's data dir."""
     listener, gateway = free_port(), free_port()
     spec_file.write_text(f"""
 [hosts.here]
@@ -1133,14 +1132,25 @@ host = "here"
 """)
     up = cli("up", "--spec", str(spec_file), timeout_s=150)
     assert up.returncode == 0, up.stdout + up.stderr
-    data = spec_file.parent / f"{NAME}.cluster" / "data"
-    try:
-        pid = int((data / "node-1" / "serve.pid").read_text())
-        node = holds.enter_context(hold(pid, "node 1", node_mark(data, 1)))
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        assert len(children) == 1, children  # process 1 of the node
-        second = holds.enter_context(hold(int(children[0]), "node 1's process 1",
+    return spec_file.parent / f"{NAME}.cluster" / "data"
+
+
+def _hold_both_processes(data: Path, holds: ExitStack) -> tuple[HeldProcess, HeldProcess]:
+    """Node 1's process 0 and its process 1, each held (a reused pid is never signalled)."""
+    pid = int((data / "node-1" / "serve.pid").read_text())
+    node = holds.enter_context(hold(pid, "node 1", node_mark(data, 1)))
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    assert len(children) == 1, children  # process 1 of the node
+    return node, holds.enter_context(hold(int(children[0]), "node 1's process 1",
                                           "-m actors.processes "))
+
+
+def test_pause_and_resume_take_every_process_of_a_node(
+        spec_file: Path, zk_connect: str, holds: ExitStack) -> None:
+    """A node of two processes: SIGSTOP went to the first alone and the other served on."""
+    data = _up_one_node_of_two_processes(spec_file, zk_connect)
+    try:
+        node, second = _hold_both_processes(data, holds)
         assert cli("pause", "--spec", str(spec_file), "1").returncode == 0
         # each held stopped (another test's SIGCONT to a reused pid would end a pause)
         keepers = [KeepStopped(node, "node 1"), KeepStopped(second, "node 1's process 1")]
@@ -1170,32 +1180,12 @@ def test_a_node_that_outlives_its_stop_timeout_is_killed_with_every_process(
     """Process 1 of the node is stuck (stopped here), so process 0 waits on it past the stop
     timeout: SIGKILL went to process 0 alone and left process 1 behind, holding its share of
     the node's listener."""
-    listener, gateway = free_port(), free_port()
-    spec_file.write_text(f"""
-[hosts.here]
-via = "local"
-[zookeeper]
-connect = "{zk_connect}"
-[nodes.1]
-host = "here"
-[nodes.1.config]
-"listeners" = "127.0.0.1:{listener}"
-"actor.gateway.port" = {gateway}
-"num.processes" = 2
-""")
-    up = cli("up", "--spec", str(spec_file), timeout_s=150)
-    assert up.returncode == 0, up.stdout + up.stderr
-    data = spec_file.parent / f"{NAME}.cluster" / "data"
+    data = _up_one_node_of_two_processes(spec_file, zk_connect)
     second: HeldProcess | None = None
     try:
-        pid = int((data / "node-1" / "serve.pid").read_text())
-        node = holds.enter_context(hold(pid, "node 1", node_mark(data, 1)))
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        assert len(children) == 1, children  # process 1 of the node
-        second = holds.enter_context(hold(int(children[0]), "node 1's process 1",
-                                          "-m actors.processes "))
-        # process 0 takes SIGTERM as a shutdown only once every process is ready (before, it
-        # ends at once, leaving nothing to wait on)
+        node, second = _hold_both_processes(data, holds)
+        # once every process is ready: a SIGTERM before stops the start itself, which
+        # waits on process 1 as the stop does
         log = data / "node-1" / "serve.log"
         wait_until(lambda: "actorlog broker 1 listening on" in log.read_text(), timeout_s=60,
                    what="node 1 to have started every process")

@@ -59,6 +59,7 @@ from actors.partition_shard import PartitionShard
 from actors.processes import (
     ProcessSupervisor,
     process_node_name,
+    raise_or_defer,
     remove_process_locks,
     wait_for_earlier_processes,
 )
@@ -974,7 +975,7 @@ class Broker:
         def interrupt(signum: int, _frame: Any) -> None:
             caught.append(signum)
             if len(caught) == 1:
-                raise StartInterrupted(signum)
+                raise_or_defer(StartInterrupted(signum))  # (not inside a process's making)
 
         old = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
 

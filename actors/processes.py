@@ -173,18 +173,39 @@ def _die_with_parent(parent: int) -> None:
 
 
 _HELD_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# Inside _signals_held: what a signal handler would raise waits here for the block's end.
+# The mask alone does not hold it off: a process-directed signal goes to another thread
+# that does not block it, and Python runs its handler in the main thread all the same.
+_held = 0
+_deferred: list[BaseException] = []
+
+
+def raise_or_defer(exc: BaseException) -> None:
+    """For a signal handler that stops the start by raising: raise now, or, inside
+    ``_signals_held`` (a process being made, a thread being started), at its end."""
+    if _held:
+        _deferred.append(exc)
+        return
+    raise exc
 
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
     """SIGTERM/SIGINT wait until the block ends: the broker's handler while it starts
     raises, and must not do so between a new process's fork and its Popen being kept
-    (a process nobody stops or waits for)."""
+    (a process nobody stops or waits for). The mask keeps them from this thread (and a
+    forked child, which unblocks them once its parent-death signal is set);
+    ``raise_or_defer`` keeps the handler's exception for the block's end."""
+    global _held
     before = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    _held += 1
     try:
         yield
     finally:
+        _held -= 1
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        if not _held and _deferred:
+            raise _deferred.pop()
 
 
 class ProcessSupervisor:

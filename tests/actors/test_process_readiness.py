@@ -7,6 +7,9 @@ slow."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 from typing import Any
 
@@ -57,3 +60,33 @@ def test_the_wait_ends_at_the_deadline(node: Node, monkeypatch: pytest.MonkeyPat
     topo = Topology(node.name, 1, 1, 1, 1, 1)
     node.spawn(NeverRestored, topo.shard(0).name)
     assert not processes._wait_for_shards_restored(node, topo, 1, [0], time.monotonic() + 1)
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_a_stop_signal_while_a_process_is_made_is_raised_once_it_is_kept() -> None:
+    """The start's SIGTERM handler raises; inside `_signals_held` (a fork and its Popen
+    being kept) it must wait for the block's end. The mask alone did not hold it: the
+    signal went to another thread, and Python ran the handler in the main thread inside
+    the block, so a process could be forked and never stopped or waited for."""
+    old = signal.signal(signal.SIGTERM,
+                        lambda _s, _f: processes.raise_or_defer(_Stop("stop")))
+    go = threading.Event()
+    # made before the block: its mask lets SIGTERM in, as the broker's actor threads'
+    sender = threading.Thread(target=lambda: go.wait(10) and os.kill(os.getpid(),
+                                                                     signal.SIGTERM))
+    sender.start()
+    steps: list[str] = []
+    try:
+        with pytest.raises(_Stop), processes._signals_held():
+            go.set()
+            sender.join(10)
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline:  # bytecodes for the handler to run at
+                steps.append("inside")
+            steps.append("kept")
+        assert steps[-1] == "kept"
+    finally:
+        signal.signal(signal.SIGTERM, old)

@@ -1611,7 +1611,7 @@ class PartitionShard(Actor):
                 else:
                     rows.append(ListOffsetsDoneRow(topic, partition, NONE, found[1], found[0],
                                                    log.epoch_cache.epoch_for_offset(found[0])))
-            else:
+            else:  # the handler answers these UNSUPPORTED_VERSION before asking (Kafka's)
                 rows.append(ListOffsetsDoneRow(topic, partition, int(ErrorCode.INVALID_REQUEST),
                                                -1, -1, -1))
         self.reply(ListOffsetsDone(msg.req_id, rows))

@@ -208,6 +208,32 @@ def test_list_offsets(client: RawClient) -> None:
     assert top.timestamp == 3000 and top.offset in (4, 5)
 
 
+def test_list_offsets_refuses_other_negative_timestamps_as_unsupported(
+        client: RawClient) -> None:
+    """Kafka's ReplicaManager.fetchOffset: a negative timestamp other than -1/-2/-3, or
+    one asked below the version that brought it (-3 at v7, -4 at v8, -5 at v9), is
+    UNSUPPORTED_VERSION for that partition; the others in the request are answered."""
+    topic = name("lo")
+    assert client.create_topic(topic, 1) == 0
+    assert client.produce(topic, 0, record_batch([(None, b"v")], timestamp_ms=5)).error_code == 0
+
+    def codes(version: int, timestamps: list[int]) -> list[tuple[int, int]]:
+        response = client.call(LIST_OFFSETS, version, {
+            "replica_id": -1, "isolation_level": 0,
+            "topics": [{"name": topic, "partitions": [
+                {"partition_index": 0, "current_leader_epoch": -1, "timestamp": ts}
+                for ts in timestamps]}]})
+        return [(p.error_code, p.offset) for p in response.topics[0].partitions]
+
+    unsupported = (ErrorCode.UNSUPPORTED_VERSION, -1)
+    assert codes(7, [-4]) == [unsupported]  # earliest local: v8+
+    assert codes(7, [-5]) == [unsupported]  # latest tiered: v9+
+    assert codes(7, [-7]) == [unsupported]
+    assert codes(7, [-3]) == [(0, 0)]
+    assert codes(6, [-3]) == [unsupported]  # max timestamp: v7+
+    assert codes(6, [-2]) == [(0, 0)] and codes(1, [-1]) == [(0, 1)]
+
+
 def test_list_offsets_unknown_partition(client: RawClient) -> None:
     topic = name("lo")
     assert client.create_topic(topic, 1) == 0

@@ -998,6 +998,33 @@ def test_up_refuses_a_node_whose_listener_another_broker_answers_on(
         assert other.stop() == 0
 
 
+def test_up_names_the_specs_key_for_a_port_another_process_holds(
+        spec_file: Path, zk_connect: str) -> None:
+    """A port of a local node held by a process that is no broker: `up` said so only once
+    the node had exited, by its log's tail naming `--listen`, a flag no spec has. Now the
+    port is tried before the node starts, and the line names the spec's key."""
+    import socket
+
+    spec, ports = two_local_nodes_spec(zk_connect)
+    spec_file.write_text(spec)
+    for port, node_id, key in ((ports[2], 2, "listeners"), (ports[1], 1, "actor.gateway.port")):
+        holder = socket.socket()
+        try:
+            holder.bind(("127.0.0.1", port))
+            holder.listen(1)
+            up = cli("up", "--spec", str(spec_file), timeout_s=120)
+        finally:
+            holder.close()
+        said = up.stderr + up.stdout
+        assert up.returncode == 1, said
+        line = (f"cluster up failed: node {node_id} on here: port {port} (127.0.0.1) is in use "
+                f"by another process; stop it, or give the node another port in the spec: "
+                f"{key} in [nodes.{node_id}.config] (or [config])")
+        assert line in said, said
+        assert f"node {node_id} on here: started" not in up.stdout, up.stdout
+        assert "--listen" not in said, said
+
+
 def unreachable_ssh_host_spec(ssh_host: SshServer, spec_file: Path, tmp_path: Path,
                               more: str = "") -> None:
     """A spec whose node and ZooKeeper are on an ssh host whose sshd is then stopped: the

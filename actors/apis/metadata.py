@@ -128,8 +128,11 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         except KafkaError as exc:
             errors[name] = int(exc.code)
             continue
-        # Kafka's Topic.isInternal: only the coordinators' own topics are internal (their
-        # coordinators make them); a user's "__t" is auto-created like any other name
+        # Kafka's Topic.isInternal names the internal topics; a user's "__t" is auto-created
+        # like any other name. Divergence: Kafka's Metadata auto-create also makes
+        # __consumer_offsets/__transaction_state (with the coordinators' partition count,
+        # replication factor and configs); here their coordinators create them themselves,
+        # so a Metadata request for one before that answers UNKNOWN_TOPIC_OR_PARTITION
         if allow_auto and ctx.config["auto.create.topics.enable"] and name not in INTERNAL_TOPICS:
             if not _may_create(ctx, name):
                 errors[name] = TOPIC_DENIED

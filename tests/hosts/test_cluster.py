@@ -985,14 +985,11 @@ def test_up_refuses_a_node_whose_listener_another_broker_answers_on(
     other = BrokerProcess(tmp_path / "other", port=ports[2]).start()
     try:
         spec_file.write_text(spec)
-        started = time.monotonic()
         up = cli("up", "--spec", str(spec_file), timeout_s=120)
-        took_s = time.monotonic() - started
         assert up.returncode == 1, up.stdout + up.stderr
         assert (f"node 2 on here: something not started by this spec already answers Kafka "
                 f"requests on 127.0.0.1:{ports[2]}") in up.stderr + up.stdout
         assert "rolled back: node 1 on here" in up.stdout
-        assert took_s < 60, took_s
         assert other.proc is not None and other.proc.poll() is None  # left alone
     finally:
         assert other.stop() == 0

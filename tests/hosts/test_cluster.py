@@ -1004,9 +1004,12 @@ def test_up_names_the_specs_key_for_a_port_another_process_holds(
 
     spec, ports = two_local_nodes_spec(zk_connect)
     spec_file.write_text(spec)
-    for port, node_id, key in ((ports[2], 2, "listeners"), (ports[1], 1, "actor.gateway.port")):
+    # node 1's gateway port first, before any node ran: once node 1 had run and been rolled
+    # back, its port could be in TIME_WAIT (and the holder's bind refused)
+    for port, node_id, key in ((ports[1], 1, "actor.gateway.port"), (ports[2], 2, "listeners")):
         holder = socket.socket()
         try:
+            holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             holder.bind(("127.0.0.1", port))
             holder.listen(1)
             up = cli("up", "--spec", str(spec_file), timeout_s=120)

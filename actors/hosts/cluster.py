@@ -57,6 +57,8 @@ from actors.security.listeners import parse_listeners
 from wire.fingerprint import wire_fingerprint
 
 STATE_FILE = "state.json"
+# how long a local node's port held at its start is tried again before `up` refuses it
+PORT_FREE_WAIT_S = 5.0
 Say = Callable[[str], None]
 
 
@@ -123,6 +125,21 @@ class ClusterState:
 
     def empty(self) -> bool:
         return not (self.bridge_created or self.hosts or self.isolated or self.netem)
+
+
+def port_held(host: str, port: int) -> bool:
+    """Whether binding ``port`` on ``host`` fails as taken (any other failure is left for
+    the node's own start to say)."""
+    probe = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        # as the node binds: TIME_WAIT left by an earlier run is no conflict
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+    except OSError as exc:
+        return exc.errno == errno.EADDRINUSE
+    finally:
+        probe.close()
+    return False
 
 
 class Cluster:
@@ -389,7 +406,11 @@ class Cluster:
     def check_ports_free(self, node_id: int) -> None:
         """A node on this machine: each port it would listen on is bound and let go first,
         so that a port another process holds is said at once, by the spec's key (the node
-        itself would exit, and `up` would say so only then, by its log's tail)."""
+        itself would exit, and `up` would say so only then, by its log's tail).
+
+        A held port is tried again for up to ``PORT_FREE_WAIT_S``: after a stop that ended
+        in SIGKILL only the node's main process was waited for, and a child of it may still
+        hold its listener (the SO_REUSEPORT socket they share) for a moment."""
         plan = self.plans[node_id]
         protocols = str(plan.config.get("listener.security.protocol.map", ""))
         wanted = [(listener.host, listener.port, "listeners")
@@ -398,20 +419,16 @@ class Cluster:
         for host, port, key in wanted:
             if not port:
                 continue
-            probe = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-            try:
-                # as the node binds: TIME_WAIT left by an earlier run is no conflict
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                probe.bind((host, port))
-            except OSError as exc:
-                if exc.errno != errno.EADDRINUSE:
-                    continue  # the node's own start says what else is wrong, as before
-                raise ClusterError(
-                    f"node {node_id} on {plan.host.name}: port {port} ({host or '0.0.0.0'}) "
-                    f"is in use by another process; stop it, or give the node another port "
-                    f"in the spec: {key} in [nodes.{node_id}.config] (or [config])") from None
-            finally:
-                probe.close()
+            deadline = time.monotonic() + PORT_FREE_WAIT_S
+            while port_held(host, port):
+                if time.monotonic() >= deadline:
+                    raise ClusterError(
+                        f"node {node_id} on {plan.host.name}: port {port} ({host or '0.0.0.0'}) "
+                        f"is still in use after {PORT_FREE_WAIT_S:g} s (another process, or "
+                        f"one of an earlier run still exiting); stop it, or give the node "
+                        f"another port in the spec: {key} in [nodes.{node_id}.config] "
+                        "(or [config])")
+                time.sleep(0.2)
 
     def wait_answering(self, node_id: int, timeout_s: float) -> None:
         plan = self.plans[node_id]

@@ -1017,12 +1017,36 @@ def test_up_names_the_specs_key_for_a_port_another_process_holds(
             holder.close()
         said = up.stderr + up.stdout
         assert up.returncode == 1, said
-        line = (f"cluster up failed: node {node_id} on here: port {port} (127.0.0.1) is in use "
-                f"by another process; stop it, or give the node another port in the spec: "
+        line = (f"cluster up failed: node {node_id} on here: port {port} (127.0.0.1) is still "
+                f"in use after 5 s (another process, or one of an earlier run still exiting); "
+                f"stop it, or give the node another port in the spec: "
                 f"{key} in [nodes.{node_id}.config] (or [config])")
         assert line in said, said
         assert f"node {node_id} on here: started" not in up.stdout, up.stdout
         assert "--listen" not in said, said
+
+
+def test_a_port_let_go_soon_after_is_no_conflict(spec_file: Path, zk_connect: str) -> None:
+    """After a stop that ended in SIGKILL only the node's main process was waited for: a
+    child of it could still hold its listener for a moment, and the next start was refused
+    as another process's port. A port let go within the wait is taken."""
+    import socket
+    import threading
+
+    spec, ports = two_local_nodes_spec(zk_connect)
+    spec_file.write_text(spec)
+    cluster = Cluster(load_spec(spec_file), say=lambda line: None)
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.1", ports[0]))
+    holder.listen(1)
+    let_go = threading.Timer(1.0, holder.close)
+    let_go.start()
+    try:
+        cluster.check_ports_free(1)  # raised at once while the holder was still there
+    finally:
+        let_go.cancel()
+        holder.close()
 
 
 def unreachable_ssh_host_spec(ssh_host: SshServer, spec_file: Path, tmp_path: Path,

@@ -623,7 +623,7 @@ class PartitionShard(Actor):
         failed: list[TopicPartition] = []
         for row in msg.rows:
             try:
-                self._warn_of_an_orphan(row.topic, row.partition, row.topic_id)
+                self._warn_of_an_orphan(row.topic, row.partition)
                 self._open(row.topic, row.partition, row.configs, now, topic_id=row.topic_id)
             except NotDeletedYetError as exc:
                 # answered failed (it is not served yet), and opened by the housekeeping
@@ -758,8 +758,9 @@ class PartitionShard(Actor):
                          "version): the directory is the topic's, its id rewritten",
                          topic, partition, was, topic_id)
 
-    def _warn_of_an_orphan(self, topic: str, partition: int, topic_id: str) -> None:
-        """A partition just created whose directory is there already, with no topic id: a
+    def _warn_of_an_orphan(self, topic: str, partition: int) -> None:
+        """A partition just created (a single node's OpenPartitions, or a cluster's
+        LeaderAndIsr marked new) whose directory is there already, with no topic id: a
         directory no topic named (left by hand, or by an older version's lost delete). Its
         log is opened as the new partition's, records and all (as Kafka, whose LogManager
         loads every partition directory at start and a new topic gets the log of its
@@ -1783,6 +1784,8 @@ class PartitionShard(Actor):
         log cannot be opened (NotDeletedYetError: a deleted namesake's directory is still
         there)."""
         key = (row.topic, row.partition)
+        if row.is_new:  # the controller's LeaderAndIsr of a partition it just created
+            self._warn_of_an_orphan(row.topic, row.partition)
         self._open(row.topic, row.partition, dict(row.configs), now, leader_alone=False,
                    topic_id=row.topic_id, adopted=row.topic_id_adopted)
         if self._storage_refuses(row.topic, row.partition, row.leader, list(row.isr),

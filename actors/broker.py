@@ -212,7 +212,8 @@ def bind_listener(host: str, port: int, reuse_port: bool = False) -> socket.sock
         listener.close()
         if exc.errno == errno.EADDRINUSE:
             raise BrokerError(f"cannot listen on {where}: the port is in use by another "
-                              f"process; stop it or choose another port (--listen)") from None
+                              f"process; stop it or choose another port (--listen, or "
+                              f"listeners in the config file or cluster spec)") from None
         if exc.errno == errno.EADDRNOTAVAIL:
             raise BrokerConfigError(f"cannot listen on {where}: no interface of this host "
                                     f"has that address; use one it has, e.g. 127.0.0.1:{port}"

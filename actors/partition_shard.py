@@ -623,6 +623,7 @@ class PartitionShard(Actor):
         failed: list[TopicPartition] = []
         for row in msg.rows:
             try:
+                self._warn_of_an_orphan(row.topic, row.partition)
                 self._open(row.topic, row.partition, row.configs, now, topic_id=row.topic_id)
             except NotDeletedYetError as exc:
                 # answered failed (it is not served yet), and opened by the housekeeping
@@ -757,6 +758,29 @@ class PartitionShard(Actor):
                          "version): the directory is the topic's, its id rewritten",
                          topic, partition, was, topic_id)
 
+    def _warn_of_an_orphan(self, topic: str, partition: int) -> None:
+        """A partition just created (a single node's OpenPartitions, or a cluster's
+        LeaderAndIsr marked new) whose directory is there already, with no topic id: a
+        directory no topic named (left by hand, or by an older version's lost delete). Its
+        log is opened as the new partition's, records and all (as Kafka, whose LogManager
+        loads every partition directory at start and a new topic gets the log of its
+        name); one warning with its size, so that the records are not taken silently. One
+        of another id is a deleted namesake's (``_discard_dead_namesake`` says so)."""
+        key = (topic, partition)
+        directory = self.log_dir.partition_path(topic, partition)
+        if key in self.partitions or key in self.undeleted or not directory.is_dir():
+            return
+        try:
+            if read_partition_metadata(directory) is not None:
+                return
+        except PartitionMetadataError:
+            return  # the open says it
+        self.log.warning(
+            "{}-{}: created, and its directory {} was there already ({} bytes, no topic "
+            "id: a partition directory no topic named): its log is opened as the new "
+            "partition's, its records kept", topic, partition, directory,
+            _dir_bytes(directory))
+
     def _discard_dead_namesake(self, topic: str, partition: int, topic_id: str,
                                adopted: bool = False) -> None:
         """Delete the partition's directory if it holds another topic id than ``topic_id``:
@@ -777,8 +801,9 @@ class PartitionShard(Actor):
             self._log_readopted(topic, partition, found, topic_id)
             return
         self.log.warning("{}-{}: its directory holds topic id {}, not {}: a deleted namesake's "
-                         "whose delete was lost; it is deleted, not opened, and the partition "
-                         "starts new", topic, partition, found, topic_id)
+                         "whose delete was lost; it is deleted ({}, {} bytes), not opened, and "
+                         "the partition starts new", topic, partition, found, topic_id,
+                         directory, _dir_bytes(directory))
         self.dead_namesakes_deleted += 1
         self.hosted.pop(key, None)  # what was kept of it (offsets, failures) was the dead one's
         self._mark_deleting(topic, partition)
@@ -1611,7 +1636,7 @@ class PartitionShard(Actor):
                 else:
                     rows.append(ListOffsetsDoneRow(topic, partition, NONE, found[1], found[0],
                                                    log.epoch_cache.epoch_for_offset(found[0])))
-            else:
+            else:  # the handler answers these UNSUPPORTED_VERSION before asking (Kafka's)
                 rows.append(ListOffsetsDoneRow(topic, partition, int(ErrorCode.INVALID_REQUEST),
                                                -1, -1, -1))
         self.reply(ListOffsetsDone(msg.req_id, rows))
@@ -1759,6 +1784,8 @@ class PartitionShard(Actor):
         log cannot be opened (NotDeletedYetError: a deleted namesake's directory is still
         there)."""
         key = (row.topic, row.partition)
+        if row.is_new:  # the controller's LeaderAndIsr of a partition it just created
+            self._warn_of_an_orphan(row.topic, row.partition)
         self._open(row.topic, row.partition, dict(row.configs), now, leader_alone=False,
                    topic_id=row.topic_id, adopted=row.topic_id_adopted)
         if self._storage_refuses(row.topic, row.partition, row.leader, list(row.isr),
@@ -2368,3 +2395,19 @@ def _without_lost(rows: list[AppendDoneRow], waiting: list[WatchProduceRow],
 
 def _replica_error(topic: str, partition: int, code: int) -> ReplicaReadDoneRow:
     return ReplicaReadDoneRow(topic, partition, code, -1, -1, -1, -1, -1, b"", 0, 0)
+
+
+def _dir_bytes(directory: Path) -> int:
+    """The bytes of the files in a partition directory (for a warning: 0 if unreadable)."""
+    total = 0
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                try:
+                    if entry.is_file(follow_symlinks=False):
+                        total += entry.stat(follow_symlinks=False).st_size
+                except OSError:
+                    continue
+    except OSError:
+        return 0
+    return total

@@ -24,6 +24,7 @@ from actors.apis.base import (
     topic_change_wait_ms,
 )
 from actors.apis.metadata import _partition_rows
+from actors.core.topic_config import INTERNAL_TOPICS
 from actors.runtime.address import Address
 from wire.admin_messages import (
     AlterReassignmentsAsk,
@@ -305,7 +306,7 @@ def handle_describe_topic_partitions(ctx: HandlerContext, header: Any, req: Any)
         taken = rows[:left]
         left -= len(taken)
         topics.append({
-            "error_code": NONE, "name": name, "is_internal": name.startswith("__"),
+            "error_code": NONE, "name": name, "is_internal": name in INTERNAL_TOPICS,
             "partitions": [{
                 "error_code": NONE, "partition_index": r["partition_index"],
                 "leader_id": r["leader_id"], "leader_epoch": r["leader_epoch"],

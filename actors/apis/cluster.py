@@ -61,32 +61,46 @@ def partition_rows(ctx: HandlerContext, name: str, version: int = 6) -> list[dic
 
     A live leader without an endpoint on the request's listener is no leader to this
     client: LISTENER_NOT_FOUND from Metadata v6 (LEADER_NOT_AVAILABLE before), as Kafka's
-    getPartitionMetadata answers it."""
+    getPartitionMetadata answers it. In v0 (Kafka's errorUnavailableEndpoints) the
+    replicas and ISR hold only live brokers with an endpoint on the listener, and a
+    partition with a leader that lost some that way is REPLICA_NOT_AVAILABLE."""
     cache = ctx.cluster
     if cache is None:
         count = ctx.partition_count(name) or 0
         if ctx.own_endpoint() is None:
-            return [_no_listener(p, 0, [ctx.broker_id], [ctx.broker_id], [], version)
-                    for p in range(count)]
+            me = [] if version == 0 else [ctx.broker_id]  # v0: no endpoint, not listed
+            return [_no_listener(p, 0, list(me), list(me), [], version) for p in range(count)]
         return [{"error_code": 0, "partition_index": p, "leader_id": ctx.broker_id,
                  "leader_epoch": 0, "replica_nodes": [ctx.broker_id],
                  "isr_nodes": [ctx.broker_id], "offline_replicas": []}
                 for p in range(count)]
     listener = ctx.listener_name()
+
+    def reachable(broker: int) -> bool:
+        return broker in cache.brokers and (
+            listener is None or cache.endpoint(broker, listener) is not None)
+
     rows = []
     for index, p in sorted(cache.partitions.get(name, {}).items()):
         led = p.leader != NO_LEADER and p.leader in cache.brokers
+        replicas, isr = list(p.replicas), list(p.isr)
+        if version == 0:
+            replicas = [r for r in replicas if reachable(r)]
+            isr = [r for r in isr if reachable(r)]
         if led and listener is not None and cache.endpoint(p.leader, listener) is None:
-            rows.append(_no_listener(index, p.leader_epoch, list(p.replicas), list(p.isr),
+            rows.append(_no_listener(index, p.leader_epoch, replicas, isr,
                                      list(p.offline_replicas), version))
             continue
+        error = NONE if led else int(ErrorCode.LEADER_NOT_AVAILABLE)
+        if led and (len(replicas) < len(p.replicas) or len(isr) < len(p.isr)):
+            error = int(ErrorCode.REPLICA_NOT_AVAILABLE)  # v0 alone filters
         rows.append({
-            "error_code": NONE if led else int(ErrorCode.LEADER_NOT_AVAILABLE),
+            "error_code": error,
             "partition_index": index,
             "leader_id": p.leader if led else NO_LEADER,
             "leader_epoch": p.leader_epoch,
-            "replica_nodes": list(p.replicas),
-            "isr_nodes": list(p.isr),
+            "replica_nodes": replicas,
+            "isr_nodes": isr,
             "offline_replicas": list(p.offline_replicas),
         })
     return rows

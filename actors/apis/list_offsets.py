@@ -15,6 +15,17 @@ def _list_offsets(isolation: int, rows: list[ListOffsetsRow]) -> Callable[[int],
     return lambda rid: ListOffsets(rid, isolation, rows)
 
 
+# Kafka's ReplicaManager.timestampMinSupportedVersion: the special (negative) timestamps and
+# the first ListOffsets version that may ask them; any other negative timestamp, or one
+# asked below its version, is UNSUPPORTED_VERSION for its partition. -4 (earliest local,
+# v8) and -5 (latest tiered, v9) are past the v7 actorlog advertises, so unsupported too.
+_SPECIAL_TIMESTAMP_MIN_VERSION = {-1: 1, -2: 1, -3: 7, -4: 8, -5: 9}
+
+
+def _timestamp_unsupported(timestamp: int, version: int) -> bool:
+    return timestamp < 0 and version < _SPECIAL_TIMESTAMP_MIN_VERSION.get(timestamp, 1 << 15)
+
+
 def _partition_response(index: int, r: ListOffsetsDoneRow) -> dict[str, Any]:
     return {
         "partition_index": index,
@@ -41,6 +52,9 @@ def handle_list_offsets(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                 results[(t.name, p.partition_index)] = ListOffsetsDoneRow(
                     t.name, p.partition_index, int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
                     -1, -1, -1)
+            elif _timestamp_unsupported(p.timestamp, header.api_version):
+                results[(t.name, p.partition_index)] = ListOffsetsDoneRow(
+                    t.name, p.partition_index, int(ErrorCode.UNSUPPORTED_VERSION), -1, -1, -1)
             elif count is None or not 0 <= p.partition_index < count:
                 results[(t.name, p.partition_index)] = ListOffsetsDoneRow(
                     t.name, p.partition_index, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),

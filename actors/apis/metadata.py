@@ -10,7 +10,7 @@ from actors.apis import cluster
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond, topic_change_wait_ms
 from actors.apis.configs import handle_describe_configs  # re-exported: it used to live here
 from actors.apis.transactions import handle_init_transactional_producer
-from actors.core.topic_config import validate_topic_name
+from actors.core.topic_config import INTERNAL_TOPICS, validate_topic_name
 from actors.core.topic_id import decode_topic_id, encode_topic_id
 from actors.security.acl import CLUSTER_NAME, Operation, ResourceType
 from wire.broker_messages import (
@@ -128,7 +128,12 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         except KafkaError as exc:
             errors[name] = int(exc.code)
             continue
-        if allow_auto and ctx.config["auto.create.topics.enable"] and not name.startswith("__"):
+        # Kafka's Topic.isInternal names the internal topics; a user's "__t" is auto-created
+        # like any other name. Divergence: Kafka's Metadata auto-create also makes
+        # __consumer_offsets/__transaction_state (with the coordinators' partition count,
+        # replication factor and configs); here their coordinators create them themselves,
+        # so a Metadata request for one before that answers UNKNOWN_TOPIC_OR_PARTITION
+        if allow_auto and ctx.config["auto.create.topics.enable"] and name not in INTERNAL_TOPICS:
             if not _may_create(ctx, name):
                 errors[name] = TOPIC_DENIED
                 continue
@@ -175,7 +180,7 @@ def _metadata_topic(ctx: HandlerContext, name: str, errors: dict[str, int],
         "name": name,
         # v10+: the topic's id (the zero id when not known), as Kafka answers it
         "topic_id": _uuid(entry.topic_id) if entry is not None else None,
-        "is_internal": name.startswith("__"),
+        "is_internal": name in INTERNAL_TOPICS,
         "partitions": _partition_rows(ctx, name, version) if error == 0 else [],
     }
 

@@ -17,8 +17,10 @@ spec.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -51,9 +53,12 @@ from actors.hosts.runner import (
 )
 from actors.hosts.spec import ClusterSpec, HostSpec
 from actors.metadata.zk_server import ZOOKEEPER_JAR, Peer, four_letter_word
+from actors.security.listeners import parse_listeners
 from wire.fingerprint import wire_fingerprint
 
 STATE_FILE = "state.json"
+# how long a local node's port held at its start is tried again before `up` refuses it
+PORT_FREE_WAIT_S = 5.0
 Say = Callable[[str], None]
 
 
@@ -120,6 +125,21 @@ class ClusterState:
 
     def empty(self) -> bool:
         return not (self.bridge_created or self.hosts or self.isolated or self.netem)
+
+
+def port_held(host: str, port: int) -> bool:
+    """Whether binding ``port`` on ``host`` fails as taken (any other failure is left for
+    the node's own start to say)."""
+    probe = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        # as the node binds: TIME_WAIT left by an earlier run is no conflict
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+    except OSError as exc:
+        return exc.errno == errno.EADDRINUSE
+    finally:
+        probe.close()
+    return False
 
 
 class Cluster:
@@ -371,6 +391,8 @@ class Cluster:
             raise ClusterError(f"{where}: something not started by this spec already answers "
                                f"Kafka requests on {plan.client_address} (another broker?); "
                                "stop it, or give the node another listener in the spec")
+        if plan.host.via == "local":
+            self.check_ports_free(node_id)
         write_node_config(proc.runner, plan)
         self.hand_keys(proc.runner, plan)
         version = self.versions.get(plan.host.name)
@@ -380,6 +402,33 @@ class Cluster:
         pid = proc.start()
         started.append(proc)
         self.say(f"{where}: started, pid {pid} (config {plan.config_path})")
+
+    def check_ports_free(self, node_id: int) -> None:
+        """A node on this machine: each port it would listen on is bound and let go first,
+        so that a port another process holds is said at once, by the spec's key (the node
+        itself would exit, and `up` would say so only then, by its log's tail).
+
+        A held port is tried again for up to ``PORT_FREE_WAIT_S``: after a stop that ended
+        in SIGKILL only the node's main process was waited for, and a child of it may still
+        hold its listener (the SO_REUSEPORT socket they share) for a moment."""
+        plan = self.plans[node_id]
+        protocols = str(plan.config.get("listener.security.protocol.map", ""))
+        wanted = [(listener.host, listener.port, "listeners")
+                  for listener in parse_listeners(str(plan.config["listeners"]), protocols)]
+        wanted.append((plan.host.address, plan.gateway_port, "actor.gateway.port"))
+        for host, port, key in wanted:
+            if not port:
+                continue
+            deadline = time.monotonic() + PORT_FREE_WAIT_S
+            while port_held(host, port):
+                if time.monotonic() >= deadline:
+                    raise ClusterError(
+                        f"node {node_id} on {plan.host.name}: port {port} ({host or '0.0.0.0'}) "
+                        f"is still in use after {PORT_FREE_WAIT_S:g} s (another process, or "
+                        f"one of an earlier run still exiting); stop it, or give the node "
+                        f"another port in the spec: {key} in [nodes.{node_id}.config] "
+                        "(or [config])")
+                time.sleep(0.2)
 
     def wait_answering(self, node_id: int, timeout_s: float) -> None:
         plan = self.plans[node_id]

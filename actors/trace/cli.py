@@ -163,6 +163,10 @@ def list_traces(dirs: tuple[str, ...], limit: int) -> None:
         tid = rec["trace_id"]
         if tid and (tid not in first or rec["sent_ns"] < first[tid]["sent_ns"]):
             first[tid] = rec
+    if not first:  # as find: nothing to list is a mistake to say, not an empty success
+        raise click.ClickException(
+            f"no traces in {', '.join(dirs)} (an empty file or a dir without trace files); "
+            "give data dirs, their traces dirs or trace files (--dir)")
     for tid, rec in sorted(first.items(), key=lambda kv: kv[1]["sent_ns"])[-limit:]:
         click.echo(f"{tid}  {rec['msg_type']}  {rec['actor']}@{rec['node']}")
 

@@ -85,6 +85,29 @@ def test_a_cluster_answers_each_listener_its_own_endpoints() -> None:
         ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
 
+def test_metadata_v0_lists_only_replicas_reachable_on_the_listener() -> None:
+    """Kafka's ZkMetadataCache.getPartitionMetadata with errorUnavailableEndpoints (v0
+    alone): replicas and ISR keep only live brokers with an endpoint on the request's
+    listener; a led partition that lost some is REPLICA_NOT_AVAILABLE, one whose leader
+    has no endpoint there LEADER_NOT_AVAILABLE with the filtered lists."""
+    ctx = _cluster_context()  # broker 2 has no EXTERNAL endpoint
+    rows = cluster.partition_rows(_on(ctx, 1), "t", 0)
+    assert [(r["error_code"], r["leader_id"], r["replica_nodes"], r["isr_nodes"])
+            for r in rows] == [
+        (int(ErrorCode.REPLICA_NOT_AVAILABLE), 1, [1], [1]),
+        (int(ErrorCode.LEADER_NOT_AVAILABLE), -1, [1], [1])]
+    # v1 lists every replica; on INTERNAL every replica is reachable, v0 too
+    assert [r["replica_nodes"] for r in cluster.partition_rows(_on(ctx, 1), "t", 1)] == [
+        [1, 2], [1, 2]]
+    assert [(r["error_code"], r["replica_nodes"])
+            for r in cluster.partition_rows(_on(ctx, 0), "t", 0)] == [(0, [1, 2]), (0, [1, 2])]
+    # a broker gone from the cache (dead) is left out of v0's lists as well
+    ctx.cluster.brokers.pop(2)  # type: ignore[union-attr]
+    [led, _] = cluster.partition_rows(_on(ctx, 0), "t", 0)
+    assert (led["error_code"], led["replica_nodes"], led["isr_nodes"]) == (
+        int(ErrorCode.REPLICA_NOT_AVAILABLE), [1], [1])
+
+
 def _answer(ctx: HandlerContext, version: int, req: Any) -> dict[str, Any]:
     gen = groups.handle_find_coordinator(ctx, SimpleNamespace(api_version=version), req)
     try:
@@ -107,6 +130,9 @@ def test_a_single_node_answers_the_listener_asked_and_none_unadvertised() -> Non
     assert cluster.broker_rows(_on(ctx, 1)) == []
     [row] = cluster.partition_rows(ctx, "t", 9)
     assert (row["error_code"], row["leader_id"]) == (int(ErrorCode.LISTENER_NOT_FOUND), -1)
+    [row] = cluster.partition_rows(ctx, "t", 0)  # v0: no endpoint there, so not listed
+    assert (row["error_code"], row["replica_nodes"], row["isr_nodes"]) == (
+        int(ErrorCode.LEADER_NOT_AVAILABLE), [], [])
     found = _answer(ctx, 2, SimpleNamespace(key_type=0, key="g"))
     assert (found["error_code"], found["node_id"], found["port"]) == (
         int(ErrorCode.COORDINATOR_NOT_AVAILABLE), -1, -1)

@@ -593,6 +593,21 @@ def test_describe_topic_partitions_pages_with_a_cursor(broker: BrokerProcess,
     assert part["leader_id"] == 1 and part["replica_nodes"] == [1] and part["isr_nodes"] == [1]
 
 
+def test_only_the_coordinators_topics_are_internal(broker: BrokerProcess,
+                                                   kadmin: KafkaAdminClient) -> None:
+    """Kafka's Topic.isInternal: __consumer_offsets and __transaction_state, not every
+    name that starts with "__" (a user may make "__mine"; Topic.validate allows it)."""
+    create(kadmin, "__mine", 1)
+    wait_until(lambda: partition_count(kadmin, "__mine") == 1, "__mine to exist")
+    wait_until(lambda: "__consumer_offsets" in kadmin.list_topics(), "__consumer_offsets")
+    described = {t["name"]: t["is_internal"]
+                 for t in kadmin.describe_topics(["__mine", "__consumer_offsets"])}
+    assert described == {"__mine": False, "__consumer_offsets": True}
+    paged = kadmin.describe_topic_partitions(["__mine", "__consumer_offsets"])
+    assert {t["name"]: t["is_internal"] for t in paged["topics"]} == {
+        "__mine": False, "__consumer_offsets": True}
+
+
 # ------------------------------------------------------- partition reassignments
 
 

@@ -57,6 +57,15 @@ def metadata(client: RawClient, topics: list[str] | None, auto: bool) -> dict[st
     return {t.name: t for t in response.topics}
 
 
+def settled(client: RawClient, topic: str) -> object:
+    """The topic's Metadata (without auto-creation) once it answers without error: right
+    after an auto-create it may still be LEADER_NOT_AVAILABLE on a loaded machine."""
+    def answered() -> object:
+        got = metadata(client, [topic], auto=False)[topic]
+        return got if got.error_code == 0 else None  # type: ignore[attr-defined]
+    return wait_for(answered, f"Metadata of {topic} without error")
+
+
 # ---------------------------------------------------------------- Metadata
 
 
@@ -66,8 +75,7 @@ def test_metadata_auto_creates_a_topic(client: RawClient) -> None:
     # Kafka answers LEADER_NOT_AVAILABLE while the new topic settles; actorlog
     # answers once it is created. Either way it exists right after.
     assert first.error_code in (0, ErrorCode.LEADER_NOT_AVAILABLE)  # type: ignore[attr-defined]
-    again = metadata(client, [topic], auto=False)[topic]
-    assert again.error_code == 0  # type: ignore[attr-defined]
+    again = settled(client, topic)
     assert [p.partition_index for p in again.partitions] == [0]  # type: ignore[attr-defined]
     assert client.produce(topic, 0, record_batch([(None, b"v")])).error_code == 0
 
@@ -79,10 +87,16 @@ def test_metadata_without_auto_creation_leaves_unknown_topics_alone(client: RawC
     assert topic not in metadata(client, None, auto=False)
 
 
-def test_metadata_refuses_invalid_and_internal_names(client: RawClient) -> None:
-    got = metadata(client, ["bad/name", "__not_auto"], auto=True)
+def test_metadata_refuses_invalid_names_and_auto_creates_a_users_double_underscore(
+        client: RawClient) -> None:
+    """Kafka's Topic.isInternal is the coordinators' topics alone: a user's "__x" is an
+    ordinary name, auto-created and not internal."""
+    mine = name("__mine")
+    got = metadata(client, ["bad/name", mine], auto=True)
     assert got["bad/name"].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION  # type: ignore[attr-defined]
-    assert got["__not_auto"].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # type: ignore[attr-defined]
+    assert got[mine].error_code in (0, ErrorCode.LEADER_NOT_AVAILABLE)  # type: ignore[attr-defined]
+    again = settled(client, mine)
+    assert again.is_internal is False  # type: ignore[attr-defined]
 
 
 def test_metadata_lists_brokers_and_partitions(broker: BrokerProcess, client: RawClient) -> None:
@@ -200,6 +214,32 @@ def test_list_offsets(client: RawClient) -> None:
         assert (got.error_code, got.offset, got.timestamp) == (0, offset, found_ts), ts
     top = client.list_offset(topic, 0, -3)  # max timestamp
     assert top.timestamp == 3000 and top.offset in (4, 5)
+
+
+def test_list_offsets_refuses_other_negative_timestamps_as_unsupported(
+        client: RawClient) -> None:
+    """Kafka's ReplicaManager.fetchOffset: a negative timestamp other than -1/-2/-3, or
+    one asked below the version that brought it (-3 at v7, -4 at v8, -5 at v9), is
+    UNSUPPORTED_VERSION for that partition; the others in the request are answered."""
+    topic = name("lo")
+    assert client.create_topic(topic, 1) == 0
+    assert client.produce(topic, 0, record_batch([(None, b"v")], timestamp_ms=5)).error_code == 0
+
+    def codes(version: int, timestamps: list[int]) -> list[tuple[int, int]]:
+        response = client.call(LIST_OFFSETS, version, {
+            "replica_id": -1, "isolation_level": 0,
+            "topics": [{"name": topic, "partitions": [
+                {"partition_index": 0, "current_leader_epoch": -1, "timestamp": ts}
+                for ts in timestamps]}]})
+        return [(p.error_code, p.offset) for p in response.topics[0].partitions]
+
+    unsupported = (ErrorCode.UNSUPPORTED_VERSION, -1)
+    assert codes(7, [-4]) == [unsupported]  # earliest local: v8+
+    assert codes(7, [-5]) == [unsupported]  # latest tiered: v9+
+    assert codes(7, [-7]) == [unsupported]
+    assert codes(7, [-3]) == [(0, 0)]
+    assert codes(6, [-3]) == [unsupported]  # max timestamp: v7+
+    assert codes(6, [-2]) == [(0, 0)] and codes(1, [-1]) == [(0, 1)]
 
 
 def test_list_offsets_unknown_partition(client: RawClient) -> None:

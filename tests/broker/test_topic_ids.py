@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import uuid
 from pathlib import Path
 
@@ -29,7 +30,13 @@ from actors.core.topic_id import (
     read_partition_metadata,
 )
 from actors.core.topic_store import STORE_FILE, TopicStore
-from tests.broker.rawclient import METADATA, RawClient, read_records, record_batch
+from tests.broker.rawclient import (
+    METADATA,
+    RawClient,
+    read_records,
+    record_batch,
+    wait_for_log,
+)
 from tests.broker.test_restart import restart, restarted  # noqa: F401
 from tests.fixtures.broker import BrokerProcess
 
@@ -105,12 +112,49 @@ def _namesake_after_a_killed_delete(data: Path, config: dict, started: list[Brok
     log = b.log()
     for p in range(2):
         assert f"{topic}-{p}: its directory holds topic id {old_id}, not {new_id}" in log
+        # the warning says which directory went, and how big it was (not the size of the
+        # kill's: the start trims a killed log dir's preallocated indexes first)
+        assert re.search(re.escape(f"it is deleted ({data / f'{topic}-{p}'}, ") + r"\d+ bytes\)",
+                         log), log[-3000:]
     assert b.stop() == 0
     # and so it stays: the restart opens the namesake's own directories
     b = restart(fresh_broker, started, 2)
     for p in range(2):
         assert values(b.port, topic, p) == [b"new"]
     assert "a deleted namesake's whose delete was lost" not in b.log()
+
+
+def dir_bytes(directory: Path) -> int:
+    return sum(f.stat().st_size for f in directory.iterdir() if f.is_file())
+
+
+def test_a_topic_created_over_an_orphan_directory_says_so(
+        fresh_broker: BrokerProcess, restarted: list[BrokerProcess]) -> None:  # noqa: F811
+    """A partition directory with no id that no topic names (left by hand, or by an
+    older version): a topic created by its name opens it, records and all, as Kafka's
+    LogManager would; one warning names the directory and its size (it was silent)."""
+    data = fresh_broker.data_dir
+    with RawClient(fresh_broker.port) as client:
+        assert client.create_topic("source", 1) == 0
+        assert client.produce("source", 0, record_batch([(None, b"left")] * 3)).error_code == 0
+    assert fresh_broker.stop() == 0
+    orphan = data / "orphan-0"
+    shutil.copytree(data / "source-0", orphan)
+    (orphan / PARTITION_METADATA_FILE).unlink()
+    size = dir_bytes(orphan)
+    assert size > 0
+
+    b = restart(fresh_broker, restarted, 1)
+    with RawClient(b.port) as client:
+        assert client.create_topic("orphan", 1) == 0
+    assert values(b.port, "orphan", 0) == [b"left"] * 3
+    said = f"orphan-0: created, and its directory {orphan} was there already ({size} bytes"
+    log = wait_for_log(b, said)
+    assert log.count(said) == 1, log[-3000:]
+    # a topic created on no directory says nothing of the kind
+    with RawClient(b.port) as client:
+        assert client.create_topic("plain", 1) == 0
+    assert "plain-0: created, and its directory" not in b.log()
 
 
 def test_an_older_versions_topics_get_ids_and_keep_their_records(

@@ -165,7 +165,8 @@ def test_a_port_in_use_gets_one_line_and_leaves_no_data_dir(tmp_path: Path) -> N
         taken.listen()
         port = taken.getsockname()[1]
         proc = run_serve(["--listen", f"127.0.0.1:{port}", "--data-dir", str(data_dir)])
-    check_one_line(proc, 1, [f"127.0.0.1:{port}", "in use", "--listen"])
+    check_one_line(proc, 1, [f"127.0.0.1:{port}", "in use", "--listen",
+                             "listeners in the config file or cluster spec"])
     assert not data_dir.exists()
 
 

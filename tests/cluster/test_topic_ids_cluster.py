@@ -122,6 +122,42 @@ def test_a_namesakes_replicas_delete_a_dead_topics_directory_instead_of_serving_
                          rf"not {re.escape(new_id)}", node.log()), node.broker_id
 
 
+def test_a_topic_created_over_an_orphan_directory_says_so_on_each_replica(
+        cluster_factory: Any) -> None:
+    """A partition directory with no id that no topic names, on every node: a topic created
+    by its name opens it through the controller's LeaderAndIsr, records and all (as Kafka's
+    LogManager would); each replica warns once naming the directory (it was said only on a
+    single node's path)."""
+    cluster: Cluster = cluster_factory(2)
+    create(cluster, "source", 1, 2)
+    cluster.wait_topic("source", 1)
+    leader = cluster.view().leaders("source")[0]
+    assert produce_to(cluster.nodes[leader], "source", 0, [b"left"] * 3).error_code == 0
+    for node in cluster.nodes.values():  # (acks=-1: the ISR's; the follower's on disk)
+        wait_for(f"node {node.broker_id}'s replica to hold the records",
+                 lambda n=node: (n.data_dir / "source-0" / f"{0:020d}.log").stat().st_size > 0)
+    cluster.stop()
+    for node in cluster.nodes.values():
+        orphan = node.data_dir / "orphan-0"
+        shutil.copytree(node.data_dir / "source-0", orphan)
+        (orphan / "partition.metadata").unlink()
+
+    cluster.start()
+    create(cluster, "orphan", 1, 2)
+    cluster.wait_topic("orphan", 1)
+    for node in cluster.nodes.values():
+        said = (f"orphan-0: created, and its directory {node.data_dir / 'orphan-0'} was there "
+                "already (")
+        wait_for(f"node {node.broker_id} to warn of the orphan directory",
+                 lambda n=node, said=said: said in n.log())
+        assert node.log().count(said) == 1, node.broker_id
+    assert _values(cluster, "orphan") == [b"left"] * 3
+    create(cluster, "plain", 1, 2)  # a topic created on no directory says nothing of it
+    cluster.wait_topic("plain", 1)
+    for node in cluster.nodes.values():
+        assert "plain-0: created, and its directory" not in node.log(), node.broker_id
+
+
 def test_the_controller_gives_an_id_to_a_topic_an_older_version_made(
         cluster_factory: Any, zk_connect: str) -> None:
     """A topic znode without ``topic_id`` (written as an actorlog before ids wrote it): the

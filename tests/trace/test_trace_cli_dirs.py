@@ -82,3 +82,18 @@ def test_analyze_takes_dirs_like_the_other_commands(two_nodes: tuple[Path, Path]
         assert code == 1 and "actorlog[spark]" in out, (args, out)
     code, out = _trace("analyze", "--out", str(tmp_path / "r"))
     assert code == 2 and "--dir DIR" in out
+
+
+def test_list_of_nothing_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    """An empty file, or a dir with no trace file, named by --dir: one line, status 1
+    (it printed nothing and exited 0); a missing path is click's usage error, 2."""
+    empty_file = tmp_path / "node-1-1-1-000001.trace.parquet"
+    empty_file.write_bytes(b"")
+    empty_dir = tmp_path / "nothing"
+    empty_dir.mkdir()
+    for path in (empty_file, empty_dir):
+        code, out = _trace("list", "--dir", str(path))
+        assert code == 1 and f"no traces in {path}" in out, out
+        assert len(out.strip().splitlines()) == 1, out
+    code, out = _trace("list", "--dir", str(tmp_path / "missing"))
+    assert code == 2 and "does not exist" in out, out

@@ -91,7 +91,10 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 # bridge in the root namespace and its addresses, made by fixtures or by `actorlog cluster
 # up`), the analysis tests' Spark (a JVM per session is too much memory and start time to
 # pay once per worker) and the bench entry tests' venv with a plain pip install. A group
-# is named by the fixtures its tests use or the modules they are in.
+# is named by the fixtures its tests use or the modules they are in. A test of those modules
+# marked ``local_hosts`` (its hosts are via = "local", or it makes none) is no netns test:
+# the netns group ran serially, as the run's tail, minutes of local clusters that need no
+# bridge.
 SHARED_GROUPS = {
     "netns": (("make_test_hosts", "ssh_host"),
               ("tests/hosts/", "tests/bench/test_chaos_bench.py")),
@@ -153,7 +156,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         fixtures = set(getattr(item, "fixturenames", ()))
         where = item.nodeid
         for group, (users, modules) in SHARED_GROUPS.items():
-            if fixtures.intersection(users) or where.startswith(modules):
+            if fixtures.intersection(users) or (where.startswith(modules) and not (
+                    group == "netns" and item.get_closest_marker("local_hosts"))):
                 item.add_marker(pytest.mark.xdist_group(group))
                 if grouping:
                     group_node_id(item, group)

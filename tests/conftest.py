@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 
@@ -90,7 +91,10 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 # bridge in the root namespace and its addresses, made by fixtures or by `actorlog cluster
 # up`), the analysis tests' Spark (a JVM per session is too much memory and start time to
 # pay once per worker) and the bench entry tests' venv with a plain pip install. A group
-# is named by the fixtures its tests use or the modules they are in.
+# is named by the fixtures its tests use or the modules they are in. A test of those modules
+# marked ``local_hosts`` (its hosts are via = "local", or it makes none) is no netns test:
+# the netns group ran serially, as the run's tail, minutes of local clusters that need no
+# bridge.
 SHARED_GROUPS = {
     "netns": (("make_test_hosts", "ssh_host"),
               ("tests/hosts/", "tests/bench/test_chaos_bench.py")),
@@ -152,11 +156,46 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         fixtures = set(getattr(item, "fixturenames", ()))
         where = item.nodeid
         for group, (users, modules) in SHARED_GROUPS.items():
-            if fixtures.intersection(users) or where.startswith(modules):
+            if fixtures.intersection(users) or (where.startswith(modules) and not (
+                    group == "netns" and item.get_closest_marker("local_hosts"))):
                 item.add_marker(pytest.mark.xdist_group(group))
                 if grouping:
                     group_node_id(item, group)
                 break
+        else:
+            shared = shared_fixture_group(item)
+            if shared is not None:
+                item.add_marker(pytest.mark.xdist_group(shared))
+                if grouping:
+                    group_node_id(item, shared)
+
+
+def shared_fixture_group(item: pytest.Item) -> str | None:
+    """The tests that share a module- or class-scoped fixture (the ``broker``, a module's
+    own brokers or PKI) run in one worker: loadgroup hands every other test out one at a
+    time, so a module's tests went to every worker and each started the module's brokers
+    again, up to four times the starts for the same tests. One group per instance of the
+    fixtures (a module's processes1 and processes2 brokers are two groups, which may run
+    side by side)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    scopes = {defs[-1].scope for defs in info.name2fixturedefs.values() if defs}
+    if "module" in scopes or "package" in scopes:
+        group = item.nodeid.split("::", 1)[0]
+    elif "class" in scopes and "::" in item.nodeid.split("[", 1)[0]:
+        group = item.nodeid.split("[", 1)[0].rsplit("::", 1)[0]
+    else:
+        return None
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:  # the params of wider-scoped fixtures pick their instance
+        wide = [f"{name}={value}" for name, value in sorted(callspec.params.items(), key=str)
+                if str(getattr(callspec._arg2scope.get(name), "value", "function"))
+                in ("module", "package", "class")]
+        if wide:
+            group += "-" + "-".join(wide)
+    # (loadgroup reads a test's group after its last "@", and only if no "]" follows)
+    return re.sub(r"[^\w./:=-]", "_", group)
 
 
 def group_node_id(item: pytest.Item, group: str) -> None:

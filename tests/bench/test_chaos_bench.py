@@ -27,6 +27,7 @@ from tests.fixtures.pids import Check, HeldProcess, running
 ROOT = Path(__file__).parents[2]
 
 
+@pytest.mark.local_hosts
 def test_the_schedule_is_seeded_bounded_and_healed_before_the_end() -> None:
     nodes = {"kill": [1, 2, 3], "pause": [1, 2, 3], "isolate": [2, 3], "netem": [2, 3]}
     plan = plan_faults(11, list(nodes), nodes, duration_s=600)
@@ -42,6 +43,7 @@ def test_the_schedule_is_seeded_bounded_and_healed_before_the_end() -> None:
     assert plan_faults(1, ["kill"], {"kill": [1]}, duration_s=5) == []
 
 
+@pytest.mark.local_hosts
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_a_short_chaos_run_reports_every_count(tmp_path: Path, zk_connect: str) -> None:

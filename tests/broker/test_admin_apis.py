@@ -46,9 +46,18 @@ BROKER_CONFIG = {
 }
 
 
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the tests that do not restart it (a start is 3-6 CPU s): each
+    names topics and groups of its own, so none sees another's."""
+    b = BrokerProcess(tmp_path_factory.mktemp("admin") / "data", config=BROKER_CONFIG).start()
+    yield b
+    assert b.stop() == 0, b.log()[-3000:]
+
+
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    """A broker per test: several restart it, and each process must end within its test."""
+def own_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker of the test's own, for the tests that restart it."""
     b = BrokerProcess(tmp_path / "data", config=BROKER_CONFIG).start()
     yield b
     assert b.stop() == 0, b.log()[-3000:]
@@ -61,6 +70,13 @@ def kadmin(broker: BrokerProcess) -> Iterator[KafkaAdminClient]:
     client.close()
 
 
+@pytest.fixture
+def own_kadmin(own_broker: BrokerProcess) -> Iterator[KafkaAdminClient]:
+    client = new_kadmin(own_broker)
+    yield client
+    client.close()
+
+
 def new_kadmin(broker: BrokerProcess) -> KafkaAdminClient:
     return KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=20_000)
 
@@ -68,6 +84,11 @@ def new_kadmin(broker: BrokerProcess) -> KafkaAdminClient:
 @pytest.fixture
 def cadmin(broker: BrokerProcess) -> AdminClient:
     return AdminClient({"bootstrap.servers": broker.bootstrap})
+
+
+@pytest.fixture
+def own_cadmin(own_broker: BrokerProcess) -> AdminClient:
+    return AdminClient({"bootstrap.servers": own_broker.bootstrap})
 
 
 def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
@@ -286,30 +307,30 @@ def test_alter_configs_replaces_every_override(broker: BrokerProcess, kadmin: Ka
     assert entries["segment.ms"].value == "7200000"
 
 
-def test_config_changes_take_effect_on_the_live_logs(broker: BrokerProcess,
-                                                     kadmin: KafkaAdminClient) -> None:
-    create(kadmin, "live", 1)
-    produce(broker, "live", {0: 20}, size=100)
-    assert len(segments(broker, "live")) == 1
+def test_config_changes_take_effect_on_the_live_logs(own_broker: BrokerProcess,
+                                                     own_kadmin: KafkaAdminClient) -> None:
+    create(own_kadmin, "live", 1)
+    produce(own_broker, "live", {0: 20}, size=100)
+    assert len(segments(own_broker, "live")) == 1
     # a small segment.bytes: the next appends roll segments
-    kadmin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "live",
-                                          {"segment.bytes": "1024"})])
-    produce(broker, "live", {0: 40}, size=100)
-    assert len(segments(broker, "live")) > 3
+    own_kadmin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "live",
+                                              {"segment.bytes": "1024"})])
+    produce(own_broker, "live", {0: 40}, size=100)
+    assert len(segments(own_broker, "live")) > 3
     # retention.ms of 1 ms: the next retention pass deletes the finished segments
-    before = len(segments(broker, "live"))
-    kadmin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "live",
-                                          {"segment.bytes": "1024", "retention.ms": "1"})])
-    wait_until(lambda: len(segments(broker, "live")) < before, "retention to delete segments")
+    before = len(segments(own_broker, "live"))
+    own_kadmin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "live",
+                                              {"segment.bytes": "1024", "retention.ms": "1"})])
+    wait_until(lambda: len(segments(own_broker, "live")) < before, "retention to delete segments")
     # cleanup.policy compact: retention stops and DeleteRecords is refused (POLICY_VIOLATION)
-    kadmin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "live",
-                                          {"cleanup.policy": "compact"})])
+    own_kadmin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "live",
+                                              {"cleanup.policy": "compact"})])
     with pytest.raises(kerr.PolicyViolationError):
-        kadmin.delete_records({TopicPartition("live", 0): 1})
+        own_kadmin.delete_records({TopicPartition("live", 0): 1})
     # the new overrides survive a restart (the topic table is persisted)
-    broker.stop()
-    broker.start()
-    fresh = new_kadmin(broker)
+    own_broker.stop()
+    own_broker.start()
+    fresh = new_kadmin(own_broker)
     again = fresh.describe_configs([KConfigResource(ConfigResourceType.TOPIC, "live")])
     fresh.close()
     assert again["topic"]["live"]["cleanup.policy"]["value"] == "compact"
@@ -319,25 +340,25 @@ def test_config_changes_take_effect_on_the_live_logs(broker: BrokerProcess,
 
 
 def test_delete_records_moves_the_log_start_with_both_clients(
-        broker: BrokerProcess, kadmin: KafkaAdminClient, cadmin: AdminClient) -> None:
-    create(kadmin, "trim", 2, {"segment.bytes": "1024"})
-    produce(broker, "trim", {0: 50, 1: 10}, size=100)
-    many = len(segments(broker, "trim"))
-    out = kadmin.delete_records({TopicPartition("trim", 0): 30})
+        own_broker: BrokerProcess, own_kadmin: KafkaAdminClient, own_cadmin: AdminClient) -> None:
+    create(own_kadmin, "trim", 2, {"segment.bytes": "1024"})
+    produce(own_broker, "trim", {0: 50, 1: 10}, size=100)
+    many = len(segments(own_broker, "trim"))
+    out = own_kadmin.delete_records({TopicPartition("trim", 0): 30})
     assert out[TopicPartition("trim", 0)]["low_watermark"] == 30
-    assert len(segments(broker, "trim")) < many  # segments wholly below 30 are gone
-    [deleted] = result(cadmin.delete_records([CTopicPartition("trim", 0, 40)])).values()
+    assert len(segments(own_broker, "trim")) < many  # segments wholly below 30 are gone
+    [deleted] = result(own_cadmin.delete_records([CTopicPartition("trim", 0, 40)])).values()
     assert deleted.low_watermark == 40
     # -1 is the high watermark; past it, OFFSET_OUT_OF_RANGE
-    assert kadmin.delete_records({TopicPartition("trim", 1): -1})[
+    assert own_kadmin.delete_records({TopicPartition("trim", 1): -1})[
         TopicPartition("trim", 1)]["low_watermark"] == 10
     with pytest.raises(kerr.OffsetOutOfRangeError):
-        kadmin.delete_records({TopicPartition("trim", 1): 11})
-    [future] = cadmin.delete_records([CTopicPartition("trim", 0, 51)]).values()
+        own_kadmin.delete_records({TopicPartition("trim", 1): 11})
+    [future] = own_cadmin.delete_records([CTopicPartition("trim", 0, 51)]).values()
     err = error_of(future)
     assert err.code() == 1  # OFFSET_OUT_OF_RANGE
     # readers start at the new log start, and ListOffsets says so
-    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, consumer_timeout_ms=5000)
+    consumer = KafkaConsumer(bootstrap_servers=own_broker.bootstrap, consumer_timeout_ms=5000)
     tp = TopicPartition("trim", 0)
     consumer.assign([tp])
     assert consumer.beginning_offsets([tp]) == {tp: 40}
@@ -346,9 +367,9 @@ def test_delete_records_moves_the_log_start_with_both_clients(
     consumer.close()
     assert offsets == list(range(40, 50))
     # and so it stays after a restart
-    broker.stop()
-    broker.start()
-    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap)
+    own_broker.stop()
+    own_broker.start()
+    consumer = KafkaConsumer(bootstrap_servers=own_broker.bootstrap)
     assert consumer.beginning_offsets([tp]) == {tp: 40}
     consumer.close()
 
@@ -379,28 +400,28 @@ def group_names(kadmin: KafkaAdminClient) -> set[str]:
 
 
 def test_delete_groups_refuses_a_group_with_members_and_deletes_an_empty_one(
-        broker: BrokerProcess, kadmin: KafkaAdminClient, cadmin: AdminClient) -> None:
-    create(kadmin, "groups-t", 1)
-    produce(broker, "groups-t", {0: 3})
-    busy = consume_and_commit(broker, "busy", "groups-t", 3, close=False)
+        own_broker: BrokerProcess, own_kadmin: KafkaAdminClient, own_cadmin: AdminClient) -> None:
+    create(own_kadmin, "groups-t", 1)
+    produce(own_broker, "groups-t", {0: 3})
+    busy = consume_and_commit(own_broker, "busy", "groups-t", 3, close=False)
     try:
-        assert kadmin.delete_groups(["busy"]) == {"busy": "NonEmptyGroupError"}
-        err = error_of(cadmin.delete_consumer_groups(["busy"])["busy"])
+        assert own_kadmin.delete_groups(["busy"]) == {"busy": "NonEmptyGroupError"}
+        err = error_of(own_cadmin.delete_consumer_groups(["busy"])["busy"])
         assert err.code() == 68  # NON_EMPTY_GROUP
     finally:
         busy.close()
-    assert kadmin.delete_groups(["never-was"]) == {"never-was": "GroupIdNotFoundError"}
+    assert own_kadmin.delete_groups(["never-was"]) == {"never-was": "GroupIdNotFoundError"}
 
-    consume_and_commit(broker, "idle-k", "groups-t", 3)
-    consume_and_commit(broker, "idle-c", "groups-t", 3)
-    assert kadmin.delete_groups(["idle-k"]) == {"idle-k": "OK"}
-    assert result(cadmin.delete_consumer_groups(["idle-c"])) == {"idle-c": None}
-    assert {"idle-k", "idle-c"}.isdisjoint(group_names(kadmin))
-    assert kadmin.list_group_offsets("idle-k")["idle-k"] == {}
+    consume_and_commit(own_broker, "idle-k", "groups-t", 3)
+    consume_and_commit(own_broker, "idle-c", "groups-t", 3)
+    assert own_kadmin.delete_groups(["idle-k"]) == {"idle-k": "OK"}
+    assert result(own_cadmin.delete_consumer_groups(["idle-c"])) == {"idle-c": None}
+    assert {"idle-k", "idle-c"}.isdisjoint(group_names(own_kadmin))
+    assert own_kadmin.list_group_offsets("idle-k")["idle-k"] == {}
     # the tombstones are in __consumer_offsets: a restart does not bring the groups back
-    broker.stop()
-    broker.start()
-    fresh = new_kadmin(broker)
+    own_broker.stop()
+    own_broker.start()
+    fresh = new_kadmin(own_broker)
 
     def loaded() -> bool:
         try:
@@ -510,26 +531,26 @@ def test_offset_delete_spares_the_topics_a_live_group_reads(broker: BrokerProces
 
 
 def test_a_deleted_topics_offsets_go_so_a_namesake_is_read_from_its_start(
-        broker: BrokerProcess, kadmin: KafkaAdminClient) -> None:
+        own_broker: BrokerProcess, own_kadmin: KafkaAdminClient) -> None:
     """As Kafka's onPartitionsDeleted: DeleteTopics takes the topic's committed offsets
     from every group (tombstones, so a restart keeps them gone); a topic made again under
     the name is read where auto.offset.reset says, not from the old topic's offset."""
-    create(kadmin, "reborn", 1)
-    produce(broker, "reborn", {0: 10})
-    consume_and_commit(broker, "rebirth", "reborn", 10)
-    assert kadmin.list_group_offsets("rebirth")["rebirth"][TopicPartition("reborn", 0)]\
+    create(own_kadmin, "reborn", 1)
+    produce(own_broker, "reborn", {0: 10})
+    consume_and_commit(own_broker, "rebirth", "reborn", 10)
+    assert own_kadmin.list_group_offsets("rebirth")["rebirth"][TopicPartition("reborn", 0)]\
         .offset == 10
-    kadmin.delete_topics(["reborn"])
+    own_kadmin.delete_topics(["reborn"])
     wait_until(lambda: TopicPartition("reborn", 0)
-               not in kadmin.list_group_offsets("rebirth")["rebirth"], "the offsets to go")
-    broker.stop()
-    broker.start()
-    again = new_kadmin(broker)
+               not in own_kadmin.list_group_offsets("rebirth")["rebirth"], "the offsets to go")
+    own_broker.stop()
+    own_broker.start()
+    again = new_kadmin(own_broker)
     try:
         assert TopicPartition("reborn", 0) not in again.list_group_offsets("rebirth")["rebirth"]
         create(again, "reborn", 1)
-        produce(broker, "reborn", {0: 30})
-        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "rebirth",
+        produce(own_broker, "reborn", {0: 30})
+        consumer = Consumer({"bootstrap.servers": own_broker.bootstrap, "group.id": "rebirth",
                              "auto.offset.reset": "earliest", "enable.auto.commit": False})
         consumer.subscribe(["reborn"])
         offsets: list[int] = []

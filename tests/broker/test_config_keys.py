@@ -18,6 +18,7 @@ settings far from the defaults:
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import shutil
 import socket
@@ -257,10 +258,13 @@ EFFECTS: dict[str, list[str]] = {
 }
 
 
-def _functions(path: Path) -> dict[str, str]:
-    tree = ast.parse(path.read_text())
-    return {n.name: ast.get_source_segment(path.read_text(), n) or ""
-            for n in tree.body if isinstance(n, ast.FunctionDef)}
+@functools.cache
+def _functions(path: Path) -> frozenset[str]:
+    """The module's top-level functions, parsed once per module: the keys name a few
+    hundred tests in a dozen modules (cutting each function's source out of the file,
+    read again per function, took minutes of CPU)."""
+    return frozenset(n.name for n in ast.parse(path.read_text()).body
+                     if isinstance(n, ast.FunctionDef))
 
 
 def test_every_key_has_an_effect_test_or_is_reserved() -> None:

@@ -12,7 +12,6 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -92,10 +91,11 @@ def test_multi_partition_requests_keep_order(broker: BrokerProcess) -> None:
                 assert part.base_offset == i * (p + 1)
 
 
-@pytest.fixture
-def small_inflight_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    """max.inflight.requests.per.connection = 5: the Processor pauses reading."""
-    b = BrokerProcess(tmp_path / "data",
+@pytest.fixture(scope="module")
+def small_inflight_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """max.inflight.requests.per.connection = 5: the Processor pauses reading. One for the
+    module: its tests write topics of their own and leave it serving."""
+    b = BrokerProcess(tmp_path_factory.mktemp("inflight") / "data",
                       config={"max.inflight.requests.per.connection": 5}).start()
     yield b
     if b.proc is not None and b.proc.poll() is None:

@@ -58,6 +58,20 @@ def two_process_broker(request: pytest.FixtureRequest,
         b.stop()
 
 
+@pytest.fixture(scope="module", params=DISTRIBUTIONS)
+def serving_broker(request: pytest.FixtureRequest,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A two_process_broker for the tests that only serve clients through it (a start of
+    two processes is 5-10 CPU s): one per distribution for the module; each test writes
+    topics of its own and closes every connection it opened."""
+    config = {"num.processes": 2, "num.processes.shard.placement": "spread",
+              "num.processes.connection.distribution": request.param}
+    b = BrokerProcess(tmp_path_factory.mktemp(f"serving-{request.param}") / "data",
+                      config=config).start()
+    yield b
+    assert b.stop() == 0, b.log()[-3000:]
+
+
 def worker_pids(broker: BrokerProcess) -> list[int]:
     """The pids of processes 1.. in the order the broker started them (last life each)."""
     latest: dict[int, int] = {}
@@ -93,9 +107,8 @@ def connections_of(pid: int, inodes: set[str]) -> int:
     return count
 
 
-@pytest.mark.parametrize("two_process_broker", DISTRIBUTIONS, indirect=True)
-def test_both_processes_serve_clients_of_one_broker(two_process_broker: BrokerProcess) -> None:
-    broker = two_process_broker
+def test_both_processes_serve_clients_of_one_broker(serving_broker: BrokerProcess) -> None:
+    broker = serving_broker
     assert broker.proc is not None
     [worker] = worker_pids(broker)
     with RawClient(broker.port) as admin:
@@ -481,9 +494,10 @@ def topic_over_both_processes(broker: BrokerProcess, topic: str,
     return worker, mine, theirs
 
 
+@pytest.mark.parametrize("serving_broker", ["handoff"], indirect=True)  # (the default)
 def test_each_process_owns_partitions_served_through_either_process(
-        two_process_broker: BrokerProcess) -> None:
-    broker = two_process_broker
+        serving_broker: BrokerProcess) -> None:
+    broker = serving_broker
     assert broker.proc is not None
     topic, count = "halves", 6
     worker, mine, theirs = topic_over_both_processes(broker, topic, count)

@@ -268,7 +268,7 @@ def test_delete_groups_in_a_cluster_deletes_an_empty_group_and_refuses_one_with_
         consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
                              "enable.auto.commit": False})
         consumer.subscribe(["grouped"])
-        deadline = time.monotonic() + 60  # joined (the group's first rebalance waits 3 s)
+        deadline = time.monotonic() + 60  # joined
         while not consumer.assignment() and time.monotonic() < deadline:
             consumer.poll(0.5)
         assert consumer.assignment(), f"{group}: never joined"

@@ -164,6 +164,7 @@ host = "h2"
 
 
 # ------------------------------------------------- ZooKeeper's view (real)
+@pytest.mark.local_hosts
 def test_registration_controller_and_partition_health_come_from_zookeeper(
         spec_file: Path, zk_connect: str) -> None:
     ports = [free_port() for _ in range(4)]
@@ -243,6 +244,7 @@ config = {{"listeners" = "127.0.0.1:{ports[2]}", "actor.gateway.port" = {ports[3
         cluster.wait_registered(timeout_s=0.5)  # the registrations went with their session
 
 
+@pytest.mark.local_hosts
 def test_up_status_down_on_this_machine(spec_file: Path, zk_connect: str,
                                         holds: ExitStack) -> None:
     """via = "local": no root needed; nodes are processes here, on loopback ports."""
@@ -324,6 +326,7 @@ def test_up_status_down_on_this_machine(spec_file: Path, zk_connect: str,
     assert down.returncode == 0, down.stderr
 
 
+@pytest.mark.local_hosts
 def test_up_and_status_of_nodes_whose_first_listener_is_tls(spec_file: Path, zk_connect: str,
                                                              tmp_path: Path) -> None:
     """`up` and `status` ask each node over plain TCP: with SASL_SSL first and PLAINTEXT
@@ -364,6 +367,7 @@ def test_up_and_status_of_nodes_whose_first_listener_is_tls(spec_file: Path, zk_
     assert producer.flush(60) == 0 and acked == [None]
 
 
+@pytest.mark.local_hosts
 def test_status_lists_the_groups_of_the_nodes_that_answer(spec_file: Path, zk_connect: str
                                                           ) -> None:
     """A node killed a moment ago is still registered (its ZooKeeper session outlives it, a
@@ -404,6 +408,7 @@ def test_status_lists_the_groups_of_the_nodes_that_answer(spec_file: Path, zk_co
     assert f"groups coordinated by node(s) [{other}] are not listed" in text.stdout
 
 
+@pytest.mark.local_hosts
 def test_cluster_keys_then_up_gives_each_node_curve_keys(spec_file: Path, zk_connect: str
                                                          ) -> None:
     """`cluster keys` makes a pair per node; `up` puts them in each data dir, the config
@@ -438,6 +443,7 @@ def test_cluster_keys_then_up_gives_each_node_curve_keys(spec_file: Path, zk_con
     assert down.returncode == 0, down.stderr
 
 
+@pytest.mark.local_hosts
 def test_a_lost_key_of_cluster_keys_is_refused_before_anything_starts(
         spec_file: Path, zk_connect: str) -> None:
     """The node's config names its key file: `up` started nodes and that one exited with
@@ -460,6 +466,7 @@ def test_a_lost_key_of_cluster_keys_is_refused_before_anything_starts(
     assert restart.stderr == f"Error: {line}\nnothing was restarted\n", restart.stderr
 
 
+@pytest.mark.local_hosts
 def test_a_node_naming_a_key_file_of_its_own_is_not_refused_for_a_lost_one(
         spec_file: Path, tmp_path: Path) -> None:
     """Node 2's config names a secret key file of its own, which it reads instead of the one
@@ -494,6 +501,7 @@ host = "here"
         cluster.close()
 
 
+@pytest.mark.local_hosts
 def test_up_leaves_a_running_node_alone_whose_made_key_is_lost(
         spec_file: Path, zk_connect: str) -> None:
     """`up` on a running cluster starts nothing there, and so reads no node's key files: a
@@ -513,6 +521,7 @@ def test_up_leaves_a_running_node_alone_whose_made_key_is_lost(
     assert down.returncode == 0, down.stdout + down.stderr
 
 
+@pytest.mark.local_hosts
 def test_network_faults_need_a_netns_host(spec_file: Path) -> None:
     spec_file.write_text('[hosts.h1]\nvia = "local"\n[zookeeper]\nconnect = "127.0.0.1:1"\n'
                          '[nodes.1]\nhost = "h1"\n')
@@ -854,6 +863,7 @@ config = {{"listeners" = "198.18.0.254:9192"}}
 
 
 # ------------------------------------------------------ ZooKeeper ensemble
+@pytest.mark.local_hosts
 @pytest.mark.slow
 def test_an_ensemble_the_command_starts_and_one_given_by_connect(
         spec_file: Path, tmp_path: Path, holds: ExitStack) -> None:
@@ -949,6 +959,7 @@ def test_status_asks_nothing_of_netns_hosts_that_do_not_exist(spec_file: Path) -
     assert found["healthy"] is False and found["groups_error"] == "no node answers"
 
 
+@pytest.mark.local_hosts
 def test_a_listener_that_is_not_kafka_is_one_probe_error() -> None:
     """Something else on the port (an HTTP server's answer): a ProbeError, not a traceback."""
     import socket
@@ -976,6 +987,7 @@ def test_a_listener_that_is_not_kafka_is_one_probe_error() -> None:
         listener.close()
 
 
+@pytest.mark.local_hosts
 def test_up_refuses_a_node_whose_listener_another_broker_answers_on(
         spec_file: Path, zk_connect: str, tmp_path: Path) -> None:
     """The port of node 2's listener is another broker's: node 2 could not listen and would
@@ -1196,6 +1208,7 @@ def _hold_both_processes(data: Path, holds: ExitStack) -> tuple[HeldProcess, Hel
                                           "-m actors.processes "))
 
 
+@pytest.mark.local_hosts
 def test_pause_and_resume_take_every_process_of_a_node(
         spec_file: Path, zk_connect: str, holds: ExitStack) -> None:
     """A node of two processes: SIGSTOP went to the first alone and the other served on."""
@@ -1226,6 +1239,7 @@ def test_pause_and_resume_take_every_process_of_a_node(
     wait_until(second.exited, timeout_s=30, what="node 1's process 1 to exit")
 
 
+@pytest.mark.local_hosts
 def test_a_node_that_outlives_its_stop_timeout_is_killed_with_every_process(
         spec_file: Path, zk_connect: str, holds: ExitStack) -> None:
     """Process 1 of the node is stuck (stopped here), so process 0 waits on it past the stop

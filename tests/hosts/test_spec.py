@@ -16,6 +16,9 @@ from actors.hosts.node_config import (
 )
 from actors.hosts.spec import ClusterSpec, SpecError, parse_spec
 
+# it parses specs and makes no host: not in the netns group (tests/conftest.py)
+pytestmark = pytest.mark.local_hosts
+
 GOOD = """
 [hosts.h1]
 via = "netns"

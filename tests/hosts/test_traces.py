@@ -15,6 +15,9 @@ from actors.hosts.traces import TraceCopyError, copy_traces
 from tests.hosts.helpers import two_local_nodes_spec, wait_until
 from tests.hosts.test_cluster import NAME, cli, produce_acked, spec_file  # noqa: F401
 
+# its nodes are via = "local" (no namespace, no bridge): not in the netns group (tests/conftest.py)
+pytestmark = pytest.mark.local_hosts
+
 ROOT = Path(__file__).parents[2]
 
 

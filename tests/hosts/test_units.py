@@ -16,6 +16,9 @@ from actors.hosts.spec import load_spec
 from actors.hosts.units import render_env, render_unit
 from tests.hosts.helpers import ACTORLOG
 
+# it renders files and makes no host: not in the netns group (tests/conftest.py)
+pytestmark = pytest.mark.local_hosts
+
 DEPLOY = Path(__file__).parents[2] / "deploy"
 
 

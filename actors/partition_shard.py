@@ -30,7 +30,12 @@ from actors.core.partition_log import (
     remove_set_aside,
     set_aside,
 )
-from actors.core.partition_state import PROPOSAL_RETRY_MS, IsrProposal, PartitionState
+from actors.core.partition_state import (
+    DELETE_RECORDS_WAIT_MS,
+    PROPOSAL_RETRY_MS,
+    IsrProposal,
+    PartitionState,
+)
 from actors.core.segment_swap import discard_staging
 from actors.core.topic_config import log_config_for
 from actors.core.topic_id import (
@@ -193,6 +198,18 @@ class Hosted:
     topic_id_adopted: bool = False
 
 
+@dataclass(slots=True)
+class _PendingDelete:
+    """A DeleteRecords answer that waits for followers (rows by index in ``waiting``:
+    topic, partition, the log start they must reach, the leader epoch it was asked at)."""
+
+    sender: Address
+    req_id: int
+    rows: list[DeleteRecordsDoneRow]
+    waiting: dict[int, tuple[str, int, int, int]]
+    deadline_ms: int
+
+
 class PartitionShard(Actor):
     mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
@@ -290,6 +307,8 @@ class PartitionShard(Actor):
         self.group_committed_appends = 0
         self.partitions: dict[tuple[str, int], PartitionState] = {}
         self.watchers: dict[tuple[str, int], set[Address]] = {}
+        # DeleteRecords answers that wait for the followers' log starts
+        self.pending_deletes: list[_PendingDelete] = []
         self._cleaning_skipped: set[str] = set()  # logs a too large report left out
         self.errors_logged: set[tuple[str, int, int]] = set()
         # partitions whose log's failed flush was logged (the log's life: until the
@@ -566,12 +585,16 @@ class PartitionShard(Actor):
         due = min(self.next_housekeeping_ms, self.next_isr_check_ms)
         if self.resends:
             due = min(due, self.next_resend_ms)
+        if self.pending_deletes:
+            due = min(due, min(p.deadline_ms for p in self.pending_deletes))
         return max(0, due - self._wall_ns() // 1_000_000)
 
     def on_turn(self) -> None:
         if self.unanswered or self.staged:
             self._commit_and_answer()
         now = self._wall_ns() // 1_000_000
+        if self.pending_deletes:
+            self._settle_deletes(now)
         if now >= self.next_isr_check_ms:
             self.next_isr_check_ms = now + self.isr_check_ms
             self._maybe_shrink_isr(now)
@@ -990,6 +1013,7 @@ class PartitionShard(Actor):
         """Kafka's DeleteRecords on a leader: the log start moves up to the offset (-1: the
         high watermark); segments wholly below it are deleted now."""
         rows: list[DeleteRecordsDoneRow] = []
+        waiting: dict[int, tuple[str, int, int, int]] = {}
         moved: list[PartitionState] = []
         now = self.clock.wall_ms()
         unflushed: FlushFailedError | None = None
@@ -1030,15 +1054,55 @@ class PartitionShard(Actor):
                 rows.append(DeleteRecordsDoneRow(req.topic, req.partition, -1, int(exc.code),
                                                  str(exc)))
                 continue
+            if state.low_watermark() < log.log_start_offset:
+                # answered once every ISR follower's log start is there too: before, a
+                # follower elected leader would bring the deleted records back
+                waiting[len(rows)] = (req.topic, req.partition, log.log_start_offset,
+                                      state.leader_epoch)
             rows.append(DeleteRecordsDoneRow(req.topic, req.partition, log.log_start_offset,
                                              NONE, None))
         if moved:
             self.tell(self.topology.log_manager, CheckpointOffsets(
                 self.name, False, [self._offset_row(s) for s in moved], []))
-        self.reply(DeleteRecordsDone(msg.req_id, rows))
+        if waiting:
+            assert self.current_sender is not None
+            self.pending_deletes.append(_PendingDelete(
+                self.current_sender, msg.req_id, rows, waiting,
+                self._wall_ns() // 1_000_000 + DELETE_RECORDS_WAIT_MS))
+        else:
+            self.reply(DeleteRecordsDone(msg.req_id, rows))
         if unflushed is not None:
             # the log flushes no more: the restart reopens it from its recovery point
             raise unflushed
+
+    def _settle_deletes(self, now: int) -> None:
+        """Answer the DeleteRecords whose partitions' low watermarks reached their log
+        start (or that lost the leadership: NOT_LEADER_OR_FOLLOWER; or waited too long:
+        REQUEST_TIMED_OUT), as Kafka's DelayedDeleteRecords."""
+        still: list[_PendingDelete] = []
+        for pending in self.pending_deletes:
+            for index, (topic, partition, required, epoch) in list(pending.waiting.items()):
+                state = self.partitions.get((topic, partition))
+                if state is None or not state.is_leader or state.leader_epoch != epoch:
+                    row = DeleteRecordsDoneRow(topic, partition, -1, NOT_LEADER,
+                                               "this broker no longer leads the partition")
+                else:
+                    low = state.low_watermark()
+                    if low >= required:
+                        row = DeleteRecordsDoneRow(topic, partition, low, NONE, None)
+                    elif now >= pending.deadline_ms:
+                        row = DeleteRecordsDoneRow(
+                            topic, partition, -1, int(ErrorCode.REQUEST_TIMED_OUT),
+                            f"the in-sync replicas' log start did not reach {required}")
+                    else:
+                        continue
+                pending.rows[index] = row
+                del pending.waiting[index]
+            if pending.waiting:
+                still.append(pending)
+            else:
+                self.tell(pending.sender, DeleteRecordsDone(pending.req_id, pending.rows))
+        self.pending_deletes = still
 
     @handles(DescribeLogDir)
     def on_describe_log_dir(self, msg: DescribeLogDir) -> None:

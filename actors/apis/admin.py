@@ -24,6 +24,7 @@ from actors.apis.base import (
     topic_change_wait_ms,
 )
 from actors.apis.metadata import _partition_rows
+from actors.core.partition_state import DELETE_RECORDS_WAIT_MS
 from actors.runtime.address import Address
 from wire.admin_messages import (
     AlterReassignmentsAsk,
@@ -232,7 +233,8 @@ def handle_delete_records(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     if rows:
         by_shard = group_by_shard(ctx, rows)
         replies: list[DeleteRecordsDone] = yield [
-            Call(shard, _delete_records(shard_rows)) for shard, shard_rows in by_shard.items()]
+            Call(shard, _delete_records(shard_rows), DELETE_RECORDS_WAIT_MS)
+            for shard, shard_rows in by_shard.items()]
         for reply in replies:
             for r in reply.rows:
                 answers[(r.topic, r.partition)] = r

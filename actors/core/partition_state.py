@@ -37,6 +37,10 @@ from wire.broker_messages import PartitionStatus, SegmentPosition
 from wire.errors import ErrorCode
 
 UNKNOWN_OFFSET = -1
+# How long a DeleteRecords answer waits for the ISR's followers to move their log start
+# (Kafka's DelayedDeleteRecords waits for the request's timeout_ms); past it the partition
+# answers REQUEST_TIMED_OUT. A follower that stops fetching leaves the ISR well before.
+DELETE_RECORDS_WAIT_MS = 30_000
 # After a proposal that was not written, or whose fate is unknown (no controller, timed
 # out), wait this long before proposing (or sending it) again: expansions are checked on
 # every follower fetch.
@@ -251,6 +255,19 @@ class PartitionState:
         follower.log_end_offset = fetch_offset
         follower.log_start_offset = log_start_offset
         return self.maybe_increment_high_watermark()
+
+    def low_watermark(self) -> int:
+        """The smallest log start among the leader and its ISR's followers, as their last
+        fetches said (Kafka's lowWatermarkIfLeader, over the ISR: a replica out of it is
+        not elected and resets to the leader's log start when it fetches again); a follower
+        that named none yet holds it at -1."""
+        low = self.log.log_start_offset
+        for replica in self.isr:
+            if replica == self.broker_id:
+                continue
+            follower = self.followers.get(replica)
+            low = min(low, follower.log_start_offset if follower is not None else UNKNOWN_OFFSET)
+        return low
 
     # ------------------------------------------------------------ fetch checks
     def check_fetch_epoch(self, current_leader_epoch: int) -> int:

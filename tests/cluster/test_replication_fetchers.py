@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import time
+from concurrent.futures import wait as futures_wait
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from kafka import TopicPartition as KTopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -206,6 +208,59 @@ def test_followers_follow_the_leaders_log_start(cluster_factory: Any) -> None:
         lambda s: s if len(set(s.values())) == 1 and min(s.values()) > 0 else None)(
         log_starts(cluster, "kept", 0)), timeout_s=30)
     assert len(starts) == 3
+
+
+def test_delete_records_answers_once_the_isr_holds_the_new_log_start(
+        cluster_factory: Any) -> None:
+    """DeleteRecords is answered only when every ISR follower's fetch says its log start
+    reached the offset (Kafka's DelayedDeleteRecords): answered at once, a kill -9 of the
+    leader before the followers' next fetch let the new leader serve the deleted records
+    again (earliest 0, a consumer read them). A paused follower (still in the ISR:
+    replica.lag.time.max.ms 30 s) holds the answer until it fetches again."""
+    cluster = cluster_factory(config={**FAST, "replica.lag.time.max.ms": 30_000})
+    leaders = create_topic(cluster)
+    leader = cluster.nodes[leaders[0]]
+    sent, errors = produce_acks_all(cluster, [b"r-%d" % i for i in range(50)])
+    assert errors == [] and len(sent) == 50
+    wait_for("identical replicas", lambda: same_logs(cluster, 0), timeout_s=60)
+    paused = next(n for n in cluster.nodes.values() if n is not leader)
+    admin = AdminClient({"bootstrap.servers": leader.bootstrap})
+    tp = TopicPartition(TOPIC, 0, 40)
+    paused.pause()
+    try:
+        answer = admin.delete_records([tp], request_timeout=60, operation_timeout=60)[tp]
+        done, _ = futures_wait([answer], timeout=3)
+        assert not done, "answered while an ISR follower had not moved its log start"
+    finally:
+        paused.resume()
+    assert answer.result(60).low_watermark == 40
+    leader.kill()
+    wait_for("another leader", lambda: cluster.view(paused.broker_id).leaders(TOPIC).get(0)
+             not in (None, -1, leader.broker_id), timeout_s=60)
+    earliest = TopicPartition(TOPIC, 0)
+    admin = AdminClient({"bootstrap.servers": paused.bootstrap})
+    got = wait_for("the new leader's earliest offset", lambda: _earliest(admin, earliest),
+                   timeout_s=30)
+    assert got == 40
+    consumer = Consumer({"bootstrap.servers": paused.bootstrap, "group.id": "after-delete",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(TOPIC, 0, 5)])
+        message = None
+        deadline = time.monotonic() + 30
+        while message is None and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+        assert message is not None and message.error() is None
+        assert (message.offset(), message.value()) == (40, b"r-40")
+    finally:
+        consumer.close()
+
+
+def _earliest(admin: AdminClient, tp: TopicPartition) -> int | None:
+    try:
+        return int(admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(10).offset)
+    except KafkaException:
+        return None  # the new leader not known everywhere yet
 
 
 def peak_rss_mb(pid: int | None) -> float:

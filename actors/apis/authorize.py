@@ -48,6 +48,28 @@ _CLUSTER_OPS = {
 }
 
 
+# Kafka's AclEntry.supportedOperations: what an "authorized operations" bit field covers
+_SUPPORTED_OPS = {
+    ResourceType.TOPIC: (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DESCRIBE,
+                         Operation.DELETE, Operation.ALTER, Operation.DESCRIBE_CONFIGS,
+                         Operation.ALTER_CONFIGS),
+    ResourceType.GROUP: (Operation.READ, Operation.DESCRIBE, Operation.DELETE),
+    ResourceType.CLUSTER: (Operation.CREATE, Operation.CLUSTER_ACTION,
+                           Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS,
+                           Operation.IDEMPOTENT_WRITE, Operation.ALTER, Operation.DESCRIBE),
+}
+
+
+def authorized_operations(ctx: HandlerContext, resource_type: ResourceType,
+                          name: str) -> set[int]:
+    """The codes of the resource's supported operations the principal may do (the codec
+    writes them as Kafka's 32-bit field, 1 << code), as Kafka's
+    AuthHelper.authorizedOperations answers an include_*_authorized_operations request:
+    every supported one without an authorizer; these probes are not logged."""
+    return {int(op) for op in _SUPPORTED_OPS[resource_type]
+            if ctx.allowed(op, resource_type, name, log=False)}
+
+
 def _error(code: int, **more: Any) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "error_code": code, **more}
 

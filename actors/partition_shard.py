@@ -1083,7 +1083,10 @@ class PartitionShard(Actor):
         for pending in self.pending_deletes:
             for index, (topic, partition, required, epoch) in list(pending.waiting.items()):
                 state = self.partitions.get((topic, partition))
-                if state is None or not state.is_leader or state.leader_epoch != epoch:
+                # the leadership it was asked of still holds (an ISR change bumps the epoch
+                # of a leader that stays)
+                if (state is None or not state.is_leader
+                        or not state.leader_since_epoch <= epoch <= state.leader_epoch):
                     row = DeleteRecordsDoneRow(topic, partition, -1, NOT_LEADER,
                                                "this broker no longer leads the partition")
                 else:

@@ -256,6 +256,28 @@ def test_delete_records_answers_once_the_isr_holds_the_new_log_start(
         consumer.close()
 
 
+def test_delete_records_waiting_for_a_follower_that_leaves_the_isr_is_answered(
+        cluster_factory: Any) -> None:
+    """A paused follower leaves the ISR (replica.lag.time.max.ms 3 s; the controller's ISR
+    change bumps the leader epoch of the leader that stays): the DeleteRecords that waited
+    for it is answered by the smaller ISR, not refused as if the leader had moved."""
+    cluster = cluster_factory(config=FAST)
+    leaders = create_topic(cluster)
+    leader = cluster.nodes[leaders[0]]
+    sent, errors = produce_acks_all(cluster, [b"s-%d" % i for i in range(20)])
+    assert errors == [] and len(sent) == 20
+    wait_for("identical replicas", lambda: same_logs(cluster, 0), timeout_s=60)
+    paused = next(n for n in cluster.nodes.values() if n is not leader)
+    admin = AdminClient({"bootstrap.servers": leader.bootstrap})
+    tp = TopicPartition(TOPIC, 0, 10)
+    paused.pause()
+    try:
+        answer = admin.delete_records([tp], request_timeout=60, operation_timeout=60)[tp]
+        assert answer.result(60).low_watermark == 10
+    finally:
+        paused.resume()
+
+
 def _earliest(admin: AdminClient, tp: TopicPartition) -> int | None:
     try:
         return int(admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(10).offset)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.core.checkpoint import fsync_dir, write_atomically
+from actors.core.delayed_produce_fetch import same_leadership
 from actors.core.file_regions import close_regions
 from actors.core.follower_truncation import reset_offset, truncation_offset
 from actors.core.log_cleaner import describe_cleanable
@@ -31,10 +32,10 @@ from actors.core.partition_log import (
     set_aside,
 )
 from actors.core.partition_state import (
-    DELETE_RECORDS_WAIT_MS,
     PROPOSAL_RETRY_MS,
     IsrProposal,
     PartitionState,
+    delete_records_wait_ms,
 )
 from actors.core.segment_swap import discard_staging
 from actors.core.topic_config import log_config_for
@@ -528,6 +529,14 @@ class PartitionShard(Actor):
                 self.tell(self.topology.purgatory(i), notice)
 
     def teardown(self) -> None:
+        try:
+            self._close_logs()
+        finally:
+            # after the closes: a log whose close failed to flush answers as failed
+            self._fail_pending_deletes()
+            self.partitions = {}
+
+    def _close_logs(self) -> None:
         self._commit_and_answer()
         now = self.clock.wall_ms()
         rows = []
@@ -572,7 +581,6 @@ class PartitionShard(Actor):
         # must a stop that left a log unflushed: the next start would not scan it.
         self.tell(self.topology.log_manager,
                   CheckpointOffsets(self.name, self._stopping and clean, rows, []))
-        self.partitions = {}
 
     @staticmethod
     def _offset_row(state: PartitionState) -> CheckpointRow:
@@ -1054,13 +1062,13 @@ class PartitionShard(Actor):
                 rows.append(DeleteRecordsDoneRow(req.topic, req.partition, -1, int(exc.code),
                                                  str(exc)))
                 continue
-            if state.low_watermark() < log.log_start_offset:
-                # answered once every ISR follower's log start is there too: before, a
-                # follower elected leader would bring the deleted records back
-                waiting[len(rows)] = (req.topic, req.partition, log.log_start_offset,
-                                      state.leader_epoch)
-            rows.append(DeleteRecordsDoneRow(req.topic, req.partition, log.log_start_offset,
-                                             NONE, None))
+            low = state.low_watermark()
+            if low < offset:
+                # answered once every ISR follower's log start is there too (Kafka's
+                # requiredOffset: the offset asked, not a log start already past it):
+                # before, a follower elected leader would bring the deleted records back
+                waiting[len(rows)] = (req.topic, req.partition, offset, state.leader_epoch)
+            rows.append(DeleteRecordsDoneRow(req.topic, req.partition, low, NONE, None))
         if moved:
             self.tell(self.topology.log_manager, CheckpointOffsets(
                 self.name, False, [self._offset_row(s) for s in moved], []))
@@ -1068,25 +1076,49 @@ class PartitionShard(Actor):
             assert self.current_sender is not None
             self.pending_deletes.append(_PendingDelete(
                 self.current_sender, msg.req_id, rows, waiting,
-                self._wall_ns() // 1_000_000 + DELETE_RECORDS_WAIT_MS))
+                self._wall_ns() // 1_000_000 + delete_records_wait_ms(msg.timeout_ms)))
+            # a timeout_ms of 0 (or the cap's) answers now, REQUEST_TIMED_OUT if it must
+            self._settle_deletes(self._wall_ns() // 1_000_000)
         else:
             self.reply(DeleteRecordsDone(msg.req_id, rows))
         if unflushed is not None:
-            # the log flushes no more: the restart reopens it from its recovery point
+            # the log flushes no more: the restart reopens it from its recovery point;
+            # the answers that wait are given now (the restart forgets them)
+            self._fail_pending_deletes()
             raise unflushed
 
+    def _fail_pending_deletes(self) -> None:
+        """Answer every waiting DeleteRecords row: the shard restarts or stops, and forgets
+        what waits. A partition whose log failed is KAFKA_STORAGE_ERROR (Kafka's offline
+        partition), any other NOT_LEADER_OR_FOLLOWER (the client asks the leader again)."""
+        pending, self.pending_deletes = self.pending_deletes, []
+        for p in pending:
+            for index, (topic, partition, _required, _epoch) in p.waiting.items():
+                state = self.partitions.get((topic, partition))
+                if state is not None and state.log.flush_failed is not None:
+                    p.rows[index] = DeleteRecordsDoneRow(
+                        topic, partition, -1, int(ErrorCode.KAFKA_STORAGE_ERROR),
+                        f"the log of {topic}-{partition} failed to flush")
+                else:
+                    p.rows[index] = DeleteRecordsDoneRow(
+                        topic, partition, -1, NOT_LEADER,
+                        "the partition's shard restarted or stopped before the followers "
+                        "moved their log start")
+            self.tell(p.sender, DeleteRecordsDone(p.req_id, p.rows))
+
     def _settle_deletes(self, now: int) -> None:
-        """Answer the DeleteRecords whose partitions' low watermarks reached their log
-        start (or that lost the leadership: NOT_LEADER_OR_FOLLOWER; or waited too long:
-        REQUEST_TIMED_OUT), as Kafka's DelayedDeleteRecords."""
+        """Answer the DeleteRecords whose partitions' low watermarks reached the offsets
+        asked, as Kafka's DelayedDeleteRecords: a partition gone is UNKNOWN_TOPIC_OR_PARTITION,
+        one whose leadership moved NOT_LEADER_OR_FOLLOWER, one past the deadline
+        REQUEST_TIMED_OUT with the low watermark it has then."""
         still: list[_PendingDelete] = []
         for pending in self.pending_deletes:
             for index, (topic, partition, required, epoch) in list(pending.waiting.items()):
                 state = self.partitions.get((topic, partition))
-                # the leadership it was asked of still holds (an ISR change bumps the epoch
-                # of a leader that stays)
-                if (state is None or not state.is_leader
-                        or not state.leader_since_epoch <= epoch <= state.leader_epoch):
+                if state is None:
+                    row = DeleteRecordsDoneRow(topic, partition, -1, UNKNOWN_TP,
+                                               "the partition is no longer hosted here")
+                elif not state.is_leader or not same_leadership(state, epoch):
                     row = DeleteRecordsDoneRow(topic, partition, -1, NOT_LEADER,
                                                "this broker no longer leads the partition")
                 else:
@@ -1095,7 +1127,7 @@ class PartitionShard(Actor):
                         row = DeleteRecordsDoneRow(topic, partition, low, NONE, None)
                     elif now >= pending.deadline_ms:
                         row = DeleteRecordsDoneRow(
-                            topic, partition, -1, int(ErrorCode.REQUEST_TIMED_OUT),
+                            topic, partition, low, int(ErrorCode.REQUEST_TIMED_OUT),
                             f"the in-sync replicas' log start did not reach {required}")
                     else:
                         continue
@@ -2377,6 +2409,8 @@ class PartitionShard(Actor):
             "leaders": sorted(f"{t}-{p}" for (t, p), s in self.partitions.items()
                               if s.is_leader),
             "watched": len(self.watchers),
+            # DeleteRecords answers waiting for the followers' log starts
+            "pending_deletes": len(self.pending_deletes),
             # deleted partitions whose directory could not be set aside yet, set-aside
             # directories not removed yet, and the housekeeping's tries that left some
             # (since the start: cumulative, not reset when none are left)

@@ -37,10 +37,16 @@ from wire.broker_messages import PartitionStatus, SegmentPosition
 from wire.errors import ErrorCode
 
 UNKNOWN_OFFSET = -1
-# How long a DeleteRecords answer waits for the ISR's followers to move their log start
-# (Kafka's DelayedDeleteRecords waits for the request's timeout_ms); past it the partition
-# answers REQUEST_TIMED_OUT. A follower that stops fetching leaves the ISR well before.
-DELETE_RECORDS_WAIT_MS = 30_000
+# The most a DeleteRecords answer waits for the ISR's followers to move their log start
+# (Kafka's DelayedDeleteRecords waits the request's timeout_ms, uncapped); past it the
+# partition answers REQUEST_TIMED_OUT. A follower that stops fetching may stay in the ISR
+# as long (replica.lag.time.max.ms, 30 s by default) unless its broker's session expires.
+DELETE_RECORDS_WAIT_CAP_MS = 30_000
+
+
+def delete_records_wait_ms(timeout_ms: int) -> int:
+    """How long a DeleteRecords of this ``timeout_ms`` may wait for the followers."""
+    return min(max(0, int(timeout_ms)), DELETE_RECORDS_WAIT_CAP_MS)
 # After a proposal that was not written, or whose fate is unknown (no controller, timed
 # out), wait this long before proposing (or sending it) again: expansions are checked on
 # every follower fetch.

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from concurrent.futures import wait as futures_wait
 from pathlib import Path
 from typing import Any
 
@@ -215,22 +214,37 @@ def test_delete_records_answers_once_the_isr_holds_the_new_log_start(
     """DeleteRecords is answered only when every ISR follower's fetch says its log start
     reached the offset (Kafka's DelayedDeleteRecords): answered at once, a kill -9 of the
     leader before the followers' next fetch let the new leader serve the deleted records
-    again (earliest 0, a consumer read them). A paused follower (still in the ISR:
-    replica.lag.time.max.ms 30 s) holds the answer until it fetches again."""
-    cluster = cluster_factory(config={**FAST, "replica.lag.time.max.ms": 30_000})
-    leaders = create_topic(cluster)
-    leader = cluster.nodes[leaders[0]]
+    again (earliest 0, a consumer read them). A paused follower holds the answer until it
+    fetches again: it stays in the ISR (replica.lag.time.max.ms 30 s, and its ZooKeeper
+    session of 30 s outlives the pause) while the leader's DeleteRecords purgatory holds
+    the request. The leader (node 1, the first replica) keeps the short session: its
+    kill -9 is noticed soon."""
+    metrics_port = free_port()
+    pausable = {"zookeeper.session.timeout.ms": 30_000}
+    cluster = cluster_factory(config={**FAST, "replica.lag.time.max.ms": 30_000},
+                              node_config={1: {"metrics.port": metrics_port}, 2: pausable,
+                                           3: pausable})
+    client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30_000)
+    try:
+        client.create_topics([NewTopic(TOPIC, replica_assignments={0: [1, 2, 3]})])
+    finally:
+        client.close()
+    leaders = cluster.wait_topic(TOPIC, 1).leaders(TOPIC)
+    assert leaders[0] == 1
+    leader = cluster.nodes[1]
     sent, errors = produce_acks_all(cluster, [b"r-%d" % i for i in range(50)])
     assert errors == [] and len(sent) == 50
     wait_for("identical replicas", lambda: same_logs(cluster, 0), timeout_s=60)
-    paused = next(n for n in cluster.nodes.values() if n is not leader)
+    paused = cluster.nodes[2]
     admin = AdminClient({"bootstrap.servers": leader.bootstrap})
     tp = TopicPartition(TOPIC, 0, 40)
     paused.pause()
     try:
         answer = admin.delete_records([tp], request_timeout=60, operation_timeout=60)[tp]
-        done, _ = futures_wait([answer], timeout=3)
-        assert not done, "answered while an ISR follower had not moved its log start"
+        wait_for("the DeleteRecords waiting in the leader", lambda: scrape(metrics_port)[
+            'actorlog_purgatory_size{kind="delete_records"}'] == 1, timeout_s=30)
+        assert not answer.done(), "answered while an ISR follower had not moved its log start"
+        assert 2 in isr_of(cluster, via=1)
     finally:
         paused.resume()
     assert answer.result(60).low_watermark == 40
@@ -258,10 +272,12 @@ def test_delete_records_answers_once_the_isr_holds_the_new_log_start(
 
 def test_delete_records_waiting_for_a_follower_that_leaves_the_isr_is_answered(
         cluster_factory: Any) -> None:
-    """A paused follower leaves the ISR (replica.lag.time.max.ms 3 s; the controller's ISR
-    change bumps the leader epoch of the leader that stays): the DeleteRecords that waited
-    for it is answered by the smaller ISR, not refused as if the leader had moved."""
-    cluster = cluster_factory(config=FAST)
+    """A paused follower leaves the ISR when its ZooKeeper session expires (4 s; the
+    leader's own shrink waits replica.lag.time.max.ms, 60 s here, so the controller's is
+    the one): the controller's ISR change bumps the leader epoch of the leader that stays,
+    and the DeleteRecords that waited for the follower is answered by the smaller ISR,
+    not refused as if the leader had moved."""
+    cluster = cluster_factory(config={**FAST, "replica.lag.time.max.ms": 60_000})
     leaders = create_topic(cluster)
     leader = cluster.nodes[leaders[0]]
     sent, errors = produce_acks_all(cluster, [b"s-%d" % i for i in range(20)])

@@ -264,9 +264,13 @@ class PartitionState:
 
     def low_watermark(self) -> int:
         """The smallest log start among the leader and its ISR's followers, as their last
-        fetches said (Kafka's lowWatermarkIfLeader, over the ISR: a replica out of it is
-        not elected and resets to the leader's log start when it fetches again); a follower
-        that named none yet holds it at -1."""
+        fetches said; a follower that named none yet holds it at -1.
+
+        Kafka's lowWatermarkIfLeader counts every replica whose broker is alive, in the ISR
+        or not; the shard does not know which brokers live, so this counts the ISR only.
+        The difference: a replica out of the ISR that an unclean election makes leader, or
+        one that rejoins the ISR before its next fetch says its moved log start, can bring
+        back records a DeleteRecords was answered for."""
         low = self.log.log_start_offset
         for replica in self.isr:
             if replica == self.broker_id:

@@ -12,13 +12,12 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from actors.apis.authorize import authorized_operations
+from actors.apis.authorize import cluster_authorized_operations
 from actors.apis.base import TOPIC_CHANGE_WAIT_CAP_MS, ApiGen, Call, HandlerContext, Respond
 from actors.core.cluster_model import NO_LEADER
 from actors.core.metadata_cache import NO_TIMEOUT_WAIT_MS
 from actors.core.offsets_codec import OFFSETS_TOPIC, partition_for
 from actors.group_coordinator import OFFSETS_TOPIC_CONFIGS
-from actors.security.acl import CLUSTER_NAME, ResourceType
 from wire.broker_messages import CreateTopicRow, CreateTopics, CreateTopicsDone
 from wire.cluster_messages import AwaitTopics, TopicsAwaited
 from wire.errors import ErrorCode
@@ -177,8 +176,7 @@ def handle_describe_cluster(ctx: HandlerContext, header: Any, req: Any) -> ApiGe
         "controller_id": controller_id(ctx),
         "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"],
                      "rack": b["rack"]} for b in broker_rows(ctx)],
-        **({"authorized_operations": authorized_operations(
-            ctx, ResourceType.CLUSTER, CLUSTER_NAME)}
+        **({"authorized_operations": cluster_authorized_operations(ctx)}
            if getattr(req, "include_cluster_authorized_operations", False) else {}),
     })
     yield  # a generator like every API function

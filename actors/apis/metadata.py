@@ -7,7 +7,7 @@ import uuid
 from typing import Any
 
 from actors.apis import cluster
-from actors.apis.authorize import authorized_operations
+from actors.apis.authorize import authorized_operations, cluster_authorized_operations
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond, topic_change_wait_ms
 from actors.apis.configs import handle_describe_configs  # re-exported: it used to live here
 from actors.apis.transactions import handle_init_transactional_producer
@@ -158,10 +158,13 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                   else _metadata_topic_by_id(ctx, topic_id, version)
                   for name, topic_id in wanted]
     if getattr(req, "include_topic_authorized_operations", False):
+        ctx.refresh_acls()
         for topic in topics:
-            if topic["error_code"] == 0:
+            # Kafka: every row of a topic the principal may describe, an unknown or not
+            # yet led one too; not a refused one, nor an unknown id's
+            if topic["error_code"] not in (TOPIC_DENIED, UNKNOWN_TOPIC_ID) and topic.get("name"):
                 topic["authorized_operations"] = authorized_operations(
-                    ctx, ResourceType.TOPIC, topic["name"])
+                    ctx, ResourceType.TOPIC, topic["name"], refresh=False)
     answer = {
         "throttle_time_ms": 0,
         "brokers": cluster.broker_rows(ctx),
@@ -170,8 +173,7 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         "topics": topics,
     }
     if getattr(req, "include_cluster_authorized_operations", False):  # v8-v10
-        answer["authorized_operations"] = authorized_operations(
-            ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+        answer["authorized_operations"] = cluster_authorized_operations(ctx)
     return Respond(answer)
 
 

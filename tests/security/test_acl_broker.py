@@ -44,7 +44,7 @@ from tests.fixtures.broker import ROOT, BrokerProcess, free_port
 
 pytestmark = [pytest.mark.clients]
 
-PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret"}
+PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -499,3 +499,20 @@ def test_authorized_operations_are_those_the_acls_allow(node: tuple[BrokerProces
         groups = client.describe_consumer_groups([group], request_timeout=15,
                                                  include_authorized_operations=True)
         assert set(groups[group].result(timeout=15).authorized_operations or []) == expected[2]
+
+
+def test_cluster_operations_need_describe_on_the_cluster(
+        node: tuple[BrokerProcess, str]) -> None:
+    """A principal allowed IDEMPOTENT_WRITE on the cluster and not DESCRIBE gets no cluster
+    authorized operations (Kafka's KafkaApis answers 0 unless DESCRIBE on the cluster is
+    allowed; Metadata v8-v10 shares the rule)."""
+    broker, _ = node
+    admin = _admin(broker)
+    for future in admin.create_acls([_allow("kafka-cluster", AclOperation.IDEMPOTENT_WRITE,
+                                            principal="User:bob", rtype=ResourceType.BROKER)],
+                                    request_timeout=15).values():
+        future.result(timeout=15)
+    bob = _admin(broker, "bob")
+    described = bob.describe_cluster(include_authorized_operations=True,
+                                     request_timeout=15).result(timeout=15)
+    assert not described.authorized_operations, described.authorized_operations

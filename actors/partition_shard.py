@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +209,9 @@ class _PendingDelete:
     rows: list[DeleteRecordsDoneRow]
     waiting: dict[int, tuple[str, int, int, int]]
     deadline_ms: int
+    # per waiting row, the partition's state and its ``changes`` when last checked: the
+    # rows whose partition did not change are not checked again until the deadline
+    checked: dict[int, tuple[PartitionState, int]] = field(default_factory=dict)
 
 
 class PartitionShard(Actor):
@@ -1113,8 +1116,13 @@ class PartitionShard(Actor):
         REQUEST_TIMED_OUT with the low watermark it has then."""
         still: list[_PendingDelete] = []
         for pending in self.pending_deletes:
+            expired = now >= pending.deadline_ms
             for index, (topic, partition, required, epoch) in list(pending.waiting.items()):
                 state = self.partitions.get((topic, partition))
+                last = pending.checked.get(index)
+                if (not expired and state is not None and last is not None
+                        and last[0] is state and last[1] == state.changes):
+                    continue
                 if state is None:
                     row = DeleteRecordsDoneRow(topic, partition, -1, UNKNOWN_TP,
                                                "the partition is no longer hosted here")
@@ -1125,11 +1133,12 @@ class PartitionShard(Actor):
                     low = state.low_watermark()
                     if low >= required:
                         row = DeleteRecordsDoneRow(topic, partition, low, NONE, None)
-                    elif now >= pending.deadline_ms:
+                    elif expired:
                         row = DeleteRecordsDoneRow(
                             topic, partition, low, int(ErrorCode.REQUEST_TIMED_OUT),
                             f"the in-sync replicas' log start did not reach {required}")
                     else:
+                        pending.checked[index] = (state, state.changes)
                         continue
                 pending.rows[index] = row
                 del pending.waiting[index]

@@ -114,6 +114,9 @@ class PartitionState:
     resend_at_ms: int | None = None
     # the leader epoch at which this node's unbroken leadership began (-1: not leading)
     leader_since_epoch: int = -1
+    # counts the changes a waiting DeleteRecords checks again for (a role, an ISR answer,
+    # a follower's log start): the shard skips a partition this did not move for
+    changes: int = 0
 
     @classmethod
     def leader_alone(cls, log: PartitionLog, broker_id: int, min_isr: int) -> PartitionState:
@@ -146,6 +149,7 @@ class PartitionState:
         on it is not refused for the new epoch (Kafka completes it too). Any other
         epoch starts a new leadership.
         """
+        self.changes += 1
         continued = self.is_leader and leader_epoch == self.leader_epoch + 1
         if not continued:
             self.leader_since_epoch = leader_epoch
@@ -179,6 +183,7 @@ class PartitionState:
         any divergence from the new leader (KIP-320) and the shard truncates
         then, never below the high watermark without it.
         """
+        self.changes += 1
         self.leader_id = leader
         self.leader_epoch = leader_epoch
         self.isr = set(isr)
@@ -259,6 +264,8 @@ class PartitionState:
         follower.last_fetch_leader_log_end_offset = leader_end
         follower.last_fetch_ms = now_ms
         follower.log_end_offset = fetch_offset
+        if follower.log_start_offset != log_start_offset:
+            self.changes += 1
         follower.log_start_offset = log_start_offset
         return self.maybe_increment_high_watermark()
 
@@ -395,6 +402,7 @@ class PartitionState:
         the old leader, back on its committed ISR of one, acknowledged 47 records alone
         before it learnt it no longer led, and truncated them).
         """
+        self.changes += 1  # the ISR may change
         pending = self.pending
         if (pending is None and error_code == int(ErrorCode.NONE) and self.is_leader
                 and proposed_leader_epoch == self.leader_epoch

@@ -199,3 +199,16 @@ def test_a_waiting_delete_is_answered_by_the_followers_fetch_or_the_partitions_d
               sender=leader.handler.name)
     assert leader.answer(dropped) == [["t", 0, -1, UNKNOWN_TP]]
     assert leader.waiting() == 0
+
+
+def test_a_waiting_delete_past_its_timeout_is_answered_timed_out(
+        node: Node, tmp_path: Path) -> None:
+    """A follower that fetches without moving its log start changes nothing the wait looks
+    at (the shard does not check the row again for it); the timeout_ms still ends the
+    wait: REQUEST_TIMED_OUT with the low watermark then (the follower's 0)."""
+    leader = Leader(node, tmp_path)
+    _three_records_fetched(leader, "u")
+    req = leader.delete([("u", 2)], 500)
+    leader.fetch("u", 3, 0)
+    assert leader.answer(req) == [["u", 0, 0, TIMED_OUT]]
+    assert leader.waiting() == 0

@@ -88,7 +88,8 @@ FAMILIES: dict[str, tuple[str, str]] = {
                                                  "process than the first choice because its "
                                                  "link was full"),
     # purgatory
-    "purgatory_size": ("gauge", "Delayed operations waiting, by kind (produce, fetch)"),
+    "purgatory_size": ("gauge", "Delayed operations waiting, by kind (produce, fetch, "
+                                "delete_records)"),
     "purgatory_expirations_total": ("counter", "Delayed operations that timed out"),
     # actors
     "actor_mailbox_depth": ("gauge", "Messages sent to an actor by actors of this node and "

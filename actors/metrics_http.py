@@ -41,9 +41,10 @@ def gauges(broker: Any) -> list[Sample]:
 
     # partitions (the shards)
     high_watermarks: dict[tuple[str, int], int] = {}
-    hosted = leaders = under = offline = 0
+    hosted = leaders = under = offline = pending_deletes = 0
     for i in range(topo.num_shards):
         stats = _ask(node, topo.shard(i))
+        pending_deletes += (stats or {}).get("pending_deletes", 0)
         for row in (stats or {}).get("metrics", []):
             topic, partition, size, start, end, hw, leads, short, no_leader = row
             high_watermarks[(topic, partition)] = hw
@@ -81,7 +82,8 @@ def gauges(broker: Any) -> list[Sample]:
         if "handoff_busy" in acceptor:
             add("connections_handed_busy_total", acceptor["handoff_busy"], listener=listener)
     # purgatory
-    kinds = {"produce": 0, "fetch": 0}
+    # (a DeleteRecords waits in its leader's shard: Kafka's DeleteRecords purgatory)
+    kinds = {"produce": 0, "fetch": 0, "delete_records": pending_deletes}
     expirations = 0
     for i in range(topo.num_purgatories):
         stats = _ask(node, topo.purgatory(i)) or {}

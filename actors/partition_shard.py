@@ -12,11 +12,12 @@ from __future__ import annotations
 import errno
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from actors.core.checkpoint import fsync_dir, write_atomically
+from actors.core.delayed_produce_fetch import same_leadership
 from actors.core.file_regions import close_regions
 from actors.core.follower_truncation import reset_offset, truncation_offset
 from actors.core.log_cleaner import describe_cleanable
@@ -30,7 +31,12 @@ from actors.core.partition_log import (
     remove_set_aside,
     set_aside,
 )
-from actors.core.partition_state import PROPOSAL_RETRY_MS, IsrProposal, PartitionState
+from actors.core.partition_state import (
+    PROPOSAL_RETRY_MS,
+    IsrProposal,
+    PartitionState,
+    delete_records_wait_ms,
+)
 from actors.core.segment_swap import discard_staging
 from actors.core.topic_config import log_config_for
 from actors.core.topic_id import (
@@ -193,6 +199,21 @@ class Hosted:
     topic_id_adopted: bool = False
 
 
+@dataclass(slots=True)
+class _PendingDelete:
+    """A DeleteRecords answer that waits for followers (rows by index in ``waiting``:
+    topic, partition, the log start they must reach, the leader epoch it was asked at)."""
+
+    sender: Address
+    req_id: int
+    rows: list[DeleteRecordsDoneRow]
+    waiting: dict[int, tuple[str, int, int, int]]
+    deadline_ms: int
+    # per waiting row, the partition's state and its ``changes`` when last checked: the
+    # rows whose partition did not change are not checked again until the deadline
+    checked: dict[int, tuple[PartitionState, int]] = field(default_factory=dict)
+
+
 class PartitionShard(Actor):
     mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
@@ -290,6 +311,8 @@ class PartitionShard(Actor):
         self.group_committed_appends = 0
         self.partitions: dict[tuple[str, int], PartitionState] = {}
         self.watchers: dict[tuple[str, int], set[Address]] = {}
+        # DeleteRecords answers that wait for the followers' log starts
+        self.pending_deletes: list[_PendingDelete] = []
         self._cleaning_skipped: set[str] = set()  # logs a too large report left out
         self.errors_logged: set[tuple[str, int, int]] = set()
         # partitions whose log's failed flush was logged (the log's life: until the
@@ -509,6 +532,14 @@ class PartitionShard(Actor):
                 self.tell(self.topology.purgatory(i), notice)
 
     def teardown(self) -> None:
+        try:
+            self._close_logs()
+        finally:
+            # after the closes: a log whose close failed to flush answers as failed
+            self._fail_pending_deletes()
+            self.partitions = {}
+
+    def _close_logs(self) -> None:
         self._commit_and_answer()
         now = self.clock.wall_ms()
         rows = []
@@ -553,7 +584,6 @@ class PartitionShard(Actor):
         # must a stop that left a log unflushed: the next start would not scan it.
         self.tell(self.topology.log_manager,
                   CheckpointOffsets(self.name, self._stopping and clean, rows, []))
-        self.partitions = {}
 
     @staticmethod
     def _offset_row(state: PartitionState) -> CheckpointRow:
@@ -566,12 +596,16 @@ class PartitionShard(Actor):
         due = min(self.next_housekeeping_ms, self.next_isr_check_ms)
         if self.resends:
             due = min(due, self.next_resend_ms)
+        if self.pending_deletes:
+            due = min(due, min(p.deadline_ms for p in self.pending_deletes))
         return max(0, due - self._wall_ns() // 1_000_000)
 
     def on_turn(self) -> None:
         if self.unanswered or self.staged:
             self._commit_and_answer()
         now = self._wall_ns() // 1_000_000
+        if self.pending_deletes:
+            self._settle_deletes(now)
         if now >= self.next_isr_check_ms:
             self.next_isr_check_ms = now + self.isr_check_ms
             self._maybe_shrink_isr(now)
@@ -1015,6 +1049,7 @@ class PartitionShard(Actor):
         """Kafka's DeleteRecords on a leader: the log start moves up to the offset (-1: the
         high watermark); segments wholly below it are deleted now."""
         rows: list[DeleteRecordsDoneRow] = []
+        waiting: dict[int, tuple[str, int, int, int]] = {}
         moved: list[PartitionState] = []
         now = self.clock.wall_ms()
         unflushed: FlushFailedError | None = None
@@ -1055,15 +1090,88 @@ class PartitionShard(Actor):
                 rows.append(DeleteRecordsDoneRow(req.topic, req.partition, -1, int(exc.code),
                                                  str(exc)))
                 continue
-            rows.append(DeleteRecordsDoneRow(req.topic, req.partition, log.log_start_offset,
-                                             NONE, None))
+            low = state.low_watermark()
+            if low < offset:
+                # answered once every ISR follower's log start is there too (Kafka's
+                # requiredOffset: the offset asked, not a log start already past it):
+                # before, a follower elected leader would bring the deleted records back
+                waiting[len(rows)] = (req.topic, req.partition, offset, state.leader_epoch)
+            rows.append(DeleteRecordsDoneRow(req.topic, req.partition, low, NONE, None))
         if moved:
             self.tell(self.topology.log_manager, CheckpointOffsets(
                 self.name, False, [self._offset_row(s) for s in moved], []))
-        self.reply(DeleteRecordsDone(msg.req_id, rows))
+        if waiting:
+            assert self.current_sender is not None
+            self.pending_deletes.append(_PendingDelete(
+                self.current_sender, msg.req_id, rows, waiting,
+                self._wall_ns() // 1_000_000 + delete_records_wait_ms(msg.timeout_ms)))
+            # a timeout_ms of 0 (or the cap's) answers now, REQUEST_TIMED_OUT if it must
+            self._settle_deletes(self._wall_ns() // 1_000_000)
+        else:
+            self.reply(DeleteRecordsDone(msg.req_id, rows))
         if unflushed is not None:
-            # the log flushes no more: the restart reopens it from its recovery point
+            # the log flushes no more: the restart reopens it from its recovery point;
+            # the answers that wait are given now (the restart forgets them)
+            self._fail_pending_deletes()
             raise unflushed
+
+    def _fail_pending_deletes(self) -> None:
+        """Answer every waiting DeleteRecords row: the shard restarts or stops, and forgets
+        what waits. A partition whose log failed is KAFKA_STORAGE_ERROR (Kafka's offline
+        partition), any other NOT_LEADER_OR_FOLLOWER (the client asks the leader again)."""
+        pending, self.pending_deletes = self.pending_deletes, []
+        for p in pending:
+            for index, (topic, partition, _required, _epoch) in p.waiting.items():
+                state = self.partitions.get((topic, partition))
+                if state is not None and state.log.flush_failed is not None:
+                    p.rows[index] = DeleteRecordsDoneRow(
+                        topic, partition, -1, int(ErrorCode.KAFKA_STORAGE_ERROR),
+                        f"the log of {topic}-{partition} failed to flush")
+                else:
+                    p.rows[index] = DeleteRecordsDoneRow(
+                        topic, partition, -1, NOT_LEADER,
+                        "the partition's shard restarted or stopped before the followers "
+                        "moved their log start")
+            self.tell(p.sender, DeleteRecordsDone(p.req_id, p.rows))
+
+    def _settle_deletes(self, now: int) -> None:
+        """Answer the DeleteRecords whose partitions' low watermarks reached the offsets
+        asked, as Kafka's DelayedDeleteRecords: a partition gone is UNKNOWN_TOPIC_OR_PARTITION,
+        one whose leadership moved NOT_LEADER_OR_FOLLOWER, one past the deadline
+        REQUEST_TIMED_OUT with the low watermark it has then."""
+        still: list[_PendingDelete] = []
+        for pending in self.pending_deletes:
+            expired = now >= pending.deadline_ms
+            for index, (topic, partition, required, epoch) in list(pending.waiting.items()):
+                state = self.partitions.get((topic, partition))
+                last = pending.checked.get(index)
+                if (not expired and state is not None and last is not None
+                        and last[0] is state and last[1] == state.changes):
+                    continue
+                if state is None:
+                    row = DeleteRecordsDoneRow(topic, partition, -1, UNKNOWN_TP,
+                                               "the partition is no longer hosted here")
+                elif not state.is_leader or not same_leadership(state, epoch):
+                    row = DeleteRecordsDoneRow(topic, partition, -1, NOT_LEADER,
+                                               "this broker no longer leads the partition")
+                else:
+                    low = state.low_watermark()
+                    if low >= required:
+                        row = DeleteRecordsDoneRow(topic, partition, low, NONE, None)
+                    elif expired:
+                        row = DeleteRecordsDoneRow(
+                            topic, partition, low, int(ErrorCode.REQUEST_TIMED_OUT),
+                            f"the in-sync replicas' log start did not reach {required}")
+                    else:
+                        pending.checked[index] = (state, state.changes)
+                        continue
+                pending.rows[index] = row
+                del pending.waiting[index]
+            if pending.waiting:
+                still.append(pending)
+            else:
+                self.tell(pending.sender, DeleteRecordsDone(pending.req_id, pending.rows))
+        self.pending_deletes = still
 
     @handles(DescribeLogDir)
     def on_describe_log_dir(self, msg: DescribeLogDir) -> None:
@@ -2337,6 +2445,8 @@ class PartitionShard(Actor):
             "leaders": sorted(f"{t}-{p}" for (t, p), s in self.partitions.items()
                               if s.is_leader),
             "watched": len(self.watchers),
+            # DeleteRecords answers waiting for the followers' log starts
+            "pending_deletes": len(self.pending_deletes),
             # deleted partitions whose directory could not be set aside yet, set-aside
             # directories not removed yet, and the housekeeping's tries that left some
             # (since the start: cumulative, not reset when none are left)

@@ -109,6 +109,9 @@ class DeleteRecords(NamedTuple):
 
     req_id: int
     rows: list[DeleteRecordsRow]
+    # how long the answer may wait for the in-sync followers' log starts (the request's
+    # timeout_ms; the shard caps it): past it, REQUEST_TIMED_OUT
+    timeout_ms: int = 30_000
 
 
 class DeleteRecordsDoneRow(NamedTuple):

@@ -24,6 +24,7 @@ from actors.apis.base import (
     topic_change_wait_ms,
 )
 from actors.apis.metadata import _partition_rows
+from actors.core.partition_state import delete_records_wait_ms
 from actors.core.topic_config import INTERNAL_TOPICS
 from actors.runtime.address import Address
 from wire.admin_messages import (
@@ -233,7 +234,9 @@ def handle_delete_records(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     if rows:
         by_shard = group_by_shard(ctx, rows)
         replies: list[DeleteRecordsDone] = yield [
-            Call(shard, _delete_records(shard_rows)) for shard, shard_rows in by_shard.items()]
+            Call(shard, _delete_records(shard_rows, req.timeout_ms),
+                 delete_records_wait_ms(req.timeout_ms))
+            for shard, shard_rows in by_shard.items()]
         for reply in replies:
             for r in reply.rows:
                 answers[(r.topic, r.partition)] = r
@@ -246,8 +249,9 @@ def handle_delete_records(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         for topic in req.topics]})
 
 
-def _delete_records(rows: list[DeleteRecordsRow]) -> Callable[[int], DeleteRecords]:
-    return lambda rid: DeleteRecords(rid, rows)
+def _delete_records(rows: list[DeleteRecordsRow],
+                    timeout_ms: int) -> Callable[[int], DeleteRecords]:
+    return lambda rid: DeleteRecords(rid, rows, int(timeout_ms))
 
 
 # ------------------------------------------------------------- DescribeLogDirs

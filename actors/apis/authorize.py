@@ -48,6 +48,44 @@ _CLUSTER_OPS = {
 }
 
 
+# Kafka's AclEntry.supportedOperations: what an "authorized operations" bit field covers
+_SUPPORTED_OPS = {
+    ResourceType.TOPIC: (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DESCRIBE,
+                         Operation.DELETE, Operation.ALTER, Operation.DESCRIBE_CONFIGS,
+                         Operation.ALTER_CONFIGS),
+    ResourceType.GROUP: (Operation.READ, Operation.DESCRIBE, Operation.DELETE),
+    ResourceType.CLUSTER: (Operation.CREATE, Operation.CLUSTER_ACTION,
+                           Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS,
+                           Operation.IDEMPOTENT_WRITE, Operation.ALTER, Operation.DESCRIBE),
+}
+
+
+def authorized_operations(ctx: HandlerContext, resource_type: ResourceType, name: str,
+                          refresh: bool = True) -> set[int]:
+    """The codes of the resource's supported operations the principal may do (the codec
+    writes them as Kafka's 32-bit field, 1 << code), as Kafka's
+    AuthHelper.authorizedOperations answers an include_*_authorized_operations request:
+    every supported one without an authorizer; these probes are not logged. ``refresh``
+    False: the caller read the ACLs again for this request already."""
+    ops = _SUPPORTED_OPS[resource_type]
+    authorizer = ctx.authorizer
+    if authorizer is None:
+        return {int(op) for op in ops}
+    if refresh:
+        ctx.refresh_acls()  # once for the whole field, not once an operation
+    principal, host = ctx.access.principal, ctx.access.host
+    return {int(op) for op in ops
+            if authorizer.authorize(principal, host, op, resource_type, name).allowed}
+
+
+def cluster_authorized_operations(ctx: HandlerContext) -> set[int]:
+    """The cluster's authorized operations for DescribeCluster and Metadata v8-v10: none
+    unless the principal may DESCRIBE the cluster (Kafka's KafkaApis asks that first)."""
+    if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return set()
+    return authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME, refresh=False)
+
+
 def _error(code: int, **more: Any) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "error_code": code, **more}
 

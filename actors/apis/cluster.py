@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
+from actors.apis.authorize import cluster_authorized_operations
 from actors.apis.base import TOPIC_CHANGE_WAIT_CAP_MS, ApiGen, Call, HandlerContext, Respond
 from actors.core.cluster_model import NO_LEADER
 from actors.core.metadata_cache import NO_TIMEOUT_WAIT_MS
@@ -189,5 +190,7 @@ def handle_describe_cluster(ctx: HandlerContext, header: Any, req: Any) -> ApiGe
         "controller_id": controller_id(ctx),
         "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"],
                      "rack": b["rack"]} for b in broker_rows(ctx)],
+        **({"authorized_operations": cluster_authorized_operations(ctx)}
+           if getattr(req, "include_cluster_authorized_operations", False) else {}),
     })
     yield  # a generator like every API function

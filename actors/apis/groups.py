@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.apis import cluster
+from actors.apis.authorize import authorized_operations
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond
 from actors.apis.transactions import ensure_transaction_topic, transaction_coordinator
 from actors.core.offsets_codec import OFFSETS_TOPIC
@@ -392,4 +393,7 @@ def handle_describe_groups(ctx: HandlerContext, header: Any, req: Any) -> ApiGen
                 for m in g.members
             ],
         })
+        if getattr(req, "include_authorized_operations", False) and g.error_code == 0:
+            groups[-1]["authorized_operations"] = authorized_operations(
+                ctx, ResourceType.GROUP, gid)
     return Respond({"throttle_time_ms": 0, "groups": groups})

@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 from actors.apis import cluster
+from actors.apis.authorize import authorized_operations, cluster_authorized_operations
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond, topic_change_wait_ms
 from actors.apis.configs import handle_describe_configs  # re-exported: it used to live here
 from actors.apis.transactions import handle_init_transactional_producer
@@ -161,13 +162,24 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         topics = [_metadata_topic(ctx, name, errors, version) if name is not None
                   else _metadata_topic_by_id(ctx, topic_id, version)
                   for name, topic_id in wanted]
-    return Respond({
+    if getattr(req, "include_topic_authorized_operations", False):
+        ctx.refresh_acls()
+        for topic in topics:
+            # Kafka: every row of a topic the principal may describe, an unknown or not
+            # yet led one too; not a refused one, nor an unknown id's
+            if topic["error_code"] not in (TOPIC_DENIED, UNKNOWN_TOPIC_ID) and topic.get("name"):
+                topic["authorized_operations"] = authorized_operations(
+                    ctx, ResourceType.TOPIC, topic["name"], refresh=False)
+    answer = {
         "throttle_time_ms": 0,
         "brokers": cluster.broker_rows(ctx),
         "cluster_id": ctx.cluster_id,
         "controller_id": cluster.controller_id(ctx),
         "topics": topics,
-    })
+    }
+    if getattr(req, "include_cluster_authorized_operations", False):  # v8-v10
+        answer["authorized_operations"] = cluster_authorized_operations(ctx)
+    return Respond(answer)
 
 
 def _metadata_topic(ctx: HandlerContext, name: str, errors: dict[str, int],

@@ -19,7 +19,7 @@ coordinator core owns its groups and their timers (``group_membership.py``).
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from actors.core.delayed_operation import DelayedOperation
 from wire.broker_messages import PartitionStatus, SegmentPosition, TopicPartition  # wire rows
@@ -68,7 +68,14 @@ class ProduceOutcome(NamedTuple):
     timed_out: bool
 
 
-def _same_leadership(status: PartitionStatus, appended_epoch: int) -> bool:
+class _Leadership(Protocol):
+    @property
+    def leader_epoch(self) -> int: ...
+    @property
+    def leader_since_epoch(self) -> int: ...
+
+
+def same_leadership(status: _Leadership, appended_epoch: int) -> bool:
     """Whether the leadership that appended at ``appended_epoch`` still holds: the
     current one began at or before it (a controller's ISR change bumps the epoch of a
     leader that stays)."""
@@ -120,7 +127,7 @@ class DelayedProduce(DelayedOperation):
         tp: TopicPartition = key  # type: ignore[assignment]
         wanted = self.partitions[tp]
         if not status.is_leader or (
-            wanted.leader_epoch is not None and not _same_leadership(status, wanted.leader_epoch)
+            wanted.leader_epoch is not None and not same_leadership(status, wanted.leader_epoch)
         ):
             error = ErrorCode.NOT_LEADER_OR_FOLLOWER
         elif status.isr_size < status.min_insync_replicas:

@@ -37,6 +37,16 @@ from wire.broker_messages import PartitionStatus, SegmentPosition
 from wire.errors import ErrorCode
 
 UNKNOWN_OFFSET = -1
+# The most a DeleteRecords answer waits for the ISR's followers to move their log start
+# (Kafka's DelayedDeleteRecords waits the request's timeout_ms, uncapped); past it the
+# partition answers REQUEST_TIMED_OUT. A follower that stops fetching may stay in the ISR
+# as long (replica.lag.time.max.ms, 30 s by default) unless its broker's session expires.
+DELETE_RECORDS_WAIT_CAP_MS = 30_000
+
+
+def delete_records_wait_ms(timeout_ms: int) -> int:
+    """How long a DeleteRecords of this ``timeout_ms`` may wait for the followers."""
+    return min(max(0, int(timeout_ms)), DELETE_RECORDS_WAIT_CAP_MS)
 # After a proposal that was not written, or whose fate is unknown (no controller, timed
 # out), wait this long before proposing (or sending it) again: expansions are checked on
 # every follower fetch.
@@ -104,6 +114,9 @@ class PartitionState:
     resend_at_ms: int | None = None
     # the leader epoch at which this node's unbroken leadership began (-1: not leading)
     leader_since_epoch: int = -1
+    # counts the changes a waiting DeleteRecords checks again for (a role, an ISR answer,
+    # a follower's log start): the shard skips a partition this did not move for
+    changes: int = 0
 
     @classmethod
     def leader_alone(cls, log: PartitionLog, broker_id: int, min_isr: int) -> PartitionState:
@@ -136,6 +149,7 @@ class PartitionState:
         on it is not refused for the new epoch (Kafka completes it too). Any other
         epoch starts a new leadership.
         """
+        self.changes += 1
         continued = self.is_leader and leader_epoch == self.leader_epoch + 1
         if not continued:
             self.leader_since_epoch = leader_epoch
@@ -169,6 +183,7 @@ class PartitionState:
         any divergence from the new leader (KIP-320) and the shard truncates
         then, never below the high watermark without it.
         """
+        self.changes += 1
         self.leader_id = leader
         self.leader_epoch = leader_epoch
         self.isr = set(isr)
@@ -249,8 +264,27 @@ class PartitionState:
         follower.last_fetch_leader_log_end_offset = leader_end
         follower.last_fetch_ms = now_ms
         follower.log_end_offset = fetch_offset
+        if follower.log_start_offset != log_start_offset:
+            self.changes += 1
         follower.log_start_offset = log_start_offset
         return self.maybe_increment_high_watermark()
+
+    def low_watermark(self) -> int:
+        """The smallest log start among the leader and its ISR's followers, as their last
+        fetches said; a follower that named none yet holds it at -1.
+
+        Kafka's lowWatermarkIfLeader counts every replica whose broker is alive, in the ISR
+        or not; the shard does not know which brokers live, so this counts the ISR only.
+        The difference: a replica out of the ISR that an unclean election makes leader, or
+        one that rejoins the ISR before its next fetch says its moved log start, can bring
+        back records a DeleteRecords was answered for."""
+        low = self.log.log_start_offset
+        for replica in self.isr:
+            if replica == self.broker_id:
+                continue
+            follower = self.followers.get(replica)
+            low = min(low, follower.log_start_offset if follower is not None else UNKNOWN_OFFSET)
+        return low
 
     # ------------------------------------------------------------ fetch checks
     def check_fetch_epoch(self, current_leader_epoch: int) -> int:
@@ -368,6 +402,7 @@ class PartitionState:
         the old leader, back on its committed ISR of one, acknowledged 47 records alone
         before it learnt it no longer led, and truncated them).
         """
+        self.changes += 1  # the ISR may change
         pending = self.pending
         if (pending is None and error_code == int(ErrorCode.NONE) and self.is_leader
                 and proposed_leader_epoch == self.leader_epoch

@@ -87,6 +87,26 @@ def test_metadata_without_auto_creation_leaves_unknown_topics_alone(client: RawC
     assert topic not in metadata(client, None, auto=False)
 
 
+def test_metadata_answers_the_operations_of_an_unknown_topic_too(client: RawClient) -> None:
+    """include_topic_authorized_operations: Kafka sets them on every row of a topic the
+    principal may describe, an UNKNOWN_TOPIC_OR_PARTITION one too (no authorizer: every
+    supported operation), not only on the rows without an error."""
+    known, unknown = name("ops"), name("ops-unknown")
+    assert metadata(client, [known], auto=True)[known].error_code in (  # type: ignore[attr-defined]
+        0, ErrorCode.LEADER_NOT_AVAILABLE)
+    response = client.call(METADATA, 8, {
+        "topics": [{"name": known}, {"name": unknown}], "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": True,
+        "include_cluster_authorized_operations": False})
+    rows = {t.name: t for t in response.topics}
+    # READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS (the
+    # client decodes the bit field into the set of operation codes)
+    topic_ops = {3, 4, 5, 6, 7, 8, 10, 11}
+    assert rows[unknown].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert rows[unknown].authorized_operations == topic_ops
+    assert rows[known].authorized_operations == topic_ops
+
+
 def test_metadata_refuses_invalid_names_and_auto_creates_a_users_double_underscore(
         client: RawClient) -> None:
     """Kafka's Topic.isInternal is the coordinators' topics alone: a user's "__x" is an

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from kafka import TopicPartition as KTopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -206,6 +207,98 @@ def test_followers_follow_the_leaders_log_start(cluster_factory: Any) -> None:
         lambda s: s if len(set(s.values())) == 1 and min(s.values()) > 0 else None)(
         log_starts(cluster, "kept", 0)), timeout_s=30)
     assert len(starts) == 3
+
+
+def test_delete_records_answers_once_the_isr_holds_the_new_log_start(
+        cluster_factory: Any) -> None:
+    """DeleteRecords is answered only when every ISR follower's fetch says its log start
+    reached the offset (Kafka's DelayedDeleteRecords): answered at once, a kill -9 of the
+    leader before the followers' next fetch let the new leader serve the deleted records
+    again (earliest 0, a consumer read them). A paused follower holds the answer until it
+    fetches again: it stays in the ISR (replica.lag.time.max.ms 30 s, and its ZooKeeper
+    session of 30 s outlives the pause) while the leader's DeleteRecords purgatory holds
+    the request. The leader (node 1, the first replica) keeps the short session: its
+    kill -9 is noticed soon."""
+    metrics_port = free_port()
+    pausable = {"zookeeper.session.timeout.ms": 30_000}
+    cluster = cluster_factory(config={**FAST, "replica.lag.time.max.ms": 30_000},
+                              node_config={1: {"metrics.port": metrics_port}, 2: pausable,
+                                           3: pausable})
+    client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30_000)
+    try:
+        client.create_topics([NewTopic(TOPIC, replica_assignments={0: [1, 2, 3]})])
+    finally:
+        client.close()
+    leaders = cluster.wait_topic(TOPIC, 1).leaders(TOPIC)
+    assert leaders[0] == 1
+    leader = cluster.nodes[1]
+    sent, errors = produce_acks_all(cluster, [b"r-%d" % i for i in range(50)])
+    assert errors == [] and len(sent) == 50
+    wait_for("identical replicas", lambda: same_logs(cluster, 0), timeout_s=60)
+    paused = cluster.nodes[2]
+    admin = AdminClient({"bootstrap.servers": leader.bootstrap})
+    tp = TopicPartition(TOPIC, 0, 40)
+    paused.pause()
+    try:
+        answer = admin.delete_records([tp], request_timeout=60, operation_timeout=60)[tp]
+        wait_for("the DeleteRecords waiting in the leader", lambda: scrape(metrics_port)[
+            'actorlog_purgatory_size{kind="delete_records"}'] == 1, timeout_s=30)
+        assert not answer.done(), "answered while an ISR follower had not moved its log start"
+        assert 2 in isr_of(cluster, via=1)
+    finally:
+        paused.resume()
+    assert answer.result(60).low_watermark == 40
+    leader.kill()
+    wait_for("another leader", lambda: cluster.view(paused.broker_id).leaders(TOPIC).get(0)
+             not in (None, -1, leader.broker_id), timeout_s=60)
+    earliest = TopicPartition(TOPIC, 0)
+    admin = AdminClient({"bootstrap.servers": paused.bootstrap})
+    got = wait_for("the new leader's earliest offset", lambda: _earliest(admin, earliest),
+                   timeout_s=30)
+    assert got == 40
+    consumer = Consumer({"bootstrap.servers": paused.bootstrap, "group.id": "after-delete",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(TOPIC, 0, 5)])
+        message = None
+        deadline = time.monotonic() + 30
+        while message is None and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+        assert message is not None and message.error() is None
+        assert (message.offset(), message.value()) == (40, b"r-40")
+    finally:
+        consumer.close()
+
+
+def test_delete_records_waiting_for_a_follower_that_leaves_the_isr_is_answered(
+        cluster_factory: Any) -> None:
+    """A paused follower leaves the ISR when its ZooKeeper session expires (4 s; the
+    leader's own shrink waits replica.lag.time.max.ms, 60 s here, so the controller's is
+    the one): the controller's ISR change bumps the leader epoch of the leader that stays,
+    and the DeleteRecords that waited for the follower is answered by the smaller ISR,
+    not refused as if the leader had moved."""
+    cluster = cluster_factory(config={**FAST, "replica.lag.time.max.ms": 60_000})
+    leaders = create_topic(cluster)
+    leader = cluster.nodes[leaders[0]]
+    sent, errors = produce_acks_all(cluster, [b"s-%d" % i for i in range(20)])
+    assert errors == [] and len(sent) == 20
+    wait_for("identical replicas", lambda: same_logs(cluster, 0), timeout_s=60)
+    paused = next(n for n in cluster.nodes.values() if n is not leader)
+    admin = AdminClient({"bootstrap.servers": leader.bootstrap})
+    tp = TopicPartition(TOPIC, 0, 10)
+    paused.pause()
+    try:
+        answer = admin.delete_records([tp], request_timeout=60, operation_timeout=60)[tp]
+        assert answer.result(60).low_watermark == 10
+    finally:
+        paused.resume()
+
+
+def _earliest(admin: AdminClient, tp: TopicPartition) -> int | None:
+    try:
+        return int(admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(10).offset)
+    except KafkaException:
+        return None  # the new leader not known everywhere yet
 
 
 def peak_rss_mb(pid: int | None) -> float:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -44,7 +44,7 @@ from tests.fixtures.broker import ROOT, BrokerProcess, free_port
 
 pytestmark = [pytest.mark.clients]
 
-PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret"}
+PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -460,3 +460,59 @@ def test_offset_for_leader_epoch_needs_describe_on_the_topic_or_cluster_action(
                 "User:ANONYMOUS", None, AclOperation.ANY, AclPermissionType.ANY)],
                 request_timeout=15).values():
             future.result(timeout=15)
+
+
+def test_authorized_operations_are_those_the_acls_allow(node: tuple[BrokerProcess, str]) -> None:
+    """include_authorized_operations of describe_cluster (DescribeCluster), describe_topics
+    (Metadata) and describe_consumer_groups (DescribeGroups): Kafka answers the bit field of
+    the resource's supported operations the principal may do (a super user: all of them;
+    READ implies DESCRIBE); none was answered (the clients showed None)."""
+    broker, _ = node
+    admin = _admin(broker)
+    stamp = time.time_ns()
+    topic, group = f"ops-{stamp}", f"ops-group-{stamp}"
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=15)
+    for future in admin.create_acls([
+            _allow(topic, AclOperation.READ),
+            _allow(group, AclOperation.READ, rtype=ResourceType.GROUP),
+            _allow("kafka-cluster", AclOperation.DESCRIBE, rtype=ResourceType.BROKER)],
+            request_timeout=15).values():
+        future.result(timeout=15)
+    cluster_ops = {AclOperation.CREATE, AclOperation.CLUSTER_ACTION,
+                   AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS,
+                   AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER, AclOperation.DESCRIBE}
+    topic_ops = {AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE,
+                 AclOperation.DESCRIBE, AclOperation.DELETE, AclOperation.ALTER,
+                 AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS}
+    group_ops = {AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE}
+    alice = _admin(broker, "alice")
+    for client, expected in ((admin, (cluster_ops, topic_ops, group_ops)),
+                             (alice, ({AclOperation.DESCRIBE},
+                                      {AclOperation.READ, AclOperation.DESCRIBE},
+                                      {AclOperation.READ, AclOperation.DESCRIBE}))):
+        described = client.describe_cluster(include_authorized_operations=True,
+                                            request_timeout=15).result(timeout=15)
+        assert set(described.authorized_operations or []) == expected[0]
+        topics = client.describe_topics(TopicCollection([topic]), request_timeout=15,
+                                        include_authorized_operations=True)
+        assert set(topics[topic].result(timeout=15).authorized_operations or []) == expected[1]
+        groups = client.describe_consumer_groups([group], request_timeout=15,
+                                                 include_authorized_operations=True)
+        assert set(groups[group].result(timeout=15).authorized_operations or []) == expected[2]
+
+
+def test_cluster_operations_need_describe_on_the_cluster(
+        node: tuple[BrokerProcess, str]) -> None:
+    """A principal allowed IDEMPOTENT_WRITE on the cluster and not DESCRIBE gets no cluster
+    authorized operations (Kafka's KafkaApis answers 0 unless DESCRIBE on the cluster is
+    allowed; Metadata v8-v10 shares the rule)."""
+    broker, _ = node
+    admin = _admin(broker)
+    for future in admin.create_acls([_allow("kafka-cluster", AclOperation.IDEMPOTENT_WRITE,
+                                            principal="User:bob", rtype=ResourceType.BROKER)],
+                                    request_timeout=15).values():
+        future.result(timeout=15)
+    bob = _admin(broker, "bob")
+    described = bob.describe_cluster(include_authorized_operations=True,
+                                     request_timeout=15).result(timeout=15)
+    assert not described.authorized_operations, described.authorized_operations

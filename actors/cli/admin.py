@@ -10,16 +10,42 @@ exit code 1; a broker that cannot be reached or lacks an API is one line.
 from __future__ import annotations
 
 import json
+import logging
+import ssl
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import click
 
+from actors.cli import UserError
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+COMMAND_CONFIG = "actorlog.command_config"  # ctx.meta: kafka-python's security arguments
+
+
+def _command_config(ctx: click.Context, _param: click.Parameter, path: str | None) -> None:
+    if path is None:
+        return
+    from actors.cli.client_config import ClientConfigError, load
+
+    try:
+        settings, unknown = load(path)
+    except ClientConfigError as exc:
+        raise UserError(f"--command-config {exc}") from None
+    if unknown:
+        click.echo(f"Warning: --command-config {path}: ignoring unknown "
+                   f"{'key' if len(unknown) == 1 else 'keys'} {', '.join(unknown)}", err=True)
+    ctx.meta[COMMAND_CONFIG] = settings
+
+
 def bootstrap_option(fn: F) -> F:
+    fn = click.option("--command-config", metavar="FILE", expose_value=False,
+                      callback=_command_config,
+                      help="a Kafka client properties file (security.protocol, sasl.*, "
+                           "ssl.*), as kafka-topics.sh takes")(fn)
     fn = click.option("--timeout-ms", type=click.IntRange(min=1), default=10_000,
                       show_default=True,
                       help="how long to wait for the broker (connect and each request)")(fn)
@@ -46,9 +72,36 @@ def describe_error(exc: BaseException) -> str:
     from kafka.errors import KafkaError
 
     if isinstance(exc, KafkaError):
-        message = getattr(exc, "description", "") or str(exc)
+        message = (getattr(exc, "description", "") or str(exc)
+                   ).removeprefix(f"{type(exc).__name__}: ")  # kafka-python's str() names it
         return f"{type(exc).__name__.removesuffix('Error')}: {message}".strip().rstrip(":")
     return f"{type(exc).__name__}: {exc}"
+
+
+class _BootstrapFailures(logging.Handler):
+    """What kafka-python logged while bootstrapping: it logs a failed login or a TLS
+    handshake refused and goes on trying until its timeout, which then says only that."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.decisive: BaseException | None = None  # the first login or TLS failure
+        self.last: BaseException | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from kafka import errors
+
+        args = record.args if isinstance(record.args, tuple) else ()
+        for exc in args:
+            if not isinstance(exc, BaseException) or isinstance(exc, errors.KafkaTimeoutError):
+                continue
+            self.last = exc
+            if self.decisive is None and (
+                    isinstance(exc, (errors.SaslAuthenticationFailedError,
+                                     errors.UnsupportedSaslMechanismError,
+                                     errors.IllegalSaslStateError, errors.AuthorizationError,
+                                     ssl.SSLError))
+                    or "Handshake failed" in str(exc)):  # kafka-python's TLS failure
+                self.decisive = exc
 
 
 @contextmanager
@@ -57,18 +110,31 @@ def admin_client(bootstrap: str, timeout_ms: int, needs: str = "") -> Iterator[A
     from kafka import KafkaAdminClient
     from kafka.errors import IncompatibleBrokerVersion, KafkaError, KafkaTimeoutError
 
+    security = click.get_current_context().meta.get(COMMAND_CONFIG, {})
+    failures = _BootstrapFailures()
+    logger = logging.getLogger("kafka.net.manager")
+    logger.addHandler(failures)
     try:
         client = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="actorlog-cli",
                                   request_timeout_ms=timeout_ms,
-                                  bootstrap_timeout_ms=timeout_ms)
+                                  bootstrap_timeout_ms=timeout_ms, **security)
     except KafkaTimeoutError:
+        if failures.decisive is not None:
+            raise click.ClickException(
+                f"cannot connect to {bootstrap}: {describe_error(failures.decisive)} "
+                f"(--command-config FILE)") from None
+        last = f" (last: {describe_error(failures.last)})" if failures.last else ""
         raise click.ClickException(
-            f"cannot reach a Kafka broker at {bootstrap} within {timeout_ms / 1000:g} s; "
-            f"is it running? (--bootstrap HOST:PORT)") from None
+            f"cannot reach a Kafka broker at {bootstrap} within {timeout_ms / 1000:g} s{last}; "
+            f"is it running? (--bootstrap HOST:PORT"
+            f"{'' if security else '; a TLS or SASL listener needs --command-config FILE'})"
+        ) from None
     except (KafkaError, OSError, ValueError) as exc:
         raise click.ClickException(
             f"cannot connect to {bootstrap}: {describe_error(exc)} (--bootstrap HOST:PORT)"
         ) from None
+    finally:
+        logger.removeHandler(failures)
     try:
         yield client
     except IncompatibleBrokerVersion as exc:

@@ -1,0 +1,157 @@
+"""`--command-config FILE`: a Kafka client's security settings for `topics` and `groups`.
+
+The file is what kafka-topics.sh and kafka-consumer-groups.sh take: Java
+properties with Kafka's client config names. ``security.protocol`` (PLAINTEXT,
+SSL, SASL_PLAINTEXT, SASL_SSL); ``sasl.mechanism`` (PLAIN, SCRAM-SHA-256,
+SCRAM-SHA-512) with the login either in a Java client's ``sasl.jaas.config``
+(``... required username="u" password="p";``) or librdkafka's ``sasl.username``
+and ``sasl.password``; for TLS a PEM CA in ``ssl.ca.location`` (or a PEM
+``ssl.truststore.location``; a JKS file is not read), a client certificate and
+key for mutual TLS in ``ssl.certificate.location`` / ``ssl.key.location`` (or a
+PEM ``ssl.keystore.location`` holding both) with ``ssl.key.password``, and
+``ssl.endpoint.identification.algorithm`` (``https``, the default, checks the
+broker's name; empty does not). Other keys are named in one warning line and
+left alone.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+from pathlib import Path
+from typing import Any
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+KNOWN = frozenset({
+    "security.protocol", "sasl.mechanism", "sasl.jaas.config", "sasl.username",
+    "sasl.password", "ssl.ca.location", "ssl.truststore.location", "ssl.truststore.type",
+    "ssl.certificate.location", "ssl.key.location", "ssl.keystore.location",
+    "ssl.keystore.type", "ssl.key.password", "ssl.keystore.password",
+    "ssl.endpoint.identification.algorithm",
+})
+_PROPERTY = re.compile(r"((?:[^\s=:\\]|\\.)+)\s*[=:\s]\s*(.*)$")
+_JAAS_OPTION = re.compile(r'\b(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+class ClientConfigError(ValueError):
+    """A setting that cannot be used: the message is one line naming the key."""
+
+
+def read_properties(text: str) -> dict[str, str]:
+    """Java's .properties form: ``key=value``, ``key: value`` or ``key value``; ``#`` and
+    ``!`` comment lines; a trailing backslash continues the line; the last of a key wins."""
+    lines: list[str] = []
+    logical: str | None = None
+    for raw in text.splitlines():
+        line = raw.lstrip()
+        if logical is None and (not line or line[0] in "#!"):
+            continue
+        logical = (logical or "") + line
+        if (len(line) - len(line.rstrip("\\"))) % 2:  # an odd count of backslashes
+            logical = logical[:-1]  # goes on in the next line
+            continue
+        lines.append(logical)
+        logical = None
+    if logical is not None:
+        lines.append(logical)
+    out: dict[str, str] = {}
+    for line in lines:
+        match = _PROPERTY.match(line)
+        key, value = (match.group(1), match.group(2)) if match else (line.strip(), "")
+        out[_unescape(key)] = _unescape(value)  # Java keeps trailing blanks
+    return out
+
+
+def _unescape(text: str) -> str:
+    return re.sub(r"\\(.)", lambda m: {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+                  .get(m.group(1), m.group(1)), text)
+
+
+def _jaas_login(jaas: str) -> tuple[str | None, str | None]:
+    """username and password of a Java client's JAAS line (Plain or Scram LoginModule)."""
+    found = {name: re.sub(r"\\(.)", r"\1", value) for name, value in _JAAS_OPTION.findall(jaas)}
+    return found.get("username"), found.get("password")
+
+
+def _pem_file(settings: dict[str, str], key: str) -> str | None:
+    path = settings.get(key, "").strip()
+    if not path:
+        return None
+    try:
+        head = Path(path).read_bytes()[:4096]
+    except OSError as exc:
+        raise ClientConfigError(f"{key}={path}: {exc.strerror or exc}") from None
+    if b"-----BEGIN" not in head:
+        raise ClientConfigError(f"{key}={path}: not a PEM file (a JKS or PKCS12 store is not "
+                                f"read; give PEM certificates)")
+    return path
+
+
+def kafka_python_settings(settings: dict[str, str]) -> dict[str, Any]:
+    """kafka-python client arguments for Kafka's client settings; ClientConfigError for a
+    value that cannot work (unknown protocol or mechanism, missing login or file)."""
+    protocol = settings.get("security.protocol", "PLAINTEXT").strip().upper()
+    if protocol not in PROTOCOLS:
+        raise ClientConfigError(f"security.protocol={settings['security.protocol']}: "
+                                f"not one of {', '.join(PROTOCOLS)}")
+    out: dict[str, Any] = {"security_protocol": protocol}
+    if protocol.startswith("SASL_"):
+        mechanism = settings.get("sasl.mechanism", "").strip().upper()
+        if mechanism not in MECHANISMS:
+            raise ClientConfigError(
+                f"sasl.mechanism={settings.get('sasl.mechanism', '')}: "
+                f"{protocol} needs one of {', '.join(MECHANISMS)}")
+        user, password = _jaas_login(settings.get("sasl.jaas.config", ""))
+        user = settings.get("sasl.username", user)
+        password = settings.get("sasl.password", password)
+        if not user or password is None:
+            raise ClientConfigError(
+                f"{protocol} needs a login: sasl.jaas.config with username=\"...\" "
+                f"password=\"...\", or sasl.username and sasl.password")
+        out |= {"sasl_mechanism": mechanism, "sasl_plain_username": user,
+                "sasl_plain_password": password}
+    if protocol.endswith("SSL"):
+        out["ssl_context"] = _ssl_context(settings)
+    return out
+
+
+def _ssl_context(settings: dict[str, str]) -> ssl.SSLContext:
+    ca = _pem_file(settings, "ssl.ca.location") or _pem_file(settings, "ssl.truststore.location")
+    cert_key = "ssl.certificate.location"
+    cert = _pem_file(settings, cert_key)
+    if cert is None:
+        cert_key = "ssl.keystore.location"
+        cert = _pem_file(settings, cert_key)
+    key = _pem_file(settings, "ssl.key.location")
+    if key is not None and cert is None:
+        raise ClientConfigError("ssl.key.location needs ssl.certificate.location (the "
+                                "client certificate of that key)")
+    algorithm = settings.get("ssl.endpoint.identification.algorithm", "https").strip().lower()
+    if algorithm not in ("https", ""):
+        raise ClientConfigError(f"ssl.endpoint.identification.algorithm={algorithm}: "
+                                f"'https' (check the broker's name) or empty (do not)")
+    try:
+        context = ssl.create_default_context(cafile=ca)
+    except ssl.SSLError as exc:
+        raise ClientConfigError(f"ssl CA {ca}: {exc.reason or exc}") from None
+    context.check_hostname = algorithm == "https"
+    if cert is not None:
+        password = settings.get("ssl.key.password") or None
+        try:
+            context.load_cert_chain(cert, key, password=password)
+        except ssl.SSLError as exc:
+            raise ClientConfigError(f"{cert_key}={cert}: {exc.reason or exc} (with "
+                                    f"ssl.key.location / ssl.key.password)") from None
+    return context
+
+
+def load(path: str) -> tuple[dict[str, Any], list[str]]:
+    """kafka-python arguments from a command-config file, and the keys it did not know."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ClientConfigError(f"{path}: {reason or exc}") from None
+    settings = read_properties(text)
+    return kafka_python_settings(settings), sorted(set(settings) - KNOWN)

@@ -364,6 +364,34 @@ def test_up_and_status_of_nodes_whose_first_listener_is_tls(spec_file: Path, zk_
     assert producer.flush(60) == 0 and acked == [None]
 
 
+def test_up_and_status_of_tls_only_nodes_with_the_specs_client_config(
+        spec_file: Path, zk_connect: str, tmp_path: Path) -> None:
+    """Nodes with one SSL listener each: without [cluster] client_config the spec is refused
+    before anything starts (the probe would not reach them); with one naming the CA, `up`
+    and `status` ask them over TLS, and the bootstrap servers are the TLS ports."""
+    pki = make_pki(tmp_path / "pki")
+    tls, gateway = [free_port() for _ in range(2)], [free_port() for _ in range(2)]
+    nodes = "".join(
+        f'[nodes.{i}]\nhost = "here"\nconfig = {{"listeners" = "SSL://127.0.0.1:{tls[i - 1]}", '
+        f'"actor.gateway.port" = {gateway[i - 1]}}}\n' for i in (1, 2))
+    body = (f'[hosts.here]\nvia = "local"\n[zookeeper]\nconnect = "{zk_connect}"\n[config]\n'
+            f'"ssl.keystore.location" = "{pki.server}"\n{nodes}')
+    spec_file.write_text(body)
+    refused = cli("check", "--spec", str(spec_file))
+    assert refused.returncode != 0 and "every listener is TLS" in refused.stderr, (
+        refused.stdout + refused.stderr)
+    (spec_file.parent / "client.properties").write_text(
+        f"security.protocol=SSL\nssl.ca.location={pki.ca}\n")
+    spec_file.write_text(f'[cluster]\nclient_config = "client.properties"\n{body}')
+    up = cli("up", "--spec", str(spec_file), "--timeout", "30")
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert up.stdout.rstrip().endswith(
+        f"bootstrap servers: 127.0.0.1:{tls[0]},127.0.0.1:{tls[1]}")
+    found = status_json(spec_file)
+    assert [(n["answers"], n["registered"]) for n in found["nodes"]] == [(True, True)] * 2
+    assert found["healthy"] is True
+
+
 def test_status_lists_the_groups_of_the_nodes_that_answer(spec_file: Path, zk_connect: str
                                                           ) -> None:
     """A node killed a moment ago is still registered (its ZooKeeper session outlives it, a

@@ -567,7 +567,7 @@ class Cluster:
                 found = metadata(plan.client_address, self.probe_timeout_s,
                                  tls=self.probe_tls(plan))
                 entry["answers"] = True
-                answering[node_id] = plan.client_address
+                answering[node_id] = plan.login_address or plan.client_address
                 for p in found.partitions:
                     # a partition as its leader reports it
                     if p.leader == node_id or (p.topic, p.partition) not in partitions:
@@ -632,7 +632,8 @@ class Cluster:
     def groups_status(self, answering: dict[int, str]
                       ) -> tuple[list[dict[str, Any]], str | None]:
         """Consumer groups with their state, members and total lag, through the Kafka API,
-        as the nodes of ``answering`` (id: address) coordinate them."""
+        as the nodes of ``answering`` (id: the address of the client_config's listener)
+        coordinate them."""
         if not answering:
             return [], "no node answers"
         from kafka import KafkaAdminClient

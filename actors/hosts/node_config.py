@@ -53,22 +53,31 @@ def parse_listener(value: str) -> tuple[str, int]:
 
 
 def _probed(listeners: tuple[Listener, ...], client: dict[str, str]) -> Listener:
-    """The listener `cluster up` and `status` ask: one of the security.protocol of the
-    spec's client_config, else PLAINTEXT, else SASL_PLAINTEXT (ApiVersions is served before
-    a login; Metadata, which `status` asks, is not), else with a client_config that has TLS
-    settings an SSL or SASL_SSL one, else the first (a TLS listener: the spec check refused
-    that)."""
+    """The listener `cluster up` and `status` ask. The probe speaks TLS with the spec's
+    client_config but never logs in, so: with security.protocol=SSL an SSL listener first;
+    then PLAINTEXT, SASL_PLAINTEXT (ApiVersions is served before a login; Metadata, which
+    `status` asks, is not), and with a client_config of SSL or SASL_SSL an SSL, then a
+    SASL_SSL one; else the first (a TLS listener: the spec check refused that)."""
     order = [SecurityProtocol.PLAINTEXT, SecurityProtocol.SASL_PLAINTEXT]
     wanted = client.get("security.protocol", "").strip().upper()
-    if wanted in SecurityProtocol.__members__:
-        order.insert(0, SecurityProtocol[wanted])
-        if wanted.endswith("SSL"):
-            order += [SecurityProtocol.SSL, SecurityProtocol.SASL_SSL]
+    if wanted == SecurityProtocol.SSL.name:
+        order.insert(0, SecurityProtocol.SSL)
+    if wanted.endswith("SSL"):
+        order += [SecurityProtocol.SSL, SecurityProtocol.SASL_SSL]
     for protocol in order:
         for listener in listeners:
             if listener.security_protocol is protocol:
                 return listener
     return listeners[0]
+
+
+def _logged_in(listeners: tuple[Listener, ...], client: dict[str, str],
+               probed: Listener) -> Listener:
+    """The listener a client with the spec's client_config (status's admin client) uses:
+    the first of its security.protocol, else the probed one."""
+    wanted = client.get("security.protocol", "").strip().upper()
+    return next((listener for listener in listeners
+                 if listener.security_protocol.name == wanted), probed)
 
 
 def format_address(host: str, port: int) -> str:
@@ -95,6 +104,9 @@ class NodePlan:
     data_dir: str
     listener_ports: tuple[int, ...] = ()  # every listener's (the first is listen_port)
     client_protocol: str = "PLAINTEXT"  # the security protocol of client_address
+    # where a client with the spec's client_config connects (its security.protocol's
+    # listener; status's admin client logs in there): client_address if none matches
+    login_address: str = ""
 
     @property
     def client_tls(self) -> bool:
@@ -126,6 +138,7 @@ class NodePlan:
                     format_address(told[0].host, told[0].port) if "://" not in listeners
                     else ",".join(t.connection_string for t in told))
         probed = _probed(told, spec.client_settings)
+        login = _logged_in(told, spec.client_settings, probed)
         adv_host, adv_port = probed.host, probed.port
         values["listeners"] = listeners
         gateway_port = int(merged.get("actor.gateway.port",
@@ -144,7 +157,7 @@ class NodePlan:
         values.update(merged)
         return cls(node_id, host, values, listen_port, format_address(adv_host, adv_port),
                    gateway_port, data_dir, tuple(b.port for b in bound),
-                   probed.security_protocol.name)
+                   probed.security_protocol.name, format_address(login.host, login.port))
 
     @property
     def config_path(self) -> str:

@@ -11,10 +11,12 @@ from hypothesis import strategies as st
 
 from actors.hosts.node_config import (
     NodePlan,
+    _probed,
     parse_listener,
     render_toml,
 )
 from actors.hosts.spec import ClusterSpec, SpecError, parse_spec
+from actors.security.listeners import parse_listeners
 
 GOOD = """
 [hosts.h1]
@@ -135,6 +137,41 @@ def test_the_probed_listener_is_a_plain_one_when_there_is_one() -> None:
                              'PLAINTEXT://10.0.0.1:19095"\n"advertised.listeners" = '
                              '"SSL://a.example:9093,PLAINTEXT://b.example:9095"\n'), 1)
     assert plan.client_address == "b.example:9095"
+
+
+@pytest.mark.parametrize(("protocol", "probed"), [
+    ("", "PLAINTEXT"), ("PLAINTEXT", "PLAINTEXT"), ("SSL", "SSL"),
+    # the probe does not log in: a SASL client_config leaves the plain listener probed
+    ("SASL_PLAINTEXT", "PLAINTEXT"), ("SASL_SSL", "PLAINTEXT"),
+])
+def test_the_probe_prefers_the_client_configs_protocol_only_when_it_can_speak_it(
+        protocol: str, probed: str) -> None:
+    listeners = parse_listeners("SASL_SSL://127.0.0.1:19091,SASL_PLAINTEXT://127.0.0.1:19092,"
+                                "SSL://127.0.0.1:19093,PLAINTEXT://127.0.0.1:19094")
+    client = {"security.protocol": protocol} if protocol else {}
+    assert _probed(listeners, client).security_protocol.name == probed
+    # without a plain listener: SASL_PLAINTEXT (ApiVersions before a login), then TLS
+    # ones, SSL before SASL_SSL, when the client_config has TLS settings
+    no_plain = listeners[:3]
+    assert _probed(no_plain, client).security_protocol.name == (
+        "SSL" if protocol == "SSL" else "SASL_PLAINTEXT")
+    assert _probed(listeners[::2], client).security_protocol.name == (
+        "SSL" if protocol.endswith("SSL") else "SASL_SSL")
+
+
+def test_status_logs_in_on_the_listener_of_the_client_configs_protocol(tmp_path: Path) -> None:
+    """The probe asks the PLAINTEXT listener; status's admin client, which logs in with the
+    spec's client_config, goes to the SASL_PLAINTEXT one."""
+    (tmp_path / "client.properties").write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        "sasl.username=alice\nsasl.password=secret\n")
+    listeners = "SASL_PLAINTEXT://127.0.0.1:19093,PLAINTEXT://127.0.0.1:19095"
+    spec = parse_spec('[cluster]\nclient_config = "client.properties"\n' + GOOD
+                      + f'\n[nodes.1.config]\n"listeners" = "{listeners}"\n',
+                      tmp_path / "demo.toml")
+    plan = NodePlan.of(spec, 1)
+    assert (plan.client_address, plan.client_protocol) == ("127.0.0.1:19095", "PLAINTEXT")
+    assert plan.login_address == "127.0.0.1:19093"
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -31,7 +31,6 @@ KNOWN = frozenset({
     "ssl.endpoint.identification.algorithm",
 })
 _PROPERTY = re.compile(r"((?:[^\s=:\\]|\\.)+)\s*[=:\s]\s*(.*)$")
-_JAAS_OPTION = re.compile(r'\b(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
 class ClientConfigError(ValueError):
@@ -68,10 +67,96 @@ def _unescape(text: str) -> str:
                   .get(m.group(1), m.group(1)), text)
 
 
+_JAAS_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "a": "\a", "v": "\v"}
+
+
+def _jaas_word_char(char: str, first: bool) -> bool:
+    # java.io.StreamTokenizer as Kafka's JaasConfig sets it up: letters, chars from U+00A0,
+    # and - _ $ start a word; digits and '.' go on with one
+    return (char.isascii() and char.isalpha()) or char in "-_$" or ord(char) >= 0xA0 or (
+        not first and (char.isdigit() or char == "."))
+
+
+def _jaas_tokens(text: str) -> list[tuple[str, str | None]]:
+    """Kafka's JaasConfig tokens (its StreamTokenizer): ("word", text), ("quoted", text),
+    ("number", None) (a Java number has no string value) or (char, None) for any other
+    char; blanks, ``//`` and ``/* */`` comments skipped."""
+    tokens: list[tuple[str, str | None]] = []
+    i, end = 0, len(text)
+    while i < end:
+        char = text[i]
+        if char <= " ":
+            i += 1
+        elif text.startswith("//", i):
+            while i < end and text[i] not in "\r\n":
+                i += 1
+        elif text.startswith("/*", i):
+            close = text.find("*/", i + 2)
+            i = end if close < 0 else close + 2
+        elif char == "/":  # StreamTokenizer's comment char: the rest of the line
+            while i < end and text[i] not in "\r\n":
+                i += 1
+        elif char in "\"'":
+            i += 1
+            value: list[str] = []
+            while i < end and text[i] != char and text[i] not in "\r\n":
+                if text[i] == "\\" and i + 1 < end:
+                    octal = re.match(r"[0-3][0-7]{0,2}|[4-7][0-7]?", text[i + 1:])
+                    if octal:
+                        value.append(chr(int(octal.group(), 8)))
+                        i += 1 + len(octal.group())
+                        continue
+                    value.append(_JAAS_ESCAPES.get(text[i + 1], text[i + 1]))
+                    i += 2
+                else:
+                    value.append(text[i])
+                    i += 1
+            i += 1  # the closing quote (an unclosed one ends at the line's end)
+            tokens.append(("quoted", "".join(value)))
+        elif _jaas_word_char(char, True):
+            start = i
+            while i < end and _jaas_word_char(text[i], False):
+                i += 1
+            tokens.append(("word", text[start:i]))
+        elif char.isdigit() or char == ".":
+            while i < end and (text[i].isdigit() or text[i] == "."):
+                i += 1
+            tokens.append(("number", None))
+        else:
+            tokens.append((char, None))
+            i += 1
+    return tokens
+
+
 def _jaas_login(jaas: str) -> tuple[str | None, str | None]:
-    """username and password of a Java client's JAAS line (Plain or Scram LoginModule)."""
-    found = {name: re.sub(r"\\(.)", r"\1", value) for name, value in _JAAS_OPTION.findall(jaas)}
-    return found.get("username"), found.get("password")
+    """username and password of a Java client's sasl.jaas.config (Plain or Scram
+    LoginModule), read as Kafka's JaasConfig reads it: ``Module flag key=value ...;``,
+    a value a word or a quoted string; ClientConfigError naming what is wrong."""
+    tokens = _jaas_tokens(jaas)
+    options: dict[str, str] = {}
+    i = 0
+    if not tokens:
+        raise ClientConfigError("sasl.jaas.config: login module not specified")
+    while i < len(tokens):
+        if tokens[i][1] is None or i + 1 >= len(tokens) or tokens[i + 1][1] is None:
+            raise ClientConfigError("sasl.jaas.config: 'LoginModule required "
+                                    "username=\"...\" password=\"...\";' expected")
+        i += 2  # the login module and its control flag
+        while i < len(tokens) and tokens[i][0] != ";":
+            key = tokens[i][1]
+            if key is None:
+                raise ClientConfigError(f"sasl.jaas.config: {tokens[i][0]!r} where an "
+                                        f"option's name was expected")
+            value = tokens[i + 2][1] if i + 2 < len(tokens) else None
+            if tokens[i + 1:i + 2] != [("=", None)] or value is None:
+                raise ClientConfigError(f"sasl.jaas.config: value not specified for key "
+                                        f"'{key}'")
+            options.setdefault(key, value)  # the first module's login
+            i += 3
+        if i >= len(tokens):
+            raise ClientConfigError("sasl.jaas.config: not terminated by a semicolon")
+        i += 1
+    return options.get("username"), options.get("password")
 
 
 def _pem_file(settings: dict[str, str], key: str) -> str | None:
@@ -102,9 +187,14 @@ def kafka_python_settings(settings: dict[str, str]) -> dict[str, Any]:
             raise ClientConfigError(
                 f"sasl.mechanism={settings.get('sasl.mechanism', '')}: "
                 f"{protocol} needs one of {', '.join(MECHANISMS)}")
-        user, password = _jaas_login(settings.get("sasl.jaas.config", ""))
+        jaas = settings.get("sasl.jaas.config", "")
+        user, password = _jaas_login(jaas) if jaas.strip() else (None, None)
         user = settings.get("sasl.username", user)
         password = settings.get("sasl.password", password)
+        if jaas.strip() and (not user or password is None):
+            missing = "username" if not user else "password"
+            raise ClientConfigError(f"sasl.jaas.config has no {missing} (or give "
+                                    f"sasl.username and sasl.password)")
         if not user or password is None:
             raise ClientConfigError(
                 f"{protocol} needs a login: sasl.jaas.config with username=\"...\" "

@@ -1,0 +1,45 @@
+"""The pure parsers of `--command-config`: Kafka's sasl.jaas.config as its JaasConfig
+(a java.io.StreamTokenizer) reads it, and Java's .properties form."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.cli.client_config import ClientConfigError, kafka_python_settings
+
+PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
+
+
+def _login(jaas: str) -> tuple[str, str]:
+    out = kafka_python_settings({"security.protocol": "SASL_PLAINTEXT",
+                                 "sasl.mechanism": "PLAIN", "sasl.jaas.config": jaas})
+    return out["sasl_plain_username"], out["sasl_plain_password"]
+
+
+@pytest.mark.parametrize(("jaas", "login"), [
+    (f'{PLAIN} required username="alice" password="s3cret";', ("alice", "s3cret")),
+    (f'{PLAIN} required username="al ice" password="with spaces in";',
+     ("al ice", "with spaces in")),
+    (f'{PLAIN} required username="alice" password="a\\"quote\\\\slash";',
+     ("alice", 'a"quote\\slash')),
+    (f"{PLAIN} required username=alice password=$ecret-1_x;", ("alice", "$ecret-1_x")),
+    (f'{PLAIN} required /* username="mallory" */ username="alice"\n'
+     f'  // password="nope"\n  password="s3cret";', ("alice", "s3cret")),
+    (f"{PLAIN} required password='single' username=alice;", ("alice", "single")),
+])
+def test_jaas_values_as_kafka_reads_them(jaas: str, login: tuple[str, str]) -> None:
+    assert _login(jaas) == login
+
+
+@pytest.mark.parametrize(("jaas", "words"), [
+    (f'{PLAIN} required username="alice";', ["sasl.jaas.config has no password"]),
+    (f'{PLAIN} required username="alice" password=;', ["value not specified", "password"]),
+    (f"{PLAIN} required username=alice password=123;", ["value not specified", "password"]),
+    (f'{PLAIN} required username="alice" password="x"', ["semicolon"]),
+])
+def test_a_malformed_jaas_login_is_named(jaas: str, words: list[str]) -> None:
+    with pytest.raises(ClientConfigError) as info:
+        _login(jaas)
+    message = str(info.value)
+    assert all(word in message for word in words), message
+    assert "needs a login" not in message  # one was given, it is not right

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-import ssl
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -80,28 +80,49 @@ def describe_error(exc: BaseException) -> str:
 
 class _BootstrapFailures(logging.Handler):
     """What kafka-python logged while bootstrapping: it logs a failed login or a TLS
-    handshake refused and goes on trying until its timeout, which then says only that."""
+    handshake refused and goes on trying until its timeout, which then says only that.
+
+    The records matched are kafka.net.manager's of kafka-python 3.0.12: "Bootstrap
+    connection to %s failed: %s" with the exception as an argument, and "Bootstrap attempt
+    to ... failed: ..." formatted as an f-string (no arguments: its text is read). While
+    attached, this handler is the logger's only one, so logging.lastResort (which would
+    print these warnings on stderr) stays quiet: the command's one line says it instead."""
+
+    # kafka-python's names for a refused login or TLS handshake (its TLS failure is a
+    # KafkaConnectionError "Handshake failed"; an ssl.SSLError does not reach the log)
+    DECISIVE = ("SaslAuthenticationFailedError", "UnsupportedSaslMechanismError",
+                "IllegalSaslStateError", "AuthorizationError", "Handshake failed")
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
-        self.decisive: BaseException | None = None  # the first login or TLS failure
-        self.last: BaseException | None = None
+        self.decisive: str | None = None  # the first login or TLS failure, described
+        self.last: str | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         from kafka import errors
 
         args = record.args if isinstance(record.args, tuple) else ()
-        for exc in args:
-            if not isinstance(exc, BaseException) or isinstance(exc, errors.KafkaTimeoutError):
-                continue
-            self.last = exc
-            if self.decisive is None and (
-                    isinstance(exc, (errors.SaslAuthenticationFailedError,
-                                     errors.UnsupportedSaslMechanismError,
-                                     errors.IllegalSaslStateError, errors.AuthorizationError,
-                                     ssl.SSLError))
-                    or "Handshake failed" in str(exc)):  # kafka-python's TLS failure
-                self.decisive = exc
+        found = [exc for exc in args if isinstance(exc, BaseException)]
+        if found:
+            exc = found[0]
+            if isinstance(exc, errors.KafkaTimeoutError):
+                return
+            text, described = f"{type(exc).__name__}: {exc}", describe_error(exc)
+        elif " failed: " in (message := record.getMessage()):  # an f-string's record
+            text = message.split(" failed: ", 1)[1].rsplit(" (backoff", 1)[0]
+            described = _described_text(text)
+        else:
+            return
+        self.last = described
+        if self.decisive is None and any(name in text for name in self.DECISIVE):
+            self.decisive = described
+
+
+def _described_text(text: str) -> str:
+    """describe_error's line for kafka-python's str() of an exception ("[Error 58]
+    SaslAuthenticationFailedError: SaslAuthenticationFailedError: why")."""
+    match = re.match(r"(?:\[Error -?\d+\] )?(\w+?)(?:Error)?: (?:\w+: )?(.*)$", text)
+    return f"{match.group(1)}: {match.group(2)}" if match else text
 
 
 @contextmanager
@@ -121,9 +142,9 @@ def admin_client(bootstrap: str, timeout_ms: int, needs: str = "") -> Iterator[A
     except KafkaTimeoutError:
         if failures.decisive is not None:
             raise click.ClickException(
-                f"cannot connect to {bootstrap}: {describe_error(failures.decisive)} "
+                f"cannot connect to {bootstrap}: {failures.decisive} "
                 f"(--command-config FILE)") from None
-        last = f" (last: {describe_error(failures.last)})" if failures.last else ""
+        last = f" (last: {failures.last})" if failures.last else ""
         raise click.ClickException(
             f"cannot reach a Kafka broker at {bootstrap} within {timeout_ms / 1000:g} s{last}; "
             f"is it running? (--bootstrap HOST:PORT"

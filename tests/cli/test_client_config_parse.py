@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from actors.cli.client_config import ClientConfigError, kafka_python_settings
@@ -43,3 +45,28 @@ def test_a_malformed_jaas_login_is_named(jaas: str, words: list[str]) -> None:
     message = str(info.value)
     assert all(word in message for word in words), message
     assert "needs a login" not in message  # one was given, it is not right
+
+
+def test_bootstrap_failures_logged_as_an_f_string_are_read() -> None:
+    """kafka-python's manager logs a failed metadata refresh as an f-string (no args): the
+    login failure in its text is the one line's reason, not 'is it running?'."""
+    from kafka import errors
+
+    from actors.cli.admin import _BootstrapFailures
+
+    logger = logging.getLogger("kafka.net.manager")
+    failures = _BootstrapFailures()
+    logger.addHandler(failures)
+    try:
+        exc = errors.SaslAuthenticationFailedError("Authentication failed during "
+                                                   "authentication due to invalid credentials")
+        logger.warning("Bootstrap connection to %s failed: %s (backoff %.2f secs)",
+                       "bootstrap-0", errors.KafkaConnectionError("socket disconnected"), 0.05)
+        assert (failures.decisive, failures.last) == (
+            None, "KafkaConnection: socket disconnected")
+        logger.error(f"Bootstrap attempt to bootstrap-0 failed: {exc} (backoff 0.10 secs)")
+    finally:
+        logger.removeHandler(failures)
+    assert failures.decisive == failures.last == (
+        "SaslAuthenticationFailed: Authentication failed during authentication due to "
+        "invalid credentials")

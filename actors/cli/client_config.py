@@ -30,21 +30,26 @@ KNOWN = frozenset({
     "ssl.keystore.type", "ssl.key.password", "ssl.keystore.password",
     "ssl.endpoint.identification.algorithm",
 })
-_PROPERTY = re.compile(r"((?:[^\s=:\\]|\\.)+)\s*[=:\s]\s*(.*)$")
 
 
 class ClientConfigError(ValueError):
     """A setting that cannot be used: the message is one line naming the key."""
 
 
-def read_properties(text: str) -> dict[str, str]:
-    """Java's .properties form: ``key=value``, ``key: value`` or ``key value``; ``#`` and
-    ``!`` comment lines; a trailing backslash continues the line; the last of a key wins."""
+_BLANK = " \t\f"  # Java's whitespace in a .properties file
+
+
+def _logical_lines(text: str) -> list[str]:
+    # lines end at \n, \r or \r\n only (str.splitlines would also split at \v, \x1c..)
     lines: list[str] = []
     logical: str | None = None
-    for raw in text.splitlines():
-        line = raw.lstrip()
+    for raw in re.split(r"\r\n|\r|\n", text):
+        line = raw.lstrip(_BLANK)
         if logical is None and (not line or line[0] in "#!"):
+            continue  # (in a continuation a '#' is the value's, not a comment)
+        if logical is not None and not line:
+            lines.append(logical)  # a backslash before an empty line ends the value
+            logical = None
             continue
         logical = (logical or "") + line
         if (len(line) - len(line.rstrip("\\"))) % 2:  # an odd count of backslashes
@@ -54,17 +59,37 @@ def read_properties(text: str) -> dict[str, str]:
         logical = None
     if logical is not None:
         lines.append(logical)
+    return lines
+
+
+def read_properties(text: str) -> dict[str, str]:
+    """Java's .properties form: ``key=value``, ``key: value`` or ``key value``; ``#`` and
+    ``!`` comment lines; a trailing backslash continues the line; escapes as Java's
+    (``\\uXXXX`` too, and an escaped separator in a key); the last of a key wins. The
+    file is read as UTF-8 (Java's Properties.load(InputStream) reads ISO-8859-1; a Kafka
+    tool's config of ASCII text, or with \\u escapes, reads the same)."""
     out: dict[str, str] = {}
-    for line in lines:
-        match = _PROPERTY.match(line)
-        key, value = (match.group(1), match.group(2)) if match else (line.strip(), "")
-        out[_unescape(key)] = _unescape(value)  # Java keeps trailing blanks
+    for line in _logical_lines(text):
+        i = 0
+        while i < len(line) and line[i] not in "=:" + _BLANK:
+            i += 2 if line[i] == "\\" else 1
+        key, rest = line[:i], line[i:].lstrip(_BLANK)
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(_BLANK)
+        out[_unescape(key)] = _unescape(rest)  # Java keeps trailing blanks
     return out
 
 
 def _unescape(text: str) -> str:
-    return re.sub(r"\\(.)", lambda m: {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-                  .get(m.group(1), m.group(1)), text)
+    def one(match: re.Match[str]) -> str:
+        if match.group(1):
+            return chr(int(match.group(1), 16))
+        char = match.group(2)
+        if char == "u":
+            raise ClientConfigError(f"malformed \\uXXXX escape in {text!r}")
+        return {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(char, char)
+
+    return re.sub(r"\\(?:u([0-9A-Fa-f]{4})|(.))", one, text, flags=re.DOTALL)
 
 
 _JAAS_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "a": "\a", "v": "\v"}

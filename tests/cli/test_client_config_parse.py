@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from actors.cli.client_config import ClientConfigError, kafka_python_settings
+from actors.cli.client_config import ClientConfigError, kafka_python_settings, read_properties
 
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 
@@ -70,3 +70,25 @@ def test_bootstrap_failures_logged_as_an_f_string_are_read() -> None:
     assert failures.decisive == failures.last == (
         "SaslAuthenticationFailed: Authentication failed during authentication due to "
         "invalid credentials")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("a=b\nkey value\nk2:v2\nk3 = v3\n", {"a": "b", "key": "value", "k2": "v2", "k3": "v3"}),
+    ("tab=\\tx\\n\nuni=caf\\u00e9\\u0041\n", {"tab": "\tx\n", "uni": "caféA"}),
+    ("k\\=x\\:y\\ z=v\n", {"k=x:y z": "v"}),
+    ("odd=one \\\n    two\n", {"odd": "one two"}),
+    ("even=ends\\\\\nnext=line\n", {"even": "ends\\", "next": "line"}),
+    ("c=first\\\n#not a comment\n#a comment\n", {"c": "first#not a comment"}),
+    ("dup=1\ndup=2\n", {"dup": "2"}),
+    ("cr=1\rcrlf=2\r\nlf=3\n", {"cr": "1", "crlf": "2", "lf": "3"}),
+    # \v is no line end and no blank for Java: part of the key
+    ("\x0bv=1\n\f  ff=2\n", {"\x0bv": "1", "ff": "2"}),
+    ("  ! comment\n  # comment\nkey\n", {"key": ""}),
+])
+def test_read_properties_as_java_does(text: str, expected: dict[str, str]) -> None:
+    assert read_properties(text) == expected
+
+
+def test_a_malformed_unicode_escape_is_named() -> None:
+    with pytest.raises(ClientConfigError, match="uXXXX"):
+        read_properties("k=\\u12g4\n")

@@ -142,7 +142,7 @@ class ClusterSpec:
     # [cluster] client_config: Kafka client properties (as `topics --command-config` takes)
     # with which `up` and `status` ask the nodes: its security.protocol picks the listener
     client_config: Path | None = None
-    client_settings: dict[str, str] = field(default_factory=dict)
+    client_settings: dict[str, str] = field(default_factory=dict, repr=False)  # a password
 
     def connect_string(self) -> str:
         """``zookeeper.connect`` for the nodes: the servers `up` starts, or the given one."""

@@ -184,6 +184,7 @@ def test_a_wrong_password_is_one_line(sasl: BrokerProcess, pki: Pki, tmp_path: P
     for args in (("topics", "list"), ("groups", "list")):
         proc = actorlog(sasl.bootstrap, config, *args, timeout_ms=5000)
         one_line_error(proc, 1, "SaslAuthenticationFailed")
+        assert "not-the-password" not in proc.stdout + proc.stderr
 
 
 def test_without_the_config_a_tls_broker_is_not_reached(mtls: BrokerProcess) -> None:

@@ -172,6 +172,7 @@ def test_status_logs_in_on_the_listener_of_the_client_configs_protocol(tmp_path:
     plan = NodePlan.of(spec, 1)
     assert (plan.client_address, plan.client_protocol) == ("127.0.0.1:19095", "PLAINTEXT")
     assert plan.login_address == "127.0.0.1:19093"
+    assert "secret" not in repr(spec)  # the client_config's password is in its settings
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -77,7 +77,10 @@ def _call(address: str, request: Any, timeout_s: float,
     except TimeoutError:
         raise ProbeError(f"{address} did not answer within {timeout_s:g} s") from None
     except ssl.SSLError as exc:  # before OSError, of which it is one
-        raise ProbeError(f"{address}: TLS: {exc.reason or exc}") from None
+        # a certificate refused says why (e.g. "IP address mismatch, certificate is not
+        # valid for '127.0.0.2'."), where reason is only CERTIFICATE_VERIFY_FAILED
+        why = getattr(exc, "verify_message", None) or exc.reason or exc
+        raise ProbeError(f"{address}: TLS: {why}") from None
     except OSError as exc:
         raise ProbeError(f"{address}: {exc.strerror or exc}") from None
 

@@ -213,3 +213,37 @@ def test_a_bad_file_is_one_line_and_exit_2(tmp_path: Path, text: str, words: lis
                    "--command-config", *words)
     missing = str(tmp_path / "missing.properties")
     one_line_error(actorlog("127.0.0.1:1", missing, "groups", "list"), 2, missing)
+
+
+def test_endpoint_identification_checks_the_brokers_name(pki: Pki, tmp_path: Path) -> None:
+    """The test certificate names localhost, 127.0.0.1 and ::1, not 127.0.0.2: reached at
+    127.0.0.2, `https` (the default) refuses the broker and names the mismatch, empty
+    accepts it; the cluster probe with the same settings says the same."""
+    from actors.cli.client_config import kafka_python_settings
+    from actors.hosts.probe import ProbeError, api_versions
+
+    port = free_port()
+    broker = BrokerProcess(tmp_path / "data", port=port, host="127.0.0.2",
+                           listen=f"SSL://127.0.0.2:{port}",
+                           config={"ssl.keystore.location": str(pki.server)}).start()
+    try:
+        address = f"127.0.0.2:{port}"
+        base = f"security.protocol=SSL\nssl.ca.location={pki.ca}\n"
+        checked = _file(tmp_path, base, "checked.properties")
+        refused = actorlog(address, checked, "topics", "list", timeout_ms=3000)
+        one_line_error(refused, 1, "--command-config", "not valid for '127.0.0.2'")
+        unchecked = _file(tmp_path, base + "ssl.endpoint.identification.algorithm=\n",
+                          "unchecked.properties")
+        assert "topics" in as_json(address, unchecked, "topics", "list")
+        context = kafka_python_settings({"security.protocol": "SSL",
+                                         "ssl.ca.location": str(pki.ca)})["ssl_context"]
+        with pytest.raises(ProbeError,
+                           match=r"IP address mismatch, .* not valid for '127\.0\.0\.2'"):
+            api_versions(address, 5, context)
+        context = kafka_python_settings({"security.protocol": "SSL",
+                                         "ssl.ca.location": str(pki.ca),
+                                         "ssl.endpoint.identification.algorithm": ""}
+                                        )["ssl_context"]
+        assert api_versions(address, 5, context) > 0
+    finally:
+        assert broker.stop() == 0, broker.log()[-3000:]

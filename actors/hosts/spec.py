@@ -144,6 +144,13 @@ class ClusterSpec:
     client_config: Path | None = None
     client_settings: dict[str, str] = field(default_factory=dict, repr=False)  # a password
 
+    @property
+    def client_unknown_keys(self) -> list[str]:
+        """The client_config's keys that `up` and `status` do not use (named in a warning)."""
+        from actors.cli.client_config import KNOWN
+
+        return sorted(set(self.client_settings) - KNOWN)
+
     def connect_string(self) -> str:
         """``zookeeper.connect`` for the nodes: the servers `up` starts, or the given one."""
         if self.zookeeper.connect:
@@ -489,12 +496,18 @@ class _Checker:
             except ValueError as exc:
                 self.problem(f"[nodes.{node_id}]", str(exc))
                 continue
-            if plan.client_tls and not spec.client_settings.get(
-                    "security.protocol", "").strip().upper().endswith("SSL"):
-                self.problem(f"[nodes.{node_id}]", "every listener is TLS (SSL or SASL_SSL): "
-                             "`cluster up` and `status` reach it with [cluster] client_config, "
+            protocol = spec.client_settings.get("security.protocol", "").strip()
+            if plan.client_tls and not protocol.upper().endswith("SSL"):
+                if spec.client_config is not None:
+                    given = (f"[cluster] client_config {spec.client_config} has "
+                             f"security.protocol={protocol or 'PLAINTEXT (the default)'}, "
+                             f"which does not reach it: give security.protocol=SSL")
+                else:
+                    given = ("`cluster up` and `status` reach it with [cluster] client_config, "
                              "a Kafka client properties file (security.protocol=SSL, "
-                             "ssl.ca.location=<the CA in PEM>), or give it a PLAINTEXT listener")
+                             "ssl.ca.location=<the CA in PEM>)")
+                self.problem(f"[nodes.{node_id}]", f"every listener is TLS (SSL or SASL_SSL): "
+                             f"{given}, or give it a PLAINTEXT listener")
             host = plan.host.name
             ports = [("listener", port) for port in plan.listener_ports]
             for what, port in (*ports, ("actor gateway", plan.gateway_port)):

@@ -365,3 +365,35 @@ def test_check_says_what_the_spec_describes(tmp_path: Path) -> None:
     assert ("zookeeper.connect of the nodes: 198.18.0.11:2181,198.18.0.12:2181,"
             "198.18.0.13:2181") in result.output
     assert "node 2: host h2, listener 198.18.0.12:9092" in result.output
+
+
+def test_a_tls_only_node_with_a_plain_client_config_names_its_protocol(tmp_path: Path) -> None:
+    """An all-TLS node and a client_config with security.protocol=SASL_PLAINTEXT: the
+    problem names that protocol; a key the client_config has but `up` does not use is
+    named in a warning by `check`, as topics --command-config names it."""
+    from click.testing import CliRunner
+
+    from actors.cluster_cli import group
+
+    (tmp_path / "client.properties").write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=alice\n"
+        "sasl.password=secret\n")
+    tls_node = '\n[nodes.1.config]\n"listeners" = "SSL://198.18.0.11:19093"\n'
+    found = problems_at('[cluster]\nclient_config = "client.properties"\n' + GOOD + tls_node,
+                        tmp_path / "demo.toml")
+    assert any("every listener is TLS" in p and "security.protocol=SASL_PLAINTEXT" in p
+               for p in found), found
+    (tmp_path / "client.properties").write_text("security.protocol=SSL\nlinger.ms=5\n")
+    spec = tmp_path / "demo.toml"
+    spec.write_text('[cluster]\nclient_config = "client.properties"\n'
+                    + GOOD.replace('hosts = ["h1"]', 'hosts = ["h1", "h2", "h3"]')
+                    .replace('identity_file = "keys/id"\n', "") + tls_node)
+    result = CliRunner().invoke(group, ["check", "--spec", str(spec)])
+    assert result.exit_code == 0, result.output
+    assert "ignoring unknown key linger.ms" in result.output
+
+
+def problems_at(text: str, path: Path) -> list[str]:
+    with pytest.raises(SpecError) as info:
+        parse_spec(text, path)
+    return info.value.problems

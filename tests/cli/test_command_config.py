@@ -187,9 +187,13 @@ def test_a_wrong_password_is_one_line(sasl: BrokerProcess, pki: Pki, tmp_path: P
         assert "not-the-password" not in proc.stdout + proc.stderr
 
 
-def test_without_the_config_a_tls_broker_is_not_reached(mtls: BrokerProcess) -> None:
-    one_line_error(actorlog(mtls.bootstrap, None, "topics", "list", timeout_ms=2000), 1,
-                   "--command-config")
+def test_without_the_config_a_plain_client_is_refused_by_the_tls_listener(
+        mtls: BrokerProcess) -> None:
+    """Without --command-config the command speaks plain Kafka to the TLS listener: the
+    broker refuses it as no TLS handshake, and the one line points to --command-config."""
+    proc = actorlog(mtls.bootstrap, None, "topics", "list", timeout_ms=2000)
+    one_line_error(proc, 1, "a TLS or SASL listener needs --command-config FILE")
+    assert "did not start a TLS handshake" in mtls.log()
 
 
 @pytest.mark.parametrize(("text", "words"), [

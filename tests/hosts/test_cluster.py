@@ -22,6 +22,12 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 from kafka import KafkaConsumer
 from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -397,13 +403,30 @@ def test_status_lists_the_groups_of_the_nodes_that_answer(spec_file: Path, zk_co
     """A node killed a moment ago is still registered (its ZooKeeper session outlives it, a
     long one here) and named in Metadata; `status` lists the groups the other node
     coordinates (asking the killed one, the client's ListGroups failed whole: no group was
-    shown) and names the node it could not ask."""
+    shown) and names the node it could not ask. Each node has a SASL_PLAINTEXT listener
+    beside its PLAINTEXT one and the spec's client_config logs in there: the probe (no
+    login) asks the PLAINTEXT one, and the groups are listed through the SASL one."""
     spec, ports = two_local_nodes_spec(zk_connect, '"zookeeper.session.timeout.ms" = 60000\n'
-                                                   '"default.replication.factor" = 2')
-    spec_file.write_text(spec)
+                                                   '"default.replication.factor" = 2\n'
+                                                   '"sasl.enabled.mechanisms" = "SCRAM-SHA-256"')
+    sasl_ports = [free_port() for _ in range(2)]
+    for i, port in enumerate((ports[0], ports[2])):
+        spec = spec.replace(f'"listeners" = "127.0.0.1:{port}"',
+                            f'"listeners" = "PLAINTEXT://127.0.0.1:{port},'
+                            f'SASL_PLAINTEXT://127.0.0.1:{sasl_ports[i]}"')
+    (spec_file.parent / "client.properties").write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        "username=operator password=\"operator secret\";\n")
+    spec_file.write_text('[cluster]\nclient_config = "client.properties"\n' + spec)
     up = cli("up", "--spec", str(spec_file))
     assert up.returncode == 0, up.stdout + up.stderr
     servers = f"127.0.0.1:{ports[0]},127.0.0.1:{ports[2]}"
+    users = AdminClient({"bootstrap.servers": servers})  # held while its future runs
+    added = users.alter_user_scram_credentials(
+        [UserScramCredentialUpsertion("operator", ScramCredentialInfo(
+            ScramMechanism.SCRAM_SHA_256, 4096), b"operator secret")])
+    assert added["operator"].result(30) is None
     produce_acked(servers, "grouped", [b"a", b"b", b"c"])
     consumer = KafkaConsumer("grouped", bootstrap_servers=servers, group_id="kept",
                              auto_offset_reset="earliest", enable_auto_commit=False,

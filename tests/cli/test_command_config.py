@@ -42,6 +42,11 @@ def sasl(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerP
              mechanism, "--password-file", str(secret), "--data-dir", str(base / "data")],
             cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
         assert out.returncode == 0, out.stderr
+    out = subprocess.run(  # bob: a SCRAM-SHA-256 credential only
+        [sys.executable, "-m", "actors.cli", "users", "add", "bob", "--mechanism",
+         "SCRAM-SHA-256", "--password-file", str(secret), "--data-dir", str(base / "data")],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
     port, plain_port = free_port(), free_port()
     broker = BrokerProcess(
         base / "data", port=port,
@@ -185,6 +190,32 @@ def test_a_wrong_password_is_one_line(sasl: BrokerProcess, pki: Pki, tmp_path: P
         proc = actorlog(sasl.bootstrap, config, *args, timeout_ms=5000)
         one_line_error(proc, 1, "SaslAuthenticationFailed")
         assert "not-the-password" not in proc.stdout + proc.stderr
+
+
+def test_a_mechanism_the_user_has_no_credential_of_fails_as_a_login(
+        sasl: BrokerProcess, pki: Pki, tmp_path: Path) -> None:
+    """bob has a SCRAM-SHA-256 credential only: a SCRAM-SHA-512 login is refused as Kafka's
+    ScramSaslServer refuses it (SASL_AUTHENTICATION_FAILED, invalid credentials with that
+    mechanism), on every attempt, not UNSUPPORTED_SASL_MECHANISM; SCRAM-SHA-256 logs in.
+    (librdkafka here: kafka-python 3.0.12 drops an answer that arrives with the close in
+    one read, and then reports only 'socket disconnected'.)"""
+    errors: list[str] = []
+    producer = Producer({"bootstrap.servers": sasl.bootstrap, "security.protocol": "SASL_SSL",
+                         "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "bob",
+                         "sasl.password": PASSWORD, "ssl.ca.location": str(pki.ca),
+                         "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 200,
+                         "error_cb": lambda err: errors.append(err.str())})
+    logins = [e for e in errors if "SASL" in e]  # (not librdkafka's "brokers are down")
+    deadline = time.monotonic() + 30
+    while len(logins) < 3 and time.monotonic() < deadline:
+        producer.poll(0.2)
+        logins = [e for e in errors if "SASL" in e]
+    assert len(logins) >= 3, errors
+    assert all("invalid credentials with SASL mechanism SCRAM-SHA-512" in e
+               for e in logins), errors
+    config = _file(tmp_path, _jaas(pki, "SCRAM-SHA-256", PASSWORD).replace(
+        'username="alice"', 'username="bob"'))
+    assert "topics" in as_json(sasl.bootstrap, config, "topics", "list")
 
 
 def test_without_the_config_a_plain_client_is_refused_by_the_tls_listener(

@@ -402,6 +402,13 @@ class Broker:
             self.security = SecuritySettings.from_config(cfg.values)
         except SecurityConfigError as exc:
             raise BrokerConfigError(str(exc)) from None
+        idle_ms = int(cfg["connections.max.idle.ms"])
+        auth_delay_ms = int(cfg["connection.failed.authentication.delay.ms"])
+        if auth_delay_ms and 0 <= idle_ms <= auth_delay_ms:  # as Kafka's KafkaConfig requires
+            raise BrokerConfigError(
+                f"connection.failed.authentication.delay.ms = {auth_delay_ms} must be less than "
+                f"connections.max.idle.ms = {idle_ms}, or the idle check closes the connection "
+                f"first; lower the delay (0: close at once) or raise the idle time")
         listeners = self.security.listeners
         tls_context = None
         if self.security.tls is not None:

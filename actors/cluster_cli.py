@@ -42,9 +42,14 @@ def say(line: str) -> None:
 
 def read_spec(path: str) -> ClusterSpec:
     try:
-        return load_spec(path)
+        spec = load_spec(path)
     except SpecError as exc:
         raise SpecRefused(str(exc)) from None
+    unknown = spec.client_unknown_keys
+    if unknown:  # as topics --command-config says it
+        click.echo(f"Warning: [cluster] client_config {spec.client_config}: ignoring unknown "
+                   f"{'key' if len(unknown) == 1 else 'keys'} {', '.join(unknown)}", err=True)
+    return spec
 
 
 @contextmanager

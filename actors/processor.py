@@ -39,7 +39,11 @@ SASL APIs pass; SaslHandshake and SaslAuthenticate are answered here (the
 state is the connection's), through the same in-order release as the
 handlers' answers. A failed authentication is answered
 SASL_AUTHENTICATION_FAILED with a message, logged once with the peer, and
-the connection closed once the answer is written.
+the connection closed ``connection.failed.authentication.delay.ms`` after
+the answer is written (Kafka's delay: the client reads the refusal before
+the close, and a client retrying a wrong password cannot make the broker
+spin); it is not read meanwhile. Other refused requests close the
+connection once their answer is written.
 
 Bounds (a connection is read only while under all of them):
 
@@ -155,6 +159,7 @@ class _Conn:
     """A socket and what the shell keeps about it; the protocol state is ``core``."""
 
     __slots__ = (
+        "auth_failed",
         "buffer_charge",
         "can_sendfile",
         "conn_id",
@@ -207,6 +212,8 @@ class _Conn:
         self.tls_out = bytearray()
         self.principal = ANONYMOUS  # User:<certificate subject> with mutual TLS
         self.sasl: SaslConnection | None = None  # SASL listeners: the exchange's state
+        # its SASL authentication failed: closed a delay after the refusal is written
+        self.auth_failed = False
 
 
 class Processor(Actor):
@@ -237,6 +244,7 @@ class Processor(Actor):
         self.sndbuf = int(config["socket.send.buffer.bytes"])
         self.rcvbuf = int(config["socket.receive.buffer.bytes"])
         self.max_idle_ms = int(config["connections.max.idle.ms"])
+        self.auth_fail_delay_ms = int(config["connection.failed.authentication.delay.ms"])
         # Plaintext connections send file regions with sendfile; False makes every
         # connection take the chunked path a TLS connection needs.
         self.sendfile = sendfile
@@ -269,6 +277,9 @@ class Processor(Actor):
         self.counts = self.node.metrics.mine()  # setup runs in this actor's thread
         # connections given answers this turn, written once it ends (``_write_answered``)
         self.answered: dict[int, _Conn] = {}
+        # connections that failed authentication, answered: conn_id -> when to close them
+        # (ms, monotonic). One delay for all, so the first is always the earliest.
+        self.close_at: dict[int, int] = {}
 
     # ------------------------------------------------------------ connections
     @handles(NewConnection)
@@ -335,6 +346,7 @@ class Processor(Actor):
         self.by_fd.pop(conn.fd, None)
         self.paused.pop(conn.conn_id, None)
         self.answered.pop(conn.conn_id, None)
+        self.close_at.pop(conn.conn_id, None)
         self.idle.remove(conn.conn_id)
         for response, _arrived in conn.core.unreleased:  # answers never to be written
             for region in response.regions:
@@ -615,6 +627,7 @@ class Processor(Actor):
                             "session_lifetime_ms": result.session_lifetime_ms}
                     close = result.close
                     if close:
+                        conn.auth_failed = True
                         self.node.metrics.incr("sasl_authentication_failed")
                         self.log.warning("connection {} on listener {}: {}", conn.conn_id,
                                          conn.listener, sasl.failure_reason)
@@ -656,7 +669,7 @@ class Processor(Actor):
             answer = sasl.raw_token(bytes(request.frame), now_ms)
             frame = len(answer).to_bytes(4, "big") + answer
         except AuthenticationFailed:
-            close = True
+            close = conn.auth_failed = True
             self.node.metrics.incr("sasl_authentication_failed")
             self.log.warning("connection {} on listener {}: {}", conn.conn_id, conn.listener,
                              sasl.failure_reason)
@@ -720,7 +733,7 @@ class Processor(Actor):
                     if conn.conn_id not in self.conns:
                         continue
                 if conn.core.state is CLOSING and not conn.out:
-                    self._close(conn, "closed after a refused request")
+                    self._close_answered(conn)
                     continue
                 self._refresh(conn)
         if self.paused:
@@ -794,7 +807,19 @@ class Processor(Actor):
                 sent -= left
                 out.popleft()
         if conn.core.state is CLOSING:
+            self._close_answered(conn)
+
+    def _close_answered(self, conn: _Conn) -> None:
+        """A connection closing after a refused request, its answers written: closed now,
+        or, when its authentication failed, once connection.failed.authentication.delay.ms
+        has passed (not read meanwhile: a CLOSING connection is not)."""
+        if not conn.auth_failed or self.auth_fail_delay_ms <= 0:
             self._close(conn, "closed after a refused request")
+            return
+        if conn.conn_id not in self.close_at:
+            self.close_at[conn.conn_id] = (self._monotonic_ns() // 1_000_000
+                                           + self.auth_fail_delay_ms)
+        self._update_mask(conn)
 
     @staticmethod
     def _send_buffers(conn: _Conn, buffers: list[memoryview]) -> int:
@@ -925,6 +950,9 @@ class Processor(Actor):
         if self.answered:
             return 0  # answers to write (normally written before the loop polls again)
         due_ms = self.idle_due_ms
+        if self.close_at:
+            first = next(iter(self.close_at.values()))
+            due_ms = first if due_ms is None else min(due_ms, first)
         return None if due_ms is None else max(0, due_ms - self._monotonic_ns() // 1_000_000)
 
     def on_turn(self) -> None:
@@ -936,6 +964,8 @@ class Processor(Actor):
         """
         if self.answered:
             self._write_answered()
+        if self.close_at:
+            self._close_failed_authentications()
         due_ms = self.idle_due_ms
         if due_ms is None:
             return
@@ -948,6 +978,20 @@ class Processor(Actor):
             else:
                 self._close(conn, f"idle for {self.max_idle_ms} ms (connections.max.idle.ms)")
         self.idle_due_ms = self.idle.next_expiry_ms()
+
+    def _close_failed_authentications(self) -> None:
+        """Close the connections whose connection.failed.authentication.delay.ms is over."""
+        now_ms = self._monotonic_ns() // 1_000_000
+        for conn_id, at_ms in list(self.close_at.items()):
+            if at_ms > now_ms:
+                break  # the rest are later (one delay, in the order they were added)
+            conn = self.conns.get(conn_id)
+            if conn is None:
+                self.close_at.pop(conn_id, None)
+            else:
+                self._close(conn, f"authentication failed, closed after "
+                                  f"{self.auth_fail_delay_ms} ms "
+                                  f"(connection.failed.authentication.delay.ms)")
 
     # --------------------------------------------------------------- control
     def on_stopping(self) -> None:

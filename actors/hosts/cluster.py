@@ -21,6 +21,7 @@ import errno
 import json
 import os
 import socket
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -159,6 +160,16 @@ class Cluster:
         self.plans = {i: NodePlan.of(spec, i, with_keys=self.keys_dir is not None)
                       for i in sorted(spec.nodes)}
         self.versions: dict[str, str] = {}  # host -> the actorlog version it runs
+        # kafka-python's arguments for the spec's client_config (TLS and SASL settings)
+        from actors.cli.client_config import kafka_python_settings
+
+        self.client_security: dict[str, Any] = (
+            kafka_python_settings(spec.client_settings) if spec.client_config else {})
+
+    def probe_tls(self, plan: NodePlan) -> ssl.SSLContext | None:
+        """The TLS context the probe of this node's listener uses (None: plain TCP)."""
+        context = self.client_security.get("ssl_context")
+        return context if plan.client_tls and isinstance(context, ssl.SSLContext) else None
 
     def close(self) -> None:
         for runner in self.runners.values():
@@ -384,7 +395,7 @@ class Cluster:
             self.say(f"{where}: already running, pid {running.pid}")
             return
         try:  # another broker there would answer for it: `up` would wait on the wrong one
-            api_versions(plan.client_address, self.probe_timeout_s)
+            api_versions(plan.client_address, self.probe_timeout_s, self.probe_tls(plan))
         except ProbeError:
             pass
         else:
@@ -436,7 +447,7 @@ class Cluster:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                api_versions(plan.client_address, self.probe_timeout_s)
+                api_versions(plan.client_address, self.probe_timeout_s, self.probe_tls(plan))
                 break
             except ProbeError as exc:
                 last = str(exc)
@@ -479,7 +490,8 @@ class Cluster:
             proc = self.node(node_id)
             while True:
                 try:
-                    found = metadata(plan.client_address, self.probe_timeout_s, topics=[])
+                    found = metadata(plan.client_address, self.probe_timeout_s, topics=[],
+                                     tls=self.probe_tls(plan))
                 except ProbeError as exc:
                     if "closed the connection" in str(exc):
                         break  # it answered ApiVersions: a listener that wants a login
@@ -601,9 +613,10 @@ class Cluster:
                 entry.update(alive=True, pid=info.pid, paused=info.paused,
                              uptime_s=info.elapsed_s, version=self.started_version(node_id))
             try:
-                found = metadata(plan.client_address, self.probe_timeout_s)
+                found = metadata(plan.client_address, self.probe_timeout_s,
+                                 tls=self.probe_tls(plan))
                 entry["answers"] = True
-                answering[node_id] = plan.client_address
+                answering[node_id] = plan.login_address or plan.client_address
                 for p in found.partitions:
                     # a partition as its leader reports it
                     if p.leader == node_id or (p.topic, p.partition) not in partitions:
@@ -668,7 +681,8 @@ class Cluster:
     def groups_status(self, answering: dict[int, str]
                       ) -> tuple[list[dict[str, Any]], str | None]:
         """Consumer groups with their state, members and total lag, through the Kafka API,
-        as the nodes of ``answering`` (id: address) coordinate them."""
+        as the nodes of ``answering`` (id: the address of the client_config's listener)
+        coordinate them."""
         if not answering:
             return [], "no node answers"
         from kafka import KafkaAdminClient
@@ -680,7 +694,8 @@ class Cluster:
             admin = KafkaAdminClient(bootstrap_servers=",".join(answering.values()),
                                      client_id="actorlog-cluster-status",
                                      request_timeout_ms=timeout_ms,
-                                     bootstrap_timeout_ms=timeout_ms)
+                                     bootstrap_timeout_ms=timeout_ms,
+                                     **self.client_security)
         except Exception as exc:  # the status reports it, whatever the client raised
             return [], f"{type(exc).__name__}: {exc}"
         try:

@@ -4,9 +4,11 @@ A node listens on its host's address, port 9092, unless its config sets
 ``listeners``; its data dir (``log.dirs``) defaults to ``node-<id>`` under the
 host's ``data_dir``; its gateway for the other nodes (``actor.gateway.*``) is
 on the host's address, on the (first) listener's port + 1 unless set. `cluster up`
-and `status` ask a node through its first PLAINTEXT listener, else its first
-SASL_PLAINTEXT one (they speak plain TCP and do not log in: on a SASL_PLAINTEXT one
-`up` gets its ApiVersions, but `status` no Metadata, so shows the node not answering).
+and `status` ask a node through its first listener of the security.protocol of the spec's
+``[cluster] client_config``, else its first PLAINTEXT listener, else its first
+SASL_PLAINTEXT one, else (with a client_config that has TLS settings) its first SSL or
+SASL_SSL one; they do not log in: on a SASL listener `up` gets its ApiVersions, but
+`status` no Metadata, so shows the node not answering.
 The node's
 config file, its log and its pid file live in its data dir, so one directory
 per node holds everything `cluster up` made for it. Every node joins the
@@ -50,15 +52,32 @@ def parse_listener(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _probed(listeners: tuple[Listener, ...]) -> Listener:
-    """The listener `cluster up` and `status` ask (plain TCP, no login): a PLAINTEXT one,
-    else SASL_PLAINTEXT (ApiVersions is served before a login; Metadata, which `status`
-    asks, is not), else the first (a TLS listener, which the probe cannot reach)."""
-    for protocol in (SecurityProtocol.PLAINTEXT, SecurityProtocol.SASL_PLAINTEXT):
+def _probed(listeners: tuple[Listener, ...], client: dict[str, str]) -> Listener:
+    """The listener `cluster up` and `status` ask. The probe speaks TLS with the spec's
+    client_config but never logs in, so: with security.protocol=SSL an SSL listener first;
+    then PLAINTEXT, SASL_PLAINTEXT (ApiVersions is served before a login; Metadata, which
+    `status` asks, is not), and with a client_config of SSL or SASL_SSL an SSL, then a
+    SASL_SSL one; else the first (a TLS listener: the spec check refused that)."""
+    order = [SecurityProtocol.PLAINTEXT, SecurityProtocol.SASL_PLAINTEXT]
+    wanted = client.get("security.protocol", "").strip().upper()
+    if wanted == SecurityProtocol.SSL.name:
+        order.insert(0, SecurityProtocol.SSL)
+    if wanted.endswith("SSL"):
+        order += [SecurityProtocol.SSL, SecurityProtocol.SASL_SSL]
+    for protocol in order:
         for listener in listeners:
             if listener.security_protocol is protocol:
                 return listener
     return listeners[0]
+
+
+def _logged_in(listeners: tuple[Listener, ...], client: dict[str, str],
+               probed: Listener) -> Listener:
+    """The listener a client with the spec's client_config (status's admin client) uses:
+    the first of its security.protocol, else the probed one."""
+    wanted = client.get("security.protocol", "").strip().upper()
+    return next((listener for listener in listeners
+                 if listener.security_protocol.name == wanted), probed)
 
 
 def format_address(host: str, port: int) -> str:
@@ -84,6 +103,14 @@ class NodePlan:
     gateway_port: int
     data_dir: str
     listener_ports: tuple[int, ...] = ()  # every listener's (the first is listen_port)
+    client_protocol: str = "PLAINTEXT"  # the security protocol of client_address
+    # where a client with the spec's client_config connects (its security.protocol's
+    # listener; status's admin client logs in there): client_address if none matches
+    login_address: str = ""
+
+    @property
+    def client_tls(self) -> bool:
+        return self.client_protocol.endswith("SSL")
 
     @classmethod
     def of(cls, spec: ClusterSpec, node_id: int, with_keys: bool = False) -> NodePlan:
@@ -110,7 +137,8 @@ class NodePlan:
                 values["advertised.listeners"] = (
                     format_address(told[0].host, told[0].port) if "://" not in listeners
                     else ",".join(t.connection_string for t in told))
-        probed = _probed(told)
+        probed = _probed(told, spec.client_settings)
+        login = _logged_in(told, spec.client_settings, probed)
         adv_host, adv_port = probed.host, probed.port
         values["listeners"] = listeners
         gateway_port = int(merged.get("actor.gateway.port",
@@ -128,7 +156,8 @@ class NodePlan:
             values["actor.curve.public.keys.dir"] = public_dir
         values.update(merged)
         return cls(node_id, host, values, listen_port, format_address(adv_host, adv_port),
-                   gateway_port, data_dir, tuple(b.port for b in bound))
+                   gateway_port, data_dir, tuple(b.port for b in bound),
+                   probed.security_protocol.name, format_address(login.host, login.port))
 
     @property
     def config_path(self) -> str:

@@ -1,14 +1,17 @@
 """Asking a node, through the Kafka protocol, whether it answers and what it knows.
 
-One short TCP connection per question: ApiVersions (does the listener answer
-Kafka requests at all) and Metadata v1 (brokers, controller, partitions with
-their leader, replicas and ISR). The requests are kafka-python's own protocol
-classes, the same bytes a Kafka client sends.
+One short connection per question, TCP or, to an SSL or SASL_SSL listener, TLS with
+the spec's client_config: ApiVersions (does the listener answer Kafka requests at
+all) and Metadata v1 (brokers, controller, partitions with their leader, replicas
+and ISR). The requests are kafka-python's own protocol classes, the same bytes a
+Kafka client sends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import ssl
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,12 +51,16 @@ class MetadataInfo:
     partitions: tuple[PartitionInfo, ...]
 
 
-def _call(address: str, request: Any, timeout_s: float) -> Any:
+def _call(address: str, request: Any, timeout_s: float,
+          tls: ssl.SSLContext | None = None) -> Any:
     host, port = parse_listener(address)
     protocol = KafkaProtocol(client_id="actorlog-cluster-status")
     try:
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+        with contextlib.ExitStack() as stack:
+            sock = stack.enter_context(socket.create_connection((host, port), timeout=timeout_s))
             sock.settimeout(timeout_s)
+            if tls is not None:  # an SSL or SASL_SSL listener, with the spec's client_config
+                sock = stack.enter_context(tls.wrap_socket(sock, server_hostname=host))
             protocol.send_request(request)
             sock.sendall(bytes(protocol.send_bytes()))
             while True:
@@ -69,23 +76,29 @@ def _call(address: str, request: Any, timeout_s: float) -> Any:
                     return responses[0][1]
     except TimeoutError:
         raise ProbeError(f"{address} did not answer within {timeout_s:g} s") from None
+    except ssl.SSLError as exc:  # before OSError, of which it is one
+        # a certificate refused says why (e.g. "IP address mismatch, certificate is not
+        # valid for '127.0.0.2'."), where reason is only CERTIFICATE_VERIFY_FAILED
+        why = getattr(exc, "verify_message", None) or exc.reason or exc
+        raise ProbeError(f"{address}: TLS: {why}") from None
     except OSError as exc:
         raise ProbeError(f"{address}: {exc.strerror or exc}") from None
 
 
-def api_versions(address: str, timeout_s: float = 2.0) -> int:
+def api_versions(address: str, timeout_s: float = 2.0,
+                 tls: ssl.SSLContext | None = None) -> int:
     """The number of APIs the node serves; ProbeError if it does not answer Kafka requests."""
-    response = _call(address, ApiVersionsRequest[0](), timeout_s)
+    response = _call(address, ApiVersionsRequest[0](), timeout_s, tls)
     if response.error_code != 0:
         raise ProbeError(f"{address}: ApiVersions error code {response.error_code}")
     return len(response.api_keys)
 
 
-def metadata(address: str, timeout_s: float = 2.0,
-             topics: list[str] | None = None) -> MetadataInfo:
+def metadata(address: str, timeout_s: float = 2.0, topics: list[str] | None = None,
+             tls: ssl.SSLContext | None = None) -> MetadataInfo:
     """Metadata v1 for ``topics`` (None: every topic; [] none: brokers and controller only),
     without creating any."""
-    response = _call(address, MetadataRequest[1](topics=topics), timeout_s)
+    response = _call(address, MetadataRequest[1](topics=topics), timeout_s, tls)
     brokers = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
     partitions = tuple(
         PartitionInfo(t.name, p.partition_index, p.leader_id, tuple(p.replica_nodes),

@@ -2,8 +2,9 @@
 
 ::
 
-    [cluster]                 # optional: name, state_dir, data_dir
+    [cluster]                 # optional: name, state_dir, data_dir, client_config
     name = "demo"
+    client_config = "client.properties"  # how `up` and `status` reach a TLS-only node
     [hosts.h1]
     via = "netns"             # "local", "netns" (a test host made here) or "ssh"
     address = "198.18.0.11"
@@ -54,7 +55,7 @@ NETNS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 # Keys of each table, with what they mean (for the suggestion and for --help texts).
 TOP_KEYS = ("cluster", "hosts", "zookeeper", "nodes", "config")
-CLUSTER_KEYS = ("name", "state_dir", "data_dir")
+CLUSTER_KEYS = ("name", "state_dir", "data_dir", "client_config")
 HOST_KEYS = ("via", "address", "user", "port", "identity_file", "known_hosts",
              "control_master", "netns", "data_dir", "actorlog", "python")
 SSH_ONLY_KEYS = ("user", "port", "identity_file", "known_hosts", "control_master")
@@ -138,6 +139,17 @@ class ClusterSpec:
     zookeeper: ZooKeeperSpec
     nodes: dict[int, NodeSpec]
     config: dict[str, Any]
+    # [cluster] client_config: Kafka client properties (as `topics --command-config` takes)
+    # with which `up` and `status` ask the nodes: its security.protocol picks the listener
+    client_config: Path | None = None
+    client_settings: dict[str, str] = field(default_factory=dict, repr=False)  # a password
+
+    @property
+    def client_unknown_keys(self) -> list[str]:
+        """The client_config's keys that `up` and `status` do not use (named in a warning)."""
+        from actors.cli.client_config import KNOWN
+
+        return sorted(set(self.client_settings) - KNOWN)
 
     def connect_string(self) -> str:
         """``zookeeper.connect`` for the nodes: the servers `up` starts, or the given one."""
@@ -243,6 +255,7 @@ class _Checker:
             self.string("[cluster]", cluster, "state_dir") or f"{self.path.stem}.cluster")
         data_dir = self.string("[cluster]", cluster, "data_dir")
         local_data = str(self.local_path(data_dir) if data_dir else state_dir / "data")
+        client_config, client_settings = self.client_config(cluster)
 
         host_table = self.table("[hosts]", data.get("hosts"))
         hosts = self.hosts(host_table, name, local_data)
@@ -251,11 +264,35 @@ class _Checker:
         shared = self.kafka_config("[config]", self.table("[config]", data.get("config")))
         nodes = self.nodes(self.table("[nodes]", data.get("nodes")), declared)
         if not self.problems:
-            spec = ClusterSpec(self.path, name, state_dir, hosts, zookeeper, nodes, shared)
+            spec = ClusterSpec(self.path, name, state_dir, hosts, zookeeper, nodes, shared,
+                               client_config, client_settings)
             self.cross_checks(spec)
             if not self.problems:
                 return spec
         raise SpecError(self.problems)
+
+    def client_config(self, cluster: dict[str, Any]) -> tuple[Path | None, dict[str, str]]:
+        from actors.cli.client_config import (
+            ClientConfigError,
+            kafka_python_settings,
+            read_properties,
+        )
+
+        given = self.string("[cluster]", cluster, "client_config")
+        if not given:
+            return None, {}
+        path = self.local_path(given)
+        try:
+            settings = read_properties(path.read_text(encoding="utf-8"))
+            kafka_python_settings(settings)  # the files it names exist and load
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            self.problem("[cluster]", f"client_config {path}: {reason or exc}")
+            return None, {}
+        except ClientConfigError as exc:
+            self.problem("[cluster]", f"client_config {path}: {exc}")
+            return None, {}
+        return path, settings
 
     def hosts(self, table: dict[str, Any], cluster: str,
               local_data: str) -> dict[str, HostSpec]:
@@ -459,6 +496,18 @@ class _Checker:
             except ValueError as exc:
                 self.problem(f"[nodes.{node_id}]", str(exc))
                 continue
+            protocol = spec.client_settings.get("security.protocol", "").strip()
+            if plan.client_tls and not protocol.upper().endswith("SSL"):
+                if spec.client_config is not None:
+                    given = (f"[cluster] client_config {spec.client_config} has "
+                             f"security.protocol={protocol or 'PLAINTEXT (the default)'}, "
+                             f"which does not reach it: give security.protocol=SSL")
+                else:
+                    given = ("`cluster up` and `status` reach it with [cluster] client_config, "
+                             "a Kafka client properties file (security.protocol=SSL, "
+                             "ssl.ca.location=<the CA in PEM>)")
+                self.problem(f"[nodes.{node_id}]", f"every listener is TLS (SSL or SASL_SSL): "
+                             f"{given}, or give it a PLAINTEXT listener")
             host = plan.host.name
             ports = [("listener", port) for port in plan.listener_ports]
             for what, port in (*ports, ("actor gateway", plan.gateway_port)):

@@ -113,6 +113,11 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "max.connections.per.ip": (2147483647, int, "connections accepted per client address"),
     "connections.max.idle.ms": (600000, int, "a connection with nothing in flight and no "
                                            "bytes in or out for this long is closed (-1: never)"),
+    "connection.failed.authentication.delay.ms": (100, int, "a connection whose SASL "
+                                                            "authentication failed is closed "
+                                                            "this long after its refusal is "
+                                                            "written (0: at once); less than "
+                                                            "connections.max.idle.ms"),
     "auto.create.topics.enable": (True, bool, "create unknown topics on Metadata/Produce"),
     "num.partitions": (1, int, "partitions of auto-created topics"),
     "default.replication.factor": (1, int, "replicas of auto-created topics"),
@@ -270,6 +275,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "max.connections": (0, 2**31 - 1),
     "max.connections.per.ip": (0, 2**31 - 1),
     "connections.max.idle.ms": (-1, _MAX_INT),
+    "connection.failed.authentication.delay.ms": (0, 2**31 - 1),
     "num.partitions": _COUNT,
     "default.replication.factor": (1, 32767),
     "min.insync.replicas": (1, 32767),

@@ -153,6 +153,8 @@ EFFECTS: dict[str, list[str]] = {
                                "test_connections_over_the_per_ip_limit_are_closed"],
     "connections.max.idle.ms": ["tests/broker/test_idle_connections.py::"
                                 "test_a_quiet_connection_is_closed"],
+    "connection.failed.authentication.delay.ms": [
+        f"{SASL}::test_a_failed_authentication_is_closed_after_the_configured_delay"],
     "auto.create.topics.enable": [f"{HERE}::test_auto_create_off_answers_unknown_topic"],
     "num.partitions": [f"{HERE}::test_num_partitions_of_auto_created_topics"],
     "default.replication.factor": [f"{HERE}::test_default_replication_factor_of_new_topics"],

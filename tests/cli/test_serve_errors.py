@@ -79,6 +79,11 @@ CASES: dict[str, Case] = {
         ["--config", "{base}/c.toml"], 2,
         ["actor.threads", "'many'", "'single', 'shared', 'dedicated'"],
         setup=_write("c.toml", '"actor.threads" = "many"\n')),
+    "failed authentication delay not below the idle time": Case(
+        ["--config", "{base}/c.toml"], 2,
+        ["connection.failed.authentication.delay.ms = 100", "less than",
+         "connections.max.idle.ms = 100"],
+        setup=_write("c.toml", '"connections.max.idle.ms" = 100\n')),
     "config not TOML": Case(
         ["--config", "{base}/c.toml"], 2, ["not valid TOML", "actorlog.example.toml"],
         setup=_write("c.toml", "this is = not toml\n")),

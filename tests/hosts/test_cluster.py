@@ -22,6 +22,12 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 from kafka import KafkaConsumer
 from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -368,18 +374,64 @@ def test_up_and_status_of_nodes_whose_first_listener_is_tls(spec_file: Path, zk_
 
 
 @pytest.mark.local_hosts
+def test_up_and_status_of_tls_only_nodes_with_the_specs_client_config(
+        spec_file: Path, zk_connect: str, tmp_path: Path) -> None:
+    """Nodes with one SSL listener each: without [cluster] client_config the spec is refused
+    before anything starts (the probe would not reach them); with one naming the CA, `up`
+    and `status` ask them over TLS, and the bootstrap servers are the TLS ports."""
+    pki = make_pki(tmp_path / "pki")
+    tls, gateway = [free_port() for _ in range(2)], [free_port() for _ in range(2)]
+    nodes = "".join(
+        f'[nodes.{i}]\nhost = "here"\nconfig = {{"listeners" = "SSL://127.0.0.1:{tls[i - 1]}", '
+        f'"actor.gateway.port" = {gateway[i - 1]}}}\n' for i in (1, 2))
+    body = (f'[hosts.here]\nvia = "local"\n[zookeeper]\nconnect = "{zk_connect}"\n[config]\n'
+            f'"ssl.keystore.location" = "{pki.server}"\n{nodes}')
+    spec_file.write_text(body)
+    refused = cli("check", "--spec", str(spec_file))
+    assert refused.returncode != 0 and "every listener is TLS" in refused.stderr, (
+        refused.stdout + refused.stderr)
+    (spec_file.parent / "client.properties").write_text(
+        f"security.protocol=SSL\nssl.ca.location={pki.ca}\n")
+    spec_file.write_text(f'[cluster]\nclient_config = "client.properties"\n{body}')
+    up = cli("up", "--spec", str(spec_file), "--timeout", "30")
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert up.stdout.rstrip().endswith(
+        f"bootstrap servers: 127.0.0.1:{tls[0]},127.0.0.1:{tls[1]}")
+    found = status_json(spec_file)
+    assert [(n["answers"], n["registered"]) for n in found["nodes"]] == [(True, True)] * 2
+    assert found["healthy"] is True
+
+
+@pytest.mark.local_hosts
 def test_status_lists_the_groups_of_the_nodes_that_answer(spec_file: Path, zk_connect: str
                                                           ) -> None:
     """A node killed a moment ago is still registered (its ZooKeeper session outlives it, a
     long one here) and named in Metadata; `status` lists the groups the other node
     coordinates (asking the killed one, the client's ListGroups failed whole: no group was
-    shown) and names the node it could not ask."""
+    shown) and names the node it could not ask. Each node has a SASL_PLAINTEXT listener
+    beside its PLAINTEXT one and the spec's client_config logs in there: the probe (no
+    login) asks the PLAINTEXT one, and the groups are listed through the SASL one."""
     spec, ports = two_local_nodes_spec(zk_connect, '"zookeeper.session.timeout.ms" = 60000\n'
-                                                   '"default.replication.factor" = 2')
-    spec_file.write_text(spec)
+                                                   '"default.replication.factor" = 2\n'
+                                                   '"sasl.enabled.mechanisms" = "SCRAM-SHA-256"')
+    sasl_ports = [free_port() for _ in range(2)]
+    for i, port in enumerate((ports[0], ports[2])):
+        spec = spec.replace(f'"listeners" = "127.0.0.1:{port}"',
+                            f'"listeners" = "PLAINTEXT://127.0.0.1:{port},'
+                            f'SASL_PLAINTEXT://127.0.0.1:{sasl_ports[i]}"')
+    (spec_file.parent / "client.properties").write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        "username=operator password=\"operator secret\";\n")
+    spec_file.write_text('[cluster]\nclient_config = "client.properties"\n' + spec)
     up = cli("up", "--spec", str(spec_file))
     assert up.returncode == 0, up.stdout + up.stderr
     servers = f"127.0.0.1:{ports[0]},127.0.0.1:{ports[2]}"
+    users = AdminClient({"bootstrap.servers": servers})  # held while its future runs
+    added = users.alter_user_scram_credentials(
+        [UserScramCredentialUpsertion("operator", ScramCredentialInfo(
+            ScramMechanism.SCRAM_SHA_256, 4096), b"operator secret")])
+    assert added["operator"].result(30) is None
     produce_acked(servers, "grouped", [b"a", b"b", b"c"])
     consumer = KafkaConsumer("grouped", bootstrap_servers=servers, group_id="kept",
                              auto_offset_reset="earliest", enable_auto_commit=False,
@@ -1007,6 +1059,7 @@ def test_up_refuses_a_node_whose_listener_another_broker_answers_on(
         assert other.stop() == 0
 
 
+@pytest.mark.local_hosts
 def test_up_names_the_specs_key_for_a_port_another_process_holds(
         spec_file: Path, zk_connect: str) -> None:
     """A port of a local node held by a process that is no broker: `up` said so only once
@@ -1038,6 +1091,7 @@ def test_up_names_the_specs_key_for_a_port_another_process_holds(
         assert "--listen" not in said, said
 
 
+@pytest.mark.local_hosts
 def test_a_port_let_go_soon_after_is_no_conflict(spec_file: Path, zk_connect: str) -> None:
     """After a stop that ended in SIGKILL only the node's main process was waited for: a
     child of it could still hold its listener for a moment, and the next start was refused

@@ -11,10 +11,12 @@ from hypothesis import strategies as st
 
 from actors.hosts.node_config import (
     NodePlan,
+    _probed,
     parse_listener,
     render_toml,
 )
 from actors.hosts.spec import ClusterSpec, SpecError, parse_spec
+from actors.security.listeners import parse_listeners
 
 # it parses specs and makes no host: not in the netns group (tests/conftest.py)
 pytestmark = pytest.mark.local_hosts
@@ -138,6 +140,42 @@ def test_the_probed_listener_is_a_plain_one_when_there_is_one() -> None:
                              'PLAINTEXT://10.0.0.1:19095"\n"advertised.listeners" = '
                              '"SSL://a.example:9093,PLAINTEXT://b.example:9095"\n'), 1)
     assert plan.client_address == "b.example:9095"
+
+
+@pytest.mark.parametrize(("protocol", "probed"), [
+    ("", "PLAINTEXT"), ("PLAINTEXT", "PLAINTEXT"), ("SSL", "SSL"),
+    # the probe does not log in: a SASL client_config leaves the plain listener probed
+    ("SASL_PLAINTEXT", "PLAINTEXT"), ("SASL_SSL", "PLAINTEXT"),
+])
+def test_the_probe_prefers_the_client_configs_protocol_only_when_it_can_speak_it(
+        protocol: str, probed: str) -> None:
+    listeners = parse_listeners("SASL_SSL://127.0.0.1:19091,SASL_PLAINTEXT://127.0.0.1:19092,"
+                                "SSL://127.0.0.1:19093,PLAINTEXT://127.0.0.1:19094")
+    client = {"security.protocol": protocol} if protocol else {}
+    assert _probed(listeners, client).security_protocol.name == probed
+    # without a plain listener: SASL_PLAINTEXT (ApiVersions before a login), then TLS
+    # ones, SSL before SASL_SSL, when the client_config has TLS settings
+    no_plain = listeners[:3]
+    assert _probed(no_plain, client).security_protocol.name == (
+        "SSL" if protocol == "SSL" else "SASL_PLAINTEXT")
+    assert _probed(listeners[::2], client).security_protocol.name == (
+        "SSL" if protocol.endswith("SSL") else "SASL_SSL")
+
+
+def test_status_logs_in_on_the_listener_of_the_client_configs_protocol(tmp_path: Path) -> None:
+    """The probe asks the PLAINTEXT listener; status's admin client, which logs in with the
+    spec's client_config, goes to the SASL_PLAINTEXT one."""
+    (tmp_path / "client.properties").write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        "sasl.username=alice\nsasl.password=secret\n")
+    listeners = "SASL_PLAINTEXT://127.0.0.1:19093,PLAINTEXT://127.0.0.1:19095"
+    spec = parse_spec('[cluster]\nclient_config = "client.properties"\n' + GOOD
+                      + f'\n[nodes.1.config]\n"listeners" = "{listeners}"\n',
+                      tmp_path / "demo.toml")
+    plan = NodePlan.of(spec, 1)
+    assert (plan.client_address, plan.client_protocol) == ("127.0.0.1:19095", "PLAINTEXT")
+    assert plan.login_address == "127.0.0.1:19093"
+    assert "secret" not in repr(spec)  # the client_config's password is in its settings
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -330,3 +368,35 @@ def test_check_says_what_the_spec_describes(tmp_path: Path) -> None:
     assert ("zookeeper.connect of the nodes: 198.18.0.11:2181,198.18.0.12:2181,"
             "198.18.0.13:2181") in result.output
     assert "node 2: host h2, listener 198.18.0.12:9092" in result.output
+
+
+def test_a_tls_only_node_with_a_plain_client_config_names_its_protocol(tmp_path: Path) -> None:
+    """An all-TLS node and a client_config with security.protocol=SASL_PLAINTEXT: the
+    problem names that protocol; a key the client_config has but `up` does not use is
+    named in a warning by `check`, as topics --command-config names it."""
+    from click.testing import CliRunner
+
+    from actors.cluster_cli import group
+
+    (tmp_path / "client.properties").write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=alice\n"
+        "sasl.password=secret\n")
+    tls_node = '\n[nodes.1.config]\n"listeners" = "SSL://198.18.0.11:19093"\n'
+    found = problems_at('[cluster]\nclient_config = "client.properties"\n' + GOOD + tls_node,
+                        tmp_path / "demo.toml")
+    assert any("every listener is TLS" in p and "security.protocol=SASL_PLAINTEXT" in p
+               for p in found), found
+    (tmp_path / "client.properties").write_text("security.protocol=SSL\nlinger.ms=5\n")
+    spec = tmp_path / "demo.toml"
+    spec.write_text('[cluster]\nclient_config = "client.properties"\n'
+                    + GOOD.replace('hosts = ["h1"]', 'hosts = ["h1", "h2", "h3"]')
+                    .replace('identity_file = "keys/id"\n', "") + tls_node)
+    result = CliRunner().invoke(group, ["check", "--spec", str(spec)])
+    assert result.exit_code == 0, result.output
+    assert "ignoring unknown key linger.ms" in result.output
+
+
+def problems_at(text: str, path: Path) -> list[str]:
+    with pytest.raises(SpecError) as info:
+        parse_spec(text, path)
+    return info.value.problems

@@ -6,6 +6,7 @@ not enabled, and re-authentication (connections.max.reauth.ms)."""
 from __future__ import annotations
 
 import re
+import select
 import socket
 import struct
 import subprocess
@@ -200,6 +201,61 @@ def test_wrong_password_and_unknown_user_fail_with_one_log_line(
     same = [ln for ln in sasl_plain.log().splitlines()
             if f"connection {conn.group(1)} " in ln and "WARNING" in ln]
     assert len(same) == 1, same
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        assert chunk, f"closed after {len(data)} of {size} bytes"
+        data += chunk
+    return data
+
+
+def _request(sock: socket.socket, api_key: int, version: int, correlation_id: int,
+             body: bytes) -> bytes:
+    """A non-flexible request (header v1, client id "t"); the response body after its
+    correlation id."""
+    frame = struct.pack(">hhih", api_key, version, correlation_id, 1) + b"t" + body
+    sock.sendall(struct.pack(">i", len(frame)) + frame)
+    size, = struct.unpack(">i", _recv_exact(sock, 4))
+    response = _recv_exact(sock, size)
+    assert struct.unpack(">i", response[:4])[0] == correlation_id
+    return response[4:]
+
+
+def test_a_failed_authentication_is_closed_after_the_configured_delay(
+        tmp_path: Path) -> None:
+    """connection.failed.authentication.delay.ms (Kafka's, here 2000): the refusal of a wrong
+    password is written at once and the connection closed only after the delay, so a client
+    reads the refusal before the close. Closed at once, the refusal and the FIN came together
+    and kafka-python 3.0.12, which drops what it read when it meets EOF, saw only a
+    disconnect."""
+    _add_users(tmp_path / "data", ("SCRAM-SHA-256",))
+    port = free_port()
+    broker = BrokerProcess(tmp_path / "data", port=port,
+                           listen=f"SASL_PLAINTEXT://127.0.0.1:{port}",
+                           config={"sasl.enabled.mechanisms": "PLAIN",
+                                   "connection.failed.authentication.delay.ms": 2000}).start()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            shake = _request(sock, 17, 1, 1, struct.pack(">h", 5) + b"PLAIN")  # SaslHandshake
+            assert struct.unpack(">h", shake[:2])[0] == 0
+            token = b"\0alice\0wrong"
+            answer = _request(sock, 36, 1, 2,  # SaslAuthenticate v1
+                              struct.pack(">i", len(token)) + token)
+            error, length = struct.unpack(">hh", answer[:4])
+            assert error == 58, answer  # SASL_AUTHENTICATION_FAILED
+            assert answer[4:4 + length] == b"Authentication failed: Invalid username or password"
+            # the refusal is all there is, and the connection stays open for now
+            readable, _, _ = select.select([sock], [], [], 0.5)
+            assert not readable, sock.recv(100)
+            sock.settimeout(20)
+            assert sock.recv(100) == b""  # then the broker closes it
+        assert wait_for(lambda: "(connection.failed.authentication.delay.ms)" in broker.log(),
+                        10)
+    finally:
+        assert broker.stop() == 0, broker.log()[-3000:]
 
 
 def test_a_mechanism_not_enabled_is_refused(sasl_plain: BrokerProcess) -> None:

@@ -418,7 +418,8 @@ class ClusterController(Actor):
                                  "reached", broker_id, info.gateway)
                 continue
             if old is not None and old.epoch != info.epoch:
-                directory.forget(name)  # a new life: links to the old one are dropped
+                # a new life: links to the old one are dropped (and learnt again below)
+                directory.forget(name, may_return=True)
                 self.channel.remove_broker(broker_id)
             if directory.learn(name, endpoint):
                 self.log.info("broker {} at {} (gateway {})", broker_id,
@@ -431,7 +432,9 @@ class ClusterController(Actor):
                                      "has it" if self.node.curve is not None else "has none")
         for broker_id in set(self.brokers) - set(now):
             if broker_id != me:
-                directory.forget(broker_node_name(broker_id))
+                # it may register again (a session expired while it ran on): what is sent
+                # to it meanwhile, answers to what it asked, waits for its registration
+                directory.forget(broker_node_name(broker_id), may_return=True)
                 dropped = self.channel.remove_broker(broker_id)
                 self.log.info("broker {} left the cluster ({} request(s) to it dropped)",
                               broker_id, dropped)

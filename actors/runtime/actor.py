@@ -40,6 +40,7 @@ from loguru import logger
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.direct import DirectLink
+from actors.runtime.directory import DEPARTED_HOLD_MS
 from actors.runtime.pykka_compat import PykkaActor, envelope, is_stop
 from actors.runtime.supervision import RestartWindow, restart_after_crash
 from actors.runtime.tracing import net_legs, new_id, trace_fields
@@ -58,6 +59,12 @@ _build = registry.build
 _NOBLOCK = zmq.NOBLOCK
 _Again = zmq.Again
 _POLLIN = int(zmq.POLLIN)
+# While an actor holds messages for a departed node, its loop looks this often whether
+# the directory has learnt the node again
+_HELD_POLL_MS = 20
+_HOLD_NS = DEPARTED_HOLD_MS * 1_000_000
+# Messages held for one receiver at most; past it they are dead letters, as before
+_HELD_MAX = 10_000
 _EVENTS = zmq.EVENTS
 
 
@@ -146,6 +153,9 @@ class Actor(PykkaActor):
         # it runs in this loop (frames from other nodes): (sender node, sender name, entries)
         self._local_in: list[tuple[str, str, list[Any]]] = []
         self._out_sockets: dict[Address, Link | _LocalLink | DirectLink] = {}
+        # What waits for a node that left the directory and may register again
+        # (Directory.departed): receiver -> (held since, monotonic ns; the entries, in order)
+        self._departed_out: dict[Address, tuple[int, list[Any]]] = {}
         self._not_taken_logged: set[str] = set()  # nodes (waits_on_remote False)
         self._owner: Actor = host if host is not None else self
         self._members: list[Actor] = [self]  # actors this loop runs (owner only)
@@ -209,6 +219,8 @@ class Actor(PykkaActor):
         self._drain_local()
         self._run_guarded(self.on_turn)
         self._drain_local()
+        if self._departed_out:
+            self._release_departed()
         if self._out:
             self.flush()
 
@@ -273,8 +285,44 @@ class Actor(PykkaActor):
             for address in list(self._out):
                 self._flush_one(address)
 
+    def held_wait_ms(self) -> int | None:
+        """How soon the loop must look at what waits for a departed node (None: nothing
+        does)."""
+        return _HELD_POLL_MS if self._departed_out else None
+
+    def _release_departed(self) -> None:
+        """Send what waited for a node the directory has learnt again, or for too long (then
+        it is dead letters)."""
+        nodes = self.node.directory.nodes
+        departed = self.node.directory.departed
+        now = self.clock.monotonic_ns()
+        for address, (since, _entries) in list(self._departed_out.items()):
+            if address.node in nodes or address.node not in departed or now - since >= _HOLD_NS:
+                self._flush_one(address)
+
+    def _hold_departed(self, address: Address, entries: list[Any], since: int) -> bool:
+        """Keep ``entries`` for ``address`` while its node is departed (it may register
+        again; ``since``: when holding began, 0 now). False: they are dead letters."""
+        if address.node == self.node.name or address.node not in self.node.directory.departed:
+            return False
+        now = self.clock.monotonic_ns()
+        if not since:
+            since = now
+            self.log.debug("holding messages to {}: node {} left the directory and may "
+                           "register again", address, address.node)
+        if now - since >= _HOLD_NS or len(entries) > _HELD_MAX:
+            return False
+        self._departed_out[address] = (since, entries)
+        return True
+
     def _flush_one(self, address: Address) -> None:
         entries = self._out.pop(address, None)
+        since = 0
+        if self._departed_out:
+            found = self._departed_out.pop(address, None)
+            if found is not None:  # first what waited, in order
+                since, held = found
+                entries = held + entries if entries else held
         if not entries:
             return
         cached = self._out_sockets.get(address)
@@ -307,8 +355,13 @@ class Actor(PykkaActor):
                     self._send_failed(address, len(entries), exc)
                     return
                 if link is None:
+                    if self._hold_departed(address, entries, since):
+                        return
                     self.node.dead_letters.record(
-                        f"no route to actor {address}", len(entries), sender=str(self.address)
+                        f"no route to actor {address}" + (
+                            f" (its node left and did not register again within "
+                            f"{DEPARTED_HOLD_MS} ms)" if since else ""),
+                        len(entries), sender=str(self.address)
                     )
                     return
             self._out_sockets[address] = link
@@ -494,6 +547,8 @@ class Actor(PykkaActor):
         for m in self._members:
             if m._stopping or m._local_in or m._to_self:
                 return 0
+            if m._departed_out and (timeout is None or timeout > _HELD_POLL_MS):
+                timeout = _HELD_POLL_MS
             if not m._has_timeout:
                 continue
             t = m.poll_timeout_ms()
@@ -552,6 +607,8 @@ class Actor(PykkaActor):
                         m._crashed(exc, None)
                 if m._local_in or m._to_self:
                     m._drain_local()
+                if m._departed_out:
+                    m._release_departed()
                 if m._out:
                     m.flush()
             # What a later member handed an earlier one (a handler's Append to the shard
@@ -763,6 +820,11 @@ class Actor(PykkaActor):
                                                    "failed", self.name)
         if self._out:
             self.flush()
+        for address, (_since, entries) in self._departed_out.items():
+            self.node.dead_letters.record(f"actor {self.address} stopped holding messages "
+                                          f"for a departed node", len(entries),
+                                          sender=str(self.address), receiver=str(address))
+        self._departed_out.clear()
         pykka.ActorRegistry.unregister(self.actor_ref)
         # the mailbox is closed (its inproc name free) before anyone hears of the stop:
         # Node.stop_actor's caller may spawn the name again at once

@@ -5,6 +5,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+# How long an actor holds what it sends to a node that left the directory but may register
+# again (``Directory.departed``) before it takes them for dead letters. A node whose
+# ZooKeeper session expired while it ran on registers again within a session's reconnect;
+# until the others read that registration, their answers to what it asks (a follower's
+# fetch the moment it runs again) would otherwise be lost.
+DEPARTED_HOLD_MS = 10_000
 
 @dataclass(frozen=True)
 class NodeEndpoint:
@@ -31,23 +37,37 @@ class Directory:
     object or none at all, and senders compare their link's endpoint with the
     entry by identity, so a link to a node that left or moved is closed and
     made again (or the message goes to dead letters) instead of being used.
+
+    ``departed``: nodes forgotten that may register again (a cluster node whose
+    registration went). Messages to them are held by their senders for up to
+    ``DEPARTED_HOLD_MS`` and sent once the node is learnt again: a reply goes back
+    through this directory, not on the request's link, and a node that registered
+    again may ask before this one has read its new registration.
     """
 
     nodes: dict[str, NodeEndpoint] = field(default_factory=dict)
+    departed: set[str] = field(default_factory=set)
 
     def add(self, name: str, endpoint: NodeEndpoint) -> None:
         self.nodes[name] = endpoint
 
     def learn(self, name: str, endpoint: NodeEndpoint) -> bool:
         """Add or replace ``name``'s entry; False (entry kept as is) when it is the same."""
+        self.departed.discard(name)
         if self.nodes.get(name) == endpoint:
             return False
         self.nodes[name] = endpoint
         return True
 
-    def forget(self, name: str) -> bool:
-        """Drop ``name``'s entry (the node left); False when there was none."""
-        return self.nodes.pop(name, None) is not None
+    def forget(self, name: str, may_return: bool = False) -> bool:
+        """Drop ``name``'s entry (the node left); False when there was none. ``may_return``:
+        it may register again, what is sent to it meanwhile is held (``departed``)."""
+        found = self.nodes.pop(name, None) is not None
+        if found and may_return:
+            self.departed.add(name)
+        elif not may_return:
+            self.departed.discard(name)
+        return found
 
 
 def default_ipc_dir() -> str:

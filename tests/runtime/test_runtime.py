@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -410,3 +411,66 @@ def test_an_actor_that_does_not_wait_on_remote_links_goes_on_when_one_takes_noth
     finally:
         logger.remove(sink)
         node.shutdown(timeout=5)
+
+
+# ------------------------------------------------------ a node that registers again
+def two_nodes(nodes: list[Node], tmp_path: Path) -> tuple[Node, Node, NodeEndpoint]:
+    """Node a (a Sender) and node b (an OrderChecker) over tcp, each with a directory of
+    its own, as cluster nodes have; b's endpoint as a's directory holds it."""
+    endpoints = {n: NodeEndpoint("127.0.0.1", free_port("127.0.0.1")) for n in ("a", "b")}
+    a = Node("a", directory=Directory(dict(endpoints))).start()
+    nodes.append(a)
+    b = Node("b", directory=Directory(dict(endpoints))).start()
+    nodes.append(b)
+    a.spawn(Sender, "sender")
+    a.spawn(Sender, "sender2")
+    b.spawn(OrderChecker, "checker")
+    return a, b, endpoints["b"]
+
+
+def checked(b: Node) -> dict[str, Any]:
+    return b.ask(Address("b", "checker"), GetState())  # type: ignore[no-any-return]
+
+
+def dead_from(node: Node, sender: str) -> int:
+    """Dead letters of ``sender``'s (among the last hundred)."""
+    return sum(1 for _reason, s, _r in node.dead_letters.last if s == f"{sender}@{node.name}")
+
+
+def test_messages_to_a_node_that_may_register_again_wait_for_it(
+        nodes: list[Node], tmp_path: Path) -> None:
+    """A node forgotten with may_return (its registration went: a ZooKeeper session
+    expired) gets, once learnt again, what was sent to it meanwhile, in order; none is a
+    dead letter. A node forgotten for good gets nothing, at once dead letters."""
+    a, b, b_endpoint = two_nodes(nodes, tmp_path)
+    assert a.ask(Address("a", "sender"), SendSeq(10, "b", "checker")) == 10
+    wait_for(lambda: checked(b)["count"] == 10, timeout=10)
+    a.directory.forget("b", may_return=True)
+    assert a.ask(Address("a", "sender2"), SendSeq(500, "b", "checker")) == 500
+    time.sleep(0.3)  # the sender's loop looks every 20 ms: still held, none lost
+    assert checked(b)["count"] == 10
+    assert dead_from(a, "sender2") == 0
+    # registered again (the same gateway: a process that ran on)
+    a.directory.learn("b", NodeEndpoint(b_endpoint.host, b_endpoint.port))
+    state = wait_for(lambda: (st := checked(b))["count"] == 510 and st, timeout=10)
+    assert state["out_of_order"] == 0 and state["last"] == {"sender": 9, "sender2": 499}
+    assert dead_from(a, "sender2") == 0
+    a.directory.forget("b")  # left for good
+    assert not a.directory.departed
+    assert a.ask(Address("a", "sender"), SendSeq(7, "b", "checker")) == 7
+    wait_for(lambda: ("no route to actor checker@b", "sender@a", "")
+             in a.dead_letters.last, timeout=10)
+
+
+def test_messages_to_a_departed_node_are_dead_letters_after_the_hold(
+        nodes: list[Node], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A departed node that does not register again within the hold: what waited for it
+    is counted as dead letters, not kept."""
+    monkeypatch.setattr("actors.runtime.actor._HOLD_NS", 300_000_000)
+    a, b, _ = two_nodes(nodes, tmp_path)
+    a.directory.forget("b", may_return=True)
+    assert a.ask(Address("a", "sender"), SendSeq(25, "b", "checker")) == 25
+    wait_for(lambda: not a.actor("sender")._departed_out, timeout=10)
+    assert [(reason, count) for reason, count in a.dead_letters.by_reason().items()
+            if reason == "no route to actor checker@b"] == [("no route to actor checker@b", 25)]
+    assert checked(b)["count"] == 0

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 # fetch the moment it runs again) would otherwise be lost.
 DEPARTED_HOLD_MS = 10_000
 
+
 @dataclass(frozen=True)
 class NodeEndpoint:
     """How other nodes reach a node's gateway."""

@@ -20,6 +20,10 @@ class NodeEndpoint:
     host: str
     port: int = 0
     ipc_dir: str = ""
+    # Which process of the node: made new at each start and registered with the gateway
+    # (``BrokerInfo.incarnation``), so a node restarted on the same host and ports is a
+    # different entry. Empty: not known (a node not in a cluster, an older registration)
+    incarnation: str = ""
 
     def tcp(self) -> str:
         return f"tcp://{self.host}:{self.port}"
@@ -40,35 +44,41 @@ class Directory:
     made again (or the message goes to dead letters) instead of being used.
 
     ``departed``: nodes forgotten that may register again (a cluster node whose
-    registration went). Messages to them are held by their senders for up to
-    ``DEPARTED_HOLD_MS`` and sent once the node is learnt again: a reply goes back
-    through this directory, not on the request's link, and a node that registered
-    again may ask before this one has read its new registration.
+    registration went), each with the entry it left with. Messages to them are held by
+    their senders for up to ``DEPARTED_HOLD_MS`` and sent once the node is learnt again
+    with an equal entry (the same process: the same ``incarnation``): a reply goes back
+    through this directory, not on the request's link, and a node that registered again
+    may ask before this one has read its new registration. Learnt again with another
+    entry (a new process, ids it matches answers by start again), they are dead letters.
+
+    Writes are ordered for the threads that read without a lock: ``learn`` sets the
+    entry before it drops the node from ``departed``, ``forget`` adds to ``departed``
+    before it drops the entry, so a reader never sees the node in neither.
     """
 
     nodes: dict[str, NodeEndpoint] = field(default_factory=dict)
-    departed: set[str] = field(default_factory=set)
+    departed: dict[str, NodeEndpoint] = field(default_factory=dict)
 
     def add(self, name: str, endpoint: NodeEndpoint) -> None:
         self.nodes[name] = endpoint
 
     def learn(self, name: str, endpoint: NodeEndpoint) -> bool:
         """Add or replace ``name``'s entry; False (entry kept as is) when it is the same."""
-        self.departed.discard(name)
-        if self.nodes.get(name) == endpoint:
-            return False
-        self.nodes[name] = endpoint
-        return True
+        changed = self.nodes.get(name) != endpoint
+        if changed:
+            self.nodes[name] = endpoint
+        self.departed.pop(name, None)  # after the entry is set: see the class docstring
+        return changed
 
     def forget(self, name: str, may_return: bool = False) -> bool:
         """Drop ``name``'s entry (the node left); False when there was none. ``may_return``:
         it may register again, what is sent to it meanwhile is held (``departed``)."""
-        found = self.nodes.pop(name, None) is not None
-        if found and may_return:
-            self.departed.add(name)
+        endpoint = self.nodes.get(name)
+        if endpoint is not None and may_return:
+            self.departed[name] = endpoint  # before the entry goes: see the class docstring
         elif not may_return:
-            self.departed.discard(name)
-        return found
+            self.departed.pop(name, None)
+        return self.nodes.pop(name, None) is not None
 
 
 def default_ipc_dir() -> str:

@@ -42,6 +42,7 @@ class Directory:
     object or none at all, and senders compare their link's endpoint with the
     entry by identity, so a link to a node that left or moved is closed and
     made again (or the message goes to dead letters) instead of being used.
+    Closing drops what the link had not sent yet (linger 0).
 
     ``departed``: nodes forgotten that may register again (a cluster node whose
     registration went), each with the entry it left with. Messages to them are held by
@@ -50,6 +51,9 @@ class Directory:
     through this directory, not on the request's link, and a node that registered again
     may ask before this one has read its new registration. Learnt again with another
     entry (a new process, ids it matches answers by start again), they are dead letters.
+    Only what is sent after the node left is held: what its old link had not sent yet is
+    dropped with the link, so a receiver may see a sender's earlier messages, a gap,
+    then the held ones (in order among themselves).
 
     Writes are ordered for the threads that read without a lock: ``learn`` sets the
     entry before it drops the node from ``departed``, ``forget`` adds to ``departed``

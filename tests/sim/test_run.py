@@ -150,9 +150,12 @@ REGRESSION_RUNS: list[tuple[int, SimOptions]] = [(5, GATEWAY_CRASH_EXPIRE),
 # end. A fetcher the leader has never answered now asks again after the leader's wait plus
 # replica.fetch.backoff.ms, doubling up to replica.socket.timeout.ms
 # (actors/core/fetcher_state.py; tests/core/test_fetcher_state.py).
-# At the root since: the leader's answer is no longer lost, it waits in its sender until
-# the directory learns the node again (Directory.departed, DEPARTED_HOLD_MS); seed 110 with
-# REASSIGN_3 passes with that alone too (checked with the fetcher's rule taken out).
+# Since answers wait in their sender until the directory learns the node again as the
+# same process (Directory.departed, DEPARTED_HOLD_MS), seed 110 with REASSIGN_3 run in this
+# module's context passes with the fetcher's rule taken out, and fails with the rule and
+# holding both taken out. The fetcher's rule stays: held answers are not given to a new
+# process of the node (a restart), and a run of the same seed from a bare script (other
+# imports, another run) fails with the rule taken out.
 
 
 def test_a_seed_elects_a_controller_creates_topics_and_acknowledges_records() -> None:

@@ -305,6 +305,10 @@ class Actor(PykkaActor):
         now = self.clock.monotonic_ns()
         for address, (since, left, entries) in list(self._departed_out.items()):
             current = directory.nodes.get(address.node)
+            if current is None and address.node not in directory.departed:
+                # learn may have run between the two reads (it sets the entry, then drops
+                # the node from departed): look at the entry once more before giving up
+                current = directory.nodes.get(address.node)
             if current is not None and current == left:
                 self._flush_one(address)
                 continue
@@ -327,9 +331,15 @@ class Actor(PykkaActor):
         was never departed: no route, as for any unknown node)."""
         if address.node == self.node.name:
             return ""
-        now_left = self.node.directory.departed.get(address.node)
+        directory = self.node.directory
+        now_left = directory.departed.get(address.node)
         if now_left is None:
-            return _FORGOTTEN if since else ""
+            # The caller found no entry; learn may have set one since and dropped the node
+            # from departed: then hold for it all the same (the next look at what is held
+            # sends it, or finds a new process).
+            now_left = directory.nodes.get(address.node)
+            if now_left is None:
+                return _FORGOTTEN if since else ""
         if left is not None and now_left != left:
             return _NEW_PROCESS
         now = self.clock.monotonic_ns()
@@ -348,6 +358,7 @@ class Actor(PykkaActor):
         entries = self._out.pop(address, None)
         since = 0
         left: NodeEndpoint | None = None
+        held_count = 0  # how many of entries (the first) waited for ``left``
         if self._departed_out:
             found = self._departed_out.pop(address, None)
             if found is not None:
@@ -358,6 +369,7 @@ class Actor(PykkaActor):
                     self._held_dead(address, held, _NEW_PROCESS)
                     since, left = 0, None
                 else:  # first what waited, in order
+                    held_count = len(held)
                     entries = held + entries if entries else held
         if not entries:
             return
@@ -400,6 +412,15 @@ class Actor(PykkaActor):
                     )
                     return
             self._out_sockets[address] = link
+        if (held_count and not isinstance(link, _LocalLink) and link.remote
+                and link.endpoint != left):
+            # The link was made from the directory as read again after the look above:
+            # the node was learnt again in between, as a new process, which must not get
+            # what waited for the old one.
+            self._held_dead(address, entries[:held_count], _NEW_PROCESS)
+            entries = entries[held_count:]
+            if not entries:
+                return
         if isinstance(link, _LocalLink):
             peer = self.node.actors[address.name]
             if peer._owner is not self._owner and not peer._dead:

@@ -57,7 +57,10 @@ class Directory:
 
     Writes are ordered for the threads that read without a lock: ``learn`` sets the
     entry before it drops the node from ``departed``, ``forget`` adds to ``departed``
-    before it drops the entry, so a reader never sees the node in neither.
+    before it drops the entry. So a reader that looks at ``departed`` first, then at
+    ``nodes``, never finds the node in neither while it is in one; a reader that looks
+    at ``nodes`` first may (``learn`` ran between its reads) and must look at ``nodes``
+    once more before it takes the node for forgotten.
     """
 
     nodes: dict[str, NodeEndpoint] = field(default_factory=dict)

@@ -552,27 +552,87 @@ def test_more_than_the_held_maximum_for_a_departed_node_is_dead_letters(
     wait_for(lambda: checked(b)["count"] == 3, timeout=10)
 
 
-def test_a_reader_always_finds_a_node_in_the_directory_or_among_the_departed() -> None:
-    """learn sets the entry before it drops the node from departed, forget adds it to
-    departed before it drops the entry: an actor's thread reading in between (no lock)
-    neither takes held messages for dead letters nor misses that it may return."""
-    directory = Directory()
-    seen: list[tuple[str, bool, bool]] = []
+class Interleaved(dict[str, NodeEndpoint]):
+    """One of a Directory's dicts that, the first time a reader looks ``name`` up by
+    ``how`` ("in" or "get"), first runs ``between`` (a write of the ClusterController's
+    thread) and then answers: a write landing between a reader's two reads, every time."""
 
-    class Watched(dict[str, NodeEndpoint]):
-        def __setitem__(self, name: str, endpoint: NodeEndpoint) -> None:
-            seen.append(("set", name in directory.departed, name in self))
-            super().__setitem__(name, endpoint)
+    def __init__(self, entries: dict[str, NodeEndpoint], name: str, how: str,
+                 between: Any) -> None:
+        super().__init__(entries)
+        self.armed = (name, how)
+        self.between = between
+        self.ran = threading.Event()
 
-        def pop(self, name: str, *default: Any) -> Any:
-            seen.append(("pop", name in directory.departed, name in self))
-            return super().pop(name, *default)
+    def _look(self, key: object, how: str) -> None:
+        if self.armed == (key, how):
+            self.armed = ("", "")  # once; the write itself reads this dict too
+            self.between()
+            self.ran.set()
 
-    directory.nodes = Watched()
-    endpoint = NodeEndpoint("127.0.0.1", 1, incarnation="1")
-    directory.learn("b", endpoint)
-    directory.forget("b", may_return=True)
-    assert seen[-1] == ("pop", True, True)  # already departed as the entry goes
-    directory.learn("b", endpoint)
-    assert seen[-1] == ("set", True, False)  # still departed as the entry comes back
-    assert not directory.departed and directory.nodes == {"b": endpoint}
+    def __contains__(self, key: object) -> bool:
+        self._look(key, "in")
+        return super().__contains__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        self._look(key, "get")
+        return super().get(key, default)
+
+
+def test_a_reader_always_finds_a_node_in_the_directory_or_among_the_departed(
+        nodes: list[Node], tmp_path: Path) -> None:
+    """What waited for a departed node is looked at with two reads without a lock: its
+    entry, then ``departed``. The node learnt again as the same process between the two
+    (learn sets the entry, then drops it from departed: it is in neither at the second
+    read) gets what waited, not dead letters for a node forgotten for good."""
+    a, b, b_endpoint = two_nodes(nodes, tmp_path)
+    a.directory.forget("b", may_return=True)
+    assert a.ask(Address("a", "sender"), SendSeq(20, "b", "checker")) == 20
+    wait_for(lambda: bool(a.actor("sender")._departed_out), timeout=10)
+    hook = Interleaved(a.directory.departed, "b", "in",
+                       lambda: a.directory.learn("b", b_endpoint))
+    a.directory.departed = hook
+    wait_for(hook.ran.is_set, timeout=10)
+    state = wait_for(lambda: (st := checked(b))["count"] == 20 and st, timeout=10)
+    assert state["out_of_order"] == 0
+    assert dead_from(a, "sender") == 0
+
+
+def test_a_node_learnt_again_as_a_sender_finds_it_gone_gets_what_is_sent(
+        nodes: list[Node], tmp_path: Path) -> None:
+    """A sender finds no entry for a departed node, then no ``departed`` either: learnt
+    again in between (the same process). What it sends is held and sent, not dead
+    letters for an unknown node."""
+    a, b, b_endpoint = two_nodes(nodes, tmp_path)
+    a.directory.forget("b", may_return=True)
+    hook = Interleaved(a.directory.departed, "b", "get",
+                       lambda: a.directory.learn("b", b_endpoint))
+    a.directory.departed = hook
+    assert a.ask(Address("a", "sender"), SendSeq(20, "b", "checker")) == 20
+    assert hook.ran.is_set()
+    state = wait_for(lambda: (st := checked(b))["count"] == 20 and st, timeout=10)
+    assert state["out_of_order"] == 0
+    assert dead_from(a, "sender") == 0
+
+
+def test_what_waited_is_not_sent_on_a_link_made_to_a_new_process(
+        nodes: list[Node], tmp_path: Path) -> None:
+    """Sending again to a departed node, a sender reads no entry (what waited goes first),
+    then the node is learnt again as a new process before the link is made from the
+    directory: what waited is dead letters (meant for the old process); only what was
+    sent now goes on the link."""
+    a, b, b_endpoint = two_nodes(nodes, tmp_path)
+    a.directory.forget("b", may_return=True)
+    assert a.ask(Address("a", "sender"), SendSeq(20, "b", "checker")) == 20
+    wait_for(lambda: bool(a.actor("sender")._departed_out), timeout=10)
+    restarted = NodeEndpoint(b_endpoint.host, b_endpoint.port, incarnation="2")
+    hook = Interleaved(a.directory.nodes, "b", "in",
+                       lambda: a.directory.learn("b", restarted))
+    a.directory.nodes = hook
+    assert a.ask(Address("a", "sender"), SendSeq(5, "b", "checker")) == 5
+    assert hook.ran.is_set()
+    wait_for(lambda: dead_from(a, "sender", "registered again as a new process") == 1,
+             timeout=10)
+    assert no_route(a, "checker@b") == 20
+    state = wait_for(lambda: (st := checked(b))["count"] >= 5 and st, timeout=10)
+    assert state == {"count": 5, "out_of_order": 0, "last": {"sender": 4}}

@@ -910,7 +910,7 @@ class Broker:
             str(cfg["broker.rack"]) or None, num_handlers=topo.num_handlers,
             num_shards=topo.num_shards, num_coordinators=topo.num_coordinators,
             curve_key=node.curve.keys.public.decode() if node.curve is not None else "",
-            wire=wire_fingerprint())
+            wire=wire_fingerprint(), incarnation=uuid.uuid4().hex)  # this start's own
         node.spawn(ClusterController, topo.controller.name, topology=topo, config=cfg,
                    store=self.metadata, broker=self.broker_info, clock=clock,
                    credentials=credentials, authorizer=authorizer)

@@ -124,8 +124,9 @@ ACL_RESYNC_MS = 60_000
 ACL_CHANGE_ROOTS = (znodes.ACL_CHANGES, znodes.ACL_EXTENDED_CHANGES)
 
 
-def gateway_endpoint(gateway: str) -> NodeEndpoint | None:
-    """``tcp://host:port`` (as registered) into a directory entry; None if unusable."""
+def gateway_endpoint(gateway: str, incarnation: str = "") -> NodeEndpoint | None:
+    """``tcp://host:port`` (as registered) into a directory entry; None if unusable.
+    ``incarnation``: the registering process's (``BrokerInfo.incarnation``)."""
     text = gateway.strip()
     if not text.startswith("tcp://"):
         return None
@@ -134,7 +135,7 @@ def gateway_endpoint(gateway: str) -> NodeEndpoint | None:
         return None
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    return NodeEndpoint(host, int(port))
+    return NodeEndpoint(host, int(port), incarnation=incarnation)
 
 
 ForwardedRequest = (bm.CreateTopics | bm.DeleteTopics | am.CreatePartitions
@@ -412,13 +413,18 @@ class ClusterController(Actor):
                 continue
             name = broker_node_name(broker_id)
             old = self.brokers.get(broker_id)
-            endpoint = gateway_endpoint(info.gateway)
+            endpoint = gateway_endpoint(info.gateway, info.incarnation)
             if endpoint is None:
                 self.log.warning("broker {} registered no usable gateway ({!r}); it cannot be "
                                  "reached", broker_id, info.gateway)
                 continue
             if old is not None and old.epoch != info.epoch:
-                directory.forget(name)  # a new life: links to the old one are dropped
+                # registered again: links made for the old registration are remade (it is
+                # learnt again below). The same process (its session expired while it ran
+                # on) gets what was held for it; a new one (restarted, ids it matches
+                # answers by start again) does not: that is dead letters
+                same = bool(info.incarnation) and old.incarnation == info.incarnation
+                directory.forget(name, may_return=same)
                 self.channel.remove_broker(broker_id)
             if directory.learn(name, endpoint):
                 self.log.info("broker {} at {} (gateway {})", broker_id,
@@ -431,7 +437,10 @@ class ClusterController(Actor):
                                      "has it" if self.node.curve is not None else "has none")
         for broker_id in set(self.brokers) - set(now):
             if broker_id != me:
-                directory.forget(broker_node_name(broker_id))
+                # it may register again (a session expired while it ran on): what is sent
+                # to it meanwhile, answers to what it asked, waits for its registration
+                directory.forget(broker_node_name(broker_id),
+                                 may_return=bool(self.brokers[broker_id].incarnation))
                 dropped = self.channel.remove_broker(broker_id)
                 self.log.info("broker {} left the cluster ({} request(s) to it dropped)",
                               broker_id, dropped)

@@ -63,7 +63,11 @@ class ReplicaFetcher(Actor):
 
     def setup(self) -> None:
         self.core = FetcherCore(self.fetcher_config)
-        self.req_ids = itertools.count(1)
+        # Ids of this life alone (as RequestHandler's): an answer meant for a previous
+        # process of this node (restarted on the same gateway) must not be taken for one
+        # to this fetcher's request, as fetch answers carry no offset to check. 2^20 ids
+        # per millisecond between two lives.
+        self.req_ids = itertools.count(1 + ((self.clock.wall_ms() % (1 << 31)) << 20))
         self.timeouts = 0
 
     @handles(AddFetcherPartitions)

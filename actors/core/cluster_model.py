@@ -67,6 +67,11 @@ class BrokerInfo:
     ``wire``: the node's inter-node wire fingerprint (``wire.fingerprint``); nodes
     whose fingerprints differ cannot read each other's messages. Empty: a
     registration that did not say (a build from before fingerprints).
+
+    ``incarnation``: made new each time the node starts (random), so the others
+    tell a restarted node (the same gateway host and port) from the process they
+    knew: what they held for the old one is not given to the new one, whose ids
+    for matching answers start again (``Directory.departed``). Empty: did not say.
     """
 
     broker_id: int
@@ -79,6 +84,7 @@ class BrokerInfo:
     num_coordinators: int = 0
     curve_key: str = ""
     wire: str = ""
+    incarnation: str = ""
 
     def with_epoch(self, epoch: int) -> BrokerInfo:
         return replace(self, epoch=epoch)

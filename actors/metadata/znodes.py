@@ -10,7 +10,8 @@ there. A registration without it (an older node) decodes with counts 0.
 ``actorlog_curve_key`` is the node's CURVE public key, written only when its
 sockets between nodes use CURVE. ``actorlog_wire`` is the node's inter-node
 wire fingerprint (``wire.fingerprint``): nodes of builds whose messages differ
-must not run together.
+must not run together. ``actorlog_incarnation`` is made new at each start of the
+node, so a node restarted on the same gateway is told from its previous process.
 
 One subtree is ours alone, ``/actorlog``, which Kafka's tools never write:
 ``/actorlog/adopted_topic_ids/<topic>`` records an id the controller gave late to a
@@ -166,6 +167,8 @@ def encode_broker(broker: BrokerInfo, timestamp_ms: int) -> bytes:
         doc["actorlog_curve_key"] = broker.curve_key
     if broker.wire:
         doc["actorlog_wire"] = broker.wire
+    if broker.incarnation:
+        doc["actorlog_incarnation"] = broker.incarnation
     return _dump(doc)
 
 
@@ -196,7 +199,8 @@ def decode_broker(broker_id: int, data: bytes | None, epoch: int = -1) -> Broker
                       None if rack is None else str(rack), epoch, count(IO_THREADS),
                       count(PARTITION_SHARDS), count(GROUP_COORDINATORS),
                       str(doc.get("actorlog_curve_key") or ""),
-                      str(doc.get("actorlog_wire") or ""))
+                      str(doc.get("actorlog_wire") or ""),
+                      str(doc.get("actorlog_incarnation") or ""))
 
 
 # ---------------------------------------------------------------- controller

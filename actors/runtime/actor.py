@@ -40,6 +40,7 @@ from loguru import logger
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.direct import DirectLink
+from actors.runtime.directory import DEPARTED_HOLD_MS, NodeEndpoint
 from actors.runtime.pykka_compat import PykkaActor, envelope, is_stop
 from actors.runtime.supervision import RestartWindow, restart_after_crash
 from actors.runtime.tracing import net_legs, new_id, trace_fields
@@ -58,6 +59,18 @@ _build = registry.build
 _NOBLOCK = zmq.NOBLOCK
 _Again = zmq.Again
 _POLLIN = int(zmq.POLLIN)
+# While an actor holds messages for a departed node, its loop looks this often whether
+# the directory has learnt the node again
+_HELD_POLL_MS = 20
+_HOLD_NS = DEPARTED_HOLD_MS * 1_000_000
+# Messages held for one receiver at most; past it they are dead letters, as before
+_HELD_MAX = 10_000
+# Why held messages became dead letters (in the dead letter's reason)
+_FORGOTTEN = "its node left the cluster for good"
+_NEW_PROCESS = "its node registered again as a new process"
+_EXPIRED = f"its node left and did not register again within {DEPARTED_HOLD_MS} ms"
+_OVERFLOW = f"more than {_HELD_MAX} held for it while its node was away"
+_STOPPED = "the sender stopped while its node was away"
 _EVENTS = zmq.EVENTS
 
 
@@ -146,6 +159,10 @@ class Actor(PykkaActor):
         # it runs in this loop (frames from other nodes): (sender node, sender name, entries)
         self._local_in: list[tuple[str, str, list[Any]]] = []
         self._out_sockets: dict[Address, Link | _LocalLink | DirectLink] = {}
+        # What waits for a node that left the directory and may register again
+        # (Directory.departed): receiver -> (held since, monotonic ns; the entry its node left
+        # with; the entries, in order)
+        self._departed_out: dict[Address, tuple[int, NodeEndpoint, list[Any]]] = {}
         self._not_taken_logged: set[str] = set()  # nodes (waits_on_remote False)
         self._owner: Actor = host if host is not None else self
         self._members: list[Actor] = [self]  # actors this loop runs (owner only)
@@ -209,6 +226,8 @@ class Actor(PykkaActor):
         self._drain_local()
         self._run_guarded(self.on_turn)
         self._drain_local()
+        if self._departed_out:
+            self._release_departed()
         if self._out:
             self.flush()
 
@@ -273,8 +292,85 @@ class Actor(PykkaActor):
             for address in list(self._out):
                 self._flush_one(address)
 
+    def held_wait_ms(self) -> int | None:
+        """How soon the loop must look at what waits for a departed node (None: nothing
+        does)."""
+        return _HELD_POLL_MS if self._departed_out else None
+
+    def _release_departed(self) -> None:
+        """Send what waited for a node the directory has learnt again as the same process;
+        dead letters what waited for a node forgotten for good, learnt again as a new
+        process, or not learnt again within the hold."""
+        directory = self.node.directory
+        now = self.clock.monotonic_ns()
+        for address, (since, left, entries) in list(self._departed_out.items()):
+            current = directory.nodes.get(address.node)
+            if current is None and address.node not in directory.departed:
+                # learn may have run between the two reads (it sets the entry, then drops
+                # the node from departed): look at the entry once more before giving up
+                current = directory.nodes.get(address.node)
+            if current is not None and current == left:
+                self._flush_one(address)
+                continue
+            why = (_NEW_PROCESS if current is not None
+                   else _FORGOTTEN if address.node not in directory.departed
+                   else _EXPIRED if now - since >= _HOLD_NS else None)
+            if why is not None:
+                del self._departed_out[address]
+                self._held_dead(address, entries, why)
+
+    def _held_dead(self, address: Address, entries: list[Any], why: str) -> None:
+        self.node.dead_letters.record(f"no route to actor {address} ({why})", len(entries),
+                                      sender=str(self.address))
+
+    def _hold_departed(self, address: Address, entries: list[Any], since: int,
+                       left: NodeEndpoint | None) -> str | None:
+        """Keep ``entries`` for ``address`` while its node is departed (it may register
+        again; ``since``: when holding began, 0 now; ``left``: the entry it left with, None
+        when not held yet). None: held; else why they are dead letters ("" when its node
+        was never departed: no route, as for any unknown node)."""
+        if address.node == self.node.name:
+            return ""
+        directory = self.node.directory
+        now_left = directory.departed.get(address.node)
+        if now_left is None:
+            # The caller found no entry; learn may have set one since and dropped the node
+            # from departed: then hold for it all the same (the next look at what is held
+            # sends it, or finds a new process).
+            now_left = directory.nodes.get(address.node)
+            if now_left is None:
+                return _FORGOTTEN if since else ""
+        if left is not None and now_left != left:
+            return _NEW_PROCESS
+        now = self.clock.monotonic_ns()
+        if not since:
+            since = now
+            self.log.debug("holding messages to {}: node {} left the directory and may "
+                           "register again", address, address.node)
+        if now - since >= _HOLD_NS:
+            return _EXPIRED
+        if len(entries) > _HELD_MAX:
+            return _OVERFLOW
+        self._departed_out[address] = (since, now_left, entries)
+        return None
+
     def _flush_one(self, address: Address) -> None:
         entries = self._out.pop(address, None)
+        since = 0
+        left: NodeEndpoint | None = None
+        held_count = 0  # how many of entries (the first) waited for ``left``
+        if self._departed_out:
+            found = self._departed_out.pop(address, None)
+            if found is not None:
+                since, left, held = found
+                current = self.node.directory.nodes.get(address.node)
+                if current is not None and current != left:
+                    # learnt again as a new process: what waited was meant for the old one
+                    self._held_dead(address, held, _NEW_PROCESS)
+                    since, left = 0, None
+                else:  # first what waited, in order
+                    held_count = len(held)
+                    entries = held + entries if entries else held
         if not entries:
             return
         cached = self._out_sockets.get(address)
@@ -307,11 +403,24 @@ class Actor(PykkaActor):
                     self._send_failed(address, len(entries), exc)
                     return
                 if link is None:
+                    why = self._hold_departed(address, entries, since, left)
+                    if why is None:
+                        return
                     self.node.dead_letters.record(
-                        f"no route to actor {address}", len(entries), sender=str(self.address)
+                        f"no route to actor {address}" + (f" ({why})" if why else ""),
+                        len(entries), sender=str(self.address)
                     )
                     return
             self._out_sockets[address] = link
+        if (held_count and not isinstance(link, _LocalLink) and link.remote
+                and link.endpoint != left):
+            # The link was made from the directory as read again after the look above:
+            # the node was learnt again in between, as a new process, which must not get
+            # what waited for the old one.
+            self._held_dead(address, entries[:held_count], _NEW_PROCESS)
+            entries = entries[held_count:]
+            if not entries:
+                return
         if isinstance(link, _LocalLink):
             peer = self.node.actors[address.name]
             if peer._owner is not self._owner and not peer._dead:
@@ -494,6 +603,8 @@ class Actor(PykkaActor):
         for m in self._members:
             if m._stopping or m._local_in or m._to_self:
                 return 0
+            if m._departed_out and (timeout is None or timeout > _HELD_POLL_MS):
+                timeout = _HELD_POLL_MS
             if not m._has_timeout:
                 continue
             t = m.poll_timeout_ms()
@@ -552,6 +663,8 @@ class Actor(PykkaActor):
                         m._crashed(exc, None)
                 if m._local_in or m._to_self:
                     m._drain_local()
+                if m._departed_out:
+                    m._release_departed()
                 if m._out:
                     m.flush()
             # What a later member handed an earlier one (a handler's Append to the shard
@@ -763,6 +876,9 @@ class Actor(PykkaActor):
                                                    "failed", self.name)
         if self._out:
             self.flush()
+        for address, (_since, _left, entries) in self._departed_out.items():
+            self._held_dead(address, entries, _STOPPED)
+        self._departed_out.clear()
         pykka.ActorRegistry.unregister(self.actor_ref)
         # the mailbox is closed (its inproc name free) before anyone hears of the stop:
         # Node.stop_actor's caller may spawn the name again at once

@@ -5,6 +5,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+# How long an actor holds what it sends to a node that left the directory but may register
+# again (``Directory.departed``) before it takes them for dead letters. A node whose
+# ZooKeeper session expired while it ran on registers again within a session's reconnect;
+# until the others read that registration, their answers to what it asks (a follower's
+# fetch the moment it runs again) would otherwise be lost.
+DEPARTED_HOLD_MS = 10_000
+
 
 @dataclass(frozen=True)
 class NodeEndpoint:
@@ -13,6 +20,10 @@ class NodeEndpoint:
     host: str
     port: int = 0
     ipc_dir: str = ""
+    # Which process of the node: made new at each start and registered with the gateway
+    # (``BrokerInfo.incarnation``), so a node restarted on the same host and ports is a
+    # different entry. Empty: not known (a node not in a cluster, an older registration)
+    incarnation: str = ""
 
     def tcp(self) -> str:
         return f"tcp://{self.host}:{self.port}"
@@ -31,22 +42,49 @@ class Directory:
     object or none at all, and senders compare their link's endpoint with the
     entry by identity, so a link to a node that left or moved is closed and
     made again (or the message goes to dead letters) instead of being used.
+    Closing drops what the link had not sent yet (linger 0).
+
+    ``departed``: nodes forgotten that may register again (a cluster node whose
+    registration went), each with the entry it left with. Messages to them are held by
+    their senders for up to ``DEPARTED_HOLD_MS`` and sent once the node is learnt again
+    with an equal entry (the same process: the same ``incarnation``): a reply goes back
+    through this directory, not on the request's link, and a node that registered again
+    may ask before this one has read its new registration. Learnt again with another
+    entry (a new process, ids it matches answers by start again), they are dead letters.
+    Only what is sent after the node left is held: what its old link had not sent yet is
+    dropped with the link, so a receiver may see a sender's earlier messages, a gap,
+    then the held ones (in order among themselves).
+
+    Writes are ordered for the threads that read without a lock: ``learn`` sets the
+    entry before it drops the node from ``departed``, ``forget`` adds to ``departed``
+    before it drops the entry. So a reader that looks at ``departed`` first, then at
+    ``nodes``, never finds the node in neither while it is in one; a reader that looks
+    at ``nodes`` first may (``learn`` ran between its reads) and must look at ``nodes``
+    once more before it takes the node for forgotten.
     """
 
     nodes: dict[str, NodeEndpoint] = field(default_factory=dict)
+    departed: dict[str, NodeEndpoint] = field(default_factory=dict)
 
     def add(self, name: str, endpoint: NodeEndpoint) -> None:
         self.nodes[name] = endpoint
 
     def learn(self, name: str, endpoint: NodeEndpoint) -> bool:
         """Add or replace ``name``'s entry; False (entry kept as is) when it is the same."""
-        if self.nodes.get(name) == endpoint:
-            return False
-        self.nodes[name] = endpoint
-        return True
+        changed = self.nodes.get(name) != endpoint
+        if changed:
+            self.nodes[name] = endpoint
+        self.departed.pop(name, None)  # after the entry is set: see the class docstring
+        return changed
 
-    def forget(self, name: str) -> bool:
-        """Drop ``name``'s entry (the node left); False when there was none."""
+    def forget(self, name: str, may_return: bool = False) -> bool:
+        """Drop ``name``'s entry (the node left); False when there was none. ``may_return``:
+        it may register again, what is sent to it meanwhile is held (``departed``)."""
+        endpoint = self.nodes.get(name)
+        if endpoint is not None and may_return:
+            self.departed[name] = endpoint  # before the entry goes: see the class docstring
+        elif not may_return:
+            self.departed.pop(name, None)
         return self.nodes.pop(name, None) is not None
 
 

@@ -181,7 +181,8 @@ class SimCluster:
         info = BrokerInfo(broker_id, (Endpoint("PLAINTEXT", f"{broker.name}.sim", KAFKA_PORT),),
                           f"tcp://{broker.name}.sim:{GATEWAY_PORT}", None,
                           num_handlers=topo.num_handlers, num_shards=topo.num_shards,
-                          num_coordinators=topo.num_coordinators)
+                          num_coordinators=topo.num_coordinators,
+                          incarnation=str(node.incarnation))  # the world's count of starts
         node.spawn(ClusterController, topo.controller.name, topology=topo, config=cfg,
                    store=store, broker=info, clock=clock,
                    rng=random.Random(self.world.kernel.rng.getrandbits(64)))

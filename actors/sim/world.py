@@ -188,6 +188,9 @@ class SimWorld:
             except Exception as exc:
                 self.failures.append(f"{actor.name}@{node.name}: poll_timeout_ms: {exc!r}")
                 return
+            held = actor.held_wait_ms()  # messages wait for a departed node
+            if held is not None and (timeout is None or held < timeout):
+                timeout = held
         if timeout is None:
             return
         # at least a millisecond: a loop woken with nothing due sleeps again, not spins

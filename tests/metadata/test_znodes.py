@@ -215,6 +215,17 @@ def test_the_registration_carries_the_inter_node_wire_fingerprint() -> None:
     assert znodes.decode_broker(3, KAFKA_BROKER, epoch=77).wire == ""
 
 
+def test_the_registration_carries_the_incarnation_of_the_process() -> None:
+    """Each start of a node registers a new incarnation: the others tell a node restarted
+    on the same gateway from the process they knew (Directory.departed)."""
+    info = BrokerInfo(2, (Endpoint("PLAINTEXT", "10.0.0.2", 9092),), "tcp://10.0.0.2:19092",
+                      None, 9, incarnation="5f0c")
+    doc = json.loads(znodes.encode_broker(info, timestamp_ms=123))
+    assert doc["actorlog_incarnation"] == "5f0c"
+    assert znodes.decode_broker(2, json.dumps(doc).encode(), epoch=9) == info
+    assert znodes.decode_broker(3, KAFKA_BROKER, epoch=77).incarnation == ""
+
+
 def test_topic_assignment_keeps_a_reassignment_in_kafkas_fields() -> None:
     assignment = TopicAssignment({0: (3, 1), 1: (2,)}, adding={0: (3,)}, removing={0: (1,)})
     data = znodes.encode_topic_assignment(assignment)

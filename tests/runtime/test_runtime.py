@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -410,3 +411,228 @@ def test_an_actor_that_does_not_wait_on_remote_links_goes_on_when_one_takes_noth
     finally:
         logger.remove(sink)
         node.shutdown(timeout=5)
+
+
+# ------------------------------------------------------ a node that registers again
+def two_nodes(nodes: list[Node], tmp_path: Path) -> tuple[Node, Node, NodeEndpoint]:
+    """Node a (a Sender) and node b (an OrderChecker) over tcp, each with a directory of
+    its own, as cluster nodes have; b's endpoint as a's directory holds it."""
+    endpoints = {n: NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="1")
+                 for n in ("a", "b")}
+    a = Node("a", directory=Directory(dict(endpoints))).start()
+    nodes.append(a)
+    b = Node("b", directory=Directory(dict(endpoints))).start()
+    nodes.append(b)
+    a.spawn(Sender, "sender")
+    a.spawn(Sender, "sender2")
+    b.spawn(OrderChecker, "checker")
+    return a, b, endpoints["b"]
+
+
+def checked(b: Node) -> dict[str, Any]:
+    return b.ask(Address("b", "checker"), GetState())  # type: ignore[no-any-return]
+
+
+def dead_from(node: Node, sender: str, why: str = "") -> int:
+    """Records of dead letters of ``sender``'s (among the last hundred) whose reason has
+    ``why`` in it."""
+    return sum(1 for reason, s, _r in node.dead_letters.last
+               if s == f"{sender}@{node.name}" and why in reason)
+
+
+def no_route(node: Node, receiver: str) -> int:
+    """Dead letters to ``receiver`` for want of a route, all told."""
+    return node.dead_letters.by_reason().get(f"no route to actor {receiver}", 0)
+
+
+def test_messages_to_a_node_that_may_register_again_wait_for_it(
+        nodes: list[Node], tmp_path: Path) -> None:
+    """A node forgotten with may_return (its registration went: a ZooKeeper session
+    expired) gets, once learnt again as the same process, what was sent to it meanwhile,
+    in order; none is a dead letter. A node forgotten for good gets nothing, at once
+    dead letters."""
+    a, b, b_endpoint = two_nodes(nodes, tmp_path)
+    assert a.ask(Address("a", "sender"), SendSeq(10, "b", "checker")) == 10
+    wait_for(lambda: checked(b)["count"] == 10, timeout=10)
+    a.directory.forget("b", may_return=True)
+    assert a.ask(Address("a", "sender2"), SendSeq(500, "b", "checker")) == 500
+    time.sleep(0.3)  # the sender's loop looks every 20 ms: still held, none lost
+    assert checked(b)["count"] == 10
+    assert dead_from(a, "sender2") == 0
+    # registered again (the same gateway, the same process: it ran on)
+    a.directory.learn("b", NodeEndpoint(b_endpoint.host, b_endpoint.port, incarnation="1"))
+    state = wait_for(lambda: (st := checked(b))["count"] == 510 and st, timeout=10)
+    assert state["out_of_order"] == 0 and state["last"] == {"sender": 9, "sender2": 499}
+    assert dead_from(a, "sender2") == 0
+    a.directory.forget("b")  # left for good
+    assert not a.directory.departed
+    assert a.ask(Address("a", "sender"), SendSeq(7, "b", "checker")) == 7
+    wait_for(lambda: ("no route to actor checker@b", "sender@a", "")
+             in a.dead_letters.last, timeout=10)
+
+
+@pytest.mark.multiprocess
+def test_what_waited_for_a_node_is_not_given_to_its_next_process(
+        nodes: list[Node], tmp_path: Path) -> None:
+    """A node forgotten with may_return that comes back as a new process (restarted on
+    the same host and port, a new incarnation): what was held for the old process is
+    dead letters, not delivered to the new one (whose ids for matching answers start
+    again); what is sent after reaches the new process."""
+    endpoints = {n: NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="1")
+                 for n in ("a", "b")}
+    a = Node("a", directory=Directory(dict(endpoints))).start()
+    nodes.append(a)
+    a.spawn(Sender, "sender")
+    spec = spec_of(a.directory)
+    checker = Address("b", "checker")
+    b = NodeProcess("checker", "b", spec)
+    try:
+        assert a.ask(Address("a", "sender"), SendSeq(10, "b", "checker")) == 10
+        wait_for(lambda: a.ask(checker, GetState())["count"] == 10, timeout=20)
+        a.directory.forget("b", may_return=True)
+        assert a.ask(Address("a", "sender"), SendSeq(30, "b", "checker")) == 30
+    finally:
+        assert b.stop() == 0
+    b = NodeProcess("checker", "b", spec)  # the same gateway, a new process
+    try:
+        a.directory.learn("b", NodeEndpoint("127.0.0.1", endpoints["b"].port,
+                                            incarnation="2"))
+        wait_for(lambda: dead_from(a, "sender", "registered again as a new process") == 1,
+                 timeout=20)
+        assert no_route(a, "checker@b") == 30
+        assert not a.actor("sender")._departed_out
+        assert a.ask(Address("a", "sender"), SendSeq(5, "b", "checker")) == 5
+        state = wait_for(lambda: (st := a.ask(checker, GetState()))["count"] >= 5 and st,
+                         timeout=20)
+        # the held 30 would have come first (in order), numbered 10.. after the first 10
+        assert state == {"count": 5, "out_of_order": 0, "last": {"sender": 4}}
+    finally:
+        assert b.stop() == 0
+
+
+def test_messages_to_a_departed_node_are_dead_letters_after_the_hold(
+        nodes: list[Node], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A departed node that does not register again within the hold: what waited for it
+    (held, not dropped at once: the reason says so) is counted as dead letters, not
+    kept."""
+    monkeypatch.setattr("actors.runtime.actor._HOLD_NS", 300_000_000)
+    a, b, _ = two_nodes(nodes, tmp_path)
+    a.directory.forget("b", may_return=True)
+    assert a.ask(Address("a", "sender"), SendSeq(25, "b", "checker")) == 25
+    wait_for(lambda: not a.actor("sender")._departed_out, timeout=10)
+    assert [(reason, count) for reason, count in a.dead_letters.by_reason().items()
+            if reason == "no route to actor checker@b"] == [("no route to actor checker@b", 25)]
+    assert dead_from(a, "sender", "did not register again within") == 1
+    assert checked(b)["count"] == 0
+
+
+def test_what_a_stopping_actor_held_for_a_departed_node_is_dead_letters(
+        nodes: list[Node], tmp_path: Path) -> None:
+    a, b, _ = two_nodes(nodes, tmp_path)
+    a.directory.forget("b", may_return=True)
+    assert a.ask(Address("a", "sender"), SendSeq(25, "b", "checker")) == 25
+    assert a.stop_actor("sender")
+    assert dead_from(a, "sender", "the sender stopped while its node was away") == 1
+    assert no_route(a, "checker@b") == 25
+    assert checked(b)["count"] == 0
+
+
+def test_more_than_the_held_maximum_for_a_departed_node_is_dead_letters(
+        nodes: list[Node], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("actors.runtime.actor._HELD_MAX", 10)
+    a, b, b_endpoint = two_nodes(nodes, tmp_path)
+    a.directory.forget("b", may_return=True)
+    assert a.ask(Address("a", "sender"), SendSeq(25, "b", "checker")) == 25
+    wait_for(lambda: dead_from(a, "sender", "held for it while its node was away") == 1,
+             timeout=10)
+    assert no_route(a, "checker@b") == 25
+    assert not a.actor("sender")._departed_out
+    a.directory.learn("b", b_endpoint)
+    assert a.ask(Address("a", "sender"), SendSeq(3, "b", "checker")) == 3
+    wait_for(lambda: checked(b)["count"] == 3, timeout=10)
+
+
+class Interleaved(dict[str, NodeEndpoint]):
+    """One of a Directory's dicts that, the first time a reader looks ``name`` up by
+    ``how`` ("in" or "get"), first runs ``between`` (a write of the ClusterController's
+    thread) and then answers: a write landing between a reader's two reads, every time."""
+
+    def __init__(self, entries: dict[str, NodeEndpoint], name: str, how: str,
+                 between: Any) -> None:
+        super().__init__(entries)
+        self.armed = (name, how)
+        self.between = between
+        self.ran = threading.Event()
+
+    def _look(self, key: object, how: str) -> None:
+        if self.armed == (key, how):
+            self.armed = ("", "")  # once; the write itself reads this dict too
+            self.between()
+            self.ran.set()
+
+    def __contains__(self, key: object) -> bool:
+        self._look(key, "in")
+        return super().__contains__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        self._look(key, "get")
+        return super().get(key, default)
+
+
+def test_a_reader_always_finds_a_node_in_the_directory_or_among_the_departed(
+        nodes: list[Node], tmp_path: Path) -> None:
+    """What waited for a departed node is looked at with two reads without a lock: its
+    entry, then ``departed``. The node learnt again as the same process between the two
+    (learn sets the entry, then drops it from departed: it is in neither at the second
+    read) gets what waited, not dead letters for a node forgotten for good."""
+    a, b, b_endpoint = two_nodes(nodes, tmp_path)
+    a.directory.forget("b", may_return=True)
+    assert a.ask(Address("a", "sender"), SendSeq(20, "b", "checker")) == 20
+    wait_for(lambda: bool(a.actor("sender")._departed_out), timeout=10)
+    hook = Interleaved(a.directory.departed, "b", "in",
+                       lambda: a.directory.learn("b", b_endpoint))
+    a.directory.departed = hook
+    wait_for(hook.ran.is_set, timeout=10)
+    state = wait_for(lambda: (st := checked(b))["count"] == 20 and st, timeout=10)
+    assert state["out_of_order"] == 0
+    assert dead_from(a, "sender") == 0
+
+
+def test_a_node_learnt_again_as_a_sender_finds_it_gone_gets_what_is_sent(
+        nodes: list[Node], tmp_path: Path) -> None:
+    """A sender finds no entry for a departed node, then no ``departed`` either: learnt
+    again in between (the same process). What it sends is held and sent, not dead
+    letters for an unknown node."""
+    a, b, b_endpoint = two_nodes(nodes, tmp_path)
+    a.directory.forget("b", may_return=True)
+    hook = Interleaved(a.directory.departed, "b", "get",
+                       lambda: a.directory.learn("b", b_endpoint))
+    a.directory.departed = hook
+    assert a.ask(Address("a", "sender"), SendSeq(20, "b", "checker")) == 20
+    assert hook.ran.is_set()
+    state = wait_for(lambda: (st := checked(b))["count"] == 20 and st, timeout=10)
+    assert state["out_of_order"] == 0
+    assert dead_from(a, "sender") == 0
+
+
+def test_what_waited_is_not_sent_on_a_link_made_to_a_new_process(
+        nodes: list[Node], tmp_path: Path) -> None:
+    """Sending again to a departed node, a sender reads no entry (what waited goes first),
+    then the node is learnt again as a new process before the link is made from the
+    directory: what waited is dead letters (meant for the old process); only what was
+    sent now goes on the link."""
+    a, b, b_endpoint = two_nodes(nodes, tmp_path)
+    a.directory.forget("b", may_return=True)
+    assert a.ask(Address("a", "sender"), SendSeq(20, "b", "checker")) == 20
+    wait_for(lambda: bool(a.actor("sender")._departed_out), timeout=10)
+    restarted = NodeEndpoint(b_endpoint.host, b_endpoint.port, incarnation="2")
+    hook = Interleaved(a.directory.nodes, "b", "in",
+                       lambda: a.directory.learn("b", restarted))
+    a.directory.nodes = hook
+    assert a.ask(Address("a", "sender"), SendSeq(5, "b", "checker")) == 5
+    assert hook.ran.is_set()
+    wait_for(lambda: dead_from(a, "sender", "registered again as a new process") == 1,
+             timeout=10)
+    assert no_route(a, "checker@b") == 20
+    state = wait_for(lambda: (st := checked(b))["count"] >= 5 and st, timeout=10)
+    assert state == {"count": 5, "out_of_order": 0, "last": {"sender": 4}}

@@ -426,7 +426,9 @@ class Cluster:
         protocols = str(plan.config.get("listener.security.protocol.map", ""))
         wanted = [(listener.host, listener.port, "listeners")
                   for listener in parse_listeners(str(plan.config["listeners"]), protocols)]
-        wanted.append((plan.host.address, plan.gateway_port, "actor.gateway.port"))
+        # the gateway binds the spec's actor.gateway.host when it names one, else the host's
+        gateway_host = str(plan.config.get("actor.gateway.host", plan.host.address))
+        wanted.append((gateway_host, plan.gateway_port, "actor.gateway.port"))
         for host, port, key in wanted:
             if not port:
                 continue

@@ -1115,6 +1115,28 @@ def test_a_port_let_go_soon_after_is_no_conflict(spec_file: Path, zk_connect: st
         holder.close()
 
 
+@pytest.mark.local_hosts
+def test_the_gateway_port_is_tried_on_the_specs_gateway_host(spec_file: Path,
+                                                              zk_connect: str) -> None:
+    """A spec naming actor.gateway.host: the node binds its gateway there, so the port check
+    tries that address (it tried the host's, and missed a port taken on the other)."""
+    import socket
+
+    spec, ports = two_local_nodes_spec(zk_connect, '"actor.gateway.host" = "127.0.0.2"')
+    spec_file.write_text(spec)
+    cluster = Cluster(load_spec(spec_file), say=lambda line: None)
+    holder = socket.socket()
+    try:
+        holder.bind(("127.0.0.2", ports[1]))
+        holder.listen(1)
+        with pytest.raises(ClusterError) as refused:
+            cluster.check_ports_free(1)
+        assert f"port {ports[1]} (127.0.0.2)" in str(refused.value)
+        assert "actor.gateway.port in [nodes.1.config]" in str(refused.value)
+    finally:
+        holder.close()
+
+
 def unreachable_ssh_host_spec(ssh_host: SshServer, spec_file: Path, tmp_path: Path,
                               more: str = "") -> None:
     """A spec whose node and ZooKeeper are on an ssh host whose sshd is then stopped: the

@@ -302,10 +302,9 @@ class ReplicaManager(Actor):
         self.held_dropped = getattr(self, "held_dropped", 0)  # dropped past HELD_MAX (oldest)
         # the ids of requests to the shards go on over a restart of this actor: a late
         # answer to its previous life's (BecameLeaderOrFollower, ShardDone, RolesRestored)
-        # must not settle a new one. Seeded by the wall clock (as RequestHandler's), nor
-        # does an answer meant for a previous process of this node (an AlterPartition's)
-        self.req_ids: Iterator[int] = getattr(self, "req_ids", None) or itertools.count(
-            1 + ((self.clock.wall_ms() % (1 << 31)) << 20))
+        # must not settle a new one (an answer meant for a previous process of this node is
+        # not held for this one: Directory.departed compares incarnations)
+        self.req_ids: Iterator[int] = getattr(self, "req_ids", None) or itertools.count(1)
         self.pending: dict[int, _Pending] = {}
         self.waiters: list[_Waiter] = getattr(self, "waiters", [])
         # the UpdateMetadata (and snapshots) sent to the handlers so far, and the newest of

@@ -82,7 +82,7 @@ from actors.security.acl import Authorizer
 from actors.security.config import SecurityConfigError, SecuritySettings
 from actors.security.credentials import CredentialCache
 from actors.security.curve import CurveError, CurveIdentity, cluster_mismatch
-from actors.security.listeners import is_wildcard
+from actors.security.listeners import bind_error, is_wildcard
 from actors.security.local_store import LocalSecurityStore, LocalStoreError
 from actors.security.tls import TlsConfigError, server_context
 from actors.shard_relay import ShardRelay
@@ -261,19 +261,6 @@ def free_tcp_port(host: str) -> int:
             raise BrokerConfigError(f"actor.gateway.host {host!r}: cannot bind there "
                                     f"({exc.strerror}); give an address of this host") from None
         return int(probe.getsockname()[1])
-
-
-def gateway_port_taken(host: str, port: int) -> OSError | None:
-    """Why the gateway could not bind ``host:port`` (its errno; None: it can). ZeroMQ's tcp
-    listener sets SO_REUSEADDR, so this one does too: a port in TIME_WAIT is free to it."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            return exc
-    return None
 
 
 def lock_log_dir(path: Path) -> DirLock:
@@ -828,7 +815,7 @@ class Broker:
         """One line, before the node registers, for a gateway port it cannot bind: its
         gateway failed to start and the node ran on, registered with a gateway address
         where the other nodes' links met one of its listeners (a TLS one logged each)."""
-        exc = gateway_port_taken(host, port)
+        exc = bind_error(host, port)
         if exc is None:
             return
         where = format_host_port(host, port)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import socket
 import ssl
 import time
 from collections.abc import Callable, Iterator
@@ -54,7 +53,7 @@ from actors.hosts.runner import (
 )
 from actors.hosts.spec import ClusterSpec, HostSpec
 from actors.metadata.zk_server import ZOOKEEPER_JAR, Peer, four_letter_word
-from actors.security.listeners import parse_listeners
+from actors.security.listeners import bind_error, parse_listeners
 from wire.fingerprint import wire_fingerprint
 
 STATE_FILE = "state.json"
@@ -131,16 +130,8 @@ class ClusterState:
 def port_held(host: str, port: int) -> bool:
     """Whether binding ``port`` on ``host`` fails as taken (any other failure is left for
     the node's own start to say)."""
-    probe = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    try:
-        # as the node binds: TIME_WAIT left by an earlier run is no conflict
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        probe.bind((host, port))
-    except OSError as exc:
-        return exc.errno == errno.EADDRINUSE
-    finally:
-        probe.close()
-    return False
+    exc = bind_error(host, port)
+    return exc is not None and exc.errno == errno.EADDRINUSE
 
 
 class Cluster:

@@ -15,6 +15,7 @@ the key and the offending entry, meant to be shown to the user as it is.
 from __future__ import annotations
 
 import ipaddress
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -67,6 +68,20 @@ class Listener:
 
 def format_host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def bind_error(host: str, port: int) -> OSError | None:
+    """Why binding ``host:port`` fails (its errno; None: it can be bound). SO_REUSEADDR,
+    as ZeroMQ's tcp listener and the broker's listeners set it: a port in TIME_WAIT is
+    free."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc
+    return None
 
 
 def parse_protocol_map(text: str, what: str = "listener.security.protocol.map"

@@ -5,7 +5,11 @@ durability of their bytes is simulated, at the one call the log code makes
 to make them durable, ``os.fsync``. While a :class:`SimDisk` is active,
 ``os.fsync`` of a file under its root records the file's size as durable
 (by inode, so a checkpoint's temp file keeps its record when renamed) and
-returns without a real flush; every other fsync is the real one.
+returns without a real flush; every other fsync is the real one. An inode
+number is taken with its generation where the file system has one (ext4 hands
+a deleted file's number to the next file at once, with a new generation):
+else a new file inherited a dead one's durable size, and which files shared a
+number hung on what else used the file system, not on the seed.
 
 At a node's crash the node's partition files keep their durable bytes and
 lose the rest, except that some keep a torn tail: a seeded prefix of the
@@ -22,10 +26,12 @@ dropped: what a reopen reads ends where the disk has it).
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import random
 import re
 import stat
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +39,18 @@ from types import TracebackType
 from typing import Any
 
 PARTITION_DIR = re.compile(r".+-\d+$")
+FS_IOC_GETVERSION = 0x80087601   # _IOR('v', 1, long): the inode's generation (ext2/3/4)
+
+
+def _file_key(fileno: int, st: os.stat_result) -> tuple[int, int, int]:
+    """The file's identity for its durable size: device, inode number and generation (0
+    where the file system has none to give: tmpfs, which does not reuse numbers)."""
+    try:
+        generation = int.from_bytes(fcntl.ioctl(fileno, FS_IOC_GETVERSION, bytes(8))[:4],
+                                    sys.byteorder)
+    except OSError:
+        generation = 0
+    return st.st_dev, st.st_ino, generation
 
 
 @dataclass
@@ -49,7 +67,7 @@ class SimDisk:
         self.root = str(root.resolve())
         self.rng = rng
         self.torn_ratio = torn_ratio
-        self.durable: dict[tuple[int, int], int] = {}
+        self.durable: dict[tuple[int, int, int], int] = {}
         self.stats = DiskStats()
         self._real_fsync: Any = None
         self.failing: list[str] = []  # data directories whose next log fsync fails
@@ -81,7 +99,7 @@ class SimDisk:
                 and PARTITION_DIR.match(os.path.basename(os.path.dirname(path))):
             self.failing.remove(failing)
             self.stats.fsyncs_failed += 1
-            durable = min(self.durable.get((st.st_dev, st.st_ino), 0), st.st_size)
+            durable = min(self.durable.get(_file_key(fileno, st), 0), st.st_size)
             self.stats.bytes_lost += st.st_size - durable
             os.truncate(fileno, durable)
             if self.on_fsync_failed is not None:
@@ -89,7 +107,7 @@ class SimDisk:
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         if stat.S_ISREG(st.st_mode):
             self.stats.fsyncs += 1
-            self.durable[(st.st_dev, st.st_ino)] = st.st_size
+            self.durable[_file_key(fileno, st)] = st.st_size
 
     def fail_next_fsync(self, data_dir: Path) -> None:
         """The next fsync of a partition log file under ``data_dir`` fails (EIO) and loses
@@ -115,8 +133,13 @@ class SimDisk:
                     self._lose(path)
 
     def _lose(self, path: Path) -> None:
-        st = path.stat()
-        durable = min(self.durable.get((st.st_dev, st.st_ino), 0), st.st_size)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            st = os.fstat(fd)
+            key = _file_key(fd, st)
+        finally:
+            os.close(fd)
+        durable = min(self.durable.get(key, 0), st.st_size)
         unsynced = st.st_size - durable
         if unsynced <= 0:
             return

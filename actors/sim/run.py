@@ -128,7 +128,8 @@ class _Run:
                  trace_dir: Path | None = None) -> None:
         self.seed = seed
         self.options = options
-        self.world = world = SimWorld(seed, keep_trace=options.keep_trace, trace_dir=trace_dir)
+        self.world = world = SimWorld(seed, keep_trace=options.keep_trace, trace_dir=trace_dir,
+                                      root=root)
         self.rng = random.Random(world.kernel.rng.getrandbits(64))
         self.cluster = SimCluster(world, options.nodes, root, disk)
         self.history = History()

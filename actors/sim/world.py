@@ -12,7 +12,9 @@ a node's wall clock) are methods here; network faults are on
 Every delivery is one line of the run's trace (time, sender, receiver,
 message types and a checksum of the frame's bytes): two runs of one seed
 give the same trace, byte for byte, and a failing seed's trace says what
-happened.
+happened. The run's directory (``root``) is taken out of the bytes summed:
+paths travel in messages, and the directory is ``seed-<seed>-1`` rather than
+``-0`` while another run of the seed (another process's) holds that one.
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ Observer = Callable[[SimNode, Actor, str, str, list[Any]], None]
 
 class SimWorld:
     def __init__(self, seed: int, net: NetConfig | None = None, keep_trace: bool = True,
-                 trace_tail: int = 2000, trace_dir: Path | None = None) -> None:
+                 trace_tail: int = 2000, trace_dir: Path | None = None,
+                 root: Path | None = None) -> None:
         self.seed = seed
+        self.root = str(root).encode() if root is not None else None
         self.trace_dir = trace_dir  # every chain traced, in the trace format, per node life
         self.kernel = Kernel(seed)
         self.net = SimNetwork(self.kernel, net or NetConfig())
@@ -155,7 +159,10 @@ class SimWorld:
         known = _TYPE_NAMES
         names = ",".join([known[e[0]] if e[0] in known else _type_name(e[0])
                           for e in entries])
-        self._line(f"{s_name}@{s_node} -> {actor_name}@{dst} {names} {zlib.crc32(frame):08x}")
+        root = self.root
+        summed = frame.replace(root, b"<root>") if root is not None and root in frame \
+            else frame
+        self._line(f"{s_name}@{s_node} -> {actor_name}@{dst} {names} {zlib.crc32(summed):08x}")
         for observe in self.observers:
             observe(node, actor, s_node, s_name, entries)
         self._run_actor(node, actor, actor._dispatch_entries, s_node, s_name, entries)

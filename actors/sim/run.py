@@ -462,7 +462,9 @@ def _run_root(seed: int) -> Path:
     """The run's own directory, at a path that depends on the seed alone (paths travel
     in messages, so a random name would change the trace): the first free
     ``<sim tmp>/actorlog-sim-<uid>/seed-<seed>-<n>``; two runs of one seed at once differ."""
-    base = _sim_tmp() / f"actorlog-sim-{os.getuid()}"
+    # resolved: the world takes this path out of the frames it sums, and a relative or
+    # symlinked ACTORLOG_SIM_DIR must name it as the data directories in the frames do
+    base = _sim_tmp().resolve() / f"actorlog-sim-{os.getuid()}"
     base.mkdir(parents=True, exist_ok=True)
     n = 0
     while True:

@@ -7,11 +7,16 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from actors.sim import run as sim_run
 from actors.sim.plants import PLANTS, PlantUnavailable, planted
 from actors.sim.run import SimOptions, crc, run_seed, trace_bytes
+from actors.sim.world import SimWorld
+from wire import registry
+from wire.admin_messages import CleanableLogsDone
 
 # Seeds that once failed, kept so the bug stays fixed: (seed, steps). A seed replays its
 # bug only while the workload draws the same numbers; when the workload changes, the bug
@@ -185,18 +190,55 @@ def test_the_same_seed_replays_byte_for_byte() -> None:
     assert trace_bytes(world_1) != trace_bytes(world_3)
 
 
+@pytest.mark.parametrize("sim_dir", ["absolute", "relative", "symlink"])
 def test_a_seed_replays_in_whichever_directory_of_the_seed_it_gets(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        sim_dir: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Paths travel in messages (the log cleaner's rows), and a run takes
     ``seed-<seed>-1`` while another run of its seed (another pytest worker's, another
     process's, one killed that left its directory) holds ``-0``: the trace summed the path
-    and changed with it."""
-    monkeypatch.setenv("ACTORLOG_SIM_DIR", str(tmp_path))
+    and changed with it. Here the second run gets ``seed-1-10``, longer than ``seed-1-0``
+    (a msgpack string's header counts its length); a relative or symlinked
+    ACTORLOG_SIM_DIR is taken out as well."""
+    if sim_dir == "relative":
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("ACTORLOG_SIM_DIR", "sims")
+        base = tmp_path / "sims"
+    elif sim_dir == "symlink":
+        (tmp_path / "real").mkdir()
+        (tmp_path / "link").symlink_to(tmp_path / "real")
+        monkeypatch.setenv("ACTORLOG_SIM_DIR", str(tmp_path / "link"))
+        base = tmp_path / "link"
+    else:
+        monkeypatch.setenv("ACTORLOG_SIM_DIR", str(tmp_path))
+        base = tmp_path
+    # The run's directory as the brokers name it, seen travelling in the cleaner's rows.
+    seen: list[tuple[str, str]] = []
+
+    class _Watched(SimWorld):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            root = str(Path(kwargs["root"]).resolve())
+            cleaned = registry.type_id_of(CleanableLogsDone)
+
+            def observe(node: Any, actor: Any, s_node: str, s_name: str,
+                        entries: list[Any]) -> None:
+                for entry in entries:
+                    if entry[0] == cleaned:
+                        done = registry.build(CleanableLogsDone, entry[6])
+                        seen.extend((root, row.directory) for row in done.rows)
+            self.observers.append(observe)
+
+    monkeypatch.setattr(sim_run, "SimWorld", _Watched)
     options = SimOptions(steps=3, keep_trace=True)
     first, world_1 = run_seed(1, options)
-    (tmp_path / f"actorlog-sim-{os.getuid()}" / "seed-1-0").mkdir()   # held by another run
+    held = base / f"actorlog-sim-{os.getuid()}"
+    for n in range(10):   # held by other runs of the seed
+        (held / f"seed-1-{n}").mkdir()
     second, world_2 = run_seed(1, options)
-    assert "CleanableLogsDone" in "\n".join(world_1.trace)   # a message with a path in it
+    assert not (held / "seed-1-10").exists()   # it ran there, and was removed
+    roots = {root for root, _directory in seen}
+    assert roots == {str((held / "seed-1-0").resolve()), str((held / "seed-1-10").resolve())}
+    assert all(directory.startswith(root + os.sep) for root, directory in seen), seen[:4]
     assert trace_bytes(world_1) == trace_bytes(world_2)
     assert first.digest == second.digest
 

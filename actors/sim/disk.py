@@ -5,7 +5,14 @@ durability of their bytes is simulated, at the one call the log code makes
 to make them durable, ``os.fsync``. While a :class:`SimDisk` is active,
 ``os.fsync`` of a file under its root records the file's size as durable
 (by inode, so a checkpoint's temp file keeps its record when renamed) and
-returns without a real flush; every other fsync is the real one.
+returns without a real flush; every other fsync is the real one. A file's
+record goes when the file does: ``os.unlink``/``os.remove`` of its last name,
+or ``os.rename``/``os.replace`` onto it (which ``Path.unlink``,
+``Path.replace`` and ``shutil.rmtree`` call) drop it while the disk is active.
+Some file systems (ext4) hand a deleted file's inode number to the next file
+at once: kept, the record gave that new file the dead one's durable size, and
+which files shared a number hung on what else used the file system, not on
+the seed.
 
 At a node's crash the node's partition files keep their durable bytes and
 lose the rest, except that some keep a torn tail: a seeded prefix of the
@@ -49,9 +56,10 @@ class SimDisk:
         self.root = str(root.resolve())
         self.rng = rng
         self.torn_ratio = torn_ratio
-        self.durable: dict[tuple[int, int], int] = {}
+        self.durable: dict[tuple[int, int], int] = {}  # (device, inode) -> durable size
         self.stats = DiskStats()
         self._real_fsync: Any = None
+        self._real: dict[str, Any] = {}   # os.unlink/remove/rename/replace while active
         self.failing: list[str] = []  # data directories whose next log fsync fails
         # told the data directory and the file of each fsync made to fail, when it fails
         self.on_fsync_failed: Callable[[str, str], None] | None = None
@@ -60,11 +68,63 @@ class SimDisk:
     def __enter__(self) -> SimDisk:
         self._real_fsync = os.fsync
         os.fsync = self._fsync
+        self._real = {"unlink": os.unlink, "remove": os.remove, "rename": os.rename,
+                      "replace": os.replace}
+        os.unlink = self._unlink
+        os.remove = self._remove
+        os.rename = self._rename
+        os.replace = self._replace
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         os.fsync = self._real_fsync
+        os.unlink = self._real["unlink"]
+        os.remove = self._real["remove"]
+        os.rename = self._real["rename"]
+        os.replace = self._real["replace"]
+
+    # ------------------------------------------------------ files that go
+    def _forget(self, path: Any, dir_fd: int | None) -> None:
+        """The file at ``path`` loses its last name: its inode is free for the next file."""
+        if not self.durable:
+            return
+        try:
+            st = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
+        except (OSError, TypeError, ValueError):
+            return   # gone already, or not a path: the real call says what is wrong
+        if stat.S_ISREG(st.st_mode) and st.st_nlink <= 1:
+            self.durable.pop((st.st_dev, st.st_ino), None)
+
+    def _unlink(self, path: Any, *, dir_fd: int | None = None) -> None:
+        self._forget(path, dir_fd)
+        self._real["unlink"](path, dir_fd=dir_fd)
+
+    def _remove(self, path: Any, *, dir_fd: int | None = None) -> None:
+        self._forget(path, dir_fd)
+        self._real["remove"](path, dir_fd=dir_fd)
+
+    def _renamed_over(self, src: Any, dst: Any, src_dir_fd: int | None,
+                      dst_dir_fd: int | None) -> None:
+        # the file renamed keeps its record (a checkpoint's temp file); the one it
+        # replaces goes, unless it is the same file
+        try:
+            same = os.stat(src, dir_fd=src_dir_fd, follow_symlinks=False)
+            there = os.stat(dst, dir_fd=dst_dir_fd, follow_symlinks=False)
+        except (OSError, TypeError, ValueError):
+            return
+        if (same.st_dev, same.st_ino) != (there.st_dev, there.st_ino):
+            self._forget(dst, dst_dir_fd)
+
+    def _rename(self, src: Any, dst: Any, *, src_dir_fd: int | None = None,
+                dst_dir_fd: int | None = None) -> None:
+        self._renamed_over(src, dst, src_dir_fd, dst_dir_fd)
+        self._real["rename"](src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+    def _replace(self, src: Any, dst: Any, *, src_dir_fd: int | None = None,
+                 dst_dir_fd: int | None = None) -> None:
+        self._renamed_over(src, dst, src_dir_fd, dst_dir_fd)
+        self._real["replace"](src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
     def _fsync(self, fd: Any) -> None:
         fileno = fd if isinstance(fd, int) else fd.fileno()

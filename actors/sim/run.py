@@ -128,7 +128,8 @@ class _Run:
                  trace_dir: Path | None = None) -> None:
         self.seed = seed
         self.options = options
-        self.world = world = SimWorld(seed, keep_trace=options.keep_trace, trace_dir=trace_dir)
+        self.world = world = SimWorld(seed, keep_trace=options.keep_trace, trace_dir=trace_dir,
+                                      root=root)
         self.rng = random.Random(world.kernel.rng.getrandbits(64))
         self.cluster = SimCluster(world, options.nodes, root, disk)
         self.history = History()
@@ -461,7 +462,9 @@ def _run_root(seed: int) -> Path:
     """The run's own directory, at a path that depends on the seed alone (paths travel
     in messages, so a random name would change the trace): the first free
     ``<sim tmp>/actorlog-sim-<uid>/seed-<seed>-<n>``; two runs of one seed at once differ."""
-    base = _sim_tmp() / f"actorlog-sim-{os.getuid()}"
+    # resolved: the world takes this path out of the frames it sums, and a relative or
+    # symlinked ACTORLOG_SIM_DIR must name it as the data directories in the frames do
+    base = _sim_tmp().resolve() / f"actorlog-sim-{os.getuid()}"
     base.mkdir(parents=True, exist_ok=True)
     n = 0
     while True:

@@ -12,7 +12,11 @@ a node's wall clock) are methods here; network faults are on
 Every delivery is one line of the run's trace (time, sender, receiver,
 message types and a checksum of the frame's bytes): two runs of one seed
 give the same trace, byte for byte, and a failing seed's trace says what
-happened.
+happened. The run's directory (``root``) is taken out of what is summed:
+paths travel in messages, and the directory is ``seed-<seed>-1`` rather than
+``-0`` while another run of the seed (another process's) holds that one. A
+frame with the directory in it is summed re-encoded with ``<root>`` in its
+place (the raw bytes' string headers count the directory's length).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+import msgpack
 
 from actors.runtime.actor import Actor
 from actors.runtime.address import Address
@@ -39,8 +45,11 @@ Observer = Callable[[SimNode, Actor, str, str, list[Any]], None]
 
 class SimWorld:
     def __init__(self, seed: int, net: NetConfig | None = None, keep_trace: bool = True,
-                 trace_tail: int = 2000, trace_dir: Path | None = None) -> None:
+                 trace_tail: int = 2000, trace_dir: Path | None = None,
+                 root: Path | None = None) -> None:
         self.seed = seed
+        # resolved, as the brokers resolve their data directories (the paths that travel)
+        self.root = str(Path(root).resolve()).encode() if root is not None else None
         self.trace_dir = trace_dir  # every chain traced, in the trace format, per node life
         self.kernel = Kernel(seed)
         self.net = SimNetwork(self.kernel, net or NetConfig())
@@ -155,7 +164,15 @@ class SimWorld:
         known = _TYPE_NAMES
         names = ",".join([known[e[0]] if e[0] in known else _type_name(e[0])
                           for e in entries])
-        self._line(f"{s_name}@{s_node} -> {actor_name}@{dst} {names} {zlib.crc32(frame):08x}")
+        root = self.root
+        if root is not None and root in frame:
+            # Summed re-encoded with the directory taken out of each string: a string's
+            # length header counts the directory's length (seed-1-9 vs seed-1-10).
+            summed = msgpack.packb([s_node, s_name, _receiver,
+                                    _without_root(entries, root.decode(), root)])
+        else:
+            summed = frame
+        self._line(f"{s_name}@{s_node} -> {actor_name}@{dst} {names} {zlib.crc32(summed):08x}")
         for observe in self.observers:
             observe(node, actor, s_node, s_name, entries)
         self._run_actor(node, actor, actor._dispatch_entries, s_node, s_name, entries)
@@ -228,6 +245,20 @@ class SimWorld:
 
 def _nothing() -> None:
     pass
+
+
+def _without_root(value: Any, root: str, root_bytes: bytes) -> Any:
+    """``value`` with the run's directory replaced by ``<root>`` in every string in it."""
+    if type(value) is str:
+        return value.replace(root, "<root>") if root in value else value
+    if type(value) is bytes:
+        return value.replace(root_bytes, b"<root>") if root_bytes in value else value
+    if type(value) is list or type(value) is tuple:
+        return [_without_root(v, root, root_bytes) for v in value]
+    if type(value) is dict:
+        return {_without_root(k, root, root_bytes): _without_root(v, root, root_bytes)
+                for k, v in value.items()}
+    return value
 
 
 # type id -> the message type's name in trace lines, filled as ids are first seen

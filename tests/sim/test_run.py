@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from actors.sim import run as sim_run
 from actors.sim.plants import PLANTS, PlantUnavailable, planted
-from actors.sim.run import SimOptions, run_seed, trace_bytes
+from actors.sim.run import SimOptions, crc, run_seed, trace_bytes
+from actors.sim.world import SimWorld
+from wire import registry
+from wire.admin_messages import CleanableLogsDone
 
 # Seeds that once failed, kept so the bug stays fixed: (seed, steps). A seed replays its
 # bug only while the workload draws the same numbers; when the workload changes, the bug
@@ -181,10 +191,90 @@ def test_the_same_seed_replays_byte_for_byte() -> None:
     assert trace_bytes(world_1) != trace_bytes(world_3)
 
 
+@pytest.mark.parametrize("sim_dir", ["absolute", "relative", "symlink"])
+def test_a_seed_replays_in_whichever_directory_of_the_seed_it_gets(
+        sim_dir: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Paths travel in messages (the log cleaner's rows), and a run takes
+    ``seed-<seed>-1`` while another run of its seed (another pytest worker's, another
+    process's, one killed that left its directory) holds ``-0``: the trace summed the path
+    and changed with it. Here the second run gets ``seed-1-10``, longer than ``seed-1-0``
+    (a msgpack string's header counts its length); a relative or symlinked
+    ACTORLOG_SIM_DIR is taken out as well."""
+    if sim_dir == "relative":
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("ACTORLOG_SIM_DIR", "sims")
+        base = tmp_path / "sims"
+    elif sim_dir == "symlink":
+        (tmp_path / "real").mkdir()
+        (tmp_path / "link").symlink_to(tmp_path / "real")
+        monkeypatch.setenv("ACTORLOG_SIM_DIR", str(tmp_path / "link"))
+        base = tmp_path / "link"
+    else:
+        monkeypatch.setenv("ACTORLOG_SIM_DIR", str(tmp_path))
+        base = tmp_path
+    # The run's directory as the brokers name it, seen travelling in the cleaner's rows.
+    seen: list[tuple[str, str]] = []
+
+    class _Watched(SimWorld):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            root = str(Path(kwargs["root"]).resolve())
+            cleaned = registry.type_id_of(CleanableLogsDone)
+
+            def observe(node: Any, actor: Any, s_node: str, s_name: str,
+                        entries: list[Any]) -> None:
+                for entry in entries:
+                    if entry[0] == cleaned:
+                        done = registry.build(CleanableLogsDone, entry[6])
+                        seen.extend((root, row.directory) for row in done.rows)
+            self.observers.append(observe)
+
+    monkeypatch.setattr(sim_run, "SimWorld", _Watched)
+    options = SimOptions(steps=3, keep_trace=True)
+    first, world_1 = run_seed(1, options)
+    held = base / f"actorlog-sim-{os.getuid()}"
+    for n in range(10):   # held by other runs of the seed
+        (held / f"seed-1-{n}").mkdir()
+    second, world_2 = run_seed(1, options)
+    assert not (held / "seed-1-10").exists()   # it ran there, and was removed
+    roots = {root for root, _directory in seen}
+    assert roots == {str((held / "seed-1-0").resolve()), str((held / "seed-1-10").resolve())}
+    assert all(directory.startswith(root + os.sep) for root, directory in seen), seen[:4]
+    assert trace_bytes(world_1) == trace_bytes(world_2)
+    assert first.digest == second.digest
+
+
+# A fresh interpreter that imports this checkout (not whichever the venv's editable
+# install names: a script run from outside the checkout imports that one) runs the seed.
+_FRESH_RUN = """
+import sys
+from actors.sim.run import SimOptions, crc, run_seed, trace_bytes
+result, world = run_seed(82, SimOptions(steps=12, plant="isr-unknown-forgotten",
+                                        keep_trace=True))
+print(result.ok, result.invariant, crc(trace_bytes(world)))
+"""
+
+
+def test_a_seed_replays_after_other_runs_as_in_a_fresh_process() -> None:
+    """The promise a seed makes: the same run, whatever the process did before (another
+    seed, another plant, this module's imports) and whatever its string hash seed."""
+    run_seed(2, SimOptions(steps=3, plant="hw-ignores-isr"))
+    result, world = run_seed(82, SimOptions(steps=12, plant="isr-unknown-forgotten",
+                                            keep_trace=True))
+    here = f"{result.ok} {result.invariant} {crc(trace_bytes(world))}"
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONHASHSEED": "random"}
+    fresh = subprocess.run([sys.executable, "-c", _FRESH_RUN], cwd=root, env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    assert fresh.stdout.strip().splitlines()[-1] == here
+
+
 # plant -> (the invariant that must catch it, the seeds tried, the run's options). Each
 # budget is 30 seeds; it starts at the seed that found the plant when the budget was set
 # (scanning from seed 1: the comment says which), so the test runs one seed while the
-# workload draws the same numbers, and up to 30 once it draws others. The replication plants
+# workload draws the same numbers, and up to 30 once it draws others. A seed that breaks
+# another invariant first does not end the search. The replication plants
 # run the faults that move leadership and the ISR (and two acks=all producers where acks=all
 # is what the plant breaks), the same seed without the plant holding every invariant.
 _LEADERSHIP = ("crash", "pause", "partition", "expire")
@@ -225,16 +315,32 @@ PLANT_BUDGETS: dict[str, tuple[str, range, SimOptions]] = {
 
 @pytest.mark.parametrize("plant", sorted(PLANT_BUDGETS))
 def test_a_planted_bug_is_found_within_the_budget(plant: str) -> None:
+    # Found: a seed of the budget breaks the plant's invariant. A seed that breaks another
+    # one is run again without the plant: broken still, it is a bug of the code (the test
+    # fails); else the plant broke it another way, passed over and named in a warning (or
+    # in the failure, if no seed breaks the plant's invariant). The test says whether the
+    # plant is found, not which seed fails first: that moves whenever the workload draws
+    # other numbers.
     invariant, seeds, options = PLANT_BUDGETS[plant]
+    unplanted = options
     options = dataclasses.replace(options, plant=plant)
-    found = None
+    others: list[tuple[int, str | None, str | None]] = []
     for seed in seeds:
         result, _world = run_seed(seed, options)
-        if not result.ok:
-            found = result
-            break
-    assert found is not None, f"{plant} not found in seeds {seeds.start}-{seeds.stop - 1}"
-    assert found.invariant == invariant, (found.seed, found.invariant, found.detail)
+        if result.ok:
+            continue
+        if result.invariant == invariant:
+            if others:
+                warnings.warn(f"{plant} found at seed {seed}; seeds before it broke other "
+                              f"invariants with the plant only: {others}", stacklevel=1)
+            return
+        without, _world = run_seed(seed, unplanted)
+        if not without.ok:
+            pytest.fail(f"seed {seed} breaks {without.invariant!r} without the plant "
+                        f"{plant}: {without.detail}")
+        others.append((seed, result.invariant, result.detail))
+    pytest.fail(f"{plant} not found in seeds {seeds.start}-{seeds.stop - 1} by "
+                f"{invariant!r}; other invariants broken (with the plant only): {others}")
 
 
 def test_a_plant_is_undone_after_its_run() -> None:

@@ -185,11 +185,23 @@ def test_mutual_tls_with_a_client_certificate(mtls: BrokerProcess, pki: Pki,
 
 
 def test_a_wrong_password_is_one_line(sasl: BrokerProcess, pki: Pki, tmp_path: Path) -> None:
+    """The one line carries the broker's SaslAuthenticate error_message (which mechanism
+    failed and why), not kafka-python's generic 'SASL Authentication failed.'; never the
+    password."""
     config = _file(tmp_path, _jaas(pki, "SCRAM-SHA-256", "not-the-password"))
     for args in (("topics", "list"), ("groups", "list")):
         proc = actorlog(sasl.bootstrap, config, *args, timeout_ms=5000)
-        one_line_error(proc, 1, "SaslAuthenticationFailed")
+        one_line_error(proc, 1, "SaslAuthenticationFailed",
+                       "invalid credentials with SASL mechanism SCRAM-SHA-256")
+        assert "SASL Authentication failed." not in proc.stderr
         assert "not-the-password" not in proc.stdout + proc.stderr
+    plain = _file(tmp_path, "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                            "sasl.username=alice\nsasl.password=wrong-plain-secret\n",
+                  "plain.properties")
+    proc = actorlog(f"127.0.0.1:{sasl.plain_port}", plain,  # type: ignore[attr-defined]
+                    "topics", "list", timeout_ms=5000)
+    one_line_error(proc, 1, "SaslAuthenticationFailed", "Invalid username or password")
+    assert "wrong-plain-secret" not in proc.stdout + proc.stderr
 
 
 def test_a_mechanism_the_user_has_no_credential_of_fails_as_a_login(

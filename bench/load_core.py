@@ -111,6 +111,11 @@ def merge_errors(
     return merged
 
 
+def hide_secrets(client_config: Mapping[str, str]) -> dict[str, str]:
+    """A load's client settings for its JSON and tables: a password's value hidden."""
+    return {k: ("[hidden]" if "password" in k else v) for k, v in client_config.items()}
+
+
 def split_evenly(total: int, parts: int) -> list[int]:
     base, extra = divmod(total, parts)
     return [base + (1 if i < extra else 0) for i in range(parts)]

@@ -261,12 +261,53 @@ def _ssl_context(settings: dict[str, str]) -> ssl.SSLContext:
     return context
 
 
-def load(path: str) -> tuple[dict[str, Any], list[str]]:
-    """kafka-python arguments from a command-config file, and the keys it did not know."""
+def librdkafka_settings(settings: dict[str, str]) -> dict[str, str]:
+    """librdkafka (confluent-kafka) settings for Kafka's client settings, checked as
+    kafka_python_settings checks them (the same ClientConfigError for the same file): the
+    login of a sasl.jaas.config becomes sasl.username / sasl.password, a PEM
+    truststore / keystore ssl.ca.location / ssl.certificate.location."""
+    checked = kafka_python_settings(settings)
+    protocol = checked["security_protocol"]
+    out = {"security.protocol": protocol}
+    if protocol.startswith("SASL_"):
+        out |= {"sasl.mechanism": checked["sasl_mechanism"],
+                "sasl.username": checked["sasl_plain_username"],
+                "sasl.password": checked["sasl_plain_password"]}
+    if protocol.endswith("SSL"):
+        ca = _pem_file(settings, "ssl.ca.location") or _pem_file(settings,
+                                                                 "ssl.truststore.location")
+        cert = _pem_file(settings, "ssl.certificate.location") or _pem_file(
+            settings, "ssl.keystore.location")
+        key = _pem_file(settings, "ssl.key.location") or (cert if cert else None)
+        if ca:
+            out["ssl.ca.location"] = ca
+        if cert:
+            out["ssl.certificate.location"] = cert
+            out["ssl.key.location"] = key or cert
+        if settings.get("ssl.key.password"):
+            out["ssl.key.password"] = settings["ssl.key.password"]
+        algorithm = settings.get("ssl.endpoint.identification.algorithm", "https").strip()
+        out["ssl.endpoint.identification.algorithm"] = algorithm.lower() or "none"
+    return out
+
+
+def read_file(path: str) -> dict[str, str]:
+    """The Java properties of a command-config file; ClientConfigError naming the file."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise ClientConfigError(f"{path}: {reason or exc}") from None
-    settings = read_properties(text)
+    return read_properties(text)
+
+
+def load(path: str) -> tuple[dict[str, Any], list[str]]:
+    """kafka-python arguments from a command-config file, and the keys it did not know."""
+    settings = read_file(path)
     return kafka_python_settings(settings), sorted(set(settings) - KNOWN)
+
+
+def load_librdkafka(path: str) -> tuple[dict[str, str], list[str]]:
+    """librdkafka settings from a command-config file, and the keys it did not know."""
+    settings = read_file(path)
+    return librdkafka_settings(settings), sorted(set(settings) - KNOWN)

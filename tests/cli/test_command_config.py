@@ -294,3 +294,66 @@ def test_endpoint_identification_checks_the_brokers_name(pki: Pki, tmp_path: Pat
         assert api_versions(address, 5, context) > 0
     finally:
         assert broker.stop() == 0, broker.log()[-3000:]
+
+
+# ------------------------------------------------------------------ bench --command-config
+
+
+def bench(kind: str, bootstrap: str, config: str | None, *args: str
+          ) -> subprocess.CompletedProcess[str]:
+    extra = ["--command-config", config] if config is not None else []
+    return subprocess.run([sys.executable, "-m", "actors.cli", "bench", kind, "--bootstrap",
+                           bootstrap, "--no-progress", "--time-limit", "60", *extra, *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+
+
+def test_bench_produce_consume_e2e_over_sasl(sasl: BrokerProcess, pki: Pki,
+                                             tmp_path: Path) -> None:
+    """`actorlog bench produce|consume|e2e --command-config FILE` load a broker that has SASL
+    listeners only: the file as topics/groups take it (a Java client's sasl.jaas.config over
+    SASL_SSL, librdkafka's names over SASL_PLAINTEXT); the JSON shows no password."""
+    config = _file(tmp_path, _jaas(pki, "SCRAM-SHA-512", PASSWORD))
+    out = tmp_path / "produce.json"
+    proc = bench("produce", sasl.bootstrap, config, "--topic", "bench-sasl",
+                 "--num-records", "500", "--acks", "all", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    doc = json.loads(out.read_text())
+    assert doc["results"]["acked"] == 500 and doc["results"]["errors"] == {}
+    assert doc["config"]["client_config"]["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert doc["config"]["client_config"]["sasl.password"] == "[hidden]"
+    assert PASSWORD not in out.read_text() + proc.stdout + proc.stderr
+
+    out = tmp_path / "consume.json"
+    proc = bench("consume", sasl.bootstrap, config, "--topic", "bench-sasl", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert json.loads(out.read_text())["results"]["consumed"] == 500
+
+    plain = _file(tmp_path, "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                            f"sasl.username=alice\nsasl.password={PASSWORD}\n", "plain.properties")
+    out = tmp_path / "e2e.json"
+    proc = bench("e2e", f"127.0.0.1:{sasl.plain_port}", plain,  # type: ignore[attr-defined]
+                 "--topic", "bench-e2e-sasl", "--num-records", "200", "--target-rate", "0",
+                 "--json", str(out))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    results = json.loads(out.read_text())["results"]
+    assert (results["produced"], results["consumed"]) == (200, 200)
+
+
+@pytest.mark.parametrize("kind", ["produce", "consume", "e2e"])
+def test_bench_with_a_bad_command_config_is_one_line_and_exit_2(tmp_path: Path,
+                                                                kind: str) -> None:
+    config = _file(tmp_path, "security.protocol=SASL_SSL\nsasl.mechanism=GSSAPI\n")
+    # no broker listens there: the file is refused before any connection
+    one_line_error(bench(kind, f"127.0.0.1:{free_port()}", config), 2, "--command-config",
+                   "sasl.mechanism=GSSAPI")
+    missing = str(tmp_path / "missing.properties")
+    one_line_error(bench(kind, "127.0.0.1:1", missing), 2, missing)
+
+
+def test_bench_with_a_wrong_password_is_one_line(sasl: BrokerProcess, tmp_path: Path) -> None:
+    config = _file(tmp_path, "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                             "sasl.username=alice\nsasl.password=not-the-password\n")
+    proc = bench("produce", f"127.0.0.1:{sasl.plain_port}", config,  # type: ignore[attr-defined]
+                 "--topic", "bench-refused", "--num-records", "10")
+    one_line_error(proc, 1, "SCRAM-SHA-256")
+    assert "not-the-password" not in proc.stdout + proc.stderr

@@ -82,7 +82,7 @@ from actors.security.acl import Authorizer
 from actors.security.config import SecurityConfigError, SecuritySettings
 from actors.security.credentials import CredentialCache
 from actors.security.curve import CurveError, CurveIdentity, cluster_mismatch
-from actors.security.listeners import bind_error, is_wildcard
+from actors.security.listeners import bind_error, format_host_port, is_wildcard
 from actors.security.local_store import LocalSecurityStore, LocalStoreError
 from actors.security.tls import TlsConfigError, server_context
 from actors.shard_relay import ShardRelay
@@ -151,10 +151,6 @@ def parse_host_port(text: str, what: str = "listeners") -> tuple[str, int]:
             f"{what}: port {number} in {text!r} is out of range; use a port from 0 to 65535, "
             f"for example {host or '127.0.0.1'}:9092")
     return host, number
-
-
-def format_host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def log_dirs_of(cfg: Config) -> list[Path]:

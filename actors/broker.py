@@ -78,6 +78,7 @@ from actors.runtime.node import (
     NodeError,
     default_ipc_dir,
 )
+from actors.runtime.properties import PropertiesError, read_properties
 from actors.security.acl import Authorizer
 from actors.security.config import SecurityConfigError, SecuritySettings
 from actors.security.credentials import CredentialCache
@@ -314,14 +315,26 @@ def read_meta(data_dir: Path, broker_id: int) -> str | None:
     path = data_dir / "meta.properties"
     if not path.exists():
         return None
-    props = dict(
-        line.split("=", 1) for line in path.read_text().splitlines()
-        if "=" in line and not line.startswith("#")
-    )
-    stored = int(props.get("broker.id", broker_id))
+    try:  # Java's properties form, as Kafka writes the file (ISO-8859-1)
+        props = read_properties(path.read_text(encoding="latin-1"))
+        given = props.get("broker.id", str(broker_id))
+        if not given.strip().lstrip("-").isdigit():
+            raise ValueError(f"broker.id={given!r} is not an integer")
+        stored = int(given)
+        cluster_id = props["cluster.id"].strip()
+        if not cluster_id:
+            raise KeyError("cluster.id")
+    except OSError as exc:
+        raise BrokerError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    except KeyError:
+        raise BrokerError(f"{path} is malformed: it has no cluster.id; restore it, or remove "
+                          f"it when this data dir belongs to no cluster yet") from None
+    except (PropertiesError, ValueError) as exc:
+        raise BrokerError(f"{path} is malformed ({exc}); it needs broker.id=<integer> and "
+                          f"cluster.id=<id>") from None
     if stored != broker_id:
         raise BrokerError(f"{path} belongs to broker {stored}, this is broker {broker_id}")
-    return props["cluster.id"]
+    return cluster_id
 
 
 def read_or_create_meta(data_dir: Path, broker_id: int, cluster_id: str | None = None) -> str:

@@ -47,6 +47,9 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "requests_failed": ("counter", "Requests whose handling raised (answered with an error "
                                    "or the connection closed)"),
     "requests_refused": ("counter", "Requests refused before handling"),
+    "unsupported_version_warnings_held": ("counter", "Refusals of an unsupported API version "
+                                                     "not logged (one line a minute per API, "
+                                                     "version and client id)"),
     "requests_abandoned": ("counter", "Requests still waiting when their connection closed"),
     "requests_dropped_after_close": ("counter", "Answers for connections already closed"),
     "requests_oversized": ("counter", "Requests over socket.request.max.bytes"),

@@ -9,6 +9,7 @@ requests are in progress at once and none blocks the actor.
 from __future__ import annotations
 
 import itertools
+import struct
 from typing import Any
 
 from kafka.protocol.api_key import ApiKey
@@ -220,6 +221,44 @@ class _InFlight:
         self.access = access
 
 
+_INT16 = struct.Struct(">h")
+
+
+class WarningLimiter:
+    """At most one warning per key per interval: an old client retrying a version actorlog
+    does not serve opens a connection a time and would log a line per connection."""
+
+    MAX_KEYS = 1024  # keys come from clients (their client id): the table is bounded
+
+    def __init__(self, interval_ns: int = 60 * 1_000_000_000) -> None:
+        self.interval_ns = interval_ns
+        self.keys: dict[Any, list[int]] = {}  # key -> [next time it may log, held since]
+
+    def admit(self, key: Any, now_ns: int) -> int | None:
+        """None: hold this one back (counted); else log it, with the count of those held
+        back since the last one logged."""
+        entry = self.keys.get(key)
+        if entry is not None and now_ns < entry[0]:
+            entry[1] += 1
+            return None
+        held = entry[1] if entry is not None else 0
+        self.keys.pop(key, None)
+        if len(self.keys) >= self.MAX_KEYS:
+            del self.keys[next(iter(self.keys))]  # the key logged longest ago
+        self.keys[key] = [now_ns + self.interval_ns, 0]
+        return held
+
+
+def _client_id(frame: bytes) -> str | None:
+    """The client id of a request header (at the same place in every header version)."""
+    if len(frame) < 10:
+        return None
+    (size,) = _INT16.unpack_from(frame, 8)
+    if size < 0 or 10 + size > len(frame):
+        return None
+    return bytes(frame[10:10 + size]).decode("utf-8", "replace")
+
+
 class RequestHandler(Actor):
     mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
@@ -247,6 +286,8 @@ class RequestHandler(Actor):
         self.req_ids = itertools.count(1 + ((self.clock.wall_ms() % (1 << 31)) << 20))
         self.closed_for_bad_input = 0
         self.requests = 0
+        # by (api key, version, client id): one line a minute, with the count held back
+        self.unsupported_warnings = WarningLimiter()
         # connections this handler closed; all of a connection's requests come
         # here in order, so later ones are recognised (bounded, oldest dropped)
         self.closed_conns: dict[int, None] = {}
@@ -320,8 +361,22 @@ class RequestHandler(Actor):
         """Kafka closes a connection whose request it cannot parse or does not serve."""
         self.closed_for_bad_input += 1
         self.node.metrics.incr("requests_refused")
-        self.log.warning("closing connection {}: request (api {} v{} correlation {}) refused: {}",
-                         msg.conn_id, msg.api_key, msg.api_version, msg.correlation_id, exc)
+        if isinstance(exc, kc.UnsupportedVersionError):
+            client_id = _client_id(msg.frame)
+            held = self.unsupported_warnings.admit((msg.api_key, msg.api_version, client_id),
+                                                   start)
+            if held is None:
+                self.node.metrics.incr("unsupported_version_warnings_held")
+            else:
+                self.log.warning(
+                    "closing connection {}: request (api {} v{} correlation {}) refused: {} "
+                    "(client id {!r}; {} more like it held back since the last such line; "
+                    "one line a minute)", msg.conn_id, msg.api_key, msg.api_version,
+                    msg.correlation_id, exc, client_id, held)
+        else:
+            self.log.warning("closing connection {}: request (api {} v{} correlation {}) "
+                             "refused: {}", msg.conn_id, msg.api_key, msg.api_version,
+                             msg.correlation_id, exc)
         self._send(msg, b"", False, True, start, 0, 0)
 
     def _advance(self, state: _InFlight, replies: list[Any] | None) -> None:

@@ -275,3 +275,45 @@ def test_requests_behind_a_refused_one_are_not_executed(broker: BrokerProcess,
     with RawClient(broker.port) as client:
         # The produce was never answered, so it must not have been stored.
         assert client.list_offset(topic, 0, -1).offset == 0
+
+
+def test_an_old_client_retrying_an_unsupported_version_is_logged_once_a_minute(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """An old client reconnecting and retrying a version actorlog does not serve: every
+    connection is refused and closed, but the warning is one line a minute per (API,
+    version, client id), not one per connection (one handler: num.io.threads=1)."""
+    broker = BrokerProcess(tmp_path_factory.mktemp("old-client") / "data",
+                           config={"num.io.threads": 1}).start()
+    try:
+        for _ in range(12):
+            with RawClient(broker.port) as old:
+                old.send_raw(frame(PRODUCE, 2, unique_id(), b"\x00" * 20,
+                                   client_id=b"old-client-1"))
+                assert_closed(old)
+        marker = unique_id()  # another client id: its line comes after the ones above
+        with RawClient(broker.port) as other:
+            other.send_raw(frame(PRODUCE, 2, marker, b"\x00" * 20, client_id=b"other"))
+            assert_closed(other)
+        log = wait_for_log(broker, f"correlation {marker})")
+        lines = [line for line in log.splitlines() if "'old-client-1'" in line]
+        assert len(lines) == 1, lines
+        assert "api 0 v2" in lines[0] and "0 more like it held back" in lines[0], lines
+        with RawClient(broker.port) as good:  # the broker serves on
+            assert good.create_topic("after-old-clients", 1) == 0
+    finally:
+        assert broker.stop() == 0, broker.log()[-3000:]
+
+
+def test_the_warning_limiter_counts_what_it_held_back() -> None:
+    from actors.request_handler import WarningLimiter
+
+    limiter = WarningLimiter(interval_ns=60_000)
+    key = (0, 2, "old-client")
+    assert limiter.admit(key, 1_000) == 0  # the first: logged
+    assert [limiter.admit(key, t) for t in (2_000, 30_000, 60_999)] == [None] * 3
+    assert limiter.admit((0, 3, "old-client"), 2_000) == 0  # another version: its own line
+    assert limiter.admit(key, 61_000) == 3  # a minute on: logged, with the 3 held back
+    assert limiter.admit(key, 62_000) is None
+    for i in range(WarningLimiter.MAX_KEYS + 5):  # client ids chosen by clients: bounded
+        limiter.admit((0, 2, f"c{i}"), 70_000)
+    assert len(limiter.keys) == WarningLimiter.MAX_KEYS

@@ -834,7 +834,8 @@ class Processor(Actor):
     def _close_answered(self, conn: _Conn) -> None:
         """A connection closing after a refused request, its answers written: closed now,
         or, when its authentication failed, once connection.failed.authentication.delay.ms
-        has passed (not read meanwhile: a CLOSING connection is not)."""
+        has passed; meanwhile its socket is watched only for the peer closing or resetting
+        it, and bytes it sends are dropped (``_read_during_auth_delay``)."""
         if not conn.auth_failed or self.auth_fail_delay_ms <= 0:
             self._close(conn, "closed after a refused request")
             return

@@ -9,6 +9,7 @@ requests are in progress at once and none blocks the actor.
 from __future__ import annotations
 
 import itertools
+import os
 import struct
 from typing import Any
 
@@ -222,6 +223,9 @@ class _InFlight:
 
 
 _INT16 = struct.Struct(">h")
+_INT16_PAIR = struct.Struct(">hh")
+CLIENT_ID_KEPT = 256  # characters of a client id kept (a client may send 32,767 bytes)
+OTHERS = "others"  # the shared key of those that came once the table was full
 
 
 class WarningLimiter:
@@ -232,31 +236,42 @@ class WarningLimiter:
 
     def __init__(self, interval_ns: int = 60 * 1_000_000_000) -> None:
         self.interval_ns = interval_ns
-        self.keys: dict[Any, list[int]] = {}  # key -> [next time it may log, held since]
+        # key -> [next time it may log, count held back since its last line]
+        self.keys: dict[Any, list[int]] = {}
 
-    def admit(self, key: Any, now_ns: int) -> int | None:
+    def admit(self, key: Any, now_ns: int) -> tuple[int, bool] | None:
         """None: hold this one back (counted); else log it, with the count of those held
-        back since the last one logged."""
+        back since the last line of its key, and whether that key is the shared OTHERS
+        (the table was full: a new key is counted there, never evicting one, so a client
+        choosing a new client id per connection still gets one line an interval)."""
         entry = self.keys.get(key)
+        if entry is None and len(self.keys) >= self.MAX_KEYS:
+            key = OTHERS
+            entry = self.keys.get(key)
         if entry is not None and now_ns < entry[0]:
             entry[1] += 1
             return None
         held = entry[1] if entry is not None else 0
-        self.keys.pop(key, None)
-        if len(self.keys) >= self.MAX_KEYS:
-            del self.keys[next(iter(self.keys))]  # the key logged longest ago
         self.keys[key] = [now_ns + self.interval_ns, 0]
-        return held
+        return held, key == OTHERS
+
+
+def _warning_interval_ns() -> int:
+    """One line a minute; tests that must not see a minute pass set a longer interval."""
+    ms = os.environ.get("ACTORLOG_WARNING_INTERVAL_MS", "")
+    return (int(ms) if ms.isdigit() else 60_000) * 1_000_000
 
 
 def _client_id(frame: bytes) -> str | None:
-    """The client id of a request header (at the same place in every header version)."""
-    if len(frame) < 10:
+    """The client id of a request header (its first CLIENT_ID_KEPT characters): at the same
+    place in header v1 and later; header v0 (ControlledShutdown v0 only) has none."""
+    if len(frame) < 10 or _INT16_PAIR.unpack_from(frame, 0) == (7, 0):
         return None
     (size,) = _INT16.unpack_from(frame, 8)
     if size < 0 or 10 + size > len(frame):
         return None
-    return bytes(frame[10:10 + size]).decode("utf-8", "replace")
+    return bytes(frame[10:10 + min(size, 4 * CLIENT_ID_KEPT)]).decode(
+        "utf-8", "replace")[:CLIENT_ID_KEPT]
 
 
 class RequestHandler(Actor):
@@ -287,7 +302,7 @@ class RequestHandler(Actor):
         self.closed_for_bad_input = 0
         self.requests = 0
         # by (api key, version, client id): one line a minute, with the count held back
-        self.unsupported_warnings = WarningLimiter()
+        self.unsupported_warnings = WarningLimiter(_warning_interval_ns())
         # connections this handler closed; all of a connection's requests come
         # here in order, so later ones are recognised (bounded, oldest dropped)
         self.closed_conns: dict[int, None] = {}
@@ -363,16 +378,19 @@ class RequestHandler(Actor):
         self.node.metrics.incr("requests_refused")
         if isinstance(exc, kc.UnsupportedVersionError):
             client_id = _client_id(msg.frame)
-            held = self.unsupported_warnings.admit((msg.api_key, msg.api_version, client_id),
-                                                   start)
-            if held is None:
+            admitted = self.unsupported_warnings.admit(
+                (msg.api_key, msg.api_version, client_id), start)
+            if admitted is None:
                 self.node.metrics.incr("unsupported_version_warnings_held")
             else:
+                held, others = admitted
+                like = ("of other API versions or client ids (too many to track apart)"
+                        if others else "like it")
                 self.log.warning(
                     "closing connection {}: request (api {} v{} correlation {}) refused: {} "
-                    "(client id {!r}; {} more like it held back since the last such line; "
+                    "(client id {!r}; {} more {} held back since the last such line; "
                     "one line a minute)", msg.conn_id, msg.api_key, msg.api_version,
-                    msg.correlation_id, exc, client_id, held)
+                    msg.correlation_id, exc, client_id, held, like)
         else:
             self.log.warning("closing connection {}: request (api {} v{} correlation {}) "
                              "refused: {}", msg.conn_id, msg.api_key, msg.api_version,

@@ -78,7 +78,7 @@ from actors.runtime.node import (
     NodeError,
     default_ipc_dir,
 )
-from actors.runtime.properties import PropertiesError, read_properties
+from actors.runtime.properties import PropertiesError, read_properties, write_properties
 from actors.security.acl import Authorizer
 from actors.security.config import SecurityConfigError, SecuritySettings
 from actors.security.credentials import CredentialCache
@@ -321,8 +321,8 @@ def read_meta(data_dir: Path, broker_id: int) -> str | None:
         if not given.strip().lstrip("-").isdigit():
             raise ValueError(f"broker.id={given!r} is not an integer")
         stored = int(given)
-        cluster_id = props["cluster.id"].strip()
-        if not cluster_id:
+        cluster_id = props["cluster.id"]  # as written: ZooKeeper's may have any blanks
+        if not cluster_id.strip():
             raise KeyError("cluster.id")
     except OSError as exc:
         raise BrokerError(f"{path} cannot be read: {exc.strerror or exc}") from None
@@ -345,7 +345,10 @@ def read_or_create_meta(data_dir: Path, broker_id: int, cluster_id: str | None =
     path = data_dir / "meta.properties"
     cluster_id = cluster_id or new_cluster_id()
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(f"version=0\nbroker.id={broker_id}\ncluster.id={cluster_id}\n")
+    # as Java's Properties.store (read_meta's reader): a cluster id from ZooKeeper may be
+    # any string, and must read back the same
+    tmp.write_text(write_properties({"version": "0", "broker.id": str(broker_id),
+                                     "cluster.id": cluster_id}), encoding="ascii")
     os.replace(tmp, path)
     return cluster_id
 

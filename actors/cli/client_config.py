@@ -248,7 +248,9 @@ def librdkafka_settings(settings: dict[str, str]) -> dict[str, str]:
 
 
 def read_file(path: str) -> dict[str, str]:
-    """The Java properties of a command-config file; ClientConfigError naming the file."""
+    """The Java properties of a command-config file; ClientConfigError naming the file.
+    Read as UTF-8 (Java's Properties.load(InputStream) reads ISO-8859-1; a Kafka tool's
+    config of ASCII text, or with \\uXXXX escapes, reads the same)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -40,8 +40,8 @@ def read_properties(text: str) -> dict[str, str]:
     """Java's .properties form: ``key=value``, ``key: value`` or ``key value``; ``#`` and
     ``!`` comment lines; a trailing backslash continues the line; escapes as Java's
     (``\\uXXXX`` too, and an escaped separator in a key); the last of a key wins. The
-    file is read as UTF-8 (Java's Properties.load(InputStream) reads ISO-8859-1; a Kafka
-    tool's config of ASCII text, or with \\u escapes, reads the same)."""
+    text is the caller's to decode (Java's Properties.load(InputStream) reads ISO-8859-1).
+    A malformed escape is named by its key, never by its value (it may be a password)."""
     out: dict[str, str] = {}
     for line in _logical_lines(text):
         i = 0
@@ -50,7 +50,15 @@ def read_properties(text: str) -> dict[str, str]:
         key, rest = line[:i], line[i:].lstrip(_BLANK)
         if rest[:1] in ("=", ":"):
             rest = rest[1:].lstrip(_BLANK)
-        out[_unescape(key)] = _unescape(rest)  # Java keeps trailing blanks
+        try:
+            name = _unescape(key)
+        except PropertiesError:
+            raise PropertiesError(f"malformed \\uXXXX escape in the key {key!r}") from None
+        try:
+            out[name] = _unescape(rest)  # Java keeps trailing blanks
+        except PropertiesError:
+            raise PropertiesError(f"malformed \\uXXXX escape in the value of {name!r}") \
+                from None
     return out
 
 
@@ -60,7 +68,36 @@ def _unescape(text: str) -> str:
             return chr(int(match.group(1), 16))
         char = match.group(2)
         if char == "u":
-            raise PropertiesError(f"malformed \\uXXXX escape in {text!r}")
+            raise PropertiesError("malformed \\uXXXX escape")
         return {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(char, char)
 
-    return re.sub(r"\\(?:u([0-9A-Fa-f]{4})|(.))", one, text, flags=re.DOTALL)
+    text = re.sub(r"\\(?:u([0-9A-Fa-f]{4})|(.))", one, text, flags=re.DOTALL)
+    # Java escapes UTF-16 units: a character past U+FFFF is two \u escapes, joined here
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+
+
+def write_properties(items: dict[str, str]) -> str:
+    """The text Java's Properties.store writes for ``items`` (without its date comment),
+    all ASCII: read_properties reads it back to the same strings, whatever they hold."""
+    return "".join(f"{_escape(key, True)}={_escape(value, False)}\n"
+                   for key, value in items.items())
+
+
+_ESCAPED = {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f", "\\": "\\\\",
+            "=": "\\=", ":": "\\:", "#": "\\#", "!": "\\!"}
+
+
+def _escape(text: str, is_key: bool) -> str:
+    out = []
+    for i, char in enumerate(text):
+        if char == " ":  # a key's blanks, or a value's leading one, would be separators
+            out.append("\\ " if is_key or i == 0 else " ")
+        elif char in _ESCAPED:
+            out.append(_ESCAPED[char])
+        elif " " < char <= "~":
+            out.append(char)
+        else:  # in UTF-16 units, as Java writes them
+            units = char.encode("utf-16-be", "surrogatepass")
+            out.extend(f"\\u{units[j]:02X}{units[j + 1]:02X}"
+                       for j in range(0, len(units), 2))
+    return "".join(out)

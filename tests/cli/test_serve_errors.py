@@ -322,3 +322,26 @@ def test_meta_properties_is_read_as_java_properties(tmp_path: Path) -> None:
     made = read_or_create_meta(own, 7)
     assert (own / "meta.properties").read_text() == f"version=0\nbroker.id=7\ncluster.id={made}\n"
     assert read_meta(own, 7) == made
+
+
+@pytest.mark.parametrize("cluster_id", ["Zx8aQ-1", "clüster-\u00e9", "a\\b\\u0041", " lead:=#!",
+                                        "\U0001f600 tab\tend "])
+def test_meta_properties_round_trips_any_cluster_id(tmp_path: Path, cluster_id: str) -> None:
+    """A ZooKeeper-mode broker takes the cluster id from ZooKeeper's /cluster/id, any
+    string: written as Java's Properties.store writes it (ASCII, escaped), it reads back
+    the same, so a restart is not refused as 'belongs to cluster ...'."""
+    from actors.broker import read_meta, read_or_create_meta
+    from actors.runtime.properties import read_properties
+
+    assert read_or_create_meta(tmp_path, 5, cluster_id) == cluster_id
+    text = (tmp_path / "meta.properties").read_bytes().decode("ascii")
+    assert read_meta(tmp_path, 5) == cluster_id
+    assert read_or_create_meta(tmp_path, 5, "other") == cluster_id  # found, not rewritten
+    assert read_properties(text)["cluster.id"] == cluster_id
+
+
+def test_meta_properties_is_written_as_java_writes_it() -> None:
+    from actors.runtime.properties import write_properties
+
+    assert write_properties({"cluster.id": "cl\u00fc\\ster x", "a b:c": " v#!=\n"}) == (
+        "cluster.id=cl\\u00FC\\\\ster x\n" "a\\ b\\:c=\\ v\\#\\!\\=\\n\n")

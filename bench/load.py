@@ -89,6 +89,26 @@ def run_consume(
     return results
 
 
+# librdkafka's producer-only properties (CONFIGURATION.md, "P"): a consumer given one
+# warns that it ignores it
+PRODUCER_ONLY = frozenset((
+    "transactional.id", "transaction.timeout.ms", "enable.idempotence",
+    "enable.gapless.guarantee", "queue.buffering.max.messages", "queue.buffering.max.kbytes",
+    "queue.buffering.max.ms", "linger.ms", "message.send.max.retries", "retries",
+    "queue.buffering.backpressure.threshold", "compression.codec", "compression.type",
+    "compression.level", "batch.num.messages", "batch.size", "delivery.report.only.error",
+    "dr_cb", "dr_msg_cb", "sticky.partitioning.linger.ms", "request.required.acks", "acks",
+    "request.timeout.ms", "message.timeout.ms", "delivery.timeout.ms", "queuing.strategy",
+    "produce.offset.report", "partitioner", "partitioner_cb", "msg_order_cmp"))
+
+
+def consumer_settings(producer_settings: dict[str, str]) -> dict[str, str]:
+    """An e2e run's consumers get the producers' settings but the producer-only ones: how
+    to reach the broker (security, TLS verification, timeouts, ...), not the producer's
+    tuning."""
+    return {k: v for k, v in producer_settings.items() if k not in PRODUCER_ONLY}
+
+
 def run_e2e(
     produce: ProduceConfig,
     consumer_processes: int = 1,
@@ -105,9 +125,7 @@ def run_e2e(
                                       client_config=produce.client_config)
     consume = ConsumeConfig(
         bootstrap=produce.bootstrap,
-        # how to reach the broker, not the producer's tuning (a consumer warns of that)
-        client_config={k: v for k, v in produce.client_config.items()
-                       if k.startswith(("security.", "sasl.", "ssl."))},
+        client_config=consumer_settings(produce.client_config),
         topic=produce.topic,
         processes=consumer_processes,
         start="end",

@@ -357,3 +357,41 @@ def test_bench_with_a_wrong_password_is_one_line(sasl: BrokerProcess, tmp_path: 
                  "--topic", "bench-refused", "--num-records", "10")
     one_line_error(proc, 1, "SCRAM-SHA-256")
     assert "not-the-password" not in proc.stdout + proc.stderr
+
+
+def test_bench_e2e_consumers_get_every_connection_setting(sasl: BrokerProcess, pki: Pki,
+                                                          tmp_path: Path) -> None:
+    """e2e's consumers get the producers' settings but the producer-only ones: here the
+    file names no CA and `-X enable.ssl.certificate.verification=false` is what lets a
+    client in (a consumer given only security./sasl./ssl. keys fails verification)."""
+    config = _file(tmp_path, _jaas(pki, "SCRAM-SHA-512", PASSWORD).replace(
+        f"ssl.ca.location={pki.ca}\n", ""), "no-ca.properties")
+    out = tmp_path / "e2e.json"
+    proc = bench("e2e", sasl.bootstrap, config, "-X", "enable.ssl.certificate.verification=false",
+                 "-X", "linger.ms=5", "--topic", "bench-e2e-no-ca", "--num-records", "100",
+                 "--target-rate", "0", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    results = json.loads(out.read_text())["results"]
+    assert (results["produced"], results["consumed"]) == (100, 100)
+    # the producer's tuning stays the producer's: a consumer would warn it ignores it
+    assert "linger.ms" not in proc.stderr, proc.stderr
+
+
+def test_bench_hides_secrets_and_keeps_connection_settings_for_consumers() -> None:
+    from bench.load import consumer_settings
+    from bench.load_core import hide_secrets
+
+    settings = {"security.protocol": "SASL_SSL", "sasl.password": "p1",
+                "ssl.key.password": "p2", "ssl.key.pem": "-----BEGIN PRIVATE KEY-----",
+                "sasl.oauthbearer.client.secret": "s1", "sasl.oauthbearer.config": "t=s2",
+                "sasl.jaas.config": 'x required password="p3";', "ssl.certificate.pem": "cert",
+                "enable.ssl.certificate.verification": "false", "linger.ms": "5",
+                "acks": "all", "socket.timeout.ms": "9000"}
+    shown = hide_secrets(settings)
+    assert not {"p1", "p2", "s1", "t=s2", 'x required password="p3";',
+                "-----BEGIN PRIVATE KEY-----"} & set(shown.values()), shown
+    assert shown["ssl.certificate.pem"] == "cert" and shown["security.protocol"] == "SASL_SSL"
+    kept = consumer_settings(settings)
+    assert kept["enable.ssl.certificate.verification"] == "false"
+    assert kept["socket.timeout.ms"] == "9000" and kept["sasl.password"] == "p1"
+    assert "linger.ms" not in kept and "acks" not in kept

@@ -78,11 +78,12 @@ from actors.runtime.node import (
     NodeError,
     default_ipc_dir,
 )
+from actors.runtime.properties import PropertiesError, read_properties, write_properties
 from actors.security.acl import Authorizer
 from actors.security.config import SecurityConfigError, SecuritySettings
 from actors.security.credentials import CredentialCache
 from actors.security.curve import CurveError, CurveIdentity, cluster_mismatch
-from actors.security.listeners import bind_error, is_wildcard
+from actors.security.listeners import bind_error, format_host_port, is_wildcard
 from actors.security.local_store import LocalSecurityStore, LocalStoreError
 from actors.security.tls import TlsConfigError, server_context
 from actors.shard_relay import ShardRelay
@@ -151,10 +152,6 @@ def parse_host_port(text: str, what: str = "listeners") -> tuple[str, int]:
             f"{what}: port {number} in {text!r} is out of range; use a port from 0 to 65535, "
             f"for example {host or '127.0.0.1'}:9092")
     return host, number
-
-
-def format_host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def log_dirs_of(cfg: Config) -> list[Path]:
@@ -318,14 +315,26 @@ def read_meta(data_dir: Path, broker_id: int) -> str | None:
     path = data_dir / "meta.properties"
     if not path.exists():
         return None
-    props = dict(
-        line.split("=", 1) for line in path.read_text().splitlines()
-        if "=" in line and not line.startswith("#")
-    )
-    stored = int(props.get("broker.id", broker_id))
+    try:  # Java's properties form, as Kafka writes the file (ISO-8859-1)
+        props = read_properties(path.read_text(encoding="latin-1"))
+        given = props.get("broker.id", str(broker_id))
+        if not given.strip().lstrip("-").isdigit():
+            raise ValueError(f"broker.id={given!r} is not an integer")
+        stored = int(given)
+        cluster_id = props["cluster.id"]  # as written: ZooKeeper's may have any blanks
+        if not cluster_id.strip():
+            raise KeyError("cluster.id")
+    except OSError as exc:
+        raise BrokerError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    except KeyError:
+        raise BrokerError(f"{path} is malformed: it has no cluster.id; restore it, or remove "
+                          f"it when this data dir belongs to no cluster yet") from None
+    except (PropertiesError, ValueError) as exc:
+        raise BrokerError(f"{path} is malformed ({exc}); it needs broker.id=<integer> and "
+                          f"cluster.id=<id>") from None
     if stored != broker_id:
         raise BrokerError(f"{path} belongs to broker {stored}, this is broker {broker_id}")
-    return props["cluster.id"]
+    return cluster_id
 
 
 def read_or_create_meta(data_dir: Path, broker_id: int, cluster_id: str | None = None) -> str:
@@ -336,7 +345,10 @@ def read_or_create_meta(data_dir: Path, broker_id: int, cluster_id: str | None =
     path = data_dir / "meta.properties"
     cluster_id = cluster_id or new_cluster_id()
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(f"version=0\nbroker.id={broker_id}\ncluster.id={cluster_id}\n")
+    # as Java's Properties.store (read_meta's reader): a cluster id from ZooKeeper may be
+    # any string, and must read back the same
+    tmp.write_text(write_properties({"version": "0", "broker.id": str(broker_id),
+                                     "cluster.id": cluster_id}), encoding="ascii")
     os.replace(tmp, path)
     return cluster_id
 

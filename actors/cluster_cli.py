@@ -106,6 +106,9 @@ def check(spec_path: str) -> None:
     for node_id, plan in cluster.plans.items():
         say(f"node {node_id}: host {plan.host.name}, listener {plan.client_address}, "
             f"data dir {plan.data_dir}")
+    if spec.client_config is not None:  # its path and protocol: the file holds the login
+        protocol = spec.client_settings.get("security.protocol", "PLAINTEXT").strip().upper()
+        say(f"client config of up and status: {spec.client_config} ({protocol})")
     say(f"state dir: {spec.state_dir}")
 
 

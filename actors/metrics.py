@@ -47,6 +47,14 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "requests_failed": ("counter", "Requests whose handling raised (answered with an error "
                                    "or the connection closed)"),
     "requests_refused": ("counter", "Requests refused before handling"),
+    "auth_delay_wakeups": ("counter", "Poll wakeups for connections waiting out "
+                                      "connection.failed.authentication.delay.ms"),
+    "auth_delay_closed_by_peer": ("counter", "Connections a client closed or reset during "
+                                             "their connection.failed.authentication.delay.ms "
+                                             "(closed at once)"),
+    "unsupported_version_warnings_held": ("counter", "Refusals of an unsupported API version "
+                                                     "not logged (one line a minute per API, "
+                                                     "version and client id)"),
     "requests_abandoned": ("counter", "Requests still waiting when their connection closed"),
     "requests_dropped_after_close": ("counter", "Answers for connections already closed"),
     "requests_oversized": ("counter", "Requests over socket.request.max.bytes"),

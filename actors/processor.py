@@ -42,8 +42,11 @@ SASL_AUTHENTICATION_FAILED with a message, logged once with the peer, and
 the connection closed ``connection.failed.authentication.delay.ms`` after
 the answer is written (Kafka's delay: the client reads the refusal before
 the close, and a client retrying a wrong password cannot make the broker
-spin); it is not read meanwhile. Other refused requests close the
-connection once their answer is written.
+spin). As in Kafka, an unsupported mechanism and a request out of turn
+while authenticating are failed authentications too. During the delay
+nothing is served: the socket is watched only for the peer's close or
+reset, which closes it at once (bytes it sends are dropped). Other
+refused requests close the connection once their answer is written.
 
 Bounds (a connection is read only while under all of them):
 
@@ -326,6 +329,10 @@ class Processor(Actor):
         mask = 0
         if conn.reading and conn.core.state is OPEN and not self.stopping:
             mask |= _POLLIN
+        elif conn.conn_id in self.close_at:
+            # its failed-authentication delay: watched for the peer's close (or reset),
+            # which ends the wait at once; what it sends is read and dropped
+            mask |= _POLLIN
         if conn.out or conn.tls_out:
             mask |= _POLLOUT
         if mask == conn.mask:
@@ -384,6 +391,16 @@ class Processor(Actor):
         conn = self.by_fd.get(fd)
         if conn is None:
             self.unwatch_fd(fd)
+            return
+        if conn.conn_id in self.close_at:  # waiting out its failed-authentication delay
+            if mask & _POLLIN or not mask & _POLLOUT:  # data, a close, or an error
+                self._read_during_auth_delay(conn)
+                if conn.conn_id not in self.conns:
+                    return
+            if mask & _POLLOUT:  # encrypted bytes of the refusal still going out
+                self._write(conn)
+            if conn.conn_id in self.conns:
+                self._update_mask(conn)
             return
         self.idle.update(conn.conn_id, self._monotonic_ns() // 1_000_000)
         # POLLIN may be from before this turn's answers made the connection CLOSING
@@ -615,7 +632,8 @@ class Processor(Actor):
                     data: dict[str, Any] = {"error_code": shake.error_code,
                                             "mechanisms": list(shake.mechanisms)}
                     close = shake.close
-                    if close:
+                    if close:  # Kafka's UnsupportedSaslMechanismException: a delayed close
+                        conn.auth_failed = True
                         self.log.warning("connection {} from {}: {}", conn.conn_id,
                                          conn.peer_host, sasl.failure_reason)
                 else:
@@ -639,6 +657,10 @@ class Processor(Actor):
                                        conn.principal, sasl.mechanism)
                 frame = kc.encode_response(header, data)
             else:  # refused
+                if close and not sasl.authenticated:
+                    # a request out of turn while authenticating (Kafka's
+                    # IllegalSaslStateException): closed after the delay, as a failed login
+                    conn.auth_failed = True
                 self.log.warning("connection {} from {}: {}; closing it", conn.conn_id,
                                  conn.peer_host, sasl.failure_reason or verdict.message)
                 if respond and request.api_key == SASL_HANDSHAKE:
@@ -812,7 +834,8 @@ class Processor(Actor):
     def _close_answered(self, conn: _Conn) -> None:
         """A connection closing after a refused request, its answers written: closed now,
         or, when its authentication failed, once connection.failed.authentication.delay.ms
-        has passed (not read meanwhile: a CLOSING connection is not)."""
+        has passed; meanwhile its socket is watched only for the peer closing or resetting
+        it, and bytes it sends are dropped (``_read_during_auth_delay``)."""
         if not conn.auth_failed or self.auth_fail_delay_ms <= 0:
             self._close(conn, "closed after a refused request")
             return
@@ -820,6 +843,25 @@ class Processor(Actor):
             self.close_at[conn.conn_id] = (self._monotonic_ns() // 1_000_000
                                            + self.auth_fail_delay_ms)
         self._update_mask(conn)
+
+    def _read_during_auth_delay(self, conn: _Conn) -> None:
+        """The peer of a connection waiting out its failed-authentication delay moved: a
+        close or a reset closes it now (the delay is for a client still reading, and the
+        fd need not be held); bytes it sends are dropped (it is not served)."""
+        self.node.metrics.incr("auth_delay_wakeups")
+        try:
+            data = conn.sock.recv(READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            why = f"reset by peer ({exc.strerror or exc})"
+        else:
+            if data:
+                return
+            why = "closed by peer"
+        self.node.metrics.incr("auth_delay_closed_by_peer")
+        self._close(conn, f"authentication failed; {why} during "
+                          f"connection.failed.authentication.delay.ms")
 
     @staticmethod
     def _send_buffers(conn: _Conn, buffers: list[memoryview]) -> int:

@@ -9,6 +9,8 @@ requests are in progress at once and none blocks the actor.
 from __future__ import annotations
 
 import itertools
+import os
+import struct
 from typing import Any
 
 from kafka.protocol.api_key import ApiKey
@@ -220,6 +222,58 @@ class _InFlight:
         self.access = access
 
 
+_INT16 = struct.Struct(">h")
+_INT16_PAIR = struct.Struct(">hh")
+CLIENT_ID_KEPT = 256  # characters of a client id kept (a client may send 32,767 bytes)
+OTHERS = "others"  # the shared key of those that came once the table was full
+
+
+class WarningLimiter:
+    """At most one warning per key per interval: an old client retrying a version actorlog
+    does not serve opens a connection a time and would log a line per connection."""
+
+    MAX_KEYS = 1024  # keys come from clients (their client id): the table is bounded
+
+    def __init__(self, interval_ns: int = 60 * 1_000_000_000) -> None:
+        self.interval_ns = interval_ns
+        # key -> [next time it may log, count held back since its last line]
+        self.keys: dict[Any, list[int]] = {}
+
+    def admit(self, key: Any, now_ns: int) -> tuple[int, bool] | None:
+        """None: hold this one back (counted); else log it, with the count of those held
+        back since the last line of its key, and whether that key is the shared OTHERS
+        (the table was full: a new key is counted there, never evicting one, so a client
+        choosing a new client id per connection still gets one line an interval)."""
+        entry = self.keys.get(key)
+        if entry is None and len(self.keys) >= self.MAX_KEYS:
+            key = OTHERS
+            entry = self.keys.get(key)
+        if entry is not None and now_ns < entry[0]:
+            entry[1] += 1
+            return None
+        held = entry[1] if entry is not None else 0
+        self.keys[key] = [now_ns + self.interval_ns, 0]
+        return held, key == OTHERS
+
+
+def _warning_interval_ns() -> int:
+    """One line a minute; tests that must not see a minute pass set a longer interval."""
+    ms = os.environ.get("ACTORLOG_WARNING_INTERVAL_MS", "")
+    return (int(ms) if ms.isdigit() else 60_000) * 1_000_000
+
+
+def _client_id(frame: bytes) -> str | None:
+    """The client id of a request header (its first CLIENT_ID_KEPT characters): at the same
+    place in header v1 and later; header v0 (ControlledShutdown v0 only) has none."""
+    if len(frame) < 10 or _INT16_PAIR.unpack_from(frame, 0) == (7, 0):
+        return None
+    (size,) = _INT16.unpack_from(frame, 8)
+    if size < 0 or 10 + size > len(frame):
+        return None
+    return bytes(frame[10:10 + min(size, 4 * CLIENT_ID_KEPT)]).decode(
+        "utf-8", "replace")[:CLIENT_ID_KEPT]
+
+
 class RequestHandler(Actor):
     mailbox_size = 0  # unbounded: the Processors bound the requests (queued.max.requests)
 
@@ -247,6 +301,8 @@ class RequestHandler(Actor):
         self.req_ids = itertools.count(1 + ((self.clock.wall_ms() % (1 << 31)) << 20))
         self.closed_for_bad_input = 0
         self.requests = 0
+        # by (api key, version, client id): one line a minute, with the count held back
+        self.unsupported_warnings = WarningLimiter(_warning_interval_ns())
         # connections this handler closed; all of a connection's requests come
         # here in order, so later ones are recognised (bounded, oldest dropped)
         self.closed_conns: dict[int, None] = {}
@@ -320,8 +376,25 @@ class RequestHandler(Actor):
         """Kafka closes a connection whose request it cannot parse or does not serve."""
         self.closed_for_bad_input += 1
         self.node.metrics.incr("requests_refused")
-        self.log.warning("closing connection {}: request (api {} v{} correlation {}) refused: {}",
-                         msg.conn_id, msg.api_key, msg.api_version, msg.correlation_id, exc)
+        if isinstance(exc, kc.UnsupportedVersionError):
+            client_id = _client_id(msg.frame)
+            admitted = self.unsupported_warnings.admit(
+                (msg.api_key, msg.api_version, client_id), start)
+            if admitted is None:
+                self.node.metrics.incr("unsupported_version_warnings_held")
+            else:
+                held, others = admitted
+                like = ("of other API versions or client ids (too many to track apart)"
+                        if others else "like it")
+                self.log.warning(
+                    "closing connection {}: request (api {} v{} correlation {}) refused: {} "
+                    "(client id {!r}; {} more {} held back since the last such line; "
+                    "one line a minute)", msg.conn_id, msg.api_key, msg.api_version,
+                    msg.correlation_id, exc, client_id, held, like)
+        else:
+            self.log.warning("closing connection {}: request (api {} v{} correlation {}) "
+                             "refused: {}", msg.conn_id, msg.api_key, msg.api_version,
+                             msg.correlation_id, exc)
         self._send(msg, b"", False, True, start, 0, 0)
 
     def _advance(self, state: _InFlight, replies: list[Any] | None) -> None:

@@ -30,7 +30,9 @@ from bench.load_produce import ProduceConfig, producer_group, summarize_produce
 from bench.peers import (
     BootstrapRefusedError,
     BrokerStartError,
+    LoginRefusedError,
     check_bootstrap,
+    check_login,
     ensure_topic,
     split_host_port,
 )
@@ -54,6 +56,7 @@ def run_produce(
 ) -> dict[str, Any]:
     """Run one produce load and return the `results` block."""
     check_bootstrap(config.bootstrap, allow_hosts)
+    check_login(config.bootstrap, config.client_config)
     if create_topic:
         config.partitions = ensure_topic(config.bootstrap, config.topic, config.partitions,
                                          client_config=config.client_config)
@@ -73,6 +76,7 @@ def run_consume(
 ) -> dict[str, Any]:
     """Read from a topic and return the `results` block (throughput, consume() call latency)."""
     check_bootstrap(config.bootstrap, allow_hosts)
+    check_login(config.bootstrap, config.client_config)
     plan = plan_partitions(config)
     consumers = consumer_group(spawn_context(), config, plan)
     total = config.num_records
@@ -85,6 +89,26 @@ def run_consume(
     return results
 
 
+# librdkafka's producer-only properties (CONFIGURATION.md, "P"): a consumer given one
+# warns that it ignores it
+PRODUCER_ONLY = frozenset((
+    "transactional.id", "transaction.timeout.ms", "enable.idempotence",
+    "enable.gapless.guarantee", "queue.buffering.max.messages", "queue.buffering.max.kbytes",
+    "queue.buffering.max.ms", "linger.ms", "message.send.max.retries", "retries",
+    "queue.buffering.backpressure.threshold", "compression.codec", "compression.type",
+    "compression.level", "batch.num.messages", "batch.size", "delivery.report.only.error",
+    "dr_cb", "dr_msg_cb", "sticky.partitioning.linger.ms", "request.required.acks", "acks",
+    "request.timeout.ms", "message.timeout.ms", "delivery.timeout.ms", "queuing.strategy",
+    "produce.offset.report", "partitioner", "partitioner_cb", "msg_order_cmp"))
+
+
+def consumer_settings(producer_settings: dict[str, str]) -> dict[str, str]:
+    """An e2e run's consumers get the producers' settings but the producer-only ones: how
+    to reach the broker (security, TLS verification, timeouts, ...), not the producer's
+    tuning."""
+    return {k: v for k, v in producer_settings.items() if k not in PRODUCER_ONLY}
+
+
 def run_e2e(
     produce: ProduceConfig,
     consumer_processes: int = 1,
@@ -95,10 +119,13 @@ def run_e2e(
 ) -> dict[str, Any]:
     """Produce records stamped with their due time and measure when consumers see them."""
     check_bootstrap(produce.bootstrap, allow_hosts)
+    check_login(produce.bootstrap, produce.client_config)
     produce.e2e_run_id = produce.e2e_run_id or os.urandom(8)
-    produce.partitions = ensure_topic(produce.bootstrap, produce.topic, produce.partitions)
+    produce.partitions = ensure_topic(produce.bootstrap, produce.topic, produce.partitions,
+                                      client_config=produce.client_config)
     consume = ConsumeConfig(
         bootstrap=produce.bootstrap,
+        client_config=consumer_settings(produce.client_config),
         topic=produce.topic,
         processes=consumer_processes,
         start="end",
@@ -202,6 +229,30 @@ def _client_config(pairs: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+def _command_config(_ctx: click.Context, _param: click.Parameter,
+                    path: str | None) -> dict[str, str]:
+    """librdkafka settings from a Kafka client properties file, read as `actorlog topics
+    --command-config` reads it; a bad file is one line and exit code 2."""
+    if path is None:
+        return {}
+    from actors.cli import UserError
+    from actors.cli.client_config import ClientConfigError, load_librdkafka
+
+    try:
+        settings, unknown = load_librdkafka(path)
+    except ClientConfigError as exc:
+        raise UserError(f"--command-config {exc}") from None
+    if unknown:
+        click.echo(f"Warning: --command-config {path}: ignoring unknown "
+                   f"{'key' if len(unknown) == 1 else 'keys'} {', '.join(unknown)}", err=True)
+    return settings
+
+
+def _settings(kw: dict[str, Any]) -> dict[str, str]:
+    # -X settings override the file's
+    return {**kw["command_config"], **_client_config(kw["client_config"])}
+
+
 def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--bootstrap", required=True, help="HOST:PORT of the broker (loopback only)."),
@@ -237,6 +288,13 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "client_config",
             multiple=True,
             help="Extra librdkafka setting KEY=VALUE (repeatable).",
+        ),
+        click.option(
+            "--command-config",
+            metavar="FILE",
+            callback=_command_config,
+            help="A Kafka client properties file (security.protocol, sasl.*, ssl.*), as "
+            "kafka-topics.sh and `actorlog topics` take it; -X settings override it.",
         ),
         click.option(
             "--json",
@@ -349,7 +407,7 @@ def _produce_config(
         max_in_flight=kw["max_in_flight"],
         max_outstanding=kw["max_outstanding"],
         time_limit_s=kw["time_limit"],
-        client_config=_client_config(kw["client_config"]),
+        client_config=_settings(kw),
     )
 
 
@@ -387,6 +445,9 @@ def _guard(func: Callable[[], None], bootstrap: str, allow_hosts: Iterable[str])
         raise click.ClickException(f"{bootstrap}: {exc.args[0].str()}") from None
     except BrokerStartError as exc:
         raise click.ClickException(f"{bootstrap}: {exc}") from None
+    except LoginRefusedError as exc:
+        raise click.ClickException(f"{bootstrap}: login refused: {exc} "
+                                   f"(--command-config FILE)") from None
     except LoadRunError as exc:  # a worker's error, by its first line (not its traceback)
         raise click.ClickException(f"{bootstrap}: the load failed: {exc.summary}") from None
 
@@ -430,7 +491,7 @@ def consume_command(**kw: Any) -> None:
         processes=kw["processes"],
         start=kw["start"],
         time_limit_s=kw["time_limit"],
-        client_config=_client_config(kw["client_config"]),
+        client_config=_settings(kw),
     )
     console = make_console()
 

@@ -14,6 +14,7 @@ import multiprocessing as mp
 import multiprocessing.context
 import os
 import queue
+import re
 import signal
 import threading
 import time
@@ -109,6 +110,18 @@ def merge_errors(
             slot = merged.setdefault(name, {"code": int(entry["code"]), "count": 0})
             slot["count"] += int(entry["count"])
     return merged
+
+
+def hide_secrets(client_config: Mapping[str, str]) -> dict[str, str]:
+    """A load's client settings for its JSON and tables: the value of a password, a secret,
+    a PEM key or a login config hidden."""
+    return {k: ("[hidden]" if _SECRET.search(k) else v) for k, v in client_config.items()}
+
+
+# password, secret (sasl.oauthbearer.client.secret), a key in PEM (ssl.key.pem), a login
+# (sasl.jaas.config, sasl.oauthbearer.config), a private key's passphrase
+_SECRET = re.compile(r"password|secret|passphrase|key\.pem|jaas\.config|oauthbearer\.config",
+                     re.IGNORECASE)
 
 
 def split_evenly(total: int, parts: int) -> list[int]:

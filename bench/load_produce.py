@@ -25,6 +25,7 @@ from bench.load_core import (
     LatencyCounts,
     WorkerGroup,
     WorkerSlot,
+    hide_secrets,
     latency_summary_ms,
     merge_encoded,
     merge_errors,
@@ -66,6 +67,7 @@ class ProduceConfig:
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
+        out["client_config"] = hide_secrets(self.client_config)  # the JSON is shared
         out["e2e_run_id"] = None if self.e2e_run_id is None else self.e2e_run_id.hex()
         return out
 

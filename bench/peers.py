@@ -260,6 +260,48 @@ def template_uses(template: str, placeholder: str) -> bool:
     return "{" + placeholder + "}" in TEMPLATE_ALIASES.get(template.strip(), template)
 
 
+class LoginRefusedError(RuntimeError):
+    """The broker refused the load's SASL login (its message says which mechanism/user)."""
+
+
+def check_login(bootstrap: str, client_config: Mapping[str, str] | None,
+                timeout_s: float = 15.0) -> None:
+    """With a SASL client config: one metadata round trip, raising LoginRefusedError at the
+    broker's first refusal. librdkafka retries a refused login until its timeout and logs
+    every try on stderr; this says it once."""
+    if not (client_config or {}).get("security.protocol", "").upper().startswith("SASL_"):
+        return
+    import logging
+
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    refused: list[str] = []
+    quiet = logging.getLogger("actorlog.bench.login")
+    quiet.propagate = False
+    if not quiet.handlers:
+        quiet.addHandler(logging.NullHandler())
+
+    def on_error(err: Any) -> None:
+        if err.code() == KafkaError._AUTHENTICATION:
+            refused.append(err.str())
+
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, **(client_config or {}),
+                            "error_cb": on_error, "logger": quiet}
+    admin = AdminClient(conf)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            admin.list_topics(timeout=0.5)
+            return
+        except KafkaException:
+            admin.poll(0)  # serves error_cb
+        if refused:
+            raise LoginRefusedError(refused[0])
+        if time.monotonic() >= deadline:
+            return  # not a login failure: the load's own calls say what it is
+
+
 def ensure_topic(
     bootstrap: str,
     topic: str,

@@ -69,11 +69,24 @@ def error_name(code: int) -> str:
 
 def describe_error(exc: BaseException) -> str:
     """One line for a kafka-python exception."""
-    from kafka.errors import KafkaError
+    from kafka.errors import (
+        IllegalSaslStateError,
+        KafkaError,
+        SaslAuthenticationFailedError,
+        UnsupportedSaslMechanismError,
+    )
 
     if isinstance(exc, KafkaError):
         message = (getattr(exc, "description", "") or str(exc)
                    ).removeprefix(f"{type(exc).__name__}: ")  # kafka-python's str() names it
+        if isinstance(exc, (SaslAuthenticationFailedError, IllegalSaslStateError,
+                            UnsupportedSaslMechanismError)):
+            # the broker's error_message says which mechanism or login failed: kafka-python
+            # puts it in the args ("SaslAuthenticationFailedError: <error_message>") and its
+            # class description is only the generic "SASL Authentication failed."
+            said = re.sub(r"^\w+Error: ", "", str(exc.args[0]) if exc.args else "").strip()
+            if said and said != "None":
+                message = said
         return f"{type(exc).__name__.removesuffix('Error')}: {message}".strip().rstrip(":")
     return f"{type(exc).__name__}: {exc}"
 

@@ -21,6 +21,9 @@ import ssl
 from pathlib import Path
 from typing import Any
 
+from actors.runtime.properties import PropertiesError
+from actors.runtime.properties import read_properties as _read_properties
+
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 KNOWN = frozenset({
@@ -36,60 +39,13 @@ class ClientConfigError(ValueError):
     """A setting that cannot be used: the message is one line naming the key."""
 
 
-_BLANK = " \t\f"  # Java's whitespace in a .properties file
-
-
-def _logical_lines(text: str) -> list[str]:
-    # lines end at \n, \r or \r\n only (str.splitlines would also split at \v, \x1c..)
-    lines: list[str] = []
-    logical: str | None = None
-    for raw in re.split(r"\r\n|\r|\n", text):
-        line = raw.lstrip(_BLANK)
-        if logical is None and (not line or line[0] in "#!"):
-            continue  # (in a continuation a '#' is the value's, not a comment)
-        if logical is not None and not line:
-            lines.append(logical)  # a backslash before an empty line ends the value
-            logical = None
-            continue
-        logical = (logical or "") + line
-        if (len(line) - len(line.rstrip("\\"))) % 2:  # an odd count of backslashes
-            logical = logical[:-1]  # goes on in the next line
-            continue
-        lines.append(logical)
-        logical = None
-    if logical is not None:
-        lines.append(logical)
-    return lines
-
-
 def read_properties(text: str) -> dict[str, str]:
-    """Java's .properties form: ``key=value``, ``key: value`` or ``key value``; ``#`` and
-    ``!`` comment lines; a trailing backslash continues the line; escapes as Java's
-    (``\\uXXXX`` too, and an escaped separator in a key); the last of a key wins. The
-    file is read as UTF-8 (Java's Properties.load(InputStream) reads ISO-8859-1; a Kafka
-    tool's config of ASCII text, or with \\u escapes, reads the same)."""
-    out: dict[str, str] = {}
-    for line in _logical_lines(text):
-        i = 0
-        while i < len(line) and line[i] not in "=:" + _BLANK:
-            i += 2 if line[i] == "\\" else 1
-        key, rest = line[:i], line[i:].lstrip(_BLANK)
-        if rest[:1] in ("=", ":"):
-            rest = rest[1:].lstrip(_BLANK)
-        out[_unescape(key)] = _unescape(rest)  # Java keeps trailing blanks
-    return out
-
-
-def _unescape(text: str) -> str:
-    def one(match: re.Match[str]) -> str:
-        if match.group(1):
-            return chr(int(match.group(1), 16))
-        char = match.group(2)
-        if char == "u":
-            raise ClientConfigError(f"malformed \\uXXXX escape in {text!r}")
-        return {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(char, char)
-
-    return re.sub(r"\\(?:u([0-9A-Fa-f]{4})|(.))", one, text, flags=re.DOTALL)
+    """Java's .properties form (actors.runtime.properties); ClientConfigError for what
+    Java refuses."""
+    try:
+        return _read_properties(text)
+    except PropertiesError as exc:
+        raise ClientConfigError(str(exc)) from None
 
 
 _JAAS_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "a": "\a", "v": "\v"}
@@ -261,12 +217,55 @@ def _ssl_context(settings: dict[str, str]) -> ssl.SSLContext:
     return context
 
 
-def load(path: str) -> tuple[dict[str, Any], list[str]]:
-    """kafka-python arguments from a command-config file, and the keys it did not know."""
+def librdkafka_settings(settings: dict[str, str]) -> dict[str, str]:
+    """librdkafka (confluent-kafka) settings for Kafka's client settings, checked as
+    kafka_python_settings checks them (the same ClientConfigError for the same file): the
+    login of a sasl.jaas.config becomes sasl.username / sasl.password, a PEM
+    truststore / keystore ssl.ca.location / ssl.certificate.location."""
+    checked = kafka_python_settings(settings)
+    protocol = checked["security_protocol"]
+    out = {"security.protocol": protocol}
+    if protocol.startswith("SASL_"):
+        out |= {"sasl.mechanism": checked["sasl_mechanism"],
+                "sasl.username": checked["sasl_plain_username"],
+                "sasl.password": checked["sasl_plain_password"]}
+    if protocol.endswith("SSL"):
+        ca = _pem_file(settings, "ssl.ca.location") or _pem_file(settings,
+                                                                 "ssl.truststore.location")
+        cert = _pem_file(settings, "ssl.certificate.location") or _pem_file(
+            settings, "ssl.keystore.location")
+        key = _pem_file(settings, "ssl.key.location") or (cert if cert else None)
+        if ca:
+            out["ssl.ca.location"] = ca
+        if cert:
+            out["ssl.certificate.location"] = cert
+            out["ssl.key.location"] = key or cert
+        if settings.get("ssl.key.password"):
+            out["ssl.key.password"] = settings["ssl.key.password"]
+        algorithm = settings.get("ssl.endpoint.identification.algorithm", "https").strip()
+        out["ssl.endpoint.identification.algorithm"] = algorithm.lower() or "none"
+    return out
+
+
+def read_file(path: str) -> dict[str, str]:
+    """The Java properties of a command-config file; ClientConfigError naming the file.
+    Read as UTF-8 (Java's Properties.load(InputStream) reads ISO-8859-1; a Kafka tool's
+    config of ASCII text, or with \\uXXXX escapes, reads the same)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise ClientConfigError(f"{path}: {reason or exc}") from None
-    settings = read_properties(text)
+    return read_properties(text)
+
+
+def load(path: str) -> tuple[dict[str, Any], list[str]]:
+    """kafka-python arguments from a command-config file, and the keys it did not know."""
+    settings = read_file(path)
     return kafka_python_settings(settings), sorted(set(settings) - KNOWN)
+
+
+def load_librdkafka(path: str) -> tuple[dict[str, str], list[str]]:
+    """librdkafka settings from a command-config file, and the keys it did not know."""
+    settings = read_file(path)
+    return librdkafka_settings(settings), sorted(set(settings) - KNOWN)

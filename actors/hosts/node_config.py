@@ -27,7 +27,13 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from actors.hosts.spec import DEFAULT_LISTENER_PORT, ClusterSpec, HostSpec
-from actors.security.listeners import Listener, SecurityProtocol, is_wildcard, parse_listeners
+from actors.security.listeners import (
+    Listener,
+    SecurityProtocol,
+    format_host_port,
+    is_wildcard,
+    parse_listeners,
+)
 
 CONFIG_FILE = "node.toml"
 LOG_FILE = "serve.log"
@@ -80,10 +86,6 @@ def _logged_in(listeners: tuple[Listener, ...], client: dict[str, str],
                  if listener.security_protocol.name == wanted), probed)
 
 
-def format_address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def curve_key_paths(data_dir: str, node_id: int) -> tuple[str, str]:
     """Where a node's config names its secret key file and public keys dir when the spec's
     config does not: ``curve/`` in its data dir."""
@@ -121,8 +123,8 @@ class NodePlan:
             "node.id": node_id,
             "node.name": f"node-{node_id}",
         }
-        listeners = str(merged.get("listeners", format_address(host.address,
-                                                               DEFAULT_LISTENER_PORT)))
+        listeners = str(merged.get("listeners", format_host_port(host.address,
+                                                                 DEFAULT_LISTENER_PORT)))
         listen_port = parse_listener(listeners)[1]  # the first: the gateway's default is next
         protocols = str(merged.get("listener.security.protocol.map", ""))
         bound = parse_listeners(listeners, protocols)
@@ -135,7 +137,7 @@ class NodePlan:
                          for b in bound)
             if told != bound:  # clients cannot connect to a wildcard
                 values["advertised.listeners"] = (
-                    format_address(told[0].host, told[0].port) if "://" not in listeners
+                    format_host_port(told[0].host, told[0].port) if "://" not in listeners
                     else ",".join(t.connection_string for t in told))
         probed = _probed(told, spec.client_settings)
         login = _logged_in(told, spec.client_settings, probed)
@@ -155,9 +157,9 @@ class NodePlan:
             values["actor.curve.secret.key.file"] = secret
             values["actor.curve.public.keys.dir"] = public_dir
         values.update(merged)
-        return cls(node_id, host, values, listen_port, format_address(adv_host, adv_port),
+        return cls(node_id, host, values, listen_port, format_host_port(adv_host, adv_port),
                    gateway_port, data_dir, tuple(b.port for b in bound),
-                   probed.security_protocol.name, format_address(login.host, login.port))
+                   probed.security_protocol.name, format_host_port(login.host, login.port))
 
     @property
     def config_path(self) -> str:

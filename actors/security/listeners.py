@@ -67,6 +67,7 @@ class Listener:
 
 
 def format_host_port(host: str, port: int) -> str:
+    """``host:port``, an IPv6 host in brackets (the one definition; the broker imports it)."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 

@@ -275,3 +275,73 @@ def test_requests_behind_a_refused_one_are_not_executed(broker: BrokerProcess,
     with RawClient(broker.port) as client:
         # The produce was never answered, so it must not have been stored.
         assert client.list_offset(topic, 0, -1).offset == 0
+
+
+def test_an_old_client_retrying_an_unsupported_version_is_logged_once_a_minute(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """An old client reconnecting and retrying a version actorlog does not serve: every
+    connection is refused and closed, but the warning is one line a minute per (API,
+    version, client id), not one per connection (one handler: num.io.threads=1). The
+    interval is an hour here (ACTORLOG_WARNING_INTERVAL_MS) so a slow run sees one line
+    too; a client id is cut to its first 256 characters in the key and the line."""
+    broker = BrokerProcess(tmp_path_factory.mktemp("old-client") / "data",
+                           config={"num.io.threads": 1},
+                           env={"ACTORLOG_WARNING_INTERVAL_MS": "3600000"}).start()
+    try:
+        long_id = b"x" * 300 + b"-tail"  # past the first 256: not kept
+        for i in range(12):
+            with RawClient(broker.port) as old:
+                old.send_raw(frame(PRODUCE, 2, unique_id(), b"\x00" * 20,
+                                   client_id=b"old-client-1"))
+                assert_closed(old)
+            with RawClient(broker.port) as old:  # ids differing past 256: one key
+                old.send_raw(frame(PRODUCE, 2, unique_id(), b"\x00" * 20,
+                                   client_id=long_id + str(i).encode()))
+                assert_closed(old)
+        marker = unique_id()  # another client id: its line comes after the ones above
+        with RawClient(broker.port) as other:
+            other.send_raw(frame(PRODUCE, 2, marker, b"\x00" * 20, client_id=b"other"))
+            assert_closed(other)
+        log = wait_for_log(broker, f"correlation {marker})")
+        lines = [line for line in log.splitlines() if "'old-client-1'" in line]
+        assert len(lines) == 1, lines
+        assert "api 0 v2" in lines[0] and "0 more like it held back" in lines[0], lines
+        long_lines = [line for line in log.splitlines() if "xxxxx" in line]
+        assert len(long_lines) == 1, long_lines
+        assert f"'{'x' * 256}'" in long_lines[0] and "-tail" not in long_lines[0]
+        with RawClient(broker.port) as good:  # the broker serves on
+            assert good.create_topic("after-old-clients", 1) == 0
+    finally:
+        assert broker.stop() == 0, broker.log()[-3000:]
+
+
+def test_the_warning_limiter_counts_what_it_held_back() -> None:
+    from actors.request_handler import WarningLimiter
+
+    limiter = WarningLimiter(interval_ns=60_000)
+    key = (0, 2, "old-client")
+    assert limiter.admit(key, 1_000) == (0, False)  # the first: logged
+    assert [limiter.admit(key, t) for t in (2_000, 30_000, 60_999)] == [None] * 3
+    assert limiter.admit((0, 3, "old-client"), 2_000) == (0, False)  # its own line
+    assert limiter.admit(key, 61_000) == (3, False)  # a minute on: with the 3 held back
+    assert limiter.admit(key, 62_000) is None
+    # client ids are the client's choice: the table is bounded, and once it is full a new
+    # id is counted in one shared key, not given a line by evicting an old one
+    new_ids = [limiter.admit((0, 2, f"c{i}"), 70_000) for i in range(WarningLimiter.MAX_KEYS)]
+    assert new_ids.count((0, False)) == WarningLimiter.MAX_KEYS - 2
+    assert new_ids[-2:] == [(0, True), None]
+    assert len(limiter.keys) == WarningLimiter.MAX_KEYS + 1  # and the shared one
+    assert limiter.admit(key, 70_000) is None  # still held: not evicted
+    assert [limiter.admit((0, 2, f"d{i}"), 80_000) for i in range(5)] == [None] * 5
+    assert limiter.admit((0, 2, "e"), 130_000) == (6, True)
+
+
+def test_the_client_id_of_a_request_header_is_cut_and_absent_in_header_v0() -> None:
+    from actors.request_handler import CLIENT_ID_KEPT, _client_id
+
+    huge = b"\xc3\xa9" * 16_000  # 32,000 bytes of a client-chosen id
+    header = struct.pack(">hhih", 0, 9, 7, len(huge)) + huge
+    assert _client_id(header) == "\u00e9" * CLIENT_ID_KEPT
+    assert _client_id(struct.pack(">hhih", 3, 1, 7, 2) + b"ab") == "ab"
+    # ControlledShutdown v0 has header v0: what follows the correlation id is its body
+    assert _client_id(struct.pack(">hhii", 7, 0, 7, 1)) is None

@@ -92,3 +92,13 @@ def test_read_properties_as_java_does(text: str, expected: dict[str, str]) -> No
 def test_a_malformed_unicode_escape_is_named() -> None:
     with pytest.raises(ClientConfigError, match="uXXXX"):
         read_properties("k=\\u12g4\n")
+
+
+def test_a_malformed_escape_names_the_key_not_the_value() -> None:
+    """The value may be a password: the error names its key only."""
+    with pytest.raises(ClientConfigError) as caught:
+        read_properties("sasl.jaas.config=secret-\\u12g4-word\n")
+    assert "sasl.jaas.config" in str(caught.value)
+    assert "secret" not in str(caught.value), caught.value
+    with pytest.raises(ClientConfigError, match="in the key 'k\\\\\\\\u12'"):
+        read_properties("k\\u12=v\n")

@@ -185,11 +185,23 @@ def test_mutual_tls_with_a_client_certificate(mtls: BrokerProcess, pki: Pki,
 
 
 def test_a_wrong_password_is_one_line(sasl: BrokerProcess, pki: Pki, tmp_path: Path) -> None:
+    """The one line carries the broker's SaslAuthenticate error_message (which mechanism
+    failed and why), not kafka-python's generic 'SASL Authentication failed.'; never the
+    password."""
     config = _file(tmp_path, _jaas(pki, "SCRAM-SHA-256", "not-the-password"))
     for args in (("topics", "list"), ("groups", "list")):
         proc = actorlog(sasl.bootstrap, config, *args, timeout_ms=5000)
-        one_line_error(proc, 1, "SaslAuthenticationFailed")
+        one_line_error(proc, 1, "SaslAuthenticationFailed",
+                       "invalid credentials with SASL mechanism SCRAM-SHA-256")
+        assert "SASL Authentication failed." not in proc.stderr
         assert "not-the-password" not in proc.stdout + proc.stderr
+    plain = _file(tmp_path, "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                            "sasl.username=alice\nsasl.password=wrong-plain-secret\n",
+                  "plain.properties")
+    proc = actorlog(f"127.0.0.1:{sasl.plain_port}", plain,  # type: ignore[attr-defined]
+                    "topics", "list", timeout_ms=5000)
+    one_line_error(proc, 1, "SaslAuthenticationFailed", "Invalid username or password")
+    assert "wrong-plain-secret" not in proc.stdout + proc.stderr
 
 
 def test_a_mechanism_the_user_has_no_credential_of_fails_as_a_login(
@@ -282,3 +294,104 @@ def test_endpoint_identification_checks_the_brokers_name(pki: Pki, tmp_path: Pat
         assert api_versions(address, 5, context) > 0
     finally:
         assert broker.stop() == 0, broker.log()[-3000:]
+
+
+# ------------------------------------------------------------------ bench --command-config
+
+
+def bench(kind: str, bootstrap: str, config: str | None, *args: str
+          ) -> subprocess.CompletedProcess[str]:
+    extra = ["--command-config", config] if config is not None else []
+    return subprocess.run([sys.executable, "-m", "actors.cli", "bench", kind, "--bootstrap",
+                           bootstrap, "--no-progress", "--time-limit", "60", *extra, *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+
+
+def test_bench_produce_consume_e2e_over_sasl(sasl: BrokerProcess, pki: Pki,
+                                             tmp_path: Path) -> None:
+    """`actorlog bench produce|consume|e2e --command-config FILE` load a broker that has SASL
+    listeners only: the file as topics/groups take it (a Java client's sasl.jaas.config over
+    SASL_SSL, librdkafka's names over SASL_PLAINTEXT); the JSON shows no password."""
+    config = _file(tmp_path, _jaas(pki, "SCRAM-SHA-512", PASSWORD))
+    out = tmp_path / "produce.json"
+    proc = bench("produce", sasl.bootstrap, config, "--topic", "bench-sasl",
+                 "--num-records", "500", "--acks", "all", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    doc = json.loads(out.read_text())
+    assert doc["results"]["acked"] == 500 and doc["results"]["errors"] == {}
+    assert doc["config"]["client_config"]["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert doc["config"]["client_config"]["sasl.password"] == "[hidden]"
+    assert PASSWORD not in out.read_text() + proc.stdout + proc.stderr
+
+    out = tmp_path / "consume.json"
+    proc = bench("consume", sasl.bootstrap, config, "--topic", "bench-sasl", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert json.loads(out.read_text())["results"]["consumed"] == 500
+
+    plain = _file(tmp_path, "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                            f"sasl.username=alice\nsasl.password={PASSWORD}\n", "plain.properties")
+    out = tmp_path / "e2e.json"
+    proc = bench("e2e", f"127.0.0.1:{sasl.plain_port}", plain,  # type: ignore[attr-defined]
+                 "--topic", "bench-e2e-sasl", "--num-records", "200", "--target-rate", "0",
+                 "--json", str(out))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    results = json.loads(out.read_text())["results"]
+    assert (results["produced"], results["consumed"]) == (200, 200)
+
+
+@pytest.mark.parametrize("kind", ["produce", "consume", "e2e"])
+def test_bench_with_a_bad_command_config_is_one_line_and_exit_2(tmp_path: Path,
+                                                                kind: str) -> None:
+    config = _file(tmp_path, "security.protocol=SASL_SSL\nsasl.mechanism=GSSAPI\n")
+    # no broker listens there: the file is refused before any connection
+    one_line_error(bench(kind, f"127.0.0.1:{free_port()}", config), 2, "--command-config",
+                   "sasl.mechanism=GSSAPI")
+    missing = str(tmp_path / "missing.properties")
+    one_line_error(bench(kind, "127.0.0.1:1", missing), 2, missing)
+
+
+def test_bench_with_a_wrong_password_is_one_line(sasl: BrokerProcess, tmp_path: Path) -> None:
+    config = _file(tmp_path, "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                             "sasl.username=alice\nsasl.password=not-the-password\n")
+    proc = bench("produce", f"127.0.0.1:{sasl.plain_port}", config,  # type: ignore[attr-defined]
+                 "--topic", "bench-refused", "--num-records", "10")
+    one_line_error(proc, 1, "SCRAM-SHA-256")
+    assert "not-the-password" not in proc.stdout + proc.stderr
+
+
+def test_bench_e2e_consumers_get_every_connection_setting(sasl: BrokerProcess, pki: Pki,
+                                                          tmp_path: Path) -> None:
+    """e2e's consumers get the producers' settings but the producer-only ones: here the
+    file names no CA and `-X enable.ssl.certificate.verification=false` is what lets a
+    client in (a consumer given only security./sasl./ssl. keys fails verification)."""
+    config = _file(tmp_path, _jaas(pki, "SCRAM-SHA-512", PASSWORD).replace(
+        f"ssl.ca.location={pki.ca}\n", ""), "no-ca.properties")
+    out = tmp_path / "e2e.json"
+    proc = bench("e2e", sasl.bootstrap, config, "-X", "enable.ssl.certificate.verification=false",
+                 "-X", "linger.ms=5", "--topic", "bench-e2e-no-ca", "--num-records", "100",
+                 "--target-rate", "0", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    results = json.loads(out.read_text())["results"]
+    assert (results["produced"], results["consumed"]) == (100, 100)
+    # the producer's tuning stays the producer's: a consumer would warn it ignores it
+    assert "linger.ms" not in proc.stderr, proc.stderr
+
+
+def test_bench_hides_secrets_and_keeps_connection_settings_for_consumers() -> None:
+    from bench.load import consumer_settings
+    from bench.load_core import hide_secrets
+
+    settings = {"security.protocol": "SASL_SSL", "sasl.password": "p1",
+                "ssl.key.password": "p2", "ssl.key.pem": "-----BEGIN PRIVATE KEY-----",
+                "sasl.oauthbearer.client.secret": "s1", "sasl.oauthbearer.config": "t=s2",
+                "sasl.jaas.config": 'x required password="p3";', "ssl.certificate.pem": "cert",
+                "enable.ssl.certificate.verification": "false", "linger.ms": "5",
+                "acks": "all", "socket.timeout.ms": "9000"}
+    shown = hide_secrets(settings)
+    assert not {"p1", "p2", "s1", "t=s2", 'x required password="p3";',
+                "-----BEGIN PRIVATE KEY-----"} & set(shown.values()), shown
+    assert shown["ssl.certificate.pem"] == "cert" and shown["security.protocol"] == "SASL_SSL"
+    kept = consumer_settings(settings)
+    assert kept["enable.ssl.certificate.verification"] == "false"
+    assert kept["socket.timeout.ms"] == "9000" and kept["sasl.password"] == "p1"
+    assert "linger.ms" not in kept and "acks" not in kept

@@ -289,3 +289,59 @@ def test_an_actor_whose_setup_fails_gets_one_error_line_naming_the_cause(
     assert "'log-cleaner' failed to start" in errors[0], errors[0]
     assert "Is a directory" in errors[0] and "cleaner-offset-checkpoint" in errors[0], errors[0]
     assert proc.returncode == 1, proc.stderr
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("version=0\nbroker.id=one\ncluster.id=abc\n", ["broker.id='one' is not an integer"]),
+    ("version=0\nbroker.id=1\n", ["has no cluster.id"]),
+    ("version=0\nbroker.id=1\ncluster.id=\\u12g4\n", ["malformed", "\\uXXXX"]),
+])
+def test_a_malformed_meta_properties_gets_one_line_naming_the_file(
+        tmp_path: Path, text: str, words: list[str]) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "meta.properties").write_text(text)
+    proc = run_serve(["--data-dir", str(data), "--listen", "127.0.0.1:0"])
+    check_one_line(proc, 1, [str(data / "meta.properties"), *words])
+    assert (data / "meta.properties").read_text() == text  # left as it was
+
+
+def test_meta_properties_is_read_as_java_properties(tmp_path: Path) -> None:
+    """The file as Kafka's tools write or an operator edits it (comments, ':' or blanks
+    around the separator) reads as Java reads it; actorlog's own form reads as before."""
+    from actors.broker import BrokerError, read_meta, read_or_create_meta
+
+    (tmp_path / "meta.properties").write_text(
+        "#\n#Mon Nov 30 12:00:00 UTC 2026\n! edited by hand\ncluster.id : Zx8aQ-1\n"
+        "broker.id = 3\nversion=0\n")
+    assert read_meta(tmp_path, 3) == "Zx8aQ-1"
+    with pytest.raises(BrokerError, match="belongs to broker 3, this is broker 4"):
+        read_meta(tmp_path, 4)
+    own = tmp_path / "own"
+    own.mkdir()
+    made = read_or_create_meta(own, 7)
+    assert (own / "meta.properties").read_text() == f"version=0\nbroker.id=7\ncluster.id={made}\n"
+    assert read_meta(own, 7) == made
+
+
+@pytest.mark.parametrize("cluster_id", ["Zx8aQ-1", "clüster-\u00e9", "a\\b\\u0041", " lead:=#!",
+                                        "\U0001f600 tab\tend "])
+def test_meta_properties_round_trips_any_cluster_id(tmp_path: Path, cluster_id: str) -> None:
+    """A ZooKeeper-mode broker takes the cluster id from ZooKeeper's /cluster/id, any
+    string: written as Java's Properties.store writes it (ASCII, escaped), it reads back
+    the same, so a restart is not refused as 'belongs to cluster ...'."""
+    from actors.broker import read_meta, read_or_create_meta
+    from actors.runtime.properties import read_properties
+
+    assert read_or_create_meta(tmp_path, 5, cluster_id) == cluster_id
+    text = (tmp_path / "meta.properties").read_bytes().decode("ascii")
+    assert read_meta(tmp_path, 5) == cluster_id
+    assert read_or_create_meta(tmp_path, 5, "other") == cluster_id  # found, not rewritten
+    assert read_properties(text)["cluster.id"] == cluster_id
+
+
+def test_meta_properties_is_written_as_java_writes_it() -> None:
+    from actors.runtime.properties import write_properties
+
+    assert write_properties({"cluster.id": "cl\u00fc\\ster x", "a b:c": " v#!=\n"}) == (
+        "cluster.id=cl\\u00FC\\\\ster x\n" "a\\ b\\:c=\\ v\\#\\!\\=\\n\n")

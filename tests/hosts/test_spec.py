@@ -394,6 +394,16 @@ def test_a_tls_only_node_with_a_plain_client_config_names_its_protocol(tmp_path:
     result = CliRunner().invoke(group, ["check", "--spec", str(spec)])
     assert result.exit_code == 0, result.output
     assert "ignoring unknown key linger.ms" in result.output
+    assert (f"client config of up and status: {tmp_path / 'client.properties'} (SSL)"
+            in result.output)
+    (tmp_path / "client.properties").write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username=alice\n"
+        "sasl.password=hush-secret\n")
+    result = CliRunner().invoke(group, ["check", "--spec", str(spec)])
+    assert result.exit_code == 0, result.output
+    assert (f"client config of up and status: {tmp_path / 'client.properties'} (SASL_SSL)"
+            in result.output)
+    assert "hush-secret" not in result.output and "alice" not in result.output
 
 
 def problems_at(text: str, path: Path) -> list[str]:

@@ -306,3 +306,102 @@ def test_frames_before_authentication_are_held_to_the_sasl_limit(
         sock.sendall(struct.pack(">i", 600_000) + b"\0" * 64)
         assert sock.recv(100) == b""
     assert wait_for(lambda: "request size 600000 outside [8, 524288]" in sasl_plain.log(), 10)
+
+
+@pytest.fixture(scope="module")
+def long_delay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """connection.failed.authentication.delay.ms = 60 s: a connection closed in this test's
+    bounded waits was closed by its peer's close, not by the delay's end."""
+    from tests.broker.test_metrics import scrape
+
+    base = tmp_path_factory.mktemp("long-delay")
+    _add_users(base / "data", ("SCRAM-SHA-256",))
+    port, metrics_port = free_port(), free_port()
+    broker = BrokerProcess(base / "data", port=port,
+                           listen=f"SASL_PLAINTEXT://127.0.0.1:{port}",
+                           config={"sasl.enabled.mechanisms": "PLAIN",
+                                   "metrics.port": metrics_port,
+                                   "connection.failed.authentication.delay.ms": 60_000}).start()
+    broker.metrics = lambda: scrape(metrics_port)  # type: ignore[attr-defined]
+    try:
+        yield broker
+    finally:
+        assert broker.stop() == 0, broker.log()[-3000:]
+
+
+def _delay_counts(broker: BrokerProcess) -> tuple[float, float]:
+    m = broker.metrics()  # type: ignore[attr-defined]
+    return (m.get("actorlog_auth_delay_closed_by_peer_total", 0.0),
+            m.get("actorlog_auth_delay_wakeups_total", 0.0))
+
+
+def _fail_plain_login(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    shake = _request(sock, 17, 1, 1, struct.pack(">h", 5) + b"PLAIN")
+    assert struct.unpack(">h", shake[:2])[0] == 0
+    token = b"\0alice\0wrong"
+    answer = _request(sock, 36, 1, 2, struct.pack(">i", len(token)) + token)
+    assert struct.unpack(">h", answer[:2])[0] == 58  # SASL_AUTHENTICATION_FAILED
+    return sock
+
+
+def test_a_peer_that_resets_or_closes_during_the_auth_delay_is_closed_at_once(
+        long_delay: BrokerProcess) -> None:
+    """During connection.failed.authentication.delay.ms the connection is watched for its
+    peer: a reset (SO_LINGER 0) or a close ends the wait at once, each with a wakeup or two
+    of the Processor's poll (counted, not timed: a socket that woke the poll without being
+    read would count thousands), and bytes sent meanwhile are dropped, not served."""
+    closed0, wakeups0 = _delay_counts(long_delay)
+    list_offsets = 'actorlog_requests_total{api="ListOffsets"}'
+    served0 = long_delay.metrics().get(list_offsets, 0.0)  # type: ignore[attr-defined]
+    resets = 20
+    for _ in range(resets):
+        sock = _fail_plain_login(long_delay.port)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()  # RST
+    with _fail_plain_login(long_delay.port) as sock:  # a retry on the refused connection
+        body = struct.pack(">hhih", 2, 1, 9, 1) + b"t" + b"\0" * 12  # a ListOffsets
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        sock.shutdown(socket.SHUT_WR)  # FIN
+        assert sock.recv(100) == b""  # no answer to it: closed
+    # dropped, never seen as a request: one taken (even to be refused by the SASL gate,
+    # which then closes the connection) would be counted
+    assert long_delay.metrics().get(list_offsets, 0.0) == served0  # type: ignore[attr-defined]
+    assert wait_for(lambda: _delay_counts(long_delay)[0] - closed0 >= resets + 1, 30), \
+        _delay_counts(long_delay)
+    closed, wakeups = _delay_counts(long_delay)
+    assert closed - closed0 == resets + 1
+    assert wakeups - wakeups0 <= 3 * (resets + 1), (wakeups, wakeups0)
+    assert "closed after 60000 ms" not in long_delay.log()
+    assert long_delay.metrics().get(list_offsets, 0.0) == served0  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("case", ["unsupported mechanism", "request during the handshake",
+                                  "request during authentication"])
+def test_kafka_delays_the_close_after_any_failed_authentication(long_delay: BrokerProcess,
+                                                                case: str) -> None:
+    """Kafka's SaslServerAuthenticator fails authentication (an AuthenticationException,
+    closed after the delay) for an unsupported mechanism and for a request out of turn, not
+    only for a wrong password: here too. Seen by the peer's close ending the delay (the
+    counter), where a connection closed at once would not have waited."""
+    closed0, _ = _delay_counts(long_delay)
+    metadata = struct.pack(">i", -1)  # Metadata v1: all topics
+    with socket.create_connection(("127.0.0.1", long_delay.port), timeout=10) as sock:
+        if case == "unsupported mechanism":
+            shake = _request(sock, 17, 1, 1, struct.pack(">h", 13) + b"SCRAM-SHA-512")
+            assert struct.unpack(">h", shake[:2])[0] == 33  # UNSUPPORTED_SASL_MECHANISM
+            marker = "'SCRAM-SHA-512' requested by the client is not enabled"
+        elif case == "request during the handshake":
+            body = struct.pack(">hhih", 3, 1, 5, 1) + b"t" + metadata
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            marker = "Unexpected Kafka request of type Metadata during SASL handshake"
+        else:
+            shake = _request(sock, 17, 1, 1, struct.pack(">h", 5) + b"PLAIN")
+            assert struct.unpack(">h", shake[:2])[0] == 0
+            body = struct.pack(">hhih", 3, 1, 6, 1) + b"t" + metadata
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            marker = "Unexpected Kafka request of type Metadata during SASL authentication"
+        assert wait_for(lambda: marker in long_delay.log(), 10), long_delay.log()[-2000:]
+    assert wait_for(lambda: _delay_counts(long_delay)[0] - closed0 >= 1, 30), \
+        long_delay.log()[-2000:]
+    assert _delay_counts(long_delay)[0] - closed0 == 1

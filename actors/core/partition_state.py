@@ -54,8 +54,6 @@ PROPOSAL_RETRY_MS = 1000
 
 # Answers to an ISR proposal that mean this node must not go on leading at this epoch.
 FENCING_ERRORS = frozenset({
-    int(ErrorCode.FENCED_LEADER_EPOCH),
-    int(ErrorCode.INVALID_UPDATE_VERSION),
     int(ErrorCode.NOT_LEADER_OR_FOLLOWER),
     int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
 })
@@ -69,9 +67,17 @@ NOT_APPLIED_ERRORS = frozenset({
     int(ErrorCode.OPERATION_NOT_ATTEMPTED),
 })
 
-# Refusals that will not change by asking again (the leader's view of the assignment is
-# behind): the proposal stays pending, unsent, until the next LeaderAndIsr.
-HELD_ERRORS = frozenset({int(ErrorCode.INVALID_REQUEST)})
+# Refusals that will not change by asking again (the leader's view of the assignment, its
+# leader epoch or its partition epoch is behind): the proposal stays pending, unsent, until
+# the next LeaderAndIsr, and the leader goes on leading meanwhile, its high watermark over
+# the larger ISR, as Kafka's handleAlterPartitionError leaves it (a stale epoch is no
+# reason to refuse produces: a newer leader, if there is one, does not fetch from this one,
+# so nothing past the high watermark is acknowledged with acks=all).
+HELD_ERRORS = frozenset({
+    int(ErrorCode.INVALID_REQUEST),
+    int(ErrorCode.FENCED_LEADER_EPOCH),
+    int(ErrorCode.INVALID_UPDATE_VERSION),
+})
 
 
 @dataclass
@@ -386,11 +392,12 @@ class PartitionState:
         Returns what happened: "stale" (not the pending proposal: ignored; but an
         ISR written at this leader epoch, newer than this leader's, is "applied" even
         with nothing pending),
-        "applied", "fenced" (refused as stale: stop leading until the next
-        LeaderAndIsr; the proposal stays pending), "retry" (the controller says it
+        "applied", "fenced" (another broker leads, or none: stop leading until the
+        next LeaderAndIsr; the proposal stays pending), "retry" (the controller says it
         wrote nothing: back to the committed ISR, a new proposal after
-        PROPOSAL_RETRY_MS), "held" (refused for good: pending, unsent, until the
-        next LeaderAndIsr) or "resend" (its fate is unknown: no controller, timed
+        PROPOSAL_RETRY_MS), "held" (refused for good, a stale leader or partition
+        epoch among them: pending, unsent, until the next LeaderAndIsr, still leading,
+        as Kafka) or "resend" (its fate is unknown: no controller, timed
         out, the controller moved: the same proposal stays pending and is sent again
         after PROPOSAL_RETRY_MS, ``resend_due``).
 

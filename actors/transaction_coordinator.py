@@ -64,6 +64,7 @@ from actors.core.transaction_state import (
 from actors.group_coordinator import (
     ANSWER_BUCKET_MS,
     ANSWER_MARGIN_MS,
+    OFFSETS_TOPIC,
     READ_TIMEOUT_MAX_MS,
     decode_batches,
 )
@@ -448,6 +449,8 @@ class TransactionCoordinator(LoadReading, Actor):
     @handles(AddPartitionsToTxn)
     def on_add(self, msg: AddPartitionsToTxn) -> None:
         code = self._serving(msg.transactional_id)
+        if code == NONE and self._unknown(msg.partitions):
+            code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         if code != NONE:
             self.reply(TxnDone(msg.req_id, code))
             return
@@ -602,6 +605,20 @@ class TransactionCoordinator(LoadReading, Actor):
             self.topology.num_shards
         return peer_shard_for(leader, shards, topic, partition)
 
+    def _unknown(self, partitions: list[TxnTopicPartition]) -> bool:
+        """Does this cluster coordinator's metadata lack one of ``partitions`` (not yet
+        come: a topic just created, known to the broker the client asked)? Kafka's
+        AddPartitionsToTxn refuses those UNKNOWN_TOPIC_OR_PARTITION (the client retries),
+        checked against the metadata cache its marker channel reads: a partition taken
+        into a transaction is one that metadata has, so it lacks it later only once the
+        partition is deleted (``_deleted``). __consumer_offsets (AddOffsetsToTxn) is not
+        checked, as Kafka: ``_deleted`` never drops it."""
+        if self.metadata is None:
+            return False
+        return any(tp.topic != OFFSETS_TOPIC
+                   and self.metadata.partition(tp.topic, tp.partition) is None
+                   for tp in partitions)
+
     def _deleted(self, topic: str, partition: int) -> bool:
         """A cluster's partition gone from this node's metadata: deleted, its marker is
         dropped (Kafka's TransactionMarkerChannelManager drops a partition its metadata
@@ -609,8 +626,10 @@ class TransactionCoordinator(LoadReading, Actor):
         a cluster (a replica that does not hold the partition yet), so it is retried
         while the metadata has the partition. Metadata not yet come says nothing. A
         single node has no metadata here: its shard's answer is the word (it holds every
-        partition of the broker)."""
-        if self.metadata is None or not self.metadata.updates:
+        partition of the broker). __consumer_offsets is never deleted: a partition of it
+        the metadata lacks has not come yet, its marker waits (a group's transactional
+        offsets would stay pending)."""
+        if self.metadata is None or not self.metadata.updates or topic == OFFSETS_TOPIC:
             return False
         return self.metadata.partition(topic, partition) is None
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
+from actors.group_coordinator import OFFSETS_TOPIC
 from actors.runtime.actor import handles
 from actors.runtime.address import Address
 from actors.runtime.config import Config
@@ -136,4 +137,59 @@ def test_a_deleted_partitions_marker_is_dropped(manual_node: Node) -> None:
     stats = node.ask(topo.shard(0), GetStats())
     assert stats["markers"] == []
     assert stats["values"] == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit"]
+    assert _state(node, coordinator) == {"app": "CompleteCommit"}
+
+
+def _add(node: Node, coordinator: Address, rid: int, pid: int, epoch: int,
+         topic: str) -> list[int]:
+    node.tell(coordinator, AddPartitionsToTxn(rid, "app", pid, epoch,
+                                              [TxnTopicPartition(topic, 0)]), sender="probe")
+    node.quiesce()
+    answer: list[int] = probe_answers(node)[-1]
+    assert answer[0] == rid
+    return answer
+
+
+def test_a_partition_the_coordinators_metadata_lacks_yet_is_not_added(
+        manual_node: Node) -> None:
+    """Topic u was just created: the broker the client asked knows it, the coordinator's
+    metadata not yet (its UpdateMetadata is on its way). Taken into the transaction, its
+    marker was dropped at the commit as a deleted partition's (the coordinator's metadata
+    lacks it): the transaction completed with u-0 unmarked, its last stable offset stuck.
+    As Kafka's AddPartitionsToTxn (checked against the metadata cache its coordinator's
+    marker channel reads), it is refused UNKNOWN_TOPIC_OR_PARTITION, which the client
+    retries, until the metadata has it."""
+    node = manual_node
+    topo, coordinator, pid, epoch = _start(node, FakeShard)
+    assert _state(node, coordinator) == {"app": "CompleteCommit"}
+    assert _add(node, coordinator, 4, pid, epoch, "u") == [4, UNKNOWN_TP]
+    node.tell(coordinator, UpdateMetadata(
+        1, 1, 1, False, [BrokerRow(1, 1, node.name, None, [])], [_partition("u", 0)], {}))
+    assert _add(node, coordinator, 5, pid, epoch, "u") == [5, 0]
+    node.tell(coordinator, EndTxn(6, "app", pid, epoch, True), sender="probe")
+    node.quiesce()
+    assert probe_answers(node)[-1] == [6, 0]
+    assert ["u", 0, epoch, True] in node.ask(topo.shard(0), GetStats())["markers"]
+    assert _state(node, coordinator) == {"app": "CompleteCommit"}
+
+
+def test_a_group_offsets_marker_waits_for_the_metadata(manual_node: Node) -> None:
+    """AddOffsetsToTxn adds a __consumer_offsets partition unchecked (as Kafka): one the
+    coordinator's metadata lacks yet is no deleted partition (that topic is never
+    deleted), so its marker waits for the metadata instead of being dropped (the group's
+    transactional offsets would stay pending)."""
+    node = manual_node
+    topo, coordinator, pid, epoch = _start(node, FakeShard)
+    assert _add(node, coordinator, 4, pid, epoch, OFFSETS_TOPIC) == [4, 0]
+    node.tell(coordinator, EndTxn(5, "app", pid, epoch, True), sender="probe")
+    node.quiesce()
+    assert probe_answers(node)[-1] == [5, 0]
+    for _ in range(2):
+        node.advance_clock(RETRY_MS)
+        assert _state(node, coordinator) == {"app": "PrepareCommit"}
+    node.tell(coordinator, UpdateMetadata(
+        1, 1, 1, False, [BrokerRow(1, 1, node.name, None, [])],
+        [_partition(OFFSETS_TOPIC, 0)], {}))
+    node.advance_clock(RETRY_MS)
+    assert [OFFSETS_TOPIC, 0, epoch, True] in node.ask(topo.shard(0), GetStats())["markers"]
     assert _state(node, coordinator) == {"app": "CompleteCommit"}

@@ -758,6 +758,32 @@ def test_a_fencing_answer_after_the_restore_fences_the_restored_leader(
     assert done[1][0][2] == int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
 
+@pytest.mark.parametrize("code", [ErrorCode.FENCED_LEADER_EPOCH,
+                                  ErrorCode.INVALID_UPDATE_VERSION])
+def test_a_leader_whose_change_was_refused_for_its_epochs_leads_on_over_a_crash(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: ErrorCode) -> None:
+    """Kafka's handleAlterPartitionError: a stale leader or partition epoch leaves the
+    leader leading, the change pending and unsent until the next LeaderAndIsr. So it is
+    after the crash: c-0 leads, [1, 2] pending (the high watermark waits for broker 2),
+    nothing sent again."""
+    armed = _crash_on_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1])
+    alter = _expansion_proposed(c)
+    _answer(c, alter, int(code), [], -1)
+    wait_for(lambda: node.ask(c.manager, GetStats())["isr_pending"] == 0, "the answer")
+    assert _stats(node, c.shard)["leaders"] == ["c-0"]
+    assert node.ask(c.manager, GetStats())["fenced"] == []
+
+    _crash(node, c.shard, armed)
+    _restored(c)
+
+    assert _stats(node, c.shard)["leaders"] == ["c-0"]
+    done = _append(node, c.shard, c.handler, 3, "c", [b"x"])
+    assert done[1][0][2] == NONE
+    assert _stats(node, c.shard)["partitions"]["c-0"][1] == 1  # over the pending [1, 2]
+    assert len(_got(node, c.controller, "AlterPartition")) == 1  # held: not sent again
+
+
 def test_an_isr_written_before_the_crash_is_restored_as_written(
         node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Hazard 3: the controller wrote ISR [1, 2] (partition epoch 5) and its answer reached

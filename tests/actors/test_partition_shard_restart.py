@@ -763,9 +763,9 @@ def test_a_fencing_answer_after_the_restore_fences_the_restored_leader(
 def test_a_leader_whose_change_was_refused_for_its_epochs_leads_on_over_a_crash(
         node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: ErrorCode) -> None:
     """Kafka's handleAlterPartitionError: a stale leader or partition epoch leaves the
-    leader leading, the change pending and unsent until the next LeaderAndIsr. So it is
-    after the crash: c-0 leads, [1, 2] pending (the high watermark waits for broker 2),
-    nothing sent again."""
+    leader leading, the change pending and unsent until a LeaderAndIsr at a higher leader
+    epoch. So it is after the crash: c-0 leads, [1, 2] pending (the high watermark waits
+    for broker 2), nothing sent again."""
     armed = _crash_on_flush(monkeypatch)
     c = _cluster(node, tmp_path, [1])
     alter = _expansion_proposed(c)

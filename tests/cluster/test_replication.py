@@ -623,7 +623,9 @@ def test_a_leader_whose_isr_change_is_refused_for_its_version_goes_on_leading(
         cluster_factory: Any, zk_connect: str) -> None:
     """Kafka's Partition.handleAlterPartitionError: an ISR change refused as
     INVALID_UPDATE_VERSION (or FENCED_LEADER_EPOCH) leaves the leader leading, the change
-    pending, until the controller's next LeaderAndIsr. The partition's state znode is
+    pending, until a LeaderAndIsr at a higher leader epoch (no controller sends one for the
+    refusal; here the follower's return lets the held shrink go unneeded). The partition's
+    state znode is
     written underneath the controller (the same content, a new version): the leader's
     shrink (a follower paused past replica.lag.time.max.ms) is refused for its version, and
     the leader goes on serving produces and fetches."""

@@ -179,7 +179,8 @@ def test_a_refused_change_fences_the_leader_and_a_stale_answer_is_ignored(
     assert state.pending is not None and state.resend_due(10_000) is None
     for code in (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.INVALID_UPDATE_VERSION):
         # Kafka's handleAlterPartitionError: a stale leader or partition epoch leaves the
-        # change pending, unsent, and the leader leading until the next LeaderAndIsr
+        # change pending, unsent, and the leader leading until a LeaderAndIsr at a higher
+        # leader epoch
         assert state.on_isr_result(0, 0, int(code), [], -1, 70) == "held"
         assert state.is_leader and state.pending is not None
         assert state.resend_due(10_000) is None and state.isr_shrink(99_999) is None

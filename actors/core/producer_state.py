@@ -182,7 +182,16 @@ class ProducerStateManager:
     def remove_before(self, log_start_offset: int) -> None:
         """Forget producers whose last batch and marker are gone (retention moved the log
         start). A producer known only by a marker that bumped its epoch stays while the
-        marker does: it is what fences the older epoch."""
+        marker does: it is what fences the older epoch.
+
+        This is the only way an entry goes: actorlog has no producer.id.expiration.ms
+        (Kafka expires an entry idle that long, a day by default, unless its transaction
+        is open). So where the log start never moves (cleanup.policy=compact alone, no
+        DeleteRecords) every producer that wrote there, or was fenced there by a marker,
+        stays in the state and in every snapshot, across restarts, for the log's life;
+        before the marker offsets were kept, marker-only entries at least went at each
+        open. Expiring them is a change of its own (a time per entry, kept in the
+        snapshot, and a config)."""
         for pid in [p for p, e in self.producers.items()
                     if e.last_write_offset < log_start_offset]:
             del self.producers[pid]

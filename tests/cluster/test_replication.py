@@ -629,7 +629,11 @@ def test_a_leader_whose_isr_change_is_refused_for_its_version_goes_on_leading(
     written underneath the controller (the same content, a new version): the leader's
     shrink (a follower paused past replica.lag.time.max.ms) is refused for its version, and
     the leader goes on serving produces and fetches."""
-    cluster = cluster_factory(config={**FAST, "zookeeper.session.timeout.ms": 15000})
+    # the paused follower's session must outlive the waits below (30 s for the refusal,
+    # then a produce and a fetch): expired, the controller takes it out of the ISR at a new
+    # leader epoch, which ends the held shrink and the test with it (60 s: the test
+    # ZooKeeper's maxSessionTimeout)
+    cluster = cluster_factory(config={**FAST, "zookeeper.session.timeout.ms": 60000})
     leaders = create_topic(cluster, partitions=3)
     # the controller's own partition: the paused follower is not the controller
     p = next(q for q, b in leaders.items() if b == cluster.controller())

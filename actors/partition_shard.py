@@ -2316,9 +2316,11 @@ class PartitionShard(Actor):
                 self.next_resend_ms = min(self.next_resend_ms, at) if self.resends else at
                 self.resends.add((row.topic, row.partition))
             elif outcome == "held":
-                self.log.warning("{}-{}: the controller refused the ISR change ({}); no "
-                                 "other change until the next LeaderAndIsr", row.topic,
-                                 row.partition, ErrorCode(row.error_code).name)
+                self.log.warning("{}-{}: the controller refused the ISR change ({}); still "
+                                 "leading, the change held and no other made until a "
+                                 "LeaderAndIsr at a leader epoch above {}",
+                                 row.topic, row.partition, ErrorCode(row.error_code).name,
+                                 state.leader_epoch)
 
     @handles(FollowerApply)
     def on_follower_apply(self, msg: FollowerApply) -> None:

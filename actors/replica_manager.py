@@ -1274,7 +1274,8 @@ class ReplicaManager(Actor):
     def _settle(self, proposal: IsrProposalRow, error_code: int) -> None:
         """What the controller's answer (``error_code``) says of ``proposal``, as the
         leader's PartitionState takes it: written or not written (no longer pending),
-        fenced (this leader epoch is stale), held, or unknown (sent again)."""
+        fenced (this node does not lead it), held (a stale leader or partition epoch: pending,
+        unsent), or unknown (sent again)."""
         tp = TopicPartition(proposal.topic, proposal.partition)
         if tp not in self.states:
             return  # stopped (StopReplica) since it was proposed: nothing to restore
@@ -1282,10 +1283,9 @@ class ReplicaManager(Actor):
         same = current is not None and (current[0].leader_epoch, current[0].partition_epoch,
                                         list(current[0].new_isr)) == (
             proposal.leader_epoch, proposal.partition_epoch, list(proposal.new_isr))
-        if error_code in FENCING_ERRORS and (
-                same or error_code != int(ErrorCode.INVALID_UPDATE_VERSION)):
-            # any answer that this leader epoch is stale says so; a stale partition epoch
-            # only for the proposal the leader waits on (as its state takes it)
+        if error_code in FENCING_ERRORS:
+            # any answer that this node does not lead the partition says so (a stale leader
+            # or partition epoch is held, not fenced: the leader goes on leading)
             self.fenced[tp] = max(self.fenced.get(tp, -1), proposal.leader_epoch)
         if not same:
             return

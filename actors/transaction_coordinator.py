@@ -64,6 +64,7 @@ from actors.core.transaction_state import (
 from actors.group_coordinator import (
     ANSWER_BUCKET_MS,
     ANSWER_MARGIN_MS,
+    OFFSETS_TOPIC,
     READ_TIMEOUT_MAX_MS,
     decode_batches,
 )
@@ -147,7 +148,8 @@ def all_txn_coordinators(topology: Topology) -> list[Address]:
 
 
 class _MarkerJob:
-    __slots__ = ("failed", "fx", "in_flight", "remaining", "retries", "retry_at_ms")
+    __slots__ = ("failed", "fx", "in_flight", "offsets_wait_until", "remaining", "retries",
+                 "retry_at_ms")
 
     def __init__(self, fx: WriteMarkers) -> None:
         self.fx = fx
@@ -156,6 +158,9 @@ class _MarkerJob:
         self.retry_at_ms = 0
         self.failed: set[tuple[str, int, int]] = set()  # (topic, partition, error) logged
         self.retries = 0
+        # when its __consumer_offsets markers stop waiting for that topic's metadata
+        # (0: not waiting); see TransactionCoordinator._gone
+        self.offsets_wait_until = 0
 
 
 class TransactionCoordinator(LoadReading, Actor):
@@ -448,6 +453,8 @@ class TransactionCoordinator(LoadReading, Actor):
     @handles(AddPartitionsToTxn)
     def on_add(self, msg: AddPartitionsToTxn) -> None:
         code = self._serving(msg.transactional_id)
+        if code == NONE and self._unknown(msg.partitions):
+            code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         if code != NONE:
             self.reply(TxnDone(msg.req_id, code))
             return
@@ -602,6 +609,20 @@ class TransactionCoordinator(LoadReading, Actor):
             self.topology.num_shards
         return peer_shard_for(leader, shards, topic, partition)
 
+    def _unknown(self, partitions: list[TxnTopicPartition]) -> bool:
+        """Does this cluster coordinator's metadata lack one of ``partitions`` (not yet
+        come: a topic just created, known to the broker the client asked)? Kafka's
+        AddPartitionsToTxn refuses those UNKNOWN_TOPIC_OR_PARTITION (the client retries),
+        checked against the metadata cache its marker channel reads: a partition taken
+        into a transaction is one that metadata has, so it lacks it later only once the
+        partition is deleted (``_deleted``). __consumer_offsets (AddOffsetsToTxn) is not
+        checked, as Kafka: ``_gone`` judges its markers."""
+        if self.metadata is None:
+            return False
+        return any(tp.topic != OFFSETS_TOPIC
+                   and self.metadata.partition(tp.topic, tp.partition) is None
+                   for tp in partitions)
+
     def _deleted(self, topic: str, partition: int) -> bool:
         """A cluster's partition gone from this node's metadata: deleted, its marker is
         dropped (Kafka's TransactionMarkerChannelManager drops a partition its metadata
@@ -609,16 +630,49 @@ class TransactionCoordinator(LoadReading, Actor):
         a cluster (a replica that does not hold the partition yet), so it is retried
         while the metadata has the partition. Metadata not yet come says nothing. A
         single node has no metadata here: its shard's answer is the word (it holds every
-        partition of the broker)."""
-        if self.metadata is None or not self.metadata.updates:
+        partition of the broker). __consumer_offsets is judged by ``_gone``."""
+        if self.metadata is None or not self.metadata.updates or topic == OFFSETS_TOPIC:
             return False
         return self.metadata.partition(topic, partition) is None
+
+    def _gone(self, txn_id: str, job: _MarkerJob, topic: str, partition: int) -> bool:
+        """Is the marker for ``topic``-``partition`` to be dropped? ``_deleted``'s rule,
+        except for __consumer_offsets: AddOffsetsToTxn takes its partition from this
+        node's offsets.topic.num.partitions unchecked (as Kafka), before the topic may
+        exist (it is made at the first FindCoordinator(GROUP)) and whatever count the
+        real topic has. A partition past the real topic's count is dropped. While the
+        metadata has no such topic at all its markers wait for it (it is being made) at
+        most the transaction's timeout, then are dropped with one warning: waiting on
+        would hold the transaction in PrepareCommit/PrepareAbort, and its producer's
+        InitProducerId at CONCURRENT_TRANSACTIONS, for ever if the topic never comes.
+        Kafka drops them at once (TransactionMarkerChannelManager, 4b75265: a partition
+        without a leader in its metadata cache is taken for deleted)."""
+        if topic != OFFSETS_TOPIC:
+            return self._deleted(topic, partition)
+        if self.metadata is None or not self.metadata.updates:
+            return False
+        if self.metadata.has_topic(OFFSETS_TOPIC):
+            return self.metadata.partition(topic, partition) is None
+        now = self.clock.now_ms()
+        if not job.offsets_wait_until:
+            meta = self.core.txns.get(txn_id)
+            job.offsets_wait_until = now + (meta.timeout_ms if meta is not None
+                                            else MARKER_TIMEOUT_MS)
+        if now < job.offsets_wait_until:
+            return False
+        failure = (OFFSETS_TOPIC, -1, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+        if failure not in job.failed:  # once per job
+            job.failed.add(failure)
+            self.log.warning("markers for {} on {} dropped: that topic is still missing from "
+                             "this node's metadata after the transaction's timeout, taken "
+                             "for deleted", txn_id, OFFSETS_TOPIC)
+        return True
 
     def _send_markers(self, txn_id: str, job: _MarkerJob) -> None:
         fx = job.fx
         by_shard: dict[Address, list[TxnMarkerRow]] = {}
         for topic, partition in sorted(job.remaining):
-            if self._deleted(topic, partition):
+            if self._gone(txn_id, job, topic, partition):
                 job.remaining.discard((topic, partition))
                 continue
             shard = self._leader_shard(topic, partition)
@@ -652,7 +706,8 @@ class TransactionCoordinator(LoadReading, Actor):
             tp = (row.topic, row.partition)
             if row.error_code == NONE or (
                     row.error_code == int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                    and (self.metadata is None or self._deleted(row.topic, row.partition))):
+                    and (self.metadata is None
+                         or self._gone(txn_id, job, row.topic, row.partition))):
                 # written, or the partition is deleted and needs no marker any more
                 # (Kafka's rule too); the leader that wrote a marker on __consumer_offsets
                 # told its group coordinators itself

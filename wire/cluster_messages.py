@@ -419,7 +419,8 @@ class PendingIsrRow(NamedTuple):
     """An ISR change a leader proposed whose outcome its ReplicaManager has not learnt.
     ``send_again``: the last answer left its fate unknown (timed out, no controller): the
     leader sends it again; else its AlterPartition still waits for the controller's
-    answer, or the controller refused it for good (held until the next LeaderAndIsr)."""
+    answer, or the controller refused it for good (held until a LeaderAndIsr at a higher
+    leader epoch)."""
 
     leader_epoch: int
     new_isr: list[int]

@@ -159,6 +159,9 @@ def handle_add_partitions_to_txn(ctx: HandlerContext, header: Any, req: Any) -> 
             rid, txn_id, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch,
             [TxnTopicPartition(t, p) for t, p in wanted]))]
         code = _fenced(done.error_code, header.api_version, 2)
+        # one code for all: a partition the coordinator's metadata lacks yet makes every
+        # partition UNKNOWN_TOPIC_OR_PARTITION, where Kafka gives the ones it knows
+        # OPERATION_NOT_ATTEMPTED; clients retry the whole request either way
         codes = dict.fromkeys(wanted, code)
     by_topic: dict[str, list[dict[str, int]]] = {}
     for (topic, p), code in codes.items():

@@ -1639,24 +1639,33 @@ class ControllerCore:
         current = self.states.get(tp)
         if current is None or tp.topic not in self.topics or tp.topic in self.deleting:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {tp} does not exist"
+        if (proposal.leader_epoch > current.leader_epoch
+                or proposal.partition_epoch > current.version):
+            # the leader knows a state this controller never wrote: another controller did,
+            # and this one is likely no longer the controller (its resignation not come
+            # yet). Kafka answers NOT_CONTROLLER (KafkaController, 4b75265), which the
+            # leader sends again, to whichever controller it learns of; a fencing or held
+            # answer would stop it, a NOT_LEADER_OR_FOLLOWER from this cache fence it
+            return (ErrorCode.NOT_CONTROLLER,
+                    f"leader epoch {proposal.leader_epoch} / partition epoch "
+                    f"{proposal.partition_epoch} of {tp} are ahead of this controller's "
+                    f"{current.leader_epoch} / {current.version}")
         if current.leader != broker_id:
             return (ErrorCode.NOT_LEADER_OR_FOLLOWER,
                     f"broker {broker_id} is not the leader of {tp} (leader {current.leader})")
-        if proposal.leader_epoch != current.leader_epoch:
+        if proposal.leader_epoch < current.leader_epoch:
             return (ErrorCode.FENCED_LEADER_EPOCH,
-                    f"leader epoch {proposal.leader_epoch} of {tp} is not the current "
+                    f"leader epoch {proposal.leader_epoch} of {tp} is older than the current "
                     f"{current.leader_epoch}")
-        if proposal.partition_epoch != current.version and not (
-                proposal.partition_epoch < current.version
-                and tuple(proposal.new_isr) == current.isr):
+        if proposal.partition_epoch < current.version and tuple(proposal.new_isr) != current.isr:
             # a stale partition epoch asking for the ISR the partition has already is the
             # leader's retry of a change made whose answer it never got (timed out): answered
             # with the current state, as Kafka does (equalsAllowStalePartitionEpoch); refused,
             # the leader stopped changing its ISR until a LeaderAndIsr that no change sends
             # (sim seed 2094)
             return (ErrorCode.INVALID_UPDATE_VERSION,
-                    f"partition epoch {proposal.partition_epoch} of {tp} is not the current "
-                    f"{current.version}")
+                    f"partition epoch {proposal.partition_epoch} of {tp} is older than the "
+                    f"current {current.version}")
         isr = tuple(proposal.new_isr)
         assignment = self.assignment(tp)
         # a replica in the ISR already may stay in it though no longer assigned: the leader

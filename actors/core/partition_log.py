@@ -948,7 +948,8 @@ class PartitionLog:
         self.segments[-1].append(pieces, length, placed)
         for header, (base, _next, _pos, _size, max_ts) in zip(headers, placed, strict=True):
             if header.producer_id >= 0 and header.is_control:
-                self.producer_state.update_marker(header.producer_id, header.producer_epoch)
+                self.producer_state.update_marker(header.producer_id, header.producer_epoch,
+                                                  base)
             elif header.producer_id >= 0:
                 self.producer_state.update(header.producer_id, header.producer_epoch,
                                            BatchMetadata(header.base_sequence,

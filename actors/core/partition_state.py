@@ -22,8 +22,11 @@ its replica states):
 * a follower leaves the ISR when it has not caught up to the leader's log
   end within ``replica.lag.time.max.ms``, and is proposed back once it reaches
   the high watermark and the start of the current leader epoch;
-* a leader whose ISR write is refused as stale (leader epoch, partition
-  epoch) is fenced: it stops acting as leader until the next LeaderAndIsr.
+* a leader whose ISR change is refused as NOT_LEADER_OR_FOLLOWER or
+  UNKNOWN_TOPIC_OR_PARTITION is fenced: it stops acting as leader until the
+  next LeaderAndIsr; one refused for a stale leader or partition epoch (or as
+  INVALID_REQUEST) leads on, the change held, unsent, until a LeaderAndIsr at a
+  higher leader epoch (HELD_ERRORS).
 
 A single node is a leader whose ISR is itself. Time comes in as ``now_ms``.
 """
@@ -54,8 +57,6 @@ PROPOSAL_RETRY_MS = 1000
 
 # Answers to an ISR proposal that mean this node must not go on leading at this epoch.
 FENCING_ERRORS = frozenset({
-    int(ErrorCode.FENCED_LEADER_EPOCH),
-    int(ErrorCode.INVALID_UPDATE_VERSION),
     int(ErrorCode.NOT_LEADER_OR_FOLLOWER),
     int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
 })
@@ -69,9 +70,24 @@ NOT_APPLIED_ERRORS = frozenset({
     int(ErrorCode.OPERATION_NOT_ATTEMPTED),
 })
 
-# Refusals that will not change by asking again (the leader's view of the assignment is
-# behind): the proposal stays pending, unsent, until the next LeaderAndIsr.
-HELD_ERRORS = frozenset({int(ErrorCode.INVALID_REQUEST)})
+# Refusals that will not change by asking again (the leader's view of the assignment, its
+# leader epoch or its partition epoch is behind): the proposal stays pending, unsent, and
+# no other ISR change is proposed, until a LeaderAndIsr at a HIGHER leader epoch (one at
+# the same epoch is refused by ReplicaFencing). The leader goes on leading meanwhile, its
+# high watermark over the larger ISR, as Kafka's handleAlterPartitionError leaves it
+# (Partition.scala, a PendingShrinkIsr kept): a stale epoch is no reason to refuse
+# produces, as a newer leader, if there is one, does not fetch from this one, so nothing
+# past the high watermark is acknowledged with acks=all. No controller answers the refusal
+# with a LeaderAndIsr (neither Kafka's ZooKeeper controller nor actorlog's): after
+# INVALID_UPDATE_VERSION with the leader epoch unchanged, a held shrink of a follower that
+# is slow but alive (its broker registered) keeps acks=all waiting for that follower until
+# something bumps the leader epoch (an election, a reassignment, a controlled shutdown,
+# the controller taking an offline replica out of the ISR), as in Kafka.
+HELD_ERRORS = frozenset({
+    int(ErrorCode.INVALID_REQUEST),
+    int(ErrorCode.FENCED_LEADER_EPOCH),
+    int(ErrorCode.INVALID_UPDATE_VERSION),
+})
 
 
 @dataclass
@@ -386,13 +402,14 @@ class PartitionState:
         Returns what happened: "stale" (not the pending proposal: ignored; but an
         ISR written at this leader epoch, newer than this leader's, is "applied" even
         with nothing pending),
-        "applied", "fenced" (refused as stale: stop leading until the next
-        LeaderAndIsr; the proposal stays pending), "retry" (the controller says it
+        "applied", "fenced" (another broker leads, or none: stop leading until the
+        next LeaderAndIsr; the proposal stays pending), "retry" (the controller says it
         wrote nothing: back to the committed ISR, a new proposal after
-        PROPOSAL_RETRY_MS), "held" (refused for good: pending, unsent, until the
-        next LeaderAndIsr) or "resend" (its fate is unknown: no controller, timed
-        out, the controller moved: the same proposal stays pending and is sent again
-        after PROPOSAL_RETRY_MS, ``resend_due``).
+        PROPOSAL_RETRY_MS), "held" (refused for good, a stale leader or partition
+        epoch among them: pending, unsent, until a LeaderAndIsr at a higher leader
+        epoch, still leading, as Kafka; see HELD_ERRORS) or "resend" (its fate is
+        unknown: no controller, timed out, the controller moved: the same proposal stays
+        pending and is sent again after PROPOSAL_RETRY_MS, ``resend_due``).
 
         The high watermark stays over the larger set until the answer is known: a
         change timed out may be in ZooKeeper already, and a controller electing from

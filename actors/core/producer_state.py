@@ -63,6 +63,10 @@ class ProducerStateEntry:
     producer_epoch: int
     batches: deque[BatchMetadata] = field(
         default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+    # Offset of the producer's last commit/abort marker of this epoch (-1: none). A
+    # marker that bumped the epoch (the coordinator fencing the producer) leaves an
+    # entry with no batch: this offset keeps it until retention passes the marker.
+    marker_offset: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -71,6 +75,11 @@ class ProducerStateEntry:
     @property
     def last_offset(self) -> int:
         return self.batches[-1].last_offset if self.batches else -1
+
+    @property
+    def last_write_offset(self) -> int:
+        """The offset of the producer's last batch or marker in the log (-1: none)."""
+        return max(self.last_offset, self.marker_offset)
 
     def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
         if epoch != self.producer_epoch:
@@ -144,12 +153,16 @@ class ProducerStateManager:
             self.producers[producer_id] = entry
         entry.batches.append(meta)
 
-    def update_marker(self, producer_id: int, producer_epoch: int) -> None:
-        """A commit/abort marker: it may carry a newer epoch (a fenced producer), never a
-        sequence, so the cached batches stay for retries of the same epoch."""
+    def update_marker(self, producer_id: int, producer_epoch: int, offset: int) -> None:
+        """A commit/abort marker at ``offset``: it may carry a newer epoch (a fenced
+        producer), never a sequence, so the cached batches stay for retries of the same
+        epoch."""
         entry = self.producers.get(producer_id)
         if entry is None or entry.producer_epoch < producer_epoch:
-            self.producers[producer_id] = ProducerStateEntry(producer_id, producer_epoch)
+            entry = ProducerStateEntry(producer_id, producer_epoch)
+            self.producers[producer_id] = entry
+        if entry.producer_epoch == producer_epoch:
+            entry.marker_offset = max(entry.marker_offset, offset)
 
     def check_marker_epoch(self, producer_id: int, producer_epoch: int) -> None:
         entry = self.producers.get(producer_id)
@@ -160,15 +173,27 @@ class ProducerStateManager:
 
     def update_from_header(self, header: BatchHeader, first_offset: int) -> None:
         if header.has_producer_id and header.is_control:
-            self.update_marker(header.producer_id, header.producer_epoch)
+            self.update_marker(header.producer_id, header.producer_epoch, first_offset)
         elif header.has_producer_id:
             self.update(header.producer_id, header.producer_epoch, BatchMetadata(
                 header.base_sequence, header.last_sequence, first_offset,
                 first_offset + header.last_offset_delta, header.max_timestamp))
 
     def remove_before(self, log_start_offset: int) -> None:
-        """Forget producers whose last batch is gone (retention moved the log start)."""
-        for pid in [p for p, e in self.producers.items() if e.last_offset < log_start_offset]:
+        """Forget producers whose last batch and marker are gone (retention moved the log
+        start). A producer known only by a marker that bumped its epoch stays while the
+        marker does: it is what fences the older epoch.
+
+        This is the only way an entry goes: actorlog has no producer.id.expiration.ms
+        (Kafka expires an entry idle that long, a day by default, unless its transaction
+        is open). So where the log start never moves (cleanup.policy=compact alone, no
+        DeleteRecords) every producer that wrote there, or was fenced there by a marker,
+        stays in the state and in every snapshot, across restarts, for the log's life;
+        before the marker offsets were kept, marker-only entries at least went at each
+        open. Expiring them is a change of its own (a time per entry, kept in the
+        snapshot, and a config)."""
+        for pid in [p for p, e in self.producers.items()
+                    if e.last_write_offset < log_start_offset]:
             del self.producers[pid]
 
     def clear(self) -> None:
@@ -183,6 +208,7 @@ class ProducerStateManager:
                 "epoch": e.producer_epoch,
                 "batches": [[m.first_seq, m.last_seq, m.first_offset, m.last_offset,
                              m.timestamp_ms] for m in e.batches],
+                "marker": e.marker_offset,
             }
             for pid, e in self.producers.items()
         }
@@ -191,17 +217,22 @@ class ProducerStateManager:
         return json.dumps(data, separators=(",", ":")).encode()
 
     @classmethod
-    def from_json(cls, raw: bytes) -> ProducerStateManager:
+    def from_json(cls, raw: bytes, snapshot_offset: int = 0) -> ProducerStateManager:
+        """The state a snapshot taken at ``snapshot_offset`` holds. A snapshot written
+        before markers' offsets were kept places a marker-only entry's marker just below
+        the snapshot (where it was at the latest)."""
         manager = cls()
         for pid_text, value in json.loads(raw).items():
             pid = int(pid_text)
             if "txn" in value:
                 manager.ongoing_txns[pid] = int(value["txn"])
-            if not value["batches"] and int(value["epoch"]) >= 0:
-                manager.update_marker(pid, int(value["epoch"]))
+            epoch = int(value["epoch"])
+            marker = int(value.get("marker", -1 if value["batches"] else snapshot_offset - 1))
             for first_seq, last_seq, first_offset, last_offset, ts in value["batches"]:
-                manager.update(pid, int(value["epoch"]),
+                manager.update(pid, epoch,
                                BatchMetadata(first_seq, last_seq, first_offset, last_offset, ts))
+            if epoch >= 0 and (marker >= 0 or not value["batches"]):
+                manager.update_marker(pid, epoch, marker)
         return manager
 
 
@@ -246,7 +277,7 @@ def load_latest_snapshot(directory: Path, max_offset: int) -> tuple[int, Produce
             path.unlink(missing_ok=True)
             continue
         try:
-            return snap, ProducerStateManager.from_json(path.read_bytes())
+            return snap, ProducerStateManager.from_json(path.read_bytes(), snap)
         except (ValueError, KeyError, TypeError, OSError):
             path.unlink(missing_ok=True)
     return 0, ProducerStateManager()

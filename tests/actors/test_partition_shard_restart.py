@@ -717,13 +717,13 @@ def test_a_restore_gives_the_topic_configs_changed_since_the_leader_and_isr(
 
 def test_a_leader_fenced_before_the_crash_is_restored_without_leadership(
         node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Hazard 2: the controller refused c-0's ISR change as FENCED_LEADER_EPOCH (another
-    leader was elected; its LeaderAndIsr has not come): after the crash c-0 does not lead
-    again at the stale epoch, until the next LeaderAndIsr."""
+    """Hazard 2: the controller refused c-0's ISR change as NOT_LEADER_OR_FOLLOWER
+    (another broker leads; its LeaderAndIsr has not come): after the crash c-0 does not
+    lead again at the stale epoch, until the next LeaderAndIsr."""
     armed = _crash_on_flush(monkeypatch)
     c = _cluster(node, tmp_path, [1])
     alter = _expansion_proposed(c)
-    _answer(c, alter, int(ErrorCode.FENCED_LEADER_EPOCH), [], -1)
+    _answer(c, alter, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), [], -1)
     wait_for(lambda: _stats(node, c.shard)["leaders"] == [], "c-0 fenced")
     assert node.ask(c.manager, GetStats())["fenced"] == ["c-0@3"]
 
@@ -752,10 +752,36 @@ def test_a_fencing_answer_after_the_restore_fences_the_restored_leader(
     _restored(c)
     assert _stats(node, c.shard)["leaders"] == ["c-0"]
 
-    _answer(c, alter, int(ErrorCode.FENCED_LEADER_EPOCH), [], -1)
+    _answer(c, alter, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), [], -1)
     wait_for(lambda: _stats(node, c.shard)["leaders"] == [], "c-0 fenced")
     done = _append(node, c.shard, c.handler, 3, "c", [b"x"])
     assert done[1][0][2] == int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+
+@pytest.mark.parametrize("code", [ErrorCode.FENCED_LEADER_EPOCH,
+                                  ErrorCode.INVALID_UPDATE_VERSION])
+def test_a_leader_whose_change_was_refused_for_its_epochs_leads_on_over_a_crash(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: ErrorCode) -> None:
+    """Kafka's handleAlterPartitionError: a stale leader or partition epoch leaves the
+    leader leading, the change pending and unsent until a LeaderAndIsr at a higher leader
+    epoch. So it is after the crash: c-0 leads, [1, 2] pending (the high watermark waits
+    for broker 2), nothing sent again."""
+    armed = _crash_on_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1])
+    alter = _expansion_proposed(c)
+    _answer(c, alter, int(code), [], -1)
+    wait_for(lambda: node.ask(c.manager, GetStats())["isr_pending"] == 0, "the answer")
+    assert _stats(node, c.shard)["leaders"] == ["c-0"]
+    assert node.ask(c.manager, GetStats())["fenced"] == []
+
+    _crash(node, c.shard, armed)
+    _restored(c)
+
+    assert _stats(node, c.shard)["leaders"] == ["c-0"]
+    done = _append(node, c.shard, c.handler, 3, "c", [b"x"])
+    assert done[1][0][2] == NONE
+    assert _stats(node, c.shard)["partitions"]["c-0"][1] == 1  # over the pending [1, 2]
+    assert len(_got(node, c.controller, "AlterPartition")) == 1  # held: not sent again
 
 
 def test_an_isr_written_before_the_crash_is_restored_as_written(

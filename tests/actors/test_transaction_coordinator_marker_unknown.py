@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
+from actors.group_coordinator import OFFSETS_TOPIC
 from actors.runtime.actor import handles
 from actors.runtime.address import Address
 from actors.runtime.config import Config
@@ -137,3 +138,110 @@ def test_a_deleted_partitions_marker_is_dropped(manual_node: Node) -> None:
     assert stats["markers"] == []
     assert stats["values"] == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit"]
     assert _state(node, coordinator) == {"app": "CompleteCommit"}
+
+
+def _add(node: Node, coordinator: Address, rid: int, pid: int, epoch: int,
+         topic: str) -> list[int]:
+    node.tell(coordinator, AddPartitionsToTxn(rid, "app", pid, epoch,
+                                              [TxnTopicPartition(topic, 0)]), sender="probe")
+    node.quiesce()
+    answer: list[int] = probe_answers(node)[-1]
+    assert answer[0] == rid
+    return answer
+
+
+def test_a_partition_the_coordinators_metadata_lacks_yet_is_not_added(
+        manual_node: Node) -> None:
+    """Topic u was just created: the broker the client asked knows it, the coordinator's
+    metadata not yet (its UpdateMetadata is on its way). Taken into the transaction, its
+    marker was dropped at the commit as a deleted partition's (the coordinator's metadata
+    lacks it): the transaction completed with u-0 unmarked, its last stable offset stuck.
+    As Kafka's AddPartitionsToTxn (checked against the metadata cache its coordinator's
+    marker channel reads), it is refused UNKNOWN_TOPIC_OR_PARTITION, which the client
+    retries, until the metadata has it."""
+    node = manual_node
+    topo, coordinator, pid, epoch = _start(node, FakeShard)
+    assert _state(node, coordinator) == {"app": "CompleteCommit"}
+    assert _add(node, coordinator, 4, pid, epoch, "u") == [4, UNKNOWN_TP]
+    node.tell(coordinator, UpdateMetadata(
+        1, 1, 1, False, [BrokerRow(1, 1, node.name, None, [])], [_partition("u", 0)], {}))
+    assert _add(node, coordinator, 5, pid, epoch, "u") == [5, 0]
+    node.tell(coordinator, EndTxn(6, "app", pid, epoch, True), sender="probe")
+    node.quiesce()
+    assert probe_answers(node)[-1] == [6, 0]
+    assert ["u", 0, epoch, True] in node.ask(topo.shard(0), GetStats())["markers"]
+    assert _state(node, coordinator) == {"app": "CompleteCommit"}
+
+
+def test_a_group_offsets_marker_waits_for_the_metadata(manual_node: Node) -> None:
+    """AddOffsetsToTxn adds a __consumer_offsets partition unchecked (as Kafka): while
+    the coordinator's metadata has no such topic yet (it is being made) its marker waits
+    for the metadata, up to the transaction's timeout, instead of being dropped at once
+    (the group's transactional offsets would stay pending)."""
+    node = manual_node
+    topo, coordinator, pid, epoch = _start(node, FakeShard)
+    assert _add(node, coordinator, 4, pid, epoch, OFFSETS_TOPIC) == [4, 0]
+    node.tell(coordinator, EndTxn(5, "app", pid, epoch, True), sender="probe")
+    node.quiesce()
+    assert probe_answers(node)[-1] == [5, 0]
+    for _ in range(2):
+        node.advance_clock(RETRY_MS)
+        assert _state(node, coordinator) == {"app": "PrepareCommit"}
+    node.tell(coordinator, UpdateMetadata(
+        1, 1, 1, False, [BrokerRow(1, 1, node.name, None, [])],
+        [_partition(OFFSETS_TOPIC, 0)], {}))
+    node.advance_clock(RETRY_MS)
+    assert [OFFSETS_TOPIC, 0, epoch, True] in node.ask(topo.shard(0), GetStats())["markers"]
+    assert _state(node, coordinator) == {"app": "CompleteCommit"}
+
+
+def test_a_group_offsets_marker_whose_topic_never_comes_is_dropped_after_the_timeout(
+        manual_node: Node) -> None:
+    """AddOffsetsToTxn before __consumer_offsets exists (it is made at the first
+    FindCoordinator(GROUP)), then the producer gives up and aborts before that ever
+    happens: the topic never comes. Its marker waited for it for ever, the transaction
+    stayed in PrepareAbort and the producer's InitProducerId got CONCURRENT_TRANSACTIONS
+    for good. It waits the transaction's timeout (60 s here), then is dropped as Kafka
+    drops a partition its metadata cache has no leader for."""
+    node = manual_node
+    topo, coordinator, pid, epoch = _start(node, FakeShard)
+    assert _add(node, coordinator, 4, pid, epoch, OFFSETS_TOPIC) == [4, 0]
+    node.tell(coordinator, EndTxn(5, "app", pid, epoch, False), sender="probe")
+    node.quiesce()
+    assert probe_answers(node)[-1] == [5, 0]
+    node.advance_clock(RETRY_MS)
+    assert _state(node, coordinator) == {"app": "PrepareAbort"}
+    node.advance_clock(30_000)  # half the timeout: still waiting for the topic
+    assert _state(node, coordinator) == {"app": "PrepareAbort"}
+    for _ in range(3):
+        node.advance_clock(15_000)
+    assert _state(node, coordinator) == {"app": "CompleteAbort"}
+    assert [OFFSETS_TOPIC, 0, epoch, False] not in node.ask(topo.shard(0),
+                                                            GetStats())["markers"]
+    node.tell(coordinator, InitTxnProducer(6, "app", 60000, -1, -1), sender="probe")
+    node.quiesce()
+    assert probe_answers(node)[-1][:2] == [6, 0]
+
+
+def test_a_group_offsets_partition_past_the_topics_count_is_dropped(
+        manual_node: Node) -> None:
+    """This node's offsets.topic.num.partitions says more partitions than the real
+    __consumer_offsets has (it was made with a smaller count): the partition
+    AddOffsetsToTxn named does not exist, its marker is dropped at once, as Kafka's."""
+    node = manual_node
+    topo, coordinator, pid, epoch = _start(node, FakeShard)
+    node.tell(coordinator, UpdateMetadata(
+        1, 1, 1, False, [BrokerRow(1, 1, node.name, None, [])],
+        [_partition(OFFSETS_TOPIC, 0)], {}))
+    node.tell(coordinator, AddPartitionsToTxn(4, "app", pid, epoch,
+                                              [TxnTopicPartition(OFFSETS_TOPIC, 3)]),
+              sender="probe")
+    node.quiesce()
+    assert probe_answers(node)[-1] == [4, 0]
+    node.tell(coordinator, EndTxn(5, "app", pid, epoch, True), sender="probe")
+    node.quiesce()
+    assert probe_answers(node)[-1] == [5, 0]
+    node.advance_clock(RETRY_MS)
+    assert _state(node, coordinator) == {"app": "CompleteCommit"}
+    assert [OFFSETS_TOPIC, 3, epoch, True] not in node.ask(topo.shard(0),
+                                                           GetStats())["markers"]

@@ -13,10 +13,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from tests.broker.rawclient import FETCH, LIST_OFFSETS, RawClient, fetch_values, read_batches
 from tests.fixtures.broker import ROOT, BrokerProcess
@@ -33,6 +35,7 @@ TXN_CONFIG = {
     "transaction.state.log.min.isr": 2,             # capped to that replication factor
 }
 FIND_COORDINATOR, INIT_PRODUCER_ID, DESCRIBE_TXNS, LIST_TXNS = 10, 22, 65, 66
+ADD_PARTITIONS_TO_TXN = 24
 
 
 @pytest.fixture(scope="module")
@@ -457,3 +460,67 @@ def test_idempotent_producers_still_work(txn_broker: BrokerProcess) -> None:
     p = Producer({"bootstrap.servers": txn_broker.bootstrap, "enable.idempotence": True})
     p.produce("idem", b"v")
     assert p.flush(30) == 0
+
+
+def _txn_batch(pid: int, epoch: int, seq: int, value: bytes) -> bytes:
+    builder = DefaultRecordBatchBuilder(2, 0, True, pid, epoch, seq, 1 << 30)
+    builder.append(0, int(time.time() * 1000), None, value, [])
+    return bytes(builder.build())
+
+
+def _init_producer_id(raw: RawClient, txn_id: str) -> Any:
+    """InitProducerId, retried while the coordinator loads (14) or aborts the open
+    transaction (51, CONCURRENT_TRANSACTIONS)."""
+    deadline = time.monotonic() + 30
+    while True:
+        reply = raw.call(INIT_PRODUCER_ID, 1, {"transactional_id": txn_id,
+                                                "transaction_timeout_ms": 60_000})
+        if reply.error_code not in (14, 51) or time.monotonic() > deadline:
+            assert reply.error_code == 0, reply
+            return reply
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("how", ["kill-9", "sigterm"])
+def test_the_epoch_an_abort_marker_bumped_still_fences_after_a_restart(
+        tmp_path: Path, how: str) -> None:
+    """A successor's InitProducerId aborts the zombie's transaction with a bumped epoch
+    (the marker carries it). The partition fences the zombie's epoch before a restart and
+    after it: kill -9 replays the log, SIGTERM loads the producer-state snapshot, and
+    either way the marker's epoch is the producer's (as Kafka keeps an entry with no
+    batch, only an epoch)."""
+    b = BrokerProcess(tmp_path / "data", config=TXN_CONFIG).start()
+    try:
+        topic = "t-bumped"
+        with RawClient(b.port) as raw:
+            assert raw.create_topic(topic, 1) == 0
+            init = _init_producer_id(raw, "bumped")
+            pid, epoch = init.producer_id, init.producer_epoch
+            added = raw.call(ADD_PARTITIONS_TO_TXN, 3, {
+                "v3_and_below_transactional_id": "bumped", "v3_and_below_producer_id": pid,
+                "v3_and_below_producer_epoch": epoch,
+                "v3_and_below_topics": [{"name": topic, "partitions": [0]}]})
+            assert added.results_by_topic_v3_and_below[0].results_by_partition[
+                0].partition_error_code == 0
+            assert raw.produce(topic, 0, _txn_batch(pid, epoch, 0, b"zombie-0")).error_code == 0
+            # The successor: aborts the open transaction with a bumped epoch.
+            assert _init_producer_id(raw, "bumped").producer_id == pid
+            part = raw.fetch(topic, 0, 0)
+            markers = [x for x in read_batches(part.records) if x.is_control_batch]
+            assert [m.producer_epoch for m in markers] == [epoch + 1]
+            before = raw.produce(topic, 0, _txn_batch(pid, epoch, 1, b"zombie-1"))
+            assert before.error_code == 47  # INVALID_PRODUCER_EPOCH
+        if how == "kill-9":
+            b.kill()
+        else:
+            assert b.stop() == 0
+        b.start()
+        with RawClient(b.port) as raw:
+            after = raw.produce(topic, 0, _txn_batch(pid, epoch, 1, b"zombie-1"))
+            assert after.error_code == 47, after  # still fenced
+            part = raw.fetch(topic, 0, 0)
+            assert [r.value for x in read_batches(part.records) if not x.is_control_batch
+                    for r in x] == [b"zombie-0"]
+    finally:
+        if b.proc is not None and b.proc.poll() is None:
+            b.stop()

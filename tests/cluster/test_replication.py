@@ -20,11 +20,13 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.protocol.metadata import FindCoordinatorRequest
 
+from actors.core.cluster_model import TopicPartition as Tp
+from actors.metadata import znodes
 from actors.topology import stable_hash
 from tests.broker.rawclient import build, read_records, record_batch
 from tests.broker.test_groups import call
 from tests.fixtures.cluster import Cluster, kafka_call, wait_for
-from tests.fixtures.cluster_tools import fetch_from, produce_to
+from tests.fixtures.cluster_tools import ZooKeeperReader, fetch_from, produce_to
 from tests.fixtures.replication import (
     disk_records,
     epoch_checkpoint,
@@ -615,3 +617,56 @@ def test_a_preferred_leader_back_in_the_isr_leads_again(cluster_factory: Any) ->
     assert errors == [] and len(last) == 20
     records = wait_for("identical replicas", lambda: same_logs(cluster, p), timeout_s=60)
     assert values_of(records) == acked + more + last
+
+
+def test_a_leader_whose_isr_change_is_refused_for_its_version_goes_on_leading(
+        cluster_factory: Any, zk_connect: str) -> None:
+    """Kafka's Partition.handleAlterPartitionError: an ISR change refused as
+    INVALID_UPDATE_VERSION (or FENCED_LEADER_EPOCH) leaves the leader leading, the change
+    pending, until a LeaderAndIsr at a higher leader epoch (no controller sends one for the
+    refusal; here the follower's return lets the held shrink go unneeded). The partition's
+    state znode is
+    written underneath the controller (the same content, a new version): the leader's
+    shrink (a follower paused past replica.lag.time.max.ms) is refused for its version, and
+    the leader goes on serving produces and fetches."""
+    # the paused follower's session must outlive the waits below (30 s for the refusal,
+    # then a produce and a fetch): expired, the controller takes it out of the ISR at a new
+    # leader epoch, which ends the held shrink and the test with it (60 s: the test
+    # ZooKeeper's maxSessionTimeout)
+    cluster = cluster_factory(config={**FAST, "zookeeper.session.timeout.ms": 60000})
+    leaders = create_topic(cluster, partitions=3)
+    # the controller's own partition: the paused follower is not the controller
+    p = next(q for q, b in leaders.items() if b == cluster.controller())
+    leader = cluster.nodes[leaders[p]]
+    first = next(n for n in cluster.nodes.values() if n is not leader)
+    acked, errors = produce_acks_all(cluster, [b"before-%d" % i for i in range(10)], p)
+    assert errors == [] and len(acked) == 10
+    zk = ZooKeeperReader(zk_connect)
+    try:
+        path = znodes.partition_state_path(Tp(TOPIC, p))
+        data, stat = zk.client.get(path)
+        zk.client.set(path, data, version=stat.version)  # the version moves, nothing else
+    finally:
+        zk.close()
+    refused = "the controller refused the ISR change (INVALID_UPDATE_VERSION)"
+    first.pause()
+    try:
+        wait_for("the leader's shrink refused for its version",
+                 lambda: refused in leader.log(), timeout_s=30)
+        one = produce_to(leader, TOPIC, p, [b"acks1"], acks=1)
+        assert one.error_code == 0, one  # still the leader
+        fetched = fetch_from(leader, TOPIC, p, 0)
+        assert fetched.error_code == 0, fetched
+        # the high watermark waits for the paused follower: the ISR is still three
+        assert [r[2] for r in read_records(fetched.records)] == acked
+    finally:
+        first.resume()
+
+    def served() -> list[Any] | None:
+        answer = fetch_from(leader, TOPIC, p, 0)
+        assert answer.error_code == 0, answer
+        values = [r[2] for r in read_records(answer.records)]
+        return values if b"acks1" in values else None
+
+    assert wait_for("the follower back and the high watermark past the acks=1 record",
+                    served, timeout_s=30) == [*acked, b"acks1"]

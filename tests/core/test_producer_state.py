@@ -146,6 +146,39 @@ def test_snapshot_json_round_trip() -> None:
     assert copy.producers == state.producers
 
 
+@pytest.mark.parametrize("clean", [True, False])
+def test_an_epoch_a_marker_bumped_survives_a_reopen_until_retention_passes_it(
+        tmp_path: Path, clean: bool) -> None:
+    """The coordinator's abort marker with epoch 1 leaves producer 7 with no batch of
+    that epoch: epoch 0 stays fenced after a reopen (snapshot on a clean close, the log
+    replayed after a crash), and goes only with the marker itself."""
+    config = LogConfig(segment_bytes=100, retention_bytes=0)
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, config, 0)
+    log.append_as_leader(batch(0), 0, 1)
+    log.append_control(7, 1, False, 0, 0, 1)
+    if clean:
+        log.close(1)
+    else:
+        log.flush(1)
+        log.close_without_flush()
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, config, 0)
+    assert log.producer_state.producers[7].producer_epoch == 1
+    with pytest.raises(InvalidProducerEpochError):
+        log.append_as_leader(batch(1), 0, 1)
+    log.append_as_leader(build_batch([b"x"]), 0, 1)
+    log.update_high_watermark(3)
+    log.delete_old_segments(10)
+    assert log.log_start_offset > 1
+    assert 7 not in log.producer_state.producers
+
+
+def test_a_snapshot_of_a_marker_only_entry_without_its_offset_keeps_it() -> None:
+    """Snapshots written before markers' offsets were kept: the entry stays."""
+    copy = ProducerStateManager.from_json(b'{"7":{"epoch":3,"batches":[]}}', 5)
+    copy.remove_before(4)
+    assert copy.producers[7].producer_epoch == 3
+
+
 def test_sequence_wraps_inside_a_batch_on_the_single_batch_path(log: PartitionLog) -> None:
     log.append_as_leader(batch(2**31 - 3), 0, 1)  # new producer: general path
     log.append_as_leader(batch(2**31 - 2, 3), 0, 1)  # next in sequence: single-batch path

@@ -177,7 +177,14 @@ def test_a_refused_change_fences_the_leader_and_a_stale_answer_is_ignored(
     state.propose(IsrProposal(0, (LEADER, F1), 0))
     assert state.on_isr_result(0, 0, int(ErrorCode.INVALID_REQUEST), [], -1, 60) == "held"
     assert state.pending is not None and state.resend_due(10_000) is None
-    assert state.on_isr_result(0, 0, int(ErrorCode.FENCED_LEADER_EPOCH), [], -1) == "fenced"
+    for code in (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.INVALID_UPDATE_VERSION):
+        # Kafka's handleAlterPartitionError: a stale leader or partition epoch leaves the
+        # change pending, unsent, and the leader leading until a LeaderAndIsr at a higher
+        # leader epoch
+        assert state.on_isr_result(0, 0, int(code), [], -1, 70) == "held"
+        assert state.is_leader and state.pending is not None
+        assert state.resend_due(10_000) is None and state.isr_shrink(99_999) is None
+    assert state.on_isr_result(0, 0, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), [], -1) == "fenced"
     assert not state.is_leader
     assert state.check_fetch_epoch(0) == int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
     state.become_leader(1, [LEADER, F1, F2], [LEADER, F1, F2], partition_epoch=3)

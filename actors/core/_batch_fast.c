@@ -870,7 +870,24 @@ static PyTypeObject SegmentCoreType = {
  * (the write's StorageError among them) go as they are, as from the twin.
  *
  * Why: the twin's ~20 Python lines cost ~1.7 us an append, ~35% of the log's own CPU per
- * 16 KiB append in `bench log` (reports/perf19-profile.md). */
+ * 16 KiB append in `bench log` (measured by profile on 3.11).
+ *
+ * The rules are mirrored from the twin (and _maybe_roll, producer_state's sequence rule):
+ * tests/core/test_log_append_fast.py runs the same appends through both. A change to what
+ * log_append does or reads bumps LOG_APPEND_VERSION here and in batch_fast.py together.
+ *
+ * Built only for the CPython versions whose headers were checked (3.11 here; 3.12 and
+ * 3.13 have the same PyTupleObject): it fills a tuple subclass from a bare tp_alloc, and
+ * 3.14's tuple caches its hash in a field (ob_hash, -1 for not computed) that a zero-filled
+ * object would read as hash 0; and it uses the private _PyType_Lookup. Elsewhere the module
+ * has no log_append and the log runs the Python twin. */
+#define LOG_APPEND_VERSION 1
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000
+#define HAVE_LOG_APPEND 1
+#else
+#define HAVE_LOG_APPEND 0
+#endif
+#if HAVE_LOG_APPEND
 
 enum {
     LA_SINGLE_MAX, LA_EPOCH_CACHE, LA_ENTRIES, LA_CONFIG, LA_SEGMENT_BYTES, LA_SEGMENT_MS,
@@ -890,7 +907,7 @@ static const char *const la_names[LA_COUNT] = {
     "index_full"};
 static PyObject *la_str[LA_COUNT];
 static PyObject *append_info_type, *batch_metadata_type;
-static PyObject *segment_append_one_descr;  /* SegmentCore.append_one, borrowed from its type */
+static PyObject *segment_append_one_descr;  /* SegmentCore.append_one (a strong reference) */
 
 #define COMPRESSION_MASK 0x07
 #define UNDEFINED_EPOCH (-1)
@@ -906,26 +923,24 @@ static int attr_ll(PyObject *o, int name, long long *out) {
     return ok;
 }
 
-/* A segment's field: straight from its slot for a SegmentCore (core: the caller checked
-   the type once), else its attribute. */
-static PyObject *seg_get(PyObject *segment, int core, int slot, int name) {
-    if (core) {
-        PyObject *v = ((SegmentCore *)segment)->f[slot];
-        if (v != NULL) return Py_NewRef(v);
-    }
+/* A SegmentCore's field straight from its slot (the caller checked the type); an unset
+   slot by its attribute, for the AttributeError the twin would raise. */
+static PyObject *seg_get(PyObject *segment, int slot, int name) {
+    PyObject *v = ((SegmentCore *)segment)->f[slot];
+    if (v != NULL) return Py_NewRef(v);
     return PyObject_GetAttr(segment, la_str[name]);
 }
 
-static int seg_ll(PyObject *segment, int core, int slot, int name, long long *out) {
-    PyObject *v = seg_get(segment, core, slot, name);
+static int seg_ll(PyObject *segment, int slot, int name, long long *out) {
+    PyObject *v = seg_get(segment, slot, name);
     if (v == NULL) return -1;
     int ok = field_ll(v, out);
     Py_DECREF(v);
     return ok;
 }
 
-static int seg_true(PyObject *segment, int core, int slot, int name) {
-    PyObject *v = seg_get(segment, core, slot, name);
+static int seg_true(PyObject *segment, int slot, int name) {
+    PyObject *v = seg_get(segment, slot, name);
     if (v == NULL) return -1;
     int truth = PyObject_IsTrue(v);
     Py_DECREF(v);
@@ -996,8 +1011,9 @@ static PyObject *log_append(PyObject *Py_UNUSED(self), PyObject *const *args, Py
     LA_GET(tmp, PyObject_GetAttr(log, la_str[LA_SEGMENTS]));
     LA_GET(active, PySequence_GetItem(tmp, -1));
     Py_CLEAR(tmp);
-    int core = PyObject_TypeCheck(active, &SegmentCoreType);
-    LA_TRY(seg_ll(active, core, SG_NEXT_OFFSET, LA_NEXT_OFFSET, &first_offset));
+    /* a segment of another class (none in the broker) goes the general way */
+    if (!PyObject_TypeCheck(active, &SegmentCoreType)) goto general;
+    LA_TRY(seg_ll(active, SG_NEXT_OFFSET, LA_NEXT_OFFSET, &first_offset));
     if (__builtin_add_overflow(first_offset, (long long)h.last_offset_delta + 1, &next_offset))
         goto general;
     /* the target codec, if any */
@@ -1018,25 +1034,25 @@ static PyObject *log_append(PyObject *Py_UNUSED(self), PyObject *const *args, Py
     }
     /* no roll due (the general path decides) */
     long long active_size;
-    LA_TRY(seg_ll(active, core, SG_SIZE, LA_SIZE, &active_size));
+    LA_TRY(seg_ll(active, SG_SIZE, LA_SIZE, &active_size));
     if (active_size) {
         long long limit, grown, rolling, age;
         LA_TRY(attr_ll(config, LA_SEGMENT_BYTES, &limit));
         if (__builtin_add_overflow(active_size, (long long)n, &grown) || grown > limit)
             goto general;
-        if ((r = seg_true(active, core, SG_ROLLS_ON_BATCH_TIME, LA_ROLLS_ON_BATCH_TIME)) < 0)
+        if ((r = seg_true(active, SG_ROLLS_ON_BATCH_TIME, LA_ROLLS_ON_BATCH_TIME)) < 0)
             goto done;
         if (!r) goto general;
-        LA_TRY(seg_ll(active, core, SG_ROLLING_TIMESTAMP, LA_ROLLING_TIMESTAMP, &rolling));
+        LA_TRY(seg_ll(active, SG_ROLLING_TIMESTAMP, LA_ROLLING_TIMESTAMP, &rolling));
         LA_TRY(attr_ll(config, LA_SEGMENT_MS, &limit));
         if (__builtin_sub_overflow((long long)h.max_timestamp, rolling, &age) || age > limit)
             goto general;
-        if ((r = seg_true(active, core, SG_INDEX_FULL, LA_INDEX_FULL)) < 0) goto done;
+        if ((r = seg_true(active, SG_INDEX_FULL, LA_INDEX_FULL)) < 0) goto done;
         if (r) goto general;
     }
     /* the last offset relative to the segment's base within int32 */
     long long segment_base, relative;
-    LA_TRY(seg_ll(active, core, SG_BASE_OFFSET, LA_BASE_OFFSET, &segment_base));
+    LA_TRY(seg_ll(active, SG_BASE_OFFSET, LA_BASE_OFFSET, &segment_base));
     if (__builtin_sub_overflow(next_offset - 1, segment_base, &relative)
         || relative > MAX_RELATIVE_OFFSET)
         goto general;
@@ -1100,7 +1116,8 @@ static PyObject *log_append(PyObject *Py_UNUSED(self), PyObject *const *args, Py
         PyObject *call[9] = {active, records, o_bl, epoch_o, o_size, o_first, o_next,
                              o_max_ts, defer_o};
         /* SegmentCore's own append_one straight (no method lookup and call), unless the
-           segment's class has another (a test's twin) */
+           segment's class has another (a test's twin). An append_one set on the instance
+           is not honoured (the twin would call it); nothing sets one. */
         if (_PyType_Lookup(Py_TYPE(active), la_str[LA_APPEND_ONE]) == segment_append_one_descr)
             tmp = segment_append_one(active, call + 1, 8);
         else
@@ -1188,6 +1205,7 @@ done:
     Py_XDECREF(info);
     return result;
 }
+#endif /* HAVE_LOG_APPEND */
 
 static PyMethodDef methods[] = {
     {"single_batch", single_batch, METH_O,
@@ -1197,11 +1215,13 @@ static PyMethodDef methods[] = {
      "writev the batch with base offset, leader epoch and magic set; bytes written."},
     {"timestamps_within", (PyCFunction)(void (*)(void))timestamps_within, METH_FASTCALL,
      "True if one uncompressed batch's record timestamps all lie within the bounds."},
+#if HAVE_LOG_APPEND
     {"log_append", (PyCFunction)(void (*)(void))log_append, METH_FASTCALL,
      "PartitionLog.append_as_leader's common case: its AppendInfo, or None for the "
      "general path (nothing changed)."},
     {"log_append_types", (PyCFunction)(void (*)(void))log_append_types, METH_FASTCALL,
      "Set the AppendInfo and BatchMetadata types log_append builds."},
+#endif
     {"crc32c", (PyCFunction)(void (*)(void))py_crc32c, METH_FASTCALL,
      "CRC-32C of a buffer, continuing from crc."},
     {"crc32c_table", py_crc32c_sw, METH_O,
@@ -1225,8 +1245,14 @@ PyMODINIT_FUNC PyInit__batch_fast(void) {
     str_append_one_py = PyUnicode_InternFromString("_append_one_py");
     str_append_failed = PyUnicode_InternFromString("_append_failed");
     str_state = PyUnicode_InternFromString("_state");
+#if HAVE_LOG_APPEND
     for (int i = 0; i < LA_COUNT; i++)
         if ((la_str[i] = PyUnicode_InternFromString(la_names[i])) == NULL) return NULL;
+    /* the method descriptor itself (a type's attribute read gives it back unbound) */
+    segment_append_one_descr = PyObject_GetAttr((PyObject *)&SegmentCoreType,
+                                                la_str[LA_APPEND_ONE]);
+    if (segment_append_one_descr == NULL) return NULL;
+#endif
     PyObject *seventeen = PyLong_FromLong(17);
     if (seventeen == NULL) return NULL;
     slice_from_17 = PySlice_New(seventeen, NULL, NULL);
@@ -1234,15 +1260,10 @@ PyMODINIT_FUNC PyInit__batch_fast(void) {
     if (str_append_one_py == NULL || str_append_failed == NULL || str_state == NULL
         || slice_from_17 == NULL)
         return NULL;
-    segment_append_one_descr = PyDict_GetItemWithError(SegmentCoreType.tp_dict,
-                                                       la_str[LA_APPEND_ONE]);
-    if (segment_append_one_descr == NULL) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_SystemError, "no SegmentCore.append_one");
-        return NULL;
-    }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddIntConstant(m, "HARDWARE_CRC", have_hw) < 0
+        || PyModule_AddIntConstant(m, "LOG_APPEND_VERSION", LOG_APPEND_VERSION) < 0
         || PyModule_AddObjectRef(m, "IndexCore", (PyObject *)&IndexCoreType) < 0
         || PyModule_AddObjectRef(m, "SegmentCore", (PyObject *)&SegmentCoreType) < 0) {
         Py_DECREF(m);

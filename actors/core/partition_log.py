@@ -314,7 +314,7 @@ class AppendInfo(NamedTuple):
 # append_as_leader's common case in C (batch_fast.log_append), None to run its inline
 # Python twin (where the C module is not built; tests set it to None to compare the two).
 _log_append = cast("Callable[..., AppendInfo | None] | None", log_append)
-if COMPILED_MODULE is not None:
+if COMPILED_MODULE is not None and log_append is not None:
     COMPILED_MODULE.log_append_types(AppendInfo, BatchMetadata)
 
 
@@ -676,6 +676,9 @@ class PartitionLog:
                 if done is not None:
                     return done
         elif not coordinator and len(records) <= self._single_batch_max_bytes:
+            # Mirrored in _batch_fast.c log_append (with _maybe_roll's rule and
+            # producer_state's sequence rule); tests/core/test_log_append_fast.py compares
+            # the two: change both.
             fields = single_batch(records)
             if fields is not None:
                 # The common case, inline (a Python frame less per Produce): one valid
@@ -1023,6 +1026,9 @@ class PartitionLog:
 
     def _maybe_roll(self, size: int, first_offset: int, last_offset: int, max_timestamp: int,
                     now_ms: int) -> None:
+        # The fast path's "no roll due" (append_as_leader's inline twin, and
+        # _batch_fast.c log_append) mirrors this rule; tests/core/test_log_append_fast.py
+        # compares C and the twin: change all three together.
         active = self.segments[-1]
         if active.size == 0:
             return

@@ -5,7 +5,11 @@ C takes itself exactly the appends the twin's conditions let through."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import resource
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +46,7 @@ def _gzip(n: int) -> bytes:
     return bytes(builder.build())
 
 
-def _append(batch: bytes, epoch: int = 1, now: int = NOW,
+def _append(batch: bytes | bytearray | memoryview, epoch: int = 1, now: int = NOW,
             coordinator: bool = False) -> Callable[[PartitionLog, bool], Any]:
     return lambda log, defer: log.append_as_leader(batch, epoch, now, coordinator=coordinator,
                                                    defer=defer)
@@ -54,6 +58,29 @@ def _follower(batch: bytes) -> Callable[[PartitionLog, bool], Any]:
 
 def _commit(log: PartitionLog, defer: bool) -> Any:
     return log.commit()
+
+
+def _limited(step: Callable[[PartitionLog, bool], Any]) -> Callable[[PartitionLog, bool], Any]:
+    """The step with the process's file size limit a few bytes past the active segment's
+    end: its write fails (EFBIG, SIGXFSZ ignored by the test) with StorageError."""
+    def run(log: PartitionLog, defer: bool) -> Any:
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (log.segments[-1].size + 10, hard))
+        try:
+            return step(log, defer)
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    return run
+
+
+def _sized(size: int) -> bytes:
+    """A one-record batch of exactly ``size`` bytes."""
+    batch = build_batch([b"s" * (size - 70)], timestamps_ms=[NOW])
+    assert len(batch) == size
+    return batch
+
+
+MAX_SEQ = 2**31 - 1
 
 
 # (name, step, the fast path takes it: True / False, None for a step that is not a
@@ -142,12 +169,71 @@ SCENARIOS: dict[str, tuple[LogConfig, list[Step]]] = {
     "log append time": (LogConfig(message_timestamp_type="LogAppendTime"), [
         ("stamped by the log", _append(_plain(0)), False),
     ]),
+    # the segment rolls by the clock (rolls_on_batch_time False): the general path decides
+    # (the clock 1 s past the log's opening: no roll)
+    "first batch without timestamps": (LogConfig(), [
+        ("no timestamps first",
+         _append(build_batch([b"x"] * 2, timestamps_ms=[-1, -1]), now=1_000), True),
+        ("stamped", _append(_plain(1, stamp=500), now=1_000), False),
+        ("stamped again", _append(_plain(2, stamp=600), now=1_000), False),
+    ]),
+    # _single_batch_max_bytes is min(max.message.bytes, segment.bytes)
+    "size at the limit": (LogConfig(max_message_bytes=200), [
+        ("exactly max.message.bytes", _append(_sized(200)), True),
+        ("one byte over", _append(_sized(201)), False),
+        ("under", _append(_sized(199)), True),
+    ]),
+    "size at segment.bytes": (LogConfig(segment_bytes=250), [
+        ("exactly segment.bytes", _append(_sized(250)), True),
+        ("one byte over", _append(_sized(251)), False),
+        ("into a new segment", _append(_sized(250)), False),
+    ]),
+    "sequence near its wrap": (LogConfig(), [
+        ("new producer near the top", _append(_idem(MAX_SEQ - 3)), False),
+        ("its last sequence is the top", _append(_idem(MAX_SEQ - 1)), True),
+        ("wrapped to 0 (the general path)", _append(_idem(0)), False),
+        ("after the wrap", _append(_idem(2)), True),
+        ("other producer near the top", _append(_idem(MAX_SEQ - 5, pid=8)), False),
+        ("a batch across the wrap", _append(_idem(MAX_SEQ - 3, 6, pid=8)), True),
+        ("next after it", _append(_idem(2, pid=8)), True),
+        ("a gap past the top", _append(_idem(MAX_SEQ, pid=7)), False),
+    ]),
+    "buffer types": (LogConfig(), [
+        ("bytearray", _append(bytearray(_plain(0))), True),
+        ("memoryview", _append(memoryview(_plain(1))), True),
+        ("new producer", _append(_idem(0)), False),
+        ("idempotent bytearray", _append(bytearray(_idem(2))), True),
+        ("idempotent memoryview", _append(memoryview(_idem(4))), True),
+        ("a memoryview slice", _append(memoryview(b"--" + _plain(2))[2:]), True),
+    ]),
+    # a failed write on the fast path: not deferred, the segment's write; deferred, the
+    # flush flush.messages asks for (_flush_appended) writes the staged batch
+    "failed write": (LogConfig(flush_messages=1), [
+        ("new producer", _append(_idem(0)), False),
+        ("in sequence", _append(_idem(2)), True),
+        ("file size limit", _limited(_append(_idem(4))), True),
+        # deferred: refused before either path (the loss is not told yet)
+        ("a plain batch", _append(_plain(9)), True),
+        ("commit", _commit, None),
+        ("again", _append(_idem(4)), True),
+        ("plain, limited", _limited(_append(_plain(5))), True),
+        ("commit", _commit, None),
+        ("plain again", _append(_plain(5)), True),
+    ]),
 }
+
+
+def _plain_value(value: Any, directory: Path) -> Any:
+    """An error as its type and message (the log's own directory named alike)."""
+    if isinstance(value, BaseException):
+        return type(value), str(value).replace(str(directory), "<dir>")
+    return value
 
 
 def _snapshot(log: PartitionLog) -> dict[str, Any]:
     state = log.producer_state
     return {
+        "commit error": _plain_value(log._commit_error, log.dir),
         "producers": {pid: (entry.producer_epoch, list(entry.batches))
                       for pid, entry in state.producers.items()},
         "ongoing": dict(state.ongoing_txns),
@@ -178,17 +264,25 @@ def _run(directory: Path, config: LogConfig, steps: list[Step], defer: bool,
     for name, step, _ in steps:
         before = len(general)
         try:
-            outcome.append((name, step(log, defer)))
+            outcome.append((name, _plain_value(step(log, defer), directory)))
         except Exception as exc:  # a refusal must match too
-            outcome.append((name, type(exc), str(exc)))
+            outcome.append((name, _plain_value(exc, directory)))
         fast.append(len(general) == before)
         outcome.append(_snapshot(log))
-    outcome.append(log.commit())
+    outcome.append(_plain_value(log.commit(), directory))
     outcome.append(_snapshot(log))
     log.flush(NOW)
     outcome.append(_snapshot(log))
     log.close()
     return outcome, _files(directory), fast
+
+
+@pytest.fixture(autouse=True)
+def _no_sigxfsz() -> Iterator[None]:
+    """A write past RLIMIT_FSIZE fails with EFBIG instead of killing the process."""
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    yield
+    signal.signal(signal.SIGXFSZ, previous)
 
 
 @needs_c
@@ -224,3 +318,41 @@ def test_the_c_append_answers_with_an_append_info(tmp_path: Path) -> None:
     assert type(info) is partition_log.AppendInfo
     assert info == partition_log.AppendInfo(0, 3, NOW + 3, -1, 0, 4, len(_plain(0, 4)), False)
     log.close()
+
+
+def _import_after(change: str) -> str:
+    """What batch_fast and partition_log make of the C module after ``change`` to it (a
+    fresh interpreter: the module is read once, on import), and an append's answer."""
+    script = (
+        # the extension loaded alone (importing actors.core would import batch_fast)
+        "import glob, importlib.util, sys\n"
+        "path, = glob.glob('actors/core/_batch_fast*.so')\n"
+        "spec = importlib.util.spec_from_file_location('actors.core._batch_fast', path)\n"
+        "m = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(m)\n"
+        "sys.modules['actors.core._batch_fast'] = m\n"
+        f"{change}\n"
+        "from actors.core import batch_fast, partition_log\n"
+        "import tempfile, pathlib\n"
+        "from actors.core.record_batch import build_batch\n"
+        "with tempfile.TemporaryDirectory() as d:\n"
+        "    log = partition_log.PartitionLog.open(pathlib.Path(d) / 't-0', 't', 0,\n"
+        "                                          partition_log.LogConfig(), 0)\n"
+        "    log.assign_epoch_start_offset(1, 0)\n"
+        "    info = log.append_as_leader(build_batch([b'x'], timestamps_ms=[5]), 1, 5)\n"
+        "    log.close()\n"
+        "print(batch_fast.COMPILED, batch_fast.log_append is not None, info.last_offset)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, check=True, cwd=Path(__file__).parents[2])
+    return done.stdout.strip()
+
+
+@needs_c
+def test_a_c_module_of_another_log_append_version_is_not_used() -> None:
+    assert _import_after("") == "True True 0"
+    # a build from other code (a stale .so): the Python twins, all of them
+    assert _import_after("m.LOG_APPEND_VERSION += 1") == "False False 0"
+    assert _import_after("del m.LOG_APPEND_VERSION") == "False False 0"
+    # built without log_append (a CPython it is not built for): the rest of the C module,
+    # and the log's inline twin
+    assert _import_after("del m.log_append, m.log_append_types") == "True False 0"

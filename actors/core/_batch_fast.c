@@ -876,8 +876,8 @@ static PyTypeObject SegmentCoreType = {
  * tests/core/test_log_append_fast.py runs the same appends through both. A change to what
  * log_append does or reads bumps LOG_APPEND_VERSION here and in batch_fast.py together.
  *
- * Built only for the CPython versions whose headers were checked (3.11 here; 3.12 and
- * 3.13 have the same PyTupleObject): it fills a tuple subclass from a bare tp_alloc, and
+ * Built only for CPython 3.11-3.13 (3.11's headers checked on this machine, which has no
+ * other; 3.12 and 3.13 have no cached tuple hash, 3.14 added it): it fills a tuple subclass from a bare tp_alloc, and
  * 3.14's tuple caches its hash in a field (ob_hash, -1 for not computed) that a zero-filled
  * object would read as hash 0; and it uses the private _PyType_Lookup. Elsewhere the module
  * has no log_append and the log runs the Python twin. */

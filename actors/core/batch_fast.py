@@ -29,6 +29,11 @@ malformed, out of bounds, a varint or a sum past 64 bits), which the general
 path then judges exactly. It keeps a topic with timestamp bounds on the fast
 path: one C call walking the records' varints, no Python frame.
 
+``log_append(log, records, leader_epoch, now_ms, defer)`` (C only): the whole
+common case of ``PartitionLog.append_as_leader`` (its inline fast path is the
+Python twin, used where this is None), see _batch_fast.c; None means "take the
+general path", with nothing changed.
+
 The module also defines the base classes of LogSegment and the mapped indexes
 (``SegmentCore``, ``IndexCore``; their Python twins are in log_segment.py and
 log_index.py), whose ``append_one`` does a segment's whole single-batch append.
@@ -162,15 +167,21 @@ try:
     from actors.core import _batch_fast as _compiled
 except ImportError:  # not built (no compiler where it was installed): the Python twins
     _compiled = None
-if _compiled is not None and not all(hasattr(_compiled, name)
-                                     for name in ("SegmentCore", "IndexCore",
-                                                  "timestamps_within")):
-    # built from older code (an editable install's .so stays in the tree until it is
+# What log_append does and reads: bumped together with LOG_APPEND_VERSION in
+# _batch_fast.c, so a module built from other code is not used.
+LOG_APPEND_VERSION = 1
+if _compiled is not None and not (
+        all(hasattr(_compiled, name)
+            for name in ("SegmentCore", "IndexCore", "timestamps_within"))
+        and getattr(_compiled, "LOG_APPEND_VERSION", None) == LOG_APPEND_VERSION):
+    # built from other code (an editable install's .so stays in the tree until it is
     # built again): all of it or none, so the twins never mix with a stale half
     from loguru import logger
 
-    logger.warning("the C part {} predates this code (no SegmentCore): running the Python "
-                   "twins; build it again with `pip install -e .`", _compiled.__file__)
+    logger.warning("the C part {} was built from other code (LOG_APPEND_VERSION {}, this "
+                   "code's {}): running the Python twins; build it again with "
+                   "`pip install -e .`", _compiled.__file__,
+                   getattr(_compiled, "LOG_APPEND_VERSION", None), LOG_APPEND_VERSION)
     _compiled = None
 
 COMPILED: bool = _compiled is not None
@@ -181,7 +192,15 @@ single_batch: Callable[[bytes | bytearray | memoryview], tuple[int, ...] | None]
 write_batch: Callable[..., int]  # (fd, records, base_offset, batch_length, leader_epoch
 #                                    [, index, slot, relative_offset, position])
 timestamps_within: Callable[[bytes | bytearray | memoryview, int, int, int], bool]
+# PartitionLog.append_as_leader's common case in one call (its AppendInfo, or None for
+# the general path, nothing changed); None where the C module is not built: the log runs
+# its inline Python twin then. The log registers its types (log_append_types) on import.
+log_append: Callable[..., object] | None = None
 if _compiled is not None:
+    # built only for the CPython versions its tuple handling was checked on (both names
+    # or neither): elsewhere the log runs the twin
+    if hasattr(_compiled, "log_append") and hasattr(_compiled, "log_append_types"):
+        log_append = _compiled.log_append
     single_batch = _compiled.single_batch
     write_batch = _compiled.write_batch
     timestamps_within = _compiled.timestamps_within

@@ -21,9 +21,9 @@ from bisect import bisect_right
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, NoReturn
+from typing import NamedTuple, NoReturn, cast
 
-from actors.core.batch_fast import single_batch, timestamps_within
+from actors.core.batch_fast import COMPILED_MODULE, log_append, single_batch, timestamps_within
 from actors.core.checkpoint import TMP_SUFFIX, fsync_dir
 from actors.core.log_epoch_cache import UNDEFINED_EPOCH, LeaderEpochCache
 from actors.core.log_index import DEFAULT_MAX_INDEX_BYTES, TIME_INDEX_SUFFIX
@@ -309,6 +309,13 @@ class AppendInfo(NamedTuple):
     num_records: int
     size_in_bytes: int
     duplicate: bool = False  # a retried idempotent batch: offsets are the original ones
+
+
+# append_as_leader's common case in C (batch_fast.log_append), None to run its inline
+# Python twin (where the C module is not built; tests set it to None to compare the two).
+_log_append = cast("Callable[..., AppendInfo | None] | None", log_append)
+if COMPILED_MODULE is not None and log_append is not None:
+    COMPILED_MODULE.log_append_types(AppendInfo, BatchMetadata)
 
 
 class ReadInfo(NamedTuple):
@@ -661,7 +668,17 @@ class PartitionLog:
         """
         if self._commit_error is not None:
             self._refuse_while_lost()
-        if not coordinator and len(records) <= self._single_batch_max_bytes:
+        if _log_append is not None:
+            # The common case below in one C call (batch_fast.log_append): None means the
+            # general path, nothing changed.
+            if not coordinator:
+                done = _log_append(self, records, leader_epoch, now_ms, defer)
+                if done is not None:
+                    return done
+        elif not coordinator and len(records) <= self._single_batch_max_bytes:
+            # Mirrored in _batch_fast.c log_append (with _maybe_roll's rule and
+            # producer_state's sequence rule); tests/core/test_log_append_fast.py compares
+            # the two: change both.
             fields = single_batch(records)
             if fields is not None:
                 # The common case, inline (a Python frame less per Produce): one valid
@@ -1010,6 +1027,9 @@ class PartitionLog:
 
     def _maybe_roll(self, size: int, first_offset: int, last_offset: int, max_timestamp: int,
                     now_ms: int) -> None:
+        # The fast path's "no roll due" (append_as_leader's inline twin, and
+        # _batch_fast.c log_append) mirrors this rule; tests/core/test_log_append_fast.py
+        # compares C and the twin: change all three together.
         active = self.segments[-1]
         if active.size == 0:
             return

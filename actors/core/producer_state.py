@@ -90,6 +90,9 @@ class ProducerStateEntry:
         return None
 
 
+# The fast path's "a known producer's next batch" (partition_log's inline twin, and
+# _batch_fast.c log_append, which leave the wrap to 0 to the general path) mirrors this;
+# tests/core/test_log_append_fast.py compares the two.
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == _MAX_SEQUENCE)
 

@@ -24,4 +24,11 @@ def test_bench_log_writes_well_formed_json(tmp_path: Path) -> None:
     spread = report["results"]["append_log_mb_s"]
     assert spread["min"] <= spread["median"] <= spread["max"]
     assert "append_vs_raw" in result.output
+    # the CPU-time ratio beside the wall one (the keys before it kept)
+    assert {"append_vs_raw", "append_vs_raw_cpu", "group_append_vs_raw_cpu"} <= set(
+        report["ratios"])
+    assert isinstance(report["ratios"]["append_vs_raw_cpu"], float)
+    assert "append_vs_raw_cpu:" in result.output
+    cpu = report["results"]["append_log_cpu_s"]
+    assert 0 < cpu["min"] <= cpu["median"] <= cpu["max"]
     assert [p.name for p in tmp_path.iterdir()] == ["log.json"]  # temp logs removed

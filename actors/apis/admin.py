@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.apis import cluster
+from actors.apis.authorize import authorized_operations
 from actors.apis.base import (
     ApiGen,
     Call,
@@ -27,6 +28,7 @@ from actors.apis.metadata import _partition_rows
 from actors.core.partition_state import delete_records_wait_ms
 from actors.core.topic_config import INTERNAL_TOPICS
 from actors.runtime.address import Address
+from actors.security.acl import ResourceType
 from wire.admin_messages import (
     AlterReassignmentsAsk,
     AlterReassignmentsDone,
@@ -322,6 +324,14 @@ def handle_describe_topic_partitions(ctx: HandlerContext, header: Any, req: Any)
             next_cursor = {"topic_name": name, "partition_index": taken[-1]["partition_index"] + 1
                            if taken else max(0, start)}
             break
+    # Kafka's DescribeTopicPartitionsRequestHandler sets them on every row it answers, an
+    # unknown topic's too (the request has no include flag); rows the principal may not
+    # describe are left out after this (authorize.py)
+    # (an int32 in this schema, not the bit-field type of Metadata's: the bits written here)
+    ctx.refresh_acls()
+    for topic in topics:
+        topic["topic_authorized_operations"] = sum(1 << op for op in authorized_operations(
+            ctx, ResourceType.TOPIC, topic["name"], refresh=False))
     return Respond({"throttle_time_ms": 0, "topics": topics, "next_cursor": next_cursor})
     yield  # unreachable: makes this a generator like the others
 

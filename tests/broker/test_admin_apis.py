@@ -614,6 +614,21 @@ def test_describe_topic_partitions_pages_with_a_cursor(broker: BrokerProcess,
     assert part["leader_id"] == 1 and part["replica_nodes"] == [1] and part["isr_nodes"] == [1]
 
 
+def test_describe_topic_partitions_answers_the_topic_authorized_operations(
+        kadmin: KafkaAdminClient) -> None:
+    """Kafka's DescribeTopicPartitionsRequestHandler sets topic_authorized_operations on
+    every row it answers, an unknown topic's too (the request has no include flag); no
+    authorizer: every operation a topic supports."""
+    create(kadmin, "opsdesc", 1)
+    got = kadmin.describe_topic_partitions(["opsdesc", "opsdesc-none"])
+    # READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS, as
+    # Kafka's 32-bit field (kafka-python reads this schema's field as a plain int32)
+    topic_ops = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+    assert {t["name"]: (t["error_code"], t["topic_authorized_operations"])
+            for t in got["topics"]} == {"opsdesc": (0, topic_ops),
+                                        "opsdesc-none": (3, topic_ops)}
+
+
 def test_only_the_coordinators_topics_are_internal(broker: BrokerProcess,
                                                    kadmin: KafkaAdminClient) -> None:
     """Kafka's Topic.isInternal: __consumer_offsets and __transaction_state, not every

@@ -74,6 +74,7 @@ from actors.core.topic_admin import (
     check_partition_increase,
 )
 from actors.core.topic_config import (
+    check_no_collision,
     effective,
     validate_new_topic_configs,
     validate_topic_name,
@@ -376,6 +377,7 @@ class Controller(Actor):
         validate_topic_name(name)
         if name in self.store.topics or name in created:
             raise KafkaError(f"topic {name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)
+        check_no_collision(name, [*self.store.topics, *created])
         clean = validate_new_topic_configs(configs)  # first, as the cluster's controller
         if assignments:
             # Kafka's rules (the cluster's controller applies the same): the counts are

@@ -140,7 +140,11 @@ from actors.core.replica_assignment import (
     assign_new_topic,
     validate_assignment,
 )
-from actors.core.topic_config import validate_new_topic_configs, validate_topic_name
+from actors.core.topic_config import (
+    check_no_collision,
+    validate_new_topic_configs,
+    validate_topic_name,
+)
 from actors.core.topic_id import new_topic_id
 from wire.cluster_messages import (
     BrokerRow,
@@ -264,6 +268,7 @@ class ControllerCore:
         self.replica_fsm = ReplicaStateMachine()
         self._changes: dict[int, _Change] = {}
         self._topic_writes: dict[int, _TopicWrite] = {}
+        self._creating: set[str] = set()  # topics whose creating znode write is in flight
         self._requests: dict[RequestId, _Request] = {}
         self._out: list[Effect] = []
         self._writes: list[MetadataWrite] = []
@@ -1219,6 +1224,9 @@ class ControllerCore:
                              ErrorCode.TOPIC_ALREADY_EXISTS)
         if topic.name in self.topics:
             raise KafkaError(f"topic {topic.name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)
+        # the topics in ZooKeeper (one being deleted too) and those whose znodes are being
+        # written (this request's earlier ones among them), as Kafka's one-by-one creation
+        check_no_collision(topic.name, [*self.topics, *self.deleting, *self._creating])
         configs = validate_new_topic_configs(dict(topic.configs))
         eligible = self.eligible()
         if topic.assignment is not None:
@@ -1236,10 +1244,12 @@ class ControllerCore:
     def _create_topic(self, request: _Request, name: str, assignment: dict[int, tuple[int, ...]],
                       configs: dict[str, str], ok: TopicResult) -> None:
         def failed(message: str) -> None:
+            self._creating.discard(name)
             self._part_done(request, name, TopicResult(
                 name, int(ErrorCode.REQUEST_TIMED_OUT), f"creating topic {name!r}: {message}"))
 
         def on_result(_key: Any, result: WriteResult) -> None:
+            self._creating.discard(name)
             if result.code is WriteCode.NODE_EXISTS:
                 self._part_done(request, name, TopicResult(
                     name, int(ErrorCode.TOPIC_ALREADY_EXISTS), f"topic {name!r} already exists"))
@@ -1257,6 +1267,7 @@ class ControllerCore:
         write_id = self._write(lambda w: CreateTopicZnodes(
             w, name, TopicAssignment(assignment, topic_id=topic_id), configs))
         self._topic_writes[write_id] = _TopicWrite(on_result, failed)
+        self._creating.add(name)
 
     def _unique_topics_request(
             self, request_id: RequestId, names: list[str],

@@ -9,7 +9,7 @@ DescribeConfigs reports which, with the others as synonyms.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from enum import IntEnum
 from typing import Any, NamedTuple
 
@@ -121,6 +121,27 @@ _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 # coordinators' own topics, which a client's Produce may not write (only Kafka's own tools,
 # by this client id, AdminUtils.ADMIN_CLIENT_ID) and `actorlog topics delete` refuses
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+# The config that sets each internal topic's partition count: its coordinator maps a
+# group or transactional id over that many partitions
+INTERNAL_PARTITIONS_CONFIG = {OFFSETS_TOPIC: "offsets.topic.num.partitions",
+                              TRANSACTION_STATE_TOPIC: "transaction.state.log.num.partitions"}
+
+
+def check_internal_partition_count(name: str, count: int, config: Any) -> None:
+    """A client's CreateTopics of an internal topic must give it the partition count its
+    coordinator maps ids over. Kafka (ZooKeeper mode) makes it with any count, and its
+    coordinator takes the count it finds at start-up: one made later with fewer partitions
+    sends some groups to a partition that does not exist; here refused instead."""
+    key = INTERNAL_PARTITIONS_CONFIG.get(name)
+    if key is None:
+        return
+    wanted = int(config[key])
+    if count != wanted:
+        raise KafkaError(f"topic {name!r} is internal: its coordinator maps ids over "
+                         f"{key}={wanted} partitions, not {count}",
+                         ErrorCode.INVALID_PARTITIONS)
+
+
 ADMIN_CLIENT_ID = "__admin_client"
 
 
@@ -130,6 +151,19 @@ class InvalidConfigError(KafkaError):
 
 class InvalidTopicError(KafkaError):
     code = ErrorCode.INVALID_TOPIC_EXCEPTION
+
+
+def check_no_collision(name: str, existing: Iterable[str]) -> None:
+    """Kafka's AdminZkClient.validateTopicCreate: a new name that differs from an existing
+    topic only by '.' against '_' is refused (their metric names would be one). Called
+    once the name is known not to exist itself."""
+    if "." not in name and "_" not in name:
+        return
+    unified = name.replace(".", "_")
+    colliding = sorted(t for t in existing if t != name and t.replace(".", "_") == unified)
+    if colliding:
+        raise InvalidTopicError(
+            f"Topic '{name}' collides with existing topics: {', '.join(colliding)}")
 
 
 def validate_topic_name(name: str) -> None:

@@ -35,6 +35,7 @@ from kafka.admin import ConfigResource as KConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient, NewTopic
 
 from tests.broker.conftest import BrokerProcess
+from tests.broker.rawclient import METADATA, RawClient
 
 pytestmark = [pytest.mark.clients, pytest.mark.multiprocess]
 
@@ -668,3 +669,58 @@ def test_a_single_node_answers_reassignments_as_its_only_broker(
     assert answer == {TopicPartition("placed", 0): kerr.NoReassignmentInProgressError}
     assert kadmin.list_partition_reassignments() == {}
     assert kadmin.list_partition_reassignments([TopicPartition("placed", 0)]) == {}
+
+
+# ------------------------------------------------------- topic name rules
+
+
+def test_a_name_colliding_through_dot_and_underscore_is_refused(
+        broker: BrokerProcess, cadmin: AdminClient) -> None:
+    """Kafka's AdminZkClient.validateTopicCreate: a name equal to an existing topic's once
+    '.' and '_' are taken as one is INVALID_TOPIC_EXCEPTION naming that topic; the topics
+    of one request are made one by one (the second of a colliding pair is refused), and a
+    Metadata auto-create (kafka-python's KafkaProducer asks one) is refused alike."""
+    result(cadmin.create_topics([CNewTopic("clash.a", 1, 1)]))
+    err = error_of(cadmin.create_topics([CNewTopic("clash_a", 1, 1)])["clash_a"])
+    assert err.code() == kerr.InvalidTopicError.errno
+    assert "collides with existing topics: clash.a" in err.str()
+    pair = cadmin.create_topics([CNewTopic("pair_b", 1, 1), CNewTopic("pair.b", 1, 1)])
+    pair["pair_b"].result(timeout=30)
+    assert error_of(pair["pair.b"]).code() == kerr.InvalidTopicError.errno
+    # the same name again is still TOPIC_ALREADY_EXISTS, not a collision with itself
+    again = error_of(cadmin.create_topics([CNewTopic("clash.a", 1, 1)])["clash.a"])
+    assert again.code() == kerr.TopicAlreadyExistsError.errno
+    # auto-create through Metadata (kafka-python's protocol, as its clients ask it)
+    with RawClient(broker.port) as raw:
+        response = raw.call(METADATA, 12, {
+            "topics": [{"topic_id": None, "name": "clash_a"}],
+            "allow_auto_topic_creation": True, "include_topic_authorized_operations": False})
+    [row] = response.topics
+    assert row.error_code == kerr.InvalidTopicError.errno
+    topics = cadmin.list_topics(timeout=30).topics
+    assert "clash_a" not in topics and "pair.b" not in topics
+
+
+def test_an_internal_topic_is_made_only_with_its_coordinators_partition_count(
+        broker: BrokerProcess, cadmin: AdminClient) -> None:
+    """A client may create __transaction_state before its coordinator does (Kafka lets it),
+    but only with transaction.state.log.num.partitions partitions (50 here): the
+    coordinator maps transactional ids over that count, so with fewer some would go to a
+    partition that does not exist. Nor may __consumer_offsets grow (CreatePartitions)."""
+    err = error_of(cadmin.create_topics(
+        [CNewTopic("__transaction_state", 3, 1)])["__transaction_state"])
+    assert err.code() == kerr.InvalidPartitionsError.errno
+    assert "transaction.state.log.num.partitions=50" in err.str()
+    # the default count (num.partitions, 1) is another count too
+    default = error_of(cadmin.create_topics(
+        [CNewTopic("__transaction_state")])["__transaction_state"])
+    assert default.code() == kerr.InvalidPartitionsError.errno
+    cadmin.create_topics([CNewTopic("__transaction_state", 50, 1)],
+                         validate_only=True)["__transaction_state"].result(timeout=30)
+    assert "__transaction_state" not in cadmin.list_topics(timeout=30).topics
+    wait_until(lambda: "__consumer_offsets" in cadmin.list_topics(timeout=30).topics,
+               "__consumer_offsets")
+    grow = error_of(cadmin.create_partitions(
+        [NewPartitions("__consumer_offsets", 8)])["__consumer_offsets"])
+    assert grow.code() == kerr.InvalidPartitionsError.errno
+    assert len(cadmin.list_topics(timeout=30).topics["__consumer_offsets"].partitions) == 4

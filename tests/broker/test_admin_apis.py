@@ -27,6 +27,7 @@ from confluent_kafka.admin import (
     ConfigResource,
     ConfigSource,
     NewPartitions,
+    OffsetSpec,
     ResourceType,
 )
 from confluent_kafka.admin import NewTopic as CNewTopic
@@ -724,3 +725,33 @@ def test_an_internal_topic_is_made_only_with_its_coordinators_partition_count(
         [NewPartitions("__consumer_offsets", 8)])["__consumer_offsets"])
     assert grow.code() == kerr.InvalidPartitionsError.errno
     assert len(cadmin.list_topics(timeout=30).topics["__consumer_offsets"].partitions) == 4
+
+
+def produce_at(bootstrap: str, topic: str, stamps: list[int]) -> None:
+    """One record per batch at each given CreateTime timestamp, every delivery checked."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0,
+                         "batch.num.messages": 1})
+    errors: list[Any] = []
+    for stamp in stamps:
+        producer.produce(topic, b"v", partition=0, timestamp=stamp,
+                         on_delivery=lambda err, _m: errors.append(err) if err else None)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    assert not errors, errors[:3]
+
+
+def test_max_timestamp_answers_a_record_below_the_log_start_while_its_segment_is_held(
+        broker: BrokerProcess, cadmin: AdminClient) -> None:
+    """ListOffsets -3 (v7): Kafka's UnifiedLog.fetchOffsetByTimestamp takes the largest
+    timestamp of every segment held and answers its record, a record below the log start
+    (DeleteRecords within that segment) too; it answered (-1, -1)."""
+    result(cadmin.create_topics([CNewTopic("maxts", 1, 1)]))
+    now = int(time.time() * 1000)
+    produce_at(broker.bootstrap, "maxts", [now + 5_000, now, now + 1_000])
+    tp = CTopicPartition("maxts", 0)
+    [deleted] = result(cadmin.delete_records([CTopicPartition("maxts", 0, 1)])).values()
+    assert deleted.low_watermark == 1
+    got = cadmin.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(timeout=30)
+    assert (got.offset, got.timestamp) == (0, now + 5_000)
+    # the earliest still says where reading starts
+    assert cadmin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(timeout=30).offset == 1

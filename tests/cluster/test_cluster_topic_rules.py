@@ -1,18 +1,21 @@
 """A cluster's controller applies Kafka's rules for a new topic's name and an internal
-topic's partitions: two `actorlog serve` nodes, a real ZooKeeper, confluent-kafka's
-AdminClient and Metadata through kafka-python's protocol, each asked of the node that is
-not the controller (forwarded)."""
+topic's partitions, and a leader answers ListOffsets' max timestamp as Kafka's: two
+`actorlog serve` nodes, a real ZooKeeper, confluent-kafka's AdminClient and Metadata
+through kafka-python's protocol, each asked of the node that is not the controller."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import kafka.errors as kerr
 import pytest
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka import TopicPartition as CTopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
 from tests.broker.rawclient import METADATA, RawClient
+from tests.broker.test_admin_apis import produce_at
 from tests.fixtures.cluster import Cluster
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]
@@ -62,3 +65,22 @@ def test_colliding_names_and_internal_partition_counts_are_refused_by_the_contro
     assert "cl_a" not in topics and "pr.b" not in topics
     assert "__transaction_state" not in topics
     assert len(topics["__consumer_offsets"].partitions) == 3
+
+
+def test_max_timestamp_answers_a_record_below_the_log_start_in_a_cluster(
+        cluster_factory: Any) -> None:
+    """ListOffsets -3 of a replicated partition whose largest timestamp lies below the log
+    start (DeleteRecords, answered once the ISR holds the new start): the leader answers
+    that record, as Kafka's UnifiedLog.fetchOffsetByTimestamp."""
+    cluster: Cluster = cluster_factory(2)
+    via = next(i for i in cluster.nodes if i != cluster.controller())
+    client = AdminClient({"bootstrap.servers": cluster.nodes[via].bootstrap})
+    client.create_topics([NewTopic("maxts", 1, 2)])["maxts"].result(timeout=60)
+    cluster.wait_topic("maxts", 1)
+    now = int(time.time() * 1000)
+    produce_at(cluster.bootstrap, "maxts", [now + 5_000, now, now + 1_000])
+    tp = CTopicPartition("maxts", 0)
+    [deleted] = client.delete_records([CTopicPartition("maxts", 0, 1)]).values()
+    assert deleted.result(timeout=60).low_watermark == 1
+    got = client.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(timeout=30)
+    assert (got.offset, got.timestamp) == (0, now + 5_000)

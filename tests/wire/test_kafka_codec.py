@@ -262,6 +262,45 @@ def test_default_valued_tagged_fields_are_never_written(api_key: int, version: i
     assert_no_tags(response._struct, version, response, kc.api_name(api_key))
 
 
+def _error_codes(obj: Any, struct_: Any, version: int) -> list[int]:
+    """Every error_code of a decoded response at its version, depth first."""
+    found: list[int] = []
+    for field in struct_._fields:
+        if not field.for_version_q(version):
+            continue
+        value = getattr(obj, field.name, None)
+        if field.name.endswith("error_code"):  # AddPartitionsToTxn's partition_error_code
+            found.append(value)
+        elif field.is_struct_array() and value:
+            for item in value:
+                found.extend(_error_codes(item, field.array_of, version))
+        elif field.is_struct() and value is not None:
+            found.extend(_error_codes(value, field, version))
+    return found
+
+
+@pytest.mark.parametrize(("api_key", "version"), [p for p in PAIRS if p[0] != 18],
+                         ids=[i for p, i in zip(PAIRS, PAIR_IDS, strict=True) if p[0] != 18])
+def test_the_error_answer_of_every_request_reads_back(api_key: int, version: int) -> None:
+    """kc.error_response (a response that cannot be written is answered with it, as
+    Kafka's getErrorResponse): the client reads it, every error in it UNKNOWN_SERVER_ERROR,
+    and the items the request named are answered by their keys; None only for an API
+    whose response has no error code (ApiVersions is answered on its own path)."""
+    rng = random.Random(api_key * 1000 + version)
+    protocol, frame = client_request(api_key, version, request_values(api_key, version, rng))
+    header = kc.parse_request_header(frame)
+    request = kc.decode_request(header, frame)
+    answer = kc.error_response(api_key, version, request, int(ErrorCode.UNKNOWN_SERVER_ERROR))
+    if answer is None:
+        top = kc.response_class(api_key, version)._struct
+        assert not [f for f in top._fields if f.for_version_q(version)
+                    and (f.name == "error_code" or f.is_struct_array())]
+        return
+    [(_, response)] = protocol.receive_bytes(kc.encode_response(header, answer))
+    codes = _error_codes(response, response._struct, version)
+    assert codes and set(codes) == {int(ErrorCode.UNKNOWN_SERVER_ERROR)}
+
+
 def test_api_versions_v3_and_v4_bodies_end_without_tags() -> None:
     for version in (3, 4):
         frame = kc.encode_api_versions_response(kc.RequestHeader(18, version, 77, None, 0))

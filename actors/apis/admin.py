@@ -26,7 +26,7 @@ from actors.apis.base import (
 )
 from actors.apis.metadata import _partition_rows
 from actors.core.partition_state import delete_records_wait_ms
-from actors.core.topic_config import INTERNAL_PARTITIONS_CONFIG, INTERNAL_TOPICS
+from actors.core.topic_config import INTERNAL_TOPICS
 from actors.runtime.address import Address
 from actors.security.acl import ResourceType
 from wire.admin_messages import (
@@ -66,25 +66,20 @@ MAX_PARTITIONS_PER_RESPONSE = 2000
 
 
 def handle_create_partitions(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
-    # An internal topic keeps the count its coordinator maps ids over (Kafka lets it grow,
-    # and its coordinator goes on hashing over the count it read at start-up)
-    refused = [{"name": t.name, "error_code": int(ErrorCode.INVALID_PARTITIONS),
-                "error_message": f"topic {t.name!r} is internal: its coordinator maps ids "
-                                 f"over {INTERNAL_PARTITIONS_CONFIG[t.name]}="
-                                 f"{ctx.config[INTERNAL_PARTITIONS_CONFIG[t.name]]} partitions"}
-               for t in req.topics if t.name in INTERNAL_TOPICS and t.name in ctx.topics]
+    # an internal topic is refused growth by the controller (topic_config's
+    # check_internal_growth), which holds the authoritative topic list
     rows = [CreatePartitionsRow(t.name, t.count,
                                 None if t.assignments is None
                                 else [list(a.broker_ids) for a in t.assignments])
-            for t in req.topics if t.name not in INTERNAL_TOPICS or t.name not in ctx.topics]
-    results = list(refused)
+            for t in req.topics]
+    results: list[dict[str, Any]] = []
     if rows:
         done: CreatePartitionsDone
         [done] = yield [Call(ctx.topology.controller,
                              lambda rid: CreatePartitions(rid, bool(req.validate_only), rows,
                                                           int(req.timeout_ms)),
                              max_wait_ms=topic_change_wait_ms(req.timeout_ms))]
-        results += [{"name": r.name, "error_code": r.error_code, "error_message": r.error_message}
+        results = [{"name": r.name, "error_code": r.error_code, "error_message": r.error_message}
                     for r in done.rows]
         # a cluster: answered once every process of this node serves the new partitions
         # (with their leaders), as a CreateTopics; a single node's Controller waited already

@@ -11,11 +11,7 @@ from actors.apis.authorize import authorized_operations, cluster_authorized_oper
 from actors.apis.base import ApiGen, Call, HandlerContext, Respond, topic_change_wait_ms
 from actors.apis.configs import handle_describe_configs  # re-exported: it used to live here
 from actors.apis.transactions import handle_init_transactional_producer
-from actors.core.topic_config import (
-    INTERNAL_TOPICS,
-    check_internal_partition_count,
-    validate_topic_name,
-)
+from actors.core.topic_config import INTERNAL_TOPICS, validate_topic_name
 from actors.core.topic_id import decode_topic_id, encode_topic_id
 from actors.security.acl import CLUSTER_NAME, Operation, ResourceType
 from wire.broker_messages import (
@@ -225,14 +221,8 @@ def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         # the brokers (and answers TOPIC_ALREADY_EXISTS before any assignment error)
         assignments = [ReplicaAssignmentRow(a.partition_index, list(a.broker_ids or []))
                        for a in t.assignments] if t.assignments else None
-        if t.name not in ctx.topics:  # an existing one is TOPIC_ALREADY_EXISTS first
-            count = (len(assignments) if assignments else int(ctx.config["num.partitions"])
-                     if t.num_partitions == -1 else t.num_partitions)
-            try:
-                check_internal_partition_count(t.name, count, ctx.config)
-            except KafkaError as exc:
-                done_rows[t.name] = CreateTopicDoneRow(t.name, int(exc.code), str(exc), -1, -1)
-                continue
+        # an internal topic's partition count and name collisions: the controller's to
+        # check (topic_config), which holds the authoritative topic list
         rows.append(CreateTopicRow(t.name, t.num_partitions, t.replication_factor, configs,
                                    assignments))
     if rows:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -141,6 +142,8 @@ from actors.core.replica_assignment import (
     validate_assignment,
 )
 from actors.core.topic_config import (
+    check_internal_growth,
+    check_internal_partition_count,
     check_no_collision,
     validate_new_topic_configs,
     validate_topic_name,
@@ -185,6 +188,10 @@ class ControllerConfig:
     # Each broker's limit on open partitions (the controller's own, read at its start:
     # the brokers of a cluster run with the same limits); None checks none.
     partition_budget: PartitionBudget | None = None
+    # internal topic -> the partition count its coordinator maps ids over
+    # (offsets.topic.num.partitions, transaction.state.log.num.partitions): a client's
+    # CreateTopics of one must give that count; none here checks none
+    internal_partitions: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -268,7 +275,9 @@ class ControllerCore:
         self.replica_fsm = ReplicaStateMachine()
         self._changes: dict[int, _Change] = {}
         self._topic_writes: dict[int, _TopicWrite] = {}
-        self._creating: set[str] = set()  # topics whose creating znode write is in flight
+        # topics whose creating znode write is in flight, each with how many (one name
+        # can be twice: a second request's write refused NODE_EXISTS)
+        self._creating: Counter[str] = Counter()
         self._requests: dict[RequestId, _Request] = {}
         self._out: list[Effect] = []
         self._writes: list[MetadataWrite] = []
@@ -1224,32 +1233,48 @@ class ControllerCore:
                              ErrorCode.TOPIC_ALREADY_EXISTS)
         if topic.name in self.topics:
             raise KafkaError(f"topic {topic.name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)
-        # the topics in ZooKeeper (one being deleted too) and those whose znodes are being
-        # written (this request's earlier ones among them), as Kafka's one-by-one creation
-        check_no_collision(topic.name, [*self.topics, *self.deleting, *self._creating])
-        configs = validate_new_topic_configs(dict(topic.configs))
         eligible = self.eligible()
         if topic.assignment is not None:
             if topic.num_partitions != -1 or topic.replication_factor != -1:
                 raise KafkaError("both a replica assignment and a partition count or "
                                  "replication factor were given", ErrorCode.INVALID_REQUEST)
-            return validate_assignment(topic.assignment, self.brokers,
-                                       active=eligible), configs
-        partitions = (self.config.num_partitions if topic.num_partitions == -1
-                      else topic.num_partitions)
-        rf = (self.config.default_replication_factor if topic.replication_factor == -1
-              else topic.replication_factor)
-        return assign_new_topic(sorted(eligible), partitions, rf, self._random_index), configs
+            assignment = validate_assignment(topic.assignment, self.brokers, active=eligible)
+        else:
+            partitions = (self.config.num_partitions if topic.num_partitions == -1
+                          else topic.num_partitions)
+            rf = (self.config.default_replication_factor if topic.replication_factor == -1
+                  else topic.replication_factor)
+            assignment = assign_new_topic(sorted(eligible), partitions, rf, self._random_index)
+        # After the counts, before the configs (as Kafka's ZkAdminManager.createTopics):
+        # the topics in ZooKeeper (one being deleted too) and those whose znodes are being
+        # written (this request's earlier ones among them), as Kafka's one-by-one creation.
+        # The rules on internal topics here, where the topic list is authoritative (a
+        # handler's cache may be stale); a coordinator's own creation is exempt.
+        check_no_collision(topic.name, [*self.topics, *self.deleting, *self._creating],
+                           topic.internal)
+        if not topic.internal:
+            check_internal_partition_count(topic.name, len(assignment),
+                                           self.config.internal_partitions)
+        return assignment, validate_new_topic_configs(dict(topic.configs))
 
     def _create_topic(self, request: _Request, name: str, assignment: dict[int, tuple[int, ...]],
                       configs: dict[str, str], ok: TopicResult) -> None:
+        released = [False]
+
+        def release() -> None:  # once per write, whichever way it ends
+            if not released[0]:
+                released[0] = True
+                self._creating[name] -= 1
+                if self._creating[name] <= 0:
+                    del self._creating[name]
+
         def failed(message: str) -> None:
-            self._creating.discard(name)
+            release()
             self._part_done(request, name, TopicResult(
                 name, int(ErrorCode.REQUEST_TIMED_OUT), f"creating topic {name!r}: {message}"))
 
         def on_result(_key: Any, result: WriteResult) -> None:
-            self._creating.discard(name)
+            release()
             if result.code is WriteCode.NODE_EXISTS:
                 self._part_done(request, name, TopicResult(
                     name, int(ErrorCode.TOPIC_ALREADY_EXISTS), f"topic {name!r} already exists"))
@@ -1264,10 +1289,10 @@ class ControllerCore:
 
         topic_id = self._new_topic_id()
         ok = replace(ok, topic_id=topic_id)
+        self._creating[name] += 1
         write_id = self._write(lambda w: CreateTopicZnodes(
             w, name, TopicAssignment(assignment, topic_id=topic_id), configs))
         self._topic_writes[write_id] = _TopicWrite(on_result, failed)
-        self._creating.add(name)
 
     def _unique_topics_request(
             self, request_id: RequestId, names: list[str],
@@ -1305,6 +1330,7 @@ class ControllerCore:
                 if record is None:
                     raise KafkaError(f"topic {name!r} does not exist",
                                      ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                check_internal_growth(name)
                 if too_many is not None:
                     raise too_many
                 if name in self.deleting:

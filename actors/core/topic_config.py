@@ -127,18 +127,33 @@ INTERNAL_PARTITIONS_CONFIG = {OFFSETS_TOPIC: "offsets.topic.num.partitions",
                               TRANSACTION_STATE_TOPIC: "transaction.state.log.num.partitions"}
 
 
-def check_internal_partition_count(name: str, count: int, config: Any) -> None:
+def internal_partition_counts(config: Any) -> dict[str, int]:
+    """Each internal topic's configured partition count (``config``: the broker's)."""
+    return {topic: int(config[key]) for topic, key in INTERNAL_PARTITIONS_CONFIG.items()}
+
+
+def check_internal_partition_count(name: str, count: int, wanted: Mapping[str, int]) -> None:
     """A client's CreateTopics of an internal topic must give it the partition count its
-    coordinator maps ids over. Kafka (ZooKeeper mode) makes it with any count, and its
-    coordinator takes the count it finds at start-up: one made later with fewer partitions
-    sends some groups to a partition that does not exist; here refused instead."""
-    key = INTERNAL_PARTITIONS_CONFIG.get(name)
-    if key is None:
+    coordinator maps ids over (``wanted``: internal_partition_counts). Kafka (ZooKeeper
+    mode) makes it with any count, and its coordinator takes the count it finds at
+    start-up: one made later with fewer partitions sends some groups to a partition that
+    does not exist; here refused instead. Checked by the controllers, which hold the
+    authoritative topic list (a handler's cache may be stale)."""
+    if name not in wanted:
         return
-    wanted = int(config[key])
-    if count != wanted:
+    key = INTERNAL_PARTITIONS_CONFIG[name]
+    if count != wanted[name]:
         raise KafkaError(f"topic {name!r} is internal: its coordinator maps ids over "
-                         f"{key}={wanted} partitions, not {count}",
+                         f"{key}={wanted[name]} partitions, not {count}",
+                         ErrorCode.INVALID_PARTITIONS)
+
+
+def check_internal_growth(name: str) -> None:
+    """No CreatePartitions of an internal topic (its coordinator maps ids over the
+    count it started with; Kafka lets it grow)."""
+    if name in INTERNAL_TOPICS:
+        raise KafkaError(f"topic {name!r} is internal: its coordinator maps ids over "
+                         f"{INTERNAL_PARTITIONS_CONFIG[name]} partitions, it cannot grow",
                          ErrorCode.INVALID_PARTITIONS)
 
 
@@ -153,14 +168,29 @@ class InvalidTopicError(KafkaError):
     code = ErrorCode.INVALID_TOPIC_EXCEPTION
 
 
-def check_no_collision(name: str, existing: Iterable[str]) -> None:
+def unified_name(name: str) -> str:
+    """The name a topic's metrics go by: '.' and '_' are one."""
+    return name.replace(".", "_")
+
+
+def check_no_collision(name: str, existing: Iterable[str] | Mapping[str, Collection[str]],
+                       internal: bool = False) -> None:
     """Kafka's AdminZkClient.validateTopicCreate: a new name that differs from an existing
     topic only by '.' against '_' is refused (their metric names would be one). Called
-    once the name is known not to exist itself."""
-    if "." not in name and "_" not in name:
+    once the name is known not to exist itself. ``existing``: the topic names, or an
+    index unified name -> names (as KRaft's topicsWithCollisionChars). A user's name
+    colliding with an internal topic's is refused even before that topic exists (its
+    coordinator's creation would fail); the coordinators' own creation (``internal``) is
+    not checked: the name is theirs, whatever a user made earlier."""
+    if internal or ("." not in name and "_" not in name):
         return
-    unified = name.replace(".", "_")
-    colliding = sorted(t for t in existing if t != name and t.replace(".", "_") == unified)
+    unified = unified_name(name)
+    if isinstance(existing, Mapping):
+        others: Iterable[str] = existing.get(unified, ())
+    else:
+        others = (t for t in existing if unified_name(t) == unified)
+    colliding = sorted({t for t in [*others, *INTERNAL_TOPICS]
+                        if t != name and unified_name(t) == unified})
     if colliding:
         raise InvalidTopicError(
             f"Topic '{name}' collides with existing topics: {', '.join(colliding)}")

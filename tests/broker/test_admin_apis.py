@@ -718,6 +718,12 @@ def test_an_internal_topic_is_made_only_with_its_coordinators_partition_count(
     assert default.code() == kerr.InvalidPartitionsError.errno
     cadmin.create_topics([CNewTopic("__transaction_state", 50, 1)],
                          validate_only=True)["__transaction_state"].result(timeout=30)
+    # a user's name colliding with an internal topic's, before that topic exists: its
+    # coordinator's creation would collide with it
+    clash = error_of(cadmin.create_topics(
+        [CNewTopic("__transaction.state", 1, 1)])["__transaction.state"])
+    assert clash.code() == kerr.InvalidTopicError.errno
+    assert "collides with existing topics: __transaction_state" in clash.str()
     assert "__transaction_state" not in cadmin.list_topics(timeout=30).topics
     wait_until(lambda: "__consumer_offsets" in cadmin.list_topics(timeout=30).topics,
                "__consumer_offsets")

@@ -284,6 +284,9 @@ def answer_per_item(ctx: HandlerContext, api_key: int, req: Any,
     # request names is answered TOPIC_AUTHORIZATION_FAILED (DescribeTopicPartitions-
     # RequestHandler: not when all topics are asked), after the others, without operations
     if api_key == ApiKey.DescribeTopicPartitions:
+        # every denied name at or after the cursor, on every page (a denied name past the
+        # page's last topic is answered again on the next): as Kafka's handler, which
+        # adds them all after the page it walked
         cursor = req.cursor.topic_name if req.cursor is not None else ""
         named = sorted({t.name for t in req.topics or [] if t.name >= cursor})
         denied = [n for n in named if not allowed(Operation.DESCRIBE, topic, n)]

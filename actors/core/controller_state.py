@@ -145,6 +145,7 @@ from actors.core.topic_config import (
     check_internal_growth,
     check_internal_partition_count,
     check_no_collision,
+    unified_name,
     validate_new_topic_configs,
     validate_topic_name,
 )
@@ -278,6 +279,9 @@ class ControllerCore:
         # topics whose creating znode write is in flight, each with how many (one name
         # can be twice: a second request's write refused NODE_EXISTS)
         self._creating: Counter[str] = Counter()
+        # unified name ('.' as '_') -> the names of self.topics and self._creating with it
+        # (as KRaft's topicsWithCollisionChars): a creation looks up its collisions here
+        self._by_unified: dict[str, set[str]] = {}
         self._requests: dict[RequestId, _Request] = {}
         self._out: list[Effect] = []
         self._writes: list[MetadataWrite] = []
@@ -772,6 +776,8 @@ class ControllerCore:
         self.epoch = event.epoch
         self.brokers = {b.broker_id: b for b in event.brokers}
         self.topics = dict(event.topics)
+        for name in self.topics:
+            self._index_name(name)
         self.deleting = set(event.topics_to_delete) & set(self.topics)
         # with delete.topic.enable=false the markers go unheeded (Kafka's deletion manager
         # removes them): the topics stay, their offsets too
@@ -1096,8 +1102,22 @@ class ControllerCore:
         change.done = after
         self._submit(change)
 
+    def _index_name(self, name: str) -> None:
+        self._by_unified.setdefault(unified_name(name), set()).add(name)
+
+    def _unindex_name(self, name: str) -> None:
+        """Once ``name`` is neither a topic nor being created."""
+        if name in self.topics or self._creating[name] > 0:
+            return
+        names = self._by_unified.get(unified_name(name))
+        if names is not None:
+            names.discard(name)
+            if not names:
+                del self._by_unified[unified_name(name)]
+
     def _add_topic(self, name: str, record: TopicRecord) -> list[TopicPartition]:
         self.topics[name] = record
+        self._index_name(name)
         tps = self.partitions_of(name)
         for tp in tps:
             self._new_partition(tp)
@@ -1250,8 +1270,7 @@ class ControllerCore:
         # written (this request's earlier ones among them), as Kafka's one-by-one creation.
         # The rules on internal topics here, where the topic list is authoritative (a
         # handler's cache may be stale); a coordinator's own creation is exempt.
-        check_no_collision(topic.name, [*self.topics, *self.deleting, *self._creating],
-                           topic.internal)
+        check_no_collision(topic.name, self._by_unified, topic.internal)
         if not topic.internal:
             check_internal_partition_count(topic.name, len(assignment),
                                            self.config.internal_partitions)
@@ -1267,6 +1286,7 @@ class ControllerCore:
                 self._creating[name] -= 1
                 if self._creating[name] <= 0:
                     del self._creating[name]
+                    self._unindex_name(name)
 
         def failed(message: str) -> None:
             release()
@@ -1290,6 +1310,7 @@ class ControllerCore:
         topic_id = self._new_topic_id()
         ok = replace(ok, topic_id=topic_id)
         self._creating[name] += 1
+        self._index_name(name)
         write_id = self._write(lambda w: CreateTopicZnodes(
             w, name, TopicAssignment(assignment, topic_id=topic_id), configs))
         self._topic_writes[write_id] = _TopicWrite(on_result, failed)
@@ -1580,6 +1601,7 @@ class ControllerCore:
                 self.states.pop(tp, None)
                 self._confirmed.pop(tp, None)
             self.topics.pop(topic, None)
+            self._unindex_name(topic)
             self.deleting.discard(topic)
             # every live node's group coordinators take the topic's committed offsets
             # (Kafka's onPartitionsDeleted), told only now that its znodes are gone, by

@@ -1414,6 +1414,14 @@ def _hold_topic_writes(candidate: Any) -> tuple[list[Any], Any]:
     return held, run
 
 
+def _index_matches(core: Any) -> bool:
+    """The controller's collision index is its topics and in-flight creations, by name."""
+    rebuilt: dict[str, set[str]] = {}
+    for name in [*core.topics, *core._creating]:
+        rebuilt.setdefault(name.replace(".", "_"), set()).add(name)
+    return bool(core._by_unified == rebuilt)
+
+
 def _reply(candidate: Any, request_id: Any) -> Any:
     found = [res for rid, res in candidate.replies if rid == request_id]
     return found[0] if found else None
@@ -1447,12 +1455,13 @@ def test_a_name_in_flight_twice_still_collides_once_one_write_ends() -> None:
     c.pump()
     assert codes(_reply(ctl, "d")) == [0]
     assert codes(_reply(ctl, "e")) == [ErrorCode.TOPIC_ALREADY_EXISTS]
-    assert not ctl.core._creating
+    assert not ctl.core._creating and _index_matches(ctl.core)
     # resignation forgets what is in flight
     ctl.driver.feed(CreateTopics("f", (NewTopic("r.s", 1, 1),)))
     assert ctl.core._creating == Counter({"r.s": 1})
+    assert _index_matches(ctl.core)
     ctl.driver.resign("test")
-    assert not ctl.core._creating
+    assert not ctl.core._creating and not ctl.core._by_unified
 
 
 def test_the_controller_keeps_the_internal_topics_rules() -> None:
@@ -1492,3 +1501,10 @@ def test_a_collision_is_checked_after_the_counts_and_against_a_topic_being_delet
     assert codes(c.request(lambda rid: DeleteTopics(rid, ("d.e",)))) == [0]
     assert "d.e" in c.controller.core.deleting
     assert codes(create(c, "d_e", 1, 1)) == [ErrorCode.INVALID_TOPIC_EXCEPTION]
+    # once deleted (its replicas stopped), the name is free
+    ctl = c.controller
+    assert _index_matches(ctl.core)
+    for broker in c.assignment("d.e")[0]:
+        c.feed(StopReplicaDone(broker, 0, {TP("d.e", 0): 0}))
+    assert "d.e" not in ctl.core.topics and _index_matches(ctl.core)
+    assert codes(create(c, "d_e", 1, 1)) == [0]

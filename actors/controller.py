@@ -470,9 +470,13 @@ class Controller(Actor):
             too_many: PolicyViolationError | None = None
         except PolicyViolationError as exc:
             too_many = exc
+        answered: set[str] = set()
         for row in msg.rows:
             try:
                 if names.count(row.name) > 1:
+                    if row.name in answered:  # one answer per name, as Kafka's result map
+                        continue
+                    answered.add(row.name)
                     raise KafkaError(f"topic {row.name!r} is named twice",
                                      ErrorCode.INVALID_REQUEST)
                 info = self.store.topics.get(row.name)

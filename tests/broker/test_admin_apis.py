@@ -761,3 +761,21 @@ def test_max_timestamp_answers_a_record_below_the_log_start_while_its_segment_is
     assert (got.offset, got.timestamp) == (0, now + 5_000)
     # the earliest still says where reading starts
     assert cadmin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(timeout=30).offset == 1
+
+
+def test_create_partitions_answers_a_name_given_twice_once(
+        broker: BrokerProcess, kadmin: KafkaAdminClient) -> None:
+    """Kafka's CreatePartitions answers a name listed twice once, INVALID_REQUEST (its
+    results are a map by name), an internal topic's too; the others go on."""
+    from tests.broker.rawclient import RawClient
+
+    create(kadmin, "twice-grow", 1)
+    wait_until(lambda: "__consumer_offsets" in kadmin.list_topics(), "__consumer_offsets")
+    with RawClient(broker.port) as client:
+        grown = client.call(37, 1, {"topics": [
+            {"name": "__consumer_offsets", "count": 8, "assignments": None},
+            {"name": "twice-grow", "count": 2, "assignments": None},
+            {"name": "__consumer_offsets", "count": 8, "assignments": None}],
+            "timeout_ms": 30_000, "validate_only": False})
+    assert sorted((r.name, r.error_code) for r in grown.results) == [
+        ("__consumer_offsets", 42), ("twice-grow", 0)]  # INVALID_REQUEST

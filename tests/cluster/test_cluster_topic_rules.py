@@ -54,6 +54,11 @@ def test_colliding_names_and_internal_partition_counts_are_refused_by_the_contro
     err = _error(client.create_topics(
         [NewTopic("__transaction_state", 2, 2)])["__transaction_state"])
     assert err.code() == kerr.InvalidPartitionsError.errno
+    # a user's name colliding with an internal topic's, before that topic exists (the
+    # coordinator's own creation would collide with it)
+    clash = _error(client.create_topics(
+        [NewTopic("__transaction.state", 1, 2)])["__transaction.state"])
+    assert clash.code() == kerr.InvalidTopicError.errno
     # with it, a client may make it (the coordinators then find it made)
     client.create_topics([NewTopic("__consumer_offsets", 3, 2)])[
         "__consumer_offsets"].result(timeout=60)
@@ -63,7 +68,7 @@ def test_colliding_names_and_internal_partition_counts_are_refused_by_the_contro
     assert grow.code() == kerr.InvalidPartitionsError.errno
     topics = client.list_topics(timeout=30).topics
     assert "cl_a" not in topics and "pr.b" not in topics
-    assert "__transaction_state" not in topics
+    assert "__transaction_state" not in topics and "__transaction.state" not in topics
     assert len(topics["__consumer_offsets"].partitions) == 3
 
 

@@ -76,7 +76,7 @@ from actors.core.controller_events import (
 )
 from actors.core.controller_state import ControllerConfig, ControllerCore
 from actors.core.topic_admin import ConfigChange, altered_topic_configs
-from actors.core.topic_config import effective
+from actors.core.topic_config import effective, internal_partition_counts
 from actors.metadata import znodes
 from actors.metadata.controller_driver import ControllerDriver
 from actors.metadata.store import BrokerIdInUse, MetadataError, MetadataStore, MetadataUnavailable
@@ -190,6 +190,7 @@ def controller_config(broker_id: int, config: Config) -> ControllerConfig:
         leader_imbalance_per_broker_percentage=int(
             config["leader.imbalance.per.broker.percentage"]),
         partition_budget=read_partition_budget(),
+        internal_partitions=internal_partition_counts(config),
     )
 
 
@@ -578,7 +579,8 @@ class ClusterController(Actor):
                                    (a.partition, tuple(a.broker_ids)) for a in r.assignments),
                                # a None value stays None: refused, not made "None"
                                {k: None if v is None else str(v)
-                                for k, v in r.configs.items()}) for r in msg.rows),
+                                for k, v in r.configs.items()}, r.internal)
+                      for r in msg.rows),
                 msg.validate_only))
         elif self._from_this_broker():
             self._forward(msg)

@@ -74,7 +74,11 @@ from actors.core.topic_admin import (
     check_partition_increase,
 )
 from actors.core.topic_config import (
+    check_internal_growth,
+    check_internal_partition_count,
+    check_no_collision,
     effective,
+    internal_partition_counts,
     validate_new_topic_configs,
     validate_topic_name,
 )
@@ -339,7 +343,7 @@ class Controller(Actor):
                 rows.append(self._create_one(row.name, row.num_partitions,
                                              row.replication_factor, dict(row.configs),
                                              msg.validate_only, created, budget, planned,
-                                             row.assignments))
+                                             row.assignments, row.internal))
             except KafkaError as exc:
                 rows.append(CreateTopicDoneRow(row.name, int(exc.code), str(exc), -1, -1))
         self._log_refused(rows)
@@ -372,11 +376,10 @@ class Controller(Actor):
                     created: list[str], budget: PartitionBudget | None = None,
                     planned: list[int] | None = None,
                     assignments: Sequence[ReplicaAssignmentRow] | None = None,
-                    ) -> CreateTopicDoneRow:
+                    internal: bool = False) -> CreateTopicDoneRow:
         validate_topic_name(name)
         if name in self.store.topics or name in created:
             raise KafkaError(f"topic {name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)
-        clean = validate_new_topic_configs(configs)  # first, as the cluster's controller
         if assignments:
             # Kafka's rules (the cluster's controller applies the same): the counts are
             # the assignment's, and this node is the only broker a replica can be on
@@ -397,6 +400,13 @@ class Controller(Actor):
             raise KafkaError(
                 f"replication factor {replication_factor} is invalid: {self.num_brokers} "
                 f"broker(s) available", ErrorCode.INVALID_REPLICATION_FACTOR)
+        # after the counts, before the configs (as Kafka's ZkAdminManager.createTopics);
+        # the rules on internal topics here, where the topic list is this node's own
+        check_no_collision(name, [*self.store.topics, *created], internal)
+        if not internal:
+            check_internal_partition_count(name, num_partitions,
+                                           internal_partition_counts(self.config))
+        clean = validate_new_topic_configs(configs)  # as the cluster's controller
         if budget is not None and planned is not None:
             check_node_budget(name, num_partitions, planned[0], budget)
             planned[0] += num_partitions
@@ -460,15 +470,20 @@ class Controller(Actor):
             too_many: PolicyViolationError | None = None
         except PolicyViolationError as exc:
             too_many = exc
+        answered: set[str] = set()
         for row in msg.rows:
             try:
                 if names.count(row.name) > 1:
+                    if row.name in answered:  # one answer per name, as Kafka's result map
+                        continue
+                    answered.add(row.name)
                     raise KafkaError(f"topic {row.name!r} is named twice",
                                      ErrorCode.INVALID_REQUEST)
                 info = self.store.topics.get(row.name)
                 if info is None:
                     raise KafkaError(f"topic {row.name!r} does not exist",
                                      ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                check_internal_growth(row.name)
                 if too_many is not None:
                     raise too_many
                 current = info.num_partitions

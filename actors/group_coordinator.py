@@ -448,7 +448,7 @@ class GroupCoordinator(LoadReading, Actor):
     # ---------------------------------------------------------- start-up
     def _create_topic(self) -> None:
         self._ask_create(CreateTopicRow(OFFSETS_TOPIC, self.num_partitions, 1,
-                                        dict(OFFSETS_TOPIC_CONFIGS)))
+                                        dict(OFFSETS_TOPIC_CONFIGS), internal=True))
 
     @handles(CreateTopicsDone)
     def on_topic_created(self, msg: CreateTopicsDone) -> None:

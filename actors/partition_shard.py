@@ -1778,12 +1778,15 @@ class PartitionShard(Actor):
         ListOffsets -3 (KIP-734). Segments know their max timestamp from their
         batch headers; the record is then found like a by-timestamp lookup.
         Records above the high watermark are not visible to consumers, so a
-        maximum found there is not reported.
+        maximum found there is not reported. One below the log start (DeleteRecords,
+        or retention within a segment) in a segment still held is: Kafka's
+        UnifiedLog.fetchOffsetByTimestamp takes the max over every segment held and
+        does not compare it with the log start.
         """
         max_ts = max((segment.max_timestamp_ms for segment in log.segments), default=-1)
         if max_ts < 0:
             return None
-        found = log.offset_for_timestamp(max_ts)
+        found = log.offset_for_timestamp(max_ts, below_log_start=True)
         if found is None or found[0] >= visible:
             return None
         return found

@@ -198,6 +198,7 @@ class _InFlight:
         "replies",
         "reply_to",
         "req_ids",
+        "request",
         "start_ns",
         "targets",
         "wait_start_ns",
@@ -205,8 +206,10 @@ class _InFlight:
     )
 
     def __init__(self, msg: Any, header: Any, gen: ApiGen, start_ns: int,
-                 reply_to: Address | None = None, access: Access | None = None) -> None:
+                 reply_to: Address | None = None, access: Access | None = None,
+                 request: Any = None) -> None:
         self.msg = msg
+        self.request = request  # the decoded Kafka request, for an error answer
         self.reply_to = reply_to  # an internal request (a replica fetch): answer this actor
         self.header = header
         self.gen = gen
@@ -361,7 +364,7 @@ class RequestHandler(Actor):
                 gen = (answer_per_item(ctx, header.api_key, request,
                                        lambda req: api(ctx, header, req))
                        or api(ctx, header, request))
-        state = _InFlight(msg, header, gen, start, access=access)
+        state = _InFlight(msg, header, gen, start, access=access, request=request)
         self._advance(state, None)
 
     @handles(ReplicaFetch)
@@ -488,15 +491,41 @@ class RequestHandler(Actor):
                 else:
                     frame = kc.encode_response(state.header, respond.data)
             except Exception:
-                self.log.exception("cannot encode the {} v{} response; closing connection {}",
-                                   state.header.api_key, state.header.api_version,
-                                   state.msg.conn_id)
                 _close_response_regions(respond.data)
-                self._send(state.msg, b"", False, True, state.start_ns, state.local_ns,
-                           state.remote_ns)
-                return
+                regions = []
+                frame = self._error_frame(state)
+                if not frame:
+                    return
         self._send(state.msg, frame, respond.respond, respond.close, state.start_ns,
                    state.local_ns, state.remote_ns, regions)
+
+    def _error_frame(self, state: _InFlight) -> bytes:
+        """A response that cannot be encoded (a value its field cannot hold: a string
+        past its length prefix, say) is answered as Kafka's KafkaApis.handle answers a
+        failure, serialization included: the request's error response, every item it
+        named UNKNOWN_SERVER_ERROR; the connection is closed only for an API with no
+        error to answer (as Kafka's sendErrorOrCloseConnection). b"": closed here."""
+        header = state.header
+        unknown = int(ErrorCode.UNKNOWN_SERVER_ERROR)
+        try:
+            data = kc.error_response(header.api_key, header.api_version, state.request,
+                                     unknown)
+            frame = b"" if data is None else kc.encode_response(header, data)
+        except Exception:  # the error answer fails too: closed below, its cause logged
+            self.log.exception("cannot encode the error answer to {} v{}",
+                               header.api_key, header.api_version)
+            frame = b""
+        if frame:
+            self.log.exception("cannot encode the {} v{} response on connection {}; "
+                               "answered UNKNOWN_SERVER_ERROR", header.api_key,
+                               header.api_version, state.msg.conn_id)
+            self._count_errors(header.api_key, [unknown])
+            return frame
+        self.log.exception("cannot encode the {} v{} response; closing connection {}",
+                           header.api_key, header.api_version, state.msg.conn_id)
+        self._send(state.msg, b"", False, True, state.start_ns, state.local_ns,
+                   state.remote_ns)
+        return b""
 
     def _count_errors(self, api_key: int, codes: list[int]) -> None:
         """Kafka's ErrorsPerSec: each error code in the response, by API and error name."""

@@ -244,7 +244,7 @@ class TransactionCoordinator(LoadReading, Actor):
     # ---------------------------------------------------------- single node
     def _create_topic(self) -> None:
         self._ask_create(CreateTopicRow(TRANSACTION_STATE_TOPIC, self.num_partitions, 1,
-                                        dict(TRANSACTION_STATE_CONFIGS)))
+                                        dict(TRANSACTION_STATE_CONFIGS), internal=True))
 
     @handles(CreateTopicsDone)
     def on_topic_created(self, msg: CreateTopicsDone) -> None:

@@ -504,6 +504,9 @@ class CreateTopicRow(NamedTuple):
     # partition named twice is the controller's to refuse); None: the controller places
     # the replicas. With one, the counts must both be -1.
     assignments: list[ReplicaAssignmentRow] | None = None
+    # A coordinator's creation of its own internal topic: not held to the rules on a
+    # client's (the partition count it is configured with, name collisions)
+    internal: bool = False
 
 
 @message(250)

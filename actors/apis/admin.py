@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.apis import cluster
+from actors.apis.authorize import authorized_operations
 from actors.apis.base import (
     ApiGen,
     Call,
@@ -27,6 +28,7 @@ from actors.apis.metadata import _partition_rows
 from actors.core.partition_state import delete_records_wait_ms
 from actors.core.topic_config import INTERNAL_TOPICS
 from actors.runtime.address import Address
+from actors.security.acl import ResourceType
 from wire.admin_messages import (
     AlterReassignmentsAsk,
     AlterReassignmentsDone,
@@ -64,11 +66,13 @@ MAX_PARTITIONS_PER_RESPONSE = 2000
 
 
 def handle_create_partitions(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
+    # an internal topic is refused growth by the controller (topic_config's
+    # check_internal_growth), which holds the authoritative topic list
     rows = [CreatePartitionsRow(t.name, t.count,
                                 None if t.assignments is None
                                 else [list(a.broker_ids) for a in t.assignments])
             for t in req.topics]
-    results = []
+    results: list[dict[str, Any]] = []
     if rows:
         done: CreatePartitionsDone
         [done] = yield [Call(ctx.topology.controller,
@@ -76,7 +80,7 @@ def handle_create_partitions(ctx: HandlerContext, header: Any, req: Any) -> ApiG
                                                           int(req.timeout_ms)),
                              max_wait_ms=topic_change_wait_ms(req.timeout_ms))]
         results = [{"name": r.name, "error_code": r.error_code, "error_message": r.error_message}
-                   for r in done.rows]
+                    for r in done.rows]
         # a cluster: answered once every process of this node serves the new partitions
         # (with their leaders), as a CreateTopics; a single node's Controller waited already
         codes = {d.name: d.error_code for d in done.rows}
@@ -322,6 +326,14 @@ def handle_describe_topic_partitions(ctx: HandlerContext, header: Any, req: Any)
             next_cursor = {"topic_name": name, "partition_index": taken[-1]["partition_index"] + 1
                            if taken else max(0, start)}
             break
+    # Kafka's DescribeTopicPartitionsRequestHandler sets them on every row it answers, an
+    # unknown topic's too (the request has no include flag); rows the principal may not
+    # describe are left out after this (authorize.py)
+    # (an int32 in this schema, not the bit-field type of Metadata's: the bits written here)
+    ctx.refresh_acls()
+    for topic in topics:
+        topic["topic_authorized_operations"] = sum(1 << op for op in authorized_operations(
+            ctx, ResourceType.TOPIC, topic["name"], refresh=False))
     return Respond({"throttle_time_ms": 0, "topics": topics, "next_cursor": next_cursor})
     yield  # unreachable: makes this a generator like the others
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from kafka.protocol.api_key import ApiKey
 
-from actors.apis.base import ApiGen, HandlerContext
+from actors.apis.base import ApiGen, HandlerContext, Respond
 from actors.security.acl import CLUSTER_NAME, Operation, ResourceType
 from wire.errors import ErrorCode
 
@@ -202,6 +202,16 @@ def _answered(gen: ApiGen, field_name: str, extra: list[dict[str, Any]],
     return answer
 
 
+def _denied_topics(names: list[str]) -> list[dict[str, Any]]:
+    return [{"error_code": TOPIC_DENIED, "name": n, "topic_id": None, "is_internal": False,
+             "partitions": []} for n in names]
+
+
+def _empty_topic_partitions() -> ApiGen:
+    return Respond({"throttle_time_ms": 0, "topics": [], "next_cursor": None})
+    yield  # unreachable: a generator like the APIs
+
+
 def _split(items: list[Any], allowed: Callable[[Any], bool]) -> tuple[list[Any], list[Any]]:
     ok: list[Any] = []
     denied: list[Any] = []
@@ -270,9 +280,20 @@ def answer_per_item(ctx: HandlerContext, api_key: int, req: Any,
             {"error_code": TXN_DENIED, "transactional_id": t, "transaction_state": "",
              "transaction_timeout_ms": 0, "transaction_start_time_ms": -1, "producer_id": -1,
              "producer_epoch": -1, "topics": []} for t in denied])
-    # Kafka leaves out of these answers what the principal may not describe
+    # Kafka leaves out of these answers what the principal may not describe; a topic the
+    # request names is answered TOPIC_AUTHORIZATION_FAILED (DescribeTopicPartitions-
+    # RequestHandler: not when all topics are asked), after the others, without operations
     if api_key == ApiKey.DescribeTopicPartitions:
-        return _answered(run(req), "topics", [],
+        # every denied name at or after the cursor, on every page (a denied name past the
+        # page's last topic is answered again on the next): as Kafka's handler, which
+        # adds them all after the page it walked
+        cursor = req.cursor.topic_name if req.cursor is not None else ""
+        named = sorted({t.name for t in req.topics or [] if t.name >= cursor})
+        denied = [n for n in named if not allowed(Operation.DESCRIBE, topic, n)]
+        req.topics = [t for t in req.topics or [] if t.name not in denied]
+        if named and not req.topics:  # all denied: none left to describe
+            return _answered(_empty_topic_partitions(), "topics", _denied_topics(denied))
+        return _answered(run(req), "topics", _denied_topics(denied),
                          lambda r: allowed(Operation.DESCRIBE, topic, r["name"]))
     if api_key == ApiKey.ListTransactions:
         return _answered(run(req), "transaction_states", [],

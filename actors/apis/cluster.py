@@ -152,7 +152,7 @@ def ensure_offsets_topic(ctx: HandlerContext) -> Waiting:
         live = max(1, len(cache.brokers))
         rf = min(int(ctx.config["offsets.topic.replication.factor"]), live)
         row = CreateTopicRow(OFFSETS_TOPIC, int(ctx.config["offsets.topic.num.partitions"]), rf,
-                             dict(OFFSETS_TOPIC_CONFIGS))
+                             dict(OFFSETS_TOPIC_CONFIGS), internal=True)
         created: CreateTopicsDone
         [created] = yield [Call(ctx.topology.controller,
                                 lambda rid: CreateTopics(rid, False, [row]))]

@@ -221,6 +221,8 @@ def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         # the brokers (and answers TOPIC_ALREADY_EXISTS before any assignment error)
         assignments = [ReplicaAssignmentRow(a.partition_index, list(a.broker_ids or []))
                        for a in t.assignments] if t.assignments else None
+        # an internal topic's partition count and name collisions: the controller's to
+        # check (topic_config), which holds the authoritative topic list
         rows.append(CreateTopicRow(t.name, t.num_partitions, t.replication_factor, configs,
                                    assignments))
     if rows:

@@ -71,7 +71,7 @@ def ensure_transaction_topic(ctx: HandlerContext) -> cluster.Waiting:
             int(ctx.config["transaction.state.log.min.isr"]), rf))
         row = CreateTopicRow(TRANSACTION_STATE_TOPIC,
                              int(ctx.config["transaction.state.log.num.partitions"]), rf,
-                             configs)
+                             configs, internal=True)
         created: CreateTopicsDone
         [created] = yield [Call(ctx.topology.controller,
                                 lambda rid: CreateTopics(rid, False, [row]))]

@@ -101,6 +101,7 @@ class NewTopic:
     assignment: (Mapping[int, tuple[int, ...]] | tuple[tuple[int, tuple[int, ...]], ...]
                  | None) = None
     configs: Mapping[str, str | None] = field(default_factory=dict)  # None: refused
+    internal: bool = False  # a coordinator's own topic (CreateTopicRow.internal)
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -140,7 +141,14 @@ from actors.core.replica_assignment import (
     assign_new_topic,
     validate_assignment,
 )
-from actors.core.topic_config import validate_new_topic_configs, validate_topic_name
+from actors.core.topic_config import (
+    check_internal_growth,
+    check_internal_partition_count,
+    check_no_collision,
+    unified_name,
+    validate_new_topic_configs,
+    validate_topic_name,
+)
 from actors.core.topic_id import new_topic_id
 from wire.cluster_messages import (
     BrokerRow,
@@ -181,6 +189,10 @@ class ControllerConfig:
     # Each broker's limit on open partitions (the controller's own, read at its start:
     # the brokers of a cluster run with the same limits); None checks none.
     partition_budget: PartitionBudget | None = None
+    # internal topic -> the partition count its coordinator maps ids over
+    # (offsets.topic.num.partitions, transaction.state.log.num.partitions): a client's
+    # CreateTopics of one must give that count; none here checks none
+    internal_partitions: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -264,6 +276,12 @@ class ControllerCore:
         self.replica_fsm = ReplicaStateMachine()
         self._changes: dict[int, _Change] = {}
         self._topic_writes: dict[int, _TopicWrite] = {}
+        # topics whose creating znode write is in flight, each with how many (one name
+        # can be twice: a second request's write refused NODE_EXISTS)
+        self._creating: Counter[str] = Counter()
+        # unified name ('.' as '_') -> the names of self.topics and self._creating with it
+        # (as KRaft's topicsWithCollisionChars): a creation looks up its collisions here
+        self._by_unified: dict[str, set[str]] = {}
         self._requests: dict[RequestId, _Request] = {}
         self._out: list[Effect] = []
         self._writes: list[MetadataWrite] = []
@@ -758,6 +776,8 @@ class ControllerCore:
         self.epoch = event.epoch
         self.brokers = {b.broker_id: b for b in event.brokers}
         self.topics = dict(event.topics)
+        for name in self.topics:
+            self._index_name(name)
         self.deleting = set(event.topics_to_delete) & set(self.topics)
         # with delete.topic.enable=false the markers go unheeded (Kafka's deletion manager
         # removes them): the topics stay, their offsets too
@@ -1082,8 +1102,22 @@ class ControllerCore:
         change.done = after
         self._submit(change)
 
+    def _index_name(self, name: str) -> None:
+        self._by_unified.setdefault(unified_name(name), set()).add(name)
+
+    def _unindex_name(self, name: str) -> None:
+        """Once ``name`` is neither a topic nor being created."""
+        if name in self.topics or self._creating[name] > 0:
+            return
+        names = self._by_unified.get(unified_name(name))
+        if names is not None:
+            names.discard(name)
+            if not names:
+                del self._by_unified[unified_name(name)]
+
     def _add_topic(self, name: str, record: TopicRecord) -> list[TopicPartition]:
         self.topics[name] = record
+        self._index_name(name)
         tps = self.partitions_of(name)
         for tp in tps:
             self._new_partition(tp)
@@ -1219,27 +1253,48 @@ class ControllerCore:
                              ErrorCode.TOPIC_ALREADY_EXISTS)
         if topic.name in self.topics:
             raise KafkaError(f"topic {topic.name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)
-        configs = validate_new_topic_configs(dict(topic.configs))
         eligible = self.eligible()
         if topic.assignment is not None:
             if topic.num_partitions != -1 or topic.replication_factor != -1:
                 raise KafkaError("both a replica assignment and a partition count or "
                                  "replication factor were given", ErrorCode.INVALID_REQUEST)
-            return validate_assignment(topic.assignment, self.brokers,
-                                       active=eligible), configs
-        partitions = (self.config.num_partitions if topic.num_partitions == -1
-                      else topic.num_partitions)
-        rf = (self.config.default_replication_factor if topic.replication_factor == -1
-              else topic.replication_factor)
-        return assign_new_topic(sorted(eligible), partitions, rf, self._random_index), configs
+            assignment = validate_assignment(topic.assignment, self.brokers, active=eligible)
+        else:
+            partitions = (self.config.num_partitions if topic.num_partitions == -1
+                          else topic.num_partitions)
+            rf = (self.config.default_replication_factor if topic.replication_factor == -1
+                  else topic.replication_factor)
+            assignment = assign_new_topic(sorted(eligible), partitions, rf, self._random_index)
+        # After the counts, before the configs (as Kafka's ZkAdminManager.createTopics):
+        # the topics in ZooKeeper (one being deleted too) and those whose znodes are being
+        # written (this request's earlier ones among them), as Kafka's one-by-one creation.
+        # The rules on internal topics here, where the topic list is authoritative (a
+        # handler's cache may be stale); a coordinator's own creation is exempt.
+        check_no_collision(topic.name, self._by_unified, topic.internal)
+        if not topic.internal:
+            check_internal_partition_count(topic.name, len(assignment),
+                                           self.config.internal_partitions)
+        return assignment, validate_new_topic_configs(dict(topic.configs))
 
     def _create_topic(self, request: _Request, name: str, assignment: dict[int, tuple[int, ...]],
                       configs: dict[str, str], ok: TopicResult) -> None:
+        released = [False]
+
+        def release() -> None:  # once per write, whichever way it ends
+            if not released[0]:
+                released[0] = True
+                self._creating[name] -= 1
+                if self._creating[name] <= 0:
+                    del self._creating[name]
+                    self._unindex_name(name)
+
         def failed(message: str) -> None:
+            release()
             self._part_done(request, name, TopicResult(
                 name, int(ErrorCode.REQUEST_TIMED_OUT), f"creating topic {name!r}: {message}"))
 
         def on_result(_key: Any, result: WriteResult) -> None:
+            release()
             if result.code is WriteCode.NODE_EXISTS:
                 self._part_done(request, name, TopicResult(
                     name, int(ErrorCode.TOPIC_ALREADY_EXISTS), f"topic {name!r} already exists"))
@@ -1254,6 +1309,8 @@ class ControllerCore:
 
         topic_id = self._new_topic_id()
         ok = replace(ok, topic_id=topic_id)
+        self._creating[name] += 1
+        self._index_name(name)
         write_id = self._write(lambda w: CreateTopicZnodes(
             w, name, TopicAssignment(assignment, topic_id=topic_id), configs))
         self._topic_writes[write_id] = _TopicWrite(on_result, failed)
@@ -1294,6 +1351,7 @@ class ControllerCore:
                 if record is None:
                     raise KafkaError(f"topic {name!r} does not exist",
                                      ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                check_internal_growth(name)
                 if too_many is not None:
                     raise too_many
                 if name in self.deleting:
@@ -1543,6 +1601,7 @@ class ControllerCore:
                 self.states.pop(tp, None)
                 self._confirmed.pop(tp, None)
             self.topics.pop(topic, None)
+            self._unindex_name(topic)
             self.deleting.discard(topic)
             # every live node's group coordinators take the topic's committed offsets
             # (Kafka's onPartitionsDeleted), told only now that its znodes are gone, by

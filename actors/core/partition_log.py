@@ -1166,8 +1166,13 @@ class PartitionLog:
 
     # -------------------------------------------------------------- timestamps
 
-    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+    def offset_for_timestamp(self, timestamp_ms: int,
+                             below_log_start: bool = False) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp_ms``.
+
+        At or above the log start, unless ``below_log_start``: the records of the segments
+        still held below it count too (ListOffsets' max timestamp, as Kafka's
+        UnifiedLog.fetchOffsetByTimestamp reads every segment for it).
 
         The time index leads to the batch where the search starts; the first
         batch whose max timestamp reaches the target is found from headers
@@ -1179,6 +1184,7 @@ class PartitionLog:
         record is that recent.
         """
         passed: tuple[int, int] | None = None
+        floor = -1 if below_log_start else self._log_start_offset
         for segment in self.segments:
             if segment.max_timestamp_ms < timestamp_ms:
                 continue
@@ -1188,28 +1194,28 @@ class PartitionLog:
             for header in segment.iter_headers(start, segment.size):
                 if header.max_timestamp < timestamp_ms:
                     continue
-                if header.next_offset <= self._log_start_offset:
+                if header.next_offset <= floor:
                     continue
                 if header.is_log_append_time:  # there every record has the max
-                    return max(header.base_offset, self._log_start_offset), header.max_timestamp
-                found = self._first_record_at(segment, header, timestamp_ms)
+                    return max(header.base_offset, floor), header.max_timestamp
+                found = self._first_record_at(segment, header, timestamp_ms, floor)
                 if found is not None:
                     return found
                 # none of its records qualifies (the client's header max is above them,
                 # or they lie below the log start): on to the next batch, as Kafka
                 if passed is None:
-                    passed = max(header.base_offset, self._log_start_offset), header.max_timestamp
+                    passed = max(header.base_offset, floor), header.max_timestamp
         # Only batches whose header claims the time and none of whose records has it: the
         # first of them answers by its header (ListOffsets' max timestamp, -3, asks for
         # a header's max; a non-empty log answers it)
         return passed
 
     def _first_record_at(self, segment: LogSegment, header: BatchHeader,
-                         timestamp_ms: int) -> tuple[int, int] | None:
-        """The first record of this batch at or after ``timestamp_ms`` and the log start,
-        as (offset, timestamp); a batch that cannot be read answers its base offset and
-        max timestamp (a damaged batch, which an append without a codec or bounds never
-        walks, must not make the shard fail the request)."""
+                         timestamp_ms: int, floor: int) -> tuple[int, int] | None:
+        """The first record of this batch at or after ``timestamp_ms`` and ``floor`` (the
+        log start, or -1), as (offset, timestamp); a batch that cannot be read answers its
+        base offset and max timestamp (a damaged batch, which an append without a codec or
+        bounds never walks, must not make the shard fail the request)."""
         raw = segment.read(header.position, header.size)
         try:
             for record_offset, record_ts in iter_record_timestamps(raw, header, 0):
@@ -1218,10 +1224,10 @@ class PartitionLog:
                     # record this batch's offsets name
                     raise CorruptMessageError(f"a record's offset {record_offset} lies "
                                               f"outside its batch")
-                if record_ts >= timestamp_ms and record_offset >= self._log_start_offset:
+                if record_ts >= timestamp_ms and record_offset >= floor:
                     return record_offset, record_ts
         except CorruptMessageError:
-            return max(header.base_offset, self._log_start_offset), header.max_timestamp
+            return max(header.base_offset, floor), header.max_timestamp
         return None
 
     # -------------------------------------------------------------- truncation

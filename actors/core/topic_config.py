@@ -9,7 +9,7 @@ DescribeConfigs reports which, with the others as synonyms.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from enum import IntEnum
 from typing import Any, NamedTuple
 
@@ -121,6 +121,42 @@ _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 # coordinators' own topics, which a client's Produce may not write (only Kafka's own tools,
 # by this client id, AdminUtils.ADMIN_CLIENT_ID) and `actorlog topics delete` refuses
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+# The config that sets each internal topic's partition count: its coordinator maps a
+# group or transactional id over that many partitions
+INTERNAL_PARTITIONS_CONFIG = {OFFSETS_TOPIC: "offsets.topic.num.partitions",
+                              TRANSACTION_STATE_TOPIC: "transaction.state.log.num.partitions"}
+
+
+def internal_partition_counts(config: Any) -> dict[str, int]:
+    """Each internal topic's configured partition count (``config``: the broker's)."""
+    return {topic: int(config[key]) for topic, key in INTERNAL_PARTITIONS_CONFIG.items()}
+
+
+def check_internal_partition_count(name: str, count: int, wanted: Mapping[str, int]) -> None:
+    """A client's CreateTopics of an internal topic must give it the partition count its
+    coordinator maps ids over (``wanted``: internal_partition_counts). Kafka (ZooKeeper
+    mode) makes it with any count, and its coordinator takes the count it finds at
+    start-up: one made later with fewer partitions sends some groups to a partition that
+    does not exist; here refused instead. Checked by the controllers, which hold the
+    authoritative topic list (a handler's cache may be stale)."""
+    if name not in wanted:
+        return
+    key = INTERNAL_PARTITIONS_CONFIG[name]
+    if count != wanted[name]:
+        raise KafkaError(f"topic {name!r} is internal: its coordinator maps ids over "
+                         f"{key}={wanted[name]} partitions, not {count}",
+                         ErrorCode.INVALID_PARTITIONS)
+
+
+def check_internal_growth(name: str) -> None:
+    """No CreatePartitions of an internal topic (its coordinator maps ids over the
+    count it started with; Kafka lets it grow)."""
+    if name in INTERNAL_TOPICS:
+        raise KafkaError(f"topic {name!r} is internal: its coordinator maps ids over "
+                         f"{INTERNAL_PARTITIONS_CONFIG[name]} partitions, it cannot grow",
+                         ErrorCode.INVALID_PARTITIONS)
+
+
 ADMIN_CLIENT_ID = "__admin_client"
 
 
@@ -130,6 +166,34 @@ class InvalidConfigError(KafkaError):
 
 class InvalidTopicError(KafkaError):
     code = ErrorCode.INVALID_TOPIC_EXCEPTION
+
+
+def unified_name(name: str) -> str:
+    """The name a topic's metrics go by: '.' and '_' are one."""
+    return name.replace(".", "_")
+
+
+def check_no_collision(name: str, existing: Iterable[str] | Mapping[str, Collection[str]],
+                       internal: bool = False) -> None:
+    """Kafka's AdminZkClient.validateTopicCreate: a new name that differs from an existing
+    topic only by '.' against '_' is refused (their metric names would be one). Called
+    once the name is known not to exist itself. ``existing``: the topic names, or an
+    index unified name -> names (as KRaft's topicsWithCollisionChars). A user's name
+    colliding with an internal topic's is refused even before that topic exists (its
+    coordinator's creation would fail); the coordinators' own creation (``internal``) is
+    not checked: the name is theirs, whatever a user made earlier."""
+    if internal or ("." not in name and "_" not in name):
+        return
+    unified = unified_name(name)
+    if isinstance(existing, Mapping):
+        others: Iterable[str] = existing.get(unified, ())
+    else:
+        others = (t for t in existing if unified_name(t) == unified)
+    colliding = sorted({t for t in [*others, *INTERNAL_TOPICS]
+                        if t != name and unified_name(t) == unified})
+    if colliding:
+        raise InvalidTopicError(
+            f"Topic '{name}' collides with existing topics: {', '.join(colliding)}")
 
 
 def validate_topic_name(name: str) -> None:

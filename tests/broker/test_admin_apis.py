@@ -27,6 +27,7 @@ from confluent_kafka.admin import (
     ConfigResource,
     ConfigSource,
     NewPartitions,
+    OffsetSpec,
     ResourceType,
 )
 from confluent_kafka.admin import NewTopic as CNewTopic
@@ -35,6 +36,7 @@ from kafka.admin import ConfigResource as KConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient, NewTopic
 
 from tests.broker.conftest import BrokerProcess
+from tests.broker.rawclient import METADATA, RawClient
 
 pytestmark = [pytest.mark.clients, pytest.mark.multiprocess]
 
@@ -614,6 +616,21 @@ def test_describe_topic_partitions_pages_with_a_cursor(broker: BrokerProcess,
     assert part["leader_id"] == 1 and part["replica_nodes"] == [1] and part["isr_nodes"] == [1]
 
 
+def test_describe_topic_partitions_answers_the_topic_authorized_operations(
+        kadmin: KafkaAdminClient) -> None:
+    """Kafka's DescribeTopicPartitionsRequestHandler sets topic_authorized_operations on
+    every row it answers, an unknown topic's too (the request has no include flag); no
+    authorizer: every operation a topic supports."""
+    create(kadmin, "opsdesc", 1)
+    got = kadmin.describe_topic_partitions(["opsdesc", "opsdesc-none"])
+    # READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS, as
+    # Kafka's 32-bit field (kafka-python reads this schema's field as a plain int32)
+    topic_ops = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+    assert {t["name"]: (t["error_code"], t["topic_authorized_operations"])
+            for t in got["topics"]} == {"opsdesc": (0, topic_ops),
+                                        "opsdesc-none": (3, topic_ops)}
+
+
 def test_only_the_coordinators_topics_are_internal(broker: BrokerProcess,
                                                    kadmin: KafkaAdminClient) -> None:
     """Kafka's Topic.isInternal: __consumer_offsets and __transaction_state, not every
@@ -653,3 +670,112 @@ def test_a_single_node_answers_reassignments_as_its_only_broker(
     assert answer == {TopicPartition("placed", 0): kerr.NoReassignmentInProgressError}
     assert kadmin.list_partition_reassignments() == {}
     assert kadmin.list_partition_reassignments([TopicPartition("placed", 0)]) == {}
+
+
+# ------------------------------------------------------- topic name rules
+
+
+def test_a_name_colliding_through_dot_and_underscore_is_refused(
+        broker: BrokerProcess, cadmin: AdminClient) -> None:
+    """Kafka's AdminZkClient.validateTopicCreate: a name equal to an existing topic's once
+    '.' and '_' are taken as one is INVALID_TOPIC_EXCEPTION naming that topic; the topics
+    of one request are made one by one (the second of a colliding pair is refused), and a
+    Metadata auto-create (kafka-python's KafkaProducer asks one) is refused alike."""
+    result(cadmin.create_topics([CNewTopic("clash.a", 1, 1)]))
+    err = error_of(cadmin.create_topics([CNewTopic("clash_a", 1, 1)])["clash_a"])
+    assert err.code() == kerr.InvalidTopicError.errno
+    assert "collides with existing topics: clash.a" in err.str()
+    pair = cadmin.create_topics([CNewTopic("pair_b", 1, 1), CNewTopic("pair.b", 1, 1)])
+    pair["pair_b"].result(timeout=30)
+    assert error_of(pair["pair.b"]).code() == kerr.InvalidTopicError.errno
+    # the same name again is still TOPIC_ALREADY_EXISTS, not a collision with itself
+    again = error_of(cadmin.create_topics([CNewTopic("clash.a", 1, 1)])["clash.a"])
+    assert again.code() == kerr.TopicAlreadyExistsError.errno
+    # auto-create through Metadata (kafka-python's protocol, as its clients ask it)
+    with RawClient(broker.port) as raw:
+        response = raw.call(METADATA, 12, {
+            "topics": [{"topic_id": None, "name": "clash_a"}],
+            "allow_auto_topic_creation": True, "include_topic_authorized_operations": False})
+    [row] = response.topics
+    assert row.error_code == kerr.InvalidTopicError.errno
+    topics = cadmin.list_topics(timeout=30).topics
+    assert "clash_a" not in topics and "pair.b" not in topics
+
+
+def test_an_internal_topic_is_made_only_with_its_coordinators_partition_count(
+        broker: BrokerProcess, cadmin: AdminClient) -> None:
+    """A client may create __transaction_state before its coordinator does (Kafka lets it),
+    but only with transaction.state.log.num.partitions partitions (50 here): the
+    coordinator maps transactional ids over that count, so with fewer some would go to a
+    partition that does not exist. Nor may __consumer_offsets grow (CreatePartitions)."""
+    err = error_of(cadmin.create_topics(
+        [CNewTopic("__transaction_state", 3, 1)])["__transaction_state"])
+    assert err.code() == kerr.InvalidPartitionsError.errno
+    assert "transaction.state.log.num.partitions=50" in err.str()
+    # the default count (num.partitions, 1) is another count too
+    default = error_of(cadmin.create_topics(
+        [CNewTopic("__transaction_state")])["__transaction_state"])
+    assert default.code() == kerr.InvalidPartitionsError.errno
+    cadmin.create_topics([CNewTopic("__transaction_state", 50, 1)],
+                         validate_only=True)["__transaction_state"].result(timeout=30)
+    # a user's name colliding with an internal topic's, before that topic exists: its
+    # coordinator's creation would collide with it
+    clash = error_of(cadmin.create_topics(
+        [CNewTopic("__transaction.state", 1, 1)])["__transaction.state"])
+    assert clash.code() == kerr.InvalidTopicError.errno
+    assert "collides with existing topics: __transaction_state" in clash.str()
+    assert "__transaction_state" not in cadmin.list_topics(timeout=30).topics
+    wait_until(lambda: "__consumer_offsets" in cadmin.list_topics(timeout=30).topics,
+               "__consumer_offsets")
+    grow = error_of(cadmin.create_partitions(
+        [NewPartitions("__consumer_offsets", 8)])["__consumer_offsets"])
+    assert grow.code() == kerr.InvalidPartitionsError.errno
+    assert len(cadmin.list_topics(timeout=30).topics["__consumer_offsets"].partitions) == 4
+
+
+def produce_at(bootstrap: str, topic: str, stamps: list[int]) -> None:
+    """One record per batch at each given CreateTime timestamp, every delivery checked."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0,
+                         "batch.num.messages": 1})
+    errors: list[Any] = []
+    for stamp in stamps:
+        producer.produce(topic, b"v", partition=0, timestamp=stamp,
+                         on_delivery=lambda err, _m: errors.append(err) if err else None)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    assert not errors, errors[:3]
+
+
+def test_max_timestamp_answers_a_record_below_the_log_start_while_its_segment_is_held(
+        broker: BrokerProcess, cadmin: AdminClient) -> None:
+    """ListOffsets -3 (v7): Kafka's UnifiedLog.fetchOffsetByTimestamp takes the largest
+    timestamp of every segment held and answers its record, a record below the log start
+    (DeleteRecords within that segment) too; it answered (-1, -1)."""
+    result(cadmin.create_topics([CNewTopic("maxts", 1, 1)]))
+    now = int(time.time() * 1000)
+    produce_at(broker.bootstrap, "maxts", [now + 5_000, now, now + 1_000])
+    tp = CTopicPartition("maxts", 0)
+    [deleted] = result(cadmin.delete_records([CTopicPartition("maxts", 0, 1)])).values()
+    assert deleted.low_watermark == 1
+    got = cadmin.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(timeout=30)
+    assert (got.offset, got.timestamp) == (0, now + 5_000)
+    # the earliest still says where reading starts
+    assert cadmin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(timeout=30).offset == 1
+
+
+def test_create_partitions_answers_a_name_given_twice_once(
+        broker: BrokerProcess, kadmin: KafkaAdminClient) -> None:
+    """Kafka's CreatePartitions answers a name listed twice once, INVALID_REQUEST (its
+    results are a map by name), an internal topic's too; the others go on."""
+    from tests.broker.rawclient import RawClient
+
+    create(kadmin, "twice-grow", 1)
+    wait_until(lambda: "__consumer_offsets" in kadmin.list_topics(), "__consumer_offsets")
+    with RawClient(broker.port) as client:
+        grown = client.call(37, 1, {"topics": [
+            {"name": "__consumer_offsets", "count": 8, "assignments": None},
+            {"name": "twice-grow", "count": 2, "assignments": None},
+            {"name": "__consumer_offsets", "count": 8, "assignments": None}],
+            "timeout_ms": 30_000, "validate_only": False})
+    assert sorted((r.name, r.error_code) for r in grown.results) == [
+        ("__consumer_offsets", 42), ("twice-grow", 0)]  # INVALID_REQUEST

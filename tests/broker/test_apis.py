@@ -734,3 +734,45 @@ def test_produce_to_an_internal_topic_is_refused(broker: BrokerProcess,
     with RawClient(broker.port, client_id="__admin_client") as admin:
         taken = admin.produce(OFFSETS_TOPIC, 0, record_batch([(tombstone.key, tombstone.value)]))
         assert (taken.error_code, taken.base_offset) == (0, end)
+
+
+# ------------------------------------------------- answers the codec cannot write
+
+
+LONG_KEY = "k" * 32_760  # fits a request's string; the error naming it does not fit 32767
+
+
+@pytest.mark.parametrize(("api", "versions", "flexible_from"), [
+    (CREATE_TOPICS, range(2, 8), 5), (ALTER_CONFIGS, range(0, 3), 2),
+    (INCREMENTAL_ALTER_CONFIGS, range(0, 2), 1)])
+def test_an_answer_the_codec_cannot_write_is_unknown_server_error_not_a_close(
+        client: RawClient, api: int, versions: range, flexible_from: int) -> None:
+    """A config name of 32,760 characters is refused INVALID_CONFIG with a message naming
+    it, which a non-flexible version's error_message (an int16 length) cannot hold. Kafka
+    answers a failure to write a response with the request's error response
+    (KafkaApis.handle -> sendErrorOrCloseConnection: UNKNOWN_SERVER_ERROR on each item,
+    no message); the connection was closed. A flexible version writes the message."""
+    topic = name("enc")
+    assert client.create_topic(topic, 1) == 0
+    for version in versions:
+        if api == CREATE_TOPICS:
+            response = client.call(api, version, {"topics": [{
+                "name": name("enc"), "num_partitions": 1, "replication_factor": 1,
+                "assignments": [], "configs": [{"name": LONG_KEY, "value": "1"}]}],
+                "timeout_ms": 5000, "validate_only": False})
+            [row] = response.topics
+        else:
+            op = {"config_operation": 0} if api == INCREMENTAL_ALTER_CONFIGS else {}
+            response = client.call(api, version, {"resources": [{
+                "resource_type": TOPIC_RESOURCE, "resource_name": topic,
+                "configs": [{"name": LONG_KEY, "value": "1", **op}]}], "validate_only": False})
+            [row] = response.responses
+            assert row.resource_name == topic
+        if version >= flexible_from:
+            assert row.error_code == ErrorCode.INVALID_CONFIG, version
+            assert LONG_KEY in row.error_message
+        else:
+            assert (row.error_code, row.error_message) == (
+                ErrorCode.UNKNOWN_SERVER_ERROR, None), version
+    # the connection still serves
+    assert metadata(client, [topic], auto=False)[topic].error_code == 0  # type: ignore[attr-defined]

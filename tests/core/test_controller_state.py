@@ -26,12 +26,14 @@ from actors.core.controller_events import (
     CreatePartitionsResult,
     CreateTopics,
     CreateTopicsResult,
+    CreateTopicZnodes,
     DeleteTopics,
     DeleteTopicsResult,
     ElectionType,
     ElectLeaders,
     ElectLeadersResult,
     IsrProposal,
+    MetadataWriteFailed,
     NewPartitions,
     NewTopic,
     ReplicasOffline,
@@ -1395,3 +1397,119 @@ def test_a_new_controller_with_deletion_disabled_removes_the_markers_it_finds() 
     assert c.reader.get_topic_deletions() == set()
     assert c.assignment("keep") == {0: (1, 2, 3)}
     assert not [row for _, row in stop_replica_rows(new) if row.topic == "keep"]
+
+
+# ------------------------------------------------ topic name and internal topic rules
+def _hold_topic_writes(candidate: Any) -> tuple[list[Any], Any]:
+    """Keep the candidate's CreateTopicZnodes writes in flight (listed, not executed);
+    the function returned executes one of them now and hands the core its outcome."""
+    held: list[Any] = []
+    execute = candidate.driver._execute
+
+    def hold(write: Any) -> Any:
+        if isinstance(write, CreateTopicZnodes):
+            held.append(write)
+            return None
+        return execute(write)
+
+    def run(write: Any) -> None:
+        candidate.driver.feed(execute(write))
+
+    candidate.driver._execute = hold
+    return held, run
+
+
+def _index_matches(core: Any) -> bool:
+    """The controller's collision index is its topics and in-flight creations, by name."""
+    rebuilt: dict[str, set[str]] = {}
+    for name in [*core.topics, *core._creating]:
+        rebuilt.setdefault(name.replace(".", "_"), set()).add(name)
+    return bool(core._by_unified == rebuilt)
+
+
+def _reply(candidate: Any, request_id: Any) -> Any:
+    found = [res for rid, res in candidate.replies if rid == request_id]
+    return found[0] if found else None
+
+
+def test_a_name_in_flight_twice_still_collides_once_one_write_ends() -> None:
+    """One name can be in two requests' znode writes at once (the second ends NODE_EXISTS):
+    the first ending (here failed) must not forget the other, still in flight, or a
+    colliding name slips in beside it; all forgotten once written, failed or resigned."""
+    c = cluster()
+    ctl = c.controller
+    held, run = _hold_topic_writes(ctl)
+    ctl.driver.feed(CreateTopics("a", (NewTopic("x.y", 1, 1),)))
+    ctl.driver.feed(CreateTopics("b", (NewTopic("x.y", 1, 1),)))
+    assert len(held) == 2
+    ctl.driver.feed(MetadataWriteFailed(held[0].write_id, "unreachable"))
+    assert codes(_reply(ctl, "a")) == [ErrorCode.REQUEST_TIMED_OUT]
+    ctl.driver.feed(CreateTopics("c", (NewTopic("x_y", 1, 1),)))
+    clash = _reply(ctl, "c")
+    assert clash is not None and codes(clash) == [ErrorCode.INVALID_TOPIC_EXCEPTION]
+    assert "collides with existing topics: x.y" in clash.topics[0].message
+    run(held[1])
+    c.pump()
+    assert codes(_reply(ctl, "b")) == [0]
+    assert not ctl.core._creating
+    # a write refused (NODE_EXISTS: the other request's wrote it) releases its name too
+    ctl.driver.feed(CreateTopics("d", (NewTopic("p.q", 1, 1),)))
+    ctl.driver.feed(CreateTopics("e", (NewTopic("p.q", 1, 1),)))
+    run(held[2])
+    run(held[3])
+    c.pump()
+    assert codes(_reply(ctl, "d")) == [0]
+    assert codes(_reply(ctl, "e")) == [ErrorCode.TOPIC_ALREADY_EXISTS]
+    assert not ctl.core._creating and _index_matches(ctl.core)
+    # resignation forgets what is in flight
+    ctl.driver.feed(CreateTopics("f", (NewTopic("r.s", 1, 1),)))
+    assert ctl.core._creating == Counter({"r.s": 1})
+    assert _index_matches(ctl.core)
+    ctl.driver.resign("test")
+    assert not ctl.core._creating and not ctl.core._by_unified
+
+
+def test_the_controller_keeps_the_internal_topics_rules() -> None:
+    """The controller, which holds the authoritative topic list (a handler's cache may be
+    stale): a client's __consumer_offsets only with the configured count, no growth of
+    it; a user's name colliding with an internal topic's is refused before that topic
+    exists; the coordinator's own creation is held to neither rule."""
+    c = cluster(internal_partitions={"__consumer_offsets": 3, "__transaction_state": 2})
+    wrong = create(c, "__consumer_offsets", 2, 1)
+    assert codes(wrong) == [ErrorCode.INVALID_PARTITIONS]
+    assert "offsets.topic.num.partitions=3" in str(wrong.topics[0].message)
+    clash = create(c, "__transaction.state", 1, 1)
+    assert codes(clash) == [ErrorCode.INVALID_TOPIC_EXCEPTION]
+    assert codes(create(c, "__consumer_offsets", 3, 1)) == [0]
+    grow = c.request(lambda rid: CreatePartitions(rid, (NewPartitions("__consumer_offsets", 6),)))
+    assert codes(grow) == [ErrorCode.INVALID_PARTITIONS]
+    assert len(c.assignment("__consumer_offsets")) == 3
+    # the coordinator's own creation: its own count, and a colliding user topic (a data
+    # dir from before the rule may hold one) does not stop it
+    own = c.request(lambda rid: CreateTopics(rid, (NewTopic(
+        "__transaction_state", 4, 1, internal=True),)))
+    assert codes(own) == [0]
+    assert c.reader.get_topics() == {"__consumer_offsets", "__transaction_state"}
+
+
+def test_a_collision_is_checked_after_the_counts_and_against_a_topic_being_deleted() -> None:
+    """As Kafka's ZkAdminManager.createTopics: INVALID_REQUEST, INVALID_PARTITIONS and
+    INVALID_REPLICATION_FACTOR before the collision; a topic being deleted collides."""
+    c = cluster(delete_topic_enable=True)
+    assert codes(create(c, "d.e", 1, 3)) == [0]
+    assert codes(create(c, "d_e", 0, 1)) == [ErrorCode.INVALID_PARTITIONS]
+    assert codes(create(c, "d_e", 1, 9)) == [ErrorCode.INVALID_REPLICATION_FACTOR]
+    assert codes(c.request(lambda rid: CreateTopics(rid, (NewTopic(
+        "d_e", 1, 1, assignment={0: (1,)}),)))) == [ErrorCode.INVALID_REQUEST]
+    assert codes(create(c, "d_e", 1, 1)) == [ErrorCode.INVALID_TOPIC_EXCEPTION]
+    # a topic being deleted (its replicas not stopped yet: no StopReplicaDone here)
+    assert codes(c.request(lambda rid: DeleteTopics(rid, ("d.e",)))) == [0]
+    assert "d.e" in c.controller.core.deleting
+    assert codes(create(c, "d_e", 1, 1)) == [ErrorCode.INVALID_TOPIC_EXCEPTION]
+    # once deleted (its replicas stopped), the name is free
+    ctl = c.controller
+    assert _index_matches(ctl.core)
+    for broker in c.assignment("d.e")[0]:
+        c.feed(StopReplicaDone(broker, 0, {TP("d.e", 0): 0}))
+    assert "d.e" not in ctl.core.topics and _index_matches(ctl.core)
+    assert codes(create(c, "d_e", 1, 1)) == [0]

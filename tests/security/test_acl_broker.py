@@ -516,3 +516,35 @@ def test_cluster_operations_need_describe_on_the_cluster(
     described = bob.describe_cluster(include_authorized_operations=True,
                                      request_timeout=15).result(timeout=15)
     assert not described.authorized_operations, described.authorized_operations
+
+
+def test_describe_topic_partitions_answers_a_named_topic_alice_may_not_describe_as_denied(
+        node: tuple[BrokerProcess, str]) -> None:
+    """Kafka's DescribeTopicPartitionsRequestHandler: the topics the principal may describe
+    with the operations it may do on each (READ implies DESCRIBE), a topic it names and may
+    not describe answered TOPIC_AUTHORIZATION_FAILED (it was left out of the answer), and
+    one asked with no names (all topics) left out."""
+    broker, _ = node
+    admin = _admin(broker)
+    stamp = time.time_ns()
+    mine, hidden = f"dtp-{stamp}", f"dtp-hidden-{stamp}"
+    for t in (mine, hidden):
+        admin.create_topics([NewTopic(t, 1, 1)])[t].result(timeout=15)
+    for future in admin.create_acls([_allow(mine, AclOperation.READ)],
+                                    request_timeout=15).values():
+        future.result(timeout=15)
+    alice = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15_000,
+                             **_kp("alice"))
+    try:
+        got = alice.describe_topic_partitions([mine, hidden])
+        rows = {t["name"]: (t["error_code"], t["topic_authorized_operations"])
+                for t in got["topics"]}
+        read_describe = (1 << int(AclOperation.READ.value)) | (
+            1 << int(AclOperation.DESCRIBE.value))
+        assert rows == {mine: (0, read_describe), hidden: (29, -2147483648)}
+        only_hidden = alice.describe_topic_partitions([hidden])
+        assert [(t["name"], t["error_code"]) for t in only_hidden["topics"]] == [(hidden, 29)]
+        listed = {t["name"] for t in alice.describe_topic_partitions([])["topics"]}
+        assert mine in listed and hidden not in listed
+    finally:
+        alice.close()

@@ -262,6 +262,164 @@ def test_default_valued_tagged_fields_are_never_written(api_key: int, version: i
     assert_no_tags(response._struct, version, response, kc.api_name(api_key))
 
 
+def _error_codes(obj: Any, struct_: Any, version: int) -> list[int]:
+    """Every error code of a decoded response at its version, depth first."""
+    found: list[int] = []
+    for field in struct_._fields:
+        if not field.for_version_q(version):
+            continue
+        value = getattr(obj, field.name, None)
+        if field.name in ("error_code", "partition_error_code"):  # AddPartitionsToTxn v0-3
+            found.append(value)
+        elif field.is_struct_array() and value:
+            for item in value:
+                found.extend(_error_codes(item, field.array_of, version))
+        elif field.is_struct() and value is not None:
+            found.extend(_error_codes(value, field, version))
+    return found
+
+
+# The fields naming what an item is about, and the request arrays (dotted paths, the
+# first present at the version) whose items an API's error answer names, by Kafka's
+# getErrorResponse of each; the last step may be an array of bare names or indexes
+_KEY_FIELDS = frozenset({"name", "topic", "topic_name", "topic_id", "partition_index",
+                         "partition", "group_id", "resource_type", "resource_name",
+                         "transactional_id", "user"})
+_ANSWERED: dict[int, tuple[str, ...]] = {
+    0: ("topic_data.partition_data",), 1: ("topics.partitions",),
+    2: ("topics.partitions",), 3: ("topics",), 8: ("topics.partitions",),
+    9: ("groups.topics.partition_indexes", "topics.partition_indexes"), 15: ("groups",),
+    19: ("topics",), 20: ("topics", "topic_names"), 21: ("topics.partitions",),
+    28: ("topics.partitions",), 32: ("resources",), 33: ("resources",), 35: (),
+    37: ("topics",), 42: ("groups_names",), 44: ("resources",), 47: ("topics.partitions",),
+    50: ("users",), 51: ("deletions", "upsertions"),
+}
+
+
+def _item_keys(item: Any, struct_: Any, version: int) -> tuple[str, ...]:
+    return tuple(sorted(repr(getattr(item, f.name)) for f in struct_._fields
+                        if f.for_version_q(version) and f.name in _KEY_FIELDS
+                        and not f.is_array() and getattr(item, f.name, None) is not None
+                        and getattr(item, f.name) != uuid.UUID(int=0)))
+
+
+def _answered_keys(response: Any, version: int) -> list[tuple[str, ...]]:
+    """The key tuples of the response's innermost answered items (under the top level)."""
+    def walk(obj: Any, struct_: Any, prefix: tuple[str, ...]) -> list[tuple[str, ...]]:
+        out: list[tuple[str, ...]] = []
+        for field in struct_._fields:
+            if field.for_version_q(version) and field.is_struct_array():
+                for item in getattr(obj, field.name, None) or []:
+                    keys = prefix + _item_keys(item, field.array_of, version)
+                    out.extend(walk(item, field.array_of, keys) or [keys])
+        return out
+    return sorted(walk(response, response._struct, ()))
+
+
+def _asked_keys(request: Any, api_key: int, version: int) -> list[tuple[str, ...]]:
+    """The key tuples of the request's items its error answer names (_ANSWERED)."""
+    def walk(obj: Any, struct_: Any, steps: list[str],
+             prefix: tuple[str, ...]) -> list[tuple[str, ...]]:
+        field = next(f for f in struct_._fields if f.name == steps[0])
+        out: list[tuple[str, ...]] = []
+        for item in getattr(obj, field.name, None) or []:
+            if not field.is_struct_array():
+                out.append((*prefix, repr(item)))
+                continue
+            keys = prefix + _item_keys(item, field.array_of, version)
+            out.extend(walk(item, field.array_of, steps[1:], keys) if steps[1:] else [keys])
+        return out
+    found: list[tuple[str, ...]] = []
+    for path in _ANSWERED[api_key]:
+        steps = path.split(".")
+        if not any(f.name == steps[0] and f.for_version_q(version)
+                   for f in request._struct._fields):
+            continue
+        found.extend(walk(request, request._struct, steps, ()))
+        if api_key not in (51,):  # the first path present, but both of AlterUserScram's
+            break
+    if api_key == 51:  # one result per user
+        found = [(k,) for k in dict.fromkeys(k for (k,) in found)]
+    return sorted(found)
+
+
+def _error_answer(api_key: int, version: int, values: dict | None = None
+                  ) -> tuple[Any, Any, dict | None]:
+    rng = random.Random(api_key * 1000 + version)
+    values = values if values is not None else request_values(api_key, version, rng)
+    protocol, frame = client_request(api_key, version, values)
+    header = kc.parse_request_header(frame)
+    request = kc.decode_request(header, frame)
+    answer = kc.error_response(api_key, version, request, int(ErrorCode.UNKNOWN_SERVER_ERROR))
+    if answer is None:
+        return request, None, None
+    [(_, response)] = protocol.receive_bytes(kc.encode_response(header, answer))
+    return request, response, answer
+
+
+@pytest.mark.parametrize(("api_key", "version"), [p for p in PAIRS if p[0] != 18],
+                         ids=[i for p, i in zip(PAIRS, PAIR_IDS, strict=True) if p[0] != 18])
+def test_the_error_answer_of_every_request_reads_back(api_key: int, version: int) -> None:
+    """kc.error_response (a response that cannot be written is answered with it, as
+    Kafka's getErrorResponse): the client reads it, every error in it UNKNOWN_SERVER_ERROR,
+    and the items the request named are answered by their keys, those only; None only
+    for an API whose response has no top-level error code and nothing to answer by item
+    (ApiVersions is answered on its own path; DescribeLogDirs v1-2)."""
+    request, response, _ = _error_answer(api_key, version)
+    if response is None:
+        top = kc.response_class(api_key, version)._struct
+        assert not [f for f in top._fields if f.for_version_q(version)
+                    and f.name == "error_code"]
+        assert api_key == 35 or not [f for f in top._fields if f.for_version_q(version)
+                                     and f.is_struct_array()]
+        return
+    codes = _error_codes(response, response._struct, version)
+    unknown = int(ErrorCode.UNKNOWN_SERVER_ERROR)
+    if api_key == 50:  # named users: the top level stays 0 (librdkafka, authorize.py)
+        assert codes[0] == 0 and set(codes[1:]) == {unknown}
+    else:
+        assert codes and set(codes) == {unknown}
+    if api_key in _ANSWERED:
+        assert _answered_keys(response, version) == _asked_keys(request, api_key, version)
+
+
+def test_the_error_answer_of_a_fetch_names_its_topics_not_the_forgotten() -> None:
+    """Kafka's FetchRequest.getErrorResponse answers data.topics() only: the forgotten
+    topics of an incremental fetch session are not partitions the client asked for."""
+    for version in (7, 12):
+        rng = random.Random(version)
+        values = request_values(1, version, rng)
+        values["forgotten_topics_data"] = [{"topic": "gone", "partitions": [5, 6]}]
+        request, response, _ = _error_answer(1, version, values)
+        asked = sorted((t.topic, p.partition) for t in request.topics for p in t.partitions)
+        answered = sorted((t.topic, p.partition_index) for t in response.responses
+                          for p in t.partitions)
+        assert answered == asked and "gone" not in {t for t, _ in answered}
+
+
+def test_the_error_answer_of_describe_log_dirs_is_its_top_level_error() -> None:
+    """DescribeLogDirs answers log dirs, not the topics asked: Kafka's error answer is the
+    top-level error and no results (v3+); v1-2 have no error to answer (closed)."""
+    for version in (3, 4):
+        _, response, _ = _error_answer(35, version)
+        assert response.error_code == int(ErrorCode.UNKNOWN_SERVER_ERROR)
+        assert response.results == []
+    for version in (1, 2):
+        assert _error_answer(35, version)[1] is None
+
+
+def test_the_error_answer_of_create_topics_leaves_the_config_error_alone() -> None:
+    """CreateTopics v5+: topic_config_error_code 0 and configs null, as Kafka's
+    CreateTopicsRequest.getErrorResponse sets only each topic's error."""
+    for version in (5, 7):
+        _, _, answer = _error_answer(19, version)
+        assert answer is not None
+        for topic in answer["topics"]:
+            assert topic["error_code"] == int(ErrorCode.UNKNOWN_SERVER_ERROR)
+            assert topic.get("topic_config_error_code", 0) == 0
+            assert topic.get("configs") is None
+
+
 def test_api_versions_v3_and_v4_bodies_end_without_tags() -> None:
     for version in (3, 4):
         frame = kc.encode_api_versions_response(kc.RequestHeader(18, version, 77, None, 0))

@@ -95,6 +95,7 @@ from wire.kafka_codec.encoding import (
     _warm_defaults,
     build_response,
 )
+from wire.kafka_codec.error_response import error_response
 from wire.kafka_codec.hot import decode_hot_request, encode_hot_response
 from wire.kafka_codec.messages import (
     _API_VERSIONS,
@@ -129,6 +130,7 @@ __all__ = [
     "encode_hot_response",
     "encode_response",
     "encode_response_parts",
+    "error_response",
     "has_regions",
     "join_parts",
     "parse_request_header",

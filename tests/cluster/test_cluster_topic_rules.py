@@ -1,0 +1,91 @@
+"""A cluster's controller applies Kafka's rules for a new topic's name and an internal
+topic's partitions, and a leader answers ListOffsets' max timestamp as Kafka's: two
+`actorlog serve` nodes, a real ZooKeeper, confluent-kafka's AdminClient and Metadata
+through kafka-python's protocol, each asked of the node that is not the controller."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import kafka.errors as kerr
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka import TopicPartition as CTopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
+
+from tests.broker.rawclient import METADATA, RawClient
+from tests.broker.test_admin_apis import produce_at
+from tests.fixtures.cluster import Cluster
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]
+
+
+def _error(future: Any) -> Any:
+    with pytest.raises(KafkaException) as caught:
+        future.result(timeout=60)
+    return caught.value.args[0]
+
+
+def test_colliding_names_and_internal_partition_counts_are_refused_by_the_controller(
+        cluster_factory: Any) -> None:
+    cluster: Cluster = cluster_factory(2, config={"offsets.topic.num.partitions": 3})
+    via = next(i for i in cluster.nodes if i != cluster.controller())
+    client = AdminClient({"bootstrap.servers": cluster.nodes[via].bootstrap})
+
+    # Kafka's AdminZkClient.validateTopicCreate: '.' and '_' taken as one
+    client.create_topics([NewTopic("cl.a", 2, 2)])["cl.a"].result(timeout=60)
+    cluster.wait_topic("cl.a", 2)
+    err = _error(client.create_topics([NewTopic("cl_a", 1, 2)])["cl_a"])
+    assert err.code() == kerr.InvalidTopicError.errno
+    assert "collides with existing topics: cl.a" in err.str()
+    # one request: the first is being written to ZooKeeper when the second is checked
+    pair = client.create_topics([NewTopic("pr_b", 1, 2), NewTopic("pr.b", 1, 2)])
+    pair["pr_b"].result(timeout=60)
+    assert _error(pair["pr.b"]).code() == kerr.InvalidTopicError.errno
+    with RawClient(cluster.nodes[via].port) as raw:  # Metadata's auto-create
+        response = raw.call(METADATA, 12, {
+            "topics": [{"topic_id": None, "name": "cl_a"}],
+            "allow_auto_topic_creation": True, "include_topic_authorized_operations": False})
+    [row] = response.topics
+    assert row.error_code == kerr.InvalidTopicError.errno
+
+    # an internal topic only with the count its coordinator hashes ids over
+    err = _error(client.create_topics(
+        [NewTopic("__transaction_state", 2, 2)])["__transaction_state"])
+    assert err.code() == kerr.InvalidPartitionsError.errno
+    # a user's name colliding with an internal topic's, before that topic exists (the
+    # coordinator's own creation would collide with it)
+    clash = _error(client.create_topics(
+        [NewTopic("__transaction.state", 1, 2)])["__transaction.state"])
+    assert clash.code() == kerr.InvalidTopicError.errno
+    # with it, a client may make it (the coordinators then find it made)
+    client.create_topics([NewTopic("__consumer_offsets", 3, 2)])[
+        "__consumer_offsets"].result(timeout=60)
+    cluster.wait_topic("__consumer_offsets", 3)
+    grow = _error(client.create_partitions(
+        [NewPartitions("__consumer_offsets", 6)])["__consumer_offsets"])
+    assert grow.code() == kerr.InvalidPartitionsError.errno
+    topics = client.list_topics(timeout=30).topics
+    assert "cl_a" not in topics and "pr.b" not in topics
+    assert "__transaction_state" not in topics and "__transaction.state" not in topics
+    assert len(topics["__consumer_offsets"].partitions) == 3
+
+
+def test_max_timestamp_answers_a_record_below_the_log_start_in_a_cluster(
+        cluster_factory: Any) -> None:
+    """ListOffsets -3 of a replicated partition whose largest timestamp lies below the log
+    start (DeleteRecords, answered once the ISR holds the new start): the leader answers
+    that record, as Kafka's UnifiedLog.fetchOffsetByTimestamp."""
+    cluster: Cluster = cluster_factory(2)
+    via = next(i for i in cluster.nodes if i != cluster.controller())
+    client = AdminClient({"bootstrap.servers": cluster.nodes[via].bootstrap})
+    client.create_topics([NewTopic("maxts", 1, 2)])["maxts"].result(timeout=60)
+    cluster.wait_topic("maxts", 1)
+    now = int(time.time() * 1000)
+    produce_at(cluster.bootstrap, "maxts", [now + 5_000, now, now + 1_000])
+    tp = CTopicPartition("maxts", 0)
+    [deleted] = client.delete_records([CTopicPartition("maxts", 0, 1)]).values()
+    assert deleted.result(timeout=60).low_watermark == 1
+    got = client.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(timeout=30)
+    assert (got.offset, got.timestamp) == (0, now + 5_000)

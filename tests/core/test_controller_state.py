@@ -1484,8 +1484,7 @@ def test_the_controller_keeps_the_internal_topics_rules() -> None:
     grow = c.request(lambda rid: CreatePartitions(rid, (NewPartitions("__consumer_offsets", 6),)))
     assert codes(grow) == [ErrorCode.INVALID_PARTITIONS]
     assert len(c.assignment("__consumer_offsets")) == 3
-    # the coordinator's own creation: its own count, and a colliding user topic (a data
-    # dir from before the rule may hold one) does not stop it
+    # the coordinator's own creation: its own count (a colliding user topic: the next test)
     own = c.request(lambda rid: CreateTopics(rid, (NewTopic(
         "__transaction_state", 4, 1, internal=True),)))
     assert codes(own) == [0]
@@ -1513,3 +1512,18 @@ def test_a_collision_is_checked_after_the_counts_and_against_a_topic_being_delet
         c.feed(StopReplicaDone(broker, 0, {TP("d.e", 0): 0}))
     assert "d.e" not in ctl.core.topics and _index_matches(ctl.core)
     assert codes(create(c, "d_e", 1, 1)) == [0]
+
+
+def test_the_coordinators_own_creation_passes_a_colliding_user_topic() -> None:
+    """A data dir from before the collision rule may hold `__transaction.state`: the
+    transaction coordinator's own creation of `__transaction_state` still goes through
+    (it would otherwise fail for good), a client's creation of it does not."""
+    c = cluster(internal_partitions={"__consumer_offsets": 3, "__transaction_state": 2})
+    c.reader.create_topic("__transaction.state", TopicAssignment({0: (1, 2)}), {})
+    c.pump()
+    assert "__transaction.state" in c.controller.core.topics
+    assert codes(create(c, "__transaction_state", 2, 1)) == [
+        ErrorCode.INVALID_TOPIC_EXCEPTION]
+    own = c.request(lambda rid: CreateTopics(rid, (NewTopic(
+        "__transaction_state", 2, 1, internal=True),)))
+    assert codes(own) == [0]

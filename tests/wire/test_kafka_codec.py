@@ -1515,3 +1515,14 @@ def test_topic_ids_and_null_names_cross_the_codec_both_ways(
     wanted = response["topics"] if api_key != 20 else response["responses"]
     assert [(r.name, r.topic_id, r.error_code) for r in rows] == [
         (w["name"], w["topic_id"], w["error_code"]) for w in wanted]
+
+
+def test_the_error_answer_of_alter_user_scram_names_each_user_once() -> None:
+    """Kafka's AlterUserScramCredentialsRequest.getErrorResponse answers a Set of the
+    users named, sorted: a user both deleted and upserted gets one result, not two."""
+    values = request_values(51, 0, random.Random(51))
+    values["deletions"] = [{"name": "bob", "mechanism": 1}, {"name": "al", "mechanism": 2}]
+    values["upsertions"] = [dict(values["upsertions"][0], name="bob")]
+    _, response, _ = _error_answer(51, 0, values)
+    assert [r.user for r in response.results] == ["al", "bob"]
+    assert {r.error_code for r in response.results} == {int(ErrorCode.UNKNOWN_SERVER_ERROR)}

@@ -90,6 +90,11 @@ def _mirror(struct: Any, item: Any, version: int, code: int, found: list[bool],
             if answers is not None and name in answers:
                 source = [x for asked in answers[name]
                           for x in (getattr(item, asked, None) or [])]
+                if len(answers[name]) > 1:
+                    # items asked in two arrays (a user both deleted and upserted) are
+                    # answered once each, in name order, as Kafka's Set of names
+                    by_name = {getattr(x, "name", None): x for x in source}
+                    source = [by_name[n] for n in sorted(by_name, key=str)]
             else:
                 source = _matching_items(struct, field, item, version, req_struct)
             out[name] = [_mirror(field.array_of, element, version, code, found)

@@ -116,6 +116,18 @@ SCENARIOS: dict[str, tuple[LogConfig, list[Step]]] = {
         ("after the marker: a new transaction", _append(_idem(4, txn=True)), False),
         ("and on", _append(_idem(6, txn=True)), True),
     ]),
+    # an abort marker that bumps the epoch (the coordinator fencing a producer): the
+    # entry holds only the marker, so the zombie and the new epoch's first batch take
+    # the general path, the one after it the fast one
+    "epoch-bumping marker": (LogConfig(), [
+        ("first of a transaction", _append(_idem(0, txn=True)), False),
+        ("later in it", _append(_idem(2, txn=True)), True),
+        ("abort, epoch bumped", lambda log, defer: log.append_control(7, 1, False, 0, 1, NOW),
+         None),
+        ("the zombie at the old epoch", _append(_idem(4, txn=True)), False),
+        ("the new epoch's first", _append(_idem(0, epoch=1, txn=True)), False),
+        ("and on", _append(_idem(2, epoch=1, txn=True)), True),
+    ]),
     "leader epoch": (LogConfig(), [
         ("epoch 1", _append(_plain(0)), True),
         ("new epoch 2", _append(_plain(1), epoch=2), False),
@@ -234,7 +246,7 @@ def _snapshot(log: PartitionLog) -> dict[str, Any]:
     state = log.producer_state
     return {
         "commit error": _plain_value(log._commit_error, log.dir),
-        "producers": {pid: (entry.producer_epoch, list(entry.batches))
+        "producers": {pid: (entry.producer_epoch, list(entry.batches), entry.marker_offset)
                       for pid, entry in state.producers.items()},
         "ongoing": dict(state.ongoing_txns),
         "unflushed": log.unflushed_messages,

@@ -898,6 +898,7 @@ class Broker:
             num_shards=topo.num_shards, num_coordinators=topo.num_coordinators,
             curve_key=node.curve.keys.public.decode() if node.curve is not None else "",
             wire=wire_fingerprint(), incarnation=uuid.uuid4().hex)  # this start's own
+        node.own_incarnation = self.broker_info.incarnation  # its frames carry it
         node.spawn(ClusterController, topo.controller.name, topology=topo, config=cfg,
                    store=self.metadata, broker=self.broker_info, clock=clock,
                    credentials=credentials, authorizer=authorizer)

@@ -109,6 +109,7 @@ from wire import cluster_messages as cm
 from wire import security_messages as sm
 from wire.errors import ErrorCode, KafkaError
 from wire.fingerprint import mismatch_line
+from wire.runtime_messages import NodeArrived
 from wire.security_messages import ChangesNotified
 
 NOT_CONTROLLER = int(ErrorCode.NOT_CONTROLLER)
@@ -276,6 +277,12 @@ class ClusterController(Actor):
         self.rebalance_ms = int(self.config["leader.imbalance.check.interval.seconds"]) * 1000
         self.next_rebalance_ms = now + self.rebalance_ms
         self.request_timeout_ms = int(self.config["request.timeout.ms"])
+        # a frame from a process of another node this directory does not hold (restarted,
+        # its registration not read here yet): read the registrations now, not at the
+        # watch's notice, so answers held for it go as soon as can be
+        node, address = self.node, self.address
+        self.node.directory.on_arrival = (
+            lambda name, incarnation: node.tell(address, NodeArrived(name, incarnation)))
         if self.started:  # restarted after a crash: take part again at once
             self._refresh_brokers()
             self._call_driver(self.driver.elect)
@@ -287,6 +294,7 @@ class ClusterController(Actor):
             if self.driver.active:
                 self.driver.resign("the controller actor restarts", give_up_znode=True)
             return
+        self.node.directory.on_arrival = None
         try:
             self.store.close()  # its ephemeral znodes go: others see this node leave now
         except Exception:
@@ -366,6 +374,14 @@ class ClusterController(Actor):
             return
         self._refresh_brokers()
         self._call_driver(self.driver.on_notice, msg)
+
+    @handles(NodeArrived)
+    def on_node_arrived(self, msg: NodeArrived) -> None:
+        if not self.started:
+            return
+        self.log.info("a frame from process {} of node {}, whose registration this node has "
+                      "not read: reading the registrations again", msg.incarnation, msg.node)
+        self._refresh_brokers()
 
     @handles(cm.ControllerChanged, cm.TopicsChanged, cm.TopicDeletionsChanged,
              cm.IsrChangesNotified)

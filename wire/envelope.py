@@ -4,9 +4,11 @@ A frame is one msgpack array carrying one or more envelopes that share a
 sender and a receiver (an actor flushes what it sent to one receiver during a
 turn as one frame; the frame, not the message, pays ZeroMQ's per-send cost):
 
-    [FORMAT_VERSION, sender_node, sender_name, receiver_name, entries]
+    [FORMAT_VERSION, sender_node, sender_name, receiver_name, entries,
+     sender_incarnation, receiver_incarnation]
 
-and each entry is one message's envelope:
+(a receiver also reads a 5-element frame, without the incarnations) and each entry
+is one message's envelope:
 
     [type_id, trace_id, span_id, parent_span_id, send_time_ns, ask_id, body]
 
@@ -15,6 +17,13 @@ otherwise the receiver answers the sender with a ``Reply`` carrying that id.
 ``send_time_ns`` is wall-clock time (``time.time_ns``) so it compares across
 hosts once the clock offset is known. The receiver node is implied by the
 socket the frame arrived on.
+
+``sender_incarnation`` is the sending process's (``Node.incarnation``: made new at each
+start of a cluster node, registered in ZooKeeper), ``receiver_incarnation`` the one the
+sender's directory holds for the receiving node; "" when not known (a node outside a
+cluster, an actor of the same node). A receiver drops a frame meant for another process of
+its node (a stale link's queue flushed to a restarted one), and learns from the first a
+process of another node it does not know yet (``actors.runtime.actor``).
 
 A receiver refuses a frame over its byte limit (``actor.max.frame.bytes``)
 unread, so a sender never builds one: :func:`encode_frames` cuts what one
@@ -42,10 +51,12 @@ _unpackb = msgpack.unpackb
 
 
 def encode_frame(
-    sender_node: str, sender_name: str, receiver_name: str, entries: list[Any]
+    sender_node: str, sender_name: str, receiver_name: str, entries: list[Any],
+    sender_incarnation: str = "", receiver_incarnation: str = "",
 ) -> bytes:
     """One frame carrying ``entries`` (each built by :func:`new_entry`)."""
-    return _packb([FORMAT_VERSION, sender_node, sender_name, receiver_name, entries])
+    return _packb([FORMAT_VERSION, sender_node, sender_name, receiver_name, entries,
+                   sender_incarnation, receiver_incarnation])
 
 
 class Oversized(NamedTuple):
@@ -65,7 +76,7 @@ def _array_header(count: int) -> bytes:
 
 def encode_frames(
     sender_node: str, sender_name: str, receiver_name: str, entries: list[Any],
-    max_frame_bytes: int,
+    max_frame_bytes: int, sender_incarnation: str = "", receiver_incarnation: str = "",
 ) -> tuple[list[bytes], list[Oversized]]:
     """Frames carrying ``entries`` in order, none over ``max_frame_bytes``.
 
@@ -76,12 +87,14 @@ def encode_frames(
     even alone is left out and returned as :class:`Oversized`; the others keep
     their order.
     """
-    frame = _packb([FORMAT_VERSION, sender_node, sender_name, receiver_name, entries])
+    frame = _packb([FORMAT_VERSION, sender_node, sender_name, receiver_name, entries,
+                    sender_incarnation, receiver_incarnation])
     if len(frame) <= max_frame_bytes:
         return [frame], []
     del frame
-    head = (bytes((0x95,)) + _packb(FORMAT_VERSION) + _packb(sender_node)
+    head = (bytes((0x97,)) + _packb(FORMAT_VERSION) + _packb(sender_node)
             + _packb(sender_name) + _packb(receiver_name))
+    tail = _packb(sender_incarnation) + _packb(receiver_incarnation)
     frames: list[bytes] = []
     refused: list[Oversized] = []
     batch: list[bytes] = []
@@ -90,17 +103,17 @@ def encode_frames(
     def close_batch() -> None:
         nonlocal batch, batch_bytes
         if batch:
-            frames.append(b"".join([head, _array_header(len(batch)), *batch]))
+            frames.append(b"".join([head, _array_header(len(batch)), *batch, tail]))
             batch, batch_bytes = [], 0
 
     for index, entry in enumerate(entries):
         packed = _packb(entry)
-        alone = len(head) + len(_array_header(1)) + len(packed)
+        alone = len(head) + len(_array_header(1)) + len(packed) + len(tail)
         if alone > max_frame_bytes:
             refused.append(Oversized(index, alone))
             continue
         # the array header grows from 1 to 5 bytes with the count: count it at its largest
-        if len(head) + 5 + batch_bytes + len(packed) > max_frame_bytes:
+        if len(head) + 5 + batch_bytes + len(packed) + len(tail) > max_frame_bytes:
             close_batch()
         batch.append(packed)
         batch_bytes += len(packed)
@@ -108,11 +121,12 @@ def encode_frames(
     return frames, refused
 
 
-def sender_prefix(sender_node: str) -> bytes:
-    """The bytes every frame from ``sender_node`` starts with (the array header, the
-    version, the node name as msgpack writes it): a receiver that knows who sent a frame
-    (CURVE) checks the claim with one ``startswith``, without decoding the frame."""
-    return bytes((0x95,)) + _packb(FORMAT_VERSION) + _packb(sender_node)
+def sender_prefixes(sender_node: str) -> tuple[bytes, bytes]:
+    """The bytes every frame from ``sender_node`` starts with (the array header of either
+    length, the version, the node name as msgpack writes it): a receiver that knows who
+    sent a frame (CURVE) checks the claim with one ``startswith``, without decoding it."""
+    rest = _packb(FORMAT_VERSION) + _packb(sender_node)
+    return bytes((0x97,)) + rest, bytes((0x95,)) + rest
 
 
 def claimed_sender(data: bytes) -> str:
@@ -136,7 +150,7 @@ def frame_head(data: bytes) -> tuple[str, str, int] | None:
     unpacker = msgpack.Unpacker(max_buffer_size=1024)
     unpacker.feed(data[:1024])
     try:
-        if unpacker.read_array_header() != 5:
+        if unpacker.read_array_header() not in (5, 7):
             return None
         unpacker.skip()  # the format version
         node = unpacker.unpack()
@@ -159,7 +173,17 @@ def new_entry(type_id: int, trace_id: int, span_id: int, parent_span_id: int,
 def decode_frame(
     data: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
 ) -> tuple[str, str, str, list[Any]]:
-    """(sender node, sender name, receiver name, entries) of a frame, or :class:`BadFrame`.
+    """(sender node, sender name, receiver name, entries) of a frame, or :class:`BadFrame`."""
+    s_node, s_name, r_name, entries, _s_inc, _r_inc = decode_frame_full(data, max_frame_bytes)
+    return s_node, s_name, r_name, entries
+
+
+def decode_frame_full(
+    data: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+) -> tuple[str, str, str, list[Any], str, str]:
+    """(sender node, sender name, receiver name, entries, sender incarnation, receiver
+    incarnation) of a frame ("" for those a 5-element frame leaves out), or
+    :class:`BadFrame`.
 
     Entries are not checked here: the receiver checks each one and drops only
     the bad ones. A plain tuple, not a NamedTuple: this runs for every frame.
@@ -170,13 +194,19 @@ def decode_frame(
         obj = _unpackb(data)
     except Exception as exc:  # msgpack raises several unrelated types
         raise BadFrame(f"undecodable frame ({type(exc).__name__}: {exc})") from None
-    if type(obj) is not list or len(obj) != 5:
-        raise BadFrame("undecodable frame (not a 5-element array)")
-    version, s_node, s_name, r_name, entries = obj
+    if type(obj) is not list or len(obj) not in (5, 7):
+        raise BadFrame("undecodable frame (not a 5- or 7-element array)")
+    if len(obj) == 7:
+        version, s_node, s_name, r_name, entries, s_inc, r_inc = obj
+        if type(s_inc) is not str or type(r_inc) is not str:
+            raise BadFrame("undecodable frame (incarnations must be strings)")
+    else:
+        version, s_node, s_name, r_name, entries = obj
+        s_inc = r_inc = ""
     if version != FORMAT_VERSION:
         raise BadFrame(f"undecodable frame (unsupported envelope format version {version!r})")
     if type(s_node) is not str or type(s_name) is not str or type(r_name) is not str:
         raise BadFrame("undecodable frame (addresses must be strings)")
     if type(entries) is not list:
         raise BadFrame("frame entries are not an array")
-    return s_node, s_name, r_name, entries
+    return s_node, s_name, r_name, entries, s_inc, r_inc

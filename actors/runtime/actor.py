@@ -45,14 +45,14 @@ from actors.runtime.pykka_compat import PykkaActor, envelope, is_stop
 from actors.runtime.supervision import RestartWindow, restart_after_crash
 from actors.runtime.tracing import net_legs, new_id, trace_fields
 from wire import registry
-from wire.envelope import BadFrame, decode_frame, encode_frames
+from wire.envelope import BadFrame, decode_frame_full, encode_frames
 from wire.runtime_messages import Reply
 
 if TYPE_CHECKING:
     from actors.runtime.node import Link, Node
 
 _encode_frames = encode_frames
-_decode_frame = decode_frame
+_decode_frame = decode_frame_full
 _type_ids = registry._BY_TYPE
 _types = registry._BY_ID
 _build = registry.build
@@ -72,6 +72,15 @@ _EXPIRED = f"its node left and did not register again within {DEPARTED_HOLD_MS} 
 _OVERFLOW = f"more than {_HELD_MAX} held for it while its node was away"
 _STOPPED = "the sender stopped while its node was away"
 _EVENTS = zmq.EVENTS
+
+
+def _same_process(current: NodeEndpoint | None, left: NodeEndpoint) -> bool:
+    """Whether the directory's ``current`` entry is the process ``left`` names: the same
+    entry, or the same incarnation (``left`` may name only the incarnation a frame came
+    from, ``Directory.arrived``)."""
+    if current is None:
+        return False
+    return current == left or (bool(left.incarnation) and current.incarnation == left.incarnation)
 
 
 def handles(*message_types: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -309,12 +318,15 @@ class Actor(PykkaActor):
                 # learn may have run between the two reads (it sets the entry, then drops
                 # the node from departed): look at the entry once more before giving up
                 current = directory.nodes.get(address.node)
-            if current is not None and current == left:
+            if _same_process(current, left):
                 self._flush_one(address)
                 continue
-            why = (_NEW_PROCESS if current is not None
-                   else _FORGOTTEN if address.node not in directory.departed
-                   else _EXPIRED if now - since >= _HOLD_NS else None)
+            expected = directory.expected(address.node) if directory.arrived else None
+            why = (_EXPIRED if now - since >= _HOLD_NS
+                   else (None if expected == left.incarnation else _NEW_PROCESS)
+                   if expected is not None
+                   else _NEW_PROCESS if current is not None
+                   else _FORGOTTEN if address.node not in directory.departed else None)
             if why is not None:
                 del self._departed_out[address]
                 self._held_dead(address, entries, why)
@@ -332,15 +344,20 @@ class Actor(PykkaActor):
         if address.node == self.node.name:
             return ""
         directory = self.node.directory
-        now_left = directory.departed.get(address.node)
+        expected = directory.expected(address.node) if directory.arrived else None
+        # a new process of the node spoke before its registration was read: for it
+        now_left = (NodeEndpoint("", incarnation=expected) if expected is not None
+                    else directory.left_with(address.node))
         if now_left is None:
             # The caller found no entry; learn may have set one since and dropped the node
             # from departed: then hold for it all the same (the next look at what is held
             # sends it, or finds a new process).
             now_left = directory.nodes.get(address.node)
-            if now_left is None:
-                return _FORGOTTEN if since else ""
-        if left is not None and now_left != left:
+            if now_left is None:  # gone for good, or away for longer than the hold
+                if not since:
+                    return ""
+                return _EXPIRED if address.node in directory.departed else _FORGOTTEN
+        if left is not None and not _same_process(now_left, left):
             return _NEW_PROCESS
         now = self.clock.monotonic_ns()
         if not since:
@@ -363,8 +380,11 @@ class Actor(PykkaActor):
             found = self._departed_out.pop(address, None)
             if found is not None:
                 since, left, held = found
-                current = self.node.directory.nodes.get(address.node)
-                if current is not None and current != left:
+                directory = self.node.directory
+                current = directory.nodes.get(address.node)
+                expected = directory.expected(address.node) if directory.arrived else None
+                if (expected != left.incarnation if expected is not None
+                        else current is not None and not _same_process(current, left)):
                     # learnt again as a new process: what waited was meant for the old one
                     self._held_dead(address, held, _NEW_PROCESS)
                     since, left = 0, None
@@ -372,6 +392,17 @@ class Actor(PykkaActor):
                     held_count = len(held)
                     entries = held + entries if entries else held
         if not entries:
+            return
+        arrived = self.node.directory.arrived
+        if (arrived and address.node in arrived and address.node != self.node.name
+                and self.node.directory.expected(address.node) is not None):
+            # A new process of the node spoke before its registration was read here: what
+            # goes to it (answers to what it asked) waits for that registration, never
+            # goes to the old process's link (whose frames it drops)
+            why = self._hold_departed(address, entries, since, left)
+            if why is not None:
+                self.node.dead_letters.record(f"no route to actor {address} ({why})",
+                                              len(entries), sender=str(self.address))
             return
         cached = self._out_sockets.get(address)
         if isinstance(cached, DirectLink):
@@ -413,7 +444,7 @@ class Actor(PykkaActor):
                     return
             self._out_sockets[address] = link
         if (held_count and not isinstance(link, _LocalLink) and link.remote
-                and link.endpoint != left):
+                and left is not None and not _same_process(link.endpoint, left)):
             # The link was made from the directory as read again after the look above:
             # the node was learnt again in between, as a new process, which must not get
             # what waited for the old one.
@@ -444,8 +475,11 @@ class Actor(PykkaActor):
             else:
                 counts[key] += count
             return
-        frames, refused = _encode_frames(self.node.name, self.name, address.name, entries,
-                                         self._max_frame)
+        endpoint = link.endpoint
+        frames, refused = _encode_frames(
+            self.node.name, self.name, address.name, entries, self._max_frame,
+            self.node.own_incarnation if link.remote else "",
+            endpoint.incarnation if endpoint is not None else "")
         # A traced message leaving the node: its gateway there writes the network leg.
         # The legs ride with the last frame (split frames are rare: very large turns).
         legs = (self._net_legs(entries, refused)
@@ -472,8 +506,10 @@ class Actor(PykkaActor):
 
     def _send_direct(self, link: DirectLink, address: Address, entries: list[Any]) -> None:
         """To another process of this broker over the loop's direct link (never waits)."""
+        peer = self.node.directory.nodes.get(address.node)
         frames, refused = _encode_frames(self.node.name, self.name, address.name, entries,
-                                         self._max_frame)
+                                         self._max_frame, self.node.own_incarnation,
+                                         peer.incarnation if peer is not None else "")
         legs = self._net_legs(entries, refused) if frames and self._tracer.enabled else None
         target = address.name.encode()
         last = len(frames) - 1
@@ -728,9 +764,13 @@ class Actor(PykkaActor):
             except _Again:
                 return
             try:
-                s_node, s_name, _r_name, entries = _decode_frame(data, self._max_frame)
+                s_node, s_name, _r_name, entries, s_inc, r_inc = _decode_frame(
+                    data, self._max_frame)
             except BadFrame as exc:  # garbage of any kind
                 self.node.dead_letters.record(str(exc), 1, receiver=self.name)
+                continue
+            if (s_inc or r_inc) and not self.node._incarnations_ok(
+                    s_node, s_name, self.name, s_inc, r_inc, len(entries)):
                 continue
             self._dispatch_entries(s_node, s_name, entries)
             if self._out:

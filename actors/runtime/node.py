@@ -143,6 +143,14 @@ class Node:
         if endpoint is not None:
             self.directory.add(name, endpoint)
         self.endpoint = self.directory.nodes.get(name)
+        if self.directory.clock is None:
+            self.directory.clock = self.clock
+        # This process's incarnation (NodeEndpoint.incarnation): its frames to other nodes
+        # carry it, and a frame that names another incarnation of this node as its
+        # receiver is dropped. A cluster node sets the one it registers; "" (a node
+        # outside a cluster, the processes of one broker among themselves): not checked
+        self.own_incarnation = self.endpoint.incarnation if self.endpoint is not None else ""
+        self._foreign_logged: set[str] = set()  # receiver incarnations already logged
         self.context = context or zmq.Context()
         self._own_context = context is None
         self.max_frame_bytes = max_frame_bytes
@@ -308,6 +316,34 @@ class Node:
             raise NodeError(f"node {address.node} has no reachable endpoint from {self.name}")
         return Link(sock, True, address.node, endpoint)
 
+    def _incarnations_ok(self, s_node: str, s_name: str, receiver: str, s_inc: str,
+                         r_inc: str, count: int) -> bool:
+        """Whether a frame from another node is for this process (any thread that decodes
+        one). One meant for another incarnation of this node (a link of the other side's
+        made for a process of this node before this one, its queue flushed to this one
+        when the link reconnected) is dropped: dead letters, logged once an incarnation.
+        A frame from a process of another node this directory does not hold (restarted,
+        its registration not read here yet) is noted (``Directory.arrival``): answers to
+        it wait for its registration instead of going to the process it replaced."""
+        if r_inc and self.own_incarnation and r_inc != self.own_incarnation:
+            first = r_inc not in self._foreign_logged
+            if first:
+                if len(self._foreign_logged) >= 1024:
+                    self._foreign_logged.clear()
+                self._foreign_logged.add(r_inc)
+                self.log.warning("frames from node {} for another process of node {} "
+                                 "(incarnation {}, this one {}) are dropped", s_node,
+                                 self.name, r_inc, self.own_incarnation)
+            self.dead_letters.record(
+                f"frame for another process of node {self.name} (incarnation {r_inc})", count,
+                sender=f"{s_name}@{s_node}", receiver=receiver, log=False)
+            return False
+        if s_inc and s_node != self.name:
+            current = self.directory.nodes.get(s_node)
+            if current is None or (current.incarnation and current.incarnation != s_inc):
+                self.directory.arrival(s_node, s_inc)
+        return True
+
     def _direct_link(self, sender: Actor, node: str) -> DirectLink | None:
         """The direct link to ``node`` when ``sender`` runs in the gateway's loop and
         ``node`` is another process of this broker; else None (ZeroMQ)."""
@@ -416,8 +452,11 @@ class Node:
         span = new_id() if tid else 0  # the receiver writes the hop's record
         entry = new_entry(registry.type_id_of(type(msg)), tid, span, 0, self.clock.wall_ns(),
                           ask_id, msg)
+        endpoint = link.endpoint
         frames, refused = encode_frames(self.name, sender, address.name, [entry],
-                                        self.max_frame_bytes)
+                                        self.max_frame_bytes,
+                                        self.own_incarnation if link.remote else "",
+                                        endpoint.incarnation if endpoint is not None else "")
         if refused:
             self.metrics.incr("messages_refused_oversized")
             reason = (f"{type(msg).__name__} of {refused[0].frame_bytes} bytes from {sender} to "

@@ -626,6 +626,7 @@ def test_what_waited_is_not_sent_on_a_link_made_to_a_new_process(
     assert a.ask(Address("a", "sender"), SendSeq(20, "b", "checker")) == 20
     wait_for(lambda: bool(a.actor("sender")._departed_out), timeout=10)
     restarted = NodeEndpoint(b_endpoint.host, b_endpoint.port, incarnation="2")
+    b.own_incarnation = "2"  # b stands for the new process: frames for "1" it would drop
     hook = Interleaved(a.directory.nodes, "b", "in",
                        lambda: a.directory.learn("b", restarted))
     a.directory.nodes = hook

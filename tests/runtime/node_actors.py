@@ -213,13 +213,14 @@ class CountingSink(Actor):
 
 
 def directory_from(spec: str) -> Directory:
-    """``a=127.0.0.2:5001,b=127.0.0.3:5002[;ipcdir]`` into a Directory."""
+    """``a=127.0.0.2:5001,b=127.0.0.3:5002@incarnation[;ipcdir]`` into a Directory."""
     nodes, _, ipc_dir = spec.partition(";")
     d = Directory()
     for item in nodes.split(","):
         name, _, hostport = item.partition("=")
+        hostport, _, incarnation = hostport.partition("@")
         host, _, port = hostport.rpartition(":")
-        d.add(name, NodeEndpoint(host, int(port), ipc_dir))
+        d.add(name, NodeEndpoint(host, int(port), ipc_dir, incarnation))
     return d
 
 

@@ -637,3 +637,60 @@ def test_what_waited_is_not_sent_on_a_link_made_to_a_new_process(
     assert no_route(a, "checker@b") == 20
     state = wait_for(lambda: (st := checked(b))["count"] >= 5 and st, timeout=10)
     assert state == {"count": 5, "out_of_order": 0, "last": {"sender": 4}}
+
+
+# ------------------------------------------- frames name the processes at both ends
+class StderrLines:
+    """The stderr lines of a NodeProcess, read as they come."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        assert proc.stderr is not None
+        stream = proc.stderr
+        self.thread = threading.Thread(target=lambda: self.lines.extend(iter(stream.readline, "")),
+                                       daemon=True)
+        self.thread.start()
+
+    def has(self, text: str) -> bool:
+        return any(text in line for line in list(self.lines))
+
+
+@pytest.mark.multiprocess
+def test_a_link_queue_flushed_to_the_next_process_of_a_node_is_dropped_there(
+        nodes: list[Node], tmp_path: Path) -> None:
+    """A node's process is killed (-9) and a new one starts on the same port before the
+    sender reads its new registration: what the sender's link queued meanwhile, addressed
+    to the old process's incarnation, is flushed to the new process when ZeroMQ
+    reconnects. The new process drops it (counted, one log line), never hands it to its
+    actors, whose ids for matching answers start again."""
+    port = free_port("127.0.0.1")
+    endpoints = {"a": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="a1"),
+                 "b": NodeEndpoint("127.0.0.1", port, incarnation="1")}
+    a = Node("a", directory=Directory(dict(endpoints))).start()
+    nodes.append(a)
+    a.spawn(Sender, "sender")
+    checker = Address("b", "checker")
+    first = NodeProcess("checker", "b", f"a=127.0.0.1:{endpoints['a'].port},"
+                                        f"b=127.0.0.1:{port}@1;")
+    try:
+        assert a.ask(Address("a", "sender"), SendSeq(10, "b", "checker")) == 10
+        wait_for(lambda: a.ask(checker, GetState())["count"] == 10, timeout=20)
+    finally:
+        first.stop(signal.SIGKILL)
+    # a does not know yet: its directory still names process 1, its link queues
+    assert a.ask(Address("a", "sender"), SendSeq(30, "b", "checker")) == 30
+    second = NodeProcess("checker", "b", f"a=127.0.0.1:{endpoints['a'].port},"
+                                         f"b=127.0.0.1:{port}@2;")
+    err = StderrLines(second.proc)
+    try:
+        dropped = "for another process of node b (incarnation 1, this one 2) are dropped"
+        deadline = time.monotonic() + 30
+        while not err.has(dropped) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the flush: ZeroMQ reconnects every 100 ms
+        a.directory.learn("b", NodeEndpoint("127.0.0.1", port, incarnation="2"))
+        # without the check, the new process's checker got the 30 meant for the old one
+        assert a.ask(checker, GetState(), timeout=20) == {"count": 0, "out_of_order": 0,
+                                                          "last": {}}
+        assert sum(1 for line in err.lines if "for another process of node b" in line) == 1
+    finally:
+        assert second.stop() == 0

@@ -694,3 +694,72 @@ def test_a_link_queue_flushed_to_the_next_process_of_a_node_is_dropped_there(
         assert sum(1 for line in err.lines if "for another process of node b" in line) == 1
     finally:
         assert second.stop() == 0
+
+
+@pytest.mark.parametrize("listed", [False, True], ids=["departed", "old-process-listed"])
+def test_an_answer_to_a_new_process_waits_for_its_registration(
+        nodes: list[Node], tmp_path: Path, listed: bool) -> None:
+    """Node b restarted (a new incarnation) asks a before a has read its new
+    registration: b's registration went (a holds what goes to b for the process that
+    left) or a still lists the old process. a's answer is held for the process that
+    asked (its frame names it), a asks for the registrations to be read again
+    (``on_arrival``: the controller's part, played here), and the answer goes once that
+    process is learnt; it is not a dead letter, nor sent to the old process's link."""
+    endpoints = {"a": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="a1"),
+                 "b": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="1")}
+    a = Node("a", directory=Directory(dict(endpoints))).start()
+    nodes.append(a)
+    a.spawn(OrderChecker, "checker")
+    if not listed:
+        a.directory.forget("b", may_return=True)  # its session expired, as on a kill -9
+    restarted = NodeEndpoint("127.0.0.1", endpoints["b"].port, incarnation="2")
+    b = Node("b", directory=Directory({"a": endpoints["a"], "b": restarted})).start()
+    nodes.append(b)
+    arrivals: list[tuple[str, str]] = []
+    a.directory.on_arrival = lambda name, incarnation: arrivals.append((name, incarnation))
+    answers: list[Any] = []
+    asking = threading.Thread(
+        target=lambda: answers.append(b.ask(Address("a", "checker"), GetState(), timeout=20)))
+    asking.start()
+    try:
+        wait_for(lambda: arrivals == [("b", "2")], timeout=10)
+        time.sleep(0.3)  # the answer waits: a has not read b's registration
+        assert not answers
+        assert a.dead_letters.total == 0
+        a.directory.learn("b", restarted)  # read from the registry: the new process
+        asking.join(timeout=25)
+        assert answers == [{"count": 0, "out_of_order": 0, "last": {}}]
+        assert a.dead_letters.total == 0
+        # b dropped only a's gateway pings meant for the old process
+        assert {(reason, sender) for reason, sender, _r in b.dead_letters.last} <= {
+            ("frame for another process of node b (incarnation 1)", "_gateway@a")}
+        assert not a.directory.arrived
+    finally:
+        asking.join(timeout=25)
+
+
+def test_a_departed_node_is_forgotten_after_the_hold(
+        nodes: list[Node], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node that does not come back costs nothing after the hold: what is sent to it
+    then is a dead letter at once (not held for another hold), and its entry among the
+    departed goes at the directory's next change. The departed are bounded."""
+    monkeypatch.setattr("actors.runtime.directory._HOLD_NS", 300_000_000)
+    endpoints = {n: NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="1")
+                 for n in ("a", "b")}  # b does not run (its frames would note it alive)
+    a = Node("a", directory=Directory(dict(endpoints))).start()
+    nodes.append(a)
+    a.spawn(Sender, "sender")
+    a.directory.forget("b", may_return=True)
+    time.sleep(0.4)
+    assert a.ask(Address("a", "sender"), SendSeq(25, "b", "checker")) == 25
+    # dead letters in the sender's turn, before the ask's answer: none held
+    assert not a.actor("sender")._departed_out
+    assert no_route(a, "checker@b") == 25
+    a.directory.learn("c", NodeEndpoint("127.0.0.1", 1, incarnation="1"))
+    assert "b" not in a.directory.departed and "b" not in a.directory.departed_ns
+    monkeypatch.setattr("actors.runtime.directory._HOLD_NS", 60_000_000_000)
+    for i in range(1500):
+        a.directory.learn(f"n{i}", NodeEndpoint("127.0.0.1", 1, incarnation="1"))
+        a.directory.forget(f"n{i}", may_return=True)
+    assert len(a.directory.departed) <= 1024 and len(a.directory.departed_ns) <= 1024
+    assert "n1499" in a.directory.departed

@@ -712,11 +712,11 @@ def test_an_answer_to_a_new_process_waits_for_its_registration(
     a.spawn(OrderChecker, "checker")
     if not listed:
         a.directory.forget("b", may_return=True)  # its session expired, as on a kill -9
+    arrivals: list[tuple[str, str]] = []
+    a.directory.on_arrival = lambda name, incarnation: arrivals.append((name, incarnation))
     restarted = NodeEndpoint("127.0.0.1", endpoints["b"].port, incarnation="2")
     b = Node("b", directory=Directory({"a": endpoints["a"], "b": restarted})).start()
     nodes.append(b)
-    arrivals: list[tuple[str, str]] = []
-    a.directory.on_arrival = lambda name, incarnation: arrivals.append((name, incarnation))
     answers: list[Any] = []
     asking = threading.Thread(
         target=lambda: answers.append(b.ask(Address("a", "checker"), GetState(), timeout=20)))

@@ -344,10 +344,11 @@ class Actor(PykkaActor):
         if address.node == self.node.name:
             return ""
         directory = self.node.directory
+        now_left = directory.left_with(address.node)
         expected = directory.expected(address.node) if directory.arrived else None
-        # a new process of the node spoke before its registration was read: for it
-        now_left = (NodeEndpoint("", incarnation=expected) if expected is not None
-                    else directory.left_with(address.node))
+        if expected is not None and (now_left is None or now_left.incarnation != expected):
+            # another process of the node spoke before its registration was read: for it
+            now_left = NodeEndpoint("", incarnation=expected)
         if now_left is None:
             # The caller found no entry; learn may have set one since and dropped the node
             # from departed: then hold for it all the same (the next look at what is held

@@ -382,6 +382,14 @@ class ClusterController(Actor):
         self.log.info("a frame from process {} of node {}, whose registration this node has "
                       "not read: reading the registrations again", msg.incarnation, msg.node)
         self._refresh_brokers()
+        current = self.node.directory.nodes.get(msg.node)
+        if current is not None and current.incarnation != msg.incarnation:
+            # registered as another process: a stale process's frame; what is sent to the
+            # node goes to the registered one, not held for the stale one
+            self.log.warning("node {} is registered as process {}, not {}: frames from {} "
+                             "are a stale process's", msg.node, current.incarnation,
+                             msg.incarnation, msg.incarnation)
+            self.node.directory.refute(msg.node, msg.incarnation)
 
     @handles(cm.ControllerChanged, cm.TopicsChanged, cm.TopicDeletionsChanged,
              cm.IsrChangesNotified)

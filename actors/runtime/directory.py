@@ -162,6 +162,14 @@ class Directory:
         if self.on_arrival is not None:
             self.on_arrival(name, incarnation)
 
+    def refute(self, name: str, incarnation: str) -> None:
+        """The registrations read after ``incarnation`` of ``name`` spoke name another
+        process: that one is not the node (a stale process's frame); what goes to the node
+        goes to the registered process again."""
+        found = self.arrived.get(name)
+        if found is not None and found[0] == incarnation:
+            self.arrived.pop(name, None)
+
     def prune(self) -> None:
         """Drop what is older than the hold (and the oldest past ``DEPARTED_MAX``); by the
         thread that learns and forgets."""

@@ -109,7 +109,6 @@ from wire import cluster_messages as cm
 from wire import security_messages as sm
 from wire.errors import ErrorCode, KafkaError
 from wire.fingerprint import mismatch_line
-from wire.runtime_messages import NodeArrived
 from wire.security_messages import ChangesNotified
 
 NOT_CONTROLLER = int(ErrorCode.NOT_CONTROLLER)
@@ -277,12 +276,6 @@ class ClusterController(Actor):
         self.rebalance_ms = int(self.config["leader.imbalance.check.interval.seconds"]) * 1000
         self.next_rebalance_ms = now + self.rebalance_ms
         self.request_timeout_ms = int(self.config["request.timeout.ms"])
-        # a frame from a process of another node this directory does not hold (restarted,
-        # its registration not read here yet): read the registrations now, not at the
-        # watch's notice, so answers held for it go as soon as can be
-        node, address = self.node, self.address
-        self.node.directory.on_arrival = (
-            lambda name, incarnation: node.tell(address, NodeArrived(name, incarnation)))
         if self.started:  # restarted after a crash: take part again at once
             self._refresh_brokers()
             self._call_driver(self.driver.elect)
@@ -294,7 +287,6 @@ class ClusterController(Actor):
             if self.driver.active:
                 self.driver.resign("the controller actor restarts", give_up_znode=True)
             return
-        self.node.directory.on_arrival = None
         try:
             self.store.close()  # its ephemeral znodes go: others see this node leave now
         except Exception:
@@ -375,22 +367,6 @@ class ClusterController(Actor):
         self._refresh_brokers()
         self._call_driver(self.driver.on_notice, msg)
 
-    @handles(NodeArrived)
-    def on_node_arrived(self, msg: NodeArrived) -> None:
-        if not self.started:
-            return
-        self.log.info("a frame from process {} of node {}, whose registration this node has "
-                      "not read: reading the registrations again", msg.incarnation, msg.node)
-        self._refresh_brokers()
-        current = self.node.directory.nodes.get(msg.node)
-        if current is not None and current.incarnation != msg.incarnation:
-            # registered as another process: a stale process's frame; what is sent to the
-            # node goes to the registered one, not held for the stale one
-            self.log.warning("node {} is registered as process {}, not {}: frames from {} "
-                             "are a stale process's", msg.node, current.incarnation,
-                             msg.incarnation, msg.incarnation)
-            self.node.directory.refute(msg.node, msg.incarnation)
-
     @handles(cm.ControllerChanged, cm.TopicsChanged, cm.TopicDeletionsChanged,
              cm.IsrChangesNotified)
     def on_notice(self, msg: Any) -> None:
@@ -422,13 +398,14 @@ class ClusterController(Actor):
         self.log.info("registered again as broker {} at epoch {}", self.broker.broker_id, epoch)
         self.tell(self._replica_manager(), cm.BrokerRegistered(self.broker.broker_id, epoch))
 
-    def _refresh_brokers(self) -> None:
-        """The Directory follows ``/brokers/ids``: learn gateways, forget departed nodes."""
+    def _refresh_brokers(self) -> bool:
+        """The Directory follows ``/brokers/ids``: learn gateways, forget departed nodes.
+        False when the registrations could not be read."""
         try:
             now = self.store.get_brokers(watch=True)
         except MetadataUnavailable as exc:
             self.log.debug("brokers not read: {}", exc)
-            return
+            return False
         directory = self.node.directory
         me = self.broker.broker_id
         now = self._readable(now)
@@ -469,6 +446,21 @@ class ClusterController(Actor):
                 self.log.info("broker {} left the cluster ({} request(s) to it dropped)",
                               broker_id, dropped)
         self.brokers = now
+        return True
+
+    def _reread_asked(self) -> None:
+        """Read the registrations again for the nodes actors asked about: an answer to a
+        process of a node this directory does not list waits for its registration
+        (``Directory.want_reread``, rate-limited there; a failed read is tried again)."""
+        directory = self.node.directory
+        due = directory.due_rereads()
+        if not due:
+            return
+        self.log.info("reading the registrations again: answers to a process of {} this "
+                      "node has not read wait for it", ", ".join(sorted(due)))
+        ok = self._refresh_brokers()
+        for name in due:
+            directory.reread_done(name, ok)
 
     def _readable(self, brokers: dict[int, BrokerInfo]) -> dict[int, BrokerInfo]:
         """Leave out the brokers whose inter-node wire is not this build's: they and this
@@ -1247,11 +1239,15 @@ class ClusterController(Actor):
             deadlines.append(self.register_retry_ms)
         if self.next_acl_resync_ms is not None:
             deadlines.append(self.next_acl_resync_ms)
+        reread = self.node.directory.next_reread_ms()
+        if reread is not None:
+            deadlines.append(now + reread)
         return max(0, min(deadlines) - now)
 
     def on_turn(self) -> None:
         if not self.started:
             return
+        self._reread_asked()
         now = self.clock.now_ms()
         for target, request in self.channel.due(now):
             self.tell(self._replica_manager(target), request)

@@ -4,11 +4,12 @@ A frame is one msgpack array carrying one or more envelopes that share a
 sender and a receiver (an actor flushes what it sent to one receiver during a
 turn as one frame; the frame, not the message, pays ZeroMQ's per-send cost):
 
-    [FORMAT_VERSION, sender_node, sender_name, receiver_name, entries,
-     sender_incarnation, receiver_incarnation]
+    [FORMAT_VERSION, sender_node, sender_name, receiver_name, entries]
+    [FORMAT_VERSION, sender_node, sender_name, receiver_name, entries, sender_incarnation]
 
-(a receiver also reads a 5-element frame, without the incarnations) and each entry
-is one message's envelope:
+(``sender_incarnation``: the sending process's incarnation as msgpack ``bin``, 16 bytes for
+a cluster node's uuid, :func:`incarnation_bytes`; left out by a node outside a cluster and
+between the processes of one broker) and each entry is one message's envelope:
 
     [type_id, trace_id, span_id, parent_span_id, send_time_ns, ask_id, body]
 
@@ -17,13 +18,6 @@ otherwise the receiver answers the sender with a ``Reply`` carrying that id.
 ``send_time_ns`` is wall-clock time (``time.time_ns``) so it compares across
 hosts once the clock offset is known. The receiver node is implied by the
 socket the frame arrived on.
-
-``sender_incarnation`` is the sending process's (``Node.incarnation``: made new at each
-start of a cluster node, registered in ZooKeeper), ``receiver_incarnation`` the one the
-sender's directory holds for the receiving node; "" when not known (a node outside a
-cluster, an actor of the same node). A receiver drops a frame meant for another process of
-its node (a stale link's queue flushed to a restarted one), and learns from the first a
-process of another node it does not know yet (``actors.runtime.actor``).
 
 A receiver refuses a frame over its byte limit (``actor.max.frame.bytes``)
 unread, so a sender never builds one: :func:`encode_frames` cuts what one
@@ -50,13 +44,40 @@ _packb = msgpack.packb
 _unpackb = msgpack.unpackb
 
 
+def incarnation_bytes(incarnation: str) -> bytes:
+    """An incarnation (``NodeEndpoint.incarnation``) as a frame carries it: a uuid's 32 hex
+    digits as its 16 bytes, anything else as its UTF-8 (b"" for none)."""
+    found = _INCARNATIONS.get(incarnation)
+    if found is None:
+        try:
+            found = bytes.fromhex(incarnation) if len(incarnation) == 32 else b""
+        except ValueError:
+            found = b""
+        found = found or incarnation.encode()
+        if len(_INCARNATIONS) >= 4096:
+            _INCARNATIONS.clear()
+        _INCARNATIONS[incarnation] = found
+    return found
+
+
+_INCARNATIONS: dict[str, bytes] = {}
+
+
+def _fields(sender_node: str, sender_name: str, receiver_name: str, entries: list[Any],
+            sender_incarnation: bytes) -> list[Any]:
+    if sender_incarnation:
+        return [FORMAT_VERSION, sender_node, sender_name, receiver_name, entries,
+                sender_incarnation]
+    return [FORMAT_VERSION, sender_node, sender_name, receiver_name, entries]
+
+
 def encode_frame(
     sender_node: str, sender_name: str, receiver_name: str, entries: list[Any],
-    sender_incarnation: str = "", receiver_incarnation: str = "",
+    sender_incarnation: bytes = b"",
 ) -> bytes:
     """One frame carrying ``entries`` (each built by :func:`new_entry`)."""
-    return _packb([FORMAT_VERSION, sender_node, sender_name, receiver_name, entries,
-                   sender_incarnation, receiver_incarnation])
+    return _packb(_fields(sender_node, sender_name, receiver_name, entries,
+                          sender_incarnation))
 
 
 class Oversized(NamedTuple):
@@ -76,7 +97,7 @@ def _array_header(count: int) -> bytes:
 
 def encode_frames(
     sender_node: str, sender_name: str, receiver_name: str, entries: list[Any],
-    max_frame_bytes: int, sender_incarnation: str = "", receiver_incarnation: str = "",
+    max_frame_bytes: int, sender_incarnation: bytes = b"",
 ) -> tuple[list[bytes], list[Oversized]]:
     """Frames carrying ``entries`` in order, none over ``max_frame_bytes``.
 
@@ -87,14 +108,14 @@ def encode_frames(
     even alone is left out and returned as :class:`Oversized`; the others keep
     their order.
     """
-    frame = _packb([FORMAT_VERSION, sender_node, sender_name, receiver_name, entries,
-                    sender_incarnation, receiver_incarnation])
+    frame = _packb(_fields(sender_node, sender_name, receiver_name, entries,
+                           sender_incarnation))
     if len(frame) <= max_frame_bytes:
         return [frame], []
     del frame
-    head = (bytes((0x97,)) + _packb(FORMAT_VERSION) + _packb(sender_node)
-            + _packb(sender_name) + _packb(receiver_name))
-    tail = _packb(sender_incarnation) + _packb(receiver_incarnation)
+    head = (bytes((0x96 if sender_incarnation else 0x95,)) + _packb(FORMAT_VERSION)
+            + _packb(sender_node) + _packb(sender_name) + _packb(receiver_name))
+    tail = _packb(sender_incarnation) if sender_incarnation else b""
     frames: list[bytes] = []
     refused: list[Oversized] = []
     batch: list[bytes] = []
@@ -126,7 +147,7 @@ def sender_prefixes(sender_node: str) -> tuple[bytes, bytes]:
     length, the version, the node name as msgpack writes it): a receiver that knows who
     sent a frame (CURVE) checks the claim with one ``startswith``, without decoding it."""
     rest = _packb(FORMAT_VERSION) + _packb(sender_node)
-    return bytes((0x97,)) + rest, bytes((0x95,)) + rest
+    return bytes((0x95,)) + rest, bytes((0x96,)) + rest
 
 
 def claimed_sender(data: bytes) -> str:
@@ -150,7 +171,7 @@ def frame_head(data: bytes) -> tuple[str, str, int] | None:
     unpacker = msgpack.Unpacker(max_buffer_size=1024)
     unpacker.feed(data[:1024])
     try:
-        if unpacker.read_array_header() not in (5, 7):
+        if unpacker.read_array_header() not in (5, 6):
             return None
         unpacker.skip()  # the format version
         node = unpacker.unpack()
@@ -174,16 +195,15 @@ def decode_frame(
     data: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
 ) -> tuple[str, str, str, list[Any]]:
     """(sender node, sender name, receiver name, entries) of a frame, or :class:`BadFrame`."""
-    s_node, s_name, r_name, entries, _s_inc, _r_inc = decode_frame_full(data, max_frame_bytes)
+    s_node, s_name, r_name, entries, _s_inc = decode_frame_full(data, max_frame_bytes)
     return s_node, s_name, r_name, entries
 
 
 def decode_frame_full(
     data: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-) -> tuple[str, str, str, list[Any], str, str]:
-    """(sender node, sender name, receiver name, entries, sender incarnation, receiver
-    incarnation) of a frame ("" for those a 5-element frame leaves out), or
-    :class:`BadFrame`.
+) -> tuple[str, str, str, list[Any], bytes]:
+    """(sender node, sender name, receiver name, entries, sender incarnation: b"" when the
+    frame has none) of a frame, or :class:`BadFrame`.
 
     Entries are not checked here: the receiver checks each one and drops only
     the bad ones. A plain tuple, not a NamedTuple: this runs for every frame.
@@ -194,19 +214,19 @@ def decode_frame_full(
         obj = _unpackb(data)
     except Exception as exc:  # msgpack raises several unrelated types
         raise BadFrame(f"undecodable frame ({type(exc).__name__}: {exc})") from None
-    if type(obj) is not list or len(obj) not in (5, 7):
-        raise BadFrame("undecodable frame (not a 5- or 7-element array)")
-    if len(obj) == 7:
-        version, s_node, s_name, r_name, entries, s_inc, r_inc = obj
-        if type(s_inc) is not str or type(r_inc) is not str:
-            raise BadFrame("undecodable frame (incarnations must be strings)")
+    if type(obj) is not list or not 5 <= len(obj) <= 6:
+        raise BadFrame("undecodable frame (not a 5- or 6-element array)")
+    if len(obj) == 6:
+        version, s_node, s_name, r_name, entries, s_inc = obj
+        if type(s_inc) is not bytes or len(s_inc) > 64:
+            raise BadFrame("undecodable frame (the sender's incarnation must be bytes)")
     else:
         version, s_node, s_name, r_name, entries = obj
-        s_inc = r_inc = ""
+        s_inc = b""
     if version != FORMAT_VERSION:
         raise BadFrame(f"undecodable frame (unsupported envelope format version {version!r})")
     if type(s_node) is not str or type(s_name) is not str or type(r_name) is not str:
         raise BadFrame("undecodable frame (addresses must be strings)")
     if type(entries) is not list:
         raise BadFrame("frame entries are not an array")
-    return s_node, s_name, r_name, entries, s_inc, r_inc
+    return s_node, s_name, r_name, entries, s_inc

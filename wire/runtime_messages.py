@@ -41,13 +41,3 @@ class Text(NamedTuple):
 @message(5)
 class GetClockOffsets(NamedTuple):
     """Ask a node's gateway for its clock offset estimates: {node: [rtt_ns, offset_ns]}."""
-
-
-@message(6)
-class NodeArrived(NamedTuple):
-    """A frame came from a process of ``node`` (``incarnation``) that the directory does
-    not hold yet: to the actor that keeps the directory, which reads the node's
-    registration again (``Directory.on_arrival``)."""
-
-    node: str
-    incarnation: str

@@ -45,7 +45,7 @@ from actors.runtime.pykka_compat import PykkaActor, envelope, is_stop
 from actors.runtime.supervision import RestartWindow, restart_after_crash
 from actors.runtime.tracing import net_legs, new_id, trace_fields
 from wire import registry
-from wire.envelope import BadFrame, decode_frame_full, encode_frames
+from wire.envelope import BadFrame, decode_frame_full, encode_frames, incarnation_bytes
 from wire.runtime_messages import Reply
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
 _encode_frames = encode_frames
 _decode_frame = decode_frame_full
+_inc_bytes = incarnation_bytes
 _type_ids = registry._BY_TYPE
 _types = registry._BY_ID
 _build = registry.build
@@ -71,16 +72,12 @@ _NEW_PROCESS = "its node registered again as a new process"
 _EXPIRED = f"its node left and did not register again within {DEPARTED_HOLD_MS} ms"
 _OVERFLOW = f"more than {_HELD_MAX} held for it while its node was away"
 _STOPPED = "the sender stopped while its node was away"
+_UNREGISTERED = (f"the process of its node that asked was not registered within "
+                 f"{DEPARTED_HOLD_MS} ms")
+# Answers held for processes not registered yet (Actor._origin_out), per actor at most; past
+# it they go as any other send (a peer naming ever new processes cannot grow this)
+_ORIGIN_HELD_MAX = 1024
 _EVENTS = zmq.EVENTS
-
-
-def _same_process(current: NodeEndpoint | None, left: NodeEndpoint) -> bool:
-    """Whether the directory's ``current`` entry is the process ``left`` names: the same
-    entry, or the same incarnation (``left`` may name only the incarnation a frame came
-    from, ``Directory.arrived``)."""
-    if current is None:
-        return False
-    return current == left or (bool(left.incarnation) and current.incarnation == left.incarnation)
 
 
 def handles(*message_types: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -166,12 +163,21 @@ class Actor(PykkaActor):
         self._to_self: list[Any] = []
         # frames handed over in memory by actors of the same loop, and by the gateway when
         # it runs in this loop (frames from other nodes): (sender node, sender name, entries)
-        self._local_in: list[tuple[str, str, list[Any]]] = []
+        # (sender node, sender name, entries, sender's incarnation: b"" when not said)
+        self._local_in: list[tuple[str, str, list[Any], bytes]] = []
         self._out_sockets: dict[Address, Link | _LocalLink | DirectLink] = {}
         # What waits for a node that left the directory and may register again
         # (Directory.departed): receiver -> (held since, monotonic ns; the entry its node left
         # with; the entries, in order)
         self._departed_out: dict[Address, tuple[int, NodeEndpoint, list[Any]]] = {}
+        # The node and process (incarnation, as frames carry it) the frame being handled
+        # came from; None: from this node, or a frame that names no process
+        self._origin: tuple[str, bytes] | None = None
+        # What was sent, while handling a frame from a process of a node, to that node when
+        # the directory does not list that process (restarted; its registration not read
+        # here yet): (receiver, the process) -> (held since, monotonic ns; the entries in
+        # order). Sent once the directory lists that process, dead letters after the hold.
+        self._origin_out: dict[tuple[Address, bytes], tuple[int, list[Any]]] = {}
         self._not_taken_logged: set[str] = set()  # nodes (waits_on_remote False)
         self._owner: Actor = host if host is not None else self
         self._members: list[Actor] = [self]  # actors this loop runs (owner only)
@@ -237,6 +243,8 @@ class Actor(PykkaActor):
         self._drain_local()
         if self._departed_out:
             self._release_departed()
+        if self._origin_out:
+            self._release_origin()
         if self._out:
             self.flush()
 
@@ -263,6 +271,10 @@ class Actor(PykkaActor):
                  self.clock.wall_ns(), 0, msg]
         if address == self.address:
             self._to_self.append(entry)  # never wait on our own mailbox
+            return
+        origin = self._origin
+        if origin is not None and address.node == origin[0] and self._hold_for_origin(
+                address, entry, origin[1]):
             return
         buf = self._out.get(address)
         if buf is None:
@@ -304,7 +316,51 @@ class Actor(PykkaActor):
     def held_wait_ms(self) -> int | None:
         """How soon the loop must look at what waits for a departed node (None: nothing
         does)."""
-        return _HELD_POLL_MS if self._departed_out else None
+        return _HELD_POLL_MS if self._departed_out or self._origin_out else None
+
+    def _hold_for_origin(self, address: Address, entry: list[Any], incarnation: bytes) -> bool:
+        """Whether ``entry``, sent to ``address`` while handling a frame from process
+        ``incarnation`` of its node, is held for that process: the directory lists the node
+        as another process or not at all (it restarted, and its registration is not read
+        here yet). Only what answers that frame waits: a frame's claim never changes where
+        anything else goes, so a forged or stale one can delay only the answers to itself.
+        The directory's keeper is asked to read the registrations again (rate-limited)."""
+        key = (address, incarnation)
+        held = self._origin_out.get(key)
+        if held is not None:
+            held[1].append(entry)  # in order after what waits already
+            return True
+        directory = self.node.directory
+        current = directory.nodes.get(address.node)
+        if current is not None and (not current.incarnation
+                                    or _inc_bytes(current.incarnation) == incarnation):
+            return False  # the process listed (or one whose process is not known)
+        if len(self._origin_out) >= _ORIGIN_HELD_MAX:
+            return False
+        self._origin_out[key] = (self.clock.monotonic_ns(), [entry])
+        directory.want_reread(address.node)
+        return True
+
+    def _release_origin(self) -> None:
+        """Send what waited for a process the directory lists now; dead letters what waited
+        longer than the hold. Asks again for the registrations meanwhile (the directory
+        limits how often: a read may come before the process registered)."""
+        directory = self.node.directory
+        now = self.clock.monotonic_ns()
+        for key, (since, entries) in list(self._origin_out.items()):
+            address, incarnation = key
+            current = directory.nodes.get(address.node)
+            if current is not None and (not current.incarnation
+                                        or _inc_bytes(current.incarnation) == incarnation):
+                del self._origin_out[key]
+                buf = self._out.get(address)
+                self._out[address] = entries + buf if buf else entries
+                self._flush_one(address)
+            elif now - since >= _HOLD_NS:
+                del self._origin_out[key]
+                self._held_dead(address, entries, _UNREGISTERED)
+            else:
+                directory.want_reread(address.node)
 
     def _release_departed(self) -> None:
         """Send what waited for a node the directory has learnt again as the same process;
@@ -318,15 +374,12 @@ class Actor(PykkaActor):
                 # learn may have run between the two reads (it sets the entry, then drops
                 # the node from departed): look at the entry once more before giving up
                 current = directory.nodes.get(address.node)
-            if _same_process(current, left):
+            if current is not None and current == left:
                 self._flush_one(address)
                 continue
-            expected = directory.expected(address.node) if directory.arrived else None
-            why = (_EXPIRED if now - since >= _HOLD_NS
-                   else (None if expected == left.incarnation else _NEW_PROCESS)
-                   if expected is not None
-                   else _NEW_PROCESS if current is not None
-                   else _FORGOTTEN if address.node not in directory.departed else None)
+            why = (_NEW_PROCESS if current is not None
+                   else _FORGOTTEN if address.node not in directory.departed
+                   else _EXPIRED if now - since >= _HOLD_NS else None)
             if why is not None:
                 del self._departed_out[address]
                 self._held_dead(address, entries, why)
@@ -344,21 +397,15 @@ class Actor(PykkaActor):
         if address.node == self.node.name:
             return ""
         directory = self.node.directory
-        now_left = directory.left_with(address.node)
-        expected = directory.expected(address.node) if directory.arrived else None
-        if expected is not None and (now_left is None or now_left.incarnation != expected):
-            # another process of the node spoke before its registration was read: for it
-            now_left = NodeEndpoint("", incarnation=expected)
+        now_left = directory.departed.get(address.node)
         if now_left is None:
             # The caller found no entry; learn may have set one since and dropped the node
             # from departed: then hold for it all the same (the next look at what is held
             # sends it, or finds a new process).
             now_left = directory.nodes.get(address.node)
-            if now_left is None:  # gone for good, or away for longer than the hold
-                if not since:
-                    return ""
-                return _EXPIRED if address.node in directory.departed else _FORGOTTEN
-        if left is not None and not _same_process(now_left, left):
+            if now_left is None:
+                return _FORGOTTEN if since else ""
+        if left is not None and now_left != left:
             return _NEW_PROCESS
         now = self.clock.monotonic_ns()
         if not since:
@@ -381,11 +428,8 @@ class Actor(PykkaActor):
             found = self._departed_out.pop(address, None)
             if found is not None:
                 since, left, held = found
-                directory = self.node.directory
-                current = directory.nodes.get(address.node)
-                expected = directory.expected(address.node) if directory.arrived else None
-                if (expected != left.incarnation if expected is not None
-                        else current is not None and not _same_process(current, left)):
+                current = self.node.directory.nodes.get(address.node)
+                if current is not None and current != left:
                     # learnt again as a new process: what waited was meant for the old one
                     self._held_dead(address, held, _NEW_PROCESS)
                     since, left = 0, None
@@ -393,17 +437,6 @@ class Actor(PykkaActor):
                     held_count = len(held)
                     entries = held + entries if entries else held
         if not entries:
-            return
-        arrived = self.node.directory.arrived
-        if (arrived and address.node in arrived and address.node != self.node.name
-                and self.node.directory.expected(address.node) is not None):
-            # A new process of the node spoke before its registration was read here: what
-            # goes to it (answers to what it asked) waits for that registration, never
-            # goes to the old process's link (whose frames it drops)
-            why = self._hold_departed(address, entries, since, left)
-            if why is not None:
-                self.node.dead_letters.record(f"no route to actor {address} ({why})",
-                                              len(entries), sender=str(self.address))
             return
         cached = self._out_sockets.get(address)
         if isinstance(cached, DirectLink):
@@ -445,7 +478,7 @@ class Actor(PykkaActor):
                     return
             self._out_sockets[address] = link
         if (held_count and not isinstance(link, _LocalLink) and link.remote
-                and left is not None and not _same_process(link.endpoint, left)):
+                and link.endpoint != left):
             # The link was made from the directory as read again after the look above:
             # the node was learnt again in between, as a new process, which must not get
             # what waited for the old one.
@@ -465,7 +498,7 @@ class Actor(PykkaActor):
                 self.node.dead_letters.record(
                     f"actor {address} stopped", len(entries), sender=str(self.address))
                 return
-            peer._local_in.append((self.node.name, self.name, entries))
+            peer._local_in.append((self.node.name, self.name, entries, b""))
             count = len(entries)
             self.sent_local += count
             # _count_enqueued, inline: every hop between actors of one loop comes here
@@ -476,11 +509,9 @@ class Actor(PykkaActor):
             else:
                 counts[key] += count
             return
-        endpoint = link.endpoint
-        frames, refused = _encode_frames(
-            self.node.name, self.name, address.name, entries, self._max_frame,
-            self.node.own_incarnation if link.remote else "",
-            endpoint.incarnation if endpoint is not None else "")
+        frames, refused = _encode_frames(self.node.name, self.name, address.name, entries,
+                                         self._max_frame, self.node.incarnation_for(address.node)
+                                         if getattr(link, "remote", False) else b"")
         # A traced message leaving the node: its gateway there writes the network leg.
         # The legs ride with the last frame (split frames are rare: very large turns).
         legs = (self._net_legs(entries, refused)
@@ -507,10 +538,8 @@ class Actor(PykkaActor):
 
     def _send_direct(self, link: DirectLink, address: Address, entries: list[Any]) -> None:
         """To another process of this broker over the loop's direct link (never waits)."""
-        peer = self.node.directory.nodes.get(address.node)
         frames, refused = _encode_frames(self.node.name, self.name, address.name, entries,
-                                         self._max_frame, self.node.own_incarnation,
-                                         peer.incarnation if peer is not None else "")
+                                         self._max_frame)
         legs = self._net_legs(entries, refused) if frames and self._tracer.enabled else None
         target = address.name.encode()
         last = len(frames) - 1
@@ -640,7 +669,8 @@ class Actor(PykkaActor):
         for m in self._members:
             if m._stopping or m._local_in or m._to_self:
                 return 0
-            if m._departed_out and (timeout is None or timeout > _HELD_POLL_MS):
+            if ((m._departed_out or m._origin_out)
+                    and (timeout is None or timeout > _HELD_POLL_MS)):
                 timeout = _HELD_POLL_MS
             if not m._has_timeout:
                 continue
@@ -702,6 +732,8 @@ class Actor(PykkaActor):
                     m._drain_local()
                 if m._departed_out:
                     m._release_departed()
+                if m._origin_out:
+                    m._release_origin()
                 if m._out:
                     m.flush()
             # What a later member handed an earlier one (a handler's Append to the shard
@@ -739,8 +771,8 @@ class Actor(PykkaActor):
         while self._local_in or self._to_self:
             if self._local_in:
                 batch, self._local_in = self._local_in, []
-                for sender_node, sender_name, entries in batch:
-                    self._dispatch_entries(sender_node, sender_name, entries)
+                for sender_node, sender_name, entries, s_inc in batch:
+                    self._dispatch_entries(sender_node, sender_name, entries, s_inc)
                     if self._out:
                         self.flush()
             if self._to_self:
@@ -765,15 +797,11 @@ class Actor(PykkaActor):
             except _Again:
                 return
             try:
-                s_node, s_name, _r_name, entries, s_inc, r_inc = _decode_frame(
-                    data, self._max_frame)
+                s_node, s_name, _r_name, entries, s_inc = _decode_frame(data, self._max_frame)
             except BadFrame as exc:  # garbage of any kind
                 self.node.dead_letters.record(str(exc), 1, receiver=self.name)
                 continue
-            if (s_inc or r_inc) and not self.node._incarnations_ok(
-                    s_node, s_name, self.name, s_inc, r_inc, len(entries)):
-                continue
-            self._dispatch_entries(s_node, s_name, entries)
+            self._dispatch_entries(s_node, s_name, entries, s_inc)
             if self._out:
                 # Flush per incoming frame, not per turn: what one frame caused goes out
                 # together, but the next actor does not wait for the rest of our turn.
@@ -782,7 +810,8 @@ class Actor(PykkaActor):
         if self._mailbox is not None:
             self._owner._mailbox_backlog.append(self)
 
-    def _dispatch_entries(self, s_node: str, s_name: str, entries: list[Any]) -> None:
+    def _dispatch_entries(self, s_node: str, s_name: str, entries: list[Any],
+                          s_inc: bytes = b"") -> None:
         senders = self._senders
         sender = senders.get((s_node, s_name))
         if sender is None:
@@ -790,6 +819,8 @@ class Actor(PykkaActor):
                 senders.clear()
             sender = senders[(s_node, s_name)] = Address(s_node, s_name)
         self.current_sender = sender
+        # what this handling sends to s_node answers process s_inc of it (tell)
+        self._origin = (s_node, s_inc) if s_inc and s_node != self.node.name else None
         if s_node == self.node.name and s_name != self.name and s_name in self.node.actors:
             self.messages_dequeued += len(entries)
         handlers = self._handlers
@@ -853,6 +884,7 @@ class Actor(PykkaActor):
                                           self._tracer.clock_offset_ns))
                 self._trace = (0, 0)
         self.current_sender = None
+        self._origin = None
 
     def _run_guarded(self, fn: Callable[..., Any], *args: Any) -> None:
         try:
@@ -920,6 +952,9 @@ class Actor(PykkaActor):
         for address, (_since, _left, entries) in self._departed_out.items():
             self._held_dead(address, entries, _STOPPED)
         self._departed_out.clear()
+        for (address, _inc), (_since, entries) in self._origin_out.items():
+            self._held_dead(address, entries, _STOPPED)
+        self._origin_out.clear()
         pykka.ActorRegistry.unregister(self.actor_ref)
         # the mailbox is closed (its inproc name free) before anyone hears of the stop:
         # Node.stop_actor's caller may spawn the name again at once

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 # How long an actor holds what it sends to a node that left the directory but may register
 # again (``Directory.departed``) before it takes them for dead letters. A node whose
@@ -14,10 +13,11 @@ from typing import Any
 # until the others read that registration, their answers to what it asks (a follower's
 # fetch the moment it runs again) would otherwise be lost.
 DEPARTED_HOLD_MS = 10_000
-_HOLD_NS = DEPARTED_HOLD_MS * 1_000_000
-# Entries of ``departed`` and ``arrived`` at most: past it the oldest go (their messages
-# become dead letters at the senders' next look, as after the hold)
-DEPARTED_MAX = 1024
+# Re-reads of one node's registration asked for by held answers (``Directory.want_reread``):
+# at least this long between two, and a failed read is tried again after a backoff that
+# doubles up to the hold
+REREAD_MIN_MS = 1_000
+REREAD_BACKOFF_MAX_MS = DEPARTED_HOLD_MS
 
 
 @dataclass(frozen=True)
@@ -72,21 +72,66 @@ class Directory:
 
     nodes: dict[str, NodeEndpoint] = field(default_factory=dict)
     departed: dict[str, NodeEndpoint] = field(default_factory=dict)
-    # When each node of ``departed`` left (monotonic ns of ``clock``): an entry older than
-    # the hold is taken for gone (no new message is held for it) and dropped at the next
-    # learn or forget, so a node that never comes back costs nothing after the hold
-    departed_ns: dict[str, int] = field(default_factory=dict)
-    # Processes of other nodes a frame came from (its sender's incarnation) before this
-    # directory held their registration: node -> (incarnation, when first seen). Answers
-    # to them are held for that incarnation (not for the one the node left with, nor
-    # sent to the old process's link) until it is learnt; ``on_arrival`` is told at once so
-    # the registration is read again (a frame's claim is never where we connect).
-    arrived: dict[str, tuple[str, int]] = field(default_factory=dict)
-    on_arrival: Callable[[str, str], None] | None = None
-    clock: Any = None  # the node's (Node sets it); None: time.monotonic_ns
+    # Re-reads of registrations asked for by actors holding an answer for a process of a
+    # node this directory does not list (``want_reread``; any thread), taken by the one
+    # that keeps the directory (``due_rereads``, ``reread_done``). Bounded per node: one
+    # asked for or under way at a time, ``REREAD_MIN_MS`` between two.
+    reread_requests: int = 0  # asked for (posted), in all
+    _reread_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # node -> (not before, monotonic ns; the backoff of its next failure, ms); present
+    # while a re-read is asked for or under way
+    _rereads: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)
+    _reread_last_ns: dict[str, int] = field(default_factory=dict, repr=False)
+    _reread_taken: set[str] = field(default_factory=set, repr=False)
 
-    def _now_ns(self) -> int:
-        return self.clock.monotonic_ns() if self.clock is not None else time.monotonic_ns()
+    def want_reread(self, name: str) -> bool:
+        """Ask for ``name``'s registration to be read again (any thread, never blocks).
+        False when one is already asked for or under way, or the last was less than
+        ``REREAD_MIN_MS`` ago: then nothing is posted."""
+        now = time.monotonic_ns()
+        with self._reread_lock:
+            if name in self._rereads:
+                return False
+            last = self._reread_last_ns.get(name)
+            if last is not None and now - last < REREAD_MIN_MS * 1_000_000:
+                return False
+            if len(self._reread_last_ns) >= 1024:
+                self._reread_last_ns.clear()
+            self._rereads[name] = (now, REREAD_MIN_MS)
+            self.reread_requests += 1
+        return True
+
+    def due_rereads(self) -> list[str]:
+        """The nodes whose registration is to be read now (by the directory's keeper, who
+        then calls :meth:`reread_done` for each)."""
+        now = time.monotonic_ns()
+        with self._reread_lock:
+            due = [n for n, (at, _b) in self._rereads.items()
+                   if at <= now and n not in self._reread_taken]
+            self._reread_taken.update(due)
+            return due
+
+    def next_reread_ms(self) -> int | None:
+        """How soon a re-read asked for is due (ms; None: none is)."""
+        now = time.monotonic_ns()
+        with self._reread_lock:
+            waiting = [at for n, (at, _b) in self._rereads.items()
+                       if n not in self._reread_taken]
+        return max(0, (min(waiting) - now) // 1_000_000) if waiting else None
+
+    def reread_done(self, name: str, ok: bool) -> None:
+        """The re-read of ``name`` ended: read (or the read failed: tried again after a
+        backoff; a failure says nothing about the node)."""
+        now = time.monotonic_ns()
+        with self._reread_lock:
+            self._reread_taken.discard(name)
+            found = self._rereads.pop(name, None)
+            if ok or found is None:
+                self._reread_last_ns[name] = now
+                return
+            backoff = found[1]
+            self._rereads[name] = (now + backoff * 1_000_000,
+                                   min(backoff * 2, REREAD_BACKOFF_MAX_MS))
 
     def add(self, name: str, endpoint: NodeEndpoint) -> None:
         self.nodes[name] = endpoint
@@ -97,11 +142,6 @@ class Directory:
         if changed:
             self.nodes[name] = endpoint
         self.departed.pop(name, None)  # after the entry is set: see the class docstring
-        self.departed_ns.pop(name, None)
-        found = self.arrived.get(name)
-        if found is not None and found[0] == endpoint.incarnation:
-            self.arrived.pop(name, None)
-        self.prune()
         return changed
 
     def forget(self, name: str, may_return: bool = False) -> bool:
@@ -109,78 +149,10 @@ class Directory:
         it may register again, what is sent to it meanwhile is held (``departed``)."""
         endpoint = self.nodes.get(name)
         if endpoint is not None and may_return:
-            self.departed_ns[name] = self._now_ns()
             self.departed[name] = endpoint  # before the entry goes: see the class docstring
         elif not may_return:
             self.departed.pop(name, None)
-            self.departed_ns.pop(name, None)
-            self.arrived.pop(name, None)
-        gone = self.nodes.pop(name, None) is not None
-        self.prune()
-        return gone
-
-    def left_with(self, name: str) -> NodeEndpoint | None:
-        """The entry ``name`` left with, while what is sent to it may be held (None: not
-        departed, or departed longer ago than the hold)."""
-        endpoint = self.departed.get(name)
-        if endpoint is None:
-            return None
-        since = self.departed_ns.get(name)
-        if since is not None and self._now_ns() - since >= _HOLD_NS:
-            return None
-        return endpoint
-
-    def expected(self, name: str) -> str | None:
-        """The incarnation of ``name`` a frame came from that this directory does not hold
-        yet (None: none, or it is the one held, or it was seen longer ago than the hold)."""
-        found = self.arrived.get(name)
-        if found is None:
-            return None
-        incarnation, since = found
-        current = self.nodes.get(name)
-        if current is not None and current.incarnation == incarnation:
-            return None
-        if self._now_ns() - since >= _HOLD_NS:
-            return None
-        return incarnation
-
-    def arrival(self, name: str, incarnation: str) -> None:
-        """A frame came from ``incarnation`` of node ``name``, which this directory does not
-        hold (any thread). Noted once (again after the hold) and ``on_arrival`` told."""
-        found = self.arrived.get(name)
-        now = self._now_ns()
-        if found is not None and found[0] == incarnation and now - found[1] < _HOLD_NS:
-            return
-        if len(self.arrived) >= DEPARTED_MAX:
-            for oldest in list(self.arrived)[:1]:
-                self.arrived.pop(oldest, None)
-        self.arrived[name] = (incarnation, now)
-        current = self.nodes.get(name)
-        if current is not None and current.incarnation == incarnation:
-            self.arrived.pop(name, None)  # learnt meanwhile
-            return
-        if self.on_arrival is not None:
-            self.on_arrival(name, incarnation)
-
-    def refute(self, name: str, incarnation: str) -> None:
-        """The registrations read after ``incarnation`` of ``name`` spoke name another
-        process: that one is not the node (a stale process's frame); what goes to the node
-        goes to the registered process again."""
-        found = self.arrived.get(name)
-        if found is not None and found[0] == incarnation:
-            self.arrived.pop(name, None)
-
-    def prune(self) -> None:
-        """Drop what is older than the hold (and the oldest past ``DEPARTED_MAX``); by the
-        thread that learns and forgets."""
-        now = self._now_ns()
-        for name, since in list(self.departed_ns.items()):
-            if now - since >= _HOLD_NS or len(self.departed_ns) > DEPARTED_MAX:
-                self.departed.pop(name, None)
-                self.departed_ns.pop(name, None)
-        for name, (_incarnation, since) in list(self.arrived.items()):
-            if now - since >= _HOLD_NS:
-                self.arrived.pop(name, None)
+        return self.nodes.pop(name, None) is not None
 
 
 def default_ipc_dir() -> str:

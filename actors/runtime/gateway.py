@@ -336,15 +336,12 @@ class Gateway(Actor):
             # queue, decoded here, as from an actor of the loop (no inproc socket,
             # no thread switch); it runs in this same turn of the loop.
             try:
-                s_node, s_name, _r_name, entries, s_inc, r_inc = _decode_frame(
+                s_node, s_name, _r_name, entries, s_inc = _decode_frame(
                     frame, self.node.max_frame_bytes)
             except BadFrame as exc:
                 self.node.dead_letters.record(str(exc), 1, receiver=name)
                 return
-            if (r_inc or s_inc) and not self.node._incarnations_ok(s_node, s_name, name, s_inc,
-                                                                    r_inc, len(entries)):
-                return
-            local._local_in.append((s_node, s_name, entries))
+            local._local_in.append((s_node, s_name, entries, s_inc))
             if legs is not None:
                 record_net_legs(self.node.tracer, self.name, legs, legs_ns, self.clock.wall_ns())
             return

@@ -44,7 +44,12 @@ from actors.runtime.pykka_compat import actor_of, call_message
 from actors.runtime.tracing import Tracer, net_legs, new_id
 from actors.security.curve import CurveIdentity
 from wire import registry
-from wire.envelope import DEFAULT_MAX_FRAME_BYTES, encode_frames, new_entry
+from wire.envelope import (
+    DEFAULT_MAX_FRAME_BYTES,
+    encode_frames,
+    incarnation_bytes,
+    new_entry,
+)
 from wire.runtime_messages import Reply
 
 _NOBLOCK = int(zmq.NOBLOCK)
@@ -143,14 +148,6 @@ class Node:
         if endpoint is not None:
             self.directory.add(name, endpoint)
         self.endpoint = self.directory.nodes.get(name)
-        if self.directory.clock is None:
-            self.directory.clock = self.clock
-        # This process's incarnation (NodeEndpoint.incarnation): its frames to other nodes
-        # carry it, and a frame that names another incarnation of this node as its
-        # receiver is dropped. A cluster node sets the one it registers; "" (a node
-        # outside a cluster, the processes of one broker among themselves): not checked
-        self.own_incarnation = self.endpoint.incarnation if self.endpoint is not None else ""
-        self._foreign_logged: set[str] = set()  # receiver incarnations already logged
         self.context = context or zmq.Context()
         self._own_context = context is None
         self.max_frame_bytes = max_frame_bytes
@@ -161,6 +158,14 @@ class Node:
         # The other processes of this broker: the actors of the gateway's loop send to
         # them over direct links (actors.runtime.direct), never with CURVE
         self.direct_peers = frozenset(direct_peers) - {name} if curve is None else frozenset()
+        self.own_processes = frozenset(direct_peers) - {name}  # with CURVE too
+        # This process's incarnation as its frames to other nodes carry it
+        # (wire.envelope.incarnation_bytes): a node that asks learns which process to answer
+        # (Actor.tell). A cluster node sets the one it registers; b"": none sent (a node
+        # outside a cluster). Never sent to the other processes of this broker.
+        self.frame_incarnation = (incarnation_bytes(self.endpoint.incarnation)
+                            if self.endpoint is not None and self.endpoint.incarnation
+                            else b"")
         self._zap: Any = None
         self._keyless: set[str] = set()  # nodes without a CURVE key here, logged once each
         self.actors: dict[str, Actor] = {}
@@ -316,33 +321,12 @@ class Node:
             raise NodeError(f"node {address.node} has no reachable endpoint from {self.name}")
         return Link(sock, True, address.node, endpoint)
 
-    def _incarnations_ok(self, s_node: str, s_name: str, receiver: str, s_inc: str,
-                         r_inc: str, count: int) -> bool:
-        """Whether a frame from another node is for this process (any thread that decodes
-        one). One meant for another incarnation of this node (a link of the other side's
-        made for a process of this node before this one, its queue flushed to this one
-        when the link reconnected) is dropped: dead letters, logged once an incarnation.
-        A frame from a process of another node this directory does not hold (restarted,
-        its registration not read here yet) is noted (``Directory.arrival``): answers to
-        it wait for its registration instead of going to the process it replaced."""
-        if r_inc and self.own_incarnation and r_inc != self.own_incarnation:
-            first = r_inc not in self._foreign_logged
-            if first:
-                if len(self._foreign_logged) >= 1024:
-                    self._foreign_logged.clear()
-                self._foreign_logged.add(r_inc)
-                self.log.warning("frames from node {} for another process of node {} "
-                                 "(incarnation {}, this one {}) are dropped", s_node,
-                                 self.name, r_inc, self.own_incarnation)
-            self.dead_letters.record(
-                f"frame for another process of node {self.name} (incarnation {r_inc})", count,
-                sender=f"{s_name}@{s_node}", receiver=receiver, log=False)
-            return False
-        if s_inc and s_node != self.name:
-            current = self.directory.nodes.get(s_node)
-            if current is None or (current.incarnation and current.incarnation != s_inc):
-                self.directory.arrival(s_node, s_inc)
-        return True
+    def incarnation_for(self, node: str) -> bytes:
+        """What a frame to ``node`` carries as its sender's incarnation: none to this node
+        or another process of this broker."""
+        if not self.frame_incarnation or node == self.name or node in self.own_processes:
+            return b""
+        return self.frame_incarnation
 
     def _direct_link(self, sender: Actor, node: str) -> DirectLink | None:
         """The direct link to ``node`` when ``sender`` runs in the gateway's loop and
@@ -452,11 +436,8 @@ class Node:
         span = new_id() if tid else 0  # the receiver writes the hop's record
         entry = new_entry(registry.type_id_of(type(msg)), tid, span, 0, self.clock.wall_ns(),
                           ask_id, msg)
-        endpoint = link.endpoint
         frames, refused = encode_frames(self.name, sender, address.name, [entry],
-                                        self.max_frame_bytes,
-                                        self.own_incarnation if link.remote else "",
-                                        endpoint.incarnation if endpoint is not None else "")
+                                        self.max_frame_bytes, self.incarnation_for(address.node))
         if refused:
             self.metrics.incr("messages_refused_oversized")
             reason = (f"{type(msg).__name__} of {refused[0].frame_bytes} bytes from {sender} to "

@@ -626,7 +626,6 @@ def test_what_waited_is_not_sent_on_a_link_made_to_a_new_process(
     assert a.ask(Address("a", "sender"), SendSeq(20, "b", "checker")) == 20
     wait_for(lambda: bool(a.actor("sender")._departed_out), timeout=10)
     restarted = NodeEndpoint(b_endpoint.host, b_endpoint.port, incarnation="2")
-    b.own_incarnation = "2"  # b stands for the new process: frames for "1" it would drop
     hook = Interleaved(a.directory.nodes, "b", "in",
                        lambda: a.directory.learn("b", restarted))
     a.directory.nodes = hook
@@ -639,127 +638,103 @@ def test_what_waited_is_not_sent_on_a_link_made_to_a_new_process(
     assert state == {"count": 5, "out_of_order": 0, "last": {"sender": 4}}
 
 
-# ------------------------------------------- frames name the processes at both ends
-class StderrLines:
-    """The stderr lines of a NodeProcess, read as they come."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.lines: list[str] = []
-        assert proc.stderr is not None
-        stream = proc.stderr
-        self.thread = threading.Thread(target=lambda: self.lines.extend(iter(stream.readline, "")),
-                                       daemon=True)
-        self.thread.start()
-
-    def has(self, text: str) -> bool:
-        return any(text in line for line in list(self.lines))
-
-
-@pytest.mark.multiprocess
-def test_a_link_queue_flushed_to_the_next_process_of_a_node_is_dropped_there(
-        nodes: list[Node], tmp_path: Path) -> None:
-    """A node's process is killed (-9) and a new one starts on the same port before the
-    sender reads its new registration: what the sender's link queued meanwhile, addressed
-    to the old process's incarnation, is flushed to the new process when ZeroMQ
-    reconnects. The new process drops it (counted, one log line), never hands it to its
-    actors, whose ids for matching answers start again."""
-    port = free_port("127.0.0.1")
-    endpoints = {"a": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="a1"),
-                 "b": NodeEndpoint("127.0.0.1", port, incarnation="1")}
-    a = Node("a", directory=Directory(dict(endpoints))).start()
-    nodes.append(a)
-    a.spawn(Sender, "sender")
-    checker = Address("b", "checker")
-    first = NodeProcess("checker", "b", f"a=127.0.0.1:{endpoints['a'].port},"
-                                        f"b=127.0.0.1:{port}@1;")
-    try:
-        assert a.ask(Address("a", "sender"), SendSeq(10, "b", "checker")) == 10
-        wait_for(lambda: a.ask(checker, GetState())["count"] == 10, timeout=20)
-    finally:
-        first.stop(signal.SIGKILL)
-    # a does not know yet: its directory still names process 1, its link queues
-    assert a.ask(Address("a", "sender"), SendSeq(30, "b", "checker")) == 30
-    second = NodeProcess("checker", "b", f"a=127.0.0.1:{endpoints['a'].port},"
-                                         f"b=127.0.0.1:{port}@2;")
-    err = StderrLines(second.proc)
-    try:
-        dropped = "for another process of node b (incarnation 1, this one 2) are dropped"
-        deadline = time.monotonic() + 30
-        while not err.has(dropped) and time.monotonic() < deadline:
-            time.sleep(0.1)  # the flush: ZeroMQ reconnects every 100 ms
-        a.directory.learn("b", NodeEndpoint("127.0.0.1", port, incarnation="2"))
-        # without the check, the new process's checker got the 30 meant for the old one
-        assert a.ask(checker, GetState(), timeout=20) == {"count": 0, "out_of_order": 0,
-                                                          "last": {}}
-        assert sum(1 for line in err.lines if "for another process of node b" in line) == 1
-    finally:
-        assert second.stop() == 0
-
-
-@pytest.mark.parametrize("listed", [False, True], ids=["departed", "old-process-listed"])
-def test_an_answer_to_a_new_process_waits_for_its_registration(
-        nodes: list[Node], tmp_path: Path, listed: bool) -> None:
-    """Node b restarted (a new incarnation) asks a before a has read its new
-    registration: b's registration went (a holds what goes to b for the process that
-    left) or a still lists the old process. a's answer is held for the process that
-    asked (its frame names it), a asks for the registrations to be read again
-    (``on_arrival``: the controller's part, played here), and the answer goes once that
-    process is learnt; it is not a dead letter, nor sent to the old process's link."""
+# --------------------------------- answers to a process of a node not registered yet
+def restarted_pair(nodes: list[Node], b_incarnation: str) -> tuple[Node, Node]:
+    """a lists b as process "1"; b runs as process ``b_incarnation`` (restarted, its
+    registration not read by a), and its frames say so. a runs an OrderChecker."""
     endpoints = {"a": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="a1"),
                  "b": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="1")}
     a = Node("a", directory=Directory(dict(endpoints))).start()
     nodes.append(a)
     a.spawn(OrderChecker, "checker")
-    if not listed:
-        a.directory.forget("b", may_return=True)  # its session expired, as on a kill -9
-    arrivals: list[tuple[str, str]] = []
-    a.directory.on_arrival = lambda name, incarnation: arrivals.append((name, incarnation))
-    restarted = NodeEndpoint("127.0.0.1", endpoints["b"].port, incarnation="2")
+    restarted = NodeEndpoint("127.0.0.1", endpoints["b"].port, incarnation=b_incarnation)
     b = Node("b", directory=Directory({"a": endpoints["a"], "b": restarted})).start()
     nodes.append(b)
+    return a, b
+
+
+def asking(b: Node, answers: list[Any], timeout: float = 20) -> threading.Thread:
+    def ask() -> None:
+        try:
+            answers.append(b.ask(Address("a", "checker"), GetState(), timeout=timeout))
+        except Exception as exc:  # said by the assertions
+            answers.append(exc)
+    thread = threading.Thread(target=ask, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("listed", [False, True], ids=["departed", "old-process-listed"])
+def test_an_answer_to_a_process_not_registered_yet_waits_for_its_registration(
+        nodes: list[Node], listed: bool) -> None:
+    """Node b restarted (process "2") asks a before a has read its new registration: a
+    holds b as departed, or still lists the old process. The answer is held for the
+    process that asked (its frame names it), one re-read of the registrations is asked
+    for, and the answer goes once that process is listed: no dead letter, nothing sent
+    to the old process."""
+    a, b = restarted_pair(nodes, "2")
+    if not listed:
+        a.directory.forget("b", may_return=True)  # its session expired, as on a kill -9
     answers: list[Any] = []
-    asking = threading.Thread(
-        target=lambda: answers.append(b.ask(Address("a", "checker"), GetState(), timeout=20)))
-    asking.start()
-    try:
-        wait_for(lambda: arrivals == [("b", "2")], timeout=10)
-        time.sleep(0.3)  # the answer waits: a has not read b's registration
-        assert not answers
-        assert a.dead_letters.total == 0
-        a.directory.learn("b", restarted)  # read from the registry: the new process
-        asking.join(timeout=25)
-        assert answers == [{"count": 0, "out_of_order": 0, "last": {}}]
-        assert a.dead_letters.total == 0
-        # b dropped only a's gateway pings meant for the old process
-        assert {(reason, sender) for reason, sender, _r in b.dead_letters.last} <= {
-            ("frame for another process of node b (incarnation 1)", "_gateway@a")}
-        assert not a.directory.arrived
-    finally:
-        asking.join(timeout=25)
+    thread = asking(b, answers)
+    checker = a.actor("checker")
+    # observable: the answer waits in the checker, a re-read is asked for
+    wait_for(lambda: any(addr.node == "b" and inc == b"2"
+                         for addr, inc in list(checker._origin_out)), timeout=10)
+    assert a.directory.due_rereads() == ["b"]
+    assert a.directory.reread_requests == 1
+    assert not answers and a.dead_letters.total == 0
+    a.directory.learn("b", NodeEndpoint("127.0.0.1", b.endpoint.port, incarnation="2"))
+    a.directory.reread_done("b", True)
+    thread.join(timeout=25)
+    assert answers == [{"count": 0, "out_of_order": 0, "last": {}}]
+    assert a.dead_letters.total == 0
+    wait_for(lambda: not checker._origin_out, timeout=10)
 
 
-def test_a_departed_node_is_forgotten_after_the_hold(
-        nodes: list[Node], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A node that does not come back costs nothing after the hold: what is sent to it
-    then is a dead letter at once (not held for another hold), and its entry among the
-    departed goes at the directory's next change. The departed are bounded."""
-    monkeypatch.setattr("actors.runtime.directory._HOLD_NS", 300_000_000)
-    endpoints = {n: NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="1")
-                 for n in ("a", "b")}  # b does not run (its frames would note it alive)
-    a = Node("a", directory=Directory(dict(endpoints))).start()
-    nodes.append(a)
-    a.spawn(Sender, "sender")
-    a.directory.forget("b", may_return=True)
-    time.sleep(0.4)
-    assert a.ask(Address("a", "sender"), SendSeq(25, "b", "checker")) == 25
-    # dead letters in the sender's turn, before the ask's answer: none held
-    assert not a.actor("sender")._departed_out
-    assert no_route(a, "checker@b") == 25
-    a.directory.learn("c", NodeEndpoint("127.0.0.1", 1, incarnation="1"))
-    assert "b" not in a.directory.departed and "b" not in a.directory.departed_ns
-    monkeypatch.setattr("actors.runtime.directory._HOLD_NS", 60_000_000_000)
-    for i in range(1500):
-        a.directory.learn(f"n{i}", NodeEndpoint("127.0.0.1", 1, incarnation="1"))
-        a.directory.forget(f"n{i}", may_return=True)
-    assert len(a.directory.departed) <= 1024 and len(a.directory.departed_ns) <= 1024
-    assert "n1499" in a.directory.departed
+def test_an_answer_to_a_process_never_registered_is_a_dead_letter_after_the_hold(
+        nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frame naming a process of b that never registers (a forged or stale one): the
+    answer to it waits the hold, then is a dead letter; what a sends to b otherwise
+    (not an answer to that frame) goes to the process listed at once."""
+    monkeypatch.setattr("actors.runtime.actor._HOLD_NS", 1_000_000_000)
+    a, b = restarted_pair(nodes, "bogus")
+    answers: list[Any] = []
+    thread = asking(b, answers, timeout=5)
+    dead = ("no route to actor _asks@b (the process of its node that asked was not registered "
+            "within 10000 ms)", "checker@a")
+    wait_for(lambda: dead in [(r, s) for r, s, _r in a.dead_letters.last], timeout=20)
+    assert not a.actor("checker")._origin_out
+    thread.join(timeout=20)
+    assert len(answers) == 1 and isinstance(answers[0], AskTimeout)  # its answer was dropped
+
+
+def test_rereads_asked_for_by_held_answers_are_rate_limited(nodes: list[Node]) -> None:
+    """Many frames from a process of b a does not list, each asking a question: their
+    answers wait, but the keeper of a's directory is asked for at most one re-read of b
+    at a time, and not twice within a second; a failed read is tried again later."""
+    a, b = restarted_pair(nodes, "bogus")
+    answers: list[Any] = []
+    started = time.monotonic()
+    threads = [asking(b, answers, timeout=30) for _ in range(40)]
+    checker = a.actor("checker")
+    wait_for(lambda: bool(checker._origin_out), timeout=10)
+    # the keeper (here the test, as the controller would) reads: b is still process "1"
+    reads = 0
+    failed = False
+    while time.monotonic() - started < 4:
+        for name in a.directory.due_rereads():
+            assert name == "b"
+            reads += 1
+            a.directory.reread_done(name, ok=failed)  # every other read fails
+            failed = not failed
+        time.sleep(0.05)
+    elapsed = time.monotonic() - started
+    # without the limit every held answer (40), and every 20 ms look at them, asked
+    assert 1 <= a.directory.reread_requests <= 1 + int(elapsed) + 1, a.directory.reread_requests
+    assert reads >= 2  # a failed read was tried again
+    a.directory.learn("b", NodeEndpoint("127.0.0.1", b.endpoint.port, incarnation="bogus"))
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(answers) == 40 and all(type(x) is dict for x in answers), answers[:3]
+    assert a.dead_letters.total == 0

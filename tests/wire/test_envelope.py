@@ -19,8 +19,8 @@ def test_a_frame_round_trips_with_its_addresses_and_entries() -> None:
     ("data", "reason"),
     [
         (b"\xc1 not msgpack", "undecodable frame (FormatError: "),
-        (msgpack.packb([1, "a", "b"]), "undecodable frame (not a 5- or 7-element array)"),
-        (msgpack.packb({"a": 1}), "undecodable frame (not a 5- or 7-element array)"),
+        (msgpack.packb([1, "a", "b"]), "undecodable frame (not a 5- or 6-element array)"),
+        (msgpack.packb({"a": 1}), "undecodable frame (not a 5- or 6-element array)"),
         (msgpack.packb([FORMAT_VERSION + 1, "a", "b", "c", []]),
          f"undecodable frame (unsupported envelope format version {FORMAT_VERSION + 1})"),
         (msgpack.packb([FORMAT_VERSION, 1, "b", "c", []]),

@@ -378,8 +378,8 @@ class Actor(PykkaActor):
                 self._flush_one(address)
                 continue
             why = (_NEW_PROCESS if current is not None
-                   else _FORGOTTEN if address.node not in directory.departed
-                   else _EXPIRED if now - since >= _HOLD_NS else None)
+                   else _EXPIRED if now - since >= _HOLD_NS
+                   else _FORGOTTEN if address.node not in directory.departed else None)
             if why is not None:
                 del self._departed_out[address]
                 self._held_dead(address, entries, why)
@@ -397,14 +397,16 @@ class Actor(PykkaActor):
         if address.node == self.node.name:
             return ""
         directory = self.node.directory
-        now_left = directory.departed.get(address.node)
+        now_left = directory.left_with(address.node)
         if now_left is None:
             # The caller found no entry; learn may have set one since and dropped the node
             # from departed: then hold for it all the same (the next look at what is held
             # sends it, or finds a new process).
             now_left = directory.nodes.get(address.node)
-            if now_left is None:
-                return _FORGOTTEN if since else ""
+            if now_left is None:  # gone for good, or away for longer than the hold
+                if not since:
+                    return ""
+                return _EXPIRED if address.node in directory.departed else _FORGOTTEN
         if left is not None and now_left != left:
             return _NEW_PROCESS
         now = self.clock.monotonic_ns()

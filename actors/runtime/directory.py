@@ -6,6 +6,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 # How long an actor holds what it sends to a node that left the directory but may register
 # again (``Directory.departed``) before it takes them for dead letters. A node whose
@@ -16,6 +17,10 @@ DEPARTED_HOLD_MS = 10_000
 # Re-reads of one node's registration asked for by held answers (``Directory.want_reread``):
 # at least this long between two, and a failed read is tried again after a backoff that
 # doubles up to the hold
+_HOLD_NS = DEPARTED_HOLD_MS * 1_000_000
+# Entries of ``departed`` at most: past it the oldest go (what waits for them becomes dead
+# letters at the senders' next look, as after the hold)
+DEPARTED_MAX = 1024
 REREAD_MIN_MS = 1_000
 REREAD_BACKOFF_MAX_MS = DEPARTED_HOLD_MS
 
@@ -72,6 +77,11 @@ class Directory:
 
     nodes: dict[str, NodeEndpoint] = field(default_factory=dict)
     departed: dict[str, NodeEndpoint] = field(default_factory=dict)
+    # When each node of ``departed`` left (monotonic ns of ``clock``): an entry older than
+    # the hold is taken for gone (nothing new is held for it) and dropped at the next learn
+    # or forget, so a node that never comes back costs nothing after the hold
+    departed_ns: dict[str, int] = field(default_factory=dict)
+    clock: Any = None  # the node's (Node sets it); None: time.monotonic_ns
     # Re-reads of registrations asked for by actors holding an answer for a process of a
     # node this directory does not list (``want_reread``; any thread), taken by the one
     # that keeps the directory (``due_rereads``, ``reread_done``). Bounded per node: one
@@ -142,6 +152,8 @@ class Directory:
         if changed:
             self.nodes[name] = endpoint
         self.departed.pop(name, None)  # after the entry is set: see the class docstring
+        self.departed_ns.pop(name, None)
+        self.prune()
         return changed
 
     def forget(self, name: str, may_return: bool = False) -> bool:
@@ -149,10 +161,37 @@ class Directory:
         it may register again, what is sent to it meanwhile is held (``departed``)."""
         endpoint = self.nodes.get(name)
         if endpoint is not None and may_return:
+            self.departed_ns[name] = self._now_ns()
             self.departed[name] = endpoint  # before the entry goes: see the class docstring
         elif not may_return:
             self.departed.pop(name, None)
-        return self.nodes.pop(name, None) is not None
+            self.departed_ns.pop(name, None)
+        gone = self.nodes.pop(name, None) is not None
+        self.prune()
+        return gone
+
+    def _now_ns(self) -> int:
+        return self.clock.monotonic_ns() if self.clock is not None else time.monotonic_ns()
+
+    def left_with(self, name: str) -> NodeEndpoint | None:
+        """The entry ``name`` left with, while what is sent to it may be held (None: not
+        departed, or departed longer ago than the hold)."""
+        endpoint = self.departed.get(name)
+        if endpoint is None:
+            return None
+        since = self.departed_ns.get(name)
+        if since is not None and self._now_ns() - since >= _HOLD_NS:
+            return None
+        return endpoint
+
+    def prune(self) -> None:
+        """Drop the departed longer ago than the hold (and the oldest past
+        ``DEPARTED_MAX``); by the thread that learns and forgets."""
+        now = self._now_ns()
+        for name, since in list(self.departed_ns.items()):
+            if now - since >= _HOLD_NS or len(self.departed_ns) > DEPARTED_MAX:
+                self.departed.pop(name, None)
+                self.departed_ns.pop(name, None)
 
 
 def default_ipc_dir() -> str:

@@ -148,6 +148,8 @@ class Node:
         if endpoint is not None:
             self.directory.add(name, endpoint)
         self.endpoint = self.directory.nodes.get(name)
+        if self.directory.clock is None:
+            self.directory.clock = self.clock  # when the departed left (Directory.departed_ns)
         self.context = context or zmq.Context()
         self._own_context = context is None
         self.max_frame_bytes = max_frame_bytes

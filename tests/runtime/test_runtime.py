@@ -738,3 +738,30 @@ def test_rereads_asked_for_by_held_answers_are_rate_limited(nodes: list[Node]) -
         thread.join(timeout=30)
     assert len(answers) == 40 and all(type(x) is dict for x in answers), answers[:3]
     assert a.dead_letters.total == 0
+
+
+def test_a_departed_node_is_forgotten_after_the_hold(
+        nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node that does not come back costs nothing after the hold: what is sent to it
+    then is a dead letter at once (not held for another hold), and its entry among the
+    departed goes at the directory's next change. The departed are bounded."""
+    monkeypatch.setattr("actors.runtime.directory._HOLD_NS", 300_000_000)
+    endpoints = {n: NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="1")
+                 for n in ("a", "b")}  # b does not run
+    a = Node("a", directory=Directory(dict(endpoints))).start()
+    nodes.append(a)
+    a.spawn(Sender, "sender")
+    a.directory.forget("b", may_return=True)
+    wait_for(lambda: a.directory.left_with("b") is None, timeout=10)  # the hold is over
+    assert a.ask(Address("a", "sender"), SendSeq(25, "b", "checker")) == 25
+    # dead letters in the sender's turn, before the ask's answer: none held
+    assert not a.actor("sender")._departed_out
+    assert no_route(a, "checker@b") == 25
+    a.directory.learn("c", NodeEndpoint("127.0.0.1", 1, incarnation="1"))
+    assert "b" not in a.directory.departed and "b" not in a.directory.departed_ns
+    monkeypatch.setattr("actors.runtime.directory._HOLD_NS", 60_000_000_000)
+    for i in range(1500):
+        a.directory.learn(f"n{i}", NodeEndpoint("127.0.0.1", 1, incarnation="1"))
+        a.directory.forget(f"n{i}", may_return=True)
+    assert len(a.directory.departed) <= 1024 and len(a.directory.departed_ns) <= 1024
+    assert "n1499" in a.directory.departed

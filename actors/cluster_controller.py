@@ -85,7 +85,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
-from actors.runtime.directory import NodeEndpoint
+from actors.runtime.directory import REREAD_MIN_MS, NodeEndpoint
 from actors.security.acl import AclError, Authorizer, ResourcePattern
 from actors.security.acl_admin import create_acls, delete_acls
 from actors.security.mirror import (
@@ -276,6 +276,9 @@ class ClusterController(Actor):
         self.rebalance_ms = int(self.config["leader.imbalance.check.interval.seconds"]) * 1000
         self.next_rebalance_ms = now + self.rebalance_ms
         self.request_timeout_ms = int(self.config["request.timeout.ms"])
+        self.next_reread_ms = 0  # re-reads actors ask for: one a second at most, in all
+        # this actor reads the registrations again when asked (Directory.want_reread)
+        self.node.directory.kept = True
         if self.started:  # restarted after a crash: take part again at once
             self._refresh_brokers()
             self._call_driver(self.driver.elect)
@@ -287,6 +290,7 @@ class ClusterController(Actor):
             if self.driver.active:
                 self.driver.resign("the controller actor restarts", give_up_znode=True)
             return
+        self.node.directory.kept = False
         try:
             self.store.close()  # its ephemeral znodes go: others see this node leave now
         except Exception:
@@ -453,9 +457,13 @@ class ClusterController(Actor):
         process of a node this directory does not list waits for its registration
         (``Directory.want_reread``, rate-limited there; a failed read is tried again)."""
         directory = self.node.directory
+        now = self.clock.now_ms()
+        if now < self.next_reread_ms:
+            return  # a peer naming ever new nodes does not make it read more often
         due = directory.due_rereads()
         if not due:
             return
+        self.next_reread_ms = now + REREAD_MIN_MS
         self.log.info("reading the registrations again: answers to a process of {} this "
                       "node has not read wait for it", ", ".join(sorted(due)))
         ok = self._refresh_brokers()
@@ -1241,7 +1249,7 @@ class ClusterController(Actor):
             deadlines.append(self.next_acl_resync_ms)
         reread = self.node.directory.next_reread_ms()
         if reread is not None:
-            deadlines.append(now + reread)
+            deadlines.append(max(now + reread, self.next_reread_ms))
         return max(0, min(deadlines) - now)
 
     def on_turn(self) -> None:

@@ -335,6 +335,8 @@ class Actor(PykkaActor):
         if current is not None and (not current.incarnation
                                     or _inc_bytes(current.incarnation) == incarnation):
             return False  # the process listed (or one whose process is not known)
+        if current is None and not directory.kept and address.node not in directory.departed:
+            return False  # nothing would read its registration: as to any unknown node
         if len(self._origin_out) >= _ORIGIN_HELD_MAX:
             return False
         self._origin_out[key] = (self.clock.monotonic_ns(), [entry])

@@ -87,6 +87,9 @@ class Directory:
     # that keeps the directory (``due_rereads``, ``reread_done``). Bounded per node: one
     # asked for or under way at a time, ``REREAD_MIN_MS`` between two.
     reread_requests: int = 0  # asked for (posted), in all
+    # Whether something reads the registrations again when asked (a cluster node's
+    # controller): then an answer to a node not listed at all waits for it too
+    kept: bool = False
     _reread_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # node -> (not before, monotonic ns; the backoff of its next failure, ms); present
     # while a re-read is asked for or under way

@@ -765,3 +765,30 @@ def test_a_departed_node_is_forgotten_after_the_hold(
         a.directory.forget(f"n{i}", may_return=True)
     assert len(a.directory.departed) <= 1024 and len(a.directory.departed_ns) <= 1024
     assert "n1499" in a.directory.departed
+
+
+@pytest.mark.parametrize("kept", [False, True], ids=["no-keeper", "kept"])
+def test_an_answer_to_a_node_not_listed_at_all_waits_only_where_registrations_are_read(
+        nodes: list[Node], kept: bool) -> None:
+    """b is not in a's directory at all. Where something reads the registrations when
+    asked (a cluster node's controller: ``Directory.kept``) the answer to b's frame waits
+    for b's registration; elsewhere (a broker's other processes, whose directories list
+    only each other) it is a dead letter at once, as before."""
+    a, b = restarted_pair(nodes, "2")
+    a.directory.forget("b")  # for good: not departed, not listed
+    a.directory.kept = kept
+    answers: list[Any] = []
+    thread = asking(b, answers, timeout=10 if kept else 3)
+    if not kept:
+        wait_for(lambda: no_route(a, "_asks@b") == 1, timeout=10)
+        thread.join(timeout=20)
+        assert len(answers) == 1 and isinstance(answers[0], AskTimeout)
+        assert a.directory.reread_requests == 0
+        return
+    checker = a.actor("checker")
+    wait_for(lambda: bool(checker._origin_out), timeout=10)
+    assert a.directory.reread_requests == 1 and a.dead_letters.total == 0
+    a.directory.learn("b", NodeEndpoint("127.0.0.1", b.endpoint.port, incarnation="2"))
+    thread.join(timeout=20)
+    assert answers == [{"count": 0, "out_of_order": 0, "last": {}}]
+    assert a.dead_letters.total == 0

@@ -69,11 +69,20 @@ _HELD_MAX = 10_000
 # Why held messages became dead letters (in the dead letter's reason)
 _FORGOTTEN = "its node left the cluster for good"
 _NEW_PROCESS = "its node registered again as a new process"
-_EXPIRED = f"its node left and did not register again within {DEPARTED_HOLD_MS} ms"
 _OVERFLOW = f"more than {_HELD_MAX} held for it while its node was away"
 _STOPPED = "the sender stopped while its node was away"
-_UNREGISTERED = (f"the process of its node that asked was not registered within "
-                 f"{DEPARTED_HOLD_MS} ms")
+
+
+def _expired() -> str:  # the hold as it is (tests shorten it)
+    return f"its node left and did not register again within {_HOLD_NS // 1_000_000} ms"
+
+
+def _unregistered() -> str:
+    return (f"the process of its node that asked was not registered within "
+            f"{_HOLD_NS // 1_000_000} ms")
+
+
+_GONE_PROCESS = "the process of its node that asked is gone (the node registered a newer one)"
 # Answers held for processes not registered yet (Actor._origin_out), per actor at most; past
 # it they go as any other send (a peer naming ever new processes cannot grow this)
 _ORIGIN_HELD_MAX = 1024
@@ -173,11 +182,13 @@ class Actor(PykkaActor):
         # The node and process (incarnation, as frames carry it) the frame being handled
         # came from; None: from this node, or a frame that names no process
         self._origin: tuple[str, bytes] | None = None
-        # What was sent, while handling a frame from a process of a node, to that node when
-        # the directory does not list that process (restarted; its registration not read
-        # here yet): (receiver, the process) -> (held since, monotonic ns; the entries in
-        # order). Sent once the directory lists that process, dead letters after the hold.
-        self._origin_out: dict[tuple[Address, bytes], tuple[int, list[Any]]] = {}
+        # Answers to the sender of a frame from a process of another node the directory
+        # does not list (restarted; its registration not read here yet): receiver -> (the
+        # process, held since (monotonic ns), the entries in order, whether each answers
+        # that process). What else is sent to that receiver meanwhile (a timer's, a deferred
+        # answer) is appended, so nothing overtakes what waits. Sent once the directory
+        # lists that process; after the hold the answers are dead letters, the rest goes.
+        self._origin_out: dict[Address, tuple[bytes, int, list[Any], list[bool]]] = {}
         self._not_taken_logged: set[str] = set()  # nodes (waits_on_remote False)
         self._owner: Actor = host if host is not None else self
         self._members: list[Actor] = [self]  # actors this loop runs (owner only)
@@ -272,9 +283,16 @@ class Actor(PykkaActor):
         if address == self.address:
             self._to_self.append(entry)  # never wait on our own mailbox
             return
+        if self._origin_out:
+            held = self._origin_out.get(address)
+            if held is not None:  # behind what waits, whatever this is
+                origin = self._origin
+                self._hold_more(address, held, entry, origin is not None
+                                and address == self.current_sender and origin[1] == held[0])
+                return
         origin = self._origin
-        if origin is not None and address.node == origin[0] and self._hold_for_origin(
-                address, entry, origin[1]):
+        if (origin is not None and address == self.current_sender
+                and self._hold_for_origin(address, entry, origin[1])):
             return
         buf = self._out.get(address)
         if buf is None:
@@ -319,50 +337,75 @@ class Actor(PykkaActor):
         return _HELD_POLL_MS if self._departed_out or self._origin_out else None
 
     def _hold_for_origin(self, address: Address, entry: list[Any], incarnation: bytes) -> bool:
-        """Whether ``entry``, sent to ``address`` while handling a frame from process
-        ``incarnation`` of its node, is held for that process: the directory lists the node
-        as another process or not at all (it restarted, and its registration is not read
-        here yet). Only what answers that frame waits: a frame's claim never changes where
-        anything else goes, so a forged or stale one can delay only the answers to itself.
-        The directory's keeper is asked to read the registrations again (rate-limited)."""
-        key = (address, incarnation)
-        held = self._origin_out.get(key)
-        if held is not None:
-            held[1].append(entry)  # in order after what waits already
-            return True
+        """Whether ``entry``, an answer to ``address`` (the sender of the frame being
+        handled, from process ``incarnation`` of its node), is held or dropped rather than
+        sent: held when the directory lists that node as another process or not at all and
+        that process may be a newer one (it restarted, and its registration is not read
+        here yet); a dead letter at once when it is one the node had before the one listed
+        (a late frame of a dead process). Only answers to that frame's sender are held: a
+        frame's claim never changes where anything else goes, so a forged or stale one can
+        delay only the answers to itself. The directory's keeper is asked to read the
+        registrations again (rate-limited)."""
+        if self._stopping or self._dead:
+            return False  # what is held is dropped at the stop: go as on any other path
         directory = self.node.directory
-        current = directory.nodes.get(address.node)
+        node = address.node
+        current = directory.nodes.get(node)
         if current is not None and (not current.incarnation
                                     or _inc_bytes(current.incarnation) == incarnation):
             return False  # the process listed (or one whose process is not known)
-        if current is None and not directory.kept and address.node not in directory.departed:
+        if directory.was_earlier(node, incarnation):
+            self._held_dead(address, [entry], _GONE_PROCESS)
+            return True
+        if current is None and not directory.kept and node not in directory.departed:
             return False  # nothing would read its registration: as to any unknown node
         if len(self._origin_out) >= _ORIGIN_HELD_MAX:
             return False
-        self._origin_out[key] = (self.clock.monotonic_ns(), [entry])
-        directory.want_reread(address.node)
+        if address in self._out:
+            self._flush_one(address)  # what was sent before goes first
+        self._origin_out[address] = (incarnation, self.clock.monotonic_ns(), [entry], [True])
+        directory.want_reread(node)
         return True
 
+    def _hold_more(self, address: Address, held: tuple[bytes, int, list[Any], list[bool]],
+                   entry: list[Any], answer: bool) -> None:
+        entries = held[2]
+        if len(entries) >= _HELD_MAX:
+            self._held_dead(address, [entry], _OVERFLOW)
+            return
+        entries.append(entry)
+        held[3].append(answer)
+
     def _release_origin(self) -> None:
-        """Send what waited for a process the directory lists now; dead letters what waited
-        longer than the hold. Asks again for the registrations meanwhile (the directory
-        limits how often: a read may come before the process registered)."""
+        """Send what waited for a process the directory lists now; after the hold, or once
+        that process is known to be an earlier one, the answers to it are dead letters and
+        the rest is sent. Asks again for the registrations meanwhile (the directory limits
+        how often: a read may come before the process registered)."""
         directory = self.node.directory
         now = self.clock.monotonic_ns()
-        for key, (since, entries) in list(self._origin_out.items()):
-            address, incarnation = key
+        for address, (incarnation, since, entries, answers) in list(self._origin_out.items()):
             current = directory.nodes.get(address.node)
             if current is not None and (not current.incarnation
                                         or _inc_bytes(current.incarnation) == incarnation):
-                del self._origin_out[key]
-                buf = self._out.get(address)
-                self._out[address] = entries + buf if buf else entries
-                self._flush_one(address)
+                why = None
+            elif directory.was_earlier(address.node, incarnation):
+                why = _GONE_PROCESS
             elif now - since >= _HOLD_NS:
-                del self._origin_out[key]
-                self._held_dead(address, entries, _UNREGISTERED)
+                why = _unregistered()
             else:
                 directory.want_reread(address.node)
+                continue
+            del self._origin_out[address]
+            if why is not None:
+                if any(answers):
+                    pairs = list(zip(entries, answers, strict=True))
+                    self._held_dead(address, [e for e, a in pairs if a], why)
+                    entries = [e for e, a in pairs if not a]
+                if not entries:
+                    continue
+            buf = self._out.get(address)
+            self._out[address] = entries + buf if buf else entries
+            self._flush_one(address)
 
     def _release_departed(self) -> None:
         """Send what waited for a node the directory has learnt again as the same process;
@@ -380,7 +423,7 @@ class Actor(PykkaActor):
                 self._flush_one(address)
                 continue
             why = (_NEW_PROCESS if current is not None
-                   else _EXPIRED if now - since >= _HOLD_NS
+                   else _expired() if now - since >= _HOLD_NS
                    else _FORGOTTEN if address.node not in directory.departed else None)
             if why is not None:
                 del self._departed_out[address]
@@ -408,7 +451,7 @@ class Actor(PykkaActor):
             if now_left is None:  # gone for good, or away for longer than the hold
                 if not since:
                     return ""
-                return _EXPIRED if address.node in directory.departed else _FORGOTTEN
+                return _expired() if address.node in directory.departed else _FORGOTTEN
         if left is not None and now_left != left:
             return _NEW_PROCESS
         now = self.clock.monotonic_ns()
@@ -417,7 +460,7 @@ class Actor(PykkaActor):
             self.log.debug("holding messages to {}: node {} left the directory and may "
                            "register again", address, address.node)
         if now - since >= _HOLD_NS:
-            return _EXPIRED
+            return _expired()
         if len(entries) > _HELD_MAX:
             return _OVERFLOW
         self._departed_out[address] = (since, now_left, entries)
@@ -825,70 +868,76 @@ class Actor(PykkaActor):
         self.current_sender = sender
         # what this handling sends to s_node answers process s_inc of it (tell)
         self._origin = (s_node, s_inc) if s_inc and s_node != self.node.name else None
-        if s_node == self.node.name and s_name != self.name and s_name in self.node.actors:
-            self.messages_dequeued += len(entries)
-        handlers = self._handlers
-        clock = self.clock
-        sender_text = ""  # for trace records, formatted at the first traced entry
-        wall_ns = self.clock.wall_ns
-        for i, entry in enumerate(entries):
-            if self._dead:  # supervision gave up on a crash just now
-                self.node.dead_letters.record(f"actor {self.address} stopped", len(entries) - i,
-                                              sender=str(sender), receiver=self.name)
-                break
-            try:
-                type_id, tid, span, parent, send_ns, ask_id, body = entry
-                cls = _types[type_id]
-                # In-memory hand-overs carry the message itself; frames carry its fields.
-                msg = body if type(body) is cls else _build(cls, body)
-            except KeyError:
-                self.node.dead_letters.record(
-                    f"unknown message type id {entry[0]!r}", 1, receiver=self.name,
-                    sender=str(sender),
-                )
-                continue
-            except Exception as exc:
-                self.node.dead_letters.record(
-                    f"malformed envelope: {exc}", 1, receiver=self.name, sender=str(sender)
-                )
-                continue
-            self.received += 1
-            handler = handlers.get(cls)
-            if handler is None:
-                self.node.dead_letters.record(
-                    f"{self.name} has no handler for {cls.__name__}", 1, receiver=self.name,
-                    sender=str(sender),
-                )
-                continue
-            if tid:
-                self._trace = (tid, span)
-                recv_ns = wall_ns()
-            started_ns = clock.monotonic_ns()
-            try:
-                result = handler(msg)
-            except Exception as exc:
-                self._crashed(exc, msg)
-                if ask_id:
-                    self.tell(sender, Reply(ask_id, False, f"{type(exc).__name__}: {exc}"))
-            else:
-                if ask_id:
-                    self.tell(sender, Reply(ask_id, True, result))
-            self.handler_ns += clock.monotonic_ns() - started_ns
-            self.messages_handled += 1
-            if tid:
-                # One record per hop, written by the receiver once it has handled it
-                # (Tracer.hop's tuple, inline: this runs for every traced message).
-                # Only numbers and strings, so the garbage collector stops tracking the
-                # tuple while it waits for the writer.
-                conn, corr, api, size = trace_fields(msg)
-                if not sender_text:
-                    sender_text = f"{s_name}@{s_node}"
-                self._tracer.hops.append((tid, span, parent, self.name, sender_text, cls.__name__,
-                                          conn, corr, api, size, send_ns, recv_ns, wall_ns(),
-                                          self._tracer.clock_offset_ns))
-                self._trace = (0, 0)
-        self.current_sender = None
-        self._origin = None
+        try:
+            if s_node == self.node.name and s_name != self.name and s_name in self.node.actors:
+                self.messages_dequeued += len(entries)
+            handlers = self._handlers
+            clock = self.clock
+            sender_text = ""  # for trace records, formatted at the first traced entry
+            wall_ns = self.clock.wall_ns
+            for i, entry in enumerate(entries):
+                if self._dead:  # supervision gave up on a crash just now
+                    self.node.dead_letters.record(f"actor {self.address} stopped", len(entries) - i,
+                                                  sender=str(sender), receiver=self.name)
+                    break
+                try:
+                    type_id, tid, span, parent, send_ns, ask_id, body = entry
+                    cls = _types[type_id]
+                    # In-memory hand-overs carry the message itself; frames carry its fields.
+                    msg = body if type(body) is cls else _build(cls, body)
+                except KeyError:
+                    self.node.dead_letters.record(
+                        f"unknown message type id {entry[0]!r}", 1, receiver=self.name,
+                        sender=str(sender),
+                    )
+                    continue
+                except Exception as exc:
+                    self.node.dead_letters.record(
+                        f"malformed envelope: {exc}", 1, receiver=self.name, sender=str(sender)
+                    )
+                    continue
+                self.received += 1
+                handler = handlers.get(cls)
+                if handler is None:
+                    self.node.dead_letters.record(
+                        f"{self.name} has no handler for {cls.__name__}", 1, receiver=self.name,
+                        sender=str(sender),
+                    )
+                    continue
+                if tid:
+                    self._trace = (tid, span)
+                    recv_ns = wall_ns()
+                started_ns = clock.monotonic_ns()
+                try:
+                    result = handler(msg)
+                except Exception as exc:
+                    # the restarted actor's on_start sends answer no frame
+                    origin, self._origin = self._origin, None
+                    self._crashed(exc, msg)
+                    self._origin = origin
+                    if ask_id:
+                        self.tell(sender, Reply(ask_id, False, f"{type(exc).__name__}: {exc}"))
+                else:
+                    if ask_id:
+                        self.tell(sender, Reply(ask_id, True, result))
+                self.handler_ns += clock.monotonic_ns() - started_ns
+                self.messages_handled += 1
+                if tid:
+                    # One record per hop, written by the receiver once it has handled it
+                    # (Tracer.hop's tuple, inline: this runs for every traced message).
+                    # Only numbers and strings, so the garbage collector stops tracking the
+                    # tuple while it waits for the writer.
+                    conn, corr, api, size = trace_fields(msg)
+                    if not sender_text:
+                        sender_text = f"{s_name}@{s_node}"
+                    self._tracer.hops.append((tid, span, parent, self.name, sender_text,
+                                              cls.__name__, conn, corr, api, size, send_ns,
+                                              recv_ns, wall_ns(), self._tracer.clock_offset_ns))
+                    self._trace = (0, 0)
+        finally:
+            # cleared on every way out: a later send (a timer's) is no answer to this frame
+            self.current_sender = None
+            self._origin = None
 
     def _run_guarded(self, fn: Callable[..., Any], *args: Any) -> None:
         try:
@@ -956,7 +1005,7 @@ class Actor(PykkaActor):
         for address, (_since, _left, entries) in self._departed_out.items():
             self._held_dead(address, entries, _STOPPED)
         self._departed_out.clear()
-        for (address, _inc), (_since, entries) in self._origin_out.items():
+        for address, (_inc, _since, entries, _answers) in self._origin_out.items():
             self._held_dead(address, entries, _STOPPED)
         self._origin_out.clear()
         pykka.ActorRegistry.unregister(self.actor_ref)

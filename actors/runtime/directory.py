@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from wire.envelope import incarnation_bytes
+
 # How long an actor holds what it sends to a node that left the directory but may register
 # again (``Directory.departed``) before it takes them for dead letters. A node whose
 # ZooKeeper session expired while it ran on registers again within a session's reconnect;
@@ -22,6 +24,9 @@ _HOLD_NS = DEPARTED_HOLD_MS * 1_000_000
 # letters at the senders' next look, as after the hold)
 DEPARTED_MAX = 1024
 REREAD_MIN_MS = 1_000
+# Earlier incarnations remembered (``Directory.earlier``): per node, and nodes in all
+EARLIER_PER_NODE = 4
+EARLIER_NODES = 1024
 REREAD_BACKOFF_MAX_MS = DEPARTED_HOLD_MS
 
 
@@ -96,6 +101,29 @@ class Directory:
     _rereads: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)
     _reread_last_ns: dict[str, int] = field(default_factory=dict, repr=False)
     _reread_taken: set[str] = field(default_factory=set, repr=False)
+    # node -> the incarnations it had before its current one (as frames carry them, newest
+    # last; ``EARLIER_PER_NODE`` per node, ``EARLIER_NODES`` nodes at most): a frame from
+    # one of them is a late one of a dead process (``was_earlier``)
+    earlier: dict[str, list[bytes]] = field(default_factory=dict, repr=False)
+
+    def was_earlier(self, name: str, incarnation: bytes) -> bool:
+        """Whether ``incarnation`` is a process ``name`` had before the one learnt since
+        (so it is gone: what answers it can never be delivered)."""
+        past = self.earlier.get(name)
+        return past is not None and incarnation in past
+
+    def _note_earlier(self, name: str, old: NodeEndpoint | None, new: NodeEndpoint) -> None:
+        if old is None or not old.incarnation or old.incarnation == new.incarnation:
+            return
+        inc = incarnation_bytes(old.incarnation)
+        past = self.earlier.get(name)
+        if past is None:
+            if len(self.earlier) >= EARLIER_NODES:
+                self.earlier.pop(next(iter(self.earlier)))
+            past = self.earlier[name] = []
+        if inc not in past:
+            past.append(inc)
+            del past[:-EARLIER_PER_NODE]
 
     def want_reread(self, name: str) -> bool:
         """Ask for ``name``'s registration to be read again (any thread, never blocks).
@@ -151,7 +179,10 @@ class Directory:
 
     def learn(self, name: str, endpoint: NodeEndpoint) -> bool:
         """Add or replace ``name``'s entry; False (entry kept as is) when it is the same."""
-        changed = self.nodes.get(name) != endpoint
+        current = self.nodes.get(name)
+        changed = current != endpoint
+        self._note_earlier(name, current if current is not None else self.departed.get(name),
+                           endpoint)
         if changed:
             self.nodes[name] = endpoint
         self.departed.pop(name, None)  # after the entry is set: see the class docstring

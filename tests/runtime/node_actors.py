@@ -99,6 +99,21 @@ class Sender(Actor):
         return msg.count
 
 
+class NumberedSender(Actor):
+    """Like Sender, but numbers its Seq messages across every SendSeq (0, 1, 2, ...)."""
+
+    def setup(self) -> None:
+        self.next = 0
+
+    @handles(SendSeq)
+    def on_send(self, msg: SendSeq) -> int:
+        target = Address(msg.node, msg.name)
+        for _ in range(msg.count):
+            self.tell(target, Seq(self.name, self.next))
+            self.next += 1
+        return msg.count
+
+
 class AdvisorySender(Actor):
     """Sends each message as its own frame and never waits on a remote link."""
 

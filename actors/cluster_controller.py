@@ -455,8 +455,17 @@ class ClusterController(Actor):
     def _reread_asked(self) -> None:
         """Read the registrations again for the nodes actors asked about: an answer to a
         process of a node this directory does not list waits for its registration
-        (``Directory.want_reread``, rate-limited there; a failed read is tried again)."""
+        (``Directory.want_reread``, rate-limited there; a failed read is tried again).
+
+        Cost: the read runs synchronously in this actor's turn, as the watch-driven
+        refresh does: one ZooKeeper round trip for the children of ``/brokers/ids`` and one
+        per broker (1 + N), so this turn (and the actors sharing its loop) waits that
+        long. At most once per ``REREAD_MIN_MS`` here, whatever the number of nodes or
+        held answers that ask."""
         directory = self.node.directory
+        # Two clocks: this gate runs on the controller's clock (a test's may be simulated);
+        # Directory's per-node limits and backoff on time.monotonic_ns, as any thread may
+        # ask there. Either bounds the reads alone; they need not agree.
         now = self.clock.now_ms()
         if now < self.next_reread_ms:
             return  # a peer naming ever new nodes does not make it read more often

@@ -866,7 +866,7 @@ class Actor(PykkaActor):
                 senders.clear()
             sender = senders[(s_node, s_name)] = Address(s_node, s_name)
         self.current_sender = sender
-        # what this handling sends to s_node answers process s_inc of it (tell)
+        # what this handling sends to its sender answers process s_inc of s_node (tell)
         self._origin = (s_node, s_inc) if s_inc and s_node != self.node.name else None
         try:
             if s_node == self.node.name and s_name != self.name and s_name in self.node.actors:

@@ -175,6 +175,15 @@ class Fragile(Actor):
         return {"setups": self.setups, "handled": self.handled}
 
 
+class Announcer(Fragile):
+    """A Fragile that, at each setup (the first and every restart), tells b's checker a
+    numbered Seq (an actor whose start greets a peer)."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.tell(Address("b", "checker"), Seq(self.name, self.setups - 1))
+
+
 class Pump(Actor):
     """Sends a bounded stream of numbered messages to a relay chain until told to stop."""
 

@@ -25,6 +25,7 @@ from tests.fixtures.waiting import wait_for
 from tests.runtime.node_actors import (
     GATE,
     AdvisorySender,
+    Announcer,
     Boom,
     Fragile,
     GetState,
@@ -865,3 +866,19 @@ def test_more_than_the_held_maximum_for_a_process_not_registered_is_dead_letters
     a.directory.learn("b", NodeEndpoint("127.0.0.1", b.endpoint.port, incarnation="2"))
     state = wait_for(lambda: (st := checked(b))["count"] >= 10 and st, timeout=10)
     assert state == {"count": 10, "out_of_order": 0, "last": {"numbered": 9}}
+
+
+def test_a_restarted_actors_first_sends_are_not_held_for_the_frame_that_crashed_it(
+        nodes: list[Node]) -> None:
+    """A frame from b's checker (process "2", a lists "1") crashes a's announcer; its
+    restart's setup tells b's checker a greeting. That greeting answers no frame: it goes
+    to the process listed at once, not held for process "2" (which never registers here:
+    it would be a dead letter after the hold)."""
+    a, b = restarted_pair(nodes, "2")
+    b.spawn(OrderChecker, "checker")
+    a.spawn(Announcer, "announcer")
+    wait_for(lambda: checked(b)["count"] == 1, timeout=10)  # the first setup's
+    b.tell(Address("a", "announcer"), Boom("crash"), sender="checker")
+    state = wait_for(lambda: (st := checked(b))["count"] >= 2 and st, timeout=8)
+    assert state == {"count": 2, "out_of_order": 0, "last": {"announcer": 1}}
+    assert not a.actor("announcer")._origin_out

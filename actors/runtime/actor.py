@@ -1000,14 +1000,22 @@ class Actor(PykkaActor):
             else:  # a teardown may trip over what the failed setup never made
                 self.log.opt(exception=True).debug("teardown of {} after its failed start "
                                                    "failed", self.name)
+        # Answers held for a process not registered yet are dead letters; what only queued
+        # behind them (no answer to that process) goes to the process listed, in order
+        for address, (_inc, _since, entries, answers) in self._origin_out.items():
+            pairs = list(zip(entries, answers, strict=True))
+            if any(answers):
+                self._held_dead(address, [e for e, a in pairs if a], _STOPPED)
+            rest = [e for e, a in pairs if not a]
+            if rest:
+                buf = self._out.get(address)
+                self._out[address] = rest + buf if buf else rest
+        self._origin_out.clear()
         if self._out:
             self.flush()
         for address, (_since, _left, entries) in self._departed_out.items():
             self._held_dead(address, entries, _STOPPED)
         self._departed_out.clear()
-        for address, (_inc, _since, entries, _answers) in self._origin_out.items():
-            self._held_dead(address, entries, _STOPPED)
-        self._origin_out.clear()
         pykka.ActorRegistry.unregister(self.actor_ref)
         # the mailbox is closed (its inproc name free) before anyone hears of the stop:
         # Node.stop_actor's caller may spawn the name again at once

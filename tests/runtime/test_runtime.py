@@ -882,3 +882,22 @@ def test_a_restarted_actors_first_sends_are_not_held_for_the_frame_that_crashed_
     state = wait_for(lambda: (st := checked(b))["count"] >= 2 and st, timeout=8)
     assert state == {"count": 2, "out_of_order": 0, "last": {"announcer": 1}}
     assert not a.actor("announcer")._origin_out
+
+
+def test_a_stopping_actor_drops_its_held_answers_and_sends_what_queued_behind_them(
+        nodes: list[Node]) -> None:
+    """Answers held for a process not registered yet are dead letters when their sender
+    stops; what only queued behind them (a's own ask's, no answer to that process) goes
+    to the process listed."""
+    a, b = restarted_pair(nodes, "2")
+    a.spawn(NumberedSender, "numbered")
+    b.spawn(OrderChecker, "checker")
+    b.tell(Address("a", "numbered"), SendSeq(3, "b", "checker"), sender="checker")
+    numbered = a.actor("numbered")
+    wait_for(lambda: Address("b", "checker") in numbered._origin_out, timeout=10)
+    assert a.ask(Address("a", "numbered"), SendSeq(3, "b", "checker")) == 3
+    assert a.stop_actor("numbered")
+    assert dead_from(a, "numbered", "the sender stopped while its node was away") == 1
+    assert no_route(a, "checker@b") == 3
+    state = wait_for(lambda: (st := checked(b))["count"] >= 3 and st, timeout=10)
+    assert state == {"count": 3, "out_of_order": 1, "last": {"numbered": 5}}  # 3, 4, 5

@@ -178,7 +178,9 @@ class Directory:
         self.nodes[name] = endpoint
 
     def learn(self, name: str, endpoint: NodeEndpoint) -> bool:
-        """Add or replace ``name``'s entry; False (entry kept as is) when it is the same."""
+        """Add or replace ``name``'s entry; False (entry kept as is) when it is the same.
+        An entry (listed or departed) replaced by another process is remembered among
+        ``earlier``."""
         current = self.nodes.get(name)
         changed = current != endpoint
         self._note_earlier(name, current if current is not None else self.departed.get(name),

@@ -77,6 +77,6 @@ def test_an_answer_to_a_restarted_node_before_its_registration_is_read_reaches_i
         "_gateway@node-2" in line or "was not registered within" in line
         or "registered again as a new process" in line or "that asked is gone" in line)]
     assert not lost, lost
-    # node 2's frames named its new process, and node 1 read the registrations again for it
-    assert "reading the registrations again: answers to a process of node-2" in log1, \
-        [line for line in log1.splitlines() if "registrations" in line]
+    # Not asserted: that node 1 read the registrations again for node 2's process. On
+    # its resume node 1 may read ZooKeeper's watch before node 2's first Ping, and then
+    # nothing waits (the runtime tests show the re-read and its rate limit).

@@ -113,7 +113,17 @@ class Directory:
         return past is not None and incarnation in past
 
     def _note_earlier(self, name: str, old: NodeEndpoint | None, new: NodeEndpoint) -> None:
-        if old is None or not old.incarnation or old.incarnation == new.incarnation:
+        past = self.earlier.get(name)
+        if past is not None and new.incarnation:  # listed again: not an earlier one
+            learnt = incarnation_bytes(new.incarnation)
+            if learnt in past:
+                past.remove(learnt)
+        if old is None or old.incarnation == new.incarnation:
+            return
+        self._remember_earlier(name, old)
+
+    def _remember_earlier(self, name: str, old: NodeEndpoint) -> None:
+        if not old.incarnation:
             return
         inc = incarnation_bytes(old.incarnation)
         past = self.earlier.get(name)
@@ -200,6 +210,12 @@ class Directory:
             self.departed_ns[name] = self._now_ns()
             self.departed[name] = endpoint  # before the entry goes: see the class docstring
         elif not may_return:
+            # dropped for good, or for another process learnt next (the controller's
+            # forget-then-learn when a registration names a new process): remembered
+            # among ``earlier`` either way, so its late frames' answers go at once
+            left = endpoint if endpoint is not None else self.departed.get(name)
+            if left is not None:
+                self._remember_earlier(name, left)
             self.departed.pop(name, None)
             self.departed_ns.pop(name, None)
         gone = self.nodes.pop(name, None) is not None

@@ -802,6 +802,21 @@ def test_an_answer_to_a_node_not_listed_at_all_waits_only_where_registrations_ar
     assert a.dead_letters.total == 0
 
 
+def test_a_process_forgotten_for_the_next_one_is_remembered_as_earlier() -> None:
+    """The cluster controller, reading a registration that names a new process, forgets
+    the old one (for good) and learns the new: the old is then a known earlier process
+    (its late frames' answers are dead letters at once), the new is not."""
+    directory = Directory()
+    directory.learn("b", NodeEndpoint("127.0.0.1", 9, incarnation="1"))
+    directory.forget("b", may_return=False)
+    directory.learn("b", NodeEndpoint("127.0.0.1", 9, incarnation="2"))
+    assert directory.was_earlier("b", b"1")
+    assert not directory.was_earlier("b", b"2")
+    # and a process listed again is no longer an earlier one
+    directory.learn("b", NodeEndpoint("127.0.0.1", 9, incarnation="1"))
+    assert not directory.was_earlier("b", b"1") and directory.was_earlier("b", b"2")
+
+
 def test_a_late_frame_of_an_earlier_process_delays_nothing_else(nodes: list[Node]) -> None:
     """a lists b as process "2" and knew it as "1" before; a late frame from "1" asks a's
     sender to send to b's checker. What goes to b's checker (not the asker) is sent at once

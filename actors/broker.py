@@ -92,6 +92,7 @@ from actors.topology import Topology, broker_node_name
 from actors.transaction_coordinator import spawn_txn_coordinators
 from wire import kafka_codec
 from wire.cluster_messages import ControlledShutdownStep, StartController
+from wire.envelope import incarnation_bytes
 from wire.fingerprint import first_mismatch, wire_fingerprint
 
 
@@ -910,6 +911,7 @@ class Broker:
             num_shards=topo.num_shards, num_coordinators=topo.num_coordinators,
             curve_key=node.curve.keys.public.decode() if node.curve is not None else "",
             wire=wire_fingerprint(), incarnation=uuid.uuid4().hex)  # this start's own
+        node.frame_incarnation = incarnation_bytes(self.broker_info.incarnation)  # frames carry it
         node.spawn(ClusterController, topo.controller.name, topology=topo, config=cfg,
                    store=self.metadata, broker=self.broker_info, clock=clock,
                    credentials=credentials, authorizer=authorizer)

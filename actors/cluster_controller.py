@@ -85,7 +85,7 @@ from actors.runtime.actor import Actor, handles
 from actors.runtime.address import Address
 from actors.runtime.clock import Clock
 from actors.runtime.config import Config
-from actors.runtime.directory import NodeEndpoint
+from actors.runtime.directory import REREAD_MIN_MS, NodeEndpoint
 from actors.security.acl import AclError, Authorizer, ResourcePattern
 from actors.security.acl_admin import create_acls, delete_acls
 from actors.security.mirror import (
@@ -277,6 +277,9 @@ class ClusterController(Actor):
         self.rebalance_ms = int(self.config["leader.imbalance.check.interval.seconds"]) * 1000
         self.next_rebalance_ms = now + self.rebalance_ms
         self.request_timeout_ms = int(self.config["request.timeout.ms"])
+        self.next_reread_ms = 0  # re-reads actors ask for: one a second at most, in all
+        # this actor reads the registrations again when asked (Directory.want_reread)
+        self.node.directory.kept = True
         if self.started:  # restarted after a crash: take part again at once
             self._refresh_brokers()
             self._call_driver(self.driver.elect)
@@ -288,6 +291,7 @@ class ClusterController(Actor):
             if self.driver.active:
                 self.driver.resign("the controller actor restarts", give_up_znode=True)
             return
+        self.node.directory.kept = False
         try:
             self.store.close()  # its ephemeral znodes go: others see this node leave now
         except Exception:
@@ -399,13 +403,14 @@ class ClusterController(Actor):
         self.log.info("registered again as broker {} at epoch {}", self.broker.broker_id, epoch)
         self.tell(self._replica_manager(), cm.BrokerRegistered(self.broker.broker_id, epoch))
 
-    def _refresh_brokers(self) -> None:
-        """The Directory follows ``/brokers/ids``: learn gateways, forget departed nodes."""
+    def _refresh_brokers(self) -> bool:
+        """The Directory follows ``/brokers/ids``: learn gateways, forget departed nodes.
+        False when the registrations could not be read."""
         try:
             now = self.store.get_brokers(watch=True)
         except MetadataUnavailable as exc:
             self.log.debug("brokers not read: {}", exc)
-            return
+            return False
         directory = self.node.directory
         me = self.broker.broker_id
         now = self._readable(now)
@@ -446,6 +451,34 @@ class ClusterController(Actor):
                 self.log.info("broker {} left the cluster ({} request(s) to it dropped)",
                               broker_id, dropped)
         self.brokers = now
+        return True
+
+    def _reread_asked(self) -> None:
+        """Read the registrations again for the nodes actors asked about: an answer to a
+        process of a node this directory does not list waits for its registration
+        (``Directory.want_reread``, rate-limited there; a failed read is tried again).
+
+        Cost: the read runs synchronously in this actor's turn, as the watch-driven
+        refresh does: one ZooKeeper round trip for the children of ``/brokers/ids`` and one
+        per broker (1 + N), so this turn (and the actors sharing its loop) waits that
+        long. At most once per ``REREAD_MIN_MS`` here, whatever the number of nodes or
+        held answers that ask."""
+        directory = self.node.directory
+        # Two clocks: this gate runs on the controller's clock (a test's may be simulated);
+        # Directory's per-node limits and backoff on time.monotonic_ns, as any thread may
+        # ask there. Either bounds the reads alone; they need not agree.
+        now = self.clock.now_ms()
+        if now < self.next_reread_ms:
+            return  # a peer naming ever new nodes does not make it read more often
+        due = directory.due_rereads()
+        if not due:
+            return
+        self.next_reread_ms = now + REREAD_MIN_MS
+        self.log.info("reading the registrations again: answers to a process of {} this "
+                      "node has not read wait for it", ", ".join(sorted(due)))
+        ok = self._refresh_brokers()
+        for name in due:
+            directory.reread_done(name, ok)
 
     def _readable(self, brokers: dict[int, BrokerInfo]) -> dict[int, BrokerInfo]:
         """Leave out the brokers whose inter-node wire is not this build's: they and this
@@ -1225,11 +1258,15 @@ class ClusterController(Actor):
             deadlines.append(self.register_retry_ms)
         if self.next_acl_resync_ms is not None:
             deadlines.append(self.next_acl_resync_ms)
+        reread = self.node.directory.next_reread_ms()
+        if reread is not None:
+            deadlines.append(max(now + reread, self.next_reread_ms))
         return max(0, min(deadlines) - now)
 
     def on_turn(self) -> None:
         if not self.started:
             return
+        self._reread_asked()
         now = self.clock.now_ms()
         for target, request in self.channel.due(now):
             self.tell(self._replica_manager(target), request)

@@ -5,8 +5,11 @@ sender and a receiver (an actor flushes what it sent to one receiver during a
 turn as one frame; the frame, not the message, pays ZeroMQ's per-send cost):
 
     [FORMAT_VERSION, sender_node, sender_name, receiver_name, entries]
+    [FORMAT_VERSION, sender_node, sender_name, receiver_name, entries, sender_incarnation]
 
-and each entry is one message's envelope:
+(``sender_incarnation``: the sending process's incarnation as msgpack ``bin``, 16 bytes for
+a cluster node's uuid, :func:`incarnation_bytes`; left out by a node outside a cluster and
+between the processes of one broker) and each entry is one message's envelope:
 
     [type_id, trace_id, span_id, parent_span_id, send_time_ns, ask_id, body]
 
@@ -41,11 +44,40 @@ _packb = msgpack.packb
 _unpackb = msgpack.unpackb
 
 
+def incarnation_bytes(incarnation: str) -> bytes:
+    """An incarnation (``NodeEndpoint.incarnation``) as a frame carries it: a uuid's 32 hex
+    digits as its 16 bytes, anything else as its UTF-8 (b"" for none)."""
+    found = _INCARNATIONS.get(incarnation)
+    if found is None:
+        try:
+            found = bytes.fromhex(incarnation) if len(incarnation) == 32 else b""
+        except ValueError:
+            found = b""
+        found = found or incarnation.encode()
+        if len(_INCARNATIONS) >= 4096:
+            _INCARNATIONS.clear()
+        _INCARNATIONS[incarnation] = found
+    return found
+
+
+_INCARNATIONS: dict[str, bytes] = {}
+
+
+def _fields(sender_node: str, sender_name: str, receiver_name: str, entries: list[Any],
+            sender_incarnation: bytes) -> list[Any]:
+    if sender_incarnation:
+        return [FORMAT_VERSION, sender_node, sender_name, receiver_name, entries,
+                sender_incarnation]
+    return [FORMAT_VERSION, sender_node, sender_name, receiver_name, entries]
+
+
 def encode_frame(
-    sender_node: str, sender_name: str, receiver_name: str, entries: list[Any]
+    sender_node: str, sender_name: str, receiver_name: str, entries: list[Any],
+    sender_incarnation: bytes = b"",
 ) -> bytes:
     """One frame carrying ``entries`` (each built by :func:`new_entry`)."""
-    return _packb([FORMAT_VERSION, sender_node, sender_name, receiver_name, entries])
+    return _packb(_fields(sender_node, sender_name, receiver_name, entries,
+                          sender_incarnation))
 
 
 class Oversized(NamedTuple):
@@ -65,7 +97,7 @@ def _array_header(count: int) -> bytes:
 
 def encode_frames(
     sender_node: str, sender_name: str, receiver_name: str, entries: list[Any],
-    max_frame_bytes: int,
+    max_frame_bytes: int, sender_incarnation: bytes = b"",
 ) -> tuple[list[bytes], list[Oversized]]:
     """Frames carrying ``entries`` in order, none over ``max_frame_bytes``.
 
@@ -76,12 +108,14 @@ def encode_frames(
     even alone is left out and returned as :class:`Oversized`; the others keep
     their order.
     """
-    frame = _packb([FORMAT_VERSION, sender_node, sender_name, receiver_name, entries])
+    frame = _packb(_fields(sender_node, sender_name, receiver_name, entries,
+                           sender_incarnation))
     if len(frame) <= max_frame_bytes:
         return [frame], []
     del frame
-    head = (bytes((0x95,)) + _packb(FORMAT_VERSION) + _packb(sender_node)
-            + _packb(sender_name) + _packb(receiver_name))
+    head = (bytes((0x96 if sender_incarnation else 0x95,)) + _packb(FORMAT_VERSION)
+            + _packb(sender_node) + _packb(sender_name) + _packb(receiver_name))
+    tail = _packb(sender_incarnation) if sender_incarnation else b""
     frames: list[bytes] = []
     refused: list[Oversized] = []
     batch: list[bytes] = []
@@ -90,17 +124,17 @@ def encode_frames(
     def close_batch() -> None:
         nonlocal batch, batch_bytes
         if batch:
-            frames.append(b"".join([head, _array_header(len(batch)), *batch]))
+            frames.append(b"".join([head, _array_header(len(batch)), *batch, tail]))
             batch, batch_bytes = [], 0
 
     for index, entry in enumerate(entries):
         packed = _packb(entry)
-        alone = len(head) + len(_array_header(1)) + len(packed)
+        alone = len(head) + len(_array_header(1)) + len(packed) + len(tail)
         if alone > max_frame_bytes:
             refused.append(Oversized(index, alone))
             continue
         # the array header grows from 1 to 5 bytes with the count: count it at its largest
-        if len(head) + 5 + batch_bytes + len(packed) > max_frame_bytes:
+        if len(head) + 5 + batch_bytes + len(packed) + len(tail) > max_frame_bytes:
             close_batch()
         batch.append(packed)
         batch_bytes += len(packed)
@@ -108,11 +142,12 @@ def encode_frames(
     return frames, refused
 
 
-def sender_prefix(sender_node: str) -> bytes:
-    """The bytes every frame from ``sender_node`` starts with (the array header, the
-    version, the node name as msgpack writes it): a receiver that knows who sent a frame
-    (CURVE) checks the claim with one ``startswith``, without decoding the frame."""
-    return bytes((0x95,)) + _packb(FORMAT_VERSION) + _packb(sender_node)
+def sender_prefixes(sender_node: str) -> tuple[bytes, bytes]:
+    """The bytes every frame from ``sender_node`` starts with (the array header of either
+    length, the version, the node name as msgpack writes it): a receiver that knows who
+    sent a frame (CURVE) checks the claim with one ``startswith``, without decoding it."""
+    rest = _packb(FORMAT_VERSION) + _packb(sender_node)
+    return bytes((0x95,)) + rest, bytes((0x96,)) + rest
 
 
 def claimed_sender(data: bytes) -> str:
@@ -136,7 +171,7 @@ def frame_head(data: bytes) -> tuple[str, str, int] | None:
     unpacker = msgpack.Unpacker(max_buffer_size=1024)
     unpacker.feed(data[:1024])
     try:
-        if unpacker.read_array_header() != 5:
+        if unpacker.read_array_header() not in (5, 6):
             return None
         unpacker.skip()  # the format version
         node = unpacker.unpack()
@@ -159,7 +194,16 @@ def new_entry(type_id: int, trace_id: int, span_id: int, parent_span_id: int,
 def decode_frame(
     data: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
 ) -> tuple[str, str, str, list[Any]]:
-    """(sender node, sender name, receiver name, entries) of a frame, or :class:`BadFrame`.
+    """(sender node, sender name, receiver name, entries) of a frame, or :class:`BadFrame`."""
+    s_node, s_name, r_name, entries, _s_inc = decode_frame_full(data, max_frame_bytes)
+    return s_node, s_name, r_name, entries
+
+
+def decode_frame_full(
+    data: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+) -> tuple[str, str, str, list[Any], bytes]:
+    """(sender node, sender name, receiver name, entries, sender incarnation: b"" when the
+    frame has none) of a frame, or :class:`BadFrame`.
 
     Entries are not checked here: the receiver checks each one and drops only
     the bad ones. A plain tuple, not a NamedTuple: this runs for every frame.
@@ -170,13 +214,19 @@ def decode_frame(
         obj = _unpackb(data)
     except Exception as exc:  # msgpack raises several unrelated types
         raise BadFrame(f"undecodable frame ({type(exc).__name__}: {exc})") from None
-    if type(obj) is not list or len(obj) != 5:
-        raise BadFrame("undecodable frame (not a 5-element array)")
-    version, s_node, s_name, r_name, entries = obj
+    if type(obj) is not list or not 5 <= len(obj) <= 6:
+        raise BadFrame("undecodable frame (not a 5- or 6-element array)")
+    if len(obj) == 6:
+        version, s_node, s_name, r_name, entries, s_inc = obj
+        if type(s_inc) is not bytes or len(s_inc) > 64:
+            raise BadFrame("undecodable frame (the sender's incarnation must be bytes)")
+    else:
+        version, s_node, s_name, r_name, entries = obj
+        s_inc = b""
     if version != FORMAT_VERSION:
         raise BadFrame(f"undecodable frame (unsupported envelope format version {version!r})")
     if type(s_node) is not str or type(s_name) is not str or type(r_name) is not str:
         raise BadFrame("undecodable frame (addresses must be strings)")
     if type(entries) is not list:
         raise BadFrame("frame entries are not an array")
-    return s_node, s_name, r_name, entries
+    return s_node, s_name, r_name, entries, s_inc

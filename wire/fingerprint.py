@@ -47,7 +47,8 @@ WIRE_MODULES = (
 TEST_SALT_ENV = "ACTORLOG_TEST_HOOK_WIRE_FINGERPRINT_SALT"
 """Test hook only: a value mixed into this process's fingerprint (see the module's notes)."""
 
-FORMAT = "actorlog-wire/1"
+# /2: frames may carry the sender's incarnation (wire.envelope); a build of /1 drops them
+FORMAT = "actorlog-wire/2"
 LENGTH = 12  # hex digits shown and compared: 48 bits, plenty to tell builds apart
 
 

@@ -45,14 +45,15 @@ from actors.runtime.pykka_compat import PykkaActor, envelope, is_stop
 from actors.runtime.supervision import RestartWindow, restart_after_crash
 from actors.runtime.tracing import net_legs, new_id, trace_fields
 from wire import registry
-from wire.envelope import BadFrame, decode_frame, encode_frames
+from wire.envelope import BadFrame, decode_frame_full, encode_frames, incarnation_bytes
 from wire.runtime_messages import Reply
 
 if TYPE_CHECKING:
     from actors.runtime.node import Link, Node
 
 _encode_frames = encode_frames
-_decode_frame = decode_frame
+_decode_frame = decode_frame_full
+_inc_bytes = incarnation_bytes
 _type_ids = registry._BY_TYPE
 _types = registry._BY_ID
 _build = registry.build
@@ -68,9 +69,23 @@ _HELD_MAX = 10_000
 # Why held messages became dead letters (in the dead letter's reason)
 _FORGOTTEN = "its node left the cluster for good"
 _NEW_PROCESS = "its node registered again as a new process"
-_EXPIRED = f"its node left and did not register again within {DEPARTED_HOLD_MS} ms"
 _OVERFLOW = f"more than {_HELD_MAX} held for it while its node was away"
 _STOPPED = "the sender stopped while its node was away"
+
+
+def _expired() -> str:  # the hold as it is (tests shorten it)
+    return f"its node left and did not register again within {_HOLD_NS // 1_000_000} ms"
+
+
+def _unregistered() -> str:
+    return (f"the process of its node that asked was not registered within "
+            f"{_HOLD_NS // 1_000_000} ms")
+
+
+_GONE_PROCESS = "the process of its node that asked is gone (the node registered a newer one)"
+# Answers held for processes not registered yet (Actor._origin_out), per actor at most; past
+# it they go as any other send (a peer naming ever new processes cannot grow this)
+_ORIGIN_HELD_MAX = 1024
 _EVENTS = zmq.EVENTS
 
 
@@ -157,12 +172,23 @@ class Actor(PykkaActor):
         self._to_self: list[Any] = []
         # frames handed over in memory by actors of the same loop, and by the gateway when
         # it runs in this loop (frames from other nodes): (sender node, sender name, entries)
-        self._local_in: list[tuple[str, str, list[Any]]] = []
+        # (sender node, sender name, entries, sender's incarnation: b"" when not said)
+        self._local_in: list[tuple[str, str, list[Any], bytes]] = []
         self._out_sockets: dict[Address, Link | _LocalLink | DirectLink] = {}
         # What waits for a node that left the directory and may register again
         # (Directory.departed): receiver -> (held since, monotonic ns; the entry its node left
         # with; the entries, in order)
         self._departed_out: dict[Address, tuple[int, NodeEndpoint, list[Any]]] = {}
+        # The node and process (incarnation, as frames carry it) the frame being handled
+        # came from; None: from this node, or a frame that names no process
+        self._origin: tuple[str, bytes] | None = None
+        # Answers to the sender of a frame from a process of another node the directory
+        # does not list (restarted; its registration not read here yet): receiver -> (the
+        # process, held since (monotonic ns), the entries in order, whether each answers
+        # that process). What else is sent to that receiver meanwhile (a timer's, a deferred
+        # answer) is appended, so nothing overtakes what waits. Sent once the directory
+        # lists that process; after the hold the answers are dead letters, the rest goes.
+        self._origin_out: dict[Address, tuple[bytes, int, list[Any], list[bool]]] = {}
         self._not_taken_logged: set[str] = set()  # nodes (waits_on_remote False)
         self._owner: Actor = host if host is not None else self
         self._members: list[Actor] = [self]  # actors this loop runs (owner only)
@@ -228,6 +254,8 @@ class Actor(PykkaActor):
         self._drain_local()
         if self._departed_out:
             self._release_departed()
+        if self._origin_out:
+            self._release_origin()
         if self._out:
             self.flush()
 
@@ -254,6 +282,17 @@ class Actor(PykkaActor):
                  self.clock.wall_ns(), 0, msg]
         if address == self.address:
             self._to_self.append(entry)  # never wait on our own mailbox
+            return
+        if self._origin_out:
+            held = self._origin_out.get(address)
+            if held is not None:  # behind what waits, whatever this is
+                origin = self._origin
+                self._hold_more(address, held, entry, origin is not None
+                                and address == self.current_sender and origin[1] == held[0])
+                return
+        origin = self._origin
+        if (origin is not None and address == self.current_sender
+                and self._hold_for_origin(address, entry, origin[1])):
             return
         buf = self._out.get(address)
         if buf is None:
@@ -295,7 +334,78 @@ class Actor(PykkaActor):
     def held_wait_ms(self) -> int | None:
         """How soon the loop must look at what waits for a departed node (None: nothing
         does)."""
-        return _HELD_POLL_MS if self._departed_out else None
+        return _HELD_POLL_MS if self._departed_out or self._origin_out else None
+
+    def _hold_for_origin(self, address: Address, entry: list[Any], incarnation: bytes) -> bool:
+        """Whether ``entry``, an answer to ``address`` (the sender of the frame being
+        handled, from process ``incarnation`` of its node), is held or dropped rather than
+        sent: held when the directory lists that node as another process or not at all and
+        that process may be a newer one (it restarted, and its registration is not read
+        here yet); a dead letter at once when it is one the node had before the one listed
+        (a late frame of a dead process). Only answers to that frame's sender are held: a
+        frame's claim never changes where anything else goes, so a forged or stale one can
+        delay only the answers to itself. The directory's keeper is asked to read the
+        registrations again (rate-limited)."""
+        if self._stopping or self._dead:
+            return False  # what is held is dropped at the stop: go as on any other path
+        directory = self.node.directory
+        node = address.node
+        current = directory.nodes.get(node)
+        if current is not None and (not current.incarnation
+                                    or _inc_bytes(current.incarnation) == incarnation):
+            return False  # the process listed (or one whose process is not known)
+        if directory.was_earlier(node, incarnation):
+            self._held_dead(address, [entry], _GONE_PROCESS)
+            return True
+        if current is None and not directory.kept and node not in directory.departed:
+            return False  # nothing would read its registration: as to any unknown node
+        if len(self._origin_out) >= _ORIGIN_HELD_MAX:
+            return False
+        if address in self._out:
+            self._flush_one(address)  # what was sent before goes first
+        self._origin_out[address] = (incarnation, self.clock.monotonic_ns(), [entry], [True])
+        directory.want_reread(node)
+        return True
+
+    def _hold_more(self, address: Address, held: tuple[bytes, int, list[Any], list[bool]],
+                   entry: list[Any], answer: bool) -> None:
+        entries = held[2]
+        if len(entries) >= _HELD_MAX:
+            self._held_dead(address, [entry], _OVERFLOW)
+            return
+        entries.append(entry)
+        held[3].append(answer)
+
+    def _release_origin(self) -> None:
+        """Send what waited for a process the directory lists now; after the hold, or once
+        that process is known to be an earlier one, the answers to it are dead letters and
+        the rest is sent. Asks again for the registrations meanwhile (the directory limits
+        how often: a read may come before the process registered)."""
+        directory = self.node.directory
+        now = self.clock.monotonic_ns()
+        for address, (incarnation, since, entries, answers) in list(self._origin_out.items()):
+            current = directory.nodes.get(address.node)
+            if current is not None and (not current.incarnation
+                                        or _inc_bytes(current.incarnation) == incarnation):
+                why = None
+            elif directory.was_earlier(address.node, incarnation):
+                why = _GONE_PROCESS
+            elif now - since >= _HOLD_NS:
+                why = _unregistered()
+            else:
+                directory.want_reread(address.node)
+                continue
+            del self._origin_out[address]
+            if why is not None:
+                if any(answers):
+                    pairs = list(zip(entries, answers, strict=True))
+                    self._held_dead(address, [e for e, a in pairs if a], why)
+                    entries = [e for e, a in pairs if not a]
+                if not entries:
+                    continue
+            buf = self._out.get(address)
+            self._out[address] = entries + buf if buf else entries
+            self._flush_one(address)
 
     def _release_departed(self) -> None:
         """Send what waited for a node the directory has learnt again as the same process;
@@ -313,8 +423,8 @@ class Actor(PykkaActor):
                 self._flush_one(address)
                 continue
             why = (_NEW_PROCESS if current is not None
-                   else _FORGOTTEN if address.node not in directory.departed
-                   else _EXPIRED if now - since >= _HOLD_NS else None)
+                   else _expired() if now - since >= _HOLD_NS
+                   else _FORGOTTEN if address.node not in directory.departed else None)
             if why is not None:
                 del self._departed_out[address]
                 self._held_dead(address, entries, why)
@@ -332,14 +442,16 @@ class Actor(PykkaActor):
         if address.node == self.node.name:
             return ""
         directory = self.node.directory
-        now_left = directory.departed.get(address.node)
+        now_left = directory.left_with(address.node)
         if now_left is None:
             # The caller found no entry; learn may have set one since and dropped the node
             # from departed: then hold for it all the same (the next look at what is held
             # sends it, or finds a new process).
             now_left = directory.nodes.get(address.node)
-            if now_left is None:
-                return _FORGOTTEN if since else ""
+            if now_left is None:  # gone for good, or away for longer than the hold
+                if not since:
+                    return ""
+                return _expired() if address.node in directory.departed else _FORGOTTEN
         if left is not None and now_left != left:
             return _NEW_PROCESS
         now = self.clock.monotonic_ns()
@@ -348,7 +460,7 @@ class Actor(PykkaActor):
             self.log.debug("holding messages to {}: node {} left the directory and may "
                            "register again", address, address.node)
         if now - since >= _HOLD_NS:
-            return _EXPIRED
+            return _expired()
         if len(entries) > _HELD_MAX:
             return _OVERFLOW
         self._departed_out[address] = (since, now_left, entries)
@@ -433,7 +545,7 @@ class Actor(PykkaActor):
                 self.node.dead_letters.record(
                     f"actor {address} stopped", len(entries), sender=str(self.address))
                 return
-            peer._local_in.append((self.node.name, self.name, entries))
+            peer._local_in.append((self.node.name, self.name, entries, b""))
             count = len(entries)
             self.sent_local += count
             # _count_enqueued, inline: every hop between actors of one loop comes here
@@ -445,7 +557,8 @@ class Actor(PykkaActor):
                 counts[key] += count
             return
         frames, refused = _encode_frames(self.node.name, self.name, address.name, entries,
-                                         self._max_frame)
+                                         self._max_frame, self.node.incarnation_for(address.node)
+                                         if getattr(link, "remote", False) else b"")
         # A traced message leaving the node: its gateway there writes the network leg.
         # The legs ride with the last frame (split frames are rare: very large turns).
         legs = (self._net_legs(entries, refused)
@@ -603,7 +716,8 @@ class Actor(PykkaActor):
         for m in self._members:
             if m._stopping or m._local_in or m._to_self:
                 return 0
-            if m._departed_out and (timeout is None or timeout > _HELD_POLL_MS):
+            if ((m._departed_out or m._origin_out)
+                    and (timeout is None or timeout > _HELD_POLL_MS)):
                 timeout = _HELD_POLL_MS
             if not m._has_timeout:
                 continue
@@ -665,6 +779,8 @@ class Actor(PykkaActor):
                     m._drain_local()
                 if m._departed_out:
                     m._release_departed()
+                if m._origin_out:
+                    m._release_origin()
                 if m._out:
                     m.flush()
             # What a later member handed an earlier one (a handler's Append to the shard
@@ -702,8 +818,8 @@ class Actor(PykkaActor):
         while self._local_in or self._to_self:
             if self._local_in:
                 batch, self._local_in = self._local_in, []
-                for sender_node, sender_name, entries in batch:
-                    self._dispatch_entries(sender_node, sender_name, entries)
+                for sender_node, sender_name, entries, s_inc in batch:
+                    self._dispatch_entries(sender_node, sender_name, entries, s_inc)
                     if self._out:
                         self.flush()
             if self._to_self:
@@ -728,11 +844,11 @@ class Actor(PykkaActor):
             except _Again:
                 return
             try:
-                s_node, s_name, _r_name, entries = _decode_frame(data, self._max_frame)
+                s_node, s_name, _r_name, entries, s_inc = _decode_frame(data, self._max_frame)
             except BadFrame as exc:  # garbage of any kind
                 self.node.dead_letters.record(str(exc), 1, receiver=self.name)
                 continue
-            self._dispatch_entries(s_node, s_name, entries)
+            self._dispatch_entries(s_node, s_name, entries, s_inc)
             if self._out:
                 # Flush per incoming frame, not per turn: what one frame caused goes out
                 # together, but the next actor does not wait for the rest of our turn.
@@ -741,7 +857,8 @@ class Actor(PykkaActor):
         if self._mailbox is not None:
             self._owner._mailbox_backlog.append(self)
 
-    def _dispatch_entries(self, s_node: str, s_name: str, entries: list[Any]) -> None:
+    def _dispatch_entries(self, s_node: str, s_name: str, entries: list[Any],
+                          s_inc: bytes = b"") -> None:
         senders = self._senders
         sender = senders.get((s_node, s_name))
         if sender is None:
@@ -749,69 +866,78 @@ class Actor(PykkaActor):
                 senders.clear()
             sender = senders[(s_node, s_name)] = Address(s_node, s_name)
         self.current_sender = sender
-        if s_node == self.node.name and s_name != self.name and s_name in self.node.actors:
-            self.messages_dequeued += len(entries)
-        handlers = self._handlers
-        clock = self.clock
-        sender_text = ""  # for trace records, formatted at the first traced entry
-        wall_ns = self.clock.wall_ns
-        for i, entry in enumerate(entries):
-            if self._dead:  # supervision gave up on a crash just now
-                self.node.dead_letters.record(f"actor {self.address} stopped", len(entries) - i,
-                                              sender=str(sender), receiver=self.name)
-                break
-            try:
-                type_id, tid, span, parent, send_ns, ask_id, body = entry
-                cls = _types[type_id]
-                # In-memory hand-overs carry the message itself; frames carry its fields.
-                msg = body if type(body) is cls else _build(cls, body)
-            except KeyError:
-                self.node.dead_letters.record(
-                    f"unknown message type id {entry[0]!r}", 1, receiver=self.name,
-                    sender=str(sender),
-                )
-                continue
-            except Exception as exc:
-                self.node.dead_letters.record(
-                    f"malformed envelope: {exc}", 1, receiver=self.name, sender=str(sender)
-                )
-                continue
-            self.received += 1
-            handler = handlers.get(cls)
-            if handler is None:
-                self.node.dead_letters.record(
-                    f"{self.name} has no handler for {cls.__name__}", 1, receiver=self.name,
-                    sender=str(sender),
-                )
-                continue
-            if tid:
-                self._trace = (tid, span)
-                recv_ns = wall_ns()
-            started_ns = clock.monotonic_ns()
-            try:
-                result = handler(msg)
-            except Exception as exc:
-                self._crashed(exc, msg)
-                if ask_id:
-                    self.tell(sender, Reply(ask_id, False, f"{type(exc).__name__}: {exc}"))
-            else:
-                if ask_id:
-                    self.tell(sender, Reply(ask_id, True, result))
-            self.handler_ns += clock.monotonic_ns() - started_ns
-            self.messages_handled += 1
-            if tid:
-                # One record per hop, written by the receiver once it has handled it
-                # (Tracer.hop's tuple, inline: this runs for every traced message).
-                # Only numbers and strings, so the garbage collector stops tracking the
-                # tuple while it waits for the writer.
-                conn, corr, api, size = trace_fields(msg)
-                if not sender_text:
-                    sender_text = f"{s_name}@{s_node}"
-                self._tracer.hops.append((tid, span, parent, self.name, sender_text, cls.__name__,
-                                          conn, corr, api, size, send_ns, recv_ns, wall_ns(),
-                                          self._tracer.clock_offset_ns))
-                self._trace = (0, 0)
-        self.current_sender = None
+        # what this handling sends to its sender answers process s_inc of s_node (tell)
+        self._origin = (s_node, s_inc) if s_inc and s_node != self.node.name else None
+        try:
+            if s_node == self.node.name and s_name != self.name and s_name in self.node.actors:
+                self.messages_dequeued += len(entries)
+            handlers = self._handlers
+            clock = self.clock
+            sender_text = ""  # for trace records, formatted at the first traced entry
+            wall_ns = self.clock.wall_ns
+            for i, entry in enumerate(entries):
+                if self._dead:  # supervision gave up on a crash just now
+                    self.node.dead_letters.record(f"actor {self.address} stopped", len(entries) - i,
+                                                  sender=str(sender), receiver=self.name)
+                    break
+                try:
+                    type_id, tid, span, parent, send_ns, ask_id, body = entry
+                    cls = _types[type_id]
+                    # In-memory hand-overs carry the message itself; frames carry its fields.
+                    msg = body if type(body) is cls else _build(cls, body)
+                except KeyError:
+                    self.node.dead_letters.record(
+                        f"unknown message type id {entry[0]!r}", 1, receiver=self.name,
+                        sender=str(sender),
+                    )
+                    continue
+                except Exception as exc:
+                    self.node.dead_letters.record(
+                        f"malformed envelope: {exc}", 1, receiver=self.name, sender=str(sender)
+                    )
+                    continue
+                self.received += 1
+                handler = handlers.get(cls)
+                if handler is None:
+                    self.node.dead_letters.record(
+                        f"{self.name} has no handler for {cls.__name__}", 1, receiver=self.name,
+                        sender=str(sender),
+                    )
+                    continue
+                if tid:
+                    self._trace = (tid, span)
+                    recv_ns = wall_ns()
+                started_ns = clock.monotonic_ns()
+                try:
+                    result = handler(msg)
+                except Exception as exc:
+                    # the restarted actor's on_start sends answer no frame
+                    origin, self._origin = self._origin, None
+                    self._crashed(exc, msg)
+                    self._origin = origin
+                    if ask_id:
+                        self.tell(sender, Reply(ask_id, False, f"{type(exc).__name__}: {exc}"))
+                else:
+                    if ask_id:
+                        self.tell(sender, Reply(ask_id, True, result))
+                self.handler_ns += clock.monotonic_ns() - started_ns
+                self.messages_handled += 1
+                if tid:
+                    # One record per hop, written by the receiver once it has handled it
+                    # (Tracer.hop's tuple, inline: this runs for every traced message).
+                    # Only numbers and strings, so the garbage collector stops tracking the
+                    # tuple while it waits for the writer.
+                    conn, corr, api, size = trace_fields(msg)
+                    if not sender_text:
+                        sender_text = f"{s_name}@{s_node}"
+                    self._tracer.hops.append((tid, span, parent, self.name, sender_text,
+                                              cls.__name__, conn, corr, api, size, send_ns,
+                                              recv_ns, wall_ns(), self._tracer.clock_offset_ns))
+                    self._trace = (0, 0)
+        finally:
+            # cleared on every way out: a later send (a timer's) is no answer to this frame
+            self.current_sender = None
+            self._origin = None
 
     def _run_guarded(self, fn: Callable[..., Any], *args: Any) -> None:
         try:
@@ -874,6 +1000,17 @@ class Actor(PykkaActor):
             else:  # a teardown may trip over what the failed setup never made
                 self.log.opt(exception=True).debug("teardown of {} after its failed start "
                                                    "failed", self.name)
+        # Answers held for a process not registered yet are dead letters; what only queued
+        # behind them (no answer to that process) goes to the process listed, in order
+        for address, (_inc, _since, entries, answers) in self._origin_out.items():
+            pairs = list(zip(entries, answers, strict=True))
+            if any(answers):
+                self._held_dead(address, [e for e, a in pairs if a], _STOPPED)
+            rest = [e for e, a in pairs if not a]
+            if rest:
+                buf = self._out.get(address)
+                self._out[address] = rest + buf if buf else rest
+        self._origin_out.clear()
         if self._out:
             self.flush()
         for address, (_since, _left, entries) in self._departed_out.items():

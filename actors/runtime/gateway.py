@@ -19,11 +19,11 @@ from actors.runtime.direct import (
 )
 from actors.runtime.directory import NodeEndpoint
 from actors.runtime.tracing import record_net_legs
-from wire.envelope import BadFrame, claimed_sender, decode_frame, sender_prefix
+from wire.envelope import BadFrame, claimed_sender, decode_frame_full, sender_prefixes
 from wire.runtime_messages import GetClockOffsets, Ping, Pong
 
 _POLLIN = int(zmq.POLLIN)
-_decode_frame = decode_frame
+_decode_frame = decode_frame_full
 
 if TYPE_CHECKING:
     from actors.runtime.node import Link, Node
@@ -253,7 +253,8 @@ class Gateway(Actor):
         if found is None:
             curve = self.node.curve
             names = curve.names_of(peer) if curve is not None and peer else frozenset()
-            found = self._prefixes[peer] = tuple(sender_prefix(n) for n in sorted(names))
+            found = self._prefixes[peer] = tuple(p for n in sorted(names)
+                                                 for p in sender_prefixes(n))
         return found
 
     def _refuse_forged(self, meta: Any, peer: str, frame: bytes, target: str) -> None:
@@ -335,11 +336,12 @@ class Gateway(Actor):
             # queue, decoded here, as from an actor of the loop (no inproc socket,
             # no thread switch); it runs in this same turn of the loop.
             try:
-                s_node, s_name, _r_name, entries = _decode_frame(frame, self.node.max_frame_bytes)
+                s_node, s_name, _r_name, entries, s_inc = _decode_frame(
+                    frame, self.node.max_frame_bytes)
             except BadFrame as exc:
                 self.node.dead_letters.record(str(exc), 1, receiver=name)
                 return
-            local._local_in.append((s_node, s_name, entries))
+            local._local_in.append((s_node, s_name, entries, s_inc))
             if legs is not None:
                 record_net_legs(self.node.tracer, self.name, legs, legs_ns, self.clock.wall_ns())
             return

@@ -44,7 +44,12 @@ from actors.runtime.pykka_compat import actor_of, call_message
 from actors.runtime.tracing import Tracer, net_legs, new_id
 from actors.security.curve import CurveIdentity
 from wire import registry
-from wire.envelope import DEFAULT_MAX_FRAME_BYTES, encode_frames, new_entry
+from wire.envelope import (
+    DEFAULT_MAX_FRAME_BYTES,
+    encode_frames,
+    incarnation_bytes,
+    new_entry,
+)
 from wire.runtime_messages import Reply
 
 _NOBLOCK = int(zmq.NOBLOCK)
@@ -143,6 +148,8 @@ class Node:
         if endpoint is not None:
             self.directory.add(name, endpoint)
         self.endpoint = self.directory.nodes.get(name)
+        if self.directory.clock is None:
+            self.directory.clock = self.clock  # when the departed left (Directory.departed_ns)
         self.context = context or zmq.Context()
         self._own_context = context is None
         self.max_frame_bytes = max_frame_bytes
@@ -153,6 +160,14 @@ class Node:
         # The other processes of this broker: the actors of the gateway's loop send to
         # them over direct links (actors.runtime.direct), never with CURVE
         self.direct_peers = frozenset(direct_peers) - {name} if curve is None else frozenset()
+        self.own_processes = frozenset(direct_peers) - {name}  # with CURVE too
+        # This process's incarnation as its frames to other nodes carry it
+        # (wire.envelope.incarnation_bytes): a node that asks learns which process to answer
+        # (Actor.tell). A cluster node sets the one it registers; b"": none sent (a node
+        # outside a cluster). Never sent to the other processes of this broker.
+        self.frame_incarnation = (incarnation_bytes(self.endpoint.incarnation)
+                            if self.endpoint is not None and self.endpoint.incarnation
+                            else b"")
         self._zap: Any = None
         self._keyless: set[str] = set()  # nodes without a CURVE key here, logged once each
         self.actors: dict[str, Actor] = {}
@@ -308,6 +323,13 @@ class Node:
             raise NodeError(f"node {address.node} has no reachable endpoint from {self.name}")
         return Link(sock, True, address.node, endpoint)
 
+    def incarnation_for(self, node: str) -> bytes:
+        """What a frame to ``node`` carries as its sender's incarnation: none to this node
+        or another process of this broker."""
+        if not self.frame_incarnation or node == self.name or node in self.own_processes:
+            return b""
+        return self.frame_incarnation
+
     def _direct_link(self, sender: Actor, node: str) -> DirectLink | None:
         """The direct link to ``node`` when ``sender`` runs in the gateway's loop and
         ``node`` is another process of this broker; else None (ZeroMQ)."""
@@ -417,7 +439,7 @@ class Node:
         entry = new_entry(registry.type_id_of(type(msg)), tid, span, 0, self.clock.wall_ns(),
                           ask_id, msg)
         frames, refused = encode_frames(self.name, sender, address.name, [entry],
-                                        self.max_frame_bytes)
+                                        self.max_frame_bytes, self.incarnation_for(address.node))
         if refused:
             self.metrics.incr("messages_refused_oversized")
             reason = (f"{type(msg).__name__} of {refused[0].frame_bytes} bytes from {sender} to "

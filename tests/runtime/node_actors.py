@@ -99,6 +99,21 @@ class Sender(Actor):
         return msg.count
 
 
+class NumberedSender(Actor):
+    """Like Sender, but numbers its Seq messages across every SendSeq (0, 1, 2, ...)."""
+
+    def setup(self) -> None:
+        self.next = 0
+
+    @handles(SendSeq)
+    def on_send(self, msg: SendSeq) -> int:
+        target = Address(msg.node, msg.name)
+        for _ in range(msg.count):
+            self.tell(target, Seq(self.name, self.next))
+            self.next += 1
+        return msg.count
+
+
 class AdvisorySender(Actor):
     """Sends each message as its own frame and never waits on a remote link."""
 
@@ -160,6 +175,15 @@ class Fragile(Actor):
         return {"setups": self.setups, "handled": self.handled}
 
 
+class Announcer(Fragile):
+    """A Fragile that, at each setup (the first and every restart), tells b's checker a
+    numbered Seq (an actor whose start greets a peer)."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.tell(Address("b", "checker"), Seq(self.name, self.setups - 1))
+
+
 class Pump(Actor):
     """Sends a bounded stream of numbered messages to a relay chain until told to stop."""
 
@@ -213,13 +237,14 @@ class CountingSink(Actor):
 
 
 def directory_from(spec: str) -> Directory:
-    """``a=127.0.0.2:5001,b=127.0.0.3:5002[;ipcdir]`` into a Directory."""
+    """``a=127.0.0.2:5001,b=127.0.0.3:5002@incarnation[;ipcdir]`` into a Directory."""
     nodes, _, ipc_dir = spec.partition(";")
     d = Directory()
     for item in nodes.split(","):
         name, _, hostport = item.partition("=")
+        hostport, _, incarnation = hostport.partition("@")
         host, _, port = hostport.rpartition(":")
-        d.add(name, NodeEndpoint(host, int(port), ipc_dir))
+        d.add(name, NodeEndpoint(host, int(port), ipc_dir, incarnation))
     return d
 
 

@@ -25,11 +25,13 @@ from tests.fixtures.waiting import wait_for
 from tests.runtime.node_actors import (
     GATE,
     AdvisorySender,
+    Announcer,
     Boom,
     Fragile,
     GetState,
     Hold,
     Nap,
+    NumberedSender,
     OrderChecker,
     Sender,
     SendSeq,
@@ -636,3 +638,281 @@ def test_what_waited_is_not_sent_on_a_link_made_to_a_new_process(
     assert no_route(a, "checker@b") == 20
     state = wait_for(lambda: (st := checked(b))["count"] >= 5 and st, timeout=10)
     assert state == {"count": 5, "out_of_order": 0, "last": {"sender": 4}}
+
+
+# --------------------------------- answers to a process of a node not registered yet
+def restarted_pair(nodes: list[Node], b_incarnation: str) -> tuple[Node, Node]:
+    """a lists b as process "1"; b runs as process ``b_incarnation`` (restarted, its
+    registration not read by a), and its frames say so. a runs an OrderChecker."""
+    endpoints = {"a": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="a1"),
+                 "b": NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="1")}
+    a = Node("a", directory=Directory(dict(endpoints))).start()
+    nodes.append(a)
+    a.spawn(OrderChecker, "checker")
+    restarted = NodeEndpoint("127.0.0.1", endpoints["b"].port, incarnation=b_incarnation)
+    b = Node("b", directory=Directory({"a": endpoints["a"], "b": restarted})).start()
+    nodes.append(b)
+    return a, b
+
+
+def asking(b: Node, answers: list[Any], timeout: float = 20) -> threading.Thread:
+    def ask() -> None:
+        try:
+            answers.append(b.ask(Address("a", "checker"), GetState(), timeout=timeout))
+        except Exception as exc:  # said by the assertions
+            answers.append(exc)
+    thread = threading.Thread(target=ask, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("listed", [False, True], ids=["departed", "old-process-listed"])
+def test_an_answer_to_a_process_not_registered_yet_waits_for_its_registration(
+        nodes: list[Node], listed: bool) -> None:
+    """Node b restarted (process "2") asks a before a has read its new registration: a
+    holds b as departed, or still lists the old process. The answer is held for the
+    process that asked (its frame names it), one re-read of the registrations is asked
+    for, and the answer goes once that process is listed: no dead letter, nothing sent
+    to the old process."""
+    a, b = restarted_pair(nodes, "2")
+    if not listed:
+        a.directory.forget("b", may_return=True)  # its session expired, as on a kill -9
+    answers: list[Any] = []
+    thread = asking(b, answers)
+    checker = a.actor("checker")
+    # observable: the answer waits in the checker, a re-read is asked for
+    wait_for(lambda: any(addr.node == "b" and held[0] == b"2"
+                         for addr, held in list(checker._origin_out.items())), timeout=10)
+    assert a.directory.due_rereads() == ["b"]
+    assert a.directory.reread_requests == 1
+    assert not answers and a.dead_letters.total == 0
+    a.directory.learn("b", NodeEndpoint("127.0.0.1", b.endpoint.port, incarnation="2"))
+    a.directory.reread_done("b", True)
+    thread.join(timeout=25)
+    assert answers == [{"count": 0, "out_of_order": 0, "last": {}}]
+    assert a.dead_letters.total == 0
+    wait_for(lambda: not checker._origin_out, timeout=10)
+
+
+def test_an_answer_to_a_process_never_registered_is_a_dead_letter_after_the_hold(
+        nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frame naming a process of b that never registers (a forged or stale one): the
+    answer to it waits the hold, then is a dead letter; what a sends to b otherwise
+    (not an answer to that frame) goes to the process listed at once."""
+    monkeypatch.setattr("actors.runtime.actor._HOLD_NS", 1_000_000_000)
+    a, b = restarted_pair(nodes, "bogus")
+    answers: list[Any] = []
+    thread = asking(b, answers, timeout=5)
+    dead = ("no route to actor _asks@b (the process of its node that asked was not registered "
+            "within 1000 ms)", "checker@a")
+    wait_for(lambda: dead in [(r, s) for r, s, _r in a.dead_letters.last], timeout=20)
+    assert not a.actor("checker")._origin_out
+    thread.join(timeout=20)
+    assert len(answers) == 1 and isinstance(answers[0], AskTimeout)  # its answer was dropped
+
+
+def test_rereads_asked_for_by_held_answers_are_rate_limited(
+        nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many frames from a process of b a does not list, each asking a question: their
+    answers wait, but the keeper of a's directory is asked for at most one re-read of b
+    at a time, and not twice within a second; a failed read is tried again later."""
+    monkeypatch.setattr("actors.runtime.actor._HOLD_NS", 60_000_000_000)  # a slow machine
+    a, b = restarted_pair(nodes, "bogus")
+    answers: list[Any] = []
+    threads = [asking(b, answers, timeout=40) for _ in range(40)]
+    checker = a.actor("checker")
+    wait_for(lambda: bool(checker._origin_out), timeout=10)
+    # one asked for, none taken yet: however many answers wait, no second one is posted
+    assert a.directory.reread_requests == 1
+    # the keeper (here the test, as the controller would) reads: b is still process "1"
+    started = time.monotonic()
+    reads = 0
+    failed = False
+    while reads < 2 and time.monotonic() - started < 20:
+        for name in a.directory.due_rereads():
+            assert name == "b"
+            reads += 1
+            a.directory.reread_done(name, ok=failed)  # every other read fails
+            failed = not failed
+        time.sleep(0.05)
+    elapsed = time.monotonic() - started
+    assert reads >= 2  # a failed read was tried again
+    # without the limit every held answer (40), and every 20 ms look at them, asked;
+    # with it: the first, then one a second at most
+    assert a.directory.reread_requests <= 1 + int(elapsed) + 1, (a.directory.reread_requests,
+                                                                 elapsed)
+    a.directory.learn("b", NodeEndpoint("127.0.0.1", b.endpoint.port, incarnation="bogus"))
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(answers) == 40 and all(type(x) is dict for x in answers), answers[:3]
+    assert a.dead_letters.total == 0
+
+
+def test_a_departed_node_is_forgotten_after_the_hold(
+        nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node that does not come back costs nothing after the hold: what is sent to it
+    then is a dead letter at once (not held for another hold), and its entry among the
+    departed goes at the directory's next change. The departed are bounded."""
+    monkeypatch.setattr("actors.runtime.directory._HOLD_NS", 300_000_000)
+    endpoints = {n: NodeEndpoint("127.0.0.1", free_port("127.0.0.1"), incarnation="1")
+                 for n in ("a", "b")}  # b does not run
+    a = Node("a", directory=Directory(dict(endpoints))).start()
+    nodes.append(a)
+    a.spawn(Sender, "sender")
+    a.directory.forget("b", may_return=True)
+    wait_for(lambda: a.directory.left_with("b") is None, timeout=10)  # the hold is over
+    assert a.ask(Address("a", "sender"), SendSeq(25, "b", "checker")) == 25
+    # dead letters in the sender's turn, before the ask's answer: none held
+    assert not a.actor("sender")._departed_out
+    assert no_route(a, "checker@b") == 25
+    a.directory.learn("c", NodeEndpoint("127.0.0.1", 1, incarnation="1"))
+    assert "b" not in a.directory.departed and "b" not in a.directory.departed_ns
+    monkeypatch.setattr("actors.runtime.directory._HOLD_NS", 60_000_000_000)
+    for i in range(1500):
+        a.directory.learn(f"n{i}", NodeEndpoint("127.0.0.1", 1, incarnation="1"))
+        a.directory.forget(f"n{i}", may_return=True)
+    assert len(a.directory.departed) <= 1024 and len(a.directory.departed_ns) <= 1024
+    assert "n1499" in a.directory.departed
+
+
+@pytest.mark.parametrize("kept", [False, True], ids=["no-keeper", "kept"])
+def test_an_answer_to_a_node_not_listed_at_all_waits_only_where_registrations_are_read(
+        nodes: list[Node], kept: bool) -> None:
+    """b is not in a's directory at all. Where something reads the registrations when
+    asked (a cluster node's controller: ``Directory.kept``) the answer to b's frame waits
+    for b's registration; elsewhere (a broker's other processes, whose directories list
+    only each other) it is a dead letter at once, as before."""
+    a, b = restarted_pair(nodes, "2")
+    a.directory.forget("b")  # for good: not departed, not listed
+    a.directory.kept = kept
+    answers: list[Any] = []
+    thread = asking(b, answers, timeout=10 if kept else 3)
+    if not kept:
+        wait_for(lambda: no_route(a, "_asks@b") == 1, timeout=10)
+        thread.join(timeout=20)
+        assert len(answers) == 1 and isinstance(answers[0], AskTimeout)
+        assert a.directory.reread_requests == 0
+        return
+    checker = a.actor("checker")
+    wait_for(lambda: bool(checker._origin_out), timeout=10)
+    assert a.directory.reread_requests == 1 and a.dead_letters.total == 0
+    a.directory.learn("b", NodeEndpoint("127.0.0.1", b.endpoint.port, incarnation="2"))
+    thread.join(timeout=20)
+    assert answers == [{"count": 0, "out_of_order": 0, "last": {}}]
+    assert a.dead_letters.total == 0
+
+
+def test_a_process_forgotten_for_the_next_one_is_remembered_as_earlier() -> None:
+    """The cluster controller, reading a registration that names a new process, forgets
+    the old one (for good) and learns the new: the old is then a known earlier process
+    (its late frames' answers are dead letters at once), the new is not."""
+    directory = Directory()
+    directory.learn("b", NodeEndpoint("127.0.0.1", 9, incarnation="1"))
+    directory.forget("b", may_return=False)
+    directory.learn("b", NodeEndpoint("127.0.0.1", 9, incarnation="2"))
+    assert directory.was_earlier("b", b"1")
+    assert not directory.was_earlier("b", b"2")
+    # and a process listed again is no longer an earlier one
+    directory.learn("b", NodeEndpoint("127.0.0.1", 9, incarnation="1"))
+    assert not directory.was_earlier("b", b"1") and directory.was_earlier("b", b"2")
+
+
+def test_a_late_frame_of_an_earlier_process_delays_nothing_else(nodes: list[Node]) -> None:
+    """a lists b as process "2" and knew it as "1" before; a late frame from "1" asks a's
+    sender to send to b's checker. What goes to b's checker (not the asker) is sent at once
+    to the process listed; the answer to the asker, a process known to be gone, is a dead
+    letter at once (in the same turn), not held for the hold."""
+    a, b = restarted_pair(nodes, "1")
+    a.spawn(Sender, "sender")
+    b.spawn(OrderChecker, "checker")
+    a.directory.learn("b", NodeEndpoint("127.0.0.1", b.endpoint.port, incarnation="2"))
+    assert a.directory.was_earlier("b", b"1")
+    answers: list[Any] = []
+
+    def ask() -> None:
+        try:
+            answers.append(b.ask(Address("a", "sender"), SendSeq(5, "b", "checker"), timeout=3))
+        except Exception as exc:  # said by the assertions
+            answers.append(exc)
+    thread = threading.Thread(target=ask, daemon=True)
+    thread.start()
+    # without (a) all five were held for process "1" (dead letters after 10 s)
+    state = wait_for(lambda: (st := checked(b))["count"] >= 5 and st, timeout=8)
+    assert state == {"count": 5, "out_of_order": 0, "last": {"sender": 4}}
+    # the answer went in the same turn as the five: a dead letter already, nothing held
+    assert dead_from(a, "sender", "the process of its node that asked is gone") == 1
+    assert not a.actor("sender")._origin_out
+    thread.join(timeout=10)
+    assert len(answers) == 1 and isinstance(answers[0], AskTimeout)
+
+
+def test_what_is_sent_after_a_held_answer_does_not_overtake_it(nodes: list[Node]) -> None:
+    """b's checker (process "2", a lists "1") asks a's numbered sender for Seq 0-2: they
+    answer its frame and are held. Then a's own thread asks for 3-5 (no frame of b's):
+    they wait behind 0-2, and b's checker gets 0-5 in order once a lists process "2"."""
+    a, b = restarted_pair(nodes, "2")
+    a.spawn(NumberedSender, "numbered")
+    b.spawn(OrderChecker, "checker")
+    b.tell(Address("a", "numbered"), SendSeq(3, "b", "checker"), sender="checker")
+    numbered = a.actor("numbered")
+    wait_for(lambda: Address("b", "checker") in numbered._origin_out, timeout=10)
+    assert a.ask(Address("a", "numbered"), SendSeq(3, "b", "checker")) == 3
+    assert len(numbered._origin_out[Address("b", "checker")][2]) == 6
+    a.directory.learn("b", NodeEndpoint("127.0.0.1", b.endpoint.port, incarnation="2"))
+    state = wait_for(lambda: (st := checked(b))["count"] >= 6 and st, timeout=10)
+    assert state == {"count": 6, "out_of_order": 0, "last": {"numbered": 5}}
+    assert a.dead_letters.total == 0
+
+
+def test_more_than_the_held_maximum_for_a_process_not_registered_is_dead_letters(
+        nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answers held for one receiver are bounded as those for a departed node are: past
+    ``_HELD_MAX`` they are dead letters at once; the first ``_HELD_MAX`` go once a lists
+    the process."""
+    monkeypatch.setattr("actors.runtime.actor._HELD_MAX", 10)
+    a, b = restarted_pair(nodes, "2")
+    a.spawn(NumberedSender, "numbered")
+    b.spawn(OrderChecker, "checker")
+    b.tell(Address("a", "numbered"), SendSeq(25, "b", "checker"), sender="checker")
+    wait_for(lambda: dead_from(a, "numbered", "held for it while its node was away") == 15,
+             timeout=10)
+    assert no_route(a, "checker@b") == 15
+    assert len(a.actor("numbered")._origin_out[Address("b", "checker")][2]) == 10
+    a.directory.learn("b", NodeEndpoint("127.0.0.1", b.endpoint.port, incarnation="2"))
+    state = wait_for(lambda: (st := checked(b))["count"] >= 10 and st, timeout=10)
+    assert state == {"count": 10, "out_of_order": 0, "last": {"numbered": 9}}
+
+
+def test_a_restarted_actors_first_sends_are_not_held_for_the_frame_that_crashed_it(
+        nodes: list[Node]) -> None:
+    """A frame from b's checker (process "2", a lists "1") crashes a's announcer; its
+    restart's setup tells b's checker a greeting. That greeting answers no frame: it goes
+    to the process listed at once, not held for process "2" (which never registers here:
+    it would be a dead letter after the hold)."""
+    a, b = restarted_pair(nodes, "2")
+    b.spawn(OrderChecker, "checker")
+    a.spawn(Announcer, "announcer")
+    wait_for(lambda: checked(b)["count"] == 1, timeout=10)  # the first setup's
+    b.tell(Address("a", "announcer"), Boom("crash"), sender="checker")
+    state = wait_for(lambda: (st := checked(b))["count"] >= 2 and st, timeout=8)
+    assert state == {"count": 2, "out_of_order": 0, "last": {"announcer": 1}}
+    assert not a.actor("announcer")._origin_out
+
+
+def test_a_stopping_actor_drops_its_held_answers_and_sends_what_queued_behind_them(
+        nodes: list[Node]) -> None:
+    """Answers held for a process not registered yet are dead letters when their sender
+    stops; what only queued behind them (a's own ask's, no answer to that process) goes
+    to the process listed."""
+    a, b = restarted_pair(nodes, "2")
+    a.spawn(NumberedSender, "numbered")
+    b.spawn(OrderChecker, "checker")
+    b.tell(Address("a", "numbered"), SendSeq(3, "b", "checker"), sender="checker")
+    numbered = a.actor("numbered")
+    wait_for(lambda: Address("b", "checker") in numbered._origin_out, timeout=10)
+    assert a.ask(Address("a", "numbered"), SendSeq(3, "b", "checker")) == 3
+    assert a.stop_actor("numbered")
+    assert dead_from(a, "numbered", "the sender stopped while its node was away") == 1
+    assert no_route(a, "checker@b") == 3
+    state = wait_for(lambda: (st := checked(b))["count"] >= 3 and st, timeout=10)
+    assert state == {"count": 3, "out_of_order": 1, "last": {"numbered": 5}}  # 3, 4, 5

@@ -235,17 +235,9 @@ def _command_config(_ctx: click.Context, _param: click.Parameter,
     --command-config` reads it; a bad file is one line and exit code 2."""
     if path is None:
         return {}
-    from actors.cli import UserError
-    from actors.cli.client_config import ClientConfigError, load_librdkafka
+    from actors.cli.client_config import command_config
 
-    try:
-        settings, unknown = load_librdkafka(path)
-    except ClientConfigError as exc:
-        raise UserError(f"--command-config {exc}") from None
-    if unknown:
-        click.echo(f"Warning: --command-config {path}: ignoring unknown "
-                   f"{'key' if len(unknown) == 1 else 'keys'} {', '.join(unknown)}", err=True)
-    return settings
+    return command_config(path, librdkafka=True)
 
 
 def _settings(kw: dict[str, Any]) -> dict[str, str]:

@@ -18,8 +18,6 @@ from typing import Any, TypeVar
 
 import click
 
-from actors.cli import UserError
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -29,16 +27,9 @@ COMMAND_CONFIG = "actorlog.command_config"  # ctx.meta: kafka-python's security 
 def _command_config(ctx: click.Context, _param: click.Parameter, path: str | None) -> None:
     if path is None:
         return
-    from actors.cli.client_config import ClientConfigError, load
+    from actors.cli.client_config import command_config
 
-    try:
-        settings, unknown = load(path)
-    except ClientConfigError as exc:
-        raise UserError(f"--command-config {exc}") from None
-    if unknown:
-        click.echo(f"Warning: --command-config {path}: ignoring unknown "
-                   f"{'key' if len(unknown) == 1 else 'keys'} {', '.join(unknown)}", err=True)
-    ctx.meta[COMMAND_CONFIG] = settings
+    ctx.meta[COMMAND_CONFIG] = command_config(path)
 
 
 def bootstrap_option(fn: F) -> F:

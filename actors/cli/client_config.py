@@ -269,3 +269,20 @@ def load_librdkafka(path: str) -> tuple[dict[str, str], list[str]]:
     """librdkafka settings from a command-config file, and the keys it did not know."""
     settings = read_file(path)
     return librdkafka_settings(settings), sorted(set(settings) - KNOWN)
+
+
+def command_config(path: str, librdkafka: bool = False) -> dict[str, Any]:
+    """A ``--command-config FILE`` option's settings for kafka-python (or librdkafka):
+    a bad file is the command's one-line error, unknown keys one warning."""
+    import click
+
+    from actors.cli import UserError
+
+    try:
+        settings, unknown = (load_librdkafka if librdkafka else load)(path)
+    except ClientConfigError as exc:
+        raise UserError(f"--command-config {exc}") from None
+    if unknown:
+        click.echo(f"Warning: --command-config {path}: ignoring unknown "
+                   f"{'key' if len(unknown) == 1 else 'keys'} {', '.join(unknown)}", err=True)
+    return settings

@@ -224,6 +224,12 @@ def test_a_follower_killed_while_an_acks_all_produce_waits_on_it_acknowledges_it
     assert producer.flush(60) == 0
     assert len(outcomes) == 2 and outcomes[1][1] is None, outcomes
     assert outcomes[1][2] == 1  # before: refused NOT_LEADER_OR_FOLLOWER though in the log
+    # the ack came once the leader had the controller's change; the node asked for the
+    # view learns it by its own UpdateMetadata, which may come a moment later (CI saw
+    # a view still at the old ISR and epoch right after the ack, under load)
+    wait_for("the view to show the controller's ISR change",
+             lambda: follower not in cluster.view().partitions[("waits", 0)].isr,
+             timeout_s=30)
     after = cluster.view().partitions[("waits", 0)]
     assert after.leader == leader and follower not in after.isr
     assert after.leader_epoch > before.leader_epoch  # the controller's ISR change

@@ -83,6 +83,12 @@ def _unregistered() -> str:
 
 
 _GONE_PROCESS = "the process of its node that asked is gone (the node registered a newer one)"
+
+
+def _lists(entry: NodeEndpoint | None, incarnation: bytes) -> bool:
+    """Whether a directory entry is process ``incarnation`` (or names no process)."""
+    return entry is not None and (not entry.incarnation
+                                  or _inc_bytes(entry.incarnation) == incarnation)
 # Answers held for processes not registered yet (Actor._origin_out), per actor at most; past
 # it they go as any other send (a peer naming ever new processes cannot grow this)
 _ORIGIN_HELD_MAX = 1024
@@ -351,8 +357,7 @@ class Actor(PykkaActor):
         directory = self.node.directory
         node = address.node
         current = directory.nodes.get(node)
-        if current is not None and (not current.incarnation
-                                    or _inc_bytes(current.incarnation) == incarnation):
+        if _lists(current, incarnation):
             return False  # the process listed (or one whose process is not known)
         if directory.was_earlier(node, incarnation):
             self._held_dead(address, [entry], _GONE_PROCESS)
@@ -384,9 +389,7 @@ class Actor(PykkaActor):
         directory = self.node.directory
         now = self.clock.monotonic_ns()
         for address, (incarnation, since, entries, answers) in list(self._origin_out.items()):
-            current = directory.nodes.get(address.node)
-            if current is not None and (not current.incarnation
-                                        or _inc_bytes(current.incarnation) == incarnation):
+            if _lists(directory.nodes.get(address.node), incarnation):
                 why = None
             elif directory.was_earlier(address.node, incarnation):
                 why = _GONE_PROCESS

@@ -846,10 +846,9 @@ def test_a_late_frame_of_an_earlier_process_delays_nothing_else(nodes: list[Node
     assert len(answers) == 1 and isinstance(answers[0], AskTimeout)
 
 
-def test_what_is_sent_after_a_held_answer_does_not_overtake_it(nodes: list[Node]) -> None:
-    """b's checker (process "2", a lists "1") asks a's numbered sender for Seq 0-2: they
-    answer its frame and are held. Then a's own thread asks for 3-5 (no frame of b's):
-    they wait behind 0-2, and b's checker gets 0-5 in order once a lists process "2"."""
+def _three_held_three_behind(nodes: list[Node]) -> tuple[Node, Node, Any]:
+    """b's checker (process "2", a lists "1") asks a's numbered sender for Seq 0-2, held
+    as answers to its frame; then a's own thread asks for 3-5, which queue behind them."""
     a, b = restarted_pair(nodes, "2")
     a.spawn(NumberedSender, "numbered")
     b.spawn(OrderChecker, "checker")
@@ -857,6 +856,14 @@ def test_what_is_sent_after_a_held_answer_does_not_overtake_it(nodes: list[Node]
     numbered = a.actor("numbered")
     wait_for(lambda: Address("b", "checker") in numbered._origin_out, timeout=10)
     assert a.ask(Address("a", "numbered"), SendSeq(3, "b", "checker")) == 3
+    return a, b, numbered
+
+
+def test_what_is_sent_after_a_held_answer_does_not_overtake_it(nodes: list[Node]) -> None:
+    """b's checker (process "2", a lists "1") asks a's numbered sender for Seq 0-2: they
+    answer its frame and are held. Then a's own thread asks for 3-5 (no frame of b's):
+    they wait behind 0-2, and b's checker gets 0-5 in order once a lists process "2"."""
+    a, b, numbered = _three_held_three_behind(nodes)
     assert len(numbered._origin_out[Address("b", "checker")][2]) == 6
     a.directory.learn("b", NodeEndpoint("127.0.0.1", b.endpoint.port, incarnation="2"))
     state = wait_for(lambda: (st := checked(b))["count"] >= 6 and st, timeout=10)
@@ -904,13 +911,7 @@ def test_a_stopping_actor_drops_its_held_answers_and_sends_what_queued_behind_th
     """Answers held for a process not registered yet are dead letters when their sender
     stops; what only queued behind them (a's own ask's, no answer to that process) goes
     to the process listed."""
-    a, b = restarted_pair(nodes, "2")
-    a.spawn(NumberedSender, "numbered")
-    b.spawn(OrderChecker, "checker")
-    b.tell(Address("a", "numbered"), SendSeq(3, "b", "checker"), sender="checker")
-    numbered = a.actor("numbered")
-    wait_for(lambda: Address("b", "checker") in numbered._origin_out, timeout=10)
-    assert a.ask(Address("a", "numbered"), SendSeq(3, "b", "checker")) == 3
+    a, b, _numbered = _three_held_three_behind(nodes)
     assert a.stop_actor("numbered")
     assert dead_from(a, "numbered", "the sender stopped while its node was away") == 1
     assert no_route(a, "checker@b") == 3

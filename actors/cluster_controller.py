@@ -465,8 +465,8 @@ class ClusterController(Actor):
         held answers that ask."""
         directory = self.node.directory
         # Two clocks: this gate runs on the controller's clock (a test's may be simulated);
-        # Directory's per-node limits and backoff on time.monotonic_ns, as any thread may
-        # ask there. Either bounds the reads alone; they need not agree.
+        # Directory's per-node limits and backoff on the node's (``Directory.clock``), as
+        # any thread may ask there. Either bounds the reads alone; they need not agree.
         now = self.clock.now_ms()
         if now < self.next_reread_ms:
             return  # a peer naming ever new nodes does not make it read more often

@@ -135,7 +135,9 @@ class SimCluster:
             return
         cfg = broker.config
         world = self.world
-        endpoint = NodeEndpoint(f"{broker.name}.sim", GATEWAY_PORT)
+        # this start's process: registered (BrokerInfo.incarnation), carried by its frames
+        endpoint = NodeEndpoint(f"{broker.name}.sim", GATEWAY_PORT,
+                                incarnation=world.next_process_id(broker.name))
         node = world.add_node(broker.name, directory=Directory(
             {broker.name: endpoint, **self.extra_endpoints}), endpoint=endpoint)
         broker.node = node
@@ -182,7 +184,7 @@ class SimCluster:
                           f"tcp://{broker.name}.sim:{GATEWAY_PORT}", None,
                           num_handlers=topo.num_handlers, num_shards=topo.num_shards,
                           num_coordinators=topo.num_coordinators,
-                          incarnation=str(node.incarnation))  # the world's count of starts
+                          incarnation=node.frame_incarnation.hex())  # its frames' too
         node.spawn(ClusterController, topo.controller.name, topology=topo, config=cfg,
                    store=store, broker=info, clock=clock,
                    rng=random.Random(self.world.kernel.rng.getrandbits(64)))

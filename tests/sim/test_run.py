@@ -197,13 +197,18 @@ def test_a_traced_run_gives_the_process_wide_random_back_as_it_was(tmp_path: Pat
     afterwards as if no run had been."""
     import random
 
-    random.seed(12345)
-    expected = random.Random(12345).random()
-    result, _world = run_seed(5, SimOptions(steps=0, settle_ms=1_000, caught_up_ms=None,
-                                            produce_after_heal_ms=500), trace_dir=tmp_path)
-    assert result.ok, (result.invariant, result.detail)
-    assert list((tmp_path).glob("**/*")), "the run traced nothing"
-    assert random.random() == expected
+    saved = random.getstate()  # this test's seed is not for the tests after it either
+    try:
+        random.seed(12345)
+        expected = random.Random(12345).random()
+        result, _world = run_seed(5, SimOptions(steps=0, settle_ms=1_000, caught_up_ms=None,
+                                                produce_after_heal_ms=500),
+                                  trace_dir=tmp_path)
+        assert result.ok, (result.invariant, result.detail)
+        assert list((tmp_path).glob("**/*")), "the run traced nothing"
+        assert random.random() == expected
+    finally:
+        random.setstate(saved)
 
 
 @pytest.mark.parametrize("sim_dir", ["absolute", "relative", "symlink"])

@@ -135,7 +135,9 @@ class SimCluster:
             return
         cfg = broker.config
         world = self.world
-        # this start's process: registered (BrokerInfo.incarnation), carried by its frames
+        # this start's process: registered (BrokerInfo.incarnation), carried by its frames.
+        # Its own directory entry carries it from the start; a real broker's own entry has
+        # none and it sets node.frame_incarnation later (nothing reads the own entry's).
         endpoint = NodeEndpoint(f"{broker.name}.sim", GATEWAY_PORT,
                                 incarnation=world.next_process_id(broker.name))
         node = world.add_node(broker.name, directory=Directory(

@@ -3,7 +3,8 @@
 :class:`SimWorld` owns the kernel and the network and does the two things a
 real node's actor threads do, for every actor of every node, in one thread:
 it hands an arriving frame to its actor (decoded by the runtime's own
-``decode_frame``, dispatched by the actor's own ``_dispatch_entries``), and
+``decode_frame_full``, dispatched by the actor's own ``_dispatch_entries``
+with the sender's incarnation the frame carries), and
 it gives an actor a turn (``take_turn``) when the actor's
 ``poll_timeout_ms`` comes due. Node faults (crash, pause, resume, a step of
 a node's wall clock) are methods here; network faults are on

@@ -464,9 +464,9 @@ class ClusterController(Actor):
         long. At most once per ``REREAD_MIN_MS`` here, whatever the number of nodes or
         held answers that ask."""
         directory = self.node.directory
-        # Two clocks: this gate runs on the controller's clock (a test's may be simulated);
-        # Directory's per-node limits and backoff on time.monotonic_ns, as any thread may
-        # ask there. Either bounds the reads alone; they need not agree.
+        # This gate runs on the controller's clock, Directory's per-node limits and backoff
+        # on the node's (``Directory.clock``; in a seed both are the simulated one). Either
+        # bounds the reads alone.
         now = self.clock.now_ms()
         if now < self.next_reread_ms:
             return  # a peer naming ever new nodes does not make it read more often

@@ -95,7 +95,8 @@ def _scan_pending_deletes(path: Path, found: DeletesAtOpen) -> set[TopicPartitio
     record in the log dir), whether their directory is still there or not."""
     pending: set[TopicPartition] = set()
     try:
-        names = os.listdir(path)
+        # sorted: the damaged records are reported in name order, not the filesystem's
+        names = sorted(os.listdir(path))
     except FileNotFoundError:  # read_only of a dir not made yet
         return pending
     for name in names:

@@ -90,7 +90,9 @@ class Directory:
     # Re-reads of registrations asked for by actors holding an answer for a process of a
     # node this directory does not list (``want_reread``; any thread), taken by the one
     # that keeps the directory (``due_rereads``, ``reread_done``). Bounded per node: one
-    # asked for or under way at a time, ``REREAD_MIN_MS`` between two.
+    # asked for or under way at a time, ``REREAD_MIN_MS`` between two, on ``clock`` (a
+    # node's monotonic clock, safe from any thread; the simulation's clock in a seed, so
+    # when a re-read is due replays with the seed).
     reread_requests: int = 0  # asked for (posted), in all
     # Whether something reads the registrations again when asked (a cluster node's
     # controller): then an answer to a node not listed at all waits for it too
@@ -139,7 +141,7 @@ class Directory:
         """Ask for ``name``'s registration to be read again (any thread, never blocks).
         False when one is already asked for or under way, or the last was less than
         ``REREAD_MIN_MS`` ago: then nothing is posted."""
-        now = time.monotonic_ns()
+        now = self._now_ns()
         with self._reread_lock:
             if name in self._rereads:
                 return False
@@ -155,7 +157,7 @@ class Directory:
     def due_rereads(self) -> list[str]:
         """The nodes whose registration is to be read now (by the directory's keeper, who
         then calls :meth:`reread_done` for each)."""
-        now = time.monotonic_ns()
+        now = self._now_ns()
         with self._reread_lock:
             due = [n for n, (at, _b) in self._rereads.items()
                    if at <= now and n not in self._reread_taken]
@@ -164,7 +166,7 @@ class Directory:
 
     def next_reread_ms(self) -> int | None:
         """How soon a re-read asked for is due (ms; None: none is)."""
-        now = time.monotonic_ns()
+        now = self._now_ns()
         with self._reread_lock:
             waiting = [at for n, (at, _b) in self._rereads.items()
                        if n not in self._reread_taken]
@@ -173,7 +175,7 @@ class Directory:
     def reread_done(self, name: str, ok: bool) -> None:
         """The re-read of ``name`` ended: read (or the read failed: tried again after a
         backoff; a failure says nothing about the node)."""
-        now = time.monotonic_ns()
+        now = self._now_ns()
         with self._reread_lock:
             self._reread_taken.discard(name)
             found = self._rereads.pop(name, None)

@@ -135,7 +135,11 @@ class SimCluster:
             return
         cfg = broker.config
         world = self.world
-        endpoint = NodeEndpoint(f"{broker.name}.sim", GATEWAY_PORT)
+        # this start's process: registered (BrokerInfo.incarnation), carried by its frames.
+        # Its own directory entry carries it from the start; a real broker's own entry has
+        # none and it sets node.frame_incarnation later (nothing reads the own entry's).
+        endpoint = NodeEndpoint(f"{broker.name}.sim", GATEWAY_PORT,
+                                incarnation=world.next_process_id(broker.name))
         node = world.add_node(broker.name, directory=Directory(
             {broker.name: endpoint, **self.extra_endpoints}), endpoint=endpoint)
         broker.node = node
@@ -182,7 +186,7 @@ class SimCluster:
                           f"tcp://{broker.name}.sim:{GATEWAY_PORT}", None,
                           num_handlers=topo.num_handlers, num_shards=topo.num_shards,
                           num_coordinators=topo.num_coordinators,
-                          incarnation=str(node.incarnation))  # the world's count of starts
+                          incarnation=node.frame_incarnation.hex())  # its frames' too
         node.spawn(ClusterController, topo.controller.name, topology=topo, config=cfg,
                    store=store, broker=info, clock=clock,
                    rng=random.Random(self.world.kernel.rng.getrandbits(64)))

@@ -352,11 +352,15 @@ def run_seed(seed: int, options: SimOptions | None = None,
 
     With ``trace_dir`` every request chain is traced, in the trace format
     (``actorlog trace list/show DIR``); trace and span ids then come from the
-    runtime's ``new_id``, whose random source is seeded here.
+    runtime's ``new_id``, whose random source (the process-wide ``random``) is seeded
+    here for the run and given back as it was afterwards: the caller's own draws go on
+    as if no run had been.
     """
     options = options or SimOptions()
+    saved_random = None
     if trace_dir is not None:
         trace_dir.mkdir(parents=True, exist_ok=True)
+        saved_random = random.getstate()
         random.seed(seed)
     started = time.perf_counter()
     violation: Violation | None = None
@@ -397,6 +401,8 @@ def run_seed(seed: int, options: SimOptions | None = None,
                 shutil.rmtree(root, ignore_errors=True)
         if not options.logs:
             logger.enable("actors")
+        if saved_random is not None:
+            random.setstate(saved_random)
     assert run is not None
     world = run.world
     history = run.history

@@ -3,7 +3,8 @@
 :class:`SimWorld` owns the kernel and the network and does the two things a
 real node's actor threads do, for every actor of every node, in one thread:
 it hands an arriving frame to its actor (decoded by the runtime's own
-``decode_frame``, dispatched by the actor's own ``_dispatch_entries``), and
+``decode_frame_full``, dispatched by the actor's own ``_dispatch_entries``
+with the sender's incarnation the frame carries), and
 it gives an actor a turn (``take_turn``) when the actor's
 ``poll_timeout_ms`` comes due. Node faults (crash, pause, resume, a step of
 a node's wall clock) are methods here; network faults are on
@@ -17,10 +18,17 @@ paths travel in messages, and the directory is ``seed-<seed>-1`` rather than
 ``-0`` while another run of the seed (another process's) holds that one. A
 frame with the directory in it is summed re-encoded with ``<root>`` in its
 place (the raw bytes' string headers count the directory's length).
+
+Each start of a cluster node is a process of its own, as a real node's is: it
+registers an incarnation (:meth:`SimWorld.process_id`, 16 bytes from the seed,
+the node's name and its count of starts, as a real node's uuid4) and its frames
+to other nodes carry it, so a receiver's holds for answers to a process it has
+not read yet (``Actor._hold_for_origin``) run in a seed as on real nodes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from collections import deque
 from collections.abc import Callable
@@ -38,7 +46,7 @@ from actors.sim.kernel import NS_PER_MS, Kernel, SimClock
 from actors.sim.network import NetConfig, SimNetwork
 from actors.sim.node import SimNode
 from wire import registry
-from wire.envelope import BadFrame, decode_frame
+from wire.envelope import BadFrame, decode_frame_full
 
 Observer = Callable[[SimNode, Actor, str, str, list[Any]], None]
 
@@ -83,6 +91,17 @@ class SimWorld:
         self.nodes[name] = node
         node.start()
         return node
+
+    def process_id(self, name: str, incarnation: int) -> str:
+        """The incarnation start ``incarnation`` of node ``name`` registers and its frames
+        carry: 32 hex digits (16 bytes on the wire), as a real node's ``uuid4().hex``, made
+        from the seed, the name and the start, so no random source of the run is drawn."""
+        return hashlib.blake2b(f"{self.seed}/{name}/{incarnation}".encode(),
+                               digest_size=16).hexdigest()
+
+    def next_process_id(self, name: str) -> str:
+        """The incarnation the next :meth:`add_node` of ``name`` is."""
+        return self.process_id(name, self.incarnations.get(name, 0) + 1)
 
     def crash(self, name: str) -> None:
         node = self.nodes[name]
@@ -157,7 +176,8 @@ class SimWorld:
             stalled.append((self._deliver, dst, incarnation, actor_name, frame))
             return
         try:
-            s_node, s_name, _receiver, entries = decode_frame(frame, node.max_frame_bytes)
+            s_node, s_name, _receiver, entries, s_inc = decode_frame_full(
+                frame, node.max_frame_bytes)
         except BadFrame as exc:
             node.dead_letters.record(str(exc), 1, receiver=actor_name)
             return
@@ -169,13 +189,15 @@ class SimWorld:
             # Summed re-encoded with the directory taken out of each string: a string's
             # length header counts the directory's length (seed-1-9 vs seed-1-10).
             summed = msgpack.packb([s_node, s_name, _receiver,
-                                    _without_root(entries, root.decode(), root)])
+                                    _without_root(entries, root.decode(), root), s_inc])
         else:
             summed = frame
         self._line(f"{s_name}@{s_node} -> {actor_name}@{dst} {names} {zlib.crc32(summed):08x}")
         for observe in self.observers:
             observe(node, actor, s_node, s_name, entries)
-        self._run_actor(node, actor, actor._dispatch_entries, s_node, s_name, entries)
+        # the sender's incarnation too: what the actor answers goes to that process (held
+        # while this node's directory lists another one, as on a real node)
+        self._run_actor(node, actor, actor._dispatch_entries, s_node, s_name, entries, s_inc)
 
     def _run_actor(self, node: SimNode, actor: Actor, fn: Callable[..., Any],
                    *args: Any) -> None:

@@ -10,6 +10,7 @@ calls (tests/fixtures/immutable.py), and both ways always.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -118,6 +119,22 @@ def test_a_record_not_under_its_own_name_deletes_nothing(tmp_path: Path) -> None
         [delete_record_name("gone", 3), delete_record_name("../x", 0)])
     assert log_dir.partitions() == [("t", 0), ("u", 0)]
     assert (path / "t-0").is_dir() and log_dir.deletes_at_open.completed == []
+
+
+def test_damaged_records_are_reported_in_name_order_whatever_the_listing_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log lines at start name damaged records in the same order on every filesystem
+    (ext4 lists a directory in hash order, tmpfs newest first): here the listing is
+    made to come back in reverse name order, as a filesystem may."""
+    path = _data_dir(tmp_path)
+    names = [DELETE_RECORD_PREFIX + x for x in ("a", "b", "c", "d")]
+    for name in reversed(names):
+        (path / name).write_text("no partition\n")
+    real = os.listdir
+    monkeypatch.setattr("actors.core.log_dir.os.listdir",
+                        lambda p: sorted(real(p), reverse=True))
+    log_dir = LogDir.open(path)
+    assert log_dir.deletes_at_open.damaged == names
 
 
 def test_a_record_unlinked_but_not_synced_is_synced_before_the_delete_is_done(

@@ -142,3 +142,26 @@ def test_gateways_estimate_the_offset_between_two_manual_clocks_exactly() -> Non
     finally:
         a.shutdown(timeout=5)
         b.shutdown(timeout=5)
+
+
+def test_directory_rereads_are_limited_and_backed_off_on_the_node_clock() -> None:
+    """The limits on re-reads of registrations asked for by held answers (one per node a
+    second, a failed read tried again after a backoff) run on the node's clock, so in a
+    simulated seed when a re-read is due replays with the seed, not with the host's
+    speed."""
+    clock = ManualClock()
+    directory = Directory(clock=clock)
+    assert directory.want_reread("b")
+    assert directory.due_rereads() == ["b"]
+    directory.reread_done("b", ok=False)  # failed: tried again a second later
+    assert directory.due_rereads() == []
+    assert directory.next_reread_ms() == 1_000
+    clock.advance(1_000)
+    assert directory.due_rereads() == ["b"]
+    directory.reread_done("b", ok=True)
+    assert not directory.want_reread("b")  # within a second of the last read
+    clock.advance(999)
+    assert not directory.want_reread("b")
+    clock.advance(1)
+    assert directory.want_reread("b")
+    assert directory.reread_requests == 2

@@ -191,6 +191,26 @@ def test_the_same_seed_replays_byte_for_byte() -> None:
     assert trace_bytes(world_1) != trace_bytes(world_3)
 
 
+def test_a_traced_run_gives_the_process_wide_random_back_as_it_was(tmp_path: Path) -> None:
+    """A run with a trace directory seeds the process-wide ``random`` (the trace and span
+    ids of ``new_id`` come from it, and must replay); the caller's own sequence goes on
+    afterwards as if no run had been."""
+    import random
+
+    saved = random.getstate()  # this test's seed is not for the tests after it either
+    try:
+        random.seed(12345)
+        expected = random.Random(12345).random()
+        result, _world = run_seed(5, SimOptions(steps=0, settle_ms=1_000, caught_up_ms=None,
+                                                produce_after_heal_ms=500),
+                                  trace_dir=tmp_path)
+        assert result.ok, (result.invariant, result.detail)
+        assert list((tmp_path).glob("**/*")), "the run traced nothing"
+        assert random.random() == expected
+    finally:
+        random.setstate(saved)
+
+
 @pytest.mark.parametrize("sim_dir", ["absolute", "relative", "symlink"])
 def test_a_seed_replays_in_whichever_directory_of_the_seed_it_gets(
         sim_dir: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

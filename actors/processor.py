@@ -661,8 +661,11 @@ class Processor(Actor):
                     # a request out of turn while authenticating (Kafka's
                     # IllegalSaslStateException): closed after the delay, as a failed login
                     conn.auth_failed = True
-                self.log.warning("connection {} from {}: {}; closing it", conn.conn_id,
-                                 conn.peer_host, sasl.failure_reason or verdict.message)
+                # after a login a SASL request is answered ILLEGAL_SASL_STATE and the
+                # connection kept (Kafka's KafkaApis answers it)
+                self.log.warning("connection {} from {}: {}{}", conn.conn_id, conn.peer_host,
+                                 sasl.failure_reason or verdict.message,
+                                 "; closing it" if close else "")
                 if respond and request.api_key == SASL_HANDSHAKE:
                     frame = kc.encode_response(header, {"error_code": verdict.error_code,
                                                         "mechanisms": list(sasl.mechanisms)})

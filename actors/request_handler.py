@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 import os
 import struct
+import threading
+import traceback
 from typing import Any
 
 from kafka.protocol.api_key import ApiKey
@@ -57,6 +59,7 @@ from actors.apis.metadata import (
 from actors.apis.offset_for_leader_epoch import handle_offset_for_leader_epoch
 from actors.apis.produce import handle_produce
 from actors.apis.replica_fetch import handle_replica_fetch
+from actors.apis.sasl import handle_sasl_authenticate, handle_sasl_handshake
 from actors.apis.transactions import (
     handle_add_offsets_to_txn,
     handle_add_partitions_to_txn,
@@ -175,6 +178,8 @@ API_TABLE: dict[int, Any] = {
     ApiKey.DeleteAcls: handle_delete_acls,
     ApiKey.DescribeUserScramCredentials: handle_describe_user_scram_credentials,
     ApiKey.AlterUserScramCredentials: handle_alter_user_scram_credentials,
+    ApiKey.SaslHandshake: handle_sasl_handshake,  # no SASL layer took it: ILLEGAL_SASL_STATE
+    ApiKey.SaslAuthenticate: handle_sasl_authenticate,
 }
 
 
@@ -233,7 +238,8 @@ OTHERS = "others"  # the shared key of those that came once the table was full
 
 class WarningLimiter:
     """At most one warning per key per interval: an old client retrying a version actorlog
-    does not serve opens a connection a time and would log a line per connection."""
+    does not serve opens a connection a time and would log a line per connection. The
+    request handlers of a process share one (they may run on threads of their own)."""
 
     MAX_KEYS = 1024  # keys come from clients (their client id): the table is bounded
 
@@ -241,12 +247,17 @@ class WarningLimiter:
         self.interval_ns = interval_ns
         # key -> [next time it may log, count held back since its last line]
         self.keys: dict[Any, list[int]] = {}
+        self.lock = threading.Lock()
 
     def admit(self, key: Any, now_ns: int) -> tuple[int, bool] | None:
         """None: hold this one back (counted); else log it, with the count of those held
         back since the last line of its key, and whether that key is the shared OTHERS
         (the table was full: a new key is counted there, never evicting one, so a client
         choosing a new client id per connection still gets one line an interval)."""
+        with self.lock:
+            return self._admit(key, now_ns)
+
+    def _admit(self, key: Any, now_ns: int) -> tuple[int, bool] | None:
         entry = self.keys.get(key)
         if entry is None and len(self.keys) >= self.MAX_KEYS:
             key = OTHERS
@@ -263,6 +274,27 @@ def _warning_interval_ns() -> int:
     """One line a minute; tests that must not see a minute pass set a longer interval."""
     ms = os.environ.get("ACTORLOG_WARNING_INTERVAL_MS", "")
     return (int(ms) if ms.isdigit() else 60_000) * 1_000_000
+
+
+_process_limiters: dict[str, WarningLimiter] = {}
+_process_limiters_lock = threading.Lock()
+
+
+def process_limiter(kind: str) -> WarningLimiter:
+    """The process's one limiter of ``kind``, shared by its request handlers: the lines
+    a minute do not grow with num.io.threads."""
+    with _process_limiters_lock:
+        limiter = _process_limiters.get(kind)
+        if limiter is None:
+            limiter = _process_limiters[kind] = WarningLimiter(_warning_interval_ns())
+        return limiter
+
+
+def _failure_site(exc: BaseException) -> tuple[str, str, int]:
+    """Where an API failed: the exception's type and the innermost line it came from."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    last = frames[-1] if frames else None
+    return (type(exc).__name__, last.filename if last else "?", last.lineno or 0 if last else 0)
 
 
 def _client_id(frame: bytes) -> str | None:
@@ -304,8 +336,12 @@ class RequestHandler(Actor):
         self.req_ids = itertools.count(1 + ((self.clock.wall_ms() % (1 << 31)) << 20))
         self.closed_for_bad_input = 0
         self.requests = 0
-        # by (api key, version, client id): one line a minute, with the count held back
-        self.unsupported_warnings = WarningLimiter(_warning_interval_ns())
+        # by (api key, version, client id): one line a minute a process, with the count
+        # held back
+        self.unsupported_warnings = process_limiter("unsupported_version")
+        # by exception site (type, file, line): an API that fails on every request of a
+        # flood logs its traceback once, then one line a minute with the count
+        self.failure_warnings = process_limiter("api_failure")
         # connections this handler closed; all of a connection's requests come
         # here in order, so later ones are recognised (bounded, oldest dropped)
         self.closed_conns: dict[int, None] = {}
@@ -413,16 +449,16 @@ class RequestHandler(Actor):
             state.local_ns += self._monotonic_ns() - t0
             self._finish(state, respond)
             return
-        except Exception:
+        except Exception as exc:
             if state.reply_to is not None:
                 self.log.exception("{} from {} failed", type(state.msg).__name__, state.reply_to)
                 _close_reply_regions(replies)
                 return
-            self.log.exception("API {} v{} failed on connection {}; closing it",
-                               state.header.api_key, state.header.api_version, state.msg.conn_id)
             self.node.metrics.incr("requests_failed")
             _close_reply_regions(replies)
-            self._send(state.msg, b"", False, True, state.start_ns, 0, 0)
+            state.local_ns += self._monotonic_ns() - t0
+            code = int(exc.code) if isinstance(exc, KafkaError) else None
+            self._answer_failure(state, exc, "failed", code)
             return
         now = self._monotonic_ns()
         state.local_ns += now - t0
@@ -490,42 +526,55 @@ class RequestHandler(Actor):
                         kc.encode_response_parts(state.header, respond.data))
                 else:
                     frame = kc.encode_response(state.header, respond.data)
-            except Exception:
+            except Exception as exc:
                 _close_response_regions(respond.data)
-                regions = []
-                frame = self._error_frame(state)
-                if not frame:
-                    return
+                self._answer_failure(state, exc, "response cannot be encoded", None,
+                                     close=respond.close)
+                return
         self._send(state.msg, frame, respond.respond, respond.close, state.start_ns,
                    state.local_ns, state.remote_ns, regions)
 
-    def _error_frame(self, state: _InFlight) -> bytes:
-        """A response that cannot be encoded (a value its field cannot hold: a string
-        past its length prefix, say) is answered as Kafka's KafkaApis.handle answers a
-        failure, serialization included: the request's error response, every item it
-        named UNKNOWN_SERVER_ERROR; the connection is closed only for an API with no
-        error to answer (as Kafka's sendErrorOrCloseConnection). b"": closed here."""
+    def _answer_failure(self, state: _InFlight, exc: Exception, what: str,
+                        code: int | None, close: bool = False) -> None:
+        """An API that raised, or whose response cannot be encoded (a value its field
+        cannot hold: a string past its length prefix, say), is answered as Kafka's
+        KafkaApis.handle answers a failure (requestHelper.handleError): the request's
+        error response, every item it named the exception's code (UNKNOWN_SERVER_ERROR
+        for any but a KafkaError); the connection is closed only for an API whose answer
+        has no error to carry (as Kafka's sendErrorOrCloseConnection)."""
         header = state.header
-        unknown = int(ErrorCode.UNKNOWN_SERVER_ERROR)
+        code = int(ErrorCode.UNKNOWN_SERVER_ERROR) if code is None else code
         try:
-            data = kc.error_response(header.api_key, header.api_version, state.request,
-                                     unknown)
+            data = kc.error_response(header.api_key, header.api_version, state.request, code)
             frame = b"" if data is None else kc.encode_response(header, data)
         except Exception:  # the error answer fails too: closed below, its cause logged
             self.log.exception("cannot encode the error answer to {} v{}",
                                header.api_key, header.api_version)
             frame = b""
+        try:
+            code_name = ErrorCode(code).name
+        except ValueError:
+            code_name = str(code)
+        outcome = (f"answered its error response ({code_name})" if frame
+                   else "closing the connection (its answer has no error field)")
+        admitted = self.failure_warnings.admit(_failure_site(exc), self._monotonic_ns())
+        if admitted is None:
+            self.node.metrics.incr("request_failure_logs_held")
+        else:
+            held, _others = admitted
+            # the traceback once per site; later lines (one a minute) only count
+            log = self.log.opt(exception=exc) if held == 0 else self.log
+            log.error("API {} v{} on connection {} {}: {!r}; {} ({} more from the same "
+                      "place held back since the last such line; one line a minute)",
+                      header.api_key, header.api_version, state.msg.conn_id, what, exc,
+                      outcome, held)
         if frame:
-            self.log.exception("cannot encode the {} v{} response on connection {}; "
-                               "answered UNKNOWN_SERVER_ERROR", header.api_key,
-                               header.api_version, state.msg.conn_id)
-            self._count_errors(header.api_key, [unknown])
-            return frame
-        self.log.exception("cannot encode the {} v{} response; closing connection {}",
-                           header.api_key, header.api_version, state.msg.conn_id)
-        self._send(state.msg, b"", False, True, state.start_ns, state.local_ns,
-                   state.remote_ns)
-        return b""
+            self._count_errors(header.api_key, [code])
+            self._send(state.msg, frame, True, close, state.start_ns, state.local_ns,
+                       state.remote_ns)
+        else:
+            self._send(state.msg, b"", False, True, state.start_ns, state.local_ns,
+                       state.remote_ns)
 
     def _count_errors(self, api_key: int, codes: list[int]) -> None:
         """Kafka's ErrorsPerSec: each error code in the response, by API and error name."""

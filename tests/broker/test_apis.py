@@ -776,3 +776,28 @@ def test_an_answer_the_codec_cannot_write_is_unknown_server_error_not_a_close(
                 ErrorCode.UNKNOWN_SERVER_ERROR, None), version
     # the connection still serves
     assert metadata(client, [topic], auto=False)[topic].error_code == 0  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------- SASL requests without SASL
+
+
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+
+
+def test_sasl_requests_on_a_plaintext_listener_are_illegal_sasl_state_not_a_close(
+        client: RawClient) -> None:
+    """A PLAINTEXT listener has no SASL layer: Kafka's KafkaApis answers SaslHandshake and
+    SaslAuthenticate ILLEGAL_SASL_STATE (no mechanisms; the message of a connection taken
+    as authenticated) and keeps the connection; they closed it."""
+    for version in (0, 1):
+        shake = client.call(SASL_HANDSHAKE, version, {"mechanism": "PLAIN"})
+        assert (shake.error_code, shake.mechanisms) == (ErrorCode.ILLEGAL_SASL_STATE, [])
+    for version in (0, 1, 2):
+        done = client.call(SASL_AUTHENTICATE, version, {"auth_bytes": b"\0u\0p"})
+        assert done.error_code == ErrorCode.ILLEGAL_SASL_STATE
+        assert done.error_message == ("SaslAuthenticate request received after successful "
+                                      "authentication")
+        assert done.auth_bytes == b""
+    topic = name("after-sasl")
+    assert client.create_topic(topic, 1) == 0  # the connection still serves
+    assert metadata(client, [topic], auto=False)[topic].error_code == 0  # type: ignore[attr-defined]

@@ -38,12 +38,17 @@ _ANSWERS: dict[int, dict[str, tuple[str, ...]]] = {
     51: {"results": ("deletions", "upsertions")},
 }
 _DESCRIBE_USER_SCRAM = 50
+# APIs whose error answer Kafka sends even where it holds no error field: DescribeLogDirs
+# v0-2 (its top-level error is v3+ and ignorable, so v0-2 is written without it: no
+# results, not a closed connection)
+_ANSWERED_WITHOUT_ERROR = frozenset({35})
 
 
 def error_response(api_key: int, api_version: int, request: Any,
                    error_code: int) -> dict[str, Any] | None:
     """The response dict carrying ``error_code`` for everything ``request`` asked, or
-    None when the response has no error code to carry it (Kafka closes the connection)."""
+    None when the response has no error code to carry it (Kafka closes the connection;
+    but see _ANSWERED_WITHOUT_ERROR)."""
     struct = response_class(api_key, api_version)._struct
     found: list[bool] = []
     out = _mirror(struct, request, api_version, error_code, found, top=True,
@@ -53,7 +58,7 @@ def error_response(api_key: int, api_version: int, request: Any,
         # (librdkafka 2.16 aborts reading a top-level error next to per-user results;
         # actors/apis/authorize.py answers the same shape)
         out["error_code"] = 0
-    return out if found else None
+    return out if found or api_key in _ANSWERED_WITHOUT_ERROR else None
 
 
 def _fields(struct: Any, version: int) -> list[Any]:

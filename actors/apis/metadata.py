@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections import Counter
 from typing import Any
 
 from actors.apis import cluster
@@ -210,9 +211,17 @@ def _metadata_topic_by_id(ctx: HandlerContext, topic_id: str, version: int) -> d
 
 
 def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
+    """A name given twice is refused INVALID_REQUEST, answered once, and none of its
+    entries made; the others go on (as Kafka's ControllerApis.createTopics, before the
+    ACLs; here, so the single node's controller and the cluster's see unique names)."""
     rows: list[CreateTopicRow] = []
     done_rows: dict[str, CreateTopicDoneRow] = {}
+    counts = Counter(t.name for t in req.topics)
     for t in req.topics:
+        if counts[t.name] > 1:
+            done_rows[t.name] = CreateTopicDoneRow(t.name, INVALID_REQUEST,
+                                                   "Duplicate topic name.", -1, -1)
+            continue
         if not _may_create(ctx, t.name):
             done_rows[t.name] = CreateTopicDoneRow(t.name, TOPIC_DENIED, None, -1, -1)
             continue
@@ -242,8 +251,8 @@ def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                     error_message=f"topic {name!r} was created but its partitions have no "
                                   f"leader after {topic_change_wait_ms(req.timeout_ms)} ms")
     out = []
-    for t in req.topics:
-        r = done_rows[t.name]
+    for t_name in counts:  # once per name, in the request's order
+        r = done_rows[t_name]
         out.append({"name": r.name, "error_code": r.error_code, "error_message": r.error_message,
                     # v7+: the created topic's id; the zero id on an error, as Kafka
                     "topic_id": _uuid(r.topic_id) if r.error_code == 0 else None,

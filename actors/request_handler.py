@@ -557,13 +557,15 @@ class RequestHandler(Actor):
             code_name = str(code)
         outcome = (f"answered its error response ({code_name})" if frame
                    else "closing the connection (its answer has no error field)")
-        admitted = self.failure_warnings.admit(_failure_site(exc), self._monotonic_ns())
+        site = _failure_site(exc)
+        first = site not in self.failure_warnings.keys  # (a race logs it twice at worst)
+        admitted = self.failure_warnings.admit(site, self._monotonic_ns())
         if admitted is None:
             self.node.metrics.incr("request_failure_logs_held")
         else:
             held, _others = admitted
             # the traceback once per site; later lines (one a minute) only count
-            log = self.log.opt(exception=exc) if held == 0 else self.log
+            log = self.log.opt(exception=exc) if first else self.log
             log.error("API {} v{} on connection {} {}: {!r}; {} ({} more from the same "
                       "place held back since the last such line; one line a minute)",
                       header.api_key, header.api_version, state.msg.conn_id, what, exc,

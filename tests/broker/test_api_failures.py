@@ -33,7 +33,9 @@ INJECTED = "injected-failure-of-describe-log-dirs"
 
 
 @pytest.fixture
-def failing_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+def failing_broker(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[BrokerProcess]:
+    """The broker run from a copy of the tree whose DescribeLogDirs raises; the test's
+    param, if any, is the warning interval (ACTORLOG_WARNING_INTERVAL_MS)."""
     tree = tmp_path / "tree"
     for package in ("actors", "wire"):
         shutil.copytree(ROOT / package, tree / package,
@@ -44,7 +46,9 @@ def failing_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
               'asked for)."""\n')
     assert marker in text
     admin.write_text(text.replace(marker, marker + f"    raise RuntimeError({INJECTED!r})\n"))
-    broker = BrokerProcess(tmp_path / "data", root=tree).start()
+    interval = getattr(request, "param", None)
+    env: dict[str, str | None] = {"ACTORLOG_WARNING_INTERVAL_MS": interval}
+    broker = BrokerProcess(tmp_path / "data", root=tree, env=env).start()
     try:
         yield broker
     finally:
@@ -79,3 +83,18 @@ def test_an_api_that_raises_is_answered_with_its_error_response(
     assert "answered its error response (UNKNOWN_SERVER_ERROR)" in lines[0], lines
     assert log.count("Traceback") == 1, log[-4000:]
     assert "closing" not in lines[0]
+
+
+@pytest.mark.parametrize("failing_broker", ["0"], indirect=True)
+def test_a_failure_logs_its_traceback_once_per_place_however_often_it_is_logged(
+        failing_broker: BrokerProcess) -> None:
+    """With no interval between lines (ACTORLOG_WARNING_INTERVAL_MS=0) every failure has
+    its line, but only the first carries the traceback: one per place in the code."""
+    with RawClient(failing_broker.port) as client:
+        for _ in range(4):
+            response = client.call(DESCRIBE_LOG_DIRS, 3, {"topics": None})
+            assert response.error_code == int(ErrorCode.UNKNOWN_SERVER_ERROR)
+    log = failing_broker.log()
+    lines = [line for line in log.splitlines() if INJECTED in line and "ERROR" in line]
+    assert len(lines) == 4, lines
+    assert log.count("Traceback") == 1, log[-4000:]

@@ -415,6 +415,16 @@ def test_the_error_answer_of_describe_log_dirs_is_its_top_level_error() -> None:
         assert answer == {"results": []}  # the throttle time at its default, 0
 
 
+def test_a_produce_with_acks_0_has_no_error_answer() -> None:
+    """Kafka's ProduceRequest.getErrorResponse is null for acks=0 (the producer reads no
+    answer): the connection is closed instead; acks 1 and -1 are answered."""
+    for version in (3, 9):
+        values = request_values(0, version, random.Random(version))
+        assert _error_answer(0, version, {**values, "acks": 0})[1] is None
+        for acks in (1, -1):
+            assert _error_answer(0, version, {**values, "acks": acks})[1] is not None
+
+
 def test_the_error_answer_of_create_topics_leaves_the_config_error_alone() -> None:
     """CreateTopics v5+: topic_config_error_code 0 and configs null, as Kafka's
     CreateTopicsRequest.getErrorResponse sets only each topic's error."""

@@ -38,6 +38,7 @@ _ANSWERS: dict[int, dict[str, tuple[str, ...]]] = {
     51: {"results": ("deletions", "upsertions")},
 }
 _DESCRIBE_USER_SCRAM = 50
+_PRODUCE = 0
 # APIs whose error answer Kafka sends even where it holds no error field: DescribeLogDirs
 # v0-2 (its top-level error is v3+ and ignorable, so v0-2 is written without it: no
 # results, not a closed connection)
@@ -49,6 +50,8 @@ def error_response(api_key: int, api_version: int, request: Any,
     """The response dict carrying ``error_code`` for everything ``request`` asked, or
     None when the response has no error code to carry it (Kafka closes the connection;
     but see _ANSWERED_WITHOUT_ERROR)."""
+    if api_key == _PRODUCE and getattr(request, "acks", None) == 0:
+        return None  # the producer reads no answer: Kafka closes the connection
     struct = response_class(api_key, api_version)._struct
     found: list[bool] = []
     out = _mirror(struct, request, api_version, error_code, found, top=True,

@@ -35,7 +35,8 @@ INJECTED = "injected-failure-of-describe-log-dirs"
 @pytest.fixture
 def failing_broker(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[BrokerProcess]:
     """The broker run from a copy of the tree whose DescribeLogDirs raises; the test's
-    param, if any, is the warning interval (ACTORLOG_WARNING_INTERVAL_MS)."""
+    param, if any, is the warning interval (ACTORLOG_WARNING_INTERVAL_MS), else an hour:
+    a slow run cannot see a second line a minute later."""
     tree = tmp_path / "tree"
     for package in ("actors", "wire"):
         shutil.copytree(ROOT / package, tree / package,
@@ -46,7 +47,7 @@ def failing_broker(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[B
               'asked for)."""\n')
     assert marker in text
     admin.write_text(text.replace(marker, marker + f"    raise RuntimeError({INJECTED!r})\n"))
-    interval = getattr(request, "param", None)
+    interval = getattr(request, "param", "3600000")
     env: dict[str, str | None] = {"ACTORLOG_WARNING_INTERVAL_MS": interval}
     broker = BrokerProcess(tmp_path / "data", root=tree, env=env).start()
     try:

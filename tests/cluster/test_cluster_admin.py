@@ -364,7 +364,7 @@ def test_a_topic_named_twice_in_create_topics_is_invalid_request_once_in_a_clust
 
     cluster: Cluster = cluster_factory(2)
     spec = {"num_partitions": 1, "replication_factor": 2, "assignments": [], "configs": []}
-    node = next(iter(cluster.nodes.values()))
+    node = next(n for i, n in cluster.nodes.items() if i != cluster.controller())
     with RawClient(node.port) as client:
         response = client.call(CREATE_TOPICS, 5, {"topics": [
             {"name": "dup-twice", **spec}, {"name": "dup-once", **spec},

@@ -276,25 +276,43 @@ def _warning_interval_ns() -> int:
     return (int(ms) if ms.isdigit() else 60_000) * 1_000_000
 
 
-_process_limiters: dict[str, WarningLimiter] = {}
+_process_limiters: dict[tuple[str, str], WarningLimiter] = {}
 _process_limiters_lock = threading.Lock()
 
 
-def process_limiter(kind: str) -> WarningLimiter:
-    """The process's one limiter of ``kind``, shared by its request handlers: the lines
-    a minute do not grow with num.io.threads."""
+def process_limiter(kind: str, node: str) -> WarningLimiter:
+    """The process's one limiter of ``kind`` for broker ``node``, shared by that node's
+    request handlers: the lines an interval do not grow with num.io.threads. By node too:
+    the nodes of one Python process (the simulation, in-process tests) each have theirs."""
     with _process_limiters_lock:
-        limiter = _process_limiters.get(kind)
+        limiter = _process_limiters.get((kind, node))
         if limiter is None:
-            limiter = _process_limiters[kind] = WarningLimiter(_warning_interval_ns())
+            limiter = _process_limiters[kind, node] = WarningLimiter(_warning_interval_ns())
         return limiter
 
 
-def _failure_site(exc: BaseException) -> tuple[str, str, int]:
-    """Where an API failed: the exception's type and the innermost line it came from."""
+def _interval_text(interval_ns: int) -> str:
+    """A limiter's interval for its log line ("one line a minute")."""
+    ms = interval_ns // 1_000_000
+    if ms == 60_000:
+        return "a minute"
+    return f"per {ms // 1000} s" if ms % 1000 == 0 else f"per {ms} ms"
+
+
+_OWN_CODE = (f"{os.sep}actors{os.sep}", f"{os.sep}wire{os.sep}")
+
+
+def _failure_site(api_key: int, exc: BaseException) -> tuple[Any, ...]:
+    """Where an API failed: the API, the exception's type, its innermost line and the
+    innermost line of actorlog's own code (actors/, wire/) it passed: an encoding failure
+    ends in the same lines of kafka-python whatever the bug that made it."""
     frames = traceback.extract_tb(exc.__traceback__)
     last = frames[-1] if frames else None
-    return (type(exc).__name__, last.filename if last else "?", last.lineno or 0 if last else 0)
+    own = next((f for f in reversed(frames) if any(d in f.filename for d in _OWN_CODE)),
+               None)
+    return (api_key, type(exc).__name__,
+            last.filename if last else "?", (last.lineno or 0) if last else 0,
+            own.filename if own else "?", (own.lineno or 0) if own else 0)
 
 
 def _client_id(frame: bytes) -> str | None:
@@ -338,10 +356,10 @@ class RequestHandler(Actor):
         self.requests = 0
         # by (api key, version, client id): one line a minute a process, with the count
         # held back
-        self.unsupported_warnings = process_limiter("unsupported_version")
-        # by exception site (type, file, line): an API that fails on every request of a
-        # flood logs its traceback once, then one line a minute with the count
-        self.failure_warnings = process_limiter("api_failure")
+        self.unsupported_warnings = process_limiter("unsupported_version", self.node.name)
+        # by API and exception site (_failure_site): an API that fails on every request
+        # of a flood logs its traceback once, then one line a minute with the count
+        self.failure_warnings = process_limiter("api_failure", self.node.name)
         # connections this handler closed; all of a connection's requests come
         # here in order, so later ones are recognised (bounded, oldest dropped)
         self.closed_conns: dict[int, None] = {}
@@ -428,8 +446,9 @@ class RequestHandler(Actor):
                 self.log.warning(
                     "closing connection {}: request (api {} v{} correlation {}) refused: {} "
                     "(client id {!r}; {} more {} held back since the last such line; "
-                    "one line a minute)", msg.conn_id, msg.api_key, msg.api_version,
-                    msg.correlation_id, exc, client_id, held, like)
+                    "one line {})", msg.conn_id, msg.api_key, msg.api_version,
+                    msg.correlation_id, exc, client_id, held, like,
+                    _interval_text(self.unsupported_warnings.interval_ns))
         else:
             self.log.warning("closing connection {}: request (api {} v{} correlation {}) "
                              "refused: {}", msg.conn_id, msg.api_key, msg.api_version,
@@ -451,8 +470,8 @@ class RequestHandler(Actor):
             return
         except Exception as exc:
             if state.reply_to is not None:
-                self.log.exception("{} from {} failed", type(state.msg).__name__, state.reply_to)
                 _close_reply_regions(replies)
+                self._answer_internal_failure(state, exc)
                 return
             self.node.metrics.incr("requests_failed")
             _close_reply_regions(replies)
@@ -557,19 +576,7 @@ class RequestHandler(Actor):
             code_name = str(code)
         outcome = (f"answered its error response ({code_name})" if frame
                    else "closing the connection (its answer has no error field)")
-        site = _failure_site(exc)
-        first = site not in self.failure_warnings.keys  # (a race logs it twice at worst)
-        admitted = self.failure_warnings.admit(site, self._monotonic_ns())
-        if admitted is None:
-            self.node.metrics.incr("request_failure_logs_held")
-        else:
-            held, _others = admitted
-            # the traceback once per site; later lines (one a minute) only count
-            log = self.log.opt(exception=exc) if first else self.log
-            log.error("API {} v{} on connection {} {}: {!r}; {} ({} more from the same "
-                      "place held back since the last such line; one line a minute)",
-                      header.api_key, header.api_version, state.msg.conn_id, what, exc,
-                      outcome, held)
+        # answered before it is logged: a log line that fails cannot leave it unanswered
         if frame:
             self._count_errors(header.api_key, [code])
             self._send(state.msg, frame, True, close, state.start_ns, state.local_ns,
@@ -577,6 +584,43 @@ class RequestHandler(Actor):
         else:
             self._send(state.msg, b"", False, True, state.start_ns, state.local_ns,
                        state.remote_ns)
+        self._log_failure(exc, header.api_key, "API {} v{} on connection {} {}: {!r}; {}",
+                          header.api_key, header.api_version, state.msg.conn_id, what, exc,
+                          outcome)
+
+    def _answer_internal_failure(self, state: _InFlight, exc: Exception) -> None:
+        """A follower's ReplicaFetch whose handling raised is answered as an abandoned one
+        (UNKNOWN_SERVER_ERROR per partition: its fetcher backs them off, then goes on)
+        instead of left to its request timeout."""
+        if isinstance(state.msg, ReplicaFetch) and state.reply_to is not None:
+            self.tell(state.reply_to, _replica_fetch_failed(state.msg))
+        self._log_failure(exc, type(state.msg).__name__, "{} from {} failed: {!r}{}",
+                          type(state.msg).__name__, state.reply_to, exc,
+                          "; answered in error" if isinstance(state.msg, ReplicaFetch)
+                          else "")
+
+    def _log_failure(self, exc: Exception, api: Any, message: str, *args: Any) -> None:
+        """A failed request's line, through the process's limiter by API and place in the
+        code (_failure_site): the traceback once per place, then one line an interval
+        with the count held back. A line that cannot be written (an exception whose repr
+        raises) is replaced by a plain one."""
+        limiter = self.failure_warnings
+        site = _failure_site(api, exc)
+        first = site not in limiter.keys  # (a race logs it twice at worst)
+        admitted = limiter.admit(site, self._monotonic_ns())
+        if admitted is None:
+            self.node.metrics.incr("request_failure_logs_held")
+            return
+        held, _others = admitted
+        # the traceback once per site; later lines (one an interval) only count
+        log = self.log.opt(exception=exc) if first else self.log
+        suffix = (f" ({held} more from the same place held back since the last such line;"
+                  f" one line {_interval_text(limiter.interval_ns)})")
+        try:
+            log.error(message + suffix, *args)
+        except Exception:
+            log.error("a {} request failed with {} (its log line cannot be written)" + suffix,
+                      api, type(exc).__name__)
 
     def _count_errors(self, api_key: int, codes: list[int]) -> None:
         """Kafka's ErrorsPerSec: each error code in the response, by API and error name."""
@@ -648,10 +692,7 @@ class RequestHandler(Actor):
             self.log.error("{} from {} {}; answered in error", type(state.msg).__name__,
                            state.reply_to, why)
             if isinstance(state.msg, ReplicaFetch):  # it backs them off, then goes on
-                self.tell(state.reply_to, ReplicaFetchResponse(state.msg.req_id, [
-                    ReplicaFetchPartition(r.topic, r.partition,
-                                          int(ErrorCode.UNKNOWN_SERVER_ERROR), -1, -1, -1, -1,
-                                          -1, b"") for r in state.msg.rows]))
+                self.tell(state.reply_to, _replica_fetch_failed(state.msg))
             return
         self.log.error("API {} request (correlation {}) on connection {} {}; closing the "
                        "connection", state.header.api_key, state.msg.correlation_id,
@@ -711,6 +752,13 @@ class RequestHandler(Actor):
         return {"requests": self.requests, "in_flight": len(self.pending),
                 "refused": self.closed_for_bad_input, "topics": sorted(self.ctx.topics),
                 "metadata_updates": cluster.updates if cluster is not None else 0}
+
+
+def _replica_fetch_failed(msg: ReplicaFetch) -> ReplicaFetchResponse:
+    """A ReplicaFetch answered in error: UNKNOWN_SERVER_ERROR on each of its partitions."""
+    return ReplicaFetchResponse(msg.req_id, [
+        ReplicaFetchPartition(r.topic, r.partition, int(ErrorCode.UNKNOWN_SERVER_ERROR),
+                              -1, -1, -1, -1, -1, b"") for r in msg.rows])
 
 
 def _close_reply_regions(replies: list[Any] | None) -> None:

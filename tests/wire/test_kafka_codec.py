@@ -47,6 +47,7 @@ from wire.errors import ErrorCode, KafkaError
 from wire.file_region import FileRegion
 from wire.kafka_codec import api_versions_response as kc_api_versions
 from wire.kafka_codec import encoding as kc_encoding
+from wire.kafka_codec import hot as kc_hot
 from wire.kafka_codec import messages as kc_messages
 from wire.kafka_codec import parts as kc_parts
 from wire.kafka_codec import requests as kc_requests
@@ -423,6 +424,38 @@ def test_a_produce_with_acks_0_has_no_error_answer() -> None:
         assert _error_answer(0, version, {**values, "acks": 0})[1] is None
         for acks in (1, -1):
             assert _error_answer(0, version, {**values, "acks": acks})[1] is not None
+
+
+@pytest.mark.parametrize(("api_key", "version"),
+                         [(0, v) for v in kc_hot.PRODUCE_VERSIONS]
+                         + [(1, v) for v in kc_hot.FETCH_VERSIONS])
+def test_the_error_answer_of_a_hot_request_is_that_of_its_decoded_request(
+        api_key: int, version: int) -> None:
+    """The broker passes kc.error_response what decode_hot_request made of a Produce or
+    Fetch (its own objects, no kafka-python _struct): the answer is the one the
+    kafka.protocol request gets, every partition asked answered, and it reads back; a
+    hot Produce with acks=0 has none (closed)."""
+    values = request_values(api_key, version, random.Random(version))
+    if api_key == 1:
+        values["forgotten_topics_data"] = [{"topic": "gone", "partitions": [5]}]
+    unknown = int(ErrorCode.UNKNOWN_SERVER_ERROR)
+    for acks in ((1, -1, 0) if api_key == 0 else (None,)):
+        if acks is not None:
+            values["acks"] = acks
+        protocol, frame = client_request(api_key, version, values)
+        header = kc.parse_request_header(frame)
+        hot = kc.decode_hot_request(header, frame)
+        assert hot is not None and getattr(hot, "_struct", None) is None
+        answer = kc.error_response(api_key, version, hot, unknown)
+        if acks == 0:
+            assert answer is None
+            continue
+        assert answer == kc.error_response(api_key, version,
+                                           kc.decode_request(header, frame), unknown)
+        [(_, response)] = protocol.receive_bytes(kc.encode_response(header, answer))
+        assert _answered_keys(response, version) == _asked_keys(
+            kc.decode_request(header, frame), api_key, version)
+        assert set(_error_codes(response, response._struct, version)) == {unknown}
 
 
 def test_the_error_answer_of_create_topics_leaves_the_config_error_alone() -> None:

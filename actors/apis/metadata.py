@@ -106,7 +106,9 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         found = _metadata_wanted(header.api_version, req)
         if found is None:
             return Respond(_metadata_refused(req))
-        wanted = found
+        # a name (or id) asked twice is one topic, answered and auto-created once, as
+        # Kafka's KafkaApis (its topics .toSet): CreateTopics refuses a name given twice
+        wanted = list(dict.fromkeys(found))
     names = sorted(ctx.topics) if listed else [n for n, _ in wanted if n is not None]
     allow_auto = getattr(req, "allow_auto_topic_creation", True)
     if allow_auto is None:
@@ -213,7 +215,8 @@ def _metadata_topic_by_id(ctx: HandlerContext, topic_id: str, version: int) -> d
 def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
     """A name given twice is refused INVALID_REQUEST, answered once, and none of its
     entries made; the others go on (as Kafka's ControllerApis.createTopics, before the
-    ACLs; here, so the single node's controller and the cluster's see unique names)."""
+    ACLs; decided here, in the API, so that the single node and the cluster answer it
+    alike: their controllers are sent unique names, as by Metadata's auto-creation)."""
     rows: list[CreateTopicRow] = []
     done_rows: dict[str, CreateTopicDoneRow] = {}
     counts = Counter(t.name for t in req.topics)
@@ -251,7 +254,9 @@ def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                     error_message=f"topic {name!r} was created but its partitions have no "
                                   f"leader after {topic_change_wait_ms(req.timeout_ms)} ms")
     out = []
-    for t_name in counts:  # once per name, in the request's order
+    # once per name, in the request's order (Kafka appends the duplicates' answers after
+    # the others; a client matches them by name)
+    for t_name in counts:
         r = done_rows[t_name]
         out.append({"name": r.name, "error_code": r.error_code, "error_message": r.error_message,
                     # v7+: the created topic's id; the zero id on an error, as Kafka

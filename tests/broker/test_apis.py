@@ -841,3 +841,17 @@ def test_topic_names_colliding_by_dot_and_underscore_are_refused(client: RawClie
     deleted = client.call(DELETE_TOPICS, 4, {"topic_names": [dotted], "timeout_ms": 10_000})
     assert deleted.responses[0].error_code == 0
     assert client.create_topic(underscored, 1) == 0
+
+
+def test_a_topic_named_twice_in_metadata_is_answered_and_auto_created_once(
+        client: RawClient) -> None:
+    """Kafka's KafkaApis takes Metadata's topics as a set: a name asked twice is one
+    topic, auto-created and answered once (it was answered twice)."""
+    topic = name("meta-twice")
+    for auto in (True, False):
+        response = client.call(METADATA, 12, {
+            "topics": [{"topic_id": None, "name": topic}] * 2,
+            "allow_auto_topic_creation": auto, "include_topic_authorized_operations": False})
+        answered = [t.name for t in response.topics]
+        assert answered == [topic], (auto, answered)
+    assert [p.partition_index for p in settled(client, topic).partitions] == [0]  # type: ignore[attr-defined]

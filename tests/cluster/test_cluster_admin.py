@@ -376,4 +376,10 @@ def test_a_topic_named_twice_in_create_topics_is_invalid_request_once_in_a_clust
     with RawClient(node.port) as client:
         meta = client.call(3, 4, {"topics": [{"name": "dup-twice"}],
                                   "allow_auto_topic_creation": False})
-    assert [t.error_code for t in meta.topics] == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+        assert [t.error_code for t in meta.topics] == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+        # Metadata takes its names as a set (Kafka's KafkaApis): one asked twice is
+        # auto-created and answered once, as on a single node (the controller refused it)
+        meta = client.call(3, 4, {"topics": [{"name": "meta-twice"}] * 2,
+                                  "allow_auto_topic_creation": True})
+        assert [t.name for t in meta.topics] == ["meta-twice"], meta
+    cluster.wait_topic("meta-twice", 1)

@@ -223,7 +223,6 @@ class UnifiedNameIndex:
         check_no_collision(name, self.by_unified, internal)
 
 
-
 def validate_topic_name(name: str) -> None:
     if not name or name in (".", ".."):
         raise InvalidTopicError(f"topic name {name!r} is illegal")

@@ -562,9 +562,14 @@ class RequestHandler(Actor):
         for any but a KafkaError); the connection is closed only for an API whose answer
         has no error to carry (as Kafka's sendErrorOrCloseConnection)."""
         header = state.header
-        code = int(ErrorCode.UNKNOWN_SERVER_ERROR) if code is None else code
+        unknown = int(ErrorCode.UNKNOWN_SERVER_ERROR)
+        code = unknown if code is None else code
+        # a KafkaError's message where the answer has a message field; none for
+        # UNKNOWN_SERVER_ERROR, not to leak internals (Kafka's ApiError.fromThrowable)
+        message = str(exc) if isinstance(exc, KafkaError) and code != unknown else None
         try:
-            data = kc.error_response(header.api_key, header.api_version, state.request, code)
+            data = kc.error_response(header.api_key, header.api_version, state.request, code,
+                                     message)
             frame = b"" if data is None else kc.encode_response(header, data)
         except Exception:  # the error answer fails too: closed below, its cause logged
             self.log.exception("cannot encode the error answer to {} v{}",

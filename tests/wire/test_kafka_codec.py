@@ -458,6 +458,24 @@ def test_the_error_answer_of_a_hot_request_is_that_of_its_decoded_request(
         assert set(_error_codes(response, response._struct, version)) == {unknown}
 
 
+def test_the_error_answer_carries_the_message_given_where_it_has_a_field() -> None:
+    """A KafkaError's message goes into the error answer's error_message fields (Kafka's
+    ApiError.fromThrowable); none given, none written."""
+    for version in (2, 5, 7):
+        values = request_values(19, version, random.Random(version))
+        protocol, frame = client_request(19, version, values)
+        header = kc.parse_request_header(frame)
+        request = kc.decode_request(header, frame)
+        storage = int(ErrorCode.KAFKA_STORAGE_ERROR)
+        answer = kc.error_response(19, version, request, storage, "disk gone")
+        [(_, response)] = protocol.receive_bytes(kc.encode_response(header, answer))
+        assert response.topics
+        assert {(t.error_code, t.error_message) for t in response.topics} == {
+            (storage, "disk gone")}, version
+        assert {t["error_message"] for t in kc.error_response(
+            19, version, request, storage)["topics"]} == {None}
+
+
 def test_the_error_answer_of_create_topics_leaves_the_config_error_alone() -> None:
     """CreateTopics v5+: topic_config_error_code 0 and configs null, as Kafka's
     CreateTopicsRequest.getErrorResponse sets only each topic's error."""

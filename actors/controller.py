@@ -74,9 +74,9 @@ from actors.core.topic_admin import (
     check_partition_increase,
 )
 from actors.core.topic_config import (
+    UnifiedNameIndex,
     check_internal_growth,
     check_internal_partition_count,
-    check_no_collision,
     effective,
     internal_partition_counts,
     validate_new_topic_configs,
@@ -261,6 +261,9 @@ class Controller(Actor):
         self.read_budget = read_partition_budget  # the node's limits, read per request
 
     def setup(self) -> None:
+        # the topics by unified name, for the '.'/'_' collision check of a creation (the
+        # cluster's controller keeps the same index)
+        self.unified_names = UnifiedNameIndex(self.store.topics)
         # Kept over a crash restart of this actor (the message being handled is not
         # handled again): the changes waiting for their shards and those waiting for the
         # handlers' acknowledgements, with the ids that name them (an answer to the
@@ -402,7 +405,7 @@ class Controller(Actor):
                 f"broker(s) available", ErrorCode.INVALID_REPLICATION_FACTOR)
         # after the counts, before the configs (as Kafka's ZkAdminManager.createTopics);
         # the rules on internal topics here, where the topic list is this node's own
-        check_no_collision(name, [*self.store.topics, *created], internal)
+        self.unified_names.check(name, internal)  # this request's made ones are in it
         if not internal:
             check_internal_partition_count(name, num_partitions,
                                            internal_partition_counts(self.config))
@@ -415,6 +418,7 @@ class Controller(Actor):
             topic_id = new_topic_id()
             self.store.topics[name] = TopicInfo(num_partitions, replication_factor, clean,
                                                  topic_id=topic_id)
+            self.unified_names.add(name)
             created.append(name)
         return CreateTopicDoneRow(name, int(ErrorCode.NONE), None, num_partitions,
                                   replication_factor, topic_id)
@@ -439,6 +443,7 @@ class Controller(Actor):
                                                f"topic {name!r} does not exist"))
                 continue
             del self.store.topics[name]
+            self.unified_names.discard(name)
             rows.append(DeleteTopicDoneRow(name, int(ErrorCode.NONE), None, info.topic_id))
             drop += [TopicPartition(name, p) for p in range(info.num_partitions)]
         if not drop:
@@ -815,6 +820,7 @@ class Controller(Actor):
         unwritten = sorted(c for c, e in self.pending.items() if not e.saved)
         entries = [self.pending.pop(each) for each in unwritten]  # first: a crash after
         self.store.topics = _copy_store(self.saved).topics  # must not send them again
+        self.unified_names = UnifiedNameIndex(self.store.topics)
         for entry in entries:
             self._answer(entry.requester, not_written(entry.answer))
         self.log.error("topic change(s) {} given up: never written to the topic store "

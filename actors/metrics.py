@@ -54,7 +54,9 @@ FAMILIES: dict[str, tuple[str, str]] = {
                                              "(closed at once)"),
     "unsupported_version_warnings_held": ("counter", "Refusals of an unsupported API version "
                                                      "not logged (one line a minute per API, "
-                                                     "version and client id)"),
+                                                     "version and client id, per process)"),
+    "request_failure_logs_held": ("counter", "Failed requests not logged (one line a minute "
+                                             "per place in the code, per process)"),
     "requests_abandoned": ("counter", "Requests still waiting when their connection closed"),
     "requests_dropped_after_close": ("counter", "Answers for connections already closed"),
     "requests_oversized": ("counter", "Requests over socket.request.max.bytes"),

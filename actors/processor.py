@@ -657,15 +657,25 @@ class Processor(Actor):
                                        conn.principal, sasl.mechanism)
                 frame = kc.encode_response(header, data)
             else:  # refused
-                if close and not sasl.authenticated:
-                    # a request out of turn while authenticating (Kafka's
-                    # IllegalSaslStateException): closed after the delay, as a failed login
-                    conn.auth_failed = True
-                self.log.warning("connection {} from {}: {}; closing it", conn.conn_id,
-                                 conn.peer_host, sasl.failure_reason or verdict.message)
+                if close:
+                    if not sasl.authenticated:
+                        # a request out of turn while authenticating (Kafka's
+                        # IllegalSaslStateException): closed after the delay, as a failed
+                        # login
+                        conn.auth_failed = True
+                    self.log.warning("connection {} from {}: {}; closing it", conn.conn_id,
+                                     conn.peer_host, sasl.failure_reason or verdict.message)
+                else:
+                    # after a login a SASL request is answered ILLEGAL_SASL_STATE and the
+                    # connection kept, unlogged but at debug (Kafka's KafkaApis answers it
+                    # and logs nothing): a logged-in client cannot flood the log
+                    self.log.debug("connection {} from {}: {}", conn.conn_id, conn.peer_host,
+                                   verdict.message)
                 if respond and request.api_key == SASL_HANDSHAKE:
+                    # no mechanisms: Kafka's error answers to it (SaslHandshakeRequest's
+                    # getErrorResponse, KafkaApis after the login) list none
                     frame = kc.encode_response(header, {"error_code": verdict.error_code,
-                                                        "mechanisms": list(sasl.mechanisms)})
+                                                        "mechanisms": []})
                 elif respond and request.api_key == SASL_AUTHENTICATE:
                     frame = kc.encode_response(header, {
                         "error_code": verdict.error_code, "error_message": verdict.message,

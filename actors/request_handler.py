@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 import os
 import struct
+import threading
+import traceback
 from typing import Any
 
 from kafka.protocol.api_key import ApiKey
@@ -57,6 +59,7 @@ from actors.apis.metadata import (
 from actors.apis.offset_for_leader_epoch import handle_offset_for_leader_epoch
 from actors.apis.produce import handle_produce
 from actors.apis.replica_fetch import handle_replica_fetch
+from actors.apis.sasl import handle_sasl_authenticate, handle_sasl_handshake
 from actors.apis.transactions import (
     handle_add_offsets_to_txn,
     handle_add_partitions_to_txn,
@@ -175,6 +178,8 @@ API_TABLE: dict[int, Any] = {
     ApiKey.DeleteAcls: handle_delete_acls,
     ApiKey.DescribeUserScramCredentials: handle_describe_user_scram_credentials,
     ApiKey.AlterUserScramCredentials: handle_alter_user_scram_credentials,
+    ApiKey.SaslHandshake: handle_sasl_handshake,  # no SASL layer took it: ILLEGAL_SASL_STATE
+    ApiKey.SaslAuthenticate: handle_sasl_authenticate,
 }
 
 
@@ -233,7 +238,8 @@ OTHERS = "others"  # the shared key of those that came once the table was full
 
 class WarningLimiter:
     """At most one warning per key per interval: an old client retrying a version actorlog
-    does not serve opens a connection a time and would log a line per connection."""
+    does not serve opens a connection a time and would log a line per connection. The
+    request handlers of a process share one (they may run on threads of their own)."""
 
     MAX_KEYS = 1024  # keys come from clients (their client id): the table is bounded
 
@@ -241,12 +247,17 @@ class WarningLimiter:
         self.interval_ns = interval_ns
         # key -> [next time it may log, count held back since its last line]
         self.keys: dict[Any, list[int]] = {}
+        self.lock = threading.Lock()
 
     def admit(self, key: Any, now_ns: int) -> tuple[int, bool] | None:
         """None: hold this one back (counted); else log it, with the count of those held
         back since the last line of its key, and whether that key is the shared OTHERS
         (the table was full: a new key is counted there, never evicting one, so a client
         choosing a new client id per connection still gets one line an interval)."""
+        with self.lock:
+            return self._admit(key, now_ns)
+
+    def _admit(self, key: Any, now_ns: int) -> tuple[int, bool] | None:
         entry = self.keys.get(key)
         if entry is None and len(self.keys) >= self.MAX_KEYS:
             key = OTHERS
@@ -263,6 +274,45 @@ def _warning_interval_ns() -> int:
     """One line a minute; tests that must not see a minute pass set a longer interval."""
     ms = os.environ.get("ACTORLOG_WARNING_INTERVAL_MS", "")
     return (int(ms) if ms.isdigit() else 60_000) * 1_000_000
+
+
+_process_limiters: dict[tuple[str, str], WarningLimiter] = {}
+_process_limiters_lock = threading.Lock()
+
+
+def process_limiter(kind: str, node: str) -> WarningLimiter:
+    """The process's one limiter of ``kind`` for broker ``node``, shared by that node's
+    request handlers: the lines an interval do not grow with num.io.threads. By node too:
+    the nodes of one Python process (the simulation, in-process tests) each have theirs."""
+    with _process_limiters_lock:
+        limiter = _process_limiters.get((kind, node))
+        if limiter is None:
+            limiter = _process_limiters[kind, node] = WarningLimiter(_warning_interval_ns())
+        return limiter
+
+
+def _interval_text(interval_ns: int) -> str:
+    """A limiter's interval for its log line ("one line a minute")."""
+    ms = interval_ns // 1_000_000
+    if ms == 60_000:
+        return "a minute"
+    return f"per {ms // 1000} s" if ms % 1000 == 0 else f"per {ms} ms"
+
+
+_OWN_CODE = (f"{os.sep}actors{os.sep}", f"{os.sep}wire{os.sep}")
+
+
+def _failure_site(api_key: int, exc: BaseException) -> tuple[Any, ...]:
+    """Where an API failed: the API, the exception's type, its innermost line and the
+    innermost line of actorlog's own code (actors/, wire/) it passed: an encoding failure
+    ends in the same lines of kafka-python whatever the bug that made it."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    last = frames[-1] if frames else None
+    own = next((f for f in reversed(frames) if any(d in f.filename for d in _OWN_CODE)),
+               None)
+    return (api_key, type(exc).__name__,
+            last.filename if last else "?", (last.lineno or 0) if last else 0,
+            own.filename if own else "?", (own.lineno or 0) if own else 0)
 
 
 def _client_id(frame: bytes) -> str | None:
@@ -304,8 +354,12 @@ class RequestHandler(Actor):
         self.req_ids = itertools.count(1 + ((self.clock.wall_ms() % (1 << 31)) << 20))
         self.closed_for_bad_input = 0
         self.requests = 0
-        # by (api key, version, client id): one line a minute, with the count held back
-        self.unsupported_warnings = WarningLimiter(_warning_interval_ns())
+        # by (api key, version, client id): one line a minute a process, with the count
+        # held back
+        self.unsupported_warnings = process_limiter("unsupported_version", self.node.name)
+        # by API and exception site (_failure_site): an API that fails on every request
+        # of a flood logs its traceback once, then one line a minute with the count
+        self.failure_warnings = process_limiter("api_failure", self.node.name)
         # connections this handler closed; all of a connection's requests come
         # here in order, so later ones are recognised (bounded, oldest dropped)
         self.closed_conns: dict[int, None] = {}
@@ -392,8 +446,9 @@ class RequestHandler(Actor):
                 self.log.warning(
                     "closing connection {}: request (api {} v{} correlation {}) refused: {} "
                     "(client id {!r}; {} more {} held back since the last such line; "
-                    "one line a minute)", msg.conn_id, msg.api_key, msg.api_version,
-                    msg.correlation_id, exc, client_id, held, like)
+                    "one line {})", msg.conn_id, msg.api_key, msg.api_version,
+                    msg.correlation_id, exc, client_id, held, like,
+                    _interval_text(self.unsupported_warnings.interval_ns))
         else:
             self.log.warning("closing connection {}: request (api {} v{} correlation {}) "
                              "refused: {}", msg.conn_id, msg.api_key, msg.api_version,
@@ -413,16 +468,16 @@ class RequestHandler(Actor):
             state.local_ns += self._monotonic_ns() - t0
             self._finish(state, respond)
             return
-        except Exception:
+        except Exception as exc:
             if state.reply_to is not None:
-                self.log.exception("{} from {} failed", type(state.msg).__name__, state.reply_to)
                 _close_reply_regions(replies)
+                self._answer_internal_failure(state, exc)
                 return
-            self.log.exception("API {} v{} failed on connection {}; closing it",
-                               state.header.api_key, state.header.api_version, state.msg.conn_id)
             self.node.metrics.incr("requests_failed")
             _close_reply_regions(replies)
-            self._send(state.msg, b"", False, True, state.start_ns, 0, 0)
+            state.local_ns += self._monotonic_ns() - t0
+            code = int(exc.code) if isinstance(exc, KafkaError) else None
+            self._answer_failure(state, exc, "failed", code)
             return
         now = self._monotonic_ns()
         state.local_ns += now - t0
@@ -490,42 +545,87 @@ class RequestHandler(Actor):
                         kc.encode_response_parts(state.header, respond.data))
                 else:
                     frame = kc.encode_response(state.header, respond.data)
-            except Exception:
+            except Exception as exc:
                 _close_response_regions(respond.data)
-                regions = []
-                frame = self._error_frame(state)
-                if not frame:
-                    return
+                self._answer_failure(state, exc, "response cannot be encoded", None,
+                                     close=respond.close)
+                return
         self._send(state.msg, frame, respond.respond, respond.close, state.start_ns,
                    state.local_ns, state.remote_ns, regions)
 
-    def _error_frame(self, state: _InFlight) -> bytes:
-        """A response that cannot be encoded (a value its field cannot hold: a string
-        past its length prefix, say) is answered as Kafka's KafkaApis.handle answers a
-        failure, serialization included: the request's error response, every item it
-        named UNKNOWN_SERVER_ERROR; the connection is closed only for an API with no
-        error to answer (as Kafka's sendErrorOrCloseConnection). b"": closed here."""
+    def _answer_failure(self, state: _InFlight, exc: Exception, what: str,
+                        code: int | None, close: bool = False) -> None:
+        """An API that raised, or whose response cannot be encoded (a value its field
+        cannot hold: a string past its length prefix, say), is answered as Kafka's
+        KafkaApis.handle answers a failure (requestHelper.handleError): the request's
+        error response, every item it named the exception's code (UNKNOWN_SERVER_ERROR
+        for any but a KafkaError); the connection is closed only for an API whose answer
+        has no error to carry (as Kafka's sendErrorOrCloseConnection)."""
         header = state.header
         unknown = int(ErrorCode.UNKNOWN_SERVER_ERROR)
+        code = unknown if code is None else code
+        # a KafkaError's message where the answer has a message field; none for
+        # UNKNOWN_SERVER_ERROR, not to leak internals (Kafka's ApiError.fromThrowable)
+        message = str(exc) if isinstance(exc, KafkaError) and code != unknown else None
         try:
-            data = kc.error_response(header.api_key, header.api_version, state.request,
-                                     unknown)
+            data = kc.error_response(header.api_key, header.api_version, state.request, code,
+                                     message)
             frame = b"" if data is None else kc.encode_response(header, data)
         except Exception:  # the error answer fails too: closed below, its cause logged
             self.log.exception("cannot encode the error answer to {} v{}",
                                header.api_key, header.api_version)
             frame = b""
+        try:
+            code_name = ErrorCode(code).name
+        except ValueError:
+            code_name = str(code)
+        outcome = (f"answered its error response ({code_name})" if frame
+                   else "closing the connection (its answer has no error field)")
+        # answered before it is logged: a log line that fails cannot leave it unanswered
         if frame:
-            self.log.exception("cannot encode the {} v{} response on connection {}; "
-                               "answered UNKNOWN_SERVER_ERROR", header.api_key,
-                               header.api_version, state.msg.conn_id)
-            self._count_errors(header.api_key, [unknown])
-            return frame
-        self.log.exception("cannot encode the {} v{} response; closing connection {}",
-                           header.api_key, header.api_version, state.msg.conn_id)
-        self._send(state.msg, b"", False, True, state.start_ns, state.local_ns,
-                   state.remote_ns)
-        return b""
+            self._count_errors(header.api_key, [code])
+            self._send(state.msg, frame, True, close, state.start_ns, state.local_ns,
+                       state.remote_ns)
+        else:
+            self._send(state.msg, b"", False, True, state.start_ns, state.local_ns,
+                       state.remote_ns)
+        self._log_failure(exc, header.api_key, "API {} v{} on connection {} {}: {!r}; {}",
+                          header.api_key, header.api_version, state.msg.conn_id, what, exc,
+                          outcome)
+
+    def _answer_internal_failure(self, state: _InFlight, exc: Exception) -> None:
+        """A follower's ReplicaFetch whose handling raised is answered as an abandoned one
+        (UNKNOWN_SERVER_ERROR per partition: its fetcher backs them off, then goes on)
+        instead of left to its request timeout."""
+        if isinstance(state.msg, ReplicaFetch) and state.reply_to is not None:
+            self.tell(state.reply_to, _replica_fetch_failed(state.msg))
+        self._log_failure(exc, type(state.msg).__name__, "{} from {} failed: {!r}{}",
+                          type(state.msg).__name__, state.reply_to, exc,
+                          "; answered in error" if isinstance(state.msg, ReplicaFetch)
+                          else "")
+
+    def _log_failure(self, exc: Exception, api: Any, message: str, *args: Any) -> None:
+        """A failed request's line, through the process's limiter by API and place in the
+        code (_failure_site): the traceback once per place, then one line an interval
+        with the count held back. A line that cannot be written (an exception whose repr
+        raises) is replaced by a plain one."""
+        limiter = self.failure_warnings
+        site = _failure_site(api, exc)
+        first = site not in limiter.keys  # (a race logs it twice at worst)
+        admitted = limiter.admit(site, self._monotonic_ns())
+        if admitted is None:
+            self.node.metrics.incr("request_failure_logs_held")
+            return
+        held, _others = admitted
+        # the traceback once per site; later lines (one an interval) only count
+        log = self.log.opt(exception=exc) if first else self.log
+        suffix = (f" ({held} more from the same place held back since the last such line;"
+                  f" one line {_interval_text(limiter.interval_ns)})")
+        try:
+            log.error(message + suffix, *args)
+        except Exception:
+            log.error("a {} request failed with {} (its log line cannot be written)" + suffix,
+                      api, type(exc).__name__)
 
     def _count_errors(self, api_key: int, codes: list[int]) -> None:
         """Kafka's ErrorsPerSec: each error code in the response, by API and error name."""
@@ -597,10 +697,7 @@ class RequestHandler(Actor):
             self.log.error("{} from {} {}; answered in error", type(state.msg).__name__,
                            state.reply_to, why)
             if isinstance(state.msg, ReplicaFetch):  # it backs them off, then goes on
-                self.tell(state.reply_to, ReplicaFetchResponse(state.msg.req_id, [
-                    ReplicaFetchPartition(r.topic, r.partition,
-                                          int(ErrorCode.UNKNOWN_SERVER_ERROR), -1, -1, -1, -1,
-                                          -1, b"") for r in state.msg.rows]))
+                self.tell(state.reply_to, _replica_fetch_failed(state.msg))
             return
         self.log.error("API {} request (correlation {}) on connection {} {}; closing the "
                        "connection", state.header.api_key, state.msg.correlation_id,
@@ -660,6 +757,13 @@ class RequestHandler(Actor):
         return {"requests": self.requests, "in_flight": len(self.pending),
                 "refused": self.closed_for_bad_input, "topics": sorted(self.ctx.topics),
                 "metadata_updates": cluster.updates if cluster is not None else 0}
+
+
+def _replica_fetch_failed(msg: ReplicaFetch) -> ReplicaFetchResponse:
+    """A ReplicaFetch answered in error: UNKNOWN_SERVER_ERROR on each of its partitions."""
+    return ReplicaFetchResponse(msg.req_id, [
+        ReplicaFetchPartition(r.topic, r.partition, int(ErrorCode.UNKNOWN_SERVER_ERROR),
+                              -1, -1, -1, -1, -1, b"") for r in msg.rows])
 
 
 def _close_reply_regions(replies: list[Any] | None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections import Counter
 from typing import Any
 
 from actors.apis import cluster
@@ -105,7 +106,9 @@ def handle_metadata(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
         found = _metadata_wanted(header.api_version, req)
         if found is None:
             return Respond(_metadata_refused(req))
-        wanted = found
+        # a name (or id) asked twice is one topic, answered and auto-created once, as
+        # Kafka's KafkaApis (its topics .toSet): CreateTopics refuses a name given twice
+        wanted = list(dict.fromkeys(found))
     names = sorted(ctx.topics) if listed else [n for n, _ in wanted if n is not None]
     allow_auto = getattr(req, "allow_auto_topic_creation", True)
     if allow_auto is None:
@@ -210,9 +213,18 @@ def _metadata_topic_by_id(ctx: HandlerContext, topic_id: str, version: int) -> d
 
 
 def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
+    """A name given twice is refused INVALID_REQUEST, answered once, and none of its
+    entries made; the others go on (as Kafka's ControllerApis.createTopics, before the
+    ACLs; decided here, in the API, so that the single node and the cluster answer it
+    alike: their controllers are sent unique names, as by Metadata's auto-creation)."""
     rows: list[CreateTopicRow] = []
     done_rows: dict[str, CreateTopicDoneRow] = {}
+    counts = Counter(t.name for t in req.topics)
     for t in req.topics:
+        if counts[t.name] > 1:
+            done_rows[t.name] = CreateTopicDoneRow(t.name, INVALID_REQUEST,
+                                                   "Duplicate topic name.", -1, -1)
+            continue
         if not _may_create(ctx, t.name):
             done_rows[t.name] = CreateTopicDoneRow(t.name, TOPIC_DENIED, None, -1, -1)
             continue
@@ -242,8 +254,10 @@ def handle_create_topics(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
                     error_message=f"topic {name!r} was created but its partitions have no "
                                   f"leader after {topic_change_wait_ms(req.timeout_ms)} ms")
     out = []
-    for t in req.topics:
-        r = done_rows[t.name]
+    # once per name, in the request's order (Kafka appends the duplicates' answers after
+    # the others; a client matches them by name)
+    for t_name in counts:
+        r = done_rows[t_name]
         out.append({"name": r.name, "error_code": r.error_code, "error_message": r.error_message,
                     # v7+: the created topic's id; the zero id on an error, as Kafka
                     "topic_id": _uuid(r.topic_id) if r.error_code == 0 else None,

@@ -142,10 +142,9 @@ from actors.core.replica_assignment import (
     validate_assignment,
 )
 from actors.core.topic_config import (
+    UnifiedNameIndex,
     check_internal_growth,
     check_internal_partition_count,
-    check_no_collision,
-    unified_name,
     validate_new_topic_configs,
     validate_topic_name,
 )
@@ -281,7 +280,7 @@ class ControllerCore:
         self._creating: Counter[str] = Counter()
         # unified name ('.' as '_') -> the names of self.topics and self._creating with it
         # (as KRaft's topicsWithCollisionChars): a creation looks up its collisions here
-        self._by_unified: dict[str, set[str]] = {}
+        self._by_unified = UnifiedNameIndex()
         self._requests: dict[RequestId, _Request] = {}
         self._out: list[Effect] = []
         self._writes: list[MetadataWrite] = []
@@ -1103,17 +1102,13 @@ class ControllerCore:
         self._submit(change)
 
     def _index_name(self, name: str) -> None:
-        self._by_unified.setdefault(unified_name(name), set()).add(name)
+        self._by_unified.add(name)
 
     def _unindex_name(self, name: str) -> None:
         """Once ``name`` is neither a topic nor being created."""
         if name in self.topics or self._creating[name] > 0:
             return
-        names = self._by_unified.get(unified_name(name))
-        if names is not None:
-            names.discard(name)
-            if not names:
-                del self._by_unified[unified_name(name)]
+        self._by_unified.discard(name)
 
     def _add_topic(self, name: str, record: TopicRecord) -> list[TopicPartition]:
         self.topics[name] = record
@@ -1270,7 +1265,7 @@ class ControllerCore:
         # written (this request's earlier ones among them), as Kafka's one-by-one creation.
         # The rules on internal topics here, where the topic list is authoritative (a
         # handler's cache may be stale); a coordinator's own creation is exempt.
-        check_no_collision(topic.name, self._by_unified, topic.internal)
+        self._by_unified.check(topic.name, topic.internal)
         if not topic.internal:
             check_internal_partition_count(topic.name, len(assignment),
                                            self.config.internal_partitions)

@@ -196,6 +196,33 @@ def check_no_collision(name: str, existing: Iterable[str] | Mapping[str, Collect
             f"Topic '{name}' collides with existing topics: {', '.join(colliding)}")
 
 
+class UnifiedNameIndex:
+    """Topic names by unified name ('.' as '_'), as KRaft's topicsWithCollisionChars: a
+    creation looks its collisions up here instead of scanning every topic. The single
+    node's controller and the cluster's keep one each; what a name in it means (a topic,
+    one being created) is theirs to say."""
+
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        self.by_unified: dict[str, set[str]] = {}
+        for name in names:
+            self.add(name)
+
+    def add(self, name: str) -> None:
+        self.by_unified.setdefault(unified_name(name), set()).add(name)
+
+    def discard(self, name: str) -> None:
+        unified = unified_name(name)
+        names = self.by_unified.get(unified)
+        if names is not None:
+            names.discard(name)
+            if not names:
+                del self.by_unified[unified]
+
+    def check(self, name: str, internal: bool = False) -> None:
+        """check_no_collision against the names indexed."""
+        check_no_collision(name, self.by_unified, internal)
+
+
 def validate_topic_name(name: str) -> None:
     if not name or name in (".", ".."):
         raise InvalidTopicError(f"topic name {name!r} is illegal")

@@ -776,3 +776,82 @@ def test_an_answer_the_codec_cannot_write_is_unknown_server_error_not_a_close(
                 ErrorCode.UNKNOWN_SERVER_ERROR, None), version
     # the connection still serves
     assert metadata(client, [topic], auto=False)[topic].error_code == 0  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------- SASL requests without SASL
+
+
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+
+
+def test_sasl_requests_on_a_plaintext_listener_are_illegal_sasl_state_not_a_close(
+        client: RawClient) -> None:
+    """A PLAINTEXT listener has no SASL layer: Kafka's KafkaApis answers SaslHandshake and
+    SaslAuthenticate ILLEGAL_SASL_STATE (no mechanisms; the message of a connection taken
+    as authenticated) and keeps the connection; they closed it."""
+    for version in (0, 1):
+        shake = client.call(SASL_HANDSHAKE, version, {"mechanism": "PLAIN"})
+        assert (shake.error_code, shake.mechanisms) == (ErrorCode.ILLEGAL_SASL_STATE, [])
+    for version in (0, 1, 2):
+        done = client.call(SASL_AUTHENTICATE, version, {"auth_bytes": b"\0u\0p"})
+        assert done.error_code == ErrorCode.ILLEGAL_SASL_STATE
+        assert done.error_message == ("SaslAuthenticate request received after successful "
+                                      "authentication")
+        assert done.auth_bytes == b""
+    topic = name("after-sasl")
+    assert client.create_topic(topic, 1) == 0  # the connection still serves
+    assert metadata(client, [topic], auto=False)[topic].error_code == 0  # type: ignore[attr-defined]
+
+
+def test_a_topic_named_twice_in_create_topics_is_invalid_request_once_and_not_made(
+        client: RawClient) -> None:
+    """Kafka (ControllerApis.createTopics): a name given twice gets one INVALID_REQUEST
+    answer, "Duplicate topic name.", and none of its entries is made; the others are. It
+    was made from its first entry and answered TOPIC_ALREADY_EXISTS twice."""
+    twice, once = name("twice"), name("once")
+    spec = {"num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}
+    for version in (2, 4, 7):
+        twice_v, once_v = f"{twice}-{version}", f"{once}-{version}"
+        response = client.call(CREATE_TOPICS, version, {"topics": [
+            {"name": twice_v, **spec}, {"name": once_v, **spec},
+            {"name": twice_v, **spec, "num_partitions": 2}],
+            "timeout_ms": 10_000, "validate_only": False})
+        answers = [(t.name, t.error_code) for t in response.topics]
+        assert answers == [(twice_v, ErrorCode.INVALID_REQUEST), (once_v, 0)], version
+        assert response.topics[0].error_message == "Duplicate topic name."
+        found = metadata(client, [twice_v, once_v], auto=False)
+        assert found[twice_v].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # type: ignore[attr-defined]
+        assert found[once_v].error_code == 0  # type: ignore[attr-defined]
+
+
+def test_topic_names_colliding_by_dot_and_underscore_are_refused(client: RawClient) -> None:
+    """The single node's controller looks the '.'/'_' collisions up in its index of topic
+    names (kept as topics are made and deleted): a name differing from an existing one
+    only by '.' against '_' is INVALID_TOPIC_EXCEPTION; once that topic is deleted, it is
+    made."""
+    base = name("coll")
+    dotted, underscored = f"{base}.a", f"{base}_a"
+    assert client.create_topic(dotted, 1) == 0
+    spec = {"num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}
+    response = client.call(CREATE_TOPICS, 4, {"topics": [{"name": underscored, **spec}],
+                                               "timeout_ms": 10_000, "validate_only": False})
+    [row] = response.topics
+    assert row.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert dotted in row.error_message
+    deleted = client.call(DELETE_TOPICS, 4, {"topic_names": [dotted], "timeout_ms": 10_000})
+    assert deleted.responses[0].error_code == 0
+    assert client.create_topic(underscored, 1) == 0
+
+
+def test_a_topic_named_twice_in_metadata_is_answered_and_auto_created_once(
+        client: RawClient) -> None:
+    """Kafka's KafkaApis takes Metadata's topics as a set: a name asked twice is one
+    topic, auto-created and answered once (it was answered twice)."""
+    topic = name("meta-twice")
+    for auto in (True, False):
+        response = client.call(METADATA, 12, {
+            "topics": [{"topic_id": None, "name": topic}] * 2,
+            "allow_auto_topic_creation": auto, "include_topic_authorized_operations": False})
+        answered = [t.name for t in response.topics]
+        assert answered == [topic], (auto, answered)
+    assert [p.partition_index for p in settled(client, topic).partitions] == [0]  # type: ignore[attr-defined]

@@ -353,3 +353,33 @@ def test_describe_and_delete_groups_answer_each_group_when_some_are_led_by_anoth
         assert kadmin.describe_groups([elsewhere])[elsewhere]["group_state"] == "Empty"
     finally:
         kadmin.close()
+
+
+def test_a_topic_named_twice_in_create_topics_is_invalid_request_once_in_a_cluster(
+        cluster_factory: Any) -> None:
+    """As on a single node (ControllerApis.createTopics): over a raw connection to a node
+    that is not the controller, a name given twice is answered once, INVALID_REQUEST
+    "Duplicate topic name.", and not made; the other name is."""
+    from tests.broker.rawclient import CREATE_TOPICS, RawClient
+
+    cluster: Cluster = cluster_factory(2)
+    spec = {"num_partitions": 1, "replication_factor": 2, "assignments": [], "configs": []}
+    node = next(n for i, n in cluster.nodes.items() if i != cluster.controller())
+    with RawClient(node.port) as client:
+        response = client.call(CREATE_TOPICS, 5, {"topics": [
+            {"name": "dup-twice", **spec}, {"name": "dup-once", **spec},
+            {"name": "dup-twice", **spec}], "timeout_ms": 30_000, "validate_only": False})
+    answers = [(t.name, t.error_code, t.error_message) for t in response.topics]
+    assert answers == [("dup-twice", ErrorCode.INVALID_REQUEST, "Duplicate topic name."),
+                       ("dup-once", 0, None)], answers
+    cluster.wait_topic("dup-once", 1)
+    with RawClient(node.port) as client:
+        meta = client.call(3, 4, {"topics": [{"name": "dup-twice"}],
+                                  "allow_auto_topic_creation": False})
+        assert [t.error_code for t in meta.topics] == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+        # Metadata takes its names as a set (Kafka's KafkaApis): one asked twice is
+        # auto-created and answered once, as on a single node (the controller refused it)
+        meta = client.call(3, 4, {"topics": [{"name": "meta-twice"}] * 2,
+                                  "allow_auto_topic_creation": True})
+        assert [t.name for t in meta.topics] == ["meta-twice"], meta
+    cluster.wait_topic("meta-twice", 1)

@@ -1424,7 +1424,7 @@ def _index_matches(core: Any) -> bool:
     rebuilt: dict[str, set[str]] = {}
     for name in [*core.topics, *core._creating]:
         rebuilt.setdefault(name.replace(".", "_"), set()).add(name)
-    return bool(core._by_unified == rebuilt)
+    return bool(core._by_unified.by_unified == rebuilt)
 
 
 def _reply(candidate: Any, request_id: Any) -> Any:
@@ -1466,7 +1466,7 @@ def test_a_name_in_flight_twice_still_collides_once_one_write_ends() -> None:
     assert ctl.core._creating == Counter({"r.s": 1})
     assert _index_matches(ctl.core)
     ctl.driver.resign("test")
-    assert not ctl.core._creating and not ctl.core._by_unified
+    assert not ctl.core._creating and not ctl.core._by_unified.by_unified
 
 
 def test_the_controller_keeps_the_internal_topics_rules() -> None:

@@ -548,3 +548,35 @@ def test_describe_topic_partitions_answers_a_named_topic_alice_may_not_describe_
         assert mine in listed and hidden not in listed
     finally:
         alice.close()
+
+
+def test_sasl_requests_after_login_or_without_sasl_are_illegal_sasl_state(
+        node: tuple[BrokerProcess, str]) -> None:
+    """Over raw sockets: on the SASL listener, a SaslHandshake or SaslAuthenticate after
+    the login (no connections.max.reauth.ms: nothing to renew) is answered
+    ILLEGAL_SASL_STATE and the connection kept, as Kafka's KafkaApis answers it once the
+    channel is authenticated; on the PLAINTEXT listener of the same broker (ACLs on) the
+    same two are answered so too, where they closed the connection."""
+    from tests.broker.rawclient import METADATA, RawClient
+
+    broker, anonymous = node
+    illegal = 34  # ILLEGAL_SASL_STATE
+    message = "SaslAuthenticate request received after successful authentication"
+    plain_port = int(anonymous.rsplit(":", 1)[1])
+    with RawClient(broker.port) as sasl, RawClient(plain_port) as plain:
+        assert sasl.call(17, 1, {"mechanism": "PLAIN"}).error_code == 0
+        token = b"\0alice\0" + PASSWORDS["alice"].encode()
+        assert sasl.call(36, 2, {"auth_bytes": token}).error_code == 0
+        for client in (sasl, plain):
+            for _ in range(3):  # answered each time, logged not at all (at debug)
+                shake = client.call(17, 1, {"mechanism": "PLAIN"})
+                # no mechanisms, as Kafka's error answer
+                assert (shake.error_code, shake.mechanisms) == (illegal, []), shake
+            done = client.call(36, 2, {"auth_bytes": token})
+            assert (done.error_code, done.error_message) == (illegal, message)
+            # the connection still serves
+            answer = client.call(METADATA, 4, {"topics": [], "allow_auto_topic_creation": False})
+            assert answer.brokers
+    warned = [line for line in broker.log().splitlines()  # the broker logs at DEBUG
+              if "after successful authentication" in line and "DEBUG" not in line]
+    assert warned == [], warned

@@ -47,6 +47,7 @@ from wire.errors import ErrorCode, KafkaError
 from wire.file_region import FileRegion
 from wire.kafka_codec import api_versions_response as kc_api_versions
 from wire.kafka_codec import encoding as kc_encoding
+from wire.kafka_codec import hot as kc_hot
 from wire.kafka_codec import messages as kc_messages
 from wire.kafka_codec import parts as kc_parts
 from wire.kafka_codec import requests as kc_requests
@@ -364,14 +365,18 @@ def test_the_error_answer_of_every_request_reads_back(api_key: int, version: int
     Kafka's getErrorResponse): the client reads it, every error in it UNKNOWN_SERVER_ERROR,
     and the items the request named are answered by their keys, those only; None only
     for an API whose response has no top-level error code and nothing to answer by item
-    (ApiVersions is answered on its own path; DescribeLogDirs v1-2)."""
+    (ApiVersions is answered on its own path). DescribeLogDirs v1-2 hold no error: the
+    answer is its empty results, as Kafka writes its error response at those versions."""
     request, response, _ = _error_answer(api_key, version)
+    if api_key == 35 and version < 3:
+        assert response is not None and response.results == []
+        return
     if response is None:
         top = kc.response_class(api_key, version)._struct
         assert not [f for f in top._fields if f.for_version_q(version)
                     and f.name == "error_code"]
-        assert api_key == 35 or not [f for f in top._fields if f.for_version_q(version)
-                                     and f.is_struct_array()]
+        assert not [f for f in top._fields if f.for_version_q(version)
+                    and f.is_struct_array()]
         return
     codes = _error_codes(response, response._struct, version)
     unknown = int(ErrorCode.UNKNOWN_SERVER_ERROR)
@@ -399,13 +404,76 @@ def test_the_error_answer_of_a_fetch_names_its_topics_not_the_forgotten() -> Non
 
 def test_the_error_answer_of_describe_log_dirs_is_its_top_level_error() -> None:
     """DescribeLogDirs answers log dirs, not the topics asked: Kafka's error answer is the
-    top-level error and no results (v3+); v1-2 have no error to answer (closed)."""
+    top-level error and no results (v3+); v1-2 have no error field (Kafka's is v3+ and
+    ignorable): no results, answered, not a closed connection."""
     for version in (3, 4):
         _, response, _ = _error_answer(35, version)
         assert response.error_code == int(ErrorCode.UNKNOWN_SERVER_ERROR)
         assert response.results == []
     for version in (1, 2):
-        assert _error_answer(35, version)[1] is None
+        _, response, answer = _error_answer(35, version)
+        assert response is not None and response.results == []
+        assert answer == {"results": []}  # the throttle time at its default, 0
+
+
+def test_a_produce_with_acks_0_has_no_error_answer() -> None:
+    """Kafka's ProduceRequest.getErrorResponse is null for acks=0 (the producer reads no
+    answer): the connection is closed instead; acks 1 and -1 are answered."""
+    for version in (3, 9):
+        values = request_values(0, version, random.Random(version))
+        assert _error_answer(0, version, {**values, "acks": 0})[1] is None
+        for acks in (1, -1):
+            assert _error_answer(0, version, {**values, "acks": acks})[1] is not None
+
+
+@pytest.mark.parametrize(("api_key", "version"),
+                         [(0, v) for v in kc_hot.PRODUCE_VERSIONS]
+                         + [(1, v) for v in kc_hot.FETCH_VERSIONS])
+def test_the_error_answer_of_a_hot_request_is_that_of_its_decoded_request(
+        api_key: int, version: int) -> None:
+    """The broker passes kc.error_response what decode_hot_request made of a Produce or
+    Fetch (its own objects, no kafka-python _struct): the answer is the one the
+    kafka.protocol request gets, every partition asked answered, and it reads back; a
+    hot Produce with acks=0 has none (closed)."""
+    values = request_values(api_key, version, random.Random(version))
+    if api_key == 1:
+        values["forgotten_topics_data"] = [{"topic": "gone", "partitions": [5]}]
+    unknown = int(ErrorCode.UNKNOWN_SERVER_ERROR)
+    for acks in ((1, -1, 0) if api_key == 0 else (None,)):
+        if acks is not None:
+            values["acks"] = acks
+        protocol, frame = client_request(api_key, version, values)
+        header = kc.parse_request_header(frame)
+        hot = kc.decode_hot_request(header, frame)
+        assert hot is not None and getattr(hot, "_struct", None) is None
+        answer = kc.error_response(api_key, version, hot, unknown)
+        if acks == 0:
+            assert answer is None
+            continue
+        assert answer == kc.error_response(api_key, version,
+                                           kc.decode_request(header, frame), unknown)
+        [(_, response)] = protocol.receive_bytes(kc.encode_response(header, answer))
+        assert _answered_keys(response, version) == _asked_keys(
+            kc.decode_request(header, frame), api_key, version)
+        assert set(_error_codes(response, response._struct, version)) == {unknown}
+
+
+def test_the_error_answer_carries_the_message_given_where_it_has_a_field() -> None:
+    """A KafkaError's message goes into the error answer's error_message fields (Kafka's
+    ApiError.fromThrowable); none given, none written."""
+    for version in (2, 5, 7):
+        values = request_values(19, version, random.Random(version))
+        protocol, frame = client_request(19, version, values)
+        header = kc.parse_request_header(frame)
+        request = kc.decode_request(header, frame)
+        storage = int(ErrorCode.KAFKA_STORAGE_ERROR)
+        answer = kc.error_response(19, version, request, storage, "disk gone")
+        [(_, response)] = protocol.receive_bytes(kc.encode_response(header, answer))
+        assert response.topics
+        assert {(t.error_code, t.error_message) for t in response.topics} == {
+            (storage, "disk gone")}, version
+        assert {t["error_message"] for t in kc.error_response(
+            19, version, request, storage)["topics"]} == {None}
 
 
 def test_the_error_answer_of_create_topics_leaves_the_config_error_alone() -> None:

@@ -38,22 +38,33 @@ _ANSWERS: dict[int, dict[str, tuple[str, ...]]] = {
     51: {"results": ("deletions", "upsertions")},
 }
 _DESCRIBE_USER_SCRAM = 50
+_PRODUCE = 0
+# APIs whose error answer Kafka sends even where it holds no error field: DescribeLogDirs
+# v0-2 (its top-level error is v3+ and ignorable, so v0-2 is written without it: no
+# results, not a closed connection)
+_ANSWERED_WITHOUT_ERROR = frozenset({35})
 
 
 def error_response(api_key: int, api_version: int, request: Any,
-                   error_code: int) -> dict[str, Any] | None:
+                   error_code: int, error_message: str | None = None) -> dict[str, Any] | None:
     """The response dict carrying ``error_code`` for everything ``request`` asked, or
-    None when the response has no error code to carry it (Kafka closes the connection)."""
+    None when the response has no error code to carry it (Kafka closes the connection;
+    but see _ANSWERED_WITHOUT_ERROR). ``error_message`` goes in every error_message field
+    beside the codes (Kafka's ApiError.fromThrowable: none for UNKNOWN_SERVER_ERROR; the
+    caller decides). Divergence: Kafka's getErrorResponse of a few requests leaves their
+    message out; here it is written wherever the response has the field."""
+    if api_key == _PRODUCE and getattr(request, "acks", None) == 0:
+        return None  # the producer reads no answer: Kafka closes the connection
     struct = response_class(api_key, api_version)._struct
     found: list[bool] = []
-    out = _mirror(struct, request, api_version, error_code, found, top=True,
+    out = _mirror(struct, request, api_version, error_code, found, error_message, top=True,
                   answers=_ANSWERS.get(api_key, {}))
     if api_key == _DESCRIBE_USER_SCRAM and out.get("results"):
         # Named users: each result carries the error and the top level stays 0
         # (librdkafka 2.16 aborts reading a top-level error next to per-user results;
         # actors/apis/authorize.py answers the same shape)
         out["error_code"] = 0
-    return out if found else None
+    return out if found or api_key in _ANSWERED_WITHOUT_ERROR else None
 
 
 def _fields(struct: Any, version: int) -> list[Any]:
@@ -72,6 +83,7 @@ def _holds_error(struct: Any, version: int) -> bool:
 
 
 def _mirror(struct: Any, item: Any, version: int, code: int, found: list[bool],
+            message: str | None = None,
             top: bool = False, answers: dict[str, tuple[str, ...]] | None = None
             ) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -83,7 +95,7 @@ def _mirror(struct: Any, item: Any, version: int, code: int, found: list[bool],
             out[name] = code
             found.append(True)
         elif name == "error_message":
-            out[name] = None
+            out[name] = message
         elif field.is_struct_array():
             if not _holds_error(field.array_of, version):
                 continue  # nothing to answer in it: left at its default
@@ -97,7 +109,7 @@ def _mirror(struct: Any, item: Any, version: int, code: int, found: list[bool],
                     source = [by_name[n] for n in sorted(by_name, key=str)]
             else:
                 source = _matching_items(struct, field, item, version, req_struct)
-            out[name] = [_mirror(field.array_of, element, version, code, found)
+            out[name] = [_mirror(field.array_of, element, version, code, found, message)
                          for element in source]
         elif field.is_struct():
             continue  # left at its default (a nullable one null)

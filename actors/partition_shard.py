@@ -632,7 +632,7 @@ class PartitionShard(Actor):
             for state in self.partitions.values():
                 gone = state.log.remove_expired_producers(now)
                 if gone:
-                    self.log.debug("{} producer id(s) of {}-{} expired", gone,
+                    self.log.info("{} producer id(s) of {}-{} expired", gone,
                                    state.log.topic, state.log.partition)
         if now - self.last_checkpoint_ms >= min(
             int(self.config["log.flush.offset.checkpoint.interval.ms"]),

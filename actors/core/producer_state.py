@@ -41,6 +41,7 @@ MAX_CACHED_BATCHES = 5
 SNAPSHOT_SUFFIX = ".snapshot"
 _SNAPSHOT_RE = re.compile(r"^(\d{20})\.snapshot$")
 _MAX_SEQUENCE = 0x7FFFFFFF
+_ANY_SEQUENCE = -2  # check_batches: the entry's sequence is lost, any goes on from it
 
 
 class InvalidProducerEpochError(KafkaError):
@@ -145,6 +146,12 @@ class ProducerStateManager:
                 known_epoch, last_seq = pending[pid]
             elif entry is not None:
                 known_epoch, last_seq = entry.producer_epoch, entry.last_seq
+                if not entry.batches and entry.marker_offset < 0:
+                    # Neither a batch nor a marker of its epoch: only a failed group
+                    # commit leaves that (its write took back every batch the entry still
+                    # held), so the sequence is lost; go on from any, as for a producer
+                    # with no state.
+                    last_seq = _ANY_SEQUENCE
             else:
                 known_epoch, last_seq = NO_PRODUCER_EPOCH, NO_SEQUENCE
             epoch, first_seq = header.producer_epoch, header.base_sequence
@@ -157,7 +164,8 @@ class ProducerStateManager:
                     raise OutOfOrderSequenceError(
                         f"producer {pid} starts epoch {epoch} at sequence {first_seq}, "
                         f"a new epoch must start at 0")
-            elif known_epoch != NO_PRODUCER_EPOCH and not _in_sequence(last_seq, first_seq):
+            elif (known_epoch != NO_PRODUCER_EPOCH and last_seq != _ANY_SEQUENCE
+                  and not _in_sequence(last_seq, first_seq)):
                 # As Kafka's checkSequence: an epoch a marker brought has no sequence
                 # yet (NO_SEQUENCE, -1), so only 0 is next.
                 raise OutOfOrderSequenceError(

@@ -901,6 +901,9 @@ class PartitionLog:
         for entry in reversed(entries):  # the staged batches' sequences were never written
             if entry.batches:
                 entry.batches.pop()
+                # the written batches it held before them were pushed out of its five:
+                # its last sequence is unknown now (not an epoch a marker brought)
+                entry.sequence_lost = not entry.batches
         if self._high_watermark > self.log_end_offset:
             self._high_watermark = self.log_end_offset
         self._hw_metadata = None

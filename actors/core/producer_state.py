@@ -76,6 +76,11 @@ class ProducerStateEntry:
     # That marker's timestamp (its batch's max timestamp, as written): with the last
     # batch's, what producer.id.expiration.ms measures from.
     marker_timestamp: int = -1
+    # A failed group commit took back every batch the entry held (partition_log's
+    # _staged_written): its last sequence is lost, so any goes on from it, as for a
+    # producer with no state. An entry with no batch otherwise has an epoch a marker
+    # brought, whose first batch must be 0. The next batch recorded clears it.
+    sequence_lost: bool = False
 
     @property
     def last_seq(self) -> int:
@@ -146,11 +151,7 @@ class ProducerStateManager:
                 known_epoch, last_seq = pending[pid]
             elif entry is not None:
                 known_epoch, last_seq = entry.producer_epoch, entry.last_seq
-                if not entry.batches and entry.marker_offset < 0:
-                    # Neither a batch nor a marker of its epoch: only a failed group
-                    # commit leaves that (its write took back every batch the entry still
-                    # held), so the sequence is lost; go on from any, as for a producer
-                    # with no state.
+                if entry.sequence_lost:
                     last_seq = _ANY_SEQUENCE
             else:
                 known_epoch, last_seq = NO_PRODUCER_EPOCH, NO_SEQUENCE
@@ -181,6 +182,7 @@ class ProducerStateManager:
             entry = ProducerStateEntry(producer_id, producer_epoch)
             self.producers[producer_id] = entry
         entry.batches.append(meta)
+        entry.sequence_lost = False
 
     def update_marker(self, producer_id: int, producer_epoch: int, offset: int,
                       timestamp: int) -> None:
@@ -238,16 +240,18 @@ class ProducerStateManager:
     # -- snapshots --------------------------------------------------------
 
     def to_json(self) -> bytes:
-        data: dict[str, dict[str, object]] = {
-            str(pid): {
+        data: dict[str, dict[str, object]] = {}
+        for pid, e in self.producers.items():
+            value: dict[str, object] = {
                 "epoch": e.producer_epoch,
                 "batches": [[m.first_seq, m.last_seq, m.first_offset, m.last_offset,
                              m.timestamp_ms] for m in e.batches],
                 "marker": e.marker_offset,
                 "marker_ts": e.marker_timestamp,
             }
-            for pid, e in self.producers.items()
-        }
+            if e.sequence_lost:
+                value["lost"] = True
+            data[str(pid)] = value
         for pid, first in self.ongoing_txns.items():
             data.setdefault(str(pid), {"epoch": -1, "batches": []})["txn"] = first
         return json.dumps(data, separators=(",", ":")).encode()
@@ -259,7 +263,8 @@ class ProducerStateManager:
         holds. A snapshot written before markers' offsets were kept places a marker-only
         entry's marker just below the snapshot (where it was at the latest); one written
         before their timestamps were kept dates a marker at the snapshot's writing (the
-        latest it can be)."""
+        latest it can be). One written before a lost sequence was kept ("lost") has the
+        lost entry as one with neither a batch nor a marker."""
         manager = cls()
         for pid_text, value in json.loads(raw).items():
             pid = int(pid_text)
@@ -273,6 +278,8 @@ class ProducerStateManager:
                                BatchMetadata(first_seq, last_seq, first_offset, last_offset, ts))
             if epoch >= 0 and (marker >= 0 or not value["batches"]):
                 manager.update_marker(pid, epoch, marker, marker_ts)
+            if epoch >= 0 and value.get("lost", not value["batches"] and marker < 0):
+                manager.producers[pid].sequence_lost = True
         return manager
 
 

@@ -315,3 +315,22 @@ def test_a_snapshot_without_marker_timestamps_dates_them_at_its_writing() -> Non
     assert copy.producers[7].last_timestamp == T
     assert copy.remove_expired(T + EXPIRATION_MS - 1, EXPIRATION_MS) == 0
     assert copy.remove_expired(T + EXPIRATION_MS, EXPIRATION_MS) == 1
+
+
+def test_a_lost_sequence_is_kept_in_the_snapshot() -> None:
+    """An entry whose batches a failed group commit took back (sequence_lost) goes on
+    from any sequence, a marker of its epoch or not, through a snapshot; an entry with
+    no batch and the marker that brought its epoch still starts at 0. A snapshot from
+    before "lost" was kept has the lost entry as one with neither batch nor marker."""
+    state = ProducerStateManager.from_json(
+        b'{"7":{"epoch":0,"batches":[],"marker":4,"marker_ts":1,"lost":true},'
+        b'"8":{"epoch":0,"batches":[],"marker":-1,"marker_ts":-1},'
+        b'"9":{"epoch":1,"batches":[],"marker":4,"marker_ts":1}}', 5)
+    copy = ProducerStateManager.from_json(state.to_json(), 5)
+    for manager in (state, copy):
+        assert [manager.producers[pid].sequence_lost for pid in (7, 8, 9)] == [
+            True, True, False]
+        manager.check_batches(check_batches(batch(6, pid=7) + batch(3, pid=8)))
+        with pytest.raises(OutOfOrderSequenceError):
+            manager.check_batches(check_batches(batch(6, pid=9, epoch=1)))
+        manager.check_batches(check_batches(batch(0, pid=9, epoch=1)))

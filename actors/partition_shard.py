@@ -629,11 +629,17 @@ class PartitionShard(Actor):
             state.log.maybe_flush(now)
         if now >= self.next_producer_expiry_ms:
             self.next_producer_expiry_ms = now + self.producer_expiry_check_ms
+            expired = partitions = 0
             for state in self.partitions.values():
                 gone = state.log.remove_expired_producers(now)
                 if gone:
-                    self.log.info("{} producer id(s) of {}-{} expired", gone,
-                                   state.log.topic, state.log.partition)
+                    expired += len(gone)
+                    partitions += 1
+                    self.log.debug("expired producer id(s) of {}-{}: {}", state.log.topic,
+                                   state.log.partition, sorted(gone))
+            if expired:  # one line a check: a broker may hold many partitions
+                self.log.info("{} producer id(s) expired in {} partition(s)", expired,
+                              partitions)
         if now - self.last_checkpoint_ms >= min(
             int(self.config["log.flush.offset.checkpoint.interval.ms"]),
             int(self.config["log.retention.check.interval.ms"]),

@@ -1355,11 +1355,11 @@ class PartitionLog:
         self.producer_state.remove_before(self._log_start_offset)
         return deletable
 
-    def remove_expired_producers(self, now_ms: int) -> int:
+    def remove_expired_producers(self, now_ms: int) -> list[int]:
         """producer.id.expiration.ms's periodic check (Kafka's removeExpiredProducers):
-        forget producers idle that long with no open transaction; how many went."""
+        forget producers idle that long with no open transaction; the ids that went."""
         if self.producer_id_expiration_ms is None:
-            return 0
+            return []
         return self.producer_state.remove_expired(now_ms, self.producer_id_expiration_ms)
 
     def increment_log_start_offset(self, offset: int) -> bool:

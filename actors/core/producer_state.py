@@ -222,16 +222,16 @@ class ProducerStateManager:
                     if e.last_write_offset < log_start_offset]:
             del self.producers[pid]
 
-    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> list[int]:
         """Forget producers idle ``expiration_ms`` (producer.id.expiration.ms) or more:
         their last write's timestamp that far before ``now_ms`` and no open transaction
-        here, as Kafka's isProducerExpired. Returns how many went."""
+        here, as Kafka's isProducerExpired. Returns the ids that went."""
         ongoing = self.ongoing_txns
         gone = [pid for pid, e in self.producers.items()
                 if pid not in ongoing and now_ms - e.last_timestamp >= expiration_ms]
         for pid in gone:
             del self.producers[pid]
-        return len(gone)
+        return gone
 
     def clear(self) -> None:
         self.producers.clear()

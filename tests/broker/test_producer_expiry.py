@@ -50,25 +50,34 @@ def start(data_dir: Path, started: list[BrokerProcess], n: int,
     return b
 
 
-def expired_line(topic: str) -> str:
-    return f"producer id(s) of {topic}-0 expired"
+def expired_line(topic: str, pid: int | None = None) -> str:
+    """The shard's debug line for a check that expired producers of ``topic``-0 (that
+    expired ``pid`` alone, if given)."""
+    return f"expired producer id(s) of {topic}-0: " + ("" if pid is None else f"[{pid}]")
 
 
-def idempotent_producer(client: RawClient, topic: str) -> tuple[int, int]:
-    """A new idempotent producer id that has written sequences 0-9 to ``topic``."""
+def new_producer_id(client: RawClient) -> tuple[int, int]:
     init = client.call(INIT_PRODUCER_ID, 4, {
         "transactional_id": None, "transaction_timeout_ms": 60_000,
         "producer_id": -1, "producer_epoch": -1})
     assert init.error_code == 0
-    pid, epoch = init.producer_id, init.producer_epoch
+    return init.producer_id, init.producer_epoch
+
+
+def idempotent_producer(client: RawClient, topic: str,
+                        stamp: int | None = None) -> tuple[int, int]:
+    """A new idempotent producer id that has written sequences 0-9 to ``topic``."""
+    pid, epoch = new_producer_id(client)
     for seq in (0, 5):
-        assert client.produce(topic, 0, batch(pid, epoch, seq), acks=1).base_offset == seq
+        assert client.produce(topic, 0, batch(pid, epoch, seq, stamp),
+                              acks=1).base_offset == seq
     return pid, epoch
 
 
-def batch(pid: int, epoch: int, seq: int) -> bytes:
+def batch(pid: int, epoch: int, seq: int, stamp: int | None = None) -> bytes:
     return record_batch([(None, b"%d" % (seq + i)) for i in range(5)],
-                        producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+                        producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                        timestamp_ms=stamp)
 
 
 def test_an_idle_producer_expires_and_is_then_unknown(
@@ -77,29 +86,32 @@ def test_an_idle_producer_expires_and_is_then_unknown(
     topic = "idle"
     with RawClient(b.port) as client:
         assert client.create_topic(topic, 1) == 0
-        pid, epoch = idempotent_producer(client, topic)
+        # its batches stamped ten minutes ahead: it cannot expire however slow this is
+        pid, epoch = idempotent_producer(client, topic, int(time.time() * 1000) + 600_000)
         # known: a gap is refused, a retry is a duplicate
         assert client.produce(topic, 0, batch(pid, epoch, 30),
                               acks=1).error_code == OUT_OF_ORDER_SEQUENCE_NUMBER
         again = client.produce(topic, 0, batch(pid, epoch, 5), acks=1)
         assert (again.error_code, again.base_offset) == (0, 5)
-        assert expired_line(topic) in wait_for_log(b, expired_line(topic))
+        # its next batch, stamped now, is its last write: it expires from that
+        assert client.produce(topic, 0, batch(pid, epoch, 10), acks=1).base_offset == 10
+        assert expired_line(topic, pid) in wait_for_log(b, expired_line(topic, pid))
         # expired: unknown, so its next batch is taken at any sequence (Kafka's answer
         # since KIP-360, not UNKNOWN_PRODUCER_ID), and sequences go on from there
         after = client.produce(topic, 0, batch(pid, epoch, 30), acks=1)
-        assert (after.error_code, after.base_offset) == (0, 10)
+        assert (after.error_code, after.base_offset) == (0, 15)
         assert client.produce(topic, 0, batch(pid, epoch, 5),
                               acks=1).error_code == OUT_OF_ORDER_SEQUENCE_NUMBER
-        assert client.produce(topic, 0, batch(pid, epoch, 35), acks=1).base_offset == 15
-        assert client.list_offset(topic, 0, -1).offset == 20
+        assert client.produce(topic, 0, batch(pid, epoch, 35), acks=1).base_offset == 20
+        assert client.list_offset(topic, 0, -1).offset == 25
 
 
 @pytest.mark.parametrize("how", ["sigterm", "kill -9"])
 def test_a_restart_does_not_bring_an_expired_producer_back(
         tmp_path: Path, started: list[BrokerProcess], how: str) -> None:
     """The restarted broker checks for expiry only once an hour: what it knows at open
-    is what it answers with. A clean stop with no producer left writes no snapshot, a
-    kill -9 none either, so the open replays the log, which holds the producer's
+    is what it answers with. A clean stop with no producer left writes an empty
+    snapshot; a kill -9 none, so the open replays the log, which holds the producer's
     batches: they must not make it known again (their timestamps are as old as they
     were at the check before the restart)."""
     data = tmp_path / "data"
@@ -108,7 +120,7 @@ def test_a_restart_does_not_bring_an_expired_producer_back(
     with RawClient(b.port) as client:
         assert client.create_topic(topic, 1) == 0
         pid, epoch = idempotent_producer(client, topic)
-        assert expired_line(topic) in wait_for_log(b, expired_line(topic))
+        assert expired_line(topic, pid) in wait_for_log(b, expired_line(topic, pid))
     if how == "sigterm":
         assert b.stop(signal.SIGTERM) == 0
     else:
@@ -123,7 +135,9 @@ def test_an_open_transaction_keeps_its_producer_while_an_idempotent_one_expires(
         tmp_path: Path, started: list[BrokerProcess]) -> None:
     """Two confluent-kafka producers idle past the expiration on one partition: the
     idempotent one is forgotten (and goes on sending, accepted), the transactional one
-    with its transaction open is not, until its commit ends it."""
+    with its transaction open is not, until its commit ends it. A third producer, whose
+    write comes after the transactional one's expiration, expires alone: the check that
+    found it expired ran while the transaction was open."""
     b = start(tmp_path / "data", started, 1)
     topic = "txn-idle"
     with RawClient(b.port) as client:
@@ -142,25 +156,32 @@ def test_an_open_transaction_keeps_its_producer_while_an_idempotent_one_expires(
     txn.begin_transaction()
     txn.produce(topic, b"t0", partition=0, on_delivery=delivered)
     assert txn.flush(30) == 0
+    t0_stamped_by = time.time()  # t0's CreateTime is no later
     for i in range(3):
         idem.produce(topic, b"i%d" % i, partition=0, on_delivery=delivered)
     assert idem.flush(30) == 0
-    log = wait_for_log(b, expired_line(topic))
-    assert f"1 {expired_line(topic)}" in log
-    # past the transactional producer's expiration too, with checks between: it stays
-    time.sleep((EXPIRATION_MS + 3 * CHECK_MS) / 1000 + 1)
-    assert b.log().count(expired_line(topic)) == 1
+    assert expired_line(topic) in wait_for_log(b, expired_line(topic))
+    # the third producer writes once t0 is EXPIRATION_MS old: a check that expires it
+    # would expire the transactional producer too were its transaction not kept
+    time.sleep(max(0.0, t0_stamped_by + EXPIRATION_MS / 1000 - time.time()))
+    with RawClient(b.port) as client:
+        third, third_epoch = new_producer_id(client)
+        assert client.produce(topic, 0, batch(third, third_epoch, 0), acks=1).error_code == 0
+    log = wait_for_log(b, expired_line(topic, third), timeout=60)
+    assert expired_line(topic, third) in log
+    assert log.count(expired_line(topic)) == 2  # the idempotent one's and the third's
     for i in range(3, 6):
         idem.produce(topic, b"i%d" % i, partition=0, on_delivery=delivered)
     assert idem.flush(30) == 0
     txn.produce(topic, b"t1", partition=0, on_delivery=delivered)
     txn.commit_transaction(30)
     assert failures == []
-    assert read_committed(b.bootstrap, topic) == [b"t0", b"i0", b"i1", b"i2", b"i3", b"i4",
-                                                  b"i5", b"t1"]
+    assert read_committed(b.bootstrap, topic) == [
+        b"t0", b"i0", b"i1", b"i2", *(b"%d" % i for i in range(5)), b"i3", b"i4", b"i5",
+        b"t1"]
     # the commit ended the transaction: now the transactional producer expires too
-    log = wait_for_log(b, expired_line(topic), count=2, timeout=60)
-    assert log.count(expired_line(topic)) >= 2
+    log = wait_for_log(b, expired_line(topic), count=3, timeout=60)
+    assert log.count(expired_line(topic)) >= 3
 
 
 def read_committed(bootstrap: str, topic: str) -> list[bytes]:

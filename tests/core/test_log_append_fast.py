@@ -260,7 +260,7 @@ SCENARIOS: dict[str, tuple[LogConfig, list[Step]]] = {
 }
 
 
-def _expire(log: PartitionLog, now: int) -> int:
+def _expire(log: PartitionLog, now: int) -> list[int]:
     log.producer_id_expiration_ms = 1_000
     return log.remove_expired_producers(now)
 

@@ -252,10 +252,10 @@ def test_an_idle_producer_expires_unless_its_transaction_is_open(tmp_path: Path)
     log = expiring(tmp_path / "t-0", T)
     log.append_as_leader(stamped(0, T), 0, T)             # idempotent
     log.append_as_leader(stamped(0, T, pid=8, txn=True), 0, T)  # transaction left open
-    assert log.remove_expired_producers(T + EXPIRATION_MS - 1) == 0
+    assert log.remove_expired_producers(T + EXPIRATION_MS - 1) == []
     with pytest.raises(OutOfOrderSequenceError):
         log.append_as_leader(stamped(5, T), 0, T)
-    assert log.remove_expired_producers(T + EXPIRATION_MS) == 1
+    assert log.remove_expired_producers(T + EXPIRATION_MS) == [7]
     assert set(log.producer_state.producers) == {8}
     # producer 7 is unknown now: any sequence (as Kafka since KIP-360), then in order
     assert log.append_as_leader(stamped(5, T), 0, T).first_offset == 2
@@ -267,15 +267,15 @@ def test_an_idle_producer_expires_unless_its_transaction_is_open(tmp_path: Path)
     # the commit marker, written at T + 5000, is 8's last write: expiry counts from it
     log.append_control(8, 0, True, 0, 0, T + 5_000)
     assert log.producer_state.producers[8].last_timestamp == T + 5_000
-    assert log.remove_expired_producers(T + 5_000 + EXPIRATION_MS - 1) == 1  # 7 again
+    assert log.remove_expired_producers(T + 5_000 + EXPIRATION_MS - 1) == [7]  # 7 again
     assert set(log.producer_state.producers) == {8}
-    assert log.remove_expired_producers(T + 5_000 + EXPIRATION_MS) == 1
+    assert log.remove_expired_producers(T + 5_000 + EXPIRATION_MS) == [8]
     assert log.producer_state.producers == {}
 
 
 def test_a_log_without_the_setting_keeps_its_producers(log: PartitionLog) -> None:
     log.append_as_leader(stamped(0, T), 0, T)
-    assert log.remove_expired_producers(T + 10 * 86_400_000) == 0
+    assert log.remove_expired_producers(T + 10 * 86_400_000) == []
     assert 7 in log.producer_state.producers
 
 
@@ -292,7 +292,7 @@ def test_an_expired_producer_stays_expired_across_a_reopen(tmp_path: Path,
     log.append_as_leader(stamped(0, T, pid=9, txn=True), 0, T)
     log.append_as_leader(stamped(0, T, pid=10), 0, T)
     log.append_control(10, 1, False, 0, 0, T + 3_000)  # 10: only the marker's epoch
-    assert log.remove_expired_producers(T + 3_500) == 1
+    assert log.remove_expired_producers(T + 3_500) == [7]
     assert set(log.producer_state.producers) == {8, 9, 10}
     if clean:
         log.close(T + 3_500)
@@ -313,8 +313,8 @@ def test_a_snapshot_without_marker_timestamps_dates_them_at_its_writing() -> Non
     copy = ProducerStateManager.from_json(b'{"7":{"epoch":3,"batches":[],"marker":4}}', 5,
                                           T)
     assert copy.producers[7].last_timestamp == T
-    assert copy.remove_expired(T + EXPIRATION_MS - 1, EXPIRATION_MS) == 0
-    assert copy.remove_expired(T + EXPIRATION_MS, EXPIRATION_MS) == 1
+    assert copy.remove_expired(T + EXPIRATION_MS - 1, EXPIRATION_MS) == []
+    assert copy.remove_expired(T + EXPIRATION_MS, EXPIRATION_MS) == [7]
 
 
 def test_a_lost_sequence_is_kept_in_the_snapshot() -> None:
@@ -334,3 +334,4 @@ def test_a_lost_sequence_is_kept_in_the_snapshot() -> None:
         with pytest.raises(OutOfOrderSequenceError):
             manager.check_batches(check_batches(batch(6, pid=9, epoch=1)))
         manager.check_batches(check_batches(batch(0, pid=9, epoch=1)))
+

@@ -1504,7 +1504,10 @@ class PartitionLog:
             if self.flush_failed is not None:
                 self.close_without_flush()
             raise
-        if self.producer_state.producers:
+        # Even an empty state (every producer expired): the open then starts from it
+        # instead of replaying the whole log, as Kafka's takeSnapshot. The open deletes
+        # every snapshot, so none is at this log end yet.
+        if self.producer_state.producers or self.log_end_offset > self._log_start_offset:
             write_snapshot(self.dir, self.log_end_offset, self.producer_state)
         for segment in self.segments:
             segment.close()

@@ -335,3 +335,18 @@ def test_a_lost_sequence_is_kept_in_the_snapshot() -> None:
             manager.check_batches(check_batches(batch(6, pid=9, epoch=1)))
         manager.check_batches(check_batches(batch(0, pid=9, epoch=1)))
 
+
+def test_a_clean_close_with_every_producer_expired_writes_an_empty_snapshot(
+        tmp_path: Path) -> None:
+    """The reopen starts from the empty snapshot, not from a replay of the log: a log
+    opened without the setting (nothing expires at open) does not know producer 7."""
+    log = expiring(tmp_path / "t-0", T)
+    log.append_as_leader(stamped(0, T), 0, T)
+    assert log.remove_expired_producers(T + EXPIRATION_MS) == [7]
+    log.close(T + EXPIRATION_MS)
+    assert list_snapshots(tmp_path / "t-0") == [1]
+    assert (tmp_path / "t-0" / f"{1:020d}.snapshot").read_bytes() == b"{}"
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), T, clean_shutdown=True)
+    assert log.producer_state.producers == {}
+    assert log.append_as_leader(stamped(5, T), 0, T).first_offset == 1  # any sequence
+    log.close(T)

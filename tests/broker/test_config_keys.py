@@ -261,7 +261,7 @@ EFFECTS: dict[str, list[str]] = {
     "producer.id.expiration.ms": [f"{PRODUCER_EXPIRY}::test_an_idle_producer_expires_and_is_"
                                   "then_unknown"],
     "producer.id.expiration.check.interval.ms": [
-        f"{PRODUCER_EXPIRY}::test_a_restart_does_not_bring_an_expired_producer_back"],
+        f"{PRODUCER_EXPIRY}::test_an_idle_producer_expires_and_is_then_unknown"],
 }
 
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from actors.core.partition_log import LogConfig, PartitionLog
+from actors.core.partition_log import LOG_APPEND_TIME, LogConfig, PartitionLog
 from actors.core.producer_state import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
     ProducerStateManager,
     list_snapshots,
+    load_latest_snapshot,
 )
 from actors.core.record_batch import TRANSACTIONAL_BIT, build_batch, check_batches
 from wire.errors import ErrorCode
@@ -350,3 +352,51 @@ def test_a_clean_close_with_every_producer_expired_writes_an_empty_snapshot(
     assert log.producer_state.producers == {}
     assert log.append_as_leader(stamped(5, T), 0, T).first_offset == 1  # any sequence
     log.close(T)
+
+
+def test_a_snapshot_without_marker_timestamps_is_dated_by_its_file(tmp_path: Path) -> None:
+    """load_latest_snapshot passes the file's mtime as the snapshot's writing."""
+    directory = tmp_path / "t-0"
+    directory.mkdir()
+    path = directory / f"{5:020d}.snapshot"
+    path.write_bytes(b'{"7":{"epoch":3,"batches":[],"marker":4}}')
+    os.utime(path, ns=(T * 1_000_000, T * 1_000_000))
+    offset, state = load_latest_snapshot(directory, 10)
+    assert offset == 5 and state.producers[7].last_timestamp == T
+    assert state.remove_expired(T + EXPIRATION_MS - 1, EXPIRATION_MS) == []
+    assert state.remove_expired(T + EXPIRATION_MS, EXPIRATION_MS) == [7]
+
+
+def test_on_a_log_append_time_topic_expiry_counts_from_the_append(tmp_path: Path) -> None:
+    """The batch's CreateTime is an hour old; the broker stamps it at T, which is its
+    last timestamp (Kafka's lastTimestamp is the batch's max timestamp as appended)."""
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0,
+                            LogConfig(message_timestamp_type=LOG_APPEND_TIME), T,
+                            producer_id_expiration_ms=EXPIRATION_MS)
+    log.append_as_leader(stamped(0, T - 3_600_000), 0, T)
+    assert log.producer_state.producers[7].last_timestamp == T
+    assert log.remove_expired_producers(T + EXPIRATION_MS - 1) == []
+    assert log.remove_expired_producers(T + EXPIRATION_MS) == [7]
+    log.close(T + EXPIRATION_MS)
+
+
+def test_a_follower_expires_its_producers_but_not_an_open_transaction(
+        tmp_path: Path) -> None:
+    """The leader's batches as a follower appends them: producer 7's idempotent batch
+    expires, producer 8's open transaction keeps it; its commit marker, stamped later,
+    ends the transaction and starts its expiry."""
+    leader = expiring(tmp_path / "leader" / "t-0", T)
+    leader.append_as_leader(stamped(0, T), 0, T)
+    leader.append_as_leader(stamped(0, T, pid=8, txn=True), 0, T)
+    log = expiring(tmp_path / "t-0", T)
+    log.append_as_follower(bytes(leader.read(0, 10_000).records), T)
+    assert log.producer_state.ongoing_txns == {8: 1}
+    assert log.remove_expired_producers(T + EXPIRATION_MS) == [7]
+    assert set(log.producer_state.producers) == {8}
+    leader.append_control(8, 0, True, 0, 0, T + 5_000)
+    log.append_as_follower(bytes(leader.read(2, 10_000).records), T + 5_000)
+    assert 8 not in log.producer_state.ongoing_txns
+    assert log.remove_expired_producers(T + 5_000 + EXPIRATION_MS - 1) == []
+    assert log.remove_expired_producers(T + 5_000 + EXPIRATION_MS) == [8]
+    log.close(T + 5_000 + EXPIRATION_MS)
+    leader.close(T + 5_000)

@@ -73,6 +73,18 @@ def _limited(step: Callable[[PartitionLog, bool], Any]) -> Callable[[PartitionLo
     return run
 
 
+def _commit_limited(log: PartitionLog, defer: bool) -> Any:
+    """commit() with the file size limit a few bytes past what the active segment's
+    file holds (its size less what is staged): the staged batches' write fails."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    active = log.segments[-1]
+    resource.setrlimit(resource.RLIMIT_FSIZE, (active.size - active.staged_bytes + 10, hard))
+    try:
+        return log.commit()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
 def _sized(size: int) -> bytes:
     """A one-record batch of exactly ``size`` bytes."""
     batch = build_batch([b"s" * (size - 70)], timestamps_ms=[NOW])
@@ -128,6 +140,18 @@ SCENARIOS: dict[str, tuple[LogConfig, list[Step]]] = {
         ("the new epoch's first past 0", _append(_idem(2, epoch=1, txn=True)), False),
         ("the new epoch's first", _append(_idem(0, epoch=1, txn=True)), False),
         ("and on", _append(_idem(2, epoch=1, txn=True)), True),
+    ]),
+    # a lost group commit (deferred only) takes back the five batches that pushed the
+    # committed ones out: the entry has no batch and a commit marker of its epoch, its
+    # sequence lost, and the retry of the first lost one takes the general path
+    "lost sequence after a commit marker": (LogConfig(), [
+        ("first of a transaction", _append(_idem(0, txn=True)), False),
+        ("later in it", _append(_idem(2, txn=True)), True),
+        ("commit it", lambda log, defer: log.append_control(7, 0, True, 0, 1, NOW), None),
+        ("the next transaction's first", _append(_idem(4, txn=True)), False),
+        *((f"staged {seq}", _append(_idem(seq, txn=True)), True) for seq in range(6, 16, 2)),
+        ("the write fails", _commit_limited, None),
+        ("the first lost one again", _append(_idem(6, txn=True)), False),
     ]),
     # the same without a transaction: the new epoch's first batch must be sequence 0
     # (refused on the general path otherwise), the one after it takes the fast path
@@ -277,7 +301,8 @@ def _snapshot(log: PartitionLog) -> dict[str, Any]:
     return {
         "commit error": _plain_value(log._commit_error, log.dir),
         "producers": {pid: (entry.producer_epoch, list(entry.batches), entry.marker_offset,
-                            entry.marker_timestamp, entry.last_timestamp)
+                            entry.marker_timestamp, entry.last_timestamp,
+                            entry.sequence_lost)
                       for pid, entry in state.producers.items()},
         "ongoing": dict(state.ongoing_txns),
         "unflushed": log.unflushed_messages,

@@ -327,6 +327,11 @@ class PartitionShard(Actor):
         # Kafka checks the ISR every replica.lag.time.max.ms / 2.
         self.isr_check_ms = max(1, self.lag_time_max_ms // 2)
         self.next_isr_check_ms = now + self.isr_check_ms
+        # Kafka's PeriodicProducerExpirationCheck, on this actor's housekeeping turn
+        self.producer_id_expiration_ms = int(self.config["producer.id.expiration.ms"])
+        self.producer_expiry_check_ms = int(
+            self.config["producer.id.expiration.check.interval.ms"])
+        self.next_producer_expiry_ms = now + self.producer_expiry_check_ms
         # partitions whose pending ISR proposal is sent again (its answer left its fate
         # unknown), and the earliest time one is due
         self.resends: set[tuple[str, int]] = set()
@@ -469,7 +474,8 @@ class PartitionShard(Actor):
         log = PartitionLog.open(
             self.log_dir.partition_path(topic, partition), topic, partition,
             log_config_for(self.config, configs), now, recovery_point=recovery_point,
-            log_start_offset=log_start, high_watermark=high_watermark, clean_shutdown=clean)
+            log_start_offset=log_start, high_watermark=high_watermark, clean_shutdown=clean,
+            producer_id_expiration_ms=self.producer_id_expiration_ms)
         min_isr = int(configs.get("min.insync.replicas", self.config["min.insync.replicas"]))
         self.partitions[key] = (PartitionState.leader_alone(log, self.broker_id, min_isr)
                                 if leader_alone else
@@ -621,6 +627,19 @@ class PartitionShard(Actor):
             self._retry_topic_ids()
         for state in self.partitions.values():
             state.log.maybe_flush(now)
+        if now >= self.next_producer_expiry_ms:
+            self.next_producer_expiry_ms = now + self.producer_expiry_check_ms
+            expired = partitions = 0
+            for state in self.partitions.values():
+                gone = state.log.remove_expired_producers(now)
+                if gone:
+                    expired += len(gone)
+                    partitions += 1
+                    self.log.debug("expired producer id(s) of {}-{}: {}", state.log.topic,
+                                   state.log.partition, sorted(gone))
+            if expired:  # one line a check: a broker may hold many partitions
+                self.log.info("{} producer id(s) expired in {} partition(s)", expired,
+                              partitions)
         if now - self.last_checkpoint_ms >= min(
             int(self.config["log.flush.offset.checkpoint.interval.ms"]),
             int(self.config["log.retention.check.interval.ms"]),

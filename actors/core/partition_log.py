@@ -351,6 +351,8 @@ class PartitionLog:
         self._hw_metadata: LogOffsetMetadata | None = None
         self.epoch_cache = LeaderEpochCache(directory)
         self.producer_state = ProducerStateManager()
+        # producer.id.expiration.ms (the broker's; None: entries never expire by time)
+        self.producer_id_expiration_ms: int | None = None
         self.txn_index = TransactionIndex(directory)
         self.txn_index.ongoing = self.producer_state.ongoing_txns
         self._unflushed_messages = 0
@@ -378,7 +380,8 @@ class PartitionLog:
     @classmethod
     def open(cls, dir: Path, topic: str, partition: int, config: LogConfig, now_ms: int,
              *, recovery_point: int = 0, log_start_offset: int = 0,
-             high_watermark: int = 0, clean_shutdown: bool = False) -> PartitionLog:
+             high_watermark: int = 0, clean_shutdown: bool = False,
+             producer_id_expiration_ms: int | None = None) -> PartitionLog:
         """Open (creating if needed) the log in the partition directory ``dir``.
 
         ``recovery_point``, ``log_start_offset`` and ``high_watermark`` come from
@@ -388,6 +391,7 @@ class PartitionLog:
         """
         dir.mkdir(parents=True, exist_ok=True)
         log = cls(dir, topic, partition, config, now_ms)
+        log.producer_id_expiration_ms = producer_id_expiration_ms
         log._load(now_ms, recovery_point, log_start_offset, high_watermark, clean_shutdown)
         return log
 
@@ -439,7 +443,7 @@ class PartitionLog:
         self._high_watermark = min(max(high_watermark, self._log_start_offset), leo)
         self.epoch_cache.truncate_from_end(leo)
         self.epoch_cache.truncate_from_start(self._log_start_offset)
-        self._rebuild_producer_state()
+        self._rebuild_producer_state(now_ms)
         for snap in list_snapshots(self.dir):
             snapshot_path(self.dir, snap).unlink(missing_ok=True)
 
@@ -468,8 +472,14 @@ class PartitionLog:
                     bases.append(int(match.group(1)))
         return sorted(bases)
 
-    def _rebuild_producer_state(self) -> None:
-        """Producer state from the newest snapshot at or below the LEO, then the log.
+    def _rebuild_producer_state(self, now_ms: int) -> None:
+        """Producer state from the newest snapshot at or below the LEO, then the log,
+        less the entries expired at ``now_ms`` (producer.id.expiration.ms).
+
+        Kafka drops the expired entries of the snapshot it loads, but the ones it
+        rebuilds from the log after the snapshot (all of them after a crash) stay until
+        its first check, an interval later; here both go at once, so a restart, clean
+        or not, answers as the check after it would.
 
         As Kafka's truncateAndReload: a snapshot taken inside a transaction whose marker
         the cleaner has since dropped (past its horizon), then a truncation between that
@@ -496,6 +506,8 @@ class PartitionLog:
                                                 header, 0, header.base_offset,
                                                 segment.base_offset)
         state.remove_before(self._log_start_offset)
+        if self.producer_id_expiration_ms is not None:
+            state.remove_expired(now_ms, self.producer_id_expiration_ms)
         self.producer_state = state
 
     def _track_transaction(self, buf: bytes | bytearray | memoryview, header: BatchHeader,
@@ -889,6 +901,9 @@ class PartitionLog:
         for entry in reversed(entries):  # the staged batches' sequences were never written
             if entry.batches:
                 entry.batches.pop()
+                # the written batches it held before them were pushed out of its five:
+                # its last sequence is unknown now (not an epoch a marker brought)
+                entry.sequence_lost = not entry.batches
         if self._high_watermark > self.log_end_offset:
             self._high_watermark = self.log_end_offset
         self._hw_metadata = None
@@ -966,7 +981,7 @@ class PartitionLog:
         for header, (base, _next, _pos, _size, max_ts) in zip(headers, placed, strict=True):
             if header.producer_id >= 0 and header.is_control:
                 self.producer_state.update_marker(header.producer_id, header.producer_epoch,
-                                                  base)
+                                                  base, max_ts)
             elif header.producer_id >= 0:
                 self.producer_state.update(header.producer_id, header.producer_epoch,
                                            BatchMetadata(header.base_sequence,
@@ -1265,7 +1280,7 @@ class PartitionLog:
         self.generation += 1
         self.epoch_cache.truncate_from_end(leo)
         delete_snapshots_after(self.dir, leo)
-        self._rebuild_producer_state()
+        self._rebuild_producer_state(now_ms)
         return True
 
     def truncate_fully_and_start_at(self, offset: int, now_ms: int = 0) -> None:
@@ -1339,6 +1354,13 @@ class PartitionLog:
         self.epoch_cache.truncate_from_start(self._log_start_offset)
         self.producer_state.remove_before(self._log_start_offset)
         return deletable
+
+    def remove_expired_producers(self, now_ms: int) -> list[int]:
+        """producer.id.expiration.ms's periodic check (Kafka's removeExpiredProducers):
+        forget producers idle that long with no open transaction; the ids that went."""
+        if self.producer_id_expiration_ms is None:
+            return []
+        return self.producer_state.remove_expired(now_ms, self.producer_id_expiration_ms)
 
     def increment_log_start_offset(self, offset: int) -> bool:
         """DeleteRecords: records below ``offset`` are gone for readers (the segments
@@ -1482,7 +1504,10 @@ class PartitionLog:
             if self.flush_failed is not None:
                 self.close_without_flush()
             raise
-        if self.producer_state.producers:
+        # Even an empty state (every producer expired): the open then starts from it
+        # instead of replaying the whole log, as Kafka's takeSnapshot. The open deletes
+        # every snapshot, so none is at this log end yet.
+        if self.producer_state.producers or self.log_end_offset > self._log_start_offset:
             write_snapshot(self.dir, self.log_end_offset, self.producer_state)
         for segment in self.segments:
             segment.close()

@@ -8,12 +8,17 @@ Kafka's ProducerAppendInfo (2.x and later):
 * a batch whose first and last sequence equal one of the last five batches of
   the same epoch is a duplicate: it is not written again, and the append
   answers with the original offsets;
-* a new epoch of a known producer must start at sequence 0;
+* a new epoch of a known producer must start at sequence 0, and so must the first
+  batch of an epoch a marker brought (the coordinator fencing the producer: the
+  entry has that epoch and no sequence yet);
 * within an epoch, a batch must start right after the last sequence
   (sequences wrap from 2**31-1 to 0), otherwise OUT_OF_ORDER_SEQUENCE_NUMBER;
 * a producer with no state at all (new, or whose batches were all deleted by
   retention) is accepted at any sequence, as Kafka has done since 2.x rather
-  than answering UNKNOWN_PRODUCER_ID.
+  than answering UNKNOWN_PRODUCER_ID;
+* an entry whose last write (batch or marker) is producer.id.expiration.ms older
+  than the clock, with no open transaction, expires (Kafka's
+  removeExpiredProducers): the producer is then unknown again.
 
 The state is rebuilt from the log on load; a snapshot written on clean close
 spares the full scan.
@@ -36,6 +41,7 @@ MAX_CACHED_BATCHES = 5
 SNAPSHOT_SUFFIX = ".snapshot"
 _SNAPSHOT_RE = re.compile(r"^(\d{20})\.snapshot$")
 _MAX_SEQUENCE = 0x7FFFFFFF
+_ANY_SEQUENCE = -2  # check_batches: the entry's sequence is lost, any goes on from it
 
 
 class InvalidProducerEpochError(KafkaError):
@@ -67,6 +73,14 @@ class ProducerStateEntry:
     # marker that bumped the epoch (the coordinator fencing the producer) leaves an
     # entry with no batch: this offset keeps it until retention passes the marker.
     marker_offset: int = -1
+    # That marker's timestamp (its batch's max timestamp, as written): with the last
+    # batch's, what producer.id.expiration.ms measures from.
+    marker_timestamp: int = -1
+    # A failed group commit took back every batch the entry held (partition_log's
+    # _staged_written): its last sequence is lost, so any goes on from it, as for a
+    # producer with no state. An entry with no batch otherwise has an epoch a marker
+    # brought, whose first batch must be 0. The next batch recorded clears it.
+    sequence_lost: bool = False
 
     @property
     def last_seq(self) -> int:
@@ -75,6 +89,14 @@ class ProducerStateEntry:
     @property
     def last_offset(self) -> int:
         return self.batches[-1].last_offset if self.batches else -1
+
+    @property
+    def last_timestamp(self) -> int:
+        """The timestamp of the producer's last write here, batch or marker (Kafka's
+        lastTimestamp: the batch's max timestamp as appended, or the marker's)."""
+        if self.marker_offset > self.last_offset or not self.batches:
+            return self.marker_timestamp
+        return self.batches[-1].timestamp_ms
 
     @property
     def last_write_offset(self) -> int:
@@ -129,6 +151,8 @@ class ProducerStateManager:
                 known_epoch, last_seq = pending[pid]
             elif entry is not None:
                 known_epoch, last_seq = entry.producer_epoch, entry.last_seq
+                if entry.sequence_lost:
+                    last_seq = _ANY_SEQUENCE
             else:
                 known_epoch, last_seq = NO_PRODUCER_EPOCH, NO_SEQUENCE
             epoch, first_seq = header.producer_epoch, header.base_sequence
@@ -141,7 +165,10 @@ class ProducerStateManager:
                     raise OutOfOrderSequenceError(
                         f"producer {pid} starts epoch {epoch} at sequence {first_seq}, "
                         f"a new epoch must start at 0")
-            elif last_seq != NO_SEQUENCE and not _in_sequence(last_seq, first_seq):
+            elif (known_epoch != NO_PRODUCER_EPOCH and last_seq != _ANY_SEQUENCE
+                  and not _in_sequence(last_seq, first_seq)):
+                # As Kafka's checkSequence: an epoch a marker brought has no sequence
+                # yet (NO_SEQUENCE, -1), so only 0 is next.
                 raise OutOfOrderSequenceError(
                     f"producer {pid} sent sequence {first_seq}, expected "
                     f"{0 if last_seq == _MAX_SEQUENCE else last_seq + 1}")
@@ -155,17 +182,20 @@ class ProducerStateManager:
             entry = ProducerStateEntry(producer_id, producer_epoch)
             self.producers[producer_id] = entry
         entry.batches.append(meta)
+        entry.sequence_lost = False
 
-    def update_marker(self, producer_id: int, producer_epoch: int, offset: int) -> None:
-        """A commit/abort marker at ``offset``: it may carry a newer epoch (a fenced
-        producer), never a sequence, so the cached batches stay for retries of the same
-        epoch."""
+    def update_marker(self, producer_id: int, producer_epoch: int, offset: int,
+                      timestamp: int) -> None:
+        """A commit/abort marker at ``offset`` stamped ``timestamp``: it may carry a
+        newer epoch (a fenced producer), never a sequence, so the cached batches stay for
+        retries of the same epoch."""
         entry = self.producers.get(producer_id)
         if entry is None or entry.producer_epoch < producer_epoch:
             entry = ProducerStateEntry(producer_id, producer_epoch)
             self.producers[producer_id] = entry
-        if entry.producer_epoch == producer_epoch:
-            entry.marker_offset = max(entry.marker_offset, offset)
+        if entry.producer_epoch == producer_epoch and offset >= entry.marker_offset:
+            entry.marker_offset = offset
+            entry.marker_timestamp = timestamp
 
     def check_marker_epoch(self, producer_id: int, producer_epoch: int) -> None:
         entry = self.producers.get(producer_id)
@@ -176,7 +206,8 @@ class ProducerStateManager:
 
     def update_from_header(self, header: BatchHeader, first_offset: int) -> None:
         if header.has_producer_id and header.is_control:
-            self.update_marker(header.producer_id, header.producer_epoch, first_offset)
+            self.update_marker(header.producer_id, header.producer_epoch, first_offset,
+                               header.max_timestamp)
         elif header.has_producer_id:
             self.update(header.producer_id, header.producer_epoch, BatchMetadata(
                 header.base_sequence, header.last_sequence, first_offset,
@@ -185,19 +216,22 @@ class ProducerStateManager:
     def remove_before(self, log_start_offset: int) -> None:
         """Forget producers whose last batch and marker are gone (retention moved the log
         start). A producer known only by a marker that bumped its epoch stays while the
-        marker does: it is what fences the older epoch.
-
-        This is the only way an entry goes: actorlog has no producer.id.expiration.ms
-        (Kafka expires an entry idle that long, a day by default, unless its transaction
-        is open). So where the log start never moves (cleanup.policy=compact alone, no
-        DeleteRecords) every producer that wrote there, or was fenced there by a marker,
-        stays in the state and in every snapshot, across restarts, for the log's life;
-        before the marker offsets were kept, marker-only entries at least went at each
-        open. Expiring them is a change of its own (a time per entry, kept in the
-        snapshot, and a config)."""
+        marker does (it is what fences the older epoch), or until it expires
+        (``remove_expired``)."""
         for pid in [p for p, e in self.producers.items()
                     if e.last_write_offset < log_start_offset]:
             del self.producers[pid]
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Forget producers idle ``expiration_ms`` (producer.id.expiration.ms) or more:
+        their last write's timestamp that far before ``now_ms`` and no open transaction
+        here, as Kafka's isProducerExpired. Returns the ids that went."""
+        ongoing = self.ongoing_txns
+        gone = [pid for pid, e in self.producers.items()
+                if pid not in ongoing and now_ms - e.last_timestamp >= expiration_ms]
+        for pid in gone:
+            del self.producers[pid]
+        return gone
 
     def clear(self) -> None:
         self.producers.clear()
@@ -206,24 +240,31 @@ class ProducerStateManager:
     # -- snapshots --------------------------------------------------------
 
     def to_json(self) -> bytes:
-        data: dict[str, dict[str, object]] = {
-            str(pid): {
+        data: dict[str, dict[str, object]] = {}
+        for pid, e in self.producers.items():
+            value: dict[str, object] = {
                 "epoch": e.producer_epoch,
                 "batches": [[m.first_seq, m.last_seq, m.first_offset, m.last_offset,
                              m.timestamp_ms] for m in e.batches],
                 "marker": e.marker_offset,
+                "marker_ts": e.marker_timestamp,
             }
-            for pid, e in self.producers.items()
-        }
+            if e.sequence_lost:
+                value["lost"] = True
+            data[str(pid)] = value
         for pid, first in self.ongoing_txns.items():
             data.setdefault(str(pid), {"epoch": -1, "batches": []})["txn"] = first
         return json.dumps(data, separators=(",", ":")).encode()
 
     @classmethod
-    def from_json(cls, raw: bytes, snapshot_offset: int = 0) -> ProducerStateManager:
-        """The state a snapshot taken at ``snapshot_offset`` holds. A snapshot written
-        before markers' offsets were kept places a marker-only entry's marker just below
-        the snapshot (where it was at the latest)."""
+    def from_json(cls, raw: bytes, snapshot_offset: int = 0,
+                  written_ms: int = -1) -> ProducerStateManager:
+        """The state a snapshot taken at ``snapshot_offset`` (written at ``written_ms``)
+        holds. A snapshot written before markers' offsets were kept places a marker-only
+        entry's marker just below the snapshot (where it was at the latest); one written
+        before their timestamps were kept dates a marker at the snapshot's writing (the
+        latest it can be). One written before a lost sequence was kept ("lost") has the
+        lost entry as one with neither a batch nor a marker."""
         manager = cls()
         for pid_text, value in json.loads(raw).items():
             pid = int(pid_text)
@@ -231,11 +272,14 @@ class ProducerStateManager:
                 manager.ongoing_txns[pid] = int(value["txn"])
             epoch = int(value["epoch"])
             marker = int(value.get("marker", -1 if value["batches"] else snapshot_offset - 1))
+            marker_ts = int(value.get("marker_ts", written_ms))
             for first_seq, last_seq, first_offset, last_offset, ts in value["batches"]:
                 manager.update(pid, epoch,
                                BatchMetadata(first_seq, last_seq, first_offset, last_offset, ts))
             if epoch >= 0 and (marker >= 0 or not value["batches"]):
-                manager.update_marker(pid, epoch, marker)
+                manager.update_marker(pid, epoch, marker, marker_ts)
+            if epoch >= 0 and value.get("lost", not value["batches"] and marker < 0):
+                manager.producers[pid].sequence_lost = True
         return manager
 
 
@@ -280,7 +324,8 @@ def load_latest_snapshot(directory: Path, max_offset: int) -> tuple[int, Produce
             path.unlink(missing_ok=True)
             continue
         try:
-            return snap, ProducerStateManager.from_json(path.read_bytes(), snap)
+            return snap, ProducerStateManager.from_json(path.read_bytes(), snap,
+                                                        path.stat().st_mtime_ns // 1_000_000)
         except (ValueError, KeyError, TypeError, OSError):
             path.unlink(missing_ok=True)
     return 0, ProducerStateManager()

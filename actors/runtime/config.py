@@ -202,6 +202,13 @@ SPEC: dict[str, tuple[Any, type, str]] = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
         10000, int, "how often the transaction coordinators abort transactions past their "
                     "timeout"),
+    "producer.id.expiration.ms": (86400000, int, "how long a partition keeps an idle "
+                                                 "producer's state (epoch, last sequences) "
+                                                 "after its last write; never while its "
+                                                 "transaction is open"),
+    "producer.id.expiration.check.interval.ms": (600000, int, "how often partitions drop "
+                                                             "producer state past "
+                                                             "producer.id.expiration.ms"),
     "purge.interval.requests": (1000, int, "the purgatory purges completed operations from "
                                          "its watch lists once about this many are there"),
     # --- a cluster (ZooKeeper); without zookeeper.connect the node is a single broker ---
@@ -316,6 +323,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "transaction.state.log.min.isr": (1, 32767),
     "transaction.max.timeout.ms": (1, 2**31 - 1),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (1, 2**31 - 1),
+    "producer.id.expiration.ms": (1, 2**31 - 1),
+    "producer.id.expiration.check.interval.ms": (1, 2**31 - 1),
     "purge.interval.requests": _COUNT,
     "zookeeper.session.timeout.ms": (1, 2**31 - 1),
     "zookeeper.connection.timeout.ms": (0, 2**31 - 1),

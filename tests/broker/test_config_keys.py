@@ -66,6 +66,7 @@ CURVE_TEST = ("test_curve_cluster_replicates_and_refuses_a_foreign_key_and_a_nod
               "keys")
 TXN_CLUSTER = "tests/cluster/test_transactions_cluster.py"
 CLEANER = "tests/broker/test_log_cleaner.py"
+PRODUCER_EXPIRY = "tests/broker/test_producer_expiry.py"
 
 # key -> the tests that show its effect ("path::function").
 EFFECTS: dict[str, list[str]] = {
@@ -257,6 +258,10 @@ EFFECTS: dict[str, list[str]] = {
     "transaction.max.timeout.ms": [f"{TXN}::test_a_transaction_past_its_timeout_is_aborted"],
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": [
         f"{TXN}::test_a_transaction_past_its_timeout_is_aborted"],
+    "producer.id.expiration.ms": [f"{PRODUCER_EXPIRY}::test_an_idle_producer_expires_and_is_"
+                                  "then_unknown"],
+    "producer.id.expiration.check.interval.ms": [
+        f"{PRODUCER_EXPIRY}::test_an_idle_producer_expires_and_is_then_unknown"],
 }
 
 

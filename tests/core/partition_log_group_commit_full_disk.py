@@ -6,6 +6,13 @@ namespace). Idempotent batches are staged, the disk is filled, and the
 commit must fail with StorageError and put the log back as it was before
 them (offsets, high watermark, file, producer sequences); with room again
 the same batches append as new ones. Prints one JSON line.
+
+With ``marker`` after DIR the producer is transactional: its committed batches
+and their commit marker come first, then the next transaction's first batch
+(written: the general path opens the transaction), then the staged ones, which
+push the written batches out of the producer's five. Their loss leaves an entry
+with no batch and a marker of its epoch, whose next sequence is still any (not 0,
+as for an epoch a marker brought).
 """
 
 from __future__ import annotations
@@ -19,21 +26,30 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from actors.core.partition_log import LogConfig, PartitionLog
-from actors.core.record_batch import build_batch
+from actors.core.record_batch import TRANSACTIONAL_BIT, build_batch
 
 PAGE = 4096
 
 
-def main(directory: Path) -> None:
+def main(directory: Path, marker: bool) -> None:
     log = PartitionLog.open(directory / "t-0", "t", 0, LogConfig(), 0)
+    attributes = TRANSACTIONAL_BIT if marker else 0
     for seq in range(5):  # some committed data first
         log.append_as_leader(build_batch([b"x" * 100], producer_id=3, producer_epoch=0,
-                                         base_sequence=seq), 0, 0)
+                                         base_sequence=seq, attributes=attributes), 0, 0)
+    first_staged = 5
+    if marker:
+        log.append_control(3, 0, True, 0, 0, 0)
+        log.append_as_leader(build_batch([b"x" * 100], producer_id=3, producer_epoch=0,
+                                         base_sequence=5, attributes=attributes), 0, 0,
+                             defer=True)
+        first_staged = 6
     log.update_high_watermark(log.log_end_offset)
     active = log.segments[-1]
     before = [log.log_end_offset, log.high_watermark, active.size]
-    staged = [build_batch([b"y" * 3000], producer_id=3, producer_epoch=0, base_sequence=seq)
-              for seq in range(5, 25)]
+    staged = [build_batch([b"y" * 3000], producer_id=3, producer_epoch=0, base_sequence=seq,
+                          attributes=attributes)
+              for seq in range(first_staged, first_staged + 20)]
     filler = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         while True:
@@ -49,6 +65,8 @@ def main(directory: Path) -> None:
     outcome["commit"] = "committed" if error is None else f"StorageError: {error}"
     outcome["back_to"] = [log.log_end_offset, log.high_watermark, active.size]
     outcome["file_size"] = os.path.getsize(active.log_path)
+    entry = log.producer_state.producers[3]
+    outcome["entry"] = [len(entry.batches), entry.marker_offset]
     os.unlink(directory / "filler")
     try:
         for batch in staged:
@@ -68,4 +86,4 @@ def main(directory: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), sys.argv[2:] == ["marker"])

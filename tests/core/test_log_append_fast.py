@@ -33,8 +33,8 @@ def _plain(n: int, records: int = 3, stamp: int = NOW, **kw: Any) -> bytes:
 
 
 def _idem(seq: int, records: int = 2, *, pid: int = 7, epoch: int = 0,
-          txn: bool = False) -> bytes:
-    return build_batch([b"i%d" % seq * 20] * records, timestamps_ms=[NOW] * records,
+          txn: bool = False, stamp: int = NOW) -> bytes:
+    return build_batch([b"i%d" % seq * 20] * records, timestamps_ms=[stamp] * records,
                        producer_id=pid, producer_epoch=epoch, base_sequence=seq,
                        attributes=TRANSACTIONAL_BIT if txn else 0)
 
@@ -71,6 +71,18 @@ def _limited(step: Callable[[PartitionLog, bool], Any]) -> Callable[[PartitionLo
         finally:
             resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
     return run
+
+
+def _commit_limited(log: PartitionLog, defer: bool) -> Any:
+    """commit() with the file size limit a few bytes past what the active segment's
+    file holds (its size less what is staged): the staged batches' write fails."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    active = log.segments[-1]
+    resource.setrlimit(resource.RLIMIT_FSIZE, (active.size - active.staged_bytes + 10, hard))
+    try:
+        return log.commit()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
 
 def _sized(size: int) -> bytes:
@@ -125,8 +137,45 @@ SCENARIOS: dict[str, tuple[LogConfig, list[Step]]] = {
         ("abort, epoch bumped", lambda log, defer: log.append_control(7, 1, False, 0, 1, NOW),
          None),
         ("the zombie at the old epoch", _append(_idem(4, txn=True)), False),
+        ("the new epoch's first past 0", _append(_idem(2, epoch=1, txn=True)), False),
         ("the new epoch's first", _append(_idem(0, epoch=1, txn=True)), False),
         ("and on", _append(_idem(2, epoch=1, txn=True)), True),
+    ]),
+    # a lost group commit (deferred only) takes back the five batches that pushed the
+    # committed ones out: the entry has no batch and a commit marker of its epoch, its
+    # sequence lost, and the retry of the first lost one takes the general path
+    "lost sequence after a commit marker": (LogConfig(), [
+        ("first of a transaction", _append(_idem(0, txn=True)), False),
+        ("later in it", _append(_idem(2, txn=True)), True),
+        ("commit it", lambda log, defer: log.append_control(7, 0, True, 0, 1, NOW), None),
+        ("the next transaction's first", _append(_idem(4, txn=True)), False),
+        *((f"staged {seq}", _append(_idem(seq, txn=True)), True) for seq in range(6, 16, 2)),
+        ("the write fails", _commit_limited, None),
+        ("the first lost one again", _append(_idem(6, txn=True)), False),
+    ]),
+    # the same without a transaction: the new epoch's first batch must be sequence 0
+    # (refused on the general path otherwise), the one after it takes the fast path
+    "epoch-bumping marker, idempotent": (LogConfig(), [
+        ("first", _append(_idem(0)), False),
+        ("next", _append(_idem(2)), True),
+        ("marker, epoch bumped", lambda log, defer: log.append_control(7, 1, False, 0, 1, NOW),
+         None),
+        ("the new epoch's first past 0", _append(_idem(2, epoch=1)), False),
+        ("the old epoch's next", _append(_idem(4)), False),
+        ("the new epoch's first", _append(_idem(0, epoch=1)), False),
+        ("and on", _append(_idem(2, epoch=1)), True),
+    ]),
+    # producer.id.expiration.ms: an expired producer is unknown again (the general path
+    # takes its next batch, at any sequence), then in sequence on the fast path
+    "expired producer": (LogConfig(), [
+        ("first", _append(_idem(0)), False),
+        ("next", _append(_idem(2)), True),
+        ("other producer, later", _append(_idem(0, pid=8, stamp=NOW + 500)), False),
+        ("commit", _commit, None),
+        ("expiry", lambda log, defer: _expire(log, NOW + 1_000), None),
+        ("after a gap", _append(_idem(9)), False),
+        ("and on", _append(_idem(11)), True),
+        ("the other's next", _append(_idem(2, pid=8)), True),
     ]),
     "leader epoch": (LogConfig(), [
         ("epoch 1", _append(_plain(0)), True),
@@ -235,6 +284,11 @@ SCENARIOS: dict[str, tuple[LogConfig, list[Step]]] = {
 }
 
 
+def _expire(log: PartitionLog, now: int) -> list[int]:
+    log.producer_id_expiration_ms = 1_000
+    return log.remove_expired_producers(now)
+
+
 def _plain_value(value: Any, directory: Path) -> Any:
     """An error as its type and message (the log's own directory named alike)."""
     if isinstance(value, BaseException):
@@ -246,7 +300,9 @@ def _snapshot(log: PartitionLog) -> dict[str, Any]:
     state = log.producer_state
     return {
         "commit error": _plain_value(log._commit_error, log.dir),
-        "producers": {pid: (entry.producer_epoch, list(entry.batches), entry.marker_offset)
+        "producers": {pid: (entry.producer_epoch, list(entry.batches), entry.marker_offset,
+                            entry.marker_timestamp, entry.last_timestamp,
+                            entry.sequence_lost)
                       for pid, entry in state.producers.items()},
         "ongoing": dict(state.ongoing_txns),
         "unflushed": log.unflushed_messages,

@@ -173,28 +173,50 @@ def test_no_append_takes_a_lost_batch_s_offset_before_its_loss_is_told(
 FULL_DISK = Path(__file__).with_name("partition_log_group_commit_full_disk.py")
 
 
-@pytest.mark.multiprocess
-def test_a_commit_on_a_full_disk_puts_the_log_back(tmp_path: Path) -> None:
-    """The staged batches' write fails on a real full disk (a 1 MiB tmpfs in a private
-    mount namespace): the log is as before them, producer sequences included, and the
-    same batches append again once there is room."""
+def _full_disk_run(tmp_path: Path, *args: str) -> dict[str, Any]:
+    """partition_log_group_commit_full_disk.py on a 1 MiB tmpfs in a private mount
+    namespace: its JSON outcome."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare to mount a small tmpfs")
     disk = tmp_path / "disk"
     disk.mkdir()
     script = (f"mount -t tmpfs -o size=1m tmpfs {shlex.quote(str(disk))} && "
               f"exec {shlex.quote(sys.executable)} {shlex.quote(str(FULL_DISK))} "
-              f"{shlex.quote(str(disk))}")
+              f"{shlex.quote(str(disk))} {' '.join(args)}")
     result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
                              script], capture_output=True, text=True, timeout=120)
     if result.returncode != 0 and "mount" in result.stderr and "permission" in result.stderr:
         pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
     assert result.returncode == 0, (result.returncode, result.stderr)
-    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    outcome: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
     assert outcome["commit"].startswith("StorageError: cannot append to")
     assert outcome["back_to"] == outcome["before"]  # LEO, HW, segment size
     assert outcome["file_size"] == outcome["before"][2]  # nothing of the staged bytes left
+    return outcome
+
+
+@pytest.mark.multiprocess
+def test_a_commit_on_a_full_disk_puts_the_log_back(tmp_path: Path) -> None:
+    """The staged batches' write fails on a real full disk: the log is as before them,
+    producer sequences included, and the same batches append again once there is
+    room."""
+    outcome = _full_disk_run(tmp_path)
     assert outcome["reappended"] == "appended"  # the sequences were taken back
+    assert outcome["reopened_leo"] == outcome["before"][0] + outcome["staged"]
+    assert outcome["last_read"]
+
+
+@pytest.mark.multiprocess
+def test_a_lost_commit_after_a_commit_marker_goes_on_from_any_sequence(
+        tmp_path: Path) -> None:
+    """As above for a transactional producer whose last transaction's commit marker is
+    in the log: the staged batches of its next transaction pushed its written ones out
+    of its five, so their loss leaves an entry with no batch and a marker of its epoch.
+    Its sequence is lost, not that of an epoch a marker brought: the producer's retry
+    of the lost batches (sequence 6 on) appends, as for a producer with no state."""
+    outcome = _full_disk_run(tmp_path, "marker")
+    assert outcome["entry"] == [0, 5]  # no batch left; the commit marker at offset 5
+    assert outcome["reappended"] == "appended"
     assert outcome["reopened_leo"] == outcome["before"][0] + outcome["staged"]
     assert outcome["last_read"]
 

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from actors.core.partition_log import LogConfig, PartitionLog
+from actors.core.partition_log import LOG_APPEND_TIME, LogConfig, PartitionLog
 from actors.core.producer_state import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
     ProducerStateManager,
     list_snapshots,
+    load_latest_snapshot,
 )
-from actors.core.record_batch import build_batch, check_batches
+from actors.core.record_batch import TRANSACTIONAL_BIT, build_batch, check_batches
 from wire.errors import ErrorCode
 
 
@@ -198,3 +200,203 @@ def test_single_and_multi_batch_requests_store_the_same_bytes(tmp_path: Path) ->
     assert bytes(one.read(0, 1 << 20).records) == bytes(two.read(0, 1 << 20).records)
     assert one.producer_state.producers == two.producer_state.producers
     assert one.segments[0].index_entries() == two.segments[0].index_entries()
+
+
+# -- producer.id.expiration.ms and the first sequence of a marker's epoch ------------
+
+T = 1_700_000_000_000
+EXPIRATION_MS = 1_000
+
+
+def stamped(seq: int, ts: int, pid: int = 7, epoch: int = 0, txn: bool = False) -> bytes:
+    return build_batch([b"s"], timestamps_ms=[ts], producer_id=pid, producer_epoch=epoch,
+                       base_sequence=seq, attributes=TRANSACTIONAL_BIT if txn else 0)
+
+
+def expiring(path: Path, now: int) -> PartitionLog:
+    return PartitionLog.open(path, "t", 0, LogConfig(), now,
+                             producer_id_expiration_ms=EXPIRATION_MS)
+
+
+@pytest.mark.parametrize("reopen", [None, "clean", "crash"])
+def test_an_epoch_a_marker_bumped_starts_at_sequence_zero(tmp_path: Path,
+                                                          reopen: str | None) -> None:
+    """Kafka's checkSequence: the epoch an abort marker brought has no sequence yet
+    (NO_SEQUENCE), so its first batch must be sequence 0, as any new epoch's."""
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), 0)
+    log.append_as_leader(batch(0, 3), 0, 1)
+    log.append_control(7, 1, False, 0, 0, 1)
+    if reopen == "clean":
+        log.close(1)
+    elif reopen == "crash":
+        log.flush(1)
+        log.close_without_flush()
+    if reopen is not None:
+        log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), 0)
+    with pytest.raises(OutOfOrderSequenceError):
+        log.append_as_leader(batch(3, epoch=1), 0, 1)
+    with pytest.raises(OutOfOrderSequenceError):
+        log.append_as_leader(batch(1, epoch=1), 0, 1)
+    assert log.log_end_offset == 4
+    assert log.append_as_leader(batch(0, epoch=1), 0, 1).first_offset == 4
+    assert log.append_as_leader(batch(1, epoch=1), 0, 1).first_offset == 5
+
+
+def test_a_marker_of_the_current_epoch_keeps_the_sequence(log: PartitionLog) -> None:
+    log.append_as_leader(batch(0, 3), 0, 1)
+    log.append_control(7, 0, True, 0, 0, 1)
+    with pytest.raises(OutOfOrderSequenceError):
+        log.append_as_leader(batch(0), 0, 1)
+    assert log.append_as_leader(batch(3), 0, 1).first_offset == 4
+
+
+def test_an_idle_producer_expires_unless_its_transaction_is_open(tmp_path: Path) -> None:
+    log = expiring(tmp_path / "t-0", T)
+    log.append_as_leader(stamped(0, T), 0, T)             # idempotent
+    log.append_as_leader(stamped(0, T, pid=8, txn=True), 0, T)  # transaction left open
+    assert log.remove_expired_producers(T + EXPIRATION_MS - 1) == []
+    with pytest.raises(OutOfOrderSequenceError):
+        log.append_as_leader(stamped(5, T), 0, T)
+    assert log.remove_expired_producers(T + EXPIRATION_MS) == [7]
+    assert set(log.producer_state.producers) == {8}
+    # producer 7 is unknown now: any sequence (as Kafka since KIP-360), then in order
+    assert log.append_as_leader(stamped(5, T), 0, T).first_offset == 2
+    with pytest.raises(OutOfOrderSequenceError):
+        log.append_as_leader(stamped(9, T), 0, T)
+    # 8's entry is the one of its open transaction: its sequence still holds
+    with pytest.raises(OutOfOrderSequenceError):
+        log.append_as_leader(stamped(5, T, pid=8, txn=True), 0, T)
+    # the commit marker, written at T + 5000, is 8's last write: expiry counts from it
+    log.append_control(8, 0, True, 0, 0, T + 5_000)
+    assert log.producer_state.producers[8].last_timestamp == T + 5_000
+    assert log.remove_expired_producers(T + 5_000 + EXPIRATION_MS - 1) == [7]  # 7 again
+    assert set(log.producer_state.producers) == {8}
+    assert log.remove_expired_producers(T + 5_000 + EXPIRATION_MS) == [8]
+    assert log.producer_state.producers == {}
+
+
+def test_a_log_without_the_setting_keeps_its_producers(log: PartitionLog) -> None:
+    log.append_as_leader(stamped(0, T), 0, T)
+    assert log.remove_expired_producers(T + 10 * 86_400_000) == []
+    assert 7 in log.producer_state.producers
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_an_expired_producer_stays_expired_across_a_reopen(tmp_path: Path,
+                                                          clean: bool) -> None:
+    """Expiry depends on the entry's last timestamp (kept in the log and the snapshot)
+    and the clock only: the reopen expires what the last check did, whether its state
+    comes from a snapshot or from replaying the log (Kafka replays without expiring
+    until its next check)."""
+    log = expiring(tmp_path / "t-0", T)
+    log.append_as_leader(stamped(0, T), 0, T)
+    log.append_as_leader(stamped(0, T + 3_000, pid=8), 0, T + 3_000)
+    log.append_as_leader(stamped(0, T, pid=9, txn=True), 0, T)
+    log.append_as_leader(stamped(0, T, pid=10), 0, T)
+    log.append_control(10, 1, False, 0, 0, T + 3_000)  # 10: only the marker's epoch
+    assert log.remove_expired_producers(T + 3_500) == [7]
+    assert set(log.producer_state.producers) == {8, 9, 10}
+    if clean:
+        log.close(T + 3_500)
+    else:
+        log.flush(T + 3_500)
+        log.close_without_flush()
+    log = expiring(tmp_path / "t-0", T + 3_600)
+    assert set(log.producer_state.producers) == {8, 9, 10}
+    assert log.producer_state.producers[10].last_timestamp == T + 3_000
+    assert log.append_as_leader(stamped(4, T + 3_600), 0, T + 3_600).first_offset == 5
+    log.close(T + 3_600)
+    log = expiring(tmp_path / "t-0", T + 4_000)  # 8's and 10's last writes expired
+    assert set(log.producer_state.producers) == {7, 9}
+    assert log.append_as_leader(stamped(3, T + 4_000, pid=10), 0, T + 4_000).first_offset == 6
+
+
+def test_a_snapshot_without_marker_timestamps_dates_them_at_its_writing() -> None:
+    copy = ProducerStateManager.from_json(b'{"7":{"epoch":3,"batches":[],"marker":4}}', 5,
+                                          T)
+    assert copy.producers[7].last_timestamp == T
+    assert copy.remove_expired(T + EXPIRATION_MS - 1, EXPIRATION_MS) == []
+    assert copy.remove_expired(T + EXPIRATION_MS, EXPIRATION_MS) == [7]
+
+
+def test_a_lost_sequence_is_kept_in_the_snapshot() -> None:
+    """An entry whose batches a failed group commit took back (sequence_lost) goes on
+    from any sequence, a marker of its epoch or not, through a snapshot; an entry with
+    no batch and the marker that brought its epoch still starts at 0. A snapshot from
+    before "lost" was kept has the lost entry as one with neither batch nor marker."""
+    state = ProducerStateManager.from_json(
+        b'{"7":{"epoch":0,"batches":[],"marker":4,"marker_ts":1,"lost":true},'
+        b'"8":{"epoch":0,"batches":[],"marker":-1,"marker_ts":-1},'
+        b'"9":{"epoch":1,"batches":[],"marker":4,"marker_ts":1}}', 5)
+    copy = ProducerStateManager.from_json(state.to_json(), 5)
+    for manager in (state, copy):
+        assert [manager.producers[pid].sequence_lost for pid in (7, 8, 9)] == [
+            True, True, False]
+        manager.check_batches(check_batches(batch(6, pid=7) + batch(3, pid=8)))
+        with pytest.raises(OutOfOrderSequenceError):
+            manager.check_batches(check_batches(batch(6, pid=9, epoch=1)))
+        manager.check_batches(check_batches(batch(0, pid=9, epoch=1)))
+
+
+def test_a_clean_close_with_every_producer_expired_writes_an_empty_snapshot(
+        tmp_path: Path) -> None:
+    """The reopen starts from the empty snapshot, not from a replay of the log: a log
+    opened without the setting (nothing expires at open) does not know producer 7."""
+    log = expiring(tmp_path / "t-0", T)
+    log.append_as_leader(stamped(0, T), 0, T)
+    assert log.remove_expired_producers(T + EXPIRATION_MS) == [7]
+    log.close(T + EXPIRATION_MS)
+    assert list_snapshots(tmp_path / "t-0") == [1]
+    assert (tmp_path / "t-0" / f"{1:020d}.snapshot").read_bytes() == b"{}"
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), T, clean_shutdown=True)
+    assert log.producer_state.producers == {}
+    assert log.append_as_leader(stamped(5, T), 0, T).first_offset == 1  # any sequence
+    log.close(T)
+
+
+def test_a_snapshot_without_marker_timestamps_is_dated_by_its_file(tmp_path: Path) -> None:
+    """load_latest_snapshot passes the file's mtime as the snapshot's writing."""
+    directory = tmp_path / "t-0"
+    directory.mkdir()
+    path = directory / f"{5:020d}.snapshot"
+    path.write_bytes(b'{"7":{"epoch":3,"batches":[],"marker":4}}')
+    os.utime(path, ns=(T * 1_000_000, T * 1_000_000))
+    offset, state = load_latest_snapshot(directory, 10)
+    assert offset == 5 and state.producers[7].last_timestamp == T
+    assert state.remove_expired(T + EXPIRATION_MS - 1, EXPIRATION_MS) == []
+    assert state.remove_expired(T + EXPIRATION_MS, EXPIRATION_MS) == [7]
+
+
+def test_on_a_log_append_time_topic_expiry_counts_from_the_append(tmp_path: Path) -> None:
+    """The batch's CreateTime is an hour old; the broker stamps it at T, which is its
+    last timestamp (Kafka's lastTimestamp is the batch's max timestamp as appended)."""
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0,
+                            LogConfig(message_timestamp_type=LOG_APPEND_TIME), T,
+                            producer_id_expiration_ms=EXPIRATION_MS)
+    log.append_as_leader(stamped(0, T - 3_600_000), 0, T)
+    assert log.producer_state.producers[7].last_timestamp == T
+    assert log.remove_expired_producers(T + EXPIRATION_MS - 1) == []
+    assert log.remove_expired_producers(T + EXPIRATION_MS) == [7]
+    log.close(T + EXPIRATION_MS)
+
+
+def test_a_follower_expires_its_producers_but_not_an_open_transaction(
+        tmp_path: Path) -> None:
+    """The leader's batches as a follower appends them: producer 7's idempotent batch
+    expires, producer 8's open transaction keeps it; its commit marker, stamped later,
+    ends the transaction and starts its expiry."""
+    leader = expiring(tmp_path / "leader" / "t-0", T)
+    leader.append_as_leader(stamped(0, T), 0, T)
+    leader.append_as_leader(stamped(0, T, pid=8, txn=True), 0, T)
+    log = expiring(tmp_path / "t-0", T)
+    log.append_as_follower(bytes(leader.read(0, 10_000).records), T)
+    assert log.producer_state.ongoing_txns == {8: 1}
+    assert log.remove_expired_producers(T + EXPIRATION_MS) == [7]
+    assert set(log.producer_state.producers) == {8}
+    leader.append_control(8, 0, True, 0, 0, T + 5_000)
+    log.append_as_follower(bytes(leader.read(2, 10_000).records), T + 5_000)
+    assert 8 not in log.producer_state.ongoing_txns
+    assert log.remove_expired_producers(T + 5_000 + EXPIRATION_MS - 1) == []
+    assert log.remove_expired_producers(T + 5_000 + EXPIRATION_MS) == [8]
+    log.close(T + 5_000 + EXPIRATION_MS)
+    leader.close(T + 5_000)

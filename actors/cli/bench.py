@@ -34,6 +34,7 @@ BENCH_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "log": ("bench.log_bench:command", ()),
     "codec": ("bench.codec_bench:command", ()),
     "request-cost": ("bench.request_cost:command", ()),
+    "cross-cost": ("bench.cross_cost:command", ("confluent_kafka", "hdrh")),
     "sim": ("bench.sim_bench:command", ()),
     "memory": ("bench.memory:command", ()),  # its consume figure needs the bench extra
     "failover": ("bench.failover:command", ()),

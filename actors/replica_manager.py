@@ -119,7 +119,7 @@ from actors.core.cluster_model import LEADER_DURING_DELETE, TopicPartition
 from actors.core.fetcher_state import FetcherConfig
 from actors.core.metadata_cache import SYNC_WAIT_MS, MetadataCache
 from actors.core.offsets_codec import OFFSETS_TOPIC
-from actors.core.partition_state import FENCING_ERRORS, HELD_ERRORS, NOT_APPLIED_ERRORS
+from actors.core.partition_state import HELD_ERRORS, NOT_APPLIED_ERRORS
 from actors.core.replica_fencing import NONE, ReplicaFencing
 from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
 from actors.replica_fetcher import ReplicaFetcher, fetcher_name
@@ -1283,13 +1283,9 @@ class ReplicaManager(Actor):
         same = current is not None and (current[0].leader_epoch, current[0].partition_epoch,
                                         list(current[0].new_isr)) == (
             proposal.leader_epoch, proposal.partition_epoch, list(proposal.new_isr))
-        if error_code in FENCING_ERRORS:
-            # any answer that this node does not lead the partition says so (a stale leader
-            # or partition epoch is held, not fenced: the leader goes on leading)
-            self.fenced[tp] = max(self.fenced.get(tp, -1), proposal.leader_epoch)
         if not same:
             return
-        if error_code == NONE or error_code in NOT_APPLIED_ERRORS or error_code in FENCING_ERRORS:
+        if error_code == NONE or error_code in NOT_APPLIED_ERRORS:
             del self.proposals[tp]
         else:
             self.proposals[tp] = (proposal, error_code not in HELD_ERRORS)

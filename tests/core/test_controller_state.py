@@ -740,6 +740,24 @@ def test_alter_partition_checks_and_writes_a_leaders_isr() -> None:
         ErrorCode.INELIGIBLE_REPLICA]
 
 
+def test_a_leader_another_succeeded_is_told_its_leader_epoch_is_stale() -> None:
+    """Kafka's controller checks the leader epoch, not who leads: broker 1, which led at
+    leader epoch 0 and was moved away (a controlled shutdown) before its LeaderAndIsr came,
+    is answered FENCED_LEADER_EPOCH, which it holds (NOT_LEADER_OR_FOLLOWER it would send
+    again, as Kafka retries that)."""
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    tp = TP("t", 0)
+    assert c.state("t", 0).leader == 1 and c.state("t", 0).leader_epoch == 0
+    c.request(lambda rid: ControlledShutdownRequest(rid, 1, c.epoch_of(1)))
+    moved = c.state("t", 0)
+    assert moved.leader != 1 and moved.leader_epoch == 1
+    answer = c.request(lambda rid: AlterPartitionRequest(rid, 1, c.epoch_of(1), (
+        IsrProposal(tp, 0, (1, 2), moved.version),)))
+    assert codes(answer) == [ErrorCode.FENCED_LEADER_EPOCH]
+    assert c.state("t", 0) == moved
+
+
 def test_one_isr_change_sent_twice_at_once_is_made_for_both() -> None:
     """Sim seed 329: a leader's expansion timed out while ZooKeeper was down and the leader
     sent it again; both requests were checked before either write came back, the first

@@ -47,7 +47,6 @@ from actors.core.delayed_produce_fetch import (
 )
 from actors.core.partition_log import LogConfig, PartitionLog
 from actors.core.partition_state import (
-    FENCING_ERRORS,
     HELD_ERRORS,
     NOT_APPLIED_ERRORS,
     PartitionState,
@@ -79,10 +78,10 @@ HANDLER = "handler"
 UNKNOWN_ERRORS = (int(ErrorCode.REQUEST_TIMED_OUT), int(ErrorCode.NOT_CONTROLLER),
                   int(ErrorCode.STALE_BROKER_EPOCH), int(ErrorCode.UNKNOWN_SERVER_ERROR))
 ERRORS_BY_OUTCOME: dict[str, tuple[int, ...]] = {
-    "fenced": tuple(sorted(FENCING_ERRORS)),
     "retry": tuple(sorted(NOT_APPLIED_ERRORS)),
     "held": tuple(sorted(HELD_ERRORS)),
-    "resend": UNKNOWN_ERRORS,
+    # Kafka's catch-all retries NOT_LEADER_OR_FOLLOWER too: the leader leads on
+    "resend": (*UNKNOWN_ERRORS, int(ErrorCode.NOT_LEADER_OR_FOLLOWER)),
 }
 
 
@@ -238,7 +237,7 @@ class LeaderDurabilityMachine(RuleBasedStateMachine):
         self._publish()
 
     @precondition(lambda self: self.state.pending is not None)
-    @rule(outcome=st.sampled_from(["applied", "applied", "fenced", "retry", "held", "resend",
+    @rule(outcome=st.sampled_from(["applied", "applied", "retry", "held", "resend",
                                    "resend", "stale"]),
           data=st.data())
     def controller_answers(self, outcome: str, data: st.DataObject) -> None:
@@ -258,7 +257,7 @@ class LeaderDurabilityMachine(RuleBasedStateMachine):
             # is stale), a correct leader never sends one
             event("a proposal at a stale partition epoch")
             if outcome in ("applied", "retry"):
-                outcome = "fenced"
+                outcome = "held"  # INVALID_UPDATE_VERSION
         elif outcome == "retry" and written:
             outcome = "applied"  # the controller answers a written change with its state
         elif outcome == "applied" and not written:
@@ -268,7 +267,7 @@ class LeaderDurabilityMachine(RuleBasedStateMachine):
         if outcome == "stale":
             shift = data.draw(st.sampled_from([(-1, 0), (0, -1), (0, 1), (1, 0), (-1, -1)]),
                               label="epochs shifted")
-            code = data.draw(st.sampled_from([0, *UNKNOWN_ERRORS, *FENCING_ERRORS]),
+            code = data.draw(st.sampled_from([0, *UNKNOWN_ERRORS, *HELD_ERRORS]),
                              label="code")
             isr = data.draw(st.sampled_from([[LEADER], [LEADER, F1], REPLICAS]), label="isr")
             before = (set(state.isr), pending, state.partition_epoch, state.fenced,

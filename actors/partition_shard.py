@@ -331,7 +331,7 @@ class PartitionShard(Actor):
         # unknown), and the earliest time one is due
         self.resends: set[tuple[str, int]] = set()
         self.next_resend_ms = now
-        self.replication = {"isr_shrinks": 0, "isr_expands": 0, "fenced": 0, "truncations": 0,
+        self.replication = {"isr_shrinks": 0, "isr_expands": 0, "truncations": 0,
                             "follower_appends": 0}
         # partitions whose role the ReplicaManager gave since this setup (a LeaderAndIsr, a
         # restore): only their leader epochs make a restored role old (a log's own epoch,
@@ -2157,7 +2157,6 @@ class PartitionShard(Actor):
         p = row.pending
         state.restore_leader(
             role.leader_epoch, list(role.isr), list(role.replicas), role.partition_epoch, now,
-            fenced=row.fenced,
             pending=(IsrProposal(p.leader_epoch, tuple(p.new_isr), p.partition_epoch)
                      if p is not None else None),
             resend=p is not None and p.send_again)
@@ -2165,16 +2164,12 @@ class PartitionShard(Actor):
             self.next_resend_ms = (min(self.next_resend_ms, state.resend_at_ms)
                                    if self.resends else state.resend_at_ms)
             self.resends.add((role.topic, role.partition))
-        if row.fenced:
-            self.replication["fenced"] += 1
 
     @staticmethod
     def _restored_text(state: PartitionState, row: RestoredRoleRow) -> str:
         role = row.role
         if role.leader != state.broker_id:
             what = f"follows {role.leader}"
-        elif row.fenced:
-            what = "fenced leader (not leading until the next LeaderAndIsr)"
         else:
             what = f"leads, ISR {sorted(state.isr)}"
             if state.pending is not None:
@@ -2297,13 +2292,6 @@ class PartitionShard(Actor):
                               row.partition, sorted(state.isr), state.partition_epoch)
                 self.replication["isr_changes"] = self.replication.get("isr_changes", 0) + 1
                 self._notify(state)
-            elif outcome == "fenced":
-                self.replication["fenced"] += 1
-                self.log.warning("{}-{}: the controller refused the ISR change ({}): no longer "
-                                 "acting as leader at epoch {} until the next LeaderAndIsr",
-                                 row.topic, row.partition, ErrorCode(row.error_code).name,
-                                 state.leader_epoch)
-                self._notify(state)  # waiting produces and fetches: NOT_LEADER_OR_FOLLOWER
             elif outcome == "retry":
                 self.log.info("{}-{}: ISR change not made ({}); proposed again later",
                               row.topic, row.partition, ErrorCode(row.error_code).name)

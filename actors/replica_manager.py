@@ -53,9 +53,7 @@ still on its way to the shard is not undone, and the shard ignores a restored
 role no newer than one it applied since it restarted), the ISR changes the
 controller wrote since (its AlterPartition answers), an ISR proposal whose
 outcome is not known yet (pending again, so the high watermark stays over the
-larger ISR, and its late answer finds it), and whether the controller said
-this node's leader epoch is stale (``fenced``: restored without leadership
-until the next LeaderAndIsr). The shard answers the restore (``RolesRestored``)
+larger ISR, and its late answer finds it). The shard answers the restore (``RolesRestored``)
 after what was in its mailbox before it, so a LeaderAndIsr or a delete sent to it
 and still unanswered then died with it: a LeaderAndIsr is settled with the
 restore's outcome (the controller gets its answer, the coordinators and fetchers
@@ -327,7 +325,6 @@ class ReplicaManager(Actor):
         self.states: dict[TopicPartition, ReplicaStateRow] = getattr(self, "states", {})
         # partitions whose leader epoch (the value) the controller said is stale, in an
         # answer to an ISR proposal: restored without leadership until the next role
-        self.fenced: dict[TopicPartition, int] = getattr(self, "fenced", {})
         # each leader's last ISR proposal whose outcome is not known: (it, send it again)
         self.proposals: dict[TopicPartition, tuple[IsrProposalRow, bool]] = getattr(
             self, "proposals", {})
@@ -519,12 +516,11 @@ class ReplicaManager(Actor):
 
     def _holds(self, tp: TopicPartition, leader_epoch: int) -> bool:
         """Did ``tp``'s leader show it holds the role at ``leader_epoch`` (an ISR proposal
-        at that epoch, or a fence at it or newer)? Then only its answer is missing. A
-        proposal or fence of an older epoch (sent before the role, come after it) says
-        nothing of this role: skipped on it, the role would be settled unapplied."""
+        at that epoch)? Then only its answer is missing. A proposal of an older epoch (sent
+        before the role, come after it) says nothing of this role: skipped on it, the role
+        would be settled unapplied."""
         proposal = self.proposals.get(tp)
-        return (self.fenced.get(tp, -1) >= leader_epoch
-                or (proposal is not None and proposal[0].leader_epoch == leader_epoch))
+        return proposal is not None and proposal[0].leader_epoch == leader_epoch
 
     def _no_id(self, name: str, controller_id: int, controller_epoch: int) -> None:
         """A request without a correlation id (0: not from a controller's channel) is
@@ -611,22 +607,21 @@ class ReplicaManager(Actor):
     def _new_role(self, row: ReplicaStateRow) -> None:
         """A role newer than the last: kept now, not once the shard applied it (a restore
         sent meanwhile must not carry the older one); it ends what the older leader
-        epoch's fencing and proposal said."""
+        epoch's proposal said."""
         tp = TopicPartition(row.topic, row.partition)
         held = self.states.get(tp)
         if held is not None and held.leader_epoch == row.leader_epoch:
             # accepted once more by a new life of this actor (``accept_again``): the shard
-            # holds it, with the ISR written since, the proposal and the fence at it. Only
+            # holds it, with the ISR written since and the proposal at it. Only
             # that lets a role at the held leader epoch in: ReplicaFencing.leader_and_isr
             # refuses one at the epoch it holds unless the partition is in ``accept_again``
             # (``states`` is never newer than the fencing's epochs), and the metadata's
             # move (``_demote_from_metadata``) passes only newer ones. Were equality let in
-            # otherwise, this would keep a proposal and a fence the shard no longer holds
+            # otherwise, this would keep a proposal the shard no longer holds
             if row.partition_epoch > held.partition_epoch:
                 self.states[tp] = row._replace(is_new=False)
             return
         self.states[tp] = row._replace(is_new=False)
-        self.fenced.pop(tp, None)
         self.proposals.pop(tp, None)
 
     @handles(BecameLeaderOrFollower)
@@ -757,7 +752,6 @@ class ReplicaManager(Actor):
         stopped = [TopicPartition(p.topic, p.partition) for p in decision.accepted]
         for tp in stopped:  # no role to restore from now on (a deleted log stays deleted)
             self.states.pop(tp, None)
-            self.fenced.pop(tp, None)
             self.proposals.pop(tp, None)
             self.kept_for_delete.discard(tp)
         # A role a shard keeps for a namesake (until a deleted predecessor's directory
@@ -1274,8 +1268,8 @@ class ReplicaManager(Actor):
     def _settle(self, proposal: IsrProposalRow, error_code: int) -> None:
         """What the controller's answer (``error_code``) says of ``proposal``, as the
         leader's PartitionState takes it: written or not written (no longer pending),
-        fenced (this node does not lead it), held (a stale leader or partition epoch: pending,
-        unsent), or unknown (sent again)."""
+        held (a stale leader or partition epoch, an unknown partition: pending, unsent), or
+        unknown (sent again)."""
         tp = TopicPartition(proposal.topic, proposal.partition)
         if tp not in self.states:
             return  # stopped (StopReplica) since it was proposed: nothing to restore
@@ -1394,7 +1388,7 @@ class ReplicaManager(Actor):
                 # (not before: a crash before this line tried nothing)
                 self.restores_redone += 1
         by_shard: dict[Address, list[RestoredRoleRow]] = {shard: [] for shard in shards}
-        fenced = pending = 0
+        pending = 0
         for tp, role in self.states.items():
             rows = by_shard.get(self.topology.shard_for(tp.topic, tp.partition))
             if rows is None:
@@ -1407,7 +1401,6 @@ class ReplicaManager(Actor):
                                    "restore: left out (it waits for the controller's next "
                                    "LeaderAndIsr)", tp.topic, tp.partition)
                 continue
-            fenced += row.fenced
             pending += row.pending is not None
             rows.append(row)
         now_ms = self.clock.now_ms()
@@ -1446,9 +1439,9 @@ class ReplicaManager(Actor):
         for shard in shards:
             self.restores_owed.pop(shard, None)
         sent = sum(len(r) for r in by_shard.values())
-        self.log.info("{}: last roles of {} partition(s) sent to {} shard(s) ({} fenced, "
-                      "{} with an ISR proposal pending), {} followed ones fetched anew",
-                      reason, sent, len(by_shard), fenced, pending,
+        self.log.info("{}: last roles of {} partition(s) sent to {} shard(s) ({} with an "
+                      "ISR proposal pending), {} followed ones fetched anew",
+                      reason, sent, len(by_shard), pending,
                       sum(1 for r in follow if r.leader >= 0))
         return sent
 
@@ -1676,14 +1669,13 @@ class ReplicaManager(Actor):
     def _restored(self, tp: TopicPartition, role: ReplicaStateRow) -> RestoredRoleRow:
         """``role`` with what the controller said of it since: the topic's configs (the
         LeaderAndIsr's may be older: a config change reaches the shards directly, and
-        this node's metadata by UpdateMetadata), fenced, and the proposal at its epochs
+        this node's metadata by UpdateMetadata), and the proposal at its epochs
         whose outcome is not known (pending again on the leader)."""
         configs = self.cache.topic_configs.get(tp.topic)
         if configs is not None and configs != role.configs:
             role = role._replace(configs=dict(configs))
         if role.leader != self.broker_id:
-            return RestoredRoleRow(role, False, None)
-        fenced = self.fenced.get(tp, -1) >= role.leader_epoch
+            return RestoredRoleRow(role, None)
         proposal = self.proposals.get(tp)
         pending = None
         if (proposal is not None and proposal[0].leader_epoch == role.leader_epoch
@@ -1691,7 +1683,7 @@ class ReplicaManager(Actor):
             p, send_again = proposal
             pending = PendingIsrRow(p.leader_epoch, list(p.new_isr), p.partition_epoch,
                                     send_again)
-        return RestoredRoleRow(role, fenced, pending)
+        return RestoredRoleRow(role, pending)
 
     def _isr_answer(self, proposals: list[IsrProposalRow], error_code: int) -> None:
         by_shard: dict[Address, list[IsrUpdateRow]] = {}
@@ -1756,6 +1748,5 @@ class ReplicaManager(Actor):
             "restores_replaced": self.restores_replaced,
             "restore_answers_ignored": self.restore_answers_ignored,
             "pending": len(self.pending),
-            "fenced": sorted(f"{tp}@{epoch}" for tp, epoch in self.fenced.items()),
             "proposals": sorted(str(tp) for tp in self.proposals),
         }

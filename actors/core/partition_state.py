@@ -134,7 +134,6 @@ class PartitionState:
     partition_epoch: int = -1
     lag_time_max_ms: int = 30000
     pending: IsrProposal | None = None
-    fenced: bool = False
     epoch_start_offset: int = 0
     proposals_held_until_ms: int = 0
     # when the pending proposal, whose answer left its fate unknown, is sent again
@@ -187,7 +186,6 @@ class PartitionState:
         self.partition_epoch = partition_epoch
         self.pending = pending  # None from a LeaderAndIsr: a new epoch proposes anew
         self.resend_at_ms = None
-        self.fenced = False
         self.proposals_held_until_ms = 0
         self.followers = {r: FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
                           for r in replicas if r != self.broker_id}
@@ -219,30 +217,27 @@ class PartitionState:
         self.followers = {}
         self.pending = None
         self.resend_at_ms = None
-        self.fenced = False
 
     def restore_leader(self, leader_epoch: int, isr: list[int], replicas: list[int],
-                       partition_epoch: int, now_ms: int, *, fenced: bool = False,
+                       partition_epoch: int, now_ms: int, *,
                        pending: IsrProposal | None = None, resend: bool = False) -> None:
         """The last role its ReplicaManager gave, applied again after this replica's memory
         was lost (a crash, a restarted process): the leader at ``leader_epoch`` as
         ``become_leader``, but with what the ReplicaManager knows happened since.
 
-        ``fenced``: the controller said this leader epoch is stale; it does not lead
-        until the next LeaderAndIsr. ``pending``: the ISR proposal whose outcome is not
-        known yet, pending again before the high watermark is computed, so that it goes
-        over the larger ISR (the controller may have written it and elect from it);
-        ``resend``: no answer is on its way, send it again (``resend_due``).
+        ``pending``: the ISR proposal whose outcome is not known yet, pending again
+        before the high watermark is computed, so that it goes over the larger ISR (the
+        controller may have written it and elect from it); ``resend``: no answer is on
+        its way, send it again (``resend_due``).
         """
         self.become_leader(leader_epoch, isr, replicas, partition_epoch, now_ms,
                            pending=pending)
-        self.fenced = fenced
-        if pending is not None and resend and not fenced:
+        if pending is not None and resend:
             self.resend_at_ms = now_ms
 
     @property
     def is_leader(self) -> bool:
-        return self.leader_id == self.broker_id and not self.fenced
+        return self.leader_id == self.broker_id
 
     def has_enough_replicas(self) -> bool:
         return len(self.isr) >= self.min_insync_replicas

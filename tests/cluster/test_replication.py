@@ -405,8 +405,9 @@ def test_a_zombie_leader_acknowledges_nothing_the_new_leader_lacks(
         cluster_factory: Any) -> None:
     """A leader paused longer than its ZooKeeper session: another is elected; resumed, the
     old one must not acknowledge an acks=all produce (it has no follower at its epoch, its
-    ISR change is refused as fenced, the controller makes it a follower) and it truncates
-    to the new leader's log."""
+    ISR shrink is refused as FENCED_LEADER_EPOCH and held, so the high watermark stays over
+    the followers that no longer fetch from it, and the controller makes it a follower) and
+    it truncates to the new leader's log."""
     cluster = cluster_factory(config=FAST)
     leaders = create_topic(cluster, partitions=3)
     p = next(q for q, b in leaders.items() if b != cluster.controller())

@@ -270,13 +270,13 @@ class LeaderDurabilityMachine(RuleBasedStateMachine):
             code = data.draw(st.sampled_from([0, *UNKNOWN_ERRORS, *HELD_ERRORS]),
                              label="code")
             isr = data.draw(st.sampled_from([[LEADER], [LEADER, F1], REPLICAS]), label="isr")
-            before = (set(state.isr), pending, state.partition_epoch, state.fenced,
+            before = (set(state.isr), pending, state.partition_epoch, state.is_leader,
                       state.resend_at_ms)
             got = state.on_isr_result(pending.leader_epoch + shift[0],
                                       pending.partition_epoch + shift[1], code, isr,
                                       pending.partition_epoch + 5, self.now)
             assert got == "stale"
-            assert before == (state.isr, state.pending, state.partition_epoch, state.fenced,
+            assert before == (state.isr, state.pending, state.partition_epoch, state.is_leader,
                               state.resend_at_ms)
         elif outcome == "applied":
             assert self.controller_isr == pending.new_isr

@@ -323,8 +323,6 @@ class ReplicaManager(Actor):
         # the last role given (the newest LeaderAndIsr accepted, with the ISR changes
         # written since): what a shard that lost its memory gets again
         self.states: dict[TopicPartition, ReplicaStateRow] = getattr(self, "states", {})
-        # partitions whose leader epoch (the value) the controller said is stale, in an
-        # answer to an ISR proposal: restored without leadership until the next role
         # each leader's last ISR proposal whose outcome is not known: (it, send it again)
         self.proposals: dict[TopicPartition, tuple[IsrProposalRow, bool]] = getattr(
             self, "proposals", {})

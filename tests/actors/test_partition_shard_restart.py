@@ -624,7 +624,7 @@ def test_a_role_the_shard_could_not_take_is_not_restored(
     assert "z-0" not in stats["partitions"], "a role the shard refused was restored"
 
 
-def test_a_fencing_answer_after_a_stop_replica_leaves_no_trace(
+def test_a_held_answer_after_a_stop_replica_leaves_no_trace(
         node: Node, tmp_path: Path) -> None:
     """c-0 stopped (StopReplica) with its ISR proposal still out: neither the controller's
     late answer (held) nor a proposal the shard sent meanwhile is kept for a partition

@@ -1832,7 +1832,7 @@ class PartitionShard(Actor):
         through the watchers. A role at a leader epoch this shard holds already (given
         in this life) is answered as applied and not applied again: a duplicate, or a
         resend queued behind the original, would forget the leader's pending ISR
-        proposal, its followers' state and a fence (Kafka applies a leader epoch once).
+        proposal and its followers' state (Kafka applies a leader epoch once).
         """
         now = self.clock.wall_ms()
         rows: list[PartitionErrorRow] = []

@@ -87,7 +87,7 @@ Requests that arrive before this node's registration is known are held and
 applied once it is (``BrokerRegistered`` from the node's controller actor); a
 resend replaces its held copy and at most HELD_MAX are held. The registration
 is kept over a crash restart of this actor (nobody would tell it again), and so is
-what the shards and fetchers hold (leader epochs, last roles, proposals, fences)
+what the shards and fetchers hold (leader epochs, last roles, proposals)
 and what is on its way about it (the AlterPartitions, with their deadlines, and
 the unanswered RestoreRoles), and the metadata with the handlers' waits on it: a
 resend at a held leader epoch is accepted once more, and the shard answers it
@@ -272,13 +272,13 @@ class ReplicaManager(Actor):
         # controller seen (only the controller actor tells the registration, at its start
         # and a new session: a new life that forgot it would hold every request forever),
         # and what the shards and fetchers hold, as they keep it over this restart: the
-        # leader epochs accepted, the last role given, the proposals and fences (with the
+        # leader epochs accepted, the last role given, the proposals (with the
         # AlterPartitions and RestoreRoles on their way), which fetcher fetches each
         # followed partition.
         # Forgotten, a later shard restart restored nothing (its partitions went dark).
         # The requests being applied are not kept: the controller sends them again, a
         # role at the leader epoch held is accepted once more (the shard answers it
-        # without applying it again; its proposal, fence and the ISR written since stay),
+        # without applying it again; its proposal and the ISR written since stay),
         # and a late shard answer to the previous life's request settles nothing
         # (``req_ids``)
         old_fencing: ReplicaFencing | None = getattr(self, "fencing", None)
@@ -483,7 +483,7 @@ class ReplicaManager(Actor):
         again, with the same shard request id (the first of their answers settles; a
         second finds nothing). A role is sent only while it is its partition's last one
         given (as it stands now, with the ISR changes written since), and not when the
-        shard showed it holds it (a proposal or a fence at its leader epoch since; the
+        shard showed it holds it (a proposal at its leader epoch since; the
         shard also answers a role at an epoch it holds without applying it again): a
         newer role given since (the metadata's move, a restore's) is not undone; a
         delete, not for a partition a namesake has a role on since. A shard left with

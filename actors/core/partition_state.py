@@ -26,7 +26,8 @@ its replica states):
   handleAlterPartitionError): one that will not change by asking again (a
   stale leader or partition epoch, INVALID_REQUEST, a partition or topic id
   the controller does not know) leads on, the change held, unsent, until a
-  LeaderAndIsr at a higher leader epoch (HELD_ERRORS); any other, a
+  LeaderAndIsr at a higher leader epoch or a StopReplica (HELD_ERRORS); any
+  other but those and the two that say nothing was written, a
   NOT_LEADER_OR_FOLLOWER among them, is sent again.
 
 A single node is a leader whose ISR is itself. Time comes in as ``now_ms``.

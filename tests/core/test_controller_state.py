@@ -721,7 +721,7 @@ def test_alter_partition_checks_and_writes_a_leaders_isr() -> None:
     assert c.state("t", 0) == LeaderAndIsr(1, 0, (1, 2), 1, 1) and not update_metadata(ctl, mark)
     # a leader or partition epoch ahead of this controller's: another controller wrote it,
     # this one is likely no longer the controller; NOT_CONTROLLER (the leader sends it
-    # again) as Kafka, not a refusal that holds the change or fences the leader
+    # again) as Kafka, not a refusal that holds the change
     assert codes(ask(1, IsrProposal(tp, 0, (1, 2), 2))) == [ErrorCode.NOT_CONTROLLER]
     assert codes(ask(1, IsrProposal(tp, 5, (1,), 1))) == [ErrorCode.NOT_CONTROLLER]
     assert codes(ask(2, IsrProposal(tp, 5, (2,), 1))) == [ErrorCode.NOT_CONTROLLER]

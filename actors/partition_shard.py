@@ -2246,9 +2246,12 @@ class PartitionShard(Actor):
     def _propose(self, state: PartitionState, proposal: Any, kind: str) -> None:
         state.propose(proposal)
         log = state.log
-        self.log.info("{}-{}: proposing ISR {} (was {}, {}) at leader epoch {}, partition "
-                      "epoch {}", log.topic, log.partition, list(proposal.new_isr),
-                      sorted(state.isr), kind, proposal.leader_epoch, proposal.partition_epoch)
+        n = state.resends_in_row
+        if n & (n - 1) == 0:  # a resend logged at the 1st, 2nd, 4th... in a row
+            self.log.info("{}-{}: proposing ISR {} (was {}, {}) at leader epoch {}, partition "
+                          "epoch {}", log.topic, log.partition, list(proposal.new_isr),
+                          sorted(state.isr), kind, proposal.leader_epoch,
+                          proposal.partition_epoch)
         self.tell(self.topology.replica_manager, ProposeIsr([IsrProposalRow(
             log.topic, log.partition, proposal.leader_epoch, list(proposal.new_isr),
             proposal.partition_epoch)]))
@@ -2298,11 +2301,16 @@ class PartitionShard(Actor):
                 self._notify(state)  # the high watermark may have moved (committed ISR)
             elif outcome == "resend":
                 # the change may have been written: the high watermark stays over the
-                # larger ISR until an answer says what became of it
-                self.log.info("{}-{}: ISR change to {} not confirmed ({}); sent again in {} ms",
-                              row.topic, row.partition, list(state.pending.new_isr)
-                              if state.pending else [], ErrorCode(row.error_code).name,
-                              PROPOSAL_RETRY_MS)
+                # larger ISR until an answer says what became of it. Sent again every
+                # PROPOSAL_RETRY_MS for as long as such answers come (a controller that
+                # keeps refusing): logged at the 1st, 2nd, 4th... in a row
+                n = state.resends_in_row
+                if n & (n - 1) == 0:
+                    self.log.info("{}-{}: ISR change to {} not confirmed ({}); sent again "
+                                  "every {} ms; {} time(s) in a row", row.topic,
+                                  row.partition, list(state.pending.new_isr)
+                                  if state.pending else [], ErrorCode(row.error_code).name,
+                                  PROPOSAL_RETRY_MS, n)
                 at = state.resend_at_ms if state.resend_at_ms is not None else 0
                 self.next_resend_ms = min(self.next_resend_ms, at) if self.resends else at
                 self.resends.add((row.topic, row.partition))

@@ -139,6 +139,9 @@ class PartitionState:
     proposals_held_until_ms: int = 0
     # when the pending proposal, whose answer left its fate unknown, is sent again
     resend_at_ms: int | None = None
+    # answers in a row that left the pending proposal's fate unknown (sent again every
+    # PROPOSAL_RETRY_MS for as long as they come): the shard logs the 1st, 2nd, 4th...
+    resends_in_row: int = 0
     # the leader epoch at which this node's unbroken leadership began (-1: not leading)
     leader_since_epoch: int = -1
     # counts the changes a waiting DeleteRecords checks again for (a role, an ISR answer,
@@ -187,6 +190,7 @@ class PartitionState:
         self.partition_epoch = partition_epoch
         self.pending = pending  # None from a LeaderAndIsr: a new epoch proposes anew
         self.resend_at_ms = None
+        self.resends_in_row = 0
         self.proposals_held_until_ms = 0
         self.followers = {r: FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
                           for r in replicas if r != self.broker_id}
@@ -218,6 +222,7 @@ class PartitionState:
         self.followers = {}
         self.pending = None
         self.resend_at_ms = None
+        self.resends_in_row = 0
 
     def restore_leader(self, leader_epoch: int, isr: list[int], replicas: list[int],
                        partition_epoch: int, now_ms: int, *,
@@ -388,6 +393,8 @@ class PartitionState:
 
     def propose(self, proposal: IsrProposal) -> None:
         """The proposal is on its way: the high watermark counts the larger set meanwhile."""
+        if proposal != self.pending:
+            self.resends_in_row = 0
         self.pending = proposal
         self.resend_at_ms = None
 
@@ -444,6 +451,8 @@ class PartitionState:
         if (pending is None or pending.leader_epoch != proposed_leader_epoch
                 or pending.partition_epoch != proposed_partition_epoch):
             return "stale"
+        resends = self.resends_in_row
+        self.resends_in_row = 0  # settled, unless sent again below
         if error_code == int(ErrorCode.NONE):
             self.pending = None
             self.resend_at_ms = None
@@ -461,6 +470,7 @@ class PartitionState:
         if error_code in HELD_ERRORS:
             self.resend_at_ms = None
             return "held"
+        self.resends_in_row = resends + 1
         self.resend_at_ms = now_ms + PROPOSAL_RETRY_MS
         return "resend"
 

@@ -232,6 +232,34 @@ def test_a_change_whose_answer_is_lost_stays_pending_and_is_sent_again(
     assert state.log.high_watermark == state.log.log_end_offset
 
 
+def test_resends_in_a_row_are_counted_until_the_proposal_settles(tmp_path: Path) -> None:
+    """The shard logs a resend at the 1st, 2nd, 4th... answer in a row that left it
+    unknown (a controller refusing for a long while is asked every second): the count
+    starts again once an answer settles the proposal, or a new one is made."""
+    state = leader_state(new_log(tmp_path / "t-0"))
+    proposal = IsrProposal(0, (LEADER, F1), 0)
+    state.propose(proposal)
+    assert state.resends_in_row == 0
+    for n in range(1, 4):
+        assert state.on_isr_result(0, 0, int(ErrorCode.STALE_BROKER_EPOCH), [], -1,
+                                   n * 2000) == "resend"
+        assert state.resends_in_row == n
+        state.propose(proposal)  # sent again: the same count
+        assert state.resends_in_row == n
+    assert state.on_isr_result(0, 0, int(ErrorCode.FENCED_LEADER_EPOCH), [], -1,
+                               9000) == "held"
+    assert state.resends_in_row == 0
+    state.become_leader(1, [LEADER, F1, F2], [LEADER, F1, F2], partition_epoch=1)
+    state.propose(IsrProposal(1, (LEADER, F1), 1))
+    assert state.on_isr_result(1, 1, int(ErrorCode.NOT_CONTROLLER), [], -1, 10_000) == "resend"
+    assert state.resends_in_row == 1
+    state.propose(IsrProposal(1, (LEADER, F2), 1))  # another change: counted anew
+    assert state.resends_in_row == 0
+    assert state.on_isr_result(1, 1, int(ErrorCode.NOT_CONTROLLER), [], -1, 11_000) == "resend"
+    assert state.on_isr_result(1, 1, 0, [LEADER, F2], 2, 12_000) == "applied"
+    assert state.resends_in_row == 0
+
+
 @pytest.mark.parametrize("code", [ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                   ErrorCode.UNKNOWN_TOPIC_OR_PARTITION])
 def test_a_leader_refused_as_not_leader_or_unknown_keeps_leading_over_the_larger_isr(

@@ -232,6 +232,30 @@ def test_a_change_whose_answer_is_lost_stays_pending_and_is_sent_again(
     assert state.log.high_watermark == state.log.log_end_offset
 
 
+def test_a_held_shrink_keeps_the_high_watermark_under_a_silent_follower(
+        tmp_path: Path) -> None:
+    """A zombie leader: another was elected and its followers fetch from the new one. Its
+    shrink of both, refused FENCED_LEADER_EPOCH, is held: one follower fetching to the end
+    does not let the high watermark pass what the silent one has, so nothing the new
+    leader may lack is acknowledged with acks=all."""
+    state = leader_state(new_log(tmp_path / "t-0"))
+    append(state, 5)
+    state.on_follower_fetch(F1, 3, 100)
+    state.on_follower_fetch(F2, 3, 100)
+    assert state.log.high_watermark == 3
+    proposal = state.isr_shrink(LAG_MS + 1)
+    assert proposal == IsrProposal(0, (LEADER,), 0)
+    state.propose(proposal)
+    assert state.on_isr_result(0, 0, int(ErrorCode.FENCED_LEADER_EPOCH), [], -1,
+                               LAG_MS + 2) == "held"
+    assert state.is_leader and state.isr == {LEADER, F1, F2}
+    append(state, 5)
+    state.on_follower_fetch(F2, 10, LAG_MS + 3)
+    assert state.log.high_watermark == 3  # F1 silent at 3: it holds it
+    assert state.resend_due(99_999) is None and state.isr_shrink(99_999) is None
+    assert state.maximal_isr == {LEADER, F1, F2}
+
+
 def test_resends_in_a_row_are_counted_until_the_proposal_settles(tmp_path: Path) -> None:
     """The shard logs a resend at the 1st, 2nd, 4th... answer in a row that left it
     unknown (a controller refusing for a long while is asked every second): the count

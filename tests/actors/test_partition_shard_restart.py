@@ -733,6 +733,31 @@ def test_a_leader_whose_change_was_refused_as_not_leader_leads_on_and_sends_it_a
     assert node.ask(c.manager, GetStats())["proposals"] == []
 
 
+def test_a_not_leader_answer_after_the_restore_sends_the_restored_proposal_again(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The answer comes after the restore was sent: the expansion came back pending with
+    the role, so NOT_LEADER_OR_FOLLOWER finds it (not ignored as stale) and it is sent
+    again, c-0 leading on, the high watermark over [1, 2] meanwhile."""
+    armed = _crash_on_flush(monkeypatch)
+    c = _cluster(node, tmp_path, [1])
+    alter = _expansion_proposed(c)
+
+    _crash(node, c.shard, armed)
+    _restored(c)
+    assert _stats(node, c.shard)["leaders"] == ["c-0"]
+    assert len(_got(node, c.controller, "AlterPartition")) == 1  # its answer is on its way
+
+    _answer(c, alter, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), [], -1)
+    again = wait_for(lambda: _got(node, c.controller, "AlterPartition")[1:],
+                     "the restored proposal sent again")
+    assert [tuple(i) for i in again[0][3]] == [("c", 0, 3, [1, 2], 4)]
+    assert _stats(node, c.shard)["leaders"] == ["c-0"]
+    _acks_all_waits_for_broker_2(c)
+    _answer(c, again[0], NONE, [1, 2], 5)
+    wait_for(lambda: _stats(node, c.shard)["isr"] == {"c-0": [1, 2]}, "ISR [1, 2]")
+    assert node.ask(c.manager, GetStats())["proposals"] == []
+
+
 @pytest.mark.parametrize("code", [ErrorCode.FENCED_LEADER_EPOCH,
                                   ErrorCode.INVALID_UPDATE_VERSION,
                                   ErrorCode.UNKNOWN_TOPIC_OR_PARTITION])

@@ -336,7 +336,7 @@ class PartitionShard(Actor):
         # unknown), and the earliest time one is due
         self.resends: set[tuple[str, int]] = set()
         self.next_resend_ms = now
-        self.replication = {"isr_shrinks": 0, "isr_expands": 0, "fenced": 0, "truncations": 0,
+        self.replication = {"isr_shrinks": 0, "isr_expands": 0, "truncations": 0,
                             "follower_appends": 0}
         # partitions whose role the ReplicaManager gave since this setup (a LeaderAndIsr, a
         # restore): only their leader epochs make a restored role old (a log's own epoch,
@@ -1851,7 +1851,7 @@ class PartitionShard(Actor):
         through the watchers. A role at a leader epoch this shard holds already (given
         in this life) is answered as applied and not applied again: a duplicate, or a
         resend queued behind the original, would forget the leader's pending ISR
-        proposal, its followers' state and a fence (Kafka applies a leader epoch once).
+        proposal and its followers' state (Kafka applies a leader epoch once).
         """
         now = self.clock.wall_ms()
         rows: list[PartitionErrorRow] = []
@@ -2176,7 +2176,6 @@ class PartitionShard(Actor):
         p = row.pending
         state.restore_leader(
             role.leader_epoch, list(role.isr), list(role.replicas), role.partition_epoch, now,
-            fenced=row.fenced,
             pending=(IsrProposal(p.leader_epoch, tuple(p.new_isr), p.partition_epoch)
                      if p is not None else None),
             resend=p is not None and p.send_again)
@@ -2184,16 +2183,12 @@ class PartitionShard(Actor):
             self.next_resend_ms = (min(self.next_resend_ms, state.resend_at_ms)
                                    if self.resends else state.resend_at_ms)
             self.resends.add((role.topic, role.partition))
-        if row.fenced:
-            self.replication["fenced"] += 1
 
     @staticmethod
     def _restored_text(state: PartitionState, row: RestoredRoleRow) -> str:
         role = row.role
         if role.leader != state.broker_id:
             what = f"follows {role.leader}"
-        elif row.fenced:
-            what = "fenced leader (not leading until the next LeaderAndIsr)"
         else:
             what = f"leads, ISR {sorted(state.isr)}"
             if state.pending is not None:
@@ -2270,9 +2265,12 @@ class PartitionShard(Actor):
     def _propose(self, state: PartitionState, proposal: Any, kind: str) -> None:
         state.propose(proposal)
         log = state.log
-        self.log.info("{}-{}: proposing ISR {} (was {}, {}) at leader epoch {}, partition "
-                      "epoch {}", log.topic, log.partition, list(proposal.new_isr),
-                      sorted(state.isr), kind, proposal.leader_epoch, proposal.partition_epoch)
+        n = state.resends_in_row
+        if n & (n - 1) == 0:  # a resend logged at the 1st, 2nd, 4th... in a row
+            self.log.info("{}-{}: proposing ISR {} (was {}, {}) at leader epoch {}, partition "
+                          "epoch {}", log.topic, log.partition, list(proposal.new_isr),
+                          sorted(state.isr), kind, proposal.leader_epoch,
+                          proposal.partition_epoch)
         self.tell(self.topology.replica_manager, ProposeIsr([IsrProposalRow(
             log.topic, log.partition, proposal.leader_epoch, list(proposal.new_isr),
             proposal.partition_epoch)]))
@@ -2316,24 +2314,22 @@ class PartitionShard(Actor):
                               row.partition, sorted(state.isr), state.partition_epoch)
                 self.replication["isr_changes"] = self.replication.get("isr_changes", 0) + 1
                 self._notify(state)
-            elif outcome == "fenced":
-                self.replication["fenced"] += 1
-                self.log.warning("{}-{}: the controller refused the ISR change ({}): no longer "
-                                 "acting as leader at epoch {} until the next LeaderAndIsr",
-                                 row.topic, row.partition, ErrorCode(row.error_code).name,
-                                 state.leader_epoch)
-                self._notify(state)  # waiting produces and fetches: NOT_LEADER_OR_FOLLOWER
             elif outcome == "retry":
                 self.log.info("{}-{}: ISR change not made ({}); proposed again later",
                               row.topic, row.partition, ErrorCode(row.error_code).name)
                 self._notify(state)  # the high watermark may have moved (committed ISR)
             elif outcome == "resend":
                 # the change may have been written: the high watermark stays over the
-                # larger ISR until an answer says what became of it
-                self.log.info("{}-{}: ISR change to {} not confirmed ({}); sent again in {} ms",
-                              row.topic, row.partition, list(state.pending.new_isr)
-                              if state.pending else [], ErrorCode(row.error_code).name,
-                              PROPOSAL_RETRY_MS)
+                # larger ISR until an answer says what became of it. Sent again every
+                # PROPOSAL_RETRY_MS for as long as such answers come (a controller that
+                # keeps refusing): logged at the 1st, 2nd, 4th... in a row
+                n = state.resends_in_row
+                if n & (n - 1) == 0:
+                    self.log.info("{}-{}: ISR change to {} not confirmed ({}); sent again "
+                                  "every {} ms; {} time(s) in a row", row.topic,
+                                  row.partition, list(state.pending.new_isr)
+                                  if state.pending else [], ErrorCode(row.error_code).name,
+                                  PROPOSAL_RETRY_MS, n)
                 at = state.resend_at_ms if state.resend_at_ms is not None else 0
                 self.next_resend_ms = min(self.next_resend_ms, at) if self.resends else at
                 self.resends.add((row.topic, row.partition))

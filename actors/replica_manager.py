@@ -53,9 +53,7 @@ still on its way to the shard is not undone, and the shard ignores a restored
 role no newer than one it applied since it restarted), the ISR changes the
 controller wrote since (its AlterPartition answers), an ISR proposal whose
 outcome is not known yet (pending again, so the high watermark stays over the
-larger ISR, and its late answer finds it), and whether the controller said
-this node's leader epoch is stale (``fenced``: restored without leadership
-until the next LeaderAndIsr). The shard answers the restore (``RolesRestored``)
+larger ISR, and its late answer finds it). The shard answers the restore (``RolesRestored``)
 after what was in its mailbox before it, so a LeaderAndIsr or a delete sent to it
 and still unanswered then died with it: a LeaderAndIsr is settled with the
 restore's outcome (the controller gets its answer, the coordinators and fetchers
@@ -89,7 +87,7 @@ Requests that arrive before this node's registration is known are held and
 applied once it is (``BrokerRegistered`` from the node's controller actor); a
 resend replaces its held copy and at most HELD_MAX are held. The registration
 is kept over a crash restart of this actor (nobody would tell it again), and so is
-what the shards and fetchers hold (leader epochs, last roles, proposals, fences)
+what the shards and fetchers hold (leader epochs, last roles, proposals)
 and what is on its way about it (the AlterPartitions, with their deadlines, and
 the unanswered RestoreRoles), and the metadata with the handlers' waits on it: a
 resend at a held leader epoch is accepted once more, and the shard answers it
@@ -119,7 +117,7 @@ from actors.core.cluster_model import LEADER_DURING_DELETE, TopicPartition
 from actors.core.fetcher_state import FetcherConfig
 from actors.core.metadata_cache import SYNC_WAIT_MS, MetadataCache
 from actors.core.offsets_codec import OFFSETS_TOPIC
-from actors.core.partition_state import FENCING_ERRORS, HELD_ERRORS, NOT_APPLIED_ERRORS
+from actors.core.partition_state import HELD_ERRORS, NOT_APPLIED_ERRORS
 from actors.core.replica_fencing import NONE, ReplicaFencing
 from actors.core.transaction_log import TRANSACTION_STATE_TOPIC
 from actors.replica_fetcher import ReplicaFetcher, fetcher_name
@@ -274,13 +272,13 @@ class ReplicaManager(Actor):
         # controller seen (only the controller actor tells the registration, at its start
         # and a new session: a new life that forgot it would hold every request forever),
         # and what the shards and fetchers hold, as they keep it over this restart: the
-        # leader epochs accepted, the last role given, the proposals and fences (with the
+        # leader epochs accepted, the last role given, the proposals (with the
         # AlterPartitions and RestoreRoles on their way), which fetcher fetches each
         # followed partition.
         # Forgotten, a later shard restart restored nothing (its partitions went dark).
         # The requests being applied are not kept: the controller sends them again, a
         # role at the leader epoch held is accepted once more (the shard answers it
-        # without applying it again; its proposal, fence and the ISR written since stay),
+        # without applying it again; its proposal and the ISR written since stay),
         # and a late shard answer to the previous life's request settles nothing
         # (``req_ids``)
         old_fencing: ReplicaFencing | None = getattr(self, "fencing", None)
@@ -325,9 +323,6 @@ class ReplicaManager(Actor):
         # the last role given (the newest LeaderAndIsr accepted, with the ISR changes
         # written since): what a shard that lost its memory gets again
         self.states: dict[TopicPartition, ReplicaStateRow] = getattr(self, "states", {})
-        # partitions whose leader epoch (the value) the controller said is stale, in an
-        # answer to an ISR proposal: restored without leadership until the next role
-        self.fenced: dict[TopicPartition, int] = getattr(self, "fenced", {})
         # each leader's last ISR proposal whose outcome is not known: (it, send it again)
         self.proposals: dict[TopicPartition, tuple[IsrProposalRow, bool]] = getattr(
             self, "proposals", {})
@@ -488,7 +483,7 @@ class ReplicaManager(Actor):
         again, with the same shard request id (the first of their answers settles; a
         second finds nothing). A role is sent only while it is its partition's last one
         given (as it stands now, with the ISR changes written since), and not when the
-        shard showed it holds it (a proposal or a fence at its leader epoch since; the
+        shard showed it holds it (a proposal at its leader epoch since; the
         shard also answers a role at an epoch it holds without applying it again): a
         newer role given since (the metadata's move, a restore's) is not undone; a
         delete, not for a partition a namesake has a role on since. A shard left with
@@ -519,12 +514,11 @@ class ReplicaManager(Actor):
 
     def _holds(self, tp: TopicPartition, leader_epoch: int) -> bool:
         """Did ``tp``'s leader show it holds the role at ``leader_epoch`` (an ISR proposal
-        at that epoch, or a fence at it or newer)? Then only its answer is missing. A
-        proposal or fence of an older epoch (sent before the role, come after it) says
-        nothing of this role: skipped on it, the role would be settled unapplied."""
+        at that epoch)? Then only its answer is missing. A proposal of an older epoch (sent
+        before the role, come after it) says nothing of this role: skipped on it, the role
+        would be settled unapplied."""
         proposal = self.proposals.get(tp)
-        return (self.fenced.get(tp, -1) >= leader_epoch
-                or (proposal is not None and proposal[0].leader_epoch == leader_epoch))
+        return proposal is not None and proposal[0].leader_epoch == leader_epoch
 
     def _no_id(self, name: str, controller_id: int, controller_epoch: int) -> None:
         """A request without a correlation id (0: not from a controller's channel) is
@@ -611,22 +605,21 @@ class ReplicaManager(Actor):
     def _new_role(self, row: ReplicaStateRow) -> None:
         """A role newer than the last: kept now, not once the shard applied it (a restore
         sent meanwhile must not carry the older one); it ends what the older leader
-        epoch's fencing and proposal said."""
+        epoch's proposal said."""
         tp = TopicPartition(row.topic, row.partition)
         held = self.states.get(tp)
         if held is not None and held.leader_epoch == row.leader_epoch:
             # accepted once more by a new life of this actor (``accept_again``): the shard
-            # holds it, with the ISR written since, the proposal and the fence at it. Only
+            # holds it, with the ISR written since and the proposal at it. Only
             # that lets a role at the held leader epoch in: ReplicaFencing.leader_and_isr
             # refuses one at the epoch it holds unless the partition is in ``accept_again``
             # (``states`` is never newer than the fencing's epochs), and the metadata's
             # move (``_demote_from_metadata``) passes only newer ones. Were equality let in
-            # otherwise, this would keep a proposal and a fence the shard no longer holds
+            # otherwise, this would keep a proposal the shard no longer holds
             if row.partition_epoch > held.partition_epoch:
                 self.states[tp] = row._replace(is_new=False)
             return
         self.states[tp] = row._replace(is_new=False)
-        self.fenced.pop(tp, None)
         self.proposals.pop(tp, None)
 
     @handles(BecameLeaderOrFollower)
@@ -757,7 +750,6 @@ class ReplicaManager(Actor):
         stopped = [TopicPartition(p.topic, p.partition) for p in decision.accepted]
         for tp in stopped:  # no role to restore from now on (a deleted log stays deleted)
             self.states.pop(tp, None)
-            self.fenced.pop(tp, None)
             self.proposals.pop(tp, None)
             self.kept_for_delete.discard(tp)
         # A role a shard keeps for a namesake (until a deleted predecessor's directory
@@ -1274,8 +1266,8 @@ class ReplicaManager(Actor):
     def _settle(self, proposal: IsrProposalRow, error_code: int) -> None:
         """What the controller's answer (``error_code``) says of ``proposal``, as the
         leader's PartitionState takes it: written or not written (no longer pending),
-        fenced (this node does not lead it), held (a stale leader or partition epoch: pending,
-        unsent), or unknown (sent again)."""
+        held (a stale leader or partition epoch, an unknown partition: pending, unsent), or
+        unknown (sent again)."""
         tp = TopicPartition(proposal.topic, proposal.partition)
         if tp not in self.states:
             return  # stopped (StopReplica) since it was proposed: nothing to restore
@@ -1283,13 +1275,9 @@ class ReplicaManager(Actor):
         same = current is not None and (current[0].leader_epoch, current[0].partition_epoch,
                                         list(current[0].new_isr)) == (
             proposal.leader_epoch, proposal.partition_epoch, list(proposal.new_isr))
-        if error_code in FENCING_ERRORS:
-            # any answer that this node does not lead the partition says so (a stale leader
-            # or partition epoch is held, not fenced: the leader goes on leading)
-            self.fenced[tp] = max(self.fenced.get(tp, -1), proposal.leader_epoch)
         if not same:
             return
-        if error_code == NONE or error_code in NOT_APPLIED_ERRORS or error_code in FENCING_ERRORS:
+        if error_code == NONE or error_code in NOT_APPLIED_ERRORS:
             del self.proposals[tp]
         else:
             self.proposals[tp] = (proposal, error_code not in HELD_ERRORS)
@@ -1398,7 +1386,7 @@ class ReplicaManager(Actor):
                 # (not before: a crash before this line tried nothing)
                 self.restores_redone += 1
         by_shard: dict[Address, list[RestoredRoleRow]] = {shard: [] for shard in shards}
-        fenced = pending = 0
+        pending = 0
         for tp, role in self.states.items():
             rows = by_shard.get(self.topology.shard_for(tp.topic, tp.partition))
             if rows is None:
@@ -1411,7 +1399,6 @@ class ReplicaManager(Actor):
                                    "restore: left out (it waits for the controller's next "
                                    "LeaderAndIsr)", tp.topic, tp.partition)
                 continue
-            fenced += row.fenced
             pending += row.pending is not None
             rows.append(row)
         now_ms = self.clock.now_ms()
@@ -1450,9 +1437,9 @@ class ReplicaManager(Actor):
         for shard in shards:
             self.restores_owed.pop(shard, None)
         sent = sum(len(r) for r in by_shard.values())
-        self.log.info("{}: last roles of {} partition(s) sent to {} shard(s) ({} fenced, "
-                      "{} with an ISR proposal pending), {} followed ones fetched anew",
-                      reason, sent, len(by_shard), fenced, pending,
+        self.log.info("{}: last roles of {} partition(s) sent to {} shard(s) ({} with an "
+                      "ISR proposal pending), {} followed ones fetched anew",
+                      reason, sent, len(by_shard), pending,
                       sum(1 for r in follow if r.leader >= 0))
         return sent
 
@@ -1680,14 +1667,13 @@ class ReplicaManager(Actor):
     def _restored(self, tp: TopicPartition, role: ReplicaStateRow) -> RestoredRoleRow:
         """``role`` with what the controller said of it since: the topic's configs (the
         LeaderAndIsr's may be older: a config change reaches the shards directly, and
-        this node's metadata by UpdateMetadata), fenced, and the proposal at its epochs
+        this node's metadata by UpdateMetadata), and the proposal at its epochs
         whose outcome is not known (pending again on the leader)."""
         configs = self.cache.topic_configs.get(tp.topic)
         if configs is not None and configs != role.configs:
             role = role._replace(configs=dict(configs))
         if role.leader != self.broker_id:
-            return RestoredRoleRow(role, False, None)
-        fenced = self.fenced.get(tp, -1) >= role.leader_epoch
+            return RestoredRoleRow(role, None)
         proposal = self.proposals.get(tp)
         pending = None
         if (proposal is not None and proposal[0].leader_epoch == role.leader_epoch
@@ -1695,7 +1681,7 @@ class ReplicaManager(Actor):
             p, send_again = proposal
             pending = PendingIsrRow(p.leader_epoch, list(p.new_isr), p.partition_epoch,
                                     send_again)
-        return RestoredRoleRow(role, fenced, pending)
+        return RestoredRoleRow(role, pending)
 
     def _isr_answer(self, proposals: list[IsrProposalRow], error_code: int) -> None:
         by_shard: dict[Address, list[IsrUpdateRow]] = {}
@@ -1760,6 +1746,5 @@ class ReplicaManager(Actor):
             "restores_replaced": self.restores_replaced,
             "restore_answers_ignored": self.restore_answers_ignored,
             "pending": len(self.pending),
-            "fenced": sorted(f"{tp}@{epoch}" for tp, epoch in self.fenced.items()),
             "proposals": sorted(str(tp) for tp in self.proposals),
         }

@@ -430,13 +430,11 @@ class PendingIsrRow(NamedTuple):
 
 class RestoredRoleRow(NamedTuple):
     """A partition's last role as its ReplicaManager knows it: the newest LeaderAndIsr it
-    accepted, with the ISR changes the controller wrote since. ``fenced``: the controller
-    said this leader epoch is stale (an ISR proposal refused as fenced): restored without
-    leadership until the next LeaderAndIsr. ``pending``: the ISR proposal whose outcome is
-    unknown, pending again (the high watermark over the larger ISR)."""
+    accepted, with the ISR changes the controller wrote since. ``pending``: the ISR
+    proposal whose outcome is unknown, pending again (the high watermark over the larger
+    ISR)."""
 
     role: ReplicaStateRow
-    fenced: bool
     pending: PendingIsrRow | None
 
 

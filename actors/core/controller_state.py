@@ -1698,19 +1698,23 @@ class ControllerCore:
             # the leader knows a state this controller never wrote: another controller did,
             # and this one is likely no longer the controller (its resignation not come
             # yet). Kafka answers NOT_CONTROLLER (KafkaController, 4b75265), which the
-            # leader sends again, to whichever controller it learns of; a fencing or held
-            # answer would stop it, a NOT_LEADER_OR_FOLLOWER from this cache fence it
+            # leader sends again, to whichever controller it learns of; a held answer
+            # would stop it
             return (ErrorCode.NOT_CONTROLLER,
                     f"leader epoch {proposal.leader_epoch} / partition epoch "
                     f"{proposal.partition_epoch} of {tp} are ahead of this controller's "
                     f"{current.leader_epoch} / {current.version}")
-        if current.leader != broker_id:
-            return (ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                    f"broker {broker_id} is not the leader of {tp} (leader {current.leader})")
         if proposal.leader_epoch < current.leader_epoch:
+            # checked before who leads, as Kafka's controller does: a leader that another
+            # succeeded is told its epoch is stale, and holds its change (HELD_ERRORS)
             return (ErrorCode.FENCED_LEADER_EPOCH,
                     f"leader epoch {proposal.leader_epoch} of {tp} is older than the current "
                     f"{current.leader_epoch}")
+        if current.leader != broker_id:
+            # Kafka's ZooKeeper controller does not check this (a leader changes with its
+            # epoch); here, a broker that never led at this epoch: the leader sends it again
+            return (ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    f"broker {broker_id} is not the leader of {tp} (leader {current.leader})")
         if proposal.partition_epoch < current.version and tuple(proposal.new_isr) != current.isr:
             # a stale partition epoch asking for the ISR the partition has already is the
             # leader's retry of a change made whose answer it never got (timed out): answered

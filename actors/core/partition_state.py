@@ -22,11 +22,13 @@ its replica states):
 * a follower leaves the ISR when it has not caught up to the leader's log
   end within ``replica.lag.time.max.ms``, and is proposed back once it reaches
   the high watermark and the start of the current leader epoch;
-* a leader whose ISR change is refused as NOT_LEADER_OR_FOLLOWER or
-  UNKNOWN_TOPIC_OR_PARTITION is fenced: it stops acting as leader until the
-  next LeaderAndIsr; one refused for a stale leader or partition epoch (or as
-  INVALID_REQUEST) leads on, the change held, unsent, until a LeaderAndIsr at a
-  higher leader epoch (HELD_ERRORS).
+* no answer to an ISR change ends the leadership (Kafka's
+  handleAlterPartitionError): one that will not change by asking again (a
+  stale leader or partition epoch, INVALID_REQUEST, a partition or topic id
+  the controller does not know) leads on, the change held, unsent, until a
+  LeaderAndIsr at a higher leader epoch or a StopReplica (HELD_ERRORS); any
+  other but those and the two that say nothing was written, a
+  NOT_LEADER_OR_FOLLOWER among them, is sent again.
 
 A single node is a leader whose ISR is itself. Time comes in as ``now_ms``.
 """
@@ -55,12 +57,6 @@ def delete_records_wait_ms(timeout_ms: int) -> int:
 # every follower fetch.
 PROPOSAL_RETRY_MS = 1000
 
-# Answers to an ISR proposal that mean this node must not go on leading at this epoch.
-FENCING_ERRORS = frozenset({
-    int(ErrorCode.NOT_LEADER_OR_FOLLOWER),
-    int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-})
-
 # Refusals that say the controller wrote nothing, at the partition epoch the proposal
 # carries (it checked that first): no controller, earlier or later, applied this change,
 # so the committed ISR is the ISR (Kafka's handleAlterPartitionError resets to the last
@@ -71,22 +67,38 @@ NOT_APPLIED_ERRORS = frozenset({
 })
 
 # Refusals that will not change by asking again (the leader's view of the assignment, its
-# leader epoch or its partition epoch is behind): the proposal stays pending, unsent, and
-# no other ISR change is proposed, until a LeaderAndIsr at a HIGHER leader epoch (one at
-# the same epoch is refused by ReplicaFencing). The leader goes on leading meanwhile, its
-# high watermark over the larger ISR, as Kafka's handleAlterPartitionError leaves it
-# (Partition.scala, a PendingShrinkIsr kept): a stale epoch is no reason to refuse
-# produces, as a newer leader, if there is one, does not fetch from this one, so nothing
-# past the high watermark is acknowledged with acks=all. No controller answers the refusal
-# with a LeaderAndIsr (neither Kafka's ZooKeeper controller nor actorlog's): after
+# leader epoch or its partition epoch is behind, or the controller does not know the
+# partition): the proposal stays pending, unsent, and no other ISR change is proposed, until
+# a LeaderAndIsr at a HIGHER leader epoch (one at the same epoch is refused by
+# ReplicaFencing) or a StopReplica. The leader goes on leading meanwhile, its high
+# watermark over the larger ISR, as Kafka's handleAlterPartitionError leaves it
+# (Partition.scala, 4b75265: these answer "do not retry", the pending state kept): a stale
+# epoch is no reason to refuse produces, as a newer leader, if there is one, does not fetch
+# from this one, so nothing past the high watermark is acknowledged with acks=all.
+# UNKNOWN_TOPIC_OR_PARTITION (the topic is being deleted, or its znodes went from under
+# the controller) and UNKNOWN_TOPIC_ID (never answered by actorlog's controller, which
+# takes names) wait for the metadata the same way; NEW_LEADER_ELECTED (KRaft's, the change
+# made but this replica reassigned away) too. No controller answers the refusal with a
+# LeaderAndIsr (neither Kafka's ZooKeeper controller nor actorlog's): after
 # INVALID_UPDATE_VERSION with the leader epoch unchanged, a held shrink of a follower that
 # is slow but alive (its broker registered) keeps acks=all waiting for that follower until
 # something bumps the leader epoch (an election, a reassignment, a controlled shutdown,
 # the controller taking an offline replica out of the ISR), as in Kafka.
+#
+# Every other refusal, NOT_LEADER_OR_FOLLOWER and a partition's NOT_CONTROLLER among them,
+# leaves the change's fate unknown and sends it again ("resend"): Kafka's catch-all, which
+# retries. Kafka's ZooKeeper controller never answers NOT_LEADER_OR_FOLLOWER (a stale
+# leader is told FENCED_LEADER_EPOCH); actorlog's answers it only to a broker that is not
+# the leader at the current leader epoch, which a LeaderAndIsr corrects. Kafka resends at
+# once; actorlog after PROPOSAL_RETRY_MS, so that a controller that keeps refusing is not
+# asked in a tight loop.
 HELD_ERRORS = frozenset({
     int(ErrorCode.INVALID_REQUEST),
     int(ErrorCode.FENCED_LEADER_EPOCH),
     int(ErrorCode.INVALID_UPDATE_VERSION),
+    int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+    int(ErrorCode.UNKNOWN_TOPIC_ID),
+    int(ErrorCode.NEW_LEADER_ELECTED),
 })
 
 
@@ -123,11 +135,13 @@ class PartitionState:
     partition_epoch: int = -1
     lag_time_max_ms: int = 30000
     pending: IsrProposal | None = None
-    fenced: bool = False
     epoch_start_offset: int = 0
     proposals_held_until_ms: int = 0
     # when the pending proposal, whose answer left its fate unknown, is sent again
     resend_at_ms: int | None = None
+    # answers in a row that left the pending proposal's fate unknown (sent again every
+    # PROPOSAL_RETRY_MS for as long as they come): the shard logs the 1st, 2nd, 4th...
+    resends_in_row: int = 0
     # the leader epoch at which this node's unbroken leadership began (-1: not leading)
     leader_since_epoch: int = -1
     # counts the changes a waiting DeleteRecords checks again for (a role, an ISR answer,
@@ -176,7 +190,7 @@ class PartitionState:
         self.partition_epoch = partition_epoch
         self.pending = pending  # None from a LeaderAndIsr: a new epoch proposes anew
         self.resend_at_ms = None
-        self.fenced = False
+        self.resends_in_row = 0
         self.proposals_held_until_ms = 0
         self.followers = {r: FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
                           for r in replicas if r != self.broker_id}
@@ -208,30 +222,28 @@ class PartitionState:
         self.followers = {}
         self.pending = None
         self.resend_at_ms = None
-        self.fenced = False
+        self.resends_in_row = 0
 
     def restore_leader(self, leader_epoch: int, isr: list[int], replicas: list[int],
-                       partition_epoch: int, now_ms: int, *, fenced: bool = False,
+                       partition_epoch: int, now_ms: int, *,
                        pending: IsrProposal | None = None, resend: bool = False) -> None:
         """The last role its ReplicaManager gave, applied again after this replica's memory
         was lost (a crash, a restarted process): the leader at ``leader_epoch`` as
         ``become_leader``, but with what the ReplicaManager knows happened since.
 
-        ``fenced``: the controller said this leader epoch is stale; it does not lead
-        until the next LeaderAndIsr. ``pending``: the ISR proposal whose outcome is not
-        known yet, pending again before the high watermark is computed, so that it goes
-        over the larger ISR (the controller may have written it and elect from it);
-        ``resend``: no answer is on its way, send it again (``resend_due``).
+        ``pending``: the ISR proposal whose outcome is not known yet, pending again
+        before the high watermark is computed, so that it goes over the larger ISR (the
+        controller may have written it and elect from it); ``resend``: no answer is on
+        its way, send it again (``resend_due``).
         """
         self.become_leader(leader_epoch, isr, replicas, partition_epoch, now_ms,
                            pending=pending)
-        self.fenced = fenced
-        if pending is not None and resend and not fenced:
+        if pending is not None and resend:
             self.resend_at_ms = now_ms
 
     @property
     def is_leader(self) -> bool:
-        return self.leader_id == self.broker_id and not self.fenced
+        return self.leader_id == self.broker_id
 
     def has_enough_replicas(self) -> bool:
         return len(self.isr) >= self.min_insync_replicas
@@ -381,6 +393,8 @@ class PartitionState:
 
     def propose(self, proposal: IsrProposal) -> None:
         """The proposal is on its way: the high watermark counts the larger set meanwhile."""
+        if proposal != self.pending:
+            self.resends_in_row = 0
         self.pending = proposal
         self.resend_at_ms = None
 
@@ -402,14 +416,14 @@ class PartitionState:
         Returns what happened: "stale" (not the pending proposal: ignored; but an
         ISR written at this leader epoch, newer than this leader's, is "applied" even
         with nothing pending),
-        "applied", "fenced" (another broker leads, or none: stop leading until the
-        next LeaderAndIsr; the proposal stays pending), "retry" (the controller says it
-        wrote nothing: back to the committed ISR, a new proposal after
-        PROPOSAL_RETRY_MS), "held" (refused for good, a stale leader or partition
-        epoch among them: pending, unsent, until a LeaderAndIsr at a higher leader
-        epoch, still leading, as Kafka; see HELD_ERRORS) or "resend" (its fate is
-        unknown: no controller, timed out, the controller moved: the same proposal stays
-        pending and is sent again after PROPOSAL_RETRY_MS, ``resend_due``).
+        "applied", "retry" (the controller says it wrote nothing: back to the committed
+        ISR, a new proposal after PROPOSAL_RETRY_MS), "held" (refused for good, a stale
+        leader or partition epoch or an unknown partition among them: pending, unsent,
+        until a LeaderAndIsr at a higher leader epoch, still leading, as Kafka; see
+        HELD_ERRORS) or "resend" (any other answer, NOT_LEADER_OR_FOLLOWER among them:
+        its fate is unknown, no controller, timed out, the controller moved: the same
+        proposal stays pending and is sent again after PROPOSAL_RETRY_MS,
+        ``resend_due``). No answer ends the leadership, as in Kafka.
 
         The high watermark stays over the larger set until the answer is known: a
         change timed out may be in ZooKeeper already, and a controller electing from
@@ -437,6 +451,8 @@ class PartitionState:
         if (pending is None or pending.leader_epoch != proposed_leader_epoch
                 or pending.partition_epoch != proposed_partition_epoch):
             return "stale"
+        resends = self.resends_in_row
+        self.resends_in_row = 0  # settled, unless sent again below
         if error_code == int(ErrorCode.NONE):
             self.pending = None
             self.resend_at_ms = None
@@ -444,10 +460,6 @@ class PartitionState:
             self.partition_epoch = partition_epoch
             self.maybe_increment_high_watermark()
             return "applied"
-        if error_code in FENCING_ERRORS:
-            self.fenced = True
-            self.resend_at_ms = None
-            return "fenced"
         if error_code in NOT_APPLIED_ERRORS:
             self.pending = None
             self.resend_at_ms = None
@@ -458,6 +470,7 @@ class PartitionState:
         if error_code in HELD_ERRORS:
             self.resend_at_ms = None
             return "held"
+        self.resends_in_row = resends + 1
         self.resend_at_ms = now_ms + PROPOSAL_RETRY_MS
         return "resend"
 

@@ -90,7 +90,7 @@ def _shard_of_generation(node: Node, tmp_path: Path, generation: int,
     role = ReplicaStateRow("c", 0, 1, 0, [1], [1], 0, False, {})
     if roles == "restore":
         node.tell(shard, RestoreRoles(1, "process 1 restarted",
-                                      [RestoredRoleRow(role, False, None)]),
+                                      [RestoredRoleRow(role, None)]),
                   sender=handler.name)
         wait_for(lambda: _got(node, handler, "RolesRestored"), "the restore")
     elif roles == "leader_and_isr":

@@ -127,8 +127,7 @@ def test_a_restarted_processs_shard_answers_not_leader_until_its_roles_are_resto
     assert node.ask(shard, GetStats())["awaiting_restore"] is True
 
     role = ReplicaStateRow("c", 0, 1, 3, [1], [1], 4, False, {})
-    node.tell(shard, RestoreRoles(9, "process 1 restarted", [RestoredRoleRow(role, False,
-                                                                             None)]),
+    node.tell(shard, RestoreRoles(9, "process 1 restarted", [RestoredRoleRow(role, None)]),
               sender=manager.name)
     assert _code(node, manager, RolesRestored, 9) == NONE
     assert node.ask(shard, GetStats())["awaiting_restore"] is False
@@ -195,7 +194,7 @@ def test_a_shard_a_crash_restarted_in_place_awaits_its_restore(
     shard, handler = _shard(node, tmp_path, CLUSTER)
     manager = topo.replica_manager
     role = ReplicaStateRow("c", 0, 1, 3, [1], [1], 4, False, {})
-    node.tell(shard, RestoreRoles(1, "a role", [RestoredRoleRow(role, False, None)]),
+    node.tell(shard, RestoreRoles(1, "a role", [RestoredRoleRow(role, None)]),
               sender=manager.name)
     assert _code(node, manager, RolesRestored, 1) == NONE
     assert node.ask(shard, GetStats())["awaiting_restore"] is False
@@ -205,7 +204,7 @@ def test_a_shard_a_crash_restarted_in_place_awaits_its_restore(
     wait_for(lambda: [m for m in node.ask(manager, GetStats()) if m[0] == "ShardRestarted"],
              "the ShardRestarted")
     assert node.ask(shard, GetStats())["awaiting_restore"] is True
-    node.tell(shard, RestoreRoles(2, "shard 0 crashed", [RestoredRoleRow(role, False, None)]),
+    node.tell(shard, RestoreRoles(2, "shard 0 crashed", [RestoredRoleRow(role, None)]),
               sender=manager.name)
     assert _code(node, manager, RolesRestored, 2) == NONE
     assert node.ask(shard, GetStats())["awaiting_restore"] is False
@@ -234,7 +233,7 @@ def test_list_offsets_earliest_answers_the_epoch_of_the_log_start(
     manager = Topology(node.name, 1, 1, 1, 1, 1).replica_manager
     role = ReplicaStateRow("c", 0, 1, 5, [1], [1], 4, False, {})
     node.tell(shard, RestoreRoles(1, "process 1 restarted",
-                                  [RestoredRoleRow(role, False, None)]), sender=manager.name)
+                                  [RestoredRoleRow(role, None)]), sender=manager.name)
     assert _code(node, manager, RolesRestored, 1) == NONE
     node.tell(shard, Append(2, 1, 30_000, [AppendRow("c", 0, build_batch([b"x", b"y"]))],
                             generation=1), sender=handler.name)

@@ -185,7 +185,7 @@ def test_a_restored_role_of_a_namesake_deletes_the_dead_topics_directory(
     _old_log(tmp_path, dead)
     shard, manager = _shard(node, tmp_path, {})
     node.tell(shard, RestoreRoles(1, "process 1 restarted",
-                                  [RestoredRoleRow(_role(live), False, None)]),
+                                  [RestoredRoleRow(_role(live), None)]),
               sender=manager.name)
     [restored] = wait_for(lambda: [m for n, m in node.ask(manager, GetStats())
                                    if n == "RolesRestored"], "the restore answered")
@@ -326,7 +326,7 @@ def test_a_restored_role_of_an_adopted_id_keeps_the_records(
     _old_log(tmp_path, first)
     shard, manager = _shard(node, tmp_path, {})
     node.tell(shard, RestoreRoles(1, "process 1 restarted",
-                                  [RestoredRoleRow(_adopted(late), False, None)]),
+                                  [RestoredRoleRow(_adopted(late), None)]),
               sender=manager.name)
     [answer] = wait_for(lambda: [m for n, m in node.ask(manager, GetStats())
                                  if n == "RolesRestored"], "the restore answered")

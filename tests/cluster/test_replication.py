@@ -404,9 +404,12 @@ def produce_raw(node: Any, partition: int, values: list[bytes], acks: int = -1,
 def test_a_zombie_leader_acknowledges_nothing_the_new_leader_lacks(
         cluster_factory: Any) -> None:
     """A leader paused longer than its ZooKeeper session: another is elected; resumed, the
-    old one must not acknowledge an acks=all produce (it has no follower at its epoch, its
-    ISR change is refused as fenced, the controller makes it a follower) and it truncates
-    to the new leader's log."""
+    old one must not acknowledge an acks=all produce and it truncates to the new leader's
+    log. What stops the produce: its followers fetch from the new leader, and its ISR
+    shrink stays pending, so the high watermark stays over the followers that no longer
+    fetch from it. Resumed with its old broker epoch, the shrink is answered
+    STALE_BROKER_EPOCH (sent again); once it registered again, FENCED_LEADER_EPOCH (held);
+    or it goes unanswered; until the controller makes it a follower."""
     cluster = cluster_factory(config=FAST)
     leaders = create_topic(cluster, partitions=3)
     p = next(q for q, b in leaders.items() if b != cluster.controller())

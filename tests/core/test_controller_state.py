@@ -721,7 +721,7 @@ def test_alter_partition_checks_and_writes_a_leaders_isr() -> None:
     assert c.state("t", 0) == LeaderAndIsr(1, 0, (1, 2), 1, 1) and not update_metadata(ctl, mark)
     # a leader or partition epoch ahead of this controller's: another controller wrote it,
     # this one is likely no longer the controller; NOT_CONTROLLER (the leader sends it
-    # again) as Kafka, not a refusal that holds the change or fences the leader
+    # again) as Kafka, not a refusal that holds the change
     assert codes(ask(1, IsrProposal(tp, 0, (1, 2), 2))) == [ErrorCode.NOT_CONTROLLER]
     assert codes(ask(1, IsrProposal(tp, 5, (1,), 1))) == [ErrorCode.NOT_CONTROLLER]
     assert codes(ask(2, IsrProposal(tp, 5, (2,), 1))) == [ErrorCode.NOT_CONTROLLER]
@@ -738,6 +738,24 @@ def test_alter_partition_checks_and_writes_a_leaders_isr() -> None:
     state = c.state("t", 0)
     assert codes(ask(1, IsrProposal(tp, state.leader_epoch, (1, 2, 3), state.version))) == [
         ErrorCode.INELIGIBLE_REPLICA]
+
+
+def test_a_leader_another_succeeded_is_told_its_leader_epoch_is_stale() -> None:
+    """Kafka's controller checks the leader epoch, not who leads: broker 1, which led at
+    leader epoch 0 and was moved away (a controlled shutdown) before its LeaderAndIsr came,
+    is answered FENCED_LEADER_EPOCH, which it holds (NOT_LEADER_OR_FOLLOWER it would send
+    again, as Kafka retries that)."""
+    c = cluster()
+    create(c, "t", assignment={0: (1, 2, 3)})
+    tp = TP("t", 0)
+    assert c.state("t", 0).leader == 1 and c.state("t", 0).leader_epoch == 0
+    c.request(lambda rid: ControlledShutdownRequest(rid, 1, c.epoch_of(1)))
+    moved = c.state("t", 0)
+    assert moved.leader != 1 and moved.leader_epoch == 1
+    answer = c.request(lambda rid: AlterPartitionRequest(rid, 1, c.epoch_of(1), (
+        IsrProposal(tp, 0, (1, 2), moved.version),)))
+    assert codes(answer) == [ErrorCode.FENCED_LEADER_EPOCH]
+    assert c.state("t", 0) == moved
 
 
 def test_one_isr_change_sent_twice_at_once_is_made_for_both() -> None:

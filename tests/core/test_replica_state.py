@@ -17,12 +17,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from actors.core.partition_log import LogConfig, PartitionLog
-from actors.core.partition_state import IsrProposal, PartitionState
+from actors.core.partition_state import PROPOSAL_RETRY_MS, IsrProposal, PartitionState
 from actors.core.record_batch import build_batch
 from tests.fixtures.scratch import scratch_dir
 from wire.errors import ErrorCode
@@ -163,7 +164,7 @@ def test_expand_needs_the_high_watermark_and_the_epoch_start(tmp_path: Path) -> 
     assert not state.has_enough_replicas() or len(state.isr) == 2
 
 
-def test_a_refused_change_fences_the_leader_and_a_stale_answer_is_ignored(
+def test_no_refused_change_ends_the_leadership_and_a_stale_answer_is_ignored(
         tmp_path: Path) -> None:
     state = leader_state(new_log(tmp_path / "t-0"))
     state.propose(IsrProposal(0, (LEADER, F1), 0))
@@ -177,18 +178,23 @@ def test_a_refused_change_fences_the_leader_and_a_stale_answer_is_ignored(
     state.propose(IsrProposal(0, (LEADER, F1), 0))
     assert state.on_isr_result(0, 0, int(ErrorCode.INVALID_REQUEST), [], -1, 60) == "held"
     assert state.pending is not None and state.resend_due(10_000) is None
-    for code in (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.INVALID_UPDATE_VERSION):
-        # Kafka's handleAlterPartitionError: a stale leader or partition epoch leaves the
-        # change pending, unsent, and the leader leading until a LeaderAndIsr at a higher
-        # leader epoch
+    for code in (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.INVALID_UPDATE_VERSION,
+                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID,
+                 ErrorCode.NEW_LEADER_ELECTED):
+        # Kafka's handleAlterPartitionError: a stale leader or partition epoch, or a
+        # partition the controller does not know, leaves the change pending, unsent, and
+        # the leader leading until a LeaderAndIsr at a higher leader epoch
         assert state.on_isr_result(0, 0, int(code), [], -1, 70) == "held"
         assert state.is_leader and state.pending is not None
+        assert state.check_fetch_epoch(0) == 0
         assert state.resend_due(10_000) is None and state.isr_shrink(99_999) is None
-    assert state.on_isr_result(0, 0, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), [], -1) == "fenced"
-    assert not state.is_leader
-    assert state.check_fetch_epoch(0) == int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    # Kafka's catch-all: sent again, the leader leading, the change pending meanwhile
+    assert state.on_isr_result(0, 0, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), [], -1,
+                               80) == "resend"
+    assert state.is_leader and state.check_fetch_epoch(0) == 0
+    assert state.resend_due(80 + PROPOSAL_RETRY_MS) == IsrProposal(0, (LEADER, F1), 0)
     state.become_leader(1, [LEADER, F1, F2], [LEADER, F1, F2], partition_epoch=3)
-    assert state.is_leader
+    assert state.is_leader and state.pending is None
 
 
 def test_a_change_whose_answer_is_lost_stays_pending_and_is_sent_again(
@@ -226,9 +232,66 @@ def test_a_change_whose_answer_is_lost_stays_pending_and_is_sent_again(
     assert state.log.high_watermark == state.log.log_end_offset
 
 
-def test_a_fenced_leader_keeps_the_pending_change(tmp_path: Path) -> None:
-    """The controller's answer that this leader is stale leaves the proposal pending (Kafka
-    waits for new metadata): nothing is acknowledged over the smaller ISR meanwhile."""
+def test_a_held_shrink_keeps_the_high_watermark_under_a_silent_follower(
+        tmp_path: Path) -> None:
+    """A zombie leader: another was elected and its followers fetch from the new one. Its
+    shrink of both, refused FENCED_LEADER_EPOCH, is held: one follower fetching to the end
+    does not let the high watermark pass what the silent one has, so nothing the new
+    leader may lack is acknowledged with acks=all."""
+    state = leader_state(new_log(tmp_path / "t-0"))
+    append(state, 5)
+    state.on_follower_fetch(F1, 3, 100)
+    state.on_follower_fetch(F2, 3, 100)
+    assert state.log.high_watermark == 3
+    proposal = state.isr_shrink(LAG_MS + 1)
+    assert proposal == IsrProposal(0, (LEADER,), 0)
+    state.propose(proposal)
+    assert state.on_isr_result(0, 0, int(ErrorCode.FENCED_LEADER_EPOCH), [], -1,
+                               LAG_MS + 2) == "held"
+    assert state.is_leader and state.isr == {LEADER, F1, F2}
+    append(state, 5)
+    state.on_follower_fetch(F2, 10, LAG_MS + 3)
+    assert state.log.high_watermark == 3  # F1 silent at 3: it holds it
+    assert state.resend_due(99_999) is None and state.isr_shrink(99_999) is None
+    assert state.maximal_isr == {LEADER, F1, F2}
+
+
+def test_resends_in_a_row_are_counted_until_the_proposal_settles(tmp_path: Path) -> None:
+    """The shard logs a resend at the 1st, 2nd, 4th... answer in a row that left it
+    unknown (a controller refusing for a long while is asked every second): the count
+    starts again once an answer settles the proposal, or a new one is made."""
+    state = leader_state(new_log(tmp_path / "t-0"))
+    proposal = IsrProposal(0, (LEADER, F1), 0)
+    state.propose(proposal)
+    assert state.resends_in_row == 0
+    for n in range(1, 4):
+        assert state.on_isr_result(0, 0, int(ErrorCode.STALE_BROKER_EPOCH), [], -1,
+                                   n * 2000) == "resend"
+        assert state.resends_in_row == n
+        state.propose(proposal)  # sent again: the same count
+        assert state.resends_in_row == n
+    assert state.on_isr_result(0, 0, int(ErrorCode.FENCED_LEADER_EPOCH), [], -1,
+                               9000) == "held"
+    assert state.resends_in_row == 0
+    state.become_leader(1, [LEADER, F1, F2], [LEADER, F1, F2], partition_epoch=1)
+    state.propose(IsrProposal(1, (LEADER, F1), 1))
+    assert state.on_isr_result(1, 1, int(ErrorCode.NOT_CONTROLLER), [], -1, 10_000) == "resend"
+    assert state.resends_in_row == 1
+    state.propose(IsrProposal(1, (LEADER, F2), 1))  # another change: counted anew
+    assert state.resends_in_row == 0
+    assert state.on_isr_result(1, 1, int(ErrorCode.NOT_CONTROLLER), [], -1, 11_000) == "resend"
+    assert state.on_isr_result(1, 1, 0, [LEADER, F2], 2, 12_000) == "applied"
+    assert state.resends_in_row == 0
+
+
+@pytest.mark.parametrize("code", [ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                  ErrorCode.UNKNOWN_TOPIC_OR_PARTITION])
+def test_a_leader_refused_as_not_leader_or_unknown_keeps_leading_over_the_larger_isr(
+        tmp_path: Path, code: ErrorCode) -> None:
+    """Kafka's handleAlterPartitionError ends no leadership: NOT_LEADER_OR_FOLLOWER is
+    sent again (its catch-all), UNKNOWN_TOPIC_OR_PARTITION held until new metadata. Either
+    way the expansion stays pending: the leader serves, and acks=all waits for the
+    follower it asked to add, whose change the controller may yet write."""
     log = new_log(tmp_path / "t-0")
     state = PartitionState.hosted(log, LEADER, 1, LAG_MS)
     state.become_leader(1, [LEADER], [LEADER, F1], partition_epoch=1, now_ms=0)
@@ -236,10 +299,16 @@ def test_a_fenced_leader_keeps_the_pending_change(tmp_path: Path) -> None:
     state.propose(IsrProposal(1, (LEADER, F1), 1))
     assert state.on_isr_result(1, 1, int(ErrorCode.REQUEST_TIMED_OUT), [], -1, 100) == "resend"
     state.propose(IsrProposal(1, (LEADER, F1), 1))
-    assert state.on_isr_result(1, 1, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), [], -1,
-                               1200) == "fenced"
-    assert not state.is_leader and state.maximal_isr == {LEADER, F1}
-    assert state.resend_due(99_999) is None
+    outcome = state.on_isr_result(1, 1, int(code), [], -1, 1200)
+    assert outcome == ("resend" if code == ErrorCode.NOT_LEADER_OR_FOLLOWER else "held")
+    assert state.is_leader and state.check_fetch_epoch(1) == 0
+    assert state.maximal_isr == {LEADER, F1} and state.isr == {LEADER}
+    append(state, 2)
+    assert state.log.high_watermark == 0  # F1 has none of it: not acknowledged alone
+    assert state.resend_due(1200 + PROPOSAL_RETRY_MS) == (
+        IsrProposal(1, (LEADER, F1), 1) if outcome == "resend" else None)
+    state.on_follower_fetch(F1, 2, 1300)
+    assert state.log.high_watermark == 2
     state.become_follower(F1, 2, [F1], [LEADER, F1], partition_epoch=3)
     assert state.pending is None and state.resend_at_ms is None
 

@@ -56,9 +56,9 @@ SAMPLES: list[Any] = [
                               [cm.OfflineReplicaRow("orders", 0, False)]),
     cm.RestoreRoles(7, "crash", [
         cm.RestoredRoleRow(cm.ReplicaStateRow("orders", 0, 2, 12, [2, 3], [2, 3, 1], 31, False,
-                                              {}), True, None),
+                                              {}), None),
         cm.RestoredRoleRow(cm.ReplicaStateRow("orders", 1, 2, 12, [2], [2, 3], 31, False, {}),
-                           False, cm.PendingIsrRow(12, [2, 3], 31, True))]),
+                           cm.PendingIsrRow(12, [2, 3], 31, True))]),
     cm.RolesRestored(7, [cm.PartitionErrorRow("orders", 0, 0),
                          cm.PartitionErrorRow("orders", 1, 56)],
                      [cm.OfflineReplicaRow("orders", 1, True, 12)]),

@@ -111,6 +111,12 @@ class SimCluster:
         for broker_id in range(1, num_nodes + 1):
             name = broker_node_name(broker_id)
             data_dir = root / name
+            if data_dir.exists():
+                # An earlier run's logs with this run's new (empty) ZooKeeper: its brokers
+                # would serve that run's records and committed offsets as this one's (a
+                # group "fetched committed offset N, which no member committed").
+                raise ValueError(f"{data_dir} exists: a simulated cluster starts from an "
+                                 f"empty directory (a run's own, as run_seed makes)")
             cfg = Config(dict(settings, **{
                 "node.id": broker_id, "zookeeper.connect": "zk.sim:2181",
                 "log.dirs": str(data_dir), "listeners": f"{name}.sim:{KAFKA_PORT}",

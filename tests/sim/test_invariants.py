@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -14,7 +14,7 @@ from kafka.record.memory_records import MemoryRecords
 from actors.core.cluster_model import LeaderAndIsr, TopicPartition
 from actors.core.partition_log import UnflushedAppendError
 from actors.metadata import znodes
-from actors.sim.clients import Ack, History
+from actors.sim.clients import OFFSET_COMMIT, Ack, History, SimGroupMember
 from actors.sim.disk import SimDisk
 from actors.sim.invariants import EXPIRY_GRACE_MS, Checker, StorageFailure, Violation
 from actors.sim.run import SimOptions, _Run
@@ -484,3 +484,66 @@ def test_only_a_restart_for_a_failed_flush_is_an_excused_actor_crash(run: _Run) 
     shard.flush_failures += 1  # a failure counted, but its restart was not for it
     with pytest.raises(Violation, match="no actor crashes"):
         run.checker.check()
+
+
+def _refetch_offsets(run: _Run, member: SimGroupMember, ms: int = 6_000) -> None:
+    """Make ``member`` find its coordinator, join and fetch its committed offsets again."""
+    member.coordinator, member.phase = None, "find"
+    for _ in range(ms // 50):
+        run.world.run_for_ms(50)
+        if member.phase == "stable":
+            return
+    raise AssertionError(f"{member.name} did not rejoin: {member.phase}")
+
+
+def test_an_offset_fetched_as_committed_that_no_member_committed_is_caught(run: _Run) -> None:
+    member = run.members[0]
+    assert member.phase == "stable" and run.history.committed
+    run.history.committed.clear()  # the group's coordinator now holds offsets nobody sent
+    with pytest.raises(Violation, match="committed offsets are the group's"):
+        _refetch_offsets(run, member)
+        run.checker.check()
+
+
+def test_a_commit_applied_whose_answer_was_lost_is_a_committed_offset(run: _Run) -> None:
+    """Kafka may apply an OffsetCommit whose answer never reaches the member (the
+    connection broke after the append): the offset is the group's all the same, as the
+    checker records a commit when it is sent. Here every commit answer is lost; the member
+    takes it as a broken connection, rejoins and fetches what it committed."""
+    member = run.members[0]
+    before = {tp: set(offsets) for tp, offsets in run.history.committed.items()}
+    sent = member.send_request
+    lost: list[dict[tuple[str, int], int]] = []
+
+    def answer_lost(broker_id: int, api_key: int, version: int, values: dict[str, Any],
+                    callback: Callable[[Any], None]) -> None:
+        if api_key == OFFSET_COMMIT:
+            lost.append({(t["name"], p["partition_index"]): p["committed_offset"]
+                         for t in values["topics"] for p in t["partitions"]})
+            sent(broker_id, api_key, version, values, lambda _response: callback(None))
+        else:
+            sent(broker_id, api_key, version, values, callback)
+
+    def fetched_lost() -> bool:
+        """Whether the member's position is an offset only a lost commit sent."""
+        return any(member.positions[tp] == offset and offset not in before.get(tp, ())
+                   for commit in lost for tp, offset in commit.items())
+
+    member.send_request = answer_lost  # type: ignore[method-assign]
+    for _ in range(200):  # 10 simulated s at most
+        run.world.run_for_ms(50)
+        if lost and member.phase == "stable" and fetched_lost():
+            break
+    assert lost, "no commit sent"
+    assert member.phase == "stable"
+    assert fetched_lost(), (before, lost, member.positions)
+    run.checker.check()  # no "committed offsets are the group's"
+
+
+def test_a_cluster_does_not_start_over_an_earlier_run_s_logs(run: _Run) -> None:
+    """The brokers of a run over a directory an earlier run wrote in would serve that run's
+    logs with a new (empty) ZooKeeper: its group's committed offsets as this run's (a
+    group "fetched committed offset 178 of audit-1, which no member committed", seed 1
+    run twice in one directory). Refused at once."""
+    with pytest.raises(ValueError, match="node-1 exists"):
+        _Run(5, SimOptions(), run.cluster.root, run.cluster.disk)

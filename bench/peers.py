@@ -264,12 +264,47 @@ class LoginRefusedError(RuntimeError):
     """The broker refused the load's SASL login (its message says which mechanism/user)."""
 
 
+class TlsFailedError(RuntimeError):
+    """The load's TLS handshake with the broker failed (the message names the likely cause)."""
+
+
+# librdkafka's words for a failed handshake (OpenSSL's reason), and the cause to name
+_TLS_CAUSES = (
+    ("certificate required", "the broker requires a client certificate "
+     "(ssl.certificate.location and ssl.key.location, or ssl.keystore.location)"),
+    ("unknown ca", "the broker does not trust the client certificate's CA"),
+    ("bad certificate", "the broker refused the client certificate"),
+    ("certificate expired", "a certificate has expired"),
+    ("certificate verify failed", "the broker's certificate is not signed by the CA in "
+     "ssl.ca.location (ssl.truststore.location), or does not name the host"),
+    ("plaintext broker listener", "not a TLS listener (a PLAINTEXT or SASL_PLAINTEXT port?)"),
+    ("wrong version number", "not a TLS listener (a PLAINTEXT or SASL_PLAINTEXT port?)"),
+    ("packet length too long", "not a TLS listener (a PLAINTEXT or SASL_PLAINTEXT port?)"),
+    ("record layer failure", "not a TLS listener (a PLAINTEXT or SASL_PLAINTEXT port?)"),
+    ("unexpected eof", "the broker closed the connection during the handshake (a client "
+     "certificate it requires, or not a TLS listener?)"),
+)
+
+
+def _tls_failure(message: str) -> str | None:
+    """The cause of a handshake failure in librdkafka's error text (None: not one)."""
+    lowered = message.lower()
+    for words, cause in _TLS_CAUSES:
+        if words in lowered:
+            return cause
+    if "ssl handshake failed" in lowered or "ssl routines" in lowered:
+        return "see ssl.* in --command-config"
+    return None
+
+
 def check_login(bootstrap: str, client_config: Mapping[str, str] | None,
                 timeout_s: float = 15.0) -> None:
-    """With a SASL client config: one metadata round trip, raising LoginRefusedError at the
-    broker's first refusal. librdkafka retries a refused login until its timeout and logs
-    every try on stderr; this says it once."""
-    if not (client_config or {}).get("security.protocol", "").upper().startswith("SASL_"):
+    """With a SASL or TLS client config: one metadata round trip, raising LoginRefusedError
+    at the broker's first login refusal and TlsFailedError at the first failed TLS
+    handshake. librdkafka retries either until its timeout and logs every try on stderr;
+    this says it once."""
+    protocol = (client_config or {}).get("security.protocol", "").upper()
+    if protocol not in ("SSL", "SASL_SSL", "SASL_PLAINTEXT"):
         return
     import logging
 
@@ -277,6 +312,7 @@ def check_login(bootstrap: str, client_config: Mapping[str, str] | None,
     from confluent_kafka.admin import AdminClient
 
     refused: list[str] = []
+    handshake: list[str] = []
     quiet = logging.getLogger("actorlog.bench.login")
     quiet.propagate = False
     if not quiet.handlers:
@@ -285,6 +321,10 @@ def check_login(bootstrap: str, client_config: Mapping[str, str] | None,
     def on_error(err: Any) -> None:
         if err.code() == KafkaError._AUTHENTICATION:
             refused.append(err.str())
+        elif protocol.endswith("SSL") and err.code() in (KafkaError._SSL, KafkaError._TRANSPORT):
+            cause = _tls_failure(err.str())
+            if cause is not None:
+                handshake.append(f"{cause} ({err.str()})")
 
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap, **(client_config or {}),
                             "error_cb": on_error, "logger": quiet}
@@ -298,6 +338,8 @@ def check_login(bootstrap: str, client_config: Mapping[str, str] | None,
             admin.poll(0)  # serves error_cb
         if refused:
             raise LoginRefusedError(refused[0])
+        if handshake:
+            raise TlsFailedError(handshake[0])
         if time.monotonic() >= deadline:
             return  # not a login failure: the load's own calls say what it is
 

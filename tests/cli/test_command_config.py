@@ -395,3 +395,54 @@ def test_bench_hides_secrets_and_keeps_connection_settings_for_consumers() -> No
     assert kept["enable.ssl.certificate.verification"] == "false"
     assert kept["socket.timeout.ms"] == "9000" and kept["sasl.password"] == "p1"
     assert "linger.ms" not in kept and "acks" not in kept
+
+
+# ------------------------------------------------------------------ bench over TLS
+
+
+def _mtls_file(tmp_path: Path, pki: Pki, *, ca: Path | None = None, cert: bool = True,
+               name: str = "mtls.properties") -> str:
+    text = f"security.protocol=SSL\nssl.ca.location={ca or pki.ca}\n"
+    if cert:
+        text += f"ssl.certificate.location={pki.client}\nssl.key.location={pki.client}\n"
+    return _file(tmp_path, text, name)
+
+
+def test_bench_produce_and_consume_over_mutual_tls(mtls: BrokerProcess, pki: Pki,
+                                                   tmp_path: Path) -> None:
+    """A listener with ssl.client.auth=required: bench given the client's certificate and key
+    (librdkafka's names, then a Java client's PEM keystore) produces and consumes."""
+    out = tmp_path / "produce.json"
+    proc = bench("produce", mtls.bootstrap, _mtls_file(tmp_path, pki), "--topic", "bench-mtls",
+                 "--num-records", "300", "--acks", "all", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert json.loads(out.read_text())["results"]["acked"] == 300
+    stores = _file(tmp_path, f"security.protocol=SSL\nssl.keystore.location={pki.client}\n"
+                             f"ssl.truststore.location={pki.ca}\n", "stores.properties")
+    out = tmp_path / "consume.json"
+    proc = bench("consume", mtls.bootstrap, stores, "--topic", "bench-mtls", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert json.loads(out.read_text())["results"]["consumed"] == 300
+
+
+@pytest.mark.parametrize("kind", ["produce", "consume", "e2e"])
+def test_bench_without_a_client_certificate_is_one_line(mtls: BrokerProcess, pki: Pki,
+                                                        tmp_path: Path, kind: str) -> None:
+    proc = bench(kind, mtls.bootstrap, _mtls_file(tmp_path, pki, cert=False),
+                 "--topic", "bench-no-cert", "--num-records", "10")
+    one_line_error(proc, 1, "TLS handshake failed", "client certificate")
+
+
+def test_bench_with_a_wrong_ca_is_one_line(mtls: BrokerProcess, pki: Pki,
+                                           tmp_path: Path) -> None:
+    proc = bench("produce", mtls.bootstrap, _mtls_file(tmp_path, pki, ca=pki.foreign_ca),
+                 "--topic", "bench-wrong-ca", "--num-records", "10")
+    one_line_error(proc, 1, "TLS handshake failed", "ssl.ca.location")
+
+
+def test_bench_ssl_to_a_plaintext_listener_is_one_line(sasl: BrokerProcess, pki: Pki,
+                                                       tmp_path: Path) -> None:
+    """SSL given for a port that does not speak TLS (here SASL_PLAINTEXT)."""
+    proc = bench("produce", f"127.0.0.1:{sasl.plain_port}",  # type: ignore[attr-defined]
+                 _mtls_file(tmp_path, pki), "--topic", "bench-not-tls", "--num-records", "10")
+    one_line_error(proc, 1, "TLS handshake failed", "not a TLS listener")

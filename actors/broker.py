@@ -317,7 +317,11 @@ def read_meta(data_dir: Path, broker_id: int) -> str | None:
     if not path.exists():
         return None
     try:  # Java's properties form, as Kafka writes the file (ISO-8859-1)
-        props = read_properties(path.read_text(encoding="latin-1"))
+        raw = path.read_bytes()
+        props = read_properties(raw.decode("latin-1"))
+        older = _older_cluster_id(raw, props.get("cluster.id"))
+        if older is not None:
+            props["cluster.id"] = older
         given = props.get("broker.id", str(broker_id))
         if not given.strip().lstrip("-").isdigit():
             raise ValueError(f"broker.id={given!r} is not an integer")
@@ -335,6 +339,14 @@ def read_meta(data_dir: Path, broker_id: int) -> str | None:
                           f"cluster.id=<id>") from None
     if stored != broker_id:
         raise BrokerError(f"{path} belongs to broker {stored}, this is broker {broker_id}")
+    if older is not None:
+        logger.warning("{} is in the form an older actorlog wrote (the cluster id raw in "
+                       "UTF-8, not Java's escapes): cluster id {!r} kept, the file rewritten "
+                       "in Java's form", path, older)
+        try:
+            _write_meta(path, str(broker_id), older)
+        except OSError as exc:
+            raise BrokerError(f"{path} cannot be rewritten: {exc.strerror or exc}") from None
     return cluster_id
 
 
@@ -343,15 +355,42 @@ def read_or_create_meta(data_dir: Path, broker_id: int, cluster_id: str | None =
     found = read_meta(data_dir, broker_id)
     if found is not None:
         return found
-    path = data_dir / "meta.properties"
     cluster_id = cluster_id or new_cluster_id()
+    _write_meta(data_dir / "meta.properties", str(broker_id), cluster_id)
+    return cluster_id
+
+
+def _write_meta(path: Path, broker_id: str, cluster_id: str) -> None:
     tmp = path.with_suffix(".tmp")
     # as Java's Properties.store (read_meta's reader): a cluster id from ZooKeeper may be
     # any string, and must read back the same
-    tmp.write_text(write_properties({"version": "0", "broker.id": str(broker_id),
+    tmp.write_text(write_properties({"version": "0", "broker.id": broker_id,
                                      "cluster.id": cluster_id}), encoding="ascii")
     os.replace(tmp, path)
-    return cluster_id
+
+
+def _older_cluster_id(raw: bytes, read: str | None) -> str | None:
+    """The cluster id of a meta.properties an actorlog before Java's form wrote (the id
+    raw, in UTF-8, not escaped), where Java's reading differs; None for any other file.
+    Neither Kafka nor actorlog now writes a non-ASCII byte or a backslash that is not one
+    of Properties.store's escapes, so either marks the older form (an older id with a
+    store-like escape, such as a doubled backslash, cannot be told apart)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None  # ISO-8859-1, as a Java tool may have edited it
+    # the older reader: key=value lines, the value as written
+    props = dict(line.split("=", 1) for line in text.splitlines()
+                 if "=" in line and not line.startswith("#"))
+    older = props.get("cluster.id")
+    if older is None or older == read or not older.strip():
+        return None
+    if not text.isascii():
+        return None if "\\u" in text else older
+    if "\\" in older and read is not None \
+            and write_properties({"cluster.id": read}) != f"cluster.id={older}\n":
+        return older
+    return None
 
 
 class Broker:

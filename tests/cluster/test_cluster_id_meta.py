@@ -35,3 +35,52 @@ def test_a_cluster_id_with_a_backslash_and_non_ascii_chars_survives_a_restart(
     node.start()  # the old writer's UTF-8 bytes read back as another id: refused here
     assert node.metadata().cluster_id == cluster_id
     assert "belongs to cluster" not in node.log()
+
+
+def test_a_meta_properties_an_older_actorlog_wrote_keeps_its_cluster_id(
+        cluster_factory: Any, zk_connect: str) -> None:
+    """An older actorlog wrote the id raw in UTF-8 (a backslash unescaped), which Java's
+    ISO-8859-1 reading turns into another id: the node keeps the older id (ZooKeeper's),
+    rewrites the file in Java's form and says so once."""
+    cluster_id = "clüster\\id-é"
+    zk = KazooClient(hosts=zk_connect)
+    zk.start(timeout=15)
+    try:
+        zk.create("/cluster/id", json.dumps({"version": "1", "id": cluster_id}).encode(),
+                  makepath=True)
+    finally:
+        zk.stop()
+        zk.close()
+    cluster = cluster_factory(size=1)
+    node = cluster.nodes[1]
+    assert node.stop() == 0, node.log()[-3000:]
+    path = node.data_dir / "meta.properties"
+    path.write_bytes(f"version=0\nbroker.id=1\ncluster.id={cluster_id}\n".encode())
+    node.start()
+    assert node.metadata().cluster_id == cluster_id
+    meta = path.read_bytes()
+    assert meta.isascii() and read_properties(meta.decode())["cluster.id"] == cluster_id
+    assert node.log().count("in the form an older actorlog wrote") == 1, node.log()[-3000:]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("version=0\nbroker.id=2\ncluster.id=cl\u00fcster\n", "cl\u00fcster"),  # older, UTF-8
+    ("version=0\nbroker.id=2\ncluster.id=a\\b\n", "a\\b"),          # older, a raw backslash
+    ("version=0\nbroker.id=2\ncluster.id=a\\\\b\n", "a\\b"),         # Java's escape
+    ("version=0\nbroker.id=2\ncluster.id=cl\\u00FCster\n", "cl\u00fcster"),  # Java's form
+])
+def test_which_meta_properties_is_read_in_the_older_form(tmp_path: Any, text: str,
+                                                         expected: str) -> None:
+    from actors.broker import read_meta
+
+    (tmp_path / "meta.properties").write_bytes(text.encode())
+    assert read_meta(tmp_path, 2) == expected
+    assert read_meta(tmp_path, 2) == expected  # rewritten, when it was older: the same
+    assert (tmp_path / "meta.properties").read_bytes().isascii()
+
+
+def test_an_iso_8859_1_byte_is_read_as_java_reads_it(tmp_path: Any) -> None:
+    from actors.broker import read_meta
+
+    (tmp_path / "meta.properties").write_bytes(b"broker.id=2\ncluster.id=cl\xfcster\n")
+    assert read_meta(tmp_path, 2) == "cl\u00fcster"  # not UTF-8: left as Java reads it

@@ -395,7 +395,7 @@ def _older_cluster_id(raw: bytes, read: str | None) -> str | None:
 
 class Broker:
     def __init__(self, config: Config, clock: Clock | None = None,
-                 catch_signals: bool = False) -> None:
+                 catch_signals: bool = False, early_signals: list[int] | None = None) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()  # the node's, read by every actor
         self.node: Node | None = None
@@ -417,7 +417,8 @@ class Broker:
         self.processes_by_default = False  # num.processes = 0: resolved at start
         # `actorlog serve`: SIGTERM/SIGINT noted from before the broker says it listens
         self.catch_signals = catch_signals
-        self.early_signals: list[int] = []
+        # (`serve` passes those its own handler noted before the broker existed)
+        self.early_signals: list[int] = [] if early_signals is None else early_signals
 
     def start(self) -> Broker:
         """Check the settings, bind the listener, lock the log dirs, then spawn the actors.
@@ -428,6 +429,8 @@ class Broker:
         """
         restore = self._interrupt_start()
         try:
+            if self.catch_signals and self.early_signals:  # came before: stop before making
+                raise StartInterrupted(self.early_signals[0])
             return self._start()
         except BaseException:
             restore()  # a failed start: a later signal stops `serve` as it would have

@@ -35,6 +35,23 @@ TOP_COMMANDS: dict[str, str] = {
 }
 
 
+# `actorlog serve`: SIGTERM/SIGINT from its first moment, through its imports and settings
+# (seconds on a busy machine) until Broker.start catches them itself, are noted here; the
+# start then stops at once, as after one that came while it started. The default action
+# would kill it without a word (SIGTERM) or with a traceback (SIGINT).
+EARLY_SIGNALS: list[int] = []
+
+
+def _note_early_signals() -> None:
+    import signal
+
+    def note(signum: int, _frame: Any) -> None:
+        EARLY_SIGNALS.append(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, note)
+
+
 class UserError(click.ClickException):
     """A mistake in the command line or the settings: one line, exit code 2."""
 
@@ -66,6 +83,8 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """The console script: click's usage errors shortened to one line."""
+    if (sys.argv[1:] if argv is None else argv)[:1] == ["serve"]:
+        _note_early_signals()
     try:
         code = cli.main(args=argv, prog_name="actorlog", standalone_mode=False)
     except click.UsageError as exc:

@@ -345,3 +345,51 @@ def test_meta_properties_is_written_as_java_writes_it() -> None:
 
     assert write_properties({"cluster.id": "cl\u00fc\\ster x", "a b:c": " v#!=\n"}) == (
         "cluster.id=cl\\u00FC\\\\ster x\n" "a\\ b\\:c=\\ v\\#\\!\\=\\n\n")
+
+
+@pytest.mark.parametrize("signum", [15, 2])
+def test_a_signal_before_the_start_stops_serve_cleanly(tmp_path: Path, signum: int) -> None:
+    """SIGTERM/SIGINT while `serve` still reads its settings (here held there: the config
+    file is a FIFO this test writes after the signal), before Broker.start: exit 0 with one
+    line, no child process, and the data dir starts after (the default action killed it
+    silently: -15; SIGINT: a KeyboardInterrupt traceback)."""
+    import signal as signals
+    import time
+
+    fifo = tmp_path / "broker.toml"
+    os.mkfifo(fifo)
+    data = tmp_path / "data"
+    argv = [sys.executable, "-m", "actors.cli", "serve", "--listen", "127.0.0.1:0",
+            "--data-dir", str(data), "--config", str(fifo)]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        with open(fifo, "w") as writer:  # returns once serve opened it to read
+            proc.send_signal(signum)
+            time.sleep(0.2)  # (the signal is delivered whether or not this is long enough)
+            writer.write('"num.processes" = 2\n')
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    name = signals.Signals(signum).name
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"got {name} while starting; stopped" in lines[0], err
+    assert "listening" not in out
+    # nothing left running from this data dir, and it starts (and stops) after
+    fifo.unlink()
+    fifo.write_text('"num.processes" = 2\n')
+    again = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        assert again.stdout is not None
+        assert "actorlog listening on" in again.stdout.readline()
+        again.send_signal(signals.SIGTERM)
+        assert again.wait(timeout=60) == 0
+    finally:
+        if again.poll() is None:
+            again.kill()
+            again.wait()

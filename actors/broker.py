@@ -43,6 +43,7 @@ from actors.acceptor import Acceptor
 from actors.apis.base import HandlerContext
 from actors.cluster_controller import ClusterController
 from actors.controller import Controller
+from actors.core.checkpoint import TMP_SUFFIX, write_atomically
 from actors.core.cluster_model import BrokerInfo, Endpoint
 from actors.core.dir_lock import DirLock, DirLockedError
 from actors.core.log_dir import LogDir
@@ -314,6 +315,11 @@ def _log_deletes_at_open(log_dir: LogDir, data_dir: Path) -> None:
 def read_meta(data_dir: Path, broker_id: int) -> str | None:
     """The cluster id in the log dir's meta.properties (None when there is none yet)."""
     path = data_dir / "meta.properties"
+    try:
+        _remove_meta_temp(path)
+    except OSError as exc:
+        raise BrokerError(f"{path} cannot be read: a temp file of its rewrite cannot be "
+                          f"removed ({exc.strerror or exc})") from None
     if not path.exists():
         return None
     try:  # Java's properties form, as Kafka writes the file (ISO-8859-1)
@@ -361,12 +367,18 @@ def read_or_create_meta(data_dir: Path, broker_id: int, cluster_id: str | None =
 
 
 def _write_meta(path: Path, broker_id: str, cluster_id: str) -> None:
-    tmp = path.with_suffix(".tmp")
     # as Java's Properties.store (read_meta's reader): a cluster id from ZooKeeper may be
-    # any string, and must read back the same
-    tmp.write_text(write_properties({"version": "0", "broker.id": broker_id,
-                                     "cluster.id": cluster_id}), encoding="ascii")
-    os.replace(tmp, path)
+    # any string, and must read back the same; synced before and after the rename, or a
+    # power loss may leave an empty file, and the cluster id is lost
+    write_atomically(path, write_properties({"version": "0", "broker.id": broker_id,
+                                             "cluster.id": cluster_id}).encode("ascii"))
+
+
+def _remove_meta_temp(path: Path) -> None:
+    """A rewrite's temp file a crash left (as Kafka's read removes it): never read, and
+    the next rewrite starts clean. (``meta.tmp``: the name an older actorlog used.)"""
+    for tmp in (path.with_name(path.name + TMP_SUFFIX), path.with_name("meta.tmp")):
+        tmp.unlink(missing_ok=True)
 
 
 def _older_cluster_id(raw: bytes, read: str | None) -> str | None:

@@ -84,3 +84,20 @@ def test_an_iso_8859_1_byte_is_read_as_java_reads_it(tmp_path: Any) -> None:
 
     (tmp_path / "meta.properties").write_bytes(b"broker.id=2\ncluster.id=cl\xfcster\n")
     assert read_meta(tmp_path, 2) == "cl\u00fcster"  # not UTF-8: left as Java reads it
+
+
+def test_a_rewrite_s_leftover_temp_file_is_removed_on_read(tmp_path: Any) -> None:
+    """A crash between writing the temp file and its rename leaves it (empty after a power
+    loss, when unsynced): the read removes it, as Kafka's does, and the id is the file's."""
+    from actors.broker import read_meta, read_or_create_meta
+
+    (tmp_path / "meta.properties").write_bytes(b"version=0\nbroker.id=2\ncluster.id=abc\n")
+    (tmp_path / "meta.properties.tmp").write_bytes(b"")
+    (tmp_path / "meta.tmp").write_bytes(b"version=0\nbroker.id=2\ncluster.id=x")
+    assert read_meta(tmp_path, 2) == "abc"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["meta.properties"]
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    cluster_id = read_or_create_meta(fresh, 3)
+    assert sorted(p.name for p in fresh.iterdir()) == ["meta.properties"]
+    assert read_meta(fresh, 3) == cluster_id

@@ -407,7 +407,8 @@ def _older_cluster_id(raw: bytes, read: str | None) -> str | None:
 
 class Broker:
     def __init__(self, config: Config, clock: Clock | None = None,
-                 catch_signals: bool = False, early_signals: list[int] | None = None) -> None:
+                 catch_signals: bool = False, early_signals: list[int] | None = None,
+                 handlers_before: dict[int, Any] | None = None) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()  # the node's, read by every actor
         self.node: Node | None = None
@@ -431,6 +432,8 @@ class Broker:
         self.catch_signals = catch_signals
         # (`serve` passes those its own handler noted before the broker existed)
         self.early_signals: list[int] = [] if early_signals is None else early_signals
+        # (and the handlers in force before its own: what a failed start puts back)
+        self.handlers_before: dict[int, Any] = dict(handlers_before or {})
 
     def start(self) -> Broker:
         """Check the settings, bind the listener, lock the log dirs, then spawn the actors.
@@ -445,7 +448,8 @@ class Broker:
                 raise StartInterrupted(self.early_signals[0])
             return self._start()
         except BaseException:
-            restore()  # a failed start: a later signal stops `serve` as it would have
+            restore()  # a failed start: a later signal stops `serve` as it would have (the
+            # handlers before `serve` noted them early)
             raise
 
     def _start(self) -> Broker:
@@ -1040,7 +1044,10 @@ class Broker:
             if len(caught) == 1:
                 raise_or_defer(StartInterrupted(signum))  # (not inside a process's making)
 
-        old = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
+        old: dict[int, Any] = {s: signal.signal(s, interrupt)
+                               for s in (signal.SIGTERM, signal.SIGINT)}
+        # not `serve`'s early handler (it only notes): the default actions before it
+        old.update((s, h) for s, h in self.handlers_before.items() if h is not None)
 
         def restore() -> None:
             for s, h in old.items():

@@ -60,7 +60,33 @@ def test_a_meta_properties_an_older_actorlog_wrote_keeps_its_cluster_id(
     assert node.metadata().cluster_id == cluster_id
     meta = path.read_bytes()
     assert meta.isascii() and read_properties(meta.decode())["cluster.id"] == cluster_id
-    assert node.log().count("in the form an older actorlog wrote") == 1, node.log()[-3000:]
+    assert node.log().count("the file rewritten in Java's form") == 1, node.log()[-3000:]
+
+
+def test_zookeeper_s_id_decides_among_the_readings_of_an_older_file(
+        cluster_factory: Any, zk_connect: str) -> None:
+    """An older actorlog wrote the id ``a\\\\b`` (two backslashes) raw: the file's own form
+    reads as Java's escape (one backslash), but ZooKeeper holds the raw reading; the node
+    takes that one, and only then rewrites the file (not refused 'belongs to cluster')."""
+    cluster_id = "a\\\\b"
+    zk = KazooClient(hosts=zk_connect)
+    zk.start(timeout=15)
+    try:
+        zk.create("/cluster/id", json.dumps({"version": "1", "id": cluster_id}).encode(),
+                  makepath=True)
+    finally:
+        zk.stop()
+        zk.close()
+    cluster = cluster_factory(size=1)
+    node = cluster.nodes[1]
+    assert node.stop() == 0, node.log()[-3000:]
+    path = node.data_dir / "meta.properties"
+    path.write_bytes(f"version=0\nbroker.id=1\ncluster.id={cluster_id}\n".encode())
+    node.start()
+    assert node.metadata().cluster_id == cluster_id
+    assert "belongs to cluster" not in node.log()
+    assert read_properties(path.read_bytes().decode())["cluster.id"] == cluster_id
+    assert node.log().count("the file rewritten in Java's form") == 1, node.log()[-3000:]
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -68,6 +94,15 @@ def test_a_meta_properties_an_older_actorlog_wrote_keeps_its_cluster_id(
     ("version=0\nbroker.id=2\ncluster.id=a\\b\n", "a\\b"),          # older, a raw backslash
     ("version=0\nbroker.id=2\ncluster.id=a\\\\b\n", "a\\b"),         # Java's escape
     ("version=0\nbroker.id=2\ncluster.id=cl\\u00FCster\n", "cl\u00fcster"),  # Java's form
+    # Java's form, not as Properties.store writes it: lowercase hex, an escaped blank
+    ("version=0\nbroker.id=2\ncluster.id=cl\\u00fcster\n", "cl\u00fcster"),
+    ("version=0\nbroker.id=2\ncluster.id=a\\ b\n", "a b"),
+    # Kafka's escapes, with a UTF-8 comment: judged on the value, not the whole file
+    ("#\u00fc\nversion=0\nbroker.id=2\ncluster.id=a\\:b\n", "a:b"),
+    # Kafka 3.7's Properties.store(Writer): UTF-8 raw, only its own escapes
+    ("version=0\nbroker.id=2\ncluster.id=cl\u00fc\\:x\n", "cl\u00fc:x"),
+    # an older raw id that Java refuses (a \u without hex digits): the older reading
+    ("version=0\nbroker.id=2\ncluster.id=C:\\users\n", "C:\\users"),
 ])
 def test_which_meta_properties_is_read_in_the_older_form(tmp_path: Any, text: str,
                                                          expected: str) -> None:
@@ -76,7 +111,9 @@ def test_which_meta_properties_is_read_in_the_older_form(tmp_path: Any, text: st
     (tmp_path / "meta.properties").write_bytes(text.encode())
     assert read_meta(tmp_path, 2) == expected
     assert read_meta(tmp_path, 2) == expected  # rewritten, when it was older: the same
-    assert (tmp_path / "meta.properties").read_bytes().isascii()
+    meta = (tmp_path / "meta.properties").read_bytes()
+    assert meta == text.encode() or meta.isascii()  # Java's as it was, or rewritten so
+    assert read_properties(meta.decode("latin-1"))["cluster.id"] == expected
 
 
 def test_an_iso_8859_1_byte_is_read_as_java_reads_it(tmp_path: Any) -> None:

@@ -24,6 +24,7 @@ import dataclasses
 import errno
 import hashlib
 import os
+import re
 import resource
 import shutil
 import signal
@@ -43,6 +44,7 @@ from actors.acceptor import Acceptor
 from actors.apis.base import HandlerContext
 from actors.cluster_controller import ClusterController
 from actors.controller import Controller
+from actors.core.checkpoint import TMP_SUFFIX, write_atomically
 from actors.core.cluster_model import BrokerInfo, Endpoint
 from actors.core.dir_lock import DirLock, DirLockedError
 from actors.core.log_dir import LogDir
@@ -311,19 +313,52 @@ def _log_deletes_at_open(log_dir: LogDir, data_dir: Path) -> None:
                      found.checkpoint_error)
 
 
+@dataclass(frozen=True)
+class _MetaFile:
+    """A log dir's meta.properties as read: its cluster id as Java reads it (None when Java
+    refuses it, a malformed \\u escape), the id the file's own form gives (``chosen``), and
+    every reading of it an older writer may have meant (``readings``, Java's first)."""
+
+    path: Path
+    java: str | None
+    chosen: str
+    readings: tuple[str, ...]
+
+
 def read_meta(data_dir: Path, broker_id: int) -> str | None:
-    """The cluster id in the log dir's meta.properties (None when there is none yet)."""
+    """The cluster id in the log dir's meta.properties (None when there is none yet); a
+    file in an older form is rewritten in Java's (a single node: nothing else to ask)."""
+    found = _read_meta_file(data_dir, broker_id)
+    if found is None:
+        return None
+    if found.chosen != found.java:
+        _rewrite_older_meta(found, broker_id, found.chosen)
+    return found.chosen
+
+
+def _read_meta_file(data_dir: Path, broker_id: int) -> _MetaFile | None:
     path = data_dir / "meta.properties"
+    try:
+        _remove_meta_temp(path)
+    except OSError as exc:
+        raise BrokerError(f"{path} cannot be read: a temp file of its rewrite cannot be "
+                          f"removed ({exc.strerror or exc})") from None
     if not path.exists():
         return None
     try:  # Java's properties form, as Kafka writes the file (ISO-8859-1)
-        props = read_properties(path.read_text(encoding="latin-1"))
+        raw = path.read_bytes()
+        props, java, refused = _java_reading(raw.decode("latin-1"))
+        readings = _older_readings(raw)
+        chosen = _chosen_reading(raw, java, readings)
+        if chosen is None:
+            if refused is not None:
+                raise refused
+            raise KeyError("cluster.id")
         given = props.get("broker.id", str(broker_id))
         if not given.strip().lstrip("-").isdigit():
             raise ValueError(f"broker.id={given!r} is not an integer")
         stored = int(given)
-        cluster_id = props["cluster.id"]  # as written: ZooKeeper's may have any blanks
-        if not cluster_id.strip():
+        if not chosen.strip():  # as written: ZooKeeper's may have any blanks
             raise KeyError("cluster.id")
     except OSError as exc:
         raise BrokerError(f"{path} cannot be read: {exc.strerror or exc}") from None
@@ -335,7 +370,88 @@ def read_meta(data_dir: Path, broker_id: int) -> str | None:
                           f"cluster.id=<id>") from None
     if stored != broker_id:
         raise BrokerError(f"{path} belongs to broker {stored}, this is broker {broker_id}")
-    return cluster_id
+    ordered = [java] if java is not None else []
+    ordered += [r for r in (chosen, *readings) if r not in ordered and r.strip()]
+    return _MetaFile(path, java, chosen, tuple(ordered))
+
+
+def _rewrite_older_meta(found: _MetaFile, broker_id: int, cluster_id: str) -> None:
+    logger.warning("{} is in the form an older writer used (an older actorlog's id raw in "
+                   "UTF-8, or Kafka 3.7's UTF-8), which Java reads as another id: cluster id "
+                   "{!r} kept, the file rewritten in Java's form", found.path, cluster_id)
+    try:
+        _write_meta(found.path, str(broker_id), cluster_id)
+    except OSError as exc:
+        raise BrokerError(f"{found.path} cannot be rewritten: {exc.strerror or exc}") from None
+
+
+def _java_reading(text: str) -> tuple[dict[str, str], str | None, PropertiesError | None]:
+    """Java's reading: the properties, the cluster id (None when absent or refused) and,
+    when Java refuses the cluster id's value alone (an older raw id such as ``C:\\users``,
+    a ``\\u`` without hex digits), why: an older reading may still give it."""
+    try:
+        props = read_properties(text)
+        return props, props.get("cluster.id"), None
+    except PropertiesError as exc:
+        if "'cluster.id'" not in str(exc):
+            raise
+        refused = exc
+    rest = "\n".join(line for line in re.split(r"\r\n|\r|\n", text)
+                     if not line.lstrip(" \t\f").startswith("cluster.id"))
+    return read_properties(rest), None, refused
+
+
+# the escapes a Java writer makes (Properties.store, in any case for \uXXXX): a backslash
+# before anything else is no writer's, so it marks an older actorlog's raw id
+_WRITER_FORM = re.compile(r"(?:[^\\]|\\(?:u[0-9A-Fa-f]{4}|[\\=:#! tnrf]))*", re.DOTALL)
+
+
+def _older_value(raw: bytes) -> str | None:
+    """cluster.id as an older actorlog read it: key=value lines in UTF-8, the value as
+    written (None when the file is not UTF-8: ISO-8859-1, as a Java tool may write it)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    props = dict(line.split("=", 1) for line in text.splitlines()
+                 if "=" in line and not line.startswith("#"))
+    return props.get("cluster.id")
+
+
+def _older_readings(raw: bytes) -> list[str]:
+    """The other readings an earlier writer may have meant: the value raw in UTF-8 (an
+    older actorlog) and UTF-8 with Java's escapes (Kafka 3.7 and later write the file with
+    Properties.store(Writer) in UTF-8, escaping only what is not a character of its own)."""
+    out = []
+    older = _older_value(raw)
+    if older is not None:
+        out.append(older)
+        try:
+            unescaped = read_properties(raw.decode("utf-8")).get("cluster.id")
+        except PropertiesError:
+            unescaped = None
+        if unescaped is not None:
+            out.append(unescaped)
+    return out
+
+
+def _chosen_reading(raw: bytes, java: str | None, readings: list[str]) -> str | None:
+    """Which reading the file's own form says, judged on the cluster id's value alone: a
+    backslash no Java writer makes (or Java refusing the value) marks an older actorlog's
+    raw id; otherwise the escapes are Java's, read from UTF-8 when the value has non-ASCII
+    bytes (Java's ISO-8859-1 reading of UTF-8 makes another id). A value whose every
+    backslash is a writer's escape reads as Java's form: an older raw id such as ``a\\\\b``
+    cannot be told from an escape, read as Java reads it only in an ASCII value, from UTF-8
+    in another (in a cluster ZooKeeper's id decides among the readings)."""
+    older = _older_value(raw)
+    if older is None or not older.strip():
+        return java
+    if not _WRITER_FORM.fullmatch(older):
+        return older
+    if older.isascii():
+        return java
+    unescaped = readings[1] if len(readings) > 1 else None
+    return unescaped if unescaped is not None else older
 
 
 def read_or_create_meta(data_dir: Path, broker_id: int, cluster_id: str | None = None) -> str:
@@ -343,20 +459,30 @@ def read_or_create_meta(data_dir: Path, broker_id: int, cluster_id: str | None =
     found = read_meta(data_dir, broker_id)
     if found is not None:
         return found
-    path = data_dir / "meta.properties"
     cluster_id = cluster_id or new_cluster_id()
-    tmp = path.with_suffix(".tmp")
-    # as Java's Properties.store (read_meta's reader): a cluster id from ZooKeeper may be
-    # any string, and must read back the same
-    tmp.write_text(write_properties({"version": "0", "broker.id": str(broker_id),
-                                     "cluster.id": cluster_id}), encoding="ascii")
-    os.replace(tmp, path)
+    _write_meta(data_dir / "meta.properties", str(broker_id), cluster_id)
     return cluster_id
+
+
+def _write_meta(path: Path, broker_id: str, cluster_id: str) -> None:
+    # as Java's Properties.store (read_meta's reader): a cluster id from ZooKeeper may be
+    # any string, and must read back the same; synced before and after the rename, or a
+    # power loss may leave an empty file, and the cluster id is lost
+    write_atomically(path, write_properties({"version": "0", "broker.id": broker_id,
+                                             "cluster.id": cluster_id}).encode("ascii"))
+
+
+def _remove_meta_temp(path: Path) -> None:
+    """A rewrite's temp file a crash left (as Kafka's read removes it): never read, and
+    the next rewrite starts clean. (``meta.tmp``: the name an older actorlog used.)"""
+    for tmp in (path.with_name(path.name + TMP_SUFFIX), path.with_name("meta.tmp")):
+        tmp.unlink(missing_ok=True)
 
 
 class Broker:
     def __init__(self, config: Config, clock: Clock | None = None,
-                 catch_signals: bool = False) -> None:
+                 catch_signals: bool = False, early_signals: list[int] | None = None,
+                 handlers_before: dict[int, Any] | None = None) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()  # the node's, read by every actor
         self.node: Node | None = None
@@ -378,7 +504,10 @@ class Broker:
         self.processes_by_default = False  # num.processes = 0: resolved at start
         # `actorlog serve`: SIGTERM/SIGINT noted from before the broker says it listens
         self.catch_signals = catch_signals
-        self.early_signals: list[int] = []
+        # (`serve` passes those its own handler noted before the broker existed)
+        self.early_signals: list[int] = [] if early_signals is None else early_signals
+        # (and the handlers in force before its own: what a failed start puts back)
+        self.handlers_before: dict[int, Any] = dict(handlers_before or {})
 
     def start(self) -> Broker:
         """Check the settings, bind the listener, lock the log dirs, then spawn the actors.
@@ -389,9 +518,12 @@ class Broker:
         """
         restore = self._interrupt_start()
         try:
+            if self.catch_signals and self.early_signals:  # came before: stop before making
+                raise StartInterrupted(self.early_signals[0])
             return self._start()
         except BaseException:
-            restore()  # a failed start: a later signal stops `serve` as it would have
+            restore()  # a failed start: a later signal stops `serve` as it would have (the
+            # handlers before `serve` noted them early)
             raise
 
     def _start(self) -> Broker:
@@ -872,16 +1004,22 @@ class Broker:
                 f"host:port[,host:port...][/chroot]") from None
         self.metadata = metadata
         try:
-            stored = read_meta(data_dir, broker_id)
-            cluster_id = metadata.get_or_create_cluster_id(stored or new_cluster_id())
+            # nothing rewritten before ZooKeeper's id is read: a file an earlier writer
+            # wrote in its own form keeps the reading ZooKeeper holds, whichever it is
+            found = _read_meta_file(data_dir, broker_id)
+            proposed = found.chosen if found is not None else new_cluster_id()
+            cluster_id = metadata.get_or_create_cluster_id(proposed)
         except MetadataError as exc:
             raise BrokerError(f"reading the cluster id from ZooKeeper failed: {exc}") from None
-        if stored is not None and stored != cluster_id:
+        if found is None:
+            read_or_create_meta(data_dir, broker_id, cluster_id)
+        elif cluster_id not in found.readings:
             raise BrokerConfigError(
-                f"data dir {data_dir} belongs to cluster {stored}, but ZooKeeper at {connect} "
-                f"holds cluster {cluster_id}; use this node's own ZooKeeper (chroot) or an "
-                f"empty data dir")
-        read_or_create_meta(data_dir, broker_id, cluster_id)
+                f"data dir {data_dir} belongs to cluster {found.chosen}, but ZooKeeper at "
+                f"{connect} holds cluster {cluster_id}; use this node's own ZooKeeper "
+                f"(chroot) or an empty data dir")
+        elif cluster_id != found.java:
+            _rewrite_older_meta(found, broker_id, cluster_id)
         logger.bind(node=self.node_name).info("joined cluster {} through ZooKeeper at {}",
                                               cluster_id, connect)
         return cluster_id
@@ -986,7 +1124,10 @@ class Broker:
             if len(caught) == 1:
                 raise_or_defer(StartInterrupted(signum))  # (not inside a process's making)
 
-        old = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
+        old: dict[int, Any] = {s: signal.signal(s, interrupt)
+                               for s in (signal.SIGTERM, signal.SIGINT)}
+        # not `serve`'s early handler (it only notes): the default actions before it
+        old.update((s, h) for s, h in self.handlers_before.items() if h is not None)
 
         def restore() -> None:
             for s, h in old.items():

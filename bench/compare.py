@@ -39,6 +39,7 @@ from bench.peers import (
     ACTORLOG_TEMPLATE,
     BootstrapRefusedError,
     BrokerProcess,
+    TlsFailedError,
     check_bootstrap,
     start_broker,
 )
@@ -419,6 +420,8 @@ def command(**kw: Any) -> None:
                 results, ratios = run(boot_a, boot_b)
     except BootstrapRefusedError as exc:
         raise click.UsageError(str(exc)) from exc
+    except TlsFailedError as exc:  # the bench's own TLS pair: one line, not a traceback
+        raise click.ClickException(f"TLS handshake failed: {exc}") from None
     print_compare(console, results, kw["a_name"], kw["b_name"])
     if kw["json_path"]:
         config = {

@@ -31,6 +31,7 @@ from bench.peers import (
     BootstrapRefusedError,
     BrokerStartError,
     LoginRefusedError,
+    TlsFailedError,
     check_bootstrap,
     check_login,
     ensure_topic,
@@ -439,6 +440,9 @@ def _guard(func: Callable[[], None], bootstrap: str, allow_hosts: Iterable[str])
         raise click.ClickException(f"{bootstrap}: {exc}") from None
     except LoginRefusedError as exc:
         raise click.ClickException(f"{bootstrap}: login refused: {exc} "
+                                   f"(--command-config FILE)") from None
+    except TlsFailedError as exc:
+        raise click.ClickException(f"{bootstrap}: TLS handshake failed: {exc} "
                                    f"(--command-config FILE)") from None
     except LoadRunError as exc:  # a worker's error, by its first line (not its traceback)
         raise click.ClickException(f"{bootstrap}: the load failed: {exc.summary}") from None

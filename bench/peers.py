@@ -264,12 +264,83 @@ class LoginRefusedError(RuntimeError):
     """The broker refused the load's SASL login (its message says which mechanism/user)."""
 
 
+class TlsFailedError(RuntimeError):
+    """The load's TLS handshake with the broker failed (the message names the likely cause)."""
+
+
+# librdkafka's words for a failed handshake (its own, and OpenSSL's reason), and the cause
+# to name. A certificate's refusal is final at once; the others librdkafka also reports for
+# a connection closed for any reason (a broker restarting, a connection limit): the port is
+# probed before they are taken for a listener that does not speak TLS
+_NOT_TLS = "not a TLS listener (a PLAINTEXT or SASL_PLAINTEXT port?)"
+_TLS_CAUSES = (
+    ("certificate required", "the broker requires a client certificate "
+     "(ssl.certificate.location and ssl.key.location, or ssl.keystore.location)", True),
+    ("unknown ca", "the broker does not trust the client certificate's CA", True),
+    ("bad certificate", "the broker refused the client certificate", True),
+    ("certificate expired", "a certificate has expired", True),
+    ("certificate verify failed", "the broker's certificate is not signed by the CA in "
+     "ssl.ca.location (ssl.truststore.location), or has expired, or does not name the host",
+     True),
+    ("plaintext broker listener", _NOT_TLS, False),
+    ("wrong version number", _NOT_TLS, False),
+    ("packet length too long", _NOT_TLS, False),
+    ("record layer failure", _NOT_TLS, False),
+    ("unexpected eof", "the broker closed the connection during the handshake (a client "
+     "certificate it requires, or not a TLS listener?)", False),
+    ("connection reset", _NOT_TLS, False),
+)
+
+
+def _tls_failure(message: str) -> tuple[str, bool] | None:
+    """The cause of a handshake failure in librdkafka's error text, and whether it is
+    final without a probe (None: not one)."""
+    lowered = message.lower()
+    for words, cause, final in _TLS_CAUSES:
+        if words in lowered:
+            return cause, final
+    if "ssl handshake failed" in lowered or "ssl routines" in lowered:
+        return "see ssl.* in --command-config", False
+    return None
+
+
+def _speaks_tls(message: str, bootstrap: str, timeout_s: float = 5.0) -> bool | None:
+    """Whether the port librdkafka names in ``message`` (else the first bootstrap server)
+    completes a TLS handshake (its certificates unchecked); None when it cannot tell
+    (refused, timed out: a broker restarting)."""
+    import re
+    import socket
+    import ssl
+
+    named = re.search(r"://([^/\s]+)/", message)
+    address = named.group(1) if named else bootstrap.split(",")[0].strip()
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as sock, \
+                context.wrap_socket(sock, server_hostname=host):
+            return True
+    except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
+        return False  # non-TLS bytes, or closed at the hello
+    except OSError:
+        return None
+
+
 def check_login(bootstrap: str, client_config: Mapping[str, str] | None,
                 timeout_s: float = 15.0) -> None:
-    """With a SASL client config: one metadata round trip, raising LoginRefusedError at the
-    broker's first refusal. librdkafka retries a refused login until its timeout and logs
-    every try on stderr; this says it once."""
-    if not (client_config or {}).get("security.protocol", "").upper().startswith("SASL_"):
+    """With a SASL or TLS client config: one metadata round trip, raising LoginRefusedError
+    at the broker's first login refusal and TlsFailedError at the first failed TLS
+    handshake (a certificate refused; a closed connection only when a probe of the port
+    fails its handshake too, as librdkafka reports any close in a handshake alike).
+    librdkafka retries either until its timeout and logs every try on stderr; this says
+    it once."""
+    protocol = (client_config or {}).get("security.protocol", "").upper()
+    if protocol not in ("SSL", "SASL_SSL", "SASL_PLAINTEXT"):
         return
     import logging
 
@@ -277,6 +348,7 @@ def check_login(bootstrap: str, client_config: Mapping[str, str] | None,
     from confluent_kafka.admin import AdminClient
 
     refused: list[str] = []
+    unconfirmed: list[tuple[tuple[str, bool], str]] = []
     quiet = logging.getLogger("actorlog.bench.login")
     quiet.propagate = False
     if not quiet.handlers:
@@ -285,6 +357,18 @@ def check_login(bootstrap: str, client_config: Mapping[str, str] | None,
     def on_error(err: Any) -> None:
         if err.code() == KafkaError._AUTHENTICATION:
             refused.append(err.str())
+        elif protocol.endswith("SSL") and err.code() in (KafkaError._SSL, KafkaError._TRANSPORT):
+            found = _tls_failure(err.str())
+            if found is not None:
+                unconfirmed.append((found, err.str()))
+
+    def confirmed() -> str | None:
+        while unconfirmed:
+            (cause, final), text = unconfirmed.pop(0)
+            # a closed connection is one only when the port itself refuses a handshake
+            if final or _speaks_tls(text, bootstrap) is False:
+                return f"{cause} ({text})"
+        return None
 
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap, **(client_config or {}),
                             "error_cb": on_error, "logger": quiet}
@@ -298,6 +382,9 @@ def check_login(bootstrap: str, client_config: Mapping[str, str] | None,
             admin.poll(0)  # serves error_cb
         if refused:
             raise LoginRefusedError(refused[0])
+        failed = confirmed()
+        if failed is not None:
+            raise TlsFailedError(failed)
         if time.monotonic() >= deadline:
             return  # not a login failure: the load's own calls say what it is
 

@@ -35,6 +35,36 @@ TOP_COMMANDS: dict[str, str] = {
 }
 
 
+# `actorlog serve`: SIGTERM/SIGINT from its first moment, through its imports and settings
+# (seconds on a busy machine) until Broker.start catches them itself, are noted here; the
+# start then stops at once, as after one that came while it started. The default action
+# would kill it without a word (SIGTERM) or with a traceback (SIGINT).
+EARLY_SIGNALS: list[int] = []
+# the handlers in force before those (the default actions): a start that fails puts them
+# back, so a later signal stops `serve` as it would have (never only noted)
+HANDLERS_BEFORE: dict[int, Any] = {}
+
+
+def _note_early_signals() -> None:
+    import signal
+
+    def note(signum: int, _frame: Any) -> None:
+        EARLY_SIGNALS.append(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        HANDLERS_BEFORE[sig] = signal.getsignal(sig)
+        signal.signal(sig, note)
+
+
+def _put_back_handlers() -> None:
+    """After `serve` failed (a setting, a start): the handlers before its early ones."""
+    import signal
+
+    for sig, handler in HANDLERS_BEFORE.items():
+        if handler is not None:
+            signal.signal(sig, handler)
+
+
 class UserError(click.ClickException):
     """A mistake in the command line or the settings: one line, exit code 2."""
 
@@ -66,16 +96,21 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """The console script: click's usage errors shortened to one line."""
+    if (sys.argv[1:] if argv is None else argv)[:1] == ["serve"]:
+        _note_early_signals()
     try:
         code = cli.main(args=argv, prog_name="actorlog", standalone_mode=False)
     except click.UsageError as exc:
+        _put_back_handlers()
         where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
         click.echo(f"Error: {exc.format_message()}{where}", err=True)
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
+        _put_back_handlers()
         exc.show()
         sys.exit(exc.exit_code)
     except click.Abort:
+        _put_back_handlers()
         click.echo("Aborted.", err=True)
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)

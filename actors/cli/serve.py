@@ -67,6 +67,7 @@ def command(listen: str | None, advertised: str | None, data_dir: str | None,
             log_level: str) -> None:
     """Run a single broker node in the foreground until SIGTERM or SIGINT."""
     from actors.broker import Broker, BrokerConfigError, BrokerError, StartInterrupted
+    from actors.cli import EARLY_SIGNALS, HANDLERS_BEFORE
 
     configure_logging(log_level)
     os.environ[LOG_LEVEL_ENV] = log_level.upper()  # processes 1.. log at the same level
@@ -77,7 +78,8 @@ def command(listen: str | None, advertised: str | None, data_dir: str | None,
         })
     except ConfigError as exc:
         raise UserError(str(exc)) from None
-    broker = Broker(config, catch_signals=True)
+    broker = Broker(config, catch_signals=True, early_signals=EARLY_SIGNALS,
+                    handlers_before=HANDLERS_BEFORE)
     metrics = _bind_metrics(config, broker) if int(config["metrics.port"]) else None
     try:
         broker.start()

@@ -294,7 +294,8 @@ def test_an_actor_whose_setup_fails_gets_one_error_line_naming_the_cause(
 @pytest.mark.parametrize(("text", "words"), [
     ("version=0\nbroker.id=one\ncluster.id=abc\n", ["broker.id='one' is not an integer"]),
     ("version=0\nbroker.id=1\n", ["has no cluster.id"]),
-    ("version=0\nbroker.id=1\ncluster.id=\\u12g4\n", ["malformed", "\\uXXXX"]),
+    # (in cluster.id an older actorlog's raw id: read so, tests/cluster/test_cluster_id_meta)
+    ("version=0\nbroker.id=\\u12g4\ncluster.id=abc\n", ["malformed", "\\uXXXX"]),
 ])
 def test_a_malformed_meta_properties_gets_one_line_naming_the_file(
         tmp_path: Path, text: str, words: list[str]) -> None:
@@ -345,3 +346,93 @@ def test_meta_properties_is_written_as_java_writes_it() -> None:
 
     assert write_properties({"cluster.id": "cl\u00fc\\ster x", "a b:c": " v#!=\n"}) == (
         "cluster.id=cl\\u00FC\\\\ster x\n" "a\\ b\\:c=\\ v\\#\\!\\=\\n\n")
+
+
+@pytest.mark.parametrize("signum", [15, 2])
+def test_a_signal_before_the_start_stops_serve_cleanly(tmp_path: Path, signum: int) -> None:
+    """SIGTERM/SIGINT while `serve` still reads its settings (here held there: the config
+    file is a FIFO this test writes after the signal), before Broker.start: exit 0 with one
+    line, and the data dir starts after, nothing left holding it (the default action
+    killed it silently: -15; SIGINT: a KeyboardInterrupt traceback)."""
+    import signal as signals
+
+    fifo = tmp_path / "broker.toml"
+    os.mkfifo(fifo)
+    data = tmp_path / "data"
+    argv = [sys.executable, "-m", "actors.cli", "serve", "--listen", "127.0.0.1:0",
+            "--data-dir", str(data), "--config", str(fifo)]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        with open(fifo, "w") as writer:  # returns once serve opened it to read
+            proc.send_signal(signum)
+            writer.write('"num.processes" = 2\n')
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    name = signals.Signals(signum).name
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"got {name} while starting; stopped" in lines[0], err
+    assert "listening" not in out
+    # nothing left running from this data dir, and it starts (and stops) after
+    fifo.unlink()
+    fifo.write_text('"num.processes" = 2\n')
+    again = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        assert again.stdout is not None
+        assert "actorlog listening on" in again.stdout.readline()
+        again.send_signal(signals.SIGTERM)
+        assert again.wait(timeout=60) == 0
+    finally:
+        if again.poll() is None:
+            again.kill()
+            again.wait()
+
+
+def test_a_signal_after_a_failed_start_stops_serve(tmp_path: Path) -> None:
+    """A start that failed (its port in use) puts back the handlers serve had before its
+    own early ones: a SIGTERM while it still writes its error (held here: its stderr is a
+    full pipe) kills it as the default action does (-15), not only noted, never a serve
+    that a SIGKILL alone ends."""
+    import signal as signals
+    import time
+
+    rest = b""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    try:
+        while True:
+            os.write(write_end, b"x" * 4096)
+    except BlockingIOError:
+        pass
+    os.set_blocking(write_end, True)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = [sys.executable, "-m", "actors.cli", "serve", "--listen", f"127.0.0.1:{port}",
+                "--data-dir", str(tmp_path / "data"), "--log-level", "ERROR"]
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=write_end)
+        os.close(write_end)
+        try:
+            deadline = time.monotonic() + 60
+            wchan = Path(f"/proc/{proc.pid}/wchan")
+            while proc.poll() is None and "pipe" not in wchan.read_text() \
+                    and time.monotonic() < deadline:
+                time.sleep(0.05)  # until its failed start writes the error (blocked)
+            assert proc.poll() is None, "serve ended before writing its error"
+            assert "pipe" in wchan.read_text(), "serve never wrote its error"
+            proc.send_signal(signals.SIGTERM)
+            with os.fdopen(read_end, "rb") as reader:  # lets it write, should it still run
+                rest = reader.read()  # (to its end: it ends either way)
+                proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == -signals.SIGTERM, (proc.returncode, rest[-300:])

@@ -47,6 +47,7 @@ once at setup, so a wall-clock jump never fires a session timer early.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -461,6 +462,7 @@ class GroupCoordinator(LoadReading, Actor):
             self.phase = "create-retry"
             self.retry_at_ms = self.clock.now_ms() + RETRY_MS
             return
+        self._use_partition_count(row.num_partitions)
         if row.error_code == TOPIC_EXISTS:
             # Made before it was compacted: make it so (no change if it is already).
             self.tell(self.topology.controller, AlterTopicConfigs(
@@ -472,6 +474,27 @@ class GroupCoordinator(LoadReading, Actor):
         self.read_offsets = {p: 0 for p in range(self.num_partitions)}
         self.loaded_records = {}
         self._send_reads()
+
+    def _use_partition_count(self, count: int) -> None:
+        """Map the groups over the partitions ``__consumer_offsets`` has (Kafka's
+        partitionFor), not a changed ``offsets.topic.num.partitions``: otherwise a group
+        would look for its offsets, and its coordinator, on another partition."""
+        if count <= 0 or count == self.num_partitions:
+            return
+        configured = int(self.config["offsets.topic.num.partitions"])
+        if count != configured:
+            self.log.warning("{} has {} partitions, offsets.topic.num.partitions is {}: "
+                             "groups are mapped over the {} it has", OFFSETS_TOPIC, count,
+                             configured, count)
+        if self.cluster and self.loaded_parts:
+            # loaded under the other count (unloaded by it), which kept the wrong groups:
+            # load them again
+            self._perform(self.core.unload(set(self.loaded_parts)))
+            self.loaded_parts = set()
+            self.to_load |= set(self.led)
+        self.num_partitions = count
+        self.core.config = dataclasses.replace(self.core.config,
+                                               offsets_topic_num_partitions=count)
 
     def _send_reads(self) -> None:
         by_shard: dict[Address, list[ReadRow]] = {}
@@ -813,6 +836,10 @@ class GroupCoordinator(LoadReading, Actor):
     @handles(CoordinatorPartitions)
     def on_coordinator_partitions(self, msg: CoordinatorPartitions) -> None:
         """Load the groups of partitions this node now leads; unload those it lost."""
+        self._use_partition_count(msg.partition_count)
+        if not msg.elected and not msg.resigned:
+            self._maybe_load_partitions()
+            return
         resigned = {p for p in msg.resigned if p in self.led}
         for p in resigned:
             del self.led[p]

@@ -44,6 +44,7 @@ failed, and those fenced (PrepareEpochFence) whose PrepareAbort write failed.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -131,11 +132,13 @@ def txn_coordinator_name(i: int) -> str:
     return f"txn-coordinator-{i}"
 
 
-def txn_coordinator_for(topology: Topology, config: Config, transactional_id: str) -> Address:
-    """The coordinator actor (of this broker) owning ``transactional_id``'s partition."""
+def txn_coordinator_for(topology: Topology, num_partitions: int, transactional_id: str
+                        ) -> Address:
+    """The coordinator actor (of this broker) owning ``transactional_id``'s partition, of
+    ``num_partitions`` (those ``__transaction_state`` has: ``internal_partition_count``)."""
     from actors.core.transaction_log import partition_for
 
-    p = partition_for(transactional_id, int(config["transaction.state.log.num.partitions"]))
+    p = partition_for(transactional_id, num_partitions)
     return Address(topology.home or topology.node,
                    txn_coordinator_name(p % topology.num_coordinators))
 
@@ -257,12 +260,34 @@ class TransactionCoordinator(LoadReading, Actor):
             self.phase = "create-retry"
             self.retry_at_ms = self.clock.now_ms() + RETRY_MS
             return
+        self._use_partition_count(row.num_partitions)
         for p in range(self.num_partitions):
             if self._owned(p):
                 self.led[p] = 0
         self.to_load = set(self.led)
         self.phase = "ready"
         self._maybe_load()
+
+    def _use_partition_count(self, count: int) -> None:
+        """Map the transactional ids over the partitions ``__transaction_state`` has
+        (Kafka's partitionFor), not a changed ``transaction.state.log.num.partitions``:
+        otherwise an id would look for its state on another partition."""
+        if count <= 0 or count == self.num_partitions:
+            return
+        configured = int(self.config["transaction.state.log.num.partitions"])
+        if count != configured:
+            self.log.warning("{} has {} partitions, transaction.state.log.num.partitions is "
+                             "{}: transactional ids are mapped over the {} it has",
+                             TRANSACTION_STATE_TOPIC, count, configured, count)
+        if self.cluster and self.loaded:
+            # loaded under the other count (unloaded by it): its ids' lookups went
+            # elsewhere; load them again
+            self._perform(self.core.unload_partitions(set(self.loaded)))
+            self.marker_jobs.clear()
+            self.loaded = set()
+            self.to_load |= set(self.led)
+        self.num_partitions = count
+        self.core.config = dataclasses.replace(self.core.config, num_partitions=count)
 
     def poll_timeout_ms(self) -> int | None:
         waits = [job.retry_at_ms for job in self.marker_jobs.values()
@@ -397,6 +422,7 @@ class TransactionCoordinator(LoadReading, Actor):
     # ---------------------------------------------------------- cluster
     @handles(TxnCoordinatorPartitions)
     def on_partitions(self, msg: TxnCoordinatorPartitions) -> None:
+        self._use_partition_count(msg.partition_count)
         resigned = {p for p in msg.resigned if p in self.led}
         for p in resigned:
             del self.led[p]

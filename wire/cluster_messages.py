@@ -546,6 +546,8 @@ class CoordinatorPartitions(NamedTuple):
 
     elected: list[CoordinatorPartitionRow]
     resigned: list[int]
+    # the partitions __consumer_offsets has (groups map over them); 0: unknown
+    partition_count: int = 0
 
 
 @message(414)

@@ -61,6 +61,8 @@ class TxnCoordinatorPartitions(NamedTuple):
 
     elected: list[TxnPartitionRow]
     resigned: list[int]
+    # the partitions __transaction_state has (transactional ids map over them); 0: unknown
+    partition_count: int = 0
 
 
 # --------------------------------------------------------------- requests

@@ -47,7 +47,8 @@ NONE = int(ErrorCode.NONE)
 
 
 def _coordinator(ctx: HandlerContext, transactional_id: str) -> Any:
-    return txn_coordinator_for(ctx.topology, ctx.config, transactional_id)
+    return txn_coordinator_for(ctx.topology, ctx.internal_partitions(TRANSACTION_STATE_TOPIC),
+                               transactional_id)
 
 
 # --------------------------------------------------------------- FindCoordinator
@@ -92,7 +93,7 @@ def transaction_coordinator(ctx: HandlerContext, transactional_id: str
         if own is None:
             return int(ErrorCode.COORDINATOR_NOT_AVAILABLE), -1, "", -1
         return NONE, ctx.broker_id, own[0], own[1]
-    p = partition_for(transactional_id, int(ctx.config["transaction.state.log.num.partitions"]))
+    p = partition_for(transactional_id, ctx.internal_partitions(TRANSACTION_STATE_TOPIC))
     leader = cache.leader(TRANSACTION_STATE_TOPIC, p)
     found = cache.endpoint(leader, ctx.listener_name()) if leader != NO_LEADER else None
     if found is None:
@@ -172,7 +173,7 @@ def handle_add_partitions_to_txn(ctx: HandlerContext, header: Any, req: Any) -> 
 
 
 def handle_add_offsets_to_txn(ctx: HandlerContext, header: Any, req: Any) -> ApiGen:
-    partition = offsets_partition_for(req.group_id, int(ctx.config["offsets.topic.num.partitions"]))
+    partition = offsets_partition_for(req.group_id, ctx.internal_partitions(OFFSETS_TOPIC))
     done: TxnDone
     [done] = yield [Call(_coordinator(ctx, req.transactional_id), lambda rid: AddPartitionsToTxn(
         rid, req.transactional_id, req.producer_id, req.producer_epoch,

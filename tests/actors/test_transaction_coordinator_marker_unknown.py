@@ -84,7 +84,8 @@ def _start(node: Node, shard: type[FakeShard]) -> tuple[Topology, Address, int, 
     node.spawn(Probe, "probe")
     coordinator = node.spawn(TransactionCoordinator, txn_coordinator_name(0), topology=topo,
                              config=config, index=0, clock=node.clock, cluster=True)
-    assert coordinator == txn_coordinator_for(topo, config, "app")
+    assert coordinator == txn_coordinator_for(
+        topo, int(config["transaction.state.log.num.partitions"]), "app")
     node.tell(coordinator, UpdateMetadata(
         1, 1, 1, True, [BrokerRow(1, 1, node.name, None, [])],
         [_partition(TRANSACTION_STATE_TOPIC, 0), _partition("t", 0)], {}))

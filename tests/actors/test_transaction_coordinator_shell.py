@@ -163,7 +163,8 @@ def start(node: Node, shard: type[FakeShard] = FakeShard) -> tuple[Topology, Con
     node.spawn(Probe, "probe")
     node.spawn(TransactionCoordinator, "txn-coordinator-0", topology=topo, config=config,
                index=0)
-    return topo, config, txn_coordinator_for(topo, config, "app")
+    return topo, config, txn_coordinator_for(
+        topo, int(config["transaction.state.log.num.partitions"]), "app")
 
 
 def probe_answers(node: Node) -> list[Any]:

@@ -90,6 +90,7 @@ from wire.broker_messages import (
 from wire.cluster_messages import CoordinatorRestarted, UpdateMetadata
 from wire.errors import ErrorCode
 from wire.transaction_messages import (
+    AddPartitionsRefused,
     AddPartitionsToTxn,
     DescribeTxns,
     DescribeTxnsDone,
@@ -479,10 +480,13 @@ class TransactionCoordinator(LoadReading, Actor):
     @handles(AddPartitionsToTxn)
     def on_add(self, msg: AddPartitionsToTxn) -> None:
         code = self._serving(msg.transactional_id)
-        if code == NONE and self._unknown(msg.partitions):
-            code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         if code != NONE:
             self.reply(TxnDone(msg.req_id, code))
+            return
+        unknown = self._unknown(msg.partitions)
+        if unknown:  # Kafka: those say why, the others were not tried
+            self.reply(AddPartitionsRefused(msg.req_id, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                                            unknown))
             return
         self._perform(self.core.add_partitions(
             self._rid(msg.req_id, "txn"), msg.transactional_id, msg.producer_id,
@@ -635,8 +639,8 @@ class TransactionCoordinator(LoadReading, Actor):
             self.topology.num_shards
         return peer_shard_for(leader, shards, topic, partition)
 
-    def _unknown(self, partitions: list[TxnTopicPartition]) -> bool:
-        """Does this cluster coordinator's metadata lack one of ``partitions`` (not yet
+    def _unknown(self, partitions: list[TxnTopicPartition]) -> list[TxnTopicPartition]:
+        """Those of ``partitions`` this cluster coordinator's metadata lacks (not yet
         come: a topic just created, known to the broker the client asked)? Kafka's
         AddPartitionsToTxn refuses those UNKNOWN_TOPIC_OR_PARTITION (the client retries),
         checked against the metadata cache its marker channel reads: a partition taken
@@ -644,10 +648,9 @@ class TransactionCoordinator(LoadReading, Actor):
         partition is deleted (``_deleted``). __consumer_offsets (AddOffsetsToTxn) is not
         checked, as Kafka: ``_gone`` judges its markers."""
         if self.metadata is None:
-            return False
-        return any(tp.topic != OFFSETS_TOPIC
-                   and self.metadata.partition(tp.topic, tp.partition) is None
-                   for tp in partitions)
+            return []
+        return [tp for tp in partitions if tp.topic != OFFSETS_TOPIC
+                and self.metadata.partition(tp.topic, tp.partition) is None]
 
     def _deleted(self, topic: str, partition: int) -> bool:
         """A cluster's partition gone from this node's metadata: deleted, its marker is
@@ -664,7 +667,7 @@ class TransactionCoordinator(LoadReading, Actor):
     def _gone(self, txn_id: str, job: _MarkerJob, topic: str, partition: int) -> bool:
         """Is the marker for ``topic``-``partition`` to be dropped? ``_deleted``'s rule,
         except for __consumer_offsets: AddOffsetsToTxn takes its partition from this
-        node's offsets.topic.num.partitions unchecked (as Kafka), before the topic may
+        node's count of its partitions unchecked (as Kafka), before the topic may
         exist (it is made at the first FindCoordinator(GROUP)) and whatever count the
         real topic has. A partition past the real topic's count is dropped. While the
         metadata has no such topic at all its markers wait for it (it is being made) at

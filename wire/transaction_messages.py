@@ -116,6 +116,17 @@ class TxnDone(NamedTuple):
     error_code: int
 
 
+@message(714)
+class AddPartitionsRefused(NamedTuple):
+    """Coordinator -> handler: AddPartitionsToTxn refused for ``partitions`` (their code
+    ``error_code``); nothing was added, the request's other partitions were not tried
+    (Kafka answers them OPERATION_NOT_ATTEMPTED)."""
+
+    req_id: int
+    error_code: int
+    partitions: list[TxnTopicPartition]
+
+
 @message(707)
 class EndTxn(NamedTuple):
     req_id: int

@@ -246,3 +246,19 @@ def test_a_group_offsets_partition_past_the_topics_count_is_dropped(
     assert _state(node, coordinator) == {"app": "CompleteCommit"}
     assert [OFFSETS_TOPIC, 3, epoch, True] not in node.ask(topo.shard(0),
                                                            GetStats())["markers"]
+
+
+def test_add_partitions_refuses_only_the_partitions_its_metadata_lacks(
+        manual_node: Node) -> None:
+    """A partition not yet in the coordinator's metadata (a topic just made) is refused
+    UNKNOWN_TOPIC_OR_PARTITION by name, so the handler answers the others
+    OPERATION_NOT_ATTEMPTED as Kafka's KafkaApis, not the same code on every partition."""
+    node = manual_node
+    _topo, coordinator, producer_id, epoch = _start(node, UnknownFirstShard)
+    node.tell(coordinator, AddPartitionsToTxn(4, "app", producer_id, epoch,
+                                              [TxnTopicPartition("t", 0),
+                                               TxnTopicPartition("u", 0)]), sender="probe")
+    node.quiesce()
+    answer = probe_answers(node)[3]
+    assert answer[:2] == [4, UNKNOWN_TP]
+    assert len(answer) == 3 and [tuple(tp) for tp in answer[2]] == [("u", 0)], answer

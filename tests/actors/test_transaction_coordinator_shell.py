@@ -45,6 +45,7 @@ from wire.broker_messages import (
 )
 from wire.errors import ErrorCode
 from wire.transaction_messages import (
+    AddPartitionsRefused,
     AddPartitionsToTxn,
     EndTxn,
     InitTxnProducer,
@@ -107,7 +108,7 @@ class Probe(Actor):
     def setup(self) -> None:
         self.answers: list[Any] = []
 
-    @handles(InitTxnProducerDone, TxnDone)
+    @handles(InitTxnProducerDone, TxnDone, AddPartitionsRefused)
     def on_answer(self, msg: Any) -> None:
         self.answers.append(msg)
 

@@ -106,3 +106,50 @@ def test_offsets_and_transactional_ids_survive_a_changed_partition_count(
                 f"transaction.state.log.num.partitions is {AFTER}") in log
     finally:
         assert second.stop() == 0, second.log()[-3000:]
+
+
+def test_coordinators_make_their_topics_a_clients_colliding_or_miscounted_one_is_refused(
+        tmp_path: Path) -> None:
+    """Kafka's codes for a client: a name colliding with an internal topic's ('.' as '_')
+    INVALID_TOPIC_EXCEPTION, an internal topic with another partition count than its
+    coordinator maps ids over INVALID_PARTITIONS; the coordinators' own creations (flagged
+    internal) are not held to these rules and make both topics, flagged internal."""
+    broker = BrokerProcess(tmp_path / "data", config=counts(BEFORE)).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+        def create(name: str, partitions: int) -> int:
+            future = admin.create_topics([NewTopic(name, partitions, 1)])[name]
+            try:
+                future.result(30)
+            except Exception as exc:  # KafkaException: its KafkaError's code
+                return int(exc.args[0].code())
+            return 0
+
+        assert create("__consumer.offsets", 1) == 17      # INVALID_TOPIC_EXCEPTION
+        assert create("__transaction.state", 1) == 17
+        # a single node's group coordinator made __consumer_offsets at its start
+        assert create("__consumer_offsets", BEFORE + 1) == 36  # TOPIC_ALREADY_EXISTS
+        assert create("__transaction_state", 1) == 37  # INVALID_PARTITIONS (not made yet)
+        for future in admin.create_topics([NewTopic("t", 1, 1)]).values():
+            future.result(30)
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": GROUPS[0],
+                             "enable.auto.commit": False})
+        try:  # the group coordinator makes __consumer_offsets
+            consumer.commit(offsets=[TopicPartition("t", 0, 7)], asynchronous=False)
+            assert consumer.committed([TopicPartition("t", 0)], timeout=60)[0].offset == 7
+        finally:
+            consumer.close()
+        producer = Producer({"bootstrap.servers": broker.bootstrap,
+                             "transactional.id": TXN_ID})
+        producer.init_transactions(60)  # the transaction coordinator makes its topic
+        producer.begin_transaction()
+        producer.produce("t", b"v")
+        producer.commit_transaction(60)
+        metadata = admin.list_topics(timeout=30).topics
+        assert len(metadata["__consumer_offsets"].partitions) == BEFORE
+        assert len(metadata["__transaction_state"].partitions) == BEFORE
+        assert "__consumer.offsets" not in metadata and "__transaction.state" not in metadata
+        assert create("__transaction_state", BEFORE) == 36
+    finally:
+        assert broker.stop() == 0, broker.log()[-3000:]

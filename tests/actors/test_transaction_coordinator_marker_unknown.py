@@ -163,7 +163,7 @@ def test_a_partition_the_coordinators_metadata_lacks_yet_is_not_added(
     node = manual_node
     topo, coordinator, pid, epoch = _start(node, FakeShard)
     assert _state(node, coordinator) == {"app": "CompleteCommit"}
-    assert _add(node, coordinator, 4, pid, epoch, "u") == [4, UNKNOWN_TP]
+    assert _add(node, coordinator, 4, pid, epoch, "u") == [4, UNKNOWN_TP, [["u", 0]]]
     node.tell(coordinator, UpdateMetadata(
         1, 1, 1, False, [BrokerRow(1, 1, node.name, None, [])], [_partition("u", 0)], {}))
     assert _add(node, coordinator, 5, pid, epoch, "u") == [5, 0]

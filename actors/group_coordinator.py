@@ -31,7 +31,8 @@ The core returns effects; this shell performs them:
 
 Start-up: once the request handlers exist (so they hear of the new topic),
 the coordinator asks the Controller to create ``__consumer_offsets``
-(``offsets.topic.num.partitions`` partitions; "already exists" is fine; an answer
+(``offsets.topic.num.partitions`` partitions; "already exists" is fine, and the
+partitions it has are those the groups map over; an answer
 not come after CREATE_WAIT_MS was lost with the Controller, which is asked again), reads
 every partition from offset 0 to its log end (as Kafka's FetchLogEnd: a new
 leader's high watermark can lag commits its ISR acknowledged), keeps the

@@ -400,6 +400,8 @@ class GroupCoordinator(LoadReading, Actor):
         self.loaded_parts: set[int] = set()  # cluster: partitions whose groups are loaded
         self.to_load: set[int] = set()
         self.refused_not_coordinator = 0
+        # cluster: whether the ReplicaManager has said how many partitions the topic has
+        self.count_known = not self.cluster
         if self.cluster:
             self.phase = "cluster"
             if self.crashes:  # restarted: which partitions this node leads died with the crash
@@ -479,23 +481,50 @@ class GroupCoordinator(LoadReading, Actor):
     def _use_partition_count(self, count: int) -> None:
         """Map the groups over the partitions ``__consumer_offsets`` has (Kafka's
         partitionFor), not a changed ``offsets.topic.num.partitions``: otherwise a group
-        would look for its offsets, and its coordinator, on another partition."""
-        if count <= 0 or count == self.num_partitions:
+        would look for its offsets, and its coordinator, on another partition.
+
+        In a cluster a count of 0 is unknown (the ReplicaManager's metadata lacks the
+        topic: a LeaderAndIsr came before the UpdateMetadata, or the topic was re-created):
+        nothing is loaded or served until a count arrives, as a group served under a
+        guessed count may commit to a partition it does not map to."""
+        if count <= 0:
+            if self.cluster and self.count_known:
+                self.count_known = False
+                self._forget_loads()
+            return
+        self.count_known = True
+        if count == self.num_partitions:
             return
         configured = int(self.config["offsets.topic.num.partitions"])
-        if count != configured:
+        if count != configured and self.address == self.topology.coordinator(0):
             self.log.warning("{} has {} partitions, offsets.topic.num.partitions is {}: "
                              "groups are mapped over the {} it has", OFFSETS_TOPIC, count,
                              configured, count)
-        if self.cluster and self.loaded_parts:
-            # loaded under the other count (unloaded by it), which kept the wrong groups:
-            # load them again
-            self._perform(self.core.unload(set(self.loaded_parts)))
-            self.loaded_parts = set()
-            self.to_load |= set(self.led)
+        if self.cluster:
+            self._forget_loads()
         self.num_partitions = count
         self.core.config = dataclasses.replace(self.core.config,
                                                offsets_topic_num_partitions=count)
+
+    def _forget_loads(self) -> None:
+        """Cluster: the groups loaded, or being loaded, under a count the topic no longer
+        has are unloaded (members parked in a JoinGroup or SyncGroup answered
+        NOT_COORDINATOR) and loaded again once the count is known: a load under the old
+        count kept the wrong groups, and one finished later would replace live ones."""
+        if self.loaded_parts:
+            self._perform(self.core.unload(set(self.loaded_parts)))
+            self.log.info("unloaded the groups of {}-{}: its partition count changed",
+                          OFFSETS_TOPIC, sorted(self.loaded_parts))
+            self.loaded_parts = set()
+        if self.phase in ("loading", "read-retry"):  # its late answers match nothing
+            self.reads.reset()
+            self.read_offsets = {}
+            self.loaded_records = {}
+            for p in self.loading_parts:
+                self.txn_pending.pop(p, None)
+            self.loading_parts = set()
+            self.phase = "cluster"
+        self.to_load = set(self.led)
 
     def _send_reads(self) -> None:
         by_shard: dict[Address, list[ReadRow]] = {}
@@ -731,7 +760,9 @@ class GroupCoordinator(LoadReading, Actor):
         else:
             for group_id in group_ids:
                 p = self.core.partition_for(group_id)
-                if p not in self.led:
+                if not self.count_known:
+                    refused[group_id] = self._count_unknown_code()
+                elif p not in self.led:
                     refused[group_id] = ErrorCode.NOT_COORDINATOR
                 elif p not in self.loaded_parts:
                     refused[group_id] = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
@@ -857,7 +888,7 @@ class GroupCoordinator(LoadReading, Actor):
         self._maybe_load_partitions()
 
     def _maybe_load_partitions(self) -> None:
-        if self.phase != "cluster" or not self.to_load:
+        if self.phase != "cluster" or not self.to_load or not self.count_known:
             return
         batch, self.to_load = sorted(self.to_load), set()
         self.phase = "loading"
@@ -904,6 +935,9 @@ class GroupCoordinator(LoadReading, Actor):
         code = NONE
         for group_id in groups:
             p = self.core.partition_for(group_id)
+            if not self.count_known:
+                code = int(self._count_unknown_code())
+                break
             if p not in self.led:
                 code = NOT_COORDINATOR
                 break
@@ -918,6 +952,12 @@ class GroupCoordinator(LoadReading, Actor):
         self.reply(refusal_for(msg, code))
         return False
 
+    def _count_unknown_code(self) -> ErrorCode:
+        """Without the count no group maps to a partition: LOAD_IN_PROGRESS while this node
+        leads some (they load once it comes), NOT_COORDINATOR otherwise; both retriable."""
+        return (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.led
+                else ErrorCode.NOT_COORDINATOR)
+
     @handles(GetStats)
     def stats(self, _msg: GetStats) -> dict[str, Any]:
         return {
@@ -926,6 +966,7 @@ class GroupCoordinator(LoadReading, Actor):
             "refused_not_coordinator": self.refused_not_coordinator,
             "loaded": self.loaded,
             "phase": self.phase,
+            "partition_count_known": self.count_known,
             "creates_lost": self.creates_lost,
             "create_answers_stale": self.create_answers_stale,
             "groups": {gid: g.state.value for gid in self.core.group_ids()

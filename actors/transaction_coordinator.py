@@ -228,6 +228,8 @@ class TransactionCoordinator(LoadReading, Actor):
         self.records: dict[int, dict[bytes, bytes | None]] = {}
         self.metadata = MetadataCache() if self.cluster else None
         self.refused_loading = 0
+        # cluster: whether the ReplicaManager has said how many partitions the topic has
+        self.count_known = not self.cluster
         if self.cluster:
             self.phase = "cluster"
             if self.crashes:  # restarted: what it led, and the metadata, died with the crash
@@ -272,23 +274,46 @@ class TransactionCoordinator(LoadReading, Actor):
     def _use_partition_count(self, count: int) -> None:
         """Map the transactional ids over the partitions ``__transaction_state`` has
         (Kafka's partitionFor), not a changed ``transaction.state.log.num.partitions``:
-        otherwise an id would look for its state on another partition."""
-        if count <= 0 or count == self.num_partitions:
+        otherwise an id would look for its state on another partition.
+
+        In a cluster a count of 0 is unknown (the ReplicaManager's metadata lacks the
+        topic): nothing is loaded or served until a count arrives, as an InitProducerId
+        served from the wrong partition hands out a new producer id without fencing the
+        id's real state."""
+        if count <= 0:
+            if self.cluster and self.count_known:
+                self.count_known = False
+                self._forget_loads()
+            return
+        self.count_known = True
+        if count == self.num_partitions:
             return
         configured = int(self.config["transaction.state.log.num.partitions"])
-        if count != configured:
+        if count != configured and self.index == 0:
             self.log.warning("{} has {} partitions, transaction.state.log.num.partitions is "
                              "{}: transactional ids are mapped over the {} it has",
                              TRANSACTION_STATE_TOPIC, count, configured, count)
-        if self.cluster and self.loaded:
-            # loaded under the other count (unloaded by it): its ids' lookups went
-            # elsewhere; load them again
-            self._perform(self.core.unload_partitions(set(self.loaded)))
-            self.marker_jobs.clear()
-            self.loaded = set()
-            self.to_load |= set(self.led)
+        if self.cluster:
+            self._forget_loads()
         self.num_partitions = count
         self.core.config = dataclasses.replace(self.core.config, num_partitions=count)
+
+    def _forget_loads(self) -> None:
+        """Cluster: the ids loaded, or being loaded, under a count the topic no longer has
+        are unloaded (writes in flight answered NOT_COORDINATOR) and loaded again once
+        the count is known: their lookups went to other partitions."""
+        if self.loaded:
+            self._perform(self.core.unload_partitions(set(self.loaded)))
+            self.marker_jobs.clear()
+            self.log.info("unloaded {}-{}: its partition count changed",
+                          TRANSACTION_STATE_TOPIC, sorted(self.loaded))
+            self.loaded = set()
+        if self.phase in ("loading", "read-retry"):  # its late answers match nothing
+            self.reads.reset()
+            self.read_offsets = {}
+            self.records = {}
+            self.phase = self.resume_phase
+        self.to_load = set(self.led)
 
     def poll_timeout_ms(self) -> int | None:
         waits = [job.retry_at_ms for job in self.marker_jobs.values()
@@ -334,7 +359,7 @@ class TransactionCoordinator(LoadReading, Actor):
 
     # ---------------------------------------------------------- loading
     def _maybe_load(self) -> None:
-        if self.phase not in ("ready", "cluster") or not self.to_load:
+        if self.phase not in ("ready", "cluster") or not self.to_load or not self.count_known:
             return
         batch, self.to_load = sorted(self.to_load), set()
         self.resume_phase = self.phase
@@ -455,6 +480,11 @@ class TransactionCoordinator(LoadReading, Actor):
         p = self.core.partition_for(transactional_id)
         if not self.cluster and self.phase == "idle":
             self._create_topic()
+        if not self.count_known:  # no id maps to a partition yet; both retriable
+            if not self.led:
+                return NOT_COORDINATOR
+            self.refused_loading += 1
+            return LOAD_IN_PROGRESS
         if self.cluster and p not in self.led:
             return NOT_COORDINATOR
         if p not in self.loaded:
@@ -807,6 +837,7 @@ class TransactionCoordinator(LoadReading, Actor):
     def stats(self, _msg: GetStats) -> dict[str, Any]:
         return {
             "phase": self.phase,
+            "partition_count_known": self.count_known,
             "creates_lost": self.creates_lost,
             "create_answers_stale": self.create_answers_stale,
             "led_partitions": sorted(self.led),

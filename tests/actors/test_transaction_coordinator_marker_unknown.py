@@ -89,7 +89,7 @@ def _start(node: Node, shard: type[FakeShard]) -> tuple[Topology, Address, int, 
     node.tell(coordinator, UpdateMetadata(
         1, 1, 1, True, [BrokerRow(1, 1, node.name, None, [])],
         [_partition(TRANSACTION_STATE_TOPIC, 0), _partition("t", 0)], {}))
-    node.tell(coordinator, TxnCoordinatorPartitions([TxnPartitionRow(0, 0)], []))
+    node.tell(coordinator, TxnCoordinatorPartitions([TxnPartitionRow(0, 0)], [], 1))
     wait_for(lambda: node.ask(coordinator, GetStats())["loaded_partitions"] == [0] or None,
              "the load")
     node.tell(coordinator, InitTxnProducer(1, "app", 60000, -1, -1), sender="probe")

@@ -858,7 +858,7 @@ class ReplicaManager(Actor):
             return
         self.applied["um"] += 1
         self._tell_deletions(msg)
-        counts = {t: self.cache.partition_count(t) for t in (OFFSETS_TOPIC,
+        counts = {t: self.cache.whole_partition_count(t) for t in (OFFSETS_TOPIC,
                                                              TRANSACTION_STATE_TOPIC)}
         self.cache.apply(msg)
         self._internal_counts_changed(counts)
@@ -1036,7 +1036,7 @@ class ReplicaManager(Actor):
         and how many partitions it has (their ids map over those, not the config's)."""
         if not elected and not resigned and not count_changed:
             return
-        count = self.cache.partition_count(OFFSETS_TOPIC) or 0
+        count = self.cache.whole_partition_count(OFFSETS_TOPIC) or 0
         for i in range(self.topology.num_coordinators):
             self.tell(self.topology.coordinator(i),
                       CoordinatorPartitions(elected, resigned, count))
@@ -1044,7 +1044,7 @@ class ReplicaManager(Actor):
     def _txn_coordinators(self, elected: list[TxnPartitionRow], resigned: list[int],
                           count_changed: bool = False) -> None:
         if elected or resigned or count_changed:
-            count = self.cache.partition_count(TRANSACTION_STATE_TOPIC) or 0
+            count = self.cache.whole_partition_count(TRANSACTION_STATE_TOPIC) or 0
             for address in all_txn_coordinators(self.topology):
                 self.tell(address, TxnCoordinatorPartitions(elected, resigned, count))
 
@@ -1052,7 +1052,7 @@ class ReplicaManager(Actor):
         """A LeaderAndIsr may come before the metadata that shows how many partitions an
         internal topic has: the coordinators hear of the count once the metadata does."""
         changed = {t for t, n in before.items()
-                   if self.cache.partition_count(t) not in (n, None)}
+                   if self.cache.whole_partition_count(t) not in (n, None)}
         if OFFSETS_TOPIC in changed:
             self._coordinators([], [], True)
         if TRANSACTION_STATE_TOPIC in changed:
@@ -1379,11 +1379,11 @@ class ReplicaManager(Actor):
             self.tell(self.current_sender, self.cache.snapshot(self.fencing.broker_epoch))
             self.tell(self.current_sender, TxnCoordinatorPartitions(
                 [TxnPartitionRow(p, e) for p, e in led], [],
-                self.cache.partition_count(topic) or 0))
+                self.cache.whole_partition_count(topic) or 0))
         else:
             self.tell(self.current_sender, CoordinatorPartitions(
                 [CoordinatorPartitionRow(p, e) for p, e in led], [],
-                self.cache.partition_count(topic) or 0))
+                self.cache.whole_partition_count(topic) or 0))
 
     @handles(ShardRestarted)
     def on_shard_restarted(self, msg: ShardRestarted) -> None:

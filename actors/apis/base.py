@@ -239,7 +239,7 @@ class HandlerContext:
     def internal_partitions(self, topic: str) -> int:
         """How many partitions an internal topic's ids map over: those it has (the cluster's
         metadata, or this node's table), the config's while it has none."""
-        found = (self.cluster.partition_count(topic) if self.cluster is not None
+        found = (self.cluster.whole_partition_count(topic) if self.cluster is not None
                  else self.partition_count(topic))
         return internal_partition_count(topic, found, self.config)
 

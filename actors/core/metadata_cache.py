@@ -126,6 +126,17 @@ class MetadataCache:
             n += 1
         return n
 
+    def whole_partition_count(self, topic: str) -> int | None:
+        """How many partitions ``topic`` has when the cache holds each of 0..n-1, 0 when
+        it lacks one below the highest (a partition left NEW, with no replica alive when
+        it was made, is never in an UpdateMetadata): unknown, not the count below the
+        gap. None when the topic is not here. For the internal topics' counts, which ids
+        map over: a truncated one would send them to other partitions."""
+        parts = self.partitions.get(topic)
+        if not parts:
+            return None
+        return len(parts) if max(parts) == len(parts) - 1 else 0
+
     def partition(self, topic: str, partition: int) -> CachedPartition | None:
         parts = self.partitions.get(topic)
         return None if parts is None else parts.get(partition)

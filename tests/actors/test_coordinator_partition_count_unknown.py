@@ -79,6 +79,7 @@ REAL_COUNT = 3
 GROUP = next(g for g in (f"g{i}" for i in range(100)) if group_partition(g, REAL_COUNT) == 2)
 TXN_ID = next(t for t in (f"t{i}" for i in range(100)) if txn_partition(t, REAL_COUNT) == 2)
 PRODUCER_ID, PRODUCER_EPOCH = 4242, 7
+INTERNAL = (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
 
 
 class LogShard(Actor):
@@ -255,11 +256,10 @@ class ReadingShard(AnsweringShard):
                                          for r in msg.rows]))
 
 
-def test_the_replica_manager_tells_the_count_once_the_metadata_has_it(
-        manual_node: Node) -> None:
-    """The LeaderAndIsr comes before the UpdateMetadata: the coordinators lead their
-    partitions but load nothing until the metadata gives the count."""
-    node = manual_node
+def _managed_node(node: Node, led: list[int]) -> tuple[Address, Address, Address, Address]:
+    """A ReplicaManager and a coordinator of each kind (configured with 1 partition per
+    internal topic); the ReplicaManager's LeaderAndIsr makes this node lead ``led`` of
+    each internal topic, before any UpdateMetadata: (manager, controller, groups, txns)."""
     topo = Topology(node.name, 1, 1, 1, 1, 1)
     config = Config({"offsets.topic.num.partitions": 1,
                      "transaction.state.log.num.partitions": 1})
@@ -273,23 +273,52 @@ def test_the_replica_manager_tells_the_count_once_the_metadata_has_it(
                       config=config, index=0, clock=node.clock, cluster=True)
     controller = node.spawn(Controller, topo.controller.name)
     node.tell(manager, BrokerRegistered(1, 5), sender=controller.name)
-    topics = (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
     node.tell(manager, LeaderAndIsr(2, 4, 5, [
         LeaderAndIsrPartition(topic, p, 4, 1, 3, [1], 4, [1], False)
-        for topic in topics for p in range(REAL_COUNT)],
-        [LiveLeaderRow(1, "")], {t: {} for t in topics}, 1), sender=controller.name)
+        for topic in INTERNAL for p in led],
+        [LiveLeaderRow(1, "")], {t: {} for t in INTERNAL}, 1), sender=controller.name)
     for actor in (groups, txns):
-        wait_for(lambda a=actor: node.ask(a, GetStats())["led_partitions"] == [0, 1, 2] or None,
+        wait_for(lambda a=actor: node.ask(a, GetStats())["led_partitions"] == led or None,
                  "the partitions led")
     node.quiesce()
     for actor in (groups, txns):
         stats = node.ask(actor, GetStats())
         assert not stats["partition_count_known"] and stats["loaded_partitions"] == []
+    return manager, controller, groups, txns
 
-    node.tell(manager, UpdateMetadata(2, 4, 5, True, [BrokerRow(1, 1, node.name, None, [])], [
+
+def _metadata(partitions: list[int]) -> UpdateMetadata:
+    return UpdateMetadata(2, 4, 5, True, [BrokerRow(1, 1, "t", None, [])], [
         UpdateMetadataPartition(topic, p, 4, 1, 3, [1], 4, [1], [])
-        for topic in topics for p in range(REAL_COUNT)], {}, 2), sender=controller.name)
+        for topic in INTERNAL for p in partitions], {}, 2)
+
+
+def test_the_replica_manager_tells_the_count_once_the_metadata_has_it(
+        manual_node: Node) -> None:
+    """The LeaderAndIsr comes before the UpdateMetadata: the coordinators lead their
+    partitions but load nothing until the metadata gives the count."""
+    node = manual_node
+    manager, controller, groups, txns = _managed_node(node, [0, 1, 2])
+    node.tell(manager, _metadata([0, 1, 2]), sender=controller.name)
     for actor in (groups, txns):
         wait_for(lambda a=actor: node.ask(a, GetStats())["loaded_partitions"] == [0, 1, 2]
                  or None, "the load once the count is known")
         assert node.ask(actor, GetStats())["partition_count_known"]
+
+
+def test_a_partition_missing_from_the_metadata_leaves_the_count_unknown(
+        manual_node: Node) -> None:
+    """Partition 1 was left NEW (no replica alive when the topic was made), so no
+    UpdateMetadata names it: the count is unknown, not 1 (the partitions below the gap),
+    and nothing is loaded under it."""
+    node = manual_node
+    manager, controller, groups, txns = _managed_node(node, [0, 2])
+    node.tell(manager, _metadata([0, 2]), sender=controller.name)
+    node.quiesce()
+    for actor in (groups, txns):
+        stats = node.ask(actor, GetStats())
+        assert not stats["partition_count_known"] and stats["loaded_partitions"] == []
+    node.tell(manager, _metadata([0, 1, 2]), sender=controller.name)  # partition 1 elected
+    for actor in (groups, txns):
+        wait_for(lambda a=actor: node.ask(a, GetStats())["loaded_partitions"] == [0, 2]
+                 or None, "the load once the count is known")

@@ -513,7 +513,7 @@ class GroupCoordinator(LoadReading, Actor):
         count kept the wrong groups, and one finished later would replace live ones."""
         if self.loaded_parts:
             self._perform(self.core.unload(set(self.loaded_parts)))
-            self.log.info("unloaded the groups of {}-{}: its partition count changed",
+            self.log.info("unloaded the groups of {}-{}: its partition count changed or is unknown",
                           OFFSETS_TOPIC, sorted(self.loaded_parts))
             self.loaded_parts = set()
         if self.phase in ("loading", "read-retry"):  # its late answers match nothing

@@ -858,8 +858,8 @@ class ReplicaManager(Actor):
             return
         self.applied["um"] += 1
         self._tell_deletions(msg)
-        counts = {t: self.cache.whole_partition_count(t) for t in (OFFSETS_TOPIC,
-                                                             TRANSACTION_STATE_TOPIC)}
+        counts = {t: self.cache.whole_partition_count(t)
+                  for t in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)}
         self.cache.apply(msg)
         self._internal_counts_changed(counts)
         self.metadata_version += 1

@@ -305,7 +305,7 @@ class TransactionCoordinator(LoadReading, Actor):
         if self.loaded:
             self._perform(self.core.unload_partitions(set(self.loaded)))
             self.marker_jobs.clear()
-            self.log.info("unloaded {}-{}: its partition count changed",
+            self.log.info("unloaded {}-{}: its partition count changed or is unknown",
                           TRANSACTION_STATE_TOPIC, sorted(self.loaded))
             self.loaded = set()
         if self.phase in ("loading", "read-retry"):  # its late answers match nothing

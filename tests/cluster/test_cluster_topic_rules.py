@@ -10,7 +10,7 @@ from typing import Any
 
 import kafka.errors as kerr
 import pytest
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
@@ -18,6 +18,7 @@ from actors.core.offsets_codec import partition_for as group_partition
 from actors.core.transaction_log import partition_for as txn_partition
 from tests.broker.rawclient import METADATA, RawClient
 from tests.broker.test_admin_apis import produce_at
+from tests.broker.test_transactions import read_all
 from tests.fixtures.cluster import Cluster
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.clients]
@@ -163,3 +164,16 @@ def test_internal_topics_made_by_a_node_configured_apart_map_ids_alike_on_every_
         finally:
             consumer.close()
         assert got.offset == 10 + i, group
+    # a transaction through the node configured with the other count: its coordinator
+    # (named by that node) keeps the id's state on the partition the id maps to
+    producer = Producer({"bootstrap.servers": cluster.nodes[other].bootstrap,
+                         "transactional.id": txn_ids[0]})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce("t-counts", b"in-txn", partition=0)
+    producer.commit_transaction(60)
+    deadline = time.monotonic() + 60  # until the commit marker is written
+    while (got_values := read_all(cluster.nodes[via].bootstrap, "t-counts",
+                                  "read_committed")) != [b"in-txn"]:
+        assert not got_values and time.monotonic() < deadline, got_values
+        time.sleep(0.2)

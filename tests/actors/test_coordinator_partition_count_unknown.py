@@ -287,10 +287,11 @@ def _managed_node(node: Node, led: list[int]) -> tuple[Address, Address, Address
     return manager, controller, groups, txns
 
 
-def _metadata(partitions: list[int]) -> UpdateMetadata:
+def _metadata(partitions: list[int], assigned: int | None = None) -> UpdateMetadata:
     return UpdateMetadata(2, 4, 5, True, [BrokerRow(1, 1, "t", None, [])], [
         UpdateMetadataPartition(topic, p, 4, 1, 3, [1], 4, [1], [])
-        for topic in INTERNAL for p in partitions], {}, 2)
+        for topic in INTERNAL for p in partitions], {}, 2,
+        assigned_partitions={} if assigned is None else dict.fromkeys(INTERNAL, assigned))
 
 
 def test_the_replica_manager_tells_the_count_once_the_metadata_has_it(
@@ -321,4 +322,21 @@ def test_a_partition_missing_from_the_metadata_leaves_the_count_unknown(
     node.tell(manager, _metadata([0, 1, 2]), sender=controller.name)  # partition 1 elected
     for actor in (groups, txns):
         wait_for(lambda a=actor: node.ask(a, GetStats())["loaded_partitions"] == [0, 2]
+                 or None, "the load once the count is known")
+
+
+def test_a_last_partition_missing_from_the_metadata_leaves_the_count_unknown(
+        manual_node: Node) -> None:
+    """Partition 2 of 3 was left NEW: the partitions held show no gap, the count the
+    controller sends (3) does: unknown, not 2."""
+    node = manual_node
+    manager, controller, groups, txns = _managed_node(node, [0, 1])
+    node.tell(manager, _metadata([0, 1], REAL_COUNT), sender=controller.name)
+    node.quiesce()
+    for actor in (groups, txns):
+        stats = node.ask(actor, GetStats())
+        assert not stats["partition_count_known"] and stats["loaded_partitions"] == []
+    node.tell(manager, _metadata([0, 1, 2], REAL_COUNT), sender=controller.name)
+    for actor in (groups, txns):
+        wait_for(lambda a=actor: node.ask(a, GetStats())["loaded_partitions"] == [0, 1]
                  or None, "the load once the count is known")

@@ -136,17 +136,21 @@ class MetadataCache:
         return n
 
     def whole_partition_count(self, topic: str) -> int | None:
-        """How many partitions ``topic`` has when the cache holds each of 0..n-1 (n: the
-        count the controller says it is assigned, else the highest held + 1), 0 when it
-        lacks one (a partition left NEW, with no replica alive when it was made, is never
-        in an UpdateMetadata): unknown, not the count below the gap. None when the topic
-        is not here. For the internal topics' counts, which ids map over: a truncated one
-        would send them to other partitions."""
+        """How many partitions ``topic`` has: the count the controller says it is assigned
+        (Kafka's partitionFor divides by the assignment's size, whether or not each
+        partition has a leader: a group on a partition left NEW gets
+        COORDINATOR_NOT_AVAILABLE, the others are served); without one, the partitions
+        held when they are 0..n-1, else 0 (a partition left NEW, with no replica alive when
+        it was made, is never in an UpdateMetadata): unknown, not the count below the gap.
+        None when the topic is not here. For the internal topics' counts, which ids map
+        over: a truncated one would send them to other partitions."""
         parts = self.partitions.get(topic)
         if not parts:
             return None
-        n = self.assigned.get(topic, max(parts) + 1)
-        return n if len(parts) == n and max(parts) == n - 1 else 0
+        if topic in self.assigned:
+            return self.assigned[topic]
+        n = max(parts) + 1
+        return n if len(parts) == n else 0
 
     def partition(self, topic: str, partition: int) -> CachedPartition | None:
         parts = self.partitions.get(topic)

@@ -53,15 +53,16 @@ def test_a_topic_missing_a_partition_below_its_highest_has_no_whole_count() -> N
     assert cache.whole_partition_count("a") == 3
 
 
-def test_an_internal_topic_missing_its_last_partition_has_no_whole_count() -> None:
-    """The controller says how many partitions an internal topic is assigned: one left
-    NEW at the end is missed too, which the partitions held alone cannot show."""
+def test_an_internal_topic_s_count_is_the_one_it_is_assigned() -> None:
+    """The controller says how many partitions an internal topic is assigned: that is its
+    count, also while its last partition, left NEW, is in no UpdateMetadata (which the
+    partitions held alone cannot show), as Kafka's partitionFor counts the assignment."""
     cache = MetadataCache()
     cache.apply(UpdateMetadata(1, 3, 11, True, [broker(1)],
                                [part("__consumer_offsets", 0, 1, [1]),
                                 part("__consumer_offsets", 1, 1, [1])], {},
                                assigned_partitions={"__consumer_offsets": 3}))
-    assert cache.whole_partition_count("__consumer_offsets") == 0
+    assert cache.whole_partition_count("__consumer_offsets") == 3
     assert cache.snapshot(11).assigned_partitions == {"__consumer_offsets": 3}
     cache.apply(UpdateMetadata(1, 3, 11, False, [broker(1)],
                                [part("__consumer_offsets", 2, 1, [1])], {},
